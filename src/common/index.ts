@@ -1,0 +1,2 @@
+export { CairnError } from "./errors.ts";
+export { type Rng, seededRng } from "./rng.ts";
