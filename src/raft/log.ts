@@ -1,0 +1,221 @@
+/**
+ * The Raft log as the core sees it: the stable prefix in RaftStorage plus an unstable tail of
+ * entries (and possibly a snapshot) that Ready has handed to the driver but that are not yet
+ * known to be persisted.
+ *
+ * Invariants: `applied ≤ committed ≤ lastIndex()`; committed entries are never truncated;
+ * unstable entries start at `#offset`, which is ≤ storage.lastIndex() + 1.
+ */
+import { RaftInvariantError } from "./errors.ts";
+import type { RaftStorage } from "./storage.ts";
+import { limitSize } from "./storage.ts";
+import type { Entry, LogIndex, Snapshot, Term } from "./types.ts";
+import { logIndex, term } from "./types.ts";
+
+export class RaftLog {
+  readonly storage: RaftStorage;
+  committed: LogIndex;
+  applied: LogIndex;
+  #unstableSnapshot: Snapshot | null = null;
+  #unstable: Entry[] = [];
+  #offset: LogIndex;
+
+  constructor(storage: RaftStorage) {
+    this.storage = storage;
+    this.#offset = logIndex(storage.lastIndex() + 1);
+    this.committed = logIndex(storage.firstIndex() - 1);
+    this.applied = this.committed;
+  }
+
+  firstIndex(): LogIndex {
+    if (this.#unstableSnapshot !== null) return logIndex(this.#unstableSnapshot.meta.index + 1);
+    return this.storage.firstIndex();
+  }
+
+  lastIndex(): LogIndex {
+    if (this.#unstable.length > 0) return logIndex(this.#offset + this.#unstable.length - 1);
+    if (this.#unstableSnapshot !== null) return this.#unstableSnapshot.meta.index;
+    return this.storage.lastIndex();
+  }
+
+  /** Term of entry `i`, or null when `i` is compacted away or beyond the last index. */
+  term(i: LogIndex): Term | null {
+    if (i < this.firstIndex() - 1 || i > this.lastIndex()) return null;
+    const snap = this.#unstableSnapshot;
+    if (snap !== null && i === snap.meta.index) return snap.meta.term;
+    if (i >= this.#offset) return (this.#unstable[i - this.#offset] as Entry).term;
+    return this.storage.term(i);
+  }
+
+  lastTerm(): Term {
+    return this.term(this.lastIndex()) ?? term(0);
+  }
+
+  matchTerm(i: LogIndex, t: Term): boolean {
+    return this.term(i) === t;
+  }
+
+  /** §5.4.1: is a log ending at (lastIndex, lastTerm) at least as up to date as ours? */
+  isUpToDate(lastIndex: LogIndex, lastTerm: Term): boolean {
+    const myTerm = this.lastTerm();
+    return lastTerm > myTerm || (lastTerm === myTerm && lastIndex >= this.lastIndex());
+  }
+
+  /**
+   * Appends `entries` that follow (prevIndex, prevTerm) if that entry matches, truncating a
+   * conflicting suffix; returns the index of the last new entry, or null on mismatch.
+   */
+  maybeAppend(
+    prevIndex: LogIndex,
+    prevTerm: Term,
+    commit: LogIndex,
+    entries: readonly Entry[],
+  ): LogIndex | null {
+    if (!this.matchTerm(prevIndex, prevTerm)) return null;
+    const lastNew = logIndex(prevIndex + entries.length);
+    const conflict = this.#findConflict(entries);
+    if (conflict !== 0) {
+      if (conflict <= this.committed) {
+        throw new RaftInvariantError(
+          `entry ${conflict} conflicts with committed entry (commit ${this.committed})`,
+        );
+      }
+      this.append(entries.slice(conflict - (prevIndex + 1)));
+    }
+    this.commitTo(logIndex(Math.min(commit, lastNew)));
+    return lastNew;
+  }
+
+  /** Index of the first entry that is new or whose term differs from ours; 0 if none. */
+  #findConflict(entries: readonly Entry[]): number {
+    for (const e of entries) {
+      if (!this.matchTerm(e.index, e.term)) return e.index;
+    }
+    return 0;
+  }
+
+  /**
+   * The largest index ≤ `index` whose term is ≤ `t`, with its term: where two logs may agree.
+   * Stops at the first compacted index (term unknown, reported as 0).
+   */
+  findConflictByTerm(index: LogIndex, t: Term): { index: LogIndex; term: Term } {
+    for (let i = index; ; i--) {
+      const ti = this.term(logIndex(i));
+      if (ti === null) return { index: logIndex(i), term: term(0) };
+      if (ti <= t) return { index: logIndex(i), term: ti };
+    }
+  }
+
+  /** Appends to the unstable tail, replacing whatever followed `entries[0].index - 1`. */
+  append(entries: readonly Entry[]): LogIndex {
+    const first = entries[0];
+    if (first === undefined) return this.lastIndex();
+    if (first.index - 1 < this.committed) {
+      throw new RaftInvariantError(
+        `append at ${first.index} would overwrite committed ${this.committed}`,
+      );
+    }
+    const after = first.index;
+    if (after === this.#offset + this.#unstable.length) {
+      this.#unstable.push(...entries);
+    } else if (after <= this.#offset) {
+      // Replaces everything unstable and a suffix of storage; the driver truncates storage when it
+      // persists these entries.
+      this.#offset = after;
+      this.#unstable = [...entries];
+    } else {
+      this.#unstable = [...this.#unstable.slice(0, after - this.#offset), ...entries];
+    }
+    return this.lastIndex();
+  }
+
+  commitTo(i: LogIndex): void {
+    if (i <= this.committed) return;
+    if (i > this.lastIndex()) {
+      throw new RaftInvariantError(`commit ${i} beyond last index ${this.lastIndex()}`);
+    }
+    this.committed = i;
+  }
+
+  appliedTo(i: LogIndex): void {
+    if (i === 0 || i <= this.applied) return;
+    if (i > this.committed)
+      throw new RaftInvariantError(`applied ${i} beyond commit ${this.committed}`);
+    this.applied = i;
+  }
+
+  /** Commits `i` if it is beyond the commit index and from term `t` (§5.4.2). */
+  maybeCommit(i: LogIndex, t: Term, anyTerm: boolean): boolean {
+    if (i > this.committed && (anyTerm || this.term(i) === t)) {
+      this.commitTo(i);
+      return true;
+    }
+    return false;
+  }
+
+  unstableEntries(): Entry[] {
+    return [...this.#unstable];
+  }
+
+  unstableSnapshot(): Snapshot | null {
+    return this.#unstableSnapshot;
+  }
+
+  hasNextCommittedEntries(): boolean {
+    return this.committed > Math.max(this.applied, this.firstIndex() - 1);
+  }
+
+  /** Committed entries not yet applied, at most `maxBytes` of payload (but at least one). */
+  nextCommittedEntries(maxBytes: number): Entry[] {
+    const lo = logIndex(Math.max(this.applied + 1, this.firstIndex()));
+    if (this.committed < lo) return [];
+    return this.slice(lo, logIndex(this.committed + 1), maxBytes) ?? [];
+  }
+
+  /** Entries [lo, hi) within `maxBytes`, or null if `lo` is compacted away. */
+  slice(lo: LogIndex, hi: LogIndex, maxBytes: number): Entry[] | null {
+    if (lo < this.firstIndex()) return null;
+    if (hi > this.lastIndex() + 1)
+      throw new RaftInvariantError(`slice(${lo}, ${hi}) beyond last ${this.lastIndex()}`);
+    if (lo >= hi) return [];
+    let out: Entry[] = [];
+    if (lo < this.#offset) {
+      const stableHi = logIndex(Math.min(hi, this.#offset));
+      out = this.storage.entries(lo, stableHi, maxBytes);
+      if (out.length < stableHi - lo) return out; // cut by size
+    }
+    if (hi > this.#offset) {
+      const from = Math.max(lo, this.#offset) - this.#offset;
+      out = out.concat(this.#unstable.slice(from, hi - this.#offset));
+    }
+    return limitSize(out, maxBytes);
+  }
+
+  /** The driver persisted entries up to (i, t): drop them from the unstable tail. */
+  stableTo(i: LogIndex, t: Term): void {
+    if (i < this.#offset) return;
+    const e = this.#unstable[i - this.#offset];
+    if (e === undefined || e.term !== t) return; // replaced meanwhile: still unstable
+    this.#unstable = this.#unstable.slice(i + 1 - this.#offset);
+    this.#offset = logIndex(i + 1);
+  }
+
+  stableSnapTo(i: LogIndex): void {
+    if (this.#unstableSnapshot !== null && this.#unstableSnapshot.meta.index === i) {
+      this.#unstableSnapshot = null;
+    }
+  }
+
+  /** Replace the whole log by a snapshot (to be persisted by the driver). */
+  restore(s: Snapshot): void {
+    this.committed = s.meta.index;
+    this.#unstableSnapshot = s;
+    this.#unstable = [];
+    this.#offset = logIndex(s.meta.index + 1);
+  }
+
+  /** The newest snapshot: an unpersisted one received from the leader, else storage's. */
+  snapshot(): Snapshot {
+    return this.#unstableSnapshot ?? this.storage.snapshot();
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * Messages between the members of one Raft group. Each variant says who may send it and what the
+ * receiver does with it; `term` is the sender's current term on every message.
+ */
+import type { Entry, LogIndex, NodeId, Snapshot, Term } from "./types.ts";
+
+interface Envelope {
+  readonly from: NodeId;
+  readonly to: NodeId;
+  readonly term: Term;
+}
+
+/** Leader → follower: entries after (prevIndex, prevTerm), and the leader's commit index. */
+export interface AppendMessage extends Envelope {
+  readonly type: "append";
+  readonly prevIndex: LogIndex;
+  readonly prevTerm: Term;
+  readonly entries: readonly Entry[];
+  readonly commit: LogIndex;
+}
+
+/**
+ * Follower → leader. Accepted: `index` is the last index known to match the leader's log.
+ * Rejected: `index` is the rejected prevIndex and (hintIndex, hintTerm) is the follower's guess of
+ * where the logs may agree: the largest index ≤ prevIndex whose term is ≤ the leader's prevTerm.
+ */
+export interface AppendResponseMessage extends Envelope {
+  readonly type: "append-resp";
+  readonly index: LogIndex;
+  readonly reject: boolean;
+  readonly hintIndex: LogIndex;
+  readonly hintTerm: Term;
+}
+
+/**
+ * Candidate → voters. `prevote` asks whether a real election at `term` would be won, without
+ * anyone changing term. `transfer` marks an election forced by leadership transfer: receivers
+ * do not refuse it because of a live leader lease.
+ */
+export interface VoteMessage extends Envelope {
+  readonly type: "vote" | "prevote";
+  readonly lastIndex: LogIndex;
+  readonly lastTerm: Term;
+  readonly transfer: boolean;
+}
+
+export interface VoteResponseMessage extends Envelope {
+  readonly type: "vote-resp" | "prevote-resp";
+  readonly reject: boolean;
+}
+
+/**
+ * Leader → follower: liveness and commit (never beyond what the follower is known to hold).
+ * `readSeq` is the newest ReadIndex round the leader wants confirmed; the response echoes it.
+ */
+export interface HeartbeatMessage extends Envelope {
+  readonly type: "heartbeat";
+  readonly commit: LogIndex;
+  readonly readSeq: number;
+}
+
+export interface HeartbeatResponseMessage extends Envelope {
+  readonly type: "heartbeat-resp";
+  readonly readSeq: number;
+}
+
+/** Leader → follower too far behind for the log: install this snapshot. */
+export interface SnapshotMessage extends Envelope {
+  readonly type: "snapshot";
+  readonly snapshot: Snapshot;
+}
+
+/** Leader → chosen successor during leadership transfer: campaign now. */
+export interface TimeoutNowMessage extends Envelope {
+  readonly type: "timeout-now";
+}
+
+export type Message =
+  | AppendMessage
+  | AppendResponseMessage
+  | VoteMessage
+  | VoteResponseMessage
+  | HeartbeatMessage
+  | HeartbeatResponseMessage
+  | SnapshotMessage
+  | TimeoutNowMessage;
+
+export type MessageType = Message["type"];

@@ -1,0 +1,926 @@
+/**
+ * The Raft state machine of one group: elections (with PreVote and CheckQuorum), log
+ * replication, commitment, ReadIndex, snapshots, leadership transfer and one-at-a-time
+ * membership changes. Synchronous and deterministic: time is `tick()`, randomness the injected
+ * Rng, and every effect is a message in `msgs` or state the RawNode turns into a Ready.
+ *
+ * Numbered safety properties this code maintains (checked by the simulation):
+ *  S1 at most one leader per term;
+ *  S2 log matching: same index and term ⇒ same entry and same prefix;
+ *  S3 leader completeness: a committed entry is in the log of every later leader;
+ *  S4 state machine safety: no two members apply different entries at one index;
+ *  S5 the commit index of a member never decreases.
+ */
+import type { Rng } from "../common/rng.ts";
+import {
+  InvalidRaftRequestError,
+  NotLeaderError,
+  ProposalDroppedError,
+  RaftInvariantError,
+} from "./errors.ts";
+import { RaftLog } from "./log.ts";
+import type {
+  AppendMessage,
+  AppendResponseMessage,
+  HeartbeatMessage,
+  HeartbeatResponseMessage,
+  Message,
+  SnapshotMessage,
+  VoteMessage,
+  VoteResponseMessage,
+} from "./message.ts";
+import { Progress } from "./progress.ts";
+import type { RaftStorage } from "./storage.ts";
+import type {
+  ConfChange,
+  ConfState,
+  Entry,
+  HardState,
+  LogIndex,
+  NodeId,
+  ReadState,
+  Role,
+  Snapshot,
+  Term,
+} from "./types.ts";
+import { decodeConfChange, encodeConfChange, logIndex, term as toTerm } from "./types.ts";
+
+export interface RaftConfig {
+  /** This member's id; never the empty string. */
+  readonly id: NodeId;
+  readonly storage: RaftStorage;
+  /** Source of the randomized election timeouts. */
+  readonly rng: Rng;
+  /** Ticks without hearing from a leader before campaigning (randomized in [n, 2n)). Default 10. */
+  readonly electionTick?: number;
+  /** Ticks between leader heartbeats; must be < electionTick. Default 1. */
+  readonly heartbeatTick?: number;
+  /** Index the state machine has already applied (after a restart). Default: the snapshot's. */
+  readonly applied?: LogIndex;
+  /** Ask for votes in a pre-election first, so a rejoining member cannot disrupt. Default true. */
+  readonly preVote?: boolean;
+  /** A leader that has not heard from a quorum for an election timeout steps down. Default true. */
+  readonly checkQuorum?: boolean;
+  /** Unacknowledged appends per follower in `replicate`. Default 256. */
+  readonly maxInflightMsgs?: number;
+  /** Payload bytes per append message (at least one entry is always sent). Default 1 MiB. */
+  readonly maxMsgBytes?: number;
+  /** Payload bytes of committed entries per Ready. Default 16 MiB. */
+  readonly maxCommittedBytesPerReady?: number;
+  /** Test-only: plant known bugs so the simulation can prove it catches them. */
+  readonly testingBugs?: TestingBugs;
+}
+
+/** Deliberate bugs, for canary tests of the simulation only. */
+export interface TestingBugs {
+  /** Commit an entry of an earlier term by counting replicas (violates §5.4.2 / Figure 8). */
+  readonly commitPriorTermByCounting?: boolean;
+  /** Leave `vote` out of the persisted hard state, so a restart forgets it. */
+  readonly forgetVote?: boolean;
+}
+
+interface PendingRead {
+  readonly seq: number;
+  readonly index: LogIndex;
+  readonly context: Uint8Array;
+}
+
+type CampaignKind = "pre-election" | "election" | "transfer";
+
+export class Raft {
+  readonly id: NodeId;
+  term: Term = toTerm(0);
+  vote: NodeId | null = null;
+  lead: NodeId | null = null;
+  role: Role = "follower";
+  readonly log: RaftLog;
+  /** Outgoing messages, taken by RawNode.ready(). */
+  msgs: Message[] = [];
+  /** Confirmed reads, taken by RawNode.ready(). */
+  readStates: ReadState[] = [];
+
+  readonly voters = new Set<NodeId>();
+  readonly learners = new Set<NodeId>();
+  /** Progress of every member (self included); meaningful while leader. */
+  readonly prs = new Map<NodeId, Progress>();
+  leadTransferee: NodeId | null = null;
+  /** Index of the newest conf-change entry; no other may be proposed until it is applied. */
+  pendingConfIndex: LogIndex = logIndex(0);
+
+  readonly #rng: Rng;
+  readonly #electionTimeout: number;
+  readonly #heartbeatTimeout: number;
+  readonly #preVote: boolean;
+  readonly #checkQuorum: boolean;
+  readonly #maxInflight: number;
+  readonly #maxMsgBytes: number;
+  readonly bugs: TestingBugs;
+
+  #votes = new Map<NodeId, boolean>();
+  #electionElapsed = 0;
+  #heartbeatElapsed = 0;
+  #randomizedElectionTimeout = 0;
+  #readSeq = 0;
+  #pendingReads: PendingRead[] = [];
+  /** Reads that arrived before the leader committed an entry of its own term. */
+  #readsAwaitingCommit: Uint8Array[] = [];
+
+  constructor(config: RaftConfig) {
+    if (config.id.length === 0) throw new InvalidRaftRequestError("raft: id must not be empty");
+    this.id = config.id;
+    this.#rng = config.rng;
+    this.#electionTimeout = config.electionTick ?? 10;
+    this.#heartbeatTimeout = config.heartbeatTick ?? 1;
+    if (this.#heartbeatTimeout <= 0 || this.#electionTimeout <= this.#heartbeatTimeout) {
+      throw new InvalidRaftRequestError("raft: need 0 < heartbeatTick < electionTick");
+    }
+    this.#preVote = config.preVote ?? true;
+    this.#checkQuorum = config.checkQuorum ?? true;
+    this.#maxInflight = config.maxInflightMsgs ?? 256;
+    this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
+    this.bugs = config.testingBugs ?? {};
+    this.log = new RaftLog(config.storage);
+
+    const { hardState, confState } = config.storage.initialState();
+    this.#setConf(confState);
+    if (hardState.commit < this.log.committed || hardState.commit > this.log.lastIndex()) {
+      throw new RaftInvariantError(
+        `persisted commit ${hardState.commit} outside [${this.log.committed}, ${this.log.lastIndex()}]`,
+      );
+    }
+    this.log.commitTo(hardState.commit);
+    this.term = hardState.term;
+    this.vote = hardState.vote;
+    const applied = config.applied ?? this.log.applied;
+    if (applied > this.log.applied) {
+      // Conf changes the state machine already applied are not replayed: re-derive them.
+      for (const e of this.log.slice(this.log.firstIndex(), logIndex(applied + 1), Infinity) ??
+        []) {
+        if (e.type === "conf-change") this.applyConfChange(decodeConfChange(e.data));
+      }
+      this.log.appliedTo(applied);
+    }
+    this.becomeFollower(this.term, null);
+  }
+
+  // ── queries ──────────────────────────────────────────────────────────────────────────────────
+
+  hardState(): HardState {
+    return {
+      term: this.term,
+      vote: this.bugs.forgetVote ? null : this.vote,
+      commit: this.log.committed,
+    };
+  }
+
+  confState(): ConfState {
+    return { voters: [...this.voters].sort(), learners: [...this.learners].sort() };
+  }
+
+  /** A voter can campaign; learners and removed members cannot. */
+  isPromotable(): boolean {
+    return this.voters.has(this.id);
+  }
+
+  quorum(): number {
+    return Math.floor(this.voters.size / 2) + 1;
+  }
+
+  // ── inputs ───────────────────────────────────────────────────────────────────────────────────
+
+  tick(): void {
+    if (this.role === "leader") this.#tickLeader();
+    else this.#tickElection();
+  }
+
+  /** Start an election now (as if the election timeout had elapsed). */
+  hup(kind: "normal" | "transfer" = "normal"): void {
+    if (this.role === "leader" || !this.isPromotable()) return;
+    if (this.#hasUnappliedConfChange()) return; // our configuration may be stale
+    if (kind === "transfer") this.#campaign("transfer");
+    else this.#campaign(this.#preVote ? "pre-election" : "election");
+  }
+
+  propose(data: Uint8Array): { index: LogIndex; term: Term } {
+    this.#requireLeader();
+    if (this.leadTransferee !== null) {
+      throw new ProposalDroppedError(`leadership transfer to ${this.leadTransferee} in progress`);
+    }
+    const index = this.#appendEntries([{ type: "normal", data }]);
+    this.#broadcastAppend();
+    return { index, term: this.term };
+  }
+
+  proposeConfChange(cc: ConfChange): { index: LogIndex; term: Term } {
+    this.#requireLeader();
+    if (this.leadTransferee !== null) {
+      throw new ProposalDroppedError(`leadership transfer to ${this.leadTransferee} in progress`);
+    }
+    if (this.pendingConfIndex > this.log.applied) {
+      throw new ProposalDroppedError(
+        `configuration change at ${this.pendingConfIndex} not yet applied`,
+      );
+    }
+    this.#validateConfChange(cc);
+    const index = this.#appendEntries([{ type: "conf-change", data: encodeConfChange(cc) }]);
+    this.pendingConfIndex = index;
+    this.#broadcastAppend();
+    return { index, term: this.term };
+  }
+
+  /**
+   * Ask for a linearizable read point. Once a quorum confirms this leader is still the leader,
+   * a ReadState with the commit index as of now is emitted; serve the read after applying it.
+   */
+  readIndex(context: Uint8Array): void {
+    this.#requireLeader();
+    if (!this.#committedInCurrentTerm()) {
+      this.#readsAwaitingCommit.push(context);
+      return;
+    }
+    this.#startRead(context);
+  }
+
+  transferLeader(to: NodeId): void {
+    this.#requireLeader();
+    if (!this.voters.has(to))
+      throw new InvalidRaftRequestError(`cannot transfer leadership to ${to}: not a voter`);
+    if (this.leadTransferee === to) return;
+    if (this.leadTransferee !== null) this.#abortLeaderTransfer();
+    if (to === this.id) return;
+    // The transfer must finish within an election timeout or it is abandoned.
+    this.#electionElapsed = 0;
+    this.leadTransferee = to;
+    const pr = this.prs.get(to) as Progress;
+    if (pr.match === this.log.lastIndex()) this.#sendTimeoutNow(to);
+    else this.#sendAppend(to);
+  }
+
+  /** The driver could not reach `id`: stop streaming to it optimistically. */
+  reportUnreachable(id: NodeId): void {
+    const pr = this.prs.get(id);
+    if (this.role === "leader" && pr !== undefined && pr.state === "replicate") pr.becomeProbe();
+  }
+
+  /** The driver finished (or failed) sending a snapshot to `id`. */
+  reportSnapshot(id: NodeId, ok: boolean): void {
+    const pr = this.prs.get(id);
+    if (this.role !== "leader" || pr === undefined || pr.state !== "snapshot") return;
+    if (!ok) pr.pendingSnapshot = logIndex(0);
+    // Wait for the follower's answer (or the next heartbeat) before probing again.
+    pr.becomeProbe();
+    pr.probeSent = true;
+  }
+
+  step(m: Message): void {
+    if (m.term > this.term) {
+      if (m.type === "vote" || m.type === "prevote") {
+        const inLease =
+          this.#checkQuorum && this.lead !== null && this.#electionElapsed < this.#electionTimeout;
+        // A member that heard from a live leader recently refuses to help depose it.
+        if (inLease && !m.transfer) return;
+      }
+      if (m.type === "prevote" || (m.type === "prevote-resp" && !m.reject)) {
+        // Pre-votes and their grants speak of a future term; nobody changes term for them.
+      } else if (m.type === "append" || m.type === "heartbeat" || m.type === "snapshot") {
+        this.becomeFollower(m.term, m.from);
+      } else {
+        this.becomeFollower(m.term, null);
+      }
+    } else if (m.term < this.term) {
+      if ((this.#checkQuorum || this.#preVote) && (m.type === "append" || m.type === "heartbeat")) {
+        // A stale leader that cannot be told by votes (they are refused during leases) learns
+        // our term from this answer and steps down.
+        this.#send({
+          type: "append-resp",
+          from: this.id,
+          to: m.from,
+          term: this.term,
+          index: logIndex(0),
+          reject: false,
+          hintIndex: logIndex(0),
+          hintTerm: toTerm(0),
+        });
+      } else if (m.type === "prevote") {
+        this.#send({
+          type: "prevote-resp",
+          from: this.id,
+          to: m.from,
+          term: this.term,
+          reject: true,
+        });
+      }
+      return;
+    }
+
+    if (m.type === "vote" || m.type === "prevote") {
+      this.#handleVote(m);
+      return;
+    }
+    switch (this.role) {
+      case "leader":
+        this.#stepLeader(m);
+        return;
+      case "candidate":
+      case "pre-candidate":
+        this.#stepCandidate(m);
+        return;
+      case "follower":
+        this.#stepFollower(m);
+        return;
+    }
+  }
+
+  /** Apply a committed configuration change (called as the driver applies its entry). */
+  applyConfChange(cc: ConfChange): void {
+    switch (cc.type) {
+      case "add-learner":
+        if (this.voters.has(cc.node)) return; // demotion is not supported; validated at proposal
+        this.learners.add(cc.node);
+        break;
+      case "add-voter":
+        this.learners.delete(cc.node);
+        this.voters.add(cc.node);
+        break;
+      case "remove":
+        this.voters.delete(cc.node);
+        this.learners.delete(cc.node);
+        this.prs.delete(cc.node);
+        break;
+    }
+    if (cc.type !== "remove" && !this.prs.has(cc.node)) {
+      // New members count as active so CheckQuorum does not depose the leader before they answer.
+      this.prs.set(
+        cc.node,
+        new Progress(logIndex(this.log.lastIndex() + 1), this.#maxInflight, true),
+      );
+    }
+    if (this.role !== "leader") return;
+    if (!this.voters.has(this.id)) {
+      this.becomeFollower(this.term, null); // removed ourselves: let the others elect
+      return;
+    }
+    if (this.leadTransferee !== null && !this.voters.has(this.leadTransferee))
+      this.#abortLeaderTransfer();
+    // The quorum changed: commitment and pending reads may advance.
+    if (this.#maybeCommit()) this.#broadcastAppend();
+    this.#releaseReads();
+  }
+
+  // ── role changes ────────────────────────────────────────────────────────────────────────────
+
+  becomeFollower(term: Term, lead: NodeId | null): void {
+    this.#reset(term);
+    this.role = "follower";
+    this.lead = lead;
+  }
+
+  #becomePreCandidate(): void {
+    if (this.role === "leader") throw new RaftInvariantError("leader cannot become pre-candidate");
+    // Term and vote stay: a pre-election changes nothing until it is won.
+    this.#votes = new Map();
+    this.role = "pre-candidate";
+    this.lead = null;
+  }
+
+  #becomeCandidate(): void {
+    if (this.role === "leader") throw new RaftInvariantError("leader cannot become candidate");
+    this.#reset(toTerm(this.term + 1));
+    this.vote = this.id;
+    this.role = "candidate";
+  }
+
+  #becomeLeader(): void {
+    if (this.role === "follower")
+      throw new RaftInvariantError("follower cannot become leader directly");
+    this.#reset(this.term);
+    this.role = "leader";
+    this.lead = this.id;
+    (this.prs.get(this.id) as Progress).becomeReplicate();
+    // Earlier entries may hold an unapplied conf change: allow none until they are applied.
+    this.pendingConfIndex = this.log.lastIndex();
+    // An entry of the new term lets the leader learn, by committing it, what is committed (§8).
+    this.#appendEntries([{ type: "normal", data: new Uint8Array(0) }]);
+  }
+
+  #reset(term: Term): void {
+    if (this.term !== term) {
+      this.term = term;
+      this.vote = null;
+    }
+    this.lead = null;
+    this.#electionElapsed = 0;
+    this.#heartbeatElapsed = 0;
+    this.#randomizedElectionTimeout = this.#electionTimeout + this.#rng.int(this.#electionTimeout);
+    this.leadTransferee = null;
+    this.#votes = new Map();
+    this.#readSeq = 0;
+    this.#pendingReads = [];
+    this.#readsAwaitingCommit = [];
+    const next = logIndex(this.log.lastIndex() + 1);
+    for (const id of [...this.prs.keys()]) {
+      const fresh = new Progress(next, this.#maxInflight, id === this.id);
+      if (id === this.id) fresh.match = this.log.lastIndex();
+      this.prs.set(id, fresh);
+    }
+  }
+
+  // ── elections ───────────────────────────────────────────────────────────────────────────────
+
+  #tickElection(): void {
+    this.#electionElapsed++;
+    if (this.isPromotable() && this.#electionElapsed >= this.#randomizedElectionTimeout) {
+      this.#electionElapsed = 0;
+      this.hup();
+    }
+  }
+
+  #tickLeader(): void {
+    this.#heartbeatElapsed++;
+    this.#electionElapsed++;
+    if (this.#electionElapsed >= this.#electionTimeout) {
+      this.#electionElapsed = 0;
+      if (this.#checkQuorum && !this.#quorumRecentlyActive()) {
+        this.becomeFollower(this.term, null);
+        return;
+      }
+      if (this.leadTransferee !== null) this.#abortLeaderTransfer();
+    }
+    if (this.#heartbeatElapsed >= this.#heartbeatTimeout) {
+      this.#heartbeatElapsed = 0;
+      this.#broadcastHeartbeat();
+    }
+  }
+
+  #campaign(kind: CampaignKind): void {
+    let voteTerm: Term;
+    let type: "vote" | "prevote";
+    if (kind === "pre-election") {
+      this.#becomePreCandidate();
+      voteTerm = toTerm(this.term + 1);
+      type = "prevote";
+    } else {
+      this.#becomeCandidate();
+      voteTerm = this.term;
+      type = "vote";
+    }
+    if (this.#poll(this.id, true) === "won") {
+      // A single-voter group wins at once.
+      if (kind === "pre-election") this.#campaign("election");
+      else this.#becomeLeader();
+      return;
+    }
+    const lastIndex = this.log.lastIndex();
+    const lastTerm = this.log.lastTerm();
+    for (const id of [...this.voters].sort()) {
+      if (id === this.id) continue;
+      this.#send({
+        type,
+        from: this.id,
+        to: id,
+        term: voteTerm,
+        lastIndex,
+        lastTerm,
+        transfer: kind === "transfer",
+      });
+    }
+  }
+
+  #poll(id: NodeId, granted: boolean): "won" | "lost" | "pending" {
+    if (!this.#votes.has(id)) this.#votes.set(id, granted);
+    let yes = 0;
+    let no = 0;
+    for (const v of this.voters) {
+      const g = this.#votes.get(v);
+      if (g === true) yes++;
+      else if (g === false) no++;
+    }
+    const q = this.quorum();
+    if (yes >= q) return "won";
+    if (no > this.voters.size - q) return "lost";
+    return "pending";
+  }
+
+  #handleVote(m: VoteMessage): void {
+    const respType = m.type === "vote" ? "vote-resp" : "prevote-resp";
+    const canVote =
+      this.vote === m.from ||
+      (this.vote === null && this.lead === null) ||
+      (m.type === "prevote" && m.term > this.term);
+    if (canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm)) {
+      // A granted pre-vote answers with the term it was asked about, so the pre-candidate counts it.
+      this.#send({ type: respType, from: this.id, to: m.from, term: m.term, reject: false });
+      if (m.type === "vote") {
+        this.#electionElapsed = 0;
+        this.vote = m.from;
+      }
+    } else {
+      this.#send({ type: respType, from: this.id, to: m.from, term: this.term, reject: true });
+    }
+  }
+
+  #hasUnappliedConfChange(): boolean {
+    if (this.log.committed <= this.log.applied) return false;
+    const ents =
+      this.log.slice(
+        logIndex(Math.max(this.log.applied + 1, this.log.firstIndex())),
+        logIndex(this.log.committed + 1),
+        Infinity,
+      ) ?? [];
+    return ents.some((e) => e.type === "conf-change");
+  }
+
+  // ── per-role message handling ───────────────────────────────────────────────────────────────
+
+  #stepFollower(m: Message): void {
+    switch (m.type) {
+      case "append":
+        this.#electionElapsed = 0;
+        this.lead = m.from;
+        this.#handleAppend(m);
+        return;
+      case "heartbeat":
+        this.#electionElapsed = 0;
+        this.lead = m.from;
+        this.#handleHeartbeat(m);
+        return;
+      case "snapshot":
+        this.#electionElapsed = 0;
+        this.lead = m.from;
+        this.#handleSnapshot(m);
+        return;
+      case "timeout-now":
+        // Leadership transfer: campaign at once, skipping pre-vote and leases.
+        this.hup("transfer");
+        return;
+      default:
+        return;
+    }
+  }
+
+  #stepCandidate(m: Message): void {
+    switch (m.type) {
+      case "append":
+        this.becomeFollower(m.term, m.from);
+        this.#handleAppend(m);
+        return;
+      case "heartbeat":
+        this.becomeFollower(m.term, m.from);
+        this.#handleHeartbeat(m);
+        return;
+      case "snapshot":
+        this.becomeFollower(m.term, m.from);
+        this.#handleSnapshot(m);
+        return;
+      case "vote-resp":
+      case "prevote-resp":
+        this.#handleVoteResponse(m);
+        return;
+      default:
+        return;
+    }
+  }
+
+  #handleVoteResponse(m: VoteResponseMessage): void {
+    const expected = this.role === "pre-candidate" ? "prevote-resp" : "vote-resp";
+    if (m.type !== expected) return;
+    switch (this.#poll(m.from, !m.reject)) {
+      case "won":
+        if (this.role === "pre-candidate") {
+          this.#campaign("election");
+        } else {
+          this.#becomeLeader();
+          this.#broadcastAppend();
+        }
+        return;
+      case "lost":
+        this.becomeFollower(this.term, null);
+        return;
+      case "pending":
+        return;
+    }
+  }
+
+  #stepLeader(m: Message): void {
+    switch (m.type) {
+      case "append-resp":
+        this.#handleAppendResponse(m);
+        return;
+      case "heartbeat-resp":
+        this.#handleHeartbeatResponse(m);
+        return;
+      default:
+        return;
+    }
+  }
+
+  // ── replication: follower side ──────────────────────────────────────────────────────────────
+
+  #handleAppend(m: AppendMessage): void {
+    const reply = (
+      fields: Pick<AppendResponseMessage, "index" | "reject" | "hintIndex" | "hintTerm">,
+    ): void =>
+      this.#send({ type: "append-resp", from: this.id, to: m.from, term: this.term, ...fields });
+    if (m.prevIndex < this.log.committed) {
+      reply({
+        index: this.log.committed,
+        reject: false,
+        hintIndex: logIndex(0),
+        hintTerm: toTerm(0),
+      });
+      return;
+    }
+    const lastNew = this.log.maybeAppend(m.prevIndex, m.prevTerm, m.commit, m.entries);
+    if (lastNew !== null) {
+      reply({ index: lastNew, reject: false, hintIndex: logIndex(0), hintTerm: toTerm(0) });
+      return;
+    }
+    // Tell the leader where our logs may agree so it can skip a whole term per round trip.
+    const probe = logIndex(Math.min(m.prevIndex, this.log.lastIndex()));
+    const hint = this.log.findConflictByTerm(probe, m.prevTerm);
+    reply({ index: m.prevIndex, reject: true, hintIndex: hint.index, hintTerm: hint.term });
+  }
+
+  #handleHeartbeat(m: HeartbeatMessage): void {
+    this.log.commitTo(m.commit);
+    this.#send({
+      type: "heartbeat-resp",
+      from: this.id,
+      to: m.from,
+      term: this.term,
+      readSeq: m.readSeq,
+    });
+  }
+
+  #handleSnapshot(m: SnapshotMessage): void {
+    const index = this.#restore(m.snapshot) ? this.log.lastIndex() : this.log.committed;
+    this.#send({
+      type: "append-resp",
+      from: this.id,
+      to: m.from,
+      term: this.term,
+      index,
+      reject: false,
+      hintIndex: logIndex(0),
+      hintTerm: toTerm(0),
+    });
+  }
+
+  #restore(s: Snapshot): boolean {
+    if (s.meta.index <= this.log.committed) return false;
+    if (this.log.matchTerm(s.meta.index, s.meta.term)) {
+      // We already hold that entry: the snapshot only tells us it is committed.
+      this.log.commitTo(s.meta.index);
+      return false;
+    }
+    this.log.restore(s);
+    this.#setConf(s.meta.conf);
+    return true;
+  }
+
+  #setConf(conf: ConfState): void {
+    this.voters.clear();
+    this.learners.clear();
+    this.prs.clear();
+    for (const v of conf.voters) this.voters.add(v);
+    for (const l of conf.learners) this.learners.add(l);
+    const next = logIndex(this.log.lastIndex() + 1);
+    for (const id of [...conf.voters, ...conf.learners]) {
+      const pr = new Progress(next, this.#maxInflight, id === this.id);
+      if (id === this.id) pr.match = this.log.lastIndex();
+      this.prs.set(id, pr);
+    }
+  }
+
+  // ── replication: leader side ────────────────────────────────────────────────────────────────
+
+  #appendEntries(entries: ReadonlyArray<Pick<Entry, "type" | "data">>): LogIndex {
+    let index = this.log.lastIndex();
+    const full = entries.map((e): Entry => {
+      index = logIndex(index + 1);
+      return { term: this.term, index, type: e.type, data: e.data };
+    });
+    const last = this.log.append(full);
+    (this.prs.get(this.id) as Progress).maybeUpdate(last);
+    // Alone in the group, the leader commits on its own.
+    this.#maybeCommit();
+    return last;
+  }
+
+  #handleAppendResponse(m: AppendResponseMessage): void {
+    const pr = this.prs.get(m.from);
+    if (pr === undefined) return;
+    pr.recentActive = true;
+    if (m.reject) {
+      let next = m.hintIndex;
+      if (m.hintTerm > 0) next = this.log.findConflictByTerm(m.hintIndex, m.hintTerm).index;
+      if (pr.maybeDecrTo(m.index, next)) {
+        if (pr.state === "replicate") pr.becomeProbe();
+        this.#sendAppend(m.from);
+      }
+      return;
+    }
+    const wasPaused = pr.isPaused();
+    if (!pr.maybeUpdate(m.index)) return;
+    switch (pr.state) {
+      case "probe":
+        pr.becomeReplicate();
+        break;
+      case "snapshot":
+        if (pr.match + 1 >= this.log.firstIndex()) {
+          pr.becomeProbe();
+          pr.becomeReplicate();
+        }
+        break;
+      case "replicate":
+        pr.inflights.freeLE(m.index);
+        break;
+    }
+    if (this.#maybeCommit()) {
+      this.#broadcastAppend();
+    } else if (wasPaused) {
+      this.#sendAppend(m.from);
+    }
+    // Fill the in-flight window with whatever else is ready to go.
+    while (this.#maybeSendAppend(m.from, false)) {
+      // keep sending
+    }
+    if (m.from === this.leadTransferee && pr.match === this.log.lastIndex())
+      this.#sendTimeoutNow(m.from);
+  }
+
+  #handleHeartbeatResponse(m: HeartbeatResponseMessage): void {
+    const pr = this.prs.get(m.from);
+    if (pr === undefined) return;
+    pr.recentActive = true;
+    pr.probeSent = false;
+    if (pr.match < this.log.lastIndex() || pr.state === "probe") this.#sendAppend(m.from);
+    if (m.readSeq > pr.readAck) {
+      pr.readAck = m.readSeq;
+      this.#releaseReads();
+    }
+  }
+
+  #sendAppend(to: NodeId): void {
+    this.#maybeSendAppend(to, true);
+  }
+
+  /** Sends `to` what it needs next, unless it is paused; returns whether a message was sent. */
+  #maybeSendAppend(to: NodeId, sendIfEmpty: boolean): boolean {
+    const pr = this.prs.get(to);
+    if (pr === undefined || pr.isPaused()) return false;
+    const prevIndex = logIndex(pr.next - 1);
+    const prevTerm = this.log.term(prevIndex);
+    const entries =
+      prevTerm === null
+        ? null
+        : this.log.slice(pr.next, logIndex(this.log.lastIndex() + 1), this.#maxMsgBytes);
+    if (entries !== null && entries.length === 0 && !sendIfEmpty) return false;
+    if (prevTerm === null || entries === null) {
+      // The follower needs entries we compacted away.
+      if (!pr.recentActive) return false;
+      const snapshot = this.log.snapshot();
+      pr.becomeSnapshot(snapshot.meta.index);
+      this.#send({ type: "snapshot", from: this.id, to, term: this.term, snapshot });
+      return true;
+    }
+    this.#send({
+      type: "append",
+      from: this.id,
+      to,
+      term: this.term,
+      prevIndex,
+      prevTerm,
+      entries,
+      commit: this.log.committed,
+    });
+    const last = entries[entries.length - 1];
+    if (pr.state === "replicate" && last !== undefined) {
+      pr.next = logIndex(last.index + 1);
+      pr.inflights.add(last.index);
+    } else if (pr.state === "probe") {
+      pr.probeSent = true;
+    }
+    return true;
+  }
+
+  #broadcastAppend(): void {
+    for (const id of this.#peers()) this.#sendAppend(id);
+  }
+
+  #broadcastHeartbeat(): void {
+    const readSeq = this.#pendingReads.length > 0 ? this.#readSeq : 0;
+    for (const id of this.#peers()) {
+      const pr = this.prs.get(id) as Progress;
+      // Never tell a follower to commit beyond what it is known to hold.
+      const commit = logIndex(Math.min(pr.match, this.log.committed));
+      this.#send({ type: "heartbeat", from: this.id, to: id, term: this.term, commit, readSeq });
+    }
+  }
+
+  /** Advances the commit index to what a quorum of voters holds, if that entry is of this term. */
+  #maybeCommit(): boolean {
+    const matches: number[] = [];
+    for (const v of this.voters) matches.push(this.prs.get(v)?.match ?? 0);
+    if (matches.length === 0) return false;
+    matches.sort((a, b) => b - a);
+    const quorumIndex = logIndex(matches[this.quorum() - 1] as number);
+    const wasCommittedInTerm = this.#committedInCurrentTerm();
+    const committed = this.log.maybeCommit(
+      quorumIndex,
+      this.term,
+      this.bugs.commitPriorTermByCounting === true,
+    );
+    if (committed && !wasCommittedInTerm && this.#committedInCurrentTerm()) {
+      const waiting = this.#readsAwaitingCommit;
+      this.#readsAwaitingCommit = [];
+      for (const ctx of waiting) this.#startRead(ctx);
+    }
+    return committed;
+  }
+
+  #committedInCurrentTerm(): boolean {
+    return this.log.term(this.log.committed) === this.term;
+  }
+
+  #quorumRecentlyActive(): boolean {
+    let active = 0;
+    for (const v of this.voters) {
+      const pr = this.prs.get(v);
+      if (pr !== undefined && (v === this.id || pr.recentActive)) active++;
+    }
+    for (const [id, pr] of this.prs) pr.recentActive = id === this.id;
+    return active >= this.quorum();
+  }
+
+  #peers(): NodeId[] {
+    return [...this.prs.keys()].filter((id) => id !== this.id).sort();
+  }
+
+  // ── ReadIndex ───────────────────────────────────────────────────────────────────────────────
+
+  #startRead(context: Uint8Array): void {
+    if (this.voters.size === 1 && this.voters.has(this.id)) {
+      this.readStates.push({ index: this.log.committed, context });
+      return;
+    }
+    this.#readSeq++;
+    this.#pendingReads.push({ seq: this.#readSeq, index: this.log.committed, context });
+    this.#broadcastHeartbeat();
+  }
+
+  /** Emits every pending read whose round a quorum of voters has confirmed. */
+  #releaseReads(): void {
+    if (this.#pendingReads.length === 0) return;
+    const acks: number[] = [];
+    for (const v of this.voters)
+      acks.push(v === this.id ? this.#readSeq : (this.prs.get(v)?.readAck ?? 0));
+    acks.sort((a, b) => b - a);
+    const confirmed = acks[this.quorum() - 1] ?? 0;
+    while (
+      this.#pendingReads.length > 0 &&
+      (this.#pendingReads[0] as PendingRead).seq <= confirmed
+    ) {
+      const r = this.#pendingReads.shift() as PendingRead;
+      this.readStates.push({ index: r.index, context: r.context });
+    }
+  }
+
+  // ── leadership transfer & configuration ─────────────────────────────────────────────────────
+
+  #sendTimeoutNow(to: NodeId): void {
+    this.#send({ type: "timeout-now", from: this.id, to, term: this.term });
+  }
+
+  #abortLeaderTransfer(): void {
+    this.leadTransferee = null;
+  }
+
+  #validateConfChange(cc: ConfChange): void {
+    const isVoter = this.voters.has(cc.node);
+    const isLearner = this.learners.has(cc.node);
+    switch (cc.type) {
+      case "add-learner":
+        if (isVoter)
+          throw new InvalidRaftRequestError(`${cc.node} is a voter; demotion is not supported`);
+        if (isLearner) throw new InvalidRaftRequestError(`${cc.node} is already a learner`);
+        return;
+      case "add-voter":
+        if (isVoter) throw new InvalidRaftRequestError(`${cc.node} is already a voter`);
+        return;
+      case "remove":
+        if (!isVoter && !isLearner) throw new InvalidRaftRequestError(`${cc.node} is not a member`);
+        if (isVoter && this.voters.size === 1)
+          throw new InvalidRaftRequestError(`cannot remove the last voter ${cc.node}`);
+        return;
+    }
+  }
+
+  #requireLeader(): void {
+    if (this.role !== "leader") throw new NotLeaderError(this.lead);
+  }
+
+  #send(m: Message): void {
+    this.msgs.push(m);
+  }
+}

@@ -1,0 +1,245 @@
+/**
+ * RawNode: the driver's handle on one Raft group. Inputs are method calls; outputs come out of
+ * ready() as a Ready, which the driver must handle in the order its fields are documented, and
+ * then acknowledge with advance(). Between ready() and advance() no other input is allowed.
+ */
+import { RaftInvariantError } from "./errors.ts";
+import type { Message } from "./message.ts";
+import type { Progress } from "./progress.ts";
+import type { RaftConfig } from "./raft.ts";
+import { Raft } from "./raft.ts";
+import type {
+  ConfChange,
+  ConfState,
+  Entry,
+  HardState,
+  LogIndex,
+  NodeId,
+  ReadState,
+  Role,
+  Snapshot,
+  Term,
+} from "./types.ts";
+import { decodeConfChange } from "./types.ts";
+
+export interface SoftState {
+  readonly lead: NodeId | null;
+  readonly role: Role;
+}
+
+/**
+ * Everything the driver must do, in this order:
+ *
+ * 1. Persist, atomically and durably (fsync) before anything else: `snapshot` (if any) first,
+ *    then `entries` (which replace any stored entries at the same and later indexes), then
+ *    `hardState` (if any).
+ * 2. Send `messages`. Never before step 1 has completed: a message may acknowledge or vote on
+ *    the strength of exactly that state.
+ * 3. Install `snapshot` into the state machine (if any), then apply `committedEntries` in order
+ *    (calling nothing else on the RawNode for conf-change entries: advance() applies them).
+ * 4. Serve `readStates`: each read may be answered once the state machine has applied its index.
+ * 5. Call advance().
+ */
+export interface Ready {
+  /** Changed term, vote or commit to persist; null if unchanged since the last Ready. */
+  readonly hardState: HardState | null;
+  /** New log entries to persist. */
+  readonly entries: readonly Entry[];
+  /** A snapshot received from the leader, to persist and install; null if none. */
+  readonly snapshot: Snapshot | null;
+  /** Messages to send once the above is durable. */
+  readonly messages: readonly Message[];
+  /** Committed entries to apply to the state machine, in order. */
+  readonly committedEntries: readonly Entry[];
+  /** Confirmed ReadIndex requests. */
+  readonly readStates: readonly ReadState[];
+  /** Changed leader or role (volatile, for logs and routing); null if unchanged. */
+  readonly softState: SoftState | null;
+}
+
+export interface Status {
+  readonly id: NodeId;
+  readonly role: Role;
+  readonly lead: NodeId | null;
+  readonly term: Term;
+  readonly vote: NodeId | null;
+  readonly commit: LogIndex;
+  readonly applied: LogIndex;
+  readonly lastIndex: LogIndex;
+  readonly firstIndex: LogIndex;
+  readonly conf: ConfState;
+  readonly leadTransferee: NodeId | null;
+  /** Per member, while leader: `describe()` of its Progress. */
+  readonly progress: ReadonlyMap<NodeId, string>;
+}
+
+export class RawNode {
+  readonly #raft: Raft;
+  readonly #maxCommittedBytes: number;
+  #prevHard: HardState;
+  #prevSoft: SoftState;
+  #outstanding: Ready | null = null;
+
+  constructor(config: RaftConfig) {
+    this.#raft = new Raft(config);
+    this.#maxCommittedBytes = config.maxCommittedBytesPerReady ?? 16 << 20;
+    this.#prevHard = this.#raft.hardState();
+    this.#prevSoft = this.#softState();
+  }
+
+  get id(): NodeId {
+    return this.#raft.id;
+  }
+
+  /** Advance logical time by one tick (the driver's timer; e.g. every 100 ms). */
+  tick(): void {
+    this.#assertNoOutstanding("tick");
+    this.#raft.tick();
+  }
+
+  /** Start an election now, without waiting for the election timeout. */
+  campaign(): void {
+    this.#assertNoOutstanding("campaign");
+    this.#raft.hup();
+  }
+
+  /** Deliver a message received from a peer. Messages for another member are ignored. */
+  step(m: Message): void {
+    this.#assertNoOutstanding("step");
+    if (m.to !== this.#raft.id) return;
+    this.#raft.step(m);
+  }
+
+  /**
+   * Propose `data` for the log (leader only). Returns the index and term the entry got; it is
+   * committed if an entry at that index with that term is later applied.
+   */
+  propose(data: Uint8Array): { index: LogIndex; term: Term } {
+    this.#assertNoOutstanding("propose");
+    return this.#raft.propose(data);
+  }
+
+  proposeConfChange(cc: ConfChange): { index: LogIndex; term: Term } {
+    this.#assertNoOutstanding("proposeConfChange");
+    return this.#raft.proposeConfChange(cc);
+  }
+
+  /** Request a linearizable read point; answered by a ReadState carrying `context`. */
+  readIndex(context: Uint8Array): void {
+    this.#assertNoOutstanding("readIndex");
+    this.#raft.readIndex(context);
+  }
+
+  transferLeader(to: NodeId): void {
+    this.#assertNoOutstanding("transferLeader");
+    this.#raft.transferLeader(to);
+  }
+
+  reportUnreachable(id: NodeId): void {
+    this.#raft.reportUnreachable(id);
+  }
+
+  reportSnapshot(id: NodeId, ok: boolean): void {
+    this.#raft.reportSnapshot(id, ok);
+  }
+
+  hasReady(): boolean {
+    const r = this.#raft;
+    return (
+      r.msgs.length > 0 ||
+      r.readStates.length > 0 ||
+      r.log.unstableEntries().length > 0 ||
+      r.log.unstableSnapshot() !== null ||
+      r.log.hasNextCommittedEntries() ||
+      !sameHardState(r.hardState(), this.#prevHard) ||
+      !sameSoftState(this.#softState(), this.#prevSoft)
+    );
+  }
+
+  ready(): Ready {
+    this.#assertNoOutstanding("ready");
+    const r = this.#raft;
+    const hard = r.hardState();
+    const soft = this.#softState();
+    const rd: Ready = {
+      hardState: sameHardState(hard, this.#prevHard) ? null : hard,
+      entries: r.log.unstableEntries(),
+      snapshot: r.log.unstableSnapshot(),
+      messages: r.msgs,
+      committedEntries: r.log.nextCommittedEntries(this.#maxCommittedBytes),
+      readStates: r.readStates,
+      softState: sameSoftState(soft, this.#prevSoft) ? null : soft,
+    };
+    r.msgs = [];
+    r.readStates = [];
+    if (rd.hardState !== null) this.#prevHard = rd.hardState;
+    if (rd.softState !== null) this.#prevSoft = rd.softState;
+    this.#outstanding = rd;
+    return rd;
+  }
+
+  /** The driver has done everything `ready()` asked. */
+  advance(): void {
+    const rd = this.#outstanding;
+    if (rd === null) throw new RaftInvariantError("advance() without an outstanding ready()");
+    this.#outstanding = null;
+    const r = this.#raft;
+    if (rd.snapshot !== null) {
+      r.log.stableSnapTo(rd.snapshot.meta.index);
+      r.log.appliedTo(rd.snapshot.meta.index);
+    }
+    const lastEntry = rd.entries[rd.entries.length - 1];
+    if (lastEntry !== undefined) r.log.stableTo(lastEntry.index, lastEntry.term);
+    const lastApplied = rd.committedEntries[rd.committedEntries.length - 1];
+    if (lastApplied !== undefined) {
+      r.log.appliedTo(lastApplied.index);
+      for (const e of rd.committedEntries) {
+        if (e.type === "conf-change") r.applyConfChange(decodeConfChange(e.data));
+      }
+    }
+  }
+
+  status(): Status {
+    const r = this.#raft;
+    const progress = new Map<NodeId, string>();
+    if (r.role === "leader")
+      for (const [id, pr] of r.prs) progress.set(id, (pr as Progress).describe());
+    return {
+      id: r.id,
+      role: r.role,
+      lead: r.lead,
+      term: r.term,
+      vote: r.vote,
+      commit: r.log.committed,
+      applied: r.log.applied,
+      lastIndex: r.log.lastIndex(),
+      firstIndex: r.log.firstIndex(),
+      conf: r.confState(),
+      leadTransferee: r.leadTransferee,
+      progress,
+    };
+  }
+
+  /** The entries [lo, hi) as the core sees them (stable and unstable); for tests and tools. */
+  entries(lo: LogIndex, hi: LogIndex): Entry[] | null {
+    return this.#raft.log.slice(lo, hi, Infinity);
+  }
+
+  #softState(): SoftState {
+    return { lead: this.#raft.lead, role: this.#raft.role };
+  }
+
+  #assertNoOutstanding(op: string): void {
+    if (this.#outstanding !== null) {
+      throw new RaftInvariantError(`${op}() between ready() and advance()`);
+    }
+  }
+}
+
+function sameHardState(a: HardState, b: HardState): boolean {
+  return a.term === b.term && a.vote === b.vote && a.commit === b.commit;
+}
+
+function sameSoftState(a: SoftState, b: SoftState): boolean {
+  return a.lead === b.lead && a.role === b.role;
+}

@@ -1,0 +1,160 @@
+/**
+ * A test host for one Raft member: a RawNode over a MemoryStorage (its "disk"), and a state
+ * machine that records every applied entry. handleReady() follows the Ready contract step by
+ * step, so golden scripts and the simulation drive the core exactly as a real driver would.
+ */
+import type { Rng } from "../../../src/common/rng.ts";
+import type {
+  Entry,
+  LogIndex,
+  Message,
+  NodeId,
+  RaftConfig,
+  ReadState,
+  Ready,
+  Snapshot,
+  Term,
+  MemoryStorage,
+} from "../../../src/raft/index.ts";
+import { logIndex, RawNode, term } from "../../../src/raft/index.ts";
+
+export interface HostOptions {
+  readonly electionTick?: number;
+  readonly heartbeatTick?: number;
+  readonly preVote?: boolean;
+  readonly checkQuorum?: boolean;
+  readonly maxInflightMsgs?: number;
+  readonly maxMsgBytes?: number;
+  readonly testingBugs?: RaftConfig["testingBugs"];
+  /** Test-only driver bug: send messages before persisting (acknowledges unpersisted entries). */
+  readonly ackBeforePersist?: boolean;
+}
+
+export interface AppliedEntry {
+  readonly index: LogIndex;
+  readonly term: Term;
+  readonly data: Uint8Array;
+}
+
+/** The replicated state machine: the ordered list of applied non-empty normal entries. */
+export class StateMachine {
+  appliedIndex: LogIndex = logIndex(0);
+  entries: AppliedEntry[] = [];
+
+  apply(e: Entry): void {
+    if (e.index !== this.appliedIndex + 1) {
+      throw new Error(`state machine applied ${this.appliedIndex}, asked to apply ${e.index}`);
+    }
+    this.appliedIndex = e.index;
+    if (e.type === "normal" && e.data.length > 0)
+      this.entries.push({ index: e.index, term: e.term, data: e.data });
+  }
+
+  snapshotData(): Uint8Array {
+    const rows = this.entries.map((e) => [e.index, e.term, Buffer.from(e.data).toString("base64")]);
+    return new TextEncoder().encode(JSON.stringify({ applied: this.appliedIndex, rows }));
+  }
+
+  install(s: Snapshot): void {
+    const parsed = JSON.parse(new TextDecoder().decode(s.data)) as {
+      applied: number;
+      rows: [number, number, string][];
+    };
+    this.appliedIndex = s.meta.index;
+    this.entries = parsed.rows.map(([i, t, d]) => ({
+      index: logIndex(i),
+      term: term(t),
+      data: Buffer.from(d, "base64"),
+    }));
+  }
+}
+
+export interface ReadyOutcome {
+  readonly ready: Ready;
+  readonly applied: readonly Entry[];
+  readonly readStates: readonly ReadState[];
+}
+
+export class Host {
+  readonly id: NodeId;
+  storage: MemoryStorage;
+  readonly options: HostOptions;
+  sm: StateMachine;
+  raw: RawNode;
+  readonly #rng: Rng;
+  /** With ackBeforePersist: the disk as of the last fsync, which a crash rolls back to. */
+  #durable: MemoryStorage | null = null;
+
+  constructor(id: NodeId, storage: MemoryStorage, options: HostOptions, rng: Rng) {
+    this.id = id;
+    this.storage = storage;
+    this.options = options;
+    this.#rng = rng;
+    this.sm = new StateMachine();
+    this.raw = this.#newRawNode();
+  }
+
+  #newRawNode(): RawNode {
+    const config: RaftConfig = {
+      id: this.id,
+      storage: this.storage,
+      rng: this.#rng.fork(),
+      electionTick: this.options.electionTick ?? 10,
+      heartbeatTick: this.options.heartbeatTick ?? 1,
+      preVote: this.options.preVote ?? true,
+      checkQuorum: this.options.checkQuorum ?? true,
+      maxInflightMsgs: this.options.maxInflightMsgs ?? 256,
+      maxMsgBytes: this.options.maxMsgBytes ?? 1 << 20,
+      ...(this.options.testingBugs === undefined ? {} : { testingBugs: this.options.testingBugs }),
+    };
+    return new RawNode(config);
+  }
+
+  /**
+   * Crash and restart: everything not on the "disk" (MemoryStorage) is lost, including the state
+   * machine, which is rebuilt from the snapshot and replayed from the log.
+   */
+  restart(): void {
+    if (this.#durable !== null) this.storage = this.#durable;
+    this.#durable = null;
+    this.sm = new StateMachine();
+    const snap = this.storage.snapshot();
+    if (snap.meta.index > 0) this.sm.install(snap);
+    this.raw = this.#newRawNode();
+  }
+
+  /** Handles one Ready in the documented order; `send` receives the outgoing messages. */
+  handleReady(send: (m: Message) => void): ReadyOutcome {
+    const rd = this.raw.ready();
+    if (this.options.ackBeforePersist === true) {
+      // Planted bug: the writes reach the page cache but are fsynced only with the next Ready,
+      // while the messages (acknowledgements, votes) leave now.
+      this.#durable = this.storage.clone();
+    }
+    this.#persist(rd);
+    for (const m of rd.messages) send(m);
+    if (rd.snapshot !== null) this.sm.install(rd.snapshot);
+    for (const e of rd.committedEntries) {
+      if (e.index > this.sm.appliedIndex) this.sm.apply(e);
+    }
+    this.raw.advance();
+    return { ready: rd, applied: rd.committedEntries, readStates: rd.readStates };
+  }
+
+  #persist(rd: Ready): void {
+    if (rd.snapshot !== null) this.storage.applySnapshot(rd.snapshot);
+    this.storage.append(rd.entries);
+    if (rd.hardState !== null) this.storage.setHardState(rd.hardState);
+  }
+
+  /**
+   * Snapshot the state machine at its applied index and compact the log up to it. The
+   * configuration the core reports is the one in force at that same applied index.
+   */
+  compact(): Snapshot {
+    const index = this.sm.appliedIndex;
+    const snap = this.storage.createSnapshot(index, this.raw.status().conf, this.sm.snapshotData());
+    this.storage.compact(index);
+    return snap;
+  }
+}
