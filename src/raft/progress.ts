@@ -47,6 +47,11 @@ export class Inflights {
     }
   }
 
+  /** Frees the oldest in-flight message. */
+  freeFirst(): void {
+    if (this.count > 0) this.freeLE(this.#items[this.#start] as LogIndex);
+  }
+
   reset(): void {
     this.#items = [];
     this.#start = 0;

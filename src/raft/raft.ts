@@ -77,6 +77,8 @@ export interface TestingBugs {
   readonly commitPriorTermByCounting?: boolean;
   /** Leave `vote` out of the persisted hard state, so a restart forgets it. */
   readonly forgetVote?: boolean;
+  /** Answer ReadIndex at once, without confirming leadership with a quorum. */
+  readonly readWithoutQuorum?: boolean;
 }
 
 interface PendingRead {
@@ -754,6 +756,8 @@ export class Raft {
     if (pr === undefined) return;
     pr.recentActive = true;
     pr.probeSent = false;
+    // Appends may have been lost: free one slot so a full window cannot stall the follower.
+    if (pr.state === "replicate" && pr.inflights.isFull()) pr.inflights.freeFirst();
     if (pr.match < this.log.lastIndex() || pr.state === "probe") this.#sendAppend(m.from);
     if (m.readSeq > pr.readAck) {
       pr.readAck = m.readSeq;
@@ -860,7 +864,10 @@ export class Raft {
   // ── ReadIndex ───────────────────────────────────────────────────────────────────────────────
 
   #startRead(context: Uint8Array): void {
-    if (this.voters.size === 1 && this.voters.has(this.id)) {
+    if (
+      (this.voters.size === 1 && this.voters.has(this.id)) ||
+      this.bugs.readWithoutQuorum === true
+    ) {
       this.readStates.push({ index: this.log.committed, context });
       return;
     }

@@ -34,7 +34,9 @@ export interface SoftState {
  *    then `entries` (which replace any stored entries at the same and later indexes), then
  *    `hardState` (if any).
  * 2. Send `messages`. Never before step 1 has completed: a message may acknowledge or vote on
- *    the strength of exactly that state.
+ *    the strength of exactly that state. Report the outcome of every `snapshot` message with
+ *    reportSnapshot() (the leader sends nothing else to that member until it hears), and a
+ *    member found unreachable with reportUnreachable().
  * 3. Install `snapshot` into the state machine (if any), then apply `committedEntries` in order
  *    (calling nothing else on the RawNode for conf-change entries: advance() applies them).
  * 4. Serve `readStates`: each read may be answered once the state machine has applied its index.

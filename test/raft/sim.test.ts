@@ -1,0 +1,144 @@
+/**
+ * The Raft simulation in `npm test`: many seeds of 3 and 5 members must run clean, every
+ * planted bug must be caught within 500 seeds (the simulation has teeth), runs must replay
+ * exactly, and the CLI must print the command that replays a failure.
+ *
+ * SIM_SEEDS=N raises the number of seeds (default 1000).
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { bugsByName, replayCommand } from "./sim/replay.ts";
+import { runSeed } from "./sim/simulator.ts";
+
+const SEEDS = Number(process.env.SIM_SEEDS ?? "1000");
+const root = join(import.meta.dirname, "..", "..");
+
+describe("raft simulation", () => {
+  it(`runs ${SEEDS} seeds (3 and 5 members) without a violation`, () => {
+    const failures: string[] = [];
+    let acknowledged = 0;
+    let reads = 0;
+    let crashes = 0;
+    for (let seed = 1; seed <= SEEDS; seed++) {
+      const r = runSeed({ seed });
+      acknowledged += r.stats.acknowledgedWrites;
+      reads += r.stats.completedReads;
+      crashes += r.stats.crashes;
+      if (r.violation !== null) {
+        failures.push(
+          `${r.violation.kind}: ${r.violation.message}\n  replay: ${replayCommand({ seed, nodes: r.nodes })}`,
+        );
+      }
+    }
+    assert.deepEqual(failures, []);
+    // The runs did real work: writes acknowledged, reads served, members crashed.
+    assert.ok(acknowledged > SEEDS * 10, `only ${acknowledged} acknowledged writes`);
+    assert.ok(reads > SEEDS * 10, `only ${reads} completed reads`);
+    assert.ok(crashes > SEEDS, `only ${crashes} crashes`);
+  });
+
+  for (const [bug, kinds] of [
+    [
+      "commit-prior-term",
+      ["commit-rule", "state-machine-safety", "leader-completeness", "durability"],
+    ],
+    [
+      "forget-vote",
+      ["election-safety", "state-machine-safety", "leader-completeness", "log-matching"],
+    ],
+    [
+      "ack-before-persist",
+      [
+        "invariant",
+        "durability",
+        "leader-completeness",
+        "state-machine-safety",
+        "election-safety",
+        "log-matching",
+      ],
+    ],
+    ["read-without-quorum", ["linearizability"]],
+  ] as const) {
+    it(`catches the planted bug ${bug} within 500 seeds`, () => {
+      const bugs = bugsByName(bug);
+      assert.ok(bugs !== undefined);
+      for (let seed = 1; seed <= 500; seed++) {
+        const r = runSeed({ seed, bugs });
+        if (r.violation !== null) {
+          assert.ok(
+            (kinds as readonly string[]).includes(r.violation.kind),
+            `unexpected kind ${r.violation.kind}: ${r.violation.message}`,
+          );
+          return;
+        }
+      }
+      assert.fail(`${bug} survived 500 seeds`);
+    });
+  }
+
+  it("replays a seed exactly", () => {
+    const a = runSeed({ seed: 42, trace: true });
+    const b = runSeed({ seed: 42, trace: true });
+    assert.deepEqual(a.stats, b.stats);
+    assert.deepEqual(a.trace, b.trace);
+    const c = runSeed({ seed: 43, trace: true });
+    assert.notDeepEqual(a.trace, c.trace);
+  });
+
+  it("the CLI reports a failure with the command that replays it", () => {
+    // Find a seed the planted bug fails on, then run the CLI the way a developer would.
+    const bugs = bugsByName("forget-vote");
+    assert.ok(bugs !== undefined);
+    let failing = -1;
+    for (let seed = 1; seed <= 500 && failing < 0; seed++) {
+      if (runSeed({ seed, bugs }).violation !== null) failing = seed;
+    }
+    assert.ok(failing > 0);
+    let out = "";
+    let status = 0;
+    try {
+      execFileSync(
+        process.execPath,
+        ["scripts/sim.ts", "--seed", String(failing), "--bug", "forget-vote"],
+        {
+          cwd: root,
+          encoding: "utf8",
+        },
+      );
+    } catch (err) {
+      const e = err as { status: number; stdout: string };
+      status = e.status;
+      out = e.stdout;
+    }
+    assert.equal(status, 1);
+    assert.match(out, new RegExp(`FAIL seed=${failing} nodes=\\d`));
+    assert.match(
+      out,
+      new RegExp(`replay: npm run sim -- --seed ${failing} --nodes \\d --bug forget-vote --trace`),
+    );
+    assert.match(out, /^sim: 1 seeds, 1 violations$/m);
+  });
+
+  it("the CLI ends a clean run with the summary line", () => {
+    const out = execFileSync(process.execPath, ["scripts/sim.ts", "--seeds", "5", "--seed", "7"], {
+      cwd: root,
+      encoding: "utf8",
+    });
+    assert.match(out, /^sim: 5 seeds, 0 violations$/m);
+  });
+
+  it("the CLI rejects bad arguments", () => {
+    assert.throws(
+      () =>
+        execFileSync(process.execPath, ["scripts/sim.ts", "--seeds", "zero"], {
+          cwd: root,
+          encoding: "utf8",
+          stdio: "pipe",
+        }),
+      (err: { status: number; stderr: string }) =>
+        err.status === 2 && /--seeds must be an integer/.test(err.stderr),
+    );
+  });
+});
