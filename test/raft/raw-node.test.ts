@@ -1,0 +1,118 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { seededRng } from "../../src/common/rng.ts";
+import type { RaftStorage } from "../../src/raft/index.ts";
+import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
+
+function single(storage: MemoryStorage = MemoryStorage.bootstrap([nodeId("a")])): {
+  node: RawNode;
+  storage: MemoryStorage;
+} {
+  const node = new RawNode({ id: nodeId("a"), storage, rng: seededRng(1) });
+  return { node, storage };
+}
+
+/** Handle Ready the way a driver must, until there is none. */
+function drain(node: RawNode, storage: MemoryStorage): void {
+  for (let i = 0; i < 100 && node.hasReady(); i++) {
+    const rd = node.ready();
+    if (rd.snapshot !== null) storage.applySnapshot(rd.snapshot);
+    storage.append(rd.entries);
+    if (rd.hardState !== null) storage.setHardState(rd.hardState);
+    node.advance();
+  }
+}
+
+describe("RawNode", () => {
+  it("a single voter elects itself and commits proposals on its own", () => {
+    const { node, storage } = single();
+    drain(node, storage);
+    node.campaign();
+    drain(node, storage);
+    assert.equal(node.status().role, "leader");
+    const { index } = node.propose(new TextEncoder().encode("x"));
+    drain(node, storage);
+    assert.equal(node.status().commit, index);
+    assert.equal(node.status().applied, index);
+  });
+
+  it("refuses inputs between ready() and advance()", () => {
+    const { node } = single();
+    node.ready();
+    assert.throws(() => node.tick(), { code: "CAIRN_ERR_RAFT_INVARIANT" });
+    assert.throws(() => node.ready(), { code: "CAIRN_ERR_RAFT_INVARIANT" });
+    node.advance();
+    assert.throws(() => node.advance(), { code: "CAIRN_ERR_RAFT_INVARIANT" });
+  });
+
+  it("proposals, reads and transfers on a follower fail with NOT_LEADER", () => {
+    const { node, storage } = single();
+    drain(node, storage);
+    assert.throws(() => node.propose(new Uint8Array([1])), {
+      code: "CAIRN_ERR_NOT_LEADER",
+      retryable: true,
+    });
+    assert.throws(() => node.readIndex(new Uint8Array([1])), { code: "CAIRN_ERR_NOT_LEADER" });
+    assert.throws(() => node.transferLeader(nodeId("b")), { code: "CAIRN_ERR_NOT_LEADER" });
+  });
+
+  it("rejects bad configuration", () => {
+    const storage = new MemoryStorage();
+    assert.throws(() => new RawNode({ id: nodeId(""), storage, rng: seededRng(1) }), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+    });
+    assert.throws(
+      () =>
+        new RawNode({
+          id: nodeId("a"),
+          storage,
+          rng: seededRng(1),
+          electionTick: 2,
+          heartbeatTick: 2,
+        }),
+      {
+        code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+      },
+    );
+  });
+
+  it("refuses a persisted commit index beyond the log (corrupt state)", () => {
+    const storage = new MemoryStorage();
+    storage.setHardState({ term: term(1), vote: null, commit: logIndex(5) });
+    assert.throws(() => single(storage), { code: "CAIRN_ERR_RAFT_INVARIANT" });
+  });
+
+  it("restarts from storage: term, vote and configuration survive", () => {
+    const { node, storage } = single();
+    drain(node, storage);
+    node.campaign();
+    drain(node, storage);
+    const before = node.status();
+    const again = new RawNode({
+      id: nodeId("a"),
+      storage: storage as RaftStorage,
+      rng: seededRng(2),
+    });
+    const after = again.status();
+    assert.equal(after.term, before.term);
+    assert.equal(after.vote, "a");
+    assert.equal(after.commit, before.commit);
+    assert.equal(after.role, "follower");
+    drain(again, storage);
+    assert.deepEqual(again.status().conf, { voters: ["a"], learners: [] });
+  });
+
+  it("an applied index given at restart re-derives the configuration without replaying it", () => {
+    const { node, storage } = single(MemoryStorage.bootstrap([nodeId("a"), nodeId("b")]));
+    drain(node, storage);
+    const again = new RawNode({
+      id: nodeId("a"),
+      storage,
+      rng: seededRng(3),
+      applied: logIndex(2),
+    });
+    assert.deepEqual(again.status().conf, { voters: ["a", "b"], learners: [] });
+    assert.equal(again.status().applied, 2);
+    assert.equal(again.hasReady(), false);
+  });
+});
