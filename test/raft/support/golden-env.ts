@@ -7,6 +7,7 @@
  *   add-node 4                 a new, empty member (joins through conf changes)
  *   campaign 1 | tick 1 [n=5] | propose 1 data | conf-change 1 add-learner|add-voter|remove 4
  *   read-index 1 ctx | transfer-leader 1 2 | report-unreachable 1 2 | compact 1
+ *   report-snapshot 1 3 ok|fail   the driver of 1 finished (or failed) sending 3 a snapshot
  *   process-ready 1 [2 …] | deliver 2 | stabilize [1 2 …]
  *   partition 1 / 2 3 | isolate 1 | heal | crash 2 | restart 2
  *   status [1 …] | log 1 | progress 1 | sm 1
@@ -102,6 +103,13 @@ export class GoldenEnv {
       case "report-unreachable":
         this.#host(one()).raw.reportUnreachable(one(1));
         break;
+      case "report-snapshot": {
+        const outcome = cmd.args[2];
+        if (outcome !== "ok" && outcome !== "fail")
+          throw new Error("report-snapshot: expected ok or fail");
+        this.#host(one()).raw.reportSnapshot(one(1), outcome === "ok");
+        break;
+      }
       case "compact": {
         const snap = this.#host(one()).compact();
         out.push(`${one()}: compacted to ${describeSnapshot(snap)}`);
