@@ -47,11 +47,6 @@ export class Inflights {
     }
   }
 
-  /** Frees the oldest in-flight message. */
-  freeFirst(): void {
-    if (this.count > 0) this.freeLE(this.#items[this.#start] as LogIndex);
-  }
-
   reset(): void {
     this.#items = [];
     this.#start = 0;

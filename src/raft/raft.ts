@@ -723,7 +723,10 @@ export class Raft {
       return;
     }
     const wasPaused = pr.isPaused();
-    if (!pr.maybeUpdate(m.index)) return;
+    // An answer that only confirms the known match still ends probing (e.g. after the driver
+    // reported the follower unreachable while it was idle).
+    const confirmsProbe = pr.state === "probe" && pr.match === m.index;
+    if (!pr.maybeUpdate(m.index) && !confirmsProbe) return;
     switch (pr.state) {
       case "probe":
         pr.becomeReplicate();
@@ -756,9 +759,13 @@ export class Raft {
     if (pr === undefined) return;
     pr.recentActive = true;
     pr.probeSent = false;
-    // Appends may have been lost: free one slot so a full window cannot stall the follower.
-    if (pr.state === "replicate" && pr.inflights.isFull()) pr.inflights.freeFirst();
-    if (pr.match < this.log.lastIndex() || pr.state === "probe") this.#sendAppend(m.from);
+    if (pr.state === "replicate" && pr.inflights.isFull()) {
+      // The window may be full of lost appends: an empty append (outside the window) makes the
+      // follower answer, and a rejection sends it back to probing.
+      this.#sendEmptyAppend(m.from, pr);
+    } else if (pr.match < this.log.lastIndex() || pr.state === "probe") {
+      this.#sendAppend(m.from);
+    }
     if (m.readSeq > pr.readAck) {
       pr.readAck = m.readSeq;
       this.#releaseReads();
@@ -806,6 +813,27 @@ export class Raft {
       pr.probeSent = true;
     }
     return true;
+  }
+
+  #sendEmptyAppend(to: NodeId, pr: Progress): void {
+    const prevIndex = logIndex(pr.next - 1);
+    const prevTerm = this.log.term(prevIndex);
+    if (prevTerm === null) {
+      // What the follower needs is compacted away: probe, which resolves to a snapshot.
+      pr.becomeProbe();
+      this.#sendAppend(to);
+      return;
+    }
+    this.#send({
+      type: "append",
+      from: this.id,
+      to,
+      term: this.term,
+      prevIndex,
+      prevTerm,
+      entries: [],
+      commit: this.log.committed,
+    });
   }
 
   #broadcastAppend(): void {
