@@ -26,6 +26,7 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "2" },
     json: { type: "boolean", default: false },
     dir: { type: "string" },
+    "segment-mib": { type: "string", default: "64" },
   },
 });
 const seconds = Number(values.seconds);
@@ -39,15 +40,18 @@ interface Rate {
 }
 
 async function runWal(dir: string): Promise<Rate> {
-  const wal = await Wal.open(dir);
+  const wal = await Wal.open(dir, { segmentBytes: Number(values["segment-mib"]) * 1024 * 1024 });
   const payload = new Uint8Array(ENTRY_BYTES).fill(7);
-  const deadline = performance.now() + seconds * 1000;
+  let running = true;
+  const timer = setTimeout(() => {
+    running = false;
+  }, seconds * 1000);
   let entries = 0;
   const startSyncs = wal.stats().syncs;
   const start = performance.now();
   const writer = async (w: number): Promise<void> => {
     const shard = w % SHARDS;
-    while (performance.now() < deadline) {
+    while (running) {
       const index = wal.lastIndex(shard) + 1;
       wal.append([
         { kind: "entries", shard, entries: [{ term: 1, index, type: 0, data: payload }] },
@@ -59,6 +63,7 @@ async function runWal(dir: string): Promise<Rate> {
     }
   };
   await Promise.all(Array.from({ length: WRITERS }, (_, w) => writer(w)));
+  clearTimeout(timer);
   const elapsed = (performance.now() - start) / 1000;
   const fsyncs = wal.stats().syncs - startSyncs;
   await wal.close();

@@ -2,6 +2,7 @@
  * The node-wide write-ahead log: one sequence of segment files shared by every shard.
  * See README.md for the concept, the format and the caveats.
  */
+import { constants } from "node:fs";
 import { mkdir, open, readdir, readFile, unlink, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
@@ -33,6 +34,14 @@ const SEGMENT_MAGIC = Buffer.from("CAIRNWAL", "latin1");
 const SEGMENT_VERSION = 1;
 const SEGMENT_HEADER_BYTES = 16;
 const SEGMENT_SUFFIX = ".wal";
+/**
+ * Segments are written with O_DSYNC: each write returns once its data (and the metadata needed to
+ * read it back, such as the file size) is on stable storage, the guarantee of write + fdatasync
+ * in one system call. One call means one hop through libuv's thread pool instead of two, so the
+ * event loop's work between the hops cannot delay the flush (see BENCHMARKS.md).
+ */
+const WRITE_FLAGS = constants.O_RDWR | constants.O_DSYNC;
+const CREATE_FLAGS = WRITE_FLAGS | constants.O_CREAT;
 /** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
 const FLAG_CHECKPOINT = 2;
 
@@ -105,8 +114,17 @@ class RecordWriter {
     );
   }
 
+  get length(): number {
+    return this.#at;
+  }
+
   finish(): Buffer {
     return this.#buf.subarray(0, this.#at);
+  }
+
+  /** Empties the writer, keeping its buffer for reuse. */
+  reset(): void {
+    this.#at = 0;
   }
 }
 
@@ -122,13 +140,23 @@ export class Wal {
   #handle: FileHandle;
   #segmentSize: number;
 
-  #pending: Buffer[] = [];
+  /**
+   * Records appended since the last flush started, encoded in place. Two writers alternate: one
+   * takes appends while the other's bytes are being written (one write is in flight at a time).
+   */
+  #writer = new RecordWriter(1024 * 1024);
+  #spare = new RecordWriter(1024 * 1024);
   #pendingMax = new Map<number, number>();
   #pendingMarks: Mark[] = [];
   /** Bytes handed to append() so far, and how many of them are durable. */
   #appendedBytes = 0;
   #durableBytes = 0;
+  /** The running flush loop, if any; at most one write is in flight. */
   #flushing: Promise<void> | null = null;
+  /** The batch being written, and the promise of the sync() calls it satisfies. */
+  #inflight: { upTo: number; done: PromiseWithResolvers<undefined> } | null = null;
+  /** The promise of sync() calls waiting for the next batch. */
+  #next: PromiseWithResolvers<undefined> | null = null;
   #failure: unknown = undefined;
   #closed = false;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
@@ -213,14 +241,14 @@ export class Wal {
       // No segment yet, or a last segment whose header itself was torn: start it afresh.
       const seq = last === undefined ? 1 : last.seq;
       const path = join(dir, segmentName(seq));
-      handle = await open(path, "w");
+      handle = await open(path, CREATE_FLAGS | constants.O_TRUNC);
       await handle.write(segmentHeader(), 0, SEGMENT_HEADER_BYTES, 0);
       await handle.sync();
       await fsyncDir(dir);
       if (last === undefined) segments.push({ seq, path, maxIndex: new Map() });
       lastSize = SEGMENT_HEADER_BYTES;
     } else {
-      handle = await open(last.path, "r+");
+      handle = await open(last.path, WRITE_FLAGS);
     }
     const wal = new Wal(dir, options, segments, handle, lastSize, tornTail);
     for (const [id, log] of shards) {
@@ -238,21 +266,8 @@ export class Wal {
    */
   append(records: readonly WalRecord[]): void {
     this.#assertWritable();
-    let size = 0;
-    for (const r of records) {
-      switch (r.kind) {
-        case "entries":
-          for (const e of r.entries) size += encodedSize(e.data.length);
-          break;
-        case "hard-state":
-          size += encodedSize(r.state.vote === null ? 0 : r.state.vote.length * 3);
-          break;
-        case "snapshot":
-          size += encodedSize(r.meta.data.length);
-          break;
-      }
-    }
-    const writer = new RecordWriter(size);
+    const writer = this.#writer;
+    const before = writer.length;
     for (const r of records) {
       const log = this.#shardLog(r.shard);
       switch (r.kind) {
@@ -286,7 +301,7 @@ export class Wal {
       }
       this.#recordsAppended++;
     }
-    this.#enqueue(writer.finish());
+    this.#appendedBytes += writer.length - before;
   }
 
   /**
@@ -305,14 +320,14 @@ export class Wal {
       );
     }
     const term = log.term(index) as number;
-    const writer = new RecordWriter(encodedSize(0));
-    writer.put(KIND_COMPACT, 0, 0, shard, term, index, EMPTY);
+    const before = this.#writer.length;
+    this.#writer.put(KIND_COMPACT, 0, 0, shard, term, index, EMPTY);
+    this.#appendedBytes += this.#writer.length - before;
     this.#memoryBytes -= log.bytes;
     log.compact(index, term);
     this.#memoryBytes += log.bytes;
     this.#pendingMarks.push({ shard, index });
     this.#recordsAppended++;
-    this.#enqueue(writer.finish());
   }
 
   /**
@@ -321,22 +336,17 @@ export class Wal {
    * fdatasync was in flight (group commit). After an I/O failure every call rejects: whether the
    * failed bytes reached the disk is unknown, so the process must restart and recover.
    */
-  async sync(): Promise<void> {
-    const target = this.#appendedBytes;
-    while (this.#durableBytes < target) {
-      if (this.#failure !== undefined) throw this.#failureError();
-      if (this.#flushing === null) {
-        this.#flushing = this.#flush().finally(() => {
-          this.#flushing = null;
-        });
-      }
-      try {
-        await this.#flushing;
-      } catch {
-        // Reported through #failure on the next turn of the loop.
-      }
+  sync(): Promise<void> {
+    if (this.#failure !== undefined) return Promise.reject(this.#failureError());
+    if (this.#durableBytes >= this.#appendedBytes) return Promise.resolve();
+    if (this.#inflight !== null && this.#appendedBytes <= this.#inflight.upTo) {
+      return this.#inflight.done.promise;
     }
-    if (this.#failure !== undefined && this.#durableBytes < target) throw this.#failureError();
+    // Every caller until the next flush starts shares one promise: the flush takes all of them.
+    this.#next ??= Promise.withResolvers<undefined>();
+    const { promise } = this.#next;
+    this.#flushing ??= this.#flushLoop();
+    return promise;
   }
 
   /** Syncs what is pending and closes the current segment. */
@@ -354,8 +364,11 @@ export class Wal {
   async destroy(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#pending = [];
-    if (this.#flushing !== null) await this.#flushing.catch(() => undefined);
+    this.#writer.reset();
+    if (this.#flushing !== null) await this.#flushing;
+    const err = new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL destroyed before the sync completed");
+    this.#next?.reject(err);
+    this.#next = null;
     await this.#handle.close();
   }
 
@@ -477,11 +490,6 @@ export class Wal {
     );
   }
 
-  #enqueue(buf: Buffer): void {
-    this.#pending.push(buf);
-    this.#appendedBytes += buf.length;
-  }
-
   #assertWritable(): void {
     if (this.#closed) throw new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL is closed");
     if (this.#failure !== undefined) throw this.#failureError();
@@ -511,14 +519,46 @@ export class Wal {
     return writer.finish();
   }
 
+  /**
+   * Writes batches until nothing is pending. Waiters are resolved right after their batch's
+   * fdatasync, and the next batch's write is issued before their continuations run: the disk is
+   * never idle while the event loop prepares more records.
+   */
+  async #flushLoop(): Promise<void> {
+    try {
+      while (this.#writer.length > 0 && this.#failure === undefined) {
+        const done = this.#next ?? Promise.withResolvers<undefined>();
+        this.#next = null;
+        this.#inflight = { upTo: this.#appendedBytes, done };
+        try {
+          await this.#flush();
+          // Rare (once per segment) and cheap to check; done before acknowledging so a caller
+          // that awaited sync() after compact() sees the segments gone.
+          await this.#deleteObsoleteSegments();
+          done.resolve(undefined);
+        } catch (err) {
+          this.#failure ??= err;
+          done.reject(this.#failureError());
+        }
+        this.#inflight = null;
+      }
+    } finally {
+      this.#flushing = null;
+      if (this.#failure !== undefined && this.#next !== null) {
+        this.#next.reject(this.#failureError());
+        this.#next = null;
+      }
+    }
+  }
+
   async #flush(): Promise<void> {
     // Everything below up to the first await runs synchronously, so the batch, its marks and the
     // checkpoint of a new segment all describe the same instant.
-    const bufs = this.#pending;
+    const writer = this.#writer;
+    this.#writer = this.#spare;
     const upTo = this.#appendedBytes;
     const marks = this.#pendingMarks;
     const maxIndex = this.#pendingMax;
-    this.#pending = [];
     this.#pendingMarks = [];
     this.#pendingMax = new Map();
     try {
@@ -531,7 +571,7 @@ export class Wal {
       for (const [shard, index] of maxIndex) {
         if ((segment.maxIndex.get(shard) ?? 0) < index) segment.maxIndex.set(shard, index);
       }
-      const data = bufs.length === 1 ? (bufs[0] as Buffer) : Buffer.concat(bufs);
+      const data = writer.finish();
       let written = 0;
       while (written < data.length) {
         const { bytesWritten } = await this.#handle.write(
@@ -542,7 +582,6 @@ export class Wal {
         );
         written += bytesWritten;
       }
-      await this.#handle.datasync();
       if (rotated) await fsyncDir(this.dir);
       this.#segmentSize += data.length;
       this.#bytesWritten += data.length;
@@ -553,7 +592,8 @@ export class Wal {
           this.#durableCompact.set(m.shard, m.index);
         }
       }
-      await this.#deleteObsoleteSegments();
+      writer.reset();
+      this.#spare = writer;
     } catch (err) {
       this.#failure ??= err;
       throw err;
@@ -565,7 +605,7 @@ export class Wal {
     const checkpoint = this.#checkpoint();
     const seq = (this.#segments.at(-1) as Segment).seq + 1;
     const path = join(this.dir, segmentName(seq));
-    const handle = await open(path, "wx");
+    const handle = await open(path, CREATE_FLAGS | constants.O_EXCL);
     const head = Buffer.concat([segmentHeader(), checkpoint]);
     await handle.write(head, 0, head.length, 0);
     const old = this.#handle;
