@@ -7,11 +7,14 @@ import { CairnError } from "../../common/index.ts";
 export class CorruptionError extends CairnError {
   readonly file: string;
   readonly offset: number;
+  /** What is wrong, without the file and offset. */
+  readonly what: string;
 
   constructor(file: string, offset: number, what: string, options: { cause?: unknown } = {}) {
     super("CAIRN_ERR_CORRUPTION", `corruption in ${file} at offset ${offset}: ${what}`, options);
     this.name = "CorruptionError";
     this.file = file;
     this.offset = offset;
+    this.what = what;
   }
 }
