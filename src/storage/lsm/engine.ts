@@ -10,12 +10,7 @@ import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
 import { ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
 import { VersionFilter } from "./gc.ts";
-import {
-  MemIterator,
-  MergingIterator,
-  TableIterator,
-  type InternalIterator,
-} from "./iterators.ts";
+import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
 import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
 import {
@@ -165,7 +160,11 @@ export class LsmEngine implements BudgetMember {
    * properties, writes a fresh manifest, and removes files no manifest names (orphans of a crash).
    * The caller then replays its log above `flushedSeq`.
    */
-  static async open(dir: string, env: LsmEnvironment, options: LsmOptions = {}): Promise<LsmEngine> {
+  static async open(
+    dir: string,
+    env: LsmEnvironment,
+    options: LsmOptions = {},
+  ): Promise<LsmEngine> {
     await mkdir(dir, { recursive: true });
     const { state, current } = await Manifest.load(dir);
     const levels: Table[][] = [];
@@ -468,10 +467,9 @@ export class LsmEngine implements BudgetMember {
     const data = sink.view();
     const numbers = this.#allocate(1);
     this.#env.pool
-      .run(
-        { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
-        [data.buffer as ArrayBuffer],
-      )
+      .run({ type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity }, [
+        data.buffer as ArrayBuffer,
+      ])
       .then(async (tables) => {
         const edit: VersionEdit = {
           add: tables.map((t) => fileMeta(0, t)),

@@ -284,7 +284,14 @@ export class TableBuilder {
   }
 
   /** Adds an entry given as already-encoded bytes `raw[start, end)` with its key, kind and seq. */
-  addEncoded(raw: Uint8Array, start: number, end: number, key: string, kind: number, seq: number): void {
+  addEncoded(
+    raw: Uint8Array,
+    start: number,
+    end: number,
+    key: string,
+    kind: number,
+    seq: number,
+  ): void {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
     this.#block.bytes(raw, start, end);

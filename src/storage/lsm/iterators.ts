@@ -121,8 +121,7 @@ export class TableIterator implements InternalIterator {
   #openBlock(n: number): void {
     this.#blockIndex = n;
     const index = this.#table.index;
-    this.#block =
-      n < index.keys.length ? this.#table.readBlock(blockHandleOf(index, n)) : null;
+    this.#block = n < index.keys.length ? this.#table.readBlock(blockHandleOf(index, n)) : null;
   }
 
   next(): void {

@@ -157,7 +157,8 @@ export class Table implements BlockSource {
 
   evictFromCaches(): void {
     const offsets: number[] = [];
-    for (let b = 0; b < this.index.keys.length; b++) offsets.push(blockHandleOf(this.index, b).offset);
+    for (let b = 0; b < this.index.keys.length; b++)
+      offsets.push(blockHandleOf(this.index, b).offset);
     this.#blockCache.evictTable(this.#id, offsets);
     this.#files.close(this.path);
   }
