@@ -21,7 +21,7 @@ import {
   type ManifestState,
   type VersionEdit,
 } from "./manifest.ts";
-import { Memtable, type MemNode, type Version } from "./memtable.ts";
+import { Memtable, versionAt, versionCount } from "./memtable.ts";
 import { keyFromBytes, keyToBytes, prefixEnd } from "./keys.ts";
 import { overlapping, pickCompaction, type PlannerConfig } from "./planner.ts";
 import { decodeSnapshotStream, encodeSnapshotFrames } from "./snapshot-stream.ts";
@@ -458,9 +458,9 @@ export class LsmEngine implements BudgetMember {
     const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
     const filter = new VersionFilter(this.#smallestSnapshot(), false);
     for (let node = mem.seek(undefined); node !== null; node = node.next[0] ?? null) {
-      const vs = (node as MemNode).versions;
-      for (let i = vs.length - 1; i >= 0; i--) {
-        const v = vs[i] as Version;
+      const n = versionCount(node);
+      for (let i = 0; i < n; i++) {
+        const v = versionAt(node, i);
         if (filter.keep(node.key, v.seq, v.kind)) putEntry(sink, node.key, v.kind, v.seq, v.value);
       }
     }

@@ -2,7 +2,7 @@
  * Internal iterators walk versions in internal order (user key ascending, sequence descending).
  * Visibility at a snapshot and tombstones are resolved above them (user iterators, compaction).
  */
-import type { MemNode, Memtable, Version } from "./memtable.ts";
+import { versionAt, versionCount, type MemNode, type Memtable } from "./memtable.ts";
 import { blockHandleOf, seekInBlock, type BlockHandle, type ParsedBlock } from "./format.ts";
 
 export interface InternalIterator {
@@ -23,8 +23,9 @@ export class MemIterator implements InternalIterator {
   kind = 0;
   readonly #mem: Memtable;
   #node: MemNode | null = null;
-  /** Index into node.versions, walking from newest (end) to oldest. */
+  /** Version of #node, newest (0) to oldest. */
   #i = 0;
+  #value: Uint8Array = EMPTY;
 
   constructor(mem: Memtable) {
     this.#mem = mem;
@@ -36,43 +37,46 @@ export class MemIterator implements InternalIterator {
       this.valid = false;
       return;
     }
-    const v = node.versions[this.#i] as Version;
+    const v = versionAt(node, this.#i);
     this.valid = true;
     this.key = node.key;
     this.seq = v.seq;
     this.kind = v.kind;
+    this.#value = v.value;
   }
 
   value(): Uint8Array {
-    return ((this.#node as MemNode).versions[this.#i] as Version).value;
+    return this.#value;
   }
 
   next(): void {
     const node = this.#node as MemNode;
-    if (this.#i > 0) {
-      this.#i--;
+    if (this.#i + 1 < versionCount(node)) {
+      this.#i++;
     } else {
       this.#node = node.next[0] ?? null;
-      if (this.#node !== null) this.#i = this.#node.versions.length - 1;
+      this.#i = 0;
     }
     this.#load();
   }
 
   seek(key: string | undefined, seq: number): void {
     this.#node = this.#mem.seek(key);
-    if (this.#node !== null) {
-      this.#i = this.#node.versions.length - 1;
-      if (this.#node.key === key) {
-        while (this.#i >= 0 && (this.#node.versions[this.#i] as Version).seq > seq) this.#i--;
-        if (this.#i < 0) {
-          this.#node = this.#node.next[0] ?? null;
-          if (this.#node !== null) this.#i = this.#node.versions.length - 1;
-        }
+    this.#i = 0;
+    const node = this.#node;
+    if (node !== null && node.key === key) {
+      const n = versionCount(node);
+      while (this.#i < n && versionAt(node, this.#i).seq > seq) this.#i++;
+      if (this.#i === n) {
+        this.#node = node.next[0] ?? null;
+        this.#i = 0;
       }
     }
     this.#load();
   }
 }
+
+const EMPTY = new Uint8Array(0);
 
 /** Where a table iterator gets its blocks (the block cache on the main thread, a buffer in a worker). */
 export interface BlockSource {

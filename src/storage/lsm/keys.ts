@@ -8,8 +8,16 @@
 /** Largest sequence number: sorts before every real version of a key (versions are seq-desc). */
 export const MAX_SEQ = Number.MAX_SAFE_INTEGER;
 
+/** Node's internal, argument-check-free latin1 decoder (present on every Buffer). */
+interface Latin1Slice {
+  latin1Slice(start: number, end: number): string;
+}
+
 export function keyFromBytes(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString("latin1");
+  const buf = Buffer.isBuffer(bytes)
+    ? bytes
+    : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+  return (buf as unknown as Latin1Slice).latin1Slice(0, buf.length);
 }
 
 export function keyToBytes(key: string): Buffer {

@@ -1,7 +1,7 @@
 /**
  * The memtable: a skip list of user keys (binary strings) for ordered iteration plus a Map for
- * O(1) point reads. Each key keeps its versions oldest first; a version with the sequence of the
- * key's newest version replaces it (several writes to one key in one batch: the last wins).
+ * O(1) point reads. Each key keeps all its versions; a version with the sequence of the key's
+ * newest version replaces it (several writes to one key in one batch: the last wins).
  * Byte-accounted: `bytes` approximates the memory held, and drives rotation at `memtable_bytes`.
  */
 import { KIND_DELETE } from "./format.ts";
@@ -17,15 +17,41 @@ export interface Version {
   readonly value: Uint8Array;
 }
 
+/**
+ * A key of the skip list. Its newest version is inlined (most keys have one version, and a node
+ * per write is the allocation that dominates the write path); older ones are in `older`, oldest
+ * first.
+ */
 export interface MemNode {
   readonly key: string;
-  /** Oldest first. */
-  readonly versions: Version[];
+  seq: number;
+  kind: number;
+  value: Uint8Array;
+  older: Version[] | null;
   readonly next: Array<MemNode | null>;
 }
 
+/** Number of versions of a node. */
+export function versionCount(node: MemNode): number {
+  return node.older === null ? 1 : node.older.length + 1;
+}
+
+/** The `i`-th version of a node, newest first (i = 0 is the newest). */
+export function versionAt(node: MemNode, i: number): Version {
+  if (i === 0) return node;
+  const older = node.older as Version[];
+  return older[older.length - i] as Version;
+}
+
 export class Memtable {
-  readonly #head: MemNode = { key: "", versions: [], next: new Array(MAX_HEIGHT).fill(null) };
+  readonly #head: MemNode = {
+    key: "",
+    seq: 0,
+    kind: 0,
+    value: new Uint8Array(0),
+    older: null,
+    next: new Array<MemNode | null>(MAX_HEIGHT).fill(null),
+  };
   readonly #map = new Map<string, MemNode>();
   #height = 1;
   #rand = 0x2545f491;
@@ -46,21 +72,22 @@ export class Memtable {
     if (seq < this.minSeq) this.minSeq = seq;
     if (seq > this.maxSeq) this.maxSeq = seq;
     const node = this.#map.get(key);
-    const version: Version = { seq, kind, value };
     if (node !== undefined) {
-      const last = node.versions[node.versions.length - 1] as Version;
-      if (last.seq === seq) {
-        this.bytes += value.length - last.value.length;
-        node.versions[node.versions.length - 1] = version;
+      if (node.seq === seq) {
+        this.bytes += value.length - node.value.length;
+        node.kind = kind;
+        node.value = value;
         return;
       }
-      node.versions.push(version);
+      (node.older ??= []).push({ seq: node.seq, kind: node.kind, value: node.value });
+      node.seq = seq;
+      node.kind = kind;
+      node.value = value;
       this.bytes += value.length + VERSION_OVERHEAD;
       this.versions++;
       return;
     }
-    const created = this.#insert(key, version);
-    this.#map.set(key, created);
+    this.#map.set(key, this.#insert(key, seq, kind, value));
     this.bytes += key.length + value.length + VERSION_OVERHEAD + NODE_OVERHEAD;
     this.versions++;
   }
@@ -72,9 +99,11 @@ export class Memtable {
   get(key: string, seq: number): Uint8Array | null | undefined {
     const node = this.#map.get(key);
     if (node === undefined) return undefined;
-    const vs = node.versions;
-    for (let i = vs.length - 1; i >= 0; i--) {
-      const v = vs[i] as Version;
+    if (node.seq <= seq) return node.kind === KIND_DELETE ? null : node.value;
+    const older = node.older;
+    if (older === null) return undefined;
+    for (let i = older.length - 1; i >= 0; i--) {
+      const v = older[i] as Version;
       if (v.seq <= seq) return v.kind === KIND_DELETE ? null : v.value;
     }
     return undefined;
@@ -108,7 +137,7 @@ export class Memtable {
     }
   }
 
-  #insert(key: string, version: Version): MemNode {
+  #insert(key: string, seq: number, kind: number, value: Uint8Array): MemNode {
     const update: MemNode[] = new Array(MAX_HEIGHT);
     let x = this.#head;
     for (let level = this.#height - 1; level >= 0; level--) {
@@ -124,7 +153,14 @@ export class Memtable {
       for (let level = this.#height; level < height; level++) update[level] = this.#head;
       this.#height = height;
     }
-    const node: MemNode = { key, versions: [version], next: new Array(height).fill(null) };
+    const node: MemNode = {
+      key,
+      seq,
+      kind,
+      value,
+      older: null,
+      next: new Array<MemNode | null>(height).fill(null),
+    };
     for (let level = 0; level < height; level++) {
       const prev = update[level] as MemNode;
       node.next[level] = prev.next[level] ?? null;
