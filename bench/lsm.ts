@@ -102,7 +102,8 @@ async function runCairn(): Promise<[number, number, number]> {
   t0 = performance.now();
   let scanned = 0;
   for (const start of scanStarts) {
-    for (const entry of engine.scan({ start, limit: SCAN_LENGTH })) scanned += entry.length > 0 ? 1 : 0;
+    for (const entry of engine.scan({ start, limit: SCAN_LENGTH }))
+      scanned += entry.length > 0 ? 1 : 0;
   }
   const scans = scanned / seconds(t0);
   await engine.close();
