@@ -1,0 +1,112 @@
+/**
+ * Node-wide caches shared by every engine: parsed data blocks bounded by bytes, and open file
+ * descriptors bounded by count (1024 engines with dozens of tables each would otherwise exceed
+ * the service's open-file limit).
+ */
+import { closeSync, openSync } from "node:fs";
+import type { ParsedBlock } from "./format.ts";
+
+/** Least-recently-used cache of parsed blocks, bounded by their approximate memory. */
+export class BlockCache {
+  readonly capacityBytes: number;
+  #bytes = 0;
+  /** Map iteration order is insertion order: re-inserting on a hit makes it an LRU. */
+  readonly #map = new Map<string, ParsedBlock>();
+  hits = 0;
+  misses = 0;
+
+  constructor(capacityBytes: number) {
+    this.capacityBytes = capacityBytes;
+  }
+
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  get(id: string): ParsedBlock | undefined {
+    const block = this.#map.get(id);
+    if (block === undefined) {
+      this.misses++;
+      return undefined;
+    }
+    this.hits++;
+    this.#map.delete(id);
+    this.#map.set(id, block);
+    return block;
+  }
+
+  set(id: string, block: ParsedBlock): void {
+    if (block.charge > this.capacityBytes) return;
+    const old = this.#map.get(id);
+    if (old !== undefined) {
+      this.#bytes -= old.charge;
+      this.#map.delete(id);
+    }
+    this.#map.set(id, block);
+    this.#bytes += block.charge;
+    while (this.#bytes > this.capacityBytes) {
+      const first = this.#map.entries().next();
+      if (first.done === true) break;
+      this.#map.delete(first.value[0]);
+      this.#bytes -= first.value[1].charge;
+    }
+  }
+
+  /** Drops every block of a table (its file was deleted; its id will never be reused). */
+  evictTable(tableId: string, blockOffsets: Iterable<number>): void {
+    for (const offset of blockOffsets) {
+      const id = `${tableId}:${offset}`;
+      const block = this.#map.get(id);
+      if (block !== undefined) {
+        this.#map.delete(id);
+        this.#bytes -= block.charge;
+      }
+    }
+  }
+}
+
+/** Least-recently-used set of open read-only file descriptors, bounded by count. */
+export class FileCache {
+  readonly capacity: number;
+  readonly #fds = new Map<string, number>();
+
+  constructor(capacity: number) {
+    this.capacity = capacity;
+  }
+
+  get openFiles(): number {
+    return this.#fds.size;
+  }
+
+  /** A descriptor for `path`, valid until the next call into this cache. */
+  fd(path: string): number {
+    const fd = this.#fds.get(path);
+    if (fd !== undefined) {
+      this.#fds.delete(path);
+      this.#fds.set(path, fd);
+      return fd;
+    }
+    const opened = openSync(path, "r");
+    this.#fds.set(path, opened);
+    while (this.#fds.size > this.capacity) {
+      const first = this.#fds.entries().next();
+      if (first.done === true) break;
+      this.#fds.delete(first.value[0]);
+      closeSync(first.value[1]);
+    }
+    return opened;
+  }
+
+  close(path: string): void {
+    const fd = this.#fds.get(path);
+    if (fd !== undefined) {
+      this.#fds.delete(path);
+      closeSync(fd);
+    }
+  }
+
+  closeAll(): void {
+    for (const fd of this.#fds.values()) closeSync(fd);
+    this.#fds.clear();
+  }
+}

@@ -1,0 +1,798 @@
+/**
+ * One shard's LSM engine. See README.md for the concept, invariants and caveats, and
+ * docs/storage.md for the file formats.
+ */
+import { mkdir, readdir, unlink } from "node:fs/promises";
+import { join } from "node:path";
+import { CairnError } from "../../common/index.ts";
+import { CorruptionError } from "../common/index.ts";
+import { keyHash } from "./bloom.ts";
+import type { BudgetMember, LsmEnvironment } from "./environment.ts";
+import { ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
+import { VersionFilter } from "./gc.ts";
+import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
+import { LevelIterator } from "./level-iterator.ts";
+import { tablePath, type BuiltTable } from "./jobs.ts";
+import {
+  LEVELS,
+  Manifest,
+  applyEdit,
+  type FileMeta,
+  type ManifestState,
+  type VersionEdit,
+} from "./manifest.ts";
+import { Memtable, versionAt, versionCount } from "./memtable.ts";
+import { keyFromBytes, keyToBytes, prefixEnd } from "./keys.ts";
+import { overlapping, pickCompaction, type PlannerConfig } from "./planner.ts";
+import { decodeSnapshotStream, encodeSnapshotFrames } from "./snapshot-stream.ts";
+import { Table } from "./table.ts";
+
+export interface LsmOptions {
+  /** Shard id, for metrics labels. */
+  readonly shardId?: number;
+  /** Rotate the memtable at this size. Default 4 MiB. */
+  readonly memtableBytes?: number;
+  /** Compact L0 into L1 at this many L0 files. Default 4. */
+  readonly l0CompactionTrigger?: number;
+  /** Delay each write by 1 ms while L0 holds more files than this. Default 10. */
+  readonly l0SlowdownTrigger?: number;
+  /** Hold writes while L0 holds this many files. Default 20. */
+  readonly l0StopTrigger?: number;
+  /** Budget of L1; level n holds levelBaseBytes × 10^(n-1). Default 10 MiB. */
+  readonly levelBaseBytes?: number;
+  /** Compaction output files close at this size. Default 2 MiB. */
+  readonly targetFileBytes?: number;
+  /** Hold writes while this many memtables wait for their flush. Default 2. */
+  readonly maxImmutableMemtables?: number;
+}
+
+export type WriteOp =
+  | { readonly type: "put"; readonly key: Uint8Array; readonly value: Uint8Array }
+  | { readonly type: "delete"; readonly key: Uint8Array };
+
+export interface ScanOptions {
+  /** Inclusive lower bound. */
+  readonly start?: Uint8Array;
+  /** Exclusive upper bound. */
+  readonly end?: Uint8Array;
+  /** Only keys starting with these bytes (combined with start/end if given). */
+  readonly prefix?: Uint8Array;
+  readonly snapshot?: LsmSnapshot;
+  readonly limit?: number;
+}
+
+/** A pinned read point: reads at it see exactly the writes with seq ≤ `seq`. */
+export interface LsmSnapshot {
+  readonly seq: number;
+  release(): void;
+}
+
+export type Backpressure = "none" | "throttle" | "stall";
+
+export interface LsmStats {
+  readonly filesPerLevel: number[];
+  readonly bytesPerLevel: number[];
+  readonly memtableBytes: number;
+  readonly immutableMemtables: number;
+  readonly flushedSeq: number;
+  readonly lastSeq: number;
+  readonly flushes: number;
+  readonly compactions: number;
+  readonly residentBytes: number;
+}
+
+interface QueuedWrite {
+  readonly seq: number;
+  readonly ops: readonly WriteOp[];
+  readonly resolve: () => void;
+  readonly reject: (err: unknown) => void;
+}
+
+const EMPTY = new Uint8Array(0);
+const RESOLVED = Promise.resolve();
+
+export class LsmEngine implements BudgetMember {
+  readonly dir: string;
+  readonly #env: LsmEnvironment;
+  readonly #shardId: number;
+  readonly #memtableBytes: number;
+  readonly #l0Slowdown: number;
+  readonly #l0Stop: number;
+  readonly #targetFileBytes: number;
+  readonly #maxImmutables: number;
+  readonly #planner: PlannerConfig;
+
+  #manifest: Manifest;
+  readonly #state: ManifestState;
+  /** Open tables by level, mirroring #state.levels. */
+  #levels: Table[][];
+  #mem = new Memtable();
+  #immutables: Memtable[] = [];
+  #lastSeq: number;
+  #acceptedSeq: number;
+  readonly #snapshots = new Map<number, number>();
+  readonly #pointers: Array<string | undefined> = new Array(LEVELS).fill(undefined);
+
+  readonly #writeQueue: QueuedWrite[] = [];
+  #draining = false;
+  #flushing = false;
+  #compacting = false;
+  #paused = false;
+  #closed = false;
+  #failure: unknown = undefined;
+  /** Resolved whenever background work finishes; waiters re-check their condition. */
+  #idleWaiters: Array<() => void> = [];
+  #flushes = 0;
+  #compactions = 0;
+  #reportedActiveBytes = 0;
+
+  private constructor(
+    dir: string,
+    env: LsmEnvironment,
+    options: LsmOptions,
+    manifest: Manifest,
+    state: ManifestState,
+    levels: Table[][],
+  ) {
+    this.dir = dir;
+    this.#env = env;
+    this.#shardId = options.shardId ?? 0;
+    this.#memtableBytes = options.memtableBytes ?? 4 * 1024 * 1024;
+    this.#l0Slowdown = options.l0SlowdownTrigger ?? 10;
+    this.#l0Stop = options.l0StopTrigger ?? 20;
+    this.#targetFileBytes = options.targetFileBytes ?? 2 * 1024 * 1024;
+    this.#maxImmutables = options.maxImmutableMemtables ?? 2;
+    this.#planner = {
+      l0Trigger: options.l0CompactionTrigger ?? 4,
+      levelBaseBytes: options.levelBaseBytes ?? 10 * 1024 * 1024,
+      sizeRatio: 10,
+      levels: LEVELS,
+    };
+    this.#manifest = manifest;
+    this.#state = state;
+    this.#levels = levels;
+    this.#lastSeq = state.flushedSeq;
+    this.#acceptedSeq = state.flushedSeq;
+  }
+
+  /**
+   * Opens (or creates) the engine in `dir`. Verifies every live table's footer, index, filter and
+   * properties, writes a fresh manifest, and removes files no manifest names (orphans of a crash).
+   * The caller then replays its log above `flushedSeq`.
+   */
+  static async open(
+    dir: string,
+    env: LsmEnvironment,
+    options: LsmOptions = {},
+  ): Promise<LsmEngine> {
+    await mkdir(dir, { recursive: true });
+    const { state, current } = await Manifest.load(dir);
+    const levels: Table[][] = [];
+    for (const files of state.levels) {
+      levels.push(
+        files.map((f) =>
+          Table.open(f.number, tablePath(dir, f.number), env.cacheId(), env.blockCache, env.files),
+        ),
+      );
+    }
+    const manifestNumber = current === undefined ? 1 : Number(current.slice(9)) + 1;
+    state.nextFileNumber = Math.max(state.nextFileNumber, 1);
+    const manifest = await Manifest.create(dir, state, manifestNumber);
+    const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
+    for (const name of await readdir(dir)) {
+      const path = join(dir, name);
+      const orphanTable = name.endsWith(".sst") && !live.has(path);
+      const oldManifest = name.startsWith("MANIFEST-") && name !== manifest.fileName;
+      if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
+    }
+    const engine = new LsmEngine(dir, env, options, manifest, state, levels);
+    env.join(engine);
+    engine.#reportLevels();
+    engine.#maybeCompact();
+    return engine;
+  }
+
+  /** Highest sequence contained in SSTables: replay the log above it after a restart. */
+  get flushedSeq(): number {
+    return this.#state.flushedSeq;
+  }
+
+  /** Highest sequence applied (memtables included). */
+  get lastSeq(): number {
+    return this.#lastSeq;
+  }
+
+  get activeMemtableBytes(): number {
+    return this.#mem.bytes;
+  }
+
+  // --- writes ---
+
+  /**
+   * Applies a batch at sequence `seq` (the Raft index; strictly increasing). Resolves when it is
+   * applied: at once normally, after a 1 ms delay while L0 holds more than l0SlowdownTrigger
+   * files, and only once flushes/compactions catch up while writes are stalled. Batches apply in
+   * call order; none is ever dropped.
+   */
+  write(seq: number, ops: readonly WriteOp[]): Promise<void> {
+    if (this.#failure !== undefined) return Promise.reject(this.#failedError());
+    if (this.#closed) return Promise.reject(closedError());
+    if (!Number.isSafeInteger(seq) || seq <= this.#acceptedSeq) {
+      return Promise.reject(
+        new CairnError(
+          "CAIRN_ERR_LSM_SEQUENCE",
+          `LSM write: sequence ${seq} is not above the last one (${this.#acceptedSeq})`,
+        ),
+      );
+    }
+    this.#acceptedSeq = seq;
+    if (this.#writeQueue.length === 0 && this.backpressure() === "none") {
+      this.#apply(seq, ops);
+      return RESOLVED;
+    }
+    const { promise, resolve, reject } = Promise.withResolvers<undefined>();
+    this.#writeQueue.push({ seq, ops, resolve: () => resolve(undefined), reject });
+    this.#drainWrites();
+    return promise;
+  }
+
+  /** The back-pressure writes meet now. */
+  backpressure(): Backpressure {
+    const l0 = (this.#levels[0] as Table[]).length;
+    if (l0 >= this.#l0Stop || this.#immutables.length >= this.#maxImmutables) return "stall";
+    if (l0 > this.#l0Slowdown) return "throttle";
+    return "none";
+  }
+
+  #apply(seq: number, ops: readonly WriteOp[]): void {
+    const mem = this.#mem;
+    const before = mem.bytes;
+    for (const op of ops) {
+      const key = keyFromBytes(op.key);
+      if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value);
+      else mem.put(key, seq, KIND_DELETE, EMPTY);
+    }
+    this.#lastSeq = seq;
+    this.#noteActive(mem.bytes - before);
+    if (mem.bytes >= this.#memtableBytes) this.#rotate();
+  }
+
+  #noteActive(delta: number): void {
+    this.#reportedActiveBytes += delta;
+    this.#env.noteActiveBytes(delta);
+  }
+
+  #drainWrites(): void {
+    if (this.#draining) return;
+    this.#draining = true;
+    const step = (): void => {
+      while (this.#writeQueue.length > 0) {
+        if (this.#failure !== undefined) {
+          const err = this.#failedError();
+          for (const w of this.#writeQueue.splice(0)) w.reject(err);
+          break;
+        }
+        const pressure = this.backpressure();
+        if (pressure === "stall") {
+          // Woken by #wake() when a flush or compaction completes.
+          this.#idleWaiters.push(step);
+          return;
+        }
+        const w = this.#writeQueue.shift() as QueuedWrite;
+        if (pressure === "throttle") {
+          setTimeout(() => {
+            this.#apply(w.seq, w.ops);
+            w.resolve();
+            step();
+          }, 1);
+          return;
+        }
+        this.#apply(w.seq, w.ops);
+        w.resolve();
+      }
+      this.#draining = false;
+    };
+    step();
+  }
+
+  #wake(): void {
+    const waiters = this.#idleWaiters;
+    this.#idleWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  // --- reads ---
+
+  /** Pins the current sequence: compactions keep every version it can see until release(). */
+  snapshot(): LsmSnapshot {
+    const seq = this.#lastSeq;
+    this.#snapshots.set(seq, (this.#snapshots.get(seq) ?? 0) + 1);
+    let released = false;
+    return {
+      seq,
+      release: () => {
+        if (released) return;
+        released = true;
+        const n = (this.#snapshots.get(seq) ?? 1) - 1;
+        if (n === 0) this.#snapshots.delete(seq);
+        else this.#snapshots.set(seq, n);
+      },
+    };
+  }
+
+  get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {
+    this.#assertOpen();
+    const seq = snapshot?.seq ?? this.#lastSeq;
+    const k = keyFromBytes(key);
+    let v = this.#mem.get(k, seq);
+    if (v !== undefined) return v ?? undefined;
+    for (let i = this.#immutables.length - 1; i >= 0; i--) {
+      v = (this.#immutables[i] as Memtable).get(k, seq);
+      if (v !== undefined) return v ?? undefined;
+    }
+    const hash = keyHash(k);
+    for (const t of this.#levels[0] as Table[]) {
+      v = t.get(k, seq, hash);
+      if (v !== undefined) return v ?? undefined;
+    }
+    for (let level = 1; level < LEVELS; level++) {
+      const files = this.#levels[level] as Table[];
+      let lo = 0;
+      let hi = files.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1;
+        if ((files[mid] as Table).props.largest < k) lo = mid + 1;
+        else hi = mid;
+      }
+      const t = files[lo];
+      if (t !== undefined) {
+        v = t.get(k, seq, hash);
+        if (v !== undefined) return v ?? undefined;
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * Live keys and values in key order, as of `snapshot` (or now). The tables it reads are pinned
+   * until the iteration ends: finish it or call `return()` (for..of does).
+   */
+  *scan(options: ScanOptions = {}): Generator<[Uint8Array, Uint8Array]> {
+    this.#assertOpen();
+    const seq = options.snapshot?.seq ?? this.#lastSeq;
+    let start = options.start === undefined ? undefined : keyFromBytes(options.start);
+    let end = options.end === undefined ? undefined : keyFromBytes(options.end);
+    if (options.prefix !== undefined) {
+      const prefix = keyFromBytes(options.prefix);
+      if (start === undefined || start < prefix) start = prefix;
+      const pEnd = prefixEnd(prefix);
+      if (pEnd !== undefined && (end === undefined || pEnd < end)) end = pEnd;
+    }
+    const limit = options.limit ?? Infinity;
+    const children: InternalIterator[] = [new MemIterator(this.#mem)];
+    for (let i = this.#immutables.length - 1; i >= 0; i--) {
+      children.push(new MemIterator(this.#immutables[i] as Memtable));
+    }
+    const pinned: Table[] = [];
+    for (const t of this.#levels[0] as Table[]) {
+      children.push(new TableIterator(t));
+      pinned.push(t);
+    }
+    for (let level = 1; level < LEVELS; level++) {
+      const files = this.#levels[level] as Table[];
+      if (files.length === 0) continue;
+      children.push(new LevelIterator(files));
+      pinned.push(...files);
+    }
+    for (const t of pinned) t.pins++;
+    try {
+      const it = new MergingIterator(children);
+      it.seek(start, seq);
+      let decided: string | undefined;
+      let emitted = 0;
+      while (it.valid && emitted < limit) {
+        const k = it.key;
+        if (end !== undefined && k >= end) break;
+        if (it.seq <= seq && k !== decided) {
+          decided = k;
+          if (it.kind === KIND_PUT) {
+            emitted++;
+            yield [keyToBytes(k), it.value()];
+          }
+        }
+        it.next();
+      }
+    } finally {
+      for (const t of pinned) {
+        t.pins--;
+        if (t.pins === 0 && t.obsolete) void this.#deleteTable(t);
+      }
+    }
+  }
+
+  // --- flush ---
+
+  /** Rotates the active memtable and resolves once every memtable is in an SSTable. */
+  async flush(): Promise<void> {
+    this.#assertOpen();
+    this.#rotate();
+    while (this.#immutables.length > 0 || this.#flushing) {
+      if (this.#failure !== undefined) throw this.#failedError();
+      await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+    }
+    if (this.#failure !== undefined) throw this.#failedError();
+  }
+
+  rotateForBudget(): void {
+    this.#rotate();
+  }
+
+  #rotate(): void {
+    if (this.#mem.isEmpty) return;
+    this.#immutables.push(this.#mem);
+    this.#mem = new Memtable();
+    this.#noteActive(-this.#reportedActiveBytes);
+    this.#reportMemtable();
+    this.#maybeFlush();
+  }
+
+  #smallestSnapshot(): number {
+    let smallest = this.#lastSeq;
+    for (const seq of this.#snapshots.keys()) if (seq < smallest) smallest = seq;
+    return smallest;
+  }
+
+  #allocate(n: number): number[] {
+    const first = this.#state.nextFileNumber;
+    this.#state.nextFileNumber += n;
+    return Array.from({ length: n }, (_, i) => first + i);
+  }
+
+  #maybeFlush(): void {
+    if (this.#flushing || this.#paused || this.#closed || this.#failure !== undefined) return;
+    const mem = this.#immutables[0];
+    if (mem === undefined) return;
+    this.#flushing = true;
+    // Encoding the sorted versions is a copy; building blocks, filters, checksums and the fsync
+    // happen in the worker.
+    const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
+    const filter = new VersionFilter(this.#smallestSnapshot(), false);
+    for (let node = mem.seek(undefined); node !== null; node = node.next[0] ?? null) {
+      const n = versionCount(node);
+      for (let i = 0; i < n; i++) {
+        const v = versionAt(node, i);
+        if (filter.keep(node.key, v.seq, v.kind)) putEntry(sink, node.key, v.kind, v.seq, v.value);
+      }
+    }
+    const data = sink.view();
+    const numbers = this.#allocate(1);
+    this.#env.pool
+      .run({ type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity }, [
+        data.buffer as ArrayBuffer,
+      ])
+      .then(async (tables) => {
+        const edit: VersionEdit = {
+          add: tables.map((t) => fileMeta(0, t)),
+          flushedSeq: mem.maxSeq,
+          nextFileNumber: this.#state.nextFileNumber,
+        };
+        await this.#manifest.append(edit);
+        this.#install(edit, []);
+        this.#immutables.shift();
+        this.#flushes++;
+        this.#reportMemtable();
+      })
+      .catch((err: unknown) => this.#fail(err))
+      .finally(() => {
+        this.#flushing = false;
+        this.#maybeFlush();
+        this.#maybeCompact();
+        this.#wake();
+      });
+  }
+
+  // --- compaction ---
+
+  /** Resolves once no compaction is needed or running (and no flush is pending). */
+  async compactUntilIdle(): Promise<void> {
+    for (;;) {
+      if (this.#failure !== undefined) throw this.#failedError();
+      this.#maybeCompact();
+      if (!this.#compacting && !this.#flushing && this.#immutables.length === 0) return;
+      await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+    }
+  }
+
+  #maybeCompact(): void {
+    if (this.#compacting || this.#paused || this.#closed || this.#failure !== undefined) return;
+    const pick = pickCompaction(this.#levels.map(plannedFiles), this.#pointers, this.#planner);
+    if (pick === null) return;
+    this.#compacting = true;
+    this.#pointers[pick.level] = pick.pointer;
+    const inputs = [...pick.inputs, ...pick.overlaps].map((f) => f.table);
+    const outLevel = pick.level + 1;
+    const started = performance.now();
+    const removed = [
+      ...pick.inputs.map((f) => ({ level: pick.level, number: f.number })),
+      ...pick.overlaps.map((f) => ({ level: outLevel, number: f.number })),
+    ];
+    let work: Promise<VersionEdit>;
+    if (pick.level > 0 && pick.overlaps.length === 0 && pick.inputs.length === 1) {
+      // Trivial move: nothing to merge, the file changes level in the manifest only.
+      const t = (pick.inputs[0] as PlannedTable).table;
+      work = Promise.resolve({ remove: removed, add: [{ ...metaOf(t), level: outLevel }] });
+    } else {
+      let smallest = (inputs[0] as Table).props.smallest;
+      let largest = (inputs[0] as Table).props.largest;
+      let bytes = 0;
+      for (const t of inputs) {
+        if (t.props.smallest < smallest) smallest = t.props.smallest;
+        if (t.props.largest > largest) largest = t.props.largest;
+        bytes += t.fileSize;
+      }
+      let bottom = true;
+      for (let l = outLevel + 1; l < LEVELS; l++) {
+        if (overlapping(plannedFiles(this.#levels[l] as Table[]), smallest, largest).length > 0) {
+          bottom = false;
+        }
+      }
+      const numbers = this.#allocate(Math.ceil(bytes / this.#targetFileBytes) + 2);
+      work = this.#env.pool
+        .run({
+          type: "compact",
+          dir: this.dir,
+          numbers,
+          inputs: inputs.map((t) => t.path),
+          targetFileBytes: this.#targetFileBytes,
+          smallestSnapshot: this.#smallestSnapshot(),
+          bottom,
+        })
+        .then((tables) => ({
+          remove: removed,
+          add: tables.map((t) => fileMeta(outLevel, t)),
+          nextFileNumber: this.#state.nextFileNumber,
+        }));
+    }
+    work
+      .then(async (edit) => {
+        await this.#manifest.append(edit);
+        const moved = new Set((edit.add ?? []).map((f) => f.number));
+        this.#install(
+          edit,
+          inputs.filter((t) => !moved.has(t.number)),
+        );
+        this.#compactions++;
+        this.#env.metrics.compactionDuration(pick.level, "success", performance.now() - started);
+      })
+      .catch((err: unknown) => {
+        this.#env.metrics.compactionDuration(pick.level, "failure", performance.now() - started);
+        this.#fail(err);
+      })
+      .finally(() => {
+        this.#compacting = false;
+        this.#maybeCompact();
+        this.#wake();
+      });
+  }
+
+  /** Applies a durable edit to the in-memory version; `obsolete` tables are deleted when unpinned. */
+  #install(edit: VersionEdit, obsolete: Table[]): void {
+    const byNumber = new Map<number, Table>();
+    for (const level of this.#levels) for (const t of level) byNumber.set(t.number, t);
+    applyEdit(this.#state, edit);
+    for (const f of edit.add ?? []) {
+      if (!byNumber.has(f.number)) {
+        byNumber.set(
+          f.number,
+          Table.open(
+            f.number,
+            tablePath(this.dir, f.number),
+            this.#env.cacheId(),
+            this.#env.blockCache,
+            this.#env.files,
+          ),
+        );
+      }
+    }
+    this.#levels = this.#state.levels.map((files) =>
+      files.map((f) => byNumber.get(f.number) as Table),
+    );
+    for (const t of obsolete) {
+      t.obsolete = true;
+      if (t.pins === 0) void this.#deleteTable(t);
+    }
+    this.#reportLevels();
+  }
+
+  async #deleteTable(t: Table): Promise<void> {
+    t.evictFromCaches();
+    try {
+      await unlink(t.path);
+    } catch {
+      // Already gone, or removable as an orphan on the next open: the manifest no longer names it.
+    }
+  }
+
+  // --- snapshots of the whole engine (for Raft snapshots) ---
+
+  /**
+   * A consistent image of every live key at `snapshot` (or now), as a stream of self-checking
+   * frames (docs/storage.md § Snapshot stream). Holds a snapshot until the stream ends.
+   */
+  async *exportSnapshot(snapshot?: LsmSnapshot): AsyncGenerator<Uint8Array> {
+    const own = snapshot ?? this.snapshot();
+    try {
+      yield* encodeSnapshotFrames(own.seq, this.scan({ snapshot: own }));
+    } finally {
+      if (snapshot === undefined) own.release();
+    }
+  }
+
+  /**
+   * Replaces the whole engine by a snapshot stream from exportSnapshot (of any engine). After it
+   * resolves, the engine holds exactly the snapshot, `flushedSeq` and `lastSeq` equal its sequence
+   * and the caller's log continues above it. Writes must not run concurrently.
+   */
+  async importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void> {
+    this.#assertOpen();
+    this.#paused = true;
+    try {
+      while (this.#flushing || this.#compacting) {
+        await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+      }
+      const built: BuiltTable[] = [];
+      let seq = -1;
+      let sink = new ByteSink(1 << 20);
+      const submit = async (): Promise<void> => {
+        if (sink.length === 0) return;
+        const data = sink.view();
+        sink = new ByteSink(1 << 20);
+        const numbers = this.#allocate(1);
+        built.push(
+          ...(await this.#env.pool.run(
+            { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
+            [data.buffer as ArrayBuffer],
+          )),
+        );
+      };
+      for await (const item of decodeSnapshotStream(chunks)) {
+        if (item.kind === "header") {
+          seq = item.seq;
+          continue;
+        }
+        putEntry(sink, keyFromBytes(item.key), KIND_PUT, seq, item.value);
+        if (sink.length >= this.#targetFileBytes) await submit();
+      }
+      await submit();
+      const edit: VersionEdit = {
+        reset: true,
+        add: built.map((t) => fileMeta(LEVELS - 1, t)),
+        flushedSeq: seq,
+        nextFileNumber: this.#state.nextFileNumber,
+      };
+      await this.#manifest.append(edit);
+      const old = this.#levels.flat();
+      this.#noteActive(-this.#reportedActiveBytes);
+      this.#mem = new Memtable();
+      this.#immutables = [];
+      this.#install(edit, old);
+      this.#lastSeq = seq;
+      this.#acceptedSeq = seq;
+      this.#reportMemtable();
+    } catch (err) {
+      // Tables built before the failure are orphans the next open removes.
+      if (!(err instanceof CorruptionError)) this.#fail(err);
+      throw err;
+    } finally {
+      this.#paused = false;
+      this.#maybeFlush();
+      this.#maybeCompact();
+    }
+  }
+
+  // --- lifecycle and introspection ---
+
+  stats(): LsmStats {
+    return {
+      filesPerLevel: this.#levels.map((l) => l.length),
+      bytesPerLevel: this.#levels.map((l) => l.reduce((a, t) => a + t.fileSize, 0)),
+      memtableBytes: this.#mem.bytes + this.#immutables.reduce((a, m) => a + m.bytes, 0),
+      immutableMemtables: this.#immutables.length,
+      flushedSeq: this.#state.flushedSeq,
+      lastSeq: this.#lastSeq,
+      flushes: this.#flushes,
+      compactions: this.#compactions,
+      residentBytes: this.#levels.flat().reduce((a, t) => a + t.residentBytes, 0),
+    };
+  }
+
+  /**
+   * Waits for running background jobs and closes. Memtables are dropped, not flushed: their
+   * writes are in the caller's log above `flushedSeq`. Call flush() first for a clean stop.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#paused = true;
+    while (this.#flushing || this.#compacting) {
+      await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+    }
+    this.#closed = true;
+    const err = closedError();
+    for (const w of this.#writeQueue.splice(0)) w.reject(err);
+    this.#wake();
+    this.#noteActive(-this.#reportedActiveBytes);
+    this.#env.leave(this);
+    for (const t of this.#levels.flat()) t.evictFromCaches();
+    await this.#manifest.close();
+  }
+
+  /** The error that stopped background work, if any; the engine refuses writes after it. */
+  get failure(): unknown {
+    return this.#failure;
+  }
+
+  #fail(err: unknown): void {
+    this.#failure ??= err;
+    this.#wake();
+  }
+
+  #failedError(): CairnError {
+    if (this.#failure instanceof CairnError) return this.#failure;
+    return new CairnError("CAIRN_ERR_LSM_FAILED", "LSM background work failed; reopen the engine", {
+      cause: this.#failure,
+    });
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw closedError();
+  }
+
+  #reportLevels(): void {
+    this.#levels.forEach((files, level) =>
+      this.#env.metrics.sstableCount(this.#shardId, level, files.length),
+    );
+  }
+
+  #reportMemtable(): void {
+    this.#env.metrics.memtableSize(this.#shardId, this.stats().memtableBytes);
+  }
+}
+
+interface PlannedTable {
+  readonly number: number;
+  readonly size: number;
+  readonly smallest: string;
+  readonly largest: string;
+  readonly table: Table;
+}
+
+function plannedFiles(tables: readonly Table[]): PlannedTable[] {
+  return tables.map((t) => ({
+    number: t.number,
+    size: t.fileSize,
+    smallest: t.props.smallest,
+    largest: t.props.largest,
+    table: t,
+  }));
+}
+
+function fileMeta(level: number, t: BuiltTable): FileMeta {
+  return {
+    level,
+    number: t.number,
+    size: t.size,
+    smallest: t.props.smallest,
+    largest: t.props.largest,
+    minSeq: t.props.minSeq,
+    maxSeq: t.props.maxSeq,
+    entries: t.props.entries,
+  };
+}
+
+function metaOf(t: Table): FileMeta {
+  return fileMeta(0, { number: t.number, size: t.fileSize, props: t.props });
+}
+
+function closedError(): CairnError {
+  return new CairnError("CAIRN_ERR_LSM_CLOSED", "LSM engine is closed");
+}

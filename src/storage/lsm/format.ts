@@ -1,0 +1,358 @@
+/**
+ * The SSTable file format (see docs/storage.md § SSTable for the picture):
+ *
+ *     data block 0 | crc | data block 1 | crc | ... | index | crc | filter | crc | props | crc | footer
+ *
+ * An entry (in data and index blocks alike) is
+ *     varint keyLength | key | u8 kind | u64 seq | varint valueLength | value
+ * sorted by key ascending, then seq descending. Data blocks close once they reach ~4 KiB. The
+ * index holds one entry per data block: the block's last key and seq, and as value the block's
+ * u64 offset and u32 size. The filter is a bloom filter over the user keys; props is UTF-8 JSON.
+ * The 48-byte footer holds the index, filter and props handles (u64 offset, u32 size each), the
+ * u32 format version and the 8-byte magic "CAIRNSST". Every block is followed by the CRC32C of its
+ * bytes, verified on every read. All integers little-endian.
+ */
+import { crc32c } from "../common/index.ts";
+import { buildBloom, keyHash } from "./bloom.ts";
+
+export const BLOCK_BYTES = 4096;
+export const FOOTER_BYTES = 48;
+export const FORMAT_VERSION = 1;
+export const TABLE_MAGIC = Buffer.from("CAIRNSST", "latin1");
+export const CRC_BYTES = 4;
+
+export const KIND_DELETE = 0;
+export const KIND_PUT = 1;
+
+export interface BlockHandle {
+  readonly offset: number;
+  readonly size: number;
+}
+
+/** What a table says about itself (its props block); kept in the manifest as well. */
+export interface TableProps {
+  /** Smallest and largest user keys, as binary strings. */
+  readonly smallest: string;
+  readonly largest: string;
+  readonly entries: number;
+  readonly tombstones: number;
+  readonly minSeq: number;
+  readonly maxSeq: number;
+}
+
+/** A growable byte buffer. */
+export class ByteSink {
+  buf: Buffer;
+  length = 0;
+
+  constructor(capacity = 8192) {
+    this.buf = Buffer.allocUnsafe(capacity);
+  }
+
+  ensure(extra: number): void {
+    if (this.length + extra <= this.buf.length) return;
+    const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.length + extra));
+    this.buf.copy(bigger, 0, 0, this.length);
+    this.buf = bigger;
+  }
+
+  varint(n: number): void {
+    this.ensure(5);
+    let v = n >>> 0;
+    while (v >= 0x80) {
+      this.buf[this.length++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    this.buf[this.length++] = v;
+  }
+
+  u32(n: number): void {
+    this.ensure(4);
+    this.buf.writeUInt32LE(n >>> 0, this.length);
+    this.length += 4;
+  }
+
+  u64(n: number): void {
+    this.ensure(8);
+    this.buf.writeUInt32LE(n >>> 0, this.length);
+    this.buf.writeUInt32LE(Math.floor(n / 0x1_0000_0000), this.length + 4);
+    this.length += 8;
+  }
+
+  u8(n: number): void {
+    this.ensure(1);
+    this.buf[this.length++] = n;
+  }
+
+  latin1(s: string): void {
+    this.ensure(s.length);
+    this.length += this.buf.write(s, this.length, "latin1");
+  }
+
+  bytes(b: Uint8Array, start = 0, end = b.length): void {
+    this.ensure(end - start);
+    this.buf.set(b.subarray(start, end), this.length);
+    this.length += end - start;
+  }
+
+  view(): Buffer {
+    return this.buf.subarray(0, this.length);
+  }
+}
+
+/** Appends one entry in the shared entry encoding. */
+export function putEntry(
+  sink: ByteSink,
+  key: string,
+  kind: number,
+  seq: number,
+  value: Uint8Array,
+): void {
+  sink.varint(key.length);
+  sink.latin1(key);
+  sink.u8(kind);
+  sink.u64(seq);
+  sink.varint(value.length);
+  sink.bytes(value);
+}
+
+export function readU64(buf: Uint8Array, at: number): number {
+  const lo =
+    ((buf[at] as number) |
+      ((buf[at + 1] as number) << 8) |
+      ((buf[at + 2] as number) << 16) |
+      ((buf[at + 3] as number) << 24)) >>>
+    0;
+  const hi =
+    ((buf[at + 4] as number) |
+      ((buf[at + 5] as number) << 8) |
+      ((buf[at + 6] as number) << 16) |
+      ((buf[at + 7] as number) << 24)) >>>
+    0;
+  return lo + hi * 0x1_0000_0000;
+}
+
+/** A data or index block decoded into parallel arrays (cached whole in the block cache). */
+export interface ParsedBlock {
+  readonly keys: string[];
+  readonly seqs: number[];
+  readonly kinds: Uint8Array;
+  readonly valueStarts: Uint32Array;
+  readonly valueEnds: Uint32Array;
+  readonly data: Buffer;
+  /** Approximate memory held, for the block cache's accounting. */
+  readonly charge: number;
+}
+
+/**
+ * Decodes a block; returns undefined when the bytes do not parse (the caller reports corruption:
+ * a block whose checksum matched but does not parse was written wrong, never served).
+ */
+export function parseBlock(data: Buffer): ParsedBlock | undefined {
+  const keys: string[] = [];
+  const seqs: number[] = [];
+  const kinds: number[] = [];
+  const starts: number[] = [];
+  const ends: number[] = [];
+  let at = 0;
+  const end = data.length;
+  let keyChars = 0;
+  while (at < end) {
+    let keyLen = 0;
+    let shift = 0;
+    for (;;) {
+      if (at >= end || shift > 28) return undefined;
+      const b = data[at++] as number;
+      keyLen |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+      shift += 7;
+    }
+    if (at + keyLen + 9 > end) return undefined;
+    keys.push(data.toString("latin1", at, at + keyLen));
+    keyChars += keyLen;
+    at += keyLen;
+    kinds.push(data[at++] as number);
+    seqs.push(readU64(data, at));
+    at += 8;
+    let valueLen = 0;
+    shift = 0;
+    for (;;) {
+      if (at >= end || shift > 28) return undefined;
+      const b = data[at++] as number;
+      valueLen |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+      shift += 7;
+    }
+    valueLen >>>= 0;
+    if (at + valueLen > end) return undefined;
+    starts.push(at);
+    ends.push(at + valueLen);
+    at += valueLen;
+  }
+  return {
+    keys,
+    seqs,
+    kinds: Uint8Array.from(kinds),
+    valueStarts: Uint32Array.from(starts),
+    valueEnds: Uint32Array.from(ends),
+    data,
+    charge: data.length + keyChars + keys.length * 48 + 128,
+  };
+}
+
+/** Index of the first entry at or after (key, seq) in internal order; `block.keys.length` if none. */
+export function seekInBlock(block: ParsedBlock, key: string, seq: number): number {
+  let lo = 0;
+  let hi = block.keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const k = block.keys[mid] as string;
+    if (k < key || (k === key && (block.seqs[mid] as number) > seq)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export function blockHandleOf(block: ParsedBlock, i: number): BlockHandle {
+  const at = block.valueStarts[i] as number;
+  return { offset: readU64(block.data, at), size: block.data.readUInt32LE(at + 8) };
+}
+
+export interface Footer {
+  readonly index: BlockHandle;
+  readonly filter: BlockHandle;
+  readonly props: BlockHandle;
+}
+
+export function decodeFooter(buf: Buffer): Footer | string {
+  if (buf.length !== FOOTER_BYTES) return "short footer";
+  if (!buf.subarray(40, 48).equals(TABLE_MAGIC)) return "bad table magic";
+  const version = buf.readUInt32LE(36);
+  if (version !== FORMAT_VERSION) return `unsupported table format version ${version}`;
+  const handle = (at: number): BlockHandle => ({
+    offset: readU64(buf, at),
+    size: buf.readUInt32LE(at + 8),
+  });
+  return { index: handle(0), filter: handle(12), props: handle(24) };
+}
+
+export function propsToJson(p: TableProps): string {
+  return JSON.stringify({
+    ...p,
+    smallest: Buffer.from(p.smallest, "latin1").toString("hex"),
+    largest: Buffer.from(p.largest, "latin1").toString("hex"),
+  });
+}
+
+export function propsFromJson(text: string): TableProps {
+  const raw = JSON.parse(text) as TableProps;
+  return {
+    ...raw,
+    smallest: Buffer.from(raw.smallest, "hex").toString("latin1"),
+    largest: Buffer.from(raw.largest, "hex").toString("latin1"),
+  };
+}
+
+/**
+ * Builds one table in memory from entries added in internal order. Pure (no I/O): the worker
+ * writes `finish()`'s bytes to disk.
+ */
+export class TableBuilder {
+  readonly #out = new ByteSink(1 << 20);
+  readonly #block = new ByteSink(BLOCK_BYTES + 1024);
+  readonly #index = new ByteSink(16 * 1024);
+  readonly #hashes: number[] = [];
+  #lastKey = "";
+  #lastSeq = 0;
+  #smallest: string | undefined;
+  #entries = 0;
+  #tombstones = 0;
+  #minSeq = Number.MAX_SAFE_INTEGER;
+  #maxSeq = 0;
+
+  get entries(): number {
+    return this.#entries;
+  }
+
+  /** Bytes so far (data blocks written plus the open block). */
+  get estimatedBytes(): number {
+    return this.#out.length + this.#block.length;
+  }
+
+  get lastKey(): string {
+    return this.#lastKey;
+  }
+
+  /** Adds an entry given as already-encoded bytes `raw[start, end)` with its key, kind and seq. */
+  addEncoded(
+    raw: Uint8Array,
+    start: number,
+    end: number,
+    key: string,
+    kind: number,
+    seq: number,
+  ): void {
+    if (this.#entries === 0) this.#smallest = key;
+    if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
+    this.#block.bytes(raw, start, end);
+    this.#noteEntry(key, kind, seq);
+  }
+
+  add(key: string, kind: number, seq: number, value: Uint8Array): void {
+    if (this.#entries === 0) this.#smallest = key;
+    if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
+    putEntry(this.#block, key, kind, seq, value);
+    this.#noteEntry(key, kind, seq);
+  }
+
+  #noteEntry(key: string, kind: number, seq: number): void {
+    this.#lastKey = key;
+    this.#lastSeq = seq;
+    this.#entries++;
+    if (kind === KIND_DELETE) this.#tombstones++;
+    if (seq < this.#minSeq) this.#minSeq = seq;
+    if (seq > this.#maxSeq) this.#maxSeq = seq;
+    if (this.#block.length >= BLOCK_BYTES) this.#closeBlock();
+  }
+
+  #closeBlock(): void {
+    if (this.#block.length === 0) return;
+    const handle = this.#writeBlock(this.#block.view());
+    this.#block.length = 0;
+    const value = Buffer.allocUnsafe(12);
+    value.writeUInt32LE(handle.offset >>> 0, 0);
+    value.writeUInt32LE(Math.floor(handle.offset / 0x1_0000_0000), 4);
+    value.writeUInt32LE(handle.size, 8);
+    putEntry(this.#index, this.#lastKey, KIND_PUT, this.#lastSeq, value);
+  }
+
+  #writeBlock(bytes: Uint8Array): BlockHandle {
+    const handle = { offset: this.#out.length, size: bytes.length };
+    this.#out.bytes(bytes);
+    this.#out.u32(crc32c(bytes));
+    return handle;
+  }
+
+  /** Closes the table; returns its bytes and properties. Requires at least one entry. */
+  finish(): { bytes: Buffer; props: TableProps } {
+    this.#closeBlock();
+    const props: TableProps = {
+      smallest: this.#smallest ?? "",
+      largest: this.#lastKey,
+      entries: this.#entries,
+      tombstones: this.#tombstones,
+      minSeq: this.#minSeq,
+      maxSeq: this.#maxSeq,
+    };
+    const index = this.#writeBlock(this.#index.view());
+    const filter = this.#writeBlock(buildBloom(this.#hashes));
+    const propsHandle = this.#writeBlock(Buffer.from(propsToJson(props), "utf8"));
+    for (const h of [index, filter, propsHandle]) {
+      this.#out.u64(h.offset);
+      this.#out.u32(h.size);
+    }
+    this.#out.u32(FORMAT_VERSION);
+    this.#out.bytes(TABLE_MAGIC);
+    return { bytes: this.#out.view(), props };
+  }
+}

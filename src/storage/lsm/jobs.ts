@@ -1,0 +1,166 @@
+/**
+ * The work a worker thread does: build SSTables from sorted entries (flush, snapshot import) and
+ * merge tables (compaction). Synchronous file I/O is fine here: it never runs on the event loop.
+ * Every table is written, fsynced, and its directory fsynced before the job reports it, so a
+ * manifest edit naming it can never point at a file a crash could lose.
+ */
+import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { fsyncDirSync } from "../common/fs-util.ts";
+import { KIND_DELETE, TableBuilder, readU64, type TableProps } from "./format.ts";
+import { VersionFilter } from "./gc.ts";
+import { MergingIterator, TableIterator, type BlockSource } from "./iterators.ts";
+import { loadBlock, loadTableMeta, parseOrThrow } from "./table.ts";
+
+export interface BuiltTable {
+  readonly number: number;
+  readonly size: number;
+  readonly props: TableProps;
+}
+
+export interface BuildJob {
+  readonly type: "build";
+  readonly dir: string;
+  /** File numbers to use, in order; one table per number at most. */
+  readonly numbers: readonly number[];
+  /** Entries in the shared entry encoding, in internal order. */
+  readonly data: Uint8Array;
+  /** Start a new table once one reaches this size (only between two different keys). */
+  readonly targetFileBytes: number;
+}
+
+export interface CompactJob {
+  readonly type: "compact";
+  readonly dir: string;
+  readonly numbers: readonly number[];
+  /** Input tables, any order. */
+  readonly inputs: readonly string[];
+  readonly targetFileBytes: number;
+  readonly smallestSnapshot: number;
+  /** No data for these keys exists below the output level: tombstones may go. */
+  readonly bottom: boolean;
+}
+
+export type Job = BuildJob | CompactJob;
+
+export function tablePath(dir: string, number: number): string {
+  return `${join(dir, String(number).padStart(6, "0"))}.sst`;
+}
+
+function writeTable(dir: string, number: number, builder: TableBuilder): BuiltTable {
+  const { bytes, props } = builder.finish();
+  const path = tablePath(dir, number);
+  const fd = openSync(path, "wx");
+  try {
+    let written = 0;
+    while (written < bytes.length) written += writeSync(fd, bytes, written);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  return { number, size: bytes.length, props };
+}
+
+/** Splits output tables at key boundaries once they reach the target size. */
+class OutputSet {
+  readonly #job: { dir: string; numbers: readonly number[]; targetFileBytes: number };
+  readonly tables: BuiltTable[] = [];
+  #builder = new TableBuilder();
+
+  constructor(job: { dir: string; numbers: readonly number[]; targetFileBytes: number }) {
+    this.#job = job;
+  }
+
+  /** Call before adding an entry for `key`: closes the current table if it is full. */
+  maybeSplit(key: string): void {
+    const b = this.#builder;
+    if (b.entries > 0 && key !== b.lastKey && b.estimatedBytes >= this.#job.targetFileBytes) {
+      this.#close();
+    }
+  }
+
+  get builder(): TableBuilder {
+    return this.#builder;
+  }
+
+  #close(): void {
+    const number = this.#job.numbers[this.tables.length];
+    if (number === undefined) throw new Error("compaction job ran out of reserved file numbers");
+    this.tables.push(writeTable(this.#job.dir, number, this.#builder));
+    this.#builder = new TableBuilder();
+  }
+
+  finish(): BuiltTable[] {
+    if (this.#builder.entries > 0) this.#close();
+    if (this.tables.length > 0) fsyncDirSync(this.#job.dir);
+    return this.tables;
+  }
+}
+
+export function runBuild(job: BuildJob): BuiltTable[] {
+  const out = new OutputSet(job);
+  const data = Buffer.from(job.data.buffer, job.data.byteOffset, job.data.length);
+  let at = 0;
+  while (at < data.length) {
+    const start = at;
+    let keyLen = 0;
+    let shift = 0;
+    for (;;) {
+      const b = data[at++] as number;
+      keyLen |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+      shift += 7;
+    }
+    const key = data.toString("latin1", at, at + keyLen);
+    at += keyLen;
+    const kind = data[at++] as number;
+    const seq = readU64(data, at);
+    at += 8;
+    let valueLen = 0;
+    shift = 0;
+    for (;;) {
+      const b = data[at++] as number;
+      valueLen |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+      shift += 7;
+    }
+    at += valueLen >>> 0;
+    out.maybeSplit(key);
+    out.builder.addEncoded(data, start, at, key, kind, seq);
+  }
+  return out.finish();
+}
+
+function bufferSource(path: string): BlockSource {
+  const file = readFileSync(path);
+  const read = (offset: number, length: number): Buffer => file.subarray(offset, offset + length);
+  const meta = loadTableMeta(path, file.length, read);
+  return {
+    index: meta.index,
+    readBlock: (handle) => parseOrThrow(path, handle.offset, loadBlock(path, handle, read)),
+  };
+}
+
+export function runCompact(job: CompactJob): BuiltTable[] {
+  const merged = new MergingIterator(job.inputs.map((p) => new TableIterator(bufferSource(p))));
+  const filter = new VersionFilter(job.smallestSnapshot, job.bottom);
+  const out = new OutputSet(job);
+  for (merged.seek(undefined, 0); merged.valid; merged.next()) {
+    const { key, seq, kind } = merged;
+    if (!filter.keep(key, seq, kind)) continue;
+    out.maybeSplit(key);
+    out.builder.add(key, kind, seq, kind === KIND_DELETE ? EMPTY : merged.value());
+  }
+  return out.finish();
+}
+
+const EMPTY = new Uint8Array(0);
+
+export function runJob(job: Job): BuiltTable[] {
+  switch (job.type) {
+    case "build":
+      return runBuild(job);
+    case "compact":
+      return runCompact(job);
+  }
+}

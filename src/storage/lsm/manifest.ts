@@ -1,0 +1,218 @@
+/**
+ * The manifest: which SSTables form the engine, at which level, and the highest sequence they
+ * contain (`flushedSeq`). It is a log of version edits, each framed as
+ *     u32 length | u32 crc32c(body) | body (UTF-8 JSON of one VersionEdit)
+ * in a file `MANIFEST-<n>`; the file `CURRENT` names the live manifest. On open a fresh manifest
+ * holding one edit with the whole state is written, fsynced, and made live by writing
+ * `CURRENT.tmp`, fsyncing it, renaming it over `CURRENT` and fsyncing the directory.
+ */
+import { constants } from "node:fs";
+import { open, readFile, rename, writeFile, type FileHandle } from "node:fs/promises";
+import { join } from "node:path";
+import { crc32c, CorruptionError, fsyncDir } from "../common/index.ts";
+
+export interface FileMeta {
+  readonly level: number;
+  readonly number: number;
+  readonly size: number;
+  /** User keys as binary strings (hex in the manifest's JSON). */
+  readonly smallest: string;
+  readonly largest: string;
+  readonly minSeq: number;
+  readonly maxSeq: number;
+  readonly entries: number;
+}
+
+export interface VersionEdit {
+  /** Drop every file first and take `flushedSeq` as is (a snapshot import). */
+  readonly reset?: boolean;
+  readonly add?: readonly FileMeta[];
+  readonly remove?: ReadonlyArray<{ readonly level: number; readonly number: number }>;
+  readonly flushedSeq?: number;
+  readonly nextFileNumber?: number;
+}
+
+export interface ManifestState {
+  /** Files per level, L0 newest first, other levels by smallest key. */
+  levels: FileMeta[][];
+  flushedSeq: number;
+  nextFileNumber: number;
+}
+
+export const LEVELS = 7;
+
+export function emptyState(): ManifestState {
+  return { levels: Array.from({ length: LEVELS }, () => []), flushedSeq: 0, nextFileNumber: 1 };
+}
+
+/** Applies an edit to a state (in place). */
+export function applyEdit(state: ManifestState, edit: VersionEdit): void {
+  if (edit.reset === true) {
+    for (const level of state.levels) level.length = 0;
+    state.flushedSeq = edit.flushedSeq ?? 0;
+  }
+  for (const r of edit.remove ?? []) {
+    const level = state.levels[r.level] as FileMeta[];
+    const at = level.findIndex((f) => f.number === r.number);
+    if (at >= 0) level.splice(at, 1);
+  }
+  for (const f of edit.add ?? []) (state.levels[f.level] as FileMeta[]).push(f);
+  const l0 = state.levels[0] as FileMeta[];
+  l0.sort((a, b) => b.maxSeq - a.maxSeq || b.number - a.number);
+  for (let l = 1; l < LEVELS; l++) {
+    (state.levels[l] as FileMeta[]).sort((a, b) => (a.smallest < b.smallest ? -1 : 1));
+  }
+  if (edit.flushedSeq !== undefined && edit.flushedSeq > state.flushedSeq) {
+    state.flushedSeq = edit.flushedSeq;
+  }
+  if (edit.nextFileNumber !== undefined && edit.nextFileNumber > state.nextFileNumber) {
+    state.nextFileNumber = edit.nextFileNumber;
+  }
+}
+
+function encodeEdit(edit: VersionEdit): Buffer {
+  const json = JSON.stringify({
+    ...edit,
+    add: edit.add?.map((f) => ({
+      ...f,
+      smallest: Buffer.from(f.smallest, "latin1").toString("hex"),
+      largest: Buffer.from(f.largest, "latin1").toString("hex"),
+    })),
+  });
+  const body = Buffer.from(json, "utf8");
+  const frame = Buffer.allocUnsafe(8 + body.length);
+  frame.writeUInt32LE(body.length, 0);
+  frame.writeUInt32LE(crc32c(body), 4);
+  body.copy(frame, 8);
+  return frame;
+}
+
+function decodeEdit(json: string): VersionEdit {
+  const raw = JSON.parse(json) as VersionEdit;
+  return {
+    ...raw,
+    ...(raw.add === undefined
+      ? {}
+      : {
+          add: raw.add.map((f) => ({
+            ...f,
+            smallest: Buffer.from(f.smallest, "hex").toString("latin1"),
+            largest: Buffer.from(f.largest, "hex").toString("latin1"),
+          })),
+        }),
+  };
+}
+
+/** Parses a manifest file; a damaged record is tolerated only as the file's torn tail. */
+function replay(path: string, buf: Buffer): ManifestState {
+  const state = emptyState();
+  let at = 0;
+  const validAt = (p: number): boolean => {
+    if (p + 8 > buf.length) return false;
+    const len = buf.readUInt32LE(p);
+    if (p + 8 + len > buf.length || len === 0) return false;
+    return crc32c(buf, 0, p + 8, p + 8 + len) === buf.readUInt32LE(p + 4);
+  };
+  while (at < buf.length) {
+    if (!validAt(at)) {
+      for (let p = at + 1; p + 8 <= buf.length; p++) {
+        if (validAt(p)) throw new CorruptionError(path, at, "manifest record checksum mismatch");
+      }
+      break; // torn tail: the edit was never acknowledged
+    }
+    const len = buf.readUInt32LE(at);
+    let edit: VersionEdit;
+    try {
+      edit = decodeEdit(buf.toString("utf8", at + 8, at + 8 + len));
+    } catch (cause) {
+      throw new CorruptionError(path, at, "manifest record does not parse", { cause });
+    }
+    applyEdit(state, edit);
+    at += 8 + len;
+  }
+  if (at === 0) throw new CorruptionError(path, 0, "manifest holds no valid record");
+  return state;
+}
+
+export class Manifest {
+  readonly dir: string;
+  readonly #handle: FileHandle;
+  #size: number;
+  /** Serializes appends: edits reach the file in the order they were made. */
+  #tail: Promise<void> = Promise.resolve();
+  readonly fileName: string;
+
+  private constructor(dir: string, fileName: string, handle: FileHandle, size: number) {
+    this.dir = dir;
+    this.fileName = fileName;
+    this.#handle = handle;
+    this.#size = size;
+  }
+
+  /** Reads the live manifest of `dir` (an empty state when there is none). */
+  static async load(dir: string): Promise<{ state: ManifestState; current: string | undefined }> {
+    let current: string;
+    try {
+      current = (await readFile(join(dir, "CURRENT"), "utf8")).trim();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") {
+        return { state: emptyState(), current: undefined };
+      }
+      throw err;
+    }
+    if (!/^MANIFEST-\d+$/.test(current)) {
+      throw new CorruptionError(join(dir, "CURRENT"), 0, "CURRENT does not name a manifest");
+    }
+    const path = join(dir, current);
+    let buf: Buffer;
+    try {
+      buf = await readFile(path);
+    } catch (cause) {
+      throw new CorruptionError(path, 0, "manifest named by CURRENT is missing", { cause });
+    }
+    return { state: replay(path, buf), current };
+  }
+
+  /** Writes a new manifest holding `state` and makes it live (CURRENT switched atomically). */
+  static async create(dir: string, state: ManifestState, number: number): Promise<Manifest> {
+    const fileName = `MANIFEST-${String(number).padStart(6, "0")}`;
+    const handle = await open(
+      join(dir, fileName),
+      constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC,
+    );
+    const frame = encodeEdit({
+      add: state.levels.flat(),
+      flushedSeq: state.flushedSeq,
+      nextFileNumber: state.nextFileNumber,
+    });
+    await handle.write(frame, 0, frame.length, 0);
+    await handle.sync();
+    const tmp = join(dir, "CURRENT.tmp");
+    await writeFile(tmp, `${fileName}\n`, { flush: true });
+    await rename(tmp, join(dir, "CURRENT"));
+    await fsyncDir(dir);
+    return new Manifest(dir, fileName, handle, frame.length);
+  }
+
+  /** Appends an edit and makes it durable; edits apply in call order. */
+  append(edit: VersionEdit): Promise<void> {
+    const frame = encodeEdit(edit);
+    const run = async (): Promise<void> => {
+      await this.#handle.write(frame, 0, frame.length, this.#size);
+      await this.#handle.datasync();
+      this.#size += frame.length;
+    };
+    const next = this.#tail.then(run);
+    this.#tail = next.catch(() => undefined);
+    return next;
+  }
+
+  get size(): number {
+    return this.#size;
+  }
+
+  async close(): Promise<void> {
+    await this.#tail;
+    await this.#handle.close();
+  }
+}

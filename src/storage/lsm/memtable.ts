@@ -1,0 +1,171 @@
+/**
+ * The memtable: a skip list of user keys (binary strings) for ordered iteration plus a Map for
+ * O(1) point reads. Each key keeps all its versions; a version with the sequence of the key's
+ * newest version replaces it (several writes to one key in one batch: the last wins).
+ * Byte-accounted: `bytes` approximates the memory held, and drives rotation at `memtable_bytes`.
+ */
+import { KIND_DELETE } from "./format.ts";
+
+const MAX_HEIGHT = 12;
+/** Rough per-version and per-key overhead of the JS objects, for accounting. */
+const VERSION_OVERHEAD = 40;
+const NODE_OVERHEAD = 96;
+
+export interface Version {
+  readonly seq: number;
+  readonly kind: number;
+  readonly value: Uint8Array;
+}
+
+/**
+ * A key of the skip list. Its newest version is inlined (most keys have one version, and a node
+ * per write is the allocation that dominates the write path); older ones are in `older`, oldest
+ * first.
+ */
+export interface MemNode {
+  readonly key: string;
+  seq: number;
+  kind: number;
+  value: Uint8Array;
+  older: Version[] | null;
+  readonly next: Array<MemNode | null>;
+}
+
+/** Number of versions of a node. */
+export function versionCount(node: MemNode): number {
+  return node.older === null ? 1 : node.older.length + 1;
+}
+
+/** The `i`-th version of a node, newest first (i = 0 is the newest). */
+export function versionAt(node: MemNode, i: number): Version {
+  if (i === 0) return node;
+  const older = node.older as Version[];
+  return older[older.length - i] as Version;
+}
+
+export class Memtable {
+  readonly #head: MemNode = {
+    key: "",
+    seq: 0,
+    kind: 0,
+    value: new Uint8Array(0),
+    older: null,
+    next: new Array<MemNode | null>(MAX_HEIGHT).fill(null),
+  };
+  readonly #map = new Map<string, MemNode>();
+  #height = 1;
+  #rand = 0x2545f491;
+  bytes = 0;
+  minSeq = Number.MAX_SAFE_INTEGER;
+  maxSeq = 0;
+  versions = 0;
+
+  get isEmpty(): boolean {
+    return this.versions === 0;
+  }
+
+  get keyCount(): number {
+    return this.#map.size;
+  }
+
+  put(key: string, seq: number, kind: number, value: Uint8Array): void {
+    if (seq < this.minSeq) this.minSeq = seq;
+    if (seq > this.maxSeq) this.maxSeq = seq;
+    const node = this.#map.get(key);
+    if (node !== undefined) {
+      if (node.seq === seq) {
+        this.bytes += value.length - node.value.length;
+        node.kind = kind;
+        node.value = value;
+        return;
+      }
+      (node.older ??= []).push({ seq: node.seq, kind: node.kind, value: node.value });
+      node.seq = seq;
+      node.kind = kind;
+      node.value = value;
+      this.bytes += value.length + VERSION_OVERHEAD;
+      this.versions++;
+      return;
+    }
+    this.#map.set(key, this.#insert(key, seq, kind, value));
+    this.bytes += key.length + value.length + VERSION_OVERHEAD + NODE_OVERHEAD;
+    this.versions++;
+  }
+
+  /**
+   * The newest version of `key` with seq ≤ `seq`: a put gives its value, a delete gives `null`
+   * (the key is known to be absent), no version gives undefined (look further down).
+   */
+  get(key: string, seq: number): Uint8Array | null | undefined {
+    const node = this.#map.get(key);
+    if (node === undefined) return undefined;
+    if (node.seq <= seq) return node.kind === KIND_DELETE ? null : node.value;
+    const older = node.older;
+    if (older === null) return undefined;
+    for (let i = older.length - 1; i >= 0; i--) {
+      const v = older[i] as Version;
+      if (v.seq <= seq) return v.kind === KIND_DELETE ? null : v.value;
+    }
+    return undefined;
+  }
+
+  /** First node with key ≥ `key` (or the first node when `key` is undefined). */
+  seek(key: string | undefined): MemNode | null {
+    if (key === undefined) return this.#head.next[0] ?? null;
+    let x = this.#head;
+    for (let level = this.#height - 1; level >= 0; level--) {
+      for (;;) {
+        const nx = x.next[level] ?? null;
+        if (nx !== null && nx.key < key) x = nx;
+        else break;
+      }
+    }
+    return x.next[0] ?? null;
+  }
+
+  #randomHeight(): number {
+    let h = 1;
+    for (;;) {
+      // xorshift32: cheap and good enough to shape the list; no need for an injected Rng.
+      let r = this.#rand;
+      r ^= r << 13;
+      r ^= r >>> 17;
+      r ^= r << 5;
+      this.#rand = r >>> 0;
+      if (h >= MAX_HEIGHT || (this.#rand & 3) !== 0) return h;
+      h++;
+    }
+  }
+
+  #insert(key: string, seq: number, kind: number, value: Uint8Array): MemNode {
+    const update: MemNode[] = new Array(MAX_HEIGHT);
+    let x = this.#head;
+    for (let level = this.#height - 1; level >= 0; level--) {
+      for (;;) {
+        const nx = x.next[level] ?? null;
+        if (nx !== null && nx.key < key) x = nx;
+        else break;
+      }
+      update[level] = x;
+    }
+    const height = this.#randomHeight();
+    if (height > this.#height) {
+      for (let level = this.#height; level < height; level++) update[level] = this.#head;
+      this.#height = height;
+    }
+    const node: MemNode = {
+      key,
+      seq,
+      kind,
+      value,
+      older: null,
+      next: new Array<MemNode | null>(height).fill(null),
+    };
+    for (let level = 0; level < height; level++) {
+      const prev = update[level] as MemNode;
+      node.next[level] = prev.next[level] ?? null;
+      prev.next[level] = node;
+    }
+    return node;
+  }
+}

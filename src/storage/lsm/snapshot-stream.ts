@@ -1,0 +1,119 @@
+/**
+ * The snapshot stream of an engine: a sequence of frames
+ *     u32 bodyLength | u32 crc32c(body) | body
+ * The first body is the header "CAIRNSNP" | u32 version | u64 seq; then bodies of entries
+ * (varint keyLength | key | varint valueLength | value, ~1 MiB per frame); the last body is
+ * "CAIRNEND" | u64 entryCount. A stream cut short or damaged is rejected, never half-imported.
+ */
+import { CairnError } from "../../common/index.ts";
+import { crc32c } from "../common/index.ts";
+import { ByteSink, readU64 } from "./format.ts";
+
+const HEADER_MAGIC = Buffer.from("CAIRNSNP", "latin1");
+const END_MAGIC = Buffer.from("CAIRNEND", "latin1");
+const VERSION = 1;
+const FRAME_TARGET = 1 << 20;
+
+function frame(body: Buffer): Uint8Array {
+  const out = Buffer.allocUnsafe(8 + body.length);
+  out.writeUInt32LE(body.length, 0);
+  out.writeUInt32LE(crc32c(body), 4);
+  body.copy(out, 8);
+  return out;
+}
+
+export function* encodeSnapshotFrames(
+  seq: number,
+  entries: Iterable<[Uint8Array, Uint8Array]>,
+): Generator<Uint8Array> {
+  const header = new ByteSink(32);
+  header.bytes(HEADER_MAGIC);
+  header.u32(VERSION);
+  header.u64(seq);
+  yield frame(header.view());
+  let body = new ByteSink(FRAME_TARGET + 4096);
+  let count = 0;
+  for (const [key, value] of entries) {
+    body.varint(key.length);
+    body.bytes(key);
+    body.varint(value.length);
+    body.bytes(value);
+    count++;
+    if (body.length >= FRAME_TARGET) {
+      yield frame(body.view());
+      body = new ByteSink(FRAME_TARGET + 4096);
+    }
+  }
+  if (body.length > 0) yield frame(body.view());
+  const end = new ByteSink(16);
+  end.bytes(END_MAGIC);
+  end.u64(count);
+  yield frame(end.view());
+}
+
+export type SnapshotItem =
+  | { readonly kind: "header"; readonly seq: number }
+  | { readonly kind: "entry"; readonly key: Uint8Array; readonly value: Uint8Array };
+
+function bad(what: string): CairnError {
+  return new CairnError("CAIRN_ERR_SNAPSHOT_INVALID", `snapshot stream: ${what}`);
+}
+
+function readVarint(buf: Buffer, at: number): [number, number] {
+  let n = 0;
+  let shift = 0;
+  for (;;) {
+    if (at >= buf.length || shift > 28) throw bad("entry truncated");
+    const b = buf[at++] as number;
+    n |= (b & 0x7f) << shift;
+    if (b < 0x80) return [n >>> 0, at];
+    shift += 7;
+  }
+}
+
+/** Parses frames from chunks cut anywhere; throws CAIRN_ERR_SNAPSHOT_INVALID on any damage. */
+export async function* decodeSnapshotStream(
+  chunks: AsyncIterable<Uint8Array>,
+): AsyncGenerator<SnapshotItem> {
+  let pending = Buffer.alloc(0);
+  let frames = 0;
+  let count = 0;
+  let ended = false;
+  for await (const chunk of chunks) {
+    pending = pending.length === 0 ? Buffer.from(chunk) : Buffer.concat([pending, chunk]);
+    for (;;) {
+      if (pending.length < 8) break;
+      const len = pending.readUInt32LE(0);
+      if (pending.length < 8 + len) break;
+      const body = pending.subarray(8, 8 + len);
+      if (crc32c(body) !== pending.readUInt32LE(4)) throw bad(`frame ${frames} checksum mismatch`);
+      pending = pending.subarray(8 + len);
+      if (ended) throw bad("data after the end frame");
+      if (frames === 0) {
+        if (len !== 20 || !body.subarray(0, 8).equals(HEADER_MAGIC)) throw bad("bad header");
+        if (body.readUInt32LE(8) !== VERSION) throw bad("unsupported version");
+        yield { kind: "header", seq: readU64(body, 12) };
+      } else if (len === 16 && body.subarray(0, 8).equals(END_MAGIC)) {
+        if (readU64(body, 8) !== count) throw bad("entry count mismatch");
+        ended = true;
+      } else {
+        let at = 0;
+        while (at < body.length) {
+          let keyLen: number;
+          [keyLen, at] = readVarint(body, at);
+          const key = body.subarray(at, at + keyLen);
+          at += keyLen;
+          let valueLen: number;
+          [valueLen, at] = readVarint(body, at);
+          if (at + valueLen > body.length) throw bad("entry truncated");
+          const value = body.subarray(at, at + valueLen);
+          at += valueLen;
+          count++;
+          yield { kind: "entry", key, value };
+        }
+      }
+      frames++;
+    }
+  }
+  if (!ended || pending.length > 0) throw bad("stream ended before its end frame");
+}

@@ -1,0 +1,106 @@
+/**
+ * One pool of worker threads per node, shared by every engine: flushes and compactions of all
+ * shards queue here, so their CPU use is bounded by the pool size whatever the shard count.
+ */
+import { Worker } from "node:worker_threads";
+import { CairnError } from "../../common/index.ts";
+import { CorruptionError } from "../common/index.ts";
+import type { BuiltTable, Job } from "./jobs.ts";
+
+interface Pending {
+  readonly job: Job;
+  readonly transfer: ArrayBuffer[];
+  readonly resolve: (tables: BuiltTable[]) => void;
+  readonly reject: (err: unknown) => void;
+}
+
+interface Reply {
+  id: number;
+  ok: boolean;
+  tables?: BuiltTable[];
+  error?: { message: string; code?: string; file?: string; offset?: number };
+}
+
+export class WorkerPool {
+  readonly size: number;
+  readonly #idle: Worker[] = [];
+  readonly #all: Worker[] = [];
+  readonly #queue: Pending[] = [];
+  readonly #running = new Map<number, { worker: Worker; pending: Pending }>();
+  #nextId = 1;
+  #closed = false;
+
+  constructor(size: number) {
+    this.size = size;
+    for (let i = 0; i < size; i++) {
+      const worker = new Worker(new URL("./worker.ts", import.meta.url));
+      worker.on("message", (reply: Reply) => this.#onReply(worker, reply));
+      worker.on("error", (err) => this.#onCrash(worker, err));
+      // Idle workers must not keep the process alive; busy ones are referenced while they run.
+      worker.unref();
+      this.#all.push(worker);
+      this.#idle.push(worker);
+    }
+  }
+
+  get queued(): number {
+    return this.#queue.length;
+  }
+
+  run(job: Job, transfer: ArrayBuffer[] = []): Promise<BuiltTable[]> {
+    if (this.#closed) {
+      return Promise.reject(new CairnError("CAIRN_ERR_LSM_CLOSED", "worker pool is closed"));
+    }
+    const { promise, resolve, reject } = Promise.withResolvers<BuiltTable[]>();
+    this.#queue.push({ job, transfer, resolve, reject });
+    this.#dispatch();
+    return promise;
+  }
+
+  #dispatch(): void {
+    while (this.#idle.length > 0 && this.#queue.length > 0) {
+      const worker = this.#idle.pop() as Worker;
+      const pending = this.#queue.shift() as Pending;
+      const id = this.#nextId++;
+      this.#running.set(id, { worker, pending });
+      worker.ref();
+      worker.postMessage({ id, job: pending.job }, pending.transfer);
+    }
+  }
+
+  #onReply(worker: Worker, reply: Reply): void {
+    const running = this.#running.get(reply.id);
+    if (running === undefined) return;
+    this.#running.delete(reply.id);
+    worker.unref();
+    this.#idle.push(worker);
+    if (reply.ok) {
+      running.pending.resolve(reply.tables ?? []);
+    } else {
+      const e = reply.error ?? { message: "unknown worker error" };
+      running.pending.reject(
+        e.file !== undefined && e.offset !== undefined
+          ? new CorruptionError(e.file, e.offset, e.message)
+          : new CairnError(e.code ?? "CAIRN_ERR_LSM_JOB", e.message),
+      );
+    }
+    this.#dispatch();
+  }
+
+  #onCrash(worker: Worker, err: unknown): void {
+    for (const [id, r] of this.#running) {
+      if (r.worker === worker) {
+        this.#running.delete(id);
+        r.pending.reject(err);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const p of this.#queue.splice(0)) {
+      p.reject(new CairnError("CAIRN_ERR_LSM_CLOSED", "worker pool closed"));
+    }
+    await Promise.all(this.#all.map((w) => w.terminate()));
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * What the WAL stores, in its own vocabulary: it knows shards, terms and indexes, never Raft's
+ * types. The replication driver converts between the two.
+ */
+
+/** One log entry of one shard. `type` is an opaque tag (0..255) kept for the caller. */
+export interface WalEntry {
+  readonly term: number;
+  readonly index: number;
+  readonly type: number;
+  readonly data: Uint8Array;
+}
+
+export interface WalHardState {
+  readonly term: number;
+  /** The candidate voted for in `term`, or null. */
+  readonly vote: string | null;
+  readonly commit: number;
+}
+
+/** Where a snapshot puts the log: everything up to `index` is in the snapshot. */
+export interface WalSnapshotMeta {
+  readonly index: number;
+  readonly term: number;
+  /** Opaque bytes kept for the caller (Raft's configuration at `index`). */
+  readonly data: Uint8Array;
+}
+
+/** One item of an `append()` batch. */
+export type WalRecord =
+  | { readonly kind: "entries"; readonly shard: number; readonly entries: readonly WalEntry[] }
+  | { readonly kind: "hard-state"; readonly shard: number; readonly state: WalHardState }
+  | { readonly kind: "snapshot"; readonly shard: number; readonly meta: WalSnapshotMeta };
+
+/** What recovery cut off the end of the last segment (a write torn by a crash). */
+export interface TornTail {
+  readonly file: string;
+  readonly offset: number;
+  readonly droppedBytes: number;
+}
+
+export interface WalOptions {
+  /** Rotate to a new segment once the current one holds this many bytes. Default 64 MiB. */
+  readonly segmentBytes?: number;
+  /**
+   * Soft budget for uncompacted entries held in memory across all shards. Default 512 MiB.
+   * Exceeding it never fails an append: `isOverMemoryBudget()` tells the driver to flush and
+   * compact the shards `largestShards()` names.
+   */
+  readonly memoryBudgetBytes?: number;
+}
+
+/** Counters for metrics and tests. */
+export interface WalStats {
+  readonly recordsAppended: number;
+  readonly syncs: number;
+  readonly bytesWritten: number;
+  readonly segments: number;
+  readonly segmentsDeleted: number;
+  readonly memoryBytes: number;
+}

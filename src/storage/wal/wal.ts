@@ -1,0 +1,690 @@
+/**
+ * The node-wide write-ahead log: one sequence of segment files shared by every shard.
+ * See README.md for the concept, the format and the caveats.
+ */
+import { constants } from "node:fs";
+import { mkdir, open, readdir, readFile, unlink, type FileHandle } from "node:fs/promises";
+import { join } from "node:path";
+import { CairnError } from "../../common/index.ts";
+import { CorruptionError, fsyncDir } from "../common/index.ts";
+import {
+  FLAG_HAS_VOTE,
+  KIND_COMPACT,
+  KIND_ENTRY,
+  KIND_HARD_STATE,
+  KIND_SNAPSHOT,
+  decodeRecord,
+  encodeRecord,
+  encodedSize,
+  hasValidRecordAfter,
+  type RawRecord,
+} from "./record.ts";
+import { ShardLog } from "./shard-log.ts";
+import type {
+  TornTail,
+  WalEntry,
+  WalHardState,
+  WalOptions,
+  WalRecord,
+  WalSnapshotMeta,
+  WalStats,
+} from "./types.ts";
+
+const SEGMENT_MAGIC = Buffer.from("CAIRNWAL", "latin1");
+const SEGMENT_VERSION = 1;
+const SEGMENT_HEADER_BYTES = 16;
+const SEGMENT_SUFFIX = ".wal";
+/**
+ * Segments are written with O_DSYNC: each write returns once its data (and the metadata needed to
+ * read it back, such as the file size) is on stable storage, the guarantee of write + fdatasync
+ * in one system call. One call means one hop through libuv's thread pool instead of two, so the
+ * event loop's work between the hops cannot delay the flush (see BENCHMARKS.md).
+ */
+const WRITE_FLAGS = constants.O_RDWR | constants.O_DSYNC;
+const CREATE_FLAGS = WRITE_FLAGS | constants.O_CREAT;
+/** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
+const FLAG_CHECKPOINT = 2;
+
+const EMPTY = new Uint8Array(0);
+const utf8 = new TextEncoder();
+const fromUtf8 = new TextDecoder();
+
+interface Segment {
+  readonly seq: number;
+  readonly path: string;
+  /** Highest entry index per shard written into this segment: it is needed until compacted past. */
+  readonly maxIndex: Map<number, number>;
+}
+
+/** A compaction or snapshot position that becomes durable with the batch that carries it. */
+interface Mark {
+  readonly shard: number;
+  readonly index: number;
+}
+
+function segmentName(seq: number): string {
+  return `${String(seq).padStart(20, "0")}${SEGMENT_SUFFIX}`;
+}
+
+function segmentHeader(): Buffer {
+  const header = Buffer.alloc(SEGMENT_HEADER_BYTES);
+  SEGMENT_MAGIC.copy(header, 0);
+  header.writeUInt32LE(SEGMENT_VERSION, 8);
+  return header;
+}
+
+/** Accumulates framed records in one buffer, growing it as needed. */
+class RecordWriter {
+  #buf: Buffer;
+  #view: DataView;
+  #at = 0;
+
+  constructor(capacity: number) {
+    this.#buf = Buffer.allocUnsafe(capacity);
+    this.#view = new DataView(this.#buf.buffer, this.#buf.byteOffset, this.#buf.length);
+  }
+
+  put(
+    kind: number,
+    entryType: number,
+    flags: number,
+    shard: number,
+    term: number,
+    index: number,
+    payload: Uint8Array,
+  ): void {
+    const need = encodedSize(payload.length);
+    if (this.#at + need > this.#buf.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(this.#buf.length * 2, this.#at + need));
+      this.#buf.copy(bigger, 0, 0, this.#at);
+      this.#buf = bigger;
+      this.#view = new DataView(bigger.buffer, bigger.byteOffset, bigger.length);
+    }
+    this.#at = encodeRecord(
+      this.#buf,
+      this.#view,
+      this.#at,
+      kind,
+      entryType,
+      flags,
+      shard,
+      term,
+      index,
+      payload,
+    );
+  }
+
+  get length(): number {
+    return this.#at;
+  }
+
+  finish(): Buffer {
+    return this.#buf.subarray(0, this.#at);
+  }
+
+  /** Empties the writer, keeping its buffer for reuse. */
+  reset(): void {
+    this.#at = 0;
+  }
+}
+
+export class Wal {
+  readonly dir: string;
+  /** Set when recovery cut a torn write off the end of the last segment. */
+  readonly tornTail: TornTail | undefined;
+
+  readonly #segmentBytes: number;
+  readonly #memoryBudgetBytes: number;
+  readonly #shards = new Map<number, ShardLog>();
+  readonly #segments: Segment[];
+  #handle: FileHandle;
+  #segmentSize: number;
+
+  /**
+   * Records appended since the last flush started, encoded in place. Two writers alternate: one
+   * takes appends while the other's bytes are being written (one write is in flight at a time).
+   */
+  #writer = new RecordWriter(1024 * 1024);
+  #spare = new RecordWriter(1024 * 1024);
+  #pendingMax = new Map<number, number>();
+  #pendingMarks: Mark[] = [];
+  /** Bytes handed to append() so far, and how many of them are durable. */
+  #appendedBytes = 0;
+  #durableBytes = 0;
+  /** The running flush loop, if any; at most one write is in flight. */
+  #flushing: Promise<void> | null = null;
+  /** The batch being written, and the promise of the sync() calls it satisfies. */
+  #inflight: { upTo: number; done: PromiseWithResolvers<undefined> } | null = null;
+  /** The promise of sync() calls waiting for the next batch. */
+  #next: PromiseWithResolvers<undefined> | null = null;
+  #failure: unknown = undefined;
+  #closed = false;
+  /** Per shard, the highest index below which no entry is needed any more, as made durable. */
+  readonly #durableCompact = new Map<number, number>();
+  #memoryBytes = 0;
+
+  #recordsAppended = 0;
+  #syncs = 0;
+  #bytesWritten = 0;
+  #segmentsDeleted = 0;
+
+  private constructor(
+    dir: string,
+    options: WalOptions,
+    segments: Segment[],
+    handle: FileHandle,
+    segmentSize: number,
+    tornTail: TornTail | undefined,
+  ) {
+    this.dir = dir;
+    this.#segmentBytes = options.segmentBytes ?? 64 * 1024 * 1024;
+    this.#memoryBudgetBytes = options.memoryBudgetBytes ?? 512 * 1024 * 1024;
+    this.#segments = segments;
+    this.#handle = handle;
+    this.#segmentSize = segmentSize;
+    this.tornTail = tornTail;
+  }
+
+  /**
+   * Opens the WAL in `dir` (created if missing) and replays every segment. A torn record at the
+   * end of the last segment is cut off and reported in `tornTail`; any other damage throws a
+   * CorruptionError naming the file and offset.
+   */
+  static async open(dir: string, options: WalOptions = {}): Promise<Wal> {
+    await mkdir(dir, { recursive: true });
+    const names = (await readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
+    const segments: Segment[] = names.map((name) => ({
+      seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
+      path: join(dir, name),
+      maxIndex: new Map(),
+    }));
+    const shards = new Map<number, ShardLog>();
+    const shardLog = (id: number): ShardLog => {
+      let log = shards.get(id);
+      if (log === undefined) {
+        log = new ShardLog();
+        shards.set(id, log);
+      }
+      return log;
+    };
+    let tornTail: TornTail | undefined;
+    let lastSize = 0;
+    for (let i = 0; i < segments.length; i++) {
+      const segment = segments[i] as Segment;
+      const isLast = i === segments.length - 1;
+      const buf = await readFile(segment.path);
+      const valid = replaySegment(segment, buf, isLast, shardLog);
+      if (valid < buf.length) {
+        tornTail = { file: segment.path, offset: valid, droppedBytes: buf.length - valid };
+        const handle = await open(segment.path, "r+");
+        try {
+          await handle.truncate(valid);
+          await handle.sync();
+        } finally {
+          await handle.close();
+        }
+      }
+      if (isLast) lastSize = valid;
+    }
+    for (const [id, log] of shards) {
+      if (log.holeBelow !== 0) {
+        throw new CorruptionError(
+          segments[0]?.path ?? dir,
+          0,
+          `shard ${id} misses the entries below ${log.holeBelow} (a segment holding them was lost)`,
+        );
+      }
+    }
+    let handle: FileHandle;
+    const last = segments.at(-1);
+    if (last === undefined || lastSize < SEGMENT_HEADER_BYTES) {
+      // No segment yet, or a last segment whose header itself was torn: start it afresh.
+      const seq = last === undefined ? 1 : last.seq;
+      const path = join(dir, segmentName(seq));
+      handle = await open(path, CREATE_FLAGS | constants.O_TRUNC);
+      await handle.write(segmentHeader(), 0, SEGMENT_HEADER_BYTES, 0);
+      await handle.sync();
+      await fsyncDir(dir);
+      if (last === undefined) segments.push({ seq, path, maxIndex: new Map() });
+      lastSize = SEGMENT_HEADER_BYTES;
+    } else {
+      handle = await open(last.path, WRITE_FLAGS);
+    }
+    const wal = new Wal(dir, options, segments, handle, lastSize, tornTail);
+    for (const [id, log] of shards) {
+      wal.#shards.set(id, log);
+      wal.#memoryBytes += log.bytes;
+      wal.#durableCompact.set(id, log.compactIndex);
+    }
+    return wal;
+  }
+
+  /**
+   * Adds records to the log, in order. They are visible to reads at once and durable once a
+   * later `sync()` resolves: the caller must not act on them (send, acknowledge) before that.
+   * Entries' `data` buffers are kept by reference and must not be modified afterwards.
+   */
+  append(records: readonly WalRecord[]): void {
+    this.#assertWritable();
+    const writer = this.#writer;
+    const before = writer.length;
+    for (const r of records) {
+      const log = this.#shardLog(r.shard);
+      switch (r.kind) {
+        case "entries": {
+          for (const e of r.entries) {
+            if (e.index > log.lastIndex + 1 || e.index <= log.compactIndex) {
+              throw new CairnError(
+                "CAIRN_ERR_WAL_GAP",
+                `WAL append: shard ${r.shard} entry ${e.index} does not follow [${log.compactIndex + 1}, ${log.lastIndex}]`,
+              );
+            }
+            writer.put(KIND_ENTRY, e.type, 0, r.shard, e.term, e.index, e.data);
+            this.#memoryBytes -= log.bytes;
+            log.append(e, false);
+            this.#memoryBytes += log.bytes;
+            if ((this.#pendingMax.get(r.shard) ?? 0) < e.index)
+              this.#pendingMax.set(r.shard, e.index);
+          }
+          break;
+        }
+        case "hard-state":
+          this.#putHardState(writer, r.shard, r.state);
+          log.hardState = r.state;
+          break;
+        case "snapshot":
+          writer.put(KIND_SNAPSHOT, 0, 0, r.shard, r.meta.term, r.meta.index, r.meta.data);
+          this.#memoryBytes -= log.bytes;
+          log.applySnapshot(r.meta);
+          this.#pendingMarks.push({ shard: r.shard, index: r.meta.index });
+          break;
+      }
+      this.#recordsAppended++;
+    }
+    this.#appendedBytes += writer.length - before;
+  }
+
+  /**
+   * Drops `shard`'s entries up to and including `index` from memory and, once durable, lets the
+   * segments holding only such entries be deleted. Call it once those entries are applied and
+   * flushed to the shard's SSTables. Durable with the next `sync()`.
+   */
+  compact(shard: number, index: number): void {
+    this.#assertWritable();
+    const log = this.#shards.get(shard);
+    if (log === undefined || index <= log.compactIndex) return;
+    if (index > log.lastIndex) {
+      throw new CairnError(
+        "CAIRN_ERR_WAL_COMPACT_BEYOND_LOG",
+        `WAL compact: shard ${shard} index ${index} is beyond its last index ${log.lastIndex}`,
+      );
+    }
+    const term = log.term(index) as number;
+    const before = this.#writer.length;
+    this.#writer.put(KIND_COMPACT, 0, 0, shard, term, index, EMPTY);
+    this.#appendedBytes += this.#writer.length - before;
+    this.#memoryBytes -= log.bytes;
+    log.compact(index, term);
+    this.#memoryBytes += log.bytes;
+    this.#pendingMarks.push({ shard, index });
+    this.#recordsAppended++;
+  }
+
+  /**
+   * Resolves once everything appended before the call is on stable storage. Concurrent calls
+   * share writes: one write and one fdatasync cover every record appended while the previous
+   * fdatasync was in flight (group commit). After an I/O failure every call rejects: whether the
+   * failed bytes reached the disk is unknown, so the process must restart and recover.
+   */
+  sync(): Promise<void> {
+    if (this.#failure !== undefined) return Promise.reject(this.#failureError());
+    if (this.#durableBytes >= this.#appendedBytes) return Promise.resolve();
+    if (this.#inflight !== null && this.#appendedBytes <= this.#inflight.upTo) {
+      return this.#inflight.done.promise;
+    }
+    // Every caller until the next flush starts shares one promise: the flush takes all of them.
+    this.#next ??= Promise.withResolvers<undefined>();
+    const { promise } = this.#next;
+    this.#flushing ??= this.#flushLoop();
+    return promise;
+  }
+
+  /** Syncs what is pending and closes the current segment. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    if (this.#failure === undefined) await this.sync();
+    this.#closed = true;
+    await this.#handle.close();
+  }
+
+  /**
+   * Closes without syncing: records appended since the last `sync()` are lost, exactly as in a
+   * crash. For shutting down after a failure, and for crash tests.
+   */
+  async destroy(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#writer.reset();
+    if (this.#flushing !== null) await this.#flushing;
+    const err = new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL destroyed before the sync completed");
+    this.#next?.reject(err);
+    this.#next = null;
+    await this.#handle.close();
+  }
+
+  // --- reads (synchronous, from memory) ---
+
+  /** Shards that have any state in the log. */
+  shards(): number[] {
+    return [...this.#shards.keys()].sort((a, b) => a - b);
+  }
+
+  hardState(shard: number): WalHardState | undefined {
+    return this.#shards.get(shard)?.hardState;
+  }
+
+  snapshot(shard: number): WalSnapshotMeta | undefined {
+    return this.#shards.get(shard)?.snapshot;
+  }
+
+  /** Index of the first entry still readable (compaction point + 1). */
+  firstIndex(shard: number): number {
+    return (this.#shards.get(shard)?.compactIndex ?? 0) + 1;
+  }
+
+  lastIndex(shard: number): number {
+    return this.#shards.get(shard)?.lastIndex ?? 0;
+  }
+
+  /** Term of the entry at `index`; at the compaction point, its recorded term; else undefined. */
+  term(shard: number, index: number): number | undefined {
+    const log = this.#shards.get(shard);
+    if (log === undefined) return index === 0 ? 0 : undefined;
+    return log.term(index);
+  }
+
+  /**
+   * Entries in [lo, hi), stopping early once `maxBytes` of payload is reached (at least one entry
+   * is returned). Throws CAIRN_ERR_WAL_COMPACTED below firstIndex and CAIRN_ERR_WAL_UNAVAILABLE
+   * past lastIndex + 1.
+   */
+  entries(shard: number, lo: number, hi: number, maxBytes = Infinity): WalEntry[] {
+    const log = this.#shards.get(shard);
+    const compactIndex = log?.compactIndex ?? 0;
+    const last = log?.lastIndex ?? 0;
+    if (lo <= compactIndex) {
+      throw new CairnError(
+        "CAIRN_ERR_WAL_COMPACTED",
+        `WAL read: shard ${shard} entry ${lo} is compacted (first index ${compactIndex + 1})`,
+      );
+    }
+    if (hi > last + 1) {
+      throw new CairnError(
+        "CAIRN_ERR_WAL_UNAVAILABLE",
+        `WAL read: shard ${shard} has entries up to ${last}, asked up to ${hi - 1}`,
+      );
+    }
+    if (log === undefined || lo >= hi) return [];
+    const out: WalEntry[] = [];
+    let bytes = 0;
+    for (let i = lo; i < hi; i++) {
+      const e = log.entries[i - compactIndex - 1] as WalEntry;
+      bytes += e.data.length;
+      if (out.length > 0 && bytes > maxBytes) break;
+      out.push(e);
+    }
+    return out;
+  }
+
+  // --- memory budget and statistics ---
+
+  /** Bytes of uncompacted entries held in memory (payloads plus an estimated overhead). */
+  get memoryBytes(): number {
+    return this.#memoryBytes;
+  }
+
+  isOverMemoryBudget(): boolean {
+    return this.#memoryBytes > this.#memoryBudgetBytes;
+  }
+
+  /** Up to `n` shards holding the most entry bytes in memory, largest first. */
+  largestShards(n: number): Array<{ shard: number; bytes: number }> {
+    return [...this.#shards]
+      .map(([shard, log]) => ({ shard, bytes: log.bytes }))
+      .sort((a, b) => b.bytes - a.bytes)
+      .slice(0, n);
+  }
+
+  stats(): WalStats {
+    return {
+      recordsAppended: this.#recordsAppended,
+      syncs: this.#syncs,
+      bytesWritten: this.#bytesWritten,
+      segments: this.#segments.length,
+      segmentsDeleted: this.#segmentsDeleted,
+      memoryBytes: this.#memoryBytes,
+    };
+  }
+
+  // --- internals ---
+
+  #shardLog(id: number): ShardLog {
+    let log = this.#shards.get(id);
+    if (log === undefined) {
+      log = new ShardLog();
+      this.#shards.set(id, log);
+    }
+    return log;
+  }
+
+  #putHardState(writer: RecordWriter, shard: number, state: WalHardState): void {
+    const vote = state.vote === null ? EMPTY : utf8.encode(state.vote);
+    writer.put(
+      KIND_HARD_STATE,
+      0,
+      state.vote === null ? 0 : FLAG_HAS_VOTE,
+      shard,
+      state.term,
+      state.commit,
+      vote,
+    );
+  }
+
+  #assertWritable(): void {
+    if (this.#closed) throw new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL is closed");
+    if (this.#failure !== undefined) throw this.#failureError();
+  }
+
+  #failureError(): CairnError {
+    return new CairnError(
+      "CAIRN_ERR_WAL_FAILED",
+      "WAL write or sync failed earlier; restart the node to recover from disk",
+      { cause: this.#failure },
+    );
+  }
+
+  /** The state of every shard, written first into a new segment so older ones can be deleted. */
+  #checkpoint(): Buffer {
+    const writer = new RecordWriter(64 * 1024);
+    for (const [shard, log] of this.#shards) {
+      if (log.snapshot !== undefined) {
+        const m = log.snapshot;
+        writer.put(KIND_SNAPSHOT, 0, FLAG_CHECKPOINT, shard, m.term, m.index, m.data);
+      }
+      if (log.compactIndex > 0) {
+        writer.put(KIND_COMPACT, 0, 0, shard, log.compactTerm, log.compactIndex, EMPTY);
+      }
+      if (log.hardState !== undefined) this.#putHardState(writer, shard, log.hardState);
+    }
+    return writer.finish();
+  }
+
+  /**
+   * Writes batches until nothing is pending. Waiters are resolved right after their batch's
+   * fdatasync, and the next batch's write is issued before their continuations run: the disk is
+   * never idle while the event loop prepares more records.
+   */
+  async #flushLoop(): Promise<void> {
+    try {
+      while (this.#writer.length > 0 && this.#failure === undefined) {
+        const done = this.#next ?? Promise.withResolvers<undefined>();
+        this.#next = null;
+        this.#inflight = { upTo: this.#appendedBytes, done };
+        try {
+          await this.#flush();
+          // Rare (once per segment) and cheap to check; done before acknowledging so a caller
+          // that awaited sync() after compact() sees the segments gone.
+          await this.#deleteObsoleteSegments();
+          done.resolve(undefined);
+        } catch (err) {
+          this.#failure ??= err;
+          done.reject(this.#failureError());
+        }
+        this.#inflight = null;
+      }
+    } finally {
+      this.#flushing = null;
+      if (this.#failure !== undefined && this.#next !== null) {
+        this.#next.reject(this.#failureError());
+        this.#next = null;
+      }
+    }
+  }
+
+  async #flush(): Promise<void> {
+    // Everything below up to the first await runs synchronously, so the batch, its marks and the
+    // checkpoint of a new segment all describe the same instant.
+    const writer = this.#writer;
+    this.#writer = this.#spare;
+    const upTo = this.#appendedBytes;
+    const marks = this.#pendingMarks;
+    const maxIndex = this.#pendingMax;
+    this.#pendingMarks = [];
+    this.#pendingMax = new Map();
+    try {
+      let rotated = false;
+      if (this.#segmentSize >= this.#segmentBytes) {
+        await this.#rotate();
+        rotated = true;
+      }
+      const segment = this.#segments.at(-1) as Segment;
+      for (const [shard, index] of maxIndex) {
+        if ((segment.maxIndex.get(shard) ?? 0) < index) segment.maxIndex.set(shard, index);
+      }
+      const data = writer.finish();
+      let written = 0;
+      while (written < data.length) {
+        const { bytesWritten } = await this.#handle.write(
+          data,
+          written,
+          data.length - written,
+          this.#segmentSize + written,
+        );
+        written += bytesWritten;
+      }
+      if (rotated) await fsyncDir(this.dir);
+      this.#segmentSize += data.length;
+      this.#bytesWritten += data.length;
+      this.#syncs++;
+      this.#durableBytes = upTo;
+      for (const m of marks) {
+        if ((this.#durableCompact.get(m.shard) ?? 0) < m.index) {
+          this.#durableCompact.set(m.shard, m.index);
+        }
+      }
+      writer.reset();
+      this.#spare = writer;
+    } catch (err) {
+      this.#failure ??= err;
+      throw err;
+    }
+  }
+
+  /** Starts a new segment whose first records are the checkpoint of every shard. */
+  async #rotate(): Promise<void> {
+    const checkpoint = this.#checkpoint();
+    const seq = (this.#segments.at(-1) as Segment).seq + 1;
+    const path = join(this.dir, segmentName(seq));
+    const handle = await open(path, CREATE_FLAGS | constants.O_EXCL);
+    const head = Buffer.concat([segmentHeader(), checkpoint]);
+    await handle.write(head, 0, head.length, 0);
+    const old = this.#handle;
+    this.#handle = handle;
+    this.#segmentSize = head.length;
+    this.#bytesWritten += head.length;
+    this.#segments.push({ seq, path, maxIndex: new Map() });
+    await old.close();
+  }
+
+  async #deleteObsoleteSegments(): Promise<void> {
+    while (this.#segments.length > 1) {
+      const oldest = this.#segments[0] as Segment;
+      for (const [shard, index] of oldest.maxIndex) {
+        if ((this.#durableCompact.get(shard) ?? 0) < index) return;
+      }
+      this.#segments.shift();
+      await unlink(oldest.path);
+      this.#segmentsDeleted++;
+    }
+  }
+}
+
+/**
+ * Replays one segment into the shard logs; returns the length of its valid prefix. Damage is a
+ * torn tail only in the last segment and only when no valid record follows it.
+ */
+function replaySegment(
+  segment: Segment,
+  buf: Buffer,
+  isLast: boolean,
+  shardLog: (id: number) => ShardLog,
+): number {
+  if (buf.length < SEGMENT_HEADER_BYTES) {
+    if (isLast) return 0;
+    throw new CorruptionError(segment.path, 0, "segment shorter than its header");
+  }
+  if (!buf.subarray(0, 8).equals(SEGMENT_MAGIC) || buf.readUInt32LE(8) !== SEGMENT_VERSION) {
+    throw new CorruptionError(segment.path, 0, "bad segment magic or version");
+  }
+  const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
+  let at = SEGMENT_HEADER_BYTES;
+  while (at < buf.length) {
+    const result = decodeRecord(buf, view, at);
+    if (!result.ok) {
+      if (isLast && !hasValidRecordAfter(buf, view, at)) return at;
+      throw new CorruptionError(segment.path, at, `WAL record ${result.failure}`);
+    }
+    applyRecord(segment, result.record, shardLog(result.record.shard));
+    at = result.next;
+  }
+  return at;
+}
+
+function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
+  switch (r.kind) {
+    case KIND_ENTRY:
+      // Copy the payload: a view would keep the whole segment buffer alive.
+      log.append(
+        { term: r.term, index: r.index, type: r.entryType, data: new Uint8Array(r.payload) },
+        true,
+      );
+      if ((segment.maxIndex.get(r.shard) ?? 0) < r.index) segment.maxIndex.set(r.shard, r.index);
+      break;
+    case KIND_HARD_STATE:
+      log.hardState = {
+        term: r.term,
+        commit: r.index,
+        vote: (r.flags & FLAG_HAS_VOTE) !== 0 ? fromUtf8.decode(r.payload) : null,
+      };
+      break;
+    case KIND_SNAPSHOT: {
+      const meta = { term: r.term, index: r.index, data: new Uint8Array(r.payload) };
+      if ((r.flags & FLAG_CHECKPOINT) !== 0) log.snapshot = meta;
+      else log.applySnapshot(meta);
+      break;
+    }
+    case KIND_COMPACT:
+      log.compact(r.index, r.term);
+      break;
+  }
+}

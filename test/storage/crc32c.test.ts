@@ -1,0 +1,25 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import { crc32c } from "../../src/storage/common/index.ts";
+
+describe("crc32c", () => {
+  it("matches the RFC 3720 B.4 test vectors", () => {
+    assert.equal(crc32c(new Uint8Array(32)), 0x8a9136aa);
+    assert.equal(crc32c(new Uint8Array(32).fill(0xff)), 0x62a8ab43);
+    assert.equal(crc32c(Uint8Array.from({ length: 32 }, (_, i) => i)), 0x46dd794e);
+    assert.equal(crc32c(Uint8Array.from({ length: 32 }, (_, i) => 31 - i)), 0x113fdb5c);
+    assert.equal(crc32c(new TextEncoder().encode("123456789")), 0xe3069283);
+  });
+
+  it("can be computed in pieces and over sub-ranges", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat(), (data, cut) => {
+        const at = data.length === 0 ? 0 : cut % data.length;
+        const whole = crc32c(data);
+        assert.equal(crc32c(data, crc32c(data, 0, 0, at), at), whole);
+        assert.equal(crc32c(data.subarray(at)), crc32c(data, 0, at));
+      }),
+    );
+  });
+});

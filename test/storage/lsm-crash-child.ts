@@ -1,0 +1,34 @@
+/**
+ * Child process of the LSM crash test: applies the workload to an engine with a tiny memtable
+ * (so flushes and compactions run all the time) and reports progress on stdout until the parent
+ * kills it with SIGKILL. Not a test file itself.
+ */
+import { LsmEngine, LsmEnvironment } from "../../src/storage/lsm/index.ts";
+import { workload } from "./lsm-model.ts";
+
+const [dir, seedText, countText] = process.argv.slice(2) as [string, string, string];
+const batches = workload(Number(seedText), Number(countText));
+const env = new LsmEnvironment({ workers: 1 });
+const engine = await LsmEngine.open(dir, env, CRASH_OPTIONS());
+for (let i = engine.lastSeq; i < batches.length; i++) {
+  await engine.write(i + 1, batches[i] as (typeof batches)[number]);
+  if ((i + 1) % 25 === 0) process.stdout.write(`${i + 1}\n`);
+}
+process.stdout.write("done\n");
+await engine.flush();
+await engine.close();
+await env.close();
+
+function CRASH_OPTIONS(): {
+  memtableBytes: number;
+  l0CompactionTrigger: number;
+  levelBaseBytes: number;
+  targetFileBytes: number;
+} {
+  return {
+    memtableBytes: 8192,
+    l0CompactionTrigger: 2,
+    levelBaseBytes: 32768,
+    targetFileBytes: 8192,
+  };
+}

@@ -1,0 +1,355 @@
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
+import { bytes, tempDir } from "./helpers.ts";
+
+function entry(index: number, term: number, text = `e${index}`): WalEntry {
+  return { index, term, type: 0, data: bytes(text) };
+}
+
+function segmentFiles(dir: string): string[] {
+  return readdirSync(dir)
+    .filter((n) => n.endsWith(".wal"))
+    .sort()
+    .map((n) => join(dir, n));
+}
+
+function texts(wal: Wal, shard: number): string[] {
+  const decoder = new TextDecoder();
+  return wal
+    .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
+    .map((e) => `${e.index}@${e.term}:${decoder.decode(e.data)}`);
+}
+
+describe("WAL", () => {
+  it("recovers entries, hard states and snapshots of several shards", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([
+      { kind: "entries", shard: 1, entries: [entry(1, 1), entry(2, 1)] },
+      { kind: "entries", shard: 7, entries: [entry(1, 2)] },
+      { kind: "hard-state", shard: 1, state: { term: 1, vote: "n1", commit: 2 } },
+      { kind: "hard-state", shard: 7, state: { term: 2, vote: null, commit: 0 } },
+      { kind: "snapshot", shard: 9, meta: { index: 40, term: 3, data: bytes("conf") } },
+      { kind: "entries", shard: 9, entries: [entry(41, 3)] },
+    ]);
+    await wal.sync();
+    await wal.close();
+
+    const again = await Wal.open(dir);
+    assert.equal(again.tornTail, undefined);
+    assert.deepEqual(again.shards(), [1, 7, 9]);
+    assert.deepEqual(texts(again, 1), ["1@1:e1", "2@1:e2"]);
+    assert.deepEqual(texts(again, 7), ["1@2:e1"]);
+    assert.deepEqual(again.hardState(1), { term: 1, vote: "n1", commit: 2 });
+    assert.deepEqual(again.hardState(7), { term: 2, vote: null, commit: 0 });
+    assert.equal(again.firstIndex(9), 41);
+    assert.equal(again.term(9, 40), 3);
+    assert.deepEqual(again.snapshot(9)?.data, bytes("conf"));
+    assert.deepEqual(texts(again, 9), ["41@3:e41"]);
+    await again.close();
+  });
+
+  it("replaces a conflicting suffix, before and after a restart", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 0, entries: [1, 2, 3, 4].map((i) => entry(i, 1)) }]);
+    wal.append([{ kind: "entries", shard: 0, entries: [entry(3, 2, "new3")] }]);
+    assert.deepEqual(texts(wal, 0), ["1@1:e1", "2@1:e2", "3@2:new3"]);
+    await wal.close();
+    const again = await Wal.open(dir);
+    assert.deepEqual(texts(again, 0), ["1@1:e1", "2@1:e2", "3@2:new3"]);
+    assert.throws(() => again.append([{ kind: "entries", shard: 0, entries: [entry(9, 2)] }]), {
+      code: "CAIRN_ERR_WAL_GAP",
+    });
+    await again.close();
+  });
+
+  it("shares one write and one fdatasync among concurrent syncs (group commit)", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    const syncs: Promise<void>[] = [];
+    for (let i = 1; i <= 100; i++) {
+      wal.append([{ kind: "entries", shard: i % 8, entries: [entry(Math.ceil(i / 8), 1)] }]);
+      syncs.push(wal.sync());
+    }
+    await Promise.all(syncs);
+    // The first sync starts a write with the one record appended so far; the other 99 records
+    // were appended while it was in flight and go out together in the second.
+    assert.equal(wal.stats().syncs, 2);
+    assert.equal(wal.stats().recordsAppended, 100);
+    await wal.close();
+    const again = await Wal.open(dir);
+    assert.equal(again.lastIndex(0), 12);
+    await again.close();
+  });
+
+  it("cuts a torn record off the end of the last segment and reports it", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 3, entries: [entry(1, 1), entry(2, 1)] }]);
+    await wal.sync();
+    wal.append([{ kind: "entries", shard: 3, entries: [entry(3, 1, "x".repeat(100))] }]);
+    await wal.close();
+    const [file] = segmentFiles(dir) as [string];
+    const full = statSync(file).size;
+    truncateSync(file, full - 40);
+
+    const again = await Wal.open(dir);
+    assert.deepEqual(again.tornTail, { file, offset: full - 132, droppedBytes: 92 });
+    assert.deepEqual(texts(again, 3), ["1@1:e1", "2@1:e2"]);
+    // The log continues cleanly after the cut.
+    again.append([{ kind: "entries", shard: 3, entries: [entry(3, 2)] }]);
+    await again.close();
+    const third = await Wal.open(dir);
+    assert.equal(third.tornTail, undefined);
+    assert.deepEqual(texts(third, 3), ["1@1:e1", "2@1:e2", "3@2:e3"]);
+    await third.close();
+  });
+
+  it("treats a zero-filled tail (a preallocated or unwritten block) as torn", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 0, entries: [entry(1, 1)] }]);
+    await wal.close();
+    const [file] = segmentFiles(dir) as [string];
+    const data = readFileSync(file);
+    writeFileSync(file, Buffer.concat([data, Buffer.alloc(4096)]));
+    const again = await Wal.open(dir);
+    assert.equal(again.tornTail?.offset, data.length);
+    assert.equal(again.lastIndex(0), 1);
+    await again.close();
+  });
+
+  it("refuses to start on corruption followed by valid records, naming file and offset", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 0, entries: [entry(1, 1), entry(2, 1), entry(3, 1)] }]);
+    await wal.close();
+    const [file] = segmentFiles(dir) as [string];
+    const data = readFileSync(file);
+    // Segment header 16 bytes; record 1 is 8 + 24 + 2 bytes; flip a payload byte of record 2.
+    const second = 16 + 34;
+    data.writeUInt8(data.readUInt8(second + 8 + 24) ^ 0x01, second + 8 + 24);
+    writeFileSync(file, data);
+    await assert.rejects(Wal.open(dir), (err: Error & { code?: string }) => {
+      assert.equal(err.code, "CAIRN_ERR_CORRUPTION");
+      assert.match(err.message, new RegExp(`${file} at offset ${second}: WAL record bad-checksum`));
+      return true;
+    });
+  });
+
+  it("refuses to start on corruption in a segment that is not the last", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 256 });
+    for (let i = 1; i <= 20; i++) {
+      wal.append([{ kind: "entries", shard: 0, entries: [entry(i, 1, "y".repeat(50))] }]);
+      await wal.sync();
+    }
+    await wal.close();
+    const files = segmentFiles(dir);
+    assert.ok(files.length > 2);
+    const first = files[0] as string;
+    const data = readFileSync(first);
+    truncateSync(first, data.length - 3);
+    await assert.rejects(Wal.open(dir), { code: "CAIRN_ERR_CORRUPTION" });
+  });
+
+  it("deletes a segment once every shard has compacted past it, keeping hard states", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 1024 });
+    wal.append([
+      { kind: "hard-state", shard: 5, state: { term: 4, vote: "n2", commit: 0 } },
+      { kind: "snapshot", shard: 6, meta: { index: 10, term: 2, data: bytes("c6") } },
+    ]);
+    for (let i = 1; i <= 60; i++) {
+      wal.append([
+        { kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] },
+        { kind: "entries", shard: 2, entries: [entry(i, 1, "w".repeat(40))] },
+      ]);
+      await wal.sync();
+    }
+    const before = segmentFiles(dir).length;
+    assert.ok(before >= 5, `expected several segments, got ${before}`);
+    wal.compact(1, 50);
+    await wal.sync();
+    assert.equal(wal.stats().segmentsDeleted, 0, "shard 2 still needs every segment");
+    wal.compact(2, 55);
+    await wal.sync();
+    assert.ok(segmentFiles(dir).length < before - 2);
+    assert.ok(wal.stats().segmentsDeleted > 0);
+    assert.ok(wal.memoryBytes > 0);
+    await wal.close();
+
+    const again = await Wal.open(dir);
+    assert.deepEqual(again.hardState(5), { term: 4, vote: "n2", commit: 0 });
+    assert.equal(again.snapshot(6)?.index, 10);
+    assert.equal(again.firstIndex(1), 51);
+    assert.equal(again.firstIndex(2), 56);
+    assert.equal(again.lastIndex(1), 60);
+    assert.equal(again.term(2, 55), 1);
+    assert.throws(() => again.entries(1, 50, 52), { code: "CAIRN_ERR_WAL_COMPACTED" });
+    assert.equal(again.entries(2, 56, 61).length, 5);
+    await again.close();
+  });
+
+  it("reports the shards holding the most memory", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { memoryBudgetBytes: 1000 });
+    wal.append([
+      { kind: "entries", shard: 1, entries: [entry(1, 1, "a".repeat(100))] },
+      { kind: "entries", shard: 2, entries: [entry(1, 1, "b".repeat(1000))] },
+    ]);
+    assert.equal(wal.isOverMemoryBudget(), true);
+    assert.deepEqual(
+      wal.largestShards(1).map((s) => s.shard),
+      [2],
+    );
+    wal.compact(2, 1);
+    assert.equal(wal.isOverMemoryBudget(), false);
+    await wal.close();
+  });
+});
+
+// --- model-based: random operations, syncs, restarts and crashes against a simple model ---
+
+interface ShardModel {
+  entries: Map<number, { term: number; text: string }>;
+  first: number;
+  last: number;
+  hard: { term: number; vote: string | null; commit: number } | undefined;
+}
+
+type Op =
+  | { op: "append"; shard: number; back: number; count: number; term: number }
+  | { op: "hard"; shard: number; term: number; vote: string | null }
+  | { op: "compact"; shard: number; back: number }
+  | { op: "sync" }
+  | { op: "restart" }
+  | { op: "crash" };
+
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  {
+    arbitrary: fc.record({
+      op: fc.constant("append" as const),
+      shard: fc.integer({ min: 0, max: 3 }),
+      back: fc.integer({ min: 0, max: 3 }),
+      count: fc.integer({ min: 1, max: 6 }),
+      term: fc.integer({ min: 1, max: 5 }),
+    }),
+    weight: 6,
+  },
+  {
+    arbitrary: fc.record({
+      op: fc.constant("hard" as const),
+      shard: fc.integer({ min: 0, max: 3 }),
+      term: fc.integer({ min: 1, max: 9 }),
+      vote: fc.option(fc.constantFrom("n1", "n2", "nœud-3"), { nil: null }),
+    }),
+    weight: 2,
+  },
+  {
+    arbitrary: fc.record({
+      op: fc.constant("compact" as const),
+      shard: fc.integer({ min: 0, max: 3 }),
+      back: fc.integer({ min: 0, max: 4 }),
+    }),
+    weight: 2,
+  },
+  { arbitrary: fc.constant({ op: "sync" as const }), weight: 3 },
+  { arbitrary: fc.constant({ op: "restart" as const }), weight: 1 },
+  { arbitrary: fc.constant({ op: "crash" as const }), weight: 1 },
+);
+
+function cloneModel(m: Map<number, ShardModel>): Map<number, ShardModel> {
+  const out = new Map<number, ShardModel>();
+  for (const [k, v] of m) out.set(k, { ...v, entries: new Map(v.entries) });
+  return out;
+}
+
+describe("WAL against a model", () => {
+  it("recovers exactly the synced state after restarts and crashes", async () => {
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 60 }), async (ops) => {
+        const dir = tempDir(`walmodel${run++}`);
+        let wal = await Wal.open(dir, { segmentBytes: 700 });
+        let live = new Map<number, ShardModel>();
+        let durable = cloneModel(live);
+        const shardModel = (id: number): ShardModel => {
+          let s = live.get(id);
+          if (s === undefined) {
+            s = { entries: new Map(), first: 1, last: 0, hard: undefined };
+            live.set(id, s);
+          }
+          return s;
+        };
+        let serial = 0;
+        for (const op of ops) {
+          switch (op.op) {
+            case "append": {
+              const s = shardModel(op.shard);
+              const start = Math.max(s.first, s.last + 1 - op.back);
+              const list: WalEntry[] = [];
+              for (let i = start; i <= s.last; i++) s.entries.delete(i);
+              for (let k = 0; k < op.count; k++) {
+                const text = `s${serial++}`;
+                list.push(entry(start + k, op.term, text));
+                s.entries.set(start + k, { term: op.term, text });
+              }
+              s.last = start + op.count - 1;
+              wal.append([{ kind: "entries", shard: op.shard, entries: list } as WalRecord]);
+              break;
+            }
+            case "hard": {
+              const hard = { term: op.term, vote: op.vote, commit: 0 };
+              shardModel(op.shard).hard = hard;
+              wal.append([{ kind: "hard-state", shard: op.shard, state: hard }]);
+              break;
+            }
+            case "compact": {
+              const s = live.get(op.shard);
+              if (s === undefined || s.last < s.first) break;
+              const index = Math.max(s.first, s.last - op.back);
+              for (let i = s.first; i <= index; i++) s.entries.delete(i);
+              s.first = index + 1;
+              wal.compact(op.shard, index);
+              break;
+            }
+            case "sync":
+              await wal.sync();
+              durable = cloneModel(live);
+              break;
+            case "restart":
+              await wal.close();
+              durable = cloneModel(live);
+              wal = await Wal.open(dir, { segmentBytes: 700 });
+              break;
+            case "crash":
+              await wal.destroy();
+              live = cloneModel(durable);
+              wal = await Wal.open(dir, { segmentBytes: 700 });
+              break;
+          }
+          if (op.op === "restart" || op.op === "crash") {
+            for (const [id, s] of live) {
+              assert.equal(wal.firstIndex(id), s.first, `shard ${id} first`);
+              assert.equal(wal.lastIndex(id), s.last, `shard ${id} last`);
+              const got = texts(wal, id);
+              const want = [...s.entries]
+                .sort((a, b) => a[0] - b[0])
+                .map(([i, e]) => `${i}@${e.term}:${e.text}`);
+              assert.deepEqual(got, want, `shard ${id} entries`);
+              assert.deepEqual(wal.hardState(id), s.hard, `shard ${id} hard state`);
+            }
+          }
+        }
+        await wal.close();
+      }),
+      { numRuns: 100 },
+    );
+  });
+});
