@@ -6,9 +6,9 @@
  *   ping      = seq:u32 target:str8 gossip
  *   ping-req  = seq:u32 target:str8 targetAddr:str8 gossip
  *   ack       = seq:u32 gossip
+ *   gossip    = count:u8 update*              (message type 6; also the tail of the three above)
  *   push-pull = flags:u8 (1 reply, 2 join, 4 first) count:u8 record*
  *   refuse    = reason:u8 (1 shard-count-mismatch)
- *   gossip    = count:u8 update*
  *   update    = kind:u8 (1 alive, 2 suspect, 3 dead, 4 left) id:str8 incarnation:u32 then
  *               alive: rpcAddr:str8 httpAddr:str8 totalShards:u32; suspect, dead: from:str8
  *   record    = state:u8 (1 alive, 2 suspect, 3 dead, 4 left) id:str8 incarnation:u32
@@ -28,7 +28,14 @@ export const MAX_DATAGRAM_BYTES = 1400;
 /** Longest string field (node id, address) in UTF-8 bytes. */
 export const MAX_STRING_BYTES = 255;
 
-const TYPE_CODES = { ping: 1, "ping-req": 2, ack: 3, "push-pull": 4, refuse: 5 } as const;
+const TYPE_CODES = {
+  ping: 1,
+  "ping-req": 2,
+  ack: 3,
+  "push-pull": 4,
+  refuse: 5,
+  gossip: 6,
+} as const;
 const UPDATE_CODES = { alive: 1, suspect: 2, dead: 3, left: 4 } as const;
 const STATE_CODES: Record<MemberState, number> = { alive: 1, suspect: 2, dead: 3, left: 4 };
 const STATES: readonly MemberState[] = ["alive", "suspect", "dead", "left"];
@@ -148,6 +155,9 @@ export function encodeMessage(m: Message): Uint8Array {
         break;
       case "ack":
         w.u32(m.seq);
+        writeGossip(w, m.gossip);
+        break;
+      case "gossip":
         writeGossip(w, m.gossip);
         break;
       case "push-pull":
@@ -294,6 +304,9 @@ function readMessage(r: Reader): Message {
       m = { type: "ack", from, totalShards, seq, gossip: readGossip(r) };
       break;
     }
+    case TYPE_CODES.gossip:
+      m = { type: "gossip", from, totalShards, gossip: readGossip(r) };
+      break;
     case TYPE_CODES["push-pull"]: {
       const flags = r.u8();
       if (flags > 7) throw new DecodeError("bad-field");

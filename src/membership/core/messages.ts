@@ -70,6 +70,12 @@ export interface Ack extends Header {
   readonly gossip: readonly Update[];
 }
 
+/** Updates alone, sent to a few random members every gossip interval while any are queued. */
+export interface Gossip extends Header {
+  readonly type: "gossip";
+  readonly gossip: readonly Update[];
+}
+
 /**
  * One chunk of a full-state exchange. A request (`reply` false) is answered with the receiver's
  * full state, once per exchange: only its `first` chunk asks for an answer. `join` marks the
@@ -89,7 +95,7 @@ export interface Refuse extends Header {
   readonly reason: "shard-count-mismatch";
 }
 
-export type Message = Ping | PingReq | Ack | PushPull | Refuse;
+export type Message = Ping | PingReq | Ack | Gossip | PushPull | Refuse;
 
 export function describeUpdate(u: Update): string {
   switch (u.kind) {
@@ -116,6 +122,8 @@ export function describeMessage(m: Message): string {
       return `ping-req ${m.from}→? target=${m.target}@${m.targetAddr} seq=${m.seq}${describeGossip(m.gossip)}`;
     case "ack":
       return `ack ${m.from} seq=${m.seq}${describeGossip(m.gossip)}`;
+    case "gossip":
+      return `gossip ${m.from}${describeGossip(m.gossip)}`;
     case "push-pull": {
       const flags = [m.reply ? "reply" : "request", m.join ? "join" : "", m.first ? "first" : ""];
       const records = m.records.map((r) => `${r.meta.id}:${r.state}@${r.incarnation}`);

@@ -144,6 +144,7 @@ export class Swim {
   #probeIndex = 0;
   #probe: Probe | null = null;
   #nextProbeAt: Ticks;
+  #nextGossipAt: Ticks;
   #nextPushPullAt: Ticks;
   #nextReconnectAt: Ticks;
   #seq = 0;
@@ -164,6 +165,7 @@ export class Swim {
     this.#incarnation = incarnation(options.incarnation ?? 0);
     // Random phases keep members from probing and exchanging state in lockstep.
     this.#nextProbeAt = ticks(1 + this.#rng.int(config.probeIntervalTicks));
+    this.#nextGossipAt = ticks(1 + this.#rng.int(config.gossipIntervalTicks));
     this.#nextPushPullAt = ticks(1 + this.#rng.int(config.pushPullIntervalTicks));
     this.#nextReconnectAt = ticks(1 + this.#rng.int(config.reconnectIntervalTicks));
   }
@@ -262,6 +264,7 @@ export class Swim {
     }
     if (this.#leaving) return;
     this.#maybeProbe();
+    this.#maybeGossip();
     this.#maybeTimeOutSuspicions();
     this.#maybeForgetTombstones();
     this.#maybeExchangeState();
@@ -314,6 +317,9 @@ export class Swim {
         }
         return;
       }
+      case "gossip":
+        this.#handleGossip(m.gossip);
+        return;
       case "push-pull":
         this.#handlePushPull(fromAddr, m);
         return;
@@ -412,14 +418,7 @@ export class Swim {
     for (const e of this.#members.values()) {
       if (e.state === "alive" && e.meta.id !== probe.target) helpers.push(e);
     }
-    const k = Math.min(this.#config.indirectChecks, helpers.length);
-    for (let i = 0; i < k; i++) {
-      const j = i + this.#rng.int(helpers.length - i);
-      const helper = helpers[j];
-      const swap = helpers[i];
-      if (helper === undefined || swap === undefined) break;
-      helpers[j] = swap;
-      helpers[i] = helper;
+    for (const helper of pickRandom(helpers, this.#config.indirectChecks, this.#rng)) {
       this.#send(helper.meta.rpcAddr, {
         type: "ping-req",
         ...this.#header(),
@@ -428,6 +427,18 @@ export class Swim {
         targetAddr: target.meta.rpcAddr,
         gossip: [],
       });
+    }
+  }
+
+  /** Spreads queued updates faster than probes alone would (memberlist's gossip timer). */
+  #maybeGossip(): void {
+    if (this.#now < this.#nextGossipAt) return;
+    this.#nextGossipAt = ticks(this.#now + this.#config.gossipIntervalTicks);
+    if (this.#broadcasts.size === 0) return;
+    const peers: Entry[] = [];
+    for (const e of this.#members.values()) if (isLive(e.state)) peers.push(e);
+    for (const peer of pickRandom(peers, this.#config.gossipFanout, this.#rng)) {
+      this.#send(peer.meta.rpcAddr, { type: "gossip", ...this.#header(), gossip: [] });
     }
   }
 
@@ -684,12 +695,13 @@ export class Swim {
 
   /** Queues a datagram, filling the room left in it with piggybacked updates. */
   #send(to: string, m: Message, exclude: MemberId | null = null): void {
-    if (m.type === "ping" || m.type === "ping-req" || m.type === "ack") {
+    if (m.type === "ping" || m.type === "ping-req" || m.type === "ack" || m.type === "gossip") {
       const carried = m.gossip.reduce((sum, u) => sum + updateBytes(u), 0);
       const budget = MAX_DATAGRAM_BYTES - messageBytesWithoutGossip(m) - carried;
       const limit = this.#config.retransmitMult * Math.ceil(Math.log10(this.liveCount + 1));
       const extra = this.#broadcasts.take(budget, limit, exclude);
       if (extra.length > 0) m = { ...m, gossip: [...m.gossip, ...extra] };
+      else if (m.type === "gossip") return;
     }
     this.#messages.push({ to, message: m });
   }
@@ -724,6 +736,20 @@ function sameMeta(a: MemberMeta, b: MemberMeta): boolean {
   );
 }
 
+/** Up to `k` distinct items chosen uniformly (a partial Fisher–Yates; reorders `items`). */
+function pickRandom<T>(items: T[], k: number, rng: Rng): T[] {
+  const n = Math.min(k, items.length);
+  for (let i = 0; i < n; i++) {
+    const j = i + rng.int(items.length - i);
+    const a = items[i];
+    const b = items[j];
+    if (a === undefined || b === undefined) break;
+    items[i] = b;
+    items[j] = a;
+  }
+  return items.slice(0, n);
+}
+
 function shuffle<T>(items: T[], rng: Rng): void {
   for (let i = items.length - 1; i > 0; i--) {
     const j = rng.int(i + 1);
@@ -745,6 +771,8 @@ function messageBytesWithoutGossip(m: Message): number {
       return header + 4 + stringBytes(m.target) + stringBytes(m.targetAddr) + 1;
     case "ack":
       return header + 4 + 1;
+    case "gossip":
+      return header + 1;
     case "push-pull":
     case "refuse":
       return MAX_DATAGRAM_BYTES;

@@ -65,6 +65,10 @@ export interface SwimConfig {
   readonly ackTimeoutTicks: number;
   /** Members asked to probe indirectly (`ping-req`), the k of SWIM. */
   readonly indirectChecks: number;
+  /** Ticks between two gossip rounds; a round sends queued updates to gossipFanout members. */
+  readonly gossipIntervalTicks: number;
+  /** Members a gossip round sends to, chosen at random among the live ones. */
+  readonly gossipFanout: number;
   /** Minimum suspicion timeout = suspicionMult · max(1, log10 n) probe periods (Lifeguard). */
   readonly suspicionMult: number;
   /** Maximum suspicion timeout = suspicionMaxMult · minimum; shrinks with confirmations. */
@@ -86,6 +90,8 @@ export const DEFAULT_SWIM_CONFIG: SwimConfig = {
   probeIntervalTicks: 10,
   ackTimeoutTicks: 5,
   indirectChecks: 3,
+  gossipIntervalTicks: 2,
+  gossipFanout: 3,
   suspicionMult: 4,
   suspicionMaxMult: 6,
   retransmitMult: 4,
