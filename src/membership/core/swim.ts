@@ -813,15 +813,21 @@ export function validateMeta(meta: MemberMeta): void {
   }
 }
 
-/** Splits `host:port` (IPv6 hosts in brackets); null unless the port is 1..65535. */
-export function parseHostPort(addr: string): { host: string; port: number } | null {
+/**
+ * Splits `host:port` (IPv6 hosts in brackets); null unless the port is 1..65535 (or 0 with
+ * `allowPortZero`, for a bind address that lets the OS choose).
+ */
+export function parseHostPort(
+  addr: string,
+  allowPortZero = false,
+): { host: string; port: number } | null {
   const colon = addr.lastIndexOf(":");
   if (colon <= 0) return null;
   let host = addr.slice(0, colon);
   const portText = addr.slice(colon + 1);
   if (!/^[0-9]{1,5}$/.test(portText)) return null;
   const port = Number(portText);
-  if (port < 1 || port > 65535) return null;
+  if (port < (allowPortZero ? 0 : 1) || port > 65535) return null;
   if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
   if (host === "" || (host.includes(":") && !addr.startsWith("["))) return null;
   return { host, port };
