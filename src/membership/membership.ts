@@ -93,6 +93,7 @@ export class Membership {
   readonly #pingSentAt = new Map<number, bigint>();
   readonly #boundHost: string;
   readonly #boundPort: number;
+  readonly #family: 4 | 6;
   #closed = false;
   #inFlight = 0;
   #drained: (() => void) | null = null;
@@ -130,6 +131,7 @@ export class Membership {
     const bound = socket.address();
     this.#boundHost = bound.address;
     this.#boundPort = bound.port;
+    this.#family = bound.family === "IPv6" ? 6 : 4;
     const bindHost = options.bindAddr.slice(0, options.bindAddr.lastIndexOf(":"));
     const rpcAddr = options.advertiseRpcAddr ?? `${bindHost}:${bound.port}`;
     const self: MemberMeta = {
@@ -349,8 +351,10 @@ export class Membership {
         continue;
       }
       try {
-        for (const a of await lookup(parsed.host, { all: true }))
+        // Only addresses of the socket's family can be reached from it.
+        for (const a of await lookup(parsed.host, { all: true, family: this.#family })) {
           out.push(formatAddr(a.address, parsed.port));
+        }
       } catch (e) {
         this.#log.warn("cannot resolve a seed", { seed, error: String(e) });
       }

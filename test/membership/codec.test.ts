@@ -53,6 +53,7 @@ const samples: Message[] = [
       { meta: meta("n4"), state: "left", incarnation: incarnation(1) },
     ],
   },
+  { type: "gossip", ...header, gossip },
   { type: "refuse", ...header, reason: "shard-count-mismatch" },
 ];
 
@@ -129,7 +130,7 @@ describe("SWIM wire format", () => {
   it("never throws on random bodies behind a valid version and type", () => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 1, max: 5 }),
+        fc.integer({ min: 1, max: 6 }),
         fc.uint8Array({ maxLength: 300 }),
         (type, body) => {
           const bytes = Uint8Array.from([1, type, 0, 0, 4, 0, 2, 0x6e, 0x31, ...body]);
@@ -138,6 +139,23 @@ describe("SWIM wire format", () => {
         },
       ),
       { numRuns: 5000 },
+    );
+  });
+
+  it("sizes and round-trips any Unicode string field exactly", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "grapheme", minLength: 1, maxLength: 60 }), (id) => {
+        const m: Message = { type: "ack", from: memberId(id), totalShards: 1, seq: 1, gossip: [] };
+        const utf8 = new TextEncoder().encode(id).length;
+        if (utf8 > 255) {
+          assert.throws(() => encodeMessage(m), RangeError);
+          return;
+        }
+        const bytes = encodeMessage(m);
+        assert.equal(bytes.length, 6 + 1 + utf8 + 4 + 1);
+        assert.deepEqual(decodeMessage(bytes), { ok: true, message: m });
+      }),
+      { numRuns: 2000 },
     );
   });
 

@@ -110,7 +110,9 @@ describe("membership over real UDP", () => {
     const seed = (await a.waitFor("listening", (l) => l.event === "listening", 10_000)).addr;
     assert.ok(seed !== undefined);
     const b = new MemberProcess("b", ["--bind", "127.0.0.1:0", "--seeds", seed]);
-    const c = new MemberProcess("c", ["--bind", "127.0.0.1:0", "--seeds", seed]);
+    // Seeds may be host names.
+    const seedByName = `localhost:${seed.slice(seed.lastIndexOf(":") + 1)}`;
+    const c = new MemberProcess("c", ["--bind", "127.0.0.1:0", "--seeds", seedByName]);
     procs.push(b, c);
     const cAddr = (await c.waitFor("listening", (l) => l.event === "listening", 10_000)).addr;
     assert.ok(cAddr !== undefined);

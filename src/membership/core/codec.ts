@@ -60,14 +60,32 @@ export type DecodeResult = { readonly ok: true; readonly message: Message } | De
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** UTF-8 length of a string field; what the size-budget functions below add up. */
+/** UTF-8 length of `s` without encoding it (lone surrogates count as U+FFFD, 3 bytes). */
+function utf8Length(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        n += 4;
+        i += 1;
+      } else n += 3;
+    } else n += 3;
+  }
+  return n;
+}
+
+/** Encoded size of a string field (length byte included); what the budgets below add up. */
 export function stringBytes(s: string): number {
-  return 1 + encoder.encode(s).length;
+  return 1 + utf8Length(s);
 }
 
 /** True when `s` can be a string field: 1..MAX_STRING_BYTES bytes of UTF-8. */
 export function isEncodableString(s: string): boolean {
-  const n = encoder.encode(s).length;
+  const n = utf8Length(s);
   return n >= 1 && n <= MAX_STRING_BYTES;
 }
 
@@ -97,9 +115,13 @@ function metaTailBytes(m: MemberMeta): number {
 
 class EncodeOverflow extends Error {}
 
+/** Encoding is synchronous, so one scratch buffer serves every message. */
+const scratch = new Uint8Array(MAX_DATAGRAM_BYTES);
+const scratchView = new DataView(scratch.buffer);
+
 class Writer {
-  readonly #buf = new Uint8Array(MAX_DATAGRAM_BYTES);
-  readonly #view = new DataView(this.#buf.buffer);
+  readonly #buf = scratch;
+  readonly #view = scratchView;
   #pos = 0;
 
   #room(n: number): void {
@@ -116,14 +138,14 @@ class Writer {
     this.#pos += 4;
   }
   str(s: string): void {
-    const bytes = encoder.encode(s);
-    if (bytes.length < 1 || bytes.length > MAX_STRING_BYTES) {
-      throw new RangeError(`string field of ${bytes.length} bytes (1..${MAX_STRING_BYTES})`);
+    const n = utf8Length(s);
+    if (n < 1 || n > MAX_STRING_BYTES) {
+      throw new RangeError(`string field of ${n} bytes (1..${MAX_STRING_BYTES})`);
     }
-    this.u8(bytes.length);
-    this.#room(bytes.length);
-    this.#buf.set(bytes, this.#pos);
-    this.#pos += bytes.length;
+    this.u8(n);
+    this.#room(n);
+    encoder.encodeInto(s, this.#buf.subarray(this.#pos, this.#pos + n));
+    this.#pos += n;
   }
   finish(): Uint8Array {
     return this.#buf.slice(0, this.#pos);
