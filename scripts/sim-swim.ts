@@ -5,8 +5,9 @@
  *   npm run sim:swim -- [--seeds N] [--seed S] [--members 3,10,100] [--scenario crash,soak,...]
  *                       [--minutes M] [--loss 0.1] [--trace] [--trace-messages]
  *
- * Without --scenario it runs crash and partition (1% loss) and soak (10% loss, a pause each
- * minute) for every member count.
+ * Without --scenario it runs crash and partition (1% loss), soak (10% loss, a member paused
+ * 1.5 s each minute) and mixed (5% loss, pauses, crashes and partitions) for every member count.
+ * The last line counts runs (one per seed, scenario and member count) and violations.
  */
 import { parseArgs } from "node:util";
 import { type Scenario, SCENARIOS, runSimulation } from "../src/membership/sim/index.ts";
@@ -26,7 +27,7 @@ const { values } = parseArgs({
 });
 
 const memberCounts = values.members.split(",").map(Number);
-const scenarios = (values.scenario ?? "crash,partition,soak").split(",") as Scenario[];
+const scenarios = (values.scenario ?? "crash,partition,soak,mixed").split(",") as Scenario[];
 for (const s of scenarios) {
   if (!SCENARIOS.includes(s)) throw new Error(`unknown scenario ${s} (${SCENARIOS.join(", ")})`);
 }
@@ -37,7 +38,13 @@ const seeds =
     : [Number(values.seed)];
 
 const lossFor = (s: Scenario): number =>
-  values.loss !== undefined ? Number(values.loss) : s === "soak" ? 0.1 : 0.01;
+  values.loss !== undefined
+    ? Number(values.loss)
+    : s === "soak"
+      ? 0.1
+      : s === "mixed"
+        ? 0.05
+        : 0.01;
 
 function percentile(xs: number[], p: number): string {
   if (xs.length === 0) return "-";
