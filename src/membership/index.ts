@@ -6,6 +6,7 @@
 // The driver: what the node starts.
 export {
   Membership,
+  MembershipClosedError,
   type MembershipEvent,
   type MembershipLogger,
   type MembershipOptions,

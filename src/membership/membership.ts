@@ -10,8 +10,9 @@
 import { randomInt } from "node:crypto";
 import dgram from "node:dgram";
 import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
-import { seededRng, type Rng } from "../common/index.ts";
+import { CairnError, seededRng, type Rng } from "../common/index.ts";
 import {
   decodeMessage,
   DEFAULT_TICK_MS,
@@ -75,6 +76,17 @@ export interface MembershipStats {
   readonly dropped: Readonly<Partial<Record<DecodeFailureReason, number>>>;
 }
 
+/** join() gave up because the membership was closed first. */
+export class MembershipClosedError extends CairnError {
+  constructor() {
+    super("CAIRN_ERR_MEMBERSHIP_CLOSED", "membership closed before it joined the cluster");
+    this.name = "MembershipClosedError";
+  }
+}
+
+/** How long a resolved member host name is used before it is looked up again. */
+const DNS_TTL_MS = 30_000;
+
 /** How long a ping's send time is kept waiting for its ack. */
 const RTT_WINDOW_MS = 5_000;
 
@@ -90,6 +102,11 @@ export class Membership {
   readonly #listeners = new Set<(e: MembershipEvent) => void>();
   readonly #refusals = new Set<(e: ShardCountMismatchError) => void>();
   readonly #replyWaiters = new Set<() => void>();
+  readonly #closeWaiters = new Set<() => void>();
+  readonly #dnsCache = new Map<
+    string,
+    { address: string; expiresAt: number; refreshing: boolean }
+  >();
   readonly #pingSentAt = new Map<number, bigint>();
   readonly #boundHost: string;
   readonly #boundPort: number;
@@ -194,51 +211,71 @@ export class Membership {
 
   /**
    * Joins the cluster through the seeds: every attempt resolves every seed and starts a full-state
-   * exchange with each; attempts repeat with exponential backoff until one answers. Resolves at
-   * once when there are no seeds or every seed is this node. Rejects with ShardCountMismatchError
-   * when a seed refuses this node's `total_shards`, or when close() is called first.
+   * exchange with each; attempts repeat with exponential backoff and full jitter until one
+   * answers. Resolves at once when there are no seeds or every seed resolves to this node. A seed
+   * that does not resolve (yet) is retried like one that does not answer. Rejects with
+   * ShardCountMismatchError when a seed refuses this node's `total_shards`, and with
+   * MembershipClosedError when close() or leave() comes first.
    */
   async join(): Promise<void> {
+    if (this.#options.seeds.length === 0) return;
     const backoff = this.#options.joinBackoffMs ?? { initial: 500, max: 10_000 };
     let base = backoff.initial;
     for (let attempt = 1; ; attempt++) {
+      if (this.#closed) throw new MembershipClosedError();
+      const resolved = await this.#resolveSeeds();
+      const addrs = resolved.filter((a) => !this.#isSelf(a));
+      if (resolved.length > 0 && addrs.length === 0) return; // this node is the only seed
       // Full jitter keeps nodes restarted together from retrying in lockstep.
       const wait = Math.round(base / 2 + this.#rng.float() * (base / 2));
-      if (this.#closed) throw new MembershipConfigError("membership closed before joining");
-      const addrs = (await this.#resolveSeeds()).filter((a) => !this.#isSelf(a));
-      if (addrs.length === 0 && (await this.#allSeedsAreSelf())) return;
-      const before = this.#swim.pushPullReplies;
-      const outcome = await new Promise<"answered" | "timeout" | ShardCountMismatchError>(
-        (resolve) => {
-          const done = (o: "answered" | "timeout" | ShardCountMismatchError): void => {
-            clearTimeout(timer);
-            this.#replyWaiters.delete(onReply);
-            this.#refusals.delete(onRefusal);
-            resolve(o);
-          };
-          const onReply = (): void => {
-            if (this.#swim.pushPullReplies > before) done("answered");
-          };
-          const onRefusal = (e: ShardCountMismatchError): void => done(e);
-          const timer = setTimeout(() => done("timeout"), wait);
-          this.#replyWaiters.add(onReply);
-          this.#refusals.add(onRefusal);
-          this.#swim.join(addrs);
-          this.#flush();
-        },
-      );
-      if (outcome === "answered") {
-        this.#log.info("joined the cluster", { attempt, members: this.#swim.liveCount });
-        return;
+      const outcome = await this.#attemptJoin(addrs, wait);
+      switch (outcome) {
+        case "answered":
+          this.#log.info("joined the cluster", { attempt, members: this.#swim.liveCount });
+          return;
+        case "closed":
+          throw new MembershipClosedError();
+        case "timeout":
+          this.#log.warn("no seed answered; retrying", {
+            attempt,
+            seeds: this.#options.seeds,
+            next_ms: wait,
+          });
+          base = Math.min(backoff.max, base * 2);
+          break;
+        default:
+          throw outcome;
       }
-      if (outcome !== "timeout") throw outcome;
-      this.#log.warn("no seed answered; retrying", {
-        attempt,
-        seeds: this.#options.seeds,
-        next_ms: wait,
-      });
-      base = Math.min(backoff.max, base * 2);
     }
+  }
+
+  /** One join attempt: push-pull to `addrs`, then wait for a reply, a refusal, close or `wait`. */
+  #attemptJoin(
+    addrs: readonly string[],
+    wait: number,
+  ): Promise<"answered" | "timeout" | "closed" | ShardCountMismatchError> {
+    if (this.#closed) return Promise.resolve("closed");
+    const before = this.#swim.pushPullReplies;
+    return new Promise((resolve) => {
+      const done = (o: "answered" | "timeout" | "closed" | ShardCountMismatchError): void => {
+        clearTimeout(timer);
+        this.#replyWaiters.delete(onReply);
+        this.#refusals.delete(onRefusal);
+        this.#closeWaiters.delete(onClose);
+        resolve(o);
+      };
+      const onReply = (): void => {
+        if (this.#swim.pushPullReplies > before) done("answered");
+      };
+      const onRefusal = (e: ShardCountMismatchError): void => done(e);
+      const onClose = (): void => done("closed");
+      const timer = setTimeout(() => done("timeout"), wait);
+      this.#replyWaiters.add(onReply);
+      this.#refusals.add(onRefusal);
+      this.#closeWaiters.add(onClose);
+      this.#swim.join(addrs);
+      this.#flush();
+    });
   }
 
   /** Announces a graceful leave, waits until the datagrams are handed to the OS, then closes. */
@@ -255,6 +292,7 @@ export class Membership {
     if (this.#closed) return;
     this.#closed = true;
     for (const t of this.#timers) clearInterval(t);
+    for (const w of [...this.#closeWaiters]) w();
     await new Promise<void>((resolve) => this.#socket.close(() => resolve()));
   }
 
@@ -307,7 +345,7 @@ export class Membership {
         this.#pingSentAt.set(out.message.seq, process.hrtime.bigint());
       }
       this.#inFlight += 1;
-      this.#socket.send(bytes, target.port, target.host, (err) => {
+      this.#socket.send(bytes, target.port, this.#resolveCached(target.host), (err) => {
         this.#inFlight -= 1;
         if (err === null) this.#stats.datagramsSent += 1;
         else this.#stats.sendErrors += 1;
@@ -341,6 +379,36 @@ export class Membership {
     this.#metrics.onClusterSize(this.#swim.liveCount);
   }
 
+  /**
+   * The address to send to for `host`: itself when it is an IP literal, else the cached result
+   * of a lookup (refreshed in the background every DNS_TTL_MS). Until the first lookup returns,
+   * the host name itself is used and dgram resolves it for that datagram.
+   */
+  #resolveCached(host: string): string {
+    if (isIP(host) !== 0) return host;
+    const now = Number(process.hrtime.bigint() / 1_000_000n);
+    const cached = this.#dnsCache.get(host);
+    if (cached === undefined || (cached.expiresAt <= now && !cached.refreshing)) {
+      const entry = {
+        address: cached?.address ?? host,
+        expiresAt: now + DNS_TTL_MS,
+        refreshing: true,
+      };
+      this.#dnsCache.set(host, entry);
+      lookup(host, { family: this.#family }).then(
+        (r) => {
+          entry.address = r.address;
+          entry.refreshing = false;
+        },
+        (err: unknown) => {
+          entry.refreshing = false;
+          this.#log.warn("cannot resolve a member address", { host, error: String(err) });
+        },
+      );
+    }
+    return (cached ?? this.#dnsCache.get(host))?.address ?? host;
+  }
+
   /** Every seed's addresses, `ip:port`; a seed that does not resolve is skipped this round. */
   async #resolveSeeds(): Promise<string[]> {
     const out: string[] = [];
@@ -360,11 +428,6 @@ export class Membership {
       }
     }
     return out;
-  }
-
-  async #allSeedsAreSelf(): Promise<boolean> {
-    const addrs = await this.#resolveSeeds();
-    return addrs.every((a) => this.#isSelf(a));
   }
 
   /** True when `addr` (`ip:port`) reaches this very socket. */

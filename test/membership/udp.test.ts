@@ -16,7 +16,11 @@ import {
   memberId,
   type Message,
 } from "../../src/membership/core/index.ts";
-import { Membership, type MembershipEvent } from "../../src/membership/index.ts";
+import {
+  Membership,
+  type MembershipEvent,
+  noopMembershipMetrics,
+} from "../../src/membership/index.ts";
 
 const runner = join(import.meta.dirname, "..", "..", "scripts", "swim-member.ts");
 
@@ -284,3 +288,121 @@ describe("membership drops malformed datagrams", () => {
     );
   });
 });
+
+describe("membership join", () => {
+  const base = { advertiseHttpAddr: "127.0.0.1:8080", totalShards: 16, tickMs: 20 };
+
+  it("resolves at once without seeds; refuses a port that is already bound", async () => {
+    const alone = await Membership.start({
+      ...base,
+      nodeId: "s1",
+      bindAddr: "127.0.0.1:0",
+      seeds: [],
+    });
+    try {
+      await alone.join();
+      await assert.rejects(
+        Membership.start({ ...base, nodeId: "s2", bindAddr: alone.boundAddr, seeds: [] }),
+        { code: "EADDRINUSE" },
+      );
+    } finally {
+      await alone.close();
+    }
+  });
+
+  it("a node whose seed list names only itself starts a cluster of one", async () => {
+    const port = await freeUdpPort();
+    const m = await Membership.start({
+      ...base,
+      nodeId: "first",
+      bindAddr: `127.0.0.1:${port}`,
+      seeds: [`localhost:${port}`, `127.0.0.1:${port}`],
+    });
+    try {
+      await m.join();
+      assert.deepEqual(
+        m.members().map((v) => v.meta.id),
+        ["first"],
+      );
+    } finally {
+      await m.close();
+    }
+  });
+
+  it("keeps retrying a silent or unresolvable seed with backoff until closed", async () => {
+    const warnings: string[] = [];
+    let twoRetries: () => void = () => {};
+    const retried = new Promise<void>((resolve) => (twoRetries = resolve));
+    const m = await Membership.start({
+      ...base,
+      nodeId: "lonely",
+      bindAddr: "127.0.0.1:0",
+      seeds: ["127.0.0.1:9", "no-such-seed.invalid:7447"],
+      joinBackoffMs: { initial: 20, max: 40 },
+      logger: {
+        info: () => {},
+        error: () => {},
+        warn: (message) => {
+          warnings.push(message);
+          if (warnings.filter((w) => w === "no seed answered; retrying").length >= 2) twoRetries();
+        },
+      },
+    });
+    const joining = m.join();
+    await retried;
+    await m.close();
+    await assert.rejects(joining, { code: "CAIRN_ERR_MEMBERSHIP_CLOSED" });
+    assert.ok(warnings.includes("cannot resolve a seed"));
+  });
+
+  it("members may advertise host names", async () => {
+    let acked: () => void = () => {};
+    const firstAck = new Promise<void>((resolve) => (acked = resolve));
+    const m1 = await Membership.start({
+      ...base,
+      nodeId: "h1",
+      bindAddr: "127.0.0.1:0",
+      seeds: [],
+      // m1's only peer is h2, so a measured round trip is a ping to "localhost:<port>" acked.
+      metrics: { ...noopMembershipMetrics, observeGossipLatencyMs: () => acked() },
+    });
+    const port2 = await freeUdpPort();
+    const m2 = await Membership.start({
+      ...base,
+      nodeId: "h2",
+      bindAddr: `127.0.0.1:${port2}`,
+      advertiseRpcAddr: `localhost:${port2}`,
+      seeds: [`localhost:${m1.boundAddr.split(":")[1]}`],
+    });
+    try {
+      await m2.join();
+      await withTimeout(firstAck, 10_000, "an ack from h2 at its host name");
+      assert.deepEqual(
+        m1.members().map((v) => [v.meta.id, v.meta.rpcAddr, v.state]),
+        [
+          ["h1", m1.boundAddr, "alive"],
+          ["h2", `localhost:${port2}`, "alive"],
+        ],
+      );
+    } finally {
+      await m2.close();
+      await m1.close();
+    }
+  });
+});
+
+async function freeUdpPort(): Promise<number> {
+  const probe = dgram.createSocket("udp4");
+  await new Promise<void>((resolve) => probe.bind(0, "127.0.0.1", resolve));
+  const port = probe.address().port;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
