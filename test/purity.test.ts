@@ -11,7 +11,7 @@ import { describe, it } from "node:test";
 const root = join(import.meta.dirname, "..");
 
 /** Folders whose code must be a pure, synchronous state machine. */
-export const PURE_DIRS = ["src/raft"];
+export const PURE_DIRS = ["src/raft", "src/membership/core", "src/membership/sim"];
 
 const FORBIDDEN: ReadonlyArray<[RegExp, string]> = [
   [/\bDate\b/, "Date (time comes through tick())"],

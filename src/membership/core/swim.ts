@@ -1,0 +1,839 @@
+/**
+ * The SWIM state machine of one member: a pure, synchronous core. Time enters through tick(),
+ * datagrams through handle(), randomness through the injected Rng; everything the driver must do
+ * comes out of takeReady(). The same inputs in the same order give the same outputs.
+ *
+ * Protocol (SWIM with the Lifeguard refinements, as in hashicorp/memberlist):
+ * - Every probe period the member probes one other member, chosen in randomized round-robin order,
+ *   with a `ping`. Without an `ack` after ackTimeoutTicks it asks `indirectChecks` random alive
+ *   members to probe for it (`ping-req`). Without any ack by the end of the period it suspects
+ *   the target.
+ * - A suspected member refutes by raising its incarnation and gossiping `alive`. Probes of a
+ *   suspect member carry the suspicion (Lifeguard's buddy rule), so it learns of it quickly.
+ * - A suspicion times out after max(min, max − (max − min)·log(c + 1)/log(k + 1)) ticks, where c
+ *   counts the distinct members that confirmed it and k the confirmations expected; min scales
+ *   with log10 of the cluster size. Then the member is declared `dead`.
+ * - Updates ride on every ping, ping-req and ack, each retransmitted about λ·log(n) times.
+ * - A full-state `push-pull` runs on join, periodically with a random live member (anti-entropy),
+ *   and periodically with a random dead one, so both sides of a healed partition refute and
+ *   reconverge. In a push-pull a remote `dead` only counts as `suspect`: stale state never kills.
+ * - Dead and left members stay as tombstones for tombstoneTicks, then are forgotten.
+ *
+ * Invariants:
+ * 1. An observer's incarnation for a member never decreases while it remembers the member.
+ * 2. `dead` and `left` are final for an incarnation: only `alive` with a higher one revives.
+ * 3. Only the member itself raises its own incarnation above what others said of it.
+ *
+ * Caveats: no local health multiplier (Lifeguard's LHM) and no TCP fallback probe; two live
+ * processes sharing one node id will keep refuting each other.
+ */
+import type { Rng } from "../../common/index.ts";
+import type {
+  AliveUpdate,
+  DeadUpdate,
+  LeftUpdate,
+  Message,
+  MemberRecord,
+  PushPull,
+  SuspectUpdate,
+  Update,
+} from "./messages.ts";
+import type {
+  Incarnation,
+  MemberEvent,
+  MemberEventKind,
+  MemberId,
+  MemberMeta,
+  MemberState,
+  MemberView,
+  SwimConfig,
+  Ticks,
+} from "./types.ts";
+import { BroadcastQueue } from "./broadcasts.ts";
+import {
+  headerBytes,
+  isEncodableString,
+  MAX_DATAGRAM_BYTES,
+  recordBytes,
+  stringBytes,
+  updateBytes,
+} from "./codec.ts";
+import {
+  DEFAULT_SWIM_CONFIG,
+  incarnation,
+  MAX_INCARNATION,
+  MembershipConfigError,
+  ShardCountMismatchError,
+  ticks,
+  validateSwimConfig,
+} from "./types.ts";
+
+export interface SwimOptions {
+  readonly self: MemberMeta;
+  readonly rng: Rng;
+  readonly config?: Partial<SwimConfig>;
+  /** The incarnation to start with; a restarted member refutes older claims anyway. */
+  readonly incarnation?: number;
+}
+
+/** A datagram for the driver to send to `to` (`host:port`, the receiver's rpcAddr). */
+export interface Outgoing {
+  readonly to: string;
+  readonly message: Message;
+}
+
+/** What the driver must do after an input, in order: send `messages`, then report the rest. */
+export interface Ready {
+  /** Datagrams to send. They may be lost: the protocol tolerates it. */
+  readonly messages: readonly Outgoing[];
+  /** Membership changes, in the order they happened. */
+  readonly events: readonly MemberEvent[];
+  /** Refusals on either side of a `total_shards` mismatch; the driver logs them. */
+  readonly errors: readonly ShardCountMismatchError[];
+}
+
+interface Suspicion {
+  readonly startedAt: Ticks;
+  readonly confirmers: Set<MemberId>;
+  readonly k: number;
+  readonly minTicks: number;
+  readonly maxTicks: number;
+}
+
+interface Entry {
+  meta: MemberMeta;
+  state: MemberState;
+  incarnation: Incarnation;
+  stateChangedAt: Ticks;
+  suspicion: Suspicion | null;
+}
+
+interface Probe {
+  readonly seq: number;
+  readonly target: MemberId;
+  readonly startedAt: Ticks;
+  indirectSent: boolean;
+  acked: boolean;
+}
+
+/** A ping sent on behalf of a ping-req: its ack goes back to `to` under `seq`. */
+interface Relay {
+  readonly to: string;
+  readonly seq: number;
+  readonly expiresAt: Ticks;
+}
+
+const isLive = (s: MemberState): boolean => s === "alive" || s === "suspect";
+
+export class Swim {
+  readonly #self: MemberMeta;
+  readonly #rng: Rng;
+  readonly #config: SwimConfig;
+  #now: Ticks = ticks(0);
+  #incarnation: Incarnation;
+  #leaving = false;
+
+  readonly #members = new Map<MemberId, Entry>();
+  /** Members other than self that are alive or suspect. */
+  #liveOthers = 0;
+  readonly #suspects = new Set<MemberId>();
+  readonly #tombstones = new Set<MemberId>();
+  readonly #broadcasts = new BroadcastQueue();
+
+  #probeOrder: MemberId[] = [];
+  #probeIndex = 0;
+  #probe: Probe | null = null;
+  #nextProbeAt: Ticks;
+  #nextGossipAt: Ticks;
+  #nextPushPullAt: Ticks;
+  #nextReconnectAt: Ticks;
+  #seq = 0;
+  readonly #relays = new Map<number, Relay>();
+  #pushPullReplies = 0;
+
+  #messages: Outgoing[] = [];
+  #events: MemberEvent[] = [];
+  #errors: ShardCountMismatchError[] = [];
+
+  constructor(options: SwimOptions) {
+    const config = { ...DEFAULT_SWIM_CONFIG, ...options.config };
+    validateSwimConfig(config);
+    validateMeta(options.self);
+    this.#self = options.self;
+    this.#rng = options.rng;
+    this.#config = config;
+    this.#incarnation = incarnation(options.incarnation ?? 0);
+    // Random phases keep members from probing and exchanging state in lockstep.
+    this.#nextProbeAt = ticks(1 + this.#rng.int(config.probeIntervalTicks));
+    this.#nextGossipAt = ticks(1 + this.#rng.int(config.gossipIntervalTicks));
+    this.#nextPushPullAt = ticks(1 + this.#rng.int(config.pushPullIntervalTicks));
+    this.#nextReconnectAt = ticks(1 + this.#rng.int(config.reconnectIntervalTicks));
+  }
+
+  get self(): MemberMeta {
+    return this.#self;
+  }
+  get incarnation(): Incarnation {
+    return this.#incarnation;
+  }
+  get now(): Ticks {
+    return this.#now;
+  }
+  get isLeaving(): boolean {
+    return this.#leaving;
+  }
+  /** Push-pull replies received so far: a joining driver waits for this to grow. */
+  get pushPullReplies(): number {
+    return this.#pushPullReplies;
+  }
+  /** Live members (alive or suspect), this one included. */
+  get liveCount(): number {
+    return this.#liveOthers + (this.#leaving ? 0 : 1);
+  }
+
+  /** This member first, then every remembered member in insertion order. */
+  members(): MemberView[] {
+    const self: MemberView = {
+      meta: this.#self,
+      state: this.#leaving ? "left" : "alive",
+      incarnation: this.#incarnation,
+    };
+    const out = [self];
+    for (const e of this.#members.values()) {
+      out.push({ meta: e.meta, state: e.state, incarnation: e.incarnation });
+    }
+    return out;
+  }
+
+  member(id: MemberId): MemberView | undefined {
+    const e = this.#members.get(id);
+    return e === undefined
+      ? undefined
+      : { meta: e.meta, state: e.state, incarnation: e.incarnation };
+  }
+
+  /** Drains what the driver must do. */
+  takeReady(): Ready {
+    const ready = { messages: this.#messages, events: this.#events, errors: this.#errors };
+    this.#messages = [];
+    this.#events = [];
+    this.#errors = [];
+    return ready;
+  }
+
+  /** Starts a full-state exchange with every seed address (other than this member's own). */
+  join(seedAddrs: readonly string[]): void {
+    if (this.#leaving) return;
+    for (const addr of seedAddrs) {
+      if (addr !== this.#self.rpcAddr) this.#sendPushPull(addr, { reply: false, join: true });
+    }
+  }
+
+  /** Starts a full-state exchange with `addr` (the driver's periodic retry of its seeds). */
+  pushPull(addr: string): void {
+    if (!this.#leaving && addr !== this.#self.rpcAddr) {
+      this.#sendPushPull(addr, { reply: false, join: false });
+    }
+  }
+
+  /**
+   * Announces a graceful leave to every live member and stops probing. The driver sends the
+   * resulting datagrams, then closes; this member no longer answers anything.
+   */
+  leave(): void {
+    if (this.#leaving) return;
+    this.#leaving = true;
+    const left: Update = { kind: "left", id: this.#self.id, incarnation: this.#incarnation };
+    for (const e of this.#members.values()) {
+      if (!isLive(e.state)) continue;
+      this.#send(e.meta.rpcAddr, {
+        type: "ping",
+        ...this.#header(),
+        seq: this.#nextSeq(),
+        target: e.meta.id,
+        gossip: [left],
+      });
+    }
+  }
+
+  /** Advances logical time by one tick. */
+  tick(): void {
+    this.#now = ticks(this.#now + 1);
+    for (const [seq, relay] of this.#relays) {
+      if (relay.expiresAt <= this.#now) this.#relays.delete(seq);
+    }
+    if (this.#leaving) return;
+    this.#maybeProbe();
+    this.#maybeGossip();
+    this.#maybeTimeOutSuspicions();
+    this.#maybeForgetTombstones();
+    this.#maybeExchangeState();
+  }
+
+  /** Handles one decoded datagram that arrived from `fromAddr`. */
+  handle(fromAddr: string, m: Message): void {
+    if (this.#leaving || m.from === this.#self.id) return;
+    if (m.type === "refuse") {
+      this.#errors.push(this.#mismatch(m.totalShards, m.from, fromAddr));
+      return;
+    }
+    if (m.totalShards !== this.#self.totalShards) {
+      this.#errors.push(this.#mismatch(m.totalShards, m.from, fromAddr));
+      if (m.type === "ping" || (m.type === "push-pull" && !m.reply)) {
+        this.#send(fromAddr, { type: "refuse", ...this.#header(), reason: "shard-count-mismatch" });
+      }
+      return;
+    }
+    switch (m.type) {
+      case "ping":
+        this.#handleGossip(m.gossip);
+        if (m.target !== this.#self.id) return; // meant for a previous owner of this address
+        this.#send(fromAddr, { type: "ack", ...this.#header(), seq: m.seq, gossip: [] });
+        return;
+      case "ping-req": {
+        this.#handleGossip(m.gossip);
+        const seq = this.#nextSeq();
+        const expiresAt = ticks(this.#now + this.#config.probeIntervalTicks);
+        this.#relays.set(seq, { to: fromAddr, seq: m.seq, expiresAt });
+        this.#send(m.targetAddr, {
+          type: "ping",
+          ...this.#header(),
+          seq,
+          target: m.target,
+          gossip: [],
+        });
+        return;
+      }
+      case "ack": {
+        this.#handleGossip(m.gossip);
+        if (this.#probe !== null && this.#probe.seq === m.seq) {
+          this.#probe.acked = true;
+          return;
+        }
+        const relay = this.#relays.get(m.seq);
+        if (relay !== undefined) {
+          this.#relays.delete(m.seq);
+          this.#send(relay.to, { type: "ack", ...this.#header(), seq: relay.seq, gossip: [] });
+        }
+        return;
+      }
+      case "gossip":
+        this.#handleGossip(m.gossip);
+        return;
+      case "push-pull":
+        this.#handlePushPull(fromAddr, m);
+        return;
+    }
+  }
+
+  // ---- probing ------------------------------------------------------------------------------
+
+  #maybeProbe(): void {
+    const probe = this.#probe;
+    if (
+      probe !== null &&
+      !probe.acked &&
+      !probe.indirectSent &&
+      this.#now - probe.startedAt >= this.#config.ackTimeoutTicks
+    ) {
+      probe.indirectSent = true;
+      this.#sendIndirectProbes(probe);
+    }
+    if (this.#now < this.#nextProbeAt) return;
+    this.#nextProbeAt = ticks(this.#now + this.#config.probeIntervalTicks);
+    if (probe !== null && !probe.acked) {
+      const e = this.#members.get(probe.target);
+      if (e !== undefined && isLive(e.state)) {
+        this.#handleSuspect({
+          kind: "suspect",
+          id: probe.target,
+          incarnation: e.incarnation,
+          from: this.#self.id,
+        });
+      }
+    }
+    this.#probe = null;
+    this.#startProbe();
+  }
+
+  #startProbe(): void {
+    const target = this.#nextProbeTarget();
+    if (target === null) return;
+    const seq = this.#nextSeq();
+    this.#probe = {
+      seq,
+      target: target.meta.id,
+      startedAt: this.#now,
+      indirectSent: false,
+      acked: false,
+    };
+    // Buddy rule: a suspect member hears of its suspicion from whoever probes it.
+    const buddy: Update[] =
+      target.state === "suspect"
+        ? [
+            {
+              kind: "suspect",
+              id: target.meta.id,
+              incarnation: target.incarnation,
+              from: this.#self.id,
+            },
+          ]
+        : [];
+    this.#send(
+      target.meta.rpcAddr,
+      { type: "ping", ...this.#header(), seq, target: target.meta.id, gossip: buddy },
+      target.meta.id,
+    );
+  }
+
+  /** Randomized round-robin: every live member once per round, in a fresh random order. */
+  #nextProbeTarget(): Entry | null {
+    for (let attempts = 0; attempts <= this.#probeOrder.length + 1; attempts++) {
+      if (this.#probeIndex >= this.#probeOrder.length) {
+        this.#probeOrder = [];
+        for (const e of this.#members.values())
+          if (isLive(e.state)) this.#probeOrder.push(e.meta.id);
+        shuffle(this.#probeOrder, this.#rng);
+        this.#probeIndex = 0;
+        if (this.#probeOrder.length === 0) return null;
+      }
+      const id = this.#probeOrder[this.#probeIndex++];
+      const e = id === undefined ? undefined : this.#members.get(id);
+      if (e !== undefined && isLive(e.state)) return e;
+    }
+    return null;
+  }
+
+  /** A member that (re)appears is probed in this round too, at a random later position. */
+  #addToProbeOrder(id: MemberId): void {
+    const from = this.#probeIndex;
+    const at = from + this.#rng.int(this.#probeOrder.length - from + 1);
+    this.#probeOrder.splice(at, 0, id);
+  }
+
+  #sendIndirectProbes(probe: Probe): void {
+    const target = this.#members.get(probe.target);
+    if (target === undefined) return;
+    const helpers: Entry[] = [];
+    for (const e of this.#members.values()) {
+      if (e.state === "alive" && e.meta.id !== probe.target) helpers.push(e);
+    }
+    for (const helper of pickRandom(helpers, this.#config.indirectChecks, this.#rng)) {
+      this.#send(helper.meta.rpcAddr, {
+        type: "ping-req",
+        ...this.#header(),
+        seq: probe.seq,
+        target: probe.target,
+        targetAddr: target.meta.rpcAddr,
+        gossip: [],
+      });
+    }
+  }
+
+  /** Spreads queued updates faster than probes alone would (memberlist's gossip timer). */
+  #maybeGossip(): void {
+    if (this.#now < this.#nextGossipAt) return;
+    this.#nextGossipAt = ticks(this.#now + this.#config.gossipIntervalTicks);
+    if (this.#broadcasts.size === 0) return;
+    const peers: Entry[] = [];
+    for (const e of this.#members.values()) if (isLive(e.state)) peers.push(e);
+    for (const peer of pickRandom(peers, this.#config.gossipFanout, this.#rng)) {
+      this.#send(peer.meta.rpcAddr, { type: "gossip", ...this.#header(), gossip: [] });
+    }
+  }
+
+  // ---- suspicion, death, tombstones -----------------------------------------------------------
+
+  #suspicionFor(from: MemberId): Suspicion {
+    const n = this.liveCount;
+    const period = this.#config.probeIntervalTicks;
+    const minTicks = Math.ceil(this.#config.suspicionMult * Math.max(1, Math.log10(n)) * period);
+    const expected = this.#config.suspicionMult - 2;
+    return {
+      startedAt: this.#now,
+      confirmers: new Set([from]),
+      k: n - 2 < expected ? 0 : expected,
+      minTicks,
+      maxTicks: this.#config.suspicionMaxMult * minTicks,
+    };
+  }
+
+  #maybeTimeOutSuspicions(): void {
+    for (const id of [...this.#suspects]) {
+      const e = this.#members.get(id);
+      if (e === undefined || e.suspicion === null) continue;
+      if (this.#now - e.suspicion.startedAt >= suspicionTimeout(e.suspicion)) {
+        this.#handleDead({ kind: "dead", id, incarnation: e.incarnation, from: this.#self.id });
+      }
+    }
+  }
+
+  #maybeForgetTombstones(): void {
+    for (const id of [...this.#tombstones]) {
+      const e = this.#members.get(id);
+      if (e !== undefined && this.#now - e.stateChangedAt < this.#config.tombstoneTicks) continue;
+      this.#tombstones.delete(id);
+      this.#members.delete(id);
+    }
+  }
+
+  // ---- push-pull ----------------------------------------------------------------------------
+
+  #maybeExchangeState(): void {
+    if (this.#now >= this.#nextPushPullAt) {
+      this.#nextPushPullAt = ticks(this.#now + this.#config.pushPullIntervalTicks);
+      const peer = this.#randomMember((e) => isLive(e.state));
+      if (peer !== null) this.#sendPushPull(peer.meta.rpcAddr, { reply: false, join: false });
+    }
+    if (this.#now >= this.#nextReconnectAt) {
+      this.#nextReconnectAt = ticks(this.#now + this.#config.reconnectIntervalTicks);
+      const peer = this.#randomMember((e) => e.state === "dead");
+      if (peer !== null) this.#sendPushPull(peer.meta.rpcAddr, { reply: false, join: false });
+    }
+  }
+
+  #randomMember(accept: (e: Entry) => boolean): Entry | null {
+    const candidates: Entry[] = [];
+    for (const e of this.#members.values()) if (accept(e)) candidates.push(e);
+    return candidates.length === 0 ? null : (candidates[this.#rng.int(candidates.length)] ?? null);
+  }
+
+  #handlePushPull(fromAddr: string, m: PushPull): void {
+    const before = this.#incarnation;
+    for (const r of m.records) this.#mergeRecord(r, m.from);
+    const refuted = this.#incarnation !== before;
+    if (m.reply) {
+      this.#pushPullReplies += 1;
+      // The sender still believes something false about us: tell it our new incarnation now,
+      // or a healed partition would wait for gossip that cannot cross it.
+      if (refuted) this.#sendPushPull(fromAddr, { reply: false, join: false });
+    } else if (m.first) {
+      this.#sendPushPull(fromAddr, { reply: true, join: m.join });
+    }
+  }
+
+  #mergeRecord(r: MemberRecord, sender: MemberId): void {
+    const id = r.meta.id;
+    switch (r.state) {
+      case "alive":
+        this.#handleAlive({ kind: "alive", incarnation: r.incarnation, meta: r.meta });
+        return;
+      case "suspect":
+      case "dead":
+        this.#handleSuspect({ kind: "suspect", id, incarnation: r.incarnation, from: sender });
+        return;
+      case "left":
+        this.#handleLeft({ kind: "left", id, incarnation: r.incarnation });
+        return;
+    }
+  }
+
+  #sendPushPull(to: string, flags: { reply: boolean; join: boolean }): void {
+    const records: MemberRecord[] = [
+      { meta: this.#self, state: "alive", incarnation: this.#incarnation },
+    ];
+    for (const e of this.#members.values()) {
+      records.push({ meta: e.meta, state: e.state, incarnation: e.incarnation });
+    }
+    const budget = MAX_DATAGRAM_BYTES - headerBytes(this.#self.id) - 2;
+    let chunk: MemberRecord[] = [];
+    let used = 0;
+    let first = true;
+    const flush = (): void => {
+      this.#send(to, { type: "push-pull", ...this.#header(), ...flags, first, records: chunk });
+      first = false;
+      chunk = [];
+      used = 0;
+    };
+    for (const r of records) {
+      const bytes = recordBytes(r);
+      if (chunk.length > 0 && (used + bytes > budget || chunk.length === 255)) flush();
+      chunk.push(r);
+      used += bytes;
+    }
+    flush();
+  }
+
+  // ---- updates --------------------------------------------------------------------------------
+
+  #handleGossip(gossip: readonly Update[]): void {
+    for (const u of gossip) {
+      switch (u.kind) {
+        case "alive":
+          this.#handleAlive(u);
+          break;
+        case "suspect":
+          this.#handleSuspect(u);
+          break;
+        case "dead":
+          this.#handleDead(u);
+          break;
+        case "left":
+          this.#handleLeft(u);
+          break;
+      }
+    }
+  }
+
+  #handleAlive(u: AliveUpdate): void {
+    const id = u.meta.id;
+    if (id === this.#self.id) {
+      if (
+        u.incarnation > this.#incarnation ||
+        (u.incarnation === this.#incarnation && !sameMeta(u.meta, this.#self))
+      ) {
+        this.#refute(u.incarnation);
+      }
+      return;
+    }
+    if (u.meta.totalShards !== this.#self.totalShards) return;
+    const e = this.#members.get(id);
+    if (e === undefined) {
+      this.#members.set(id, {
+        meta: u.meta,
+        state: "alive",
+        incarnation: u.incarnation,
+        stateChangedAt: this.#now,
+        suspicion: null,
+      });
+      this.#liveOthers += 1;
+      this.#addToProbeOrder(id);
+      this.#broadcasts.enqueue(u);
+      this.#emit("joined", id);
+      return;
+    }
+    if (u.incarnation <= e.incarnation) return;
+    const previous = e.state;
+    const metaChanged = !sameMeta(u.meta, e.meta);
+    e.meta = u.meta;
+    e.incarnation = u.incarnation;
+    this.#setState(id, e, "alive");
+    this.#broadcasts.enqueue(u);
+    if (previous !== "alive") {
+      if (!isLive(previous)) this.#addToProbeOrder(id);
+      this.#emit("alive", id);
+    } else if (metaChanged) {
+      this.#emit("updated", id);
+    }
+  }
+
+  #handleSuspect(u: SuspectUpdate): void {
+    if (u.id === this.#self.id) {
+      this.#refute(u.incarnation);
+      return;
+    }
+    const e = this.#members.get(u.id);
+    if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
+    if (e.state === "suspect" && e.suspicion !== null && u.incarnation === e.incarnation) {
+      if (e.suspicion.confirmers.has(u.from)) return;
+      e.suspicion.confirmers.add(u.from);
+      this.#broadcasts.enqueue(u);
+      return;
+    }
+    e.incarnation = u.incarnation;
+    const wasSuspect = e.state === "suspect";
+    this.#setState(u.id, e, "suspect");
+    e.suspicion = this.#suspicionFor(u.from);
+    this.#broadcasts.enqueue(u);
+    if (!wasSuspect) this.#emit("suspect", u.id);
+  }
+
+  #handleDead(u: DeadUpdate): void {
+    if (u.id === this.#self.id) {
+      this.#refute(u.incarnation);
+      return;
+    }
+    const e = this.#members.get(u.id);
+    if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
+    e.incarnation = u.incarnation;
+    this.#setState(u.id, e, "dead");
+    this.#broadcasts.enqueue(u);
+    this.#emit("dead", u.id);
+  }
+
+  #handleLeft(u: LeftUpdate): void {
+    if (u.id === this.#self.id) {
+      this.#refute(u.incarnation);
+      return;
+    }
+    const e = this.#members.get(u.id);
+    if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
+    e.incarnation = u.incarnation;
+    this.#setState(u.id, e, "left");
+    this.#broadcasts.enqueue(u);
+    this.#emit("left", u.id);
+  }
+
+  /** Someone said something about us that is false: outbid it. */
+  #refute(heard: Incarnation): void {
+    const next = Math.min(Math.max(this.#incarnation, heard) + 1, MAX_INCARNATION);
+    this.#incarnation = incarnation(next);
+    this.#broadcasts.enqueue({ kind: "alive", incarnation: this.#incarnation, meta: this.#self });
+  }
+
+  #setState(id: MemberId, e: Entry, state: MemberState): void {
+    if (isLive(e.state) !== isLive(state)) this.#liveOthers += isLive(state) ? 1 : -1;
+    e.state = state;
+    e.stateChangedAt = this.#now;
+    if (state !== "suspect") e.suspicion = null;
+    if (state === "suspect") this.#suspects.add(id);
+    else this.#suspects.delete(id);
+    if (state === "dead" || state === "left") this.#tombstones.add(id);
+    else this.#tombstones.delete(id);
+  }
+
+  // ---- output ---------------------------------------------------------------------------------
+
+  #header(): { from: MemberId; totalShards: number } {
+    return { from: this.#self.id, totalShards: this.#self.totalShards };
+  }
+
+  #nextSeq(): number {
+    this.#seq = (this.#seq + 1) >>> 0;
+    return this.#seq;
+  }
+
+  /** Queues a datagram, filling the room left in it with piggybacked updates. */
+  #send(to: string, m: Message, exclude: MemberId | null = null): void {
+    if (m.type === "ping" || m.type === "ping-req" || m.type === "ack" || m.type === "gossip") {
+      const carried = m.gossip.reduce((sum, u) => sum + updateBytes(u), 0);
+      const budget = MAX_DATAGRAM_BYTES - messageBytesWithoutGossip(m) - carried;
+      const limit = this.#config.retransmitMult * Math.ceil(Math.log10(this.liveCount + 1));
+      const extra = this.#broadcasts.take(budget, limit, exclude);
+      if (extra.length > 0) m = { ...m, gossip: [...m.gossip, ...extra] };
+      else if (m.type === "gossip") return;
+    }
+    this.#messages.push({ to, message: m });
+  }
+
+  #emit(kind: MemberEventKind, id: MemberId): void {
+    const e = this.#members.get(id);
+    if (e === undefined) return;
+    this.#events.push({
+      kind,
+      member: { meta: e.meta, state: e.state, incarnation: e.incarnation },
+    });
+  }
+
+  #mismatch(theirs: number, from: MemberId, addr: string): ShardCountMismatchError {
+    return new ShardCountMismatchError(this.#self.totalShards, theirs, `${from} at ${addr}`);
+  }
+}
+
+function suspicionTimeout(s: Suspicion): number {
+  const confirmations = s.confirmers.size - 1;
+  if (s.k < 1) return s.minTicks;
+  const frac = Math.log(confirmations + 1) / Math.log(s.k + 1);
+  return Math.max(s.minTicks, Math.floor(s.maxTicks - (s.maxTicks - s.minTicks) * frac));
+}
+
+function sameMeta(a: MemberMeta, b: MemberMeta): boolean {
+  return (
+    a.id === b.id &&
+    a.rpcAddr === b.rpcAddr &&
+    a.httpAddr === b.httpAddr &&
+    a.totalShards === b.totalShards
+  );
+}
+
+/** Up to `k` distinct items chosen uniformly (a partial Fisher–Yates; reorders `items`). */
+function pickRandom<T>(items: T[], k: number, rng: Rng): T[] {
+  const n = Math.min(k, items.length);
+  for (let i = 0; i < n; i++) {
+    const j = i + rng.int(items.length - i);
+    const a = items[i];
+    const b = items[j];
+    if (a === undefined || b === undefined) break;
+    items[i] = b;
+    items[j] = a;
+  }
+  return items.slice(0, n);
+}
+
+function shuffle<T>(items: T[], rng: Rng): void {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = rng.int(i + 1);
+    const a = items[i];
+    const b = items[j];
+    if (a === undefined || b === undefined) continue;
+    items[i] = b;
+    items[j] = a;
+  }
+}
+
+/** Encoded size of a probe message without its gossip items (the gossip count byte included). */
+function messageBytesWithoutGossip(m: Message): number {
+  const header = headerBytes(m.from);
+  switch (m.type) {
+    case "ping":
+      return header + 4 + stringBytes(m.target) + 1;
+    case "ping-req":
+      return header + 4 + stringBytes(m.target) + stringBytes(m.targetAddr) + 1;
+    case "ack":
+      return header + 4 + 1;
+    case "gossip":
+      return header + 1;
+    case "push-pull":
+    case "refuse":
+      return MAX_DATAGRAM_BYTES;
+  }
+}
+
+/** Throws MembershipConfigError unless `meta` can be announced. */
+export function validateMeta(meta: MemberMeta): void {
+  if (!isEncodableString(meta.id)) {
+    throw new MembershipConfigError(`node id must be 1..255 bytes of UTF-8, got "${meta.id}"`);
+  }
+  for (const [key, addr] of [
+    ["advertise_rpc_addr", meta.rpcAddr],
+    ["advertise_http_addr", meta.httpAddr],
+  ] as const) {
+    if (!isEncodableString(addr)) {
+      throw new MembershipConfigError(`${key} must be 1..255 bytes, got "${addr}"`);
+    }
+    const parsed = parseHostPort(addr);
+    if (parsed === null) {
+      throw new MembershipConfigError(`${key} must be <host>:<port>, got "${addr}"`);
+    }
+    if (isWildcardHost(parsed.host)) {
+      throw new MembershipConfigError(
+        `${key} must be routable, got "${addr}": other nodes cannot reach a wildcard address; ` +
+          `set ${key} to this node's reachable host`,
+      );
+    }
+  }
+  if (
+    !Number.isSafeInteger(meta.totalShards) ||
+    meta.totalShards < 1 ||
+    meta.totalShards > 0xffff_ffff
+  ) {
+    throw new MembershipConfigError(
+      `cluster.total_shards must be a positive integer, got ${meta.totalShards}`,
+    );
+  }
+}
+
+/**
+ * Splits `host:port` (IPv6 hosts in brackets); null unless the port is 1..65535 (or 0 with
+ * `allowPortZero`, for a bind address that lets the OS choose).
+ */
+export function parseHostPort(
+  addr: string,
+  allowPortZero = false,
+): { host: string; port: number } | null {
+  const colon = addr.lastIndexOf(":");
+  if (colon <= 0) return null;
+  let host = addr.slice(0, colon);
+  const portText = addr.slice(colon + 1);
+  if (!/^[0-9]{1,5}$/.test(portText)) return null;
+  const port = Number(portText);
+  if (port < (allowPortZero ? 0 : 1) || port > 65535) return null;
+  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
+  if (host === "" || (host.includes(":") && !addr.startsWith("["))) return null;
+  return { host, port };
+}
+
+/** The "any address" forms a node may bind to but never advertise. */
+export function isWildcardHost(host: string): boolean {
+  return host === "0.0.0.0" || host === "::" || /^(0{0,4}:){2,7}0{0,4}$/.test(host);
+}

@@ -1,0 +1,142 @@
+/**
+ * Vocabulary of the SWIM core: branded ids and counters, member metadata, member states, the
+ * protocol's tuning and the events the core reports. Plain data only; behaviour lives in swim.ts.
+ */
+import { CairnError } from "../../common/index.ts";
+
+/** A member of the cluster: the Cairn node id (`node_id` in the configuration). */
+export type MemberId = string & { readonly __brand: "MemberId" };
+/**
+ * A member's incarnation number. Only the member itself raises it (to refute a suspicion); every
+ * observer's record of a member never sees it decrease.
+ */
+export type Incarnation = number & { readonly __brand: "Incarnation" };
+/** Logical time of the core: the number of tick() calls so far. */
+export type Ticks = number & { readonly __brand: "Ticks" };
+
+export const memberId = (id: string): MemberId => id as MemberId;
+export const incarnation = (n: number): Incarnation => n as Incarnation;
+export const ticks = (n: number): Ticks => n as Ticks;
+
+/** The largest incarnation the wire format can carry (u32). */
+export const MAX_INCARNATION = 0xffff_ffff;
+
+/**
+ * What a member announces about itself. `rpcAddr` is routable (`host:port`, never a wildcard
+ * address) and is also where the member listens for SWIM datagrams: UDP on the RPC port number.
+ */
+export interface MemberMeta {
+  readonly id: MemberId;
+  readonly rpcAddr: string;
+  readonly httpAddr: string;
+  readonly totalShards: number;
+}
+
+/**
+ * `alive` answers probes; `suspect` missed a probe and may refute; `dead` was declared failed;
+ * `left` announced a graceful leave. Dead and left members are kept as tombstones for a while.
+ */
+export type MemberState = "alive" | "suspect" | "dead" | "left";
+
+/** One member as an observer sees it; what events and members() hand to the rest of the node. */
+export interface MemberView {
+  readonly meta: MemberMeta;
+  readonly state: MemberState;
+  readonly incarnation: Incarnation;
+}
+
+/**
+ * Reports to the rest of the node. `joined`: first heard of; `suspect`: missed probes; `alive`:
+ * alive again after suspect, dead or left; `dead`: declared failed; `left`: left gracefully;
+ * `updated`: metadata changed (a restart with new addresses).
+ */
+export type MemberEventKind = "joined" | "suspect" | "alive" | "dead" | "left" | "updated";
+
+export interface MemberEvent {
+  readonly kind: MemberEventKind;
+  readonly member: MemberView;
+}
+
+/** Protocol tuning, in ticks of the core. Defaults assume a 100 ms tick (see DEFAULT_TICK_MS). */
+export interface SwimConfig {
+  /** Ticks between two probes started by this member (the SWIM protocol period). */
+  readonly probeIntervalTicks: number;
+  /** Ticks to wait for a direct ack before asking `indirectChecks` members to probe. */
+  readonly ackTimeoutTicks: number;
+  /** Members asked to probe indirectly (`ping-req`), the k of SWIM. */
+  readonly indirectChecks: number;
+  /** Ticks between two gossip rounds; a round sends queued updates to gossipFanout members. */
+  readonly gossipIntervalTicks: number;
+  /** Members a gossip round sends to, chosen at random among the live ones. */
+  readonly gossipFanout: number;
+  /** Minimum suspicion timeout = suspicionMult · max(1, log10 n) probe periods (Lifeguard). */
+  readonly suspicionMult: number;
+  /** Maximum suspicion timeout = suspicionMaxMult · minimum; shrinks with confirmations. */
+  readonly suspicionMaxMult: number;
+  /** An update is piggybacked retransmitMult · ceil(log10(n + 1)) times. */
+  readonly retransmitMult: number;
+  /** Ticks between two full-state exchanges with a random live member (anti-entropy). */
+  readonly pushPullIntervalTicks: number;
+  /** Ticks between two full-state exchanges with a random dead member (heals partitions). */
+  readonly reconnectIntervalTicks: number;
+  /** Ticks a dead or left member is remembered before it is forgotten. */
+  readonly tombstoneTicks: number;
+}
+
+/** The tick length the default configuration is written for. */
+export const DEFAULT_TICK_MS = 100;
+
+export const DEFAULT_SWIM_CONFIG: SwimConfig = {
+  probeIntervalTicks: 10,
+  ackTimeoutTicks: 5,
+  indirectChecks: 3,
+  gossipIntervalTicks: 2,
+  gossipFanout: 3,
+  suspicionMult: 4,
+  suspicionMaxMult: 6,
+  retransmitMult: 4,
+  pushPullIntervalTicks: 300,
+  reconnectIntervalTicks: 20,
+  tombstoneTicks: 3000,
+};
+
+export class MembershipConfigError extends CairnError {
+  constructor(message: string) {
+    super("CAIRN_ERR_MEMBERSHIP_CONFIG", message);
+    this.name = "MembershipConfigError";
+  }
+}
+
+/** A joining node and the cluster disagree on `total_shards`; refused on both sides. */
+export class ShardCountMismatchError extends CairnError {
+  readonly ours: number;
+  readonly theirs: number;
+  readonly peer: string;
+
+  constructor(ours: number, theirs: number, peer: string) {
+    super(
+      "CAIRN_ERR_SHARD_COUNT_MISMATCH",
+      `cluster.total_shards mismatch: this node has ${ours}, ${peer} has ${theirs}; ` +
+        "every node of a cluster must use the same total_shards",
+    );
+    this.name = "ShardCountMismatchError";
+    this.ours = ours;
+    this.theirs = theirs;
+    this.peer = peer;
+  }
+}
+
+/** Throws MembershipConfigError unless every field is a sane positive integer. */
+export function validateSwimConfig(config: SwimConfig): void {
+  for (const [key, value] of Object.entries(config)) {
+    if (!Number.isSafeInteger(value) || (value as number) < 1) {
+      throw new MembershipConfigError(`swim.${key} must be a positive integer, got ${value}`);
+    }
+  }
+  if (config.ackTimeoutTicks >= config.probeIntervalTicks) {
+    throw new MembershipConfigError(
+      "swim.ackTimeoutTicks must be shorter than swim.probeIntervalTicks: the indirect probe " +
+        "needs the rest of the period",
+    );
+  }
+}

@@ -1,0 +1,467 @@
+/**
+ * The membership driver: runs one SWIM core over UDP (`node:dgram`) on the RPC port number.
+ * It owns the socket, the tick timer, DNS resolution of seeds, join retries with backoff, the
+ * periodic re-contact of seeds, the probe round-trip clock and the metrics; the protocol itself
+ * is the pure core's (core/swim.ts).
+ *
+ * Datagrams that do not decode (random bytes, truncated, wrong version, oversized) are counted
+ * by reason and dropped; they never reach the core and never throw.
+ */
+import { randomInt } from "node:crypto";
+import dgram from "node:dgram";
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
+import { networkInterfaces } from "node:os";
+import { CairnError, seededRng, type Rng } from "../common/index.ts";
+import {
+  decodeMessage,
+  DEFAULT_TICK_MS,
+  type DecodeFailureReason,
+  encodeMessage,
+  type MemberEvent,
+  type MemberEventKind,
+  memberId,
+  type MemberMeta,
+  MembershipConfigError,
+  type MemberView,
+  parseHostPort,
+  type ShardCountMismatchError,
+  Swim,
+  type SwimConfig,
+  validateMeta,
+} from "./core/index.ts";
+import { type MembershipMetrics, noopMembershipMetrics } from "./metrics.ts";
+
+export interface MembershipLogger {
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}
+
+const silentLogger: MembershipLogger = { info: () => {}, warn: () => {}, error: () => {} };
+
+export interface MembershipOptions {
+  readonly nodeId: string;
+  /** `rpc_addr`: the UDP socket binds the same host and port number. Port 0 picks a free one. */
+  readonly bindAddr: string;
+  /** `advertise_rpc_addr`; defaults to bindAddr (with the bound port). Never a wildcard. */
+  readonly advertiseRpcAddr?: string;
+  /** `advertise_http_addr`: what other nodes and clients use to reach this node's HTTP server. */
+  readonly advertiseHttpAddr: string;
+  readonly totalShards: number;
+  /** `cluster.seed_nodes`: `host:port`, host names allowed; empty for a single node. */
+  readonly seeds: readonly string[];
+  readonly tickMs?: number;
+  readonly config?: Partial<SwimConfig>;
+  readonly rng?: Rng;
+  readonly metrics?: MembershipMetrics;
+  readonly logger?: MembershipLogger;
+  /** First and longest wait between two join attempts. */
+  readonly joinBackoffMs?: { readonly initial: number; readonly max: number };
+  /** How often seeds that are not live members are contacted again (0: never). */
+  readonly seedRecontactMs?: number;
+}
+
+/** A membership change with the member list as it is right after it. */
+export interface MembershipEvent {
+  readonly kind: MemberEventKind;
+  readonly member: MemberView;
+  readonly members: readonly MemberView[];
+}
+
+export interface MembershipStats {
+  readonly datagramsReceived: number;
+  readonly datagramsSent: number;
+  readonly sendErrors: number;
+  readonly dropped: Readonly<Partial<Record<DecodeFailureReason, number>>>;
+}
+
+/** join() gave up because the membership was closed first. */
+export class MembershipClosedError extends CairnError {
+  constructor() {
+    super("CAIRN_ERR_MEMBERSHIP_CLOSED", "membership closed before it joined the cluster");
+    this.name = "MembershipClosedError";
+  }
+}
+
+/** How long a resolved member host name is used before it is looked up again. */
+const DNS_TTL_MS = 30_000;
+
+/** How long a ping's send time is kept waiting for its ack. */
+const RTT_WINDOW_MS = 5_000;
+
+export class Membership {
+  readonly #socket: dgram.Socket;
+  readonly #swim: Swim;
+  readonly #options: MembershipOptions;
+  readonly #metrics: MembershipMetrics;
+  readonly #log: MembershipLogger;
+  readonly #tickMs: number;
+  readonly #rng: Rng;
+  readonly #timers: NodeJS.Timeout[] = [];
+  readonly #listeners = new Set<(e: MembershipEvent) => void>();
+  readonly #refusals = new Set<(e: ShardCountMismatchError) => void>();
+  readonly #replyWaiters = new Set<() => void>();
+  readonly #closeWaiters = new Set<() => void>();
+  readonly #dnsCache = new Map<
+    string,
+    { address: string; expiresAt: number; refreshing: boolean }
+  >();
+  readonly #pingSentAt = new Map<number, bigint>();
+  readonly #boundHost: string;
+  readonly #boundPort: number;
+  readonly #family: 4 | 6;
+  #closed = false;
+  #inFlight = 0;
+  #drained: (() => void) | null = null;
+  #stats = {
+    datagramsReceived: 0,
+    datagramsSent: 0,
+    sendErrors: 0,
+    dropped: {} as Partial<Record<DecodeFailureReason, number>>,
+  };
+
+  /** Binds the socket and starts the protocol. Call join() to find the cluster. */
+  static async start(options: MembershipOptions): Promise<Membership> {
+    const bind = parseHostPort(options.bindAddr, true);
+    if (bind === null) {
+      throw new MembershipConfigError(`rpc_addr must be <host>:<port>, got "${options.bindAddr}"`);
+    }
+    const { address, family } = await lookup(bind.host);
+    const socket = dgram.createSocket({ type: family === 6 ? "udp6" : "udp4" });
+    await new Promise<void>((resolve, reject) => {
+      socket.once("error", reject);
+      socket.bind(bind.port, address, () => {
+        socket.off("error", reject);
+        resolve();
+      });
+    });
+    return new Membership(options, socket);
+  }
+
+  private constructor(options: MembershipOptions, socket: dgram.Socket) {
+    this.#options = options;
+    this.#socket = socket;
+    this.#metrics = options.metrics ?? noopMembershipMetrics;
+    this.#log = options.logger ?? silentLogger;
+    this.#tickMs = options.tickMs ?? DEFAULT_TICK_MS;
+    const bound = socket.address();
+    this.#boundHost = bound.address;
+    this.#boundPort = bound.port;
+    this.#family = bound.family === "IPv6" ? 6 : 4;
+    const bindHost = options.bindAddr.slice(0, options.bindAddr.lastIndexOf(":"));
+    const rpcAddr = options.advertiseRpcAddr ?? `${bindHost}:${bound.port}`;
+    const self: MemberMeta = {
+      id: memberId(options.nodeId),
+      rpcAddr,
+      httpAddr: options.advertiseHttpAddr,
+      totalShards: options.totalShards,
+    };
+    try {
+      validateMeta(self);
+    } catch (e) {
+      socket.close();
+      throw e;
+    }
+    this.#rng = options.rng ?? seededRng(randomInt(2 ** 32));
+    this.#swim = new Swim({
+      self,
+      // A restarted node starts at incarnation 0 and refutes whatever the cluster remembers.
+      rng: this.#rng.fork(),
+      ...(options.config === undefined ? {} : { config: options.config }),
+    });
+    socket.on("message", (msg, rinfo) => this.#receive(msg, rinfo));
+    socket.on("error", (err) => this.#log.error("membership socket error", { error: err.message }));
+    this.#timers.push(setInterval(() => this.#tick(), this.#tickMs));
+    const recontact = options.seedRecontactMs ?? 30_000;
+    if (recontact > 0 && options.seeds.length > 0) {
+      this.#timers.push(setInterval(() => void this.#recontactSeeds(), recontact));
+    }
+    this.#metrics.onClusterSize(this.#swim.liveCount);
+    this.#log.info("membership started", {
+      node_id: self.id,
+      rpc_addr: rpcAddr,
+      udp_port: bound.port,
+    });
+  }
+
+  /** This node as announced. */
+  get self(): MemberMeta {
+    return this.#swim.self;
+  }
+
+  /** The UDP address actually bound, `host:port`. */
+  get boundAddr(): string {
+    return formatAddr(this.#boundHost, this.#boundPort);
+  }
+
+  members(): MemberView[] {
+    return this.#swim.members();
+  }
+
+  stats(): MembershipStats {
+    return { ...this.#stats, dropped: { ...this.#stats.dropped } };
+  }
+
+  /** Subscribes to membership changes; returns the unsubscribe function. */
+  onEvent(listener: (e: MembershipEvent) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /**
+   * Joins the cluster through the seeds: every attempt resolves every seed and starts a full-state
+   * exchange with each; attempts repeat with exponential backoff and full jitter until one
+   * answers. Resolves at once when there are no seeds or every seed resolves to this node. A seed
+   * that does not resolve (yet) is retried like one that does not answer. Rejects with
+   * ShardCountMismatchError when a seed refuses this node's `total_shards`, and with
+   * MembershipClosedError when close() or leave() comes first.
+   */
+  async join(): Promise<void> {
+    if (this.#options.seeds.length === 0) return;
+    const backoff = this.#options.joinBackoffMs ?? { initial: 500, max: 10_000 };
+    let base = backoff.initial;
+    for (let attempt = 1; ; attempt++) {
+      if (this.#closed) throw new MembershipClosedError();
+      const resolved = await this.#resolveSeeds();
+      const addrs = resolved.filter((a) => !this.#isSelf(a));
+      if (resolved.length > 0 && addrs.length === 0) return; // this node is the only seed
+      // Full jitter keeps nodes restarted together from retrying in lockstep.
+      const wait = Math.round(base / 2 + this.#rng.float() * (base / 2));
+      const outcome = await this.#attemptJoin(addrs, wait);
+      switch (outcome) {
+        case "answered":
+          this.#log.info("joined the cluster", { attempt, members: this.#swim.liveCount });
+          return;
+        case "closed":
+          throw new MembershipClosedError();
+        case "timeout":
+          this.#log.warn("no seed answered; retrying", {
+            attempt,
+            seeds: this.#options.seeds,
+            next_ms: wait,
+          });
+          base = Math.min(backoff.max, base * 2);
+          break;
+        default:
+          throw outcome;
+      }
+    }
+  }
+
+  /** One join attempt: push-pull to `addrs`, then wait for a reply, a refusal, close or `wait`. */
+  #attemptJoin(
+    addrs: readonly string[],
+    wait: number,
+  ): Promise<"answered" | "timeout" | "closed" | ShardCountMismatchError> {
+    if (this.#closed) return Promise.resolve("closed");
+    const before = this.#swim.pushPullReplies;
+    return new Promise((resolve) => {
+      const done = (o: "answered" | "timeout" | "closed" | ShardCountMismatchError): void => {
+        clearTimeout(timer);
+        this.#replyWaiters.delete(onReply);
+        this.#refusals.delete(onRefusal);
+        this.#closeWaiters.delete(onClose);
+        resolve(o);
+      };
+      const onReply = (): void => {
+        if (this.#swim.pushPullReplies > before) done("answered");
+      };
+      const onRefusal = (e: ShardCountMismatchError): void => done(e);
+      const onClose = (): void => done("closed");
+      const timer = setTimeout(() => done("timeout"), wait);
+      this.#replyWaiters.add(onReply);
+      this.#refusals.add(onRefusal);
+      this.#closeWaiters.add(onClose);
+      this.#swim.join(addrs);
+      this.#flush();
+    });
+  }
+
+  /** Announces a graceful leave, waits until the datagrams are handed to the OS, then closes. */
+  async leave(): Promise<void> {
+    if (this.#closed) return;
+    this.#swim.leave();
+    this.#flush();
+    if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#drained = resolve));
+    await this.close();
+  }
+
+  /** Stops at once, without telling anyone (others will detect the failure). */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const t of this.#timers) clearInterval(t);
+    for (const w of [...this.#closeWaiters]) w();
+    await new Promise<void>((resolve) => this.#socket.close(() => resolve()));
+  }
+
+  // ---- internals ------------------------------------------------------------------------------
+
+  #tick(): void {
+    if (this.#closed) return;
+    this.#swim.tick();
+    const cutoff = process.hrtime.bigint() - BigInt(RTT_WINDOW_MS) * 1_000_000n;
+    for (const [seq, at] of this.#pingSentAt) if (at < cutoff) this.#pingSentAt.delete(seq);
+    this.#flush();
+  }
+
+  #receive(msg: Buffer, rinfo: dgram.RemoteInfo): void {
+    if (this.#closed) return;
+    this.#stats.datagramsReceived += 1;
+    const decoded = decodeMessage(msg);
+    if (!decoded.ok) {
+      this.#stats.dropped[decoded.reason] = (this.#stats.dropped[decoded.reason] ?? 0) + 1;
+      this.#metrics.onDatagramDropped(decoded.reason);
+      return;
+    }
+    const m = decoded.message;
+    if (m.type === "ack") {
+      const sentAt = this.#pingSentAt.get(m.seq);
+      if (sentAt !== undefined) {
+        this.#pingSentAt.delete(m.seq);
+        this.#metrics.observeGossipLatencyMs(Number(process.hrtime.bigint() - sentAt) / 1e6);
+      }
+    }
+    this.#swim.handle(formatAddr(rinfo.address, rinfo.port), m);
+    this.#flush();
+  }
+
+  /** Carries out what the core asks: send, then report. */
+  #flush(): void {
+    const ready = this.#swim.takeReady();
+    for (const out of ready.messages) {
+      if (this.#closed) break;
+      const target = parseHostPort(out.to);
+      if (target === null) continue;
+      let bytes: Uint8Array;
+      try {
+        bytes = encodeMessage(out.message);
+      } catch (e) {
+        this.#log.error("membership could not encode a message (a bug)", { error: String(e) });
+        continue;
+      }
+      if (out.message.type === "ping" && out.message.from === this.#swim.self.id) {
+        this.#pingSentAt.set(out.message.seq, process.hrtime.bigint());
+      }
+      this.#inFlight += 1;
+      this.#socket.send(bytes, target.port, this.#resolveCached(target.host), (err) => {
+        this.#inFlight -= 1;
+        if (err === null) this.#stats.datagramsSent += 1;
+        else this.#stats.sendErrors += 1;
+        if (this.#inFlight === 0 && this.#drained !== null) {
+          const drained = this.#drained;
+          this.#drained = null;
+          drained();
+        }
+      });
+    }
+    for (const err of ready.errors) {
+      this.#log.error(err.message, { code: err.code, peer: err.peer });
+      for (const r of [...this.#refusals]) r(err);
+    }
+    if (ready.events.length > 0) this.#report(ready.events);
+    for (const w of [...this.#replyWaiters]) w();
+  }
+
+  #report(events: readonly MemberEvent[]): void {
+    const members = this.#swim.members();
+    for (const e of events) {
+      if (e.kind === "dead") this.#metrics.onMemberFailed();
+      const level = e.kind === "dead" || e.kind === "suspect" ? "warn" : "info";
+      this.#log[level](`member ${e.kind}`, {
+        member: e.member.meta.id,
+        incarnation: e.member.incarnation,
+        rpc_addr: e.member.meta.rpcAddr,
+      });
+      for (const l of this.#listeners) l({ kind: e.kind, member: e.member, members });
+    }
+    this.#metrics.onClusterSize(this.#swim.liveCount);
+  }
+
+  /**
+   * The address to send to for `host`: itself when it is an IP literal, else the cached result
+   * of a lookup (refreshed in the background every DNS_TTL_MS). Until the first lookup returns,
+   * the host name itself is used and dgram resolves it for that datagram.
+   */
+  #resolveCached(host: string): string {
+    if (isIP(host) !== 0) return host;
+    const now = Number(process.hrtime.bigint() / 1_000_000n);
+    const cached = this.#dnsCache.get(host);
+    if (cached === undefined || (cached.expiresAt <= now && !cached.refreshing)) {
+      const entry = {
+        address: cached?.address ?? host,
+        expiresAt: now + DNS_TTL_MS,
+        refreshing: true,
+      };
+      this.#dnsCache.set(host, entry);
+      lookup(host, { family: this.#family }).then(
+        (r) => {
+          entry.address = r.address;
+          entry.refreshing = false;
+        },
+        (err: unknown) => {
+          entry.refreshing = false;
+          this.#log.warn("cannot resolve a member address", { host, error: String(err) });
+        },
+      );
+    }
+    return (cached ?? this.#dnsCache.get(host))?.address ?? host;
+  }
+
+  /** Every seed's addresses, `ip:port`; a seed that does not resolve is skipped this round. */
+  async #resolveSeeds(): Promise<string[]> {
+    const out: string[] = [];
+    for (const seed of this.#options.seeds) {
+      const parsed = parseHostPort(seed);
+      if (parsed === null) {
+        this.#log.warn("ignoring a malformed seed", { seed });
+        continue;
+      }
+      try {
+        // Only addresses of the socket's family can be reached from it.
+        for (const a of await lookup(parsed.host, { all: true, family: this.#family })) {
+          out.push(formatAddr(a.address, parsed.port));
+        }
+      } catch (e) {
+        this.#log.warn("cannot resolve a seed", { seed, error: String(e) });
+      }
+    }
+    return out;
+  }
+
+  /** True when `addr` (`ip:port`) reaches this very socket. */
+  #isSelf(addr: string): boolean {
+    const p = parseHostPort(addr);
+    if (p === null || p.port !== this.#boundPort) return false;
+    if (p.host === this.#boundHost) return true;
+    const wildcard = this.#boundHost === "0.0.0.0" || this.#boundHost === "::";
+    return wildcard && localAddresses().has(p.host);
+  }
+
+  async #recontactSeeds(): Promise<void> {
+    if (this.#closed || this.#swim.isLeaving) return;
+    const live = new Set(
+      this.#swim
+        .members()
+        .filter((m) => m.state === "alive" || m.state === "suspect")
+        .map((m) => m.meta.rpcAddr),
+    );
+    for (const addr of await this.#resolveSeeds()) {
+      if (!live.has(addr) && !this.#isSelf(addr)) this.#swim.pushPull(addr);
+    }
+    if (!this.#closed) this.#flush();
+  }
+}
+
+function formatAddr(host: string, port: number): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+function localAddresses(): Set<string> {
+  const out = new Set<string>(["127.0.0.1", "::1"]);
+  for (const list of Object.values(networkInterfaces())) {
+    for (const i of list ?? []) out.add(i.address);
+  }
+  return out;
+}

@@ -1,0 +1,205 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { seededRng } from "../../src/common/index.ts";
+import {
+  describeMessage,
+  incarnation,
+  memberId,
+  MembershipConfigError,
+  Swim,
+} from "../../src/membership/core/index.ts";
+import { metaOf, TinyNet } from "./tiny-net.ts";
+
+function cluster(names: string[], seed = 1): TinyNet {
+  const net = new TinyNet(seed);
+  for (const n of names) net.add(n);
+  const [first, ...rest] = names;
+  for (const n of rest) net.get(n).join([`${first}.test:7447`]);
+  net.flush();
+  net.tick(50);
+  for (const a of names) {
+    for (const b of names) if (a !== b) assert.equal(net.stateOf(a, b), "alive", `${a} sees ${b}`);
+  }
+  return net;
+}
+
+describe("SWIM core", () => {
+  it("joins through a seed with one push-pull exchange", () => {
+    const net = new TinyNet(1);
+    net.add("a");
+    net.add("b");
+    net.get("b").join(["a.test:7447", "b.test:7447"]);
+    net.flush();
+    assert.equal(net.stateOf("a", "b"), "alive");
+    assert.equal(net.stateOf("b", "a"), "alive");
+    assert.deepEqual(net.kinds("a", "b"), ["joined"]);
+    assert.equal(net.get("b").pushPullReplies, 1);
+  });
+
+  it("spreads a join to members the joiner never contacted", () => {
+    const net = cluster(["a", "b", "c", "d", "e"]);
+    net.add("f").join(["e.test:7447"]);
+    net.tick(30);
+    for (const n of ["a", "b", "c", "d", "e"]) assert.equal(net.stateOf(n, "f"), "alive", n);
+  });
+
+  it("declares a crashed member dead after the suspicion timeout, then forgets it", () => {
+    const net = cluster(["a", "b", "c"]);
+    net.crashed.add("c");
+    net.tick(20);
+    assert.ok(["suspect", "alive"].includes(net.stateOf("a", "c")));
+    net.tick(60);
+    assert.equal(net.stateOf("a", "c"), "dead");
+    assert.equal(net.stateOf("b", "c"), "dead");
+    assert.deepEqual(net.kinds("a", "c").slice(-2), ["suspect", "dead"]);
+    assert.equal(net.get("a").liveCount, 2);
+    net.tick(3000);
+    assert.equal(net.stateOf("a", "c"), "unknown", "tombstone forgotten");
+  });
+
+  it("lets a suspected member refute with a higher incarnation", () => {
+    const net = cluster(["a", "b", "c"]);
+    // c is unreachable for a while (long enough to be suspected, not to be declared dead).
+    net.drop = (from, to) => from === "c" || to === "c";
+    for (let i = 0; i < 60 && net.stateOf("a", "c") !== "suspect"; i++) net.tick();
+    assert.equal(net.stateOf("a", "c"), "suspect");
+    const before = net.get("c").incarnation;
+    net.drop = () => false;
+    net.tick(30);
+    assert.ok(net.get("c").incarnation > before, "c raised its incarnation");
+    assert.equal(net.stateOf("a", "c"), "alive");
+    assert.equal(net.stateOf("b", "c"), "alive");
+    assert.ok(net.kinds("a", "c").includes("alive"));
+    assert.ok(!net.kinds("a", "c").includes("dead"));
+  });
+
+  it("probes indirectly: a member unreachable from one peer only is never suspected", () => {
+    const net = cluster(["a", "b", "c", "d"]);
+    net.drop = (from, to) => (from === "a" && to === "d") || (from === "d" && to === "a");
+    net.tick(600);
+    for (const n of ["a", "b", "c"]) assert.equal(net.stateOf(n, "d"), "alive", n);
+    assert.ok(!net.kinds("a", "d").includes("suspect"));
+  });
+
+  it("announces a graceful leave", () => {
+    const net = cluster(["a", "b", "c"]);
+    net.get("c").leave();
+    net.flush();
+    net.crashed.add("c");
+    assert.equal(net.stateOf("a", "c"), "left");
+    assert.equal(net.stateOf("b", "c"), "left");
+    net.tick(100);
+    assert.ok(!net.kinds("a", "c").includes("dead"));
+  });
+
+  it("a restarted member outbids its own tombstone and is alive again", () => {
+    const net = cluster(["a", "b", "c"]);
+    net.crashed.add("c");
+    net.tick(100);
+    assert.equal(net.stateOf("a", "c"), "dead");
+    const deadAt = net.get("a").member(memberId("c"))?.incarnation ?? -1;
+    net.add("c").join(["a.test:7447"]);
+    net.tick(30);
+    assert.equal(net.stateOf("a", "c"), "alive");
+    assert.equal(net.stateOf("b", "c"), "alive");
+    assert.ok(net.get("c").incarnation > deadAt);
+    assert.deepEqual(net.kinds("b", "c").slice(-1), ["alive"]);
+  });
+
+  it("heals a partition: both sides refute and reconverge", () => {
+    const net = cluster(["a", "b", "c", "d"]);
+    const side = (n: string): number => (n === "a" || n === "b" ? 0 : 1);
+    net.drop = (from, to) => side(from) !== side(to);
+    net.tick(400);
+    assert.equal(net.stateOf("a", "c"), "dead");
+    assert.equal(net.stateOf("c", "a"), "dead");
+    net.drop = () => false;
+    net.tick(100);
+    for (const x of ["a", "b", "c", "d"]) {
+      for (const y of ["a", "b", "c", "d"]) {
+        if (x !== y) assert.equal(net.stateOf(x, y), "alive", `${x} sees ${y}`);
+      }
+    }
+  });
+
+  it("refuses a node with another total_shards on both sides", () => {
+    const net = new TinyNet(3);
+    net.add("a", 1024);
+    net.add("b", 128).join(["a.test:7447"]);
+    net.flush();
+    net.tick(20);
+    assert.equal(net.stateOf("a", "b"), "unknown");
+    assert.equal(net.stateOf("b", "a"), "unknown");
+    const [ours] = net.errors.get("a") ?? [];
+    const [theirs] = net.errors.get("b") ?? [];
+    assert.equal(ours?.code, "CAIRN_ERR_SHARD_COUNT_MISMATCH");
+    assert.equal(theirs?.code, "CAIRN_ERR_SHARD_COUNT_MISMATCH");
+    assert.match(theirs?.message ?? "", /this node has 128, a at a\.test:7447 has 1024/);
+  });
+
+  it("does not answer a ping meant for another member id", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    swim.handle("b.test:7447", {
+      type: "ping",
+      from: memberId("b"),
+      totalShards: 1024,
+      seq: 1,
+      target: memberId("old-owner"),
+      gossip: [],
+    });
+    assert.deepEqual(swim.takeReady().messages, []);
+    swim.handle("b.test:7447", {
+      type: "ping",
+      from: memberId("b"),
+      totalShards: 1024,
+      seq: 2,
+      target: memberId("a"),
+      gossip: [],
+    });
+    const [ack] = swim.takeReady().messages;
+    assert.equal(ack?.to, "b.test:7447");
+    assert.equal(describeMessage(ack?.message ?? assert.fail()), "ack a seq=2");
+  });
+
+  it("keeps incarnations monotonic against stale gossip", () => {
+    const net = cluster(["a", "b"]);
+    const a = net.get("a");
+    const alive = (inc: number) => ({
+      kind: "alive" as const,
+      incarnation: incarnation(inc),
+      meta: metaOf("b"),
+    });
+    const ping = (gossip: ReturnType<typeof alive>[]) => ({
+      type: "ping" as const,
+      from: memberId("z"),
+      totalShards: 1024,
+      seq: 1,
+      target: memberId("a"),
+      gossip,
+    });
+    a.handle("z.test:7447", ping([alive(5)]));
+    a.handle("z.test:7447", ping([alive(2)]));
+    assert.equal(a.member(memberId("b"))?.incarnation, 5);
+    a.handle("z.test:7447", {
+      ...ping([]),
+      gossip: [
+        { kind: "dead", id: memberId("b"), incarnation: incarnation(4), from: memberId("z") },
+      ],
+    });
+    assert.equal(a.member(memberId("b"))?.state, "alive", "dead for an older incarnation ignored");
+  });
+
+  it("refuses wildcard or malformed advertised addresses and bad settings", () => {
+    const make = (rpcAddr: string) => () =>
+      new Swim({ self: { ...metaOf("a"), rpcAddr }, rng: seededRng(1) });
+    for (const bad of ["0.0.0.0:7447", "[::]:7447", ":7447", "host", "host:0", "host:70000"]) {
+      assert.throws(make(bad), MembershipConfigError, bad);
+    }
+    assert.doesNotThrow(make("[::1]:7447"));
+    assert.doesNotThrow(make("db-1.example:7447"));
+    assert.throws(
+      () => new Swim({ self: metaOf("a"), rng: seededRng(1), config: { ackTimeoutTicks: 10 } }),
+      MembershipConfigError,
+    );
+  });
+});

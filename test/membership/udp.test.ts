@@ -1,0 +1,408 @@
+/**
+ * Membership over real UDP on 127.0.0.1: three member processes (scripts/swim-member.ts) form a
+ * cluster from one seed; one is killed with SIGKILL and the others see it dead; it restarts on the
+ * same port and is alive again. Plus: malformed datagrams are dropped without effect.
+ */
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import dgram from "node:dgram";
+import { once } from "node:events";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, describe, it } from "node:test";
+import {
+  decodeMessage,
+  encodeMessage,
+  memberId,
+  type Message,
+} from "../../src/membership/core/index.ts";
+import {
+  Membership,
+  type MembershipEvent,
+  noopMembershipMetrics,
+} from "../../src/membership/index.ts";
+
+const runner = join(import.meta.dirname, "..", "..", "scripts", "swim-member.ts");
+
+interface Line {
+  readonly event: string;
+  readonly kind?: string;
+  readonly addr?: string;
+  readonly member?: { readonly id: string; readonly state: string; readonly incarnation: number };
+  readonly code?: string;
+}
+
+/** One member process and the JSON lines it printed; waits are bounded and event-driven. */
+class MemberProcess {
+  readonly name: string;
+  readonly child: ChildProcess;
+  readonly lines: Line[] = [];
+  readonly #waiters = new Set<() => void>();
+  #exited = false;
+
+  constructor(name: string, args: string[]) {
+    this.name = name;
+    this.child = spawn(process.execPath, [runner, "--id", name, ...args], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    const rl = createInterface({ input: this.child.stdout ?? assert.fail() });
+    rl.on("line", (text) => {
+      this.lines.push(JSON.parse(text) as Line);
+      for (const w of this.#waiters) w();
+    });
+    this.child.on("exit", () => {
+      this.#exited = true;
+      for (const w of this.#waiters) w();
+    });
+  }
+
+  waitFor(what: string, match: (l: Line) => boolean, timeoutMs: number): Promise<Line> {
+    return new Promise((resolve, reject) => {
+      const check = (): void => {
+        const found = this.lines.find(match);
+        if (found !== undefined) {
+          cleanup();
+          resolve(found);
+        } else if (this.#exited) {
+          cleanup();
+          reject(new Error(`${this.name} exited before: ${what}`));
+        }
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`${this.name}: timed out after ${timeoutMs} ms waiting for ${what}`));
+      }, timeoutMs);
+      const cleanup = (): void => {
+        clearTimeout(timer);
+        this.#waiters.delete(check);
+      };
+      this.#waiters.add(check);
+      check();
+    });
+  }
+
+  /** Waits for a `member` event of `kind` about `id` printed after line index `from`. */
+  waitMember(kind: string, id: string, timeoutMs: number, from = 0): Promise<Line> {
+    return this.waitFor(
+      `${kind} ${id}`,
+      (l) =>
+        this.lines.indexOf(l) >= from &&
+        l.event === "member" &&
+        l.kind === kind &&
+        l.member?.id === id,
+      timeoutMs,
+    );
+  }
+
+  async stop(signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
+    if (this.#exited) return;
+    const exited = once(this.child, "exit");
+    this.child.kill(signal);
+    await exited;
+  }
+}
+
+describe("membership over real UDP", () => {
+  const procs: MemberProcess[] = [];
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop("SIGKILL")));
+  });
+
+  it("three processes form a cluster; a SIGKILLed one is seen dead, then alive after restart", async () => {
+    const a = new MemberProcess("a", ["--bind", "127.0.0.1:0"]);
+    procs.push(a);
+    const seed = (await a.waitFor("listening", (l) => l.event === "listening", 10_000)).addr;
+    assert.ok(seed !== undefined);
+    const b = new MemberProcess("b", ["--bind", "127.0.0.1:0", "--seeds", seed]);
+    // Seeds may be host names.
+    const seedByName = `localhost:${seed.slice(seed.lastIndexOf(":") + 1)}`;
+    const c = new MemberProcess("c", ["--bind", "127.0.0.1:0", "--seeds", seedByName]);
+    procs.push(b, c);
+    const cAddr = (await c.waitFor("listening", (l) => l.event === "listening", 10_000)).addr;
+    assert.ok(cAddr !== undefined);
+
+    // Everyone learns of everyone, b and c only through the seed and gossip.
+    await Promise.all([
+      a.waitMember("joined", "b", 15_000),
+      a.waitMember("joined", "c", 15_000),
+      b.waitMember("joined", "c", 15_000),
+      c.waitMember("joined", "b", 15_000),
+      b.waitMember("joined", "a", 15_000),
+    ]);
+
+    const mark = { a: a.lines.length, b: b.lines.length };
+    await c.stop("SIGKILL");
+    await Promise.all([
+      a.waitMember("dead", "c", 30_000, mark.a),
+      b.waitMember("dead", "c", 30_000, mark.b),
+    ]);
+
+    const again = { a: a.lines.length, b: b.lines.length };
+    const c2 = new MemberProcess("c", ["--bind", cAddr, "--seeds", seed]);
+    procs.push(c2);
+    const [aliveAtA, aliveAtB] = await Promise.all([
+      a.waitMember("alive", "c", 20_000, again.a),
+      b.waitMember("alive", "c", 20_000, again.b),
+    ]);
+    assert.ok((aliveAtA.member?.incarnation ?? 0) > 0, "the restarted member refuted its death");
+    assert.equal(aliveAtB.member?.state, "alive");
+    await c2.waitFor("joined-cluster", (l) => l.event === "joined-cluster", 10_000);
+
+    // A graceful leave is seen as `left`, not as a failure.
+    const beforeLeave = a.lines.length;
+    await b.stop("SIGTERM");
+    await a.waitMember("left", "b", 10_000, beforeLeave);
+    assert.equal(b.child.exitCode, 0);
+  });
+
+  it("refuses a node whose total_shards differs, with an error on both sides", async () => {
+    const a = new MemberProcess("ma", ["--bind", "127.0.0.1:0", "--total-shards", "1024"]);
+    procs.push(a);
+    const seed = (await a.waitFor("listening", (l) => l.event === "listening", 10_000)).addr;
+    assert.ok(seed !== undefined);
+    const d = new MemberProcess("md", [
+      "--bind",
+      "127.0.0.1:0",
+      "--seeds",
+      seed,
+      "--total-shards",
+      "128",
+    ]);
+    procs.push(d);
+    const refused = await d.waitFor("refusal", (l) => l.event === "error", 10_000);
+    assert.equal(refused.code, "CAIRN_ERR_SHARD_COUNT_MISMATCH");
+    await once(d.child, "exit");
+    assert.equal(d.child.exitCode, 3);
+    await a.waitFor(
+      "logged refusal",
+      (l) => l.event === "log" && JSON.stringify(l).includes("CAIRN_ERR_SHARD_COUNT_MISMATCH"),
+      5_000,
+    );
+    assert.ok(!a.lines.some((l) => l.event === "member" && l.member?.id === "md"));
+  });
+});
+
+describe("membership drops malformed datagrams", () => {
+  it("random bytes, truncated, wrong version and oversized datagrams change nothing", async () => {
+    const fast = { tickMs: 20 };
+    const m1 = await Membership.start({
+      nodeId: "m1",
+      bindAddr: "127.0.0.1:0",
+      advertiseHttpAddr: "127.0.0.1:8080",
+      totalShards: 16,
+      seeds: [],
+      ...fast,
+    });
+    const m2 = await Membership.start({
+      nodeId: "m2",
+      bindAddr: "127.0.0.1:0",
+      advertiseHttpAddr: "127.0.0.1:8081",
+      totalShards: 16,
+      seeds: [m1.boundAddr],
+      ...fast,
+    });
+    const raw = dgram.createSocket("udp4");
+    try {
+      await m2.join();
+      const events: MembershipEvent[] = [];
+      m1.onEvent((e) => events.push(e));
+      m2.onEvent((e) => events.push(e));
+
+      const { port } = new URL(`udp://${m1.boundAddr}`);
+      const send = (bytes: Uint8Array): Promise<void> =>
+        new Promise((resolve, reject) =>
+          raw.send(bytes, Number(port), "127.0.0.1", (err) => (err ? reject(err) : resolve())),
+        );
+      const valid: Message = {
+        type: "ping",
+        from: memberId("probe"),
+        totalShards: 16,
+        seq: 4242,
+        target: memberId("m1"),
+        gossip: [],
+      };
+      const good = encodeMessage(valid);
+      const wrongVersion = Uint8Array.from(good);
+      wrongVersion[0] = 9;
+      let state = 12345;
+      const random = Uint8Array.from({ length: 200 }, () => {
+        state = (state * 1103515245 + 12345) >>> 0;
+        return state >>> 24;
+      });
+      random[0] = 1; // a plausible version byte, so the decoder has to work for its verdict
+      await send(random);
+      await send(good.subarray(0, good.length - 3));
+      await send(wrongVersion);
+      await send(new Uint8Array(1401));
+      await send(new Uint8Array(0));
+
+      // The member still answers a valid probe, and answering it proves the junk went first.
+      const reply = once(raw, "message");
+      await send(good);
+      const [msg] = (await reply) as [Buffer];
+      const decoded = decodeMessage(msg);
+      assert.ok(decoded.ok && decoded.message.type === "ack" && decoded.message.seq === 4242);
+
+      const dropped = m1.stats().dropped;
+      assert.equal(dropped.version, 1);
+      assert.equal(dropped.oversized, 1);
+      assert.ok((dropped.truncated ?? 0) >= 2, JSON.stringify(dropped));
+      const total = Object.values(dropped).reduce((s, n) => s + (n ?? 0), 0);
+      assert.equal(total, 5, JSON.stringify(dropped));
+      assert.deepEqual(events, [], "no membership change");
+      assert.deepEqual(
+        m1.members().map((m) => [m.meta.id, m.state]),
+        [
+          ["m1", "alive"],
+          ["m2", "alive"],
+        ],
+      );
+    } finally {
+      raw.close();
+      await m2.close();
+      await m1.close();
+    }
+  });
+
+  it("refuses a wildcard advertised address", async () => {
+    await assert.rejects(
+      Membership.start({
+        nodeId: "w",
+        bindAddr: "0.0.0.0:0",
+        advertiseHttpAddr: "127.0.0.1:8080",
+        totalShards: 16,
+        seeds: [],
+      }),
+      /must be routable/,
+    );
+    await assert.rejects(
+      Membership.start({
+        nodeId: "w",
+        bindAddr: "127.0.0.1:0",
+        advertiseRpcAddr: "[::]:7447",
+        advertiseHttpAddr: "127.0.0.1:8080",
+        totalShards: 16,
+        seeds: [],
+      }),
+      /must be routable/,
+    );
+  });
+});
+
+describe("membership join", () => {
+  const base = { advertiseHttpAddr: "127.0.0.1:8080", totalShards: 16, tickMs: 20 };
+
+  it("resolves at once without seeds; refuses a port that is already bound", async () => {
+    const alone = await Membership.start({
+      ...base,
+      nodeId: "s1",
+      bindAddr: "127.0.0.1:0",
+      seeds: [],
+    });
+    try {
+      await alone.join();
+      await assert.rejects(
+        Membership.start({ ...base, nodeId: "s2", bindAddr: alone.boundAddr, seeds: [] }),
+        { code: "EADDRINUSE" },
+      );
+    } finally {
+      await alone.close();
+    }
+  });
+
+  it("a node whose seed list names only itself starts a cluster of one", async () => {
+    const port = await freeUdpPort();
+    const m = await Membership.start({
+      ...base,
+      nodeId: "first",
+      bindAddr: `127.0.0.1:${port}`,
+      seeds: [`localhost:${port}`, `127.0.0.1:${port}`],
+    });
+    try {
+      await m.join();
+      assert.deepEqual(
+        m.members().map((v) => v.meta.id),
+        ["first"],
+      );
+    } finally {
+      await m.close();
+    }
+  });
+
+  it("keeps retrying a silent or unresolvable seed with backoff until closed", async () => {
+    const warnings: string[] = [];
+    let twoRetries: () => void = () => {};
+    const retried = new Promise<void>((resolve) => (twoRetries = resolve));
+    const m = await Membership.start({
+      ...base,
+      nodeId: "lonely",
+      bindAddr: "127.0.0.1:0",
+      seeds: ["127.0.0.1:9", "no-such-seed.invalid:7447"],
+      joinBackoffMs: { initial: 20, max: 40 },
+      logger: {
+        info: () => {},
+        error: () => {},
+        warn: (message) => {
+          warnings.push(message);
+          if (warnings.filter((w) => w === "no seed answered; retrying").length >= 2) twoRetries();
+        },
+      },
+    });
+    const joining = m.join();
+    await retried;
+    await m.close();
+    await assert.rejects(joining, { code: "CAIRN_ERR_MEMBERSHIP_CLOSED" });
+    assert.ok(warnings.includes("cannot resolve a seed"));
+  });
+
+  it("members may advertise host names", async () => {
+    let acked: () => void = () => {};
+    const firstAck = new Promise<void>((resolve) => (acked = resolve));
+    const m1 = await Membership.start({
+      ...base,
+      nodeId: "h1",
+      bindAddr: "127.0.0.1:0",
+      seeds: [],
+      // m1's only peer is h2, so a measured round trip is a ping to "localhost:<port>" acked.
+      metrics: { ...noopMembershipMetrics, observeGossipLatencyMs: () => acked() },
+    });
+    const port2 = await freeUdpPort();
+    const m2 = await Membership.start({
+      ...base,
+      nodeId: "h2",
+      bindAddr: `127.0.0.1:${port2}`,
+      advertiseRpcAddr: `localhost:${port2}`,
+      seeds: [`localhost:${m1.boundAddr.split(":")[1]}`],
+    });
+    try {
+      await m2.join();
+      await withTimeout(firstAck, 10_000, "an ack from h2 at its host name");
+      assert.deepEqual(
+        m1.members().map((v) => [v.meta.id, v.meta.rpcAddr, v.state]),
+        [
+          ["h1", m1.boundAddr, "alive"],
+          ["h2", `localhost:${port2}`, "alive"],
+        ],
+      );
+    } finally {
+      await m2.close();
+      await m1.close();
+    }
+  });
+});
+
+async function freeUdpPort(): Promise<number> {
+  const probe = dgram.createSocket("udp4");
+  await new Promise<void>((resolve) => probe.bind(0, "127.0.0.1", resolve));
+  const port = probe.address().port;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
