@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "data/", "**/testdata/"] },
+  { ignores: ["node_modules/", "data/", "**/testdata/", "src/api/generated/"] },
   js.configs.recommended,
   ...tseslint.configs.strict,
   {

@@ -1,0 +1,41 @@
+// Original file: /work/main/proto/cairn/v1/admin.proto
+
+import type * as grpc from '@grpc/grpc-js'
+import type { MethodDefinition } from '@grpc/proto-loader'
+import type { SnapshotShardRequest as _cairn_v1_SnapshotShardRequest, SnapshotShardRequest__Output as _cairn_v1_SnapshotShardRequest__Output } from '../../cairn/v1/SnapshotShardRequest.ts';
+import type { SnapshotShardResponse as _cairn_v1_SnapshotShardResponse, SnapshotShardResponse__Output as _cairn_v1_SnapshotShardResponse__Output } from '../../cairn/v1/SnapshotShardResponse.ts';
+import type { TransferLeaderRequest as _cairn_v1_TransferLeaderRequest, TransferLeaderRequest__Output as _cairn_v1_TransferLeaderRequest__Output } from '../../cairn/v1/TransferLeaderRequest.ts';
+import type { TransferLeaderResponse as _cairn_v1_TransferLeaderResponse, TransferLeaderResponse__Output as _cairn_v1_TransferLeaderResponse__Output } from '../../cairn/v1/TransferLeaderResponse.ts';
+
+export interface AdminClient extends grpc.Client {
+  SnapshotShard(argument: _cairn_v1_SnapshotShardRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  SnapshotShard(argument: _cairn_v1_SnapshotShardRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  SnapshotShard(argument: _cairn_v1_SnapshotShardRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  SnapshotShard(argument: _cairn_v1_SnapshotShardRequest, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  snapshotShard(argument: _cairn_v1_SnapshotShardRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  snapshotShard(argument: _cairn_v1_SnapshotShardRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  snapshotShard(argument: _cairn_v1_SnapshotShardRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  snapshotShard(argument: _cairn_v1_SnapshotShardRequest, callback: grpc.requestCallback<_cairn_v1_SnapshotShardResponse__Output>): grpc.ClientUnaryCall;
+  
+  TransferLeader(argument: _cairn_v1_TransferLeaderRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  TransferLeader(argument: _cairn_v1_TransferLeaderRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  TransferLeader(argument: _cairn_v1_TransferLeaderRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  TransferLeader(argument: _cairn_v1_TransferLeaderRequest, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  transferLeader(argument: _cairn_v1_TransferLeaderRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  transferLeader(argument: _cairn_v1_TransferLeaderRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  transferLeader(argument: _cairn_v1_TransferLeaderRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  transferLeader(argument: _cairn_v1_TransferLeaderRequest, callback: grpc.requestCallback<_cairn_v1_TransferLeaderResponse__Output>): grpc.ClientUnaryCall;
+  
+}
+
+export interface AdminHandlers extends grpc.UntypedServiceImplementation {
+  SnapshotShard: grpc.handleUnaryCall<_cairn_v1_SnapshotShardRequest__Output, _cairn_v1_SnapshotShardResponse>;
+  
+  TransferLeader: grpc.handleUnaryCall<_cairn_v1_TransferLeaderRequest__Output, _cairn_v1_TransferLeaderResponse>;
+  
+}
+
+export interface AdminDefinition extends grpc.ServiceDefinition {
+  SnapshotShard: MethodDefinition<_cairn_v1_SnapshotShardRequest, _cairn_v1_SnapshotShardResponse, _cairn_v1_SnapshotShardRequest__Output, _cairn_v1_SnapshotShardResponse__Output>
+  TransferLeader: MethodDefinition<_cairn_v1_TransferLeaderRequest, _cairn_v1_TransferLeaderResponse, _cairn_v1_TransferLeaderRequest__Output, _cairn_v1_TransferLeaderResponse__Output>
+}

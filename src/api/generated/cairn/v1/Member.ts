@@ -1,0 +1,16 @@
+// Original file: /work/main/proto/cairn/v1/meta.proto
+
+
+export interface Member {
+  'id'?: (string);
+  'rpc_addr'?: (string);
+  'http_addr'?: (string);
+  'state'?: (string);
+}
+
+export interface Member__Output {
+  'id': (string);
+  'rpc_addr': (string);
+  'http_addr': (string);
+  'state': (string);
+}

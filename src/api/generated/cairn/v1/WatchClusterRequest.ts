@@ -1,0 +1,8 @@
+// Original file: /work/main/proto/cairn/v1/meta.proto
+
+
+export interface WatchClusterRequest {
+}
+
+export interface WatchClusterRequest__Output {
+}
