@@ -24,6 +24,7 @@ export { EMPTY_CONF, MemoryStorage, type RaftStorage } from "./storage.ts";
 export {
   type ConfChange,
   type ConfState,
+  confAfter,
   decodeConfChange,
   type Entry,
   type EntryType,

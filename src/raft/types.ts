@@ -89,3 +89,23 @@ export function decodeConfChange(data: Uint8Array): ConfChange {
   }
   return { type, node: nodeId(node) };
 }
+
+/** The configuration that results from applying `cc` to `conf` (as the core does on apply). */
+export function confAfter(conf: ConfState, cc: ConfChange): ConfState {
+  const voters = new Set(conf.voters);
+  const learners = new Set(conf.learners);
+  switch (cc.type) {
+    case "add-learner":
+      if (!voters.has(cc.node)) learners.add(cc.node); // demotion is not supported
+      break;
+    case "add-voter":
+      learners.delete(cc.node);
+      voters.add(cc.node);
+      break;
+    case "remove":
+      voters.delete(cc.node);
+      learners.delete(cc.node);
+      break;
+  }
+  return { voters: [...voters].sort(), learners: [...learners].sort() };
+}

@@ -1,0 +1,142 @@
+/**
+ * What a shard's Raft log carries and its state machine (the shard's LSM engine) stores.
+ *
+ * Log entry payload of a KV command (all integers big-endian):
+ *   u8 op (1 put, 2 delete) | u8 flags (bit 0: expected version present)
+ *   [u64 expected index | u64 expected term] | u32 key length | key | value (put only)
+ *
+ * LSM layout: user keys are stored under the prefix 0x01 (so keys sort exactly as the user's),
+ * internal records under 0x00. A user value is stored as u64 index | u64 term | bytes: the
+ * version of the write that produced it.
+ */
+import { CairnError } from "../common/errors.ts";
+import type { ConfState } from "../raft/index.ts";
+
+export interface Version {
+  readonly index: number;
+  readonly term: number;
+}
+
+/** "The key must not exist", as an expected version. */
+export const ABSENT: Version = { index: 0, term: 0 };
+
+export type KvCommand =
+  | {
+      readonly op: "put";
+      readonly key: Uint8Array;
+      readonly value: Uint8Array;
+      readonly expected?: Version;
+    }
+  | { readonly op: "delete"; readonly key: Uint8Array; readonly expected?: Version };
+
+const OP_PUT = 1;
+const OP_DELETE = 2;
+const FLAG_EXPECTED = 1;
+
+export function encodeCommand(cmd: KvCommand): Uint8Array {
+  const hasExpected = cmd.expected !== undefined;
+  const valueLength = cmd.op === "put" ? cmd.value.length : 0;
+  const out = new Uint8Array(2 + (hasExpected ? 16 : 0) + 4 + cmd.key.length + valueLength);
+  const view = new DataView(out.buffer);
+  out[0] = cmd.op === "put" ? OP_PUT : OP_DELETE;
+  out[1] = hasExpected ? FLAG_EXPECTED : 0;
+  let at = 2;
+  if (cmd.expected !== undefined) {
+    writeU64(view, at, cmd.expected.index);
+    writeU64(view, at + 8, cmd.expected.term);
+    at += 16;
+  }
+  view.setUint32(at, cmd.key.length);
+  out.set(cmd.key, at + 4);
+  if (cmd.op === "put") out.set(cmd.value, at + 4 + cmd.key.length);
+  return out;
+}
+
+export function decodeCommand(data: Uint8Array): KvCommand {
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  if (data.length < 6) throw malformed("too short");
+  const op = data[0];
+  const flags = data[1] as number;
+  let at = 2;
+  let expected: Version | undefined;
+  if ((flags & FLAG_EXPECTED) !== 0) {
+    if (data.length < at + 16 + 4) throw malformed("truncated version");
+    expected = { index: readU64(view, at), term: readU64(view, at + 8) };
+    at += 16;
+  }
+  const keyLength = view.getUint32(at);
+  at += 4;
+  if (at + keyLength > data.length) throw malformed("truncated key");
+  const key = data.subarray(at, at + keyLength);
+  const rest = data.subarray(at + keyLength);
+  if (op === OP_PUT)
+    return expected === undefined
+      ? { op: "put", key, value: rest }
+      : { op: "put", key, value: rest, expected };
+  if (op === OP_DELETE)
+    return expected === undefined ? { op: "delete", key } : { op: "delete", key, expected };
+  throw malformed(`unknown op ${op}`);
+}
+
+function malformed(why: string): CairnError {
+  return new CairnError("CAIRN_ERR_MALFORMED_COMMAND", `malformed KV command in the log: ${why}`);
+}
+
+const USER = 0x01;
+const INTERNAL = 0x00;
+const CONF_KEY = new Uint8Array([INTERNAL, ...new TextEncoder().encode("raft/conf")]);
+
+/** The LSM key of a user key. */
+export function storageKey(key: Uint8Array): Uint8Array {
+  const out = new Uint8Array(key.length + 1);
+  out[0] = USER;
+  out.set(key, 1);
+  return out;
+}
+
+/** The user key of an LSM key under the user prefix. */
+export function userKey(stored: Uint8Array): Uint8Array {
+  return stored.subarray(1);
+}
+
+/** The first LSM key past every user key: the end of a scan over the whole keyspace. */
+export const USER_KEYS_END = new Uint8Array([USER + 1]);
+
+export function encodeStoredValue(version: Version, value: Uint8Array): Uint8Array {
+  const out = new Uint8Array(16 + value.length);
+  const view = new DataView(out.buffer);
+  writeU64(view, 0, version.index);
+  writeU64(view, 8, version.term);
+  out.set(value, 16);
+  return out;
+}
+
+export function decodeStoredValue(stored: Uint8Array): { version: Version; value: Uint8Array } {
+  const view = new DataView(stored.buffer, stored.byteOffset, stored.byteLength);
+  return {
+    version: { index: readU64(view, 0), term: readU64(view, 8) },
+    value: stored.subarray(16),
+  };
+}
+
+export function confKey(): Uint8Array {
+  return CONF_KEY;
+}
+
+export function encodeConf(conf: ConfState): Uint8Array {
+  return new TextEncoder().encode(JSON.stringify({ voters: conf.voters, learners: conf.learners }));
+}
+
+export function decodeConf(data: Uint8Array): ConfState {
+  const parsed = JSON.parse(new TextDecoder().decode(data)) as ConfState;
+  return { voters: parsed.voters, learners: parsed.learners };
+}
+
+function writeU64(view: DataView, at: number, n: number): void {
+  view.setUint32(at, Math.floor(n / 0x1_0000_0000));
+  view.setUint32(at + 4, n >>> 0);
+}
+
+function readU64(view: DataView, at: number): number {
+  return view.getUint32(at) * 0x1_0000_0000 + view.getUint32(at + 4);
+}

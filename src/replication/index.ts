@@ -1,0 +1,16 @@
+/**
+ * Replication: the multi-raft driver joining the Raft core, the WAL and the per-shard LSM
+ * engines, and the KV state machine each shard applies its log to.
+ */
+export { ABSENT, type KvCommand, type Version } from "./commands.ts";
+export {
+  MultiRaft,
+  type MultiRaftOptions,
+  type ReplicationObserver,
+  type ScanRequest,
+  type ShardInfo,
+  ShuttingDownError,
+  type SnapshotResult,
+} from "./multi-raft.ts";
+export { ProposalLostError } from "./shard.ts";
+export type { ApplyOutcome, StoredItem } from "./state-machine.ts";

@@ -1,0 +1,541 @@
+/**
+ * The multi-raft driver: every active shard of this node is a Raft group, and one loop drives
+ * them all. Per round:
+ *
+ *   1. feed each group the inputs queued since the last round (ticks, proposals, reads);
+ *   2. collect every group's Ready;
+ *   3. persist all new entries and hard states in one WAL append and ONE fdatasync;
+ *   4. send messages (none in single-node mode: every group has one voter);
+ *   5. apply committed entries to each shard's LSM, answering the proposals they settle, and
+ *      serve confirmed reads;
+ *   6. advance every group.
+ *
+ * Requests that arrive while a round waits for its fsync are proposed in the next round, so
+ * the fsync is shared by everything that arrived meanwhile (group commit across shards).
+ *
+ * Shard 0 opens at start; another shard opens on first access (its directory and WAL state are
+ * created then) and, after a restart, every shard with state is reopened and its WAL replayed
+ * above what its LSM holds durably.
+ */
+import { randomInt } from "node:crypto";
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { CairnError } from "../common/errors.ts";
+import { seededRng } from "../common/rng.ts";
+import { shardForKey } from "../cluster/index.ts";
+import type { NodeId, Ready } from "../raft/index.ts";
+import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode } from "../raft/index.ts";
+import type { LsmMetrics, WalRecord } from "../storage/index.ts";
+import { LsmEngine, LsmEnvironment, Wal } from "../storage/index.ts";
+import type { KvCommand, Version } from "./commands.ts";
+import { encodeCommand } from "./commands.ts";
+import { ShardReplica } from "./shard.ts";
+import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
+import { KvStateMachine } from "./state-machine.ts";
+import { toWalEntry, WAL_CONF_CHANGE, WalRaftStorage } from "./wal-storage.ts";
+
+export interface MultiRaftOptions {
+  readonly nodeId: string;
+  readonly dataDir: string;
+  readonly totalShards: number;
+  readonly tickMs: number;
+  readonly electionTicks: number;
+  readonly heartbeatTicks: number;
+  readonly memtableBytes: number;
+  readonly blockCacheBytes: number;
+  /** Refuse new writes to a shard with this many operations already waiting. Default 100000. */
+  readonly maxPendingPerShard?: number;
+  readonly lsmMetrics?: LsmMetrics;
+  readonly observer?: ReplicationObserver;
+}
+
+/** Events for metrics, logs and the cluster view. */
+export interface ReplicationObserver {
+  shardOpened?(shard: number, replayedFrom: number, replayedTo: number): void;
+  leaderChanged?(shard: number, leader: string | null, term: number): void;
+  raftState?(shard: number, term: number, commit: number): void;
+  /** The node cannot go on safely (I/O failure, invariant broken): it must stop. */
+  fatal?(err: unknown): void;
+}
+
+export interface ShardInfo {
+  readonly id: number;
+  readonly role: string;
+  readonly leader: string | null;
+  readonly term: number;
+  readonly commit: number;
+  readonly applied: number;
+  readonly leaderChanges: number;
+  readonly voters: readonly string[];
+}
+
+export interface ScanRequest {
+  readonly start: Uint8Array;
+  /** Exclusive; null for "to the last key". */
+  readonly end: Uint8Array | null;
+  readonly limit: number;
+  readonly linearizable: boolean;
+}
+
+export interface SnapshotResult {
+  readonly shardId: number;
+  readonly index: number;
+  readonly term: number;
+  readonly sizeBytes: number;
+}
+
+export class ShuttingDownError extends CairnError {
+  constructor() {
+    super("CAIRN_ERR_SHUTTING_DOWN", "the node is shutting down", { retryable: true });
+    this.name = "ShuttingDownError";
+  }
+}
+
+export class MultiRaft {
+  readonly nodeId: NodeId;
+  readonly totalShards: number;
+  readonly #options: MultiRaftOptions;
+  readonly #wal: Wal;
+  readonly #env: LsmEnvironment;
+  readonly #shards = new Map<number, ShardReplica>();
+  readonly #opening = new Map<number, Promise<ShardReplica>>();
+  readonly #dirty = new Set<ShardReplica>();
+  readonly #maxPending: number;
+  #roundScheduled = false;
+  #inRound: Promise<void> | null = null;
+  #rerun = false;
+  #readSeq = 0;
+  #closed = false;
+  #failure: unknown = undefined;
+  #ticker: NodeJS.Timeout | null = null;
+  #maintenance: NodeJS.Timeout | null = null;
+  #maintaining = false;
+
+  private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment) {
+    this.#options = options;
+    this.nodeId = nodeId(options.nodeId);
+    this.totalShards = options.totalShards;
+    this.#wal = wal;
+    this.#env = env;
+    this.#maxPending = options.maxPendingPerShard ?? 100_000;
+  }
+
+  /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
+  static async open(options: MultiRaftOptions): Promise<MultiRaft> {
+    const wal = await Wal.open(join(options.dataDir, "wal"));
+    const env = new LsmEnvironment({
+      blockCacheBytes: options.blockCacheBytes,
+      ...(options.lsmMetrics === undefined ? {} : { metrics: options.lsmMetrics }),
+    });
+    const mr = new MultiRaft(options, wal, env);
+    try {
+      const known = new Set<number>([0, ...wal.shards(), ...(await shardDirs(options.dataDir))]);
+      for (const id of [...known].sort((a, b) => a - b)) {
+        if (id >= options.totalShards) {
+          throw new CairnError(
+            "CAIRN_ERR_SHARD_COUNT_MISMATCH",
+            `data directory ${options.dataDir} holds shard ${id}, but cluster.total_shards is ${options.totalShards}`,
+          );
+        }
+        await mr.#shard(id);
+      }
+    } catch (err) {
+      await mr.close();
+      throw err;
+    }
+    mr.#ticker = setInterval(() => mr.#tick(), options.tickMs);
+    mr.#maintenance = setInterval(() => void mr.#maintain(), 1000);
+    return mr;
+  }
+
+  /** The WAL's recovery report: what a crash cut off the end of the log, if anything. */
+  get tornTail(): Wal["tornTail"] {
+    return this.#wal.tornTail;
+  }
+
+  shardOf(key: Uint8Array): number {
+    return shardForKey(key, this.totalShards);
+  }
+
+  // ── client operations ────────────────────────────────────────────────────────────────────────
+
+  put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
+    return this.#write(
+      expected === undefined ? { op: "put", key, value } : { op: "put", key, value, expected },
+    );
+  }
+
+  delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
+    return this.#write(
+      expected === undefined ? { op: "delete", key } : { op: "delete", key, expected },
+    );
+  }
+
+  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
+  async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
+    const shard = await this.#shard(this.shardOf(key));
+    if (linearizable) await this.#readBarrier(shard);
+    else this.#assertOpen();
+    return shard.sm.get(key);
+  }
+
+  /**
+   * Keys in [start, end) across every shard, in key order, at most `limit`. Keys are hashed over
+   * shards, so every active shard is read (a shard never accessed holds no keys) and the results
+   * merged; `more` tells whether keys remain after the last one returned.
+   */
+  async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
+    const shards = [...this.#shards.values()];
+    if (req.linearizable) await Promise.all(shards.map((s) => this.#readBarrier(s)));
+    else this.#assertOpen();
+    // Each shard contributes at most limit + 1 items; merging them in order gives the page.
+    const lists = shards.map((s) => {
+      const snap = s.sm.lsm.snapshot();
+      try {
+        return s.sm.scan(req.start, req.end, req.limit + 1, snap);
+      } finally {
+        snap.release();
+      }
+    });
+    const merged = mergeSorted(lists);
+    return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
+  }
+
+  /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */
+  async snapshotShard(id: number): Promise<SnapshotResult> {
+    this.#checkShardId(id);
+    const shard = this.#shards.get(id);
+    if (shard === undefined) {
+      throw new CairnError(
+        "CAIRN_ERR_SHARD_NOT_ACTIVE",
+        `shard ${id} is not active on this node (it holds no data)`,
+      );
+    }
+    await shard.sm.lsm.flush();
+    const index = Math.min(shard.sm.lsm.flushedSeq, this.#wal.lastIndex(id));
+    this.#wal.compact(id, index);
+    await this.#wal.sync();
+    const term = this.#wal.term(id, this.#wal.firstIndex(id) - 1) ?? 0;
+    const stats = shard.sm.lsm.stats();
+    const sizeBytes = stats.bytesPerLevel.reduce((a, b) => a + b, 0);
+    return { shardId: id, index: this.#wal.firstIndex(id) - 1, term, sizeBytes };
+  }
+
+  async transferLeader(id: number, to: string): Promise<void> {
+    this.#checkShardId(id);
+    const shard = await this.#shard(id);
+    const done = shard.enqueueTransfer(nodeId(to));
+    this.#markDirty(shard);
+    await done;
+  }
+
+  // ── state for health, metrics and the cluster view ──────────────────────────────────────────
+
+  shardIds(): number[] {
+    return [...this.#shards.keys()].sort((a, b) => a - b);
+  }
+
+  shardInfo(id: number): ShardInfo | null {
+    const s = this.#shards.get(id);
+    if (s === undefined) return null;
+    const st = s.raw.status();
+    return {
+      id,
+      role: st.role,
+      leader: st.lead,
+      term: st.term,
+      commit: st.commit,
+      applied: st.applied,
+      leaderChanges: s.leaderChanges,
+      voters: st.conf.voters,
+    };
+  }
+
+  /** Shard 0 exists, has a leader and its engine works: the quick health rule. No I/O. */
+  isShardReady(id: number): boolean {
+    if (this.#closed || this.#failure !== undefined) return false;
+    const s = this.#shards.get(id);
+    return s !== undefined && s.raw.status().lead !== null && s.sm.lsm.failure === undefined;
+  }
+
+  get failure(): unknown {
+    return this.#failure;
+  }
+
+  /** Stops ticking, fails what is still waiting, and closes every engine and the WAL. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#ticker !== null) clearInterval(this.#ticker);
+    if (this.#maintenance !== null) clearInterval(this.#maintenance);
+    await Promise.allSettled([...this.#opening.values()]);
+    while (this.#inRound !== null) await this.#inRound;
+    const err = new ShuttingDownError();
+    for (const s of this.#shards.values()) s.failAll(err);
+    const results = await Promise.allSettled(
+      [...this.#shards.values()].map((s) => s.sm.lsm.close()),
+    );
+    if (this.#failure === undefined) await this.#wal.close();
+    else await this.#wal.destroy();
+    await this.#env.close();
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed !== undefined && this.#failure === undefined) throw failed.reason;
+  }
+
+  // ── the driver loop ─────────────────────────────────────────────────────────────────────────
+
+  async #write(cmd: KvCommand): Promise<ApplyOutcome> {
+    const shard = await this.#shard(this.shardOf(cmd.key));
+    this.#assertOpen();
+    if (shard.pendingOperations >= this.#maxPending || shard.sm.lsm.backpressure() === "stall") {
+      throw new CairnError(
+        "CAIRN_ERR_BACKPRESSURE",
+        `shard ${shard.id} is overloaded (${shard.pendingOperations} operations waiting, storage ${shard.sm.lsm.backpressure()}); retry later`,
+        { retryable: true },
+      );
+    }
+    const done = shard.enqueuePropose(encodeCommand(cmd));
+    this.#markDirty(shard);
+    return done;
+  }
+
+  async #readBarrier(shard: ShardReplica): Promise<void> {
+    this.#assertOpen();
+    const done = shard.enqueueRead(++this.#readSeq);
+    this.#markDirty(shard);
+    await done;
+  }
+
+  #tick(): void {
+    for (const s of this.#shards.values()) {
+      s.ticks++;
+      this.#dirty.add(s);
+    }
+    this.#scheduleRound();
+  }
+
+  #markDirty(s: ShardReplica): void {
+    this.#dirty.add(s);
+    this.#scheduleRound();
+  }
+
+  #scheduleRound(): void {
+    if (this.#roundScheduled || this.#closed) return;
+    this.#roundScheduled = true;
+    setImmediate(() => {
+      this.#roundScheduled = false;
+      if (this.#closed) return;
+      if (this.#inRound !== null) {
+        this.#rerun = true;
+        return;
+      }
+      this.#inRound = this.#round().finally(() => {
+        this.#inRound = null;
+        if (this.#rerun || this.#dirty.size > 0) {
+          this.#rerun = false;
+          this.#scheduleRound();
+        }
+      });
+    });
+  }
+
+  async #round(): Promise<void> {
+    if (this.#failure !== undefined) return;
+    try {
+      const work: [ShardReplica, Ready][] = [];
+      const dirty = [...this.#dirty];
+      this.#dirty.clear();
+      for (const s of dirty) {
+        s.drainInbox(this.#options.tickMs * this.#options.electionTicks * 3);
+        if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
+      }
+      if (work.length === 0) return;
+      const records: WalRecord[] = [];
+      for (const [s, rd] of work) {
+        if (rd.snapshot !== null) {
+          // Only a leader sends snapshots; a single-node group has no leader but itself.
+          throw new CairnError(
+            "CAIRN_ERR_UNSUPPORTED",
+            `shard ${s.id}: installing a snapshot needs cluster mode`,
+          );
+        }
+        if (rd.entries.length > 0)
+          records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
+        if (rd.hardState !== null) {
+          const hs = rd.hardState;
+          records.push({
+            kind: "hard-state",
+            shard: s.id,
+            state: { term: hs.term, vote: hs.vote, commit: hs.commit },
+          });
+        }
+      }
+      if (records.length > 0) {
+        this.#wal.append(records);
+        await this.#wal.sync();
+      }
+      const observer = this.#options.observer;
+      for (const [s, rd] of work) {
+        // Messages: every group on a single node has one voter and sends none.
+        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, s.lead, s.raw.status().term);
+        await s.applyCommitted(rd.committedEntries);
+        s.confirmReads(rd);
+        s.raw.advance();
+        if (rd.hardState !== null)
+          observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
+        if (s.campaignWhenReady && this.#isSoleVoter(s)) {
+          s.campaignWhenReady = false;
+          s.raw.campaign();
+        }
+        if (s.raw.hasReady() || s.hasInput()) this.#dirty.add(s);
+      }
+    } catch (err) {
+      this.#fail(err);
+    }
+  }
+
+  #isSoleVoter(s: ShardReplica): boolean {
+    const voters = s.raw.status().conf.voters;
+    return voters.length === 1 && voters[0] === this.nodeId;
+  }
+
+  #fail(err: unknown): void {
+    if (this.#failure !== undefined) return;
+    this.#failure = err;
+    const failure = new CairnError(
+      "CAIRN_ERR_NODE_FAILED",
+      "the node hit a fatal storage or consistency error",
+      {
+        cause: err,
+      },
+    );
+    for (const s of this.#shards.values()) s.failAll(failure);
+    this.#options.observer?.fatal?.(err);
+  }
+
+  /** Compacts WAL entries already in SSTables; flushes shards when the WAL holds too much. */
+  async #maintain(): Promise<void> {
+    if (this.#maintaining || this.#closed || this.#failure !== undefined) return;
+    this.#maintaining = true;
+    try {
+      if (this.#wal.isOverMemoryBudget()) {
+        for (const { shard } of this.#wal.largestShards(4))
+          await this.#shards.get(shard)?.sm.lsm.flush();
+      }
+      for (const s of this.#shards.values()) {
+        const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id));
+        if (flushed >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, flushed);
+      }
+    } catch (err) {
+      this.#fail(err);
+    } finally {
+      this.#maintaining = false;
+    }
+  }
+
+  // ── shards ──────────────────────────────────────────────────────────────────────────────────
+
+  #shard(id: number): Promise<ShardReplica> {
+    const s = this.#shards.get(id);
+    if (s !== undefined) return Promise.resolve(s);
+    this.#assertOpen();
+    let opening = this.#opening.get(id);
+    if (opening === undefined) {
+      opening = this.#openShard(id).finally(() => this.#opening.delete(id));
+      this.#opening.set(id, opening);
+    }
+    return opening;
+  }
+
+  async #openShard(id: number): Promise<ShardReplica> {
+    const o = this.#options;
+    const lsm = await LsmEngine.open(join(o.dataDir, "shards", String(id)), this.#env, {
+      shardId: id,
+      memtableBytes: o.memtableBytes,
+    });
+    try {
+      const sm = new KvStateMachine(lsm);
+      const storage = new WalRaftStorage(this.#wal, id, sm.durableConf() ?? EMPTY_CONF);
+      const isNew =
+        this.#wal.hardState(id) === undefined &&
+        this.#wal.lastIndex(id) === 0 &&
+        lsm.flushedSeq === 0;
+      if (isNew) {
+        // A new single-voter group: its first entry names this node as the voter.
+        this.#wal.append([
+          {
+            kind: "entries",
+            shard: id,
+            entries: [
+              {
+                term: 1,
+                index: 1,
+                type: WAL_CONF_CHANGE,
+                data: encodeConfChange({ type: "add-voter", node: this.nodeId }),
+              },
+            ],
+          },
+          { kind: "hard-state", shard: id, state: { term: 1, vote: null, commit: 1 } },
+        ]);
+        await this.#wal.sync();
+      }
+      const commit = this.#wal.hardState(id)?.commit ?? 0;
+      const applied = Math.min(lsm.flushedSeq, commit);
+      const raw = new RawNode({
+        id: this.nodeId,
+        storage,
+        rng: seededRng(randomInt(0x7fff_ffff)),
+        electionTick: o.electionTicks,
+        heartbeatTick: o.heartbeatTicks,
+        applied: logIndex(applied),
+      });
+      const shard = new ShardReplica(id, raw, sm, storage, true);
+      if (this.#closed) throw new ShuttingDownError();
+      this.#shards.set(id, shard);
+      o.observer?.shardOpened?.(id, applied, commit);
+      this.#markDirty(shard);
+      return shard;
+    } catch (err) {
+      await lsm.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  #checkShardId(id: number): void {
+    if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) {
+      throw new CairnError(
+        "CAIRN_ERR_INVALID_ARGUMENT",
+        `shard id must be in [0, ${this.totalShards - 1}], got ${id}`,
+      );
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#failure !== undefined) {
+      throw new CairnError(
+        "CAIRN_ERR_NODE_FAILED",
+        "the node hit a fatal error and serves no requests",
+        {
+          cause: this.#failure,
+        },
+      );
+    }
+    if (this.#closed) throw new ShuttingDownError();
+  }
+}
+
+async function shardDirs(dataDir: string): Promise<number[]> {
+  try {
+    return (await readdir(join(dataDir, "shards"))).filter((n) => /^\d+$/.test(n)).map(Number);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+}
+
+/** Merges per-shard key-ordered lists into one key-ordered list. */
+function mergeSorted(lists: StoredItem[][]): StoredItem[] {
+  const all = lists.flat();
+  all.sort((a, b) => Buffer.compare(a.key, b.key));
+  return all;
+}

@@ -1,0 +1,263 @@
+/**
+ * One shard on this node: its Raft group (RawNode over the WAL), its state machine (LSM), and
+ * the client operations waiting on it. Inputs arriving while a Ready is being handled wait in
+ * the inbox; the driver feeds them at the start of the next round.
+ */
+import { CairnError } from "../common/errors.ts";
+import type { Entry, LogIndex, NodeId, Ready, Role, Term } from "../raft/index.ts";
+import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../raft/index.ts";
+import type { ApplyOutcome, KvStateMachine } from "./state-machine.ts";
+import type { WalRaftStorage } from "./wal-storage.ts";
+
+interface PendingProposal {
+  readonly term: Term;
+  readonly resolve: (outcome: ApplyOutcome) => void;
+  readonly reject: (err: unknown) => void;
+}
+
+interface PendingRead {
+  readonly resolve: () => void;
+  readonly reject: (err: unknown) => void;
+  /** Set once the leader confirmed the read: serve once applied reaches it. */
+  index: number | null;
+}
+
+type InboxItem = (
+  | { readonly kind: "propose"; readonly data: Uint8Array; readonly done: PendingProposalCallbacks }
+  | { readonly kind: "read"; readonly id: number; readonly read: PendingRead }
+  | {
+      readonly kind: "transfer";
+      readonly to: NodeId;
+      readonly done: { resolve: () => void; reject: (err: unknown) => void };
+    }
+) & { readonly since: number };
+
+interface PendingProposalCallbacks {
+  readonly resolve: (outcome: ApplyOutcome) => void;
+  readonly reject: (err: unknown) => void;
+}
+
+/** The proposal cannot succeed any more: another entry took its place in the log. */
+export class ProposalLostError extends CairnError {
+  constructor(index: number) {
+    super(
+      "CAIRN_ERR_PROPOSAL_LOST",
+      `the write at log index ${index} was superseded by a new leader; it was not applied`,
+      {
+        retryable: true,
+      },
+    );
+    this.name = "ProposalLostError";
+  }
+}
+
+export class ShardReplica {
+  readonly id: number;
+  readonly raw: RawNode;
+  readonly sm: KvStateMachine;
+  readonly storage: WalRaftStorage;
+  /** Campaign as soon as the configuration is applied (single-voter groups start at once). */
+  campaignWhenReady: boolean;
+  /** Ticks to deliver at the next round. */
+  ticks = 0;
+  leaderChanges = 0;
+  #inbox: InboxItem[] = [];
+  readonly #proposals = new Map<number, PendingProposal>();
+  readonly #reads = new Map<number, PendingRead>();
+  #lastLead: NodeId | null = null;
+  #role: Role = "follower";
+
+  constructor(
+    id: number,
+    raw: RawNode,
+    sm: KvStateMachine,
+    storage: WalRaftStorage,
+    campaignWhenReady: boolean,
+  ) {
+    this.id = id;
+    this.raw = raw;
+    this.sm = sm;
+    this.storage = storage;
+    this.campaignWhenReady = campaignWhenReady;
+  }
+
+  get role(): Role {
+    return this.#role;
+  }
+
+  get lead(): NodeId | null {
+    return this.#lastLead;
+  }
+
+  hasInput(): boolean {
+    return this.#inbox.length > 0 || this.ticks > 0;
+  }
+
+  enqueuePropose(data: Uint8Array): Promise<ApplyOutcome> {
+    return new Promise((resolve, reject) =>
+      this.#inbox.push({
+        kind: "propose",
+        data,
+        done: { resolve, reject },
+        since: performance.now(),
+      }),
+    );
+  }
+
+  enqueueRead(id: number): Promise<void> {
+    return new Promise((resolve, reject) =>
+      this.#inbox.push({
+        kind: "read",
+        id,
+        read: { resolve, reject, index: null },
+        since: performance.now(),
+      }),
+    );
+  }
+
+  enqueueTransfer(to: NodeId): Promise<void> {
+    return new Promise((resolve, reject) =>
+      this.#inbox.push({
+        kind: "transfer",
+        to,
+        done: { resolve, reject },
+        since: performance.now(),
+      }),
+    );
+  }
+
+  /** Feeds queued inputs to the Raft group (outside ready/advance). */
+  drainInbox(maxWaitMs: number): void {
+    for (; this.ticks > 0; this.ticks--) this.raw.tick();
+    const inbox = this.#inbox;
+    this.#inbox = [];
+    const st = this.raw.status();
+    const now = performance.now();
+    for (const item of inbox) {
+      if (st.role !== "leader" && st.lead === null) {
+        // An election is under way: wait for it (bounded) rather than fail at once.
+        if (now - item.since < maxWaitMs) this.#inbox.push(item);
+        else (item.kind === "read" ? item.read : item.done).reject(new NotLeaderError(null));
+        continue;
+      }
+      try {
+        switch (item.kind) {
+          case "propose": {
+            const { index, term } = this.raw.propose(item.data);
+            this.#proposals.set(index, {
+              term,
+              resolve: item.done.resolve,
+              reject: item.done.reject,
+            });
+            break;
+          }
+          case "read":
+            this.raw.readIndex(encodeReadId(item.id));
+            this.#reads.set(item.id, item.read);
+            break;
+          case "transfer":
+            this.raw.transferLeader(item.to);
+            item.done.resolve();
+            break;
+        }
+      } catch (err) {
+        (item.kind === "read" ? item.read : item.done).reject(err);
+      }
+    }
+  }
+
+  /** Notes role and leader changes from a Ready; returns whether the leader changed. */
+  observeSoftState(rd: Ready): boolean {
+    if (rd.softState === null) return false;
+    const wasLeader = this.#role === "leader";
+    this.#role = rd.softState.role;
+    const changed = rd.softState.lead !== this.#lastLead;
+    this.#lastLead = rd.softState.lead;
+    if (changed && rd.softState.lead !== null) this.leaderChanges++;
+    if (wasLeader && this.#role !== "leader") {
+      // Reads not yet confirmed will never be: the new leader must serve them.
+      for (const [id, r] of this.#reads) {
+        if (r.index === null) {
+          r.reject(new NotLeaderError(rd.softState.lead));
+          this.#reads.delete(id);
+        }
+      }
+    }
+    return changed;
+  }
+
+  /** Applies committed entries to the state machine, answering the proposals they settle. */
+  async applyCommitted(entries: readonly Entry[]): Promise<void> {
+    for (const e of entries) {
+      let outcome: ApplyOutcome | null = null;
+      if (e.type === "conf-change") {
+        // The core applies the change at advance(); record the resulting configuration now.
+        const cc = decodeConfChange(e.data);
+        const conf = confAfter(this.storage.conf, cc);
+        this.storage.conf = conf;
+        await this.sm.applyConf(e, conf);
+      } else if (e.data.length === 0) {
+        this.sm.skip(e);
+      } else {
+        outcome = await this.sm.applyCommand(e);
+      }
+      const p = this.#proposals.get(e.index);
+      if (p !== undefined) {
+        this.#proposals.delete(e.index);
+        if (p.term !== e.term) p.reject(new ProposalLostError(e.index));
+        else if (outcome !== null) p.resolve(outcome);
+        else
+          p.reject(
+            new CairnError("CAIRN_ERR_INTERNAL", `entry ${e.index} applied without an outcome`),
+          );
+      }
+    }
+    this.#serveReads();
+  }
+
+  /** ReadIndex answers: each read may be served once the state machine reaches its index. */
+  confirmReads(rd: Ready): void {
+    for (const rs of rd.readStates) {
+      const r = this.#reads.get(decodeReadId(rs.context));
+      if (r !== undefined) r.index = rs.index;
+    }
+    this.#serveReads();
+  }
+
+  #serveReads(): void {
+    for (const [id, r] of this.#reads) {
+      if (r.index !== null && r.index <= this.sm.appliedIndex) {
+        this.#reads.delete(id);
+        r.resolve();
+      }
+    }
+  }
+
+  /** Fails everything waiting on this shard (shutdown or a fatal error). */
+  failAll(err: unknown): void {
+    for (const item of this.#inbox) (item.kind === "read" ? item.read : item.done).reject(err);
+    this.#inbox = [];
+    for (const p of this.#proposals.values()) p.reject(err);
+    this.#proposals.clear();
+    for (const r of this.#reads.values()) r.reject(err);
+    this.#reads.clear();
+  }
+
+  get pendingOperations(): number {
+    return this.#inbox.length + this.#proposals.size + this.#reads.size;
+  }
+
+  lastApplied(): LogIndex {
+    return this.raw.status().applied;
+  }
+}
+
+function encodeReadId(id: number): Uint8Array {
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setFloat64(0, id);
+  return out;
+}
+
+function decodeReadId(ctx: Uint8Array): number {
+  return new DataView(ctx.buffer, ctx.byteOffset, ctx.byteLength).getFloat64(0);
+}
