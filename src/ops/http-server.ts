@@ -221,6 +221,7 @@ export class OpsHttpServer {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`health report timed out after ${ms} ms`)), ms);
+      timer.unref(); // a hung report must not keep a stopping process alive
     });
     try {
       return await Promise.race([this.#options.health.report(), timeout]);
