@@ -354,3 +354,17 @@ describe("addresses", () => {
     assert.equal(parseBytes(1.5), undefined);
   });
 });
+
+describe("docs/operations.md", () => {
+  const doc = readFileSync(join(import.meta.dirname, "..", "..", "docs", "operations.md"), "utf8");
+
+  it("documents every key with its environment variable and flag", () => {
+    for (const spec of CONFIG_KEYS) {
+      const row = doc.split("\n").find((l) => l.startsWith(`| \`${spec.key}\` |`));
+      assert.ok(row !== undefined, `${spec.key} has a row`);
+      assert.ok(row.includes(spec.env), `${spec.key} row names ${spec.env}`);
+      if (spec.flag !== undefined)
+        assert.ok(row.includes(`--${spec.flag}`), `${spec.key} row names --${spec.flag}`);
+    }
+  });
+});
