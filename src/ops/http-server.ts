@@ -158,21 +158,40 @@ export class OpsHttpServer {
   }
 
   #handle(req: IncomingMessage, res: ServerResponse): void {
+    const started = performance.now();
+    const path = (req.url ?? "/").split("?", 1)[0] ?? "/";
     this.#inFlight++;
     res.once("close", () => {
       this.#inFlight--;
       if (this.#closing) this.#server.closeIdleConnections();
+      if (this.#log.isLevelEnabled("debug")) {
+        this.#log.debug("http request", {
+          method: req.method,
+          path,
+          status: res.statusCode,
+          ms: Math.round((performance.now() - started) * 1000) / 1000,
+        });
+      }
     });
-    res.setHeader("Cache-Control", "no-store");
     // Bodies are never read: drain whatever a client sends so the connection stays usable.
     req.resume();
+    // Whatever escapes a handler, synchronously or not, is still a logged 500, never a crash.
+    try {
+      this.#route(req.method ?? "", path, res).catch((err: unknown) =>
+        this.#fail(res, path, err, path === "/health" ? "json" : "plain"),
+      );
+    } catch (err) {
+      this.#fail(res, path, err, path === "/health" ? "json" : "plain");
+    }
+  }
 
-    const path = (req.url ?? "/").split("?", 1)[0] ?? "/";
+  async #route(method: string, path: string, res: ServerResponse): Promise<void> {
+    res.setHeader("Cache-Control", "no-store");
     if (!ROUTES.has(path)) {
       this.#send(res, 404, PLAIN, "not found");
       return;
     }
-    if (req.method !== "GET" && req.method !== "HEAD") {
+    if (method !== "GET" && method !== "HEAD") {
       res.setHeader("Allow", ALLOW);
       this.#send(res, 405, PLAIN, "method not allowed");
       return;
@@ -182,10 +201,10 @@ export class OpsHttpServer {
         this.#quick(res);
         return;
       case "/health":
-        void this.#health(res);
+        await this.#health(res);
         return;
       case "/metrics":
-        void this.#metrics(res);
+        await this.#metrics(res);
         return;
     }
   }
@@ -248,8 +267,12 @@ export class OpsHttpServer {
   #fail(res: ServerResponse, path: string, err: unknown, shape: "plain" | "json"): void {
     const message = `Internal error: ${describeCause(err)}`;
     this.#log.error("http handler failed", { path, err });
-    if (shape === "json") this.#send(res, 500, JSON_TYPE, JSON.stringify({ error: message }));
-    else this.#send(res, 500, PLAIN, message);
+    try {
+      if (shape === "json") this.#send(res, 500, JSON_TYPE, JSON.stringify({ error: message }));
+      else this.#send(res, 500, PLAIN, message);
+    } catch {
+      res.destroy(); // the response cannot be written any more: drop the connection
+    }
   }
 
   #send(res: ServerResponse, status: number, contentType: string, body: string): void {

@@ -132,6 +132,16 @@ describe("GET /health", () => {
     assert.equal(errorLines(h.logs).length, 1);
   });
 
+  it("answers 500 when the report cannot be serialised", async () => {
+    const h = await startServer();
+    h.health.report = () => Promise.resolve({ ...REPORT, uptime_seconds: 1n as unknown as number });
+    const res = await fetch(`${h.base}/health`);
+    assert.equal(res.status, 500);
+    const body = (await res.json()) as { error: string };
+    assert.match(body.error, /^Internal error: .*BigInt/);
+    assert.equal(errorLines(h.logs).length, 1);
+  });
+
   it("answers 500 when the report takes longer than its deadline", async () => {
     const h = await startServer({ reportTimeoutMs: 20 });
     h.health.report = () => new Promise<HealthReport>(() => {});
@@ -200,6 +210,31 @@ describe("routing", () => {
     const head = await fetch(`${h.base}/health/quick`, { method: "HEAD" });
     assert.equal(head.status, 200);
     assert.equal(await head.text(), "");
+  });
+
+  it("logs each request at debug level, without the query string", async () => {
+    const logs: string[] = [];
+    let logged!: (line: string) => void;
+    const requestLine = new Promise<string>((r) => (logged = r));
+    const h = await startServer({
+      logger: createLogger({
+        level: "debug",
+        sink: {
+          write: (l: string) => {
+            logs.push(l);
+            if (l.includes('"message":"http request"')) logged(l);
+          },
+        },
+      }),
+    });
+    await (await fetch(`${h.base}/health/quick?token=secret`)).text();
+    const line = JSON.parse(await requestLine) as { fields: Record<string, unknown> };
+    assert.deepEqual(
+      { ...line.fields, ms: 0 },
+      { method: "GET", path: "/health/quick", status: 200, ms: 0 },
+    );
+    assert.equal(typeof line.fields["ms"], "number");
+    assert.ok(!logs.join("").includes("secret"));
   });
 
   it("writes only JSON log lines", async () => {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import type { MembershipLogger } from "../../src/membership/index.ts";
 import { createLogger, type LogLevel, silentLogger } from "../../src/ops/index.ts";
 
 function capture(level: LogLevel = "trace") {
@@ -115,6 +116,13 @@ describe("JSON logger", () => {
     assert.deepEqual(fields["cyclic"], { a: 1, self: "[Circular]" });
     assert.equal(fields["nan"], "NaN");
     assert.ok(!("skip" in fields));
+  });
+
+  it("can be handed to membership as its logger", () => {
+    const { lines, logger } = capture();
+    const forMembership: MembershipLogger = logger.child("membership");
+    forMembership.warn("suspect", { member: "n2" });
+    assert.equal(parseLines(lines)[0]?.["target"], "membership");
   });
 
   it("survives a sink that throws", () => {
