@@ -274,6 +274,30 @@ describe("lifecycle", () => {
     await second.destroy();
   });
 
+  it("binds a bracketed IPv6 address and reports the real port", async (t) => {
+    const h = await startServer({ address: "[::1]:0" }).catch((err: unknown) => err);
+    if (h instanceof CairnError && h.code === "CAIRN_ERR_BIND") {
+      t.skip("no IPv6 loopback on this machine");
+      return;
+    }
+    const { server } = h as Harness;
+    const bound = server.address;
+    assert.equal(bound?.host, "::1");
+    assert.ok((bound?.port ?? 0) > 0);
+    const res = await fetch(`http://[::1]:${bound?.port}/health/quick`);
+    assert.equal(await res.text(), "OK");
+  });
+
+  it("refuses a malformed address before binding", async () => {
+    const h = startServer({ address: "::1:0" });
+    await assert.rejects(h, (err: unknown) => {
+      assert.ok(err instanceof CairnError);
+      assert.equal(err.code, "CAIRN_ERR_BIND");
+      assert.match(err.message, /cannot listen on ::1:0 \(http_addr\): must be an address/);
+      return true;
+    });
+  });
+
   it("close() lets an in-flight request finish, refuses new connections", async () => {
     const h = await startServer();
     const port = h.server.address?.port ?? 0;
