@@ -1,0 +1,84 @@
+/**
+ * `<host>:<port>` addresses, as written in the configuration and used by the servers.
+ *
+ * The host is an IPv4 address, an IPv6 address in brackets (`[::1]:7447`), or a DNS name. The
+ * brackets are required for IPv6 so the port is never ambiguous: `::1:7447` is refused with a hint.
+ * An empty host (`:7447`) is refused too: binding every interface must be written out
+ * (`0.0.0.0:7447` or `[::]:7447`), never implied.
+ */
+import { isIP, isIPv4, isIPv6 } from "node:net";
+
+export interface HostPort {
+  /** Without brackets: `::1`, `127.0.0.1`, `db-1.example`. */
+  readonly host: string;
+  readonly port: number;
+}
+
+export type AddressParseResult =
+  { readonly ok: true; readonly value: HostPort } | { readonly ok: false; readonly reason: string };
+
+export interface AddressRules {
+  /** Accept port 0 ("pick a free port"): bind addresses only. Default false. */
+  readonly allowPortZero?: boolean;
+  /** Accept the unspecified address (0.0.0.0, ::): bind addresses only. Default true. */
+  readonly allowUnspecified?: boolean;
+}
+
+const HOSTNAME =
+  /^(?=.{1,253}\.?$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
+
+/** Parses `host:port`; never throws. `reason` completes "must be <reason>"-style messages. */
+export function parseHostPort(text: string, rules: AddressRules = {}): AddressParseResult {
+  const fail = (reason: string): AddressParseResult => ({ ok: false, reason });
+  let host: string;
+  let portText: string;
+  if (text.startsWith("[")) {
+    const close = text.indexOf("]");
+    if (close < 0 || text[close + 1] !== ":") {
+      return fail("an address <host>:<port>; IPv6 hosts are written [addr]:port");
+    }
+    host = text.slice(1, close);
+    portText = text.slice(close + 2);
+    if (!isIPv6(host)) return fail(`an address <host>:<port>; "${host}" is not an IPv6 address`);
+  } else {
+    const colon = text.lastIndexOf(":");
+    if (colon < 0) return fail("an address <host>:<port>; the port is missing");
+    host = text.slice(0, colon);
+    portText = text.slice(colon + 1);
+    if (host.includes(":")) {
+      return fail("an address <host>:<port>; write IPv6 hosts in brackets, as [::1]:7447");
+    }
+    if (host === "") {
+      return fail("an address <host>:<port>; the host is missing (use 0.0.0.0 to bind all)");
+    }
+    if (!isIPv4(host) && (!HOSTNAME.test(host) || /^[0-9.]+$/.test(host))) {
+      return fail(`an address <host>:<port>; "${host}" is not an IPv4 address or a host name`);
+    }
+  }
+  if (!/^[0-9]{1,5}$/.test(portText)) {
+    return fail(`an address <host>:<port>; the port "${portText}" is not a number`);
+  }
+  const port = Number(portText);
+  const minPort = rules.allowPortZero === true ? 0 : 1;
+  if (port < minPort || port > 65535) {
+    return fail(`an address <host>:<port> with a port between ${minPort} and 65535`);
+  }
+  if (rules.allowUnspecified === false && isUnspecifiedHost(host)) {
+    return fail(`a reachable address, not the unspecified address ${host}`);
+  }
+  return { ok: true, value: { host, port } };
+}
+
+/** `host:port`, with brackets around an IPv6 host. */
+export function formatHostPort(address: HostPort): string {
+  return isIPv6(address.host)
+    ? `[${address.host}]:${address.port}`
+    : `${address.host}:${address.port}`;
+}
+
+/** True for 0.0.0.0 and :: (any spelling): a bind-all address nobody can connect to. */
+export function isUnspecifiedHost(host: string): boolean {
+  if (isIP(host) === 4) return host.split(".").every((part) => Number(part) === 0);
+  if (isIP(host) === 6) return /^[0:]+$/.test(host);
+  return false;
+}

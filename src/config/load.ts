@@ -1,0 +1,374 @@
+/**
+ * Loading the configuration: defaults < YAML file (`--config`) < environment (`CAIRN_*`) <
+ * command-line flags. Every value is checked against its key's schema in the layer it came from,
+ * so an error names the key and the source that set it:
+ *
+ *   config error: cluster.total_shards (from cairn.yaml): must be an integer between 1 and 65536, got "abc"
+ *
+ * Unknown keys in the file are errors. Unknown `CAIRN_*` environment variables are ignored (tests
+ * and scripts use their own), and an empty environment variable counts as unset, except
+ * `CAIRN_SEED_NODES` where empty means "no seeds" (single-node mode), as the contract says.
+ */
+import { readFileSync } from "node:fs";
+import { LineCounter, parseDocument } from "yaml";
+import { CairnError } from "../common/index.ts";
+import { isUnspecifiedHost, parseHostPort } from "./address.ts";
+import {
+  CONFIG_FLAG_OPTIONS,
+  KEYS,
+  KEY_BY_NAME,
+  type KeySpec,
+  type LogLevelName,
+} from "./schema.ts";
+
+export interface CairnConfig {
+  readonly node_id: string;
+  readonly rpc_addr: string;
+  readonly http_addr: string;
+  /** Never the unspecified address; defaults to rpc_addr. Port 0 stays 0: see docs/operations.md. */
+  readonly advertise_rpc_addr: string;
+  readonly advertise_http_addr: string;
+  readonly data_dir: string;
+  readonly cluster: {
+    readonly seed_nodes: readonly string[];
+    readonly total_shards: number;
+    readonly replication_factor: number;
+  };
+  readonly telemetry: { readonly prometheus: { readonly enabled: boolean } };
+  readonly log: { readonly level: LogLevelName };
+  readonly limits: {
+    readonly max_key_bytes: number;
+    readonly max_value_bytes: number;
+    readonly max_message_bytes: number;
+  };
+  readonly raft: {
+    readonly tick_ms: number;
+    readonly election_ticks: number;
+    readonly heartbeat_ticks: number;
+  };
+  readonly storage: { readonly memtable_bytes: number; readonly block_cache_bytes: number };
+  readonly shutdown: { readonly drain_timeout_ms: number };
+}
+
+/** Flag values as node:util parseArgs returns them for CONFIG_FLAG_OPTIONS (`{"node-id": "n1"}`). */
+export type ConfigFlags = Readonly<Record<string, string | undefined>>;
+
+export interface LoadConfigOptions {
+  readonly flags?: ConfigFlags;
+  /** Usually `process.env`. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** A YAML file to read, as `--config` would; `flags.config` and then `CAIRN_CONFIG` are used when absent. */
+  readonly configPath?: string;
+}
+
+export interface ConfigIssue {
+  /** Dotted key (`cluster.total_shards`), or the flag for an unknown flag. */
+  readonly key: string;
+  /** `cairn.yaml`, `env CAIRN_RPC_ADDR`, `flag --rpc-addr`, or `default`. */
+  readonly source: string;
+  /** The whole line, starting with `config error: `. */
+  readonly message: string;
+}
+
+/** Bad configuration: the CLI prints `message` and exits with code 2. */
+export class ConfigError extends CairnError {
+  readonly issues: readonly ConfigIssue[];
+
+  constructor(issues: readonly ConfigIssue[], options: { cause?: unknown } = {}) {
+    super("CAIRN_ERR_CONFIG", issues.map((i) => i.message).join("\n"), options);
+    this.name = "ConfigError";
+    this.issues = issues;
+  }
+}
+
+interface Setting {
+  readonly value: unknown;
+  readonly source: string;
+}
+
+const SECTIONS: ReadonlySet<string> = new Set(
+  KEYS.flatMap((k) => {
+    const parts = k.key.split(".");
+    return parts.slice(0, -1).map((_, i) => parts.slice(0, i + 1).join("."));
+  }),
+);
+
+function show(value: unknown): string {
+  if (value === undefined) return "nothing";
+  let s: string;
+  try {
+    s = JSON.stringify(value) ?? String(value);
+  } catch {
+    s = String(value);
+  }
+  return s.length > 120 ? `${s.slice(0, 117)}...` : s;
+}
+
+function issue(key: string, source: string, text: string): ConfigIssue {
+  return { key, source, message: `config error: ${key} (from ${source}): ${text}` };
+}
+
+/** Loads, validates and freezes the configuration; throws ConfigError listing every problem. */
+export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
+  const env = options.env ?? {};
+  const flags = options.flags ?? {};
+  const issues: ConfigIssue[] = [];
+  const settings = new Map<string, Setting>();
+
+  for (const spec of KEYS) {
+    if (spec.default !== undefined)
+      settings.set(spec.key, { value: spec.default, source: "default" });
+  }
+
+  const path = flags["config"] ?? options.configPath ?? nonEmpty(env["CAIRN_CONFIG"]);
+  if (path !== undefined) readFile(path, settings, issues);
+
+  for (const spec of KEYS) {
+    const raw = env[spec.env];
+    if (raw === undefined || (raw === "" && spec.kind !== "list")) continue;
+    settings.set(spec.key, { value: coerce(spec, raw), source: `env ${spec.env}` });
+  }
+
+  for (const [name, raw] of Object.entries(flags)) {
+    if (name === "config" || raw === undefined) continue;
+    const spec = KEYS.find((k) => k.flag === name);
+    if (spec === undefined) {
+      issues.push({
+        key: `--${name}`,
+        source: `flag --${name}`,
+        message: `config error: unknown flag --${name}; known: ${Object.keys(CONFIG_FLAG_OPTIONS)
+          .map((f) => `--${f}`)
+          .join(" ")}`,
+      });
+      continue;
+    }
+    settings.set(spec.key, { value: coerce(spec, raw), source: `flag --${name}` });
+  }
+
+  const values = new Map<string, unknown>();
+  for (const [key, setting] of settings) {
+    const spec = KEY_BY_NAME.get(key);
+    if (spec === undefined) continue;
+    const parsed = spec.schema.safeParse(setting.value);
+    if (parsed.success) {
+      values.set(key, parsed.data);
+    } else {
+      const custom = parsed.error.issues.find((i) => i.code === "custom" && i.message !== "");
+      const text = custom?.message ?? spec.expect;
+      issues.push(issue(key, setting.source, `${text}, got ${show(setting.value)}`));
+    }
+  }
+
+  checkAcrossKeys(values, settings, issues);
+  if (issues.length > 0) throw new ConfigError(issues);
+  return deepFreeze(nest(values)) as unknown as CairnConfig;
+}
+
+function nonEmpty(s: string | undefined): string | undefined {
+  return s === undefined || s === "" ? undefined : s;
+}
+
+function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIssue[]): void {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? String(err);
+    issues.push({
+      key: "config",
+      source: path,
+      message: `config error: cannot read the configuration file ${path}: ${code}`,
+    });
+    return;
+  }
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter });
+  const firstError = doc.errors[0];
+  if (firstError !== undefined) {
+    const where = lineCounter.linePos(firstError.pos[0]);
+    const at = ` at line ${where.line}, column ${where.col}`;
+    issues.push({
+      key: "config",
+      source: path,
+      message: `config error: ${path} is not valid YAML${at}: ${firstError.message.split("\n")[0] ?? ""}`,
+    });
+    return;
+  }
+  const root: unknown = doc.toJS();
+  if (root === null || root === undefined) return; // an empty file sets nothing
+  walk(root, "", path, settings, issues);
+}
+
+function isMapping(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function walk(
+  node: unknown,
+  prefix: string,
+  path: string,
+  settings: Map<string, Setting>,
+  issues: ConfigIssue[],
+): void {
+  const where = prefix === "" ? "the top level" : prefix;
+  if (!isMapping(node)) {
+    issues.push(
+      issue(
+        prefix === "" ? "(root)" : prefix,
+        path,
+        `must be a mapping of keys, got ${show(node)}`,
+      ),
+    );
+    return;
+  }
+  for (const [name, value] of Object.entries(node)) {
+    const key = prefix === "" ? name : `${prefix}.${name}`;
+    if (KEY_BY_NAME.has(key)) {
+      settings.set(key, { value, source: path });
+    } else if (SECTIONS.has(key)) {
+      if (value !== null) walk(value, key, path, settings, issues);
+    } else {
+      issues.push(
+        issue(key, path, `unknown key; ${where} accepts ${childrenOf(prefix).join(", ")}`),
+      );
+    }
+  }
+}
+
+function childrenOf(prefix: string): string[] {
+  const names = new Set<string>();
+  for (const k of [...KEYS.map((s) => s.key), ...SECTIONS]) {
+    if (prefix !== "" && !k.startsWith(`${prefix}.`)) continue;
+    const rest = prefix === "" ? k : k.slice(prefix.length + 1);
+    if (!rest.includes(".")) names.add(rest);
+  }
+  return [...names];
+}
+
+function coerce(spec: KeySpec, raw: string): unknown {
+  switch (spec.kind) {
+    case "string":
+    case "bytes":
+      return raw;
+    case "int":
+      return /^\s*-?[0-9]+\s*$/.test(raw) ? Number(raw) : raw;
+    case "bool": {
+      const t = raw.trim().toLowerCase();
+      if (t === "true" || t === "1" || t === "yes") return true;
+      if (t === "false" || t === "0" || t === "no") return false;
+      return raw;
+    }
+    case "list":
+      return raw
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== "");
+  }
+}
+
+function checkAcrossKeys(
+  values: Map<string, unknown>,
+  settings: ReadonlyMap<string, Setting>,
+  issues: ConfigIssue[],
+): void {
+  const sourceOf = (key: string): string => settings.get(key)?.source ?? "default";
+  for (const [bind, advertise] of [
+    ["rpc_addr", "advertise_rpc_addr"],
+    ["http_addr", "advertise_http_addr"],
+  ] as const) {
+    const bound = values.get(bind);
+    if (typeof bound !== "string" || settings.has(advertise)) continue;
+    const parsed = parseHostPort(bound, { allowPortZero: true });
+    if (parsed.ok && isUnspecifiedHost(parsed.value.host)) {
+      issues.push({
+        key: advertise,
+        source: sourceOf(bind),
+        message:
+          `config error: ${advertise}: must be set when ${bind} (from ${sourceOf(bind)}) binds ` +
+          `the unspecified address ${bound}; set it (or ${KEY_BY_NAME.get(advertise)?.env}) to ` +
+          `the address other nodes and clients reach this node at`,
+      });
+    } else {
+      values.set(advertise, bound);
+    }
+  }
+
+  const rpc = values.get("rpc_addr");
+  const http = values.get("http_addr");
+  if (typeof rpc === "string" && typeof http === "string") {
+    const a = parseHostPort(rpc, { allowPortZero: true });
+    const b = parseHostPort(http, { allowPortZero: true });
+    if (a.ok && b.ok && a.value.port !== 0 && a.value.port === b.value.port) {
+      const clash =
+        a.value.host === b.value.host ||
+        isUnspecifiedHost(a.value.host) ||
+        isUnspecifiedHost(b.value.host);
+      if (clash) {
+        issues.push(
+          issue(
+            "http_addr",
+            sourceOf("http_addr"),
+            `must not use the same port as rpc_addr (${rpc}, from ${sourceOf("rpc_addr")}), got ${show(http)}`,
+          ),
+        );
+      }
+    }
+  }
+
+  const election = values.get("raft.election_ticks");
+  const heartbeat = values.get("raft.heartbeat_ticks");
+  if (typeof election === "number" && typeof heartbeat === "number" && heartbeat >= election) {
+    issues.push(
+      issue(
+        "raft.heartbeat_ticks",
+        sourceOf("raft.heartbeat_ticks"),
+        `must be less than raft.election_ticks (${election}, from ${sourceOf("raft.election_ticks")}), got ${heartbeat}`,
+      ),
+    );
+  }
+
+  const maxKey = values.get("limits.max_key_bytes");
+  const maxValue = values.get("limits.max_value_bytes");
+  const maxMessage = values.get("limits.max_message_bytes");
+  if (
+    typeof maxKey === "number" &&
+    typeof maxValue === "number" &&
+    typeof maxMessage === "number" &&
+    maxMessage < maxKey + maxValue + ENVELOPE_BYTES
+  ) {
+    issues.push(
+      issue(
+        "limits.max_message_bytes",
+        sourceOf("limits.max_message_bytes"),
+        `must be at least limits.max_key_bytes + limits.max_value_bytes + ${ENVELOPE_BYTES} ` +
+          `(${maxKey + maxValue + ENVELOPE_BYTES}) so the largest Put fits, got ${maxMessage}`,
+      ),
+    );
+  }
+}
+
+/** Room for the request envelope around the largest key and value. */
+const ENVELOPE_BYTES = 1024;
+
+function nest(values: ReadonlyMap<string, unknown>): Record<string, unknown> {
+  const root: Record<string, unknown> = {};
+  for (const spec of KEYS) {
+    const parts = spec.key.split(".");
+    let node = root;
+    for (const part of parts.slice(0, -1)) {
+      const next = (node[part] ??= {}) as Record<string, unknown>;
+      node = next;
+    }
+    const leaf = parts[parts.length - 1];
+    if (leaf !== undefined) node[leaf] = values.get(spec.key);
+  }
+  return root;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null) {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}

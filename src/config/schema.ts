@@ -1,0 +1,273 @@
+/**
+ * Every configuration key: its zod schema, default, environment variable, flag and the sentence
+ * an error message uses. This table is the single source of truth; docs/operations.md and
+ * cairn.example.yaml mirror it (test/config checks that the example lists every key).
+ */
+import { z } from "zod";
+import { parseHostPort } from "./address.ts";
+
+export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error"] as const;
+export type LogLevelName = (typeof LOG_LEVELS)[number];
+
+/** How a string from the environment or a flag becomes a value before validation. */
+export type ValueKind = "string" | "int" | "bool" | "list" | "bytes";
+
+export interface KeySpec {
+  /** Dotted YAML path, e.g. `cluster.total_shards`. */
+  readonly key: string;
+  readonly kind: ValueKind;
+  readonly schema: z.ZodType;
+  /** Default value; `undefined` for keys derived from others (the advertise addresses). */
+  readonly default: unknown;
+  readonly env: string;
+  /** Long flag name without dashes (`node-id`), when `cairn serve` has one. */
+  readonly flag?: string;
+  /** "must be …": what the key accepts, used in error messages and docs. */
+  readonly expect: string;
+  readonly doc: string;
+}
+
+const KIB = 1024;
+const MIB = 1024 * KIB;
+const GIB = 1024 * MIB;
+
+/** Sizes accept an integer number of bytes or a string such as `4MiB`, `512KiB`, `1GiB`. */
+export function parseBytes(value: unknown): number | undefined {
+  if (typeof value === "number") return Number.isSafeInteger(value) ? value : undefined;
+  if (typeof value !== "string") return undefined;
+  const m = /^\s*([0-9]+)\s*(B|KiB|MiB|GiB)?\s*$/.exec(value);
+  if (m === null || m[1] === undefined) return undefined;
+  const unit = m[2] === "GiB" ? GIB : m[2] === "MiB" ? MIB : m[2] === "KiB" ? KIB : 1;
+  const n = Number(m[1]) * unit;
+  return Number.isSafeInteger(n) ? n : undefined;
+}
+
+function intBetween(min: number, max: number): z.ZodType<number> {
+  return z.int().min(min).max(max);
+}
+
+function bytesBetween(min: number, max: number): z.ZodType<number> {
+  return z.unknown().transform((v, ctx) => {
+    const n = parseBytes(v);
+    if (n === undefined || n < min || n > max) {
+      ctx.addIssue({ code: "custom", message: "" });
+      return z.NEVER;
+    }
+    return n;
+  });
+}
+
+/** A `host:port` string checked by parseHostPort; the issue message is the parser's reason. */
+function address(rules: { allowPortZero: boolean; allowUnspecified: boolean }): z.ZodType<string> {
+  return z.string().superRefine((s, ctx) => {
+    const r = parseHostPort(s, rules);
+    if (!r.ok) ctx.addIssue({ code: "custom", message: `must be ${r.reason}` });
+  });
+}
+
+const BIND = { allowPortZero: true, allowUnspecified: true };
+const ADVERTISE = { allowPortZero: false, allowUnspecified: false };
+
+const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+export const KEYS: readonly KeySpec[] = [
+  {
+    key: "node_id",
+    kind: "string",
+    schema: z.string().regex(NODE_ID),
+    default: "node-1",
+    env: "CAIRN_NODE_ID",
+    flag: "node-id",
+    expect:
+      "must be 1 to 128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
+    doc: "Unique identifier of this node in the cluster (appears in logs and the raft_commit_index label).",
+  },
+  {
+    key: "rpc_addr",
+    kind: "string",
+    schema: address(BIND),
+    default: "127.0.0.1:7447",
+    env: "CAIRN_RPC_ADDR",
+    flag: "rpc-addr",
+    expect: "must be an address <host>:<port>",
+    doc: "Bind address of the gRPC server (clients and peers); SWIM uses UDP on the same port number.",
+  },
+  {
+    key: "http_addr",
+    kind: "string",
+    schema: address(BIND),
+    default: "127.0.0.1:8080",
+    env: "CAIRN_HTTP_ADDR",
+    flag: "http-addr",
+    expect: "must be an address <host>:<port>",
+    doc: "Bind address of the operators' HTTP server (/health/quick, /health, /metrics).",
+  },
+  {
+    key: "advertise_rpc_addr",
+    kind: "string",
+    schema: address(ADVERTISE),
+    default: undefined,
+    env: "CAIRN_ADVERTISE_RPC_ADDR",
+    flag: "advertise-rpc-addr",
+    expect: "must be a reachable address <host>:<port>",
+    doc: "RPC address other nodes and clients use to reach this node. Default: rpc_addr; required when rpc_addr binds 0.0.0.0 or [::].",
+  },
+  {
+    key: "advertise_http_addr",
+    kind: "string",
+    schema: address(ADVERTISE),
+    default: undefined,
+    env: "CAIRN_ADVERTISE_HTTP_ADDR",
+    flag: "advertise-http-addr",
+    expect: "must be a reachable address <host>:<port>",
+    doc: "HTTP address published to other nodes (health report `nodes`). Default: http_addr; required when http_addr binds 0.0.0.0 or [::].",
+  },
+  {
+    key: "data_dir",
+    kind: "string",
+    schema: z.string().min(1),
+    default: "./data",
+    env: "CAIRN_DATA_DIR",
+    flag: "data-dir",
+    expect: "must be a non-empty path",
+    doc: "Directory of the WAL and the shards' LSM files (relative paths are relative to the working directory).",
+  },
+  {
+    key: "cluster.seed_nodes",
+    kind: "list",
+    schema: z.array(address(ADVERTISE)).max(64),
+    default: [],
+    env: "CAIRN_SEED_NODES",
+    flag: "seed-nodes",
+    expect: "must be a list of at most 64 addresses <host>:<port>",
+    doc: "RPC addresses of nodes to join; empty means single-node mode. Env and flag: comma-separated.",
+  },
+  {
+    key: "cluster.total_shards",
+    kind: "int",
+    schema: intBetween(1, 65536),
+    default: 1024,
+    env: "CAIRN_CLUSTER_TOTAL_SHARDS",
+    expect: "must be an integer between 1 and 65536",
+    doc: "Number of virtual shards; every node of a cluster must agree.",
+  },
+  {
+    key: "cluster.replication_factor",
+    kind: "int",
+    schema: intBetween(1, 15),
+    default: 3,
+    env: "CAIRN_CLUSTER_REPLICATION_FACTOR",
+    expect: "must be an integer between 1 and 15",
+    doc: "Replicas of each shard (capped at the number of members; a single node keeps one).",
+  },
+  {
+    key: "telemetry.prometheus.enabled",
+    kind: "bool",
+    schema: z.boolean(),
+    default: true,
+    env: "CAIRN_TELEMETRY_PROMETHEUS_ENABLED",
+    expect: "must be true or false",
+    doc: "Serve GET /metrics; when false it answers 404 `metrics export disabled`.",
+  },
+  {
+    key: "log.level",
+    kind: "string",
+    schema: z.enum(LOG_LEVELS),
+    default: "info",
+    env: "CAIRN_LOG_LEVEL",
+    flag: "log-level",
+    expect: `must be one of ${LOG_LEVELS.join(", ")}`,
+    doc: "Lowest level written to the JSON log on stdout.",
+  },
+  {
+    key: "limits.max_key_bytes",
+    kind: "bytes",
+    schema: bytesBetween(1, 65535),
+    default: 4096,
+    env: "CAIRN_LIMITS_MAX_KEY_BYTES",
+    expect: "must be a size between 1 and 65535 bytes",
+    doc: "Largest key accepted (keys are 1..max bytes); larger keys get INVALID_ARGUMENT.",
+  },
+  {
+    key: "limits.max_value_bytes",
+    kind: "bytes",
+    schema: bytesBetween(0, 64 * MIB),
+    default: MIB,
+    env: "CAIRN_LIMITS_MAX_VALUE_BYTES",
+    expect: "must be a size between 0 and 64MiB",
+    doc: "Largest value accepted; larger values get INVALID_ARGUMENT.",
+  },
+  {
+    key: "limits.max_message_bytes",
+    kind: "bytes",
+    schema: bytesBetween(64 * KIB, 256 * MIB),
+    default: 4 * MIB,
+    env: "CAIRN_LIMITS_MAX_MESSAGE_BYTES",
+    expect: "must be a size between 64KiB and 256MiB",
+    doc: "Largest gRPC message received or sent; must leave room for a largest key and value.",
+  },
+  {
+    key: "raft.tick_ms",
+    kind: "int",
+    schema: intBetween(1, 10_000),
+    default: 100,
+    env: "CAIRN_RAFT_TICK_MS",
+    expect: "must be an integer between 1 and 10000",
+    doc: "Length of one Raft tick in milliseconds.",
+  },
+  {
+    key: "raft.election_ticks",
+    kind: "int",
+    schema: intBetween(2, 1000),
+    default: 10,
+    env: "CAIRN_RAFT_ELECTION_TICKS",
+    expect: "must be an integer between 2 and 1000",
+    doc: "Election timeout in ticks (randomised between this and twice this).",
+  },
+  {
+    key: "raft.heartbeat_ticks",
+    kind: "int",
+    schema: intBetween(1, 1000),
+    default: 1,
+    env: "CAIRN_RAFT_HEARTBEAT_TICKS",
+    expect: "must be an integer between 1 and 1000",
+    doc: "Heartbeat interval in ticks; must be less than raft.election_ticks.",
+  },
+  {
+    key: "storage.memtable_bytes",
+    kind: "bytes",
+    schema: bytesBetween(64 * KIB, 1 * GIB),
+    default: 4 * MIB,
+    env: "CAIRN_STORAGE_MEMTABLE_BYTES",
+    expect: "must be a size between 64KiB and 1GiB",
+    doc: "Memtable size at which a shard's memtable is flushed to an SSTable.",
+  },
+  {
+    key: "storage.block_cache_bytes",
+    kind: "bytes",
+    schema: bytesBetween(0, 64 * GIB),
+    default: 256 * MIB,
+    env: "CAIRN_STORAGE_BLOCK_CACHE_BYTES",
+    expect: "must be a size between 0 and 64GiB",
+    doc: "Node-wide SSTable block cache shared by all shards (0 disables it).",
+  },
+  {
+    key: "shutdown.drain_timeout_ms",
+    kind: "int",
+    schema: intBetween(0, 600_000),
+    default: 10_000,
+    env: "CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS",
+    expect: "must be an integer between 0 and 600000",
+    doc: "On SIGTERM/SIGINT, how long in-flight requests may finish before they are cut off.",
+  },
+];
+
+export const KEY_BY_NAME: ReadonlyMap<string, KeySpec> = new Map(KEYS.map((k) => [k.key, k]));
+
+/** Options for node:util parseArgs, so `cairn serve` accepts exactly the configuration flags. */
+export const CONFIG_FLAG_OPTIONS = {
+  config: { type: "string" },
+  ...Object.fromEntries(
+    KEYS.filter((k) => k.flag !== undefined).map((k) => [k.flag, { type: "string" }]),
+  ),
+} as Readonly<Record<string, { readonly type: "string" }>>;

@@ -1,0 +1,294 @@
+/**
+ * The operators' HTTP server on `http_addr` (contract §4, design.md §2), on node:http alone:
+ *
+ * | request             | answers                                                                 |
+ * | ------------------- | ----------------------------------------------------------------------- |
+ * | GET /health/quick   | 200 `OK` or 503 `UNAVAILABLE`, text/plain; calls only isQuickHealthy()   |
+ * | GET /health         | JSON report; 200 healthy/degraded, 503 unhealthy; 500 `{"error":"Internal error: …"}` |
+ * | GET /metrics        | 200 `Content-Type: text/plain; version=0.0.4`; 404 `metrics export disabled`; 500 `Internal error: …` |
+ * | other path          | 404 `not found`                                                         |
+ * | other method        | 405 with `Allow: GET, HEAD`                                             |
+ *
+ * HEAD is answered like GET without a body (HTTP semantics; probes sometimes use it). Query
+ * strings are ignored. Every handler failure is logged at ERROR and answered 500.
+ *
+ * Lifecycle: `start()` binds (AddressInUseError naming `http_addr` when taken); `close()` stops
+ * accepting, lets in-flight requests finish and closes keep-alive connections, and destroys what
+ * is still open at the deadline; `destroy()` aborts everything at once.
+ *
+ * Caveats: no TLS and no authentication — the contract wants the port firewalled to monitoring
+ * hosts (§5). Cluster-management endpoints are a future addition (§1.7).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import { formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
+import { bindErrorFor } from "./errors.ts";
+import { healthHttpStatus, type HealthReport, type HealthSource } from "./health.ts";
+import type { Logger } from "./log.ts";
+import { type CairnMetrics, METRICS_CONTENT_TYPE } from "./metrics.ts";
+
+export interface OpsHttpServerOptions {
+  /** `http_addr`: `host:port`; port 0 picks a free port (see `address` after start). */
+  readonly address: string;
+  readonly health: HealthSource;
+  readonly metrics: CairnMetrics;
+  /** `telemetry.prometheus.enabled`. */
+  readonly metricsEnabled: boolean;
+  readonly logger: Logger;
+  /** Longest wait for HealthSource.report(); past it GET /health answers 500. Default 5000. */
+  readonly reportTimeoutMs?: number;
+  /** The setting named in bind errors. Default "http_addr". */
+  readonly setting?: string;
+}
+
+const PLAIN = "text/plain; charset=utf-8";
+const JSON_TYPE = "application/json";
+const ALLOW = "GET, HEAD";
+
+type Route = "/health/quick" | "/health" | "/metrics";
+const ROUTES: ReadonlySet<string> = new Set<Route>(["/health/quick", "/health", "/metrics"]);
+
+export class OpsHttpServer {
+  readonly #options: OpsHttpServerOptions;
+  readonly #log: Logger;
+  readonly #server: Server;
+  readonly #sockets = new Set<Socket>();
+  #inFlight = 0;
+  #closing = false;
+  #started = false;
+  #bound: HostPort | undefined;
+  #closed: Promise<void> | undefined;
+
+  constructor(options: OpsHttpServerOptions) {
+    this.#options = options;
+    this.#log = options.logger;
+    this.#server = createServer(
+      { requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5_000 },
+      (req, res) => this.#handle(req, res),
+    );
+    this.#server.on("connection", (socket: Socket) => {
+      this.#sockets.add(socket);
+      socket.once("close", () => this.#sockets.delete(socket));
+    });
+    this.#server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => {
+      // Malformed requests and resets: answer 400 when the socket still takes it, never throw.
+      if (err.code !== "ECONNRESET" && socket.writable) {
+        socket.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+      } else {
+        socket.destroy();
+      }
+    });
+  }
+
+  /** The bound address (the real port when configured with port 0); undefined before start. */
+  get address(): HostPort | undefined {
+    return this.#bound;
+  }
+
+  /** Binds and listens; rejects with AddressInUseError / BindError naming the address and setting. */
+  async start(): Promise<HostPort> {
+    if (this.#started) throw new Error("OpsHttpServer.start: already started");
+    this.#started = true;
+    const setting = this.#options.setting ?? "http_addr";
+    const parsed = parseHostPort(this.#options.address, { allowPortZero: true });
+    if (!parsed.ok) {
+      throw bindErrorFor(new Error(`must be ${parsed.reason}`), this.#options.address, setting);
+    }
+    const { host, port } = parsed.value;
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: unknown): void => {
+        this.#server.off("listening", onListening);
+        reject(bindErrorFor(err, this.#options.address, setting));
+      };
+      const onListening = (): void => {
+        this.#server.off("error", onError);
+        resolve();
+      };
+      this.#server.once("error", onError);
+      this.#server.once("listening", onListening);
+      this.#server.listen({ host, port });
+    });
+    this.#server.on("error", (err) => this.#log.error("http server error", { err }));
+    const info = this.#server.address();
+    this.#bound =
+      info !== null && typeof info === "object" ? { host, port: info.port } : parsed.value;
+    this.#log.info("http server listening", { http_addr: formatHostPort(this.#bound) });
+    return this.#bound;
+  }
+
+  /**
+   * Graceful stop: no new connections, in-flight requests finish (their connections then close),
+   * idle keep-alive connections close now; whatever is still open after `deadlineMs` is destroyed.
+   */
+  close(deadlineMs = 5_000): Promise<void> {
+    if (this.#closed !== undefined) return this.#closed;
+    this.#closing = true;
+    this.#closed = new Promise<void>((resolve) => {
+      if (!this.#server.listening) {
+        this.#destroySockets();
+        resolve();
+        return;
+      }
+      const timer = setTimeout(() => {
+        this.#log.warn("http server close deadline reached; dropping connections", {
+          in_flight: this.#inFlight,
+        });
+        this.#destroySockets();
+      }, deadlineMs);
+      timer.unref();
+      this.#server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.#server.closeIdleConnections();
+    });
+    return this.#closed;
+  }
+
+  /** Immediate stop: every connection is destroyed, in-flight requests included. */
+  destroy(): Promise<void> {
+    const closed = this.close(0);
+    this.#destroySockets();
+    return closed;
+  }
+
+  #destroySockets(): void {
+    this.#server.closeAllConnections();
+    for (const socket of this.#sockets) socket.destroy();
+  }
+
+  #handle(req: IncomingMessage, res: ServerResponse): void {
+    const started = performance.now();
+    const path = (req.url ?? "/").split("?", 1)[0] ?? "/";
+    this.#inFlight++;
+    res.once("close", () => {
+      this.#inFlight--;
+      if (this.#closing) this.#server.closeIdleConnections();
+      if (this.#log.isLevelEnabled("debug")) {
+        this.#log.debug("http request", {
+          method: req.method,
+          path,
+          status: res.statusCode,
+          ms: Math.round((performance.now() - started) * 1000) / 1000,
+        });
+      }
+    });
+    // Bodies are never read: drain whatever a client sends so the connection stays usable.
+    req.resume();
+    // Whatever escapes a handler, synchronously or not, is still a logged 500, never a crash.
+    try {
+      this.#route(req.method ?? "", path, res).catch((err: unknown) =>
+        this.#fail(res, path, err, path === "/health" ? "json" : "plain"),
+      );
+    } catch (err) {
+      this.#fail(res, path, err, path === "/health" ? "json" : "plain");
+    }
+  }
+
+  async #route(method: string, path: string, res: ServerResponse): Promise<void> {
+    res.setHeader("Cache-Control", "no-store");
+    if (!ROUTES.has(path)) {
+      this.#send(res, 404, PLAIN, "not found");
+      return;
+    }
+    if (method !== "GET" && method !== "HEAD") {
+      res.setHeader("Allow", ALLOW);
+      this.#send(res, 405, PLAIN, "method not allowed");
+      return;
+    }
+    switch (path as Route) {
+      case "/health/quick":
+        this.#quick(res);
+        return;
+      case "/health":
+        await this.#health(res);
+        return;
+      case "/metrics":
+        await this.#metrics(res);
+        return;
+    }
+  }
+
+  #quick(res: ServerResponse): void {
+    let healthy: boolean;
+    try {
+      healthy = this.#options.health.isQuickHealthy();
+    } catch (err) {
+      this.#fail(res, "/health/quick", err, "plain");
+      return;
+    }
+    if (healthy) this.#send(res, 200, PLAIN, "OK");
+    else this.#send(res, 503, PLAIN, "UNAVAILABLE");
+  }
+
+  async #health(res: ServerResponse): Promise<void> {
+    let body: string;
+    let status: number;
+    try {
+      const report = await this.#reportWithTimeout();
+      status = healthHttpStatus(report.status);
+      body = JSON.stringify(report);
+    } catch (err) {
+      this.#fail(res, "/health", err, "json");
+      return;
+    }
+    this.#send(res, status, JSON_TYPE, body);
+  }
+
+  async #reportWithTimeout(): Promise<HealthReport> {
+    const ms = this.#options.reportTimeoutMs ?? 5_000;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`health report timed out after ${ms} ms`)), ms);
+      timer.unref(); // a hung report must not keep a stopping process alive
+    });
+    try {
+      return await Promise.race([this.#options.health.report(), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #metrics(res: ServerResponse): Promise<void> {
+    if (!this.#options.metricsEnabled) {
+      this.#send(res, 404, PLAIN, "metrics export disabled");
+      return;
+    }
+    let body: string;
+    try {
+      body = await this.#options.metrics.expose();
+    } catch (err) {
+      this.#fail(res, "/metrics", err, "plain");
+      return;
+    }
+    this.#send(res, 200, METRICS_CONTENT_TYPE, body);
+  }
+
+  #fail(res: ServerResponse, path: string, err: unknown, shape: "plain" | "json"): void {
+    const message = `Internal error: ${describeCause(err)}`;
+    this.#log.error("http handler failed", { path, err });
+    try {
+      if (shape === "json") this.#send(res, 500, JSON_TYPE, JSON.stringify({ error: message }));
+      else this.#send(res, 500, PLAIN, message);
+    } catch {
+      res.destroy(); // the response cannot be written any more: drop the connection
+    }
+  }
+
+  #send(res: ServerResponse, status: number, contentType: string, body: string): void {
+    if (res.headersSent || res.destroyed) return;
+    // While closing, every answer ends its connection so keep-alive clients let go.
+    if (this.#closing) res.setHeader("Connection", "close");
+    res.writeHead(status, {
+      "Content-Type": contentType,
+      "Content-Length": Buffer.byteLength(body),
+    });
+    res.end(body);
+  }
+}
+
+/** One line: the error's message (or its string form), newlines flattened. */
+function describeCause(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  return text.replace(/\s*\n\s*/g, " ") || "unknown error";
+}

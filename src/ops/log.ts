@@ -1,0 +1,223 @@
+/**
+ * Structured logs, one JSON object per line, exactly as design.md §7 and contract §2.6:
+ *
+ *   {"timestamp":"2026-11-21T14:00:00.000Z","level":"INFO","target":"raft","message":"became leader","fields":{"node_id":"n1","shard_id":0}}
+ *
+ * - `level` is upper case (TRACE, DEBUG, INFO, WARN, ERROR); `fields` is always an object.
+ * - There is no global logger: the node builds one with `createLogger` and hands `child(target,
+ *   fields)` loggers to each module.
+ * - **Never log a key or a value.** Callers must not pass user data in `fields`; as a safety net,
+ *   every `Uint8Array`/`Buffer` in `fields` is written as `"<N bytes>"`, so a key or value passed
+ *   by mistake never reaches the log. Keys are identified by their shard, never by their bytes.
+ *
+ * Why not pino: pino's line is `{"level":30,"time":…,"msg":…}` plus top-level bindings. Getting
+ * this shape needs `formatters.level`, a custom `timestamp` fragment, `messageKey`, `base: null`
+ * and `nestedKey: "fields"` — and child bindings still land at the top level, outside `fields`,
+ * and `fields` is missing when a call has none. The remaining code would be more than this file.
+ * Logging is not on Cairn's hot path (no per-request lines), so one `JSON.stringify` and one
+ * synchronous-on-Linux `write` per line is cheap enough, and lines are never lost on exit.
+ */
+
+export const LEVELS = ["trace", "debug", "info", "warn", "error"] as const;
+export type LogLevel = (typeof LEVELS)[number];
+
+export type LogFields = Readonly<Record<string, unknown>>;
+
+export interface Logger {
+  /** The lowest level this logger writes. */
+  readonly level: LogLevel;
+  isLevelEnabled(level: LogLevel): boolean;
+  trace(message: string, fields?: LogFields): void;
+  debug(message: string, fields?: LogFields): void;
+  info(message: string, fields?: LogFields): void;
+  warn(message: string, fields?: LogFields): void;
+  error(message: string, fields?: LogFields): void;
+  /** A logger for module `target` whose lines carry `fields` too (a call's own fields win). */
+  child(target: string, fields?: LogFields): Logger;
+}
+
+/** Where lines go: `process.stdout` by default; anything with a string `write` works. */
+export interface LogSink {
+  write(line: string): unknown;
+}
+
+export interface LoggerOptions {
+  /** Default "info". */
+  readonly level?: LogLevel;
+  /** Default "cairn". */
+  readonly target?: string;
+  readonly fields?: LogFields;
+  readonly sink?: LogSink;
+  /** Injected for tests; default `() => new Date()`. */
+  readonly now?: () => Date;
+}
+
+const RANK: Readonly<Record<LogLevel, number>> = { trace: 0, debug: 1, info: 2, warn: 3, error: 4 };
+const UPPER: Readonly<Record<LogLevel, string>> = {
+  trace: "TRACE",
+  debug: "DEBUG",
+  info: "INFO",
+  warn: "WARN",
+  error: "ERROR",
+};
+
+interface Shared {
+  readonly level: LogLevel;
+  readonly sink: LogSink;
+  readonly now: () => Date;
+}
+
+class JsonLogger implements Logger {
+  readonly #shared: Shared;
+  readonly #target: string;
+  readonly #fields: LogFields;
+
+  constructor(shared: Shared, target: string, fields: LogFields) {
+    this.#shared = shared;
+    this.#target = target;
+    this.#fields = fields;
+  }
+
+  get level(): LogLevel {
+    return this.#shared.level;
+  }
+
+  isLevelEnabled(level: LogLevel): boolean {
+    return RANK[level] >= RANK[this.#shared.level];
+  }
+
+  trace(message: string, fields?: LogFields): void {
+    this.#log("trace", message, fields);
+  }
+  debug(message: string, fields?: LogFields): void {
+    this.#log("debug", message, fields);
+  }
+  info(message: string, fields?: LogFields): void {
+    this.#log("info", message, fields);
+  }
+  warn(message: string, fields?: LogFields): void {
+    this.#log("warn", message, fields);
+  }
+  error(message: string, fields?: LogFields): void {
+    this.#log("error", message, fields);
+  }
+
+  child(target: string, fields: LogFields = {}): Logger {
+    return new JsonLogger(this.#shared, target, { ...this.#fields, ...fields });
+  }
+
+  #log(level: LogLevel, message: string, fields: LogFields | undefined): void {
+    if (RANK[level] < RANK[this.#shared.level]) return;
+    const merged = fields === undefined ? this.#fields : { ...this.#fields, ...fields };
+    const line = formatLine(this.#shared.now(), level, this.#target, message, merged);
+    try {
+      this.#shared.sink.write(line);
+    } catch {
+      // A broken log sink (closed pipe) must not take the node down with it.
+    }
+  }
+}
+
+/** One log line, newline included. Exported for tests of the exact shape. */
+export function formatLine(
+  time: Date,
+  level: LogLevel,
+  target: string,
+  message: string,
+  fields: LogFields,
+): string {
+  return (
+    JSON.stringify({
+      timestamp: time.toISOString(),
+      level: UPPER[level],
+      target,
+      message,
+      fields: sanitizeFields(fields),
+    }) + "\n"
+  );
+}
+
+const MAX_DEPTH = 6;
+
+function sanitizeFields(fields: LogFields): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(fields)) {
+    if (v !== undefined) out[k] = sanitize(v, 0, []);
+  }
+  return out;
+}
+
+/** A JSON-safe copy: errors unpacked, bytes redacted, bigints as strings, cycles cut. */
+function sanitize(value: unknown, depth: number, ancestors: object[]): unknown {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return value;
+    case "number":
+      return Number.isFinite(value) ? value : String(value);
+    case "bigint":
+      return value.toString();
+    case "undefined":
+      return null;
+    case "symbol":
+    case "function":
+      return String(value);
+    case "object":
+      break;
+  }
+  if (value === null) return null;
+  if (value instanceof Uint8Array) return `<${value.byteLength} bytes>`;
+  if (ArrayBuffer.isView(value) || value instanceof ArrayBuffer) {
+    return `<${value.byteLength} bytes>`;
+  }
+  if (value instanceof Date) return Number.isNaN(value.getTime()) ? null : value.toISOString();
+  if (ancestors.includes(value)) return "[Circular]";
+  if (depth >= MAX_DEPTH) return "[Object]";
+  const next = [...ancestors, value];
+  if (value instanceof Error) {
+    const e: Record<string, unknown> = { name: value.name, message: value.message };
+    const code = (value as { code?: unknown }).code;
+    if (code !== undefined) e["code"] = sanitize(code, depth + 1, next);
+    if (value.stack !== undefined) e["stack"] = value.stack;
+    if (value.cause !== undefined) e["cause"] = sanitize(value.cause, depth + 1, next);
+    return e;
+  }
+  if (Array.isArray(value)) return value.map((v) => sanitize(v, depth + 1, next));
+  if (value instanceof Map) {
+    return Object.fromEntries(
+      [...value].map(([k, v]) => [String(k), sanitize(v, depth + 1, next)]),
+    );
+  }
+  if (value instanceof Set) return [...value].map((v) => sanitize(v, depth + 1, next));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    if (v !== undefined) out[k] = sanitize(v, depth + 1, next);
+  }
+  return out;
+}
+
+export function isLogLevel(s: string): s is LogLevel {
+  return (LEVELS as readonly string[]).includes(s);
+}
+
+/** The root logger of a node; hand `child(target, fields)` loggers to its modules. */
+export function createLogger(options: LoggerOptions = {}): Logger {
+  const shared: Shared = {
+    level: options.level ?? "info",
+    sink: options.sink ?? process.stdout,
+    now: options.now ?? (() => new Date()),
+  };
+  return new JsonLogger(shared, options.target ?? "cairn", options.fields ?? {});
+}
+
+/** Discards everything; for tests and tools that log nowhere. */
+export const silentLogger: Logger = {
+  level: "error",
+  isLevelEnabled: () => false,
+  trace: () => {},
+  debug: () => {},
+  info: () => {},
+  warn: () => {},
+  error: () => {},
+  child: () => silentLogger,
+};

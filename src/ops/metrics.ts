@@ -1,0 +1,293 @@
+/**
+ * The metrics of a node: one `CairnMetrics` owns one prom-client `Registry`, shared by the node
+ * (Raft driver, LSM engines, membership), the gRPC server and the HTTP server, so whatever the
+ * RPC handlers record appears on `GET /metrics` (contract §1.5, §4.4 rule 6).
+ *
+ * The catalogue of contract §4.4, with design.md §2's `status` label on kv_requests_total:
+ *
+ * | family                         | type      | labels                      |
+ * | ------------------------------ | --------- | --------------------------- |
+ * | kv_requests_total              | counter   | operation, status           |
+ * | kv_request_duration_ms         | histogram | operation, status, result   |
+ * | lsm_compaction_duration_ms     | histogram | level, result               |
+ * | lsm_memtable_size_bytes        | gauge     | shard_id                    |
+ * | lsm_sstable_count              | gauge     | level, shard_id             |
+ * | raft_leader_changes_total      | counter   | shard_id                    |
+ * | raft_commit_index              | gauge     | shard_id, node_id           |
+ * | raft_term                      | gauge     | shard_id                    |
+ * | swim_cluster_size              | gauge     | —                           |
+ * | swim_failed_members_total      | counter   | —                           |
+ * | swim_gossip_latency_ms         | histogram | —                           |
+ * | process_cpu_seconds_total      | counter   | —                           |
+ * | process_resident_memory_bytes  | gauge     | —                           |
+ *
+ * Extra metrics are named `cairn_*` (design.md §7): `cairn_swim_dropped_datagrams_total{reason}`.
+ *
+ * Decisions:
+ * - `result` of kv_request_duration_ms is `found`/`not_found` on successful GETs and the empty
+ *   string on every other series. Prometheus treats an empty label value as an absent label, so
+ *   `kv_request_duration_ms_count{operation="put"}` and `{result=""}` both select them, and no
+ *   made-up value ("none") leaks into dashboards.
+ * - `level` labels are `L0`, `L1`, … (the contract's spelling) on both LSM families.
+ * - Every series whose label values are known in advance (all KV operation × status × result
+ *   combinations, compaction input levels × result) exists from the start at zero, so `rate()`
+ *   and `increase()` see the first event. Shard series appear when the driver calls
+ *   `initShard(id)` (shard 0 at start) and go with `removeShard(id)`. Families with no series
+ *   still export their `# HELP` and `# TYPE` lines, so all 13 families are always present.
+ * - prom-client's default metrics are not enabled (the catalogue is fixed); the two process
+ *   families are computed at scrape time from `process.cpuUsage()` and `process.memoryUsage.rss()`.
+ * - Labels never carry keys, values or client identities (contract §4.4 rule 7).
+ */
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { type MembershipMetrics, GOSSIP_LATENCY_BUCKETS_MS } from "../membership/index.ts";
+import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/index.ts";
+
+export type KvOperation = "put" | "get" | "delete" | "scan";
+export type KvStatus = "success" | "not_leader" | "error";
+export type KvResult = "found" | "not_found";
+
+export const KV_OPERATIONS: readonly KvOperation[] = ["put", "get", "delete", "scan"];
+export const KV_STATUSES: readonly KvStatus[] = ["success", "not_leader", "error"];
+
+/** Exact upper bounds of kv_request_duration_ms (contract §4.4 rule 2), then +Inf. */
+export const KV_DURATION_BUCKETS_MS: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+
+/** Exactly the header contract §4.3 gives (prom-client's own adds `; charset=utf-8`). */
+export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4";
+
+/** Compaction input levels whose series are created at zero (an LSM has levels L0..L6). */
+const COMPACTION_INPUT_LEVELS = 6;
+
+export interface CairnMetricsOptions {
+  /** This node's id, for `raft_commit_index{node_id}` when the caller does not pass one. */
+  readonly nodeId: string;
+  /** Injected for tests; default the real process. */
+  readonly processStats?: () => { readonly cpuSeconds: number; readonly residentBytes: number };
+}
+
+function realProcessStats(): { cpuSeconds: number; residentBytes: number } {
+  const cpu = process.cpuUsage();
+  return { cpuSeconds: (cpu.user + cpu.system) / 1e6, residentBytes: process.memoryUsage.rss() };
+}
+
+export class CairnMetrics {
+  readonly registry: Registry;
+  readonly nodeId: string;
+  /** For `LsmEnvironment({ metrics })`: the engines pass their own shard id. */
+  readonly lsmMetrics: LsmMetrics;
+  /** For `Membership.start({ metrics })`. */
+  readonly membershipMetrics: MembershipMetrics;
+
+  readonly #kvRequests: Counter<"operation" | "status">;
+  readonly #kvDuration: Histogram<"operation" | "status" | "result">;
+  readonly #compaction: Histogram<"level" | "result">;
+  readonly #memtable: Gauge<"shard_id">;
+  readonly #sstables: Gauge<"level" | "shard_id">;
+  readonly #leaderChanges: Counter<"shard_id">;
+  readonly #commitIndex: Gauge<"shard_id" | "node_id">;
+  readonly #term: Gauge<"shard_id">;
+  readonly #clusterSize: Gauge;
+  readonly #failedMembers: Counter;
+  readonly #gossipLatency: Histogram;
+  readonly #droppedDatagrams: Counter<"reason">;
+  /** Levels seen per shard, so removeShard can drop every lsm_sstable_count series. */
+  readonly #shardLevels = new Map<number, Set<string>>();
+
+  constructor(options: CairnMetricsOptions) {
+    this.nodeId = options.nodeId;
+    const registers = [(this.registry = new Registry())];
+    const processStats = options.processStats ?? realProcessStats;
+
+    this.#kvRequests = new Counter({
+      name: "kv_requests_total",
+      help: "Total KV requests by operation and outcome (success, not_leader, error).",
+      labelNames: ["operation", "status"],
+      registers,
+    });
+    this.#kvDuration = new Histogram({
+      name: "kv_request_duration_ms",
+      help: "KV request latency in ms; result is found/not_found on successful gets, empty otherwise.",
+      labelNames: ["operation", "status", "result"],
+      buckets: [...KV_DURATION_BUCKETS_MS],
+      registers,
+    });
+    this.#compaction = new Histogram({
+      name: "lsm_compaction_duration_ms",
+      help: "LSM compaction time in ms by input level and result (success, error).",
+      labelNames: ["level", "result"],
+      buckets: [...COMPACTION_DURATION_BUCKETS_MS],
+      registers,
+    });
+    this.#memtable = new Gauge({
+      name: "lsm_memtable_size_bytes",
+      help: "Current memtable size in bytes (active and immutable memtables).",
+      labelNames: ["shard_id"],
+      registers,
+    });
+    this.#sstables = new Gauge({
+      name: "lsm_sstable_count",
+      help: "SSTables per level.",
+      labelNames: ["level", "shard_id"],
+      registers,
+    });
+    this.#leaderChanges = new Counter({
+      name: "raft_leader_changes_total",
+      help: "Leader changes (elections) seen by this node.",
+      labelNames: ["shard_id"],
+      registers,
+    });
+    this.#commitIndex = new Gauge({
+      name: "raft_commit_index",
+      help: "Committed Raft log index.",
+      labelNames: ["shard_id", "node_id"],
+      registers,
+    });
+    this.#term = new Gauge({
+      name: "raft_term",
+      help: "Current Raft term.",
+      labelNames: ["shard_id"],
+      registers,
+    });
+    this.#clusterSize = new Gauge({
+      name: "swim_cluster_size",
+      help: "Live members of the cluster (alive or suspect), this node included.",
+      registers,
+    });
+    this.#failedMembers = new Counter({
+      name: "swim_failed_members_total",
+      help: "Members this node has declared failed.",
+      registers,
+    });
+    this.#gossipLatency = new Histogram({
+      name: "swim_gossip_latency_ms",
+      help: "Gossip (ping to ack) round-trip time in ms.",
+      buckets: [...GOSSIP_LATENCY_BUCKETS_MS],
+      registers,
+    });
+    new Counter({
+      name: "process_cpu_seconds_total",
+      help: "Total user and system CPU time spent in seconds.",
+      registers,
+      collect(this: Counter) {
+        this.reset();
+        this.inc(processStats().cpuSeconds);
+      },
+    });
+    new Gauge({
+      name: "process_resident_memory_bytes",
+      help: "Resident memory size in bytes.",
+      registers,
+      collect(this: Gauge) {
+        this.set(processStats().residentBytes);
+      },
+    });
+    this.#droppedDatagrams = new Counter({
+      name: "cairn_swim_dropped_datagrams_total",
+      help: "SWIM datagrams dropped by the decoder, by reason.",
+      labelNames: ["reason"],
+      registers,
+    });
+
+    for (const operation of KV_OPERATIONS) {
+      for (const status of KV_STATUSES) {
+        this.#kvRequests.inc({ operation, status }, 0);
+        if (operation === "get" && status === "success") {
+          this.#kvDuration.zero({ operation, status, result: "found" });
+          this.#kvDuration.zero({ operation, status, result: "not_found" });
+        } else {
+          this.#kvDuration.zero({ operation, status, result: "" });
+        }
+      }
+    }
+    for (let level = 0; level < COMPACTION_INPUT_LEVELS; level++) {
+      this.#compaction.zero({ level: `L${level}`, result: "success" });
+      this.#compaction.zero({ level: `L${level}`, result: "error" });
+    }
+    // A node is a cluster of one until membership says otherwise.
+    this.#clusterSize.set(1);
+
+    this.lsmMetrics = {
+      memtableSize: (shardId, bytes) => this.#memtable.set({ shard_id: String(shardId) }, bytes),
+      sstableCount: (shardId, level, count) => {
+        const label = `L${level}`;
+        this.#sstables.set({ level: label, shard_id: String(shardId) }, count);
+        let levels = this.#shardLevels.get(shardId);
+        if (levels === undefined) this.#shardLevels.set(shardId, (levels = new Set()));
+        levels.add(label);
+      },
+      compactionDuration: (level, result, ms) =>
+        this.#compaction.observe(
+          { level: `L${level}`, result: result === "success" ? "success" : "error" },
+          ms,
+        ),
+    };
+    this.membershipMetrics = {
+      onClusterSize: (live) => this.#clusterSize.set(live),
+      onMemberFailed: () => this.#failedMembers.inc(),
+      observeGossipLatencyMs: (ms) => this.#gossipLatency.observe(ms),
+      onDatagramDropped: (reason) => this.#droppedDatagrams.inc({ reason }),
+    };
+  }
+
+  /**
+   * One finished KV request, `ms` its latency. `result` is required for a successful get and
+   * ignored on every other series (they carry `result=""`); a successful get without it is a bug
+   * of the caller and throws a TypeError.
+   */
+  recordKv(operation: KvOperation, status: KvStatus, ms: number, result?: KvResult): void {
+    const isGetSuccess = operation === "get" && status === "success";
+    if (isGetSuccess && result === undefined) {
+      throw new TypeError("recordKv: a successful get needs its result (found or not_found)");
+    }
+    this.#kvRequests.inc({ operation, status });
+    const label = isGetSuccess ? (result ?? "") : "";
+    this.#kvDuration.observe({ operation, status, result: label }, ms);
+  }
+
+  /** A shard became active here: its series appear at zero (shard 0 at start). */
+  initShard(shardId: number): void {
+    const shard_id = String(shardId);
+    this.#memtable.set({ shard_id }, 0);
+    this.#leaderChanges.inc({ shard_id }, 0);
+    this.#term.set({ shard_id }, 0);
+    this.#commitIndex.set({ shard_id, node_id: this.nodeId }, 0);
+  }
+
+  /** A shard left this node (or the node closes it): its series go away. */
+  removeShard(shardId: number): void {
+    const shard_id = String(shardId);
+    this.#memtable.remove({ shard_id });
+    this.#leaderChanges.remove({ shard_id });
+    this.#term.remove({ shard_id });
+    this.#commitIndex.remove({ shard_id, node_id: this.nodeId });
+    for (const level of this.#shardLevels.get(shardId) ?? []) {
+      this.#sstables.remove({ level, shard_id });
+    }
+    this.#shardLevels.delete(shardId);
+  }
+
+  setRaftState(shardId: number, nodeId: string, term: number, commitIndex: number): void {
+    const shard_id = String(shardId);
+    this.#term.set({ shard_id }, term);
+    this.#commitIndex.set({ shard_id, node_id: nodeId }, commitIndex);
+  }
+
+  incLeaderChanges(shardId: number): void {
+    this.#leaderChanges.inc({ shard_id: String(shardId) });
+  }
+
+  /** An adapter bound to one shard (ignores the shard id the caller passes). */
+  lsmMetricsFor(shardId: number): LsmMetrics {
+    return {
+      memtableSize: (_shard, bytes) => this.lsmMetrics.memtableSize(shardId, bytes),
+      sstableCount: (_shard, level, count) => this.lsmMetrics.sstableCount(shardId, level, count),
+      compactionDuration: (level, result, ms) =>
+        this.lsmMetrics.compactionDuration(level, result, ms),
+    };
+  }
+
+  /** The text exposition (format 0.0.4); serve it with METRICS_CONTENT_TYPE. */
+  async expose(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

@@ -1,0 +1,370 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { after, describe, it } from "node:test";
+import { parse as parseYaml } from "yaml";
+import { CairnError } from "../../src/common/index.ts";
+import {
+  CONFIG_FLAG_OPTIONS,
+  CONFIG_KEYS,
+  ConfigError,
+  formatHostPort,
+  isUnspecifiedHost,
+  loadConfig,
+  parseBytes,
+  parseHostPort,
+} from "../../src/config/index.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "cairn-config-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+let fileNo = 0;
+function yamlFile(text: string): string {
+  const p = join(dir, `cairn-${fileNo++}.yaml`);
+  writeFileSync(p, text);
+  return p;
+}
+
+function configError(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `expected ConfigError, got ${String(err)}`);
+    assert.ok(err instanceof CairnError);
+    assert.equal(err.code, "CAIRN_ERR_CONFIG");
+    return err;
+  }
+  assert.fail("expected a ConfigError");
+}
+
+describe("loadConfig", () => {
+  it("gives the documented defaults with no file, environment or flags", () => {
+    const c = loadConfig({ env: {} });
+    assert.equal(c.node_id, "node-1");
+    assert.equal(c.rpc_addr, "127.0.0.1:7447");
+    assert.equal(c.http_addr, "127.0.0.1:8080");
+    assert.equal(c.advertise_rpc_addr, "127.0.0.1:7447");
+    assert.equal(c.advertise_http_addr, "127.0.0.1:8080");
+    assert.equal(c.data_dir, "./data");
+    assert.deepEqual(c.cluster, { seed_nodes: [], total_shards: 1024, replication_factor: 3 });
+    assert.equal(c.telemetry.prometheus.enabled, true);
+    assert.equal(c.log.level, "info");
+    assert.deepEqual(c.limits, {
+      max_key_bytes: 4096,
+      max_value_bytes: 1024 * 1024,
+      max_message_bytes: 4 * 1024 * 1024,
+    });
+    assert.deepEqual(c.raft, { tick_ms: 100, election_ticks: 10, heartbeat_ticks: 1 });
+    assert.deepEqual(c.storage, {
+      memtable_bytes: 4 * 1024 * 1024,
+      block_cache_bytes: 256 * 1024 * 1024,
+    });
+    assert.equal(c.shutdown.drain_timeout_ms, 10_000);
+  });
+
+  it("is deeply frozen", () => {
+    const c = loadConfig({ env: {} });
+    assert.ok(Object.isFrozen(c));
+    assert.ok(Object.isFrozen(c.cluster));
+    assert.ok(Object.isFrozen(c.cluster.seed_nodes));
+    assert.ok(Object.isFrozen(c.telemetry.prometheus));
+  });
+
+  it("applies defaults < file < environment < flags", () => {
+    const path = yamlFile(
+      "node_id: from-file\nrpc_addr: 127.0.0.1:9001\nhttp_addr: 127.0.0.1:9002\n" +
+        "data_dir: /file\ncluster:\n  seed_nodes: [10.0.0.1:7447]\n  total_shards: 128\n",
+    );
+    const env = {
+      CAIRN_RPC_ADDR: "127.0.0.1:9101",
+      CAIRN_DATA_DIR: "/env",
+      CAIRN_NODE_ID: "from-env",
+    };
+    const c = loadConfig({ env, flags: { config: path, "node-id": "from-flag" } });
+    assert.equal(c.node_id, "from-flag"); // flag beats env and file
+    assert.equal(c.rpc_addr, "127.0.0.1:9101"); // env beats file
+    assert.equal(c.data_dir, "/env");
+    assert.equal(c.http_addr, "127.0.0.1:9002"); // file beats default
+    assert.equal(c.cluster.total_shards, 128);
+    assert.deepEqual(c.cluster.seed_nodes, ["10.0.0.1:7447"]);
+    assert.equal(c.cluster.replication_factor, 3); // default
+  });
+
+  it("finds the file through CAIRN_CONFIG, and --config beats it", () => {
+    const a = yamlFile("node_id: a\n");
+    const b = yamlFile("node_id: b\n");
+    assert.equal(loadConfig({ env: { CAIRN_CONFIG: a } }).node_id, "a");
+    assert.equal(loadConfig({ env: { CAIRN_CONFIG: a }, flags: { config: b } }).node_id, "b");
+    assert.equal(loadConfig({ env: { CAIRN_CONFIG: a }, configPath: b }).node_id, "b");
+  });
+
+  it("reads CAIRN_SEED_NODES as a comma list; empty means single node", () => {
+    const path = yamlFile("cluster:\n  seed_nodes: ['10.0.0.1:7447']\n");
+    const seeds = loadConfig({ env: { CAIRN_SEED_NODES: "10.0.0.2:7447, [fd00::1]:7447" } });
+    assert.deepEqual(seeds.cluster.seed_nodes, ["10.0.0.2:7447", "[fd00::1]:7447"]);
+    const single = loadConfig({ configPath: path, env: { CAIRN_SEED_NODES: "" } });
+    assert.deepEqual(single.cluster.seed_nodes, []);
+    const flag = loadConfig({ flags: { "seed-nodes": "a.example:7447,b.example:7447" } });
+    assert.deepEqual(flag.cluster.seed_nodes, ["a.example:7447", "b.example:7447"]);
+  });
+
+  it("treats other empty environment variables as unset", () => {
+    assert.equal(loadConfig({ env: { CAIRN_NODE_ID: "" } }).node_id, "node-1");
+  });
+
+  it("coerces environment strings to numbers, booleans and sizes", () => {
+    const c = loadConfig({
+      env: {
+        CAIRN_CLUSTER_TOTAL_SHARDS: "128",
+        CAIRN_TELEMETRY_PROMETHEUS_ENABLED: "false",
+        CAIRN_STORAGE_MEMTABLE_BYTES: "8MiB",
+        CAIRN_LOG_LEVEL: "debug",
+      },
+    });
+    assert.equal(c.cluster.total_shards, 128);
+    assert.equal(c.telemetry.prometheus.enabled, false);
+    assert.equal(c.storage.memtable_bytes, 8 * 1024 * 1024);
+    assert.equal(c.log.level, "debug");
+  });
+
+  it("names the key, the file and the bad value", () => {
+    const path = yamlFile("cluster:\n  total_shards: abc\n");
+    const err = configError(() => loadConfig({ configPath: path }));
+    assert.equal(
+      err.message,
+      `config error: cluster.total_shards (from ${path}): must be an integer between 1 and 65536, got "abc"`,
+    );
+    assert.deepEqual(
+      err.issues.map((i) => [i.key, i.source]),
+      [["cluster.total_shards", path]],
+    );
+  });
+
+  it("names the environment variable and the flag", () => {
+    const env = configError(() => loadConfig({ env: { CAIRN_CLUSTER_TOTAL_SHARDS: "0" } }));
+    assert.match(
+      env.message,
+      /^config error: cluster\.total_shards \(from env CAIRN_CLUSTER_TOTAL_SHARDS\): must be an integer between 1 and 65536, got 0$/,
+    );
+    const flag = configError(() => loadConfig({ flags: { "rpc-addr": "localhost" } }));
+    assert.match(
+      flag.message,
+      /^config error: rpc_addr \(from flag --rpc-addr\): must be an address <host>:<port>; the port is missing, got "localhost"$/,
+    );
+    const level = configError(() => loadConfig({ env: { CAIRN_LOG_LEVEL: "loud" } }));
+    assert.match(
+      level.message,
+      /log\.level \(from env CAIRN_LOG_LEVEL\): must be one of trace, debug, info, warn, error, got "loud"/,
+    );
+  });
+
+  it("rejects unknown keys at any depth, listing what is accepted", () => {
+    const path = yamlFile(
+      "nodeid: x\ncluster:\n  total_shard: 5\ntelemetry:\n  prometheus:\n    enable: true\n",
+    );
+    const err = configError(() => loadConfig({ configPath: path }));
+    assert.deepEqual(
+      err.issues.map((i) => i.key),
+      ["nodeid", "cluster.total_shard", "telemetry.prometheus.enable"],
+    );
+    assert.match(
+      err.message,
+      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor/,
+    );
+  });
+
+  it("rejects a section that is not a mapping and a value of the wrong type", () => {
+    const path = yamlFile("cluster: 5\ntelemetry:\n  prometheus:\n    enabled: 'yes'\n");
+    const err = configError(() => loadConfig({ configPath: path }));
+    assert.match(err.message, /cluster \(from .*\): must be a mapping of keys, got 5/);
+    assert.match(
+      err.message,
+      /telemetry\.prometheus\.enabled \(from .*\): must be true or false, got "yes"/,
+    );
+  });
+
+  it("rejects unknown flags", () => {
+    const err = configError(() => loadConfig({ flags: { "nod-id": "x" } }));
+    assert.match(err.message, /unknown flag --nod-id/);
+  });
+
+  it("reports a missing file and invalid YAML with the path", () => {
+    const missing = join(dir, "nope.yaml");
+    assert.match(
+      configError(() => loadConfig({ configPath: missing })).message,
+      /cannot read the configuration file .*nope\.yaml: ENOENT/,
+    );
+    const bad = yamlFile("node_id: [unclosed\n");
+    assert.match(
+      configError(() => loadConfig({ configPath: bad })).message,
+      /is not valid YAML at line/,
+    );
+    const dup = yamlFile("node_id: a\nnode_id: b\n");
+    assert.match(configError(() => loadConfig({ configPath: dup })).message, /is not valid YAML/);
+  });
+
+  it("accepts an empty file", () => {
+    assert.equal(loadConfig({ configPath: yamlFile("") }).node_id, "node-1");
+  });
+
+  it("refuses a wildcard bind address without an advertise address", () => {
+    const err = configError(() => loadConfig({ env: { CAIRN_RPC_ADDR: "0.0.0.0:7447" } }));
+    assert.match(
+      err.message,
+      /^config error: advertise_rpc_addr: must be set when rpc_addr \(from env CAIRN_RPC_ADDR\) binds the unspecified address 0\.0\.0\.0:7447/,
+    );
+    const ok = loadConfig({
+      flags: { "http-addr": "[::]:8080", "advertise-http-addr": "node1.example:8080" },
+    });
+    assert.equal(ok.advertise_http_addr, "node1.example:8080");
+    const wildcard = configError(() =>
+      loadConfig({ flags: { "advertise-rpc-addr": "0.0.0.0:7447" } }),
+    );
+    assert.match(
+      wildcard.message,
+      /advertise_rpc_addr \(from flag --advertise-rpc-addr\): must be a reachable address, not the unspecified address 0\.0\.0\.0/,
+    );
+  });
+
+  it("checks keys against each other", () => {
+    const same = configError(() => loadConfig({ flags: { "http-addr": "127.0.0.1:7447" } }));
+    assert.match(
+      same.message,
+      /http_addr \(from flag --http-addr\): must not use the same port as rpc_addr/,
+    );
+    const ticks = yamlFile("raft:\n  election_ticks: 3\n  heartbeat_ticks: 3\n");
+    assert.match(
+      configError(() => loadConfig({ configPath: ticks })).message,
+      /raft\.heartbeat_ticks .*must be less than raft\.election_ticks \(3/,
+    );
+    const msg = yamlFile("limits:\n  max_value_bytes: 4MiB\n");
+    assert.match(
+      configError(() => loadConfig({ configPath: msg })).message,
+      /limits\.max_message_bytes \(from default\): must be at least/,
+    );
+  });
+
+  it("lists every problem at once", () => {
+    const err = configError(() =>
+      loadConfig({ env: { CAIRN_NODE_ID: "bad id", CAIRN_HTTP_ADDR: "x:99999" } }),
+    );
+    assert.deepEqual(
+      err.issues.map((i) => i.key),
+      ["node_id", "http_addr"],
+    );
+    assert.equal(err.message.split("\n").length, 2);
+  });
+
+  it("accepts exactly the flags parseArgs is given", () => {
+    const { values } = parseArgs({
+      args: ["--node-id", "n7", "--http-addr", "127.0.0.1:0", "--log-level", "warn"],
+      options: CONFIG_FLAG_OPTIONS,
+      strict: true,
+    });
+    const c = loadConfig({ flags: values as Record<string, string> });
+    assert.equal(c.node_id, "n7");
+    assert.equal(c.http_addr, "127.0.0.1:0");
+    assert.equal(c.log.level, "warn");
+    assert.deepEqual(Object.keys(CONFIG_FLAG_OPTIONS).sort(), [
+      "advertise-http-addr",
+      "advertise-rpc-addr",
+      "config",
+      "data-dir",
+      "http-addr",
+      "log-level",
+      "node-id",
+      "rpc-addr",
+      "seed-nodes",
+    ]);
+  });
+});
+
+describe("cairn.example.yaml", () => {
+  const text = readFileSync(join(import.meta.dirname, "..", "..", "cairn.example.yaml"), "utf8");
+
+  it("loads and equals the defaults", () => {
+    const example = loadConfig({
+      configPath: join(import.meta.dirname, "..", "..", "cairn.example.yaml"),
+    });
+    assert.deepEqual(example, loadConfig({}));
+  });
+
+  it("mentions every key (commented out or set)", () => {
+    const uncommented = text.replace(/^(\s*)# ?([a-z_]+:)/gm, "$1$2");
+    const doc = parseYaml(uncommented) as Record<string, unknown>;
+    for (const spec of CONFIG_KEYS) {
+      let node: unknown = doc;
+      for (const part of spec.key.split("."))
+        node = (node as Record<string, unknown> | undefined)?.[part];
+      assert.notEqual(node, undefined, `${spec.key} is missing from cairn.example.yaml`);
+    }
+  });
+});
+
+describe("addresses", () => {
+  it("parses IPv4, bracketed IPv6 and host names", () => {
+    assert.deepEqual(parseHostPort("127.0.0.1:7447"), {
+      ok: true,
+      value: { host: "127.0.0.1", port: 7447 },
+    });
+    assert.deepEqual(parseHostPort("[::1]:80"), { ok: true, value: { host: "::1", port: 80 } });
+    assert.deepEqual(parseHostPort("db-1.example:1"), {
+      ok: true,
+      value: { host: "db-1.example", port: 1 },
+    });
+    assert.equal(formatHostPort({ host: "::1", port: 80 }), "[::1]:80");
+    assert.equal(formatHostPort({ host: "10.0.0.1", port: 80 }), "10.0.0.1:80");
+  });
+
+  it("refuses malformed addresses with a reason", () => {
+    for (const bad of [
+      "::1:7447",
+      ":7447",
+      "host",
+      "host:",
+      "host:abc",
+      "host:70000",
+      "[::1]7447",
+      "[nope]:1",
+      "1.2.3:80",
+      "a_b:1",
+      "host:0",
+    ]) {
+      const r = parseHostPort(bad);
+      assert.equal(r.ok, false, bad);
+    }
+    assert.equal(parseHostPort("host:0", { allowPortZero: true }).ok, true);
+    assert.equal(parseHostPort("0.0.0.0:1", { allowUnspecified: false }).ok, false);
+    assert.equal(parseHostPort("[::]:1", { allowUnspecified: false }).ok, false);
+  });
+
+  it("recognises the unspecified addresses", () => {
+    for (const h of ["0.0.0.0", "::", "0:0::0"]) assert.equal(isUnspecifiedHost(h), true, h);
+    for (const h of ["127.0.0.1", "::1", "localhost"]) assert.equal(isUnspecifiedHost(h), false, h);
+  });
+
+  it("parses sizes", () => {
+    assert.equal(parseBytes(12), 12);
+    assert.equal(parseBytes("4MiB"), 4 * 1024 * 1024);
+    assert.equal(parseBytes("512 KiB"), 512 * 1024);
+    assert.equal(parseBytes("1.5MiB"), undefined);
+    assert.equal(parseBytes("4MB"), undefined);
+    assert.equal(parseBytes(1.5), undefined);
+  });
+});
+
+describe("docs/operations.md", () => {
+  const doc = readFileSync(join(import.meta.dirname, "..", "..", "docs", "operations.md"), "utf8");
+
+  it("documents every key with its environment variable and flag", () => {
+    for (const spec of CONFIG_KEYS) {
+      const row = doc.split("\n").find((l) => l.startsWith(`| \`${spec.key}\` |`));
+      assert.ok(row !== undefined, `${spec.key} has a row`);
+      assert.ok(row.includes(spec.env), `${spec.key} row names ${spec.env}`);
+      if (spec.flag !== undefined)
+        assert.ok(row.includes(`--${spec.flag}`), `${spec.key} row names --${spec.flag}`);
+    }
+  });
+});

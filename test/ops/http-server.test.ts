@@ -1,0 +1,360 @@
+import assert from "node:assert/strict";
+import { connect } from "node:net";
+import { after, describe, it } from "node:test";
+import { Gauge } from "prom-client";
+import { CairnError } from "../../src/common/index.ts";
+import {
+  AddressInUseError,
+  CairnMetrics,
+  createLogger,
+  type HealthReport,
+  type HealthSource,
+  KV_DURATION_BUCKETS_MS,
+  OpsHttpServer,
+  type OpsHttpServerOptions,
+} from "../../src/ops/index.ts";
+import { CATALOGUE, checkHistogram, familyTypes, samples } from "./prom-text.ts";
+
+const REPORT: HealthReport = {
+  status: "healthy",
+  node_id: "n1",
+  uptime_seconds: 12.5,
+  total_shards: 1024,
+  active_shards: 1,
+  shards: [
+    { id: 0, status: "healthy", is_leader: true, raft_term: 2, commit_index: 9, last_applied: 9 },
+  ],
+  nodes: [{ id: "n1", rpc_addr: "127.0.0.1:7447", http_addr: "127.0.0.1:8080", state: "alive" }],
+};
+
+/** A HealthSource the test steers. */
+class FakeHealth implements HealthSource {
+  quick: boolean | Error = true;
+  report: () => Promise<HealthReport> = () => Promise.resolve(REPORT);
+  isQuickHealthy(): boolean {
+    if (this.quick instanceof Error) throw this.quick;
+    return this.quick;
+  }
+}
+
+interface Harness {
+  readonly server: OpsHttpServer;
+  readonly health: FakeHealth;
+  readonly metrics: CairnMetrics;
+  readonly logs: string[];
+  readonly base: string;
+}
+
+const servers: OpsHttpServer[] = [];
+after(async () => {
+  await Promise.all(servers.map((s) => s.destroy()));
+});
+
+async function startServer(overrides: Partial<OpsHttpServerOptions> = {}): Promise<Harness> {
+  const logs: string[] = [];
+  const health = new FakeHealth();
+  const metrics = new CairnMetrics({ nodeId: "n1" });
+  const server = new OpsHttpServer({
+    address: "127.0.0.1:0",
+    health,
+    metrics,
+    metricsEnabled: true,
+    logger: createLogger({ sink: { write: (l: string) => logs.push(l) } }).child("http"),
+    ...overrides,
+  });
+  servers.push(server);
+  const { port } = await server.start();
+  return { server, health, metrics, logs, base: `http://127.0.0.1:${port}` };
+}
+
+function errorLines(logs: readonly string[]): Array<Record<string, unknown>> {
+  return logs
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((o) => o["level"] === "ERROR");
+}
+
+function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void } {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+describe("GET /health/quick", () => {
+  it("answers 200 OK and 503 UNAVAILABLE as plain text", async () => {
+    const h = await startServer();
+    const ok = await fetch(`${h.base}/health/quick`);
+    assert.equal(ok.status, 200);
+    assert.match(ok.headers.get("content-type") ?? "", /^text\/plain/);
+    assert.equal(await ok.text(), "OK");
+    h.health.quick = false;
+    const down = await fetch(`${h.base}/health/quick?verbose=1`); // query ignored
+    assert.equal(down.status, 503);
+    assert.equal(await down.text(), "UNAVAILABLE");
+  });
+
+  it("answers 500 Internal error and logs at ERROR when the check throws", async () => {
+    const h = await startServer();
+    h.health.quick = new Error("shard table broken");
+    const res = await fetch(`${h.base}/health/quick`);
+    assert.equal(res.status, 500);
+    assert.equal(await res.text(), "Internal error: shard table broken");
+    const [line] = errorLines(h.logs);
+    assert.equal(line?.["target"], "http");
+    assert.equal((line?.["fields"] as Record<string, unknown>)["path"], "/health/quick");
+  });
+});
+
+describe("GET /health", () => {
+  it("answers the JSON report: 200 healthy and degraded, 503 unhealthy", async () => {
+    const h = await startServer();
+    const res = await fetch(`${h.base}/health`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get("content-type") ?? "", /^application\/json/);
+    assert.deepEqual(await res.json(), REPORT);
+    for (const [status, code] of [
+      ["degraded", 200],
+      ["unhealthy", 503],
+    ] as const) {
+      h.health.report = () => Promise.resolve({ ...REPORT, status });
+      const r = await fetch(`${h.base}/health`);
+      assert.equal(r.status, code, status);
+      assert.equal(((await r.json()) as HealthReport).status, status);
+    }
+  });
+
+  it("answers 500 with a JSON error and logs at ERROR when the report fails", async () => {
+    const h = await startServer();
+    h.health.report = () => Promise.reject(new Error("shard 7: engine closed"));
+    const res = await fetch(`${h.base}/health`);
+    assert.equal(res.status, 500);
+    assert.match(res.headers.get("content-type") ?? "", /^application\/json/);
+    assert.deepEqual(await res.json(), { error: "Internal error: shard 7: engine closed" });
+    assert.equal(errorLines(h.logs).length, 1);
+  });
+
+  it("answers 500 when the report cannot be serialised", async () => {
+    const h = await startServer();
+    h.health.report = () => Promise.resolve({ ...REPORT, uptime_seconds: 1n as unknown as number });
+    const res = await fetch(`${h.base}/health`);
+    assert.equal(res.status, 500);
+    const body = (await res.json()) as { error: string };
+    assert.match(body.error, /^Internal error: .*BigInt/);
+    assert.equal(errorLines(h.logs).length, 1);
+  });
+
+  it("answers 500 when the report takes longer than its deadline", async () => {
+    const h = await startServer({ reportTimeoutMs: 20 });
+    h.health.report = () => new Promise<HealthReport>(() => {});
+    const res = await fetch(`${h.base}/health`);
+    assert.equal(res.status, 500);
+    assert.deepEqual(await res.json(), {
+      error: "Internal error: health report timed out after 20 ms",
+    });
+  });
+});
+
+describe("GET /metrics", () => {
+  it("exports the shared registry with the exact content type and all 13 families", async () => {
+    const h = await startServer();
+    h.metrics.recordKv("put", "success", 3); // as an RPC handler would
+    h.metrics.recordKv("get", "success", 1, "not_found");
+    const res = await fetch(`${h.base}/metrics`);
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("content-type"), "text/plain; version=0.0.4");
+    const text = await res.text();
+    const types = familyTypes(text);
+    for (const [name, type] of CATALOGUE) assert.equal(types.get(name), type, name);
+    const all = samples(text);
+    const puts = all.find(
+      (s) =>
+        s.name === "kv_requests_total" &&
+        s.labels["operation"] === "put" &&
+        s.labels["status"] === "success",
+    );
+    assert.equal(puts?.value, 1);
+    checkHistogram(text, "kv_request_duration_ms", KV_DURATION_BUCKETS_MS);
+  });
+
+  it("answers 404 when the export is disabled", async () => {
+    const h = await startServer({ metricsEnabled: false });
+    const res = await fetch(`${h.base}/metrics`);
+    assert.equal(res.status, 404);
+    assert.equal(await res.text(), "metrics export disabled");
+  });
+
+  it("answers 500 plain text and logs at ERROR when a collector fails", async () => {
+    const h = await startServer();
+    new Gauge({
+      name: "cairn_test_broken",
+      help: "a collector that fails",
+      registers: [h.metrics.registry],
+      collect() {
+        throw new Error("collector broke");
+      },
+    });
+    const res = await fetch(`${h.base}/metrics`);
+    assert.equal(res.status, 500);
+    assert.equal(await res.text(), "Internal error: collector broke");
+    assert.equal(errorLines(h.logs).length, 1);
+  });
+});
+
+describe("routing", () => {
+  it("answers 404 for unknown paths, 405 with Allow for other methods, HEAD like GET", async () => {
+    const h = await startServer();
+    assert.equal((await fetch(`${h.base}/nope`)).status, 404);
+    assert.equal((await fetch(`${h.base}/health/`)).status, 404);
+    const post = await fetch(`${h.base}/health`, { method: "POST", body: "x" });
+    assert.equal(post.status, 405);
+    assert.equal(post.headers.get("allow"), "GET, HEAD");
+    const head = await fetch(`${h.base}/health/quick`, { method: "HEAD" });
+    assert.equal(head.status, 200);
+    assert.equal(await head.text(), "");
+  });
+
+  it("logs each request at debug level, without the query string", async () => {
+    const logs: string[] = [];
+    let logged!: (line: string) => void;
+    const requestLine = new Promise<string>((r) => (logged = r));
+    const h = await startServer({
+      logger: createLogger({
+        level: "debug",
+        sink: {
+          write: (l: string) => {
+            logs.push(l);
+            if (l.includes('"message":"http request"')) logged(l);
+          },
+        },
+      }),
+    });
+    await (await fetch(`${h.base}/health/quick?token=secret`)).text();
+    const line = JSON.parse(await requestLine) as { fields: Record<string, unknown> };
+    assert.deepEqual(
+      { ...line.fields, ms: 0 },
+      { method: "GET", path: "/health/quick", status: 200, ms: 0 },
+    );
+    assert.equal(typeof line.fields["ms"], "number");
+    assert.ok(!logs.join("").includes("secret"));
+  });
+
+  it("writes only JSON log lines", async () => {
+    const h = await startServer();
+    h.health.quick = new Error("x");
+    await (await fetch(`${h.base}/health/quick`)).text();
+    assert.ok(h.logs.length >= 2);
+    for (const line of h.logs) {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      assert.deepEqual(Object.keys(o), ["timestamp", "level", "target", "message", "fields"]);
+    }
+  });
+});
+
+describe("lifecycle", () => {
+  it("refuses an address in use, naming it and the setting", async () => {
+    const h = await startServer();
+    const port = h.server.address?.port ?? 0;
+    const second = new OpsHttpServer({
+      address: `127.0.0.1:${port}`,
+      health: h.health,
+      metrics: h.metrics,
+      metricsEnabled: true,
+      logger: createLogger({ sink: { write: () => true } }),
+    });
+    await assert.rejects(second.start(), (err: unknown) => {
+      assert.ok(err instanceof AddressInUseError);
+      assert.ok(err instanceof CairnError);
+      assert.equal(err.code, "CAIRN_ERR_ADDRESS_IN_USE");
+      assert.equal(err.setting, "http_addr");
+      assert.match(
+        err.message,
+        new RegExp(`127\\.0\\.0\\.1:${port} is already in use \\(http_addr\\)`),
+      );
+      return true;
+    });
+    await second.destroy();
+  });
+
+  it("binds a bracketed IPv6 address and reports the real port", async (t) => {
+    const h = await startServer({ address: "[::1]:0" }).catch((err: unknown) => err);
+    if (h instanceof CairnError && h.code === "CAIRN_ERR_BIND") {
+      t.skip("no IPv6 loopback on this machine");
+      return;
+    }
+    const { server } = h as Harness;
+    const bound = server.address;
+    assert.equal(bound?.host, "::1");
+    assert.ok((bound?.port ?? 0) > 0);
+    const res = await fetch(`http://[::1]:${bound?.port}/health/quick`);
+    assert.equal(await res.text(), "OK");
+  });
+
+  it("refuses a malformed address before binding", async () => {
+    const h = startServer({ address: "::1:0" });
+    await assert.rejects(h, (err: unknown) => {
+      assert.ok(err instanceof CairnError);
+      assert.equal(err.code, "CAIRN_ERR_BIND");
+      assert.match(err.message, /cannot listen on ::1:0 \(http_addr\): must be an address/);
+      return true;
+    });
+  });
+
+  it("close() lets an in-flight request finish, refuses new connections", async () => {
+    const h = await startServer();
+    const port = h.server.address?.port ?? 0;
+    await (await fetch(`${h.base}/health/quick`)).text(); // leaves an idle keep-alive connection
+    const pending = deferred<HealthReport>();
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    h.health.report = () => {
+      entered();
+      return pending.promise;
+    };
+    const inFlight = fetch(`${h.base}/health`);
+    await inHandler;
+    const closed = h.server.close(10_000);
+    await assert.rejects(
+      new Promise<void>((resolve, reject) => {
+        const s = connect(port, "127.0.0.1", () => {
+          s.destroy();
+          resolve();
+        });
+        s.on("error", reject);
+      }),
+      /ECONNREFUSED/,
+    );
+    pending.resolve(REPORT);
+    const res = await inFlight;
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("connection"), "close");
+    assert.deepEqual(await res.json(), REPORT);
+    await closed;
+  });
+
+  it("close() drops requests still running at the deadline", async () => {
+    const h = await startServer({ reportTimeoutMs: 60_000 });
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    h.health.report = () => {
+      entered();
+      return new Promise<HealthReport>(() => {});
+    };
+    const inFlight = fetch(`${h.base}/health`);
+    await inHandler;
+    await h.server.close(30);
+    await assert.rejects(inFlight);
+  });
+
+  it("destroy() aborts in-flight requests at once", async () => {
+    const h = await startServer({ reportTimeoutMs: 60_000 });
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    h.health.report = () => {
+      entered();
+      return new Promise<HealthReport>(() => {});
+    };
+    const inFlight = fetch(`${h.base}/health`);
+    await inHandler;
+    await h.server.destroy();
+    await assert.rejects(inFlight);
+  });
+});

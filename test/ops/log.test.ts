@@ -1,0 +1,138 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { MembershipLogger } from "../../src/membership/index.ts";
+import { createLogger, type LogLevel, silentLogger } from "../../src/ops/index.ts";
+
+function capture(level: LogLevel = "trace") {
+  const lines: string[] = [];
+  const logger = createLogger({
+    level,
+    target: "node",
+    fields: { node_id: "n1" },
+    sink: { write: (s: string) => lines.push(s) },
+    now: () => new Date("2026-11-21T14:00:00.000Z"),
+  });
+  return { lines, logger };
+}
+
+/** Every line is one JSON object with exactly the five fields, in order, of the right types. */
+function parseLines(lines: readonly string[]): Array<Record<string, unknown>> {
+  return lines.map((line) => {
+    assert.ok(line.endsWith("\n"), "a line ends with a newline");
+    assert.equal(line.indexOf("\n"), line.length - 1, "one object per line");
+    const obj = JSON.parse(line) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(obj), ["timestamp", "level", "target", "message", "fields"]);
+    assert.equal(typeof obj["timestamp"], "string");
+    assert.equal(new Date(obj["timestamp"] as string).toISOString(), obj["timestamp"]);
+    assert.match(obj["level"] as string, /^(TRACE|DEBUG|INFO|WARN|ERROR)$/);
+    assert.equal(typeof obj["target"], "string");
+    assert.equal(typeof obj["message"], "string");
+    assert.equal(typeof obj["fields"], "object");
+    assert.notEqual(obj["fields"], null);
+    assert.ok(!Array.isArray(obj["fields"]));
+    return obj;
+  });
+}
+
+describe("JSON logger", () => {
+  it("writes the exact line shape", () => {
+    const { lines, logger } = capture();
+    logger.info("started", { shard_id: 0 });
+    assert.equal(
+      lines[0],
+      '{"timestamp":"2026-11-21T14:00:00.000Z","level":"INFO","target":"node","message":"started","fields":{"node_id":"n1","shard_id":0}}\n',
+    );
+  });
+
+  it("writes every level upper case, fields always an object", () => {
+    const { lines, logger } = capture();
+    logger.trace("t");
+    logger.debug("d");
+    logger.info("i");
+    logger.warn("w");
+    logger.error("e");
+    silentLogger.error("never");
+    const objs = parseLines(lines);
+    assert.deepEqual(
+      objs.map((o) => o["level"]),
+      ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"],
+    );
+    assert.deepEqual(objs[0]?.["fields"], { node_id: "n1" });
+  });
+
+  it("drops lines below the level", () => {
+    const { lines, logger } = capture("warn");
+    logger.info("no");
+    logger.debug("no");
+    logger.warn("yes");
+    logger.child("raft").error("yes");
+    assert.deepEqual(
+      parseLines(lines).map((o) => o["message"]),
+      ["yes", "yes"],
+    );
+    assert.equal(logger.isLevelEnabled("info"), false);
+    assert.equal(logger.isLevelEnabled("error"), true);
+  });
+
+  it("child loggers set the target and add fields; a call's fields win", () => {
+    const { lines, logger } = capture();
+    const raft = logger.child("raft", { shard_id: 3 });
+    raft.info("campaign", { term: 2 });
+    raft.child("raft.log", { shard_id: 4 }).info("x", { node_id: "n2" });
+    logger.info("root");
+    const [a, b, c] = parseLines(lines);
+    assert.equal(a?.["target"], "raft");
+    assert.deepEqual(a?.["fields"], { node_id: "n1", shard_id: 3, term: 2 });
+    assert.equal(b?.["target"], "raft.log");
+    assert.deepEqual(b?.["fields"], { node_id: "n2", shard_id: 4 });
+    assert.deepEqual(c?.["fields"], { node_id: "n1" });
+  });
+
+  it("never writes bytes (keys, values): they become their length", () => {
+    const { lines, logger } = capture();
+    const key = Buffer.from("secret-key");
+    logger.warn("oops", { key, nested: { value: new Uint8Array([1, 2, 3]) } });
+    assert.ok(!lines[0]?.includes("secret"));
+    assert.deepEqual(parseLines(lines)[0]?.["fields"], {
+      node_id: "n1",
+      key: "<10 bytes>",
+      nested: { value: "<3 bytes>" },
+    });
+  });
+
+  it("serialises errors, bigints, cycles and odd numbers safely", () => {
+    const { lines, logger } = capture();
+    const err = Object.assign(new Error("boom", { cause: new Error("root") }), { code: "E_X" });
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic["self"] = cyclic;
+    logger.error("failed", { err, big: 10n, cyclic, nan: Number.NaN, skip: undefined });
+    const fields = parseLines(lines)[0]?.["fields"] as Record<string, unknown>;
+    const e = fields["err"] as Record<string, unknown>;
+    assert.equal(e["message"], "boom");
+    assert.equal(e["code"], "E_X");
+    assert.equal((e["cause"] as Record<string, unknown>)["message"], "root");
+    assert.equal(typeof e["stack"], "string");
+    assert.equal(fields["big"], "10");
+    assert.deepEqual(fields["cyclic"], { a: 1, self: "[Circular]" });
+    assert.equal(fields["nan"], "NaN");
+    assert.ok(!("skip" in fields));
+  });
+
+  it("can be handed to membership as its logger", () => {
+    const { lines, logger } = capture();
+    const forMembership: MembershipLogger = logger.child("membership");
+    forMembership.warn("suspect", { member: "n2" });
+    assert.equal(parseLines(lines)[0]?.["target"], "membership");
+  });
+
+  it("survives a sink that throws", () => {
+    const logger = createLogger({
+      sink: {
+        write: () => {
+          throw new Error("EPIPE");
+        },
+      },
+    });
+    assert.doesNotThrow(() => logger.error("x"));
+  });
+});
