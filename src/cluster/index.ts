@@ -1,2 +1,9 @@
-/** Placement and routing of keys over shards (and, later, of shards over nodes). */
+/** Placement and routing of keys over shards, and the cluster view clients route with. */
 export { jumpConsistentHash, shardForKey, xxhash64 } from "./routing.ts";
+export {
+  type ClusterView,
+  ClusterViewPublisher,
+  type MemberView,
+  type ShardView,
+  type ViewListener,
+} from "./view.ts";

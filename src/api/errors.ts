@@ -1,0 +1,74 @@
+/**
+ * The one place where Cairn's errors become gRPC statuses (design.md §2). Retryable states
+ * (no leader, shutting down, overload) are UNAVAILABLE or RESOURCE_EXHAUSTED so clients retry;
+ * bad input is INVALID_ARGUMENT; a compare-and-set mismatch is FAILED_PRECONDITION with the
+ * current version in trailing metadata; anything unexpected is INTERNAL. Never a silent success.
+ */
+import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import { CairnError } from "../common/errors.ts";
+import { NotLeaderError } from "../raft/index.ts";
+import type { Version } from "../replication/index.ts";
+
+/** Trailing metadata keys clients can rely on. */
+export const LEADER_HINT_KEY = "cairn-leader";
+export const CURRENT_VERSION_KEY = "cairn-current-version";
+export const ERROR_CODE_KEY = "cairn-error-code";
+
+export class InvalidArgumentError extends CairnError {
+  constructor(message: string) {
+    super("CAIRN_ERR_INVALID_ARGUMENT", message);
+    this.name = "InvalidArgumentError";
+  }
+}
+
+/** The write's expected version did not match; `current` is null when the key does not exist. */
+export class VersionMismatchError extends CairnError {
+  readonly current: Version | null;
+
+  constructor(current: Version | null) {
+    super(
+      "CAIRN_ERR_VERSION_MISMATCH",
+      current === null
+        ? "compare-and-set failed: the key does not exist"
+        : `compare-and-set failed: the key's current version is ${current.index}/${current.term}`,
+    );
+    this.name = "VersionMismatchError";
+    this.current = current;
+  }
+}
+
+const STATUS_BY_CODE: Readonly<Record<string, status>> = {
+  CAIRN_ERR_INVALID_ARGUMENT: status.INVALID_ARGUMENT,
+  CAIRN_ERR_VERSION_MISMATCH: status.FAILED_PRECONDITION,
+  CAIRN_ERR_SHARD_NOT_ACTIVE: status.FAILED_PRECONDITION,
+  CAIRN_ERR_INVALID_RAFT_REQUEST: status.FAILED_PRECONDITION,
+  CAIRN_ERR_NOT_LEADER: status.UNAVAILABLE,
+  CAIRN_ERR_SHUTTING_DOWN: status.UNAVAILABLE,
+  CAIRN_ERR_PROPOSAL_LOST: status.UNAVAILABLE,
+  CAIRN_ERR_PROPOSAL_DROPPED: status.UNAVAILABLE,
+  CAIRN_ERR_BACKPRESSURE: status.RESOURCE_EXHAUSTED,
+};
+
+/** The gRPC status for an error thrown while serving a call. */
+export function toServiceError(err: unknown): Partial<ServiceError> {
+  const metadata = new Metadata();
+  if (err instanceof CairnError) {
+    metadata.set(ERROR_CODE_KEY, err.code);
+    if (err instanceof NotLeaderError && err.leader !== null)
+      metadata.set(LEADER_HINT_KEY, err.leader);
+    if (err instanceof VersionMismatchError && err.current !== null) {
+      metadata.set(CURRENT_VERSION_KEY, `${err.current.index}/${err.current.term}`);
+    }
+    const code = STATUS_BY_CODE[err.code] ?? status.INTERNAL;
+    const details = code === status.INTERNAL ? `internal error: ${err.message}` : err.message;
+    return { code, details, metadata };
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  metadata.set(ERROR_CODE_KEY, "CAIRN_ERR_INTERNAL");
+  return { code: status.INTERNAL, details: `internal error: ${message}`, metadata };
+}
+
+/** How the kv_requests_total `status` label sees an error. */
+export function metricStatusOf(err: unknown): "not_leader" | "error" {
+  return err instanceof NotLeaderError ? "not_leader" : "error";
+}

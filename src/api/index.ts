@@ -1,0 +1,21 @@
+/**
+ * The gRPC boundary: cairn.v1 services over the multi-raft driver, with one error → status
+ * mapping (errors.ts) and request validation against the configured limits.
+ */
+export {
+  CURRENT_VERSION_KEY,
+  ERROR_CODE_KEY,
+  InvalidArgumentError,
+  LEADER_HINT_KEY,
+  toServiceError,
+  VersionMismatchError,
+} from "./errors.ts";
+export {
+  type CairnProto,
+  LOADER_OPTIONS,
+  loadCairnProto,
+  PROTO_DIR,
+  PROTO_FILES,
+} from "./proto.ts";
+export { RpcServer, type RpcServerOptions } from "./server.ts";
+export type { Limits } from "./validate.ts";

@@ -1,0 +1,186 @@
+/**
+ * The KV service: validates each request, runs it through the multi-raft driver, records the
+ * catalogue metrics, and answers with a value or a mapped gRPC status.
+ */
+import type { sendUnaryData, ServerUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
+import type { CairnMetrics, KvOperation, KvResult } from "../ops/index.ts";
+import type { MultiRaft } from "../replication/index.ts";
+import {
+  metricStatusOf,
+  toServiceError,
+  VersionMismatchError,
+  InvalidArgumentError,
+} from "./errors.ts";
+import type { DeleteRequest__Output } from "./generated/cairn/v1/DeleteRequest.ts";
+import type { DeleteResponse } from "./generated/cairn/v1/DeleteResponse.ts";
+import type { GetRequest__Output } from "./generated/cairn/v1/GetRequest.ts";
+import type { GetResponse } from "./generated/cairn/v1/GetResponse.ts";
+import type { PutRequest__Output } from "./generated/cairn/v1/PutRequest.ts";
+import type { PutResponse } from "./generated/cairn/v1/PutResponse.ts";
+import type { ScanRequest__Output } from "./generated/cairn/v1/ScanRequest.ts";
+import type { ScanResponse } from "./generated/cairn/v1/ScanResponse.ts";
+import { checkExpected, checkKey, checkValue, type Limits } from "./validate.ts";
+
+const DEFAULT_SCAN_LIMIT = 1000;
+const MAX_SCAN_LIMIT = 10_000;
+const PAGE_TOKEN_VERSION = 1;
+
+export function kvService(
+  store: MultiRaft,
+  metrics: CairnMetrics,
+  limits: Limits,
+): UntypedServiceImplementation {
+  /** Runs a handler, answering the call and recording kv_requests_total / kv_request_duration_ms. */
+  function serve<Req, Res>(
+    op: KvOperation,
+    call: ServerUnaryCall<Req, Res>,
+    callback: sendUnaryData<Res>,
+    handle: (req: Req) => Promise<{ response: Res; result?: KvResult }>,
+  ): void {
+    const started = performance.now();
+    handle(call.request).then(
+      ({ response, result }) => {
+        metrics.recordKv(op, "success", performance.now() - started, result);
+        callback(null, response);
+      },
+      (err: unknown) => {
+        metrics.recordKv(op, metricStatusOf(err), performance.now() - started);
+        callback(toServiceError(err), null);
+      },
+    );
+  }
+
+  return {
+    Put(
+      call: ServerUnaryCall<PutRequest__Output, PutResponse>,
+      callback: sendUnaryData<PutResponse>,
+    ) {
+      serve("put", call, callback, async (req) => {
+        const key = checkKey(req.key, limits);
+        const value = checkValue(req.value, limits);
+        const outcome = await store.put(key, value, checkExpected(req.expected_version));
+        if (outcome.type === "precondition-failed") throw new VersionMismatchError(outcome.current);
+        if (outcome.type !== "written") throw new Error(`unexpected put outcome ${outcome.type}`);
+        return { response: { version: outcome.version } };
+      });
+    },
+
+    Get(
+      call: ServerUnaryCall<GetRequest__Output, GetResponse>,
+      callback: sendUnaryData<GetResponse>,
+    ) {
+      serve("get", call, callback, async (req) => {
+        const key = checkKey(req.key, limits);
+        const item = await store.get(key, req.consistency !== "SERIALIZABLE");
+        if (item === null) return { response: { found: false }, result: "not_found" };
+        return {
+          response: { found: true, value: item.value, version: item.version },
+          result: "found",
+        };
+      });
+    },
+
+    Delete(
+      call: ServerUnaryCall<DeleteRequest__Output, DeleteResponse>,
+      callback: sendUnaryData<DeleteResponse>,
+    ) {
+      serve("delete", call, callback, async (req) => {
+        const key = checkKey(req.key, limits);
+        const outcome = await store.delete(key, checkExpected(req.expected_version));
+        switch (outcome.type) {
+          case "deleted":
+            return { response: { deleted: true, version: outcome.version } };
+          case "not-found":
+            return { response: { deleted: false } };
+          case "precondition-failed":
+            throw new VersionMismatchError(outcome.current);
+          case "written":
+            throw new Error("unexpected delete outcome");
+        }
+      });
+    },
+
+    Scan(
+      call: ServerUnaryCall<ScanRequest__Output, ScanResponse>,
+      callback: sendUnaryData<ScanResponse>,
+    ) {
+      serve("scan", call, callback, async (req) => {
+        const { start, end } = scanRange(req, limits);
+        const limit = req.limit === 0 ? DEFAULT_SCAN_LIMIT : req.limit;
+        if (limit > MAX_SCAN_LIMIT) {
+          throw new InvalidArgumentError(
+            `limit is ${limit}; at most ${MAX_SCAN_LIMIT} items per page`,
+          );
+        }
+        const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
+        const { items, more } = await store.scan({
+          start: from,
+          end,
+          limit,
+          linearizable: req.consistency !== "SERIALIZABLE",
+        });
+        const last = items[items.length - 1];
+        return {
+          response: {
+            items: items.map((i) => ({ key: i.key, value: i.value, version: i.version })),
+            next_page_token: more && last !== undefined ? encodeToken(last.key) : new Uint8Array(0),
+          },
+        };
+      });
+    },
+  };
+}
+
+function scanRange(
+  req: ScanRequest__Output,
+  limits: Limits,
+): { start: Uint8Array; end: Uint8Array | null } {
+  if (req.prefix.length > 0) {
+    if (req.start.length > 0 || req.end.length > 0) {
+      throw new InvalidArgumentError("give either prefix or start/end, not both");
+    }
+    checkKey(req.prefix, limits, "prefix");
+    return { start: req.prefix, end: prefixEnd(req.prefix) };
+  }
+  if (req.start.length > limits.maxKeyBytes || req.end.length > limits.maxKeyBytes) {
+    throw new InvalidArgumentError(
+      `start and end are keys: at most ${limits.maxKeyBytes} bytes (limits.max_key_bytes)`,
+    );
+  }
+  if (req.end.length > 0 && Buffer.compare(req.start, req.end) >= 0) {
+    throw new InvalidArgumentError("start must sort before end");
+  }
+  return { start: req.start, end: req.end.length > 0 ? req.end : null };
+}
+
+/** The first key after every key with this prefix, or null if there is none. */
+function prefixEnd(prefix: Uint8Array): Uint8Array | null {
+  const end = Uint8Array.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if ((end[i] as number) < 0xff) {
+      end[i] = (end[i] as number) + 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return null;
+}
+
+function encodeToken(lastKey: Uint8Array): Uint8Array {
+  const out = new Uint8Array(lastKey.length + 1);
+  out[0] = PAGE_TOKEN_VERSION;
+  out.set(lastKey, 1);
+  return out;
+}
+
+/** The scan's next start: just after the last key of the previous page, inside [start, end). */
+function afterToken(token: Uint8Array, start: Uint8Array, end: Uint8Array | null): Uint8Array {
+  if (token[0] !== PAGE_TOKEN_VERSION)
+    throw new InvalidArgumentError("page_token is not one this server issued");
+  const last = token.subarray(1);
+  if (Buffer.compare(last, start) < 0 || (end !== null && Buffer.compare(last, end) >= 0)) {
+    throw new InvalidArgumentError("page_token does not belong to this scan's range");
+  }
+  const next = new Uint8Array(last.length + 1);
+  next.set(last);
+  return next;
+}

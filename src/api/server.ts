@@ -1,0 +1,105 @@
+/**
+ * The node's gRPC server on `rpc_addr`: cairn.v1 KV, Meta and Admin, the standard health service
+ * (grpc.health.v1, for Kubernetes probes and load balancers) and server reflection (grpcurl).
+ */
+import { Server, ServerCredentials } from "@grpc/grpc-js";
+import { ReflectionService } from "@grpc/reflection";
+import { HealthImplementation } from "grpc-health-check";
+import type { ClusterViewPublisher } from "../cluster/index.ts";
+import { type HostPort, parseHostPort } from "../config/index.ts";
+import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
+import type { MultiRaft } from "../replication/index.ts";
+import { adminService } from "./admin-service.ts";
+import { kvService } from "./kv-service.ts";
+import { metaService } from "./meta-service.ts";
+import { loadCairnProto } from "./proto.ts";
+import type { Limits } from "./validate.ts";
+
+export interface RpcServerOptions {
+  /** `rpc_addr`; port 0 picks a free port (see the address start() returns). */
+  readonly address: string;
+  readonly store: MultiRaft;
+  readonly metrics: CairnMetrics;
+  readonly views: ClusterViewPublisher;
+  readonly logger: Logger;
+  readonly limits: Limits;
+  readonly maxMessageBytes: number;
+}
+
+const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
+
+export class RpcServer {
+  readonly #options: RpcServerOptions;
+  readonly #server: Server;
+  readonly #health: HealthImplementation;
+
+  constructor(options: RpcServerOptions) {
+    this.#options = options;
+    this.#server = new Server({
+      "grpc.max_receive_message_length": options.maxMessageBytes,
+      "grpc.max_send_message_length": options.maxMessageBytes,
+    });
+    const { definition, proto } = loadCairnProto();
+    const v1 = proto.cairn.v1;
+    this.#server.addService(
+      v1.KV.service,
+      kvService(options.store, options.metrics, options.limits),
+    );
+    this.#server.addService(v1.Meta.service, metaService(options.views));
+    this.#server.addService(v1.Admin.service, adminService(options.store, options.logger));
+    this.#health = new HealthImplementation(
+      Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),
+    );
+    this.#health.addToServer(this.#server);
+    new ReflectionService(definition).addToServer(this.#server);
+  }
+
+  /** Binds and starts serving; rejects with AddressInUseError / BindError naming `rpc_addr`. */
+  start(): Promise<HostPort> {
+    const { address } = this.#options;
+    return new Promise((resolve, reject) => {
+      this.#server.bindAsync(address, ServerCredentials.createInsecure(), (err, port) => {
+        if (err !== null) {
+          // grpc-js reports the listen error inside its message.
+          const code = /EADDRINUSE/.test(err.message)
+            ? "EADDRINUSE"
+            : /EACCES/.test(err.message)
+              ? "EACCES"
+              : undefined;
+          reject(
+            bindErrorFor(
+              code === undefined ? err : Object.assign(err, { code }),
+              address,
+              "rpc_addr",
+            ),
+          );
+          return;
+        }
+        const parsed = parseHostPort(address, { allowPortZero: true, allowUnspecified: true });
+        const host = parsed.ok ? parsed.value.host : "127.0.0.1";
+        for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "SERVING");
+        resolve({ host, port });
+      });
+    });
+  }
+
+  /** Stops taking calls, lets in-flight calls finish within `deadlineMs`, then cuts the rest. */
+  async close(deadlineMs: number): Promise<void> {
+    for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "NOT_SERVING");
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.#server.forceShutdown();
+        resolve();
+      }, deadlineMs);
+      this.#server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  /** Aborts every call now. */
+  destroy(): void {
+    this.#server.forceShutdown();
+  }
+}

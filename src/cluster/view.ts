@@ -1,0 +1,94 @@
+/**
+ * The cluster view: members and, per active shard, its leader, replicas and term. Clients route
+ * with it (Meta.WatchCluster streams it); every change bumps `epoch` and is published as a new
+ * full view. Changes that arrive together (a burst of elections) are coalesced into one view.
+ */
+
+export interface MemberView {
+  readonly id: string;
+  readonly rpc_addr: string;
+  readonly http_addr: string;
+  readonly state: "alive" | "suspect" | "dead";
+}
+
+export interface ShardView {
+  readonly id: number;
+  /** Node id of the leader, "" when none is known. */
+  readonly leader: string;
+  readonly replicas: readonly string[];
+  readonly term: number;
+}
+
+export interface ClusterView {
+  readonly epoch: number;
+  readonly nodes: readonly MemberView[];
+  readonly shards: readonly ShardView[];
+  readonly total_shards: number;
+}
+
+export type ViewListener = (view: ClusterView) => void;
+
+export class ClusterViewPublisher {
+  readonly #totalShards: number;
+  #epoch = 0;
+  #members = new Map<string, MemberView>();
+  readonly #shards = new Map<number, ShardView>();
+  readonly #listeners = new Set<ViewListener>();
+  #current: ClusterView;
+  #publishScheduled = false;
+
+  constructor(totalShards: number) {
+    this.#totalShards = totalShards;
+    this.#current = this.#build();
+  }
+
+  current(): ClusterView {
+    return this.#current;
+  }
+
+  /** Calls `listener` with the current view now and with every later view; returns unsubscribe. */
+  subscribe(listener: ViewListener): () => void {
+    this.#listeners.add(listener);
+    listener(this.#current);
+    return () => this.#listeners.delete(listener);
+  }
+
+  setMembers(members: readonly MemberView[]): void {
+    this.#members = new Map(members.map((m) => [m.id, m]));
+    this.#changed();
+  }
+
+  setShard(shard: ShardView): void {
+    const prev = this.#shards.get(shard.id);
+    if (
+      prev !== undefined &&
+      prev.leader === shard.leader &&
+      prev.term === shard.term &&
+      prev.replicas.join() === shard.replicas.join()
+    ) {
+      return;
+    }
+    this.#shards.set(shard.id, shard);
+    this.#changed();
+  }
+
+  #changed(): void {
+    if (this.#publishScheduled) return;
+    this.#publishScheduled = true;
+    queueMicrotask(() => {
+      this.#publishScheduled = false;
+      this.#epoch++;
+      this.#current = this.#build();
+      for (const l of [...this.#listeners]) l(this.#current);
+    });
+  }
+
+  #build(): ClusterView {
+    return {
+      epoch: this.#epoch,
+      nodes: [...this.#members.values()].sort((a, b) => a.id.localeCompare(b.id)),
+      shards: [...this.#shards.values()].sort((a, b) => a.id - b.id),
+      total_shards: this.#totalShards,
+    };
+  }
+}

@@ -1,0 +1,255 @@
+/**
+ * A Cairn node: the composition root. It opens the multi-raft driver (WAL, shards), serves
+ * gRPC on `rpc_addr` and the operators' HTTP on `http_addr`, shares one metrics registry and one
+ * health checker between them, and shuts down gracefully.
+ *
+ * Start order: HTTP (so probes answer 503 during recovery) → storage recovery → gRPC. Stop
+ * order: stop taking requests (gRPC, then HTTP), drain in-flight work within
+ * `shutdown.drain_timeout_ms`, close the engines and the WAL.
+ */
+import { ClusterViewPublisher } from "../cluster/index.ts";
+import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
+import {
+  CairnMetrics,
+  type HealthReport,
+  type HealthSource,
+  type Logger,
+  OpsHttpServer,
+  type ShardHealth,
+} from "../ops/index.ts";
+import { MultiRaft } from "../replication/index.ts";
+import { RpcServer } from "../api/index.ts";
+
+export interface NodeAddresses {
+  readonly rpc: string;
+  readonly http: string;
+}
+
+export class CairnNode implements HealthSource {
+  readonly config: CairnConfig;
+  readonly #log: Logger;
+  readonly metrics: CairnMetrics;
+  #store: MultiRaft | null = null;
+  readonly views: ClusterViewPublisher;
+  readonly #started = performance.now();
+  #rpc: RpcServer | null = null;
+  #http: OpsHttpServer | null = null;
+  #addresses: NodeAddresses = { rpc: "", http: "" };
+  #stopping: Promise<void> | null = null;
+  readonly #onFatal: (err: unknown) => void;
+
+  private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
+    this.config = config;
+    this.#log = log;
+    this.metrics = new CairnMetrics({ nodeId: config.node_id });
+    this.views = new ClusterViewPublisher(config.cluster.total_shards);
+    this.#onFatal = onFatal;
+  }
+
+  /** The multi-raft driver; throws before storage recovery has finished. */
+  get store(): MultiRaft {
+    if (this.#store === null) throw new Error("the node's storage is not open yet");
+    return this.#store;
+  }
+
+  /**
+   * Recovers storage and starts both servers. Rejects (after releasing what it opened) when a
+   * server cannot bind or storage cannot be recovered. `onFatal` hears of errors after start that
+   * leave the node unable to serve safely; the caller should stop the process.
+   */
+  static async start(
+    config: CairnConfig,
+    log: Logger,
+    onFatal: (err: unknown) => void = () => {},
+  ): Promise<CairnNode> {
+    const node = new CairnNode(config, log, onFatal);
+    try {
+      await node.#startHttp();
+      node.#store = await node.#openStore();
+      await node.#startRpc();
+    } catch (err) {
+      await node.#closeAll(0);
+      throw err;
+    }
+    log.info("node started", {
+      node_id: config.node_id,
+      rpc_addr: node.#addresses.rpc,
+      http_addr: node.#addresses.http,
+      data_dir: config.data_dir,
+      total_shards: config.cluster.total_shards,
+      active_shards: node.store.shardIds().length,
+      mode: config.cluster.seed_nodes.length === 0 ? "single-node" : "cluster",
+    });
+    return node;
+  }
+
+  async #openStore(): Promise<MultiRaft> {
+    const config = this.config;
+    const { metrics, views } = this;
+    const log = this.#log;
+    const raftLog = log.child("raft");
+    const storageLog = log.child("storage");
+    const store = await MultiRaft.open({
+      nodeId: config.node_id,
+      dataDir: config.data_dir,
+      totalShards: config.cluster.total_shards,
+      tickMs: config.raft.tick_ms,
+      electionTicks: config.raft.election_ticks,
+      heartbeatTicks: config.raft.heartbeat_ticks,
+      memtableBytes: config.storage.memtable_bytes,
+      blockCacheBytes: config.storage.block_cache_bytes,
+      lsmMetrics: metrics.lsmMetrics,
+      observer: {
+        shardOpened(shard, replayedFrom, replayedTo) {
+          metrics.initShard(shard);
+          views.setShard({ id: shard, leader: "", replicas: [config.node_id], term: 0 });
+          storageLog.debug("shard opened", {
+            shard_id: shard,
+            replay_from: replayedFrom,
+            replay_to: replayedTo,
+          });
+        },
+        leaderChanged(shard, leader, term) {
+          if (leader !== null) metrics.incLeaderChanges(shard);
+          views.setShard({ id: shard, leader: leader ?? "", replicas: [config.node_id], term });
+          raftLog.debug("shard leader changed", {
+            shard_id: shard,
+            leader: leader ?? "none",
+            term,
+          });
+        },
+        raftState(shard, term, commit) {
+          metrics.setRaftState(shard, config.node_id, term, commit);
+        },
+        fatal: (err) => {
+          log.error("fatal storage or consistency error; the node stops serving", {
+            error: describeError(err),
+          });
+          this.#onFatal(err);
+        },
+      },
+    });
+    if (store.tornTail !== undefined) {
+      storageLog.warn("the WAL ended with a torn write (a crash during a write); it was cut off", {
+        file: store.tornTail.file,
+        offset: store.tornTail.offset,
+        dropped_bytes: store.tornTail.droppedBytes,
+      });
+    }
+    return store;
+  }
+
+  get addresses(): NodeAddresses {
+    return this.#addresses;
+  }
+
+  async #startHttp(): Promise<void> {
+    const c = this.config;
+    this.#http = new OpsHttpServer({
+      address: c.http_addr,
+      health: this,
+      metrics: this.metrics,
+      metricsEnabled: c.telemetry.prometheus.enabled,
+      logger: this.#log.child("http"),
+    });
+    const http = await this.#http.start();
+    this.#addresses = { ...this.#addresses, http: formatHostPort(http) };
+  }
+
+  async #startRpc(): Promise<void> {
+    const c = this.config;
+    this.#rpc = new RpcServer({
+      address: c.rpc_addr,
+      store: this.store,
+      metrics: this.metrics,
+      views: this.views,
+      logger: this.#log.child("api"),
+      limits: { maxKeyBytes: c.limits.max_key_bytes, maxValueBytes: c.limits.max_value_bytes },
+      maxMessageBytes: c.limits.max_message_bytes,
+    });
+    const rpc = await this.#rpc.start();
+    this.#addresses = { ...this.#addresses, rpc: formatHostPort(rpc) };
+    const http = parseHostPort(this.#addresses.http, { allowUnspecified: true });
+    this.views.setMembers([
+      {
+        id: c.node_id,
+        rpc_addr: advertised(c.advertise_rpc_addr, rpc),
+        http_addr: http.ok ? advertised(c.advertise_http_addr, http.value) : c.advertise_http_addr,
+        state: "alive",
+      },
+    ]);
+  }
+
+  // ── health (shared with the HTTP server) ─────────────────────────────────────────────────────
+
+  isQuickHealthy(): boolean {
+    return this.#stopping === null && this.#store !== null && this.#store.isShardReady(0);
+  }
+
+  async report(): Promise<HealthReport> {
+    const shards: ShardHealth[] = [];
+    const store = this.#store;
+    for (const id of store?.shardIds() ?? []) {
+      const info = store?.shardInfo(id) ?? null;
+      if (info === null) continue;
+      shards.push({
+        id,
+        status:
+          info.leader === null
+            ? "unavailable"
+            : info.applied < info.commit
+              ? "degraded"
+              : "healthy",
+        is_leader: info.role === "leader",
+        raft_term: info.term,
+        commit_index: info.commit,
+        last_applied: info.applied,
+      });
+    }
+    const status =
+      store === null || store.failure !== undefined || !this.isQuickHealthy()
+        ? "unhealthy"
+        : shards.every((s) => s.status === "healthy")
+          ? "healthy"
+          : "degraded";
+    return {
+      status,
+      node_id: this.config.node_id,
+      uptime_seconds: Math.floor((performance.now() - this.#started) / 1000),
+      total_shards: this.config.cluster.total_shards,
+      active_shards: shards.length,
+      shards,
+      nodes: this.views.current().nodes.map((n) => ({ ...n })),
+    };
+  }
+
+  // ── shutdown ────────────────────────────────────────────────────────────────────────────────
+
+  /** Stops taking requests, drains in-flight ones within the configured deadline, closes storage. */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#closeAll(this.config.shutdown.drain_timeout_ms);
+    return this.#stopping;
+  }
+
+  async #closeAll(drainMs: number): Promise<void> {
+    const started = performance.now();
+    await this.#rpc?.close(drainMs);
+    const left = Math.max(0, drainMs - (performance.now() - started));
+    await this.#http?.close(left);
+    await this.#store?.close();
+    this.#log.info("node stopped", { node_id: this.config.node_id });
+  }
+}
+
+function advertised(configured: string, bound: HostPort): string {
+  const parsed = parseHostPort(configured, { allowPortZero: true });
+  if (parsed.ok && parsed.value.port === 0)
+    return formatHostPort({ host: parsed.value.host, port: bound.port });
+  return configured;
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error)
+    return err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message;
+  return String(err);
+}

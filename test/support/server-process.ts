@@ -1,0 +1,122 @@
+/**
+ * Starts the real `cairn serve` process (bin/cairn) for end-to-end tests, on ports the OS picks,
+ * and waits for its "node started" log line — no sleeps. Every stdout line is kept (JSON logs).
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+export const ROOT = join(import.meta.dirname, "..", "..");
+export const CAIRN = join(ROOT, "bin", "cairn");
+
+export interface Exit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+export interface ServerProcess {
+  readonly proc: ChildProcess;
+  readonly rpc: string;
+  readonly http: string;
+  /** Every stdout line so far. */
+  readonly lines: string[];
+  readonly stderr: () => string;
+  readonly exited: Promise<Exit>;
+  /** Sends `signal` and waits for the exit. */
+  stop(signal?: NodeJS.Signals): Promise<Exit>;
+}
+
+export interface StartOptions {
+  readonly dataDir: string;
+  readonly args?: readonly string[];
+  readonly env?: Readonly<Record<string, string>>;
+  readonly timeoutMs?: number;
+  /** Resolve once the HTTP server listens instead of once the node has started. */
+  readonly untilHttp?: boolean;
+}
+
+/** The environment without any CAIRN_* variable of the developer's shell. */
+export function cleanEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("CAIRN_")) env[k] = v;
+  return { ...env, ...extra };
+}
+
+export function spawnCairn(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = cleanEnv(),
+): ChildProcess {
+  return spawn(CAIRN, [...args], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+}
+
+export function startServer(opts: StartOptions): Promise<ServerProcess> {
+  const args = [
+    "serve",
+    "--data-dir",
+    opts.dataDir,
+    "--rpc-addr",
+    "127.0.0.1:0",
+    "--http-addr",
+    "127.0.0.1:0",
+    "--node-id",
+    "n1",
+    ...(opts.args ?? []),
+  ];
+  const proc = spawnCairn(args, cleanEnv(opts.env));
+  const lines: string[] = [];
+  let stderr = "";
+  proc.stderr?.on("data", (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = new Promise<Exit>((resolve) =>
+    proc.once("exit", (code, signal) => resolve({ code, signal })),
+  );
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      proc.kill("SIGKILL");
+      reject(
+        new Error(`server did not start within ${opts.timeoutMs ?? 30_000} ms; stderr: ${stderr}`),
+      );
+    }, opts.timeoutMs ?? 30_000);
+    let http = "";
+    const rl = createInterface({ input: proc.stdout as NodeJS.ReadableStream });
+    rl.on("line", (line) => {
+      lines.push(line);
+      let rec: { message?: string; fields?: Record<string, unknown> };
+      try {
+        rec = JSON.parse(line) as typeof rec;
+      } catch {
+        return;
+      }
+      if (rec.message === "http server listening") {
+        http = String(rec.fields?.["http_addr"]);
+        if (opts.untilHttp === true) done(String(rec.fields?.["http_addr"]), "");
+      }
+      if (rec.message === "node started")
+        done(String(rec.fields?.["http_addr"]), String(rec.fields?.["rpc_addr"]));
+    });
+    let settled = false;
+    const done = (httpAddr: string, rpcAddr: string): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve({
+        proc,
+        rpc: rpcAddr,
+        http: httpAddr || http,
+        lines,
+        stderr: () => stderr,
+        exited,
+        stop: (signal: NodeJS.Signals = "SIGTERM") => {
+          if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
+          return exited;
+        },
+      });
+    };
+    void exited.then((e) => {
+      if (settled) return;
+      clearTimeout(timer);
+      reject(new Error(`server exited (${e.code ?? e.signal}) before starting; stderr: ${stderr}`));
+    });
+  });
+}
