@@ -34,6 +34,9 @@ import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WalRaftStorage } from "./wal-storage.ts";
 
+/** Shards opened at once during start-up. */
+const OPEN_CONCURRENCY = 32;
+
 export interface MultiRaftOptions {
   readonly nodeId: string;
   readonly dataDir: string;
@@ -129,16 +132,22 @@ export class MultiRaft {
     });
     const mr = new MultiRaft(options, wal, env);
     try {
-      const known = new Set<number>([0, ...wal.shards(), ...(await shardDirs(options.dataDir))]);
-      for (const id of [...known].sort((a, b) => a - b)) {
-        if (id >= options.totalShards) {
-          throw new CairnError(
-            "CAIRN_ERR_SHARD_COUNT_MISMATCH",
-            `data directory ${options.dataDir} holds shard ${id}, but cluster.total_shards is ${options.totalShards}`,
-          );
-        }
-        await mr.#shard(id);
+      const known = [
+        ...new Set<number>([0, ...wal.shards(), ...(await shardDirs(options.dataDir))]),
+      ];
+      const beyond = known.find((id) => id >= options.totalShards);
+      if (beyond !== undefined) {
+        throw new CairnError(
+          "CAIRN_ERR_SHARD_COUNT_MISMATCH",
+          `data directory ${options.dataDir} holds shard ${beyond}, but cluster.total_shards is ${options.totalShards}`,
+        );
       }
+      // Opening an engine is mostly waiting for fsyncs: open several at once.
+      const queue = known.sort((a, b) => a - b);
+      const opener = async (): Promise<void> => {
+        for (let id = queue.shift(); id !== undefined; id = queue.shift()) await mr.#shard(id);
+      };
+      await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
     } catch (err) {
       await mr.close();
       throw err;
