@@ -153,6 +153,10 @@ export class RaftLog {
     return false;
   }
 
+  hasUnstableEntries(): boolean {
+    return this.#unstable.length > 0;
+  }
+
   unstableEntries(): Entry[] {
     return [...this.#unstable];
   }

@@ -93,6 +93,33 @@ export class RawNode {
     return this.#raft.id;
   }
 
+  /** Cheap views of the volatile state, for hot paths (status() allocates). */
+  get role(): Role {
+    return this.#raft.role;
+  }
+
+  get lead(): NodeId | null {
+    return this.#raft.lead;
+  }
+
+  get term(): Term {
+    return this.#raft.term;
+  }
+
+  get commitIndex(): LogIndex {
+    return this.#raft.log.committed;
+  }
+
+  get appliedIndex(): LogIndex {
+    return this.#raft.log.applied;
+  }
+
+  /** Whether this member is the group's only voter. */
+  isSoleVoter(): boolean {
+    const voters = this.#raft.voters;
+    return voters.size === 1 && voters.has(this.#raft.id);
+  }
+
   /** Advance logical time by one tick (the driver's timer; e.g. every 100 ms). */
   tick(): void {
     this.#assertNoOutstanding("tick");
@@ -150,7 +177,7 @@ export class RawNode {
     return (
       r.msgs.length > 0 ||
       r.readStates.length > 0 ||
-      r.log.unstableEntries().length > 0 ||
+      r.log.hasUnstableEntries() ||
       r.log.unstableSnapshot() !== null ||
       r.log.hasNextCommittedEntries() ||
       !sameHardState(r.hardState(), this.#prevHard) ||

@@ -46,6 +46,8 @@ export interface MultiRaftOptions {
   readonly heartbeatTicks: number;
   readonly memtableBytes: number;
   readonly blockCacheBytes: number;
+  /** Serve linearizable reads of single-voter groups without ReadIndex (see #readBarrier). Default true. */
+  readonly singleVoterReadFastPath?: boolean;
   /** Refuse new writes to a shard with this many operations already waiting. Default 100000. */
   readonly maxPendingPerShard?: number;
   readonly lsmMetrics?: LsmMetrics;
@@ -264,7 +266,7 @@ export class MultiRaft {
   isShardReady(id: number): boolean {
     if (this.#closed || this.#failure !== undefined) return false;
     const s = this.#shards.get(id);
-    return s !== undefined && s.raw.status().lead !== null && s.sm.lsm.failure === undefined;
+    return s !== undefined && s.raw.lead !== null && s.sm.lsm.failure === undefined;
   }
 
   get failure(): unknown {
@@ -308,8 +310,22 @@ export class MultiRaft {
     return done;
   }
 
+  /**
+   * Waits until a linearizable read of `shard` may be served from its state machine. A group
+   * whose only voter is this node, leading, needs no round trip: every acknowledged write is
+   * applied before it is acknowledged, and no other member can lead without a configuration
+   * change, so the applied state already reflects every write that completed before the read.
+   * Other groups confirm leadership with ReadIndex.
+   */
   async #readBarrier(shard: ShardReplica): Promise<void> {
     this.#assertOpen();
+    if (
+      this.#options.singleVoterReadFastPath !== false &&
+      shard.raw.role === "leader" &&
+      shard.raw.isSoleVoter()
+    ) {
+      return;
+    }
     const done = shard.enqueueRead(++this.#readSeq);
     this.#markDirty(shard);
     await done;
@@ -386,7 +402,7 @@ export class MultiRaft {
       const observer = this.#options.observer;
       for (const [s, rd] of work) {
         // Messages: every group on a single node has one voter and sends none.
-        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, s.lead, s.raw.status().term);
+        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, s.lead, s.raw.term);
         await s.applyCommitted(rd.committedEntries);
         s.confirmReads(rd);
         s.raw.advance();
@@ -404,8 +420,7 @@ export class MultiRaft {
   }
 
   #isSoleVoter(s: ShardReplica): boolean {
-    const voters = s.raw.status().conf.voters;
-    return voters.length === 1 && voters[0] === this.nodeId;
+    return s.raw.isSoleVoter();
   }
 
   #fail(err: unknown): void {

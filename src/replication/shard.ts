@@ -131,10 +131,10 @@ export class ShardReplica {
     for (; this.ticks > 0; this.ticks--) this.raw.tick();
     const inbox = this.#inbox;
     this.#inbox = [];
-    const st = this.raw.status();
+    const electing = this.raw.role !== "leader" && this.raw.lead === null;
     const now = performance.now();
     for (const item of inbox) {
-      if (st.role !== "leader" && st.lead === null) {
+      if (electing) {
         // An election is under way: wait for it (bounded) rather than fail at once.
         if (now - item.since < maxWaitMs) this.#inbox.push(item);
         else (item.kind === "read" ? item.read : item.done).reject(new NotLeaderError(null));
@@ -248,7 +248,7 @@ export class ShardReplica {
   }
 
   lastApplied(): LogIndex {
-    return this.raw.status().applied;
+    return this.raw.appliedIndex;
   }
 }
 

@@ -30,43 +30,48 @@ describe("MultiRaft on one node", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it("puts, gets, deletes and versions keys; compare-and-set is checked at apply", async () => {
-    const mr = await MultiRaft.open(options(join(dir, "a")));
-    try {
-      const put = await mr.put(enc.encode("k1"), enc.encode("v1"));
-      assert.equal(put.type, "written");
-      const v1 = put.type === "written" ? put.version : ABSENT;
-      assert.ok(v1.index > 0 && v1.term > 0);
-      const got = await mr.get(enc.encode("k1"), true);
-      assert.equal(dec.decode(got?.value), "v1");
-      assert.deepEqual(got?.version, v1);
-
-      const stale = await mr.put(enc.encode("k1"), enc.encode("v2"), {
-        index: v1.index + 100,
-        term: v1.term,
+  for (const fastPath of [true, false]) {
+    it(`puts, gets, deletes and versions keys; compare-and-set is checked at apply (${fastPath ? "single-voter reads" : "ReadIndex reads"})`, async () => {
+      const mr = await MultiRaft.open({
+        ...options(join(dir, `a-${fastPath}`)),
+        singleVoterReadFastPath: fastPath,
       });
-      assert.deepEqual(stale, { type: "precondition-failed", current: v1 });
-      assert.equal(dec.decode((await mr.get(enc.encode("k1"), true))?.value), "v1");
+      try {
+        const put = await mr.put(enc.encode("k1"), enc.encode("v1"));
+        assert.equal(put.type, "written");
+        const v1 = put.type === "written" ? put.version : ABSENT;
+        assert.ok(v1.index > 0 && v1.term > 0);
+        const got = await mr.get(enc.encode("k1"), true);
+        assert.equal(dec.decode(got?.value), "v1");
+        assert.deepEqual(got?.version, v1);
 
-      const cas = await mr.put(enc.encode("k1"), enc.encode("v2"), v1);
-      assert.equal(cas.type, "written");
-      const v2 = cas.type === "written" ? cas.version : ABSENT;
-      assert.ok(v2.index > v1.index, "versions of a key only grow");
+        const stale = await mr.put(enc.encode("k1"), enc.encode("v2"), {
+          index: v1.index + 100,
+          term: v1.term,
+        });
+        assert.deepEqual(stale, { type: "precondition-failed", current: v1 });
+        assert.equal(dec.decode((await mr.get(enc.encode("k1"), true))?.value), "v1");
 
-      assert.deepEqual(await mr.put(enc.encode("k1"), enc.encode("v3"), ABSENT), {
-        type: "precondition-failed",
-        current: v2,
-      });
-      assert.equal((await mr.put(enc.encode("fresh"), enc.encode("x"), ABSENT)).type, "written");
+        const cas = await mr.put(enc.encode("k1"), enc.encode("v2"), v1);
+        assert.equal(cas.type, "written");
+        const v2 = cas.type === "written" ? cas.version : ABSENT;
+        assert.ok(v2.index > v1.index, "versions of a key only grow");
 
-      const del = await mr.delete(enc.encode("k1"));
-      assert.equal(del.type, "deleted");
-      assert.equal(await mr.get(enc.encode("k1"), true), null);
-      assert.deepEqual(await mr.delete(enc.encode("k1")), { type: "not-found" });
-    } finally {
-      await mr.close();
-    }
-  });
+        assert.deepEqual(await mr.put(enc.encode("k1"), enc.encode("v3"), ABSENT), {
+          type: "precondition-failed",
+          current: v2,
+        });
+        assert.equal((await mr.put(enc.encode("fresh"), enc.encode("x"), ABSENT)).type, "written");
+
+        const del = await mr.delete(enc.encode("k1"));
+        assert.equal(del.type, "deleted");
+        assert.equal(await mr.get(enc.encode("k1"), true), null);
+        assert.deepEqual(await mr.delete(enc.encode("k1")), { type: "not-found" });
+      } finally {
+        await mr.close();
+      }
+    });
+  }
 
   it("scans across shards in key order, in pages", async () => {
     const mr = await MultiRaft.open(options(join(dir, "b")));
