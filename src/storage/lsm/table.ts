@@ -12,6 +12,9 @@ import {
   FOOTER_BYTES,
   KIND_DELETE,
   blockHandleOf,
+  blockKind,
+  blockValue,
+  compareBlockKey,
   decodeFooter,
   parseBlock,
   propsFromJson,
@@ -143,13 +146,13 @@ export class Table implements BlockSource {
     if (key < this.props.smallest || key > this.props.largest) return undefined;
     if (!bloomMayContain(this.filter, hash)) return undefined;
     const index = this.index;
-    for (let b = seekInBlock(index, key, seq); b < index.keys.length; b++) {
+    for (let b = seekInBlock(index, key, seq); b < index.count; b++) {
       const block = this.readBlock(blockHandleOf(index, b));
       const i = seekInBlock(block, key, seq);
-      if (i < block.keys.length) {
-        if (block.keys[i] !== key) return undefined;
-        if (block.kinds[i] === KIND_DELETE) return null;
-        return block.data.subarray(block.valueStarts[i], block.valueEnds[i]);
+      if (i < block.count) {
+        if (compareBlockKey(block, i, key) !== 0) return undefined;
+        if (blockKind(block, i) === KIND_DELETE) return null;
+        return blockValue(block, i);
       }
     }
     return undefined;
@@ -157,8 +160,7 @@ export class Table implements BlockSource {
 
   evictFromCaches(): void {
     const offsets: number[] = [];
-    for (let b = 0; b < this.index.keys.length; b++)
-      offsets.push(blockHandleOf(this.index, b).offset);
+    for (let b = 0; b < this.index.count; b++) offsets.push(blockHandleOf(this.index, b).offset);
     this.#blockCache.evictTable(this.#id, offsets);
     this.#files.close(this.path);
   }
