@@ -203,6 +203,9 @@ function readVarint32(data: Buffer, at: number, end: number): number {
   }
 }
 
+/** Reused by parseBlock (synchronous, one thread): blocks are parsed here, then copied out. */
+let scratch = new Uint32Array(4 * 1024);
+
 /**
  * Decodes a block; returns undefined when the bytes do not parse (the caller reports corruption:
  * a block whose checksum matched but does not parse was written wrong, never served).
@@ -211,7 +214,8 @@ export function parseBlock(data: Buffer): ParsedBlock | undefined {
   const end = data.length;
   // Entries are at least 11 bytes: an upper bound on their count.
   const cap = Math.ceil(end / 11) + 1;
-  const offsets = new Uint32Array(cap * 4);
+  if (scratch.length < cap * 4) scratch = new Uint32Array(cap * 4);
+  const offsets = scratch;
   let count = 0;
   let at = 0;
   while (at < end) {
@@ -236,10 +240,11 @@ export function parseBlock(data: Buffer): ParsedBlock | undefined {
   }
   return {
     count,
-    offsets,
+    // An exact-size copy: the cache then charges (and holds) only what the block needs.
+    offsets: offsets.slice(0, count * 4),
     data,
     keys: new Array<string | undefined>(count),
-    charge: data.length + cap * 16 + count * 8 + 200,
+    charge: data.length + count * 24 + 200,
   };
 }
 
