@@ -91,7 +91,8 @@ export class ByteSink {
 
   bytes(b: Uint8Array, start = 0, end = b.length): void {
     this.ensure(end - start);
-    this.buf.set(b.subarray(start, end), this.length);
+    // Buffer#copy takes a range: no subarray object per call on this hot path.
+    Buffer.prototype.copy.call(b, this.buf, this.length, start, end);
     this.length += end - start;
   }
 

@@ -112,6 +112,17 @@ export class TableIterator implements InternalIterator {
     return blockValue(b, this.#i);
   }
 
+  /** The current entry's encoded bytes: `block[start, end)` (compactions copy them as is). */
+  encoded(): { block: Buffer; start: number; end: number } {
+    const b = this.#block as ParsedBlock;
+    const i = this.#i;
+    return {
+      block: b.data,
+      start: i === 0 ? 0 : (b.offsets[4 * i - 1] as number),
+      end: b.offsets[4 * i + 3] as number,
+    };
+  }
+
   #load(): void {
     for (;;) {
       const b = this.#block;
@@ -208,6 +219,11 @@ export class MergingIterator implements InternalIterator {
 
   value(): Uint8Array {
     return (this.#children[this.#heap[0] as number] as InternalIterator).value();
+  }
+
+  /** The child positioned at the current entry. */
+  current(): InternalIterator {
+    return this.#children[this.#heap[0] as number] as InternalIterator;
   }
 
   next(): void {
