@@ -2,7 +2,8 @@
  * `npm run bench:lsm [-- --keys N] [--json]`
  *
  * Cairn's LSM engine and LevelDB (classic-level) side by side, in one process run, on the same
- * disk, with the same block cache size and no compression on either side:
+ * disk, with the same block cache size (64 MiB) and no compression on either side; `sync` runs
+ * before each engine so neither pays for the other's dirty pages:
  *  1. random batched writes: N keys (default 1M) of 16 bytes with 100-byte values, batches of 1000
  *     (time until every batch is accepted; both engines may still compact in the background);
  *  2. random point reads of existing keys after a flush and a full compaction (data ≥ 4× the
@@ -10,6 +11,7 @@
  *  3. range scans of 10k keys from random start keys.
  * Prints one line per case with both rates and the ratio cairn/leveldb. Goal: ratio ≥ 1.0 each.
  */
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -149,8 +151,11 @@ async function runLevel(): Promise<[number, number, number]> {
 
 let results: Record<string, CaseResult>;
 try {
-  const level = await runLevel();
+  // Each engine starts on a quiet disk: `sync` writes back what the previous one left dirty.
+  execFileSync("sync");
   const cairn = await runCairn();
+  execFileSync("sync");
+  const level = await runLevel();
   results = {
     "random batched writes (keys/s)": { cairn: cairn[0], leveldb: level[0] },
     "random point reads (reads/s)": { cairn: cairn[1], leveldb: level[1] },
