@@ -196,6 +196,31 @@ describe("WAL", () => {
     await again.close();
   });
 
+  it("rewrites the checkpoint of a segment whose header was torn by a crash", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 512 });
+    wal.append([{ kind: "hard-state", shard: 9, state: { term: 3, vote: "n3", commit: 0 } }]);
+    for (let i = 1; i <= 12; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "q".repeat(60))] }]);
+      await wal.sync();
+    }
+    await wal.close();
+    const files = segmentFiles(dir);
+    const last = files.at(-1) as string;
+    truncateSync(last, 5); // the rotation's write never completed
+    const again = await Wal.open(dir, { segmentBytes: 512 });
+    assert.deepEqual(again.tornTail, { file: last, offset: 0, droppedBytes: 5 });
+    // Everything older can now go: the new segment's checkpoint must carry shard 9's hard state.
+    again.compact(1, again.lastIndex(1));
+    again.append([{ kind: "entries", shard: 1, entries: [entry(again.lastIndex(1) + 1, 2)] }]);
+    await again.sync();
+    assert.equal(segmentFiles(dir).length, 1);
+    await again.close();
+    const third = await Wal.open(dir);
+    assert.deepEqual(third.hardState(9), { term: 3, vote: "n3", commit: 0 });
+    await third.close();
+  });
+
   it("reports the shards holding the most memory", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir, { memoryBudgetBytes: 1000 });
