@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import fc from "fast-check";
@@ -213,6 +213,16 @@ describe("LSM corruption", () => {
     await assert.rejects(LsmEngine.open(dir, env, SMALL), {
       code: "CAIRN_ERR_CORRUPTION",
       message: new RegExp(`${first} at offset \\d+: bad table magic`),
+    });
+  });
+
+  it("refuses to open when a table the manifest names is missing", async () => {
+    const { dir } = await engineWithTables();
+    const [first] = tables(dir) as [string];
+    rmSync(first);
+    await assert.rejects(LsmEngine.open(dir, env, SMALL), {
+      code: "CAIRN_ERR_CORRUPTION",
+      message: new RegExp(`${first} at offset 0: table named by the manifest is missing`),
     });
   });
 

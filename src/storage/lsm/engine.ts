@@ -170,9 +170,17 @@ export class LsmEngine implements BudgetMember {
     const levels: Table[][] = [];
     for (const files of state.levels) {
       levels.push(
-        files.map((f) =>
-          Table.open(f.number, tablePath(dir, f.number), env.cacheId(), env.blockCache, env.files),
-        ),
+        files.map((f) => {
+          const path = tablePath(dir, f.number);
+          try {
+            return Table.open(f.number, path, env.cacheId(), env.blockCache, env.files);
+          } catch (err) {
+            if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+            throw new CorruptionError(path, 0, "table named by the manifest is missing", {
+              cause: err,
+            });
+          }
+        }),
       );
     }
     const manifestNumber = current === undefined ? 1 : Number(current.slice(9)) + 1;
@@ -687,6 +695,8 @@ export class LsmEngine implements BudgetMember {
       this.#paused = false;
       this.#maybeFlush();
       this.#maybeCompact();
+      // Writes stalled and flush() callers that waited out the import re-check their condition.
+      this.#wake();
     }
   }
 
