@@ -474,10 +474,13 @@ describe("LSM crash (SIGKILL) recovery", () => {
   }
 
   for (const [seed, killAfter] of [
-    [1, 400],
-    [2, 900],
-    [3, 1300],
-    [4, 1800],
+    [1, 300],
+    [2, 550],
+    [3, 800],
+    [4, 1050],
+    [5, 1300],
+    [6, 1550],
+    [7, 1800],
   ] as const) {
     it(`seed ${seed}: killed after write ${killAfter}, reopen plus replay equals the model`, async () => {
       const dir = tempDir("lsmcrash");
