@@ -77,6 +77,20 @@ describe("LSM engine", () => {
     await engine.close();
   });
 
+  it("takes plain Uint8Array keys and values, not only Buffers", async () => {
+    const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL);
+    const key = new Uint8Array([0, 1, 255]);
+    await engine.write(1, [{ type: "put", key, value: new Uint8Array([9, 8, 7]) }]);
+    await engine.flush();
+    await engine.write(2, [{ type: "put", key: new Uint8Array([5]), value: new Uint8Array(0) }]);
+    assert.deepEqual([...(engine.get(key) ?? [])], [9, 8, 7]);
+    assert.deepEqual(engine.get(new Uint8Array([5]))?.length, 0);
+    const frames: Uint8Array[] = [];
+    for await (const f of engine.exportSnapshot()) frames.push(f);
+    assert.equal(frames.length, 3);
+    await engine.close();
+  });
+
   it("rejects a sequence that does not increase", async () => {
     const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL);
     await engine.write(5, [{ type: "put", key: b("k"), value: b("v") }]);
