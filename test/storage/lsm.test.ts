@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -461,6 +462,37 @@ const CRASH_OPTIONS: LsmOptions = {
   levelBaseBytes: 32768,
   targetFileBytes: 8192,
 };
+
+describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", () => {
+  const child = join(import.meta.dirname, "lsm-crash-child.ts");
+  const shim = join(import.meta.dirname, "crash-shim.ts");
+  const COUNT = 600;
+
+  // Main thread: opening (manifest, CURRENT, directory) then two operations per flush or
+  // compaction edit. Worker: seven per table (open, write, fsync, close, directory fsync).
+  const points: Array<readonly [number, number]> = [
+    ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 19, 24, 31, 40].map((n) => [0, n] as const),
+    ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18, 23, 30, 41].map((n) => [1, n] as const),
+  ];
+  for (const [thread, at] of points) {
+    it(`${thread === 0 ? "main thread" : "worker"}, before file operation ${at}`, async () => {
+      const dir = tempDir("lsmpoint");
+      const proc = spawn(process.execPath, ["--import", shim, child, dir, "5", String(COUNT)], {
+        stdio: ["ignore", "ignore", "inherit"],
+        env: { ...process.env, CAIRN_CRASH_THREAD: String(thread), CAIRN_CRASH_AT: String(at) },
+      });
+      const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
+      assert.equal(signal, "SIGKILL", "the child reached the crash point");
+      const batches = workload(5, COUNT);
+      const engine = await LsmEngine.open(dir, env, CRASH_OPTIONS);
+      const flushed = engine.flushedSeq;
+      assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, flushed)));
+      await applyAll(engine, batches, flushed, COUNT);
+      assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, COUNT)));
+      await engine.close();
+    });
+  }
+});
 
 describe("LSM crash (SIGKILL) recovery", () => {
   const child = join(import.meta.dirname, "lsm-crash-child.ts");
