@@ -463,29 +463,54 @@ const CRASH_OPTIONS: LsmOptions = {
   targetFileBytes: 8192,
 };
 
+/** The highest flushedSeq a crash-test child reported before it died. */
+function reportedFlushedSeq(output: string): number {
+  let max = 0;
+  for (const line of output.split("\n")) {
+    if (line.startsWith("f ")) max = Math.max(max, Number(line.slice(2)));
+  }
+  return max;
+}
+
 describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", () => {
   const child = join(import.meta.dirname, "lsm-crash-child.ts");
   const shim = join(import.meta.dirname, "crash-shim.ts");
   const COUNT = 600;
 
-  // Main thread: opening (manifest, CURRENT, directory) then two operations per flush or
-  // compaction edit. Worker: seven per table (open, write, fsync, close, directory fsync).
+  // Counted: operations on files of the engine's directory. Main thread: opening (manifest,
+  // CURRENT, directory), then per flush or compaction a manifest write and fdatasync, opening the
+  // new tables, deleting old ones. Worker: per table open, write, fsync, close, directory fsync.
   const points: Array<readonly [number, number]> = [
-    ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 19, 24, 31, 40].map((n) => [0, n] as const),
-    ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18, 23, 30, 41].map((n) => [1, n] as const),
+    ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 19, 24, 31, 40, 52, 67, 86].map(
+      (n) => [0, n] as const,
+    ),
+    ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18, 23, 30, 41, 56, 72].map(
+      (n) => [1, n] as const,
+    ),
   ];
   for (const [thread, at] of points) {
-    it(`${thread === 0 ? "main thread" : "worker"}, before file operation ${at}`, async () => {
+    const what = `${thread === 0 ? "main thread" : "worker"}, before file operation ${at}`;
+    it(`${what}${at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
       const dir = tempDir("lsmpoint");
       const proc = spawn(process.execPath, ["--import", shim, child, dir, "5", String(COUNT)], {
-        stdio: ["ignore", "ignore", "inherit"],
-        env: { ...process.env, CAIRN_CRASH_THREAD: String(thread), CAIRN_CRASH_AT: String(at) },
+        stdio: ["ignore", "pipe", "inherit"],
+        env: {
+          ...process.env,
+          CAIRN_CRASH_DIR: dir,
+          CAIRN_CRASH_THREAD: String(thread),
+          CAIRN_CRASH_AT: String(at),
+          // Every other point also loses what a power cut could: unsynced data, undurable names.
+          ...(at % 2 === 0 ? { CAIRN_CRASH_JOURNAL: join(tempDir("journal"), "journal") } : {}),
+        },
       });
+      let output = "";
+      proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
       const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
       assert.equal(signal, "SIGKILL", "the child reached the crash point");
       const batches = workload(5, COUNT);
       const engine = await LsmEngine.open(dir, env, CRASH_OPTIONS);
       const flushed = engine.flushedSeq;
+      assert.ok(flushed >= reportedFlushedSeq(output), "flushedSeq went back below a reported one");
       assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, flushed)));
       await applyAll(engine, batches, flushed, COUNT);
       assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, COUNT)));
@@ -498,7 +523,7 @@ describe("LSM crash (SIGKILL) recovery", () => {
   const child = join(import.meta.dirname, "lsm-crash-child.ts");
   const COUNT = 2000;
 
-  async function runAndKill(dir: string, seed: number, killAfter: number): Promise<void> {
+  async function runAndKill(dir: string, seed: number, killAfter: number): Promise<number> {
     const proc = spawn(process.execPath, [child, dir, String(seed), String(COUNT)], {
       stdio: ["ignore", "pipe", "inherit"],
     });
@@ -508,8 +533,9 @@ describe("LSM crash (SIGKILL) recovery", () => {
       proc.stdout.on("data", (chunk: Buffer) => {
         buffered += chunk.toString();
         const lines = buffered.split("\n");
-        const last = Number(lines.at(-2));
-        if (lines.includes("done") || (Number.isFinite(last) && last >= killAfter)) {
+        const progress = lines.filter((l) => /^\d+$/.test(l)).map(Number);
+        const last = progress.length === 0 ? 0 : Math.max(...progress);
+        if (lines.includes("done") || last >= killAfter) {
           proc.kill("SIGKILL");
           resolve();
         }
@@ -517,6 +543,7 @@ describe("LSM crash (SIGKILL) recovery", () => {
       proc.once("exit", () => resolve());
     });
     await exited;
+    return reportedFlushedSeq(buffered);
   }
 
   for (const [seed, killAfter] of [
@@ -530,12 +557,13 @@ describe("LSM crash (SIGKILL) recovery", () => {
   ] as const) {
     it(`seed ${seed}: killed after write ${killAfter}, reopen plus replay equals the model`, async () => {
       const dir = tempDir("lsmcrash");
-      await runAndKill(dir, seed, killAfter);
+      const reported = await runAndKill(dir, seed, killAfter);
       const batches = workload(seed, COUNT);
       const opts = CRASH_OPTIONS;
       const engine = await LsmEngine.open(dir, env, opts);
       const flushed = engine.flushedSeq;
       assert.ok(flushed > 0, "something was flushed before the kill");
+      assert.ok(flushed >= reported, "flushedSeq went back below a reported one");
       assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, flushed)));
       await applyAll(engine, batches, flushed, COUNT);
       assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, COUNT)));
