@@ -111,6 +111,8 @@ if (counting || journal !== undefined) {
   await probe.close();
 
   const fdPaths = new Map<number, string>();
+  /** Descriptors opened with O_DSYNC: each write is durable when it returns. */
+  const dsync = new Set<number>();
   const toPath = (path: unknown): string =>
     resolve(path instanceof URL ? fileURLToPath(path) : String(path));
   const creates = (flags: unknown): boolean =>
@@ -121,6 +123,8 @@ if (counting || journal !== undefined) {
     const p = toPath(path);
     if (!inDir(p)) return;
     fdPaths.set(fd, p);
+    if (typeof flags === "number" && (flags & fs.constants.O_DSYNC) !== 0) dsync.add(fd);
+    else dsync.delete(fd);
     if (creates(flags) && !existed) record({ e: "create", p });
   };
   const noteWrite = (fd: number): void => {
@@ -215,21 +219,27 @@ if (counting || journal !== undefined) {
   }) as AnyFn;
   wrap(p, "unlink");
 
-  const method = (name: string, note: (fd: number) => void, when: "before" | "after"): void => {
+  type Note = (fd: number) => void;
+  const method = (name: string, hooks: { before?: Note; after?: Note }): void => {
     const fn = proto[name] as AnyFn;
     proto[name] = function (this: { fd: number }, ...args: never[]) {
       const fd = this.fd;
       step(fdPaths.get(fd));
-      if (when === "before") note(fd);
+      hooks.before?.(fd);
       return (fn.apply(this, args) as Promise<unknown>).then((result) => {
-        if (when === "after") note(fd);
+        hooks.after?.(fd);
         return result;
       });
     };
   };
-  method("write", noteWrite, "before");
-  method("truncate", noteWrite, "before");
-  method("sync", noteSync, "after");
-  method("datasync", noteSync, "after");
+  method("write", {
+    before: noteWrite,
+    after: (fd) => {
+      if (dsync.has(fd)) noteSync(fd);
+    },
+  });
+  method("truncate", { before: noteWrite });
+  method("sync", { after: noteSync });
+  method("datasync", { after: noteSync });
   syncBuiltinESMExports();
 }
