@@ -1,8 +1,8 @@
 /**
- * `npm run bench:lsm [-- --keys N] [--json]`
+ * `npm run bench:lsm [-- --keys N] [--cache-mib M] [--json]`
  *
  * Cairn's LSM engine and LevelDB (classic-level) side by side, in one process run, on the same
- * disk, with the same block cache size (64 MiB) and no compression on either side; `sync` runs
+ * disk, with the same block cache size (64 MiB unless --cache-mib) and no compression on either side; `sync` runs
  * before each engine so neither pays for the other's dirty pages:
  *  1. random batched writes: N keys (default 1M) of 16 bytes with 100-byte values, batches of 1000
  *     (time until every batch is accepted; both engines may still compact in the background);
@@ -24,6 +24,7 @@ const { values } = parseArgs({
     keys: { type: "string", default: "1000000" },
     reads: { type: "string", default: "200000" },
     scans: { type: "string", default: "100" },
+    "cache-mib": { type: "string", default: "64" },
     json: { type: "boolean", default: false },
     dir: { type: "string" },
   },
@@ -33,7 +34,7 @@ const READS = Number(values.reads);
 const SCANS = Number(values.scans);
 const SCAN_LENGTH = 10_000;
 const BATCH = 1000;
-const CACHE_BYTES = 64 * 1024 * 1024;
+const CACHE_BYTES = Number(values["cache-mib"]) * 1024 * 1024;
 const base = mkdtempSync(join(values.dir ?? tmpdir(), "cairn-bench-lsm-"));
 
 /** xorshift32: the same pseudo-random keys and orders for both engines. */

@@ -6,12 +6,21 @@
 import { closeSync, openSync } from "node:fs";
 import type { ParsedBlock } from "./format.ts";
 
-/** Least-recently-used cache of parsed blocks, bounded by their approximate memory. */
+interface CacheEntry {
+  readonly block: ParsedBlock;
+  /** Set on every hit; eviction gives a referenced entry a second chance (CLOCK). */
+  referenced: boolean;
+}
+
+/**
+ * Cache of parsed blocks bounded by their approximate memory, with CLOCK eviction (an LRU
+ * approximation): a hit only sets a bit, so hits cost one Map lookup; eviction walks from the
+ * oldest entry, moving referenced ones to the back with their bit cleared.
+ */
 export class BlockCache {
   readonly capacityBytes: number;
   #bytes = 0;
-  /** Map iteration order is insertion order: re-inserting on a hit makes it an LRU. */
-  readonly #map = new Map<string, ParsedBlock>();
+  readonly #map = new Map<string, CacheEntry>();
   hits = 0;
   misses = 0;
 
@@ -24,31 +33,36 @@ export class BlockCache {
   }
 
   get(id: string): ParsedBlock | undefined {
-    const block = this.#map.get(id);
-    if (block === undefined) {
+    const entry = this.#map.get(id);
+    if (entry === undefined) {
       this.misses++;
       return undefined;
     }
     this.hits++;
-    this.#map.delete(id);
-    this.#map.set(id, block);
-    return block;
+    entry.referenced = true;
+    return entry.block;
   }
 
   set(id: string, block: ParsedBlock): void {
     if (block.charge > this.capacityBytes) return;
     const old = this.#map.get(id);
     if (old !== undefined) {
-      this.#bytes -= old.charge;
+      this.#bytes -= old.block.charge;
       this.#map.delete(id);
     }
-    this.#map.set(id, block);
+    this.#map.set(id, { block, referenced: false });
     this.#bytes += block.charge;
     while (this.#bytes > this.capacityBytes) {
       const first = this.#map.entries().next();
       if (first.done === true) break;
-      this.#map.delete(first.value[0]);
-      this.#bytes -= first.value[1].charge;
+      const [key, entry] = first.value;
+      this.#map.delete(key);
+      if (entry.referenced && key !== id) {
+        entry.referenced = false;
+        this.#map.set(key, entry);
+      } else {
+        this.#bytes -= entry.block.charge;
+      }
     }
   }
 
@@ -56,10 +70,10 @@ export class BlockCache {
   evictTable(tableId: string, blockOffsets: Iterable<number>): void {
     for (const offset of blockOffsets) {
       const id = `${tableId}:${offset}`;
-      const block = this.#map.get(id);
-      if (block !== undefined) {
+      const entry = this.#map.get(id);
+      if (entry !== undefined) {
         this.#map.delete(id);
-        this.#bytes -= block.charge;
+        this.#bytes -= entry.block.charge;
       }
     }
   }

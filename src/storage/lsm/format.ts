@@ -253,6 +253,17 @@ export function parseBlock(data: Buffer): ParsedBlock | undefined {
 export function seekInBlock(block: ParsedBlock, key: string, seq: number): number {
   let lo = 0;
   let hi = block.count;
+  if (block.keys[0] !== undefined && block.keys[block.count - 1] !== undefined) {
+    // Keys already made (an index block, or a block a scan walked): compare strings natively.
+    const keys = block.keys as string[];
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const k = keys[mid] as string;
+      if (k < key || (k === key && blockSeq(block, mid) > seq)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
     const c = compareBlockKey(block, mid, key);
@@ -260,6 +271,11 @@ export function seekInBlock(block: ParsedBlock, key: string, seq: number): numbe
     else hi = mid;
   }
   return lo;
+}
+
+/** Makes every key string of a block now (for blocks searched many times, like an index). */
+export function materializeKeys(block: ParsedBlock): void {
+  for (let i = 0; i < block.count; i++) blockKey(block, i);
 }
 
 export function blockHandleOf(block: ParsedBlock, i: number): BlockHandle {

@@ -16,6 +16,7 @@ import {
   blockValue,
   compareBlockKey,
   decodeFooter,
+  materializeKeys,
   parseBlock,
   propsFromJson,
   seekInBlock,
@@ -60,6 +61,7 @@ export function loadTableMeta(
     throw new CorruptionError(path, fileSize - FOOTER_BYTES, footer);
   }
   const index = parseOrThrow(path, footer.index.offset, loadBlock(path, footer.index, read));
+  materializeKeys(index);
   const filter = loadBlock(path, footer.filter, read);
   const propsBytes = loadBlock(path, footer.props, read);
   let props: TableProps;
@@ -124,7 +126,8 @@ export class Table implements BlockSource {
 
   /** Bytes of memory this open table holds outside the block cache. */
   get residentBytes(): number {
-    return this.index.charge + this.filter.length + 256;
+    // Index keys are made as strings at open: about 40 bytes each beyond the block itself.
+    return this.index.charge + this.index.count * 40 + this.filter.length + 256;
   }
 
   readBlock(handle: BlockHandle): ParsedBlock {
