@@ -10,15 +10,15 @@ function block(n: number): ParsedBlock {
 }
 
 describe("block cache", () => {
-  it("stays within its byte budget and gives referenced blocks a second chance", () => {
+  it("stays within its byte budget and evicts the least recently used block", () => {
     const one = block(0).charge;
     const cache = new BlockCache(one * 4 + 10);
     for (let i = 0; i < 4; i++) cache.set(`t:${i}`, block(i));
-    assert.equal(cache.get("t:0")?.count, 1); // referenced: survives the next eviction
+    assert.equal(cache.get("t:0")?.count, 1); // used: now the most recent
     cache.set("t:4", block(4));
     assert.ok(cache.bytes <= cache.capacityBytes);
     assert.notEqual(cache.get("t:0"), undefined);
-    assert.equal(cache.get("t:1"), undefined, "the oldest unreferenced block went first");
+    assert.equal(cache.get("t:1"), undefined, "the least recently used block went first");
     for (let i = 5; i < 40; i++) cache.set(`t:${i}`, block(i));
     assert.ok(cache.bytes <= cache.capacityBytes);
     assert.notEqual(cache.get("t:39"), undefined);

@@ -8,19 +8,20 @@ import type { ParsedBlock } from "./format.ts";
 
 interface CacheEntry {
   readonly block: ParsedBlock;
-  /** Set on every hit; eviction gives a referenced entry a second chance (CLOCK). */
-  referenced: boolean;
+  /** Value of the insertion counter when the entry last moved to the back of the order. */
+  stamp: number;
 }
 
 /**
- * Cache of parsed blocks bounded by their approximate memory, with CLOCK eviction (an LRU
- * approximation): a hit only sets a bit, so hits cost one Map lookup; eviction walks from the
- * oldest entry, moving referenced ones to the back with their bit cleared.
+ * Cache of parsed blocks bounded by their approximate memory, evicting the least recently used.
+ * Map order is the recency order; a hit moves its entry to the back only if it is not already
+ * among the most recent quarter of insertions, so a hot block's hits cost one Map lookup.
  */
 export class BlockCache {
   readonly capacityBytes: number;
   #bytes = 0;
   readonly #map = new Map<string, CacheEntry>();
+  #clock = 0;
   hits = 0;
   misses = 0;
 
@@ -39,7 +40,11 @@ export class BlockCache {
       return undefined;
     }
     this.hits++;
-    entry.referenced = true;
+    if (this.#clock - entry.stamp > this.#map.size >>> 2) {
+      this.#map.delete(id);
+      this.#map.set(id, entry);
+      entry.stamp = ++this.#clock;
+    }
     return entry.block;
   }
 
@@ -50,19 +55,13 @@ export class BlockCache {
       this.#bytes -= old.block.charge;
       this.#map.delete(id);
     }
-    this.#map.set(id, { block, referenced: false });
+    this.#map.set(id, { block, stamp: ++this.#clock });
     this.#bytes += block.charge;
     while (this.#bytes > this.capacityBytes) {
       const first = this.#map.entries().next();
       if (first.done === true) break;
-      const [key, entry] = first.value;
-      this.#map.delete(key);
-      if (entry.referenced && key !== id) {
-        entry.referenced = false;
-        this.#map.set(key, entry);
-      } else {
-        this.#bytes -= entry.block.charge;
-      }
+      this.#map.delete(first.value[0]);
+      this.#bytes -= first.value[1].block.charge;
     }
   }
 
