@@ -297,6 +297,29 @@ describe("LSM snapshot export and import", () => {
     await source.close();
   });
 
+  it("refuses writes while importing", async () => {
+    const source = await LsmEngine.open(tempDir("lsm"), env, SMALL);
+    await applyAll(source, workload(8, 50), 0, 50);
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of source.exportSnapshot()) chunks.push(chunk);
+    await source.close();
+    const target = await LsmEngine.open(tempDir("lsm"), env, SMALL);
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    async function* slow() {
+      yield chunks[0] as Uint8Array;
+      await gate;
+      yield* chunks.slice(1);
+    }
+    const importing = target.importSnapshot(slow());
+    await assert.rejects(target.write(1, []), { code: "CAIRN_ERR_LSM_IMPORTING" });
+    release();
+    await importing;
+    assert.equal(target.lastSeq, 50);
+    await target.write(51, [{ type: "put", key: b("after"), value: b("1") }]);
+    await target.close();
+  });
+
   it("rejects a damaged or truncated stream and keeps its own state", async () => {
     const source = await LsmEngine.open(tempDir("lsm"), env, SMALL);
     await applyAll(source, workload(4, 100), 0, 100);
