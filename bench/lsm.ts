@@ -1,8 +1,9 @@
 /**
- * `npm run bench:lsm [-- --keys N] [--json]`
+ * `npm run bench:lsm [-- --keys N] [--cache-mib M] [--json]`
  *
  * Cairn's LSM engine and LevelDB (classic-level) side by side, in one process run, on the same
- * disk, with the same block cache size and no compression on either side:
+ * disk, with the same block cache size (64 MiB unless --cache-mib) and no compression on either side; `sync` runs
+ * before each engine so neither pays for the other's dirty pages:
  *  1. random batched writes: N keys (default 1M) of 16 bytes with 100-byte values, batches of 1000
  *     (time until every batch is accepted; both engines may still compact in the background);
  *  2. random point reads of existing keys after a flush and a full compaction (data ≥ 4× the
@@ -10,6 +11,7 @@
  *  3. range scans of 10k keys from random start keys.
  * Prints one line per case with both rates and the ratio cairn/leveldb. Goal: ratio ≥ 1.0 each.
  */
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,6 +24,7 @@ const { values } = parseArgs({
     keys: { type: "string", default: "1000000" },
     reads: { type: "string", default: "200000" },
     scans: { type: "string", default: "100" },
+    "cache-mib": { type: "string", default: "64" },
     json: { type: "boolean", default: false },
     dir: { type: "string" },
   },
@@ -31,7 +34,7 @@ const READS = Number(values.reads);
 const SCANS = Number(values.scans);
 const SCAN_LENGTH = 10_000;
 const BATCH = 1000;
-const CACHE_BYTES = 64 * 1024 * 1024;
+const CACHE_BYTES = Number(values["cache-mib"]) * 1024 * 1024;
 const base = mkdtempSync(join(values.dir ?? tmpdir(), "cairn-bench-lsm-"));
 
 /** xorshift32: the same pseudo-random keys and orders for both engines. */
@@ -149,8 +152,11 @@ async function runLevel(): Promise<[number, number, number]> {
 
 let results: Record<string, CaseResult>;
 try {
-  const level = await runLevel();
+  // Each engine starts on a quiet disk: `sync` writes back what the previous one left dirty.
+  execFileSync("sync");
   const cairn = await runCairn();
+  execFileSync("sync");
+  const level = await runLevel();
   results = {
     "random batched writes (keys/s)": { cairn: cairn[0], leveldb: level[0] },
     "random point reads (reads/s)": { cairn: cairn[1], leveldb: level[1] },

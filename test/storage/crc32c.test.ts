@@ -12,6 +12,17 @@ describe("crc32c", () => {
     assert.equal(crc32c(new TextEncoder().encode("123456789")), 0xe3069283);
   });
 
+  it("gives the same result on the word-at-a-time path as byte by byte, at any alignment", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 64, maxLength: 600 }), fc.nat(7), (raw, shift) => {
+        const data = raw.subarray(Math.min(shift, raw.length));
+        let bytewise = 0;
+        for (let i = 0; i < data.length; i++) bytewise = crc32c(data, bytewise, i, i + 1);
+        assert.equal(crc32c(data), bytewise);
+      }),
+    );
+  });
+
   it("can be computed in pieces and over sub-ranges", () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat(), (data, cut) => {

@@ -10,9 +10,17 @@ const [dir, seedText, countText] = process.argv.slice(2) as [string, string, str
 const batches = workload(Number(seedText), Number(countText));
 const env = new LsmEnvironment({ workers: 1 });
 const engine = await LsmEngine.open(dir, env, CRASH_OPTIONS());
+// Lines "f <seq>" report each new flushedSeq: a driver would compact its WAL up to it, so after a
+// crash the engine must never come back below a value it reported (stdout to a pipe is
+// synchronous on Linux: a reported line was written before any later crash).
+let reported = engine.flushedSeq;
 for (let i = engine.lastSeq; i < batches.length; i++) {
   await engine.write(i + 1, batches[i] as (typeof batches)[number]);
   if ((i + 1) % 25 === 0) process.stdout.write(`${i + 1}\n`);
+  if (engine.flushedSeq !== reported) {
+    reported = engine.flushedSeq;
+    process.stdout.write(`f ${reported}\n`);
+  }
 }
 process.stdout.write("done\n");
 await engine.flush();

@@ -6,6 +6,7 @@
  */
 
 const POLY = 0x82f63b78;
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 const TABLES: Uint32Array[] = (() => {
   const tables: Uint32Array[] = [];
@@ -46,6 +47,30 @@ const [T0, T1, T2, T3, T4, T5, T6, T7] = TABLES as [
 export function crc32c(data: Uint8Array, crc = 0, start = 0, end = data.length): number {
   let c = ~crc >>> 0;
   let i = start;
+  // Aligned fast path: two 32-bit loads per 8 bytes instead of eight byte loads (little-endian
+  // hosts only, which is every platform Node supports in practice; checked once below).
+  if (LITTLE_ENDIAN && end - start >= 64) {
+    while (i < end && ((data.byteOffset + i) & 3) !== 0) {
+      c = (T0[(c ^ (data[i] as number)) & 0xff] as number) ^ (c >>> 8);
+      i++;
+    }
+    const words = new Uint32Array(data.buffer, data.byteOffset + i, (end - i) >>> 2);
+    const pairs = words.length >>> 1;
+    for (let w = 0; w < pairs; w++) {
+      const lo = (c ^ (words[2 * w] as number)) >>> 0;
+      const hi = words[2 * w + 1] as number;
+      c =
+        (T7[lo & 0xff] as number) ^
+        (T6[(lo >>> 8) & 0xff] as number) ^
+        (T5[(lo >>> 16) & 0xff] as number) ^
+        (T4[lo >>> 24] as number) ^
+        (T3[hi & 0xff] as number) ^
+        (T2[(hi >>> 8) & 0xff] as number) ^
+        (T1[(hi >>> 16) & 0xff] as number) ^
+        (T0[hi >>> 24] as number);
+    }
+    i += pairs * 8;
+  }
   // Indexed reads below are in bounds by construction; the `as number` casts only satisfy
   // noUncheckedIndexedAccess without a branch in the hot loop.
   while (i + 8 <= end) {

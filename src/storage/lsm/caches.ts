@@ -6,12 +6,22 @@
 import { closeSync, openSync } from "node:fs";
 import type { ParsedBlock } from "./format.ts";
 
-/** Least-recently-used cache of parsed blocks, bounded by their approximate memory. */
+interface CacheEntry {
+  readonly block: ParsedBlock;
+  /** Value of the insertion counter when the entry last moved to the back of the order. */
+  stamp: number;
+}
+
+/**
+ * Cache of parsed blocks bounded by their approximate memory, evicting the least recently used.
+ * Map order is the recency order; a hit moves its entry to the back only if it is not already
+ * among the most recent quarter of insertions, so a hot block's hits cost one Map lookup.
+ */
 export class BlockCache {
   readonly capacityBytes: number;
   #bytes = 0;
-  /** Map iteration order is insertion order: re-inserting on a hit makes it an LRU. */
-  readonly #map = new Map<string, ParsedBlock>();
+  readonly #map = new Map<string, CacheEntry>();
+  #clock = 0;
   hits = 0;
   misses = 0;
 
@@ -24,31 +34,34 @@ export class BlockCache {
   }
 
   get(id: string): ParsedBlock | undefined {
-    const block = this.#map.get(id);
-    if (block === undefined) {
+    const entry = this.#map.get(id);
+    if (entry === undefined) {
       this.misses++;
       return undefined;
     }
     this.hits++;
-    this.#map.delete(id);
-    this.#map.set(id, block);
-    return block;
+    if (this.#clock - entry.stamp > this.#map.size >>> 2) {
+      this.#map.delete(id);
+      this.#map.set(id, entry);
+      entry.stamp = ++this.#clock;
+    }
+    return entry.block;
   }
 
   set(id: string, block: ParsedBlock): void {
     if (block.charge > this.capacityBytes) return;
     const old = this.#map.get(id);
     if (old !== undefined) {
-      this.#bytes -= old.charge;
+      this.#bytes -= old.block.charge;
       this.#map.delete(id);
     }
-    this.#map.set(id, block);
+    this.#map.set(id, { block, stamp: ++this.#clock });
     this.#bytes += block.charge;
     while (this.#bytes > this.capacityBytes) {
       const first = this.#map.entries().next();
       if (first.done === true) break;
       this.#map.delete(first.value[0]);
-      this.#bytes -= first.value[1].charge;
+      this.#bytes -= first.value[1].block.charge;
     }
   }
 
@@ -56,10 +69,10 @@ export class BlockCache {
   evictTable(tableId: string, blockOffsets: Iterable<number>): void {
     for (const offset of blockOffsets) {
       const id = `${tableId}:${offset}`;
-      const block = this.#map.get(id);
-      if (block !== undefined) {
+      const entry = this.#map.get(id);
+      if (entry !== undefined) {
         this.#map.delete(id);
-        this.#bytes -= block.charge;
+        this.#bytes -= entry.block.charge;
       }
     }
   }

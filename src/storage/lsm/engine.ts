@@ -118,6 +118,7 @@ export class LsmEngine implements BudgetMember {
   #flushing = false;
   #compacting = false;
   #paused = false;
+  #importing = false;
   #closed = false;
   #failure: unknown = undefined;
   /** Resolved whenever background work finishes; waiters re-check their condition. */
@@ -170,9 +171,17 @@ export class LsmEngine implements BudgetMember {
     const levels: Table[][] = [];
     for (const files of state.levels) {
       levels.push(
-        files.map((f) =>
-          Table.open(f.number, tablePath(dir, f.number), env.cacheId(), env.blockCache, env.files),
-        ),
+        files.map((f) => {
+          const path = tablePath(dir, f.number);
+          try {
+            return Table.open(f.number, path, env.cacheId(), env.blockCache, env.files);
+          } catch (err) {
+            if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+            throw new CorruptionError(path, 0, "table named by the manifest is missing", {
+              cause: err,
+            });
+          }
+        }),
       );
     }
     const manifestNumber = current === undefined ? 1 : Number(current.slice(9)) + 1;
@@ -217,6 +226,7 @@ export class LsmEngine implements BudgetMember {
   write(seq: number, ops: readonly WriteOp[]): Promise<void> {
     if (this.#failure !== undefined) return Promise.reject(this.#failedError());
     if (this.#closed) return Promise.reject(closedError());
+    if (this.#importing) return Promise.reject(importingError());
     if (!Number.isSafeInteger(seq) || seq <= this.#acceptedSeq) {
       return Promise.reject(
         new CairnError(
@@ -635,6 +645,9 @@ export class LsmEngine implements BudgetMember {
    */
   async importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void> {
     this.#assertOpen();
+    // A queued write would land on top of the snapshot with an older sequence: refuse instead.
+    if (this.#importing || this.#writeQueue.length > 0) throw importingError();
+    this.#importing = true;
     this.#paused = true;
     try {
       while (this.#flushing || this.#compacting) {
@@ -684,9 +697,12 @@ export class LsmEngine implements BudgetMember {
       if (!(err instanceof CorruptionError)) this.#fail(err);
       throw err;
     } finally {
+      this.#importing = false;
       this.#paused = false;
       this.#maybeFlush();
       this.#maybeCompact();
+      // Writes stalled and flush() callers that waited out the import re-check their condition.
+      this.#wake();
     }
   }
 
@@ -791,6 +807,14 @@ function fileMeta(level: number, t: BuiltTable): FileMeta {
 
 function metaOf(t: Table): FileMeta {
   return fileMeta(0, { number: t.number, size: t.fileSize, props: t.props });
+}
+
+function importingError(): CairnError {
+  return new CairnError(
+    "CAIRN_ERR_LSM_IMPORTING",
+    "LSM engine is importing a snapshot, or writes are still queued: writes and imports must not overlap",
+    { retryable: true },
+  );
 }
 
 function closedError(): CairnError {

@@ -91,7 +91,8 @@ export class ByteSink {
 
   bytes(b: Uint8Array, start = 0, end = b.length): void {
     this.ensure(end - start);
-    this.buf.set(b.subarray(start, end), this.length);
+    // Buffer#copy takes a range: no subarray object per call on this hot path.
+    Buffer.prototype.copy.call(b, this.buf, this.length, start, end);
     this.length += end - start;
   }
 
@@ -132,89 +133,153 @@ export function readU64(buf: Uint8Array, at: number): number {
   return lo + hi * 0x1_0000_0000;
 }
 
-/** A data or index block decoded into parallel arrays (cached whole in the block cache). */
+/**
+ * A data or index block decoded into one offset array (cached whole in the block cache). For
+ * entry i, `offsets[4i..4i+3]` are its key start and end and its value start and end; its kind
+ * is the byte at the key's end and its seq the eight bytes after. Key strings are made lazily by
+ * blockKey(): a point read compares bytes in place and makes none.
+ */
 export interface ParsedBlock {
-  readonly keys: string[];
-  readonly seqs: number[];
-  readonly kinds: Uint8Array;
-  readonly valueStarts: Uint32Array;
-  readonly valueEnds: Uint32Array;
+  readonly count: number;
+  readonly offsets: Uint32Array;
   readonly data: Buffer;
+  readonly keys: Array<string | undefined>;
   /** Approximate memory held, for the block cache's accounting. */
   readonly charge: number;
 }
+
+/** Node's internal, argument-check-free latin1 decoder (present on every Buffer). */
+interface Latin1Slice {
+  latin1Slice(start: number, end: number): string;
+}
+
+export function blockKey(block: ParsedBlock, i: number): string {
+  let k = block.keys[i];
+  if (k === undefined) {
+    k = (block.data as unknown as Latin1Slice).latin1Slice(
+      block.offsets[4 * i] as number,
+      block.offsets[4 * i + 1] as number,
+    );
+    block.keys[i] = k;
+  }
+  return k;
+}
+
+export function blockKind(block: ParsedBlock, i: number): number {
+  return block.data[block.offsets[4 * i + 1] as number] as number;
+}
+
+export function blockSeq(block: ParsedBlock, i: number): number {
+  return readU64(block.data, (block.offsets[4 * i + 1] as number) + 1);
+}
+
+export function blockValue(block: ParsedBlock, i: number): Buffer {
+  return block.data.subarray(block.offsets[4 * i + 2], block.offsets[4 * i + 3]);
+}
+
+/** Compares the i-th key of a block with `key` (binary string) in unsigned byte order. */
+export function compareBlockKey(block: ParsedBlock, i: number, key: string): number {
+  const data = block.data;
+  const start = block.offsets[4 * i] as number;
+  const len = (block.offsets[4 * i + 1] as number) - start;
+  const n = len < key.length ? len : key.length;
+  for (let j = 0; j < n; j++) {
+    const d = (data[start + j] as number) - key.charCodeAt(j);
+    if (d !== 0) return d;
+  }
+  return len - key.length;
+}
+
+function readVarint32(data: Buffer, at: number, end: number): number {
+  // Returns value * 8 + bytes consumed (≤ 5), or -1 when malformed; lengths stay < 2^28.
+  let n = 0;
+  let shift = 0;
+  let i = at;
+  for (;;) {
+    if (i >= end || shift > 21) return -1;
+    const b = data[i++] as number;
+    n |= (b & 0x7f) << shift;
+    if (b < 0x80) return n * 8 + (i - at);
+    shift += 7;
+  }
+}
+
+/** Reused by parseBlock (synchronous, one thread): blocks are parsed here, then copied out. */
+let scratch = new Uint32Array(4 * 1024);
 
 /**
  * Decodes a block; returns undefined when the bytes do not parse (the caller reports corruption:
  * a block whose checksum matched but does not parse was written wrong, never served).
  */
 export function parseBlock(data: Buffer): ParsedBlock | undefined {
-  const keys: string[] = [];
-  const seqs: number[] = [];
-  const kinds: number[] = [];
-  const starts: number[] = [];
-  const ends: number[] = [];
-  let at = 0;
   const end = data.length;
-  let keyChars = 0;
+  // Entries are at least 11 bytes: an upper bound on their count.
+  const cap = Math.ceil(end / 11) + 1;
+  if (scratch.length < cap * 4) scratch = new Uint32Array(cap * 4);
+  const offsets = scratch;
+  let count = 0;
+  let at = 0;
   while (at < end) {
-    let keyLen = 0;
-    let shift = 0;
-    for (;;) {
-      if (at >= end || shift > 28) return undefined;
-      const b = data[at++] as number;
-      keyLen |= (b & 0x7f) << shift;
-      if (b < 0x80) break;
-      shift += 7;
-    }
-    if (at + keyLen + 9 > end) return undefined;
-    keys.push(data.toString("latin1", at, at + keyLen));
-    keyChars += keyLen;
+    const k = readVarint32(data, at, end);
+    if (k < 0) return undefined;
+    at += k & 7;
+    const keyLen = Math.floor(k / 8);
+    if (at + keyLen + 9 > end || count >= cap) return undefined;
+    offsets[4 * count] = at;
     at += keyLen;
-    kinds.push(data[at++] as number);
-    seqs.push(readU64(data, at));
-    at += 8;
-    let valueLen = 0;
-    shift = 0;
-    for (;;) {
-      if (at >= end || shift > 28) return undefined;
-      const b = data[at++] as number;
-      valueLen |= (b & 0x7f) << shift;
-      if (b < 0x80) break;
-      shift += 7;
-    }
-    valueLen >>>= 0;
+    offsets[4 * count + 1] = at;
+    at += 9;
+    const v = readVarint32(data, at, end);
+    if (v < 0) return undefined;
+    at += v & 7;
+    const valueLen = Math.floor(v / 8);
     if (at + valueLen > end) return undefined;
-    starts.push(at);
-    ends.push(at + valueLen);
+    offsets[4 * count + 2] = at;
     at += valueLen;
+    offsets[4 * count + 3] = at;
+    count++;
   }
   return {
-    keys,
-    seqs,
-    kinds: Uint8Array.from(kinds),
-    valueStarts: Uint32Array.from(starts),
-    valueEnds: Uint32Array.from(ends),
+    count,
+    // An exact-size copy: the cache then charges (and holds) only what the block needs.
+    offsets: offsets.slice(0, count * 4),
     data,
-    charge: data.length + keyChars + keys.length * 48 + 128,
+    keys: new Array<string | undefined>(count),
+    charge: data.length + count * 24 + 200,
   };
 }
 
-/** Index of the first entry at or after (key, seq) in internal order; `block.keys.length` if none. */
+/** Index of the first entry at or after (key, seq) in internal order; `block.count` if none. */
 export function seekInBlock(block: ParsedBlock, key: string, seq: number): number {
   let lo = 0;
-  let hi = block.keys.length;
+  let hi = block.count;
+  if (block.keys[0] !== undefined && block.keys[block.count - 1] !== undefined) {
+    // Keys already made (an index block, or a block a scan walked): compare strings natively.
+    const keys = block.keys as string[];
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const k = keys[mid] as string;
+      if (k < key || (k === key && blockSeq(block, mid) > seq)) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    const k = block.keys[mid] as string;
-    if (k < key || (k === key && (block.seqs[mid] as number) > seq)) lo = mid + 1;
+    const c = compareBlockKey(block, mid, key);
+    if (c < 0 || (c === 0 && blockSeq(block, mid) > seq)) lo = mid + 1;
     else hi = mid;
   }
   return lo;
 }
 
+/** Makes every key string of a block now (for blocks searched many times, like an index). */
+export function materializeKeys(block: ParsedBlock): void {
+  for (let i = 0; i < block.count; i++) blockKey(block, i);
+}
+
 export function blockHandleOf(block: ParsedBlock, i: number): BlockHandle {
-  const at = block.valueStarts[i] as number;
+  const at = block.offsets[4 * i + 2] as number;
   return { offset: readU64(block.data, at), size: block.data.readUInt32LE(at + 8) };
 }
 

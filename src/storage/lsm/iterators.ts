@@ -3,7 +3,16 @@
  * Visibility at a snapshot and tombstones are resolved above them (user iterators, compaction).
  */
 import { versionAt, versionCount, type MemNode, type Memtable } from "./memtable.ts";
-import { blockHandleOf, seekInBlock, type BlockHandle, type ParsedBlock } from "./format.ts";
+import {
+  blockHandleOf,
+  blockKey,
+  blockKind,
+  blockSeq,
+  blockValue,
+  seekInBlock,
+  type BlockHandle,
+  type ParsedBlock,
+} from "./format.ts";
 
 export interface InternalIterator {
   valid: boolean;
@@ -100,7 +109,18 @@ export class TableIterator implements InternalIterator {
 
   value(): Uint8Array {
     const b = this.#block as ParsedBlock;
-    return b.data.subarray(b.valueStarts[this.#i], b.valueEnds[this.#i]);
+    return blockValue(b, this.#i);
+  }
+
+  /** The current entry's encoded bytes: `block[start, end)` (compactions copy them as is). */
+  encoded(): { block: Buffer; start: number; end: number } {
+    const b = this.#block as ParsedBlock;
+    const i = this.#i;
+    return {
+      block: b.data,
+      start: i === 0 ? 0 : (b.offsets[4 * i - 1] as number),
+      end: b.offsets[4 * i + 3] as number,
+    };
   }
 
   #load(): void {
@@ -110,11 +130,11 @@ export class TableIterator implements InternalIterator {
         this.valid = false;
         return;
       }
-      if (this.#i < b.keys.length) {
+      if (this.#i < b.count) {
         this.valid = true;
-        this.key = b.keys[this.#i] as string;
-        this.seq = b.seqs[this.#i] as number;
-        this.kind = b.kinds[this.#i] as number;
+        this.key = blockKey(b, this.#i);
+        this.seq = blockSeq(b, this.#i);
+        this.kind = blockKind(b, this.#i);
         return;
       }
       this.#openBlock(this.#blockIndex + 1);
@@ -125,7 +145,7 @@ export class TableIterator implements InternalIterator {
   #openBlock(n: number): void {
     this.#blockIndex = n;
     const index = this.#table.index;
-    this.#block = n < index.keys.length ? this.#table.readBlock(blockHandleOf(index, n)) : null;
+    this.#block = n < index.count ? this.#table.readBlock(blockHandleOf(index, n)) : null;
   }
 
   next(): void {
@@ -199,6 +219,11 @@ export class MergingIterator implements InternalIterator {
 
   value(): Uint8Array {
     return (this.#children[this.#heap[0] as number] as InternalIterator).value();
+  }
+
+  /** The child positioned at the current entry. */
+  current(): InternalIterator {
+    return this.#children[this.#heap[0] as number] as InternalIterator;
   }
 
   next(): void {

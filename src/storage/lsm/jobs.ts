@@ -7,7 +7,7 @@
 import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { fsyncDirSync } from "../common/fs-util.ts";
-import { KIND_DELETE, TableBuilder, readU64, type TableProps } from "./format.ts";
+import { TableBuilder, readU64, type TableProps } from "./format.ts";
 import { VersionFilter } from "./gc.ts";
 import { MergingIterator, TableIterator, type BlockSource } from "./iterators.ts";
 import { loadBlock, loadTableMeta, parseOrThrow } from "./table.ts";
@@ -143,18 +143,18 @@ function bufferSource(path: string): BlockSource {
 
 export function runCompact(job: CompactJob): BuiltTable[] {
   const merged = new MergingIterator(job.inputs.map((p) => new TableIterator(bufferSource(p))));
+  // Every child is a TableIterator: entries are copied in their encoded form, not re-encoded.
   const filter = new VersionFilter(job.smallestSnapshot, job.bottom);
   const out = new OutputSet(job);
   for (merged.seek(undefined, 0); merged.valid; merged.next()) {
     const { key, seq, kind } = merged;
     if (!filter.keep(key, seq, kind)) continue;
     out.maybeSplit(key);
-    out.builder.add(key, kind, seq, kind === KIND_DELETE ? EMPTY : merged.value());
+    const { block, start, end } = (merged.current() as TableIterator).encoded();
+    out.builder.addEncoded(block, start, end, key, kind, seq);
   }
   return out.finish();
 }
-
-const EMPTY = new Uint8Array(0);
 
 export function runJob(job: Job): BuiltTable[] {
   switch (job.type) {

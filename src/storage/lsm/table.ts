@@ -12,7 +12,11 @@ import {
   FOOTER_BYTES,
   KIND_DELETE,
   blockHandleOf,
+  blockKind,
+  blockValue,
+  compareBlockKey,
   decodeFooter,
+  materializeKeys,
   parseBlock,
   propsFromJson,
   seekInBlock,
@@ -57,6 +61,7 @@ export function loadTableMeta(
     throw new CorruptionError(path, fileSize - FOOTER_BYTES, footer);
   }
   const index = parseOrThrow(path, footer.index.offset, loadBlock(path, footer.index, read));
+  materializeKeys(index);
   const filter = loadBlock(path, footer.filter, read);
   const propsBytes = loadBlock(path, footer.props, read);
   let props: TableProps;
@@ -121,7 +126,8 @@ export class Table implements BlockSource {
 
   /** Bytes of memory this open table holds outside the block cache. */
   get residentBytes(): number {
-    return this.index.charge + this.filter.length + 256;
+    // Index keys are made as strings at open: about 40 bytes each beyond the block itself.
+    return this.index.charge + this.index.count * 40 + this.filter.length + 256;
   }
 
   readBlock(handle: BlockHandle): ParsedBlock {
@@ -143,13 +149,13 @@ export class Table implements BlockSource {
     if (key < this.props.smallest || key > this.props.largest) return undefined;
     if (!bloomMayContain(this.filter, hash)) return undefined;
     const index = this.index;
-    for (let b = seekInBlock(index, key, seq); b < index.keys.length; b++) {
+    for (let b = seekInBlock(index, key, seq); b < index.count; b++) {
       const block = this.readBlock(blockHandleOf(index, b));
       const i = seekInBlock(block, key, seq);
-      if (i < block.keys.length) {
-        if (block.keys[i] !== key) return undefined;
-        if (block.kinds[i] === KIND_DELETE) return null;
-        return block.data.subarray(block.valueStarts[i], block.valueEnds[i]);
+      if (i < block.count) {
+        if (compareBlockKey(block, i, key) !== 0) return undefined;
+        if (blockKind(block, i) === KIND_DELETE) return null;
+        return blockValue(block, i);
       }
     }
     return undefined;
@@ -157,8 +163,7 @@ export class Table implements BlockSource {
 
   evictFromCaches(): void {
     const offsets: number[] = [];
-    for (let b = 0; b < this.index.keys.length; b++)
-      offsets.push(blockHandleOf(this.index, b).offset);
+    for (let b = 0; b < this.index.count; b++) offsets.push(blockHandleOf(this.index, b).offset);
     this.#blockCache.evictTable(this.#id, offsets);
     this.#files.close(this.path);
   }

@@ -32,15 +32,17 @@ export class WorkerPool {
 
   constructor(size: number) {
     this.size = size;
-    for (let i = 0; i < size; i++) {
-      const worker = new Worker(new URL("./worker.ts", import.meta.url));
-      worker.on("message", (reply: Reply) => this.#onReply(worker, reply));
-      worker.on("error", (err) => this.#onCrash(worker, err));
-      // Idle workers must not keep the process alive; busy ones are referenced while they run.
-      worker.unref();
-      this.#all.push(worker);
-      this.#idle.push(worker);
-    }
+    for (let i = 0; i < size; i++) this.#spawn();
+  }
+
+  #spawn(): void {
+    const worker = new Worker(new URL("./worker.ts", import.meta.url));
+    worker.on("message", (reply: Reply) => this.#onReply(worker, reply));
+    worker.on("error", (err) => this.#onCrash(worker, err));
+    // Idle workers must not keep the process alive; busy ones are referenced while they run.
+    worker.unref();
+    this.#all.push(worker);
+    this.#idle.push(worker);
   }
 
   get queued(): number {
@@ -87,12 +89,20 @@ export class WorkerPool {
     this.#dispatch();
   }
 
+  /** A worker died (an error escaped a job): fail its job and replace it, keeping the pool size. */
   #onCrash(worker: Worker, err: unknown): void {
     for (const [id, r] of this.#running) {
       if (r.worker === worker) {
         this.#running.delete(id);
         r.pending.reject(err);
       }
+    }
+    this.#all.splice(this.#all.indexOf(worker), 1);
+    const idle = this.#idle.indexOf(worker);
+    if (idle >= 0) this.#idle.splice(idle, 1);
+    if (!this.#closed) {
+      this.#spawn();
+      this.#dispatch();
     }
   }
 

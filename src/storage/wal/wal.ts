@@ -237,24 +237,28 @@ export class Wal {
     }
     let handle: FileHandle;
     const last = segments.at(-1);
-    if (last === undefined || lastSize < SEGMENT_HEADER_BYTES) {
-      // No segment yet, or a last segment whose header itself was torn: start it afresh.
+    const fresh = last === undefined || lastSize < SEGMENT_HEADER_BYTES;
+    if (fresh) {
+      // No segment yet, or a last segment whose header itself was torn (a rotation cut short):
+      // start it afresh, with the checkpoint the rotation would have written.
       const seq = last === undefined ? 1 : last.seq;
       const path = join(dir, segmentName(seq));
       handle = await open(path, CREATE_FLAGS | constants.O_TRUNC);
-      await handle.write(segmentHeader(), 0, SEGMENT_HEADER_BYTES, 0);
-      await handle.sync();
-      await fsyncDir(dir);
       if (last === undefined) segments.push({ seq, path, maxIndex: new Map() });
-      lastSize = SEGMENT_HEADER_BYTES;
     } else {
-      handle = await open(last.path, WRITE_FLAGS);
+      handle = await open((last as Segment).path, WRITE_FLAGS);
     }
     const wal = new Wal(dir, options, segments, handle, lastSize, tornTail);
     for (const [id, log] of shards) {
       wal.#shards.set(id, log);
       wal.#memoryBytes += log.bytes;
       wal.#durableCompact.set(id, log.compactIndex);
+    }
+    if (fresh) {
+      const head = Buffer.concat([segmentHeader(), wal.#checkpoint()]);
+      await handle.write(head, 0, head.length, 0);
+      await fsyncDir(dir);
+      wal.#segmentSize = head.length;
     }
     return wal;
   }
