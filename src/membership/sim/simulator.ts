@@ -446,16 +446,20 @@ class Simulation {
     }
   }
 
-  /** Every live member sees every other live member alive, and no crashed one as live. */
-  #isConverged(): boolean {
+  /**
+   * Every live member sees every other live member alive (with `knownOnly`: alive or suspect,
+   * i.e. the member list is complete; under heavy loss some member is nearly always suspected
+   * somewhere), and no crashed one as live.
+   */
+  #isConverged(knownOnly = false): boolean {
     for (const o of this.#nodes) {
       const swim = o.swim;
       if (swim === null) continue;
       for (const x of this.#nodes) {
         if (x === o) continue;
         const state = swim.member(x.id)?.state;
-        if (this.#isUp(x) ? state !== "alive" : state === "alive" || state === "suspect")
-          return false;
+        const live = state === "alive" || state === "suspect";
+        if (this.#isUp(x) ? !(state === "alive" || (knownOnly && live)) : live) return false;
       }
     }
     return true;
@@ -476,7 +480,7 @@ class Simulation {
     const phase = this.#phase;
     switch (phase.kind) {
       case "bootstrap":
-        if (this.#isConverged()) {
+        if (this.#isConverged(true)) {
           this.#result.bootstrapMs = this.#now;
           this.#end = this.#now + this.#o.minutes * 60_000;
           this.#trace(`cluster formed in ${this.#now} ms`);
