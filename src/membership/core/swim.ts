@@ -786,7 +786,7 @@ export class Swim {
         (u) => present.has(updateSubject(u)) || (u.kind === "alive" && u.meta.id === receiver),
       );
       if (extra.length > 0) m = { ...m, gossip: [...m.gossip, ...extra] };
-      else if (m.type === "gossip") return;
+      else if (m.type === "gossip" && m.gossip.length === 0) return;
     }
     this.#messages.push({ to, message: m });
   }
