@@ -95,6 +95,10 @@ export interface Ready {
 
 interface Suspicion {
   readonly startedAt: Ticks;
+  /** Who suspected first; the suspicion is re-announced in its name. */
+  readonly origin: MemberId;
+  /** When the suspicion was last queued for gossip. */
+  announcedAt: Ticks;
   readonly confirmers: Set<MemberId>;
   readonly k: number;
   readonly minTicks: number;
@@ -501,6 +505,8 @@ export class Swim {
     const expected = this.#config.suspicionMult - 2;
     return {
       startedAt: this.#now,
+      origin: from,
+      announcedAt: this.#now,
       confirmers: new Set([from]),
       k: n - 2 < expected ? 0 : expected,
       minTicks,
@@ -508,12 +514,26 @@ export class Swim {
     };
   }
 
+  /**
+   * Declares dead the suspects whose time is up. A suspicion still open after two probe periods
+   * is gossiped again: whoever has since seen the member refute answers with a correction, which
+   * repairs an observer that missed every retransmission of the refutation.
+   */
   #maybeTimeOutSuspicions(): void {
     for (const id of [...this.#suspects]) {
       const e = this.#members.get(id);
       if (e === undefined || e.suspicion === null) continue;
-      if (this.#now - e.suspicion.startedAt >= suspicionTimeout(e.suspicion)) {
+      const s = e.suspicion;
+      if (this.#now - s.startedAt >= suspicionTimeout(s)) {
         this.#handleDead({ kind: "dead", id, incarnation: e.incarnation, from: this.#self.id });
+      } else if (this.#now - s.announcedAt >= 2 * this.#config.probeIntervalTicks) {
+        s.announcedAt = this.#now;
+        this.#broadcasts.enqueue({
+          kind: "suspect",
+          id,
+          incarnation: e.incarnation,
+          from: s.origin,
+        });
       }
     }
   }
