@@ -299,6 +299,24 @@ describe("SWIM core: suspicion confirmations and corrections", () => {
     );
   });
 
+  it("gossips an open suspicion again after two probe periods", () => {
+    const { swim } = lone(["b", "c", "d", "e", "f"]);
+    swim.handle("c.test:7447", from("c", [suspect("b", 0, "c")]));
+    const carried = (): boolean =>
+      swim
+        .takeReady()
+        .messages.some((o) => describeMessage(o.message).includes("suspect(b@0 by c)"));
+    for (let i = 0; i < 12; i++) swim.tick(); // the first announcement's sends are spent
+    carried();
+    let again = false;
+    for (let i = 0; i < 20 && !again; i++) {
+      swim.tick();
+      again = carried();
+    }
+    assert.ok(again, "re-announced");
+    assert.equal(swim.member(memberId("b"))?.state, "suspect");
+  });
+
   it("corrects a sender that spreads an outdated suspicion of a third member", () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
     swim.handle(
