@@ -9,10 +9,14 @@
  *   members to probe for it (`ping-req`). Without any ack by the end of the period it suspects
  *   the target.
  * - A suspected member refutes by raising its incarnation and gossiping `alive`. Probes of a
- *   suspect member carry the suspicion (Lifeguard's buddy rule), so it learns of it quickly.
+ *   suspect member carry the suspicion (Lifeguard's buddy rule), so it learns of it quickly. A
+ *   member hearing a claim it knows to be outdated answers the sender with the newer `alive`
+ *   (a correction), and open suspicions are gossiped again every two probe periods, so an
+ *   observer that missed every copy of a refutation is still repaired before its timeout.
  * - A suspicion times out after max(min, max − (max − min)·log(c + 1)/log(k + 1)) ticks, where c
  *   counts the distinct members that confirmed it and k the confirmations expected; min scales
- *   with log10 of the cluster size. Then the member is declared `dead`.
+ *   with log10 of the cluster size. Only gossiped suspicions confirm, never push-pull records.
+ *   Then the member is declared `dead`.
  * - Updates ride on every ping, ping-req and ack, each retransmitted about λ·log(n) times.
  * - A full-state `push-pull` runs on join, periodically with a random live member (anti-entropy),
  *   and periodically with a random dead one, so both sides of a healed partition refute and
