@@ -490,7 +490,8 @@ class Simulation {
     const phase = this.#phase;
     switch (phase.kind) {
       case "bootstrap":
-        if (this.#isConverged(true)) {
+        // Formed once every member has started and every member knows every other.
+        if (this.#nodes.every((n) => this.#isUp(n)) && this.#isConverged(true)) {
           this.#result.bootstrapMs = this.#now;
           this.#end = this.#now + this.#o.minutes * 60_000;
           this.#trace(`cluster formed in ${this.#now} ms`);
