@@ -7,7 +7,7 @@
  *
  * Without --scenario it runs crash and partition (1% loss), soak (10% loss, a member paused
  * 1.5 s each minute) and mixed (5% loss, pauses, crashes and partitions) for every member count.
- * The last line counts runs (one per seed, scenario and member count) and violations.
+ * Each seed runs every scenario at every member count; the last line counts seeds and violations.
  */
 import { parseArgs } from "node:util";
 import { type Scenario, SCENARIOS, runSimulation } from "../src/membership/sim/index.ts";
@@ -109,6 +109,9 @@ for (const scenario of scenarios) {
   }
 }
 const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-console.log(`(${seconds.toFixed(1)} s wall clock)`);
-console.log(`sim:swim: ${runs} seeds, ${violations} violations`);
+console.log(
+  `(${runs} runs: ${seeds.length} seeds × ${scenarios.length} scenarios × ${memberCounts.length} ` +
+    `cluster sizes, ${seconds.toFixed(1)} s wall clock)`,
+);
+console.log(`sim:swim: ${seeds.length} seeds, ${violations} violations`);
 process.exitCode = violations === 0 ? 0 : 1;

@@ -157,19 +157,19 @@ export class Membership {
       httpAddr: options.advertiseHttpAddr,
       totalShards: options.totalShards,
     };
+    this.#rng = options.rng ?? seededRng(randomInt(2 ** 32));
     try {
       validateMeta(self);
+      this.#swim = new Swim({
+        self,
+        // A restarted node starts at incarnation 0 and refutes whatever the cluster remembers.
+        rng: this.#rng.fork(),
+        ...(options.config === undefined ? {} : { config: options.config }),
+      });
     } catch (e) {
       socket.close();
       throw e;
     }
-    this.#rng = options.rng ?? seededRng(randomInt(2 ** 32));
-    this.#swim = new Swim({
-      self,
-      // A restarted node starts at incarnation 0 and refutes whatever the cluster remembers.
-      rng: this.#rng.fork(),
-      ...(options.config === undefined ? {} : { config: options.config }),
-    });
     socket.on("message", (msg, rinfo) => this.#receive(msg, rinfo));
     socket.on("error", (err) => this.#log.error("membership socket error", { error: err.message }));
     this.#timers.push(setInterval(() => this.#tick(), this.#tickMs));

@@ -4,9 +4,11 @@ import { seededRng } from "../../src/common/index.ts";
 import {
   describeMessage,
   incarnation,
+  type Message,
   memberId,
   MembershipConfigError,
   Swim,
+  type Update,
 } from "../../src/membership/core/index.ts";
 import { metaOf, TinyNet } from "./tiny-net.ts";
 
@@ -200,6 +202,134 @@ describe("SWIM core", () => {
     assert.throws(
       () => new Swim({ self: metaOf("a"), rng: seededRng(1), config: { ackTimeoutTicks: 10 } }),
       MembershipConfigError,
+    );
+  });
+});
+
+/** A core whose probes are all answered, fed with hand-made datagrams from member `z`. */
+function lone(members: string[]): { swim: Swim; tick: (n: number) => void } {
+  const swim = new Swim({ self: metaOf("a"), rng: seededRng(5) });
+  swim.handle("z.test:7447", {
+    type: "gossip",
+    from: memberId("z"),
+    totalShards: 1024,
+    gossip: members.map((m) => ({ kind: "alive", incarnation: incarnation(0), meta: metaOf(m) })),
+  });
+  const answer = (): void => {
+    for (const out of swim.takeReady().messages) {
+      const m = out.message;
+      if (m.type === "ping") {
+        swim.handle(out.to, {
+          type: "ack",
+          from: m.target,
+          totalShards: 1024,
+          seq: m.seq,
+          gossip: [],
+        });
+      }
+    }
+  };
+  answer();
+  return {
+    swim,
+    tick: (n) => {
+      for (let i = 0; i < n; i++) {
+        swim.tick();
+        answer();
+      }
+    },
+  };
+}
+
+const from = (name: string, gossip: Update[]): Message => ({
+  type: "gossip",
+  from: memberId(name),
+  totalShards: 1024,
+  gossip,
+});
+const suspect = (id: string, inc: number, by: string): Update => ({
+  kind: "suspect",
+  id: memberId(id),
+  incarnation: incarnation(inc),
+  from: memberId(by),
+});
+
+describe("SWIM core: suspicion confirmations and corrections", () => {
+  it("push-pull records do not count as confirmations; independent suspicions do", () => {
+    const { swim, tick } = lone(["b", "c", "d", "e", "f"]);
+    swim.handle("c.test:7447", from("c", [suspect("b", 0, "c")]));
+    assert.equal(swim.member(memberId("b"))?.state, "suspect");
+    for (const peer of ["d", "e"]) {
+      swim.handle(`${peer}.test:7447`, {
+        type: "push-pull",
+        from: memberId(peer),
+        totalShards: 1024,
+        reply: true,
+        join: false,
+        first: true,
+        records: [{ meta: metaOf("b"), state: "suspect", incarnation: incarnation(0) }],
+      });
+    }
+    tick(60); // past the 4 s minimum: only confirmations would have brought the timeout there
+    assert.equal(swim.member(memberId("b"))?.state, "suspect");
+    swim.handle("d.test:7447", from("d", [suspect("b", 0, "d")]));
+    swim.handle("e.test:7447", from("e", [suspect("b", 0, "e")]));
+    tick(1);
+    assert.equal(swim.member(memberId("b"))?.state, "dead", "two confirmations: minimum timeout");
+  });
+
+  it("answers an outdated suspicion of itself without raising its incarnation again", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    swim.handle("z.test:7447", from("z", [suspect("a", 0, "z")]));
+    assert.equal(swim.incarnation, 1, "a current suspicion is refuted");
+    swim.takeReady();
+    swim.handle("z.test:7447", {
+      type: "ping",
+      from: memberId("z"),
+      totalShards: 1024,
+      seq: 9,
+      target: memberId("a"),
+      gossip: [suspect("a", 0, "y")],
+    });
+    assert.equal(swim.incarnation, 1, "an outdated one is not refuted again");
+    const [ack] = swim.takeReady().messages;
+    assert.equal(
+      describeMessage(ack?.message ?? assert.fail()),
+      "ack a seq=9 +[alive(a@1 a.test:7447)]",
+    );
+  });
+
+  it("gossips an open suspicion again after two probe periods", () => {
+    const { swim } = lone(["b", "c", "d", "e", "f"]);
+    swim.handle("c.test:7447", from("c", [suspect("b", 0, "c")]));
+    const carried = (): boolean =>
+      swim
+        .takeReady()
+        .messages.some((o) => describeMessage(o.message).includes("suspect(b@0 by c)"));
+    for (let i = 0; i < 12; i++) swim.tick(); // the first announcement's sends are spent
+    carried();
+    let again = false;
+    for (let i = 0; i < 20 && !again; i++) {
+      swim.tick();
+      again = carried();
+    }
+    assert.ok(again, "re-announced");
+    assert.equal(swim.member(memberId("b"))?.state, "suspect");
+  });
+
+  it("corrects a sender that spreads an outdated suspicion of a third member", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    swim.handle(
+      "z.test:7447",
+      from("z", [{ kind: "alive", incarnation: incarnation(3), meta: metaOf("b") }]),
+    );
+    swim.takeReady();
+    swim.handle("y.test:7447", from("y", [suspect("b", 1, "y")]));
+    assert.equal(swim.member(memberId("b"))?.state, "alive");
+    const replies = swim.takeReady().messages.filter((o) => o.to === "y.test:7447");
+    assert.deepEqual(
+      replies.map((o) => describeMessage(o.message)),
+      ["gossip a +[alive(b@3 b.test:7447)]"],
     );
   });
 });

@@ -264,6 +264,22 @@ describe("membership drops malformed datagrams", () => {
     }
   });
 
+  it("refuses bad settings and releases the port", async () => {
+    const port = await freeUdpPort();
+    const options = {
+      nodeId: "cfg",
+      bindAddr: `127.0.0.1:${port}`,
+      advertiseHttpAddr: "127.0.0.1:8080",
+      totalShards: 16,
+      seeds: [],
+    };
+    await assert.rejects(Membership.start({ ...options, config: { ackTimeoutTicks: 20 } }), {
+      code: "CAIRN_ERR_MEMBERSHIP_CONFIG",
+    });
+    const m = await Membership.start(options);
+    await m.close();
+  });
+
   it("refuses a wildcard advertised address", async () => {
     await assert.rejects(
       Membership.start({

@@ -41,9 +41,9 @@ export class BroadcastQueue {
 
   /**
    * Takes updates for one message within `budget` bytes and counts them as sent once more.
-   * `exclude` names a member whose update is already in the message (see the buddy rule).
+   * Updates for which `skip` is true stay queued without counting a send.
    */
-  take(budget: number, limit: number, exclude: MemberId | null = null): Update[] {
+  take(budget: number, limit: number, skip: (u: Update) => boolean = () => false): Update[] {
     if (this.#pending.size === 0) return [];
     const candidates = [...this.#pending.values()].sort(
       (a, b) => a.transmits - b.transmits || b.order - a.order,
@@ -52,7 +52,7 @@ export class BroadcastQueue {
     let left = budget;
     for (const p of candidates) {
       if (out.length === 255) break;
-      if (p.bytes > left || updateSubject(p.update) === exclude) continue;
+      if (p.bytes > left || skip(p.update)) continue;
       out.push(p.update);
       left -= p.bytes;
       p.transmits += 1;

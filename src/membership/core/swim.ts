@@ -9,10 +9,14 @@
  *   members to probe for it (`ping-req`). Without any ack by the end of the period it suspects
  *   the target.
  * - A suspected member refutes by raising its incarnation and gossiping `alive`. Probes of a
- *   suspect member carry the suspicion (Lifeguard's buddy rule), so it learns of it quickly.
+ *   suspect member carry the suspicion (Lifeguard's buddy rule), so it learns of it quickly. A
+ *   member hearing a claim it knows to be outdated answers the sender with the newer `alive`
+ *   (a correction), and open suspicions are gossiped again every two probe periods, so an
+ *   observer that missed every copy of a refutation is still repaired before its timeout.
  * - A suspicion times out after max(min, max − (max − min)·log(c + 1)/log(k + 1)) ticks, where c
  *   counts the distinct members that confirmed it and k the confirmations expected; min scales
- *   with log10 of the cluster size. Then the member is declared `dead`.
+ *   with log10 of the cluster size. Only gossiped suspicions confirm, never push-pull records.
+ *   Then the member is declared `dead`.
  * - Updates ride on every ping, ping-req and ack, each retransmitted about λ·log(n) times.
  * - A full-state `push-pull` runs on join, periodically with a random live member (anti-entropy),
  *   and periodically with a random dead one, so both sides of a healed partition refute and
@@ -29,6 +33,7 @@
  */
 import type { Rng } from "../../common/index.ts";
 import type {
+  Ack,
   AliveUpdate,
   DeadUpdate,
   LeftUpdate,
@@ -49,7 +54,7 @@ import type {
   SwimConfig,
   Ticks,
 } from "./types.ts";
-import { BroadcastQueue } from "./broadcasts.ts";
+import { BroadcastQueue, updateSubject } from "./broadcasts.ts";
 import {
   headerBytes,
   isEncodableString,
@@ -94,6 +99,10 @@ export interface Ready {
 
 interface Suspicion {
   readonly startedAt: Ticks;
+  /** Who suspected first; the suspicion is re-announced in its name. */
+  readonly origin: MemberId;
+  /** When the suspicion was last queued for gossip. */
+  announcedAt: Ticks;
   readonly confirmers: Set<MemberId>;
   readonly k: number;
   readonly minTicks: number;
@@ -121,6 +130,7 @@ interface Relay {
   readonly to: string;
   readonly seq: number;
   readonly expiresAt: Ticks;
+  readonly target: MemberId;
 }
 
 const isLive = (s: MemberState): boolean => s === "alive" || s === "suspect";
@@ -150,6 +160,12 @@ export class Swim {
   #seq = 0;
   readonly #relays = new Map<number, Relay>();
   #pushPullReplies = 0;
+  /**
+   * While a datagram is handled: what its sender believes that we know to be outdated (a
+   * suspicion or death of a member, this one included, that has since refuted it). The sender
+   * gets our newer `alive` back directly, since the refutation's own retransmissions may be spent.
+   */
+  #corrections = new Map<MemberId, AliveUpdate>();
 
   #messages: Outgoing[] = [];
   #events: MemberEvent[] = [];
@@ -246,13 +262,17 @@ export class Swim {
     const left: Update = { kind: "left", id: this.#self.id, incarnation: this.#incarnation };
     for (const e of this.#members.values()) {
       if (!isLive(e.state)) continue;
-      this.#send(e.meta.rpcAddr, {
-        type: "ping",
-        ...this.#header(),
-        seq: this.#nextSeq(),
-        target: e.meta.id,
-        gossip: [left],
-      });
+      this.#send(
+        e.meta.rpcAddr,
+        {
+          type: "ping",
+          ...this.#header(),
+          seq: this.#nextSeq(),
+          target: e.meta.id,
+          gossip: [left],
+        },
+        e.meta.id,
+      );
     }
   }
 
@@ -273,6 +293,24 @@ export class Swim {
   /** Handles one decoded datagram that arrived from `fromAddr`. */
   handle(fromAddr: string, m: Message): void {
     if (this.#leaving || m.from === this.#self.id) return;
+    this.#corrections.clear();
+    this.#dispatch(fromAddr, m);
+    // A ping's ack already carried the corrections; a push-pull answer carries full state.
+    if (this.#corrections.size > 0 && m.type !== "ping" && m.type !== "push-pull") {
+      const gossip = fitting(
+        [...this.#corrections.values()],
+        MAX_DATAGRAM_BYTES - headerBytes(this.#self.id) - 1,
+      );
+      this.#send(fromAddr, { type: "gossip", ...this.#header(), gossip }, m.from);
+    }
+    this.#corrections.clear();
+  }
+
+  #aliveSelf(): AliveUpdate {
+    return { kind: "alive", incarnation: this.#incarnation, meta: this.#self };
+  }
+
+  #dispatch(fromAddr: string, m: Message): void {
     if (m.type === "refuse") {
       this.#errors.push(this.#mismatch(m.totalShards, m.from, fromAddr));
       return;
@@ -285,23 +323,30 @@ export class Swim {
       return;
     }
     switch (m.type) {
-      case "ping":
+      case "ping": {
         this.#handleGossip(m.gossip);
         if (m.target !== this.#self.id) return; // meant for a previous owner of this address
-        this.#send(fromAddr, { type: "ack", ...this.#header(), seq: m.seq, gossip: [] });
+        const ack: Ack = { type: "ack", ...this.#header(), seq: m.seq, gossip: [] };
+        const room = MAX_DATAGRAM_BYTES - messageBytesWithoutGossip(ack);
+        this.#send(
+          fromAddr,
+          { ...ack, gossip: fitting([...this.#corrections.values()], room) },
+          m.from,
+        );
         return;
+      }
       case "ping-req": {
         this.#handleGossip(m.gossip);
         const seq = this.#nextSeq();
         const expiresAt = ticks(this.#now + this.#config.probeIntervalTicks);
-        this.#relays.set(seq, { to: fromAddr, seq: m.seq, expiresAt });
-        this.#send(m.targetAddr, {
-          type: "ping",
-          ...this.#header(),
-          seq,
-          target: m.target,
-          gossip: [],
-        });
+        this.#relays.set(seq, { to: fromAddr, seq: m.seq, expiresAt, target: m.target });
+        // Pass a suspicion of the target on with the ping, so it can refute (buddy rule).
+        const buddy = m.gossip.filter((u) => u.kind === "suspect" && u.id === m.target);
+        this.#send(
+          m.targetAddr,
+          { type: "ping", ...this.#header(), seq, target: m.target, gossip: buddy.slice(0, 1) },
+          m.target,
+        );
         return;
       }
       case "ack": {
@@ -313,7 +358,14 @@ export class Swim {
         const relay = this.#relays.get(m.seq);
         if (relay !== undefined) {
           this.#relays.delete(m.seq);
-          this.#send(relay.to, { type: "ack", ...this.#header(), seq: relay.seq, gossip: [] });
+          // Our record of the target rides along: if the requester suspects it at an older
+          // incarnation, this clears the suspicion now.
+          const target = this.#members.get(relay.target);
+          const gossip: Update[] =
+            target?.state === "alive"
+              ? [{ kind: "alive", incarnation: target.incarnation, meta: target.meta }]
+              : [];
+          this.#send(relay.to, { type: "ack", ...this.#header(), seq: relay.seq, gossip });
         }
         return;
       }
@@ -368,22 +420,19 @@ export class Swim {
       acked: false,
     };
     // Buddy rule: a suspect member hears of its suspicion from whoever probes it.
-    const buddy: Update[] =
-      target.state === "suspect"
-        ? [
-            {
-              kind: "suspect",
-              id: target.meta.id,
-              incarnation: target.incarnation,
-              from: this.#self.id,
-            },
-          ]
-        : [];
+    const buddy = this.#buddyFor(target);
     this.#send(
       target.meta.rpcAddr,
       { type: "ping", ...this.#header(), seq, target: target.meta.id, gossip: buddy },
       target.meta.id,
     );
+  }
+
+  /** The suspicion of `target` to hand it with a probe, if this member suspects it. */
+  #buddyFor(target: Entry): Update[] {
+    if (target.state !== "suspect") return [];
+    const id = target.meta.id;
+    return [{ kind: "suspect", id, incarnation: target.incarnation, from: this.#self.id }];
   }
 
   /** Randomized round-robin: every live member once per round, in a fresh random order. */
@@ -418,15 +467,20 @@ export class Swim {
     for (const e of this.#members.values()) {
       if (e.state === "alive" && e.meta.id !== probe.target) helpers.push(e);
     }
+    const buddy = this.#buddyFor(target);
     for (const helper of pickRandom(helpers, this.#config.indirectChecks, this.#rng)) {
-      this.#send(helper.meta.rpcAddr, {
-        type: "ping-req",
-        ...this.#header(),
-        seq: probe.seq,
-        target: probe.target,
-        targetAddr: target.meta.rpcAddr,
-        gossip: [],
-      });
+      this.#send(
+        helper.meta.rpcAddr,
+        {
+          type: "ping-req",
+          ...this.#header(),
+          seq: probe.seq,
+          target: probe.target,
+          targetAddr: target.meta.rpcAddr,
+          gossip: buddy,
+        },
+        helper.meta.id,
+      );
     }
   }
 
@@ -438,7 +492,11 @@ export class Swim {
     const peers: Entry[] = [];
     for (const e of this.#members.values()) if (isLive(e.state)) peers.push(e);
     for (const peer of pickRandom(peers, this.#config.gossipFanout, this.#rng)) {
-      this.#send(peer.meta.rpcAddr, { type: "gossip", ...this.#header(), gossip: [] });
+      this.#send(
+        peer.meta.rpcAddr,
+        { type: "gossip", ...this.#header(), gossip: [] },
+        peer.meta.id,
+      );
     }
   }
 
@@ -451,6 +509,8 @@ export class Swim {
     const expected = this.#config.suspicionMult - 2;
     return {
       startedAt: this.#now,
+      origin: from,
+      announcedAt: this.#now,
       confirmers: new Set([from]),
       k: n - 2 < expected ? 0 : expected,
       minTicks,
@@ -458,12 +518,26 @@ export class Swim {
     };
   }
 
+  /**
+   * Declares dead the suspects whose time is up. A suspicion still open after two probe periods
+   * is gossiped again: whoever has since seen the member refute answers with a correction, which
+   * repairs an observer that missed every retransmission of the refutation.
+   */
   #maybeTimeOutSuspicions(): void {
     for (const id of [...this.#suspects]) {
       const e = this.#members.get(id);
       if (e === undefined || e.suspicion === null) continue;
-      if (this.#now - e.suspicion.startedAt >= suspicionTimeout(e.suspicion)) {
+      const s = e.suspicion;
+      if (this.#now - s.startedAt >= suspicionTimeout(s)) {
         this.#handleDead({ kind: "dead", id, incarnation: e.incarnation, from: this.#self.id });
+      } else if (this.#now - s.announcedAt >= 2 * this.#config.probeIntervalTicks) {
+        s.announcedAt = this.#now;
+        this.#broadcasts.enqueue({
+          kind: "suspect",
+          id,
+          incarnation: e.incarnation,
+          from: s.origin,
+        });
       }
     }
   }
@@ -520,7 +594,11 @@ export class Swim {
         return;
       case "suspect":
       case "dead":
-        this.#handleSuspect({ kind: "suspect", id, incarnation: r.incarnation, from: sender });
+        // A record says what the sender believes, not that it probed: no confirmation.
+        this.#handleSuspect(
+          { kind: "suspect", id, incarnation: r.incarnation, from: sender },
+          false,
+        );
         return;
       case "left":
         this.#handleLeft({ kind: "left", id, incarnation: r.incarnation });
@@ -617,15 +695,21 @@ export class Swim {
     }
   }
 
-  #handleSuspect(u: SuspectUpdate): void {
+  /**
+   * `confirms`: whether `u.from` vouches for the suspicion (it probed, or it is gossip of such a
+   * verdict). Lifeguard counts only independent confirmations; a push-pull record is not one.
+   */
+  #handleSuspect(u: SuspectUpdate, confirms = true): void {
     if (u.id === this.#self.id) {
       this.#refute(u.incarnation);
       return;
     }
     const e = this.#members.get(u.id);
-    if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
+    if (e === undefined) return;
+    this.#maybeCorrect(e, u.incarnation);
+    if (u.incarnation < e.incarnation || !isLive(e.state)) return;
     if (e.state === "suspect" && e.suspicion !== null && u.incarnation === e.incarnation) {
-      if (e.suspicion.confirmers.has(u.from)) return;
+      if (!confirms || e.suspicion.confirmers.has(u.from)) return;
       e.suspicion.confirmers.add(u.from);
       this.#broadcasts.enqueue(u);
       return;
@@ -644,7 +728,9 @@ export class Swim {
       return;
     }
     const e = this.#members.get(u.id);
-    if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
+    if (e === undefined) return;
+    this.#maybeCorrect(e, u.incarnation);
+    if (u.incarnation < e.incarnation || !isLive(e.state)) return;
     e.incarnation = u.incarnation;
     this.#setState(u.id, e, "dead");
     this.#broadcasts.enqueue(u);
@@ -664,11 +750,25 @@ export class Swim {
     this.#emit("left", u.id);
   }
 
-  /** Someone said something about us that is false: outbid it. */
+  /** A claim against `e` at incarnation `heard` is outdated if we know `e` alive since. */
+  #maybeCorrect(e: Entry, heard: Incarnation): void {
+    if (e.state === "alive" && heard < e.incarnation) {
+      this.#corrections.set(e.meta.id, { kind: "alive", incarnation: e.incarnation, meta: e.meta });
+    }
+  }
+
+  /**
+   * Someone said something about us that is false: outbid it. A claim about an older incarnation
+   * was already refuted; its sender only needs to hear our current one (see handle()).
+   */
   #refute(heard: Incarnation): void {
+    if (heard < this.#incarnation) {
+      this.#corrections.set(this.#self.id, this.#aliveSelf());
+      return;
+    }
     const next = Math.min(Math.max(this.#incarnation, heard) + 1, MAX_INCARNATION);
     this.#incarnation = incarnation(next);
-    this.#broadcasts.enqueue({ kind: "alive", incarnation: this.#incarnation, meta: this.#self });
+    this.#broadcasts.enqueue(this.#aliveSelf());
   }
 
   #setState(id: MemberId, e: Entry, state: MemberState): void {
@@ -693,15 +793,24 @@ export class Swim {
     return this.#seq;
   }
 
-  /** Queues a datagram, filling the room left in it with piggybacked updates. */
-  #send(to: string, m: Message, exclude: MemberId | null = null): void {
+  /**
+   * Queues a datagram, filling the room left in it with piggybacked updates. `receiver` is the
+   * member the datagram goes to, if known: telling a member that it is alive is a wasted send
+   * (suspicions about it are not: they make it refute).
+   */
+  #send(to: string, m: Message, receiver: MemberId | null = null): void {
     if (m.type === "ping" || m.type === "ping-req" || m.type === "ack" || m.type === "gossip") {
       const carried = m.gossip.reduce((sum, u) => sum + updateBytes(u), 0);
+      const present = new Set(m.gossip.map(updateSubject));
       const budget = MAX_DATAGRAM_BYTES - messageBytesWithoutGossip(m) - carried;
       const limit = this.#config.retransmitMult * Math.ceil(Math.log10(this.liveCount + 1));
-      const extra = this.#broadcasts.take(budget, limit, exclude);
+      const extra = this.#broadcasts.take(
+        budget,
+        limit,
+        (u) => present.has(updateSubject(u)) || (u.kind === "alive" && u.meta.id === receiver),
+      );
       if (extra.length > 0) m = { ...m, gossip: [...m.gossip, ...extra] };
-      else if (m.type === "gossip") return;
+      else if (m.type === "gossip" && m.gossip.length === 0) return;
     }
     this.#messages.push({ to, message: m });
   }
@@ -734,6 +843,19 @@ function sameMeta(a: MemberMeta, b: MemberMeta): boolean {
     a.httpAddr === b.httpAddr &&
     a.totalShards === b.totalShards
   );
+}
+
+/** The longest prefix of `updates` that fits in `budget` bytes. */
+function fitting(updates: readonly Update[], budget: number): Update[] {
+  const out: Update[] = [];
+  let left = budget;
+  for (const u of updates) {
+    const bytes = updateBytes(u);
+    if (bytes > left || out.length === 255) break;
+    out.push(u);
+    left -= bytes;
+  }
+  return out;
 }
 
 /** Up to `k` distinct items chosen uniformly (a partial Fisher–Yates; reorders `items`). */

@@ -446,19 +446,33 @@ class Simulation {
     }
   }
 
-  /** Every live member sees every other live member alive, and no crashed one as live. */
-  #isConverged(): boolean {
+  /**
+   * Every live member sees every other live member alive (with `knownOnly`: alive or suspect,
+   * i.e. the member list is complete; under heavy loss some member is nearly always suspected
+   * somewhere), and no crashed one as live.
+   */
+  #isConverged(knownOnly = false): boolean {
+    return this.#divergences(knownOnly, 1).length === 0;
+  }
+
+  /** Up to `limit` views that keep the cluster from being converged, e.g. `n1 sees n4 dead@3`. */
+  #divergences(knownOnly: boolean, limit: number): string[] {
+    const out: string[] = [];
     for (const o of this.#nodes) {
       const swim = o.swim;
       if (swim === null) continue;
       for (const x of this.#nodes) {
         if (x === o) continue;
-        const state = swim.member(x.id)?.state;
-        if (this.#isUp(x) ? state !== "alive" : state === "alive" || state === "suspect")
-          return false;
+        const view = swim.member(x.id);
+        const state = view?.state;
+        const live = state === "alive" || state === "suspect";
+        if (this.#isUp(x) ? !(state === "alive" || (knownOnly && live)) : live) {
+          out.push(`${o.id} sees ${x.id} ${state ?? "unknown"}@${view?.incarnation ?? "-"}`);
+          if (out.length >= limit) return out;
+        }
       }
     }
-    return true;
+    return out;
   }
 
   // ---- the director ---------------------------------------------------------------------------
@@ -476,7 +490,8 @@ class Simulation {
     const phase = this.#phase;
     switch (phase.kind) {
       case "bootstrap":
-        if (this.#isConverged()) {
+        // Formed once every member has started and every member knows every other.
+        if (this.#nodes.every((n) => this.#isUp(n)) && this.#isConverged(true)) {
           this.#result.bootstrapMs = this.#now;
           this.#end = this.#now + this.#o.minutes * 60_000;
           this.#trace(`cluster formed in ${this.#now} ms`);
@@ -534,7 +549,10 @@ class Simulation {
           this.#idle();
         } else if (this.#now - phase.since > HEAL_LIMIT_MS && !phase.late) {
           phase.late = true;
-          this.#violation(`no convergence within ${HEAL_LIMIT_MS} ms after the partition healed`);
+          this.#violation(
+            `no convergence within ${HEAL_LIMIT_MS} ms after the partition healed: ` +
+              this.#divergences(false, 5).join(", "),
+          );
         } else if (this.#now - phase.since > CONVERGENCE_LIMIT_MS) {
           this.#violation(`no convergence within ${CONVERGENCE_LIMIT_MS} ms after the heal`);
           this.#idle();
