@@ -3,9 +3,10 @@
  * gRPC on `rpc_addr` and the operators' HTTP on `http_addr`, shares one metrics registry and one
  * health checker between them, and shuts down gracefully.
  *
- * Start order: HTTP (so probes answer 503 during recovery) → storage recovery → gRPC. Stop
- * order: stop taking requests (gRPC, then HTTP), drain in-flight work within
- * `shutdown.drain_timeout_ms`, close the engines and the WAL.
+ * Start order: HTTP (so probes answer 503 during recovery) → storage recovery → gRPC → SWIM
+ * membership (UDP on the RPC port number). Stop order: leave the cluster gracefully, stop taking
+ * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
+ * engines and the WAL.
  */
 import { ClusterViewPublisher } from "../cluster/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
@@ -17,6 +18,11 @@ import {
   OpsHttpServer,
   type ShardHealth,
 } from "../ops/index.ts";
+import {
+  Membership,
+  type MemberView as SwimMember,
+  ShardCountMismatchError,
+} from "../membership/index.ts";
 import { MultiRaft } from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
 
@@ -34,6 +40,7 @@ export class CairnNode implements HealthSource {
   readonly #started = performance.now();
   #rpc: RpcServer | null = null;
   #http: OpsHttpServer | null = null;
+  #membership: Membership | null = null;
   #addresses: NodeAddresses = { rpc: "", http: "" };
   #stopping: Promise<void> | null = null;
   readonly #onFatal: (err: unknown) => void;
@@ -67,6 +74,7 @@ export class CairnNode implements HealthSource {
       await node.#startHttp();
       node.#store = await node.#openStore();
       await node.#startRpc();
+      await node.#startMembership();
     } catch (err) {
       await node.#closeAll(0);
       throw err;
@@ -169,15 +177,58 @@ export class CairnNode implements HealthSource {
     });
     const rpc = await this.#rpc.start();
     this.#addresses = { ...this.#addresses, rpc: formatHostPort(rpc) };
+  }
+
+  /**
+   * Starts SWIM on the RPC port number (UDP) and joins through the seeds in the background; the
+   * cluster view, `/health`'s `nodes` and the swim_* metrics follow its events. A seed that
+   * refuses this node's total_shards is fatal: the node must not serve a cluster it disagrees with.
+   */
+  async #startMembership(): Promise<void> {
+    const c = this.config;
+    const rpc = parseHostPort(this.#addresses.rpc, { allowUnspecified: true });
     const http = parseHostPort(this.#addresses.http, { allowUnspecified: true });
-    this.views.setMembers([
-      {
-        id: c.node_id,
-        rpc_addr: advertised(c.advertise_rpc_addr, rpc),
-        http_addr: http.ok ? advertised(c.advertise_http_addr, http.value) : c.advertise_http_addr,
-        state: "alive",
-      },
-    ]);
+    if (!rpc.ok || !http.ok) throw new Error("bound addresses are not host:port");
+    const bindHost = parseHostPort(c.rpc_addr, { allowPortZero: true, allowUnspecified: true });
+    const membership = await Membership.start({
+      nodeId: c.node_id,
+      bindAddr: formatHostPort({
+        host: bindHost.ok ? bindHost.value.host : rpc.value.host,
+        port: rpc.value.port,
+      }),
+      advertiseRpcAddr: advertised(c.advertise_rpc_addr, rpc.value),
+      advertiseHttpAddr: advertised(c.advertise_http_addr, http.value),
+      totalShards: c.cluster.total_shards,
+      seeds: c.cluster.seed_nodes,
+      metrics: this.metrics.membershipMetrics,
+      logger: this.#log.child("membership"),
+    });
+    this.#membership = membership;
+    const publish = (members: readonly SwimMember[]): void =>
+      this.views.setMembers(
+        members.map((m) => ({
+          id: m.meta.id,
+          rpc_addr: m.meta.rpcAddr,
+          http_addr: m.meta.httpAddr,
+          state: m.state === "left" ? "dead" : m.state,
+        })),
+      );
+    if (c.cluster.seed_nodes.length > 0) {
+      this.#log.warn(
+        "cluster membership is on, but shards are not replicated across nodes yet: every node keeps its own shards",
+        { seeds: c.cluster.seed_nodes },
+      );
+    }
+    membership.onEvent((e) => publish(e.members));
+    publish(membership.members());
+    membership.join().catch((err: unknown) => {
+      if (err instanceof ShardCountMismatchError) {
+        this.#log.error("the cluster refused this node", { error: err.message });
+        this.#onFatal(err);
+      } else if ((err as { code?: string }).code !== "CAIRN_ERR_MEMBERSHIP_CLOSED") {
+        this.#log.error("joining the cluster failed", { error: (err as Error).message });
+      }
+    });
   }
 
   // ── health (shared with the HTTP server) ─────────────────────────────────────────────────────
@@ -233,6 +284,8 @@ export class CairnNode implements HealthSource {
 
   async #closeAll(drainMs: number): Promise<void> {
     const started = performance.now();
+    // Tell the cluster first, so peers stop routing here while we drain.
+    await this.#membership?.leave().catch(() => undefined);
     await this.#rpc?.close(drainMs);
     const left = Math.max(0, drainMs - (performance.now() - started));
     await this.#http?.close(left);

@@ -1,0 +1,105 @@
+/**
+ * SWIM inside real nodes: two `cairn serve` processes find each other through a seed, report each
+ * other in /health and swim_cluster_size, and one sees the other dead after a SIGKILL. A node
+ * whose total_shards differs is refused and stops.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { type ServerProcess, startServer } from "../support/server-process.ts";
+
+let dir: string;
+
+interface Member {
+  id: string;
+  state: string;
+}
+
+async function members(server: ServerProcess): Promise<Member[]> {
+  const report = (await (await fetch(`http://${server.http}/health`)).json()) as {
+    nodes: Member[];
+  };
+  return report.nodes;
+}
+
+async function metric(server: ServerProcess, name: string): Promise<number> {
+  const text = await (await fetch(`http://${server.http}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+  return Number(line?.split(" ")[1]);
+}
+
+/** Polls `check` (bounded) until it returns true; the nodes act on their own timers meanwhile. */
+async function eventually(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`not within ${timeoutMs} ms: ${what}`);
+}
+
+describe("membership in the node, end to end", () => {
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "cairn-e2e-swim-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("joins through a seed, reports members, and detects a killed member", async () => {
+    const a = await startServer({ dataDir: join(dir, "a"), args: ["--node-id", "a"] });
+    let b: ServerProcess | null = null;
+    try {
+      b = await startServer({
+        dataDir: join(dir, "b"),
+        args: ["--node-id", "b", "--seed-nodes", a.rpc],
+      });
+      const bb = b;
+      for (const node of [a, bb]) {
+        await eventually("both members alive on both nodes", async () => {
+          const m = await members(node);
+          return m.length === 2 && m.every((x) => x.state === "alive");
+        });
+        assert.equal(await metric(node, "swim_cluster_size"), 2);
+      }
+      assert.deepEqual((await members(a)).map((m) => m.id).sort(), ["a", "b"]);
+      assert.ok(bb.lines.some((l) => l.includes("shards are not replicated across nodes yet")));
+
+      bb.proc.kill("SIGKILL");
+      await bb.exited;
+      await eventually("a declares b dead", async () =>
+        (await members(a)).some((m) => m.id === "b" && m.state === "dead"),
+      );
+      assert.equal(await metric(a, "swim_cluster_size"), 1);
+      assert.equal(await metric(a, "swim_failed_members_total"), 1);
+    } finally {
+      await b?.stop("SIGKILL");
+      await a.stop();
+    }
+  });
+
+  it("refuses a node whose total_shards differs from the cluster's", async () => {
+    const a = await startServer({ dataDir: join(dir, "c"), args: ["--node-id", "c"] });
+    try {
+      const odd = await startServer({
+        dataDir: join(dir, "d"),
+        args: ["--node-id", "d", "--seed-nodes", a.rpc],
+        env: { CAIRN_CLUSTER_TOTAL_SHARDS: "128" },
+      });
+      const exit = await odd.exited;
+      assert.equal(exit.code, 1);
+      assert.ok(
+        odd.lines.some((l) => l.includes("refused") && l.includes("total_shards")),
+        odd.lines.join("\n"),
+      );
+    } finally {
+      await a.stop();
+    }
+  });
+});
