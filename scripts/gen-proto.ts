@@ -26,13 +26,14 @@ function generate(dir: string): void {
       "--grpcLib=@grpc/grpc-js",
       "--targetFileExtension=.ts",
       "--importFileExtension=.ts",
+      // Relative to the repository root: the generated files name the .proto they come from.
       "-I",
-      join(root, "proto"),
+      "proto",
       "-O",
       dir,
       ...protos,
     ],
-    { stdio: ["ignore", "ignore", "inherit"] },
+    { cwd: root, stdio: ["ignore", "ignore", "inherit"] },
   );
 }
 

@@ -1,4 +1,4 @@
-// Original file: /work/main/proto/cairn/v1/meta.proto
+// Original file: proto/cairn/v1/meta.proto
 
 import type { Member as _cairn_v1_Member, Member__Output as _cairn_v1_Member__Output } from '../../cairn/v1/Member.ts';
 import type { ShardInfo as _cairn_v1_ShardInfo, ShardInfo__Output as _cairn_v1_ShardInfo__Output } from '../../cairn/v1/ShardInfo.ts';

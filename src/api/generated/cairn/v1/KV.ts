@@ -1,4 +1,4 @@
-// Original file: /work/main/proto/cairn/v1/kv.proto
+// Original file: proto/cairn/v1/kv.proto
 
 import type * as grpc from '@grpc/grpc-js'
 import type { MethodDefinition } from '@grpc/proto-loader'

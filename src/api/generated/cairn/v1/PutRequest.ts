@@ -1,4 +1,4 @@
-// Original file: /work/main/proto/cairn/v1/kv.proto
+// Original file: proto/cairn/v1/kv.proto
 
 import type { Version as _cairn_v1_Version, Version__Output as _cairn_v1_Version__Output } from '../../cairn/v1/Version.ts';
 

@@ -1,4 +1,4 @@
-// Original file: /work/main/proto/cairn/v1/kv.proto
+// Original file: proto/cairn/v1/kv.proto
 
 import type { Consistency as _cairn_v1_Consistency, Consistency__Output as _cairn_v1_Consistency__Output } from '../../cairn/v1/Consistency.ts';
 

@@ -1,4 +1,4 @@
-// Original file: /work/main/proto/cairn/v1/kv.proto
+// Original file: proto/cairn/v1/kv.proto
 
 import type { KeyValue as _cairn_v1_KeyValue, KeyValue__Output as _cairn_v1_KeyValue__Output } from '../../cairn/v1/KeyValue.ts';
 

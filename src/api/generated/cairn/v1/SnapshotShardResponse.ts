@@ -1,4 +1,4 @@
-// Original file: /work/main/proto/cairn/v1/admin.proto
+// Original file: proto/cairn/v1/admin.proto
 
 import type { Long } from '@grpc/proto-loader';
 
