@@ -256,7 +256,7 @@ export class MultiRaft {
       leader: st.lead,
       term: st.term,
       commit: st.commit,
-      applied: st.applied,
+      applied: s.sm.appliedIndex,
       leaderChanges: s.leaderChanges,
       voters: st.conf.voters,
     };
