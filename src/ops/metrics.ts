@@ -80,6 +80,10 @@ export class CairnMetrics {
 
   readonly #kvRequests: Counter<"operation" | "status">;
   readonly #kvDuration: Histogram<"operation" | "status" | "result">;
+  readonly #kvSeries = new Map<
+    string,
+    { requests: { inc(): void }; duration: { observe(v: number): void } }
+  >();
   readonly #compaction: Histogram<"level" | "result">;
   readonly #memtable: Gauge<"shard_id">;
   readonly #sstables: Gauge<"level" | "shard_id">;
@@ -239,9 +243,19 @@ export class CairnMetrics {
     if (isGetSuccess && result === undefined) {
       throw new TypeError("recordKv: a successful get needs its result (found or not_found)");
     }
-    this.#kvRequests.inc({ operation, status });
     const label = isGetSuccess ? (result ?? "") : "";
-    this.#kvDuration.observe({ operation, status, result: label }, ms);
+    // Labelled children are cached: resolving labels on every call costs more than the update.
+    const key = `${operation}|${status}|${label}`;
+    let series = this.#kvSeries.get(key);
+    if (series === undefined) {
+      series = {
+        requests: this.#kvRequests.labels({ operation, status }),
+        duration: this.#kvDuration.labels({ operation, status, result: label }),
+      };
+      this.#kvSeries.set(key, series);
+    }
+    series.requests.inc();
+    series.duration.observe(ms);
   }
 
   /** A shard became active here: its series appear at zero (shard 0 at start). */
