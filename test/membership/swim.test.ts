@@ -149,7 +149,8 @@ describe("SWIM core", () => {
       target: memberId("old-owner"),
       gossip: [],
     });
-    assert.deepEqual(swim.takeReady().messages, []);
+    const acks = () => swim.takeReady().messages.filter((o) => o.message.type === "ack");
+    assert.deepEqual(acks(), []);
     swim.handle("b.test:7447", {
       type: "ping",
       from: memberId("b"),
@@ -158,9 +159,26 @@ describe("SWIM core", () => {
       target: memberId("a"),
       gossip: [],
     });
-    const [ack] = swim.takeReady().messages;
+    const [ack] = acks();
     assert.equal(ack?.to, "b.test:7447");
     assert.equal(describeMessage(ack?.message ?? assert.fail()), "ack a seq=2");
+  });
+
+  it("introduces itself, once, to a sender it does not know", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    const ping = (seq: number): Message => ({
+      type: "ping",
+      from: memberId("z"),
+      totalShards: 1024,
+      seq,
+      target: memberId("a"),
+      gossip: [],
+    });
+    const types = () => swim.takeReady().messages.map((o) => `${o.message.type}→${o.to}`);
+    swim.handle("z.test:7447", ping(1));
+    assert.deepEqual(types(), ["push-pull→z.test:7447", "ack→z.test:7447"]);
+    swim.handle("z.test:7447", ping(2));
+    assert.deepEqual(types(), ["ack→z.test:7447"], "not again within five probe periods");
   });
 
   it("keeps incarnations monotonic against stale gossip", () => {
@@ -326,7 +344,9 @@ describe("SWIM core: suspicion confirmations and corrections", () => {
     swim.takeReady();
     swim.handle("y.test:7447", from("y", [suspect("b", 1, "y")]));
     assert.equal(swim.member(memberId("b"))?.state, "alive");
-    const replies = swim.takeReady().messages.filter((o) => o.to === "y.test:7447");
+    const replies = swim
+      .takeReady()
+      .messages.filter((o) => o.to === "y.test:7447" && o.message.type === "gossip");
     assert.deepEqual(
       replies.map((o) => describeMessage(o.message)),
       ["gossip a +[alive(b@3 b.test:7447)]"],

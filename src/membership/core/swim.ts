@@ -20,7 +20,8 @@
  * - Updates ride on every ping, ping-req and ack, each retransmitted about λ·log(n) times.
  * - A full-state `push-pull` runs on join, periodically with a random live member (anti-entropy),
  *   and periodically with a random dead one, so both sides of a healed partition refute and
- *   reconverge. In a push-pull a remote `dead` only counts as `suspect`: stale state never kills.
+ *   reconverge; and with any sender this member does not know as live (an introduction). In a
+ *   push-pull a remote `dead` only counts as `suspect`: stale state never kills.
  * - Dead and left members stay as tombstones for tombstoneTicks, then are forgotten.
  *
  * Invariants:
@@ -160,6 +161,8 @@ export class Swim {
   #seq = 0;
   readonly #relays = new Map<number, Relay>();
   #pushPullReplies = 0;
+  /** Senders recently answered with a push-pull because we did not know them as live. */
+  readonly #introduced = new Map<MemberId, Ticks>();
   /**
    * While a datagram is handled: what its sender believes that we know to be outdated (a
    * suspicion or death of a member, this one included, that has since refuted it). The sender
@@ -282,6 +285,9 @@ export class Swim {
     for (const [seq, relay] of this.#relays) {
       if (relay.expiresAt <= this.#now) this.#relays.delete(seq);
     }
+    for (const [id, until] of this.#introduced) {
+      if (until <= this.#now) this.#introduced.delete(id);
+    }
     if (this.#leaving) return;
     this.#maybeProbe();
     this.#maybeGossip();
@@ -306,6 +312,19 @@ export class Swim {
     this.#corrections.clear();
   }
 
+  /**
+   * A member we do not know as live is talking to us: we missed its join (or its refutation).
+   * A full-state exchange fixes both views at once instead of waiting for anti-entropy. At most
+   * once per sender every five probe periods.
+   */
+  #maybeIntroduce(fromAddr: string, from: MemberId): void {
+    const e = this.#members.get(from);
+    if ((e !== undefined && isLive(e.state)) || this.#introduced.has(from)) return;
+    if (this.#introduced.size >= 64) return;
+    this.#introduced.set(from, ticks(this.#now + 5 * this.#config.probeIntervalTicks));
+    this.#sendPushPull(fromAddr, { reply: false, join: false });
+  }
+
   #aliveSelf(): AliveUpdate {
     return { kind: "alive", incarnation: this.#incarnation, meta: this.#self };
   }
@@ -322,6 +341,7 @@ export class Swim {
       }
       return;
     }
+    if (m.type !== "push-pull") this.#maybeIntroduce(fromAddr, m.from);
     switch (m.type) {
       case "ping": {
         this.#handleGossip(m.gossip);
