@@ -246,10 +246,6 @@ export class ShardReplica {
   get pendingOperations(): number {
     return this.#inbox.length + this.#proposals.size + this.#reads.size;
   }
-
-  lastApplied(): LogIndex {
-    return this.raw.appliedIndex;
-  }
 }
 
 function encodeReadId(id: number): Uint8Array {
