@@ -4,7 +4,7 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
-import type { Entry, LogIndex, NodeId, Ready, Role, Term } from "../raft/index.ts";
+import type { Entry, NodeId, Ready, Role, Term } from "../raft/index.ts";
 import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../raft/index.ts";
 import type { ApplyOutcome, KvStateMachine } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
