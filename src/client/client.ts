@@ -13,12 +13,9 @@
  * after being sent is reported as `IndeterminateWriteError` and never retried.
  */
 import { ChannelCredentials, type Client, type ServiceError, status } from "@grpc/grpc-js";
-import {
-  CURRENT_VERSION_KEY,
-  ERROR_CODE_KEY,
-  LEADER_HINT_KEY,
-  loadCairnProto,
-} from "../api/index.ts";
+// proto.ts, not the api index: the index pulls in the whole server, which would triple the
+// start-up time of every `cairn` client command.
+import { loadCairnProto } from "../api/proto.ts";
 import type { AdminClient } from "../api/generated/cairn/v1/Admin.ts";
 import type { ClusterView__Output } from "../api/generated/cairn/v1/ClusterView.ts";
 import type { KVClient } from "../api/generated/cairn/v1/KV.ts";
@@ -108,6 +105,11 @@ interface Connection {
 }
 
 type Kind = "read" | "write";
+
+/** Trailing metadata of the wire contract (docs/errors.md); the server sets them in src/api/errors.ts. */
+const LEADER_HINT_KEY = "cairn-leader";
+const CURRENT_VERSION_KEY = "cairn-current-version";
+const ERROR_CODE_KEY = "cairn-error-code";
 
 const { proto } = loadCairnProto();
 const v1 = proto.cairn.v1;
