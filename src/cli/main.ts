@@ -24,6 +24,7 @@ Commands:
   health            a node's health report (HTTP)
   metrics           a node's Prometheus metrics (HTTP)
   snapshot SHARD    snapshot a shard and compact its Raft log
+  bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
   serve             run a node
   version           print the version
 
@@ -88,6 +89,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return (await ops()).metrics(rest, PROCESS_IO);
     case "snapshot":
       return (await ops()).snapshot(rest, PROCESS_IO);
+    case "bench":
+      return (await import("./bench.ts")).bench(rest, PROCESS_IO);
     default:
       process.stderr.write(`cairn: unknown command ${JSON.stringify(command)}\n\n${HELP}`);
       return 2;

@@ -65,6 +65,11 @@ export interface CairnClientOptions {
   readonly maxBackoffMs?: number;
   /** Follow WatchCluster to send each key to its shard's leader. Default true. */
   readonly routing?: boolean;
+  /**
+   * Extra grpc-js channel options. `{"grpc.use_local_subchannel_pool": 1}` gives this client its
+   * own connections instead of sharing them with other clients of the same address.
+   */
+  readonly channelOptions?: Readonly<Record<string, string | number>>;
   /** Injected randomness for jitter (tests); default Math.random. */
   readonly random?: () => number;
 }
@@ -127,6 +132,7 @@ export class CairnClient {
   readonly #initialBackoffMs: number;
   readonly #maxBackoffMs: number;
   readonly #random: () => number;
+  readonly #channelOptions: Record<string, string | number>;
   readonly #connections = new Map<string, Connection>();
   #next = 0;
   #closed = false;
@@ -142,6 +148,7 @@ export class CairnClient {
     this.#initialBackoffMs = options.initialBackoffMs ?? 20;
     this.#maxBackoffMs = options.maxBackoffMs ?? 1000;
     this.#random = options.random ?? Math.random;
+    this.#channelOptions = { ...CHANNEL_OPTIONS, ...options.channelOptions };
     if (options.routing ?? true) this.#startRouting(0);
   }
 
@@ -304,7 +311,7 @@ export class CairnClient {
     let c = this.#connections.get(address);
     if (c === undefined) {
       // Reconnect quickly after a node restarts: grpc-js's default backoff grows to 120 s.
-      const kv = new v1.KV(address, ChannelCredentials.createInsecure(), CHANNEL_OPTIONS);
+      const kv = new v1.KV(address, ChannelCredentials.createInsecure(), this.#channelOptions);
       // One channel per address, shared by the three services.
       const shared = { channelOverride: (kv as Client).getChannel() };
       c = {

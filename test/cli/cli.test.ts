@@ -307,6 +307,7 @@ describe("cairn errors and help", () => {
       "health",
       "metrics",
       "snapshot",
+      "bench",
       "serve",
     ];
     const runs = await Promise.all(commands.map((c) => cairn([c, "--help"])));
