@@ -168,7 +168,9 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
         const end = measureFrom + durationS * 1000;
         let issued = 0;
         let measuredOps = 0;
-        let cpuAtMeasure: NodeJS.CpuUsage | null = null;
+        // This process's CPU use is counted from the end of the warm-up.
+        let cpuAtMeasure: NodeJS.CpuUsage | null = warmupS === 0 ? process.cpuUsage() : null;
+        const cpuTimer = setTimeout(() => (cpuAtMeasure = process.cpuUsage()), warmupS * 1000);
         progress.phase("run", () => {
           const now = performance.now();
           if (now < measureFrom) return `warm-up ${((measureFrom - now) / 1000).toFixed(0)} s left`;
@@ -199,7 +201,6 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
               }
               const done = performance.now();
               if (scheduled < measureFrom) continue;
-              if (cpuAtMeasure === null) cpuAtMeasure = process.cpuUsage();
               if (done > end) return;
               measuredOps++;
               if (failed !== null) {
@@ -211,6 +212,7 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
             }
           }),
         );
+        clearTimeout(cpuTimer);
         const cpu = process.cpuUsage(cpuAtMeasure ?? undefined);
         const measuredS = Math.max(0.001, (Math.min(performance.now(), end) - measureFrom) / 1000);
         progress.done("");

@@ -110,8 +110,8 @@ export function checkHostPort(e: string, flag: string): void {
     throw new UsageError(`${flag}: ${JSON.stringify(e)} is not HOST:PORT`);
 }
 
-export function clientFor(g: Globals): CairnClient {
-  return new CairnClient({ endpoints: g.endpoints, timeoutMs: g.timeoutMs });
+export function clientFor(g: Globals, routing = true): CairnClient {
+  return new CairnClient({ endpoints: g.endpoints, timeoutMs: g.timeoutMs, routing });
 }
 
 /** "INDEX/TERM" → version. */
@@ -184,8 +184,11 @@ export interface CommandContext {
   readonly positionals: string[];
   readonly globals: Globals;
   readonly io: Io;
-  /** A client on the command's endpoints, closed when the command ends. */
-  client(): CairnClient;
+  /**
+   * A client on the command's endpoints, closed when the command ends. `routing: false` for
+   * commands that do not address keys (no WatchCluster stream of its own).
+   */
+  client(options?: { routing?: boolean }): CairnClient;
 }
 
 /**
@@ -213,7 +216,7 @@ export async function runCommand(
       positionals,
       globals: g,
       io,
-      client: () => (client ??= clientFor(g)),
+      client: (options) => (client ??= clientFor(g, options?.routing ?? true)),
     });
   } catch (err) {
     return reportError(io, name, err);

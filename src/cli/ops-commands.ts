@@ -232,7 +232,9 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
       const timer = setTimeout(stop, globals.timeoutMs);
       let seen = 0;
       try {
-        for await (const view of client().watchCluster({ signal: controller.signal })) {
+        for await (const view of client({ routing: false }).watchCluster({
+          signal: controller.signal,
+        })) {
           clearTimeout(timer);
           seen++;
           if (globals.output === "json") writeJson(io, jsonView(view));
@@ -309,7 +311,9 @@ export function snapshot(argv: readonly string[], io: Io): Promise<number> {
       const shard = Number(text);
       if (!/^\d+$/.test(text) || !Number.isSafeInteger(shard) || shard > 0xffffffff)
         throw new UsageError(`SHARD must be a shard number, not ${JSON.stringify(text)}`);
-      const res = await client().snapshotShard(shard, { endpoint: globals.endpoints[0] as string });
+      const res = await client({ routing: false }).snapshotShard(shard, {
+        endpoint: globals.endpoints[0] as string,
+      });
       if (globals.output === "json")
         writeJson(io, {
           shard_id: res.shardId,
