@@ -56,8 +56,38 @@ function version(): string {
   return `cairn ${pkg.version} (node ${process.version})`;
 }
 
+/** Options that may come before the command (`cairn --endpoints A put k v`), with a value. */
+const LEADING_OPTIONS = new Set([
+  "--endpoints",
+  "--http-endpoint",
+  "--output",
+  "-w",
+  "--write-out",
+  "--timeout",
+]);
+
+/** Moves options given before the command to after it, where the command parses them. */
+function hoistLeadingOptions(argv: readonly string[]): string[] {
+  const leading: string[] = [];
+  let i = 0;
+  while (i < argv.length) {
+    const a = argv[i] as string;
+    const name = a.split("=")[0] as string;
+    if (!LEADING_OPTIONS.has(name)) break;
+    if (a.includes("=")) {
+      leading.push(a);
+      i += 1;
+    } else {
+      leading.push(a, ...(i + 1 < argv.length ? [argv[i + 1] as string] : []));
+      i += 2;
+    }
+  }
+  if (leading.length === 0 || i >= argv.length) return [...argv];
+  return [argv[i] as string, ...argv.slice(i + 1), ...leading];
+}
+
 async function main(argv: readonly string[]): Promise<number> {
-  const [command, ...rest] = argv;
+  const [command, ...rest] = hoistLeadingOptions(argv);
   switch (command) {
     case undefined:
     case "-h":

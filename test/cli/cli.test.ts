@@ -94,6 +94,12 @@ describe("cairn put/get/delete", () => {
       `OK ${parsed.version.index}/`,
       put.out.slice(0, `OK ${parsed.version.index}/`.length),
     );
+    // Global options may also come before the command, as with etcdctl.
+    const leading = await cairn(["--endpoints", server.rpc, "-w", "json", "get", "greeting"], {
+      env: { CAIRN_ENDPOINTS: "127.0.0.1:1" },
+    });
+    assert.equal(leading.code, 0, leading.err);
+    assert.equal((JSON.parse(leading.out) as { value: string }).value, b64("hello"));
   });
 
   it("reads the value from stdin and from --file, bytes intact", async () => {
