@@ -175,7 +175,7 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
           const now = performance.now();
           if (now < measureFrom) return `warm-up ${((measureFrom - now) / 1000).toFixed(0)} s left`;
           const s = (now - measureFrom) / 1000;
-          return `${s.toFixed(0)}/${durationS} s  ${Math.round(measuredOps / Math.max(s, 0.001))} ops/s  errors ${sum(errors)}`;
+          return `${progress.bar(s / durationS)}${s.toFixed(0)}/${durationS} s  ${Math.round(measuredOps / Math.max(s, 0.001))} ops/s  errors ${sum(errors)}`;
         });
         await Promise.all(
           Array.from({ length: concurrency }, async (_, w) => {
@@ -346,6 +346,13 @@ class Progress {
       this.#tty ? 250 : 1000,
     );
     this.#timer.unref();
+  }
+
+  /** A bar of 20 cells for `fraction` on a terminal; nothing in plain lines. */
+  bar(fraction: number): string {
+    if (!this.#tty) return "";
+    const full = Math.max(0, Math.min(20, Math.round(fraction * 20)));
+    return `[${"#".repeat(full)}${".".repeat(20 - full)}] `;
   }
 
   done(message: string): void {
