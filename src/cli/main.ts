@@ -3,21 +3,48 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { serve } from "./serve.ts";
+import { PROCESS_IO } from "./io.ts";
+import type * as KvCommands from "./kv-commands.ts";
+import type * as OpsCommands from "./ops-commands.ts";
+
+// Commands are imported when run: the server's modules would slow every client command.
+const kv = (): Promise<typeof KvCommands> => import("./kv-commands.ts");
+const ops = (): Promise<typeof OpsCommands> => import("./ops-commands.ts");
 
 const HELP = `Usage: cairn <command> [options]
 
 Cairn: a distributed, sharded, replicated key-value store.
 
 Commands:
-  serve        run a node (cairn serve --help)
-  version      print the version
+  put KEY VALUE     store a value (from the argument, --file or stdin "-")
+  get KEY           print a value
+  delete KEY        delete a key
+  scan              list keys in order (--prefix P | --from A --to B, --limit N)
+  cluster           members and shard leaders (--watch to follow)
+  health            a node's health report (HTTP)
+  metrics           a node's Prometheus metrics (HTTP)
+  snapshot SHARD    snapshot a shard and compact its Raft log
+  bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
+  serve             run a node
+  version           print the version
+
+Every command takes --help. Client commands take --endpoints HOST:PORT,... (env CAIRN_ENDPOINTS,
+default 127.0.0.1:7447), --output text|json and --timeout MS; health and metrics take
+--http-endpoint HOST:PORT (env CAIRN_HTTP_ENDPOINT, default 127.0.0.1:8080).
 
 Options:
   -h, --help     show this help
   -v, --version  print the version
 
-Exit codes: 0 ok, 1 failure, 2 usage or configuration error.
+Exit codes of client commands: 0 ok, 1 not found, 2 usage, 3 unavailable, 4 compare-and-set
+conflict, 5 other server error, 6 write outcome unknown. serve: 0 clean shutdown, 1 failure,
+2 bad configuration.
+
+Examples:
+  cairn put greeting hello
+  cairn get greeting
+  cairn scan --prefix user/ --limit 10 --output json
+  cairn --help
 `;
 
 function version(): string {
@@ -29,8 +56,38 @@ function version(): string {
   return `cairn ${pkg.version} (node ${process.version})`;
 }
 
+/** Options that may come before the command (`cairn --endpoints A put k v`), with a value. */
+const LEADING_OPTIONS = new Set([
+  "--endpoints",
+  "--http-endpoint",
+  "--output",
+  "-w",
+  "--write-out",
+  "--timeout",
+]);
+
+/** Moves options given before the command to after it, where the command parses them. */
+function hoistLeadingOptions(argv: readonly string[]): string[] {
+  const leading: string[] = [];
+  let i = 0;
+  while (i < argv.length) {
+    const a = argv[i] as string;
+    const name = a.split("=")[0] as string;
+    if (!LEADING_OPTIONS.has(name)) break;
+    if (a.includes("=")) {
+      leading.push(a);
+      i += 1;
+    } else {
+      leading.push(a, ...(i + 1 < argv.length ? [argv[i + 1] as string] : []));
+      i += 2;
+    }
+  }
+  if (leading.length === 0 || i >= argv.length) return [...argv];
+  return [argv[i] as string, ...argv.slice(i + 1), ...leading];
+}
+
 async function main(argv: readonly string[]): Promise<number> {
-  const [command, ...rest] = argv;
+  const [command, ...rest] = hoistLeadingOptions(argv);
   switch (command) {
     case undefined:
     case "-h":
@@ -44,7 +101,26 @@ async function main(argv: readonly string[]): Promise<number> {
       process.stdout.write(`${version()}\n`);
       return 0;
     case "serve":
-      return serve(rest);
+      return (await import("./serve.ts")).serve(rest);
+    case "put":
+      return (await kv()).put(rest, PROCESS_IO);
+    case "get":
+      return (await kv()).get(rest, PROCESS_IO);
+    case "delete":
+    case "del":
+      return (await kv()).del(rest, PROCESS_IO);
+    case "scan":
+      return (await kv()).scan(rest, PROCESS_IO);
+    case "cluster":
+      return (await ops()).cluster(rest, PROCESS_IO);
+    case "health":
+      return (await ops()).health(rest, PROCESS_IO);
+    case "metrics":
+      return (await ops()).metrics(rest, PROCESS_IO);
+    case "snapshot":
+      return (await ops()).snapshot(rest, PROCESS_IO);
+    case "bench":
+      return (await import("./bench.ts")).bench(rest, PROCESS_IO);
     default:
       process.stderr.write(`cairn: unknown command ${JSON.stringify(command)}\n\n${HELP}`);
       return 2;

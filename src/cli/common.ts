@@ -1,0 +1,238 @@
+/**
+ * What every client command of `cairn` shares: global flags, endpoints, output mode, exit codes,
+ * and the one mapping of client errors to exit codes.
+ */
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import type { Io } from "./io.ts";
+import {
+  CairnClient,
+  IndeterminateWriteError,
+  InvalidRequestError,
+  ServerError,
+  UnavailableError,
+  DeadlineExceededError,
+  VersionConflictError,
+} from "../client/index.ts";
+
+/** Exit codes of the client commands (README "Command line"). */
+export const EXIT = {
+  ok: 0,
+  notFound: 1,
+  usage: 2,
+  unavailable: 3,
+  conflict: 4,
+  failed: 5,
+  indeterminate: 6,
+} as const;
+
+export const DEFAULT_ENDPOINT = "127.0.0.1:7447";
+export const DEFAULT_HTTP_ENDPOINT = "127.0.0.1:8080";
+
+export const GLOBAL_HELP = `Global options:
+  --endpoints LIST       comma-separated gRPC HOST:PORT (env CAIRN_ENDPOINTS, default ${DEFAULT_ENDPOINT})
+  --output FORMAT        text (default) or json; alias -w/--write-out (env CAIRN_OUTPUT)
+  --timeout MS           deadline of the command, retries included (default 5000)
+  -h, --help             show this help
+
+Exit codes: 0 ok, 1 not found, 2 usage, 3 unavailable, 4 compare-and-set conflict,
+5 other server error, 6 write outcome unknown (timed out after being sent).`;
+
+export const GLOBAL_OPTIONS = {
+  endpoints: { type: "string" },
+  output: { type: "string", short: "w" },
+  "write-out": { type: "string" },
+  timeout: { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const satisfies NonNullable<ParseArgsConfig["options"]>;
+
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+export type OutputMode = "text" | "json";
+
+export interface Globals {
+  readonly endpoints: string[];
+  readonly output: OutputMode;
+  readonly timeoutMs: number;
+}
+
+type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
+
+/** Parses `argv` with the global options plus `options`; throws UsageError on bad input. */
+export function parse(
+  argv: readonly string[],
+  options: NonNullable<ParseArgsConfig["options"]>,
+): { values: Values; positionals: string[] } {
+  try {
+    const { values, positionals } = parseArgs({
+      args: [...argv],
+      options: { ...GLOBAL_OPTIONS, ...options },
+      strict: true,
+      allowPositionals: true,
+      allowNegative: false,
+    });
+    return { values: values as Values, positionals };
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+export function str(values: Values, name: string): string | undefined {
+  const v = values[name];
+  return typeof v === "string" ? v : undefined;
+}
+
+export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
+  const list = str(values, "endpoints") ?? env["CAIRN_ENDPOINTS"] ?? DEFAULT_ENDPOINT;
+  const endpoints = list
+    .split(",")
+    .map((e) => e.trim())
+    .filter((e) => e !== "");
+  if (endpoints.length === 0) throw new UsageError("--endpoints is empty");
+  for (const e of endpoints) checkHostPort(e, "--endpoints");
+  const output = str(values, "output") ?? str(values, "write-out") ?? env["CAIRN_OUTPUT"] ?? "text";
+  if (output !== "text" && output !== "json")
+    throw new UsageError(`--output must be text or json, not ${JSON.stringify(output)}`);
+  const timeout = str(values, "timeout") ?? "5000";
+  const timeoutMs = Number(timeout);
+  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
+    throw new UsageError(`--timeout must be a positive number of milliseconds, not ${timeout}`);
+  return { endpoints, output, timeoutMs };
+}
+
+export function checkHostPort(e: string, flag: string): void {
+  const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):(\d{1,5})$/.exec(e);
+  if (m === null || Number(m[2]) > 65535)
+    throw new UsageError(`${flag}: ${JSON.stringify(e)} is not HOST:PORT`);
+}
+
+export function clientFor(g: Globals, routing = true): CairnClient {
+  return new CairnClient({ endpoints: g.endpoints, timeoutMs: g.timeoutMs, routing });
+}
+
+/** "INDEX/TERM" → version. */
+export function parseVersionFlag(
+  text: string | undefined,
+): { index: number; term: number } | undefined {
+  if (text === undefined) return undefined;
+  const m = /^(\d+)\/(\d+)$/.exec(text);
+  if (m === null)
+    throw new UsageError(`--expected-version must be INDEX/TERM, not ${JSON.stringify(text)}`);
+  return { index: Number(m[1]), term: Number(m[2]) };
+}
+
+export function b64(bytes: Uint8Array): string {
+  return Buffer.from(bytes).toString("base64");
+}
+
+/** Bytes for a human: the UTF-8 text when it is printable, else a JSON-quoted escape. */
+export function printable(bytes: Uint8Array): string {
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return `base64:${b64(bytes)}`;
+  }
+  // eslint-disable-next-line no-control-regex
+  return /[\u0000-\u001f\u007f]/.test(text) ? JSON.stringify(text) : text;
+}
+
+export function writeJson(io: Io, value: unknown): void {
+  io.stdout.write(`${JSON.stringify(value)}\n`);
+}
+
+/** The exit code for an error of a client command, after telling the user on stderr. */
+export function reportError(io: Io, command: string, err: unknown): number {
+  const say = (m: string): void => {
+    io.stderr.write(`cairn ${command}: ${m}\n`);
+  };
+  if (err instanceof UsageError) {
+    say(`${err.message}\nRun 'cairn ${command} --help' for usage.`);
+    return EXIT.usage;
+  }
+  if (err instanceof VersionConflictError) {
+    const cur = err.current === null ? "absent" : `${err.current.index}/${err.current.term}`;
+    say(`compare-and-set conflict: current version ${cur}`);
+    return EXIT.conflict;
+  }
+  if (err instanceof UnavailableError || err instanceof DeadlineExceededError) {
+    say(`unavailable: ${err.message}`);
+    return EXIT.unavailable;
+  }
+  if (err instanceof IndeterminateWriteError) {
+    say(`${err.message} — the write may or may not have been applied; read the key to find out`);
+    return EXIT.indeterminate;
+  }
+  if (err instanceof InvalidRequestError) {
+    say(`invalid request: ${err.message}`);
+    return EXIT.usage;
+  }
+  if (err instanceof ServerError && err.code === "CAIRN_ERR_SHARD_NOT_ACTIVE") {
+    say(`not found: ${err.message}`);
+    return EXIT.notFound;
+  }
+  say(err instanceof Error ? err.message : String(err));
+  return EXIT.failed;
+}
+
+export interface CommandContext {
+  readonly values: Values;
+  readonly positionals: string[];
+  readonly globals: Globals;
+  readonly io: Io;
+  /**
+   * A client on the command's endpoints, closed when the command ends. `routing: false` for
+   * commands that do not address keys (no WatchCluster stream of its own).
+   */
+  client(options?: { routing?: boolean }): CairnClient;
+}
+
+/**
+ * Runs one client command: parses flags, answers --help, gives the body a lazily made client,
+ * maps any error to an exit code and always closes the client.
+ */
+export async function runCommand(
+  name: string,
+  help: string,
+  options: NonNullable<ParseArgsConfig["options"]>,
+  argv: readonly string[],
+  io: Io,
+  body: (ctx: CommandContext) => Promise<number>,
+): Promise<number> {
+  let client: CairnClient | undefined;
+  try {
+    const { values, positionals } = parse(argv, options);
+    if (values["help"] === true) {
+      io.stdout.write(help);
+      return EXIT.ok;
+    }
+    const g = globals(values, io.env);
+    return await body({
+      values,
+      positionals,
+      globals: g,
+      io,
+      client: (options) => (client ??= clientFor(g, options?.routing ?? true)),
+    });
+  } catch (err) {
+    return reportError(io, name, err);
+  } finally {
+    client?.close();
+  }
+}
+
+export function expectPositionals(
+  positionals: readonly string[],
+  names: readonly string[],
+  optional = 0,
+): void {
+  const min = names.length - optional;
+  if (positionals.length < min)
+    throw new UsageError(`missing ${names.slice(positionals.length).join(" ")}`);
+  if (positionals.length > names.length)
+    throw new UsageError(`unexpected argument ${JSON.stringify(positionals[names.length])}`);
+}

@@ -1,0 +1,253 @@
+/** `cairn put`, `get`, `delete` and `scan`: the KV service from the command line. */
+import { readFile } from "node:fs/promises";
+import type { KeyValue, Version } from "../client/index.ts";
+import {
+  b64,
+  EXIT,
+  expectPositionals,
+  GLOBAL_HELP,
+  parseVersionFlag,
+  printable,
+  runCommand,
+  str,
+  UsageError,
+  writeJson,
+} from "./common.ts";
+import type { Io } from "./io.ts";
+
+const v = (x: Version): string => `${x.index}/${x.term}`;
+const jsonVersion = (x: Version): { index: number; term: number } => ({
+  index: x.index,
+  term: x.term,
+});
+
+export const PUT_HELP = `Usage: cairn put KEY [VALUE | -] [options]
+
+Stores VALUE under KEY and prints the write's version (INDEX/TERM). The value comes from the
+argument, from --file, or from standard input when it is "-".
+
+Options:
+  --file PATH                  read the value from a file
+  --expected-version I/T       compare-and-set: write only if KEY's current version is I/T
+                               (exit 4 on a mismatch)
+${GLOBAL_HELP}
+
+Examples:
+  cairn put greeting hello
+  cairn put config.json --file ./config.json
+  echo -n 42 | cairn put counter -
+  cairn put counter 43 --expected-version 17/2
+  cairn --endpoints 10.0.0.5:7447 put k v --output json
+`;
+
+export function put(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "put",
+    PUT_HELP,
+    { file: { type: "string" }, "expected-version": { type: "string" } },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      const file = str(values, "file");
+      expectPositionals(positionals, ["KEY", "VALUE"], file === undefined ? 0 : 1);
+      const [key, arg] = positionals as [string, string | undefined];
+      if (file !== undefined && arg !== undefined)
+        throw new UsageError("give the value either as an argument or with --file, not both");
+      const expectedVersion = parseVersionFlag(str(values, "expected-version"));
+      const value =
+        file !== undefined
+          ? await readFile(file).catch((e: Error) => {
+              throw new UsageError(`--file: ${e.message}`);
+            })
+          : arg === "-"
+            ? await readAll(io.stdin)
+            : new TextEncoder().encode(arg);
+      const version = await client().put(
+        key,
+        value,
+        expectedVersion === undefined ? {} : { expectedVersion },
+      );
+      if (globals.output === "json")
+        writeJson(io, { key: b64(new TextEncoder().encode(key)), version: jsonVersion(version) });
+      else io.stdout.write(`OK ${v(version)}\n`);
+      return EXIT.ok;
+    },
+  );
+}
+
+export const GET_HELP = `Usage: cairn get KEY [options]
+
+Prints KEY's value (raw bytes; a newline is added on a terminal). Exit 1 when KEY does not exist.
+
+Options:
+  --serializable         read from the local replica without a quorum check (may be stale)
+  --print-version        print the version (INDEX/TERM) on a line before the value
+${GLOBAL_HELP}
+
+Examples:
+  cairn get greeting
+  cairn get greeting --output json      # {"key":"<base64>","value":"<base64>","version":{...}}
+  cairn get config.json > config.json
+`;
+
+export function get(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "get",
+    GET_HELP,
+    { serializable: { type: "boolean" }, "print-version": { type: "boolean" } },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, ["KEY"]);
+      const key = positionals[0] as string;
+      const got = await client().get(key, {
+        consistency: values["serializable"] === true ? "serializable" : "linearizable",
+      });
+      if (globals.output === "json") {
+        writeJson(
+          io,
+          got === null
+            ? { key: b64(new TextEncoder().encode(key)), found: false }
+            : { ...jsonItem(got), found: true },
+        );
+      } else if (got === null) {
+        io.stderr.write(`cairn get: key ${JSON.stringify(key)} not found\n`);
+      } else {
+        if (values["print-version"] === true) io.stdout.write(`${v(got.version)}\n`);
+        io.stdout.write(got.value);
+        if (io.stdout.isTTY === true) io.stdout.write("\n");
+      }
+      return got === null ? EXIT.notFound : EXIT.ok;
+    },
+  );
+}
+
+export const DELETE_HELP = `Usage: cairn delete KEY [options]
+
+Deletes KEY. Exit 1 when KEY did not exist (nothing was deleted).
+
+Options:
+  --expected-version I/T       compare-and-set: delete only if KEY's current version is I/T
+                               (exit 4 on a mismatch)
+${GLOBAL_HELP}
+
+Examples:
+  cairn delete greeting
+  cairn delete counter --expected-version 18/2
+`;
+
+export function del(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "delete",
+    DELETE_HELP,
+    { "expected-version": { type: "string" } },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, ["KEY"]);
+      const key = positionals[0] as string;
+      const expectedVersion = parseVersionFlag(str(values, "expected-version"));
+      const res = await client().delete(
+        key,
+        expectedVersion === undefined ? {} : { expectedVersion },
+      );
+      if (globals.output === "json")
+        writeJson(io, {
+          key: b64(new TextEncoder().encode(key)),
+          deleted: res.deleted,
+          version: jsonVersion(res.version),
+        });
+      else if (res.deleted) io.stdout.write(`deleted ${v(res.version)}\n`);
+      else io.stderr.write(`cairn delete: key ${JSON.stringify(key)} not found\n`);
+      return res.deleted ? EXIT.ok : EXIT.notFound;
+    },
+  );
+}
+
+export const SCAN_HELP = `Usage: cairn scan [--prefix P | --from A --to B] [--limit N] [options]
+
+Lists keys in key order with their values: every key, those starting with P, or those in
+[A, B) (either bound may be left out). Text output is one "KEY<TAB>VALUE" line per key; keys or
+values that are not printable UTF-8 are shown JSON-quoted or as base64:... .
+
+Options:
+  --prefix P             keys starting with P
+  --from A               first key (inclusive)
+  --to B                 end key (exclusive)
+  --limit N              at most N keys (default: all)
+  --keys-only            print only the keys
+  --serializable         read the local replicas without a quorum check (may be stale)
+${GLOBAL_HELP}
+
+Examples:
+  cairn scan --prefix user/
+  cairn scan --from a --to m --limit 100
+  cairn scan --prefix user/ --output json | jq -r '.items[].key | @base64d'
+`;
+
+export function scan(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "scan",
+    SCAN_HELP,
+    {
+      prefix: { type: "string" },
+      from: { type: "string" },
+      to: { type: "string" },
+      limit: { type: "string" },
+      "keys-only": { type: "boolean" },
+      serializable: { type: "boolean" },
+    },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, []);
+      const prefix = str(values, "prefix");
+      const from = str(values, "from");
+      const to = str(values, "to");
+      if (prefix !== undefined && (from !== undefined || to !== undefined))
+        throw new UsageError("--prefix cannot be combined with --from/--to");
+      const limitText = str(values, "limit") ?? "0";
+      const limit = Number(limitText);
+      if (!Number.isInteger(limit) || limit < 0)
+        throw new UsageError(`--limit must be a non-negative integer, not ${limitText}`);
+      const range =
+        prefix !== undefined
+          ? { prefix }
+          : {
+              ...(from === undefined ? {} : { start: from }),
+              ...(to === undefined ? {} : { end: to }),
+            };
+      const res = await client().scan(range, {
+        limit,
+        consistency: values["serializable"] === true ? "serializable" : "linearizable",
+      });
+      if (globals.output === "json") {
+        writeJson(io, { items: res.items.map(jsonItem), more: res.more });
+      } else {
+        const keysOnly = values["keys-only"] === true;
+        let out = "";
+        for (const it of res.items)
+          out += keysOnly
+            ? `${printable(it.key)}\n`
+            : `${printable(it.key)}\t${printable(it.value)}\n`;
+        io.stdout.write(out);
+        if (res.more) io.stderr.write(`cairn scan: more keys beyond --limit ${limit}\n`);
+      }
+      return EXIT.ok;
+    },
+  );
+}
+
+function jsonItem(it: KeyValue): {
+  key: string;
+  value: string;
+  version: { index: number; term: number };
+} {
+  return { key: b64(it.key), value: b64(it.value), version: jsonVersion(it.version) };
+}
+
+async function readAll(stream: NodeJS.ReadableStream): Promise<Uint8Array> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(typeof c === "string" ? Buffer.from(c) : c);
+  return Buffer.concat(chunks);
+}

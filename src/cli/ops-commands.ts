@@ -1,0 +1,331 @@
+/** `cairn health`, `metrics`, `cluster` and `snapshot`: what an operator asks of a node. */
+import type { ClusterView } from "../client/index.ts";
+import {
+  checkHostPort,
+  DEFAULT_HTTP_ENDPOINT,
+  EXIT,
+  expectPositionals,
+  GLOBAL_HELP,
+  runCommand,
+  str,
+  UsageError,
+  writeJson,
+} from "./common.ts";
+import type { Io } from "./io.ts";
+
+const HTTP_HELP = `  --http-endpoint HOST:PORT  the node's HTTP address (env CAIRN_HTTP_ENDPOINT, default ${DEFAULT_HTTP_ENDPOINT})`;
+const HTTP_OPTIONS = { "http-endpoint": { type: "string" } } as const;
+
+function httpEndpoint(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+  const e =
+    (typeof values["http-endpoint"] === "string" ? values["http-endpoint"] : undefined) ??
+    env["CAIRN_HTTP_ENDPOINT"] ??
+    DEFAULT_HTTP_ENDPOINT;
+  checkHostPort(e, "--http-endpoint");
+  return e;
+}
+
+/** GET over HTTP with the command's deadline; a failure to connect is "unavailable". */
+async function httpGet(
+  endpoint: string,
+  path: string,
+  timeoutMs: number,
+): Promise<{ status: number; body: string } | { error: string }> {
+  try {
+    const res = await fetch(`http://${endpoint}${path}`, {
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    return { status: res.status, body: await res.text() };
+  } catch (err) {
+    const e = err as Error & { cause?: Error };
+    return { error: e.cause?.message ?? e.message };
+  }
+}
+
+export const HEALTH_HELP = `Usage: cairn health [--quick] [options]
+
+Asks a node's HTTP server for its health report (GET /health; --quick: GET /health/quick).
+Exit 0 when healthy or degraded, 3 when unhealthy or unreachable.
+
+Options:
+${HTTP_HELP}
+  --quick                    only the liveness/readiness probe (shard 0 served?)
+${GLOBAL_HELP}
+
+Examples:
+  cairn health
+  cairn health --http-endpoint 10.0.0.5:8080 --output json | jq .status
+  cairn health --quick && echo ready
+`;
+
+export function health(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "health",
+    HEALTH_HELP,
+    { ...HTTP_OPTIONS, quick: { type: "boolean" } },
+    argv,
+    io,
+    async ({ values, positionals, globals }) => {
+      expectPositionals(positionals, []);
+      const endpoint = httpEndpoint(values, io.env);
+      const quick = values["quick"] === true;
+      const res = await httpGet(endpoint, quick ? "/health/quick" : "/health", globals.timeoutMs);
+      if ("error" in res) {
+        io.stderr.write(`cairn health: unavailable: ${endpoint}: ${res.error}\n`);
+        return EXIT.unavailable;
+      }
+      if (res.status === 500 || (quick && res.status !== 200 && res.status !== 503)) {
+        io.stderr.write(`cairn health: HTTP ${res.status}: ${res.body}\n`);
+        return EXIT.failed;
+      }
+      const ok = res.status === 200;
+      if (quick) {
+        if (globals.output === "json") writeJson(io, { status: ok ? "ok" : "unavailable" });
+        else io.stdout.write(`${res.body.trim()}\n`);
+        return ok ? EXIT.ok : EXIT.unavailable;
+      }
+      let report: HealthReport;
+      try {
+        report = JSON.parse(res.body) as HealthReport;
+      } catch {
+        io.stderr.write(`cairn health: HTTP ${res.status}: not JSON: ${res.body.slice(0, 200)}\n`);
+        return EXIT.failed;
+      }
+      if (globals.output === "json") writeJson(io, report);
+      else io.stdout.write(formatHealth(report));
+      return ok ? EXIT.ok : EXIT.unavailable;
+    },
+  );
+}
+
+interface HealthReport {
+  status: string;
+  node_id: string;
+  uptime_seconds: number;
+  total_shards: number;
+  active_shards: number;
+  shards?: {
+    id: number;
+    status: string;
+    is_leader: boolean;
+    raft_term: number;
+    commit_index: number;
+  }[];
+  nodes?: { id: string; rpc_addr: string; http_addr: string; state: string }[];
+}
+
+function formatHealth(r: HealthReport): string {
+  let out = `status: ${r.status}\nnode: ${r.node_id}  uptime: ${Math.round(r.uptime_seconds)}s  shards: ${r.active_shards} active of ${r.total_shards}\n`;
+  const bad = (r.shards ?? []).filter((s) => s.status !== "healthy");
+  if (bad.length > 0) {
+    out += "shards not healthy:\n";
+    for (const s of bad) out += `  ${s.id}\t${s.status}\tterm ${s.raft_term}\n`;
+  }
+  if ((r.nodes ?? []).length > 0) {
+    out += "nodes:\n";
+    for (const n of r.nodes ?? [])
+      out += `  ${n.id}\t${n.state}\trpc ${n.rpc_addr}\thttp ${n.http_addr}\n`;
+  }
+  return out;
+}
+
+export const METRICS_HELP = `Usage: cairn metrics [--filter TEXT] [options]
+
+Prints a node's Prometheus metrics (GET /metrics). --output json gives
+[{"name", "labels", "value"}] samples.
+
+Options:
+${HTTP_HELP}
+  --filter TEXT              only samples whose name contains TEXT
+${GLOBAL_HELP}
+
+Examples:
+  cairn metrics --filter kv_requests_total
+  cairn metrics --output json | jq '.[] | select(.name=="process_resident_memory_bytes")'
+`;
+
+export function metrics(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "metrics",
+    METRICS_HELP,
+    { ...HTTP_OPTIONS, filter: { type: "string" } },
+    argv,
+    io,
+    async ({ values, positionals, globals }) => {
+      expectPositionals(positionals, []);
+      const endpoint = httpEndpoint(values, io.env);
+      const res = await httpGet(endpoint, "/metrics", globals.timeoutMs);
+      if ("error" in res) {
+        io.stderr.write(`cairn metrics: unavailable: ${endpoint}: ${res.error}\n`);
+        return EXIT.unavailable;
+      }
+      if (res.status !== 200) {
+        io.stderr.write(`cairn metrics: HTTP ${res.status}: ${res.body.trim()}\n`);
+        return EXIT.failed;
+      }
+      const filter = str(values, "filter");
+      const samples = parseSamples(res.body).filter(
+        (s) => filter === undefined || s.name.includes(filter),
+      );
+      if (globals.output === "json") writeJson(io, samples);
+      else if (filter === undefined) io.stdout.write(res.body);
+      else io.stdout.write(samples.map((s) => `${s.line}\n`).join(""));
+      return EXIT.ok;
+    },
+  );
+}
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+  line: string;
+}
+
+/** The samples of Prometheus text format 0.0.4 (comments skipped). */
+export function parseSamples(text: string): Sample[] {
+  const out: Sample[] = [];
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
+    if (m === null) continue;
+    const labels: Record<string, string> = {};
+    for (const l of (m[3] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, (_, c: string) =>
+        c === "n" ? "\n" : c,
+      );
+    out.push({ name: m[1] as string, labels, value: Number(m[4]), line });
+  }
+  return out;
+}
+
+export const CLUSTER_HELP = `Usage: cairn cluster [--watch] [options]
+
+Prints the cluster view (Meta.WatchCluster): members and the leader of every active shard.
+--watch keeps following and prints each new view (one JSON object per line with --output json)
+until interrupted.
+
+Options:
+  --watch                follow the view
+${GLOBAL_HELP}
+
+Examples:
+  cairn cluster
+  cairn cluster --watch --output json | jq -c '.shards | length'
+`;
+
+export function cluster(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "cluster",
+    CLUSTER_HELP,
+    { watch: { type: "boolean" } },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, []);
+      const watch = values["watch"] === true;
+      const controller = new AbortController();
+      const stop = (): void => controller.abort();
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+      // The first view must arrive within the deadline; a watch then waits as long as it runs.
+      const timer = setTimeout(stop, globals.timeoutMs);
+      let seen = 0;
+      try {
+        for await (const view of client({ routing: false }).watchCluster({
+          signal: controller.signal,
+        })) {
+          clearTimeout(timer);
+          seen++;
+          if (globals.output === "json") writeJson(io, jsonView(view));
+          else io.stdout.write(formatView(view, watch && seen > 1));
+          if (!watch) break;
+        }
+      } finally {
+        clearTimeout(timer);
+        process.removeListener("SIGINT", stop);
+        process.removeListener("SIGTERM", stop);
+      }
+      if (seen === 0) {
+        io.stderr.write(
+          `cairn cluster: unavailable: no cluster view within ${globals.timeoutMs} ms\n`,
+        );
+        return EXIT.unavailable;
+      }
+      return EXIT.ok;
+    },
+  );
+}
+
+function jsonView(v: ClusterView): unknown {
+  return {
+    epoch: v.epoch,
+    total_shards: v.totalShards,
+    nodes: v.nodes.map((n) => ({
+      id: n.id,
+      rpc_addr: n.rpcAddr,
+      http_addr: n.httpAddr,
+      state: n.state,
+    })),
+    shards: v.shards.map((s) => ({
+      id: s.id,
+      leader: s.leader,
+      replicas: s.replicas,
+      term: s.term,
+    })),
+  };
+}
+
+function formatView(v: ClusterView, separator: boolean): string {
+  let out = separator ? "---\n" : "";
+  out += `epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active)\n\nMEMBER\tSTATE\tRPC\tHTTP\n`;
+  for (const n of v.nodes) out += `${n.id}\t${n.state}\t${n.rpcAddr}\t${n.httpAddr}\n`;
+  out += "\nSHARD\tLEADER\tTERM\tREPLICAS\n";
+  for (const s of [...v.shards].sort((a, b) => a.id - b.id))
+    out += `${s.id}\t${s.leader === "" ? "(none)" : s.leader}\t${s.term}\t${s.replicas.join(",")}\n`;
+  return out;
+}
+
+export const SNAPSHOT_HELP = `Usage: cairn snapshot SHARD [options]
+
+Takes a snapshot of SHARD on the node (the first of --endpoints) and compacts its Raft log.
+Prints the snapshot's index, term and size.
+
+${GLOBAL_HELP}
+
+Examples:
+  cairn snapshot 0
+  cairn snapshot 17 --endpoints 10.0.0.5:7447 --output json
+`;
+
+export function snapshot(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "snapshot",
+    SNAPSHOT_HELP,
+    {},
+    argv,
+    io,
+    async ({ positionals, globals, client }) => {
+      expectPositionals(positionals, ["SHARD"]);
+      const text = positionals[0] as string;
+      const shard = Number(text);
+      if (!/^\d+$/.test(text) || !Number.isSafeInteger(shard) || shard > 0xffffffff)
+        throw new UsageError(`SHARD must be a shard number, not ${JSON.stringify(text)}`);
+      const res = await client({ routing: false }).snapshotShard(shard, {
+        endpoint: globals.endpoints[0] as string,
+      });
+      if (globals.output === "json")
+        writeJson(io, {
+          shard_id: res.shardId,
+          index: res.index,
+          term: res.term,
+          size_bytes: res.sizeBytes,
+        });
+      else
+        io.stdout.write(
+          `shard ${res.shardId}: snapshot at index ${res.index}, term ${res.term}, ${res.sizeBytes} bytes\n`,
+        );
+      return EXIT.ok;
+    },
+  );
+}

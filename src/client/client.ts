@@ -1,0 +1,517 @@
+/**
+ * CairnClient: the TypeScript client of the cairn.v1 API.
+ *
+ * Routing is the cluster's even on one node: the client follows `Meta.WatchCluster`, computes a
+ * key's shard with `shardForKey` (xxhash64 seed 0 + jump hash, design.md §2) and sends the call to
+ * that shard's leader; without a view, or when the leader is unknown or unreachable, it sends to
+ * any configured endpoint, which forwards.
+ *
+ * Every call has a deadline (per call `timeoutMs`, default from the options); retries happen inside
+ * it, with exponential backoff and full jitter, and only when retrying cannot apply a write twice:
+ * reads retry on UNAVAILABLE and RESOURCE_EXHAUSTED; writes retry only when the failure proves the
+ * write was not applied (see `isProvablyNotApplied`). A write that timed out or lost its connection
+ * after being sent is reported as `IndeterminateWriteError` and never retried.
+ */
+import { ChannelCredentials, type Client, type ServiceError, status } from "@grpc/grpc-js";
+// proto.ts, not the api index: the index pulls in the whole server, which would triple the
+// start-up time of every `cairn` client command.
+import { loadCairnProto } from "../api/proto.ts";
+import type { AdminClient } from "../api/generated/cairn/v1/Admin.ts";
+import type { ClusterView__Output } from "../api/generated/cairn/v1/ClusterView.ts";
+import type { KVClient } from "../api/generated/cairn/v1/KV.ts";
+import type { MetaClient } from "../api/generated/cairn/v1/Meta.ts";
+import type { DeleteResponse__Output } from "../api/generated/cairn/v1/DeleteResponse.ts";
+import type { GetResponse__Output } from "../api/generated/cairn/v1/GetResponse.ts";
+import type { PutResponse__Output } from "../api/generated/cairn/v1/PutResponse.ts";
+import type { ScanResponse__Output } from "../api/generated/cairn/v1/ScanResponse.ts";
+import type { SnapshotShardResponse__Output } from "../api/generated/cairn/v1/SnapshotShardResponse.ts";
+import type { Version__Output } from "../api/generated/cairn/v1/Version.ts";
+import { shardForKey } from "../cluster/index.ts";
+import {
+  ClientClosedError,
+  DeadlineExceededError,
+  IndeterminateWriteError,
+  InvalidRequestError,
+  metadataString,
+  parseVersion,
+  ServerError,
+  UnavailableError,
+  VersionConflictError,
+} from "./errors.ts";
+import {
+  type Bytes,
+  type ClusterView,
+  type Consistency,
+  type DeleteResult,
+  type GetResult,
+  type KeyValue,
+  type ScanResult,
+  type SnapshotResult,
+  toBytes,
+  utf8,
+  type Version,
+} from "./types.ts";
+
+export interface CairnClientOptions {
+  /** host:port of one or more nodes. */
+  readonly endpoints: readonly string[];
+  /** Default deadline of a call, retries included. Default 5000 ms. */
+  readonly timeoutMs?: number;
+  /** Most attempts of one call; the deadline bounds them anyway. Default unlimited. */
+  readonly maxAttempts?: number;
+  /** First backoff; doubles each retry up to `maxBackoffMs`, with full jitter. Default 20 ms. */
+  readonly initialBackoffMs?: number;
+  /** Default 1000 ms. */
+  readonly maxBackoffMs?: number;
+  /** Follow WatchCluster to send each key to its shard's leader. Default true. */
+  readonly routing?: boolean;
+  /**
+   * Extra grpc-js channel options. `{"grpc.use_local_subchannel_pool": 1}` gives this client its
+   * own connections instead of sharing them with other clients of the same address.
+   */
+  readonly channelOptions?: Readonly<Record<string, string | number>>;
+  /** Injected randomness for jitter (tests); default Math.random. */
+  readonly random?: () => number;
+}
+
+export interface CallOptions {
+  readonly timeoutMs?: number;
+  readonly signal?: AbortSignal;
+}
+
+export interface PutOptions extends CallOptions {
+  /** Compare-and-set: apply only if the key's current version is this one. */
+  readonly expectedVersion?: Version;
+}
+
+export interface GetOptions extends CallOptions {
+  readonly consistency?: Consistency;
+}
+
+export type DeleteOptions = PutOptions;
+
+export type ScanRange =
+  | { readonly prefix: Bytes }
+  | { readonly start?: Bytes; readonly end?: Bytes }
+  | Record<string, never>;
+
+export interface ScanOptions extends GetOptions {
+  /** Most items returned in total; 0 or absent = all. */
+  readonly limit?: number;
+  /** Items asked of the server per page. Default 1000. */
+  readonly pageSize?: number;
+}
+
+interface Connection {
+  readonly address: string;
+  readonly kv: KVClient;
+  readonly meta: MetaClient;
+  readonly admin: AdminClient;
+}
+
+type Kind = "read" | "write";
+
+/** Trailing metadata of the wire contract (docs/errors.md); the server sets them in src/api/errors.ts. */
+const LEADER_HINT_KEY = "cairn-leader";
+const CURRENT_VERSION_KEY = "cairn-current-version";
+const ERROR_CODE_KEY = "cairn-error-code";
+
+const { proto } = loadCairnProto();
+const v1 = proto.cairn.v1;
+const EMPTY = new Uint8Array(0);
+const CHANNEL_OPTIONS = {
+  "grpc.initial_reconnect_backoff_ms": 100,
+  "grpc.max_reconnect_backoff_ms": 1000,
+  "grpc.keepalive_time_ms": 30_000,
+};
+
+export class CairnClient {
+  readonly #endpoints: readonly string[];
+  readonly #timeoutMs: number;
+  readonly #maxAttempts: number;
+  readonly #initialBackoffMs: number;
+  readonly #maxBackoffMs: number;
+  readonly #random: () => number;
+  readonly #channelOptions: Record<string, string | number>;
+  readonly #connections = new Map<string, Connection>();
+  #next = 0;
+  #closed = false;
+  #view: ClusterView | null = null;
+  #routingWatch: { cancel(): void } | null = null;
+  #routingRetry: NodeJS.Timeout | null = null;
+
+  constructor(options: CairnClientOptions) {
+    if (options.endpoints.length === 0) throw new TypeError("CairnClient: endpoints is empty");
+    this.#endpoints = [...options.endpoints];
+    this.#timeoutMs = options.timeoutMs ?? 5000;
+    this.#maxAttempts = options.maxAttempts ?? Number.POSITIVE_INFINITY;
+    this.#initialBackoffMs = options.initialBackoffMs ?? 20;
+    this.#maxBackoffMs = options.maxBackoffMs ?? 1000;
+    this.#random = options.random ?? Math.random;
+    this.#channelOptions = { ...CHANNEL_OPTIONS, ...options.channelOptions };
+    if (options.routing ?? true) this.#startRouting(0);
+  }
+
+  /** The latest cluster view the client routes with, or null before the first one. */
+  get view(): ClusterView | null {
+    return this.#view;
+  }
+
+  /** Stores `value` under `key`; returns the write's version. */
+  async put(key: Bytes, value: Bytes, options: PutOptions = {}): Promise<Version> {
+    const k = toBytes(key);
+    const req = {
+      key: k,
+      value: toBytes(value),
+      ...(options.expectedVersion === undefined
+        ? {}
+        : { expected_version: options.expectedVersion }),
+    };
+    const res = await this.#call<PutResponse__Output>("write", k, options, (c, deadline, cb) =>
+      c.kv.Put(req, { deadline }, cb),
+    );
+    return version(res.version);
+  }
+
+  /** Reads `key`; null when it does not exist. */
+  async get(key: Bytes, options: GetOptions = {}): Promise<GetResult | null> {
+    const k = toBytes(key);
+    const req = { key: k, consistency: consistencyOf(options.consistency) };
+    const res = await this.#call<GetResponse__Output>("read", k, options, (c, deadline, cb) =>
+      c.kv.Get(req, { deadline }, cb),
+    );
+    if (!res.found) return null;
+    const value = new Uint8Array(res.value);
+    return { key: k, value, version: version(res.version), text: () => utf8(value) };
+  }
+
+  /** Convenience: the value as UTF-8, or null. */
+  async getString(key: Bytes, options: GetOptions = {}): Promise<string | null> {
+    return (await this.get(key, options))?.text() ?? null;
+  }
+
+  /** Deletes `key`; `deleted` is false when it did not exist. */
+  async delete(key: Bytes, options: DeleteOptions = {}): Promise<DeleteResult> {
+    const k = toBytes(key);
+    const req = {
+      key: k,
+      ...(options.expectedVersion === undefined
+        ? {}
+        : { expected_version: options.expectedVersion }),
+    };
+    const res = await this.#call<DeleteResponse__Output>("write", k, options, (c, deadline, cb) =>
+      c.kv.Delete(req, { deadline }, cb),
+    );
+    return { deleted: res.deleted, version: version(res.version) };
+  }
+
+  /**
+   * Items of a range in key order: `{prefix}`, `{start, end}` (end exclusive; either may be
+   * omitted) or `{}` for every key. Pages through the server's results up to `limit`; the whole
+   * scan shares one deadline.
+   */
+  async scan(range: ScanRange = {}, options: ScanOptions = {}): Promise<ScanResult> {
+    const limit = options.limit ?? 0;
+    const pageSize = options.pageSize ?? 1000;
+    const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
+    const items: KeyValue[] = [];
+    let pageToken: Uint8Array = EMPTY;
+    for (;;) {
+      const want = limit > 0 ? Math.min(pageSize, limit - items.length) : pageSize;
+      const req = {
+        start: "start" in range && range.start !== undefined ? toBytes(range.start) : EMPTY,
+        end: "end" in range && range.end !== undefined ? toBytes(range.end) : EMPTY,
+        prefix: "prefix" in range ? toBytes(range.prefix) : EMPTY,
+        limit: want,
+        page_token: pageToken,
+        consistency: consistencyOf(options.consistency),
+      };
+      const res = await this.#call<ScanResponse__Output>(
+        "read",
+        null,
+        { timeoutMs: Math.max(1, deadline - Date.now()), ...signalOf(options) },
+        (c, d, cb) => c.kv.Scan(req, { deadline: d }, cb),
+      );
+      for (const it of res.items) {
+        items.push({
+          key: new Uint8Array(it.key),
+          value: new Uint8Array(it.value),
+          version: version(it.version),
+        });
+      }
+      const more = res.next_page_token.length > 0;
+      if (!more) return { items, more: false };
+      if (limit > 0 && items.length >= limit) return { items, more: true };
+      pageToken = new Uint8Array(res.next_page_token);
+    }
+  }
+
+  /** Takes a snapshot of a shard on the node at `endpoint` (default: the first endpoint). */
+  async snapshotShard(
+    shardId: number,
+    options: CallOptions & { endpoint?: string } = {},
+  ): Promise<SnapshotResult> {
+    const req = { shard_id: shardId };
+    const res = await this.#call<SnapshotShardResponse__Output>(
+      "write",
+      null,
+      options,
+      (c, deadline, cb) => c.admin.SnapshotShard(req, { deadline }, cb),
+      options.endpoint,
+    );
+    return { shardId: res.shard_id, index: res.index, term: res.term, sizeBytes: res.size_bytes };
+  }
+
+  /**
+   * The cluster view from one endpoint: the full view first, then one per change. The stream ends
+   * when the loop breaks, `signal` aborts, or the client closes; a broken connection throws
+   * UnavailableError (callers that want to follow forever reconnect).
+   */
+  async *watchCluster(
+    options: { signal?: AbortSignal; endpoint?: string } = {},
+  ): AsyncGenerator<ClusterView> {
+    this.#assertOpen();
+    const conn = this.#connection(options.endpoint ?? this.#pickEndpoint());
+    const call = conn.meta.WatchCluster({});
+    const abort = (): void => call.cancel();
+    options.signal?.addEventListener("abort", abort, { once: true });
+    try {
+      for await (const v of call as AsyncIterable<ClusterView__Output>) yield fromView(v);
+    } catch (err) {
+      const e = err as ServiceError;
+      if (e.code === status.CANCELLED) return;
+      throw toClientError(e, "read");
+    } finally {
+      options.signal?.removeEventListener("abort", abort);
+      call.cancel();
+    }
+  }
+
+  /** Stops following the cluster and closes every connection; pending calls fail. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#routingWatch?.cancel();
+    if (this.#routingRetry !== null) clearTimeout(this.#routingRetry);
+    for (const c of this.#connections.values()) c.kv.close();
+    this.#connections.clear();
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new ClientClosedError();
+  }
+
+  #pickEndpoint(): string {
+    const e = this.#endpoints[this.#next % this.#endpoints.length] as string;
+    this.#next++;
+    return e;
+  }
+
+  #connection(address: string): Connection {
+    let c = this.#connections.get(address);
+    if (c === undefined) {
+      // Reconnect quickly after a node restarts: grpc-js's default backoff grows to 120 s.
+      const kv = new v1.KV(address, ChannelCredentials.createInsecure(), this.#channelOptions);
+      // One channel per address, shared by the three services.
+      const shared = { channelOverride: (kv as Client).getChannel() };
+      c = {
+        address,
+        kv,
+        meta: new v1.Meta(address, ChannelCredentials.createInsecure(), shared),
+        admin: new v1.Admin(address, ChannelCredentials.createInsecure(), shared),
+      };
+      this.#connections.set(address, c);
+    }
+    return c;
+  }
+
+  /** The address of the node leading `key`'s shard (or named by a hint), if the view knows it. */
+  #leaderAddress(key: Uint8Array | null, hint: string | undefined): string | undefined {
+    const view = this.#view;
+    if (view === null) return undefined;
+    let leader = hint;
+    if (leader === undefined && key !== null && view.totalShards > 0) {
+      const shard = shardForKey(key, view.totalShards);
+      leader = view.shards.find((s) => s.id === shard)?.leader;
+    }
+    if (leader === undefined || leader === "") return undefined;
+    const addr = view.nodes.find((n) => n.id === leader)?.rpcAddr;
+    return addr === undefined || addr === "" ? undefined : addr;
+  }
+
+  #startRouting(attempt: number): void {
+    if (this.#closed) return;
+    const controller = new AbortController();
+    this.#routingWatch = { cancel: () => controller.abort() };
+    const run = async (): Promise<void> => {
+      let got = false;
+      try {
+        for await (const view of this.watchCluster({ signal: controller.signal })) {
+          this.#view = view;
+          got = true;
+        }
+      } catch {
+        // Routing falls back to the endpoints until the watch is back.
+      }
+      if (this.#closed || controller.signal.aborted) return;
+      const next = got ? 0 : attempt + 1;
+      this.#routingRetry = setTimeout(() => this.#startRouting(next), this.#backoff(next));
+      this.#routingRetry.unref();
+    };
+    void run();
+  }
+
+  #backoff(attempt: number): number {
+    const cap = Math.min(this.#maxBackoffMs, this.#initialBackoffMs * 2 ** attempt);
+    return Math.floor(this.#random() * cap);
+  }
+
+  async #call<T>(
+    kind: Kind,
+    key: Uint8Array | null,
+    options: CallOptions,
+    invoke: (
+      c: Connection,
+      deadline: number,
+      cb: (err: ServiceError | null, res?: T) => void,
+    ) => unknown,
+    endpoint?: string,
+  ): Promise<T> {
+    this.#assertOpen();
+    const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
+    let hint: string | undefined;
+    let last: ServiceError | undefined;
+    for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
+      options.signal?.throwIfAborted();
+      this.#assertOpen();
+      const routed = endpoint ?? this.#leaderAddress(key, hint);
+      // A routed attempt that failed to connect falls back to the endpoints next time.
+      const address =
+        routed !== undefined && !(attempt > 0 && last !== undefined && isConnectFailure(last))
+          ? routed
+          : this.#pickEndpoint();
+      const conn = this.#connection(address);
+      try {
+        return await new Promise<T>((resolve, reject) => {
+          invoke(conn, deadline, (err, res) => (err === null ? resolve(res as T) : reject(err)));
+        });
+      } catch (err) {
+        const e = err as ServiceError;
+        last = e;
+        if (!isRetryable(e, kind)) throw toClientError(e, kind);
+        hint = metadataString(e.metadata, LEADER_HINT_KEY);
+        const wait = this.#backoff(attempt);
+        if (Date.now() + wait >= deadline) break;
+        await sleep(wait, options.signal);
+      }
+    }
+    if (last === undefined) throw new DeadlineExceededError("call timed out");
+    // Out of attempts or time after retryable failures: nothing was applied (writes retry only then).
+    throw new UnavailableError(`${last.details} (gave up after retries)`, last.code, last);
+  }
+}
+
+const NOT_APPLIED_CODES = new Set([
+  "CAIRN_ERR_NOT_LEADER",
+  "CAIRN_ERR_SHUTTING_DOWN",
+  "CAIRN_ERR_PROPOSAL_LOST",
+  "CAIRN_ERR_PROPOSAL_DROPPED",
+  "CAIRN_ERR_BACKPRESSURE",
+]);
+
+/** grpc-js reports "never connected" with these details; the request was not sent. */
+function isConnectFailure(e: ServiceError): boolean {
+  return (
+    e.code === status.UNAVAILABLE &&
+    metadataString(e.metadata, ERROR_CODE_KEY) === undefined &&
+    /No connection established|ECONNREFUSED|connect E|Name resolution failed|DNS resolution failed/i.test(
+      e.details ?? "",
+    )
+  );
+}
+
+/** True when the failure proves the write was not applied, so a retry cannot apply it twice. */
+function isProvablyNotApplied(e: ServiceError): boolean {
+  const code = metadataString(e.metadata, ERROR_CODE_KEY);
+  if (code !== undefined) return NOT_APPLIED_CODES.has(code);
+  return isConnectFailure(e);
+}
+
+function isRetryable(e: ServiceError, kind: Kind): boolean {
+  if (e.code !== status.UNAVAILABLE && e.code !== status.RESOURCE_EXHAUSTED) return false;
+  return kind === "read" || isProvablyNotApplied(e);
+}
+
+/** The one mapping of gRPC statuses to client errors. */
+function toClientError(e: ServiceError, kind: Kind): Error {
+  const code = metadataString(e.metadata, ERROR_CODE_KEY);
+  const details = e.details ?? e.message;
+  switch (e.code) {
+    case status.FAILED_PRECONDITION:
+      if (code === "CAIRN_ERR_VERSION_MISMATCH") {
+        const cur = metadataString(e.metadata, CURRENT_VERSION_KEY);
+        return new VersionConflictError(details, cur === undefined ? null : parseVersion(cur));
+      }
+      return new ServerError(code ?? "CAIRN_ERR_FAILED_PRECONDITION", details, e.code);
+    case status.INVALID_ARGUMENT:
+      return new InvalidRequestError(details);
+    case status.DEADLINE_EXCEEDED:
+      return kind === "write"
+        ? new IndeterminateWriteError(`write outcome unknown: ${details}`, e)
+        : new DeadlineExceededError(details, e);
+    case status.UNAVAILABLE:
+    case status.RESOURCE_EXHAUSTED:
+    case status.CANCELLED:
+      if (kind === "write" && !isProvablyNotApplied(e))
+        return new IndeterminateWriteError(`write outcome unknown: ${details}`, e);
+      return new UnavailableError(details, e.code, e);
+    default:
+      return new ServerError(code ?? "CAIRN_ERR_INTERNAL", details, e.code);
+  }
+}
+
+function version(v: Version__Output | null | undefined): Version {
+  return { index: Number(v?.index ?? 0), term: Number(v?.term ?? 0) };
+}
+
+function consistencyOf(c: Consistency | undefined): "LINEARIZABLE" | "SERIALIZABLE" {
+  return c === "serializable" ? "SERIALIZABLE" : "LINEARIZABLE";
+}
+
+function signalOf(o: CallOptions): { signal?: AbortSignal } {
+  return o.signal === undefined ? {} : { signal: o.signal };
+}
+
+function fromView(v: ClusterView__Output): ClusterView {
+  return {
+    epoch: Number(v.epoch),
+    totalShards: v.total_shards,
+    nodes: v.nodes.map((n) => ({
+      id: n.id,
+      rpcAddr: n.rpc_addr,
+      httpAddr: n.http_addr,
+      state: n.state,
+    })),
+    shards: v.shards.map((s) => ({
+      id: s.id,
+      leader: s.leader,
+      replicas: [...s.replicas],
+      term: Number(s.term),
+    })),
+  };
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(done, ms);
+    function done(): void {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }
+    function onAbort(): void {
+      clearTimeout(t);
+      reject(signal?.reason as Error);
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,73 @@
+/** The client's public value types. */
+
+/** The version of a key: the Raft log index (and term) of the write that produced it. */
+export interface Version {
+  readonly index: number;
+  readonly term: number;
+}
+
+export type Consistency = "linearizable" | "serializable";
+
+/** Keys and values are bytes; strings are encoded as UTF-8. */
+export type Bytes = Uint8Array | string;
+
+export interface KeyValue {
+  readonly key: Uint8Array;
+  readonly value: Uint8Array;
+  readonly version: Version;
+}
+
+export interface GetResult extends KeyValue {
+  /** The value decoded as UTF-8. */
+  text(): string;
+}
+
+export interface DeleteResult {
+  /** False when the key did not exist (the delete still succeeded). */
+  readonly deleted: boolean;
+  readonly version: Version;
+}
+
+export interface ScanResult {
+  readonly items: readonly KeyValue[];
+  /** True when the range holds more items than were returned (the limit was reached). */
+  readonly more: boolean;
+}
+
+export interface MemberInfo {
+  readonly id: string;
+  readonly rpcAddr: string;
+  readonly httpAddr: string;
+  readonly state: string;
+}
+
+export interface ShardInfo {
+  readonly id: number;
+  /** The leader's node id, or "" when no leader is known. */
+  readonly leader: string;
+  readonly replicas: readonly string[];
+  readonly term: number;
+}
+
+export interface ClusterView {
+  readonly epoch: number;
+  readonly totalShards: number;
+  readonly nodes: readonly MemberInfo[];
+  readonly shards: readonly ShardInfo[];
+}
+
+export interface SnapshotResult {
+  readonly shardId: number;
+  readonly index: number;
+  readonly term: number;
+  readonly sizeBytes: number;
+}
+
+/** The first `n` UTF-8 decoded, for display. */
+export function utf8(bytes: Uint8Array): string {
+  return new TextDecoder().decode(bytes);
+}
+
+export function toBytes(b: Bytes): Uint8Array {
+  return typeof b === "string" ? new TextEncoder().encode(b) : b;
+}

@@ -1,0 +1,125 @@
+/** `cairn bench` end to end against a real server, and its workload generator. */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { keyOf, operations, seededRandom, zipfian } from "../../src/cli/bench-workload.ts";
+import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
+
+describe("cairn bench", () => {
+  it("runs a 3-second mixed workload; its JSON has nonzero throughput and no errors", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-bench-"));
+    const server = await startServer({ dataDir: dir });
+    try {
+      const proc = spawn(
+        CAIRN,
+        [
+          "bench",
+          "mixed",
+          "--read-ratio",
+          "0.5",
+          "--duration",
+          "3",
+          "--warmup",
+          "0.5",
+          "--keyspace",
+          "200",
+          "--concurrency",
+          "16",
+          "--channels",
+          "2",
+          "--distribution",
+          "zipfian",
+          "--output",
+          "json",
+        ],
+        { cwd: ROOT, env: cleanEnv({ CAIRN_ENDPOINTS: server.rpc }) },
+      );
+      let out = "";
+      let err = "";
+      proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+      proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+      const code = await new Promise<number | null>((r) => proc.once("close", r));
+      assert.equal(code, 0, err);
+      const r = JSON.parse(out) as {
+        ops_per_sec: number;
+        error_count: number;
+        errors: Record<string, number>;
+        duration_s: number;
+        latency_ms: Record<string, number>;
+        by_operation: Record<string, { ops: number }>;
+        client_cpu_percent: number;
+      };
+      assert.ok(r.ops_per_sec > 0);
+      assert.equal(r.error_count, 0, JSON.stringify(r.errors));
+      assert.ok(r.duration_s >= 2.9 && r.duration_s <= 3.5, String(r.duration_s));
+      assert.ok((r.by_operation["put"]?.ops ?? 0) > 0 && (r.by_operation["get"]?.ops ?? 0) > 0);
+      const l = r.latency_ms as {
+        p50: number;
+        p90: number;
+        p99: number;
+        p999: number;
+        max: number;
+      };
+      assert.ok(
+        0 < l.p50 && l.p50 <= l.p90 && l.p90 <= l.p99 && l.p99 <= l.p999 && l.p999 <= l.max,
+      );
+      assert.ok(r.client_cpu_percent > 0);
+      assert.match(err, /fill: 200 keys/);
+      assert.match(err, /^run: /m, "plain progress lines when not a terminal");
+    } finally {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("rejects bad arguments with exit 2", async () => {
+    for (const args of [
+      ["bench"],
+      ["bench", "scan"],
+      ["bench", "put", "--read-ratio", "0.5"],
+      ["bench", "put", "--key-size", "4"],
+    ]) {
+      const proc = spawn(CAIRN, args, { cwd: ROOT, env: cleanEnv() });
+      let err = "";
+      proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+      const code = await new Promise<number | null>((r) => proc.once("close", r));
+      assert.equal(code, 2, `${args.join(" ")}: ${err}`);
+    }
+  });
+});
+
+describe("bench workload", () => {
+  it("keys have the requested size and are unique", () => {
+    assert.equal(keyOf(7, 16), "k0000000007xxxxx");
+    assert.equal(keyOf(123, 11).length, 11);
+    assert.notEqual(keyOf(1, 16), keyOf(10, 16));
+  });
+
+  it("is reproducible from its seed and honours the read ratio", () => {
+    const spec = { readRatio: 0.9, keyspace: 1000, keySize: 16, distribution: "uniform" as const };
+    const a = operations(spec, seededRandom(42));
+    const b = operations(spec, seededRandom(42));
+    let gets = 0;
+    for (let i = 0; i < 10_000; i++) {
+      const x = a();
+      assert.deepEqual(x, b());
+      assert.ok(x.item >= 0 && x.item < 1000);
+      if (x.kind === "get") gets++;
+    }
+    assert.ok(gets > 8700 && gets < 9300, String(gets));
+  });
+
+  it("zipfian favours low items and stays in range", () => {
+    const next = zipfian(1000, seededRandom(7));
+    const counts = new Array<number>(1000).fill(0);
+    for (let i = 0; i < 20_000; i++) {
+      const v = next();
+      assert.ok(v >= 0 && v < 1000);
+      counts[v] = (counts[v] ?? 0) + 1;
+    }
+    assert.ok((counts[0] ?? 0) > (counts[500] ?? 0) * 20);
+  });
+});

@@ -1,0 +1,329 @@
+/**
+ * `bin/cairn` end to end against a real server process: every client command, text and JSON
+ * output, exit codes and bad arguments.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  CAIRN,
+  cleanEnv,
+  ROOT,
+  type ServerProcess,
+  startServer,
+} from "../support/server-process.ts";
+
+interface Run {
+  readonly code: number | null;
+  readonly stdout: Buffer;
+  readonly out: string;
+  readonly err: string;
+}
+
+let dir: string;
+let server: ServerProcess;
+let deadPort = 0;
+
+function cairn(
+  args: readonly string[],
+  opts: { stdin?: string | Buffer; env?: Record<string, string> } = {},
+): Promise<Run> {
+  const env = cleanEnv({
+    CAIRN_ENDPOINTS: server.rpc,
+    CAIRN_HTTP_ENDPOINT: server.http,
+    ...opts.env,
+  });
+  const proc = spawn(CAIRN, [...args], { cwd: ROOT, env, stdio: ["pipe", "pipe", "pipe"] });
+  const out: Buffer[] = [];
+  let err = "";
+  proc.stdout.on("data", (d: Buffer) => out.push(d));
+  proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+  proc.stdin.end(opts.stdin ?? "");
+  return new Promise((resolve) =>
+    proc.once("close", (code) => {
+      const stdout = Buffer.concat(out);
+      resolve({ code, stdout, out: stdout.toString(), err });
+    }),
+  );
+}
+
+const b64 = (s: string): string => Buffer.from(s).toString("base64");
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "cairn-cli-"));
+  server = await startServer({ dataDir: join(dir, "data") });
+  // A port nothing listens on: bind, read the port, close.
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+  deadPort = (probe.address() as { port: number }).port;
+  await new Promise((r) => probe.close(r));
+});
+
+after(async () => {
+  await server.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("cairn put/get/delete", () => {
+  it("puts from an argument and gets it back, text and JSON", async () => {
+    const put = await cairn(["put", "greeting", "hello"]);
+    assert.equal(put.code, 0, put.err);
+    assert.match(put.out, /^OK \d+\/\d+\n$/);
+
+    const get = await cairn(["get", "greeting"]);
+    assert.equal(get.code, 0, get.err);
+    assert.equal(get.out, "hello");
+
+    const json = await cairn(["get", "greeting", "--output", "json"]);
+    assert.equal(json.code, 0, json.err);
+    const parsed = JSON.parse(json.out) as {
+      key: string;
+      value: string;
+      found: boolean;
+      version: { index: number };
+    };
+    assert.deepEqual(
+      [parsed.key, parsed.value, parsed.found],
+      [b64("greeting"), b64("hello"), true],
+    );
+    assert.equal(
+      `OK ${parsed.version.index}/`,
+      put.out.slice(0, `OK ${parsed.version.index}/`.length),
+    );
+    // Global options may also come before the command, as with etcdctl.
+    const leading = await cairn(["--endpoints", server.rpc, "-w", "json", "get", "greeting"], {
+      env: { CAIRN_ENDPOINTS: "127.0.0.1:1" },
+    });
+    assert.equal(leading.code, 0, leading.err);
+    assert.equal((JSON.parse(leading.out) as { value: string }).value, b64("hello"));
+  });
+
+  it("reads the value from stdin and from --file, bytes intact", async () => {
+    const bytes = Buffer.from([0, 1, 2, 255, 10, 13]);
+    const put = await cairn(["put", "bin", "-"], { stdin: bytes });
+    assert.equal(put.code, 0, put.err);
+    const get = await cairn(["get", "bin"]);
+    assert.deepEqual(get.stdout, bytes);
+
+    const file = join(dir, "value.txt");
+    writeFileSync(file, "from a file");
+    const put2 = await cairn(["put", "filed", "--file", file, "--output", "json"]);
+    assert.equal(put2.code, 0, put2.err);
+    assert.equal((JSON.parse(put2.out) as { key: string }).key, b64("filed"));
+    assert.equal((await cairn(["get", "filed"])).out, "from a file");
+  });
+
+  it("exits 1 for a missing key, in text and JSON", async () => {
+    const get = await cairn(["get", "nope"]);
+    assert.equal(get.code, 1);
+    assert.equal(get.out, "");
+    assert.match(get.err, /not found/);
+    const json = await cairn(["get", "nope", "-w", "json"]);
+    assert.equal(json.code, 1);
+    assert.deepEqual(JSON.parse(json.out), { key: b64("nope"), found: false });
+    const del = await cairn(["delete", "nope"]);
+    assert.equal(del.code, 1);
+  });
+
+  it("compare-and-set: exit 4 on a conflict, success on the right version", async () => {
+    const put = await cairn(["put", "cas", "1", "--output", "json"]);
+    const { version } = JSON.parse(put.out) as { version: { index: number; term: number } };
+    const ok = await cairn([
+      "put",
+      "cas",
+      "2",
+      "--expected-version",
+      `${version.index}/${version.term}`,
+    ]);
+    assert.equal(ok.code, 0, ok.err);
+    const stale = await cairn([
+      "put",
+      "cas",
+      "3",
+      "--expected-version",
+      `${version.index}/${version.term}`,
+    ]);
+    assert.equal(stale.code, 4);
+    assert.match(stale.err, /conflict: current version \d+\/\d+/);
+    const delStale = await cairn([
+      "delete",
+      "cas",
+      "--expected-version",
+      `${version.index}/${version.term}`,
+    ]);
+    assert.equal(delStale.code, 4);
+    const del = await cairn(["delete", "cas", "--output", "json"]);
+    assert.equal(del.code, 0, del.err);
+    assert.equal((JSON.parse(del.out) as { deleted: boolean }).deleted, true);
+    assert.equal((await cairn(["get", "cas"])).code, 1);
+  });
+});
+
+describe("cairn scan", () => {
+  it("lists by prefix and range with a limit, text and JSON", async () => {
+    for (const k of ["s/a", "s/b", "s/c", "s/d", "t/a"]) {
+      const r = await cairn(["put", k, `v-${k}`]);
+      assert.equal(r.code, 0, r.err);
+    }
+    const text = await cairn(["scan", "--prefix", "s/"]);
+    assert.equal(text.code, 0, text.err);
+    assert.equal(text.out, "s/a\tv-s/a\ns/b\tv-s/b\ns/c\tv-s/c\ns/d\tv-s/d\n");
+
+    const json = await cairn(["scan", "--from", "s/b", "--to", "t/a", "--output", "json"]);
+    const parsed = JSON.parse(json.out) as {
+      items: { key: string; value: string }[];
+      more: boolean;
+    };
+    assert.deepEqual(
+      parsed.items.map((i) => Buffer.from(i.key, "base64").toString()),
+      ["s/b", "s/c", "s/d"],
+    );
+    assert.equal(parsed.more, false);
+
+    const limited = await cairn(["scan", "--prefix", "s/", "--limit", "2", "--keys-only"]);
+    assert.equal(limited.out, "s/a\ns/b\n");
+    assert.match(limited.err, /more keys/);
+  });
+});
+
+describe("cairn cluster, snapshot, health, metrics", () => {
+  it("cluster prints members and shard leaders", async () => {
+    const text = await cairn(["cluster"]);
+    assert.equal(text.code, 0, text.err);
+    assert.match(text.out, /MEMBER\tSTATE/);
+    assert.match(text.out, new RegExp(`n1\\talive\\t${server.rpc}`));
+    const json = await cairn(["cluster", "--output", "json"]);
+    const view = JSON.parse(json.out) as {
+      nodes: { id: string }[];
+      shards: { id: number; leader: string }[];
+      total_shards: number;
+    };
+    assert.equal(view.nodes[0]?.id, "n1");
+    assert.equal(view.shards.find((s) => s.id === 0)?.leader, "n1");
+    assert.ok(view.total_shards > 0);
+  });
+
+  it("cluster --watch prints the first view and follows until interrupted", async () => {
+    const env = cleanEnv({ CAIRN_ENDPOINTS: server.rpc });
+    const proc = spawn(CAIRN, ["cluster", "--watch", "--output", "json"], { cwd: ROOT, env });
+    let out = "";
+    const firstLine = new Promise<void>((resolve) =>
+      proc.stdout.on("data", (d: Buffer) => {
+        out += d.toString();
+        if (out.includes("\n")) resolve();
+      }),
+    );
+    const exited = new Promise<number | null>((r) => proc.once("exit", (c) => r(c)));
+    await firstLine;
+    assert.ok(proc.exitCode === null, "still following");
+    proc.kill("SIGINT");
+    assert.equal(await exited, 0);
+    assert.equal(
+      (JSON.parse(out.split("\n")[0] as string) as { nodes: unknown[] }).nodes.length,
+      1,
+    );
+  });
+
+  it("snapshot SHARD reports index and term; an inactive shard is exit 1", async () => {
+    const json = await cairn(["snapshot", "0", "--output", "json"]);
+    assert.equal(json.code, 0, json.err);
+    const snap = JSON.parse(json.out) as { shard_id: number; index: number; term: number };
+    assert.equal(snap.shard_id, 0);
+    assert.ok(snap.term > 0);
+    const text = await cairn(["snapshot", "0"]);
+    assert.match(text.out, /^shard 0: snapshot at index \d+, term \d+, \d+ bytes\n$/);
+  });
+
+  it("health reports the node; --quick is the probe", async () => {
+    const text = await cairn(["health"]);
+    assert.equal(text.code, 0, text.err);
+    assert.match(text.out, /^status: healthy\nnode: n1/);
+    const json = await cairn(["health", "--output", "json"]);
+    assert.equal((JSON.parse(json.out) as { status: string }).status, "healthy");
+    const quick = await cairn(["health", "--quick"]);
+    assert.equal(quick.code, 0, quick.err);
+    assert.equal(quick.out, "OK\n");
+  });
+
+  it("metrics prints the Prometheus text, filtered or as JSON samples", async () => {
+    const text = await cairn(["metrics"]);
+    assert.equal(text.code, 0, text.err);
+    assert.match(text.out, /# TYPE kv_requests_total counter/);
+    const json = await cairn(["metrics", "--filter", "kv_requests_total", "--output", "json"]);
+    const samples = JSON.parse(json.out) as {
+      name: string;
+      labels: Record<string, string>;
+      value: number;
+    }[];
+    assert.ok(samples.length > 0);
+    assert.ok(samples.every((s) => s.name.includes("kv_requests_total")));
+    assert.ok(samples.some((s) => s.labels["operation"] === "put" && s.value > 0));
+  });
+});
+
+describe("cairn errors and help", () => {
+  it("exit 3 when no node answers", async () => {
+    const dead = `127.0.0.1:${deadPort}`;
+    const get = await cairn(["get", "k", "--endpoints", dead, "--timeout", "300"]);
+    assert.equal(get.code, 3);
+    assert.match(get.err, /unavailable/);
+    // Connection refused proves the write was not sent: unavailable, not indeterminate.
+    const put = await cairn(["put", "k", "v", "--timeout", "300"], {
+      env: { CAIRN_ENDPOINTS: dead },
+    });
+    assert.equal(put.code, 3);
+    const health = await cairn(["health", "--http-endpoint", dead, "--timeout", "300"]);
+    assert.equal(health.code, 3);
+    const cluster = await cairn(["cluster", "--endpoints", dead, "--timeout", "300"]);
+    assert.equal(cluster.code, 3);
+  });
+
+  it("exit 2 on bad arguments, naming the problem", async () => {
+    const cases: [string[], RegExp][] = [
+      [["put", "k"], /missing VALUE/],
+      [["get"], /missing KEY/],
+      [["get", "a", "b"], /unexpected argument "b"/],
+      [["scan", "--prefix", "a", "--from", "b"], /cannot be combined/],
+      [["scan", "--limit", "x"], /--limit/],
+      [["put", "k", "v", "--expected-version", "7"], /INDEX\/TERM/],
+      [["get", "k", "--endpoints", "nohostport"], /not HOST:PORT/],
+      [["get", "k", "--output", "yaml"], /text or json/],
+      [["get", "k", "--bogus"], /Unknown option '--bogus'/],
+      [["snapshot", "x"], /shard number/],
+      [["frobnicate"], /unknown command/],
+    ];
+    const runs = await Promise.all(cases.map(([args]) => cairn(args)));
+    runs.forEach((r, i) => {
+      assert.equal(r.code, 2, `${cases[i]?.[0].join(" ")}: ${r.err}`);
+      assert.match(r.err, cases[i]?.[1] as RegExp);
+    });
+  });
+
+  it("--help on every command, with examples", async () => {
+    const commands = [
+      "put",
+      "get",
+      "delete",
+      "scan",
+      "cluster",
+      "health",
+      "metrics",
+      "snapshot",
+      "bench",
+      "serve",
+    ];
+    const runs = await Promise.all(commands.map((c) => cairn([c, "--help"])));
+    runs.forEach((r, i) => {
+      assert.equal(r.code, 0, `${commands[i]}: ${r.err}`);
+      assert.match(r.out, new RegExp(`^Usage: cairn ${commands[i]}`));
+      assert.match(r.out, /Examples:\n {2}cairn /);
+    });
+    const top = await cairn(["--help"]);
+    assert.equal(top.code, 0);
+    for (const c of commands) assert.match(top.out, new RegExp(`\\n  ${c}\\b`));
+  });
+});

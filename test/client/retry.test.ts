@@ -1,0 +1,164 @@
+/**
+ * The client's retry rules against an in-process fake KV service whose answers the test scripts:
+ * writes are retried only when the failure proves they were not applied; a write that times out is
+ * indeterminate and sent exactly once.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import {
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServiceError,
+  status,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
+import { loadCairnProto } from "../../src/api/index.ts";
+import {
+  CairnClient,
+  DeadlineExceededError,
+  IndeterminateWriteError,
+  UnavailableError,
+  VersionConflictError,
+} from "../../src/client/index.ts";
+
+type Answer = "ok" | "hang" | { code: status; cairn?: string; details?: string; current?: string };
+
+// Scripted answers and call counts per request key: each test uses its own key, so a late call of
+// an earlier test (its deadline passed, the server still runs it) cannot take another test's answer.
+const scripts = new Map<string, Answer[]>();
+const calls = new Map<string, number>();
+let server: Server;
+let address = "";
+
+function answer(
+  call: { request: { key?: Buffer } },
+  callback: (err: Partial<ServiceError> | null, res?: unknown) => void,
+  ok: unknown,
+): void {
+  const key = String(call.request.key ?? "");
+  calls.set(key, (calls.get(key) ?? 0) + 1);
+  const a = scripts.get(key)?.shift() ?? "ok";
+  if (a === "hang") return;
+  if (a === "ok") return callback(null, ok);
+  const metadata = new Metadata();
+  if (a.cairn !== undefined) metadata.set("cairn-error-code", a.cairn);
+  if (a.current !== undefined) metadata.set("cairn-current-version", a.current);
+  callback({ code: a.code, details: a.details ?? "scripted", metadata });
+}
+
+before(async () => {
+  const { proto } = loadCairnProto();
+  server = new Server();
+  const impl: UntypedServiceImplementation = {
+    Put: (
+      call: { request: { key?: Buffer } },
+      cb: (e: Partial<ServiceError> | null, r?: unknown) => void,
+    ) => answer(call, cb, { version: { index: 7, term: 2 } }),
+    Get: (
+      call: { request: { key?: Buffer } },
+      cb: (e: Partial<ServiceError> | null, r?: unknown) => void,
+    ) => answer(call, cb, { found: true, value: Buffer.from("v"), version: { index: 7, term: 2 } }),
+    Delete: (
+      call: { request: { key?: Buffer } },
+      cb: (e: Partial<ServiceError> | null, r?: unknown) => void,
+    ) => answer(call, cb, { deleted: true, version: { index: 8, term: 2 } }),
+    Scan: (
+      call: { request: { key?: Buffer } },
+      cb: (e: Partial<ServiceError> | null, r?: unknown) => void,
+    ) => answer(call, cb, { items: [], next_page_token: Buffer.alloc(0) }),
+  };
+  server.addService(proto.cairn.v1.KV.service, impl);
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+      err === null ? resolve(p) : reject(err),
+    ),
+  );
+  address = `127.0.0.1:${port}`;
+});
+
+after(() => server.forceShutdown());
+
+function client(timeoutMs = 2000): CairnClient {
+  return new CairnClient({ endpoints: [address], timeoutMs, routing: false, initialBackoffMs: 1 });
+}
+
+describe("client retries", () => {
+  it("retries a put refused before apply (not leader, proposal lost, backpressure)", async () => {
+    scripts.set("k1", [
+      { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_LEADER" },
+      { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_PROPOSAL_LOST" },
+      { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_BACKPRESSURE" },
+    ]);
+    const c = client();
+    assert.deepEqual(await c.put("k1", "v"), { index: 7, term: 2 });
+    assert.equal(calls.get("k1"), 4);
+    c.close();
+  });
+
+  it("never retries a put whose failure does not prove it unapplied: indeterminate", async () => {
+    scripts.set("k2", [{ code: status.UNAVAILABLE, details: "Connection dropped" }]);
+    const c = client();
+    await assert.rejects(c.put("k2", "v"), IndeterminateWriteError);
+    assert.equal(calls.get("k2"), 1);
+    c.close();
+  });
+
+  it("reports a put that timed out as indeterminate, sent once", async () => {
+    scripts.set("k3", ["hang"]);
+    const c = client(300);
+    await assert.rejects(c.put("k3", "v"), IndeterminateWriteError);
+    assert.equal(calls.get("k3"), 1);
+    c.close();
+  });
+
+  it("retries a read on any UNAVAILABLE", async () => {
+    scripts.set("k4", [
+      { code: status.UNAVAILABLE, details: "Connection dropped" },
+      { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_LEADER" },
+    ]);
+    const c = client();
+    assert.equal(await c.getString("k4"), "v");
+    assert.equal(calls.get("k4"), 3);
+    c.close();
+  });
+
+  it("gives up within the deadline: unavailable (or deadline exceeded), never a hang", async () => {
+    scripts.set(
+      "k5",
+      Array.from({ length: 100_000 }, () => ({
+        code: status.UNAVAILABLE,
+        cairn: "CAIRN_ERR_NOT_LEADER",
+      })),
+    );
+    const c = client(200);
+    const t0 = Date.now();
+    const err = await c.get("k5").then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof UnavailableError || err instanceof DeadlineExceededError, String(err));
+    assert.ok(Date.now() - t0 < 2000);
+    assert.ok((calls.get("k5") ?? 0) > 1, "retried");
+    c.close();
+  });
+
+  it("maps a CAS mismatch to VersionConflictError with the current version", async () => {
+    scripts.set("k6", [
+      {
+        code: status.FAILED_PRECONDITION,
+        cairn: "CAIRN_ERR_VERSION_MISMATCH",
+        current: "12/3",
+      },
+    ]);
+    const c = client();
+    const err = await c.delete("k6", { expectedVersion: { index: 1, term: 1 } }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof VersionConflictError);
+    assert.deepEqual(err.current, { index: 12, term: 3 });
+    assert.equal(calls.get("k6"), 1);
+    c.close();
+  });
+});
