@@ -4,8 +4,15 @@ import type { ClusterViewPublisher } from "../cluster/index.ts";
 import type { ClusterView } from "./generated/cairn/v1/ClusterView.ts";
 import type { WatchClusterRequest__Output } from "./generated/cairn/v1/WatchClusterRequest.ts";
 
-export function metaService(views: ClusterViewPublisher): UntypedServiceImplementation {
-  return {
+export interface MetaService {
+  readonly implementation: UntypedServiceImplementation;
+  /** Ends every open watch (at shutdown: a watch never ends by itself and would hold the drain). */
+  endAll(): void;
+}
+
+export function metaService(views: ClusterViewPublisher): MetaService {
+  const open = new Set<() => void>();
+  const implementation: UntypedServiceImplementation = {
     WatchCluster(call: ServerWritableStream<WatchClusterRequest__Output, ClusterView>) {
       const unsubscribe = views.subscribe((view) => {
         call.write({
@@ -15,12 +22,24 @@ export function metaService(views: ClusterViewPublisher): UntypedServiceImplemen
           total_shards: view.total_shards,
         });
       });
-      const end = (): void => {
+      const finish = (): void => {
         unsubscribe();
+        open.delete(end);
       };
-      call.on("cancelled", end);
-      call.on("close", end);
-      call.on("error", end);
+      const end = (): void => {
+        finish();
+        call.end();
+      };
+      open.add(end);
+      call.on("cancelled", finish);
+      call.on("close", finish);
+      call.on("error", finish);
+    },
+  };
+  return {
+    implementation,
+    endAll() {
+      for (const end of [...open]) end();
     },
   };
 }

@@ -11,7 +11,7 @@ import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
 import type { MultiRaft } from "../replication/index.ts";
 import { adminService } from "./admin-service.ts";
 import { kvService } from "./kv-service.ts";
-import { metaService } from "./meta-service.ts";
+import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto } from "./proto.ts";
 import type { Limits } from "./validate.ts";
 
@@ -32,6 +32,7 @@ export class RpcServer {
   readonly #options: RpcServerOptions;
   readonly #server: Server;
   readonly #health: HealthImplementation;
+  readonly #meta: MetaService;
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
@@ -45,7 +46,8 @@ export class RpcServer {
       v1.KV.service,
       kvService(options.store, options.metrics, options.limits),
     );
-    this.#server.addService(v1.Meta.service, metaService(options.views));
+    this.#meta = metaService(options.views);
+    this.#server.addService(v1.Meta.service, this.#meta.implementation);
     this.#server.addService(v1.Admin.service, adminService(options.store, options.logger));
     this.#health = new HealthImplementation(
       Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),
@@ -86,6 +88,7 @@ export class RpcServer {
   /** Stops taking calls, lets in-flight calls finish within `deadlineMs`, then cuts the rest. */
   async close(deadlineMs: number): Promise<void> {
     for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "NOT_SERVING");
+    this.#meta.endAll();
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.#server.forceShutdown();
