@@ -9,10 +9,9 @@ import { CairnError } from "../common/errors.ts";
 import { NotLeaderError } from "../raft/index.ts";
 import type { Version } from "../replication/index.ts";
 
-/** Trailing metadata keys clients can rely on. */
-export const LEADER_HINT_KEY = "cairn-leader";
-export const CURRENT_VERSION_KEY = "cairn-current-version";
-export const ERROR_CODE_KEY = "cairn-error-code";
+import { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY } from "./wire.ts";
+
+export { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY };
 
 export class InvalidArgumentError extends CairnError {
   constructor(message: string) {

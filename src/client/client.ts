@@ -16,6 +16,7 @@ import { ChannelCredentials, type Client, type ServiceError, status } from "@grp
 // proto.ts, not the api index: the index pulls in the whole server, which would triple the
 // start-up time of every `cairn` client command.
 import { loadCairnProto } from "../api/proto.ts";
+import { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import type { AdminClient } from "../api/generated/cairn/v1/Admin.ts";
 import type { ClusterView__Output } from "../api/generated/cairn/v1/ClusterView.ts";
 import type { KVClient } from "../api/generated/cairn/v1/KV.ts";
@@ -110,11 +111,6 @@ interface Connection {
 }
 
 type Kind = "read" | "write";
-
-/** Trailing metadata of the wire contract (docs/errors.md); the server sets them in src/api/errors.ts. */
-const LEADER_HINT_KEY = "cairn-leader";
-const CURRENT_VERSION_KEY = "cairn-current-version";
-const ERROR_CODE_KEY = "cairn-error-code";
 
 const { proto } = loadCairnProto();
 const v1 = proto.cairn.v1;
