@@ -408,7 +408,7 @@ export class MultiRaft {
         s.raw.advance();
         if (rd.hardState !== null)
           observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
-        if (s.campaignWhenReady && this.#isSoleVoter(s)) {
+        if (s.campaignWhenReady && s.raw.isSoleVoter()) {
           s.campaignWhenReady = false;
           s.raw.campaign();
         }
@@ -417,10 +417,6 @@ export class MultiRaft {
     } catch (err) {
       this.#fail(err);
     }
-  }
-
-  #isSoleVoter(s: ShardReplica): boolean {
-    return s.raw.isSoleVoter();
   }
 
   #fail(err: unknown): void {
