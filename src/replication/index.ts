@@ -3,7 +3,9 @@
  * engines, and the KV state machine each shard applies its log to.
  */
 export { ABSENT, type KvCommand, type Version } from "./commands.ts";
+export { type Clock, type EngineOpener, type ShardEngine, systemClock } from "./engine.ts";
 export {
+  type DriverTestingBugs,
   MultiRaft,
   type MultiRaftOptions,
   type ReplicationObserver,

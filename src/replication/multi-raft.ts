@@ -21,12 +21,13 @@ import { randomInt } from "node:crypto";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
-import { seededRng } from "../common/rng.ts";
+import { type Rng, seededRng } from "../common/rng.ts";
 import { shardForKey } from "../cluster/index.ts";
 import type { NodeId, Ready } from "../raft/index.ts";
 import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode } from "../raft/index.ts";
 import type { LsmMetrics, WalRecord } from "../storage/index.ts";
-import { LsmEngine, LsmEnvironment, Wal } from "../storage/index.ts";
+import { LsmEnvironment, Wal, type WalOptions } from "../storage/index.ts";
+import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand } from "./commands.ts";
 import { ShardReplica } from "./shard.ts";
@@ -36,6 +37,8 @@ import { toWalEntry, WAL_CONF_CHANGE, WalRaftStorage } from "./wal-storage.ts";
 
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
+/** What a waiting request costs the node beyond its payload (promises, closures, queues). */
+const REQUEST_OVERHEAD_BYTES = 512;
 
 export interface MultiRaftOptions {
   readonly nodeId: string;
@@ -50,8 +53,29 @@ export interface MultiRaftOptions {
   readonly singleVoterReadFastPath?: boolean;
   /** Refuse new writes to a shard with this many operations already waiting. Default 100000. */
   readonly maxPendingPerShard?: number;
+  /**
+   * Node-wide bound on the bytes of proposals and reads waiting in the driver (queued, proposed
+   * or waiting for their apply); past it requests are refused as retryable back-pressure.
+   * Default 128 MiB.
+   */
+  readonly maxPendingBytes?: number;
   readonly lsmMetrics?: LsmMetrics;
   readonly observer?: ReplicationObserver;
+  /** Opens a shard's engine; default: an LSM engine in the node's shared environment. */
+  readonly openEngine?: EngineOpener;
+  /** Default: the system clock. The simulation passes its own. */
+  readonly clock?: Clock;
+  /** Options of the node's WAL (its file system, segment size). */
+  readonly wal?: WalOptions;
+  /** Seed of the groups' election-timeout randomness; default: random. */
+  readonly seed?: number;
+  /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
+  readonly testingBugs?: DriverTestingBugs;
+}
+
+export interface DriverTestingBugs {
+  /** Serve and campaign before the replay is applied (issue 9, bug 1). */
+  readonly staleReadAfterRestart?: boolean;
 }
 
 /** Events for metrics, logs and the cluster view. */
@@ -106,28 +130,42 @@ export class MultiRaft {
   readonly #opening = new Map<number, Promise<ShardReplica>>();
   readonly #dirty = new Set<ShardReplica>();
   readonly #maxPending: number;
+  readonly #maxPendingBytes: number;
+  readonly #testingBugs: DriverTestingBugs;
+  /** Bytes of the requests waiting in the driver now (see MultiRaftOptions.maxPendingBytes). */
+  #pendingBytes = 0;
+  /** Shard applies in flight, for close() to wait on. */
+  readonly #applies = new Set<Promise<void>>();
   #roundScheduled = false;
   #inRound: Promise<void> | null = null;
   #rerun = false;
   #readSeq = 0;
   #closed = false;
   #failure: unknown = undefined;
-  #ticker: NodeJS.Timeout | null = null;
-  #maintenance: NodeJS.Timeout | null = null;
+  readonly #clock: Clock;
+  readonly #openEngine: EngineOpener;
+  readonly #rng: Rng;
+  #stopTicker: (() => void) | null = null;
+  #stopMaintenance: (() => void) | null = null;
   #maintaining = false;
 
   private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment) {
     this.#options = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#openEngine = options.openEngine ?? lsmOpener(env, options.memtableBytes);
+    this.#rng = seededRng(options.seed ?? randomInt(0x7fff_ffff));
     this.nodeId = nodeId(options.nodeId);
     this.totalShards = options.totalShards;
     this.#wal = wal;
     this.#env = env;
     this.#maxPending = options.maxPendingPerShard ?? 100_000;
+    this.#maxPendingBytes = options.maxPendingBytes ?? 128 * 1024 * 1024;
+    this.#testingBugs = options.testingBugs ?? {};
   }
 
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
   static async open(options: MultiRaftOptions): Promise<MultiRaft> {
-    const wal = await Wal.open(join(options.dataDir, "wal"));
+    const wal = await Wal.open(join(options.dataDir, "wal"), options.wal);
     const env = new LsmEnvironment({
       blockCacheBytes: options.blockCacheBytes,
       ...(options.lsmMetrics === undefined ? {} : { metrics: options.lsmMetrics }),
@@ -154,8 +192,8 @@ export class MultiRaft {
       await mr.close();
       throw err;
     }
-    mr.#ticker = setInterval(() => mr.#tick(), options.tickMs);
-    mr.#maintenance = setInterval(() => void mr.#maintain(), 1000);
+    mr.#stopTicker = mr.#clock.every(options.tickMs, () => mr.#tick());
+    mr.#stopMaintenance = mr.#clock.every(1000, () => void mr.#maintain());
     return mr;
   }
 
@@ -184,7 +222,12 @@ export class MultiRaft {
 
   /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
   async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
-    const shard = await this.#shard(this.shardOf(key));
+    this.#assertOpen();
+    const id = this.shardOf(key);
+    // A shard never opened on this node was never written (writes open it first): the key is
+    // absent, and a read must not create the shard.
+    if (!this.#shards.has(id) && !this.#opening.has(id)) return null;
+    const shard = await this.#shard(id);
     if (linearizable) await this.#readBarrier(shard);
     else this.#assertOpen();
     return shard.sm.get(key);
@@ -235,7 +278,7 @@ export class MultiRaft {
   async transferLeader(id: number, to: string): Promise<void> {
     this.#checkShardId(id);
     const shard = await this.#shard(id);
-    const done = shard.enqueueTransfer(nodeId(to));
+    const done = shard.enqueueTransfer(nodeId(to), this.#clock.now());
     this.#markDirty(shard);
     await done;
   }
@@ -266,7 +309,9 @@ export class MultiRaft {
   isShardReady(id: number): boolean {
     if (this.#closed || this.#failure !== undefined) return false;
     const s = this.#shards.get(id);
-    return s !== undefined && s.raw.lead !== null && s.sm.lsm.failure === undefined;
+    return (
+      s !== undefined && s.raw.lead !== null && s.isReplayed() && s.sm.lsm.failure === undefined
+    );
   }
 
   get failure(): unknown {
@@ -277,10 +322,11 @@ export class MultiRaft {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    if (this.#ticker !== null) clearInterval(this.#ticker);
-    if (this.#maintenance !== null) clearInterval(this.#maintenance);
+    this.#stopTicker?.();
+    this.#stopMaintenance?.();
     await Promise.allSettled([...this.#opening.values()]);
     while (this.#inRound !== null) await this.#inRound;
+    while (this.#applies.size > 0) await Promise.allSettled([...this.#applies]);
     const err = new ShuttingDownError();
     for (const s of this.#shards.values()) s.failAll(err);
     const results = await Promise.allSettled(
@@ -298,24 +344,54 @@ export class MultiRaft {
   async #write(cmd: KvCommand): Promise<ApplyOutcome> {
     const shard = await this.#shard(this.shardOf(cmd.key));
     this.#assertOpen();
-    if (shard.pendingOperations >= this.#maxPending || shard.sm.lsm.backpressure() === "stall") {
+    const storage = shard.sm.lsm.backpressure();
+    // A throttled engine still takes writes, but fewer wait on it: its queue drains slowly.
+    const limit = storage === "throttle" ? this.#maxPending >> 4 : this.#maxPending;
+    if (shard.pendingOperations >= limit || storage === "stall") {
       throw new CairnError(
         "CAIRN_ERR_BACKPRESSURE",
-        `shard ${shard.id} is overloaded (${shard.pendingOperations} operations waiting, storage ${shard.sm.lsm.backpressure()}); retry later`,
+        `shard ${shard.id} is overloaded (${shard.pendingOperations} operations waiting, storage ${storage}); retry later`,
         { retryable: true },
       );
     }
-    const done = shard.enqueuePropose(encodeCommand(cmd));
-    this.#markDirty(shard);
-    return done;
+    const data = encodeCommand(cmd);
+    const release = this.#reserve(data.length + REQUEST_OVERHEAD_BYTES);
+    try {
+      const done = shard.enqueuePropose(data, this.#clock.now());
+      this.#markDirty(shard);
+      return await done;
+    } finally {
+      release();
+    }
   }
 
   /**
-   * Waits until a linearizable read of `shard` may be served from its state machine. A group
-   * whose only voter is this node, leading, needs no round trip: every acknowledged write is
-   * applied before it is acknowledged, and no other member can lead without a configuration
-   * change, so the applied state already reflects every write that completed before the read.
-   * Other groups confirm leadership with ReadIndex.
+   * Takes `bytes` of the node-wide budget for waiting requests, or refuses the request. One
+   * request is always admitted when nothing waits, however large, so no request is refused
+   * forever.
+   */
+  #reserve(bytes: number): () => void {
+    if (this.#pendingBytes > 0 && this.#pendingBytes + bytes > this.#maxPendingBytes) {
+      throw new CairnError(
+        "CAIRN_ERR_BACKPRESSURE",
+        `the node has ${this.#pendingBytes} bytes of requests waiting (limit ${this.#maxPendingBytes}); retry later`,
+        { retryable: true },
+      );
+    }
+    this.#pendingBytes += bytes;
+    return () => {
+      this.#pendingBytes -= bytes;
+    };
+  }
+
+  /**
+   * Waits until a linearizable read of `shard` may be served from its state machine: once it has
+   * applied everything committed when the read arrived (the ReadIndex rule). A group whose only
+   * voter is this node, leading, knows its commit index covers every acknowledged write (a
+   * write is acknowledged after its commit is persisted and it is applied; no other member can
+   * lead without a configuration change), so it needs no round trip, only that wait: right
+   * after a restart the replay may still be applying entries below that index. Other groups
+   * confirm leadership with ReadIndex.
    */
   async #readBarrier(shard: ShardReplica): Promise<void> {
     this.#assertOpen();
@@ -324,11 +400,24 @@ export class MultiRaft {
       shard.raw.role === "leader" &&
       shard.raw.isSoleVoter()
     ) {
+      const index = this.#testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
+      if (index <= shard.sm.appliedIndex) return;
+      const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
+      try {
+        await shard.waitApplied(index);
+      } finally {
+        release();
+      }
       return;
     }
-    const done = shard.enqueueRead(++this.#readSeq);
-    this.#markDirty(shard);
-    await done;
+    const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
+    try {
+      const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());
+      this.#markDirty(shard);
+      await done;
+    } finally {
+      release();
+    }
   }
 
   #tick(): void {
@@ -347,7 +436,7 @@ export class MultiRaft {
   #scheduleRound(): void {
     if (this.#roundScheduled || this.#closed) return;
     this.#roundScheduled = true;
-    setImmediate(() => {
+    this.#clock.defer(() => {
       this.#roundScheduled = false;
       if (this.#closed) return;
       if (this.#inRound !== null) {
@@ -371,7 +460,11 @@ export class MultiRaft {
       const dirty = [...this.#dirty];
       this.#dirty.clear();
       for (const s of dirty) {
-        s.drainInbox(this.#options.tickMs * this.#options.electionTicks * 3);
+        // A shard still applying its last Ready sits this round out (its apply marks it dirty
+        // again when done): one slow engine must not hold every other shard's round.
+        if (s.applying !== null) continue;
+        s.maybeCampaign();
+        s.drainInbox(this.#clock.now(), this.#options.tickMs * this.#options.electionTicks * 3);
         if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
       }
       if (work.length === 0) return;
@@ -382,6 +475,14 @@ export class MultiRaft {
           throw new CairnError(
             "CAIRN_ERR_UNSUPPORTED",
             `shard ${s.id}: installing a snapshot needs cluster mode`,
+          );
+        }
+        if (rd.messages.length > 0) {
+          // Every group on a single node has one voter, which has no one to talk to: a message
+          // here means the group's configuration is not what this driver believes.
+          throw new CairnError(
+            "CAIRN_ERR_INVARIANT",
+            `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
           );
         }
         if (rd.entries.length > 0)
@@ -401,18 +502,32 @@ export class MultiRaft {
       }
       const observer = this.#options.observer;
       for (const [s, rd] of work) {
-        // Messages: every group on a single node has one voter and sends none.
         if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, s.lead, s.raw.term);
-        await s.applyCommitted(rd.committedEntries);
-        s.confirmReads(rd);
-        s.raw.advance();
-        if (rd.hardState !== null)
-          observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
-        if (s.campaignWhenReady && s.raw.isSoleVoter()) {
-          s.campaignWhenReady = false;
-          s.raw.campaign();
-        }
-        if (s.raw.hasReady() || s.hasInput()) this.#dirty.add(s);
+        const applying: Promise<void> = this.#applyReady(s, rd).finally(() => {
+          this.#applies.delete(applying);
+          s.applying = null;
+          if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
+        });
+        s.applying = applying;
+        this.#applies.add(applying);
+      }
+    } catch (err) {
+      this.#fail(err);
+    }
+  }
+
+  /**
+   * Applies a persisted Ready's committed entries to the shard, serves the reads they unblock,
+   * and advances the group. Runs beside the next rounds: usually it completes within the same
+   * microtask queue, but an engine that throttles or stalls delays only its own shard.
+   */
+  async #applyReady(s: ShardReplica, rd: Ready): Promise<void> {
+    try {
+      await s.applyCommitted(rd.committedEntries);
+      s.confirmReads(rd);
+      s.raw.advance();
+      if (rd.hardState !== null) {
+        this.#options.observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
       }
     } catch (err) {
       this.#fail(err);
@@ -469,10 +584,7 @@ export class MultiRaft {
 
   async #openShard(id: number): Promise<ShardReplica> {
     const o = this.#options;
-    const lsm = await LsmEngine.open(join(o.dataDir, "shards", String(id)), this.#env, {
-      shardId: id,
-      memtableBytes: o.memtableBytes,
-    });
+    const lsm = await this.#openEngine(id, join(o.dataDir, "shards", String(id)));
     try {
       const sm = new KvStateMachine(lsm);
       const storage = new WalRaftStorage(this.#wal, id, sm.durableConf() ?? EMPTY_CONF);
@@ -504,12 +616,19 @@ export class MultiRaft {
       const raw = new RawNode({
         id: this.nodeId,
         storage,
-        rng: seededRng(randomInt(0x7fff_ffff)),
+        rng: this.#rng.fork(),
         electionTick: o.electionTicks,
         heartbeatTick: o.heartbeatTicks,
         applied: logIndex(applied),
       });
-      const shard = new ShardReplica(id, raw, sm, storage, true);
+      const shard = new ShardReplica(
+        id,
+        raw,
+        sm,
+        storage,
+        true,
+        this.#testingBugs.staleReadAfterRestart ? 0 : commit,
+      );
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);
       o.observer?.shardOpened?.(id, applied, commit);

@@ -9,6 +9,9 @@ import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../ra
 import type { ApplyOutcome, KvStateMachine } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 
+/** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
+const MAX_TICKS_PER_ROUND = 2;
+
 interface PendingProposal {
   readonly term: Term;
   readonly resolve: (outcome: ApplyOutcome) => void;
@@ -58,13 +61,23 @@ export class ShardReplica {
   readonly storage: WalRaftStorage;
   /** Campaign as soon as the configuration is applied (single-voter groups start at once). */
   campaignWhenReady: boolean;
-  /** Ticks to deliver at the next round. */
+  /** Ticks to deliver at the next round (at most MAX_TICKS_PER_ROUND of them count). */
   ticks = 0;
+  /**
+   * The commit index found at open: until the state machine has applied it, the replica holds
+   * state older than writes it may already have acknowledged, so it neither campaigns nor
+   * serves (see MultiRaft#readBarrier).
+   */
+  readonly replayTo: number;
+  /** The apply of this shard's last Ready, while it runs: no new Ready until it is done. */
+  applying: Promise<void> | null = null;
   leaderChanges = 0;
   #inbox: InboxItem[] = [];
   readonly #proposals = new Map<number, PendingProposal>();
   readonly #reads = new Map<number, PendingRead>();
   #lastLead: NodeId | null = null;
+  /** Ids of reads confirmed locally (negative: never a ReadIndex context). */
+  #localReads = 0;
   #role: Role = "follower";
 
   constructor(
@@ -73,8 +86,10 @@ export class ShardReplica {
     sm: KvStateMachine,
     storage: WalRaftStorage,
     campaignWhenReady: boolean,
+    replayTo: number,
   ) {
     this.id = id;
+    this.replayTo = replayTo;
     this.raw = raw;
     this.sm = sm;
     this.storage = storage;
@@ -89,50 +104,74 @@ export class ShardReplica {
     return this.#lastLead;
   }
 
+  /** Whether everything committed before the shard opened has been applied. */
+  isReplayed(): boolean {
+    return this.sm.appliedIndex >= this.replayTo;
+  }
+
+  /** Campaigns, once, when a single-voter group has applied its replay. */
+  maybeCampaign(): void {
+    if (this.campaignWhenReady && this.isReplayed() && this.raw.isSoleVoter()) {
+      this.campaignWhenReady = false;
+      this.raw.campaign();
+    }
+  }
+
+  /** Resolves once the state machine has applied `index` (a read confirmed at that index). */
+  waitApplied(index: number): Promise<void> {
+    if (index <= this.sm.appliedIndex) return Promise.resolve();
+    return new Promise((resolve, reject) =>
+      this.#reads.set(--this.#localReads, { resolve, reject, index }),
+    );
+  }
+
   hasInput(): boolean {
     return this.#inbox.length > 0 || this.ticks > 0;
   }
 
-  enqueuePropose(data: Uint8Array): Promise<ApplyOutcome> {
+  enqueuePropose(data: Uint8Array, since: number): Promise<ApplyOutcome> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "propose",
         data,
         done: { resolve, reject },
-        since: performance.now(),
+        since,
       }),
     );
   }
 
-  enqueueRead(id: number): Promise<void> {
+  enqueueRead(id: number, since: number): Promise<void> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "read",
         id,
         read: { resolve, reject, index: null },
-        since: performance.now(),
+        since,
       }),
     );
   }
 
-  enqueueTransfer(to: NodeId): Promise<void> {
+  enqueueTransfer(to: NodeId, since: number): Promise<void> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "transfer",
         to,
         done: { resolve, reject },
-        since: performance.now(),
+        since,
       }),
     );
   }
 
   /** Feeds queued inputs to the Raft group (outside ready/advance). */
-  drainInbox(maxWaitMs: number): void {
-    for (; this.ticks > 0; this.ticks--) this.raw.tick();
+  drainInbox(now: number, maxWaitMs: number): void {
+    // Ticks that piled up while the event loop or the disk was slow are dropped, not delivered
+    // in a burst: a burst would expire election timeouts although the leader's heartbeats are
+    // only late. Dropping ticks stretches time, which Raft tolerates (no clock-based leases).
+    for (let n = Math.min(this.ticks, MAX_TICKS_PER_ROUND); n > 0; n--) this.raw.tick();
+    this.ticks = 0;
     const inbox = this.#inbox;
     this.#inbox = [];
     const electing = this.raw.role !== "leader" && this.raw.lead === null;
-    const now = performance.now();
     for (const item of inbox) {
       if (electing) {
         // An election is under way: wait for it (bounded) rather than fail at once.
@@ -197,7 +236,7 @@ export class ShardReplica {
         this.storage.conf = conf;
         await this.sm.applyConf(e, conf);
       } else if (e.data.length === 0) {
-        this.sm.skip(e);
+        await this.sm.skip(e);
       } else {
         outcome = await this.sm.applyCommand(e);
       }

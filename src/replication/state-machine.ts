@@ -4,7 +4,8 @@
  * every other write of the shard. Applying the same log gives every replica the same state.
  */
 import type { ConfState, Entry } from "../raft/index.ts";
-import type { LsmEngine, LsmSnapshot } from "../storage/index.ts";
+import type { LsmSnapshot, WriteOp } from "../storage/index.ts";
+import type { ShardEngine } from "./engine.ts";
 import {
   confKey,
   decodeCommand,
@@ -15,6 +16,7 @@ import {
   storageKey,
   USER_KEYS_END,
   userKey,
+  type KvCommand,
   type Version,
 } from "./commands.ts";
 
@@ -32,11 +34,11 @@ export interface StoredItem {
 }
 
 export class KvStateMachine {
-  readonly lsm: LsmEngine;
+  readonly lsm: ShardEngine;
   /** Index of the last entry applied. */
   appliedIndex: number;
 
-  constructor(lsm: LsmEngine) {
+  constructor(lsm: ShardEngine) {
     this.lsm = lsm;
     this.appliedIndex = lsm.flushedSeq;
   }
@@ -54,37 +56,52 @@ export class KvStateMachine {
    */
   async applyCommand(e: Entry): Promise<ApplyOutcome | null> {
     if (e.index <= this.appliedIndex) return null;
-    this.appliedIndex = e.index;
     const cmd = decodeCommand(e.data);
     const skey = storageKey(cmd.key);
-    if (cmd.expected !== undefined || cmd.op === "delete") {
+    const outcome = this.#evaluate(e, cmd.op, skey, cmd.expected);
+    let ops: WriteOp[] = [];
+    if (outcome.type === "written" && cmd.op === "put") {
+      ops = [{ type: "put", key: skey, value: encodeStoredValue(outcome.version, cmd.value) }];
+    } else if (outcome.type === "deleted") {
+      ops = [{ type: "delete", key: skey }];
+    }
+    // An entry that changes no key is still written (with no operations): the engine must make
+    // its index durable with the next flush, or the WAL could never be compacted past it.
+    await this.lsm.write(e.index, ops);
+    // Only now: a read served at appliedIndex must see this entry's effect in the engine.
+    this.appliedIndex = e.index;
+    return outcome;
+  }
+
+  #evaluate(
+    e: Entry,
+    op: KvCommand["op"],
+    skey: Uint8Array,
+    expected: Version | undefined,
+  ): ApplyOutcome {
+    if (expected !== undefined || op === "delete") {
       const current = this.#version(skey);
-      if (cmd.expected !== undefined && !sameVersion(current, cmd.expected)) {
+      if (expected !== undefined && !sameVersion(current, expected)) {
         return { type: "precondition-failed", current };
       }
-      if (cmd.op === "delete" && current === null) return { type: "not-found" };
+      if (op === "delete" && current === null) return { type: "not-found" };
     }
     const version: Version = { index: e.index, term: e.term };
-    if (cmd.op === "put") {
-      await this.lsm.write(e.index, [
-        { type: "put", key: skey, value: encodeStoredValue(version, cmd.value) },
-      ]);
-      return { type: "written", version };
-    }
-    await this.lsm.write(e.index, [{ type: "delete", key: skey }]);
-    return { type: "deleted", version };
+    return op === "put" ? { type: "written", version } : { type: "deleted", version };
   }
 
   /** Records a configuration change applied at `e` (persisted with the shard's data). */
   async applyConf(e: Entry, conf: ConfState): Promise<void> {
     if (e.index <= this.appliedIndex) return;
-    this.appliedIndex = e.index;
     await this.lsm.write(e.index, [{ type: "put", key: confKey(), value: encodeConf(conf) }]);
+    this.appliedIndex = e.index;
   }
 
-  /** An entry with nothing for the state machine (the leader's no-op). */
-  skip(e: Entry): void {
-    if (e.index > this.appliedIndex) this.appliedIndex = e.index;
+  /** An entry with nothing for the state machine (the leader's no-op): its index is recorded. */
+  async skip(e: Entry): Promise<void> {
+    if (e.index <= this.appliedIndex) return;
+    await this.lsm.write(e.index, []);
+    this.appliedIndex = e.index;
   }
 
   get(key: Uint8Array): StoredItem | null {

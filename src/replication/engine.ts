@@ -1,0 +1,56 @@
+/**
+ * The seams between the driver and the world it runs in, so that the deterministic simulation
+ * can run the real driver: the storage engine of a shard (the LSM in production, an in-memory
+ * twin in the simulation) and the clock that ticks groups and schedules rounds.
+ */
+import type { Backpressure, LsmSnapshot, ScanOptions, WriteOp } from "../storage/index.ts";
+import { LsmEngine, type LsmEnvironment } from "../storage/index.ts";
+
+/** What a shard's state machine needs from its storage engine. `LsmEngine` is the real one. */
+export interface ShardEngine {
+  /** Highest sequence (Raft index) whose writes survive a crash; the replay starts above it. */
+  readonly flushedSeq: number;
+  /** Set once the engine failed for good; it then refuses every call. */
+  readonly failure: unknown;
+  /**
+   * Applies a batch at `seq` (strictly increasing; an empty batch still records `seq`, so the
+   * next flush makes it durable). Resolves once reads see it.
+   */
+  write(seq: number, ops: readonly WriteOp[]): Promise<void>;
+  get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined;
+  scan(options: ScanOptions): Iterable<[Uint8Array, Uint8Array]>;
+  snapshot(): LsmSnapshot;
+  /** Makes everything written so far durable (flushedSeq reaches the last written sequence). */
+  flush(): Promise<void>;
+  backpressure(): Backpressure;
+  stats(): { readonly bytesPerLevel: readonly number[] };
+  close(): Promise<void>;
+}
+
+/** Opens (creating if needed) the engine of `shard` in `dir`. */
+export type EngineOpener = (shard: number, dir: string) => Promise<ShardEngine>;
+
+export function lsmOpener(env: LsmEnvironment, memtableBytes: number): EngineOpener {
+  return (shard, dir) => LsmEngine.open(dir, env, { shardId: shard, memtableBytes });
+}
+
+/** Time as the driver sees it. */
+export interface Clock {
+  /** Milliseconds on a monotonic clock. */
+  now(): number;
+  /** Calls `fn` every `ms` until the returned function is called. */
+  every(ms: number, fn: () => void): () => void;
+  /** Calls `fn` once, after the current I/O callbacks (setImmediate). */
+  defer(fn: () => void): void;
+}
+
+export const systemClock: Clock = {
+  now: () => performance.now(),
+  every(ms, fn) {
+    const timer = setInterval(fn, ms);
+    return () => clearInterval(timer);
+  },
+  defer(fn) {
+    setImmediate(fn);
+  },
+};
