@@ -1,3 +1,4 @@
 export { crc32c } from "./crc32c.ts";
 export { CorruptionError } from "./errors.ts";
+export { nodeFileSystem, type FileSystem, type FsFile, type OpenFlags } from "./file-system.ts";
 export { fsyncDir, fsyncDirSync } from "./fs-util.ts";

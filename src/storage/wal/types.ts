@@ -2,6 +2,7 @@
  * What the WAL stores, in its own vocabulary: it knows shards, terms and indexes, never Raft's
  * types. The replication driver converts between the two.
  */
+import type { FileSystem } from "../common/index.ts";
 
 /** One log entry of one shard. `type` is an opaque tag (0..255) kept for the caller. */
 export interface WalEntry {
@@ -48,6 +49,8 @@ export interface WalOptions {
    * compact the shards `largestShards()` names.
    */
   readonly memoryBudgetBytes?: number;
+  /** Where the segments live. Default: the real file system (`nodeFileSystem`). */
+  readonly fs?: FileSystem;
 }
 
 /** Counters for metrics and tests. */

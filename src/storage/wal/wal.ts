@@ -2,11 +2,15 @@
  * The node-wide write-ahead log: one sequence of segment files shared by every shard.
  * See README.md for the concept, the format and the caveats.
  */
-import { constants } from "node:fs";
-import { mkdir, open, readdir, readFile, unlink, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
-import { CorruptionError, fsyncDir } from "../common/index.ts";
+import {
+  CorruptionError,
+  nodeFileSystem,
+  type FileSystem,
+  type FsFile,
+  type OpenFlags,
+} from "../common/index.ts";
 import {
   FLAG_HAS_VOTE,
   KIND_COMPACT,
@@ -40,8 +44,7 @@ const SEGMENT_SUFFIX = ".wal";
  * in one system call. One call means one hop through libuv's thread pool instead of two, so the
  * event loop's work between the hops cannot delay the flush (see BENCHMARKS.md).
  */
-const WRITE_FLAGS = constants.O_RDWR | constants.O_DSYNC;
-const CREATE_FLAGS = WRITE_FLAGS | constants.O_CREAT;
+const WRITE_FLAGS: OpenFlags = { dsync: true };
 /** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
 const FLAG_CHECKPOINT = 2;
 
@@ -133,11 +136,12 @@ export class Wal {
   /** Set when recovery cut a torn write off the end of the last segment. */
   readonly tornTail: TornTail | undefined;
 
+  readonly #fs: FileSystem;
   readonly #segmentBytes: number;
   readonly #memoryBudgetBytes: number;
   readonly #shards = new Map<number, ShardLog>();
   readonly #segments: Segment[];
-  #handle: FileHandle;
+  #handle: FsFile;
   #segmentSize: number;
 
   /**
@@ -172,11 +176,12 @@ export class Wal {
     dir: string,
     options: WalOptions,
     segments: Segment[],
-    handle: FileHandle,
+    handle: FsFile,
     segmentSize: number,
     tornTail: TornTail | undefined,
   ) {
     this.dir = dir;
+    this.#fs = options.fs ?? nodeFileSystem;
     this.#segmentBytes = options.segmentBytes ?? 64 * 1024 * 1024;
     this.#memoryBudgetBytes = options.memoryBudgetBytes ?? 512 * 1024 * 1024;
     this.#segments = segments;
@@ -191,8 +196,9 @@ export class Wal {
    * CorruptionError naming the file and offset.
    */
   static async open(dir: string, options: WalOptions = {}): Promise<Wal> {
-    await mkdir(dir, { recursive: true });
-    const names = (await readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
+    const fs = options.fs ?? nodeFileSystem;
+    await fs.mkdirp(dir);
+    const names = (await fs.readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
     const segments: Segment[] = names.map((name) => ({
       seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
       path: join(dir, name),
@@ -212,11 +218,11 @@ export class Wal {
     for (let i = 0; i < segments.length; i++) {
       const segment = segments[i] as Segment;
       const isLast = i === segments.length - 1;
-      const buf = await readFile(segment.path);
+      const buf = await fs.readFile(segment.path);
       const valid = replaySegment(segment, buf, isLast, shardLog);
       if (valid < buf.length) {
         tornTail = { file: segment.path, offset: valid, droppedBytes: buf.length - valid };
-        const handle = await open(segment.path, "r+");
+        const handle = await fs.open(segment.path, {});
         try {
           await handle.truncate(valid);
           await handle.sync();
@@ -235,7 +241,7 @@ export class Wal {
         );
       }
     }
-    let handle: FileHandle;
+    let handle: FsFile;
     const last = segments.at(-1);
     const fresh = last === undefined || lastSize < SEGMENT_HEADER_BYTES;
     if (fresh) {
@@ -243,10 +249,10 @@ export class Wal {
       // start it afresh, with the checkpoint the rotation would have written.
       const seq = last === undefined ? 1 : last.seq;
       const path = join(dir, segmentName(seq));
-      handle = await open(path, CREATE_FLAGS | constants.O_TRUNC);
+      handle = await fs.open(path, { ...WRITE_FLAGS, create: true, truncate: true });
       if (last === undefined) segments.push({ seq, path, maxIndex: new Map() });
     } else {
-      handle = await open((last as Segment).path, WRITE_FLAGS);
+      handle = await fs.open((last as Segment).path, WRITE_FLAGS);
     }
     const wal = new Wal(dir, options, segments, handle, lastSize, tornTail);
     for (const [id, log] of shards) {
@@ -257,7 +263,7 @@ export class Wal {
     if (fresh) {
       const head = Buffer.concat([segmentHeader(), wal.#checkpoint()]);
       await handle.write(head, 0, head.length, 0);
-      await fsyncDir(dir);
+      await fs.fsyncDir(dir);
       wal.#segmentSize = head.length;
     }
     return wal;
@@ -578,7 +584,7 @@ export class Wal {
       const data = writer.finish();
       let written = 0;
       while (written < data.length) {
-        const { bytesWritten } = await this.#handle.write(
+        const bytesWritten = await this.#handle.write(
           data,
           written,
           data.length - written,
@@ -586,7 +592,7 @@ export class Wal {
         );
         written += bytesWritten;
       }
-      if (rotated) await fsyncDir(this.dir);
+      if (rotated) await this.#fs.fsyncDir(this.dir);
       this.#segmentSize += data.length;
       this.#bytesWritten += data.length;
       this.#syncs++;
@@ -609,7 +615,7 @@ export class Wal {
     const checkpoint = this.#checkpoint();
     const seq = (this.#segments.at(-1) as Segment).seq + 1;
     const path = join(this.dir, segmentName(seq));
-    const handle = await open(path, CREATE_FLAGS | constants.O_EXCL);
+    const handle = await this.#fs.open(path, { ...WRITE_FLAGS, create: true, exclusive: true });
     const head = Buffer.concat([segmentHeader(), checkpoint]);
     await handle.write(head, 0, head.length, 0);
     const old = this.#handle;
@@ -627,7 +633,7 @@ export class Wal {
         if ((this.#durableCompact.get(shard) ?? 0) < index) return;
       }
       this.#segments.shift();
-      await unlink(oldest.path);
+      await this.#fs.unlink(oldest.path);
       this.#segmentsDeleted++;
     }
   }
