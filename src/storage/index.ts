@@ -1,3 +1,12 @@
 export * from "./wal/index.ts";
 export * from "./lsm/index.ts";
-export { CorruptionError } from "./common/index.ts";
+export {
+  CorruptionError,
+  MemoryFileSystem,
+  nodeFileSystem,
+  type CrashOptions,
+  type FileSystem,
+  type FsFile,
+  type FsOperation,
+  type OpenFlags,
+} from "./common/index.ts";

@@ -224,6 +224,28 @@ describe("WAL", () => {
     await third.close();
   });
 
+  it("lowers a recovered commit past the last durable entry, and reports it", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([
+      { kind: "entries", shard: 1, entries: [entry(1, 1), entry(2, 1), entry(3, 1)] },
+      { kind: "hard-state", shard: 1, state: { term: 1, vote: "n1", commit: 5 } },
+      { kind: "snapshot", shard: 2, meta: { index: 10, term: 2, data: bytes("c") } },
+      { kind: "hard-state", shard: 2, state: { term: 2, vote: null, commit: 10 } },
+    ]);
+    await wal.close();
+    const again = await Wal.open(dir);
+    assert.deepEqual(again.clampedCommits, [{ shard: 1, commit: 5, clampedTo: 3 }]);
+    assert.deepEqual(again.hardState(1), { term: 1, vote: "n1", commit: 3 });
+    assert.deepEqual(again.hardState(2), { term: 2, vote: null, commit: 10 });
+    await again.close();
+    // The planted bug of old versions keeps the commit as recorded.
+    const buggy = await Wal.open(dir, { testingBugs: { rotationCheckpointIncludesBatch: true } });
+    assert.deepEqual(buggy.clampedCommits, []);
+    assert.equal(buggy.hardState(1)?.commit, 5);
+    await buggy.close();
+  });
+
   it("reports the shards holding the most memory", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir, { memoryBudgetBytes: 1000 });
@@ -419,42 +441,97 @@ function modelSignature(steps: number): string {
   });
 }
 
+const crashChild = join(import.meta.dirname, "wal-crash-child.ts");
+const CRASH_STEPS = 300;
+
+/**
+ * Runs the crash child until it kills itself; returns the highest acknowledged step. `args` come
+ * before the child script (a preloaded shim), `env` tells it where to crash.
+ */
+async function runCrashChild(
+  dir: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<number> {
+  const proc = spawn(process.execPath, [...args, crashChild, dir, String(CRASH_STEPS)], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, ...env },
+  });
+  let output = "";
+  proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
+  assert.equal(signal, "SIGKILL", "the child reached the crash point");
+  let acked = 0;
+  for (const line of output.split("\n")) {
+    if (line.startsWith("a ")) acked = Math.max(acked, Number(line.slice(2)));
+  }
+  return acked;
+}
+
+/** Reopens the crashed child's WAL and checks it holds every acknowledged step. */
+async function checkRecovered(dir: string, acked: number): Promise<void> {
+  const wal = await Wal.open(dir, { segmentBytes: 2048 });
+  const got = walSignature(wal);
+  for (let shard = 0; shard < 8; shard++) {
+    const commit = wal.hardState(shard)?.commit ?? 0;
+    assert.ok(
+      commit <= wal.lastIndex(shard),
+      `shard ${shard}: commit ${commit} beyond the last entry ${wal.lastIndex(shard)}`,
+    );
+  }
+  await wal.close();
+  // Acknowledged steps are all there; the one in flight may or may not be.
+  assert.ok(
+    got === modelSignature(acked) || got === modelSignature(acked + 1),
+    `recovered state is neither step ${acked} nor ${acked + 1}`,
+  );
+}
+
 describe("WAL crash at chosen file operations (SIGKILL from a preloaded shim)", () => {
-  const child = join(import.meta.dirname, "wal-crash-child.ts");
   const shim = join(import.meta.dirname, "crash-shim.ts");
-  const STEPS = 300;
   // Opening takes 4 operations (create, write header, open and fsync the directory); each step
   // one O_DSYNC write; a rotation 5 more; each deleted segment one unlink.
   const points = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17, 22, 28, 35, 45, 57, 70, 90, 115, 150];
   for (const at of points) {
     it(`before operation ${at}${at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
       const dir = tempDir("walpoint");
-      const proc = spawn(process.execPath, ["--import", shim, child, dir, String(STEPS)], {
-        stdio: ["ignore", "pipe", "inherit"],
-        env: {
-          ...process.env,
-          CAIRN_CRASH_DIR: dir,
-          CAIRN_CRASH_THREAD: "0",
-          CAIRN_CRASH_AT: String(at),
-          ...(at % 2 === 0 ? { CAIRN_CRASH_JOURNAL: join(tempDir("journal"), "journal") } : {}),
-        },
+      const acked = await runCrashChild(dir, ["--import", shim], {
+        CAIRN_CRASH_DIR: dir,
+        CAIRN_CRASH_THREAD: "0",
+        CAIRN_CRASH_AT: String(at),
+        ...(at % 2 === 0 ? { CAIRN_CRASH_JOURNAL: join(tempDir("journal"), "journal") } : {}),
       });
-      let output = "";
-      proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
-      const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
-      assert.equal(signal, "SIGKILL", "the child reached the crash point");
-      let acked = 0;
-      for (const line of output.split("\n")) {
-        if (line.startsWith("a ")) acked = Math.max(acked, Number(line.slice(2)));
-      }
-      const wal = await Wal.open(dir, { segmentBytes: 2048 });
-      const got = walSignature(wal);
-      await wal.close();
-      // Acknowledged steps are all there; the one in flight may or may not be.
-      assert.ok(
-        got === modelSignature(acked) || got === modelSignature(acked + 1),
-        `recovered state is neither step ${acked} nor ${acked + 1}`,
-      );
+      await checkRecovered(dir, acked);
+    });
+  }
+});
+
+describe("WAL crash inside a segment rotation (SIGKILL at a counted operation)", () => {
+  // The operations after a rotation has created its segment, in order; the last one is whatever
+  // follows the directory fsync (a deletion or the next batch's write).
+  const phases = [
+    "before the checkpoint write",
+    "before closing the old segment",
+    "before the batch write",
+    "before the directory fsync",
+    "after the directory fsync",
+  ];
+  for (const rotation of [1, 4]) {
+    phases.forEach((phase, i) => {
+      it(`rotation ${rotation}, ${phase}`, async () => {
+        const dir = tempDir("walrot");
+        const acked = await runCrashChild(dir, [], {
+          CAIRN_WAL_CRASH: `rotation:${rotation}:${i + 1}`,
+        });
+        await checkRecovered(dir, acked);
+      });
+    });
+  }
+  for (const k of [1, 3]) {
+    it(`before segment deletion ${k}`, async () => {
+      const dir = tempDir("walrot");
+      const acked = await runCrashChild(dir, [], { CAIRN_WAL_CRASH: `unlink:${k}` });
+      await checkRecovered(dir, acked);
     });
   }
 });

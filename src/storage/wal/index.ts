@@ -1,5 +1,6 @@
 export { Wal } from "./wal.ts";
 export type {
+  ClampedCommit,
   TornTail,
   WalEntry,
   WalHardState,

@@ -2,6 +2,7 @@
  * What the WAL stores, in its own vocabulary: it knows shards, terms and indexes, never Raft's
  * types. The replication driver converts between the two.
  */
+import type { FileSystem } from "../common/index.ts";
 
 /** One log entry of one shard. `type` is an opaque tag (0..255) kept for the caller. */
 export interface WalEntry {
@@ -39,6 +40,15 @@ export interface TornTail {
   readonly droppedBytes: number;
 }
 
+/** A recovered hard state whose commit was past its shard's last durable entry. */
+export interface ClampedCommit {
+  readonly shard: number;
+  /** The commit index recorded on disk. */
+  readonly commit: number;
+  /** The shard's last durable entry, the commit the WAL now reports. */
+  readonly clampedTo: number;
+}
+
 export interface WalOptions {
   /** Rotate to a new segment once the current one holds this many bytes. Default 64 MiB. */
   readonly segmentBytes?: number;
@@ -48,6 +58,20 @@ export interface WalOptions {
    * compact the shards `largestShards()` names.
    */
   readonly memoryBudgetBytes?: number;
+  /** Where the segments live. Default: the real file system (`nodeFileSystem`). */
+  readonly fs?: FileSystem;
+  /**
+   * Planted bugs, for checking that the deterministic simulation finds them. Never set in
+   * production.
+   */
+  readonly testingBugs?: {
+    /**
+     * The bug of old versions: a rotation's checkpoint records the in-memory state, which already
+     * includes the batch the rotation writes next (a crash between the two leaves a commit past
+     * the last entry), and recovery does not clamp such a commit.
+     */
+    readonly rotationCheckpointIncludesBatch?: boolean;
+  };
 }
 
 /** Counters for metrics and tests. */

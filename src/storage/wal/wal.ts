@@ -2,11 +2,15 @@
  * The node-wide write-ahead log: one sequence of segment files shared by every shard.
  * See README.md for the concept, the format and the caveats.
  */
-import { constants } from "node:fs";
-import { mkdir, open, readdir, readFile, unlink, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
-import { CorruptionError, fsyncDir } from "../common/index.ts";
+import {
+  CorruptionError,
+  nodeFileSystem,
+  type FileSystem,
+  type FsFile,
+  type OpenFlags,
+} from "../common/index.ts";
 import {
   FLAG_HAS_VOTE,
   KIND_COMPACT,
@@ -21,6 +25,7 @@ import {
 } from "./record.ts";
 import { ShardLog } from "./shard-log.ts";
 import type {
+  ClampedCommit,
   TornTail,
   WalEntry,
   WalHardState,
@@ -40,8 +45,7 @@ const SEGMENT_SUFFIX = ".wal";
  * in one system call. One call means one hop through libuv's thread pool instead of two, so the
  * event loop's work between the hops cannot delay the flush (see BENCHMARKS.md).
  */
-const WRITE_FLAGS = constants.O_RDWR | constants.O_DSYNC;
-const CREATE_FLAGS = WRITE_FLAGS | constants.O_CREAT;
+const WRITE_FLAGS: OpenFlags = { dsync: true };
 /** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
 const FLAG_CHECKPOINT = 2;
 
@@ -56,10 +60,26 @@ interface Segment {
   readonly maxIndex: Map<number, number>;
 }
 
-/** A compaction or snapshot position that becomes durable with the batch that carries it. */
-interface Mark {
-  readonly shard: number;
-  readonly index: number;
+/** A change of a shard's state that becomes durable with the batch that carries it. */
+type Change =
+  | { readonly kind: "hard-state"; readonly shard: number; readonly state: WalHardState }
+  | { readonly kind: "snapshot"; readonly shard: number; readonly meta: WalSnapshotMeta }
+  | {
+      readonly kind: "compact";
+      readonly shard: number;
+      readonly index: number;
+      readonly term: number;
+    };
+
+/**
+ * What a checkpoint records of a shard: the state on disk, not the in-memory state that may
+ * already include appends still waiting for their write.
+ */
+interface ShardCheckpoint {
+  hardState: WalHardState | undefined;
+  snapshot: WalSnapshotMeta | undefined;
+  compactIndex: number;
+  compactTerm: number;
 }
 
 function segmentName(seq: number): string {
@@ -132,12 +152,20 @@ export class Wal {
   readonly dir: string;
   /** Set when recovery cut a torn write off the end of the last segment. */
   readonly tornTail: TornTail | undefined;
+  /**
+   * Shards whose recovered hard state committed entries past the last durable one, and to what
+   * their commit was lowered. Nothing after the last durable write was acknowledged by this node,
+   * so those entries were never counted towards a quorum from here; the driver logs these.
+   */
+  readonly clampedCommits: readonly ClampedCommit[];
 
+  readonly #fs: FileSystem;
   readonly #segmentBytes: number;
   readonly #memoryBudgetBytes: number;
+  readonly #testingBugs: NonNullable<WalOptions["testingBugs"]>;
   readonly #shards = new Map<number, ShardLog>();
   readonly #segments: Segment[];
-  #handle: FileHandle;
+  #handle: FsFile;
   #segmentSize: number;
 
   /**
@@ -147,7 +175,8 @@ export class Wal {
   #writer = new RecordWriter(1024 * 1024);
   #spare = new RecordWriter(1024 * 1024);
   #pendingMax = new Map<number, number>();
-  #pendingMarks: Mark[] = [];
+  /** State changes in #writer, in append order: durable once its write completes. */
+  #pendingChanges: Change[] = [];
   /** Bytes handed to append() so far, and how many of them are durable. */
   #appendedBytes = 0;
   #durableBytes = 0;
@@ -161,6 +190,8 @@ export class Wal {
   #closed = false;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
   readonly #durableCompact = new Map<number, number>();
+  /** Per shard, its state as on disk: what a new segment's checkpoint may record. */
+  readonly #durable = new Map<number, ShardCheckpoint>();
   #memoryBytes = 0;
 
   #recordsAppended = 0;
@@ -172,27 +203,33 @@ export class Wal {
     dir: string,
     options: WalOptions,
     segments: Segment[],
-    handle: FileHandle,
+    handle: FsFile,
     segmentSize: number,
     tornTail: TornTail | undefined,
+    clampedCommits: readonly ClampedCommit[],
   ) {
     this.dir = dir;
+    this.#fs = options.fs ?? nodeFileSystem;
     this.#segmentBytes = options.segmentBytes ?? 64 * 1024 * 1024;
     this.#memoryBudgetBytes = options.memoryBudgetBytes ?? 512 * 1024 * 1024;
     this.#segments = segments;
     this.#handle = handle;
     this.#segmentSize = segmentSize;
     this.tornTail = tornTail;
+    this.clampedCommits = clampedCommits;
+    this.#testingBugs = options.testingBugs ?? {};
   }
 
   /**
    * Opens the WAL in `dir` (created if missing) and replays every segment. A torn record at the
    * end of the last segment is cut off and reported in `tornTail`; any other damage throws a
-   * CorruptionError naming the file and offset.
+   * CorruptionError naming the file and offset. A hard state committing past its shard's last
+   * durable entry is lowered to that entry and reported in `clampedCommits`.
    */
   static async open(dir: string, options: WalOptions = {}): Promise<Wal> {
-    await mkdir(dir, { recursive: true });
-    const names = (await readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
+    const fs = options.fs ?? nodeFileSystem;
+    await fs.mkdirp(dir);
+    const names = (await fs.readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
     const segments: Segment[] = names.map((name) => ({
       seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
       path: join(dir, name),
@@ -212,11 +249,11 @@ export class Wal {
     for (let i = 0; i < segments.length; i++) {
       const segment = segments[i] as Segment;
       const isLast = i === segments.length - 1;
-      const buf = await readFile(segment.path);
+      const buf = await fs.readFile(segment.path);
       const valid = replaySegment(segment, buf, isLast, shardLog);
       if (valid < buf.length) {
         tornTail = { file: segment.path, offset: valid, droppedBytes: buf.length - valid };
-        const handle = await open(segment.path, "r+");
+        const handle = await fs.open(segment.path, {});
         try {
           await handle.truncate(valid);
           await handle.sync();
@@ -235,7 +272,22 @@ export class Wal {
         );
       }
     }
-    let handle: FileHandle;
+    const clampedCommits: ClampedCommit[] = [];
+    // A crash can keep a hard state and lose entries it commits: written by an older version
+    // whose rotation checkpoint ran ahead of its batch, or by a driver that synced a commit
+    // before its entries. Raft's core refuses commit > lastIndex; nothing past the last durable
+    // entry was acknowledged by this node, so lowering the commit loses nothing. (lastIndex is
+    // never below the compaction point, so a commit covered by a snapshot is kept.)
+    if (options.testingBugs?.rotationCheckpointIncludesBatch !== true) {
+      for (const [shard, log] of shards) {
+        const state = log.hardState;
+        if (state !== undefined && state.commit > log.lastIndex) {
+          clampedCommits.push({ shard, commit: state.commit, clampedTo: log.lastIndex });
+          log.hardState = { ...state, commit: log.lastIndex };
+        }
+      }
+    }
+    let handle: FsFile;
     const last = segments.at(-1);
     const fresh = last === undefined || lastSize < SEGMENT_HEADER_BYTES;
     if (fresh) {
@@ -243,21 +295,27 @@ export class Wal {
       // start it afresh, with the checkpoint the rotation would have written.
       const seq = last === undefined ? 1 : last.seq;
       const path = join(dir, segmentName(seq));
-      handle = await open(path, CREATE_FLAGS | constants.O_TRUNC);
+      handle = await fs.open(path, { ...WRITE_FLAGS, create: true, truncate: true });
       if (last === undefined) segments.push({ seq, path, maxIndex: new Map() });
     } else {
-      handle = await open((last as Segment).path, WRITE_FLAGS);
+      handle = await fs.open((last as Segment).path, WRITE_FLAGS);
     }
-    const wal = new Wal(dir, options, segments, handle, lastSize, tornTail);
+    const wal = new Wal(dir, options, segments, handle, lastSize, tornTail, clampedCommits);
     for (const [id, log] of shards) {
       wal.#shards.set(id, log);
       wal.#memoryBytes += log.bytes;
       wal.#durableCompact.set(id, log.compactIndex);
+      wal.#durable.set(id, {
+        hardState: log.hardState,
+        snapshot: log.snapshot,
+        compactIndex: log.compactIndex,
+        compactTerm: log.compactTerm,
+      });
     }
     if (fresh) {
       const head = Buffer.concat([segmentHeader(), wal.#checkpoint()]);
       await handle.write(head, 0, head.length, 0);
-      await fsyncDir(dir);
+      await fs.fsyncDir(dir);
       wal.#segmentSize = head.length;
     }
     return wal;
@@ -295,12 +353,13 @@ export class Wal {
         case "hard-state":
           this.#putHardState(writer, r.shard, r.state);
           log.hardState = r.state;
+          this.#pendingChanges.push({ kind: "hard-state", shard: r.shard, state: r.state });
           break;
         case "snapshot":
           writer.put(KIND_SNAPSHOT, 0, 0, r.shard, r.meta.term, r.meta.index, r.meta.data);
           this.#memoryBytes -= log.bytes;
           log.applySnapshot(r.meta);
-          this.#pendingMarks.push({ shard: r.shard, index: r.meta.index });
+          this.#pendingChanges.push({ kind: "snapshot", shard: r.shard, meta: r.meta });
           break;
       }
       this.#recordsAppended++;
@@ -330,7 +389,7 @@ export class Wal {
     this.#memoryBytes -= log.bytes;
     log.compact(index, term);
     this.#memoryBytes += log.bytes;
-    this.#pendingMarks.push({ shard, index });
+    this.#pendingChanges.push({ kind: "compact", shard, index, term });
     this.#recordsAppended++;
   }
 
@@ -507,20 +566,61 @@ export class Wal {
     );
   }
 
-  /** The state of every shard, written first into a new segment so older ones can be deleted. */
+  /**
+   * The durable state of every shard, written first into a new segment so older ones can be
+   * deleted. Only what is already on disk: the checkpoint may be all that survives a crash, and
+   * a hard state from a batch still being written could commit entries that never land. The
+   * batch itself follows the checkpoint in the new segment.
+   */
   #checkpoint(): Buffer {
     const writer = new RecordWriter(64 * 1024);
-    for (const [shard, log] of this.#shards) {
-      if (log.snapshot !== undefined) {
-        const m = log.snapshot;
+    // The planted bug of the deterministic simulation: the in-memory state, batch included.
+    const source =
+      this.#testingBugs.rotationCheckpointIncludesBatch === true ? this.#shards : this.#durable;
+    for (const [shard, state] of source) {
+      if (state.snapshot !== undefined) {
+        const m = state.snapshot;
         writer.put(KIND_SNAPSHOT, 0, FLAG_CHECKPOINT, shard, m.term, m.index, m.data);
       }
-      if (log.compactIndex > 0) {
-        writer.put(KIND_COMPACT, 0, 0, shard, log.compactTerm, log.compactIndex, EMPTY);
+      if (state.compactIndex > 0) {
+        writer.put(KIND_COMPACT, 0, 0, shard, state.compactTerm, state.compactIndex, EMPTY);
       }
-      if (log.hardState !== undefined) this.#putHardState(writer, shard, log.hardState);
+      if (state.hardState !== undefined) this.#putHardState(writer, shard, state.hardState);
     }
     return writer.finish();
+  }
+
+  /** Records that `changes` are on disk, as replaying them would. */
+  #makeDurable(changes: readonly Change[]): void {
+    for (const c of changes) {
+      let state = this.#durable.get(c.shard);
+      if (state === undefined) {
+        state = { hardState: undefined, snapshot: undefined, compactIndex: 0, compactTerm: 0 };
+        this.#durable.set(c.shard, state);
+      }
+      let index: number;
+      switch (c.kind) {
+        case "hard-state":
+          state.hardState = c.state;
+          continue;
+        case "snapshot":
+          // As ShardLog.applySnapshot: the log now starts after the snapshot.
+          state.snapshot = c.meta;
+          state.compactIndex = index = c.meta.index;
+          state.compactTerm = c.meta.term;
+          break;
+        case "compact":
+          // As ShardLog.compact: a compaction mark never moves back.
+          if (c.index > state.compactIndex) {
+            state.compactIndex = c.index;
+            state.compactTerm = c.term;
+          }
+          index = c.index;
+          break;
+      }
+      if ((this.#durableCompact.get(c.shard) ?? 0) < index)
+        this.#durableCompact.set(c.shard, index);
+    }
   }
 
   /**
@@ -561,9 +661,9 @@ export class Wal {
     const writer = this.#writer;
     this.#writer = this.#spare;
     const upTo = this.#appendedBytes;
-    const marks = this.#pendingMarks;
+    const changes = this.#pendingChanges;
     const maxIndex = this.#pendingMax;
-    this.#pendingMarks = [];
+    this.#pendingChanges = [];
     this.#pendingMax = new Map();
     try {
       let rotated = false;
@@ -578,7 +678,7 @@ export class Wal {
       const data = writer.finish();
       let written = 0;
       while (written < data.length) {
-        const { bytesWritten } = await this.#handle.write(
+        const bytesWritten = await this.#handle.write(
           data,
           written,
           data.length - written,
@@ -586,16 +686,12 @@ export class Wal {
         );
         written += bytesWritten;
       }
-      if (rotated) await fsyncDir(this.dir);
+      if (rotated) await this.#fs.fsyncDir(this.dir);
       this.#segmentSize += data.length;
       this.#bytesWritten += data.length;
       this.#syncs++;
       this.#durableBytes = upTo;
-      for (const m of marks) {
-        if ((this.#durableCompact.get(m.shard) ?? 0) < m.index) {
-          this.#durableCompact.set(m.shard, m.index);
-        }
-      }
+      this.#makeDurable(changes);
       writer.reset();
       this.#spare = writer;
     } catch (err) {
@@ -609,7 +705,7 @@ export class Wal {
     const checkpoint = this.#checkpoint();
     const seq = (this.#segments.at(-1) as Segment).seq + 1;
     const path = join(this.dir, segmentName(seq));
-    const handle = await open(path, CREATE_FLAGS | constants.O_EXCL);
+    const handle = await this.#fs.open(path, { ...WRITE_FLAGS, create: true, exclusive: true });
     const head = Buffer.concat([segmentHeader(), checkpoint]);
     await handle.write(head, 0, head.length, 0);
     const old = this.#handle;
@@ -627,7 +723,7 @@ export class Wal {
         if ((this.#durableCompact.get(shard) ?? 0) < index) return;
       }
       this.#segments.shift();
-      await unlink(oldest.path);
+      await this.#fs.unlink(oldest.path);
       this.#segmentsDeleted++;
     }
   }
