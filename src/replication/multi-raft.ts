@@ -125,7 +125,8 @@ export class MultiRaft {
   readonly totalShards: number;
   readonly #options: MultiRaftOptions;
   readonly #wal: Wal;
-  readonly #env: LsmEnvironment;
+  /** The LSM engines' shared resources; null when the engines come from options.openEngine. */
+  readonly #env: LsmEnvironment | null;
   readonly #shards = new Map<number, ShardReplica>();
   readonly #opening = new Map<number, Promise<ShardReplica>>();
   readonly #dirty = new Set<ShardReplica>();
@@ -149,10 +150,11 @@ export class MultiRaft {
   #stopMaintenance: (() => void) | null = null;
   #maintaining = false;
 
-  private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment) {
+  private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment | null) {
     this.#options = options;
     this.#clock = options.clock ?? systemClock;
-    this.#openEngine = options.openEngine ?? lsmOpener(env, options.memtableBytes);
+    this.#openEngine =
+      options.openEngine ?? lsmOpener(env as LsmEnvironment, options.memtableBytes);
     this.#rng = seededRng(options.seed ?? randomInt(0x7fff_ffff));
     this.nodeId = nodeId(options.nodeId);
     this.totalShards = options.totalShards;
@@ -166,10 +168,13 @@ export class MultiRaft {
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
   static async open(options: MultiRaftOptions): Promise<MultiRaft> {
     const wal = await Wal.open(join(options.dataDir, "wal"), options.wal);
-    const env = new LsmEnvironment({
+    const env =
+      options.openEngine !== undefined
+        ? null
+        : new LsmEnvironment({
       blockCacheBytes: options.blockCacheBytes,
       ...(options.lsmMetrics === undefined ? {} : { metrics: options.lsmMetrics }),
-    });
+        });
     const mr = new MultiRaft(options, wal, env);
     try {
       const known = [
@@ -334,7 +339,7 @@ export class MultiRaft {
     );
     if (this.#failure === undefined) await this.#wal.close();
     else await this.#wal.destroy();
-    await this.#env.close();
+    await this.#env?.close();
     const failed = results.find((r) => r.status === "rejected");
     if (failed !== undefined && this.#failure === undefined) throw failed.reason;
   }
