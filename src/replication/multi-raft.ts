@@ -18,7 +18,6 @@
  * above what its LSM holds durably.
  */
 import { randomInt } from "node:crypto";
-import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
@@ -26,7 +25,13 @@ import { shardForKey } from "../cluster/index.ts";
 import type { NodeId, Ready } from "../raft/index.ts";
 import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode } from "../raft/index.ts";
 import type { LsmMetrics, WalRecord } from "../storage/index.ts";
-import { LsmEnvironment, Wal, type WalOptions } from "../storage/index.ts";
+import {
+  type FileSystem,
+  LsmEnvironment,
+  nodeFileSystem,
+  Wal,
+  type WalOptions,
+} from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand } from "./commands.ts";
@@ -65,8 +70,12 @@ export interface MultiRaftOptions {
   readonly openEngine?: EngineOpener;
   /** Default: the system clock. The simulation passes its own. */
   readonly clock?: Clock;
-  /** Options of the node's WAL (its file system, segment size). */
-  readonly wal?: WalOptions;
+  /** The file system of the WAL and the shard directories; default: the real one. */
+  readonly fs?: FileSystem;
+  /** Options of the node's WAL (segment size, test-only bugs); its `fs` is options.fs. */
+  readonly wal?: Omit<WalOptions, "fs">;
+  /** Bytes of committed entries one Ready hands to apply (default: the Raft core's 16 MiB). */
+  readonly maxCommittedBytesPerReady?: number;
   /** Seed of the groups' election-timeout randomness; default: random. */
   readonly seed?: number;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
@@ -167,18 +176,19 @@ export class MultiRaft {
 
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
   static async open(options: MultiRaftOptions): Promise<MultiRaft> {
-    const wal = await Wal.open(join(options.dataDir, "wal"), options.wal);
+    const fs = options.fs ?? nodeFileSystem;
+    const wal = await Wal.open(join(options.dataDir, "wal"), { ...options.wal, fs });
     const env =
       options.openEngine !== undefined
         ? null
         : new LsmEnvironment({
-      blockCacheBytes: options.blockCacheBytes,
-      ...(options.lsmMetrics === undefined ? {} : { metrics: options.lsmMetrics }),
-        });
+            blockCacheBytes: options.blockCacheBytes,
+            ...(options.lsmMetrics === undefined ? {} : { metrics: options.lsmMetrics }),
+          });
     const mr = new MultiRaft(options, wal, env);
     try {
       const known = [
-        ...new Set<number>([0, ...wal.shards(), ...(await shardDirs(options.dataDir))]),
+        ...new Set<number>([0, ...wal.shards(), ...(await shardDirs(fs, options.dataDir))]),
       ];
       const beyond = known.find((id) => id >= options.totalShards);
       if (beyond !== undefined) {
@@ -625,6 +635,9 @@ export class MultiRaft {
         electionTick: o.electionTicks,
         heartbeatTick: o.heartbeatTicks,
         applied: logIndex(applied),
+        ...(o.maxCommittedBytesPerReady === undefined
+          ? {}
+          : { maxCommittedBytesPerReady: o.maxCommittedBytesPerReady }),
       });
       const shard = new ShardReplica(
         id,
@@ -668,9 +681,9 @@ export class MultiRaft {
   }
 }
 
-async function shardDirs(dataDir: string): Promise<number[]> {
+async function shardDirs(fs: FileSystem, dataDir: string): Promise<number[]> {
   try {
-    return (await readdir(join(dataDir, "shards"))).filter((n) => /^\d+$/.test(n)).map(Number);
+    return (await fs.readdir(join(dataDir, "shards"))).filter((n) => /^\d+$/.test(n)).map(Number);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;

@@ -1,7 +1,9 @@
 export * from "./wal/index.ts";
 export * from "./lsm/index.ts";
 export {
+  crc32c,
   CorruptionError,
+  ensureDir,
   MemoryFileSystem,
   nodeFileSystem,
   type CrashOptions,

@@ -66,6 +66,13 @@ export class ShardLog {
 
   /** Drops entries up to `index` (inclusive); `term` is the term of the entry at `index`. */
   compact(index: number, term: number): void {
+    if (this.holeBelow !== 0 && index >= this.holeBelow - 1) {
+      // Recovery met this shard's first surviving entry before the compaction record that
+      // covers what came before it (that record sits in a later segment): the hole is filled,
+      // and a mark at exactly the hole's edge brings the term the placeholder lacked.
+      this.holeBelow = 0;
+      if (index === this.compactIndex) this.compactTerm = term;
+    }
     if (index <= this.compactIndex) return;
     if (index >= this.lastIndex) {
       this.entries = [];
@@ -77,7 +84,6 @@ export class ShardLog {
     }
     this.compactIndex = index;
     this.compactTerm = term;
-    if (this.holeBelow !== 0 && index >= this.holeBelow - 1) this.holeBelow = 0;
   }
 
   /** Installs a snapshot: the whole log is replaced by the snapshot's position. */

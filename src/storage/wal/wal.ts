@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
 import {
   CorruptionError,
+  ensureDir,
   nodeFileSystem,
   type FileSystem,
   type FsFile,
@@ -228,7 +229,7 @@ export class Wal {
    */
   static async open(dir: string, options: WalOptions = {}): Promise<Wal> {
     const fs = options.fs ?? nodeFileSystem;
-    await fs.mkdirp(dir);
+    await ensureDir(fs, dir);
     const names = (await fs.readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
     const segments: Segment[] = names.map((name) => ({
       seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
