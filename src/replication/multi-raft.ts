@@ -449,7 +449,8 @@ export class MultiRaft {
   }
 
   #scheduleRound(): void {
-    if (this.#roundScheduled || this.#closed) return;
+    // A failed node runs no more rounds (it would spin on shards it can never advance).
+    if (this.#roundScheduled || this.#closed || this.#failure !== undefined) return;
     this.#roundScheduled = true;
     this.#clock.defer(() => {
       this.#roundScheduled = false;
@@ -469,7 +470,10 @@ export class MultiRaft {
   }
 
   async #round(): Promise<void> {
-    if (this.#failure !== undefined) return;
+    if (this.#failure !== undefined) {
+      this.#dirty.clear();
+      return;
+    }
     try {
       const work: [ShardReplica, Ready][] = [];
       const dirty = [...this.#dirty];
@@ -568,6 +572,12 @@ export class MultiRaft {
     if (this.#maintaining || this.#closed || this.#failure !== undefined) return;
     this.#maintaining = true;
     try {
+      // An engine that failed in the background (a flush or compaction could not write) serves
+      // nothing more; the node must restart and recover it from its last durable state and the
+      // WAL, like any other storage failure.
+      for (const s of this.#shards.values()) {
+        if (s.sm.lsm.failure !== undefined) throw s.sm.lsm.failure;
+      }
       if (this.#wal.isOverMemoryBudget()) {
         for (const { shard } of this.#wal.largestShards(4))
           await this.#shards.get(shard)?.sm.lsm.flush();

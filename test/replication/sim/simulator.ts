@@ -1,0 +1,594 @@
+/**
+ * Deterministic simulation of the real multi-raft driver (src/replication) over the real WAL,
+ * on a simulated disk (MemoryFileSystem, power-cut semantics), with the in-memory shard engine
+ * (MemoryEngine, the LSM's durability contract), under a virtual clock (world.ts).
+ *
+ * One seed decides everything: the configuration (segment size, apply budget, flush cadence),
+ * the client workload (several clients, hundreds of operations over tens of keys: put, CAS,
+ * delete, linearizable get, scans), and the faults: crashes with torn writes, I/O errors that
+ * make the node fail and restart, and shard snapshots that compact the WAL. The same seed replays
+ * the same run.
+ *
+ * Checked: every restart succeeds (a WAL that cannot reopen is a violation), the node serves
+ * again after the chaos (liveness), and the whole client history, reads and writes together, is
+ * linearizable per key (test/support/linearizability.ts). Final linearizable reads of every key
+ * make lost acknowledged writes visible to the checker.
+ */
+import type { Rng } from "../../../src/common/rng.ts";
+import { seededRng } from "../../../src/common/rng.ts";
+import type {
+  ApplyOutcome,
+  DriverTestingBugs,
+  StoredItem,
+} from "../../../src/replication/index.ts";
+import { MultiRaft } from "../../../src/replication/index.ts";
+import { MemoryEngine } from "../../../src/replication/memory-engine.ts";
+import { MemoryFileSystem } from "../../../src/storage/index.ts";
+import {
+  checkRegisterHistory,
+  type RegisterInput,
+  type RegisterOp,
+  type RegisterOutput,
+  type Version,
+} from "../../support/linearizability.ts";
+import { Process, processFs, World } from "./world.ts";
+
+export interface DriverSimBugs extends DriverTestingBugs {
+  /** The WAL's old rotation checkpoint (issue 9, bug 2). */
+  readonly rotationCheckpointIncludesBatch?: boolean;
+}
+
+export interface DriverSimOptions {
+  readonly seed: number;
+  /** Simulated milliseconds of chaos (default 3000). */
+  readonly chaosMs?: number;
+  readonly bugs?: DriverSimBugs;
+  /** Keep a trace of events, returned with the result. */
+  readonly trace?: boolean;
+}
+
+export interface DriverSimViolation {
+  readonly kind: "restart-failed" | "liveness" | "linearizability" | "fatal";
+  readonly message: string;
+}
+
+export interface DriverSimStats {
+  operations: number;
+  acknowledgedWrites: number;
+  indeterminateWrites: number;
+  completedReads: number;
+  crashes: number;
+  ioFaults: number;
+  snapshots: number;
+  restarts: number;
+  checkerSteps: number;
+}
+
+export interface DriverSimResult {
+  readonly seed: number;
+  readonly violation: DriverSimViolation | null;
+  readonly stats: DriverSimStats;
+  readonly trace: readonly string[];
+}
+
+const TICK_MS = 10;
+const ELECTION_TICKS = 10;
+const TOTAL_SHARDS = 8;
+const CLIENTS = 4;
+const DATA_DIR = "/data";
+/** A client gives up on an operation after this long: a write becomes indeterminate. */
+const OP_TIMEOUT_MS = 1500;
+/** After the chaos: the node must serve every key within this long. */
+const LIVENESS_MS = 5000;
+
+const ABSENT_VERSION: Version = { index: 0, term: 0 };
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+class ViolationFound extends Error {
+  readonly violation: DriverSimViolation;
+  constructor(violation: DriverSimViolation) {
+    super(`${violation.kind}: ${violation.message}`);
+    this.violation = violation;
+  }
+}
+
+interface Profile {
+  readonly keys: readonly string[];
+  readonly segmentBytes: number;
+  readonly maxCommittedBytesPerReady: number;
+  readonly flushEvery: number;
+  /** Mean simulated ms between crashes (Infinity: none). */
+  readonly crashEveryMs: number;
+  readonly tornWrites: boolean;
+  readonly ioFaultEveryMs: number;
+  readonly snapshotEveryMs: number;
+  readonly valueBytes: number;
+}
+
+function pickProfile(rng: Rng): Profile {
+  const keyCount = 8 + rng.int(25);
+  return {
+    keys: Array.from({ length: keyCount }, (_, i) => `k${i}`),
+    segmentBytes: [2048, 8192, 64 * 1024][rng.int(3)] as number,
+    maxCommittedBytesPerReady: [512, 4096, 1 << 20][rng.int(3)] as number,
+    flushEvery: 1 + rng.int(40),
+    crashEveryMs: [300, 700, 1500, Infinity][rng.int(4)] as number,
+    tornWrites: rng.int(2) === 0,
+    ioFaultEveryMs: [800, 2000, Infinity][rng.int(3)] as number,
+    snapshotEveryMs: [200, 1000, Infinity][rng.int(3)] as number,
+    valueBytes: [8, 200, 2000][rng.int(3)] as number,
+  };
+}
+
+/** One node: its disk outlives its processes. */
+interface SimNode {
+  readonly id: string;
+  readonly disk: MemoryFileSystem;
+  proc: Process | null;
+  mr: MultiRaft | null;
+  incarnation: number;
+}
+
+export async function runDriverSeed(options: DriverSimOptions): Promise<DriverSimResult> {
+  const sim = new DriverSim(options);
+  return sim.run();
+}
+
+class DriverSim {
+  readonly #options: DriverSimOptions;
+  readonly #rng: Rng;
+  readonly #profile: Profile;
+  readonly #world = new World();
+  readonly #clients = new Process("clients");
+  readonly #node: SimNode;
+  readonly #history: RegisterOp[] = [];
+  readonly #trace: string[] = [];
+  readonly #stats: DriverSimStats = {
+    operations: 0,
+    acknowledgedWrites: 0,
+    indeterminateWrites: 0,
+    completedReads: 0,
+    crashes: 0,
+    ioFaults: 0,
+    snapshots: 0,
+    restarts: 0,
+    checkerSteps: 0,
+  };
+  #violation: DriverSimViolation | null = null;
+  #valueSeq = 0;
+  #chaos = true;
+  /** Per client, the last version it saw per key: what its CAS operations expect. */
+  readonly #seen = new Map<number, Map<string, Version>>();
+
+  constructor(options: DriverSimOptions) {
+    this.#options = options;
+    this.#rng = seededRng(options.seed);
+    this.#profile = pickProfile(this.#rng.fork());
+    this.#node = { id: "n1", disk: new MemoryFileSystem(), proc: null, mr: null, incarnation: 0 };
+  }
+
+  async run(): Promise<DriverSimResult> {
+    try {
+      await this.#runPhases();
+    } catch (err) {
+      if (!(err instanceof ViolationFound)) throw err;
+      this.#violation ??= err.violation;
+    }
+    // Stop everything still scheduled, so nothing outlives the run.
+    this.#clients.alive = false;
+    if (this.#node.proc !== null) this.#node.proc.alive = false;
+    return {
+      seed: this.#options.seed,
+      violation: this.#violation,
+      stats: this.#stats,
+      trace: this.#trace,
+    };
+  }
+
+  async #runPhases(): Promise<void> {
+    const chaosMs = this.#options.chaosMs ?? 3000;
+    const world = this.#world;
+    this.#start(this.#node);
+    await world.settle();
+    this.#throwIfViolated();
+    for (let c = 0; c < CLIENTS; c++) {
+      this.#seen.set(c, new Map());
+      world.after(1 + this.#rng.int(20), this.#clients, () => this.#issue(c));
+    }
+    this.#scheduleFaults(chaosMs);
+    while (await world.step(chaosMs)) this.#throwIfViolated();
+
+    // Heal: no more faults; the node comes back if it is down, and every operation in flight
+    // ends (answered or timed out) before the final reads.
+    this.#chaos = false;
+    if (this.#node.proc === null) this.#start(this.#node);
+    await world.runUntil(world.now + OP_TIMEOUT_MS + 10);
+    this.#throwIfViolated();
+    await this.#finalReads();
+    this.#check();
+  }
+
+  #log(line: string): void {
+    if (this.#options.trace === true) this.#trace.push(`t=${this.#world.now} ${line}`);
+  }
+
+  #logShards(what: string, mr: MultiRaft): void {
+    if (this.#options.trace !== true) return;
+    const shards = mr.shardIds().map((id) => {
+      const i = mr.shardInfo(id);
+      return `${id}:t${i?.term}/c${i?.commit}/a${i?.applied}`;
+    });
+    this.#log(`${what}: ${shards.join(" ")}`);
+  }
+
+  #violate(v: DriverSimViolation): void {
+    this.#violation ??= v;
+  }
+
+  #throwIfViolated(): void {
+    if (this.#violation !== null) throw new ViolationFound(this.#violation);
+  }
+
+  // ── nodes ──────────────────────────────────────────────────────────────────────────────────
+
+  #start(node: SimNode): void {
+    const proc = new Process(`${node.id}#${++node.incarnation}`);
+    node.proc = proc;
+    const fs = processFs(node.disk, proc);
+    const bugs = this.#options.bugs ?? {};
+    const p = this.#profile;
+    this.#log(`start ${proc.name}`);
+    MultiRaft.open({
+      nodeId: node.id,
+      dataDir: DATA_DIR,
+      totalShards: TOTAL_SHARDS,
+      tickMs: TICK_MS,
+      electionTicks: ELECTION_TICKS,
+      heartbeatTicks: 1,
+      memtableBytes: 0,
+      blockCacheBytes: 0,
+      fs,
+      clock: this.#world.clockFor(proc),
+      seed: this.#rng.nextU32(),
+      openEngine: (_shard, dir) => MemoryEngine.open(fs, dir, { flushEvery: p.flushEvery }),
+      wal: {
+        segmentBytes: p.segmentBytes,
+        ...(bugs.rotationCheckpointIncludesBatch === true
+          ? { testingBugs: { rotationCheckpointIncludesBatch: true } }
+          : {}),
+      },
+      maxCommittedBytesPerReady: p.maxCommittedBytesPerReady,
+      ...(bugs.staleReadAfterRestart === true
+        ? { testingBugs: { staleReadAfterRestart: true } }
+        : {}),
+      observer: {
+        fatal: (err) => {
+          if (!proc.alive) return;
+          // A node that fails stops (the process exits); its supervisor restarts it.
+          this.#log(`fatal ${proc.name}: ${describe(err)}`);
+          this.#world.after(0, this.#clients, () => this.#crash(node, true));
+        },
+      },
+    }).then(
+      (mr) => {
+        if (!proc.alive) {
+          void mr.close().catch(() => undefined);
+          return;
+        }
+        node.mr = mr;
+        this.#logShards(`opened ${proc.name}`, mr);
+      },
+      (err: unknown) => {
+        if (!proc.alive) return;
+        if (isInjectedFault(err)) {
+          // The disk failed under the start itself: the supervisor tries again.
+          this.#log(`start of ${proc.name} failed: ${describe(err)}`);
+          this.#world.after(0, this.#clients, () => this.#crash(node, true));
+          return;
+        }
+        this.#violate({
+          kind: "restart-failed",
+          message: `${proc.name} could not open its data: ${describe(err)}`,
+        });
+      },
+    );
+  }
+
+  #crash(node: SimNode, restart: boolean): void {
+    if (node.proc === null || !node.proc.alive) return;
+    if (node.mr !== null) this.#logShards(`crashing ${node.proc.name}`, node.mr);
+    this.#stats.crashes++;
+    const torn = this.#profile.tornWrites ? this.#rng.int(64) : 0;
+    this.#log(`crash ${node.proc.name} (torn ${torn} bytes)`);
+    node.proc.alive = false;
+    node.proc = null;
+    node.mr = null;
+    node.disk.crash({ tornWriteBytes: torn });
+    if (restart) {
+      this.#world.after(20 + this.#rng.int(300), this.#clients, () => {
+        if (node.proc !== null) return;
+        this.#stats.restarts++;
+        this.#start(node);
+      });
+    }
+  }
+
+  // ── faults ─────────────────────────────────────────────────────────────────────────────────
+
+  #scheduleFaults(chaosMs: number): void {
+    const p = this.#profile;
+    const every = (mean: number, fn: () => void): void => {
+      if (!Number.isFinite(mean)) return;
+      const next = (): void => {
+        const delay = 1 + this.#rng.int(Math.max(2, Math.round(2 * mean)));
+        if (this.#world.now + delay >= chaosMs) return;
+        this.#world.after(delay, this.#clients, () => {
+          if (this.#chaos) fn();
+          next();
+        });
+      };
+      next();
+    };
+    every(p.crashEveryMs, () => this.#crash(this.#node, true));
+    every(p.ioFaultEveryMs, () => {
+      this.#stats.ioFaults++;
+      const op = this.#rng.int(2) === 0 ? "write" : "fsyncDir";
+      const where = this.#rng.int(2) === 0 ? `${DATA_DIR}/wal` : `${DATA_DIR}/shards`;
+      this.#log(`inject ${op} EIO under ${where}`);
+      this.#node.disk.failNext(op, where, "EIO");
+    });
+    every(p.snapshotEveryMs, () => {
+      const mr = this.#node.mr;
+      if (mr === null) return;
+      const shard = this.#rng.int(TOTAL_SHARDS);
+      this.#stats.snapshots++;
+      this.#log(`snapshot shard ${shard}`);
+      mr.snapshotShard(shard).catch(() => undefined);
+    });
+  }
+
+  // ── clients ────────────────────────────────────────────────────────────────────────────────
+
+  #issue(client: number): void {
+    if (!this.#chaos) return;
+    const mr = this.#node.mr;
+    const next = (): void => {
+      this.#world.after(1 + this.#rng.int(15), this.#clients, () => this.#issue(client));
+    };
+    if (mr === null) {
+      // Connection refused: nothing was sent. Try again later.
+      next();
+      return;
+    }
+    const keys = this.#profile.keys;
+    const key = keys[this.#rng.int(keys.length)] as string;
+    const roll = this.#rng.int(100);
+    const seen = this.#seen.get(client) as Map<string, Version>;
+    if (roll < 8) {
+      this.#scan(client, mr, next);
+      return;
+    }
+    let input: RegisterInput;
+    let call: () => Promise<ApplyOutcome | StoredItem | null>;
+    const value = (): string => {
+      const tag = `${client}.${++this.#valueSeq}`;
+      return tag.padEnd(Math.max(tag.length, this.#profile.valueBytes), ".");
+    };
+    if (roll < 40) {
+      const v = value();
+      input = { type: "put", value: v };
+      call = () => mr.put(enc.encode(key), enc.encode(v));
+    } else if (roll < 55) {
+      const v = value();
+      const expected = this.#rng.int(4) === 0 ? null : (seen.get(key) ?? null);
+      input = { type: "put-if", expected, value: v };
+      call = () => mr.put(enc.encode(key), enc.encode(v), expected ?? ABSENT_VERSION);
+    } else if (roll < 60) {
+      input = { type: "delete" };
+      call = () => mr.delete(enc.encode(key));
+    } else if (roll < 65) {
+      const expected = seen.get(key) ?? null;
+      input = { type: "delete-if", expected };
+      call = () => mr.delete(enc.encode(key), expected ?? ABSENT_VERSION);
+    } else {
+      input = { type: "get" };
+      call = () => mr.get(enc.encode(key), true);
+    }
+    this.#invoke(client, key, input, call, next);
+  }
+
+  #invoke(
+    client: number,
+    key: string,
+    input: RegisterInput,
+    call: () => Promise<ApplyOutcome | StoredItem | null>,
+    next: () => void,
+  ): void {
+    const invokeTime = this.#world.now;
+    const isWrite = input.type !== "get";
+    let settled = false;
+    this.#stats.operations++;
+    const finish = (output: RegisterOutput | null): void => {
+      if (settled) return;
+      settled = true;
+      if (output === null) {
+        if (isWrite) {
+          this.#stats.indeterminateWrites++;
+          this.#history.push({ client, key, invokeTime, returnTime: null, input, output: null });
+        }
+      } else {
+        if (isWrite) this.#stats.acknowledgedWrites++;
+        else this.#stats.completedReads++;
+        this.#history.push({ client, key, invokeTime, returnTime: this.#world.now, input, output });
+        this.#remember(client, key, output);
+      }
+      next();
+    };
+    this.#world.after(OP_TIMEOUT_MS, this.#clients, () => finish(null));
+    let promise: Promise<ApplyOutcome | StoredItem | null>;
+    try {
+      promise = call();
+    } catch (err) {
+      promise = Promise.reject(err);
+    }
+    promise.then(
+      (result) => finish(toOutput(input, result)),
+      // Any error: a write may or may not have happened; a failed read tells nothing.
+      () => finish(null),
+    );
+  }
+
+  #scan(client: number, mr: MultiRaft, next: () => void): void {
+    const invokeTime = this.#world.now;
+    let settled = false;
+    this.#stats.operations++;
+    const done = (items: readonly StoredItem[] | null): void => {
+      if (settled) return;
+      settled = true;
+      if (items !== null) {
+        this.#stats.completedReads++;
+        // A scan reads each shard at one instant within its interval: per key, it is a read.
+        const found = new Map(items.map((i) => [dec.decode(i.key), i]));
+        for (const key of this.#profile.keys) {
+          const item = found.get(key);
+          const output: RegisterOutput =
+            item === undefined
+              ? { type: "absent" }
+              : { type: "found", value: dec.decode(item.value), version: item.version };
+          this.#history.push({
+            client,
+            key,
+            invokeTime,
+            returnTime: this.#world.now,
+            input: { type: "get" },
+            output,
+          });
+        }
+      }
+      next();
+    };
+    this.#world.after(OP_TIMEOUT_MS, this.#clients, () => done(null));
+    mr.scan({ start: new Uint8Array(0), end: null, limit: 10_000, linearizable: true }).then(
+      (r) => done(r.items),
+      () => done(null),
+    );
+  }
+
+  #remember(client: number, key: string, output: RegisterOutput): void {
+    const seen = this.#seen.get(client) as Map<string, Version>;
+    switch (output.type) {
+      case "written":
+      case "found":
+        seen.set(key, output.version);
+        break;
+      case "deleted":
+      case "absent":
+      case "not-found":
+        seen.delete(key);
+        break;
+      case "precondition-failed":
+        if (output.current === null) seen.delete(key);
+        else seen.set(key, output.current);
+        break;
+    }
+  }
+
+  // ── the end of a run ───────────────────────────────────────────────────────────────────────
+
+  /** Reads every key, linearizably, once the node serves again. */
+  async #finalReads(): Promise<void> {
+    const world = this.#world;
+    const deadline = world.now + LIVENESS_MS;
+    for (const key of this.#profile.keys) {
+      for (;;) {
+        this.#throwIfViolated();
+        const mr = this.#node.mr;
+        if (world.now > deadline) {
+          if (mr !== null) this.#logShards("not serving", mr);
+          throw new ViolationFound({
+            kind: "liveness",
+            message: `the node did not serve key ${key} within ${LIVENESS_MS} ms of the heal`,
+          });
+        }
+        if (mr === null) {
+          await world.runUntil(world.now + TICK_MS);
+          continue;
+        }
+        const invokeTime = world.now;
+        let result: StoredItem | null | undefined;
+        let failed = false;
+        mr.get(enc.encode(key), true).then(
+          (r) => {
+            result = r;
+          },
+          (err: unknown) => {
+            failed = true;
+            this.#log(`final read of ${key} failed: ${describe(err)}`);
+          },
+        );
+        while (result === undefined && !failed && world.now <= deadline) {
+          await world.step(world.now + TICK_MS);
+        }
+        if (result === undefined) continue;
+        const output: RegisterOutput =
+          result === null
+            ? { type: "absent" }
+            : { type: "found", value: dec.decode(result.value), version: result.version };
+        this.#history.push({
+          client: "final",
+          key,
+          invokeTime,
+          returnTime: world.now,
+          input: { type: "get" },
+          output,
+        });
+        break;
+      }
+    }
+  }
+
+  #check(): void {
+    const verdict = checkRegisterHistory(this.#history);
+    this.#stats.checkerSteps = verdict.steps;
+    if (verdict.status === "violation") {
+      throw new ViolationFound({ kind: "linearizability", message: verdict.report });
+    }
+  }
+}
+
+function toOutput(input: RegisterInput, result: ApplyOutcome | StoredItem | null): RegisterOutput {
+  if (input.type === "get") {
+    const item = result as StoredItem | null;
+    return item === null
+      ? { type: "absent" }
+      : { type: "found", value: dec.decode(item.value), version: item.version };
+  }
+  const outcome = result as ApplyOutcome;
+  switch (outcome.type) {
+    case "written":
+      return { type: "written", version: outcome.version };
+    case "deleted":
+      return { type: "deleted", version: outcome.version };
+    case "not-found":
+      return { type: "not-found" };
+    case "precondition-failed":
+      return { type: "precondition-failed", current: outcome.current };
+  }
+}
+
+/** Whether `err` (or an error it wraps) is an I/O error the simulation injected. */
+function isInjectedFault(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) {
+    if (e.message.includes("injected fault")) return true;
+  }
+  return false;
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code;
+    return `${typeof code === "string" ? `${code}: ` : ""}${err.message}`;
+  }
+  return String(err);
+}
