@@ -2,7 +2,7 @@
  * The node-wide write-ahead log: one sequence of segment files shared by every shard.
  * See README.md for the concept, the format and the caveats.
  */
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { CairnError } from "../../common/index.ts";
 import {
   CorruptionError,
@@ -228,7 +228,16 @@ export class Wal {
    */
   static async open(dir: string, options: WalOptions = {}): Promise<Wal> {
     const fs = options.fs ?? nodeFileSystem;
-    await fs.mkdirp(dir);
+    const created = await fs.mkdirp(dir);
+    if (created !== undefined) {
+      // A new directory's name is durable only once its parent is fsynced: without this, a power
+      // cut soon after the first start could take the whole WAL directory, acknowledged
+      // segments included. (The segments' own names are made durable by fsyncing `dir`.)
+      for (let d = resolve(dir); ; d = dirname(d)) {
+        await fs.fsyncDir(dirname(d));
+        if (d === resolve(created) || d === dirname(d)) break;
+      }
+    }
     const names = (await fs.readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
     const segments: Segment[] = names.map((name) => ({
       seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
