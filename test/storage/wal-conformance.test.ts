@@ -97,6 +97,8 @@ describe("WAL on MemoryFileSystem", () => {
     const after = await segments(fs);
     assert.ok(after.length < before - 2);
     fs.crash();
+    // The deletions were made durable (a directory fsync) before sync() resolved.
+    assert.deepEqual(await segments(fs), after);
 
     const again = await Wal.open(DIR, { fs });
     assert.deepEqual(again.hardState(5), { term: 4, vote: "n2", commit: 0 });
@@ -104,6 +106,52 @@ describe("WAL on MemoryFileSystem", () => {
     assert.equal(again.firstIndex(2), 56);
     assert.equal(again.lastIndex(1), 60);
     await again.close();
+  });
+
+  it("retries a failed segment deletion at the next flush instead of failing", async () => {
+    const fs = new MemoryFileSystem();
+    const wal = await Wal.open(DIR, { fs, segmentBytes: 512 });
+    for (let i = 1; i <= 30; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+      await wal.sync();
+    }
+    const before = await segments(fs);
+    assert.ok(before.length >= 4);
+    fs.failNext("unlink", `${DIR}/${before[0] as string}`, "EIO");
+    wal.compact(1, 30);
+    await wal.sync(); // resolves: a deletion that failed costs disk space, not durability
+    assert.equal(wal.stats().segmentDeleteFailures, 1);
+    assert.deepEqual(await segments(fs), [before[0], before.at(-1)]);
+    fs.crash({ keepUnsyncedEntry: () => false });
+    // The other deletions were durable all the same.
+    assert.deepEqual(await segments(fs), [before[0], before.at(-1)]);
+
+    const again = await Wal.open(DIR, { fs, segmentBytes: 512 });
+    assert.equal(again.firstIndex(1), 31);
+    await again.close();
+  });
+
+  it("retries the deletion in the same WAL, and survives a failing directory fsync", async () => {
+    const fs = new MemoryFileSystem();
+    const wal = await Wal.open(DIR, { fs, segmentBytes: 512 });
+    for (let i = 1; i <= 30; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+      await wal.sync();
+    }
+    const before = await segments(fs);
+    fs.failNext("unlink", DIR, "EIO");
+    fs.failNext("fsyncDir", DIR, "EIO");
+    wal.compact(1, 30);
+    await wal.sync();
+    assert.equal(wal.stats().segmentDeleteFailures, 2);
+    assert.equal((await segments(fs)).length, 2);
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(31, 1)] }]);
+    await wal.sync(); // the next flush retries the unlink and the directory fsync
+    assert.deepEqual(await segments(fs), [before.at(-1)]);
+    assert.equal(wal.stats().segmentDeleteFailures, 2);
+    fs.crash();
+    assert.deepEqual(await segments(fs), [before.at(-1)]);
+    await Wal.open(DIR, { fs });
   });
 });
 
