@@ -12,6 +12,7 @@ import {
   type OpenFlags,
 } from "../common/index.ts";
 import {
+  FLAG_CHECKPOINT,
   FLAG_HAS_VOTE,
   KIND_COMPACT,
   KIND_ENTRY,
@@ -46,8 +47,6 @@ const SEGMENT_SUFFIX = ".wal";
  * event loop's work between the hops cannot delay the flush (see BENCHMARKS.md).
  */
 const WRITE_FLAGS: OpenFlags = { dsync: true };
-/** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
-const FLAG_CHECKPOINT = 2;
 
 const EMPTY = new Uint8Array(0);
 const utf8 = new TextEncoder();
