@@ -30,14 +30,16 @@ async function durableFile(fs: MemoryFileSystem, content: string): Promise<void>
 describe("MemoryFileSystem", () => {
   it("reads back what was written, with holes as zeros", async () => {
     const fs = new MemoryFileSystem();
-    await fs.mkdirp("/a/b");
+    assert.equal(await fs.mkdirp("a/b"), "/a");
+    assert.equal(await fs.mkdirp("/a/b/c"), "/a/b/c");
+    assert.equal(await fs.mkdirp("/a/b"), undefined);
     const f = await fs.open("/a/b/x", { create: true });
     assert.equal(await f.write(text("..hello.."), 2, 5, 0), 5);
     await f.write(text("!"), 0, 1, 7);
     assert.deepEqual(await fs.readFile("/a/b/x"), Buffer.from("hello\0\0!"));
     await f.truncate(2);
     assert.equal(await contents(fs, "/a/b/x"), "he");
-    assert.deepEqual(await names(fs, "/a"), ["b"]);
+    assert.deepEqual(await names(fs, "/a/b"), ["c", "x"]);
     await f.close();
   });
 
@@ -133,6 +135,32 @@ describe("MemoryFileSystem", () => {
     fs.crash({ tornWriteBytes: (path, length) => (seen.push([path, length]), 3) });
     assert.deepEqual(seen, [["/d/f", 6]]);
     assert.deepEqual(await fs.readFile("/d/f"), Buffer.from("abce\0\0\0\0TO"));
+  });
+
+  it("keeps unsynced directory changes it is told to, and everything in a process crash", async () => {
+    const fs = new MemoryFileSystem();
+    await durableFile(fs, "f");
+    const a = await fs.open("/d/a", { create: true, dsync: true });
+    await a.write(text("aa"), 0, 2, 0);
+    const b = await fs.open("/d/b", { create: true });
+    await b.write(text("bb"), 0, 2, 0); // not synced
+    await fs.unlink("/d/f");
+    const asked: string[] = [];
+    fs.crash({ keepUnsyncedEntry: (dir, name) => (asked.push(`${dir}:${name}`), name !== "a") });
+    assert.deepEqual(asked.sort(), ["/d:a", "/d:b", "/d:f"]);
+    assert.deepEqual(await names(fs, "/d"), ["b"]);
+    assert.equal(await contents(fs, "/d/b"), ""); // the name survived, the data did not
+    fs.crash();
+    assert.deepEqual(await names(fs, "/d"), ["b"]); // what survived a crash is durable
+
+    const c = await fs.open("/d/c", { create: true });
+    await c.write(text("cc"), 0, 2, 0);
+    fs.crash({ processOnly: true });
+    await assert.rejects(c.close(), { code: "EBADF" });
+    assert.deepEqual(await names(fs, "/d"), ["b", "c"]);
+    assert.equal(await contents(fs, "/d/c"), "cc");
+    fs.crash();
+    assert.equal(await contents(fs, "/d/c"), "cc");
   });
 
   it("fails the next matching operation with an injected errno, without effect", async () => {

@@ -1,5 +1,5 @@
 /** The deterministic WAL workload of the crash test, applied to a WAL or to a model. */
-import type { WalEntry } from "../../src/storage/wal/index.ts";
+import type { Wal, WalEntry } from "../../src/storage/wal/index.ts";
 
 export interface WalLike {
   lastIndex(shard: number): number;
@@ -87,4 +87,73 @@ export class WalModel implements WalLike {
     for (const i of [...log.entries.keys()]) if (i <= index) log.entries.delete(i);
     log.first = index + 1;
   }
+}
+
+// --- comparing a recovered WAL with the model ---
+
+function signature(w: WalLike, read: (shard: number) => unknown): string {
+  const shards: unknown[] = [];
+  for (let shard = 0; shard < 8; shard++) {
+    shards.push([w.firstIndex(shard), w.lastIndex(shard), read(shard)]);
+  }
+  return JSON.stringify(shards);
+}
+
+function hardTuple(h: { term: number; vote: string | null; commit: number } | undefined): unknown {
+  return h === undefined ? null : [h.term, h.vote, h.commit];
+}
+
+/** What a WAL holds of the workload's shards, comparable with modelSignature. */
+export function walSignature(wal: Wal): string {
+  return signature(wal, (shard) => [
+    hardTuple(wal.hardState(shard)),
+    wal
+      .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
+      .map((e) => [e.index, e.term, Buffer.from(e.data).toString()]),
+  ]);
+}
+
+/**
+ * The model after `steps` steps and, with `records`, the first `records` records of the next
+ * step as they lie on disk (each entry, then the hard state, then the compaction mark): what a
+ * write torn inside that step's batch leaves.
+ */
+export function modelSignature(steps: number, records?: number): string {
+  const model = new WalModel();
+  for (let step = 1; step <= steps; step++) walStep(model, step);
+  if (records !== undefined) {
+    // Run the next step on a second model, noting its records one by one for this one.
+    const ahead = new WalModel();
+    for (let step = 1; step <= steps; step++) walStep(ahead, step);
+    const parts: Array<() => void> = [];
+    walStep(
+      {
+        lastIndex: (shard) => ahead.lastIndex(shard),
+        firstIndex: (shard) => ahead.firstIndex(shard),
+        append(batch) {
+          ahead.append(batch);
+          for (const r of batch) {
+            if (r.kind === "hard-state") parts.push(() => model.append([r]));
+            else
+              for (const e of r.entries) parts.push(() => model.append([{ ...r, entries: [e] }]));
+          }
+        },
+        compact(shard, index) {
+          ahead.compact(shard, index);
+          parts.push(() => model.compact(shard, index));
+        },
+      },
+      steps + 1,
+    );
+    for (const part of parts.slice(0, records)) part();
+  }
+  return signature(model, (shard) => {
+    const log = model.logs.get(shard);
+    return [
+      hardTuple(model.hard.get(shard)),
+      [...(log?.entries.values() ?? [])]
+        .sort((a, b) => a.index - b.index)
+        .map((e) => [e.index, e.term, Buffer.from(e.data).toString()]),
+    ];
+  });
 }

@@ -7,7 +7,7 @@ import { describe, it } from "node:test";
 import fc from "fast-check";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
 import { bytes, tempDir } from "./helpers.ts";
-import { WalModel, walStep, type WalLike } from "./wal-workload.ts";
+import { modelSignature, walSignature } from "./wal-workload.ts";
 
 function entry(index: number, term: number, text = `e${index}`): WalEntry {
   return { index, term, type: 0, data: bytes(text) };
@@ -405,41 +405,6 @@ describe("WAL against a model", () => {
 });
 
 // --- crash at chosen file operations, with and without losing unsynced data ---
-
-function signature(w: WalLike & { entries?: unknown }, read: (shard: number) => unknown): string {
-  const shards: unknown[] = [];
-  for (let shard = 0; shard < 8; shard++) {
-    shards.push([w.firstIndex(shard), w.lastIndex(shard), read(shard)]);
-  }
-  return JSON.stringify(shards);
-}
-
-function hardTuple(h: { term: number; vote: string | null; commit: number } | undefined): unknown {
-  return h === undefined ? null : [h.term, h.vote, h.commit];
-}
-
-function walSignature(wal: Wal): string {
-  return signature(wal, (shard) => [
-    hardTuple(wal.hardState(shard)),
-    wal
-      .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
-      .map((e) => [e.index, e.term, Buffer.from(e.data).toString()]),
-  ]);
-}
-
-function modelSignature(steps: number): string {
-  const model = new WalModel();
-  for (let step = 1; step <= steps; step++) walStep(model, step);
-  return signature(model, (shard) => {
-    const log = model.logs.get(shard);
-    return [
-      hardTuple(model.hard.get(shard)),
-      [...(log?.entries.values() ?? [])]
-        .sort((a, b) => a.index - b.index)
-        .map((e) => [e.index, e.term, Buffer.from(e.data).toString()]),
-    ];
-  });
-}
 
 const crashChild = join(import.meta.dirname, "wal-crash-child.ts");
 const CRASH_STEPS = 300;

@@ -37,8 +37,12 @@ export interface FsFile {
  * node:fs rejects with.
  */
 export interface FileSystem {
-  /** Creates `dir` and its missing parents (mkdir -p). */
-  mkdirp(dir: string): Promise<void>;
+  /**
+   * Creates `dir` and its missing parents (mkdir -p). Returns the first directory it created, as
+   * node:fs does, or undefined if `dir` existed: the caller must fsync the parents of what was
+   * created to make it durable.
+   */
+  mkdirp(dir: string): Promise<string | undefined>;
   /** Names of the entries of `dir`, in no particular order. */
   readdir(dir: string): Promise<string[]>;
   readFile(path: string): Promise<Buffer>;
@@ -78,9 +82,7 @@ class NodeFile implements FsFile {
 
 /** The real file system, through node:fs/promises. */
 export const nodeFileSystem: FileSystem = {
-  async mkdirp(dir) {
-    await mkdir(dir, { recursive: true });
-  },
+  mkdirp: (dir) => mkdir(dir, { recursive: true }),
   readdir: (dir) => readdir(dir),
   readFile: (path) => readFile(path),
   async open(path, flags) {

@@ -9,7 +9,9 @@
  * resolves; other writes and truncations once a later `sync()` or `datasync()` resolves. Per
  * directory, two entry tables likewise: files created or removed, and directories made, become
  * durable once `fsyncDir` of their parent resolves. `crash()` puts everything back to its durable
- * state and invalidates every open handle.
+ * state and invalidates every open handle; its options model what else a real crash may keep (a
+ * prefix of a write in flight, directory changes written back early, or everything when only
+ * the process died).
  *
  * A crash does not stop the code that used the file system: whoever runs a simulated process
  * must drop its objects at the crash. Handle operations from before the crash reject (EBADF), and
@@ -38,6 +40,17 @@ export interface CrashOptions {
    * (a prefix; clamped to the write's length). Default 0: unsynced writes are lost whole.
    */
   readonly tornWriteBytes?: number | ((path: string, writeLength: number) => number);
+  /**
+   * Per directory entry created or removed since its directory's last fsync: whether the change
+   * survives anyway (file systems write directory changes back on their own schedule). A kept
+   * new file has its durable content only. Default: every such change is lost.
+   */
+  readonly keepUnsyncedEntry?: (dir: string, name: string) => boolean;
+  /**
+   * A process crash (SIGKILL) rather than a power cut: the kernel survives, so everything is
+   * kept, synced or not; only the handles die.
+   */
+  readonly processOnly?: boolean;
 }
 
 /** File bytes in a buffer that grows by doubling, so appends cost their own length. */
@@ -133,12 +146,30 @@ export class MemoryFileSystem implements FileSystem {
   crash(options: CrashOptions = {}): void {
     this.#generation++;
     const torn = options.tornWriteBytes ?? 0;
+    const keepEntry = options.keepUnsyncedEntry;
     const reset = (dir: DirNode, path: string): void => {
-      dir.entries = new Map(dir.durableEntries);
+      if (options.processOnly !== true) {
+        const entries = new Map(dir.durableEntries);
+        if (keepEntry !== undefined) {
+          for (const name of new Set([...dir.entries.keys(), ...dir.durableEntries.keys()])) {
+            const now = dir.entries.get(name);
+            if (now === dir.durableEntries.get(name) || !keepEntry(path, name)) continue;
+            if (now === undefined) entries.delete(name);
+            else entries.set(name, now);
+          }
+        }
+        dir.entries = entries;
+      }
+      dir.durableEntries = new Map(dir.entries);
       for (const [name, node] of dir.entries) {
         const child = posix.join(path, name);
         if (node.kind === "dir") {
           reset(node, child);
+          continue;
+        }
+        if (options.processOnly === true) {
+          node.durable = node.current.clone();
+          node.lastWrite = undefined;
           continue;
         }
         const last = node.lastWrite;
@@ -154,15 +185,19 @@ export class MemoryFileSystem implements FileSystem {
     reset(this.#root, "/");
   }
 
-  async mkdirp(dir: string): Promise<void> {
+  async mkdirp(dir: string): Promise<string | undefined> {
     const path = this.#begin("mkdirp", dir);
     let node = this.#root;
+    let first: string | undefined;
+    let at = "/";
     for (const name of path.split("/").filter((n) => n !== "")) {
+      at = posix.join(at, name);
       const next = node.entries.get(name);
       if (next === undefined) {
         const made = new DirNode();
         node.entries.set(name, made);
         node = made;
+        first ??= at;
       } else if (next.kind === "dir") {
         node = next;
       } else {
@@ -170,6 +205,7 @@ export class MemoryFileSystem implements FileSystem {
       }
     }
     await this.#settle("mkdir", path, this.#generation);
+    return first;
   }
 
   async readdir(dir: string): Promise<string[]> {

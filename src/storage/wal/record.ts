@@ -8,7 +8,8 @@
  *     u8 kind | u8 entryType | u16 flags | u32 shard | u64 term | u64 index | payload
  *
  * All integers little-endian; u64 fields hold values below 2^53 (JavaScript safe integers).
- * `flags` bit 0 on a hard state means "has a vote" (the payload is the UTF-8 vote).
+ * `flags` bit 0 on a hard state means "has a vote" (the payload is the UTF-8 vote); bit 1 on a
+ * snapshot marks a checkpoint copy.
  */
 import { crc32c } from "../common/index.ts";
 
@@ -23,6 +24,8 @@ export const KIND_SNAPSHOT = 3;
 export const KIND_COMPACT = 4;
 
 export const FLAG_HAS_VOTE = 1;
+/** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
+export const FLAG_CHECKPOINT = 2;
 
 /** A decoded record; `payload` is a view into the buffer it was decoded from. */
 export interface RawRecord {
@@ -112,19 +115,87 @@ export function decodeRecord(buf: Uint8Array, view: DataView, at: number): Decod
 }
 
 /**
- * True when some valid frame starts after `from`. Recovery uses it to tell a torn tail (nothing
- * valid follows the bad record: the last write was cut short) from corruption in the middle of
- * the log (valid records follow the damage: something rewrote or lost acknowledged data).
+ * How far after damage a valid record is looked for: a record whose length field is damaged is
+ * followed by the next one at most one maximal record later, so a window of one maximal record
+ * finds it. (A record damaged elsewhere keeps its length, and its successor is checked directly.)
  */
-export function hasValidRecordAfter(buf: Uint8Array, view: DataView, from: number): boolean {
-  for (let at = from + 1; at + FRAME_HEADER_BYTES + BODY_HEADER_BYTES <= buf.length; at++) {
-    const bodyLength = view.getUint32(at, true);
-    if (bodyLength < BODY_HEADER_BYTES || at + FRAME_HEADER_BYTES + bodyLength > buf.length) {
-      continue;
-    }
-    const kind = view.getUint8(at + FRAME_HEADER_BYTES);
-    if (kind < KIND_ENTRY || kind > KIND_COMPACT) continue;
-    if (decodeRecord(buf, view, at).ok) return true;
+export const SCAN_WINDOW_BYTES = FRAME_HEADER_BYTES + MAX_BODY_BYTES;
+/**
+ * Bytes a scan may checksum over candidates in its window. Garbage rarely passes the header
+ * checks, so a scan that runs out has met something record-like, and reports "found": start-up
+ * stops on corruption rather than dropping what might be acknowledged records.
+ */
+export const SCAN_CRC_BUDGET_BYTES = 2 * MAX_BODY_BYTES;
+
+/** The work a scan did, for tests: offsets examined, checksums computed and their bytes. */
+export interface ScanWork {
+  offsets: number;
+  crcAttempts: number;
+  crcBytes: number;
+}
+
+/**
+ * The length of the frame at `at` if its header could have been written by encodeRecord (the
+ * length fits the data and the bound, the kind is known, no unknown flag, entryType only on
+ * entries, term and index below 2^53), else 0. Cheap, so that only such frames get a checksum:
+ * random bytes pass about once in 10^10 offsets.
+ */
+function plausibleLength(buf: Uint8Array, view: DataView, at: number): number {
+  const body = at + FRAME_HEADER_BYTES;
+  if (body + BODY_HEADER_BYTES > buf.length) return 0;
+  const kind = buf[body] as number;
+  if (kind < KIND_ENTRY || kind > KIND_COMPACT) return 0;
+  if (kind !== KIND_ENTRY && buf[body + 1] !== 0) return 0;
+  if (view.getUint16(body + 2, true) > (FLAG_HAS_VOTE | FLAG_CHECKPOINT)) return 0;
+  if (
+    view.getUint32(body + 12, true) >= 0x20_0000 ||
+    view.getUint32(body + 20, true) >= 0x20_0000
+  ) {
+    return 0;
+  }
+  const bodyLength = view.getUint32(at, true);
+  if (bodyLength < BODY_HEADER_BYTES || bodyLength > MAX_BODY_BYTES) return 0;
+  return body + bodyLength <= buf.length ? bodyLength : 0;
+}
+
+/**
+ * True when a valid frame starts after the damaged one at `from`. Recovery uses it to tell a torn
+ * tail (nothing valid follows the bad record: the last write was cut short) from corruption in
+ * the middle of the log (valid records follow the damage: something rewrote or lost acknowledged
+ * data). Bounded: the damaged frame's own successor, then offsets within SCAN_WINDOW_BYTES, a
+ * checksum only where a plausible header parses, at most SCAN_CRC_BUDGET_BYTES of them.
+ */
+export function hasValidRecordAfter(
+  buf: Uint8Array,
+  view: DataView,
+  from: number,
+  work: ScanWork = { offsets: 0, crcAttempts: 0, crcBytes: 0 },
+): boolean {
+  const attempt = (at: number, bodyLength: number): boolean => {
+    work.crcAttempts++;
+    work.crcBytes += bodyLength;
+    return decodeRecord(buf, view, at).ok;
+  };
+  // Damage inside a body leaves the length intact: the next record starts where it says.
+  if (from + FRAME_HEADER_BYTES <= buf.length) {
+    const successor = from + FRAME_HEADER_BYTES + view.getUint32(from, true);
+    const length = plausibleLength(buf, view, successor);
+    if (length > 0 && attempt(successor, length)) return true;
+  }
+  const end = Math.min(buf.length, from + 1 + SCAN_WINDOW_BYTES);
+  let budget = SCAN_CRC_BUDGET_BYTES;
+  work.offsets += Math.max(0, end - from - 1);
+  for (let at = from + 1; at < end; at++) {
+    // Two byte checks inline first (the kind, the flags' high byte): they rule out all but one
+    // offset in 16384 of random bytes before the full header check.
+    const body = at + FRAME_HEADER_BYTES;
+    if (((buf[body] as number) - KIND_ENTRY) >>> 0 > KIND_COMPACT - KIND_ENTRY) continue;
+    if (buf[body + 3] !== 0) continue;
+    const length = plausibleLength(buf, view, at);
+    if (length === 0) continue;
+    if (length > budget) return true;
+    budget -= length;
+    if (attempt(at, length)) return true;
   }
   return false;
 }

@@ -81,5 +81,7 @@ export interface WalStats {
   readonly bytesWritten: number;
   readonly segments: number;
   readonly segmentsDeleted: number;
+  /** Failed unlinks of obsolete segments and failed directory fsyncs after them (retried). */
+  readonly segmentDeleteFailures: number;
   readonly memoryBytes: number;
 }

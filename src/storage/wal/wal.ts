@@ -13,6 +13,7 @@ import {
   type OpenFlags,
 } from "../common/index.ts";
 import {
+  FLAG_CHECKPOINT,
   FLAG_HAS_VOTE,
   KIND_COMPACT,
   KIND_ENTRY,
@@ -47,8 +48,6 @@ const SEGMENT_SUFFIX = ".wal";
  * event loop's work between the hops cannot delay the flush (see BENCHMARKS.md).
  */
 const WRITE_FLAGS: OpenFlags = { dsync: true };
-/** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
-const FLAG_CHECKPOINT = 2;
 
 const EMPTY = new Uint8Array(0);
 const utf8 = new TextEncoder();
@@ -199,6 +198,15 @@ export class Wal {
   #syncs = 0;
   #bytesWritten = 0;
   #segmentsDeleted = 0;
+  #segmentDeleteFailures = 0;
+  /**
+   * Obsolete segments still to unlink, oldest first: an unlink that fails is retried at the next
+   * flush. A leftover segment costs disk space, never correctness (recovery replays it and the
+   * newer checkpoints supersede it), so it must not fail the WAL.
+   */
+  #toDelete: Segment[] = [];
+  /** Unlinks done whose directory fsync has not succeeded yet. */
+  #unlinksUnsynced = false;
 
   private constructor(
     dir: string,
@@ -526,6 +534,7 @@ export class Wal {
       bytesWritten: this.#bytesWritten,
       segments: this.#segments.length,
       segmentsDeleted: this.#segmentsDeleted,
+      segmentDeleteFailures: this.#segmentDeleteFailures,
       memoryBytes: this.#memoryBytes,
     };
   }
@@ -638,7 +647,7 @@ export class Wal {
         try {
           await this.#flush();
           // Rare (once per segment) and cheap to check; done before acknowledging so a caller
-          // that awaited sync() after compact() sees the segments gone.
+          // that awaited sync() after compact() sees the segments gone. Never fails the batch.
           await this.#deleteObsoleteSegments();
           done.resolve(undefined);
         } catch (err) {
@@ -717,15 +726,43 @@ export class Wal {
     await old.close();
   }
 
+  /**
+   * Deletes the segments no shard needs any more, oldest first, then fsyncs the directory once so
+   * the deletions are durable before sync() resolves. Never throws: failures are counted and
+   * retried at the next flush.
+   */
   async #deleteObsoleteSegments(): Promise<void> {
-    while (this.#segments.length > 1) {
+    outer: while (this.#segments.length > 1) {
       const oldest = this.#segments[0] as Segment;
       for (const [shard, index] of oldest.maxIndex) {
-        if ((this.#durableCompact.get(shard) ?? 0) < index) return;
+        if ((this.#durableCompact.get(shard) ?? 0) < index) break outer;
       }
       this.#segments.shift();
-      await this.#fs.unlink(oldest.path);
+      this.#toDelete.push(oldest);
+    }
+    const failed: Segment[] = [];
+    for (const segment of this.#toDelete) {
+      try {
+        await this.#fs.unlink(segment.path);
+      } catch (err) {
+        // Gone already (an earlier attempt that reported an error may have removed it).
+        if ((err as { code?: unknown }).code !== "ENOENT") {
+          this.#segmentDeleteFailures++;
+          failed.push(segment);
+          continue;
+        }
+      }
       this.#segmentsDeleted++;
+      this.#unlinksUnsynced = true;
+    }
+    this.#toDelete = failed;
+    if (!this.#unlinksUnsynced) return;
+    try {
+      await this.#fs.fsyncDir(this.dir);
+      this.#unlinksUnsynced = false;
+    } catch {
+      // A deleted segment may come back after a crash: harmless, and deleted again later.
+      this.#segmentDeleteFailures++;
     }
   }
 }
