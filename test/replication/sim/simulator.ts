@@ -104,6 +104,10 @@ interface Profile {
   readonly ioFaultEveryMs: number;
   readonly snapshotEveryMs: number;
   readonly valueBytes: number;
+  /** Simulated ms of each disk write or sync (drawn per operation, up to this). */
+  readonly diskLatencyMs: number;
+  /** Simulated ms between a round's scheduling and its start (CPU time of the work before it). */
+  readonly roundCostMs: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -118,6 +122,8 @@ function pickProfile(rng: Rng): Profile {
     ioFaultEveryMs: [800, 2000, Infinity][rng.int(3)] as number,
     snapshotEveryMs: [200, 1000, Infinity][rng.int(3)] as number,
     valueBytes: [8, 200, 2000][rng.int(3)] as number,
+    diskLatencyMs: [0, 2, 5][rng.int(3)] as number,
+    roundCostMs: [0, 1][rng.int(2)] as number,
   };
 }
 
@@ -235,9 +241,12 @@ class DriverSim {
   #start(node: SimNode): void {
     const proc = new Process(`${node.id}#${++node.incarnation}`);
     node.proc = proc;
-    const fs = processFs(node.disk, proc);
     const bugs = this.#options.bugs ?? {};
     const p = this.#profile;
+    const latency = this.#rng.fork();
+    const fs = processFs(node.disk, proc, this.#world, () =>
+      p.diskLatencyMs === 0 ? 0 : latency.int(p.diskLatencyMs + 1),
+    );
     this.#log(`start ${proc.name}`);
     MultiRaft.open({
       nodeId: node.id,
@@ -249,7 +258,7 @@ class DriverSim {
       memtableBytes: 0,
       blockCacheBytes: 0,
       fs,
-      clock: this.#world.clockFor(proc),
+      clock: this.#world.clockFor(proc, p.roundCostMs),
       seed: this.#rng.nextU32(),
       openEngine: (_shard, dir) => MemoryEngine.open(fs, dir, { flushEvery: p.flushEvery }),
       wal: {

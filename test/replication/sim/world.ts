@@ -52,8 +52,12 @@ export class World {
     this.at(this.now + delay, owner, fn);
   }
 
-  /** The driver's clock inside `owner`. */
-  clockFor(owner: Process): Clock {
+  /**
+   * The driver's clock inside `owner`. With `deferMs` > 0 a deferred callback runs that many
+   * simulated milliseconds later (the CPU time of the work before it), so that requests can
+   * arrive between the rounds of a long replay, as they do on a real machine.
+   */
+  clockFor(owner: Process, deferMs = 0): Clock {
     return {
       now: () => this.now,
       every: (ms, fn) => {
@@ -69,7 +73,8 @@ export class World {
         };
       },
       defer: (fn) => {
-        this.#deferred.push({ owner, fn });
+        if (deferMs > 0) this.after(deferMs, owner, fn);
+        else this.#deferred.push({ owner, fn });
       },
     };
   }
@@ -114,16 +119,30 @@ function deadError(path: string): Error {
   return Object.assign(new Error(`EIO: process is dead, '${path}'`), { code: "EIO" });
 }
 
-/** A process's view of its node's disk: every operation fails once the process is dead. */
-export function processFs(fs: FileSystem, owner: Process): FileSystem {
+/**
+ * A process's view of its node's disk: every operation fails once the process is dead. Writes
+ * and syncs first wait `latency()` simulated milliseconds (the device's queue): a crash during
+ * that wait means the operation never happened, and other work of the process runs meanwhile.
+ */
+export function processFs(
+  fs: FileSystem,
+  owner: Process,
+  world: World,
+  latency: () => number,
+): FileSystem {
   const guard = <T>(path: string, op: () => Promise<T>): Promise<T> =>
     owner.alive ? op() : Promise.reject(deadError(path));
+  const slow = async <T>(path: string, op: () => Promise<T>): Promise<T> => {
+    const ms = latency();
+    if (ms > 0) await new Promise<void>((resolve) => world.after(ms, owner, resolve));
+    return guard(path, op);
+  };
   const file = (inner: FsFile, path: string): FsFile => ({
     write: (buf, offset, length, position) =>
-      guard(path, () => inner.write(buf, offset, length, position)),
+      slow(path, () => inner.write(buf, offset, length, position)),
     truncate: (length) => guard(path, () => inner.truncate(length)),
-    sync: () => guard(path, () => inner.sync()),
-    datasync: () => guard(path, () => inner.datasync()),
+    sync: () => slow(path, () => inner.sync()),
+    datasync: () => slow(path, () => inner.datasync()),
     close: () => guard(path, () => inner.close()),
   });
   return {
@@ -133,6 +152,6 @@ export function processFs(fs: FileSystem, owner: Process): FileSystem {
     open: (path: string, flags: OpenFlags) =>
       guard(path, async () => file(await fs.open(path, flags), path)),
     unlink: (path) => guard(path, () => fs.unlink(path)),
-    fsyncDir: (dir) => guard(dir, () => fs.fsyncDir(dir)),
+    fsyncDir: (dir) => slow(dir, () => fs.fsyncDir(dir)),
   };
 }

@@ -1,0 +1,20 @@
+/** Names of the driver simulation's planted bugs, and the command that replays a seed. */
+import type { DriverSimBugs } from "./simulator.ts";
+
+const BUGS: Record<string, DriverSimBugs> = {
+  "stale-read-after-restart": { staleReadAfterRestart: true },
+  "rotation-checkpoint-includes-batch": { rotationCheckpointIncludesBatch: true },
+};
+
+export function driverBugsByName(name: string): DriverSimBugs | undefined {
+  return BUGS[name];
+}
+
+export function driverReplayCommand(o: { seed: number; chaosMs?: number; bug?: string }): string {
+  return [
+    `npm run sim:driver -- --seed ${o.seed}`,
+    o.chaosMs === undefined ? "" : ` --chaos-ms ${o.chaosMs}`,
+    o.bug === undefined ? "" : ` --bug ${o.bug}`,
+    " --trace",
+  ].join("");
+}
