@@ -24,6 +24,11 @@ export interface ShardEngine {
   flush(): Promise<void>;
   backpressure(): Backpressure;
   stats(): { readonly bytesPerLevel: readonly number[] };
+  /**
+   * Replaces the whole content with a snapshot stream (encodeSnapshotFrames), durably: once it
+   * resolves, `flushedSeq` is the snapshot's sequence.
+   */
+  importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -16,7 +16,7 @@
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import type { FileSystem } from "../storage/index.ts";
-import { crc32c, ensureDir } from "../storage/index.ts";
+import { crc32c, decodeSnapshotStream, ensureDir } from "../storage/index.ts";
 import type { Backpressure, LsmSnapshot, ScanOptions, WriteOp } from "../storage/index.ts";
 import type { ShardEngine } from "./engine.ts";
 
@@ -177,6 +177,23 @@ export class MemoryEngine implements ShardEngine {
       if (last !== null) bytes += key.length + last.length;
     }
     return { bytesPerLevel: [bytes] };
+  }
+
+  /** Replaces everything with the snapshot stream's content, durably (an image at its seq). */
+  async importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void> {
+    if (this.#failure !== undefined) throw this.#failedError();
+    const entries: [string, Uint8Array][] = [];
+    let seq = -1;
+    for await (const item of decodeSnapshotStream(chunks)) {
+      if (item.kind === "header") seq = item.seq;
+      else entries.push([Buffer.from(item.key).toString("latin1"), item.value]);
+    }
+    // A follower takes a snapshot only beyond what it applied: seq is above every image.
+    await this.#flushing;
+    this.#keys.clear();
+    for (const [key, value] of entries) this.#keys.set(key, [{ seq, value }]);
+    this.#lastSeq = seq;
+    await this.flush();
   }
 
   async close(): Promise<void> {

@@ -22,10 +22,11 @@ import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import { shardForKey } from "../cluster/index.ts";
-import type { NodeId, Ready } from "../raft/index.ts";
-import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode } from "../raft/index.ts";
+import type { Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
+import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode, term } from "../raft/index.ts";
 import type { LsmMetrics, WalRecord } from "../storage/index.ts";
 import {
+  encodeSnapshotFrames,
   type FileSystem,
   LsmEnvironment,
   nodeFileSystem,
@@ -42,6 +43,7 @@ import { toWalEntry, WAL_CONF_CHANGE, WalRaftStorage } from "./wal-storage.ts";
 
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
+const EMPTY = new Uint8Array(0);
 /** What a waiting request costs the node beyond its payload (promises, closures, queues). */
 const REQUEST_OVERHEAD_BYTES = 512;
 
@@ -78,8 +80,32 @@ export interface MultiRaftOptions {
   readonly maxCommittedBytesPerReady?: number;
   /** Seed of the groups' election-timeout randomness; default: random. */
   readonly seed?: number;
+  /**
+   * Carries Raft messages to the other nodes. Without one every group must have this node as
+   * its only voter (single-node mode).
+   */
+  readonly transport?: RaftTransport;
+  /**
+   * The initial voters of a shard's group, for a shard this node creates or first hears of: the
+   * same list on every node (the meta group decides it in cluster mode). Default: this node only.
+   */
+  readonly replicasOf?: (shard: number) => readonly string[];
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
+}
+
+/** A Raft message of one shard's group. */
+export interface ShardMessage {
+  readonly shard: number;
+  readonly message: Message;
+}
+
+export interface RaftTransport {
+  /**
+   * Sends one round's messages for node `to`, in order. Delivery is best effort: Raft retries
+   * what is lost. Called only after the round's records are durable.
+   */
+  send(to: NodeId, messages: readonly ShardMessage[]): void;
 }
 
 export interface DriverTestingBugs {
@@ -219,6 +245,35 @@ export class MultiRaft {
 
   shardOf(key: Uint8Array): number {
     return shardForKey(key, this.totalShards);
+  }
+
+  // ── peers ──────────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * Messages from node `from`, delivered to their groups at the next round. A message for a
+   * shard not open here opens it if this node is one of its replicas (a new group's first
+   * messages reach a replica before any client request does); otherwise it is dropped.
+   */
+  receive(from: string, messages: readonly ShardMessage[]): void {
+    if (this.#closed || this.#failure !== undefined) return;
+    for (const { shard: id, message } of messages) {
+      const s = this.#shards.get(id);
+      if (s !== undefined) {
+        s.enqueueStep(message);
+        this.#markDirty(s);
+        continue;
+      }
+      if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) continue;
+      if (!this.#replicasOf(id).includes(this.nodeId)) continue;
+      this.#shard(id).then(
+        (opened) => {
+          opened.enqueueStep(message);
+          this.#markDirty(opened);
+        },
+        () => undefined,
+      );
+    }
+    void from;
   }
 
   // ── client operations ────────────────────────────────────────────────────────────────────────
@@ -488,21 +543,32 @@ export class MultiRaft {
       }
       if (work.length === 0) return;
       const records: WalRecord[] = [];
+      const outbox = new Map<NodeId, ShardMessage[]>();
       for (const [s, rd] of work) {
         if (rd.snapshot !== null) {
-          // Only a leader sends snapshots; a single-node group has no leader but itself.
-          throw new CairnError(
-            "CAIRN_ERR_UNSUPPORTED",
-            `shard ${s.id}: installing a snapshot needs cluster mode`,
-          );
+          // The engine takes the snapshot durably first: once the WAL records it, the log below
+          // is gone and only the engine holds that state.
+          await this.#installSnapshot(s, rd.snapshot);
+          records.push({
+            kind: "snapshot",
+            shard: s.id,
+            meta: { index: rd.snapshot.meta.index, term: rd.snapshot.meta.term, data: EMPTY },
+          });
         }
         if (rd.messages.length > 0) {
-          // Every group on a single node has one voter, which has no one to talk to: a message
-          // here means the group's configuration is not what this driver believes.
-          throw new CairnError(
-            "CAIRN_ERR_INVARIANT",
-            `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
-          );
+          if (this.#options.transport === undefined || s.raw.isSoleVoter()) {
+            // A sole voter has no one to talk to: a message means the group's configuration
+            // is not what this driver believes.
+            throw new CairnError(
+              "CAIRN_ERR_INVARIANT",
+              `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
+            );
+          }
+          for (const message of rd.messages) {
+            let list = outbox.get(message.to);
+            if (list === undefined) outbox.set(message.to, (list = []));
+            list.push({ shard: s.id, message });
+          }
         }
         if (rd.entries.length > 0)
           records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
@@ -519,6 +585,8 @@ export class MultiRaft {
         this.#wal.append(records);
         await this.#wal.sync();
       }
+      // Only now, with the round durable: a message may acknowledge or vote on what it holds.
+      this.#send(outbox);
       const observer = this.#options.observer;
       for (const [s, rd] of work) {
         if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, s.lead, s.raw.term);
@@ -532,6 +600,55 @@ export class MultiRaft {
       }
     } catch (err) {
       this.#fail(err);
+    }
+  }
+
+  #send(outbox: Map<NodeId, ShardMessage[]>): void {
+    const transport = this.#options.transport;
+    if (transport === undefined) return;
+    for (const [to, messages] of outbox) {
+      transport.send(to, messages);
+      for (const { shard, message } of messages) {
+        // The transport sends a snapshot whole or not at all; a lost one shows as a follower
+        // that still lags, and the leader probes it again.
+        if (message.type === "snapshot") this.#shards.get(shard)?.raw.reportSnapshot(to, true);
+      }
+    }
+  }
+
+  /** Replaces a follower's state with a snapshot from its leader. */
+  async #installSnapshot(s: ShardReplica, snap: Snapshot): Promise<void> {
+    async function* frames(): AsyncGenerator<Uint8Array> {
+      yield snap.data;
+    }
+    await s.sm.lsm.importSnapshot(frames());
+    s.sm.appliedIndex = snap.meta.index;
+    s.storage.conf = snap.meta.conf;
+  }
+
+  /**
+   * The shard's state machine at its applied index, as a snapshot stream in one buffer, with
+   * the configuration in force there. Called by the Raft core (synchronously) when a follower
+   * needs entries already compacted; between rounds, so no apply is in flight.
+   */
+  #buildSnapshot(s: ShardReplica): Snapshot {
+    const pin = s.sm.lsm.snapshot();
+    try {
+      const index = pin.seq;
+      const t = this.#wal.term(s.id, index);
+      if (t === undefined) {
+        throw new CairnError(
+          "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
+          `shard ${s.id}: no term for the applied index ${index}`,
+        );
+      }
+      const chunks = [...encodeSnapshotFrames(index, s.sm.lsm.scan({ snapshot: pin }))];
+      return {
+        meta: { index: logIndex(index), term: term(t), conf: s.storage.conf },
+        data: Buffer.concat(chunks),
+      };
+    } finally {
+      pin.release();
     }
   }
 
@@ -618,21 +735,25 @@ export class MultiRaft {
         this.#wal.lastIndex(id) === 0 &&
         lsm.flushedSeq === 0;
       if (isNew) {
-        // A new single-voter group: its first entry names this node as the voter.
+        // A new group: its first entries name its voters, one conf change each, committed at
+        // term 1. Every replica writes the same entries, so all start from the same log.
+        const voters = [...this.#replicasOf(id)].sort();
         this.#wal.append([
           {
             kind: "entries",
             shard: id,
-            entries: [
-              {
-                term: 1,
-                index: 1,
-                type: WAL_CONF_CHANGE,
-                data: encodeConfChange({ type: "add-voter", node: this.nodeId }),
-              },
-            ],
+            entries: voters.map((node, i) => ({
+              term: 1,
+              index: i + 1,
+              type: WAL_CONF_CHANGE,
+              data: encodeConfChange({ type: "add-voter", node: nodeId(node) }),
+            })),
           },
-          { kind: "hard-state", shard: id, state: { term: 1, vote: null, commit: 1 } },
+          {
+            kind: "hard-state",
+            shard: id,
+            state: { term: 1, vote: null, commit: voters.length },
+          },
         ]);
         await this.#wal.sync();
       }
@@ -657,6 +778,7 @@ export class MultiRaft {
         true,
         this.#testingBugs.staleReadAfterRestart ? 0 : commit,
       );
+      storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);
       o.observer?.shardOpened?.(id, applied, commit);
@@ -666,6 +788,10 @@ export class MultiRaft {
       await lsm.close().catch(() => undefined);
       throw err;
     }
+  }
+
+  #replicasOf(id: number): readonly string[] {
+    return this.#options.replicasOf?.(id) ?? [this.nodeId];
   }
 
   #checkShardId(id: number): void {

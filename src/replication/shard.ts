@@ -4,7 +4,7 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
-import type { Entry, NodeId, Ready, Role, Term } from "../raft/index.ts";
+import type { Entry, Message, NodeId, Ready, Role, Term } from "../raft/index.ts";
 import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../raft/index.ts";
 import type { ApplyOutcome, KvStateMachine } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
@@ -73,6 +73,8 @@ export class ShardReplica {
   applying: Promise<void> | null = null;
   leaderChanges = 0;
   #inbox: InboxItem[] = [];
+  /** Messages from peers, delivered at the next round whatever the group's state. */
+  #steps: Message[] = [];
   readonly #proposals = new Map<number, PendingProposal>();
   readonly #reads = new Map<number, PendingRead>();
   #lastLead: NodeId | null = null;
@@ -126,7 +128,11 @@ export class ShardReplica {
   }
 
   hasInput(): boolean {
-    return this.#inbox.length > 0 || this.ticks > 0;
+    return this.#inbox.length > 0 || this.ticks > 0 || this.#steps.length > 0;
+  }
+
+  enqueueStep(m: Message): void {
+    this.#steps.push(m);
   }
 
   enqueuePropose(data: Uint8Array, since: number): Promise<ApplyOutcome> {
@@ -169,6 +175,9 @@ export class ShardReplica {
     // only late. Dropping ticks stretches time, which Raft tolerates (no clock-based leases).
     for (let n = Math.min(this.ticks, MAX_TICKS_PER_ROUND); n > 0; n--) this.raw.tick();
     this.ticks = 0;
+    const steps = this.#steps;
+    this.#steps = [];
+    for (const m of steps) this.raw.step(m);
     const inbox = this.#inbox;
     this.#inbox = [];
     const electing = this.raw.role !== "leader" && this.raw.lead === null;

@@ -44,8 +44,14 @@ const EMPTY = new Uint8Array(0);
 export class WalRaftStorage implements RaftStorage {
   readonly #wal: Wal;
   readonly #shard: number;
-  /** The configuration as of the state machine's durable state (≥ the compaction point). */
+  /** The configuration as of the state machine's applied state (≥ the compaction point). */
   conf: ConfState;
+  /**
+   * Builds a snapshot of the state machine at its applied index (set by the driver). Without
+   * one, a snapshot is only the compaction point's position, with no data: enough for a group
+   * that never sends one (a single voter).
+   */
+  snapshotSource: (() => Snapshot) | null = null;
 
   constructor(wal: Wal, shard: number, conf: ConfState = EMPTY_CONF) {
     this.#wal = wal;
@@ -86,6 +92,7 @@ export class WalRaftStorage implements RaftStorage {
   }
 
   snapshot(): Snapshot {
+    if (this.snapshotSource !== null) return this.snapshotSource();
     const index = logIndex(this.#wal.firstIndex(this.#shard) - 1);
     return { meta: { index, term: this.term(index), conf: this.conf }, data: EMPTY };
   }

@@ -259,6 +259,9 @@ class GatedEngine implements ShardEngine {
   stats(): { readonly bytesPerLevel: readonly number[] } {
     return this.#inner.stats();
   }
+  importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void> {
+    return this.#inner.importSnapshot(chunks);
+  }
   close(): Promise<void> {
     return this.#inner.close();
   }
