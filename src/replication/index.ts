@@ -7,6 +7,8 @@ export { type Clock, type EngineOpener, type ShardEngine, systemClock } from "./
 export {
   type DriverTestingBugs,
   MultiRaft,
+  type RaftTransport,
+  type ShardMessage,
   type MultiRaftOptions,
   type ReplicationObserver,
   type ScanRequest,

@@ -294,9 +294,12 @@ export class MultiRaft {
   async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
     this.#assertOpen();
     const id = this.shardOf(key);
-    // A shard never opened on this node was never written (writes open it first): the key is
-    // absent, and a read must not create the shard.
-    if (!this.#shards.has(id) && !this.#opening.has(id)) return null;
+    // On a single node, a shard never opened was never written (writes open it first): the
+    // key is absent, and a read must not create the shard. In a cluster the shard may exist on
+    // the other replicas only: the read must go through the group.
+    if (this.#options.transport === undefined && !this.#shards.has(id) && !this.#opening.has(id)) {
+      return null;
+    }
     const shard = await this.#shard(id);
     if (linearizable) await this.#readBarrier(shard);
     else this.#assertOpen();

@@ -5,9 +5,11 @@
  *
  * One seed decides everything: the configuration (segment size, apply budget, flush cadence),
  * the client workload (several clients, hundreds of operations over tens of keys: put, CAS,
- * delete, linearizable get, scans), and the faults: crashes with torn writes, I/O errors that
- * make the node fail and restart, and shard snapshots that compact the WAL. The same seed replays
- * the same run.
+ * delete, linearizable get, scans), the cluster (one node, or three whose every shard is a
+ * three-voter group talking over a simulated network), and the faults: crashes with torn writes,
+ * I/O errors that make a node fail and restart, network partitions, message loss, duplication
+ * and delay, and shard snapshots that compact the WAL (so followers catch up by snapshot). The
+ * same seed replays the same run.
  *
  * Checked: every restart succeeds (a WAL that cannot reopen is a violation), the node serves
  * again after the chaos (liveness), and the whole client history, reads and writes together, is
@@ -19,6 +21,7 @@ import { seededRng } from "../../../src/common/rng.ts";
 import type {
   ApplyOutcome,
   DriverTestingBugs,
+  ShardMessage,
   StoredItem,
 } from "../../../src/replication/index.ts";
 import { MultiRaft } from "../../../src/replication/index.ts";
@@ -40,6 +43,8 @@ export interface DriverSimBugs extends DriverTestingBugs {
 
 export interface DriverSimOptions {
   readonly seed: number;
+  /** Nodes in the cluster, 1 or 3; default: drawn from the seed. */
+  readonly nodes?: number;
   /** Simulated milliseconds of chaos (default 3000). */
   readonly chaosMs?: number;
   readonly bugs?: DriverSimBugs;
@@ -61,11 +66,14 @@ export interface DriverSimStats {
   ioFaults: number;
   snapshots: number;
   restarts: number;
+  partitions: number;
+  messages: number;
   checkerSteps: number;
 }
 
 export interface DriverSimResult {
   readonly seed: number;
+  readonly nodes: number;
   readonly violation: DriverSimViolation | null;
   readonly stats: DriverSimStats;
   readonly trace: readonly string[];
@@ -108,6 +116,13 @@ interface Profile {
   readonly diskLatencyMs: number;
   /** Simulated ms between a round's scheduling and its start (CPU time of the work before it). */
   readonly roundCostMs: number;
+  /** Network: a message batch takes 1..maxDelayMs; lost or duplicated with these odds. */
+  readonly maxDelayMs: number;
+  readonly dropRate: number;
+  readonly duplicateRate: number;
+  /** Mean simulated ms between partitions (Infinity: none); each lasts up to partitionMs. */
+  readonly partitionEveryMs: number;
+  readonly partitionMs: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -124,6 +139,11 @@ function pickProfile(rng: Rng): Profile {
     valueBytes: [8, 200, 2000][rng.int(3)] as number,
     diskLatencyMs: [0, 2, 5][rng.int(3)] as number,
     roundCostMs: [0, 1][rng.int(2)] as number,
+    maxDelayMs: [1, 5, 20][rng.int(3)] as number,
+    dropRate: [0, 0.01, 0.1][rng.int(3)] as number,
+    duplicateRate: [0, 0.02][rng.int(2)] as number,
+    partitionEveryMs: [400, 1000, Infinity][rng.int(3)] as number,
+    partitionMs: [100, 400, 1200][rng.int(3)] as number,
   };
 }
 
@@ -147,7 +167,10 @@ class DriverSim {
   readonly #profile: Profile;
   readonly #world = new World();
   readonly #clients = new Process("clients");
-  readonly #node: SimNode;
+  readonly #nodes: SimNode[];
+  readonly #network = new Process("network");
+  /** Links cut by the current partition, as "from>to". */
+  #cut = new Set<string>();
   readonly #history: RegisterOp[] = [];
   readonly #trace: string[] = [];
   readonly #stats: DriverSimStats = {
@@ -159,6 +182,8 @@ class DriverSim {
     ioFaults: 0,
     snapshots: 0,
     restarts: 0,
+    partitions: 0,
+    messages: 0,
     checkerSteps: 0,
   };
   #violation: DriverSimViolation | null = null;
@@ -171,7 +196,14 @@ class DriverSim {
     this.#options = options;
     this.#rng = seededRng(options.seed);
     this.#profile = pickProfile(this.#rng.fork());
-    this.#node = { id: "n1", disk: new MemoryFileSystem(), proc: null, mr: null, incarnation: 0 };
+    const count = options.nodes ?? (this.#rng.int(2) === 0 ? 1 : 3);
+    this.#nodes = Array.from({ length: count }, (_, i) => ({
+      id: `n${i + 1}`,
+      disk: new MemoryFileSystem(),
+      proc: null,
+      mr: null,
+      incarnation: 0,
+    }));
   }
 
   async run(): Promise<DriverSimResult> {
@@ -183,9 +215,11 @@ class DriverSim {
     }
     // Stop everything still scheduled, so nothing outlives the run.
     this.#clients.alive = false;
-    if (this.#node.proc !== null) this.#node.proc.alive = false;
+    this.#network.alive = false;
+    for (const node of this.#nodes) if (node.proc !== null) node.proc.alive = false;
     return {
       seed: this.#options.seed,
+      nodes: this.#nodes.length,
       violation: this.#violation,
       stats: this.#stats,
       trace: this.#trace,
@@ -195,7 +229,7 @@ class DriverSim {
   async #runPhases(): Promise<void> {
     const chaosMs = this.#options.chaosMs ?? 3000;
     const world = this.#world;
-    this.#start(this.#node);
+    for (const node of this.#nodes) this.#start(node);
     await world.settle();
     this.#throwIfViolated();
     for (let c = 0; c < CLIENTS; c++) {
@@ -208,7 +242,8 @@ class DriverSim {
     // Heal: no more faults; the node comes back if it is down, and every operation in flight
     // ends (answered or timed out) before the final reads.
     this.#chaos = false;
-    if (this.#node.proc === null) this.#start(this.#node);
+    this.#cut.clear();
+    for (const node of this.#nodes) if (node.proc === null) this.#start(node);
     await world.runUntil(world.now + OP_TIMEOUT_MS + 10);
     this.#throwIfViolated();
     await this.#finalReads();
@@ -268,6 +303,12 @@ class DriverSim {
           : {}),
       },
       maxCommittedBytesPerReady: p.maxCommittedBytesPerReady,
+      ...(this.#nodes.length > 1
+        ? {
+            replicasOf: () => this.#nodes.map((n) => n.id),
+            transport: { send: (to, messages) => this.#deliver(node.id, to, messages) },
+          }
+        : {}),
       ...(bugs.staleReadAfterRestart === true
         ? { testingBugs: { staleReadAfterRestart: true } }
         : {}),
@@ -339,29 +380,63 @@ class DriverSim {
       };
       next();
     };
-    every(p.crashEveryMs, () => this.#crash(this.#node, true));
+    const anyNode = (): SimNode => this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode;
+    every(p.crashEveryMs, () => this.#crash(anyNode(), true));
     every(p.ioFaultEveryMs, () => {
       this.#stats.ioFaults++;
       const op = this.#rng.int(2) === 0 ? "write" : "fsyncDir";
       const where = this.#rng.int(2) === 0 ? `${DATA_DIR}/wal` : `${DATA_DIR}/shards`;
       this.#log(`inject ${op} EIO under ${where}`);
-      this.#node.disk.failNext(op, where, "EIO");
+      anyNode().disk.failNext(op, where, "EIO");
     });
     every(p.snapshotEveryMs, () => {
-      const mr = this.#node.mr;
+      const mr = anyNode().mr;
       if (mr === null) return;
       const shard = this.#rng.int(TOTAL_SHARDS);
       this.#stats.snapshots++;
       this.#log(`snapshot shard ${shard}`);
       mr.snapshotShard(shard).catch(() => undefined);
     });
+    if (this.#nodes.length > 1) {
+      every(p.partitionEveryMs, () => {
+        this.#stats.partitions++;
+        const ids = this.#nodes.map((n) => n.id);
+        const isolated = ids[this.#rng.int(ids.length)] as string;
+        // Cut both directions, or one only (an asymmetric partition).
+        const oneWay = this.#rng.int(3) === 0;
+        for (const other of ids) {
+          if (other === isolated) continue;
+          this.#cut.add(`${isolated}>${other}`);
+          if (!oneWay) this.#cut.add(`${other}>${isolated}`);
+        }
+        this.#log(`partition ${isolated}${oneWay ? " (outbound only)" : ""}`);
+        this.#world.after(1 + this.#rng.int(p.partitionMs), this.#network, () => {
+          this.#cut.clear();
+          this.#log("heal");
+        });
+      });
+    }
+  }
+
+  /** The network: delays, loses, duplicates and (by varying delays) reorders message batches. */
+  #deliver(from: string, to: string, messages: readonly ShardMessage[]): void {
+    const p = this.#profile;
+    this.#stats.messages += messages.length;
+    if (this.#cut.has(`${from}>${to}`)) return;
+    const copies = this.#rng.float() < p.dropRate ? 0 : this.#rng.float() < p.duplicateRate ? 2 : 1;
+    for (let i = 0; i < copies; i++) {
+      this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
+        if (this.#cut.has(`${from}>${to}`)) return;
+        this.#nodes.find((n) => n.id === to)?.mr?.receive(from, messages);
+      });
+    }
   }
 
   // ── clients ────────────────────────────────────────────────────────────────────────────────
 
   #issue(client: number): void {
     if (!this.#chaos) return;
-    const mr = this.#node.mr;
+    const mr = this.#nodes[this.#rng.int(this.#nodes.length)]?.mr ?? null;
     const next = (): void => {
       this.#world.after(1 + this.#rng.int(15), this.#clients, () => this.#issue(client));
     };
@@ -418,10 +493,12 @@ class DriverSim {
     const isWrite = input.type !== "get";
     let settled = false;
     this.#stats.operations++;
-    const finish = (output: RegisterOutput | null): void => {
+    const finish = (output: RegisterOutput | null, notApplied = false): void => {
       if (settled) return;
       settled = true;
-      if (output === null) {
+      if (notApplied) {
+        // The error proves the write never entered the log: it is no operation at all.
+      } else if (output === null) {
         if (isWrite) {
           this.#stats.indeterminateWrites++;
           this.#history.push({ client, key, invokeTime, returnTime: null, input, output: null });
@@ -443,8 +520,9 @@ class DriverSim {
     }
     promise.then(
       (result) => finish(toOutput(input, result)),
-      // Any error: a write may or may not have happened; a failed read tells nothing.
-      () => finish(null),
+      // A write may or may not have happened unless the error proves otherwise; a failed read
+      // tells nothing.
+      (err: unknown) => finish(null, isNotApplied(err)),
     );
   }
 
@@ -512,7 +590,7 @@ class DriverSim {
     for (const key of this.#profile.keys) {
       for (;;) {
         this.#throwIfViolated();
-        const mr = this.#node.mr;
+        const mr = this.#nodes[this.#rng.int(this.#nodes.length)]?.mr ?? null;
         if (world.now > deadline) {
           if (mr !== null) this.#logShards("not serving", mr);
           throw new ViolationFound({
@@ -584,6 +662,19 @@ function toOutput(input: RegisterInput, result: ApplyOutcome | StoredItem | null
     case "precondition-failed":
       return { type: "precondition-failed", current: outcome.current };
   }
+}
+
+/** Errors raised before a write entered the log (or once another entry took its index). */
+const NOT_APPLIED = new Set([
+  "CAIRN_ERR_NOT_LEADER",
+  "CAIRN_ERR_PROPOSAL_DROPPED",
+  "CAIRN_ERR_PROPOSAL_LOST",
+  "CAIRN_ERR_BACKPRESSURE",
+  "CAIRN_ERR_SHUTTING_DOWN",
+]);
+
+function isNotApplied(err: unknown): boolean {
+  return NOT_APPLIED.has((err as { code?: string }).code ?? "");
 }
 
 /** Whether `err` (or an error it wraps) is an I/O error the simulation injected. */
