@@ -1,9 +1,10 @@
 /**
  * Runs the simulation of the real multi-raft driver (test/replication/sim/) over many seeds.
  *
- *   npm run sim:driver -- --seeds N [--seed S] [--chaos-ms T] [--bug NAME] [--trace]
+ *   npm run sim:driver -- --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug NAME] [--trace]
  *
  * --seeds N runs seeds S..S+N-1 (S defaults to 1); --seed S alone replays that one seed.
+ * --nodes fixes the cluster size (default: one or three, drawn from each seed).
  * --bug plants a known bug to see it caught: stale-read-after-restart,
  * rotation-checkpoint-includes-batch. --trace prints the replayed seed's events.
  * Ends with `sim:driver: N seeds, V violations`; each failure prints the command that replays it.
@@ -16,6 +17,7 @@ const { values } = parseArgs({
   options: {
     seeds: { type: "string" },
     seed: { type: "string" },
+    nodes: { type: "string" },
     "chaos-ms": { type: "string" },
     bug: { type: "string" },
     trace: { type: "boolean", default: false },
@@ -26,7 +28,7 @@ const { values } = parseArgs({
 
 if (values.help) {
   console.log(
-    "usage: npm run sim:driver -- --seeds N [--seed S] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch] [--trace]",
+    "usage: npm run sim:driver -- --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch] [--trace]",
   );
   process.exit(0);
 }
@@ -44,6 +46,11 @@ function int(name: string, v: string | undefined, min: number): number | undefin
 const first = int("seed", values.seed, 0) ?? 1;
 const count = int("seeds", values.seeds, 1) ?? (values.seed === undefined ? 100 : 1);
 const chaosMs = int("chaos-ms", values["chaos-ms"], 1);
+const nodes = int("nodes", values.nodes, 1);
+if (nodes !== undefined && nodes !== 1 && nodes !== 3) {
+  console.error("sim:driver: --nodes must be 1 or 3");
+  process.exit(2);
+}
 const bugs = values.bug === undefined ? undefined : driverBugsByName(values.bug);
 if (values.bug !== undefined && bugs === undefined) {
   console.error(`sim:driver: unknown --bug ${values.bug}`);
@@ -56,6 +63,7 @@ let operations = 0;
 for (let seed = first; seed < first + count; seed++) {
   const r = await runDriverSeed({
     seed,
+    ...(nodes === undefined ? {} : { nodes }),
     ...(chaosMs === undefined ? {} : { chaosMs }),
     ...(bugs === undefined ? {} : { bugs }),
     trace: values.trace,
@@ -66,7 +74,7 @@ for (let seed = first; seed < first + count; seed++) {
     violations++;
     console.log(`seed ${seed}: ${r.violation.kind}: ${r.violation.message}`);
     console.log(
-      `  replay: ${driverReplayCommand({ seed, ...(chaosMs === undefined ? {} : { chaosMs }), ...(values.bug === undefined ? {} : { bug: values.bug }) })}`,
+      `  replay: ${driverReplayCommand({ seed, nodes: r.nodes, ...(chaosMs === undefined ? {} : { chaosMs }), ...(values.bug === undefined ? {} : { bug: values.bug }) })}`,
     );
   }
   if (count >= 100 && (seed - first + 1) % 100 === 0 && process.stderr.isTTY) {

@@ -1,6 +1,7 @@
 /**
- * The simulation of the real multi-raft driver and WAL in `npm test`: many seeds must run clean,
- * the planted restart stale read must be caught within 500 seeds, and a seed must replay exactly.
+ * The simulation of the real multi-raft driver and WAL in `npm test`: many seeds (one node or
+ * three, drawn from the seed) must run clean, each planted bug must be caught within 500 seeds,
+ * and a seed must replay exactly.
  *
  * DRIVER_SIM_SEEDS=N raises the number of seeds (default 100).
  */
@@ -14,7 +15,16 @@ const SEEDS = Number(process.env["DRIVER_SIM_SEEDS"] ?? "100");
 describe("driver simulation", () => {
   it(`runs ${SEEDS} seeds without a violation`, async () => {
     const failures: string[] = [];
-    const totals = { acknowledged: 0, reads: 0, crashes: 0, restarts: 0, snapshots: 0, faults: 0 };
+    const totals = {
+      acknowledged: 0,
+      reads: 0,
+      crashes: 0,
+      restarts: 0,
+      snapshots: 0,
+      faults: 0,
+      partitions: 0,
+      clusters: 0,
+    };
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = await runDriverSeed({ seed });
       totals.acknowledged += r.stats.acknowledgedWrites;
@@ -23,20 +33,24 @@ describe("driver simulation", () => {
       totals.restarts += r.stats.restarts;
       totals.snapshots += r.stats.snapshots;
       totals.faults += r.stats.ioFaults;
+      totals.partitions += r.stats.partitions;
+      if (r.nodes === 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
-          `${r.violation.kind}: ${r.violation.message}\n  replay: ${driverReplayCommand({ seed })}`,
+          `${r.violation.kind}: ${r.violation.message}\n  replay: ${driverReplayCommand({ seed, nodes: r.nodes })}`,
         );
       }
     }
     assert.deepEqual(failures, []);
     // The runs did real work: hundreds of writes and reads a seed, crashes, faults, snapshots.
-    assert.ok(totals.acknowledged > SEEDS * 200, `only ${totals.acknowledged} acknowledged writes`);
+    assert.ok(totals.acknowledged > SEEDS * 100, `only ${totals.acknowledged} acknowledged writes`);
     assert.ok(totals.reads > SEEDS * 100, `only ${totals.reads} completed reads`);
     assert.ok(totals.crashes > SEEDS, `only ${totals.crashes} crashes`);
     assert.ok(totals.restarts > SEEDS / 2, `only ${totals.restarts} restarts`);
     assert.ok(totals.snapshots > SEEDS, `only ${totals.snapshots} snapshots`);
     assert.ok(totals.faults > SEEDS / 2, `only ${totals.faults} injected I/O faults`);
+    assert.ok(totals.clusters > SEEDS / 4, `only ${totals.clusters} three-node runs`);
+    assert.ok(totals.partitions > SEEDS / 2, `only ${totals.partitions} partitions`);
   });
 
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {
@@ -46,6 +60,19 @@ describe("driver simulation", () => {
       if (r.violation?.kind === "linearizability") caught = seed;
     }
     assert.notEqual(caught, null, "the planted stale read went unnoticed for 500 seeds");
+  });
+
+  it("catches the rotation checkpoint that records a batch not yet written (issue 9, bug 2) within 500 seeds", async () => {
+    let caught: number | null = null;
+    for (let seed = 1; seed <= 500 && caught === null; seed++) {
+      const r = await runDriverSeed({
+        seed,
+        nodes: 3,
+        bugs: { rotationCheckpointIncludesBatch: true },
+      });
+      if (r.violation?.kind === "restart-failed") caught = seed;
+    }
+    assert.notEqual(caught, null, "the planted checkpoint bug went unnoticed for 500 seeds");
   });
 
   it("replays a seed exactly", async () => {

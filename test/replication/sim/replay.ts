@@ -10,9 +10,15 @@ export function driverBugsByName(name: string): DriverSimBugs | undefined {
   return BUGS[name];
 }
 
-export function driverReplayCommand(o: { seed: number; chaosMs?: number; bug?: string }): string {
+export function driverReplayCommand(o: {
+  seed: number;
+  nodes?: number;
+  chaosMs?: number;
+  bug?: string;
+}): string {
   return [
     `npm run sim:driver -- --seed ${o.seed}`,
+    o.nodes === undefined ? "" : ` --nodes ${o.nodes}`,
     o.chaosMs === undefined ? "" : ` --chaos-ms ${o.chaosMs}`,
     o.bug === undefined ? "" : ` --bug ${o.bug}`,
     " --trace",

@@ -110,6 +110,8 @@ interface Profile {
   readonly crashEveryMs: number;
   readonly tornWrites: boolean;
   readonly ioFaultEveryMs: number;
+  /** Odds that a write or sync is a crash point: the process dies just before it. */
+  readonly crashAtIoRate: number;
   readonly snapshotEveryMs: number;
   readonly valueBytes: number;
   /** Simulated ms of each disk write or sync (drawn per operation, up to this). */
@@ -129,12 +131,13 @@ function pickProfile(rng: Rng): Profile {
   const keyCount = 8 + rng.int(25);
   return {
     keys: Array.from({ length: keyCount }, (_, i) => `k${i}`),
-    segmentBytes: [2048, 8192, 64 * 1024][rng.int(3)] as number,
+    segmentBytes: [512, 2048, 8192, 64 * 1024][rng.int(4)] as number,
     maxCommittedBytesPerReady: [512, 4096, 1 << 20][rng.int(3)] as number,
     flushEvery: 1 + rng.int(40),
     crashEveryMs: [300, 700, 1500, Infinity][rng.int(4)] as number,
     tornWrites: rng.int(2) === 0,
     ioFaultEveryMs: [800, 2000, Infinity][rng.int(3)] as number,
+    crashAtIoRate: [0, 0.005, 0.02][rng.int(3)] as number,
     snapshotEveryMs: [200, 1000, Infinity][rng.int(3)] as number,
     valueBytes: [8, 200, 2000][rng.int(3)] as number,
     diskLatencyMs: [0, 2, 5][rng.int(3)] as number,
@@ -279,8 +282,19 @@ class DriverSim {
     const bugs = this.#options.bugs ?? {};
     const p = this.#profile;
     const latency = this.#rng.fork();
-    const fs = processFs(node.disk, proc, this.#world, () =>
-      p.diskLatencyMs === 0 ? 0 : latency.int(p.diskLatencyMs + 1),
+    const fs = processFs(
+      node.disk,
+      proc,
+      this.#world,
+      () => (p.diskLatencyMs === 0 ? 0 : latency.int(p.diskLatencyMs + 1)),
+      () => {
+        if (!this.#chaos || p.crashAtIoRate === 0 || latency.float() >= p.crashAtIoRate) {
+          return false;
+        }
+        this.#log(`crash point in ${proc.name}`);
+        this.#crash(node, true);
+        return true;
+      },
     );
     this.#log(`start ${proc.name}`);
     MultiRaft.open({
@@ -349,12 +363,19 @@ class DriverSim {
     if (node.proc === null || !node.proc.alive) return;
     if (node.mr !== null) this.#logShards(`crashing ${node.proc.name}`, node.mr);
     this.#stats.crashes++;
+    // A kill -9 keeps everything the process wrote (the page cache survives it); a power cut
+    // keeps only what was synced, and with torn writes a prefix of the last unsynced write.
+    const processOnly = this.#rng.int(2) === 0;
     const torn = this.#profile.tornWrites ? this.#rng.int(64) : 0;
-    this.#log(`crash ${node.proc.name} (torn ${torn} bytes)`);
+    this.#log(
+      processOnly
+        ? `kill -9 ${node.proc.name}`
+        : `power cut ${node.proc.name} (torn ${torn} bytes)`,
+    );
     node.proc.alive = false;
     node.proc = null;
     node.mr = null;
-    node.disk.crash({ tornWriteBytes: torn });
+    node.disk.crash(processOnly ? { processOnly } : { tornWriteBytes: torn });
     if (restart) {
       this.#world.after(20 + this.#rng.int(300), this.#clients, () => {
         if (node.proc !== null) return;

@@ -129,12 +129,15 @@ export function processFs(
   owner: Process,
   world: World,
   latency: () => number,
+  /** Called before each write or sync; returning true crashes the process right there. */
+  crashPoint: () => boolean = () => false,
 ): FileSystem {
   const guard = <T>(path: string, op: () => Promise<T>): Promise<T> =>
     owner.alive ? op() : Promise.reject(deadError(path));
   const slow = async <T>(path: string, op: () => Promise<T>): Promise<T> => {
     const ms = latency();
     if (ms > 0) await new Promise<void>((resolve) => world.after(ms, owner, resolve));
+    if (owner.alive && crashPoint()) owner.alive = false;
     return guard(path, op);
   };
   const file = (inner: FsFile, path: string): FsFile => ({
