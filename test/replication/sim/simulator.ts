@@ -67,6 +67,7 @@ export interface DriverSimStats {
   snapshots: number;
   restarts: number;
   partitions: number;
+  transfers: number;
   messages: number;
   checkerSteps: number;
 }
@@ -125,6 +126,8 @@ interface Profile {
   /** Mean simulated ms between partitions (Infinity: none); each lasts up to partitionMs. */
   readonly partitionEveryMs: number;
   readonly partitionMs: number;
+  /** Mean simulated ms between leadership transfer requests (Infinity: none). */
+  readonly transferEveryMs: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -147,6 +150,7 @@ function pickProfile(rng: Rng): Profile {
     duplicateRate: [0, 0.02][rng.int(2)] as number,
     partitionEveryMs: [400, 1000, Infinity][rng.int(3)] as number,
     partitionMs: [100, 400, 1200][rng.int(3)] as number,
+    transferEveryMs: [100, 500, Infinity][rng.int(3)] as number,
   };
 }
 
@@ -186,6 +190,7 @@ class DriverSim {
     snapshots: 0,
     restarts: 0,
     partitions: 0,
+    transfers: 0,
     messages: 0,
     checkerSteps: 0,
   };
@@ -419,6 +424,16 @@ class DriverSim {
       mr.snapshotShard(shard).catch(() => undefined);
     });
     if (this.#nodes.length > 1) {
+      every(p.transferEveryMs, () => {
+        // Ask a node to hand a shard's leadership to another; only a leader acts on it.
+        const mr = anyNode().mr;
+        const to = anyNode().id;
+        if (mr === null) return;
+        const shard = this.#rng.int(TOTAL_SHARDS);
+        this.#stats.transfers++;
+        this.#log(`transfer shard ${shard} to ${to}`);
+        mr.transferLeader(shard, to).catch(() => undefined);
+      });
       every(p.partitionEveryMs, () => {
         this.#stats.partitions++;
         const ids = this.#nodes.map((n) => n.id);
