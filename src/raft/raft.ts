@@ -82,10 +82,12 @@ export interface TestingBugs {
   /** Count learners' match indexes toward the commit quorum (learners must never count). */
   readonly countLearnersTowardCommit?: boolean;
   /**
-   * A follower takes the leader's commit index up to its own last index, instead of up to the
-   * last entry the append vouched for: it may commit a stale suffix from an older term.
+   * A follower takes the leader's commit index from every append, up to its own last index,
+   * instead of only up to the last entry an append it accepted vouched for (Figure 2, receiver
+   * rules 2 and 5): it commits whatever stale suffix it holds. (Capping at the last index only on
+   * accepted appends is not observable here: an accepted append always truncates a stale suffix.)
    */
-  readonly followerCommitBeyondAppend?: boolean;
+  readonly followerCommitWithoutMatch?: boolean;
 }
 
 interface PendingRead {
@@ -640,7 +642,7 @@ export class Raft {
       return;
     }
     const lastNew = this.log.maybeAppend(m.prevIndex, m.prevTerm, m.commit, m.entries);
-    if (lastNew !== null && this.bugs.followerCommitBeyondAppend === true) {
+    if (this.bugs.followerCommitWithoutMatch === true) {
       this.log.commitTo(logIndex(Math.min(m.commit, this.log.lastIndex())));
     }
     if (lastNew !== null) {
