@@ -4,8 +4,9 @@
  *   npm run sim -- --seeds N [--seed S] [--nodes K] [--chaos-ticks T] [--bug NAME] [--trace]
  *
  * --seeds N runs seeds S..S+N-1 (S defaults to 1); --seed S alone replays that one seed.
+ * --nodes K sets the founding voters (two spare machines join through membership changes).
  * --bug plants a known bug (commit-prior-term, forget-vote, ack-before-persist,
- * read-without-quorum) to see it caught.
+ * read-without-quorum, count-learners, follower-commit-without-match) to see it caught.
  * Ends with `sim: N seeds, V violations`; each failure prints the command that replays it.
  */
 import { parseArgs } from "node:util";
@@ -27,7 +28,7 @@ const { values } = parseArgs({
 
 if (values.help) {
   console.log(
-    "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum] [--trace]",
+    "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match] [--trace]",
   );
   process.exit(0);
 }

@@ -79,6 +79,15 @@ export interface TestingBugs {
   readonly forgetVote?: boolean;
   /** Answer ReadIndex at once, without confirming leadership with a quorum. */
   readonly readWithoutQuorum?: boolean;
+  /** Count learners' match indexes toward the commit quorum (learners must never count). */
+  readonly countLearnersTowardCommit?: boolean;
+  /**
+   * A follower takes the leader's commit index from every append, up to its own last index,
+   * instead of only up to the last entry an append it accepted vouched for (Figure 2, receiver
+   * rules 2 and 5): it commits whatever stale suffix it holds. (Capping at the last index only on
+   * accepted appends is not observable here: an accepted append always truncates a stale suffix.)
+   */
+  readonly followerCommitWithoutMatch?: boolean;
 }
 
 interface PendingRead {
@@ -633,6 +642,9 @@ export class Raft {
       return;
     }
     const lastNew = this.log.maybeAppend(m.prevIndex, m.prevTerm, m.commit, m.entries);
+    if (this.bugs.followerCommitWithoutMatch === true) {
+      this.log.commitTo(logIndex(Math.min(m.commit, this.log.lastIndex())));
+    }
     if (lastNew !== null) {
       reply({ index: lastNew, reject: false, hintIndex: logIndex(0), hintTerm: toTerm(0) });
       return;
@@ -670,6 +682,12 @@ export class Raft {
 
   #restore(s: Snapshot): boolean {
     if (s.meta.index <= this.log.committed) return false;
+    // A snapshot whose configuration leaves us out was taken before we were added (or after we
+    // were removed). Installing it would make this member believe it is not one: a re-added
+    // voter would neither campaign nor count itself until the log caught up. Ignore it, as etcd
+    // does; the leader's driver must send a newer snapshot, taken after our addition.
+    const conf = s.meta.conf;
+    if (!conf.voters.includes(this.id) && !conf.learners.includes(this.id)) return false;
     if (this.log.matchTerm(s.meta.index, s.meta.term)) {
       // We already hold that entry: the snapshot only tells us it is committed.
       this.log.commitTo(s.meta.index);
@@ -854,6 +872,8 @@ export class Raft {
   #maybeCommit(): boolean {
     const matches: number[] = [];
     for (const v of this.voters) matches.push(this.prs.get(v)?.match ?? 0);
+    if (this.bugs.countLearnersTowardCommit === true)
+      for (const l of this.learners) matches.push(this.prs.get(l)?.match ?? 0);
     if (matches.length === 0) return false;
     matches.sort((a, b) => b - a);
     const quorumIndex = logIndex(matches[this.quorum() - 1] as number);

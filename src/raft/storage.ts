@@ -9,6 +9,7 @@
  * - `entries(lo, hi, maxBytes)` returns the entries `[lo, hi)` with `firstIndex() ≤ lo < hi ≤
  *   lastIndex() + 1`, cut after `maxBytes` of payload but never empty.
  * - `initialState()` is the persisted hard state and the configuration in force at the snapshot.
+ * - `snapshot()` is consistent at one index: see its documentation.
  */
 import { CairnError } from "../common/errors.ts";
 import type {
@@ -21,7 +22,7 @@ import type {
   Snapshot,
   Term,
 } from "./types.ts";
-import { encodeConfChange, logIndex, term } from "./types.ts";
+import { confAfter, decodeConfChange, encodeConfChange, logIndex, term } from "./types.ts";
 
 export interface RaftStorage {
   initialState(): { hardState: HardState; confState: ConfState };
@@ -29,6 +30,19 @@ export interface RaftStorage {
   term(i: LogIndex): Term;
   firstIndex(): LogIndex;
   lastIndex(): LogIndex;
+  /**
+   * The newest snapshot, consistent at one index: `meta.index` and `meta.term` name the last entry
+   * it covers, `meta.conf` is the configuration in force AT that index (after applying every
+   * conf-change entry up to and including it, and none after it — not the configuration of
+   * today), and `data` is the state machine's image at that same index. The core installs
+   * `meta.conf` on a member that receives the snapshot, so a configuration from another index
+   * would give that member the wrong voters until the log corrects it, or never, if the
+   * conf-change entries in between are compacted away.
+   *
+   * The leader sends this snapshot to members that need compacted entries. A member not in
+   * `meta.conf` (added after the snapshot was taken) ignores it, so the driver must then send a
+   * newer snapshot instead, taken at its applied index (as the test host does).
+   */
   snapshot(): Snapshot;
 }
 
@@ -161,14 +175,40 @@ export class MemoryStorage implements RaftStorage {
     this.#entries = [dummy(snap.meta.index, snap.meta.term)];
   }
 
-  /** Record a snapshot of the state machine at `index` (≤ lastIndex) without dropping entries. */
+  /**
+   * Record a snapshot of the state machine at `index` (≤ lastIndex) without dropping entries.
+   * `conf` must be the configuration in force at `index` (see RaftStorage.snapshot()); the log
+   * since the previous snapshot determines it, so a different one is refused.
+   */
   createSnapshot(index: LogIndex, conf: ConfState, data: Uint8Array): Snapshot {
     if (index <= this.#snapshot.meta.index) return this.#snapshot;
     if (index > this.lastIndex()) {
       throw rangeError(`snapshot at ${index} beyond last index ${this.lastIndex()}`);
     }
-    this.#snapshot = { meta: { index, term: this.term(index), conf }, data };
+    const atIndex = this.confAt(index);
+    if (!sameConf(conf, atIndex)) {
+      throw new CairnError(
+        "CAIRN_ERR_RAFT_LOG_CONF",
+        `snapshot at ${index} with configuration ${describeConfState(conf)}, but the log says ${describeConfState(atIndex)} there`,
+      );
+    }
+    this.#snapshot = { meta: { index, term: this.term(index), conf: atIndex }, data };
     return this.#snapshot;
+  }
+
+  /** The configuration in force at `index`: the snapshot's, then the conf changes up to `index`. */
+  confAt(index: LogIndex): ConfState {
+    let conf = this.#snapshot.meta.conf;
+    if (index < this.#snapshot.meta.index) {
+      throw rangeError(
+        `configuration at ${index}: compacted into snapshot ${this.#snapshot.meta.index}`,
+      );
+    }
+    if (index === this.#snapshot.meta.index) return conf;
+    for (const e of this.entries(this.firstIndex(), logIndex(index + 1), Infinity)) {
+      if (e.type === "conf-change") conf = confAfter(conf, decodeConfChange(e.data));
+    }
+    return conf;
   }
 
   /** Drop the entries before `index`, which must be covered by the snapshot. */
@@ -185,6 +225,16 @@ export class MemoryStorage implements RaftStorage {
   #offset(): number {
     return (this.#entries[0] as Entry).index;
   }
+}
+
+function sameConf(a: ConfState, b: ConfState): boolean {
+  const same = (x: readonly NodeId[], y: readonly NodeId[]): boolean =>
+    x.length === y.length && [...x].sort().every((id, i) => id === [...y].sort()[i]);
+  return same(a.voters, b.voters) && same(a.learners, b.learners);
+}
+
+function describeConfState(c: ConfState): string {
+  return `voters=(${c.voters.join(" ")}) learners=(${c.learners.join(" ")})`;
 }
 
 function dummy(index: LogIndex, t: Term): Entry {

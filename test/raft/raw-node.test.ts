@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/rng.ts";
-import type { RaftStorage } from "../../src/raft/index.ts";
+import type { ConfState, Message, RaftStorage } from "../../src/raft/index.ts";
 import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
 
 function single(storage: MemoryStorage = MemoryStorage.bootstrap([nodeId("a")])): {
@@ -114,5 +114,36 @@ describe("RawNode", () => {
     assert.deepEqual(again.status().conf, { voters: ["a", "b"], learners: [] });
     assert.equal(again.status().applied, 2);
     assert.equal(again.hasReady(), false);
+  });
+
+  it("ignores a snapshot whose configuration does not include it, and installs one that does", () => {
+    const snapshot = (conf: ConfState): Message => ({
+      type: "snapshot",
+      from: nodeId("n1"),
+      to: nodeId("n4"),
+      term: term(2),
+      snapshot: { meta: { index: logIndex(5), term: term(2), conf }, data: new Uint8Array(0) },
+    });
+    const storage = new MemoryStorage();
+    const node = new RawNode({ id: nodeId("n4"), storage, rng: seededRng(1) });
+    const voters = [nodeId("n1"), nodeId("n2"), nodeId("n3")];
+    node.step(snapshot({ voters, learners: [] }));
+    let rd = node.ready();
+    assert.equal(rd.snapshot, null);
+    // The answer tells the leader where this member really is: nowhere.
+    assert.deepEqual(
+      rd.messages.map((m) => (m.type === "append-resp" ? [m.type, m.index, m.reject] : m.type)),
+      [["append-resp", 0, false]],
+    );
+    node.advance();
+    assert.equal(node.status().commit, 0);
+    assert.deepEqual(node.status().conf, { voters: [], learners: [] });
+
+    node.step(snapshot({ voters, learners: [nodeId("n4")] }));
+    rd = node.ready();
+    assert.equal(rd.snapshot?.meta.index, 5);
+    node.advance();
+    assert.equal(node.status().commit, 5);
+    assert.deepEqual(node.status().conf, { voters, learners: ["n4"] });
   });
 });

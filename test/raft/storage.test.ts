@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { Entry } from "../../src/raft/index.ts";
-import { decodeConfChange, logIndex, MemoryStorage, nodeId, term } from "../../src/raft/index.ts";
+import {
+  decodeConfChange,
+  encodeConfChange,
+  logIndex,
+  MemoryStorage,
+  nodeId,
+  term,
+} from "../../src/raft/index.ts";
 
 function entry(index: number, t: number): Entry {
   return { index: logIndex(index), term: term(t), type: "normal", data: new Uint8Array([index]) };
@@ -38,8 +45,8 @@ describe("MemoryStorage", () => {
   });
 
   it("compacts behind a snapshot and reports the compaction point", () => {
-    const s = new MemoryStorage();
-    s.append([entry(1, 1), entry(2, 1), entry(3, 2), entry(4, 2)]);
+    const s = MemoryStorage.bootstrap([nodeId("a")]);
+    s.append([entry(2, 1), entry(3, 2), entry(4, 2)]);
     assert.throws(() => s.compact(logIndex(3)), { code: "CAIRN_ERR_RAFT_LOG_RANGE" });
     const snap = s.createSnapshot(
       logIndex(3),
@@ -55,6 +62,29 @@ describe("MemoryStorage", () => {
       code: "CAIRN_ERR_RAFT_LOG_RANGE",
     });
     assert.deepEqual(s.initialState().confState, { voters: ["a"], learners: [] });
+  });
+
+  it("a snapshot carries the configuration at its index, not today's", () => {
+    const s = MemoryStorage.bootstrap([nodeId("a"), nodeId("b")]);
+    const removeB: Entry = {
+      index: logIndex(4),
+      term: term(1),
+      type: "conf-change",
+      data: encodeConfChange({ type: "remove", node: nodeId("b") }),
+    };
+    s.append([entry(3, 1), removeB, entry(5, 1)]);
+    const before = { voters: [nodeId("a"), nodeId("b")], learners: [] };
+    const after = { voters: [nodeId("a")], learners: [] };
+    // A driver passing the configuration of today for an earlier index is refused.
+    assert.throws(() => s.createSnapshot(logIndex(3), after, new Uint8Array(0)), {
+      code: "CAIRN_ERR_RAFT_LOG_CONF",
+    });
+    assert.deepEqual(s.createSnapshot(logIndex(3), before, new Uint8Array(0)).meta.conf, before);
+    assert.deepEqual(s.confAt(logIndex(3)), before);
+    assert.deepEqual(s.confAt(logIndex(4)), after);
+    s.compact(logIndex(3));
+    assert.deepEqual(s.createSnapshot(logIndex(5), after, new Uint8Array(0)).meta.conf, after);
+    assert.throws(() => s.confAt(logIndex(2)), { code: "CAIRN_ERR_RAFT_LOG_RANGE" });
   });
 
   it("applySnapshot replaces the log; an older snapshot is ignored", () => {

@@ -5,6 +5,8 @@ const BUGS: Record<string, NonNullable<SimOptions["bugs"]>> = {
   "forget-vote": { forgetVote: true },
   "ack-before-persist": { ackBeforePersist: true },
   "read-without-quorum": { readWithoutQuorum: true },
+  "count-learners": { countLearnersTowardCommit: true },
+  "follower-commit-without-match": { followerCommitWithoutMatch: true },
 };
 
 export function bugsByName(name: string): SimOptions["bugs"] | undefined {

@@ -1,39 +1,66 @@
 /**
- * Deterministic simulation of one Raft group under a hostile network and crashing members.
+ * Deterministic simulation of one Raft group under a hostile network, crashing members and
+ * changing membership.
  *
  * Everything derives from one seed: the fault profile, the schedule of partitions, crashes and
- * restarts, message delays/drops/duplicates, client operations and every election timeout. The
- * same seed (and options) replays the same run exactly.
+ * restarts, membership changes and leadership transfers, message delays/drops/duplicates, client
+ * operations and every election timeout. The same seed (and options) replays the same run exactly.
  *
  * Time is discrete: each member ticks every TICK units (with its own phase), a message takes
  * 1..MAX_DELAY units (so messages reorder), and after every delivery batch every live member's
  * Ready is handled the way a driver must (persist, send, apply, advance).
  *
- * Checked after every event (see Checker): election safety, log matching, leader completeness,
- * state machine safety, monotonic commit, durability of acknowledged writes, linearizable reads.
- * After the chaos phase the network heals and every member restarts; then a leader must appear
- * and a fresh write must commit everywhere within bounded ticks (liveness), and every
- * acknowledged write must be applied on every member.
+ * The group starts with 3 or 5 voters and SPARES more machines outside it. The chaos adds
+ * learners, promotes them, removes voters (the leader too) and learners, re-adds removed members
+ * (with the disk they had), transfers leadership, and — as a driver does — reports unreachable
+ * members and snapshot outcomes. A removed member is shut down a little after its removal is
+ * committed, as a real driver destroys the replica; until then it may still disrupt.
+ *
+ * Clients (CLIENTS of them, one operation at a time each) put, compare-and-set, delete and read
+ * (ReadIndex) over KEYS keys; every operation goes into a history with its invocation, response
+ * and outcome (or none: indeterminate), which the shared linearizability checker judges at the
+ * end, per key. Checked after every event (see Checker): election safety, log matching, leader
+ * completeness, state machine safety, monotonic commit, the commit rule, durability of
+ * acknowledged writes. After the chaos the network heals and every member restarts; then a
+ * leader must appear and a fresh write must commit on every member within bounded ticks
+ * (liveness), and every acknowledged write must be applied on every member.
  */
 import type { Rng } from "../../../src/common/rng.ts";
 import { seededRng } from "../../../src/common/rng.ts";
-import type { Message, NodeId, TestingBugs } from "../../../src/raft/index.ts";
+import type {
+  ConfChange,
+  ConfState,
+  Message,
+  NodeId,
+  TestingBugs,
+} from "../../../src/raft/index.ts";
 import {
-  RaftInvariantError,
+  confAfter,
+  decodeConfChange,
   describeMessage,
+  InvalidRaftRequestError,
   MemoryStorage,
   NotLeaderError,
   nodeId,
   ProposalDroppedError,
+  RaftInvariantError,
 } from "../../../src/raft/index.ts";
+import {
+  checkRegisterHistory,
+  type RegisterInput,
+  type RegisterOp,
+  type RegisterOutput,
+  type Version,
+} from "../../support/linearizability.ts";
 import type { HostOptions } from "../support/host.ts";
 import { Host } from "../support/host.ts";
 import { Checker } from "./checker.ts";
+import { encodeCommand, kvOf } from "./kv.ts";
 import { type Violation, ViolationError } from "./violation.ts";
 
 export interface SimOptions {
   readonly seed: number;
-  /** Group size; default 3 for even seeds and 5 for odd ones. */
+  /** Founding voters; default 3 for even seeds and 5 for odd ones. */
   readonly nodes?: number;
   /** Ticks of chaos before the heal (default 300). */
   readonly chaosTicks?: number;
@@ -54,9 +81,16 @@ export interface SimStats {
   acknowledgedWrites: number;
   indeterminateWrites: number;
   completedReads: number;
+  /** Operations in the history given to the linearizability checker. */
+  historyOps: number;
+  /** Keys on which the checker ran out of budget (no verdict). */
+  historyUnknown: number;
   leaderElections: number;
   crashes: number;
   partitions: number;
+  confChanges: number;
+  transfers: number;
+  unreachableReports: number;
   messages: number;
   ticks: number;
 }
@@ -64,17 +98,24 @@ export interface SimStats {
 const TICK = 10;
 const ELECTION_TICK = 10;
 const MAX_DELAY = 2 * TICK;
-const CLIENTS = 3;
-const KEYS = ["a", "b", "c"];
+const CLIENTS = 16;
+const KEYS = 24;
+const HOT_KEYS = 3;
+/** Machines outside the founding group, for the membership chaos to add. */
+const SPARES = 2;
 /** A client gives up on an operation after this long: it becomes indeterminate. */
 const OP_TIMEOUT = 30 * TICK;
 /** After the heal: ticks within which a leader must exist and a write must commit everywhere. */
-const LIVENESS_TICKS = 120;
+const LIVENESS_TICKS = 250;
+/** Search steps per key for the history checker (far above what these histories need). */
+const HISTORY_BUDGET = 200_000;
 
 interface InFlight {
   readonly at: number;
   readonly seq: number;
   readonly msg: Message;
+  /** Sent on an in-order link: delivered after every earlier message of that link. */
+  readonly fifo: boolean;
 }
 
 interface Profile {
@@ -89,6 +130,16 @@ interface Profile {
   /** Ticks between log compactions on a random member (0: never). */
   readonly compactEvery: number;
   readonly maxMsgBytes: number;
+  /** Ticks between membership changes (0: never). */
+  readonly confEvery: number;
+  /** Ticks between leadership transfers (0: never). */
+  readonly transferEvery: number;
+  /** The driver reports members it could not reach. */
+  readonly reportUnreachable: boolean;
+  /** Idle clients start an operation with probability 1/n per time unit. */
+  readonly thinkTime: number;
+  /** Each link delivers in order (else messages reorder freely). */
+  readonly fifo: boolean;
 }
 
 type PendingOp =
@@ -96,7 +147,7 @@ type PendingOp =
       kind: "write";
       client: number;
       key: string;
-      value: string;
+      input: RegisterInput;
       node: NodeId;
       index: number;
       term: number;
@@ -122,16 +173,32 @@ export class Simulation {
   readonly #profile: Profile;
   readonly #chaosTicks: number;
   readonly #hosts: Host[] = [];
+  /** Crashed, to be restarted. */
   readonly #down = new Set<NodeId>();
+  /** Shut down for good (spares never added, removed members): not running, not restarted. */
+  readonly #retired = new Set<NodeId>();
   readonly #restartAt = new Map<NodeId, number>();
   readonly #crashAt = new Map<NodeId, number>();
+  readonly #retireAt = new Map<NodeId, number>();
+  /** The configuration as of the newest committed conf change, and its index. */
+  #conf: ConfState;
+  #confIndex: number;
+  /** Members being added: the (index, term) of the proposal, until that index commits. */
+  readonly #joining = new Map<NodeId, { index: number; term: number }>();
   /** Directed links that drop everything: "from>to". */
   #cut = new Set<string>();
   #inflight: InFlight[] = [];
+  /** Per directed link, the latest delivery time scheduled (for FIFO links). */
+  readonly #linkLast = new Map<string, number>();
   #msgSeq = 0;
   #now = 0;
   readonly #checker: Checker;
   readonly #pending: (PendingOp | null)[] = new Array<PendingOp | null>(CLIENTS).fill(null);
+  /** Per client and key, the version it last saw (what its compare-and-sets expect). */
+  readonly #seen: Map<string, Version | null>[] = Array.from({ length: CLIENTS }, () => new Map());
+  readonly #history: RegisterOp[] = [];
+  /** Per client: no new operation before this time (after a refusal). */
+  readonly #backoff: number[] = new Array<number>(CLIENTS).fill(0);
   #opSeq = 0;
   #inChaos = false;
   readonly #traceOn: boolean;
@@ -140,9 +207,14 @@ export class Simulation {
     acknowledgedWrites: 0,
     indeterminateWrites: 0,
     completedReads: 0,
+    historyOps: 0,
+    historyUnknown: 0,
     leaderElections: 0,
     crashes: 0,
     partitions: 0,
+    confChanges: 0,
+    transfers: 0,
+    unreachableReports: 0,
     messages: 0,
     ticks: 0,
   };
@@ -166,8 +238,14 @@ export class Simulation {
       compactEvery: [0, 20, 60][r.int(3)] as number,
       // Small messages split appends, so followers acknowledge prefixes of what the leader sent.
       maxMsgBytes: [1, 64, 1 << 20][r.int(3)] as number,
+      confEvery: [0, 8, 20, 40][r.int(4)] as number,
+      transferEvery: [0, 0, 25, 60][r.int(4)] as number,
+      reportUnreachable: r.int(2) === 0,
+      thinkTime: [1, 2, 5][r.int(3)] as number,
+      fifo: r.int(3) !== 0,
     };
-    const ids = Array.from({ length: this.n }, (_, i) => nodeId(`n${i + 1}`));
+    const ids = Array.from({ length: this.n + SPARES }, (_, i) => nodeId(`n${i + 1}`));
+    const founders = ids.slice(0, this.n);
     const { ackBeforePersist, ...coreBugs } = opts.bugs ?? {};
     const options: HostOptions = {
       electionTick: ELECTION_TICK,
@@ -179,8 +257,16 @@ export class Simulation {
       testingBugs: coreBugs,
       ackBeforePersist: ackBeforePersist === true,
     };
-    for (const id of ids)
-      this.#hosts.push(new Host(id, MemoryStorage.bootstrap(ids), options, this.#rng.fork()));
+    for (const id of ids) {
+      // Spares start empty and join through conf changes.
+      const storage = founders.includes(id)
+        ? MemoryStorage.bootstrap(founders)
+        : new MemoryStorage();
+      this.#hosts.push(new Host(id, storage, options, this.#rng.fork()));
+      if (!founders.includes(id)) this.#retired.add(id);
+    }
+    this.#conf = { voters: founders, learners: [] };
+    this.#confIndex = founders.length;
     this.#checker = new Checker(this.#hosts);
   }
 
@@ -188,8 +274,9 @@ export class Simulation {
     let violation: Violation | null = null;
     try {
       this.#runChaos();
-      this.#runLiveness();
-      this.#checker.checkFinal(this.#now);
+      const members = this.#runLiveness();
+      this.#checker.checkFinal(this.#now, members);
+      this.#checkHistory();
     } catch (err) {
       if (err instanceof ViolationError) violation = err.violation;
       // The core refusing an impossible state is a detected violation too.
@@ -202,7 +289,7 @@ export class Simulation {
 
   describeProfile(): string {
     const p = this.#profile;
-    return `drop=${p.drop} dup=${p.duplicate} longDelay=${p.longDelay} faultEvery=${p.faultEvery} churn=${p.churn} preVote=${p.preVote} checkQuorum=${p.checkQuorum} compactEvery=${p.compactEvery} maxMsgBytes=${p.maxMsgBytes}`;
+    return `drop=${p.drop} dup=${p.duplicate} longDelay=${p.longDelay} faultEvery=${p.faultEvery} churn=${p.churn} preVote=${p.preVote} checkQuorum=${p.checkQuorum} compactEvery=${p.compactEvery} maxMsgBytes=${p.maxMsgBytes} confEvery=${p.confEvery} transferEvery=${p.transferEvery} reportUnreachable=${p.reportUnreachable} thinkTime=${p.thinkTime} fifo=${p.fifo}`;
   }
 
   // ── phases ──────────────────────────────────────────────────────────────────────────────────
@@ -214,26 +301,25 @@ export class Simulation {
     const every = p.churn ? 3 : p.faultEvery;
     let nextFault = every * TICK;
     let nextCompact = p.compactEvery * TICK;
+    let nextConf = p.confEvery * TICK;
+    let nextTransfer = p.transferEvery * TICK;
     while (this.#now < end) {
       if (this.#now >= nextFault) {
         if (p.churn) this.#injectChurn();
         else this.#injectFault();
         nextFault = this.#now + (1 + this.#rng.int(2 * every)) * TICK;
       }
-      for (const [id, at] of this.#crashAt) {
-        if (at <= this.#now) {
-          this.#crashAt.delete(id);
-          if (!this.#down.has(id)) this.#bounce(this.#host(id));
-        }
+      if (p.confEvery > 0 && this.#now >= nextConf) {
+        this.#changeMembership();
+        nextConf = this.#now + (1 + this.#rng.int(2 * p.confEvery)) * TICK;
       }
-      for (const [id, at] of this.#restartAt) {
-        if (at <= this.#now) {
-          this.#restartAt.delete(id);
-          if (this.#down.has(id)) this.#restart(this.#host(id));
-        }
+      if (p.transferEvery > 0 && this.#now >= nextTransfer) {
+        this.#transferLeadership();
+        nextTransfer = this.#now + (1 + this.#rng.int(2 * p.transferEvery)) * TICK;
       }
+      this.#runSchedules(true);
       if (p.compactEvery > 0 && this.#now >= nextCompact) {
-        const live = this.#hosts.filter((h) => !this.#down.has(h.id));
+        const live = this.#hosts.filter((h) => this.#running(h.id));
         const h = live[this.#rng.int(Math.max(1, live.length))];
         if (h !== undefined && h.sm.appliedIndex > h.raw.status().firstIndex) {
           const snap = h.compact();
@@ -241,15 +327,18 @@ export class Simulation {
         }
         nextCompact = this.#now + p.compactEvery * TICK;
       }
-      this.#clients(true);
+      this.#clients();
       this.#step();
     }
   }
 
-  #runLiveness(): void {
+  /** Returns the members of the final configuration. */
+  #runLiveness(): NodeId[] {
     this.#inChaos = false;
     this.#crashAt.clear();
-    // Heal everything: network, crashed members, lossy links. Delays and reordering remain.
+    // Heal everything: network, crashed members, lossy links, long delays, reordering (links are
+    // streams again). Ordinary delays remain. Catching a member up through a network that
+    // reorders every message takes a round trip per entry: not what liveness is about.
     this.#cut = new Set();
     for (const h of this.#hosts) if (this.#down.has(h.id)) this.#restart(h);
     this.#record("heal all; restart all; no more drops");
@@ -257,6 +346,7 @@ export class Simulation {
     const deadline = healedAt + LIVENESS_TICKS * TICK;
     let probe: { node: NodeId; index: number; term: number } | null = null;
     while (this.#now < deadline) {
+      this.#runSchedules(false);
       this.#step(true);
       const leader = this.#currentLeader();
       if (probe === null && leader !== null) {
@@ -277,27 +367,66 @@ export class Simulation {
           probe = null; // overwritten by another leader: propose again
         } else if (committedAt === undefined && !stillLeading) {
           probe = null; // its leader is gone and it may never commit: propose again
-        } else if (
-          committedAt === p.term &&
-          this.#hosts.every(
-            (h) => h.sm.appliedIndex >= Math.max(p.index, this.#checker.maxAckedIndex()),
-          ) &&
-          this.#allClientsIdle()
-        ) {
-          this.#record(`liveness ok: probe ${p.term}/${p.index}`);
-          return;
+        } else if (committedAt === p.term && leader !== null && this.#allClientsIdle()) {
+          // The members are those of the leader's configuration once it applied the probe (no
+          // conf change is proposed after the chaos, so none can be pending beyond it).
+          const s = leader.raw.status();
+          const members = [...s.conf.voters, ...s.conf.learners];
+          const target = Math.max(p.index, this.#checker.maxAckedIndex());
+          if (
+            s.applied >= p.index &&
+            members.every((id) => this.#running(id) && this.#host(id).sm.appliedIndex >= target)
+          ) {
+            this.#record(`liveness ok: probe ${p.term}/${p.index}`);
+            return members;
+          }
         }
       }
     }
     throw new ViolationError({
       kind: "liveness",
       at: this.#now,
-      message: `no leader committed a write on every member within ${LIVENESS_TICKS} ticks after the heal (probe ${probe === null ? "never proposed" : `${probe.term}/${probe.index} at ${probe.node}`}); members: ${this.#hosts.map((h) => this.#describeHost(h)).join("; ")}`,
+      message: `no leader committed a write on every member within ${LIVENESS_TICKS} ticks after the heal (probe ${probe === null ? "never proposed" : `${probe.term}/${probe.index} at ${probe.node}`}); committed configuration ${describeConf(this.#conf)}; members: ${this.#hosts.map((h) => this.#describeHost(h)).join("; ")}`,
     });
   }
 
   #allClientsIdle(): boolean {
     return this.#pending.every((p) => p === null);
+  }
+
+  /** Scheduled crashes (chaos only), restarts and retirements that are due. */
+  #runSchedules(chaos: boolean): void {
+    if (chaos) {
+      for (const [id, at] of this.#crashAt) {
+        if (at <= this.#now) {
+          this.#crashAt.delete(id);
+          if (this.#running(id)) this.#bounce(this.#host(id));
+        }
+      }
+    }
+    for (const [id, at] of this.#restartAt) {
+      if (at <= this.#now) {
+        this.#restartAt.delete(id);
+        if (this.#down.has(id)) this.#restart(this.#host(id));
+      }
+    }
+    for (const [id, at] of this.#retireAt) {
+      if (at <= this.#now) {
+        this.#retireAt.delete(id);
+        if (!this.#isMember(id)) this.#retire(this.#host(id));
+      }
+    }
+  }
+
+  #checkHistory(): void {
+    // Operations still pending at the end never got an answer: indeterminate.
+    for (const op of this.#pending) if (op !== null) this.#recordIndeterminate(op);
+    this.stats.historyOps = this.#history.length;
+    const r = checkRegisterHistory(this.#history, { budget: HISTORY_BUDGET });
+    if (r.status === "unknown") this.stats.historyUnknown++;
+    if (r.status === "violation") {
+      throw new ViolationError({ kind: "linearizability", at: r.observedAt, message: r.report });
+    }
   }
 
   // ── one time unit ───────────────────────────────────────────────────────────────────────────
@@ -310,23 +439,31 @@ export class Simulation {
     for (const f of this.#inflight) (f.at <= this.#now ? due : later).push(f);
     this.#inflight = later;
     shuffle(due, this.#netRng);
+    keepLinkOrder(due);
     for (const f of due) {
       const to = this.#host(f.msg.to);
-      const lost =
-        this.#down.has(to.id) ||
-        this.#cut.has(`${f.msg.from}>${f.msg.to}`) ||
-        (!noDrops && this.#netRng.float() < this.#profile.drop);
+      const unreachable = !this.#running(to.id) || this.#cut.has(`${f.msg.from}>${f.msg.to}`);
+      const lost = unreachable || (!noDrops && this.#netRng.float() < this.#profile.drop);
+      const from = this.#host(f.msg.from);
       if (f.msg.type === "snapshot") {
         // A snapshot travels on a stream whose outcome the sender learns (driver duty).
-        const from = this.#host(f.msg.from);
-        if (!this.#down.has(from.id)) from.raw.reportSnapshot(f.msg.to, !lost);
+        if (this.#running(from.id)) from.raw.reportSnapshot(f.msg.to, !lost);
+      } else if (
+        unreachable &&
+        this.#profile.reportUnreachable &&
+        this.#running(from.id) &&
+        this.#netRng.int(2) === 0
+      ) {
+        // The transport failed to reach the member: the driver says so.
+        from.raw.reportUnreachable(f.msg.to);
+        this.stats.unreachableReports++;
       }
       if (lost) continue;
       to.raw.step(f.msg);
       this.stats.messages++;
     }
     for (const h of this.#hosts) {
-      if (this.#down.has(h.id)) continue;
+      if (!this.#running(h.id)) continue;
       // Each member ticks on its own phase.
       if ((this.#now + this.#hosts.indexOf(h) * 3) % TICK === 0) {
         h.raw.tick();
@@ -334,12 +471,12 @@ export class Simulation {
       }
     }
     for (const h of this.#hosts) {
-      if (this.#down.has(h.id)) continue;
+      if (!this.#running(h.id)) continue;
       for (let i = 0; i < 4 && h.raw.hasReady(); i++) this.#handleReady(h, noDrops);
     }
     this.#completeReads();
     this.#expireOps();
-    this.#checker.checkStep(this.#now, this.#down);
+    this.#checker.checkStep(this.#now, (id) => this.#running(id));
   }
 
   #handleReady(h: Host, noDrops: boolean): void {
@@ -365,7 +502,10 @@ export class Simulation {
       // Churn: a leader cut off right after it committed, before followers learn of it.
       this.#isolate(h.id);
     }
-    for (const e of out.applied) this.#onApplied(h, e.index, e.term);
+    for (const e of out.applied) {
+      if (e.type === "conf-change") this.#onConfApplied(e.index, decodeConfChange(e.data));
+      this.#onApplied(h, e.index, e.term);
+    }
     for (const rs of out.readStates) {
       const ctx = new TextDecoder().decode(rs.context);
       const op = this.#pending.find((p) => p?.kind === "read" && p.ctx === ctx && p.node === h.id);
@@ -376,16 +516,113 @@ export class Simulation {
   #send(m: Message, noDrops: boolean): void {
     if (this.#traceOn) this.#record(describeMessage(m));
     const r = this.#netRng;
-    const delay =
-      1 + (r.float() < this.#profile.longDelay ? r.int(5 * MAX_DELAY) : r.int(MAX_DELAY));
-    this.#inflight.push({ at: this.#now + delay, seq: this.#msgSeq++, msg: m });
+    // After the heal (noDrops) long delays stop too: they are a fault like drops.
+    const long = !noDrops && r.float() < this.#profile.longDelay;
+    const delay = 1 + (long ? r.int(5 * MAX_DELAY) : r.int(MAX_DELAY));
+    let at = this.#now + delay;
+    if (this.#profile.fifo || noDrops) {
+      // A stream transport (gRPC over TCP) keeps each link in order; only duplicates stray.
+      const link = `${m.from}>${m.to}`;
+      at = Math.max(at, this.#linkLast.get(link) ?? 0);
+      this.#linkLast.set(link, at);
+    }
+    this.#inflight.push({ at, seq: this.#msgSeq++, msg: m, fifo: this.#profile.fifo || noDrops });
     if (!noDrops && r.float() < this.#profile.duplicate) {
       this.#inflight.push({
         at: this.#now + 1 + r.int(3 * MAX_DELAY),
         seq: this.#msgSeq++,
         msg: m,
+        fifo: false,
       });
     }
+  }
+
+  // ── membership ──────────────────────────────────────────────────────────────────────────────
+
+  /** One membership change through the current leader, chosen among those that make sense. */
+  #changeMembership(): void {
+    const leader = this.#currentLeader();
+    if (leader === null) return;
+    const conf = leader.raw.status().conf;
+    const r = this.#rng;
+    const outside = this.#hosts
+      .map((h) => h.id)
+      .filter((id) => !conf.voters.includes(id) && !conf.learners.includes(id));
+    const options: (() => ConfChange)[] = [];
+    const pick = (ids: readonly NodeId[]): NodeId => ids[r.int(ids.length)] as NodeId;
+    // Weighted: adding learners and promoting them is what the rest needs to happen.
+    if (outside.length > 0) {
+      options.push(() => ({ type: "add-learner", node: pick(outside) }));
+      options.push(() => ({ type: "add-learner", node: pick(outside) }));
+      options.push(() => ({ type: "add-voter", node: pick(outside) }));
+    }
+    if (conf.learners.length > 0) {
+      options.push(() => ({ type: "add-voter", node: pick(conf.learners) }));
+      options.push(() => ({ type: "remove", node: pick(conf.learners) }));
+    }
+    if (conf.voters.length > 2) {
+      options.push(() => ({ type: "remove", node: pick(conf.voters) }));
+      // The leader removing itself, the hardest case.
+      options.push(() => ({ type: "remove", node: leader.id }));
+    }
+    if (options.length === 0) return;
+    const cc = (options[r.int(options.length)] as () => ConfChange)();
+    try {
+      const { index, term } = leader.raw.proposeConfChange(cc);
+      this.stats.confChanges++;
+      this.#record(`${leader.id} proposed ${cc.type} ${cc.node} at ${term}/${index}`);
+      if (cc.type !== "remove") {
+        // The new member's replica starts now (with whatever disk it had).
+        this.#joining.set(cc.node, { index, term });
+        this.#retireAt.delete(cc.node);
+        if (this.#retired.has(cc.node)) {
+          this.#retired.delete(cc.node);
+          this.#restart(this.#host(cc.node));
+        }
+      }
+    } catch (err) {
+      if (!(
+        err instanceof NotLeaderError ||
+        err instanceof ProposalDroppedError ||
+        err instanceof InvalidRaftRequestError
+      ))
+        throw err;
+    }
+    this.#drainReady(leader);
+  }
+
+  #transferLeadership(): void {
+    const leader = this.#currentLeader();
+    if (leader === null) return;
+    const voters = leader.raw.status().conf.voters.filter((id) => id !== leader.id);
+    if (voters.length === 0) return;
+    const to = voters[this.#rng.int(voters.length)] as NodeId;
+    try {
+      leader.raw.transferLeader(to);
+      this.stats.transfers++;
+      this.#record(`${leader.id} transfers leadership to ${to}`);
+    } catch (err) {
+      if (!(err instanceof NotLeaderError || err instanceof InvalidRaftRequestError)) throw err;
+    }
+    this.#drainReady(leader);
+  }
+
+  /** A committed conf change, seen as the first member applies it (they all apply in order). */
+  #onConfApplied(index: number, cc: ConfChange): void {
+    if (index <= this.#confIndex) return;
+    this.#confIndex = index;
+    this.#conf = confAfter(this.#conf, cc);
+    this.#record(`committed ${cc.type} ${cc.node} at ${index}: ${describeConf(this.#conf)}`);
+    if (cc.type === "remove" && !this.#retired.has(cc.node)) {
+      // The driver learns of the removal and destroys the replica, a little later.
+      this.#retireAt.set(cc.node, this.#now + (1 + this.#rng.int(10)) * TICK);
+    }
+  }
+
+  #isMember(id: NodeId): boolean {
+    return (
+      this.#conf.voters.includes(id) || this.#conf.learners.includes(id) || this.#joining.has(id)
+    );
   }
 
   // ── faults ──────────────────────────────────────────────────────────────────────────────────
@@ -393,7 +630,7 @@ export class Simulation {
   #injectFault(): void {
     const r = this.#rng;
     const ids = this.#hosts.map((h) => h.id);
-    const live = this.#hosts.filter((h) => !this.#down.has(h.id));
+    const live = this.#hosts.filter((h) => this.#running(h.id));
     const roll = r.int(100);
     if (roll < 20) {
       this.#cut = new Set();
@@ -414,10 +651,11 @@ export class Simulation {
       this.stats.partitions++;
       this.#record(`asymmetric cut ${[...this.#cut].join(" ")}`);
     } else if (roll < 55) {
-      // Isolate one member (the leader, if any, half of the time).
+      // Isolate one member (the leader, if any, most of the time: a deposed leader that does
+      // not know it yet is where stale reads come from).
       const leader = this.#currentLeader();
       const victim =
-        leader !== null && r.int(2) === 0 ? leader.id : (ids[r.int(ids.length)] as NodeId);
+        leader !== null && r.int(4) !== 0 ? leader.id : (ids[r.int(ids.length)] as NodeId);
       this.#isolate(victim);
     } else if (roll < 80) {
       if (live.length === 0) return;
@@ -425,6 +663,8 @@ export class Simulation {
       const victim =
         leader !== null && r.int(3) === 0 ? leader : (live[r.int(live.length)] as Host);
       this.#crash(victim);
+      // A supervisor restarts it eventually, if no restart fault does first.
+      this.#restartAt.set(victim.id, this.#now + (5 + r.int(40)) * TICK);
     } else {
       const down = this.#hosts.filter((h) => this.#down.has(h.id));
       if (down.length > 0) this.#restart(down[r.int(down.length)] as Host);
@@ -434,7 +674,7 @@ export class Simulation {
   /** High churn: crash leaders soon after they win, bounce members, flap the network. */
   #injectChurn(): void {
     const r = this.#rng;
-    const live = this.#hosts.filter((h) => !this.#down.has(h.id));
+    const live = this.#hosts.filter((h) => this.#running(h.id));
     const roll = r.int(100);
     if (roll < 35) {
       const leader = this.#currentLeader();
@@ -468,16 +708,43 @@ export class Simulation {
   #crash(h: Host): void {
     this.#down.add(h.id);
     this.stats.crashes++;
-    // Messages in flight from a crashed process may still arrive; those to it are lost.
+    this.#dropInflightTo(h);
+    this.#loseClients(h);
+    this.#record(`crash ${h.id}`);
+  }
+
+  /** Clients connected to a stopped member see the connection drop: their operations are lost. */
+  #loseClients(h: Host): void {
+    for (let c = 0; c < CLIENTS; c++) {
+      const op = this.#pending[c];
+      if (op === null || op === undefined || op.node !== h.id) continue;
+      this.#recordIndeterminate(op);
+      this.#pending[c] = null;
+    }
+  }
+
+  /** The driver destroyed the replica of a removed member: it stops and stays stopped. */
+  #retire(h: Host): void {
+    const wasRunning = this.#running(h.id);
+    this.#down.delete(h.id);
+    this.#restartAt.delete(h.id);
+    this.#retired.add(h.id);
+    if (wasRunning) {
+      this.#dropInflightTo(h);
+      this.#loseClients(h);
+    }
+    this.#record(`retire ${h.id}`);
+  }
+
+  #dropInflightTo(h: Host): void {
+    // Messages in flight from a stopped process may still arrive; those to it are lost.
     const lost = this.#inflight.filter((f) => f.msg.to === h.id);
     this.#inflight = this.#inflight.filter((f) => f.msg.to !== h.id);
     for (const f of lost) {
       // A snapshot stream to a dead process fails, and its sender is told.
       const from = this.#host(f.msg.from);
-      if (f.msg.type === "snapshot" && !this.#down.has(from.id))
-        from.raw.reportSnapshot(h.id, false);
+      if (f.msg.type === "snapshot" && this.#running(from.id)) from.raw.reportSnapshot(h.id, false);
     }
-    this.#record(`crash ${h.id}`);
   }
 
   #restart(h: Host): void {
@@ -487,39 +754,28 @@ export class Simulation {
     this.#record(`restart ${h.id}`);
   }
 
+  #running(id: NodeId): boolean {
+    return !this.#down.has(id) && !this.#retired.has(id);
+  }
+
   // ── clients ─────────────────────────────────────────────────────────────────────────────────
 
-  #clients(chaos: boolean): void {
+  #clients(): void {
     const r = this.#rng;
     for (let c = 0; c < CLIENTS; c++) {
-      if (this.#pending[c] !== null) continue;
-      if (r.int(chaos ? 20 : 40) !== 0) continue;
+      if (this.#pending[c] !== null || (this.#backoff[c] as number) > this.#now) continue;
+      if (r.int(this.#profile.thinkTime) !== 0) continue;
       const target = this.#pickTarget();
       if (target === null) continue;
-      const key = KEYS[r.int(KEYS.length)] as string;
+      // Skewed, as real workloads are: half the operations go to a few hot keys, where stale
+      // reads and lost updates have the most chances to show.
+      const key = `k${r.int(2) === 0 ? r.int(HOT_KEYS) : r.int(KEYS)}`;
       const id = ++this.#opSeq;
+      const roll = r.int(100);
       try {
-        if (r.int(2) === 0) {
-          const value = `c${c}.${id}`;
-          const { index, term } = target.raw.propose(new TextEncoder().encode(`${key}=${value}`));
-          if (this.#profile.churn && this.#rng.int(100) < 15) {
-            // Churn: the leader is cut off with the entry only in its own log.
-            this.#isolate(target.id);
-          }
-          this.#pending[c] = {
-            kind: "write",
-            client: c,
-            key,
-            value,
-            node: target.id,
-            index,
-            term,
-            deadline: this.#now + OP_TIMEOUT,
-            start: this.#now,
-          };
-        } else {
+        if (roll < 40) {
           const ctx = `r${id}`;
-          const op: PendingOp = {
+          this.#pending[c] = {
             kind: "read",
             client: c,
             key,
@@ -529,32 +785,78 @@ export class Simulation {
             deadline: this.#now + OP_TIMEOUT,
             start: this.#now,
           };
-          this.#pending[c] = op;
           target.raw.readIndex(new TextEncoder().encode(ctx));
+        } else {
+          const input = this.#writeInput(c, key, `c${c}.${id}`, roll);
+          const { index, term } = target.raw.propose(encodeCommand(key, input));
+          if (this.#profile.churn && this.#rng.int(100) < 15) {
+            // Churn: the leader is cut off with the entry only in its own log.
+            this.#isolate(target.id);
+          }
+          this.#pending[c] = {
+            kind: "write",
+            client: c,
+            key,
+            input,
+            node: target.id,
+            index,
+            term,
+            deadline: this.#now + OP_TIMEOUT,
+            start: this.#now,
+          };
         }
       } catch (err) {
         // Refused before anything entered the log: the operation definitely did not happen.
         if (!(err instanceof NotLeaderError || err instanceof ProposalDroppedError)) throw err;
         this.#pending[c] = null;
+        // Like a real client, wait a little before asking again.
+        this.#backoff[c] = this.#now + (1 + r.int(3)) * TICK;
       }
       // Proposals and reads produce Ready work; handle it before the next client acts.
-      if (!this.#down.has(target.id)) {
-        for (let i = 0; i < 4 && target.raw.hasReady(); i++) this.#handleReady(target, !chaos);
-      }
+      this.#drainReady(target);
     }
   }
 
+  /** put 30%, put-if 15%, delete 7%, delete-if 8% (of all operations; the rest are reads). */
+  #writeInput(c: number, key: string, value: string, roll: number): RegisterInput {
+    const seen = this.#seen[c]?.get(key);
+    // Mostly the version last seen; sometimes a guess that is likely stale.
+    const expected = (): Version | null =>
+      seen !== undefined && this.#rng.int(5) !== 0
+        ? seen
+        : this.#rng.int(2) === 0
+          ? null
+          : { index: 1 + this.#rng.int(Math.max(1, this.#checker.maxCommittedIndex())), term: 1 };
+    if (roll < 70) return { type: "put", value };
+    if (roll < 85) return { type: "put-if", expected: expected(), value };
+    if (roll < 92) return { type: "delete" };
+    return { type: "delete-if", expected: expected() };
+  }
+
+  #drainReady(h: Host): void {
+    if (!this.#running(h.id)) return;
+    for (let i = 0; i < 4 && h.raw.hasReady(); i++) this.#handleReady(h, !this.#inChaos);
+  }
+
   #pickTarget(): Host | null {
-    const live = this.#hosts.filter((h) => !this.#down.has(h.id));
+    const live = this.#hosts.filter((h) => this.#running(h.id));
     if (live.length === 0) return null;
     // Clients mostly find the leader (as a routing client would), sometimes ask anyone.
-    const leaders = live.filter((h) => h.raw.status().role === "leader");
+    const leaders = live.filter((h) => h.raw.role === "leader");
     if (leaders.length > 0 && this.#rng.int(5) !== 0)
       return leaders[this.#rng.int(leaders.length)] as Host;
     return live[this.#rng.int(live.length)] as Host;
   }
 
   #onApplied(h: Host, index: number, term: number): void {
+    for (const [id, j] of this.#joining) {
+      // The proposal's index is decided: committed as the change, or as something else (then
+      // the replica started for it is not a member, and its driver destroys it).
+      if (j.index !== index) continue;
+      this.#joining.delete(id);
+      if (!this.#isMember(id) && !this.#retired.has(id))
+        this.#retireAt.set(id, this.#now + (1 + this.#rng.int(10)) * TICK);
+    }
     for (let c = 0; c < CLIENTS; c++) {
       const op = this.#pending[c];
       if (
@@ -566,7 +868,10 @@ export class Simulation {
       )
         continue;
       if (op.term === term) {
-        this.#checker.onWriteAcknowledged(op.key, op.value, index, term, op.start, this.#now);
+        const output = kvOf(h.sm).outcome(index);
+        if (output === undefined) throw new Error(`no outcome for ${term}/${index} at ${h.id}`);
+        this.#checker.onWriteAcknowledged(op.key, index, term, this.#now);
+        this.#recordOp(op, output);
         this.stats.acknowledgedWrites++;
       }
       // A different term at that index: the proposal was overwritten, it definitely failed.
@@ -579,8 +884,8 @@ export class Simulation {
       const op = this.#pending[c];
       if (op === null || op === undefined || op.kind !== "read" || op.readIndex === null) continue;
       const h = this.#host(op.node);
-      if (this.#down.has(h.id) || h.sm.appliedIndex < op.readIndex) continue;
-      this.#checker.onRead(h, op.key, op.start, this.#now);
+      if (!this.#running(h.id) || h.sm.appliedIndex < op.readIndex) continue;
+      this.#recordOp(op, kvOf(h.sm).get(op.key));
       this.stats.completedReads++;
       this.#pending[c] = null;
     }
@@ -592,13 +897,47 @@ export class Simulation {
       if (op === null || op === undefined) continue;
       // A crashed member forgets its clients' operations; they time out as indeterminate.
       if (op.deadline <= this.#now) {
-        if (op.kind === "write") {
-          this.stats.indeterminateWrites++;
-          this.#checker.onWriteIndeterminate(op.key, op.value);
-        }
+        this.#recordIndeterminate(op);
         this.#pending[c] = null;
       }
     }
+  }
+
+  #recordOp(op: PendingOp, output: RegisterOutput): void {
+    this.#history.push({
+      client: `c${op.client}`,
+      key: op.key,
+      invokeTime: op.start,
+      returnTime: this.#now,
+      input: op.kind === "read" ? { type: "get" } : op.input,
+      output,
+    });
+    const seen = this.#seen[op.client] as Map<string, Version | null>;
+    switch (output.type) {
+      case "written":
+      case "found":
+        seen.set(op.key, output.version);
+        break;
+      case "precondition-failed":
+        seen.set(op.key, output.current);
+        break;
+      default:
+        seen.set(op.key, null);
+    }
+  }
+
+  #recordIndeterminate(op: PendingOp): void {
+    if (op.kind !== "write") return; // an unanswered read promises nothing
+    this.stats.indeterminateWrites++;
+    this.#history.push({
+      client: `c${op.client}`,
+      key: op.key,
+      invokeTime: op.start,
+      returnTime: null,
+      input: op.input,
+      output: null,
+    });
+    this.#seen[op.client]?.delete(op.key);
   }
 
   // ── helpers ─────────────────────────────────────────────────────────────────────────────────
@@ -607,20 +946,20 @@ export class Simulation {
     let best: Host | null = null;
     let bestTerm = -1;
     for (const h of this.#hosts) {
-      if (this.#down.has(h.id)) continue;
-      const s = h.raw.status();
-      if (s.role === "leader" && s.term > bestTerm) {
+      if (!this.#running(h.id)) continue;
+      if (h.raw.role === "leader" && h.raw.term > bestTerm) {
         best = h;
-        bestTerm = s.term;
+        bestTerm = h.raw.term;
       }
     }
     return best;
   }
 
   #describeHost(h: Host): string {
+    if (this.#retired.has(h.id)) return `${h.id} retired`;
     const s = h.raw.status();
     const progress = [...s.progress].map(([id, p]) => `${id}:${p}`).join(",");
-    return `${h.id} ${s.role} term=${s.term} lead=${s.lead ?? "-"} commit=${s.commit} applied=${s.applied} first=${s.firstIndex} last=${s.lastIndex}${progress === "" ? "" : ` [${progress}]`}`;
+    return `${h.id}${this.#down.has(h.id) ? " (down)" : ""} ${s.role} term=${s.term} lead=${s.lead ?? "-"} commit=${s.commit} applied=${s.applied} first=${s.firstIndex} last=${s.lastIndex} ${describeConf(s.conf)}${progress === "" ? "" : ` [${progress}]`}`;
   }
 
   #host(id: NodeId): Host {
@@ -633,6 +972,30 @@ export class Simulation {
     if (!this.#traceOn) return;
     this.#trace.push(`t=${this.#now} ${event}`);
     if (this.#trace.length > 400) this.#trace.shift();
+  }
+}
+
+function describeConf(c: ConfState): string {
+  return `voters=(${c.voters.join(" ")})${c.learners.length > 0 ? ` learners=(${c.learners.join(" ")})` : ""}`;
+}
+
+/**
+ * Messages due at the same time are delivered in random order across links, but in sending order
+ * within an in-order link: put each link's messages back into that link's slots, by sequence.
+ */
+function keepLinkOrder(due: InFlight[]): void {
+  const slots = new Map<string, number[]>();
+  due.forEach((f, i) => {
+    if (!f.fifo) return;
+    const link = `${f.msg.from}>${f.msg.to}`;
+    const list = slots.get(link);
+    if (list === undefined) slots.set(link, [i]);
+    else list.push(i);
+  });
+  for (const idx of slots.values()) {
+    if (idx.length < 2) continue;
+    const ordered = idx.map((i) => due[i] as InFlight).sort((a, b) => a.seq - b.seq);
+    idx.forEach((i, k) => (due[i] = ordered[k] as InFlight));
   }
 }
 

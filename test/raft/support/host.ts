@@ -132,13 +132,29 @@ export class Host {
       this.#durable = this.storage.clone();
     }
     this.#persist(rd);
-    for (const m of rd.messages) send(m);
+    for (const m of rd.messages) send(m.type === "snapshot" ? this.#snapshotFor(m) : m);
     if (rd.snapshot !== null) this.sm.install(rd.snapshot);
     for (const e of rd.committedEntries) {
       if (e.index > this.sm.appliedIndex) this.sm.apply(e);
     }
     this.raw.advance();
     return { ready: rd, applied: rd.committedEntries, readStates: rd.readStates };
+  }
+
+  /**
+   * The stored snapshot may predate the recipient's addition, and a member refuses a snapshot
+   * whose configuration leaves it out; the driver then sends a fresh one taken at its applied
+   * index (as etcd's server always does), which includes every member the core sends to.
+   */
+  #snapshotFor(m: Extract<Message, { type: "snapshot" }>): Message {
+    const conf = m.snapshot.meta.conf;
+    if (conf.voters.includes(m.to) || conf.learners.includes(m.to)) return m;
+    const snapshot = this.storage.createSnapshot(
+      this.sm.appliedIndex,
+      this.raw.status().conf,
+      this.sm.snapshotData(),
+    );
+    return { ...m, snapshot };
   }
 
   #persist(rd: Ready): void {
