@@ -1,13 +1,13 @@
 /**
  * Runs the simulation of the real multi-raft driver (test/replication/sim/) over many seeds.
  *
- *   npm run sim:driver -- --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug NAME] [--trace]
+ *   npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug NAME] [--trace]
  *
  * --seeds N runs seeds S..S+N-1 (S defaults to 1); --seed S alone replays that one seed.
  * --nodes fixes the cluster size (default: one or three, drawn from each seed).
  * --bug plants a known bug to see it caught: stale-read-after-restart,
  * rotation-checkpoint-includes-batch. --trace prints the replayed seed's events.
- * Ends with `sim:driver: N seeds, V violations`; each failure prints the command that replays it.
+ * Ends with `sim --driver: N seeds, V violations`; each failure prints the command that replays it.
  */
 import { parseArgs } from "node:util";
 import { driverBugsByName, driverReplayCommand } from "../test/replication/sim/replay.ts";
@@ -28,7 +28,7 @@ const { values } = parseArgs({
 
 if (values.help) {
   console.log(
-    "usage: npm run sim:driver -- --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch] [--trace]",
+    "usage: npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch] [--trace]",
   );
   process.exit(0);
 }
@@ -37,7 +37,7 @@ function int(name: string, v: string | undefined, min: number): number | undefin
   if (v === undefined) return undefined;
   const n = Number(v);
   if (!Number.isInteger(n) || n < min) {
-    console.error(`sim:driver: --${name} must be an integer ≥ ${min}, got ${JSON.stringify(v)}`);
+    console.error(`sim --driver: --${name} must be an integer ≥ ${min}, got ${JSON.stringify(v)}`);
     process.exit(2);
   }
   return n;
@@ -48,12 +48,12 @@ const count = int("seeds", values.seeds, 1) ?? (values.seed === undefined ? 100 
 const chaosMs = int("chaos-ms", values["chaos-ms"], 1);
 const nodes = int("nodes", values.nodes, 1);
 if (nodes !== undefined && nodes !== 1 && nodes !== 3) {
-  console.error("sim:driver: --nodes must be 1 or 3");
+  console.error("sim --driver: --nodes must be 1 or 3");
   process.exit(2);
 }
 const bugs = values.bug === undefined ? undefined : driverBugsByName(values.bug);
 if (values.bug !== undefined && bugs === undefined) {
-  console.error(`sim:driver: unknown --bug ${values.bug}`);
+  console.error(`sim --driver: unknown --bug ${values.bug}`);
   process.exit(2);
 }
 
@@ -84,5 +84,5 @@ for (let seed = first; seed < first + count; seed++) {
 if (count >= 100 && process.stderr.isTTY) process.stderr.write("\n");
 const seconds = ((performance.now() - started) / 1000).toFixed(1);
 console.log(`(${operations} client operations checked in ${seconds} s)`);
-console.log(`sim:driver: ${count} seeds, ${violations} violations`);
+console.log(`sim --driver: ${count} seeds, ${violations} violations`);
 process.exit(violations === 0 ? 0 : 1);

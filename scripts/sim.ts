@@ -8,10 +8,19 @@
  * --bug plants a known bug (commit-prior-term, forget-vote, ack-before-persist,
  * read-without-quorum, count-learners, follower-commit-without-match) to see it caught.
  * Ends with `sim: N seeds, V violations`; each failure prints the command that replays it.
+ *
+ *   npm run sim -- --driver [...]
+ *
+ * runs the simulation of the real multi-raft driver and WAL instead (scripts/sim-driver.ts).
  */
 import { parseArgs } from "node:util";
 import { runSeed, type SimOptions } from "../test/raft/sim/simulator.ts";
 import { bugsByName, replayCommand } from "../test/raft/sim/replay.ts";
+
+if (process.argv.includes("--driver")) {
+  process.argv.splice(process.argv.indexOf("--driver"), 1);
+  await import("./sim-driver.ts"); // runs its seeds and exits
+}
 
 const { values } = parseArgs({
   options: {

@@ -17,7 +17,7 @@ export function driverReplayCommand(o: {
   bug?: string;
 }): string {
   return [
-    `npm run sim:driver -- --seed ${o.seed}`,
+    `npm run sim -- --driver --seed ${o.seed}`,
     o.nodes === undefined ? "" : ` --nodes ${o.nodes}`,
     o.chaosMs === undefined ? "" : ` --chaos-ms ${o.chaosMs}`,
     o.bug === undefined ? "" : ` --bug ${o.bug}`,
