@@ -348,3 +348,50 @@ describe("MultiRaft scheduling and back-pressure", () => {
     }
   });
 });
+
+describe("MultiRaft log compaction", () => {
+  let root: string;
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "cairn-mr-compact-"));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  // Regression (issue 9, bug 3): entries that changed no key (failed compare-and-set, deletes
+  // of absent keys, the leader's no-op) never became durable in the engine, so the WAL could not
+  // be compacted past the first of them: 200 failed CAS left the snapshot at index 3.
+  it("compacts the log past entries that write nothing", async () => {
+    const mr = await MultiRaft.open(options(join(root, "noop")));
+    try {
+      const key = enc.encode("k");
+      const first = await mr.put(key, enc.encode("v"));
+      assert.equal(first.type, "written");
+      const wrong = { index: 999_999, term: 1 };
+      for (let i = 0; i < 200; i++) {
+        assert.equal((await mr.put(key, enc.encode("x"), wrong)).type, "precondition-failed");
+      }
+      for (let i = 0; i < 20; i++) {
+        assert.equal((await mr.delete(enc.encode(`absent-${i}`))).type, "not-found");
+      }
+      const shard = mr.shardOf(key);
+      const commit = mr.shardInfo(shard)?.commit ?? 0;
+      const snap = await mr.snapshotShard(shard);
+      assert.equal(snap.index, commit, "the snapshot covers everything committed");
+    } finally {
+      await mr.close();
+    }
+  });
+
+  it("a read of a never-written key does not create its shard", async () => {
+    const mr = await MultiRaft.open(options(join(root, "read-only")));
+    try {
+      const before = mr.shardIds();
+      assert.equal(await mr.get(enc.encode("nothing-here"), true), null);
+      assert.equal(await mr.get(enc.encode("nothing-here"), false), null);
+      assert.deepEqual(mr.shardIds(), before);
+    } finally {
+      await mr.close();
+    }
+  });
+});

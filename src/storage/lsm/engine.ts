@@ -262,6 +262,7 @@ export class LsmEngine implements BudgetMember {
       if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value);
       else mem.put(key, seq, KIND_DELETE, EMPTY);
     }
+    mem.noteSeq(seq);
     this.#lastSeq = seq;
     this.#noteActive(mem.bytes - before);
     if (mem.bytes >= this.#memtableBytes) this.#rotate();
@@ -438,7 +439,9 @@ export class LsmEngine implements BudgetMember {
   }
 
   #rotate(): void {
-    if (this.#mem.isEmpty) return;
+    // A memtable with no entries still carries the sequences of empty batches: flushing it
+    // records them as durable (a manifest edit, no table).
+    if (this.#mem.isEmpty && this.#mem.maxSeq <= this.#state.flushedSeq) return;
     this.#immutables.push(this.#mem);
     this.#mem = new Memtable();
     this.#noteActive(-this.#reportedActiveBytes);
@@ -463,6 +466,24 @@ export class LsmEngine implements BudgetMember {
     const mem = this.#immutables[0];
     if (mem === undefined) return;
     this.#flushing = true;
+    if (mem.isEmpty) {
+      // Only empty batches: no table to build, only their sequence to make durable.
+      const edit: VersionEdit = { add: [], flushedSeq: mem.maxSeq };
+      this.#manifest
+        .append(edit)
+        .then(() => {
+          this.#install(edit, []);
+          this.#immutables.shift();
+          this.#reportMemtable();
+        })
+        .catch((err: unknown) => this.#fail(err))
+        .finally(() => {
+          this.#flushing = false;
+          this.#maybeFlush();
+          this.#wake();
+        });
+      return;
+    }
     // Encoding the sorted versions is a copy; building blocks, filters, checksums and the fsync
     // happen in the worker.
     const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));

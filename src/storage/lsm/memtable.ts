@@ -64,6 +64,15 @@ export class Memtable {
     return this.versions === 0;
   }
 
+  /**
+   * Records that the batch at `seq` was applied, even if it wrote nothing: flushing this memtable
+   * makes `seq` durable (the engine's flushedSeq), so the caller's log can be dropped up to it.
+   */
+  noteSeq(seq: number): void {
+    if (seq < this.minSeq) this.minSeq = seq;
+    if (seq > this.maxSeq) this.maxSeq = seq;
+  }
+
   get keyCount(): number {
     return this.#map.size;
   }
