@@ -40,6 +40,7 @@ export interface CairnConfig {
     readonly max_key_bytes: number;
     readonly max_value_bytes: number;
     readonly max_message_bytes: number;
+    readonly max_pending_bytes: number;
   };
   readonly raft: {
     readonly tick_ms: number;

@@ -207,6 +207,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Largest gRPC message received or sent; must leave room for a largest key and value.",
   },
   {
+    key: "limits.max_pending_bytes",
+    kind: "bytes",
+    schema: bytesBetween(MIB, 64 * 1024 * MIB),
+    default: 128 * MIB,
+    env: "CAIRN_LIMITS_MAX_PENDING_BYTES",
+    expect: "must be a size between 1MiB and 64GiB",
+    doc: "Bytes of requests waiting in the node (queued, proposed, or waiting for their apply or read index); past it requests get RESOURCE_EXHAUSTED (retryable).",
+  },
+  {
     key: "raft.tick_ms",
     kind: "int",
     schema: intBetween(1, 10_000),

@@ -106,6 +106,7 @@ export class CairnNode implements HealthSource {
       heartbeatTicks: config.raft.heartbeat_ticks,
       memtableBytes: config.storage.memtable_bytes,
       blockCacheBytes: config.storage.block_cache_bytes,
+      maxPendingBytes: config.limits.max_pending_bytes,
       lsmMetrics: metrics.lsmMetrics,
       observer: {
         shardOpened(shard, replayedFrom, replayedTo) {
@@ -143,6 +144,12 @@ export class CairnNode implements HealthSource {
         offset: store.tornTail.offset,
         dropped_bytes: store.tornTail.droppedBytes,
       });
+    }
+    for (const c of store.clampedCommits) {
+      storageLog.warn(
+        "a recovered commit index was past the shard's last durable log entry; it was lowered (nothing past the last sync was acknowledged)",
+        { shard_id: c.shard, commit: c.commit, clamped_to: c.clampedTo },
+      );
     }
     return store;
   }

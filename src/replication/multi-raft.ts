@@ -243,6 +243,11 @@ export class MultiRaft {
     return this.#wal.tornTail;
   }
 
+  /** The WAL's recovery report: commit indexes lowered to the last durable entry. */
+  get clampedCommits(): Wal["clampedCommits"] {
+    return this.#wal.clampedCommits;
+  }
+
   shardOf(key: Uint8Array): number {
     return shardForKey(key, this.totalShards);
   }

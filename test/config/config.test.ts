@@ -55,6 +55,7 @@ describe("loadConfig", () => {
       max_key_bytes: 4096,
       max_value_bytes: 1024 * 1024,
       max_message_bytes: 4 * 1024 * 1024,
+      max_pending_bytes: 128 * 1024 * 1024,
     });
     assert.deepEqual(c.raft, { tick_ms: 100, election_ticks: 10, heartbeat_ticks: 1 });
     assert.deepEqual(c.storage, {
