@@ -204,7 +204,9 @@ export class MemoryFileSystem implements FileSystem {
         throw fsError("EEXIST", "mkdir", path, "file already exists");
       }
     }
-    await this.#settle("mkdir", path, this.#generation);
+    const generation = this.#generation;
+    await this.#settle("mkdir", path, generation);
+    this.#check("mkdir", path, generation);
     return first;
   }
 
@@ -213,7 +215,9 @@ export class MemoryFileSystem implements FileSystem {
     const node = this.#lookup(path, "scandir");
     if (node.kind !== "dir") throw fsError("ENOTDIR", "scandir", path);
     const names = [...node.entries.keys()];
-    await this.#settle("scandir", path, this.#generation);
+    const generation = this.#generation;
+    await this.#settle("scandir", path, generation);
+    this.#check("scandir", path, generation);
     return names;
   }
 
@@ -222,7 +226,9 @@ export class MemoryFileSystem implements FileSystem {
     const node = this.#lookup(path, "open");
     if (node.kind !== "file") throw fsError("EISDIR", "read", path);
     const data = node.current.read();
-    await this.#settle("read", path, this.#generation);
+    const generation = this.#generation;
+    await this.#settle("read", path, generation);
+    this.#check("read", path, generation);
     return data;
   }
 
@@ -246,6 +252,7 @@ export class MemoryFileSystem implements FileSystem {
     }
     const generation = this.#generation;
     await this.#settle("open", path, generation);
+    this.#check("open", path, generation);
     return new MemoryFile(this.#handleOps, node, path, flags.dsync === true, generation);
   }
 
@@ -256,7 +263,9 @@ export class MemoryFileSystem implements FileSystem {
     if (node === undefined) throw fsError("ENOENT", "unlink", path, "no such file");
     if (node.kind === "dir") throw fsError("EISDIR", "unlink", path);
     parent.entries.delete(posix.basename(path));
-    await this.#settle("unlink", path, this.#generation);
+    const generation = this.#generation;
+    await this.#settle("unlink", path, generation);
+    this.#check("unlink", path, generation);
   }
 
   async fsyncDir(dir: string): Promise<void> {
@@ -265,6 +274,7 @@ export class MemoryFileSystem implements FileSystem {
     if (node.kind !== "dir") throw fsError("ENOTDIR", "fsync", path);
     const generation = this.#generation;
     await this.#settle("fsync", path, generation);
+    this.#check("fsync", path, generation);
     node.durableEntries = new Map(node.entries);
   }
 
@@ -288,6 +298,16 @@ export class MemoryFileSystem implements FileSystem {
   /** Yields one microtask; an operation that a crash overtook rejects. */
   async #settle(syscall: string, path: string, generation: number): Promise<void> {
     await undefined;
+    this.#check(syscall, path, generation);
+  }
+
+  /**
+   * Throws if a crash came since `generation`. Callers check again right after awaiting
+   * #settle, synchronously before the operation's durable effect: other microtasks (a crash
+   * among them) can run between #settle's own check and the caller's continuation, and an
+   * effect applied after the crash would land in the post-crash state of a write that failed.
+   */
+  #check(syscall: string, path: string, generation: number): void {
     if (generation !== this.#generation) {
       throw fsError("EBADF", syscall, path, "the machine crashed during the operation");
     }
@@ -314,6 +334,7 @@ export class MemoryFileSystem implements FileSystem {
   readonly #handleOps: HandleOps = {
     begin: (op, path) => this.#begin(op, path),
     settle: (syscall, path, generation) => this.#settle(syscall, path, generation),
+    check: (syscall, path, generation) => this.#check(syscall, path, generation),
     generation: () => this.#generation,
   };
 }
@@ -321,6 +342,7 @@ export class MemoryFileSystem implements FileSystem {
 interface HandleOps {
   begin(op: FsOperation, path: string): string;
   settle(syscall: string, path: string, generation: number): Promise<void>;
+  check(syscall: string, path: string, generation: number): void;
   generation(): number;
 }
 
@@ -347,6 +369,7 @@ class MemoryFile implements FsFile {
     const write = { position, bytes };
     this.#node.lastWrite = write;
     await this.#ops.settle("write", this.#path, this.#generation);
+    this.#ops.check("write", this.#path, this.#generation);
     if (this.#dsync) {
       this.#node.durable.write(position, bytes);
       if (this.#node.lastWrite === write) this.#node.lastWrite = undefined;
@@ -359,6 +382,7 @@ class MemoryFile implements FsFile {
     this.#node.current.truncate(length);
     this.#node.lastWrite = undefined;
     await this.#ops.settle("ftruncate", this.#path, this.#generation);
+    this.#ops.check("ftruncate", this.#path, this.#generation);
   }
 
   sync(): Promise<void> {
@@ -373,6 +397,7 @@ class MemoryFile implements FsFile {
     this.#begin("close");
     this.#closed = true;
     await this.#ops.settle("close", this.#path, this.#generation);
+    this.#ops.check("close", this.#path, this.#generation);
   }
 
   async #sync(op: "sync" | "datasync"): Promise<void> {
@@ -381,6 +406,7 @@ class MemoryFile implements FsFile {
     const content = this.#node.current.clone();
     const last = this.#node.lastWrite;
     await this.#ops.settle(op === "sync" ? "fsync" : "fdatasync", this.#path, this.#generation);
+    this.#ops.check(op === "sync" ? "fsync" : "fdatasync", this.#path, this.#generation);
     this.#node.durable = content;
     if (this.#node.lastWrite === last) this.#node.lastWrite = undefined;
   }

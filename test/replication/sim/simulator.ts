@@ -204,7 +204,9 @@ class DriverSim {
     this.#options = options;
     this.#rng = seededRng(options.seed);
     this.#profile = pickProfile(this.#rng.fork());
-    const count = options.nodes ?? (this.#rng.int(2) === 0 ? 1 : 3);
+    // Drawn even when given, so that --nodes replays a seed drawn with that size exactly.
+    const drawn = this.#rng.int(2) === 0 ? 1 : 3;
+    const count = options.nodes ?? drawn;
     this.#nodes = Array.from({ length: count }, (_, i) => ({
       id: `n${i + 1}`,
       disk: new MemoryFileSystem(),
@@ -347,6 +349,14 @@ class DriverSim {
         }
         node.mr = mr;
         this.#logShards(`opened ${proc.name}`, mr);
+        if (mr.tornTail !== undefined) {
+          this.#log(
+            `  torn tail cut: ${mr.tornTail.file}@${mr.tornTail.offset} (${mr.tornTail.droppedBytes} bytes)`,
+          );
+        }
+        for (const c of mr.clampedCommits) {
+          this.#log(`  commit of shard ${c.shard} lowered from ${c.commit} to ${c.clampedTo}`);
+        }
       },
       (err: unknown) => {
         if (!proc.alive) return;
@@ -472,11 +482,13 @@ class DriverSim {
 
   #issue(client: number): void {
     if (!this.#chaos) return;
-    const mr = this.#nodes[this.#rng.int(this.#nodes.length)]?.mr ?? null;
+    const node = this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode;
+    const mr = node.mr;
+    const proc = node.proc;
     const next = (): void => {
       this.#world.after(1 + this.#rng.int(15), this.#clients, () => this.#issue(client));
     };
-    if (mr === null) {
+    if (mr === null || proc === null) {
       // Connection refused: nothing was sent. Try again later.
       next();
       return;
@@ -486,7 +498,7 @@ class DriverSim {
     const roll = this.#rng.int(100);
     const seen = this.#seen.get(client) as Map<string, Version>;
     if (roll < 8) {
-      this.#scan(client, mr, next);
+      this.#scan(client, mr, proc, next);
       return;
     }
     let input: RegisterInput;
@@ -515,7 +527,7 @@ class DriverSim {
       input = { type: "get" };
       call = () => mr.get(enc.encode(key), true);
     }
-    this.#invoke(client, key, input, call, next);
+    this.#invoke(client, key, input, call, proc, next);
   }
 
   #invoke(
@@ -523,6 +535,7 @@ class DriverSim {
     key: string,
     input: RegisterInput,
     call: () => Promise<ApplyOutcome | StoredItem | null>,
+    server: Process,
     next: () => void,
   ): void {
     const invokeTime = this.#world.now;
@@ -532,6 +545,9 @@ class DriverSim {
     const finish = (output: RegisterOutput | null, notApplied = false): void => {
       if (settled) return;
       settled = true;
+      // A process that died sends nothing more: what its code still computes after the crash
+      // instant (in the simulation, its pending microtasks) never reaches the client.
+      if (!server.alive) output = null;
       if (notApplied) {
         // The error proves the write never entered the log: it is no operation at all.
       } else if (output === null) {
@@ -562,13 +578,14 @@ class DriverSim {
     );
   }
 
-  #scan(client: number, mr: MultiRaft, next: () => void): void {
+  #scan(client: number, mr: MultiRaft, server: Process, next: () => void): void {
     const invokeTime = this.#world.now;
     let settled = false;
     this.#stats.operations++;
-    const done = (items: readonly StoredItem[] | null): void => {
+    const done = (answer: readonly StoredItem[] | null): void => {
       if (settled) return;
       settled = true;
+      const items = server.alive ? answer : null;
       if (items !== null) {
         this.#stats.completedReads++;
         // A scan reads each shard at one instant within its interval: per key, it is a read.
@@ -626,7 +643,8 @@ class DriverSim {
     for (const key of this.#profile.keys) {
       for (;;) {
         this.#throwIfViolated();
-        const mr = this.#nodes[this.#rng.int(this.#nodes.length)]?.mr ?? null;
+        const node = this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode;
+        const { mr, proc } = node;
         if (world.now > deadline) {
           if (mr !== null) this.#logShards("not serving", mr);
           throw new ViolationFound({
@@ -634,7 +652,7 @@ class DriverSim {
             message: `the node did not serve key ${key} within ${LIVENESS_MS} ms of the heal`,
           });
         }
-        if (mr === null) {
+        if (mr === null || proc === null) {
           await world.runUntil(world.now + TICK_MS);
           continue;
         }
@@ -653,7 +671,7 @@ class DriverSim {
         while (result === undefined && !failed && world.now <= deadline) {
           await world.step(world.now + TICK_MS);
         }
-        if (result === undefined) continue;
+        if (result === undefined || !proc.alive) continue;
         const output: RegisterOutput =
           result === null
             ? { type: "absent" }
