@@ -59,3 +59,24 @@ describe("WAL recovery", () => {
     }
   });
 });
+
+describe("WAL failures", () => {
+  // Found by the driver simulation: a batch that no sync() call was waiting for failed, and its
+  // internal promise rejected unhandled, which takes the whole process down.
+  it("a failed write of records nobody synced yet is reported to the next caller, not thrown", async () => {
+    const fs = new MemoryFileSystem();
+    const wal = await Wal.open(DIR, { fs });
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1)] }]);
+    const first = wal.sync();
+    // Appended while the first write is in flight, with no sync() of its own: the flush loop
+    // writes it next, on its own.
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(2)] }]);
+    fs.failNext("write", DIR, "EIO");
+    await first.catch(() => undefined);
+    // Let the loop reach the second batch and fail on it (event-loop turns, not time: the
+    // in-memory file system settles in microtasks, so this is deterministic).
+    for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+    await assert.rejects(wal.sync(), { code: "CAIRN_ERR_WAL_FAILED" });
+    await wal.destroy();
+  });
+});

@@ -641,7 +641,14 @@ export class Wal {
   async #flushLoop(): Promise<void> {
     try {
       while (this.#writer.length > 0 && this.#failure === undefined) {
-        const done = this.#next ?? Promise.withResolvers<undefined>();
+        let done = this.#next;
+        if (done === null) {
+          // Records appended without a sync() call yet: nobody may ever wait on this batch, so
+          // its failure must not surface as an unhandled rejection (it is kept in #failure and
+          // every later call reports it).
+          done = Promise.withResolvers<undefined>();
+          done.promise.catch(() => undefined);
+        }
         this.#next = null;
         this.#inflight = { upTo: this.#appendedBytes, done };
         try {
