@@ -57,10 +57,21 @@ if (values.bug !== undefined && bugs === undefined) {
   process.exit(2);
 }
 
+let current = first;
+// A promise rejected with no handler is a bug of the code under test (a real node would die of
+// it): report the seed that caused it.
+process.on("unhandledRejection", (err) => {
+  console.log(`seed ${current}: unhandled rejection: ${String(err)}`);
+  console.log(`  replay: ${driverReplayCommand({ seed: current })}`);
+  console.log(`sim --driver: ${current - first + 1} seeds, 1 violations`);
+  process.exit(1);
+});
+
 const started = performance.now();
 let violations = 0;
 let operations = 0;
 for (let seed = first; seed < first + count; seed++) {
+  current = seed;
   const r = await runDriverSeed({
     seed,
     ...(nodes === undefined ? {} : { nodes }),
