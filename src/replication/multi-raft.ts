@@ -22,7 +22,7 @@ import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import { shardForKey } from "../cluster/index.ts";
-import type { Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
+import type { ConfChange, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
 import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode, term } from "../raft/index.ts";
 import type { LsmMetrics, WalRecord } from "../storage/index.ts";
 import {
@@ -90,6 +90,12 @@ export interface MultiRaftOptions {
    * same list on every node (the meta group decides it in cluster mode). Default: this node only.
    */
   readonly replicasOf?: (shard: number) => readonly string[];
+  /**
+   * Whether this node takes a shard it does not hold, and is not an initial voter of, when a
+   * peer's message for it arrives: it then starts as an empty replica (no configuration) that
+   * the leader fills by log or snapshot once a membership change added it. Default: never.
+   */
+  readonly acceptsReplica?: (shard: number) => boolean;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
 }
@@ -131,6 +137,7 @@ export interface ShardInfo {
   readonly applied: number;
   readonly leaderChanges: number;
   readonly voters: readonly string[];
+  readonly learners: readonly string[];
 }
 
 export interface ScanRequest {
@@ -269,7 +276,12 @@ export class MultiRaft {
         continue;
       }
       if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) continue;
-      if (!this.#replicasOf(id).includes(this.nodeId)) continue;
+      if (
+        !this.#replicasOf(id).includes(this.nodeId) &&
+        this.#options.acceptsReplica?.(id) !== true
+      ) {
+        continue;
+      }
       this.#shard(id).then(
         (opened) => {
           opened.enqueueStep(message);
@@ -353,6 +365,19 @@ export class MultiRaft {
     return { shardId: id, index: this.#wal.firstIndex(id) - 1, term, sizeBytes };
   }
 
+  /**
+   * Proposes a change of a shard's group (add a learner, add or promote a voter, remove a
+   * member), one at a time; resolves once the change is applied on this node, the leader.
+   */
+  async changeMembership(id: number, cc: ConfChange): Promise<void> {
+    this.#checkShardId(id);
+    const shard = await this.#shard(id);
+    this.#assertOpen();
+    const done = shard.enqueueConfChange(cc, this.#clock.now());
+    this.#markDirty(shard);
+    await done;
+  }
+
   async transferLeader(id: number, to: string): Promise<void> {
     this.#checkShardId(id);
     const shard = await this.#shard(id);
@@ -380,6 +405,7 @@ export class MultiRaft {
       applied: s.sm.appliedIndex,
       leaderChanges: s.leaderChanges,
       voters: st.conf.voters,
+      learners: st.conf.learners,
     };
   }
 
@@ -742,10 +768,11 @@ export class MultiRaft {
         this.#wal.hardState(id) === undefined &&
         this.#wal.lastIndex(id) === 0 &&
         lsm.flushedSeq === 0;
-      if (isNew) {
+      const voters = [...this.#replicasOf(id)].sort();
+      if (isNew && voters.includes(this.nodeId)) {
         // A new group: its first entries name its voters, one conf change each, committed at
-        // term 1. Every replica writes the same entries, so all start from the same log.
-        const voters = [...this.#replicasOf(id)].sort();
+        // term 1. Every replica writes the same entries, so all start from the same log. (A
+        // node that is not an initial voter starts empty and learns the group from its leader.)
         this.#wal.append([
           {
             kind: "entries",

@@ -4,7 +4,7 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
-import type { Entry, Message, NodeId, Ready, Role, Term } from "../raft/index.ts";
+import type { ConfChange, Entry, Message, NodeId, Ready, Role, Term } from "../raft/index.ts";
 import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../raft/index.ts";
 import type { ApplyOutcome, KvStateMachine } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
@@ -28,6 +28,11 @@ interface PendingRead {
 type InboxItem = (
   | { readonly kind: "propose"; readonly data: Uint8Array; readonly done: PendingProposalCallbacks }
   | { readonly kind: "read"; readonly id: number; readonly read: PendingRead }
+  | {
+      readonly kind: "conf";
+      readonly cc: ConfChange;
+      readonly done: { resolve: () => void; reject: (err: unknown) => void };
+    }
   | {
       readonly kind: "transfer";
       readonly to: NodeId;
@@ -77,6 +82,10 @@ export class ShardReplica {
   #steps: Message[] = [];
   readonly #proposals = new Map<number, PendingProposal>();
   readonly #reads = new Map<number, PendingRead>();
+  readonly #confProposals = new Map<
+    number,
+    { readonly term: Term; resolve: () => void; reject: (err: unknown) => void }
+  >();
   #lastLead: NodeId | null = null;
   /** Ids of reads confirmed locally (negative: never a ReadIndex context). */
   #localReads = 0;
@@ -157,6 +166,13 @@ export class ShardReplica {
     );
   }
 
+  /** A membership change of this group; resolves once the change is applied here. */
+  enqueueConfChange(cc: ConfChange, since: number): Promise<void> {
+    return new Promise((resolve, reject) =>
+      this.#inbox.push({ kind: "conf", cc, done: { resolve, reject }, since }),
+    );
+  }
+
   enqueueTransfer(to: NodeId, since: number): Promise<void> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
@@ -203,6 +219,11 @@ export class ShardReplica {
             this.raw.readIndex(encodeReadId(item.id));
             this.#reads.set(item.id, item.read);
             break;
+          case "conf": {
+            const { index, term } = this.raw.proposeConfChange(item.cc);
+            this.#confProposals.set(index, { term, ...item.done });
+            break;
+          }
           case "transfer":
             this.raw.transferLeader(item.to);
             item.done.resolve();
@@ -244,6 +265,12 @@ export class ShardReplica {
         const conf = confAfter(this.storage.conf, cc);
         this.storage.conf = conf;
         await this.sm.applyConf(e, conf);
+        const pending = this.#confProposals.get(e.index);
+        if (pending !== undefined) {
+          this.#confProposals.delete(e.index);
+          if (pending.term === e.term) pending.resolve();
+          else pending.reject(new ProposalLostError(e.index));
+        }
       } else if (e.data.length === 0) {
         await this.sm.skip(e);
       } else {
@@ -289,6 +316,8 @@ export class ShardReplica {
     this.#proposals.clear();
     for (const r of this.#reads.values()) r.reject(err);
     this.#reads.clear();
+    for (const c of this.#confProposals.values()) c.reject(err);
+    this.#confProposals.clear();
   }
 
   get pendingOperations(): number {

@@ -24,6 +24,8 @@ import type {
   ShardMessage,
   StoredItem,
 } from "../../../src/replication/index.ts";
+import { shardForKey } from "../../../src/cluster/index.ts";
+import { type ConfChange, nodeId } from "../../../src/raft/index.ts";
 import { MultiRaft } from "../../../src/replication/index.ts";
 import { MemoryEngine } from "../../../src/replication/memory-engine.ts";
 import { MemoryFileSystem } from "../../../src/storage/index.ts";
@@ -68,6 +70,7 @@ export interface DriverSimStats {
   restarts: number;
   partitions: number;
   transfers: number;
+  membershipChanges: number;
   messages: number;
   checkerSteps: number;
 }
@@ -128,6 +131,8 @@ interface Profile {
   readonly partitionMs: number;
   /** Mean simulated ms between leadership transfer requests (Infinity: none). */
   readonly transferEveryMs: number;
+  /** Mean simulated ms between membership changes (Infinity: none); clusters only. */
+  readonly membershipEveryMs: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -151,6 +156,7 @@ function pickProfile(rng: Rng): Profile {
     partitionEveryMs: [400, 1000, Infinity][rng.int(3)] as number,
     partitionMs: [100, 400, 1200][rng.int(3)] as number,
     transferEveryMs: [100, 500, Infinity][rng.int(3)] as number,
+    membershipEveryMs: [50, 300, Infinity][rng.int(3)] as number,
   };
 }
 
@@ -175,6 +181,8 @@ class DriverSim {
   readonly #world = new World();
   readonly #clients = new Process("clients");
   readonly #nodes: SimNode[];
+  /** The initial voters of every shard's group. */
+  readonly #voters: readonly string[];
   readonly #network = new Process("network");
   /** Links cut by the current partition, as "from>to". */
   #cut = new Set<string>();
@@ -191,6 +199,7 @@ class DriverSim {
     restarts: 0,
     partitions: 0,
     transfers: 0,
+    membershipChanges: 0,
     messages: 0,
     checkerSteps: 0,
   };
@@ -207,7 +216,10 @@ class DriverSim {
     // Drawn even when given, so that --nodes replays a seed drawn with that size exactly.
     const drawn = this.#rng.int(2) === 0 ? 1 : 3;
     const count = options.nodes ?? drawn;
-    this.#nodes = Array.from({ length: count }, (_, i) => ({
+    // A cluster has a spare node beside its three initial voters: membership changes add it to
+    // groups (as a learner, then a voter) and remove members, the leader among them.
+    this.#voters = Array.from({ length: count }, (_, i) => `n${i + 1}`);
+    this.#nodes = Array.from({ length: count > 1 ? count + 1 : 1 }, (_, i) => ({
       id: `n${i + 1}`,
       disk: new MemoryFileSystem(),
       proc: null,
@@ -229,7 +241,7 @@ class DriverSim {
     for (const node of this.#nodes) if (node.proc !== null) node.proc.alive = false;
     return {
       seed: this.#options.seed,
-      nodes: this.#nodes.length,
+      nodes: this.#voters.length,
       violation: this.#violation,
       stats: this.#stats,
       trace: this.#trace,
@@ -326,7 +338,8 @@ class DriverSim {
       maxCommittedBytesPerReady: p.maxCommittedBytesPerReady,
       ...(this.#nodes.length > 1
         ? {
-            replicasOf: () => this.#nodes.map((n) => n.id),
+            replicasOf: () => this.#voters,
+            acceptsReplica: () => true,
             transport: { send: (to, messages) => this.#deliver(node.id, to, messages) },
           }
         : {}),
@@ -444,6 +457,7 @@ class DriverSim {
         this.#log(`transfer shard ${shard} to ${to}`);
         mr.transferLeader(shard, to).catch(() => undefined);
       });
+      every(p.membershipEveryMs, () => this.#changeMembership());
       every(p.partitionEveryMs, () => {
         this.#stats.partitions++;
         const ids = this.#nodes.map((n) => n.id);
@@ -464,6 +478,43 @@ class DriverSim {
     }
   }
 
+  /**
+   * One membership change of a random shard's group, proposed through its leader: add a node
+   * that is not a member as a learner, promote a learner, or remove a voter (the leader too)
+   * while at least three voters remain after it.
+   */
+  #changeMembership(): void {
+    const shard = this.#rng.int(TOTAL_SHARDS);
+    const leader = this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+    const info = leader?.mr?.shardInfo(shard);
+    const mr = leader?.mr ?? null;
+    if (mr === null || info === undefined || info === null) return;
+    const ids = this.#nodes.map((n) => n.id);
+    const outsiders = ids.filter((id) => !info.voters.includes(id) && !info.learners.includes(id));
+    let cc: ConfChange;
+    const learner = info.learners[0];
+    if (learner !== undefined && this.#rng.int(2) === 0) {
+      cc = { type: "add-voter", node: nodeId(learner) };
+    } else if (outsiders.length > 0 && info.learners.length === 0) {
+      cc = {
+        type: "add-learner",
+        node: nodeId(outsiders[this.#rng.int(outsiders.length)] as string),
+      };
+    } else if (info.voters.length > 3) {
+      cc = {
+        type: "remove",
+        node: nodeId(info.voters[this.#rng.int(info.voters.length)] as string),
+      };
+    } else if (learner !== undefined) {
+      cc = { type: "add-voter", node: nodeId(learner) };
+    } else {
+      return;
+    }
+    this.#stats.membershipChanges++;
+    this.#log(`shard ${shard}: ${cc.type} ${cc.node} (voters ${info.voters.join(",")})`);
+    mr.changeMembership(shard, cc).catch(() => undefined);
+  }
+
   /** The network: delays, loses, duplicates and (by varying delays) reorders message batches. */
   #deliver(from: string, to: string, messages: readonly ShardMessage[]): void {
     const p = this.#profile;
@@ -482,7 +533,15 @@ class DriverSim {
 
   #issue(client: number): void {
     if (!this.#chaos) return;
-    const node = this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode;
+    const keys = this.#profile.keys;
+    const key = keys[this.#rng.int(keys.length)] as string;
+    // Mostly to the shard's leader, as a client routing by the cluster view does; sometimes to
+    // any node (which answers NOT_LEADER, or serves as the leader it has become meanwhile).
+    const shard = shardForKey(enc.encode(key), TOTAL_SHARDS);
+    const node =
+      (this.#rng.int(10) < 7
+        ? this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader")
+        : undefined) ?? (this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode);
     const mr = node.mr;
     const proc = node.proc;
     const next = (): void => {
@@ -493,8 +552,6 @@ class DriverSim {
       next();
       return;
     }
-    const keys = this.#profile.keys;
-    const key = keys[this.#rng.int(keys.length)] as string;
     const roll = this.#rng.int(100);
     const seen = this.#seen.get(client) as Map<string, Version>;
     if (roll < 8) {
@@ -639,11 +696,15 @@ class DriverSim {
   /** Reads every key, linearizably, once the node serves again. */
   async #finalReads(): Promise<void> {
     const world = this.#world;
-    const deadline = world.now + LIVENESS_MS;
     for (const key of this.#profile.keys) {
+      const deadline = world.now + LIVENESS_MS;
+      const shard = shardForKey(enc.encode(key), TOTAL_SHARDS);
       for (;;) {
         this.#throwIfViolated();
-        const node = this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode;
+        // Like a client routing by the cluster view: the shard's leader if one is known.
+        const node =
+          this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader") ??
+          (this.#nodes[this.#rng.int(this.#nodes.length)] as SimNode);
         const { mr, proc } = node;
         if (world.now > deadline) {
           if (mr !== null) this.#logShards("not serving", mr);
