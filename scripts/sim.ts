@@ -9,18 +9,14 @@
  * read-without-quorum, count-learners, follower-commit-without-match) to see it caught.
  * Ends with `sim: N seeds, V violations`; each failure prints the command that replays it.
  *
- *   npm run sim -- --driver [...]
+ *   npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug NAME] [--trace]
  *
  * runs the simulation of the real multi-raft driver and WAL instead (scripts/sim-driver.ts).
  */
 import { parseArgs } from "node:util";
 import { runSeed, type SimOptions } from "../test/raft/sim/simulator.ts";
 import { bugsByName, replayCommand } from "../test/raft/sim/replay.ts";
-
-if (process.argv.includes("--driver")) {
-  process.argv.splice(process.argv.indexOf("--driver"), 1);
-  await import("./sim-driver.ts"); // runs its seeds and exits
-}
+import { runDriverSeeds } from "./sim-driver.ts";
 
 const { values } = parseArgs({
   options: {
@@ -28,6 +24,8 @@ const { values } = parseArgs({
     seed: { type: "string" },
     nodes: { type: "string" },
     "chaos-ticks": { type: "string" },
+    "chaos-ms": { type: "string" },
+    driver: { type: "boolean", default: false },
     bug: { type: "string" },
     trace: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
@@ -37,7 +35,10 @@ const { values } = parseArgs({
 
 if (values.help) {
   console.log(
-    "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match] [--trace]",
+    [
+      "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match] [--trace]",
+      "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch] [--trace]",
+    ].join("\n"),
   );
   process.exit(0);
 }
@@ -56,6 +57,21 @@ const first = int("seed", values.seed, 0) ?? 1;
 const count = int("seeds", values.seeds, 1) ?? (values.seed === undefined ? 100 : 1);
 const nodes = int("nodes", values.nodes, 1);
 const chaosTicks = int("chaos-ticks", values["chaos-ticks"], 1);
+
+if (values.driver) {
+  const chaosMs = int("chaos-ms", values["chaos-ms"], 1);
+  process.exit(
+    await runDriverSeeds({
+      first,
+      count,
+      ...(nodes === undefined ? {} : { nodes }),
+      ...(chaosMs === undefined ? {} : { chaosMs }),
+      ...(values.bug === undefined ? {} : { bug: values.bug }),
+      trace: values.trace,
+    }),
+  );
+}
+
 let bugs: SimOptions["bugs"];
 if (values.bug !== undefined) {
   bugs = bugsByName(values.bug);
