@@ -24,6 +24,8 @@ describe("driver simulation", () => {
       faults: 0,
       partitions: 0,
       clusters: 0,
+      membership: 0,
+      transfers: 0,
     };
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = await runDriverSeed({ seed });
@@ -34,6 +36,8 @@ describe("driver simulation", () => {
       totals.snapshots += r.stats.snapshots;
       totals.faults += r.stats.ioFaults;
       totals.partitions += r.stats.partitions;
+      totals.membership += r.stats.membershipApplied;
+      totals.transfers += r.stats.transfers;
       if (r.nodes === 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
@@ -51,6 +55,8 @@ describe("driver simulation", () => {
     assert.ok(totals.faults > SEEDS / 2, `only ${totals.faults} injected I/O faults`);
     assert.ok(totals.clusters > SEEDS / 4, `only ${totals.clusters} three-node runs`);
     assert.ok(totals.partitions > SEEDS / 2, `only ${totals.partitions} partitions`);
+    assert.ok(totals.membership > SEEDS / 2, `only ${totals.membership} membership changes`);
+    assert.ok(totals.transfers > SEEDS / 2, `only ${totals.transfers} leadership transfers`);
   });
 
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {

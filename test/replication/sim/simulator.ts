@@ -71,6 +71,7 @@ export interface DriverSimStats {
   partitions: number;
   transfers: number;
   membershipChanges: number;
+  membershipApplied: number;
   messages: number;
   checkerSteps: number;
 }
@@ -200,6 +201,7 @@ class DriverSim {
     partitions: 0,
     transfers: 0,
     membershipChanges: 0,
+    membershipApplied: 0,
     messages: 0,
     checkerSteps: 0,
   };
@@ -512,7 +514,10 @@ class DriverSim {
     }
     this.#stats.membershipChanges++;
     this.#log(`shard ${shard}: ${cc.type} ${cc.node} (voters ${info.voters.join(",")})`);
-    mr.changeMembership(shard, cc).catch(() => undefined);
+    mr.changeMembership(shard, cc).then(
+      () => this.#stats.membershipApplied++,
+      () => undefined,
+    );
   }
 
   /** The network: delays, loses, duplicates and (by varying delays) reorders message batches. */
