@@ -99,6 +99,34 @@ describe("LSM engine", () => {
     await engine.close();
   });
 
+  it("makes sequences that wrote nothing durable with the next flush", async () => {
+    // Leader no-ops, failed compare-and-set and deletes of missing keys write nothing, yet the
+    // driver compacts its WAL up to flushedSeq: it must not stay pinned at the last real write.
+    const dir = tempDir("lsm");
+    const engine = await LsmEngine.open(dir, env, SMALL);
+    for (let seq = 1; seq <= 3; seq++) {
+      await engine.write(seq, [{ type: "put", key: b(`k${seq}`), value: b(`v${seq}`) }]);
+    }
+    for (let seq = 4; seq <= 203; seq++) await engine.write(seq, []);
+    assert.equal(engine.lastSeq, 203);
+    await engine.flush();
+    assert.equal(engine.flushedSeq, 203);
+    await engine.close();
+    const again = await LsmEngine.open(dir, env, SMALL);
+    assert.equal(again.flushedSeq, 203);
+    assert.equal(again.get(b("k3"))?.toString(), "v3");
+    // Nothing but empty batches since the last flush: only a manifest edit, no new table.
+    const tables = again.stats().filesPerLevel.reduce((a, n) => a + n, 0);
+    await again.write(250, []);
+    await again.flush();
+    assert.equal(again.flushedSeq, 250);
+    assert.equal(
+      again.stats().filesPerLevel.reduce((a, n) => a + n, 0),
+      tables,
+    );
+    await again.close();
+  });
+
   it("serves pinned snapshots across flushes and compactions", async () => {
     const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL);
     const batches = workload(11, 400);

@@ -218,10 +218,18 @@ export class LsmEngine implements BudgetMember {
   // --- writes ---
 
   /**
-   * Applies a batch at sequence `seq` (the Raft index; strictly increasing). Resolves when it is
-   * applied: at once normally, after a 1 ms delay while L0 holds more than l0SlowdownTrigger
-   * files, and only once flushes/compactions catch up while writes are stalled. Batches apply in
-   * call order; none is ever dropped.
+   * Applies a batch at sequence `seq` (the Raft index; strictly increasing, gaps allowed). Resolves
+   * when it is applied: at once normally, after a 1 ms delay while L0 holds more than
+   * l0SlowdownTrigger files, and only once flushes/compactions catch up while writes are stalled.
+   * Batches apply in call order; none is ever dropped.
+   *
+   * An empty batch (`write(seq, [])`) records `seq` as applied although no key changed (a leader
+   * no-op, a failed compare-and-set, a delete of a missing key): `lastSeq` becomes `seq` at once
+   * and the next flush (`flush()`, or the automatic one when the memtable fills) makes
+   * `flushedSeq ≥ seq`, so the driver's WAL compaction is not pinned at the last entry that
+   * wrote something. It costs no I/O by itself; when only empty batches arrived since the last
+   * flush, `flush()` appends one manifest edit and builds no table. Calling it once with the
+   * highest such index is enough: entries in between need no call.
    */
   write(seq: number, ops: readonly WriteOp[]): Promise<void> {
     if (this.#failure !== undefined) return Promise.reject(this.#failedError());
@@ -257,6 +265,7 @@ export class LsmEngine implements BudgetMember {
   #apply(seq: number, ops: readonly WriteOp[]): void {
     const mem = this.#mem;
     const before = mem.bytes;
+    mem.advance(seq);
     for (const op of ops) {
       const key = keyFromBytes(op.key);
       if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value);
@@ -268,6 +277,7 @@ export class LsmEngine implements BudgetMember {
   }
 
   #noteActive(delta: number): void {
+    if (delta === 0) return;
     this.#reportedActiveBytes += delta;
     this.#env.noteActiveBytes(delta);
   }
@@ -438,7 +448,8 @@ export class LsmEngine implements BudgetMember {
   }
 
   #rotate(): void {
-    if (this.#mem.isEmpty) return;
+    // A memtable that only saw empty batches still rotates: its flush advances flushedSeq.
+    if (this.#mem.isBlank) return;
     this.#immutables.push(this.#mem);
     this.#mem = new Memtable();
     this.#noteActive(-this.#reportedActiveBytes);
@@ -463,23 +474,7 @@ export class LsmEngine implements BudgetMember {
     const mem = this.#immutables[0];
     if (mem === undefined) return;
     this.#flushing = true;
-    // Encoding the sorted versions is a copy; building blocks, filters, checksums and the fsync
-    // happen in the worker.
-    const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
-    const filter = new VersionFilter(this.#smallestSnapshot(), false);
-    for (let node = mem.seek(undefined); node !== null; node = node.next[0] ?? null) {
-      const n = versionCount(node);
-      for (let i = 0; i < n; i++) {
-        const v = versionAt(node, i);
-        if (filter.keep(node.key, v.seq, v.kind)) putEntry(sink, node.key, v.kind, v.seq, v.value);
-      }
-    }
-    const data = sink.view();
-    const numbers = this.#allocate(1);
-    this.#env.pool
-      .run({ type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity }, [
-        data.buffer as ArrayBuffer,
-      ])
+    this.#buildFlush(mem)
       .then(async (tables) => {
         const edit: VersionEdit = {
           add: tables.map((t) => fileMeta(0, t)),
@@ -499,6 +494,29 @@ export class LsmEngine implements BudgetMember {
         this.#maybeCompact();
         this.#wake();
       });
+  }
+
+  /** Builds the SSTable of an immutable memtable in a worker (none when it holds no version). */
+  #buildFlush(mem: Memtable): Promise<BuiltTable[]> {
+    // Only empty batches: the flush is a manifest edit advancing flushedSeq, no table.
+    if (mem.isEmpty) return Promise.resolve([]);
+    // Encoding the sorted versions is a copy; building blocks, filters, checksums and the fsync
+    // happen in the worker.
+    const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
+    const filter = new VersionFilter(this.#smallestSnapshot(), false);
+    for (let node = mem.seek(undefined); node !== null; node = node.next[0] ?? null) {
+      const n = versionCount(node);
+      for (let i = 0; i < n; i++) {
+        const v = versionAt(node, i);
+        if (filter.keep(node.key, v.seq, v.kind)) putEntry(sink, node.key, v.kind, v.seq, v.value);
+      }
+    }
+    const data = sink.view();
+    const numbers = this.#allocate(1);
+    return this.#env.pool.run(
+      { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
+      [data.buffer as ArrayBuffer],
+    );
   }
 
   // --- compaction ---

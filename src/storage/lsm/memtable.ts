@@ -64,6 +64,19 @@ export class Memtable {
     return this.versions === 0;
   }
 
+  /**
+   * Records `seq` as applied without a version (a batch that wrote nothing): a flush of this
+   * memtable then makes it durable as part of `flushedSeq`.
+   */
+  advance(seq: number): void {
+    if (seq > this.maxSeq) this.maxSeq = seq;
+  }
+
+  /** True when flushing this memtable would change nothing: no version, no applied sequence. */
+  get isBlank(): boolean {
+    return this.versions === 0 && this.maxSeq === 0;
+  }
+
   get keyCount(): number {
     return this.#map.size;
   }
