@@ -12,6 +12,7 @@ import {
   type LsmOptions,
   type WriteOp,
 } from "../../src/storage/lsm/index.ts";
+import { powerCut } from "./crash-shim.ts";
 import { tempDir } from "./helpers.ts";
 import { hex, modelAt, scanPairs, sortedPairs, workload, type Batch } from "./lsm-model.ts";
 
@@ -543,6 +544,7 @@ describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", 
     const what = `${thread === 0 ? "main thread" : "worker"}, before file operation ${at}`;
     it(`${what}${at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
       const dir = tempDir("lsmpoint");
+      const journal = at % 2 === 0 ? join(tempDir("journal"), "journal") : undefined;
       const proc = spawn(process.execPath, ["--import", shim, child, dir, "5", String(COUNT)], {
         stdio: ["ignore", "pipe", "inherit"],
         env: {
@@ -551,13 +553,15 @@ describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", 
           CAIRN_CRASH_THREAD: String(thread),
           CAIRN_CRASH_AT: String(at),
           // Every other point also loses what a power cut could: unsynced data, undurable names.
-          ...(at % 2 === 0 ? { CAIRN_CRASH_JOURNAL: join(tempDir("journal"), "journal") } : {}),
+          ...(journal === undefined ? {} : { CAIRN_CRASH_JOURNAL: journal }),
         },
       });
       let output = "";
       proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
       const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
       assert.equal(signal, "SIGKILL", "the child reached the crash point");
+      // Only now, with every thread of the child dead, is the journal complete.
+      if (journal !== undefined) powerCut(journal);
       const batches = workload(5, COUNT);
       const engine = await LsmEngine.open(dir, env, CRASH_OPTIONS);
       const flushed = engine.flushedSeq;

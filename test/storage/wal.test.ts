@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
+import { powerCut } from "./crash-shim.ts";
 import { bytes, tempDir } from "./helpers.ts";
 import { WalModel, walStep, type WalLike } from "./wal-workload.ts";
 
@@ -429,6 +430,7 @@ describe("WAL crash at chosen file operations (SIGKILL from a preloaded shim)", 
   for (const at of points) {
     it(`before operation ${at}${at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
       const dir = tempDir("walpoint");
+      const journal = at % 2 === 0 ? join(tempDir("journal"), "journal") : undefined;
       const proc = spawn(process.execPath, ["--import", shim, child, dir, String(STEPS)], {
         stdio: ["ignore", "pipe", "inherit"],
         env: {
@@ -436,13 +438,15 @@ describe("WAL crash at chosen file operations (SIGKILL from a preloaded shim)", 
           CAIRN_CRASH_DIR: dir,
           CAIRN_CRASH_THREAD: "0",
           CAIRN_CRASH_AT: String(at),
-          ...(at % 2 === 0 ? { CAIRN_CRASH_JOURNAL: join(tempDir("journal"), "journal") } : {}),
+          ...(journal === undefined ? {} : { CAIRN_CRASH_JOURNAL: journal }),
         },
       });
       let output = "";
       proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
       const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
       assert.equal(signal, "SIGKILL", "the child reached the crash point");
+      // Only now, with the child dead, is the journal complete (crash-shim.ts).
+      if (journal !== undefined) powerCut(journal);
       let acked = 0;
       for (const line of output.split("\n")) {
         if (line.startsWith("a ")) acked = Math.max(acked, Number(line.slice(2)));
