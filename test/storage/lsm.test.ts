@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import fc from "fast-check";
@@ -12,6 +13,7 @@ import {
   type LsmOptions,
   type WriteOp,
 } from "../../src/storage/lsm/index.ts";
+import { emptyState, Manifest } from "../../src/storage/lsm/manifest.ts";
 import { powerCut } from "./crash-shim.ts";
 import { tempDir } from "./helpers.ts";
 import { hex, modelAt, scanPairs, sortedPairs, workload, type Batch } from "./lsm-model.ts";
@@ -286,6 +288,95 @@ describe("LSM corruption", () => {
       code: "CAIRN_ERR_CORRUPTION",
       message: new RegExp(`${path} at offset 0: manifest record checksum mismatch`),
     });
+  });
+});
+
+/**
+ * Makes the next `count` fdatasync calls on FileHandles of this thread (the manifests': tables are
+ * written by the workers) fail with EIO. Returns the function that undoes the patch.
+ */
+async function failDatasync(count: number): Promise<() => void> {
+  const probe = await open(import.meta.filename, "r");
+  const proto = Object.getPrototypeOf(probe) as { datasync: () => Promise<void> };
+  await probe.close();
+  const original = proto.datasync;
+  let left = count;
+  proto.datasync = function (this: unknown) {
+    if (left > 0) {
+      left--;
+      return Promise.reject(Object.assign(new Error("injected EIO"), { code: "EIO" }));
+    }
+    return original.call(this);
+  };
+  return () => {
+    proto.datasync = original;
+  };
+}
+
+describe("LSM manifest failure", () => {
+  it("refuses every edit after the first failed one", async () => {
+    const dir = tempDir("lsmm");
+    const manifest = await Manifest.create(dir, emptyState(), 1);
+    const restore = await failDatasync(1);
+    try {
+      const first = manifest.append({ flushedSeq: 5 });
+      const second = manifest.append({ flushedSeq: 9 });
+      await assert.rejects(first, { code: "EIO" });
+      await assert.rejects(second);
+      await assert.rejects(manifest.append({ flushedSeq: 12 }));
+    } finally {
+      restore();
+    }
+    await manifest.close();
+    // Whether the failed edit reached the disk is unknown; a later one must not have.
+    const { state } = await Manifest.load(dir);
+    assert.ok(state.flushedSeq === 0 || state.flushedSeq === 5, `flushedSeq ${state.flushedSeq}`);
+  });
+
+  it("fails the engine: a queued compaction is neither installed nor deletes its inputs", async () => {
+    const own = new LsmEnvironment({ workers: 2 });
+    // Hold compaction jobs until released, so one finishes after the manifest failed.
+    const held: Array<() => void> = [];
+    let holding = true;
+    const run = own.pool.run.bind(own.pool);
+    own.pool.run = (job, transfer) =>
+      holding && job.type === "compact"
+        ? new Promise((resolve, reject) =>
+            held.push(() => run(job, transfer).then(resolve, reject)),
+          )
+        : run(job, transfer);
+    const dir = tempDir("lsmm");
+    try {
+      const engine = await LsmEngine.open(dir, own, SMALL);
+      await engine.write(1, [{ type: "put", key: b("k1"), value: b("v1") }]);
+      await engine.flush();
+      await engine.write(2, [{ type: "put", key: b("k2"), value: b("v2") }]);
+      await engine.flush();
+      assert.equal(held.length, 1, "an L0 compaction is waiting");
+      const tablesBefore = readdirSync(dir).filter((n) => n.endsWith(".sst"));
+      const restore = await failDatasync(1);
+      try {
+        await engine.write(3, [{ type: "put", key: b("k3"), value: b("v3") }]);
+        await assert.rejects(engine.flush(), { code: "CAIRN_ERR_LSM_FAILED" });
+      } finally {
+        restore();
+      }
+      assert.notEqual(engine.failure, undefined);
+      (held.shift() as () => void)();
+      await engine.close(); // waits for the compaction to end
+      const tablesAfter = readdirSync(dir).filter((n) => n.endsWith(".sst"));
+      for (const t of tablesBefore) assert.ok(tablesAfter.includes(t), `${t} was deleted`);
+      await assert.rejects(engine.write(4, []));
+      holding = false;
+      const again = await LsmEngine.open(dir, own, SMALL);
+      assert.ok(again.flushedSeq >= 2);
+      assert.equal(again.get(b("k1"))?.toString(), "v1");
+      assert.equal(again.get(b("k2"))?.toString(), "v2");
+      await again.close();
+    } finally {
+      for (const release of held.splice(0)) release();
+      await own.close();
+    }
   });
 });
 

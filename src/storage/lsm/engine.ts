@@ -481,7 +481,7 @@ export class LsmEngine implements BudgetMember {
           flushedSeq: mem.maxSeq,
           nextFileNumber: this.#state.nextFileNumber,
         };
-        await this.#manifest.append(edit);
+        await this.#appendEdit(edit);
         this.#install(edit, []);
         this.#immutables.shift();
         this.#flushes++;
@@ -583,7 +583,7 @@ export class LsmEngine implements BudgetMember {
     }
     work
       .then(async (edit) => {
-        await this.#manifest.append(edit);
+        await this.#appendEdit(edit);
         const moved = new Set((edit.add ?? []).map((f) => f.number));
         this.#install(
           edit,
@@ -601,6 +601,17 @@ export class LsmEngine implements BudgetMember {
         this.#maybeCompact();
         this.#wake();
       });
+  }
+
+  /**
+   * Makes an edit durable, unless the engine has failed: a flush or compaction that finishes after
+   * a failure must not install its result nor delete its inputs (the failed edit may or may not
+   * be on disk, so the in-memory version no longer describes it). Throws then.
+   */
+  async #appendEdit(edit: VersionEdit): Promise<void> {
+    if (this.#failure !== undefined) throw this.#failedError();
+    await this.#manifest.append(edit);
+    if (this.#failure !== undefined) throw this.#failedError();
   }
 
   /** Applies a durable edit to the in-memory version; `obsolete` tables are deleted when unpinned. */
@@ -701,7 +712,7 @@ export class LsmEngine implements BudgetMember {
         flushedSeq: seq,
         nextFileNumber: this.#state.nextFileNumber,
       };
-      await this.#manifest.append(edit);
+      await this.#appendEdit(edit);
       const old = this.#levels.flat();
       this.#noteActive(-this.#reportedActiveBytes);
       this.#mem = new Memtable();

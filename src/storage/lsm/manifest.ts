@@ -9,6 +9,7 @@
 import { constants } from "node:fs";
 import { open, readFile, rename, writeFile, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
+import { CairnError } from "../../common/index.ts";
 import { crc32c, CorruptionError, fsyncDir } from "../common/index.ts";
 
 export interface FileMeta {
@@ -140,6 +141,8 @@ export class Manifest {
   #size: number;
   /** Serializes appends: edits reach the file in the order they were made. */
   #tail: Promise<void> = Promise.resolve();
+  /** The first append error; every later append is refused (see append). */
+  #failure: unknown = undefined;
   readonly fileName: string;
 
   private constructor(dir: string, fileName: string, handle: FileHandle, size: number) {
@@ -194,17 +197,38 @@ export class Manifest {
     return new Manifest(dir, fileName, handle, frame.length);
   }
 
-  /** Appends an edit and makes it durable; edits apply in call order. */
+  /**
+   * Appends an edit and makes it durable; edits apply in call order. After a failed write or
+   * fdatasync the manifest fails for good: whether the failed bytes reached the disk is unknown,
+   * so a later edit could neither be placed after them nor over them, and one installed on top of
+   * an edit the caller has given up on could delete tables still needed. Every later append
+   * (queued or new) rejects; only a reopen, which replays what is on disk, goes on.
+   */
   append(edit: VersionEdit): Promise<void> {
+    if (this.#failure !== undefined) return Promise.reject(this.#failedError());
     const frame = encodeEdit(edit);
     const run = async (): Promise<void> => {
-      await this.#handle.write(frame, 0, frame.length, this.#size);
-      await this.#handle.datasync();
+      if (this.#failure !== undefined) throw this.#failedError();
+      try {
+        await this.#handle.write(frame, 0, frame.length, this.#size);
+        await this.#handle.datasync();
+      } catch (err) {
+        this.#failure = err;
+        throw err;
+      }
       this.#size += frame.length;
     };
     const next = this.#tail.then(run);
     this.#tail = next.catch(() => undefined);
     return next;
+  }
+
+  #failedError(): CairnError {
+    return new CairnError(
+      "CAIRN_ERR_LSM_FAILED",
+      `manifest ${join(this.dir, this.fileName)} failed earlier; reopen the engine`,
+      { cause: this.#failure },
+    );
   }
 
   get size(): number {
