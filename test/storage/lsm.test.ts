@@ -215,6 +215,51 @@ describe("LSM engine", () => {
   });
 });
 
+describe("LSM memtable budget", () => {
+  it("keeps active plus immutable memtables of many engines within budget + one batch", async () => {
+    // The bound enforced: the sum over all engines of active and immutable memtables (until their
+    // flush is installed) never exceeds memtableBudgetBytes + the accounted size of one batch,
+    // because a write is applied only while the sum is below the budget.
+    const budget = 16 * 1024;
+    const own = new LsmEnvironment({ workers: 2, memtableBudgetBytes: budget });
+    const engines: LsmEngine[] = [];
+    try {
+      for (let i = 0; i < 24; i++) {
+        engines.push(
+          await LsmEngine.open(tempDir("lsmb"), own, { ...SMALL, memtableBytes: 1 << 20 }),
+        );
+      }
+      const value = Buffer.alloc(300, 7);
+      const batchBytes = 8 + value.length + 40 + 96; // key "k" + 6 digits, as Memtable accounts
+      let peak = 0;
+      const check = (): void => {
+        const total = engines.reduce((a, e) => a + e.stats().memtableBytes, 0);
+        peak = Math.max(peak, total);
+      };
+      const writes: Promise<void>[] = [];
+      for (let seq = 1; seq <= 60; seq++) {
+        for (const e of engines) {
+          const key = b(`k${String(seq).padStart(6, "0")}`);
+          writes.push(e.write(seq, [{ type: "put", key, value }]).then(check));
+          check();
+        }
+      }
+      await Promise.all(writes);
+      check();
+      assert.ok(peak <= budget + batchBytes, `peak ${peak} > ${budget} + ${batchBytes}`);
+      assert.ok(own.memtableBytes <= budget + batchBytes);
+      for (const e of engines) {
+        assert.equal(e.get(b("k000060"))?.length, 300);
+        await e.flush();
+      }
+      assert.equal(own.memtableBytes, 0, "flushed memtables leave the budget");
+    } finally {
+      for (const e of engines) await e.close();
+      await own.close();
+    }
+  });
+});
+
 describe("LSM corruption", () => {
   async function engineWithTables(): Promise<{ dir: string; key: Buffer }> {
     const dir = tempDir("lsmc");

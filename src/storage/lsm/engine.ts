@@ -125,7 +125,11 @@ export class LsmEngine implements BudgetMember {
   #idleWaiters: Array<() => void> = [];
   #flushes = 0;
   #compactions = 0;
+  /** What this engine has reported to the environment's memtable budget (see #syncBudget). */
   #reportedActiveBytes = 0;
+  #reportedTotalBytes = 0;
+  /** The write at the head of the queue has waited out its throttling delay. */
+  #throttled = false;
 
   private constructor(
     dir: string,
@@ -258,6 +262,8 @@ export class LsmEngine implements BudgetMember {
   backpressure(): Backpressure {
     const l0 = (this.#levels[0] as Table[]).length;
     if (l0 >= this.#l0Stop || this.#immutables.length >= this.#maxImmutables) return "stall";
+    // The node's memtables (all engines, flushing ones included) are at the shared budget.
+    if (this.#env.overBudget) return "stall";
     if (l0 > this.#l0Slowdown) return "throttle";
     return "none";
   }
@@ -276,10 +282,33 @@ export class LsmEngine implements BudgetMember {
     if (mem.bytes >= this.#memtableBytes) this.#rotate();
   }
 
+  /** A write grew the active memtable by `delta` bytes. */
   #noteActive(delta: number): void {
     if (delta === 0) return;
     this.#reportedActiveBytes += delta;
-    this.#env.noteActiveBytes(delta);
+    this.#reportedTotalBytes += delta;
+    this.#env.noteBytes(delta, delta);
+  }
+
+  /**
+   * Reports the memtables' sizes to the shared budget after a rotation, an installed flush, an
+   * import, a failure or close. Immutable memtables count until their flush is installed: they
+   * hold the memory until then. A failed or closed engine counts nothing: its memtables will never
+   * flush, and counting them would stall every other engine's writes for good.
+   */
+  #syncBudget(): void {
+    let active = 0;
+    let total = 0;
+    if (!this.#closed && this.#failure === undefined) {
+      active = this.#mem.bytes;
+      total = active;
+      for (const m of this.#immutables) total += m.bytes;
+    }
+    const dActive = active - this.#reportedActiveBytes;
+    const dTotal = total - this.#reportedTotalBytes;
+    this.#reportedActiveBytes = active;
+    this.#reportedTotalBytes = total;
+    if (dActive !== 0 || dTotal !== 0) this.#env.noteBytes(dActive, dTotal);
   }
 
   #drainWrites(): void {
@@ -294,19 +323,22 @@ export class LsmEngine implements BudgetMember {
         }
         const pressure = this.backpressure();
         if (pressure === "stall") {
-          // Woken by #wake() when a flush or compaction completes.
+          // Woken by #wake() when a flush or compaction of this engine completes, or when the
+          // node's memtables are back under the budget.
           this.#idleWaiters.push(step);
+          if (this.#env.overBudget) this.#env.waitForBudget(() => this.#wake());
           return;
         }
-        const w = this.#writeQueue.shift() as QueuedWrite;
-        if (pressure === "throttle") {
+        if (pressure === "throttle" && !this.#throttled) {
+          // After the delay the pressure is checked again: it may have become a stall meanwhile.
           setTimeout(() => {
-            this.#apply(w.seq, w.ops);
-            w.resolve();
+            this.#throttled = true;
             step();
           }, 1);
           return;
         }
+        this.#throttled = false;
+        const w = this.#writeQueue.shift() as QueuedWrite;
         this.#apply(w.seq, w.ops);
         w.resolve();
       }
@@ -452,7 +484,7 @@ export class LsmEngine implements BudgetMember {
     if (this.#mem.isBlank) return;
     this.#immutables.push(this.#mem);
     this.#mem = new Memtable();
-    this.#noteActive(-this.#reportedActiveBytes);
+    this.#syncBudget();
     this.#reportMemtable();
     this.#maybeFlush();
   }
@@ -485,6 +517,7 @@ export class LsmEngine implements BudgetMember {
         this.#install(edit, []);
         this.#immutables.shift();
         this.#flushes++;
+        this.#syncBudget();
         this.#reportMemtable();
       })
       .catch((err: unknown) => this.#fail(err))
@@ -714,9 +747,9 @@ export class LsmEngine implements BudgetMember {
       };
       await this.#appendEdit(edit);
       const old = this.#levels.flat();
-      this.#noteActive(-this.#reportedActiveBytes);
       this.#mem = new Memtable();
       this.#immutables = [];
+      this.#syncBudget();
       this.#install(edit, old);
       this.#lastSeq = seq;
       this.#acceptedSeq = seq;
@@ -765,7 +798,7 @@ export class LsmEngine implements BudgetMember {
     const err = closedError();
     for (const w of this.#writeQueue.splice(0)) w.reject(err);
     this.#wake();
-    this.#noteActive(-this.#reportedActiveBytes);
+    this.#syncBudget();
     this.#env.leave(this);
     for (const t of this.#levels.flat()) t.evictFromCaches();
     await this.#manifest.close();
@@ -778,6 +811,7 @@ export class LsmEngine implements BudgetMember {
 
   #fail(err: unknown): void {
     this.#failure ??= err;
+    this.#syncBudget();
     this.#wake();
   }
 

@@ -13,8 +13,11 @@ export interface LsmEnvironmentOptions {
   /** Open SSTable descriptors across all engines. Default 4096. */
   readonly maxOpenFiles?: number;
   /**
-   * Bytes of active memtables across all engines. Default 512 MiB. When exceeded, the engine
-   * with the largest active memtable rotates it and flushes.
+   * Bytes of memtables across all engines, active and immutable (until their flush is installed).
+   * Default 512 MiB. When the active ones exceed half of it, the engine with the largest active
+   * memtable rotates it and flushes; while the total is at or above it, writes of every engine
+   * stall until flushes bring it back below. So the total never exceeds the budget by more than
+   * one write batch.
    */
   readonly memtableBudgetBytes?: number;
   /** Worker threads for flushes and compactions. Default min(2, CPUs). */
@@ -36,6 +39,9 @@ export class LsmEnvironment {
   readonly memtableBudgetBytes: number;
   readonly #members = new Set<BudgetMember>();
   #activeBytes = 0;
+  #totalBytes = 0;
+  /** Engines with writes stalled by the budget: called once the total is back below it. */
+  #budgetWaiters: Array<() => void> = [];
   #nextCacheId = 1;
 
   constructor(options: LsmEnvironmentOptions = {}) {
@@ -59,19 +65,51 @@ export class LsmEnvironment {
     this.#members.delete(member);
   }
 
+  /** Bytes of the engines' active memtables. */
   get activeMemtableBytes(): number {
     return this.#activeBytes;
   }
 
-  /** Engines report every change of their active memtable's size here. */
-  noteActiveBytes(delta: number): void {
-    this.#activeBytes += delta;
-    if (this.#activeBytes <= this.memtableBudgetBytes) return;
-    let largest: BudgetMember | undefined;
-    for (const m of this.#members) {
-      if (largest === undefined || m.activeMemtableBytes > largest.activeMemtableBytes) largest = m;
+  /** Bytes of all memtables, active and immutable, not yet installed as tables. */
+  get memtableBytes(): number {
+    return this.#totalBytes;
+  }
+
+  /** True while writes must wait for flushes to bring the memtables back under the budget. */
+  get overBudget(): boolean {
+    return this.#totalBytes >= this.memtableBudgetBytes;
+  }
+
+  /** Calls `wake` (once) when the memtables are back below the budget. */
+  waitForBudget(wake: () => void): void {
+    this.#budgetWaiters.push(wake);
+  }
+
+  /**
+   * Engines report every change of their memtables' sizes here: `active` of the active one,
+   * `total` of active and immutable ones (a rotation moves bytes out of `active` only, an installed
+   * flush out of `total`).
+   */
+  noteBytes(active: number, total: number): void {
+    this.#activeBytes += active;
+    this.#totalBytes += total;
+    if (total < 0 && !this.overBudget && this.#budgetWaiters.length > 0) {
+      const waiters = this.#budgetWaiters;
+      this.#budgetWaiters = [];
+      for (const wake of waiters) wake();
     }
-    largest?.rotateForBudget();
+    // Half the budget for active memtables, half for those waiting for their flush. The scan for
+    // the largest runs only when active bytes cross that line: each rotation takes the largest
+    // out of them, so at most once per (budget / 2 / engines) bytes written, not on every write.
+    if (active > 0 && this.#activeBytes > this.memtableBudgetBytes / 2) {
+      let largest: BudgetMember | undefined;
+      for (const m of this.#members) {
+        if (largest === undefined || m.activeMemtableBytes > largest.activeMemtableBytes) {
+          largest = m;
+        }
+      }
+      largest?.rotateForBudget();
+    }
   }
 
   async close(): Promise<void> {
