@@ -104,20 +104,55 @@ function decodeEdit(json: string): VersionEdit {
   };
 }
 
-/** Parses a manifest file; a damaged record is tolerated only as the file's torn tail. */
-function replay(path: string, buf: Buffer): ManifestState {
+/**
+ * Checksummed bytes the search for a valid record after a damaged one may spend. A torn write
+ * leaves at most the one edit that was in flight, whose JSON text reads as lengths of 512 MiB or
+ * more at almost every offset: it costs next to nothing. Only crafted or pathological garbage
+ * reaches the cap, and it is reported as corruption rather than stalling the open.
+ */
+const TAIL_SCAN_BUDGET_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Parses a manifest file; a damaged record is tolerated only as the file's torn tail.
+ * `scannedBytes` counts the bytes checksummed while looking for a valid record after damage.
+ */
+export function replayManifest(
+  path: string,
+  buf: Buffer,
+): { state: ManifestState; scannedBytes: number } {
   const state = emptyState();
   let at = 0;
-  const validAt = (p: number): boolean => {
+  let scannedBytes = 0;
+  /**
+   * Whether a record could start at `p`: its length fits the file and its body looks like the
+   * JSON object every edit is ("{" first, "}" last). Cheap; only then is the checksum computed.
+   */
+  const plausibleAt = (p: number): boolean => {
     if (p + 8 > buf.length) return false;
     const len = buf.readUInt32LE(p);
-    if (p + 8 + len > buf.length || len === 0) return false;
+    return (
+      len >= 2 && p + 8 + len <= buf.length && buf[p + 8] === 0x7b && buf[p + 7 + len] === 0x7d
+    );
+  };
+  const checksumOk = (p: number): boolean => {
+    const len = buf.readUInt32LE(p);
     return crc32c(buf, 0, p + 8, p + 8 + len) === buf.readUInt32LE(p + 4);
   };
   while (at < buf.length) {
-    if (!validAt(at)) {
+    if (!plausibleAt(at) || !checksumOk(at)) {
       for (let p = at + 1; p + 8 <= buf.length; p++) {
-        if (validAt(p)) throw new CorruptionError(path, at, "manifest record checksum mismatch");
+        if (!plausibleAt(p)) continue;
+        scannedBytes += buf.readUInt32LE(p);
+        if (scannedBytes > TAIL_SCAN_BUDGET_BYTES) {
+          throw new CorruptionError(
+            path,
+            at,
+            "manifest record damaged, and the rest of the file too damaged to tell a torn tail",
+          );
+        }
+        if (checksumOk(p)) {
+          throw new CorruptionError(path, at, "manifest record checksum mismatch");
+        }
       }
       break; // torn tail: the edit was never acknowledged
     }
@@ -132,7 +167,7 @@ function replay(path: string, buf: Buffer): ManifestState {
     at += 8 + len;
   }
   if (at === 0) throw new CorruptionError(path, 0, "manifest holds no valid record");
-  return state;
+  return { state, scannedBytes };
 }
 
 export class Manifest {
@@ -173,7 +208,7 @@ export class Manifest {
     } catch (cause) {
       throw new CorruptionError(path, 0, "manifest named by CURRENT is missing", { cause });
     }
-    return { state: replay(path, buf), current };
+    return { state: replayManifest(path, buf).state, current };
   }
 
   /** Writes a new manifest holding `state` and makes it live (CURRENT switched atomically). */
