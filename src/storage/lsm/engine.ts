@@ -123,6 +123,8 @@ export class LsmEngine implements BudgetMember {
   #failure: unknown = undefined;
   /** Resolved whenever background work finishes; waiters re-check their condition. */
   #idleWaiters: Array<() => void> = [];
+  /** Unlinks of obsolete tables in flight. */
+  readonly #deletions = new Set<Promise<void>>();
   #flushes = 0;
   #compactions = 0;
   /** What this engine has reported to the environment's memtable budget (see #syncBudget). */
@@ -457,7 +459,7 @@ export class LsmEngine implements BudgetMember {
     } finally {
       for (const t of pinned) {
         t.pins--;
-        if (t.pins === 0 && t.obsolete) void this.#deleteTable(t);
+        if (t.pins === 0 && t.obsolete) this.#deleteTable(t);
       }
     }
   }
@@ -671,18 +673,20 @@ export class LsmEngine implements BudgetMember {
     );
     for (const t of obsolete) {
       t.obsolete = true;
-      if (t.pins === 0) void this.#deleteTable(t);
+      if (t.pins === 0) this.#deleteTable(t);
     }
     this.#reportLevels();
   }
 
-  async #deleteTable(t: Table): Promise<void> {
+  #deleteTable(t: Table): void {
     t.evictFromCaches();
-    try {
-      await unlink(t.path);
-    } catch {
-      // Already gone, or removable as an orphan on the next open: the manifest no longer names it.
-    }
+    const done = unlink(t.path)
+      .catch(() => {
+        // Already gone, or removable as an orphan on the next open: the manifest no longer names it.
+      })
+      .finally(() => this.#deletions.delete(done));
+    // close() waits for these: a caller may reuse the directory as soon as it returns.
+    this.#deletions.add(done);
   }
 
   // --- snapshots of the whole engine (for Raft snapshots) ---
@@ -802,6 +806,7 @@ export class LsmEngine implements BudgetMember {
     this.#env.leave(this);
     for (const t of this.#levels.flat()) t.evictFromCaches();
     await this.#manifest.close();
+    await Promise.all(this.#deletions);
   }
 
   /** The error that stopped background work, if any; the engine refuses writes after it. */
