@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -255,6 +255,59 @@ describe("LSM memtable budget", () => {
       assert.equal(own.memtableBytes, 0, "flushed memtables leave the budget");
     } finally {
       for (const e of engines) await e.close();
+      await own.close();
+    }
+  });
+});
+
+describe("LSM table cache and file descriptors", () => {
+  const openFdsTo = (pattern: RegExp): number =>
+    readdirSync("/proc/self/fd").filter((fd) => {
+      try {
+        return pattern.test(readlinkSync(`/proc/self/fd/${fd}`));
+      } catch {
+        return false; // closed since the listing
+      }
+    }).length;
+
+  it("keeps indexes and filters within the table cache and descriptors within their bounds", async () => {
+    const tableCacheBytes = 8 * 1024;
+    const own = new LsmEnvironment({ workers: 1, tableCacheBytes, maxOpenFiles: 4 });
+    const dir = tempDir("lsmtc");
+    // No compaction: every flush leaves one more L0 table.
+    const opts = {
+      ...SMALL,
+      l0CompactionTrigger: 1000,
+      l0SlowdownTrigger: 1000,
+      l0StopTrigger: 1000,
+    };
+    try {
+      let engine = await LsmEngine.open(dir, own, opts);
+      const batches = workload(13, 400);
+      for (let i = 0; i < 400; i++) {
+        await engine.write(i + 1, batches[i] as Batch);
+        if (i % 10 === 9) await engine.flush();
+      }
+      const tables = engine.stats().filesPerLevel.reduce((a, n) => a + n, 0);
+      assert.ok(tables >= 40, `${tables} tables`);
+      await engine.close();
+      engine = await LsmEngine.open(dir, own, opts);
+      const model = modelAt(batches, 400);
+      for (let round = 0; round < 2; round++) {
+        for (const [k, v] of model) {
+          assert.equal(hex(engine.get(Buffer.from(k, "hex")) ?? new Uint8Array()), v);
+          assert.ok(engine.stats().residentBytes <= tableCacheBytes);
+          assert.ok(own.files.openFiles <= 4);
+        }
+        assert.deepEqual(scanPairs(engine.scan()), sortedPairs(model));
+      }
+      assert.ok(own.tableCache.bytes <= tableCacheBytes);
+      assert.ok(own.tableCache.count < tables, `${own.tableCache.count} of ${tables} loaded`);
+      // Table files: only through the descriptor cache; the manifest: only while appending.
+      assert.ok(openFdsTo(new RegExp(`^${dir}/\\d+\\.sst$`)) <= 4);
+      assert.equal(openFdsTo(new RegExp(`^${dir}/MANIFEST-`)), 0);
+      await engine.close();
+    } finally {
       await own.close();
     }
   });
@@ -714,7 +767,7 @@ describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", 
   const COUNT = 600;
 
   // Counted: operations on files of the engine's directory. Main thread: opening (manifest,
-  // CURRENT, directory), then per flush or compaction a manifest write and fdatasync, opening the
+  // CURRENT, directory), then per flush or compaction a manifest open, write and fdatasync, opening the
   // new tables, deleting old ones. Worker: per table open, write, fsync, close, directory fsync.
   const points: Array<readonly [number, number]> = [
     ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 19, 24, 31, 40, 52, 67, 86].map(

@@ -180,7 +180,7 @@ export class LsmEngine implements BudgetMember {
         files.map((f) => {
           const path = tablePath(dir, f.number);
           try {
-            return Table.open(f.number, path, env.cacheId(), env.blockCache, env.files);
+            return Table.open(f.number, path, env.cacheId(), env);
           } catch (err) {
             if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
             throw new CorruptionError(path, 0, "table named by the manifest is missing", {
@@ -658,13 +658,7 @@ export class LsmEngine implements BudgetMember {
       if (!byNumber.has(f.number)) {
         byNumber.set(
           f.number,
-          Table.open(
-            f.number,
-            tablePath(this.dir, f.number),
-            this.#env.cacheId(),
-            this.#env.blockCache,
-            this.#env.files,
-          ),
+          Table.open(f.number, tablePath(this.dir, f.number), this.#env.cacheId(), this.#env),
         );
       }
     }

@@ -1,15 +1,21 @@
 /**
- * Resources one node shares among all its engines: the block cache, the open-file cache, the
- * worker pool, the memtable budget and the metrics sink. Create one per node; close it last.
+ * Resources one node shares among all its engines: the block cache, the table cache, the open-file
+ * cache, the worker pool, the memtable budget and the metrics sink. Create one per node; close it
+ * last.
  */
 import { cpus } from "node:os";
-import { BlockCache, FileCache } from "./caches.ts";
+import { BlockCache, FileCache, TableCache } from "./caches.ts";
 import { NO_METRICS, type LsmMetrics } from "./metrics.ts";
 import { WorkerPool } from "./worker-pool.ts";
 
 export interface LsmEnvironmentOptions {
   /** Bytes of parsed data blocks kept across all engines. Default 256 MiB. */
   readonly blockCacheBytes?: number;
+  /**
+   * Bytes of tables' indexes and bloom filters kept across all engines (the table cache); an
+   * evicted table reloads them from its file on its next read. Default 256 MiB.
+   */
+  readonly tableCacheBytes?: number;
   /** Open SSTable descriptors across all engines. Default 4096. */
   readonly maxOpenFiles?: number;
   /**
@@ -33,6 +39,7 @@ export interface BudgetMember {
 
 export class LsmEnvironment {
   readonly blockCache: BlockCache;
+  readonly tableCache: TableCache;
   readonly files: FileCache;
   readonly pool: WorkerPool;
   readonly metrics: LsmMetrics;
@@ -46,6 +53,7 @@ export class LsmEnvironment {
 
   constructor(options: LsmEnvironmentOptions = {}) {
     this.blockCache = new BlockCache(options.blockCacheBytes ?? 256 * 1024 * 1024);
+    this.tableCache = new TableCache(options.tableCacheBytes ?? 256 * 1024 * 1024);
     this.files = new FileCache(options.maxOpenFiles ?? 4096);
     this.pool = new WorkerPool(options.workers ?? Math.max(1, Math.min(2, cpus().length)));
     this.metrics = options.metrics ?? NO_METRICS;
