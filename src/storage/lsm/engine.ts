@@ -217,8 +217,9 @@ export class LsmEngine implements BudgetMember {
     return this.#lastSeq;
   }
 
+  /** Active memtable bytes as counted in the node's budget (none once failed or closed). */
   get activeMemtableBytes(): number {
-    return this.#mem.bytes;
+    return this.#reportedActiveBytes;
   }
 
   // --- writes ---
