@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { BlockCache } from "../../src/storage/lsm/caches.ts";
+import { BlockCache, TableCache, type TableMeta } from "../../src/storage/lsm/caches.ts";
 import { parseBlock, putEntry, ByteSink, type ParsedBlock } from "../../src/storage/lsm/format.ts";
 
 function block(n: number): ParsedBlock {
@@ -29,5 +29,31 @@ describe("block cache", () => {
     cache.set("big", block(1));
     assert.equal(cache.get("big"), undefined);
     assert.equal(cache.bytes, 0);
+  });
+});
+
+describe("table cache", () => {
+  const meta = (charge: number): TableMeta => ({
+    index: block(0),
+    filter: new Uint8Array(0),
+    charge,
+  });
+
+  it("stays within its byte budget and evicts the least recently used table", () => {
+    const cache = new TableCache(300);
+    cache.set("a", meta(100));
+    cache.set("b", meta(100));
+    cache.set("c", meta(100));
+    assert.notEqual(cache.get("a"), undefined); // used: now the most recent
+    cache.set("d", meta(100));
+    assert.equal(cache.peek("b"), undefined, "the least recently used table went first");
+    assert.notEqual(cache.peek("a"), undefined);
+    assert.equal(cache.count, 3);
+    assert.equal(cache.bytes, 300);
+    cache.delete("a");
+    assert.equal(cache.bytes, 200);
+    cache.set("huge", meta(1000));
+    assert.equal(cache.peek("huge"), undefined, "larger than the cache: not kept");
+    assert.equal(cache.loads, 5);
   });
 });

@@ -6,11 +6,14 @@
  * any two file operations of that thread.
  *
  * With CAIRN_CRASH_JOURNAL set, every thread also journals (synchronously, to that file) what it
- * writes, fsyncs, creates and renames, and the crashing thread first undoes what a power cut could
- * lose across all threads: file data written since the file's last fsync is truncated away; files
- * created and renames made since their directory's last fsync are undone. Unlinks are not undone
- * (a file that comes back is an orphan the engine removes on open). Test-only; never imported by
- * src/.
+ * writes, fsyncs, creates and renames. The crashing thread only kills: the other threads run on
+ * until the kill lands, and a rollback made from inside the process would miss what they finish
+ * meanwhile (an fsync completing after the journal was read was undone, yet acted upon). The
+ * parent test calls `powerCut(journal)` once the child has exited, when the journal is complete:
+ * it undoes what a power cut could lose across all threads — file data written since the file's
+ * last fsync is truncated away; files created and renames made since their directory's last
+ * fsync are undone. Unlinks are not undone (a file that comes back is an orphan the engine
+ * removes on open). Test-only; never imported by src/.
  */
 import fs from "node:fs";
 import fsp from "node:fs/promises";
@@ -58,16 +61,21 @@ function record(event: Event): void {
   orig.writeSync(journalFd, `${JSON.stringify(event)}\n`);
 }
 
-/** Undoes, across all threads, what the journal says a power cut could lose. */
-function rollback(): void {
-  if (journal === undefined || !orig.existsSync(journal)) return;
+/**
+ * Undoes what the journal of a dead child says a power cut could lose, across all its threads.
+ * Call only after the child has exited: then no thread can still add to the journal.
+ */
+export function powerCut(journalPath: string): void {
+  if (!orig.existsSync(journalPath)) return;
   const synced = new Map<string, number>();
   const dirty = new Set<string>();
   const newNames = new Set<string>();
   const renames: Array<{ from: string; to: string; previous: string | null }> = [];
-  const text = orig.readFileSync(journal, "utf8");
-  for (const line of text.split("\n")) {
-    if (line === "") continue;
+  const lines = orig.readFileSync(journalPath, "utf8").split("\n");
+  // The last piece is empty, or a record cut short by the kill: what it describes never happened
+  // (writes are journaled before they are made) or was never acted upon (fsyncs after).
+  lines.pop();
+  for (const line of lines) {
     const ev = JSON.parse(line) as Event;
     switch (ev.e) {
       case "create":
@@ -147,8 +155,8 @@ if (counting || journal !== undefined) {
     if (!counting || crashing || !inDir(p)) return;
     ops++;
     if (ops >= crashAt) {
-      crashing = true; // rollback's own file operations go through the patched functions
-      rollback();
+      crashing = true;
+      // Nothing else here: the parent rolls back once the whole process is dead (see above).
       process.kill(process.pid, "SIGKILL");
     }
   };

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
+import { powerCut } from "./crash-shim.ts";
 import { bytes, tempDir } from "./helpers.ts";
 import { modelSignature, walSignature } from "./wal-workload.ts";
 
@@ -426,6 +427,9 @@ async function runCrashChild(
   proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
   const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
   assert.equal(signal, "SIGKILL", "the child reached the crash point");
+  // Only now, with the child dead, is a power-cut journal complete (crash-shim.ts).
+  const journal = env["CAIRN_CRASH_JOURNAL"];
+  if (journal !== undefined) powerCut(journal);
   let acked = 0;
   for (const line of output.split("\n")) {
     if (line.startsWith("a ")) acked = Math.max(acked, Number(line.slice(2)));

@@ -123,9 +123,15 @@ export class LsmEngine implements BudgetMember {
   #failure: unknown = undefined;
   /** Resolved whenever background work finishes; waiters re-check their condition. */
   #idleWaiters: Array<() => void> = [];
+  /** Unlinks of obsolete tables in flight. */
+  readonly #deletions = new Set<Promise<void>>();
   #flushes = 0;
   #compactions = 0;
+  /** What this engine has reported to the environment's memtable budget (see #syncBudget). */
   #reportedActiveBytes = 0;
+  #reportedTotalBytes = 0;
+  /** The write at the head of the queue has waited out its throttling delay. */
+  #throttled = false;
 
   private constructor(
     dir: string,
@@ -174,7 +180,7 @@ export class LsmEngine implements BudgetMember {
         files.map((f) => {
           const path = tablePath(dir, f.number);
           try {
-            return Table.open(f.number, path, env.cacheId(), env.blockCache, env.files);
+            return Table.open(f.number, path, env.cacheId(), env);
           } catch (err) {
             if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
             throw new CorruptionError(path, 0, "table named by the manifest is missing", {
@@ -211,17 +217,26 @@ export class LsmEngine implements BudgetMember {
     return this.#lastSeq;
   }
 
+  /** Active memtable bytes as counted in the node's budget (none once failed or closed). */
   get activeMemtableBytes(): number {
-    return this.#mem.bytes;
+    return this.#reportedActiveBytes;
   }
 
   // --- writes ---
 
   /**
-   * Applies a batch at sequence `seq` (the Raft index; strictly increasing). Resolves when it is
-   * applied: at once normally, after a 1 ms delay while L0 holds more than l0SlowdownTrigger
-   * files, and only once flushes/compactions catch up while writes are stalled. Batches apply in
-   * call order; none is ever dropped.
+   * Applies a batch at sequence `seq` (the Raft index; strictly increasing, gaps allowed). Resolves
+   * when it is applied: at once normally, after a 1 ms delay while L0 holds more than
+   * l0SlowdownTrigger files, and only once flushes/compactions catch up while writes are stalled.
+   * Batches apply in call order; none is ever dropped.
+   *
+   * An empty batch (`write(seq, [])`) records `seq` as applied although no key changed (a leader
+   * no-op, a failed compare-and-set, a delete of a missing key): `lastSeq` becomes `seq` at once
+   * and the next flush (`flush()`, or the automatic one when the memtable fills) makes
+   * `flushedSeq ≥ seq`, so the driver's WAL compaction is not pinned at the last entry that
+   * wrote something. It costs no I/O by itself; when only empty batches arrived since the last
+   * flush, `flush()` appends one manifest edit and builds no table. Calling it once with the
+   * highest such index is enough: entries in between need no call.
    */
   write(seq: number, ops: readonly WriteOp[]): Promise<void> {
     if (this.#failure !== undefined) return Promise.reject(this.#failedError());
@@ -250,6 +265,8 @@ export class LsmEngine implements BudgetMember {
   backpressure(): Backpressure {
     const l0 = (this.#levels[0] as Table[]).length;
     if (l0 >= this.#l0Stop || this.#immutables.length >= this.#maxImmutables) return "stall";
+    // The node's memtables (all engines, flushing ones included) are at the shared budget.
+    if (this.#env.overBudget) return "stall";
     if (l0 > this.#l0Slowdown) return "throttle";
     return "none";
   }
@@ -257,20 +274,44 @@ export class LsmEngine implements BudgetMember {
   #apply(seq: number, ops: readonly WriteOp[]): void {
     const mem = this.#mem;
     const before = mem.bytes;
+    mem.advance(seq);
     for (const op of ops) {
       const key = keyFromBytes(op.key);
       if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value);
       else mem.put(key, seq, KIND_DELETE, EMPTY);
     }
-    mem.noteSeq(seq);
     this.#lastSeq = seq;
     this.#noteActive(mem.bytes - before);
     if (mem.bytes >= this.#memtableBytes) this.#rotate();
   }
 
+  /** A write grew the active memtable by `delta` bytes. */
   #noteActive(delta: number): void {
+    if (delta === 0) return;
     this.#reportedActiveBytes += delta;
-    this.#env.noteActiveBytes(delta);
+    this.#reportedTotalBytes += delta;
+    this.#env.noteBytes(delta, delta);
+  }
+
+  /**
+   * Reports the memtables' sizes to the shared budget after a rotation, an installed flush, an
+   * import, a failure or close. Immutable memtables count until their flush is installed: they
+   * hold the memory until then. A failed or closed engine counts nothing: its memtables will never
+   * flush, and counting them would stall every other engine's writes for good.
+   */
+  #syncBudget(): void {
+    let active = 0;
+    let total = 0;
+    if (!this.#closed && this.#failure === undefined) {
+      active = this.#mem.bytes;
+      total = active;
+      for (const m of this.#immutables) total += m.bytes;
+    }
+    const dActive = active - this.#reportedActiveBytes;
+    const dTotal = total - this.#reportedTotalBytes;
+    this.#reportedActiveBytes = active;
+    this.#reportedTotalBytes = total;
+    if (dActive !== 0 || dTotal !== 0) this.#env.noteBytes(dActive, dTotal);
   }
 
   #drainWrites(): void {
@@ -285,19 +326,22 @@ export class LsmEngine implements BudgetMember {
         }
         const pressure = this.backpressure();
         if (pressure === "stall") {
-          // Woken by #wake() when a flush or compaction completes.
+          // Woken by #wake() when a flush or compaction of this engine completes, or when the
+          // node's memtables are back under the budget.
           this.#idleWaiters.push(step);
+          if (this.#env.overBudget) this.#env.waitForBudget(() => this.#wake());
           return;
         }
-        const w = this.#writeQueue.shift() as QueuedWrite;
-        if (pressure === "throttle") {
+        if (pressure === "throttle" && !this.#throttled) {
+          // After the delay the pressure is checked again: it may have become a stall meanwhile.
           setTimeout(() => {
-            this.#apply(w.seq, w.ops);
-            w.resolve();
+            this.#throttled = true;
             step();
           }, 1);
           return;
         }
+        this.#throttled = false;
+        const w = this.#writeQueue.shift() as QueuedWrite;
         this.#apply(w.seq, w.ops);
         w.resolve();
       }
@@ -416,7 +460,7 @@ export class LsmEngine implements BudgetMember {
     } finally {
       for (const t of pinned) {
         t.pins--;
-        if (t.pins === 0 && t.obsolete) void this.#deleteTable(t);
+        if (t.pins === 0 && t.obsolete) this.#deleteTable(t);
       }
     }
   }
@@ -439,12 +483,11 @@ export class LsmEngine implements BudgetMember {
   }
 
   #rotate(): void {
-    // A memtable with no entries still carries the sequences of empty batches: flushing it
-    // records them as durable (a manifest edit, no table).
-    if (this.#mem.isEmpty && this.#mem.maxSeq <= this.#state.flushedSeq) return;
+    // A memtable that only saw empty batches still rotates: its flush advances flushedSeq.
+    if (this.#mem.isBlank) return;
     this.#immutables.push(this.#mem);
     this.#mem = new Memtable();
-    this.#noteActive(-this.#reportedActiveBytes);
+    this.#syncBudget();
     this.#reportMemtable();
     this.#maybeFlush();
   }
@@ -466,24 +509,33 @@ export class LsmEngine implements BudgetMember {
     const mem = this.#immutables[0];
     if (mem === undefined) return;
     this.#flushing = true;
-    if (mem.isEmpty) {
-      // Only empty batches: no table to build, only their sequence to make durable.
-      const edit: VersionEdit = { add: [], flushedSeq: mem.maxSeq };
-      this.#manifest
-        .append(edit)
-        .then(() => {
-          this.#install(edit, []);
-          this.#immutables.shift();
-          this.#reportMemtable();
-        })
-        .catch((err: unknown) => this.#fail(err))
-        .finally(() => {
-          this.#flushing = false;
-          this.#maybeFlush();
-          this.#wake();
-        });
-      return;
-    }
+    this.#buildFlush(mem)
+      .then(async (tables) => {
+        const edit: VersionEdit = {
+          add: tables.map((t) => fileMeta(0, t)),
+          flushedSeq: mem.maxSeq,
+          nextFileNumber: this.#state.nextFileNumber,
+        };
+        await this.#appendEdit(edit);
+        this.#install(edit, []);
+        this.#immutables.shift();
+        this.#flushes++;
+        this.#syncBudget();
+        this.#reportMemtable();
+      })
+      .catch((err: unknown) => this.#fail(err))
+      .finally(() => {
+        this.#flushing = false;
+        this.#maybeFlush();
+        this.#maybeCompact();
+        this.#wake();
+      });
+  }
+
+  /** Builds the SSTable of an immutable memtable in a worker (none when it holds no version). */
+  #buildFlush(mem: Memtable): Promise<BuiltTable[]> {
+    // Only empty batches: the flush is a manifest edit advancing flushedSeq, no table.
+    if (mem.isEmpty) return Promise.resolve([]);
     // Encoding the sorted versions is a copy; building blocks, filters, checksums and the fsync
     // happen in the worker.
     const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
@@ -497,29 +549,10 @@ export class LsmEngine implements BudgetMember {
     }
     const data = sink.view();
     const numbers = this.#allocate(1);
-    this.#env.pool
-      .run({ type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity }, [
-        data.buffer as ArrayBuffer,
-      ])
-      .then(async (tables) => {
-        const edit: VersionEdit = {
-          add: tables.map((t) => fileMeta(0, t)),
-          flushedSeq: mem.maxSeq,
-          nextFileNumber: this.#state.nextFileNumber,
-        };
-        await this.#manifest.append(edit);
-        this.#install(edit, []);
-        this.#immutables.shift();
-        this.#flushes++;
-        this.#reportMemtable();
-      })
-      .catch((err: unknown) => this.#fail(err))
-      .finally(() => {
-        this.#flushing = false;
-        this.#maybeFlush();
-        this.#maybeCompact();
-        this.#wake();
-      });
+    return this.#env.pool.run(
+      { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
+      [data.buffer as ArrayBuffer],
+    );
   }
 
   // --- compaction ---
@@ -586,7 +619,7 @@ export class LsmEngine implements BudgetMember {
     }
     work
       .then(async (edit) => {
-        await this.#manifest.append(edit);
+        await this.#appendEdit(edit);
         const moved = new Set((edit.add ?? []).map((f) => f.number));
         this.#install(
           edit,
@@ -606,6 +639,17 @@ export class LsmEngine implements BudgetMember {
       });
   }
 
+  /**
+   * Makes an edit durable, unless the engine has failed: a flush or compaction that finishes after
+   * a failure must not install its result nor delete its inputs (the failed edit may or may not
+   * be on disk, so the in-memory version no longer describes it). Throws then.
+   */
+  async #appendEdit(edit: VersionEdit): Promise<void> {
+    if (this.#failure !== undefined) throw this.#failedError();
+    await this.#manifest.append(edit);
+    if (this.#failure !== undefined) throw this.#failedError();
+  }
+
   /** Applies a durable edit to the in-memory version; `obsolete` tables are deleted when unpinned. */
   #install(edit: VersionEdit, obsolete: Table[]): void {
     const byNumber = new Map<number, Table>();
@@ -615,13 +659,7 @@ export class LsmEngine implements BudgetMember {
       if (!byNumber.has(f.number)) {
         byNumber.set(
           f.number,
-          Table.open(
-            f.number,
-            tablePath(this.dir, f.number),
-            this.#env.cacheId(),
-            this.#env.blockCache,
-            this.#env.files,
-          ),
+          Table.open(f.number, tablePath(this.dir, f.number), this.#env.cacheId(), this.#env),
         );
       }
     }
@@ -630,18 +668,20 @@ export class LsmEngine implements BudgetMember {
     );
     for (const t of obsolete) {
       t.obsolete = true;
-      if (t.pins === 0) void this.#deleteTable(t);
+      if (t.pins === 0) this.#deleteTable(t);
     }
     this.#reportLevels();
   }
 
-  async #deleteTable(t: Table): Promise<void> {
+  #deleteTable(t: Table): void {
     t.evictFromCaches();
-    try {
-      await unlink(t.path);
-    } catch {
-      // Already gone, or removable as an orphan on the next open: the manifest no longer names it.
-    }
+    const done = unlink(t.path)
+      .catch(() => {
+        // Already gone, or removable as an orphan on the next open: the manifest no longer names it.
+      })
+      .finally(() => this.#deletions.delete(done));
+    // close() waits for these: a caller may reuse the directory as soon as it returns.
+    this.#deletions.add(done);
   }
 
   // --- snapshots of the whole engine (for Raft snapshots) ---
@@ -704,11 +744,11 @@ export class LsmEngine implements BudgetMember {
         flushedSeq: seq,
         nextFileNumber: this.#state.nextFileNumber,
       };
-      await this.#manifest.append(edit);
+      await this.#appendEdit(edit);
       const old = this.#levels.flat();
-      this.#noteActive(-this.#reportedActiveBytes);
       this.#mem = new Memtable();
       this.#immutables = [];
+      this.#syncBudget();
       this.#install(edit, old);
       this.#lastSeq = seq;
       this.#acceptedSeq = seq;
@@ -757,10 +797,11 @@ export class LsmEngine implements BudgetMember {
     const err = closedError();
     for (const w of this.#writeQueue.splice(0)) w.reject(err);
     this.#wake();
-    this.#noteActive(-this.#reportedActiveBytes);
+    this.#syncBudget();
     this.#env.leave(this);
     for (const t of this.#levels.flat()) t.evictFromCaches();
     await this.#manifest.close();
+    await Promise.all(this.#deletions);
   }
 
   /** The error that stopped background work, if any; the engine refuses writes after it. */
@@ -770,6 +811,7 @@ export class LsmEngine implements BudgetMember {
 
   #fail(err: unknown): void {
     this.#failure ??= err;
+    this.#syncBudget();
     this.#wake();
   }
 

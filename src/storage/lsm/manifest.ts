@@ -7,8 +7,9 @@
  * `CURRENT.tmp`, fsyncing it, renaming it over `CURRENT` and fsyncing the directory.
  */
 import { constants } from "node:fs";
-import { open, readFile, rename, writeFile, type FileHandle } from "node:fs/promises";
+import { open, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { CairnError } from "../../common/index.ts";
 import { crc32c, CorruptionError, fsyncDir } from "../common/index.ts";
 
 export interface FileMeta {
@@ -103,20 +104,55 @@ function decodeEdit(json: string): VersionEdit {
   };
 }
 
-/** Parses a manifest file; a damaged record is tolerated only as the file's torn tail. */
-function replay(path: string, buf: Buffer): ManifestState {
+/**
+ * Checksummed bytes the search for a valid record after a damaged one may spend. A torn write
+ * leaves at most the one edit that was in flight, whose JSON text reads as lengths of 512 MiB or
+ * more at almost every offset: it costs next to nothing. Only crafted or pathological garbage
+ * reaches the cap, and it is reported as corruption rather than stalling the open.
+ */
+const TAIL_SCAN_BUDGET_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Parses a manifest file; a damaged record is tolerated only as the file's torn tail.
+ * `scannedBytes` counts the bytes checksummed while looking for a valid record after damage.
+ */
+export function replayManifest(
+  path: string,
+  buf: Buffer,
+): { state: ManifestState; scannedBytes: number } {
   const state = emptyState();
   let at = 0;
-  const validAt = (p: number): boolean => {
+  let scannedBytes = 0;
+  /**
+   * Whether a record could start at `p`: its length fits the file and its body looks like the
+   * JSON object every edit is ("{" first, "}" last). Cheap; only then is the checksum computed.
+   */
+  const plausibleAt = (p: number): boolean => {
     if (p + 8 > buf.length) return false;
     const len = buf.readUInt32LE(p);
-    if (p + 8 + len > buf.length || len === 0) return false;
+    return (
+      len >= 2 && p + 8 + len <= buf.length && buf[p + 8] === 0x7b && buf[p + 7 + len] === 0x7d
+    );
+  };
+  const checksumOk = (p: number): boolean => {
+    const len = buf.readUInt32LE(p);
     return crc32c(buf, 0, p + 8, p + 8 + len) === buf.readUInt32LE(p + 4);
   };
   while (at < buf.length) {
-    if (!validAt(at)) {
+    if (!plausibleAt(at) || !checksumOk(at)) {
       for (let p = at + 1; p + 8 <= buf.length; p++) {
-        if (validAt(p)) throw new CorruptionError(path, at, "manifest record checksum mismatch");
+        if (!plausibleAt(p)) continue;
+        scannedBytes += buf.readUInt32LE(p);
+        if (scannedBytes > TAIL_SCAN_BUDGET_BYTES) {
+          throw new CorruptionError(
+            path,
+            at,
+            "manifest record damaged, and the rest of the file too damaged to tell a torn tail",
+          );
+        }
+        if (checksumOk(p)) {
+          throw new CorruptionError(path, at, "manifest record checksum mismatch");
+        }
       }
       break; // torn tail: the edit was never acknowledged
     }
@@ -131,21 +167,26 @@ function replay(path: string, buf: Buffer): ManifestState {
     at += 8 + len;
   }
   if (at === 0) throw new CorruptionError(path, 0, "manifest holds no valid record");
-  return state;
+  return { state, scannedBytes };
 }
 
+/**
+ * The live manifest of an engine. Its file is open only while an edit is appended: 1024 engines
+ * would otherwise hold 1024 descriptors outside the node's file cache, for files written a few
+ * times a minute at most (the open is cheap next to the fdatasync that follows).
+ */
 export class Manifest {
   readonly dir: string;
-  readonly #handle: FileHandle;
   #size: number;
   /** Serializes appends: edits reach the file in the order they were made. */
   #tail: Promise<void> = Promise.resolve();
+  /** The first append error; every later append is refused (see append). */
+  #failure: unknown = undefined;
   readonly fileName: string;
 
-  private constructor(dir: string, fileName: string, handle: FileHandle, size: number) {
+  private constructor(dir: string, fileName: string, size: number) {
     this.dir = dir;
     this.fileName = fileName;
-    this.#handle = handle;
     this.#size = size;
   }
 
@@ -170,7 +211,7 @@ export class Manifest {
     } catch (cause) {
       throw new CorruptionError(path, 0, "manifest named by CURRENT is missing", { cause });
     }
-    return { state: replay(path, buf), current };
+    return { state: replayManifest(path, buf).state, current };
   }
 
   /** Writes a new manifest holding `state` and makes it live (CURRENT switched atomically). */
@@ -185,21 +226,43 @@ export class Manifest {
       flushedSeq: state.flushedSeq,
       nextFileNumber: state.nextFileNumber,
     });
-    await handle.write(frame, 0, frame.length, 0);
-    await handle.sync();
+    try {
+      await handle.write(frame, 0, frame.length, 0);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
     const tmp = join(dir, "CURRENT.tmp");
     await writeFile(tmp, `${fileName}\n`, { flush: true });
     await rename(tmp, join(dir, "CURRENT"));
     await fsyncDir(dir);
-    return new Manifest(dir, fileName, handle, frame.length);
+    return new Manifest(dir, fileName, frame.length);
   }
 
-  /** Appends an edit and makes it durable; edits apply in call order. */
+  /**
+   * Appends an edit and makes it durable; edits apply in call order. After a failed write or
+   * fdatasync the manifest fails for good: whether the failed bytes reached the disk is unknown,
+   * so a later edit could neither be placed after them nor over them, and one installed on top of
+   * an edit the caller has given up on could delete tables still needed. Every later append
+   * (queued or new) rejects; only a reopen, which replays what is on disk, goes on.
+   */
   append(edit: VersionEdit): Promise<void> {
+    if (this.#failure !== undefined) return Promise.reject(this.#failedError());
     const frame = encodeEdit(edit);
     const run = async (): Promise<void> => {
-      await this.#handle.write(frame, 0, frame.length, this.#size);
-      await this.#handle.datasync();
+      if (this.#failure !== undefined) throw this.#failedError();
+      try {
+        const handle = await open(join(this.dir, this.fileName), constants.O_WRONLY);
+        try {
+          await handle.write(frame, 0, frame.length, this.#size);
+          await handle.datasync();
+        } finally {
+          await handle.close();
+        }
+      } catch (err) {
+        this.#failure = err;
+        throw err;
+      }
       this.#size += frame.length;
     };
     const next = this.#tail.then(run);
@@ -207,12 +270,20 @@ export class Manifest {
     return next;
   }
 
+  #failedError(): CairnError {
+    return new CairnError(
+      "CAIRN_ERR_LSM_FAILED",
+      `manifest ${join(this.dir, this.fileName)} failed earlier; reopen the engine`,
+      { cause: this.#failure },
+    );
+  }
+
   get size(): number {
     return this.#size;
   }
 
+  /** Waits for the appends in flight (the file is not held open between them). */
   async close(): Promise<void> {
     await this.#tail;
-    await this.#handle.close();
   }
 }

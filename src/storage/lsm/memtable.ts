@@ -65,12 +65,16 @@ export class Memtable {
   }
 
   /**
-   * Records that the batch at `seq` was applied, even if it wrote nothing: flushing this memtable
-   * makes `seq` durable (the engine's flushedSeq), so the caller's log can be dropped up to it.
+   * Records `seq` as applied without a version (a batch that wrote nothing): a flush of this
+   * memtable then makes it durable as part of `flushedSeq`.
    */
-  noteSeq(seq: number): void {
-    if (seq < this.minSeq) this.minSeq = seq;
+  advance(seq: number): void {
     if (seq > this.maxSeq) this.maxSeq = seq;
+  }
+
+  /** True when flushing this memtable would change nothing: no version, no applied sequence. */
+  get isBlank(): boolean {
+    return this.versions === 0 && this.maxSeq === 0;
   }
 
   get keyCount(): number {
