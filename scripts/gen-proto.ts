@@ -11,7 +11,12 @@ import { join, relative } from "node:path";
 
 const root = join(import.meta.dirname, "..");
 const out = join(root, "src", "api", "generated");
-const protos = ["cairn/v1/kv.proto", "cairn/v1/meta.proto", "cairn/v1/admin.proto"];
+const protos = [
+  "cairn/v1/kv.proto",
+  "cairn/v1/meta.proto",
+  "cairn/v1/admin.proto",
+  "cairn/v1/raft.proto",
+];
 
 function generate(dir: string): void {
   rmSync(dir, { recursive: true, force: true });

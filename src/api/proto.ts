@@ -8,9 +8,12 @@ import { loadSync, type Options, type PackageDefinition } from "@grpc/proto-load
 import type { ProtoGrpcType as AdminProto } from "./generated/admin.ts";
 import type { ProtoGrpcType as KvProto } from "./generated/kv.ts";
 import type { ProtoGrpcType as MetaProto } from "./generated/meta.ts";
+import type { ProtoGrpcType as RaftProto } from "./generated/raft.ts";
 
 export const PROTO_DIR = join(import.meta.dirname, "..", "..", "proto");
 export const PROTO_FILES = ["cairn/v1/kv.proto", "cairn/v1/meta.proto", "cairn/v1/admin.proto"];
+/** The peer service between nodes, kept apart from the client-facing services above. */
+export const RAFT_PROTO_FILE = "cairn/v1/raft.proto";
 
 export const LOADER_OPTIONS: Options = {
   keepCase: true,
@@ -26,4 +29,16 @@ export type CairnProto = KvProto & MetaProto & AdminProto;
 export function loadCairnProto(): { definition: PackageDefinition; proto: CairnProto } {
   const definition = loadSync(PROTO_FILES, LOADER_OPTIONS);
   return { definition, proto: loadPackageDefinition(definition) as unknown as CairnProto };
+}
+
+export type { RaftProto };
+
+let raftProto: RaftProto | undefined;
+
+/** cairn.v1.Raft, loaded once per process (every transport and service shares it). */
+export function loadRaftProto(): RaftProto {
+  raftProto ??= loadPackageDefinition(
+    loadSync([RAFT_PROTO_FILE], LOADER_OPTIONS),
+  ) as unknown as RaftProto;
+  return raftProto;
 }

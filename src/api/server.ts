@@ -8,7 +8,7 @@ import { HealthImplementation } from "grpc-health-check";
 import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
-import type { MultiRaft } from "../replication/index.ts";
+import type { MultiRaft, RaftService } from "../replication/index.ts";
 import { adminService } from "./admin-service.ts";
 import { kvService } from "./kv-service.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
@@ -24,6 +24,11 @@ export interface RpcServerOptions {
   readonly logger: Logger;
   readonly limits: Limits;
   readonly maxMessageBytes: number;
+  /**
+   * The peer service (cairn.v1.Raft, createRaftService), served beside the others when given.
+   * Its frames are bounded by `maxMessageBytes` too, a snapshot included (one frame for now).
+   */
+  readonly raft?: RaftService;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -49,6 +54,9 @@ export class RpcServer {
     this.#meta = metaService(options.views);
     this.#server.addService(v1.Meta.service, this.#meta.implementation);
     this.#server.addService(v1.Admin.service, adminService(options.store, options.logger));
+    if (options.raft !== undefined) {
+      this.#server.addService(options.raft.definition, options.raft.implementation);
+    }
     this.#health = new HealthImplementation(
       Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),
     );
@@ -89,6 +97,7 @@ export class RpcServer {
   async close(deadlineMs: number): Promise<void> {
     for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "NOT_SERVING");
     this.#meta.endAll();
+    this.#options.raft?.endAll();
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.#server.forceShutdown();

@@ -17,4 +17,15 @@ export {
   type SnapshotResult,
 } from "./multi-raft.ts";
 export { ProposalLostError } from "./shard.ts";
+export {
+  createRaftService,
+  GrpcTransport,
+  type GrpcTransportOptions,
+  type PeerLogger,
+  type PeerStats,
+  RAFT_SERVER_OPTIONS,
+  type RaftService,
+  type RaftServiceOptions,
+} from "./grpc-transport.ts";
+export { CodecError } from "./codec.ts";
 export type { ApplyOutcome, StoredItem } from "./state-machine.ts";

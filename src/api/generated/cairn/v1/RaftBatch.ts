@@ -1,0 +1,11 @@
+// Original file: proto/cairn/v1/raft.proto
+
+import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__Output as _cairn_v1_ShardRaftMessage__Output } from '../../cairn/v1/ShardRaftMessage.ts';
+
+export interface RaftBatch {
+  'messages'?: (_cairn_v1_ShardRaftMessage)[];
+}
+
+export interface RaftBatch__Output {
+  'messages': (_cairn_v1_ShardRaftMessage__Output)[];
+}

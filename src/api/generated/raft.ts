@@ -1,0 +1,37 @@
+import type * as grpc from '@grpc/grpc-js';
+import type { EnumTypeDefinition, MessageTypeDefinition } from '@grpc/proto-loader';
+
+import type { RaftClient as _cairn_v1_RaftClient, RaftDefinition as _cairn_v1_RaftDefinition } from './cairn/v1/Raft.ts';
+import type { RaftBatch as _cairn_v1_RaftBatch, RaftBatch__Output as _cairn_v1_RaftBatch__Output } from './cairn/v1/RaftBatch.ts';
+import type { RaftEntry as _cairn_v1_RaftEntry, RaftEntry__Output as _cairn_v1_RaftEntry__Output } from './cairn/v1/RaftEntry.ts';
+import type { RaftFrame as _cairn_v1_RaftFrame, RaftFrame__Output as _cairn_v1_RaftFrame__Output } from './cairn/v1/RaftFrame.ts';
+import type { RaftHandshake as _cairn_v1_RaftHandshake, RaftHandshake__Output as _cairn_v1_RaftHandshake__Output } from './cairn/v1/RaftHandshake.ts';
+import type { RaftMessage as _cairn_v1_RaftMessage, RaftMessage__Output as _cairn_v1_RaftMessage__Output } from './cairn/v1/RaftMessage.ts';
+import type { RaftSnapshot as _cairn_v1_RaftSnapshot, RaftSnapshot__Output as _cairn_v1_RaftSnapshot__Output } from './cairn/v1/RaftSnapshot.ts';
+import type { RaftSnapshotMeta as _cairn_v1_RaftSnapshotMeta, RaftSnapshotMeta__Output as _cairn_v1_RaftSnapshotMeta__Output } from './cairn/v1/RaftSnapshotMeta.ts';
+import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as _cairn_v1_RaftStreamAck__Output } from './cairn/v1/RaftStreamAck.ts';
+import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__Output as _cairn_v1_ShardRaftMessage__Output } from './cairn/v1/ShardRaftMessage.ts';
+
+type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
+  new(...args: ConstructorParameters<Constructor>): Subtype;
+};
+
+export interface ProtoGrpcType {
+  cairn: {
+    v1: {
+      Raft: SubtypeConstructor<typeof grpc.Client, _cairn_v1_RaftClient> & { service: _cairn_v1_RaftDefinition }
+      RaftBatch: MessageTypeDefinition<_cairn_v1_RaftBatch, _cairn_v1_RaftBatch__Output>
+      RaftEntry: MessageTypeDefinition<_cairn_v1_RaftEntry, _cairn_v1_RaftEntry__Output>
+      RaftEntryType: EnumTypeDefinition
+      RaftFrame: MessageTypeDefinition<_cairn_v1_RaftFrame, _cairn_v1_RaftFrame__Output>
+      RaftHandshake: MessageTypeDefinition<_cairn_v1_RaftHandshake, _cairn_v1_RaftHandshake__Output>
+      RaftMessage: MessageTypeDefinition<_cairn_v1_RaftMessage, _cairn_v1_RaftMessage__Output>
+      RaftMessageType: EnumTypeDefinition
+      RaftSnapshot: MessageTypeDefinition<_cairn_v1_RaftSnapshot, _cairn_v1_RaftSnapshot__Output>
+      RaftSnapshotMeta: MessageTypeDefinition<_cairn_v1_RaftSnapshotMeta, _cairn_v1_RaftSnapshotMeta__Output>
+      RaftStreamAck: MessageTypeDefinition<_cairn_v1_RaftStreamAck, _cairn_v1_RaftStreamAck__Output>
+      ShardRaftMessage: MessageTypeDefinition<_cairn_v1_ShardRaftMessage, _cairn_v1_ShardRaftMessage__Output>
+    }
+  }
+}
+

@@ -1,0 +1,539 @@
+/**
+ * The peer transport over gRPC (cairn.v1.Raft, proto/cairn/v1/raft.proto): MultiRaft instances
+ * on different nodes exchange Raft messages through it.
+ *
+ * One long-lived client stream per node pair and direction. It opens lazily, on the first
+ * send() to a peer, with a handshake {cluster id, from, to}; the receiver answers with response
+ * headers when it accepts, or ends the call with FAILED_PRECONDITION. Each later frame carries
+ * one round's messages for that peer (every shard's), in the driver's order.
+ *
+ * Delivery is best effort, as Raft wants it: send() never blocks or throws. A frame is dropped,
+ * never queued without bound, when
+ *   - the stream to the peer is down (it failed, and the backoff has not expired yet),
+ *   - the peer's address is unknown,
+ *   - or the bytes in flight to the peer (written, not yet handed to the socket) exceed the
+ *     per-peer budget (one frame is always admitted when nothing is in flight).
+ * Each such drop, and each stream failure, is reported through `onUnreachable` (deferred, never
+ * from inside send()), so that the leader stops pipelining to that peer and probes it instead.
+ * A failed stream is reopened by the first send() after an exponential backoff with jitter
+ * (capped at `maxBackoffMs`); the gRPC channel's own reconnect backoff is capped the same way.
+ *
+ * Caveats: a snapshot travels whole in one frame, so the receiving server must accept messages
+ * as large as the largest snapshot (`RAFT_SERVER_OPTIONS`); frames above `maxFrameBytes` are
+ * dropped and logged. No TLS yet (insecure channels; mTLS later, design.md §5.1).
+ */
+import {
+  Client,
+  type ClientWritableStream,
+  credentials,
+  Metadata,
+  type ServerReadableStream,
+  type sendUnaryData,
+  type ServiceDefinition,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
+import { loadRaftProto } from "../api/proto.ts";
+import type { RaftFrame, RaftFrame__Output } from "../api/generated/cairn/v1/RaftFrame.ts";
+import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
+import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
+import type { NodeId } from "../raft/index.ts";
+import { nodeId as toNodeId } from "../raft/index.ts";
+import { decodeBatch, encodeBatch } from "./codec.ts";
+import type { RaftTransport, ShardMessage } from "./multi-raft.ts";
+
+type LogFields = Readonly<Record<string, unknown>>;
+
+/** What the transport logs through; the node's `Logger` (src/ops) fits. */
+export interface PeerLogger {
+  debug(message: string, fields?: LogFields): void;
+  info(message: string, fields?: LogFields): void;
+  warn(message: string, fields?: LogFields): void;
+  error(message: string, fields?: LogFields): void;
+}
+
+const silent: PeerLogger = {
+  debug: () => undefined,
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+};
+
+/** Options the receiving gRPC server needs: a frame may carry a whole snapshot. */
+export const RAFT_SERVER_OPTIONS = {
+  "grpc.max_receive_message_length": 256 * 1024 * 1024,
+} as const;
+
+export interface GrpcTransportOptions {
+  readonly clusterId: string;
+  /** This node: the sender of every stream it opens. */
+  readonly nodeId: string;
+  /** A peer's RPC address ("host:port"), or null when not known (frames to it are dropped). */
+  readonly peers: (nodeId: string) => string | null;
+  readonly logger?: PeerLogger;
+  /**
+   * A frame to `to` was dropped because the stream is down, the address unknown or the budget
+   * full, or its stream failed with frames in flight. Called later, never from inside send();
+   * several reports of one peer may be merged. The driver should hand it to the peer's groups
+   * (RawNode.reportUnreachable) at its next round.
+   */
+  readonly onUnreachable?: (to: NodeId) => void;
+  /** Bytes written to a peer's stream and not yet handed to its socket. Default 16 MiB. */
+  readonly maxInFlightBytesPerPeer?: number;
+  /** Larger frames are dropped (the receiver would refuse them). Default 256 MiB. */
+  readonly maxFrameBytes?: number;
+  /** First delay before reopening a failed stream. Default 50 ms. */
+  readonly initialBackoffMs?: number;
+  /** The delay doubles per failure up to this. Default 1000 ms. */
+  readonly maxBackoffMs?: number;
+  /** In [0, 1): the jitter's randomness. Default Math.random. */
+  readonly random?: () => number;
+  /** Milliseconds, for the backoff. Default performance.now. */
+  readonly now?: () => number;
+}
+
+export interface PeerStats {
+  /** "idle": never opened or closed cleanly; "connecting": handshake not answered yet. */
+  readonly state: "idle" | "connecting" | "connected" | "backoff";
+  readonly address: string | null;
+  readonly framesSent: number;
+  readonly bytesSent: number;
+  readonly framesDropped: number;
+  /** Of the dropped frames that were encoded (over the size limit or the budget); frames dropped
+   * because the stream was down are not encoded, and count in framesDropped only. */
+  readonly bytesDropped: number;
+  readonly inFlightBytes: number;
+  /** Streams opened (the first one included). */
+  readonly streamsOpened: number;
+  readonly streamFailures: number;
+}
+
+interface Stream {
+  readonly call: ClientWritableStream<Buffer>;
+  inFlightBytes: number;
+  accepted: boolean;
+  /** Resolves once the call has ended, however. */
+  readonly ended: Promise<void>;
+}
+
+interface Peer {
+  readonly id: NodeId;
+  address: string | null;
+  client: Client | null;
+  stream: Stream | null;
+  /** No stream is opened before this time (now()). */
+  retryAt: number;
+  /** The next backoff before jitter. */
+  backoffMs: number;
+  /** Whether the last stream was accepted: failures are logged at warn on the transition. */
+  wasConnected: boolean;
+  framesSent: number;
+  bytesSent: number;
+  framesDropped: number;
+  bytesDropped: number;
+  streamsOpened: number;
+  streamFailures: number;
+}
+
+const CLOSE_DEADLINE_MS = 1000;
+
+export class GrpcTransport implements RaftTransport {
+  readonly nodeId: NodeId;
+  readonly #clusterId: string;
+  readonly #resolve: (nodeId: string) => string | null;
+  readonly #log: PeerLogger;
+  readonly #onUnreachable: ((to: NodeId) => void) | undefined;
+  readonly #maxInFlight: number;
+  readonly #maxFrame: number;
+  readonly #initialBackoff: number;
+  readonly #maxBackoff: number;
+  readonly #random: () => number;
+  readonly #now: () => number;
+  readonly #serialize: (frame: RaftFrame) => Buffer;
+  readonly #path: string;
+  readonly #peers = new Map<NodeId, Peer>();
+  readonly #unreachable = new Set<NodeId>();
+  #closed = false;
+
+  constructor(options: GrpcTransportOptions) {
+    this.nodeId = toNodeId(options.nodeId);
+    this.#clusterId = options.clusterId;
+    this.#resolve = options.peers;
+    this.#log = options.logger ?? silent;
+    this.#onUnreachable = options.onUnreachable;
+    this.#maxInFlight = options.maxInFlightBytesPerPeer ?? 16 * 1024 * 1024;
+    this.#maxFrame =
+      options.maxFrameBytes ?? RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"];
+    this.#initialBackoff = options.initialBackoffMs ?? 50;
+    this.#maxBackoff = Math.max(this.#initialBackoff, options.maxBackoffMs ?? 1000);
+    this.#random = options.random ?? Math.random;
+    this.#now = options.now ?? (() => performance.now());
+    const method = loadRaftProto().cairn.v1.Raft.service.Stream;
+    this.#serialize = method.requestSerialize;
+    this.#path = method.path;
+  }
+
+  /** Writes one frame with `messages` on the stream to `to`; drops it when that cannot be done. */
+  send(to: NodeId, messages: readonly ShardMessage[]): void {
+    try {
+      this.#send(to, messages);
+    } catch (err) {
+      // Nothing above should throw; if it does, the frame is lost like any other.
+      this.#log.error("raft frame not sent", { peer: to, error: String(err) });
+    }
+  }
+
+  #send(to: NodeId, messages: readonly ShardMessage[]): void {
+    if (this.#closed || messages.length === 0) return;
+    const stray = messages.find((m) => m.message.from !== this.nodeId || m.message.to !== to);
+    if (stray !== undefined) {
+      // The receiver takes every message's ends from the stream: a stray one would change them.
+      this.#log.error("raft message with the wrong ends not sent", {
+        peer: to,
+        shard_id: stray.shard,
+        from: stray.message.from,
+        to: stray.message.to,
+      });
+      messages = messages.filter((m) => m.message.from === this.nodeId && m.message.to === to);
+      if (messages.length === 0) return;
+    }
+    const peer = this.#peer(to);
+    const stream = this.#stream(peer);
+    if (stream === null) {
+      this.#drop(peer, 0);
+      return;
+    }
+    const frame = this.#serialize({ batch: encodeBatch(messages) });
+    if (frame.length > this.#maxFrame) {
+      this.#log.warn("raft frame over the size limit dropped", {
+        peer: to,
+        bytes: frame.length,
+        limit: this.#maxFrame,
+      });
+      this.#drop(peer, frame.length);
+      return;
+    }
+    if (stream.inFlightBytes > 0 && stream.inFlightBytes + frame.length > this.#maxInFlight) {
+      this.#drop(peer, frame.length);
+      return;
+    }
+    this.#write(peer, stream, frame);
+  }
+
+  /** Counters and state per peer, for metrics and tests. */
+  stats(): Record<string, PeerStats> {
+    const out: Record<string, PeerStats> = {};
+    for (const p of this.#peers.values()) {
+      out[p.id] = {
+        state:
+          p.stream !== null
+            ? p.stream.accepted
+              ? "connected"
+              : "connecting"
+            : p.retryAt > this.#now()
+              ? "backoff"
+              : "idle",
+        address: p.address,
+        framesSent: p.framesSent,
+        bytesSent: p.bytesSent,
+        framesDropped: p.framesDropped,
+        bytesDropped: p.bytesDropped,
+        inFlightBytes: p.stream?.inFlightBytes ?? 0,
+        streamsOpened: p.streamsOpened,
+        streamFailures: p.streamFailures,
+      };
+    }
+    return out;
+  }
+
+  /**
+   * Ends every stream (half-close: frames already written still go out), waits for them to
+   * finish within a second, cuts the rest and closes the channels. send() drops everything after.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const streams = [...this.#peers.values()].flatMap((p) => (p.stream === null ? [] : [p.stream]));
+    for (const s of streams) s.call.end();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(streams.map((s) => s.ended)),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, CLOSE_DEADLINE_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+    for (const p of this.#peers.values()) {
+      p.stream?.call.cancel();
+      p.stream = null;
+      p.client?.close();
+      p.client = null;
+    }
+  }
+
+  #peer(to: NodeId): Peer {
+    let p = this.#peers.get(to);
+    if (p === undefined) {
+      p = {
+        id: to,
+        address: null,
+        client: null,
+        stream: null,
+        retryAt: 0,
+        backoffMs: this.#initialBackoff,
+        wasConnected: false,
+        framesSent: 0,
+        bytesSent: 0,
+        framesDropped: 0,
+        bytesDropped: 0,
+        streamsOpened: 0,
+        streamFailures: 0,
+      };
+      this.#peers.set(to, p);
+    }
+    return p;
+  }
+
+  /** The open stream to `peer`, opened now if the backoff allows; null while it is down. */
+  #stream(peer: Peer): Stream | null {
+    if (peer.stream !== null) return peer.stream;
+    if (this.#now() < peer.retryAt) return null;
+    const address = this.#resolve(peer.id);
+    if (address === null) {
+      this.#log.debug("raft peer address unknown", { peer: peer.id });
+      this.#backOff(peer);
+      return null;
+    }
+    if (peer.client === null || peer.address !== address) {
+      peer.client?.close();
+      peer.client = new Client(address, credentials.createInsecure(), {
+        // The channel's own reconnect backoff must not outlast the transport's (default 120 s).
+        "grpc.initial_reconnect_backoff_ms": this.#initialBackoff,
+        "grpc.max_reconnect_backoff_ms": this.#maxBackoff,
+        // A peer behind a dead connection is found by pings, not by a full budget forever.
+        "grpc.keepalive_time_ms": 10_000,
+        "grpc.keepalive_timeout_ms": 5_000,
+        // This node's connections are its own (not shared with another transport in-process).
+        "grpc.use_local_subchannel_pool": 1,
+      });
+      peer.address = address;
+    }
+    let settle = (): void => undefined;
+    const ended = new Promise<void>((resolve) => {
+      settle = resolve;
+    });
+    const call = peer.client.makeClientStreamRequest<Buffer, RaftStreamAck>(
+      this.#path,
+      (frame) => frame,
+      () => ({}),
+      new Metadata(),
+      {},
+      (err) => {
+        settle();
+        this.#ended(peer, stream, err);
+      },
+    );
+    const stream: Stream = { call, inFlightBytes: 0, accepted: false, ended };
+    // Errors reach the callback above; the listener keeps a late write's error from throwing.
+    call.on("error", () => undefined);
+    call.on("metadata", () => {
+      stream.accepted = true;
+      peer.backoffMs = this.#initialBackoff;
+      if (!peer.wasConnected) this.#log.info("raft peer connected", { peer: peer.id, address });
+      peer.wasConnected = true;
+    });
+    peer.stream = stream;
+    peer.streamsOpened++;
+    this.#write(
+      peer,
+      stream,
+      this.#serialize({
+        handshake: { cluster_id: this.#clusterId, from_node_id: this.nodeId, to_node_id: peer.id },
+      }),
+    );
+    return stream;
+  }
+
+  #write(peer: Peer, stream: Stream, frame: Buffer): void {
+    stream.inFlightBytes += frame.length;
+    peer.framesSent++;
+    peer.bytesSent += frame.length;
+    stream.call.write(frame, () => {
+      stream.inFlightBytes -= frame.length;
+    });
+  }
+
+  /** The call to `peer` ended: by close(), by the peer (refusal, shutdown) or by the network. */
+  #ended(peer: Peer, stream: Stream, err: ServiceError | null): void {
+    if (peer.stream === stream) peer.stream = null;
+    if (this.#closed) return;
+    peer.streamFailures++;
+    const fields = {
+      peer: peer.id,
+      address: peer.address,
+      code: err === null ? "OK" : status[err.code],
+      details: err?.details ?? "",
+    };
+    if (err?.code === status.FAILED_PRECONDITION) {
+      this.#log.warn("raft peer refused the stream", fields);
+    } else if (peer.wasConnected) {
+      this.#log.warn("raft peer stream lost", fields);
+    } else {
+      this.#log.debug("raft peer stream failed", fields);
+    }
+    peer.wasConnected = false;
+    this.#backOff(peer);
+    this.#reportUnreachable(peer.id);
+  }
+
+  #backOff(peer: Peer): void {
+    // "Equal jitter": half the delay is fixed, half random, so retries of several nodes spread.
+    const delay = peer.backoffMs / 2 + (peer.backoffMs / 2) * this.#random();
+    peer.retryAt = this.#now() + delay;
+    peer.backoffMs = Math.min(this.#maxBackoff, peer.backoffMs * 2);
+  }
+
+  #drop(peer: Peer, bytes: number): void {
+    peer.framesDropped++;
+    peer.bytesDropped += bytes;
+    this.#reportUnreachable(peer.id);
+  }
+
+  #reportUnreachable(to: NodeId): void {
+    const report = this.#onUnreachable;
+    if (report === undefined || this.#unreachable.has(to)) return;
+    this.#unreachable.add(to);
+    setImmediate(() => {
+      this.#unreachable.delete(to);
+      if (!this.#closed) report(to);
+    });
+  }
+}
+
+// ── the receiving side ────────────────────────────────────────────────────────────────────────
+
+export interface RaftServiceOptions {
+  readonly clusterId: string;
+  /** This node: streams addressed to another node are refused. */
+  readonly nodeId: string;
+  readonly logger?: PeerLogger;
+}
+
+export interface RaftService {
+  /** cairn.v1.Raft: `server.addService(service.definition, service.implementation)`. */
+  readonly definition: ServiceDefinition;
+  readonly implementation: RaftHandlers;
+  /** Ends every open stream (UNAVAILABLE): the senders back off and reconnect elsewhere/later. */
+  endAll(): void;
+}
+
+/**
+ * The receiving end of cairn.v1.Raft: checks each stream's handshake, then hands every frame's
+ * messages to `handler` with the sender's node id (MultiRaft.receive fits).
+ */
+export function createRaftService(
+  handler: (from: string, messages: ShardMessage[]) => void,
+  options: RaftServiceOptions,
+): RaftService {
+  const log = options.logger ?? silent;
+  const self = toNodeId(options.nodeId);
+  const open = new Set<(err: Partial<ServiceError> | null) => void>();
+
+  const stream = (
+    call: ServerReadableStream<RaftFrame__Output, RaftStreamAck>,
+    callback: sendUnaryData<RaftStreamAck>,
+  ): void => {
+    let from: NodeId | null = null;
+    let done = false;
+    const finish = (err: Partial<ServiceError> | null): void => {
+      if (done) return;
+      done = true;
+      open.delete(finish);
+      if (err === null) callback(null, {});
+      else callback(err);
+    };
+    open.add(finish);
+    const refuse = (code: status, details: string, fields: LogFields): void => {
+      log.warn("raft stream refused", { ...fields, code: status[code], details });
+      finish({ code, details });
+    };
+    call.on("data", (frame: RaftFrame__Output) => {
+      if (done) return;
+      if (from === null) {
+        const hs = frame.handshake;
+        if (frame.frame !== "handshake" || hs === undefined || hs === null) {
+          refuse(status.FAILED_PRECONDITION, "the first frame must be a handshake", {
+            peer_addr: call.getPeer(),
+          });
+          return;
+        }
+        const fields = {
+          peer: hs.from_node_id,
+          peer_addr: call.getPeer(),
+          cluster_id: hs.cluster_id,
+          to: hs.to_node_id,
+        };
+        if (hs.cluster_id !== options.clusterId) {
+          refuse(
+            status.FAILED_PRECONDITION,
+            `cluster id mismatch: this node is in cluster ${JSON.stringify(options.clusterId)}, the sender in ${JSON.stringify(hs.cluster_id)}`,
+            fields,
+          );
+        } else if (hs.to_node_id !== self) {
+          refuse(
+            status.FAILED_PRECONDITION,
+            `node id mismatch: this node is ${JSON.stringify(self)}, the sender addressed ${JSON.stringify(hs.to_node_id)}`,
+            fields,
+          );
+        } else if (hs.from_node_id === "" || hs.from_node_id === self) {
+          refuse(
+            status.FAILED_PRECONDITION,
+            `invalid sender node id ${JSON.stringify(hs.from_node_id)}`,
+            fields,
+          );
+        } else {
+          from = toNodeId(hs.from_node_id);
+          // Response headers tell the sender its handshake was accepted.
+          call.sendMetadata(new Metadata());
+          log.debug("raft stream accepted", fields);
+        }
+        return;
+      }
+      if (frame.frame !== "batch" || frame.batch === undefined || frame.batch === null) {
+        refuse(status.INVALID_ARGUMENT, "a frame after the handshake must be a batch", {
+          peer: from,
+        });
+        return;
+      }
+      let messages: ShardMessage[];
+      try {
+        messages = decodeBatch(frame.batch, from, self);
+      } catch (err) {
+        refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, { peer: from });
+        return;
+      }
+      try {
+        handler(from, messages);
+      } catch (err) {
+        log.error("raft frame handler failed", { peer: from, error: String(err) });
+      }
+    });
+    call.on("end", () => finish(null));
+    // A cancelled or broken call: nothing can be answered any more.
+    call.on("cancelled", () => {
+      done = true;
+      open.delete(finish);
+    });
+    call.on("error", () => finish({ code: status.CANCELLED, details: "stream error" }));
+  };
+
+  return {
+    definition: loadRaftProto().cairn.v1.Raft.service,
+    implementation: { Stream: stream },
+    endAll(): void {
+      for (const finish of [...open]) {
+        finish({ code: status.UNAVAILABLE, details: "the node is shutting down" });
+      }
+    },
+  };
+}

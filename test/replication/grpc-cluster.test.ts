@@ -1,0 +1,260 @@
+/**
+ * End to end over real sockets: three MultiRaft instances in one process, each with its own data
+ * directory, gRPC server (cairn.v1.Raft) and GrpcTransport, every shard replicated on all three.
+ * Writes go through a shard's leader; a stopped follower catches up by log, or by snapshot once
+ * the leader compacted its log past it.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { CairnError } from "../../src/common/errors.ts";
+import {
+  GrpcTransport,
+  MultiRaft,
+  type ShardMessage,
+  type StoredItem,
+} from "../../src/replication/index.ts";
+import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const CLUSTER = "test-cluster";
+const IDS = ["n1", "n2", "n3"] as const;
+const TOTAL_SHARDS = 4;
+
+interface PeerNode {
+  readonly id: string;
+  readonly dataDir: string;
+  readonly mr: MultiRaft;
+  readonly transport: GrpcTransport;
+  readonly server: RaftServer;
+  /** Messages received, by type. */
+  readonly received: Map<string, number>;
+}
+
+class Cluster {
+  readonly nodes = new Map<string, PeerNode>();
+  /** Fatal errors any node reported (storage or invariant failures): none is expected. */
+  readonly fatals: unknown[] = [];
+  readonly #addresses = new Map<string, string>();
+  readonly #dir: string;
+
+  constructor(dir: string) {
+    this.#dir = dir;
+  }
+
+  async start(id: string): Promise<PeerNode> {
+    const received = new Map<string, number>();
+    let mr: MultiRaft | null = null;
+    // Frames that arrive before the node has opened are dropped (Raft resends).
+    const server = await startRaftServer(
+      (from: string, messages: ShardMessage[]) => {
+        for (const { message } of messages) {
+          received.set(message.type, (received.get(message.type) ?? 0) + 1);
+        }
+        mr?.receive(from, messages);
+      },
+      { clusterId: CLUSTER, nodeId: id },
+    );
+    this.#addresses.set(id, server.address);
+    const transport = new GrpcTransport({
+      clusterId: CLUSTER,
+      nodeId: id,
+      peers: (peer) => this.#addresses.get(peer) ?? null,
+      initialBackoffMs: 10,
+      maxBackoffMs: 200,
+    });
+    const dataDir = join(this.#dir, id);
+    try {
+      mr = await MultiRaft.open({
+        nodeId: id,
+        dataDir,
+        totalShards: TOTAL_SHARDS,
+        tickMs: 10,
+        electionTicks: 10,
+        heartbeatTicks: 1,
+        memtableBytes: 256 * 1024,
+        blockCacheBytes: 4 * 1024 * 1024,
+        transport,
+        replicasOf: () => IDS,
+        observer: { fatal: (err) => this.fatals.push(err) },
+      });
+    } catch (err) {
+      server.stop();
+      await transport.close();
+      throw err;
+    }
+    const node = { id, dataDir, mr, transport, server, received };
+    this.nodes.set(id, node);
+    return node;
+  }
+
+  async stop(id: string): Promise<void> {
+    const node = this.nodes.get(id);
+    if (node === undefined) return;
+    this.nodes.delete(id);
+    this.#addresses.delete(id);
+    node.server.stop();
+    await node.transport.close();
+    await node.mr.close();
+  }
+
+  async stopAll(): Promise<void> {
+    for (const id of [...this.nodes.keys()]) await this.stop(id);
+    assert.deepEqual(this.fatals, []);
+  }
+
+  live(): PeerNode[] {
+    return [...this.nodes.values()];
+  }
+
+  leaderOf(shard: number): PeerNode | undefined {
+    return this.live().find((n) => n.mr.shardInfo(shard)?.role === "leader");
+  }
+
+  /** Writes through the shard's leader, waiting out elections (bounded). */
+  async put(key: string, value: string): Promise<PeerNode> {
+    const shard = this.live()[0]?.mr.shardOf(enc.encode(key)) ?? 0;
+    const deadline = performance.now() + 10_000;
+    for (;;) {
+      // Before any node opened the shard, any node will do: the put opens it there.
+      const target = this.leaderOf(shard) ?? this.live()[0];
+      assert.ok(target !== undefined, "no live node");
+      try {
+        const out = await target.mr.put(enc.encode(key), enc.encode(value));
+        assert.equal(out.type, "written");
+        return target;
+      } catch (err) {
+        const code = (err as CairnError).code;
+        const retry = code === "CAIRN_ERR_NOT_LEADER" || code === "CAIRN_ERR_PROPOSAL_LOST";
+        if (!retry || performance.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+  }
+}
+
+function keysOfShard(mr: MultiRaft, shard: number, count: number, prefix: string): string[] {
+  const keys: string[] = [];
+  for (let i = 0; keys.length < count; i++) {
+    const key = `${prefix}-${i}`;
+    if (mr.shardOf(enc.encode(key)) === shard) keys.push(key);
+  }
+  return keys;
+}
+
+const text = (item: StoredItem | null): string | null =>
+  item === null ? null : dec.decode(item.value);
+
+async function serializable(node: PeerNode, key: string): Promise<string | null> {
+  return text(await node.mr.get(enc.encode(key), false));
+}
+
+describe("MultiRaft over gRPC, three nodes", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "cairn-grpc-cluster-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("replicates writes, and a restarted follower catches up by log", async () => {
+    const cluster = new Cluster(join(dir, "log"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const shard = 2;
+      const [key] = keysOfShard(n1.mr, shard, 1, "k");
+      assert.ok(key !== undefined);
+
+      const leader = await cluster.put(key, "v1");
+      assert.equal(text(await leader.mr.get(enc.encode(key), true)), "v1");
+      for (const node of cluster.live()) {
+        await eventually(
+          `${node.id} applied v1`,
+          async () => (await serializable(node, key)) === "v1",
+        );
+      }
+      const info = leader.mr.shardInfo(shard);
+      assert.deepEqual(info?.voters, [...IDS]);
+
+      // One follower goes down; the two others still form a majority.
+      const follower = cluster.live().find((n) => n !== leader && n.mr.shardInfo(shard) !== null);
+      assert.ok(follower);
+      await cluster.stop(follower.id);
+      for (let i = 2; i <= 20; i++) await cluster.put(key, `v${i}`);
+      const now = cluster.leaderOf(shard);
+      assert.ok(now);
+      assert.equal(text(await now.mr.get(enc.encode(key), true)), "v20");
+
+      // Back on its data directory (and a new port): it catches up from the leader's log.
+      const back = await cluster.start(follower.id);
+      await eventually(
+        `${back.id} caught up`,
+        async () => (await serializable(back, key)) === "v20",
+      );
+      assert.equal(back.received.get("snapshot") ?? 0, 0, "caught up by log, not by snapshot");
+      await cluster.put(key, "v21");
+      await eventually(`${back.id} follows`, async () => (await serializable(back, key)) === "v21");
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a follower behind the leader's compacted log catches up by snapshot", async () => {
+    const cluster = new Cluster(join(dir, "snapshot"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const shard = 1;
+      const keys = keysOfShard(n1.mr, shard, 120, "s");
+      const first = keys[0];
+      assert.ok(first !== undefined);
+      const leader = await cluster.put(first, "before");
+      for (const node of cluster.live()) {
+        await eventually(
+          `${node.id} applied`,
+          async () => (await serializable(node, first)) === "before",
+        );
+      }
+      const follower = cluster.live().find((n) => n !== leader);
+      assert.ok(follower);
+      await cluster.stop(follower.id);
+
+      // Enough writes, in parallel batches, then the leader compacts its log past them all.
+      const value = (k: string): string => `${k}=${"x".repeat(200)}`;
+      for (let i = 0; i < keys.length; i += 30) {
+        await Promise.all(keys.slice(i, i + 30).map((k) => cluster.put(k, value(k))));
+      }
+      const now = cluster.leaderOf(shard);
+      assert.ok(now);
+      const snap = await now.mr.snapshotShard(shard);
+      const applied = now.mr.shardInfo(shard)?.applied ?? 0;
+      assert.ok(snap.index >= keys.length, `compacted up to ${snap.index}`);
+      assert.ok(snap.index <= applied);
+
+      const back = await cluster.start(follower.id);
+      await eventually(`${back.id} caught up`, async () => {
+        for (const k of [keys[keys.length - 1] ?? "", first]) {
+          if ((await serializable(back, k)) !== value(k)) return false;
+        }
+        return true;
+      });
+      assert.ok((back.received.get("snapshot") ?? 0) >= 1, "caught up by snapshot");
+      for (const k of keys) assert.equal(await serializable(back, k), value(k));
+      // And it keeps following by log after the snapshot.
+      await cluster.put(first, "after");
+      await eventually(
+        `${back.id} follows`,
+        async () => (await serializable(back, first)) === "after",
+      );
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+});

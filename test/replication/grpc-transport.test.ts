@@ -1,0 +1,235 @@
+/**
+ * GrpcTransport and the cairn.v1.Raft service over real sockets (127.0.0.1, port 0): delivery in
+ * order, the handshake's refusals, drops while a peer is down and the reconnection after, the
+ * per-peer budget, and close().
+ */
+import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import { describe, it } from "node:test";
+import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
+import { GrpcTransport, type ShardMessage } from "../../src/replication/index.ts";
+import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+
+const N1 = nodeId("n1");
+const N2 = nodeId("n2");
+
+function heartbeat(seq: number, to: NodeId = N2): ShardMessage {
+  const message: Message = {
+    type: "heartbeat",
+    from: N1,
+    to,
+    term: term(1),
+    commit: logIndex(seq),
+    readSeq: seq,
+  };
+  return { shard: seq % 4, message };
+}
+
+function append(shard: number, bytes: number): ShardMessage {
+  return {
+    shard,
+    message: {
+      type: "append",
+      from: N1,
+      to: N2,
+      term: term(1),
+      prevIndex: logIndex(0),
+      prevTerm: term(0),
+      entries: [{ term: term(1), index: logIndex(1), type: "normal", data: new Uint8Array(bytes) }],
+      commit: logIndex(0),
+    },
+  };
+}
+
+/** A port nothing listens on (bound, then released). */
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const address = srv.address();
+  assert.ok(address !== null && typeof address === "object");
+  await new Promise<void>((r) => srv.close(() => r()));
+  return address.port;
+}
+
+describe("GrpcTransport", () => {
+  it("delivers each send as one frame, in order, with the sender's node id", async () => {
+    const got: [string, ShardMessage[]][] = [];
+    const server = await startRaftServer((from, messages) => got.push([from, messages]), {
+      clusterId: "c1",
+      nodeId: "n2",
+    });
+    const lines: LogLine[] = [];
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: (id) => (id === "n2" ? server.address : null),
+      logger: recordingLogger(lines),
+    });
+    try {
+      for (let i = 1; i <= 50; i++) t.send(N2, [heartbeat(i), heartbeat(i + 1000)]);
+      await eventually("50 frames delivered", () => got.length === 50);
+      got.forEach(([from, messages], i) => {
+        assert.equal(from, "n1");
+        assert.deepEqual(messages, [heartbeat(i + 1), heartbeat(i + 1001)]);
+      });
+      const stats = t.stats()["n2"];
+      assert.equal(stats?.state, "connected");
+      assert.equal(stats?.framesSent, 51, "the handshake and 50 frames");
+      assert.equal(stats?.framesDropped, 0);
+      assert.equal(stats?.streamsOpened, 1);
+      assert.ok(lines.some((l) => l.level === "info" && l.message === "raft peer connected"));
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  for (const [what, clusterId, to] of [
+    ["a wrong cluster id", "other-cluster", "n2"],
+    ["a stream addressed to another node", "c1", "n3"],
+  ] as const) {
+    it(`refuses ${what} with FAILED_PRECONDITION, logged by the sender`, async () => {
+      let delivered = 0;
+      const serverLines: LogLine[] = [];
+      const server = await startRaftServer(() => delivered++, {
+        clusterId: "c1",
+        nodeId: "n2",
+        logger: recordingLogger(serverLines),
+      });
+      const lines: LogLine[] = [];
+      const unreachable: string[] = [];
+      const t = new GrpcTransport({
+        clusterId,
+        nodeId: "n1",
+        // The sender believes n3 lives at n2's address.
+        peers: () => server.address,
+        logger: recordingLogger(lines),
+        onUnreachable: (peer) => unreachable.push(peer),
+      });
+      const dest = nodeId(to);
+      try {
+        t.send(dest, [heartbeat(1, dest)]);
+        await eventually("the refusal", () =>
+          lines.some((l) => l.message === "raft peer refused the stream"),
+        );
+        const refusal = lines.find((l) => l.message === "raft peer refused the stream");
+        assert.equal(refusal?.level, "warn");
+        assert.equal(refusal?.fields["code"], "FAILED_PRECONDITION");
+        assert.match(String(refusal?.fields["details"]), /mismatch/);
+        assert.ok(serverLines.some((l) => l.message === "raft stream refused"));
+        await eventually("the peer reported unreachable", () => unreachable.includes(to));
+        // While backing off, frames are dropped, not queued.
+        t.send(dest, [heartbeat(2, dest)]);
+        const stats = t.stats()[to];
+        assert.ok((stats?.framesDropped ?? 0) >= 1);
+        assert.equal(stats?.state, "backoff");
+        assert.equal(delivered, 0);
+        assert.ok(!lines.some((l) => l.message === "raft peer connected"));
+      } finally {
+        await t.close();
+        server.stop();
+      }
+    });
+  }
+
+  it("drops frames while the peer is down, reports it unreachable, and reconnects after", async () => {
+    const port = await freePort();
+    const unreachable: string[] = [];
+    const got: ShardMessage[][] = [];
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: () => `127.0.0.1:${port}`,
+      onUnreachable: (peer) => unreachable.push(peer),
+      initialBackoffMs: 10,
+      maxBackoffMs: 50,
+    });
+    let server: Awaited<ReturnType<typeof startRaftServer>> | null = null;
+    try {
+      t.send(N2, [heartbeat(1)]);
+      await eventually("the peer reported unreachable", () => unreachable.length > 0);
+      assert.equal(t.stats()["n2"]?.streamFailures, 1);
+      server = await startRaftServer(
+        (_from, messages) => got.push(messages),
+        { clusterId: "c1", nodeId: "n2" },
+        `127.0.0.1:${port}`,
+      );
+      // Raft keeps sending (heartbeats); one of them gets through once the stream reopens.
+      let n = 2;
+      await eventually("a frame delivered after the peer came up", () => {
+        t.send(N2, [heartbeat(n++)]);
+        return got.length > 0;
+      });
+      assert.equal(t.stats()["n2"]?.state, "connected");
+      assert.ok((t.stats()["n2"]?.framesDropped ?? 0) >= 1);
+
+      // The peer goes away again: its stream fails, and the next frames are dropped.
+      const before = unreachable.length;
+      server.stop();
+      server = null;
+      await eventually("the lost stream reported", () => unreachable.length > before);
+      t.send(N2, [heartbeat(n++)]);
+      assert.notEqual(t.stats()["n2"]?.state, "connected");
+    } finally {
+      await t.close();
+      server?.stop();
+    }
+  });
+
+  it("bounds the bytes in flight per peer: frames past the budget are dropped and counted", async () => {
+    const got: ShardMessage[][] = [];
+    const server = await startRaftServer((_from, messages) => got.push(messages), {
+      clusterId: "c1",
+      nodeId: "n2",
+    });
+    const unreachable: string[] = [];
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: () => server.address,
+      maxInFlightBytesPerPeer: 250_000,
+      onUnreachable: (peer) => unreachable.push(peer),
+    });
+    try {
+      // Synchronous sends: no write can complete in between, so all of them count as in flight.
+      // A frame larger than the whole budget still goes when nothing else is in flight.
+      t.send(N2, [append(0, 100)]);
+      await eventually("the first frame delivered", () => got.length === 1);
+      await eventually("nothing in flight", () => t.stats()["n2"]?.inFlightBytes === 0);
+      t.send(N2, [append(1, 400_000)]);
+      for (let i = 0; i < 5; i++) t.send(N2, [append(2, 100_000)]);
+      const stats = t.stats()["n2"];
+      assert.equal(stats?.framesDropped, 5, "nothing fits beside the 400 kB frame");
+      assert.ok((stats?.bytesDropped ?? 0) > 500_000);
+      await eventually("the admitted frames delivered", () => got.length === 2);
+      await eventually("in-flight bytes released", () => t.stats()["n2"]?.inFlightBytes === 0);
+      for (let i = 0; i < 5; i++) t.send(N2, [append(3, 100_000)]);
+      assert.equal(t.stats()["n2"]?.framesDropped, 5 + 3, "two fit in 250 kB, three do not");
+      await eventually("the budget's frames delivered", () => got.length === 4);
+      await eventually("drops reported as unreachable", () => unreachable.includes("n2"));
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  it("close() ends the streams cleanly and drops what is sent after", async () => {
+    const got: ShardMessage[][] = [];
+    const server = await startRaftServer((_from, messages) => got.push(messages), {
+      clusterId: "c1",
+      nodeId: "n2",
+    });
+    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    try {
+      t.send(N2, [heartbeat(1)]);
+      t.send(N2, [heartbeat(2)]);
+      await t.close();
+      // Half-close: what was written before close() still arrives.
+      assert.equal(got.length, 2);
+      t.send(N2, [heartbeat(3)]);
+      assert.equal(got.length, 2);
+    } finally {
+      server.stop();
+    }
+  });
+});

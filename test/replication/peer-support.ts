@@ -1,0 +1,73 @@
+/**
+ * Helpers for the peer transport tests: a gRPC server with cairn.v1.Raft on 127.0.0.1 port 0,
+ * a recording logger, and a bounded wait on a condition.
+ */
+import assert from "node:assert/strict";
+import { Server, ServerCredentials } from "@grpc/grpc-js";
+import {
+  createRaftService,
+  type PeerLogger,
+  RAFT_SERVER_OPTIONS,
+  type RaftService,
+  type RaftServiceOptions,
+  type ShardMessage,
+} from "../../src/replication/index.ts";
+
+export interface RaftServer {
+  readonly address: string;
+  readonly service: RaftService;
+  /** Ends the peers' streams and stops the server at once. */
+  stop(): void;
+}
+
+export async function startRaftServer(
+  handler: (from: string, messages: ShardMessage[]) => void,
+  options: RaftServiceOptions,
+  address = "127.0.0.1:0",
+): Promise<RaftServer> {
+  const server = new Server(RAFT_SERVER_OPTIONS);
+  const service = createRaftService(handler, options);
+  server.addService(service.definition, service.implementation);
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(address, ServerCredentials.createInsecure(), (err, p) =>
+      err === null ? resolve(p) : reject(err),
+    );
+  });
+  return {
+    address: `127.0.0.1:${port}`,
+    service,
+    stop(): void {
+      service.endAll();
+      server.forceShutdown();
+    },
+  };
+}
+
+export interface LogLine {
+  readonly level: string;
+  readonly message: string;
+  readonly fields: Readonly<Record<string, unknown>>;
+}
+
+export function recordingLogger(lines: LogLine[]): PeerLogger {
+  const at =
+    (level: string) =>
+    (message: string, fields: Readonly<Record<string, unknown>> = {}): void => {
+      lines.push({ level, message, fields });
+    };
+  return { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
+}
+
+/** Polls `check` (bounded) until it holds; the code under test runs on its own events. */
+export async function eventually(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.fail(`not within ${timeoutMs} ms: ${what}`);
+}
