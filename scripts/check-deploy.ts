@@ -4,6 +4,7 @@
  * run; a tool that finds a problem does (exit 1).
  *
  *   promtool check rules / test rules / check config   (Debian: apt-get install prometheus)
+ *   promtool check rules on the dashboard queries      (as recording rules)
  *   promtool check metrics on a live node's /metrics    (bin/cairn serve on free ports)
  *   systemd-analyze verify deploy/systemd/cairn.service (ExecStart pointed at this checkout)
  *   hadolint deploy/Dockerfile                          (if installed)
@@ -250,6 +251,38 @@ simple("promtool test rules", "promtool", ["test", "rules", "alerts.test.yaml"],
   copyFileSync(join(promDir, "prometheus.yaml"), join(dir, "prometheus.yaml"));
   copyFileSync(join(promDir, "alerts.yaml"), join(dir, "alerts.yaml"));
   simple("promtool check config", "promtool", ["check", "config", "prometheus.yaml"], dir);
+  rmSync(dir, { recursive: true, force: true });
+}
+// The dashboard's queries parse as PromQL: each one (Grafana variables substituted) as a
+// recording rule, which promtool check rules parses.
+{
+  const dir = mkdtempSync(join(tmpdir(), "cairn-dash-"));
+  const dash = JSON.parse(readFileSync(join(DEPLOY, "grafana/cairn.json"), "utf8")) as {
+    panels: { targets?: { expr: string }[] }[];
+  };
+  const exprs = dash.panels.flatMap((p) => (p.targets ?? []).map((t) => t.expr));
+  const rules = exprs.map(
+    (e, i) =>
+      `      - record: cairn:dashboard_query_${i}\n        expr: ${JSON.stringify(
+        e
+          .replaceAll("$__rate_interval", "1m")
+          .replaceAll("$job", ".+")
+          .replaceAll("$instance", ".+"),
+      )}`,
+  );
+  writeFileSync(
+    join(dir, "dashboard-queries.yaml"),
+    `groups:\n  - name: dashboard\n    rules:\n${rules.join("\n")}\n`,
+  );
+  process.stdout.write(
+    `   (${exprs.length} queries of deploy/grafana/cairn.json as recording rules)\n`,
+  );
+  simple(
+    "promtool: dashboard queries parse",
+    "promtool",
+    ["check", "rules", "dashboard-queries.yaml"],
+    dir,
+  );
   rmSync(dir, { recursive: true, force: true });
 }
 await promtoolMetrics();
