@@ -112,6 +112,8 @@ interface Stream {
   readonly call: ClientWritableStream<Buffer>;
   inFlightBytes: number;
   accepted: boolean;
+  /** Outcome callbacks of frames written and not yet handed to the connection. */
+  readonly owed: Set<(delivered: boolean) => void>;
   /** Resolves once the call has ended, however. */
   readonly ended: Promise<void>;
 }
@@ -173,18 +175,34 @@ export class GrpcTransport implements RaftTransport {
     this.#path = method.path;
   }
 
-  /** Writes one frame with `messages` on the stream to `to`; drops it when that cannot be done. */
-  send(to: NodeId, messages: readonly ShardMessage[]): void {
+  /**
+   * Writes one frame with `messages` on the stream to `to`; drops it when that cannot be done.
+   * `sent`, when given, hears once (later, never from inside send()) whether the frame was
+   * handed to the connection (true) or dropped (false).
+   */
+  send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void {
+    let outcome: boolean | null = null;
     try {
-      this.#send(to, messages);
+      outcome = this.#send(to, messages, sent);
     } catch (err) {
       // Nothing above should throw; if it does, the frame is lost like any other.
       this.#log.error("raft frame not sent", { peer: to, error: String(err) });
+      outcome = false;
+    }
+    if (outcome !== null && sent !== undefined) {
+      const delivered = outcome;
+      setImmediate(() => sent(delivered));
     }
   }
 
-  #send(to: NodeId, messages: readonly ShardMessage[]): void {
-    if (this.#closed || messages.length === 0) return;
+  /** Returns false when the frame was dropped, true when sent empty, null when `sent` is owed. */
+  #send(
+    to: NodeId,
+    messages: readonly ShardMessage[],
+    sent: ((delivered: boolean) => void) | undefined,
+  ): boolean | null {
+    if (this.#closed) return false;
+    if (messages.length === 0) return true;
     const stray = messages.find((m) => m.message.from !== this.nodeId || m.message.to !== to);
     if (stray !== undefined) {
       // The receiver takes every message's ends from the stream: a stray one would change them.
@@ -195,13 +213,13 @@ export class GrpcTransport implements RaftTransport {
         to: stray.message.to,
       });
       messages = messages.filter((m) => m.message.from === this.nodeId && m.message.to === to);
-      if (messages.length === 0) return;
+      if (messages.length === 0) return false;
     }
     const peer = this.#peer(to);
     const stream = this.#stream(peer);
     if (stream === null) {
       this.#drop(peer, 0);
-      return;
+      return false;
     }
     const frame = this.#serialize({ batch: encodeBatch(messages) });
     if (frame.length > this.#maxFrame) {
@@ -211,13 +229,14 @@ export class GrpcTransport implements RaftTransport {
         limit: this.#maxFrame,
       });
       this.#drop(peer, frame.length);
-      return;
+      return false;
     }
     if (stream.inFlightBytes > 0 && stream.inFlightBytes + frame.length > this.#maxInFlight) {
       this.#drop(peer, frame.length);
-      return;
+      return false;
     }
-    this.#write(peer, stream, frame);
+    this.#write(peer, stream, frame, sent);
+    return null;
   }
 
   /** Counters and state per peer, for metrics and tests. */
@@ -333,7 +352,7 @@ export class GrpcTransport implements RaftTransport {
         this.#ended(peer, stream, err);
       },
     );
-    const stream: Stream = { call, inFlightBytes: 0, accepted: false, ended };
+    const stream: Stream = { call, inFlightBytes: 0, accepted: false, owed: new Set(), ended };
     // Errors reach the callback above; the listener keeps a late write's error from throwing.
     call.on("error", () => undefined);
     call.on("metadata", () => {
@@ -354,18 +373,24 @@ export class GrpcTransport implements RaftTransport {
     return stream;
   }
 
-  #write(peer: Peer, stream: Stream, frame: Buffer): void {
+  #write(peer: Peer, stream: Stream, frame: Buffer, sent?: (delivered: boolean) => void): void {
     stream.inFlightBytes += frame.length;
     peer.framesSent++;
     peer.bytesSent += frame.length;
-    stream.call.write(frame, () => {
+    // Settled once: by the write's callback, or as lost when the call ends first (#ended).
+    if (sent !== undefined) stream.owed.add(sent);
+    stream.call.write(frame, (err?: Error | null) => {
       stream.inFlightBytes -= frame.length;
+      if (sent !== undefined && stream.owed.delete(sent)) sent(err === undefined || err === null);
     });
   }
 
   /** The call to `peer` ended: by close(), by the peer (refusal, shutdown) or by the network. */
   #ended(peer: Peer, stream: Stream, err: ServiceError | null): void {
     if (peer.stream === stream) peer.stream = null;
+    const owed = [...stream.owed];
+    stream.owed.clear();
+    for (const sent of owed) sent(false);
     if (this.#closed) return;
     peer.streamFailures++;
     const fields = {

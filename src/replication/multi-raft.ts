@@ -36,7 +36,7 @@ import {
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand } from "./commands.ts";
-import { ShardReplica } from "./shard.ts";
+import { type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WalRaftStorage } from "./wal-storage.ts";
@@ -96,6 +96,11 @@ export interface MultiRaftOptions {
    * the leader fills by log or snapshot once a membership change added it. Default: never.
    */
   readonly acceptsReplica?: (shard: number) => boolean;
+  /**
+   * A request (write, read, membership change) still unanswered this long after it arrived is
+   * failed with CAIRN_ERR_TIMEOUT (a write's outcome is then unknown). Default 10 s.
+   */
+  readonly requestTimeoutMs?: number;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
 }
@@ -109,9 +114,13 @@ export interface ShardMessage {
 export interface RaftTransport {
   /**
    * Sends one round's messages for node `to`, in order. Delivery is best effort: Raft retries
-   * what is lost. Called only after the round's records are durable.
+   * what is lost. Called only after the round's records are durable. When the messages carry a
+   * snapshot, `sent` is given: the transport calls it once (never from inside send()) with
+   * whether the frame left this node (true) or was dropped (false), and the driver reports the
+   * outcome to the groups (RawNode.reportSnapshot). Peers found unreachable are reported with
+   * MultiRaft.reportUnreachable().
    */
-  send(to: NodeId, messages: readonly ShardMessage[]): void;
+  send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void;
 }
 
 export interface DriverTestingBugs {
@@ -174,6 +183,7 @@ export class MultiRaft {
   readonly #dirty = new Set<ShardReplica>();
   readonly #maxPending: number;
   readonly #maxPendingBytes: number;
+  readonly #requestTimeoutMs: number;
   readonly #testingBugs: DriverTestingBugs;
   /** Bytes of the requests waiting in the driver now (see MultiRaftOptions.maxPendingBytes). */
   #pendingBytes = 0;
@@ -204,6 +214,7 @@ export class MultiRaft {
     this.#env = env;
     this.#maxPending = options.maxPendingPerShard ?? 100_000;
     this.#maxPendingBytes = options.maxPendingBytes ?? 128 * 1024 * 1024;
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
     this.#testingBugs = options.testingBugs ?? {};
   }
 
@@ -567,12 +578,14 @@ export class MultiRaft {
       const work: [ShardReplica, Ready][] = [];
       const dirty = [...this.#dirty];
       this.#dirty.clear();
+      const now = this.#clock.now();
       for (const s of dirty) {
         // A shard still applying its last Ready sits this round out (its apply marks it dirty
         // again when done): one slow engine must not hold every other shard's round.
         if (s.applying !== null) continue;
         s.maybeCampaign();
-        s.drainInbox(this.#clock.now(), this.#options.tickMs * this.#options.electionTicks * 3);
+        s.expire(now, this.#requestTimeoutMs);
+        s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
         if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
       }
       if (work.length === 0) return;
@@ -641,13 +654,37 @@ export class MultiRaft {
     const transport = this.#options.transport;
     if (transport === undefined) return;
     for (const [to, messages] of outbox) {
-      transport.send(to, messages);
-      for (const { shard, message } of messages) {
-        // The transport sends a snapshot whole or not at all; a lost one shows as a follower
-        // that still lags, and the leader probes it again.
-        if (message.type === "snapshot") this.#shards.get(shard)?.raw.reportSnapshot(to, true);
+      const snapshots = messages.filter((m) => m.message.type === "snapshot").map((m) => m.shard);
+      if (snapshots.length === 0) {
+        transport.send(to, messages);
+        continue;
       }
+      // The leader sends nothing more to a member it sends a snapshot to until it hears how
+      // that went: a snapshot dropped and reported sent would leave the follower behind until
+      // it spoke up; reported lost, the leader retries at once.
+      transport.send(to, messages, (delivered) => {
+        for (const id of snapshots) this.#report(id, { kind: "snapshot", to, ok: delivered });
+      });
     }
+  }
+
+  /**
+   * The transport could not deliver to `to` (its stream is down, or frames were dropped): the
+   * groups this node leads stop pipelining to it and probe it instead (RawNode.reportUnreachable).
+   */
+  reportUnreachable(to: string): void {
+    if (this.#closed || this.#failure !== undefined) return;
+    const id = nodeId(to);
+    for (const s of this.#shards.values()) {
+      if (s.role === "leader") this.#report(s.id, { kind: "unreachable", to: id });
+    }
+  }
+
+  #report(shard: number, report: PeerReport): void {
+    const s = this.#shards.get(shard);
+    if (s === undefined || this.#closed) return;
+    s.enqueueReport(report);
+    this.#markDirty(s);
   }
 
   /** Replaces a follower's state with a snapshot from its leader. */

@@ -16,6 +16,8 @@ interface PendingProposal {
   readonly term: Term;
   readonly resolve: (outcome: ApplyOutcome) => void;
   readonly reject: (err: unknown) => void;
+  /** When the request arrived (the driver's clock), for its deadline. */
+  readonly since: number;
 }
 
 interface PendingRead {
@@ -23,6 +25,7 @@ interface PendingRead {
   readonly reject: (err: unknown) => void;
   /** Set once the leader confirmed the read: serve once applied reaches it. */
   index: number | null;
+  readonly since: number;
 }
 
 type InboxItem = (
@@ -40,9 +43,32 @@ type InboxItem = (
     }
 ) & { readonly since: number };
 
+/** What the transport learnt about a peer, for the leader's view of it. */
+export type PeerReport =
+  | { readonly kind: "unreachable"; readonly to: NodeId }
+  | { readonly kind: "snapshot"; readonly to: NodeId; readonly ok: boolean };
+
 interface PendingProposalCallbacks {
   readonly resolve: (outcome: ApplyOutcome) => void;
   readonly reject: (err: unknown) => void;
+}
+
+/**
+ * A request waited longer than the driver's request deadline: for a write the outcome is
+ * unknown (its entry may still commit and apply later, as for any lost connection); a read was
+ * not served and changed nothing.
+ */
+export class RequestTimeoutError extends CairnError {
+  constructor(what: "write" | "read" | "membership change", waitedMs: number) {
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      what === "read"
+        ? `the read was not confirmed within ${waitedMs} ms (no quorum reachable?); retry`
+        : `the ${what} was not applied within ${waitedMs} ms (no quorum reachable?); its outcome is unknown: it may still be applied`,
+      { retryable: what === "read" },
+    );
+    this.name = "RequestTimeoutError";
+  }
 }
 
 /** The proposal cannot succeed any more: another entry took its place in the log. */
@@ -80,11 +106,18 @@ export class ShardReplica {
   #inbox: InboxItem[] = [];
   /** Messages from peers, delivered at the next round whatever the group's state. */
   #steps: Message[] = [];
+  /** Transport outcomes for the leader's progress tracking, delivered at the next round. */
+  #reports: PeerReport[] = [];
   readonly #proposals = new Map<number, PendingProposal>();
   readonly #reads = new Map<number, PendingRead>();
   readonly #confProposals = new Map<
     number,
-    { readonly term: Term; resolve: () => void; reject: (err: unknown) => void }
+    {
+      readonly term: Term;
+      readonly since: number;
+      resolve: () => void;
+      reject: (err: unknown) => void;
+    }
   >();
   #lastLead: NodeId | null = null;
   /** Ids of reads confirmed locally (negative: never a ReadIndex context). */
@@ -132,12 +165,19 @@ export class ShardReplica {
   waitApplied(index: number): Promise<void> {
     if (index <= this.sm.appliedIndex) return Promise.resolve();
     return new Promise((resolve, reject) =>
-      this.#reads.set(--this.#localReads, { resolve, reject, index }),
+      this.#reads.set(--this.#localReads, { resolve, reject, index, since: Number.NaN }),
     );
   }
 
   hasInput(): boolean {
-    return this.#inbox.length > 0 || this.ticks > 0 || this.#steps.length > 0;
+    return (
+      this.#inbox.length > 0 || this.ticks > 0 || this.#steps.length > 0 || this.#reports.length > 0
+    );
+  }
+
+  /** A transport outcome about peer `to` (RawNode.reportUnreachable / reportSnapshot). */
+  enqueueReport(report: PeerReport): void {
+    this.#reports.push(report);
   }
 
   enqueueStep(m: Message): void {
@@ -160,7 +200,7 @@ export class ShardReplica {
       this.#inbox.push({
         kind: "read",
         id,
-        read: { resolve, reject, index: null },
+        read: { resolve, reject, index: null, since },
         since,
       }),
     );
@@ -194,6 +234,12 @@ export class ShardReplica {
     const steps = this.#steps;
     this.#steps = [];
     for (const m of steps) this.raw.step(m);
+    const reports = this.#reports;
+    this.#reports = [];
+    for (const r of reports) {
+      if (r.kind === "unreachable") this.raw.reportUnreachable(r.to);
+      else this.raw.reportSnapshot(r.to, r.ok);
+    }
     const inbox = this.#inbox;
     this.#inbox = [];
     const electing = this.raw.role !== "leader" && this.raw.lead === null;
@@ -208,10 +254,15 @@ export class ShardReplica {
         switch (item.kind) {
           case "propose": {
             const { index, term } = this.raw.propose(item.data);
+            // A proposal of an earlier term at this index was truncated away with the log
+            // suffix this leader replaced: it can never apply.
+            this.#proposals.get(index)?.reject(new ProposalLostError(index));
+            this.#proposals.delete(index);
             this.#proposals.set(index, {
               term,
               resolve: item.done.resolve,
               reject: item.done.reject,
+              since: item.since,
             });
             break;
           }
@@ -221,7 +272,9 @@ export class ShardReplica {
             break;
           case "conf": {
             const { index, term } = this.raw.proposeConfChange(item.cc);
-            this.#confProposals.set(index, { term, ...item.done });
+            this.#confProposals.get(index)?.reject(new ProposalLostError(index));
+            this.#confProposals.delete(index);
+            this.#confProposals.set(index, { term, since: item.since, ...item.done });
             break;
           }
           case "transfer":
@@ -232,6 +285,34 @@ export class ShardReplica {
       } catch (err) {
         (item.kind === "read" ? item.read : item.done).reject(err);
       }
+    }
+  }
+
+  /**
+   * Fails the requests that have waited `timeoutMs` or more since they arrived. A leader cut off
+   * from its quorum keeps its proposals pending (they may still commit if it heals), and a
+   * follower's ReadIndex request to an unreachable leader is never answered: without a deadline
+   * their callers would wait forever. Requests are kept in arrival order, so the scan stops at
+   * the first one still within its deadline. Reads already confirmed and only waiting for the
+   * apply (a local one has no deadline: the apply always comes) are left alone.
+   */
+  expire(now: number, timeoutMs: number): void {
+    const late = now - timeoutMs;
+    for (const [index, p] of this.#proposals) {
+      if (p.since > late) break;
+      this.#proposals.delete(index);
+      p.reject(new RequestTimeoutError("write", now - p.since));
+    }
+    for (const [index, c] of this.#confProposals) {
+      if (c.since > late) break;
+      this.#confProposals.delete(index);
+      c.reject(new RequestTimeoutError("membership change", now - c.since));
+    }
+    for (const [id, r] of this.#reads) {
+      if (r.since > late) break;
+      if (r.index !== null) continue;
+      this.#reads.delete(id);
+      r.reject(new RequestTimeoutError("read", now - r.since));
     }
   }
 

@@ -45,7 +45,7 @@ class Cluster {
     this.#dir = dir;
   }
 
-  async start(id: string): Promise<PeerNode> {
+  async start(id: string, requestTimeoutMs = 10_000): Promise<PeerNode> {
     const received = new Map<string, number>();
     let mr: MultiRaft | null = null;
     // Frames that arrive before the node has opened are dropped (Raft resends).
@@ -78,6 +78,7 @@ class Cluster {
         memtableBytes: 256 * 1024,
         blockCacheBytes: 4 * 1024 * 1024,
         transport,
+        requestTimeoutMs,
         replicasOf: () => IDS,
         observer: { fatal: (err) => this.fatals.push(err) },
       });
@@ -253,6 +254,37 @@ describe("MultiRaft over gRPC, three nodes", () => {
         `${back.id} follows`,
         async () => (await serializable(back, first)) === "after",
       );
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a leader cut off from its quorum fails a waiting write with a timeout, not never", async () => {
+    const cluster = new Cluster(join(dir, "quorum"));
+    try {
+      for (const id of IDS) await cluster.start(id, 1_000);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const shard = 1;
+      const [key] = keysOfShard(n1.mr, shard, 1, "q");
+      assert.ok(key !== undefined);
+      const leader = await cluster.put(key, "v1");
+      for (const node of cluster.live()) {
+        if (node !== leader) await cluster.stop(node.id);
+      }
+      // The write reaches the leader before CheckQuorum deposes it; no quorum will ever commit
+      // it, yet the caller hears within the request deadline (its outcome is unknown).
+      const started = performance.now();
+      await assert.rejects(leader.mr.put(enc.encode(key), enc.encode("v2")), (err: CairnError) => {
+        assert.equal(err.code, "CAIRN_ERR_TIMEOUT");
+        assert.equal(
+          err.retryable,
+          false,
+          "a write whose outcome is unknown is not retried blindly",
+        );
+        return true;
+      });
+      assert.ok(performance.now() - started < 5_000);
     } finally {
       await cluster.stopAll();
     }

@@ -176,6 +176,36 @@ describe("GrpcTransport", () => {
     }
   });
 
+  it("tells the sender of a frame whether it left the node or was dropped", async () => {
+    const server = await startRaftServer(() => undefined, { clusterId: "c1", nodeId: "n2" });
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: (peer) => (peer === "n2" ? server.address : null),
+      initialBackoffMs: 10,
+      maxBackoffMs: 50,
+    });
+    try {
+      const outcomes: [string, boolean][] = [];
+      t.send(N2, [heartbeat(1)], (delivered) => outcomes.push(["n2", delivered]));
+      t.send(nodeId("n3"), [heartbeat(2, nodeId("n3"))], (delivered) =>
+        outcomes.push(["n3", delivered]),
+      );
+      assert.deepEqual(outcomes, [], "never answered from inside send()");
+      await eventually("both outcomes", () => outcomes.length === 2);
+      assert.deepEqual(
+        new Map(outcomes),
+        new Map([
+          ["n2", true],
+          ["n3", false],
+        ]),
+      );
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
   it("bounds the bytes in flight per peer: frames past the budget are dropped and counted", async () => {
     const got: ShardMessage[][] = [];
     const server = await startRaftServer((_from, messages) => got.push(messages), {

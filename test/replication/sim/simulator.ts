@@ -342,7 +342,9 @@ class DriverSim {
         ? {
             replicasOf: () => this.#voters,
             acceptsReplica: () => true,
-            transport: { send: (to, messages) => this.#deliver(node.id, to, messages) },
+            transport: {
+              send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
+            },
           }
         : {}),
       ...(bugs.staleReadAfterRestart === true
@@ -521,10 +523,32 @@ class DriverSim {
   }
 
   /** The network: delays, loses, duplicates and (by varying delays) reorders message batches. */
-  #deliver(from: string, to: string, messages: readonly ShardMessage[]): void {
+  #deliver(
+    sender: SimNode,
+    to: string,
+    messages: readonly ShardMessage[],
+    sent: ((delivered: boolean) => void) | undefined,
+  ): void {
     const p = this.#profile;
+    const from = sender.id;
+    const mr = sender.mr;
     this.#stats.messages += messages.length;
-    if (this.#cut.has(`${from}>${to}`)) return;
+    if (this.#cut.has(`${from}>${to}`)) {
+      // Like the gRPC transport with its stream to `to` down: the frame is dropped and the
+      // driver hears of it (later, never from inside send()).
+      this.#world.after(0, this.#network, () => {
+        if (mr !== sender.mr || mr === null) return;
+        sent?.(false);
+        mr.reportUnreachable(to);
+      });
+      return;
+    }
+    if (sent !== undefined) {
+      // The frame left the node; what the network then does to it the sender does not know.
+      this.#world.after(0, this.#network, () => {
+        if (mr === sender.mr) sent(true);
+      });
+    }
     const copies = this.#rng.float() < p.dropRate ? 0 : this.#rng.float() < p.duplicateRate ? 2 : 1;
     for (let i = 0; i < copies; i++) {
       this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
