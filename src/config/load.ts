@@ -47,7 +47,12 @@ export interface CairnConfig {
     readonly election_ticks: number;
     readonly heartbeat_ticks: number;
   };
-  readonly storage: { readonly memtable_bytes: number; readonly block_cache_bytes: number };
+  readonly storage: {
+    readonly memtable_bytes: number;
+    readonly block_cache_bytes: number;
+    readonly memtable_budget_bytes: number;
+    readonly wal_cache_bytes: number;
+  };
   readonly shutdown: { readonly drain_timeout_ms: number };
 }
 

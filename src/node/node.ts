@@ -106,6 +106,8 @@ export class CairnNode implements HealthSource {
       heartbeatTicks: config.raft.heartbeat_ticks,
       memtableBytes: config.storage.memtable_bytes,
       blockCacheBytes: config.storage.block_cache_bytes,
+      memtableBudgetBytes: config.storage.memtable_budget_bytes,
+      wal: { memoryBudgetBytes: config.storage.wal_cache_bytes },
       maxPendingBytes: config.limits.max_pending_bytes,
       lsmMetrics: metrics.lsmMetrics,
       observer: {

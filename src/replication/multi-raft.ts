@@ -56,6 +56,8 @@ export interface MultiRaftOptions {
   readonly heartbeatTicks: number;
   readonly memtableBytes: number;
   readonly blockCacheBytes: number;
+  /** Node-wide memtable memory (LsmEnvironment). Default 512 MiB. */
+  readonly memtableBudgetBytes?: number;
   /** Serve linearizable reads of single-voter groups without ReadIndex (see #readBarrier). Default true. */
   readonly singleVoterReadFastPath?: boolean;
   /** Refuse new writes to a shard with this many operations already waiting. Default 100000. */
@@ -227,6 +229,9 @@ export class MultiRaft {
         ? null
         : new LsmEnvironment({
             blockCacheBytes: options.blockCacheBytes,
+            ...(options.memtableBudgetBytes === undefined
+              ? {}
+              : { memtableBudgetBytes: options.memtableBudgetBytes }),
             ...(options.lsmMetrics === undefined ? {} : { metrics: options.lsmMetrics }),
           });
     const mr = new MultiRaft(options, wal, env);
@@ -767,8 +772,20 @@ export class MultiRaft {
         if (s.sm.lsm.failure !== undefined) throw s.sm.lsm.failure;
       }
       if (this.#wal.isOverMemoryBudget()) {
-        for (const { shard } of this.#wal.largestShards(4))
-          await this.#shards.get(shard)?.sm.lsm.flush();
+        // Flush the shards holding the most until what they hold covers the excess (at most
+        // 64 a pass): with writes spread over many shards, a few flushes a second would fall
+        // behind the intake and the log's memory would grow past its budget.
+        const stats = this.#wal.stats();
+        let excess = stats.memoryBytes - this.#wal.memoryBudgetBytes / 2;
+        const flushes: Promise<void>[] = [];
+        for (const { shard, bytes } of this.#wal.largestShards(64)) {
+          if (excess <= 0) break;
+          const s = this.#shards.get(shard);
+          if (s === undefined) continue;
+          flushes.push(s.sm.lsm.flush());
+          excess -= bytes;
+        }
+        await Promise.all(flushes);
       }
       for (const s of this.#shards.values()) {
         const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id));

@@ -61,6 +61,8 @@ describe("loadConfig", () => {
     assert.deepEqual(c.storage, {
       memtable_bytes: 4 * 1024 * 1024,
       block_cache_bytes: 256 * 1024 * 1024,
+      memtable_budget_bytes: 512 * 1024 * 1024,
+      wal_cache_bytes: 512 * 1024 * 1024,
     });
     assert.equal(c.shutdown.drain_timeout_ms, 10_000);
   });

@@ -515,6 +515,11 @@ export class Wal {
     return this.#memoryBytes;
   }
 
+  /** The in-memory log's budget (`memoryBudgetBytes`). */
+  get memoryBudgetBytes(): number {
+    return this.#memoryBudgetBytes;
+  }
+
   isOverMemoryBudget(): boolean {
     return this.#memoryBytes > this.#memoryBudgetBytes;
   }
