@@ -1,14 +1,14 @@
 /** The Admin service: shard snapshots (with log compaction) and leadership transfer. */
 import type { sendUnaryData, ServerUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
 import type { Logger } from "../ops/index.ts";
-import type { MultiRaft } from "../replication/index.ts";
 import { InvalidArgumentError, toServiceError } from "./errors.ts";
 import type { SnapshotShardRequest__Output } from "./generated/cairn/v1/SnapshotShardRequest.ts";
 import type { SnapshotShardResponse } from "./generated/cairn/v1/SnapshotShardResponse.ts";
 import type { TransferLeaderRequest__Output } from "./generated/cairn/v1/TransferLeaderRequest.ts";
 import type { TransferLeaderResponse } from "./generated/cairn/v1/TransferLeaderResponse.ts";
+import type { AdminStore } from "./store.ts";
 
-export function adminService(store: MultiRaft, log: Logger): UntypedServiceImplementation {
+export function adminService(store: AdminStore, log: Logger): UntypedServiceImplementation {
   return {
     SnapshotShard(
       call: ServerUnaryCall<SnapshotShardRequest__Output, SnapshotShardResponse>,

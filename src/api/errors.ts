@@ -6,7 +6,7 @@
  */
 import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { CairnError } from "../common/errors.ts";
-import { NotLeaderError } from "../raft/index.ts";
+import { type NodeId, NotLeaderError } from "../raft/index.ts";
 import type { Version } from "../replication/index.ts";
 
 import { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY } from "./wire.ts";
@@ -33,6 +33,19 @@ export class VersionMismatchError extends CairnError {
     );
     this.name = "VersionMismatchError";
     this.current = current;
+  }
+}
+
+/**
+ * A call refused with NotLeaderError could not be forwarded: the leader's node did not accept a
+ * connection, so the request was never sent (forward.ts). Still CAIRN_ERR_NOT_LEADER with the
+ * leader hint: nothing was applied, and the client retries (a write too).
+ */
+export class LeaderUnreachableError extends NotLeaderError {
+  constructor(leader: NodeId, address: string, cause: { details: string }) {
+    super(leader);
+    this.message = `${this.message}; forwarding to it at ${address} failed: ${cause.details}`;
+    this.name = "LeaderUnreachableError";
   }
 }
 

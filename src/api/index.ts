@@ -17,5 +17,12 @@ export {
   PROTO_DIR,
   PROTO_FILES,
 } from "./proto.ts";
+export {
+  DEFAULT_FORWARD_DEADLINE_MS,
+  type ForwardOptions,
+  LeaderUnreachableError,
+} from "./forward.ts";
 export { RpcServer, type RpcServerOptions } from "./server.ts";
+export type { AdminStore, KvStore } from "./store.ts";
 export type { Limits } from "./validate.ts";
+export { FORWARDED_KEY } from "./wire.ts";

@@ -1,16 +1,18 @@
 /**
  * The KV service: validates each request, runs it through the multi-raft driver, records the
- * catalogue metrics, and answers with a value or a mapped gRPC status.
+ * catalogue metrics, and answers with a value or a mapped gRPC status. With a Forwarder, a Put,
+ * Delete or linearizable Get refused because another node leads the shard is forwarded there and
+ * the leader's answer relayed (forward.ts); this node records it as `not_leader`.
  */
 import type { sendUnaryData, ServerUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
 import type { CairnMetrics, KvOperation, KvResult } from "../ops/index.ts";
-import type { MultiRaft } from "../replication/index.ts";
 import {
   metricStatusOf,
   toServiceError,
   VersionMismatchError,
   InvalidArgumentError,
 } from "./errors.ts";
+import type { ForwardedMethod, Forwarder } from "./forward.ts";
 import type { DeleteRequest__Output } from "./generated/cairn/v1/DeleteRequest.ts";
 import type { DeleteResponse } from "./generated/cairn/v1/DeleteResponse.ts";
 import type { GetRequest__Output } from "./generated/cairn/v1/GetRequest.ts";
@@ -19,23 +21,30 @@ import type { PutRequest__Output } from "./generated/cairn/v1/PutRequest.ts";
 import type { PutResponse } from "./generated/cairn/v1/PutResponse.ts";
 import type { ScanRequest__Output } from "./generated/cairn/v1/ScanRequest.ts";
 import type { ScanResponse } from "./generated/cairn/v1/ScanResponse.ts";
+import type { KvStore } from "./store.ts";
 import { checkExpected, checkKey, checkValue, type Limits } from "./validate.ts";
 
 const DEFAULT_SCAN_LIMIT = 1000;
 const MAX_SCAN_LIMIT = 10_000;
 const PAGE_TOKEN_VERSION = 1;
 
+/** Without a forwarder (single node), a refusal is answered here: NOT_LEADER with the hint. */
 export function kvService(
-  store: MultiRaft,
+  store: KvStore,
   metrics: CairnMetrics,
   limits: Limits,
+  forwarder?: Forwarder,
 ): UntypedServiceImplementation {
-  /** Runs a handler, answering the call and recording kv_requests_total / kv_request_duration_ms. */
+  /**
+   * Runs a handler, answering the call and recording kv_requests_total / kv_request_duration_ms.
+   * `forwardAs` names the method to forward the call as when another node leads its shard.
+   */
   function serve<Req, Res>(
     op: KvOperation,
     call: ServerUnaryCall<Req, Res>,
     callback: sendUnaryData<Res>,
     handle: (req: Req) => Promise<{ response: Res; result?: KvResult }>,
+    forwardAs?: ForwardedMethod,
   ): void {
     const started = performance.now();
     handle(call.request).then(
@@ -44,8 +53,19 @@ export function kvService(
         callback(null, response);
       },
       (err: unknown) => {
-        metrics.recordKv(op, metricStatusOf(err), performance.now() - started);
-        callback(toServiceError(err), null);
+        const forwarded =
+          forwardAs === undefined ? null : (forwarder?.maybeForward(forwardAs, err, call) ?? null);
+        if (forwarded === null) {
+          metrics.recordKv(op, metricStatusOf(err), performance.now() - started);
+          callback(toServiceError(err), null);
+          return;
+        }
+        void forwarded.then((reply) => {
+          // The leader records the real outcome; here the call counts as not_leader (design §2).
+          metrics.recordKv(op, "not_leader", performance.now() - started);
+          if (reply.ok) callback(null, reply.response, reply.trailer);
+          else callback(reply.error, null);
+        });
       },
     );
   }
@@ -55,51 +75,73 @@ export function kvService(
       call: ServerUnaryCall<PutRequest__Output, PutResponse>,
       callback: sendUnaryData<PutResponse>,
     ) {
-      serve("put", call, callback, async (req) => {
-        const key = checkKey(req.key, limits);
-        const value = checkValue(req.value, limits);
-        const outcome = await store.put(key, value, checkExpected(req.expected_version));
-        if (outcome.type === "precondition-failed") throw new VersionMismatchError(outcome.current);
-        if (outcome.type !== "written") throw new Error(`unexpected put outcome ${outcome.type}`);
-        return { response: { version: outcome.version } };
-      });
+      serve(
+        "put",
+        call,
+        callback,
+        async (req) => {
+          const key = checkKey(req.key, limits);
+          const value = checkValue(req.value, limits);
+          const outcome = await store.put(key, value, checkExpected(req.expected_version));
+          if (outcome.type === "precondition-failed")
+            throw new VersionMismatchError(outcome.current);
+          if (outcome.type !== "written") throw new Error(`unexpected put outcome ${outcome.type}`);
+          return { response: { version: outcome.version } };
+        },
+        "Put",
+      );
     },
 
     Get(
       call: ServerUnaryCall<GetRequest__Output, GetResponse>,
       callback: sendUnaryData<GetResponse>,
     ) {
-      serve("get", call, callback, async (req) => {
-        const key = checkKey(req.key, limits);
-        const item = await store.get(key, req.consistency !== "SERIALIZABLE");
-        if (item === null) return { response: { found: false }, result: "not_found" };
-        return {
-          response: { found: true, value: item.value, version: item.version },
-          result: "found",
-        };
-      });
+      const linearizable = call.request.consistency !== "SERIALIZABLE";
+      serve(
+        "get",
+        call,
+        callback,
+        async (req) => {
+          const key = checkKey(req.key, limits);
+          const item = await store.get(key, linearizable);
+          if (item === null) return { response: { found: false }, result: "not_found" };
+          return {
+            response: { found: true, value: item.value, version: item.version },
+            result: "found",
+          };
+        },
+        // A serializable read is served from this replica's state, never forwarded.
+        linearizable ? "Get" : undefined,
+      );
     },
 
     Delete(
       call: ServerUnaryCall<DeleteRequest__Output, DeleteResponse>,
       callback: sendUnaryData<DeleteResponse>,
     ) {
-      serve("delete", call, callback, async (req) => {
-        const key = checkKey(req.key, limits);
-        const outcome = await store.delete(key, checkExpected(req.expected_version));
-        switch (outcome.type) {
-          case "deleted":
-            return { response: { deleted: true, version: outcome.version } };
-          case "not-found":
-            return { response: { deleted: false } };
-          case "precondition-failed":
-            throw new VersionMismatchError(outcome.current);
-          case "written":
-            throw new Error("unexpected delete outcome");
-        }
-      });
+      serve(
+        "delete",
+        call,
+        callback,
+        async (req) => {
+          const key = checkKey(req.key, limits);
+          const outcome = await store.delete(key, checkExpected(req.expected_version));
+          switch (outcome.type) {
+            case "deleted":
+              return { response: { deleted: true, version: outcome.version } };
+            case "not-found":
+              return { response: { deleted: false } };
+            case "precondition-failed":
+              throw new VersionMismatchError(outcome.current);
+            case "written":
+              throw new Error("unexpected delete outcome");
+          }
+        },
+        "Delete",
+      );
     },
 
+    // Not forwarded: a scan reads every shard this node holds, so no one leader can answer it.
     Scan(
       call: ServerUnaryCall<ScanRequest__Output, ScanResponse>,
       callback: sendUnaryData<ScanResponse>,

@@ -8,17 +8,20 @@ import { HealthImplementation } from "grpc-health-check";
 import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
-import type { MultiRaft, RaftService } from "../replication/index.ts";
+import type { RaftService } from "../replication/index.ts";
 import { adminService } from "./admin-service.ts";
+import { type ForwardOptions, Forwarder } from "./forward.ts";
 import { kvService } from "./kv-service.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto } from "./proto.ts";
+import type { AdminStore, KvStore } from "./store.ts";
 import type { Limits } from "./validate.ts";
 
 export interface RpcServerOptions {
   /** `rpc_addr`; port 0 picks a free port (see the address start() returns). */
   readonly address: string;
-  readonly store: MultiRaft;
+  /** The multi-raft driver (MultiRaft), or any store with its KV and Admin operations. */
+  readonly store: KvStore & AdminStore;
   readonly metrics: CairnMetrics;
   readonly views: ClusterViewPublisher;
   readonly logger: Logger;
@@ -29,6 +32,11 @@ export interface RpcServerOptions {
    * Its frames are bounded by `maxMessageBytes` too, a snapshot included (one frame for now).
    */
   readonly raft?: RaftService;
+  /**
+   * Cluster mode: forward KV calls refused with NotLeaderError to the shard's leader (forward.ts).
+   * Absent (single node): a refusal is answered here, UNAVAILABLE with the leader hint.
+   */
+  readonly forward?: ForwardOptions;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -38,6 +46,7 @@ export class RpcServer {
   readonly #server: Server;
   readonly #health: HealthImplementation;
   readonly #meta: MetaService;
+  readonly #forwarder: Forwarder | undefined;
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
@@ -47,9 +56,13 @@ export class RpcServer {
     });
     const { definition, proto } = loadCairnProto();
     const v1 = proto.cairn.v1;
+    this.#forwarder =
+      options.forward === undefined
+        ? undefined
+        : new Forwarder(options.forward, v1.KV.service, options.maxMessageBytes);
     this.#server.addService(
       v1.KV.service,
-      kvService(options.store, options.metrics, options.limits),
+      kvService(options.store, options.metrics, options.limits, this.#forwarder),
     );
     this.#meta = metaService(options.views);
     this.#server.addService(v1.Meta.service, this.#meta.implementation);
@@ -108,10 +121,13 @@ export class RpcServer {
         resolve();
       });
     });
+    // After the drain: in-flight forwards finished (or were cut with their calls).
+    this.#forwarder?.close();
   }
 
   /** Aborts every call now. */
   destroy(): void {
     this.#server.forceShutdown();
+    this.#forwarder?.close();
   }
 }

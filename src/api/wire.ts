@@ -6,3 +6,16 @@
 export const LEADER_HINT_KEY = "cairn-leader";
 export const CURRENT_VERSION_KEY = "cairn-current-version";
 export const ERROR_CODE_KEY = "cairn-error-code";
+/**
+ * Request metadata set by a node that forwards a KV call to the shard's leader (forward.ts). A
+ * node that receives a call carrying it never forwards it again: forwarding takes one hop.
+ */
+export const FORWARDED_KEY = "cairn-forwarded";
+
+/**
+ * The details grpc-js gives an UNAVAILABLE call that never reached a server (no connection could
+ * be established), so the request was not sent. Only meaningful when the status carries no
+ * `cairn-error-code` (a Cairn server always sets one).
+ */
+export const CONNECT_FAILURE_DETAILS =
+  /No connection established|ECONNREFUSED|connect E|Name resolution failed|DNS resolution failed/i;

@@ -16,7 +16,12 @@ import { ChannelCredentials, type Client, type ServiceError, status } from "@grp
 // proto.ts, not the api index: the index pulls in the whole server, which would triple the
 // start-up time of every `cairn` client command.
 import { loadCairnProto } from "../api/proto.ts";
-import { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
+import {
+  CONNECT_FAILURE_DETAILS,
+  CURRENT_VERSION_KEY,
+  ERROR_CODE_KEY,
+  LEADER_HINT_KEY,
+} from "../api/wire.ts";
 import type { AdminClient } from "../api/generated/cairn/v1/Admin.ts";
 import type { ClusterView__Output } from "../api/generated/cairn/v1/ClusterView.ts";
 import type { KVClient } from "../api/generated/cairn/v1/KV.ts";
@@ -420,9 +425,7 @@ function isConnectFailure(e: ServiceError): boolean {
   return (
     e.code === status.UNAVAILABLE &&
     metadataString(e.metadata, ERROR_CODE_KEY) === undefined &&
-    /No connection established|ECONNREFUSED|connect E|Name resolution failed|DNS resolution failed/i.test(
-      e.details ?? "",
-    )
+    CONNECT_FAILURE_DETAILS.test(e.details ?? "")
   );
 }
 

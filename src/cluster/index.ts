@@ -4,6 +4,7 @@ export {
   type ClusterView,
   ClusterViewPublisher,
   type MemberView,
+  rpcAddressOf,
   type ShardView,
   type ViewListener,
 } from "./view.ts";

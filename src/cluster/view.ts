@@ -26,6 +26,16 @@ export interface ClusterView {
   readonly total_shards: number;
 }
 
+/**
+ * The RPC address of node `id` in `view`, or null when the view does not know it or holds the
+ * node dead (a request sent there would only wait for a connection that will not come).
+ */
+export function rpcAddressOf(view: ClusterView, id: string): string | null {
+  const member = view.nodes.find((n) => n.id === id);
+  if (member === undefined || member.state === "dead" || member.rpc_addr === "") return null;
+  return member.rpc_addr;
+}
+
 export type ViewListener = (view: ClusterView) => void;
 
 export class ClusterViewPublisher {

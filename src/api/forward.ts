@@ -1,0 +1,174 @@
+/**
+ * Forwarding of KV calls to the shard's leader (design.md §5.1: any node accepts any request).
+ *
+ * A Put, Delete or linearizable Get refused here with NotLeaderError is sent again, unchanged, to
+ * the leader's `cairn.v1.KV` service, and the leader's answer (response or status, and trailing
+ * metadata) goes back to the caller as is. What must stay true:
+ *
+ * - **One hop.** A forwarded call carries `cairn-forwarded`; a node that receives one answers
+ *   NOT_LEADER itself instead of forwarding again, so two nodes with stale views cannot bounce a
+ *   call between them.
+ * - **The caller's deadline bounds the forward**, capped at `maxDeadlineMs`; a caller that gives
+ *   up (deadline, cancel) cancels the forward.
+ * - **Never claim "not applied" unless it is true.** When the leader could not be reached the
+ *   request was never sent: the caller gets NOT_LEADER (UNAVAILABLE, retryable, leader hint) and
+ *   may retry a write. A forward that broke after it was sent is relayed as the failure it is
+ *   (for a write: outcome unknown), with the leader hint added.
+ *
+ * Caveats: one channel per leader address, kept until close (a cluster has few nodes); Scan is
+ * not forwarded (it reads every shard this node holds, not one shard's leader).
+ */
+import {
+  Client,
+  type ClientUnaryCall,
+  credentials,
+  Metadata,
+  type ServerUnaryCall,
+  type ServiceDefinition,
+  type ServiceError,
+  status,
+  type StatusObject,
+} from "@grpc/grpc-js";
+import { type NodeId, NotLeaderError } from "../raft/index.ts";
+import { LeaderUnreachableError, toServiceError } from "./errors.ts";
+
+export { LeaderUnreachableError };
+import { CONNECT_FAILURE_DETAILS, ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
+
+/** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
+export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
+
+export interface ForwardOptions {
+  /** This node's id: a hint naming it is never followed. */
+  readonly nodeId: string;
+  /** The `rpc_addr` of a node, or null when it is not known (then the caller gets the hint). */
+  addressOf(nodeId: string): string | null;
+  /** Cap of a forwarded call's deadline, in ms (the caller's deadline applies when sooner). */
+  readonly maxDeadlineMs?: number;
+}
+
+/** The KV methods that may be forwarded. */
+export type ForwardedMethod = "Put" | "Get" | "Delete";
+
+/** What the caller is to receive: the leader's response and trailer, or a status. */
+export type ForwardReply<Res> =
+  | { readonly ok: true; readonly response: Res; readonly trailer: Metadata }
+  | { readonly ok: false; readonly error: Partial<ServiceError> };
+
+export class Forwarder {
+  readonly #options: ForwardOptions;
+  readonly #service: ServiceDefinition;
+  readonly #maxDeadlineMs: number;
+  readonly #maxMessageBytes: number;
+  /** One client (one channel) per leader address, reused by every forward to it. */
+  readonly #clients = new Map<string, Client>();
+  #closed = false;
+
+  /** `service` is cairn.v1.KV's definition; messages are bounded by `maxMessageBytes` both ways. */
+  constructor(options: ForwardOptions, service: ServiceDefinition, maxMessageBytes: number) {
+    this.#options = options;
+    this.#service = service;
+    this.#maxDeadlineMs = options.maxDeadlineMs ?? DEFAULT_FORWARD_DEADLINE_MS;
+    this.#maxMessageBytes = maxMessageBytes;
+  }
+
+  /**
+   * Sends `call` to the leader when `err` says another node leads and the call may go there;
+   * null when the call must be answered here with `err`: not NotLeaderError, leader unknown or
+   * this node, no known address, the call was itself forwarded, or the forwarder is closed.
+   * The promise never rejects.
+   */
+  maybeForward<Req, Res>(
+    method: ForwardedMethod,
+    err: unknown,
+    call: ServerUnaryCall<Req, Res>,
+  ): Promise<ForwardReply<Res>> | null {
+    if (this.#closed || !(err instanceof NotLeaderError) || err.leader === null) return null;
+    if (err.leader === this.#options.nodeId) return null;
+    if (call.metadata.get(FORWARDED_KEY).length > 0) return null;
+    const address = this.#options.addressOf(err.leader);
+    if (address === null || address === "") return null;
+    return this.#send(method, err.leader, address, call);
+  }
+
+  /** Closes every channel; later refusals are answered here (NOT_LEADER with the hint). */
+  close(): void {
+    this.#closed = true;
+    for (const client of this.#clients.values()) client.close();
+    this.#clients.clear();
+  }
+
+  #send<Req, Res>(
+    method: ForwardedMethod,
+    leader: NodeId,
+    address: string,
+    call: ServerUnaryCall<Req, Res>,
+  ): Promise<ForwardReply<Res>> {
+    const def = this.#service[method];
+    if (def === undefined) throw new Error(`cairn.v1.KV has no method ${method}`);
+    const metadata = new Metadata();
+    metadata.set(FORWARDED_KEY, "1");
+    const deadline = Math.min(deadlineMs(call.getDeadline()), Date.now() + this.#maxDeadlineMs);
+    return new Promise((resolve) => {
+      let response: Res | undefined;
+      let outgoing: ClientUnaryCall | undefined = undefined;
+      const onCancelled = (): void => outgoing?.cancel();
+      outgoing = this.#client(address).makeUnaryRequest(
+        def.path,
+        def.requestSerialize,
+        def.responseDeserialize,
+        call.request,
+        metadata,
+        { deadline },
+        (_err, value?: Res) => {
+          response = value;
+        },
+      );
+      call.once("cancelled", onCancelled);
+      // grpc-js emits 'status' after the callback, with the trailer; it always comes.
+      outgoing.on("status", (s: StatusObject) => {
+        call.removeListener("cancelled", onCancelled);
+        resolve(reply(s, response, leader, address));
+      });
+    });
+  }
+
+  #client(address: string): Client {
+    let client = this.#clients.get(address);
+    if (client === undefined) {
+      client = new Client(address, credentials.createInsecure(), {
+        "grpc.max_receive_message_length": this.#maxMessageBytes,
+        "grpc.max_send_message_length": this.#maxMessageBytes,
+      });
+      this.#clients.set(address, client);
+    }
+    return client;
+  }
+}
+
+function reply<Res>(
+  s: StatusObject,
+  response: Res | undefined,
+  leader: NodeId,
+  address: string,
+): ForwardReply<Res> {
+  if (s.code === status.OK) {
+    if (response !== undefined) return { ok: true, response, trailer: s.metadata };
+    return {
+      ok: false,
+      error: toServiceError(new Error(`leader ${leader} answered OK without a message`)),
+    };
+  }
+  const fromCairn = s.metadata.get(ERROR_CODE_KEY).length > 0;
+  if (!fromCairn && s.code === status.UNAVAILABLE && CONNECT_FAILURE_DETAILS.test(s.details)) {
+    // Never sent: nothing was applied, and saying so lets the client retry a write.
+    return { ok: false, error: toServiceError(new LeaderUnreachableError(leader, address, s)) };
+  }
+  const metadata = s.metadata.clone();
+  if (metadata.get(LEADER_HINT_KEY).length === 0) metadata.set(LEADER_HINT_KEY, leader);
+  return { ok: false, error: { code: s.code, details: s.details, metadata } };
+}
+
+function deadlineMs(d: Date | number): number {
+  return typeof d === "number" ? d : d.getTime();
+}

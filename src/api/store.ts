@@ -1,0 +1,30 @@
+/**
+ * What the gRPC services need from the store: the seam between the API and the multi-raft driver
+ * (MultiRaft implements it). Narrow on purpose, so a test can stand a fake in for one node.
+ */
+import type {
+  ApplyOutcome,
+  ScanRequest,
+  ShardInfo,
+  SnapshotResult,
+  StoredItem,
+  Version,
+} from "../replication/index.ts";
+
+/**
+ * The KV operations. In a cluster, put, delete and a linearizable get reject with NotLeaderError
+ * (src/raft) on a node that does not lead the key's shard.
+ */
+export interface KvStore {
+  put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
+  delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
+  get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null>;
+  scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }>;
+}
+
+/** The Admin operations. */
+export interface AdminStore {
+  snapshotShard(id: number): Promise<SnapshotResult>;
+  shardInfo(id: number): ShardInfo | null;
+  transferLeader(id: number, to: string): Promise<void>;
+}
