@@ -1,0 +1,431 @@
+/**
+ * Forwarding of KV calls to the shard's leader, over real gRPC on loopback: a leader node (a real
+ * single-node MultiRaft behind an RpcServer) and follower nodes whose store refuses every KV call
+ * with NotLeaderError naming a leader. Calls go in through an independent grpc-js client.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  type CallOptions,
+  credentials,
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServerUnaryCall,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
+import {
+  type AdminStore,
+  FORWARDED_KEY,
+  type KvStore,
+  loadCairnProto,
+  RpcServer,
+} from "../../src/api/index.ts";
+import type { DeleteResponse__Output } from "../../src/api/generated/cairn/v1/DeleteResponse.ts";
+import type { KVClient } from "../../src/api/generated/cairn/v1/KV.ts";
+import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutResponse.ts";
+import { CairnClient, UnavailableError } from "../../src/client/index.ts";
+import { ClusterViewPublisher } from "../../src/cluster/index.ts";
+import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
+import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
+import { MultiRaft } from "../../src/replication/index.ts";
+
+const TOTAL_SHARDS = 16;
+const LIMITS = { maxKeyBytes: 4096, maxValueBytes: 1024 * 1024 };
+const { proto } = loadCairnProto();
+
+/** A follower's store: every KV call that needs the leader is refused, naming `leader`. */
+class FollowerStore implements KvStore, AdminStore {
+  readonly leader: string | null;
+  /** Calls that reached this store (forwarded or not). */
+  calls = 0;
+
+  constructor(leader: string | null) {
+    this.leader = leader;
+  }
+
+  #refuse(): Promise<never> {
+    this.calls++;
+    return Promise.reject(new NotLeaderError(this.leader === null ? null : nodeId(this.leader)));
+  }
+  put(): Promise<never> {
+    return this.#refuse();
+  }
+  delete(): Promise<never> {
+    return this.#refuse();
+  }
+  /** A serializable read is served from this replica's (empty) state. */
+  get(_key: Uint8Array, linearizable: boolean): Promise<null> {
+    return linearizable ? this.#refuse() : Promise.resolve(null);
+  }
+  scan(): Promise<never> {
+    return this.#refuse();
+  }
+  snapshotShard(): Promise<never> {
+    return this.#refuse();
+  }
+  shardInfo(): null {
+    return null;
+  }
+  transferLeader(): Promise<never> {
+    return this.#refuse();
+  }
+}
+
+interface Node {
+  readonly id: string;
+  readonly server: RpcServer;
+  readonly metrics: CairnMetrics;
+  readonly address: string;
+  readonly kv: KVClient;
+}
+
+const addresses = new Map<string, string>();
+const nodes: Node[] = [];
+
+async function startNode(
+  id: string,
+  store: KvStore & AdminStore,
+  forward: boolean | { maxDeadlineMs: number } = true,
+): Promise<Node> {
+  const metrics = new CairnMetrics({ nodeId: id });
+  const server = new RpcServer({
+    address: "127.0.0.1:0",
+    store,
+    metrics,
+    views: new ClusterViewPublisher(TOTAL_SHARDS),
+    logger: silentLogger,
+    limits: LIMITS,
+    maxMessageBytes: 4 * 1024 * 1024,
+    ...(forward === false
+      ? {}
+      : {
+          forward: {
+            nodeId: id,
+            addressOf: (n: string) => addresses.get(n) ?? null,
+            ...(forward === true ? {} : forward),
+          },
+        }),
+  });
+  const { port } = await server.start();
+  const address = `127.0.0.1:${port}`;
+  addresses.set(id, address);
+  const kv = new proto.cairn.v1.KV(address, credentials.createInsecure());
+  const node = { id, server, metrics, address, kv };
+  nodes.push(node);
+  return node;
+}
+
+type Unary<Res> = (
+  md: Metadata,
+  opts: CallOptions,
+  cb: (err: ServiceError | null, res?: Res) => void,
+) => unknown;
+
+function call<Res>(invoke: Unary<Res>, opts: CallOptions = {}, md = new Metadata()): Promise<Res> {
+  return new Promise((resolve, reject) =>
+    invoke(md, opts, (err, res) => (err === null ? resolve(res as Res) : reject(err))),
+  );
+}
+
+function failure(p: Promise<unknown>): Promise<ServiceError> {
+  return p.then(
+    (r) => assert.fail(`expected a failure, got ${JSON.stringify(r)}`),
+    (e: unknown) => e as ServiceError,
+  );
+}
+
+function trailer(e: ServiceError, key: string): string | undefined {
+  const v = e.metadata.get(key)[0];
+  return v === undefined ? undefined : String(v);
+}
+
+async function kvCount(m: CairnMetrics, operation: string, st: string): Promise<number> {
+  const metric = m.registry.getSingleMetric("kv_requests_total");
+  assert.ok(metric !== undefined);
+  const { values } = await metric.get();
+  return (
+    values.find((v) => v.labels["operation"] === operation && v.labels["status"] === st)?.value ?? 0
+  );
+}
+
+const key = (s: string): Buffer => Buffer.from(s);
+
+let dir: string;
+let store: MultiRaft;
+let leader: Node;
+let follower: Node;
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), "cairn-forward-"));
+  store = await MultiRaft.open({
+    nodeId: "n1",
+    dataDir: dir,
+    totalShards: TOTAL_SHARDS,
+    tickMs: 20,
+    electionTicks: 10,
+    heartbeatTicks: 1,
+    memtableBytes: 64 * 1024,
+    blockCacheBytes: 8 * 1024 * 1024,
+  });
+  leader = await startNode("n1", store, false);
+  follower = await startNode("n2", new FollowerStore("n1"));
+});
+
+after(async () => {
+  for (const n of nodes) {
+    n.kv.close();
+    await n.server.close(1000);
+  }
+  await store.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe("forwarding to the shard's leader", () => {
+  it("puts, gets and deletes through a follower: the leader's answers, versions equal", async () => {
+    const { version } = await call<PutResponse__Output>((md, o, cb) =>
+      follower.kv.Put({ key: key("a"), value: key("1") }, md, o, cb),
+    );
+    assert.ok(version !== null && version.index > 0 && version.term > 0);
+    const put = { version };
+
+    const viaFollower = await call<{ found: boolean; value: Buffer; version: unknown }>(
+      (md, o, cb) => follower.kv.Get({ key: key("a") }, md, o, cb),
+    );
+    const atLeader = await call<{ found: boolean; value: Buffer; version: unknown }>((md, o, cb) =>
+      leader.kv.Get({ key: key("a") }, md, o, cb),
+    );
+    assert.equal(viaFollower.found, true);
+    assert.equal(viaFollower.value.toString(), "1");
+    assert.deepEqual(viaFollower.version, put.version);
+    assert.deepEqual(atLeader.version, put.version);
+
+    // A compare-and-set through the follower: the mismatch and its trailer come back as is.
+    const stale = await failure(
+      call((md, o, cb) =>
+        follower.kv.Put(
+          { key: key("a"), value: key("2"), expected_version: { index: 1_000_000, term: 1 } },
+          md,
+          o,
+          cb,
+        ),
+      ),
+    );
+    assert.equal(stale.code, status.FAILED_PRECONDITION);
+    assert.equal(trailer(stale, "cairn-error-code"), "CAIRN_ERR_VERSION_MISMATCH");
+    assert.equal(
+      trailer(stale, "cairn-current-version"),
+      `${put.version.index}/${put.version.term}`,
+    );
+
+    const del = await call<DeleteResponse__Output>((md, o, cb) =>
+      follower.kv.Delete({ key: key("a"), expected_version: put.version }, md, o, cb),
+    );
+    assert.equal(del.deleted, true);
+    assert.ok((del.version?.index ?? 0) > put.version.index);
+    const gone = await call<{ found: boolean }>((md, o, cb) =>
+      leader.kv.Get({ key: key("a") }, md, o, cb),
+    );
+    assert.equal(gone.found, false);
+  });
+
+  it("counts a forwarded call as not_leader on the follower and by its outcome on the leader", async () => {
+    const before = {
+      follower: await kvCount(follower.metrics, "put", "not_leader"),
+      leader: await kvCount(leader.metrics, "put", "success"),
+    };
+    await call((md, o, cb) => follower.kv.Put({ key: key("m"), value: key("1") }, md, o, cb));
+    assert.equal(await kvCount(follower.metrics, "put", "not_leader"), before.follower + 1);
+    assert.equal(await kvCount(follower.metrics, "put", "success"), 0);
+    assert.equal(await kvCount(leader.metrics, "put", "success"), before.leader + 1);
+  });
+
+  it("serves a serializable get locally and never forwards a scan", async () => {
+    await call((md, o, cb) => leader.kv.Put({ key: key("s"), value: key("1") }, md, o, cb));
+    const local = await call<{ found: boolean }>((md, o, cb) =>
+      follower.kv.Get({ key: key("s"), consistency: "SERIALIZABLE" }, md, o, cb),
+    );
+    assert.equal(local.found, false, "the follower's own (empty) state, not the leader's");
+
+    const scan = await failure(call((md, o, cb) => follower.kv.Scan({ limit: 10 }, md, o, cb)));
+    assert.equal(scan.code, status.UNAVAILABLE);
+    assert.equal(trailer(scan, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+    assert.equal(trailer(scan, "cairn-leader"), "n1");
+  });
+
+  it("never forwards a forwarded call again: NOT_LEADER with the hint", async () => {
+    // n3 believes n2 leads; n2 believes n1 leads. n3 forwards to n2, which must answer itself.
+    const n3 = await startNode("n3", new FollowerStore("n2"));
+    const n2store = new FollowerStore("n1");
+    const n2 = await startNode("n2b", n2store);
+    addresses.set("n2", n2.address);
+    try {
+      const err = await failure(
+        call((md, o, cb) => n3.kv.Put({ key: key("loop"), value: key("1") }, md, o, cb)),
+      );
+      assert.equal(err.code, status.UNAVAILABLE);
+      assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+      assert.equal(trailer(err, "cairn-leader"), "n1", "n2's hint, relayed");
+      assert.equal(n2store.calls, 1);
+      const atLeader = await call<{ found: boolean }>((md, o, cb) =>
+        leader.kv.Get({ key: key("loop") }, md, o, cb),
+      );
+      assert.equal(atLeader.found, false, "the write never reached the leader");
+
+      // The same holds for a call that arrives already marked.
+      const marked = new Metadata();
+      marked.set(FORWARDED_KEY, "1");
+      const direct = await failure(
+        call((md, o, cb) => follower.kv.Get({ key: key("loop") }, md, o, cb), {}, marked),
+      );
+      assert.equal(trailer(direct, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+      assert.equal(trailer(direct, "cairn-leader"), "n1");
+    } finally {
+      addresses.set("n2", follower.address);
+    }
+  });
+
+  it("answers UNAVAILABLE without a hint when no leader is known", async () => {
+    const orphan = await startNode("n4", new FollowerStore(null));
+    const err = await failure(
+      call((md, o, cb) => orphan.kv.Put({ key: key("x"), value: key("1") }, md, o, cb)),
+    );
+    assert.equal(err.code, status.UNAVAILABLE);
+    assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+    assert.equal(trailer(err, "cairn-leader"), undefined);
+  });
+
+  it("maps an unreachable leader to UNAVAILABLE, retryable, with the hint", async () => {
+    addresses.set("ghost", await closedAddress());
+    const lost = await startNode("n5", new FollowerStore("ghost"));
+    const err = await failure(
+      call((md, o, cb) => lost.kv.Put({ key: key("g"), value: key("1") }, md, o, cb)),
+    );
+    assert.equal(err.code, status.UNAVAILABLE);
+    assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+    assert.equal(trailer(err, "cairn-leader"), "ghost");
+    assert.match(err.details, /forwarding to it at 127\.0\.0\.1:\d+ failed/);
+    assert.ok((await kvCount(lost.metrics, "put", "not_leader")) >= 1);
+
+    // The client library retries the write (it was provably not applied) and gives up unavailable.
+    const client = new CairnClient({
+      endpoints: [lost.address],
+      routing: false,
+      timeoutMs: 300,
+      initialBackoffMs: 1,
+    });
+    try {
+      await assert.rejects(client.put("g", "1"), UnavailableError);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("the client library works through a follower", async () => {
+    const client = new CairnClient({ endpoints: [follower.address], routing: false });
+    try {
+      const v = await client.put("c", "hello");
+      assert.equal(await client.getString("c"), "hello");
+      const got = await call<{ version: unknown }>((md, o, cb) =>
+        leader.kv.Get({ key: key("c") }, md, o, cb),
+      );
+      assert.deepEqual(got.version, v);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe("deadlines of a forwarded call", () => {
+  let hang: Server;
+  const seen: { deadline: number; forwarded: string; cancelledAt: number | null }[] = [];
+
+  before(async () => {
+    // A "leader" that takes calls and never answers.
+    hang = new Server();
+    const never = (c: ServerUnaryCall<unknown, unknown>): void => {
+      const d = c.getDeadline();
+      const entry = {
+        deadline: typeof d === "number" ? d : d.getTime(),
+        forwarded: String(c.metadata.get(FORWARDED_KEY)[0] ?? ""),
+        cancelledAt: null as number | null,
+      };
+      seen.push(entry);
+      c.on("cancelled", () => (entry.cancelledAt = Date.now()));
+    };
+    hang.addService(proto.cairn.v1.KV.service, { Put: never, Get: never, Delete: never });
+    const port = await new Promise<number>((resolve, reject) =>
+      hang.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+        err === null ? resolve(p) : reject(err),
+      ),
+    );
+    addresses.set("mute", `127.0.0.1:${port}`);
+  });
+
+  after(() => hang.forceShutdown());
+
+  it("propagates the caller's deadline and cancels the forward when it passes", async () => {
+    const node = await startNode("n6", new FollowerStore("mute"));
+    seen.length = 0;
+    const deadline = Date.now() + 400;
+    const t0 = Date.now();
+    const err = await failure(
+      call((md, o, cb) => node.kv.Put({ key: key("d"), value: key("1") }, md, o, cb), {
+        deadline,
+      }),
+    );
+    assert.equal(err.code, status.DEADLINE_EXCEEDED);
+    assert.ok(Date.now() - t0 < 1500, "ends at the caller's deadline");
+    assert.equal(seen.length, 1);
+    const s = seen[0];
+    assert.ok(s !== undefined);
+    assert.equal(s.forwarded, "1");
+    assert.ok(
+      Math.abs(s.deadline - deadline) < 250,
+      `leader saw deadline ${s.deadline - deadline} ms off`,
+    );
+    await waitFor(() => s.cancelledAt !== null);
+  });
+
+  it("caps the forward at the node's request deadline", async () => {
+    const node = await startNode("n7", new FollowerStore("mute"), { maxDeadlineMs: 300 });
+    seen.length = 0;
+    const t0 = Date.now();
+    const err = await failure(
+      call((md, o, cb) => node.kv.Get({ key: key("d") }, md, o, cb), {
+        deadline: Date.now() + 10_000,
+      }),
+    );
+    assert.equal(err.code, status.DEADLINE_EXCEEDED);
+    assert.ok(
+      Date.now() - t0 < 2000,
+      `answered after ${Date.now() - t0} ms, not the caller's 10 s`,
+    );
+    assert.equal(trailer(err, "cairn-leader"), "mute");
+    assert.ok((seen[0]?.deadline ?? Infinity) - t0 < 1000);
+  });
+});
+
+/** An address nothing listens on (a port that was free a moment ago). */
+async function closedAddress(): Promise<string> {
+  const s = new Server();
+  const port = await new Promise<number>((resolve, reject) =>
+    s.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+      err === null ? resolve(p) : reject(err),
+    ),
+  );
+  s.forceShutdown();
+  return `127.0.0.1:${port}`;
+}
+
+async function waitFor(cond: () => boolean, ms = 2000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) assert.fail("condition not met in time");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
