@@ -125,6 +125,7 @@ export class Forwarder {
         },
       );
       call.once("cancelled", onCancelled);
+      if (call.cancelled) outgoing.cancel();
       // grpc-js emits 'status' after the callback, with the trailer; it always comes.
       outgoing.on("status", (s: StatusObject) => {
         call.removeListener("cancelled", onCancelled);
