@@ -104,8 +104,6 @@ export class Forwarder {
     address: string,
     call: ServerUnaryCall<Req, Res>,
   ): Promise<ForwardReply<Res>> {
-    const def = this.#service[method];
-    if (def === undefined) throw new Error(`cairn.v1.KV has no method ${method}`);
     const metadata = new Metadata();
     metadata.set(FORWARDED_KEY, "1");
     const deadline = Math.min(deadlineMs(call.getDeadline()), Date.now() + this.#maxDeadlineMs);
@@ -113,17 +111,25 @@ export class Forwarder {
       let response: Res | undefined;
       let outgoing: ClientUnaryCall | undefined = undefined;
       const onCancelled = (): void => outgoing?.cancel();
-      outgoing = this.#client(address).makeUnaryRequest(
-        def.path,
-        def.requestSerialize,
-        def.responseDeserialize,
-        call.request,
-        metadata,
-        { deadline },
-        (_err, value?: Res) => {
-          response = value;
-        },
-      );
+      try {
+        const def = this.#service[method];
+        if (def === undefined) throw new Error(`cairn.v1.KV has no method ${method}`);
+        outgoing = this.#client(address).makeUnaryRequest(
+          def.path,
+          def.requestSerialize,
+          def.responseDeserialize,
+          call.request,
+          metadata,
+          { deadline },
+          (_err, value?: Res) => {
+            response = value;
+          },
+        );
+      } catch (err) {
+        // A bug (the request did not serialize): answered INTERNAL, never left hanging.
+        resolve({ ok: false, error: toServiceError(err) });
+        return;
+      }
       call.once("cancelled", onCancelled);
       if (call.cancelled) outgoing.cancel();
       // grpc-js emits 'status' after the callback, with the trailer; it always comes.
