@@ -9,6 +9,8 @@
  *   systemd-analyze verify deploy/systemd/cairn.service (ExecStart pointed at this checkout)
  *   hadolint deploy/Dockerfile                          (if installed)
  *   docker build + run with the HEALTHCHECK, docker stop (if a daemon answers)
+ *   docker compose config on deploy/compose.yaml      (the plugin, else docker-compose v1)
+ *   kubectl kustomize deploy/k8s, then kubeconform     (each if installed)
  *
  * Environment: CAIRN_DEPLOY_BASE_IMAGE overrides the Dockerfile's NODE_IMAGE build argument
  * (e.g. a locally imported stand-in when the registry of the official image is unreachable);
@@ -242,6 +244,36 @@ function docker(): void {
   }
 }
 
+function composeConfig(): void {
+  const name = "docker compose config deploy/compose.yaml";
+  // Validating the file needs no daemon. The compose plugin if present, else compose v1
+  // (Debian 12: apt-get install docker-compose).
+  const plugin = spawnSync("docker", ["compose", "version"]).status === 0;
+  const file = join(DEPLOY, "compose.yaml");
+  const r = plugin
+    ? sh("docker", ["compose", "-f", file, "config", "--quiet"])
+    : sh("docker-compose", ["-f", file, "config", "--quiet"]);
+  if (r.missing) record(name, "MISSING", "neither docker compose nor docker-compose installed");
+  else record(name, r.status === 0 ? "PASS" : "FAIL", plugin ? "compose plugin" : "docker-compose");
+}
+
+function kubernetes(): void {
+  const name = "kubectl kustomize deploy/k8s";
+  const r = sh("kubectl", ["kustomize", join(DEPLOY, "k8s")], { quiet: true });
+  if (r.missing) {
+    record(name, "MISSING", "kubectl not installed");
+    record("kubeconform deploy/k8s", "MISSING", "needs the kustomize output");
+    return;
+  }
+  record(name, r.status === 0 ? "PASS" : "FAIL", r.status === 0 ? "renders" : "");
+  if (r.status !== 0) return;
+  // Schema validation of the rendered objects (kubeconform fetches its schemas, so it needs
+  // network access to them or -schema-location pointing at a local copy).
+  const v = sh("kubeconform", ["-strict", "-summary", "-"], { input: r.out });
+  if (v.missing) record("kubeconform deploy/k8s", "MISSING", "kubeconform not installed");
+  else record("kubeconform deploy/k8s", v.status === 0 ? "PASS" : "FAIL");
+}
+
 const promDir = join(DEPLOY, "prometheus");
 simple("promtool check rules", "promtool", ["check", "rules", "alerts.yaml"], promDir);
 simple("promtool test rules", "promtool", ["test", "rules", "alerts.test.yaml"], promDir);
@@ -289,6 +321,8 @@ await promtoolMetrics();
 systemdVerify();
 dockerfileLint();
 docker();
+composeConfig();
+kubernetes();
 
 process.stdout.write("check:deploy summary\n");
 for (const r of results) {

@@ -1,0 +1,329 @@
+/**
+ * The cluster deployments of deploy/ against the code, with no external tool (docker compose
+ * and kubectl kustomize run in `npm run check:deploy` where installed):
+ *
+ * - deploy/compose.yaml: each node's environment is exactly the table `npm run cluster` uses
+ *   (scripts/cluster-layout.ts), loads with the real config loader, one volume per node, ports
+ *   published for node 1 only, Prometheus scrapes exactly the compose nodes, Grafana gets the
+ *   provisioning and the dashboard where the provisioning looks for it;
+ * - deploy/k8s/: the StatefulSet sets the same variables (expanded as the kubelet would, they
+ *   load with the real loader), probes hit /health/quick on the HTTP port of the code's
+ *   defaults, the grace period outlasts preStop + the drain timeout, the PDB and Services
+ *   select the pods, and the pods run as the image's non-root user.
+ */
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { parse as parseYaml, parseAllDocuments } from "yaml";
+import { type CairnConfig, loadConfig, parseHostPort } from "../../src/config/index.ts";
+import { COMPOSE, nodeEnvironment } from "../../scripts/cluster-layout.ts";
+import { ROOT } from "../support/server-process.ts";
+
+const DEPLOY = join(ROOT, "deploy");
+const read = (rel: string): string => readFileSync(join(DEPLOY, rel), "utf8");
+
+/** The configuration a node gets from these variables alone (no file, no flags). */
+function configFrom(env: Record<string, string>): CairnConfig {
+  return loadConfig({ flags: {}, env });
+}
+
+function portOf(addr: string): number {
+  const r = parseHostPort(addr, { allowPortZero: true, allowUnspecified: true });
+  assert.ok(r.ok, addr);
+  return r.value.port;
+}
+
+function hostOf(addr: string): string {
+  const r = parseHostPort(addr, { allowPortZero: true, allowUnspecified: true });
+  assert.ok(r.ok, addr);
+  return r.value.host;
+}
+
+const DEFAULTS = configFrom({});
+const DOCKER_USER = /^USER (\d+):(\d+)$/m.exec(read("Dockerfile"));
+
+interface ComposeService {
+  build?: { context: string; dockerfile: string };
+  image?: string;
+  hostname?: string;
+  command?: string[];
+  environment?: Record<string, string>;
+  volumes?: string[];
+  ports?: string[];
+  depends_on?: unknown;
+  stop_grace_period?: string;
+}
+
+describe("deploy/compose.yaml", () => {
+  const compose = parseYaml(read("compose.yaml"), { merge: true }) as {
+    services: Record<string, ComposeService>;
+    volumes: Record<string, unknown>;
+  };
+  const nodes = Object.keys(compose.services).filter((s) => s.startsWith("cairn-"));
+
+  it("runs 3 nodes whose environment is the launcher's table (scripts/cluster-layout.ts)", () => {
+    assert.deepEqual(nodes, ["cairn-1", "cairn-2", "cairn-3"]);
+    nodes.forEach((name, k) => {
+      const svc = compose.services[name];
+      assert.ok(svc);
+      assert.deepEqual(svc.environment, nodeEnvironment(COMPOSE, k + 1, nodes.length), name);
+      assert.equal(svc.hostname, name, "the host name other nodes resolve");
+      assert.deepEqual(svc.build, { context: "..", dockerfile: "deploy/Dockerfile" });
+      assert.ok(existsSync(join(DEPLOY, "..", svc.build.dockerfile)));
+      // A healthy peer needs the others running: no node waits for another.
+      assert.equal(svc.depends_on, undefined, `${name} must not depend on another node`);
+    });
+  });
+
+  it("each node's environment loads with the real config loader: bound 0.0.0.0, advertised by service name", () => {
+    for (const name of nodes) {
+      const c = configFrom(compose.services[name]?.environment ?? {});
+      assert.equal(c.node_id, name);
+      assert.equal(c.advertise_rpc_addr, `${name}:${portOf(DEFAULTS.rpc_addr)}`);
+      assert.equal(c.advertise_http_addr, `${name}:${portOf(DEFAULTS.http_addr)}`);
+      assert.deepEqual(
+        c.cluster.seed_nodes,
+        nodes.map((n) => `${n}:${portOf(DEFAULTS.rpc_addr)}`),
+      );
+      assert.equal(c.data_dir, "/var/lib/cairn");
+    }
+  });
+
+  it("gives every node its own named volume and publishes only node 1's ports, on loopback", () => {
+    const mounts = nodes.map((n) => compose.services[n]?.volumes ?? []);
+    for (const [k, m] of mounts.entries()) {
+      assert.deepEqual(m, [`cairn-${k + 1}-data:/var/lib/cairn`]);
+      assert.ok(`cairn-${k + 1}-data` in compose.volumes);
+    }
+    const rpc = portOf(DEFAULTS.rpc_addr);
+    const http = portOf(DEFAULTS.http_addr);
+    assert.deepEqual(compose.services["cairn-1"]?.ports, [
+      `127.0.0.1:${rpc}:${rpc}/tcp`,
+      `127.0.0.1:${rpc}:${rpc}/udp`,
+      `127.0.0.1:${http}:${http}/tcp`,
+    ]);
+    assert.equal(compose.services["cairn-2"]?.ports, undefined);
+    assert.equal(compose.services["cairn-3"]?.ports, undefined);
+  });
+
+  it("stops a node with a grace period beyond the drain timeout", () => {
+    for (const name of nodes) {
+      const m = /^(\d+)s$/.exec(compose.services[name]?.stop_grace_period ?? "");
+      assert.ok(m?.[1] !== undefined, `${name}: stop_grace_period <n>s`);
+      assert.ok(Number(m[1]) * 1000 >= DEFAULTS.shutdown.drain_timeout_ms + 10_000);
+    }
+  });
+
+  it("Prometheus scrapes exactly the compose nodes' HTTP addresses with the mounted config", () => {
+    const prom = compose.services["prometheus"];
+    assert.ok(prom !== undefined);
+    assert.ok(prom.command?.includes("--config.file=/etc/prometheus/prometheus.yaml"));
+    assert.ok(prom.volumes?.includes("./prometheus:/etc/prometheus:ro"));
+    const config = parseYaml(read("prometheus/prometheus.yaml")) as {
+      scrape_configs: { job_name: string; static_configs: { targets: string[] }[] }[];
+    };
+    const targets = config.scrape_configs
+      .find((j) => j.job_name === "cairn")
+      ?.static_configs.flatMap((s) => s.targets);
+    assert.deepEqual(
+      targets,
+      nodes.map((n) => compose.services[n]?.environment?.["CAIRN_ADVERTISE_HTTP_ADDR"]),
+    );
+  });
+
+  it("Grafana gets the provisioning, the dashboard where the provider reads, and the Prometheus service", () => {
+    const grafana = compose.services["grafana"];
+    assert.ok(grafana?.volumes !== undefined);
+    assert.ok(grafana.volumes.includes("./grafana/provisioning:/etc/grafana/provisioning:ro"));
+    const provider = parseYaml(read("grafana/provisioning/dashboards/cairn.yaml")) as {
+      providers: { options: { path: string } }[];
+    };
+    const dashboardsPath = provider.providers[0]?.options.path;
+    assert.ok(grafana.volumes.includes(`./grafana/cairn.json:${dashboardsPath}/cairn.json:ro`));
+    const ds = parseYaml(read("grafana/provisioning/datasources/prometheus.yaml")) as {
+      datasources: { url: string }[];
+    };
+    const url = new URL(ds.datasources[0]?.url ?? "");
+    assert.ok(url.hostname in compose.services, `data source host ${url.hostname} is a service`);
+    assert.ok(
+      compose.services["prometheus"]?.ports?.some((p) => p.endsWith(`:${url.port}/tcp`)),
+      "Prometheus listens where the data source points",
+    );
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+interface Probe {
+  httpGet: { path: string; port: string | number };
+  periodSeconds: number;
+  failureThreshold: number;
+}
+
+interface K8sObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; labels?: Record<string, string> };
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- checked field by field below
+  spec: any;
+}
+
+interface Container {
+  name: string;
+  ports: { name: string; containerPort: number; protocol: string }[];
+  env: { name: string; value?: string; valueFrom?: { fieldRef: { fieldPath: string } } }[];
+  startupProbe: Probe;
+  readinessProbe: Probe;
+  livenessProbe: Probe;
+  lifecycle: { preStop: { exec: { command: string[] } } };
+  resources: { requests: Record<string, string>; limits?: Record<string, string> };
+  securityContext: Record<string, unknown> & { capabilities: { drop: string[] } };
+  volumeMounts: { name: string; mountPath: string }[];
+}
+
+describe("deploy/k8s/", () => {
+  const dir = join(DEPLOY, "k8s");
+  const kustomization = parseYaml(read("k8s/kustomization.yaml")) as { resources: string[] };
+  const objects: K8sObject[] = kustomization.resources.flatMap((f) =>
+    parseAllDocuments(readFileSync(join(dir, f), "utf8")).map((d) => {
+      assert.deepEqual(d.errors, [], f);
+      return d.toJS() as K8sObject;
+    }),
+  );
+  const find = (kind: string, pred: (o: K8sObject) => boolean = () => true): K8sObject => {
+    const found = objects.filter((o) => o.kind === kind && pred(o));
+    assert.equal(found.length, 1, `exactly one ${kind}`);
+    return found[0] as K8sObject;
+  };
+  const sts = find("StatefulSet");
+  const podLabels = sts.spec.template.metadata.labels as Record<string, string>;
+  const container = (sts.spec.template.spec.containers as Container[])[0] as Container;
+  const selects = (selector: Record<string, string>): boolean =>
+    Object.entries(selector).every(([k, v]) => podLabels[k] === v);
+  const headless = find("Service", (o) => o.metadata.name === sts.spec.serviceName);
+
+  /** The container's CAIRN_* variables for pod `cairn-<ordinal>`, expanded as the kubelet does. */
+  const podEnv = (ordinal: number, namespace: string): Record<string, string> => {
+    const fields: Record<string, string> = {
+      "metadata.name": `${sts.metadata.name}-${ordinal}`,
+      "metadata.namespace": namespace,
+    };
+    const env: Record<string, string> = {};
+    for (const e of container.env) {
+      const raw = e.valueFrom !== undefined ? fields[e.valueFrom.fieldRef.fieldPath] : e.value;
+      assert.ok(raw !== undefined, e.name);
+      env[e.name] = raw.replace(/\$\((\w+)\)/g, (_, name: string) => {
+        assert.ok(name in env, `${e.name} refers to $(${name}) defined before it`);
+        return env[name] as string;
+      });
+    }
+    return env;
+  };
+
+  it("lists every manifest of the folder in kustomization.yaml", () => {
+    const files = readdirSync(dir).filter((f) => f.endsWith(".yaml") && f !== "kustomization.yaml");
+    assert.deepEqual([...kustomization.resources].sort(), files.sort());
+  });
+
+  it("runs 3 replicas started in parallel, found through a headless Service that publishes unready pods", () => {
+    assert.equal(sts.apiVersion, "apps/v1");
+    assert.equal(sts.spec.replicas, 3);
+    assert.equal(sts.spec.podManagementPolicy, "Parallel");
+    assert.ok(selects(sts.spec.selector.matchLabels));
+    assert.equal(headless.spec.clusterIP, "None");
+    assert.equal(headless.spec.publishNotReadyAddresses, true);
+    assert.ok(selects(headless.spec.selector));
+    const client = find("Service", (o) => o.metadata.name !== sts.spec.serviceName);
+    assert.ok(selects(client.spec.selector));
+    assert.deepEqual(
+      (client.spec.ports as { port: number }[]).map((p) => p.port),
+      [portOf(DEFAULTS.rpc_addr)],
+      "clients get the RPC port only",
+    );
+    const pdb = find("PodDisruptionBudget");
+    assert.equal(pdb.apiVersion, "policy/v1");
+    assert.equal(pdb.spec.maxUnavailable, 1);
+    assert.ok(selects(pdb.spec.selector.matchLabels));
+  });
+
+  it("exposes the code's default ports: gRPC (TCP) and SWIM (UDP) on the RPC port, HTTP", () => {
+    const byName = Object.fromEntries(container.ports.map((p) => [p.name, p]));
+    assert.deepEqual(byName["rpc"], {
+      name: "rpc",
+      containerPort: portOf(DEFAULTS.rpc_addr),
+      protocol: "TCP",
+    });
+    assert.deepEqual(byName["swim"], {
+      name: "swim",
+      containerPort: portOf(DEFAULTS.rpc_addr),
+      protocol: "UDP",
+    });
+    assert.deepEqual(byName["http"], {
+      name: "http",
+      containerPort: portOf(DEFAULTS.http_addr),
+      protocol: "TCP",
+    });
+  });
+
+  it("sets the launcher's variables, from the pod name and the headless Service's DNS", () => {
+    const names = container.env.map((e) => e.name).filter((n) => n.startsWith("CAIRN_"));
+    assert.deepEqual(names.sort(), Object.keys(nodeEnvironment(COMPOSE, 1, 3)).sort());
+    const replicas = sts.spec.replicas as number;
+    for (let ordinal = 0; ordinal < replicas; ordinal++) {
+      const env = podEnv(ordinal, "prod");
+      const pod = `${sts.metadata.name}-${ordinal}`;
+      const dns = (p: string): string => `${p}.${headless.metadata.name}.prod.svc`;
+      const c = configFrom(env);
+      assert.equal(c.node_id, pod);
+      assert.equal(c.rpc_addr, `0.0.0.0:${portOf(DEFAULTS.rpc_addr)}`);
+      assert.equal(c.advertise_rpc_addr, `${dns(pod)}:${portOf(DEFAULTS.rpc_addr)}`);
+      assert.equal(c.advertise_http_addr, `${dns(pod)}:${portOf(DEFAULTS.http_addr)}`);
+      // The same seeds on every pod, every replica once, the first (ordinal 0) first.
+      assert.deepEqual(
+        c.cluster.seed_nodes.map(hostOf),
+        Array.from({ length: replicas }, (_, j) => dns(`${sts.metadata.name}-${j}`)),
+      );
+      const mount = container.volumeMounts.find((m) => m.mountPath === c.data_dir);
+      assert.ok(mount, "the data directory is the mounted volume");
+      const claims = sts.spec.volumeClaimTemplates as { metadata: { name: string } }[];
+      assert.ok(claims.some((t) => t.metadata.name === mount.name));
+    }
+  });
+
+  it("probes /health/quick on the HTTP port: a long startup, generous liveness", () => {
+    for (const probe of [
+      container.startupProbe,
+      container.readinessProbe,
+      container.livenessProbe,
+    ]) {
+      assert.equal(probe.httpGet.path, "/health/quick");
+      assert.equal(probe.httpGet.port, "http");
+    }
+    const window = (p: Probe): number => p.periodSeconds * p.failureThreshold;
+    assert.ok(window(container.startupProbe) >= 300, "5 minutes or more to replay the WAL");
+    assert.ok(window(container.livenessProbe) >= 60, "liveness tolerates a leaderless minute");
+    assert.ok(window(container.readinessProbe) < window(container.livenessProbe));
+  });
+
+  it("gives the pod longer than preStop + the drain timeout to stop", () => {
+    const cmd = container.lifecycle.preStop.exec.command;
+    assert.equal(cmd[0], "sleep");
+    const preStopMs = Number(cmd[1]) * 1000;
+    const drainMs = configFrom(podEnv(0, "default")).shutdown.drain_timeout_ms;
+    const graceMs = (sts.spec.template.spec.terminationGracePeriodSeconds as number) * 1000;
+    assert.ok(graceMs >= preStopMs + drainMs + 10_000, `grace ${graceMs} ms`);
+  });
+
+  it("runs as the image's non-root user with requests, no privileges and a read-only root", () => {
+    assert.ok(DOCKER_USER?.[1] !== undefined && DOCKER_USER[2] !== undefined);
+    const pod = sts.spec.template.spec.securityContext;
+    assert.equal(pod.runAsNonRoot, true);
+    assert.equal(pod.runAsUser, Number(DOCKER_USER[1]));
+    assert.equal(pod.fsGroup, Number(DOCKER_USER[2]));
+    assert.equal(container.securityContext["allowPrivilegeEscalation"], false);
+    assert.equal(container.securityContext["readOnlyRootFilesystem"], true);
+    assert.deepEqual(container.securityContext.capabilities.drop, ["ALL"]);
+    assert.ok(container.resources.requests["cpu"] && container.resources.requests["memory"]);
+  });
+});

@@ -1,0 +1,175 @@
+/**
+ * `npm run cluster` end to end: the launcher (scripts/cluster.ts) starts three real `cairn serve`
+ * processes on loopback, says the cluster is ready once every /health/quick answers 200, the
+ * nodes see each other alive (/health `nodes` and `cairn cluster`), and SIGTERM to the launcher
+ * stops every node with exit code 0. Every wait is a poll with a deadline.
+ */
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { createSocket } from "node:dgram";
+import { readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, it } from "node:test";
+import { CAIRN, cleanEnv, ROOT } from "../support/server-process.ts";
+
+/** A port free for TCP and UDP on every interface: the launcher uses it on 127.0.0.1..3. */
+async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const port = await new Promise<number>((resolve, reject) => {
+      const srv = createServer();
+      srv.once("error", reject);
+      srv.listen(0, "0.0.0.0", () => {
+        const addr = srv.address();
+        srv.close(() => resolve(typeof addr === "object" && addr !== null ? addr.port : 0));
+      });
+    });
+    const udpFree = await new Promise<boolean>((resolve) => {
+      const sock = createSocket("udp4");
+      sock.once("error", () => resolve(false));
+      sock.bind(port, "0.0.0.0", () => sock.close(() => resolve(true)));
+    });
+    if (udpFree) return port;
+  }
+  throw new Error("no free port");
+}
+
+/** Polls `check` until it returns true or the deadline passes. */
+async function eventually(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`not within ${timeoutMs} ms: ${what}`);
+}
+
+describe("npm run cluster", () => {
+  let dir = "";
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "cairn-cluster-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("starts 3 nodes that see each other, and stops them all with exit code 0", async () => {
+    const rpcPort = await freePort();
+    let httpPort = await freePort();
+    while (Math.abs(httpPort - rpcPort) < 3) httpPort = await freePort();
+    const launcher = spawn(
+      process.execPath,
+      [
+        join(ROOT, "scripts/cluster.ts"),
+        "--nodes",
+        "3",
+        "--base-dir",
+        join(dir, "cluster"),
+        "--fresh",
+        "--rpc-port",
+        String(rpcPort),
+        "--http-base-port",
+        String(httpPort),
+        "--wait-ms",
+        "12000",
+      ],
+      { cwd: ROOT, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] },
+    );
+    const lines: string[] = [];
+    let stderr = "";
+    launcher.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    createInterface({ input: launcher.stdout }).on("line", (l) => lines.push(l));
+    const exited = new Promise<number | null>((resolve) =>
+      launcher.once("exit", (code) => resolve(code)),
+    );
+    const output = (): string =>
+      `${lines.filter((l) => !/^n\d \| /.test(l)).join("\n")}\n${stderr}`;
+    try {
+      await eventually(
+        "the launcher reports the cluster ready",
+        async () => {
+          if (launcher.exitCode !== null) assert.fail(`launcher exited early:\n${output()}`);
+          return lines.some((l) => l.startsWith("cluster ready: 3 node(s)"));
+        },
+        15_000,
+      );
+      // One line per node with its endpoints, before the logs.
+      const nodes = lines
+        .map((l) => /^(n\d)\s+rpc (\S+)\s+http http:\/\/(\S+)\s+data /.exec(l))
+        .filter((m) => m !== null)
+        .map((m) => ({ id: m[1] ?? "", rpc: m[2] ?? "", http: m[3] ?? "" }));
+      assert.deepEqual(
+        nodes.map((n) => n.id),
+        ["n1", "n2", "n3"],
+        output(),
+      );
+      // Every node's log lines come prefixed with its id.
+      for (const n of nodes) assert.ok(lines.some((l) => l.startsWith(`${n.id} | {`)));
+
+      for (const n of nodes) {
+        assert.equal((await fetch(`http://${n.http}/health/quick`)).status, 200);
+        await eventually(
+          `${n.id} sees 3 alive members`,
+          async () => {
+            const report = (await (await fetch(`http://${n.http}/health`)).json()) as {
+              nodes: { id: string; state: string }[];
+            };
+            return (
+              report.nodes.length === 3 &&
+              report.nodes.every((m) => m.state === "alive") &&
+              report.nodes
+                .map((m) => m.id)
+                .sort()
+                .join() === "n1,n2,n3"
+            );
+          },
+          5_000,
+        );
+      }
+      // The `cairn cluster` command the launcher suggests.
+      const first = nodes[0];
+      assert.ok(first);
+      const view = spawnSync(
+        CAIRN,
+        ["--endpoints", first.rpc, "cluster", "--output", "json", "--timeout", "3000"],
+        { cwd: ROOT, env: cleanEnv(), encoding: "utf8", timeout: 5_000 },
+      );
+      assert.equal(view.status, 0, view.stderr);
+      const members = (JSON.parse(view.stdout) as { nodes: { id: string; state: string }[] }).nodes;
+      assert.deepEqual(members.map((m) => `${m.id}:${m.state}`).sort(), [
+        "n1:alive",
+        "n2:alive",
+        "n3:alive",
+      ]);
+
+      launcher.kill("SIGTERM");
+      assert.equal(await exited, 0, output());
+      for (const id of ["n1", "n2", "n3"]) {
+        assert.ok(lines.includes(`${id} exited with code 0`), output());
+      }
+    } finally {
+      if (launcher.exitCode === null) {
+        launcher.kill("SIGKILL");
+        await exited;
+        // The nodes run in their own process groups: kill any the launcher left behind.
+        for (const id of ["n1", "n2", "n3"]) {
+          try {
+            process.kill(
+              Number(readFileSync(join(dir, "cluster", `${id}.pid`), "utf8")),
+              "SIGKILL",
+            );
+          } catch {
+            // Not running (no pid file, or already gone).
+          }
+        }
+      }
+    }
+  });
+});
