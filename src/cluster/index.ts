@@ -1,5 +1,22 @@
-/** Placement and routing of keys over shards, and the cluster view clients route with. */
+/** Placement and routing of keys over shards, the cluster's metadata, and the cluster view. */
 export { jumpConsistentHash, shardForKey, xxhash64 } from "./routing.ts";
+export {
+  type BootstrapDecision,
+  type BootstrapInput,
+  decodeMetaCommand,
+  encodeMetaCommand,
+  META_KEY_PREFIX,
+  type MetaApplyResult,
+  type MetaCommand,
+  type MetaMember,
+  type MetaOutcome,
+  type MetaRecord,
+  MetaState,
+  type MetaStateView,
+  rendezvousReplicas,
+  rendezvousWeight,
+  shouldBootstrap,
+} from "./meta.ts";
 export {
   type ClusterView,
   ClusterViewPublisher,

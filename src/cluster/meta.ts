@@ -1,0 +1,672 @@
+/**
+ * The cluster's metadata (design.md §5.1), as a pure state machine: the cluster id, the member
+ * nodes and every created shard's replica set. Shard 0's Raft group (the meta group) carries
+ * MetaCommands in its log beside client KV commands; its state machine applies them with
+ * `MetaState.apply` and writes the returned records under the internal prefix of shard 0's engine
+ * (src/replication/commands.ts), where no client key can reach them.
+ *
+ * Invariants:
+ *   1. Bootstrap happens once: a second bootstrap changes nothing and names the existing id.
+ *   2. A shard's replica set is written once: the first committed create-shard wins, later ones
+ *      are no-ops that name the existing assignment. Shard 0's replicas are the bootstrap members.
+ *   3. `MetaState.load(state.records())` equals `state`, and so does loading every record `apply`
+ *      ever returned (later records of a key replace earlier ones): a restart or a snapshot
+ *      install reproduces the state exactly.
+ *   4. Everything here is deterministic: replicas applying the same log agree byte for byte.
+ *
+ * Encoding (both commands and records): u8 format version (1) | UTF-8 JSON, validated field by
+ * field; unknown fields, versions or ops are refused (CAIRN_ERR_MALFORMED_COMMAND for commands,
+ * CAIRN_ERR_MALFORMED_META for stored records).
+ *
+ * Record keys (without the engine's internal prefix byte 0x00):
+ *   meta/cluster            {clusterId, totalShards, replicationFactor}
+ *   meta/member/<id>        {id, rpcAddr, httpAddr}
+ *   meta/shard/<10 digits>  {replicas}   (the shard id zero-padded, so keys sort numerically)
+ *
+ * Caveats: members are never removed and replica sets never change (node removal and
+ * re-replication are a later issue); addresses are checked for shape only, not parsed.
+ */
+import { CairnError } from "../common/errors.ts";
+import { xxhash64 } from "./routing.ts";
+
+export interface MetaMember {
+  readonly id: string;
+  readonly rpcAddr: string;
+  readonly httpAddr: string;
+}
+
+export type MetaCommand =
+  | {
+      readonly op: "bootstrap";
+      readonly clusterId: string;
+      readonly totalShards: number;
+      readonly replicationFactor: number;
+      readonly members: readonly MetaMember[];
+    }
+  | { readonly op: "create-shard"; readonly shard: number; readonly replicas: readonly string[] }
+  | { readonly op: "set-member"; readonly member: MetaMember };
+
+/** What applying one MetaCommand did. Every kind but the first of each pair changes nothing. */
+export type MetaOutcome =
+  | { readonly kind: "bootstrapped"; readonly clusterId: string }
+  | { readonly kind: "already-bootstrapped"; readonly clusterId: string }
+  | { readonly kind: "shard-created"; readonly shard: number; readonly replicas: readonly string[] }
+  | { readonly kind: "shard-exists"; readonly shard: number; readonly replicas: readonly string[] }
+  | { readonly kind: "member-added"; readonly member: MetaMember }
+  | { readonly kind: "member-updated"; readonly member: MetaMember; readonly previous: MetaMember }
+  | { readonly kind: "member-unchanged"; readonly member: MetaMember }
+  /** The command can never apply as written (bad shard, unknown replica, not bootstrapped…). */
+  | { readonly kind: "rejected"; readonly reason: string };
+
+/** One stored record: `key` without the engine's internal prefix byte. */
+export interface MetaRecord {
+  readonly key: Uint8Array;
+  readonly value: Uint8Array;
+}
+
+export interface MetaApplyResult {
+  /** The state after the command (the same object when nothing changed). */
+  readonly state: MetaState;
+  readonly outcome: MetaOutcome;
+  /** Records to write (put) so the stored state matches `state`; empty when nothing changed. */
+  readonly records: readonly MetaRecord[];
+}
+
+/** A plain, canonically ordered picture of a state: for equality in tests and for logs. */
+export interface MetaStateView {
+  readonly clusterId: string | null;
+  readonly totalShards: number;
+  readonly replicationFactor: number;
+  readonly members: readonly MetaMember[];
+  readonly shards: readonly { readonly shard: number; readonly replicas: readonly string[] }[];
+}
+
+const FORMAT_VERSION = 1;
+/** The configuration's node_id rule (src/config/schema.ts), repeated so this file stays pure. */
+const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const CLUSTER_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** An address as configured (`host:port`, `[v6]:port`): no spaces or control characters. */
+const ADDRESS = /^[^\s\p{Cc}]{1,300}$/u;
+const MAX_SHARDS = 0x1_0000_0000;
+const SHARD_DIGITS = 10;
+
+const enc = new TextEncoder();
+const dec = new TextDecoder("utf-8", { fatal: true });
+
+export const META_KEY_PREFIX = "meta/";
+const CLUSTER_KEY = "meta/cluster";
+const MEMBER_KEY = "meta/member/";
+const SHARD_KEY = "meta/shard/";
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+export function encodeMetaCommand(cmd: MetaCommand): Uint8Array {
+  const problem = checkCommand(cmd);
+  if (problem !== null) throw malformedCommand(problem);
+  return encodeJson(canonicalCommand(cmd));
+}
+
+export function decodeMetaCommand(data: Uint8Array): MetaCommand {
+  let raw: unknown;
+  try {
+    raw = decodeJson(data);
+  } catch (err) {
+    throw malformedCommand(err instanceof Error ? err.message : String(err));
+  }
+  const cmd = parseCommand(raw);
+  if (typeof cmd === "string") throw malformedCommand(cmd);
+  const problem = checkCommand(cmd);
+  if (problem !== null) throw malformedCommand(problem);
+  return cmd;
+}
+
+/** The command with its fields in a fixed order (so its bytes are canonical). */
+function canonicalCommand(cmd: MetaCommand): MetaCommand {
+  switch (cmd.op) {
+    case "bootstrap":
+      return {
+        op: cmd.op,
+        clusterId: cmd.clusterId,
+        totalShards: cmd.totalShards,
+        replicationFactor: cmd.replicationFactor,
+        members: cmd.members.map(canonicalMember),
+      };
+    case "create-shard":
+      return { op: cmd.op, shard: cmd.shard, replicas: [...cmd.replicas] };
+    case "set-member":
+      return { op: cmd.op, member: canonicalMember(cmd.member) };
+  }
+}
+
+function canonicalMember(m: MetaMember): MetaMember {
+  return { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr };
+}
+
+/** Shape of untrusted JSON into a command, or why it is not one. */
+function parseCommand(raw: unknown): MetaCommand | string {
+  if (!isObject(raw)) return "not an object";
+  switch (raw["op"]) {
+    case "bootstrap": {
+      const bad = unknownFields(raw, [
+        "op",
+        "clusterId",
+        "totalShards",
+        "replicationFactor",
+        "members",
+      ]);
+      if (bad !== null) return bad;
+      const { clusterId, totalShards, replicationFactor, members } = raw;
+      if (typeof clusterId !== "string") return "clusterId is not a string";
+      if (typeof totalShards !== "number") return "totalShards is not a number";
+      if (typeof replicationFactor !== "number") return "replicationFactor is not a number";
+      if (!Array.isArray(members)) return "members is not an array";
+      const parsed: MetaMember[] = [];
+      for (const m of members) {
+        const member = parseMember(m);
+        if (typeof member === "string") return member;
+        parsed.push(member);
+      }
+      return { op: "bootstrap", clusterId, totalShards, replicationFactor, members: parsed };
+    }
+    case "create-shard": {
+      const bad = unknownFields(raw, ["op", "shard", "replicas"]);
+      if (bad !== null) return bad;
+      const { shard, replicas } = raw;
+      if (typeof shard !== "number") return "shard is not a number";
+      if (!Array.isArray(replicas) || !replicas.every((r) => typeof r === "string"))
+        return "replicas is not an array of strings";
+      return { op: "create-shard", shard, replicas: replicas as string[] };
+    }
+    case "set-member": {
+      const bad = unknownFields(raw, ["op", "member"]);
+      if (bad !== null) return bad;
+      const member = parseMember(raw["member"]);
+      return typeof member === "string" ? member : { op: "set-member", member };
+    }
+    default:
+      return `unknown op ${JSON.stringify(raw["op"])}`;
+  }
+}
+
+function parseMember(raw: unknown): MetaMember | string {
+  if (!isObject(raw)) return "a member is not an object";
+  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr"]);
+  if (bad !== null) return bad;
+  const { id, rpcAddr, httpAddr } = raw;
+  if (typeof id !== "string" || typeof rpcAddr !== "string" || typeof httpAddr !== "string")
+    return "a member's id, rpcAddr and httpAddr must be strings";
+  return { id, rpcAddr, httpAddr };
+}
+
+/** Checks that need no state: null when the command is well formed. */
+function checkCommand(cmd: MetaCommand): string | null {
+  switch (cmd.op) {
+    case "bootstrap": {
+      const bad = checkCluster(cmd.clusterId, cmd.totalShards, cmd.replicationFactor);
+      if (bad !== null) return bad;
+      if (cmd.members.length === 0) return "no members";
+      for (const m of cmd.members) {
+        const bad = checkMember(m);
+        if (bad !== null) return bad;
+      }
+      return duplicate(
+        cmd.members.map((m) => m.id),
+        "member",
+      );
+    }
+    case "create-shard":
+      if (!Number.isInteger(cmd.shard) || cmd.shard < 1 || cmd.shard >= MAX_SHARDS)
+        return `shard ${cmd.shard} is not an integer in [1, 2^32)`;
+      if (cmd.replicas.length === 0) return "no replicas";
+      for (const r of cmd.replicas) {
+        if (!NODE_ID.test(r)) return `bad replica id ${JSON.stringify(r)}`;
+      }
+      return duplicate(cmd.replicas, "replica");
+    case "set-member":
+      return checkMember(cmd.member);
+  }
+}
+
+function checkCluster(clusterId: string, totalShards: number, factor: number): string | null {
+  if (!CLUSTER_ID.test(clusterId)) return `bad cluster id ${JSON.stringify(clusterId)}`;
+  if (!Number.isInteger(totalShards) || totalShards < 1 || totalShards > MAX_SHARDS)
+    return `totalShards ${totalShards} is not an integer in [1, 2^32]`;
+  if (!Number.isInteger(factor) || factor < 1)
+    return `replicationFactor ${factor} is not an integer ≥ 1`;
+  return null;
+}
+
+function checkMember(m: MetaMember): string | null {
+  if (!NODE_ID.test(m.id)) return `bad member id ${JSON.stringify(m.id)}`;
+  if (!ADDRESS.test(m.rpcAddr)) return `bad rpcAddr ${JSON.stringify(m.rpcAddr)} of ${m.id}`;
+  if (!ADDRESS.test(m.httpAddr)) return `bad httpAddr ${JSON.stringify(m.httpAddr)} of ${m.id}`;
+  return null;
+}
+
+function duplicate(ids: readonly string[], what: string): string | null {
+  const seen = new Set<string>();
+  for (const id of ids) {
+    if (seen.has(id)) return `${what} ${id} listed twice`;
+    seen.add(id);
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+export class MetaState {
+  /** null until the bootstrap command applies. */
+  readonly clusterId: string | null;
+  /** 0 until bootstrapped. */
+  readonly totalShards: number;
+  /** 0 until bootstrapped. */
+  readonly replicationFactor: number;
+  readonly members: ReadonlyMap<string, MetaMember>;
+  /** Created shards (shard 0 from the bootstrap on) and their replicas, first = preferred leader. */
+  readonly shards: ReadonlyMap<number, readonly string[]>;
+
+  private constructor(
+    clusterId: string | null,
+    totalShards: number,
+    replicationFactor: number,
+    members: ReadonlyMap<string, MetaMember>,
+    shards: ReadonlyMap<number, readonly string[]>,
+  ) {
+    this.clusterId = clusterId;
+    this.totalShards = totalShards;
+    this.replicationFactor = replicationFactor;
+    this.members = members;
+    this.shards = shards;
+  }
+
+  static empty(): MetaState {
+    return new MetaState(null, 0, 0, new Map(), new Map());
+  }
+
+  /**
+   * Rebuilds a state from its stored records (in any order; a key given twice keeps the last).
+   * Throws CAIRN_ERR_MALFORMED_META on a record that does not decode or a set that is not the
+   * image of a state (members or shards without a cluster record, an unknown replica).
+   */
+  static load(records: Iterable<MetaRecord>): MetaState {
+    let cluster: { clusterId: string; totalShards: number; replicationFactor: number } | null =
+      null;
+    const members = new Map<string, MetaMember>();
+    const shards = new Map<number, readonly string[]>();
+    for (const { key, value } of records) {
+      const k = decodeKey(key);
+      const raw = decodeRecordJson(k, value);
+      if (k === CLUSTER_KEY) {
+        cluster = parseClusterRecord(k, raw);
+      } else if (k.startsWith(MEMBER_KEY)) {
+        const m = parseMember(raw);
+        if (typeof m === "string" || checkMember(m) !== null || k !== memberKeyText(m.id))
+          throw malformedRecord(k, typeof m === "string" ? m : "bad member");
+        members.set(m.id, canonicalMember(m));
+      } else if (k.startsWith(SHARD_KEY)) {
+        const digits = k.slice(SHARD_KEY.length);
+        const shard = Number(digits);
+        if (!/^[0-9]+$/.test(digits) || shardKeyText(shard) !== k)
+          throw malformedRecord(k, "bad shard key");
+        shards.set(shard, parseShardRecord(k, raw));
+      } else {
+        throw malformedRecord(k, "unknown record");
+      }
+    }
+    if (cluster === null) {
+      if (members.size > 0 || shards.size > 0)
+        throw malformedRecord(CLUSTER_KEY, "members or shards stored without a cluster record");
+      return MetaState.empty();
+    }
+    for (const [shard, replicas] of shards) {
+      if (shard >= cluster.totalShards) throw malformedRecord(shardKeyText(shard), "out of range");
+      for (const r of replicas) {
+        if (!members.has(r)) throw malformedRecord(shardKeyText(shard), `unknown replica ${r}`);
+      }
+    }
+    if (!shards.has(0)) throw malformedRecord(shardKeyText(0), "missing");
+    return new MetaState(
+      cluster.clusterId,
+      cluster.totalShards,
+      cluster.replicationFactor,
+      members,
+      shards,
+    );
+  }
+
+  /** Evaluates `cmd` against this state; never throws and never changes `this`. */
+  apply(cmd: MetaCommand): MetaApplyResult {
+    const problem = checkCommand(cmd);
+    if (problem !== null) return this.#same({ kind: "rejected", reason: problem });
+    switch (cmd.op) {
+      case "bootstrap":
+        return this.#bootstrap(cmd);
+      case "create-shard":
+        return this.#createShard(cmd.shard, cmd.replicas);
+      case "set-member":
+        return this.#setMember(cmd.member);
+    }
+  }
+
+  #bootstrap(cmd: Extract<MetaCommand, { op: "bootstrap" }>): MetaApplyResult {
+    if (this.clusterId !== null)
+      return this.#same({ kind: "already-bootstrapped", clusterId: this.clusterId });
+    const members = new Map(cmd.members.map((m) => [m.id, canonicalMember(m)] as const));
+    const shard0 = cmd.members.map((m) => m.id);
+    const state = new MetaState(
+      cmd.clusterId,
+      cmd.totalShards,
+      cmd.replicationFactor,
+      members,
+      new Map([[0, shard0]]),
+    );
+    return {
+      state,
+      outcome: { kind: "bootstrapped", clusterId: cmd.clusterId },
+      records: [
+        state.#clusterRecord(),
+        ...[...members.values()].map(memberRecord),
+        shardRecord(0, shard0),
+      ],
+    };
+  }
+
+  #createShard(shard: number, replicas: readonly string[]): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const existing = this.shards.get(shard);
+    if (existing !== undefined)
+      return this.#same({ kind: "shard-exists", shard, replicas: existing });
+    if (shard >= this.totalShards)
+      return this.#rejected(`shard ${shard} is not in [1, ${this.totalShards})`);
+    const unknown = replicas.find((r) => !this.members.has(r));
+    if (unknown !== undefined) return this.#rejected(`replica ${unknown} is not a member`);
+    const want = Math.min(this.replicationFactor, this.members.size);
+    if (replicas.length !== want)
+      return this.#rejected(`${replicas.length} replicas for shard ${shard}, expected ${want}`);
+    const copy = [...replicas];
+    const shards = new Map(this.shards);
+    shards.set(shard, copy);
+    return {
+      state: this.#with(this.members, shards),
+      outcome: { kind: "shard-created", shard, replicas: copy },
+      records: [shardRecord(shard, copy)],
+    };
+  }
+
+  #setMember(m: MetaMember): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const member = canonicalMember(m);
+    const previous = this.members.get(member.id);
+    if (
+      previous !== undefined &&
+      previous.rpcAddr === member.rpcAddr &&
+      previous.httpAddr === member.httpAddr
+    )
+      return this.#same({ kind: "member-unchanged", member: previous });
+    const members = new Map(this.members);
+    members.set(member.id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome:
+        previous === undefined
+          ? { kind: "member-added", member }
+          : { kind: "member-updated", member, previous },
+      records: [memberRecord(member)],
+    };
+  }
+
+  #with(
+    members: ReadonlyMap<string, MetaMember>,
+    shards: ReadonlyMap<number, readonly string[]>,
+  ): MetaState {
+    return new MetaState(this.clusterId, this.totalShards, this.replicationFactor, members, shards);
+  }
+
+  #same(outcome: MetaOutcome): MetaApplyResult {
+    return { state: this, outcome, records: [] };
+  }
+
+  #rejected(reason: string): MetaApplyResult {
+    return this.#same({ kind: "rejected", reason });
+  }
+
+  #clusterRecord(): MetaRecord {
+    return {
+      key: enc.encode(CLUSTER_KEY),
+      value: encodeJson({
+        clusterId: this.clusterId,
+        totalShards: this.totalShards,
+        replicationFactor: this.replicationFactor,
+      }),
+    };
+  }
+
+  /** Every record of this state (what `load` needs to rebuild it), in key order. */
+  records(): MetaRecord[] {
+    if (this.clusterId === null) return [];
+    const out = [this.#clusterRecord()];
+    for (const m of this.view().members) out.push(memberRecord(m));
+    for (const s of this.view().shards) out.push(shardRecord(s.shard, s.replicas));
+    // Keys are ASCII (ids are), so code-unit order is byte order.
+    return out.sort((a, b) => compareIds(dec.decode(a.key), dec.decode(b.key)));
+  }
+
+  view(): MetaStateView {
+    return {
+      clusterId: this.clusterId,
+      totalShards: this.totalShards,
+      replicationFactor: this.replicationFactor,
+      members: [...this.members.values()]
+        .sort((a, b) => compareIds(a.id, b.id))
+        .map(canonicalMember),
+      shards: [...this.shards.entries()]
+        .sort((a, b) => a[0] - b[0])
+        .map(([shard, replicas]) => ({ shard, replicas: [...replicas] })),
+    };
+  }
+
+  equals(other: MetaState): boolean {
+    return JSON.stringify(this.view()) === JSON.stringify(other.view());
+  }
+}
+
+function memberKeyText(id: string): string {
+  return MEMBER_KEY + id;
+}
+
+function shardKeyText(shard: number): string {
+  return SHARD_KEY + String(shard).padStart(SHARD_DIGITS, "0");
+}
+
+function memberRecord(m: MetaMember): MetaRecord {
+  return { key: enc.encode(memberKeyText(m.id)), value: encodeJson(canonicalMember(m)) };
+}
+
+function shardRecord(shard: number, replicas: readonly string[]): MetaRecord {
+  return { key: enc.encode(shardKeyText(shard)), value: encodeJson({ replicas }) };
+}
+
+function parseClusterRecord(
+  key: string,
+  raw: unknown,
+): { clusterId: string; totalShards: number; replicationFactor: number } {
+  if (
+    !isObject(raw) ||
+    unknownFields(raw, ["clusterId", "totalShards", "replicationFactor"]) !== null
+  )
+    throw malformedRecord(key, "not a cluster record");
+  const { clusterId, totalShards, replicationFactor } = raw;
+  if (
+    typeof clusterId !== "string" ||
+    typeof totalShards !== "number" ||
+    typeof replicationFactor !== "number"
+  )
+    throw malformedRecord(key, "bad field types");
+  const problem = checkCluster(clusterId, totalShards, replicationFactor);
+  if (problem !== null) throw malformedRecord(key, problem);
+  return { clusterId, totalShards, replicationFactor };
+}
+
+function parseShardRecord(key: string, raw: unknown): readonly string[] {
+  if (!isObject(raw) || unknownFields(raw, ["replicas"]) !== null)
+    throw malformedRecord(key, "not a shard record");
+  const replicas = raw["replicas"];
+  if (!Array.isArray(replicas) || !replicas.every((r) => typeof r === "string"))
+    throw malformedRecord(key, "replicas is not an array of strings");
+  const ids = replicas as string[];
+  if (ids.length === 0 || ids.some((r) => !NODE_ID.test(r)) || duplicate(ids, "replica") !== null)
+    throw malformedRecord(key, "bad replica list");
+  return ids;
+}
+
+function decodeKey(key: Uint8Array): string {
+  try {
+    return dec.decode(key);
+  } catch {
+    throw malformedRecord(
+      Array.from(key, (b) => b.toString(16).padStart(2, "0")).join(""),
+      "key is not UTF-8",
+    );
+  }
+}
+
+function decodeRecordJson(key: string, value: Uint8Array): unknown {
+  try {
+    return decodeJson(value);
+  } catch (err) {
+    throw malformedRecord(key, err instanceof Error ? err.message : String(err));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement and bootstrap decisions
+
+/**
+ * The replicas of `shard`: the `factor` members with the highest rendezvous weight (all of them
+ * when fewer), highest first (the first is the preferred leader). The weight of a member is
+ *
+ *   xxhash64(u32 big-endian shard ‖ UTF-8 node id, seed 0)   (an unsigned 64-bit integer)
+ *
+ * with ties (never seen in practice) broken by the smaller id, so every process on every platform
+ * ranks alike. Removing a member changes only the shards it held; adding one only those it joins.
+ */
+export function rendezvousReplicas(
+  shard: number,
+  memberIds: readonly string[],
+  factor: number,
+): string[] {
+  if (!Number.isInteger(shard) || shard < 0 || shard >= MAX_SHARDS)
+    throw new RangeError(`shard must be an integer in [0, 2^32), got ${shard}`);
+  if (!Number.isInteger(factor) || factor < 0)
+    throw new RangeError(`factor must be an integer ≥ 0, got ${factor}`);
+  const dup = duplicate(memberIds, "member");
+  if (dup !== null) throw new RangeError(dup);
+  const ranked = memberIds.map((id) => ({ id, weight: rendezvousWeight(shard, id) }));
+  ranked.sort((a, b) =>
+    a.weight === b.weight ? compareIds(a.id, b.id) : a.weight > b.weight ? -1 : 1,
+  );
+  return ranked.slice(0, factor).map((r) => r.id);
+}
+
+/** The rendezvous weight of `nodeId` for `shard` (see rendezvousReplicas). */
+export function rendezvousWeight(shard: number, nodeId: string): bigint {
+  const id = enc.encode(nodeId);
+  const buf = new Uint8Array(4 + id.length);
+  new DataView(buf.buffer).setUint32(0, shard);
+  buf.set(id, 4);
+  return xxhash64(buf);
+}
+
+export interface BootstrapInput {
+  /** This node, with its advertised addresses. */
+  readonly self: MetaMember;
+  /** `cluster.seed_nodes` as configured (the same list on every node). */
+  readonly seedNodes: readonly string[];
+  /** `cluster.bootstrap_expect`: members (this one included) to see before bootstrapping. */
+  readonly bootstrapExpect: number;
+  /** The cluster id this node stored durably, null if none. */
+  readonly clusterId: string | null;
+  /** The members SWIM shows alive (this node may or may not be among them). */
+  readonly alive: readonly { readonly member: MetaMember; readonly clusterId: string | null }[];
+}
+
+export type BootstrapDecision =
+  | { readonly voters: readonly MetaMember[]; readonly reason?: never }
+  | { readonly voters: null; readonly reason: string };
+
+/**
+ * Whether this node founds the cluster now (design.md §5.1), and with which voters (every alive
+ * member it sees, itself included, sorted by id). Only the node advertising the first seed
+ * address may, once it sees `bootstrapExpect` members, and never while it or any member it sees
+ * carries a cluster id: a seed restarted with a wiped data directory must rejoin, not found a
+ * second cluster. Addresses are compared as written (no name resolution): seed_nodes[0] must be
+ * exactly the first seed's advertised rpc_addr.
+ */
+export function shouldBootstrap(input: BootstrapInput): BootstrapDecision {
+  const first = input.seedNodes[0];
+  if (first === undefined) return { voters: null, reason: "no seed nodes (single-node mode)" };
+  if (input.clusterId !== null)
+    return { voters: null, reason: `this node already belongs to cluster ${input.clusterId}` };
+  if (first.trim() !== input.self.rpcAddr.trim())
+    return {
+      voters: null,
+      reason: `not the first seed: seed_nodes[0] is ${first}, this node advertises ${input.self.rpcAddr}`,
+    };
+  const seen = new Map<string, MetaMember>();
+  for (const { member, clusterId } of input.alive) {
+    if (clusterId !== null)
+      return {
+        voters: null,
+        reason: `member ${member.id} already carries cluster id ${clusterId}: rejoin it instead`,
+      };
+    if (member.id !== input.self.id) seen.set(member.id, canonicalMember(member));
+  }
+  seen.set(input.self.id, canonicalMember(input.self));
+  if (seen.size < input.bootstrapExpect)
+    return {
+      voters: null,
+      reason: `waiting for members: ${seen.size} of bootstrap_expect ${input.bootstrapExpect} seen`,
+    };
+  return { voters: [...seen.values()].sort((a, b) => compareIds(a.id, b.id)) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/** Code-unit order: the same in every JavaScript engine, unlike localeCompare. */
+function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function encodeJson(value: unknown): Uint8Array {
+  const body = enc.encode(JSON.stringify(value));
+  const out = new Uint8Array(1 + body.length);
+  out[0] = FORMAT_VERSION;
+  out.set(body, 1);
+  return out;
+}
+
+function decodeJson(data: Uint8Array): unknown {
+  if (data.length === 0) throw new Error("empty");
+  if (data[0] !== FORMAT_VERSION) throw new Error(`unknown format version ${data[0]}`);
+  return JSON.parse(dec.decode(data.subarray(1)));
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function unknownFields(obj: Record<string, unknown>, allowed: readonly string[]): string | null {
+  const extra = Object.keys(obj).find((k) => !allowed.includes(k));
+  return extra === undefined ? null : `unknown field ${JSON.stringify(extra)}`;
+}
+
+function malformedCommand(why: string): CairnError {
+  return new CairnError("CAIRN_ERR_MALFORMED_COMMAND", `malformed meta command: ${why}`);
+}
+
+function malformedRecord(key: string, why: string): CairnError {
+  return new CairnError("CAIRN_ERR_MALFORMED_META", `malformed meta record ${key}: ${why}`);
+}

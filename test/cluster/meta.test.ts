@@ -1,0 +1,469 @@
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import {
+  type BootstrapInput,
+  decodeMetaCommand,
+  encodeMetaCommand,
+  type MetaCommand,
+  type MetaMember,
+  type MetaRecord,
+  MetaState,
+  rendezvousReplicas,
+  rendezvousWeight,
+  shouldBootstrap,
+  xxhash64,
+} from "../../src/cluster/index.ts";
+import { CairnError } from "../../src/common/errors.ts";
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+function member(id: string): MetaMember {
+  return { id, rpcAddr: `${id}.example:7447`, httpAddr: `${id}.example:8080` };
+}
+
+const N1 = member("n1");
+const N2 = member("n2");
+const N3 = member("n3");
+const N4 = member("n4");
+
+const BOOT: MetaCommand = {
+  op: "bootstrap",
+  clusterId: "c-1",
+  totalShards: 16,
+  replicationFactor: 3,
+  members: [N1, N2, N3],
+};
+
+function booted(): MetaState {
+  return MetaState.empty().apply(BOOT).state;
+}
+
+function keys(records: readonly MetaRecord[]): string[] {
+  return records.map((r) => dec.decode(r.key));
+}
+
+/** Applies commands the way the state machine does: records written over a key-value map. */
+function applyAll(cmds: readonly MetaCommand[]): { state: MetaState; stored: MetaRecord[] } {
+  let state = MetaState.empty();
+  const stored = new Map<string, MetaRecord>();
+  for (const cmd of cmds) {
+    const r = state.apply(cmd);
+    state = r.state;
+    for (const rec of r.records) stored.set(dec.decode(rec.key), rec);
+  }
+  return { state, stored: [...stored.values()] };
+}
+
+function assertMalformed(fn: () => unknown, code = "CAIRN_ERR_MALFORMED_COMMAND"): void {
+  assert.throws(fn, (err: unknown) => err instanceof CairnError && err.code === code);
+}
+
+describe("meta commands: encoding", () => {
+  it("round-trips every op", () => {
+    const cmds: MetaCommand[] = [
+      BOOT,
+      { op: "create-shard", shard: 5, replicas: ["n2", "n1", "n3"] },
+      { op: "set-member", member: { id: "n9", rpcAddr: "[::1]:7447", httpAddr: "10.0.0.9:80" } },
+    ];
+    for (const cmd of cmds) assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
+  });
+
+  it("starts with its format version and is canonical (field order does not matter)", () => {
+    const a = encodeMetaCommand({ op: "create-shard", shard: 2, replicas: ["n1"] });
+    const b = encodeMetaCommand({ replicas: ["n1"], shard: 2, op: "create-shard" } as MetaCommand);
+    assert.equal(a[0], 1);
+    assert.deepEqual(a, b);
+  });
+
+  it("refuses malformed input with CAIRN_ERR_MALFORMED_COMMAND", () => {
+    const withVersion = (json: string): Uint8Array => new Uint8Array([1, ...enc.encode(json)]);
+    const bad: Uint8Array[] = [
+      new Uint8Array(),
+      new Uint8Array([2, ...enc.encode('{"op":"set-member"}')]), // unknown version
+      new Uint8Array([1, 0xff, 0xfe]), // not UTF-8
+      withVersion("{"),
+      withVersion("[]"),
+      withVersion('{"op":"drop-table"}'),
+      withVersion('{"op":"create-shard","shard":1.5,"replicas":["n1"]}'),
+      withVersion('{"op":"create-shard","shard":0,"replicas":["n1"]}'),
+      withVersion('{"op":"create-shard","shard":3,"replicas":["n1","n1"]}'),
+      withVersion('{"op":"create-shard","shard":3,"replicas":[]}'),
+      withVersion('{"op":"create-shard","shard":3,"replicas":["n1"],"extra":1}'),
+      withVersion('{"op":"set-member","member":{"id":"","rpcAddr":"a:1","httpAddr":"a:2"}}'),
+      withVersion('{"op":"set-member","member":{"id":"n1","rpcAddr":"a b:1","httpAddr":"a:2"}}'),
+      withVersion(
+        '{"op":"bootstrap","clusterId":"c","totalShards":0,"replicationFactor":3,"members":[]}',
+      ),
+      withVersion(
+        JSON.stringify({ ...BOOT, members: [N1, N1] }), // the same member twice
+      ),
+    ];
+    for (const data of bad) assertMalformed(() => decodeMetaCommand(data));
+    assertMalformed(() => encodeMetaCommand({ op: "create-shard", shard: -1, replicas: ["n1"] }));
+  });
+
+  it("never throws anything but a CairnError on arbitrary bytes", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), (data) => {
+        try {
+          decodeMetaCommand(data);
+        } catch (err) {
+          assert.ok(err instanceof CairnError && err.code === "CAIRN_ERR_MALFORMED_COMMAND");
+        }
+      }),
+    );
+  });
+});
+
+describe("meta state: apply", () => {
+  it("bootstraps once, recording shard 0 on the bootstrap members", () => {
+    const r = MetaState.empty().apply(BOOT);
+    assert.deepEqual(r.outcome, { kind: "bootstrapped", clusterId: "c-1" });
+    assert.deepEqual(keys(r.records), [
+      "meta/cluster",
+      "meta/member/n1",
+      "meta/member/n2",
+      "meta/member/n3",
+      "meta/shard/0000000000",
+    ]);
+    assert.equal(r.state.clusterId, "c-1");
+    assert.equal(r.state.totalShards, 16);
+    assert.equal(r.state.replicationFactor, 3);
+    assert.deepEqual(r.state.shards.get(0), ["n1", "n2", "n3"]);
+
+    const again = r.state.apply({ ...BOOT, clusterId: "c-2", members: [N4] });
+    assert.deepEqual(again.outcome, { kind: "already-bootstrapped", clusterId: "c-1" });
+    assert.deepEqual(again.records, []);
+    assert.equal(again.state, r.state);
+  });
+
+  it("does not change the state it is applied to", () => {
+    const empty = MetaState.empty();
+    empty.apply(BOOT);
+    assert.equal(empty.clusterId, null);
+    const s = booted();
+    s.apply({ op: "create-shard", shard: 1, replicas: ["n1", "n2", "n3"] });
+    assert.equal(s.shards.has(1), false);
+  });
+
+  it("creates a shard once: the first assignment wins", () => {
+    const first = booted().apply({ op: "create-shard", shard: 7, replicas: ["n3", "n1", "n2"] });
+    assert.deepEqual(first.outcome, {
+      kind: "shard-created",
+      shard: 7,
+      replicas: ["n3", "n1", "n2"],
+    });
+    assert.deepEqual(keys(first.records), ["meta/shard/0000000007"]);
+    const second = first.state.apply({
+      op: "create-shard",
+      shard: 7,
+      replicas: ["n1", "n2", "n3"],
+    });
+    assert.deepEqual(second.outcome, {
+      kind: "shard-exists",
+      shard: 7,
+      replicas: ["n3", "n1", "n2"],
+    });
+    assert.deepEqual(second.records, []);
+  });
+
+  it("rejects assignments that can never apply", () => {
+    const cases: [MetaState, MetaCommand, RegExp][] = [
+      [MetaState.empty(), { op: "create-shard", shard: 1, replicas: ["n1"] }, /not bootstrapped/],
+      [
+        booted(),
+        { op: "create-shard", shard: 16, replicas: ["n1", "n2", "n3"] },
+        /not in \[1, 16\)/,
+      ],
+      [booted(), { op: "create-shard", shard: 0, replicas: ["n1", "n2", "n3"] }, /shard 0/],
+      [
+        booted(),
+        { op: "create-shard", shard: 1, replicas: ["n1", "n2", "n4"] },
+        /n4 is not a member/,
+      ],
+      [booted(), { op: "create-shard", shard: 1, replicas: ["n1", "n2"] }, /expected 3/],
+      [booted(), { op: "create-shard", shard: 1, replicas: ["n1", "n1", "n2"] }, /twice/],
+      [MetaState.empty(), { op: "set-member", member: N1 }, /not bootstrapped/],
+    ];
+    for (const [state, cmd, why] of cases) {
+      const r = state.apply(cmd);
+      assert.equal(r.outcome.kind, "rejected", JSON.stringify(cmd));
+      assert.match((r.outcome as { reason: string }).reason, why);
+      assert.deepEqual(r.records, []);
+      assert.equal(r.state, state);
+    }
+  });
+
+  it("asks for every member when there are fewer than the replication factor", () => {
+    const s = MetaState.empty().apply({ ...BOOT, replicationFactor: 5 }).state;
+    assert.equal(
+      s.apply({ op: "create-shard", shard: 1, replicas: ["n1", "n2"] }).outcome.kind,
+      "rejected",
+    );
+    const r = s.apply({ op: "create-shard", shard: 1, replicas: ["n2", "n3", "n1"] });
+    assert.equal(r.outcome.kind, "shard-created");
+  });
+
+  it("adds and updates members", () => {
+    const added = booted().apply({ op: "set-member", member: N4 });
+    assert.deepEqual(added.outcome, { kind: "member-added", member: N4 });
+    assert.deepEqual(keys(added.records), ["meta/member/n4"]);
+    const moved = { ...N2, rpcAddr: "10.0.0.2:7447" };
+    const updated = added.state.apply({ op: "set-member", member: moved });
+    assert.deepEqual(updated.outcome, { kind: "member-updated", member: moved, previous: N2 });
+    assert.deepEqual(updated.state.members.get("n2"), moved);
+    const same = updated.state.apply({ op: "set-member", member: moved });
+    assert.deepEqual(same.outcome, { kind: "member-unchanged", member: moved });
+    assert.deepEqual(same.records, []);
+    // A new member counts for the next assignments.
+    const s = added.state;
+    assert.equal(
+      s.apply({ op: "create-shard", shard: 2, replicas: ["n4", "n1", "n2"] }).outcome.kind,
+      "shard-created",
+    );
+  });
+});
+
+describe("meta state: load", () => {
+  it("an empty record set is the empty state", () => {
+    assert.ok(MetaState.load([]).equals(MetaState.empty()));
+    assert.deepEqual(MetaState.empty().records(), []);
+  });
+
+  it("refuses records that are not the image of a state", () => {
+    const full = applyAll([BOOT, { op: "create-shard", shard: 3, replicas: ["n1", "n2", "n3"] }]);
+    const withKey = (key: string, value: Uint8Array): MetaRecord[] => [
+      ...full.stored,
+      { key: enc.encode(key), value },
+    ];
+    const v = (json: string): Uint8Array => new Uint8Array([1, ...enc.encode(json)]);
+    const bad: MetaRecord[][] = [
+      withKey("meta/what", v("{}")),
+      withKey("meta/shard/5", v('{"replicas":["n1"]}')), // not zero-padded
+      withKey("meta/shard/0000000099", v('{"replicas":["n1"]}')), // past totalShards
+      withKey("meta/shard/0000000004", v('{"replicas":["n9"]}')), // unknown replica
+      withKey("meta/member/n5", v('{"id":"n6","rpcAddr":"a:1","httpAddr":"a:2"}')), // key ≠ id
+      withKey("meta/cluster", v("{")),
+      withKey("meta/cluster", new Uint8Array([9])),
+      full.stored.filter((r) => dec.decode(r.key) !== "meta/cluster"),
+      full.stored.filter((r) => dec.decode(r.key) !== "meta/shard/0000000000"),
+    ];
+    for (const records of bad)
+      assertMalformed(() => MetaState.load(records), "CAIRN_ERR_MALFORMED_META");
+  });
+
+  it("property: loading the records apply wrote (or records()) gives back the state", () => {
+    const ids = ["n1", "n2", "n3", "n4", "n5", "n6"];
+    const memberArb = fc.record({
+      id: fc.constantFrom(...ids),
+      rpcAddr: fc.constantFrom("a:1", "b:2", "[::1]:7447"),
+      httpAddr: fc.constantFrom("a:8080", "b:8080"),
+    });
+    const cmdArb: fc.Arbitrary<MetaCommand> = fc.oneof(
+      fc.record({
+        op: fc.constant("bootstrap" as const),
+        clusterId: fc.constantFrom("c-1", "c-2"),
+        totalShards: fc.integer({ min: 1, max: 12 }),
+        replicationFactor: fc.integer({ min: 1, max: 4 }),
+        members: fc.uniqueArray(memberArb, { minLength: 1, maxLength: 4, selector: (m) => m.id }),
+      }),
+      fc.record({
+        op: fc.constant("create-shard" as const),
+        shard: fc.integer({ min: 1, max: 12 }),
+        replicas: fc.uniqueArray(fc.constantFrom(...ids), { minLength: 1, maxLength: 4 }),
+      }),
+      fc.record({ op: fc.constant("set-member" as const), member: memberArb }),
+    );
+    fc.assert(
+      fc.property(fc.array(cmdArb, { maxLength: 30 }), (cmds) => {
+        const { state, stored } = applyAll(cmds);
+        const loaded = MetaState.load(stored);
+        assert.deepEqual(loaded.view(), state.view());
+        assert.ok(loaded.equals(state));
+        assert.deepEqual(MetaState.load(state.records()).view(), state.view());
+        // Order of the records does not matter.
+        assert.ok(MetaState.load([...stored].reverse()).equals(state));
+        // And the loaded state goes on exactly like the original.
+        for (const cmd of cmds) {
+          const a = state.apply(cmd);
+          const b = loaded.apply(cmd);
+          assert.deepEqual(a.outcome, b.outcome);
+          assert.ok(a.state.equals(b.state));
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+interface RendezvousVectors {
+  description: string;
+  weights: { shard: number; id: string; input_hex: string; weight: string }[];
+  replicas: { shard: number; members: string[]; factor: number; replicas: string[] }[];
+}
+
+const VECTORS_FILE = join(import.meta.dirname, "testdata", "rendezvous-vectors.json");
+
+function makeVectors(): RendezvousVectors {
+  const weights: RendezvousVectors["weights"] = [];
+  for (const [shard, id] of [
+    [0, "n1"],
+    [1, "n1"],
+    [1, "n2"],
+    [1023, "node-7"],
+    [4294967295, "a"],
+    [42, "db-3.example.com"],
+  ] as const) {
+    const input = new Uint8Array(4 + id.length);
+    new DataView(input.buffer).setUint32(0, shard);
+    input.set(enc.encode(id), 4);
+    weights.push({
+      shard,
+      id,
+      input_hex: Buffer.from(input).toString("hex"),
+      weight: rendezvousWeight(shard, id).toString(16).padStart(16, "0"),
+    });
+  }
+  const replicas: RendezvousVectors["replicas"] = [];
+  const five = ["node-1", "node-2", "node-3", "node-4", "node-5"];
+  for (const shard of [0, 1, 2, 3, 17, 511, 1023]) {
+    replicas.push({
+      shard,
+      members: five,
+      factor: 3,
+      replicas: rendezvousReplicas(shard, five, 3),
+    });
+  }
+  replicas.push({
+    shard: 9,
+    members: ["x", "y"],
+    factor: 3,
+    replicas: rendezvousReplicas(9, ["x", "y"], 3),
+  });
+  replicas.push({ shard: 9, members: five, factor: 5, replicas: rendezvousReplicas(9, five, 5) });
+  return {
+    description:
+      "Cairn replica placement: the replicas of a shard are the members with the highest weight xxhash64(u32 big-endian shard || UTF-8 node id, seed 0), highest first; ties by the smaller id. Regenerate with UPDATE_GOLDEN=1 (review the diff: a change moves every shard).",
+    weights,
+    replicas,
+  };
+}
+
+describe("rendezvous placement", () => {
+  it("matches the checked-in vectors (deterministic across processes and platforms)", () => {
+    if (process.env["UPDATE_GOLDEN"] === "1")
+      writeFileSync(VECTORS_FILE, `${JSON.stringify(makeVectors(), null, 2)}\n`);
+    const vectors = JSON.parse(readFileSync(VECTORS_FILE, "utf8")) as RendezvousVectors;
+    for (const w of vectors.weights) {
+      assert.equal(rendezvousWeight(w.shard, w.id).toString(16).padStart(16, "0"), w.weight);
+      // The weight is plain XXH64 of the documented bytes.
+      assert.equal(xxhash64(Buffer.from(w.input_hex, "hex")), BigInt(`0x${w.weight}`));
+    }
+    for (const v of vectors.replicas) {
+      assert.deepEqual(rendezvousReplicas(v.shard, v.members, v.factor), v.replicas);
+    }
+  });
+
+  it("ranks all members, does not depend on their order, and caps at the member count", () => {
+    const ids = ["n1", "n2", "n3", "n4", "n5"];
+    const all = rendezvousReplicas(3, ids, 5);
+    assert.deepEqual([...all].sort(), ids);
+    assert.deepEqual(rendezvousReplicas(3, [...ids].reverse(), 5), all);
+    assert.deepEqual(rendezvousReplicas(3, ids, 2), all.slice(0, 2));
+    assert.deepEqual(rendezvousReplicas(3, ids, 9), all);
+    assert.deepEqual(rendezvousReplicas(3, [], 3), []);
+    assert.throws(() => rendezvousReplicas(3, ["n1", "n1"], 1), RangeError);
+    assert.throws(() => rendezvousReplicas(-1, ids, 1), RangeError);
+    assert.throws(() => rendezvousReplicas(1, ids, 1.5), RangeError);
+  });
+
+  it("spreads replicas and preferred leaders within ±20% of fair over 1023 shards", () => {
+    for (let n = 3; n <= 7; n++) {
+      const ids = Array.from({ length: n }, (_, i) => `node-${i + 1}`);
+      for (const factor of [1, 3]) {
+        const held = new Map<string, number>();
+        const led = new Map<string, number>();
+        for (let shard = 1; shard <= 1023; shard++) {
+          const r = rendezvousReplicas(shard, ids, factor);
+          for (const id of r) held.set(id, (held.get(id) ?? 0) + 1);
+          led.set(r[0] as string, (led.get(r[0] as string) ?? 0) + 1);
+        }
+        const fairHeld = (1023 * Math.min(factor, n)) / n;
+        for (const id of ids) {
+          const share = (held.get(id) ?? 0) / fairHeld;
+          assert.ok(Math.abs(share - 1) <= 0.2, `${n} members, factor ${factor}: ${id} ${share}`);
+          const lead = (led.get(id) ?? 0) / (1023 / n);
+          assert.ok(Math.abs(lead - 1) <= 0.2, `${n} members: ${id} leads ${lead} of fair`);
+        }
+      }
+    }
+  });
+
+  it("removing a member changes only the shards that had it", () => {
+    const ids = Array.from({ length: 7 }, (_, i) => `node-${i + 1}`);
+    for (const gone of ids) {
+      const rest = ids.filter((id) => id !== gone);
+      for (let shard = 0; shard < 1023; shard++) {
+        const before = rendezvousReplicas(shard, ids, 3);
+        const after = rendezvousReplicas(shard, rest, 3);
+        if (!before.includes(gone)) {
+          assert.deepEqual(after, before);
+        } else {
+          // The others keep their order; one new member joins at the end.
+          assert.deepEqual(
+            after.slice(0, 2),
+            before.filter((id) => id !== gone),
+          );
+          assert.ok(!before.includes(after[2] as string));
+        }
+      }
+    }
+  });
+});
+
+describe("shouldBootstrap", () => {
+  const seeds = ["n1.example:7447", "n2.example:7447", "n3.example:7447"];
+  const alive = (ms: MetaMember[], clusterId: string | null = null) =>
+    ms.map((m) => ({ member: m, clusterId }));
+  const input = (over: Partial<BootstrapInput> = {}): BootstrapInput => ({
+    self: N1,
+    seedNodes: seeds,
+    bootstrapExpect: 3,
+    clusterId: null,
+    alive: alive([N3, N1, N2]),
+    ...over,
+  });
+
+  it("the first seed bootstraps with every member it sees, sorted by id", () => {
+    const d = shouldBootstrap(input({ alive: alive([N4, N3, N2]) }));
+    assert.deepEqual(d.voters, [N1, N2, N3, N4]);
+  });
+
+  it("says why it does not", () => {
+    const cases: [BootstrapInput, RegExp][] = [
+      [input({ seedNodes: [] }), /single-node/],
+      [input({ self: N2 }), /not the first seed/],
+      [input({ clusterId: "c-1" }), /already belongs to cluster c-1/],
+      [input({ alive: alive([N1, N2]) }), /2 of bootstrap_expect 3/],
+      [
+        input({ alive: [...alive([N1, N2]), { member: N3, clusterId: "c-9" }] }),
+        /n3 already carries cluster id c-9/,
+      ],
+    ];
+    for (const [inp, why] of cases) {
+      const d = shouldBootstrap(inp);
+      assert.equal(d.voters, null);
+      assert.match(d.reason ?? "", why);
+    }
+  });
+
+  it("counts itself once, whether or not SWIM lists it", () => {
+    assert.deepEqual(shouldBootstrap(input({ alive: alive([N2, N3]) })).voters, [N1, N2, N3]);
+    assert.equal(shouldBootstrap(input({ alive: alive([N1, N1, N2]) })).voters, null);
+    assert.deepEqual(shouldBootstrap(input({ bootstrapExpect: 1, alive: [] })).voters, [N1]);
+  });
+});
