@@ -5,10 +5,20 @@
  *   u8 op (1 put, 2 delete) | u8 flags (bit 0: expected version present)
  *   [u64 expected index | u64 expected term] | u32 key length | key | value (put only)
  *
+ * Log entry payload of a meta command (shard 0's log only; src/cluster/meta.ts):
+ *   u8 op (3) | u8 flags (0) | encodeMetaCommand bytes
+ *
  * LSM layout: user keys are stored under the prefix 0x01 (so keys sort exactly as the user's),
- * internal records under 0x00. A user value is stored as u64 index | u64 term | bytes: the
- * version of the write that produced it.
+ * internal records under 0x00: `0x00 raft/conf`, and in shard 0 the meta records
+ * `0x00 meta/...`. A user value is stored as u64 index | u64 term | bytes: the version of the
+ * write that produced it.
  */
+import {
+  decodeMetaCommand,
+  encodeMetaCommand,
+  META_KEY_PREFIX,
+  type MetaCommand,
+} from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import type { ConfState } from "../raft/index.ts";
 
@@ -31,6 +41,7 @@ export type KvCommand =
 
 const OP_PUT = 1;
 const OP_DELETE = 2;
+const OP_META = 3;
 const FLAG_EXPECTED = 1;
 
 export function encodeCommand(cmd: KvCommand): Uint8Array {
@@ -78,6 +89,26 @@ export function decodeCommand(data: Uint8Array): KvCommand {
   throw malformed(`unknown op ${op}`);
 }
 
+/** The log entry payload of a meta command. */
+export function encodeMetaEntry(cmd: MetaCommand): Uint8Array {
+  const body = encodeMetaCommand(cmd);
+  const out = new Uint8Array(2 + body.length);
+  out[0] = OP_META;
+  out.set(body, 2);
+  return out;
+}
+
+/** Whether a (non-empty) entry payload is a meta command rather than a KV command. */
+export function isMetaEntry(data: Uint8Array): boolean {
+  return data[0] === OP_META;
+}
+
+export function decodeMetaEntry(data: Uint8Array): MetaCommand {
+  if (data.length < 2 || data[0] !== OP_META) throw malformed("not a meta command");
+  if (data[1] !== 0) throw malformed(`unknown meta flags ${data[1]}`);
+  return decodeMetaCommand(data.subarray(2));
+}
+
 function malformed(why: string): CairnError {
   return new CairnError("CAIRN_ERR_MALFORMED_COMMAND", `malformed KV command in the log: ${why}`);
 }
@@ -117,6 +148,25 @@ export function decodeStoredValue(stored: Uint8Array): { version: Version; value
     version: { index: readU64(view, 0), term: readU64(view, 8) },
     value: stored.subarray(16),
   };
+}
+
+/** The LSM key of a meta record (its key as MetaState gives it, under the internal prefix). */
+export function metaStorageKey(key: Uint8Array): Uint8Array {
+  const out = new Uint8Array(key.length + 1);
+  out[0] = INTERNAL;
+  out.set(key, 1);
+  return out;
+}
+
+/** The LSM range holding every meta record: [0x00 "meta/", 0x00 "meta0"). */
+export const META_RECORDS_START = metaStorageKey(new TextEncoder().encode(META_KEY_PREFIX));
+export const META_RECORDS_END = prefixEnd(META_RECORDS_START);
+
+/** The first key after every key starting with `prefix` (whose last byte is not 0xff). */
+function prefixEnd(prefix: Uint8Array): Uint8Array {
+  const out = prefix.slice();
+  out[out.length - 1] = (out[out.length - 1] as number) + 1;
+  return out;
 }
 
 export function confKey(): Uint8Array {

@@ -2,7 +2,14 @@
  * Replication: the multi-raft driver joining the Raft core, the WAL and the per-shard LSM
  * engines, and the KV state machine each shard applies its log to.
  */
-export { ABSENT, type KvCommand, type Version } from "./commands.ts";
+export {
+  ABSENT,
+  decodeMetaEntry,
+  encodeMetaEntry,
+  isMetaEntry,
+  type KvCommand,
+  type Version,
+} from "./commands.ts";
 export { type Clock, type EngineOpener, type ShardEngine, systemClock } from "./engine.ts";
 export {
   type DriverTestingBugs,
@@ -28,4 +35,9 @@ export {
   type RaftServiceOptions,
 } from "./grpc-transport.ts";
 export { CodecError } from "./codec.ts";
-export type { ApplyOutcome, StoredItem } from "./state-machine.ts";
+export type {
+  ApplyOutcome,
+  KvStateMachineOptions,
+  MetaApplyOutcome,
+  StoredItem,
+} from "./state-machine.ts";
