@@ -20,6 +20,7 @@ export function metaService(views: ClusterViewPublisher): MetaService {
           nodes: view.nodes.map((n) => ({ ...n })),
           shards: view.shards.map((s) => ({ ...s, replicas: [...s.replicas] })),
           total_shards: view.total_shards,
+          cluster_id: view.cluster_id,
         });
       });
       const finish = (): void => {

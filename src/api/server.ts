@@ -8,7 +8,7 @@ import { HealthImplementation } from "grpc-health-check";
 import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
-import type { RaftService } from "../replication/index.ts";
+import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
 import { adminService } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import { kvService } from "./kv-service.ts";
@@ -29,7 +29,8 @@ export interface RpcServerOptions {
   readonly maxMessageBytes: number;
   /**
    * The peer service (cairn.v1.Raft, createRaftService), served beside the others when given.
-   * Its frames are bounded by `maxMessageBytes` too, a snapshot included (one frame for now).
+   * Its frames may be as large as RAFT_SERVER_OPTIONS allows (a snapshot travels in one frame
+   * for now): with it, the server's receive limit is raised to that.
    */
   readonly raft?: RaftService;
   /**
@@ -51,7 +52,15 @@ export class RpcServer {
   constructor(options: RpcServerOptions) {
     this.#options = options;
     this.#server = new Server({
-      "grpc.max_receive_message_length": options.maxMessageBytes,
+      // A peer's frame may carry a whole snapshot (one frame for now); client calls are bounded
+      // by the key and value limits their handlers check.
+      "grpc.max_receive_message_length":
+        options.raft === undefined
+          ? options.maxMessageBytes
+          : Math.max(
+              options.maxMessageBytes,
+              RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"],
+            ),
       "grpc.max_send_message_length": options.maxMessageBytes,
     });
     const { definition, proto } = loadCairnProto();

@@ -261,6 +261,7 @@ function jsonView(v: ClusterView): unknown {
   return {
     epoch: v.epoch,
     total_shards: v.totalShards,
+    cluster_id: v.clusterId,
     nodes: v.nodes.map((n) => ({
       id: n.id,
       rpc_addr: n.rpcAddr,
@@ -278,7 +279,8 @@ function jsonView(v: ClusterView): unknown {
 
 function formatView(v: ClusterView, separator: boolean): string {
   let out = separator ? "---\n" : "";
-  out += `epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active)\n\nMEMBER\tSTATE\tRPC\tHTTP\n`;
+  const cluster = v.clusterId === "" ? "" : `cluster ${v.clusterId}, `;
+  out += `${cluster}epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active)\n\nMEMBER\tSTATE\tRPC\tHTTP\n`;
   for (const n of v.nodes) out += `${n.id}\t${n.state}\t${n.rpcAddr}\t${n.httpAddr}\n`;
   out += "\nSHARD\tLEADER\tTERM\tREPLICAS\n";
   for (const s of [...v.shards].sort((a, b) => a.id - b.id))

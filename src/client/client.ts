@@ -485,6 +485,7 @@ function fromView(v: ClusterView__Output): ClusterView {
   return {
     epoch: Number(v.epoch),
     totalShards: v.total_shards,
+    clusterId: v.cluster_id,
     nodes: v.nodes.map((n) => ({
       id: n.id,
       rpcAddr: n.rpc_addr,

@@ -52,6 +52,8 @@ export interface ShardInfo {
 export interface ClusterView {
   readonly epoch: number;
   readonly totalShards: number;
+  /** The node's cluster id; "" before it joined one, and on a single node. */
+  readonly clusterId: string;
   readonly nodes: readonly MemberInfo[];
   readonly shards: readonly ShardInfo[];
 }

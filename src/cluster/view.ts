@@ -24,6 +24,8 @@ export interface ClusterView {
   readonly nodes: readonly MemberView[];
   readonly shards: readonly ShardView[];
   readonly total_shards: number;
+  /** "" until the node learnt its cluster (always "" on a single node). */
+  readonly cluster_id: string;
 }
 
 /**
@@ -46,6 +48,7 @@ export class ClusterViewPublisher {
   readonly #listeners = new Set<ViewListener>();
   #current: ClusterView;
   #publishScheduled = false;
+  #clusterId = "";
 
   constructor(totalShards: number) {
     this.#totalShards = totalShards;
@@ -65,6 +68,12 @@ export class ClusterViewPublisher {
 
   setMembers(members: readonly MemberView[]): void {
     this.#members = new Map(members.map((m) => [m.id, m]));
+    this.#changed();
+  }
+
+  setClusterId(id: string): void {
+    if (id === this.#clusterId) return;
+    this.#clusterId = id;
     this.#changed();
   }
 
@@ -99,6 +108,7 @@ export class ClusterViewPublisher {
       nodes: [...this.#members.values()].sort((a, b) => a.id.localeCompare(b.id)),
       shards: [...this.#shards.values()].sort((a, b) => a.id - b.id),
       total_shards: this.#totalShards,
+      cluster_id: this.#clusterId,
     };
   }
 }

@@ -33,6 +33,7 @@ export interface CairnConfig {
     readonly seed_nodes: readonly string[];
     readonly total_shards: number;
     readonly replication_factor: number;
+    readonly bootstrap_expect: number;
   };
   readonly telemetry: { readonly prometheus: { readonly enabled: boolean } };
   readonly log: { readonly level: LogLevelName };

@@ -161,6 +161,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Replicas of each shard (capped at the number of members; a single node keeps one).",
   },
   {
+    key: "cluster.bootstrap_expect",
+    kind: "int",
+    schema: intBetween(1, 15),
+    default: 3,
+    env: "CAIRN_CLUSTER_BOOTSTRAP_EXPECT",
+    expect: "must be an integer between 1 and 15",
+    doc: "Members the first seed waits to see alive before it founds the cluster (with seeds only); they become the meta group's voters.",
+  },
+  {
     key: "telemetry.prometheus.enabled",
     kind: "bool",
     schema: z.boolean(),

@@ -8,7 +8,7 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
-import { ClusterViewPublisher } from "../cluster/index.ts";
+import { ClusterViewPublisher, rpcAddressOf } from "../cluster/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
 import {
   CairnMetrics,
@@ -23,8 +23,14 @@ import {
   type MemberView as SwimMember,
   ShardCountMismatchError,
 } from "../membership/index.ts";
-import { MultiRaft } from "../replication/index.ts";
+import {
+  createRaftService,
+  GrpcTransport,
+  MultiRaft,
+  type RaftService,
+} from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
+import { ClusterState } from "./cluster.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -44,6 +50,10 @@ export class CairnNode implements HealthSource {
   #addresses: NodeAddresses = { rpc: "", http: "" };
   #stopping: Promise<void> | null = null;
   readonly #onFatal: (err: unknown) => void;
+  /** Cluster mode only (seed nodes configured): the meta state, the peer transport. */
+  readonly #cluster: ClusterState | null;
+  #transport: GrpcTransport | null = null;
+  #bootstrap: Promise<void> | null = null;
 
   private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
     this.config = config;
@@ -51,6 +61,8 @@ export class CairnNode implements HealthSource {
     this.metrics = new CairnMetrics({ nodeId: config.node_id });
     this.views = new ClusterViewPublisher(config.cluster.total_shards);
     this.#onFatal = onFatal;
+    this.#cluster =
+      config.cluster.seed_nodes.length > 0 ? new ClusterState(config, log, this.views) : null;
   }
 
   /** The multi-raft driver; throws before storage recovery has finished. */
@@ -97,6 +109,21 @@ export class CairnNode implements HealthSource {
     const log = this.#log;
     const raftLog = log.child("raft");
     const storageLog = log.child("storage");
+    const cluster = this.#cluster;
+    let opened: MultiRaft | null = null;
+    if (cluster !== null) {
+      this.#transport = new GrpcTransport({
+        clusterId: () => cluster.clusterId,
+        nodeId: config.node_id,
+        // The gossip view's address of a live member, else the one the meta group recorded.
+        peers: (id) =>
+          rpcAddressOf(this.views.current(), id) ?? cluster.meta?.members.get(id)?.rpcAddr ?? null,
+        onUnreachable: (to) => opened?.reportUnreachable(to),
+        logger: log.child("peers"),
+      });
+    }
+    const replicas = (shard: number): string[] =>
+      opened?.shardInfo(shard)?.voters.map(String) ?? [config.node_id];
     const store = await MultiRaft.open({
       nodeId: config.node_id,
       dataDir: config.data_dir,
@@ -110,10 +137,18 @@ export class CairnNode implements HealthSource {
       wal: { memoryBudgetBytes: config.storage.wal_cache_bytes },
       maxPendingBytes: config.limits.max_pending_bytes,
       lsmMetrics: metrics.lsmMetrics,
+      ...(cluster === null || this.#transport === null
+        ? {}
+        : {
+            transport: this.#transport,
+            replicasOf: (shard: number) => cluster.replicasOf(shard),
+            acceptsReplica: (shard: number) => cluster.acceptsReplica(shard),
+          }),
       observer: {
+        metaApplied: (state) => cluster?.applied(state),
         shardOpened(shard, replayedFrom, replayedTo) {
           metrics.initShard(shard);
-          views.setShard({ id: shard, leader: "", replicas: [config.node_id], term: 0 });
+          views.setShard({ id: shard, leader: "", replicas: replicas(shard), term: 0 });
           storageLog.debug("shard opened", {
             shard_id: shard,
             replay_from: replayedFrom,
@@ -122,7 +157,7 @@ export class CairnNode implements HealthSource {
         },
         leaderChanged(shard, leader, term) {
           if (leader !== null) metrics.incLeaderChanges(shard);
-          views.setShard({ id: shard, leader: leader ?? "", replicas: [config.node_id], term });
+          views.setShard({ id: shard, leader: leader ?? "", replicas: replicas(shard), term });
           raftLog.debug("shard leader changed", {
             shard_id: shard,
             leader: leader ?? "none",
@@ -131,6 +166,16 @@ export class CairnNode implements HealthSource {
         },
         raftState(shard, term, commit) {
           metrics.setRaftState(shard, config.node_id, term, commit);
+          // A replica learns its group's configuration from the log: the view follows it.
+          const info = opened?.shardInfo(shard);
+          if (info !== undefined && info !== null) {
+            views.setShard({
+              id: shard,
+              leader: info.leader ?? "",
+              replicas: replicas(shard),
+              term,
+            });
+          }
         },
         fatal: (err) => {
           log.error("fatal storage or consistency error; the node stops serving", {
@@ -153,6 +198,7 @@ export class CairnNode implements HealthSource {
         { shard_id: c.shard, commit: c.commit, clamped_to: c.clampedTo },
       );
     }
+    opened = store;
     return store;
   }
 
@@ -183,9 +229,30 @@ export class CairnNode implements HealthSource {
       logger: this.#log.child("api"),
       limits: { maxKeyBytes: c.limits.max_key_bytes, maxValueBytes: c.limits.max_value_bytes },
       maxMessageBytes: c.limits.max_message_bytes,
+      ...(this.#cluster === null ? {} : this.#clusterRpcOptions(this.#cluster)),
     });
     const rpc = await this.#rpc.start();
     this.#addresses = { ...this.#addresses, rpc: formatHostPort(rpc) };
+  }
+
+  /** Cluster mode: the peer service (cairn.v1.Raft) and forwarding of KV calls to leaders. */
+  #clusterRpcOptions(cluster: ClusterState): {
+    raft: RaftService;
+    forward: { nodeId: string; addressOf: (id: string) => string | null; maxDeadlineMs: number };
+  } {
+    const store = this.store;
+    return {
+      raft: createRaftService((from, messages) => store.receive(from, messages), {
+        clusterId: () => cluster.clusterId,
+        nodeId: this.config.node_id,
+        logger: this.#log.child("peers"),
+      }),
+      forward: {
+        nodeId: this.config.node_id,
+        addressOf: (id) => rpcAddressOf(this.views.current(), id),
+        maxDeadlineMs: REQUEST_TIMEOUT_MS,
+      },
+    };
   }
 
   /**
@@ -222,14 +289,23 @@ export class CairnNode implements HealthSource {
           state: m.state === "left" ? "dead" : m.state,
         })),
       );
-    if (c.cluster.seed_nodes.length > 0) {
-      this.#log.warn(
-        "cluster membership is on, but shards are not replicated across nodes yet: every node keeps its own shards",
-        { seeds: c.cluster.seed_nodes },
-      );
-    }
     membership.onEvent((e) => publish(e.members));
     publish(membership.members());
+    const cluster = this.#cluster;
+    if (cluster !== null) {
+      const self = {
+        id: c.node_id,
+        rpcAddr: advertised(c.advertise_rpc_addr, rpc.value),
+        httpAddr: advertised(c.advertise_http_addr, http.value),
+      };
+      this.#bootstrap = cluster
+        .bootstrapLoop(this.store, membership, self, () => this.#stopping !== null)
+        .catch((err: unknown) => {
+          if (this.#stopping !== null) return;
+          this.#log.error("founding the cluster failed", { error: describeError(err) });
+          this.#onFatal(err);
+        });
+    }
     membership.join().catch((err: unknown) => {
       if (err instanceof ShardCountMismatchError) {
         this.#log.error("the cluster refused this node", { error: err.message });
@@ -298,10 +374,15 @@ export class CairnNode implements HealthSource {
     await this.#rpc?.close(drainMs);
     const left = Math.max(0, drainMs - (performance.now() - started));
     await this.#http?.close(left);
+    await this.#bootstrap;
+    await this.#transport?.close();
     await this.#store?.close();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }
+
+/** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
+const REQUEST_TIMEOUT_MS = 10_000;
 
 function advertised(configured: string, bound: HostPort): string {
   const parsed = parseHostPort(configured, { allowPortZero: true });

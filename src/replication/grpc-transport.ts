@@ -64,8 +64,19 @@ export const RAFT_SERVER_OPTIONS = {
   "grpc.max_receive_message_length": 256 * 1024 * 1024,
 } as const;
 
+/**
+ * A node's cluster id, or a function returning it as it is now: "" while the node has not yet
+ * learnt it (a new node before the meta group's bootstrap reached it). Two ends whose ids are
+ * both known and differ never talk; an end that does not know its id yet is accepted.
+ */
+export type ClusterIdSource = string | (() => string);
+
+function currentId(source: ClusterIdSource): string {
+  return typeof source === "string" ? source : source();
+}
+
 export interface GrpcTransportOptions {
-  readonly clusterId: string;
+  readonly clusterId: ClusterIdSource;
   /** This node: the sender of every stream it opens. */
   readonly nodeId: string;
   /** A peer's RPC address ("host:port"), or null when not known (frames to it are dropped). */
@@ -141,7 +152,7 @@ const CLOSE_DEADLINE_MS = 1000;
 
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
-  readonly #clusterId: string;
+  readonly #clusterId: ClusterIdSource;
   readonly #resolve: (nodeId: string) => string | null;
   readonly #log: PeerLogger;
   readonly #onUnreachable: ((to: NodeId) => void) | undefined;
@@ -367,7 +378,11 @@ export class GrpcTransport implements RaftTransport {
       peer,
       stream,
       this.#serialize({
-        handshake: { cluster_id: this.#clusterId, from_node_id: this.nodeId, to_node_id: peer.id },
+        handshake: {
+          cluster_id: currentId(this.#clusterId),
+          from_node_id: this.nodeId,
+          to_node_id: peer.id,
+        },
       }),
     );
     return stream;
@@ -438,7 +453,7 @@ export class GrpcTransport implements RaftTransport {
 // ── the receiving side ────────────────────────────────────────────────────────────────────────
 
 export interface RaftServiceOptions {
-  readonly clusterId: string;
+  readonly clusterId: ClusterIdSource;
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   readonly logger?: PeerLogger;
@@ -498,10 +513,11 @@ export function createRaftService(
           cluster_id: hs.cluster_id,
           to: hs.to_node_id,
         };
-        if (hs.cluster_id !== options.clusterId) {
+        const ours = currentId(options.clusterId);
+        if (hs.cluster_id !== ours && hs.cluster_id !== "" && ours !== "") {
           refuse(
             status.FAILED_PRECONDITION,
-            `cluster id mismatch: this node is in cluster ${JSON.stringify(options.clusterId)}, the sender in ${JSON.stringify(hs.cluster_id)}`,
+            `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(hs.cluster_id)}`,
             fields,
           );
         } else if (hs.to_node_id !== self) {

@@ -21,9 +21,17 @@ import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
-import { shardForKey } from "../cluster/index.ts";
+import { type MetaState, shardForKey } from "../cluster/index.ts";
 import type { ConfChange, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
-import { EMPTY_CONF, encodeConfChange, logIndex, nodeId, RawNode, term } from "../raft/index.ts";
+import {
+  EMPTY_CONF,
+  encodeConfChange,
+  logIndex,
+  nodeId,
+  NotLeaderError,
+  RawNode,
+  term,
+} from "../raft/index.ts";
 import type { LsmMetrics, WalRecord } from "../storage/index.ts";
 import {
   encodeSnapshotFrames,
@@ -39,7 +47,7 @@ import { encodeCommand } from "./commands.ts";
 import { type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import { KvStateMachine } from "./state-machine.ts";
-import { toWalEntry, WAL_CONF_CHANGE, WalRaftStorage } from "./wal-storage.ts";
+import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
 
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
@@ -132,6 +140,11 @@ export interface DriverTestingBugs {
 
 /** Events for metrics, logs and the cluster view. */
 export interface ReplicationObserver {
+  /**
+   * Shard 0 (the meta group in cluster mode) applied a meta command, or loaded its state at
+   * open or from a snapshot: the cluster's state as this node now knows it.
+   */
+  metaApplied?(state: MetaState): void;
   shardOpened?(shard: number, replayedFrom: number, replayedTo: number): void;
   leaderChanged?(shard: number, leader: string | null, term: number): void;
   raftState?(shard: number, term: number, commit: number): void;
@@ -182,6 +195,11 @@ export class MultiRaft {
   readonly #env: LsmEnvironment | null;
   readonly #shards = new Map<number, ShardReplica>();
   readonly #opening = new Map<number, Promise<ShardReplica>>();
+  /** Groups being founded by foundShard(): their voters and first entries. */
+  readonly #founding = new Map<
+    number,
+    { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
+  >();
   readonly #dirty = new Set<ShardReplica>();
   readonly #maxPending: number;
   readonly #maxPendingBytes: number;
@@ -236,8 +254,15 @@ export class MultiRaft {
           });
     const mr = new MultiRaft(options, wal, env);
     try {
+      // A single node creates shard 0 at once (its health and metadata); in a cluster the
+      // meta group is founded once, by one node (foundShard), and reaches the others by Raft.
+      const single = options.transport === undefined;
       const known = [
-        ...new Set<number>([0, ...wal.shards(), ...(await shardDirs(fs, options.dataDir))]),
+        ...new Set<number>([
+          ...(single ? [0] : []),
+          ...wal.shards(),
+          ...(await shardDirs(fs, options.dataDir)),
+        ]),
       ];
       const beyond = known.find((id) => id >= options.totalShards);
       if (beyond !== undefined) {
@@ -323,6 +348,34 @@ export class MultiRaft {
     );
   }
 
+  /**
+   * Founds shard `id`'s group here with `voters` and, after the conf changes naming them,
+   * `entries` as its first committed log entries (the meta group's bootstrap record). Only one
+   * node may ever do this for a shard (design.md §5.1: the meta group's bootstrap): the other
+   * voters start empty and receive the same log from the leader. Fails if the shard already
+   * has state here.
+   */
+  async foundShard(
+    id: number,
+    voters: readonly string[],
+    entries: readonly Uint8Array[],
+  ): Promise<void> {
+    this.#assertOpen();
+    this.#checkShardId(id);
+    if (!voters.includes(this.nodeId)) {
+      throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", `${this.nodeId} founds only its groups`);
+    }
+    if (this.#shards.has(id) || this.#opening.has(id)) {
+      throw new CairnError("CAIRN_ERR_SHARD_EXISTS", `shard ${id} is already open here`);
+    }
+    this.#founding.set(id, { voters, entries });
+    try {
+      await this.#shard(id);
+    } finally {
+      this.#founding.delete(id);
+    }
+  }
+
   /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
   async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
     this.#assertOpen();
@@ -333,7 +386,7 @@ export class MultiRaft {
     if (this.#options.transport === undefined && !this.#shards.has(id) && !this.#opening.has(id)) {
       return null;
     }
-    const shard = await this.#shard(id);
+    const shard = await this.#shardForRequest(id);
     if (linearizable) await this.#readBarrier(shard);
     else this.#assertOpen();
     return shard.sm.get(key);
@@ -345,7 +398,7 @@ export class MultiRaft {
    * merged; `more` tells whether keys remain after the last one returned.
    */
   async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
-    const shards = [...this.#shards.values()];
+    const shards = await this.#scanShards(req.linearizable);
     if (req.linearizable) await Promise.all(shards.map((s) => this.#readBarrier(s)));
     else this.#assertOpen();
     // Each shard contributes at most limit + 1 items; merging them in order gives the page.
@@ -359,6 +412,31 @@ export class MultiRaft {
     });
     const merged = mergeSorted(lists);
     return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
+  }
+
+  /**
+   * The shards a scan reads. On a single node, those open here (a shard never opened holds no
+   * keys). In a cluster a shard may hold keys on its other replicas only (this node missed its
+   * creation, or restarted before hearing of it): a linearizable scan reads every shard this node
+   * replicates, opening those not open yet through their groups. A shard this node does not
+   * replicate cannot be read here (NotLeaderError naming a replica). Caveat: until shard
+   * creation is recorded by the meta group, that first scan creates every shard's group.
+   */
+  async #scanShards(linearizable: boolean): Promise<ShardReplica[]> {
+    if (this.#options.transport === undefined || !linearizable) return [...this.#shards.values()];
+    const ids = Array.from({ length: this.totalShards }, (_, id) => id);
+    const out: ShardReplica[] = [];
+    const queue = [...ids];
+    const opener = async (): Promise<void> => {
+      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+        if (id === 0 && !this.#replicasOf(0).includes(this.nodeId) && !this.#shards.has(0)) {
+          continue;
+        }
+        out.push(await this.#shardForRequest(id));
+      }
+    };
+    await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
+    return out;
   }
 
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */
@@ -462,7 +540,7 @@ export class MultiRaft {
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────
 
   async #write(cmd: KvCommand): Promise<ApplyOutcome> {
-    const shard = await this.#shard(this.shardOf(cmd.key));
+    const shard = await this.#shardForRequest(this.shardOf(cmd.key));
     this.#assertOpen();
     const storage = shard.sm.lsm.backpressure();
     // A throttled engine still takes writes, but fewer wait on it: its queue drains slowly.
@@ -700,6 +778,8 @@ export class MultiRaft {
     await s.sm.lsm.importSnapshot(frames());
     s.sm.appliedIndex = snap.meta.index;
     s.storage.conf = snap.meta.conf;
+    // The meta group's state came with the snapshot.
+    if (s.id === 0) s.sm.reloadMeta();
   }
 
   /**
@@ -800,48 +880,75 @@ export class MultiRaft {
 
   // ── shards ──────────────────────────────────────────────────────────────────────────────────
 
-  #shard(id: number): Promise<ShardReplica> {
+  /**
+   * The shard a client request needs. In a cluster, a shard not open here is opened only on
+   * one of its replicas: elsewhere the request belongs to them (NotLeaderError naming the
+   * first-ranked replica, so the API forwards it), and while the meta group is not known here
+   * no node's replicas are (NotLeaderError without a hint: retry).
+   */
+  #shardForRequest(id: number): Promise<ShardReplica> {
+    if (this.#options.transport !== undefined && !this.#shards.has(id)) {
+      const replicas = this.#replicasOf(id);
+      if (!replicas.includes(this.nodeId)) {
+        const first = replicas[0];
+        return Promise.reject(new NotLeaderError(first === undefined ? null : nodeId(first)));
+      }
+    }
+    return this.#shard(id, true);
+  }
+
+  /** The open shard `id`, opened now if needed; `forRequest` when a client request needs it. */
+  #shard(id: number, forRequest = false): Promise<ShardReplica> {
     const s = this.#shards.get(id);
     if (s !== undefined) return Promise.resolve(s);
     this.#assertOpen();
     let opening = this.#opening.get(id);
     if (opening === undefined) {
-      opening = this.#openShard(id).finally(() => this.#opening.delete(id));
+      opening = this.#openShard(id, forRequest).finally(() => this.#opening.delete(id));
       this.#opening.set(id, opening);
     }
     return opening;
   }
 
-  async #openShard(id: number): Promise<ShardReplica> {
+  async #openShard(id: number, forRequest: boolean): Promise<ShardReplica> {
     const o = this.#options;
     const lsm = await this.#openEngine(id, join(o.dataDir, "shards", String(id)));
     try {
-      const sm = new KvStateMachine(lsm);
+      const sm = new KvStateMachine(lsm, { metaGroup: id === 0 });
       const storage = new WalRaftStorage(this.#wal, id, sm.durableConf() ?? EMPTY_CONF);
       const isNew =
         this.#wal.hardState(id) === undefined &&
         this.#wal.lastIndex(id) === 0 &&
         lsm.flushedSeq === 0;
-      const voters = [...this.#replicasOf(id)].sort();
+      const founding = this.#founding.get(id);
+      if (founding !== undefined && !isNew) {
+        throw new CairnError(
+          "CAIRN_ERR_SHARD_EXISTS",
+          `shard ${id} already has state here; it cannot be founded again`,
+        );
+      }
+      const voters = [...(founding?.voters ?? this.#replicasOf(id))].sort();
       if (isNew && voters.includes(this.nodeId)) {
-        // A new group: its first entries name its voters, one conf change each, committed at
-        // term 1. Every replica writes the same entries, so all start from the same log. (A
-        // node that is not an initial voter starts empty and learns the group from its leader.)
+        // A new group: its first entries name its voters, one conf change each, then any
+        // founding entries (the meta group's bootstrap record), all committed at term 1. Every
+        // initial voter writes the same conf changes, so all start from the same
+        // configuration. (A node that is not an initial voter starts empty and learns the
+        // group from its leader.)
+        const entries = voters.map((node, i) => ({
+          term: 1,
+          index: i + 1,
+          type: WAL_CONF_CHANGE,
+          data: encodeConfChange({ type: "add-voter", node: nodeId(node) }),
+        }));
+        for (const data of founding?.entries ?? []) {
+          entries.push({ term: 1, index: entries.length + 1, type: WAL_NORMAL, data });
+        }
         this.#wal.append([
-          {
-            kind: "entries",
-            shard: id,
-            entries: voters.map((node, i) => ({
-              term: 1,
-              index: i + 1,
-              type: WAL_CONF_CHANGE,
-              data: encodeConfChange({ type: "add-voter", node: nodeId(node) }),
-            })),
-          },
+          { kind: "entries", shard: id, entries },
           {
             kind: "hard-state",
             shard: id,
-            state: { term: 1, vote: null, commit: voters.length },
+            state: { term: 1, vote: null, commit: entries.length },
           },
         ]);
         await this.#wal.sync();
@@ -867,10 +974,23 @@ export class MultiRaft {
         true,
         this.#testingBugs.staleReadAfterRestart ? 0 : commit,
       );
+      // A group founded here, or created here for a request, elects at once: its request would
+      // otherwise wait out an election timeout (the other replicas open it on the first vote).
+      shard.campaignEagerly =
+        isNew &&
+        voters.length > 1 &&
+        voters.includes(this.nodeId) &&
+        (forRequest || founding !== undefined);
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);
       o.observer?.shardOpened?.(id, applied, commit);
+      if (id === 0 && o.observer?.metaApplied !== undefined) {
+        const observe = o.observer.metaApplied.bind(o.observer);
+        sm.onMeta = (state) => observe(state);
+        // What the engine already holds (a restart): the replay adds what follows.
+        sm.reloadMeta();
+      }
       this.#markDirty(shard);
       return shard;
     } catch (err) {

@@ -153,13 +153,19 @@ export class ShardReplica {
     return this.sm.appliedIndex >= this.replayTo;
   }
 
-  /** Campaigns, once, when a single-voter group has applied its replay. */
+  /**
+   * Once the replay is applied: a single-voter group campaigns at once (it alone decides), and
+   * so does a new group this node created for a client request (`campaignEagerly`), rather than
+   * make that request wait out an election timeout. Other groups elect on their timers.
+   */
   maybeCampaign(): void {
-    if (this.campaignWhenReady && this.isReplayed() && this.raw.isSoleVoter()) {
-      this.campaignWhenReady = false;
-      this.raw.campaign();
-    }
+    if (!this.campaignWhenReady || !this.isReplayed()) return;
+    this.campaignWhenReady = false;
+    if (this.raw.isSoleVoter() || this.campaignEagerly) this.raw.campaign();
   }
+
+  /** Set for a new multi-voter group opened here for a client request (see maybeCampaign). */
+  campaignEagerly = false;
 
   /** Resolves once the state machine has applied `index` (a read confirmed at that index). */
   waitApplied(index: number): Promise<void> {

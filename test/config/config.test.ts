@@ -48,7 +48,12 @@ describe("loadConfig", () => {
     assert.equal(c.advertise_rpc_addr, "127.0.0.1:7447");
     assert.equal(c.advertise_http_addr, "127.0.0.1:8080");
     assert.equal(c.data_dir, "./data");
-    assert.deepEqual(c.cluster, { seed_nodes: [], total_shards: 1024, replication_factor: 3 });
+    assert.deepEqual(c.cluster, {
+      seed_nodes: [],
+      total_shards: 1024,
+      replication_factor: 3,
+      bootstrap_expect: 3,
+    });
     assert.equal(c.telemetry.prometheus.enabled, true);
     assert.equal(c.log.level, "info");
     assert.deepEqual(c.limits, {
@@ -174,7 +179,7 @@ describe("loadConfig", () => {
     );
     assert.match(
       err.message,
-      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor/,
+      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect/,
     );
   });
 

@@ -132,6 +132,38 @@ describe("GrpcTransport", () => {
     });
   }
 
+  it("accepts an end that does not know its cluster id yet; the id is read as it is now", async () => {
+    const got: ShardMessage[][] = [];
+    let serverId = "";
+    const server = await startRaftServer((_from, messages) => got.push(messages), {
+      clusterId: () => serverId,
+      nodeId: "n2",
+    });
+    // A node before the meta group's bootstrap reached it talks to one that knows the id, and
+    // the other way round; once both know it, they must agree.
+    const fresh = new GrpcTransport({ clusterId: "", nodeId: "n1", peers: () => server.address });
+    try {
+      serverId = "c1";
+      fresh.send(N2, [heartbeat(1)]);
+      await eventually("delivered from a node without an id", () => got.length === 1);
+    } finally {
+      await fresh.close();
+    }
+    const other = new GrpcTransport({
+      clusterId: () => "c2",
+      nodeId: "n1",
+      peers: () => server.address,
+    });
+    try {
+      other.send(N2, [heartbeat(2)]);
+      await eventually("refused", () => other.stats()["n2"]?.state === "backoff");
+      assert.equal(got.length, 1);
+    } finally {
+      await other.close();
+      server.stop();
+    }
+  });
+
   it("drops frames while the peer is down, reports it unreachable, and reconnects after", async () => {
     const port = await freePort();
     const unreachable: string[] = [];

@@ -9,6 +9,7 @@ export interface ClusterView {
   'nodes'?: (_cairn_v1_Member)[];
   'shards'?: (_cairn_v1_ShardInfo)[];
   'total_shards'?: (number);
+  'cluster_id'?: (string);
 }
 
 export interface ClusterView__Output {
@@ -16,4 +17,5 @@ export interface ClusterView__Output {
   'nodes': (_cairn_v1_Member__Output)[];
   'shards': (_cairn_v1_ShardInfo__Output)[];
   'total_shards': (number);
+  'cluster_id': (string);
 }

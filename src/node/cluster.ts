@@ -1,0 +1,194 @@
+/**
+ * Cluster mode (design.md §5.1): what a node knows of its cluster — the meta group's state as
+ * shard 0 applied it — and the decisions that follow from it: which nodes replicate a shard,
+ * whether to accept a peer's message for a shard not held here, and the one-time founding of
+ * the meta group by the first seed.
+ *
+ * Every placement answer is a function of committed meta state only, never of this node's
+ * gossip view: a shard's replicas are its assignment in the meta group, or, for a shard the
+ * meta group holds no assignment for, the top `replication_factor` members by rendezvous
+ * hashing over the members the bootstrap committed. Every node that applied the same meta
+ * entries gives the same answer, so a shard never gets two groups.
+ */
+import { randomUUID } from "node:crypto";
+import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
+import { loadCairnProto } from "../api/index.ts";
+import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
+import {
+  type ClusterViewPublisher,
+  type MetaMember,
+  type MetaState,
+  rendezvousReplicas,
+  shouldBootstrap,
+} from "../cluster/index.ts";
+import type { CairnConfig } from "../config/index.ts";
+import type { Membership } from "../membership/index.ts";
+import type { Logger } from "../ops/index.ts";
+import { encodeMetaEntry, type MultiRaft } from "../replication/index.ts";
+
+/** How often the first seed checks whether it may found the cluster. */
+const BOOTSTRAP_CHECK_MS = 500;
+/** How long a peer's cluster id may take to answer before the check is retried. */
+const PROBE_TIMEOUT_MS = 2_000;
+
+export class ClusterState {
+  readonly #config: CairnConfig;
+  readonly #log: Logger;
+  readonly #views: ClusterViewPublisher;
+  #meta: MetaState | null = null;
+
+  constructor(config: CairnConfig, log: Logger, views: ClusterViewPublisher) {
+    this.#config = config;
+    this.#log = log;
+    this.#views = views;
+  }
+
+  /** The cluster id, "" until the meta group's bootstrap reached this node. */
+  get clusterId(): string {
+    return this.#meta?.clusterId ?? "";
+  }
+
+  get meta(): MetaState | null {
+    return this.#meta;
+  }
+
+  /** The initial voters of `shard`'s group; empty while the meta group is not known here. */
+  replicasOf(shard: number): readonly string[] {
+    const meta = this.#meta;
+    if (meta === null || meta.clusterId === null) return [];
+    const assigned = meta.shards.get(shard);
+    if (assigned !== undefined) return assigned;
+    if (shard === 0) return [];
+    return rendezvousReplicas(shard, [...meta.members.keys()], meta.replicationFactor);
+  }
+
+  /**
+   * A peer's message for a shard not held here, and not listing this node in its known
+   * replicas, is taken only for the meta group before this node learnt of it: the founding seed
+   * names this node a voter, and the group's log (the bootstrap record first) is how it learns.
+   */
+  acceptsReplica(shard: number): boolean {
+    return shard === 0 && this.clusterId === "";
+  }
+
+  /** Shard 0 applied a meta command (or reloaded its state after a restart or a snapshot). */
+  applied(state: MetaState): void {
+    const before = this.clusterId;
+    this.#meta = state;
+    if (state.clusterId !== null) this.#views.setClusterId(state.clusterId);
+    if (before === "" && state.clusterId !== null) {
+      this.#log.info("member of cluster", {
+        cluster_id: state.clusterId,
+        members: [...state.members.keys()],
+        replication_factor: state.replicationFactor,
+      });
+    }
+    if (state.totalShards !== 0 && state.totalShards !== this.#config.cluster.total_shards) {
+      // MultiRaft refuses a data directory with more shards; a committed meta record that
+      // disagrees with the configuration is the same mistake, found later.
+      this.#log.error("the cluster's total_shards differs from this node's configuration", {
+        cluster_total_shards: state.totalShards,
+        total_shards: this.#config.cluster.total_shards,
+      });
+    }
+  }
+
+  /**
+   * The first seed founds the meta group once: when it sees `bootstrap_expect` members alive
+   * and none of them (nor itself) carries a cluster id. Runs until this node knows its cluster
+   * (founded here, or reached by the founder's log) or `stopped()` says so.
+   */
+  async bootstrapLoop(
+    store: MultiRaft,
+    membership: Membership,
+    self: MetaMember,
+    stopped: () => boolean,
+  ): Promise<void> {
+    const c = this.#config;
+    let lastReason = "";
+    while (!stopped() && this.clusterId === "") {
+      const alive = membership
+        .members()
+        .filter((m) => m.state === "alive" && m.meta.id !== self.id)
+        .map((m) => ({ id: m.meta.id, rpcAddr: m.meta.rpcAddr, httpAddr: m.meta.httpAddr }));
+      const first = shouldBootstrap({
+        self,
+        seedNodes: c.cluster.seed_nodes,
+        bootstrapExpect: c.cluster.bootstrap_expect,
+        clusterId: null,
+        alive: alive.map((member) => ({ member, clusterId: null })),
+      });
+      let decision = first;
+      if (first.voters !== null) {
+        // Ask every member for its cluster id: a seed whose data directory was wiped must not
+        // found a second cluster beside the one the others still belong to.
+        const ids = await Promise.all(alive.map((m) => probeClusterId(m.rpcAddr)));
+        if (ids.some((id) => id === undefined)) {
+          decision = { voters: null, reason: "a member did not answer with its cluster id" };
+        } else {
+          decision = shouldBootstrap({
+            self,
+            seedNodes: c.cluster.seed_nodes,
+            bootstrapExpect: c.cluster.bootstrap_expect,
+            clusterId: null,
+            alive: alive.map((member, i) => ({ member, clusterId: ids[i] || null })),
+          });
+        }
+      }
+      if (stopped() || this.clusterId !== "") return;
+      if (decision.voters !== null) {
+        const clusterId = randomUUID();
+        const voters = decision.voters;
+        await store.foundShard(
+          0,
+          voters.map((m) => m.id),
+          [
+            encodeMetaEntry({
+              op: "bootstrap",
+              clusterId,
+              totalShards: c.cluster.total_shards,
+              replicationFactor: Math.min(c.cluster.replication_factor, voters.length),
+              members: voters,
+            }),
+          ],
+        );
+        this.#log.info("founded the cluster (meta group in shard 0)", {
+          cluster_id: clusterId,
+          voters: voters.map((m) => m.id),
+        });
+        return;
+      }
+      if (decision.reason !== lastReason) {
+        this.#log.info("not founding the cluster", { reason: decision.reason });
+        lastReason = decision.reason;
+      }
+      await new Promise((resolve) => setTimeout(resolve, BOOTSTRAP_CHECK_MS));
+    }
+  }
+}
+
+/**
+ * The cluster id a node at `address` reports in its first cluster view ("" when it has none);
+ * undefined when it does not answer in time.
+ */
+function probeClusterId(address: string): Promise<string | undefined> {
+  const { proto } = loadCairnProto();
+  const client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
+  return new Promise((resolve) => {
+    let done = false;
+    const call: ClientReadableStream<ClusterViewMessage> = client.WatchCluster(
+      {},
+      { deadline: Date.now() + PROBE_TIMEOUT_MS },
+    );
+    const finish = (id: string | undefined): void => {
+      if (done) return;
+      done = true;
+      call.cancel();
+      client.close();
+      resolve(id);
+    };
+    call.on("data", (view: ClusterViewMessage) => finish(view.cluster_id ?? ""));
+    call.on("error", () => finish(undefined));
+    call.on("end", () => finish(undefined));
+  });
+}

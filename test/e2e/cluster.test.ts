@@ -1,0 +1,125 @@
+/**
+ * Three `cairn serve` processes on loopback form one cluster (design.md §5.1): the first seed
+ * founds the meta group, every shard touched gets three replicas on three nodes, any node
+ * accepts any request (forwarding to the shard's leader), and a linearizable read through any
+ * node sees every acknowledged write.
+ */
+import assert from "node:assert/strict";
+import type { ClientReadableStream } from "@grpc/grpc-js";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { type Clients, grpcError, type Reply } from "../support/grpc-client.ts";
+import { eventually, LocalCluster } from "../support/cluster-process.ts";
+
+const b = (s: string): Buffer => Buffer.from(s);
+const UNAVAILABLE = 14;
+
+/** A call retried while the cluster answers UNAVAILABLE (an election, a shard being created). */
+async function retrying(c: Clients, method: string, request: Reply): Promise<Reply> {
+  const deadline = performance.now() + 20_000;
+  for (;;) {
+    try {
+      return await c.call(c.kv, method, request);
+    } catch (err) {
+      if (grpcError(err).code !== UNAVAILABLE || performance.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+interface ViewMessage {
+  cluster_id: string;
+  nodes: { id: string; state: string }[];
+  shards: { id: number; leader: string; replicas: string[] }[];
+}
+
+/** The node's current cluster view (the first message of Meta.WatchCluster). */
+function view(c: Clients): Promise<ViewMessage> {
+  return new Promise((resolve, reject) => {
+    const call = (
+      c.meta as unknown as { WatchCluster(req: object): ClientReadableStream<ViewMessage> }
+    ).WatchCluster({});
+    call.once("data", (v: ViewMessage) => {
+      call.cancel();
+      resolve(v);
+    });
+    call.once("error", (err: { code?: number }) => {
+      if (err.code !== 1) reject(err);
+    });
+  });
+}
+
+describe("a three-node cluster (real processes)", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "cairn-e2e-cluster-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("replicates every shard on three nodes; any node takes any request", async () => {
+    const cluster = await LocalCluster.create(join(dir, "basic"));
+    try {
+      await cluster.startAll();
+      await cluster.ready();
+      const clients = cluster.nodes.map((n) => n.client as Clients);
+      const [c1, c2, c3] = clients as [Clients, Clients, Clients];
+
+      // One cluster id, the same on every node.
+      const ids = await Promise.all(clients.map(async (c) => (await view(c)).cluster_id));
+      assert.notEqual(ids[0], "");
+      assert.deepEqual(new Set(ids).size, 1, `cluster ids ${ids.join(", ")}`);
+
+      // A Put through each node; a linearizable Get through every node sees it.
+      const keys = Array.from({ length: 12 }, (_, i) => `key-${i}`);
+      for (const [i, key] of keys.entries()) {
+        const via = clients[i % 3] as Clients;
+        await retrying(via, "Put", { key: b(key), value: b(`value-${i}`) });
+      }
+      for (const [i, key] of keys.entries()) {
+        for (const c of clients) {
+          const got = await retrying(c, "Get", { key: b(key) });
+          assert.equal(got["found"], true, key);
+          assert.equal((got["value"] as Buffer).toString(), `value-${i}`);
+        }
+      }
+
+      // Compare-and-set through another node than the write: the version is the cluster's.
+      const put = await retrying(c1, "Put", { key: b("cas"), value: b("one") });
+      const version = put["version"] as { index: number; term: number };
+      await retrying(c2, "Put", { key: b("cas"), value: b("two"), expected_version: version });
+      await assert.rejects(
+        retrying(c3, "Put", { key: b("cas"), value: b("three"), expected_version: version }),
+        (err) => grpcError(err).code === 9, // FAILED_PRECONDITION
+      );
+      const cas = await retrying(c3, "Get", { key: b("cas") });
+      assert.equal((cas["value"] as Buffer).toString(), "two");
+
+      // Every shard touched has three replicas on three distinct nodes, and one leader that
+      // every node agrees on.
+      await eventually(
+        "every node sees every touched shard with 3 replicas and a leader",
+        async () => {
+          const views = await Promise.all(clients.map((c) => view(c)));
+          const touched = views[0]?.shards.filter((s) => s.id !== 0) ?? [];
+          if (touched.length === 0) return false;
+          for (const v of views) {
+            for (const s of touched) {
+              const mine = v.shards.find((x) => x.id === s.id);
+              if (mine === undefined || mine.leader === "") return false;
+              if ([...mine.replicas].sort().join() !== "n1,n2,n3") return false;
+              if (mine.leader !== s.leader) return false;
+            }
+          }
+          return true;
+        },
+      );
+      await cluster.stopAll();
+    } finally {
+      await cluster.killAll();
+    }
+  });
+});

@@ -1,0 +1,153 @@
+/**
+ * Real `cairn serve` processes forming a cluster on loopback, for end-to-end tests: fixed RPC
+ * ports (the seeds must be known before the nodes start), HTTP on port 0, every node given the
+ * same seed list, n1 first.
+ */
+import assert from "node:assert/strict";
+import { createSocket } from "node:dgram";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { type Clients, connect } from "./grpc-client.ts";
+import { type ServerProcess, startServer } from "./server-process.ts";
+
+/** A port free for both TCP (gRPC) and UDP (SWIM) on 127.0.0.1 right now. */
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const srv = createServer();
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    const address = srv.address();
+    assert.ok(address !== null && typeof address === "object");
+    const port = address.port;
+    const udp = createSocket("udp4");
+    const udpFree = await new Promise<boolean>((resolve) => {
+      udp.once("error", () => resolve(false));
+      udp.bind(port, "127.0.0.1", () => resolve(true));
+    });
+    udp.close();
+    await new Promise<void>((r) => srv.close(() => r()));
+    if (udpFree) return port;
+  }
+  throw new Error("no port free for both TCP and UDP");
+}
+
+/** Polls `check` (bounded) until it returns true; the nodes act on their own timers meanwhile. */
+export async function eventually(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  let last: unknown = null;
+  while (performance.now() < deadline) {
+    try {
+      if (await check()) return;
+    } catch (err) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(
+    `not within ${timeoutMs} ms: ${what}${last === null ? "" : ` (last error: ${String(last)})`}`,
+  );
+}
+
+export interface ClusterNode {
+  readonly id: string;
+  readonly rpc: string;
+  readonly dataDir: string;
+  server: ServerProcess | null;
+  client: Clients | null;
+}
+
+export class LocalCluster {
+  readonly nodes: ClusterNode[];
+  readonly #env: Readonly<Record<string, string>>;
+
+  private constructor(nodes: ClusterNode[], env: Readonly<Record<string, string>>) {
+    this.nodes = nodes;
+    this.#env = env;
+  }
+
+  /** Picks ports for `size` nodes n1..nN under `dir`; starts none of them. */
+  static async create(
+    dir: string,
+    size = 3,
+    env: Readonly<Record<string, string>> = {},
+  ): Promise<LocalCluster> {
+    const nodes: ClusterNode[] = [];
+    for (let i = 1; i <= size; i++) {
+      const port = await freePort();
+      nodes.push({
+        id: `n${i}`,
+        rpc: `127.0.0.1:${port}`,
+        dataDir: join(dir, `n${i}`),
+        server: null,
+        client: null,
+      });
+    }
+    return new LocalCluster(nodes, env);
+  }
+
+  get seeds(): string {
+    return this.nodes.map((n) => n.rpc).join(",");
+  }
+
+  node(id: string): ClusterNode {
+    const n = this.nodes.find((x) => x.id === id);
+    assert.ok(n !== undefined, `no node ${id}`);
+    return n;
+  }
+
+  async start(id: string): Promise<ClusterNode> {
+    const n = this.node(id);
+    n.server = await startServer({
+      dataDir: n.dataDir,
+      args: ["--node-id", n.id, "--rpc-addr", n.rpc, "--seed-nodes", this.seeds],
+      env: this.#env,
+    });
+    n.client = connect(n.rpc);
+    return n;
+  }
+
+  async startAll(): Promise<void> {
+    await Promise.all(this.nodes.map((n) => this.start(n.id)));
+  }
+
+  /** Waits until every running node answers /health/quick with 200 (the metadata is there). */
+  async ready(timeoutMs = 30_000): Promise<void> {
+    for (const n of this.running()) {
+      await eventually(
+        `${n.id} /health/quick is 200`,
+        async () => (await fetch(`http://${n.server?.http}/health/quick`)).status === 200,
+        timeoutMs,
+      );
+    }
+  }
+
+  running(): ClusterNode[] {
+    return this.nodes.filter((n) => n.server !== null);
+  }
+
+  async stop(id: string, signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
+    const n = this.node(id);
+    n.client?.close();
+    n.client = null;
+    const server = n.server;
+    n.server = null;
+    if (server !== null) {
+      const exit = await server.stop(signal);
+      if (signal === "SIGTERM") {
+        assert.equal(exit.code, 0, `${id} exited cleanly; stderr: ${server.stderr()}`);
+      }
+    }
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all(this.running().map((n) => this.stop(n.id)));
+  }
+
+  /** Kills every node still running (for `finally` blocks after a failure). */
+  async killAll(): Promise<void> {
+    await Promise.all(this.running().map((n) => this.stop(n.id, "SIGKILL")));
+  }
+}
