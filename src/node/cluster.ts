@@ -167,6 +167,37 @@ export class ClusterState {
   }
 }
 
+/** Leadership transfers started per pass (spreadLeaders). */
+const TRANSFERS_PER_PASS = 32;
+
+/**
+ * Leaders spread (design.md §5.1): each group this node leads whose first-ranked replica is
+ * another node, alive by gossip, hands leadership over to it (the Raft core first brings the
+ * target up to date, then tells it to campaign). Shards are ranked by rendezvous hashing, so
+ * leaders end up spread evenly over the nodes, and a restarted node takes back its share.
+ */
+export function spreadLeaders(
+  store: MultiRaft,
+  cluster: ClusterState,
+  self: string,
+  alive: ReadonlySet<string>,
+): number {
+  let started = 0;
+  for (const id of store.shardIds()) {
+    if (started >= TRANSFERS_PER_PASS) break;
+    const info = store.shardInfo(id);
+    if (info === null || info.role !== "leader") continue;
+    const first = cluster.replicasOf(id)[0];
+    if (first === undefined || first === self || !alive.has(first)) continue;
+    if (!info.voters.map(String).includes(first)) continue;
+    started++;
+    // Best effort: a transfer that does not finish within an election timeout is abandoned by
+    // the core, and the next pass tries again.
+    store.transferLeader(id, first).catch(() => undefined);
+  }
+  return started;
+}
+
 /**
  * The cluster id a node at `address` reports in its first cluster view ("" when it has none);
  * undefined when it does not answer in time.

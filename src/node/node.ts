@@ -30,7 +30,7 @@ import {
   type RaftService,
 } from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
-import { ClusterState } from "./cluster.ts";
+import { ClusterState, spreadLeaders } from "./cluster.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -54,6 +54,7 @@ export class CairnNode implements HealthSource {
   readonly #cluster: ClusterState | null;
   #transport: GrpcTransport | null = null;
   #bootstrap: Promise<void> | null = null;
+  #spreadTimer: NodeJS.Timeout | null = null;
 
   private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
     this.config = config;
@@ -306,6 +307,18 @@ export class CairnNode implements HealthSource {
           this.#onFatal(err);
         });
     }
+    if (cluster !== null) {
+      this.#spreadTimer = setInterval(() => {
+        const alive = new Set(
+          membership
+            .members()
+            .filter((m) => m.state === "alive")
+            .map((m) => m.meta.id),
+        );
+        spreadLeaders(this.store, cluster, c.node_id, alive);
+      }, LEADER_SPREAD_MS);
+      this.#spreadTimer.unref();
+    }
     membership.join().catch((err: unknown) => {
       if (err instanceof ShardCountMismatchError) {
         this.#log.error("the cluster refused this node", { error: err.message });
@@ -325,6 +338,16 @@ export class CairnNode implements HealthSource {
   async report(): Promise<HealthReport> {
     const shards: ShardHealth[] = [];
     const store = this.#store;
+    // In a cluster a shard is degraded when one of its replicas is not alive (by gossip).
+    const alive = new Set(
+      this.views
+        .current()
+        .nodes.filter((n) => n.state === "alive")
+        .map((n) => n.id),
+    );
+    alive.add(this.config.node_id);
+    const lostReplica = (voters: readonly string[]): boolean =>
+      this.#cluster !== null && voters.some((v) => !alive.has(String(v)));
     for (const id of store?.shardIds() ?? []) {
       const info = store?.shardInfo(id) ?? null;
       if (info === null) continue;
@@ -333,7 +356,7 @@ export class CairnNode implements HealthSource {
         status:
           info.leader === null
             ? "unavailable"
-            : info.applied < info.commit
+            : info.applied < info.commit || lostReplica(info.voters)
               ? "degraded"
               : "healthy",
         is_leader: info.role === "leader",
@@ -369,6 +392,7 @@ export class CairnNode implements HealthSource {
 
   async #closeAll(drainMs: number): Promise<void> {
     const started = performance.now();
+    if (this.#spreadTimer !== null) clearInterval(this.#spreadTimer);
     // Tell the cluster first, so peers stop routing here while we drain.
     await this.#membership?.leave().catch(() => undefined);
     await this.#rpc?.close(drainMs);
@@ -380,6 +404,9 @@ export class CairnNode implements HealthSource {
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }
+
+/** How often a node hands leadership of its groups to their first-ranked replicas. */
+const LEADER_SPREAD_MS = 2_000;
 
 /** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
 const REQUEST_TIMEOUT_MS = 10_000;

@@ -138,6 +138,19 @@ describe("a three-node cluster loses its busiest leader under load (real process
           async () => acknowledged.size > before + 200,
         );
 
+        // A survivor reports the loss: its shards have a replica on a dead node.
+        const survivor = cluster.nodes.find((n) => n.id !== victim);
+        const health = async (): Promise<string> =>
+          (
+            (await (await fetch(`http://${survivor?.server?.http}/health`)).json()) as {
+              status: string;
+            }
+          ).status;
+        await eventually(
+          "a survivor's /health is degraded",
+          async () => (await health()) === "degraded",
+        );
+
         // The killed node restarts on its data directory and catches up.
         await cluster.start(victim);
         down.delete(victim);
@@ -148,6 +161,10 @@ describe("a three-node cluster loses its busiest leader under load (real process
         );
         writing = false;
         await Promise.all(writers);
+        await eventually(
+          "the survivor's /health is healthy again",
+          async () => (await health()) === "healthy",
+        );
         gaps.sort((a, b) => a - b);
         console.log(
           `failover: ${acknowledged.size} writes acknowledged; longest window without a successful write per writer after the kill: max ${Math.round(gaps.at(-1) ?? 0)} ms, median ${Math.round(gaps[Math.floor(gaps.length / 2)] ?? 0)} ms`,

@@ -10,6 +10,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { rendezvousReplicas } from "../../src/cluster/index.ts";
 import { type Clients, grpcError, type Reply } from "../support/grpc-client.ts";
 import { eventually, LocalCluster } from "../support/cluster-process.ts";
 
@@ -117,6 +118,15 @@ describe("a three-node cluster (real processes)", () => {
           return true;
         },
       );
+
+      // Leaders spread: each group ends up led by its first-ranked replica (rendezvous hashing
+      // over the members), not by the node that happened to create it.
+      await eventually("every touched shard led by its first-ranked replica", async () => {
+        const v = await view(c1);
+        return v.shards.every(
+          (s) => s.leader === rendezvousReplicas(s.id, ["n1", "n2", "n3"], 3)[0] || s.id === 0,
+        );
+      });
       await cluster.stopAll();
     } finally {
       await cluster.killAll();
