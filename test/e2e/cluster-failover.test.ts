@@ -86,7 +86,7 @@ describe("a three-node cluster loses its busiest leader under load (real process
             for (;;) {
               const live = cluster.nodes.filter((n) => !down.has(n.id) && n.client !== null);
               const target = live[attempt++ % live.length];
-              if (target?.client == null) break;
+              if (target === undefined || target.client === null) break;
               try {
                 await target.client.call(
                   target.client.kv,
