@@ -5,26 +5,31 @@
  * the meta group by the first seed.
  *
  * Every placement answer is a function of committed meta state only, never of this node's
- * gossip view: a shard's replicas are its assignment in the meta group, or, for a shard the
- * meta group holds no assignment for, the top `replication_factor` members by rendezvous
- * hashing over the members the bootstrap committed. Every node that applied the same meta
- * entries gives the same answer, so a shard never gets two groups.
+ * gossip view: a shard's replicas are its assignment in the meta group. A shard is created by
+ * proposing "create shard S on replicas R" to the meta group (through its leader, over the
+ * peer service when that is another node), R being the top `replication_factor` members by
+ * rendezvous hashing; the first committed assignment wins, later ones change nothing. Every
+ * node that applied the same meta entries gives the same answer, so a shard never gets two
+ * groups.
  */
 import { randomUUID } from "node:crypto";
 import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
-import { loadCairnProto } from "../api/index.ts";
+import { LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
 import {
   type ClusterViewPublisher,
+  encodeMetaCommand,
   type MetaMember,
   type MetaState,
   rendezvousReplicas,
   shouldBootstrap,
 } from "../cluster/index.ts";
+import { CairnError } from "../common/errors.ts";
+import { nodeId, NotLeaderError } from "../raft/index.ts";
 import type { CairnConfig } from "../config/index.ts";
 import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
-import { encodeMetaEntry, type MultiRaft } from "../replication/index.ts";
+import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
@@ -36,6 +41,9 @@ export class ClusterState {
   readonly #log: Logger;
   readonly #views: ClusterViewPublisher;
   #meta: MetaState | null = null;
+  /** Shard creations under way here, and callers waiting for a shard's assignment. */
+  readonly #creating = new Map<number, Promise<void>>();
+  readonly #waiters = new Map<number, (() => void)[]>();
 
   constructor(config: CairnConfig, log: Logger, views: ClusterViewPublisher) {
     this.#config = config;
@@ -52,14 +60,103 @@ export class ClusterState {
     return this.#meta;
   }
 
-  /** The initial voters of `shard`'s group; empty while the meta group is not known here. */
+  /** The initial voters of `shard`'s group; empty until the meta group recorded the shard. */
   replicasOf(shard: number): readonly string[] {
     const meta = this.#meta;
     if (meta === null || meta.clusterId === null) return [];
-    const assigned = meta.shards.get(shard);
-    if (assigned !== undefined) return assigned;
-    if (shard === 0) return [];
-    return rendezvousReplicas(shard, [...meta.members.keys()], meta.replicationFactor);
+    return meta.shards.get(shard) ?? [];
+  }
+
+  /** The shards the meta group recorded (shard 0 included), as of the state applied here. */
+  createdShards(): number[] {
+    return [...(this.#meta?.shards.keys() ?? [])];
+  }
+
+  /**
+   * Resolves once the meta state here records shard `id`: at once if it does, else after
+   * proposing its creation to the meta group's leader (this node, or another over the peer
+   * service) and waiting for the assignment to be applied here. Fails (retryably) when that
+   * takes longer than `timeoutMs`.
+   */
+  ensureShard(
+    id: number,
+    store: MultiRaft,
+    transport: GrpcTransport,
+    timeoutMs: number,
+  ): Promise<void> {
+    if (this.#meta?.shards.has(id) === true) return Promise.resolve();
+    let pending = this.#creating.get(id);
+    if (pending === undefined) {
+      pending = this.#create(id, store, transport, timeoutMs).finally(() =>
+        this.#creating.delete(id),
+      );
+      this.#creating.set(id, pending);
+    }
+    return pending;
+  }
+
+  async #create(
+    id: number,
+    store: MultiRaft,
+    transport: GrpcTransport,
+    timeoutMs: number,
+  ): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    const applied = new Promise<void>((resolve) => {
+      const list = this.#waiters.get(id) ?? [];
+      list.push(resolve);
+      this.#waiters.set(id, list);
+    });
+    let hint: string | null = null;
+    for (let attempt = 0; ; attempt++) {
+      const meta = this.#meta;
+      if (meta?.shards.has(id) === true) return;
+      if (meta === null || meta.clusterId === null) {
+        throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
+          retryable: true,
+        });
+      }
+      const replicas = rendezvousReplicas(id, [...meta.members.keys()], meta.replicationFactor);
+      const cmd = { op: "create-shard", shard: id, replicas } as const;
+      const leader = hint ?? store.shardInfo(0)?.leader ?? null;
+      try {
+        if (leader === null || leader === this.#config.node_id) await store.proposeMeta(cmd);
+        else await transport.proposeMeta(nodeId(leader), encodeMetaCommand(cmd), timeoutMs);
+        break;
+      } catch (err) {
+        hint = err instanceof NotLeaderError ? err.leader : leaderHint(err);
+        if (performance.now() + 50 > deadline) {
+          throw new CairnError(
+            "CAIRN_ERR_SHARD_CREATION",
+            `shard ${id} could not be created: ${err instanceof Error ? err.message : String(err)}`,
+            { retryable: true, cause: err },
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, Math.min(50 * (attempt + 1), 500)));
+      }
+    }
+    // Applied on the meta leader; here once this node's replica of the meta group catches up.
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new CairnError(
+              "CAIRN_ERR_SHARD_CREATION",
+              `shard ${id}'s creation not applied here yet`,
+              {
+                retryable: true,
+              },
+            ),
+          ),
+        Math.max(0, deadline - performance.now()),
+      );
+    });
+    try {
+      await Promise.race([applied, late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**
@@ -75,6 +172,11 @@ export class ClusterState {
   applied(state: MetaState): void {
     const before = this.clusterId;
     this.#meta = state;
+    for (const [id, list] of this.#waiters) {
+      if (!state.shards.has(id)) continue;
+      this.#waiters.delete(id);
+      for (const resolve of list) resolve();
+    }
     if (state.clusterId !== null) this.#views.setClusterId(state.clusterId);
     if (before === "" && state.clusterId !== null) {
       this.#log.info("member of cluster", {
@@ -222,4 +324,11 @@ function probeClusterId(address: string): Promise<string | undefined> {
     call.on("error", () => finish(undefined));
     call.on("end", () => finish(undefined));
   });
+}
+
+/** The leader named in a failed peer call's trailers (`cairn-leader`), if any. */
+function leaderHint(err: unknown): string | null {
+  const metadata = (err as { metadata?: { get(key: string): unknown[] } }).metadata;
+  const value = metadata?.get(LEADER_HINT_KEY)[0];
+  return typeof value === "string" && value !== "" ? value : null;
 }

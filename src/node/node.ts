@@ -8,7 +8,9 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
-import { ClusterViewPublisher, rpcAddressOf } from "../cluster/index.ts";
+import { ClusterViewPublisher, decodeMetaCommand, rpcAddressOf } from "../cluster/index.ts";
+import { CairnError } from "../common/errors.ts";
+import { nodeId, NotLeaderError } from "../raft/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
 import {
   CairnMetrics,
@@ -144,6 +146,20 @@ export class CairnNode implements HealthSource {
             transport: this.#transport,
             replicasOf: (shard: number) => cluster.replicasOf(shard),
             acceptsReplica: (shard: number) => cluster.acceptsReplica(shard),
+            ensureShard: (shard: number) =>
+              opened === null || this.#transport === null
+                ? Promise.reject(new Error("the node's storage is not open yet"))
+                : cluster.ensureShard(shard, opened, this.#transport, REQUEST_TIMEOUT_MS),
+            createdShards: () => cluster.createdShards(),
+            remoteReadIndex: (leader: string, shard: number) => {
+              const transport = this.#transport;
+              if (transport === null) return Promise.reject(new Error("no peer transport"));
+              return transport.readIndex(nodeId(leader), shard, REQUEST_TIMEOUT_MS).catch(() => {
+                // The leader moved or is unreachable: the caller retries (UNAVAILABLE).
+                throw new NotLeaderError(null);
+              });
+            },
+            requestTimeoutMs: REQUEST_TIMEOUT_MS,
           }),
       observer: {
         metaApplied: (state) => cluster?.applied(state),
@@ -245,6 +261,15 @@ export class CairnNode implements HealthSource {
     return {
       raft: createRaftService((from, messages) => store.receive(from, messages), {
         clusterId: () => cluster.clusterId,
+        // Peers create shards through the meta group's leader (ClusterState.ensureShard).
+        proposeMeta: async (bytes) => {
+          const cmd = decodeMetaCommand(bytes);
+          if (cmd.op !== "create-shard") {
+            throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", `peers may not propose ${cmd.op}`);
+          }
+          await store.proposeMeta(cmd);
+        },
+        readIndex: (shard) => store.readIndexAsLeader(shard),
         nodeId: this.config.node_id,
         logger: this.#log.child("peers"),
       }),

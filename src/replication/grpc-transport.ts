@@ -28,6 +28,7 @@ import {
   credentials,
   Metadata,
   type ServerReadableStream,
+  type ServerUnaryCall,
   type sendUnaryData,
   type ServiceDefinition,
   type ServiceError,
@@ -36,9 +37,15 @@ import {
 import { loadRaftProto } from "../api/proto.ts";
 import type { RaftFrame, RaftFrame__Output } from "../api/generated/cairn/v1/RaftFrame.ts";
 import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
+import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposal.ts";
+import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
+import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts";
+import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
+import { LEADER_HINT_KEY } from "../api/wire.ts";
+import { CairnError } from "../common/errors.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import type { NodeId } from "../raft/index.ts";
-import { nodeId as toNodeId } from "../raft/index.ts";
+import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
 import { decodeBatch, encodeBatch } from "./codec.ts";
 import type { RaftTransport, ShardMessage } from "./multi-raft.ts";
 
@@ -324,16 +331,8 @@ export class GrpcTransport implements RaftTransport {
     return p;
   }
 
-  /** The open stream to `peer`, opened now if the backoff allows; null while it is down. */
-  #stream(peer: Peer): Stream | null {
-    if (peer.stream !== null) return peer.stream;
-    if (this.#now() < peer.retryAt) return null;
-    const address = this.#resolve(peer.id);
-    if (address === null) {
-      this.#log.debug("raft peer address unknown", { peer: peer.id });
-      this.#backOff(peer);
-      return null;
-    }
+  /** The channel to `peer` at `address` (a new one when its address changed). */
+  #client(peer: Peer, address: string): Client {
     if (peer.client === null || peer.address !== address) {
       peer.client?.close();
       peer.client = new Client(address, credentials.createInsecure(), {
@@ -348,11 +347,79 @@ export class GrpcTransport implements RaftTransport {
       });
       peer.address = address;
     }
+    return peer.client;
+  }
+
+  /**
+   * Asks node `to`, which should lead the meta group, to propose `command` (encodeMetaCommand)
+   * there; resolves once it is applied on `to`. Rejects with the call's error: UNAVAILABLE with
+   * the leader hint (`cairn-leader` in the trailers) when `to` does not lead the meta group.
+   */
+  async proposeMeta(to: NodeId, command: Uint8Array, timeoutMs: number): Promise<void> {
+    const method = loadRaftProto().cairn.v1.Raft.service.ProposeMeta;
+    await this.#unary(to, method, { cluster_id: currentId(this.#clusterId), command }, timeoutMs);
+  }
+
+  /**
+   * Asks node `to`, which should lead `shard`, for the index a linearizable read on this node
+   * must wait for (cairn.v1.Raft ReadIndex). Rejects like proposeMeta.
+   */
+  async readIndex(to: NodeId, shard: number, timeoutMs: number): Promise<number> {
+    const method = loadRaftProto().cairn.v1.Raft.service.ReadIndex;
+    const reply = await this.#unary(
+      to,
+      method,
+      { cluster_id: currentId(this.#clusterId), shard_id: shard },
+      timeoutMs,
+    );
+    return Number(reply.index);
+  }
+
+  #unary<Req, Res>(
+    to: NodeId,
+    method: {
+      path: string;
+      requestSerialize: (req: Req) => Buffer;
+      responseDeserialize: (bytes: Buffer) => Res;
+    },
+    request: Req,
+    timeoutMs: number,
+  ): Promise<Res> {
+    if (this.#closed) return Promise.reject(new Error("the transport is closed"));
+    const address = this.#resolve(to);
+    if (address === null) {
+      return Promise.reject(new Error(`the address of ${to} is not known`));
+    }
+    const client = this.#client(this.#peer(to), address);
+    return new Promise((resolve, reject) => {
+      client.makeUnaryRequest(
+        method.path,
+        method.requestSerialize,
+        method.responseDeserialize,
+        request,
+        new Metadata(),
+        { deadline: Date.now() + timeoutMs },
+        (err, res) => (err === null && res !== undefined ? resolve(res) : reject(err)),
+      );
+    });
+  }
+
+  /** The open stream to `peer`, opened now if the backoff allows; null while it is down. */
+  #stream(peer: Peer): Stream | null {
+    if (peer.stream !== null) return peer.stream;
+    if (this.#now() < peer.retryAt) return null;
+    const address = this.#resolve(peer.id);
+    if (address === null) {
+      this.#log.debug("raft peer address unknown", { peer: peer.id });
+      this.#backOff(peer);
+      return null;
+    }
+    const client = this.#client(peer, address);
     let settle = (): void => undefined;
     const ended = new Promise<void>((resolve) => {
       settle = resolve;
     });
-    const call = peer.client.makeClientStreamRequest<Buffer, RaftStreamAck>(
+    const call = client.makeClientStreamRequest<Buffer, RaftStreamAck>(
       this.#path,
       (frame) => frame,
       () => ({}),
@@ -454,6 +521,17 @@ export class GrpcTransport implements RaftTransport {
 
 export interface RaftServiceOptions {
   readonly clusterId: ClusterIdSource;
+  /**
+   * Proposes a meta command (encodeMetaCommand bytes) to the meta group here and resolves once
+   * it is applied; rejects with NotLeaderError when this node does not lead it. Without it,
+   * ProposeMeta answers UNIMPLEMENTED.
+   */
+  readonly proposeMeta?: (command: Uint8Array) => Promise<void>;
+  /**
+   * Confirms this node's leadership of a shard and answers a follower's read index
+   * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
+   */
+  readonly readIndex?: (shard: number) => Promise<number>;
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   readonly logger?: PeerLogger;
@@ -570,11 +648,71 @@ export function createRaftService(
 
   return {
     definition: loadRaftProto().cairn.v1.Raft.service,
-    implementation: { Stream: stream },
+    implementation: {
+      Stream: stream,
+      ProposeMeta(
+        call: ServerUnaryCall<MetaProposal__Output, MetaProposalReply>,
+        callback: sendUnaryData<MetaProposalReply>,
+      ): void {
+        const ours = currentId(options.clusterId);
+        const theirs = call.request.cluster_id;
+        if (theirs !== "" && ours !== "" && theirs !== ours) {
+          callback({
+            code: status.FAILED_PRECONDITION,
+            details: `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(theirs)}`,
+          });
+          return;
+        }
+        const propose = options.proposeMeta;
+        if (propose === undefined) {
+          callback({ code: status.UNIMPLEMENTED, details: "this node takes no meta proposals" });
+          return;
+        }
+        propose(call.request.command).then(
+          () => callback(null, {}),
+          (err: unknown) => callback(peerCallError(err)),
+        );
+      },
+      ReadIndex(
+        call: ServerUnaryCall<ReadIndexRequest__Output, ReadIndexReply>,
+        callback: sendUnaryData<ReadIndexReply>,
+      ): void {
+        const ours = currentId(options.clusterId);
+        const theirs = call.request.cluster_id;
+        if (theirs !== "" && ours !== "" && theirs !== ours) {
+          callback({ code: status.FAILED_PRECONDITION, details: "cluster id mismatch" });
+          return;
+        }
+        const readIndex = options.readIndex;
+        if (readIndex === undefined) {
+          callback({ code: status.UNIMPLEMENTED, details: "this node serves no read index" });
+          return;
+        }
+        readIndex(call.request.shard_id).then(
+          (index) => callback(null, { index }),
+          (err: unknown) => callback(peerCallError(err)),
+        );
+      },
+    },
     endAll(): void {
       for (const finish of [...open]) {
         finish({ code: status.UNAVAILABLE, details: "the node is shutting down" });
       }
     },
+  };
+}
+
+/** A peer call's failure as a gRPC status: not the leader → UNAVAILABLE with the leader hint. */
+function peerCallError(err: unknown): Partial<ServiceError> {
+  const metadata = new Metadata();
+  if (err instanceof NotLeaderError) {
+    if (err.leader !== null) metadata.set(LEADER_HINT_KEY, err.leader);
+    return { code: status.UNAVAILABLE, details: err.message, metadata };
+  }
+  const retryable = err instanceof CairnError && err.retryable;
+  return {
+    code: retryable ? status.UNAVAILABLE : status.INTERNAL,
+    details: err instanceof Error ? err.message : String(err),
+    metadata,
   };
 }

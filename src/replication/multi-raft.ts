@@ -21,7 +21,12 @@ import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
-import { type MetaState, shardForKey } from "../cluster/index.ts";
+import {
+  type MetaCommand,
+  type MetaOutcome,
+  type MetaState,
+  shardForKey,
+} from "../cluster/index.ts";
 import type { ConfChange, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
 import {
   EMPTY_CONF,
@@ -43,7 +48,7 @@ import {
 } from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
 import type { KvCommand, Version } from "./commands.ts";
-import { encodeCommand } from "./commands.ts";
+import { encodeCommand, encodeMetaEntry } from "./commands.ts";
 import { type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import { KvStateMachine } from "./state-machine.ts";
@@ -111,6 +116,24 @@ export interface MultiRaftOptions {
    * failed with CAIRN_ERR_TIMEOUT (a write's outcome is then unknown). Default 10 s.
    */
   readonly requestTimeoutMs?: number;
+  /**
+   * Cluster mode: makes sure shard `id` exists cluster-wide (the meta group recorded its
+   * replicas) before this node opens it for a client request. Without it, a shard's replicas
+   * come from `replicasOf` alone.
+   */
+  readonly ensureShard?: (id: number) => Promise<void>;
+  /**
+   * Cluster mode: the shards created cluster-wide as of the meta state here (called after
+   * syncMeta()), which a linearizable scan must read. Without it, a scan in a cluster reads
+   * every shard this node replicates.
+   */
+  readonly createdShards?: () => readonly number[];
+  /**
+   * Cluster mode: asks node `leader` to confirm its leadership of `shard` and answer the index
+   * a read must wait for (readIndexAsLeader there). With it a follower serves linearizable
+   * reads (scans) itself; without it a follower's read fails with NotLeaderError.
+   */
+  readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
 }
@@ -417,21 +440,27 @@ export class MultiRaft {
   /**
    * The shards a scan reads. On a single node, those open here (a shard never opened holds no
    * keys). In a cluster a shard may hold keys on its other replicas only (this node missed its
-   * creation, or restarted before hearing of it): a linearizable scan reads every shard this node
-   * replicates, opening those not open yet through their groups. A shard this node does not
-   * replicate cannot be read here (NotLeaderError naming a replica). Caveat: until shard
-   * creation is recorded by the meta group, that first scan creates every shard's group.
+   * creation, or restarted before hearing of it): a linearizable scan reads every shard created
+   * cluster-wide (`createdShards`, after syncing the meta state), opening those not open yet
+   * through their groups; without `createdShards` (the simulation), every shard this node
+   * replicates. A shard this node does not replicate cannot be read here (NotLeaderError naming
+   * a replica).
    */
   async #scanShards(linearizable: boolean): Promise<ShardReplica[]> {
     if (this.#options.transport === undefined || !linearizable) return [...this.#shards.values()];
-    const ids = Array.from({ length: this.totalShards }, (_, id) => id);
+    let ids: readonly number[];
+    const created = this.#options.createdShards;
+    if (created !== undefined) {
+      // Every shard created before the scan arrived is in the meta state once it is synced.
+      await this.syncMeta();
+      ids = created();
+    } else {
+      ids = Array.from({ length: this.totalShards }, (_, id) => id);
+    }
     const out: ShardReplica[] = [];
     const queue = [...ids];
     const opener = async (): Promise<void> => {
       for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
-        if (id === 0 && !this.#replicasOf(0).includes(this.nodeId) && !this.#shards.has(0)) {
-          continue;
-        }
         out.push(await this.#shardForRequest(id));
       }
     };
@@ -557,10 +586,42 @@ export class MultiRaft {
     try {
       const done = shard.enqueuePropose(data, this.#clock.now());
       this.#markDirty(shard);
-      return await done;
+      const outcome = await done;
+      if (outcome.type === "meta") {
+        throw new CairnError("CAIRN_ERR_INTERNAL", "a KV command applied as a meta command");
+      }
+      return outcome;
     } finally {
       release();
     }
+  }
+
+  /**
+   * Proposes a command to the meta group (shard 0), which this node must lead (else
+   * NotLeaderError naming the leader); resolves with its outcome once applied here.
+   */
+  async proposeMeta(cmd: MetaCommand): Promise<MetaOutcome> {
+    this.#assertOpen();
+    const shard = this.#shards.get(0);
+    if (shard === undefined || shard.raw.role !== "leader") {
+      throw new NotLeaderError(shard?.raw.lead ?? null);
+    }
+    const done = shard.enqueuePropose(encodeMetaEntry(cmd), this.#clock.now());
+    this.#markDirty(shard);
+    const outcome = await done;
+    if (outcome.type !== "meta") {
+      throw new CairnError("CAIRN_ERR_INTERNAL", "a meta command applied as a KV command");
+    }
+    return outcome.outcome;
+  }
+
+  /**
+   * Waits until the meta group's state here is as recent as any acknowledged meta command
+   * (a ReadIndex barrier on shard 0).
+   */
+  async syncMeta(): Promise<void> {
+    this.#assertOpen();
+    await this.#readBarrier(await this.#shard(0));
   }
 
   /**
@@ -608,11 +669,44 @@ export class MultiRaft {
       }
       return;
     }
+    const remote = this.#options.remoteReadIndex;
+    const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
+    try {
+      if (remote !== undefined && shard.raw.role !== "leader") {
+        // A follower's read: the leader confirms its leadership and names its commit index;
+        // the read is served here once this replica has applied that far.
+        const lead = shard.raw.lead;
+        if (lead === null) throw new NotLeaderError(null);
+        const since = this.#clock.now();
+        const index = await remote(lead, shard.id);
+        await shard.waitApplied(index, since);
+        return;
+      }
+      const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());
+      this.#markDirty(shard);
+      await done;
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * For a follower's read on another node: confirms this node's leadership of `id` (ReadIndex)
+   * and answers the index the read must wait for (the commit index when the read arrived).
+   * Throws NotLeaderError when this node does not lead the shard.
+   */
+  async readIndexAsLeader(id: number): Promise<number> {
+    this.#assertOpen();
+    this.#checkShardId(id);
+    const shard = this.#shards.get(id);
+    if (shard === undefined || shard.raw.role !== "leader") {
+      throw new NotLeaderError(shard?.raw.lead ?? null);
+    }
     const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
       const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());
       this.#markDirty(shard);
-      await done;
+      return await done;
     } finally {
       release();
     }
@@ -886,12 +980,13 @@ export class MultiRaft {
    * first-ranked replica, so the API forwards it), and while the meta group is not known here
    * no node's replicas are (NotLeaderError without a hint: retry).
    */
-  #shardForRequest(id: number): Promise<ShardReplica> {
+  async #shardForRequest(id: number): Promise<ShardReplica> {
     if (this.#options.transport !== undefined && !this.#shards.has(id)) {
+      await this.#options.ensureShard?.(id);
       const replicas = this.#replicasOf(id);
       if (!replicas.includes(this.nodeId)) {
         const first = replicas[0];
-        return Promise.reject(new NotLeaderError(first === undefined ? null : nodeId(first)));
+        throw new NotLeaderError(first === undefined ? null : nodeId(first));
       }
     }
     return this.#shard(id, true);

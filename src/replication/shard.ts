@@ -6,26 +6,36 @@
 import { CairnError } from "../common/errors.ts";
 import type { ConfChange, Entry, Message, NodeId, Ready, Role, Term } from "../raft/index.ts";
 import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../raft/index.ts";
-import type { ApplyOutcome, KvStateMachine } from "./state-machine.ts";
+import { isMetaEntry } from "./commands.ts";
+import type { ApplyOutcome, KvStateMachine, MetaApplyOutcome } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 
 /** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
 const MAX_TICKS_PER_ROUND = 2;
 
+/** What a proposal resolves with: a KV command's outcome, or a meta command's. */
+export type ProposalOutcome = ApplyOutcome | MetaApplyOutcome;
+
 interface PendingProposal {
   readonly term: Term;
-  readonly resolve: (outcome: ApplyOutcome) => void;
+  readonly resolve: (outcome: ProposalOutcome) => void;
   readonly reject: (err: unknown) => void;
   /** When the request arrived (the driver's clock), for its deadline. */
   readonly since: number;
 }
 
 interface PendingRead {
-  readonly resolve: () => void;
+  /** Called with the read's index once the state machine has applied it. */
+  readonly resolve: (index: number) => void;
   readonly reject: (err: unknown) => void;
   /** Set once the leader confirmed the read: serve once applied reaches it. */
   index: number | null;
   readonly since: number;
+  /**
+   * Confirmed by another node's leader (a follower's read): the entries up to its index must
+   * still arrive from that leader, so the read's deadline still applies.
+   */
+  readonly remote: boolean;
 }
 
 type InboxItem = (
@@ -49,7 +59,7 @@ export type PeerReport =
   | { readonly kind: "snapshot"; readonly to: NodeId; readonly ok: boolean };
 
 interface PendingProposalCallbacks {
-  readonly resolve: (outcome: ApplyOutcome) => void;
+  readonly resolve: (outcome: ProposalOutcome) => void;
   readonly reject: (err: unknown) => void;
 }
 
@@ -167,11 +177,20 @@ export class ShardReplica {
   /** Set for a new multi-voter group opened here for a client request (see maybeCampaign). */
   campaignEagerly = false;
 
-  /** Resolves once the state machine has applied `index` (a read confirmed at that index). */
-  waitApplied(index: number): Promise<void> {
+  /**
+   * Resolves once the state machine has applied `index` (a read confirmed at that index). With
+   * `since` (a read confirmed by another node's leader), the wait has the request deadline.
+   */
+  waitApplied(index: number, since?: number): Promise<void> {
     if (index <= this.sm.appliedIndex) return Promise.resolve();
     return new Promise((resolve, reject) =>
-      this.#reads.set(--this.#localReads, { resolve, reject, index, since: Number.NaN }),
+      this.#reads.set(--this.#localReads, {
+        resolve: () => resolve(),
+        reject,
+        index,
+        since: since ?? Number.NaN,
+        remote: since !== undefined,
+      }),
     );
   }
 
@@ -190,7 +209,7 @@ export class ShardReplica {
     this.#steps.push(m);
   }
 
-  enqueuePropose(data: Uint8Array, since: number): Promise<ApplyOutcome> {
+  enqueuePropose(data: Uint8Array, since: number): Promise<ProposalOutcome> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "propose",
@@ -201,12 +220,13 @@ export class ShardReplica {
     );
   }
 
-  enqueueRead(id: number, since: number): Promise<void> {
+  /** A ReadIndex read; resolves with its index once the state machine has applied it. */
+  enqueueRead(id: number, since: number): Promise<number> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "read",
         id,
-        read: { resolve, reject, index: null, since },
+        read: { resolve, reject, index: null, since, remote: false },
         since,
       }),
     );
@@ -316,7 +336,7 @@ export class ShardReplica {
     }
     for (const [id, r] of this.#reads) {
       if (r.since > late) break;
-      if (r.index !== null) continue;
+      if (r.index !== null && !r.remote) continue;
       this.#reads.delete(id);
       r.reject(new RequestTimeoutError("read", now - r.since));
     }
@@ -345,7 +365,7 @@ export class ShardReplica {
   /** Applies committed entries to the state machine, answering the proposals they settle. */
   async applyCommitted(entries: readonly Entry[]): Promise<void> {
     for (const e of entries) {
-      let outcome: ApplyOutcome | null = null;
+      let outcome: ProposalOutcome | null = null;
       if (e.type === "conf-change") {
         // The core applies the change at advance(); record the resulting configuration now.
         const cc = decodeConfChange(e.data);
@@ -361,7 +381,7 @@ export class ShardReplica {
       } else if (e.data.length === 0) {
         await this.sm.skip(e);
       } else {
-        outcome = await this.sm.applyCommand(e);
+        outcome = isMetaEntry(e.data) ? await this.sm.applyMeta(e) : await this.sm.applyCommand(e);
       }
       const p = this.#proposals.get(e.index);
       if (p !== undefined) {
@@ -390,7 +410,7 @@ export class ShardReplica {
     for (const [id, r] of this.#reads) {
       if (r.index !== null && r.index <= this.sm.appliedIndex) {
         this.#reads.delete(id);
-        r.resolve();
+        r.resolve(r.index);
       }
     }
   }

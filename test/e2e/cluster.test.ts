@@ -88,6 +88,16 @@ describe("a three-node cluster (real processes)", () => {
         }
       }
 
+      // A linearizable scan through any node sees every key, wherever its shard's leader is.
+      for (const c of clients) {
+        const page = await retrying(c, "Scan", { prefix: b("key-"), limit: 100 });
+        const items = page["items"] as { key: Buffer; value: Buffer }[];
+        assert.deepEqual(
+          items.map((i) => i.key.toString()),
+          [...keys].sort(),
+        );
+      }
+
       // Compare-and-set through another node than the write: the version is the cluster's.
       const put = await retrying(c1, "Put", { key: b("cas"), value: b("one") });
       const version = put["version"] as { index: number; term: number };

@@ -1,6 +1,8 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { EnumTypeDefinition, MessageTypeDefinition } from '@grpc/proto-loader';
 
+import type { MetaProposal as _cairn_v1_MetaProposal, MetaProposal__Output as _cairn_v1_MetaProposal__Output } from './cairn/v1/MetaProposal.ts';
+import type { MetaProposalReply as _cairn_v1_MetaProposalReply, MetaProposalReply__Output as _cairn_v1_MetaProposalReply__Output } from './cairn/v1/MetaProposalReply.ts';
 import type { RaftClient as _cairn_v1_RaftClient, RaftDefinition as _cairn_v1_RaftDefinition } from './cairn/v1/Raft.ts';
 import type { RaftBatch as _cairn_v1_RaftBatch, RaftBatch__Output as _cairn_v1_RaftBatch__Output } from './cairn/v1/RaftBatch.ts';
 import type { RaftEntry as _cairn_v1_RaftEntry, RaftEntry__Output as _cairn_v1_RaftEntry__Output } from './cairn/v1/RaftEntry.ts';
@@ -10,6 +12,8 @@ import type { RaftMessage as _cairn_v1_RaftMessage, RaftMessage__Output as _cair
 import type { RaftSnapshot as _cairn_v1_RaftSnapshot, RaftSnapshot__Output as _cairn_v1_RaftSnapshot__Output } from './cairn/v1/RaftSnapshot.ts';
 import type { RaftSnapshotMeta as _cairn_v1_RaftSnapshotMeta, RaftSnapshotMeta__Output as _cairn_v1_RaftSnapshotMeta__Output } from './cairn/v1/RaftSnapshotMeta.ts';
 import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as _cairn_v1_RaftStreamAck__Output } from './cairn/v1/RaftStreamAck.ts';
+import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from './cairn/v1/ReadIndexReply.ts';
+import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from './cairn/v1/ReadIndexRequest.ts';
 import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__Output as _cairn_v1_ShardRaftMessage__Output } from './cairn/v1/ShardRaftMessage.ts';
 
 type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
@@ -19,6 +23,8 @@ type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> 
 export interface ProtoGrpcType {
   cairn: {
     v1: {
+      MetaProposal: MessageTypeDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposal__Output>
+      MetaProposalReply: MessageTypeDefinition<_cairn_v1_MetaProposalReply, _cairn_v1_MetaProposalReply__Output>
       Raft: SubtypeConstructor<typeof grpc.Client, _cairn_v1_RaftClient> & { service: _cairn_v1_RaftDefinition }
       RaftBatch: MessageTypeDefinition<_cairn_v1_RaftBatch, _cairn_v1_RaftBatch__Output>
       RaftEntry: MessageTypeDefinition<_cairn_v1_RaftEntry, _cairn_v1_RaftEntry__Output>
@@ -30,6 +36,8 @@ export interface ProtoGrpcType {
       RaftSnapshot: MessageTypeDefinition<_cairn_v1_RaftSnapshot, _cairn_v1_RaftSnapshot__Output>
       RaftSnapshotMeta: MessageTypeDefinition<_cairn_v1_RaftSnapshotMeta, _cairn_v1_RaftSnapshotMeta__Output>
       RaftStreamAck: MessageTypeDefinition<_cairn_v1_RaftStreamAck, _cairn_v1_RaftStreamAck__Output>
+      ReadIndexReply: MessageTypeDefinition<_cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexReply__Output>
+      ReadIndexRequest: MessageTypeDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexRequest__Output>
       ShardRaftMessage: MessageTypeDefinition<_cairn_v1_ShardRaftMessage, _cairn_v1_ShardRaftMessage__Output>
     }
   }

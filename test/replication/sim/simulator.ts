@@ -345,6 +345,8 @@ class DriverSim {
             transport: {
               send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
             },
+            remoteReadIndex: (leader: string, shard: number) =>
+              this.#remoteReadIndex(node, leader, shard),
           }
         : {}),
       ...(bugs.staleReadAfterRestart === true
@@ -523,6 +525,39 @@ class DriverSim {
   }
 
   /** The network: delays, loses, duplicates and (by varying delays) reorders message batches. */
+  /**
+   * A follower's read asks the leader's node for a read index (the peer service's ReadIndex
+   * call): across the simulated network both ways, lost with the link, answered by whatever
+   * process runs there when the request lands.
+   */
+  #remoteReadIndex(sender: SimNode, leader: string, shard: number): Promise<number> {
+    const p = this.#profile;
+    const from = sender.id;
+    return new Promise((resolve, reject) => {
+      const lost = (): void => reject(new Error("read index request lost"));
+      if (this.#cut.has(`${from}>${leader}`) || this.#rng.float() < p.dropRate) {
+        this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, lost);
+        return;
+      }
+      this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
+        const target = this.#nodes.find((n) => n.id === leader)?.mr;
+        if (target === null || target === undefined || this.#cut.has(`${from}>${leader}`)) {
+          lost();
+          return;
+        }
+        target.readIndexAsLeader(shard).then(
+          (index) =>
+            this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
+              if (this.#cut.has(`${leader}>${from}`)) lost();
+              else resolve(index);
+            }),
+          (err: unknown) =>
+            this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => reject(err)),
+        );
+      });
+    });
+  }
+
   #deliver(
     sender: SimNode,
     to: string,

@@ -2,10 +2,32 @@
 
 import type * as grpc from '@grpc/grpc-js'
 import type { MethodDefinition } from '@grpc/proto-loader'
+import type { MetaProposal as _cairn_v1_MetaProposal, MetaProposal__Output as _cairn_v1_MetaProposal__Output } from '../../cairn/v1/MetaProposal.ts';
+import type { MetaProposalReply as _cairn_v1_MetaProposalReply, MetaProposalReply__Output as _cairn_v1_MetaProposalReply__Output } from '../../cairn/v1/MetaProposalReply.ts';
 import type { RaftFrame as _cairn_v1_RaftFrame, RaftFrame__Output as _cairn_v1_RaftFrame__Output } from '../../cairn/v1/RaftFrame.ts';
 import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as _cairn_v1_RaftStreamAck__Output } from '../../cairn/v1/RaftStreamAck.ts';
+import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from '../../cairn/v1/ReadIndexReply.ts';
+import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from '../../cairn/v1/ReadIndexRequest.ts';
 
 export interface RaftClient extends grpc.Client {
+  ProposeMeta(argument: _cairn_v1_MetaProposal, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  ProposeMeta(argument: _cairn_v1_MetaProposal, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  ProposeMeta(argument: _cairn_v1_MetaProposal, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  ProposeMeta(argument: _cairn_v1_MetaProposal, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  proposeMeta(argument: _cairn_v1_MetaProposal, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  proposeMeta(argument: _cairn_v1_MetaProposal, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  proposeMeta(argument: _cairn_v1_MetaProposal, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  proposeMeta(argument: _cairn_v1_MetaProposal, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
+  
+  ReadIndex(argument: _cairn_v1_ReadIndexRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  ReadIndex(argument: _cairn_v1_ReadIndexRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  ReadIndex(argument: _cairn_v1_ReadIndexRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  ReadIndex(argument: _cairn_v1_ReadIndexRequest, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  readIndex(argument: _cairn_v1_ReadIndexRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  readIndex(argument: _cairn_v1_ReadIndexRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  readIndex(argument: _cairn_v1_ReadIndexRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  readIndex(argument: _cairn_v1_ReadIndexRequest, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
+  
   Stream(metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_RaftStreamAck__Output>): grpc.ClientWritableStream<_cairn_v1_RaftFrame>;
   Stream(metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_RaftStreamAck__Output>): grpc.ClientWritableStream<_cairn_v1_RaftFrame>;
   Stream(options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_RaftStreamAck__Output>): grpc.ClientWritableStream<_cairn_v1_RaftFrame>;
@@ -18,10 +40,16 @@ export interface RaftClient extends grpc.Client {
 }
 
 export interface RaftHandlers extends grpc.UntypedServiceImplementation {
+  ProposeMeta: grpc.handleUnaryCall<_cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply>;
+  
+  ReadIndex: grpc.handleUnaryCall<_cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply>;
+  
   Stream: grpc.handleClientStreamingCall<_cairn_v1_RaftFrame__Output, _cairn_v1_RaftStreamAck>;
   
 }
 
 export interface RaftDefinition extends grpc.ServiceDefinition {
+  ProposeMeta: MethodDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposalReply, _cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply__Output>
+  ReadIndex: MethodDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply__Output>
   Stream: MethodDefinition<_cairn_v1_RaftFrame, _cairn_v1_RaftStreamAck, _cairn_v1_RaftFrame__Output, _cairn_v1_RaftStreamAck__Output>
 }

@@ -1,0 +1,12 @@
+// Original file: proto/cairn/v1/raft.proto
+
+
+export interface ReadIndexRequest {
+  'cluster_id'?: (string);
+  'shard_id'?: (number);
+}
+
+export interface ReadIndexRequest__Output {
+  'cluster_id': (string);
+  'shard_id': (number);
+}
