@@ -159,6 +159,8 @@ export interface RaftTransport {
 export interface DriverTestingBugs {
   /** Serve and campaign before the replay is applied (issue 9, bug 1). */
   readonly staleReadAfterRestart?: boolean;
+  /** A follower serves a read once the leader answered its read index, without applying to it. */
+  readonly followerReadWithoutApply?: boolean;
 }
 
 /** Events for metrics, logs and the cluster view. */
@@ -679,7 +681,9 @@ export class MultiRaft {
         if (lead === null) throw new NotLeaderError(null);
         const since = this.#clock.now();
         const index = await remote(lead, shard.id);
-        await shard.waitApplied(index, since);
+        if (this.#testingBugs.followerReadWithoutApply !== true) {
+          await shard.waitApplied(index, since);
+        }
         return;
       }
       const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());

@@ -81,6 +81,15 @@ describe("driver simulation", () => {
     assert.notEqual(caught, null, "the planted checkpoint bug went unnoticed for 500 seeds");
   });
 
+  it("catches a follower read served before its read index is applied within 500 seeds", async () => {
+    let caught: number | null = null;
+    for (let seed = 1; seed <= 500 && caught === null; seed++) {
+      const r = await runDriverSeed({ seed, nodes: 3, bugs: { followerReadWithoutApply: true } });
+      if (r.violation?.kind === "linearizability") caught = seed;
+    }
+    assert.notEqual(caught, null, "the planted follower read went unnoticed for 500 seeds");
+  });
+
   it("replays a seed exactly", async () => {
     const a = await runDriverSeed({ seed: 42, trace: true });
     const b = await runDriverSeed({ seed: 42, trace: true });

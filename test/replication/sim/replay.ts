@@ -4,6 +4,7 @@ import type { DriverSimBugs } from "./simulator.ts";
 const BUGS: Record<string, DriverSimBugs> = {
   "stale-read-after-restart": { staleReadAfterRestart: true },
   "rotation-checkpoint-includes-batch": { rotationCheckpointIncludesBatch: true },
+  "follower-read-without-apply": { followerReadWithoutApply: true },
 };
 
 export function driverBugsByName(name: string): DriverSimBugs | undefined {

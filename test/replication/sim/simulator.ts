@@ -349,9 +349,10 @@ class DriverSim {
               this.#remoteReadIndex(node, leader, shard),
           }
         : {}),
-      ...(bugs.staleReadAfterRestart === true
-        ? { testingBugs: { staleReadAfterRestart: true } }
-        : {}),
+      testingBugs: {
+        ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
+        ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
+      },
       observer: {
         fatal: (err) => {
           if (!proc.alive) return;
