@@ -79,5 +79,7 @@ export function nodeEnvironment(p: Placement, i: number, n: number): Record<stri
     CAIRN_ADVERTISE_HTTP_ADDR: p.httpAdvertise(i),
     CAIRN_DATA_DIR: p.dataDir(i),
     CAIRN_SEED_NODES: seeds.join(","),
+    // The first seed founds the cluster once it sees every node of the layout alive.
+    CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(n),
   };
 }
