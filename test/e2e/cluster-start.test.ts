@@ -11,9 +11,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { ClientReadableStream } from "@grpc/grpc-js";
-import { type Clients, grpcError, type Reply } from "../support/grpc-client.ts";
-import { eventually, LocalCluster } from "../support/cluster-process.ts";
+import { type Clients } from "../support/grpc-client.ts";
+import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
 
 const RUNS = Number(process.env["CLUSTER_START_RUNS"] ?? 1);
 const ORDERS: readonly (readonly string[] | "together")[] = [
@@ -22,38 +21,6 @@ const ORDERS: readonly (readonly string[] | "together")[] = [
   ["n3", "n2", "n1"],
   ["n2", "n3", "n1"],
 ];
-
-interface ViewMessage {
-  cluster_id: string;
-  shards: { id: number; leader: string; replicas: string[] }[];
-}
-
-function view(c: Clients): Promise<ViewMessage> {
-  return new Promise((resolve, reject) => {
-    const call = (
-      c.meta as unknown as { WatchCluster(req: object): ClientReadableStream<ViewMessage> }
-    ).WatchCluster({});
-    call.once("data", (v: ViewMessage) => {
-      call.cancel();
-      resolve(v);
-    });
-    call.once("error", (err: { code?: number }) => {
-      if (err.code !== 1) reject(err);
-    });
-  });
-}
-
-async function retrying(c: Clients, method: string, request: Reply): Promise<Reply> {
-  const deadline = performance.now() + 20_000;
-  for (;;) {
-    try {
-      return await c.call(c.kv, method, request);
-    } catch (err) {
-      if (grpcError(err).code !== 14 || performance.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
 
 describe("three nodes started in any order form one cluster (real processes)", () => {
   let dir: string;
@@ -76,18 +43,18 @@ describe("three nodes started in any order form one cluster (real processes)", (
           const clients = cluster.nodes.map((n) => n.client as Clients);
 
           for (const [i, c] of clients.entries()) {
-            await retrying(c, "Put", { key: Buffer.from(`k${i}`), value: Buffer.from(`v${i}`) });
+            await retryingKv(c, "Put", { key: Buffer.from(`k${i}`), value: Buffer.from(`v${i}`) });
           }
           for (const c of clients) {
             for (let i = 0; i < clients.length; i++) {
-              const got = await retrying(c, "Get", { key: Buffer.from(`k${i}`) });
+              const got = await retryingKv(c, "Get", { key: Buffer.from(`k${i}`) });
               assert.equal((got["value"] as Buffer).toString(), `v${i}`);
             }
           }
           await eventually(
             "one cluster id, and the same replicas for every shard on every node",
             async () => {
-              const views = await Promise.all(clients.map((c) => view(c)));
+              const views = await Promise.all(clients.map((c) => clusterView(c)));
               const ids = new Set(views.map((v) => v.cluster_id));
               if (ids.size !== 1 || ids.has("")) return false;
               const replicas = new Map<number, string>();

@@ -5,52 +5,15 @@
  * node sees every acknowledged write.
  */
 import assert from "node:assert/strict";
-import type { ClientReadableStream } from "@grpc/grpc-js";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { rendezvousReplicas } from "../../src/cluster/index.ts";
-import { type Clients, grpcError, type Reply } from "../support/grpc-client.ts";
-import { eventually, LocalCluster } from "../support/cluster-process.ts";
+import { type Clients, grpcError } from "../support/grpc-client.ts";
+import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
 
 const b = (s: string): Buffer => Buffer.from(s);
-const UNAVAILABLE = 14;
-
-/** A call retried while the cluster answers UNAVAILABLE (an election, a shard being created). */
-async function retrying(c: Clients, method: string, request: Reply): Promise<Reply> {
-  const deadline = performance.now() + 20_000;
-  for (;;) {
-    try {
-      return await c.call(c.kv, method, request);
-    } catch (err) {
-      if (grpcError(err).code !== UNAVAILABLE || performance.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
-
-interface ViewMessage {
-  cluster_id: string;
-  nodes: { id: string; state: string }[];
-  shards: { id: number; leader: string; replicas: string[] }[];
-}
-
-/** The node's current cluster view (the first message of Meta.WatchCluster). */
-function view(c: Clients): Promise<ViewMessage> {
-  return new Promise((resolve, reject) => {
-    const call = (
-      c.meta as unknown as { WatchCluster(req: object): ClientReadableStream<ViewMessage> }
-    ).WatchCluster({});
-    call.once("data", (v: ViewMessage) => {
-      call.cancel();
-      resolve(v);
-    });
-    call.once("error", (err: { code?: number }) => {
-      if (err.code !== 1) reject(err);
-    });
-  });
-}
 
 describe("a three-node cluster (real processes)", () => {
   let dir: string;
@@ -70,7 +33,7 @@ describe("a three-node cluster (real processes)", () => {
       const [c1, c2, c3] = clients as [Clients, Clients, Clients];
 
       // One cluster id, the same on every node.
-      const ids = await Promise.all(clients.map(async (c) => (await view(c)).cluster_id));
+      const ids = await Promise.all(clients.map(async (c) => (await clusterView(c)).cluster_id));
       assert.notEqual(ids[0], "");
       assert.deepEqual(new Set(ids).size, 1, `cluster ids ${ids.join(", ")}`);
 
@@ -78,11 +41,11 @@ describe("a three-node cluster (real processes)", () => {
       const keys = Array.from({ length: 12 }, (_, i) => `key-${i}`);
       for (const [i, key] of keys.entries()) {
         const via = clients[i % 3] as Clients;
-        await retrying(via, "Put", { key: b(key), value: b(`value-${i}`) });
+        await retryingKv(via, "Put", { key: b(key), value: b(`value-${i}`) });
       }
       for (const [i, key] of keys.entries()) {
         for (const c of clients) {
-          const got = await retrying(c, "Get", { key: b(key) });
+          const got = await retryingKv(c, "Get", { key: b(key) });
           assert.equal(got["found"], true, key);
           assert.equal((got["value"] as Buffer).toString(), `value-${i}`);
         }
@@ -90,7 +53,7 @@ describe("a three-node cluster (real processes)", () => {
 
       // A linearizable scan through any node sees every key, wherever its shard's leader is.
       for (const c of clients) {
-        const page = await retrying(c, "Scan", { prefix: b("key-"), limit: 100 });
+        const page = await retryingKv(c, "Scan", { prefix: b("key-"), limit: 100 });
         const items = page["items"] as { key: Buffer; value: Buffer }[];
         assert.deepEqual(
           items.map((i) => i.key.toString()),
@@ -99,14 +62,14 @@ describe("a three-node cluster (real processes)", () => {
       }
 
       // Compare-and-set through another node than the write: the version is the cluster's.
-      const put = await retrying(c1, "Put", { key: b("cas"), value: b("one") });
+      const put = await retryingKv(c1, "Put", { key: b("cas"), value: b("one") });
       const version = put["version"] as { index: number; term: number };
-      await retrying(c2, "Put", { key: b("cas"), value: b("two"), expected_version: version });
+      await retryingKv(c2, "Put", { key: b("cas"), value: b("two"), expected_version: version });
       await assert.rejects(
-        retrying(c3, "Put", { key: b("cas"), value: b("three"), expected_version: version }),
+        retryingKv(c3, "Put", { key: b("cas"), value: b("three"), expected_version: version }),
         (err) => grpcError(err).code === 9, // FAILED_PRECONDITION
       );
-      const cas = await retrying(c3, "Get", { key: b("cas") });
+      const cas = await retryingKv(c3, "Get", { key: b("cas") });
       assert.equal((cas["value"] as Buffer).toString(), "two");
 
       // Every shard touched has three replicas on three distinct nodes, and one leader that
@@ -114,7 +77,7 @@ describe("a three-node cluster (real processes)", () => {
       await eventually(
         "every node sees every touched shard with 3 replicas and a leader",
         async () => {
-          const views = await Promise.all(clients.map((c) => view(c)));
+          const views = await Promise.all(clients.map((c) => clusterView(c)));
           const touched = views[0]?.shards.filter((s) => s.id !== 0) ?? [];
           if (touched.length === 0) return false;
           for (const v of views) {
@@ -132,7 +95,7 @@ describe("a three-node cluster (real processes)", () => {
       // Leaders spread: each group ends up led by its first-ranked replica (rendezvous hashing
       // over the members), not by the node that happened to create it.
       await eventually("every touched shard led by its first-ranked replica", async () => {
-        const v = await view(c1);
+        const v = await clusterView(c1);
         return v.shards.every(
           (s) => s.leader === rendezvousReplicas(s.id, ["n1", "n2", "n3"], 3)[0] || s.id === 0,
         );

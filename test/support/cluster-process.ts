@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { createSocket } from "node:dgram";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import { type Clients, connect } from "./grpc-client.ts";
+import type { ClientReadableStream } from "@grpc/grpc-js";
+import { type Clients, connect, grpcError, type Reply } from "./grpc-client.ts";
 import { type ServerProcess, startServer } from "./server-process.ts";
 
 /** A port free for both TCP (gRPC) and UDP (SWIM) on 127.0.0.1 right now. */
@@ -149,5 +150,41 @@ export class LocalCluster {
   /** Kills every node still running (for `finally` blocks after a failure). */
   async killAll(): Promise<void> {
     await Promise.all(this.running().map((n) => this.stop(n.id, "SIGKILL")));
+  }
+}
+
+/** A node's cluster view as Meta.WatchCluster sends it (the fields the tests read). */
+export interface ViewMessage {
+  cluster_id: string;
+  nodes: { id: string; state: string }[];
+  shards: { id: number; leader: string; replicas: string[] }[];
+}
+
+/** The node's current cluster view: the first message of Meta.WatchCluster. */
+export function clusterView(c: Clients): Promise<ViewMessage> {
+  return new Promise((resolve, reject) => {
+    const call = (
+      c.meta as unknown as { WatchCluster(req: object): ClientReadableStream<ViewMessage> }
+    ).WatchCluster({});
+    call.once("data", (v: ViewMessage) => {
+      call.cancel();
+      resolve(v);
+    });
+    call.once("error", (err: { code?: number }) => {
+      if (err.code !== 1) reject(err);
+    });
+  });
+}
+
+/** A KV call retried (bounded) while the cluster answers UNAVAILABLE: an election, a new shard. */
+export async function retryingKv(c: Clients, method: string, request: Reply): Promise<Reply> {
+  const deadline = performance.now() + 20_000;
+  for (;;) {
+    try {
+      return await c.call(c.kv, method, request);
+    } catch (err) {
+      if (grpcError(err).code !== 14 || performance.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 }
