@@ -33,6 +33,12 @@ export interface MetaMember {
   readonly id: string;
   readonly rpcAddr: string;
   readonly httpAddr: string;
+  /**
+   * The random id of the member's data directory, recorded by the member itself once it has
+   * joined (set-member). A node whose data directory holds another incarnation than the one
+   * recorded lost its state (a wiped directory): it must not take part as that member.
+   */
+  readonly incarnation?: string;
 }
 
 export type MetaCommand =
@@ -140,6 +146,8 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
 }
 
 function canonicalMember(m: MetaMember): MetaMember {
+  if (m.incarnation !== undefined)
+    return { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr, incarnation: m.incarnation };
   return { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr };
 }
 
@@ -191,12 +199,14 @@ function parseCommand(raw: unknown): MetaCommand | string {
 
 function parseMember(raw: unknown): MetaMember | string {
   if (!isObject(raw)) return "a member is not an object";
-  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr"]);
+  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr", "incarnation"]);
   if (bad !== null) return bad;
-  const { id, rpcAddr, httpAddr } = raw;
+  const { id, rpcAddr, httpAddr, incarnation } = raw;
   if (typeof id !== "string" || typeof rpcAddr !== "string" || typeof httpAddr !== "string")
     return "a member's id, rpcAddr and httpAddr must be strings";
-  return { id, rpcAddr, httpAddr };
+  if (incarnation === undefined) return { id, rpcAddr, httpAddr };
+  if (typeof incarnation !== "string") return "a member's incarnation must be a string";
+  return { id, rpcAddr, httpAddr, incarnation };
 }
 
 /** Checks that need no state: null when the command is well formed. */
@@ -241,6 +251,8 @@ function checkMember(m: MetaMember): string | null {
   if (!NODE_ID.test(m.id)) return `bad member id ${JSON.stringify(m.id)}`;
   if (!ADDRESS.test(m.rpcAddr)) return `bad rpcAddr ${JSON.stringify(m.rpcAddr)} of ${m.id}`;
   if (!ADDRESS.test(m.httpAddr)) return `bad httpAddr ${JSON.stringify(m.httpAddr)} of ${m.id}`;
+  if (m.incarnation !== undefined && !CLUSTER_ID.test(m.incarnation))
+    return `bad incarnation ${JSON.stringify(m.incarnation)} of ${m.id}`;
   return null;
 }
 
@@ -397,12 +409,25 @@ export class MetaState {
 
   #setMember(m: MetaMember): MetaApplyResult {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
-    const member = canonicalMember(m);
-    const previous = this.members.get(member.id);
+    const previous = this.members.get(m.id);
+    // A recorded incarnation is never forgotten nor replaced here: a node that lost its data
+    // directory must not pass for the member that had it.
+    if (
+      previous?.incarnation !== undefined &&
+      m.incarnation !== undefined &&
+      m.incarnation !== previous.incarnation
+    ) {
+      return this.#rejected(
+        `member ${m.id} is recorded as incarnation ${previous.incarnation}, not ${m.incarnation}`,
+      );
+    }
+    const incarnation = m.incarnation ?? previous?.incarnation;
+    const member = canonicalMember(incarnation === undefined ? m : { ...m, incarnation });
     if (
       previous !== undefined &&
       previous.rpcAddr === member.rpcAddr &&
-      previous.httpAddr === member.httpAddr
+      previous.httpAddr === member.httpAddr &&
+      previous.incarnation === member.incarnation
     )
       return this.#same({ kind: "member-unchanged", member: previous });
     const members = new Map(this.members);

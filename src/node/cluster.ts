@@ -19,6 +19,7 @@ import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v
 import {
   type ClusterViewPublisher,
   encodeMetaCommand,
+  type MetaCommand,
   type MetaMember,
   type MetaState,
   rendezvousReplicas,
@@ -45,10 +46,36 @@ export class ClusterState {
   readonly #creating = new Map<number, Promise<void>>();
   readonly #waiters = new Map<number, (() => void)[]>();
 
-  constructor(config: CairnConfig, log: Logger, views: ClusterViewPublisher) {
+  /** This data directory's incarnation (src/node/incarnation.ts). */
+  readonly #incarnation: string;
+  /** Called once if the meta group records another incarnation for this node's id. */
+  readonly #onLostState: (err: CairnError) => void;
+  /** Set by attach(): what recording this node's incarnation goes through. */
+  #store: MultiRaft | null = null;
+  #transport: GrpcTransport | null = null;
+  #recording = false;
+  #recorded = false;
+  #lost = false;
+
+  constructor(
+    config: CairnConfig,
+    log: Logger,
+    views: ClusterViewPublisher,
+    incarnation: string,
+    onLostState: (err: CairnError) => void,
+  ) {
     this.#config = config;
     this.#log = log;
     this.#views = views;
+    this.#incarnation = incarnation;
+    this.#onLostState = onLostState;
+  }
+
+  /** The store and transport this node's own meta proposals go through. */
+  attach(store: MultiRaft, transport: GrpcTransport): void {
+    this.#store = store;
+    this.#transport = transport;
+    if (this.#meta !== null) this.#checkIncarnation(this.#meta);
   }
 
   /** The cluster id, "" until the meta group's bootstrap reached this node. */
@@ -107,33 +134,28 @@ export class ClusterState {
       list.push(resolve);
       this.#waiters.set(id, list);
     });
-    let hint: string | null = null;
-    for (let attempt = 0; ; attempt++) {
-      const meta = this.#meta;
-      if (meta?.shards.has(id) === true) return;
-      if (meta === null || meta.clusterId === null) {
-        throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
-          retryable: true,
-        });
-      }
-      const replicas = rendezvousReplicas(id, [...meta.members.keys()], meta.replicationFactor);
-      const cmd = { op: "create-shard", shard: id, replicas } as const;
-      const leader = hint ?? store.shardInfo(0)?.leader ?? null;
-      try {
-        if (leader === null || leader === this.#config.node_id) await store.proposeMeta(cmd);
-        else await transport.proposeMeta(nodeId(leader), encodeMetaCommand(cmd), timeoutMs);
-        break;
-      } catch (err) {
-        hint = err instanceof NotLeaderError ? err.leader : leaderHint(err);
-        if (performance.now() + 50 > deadline) {
-          throw new CairnError(
-            "CAIRN_ERR_SHARD_CREATION",
-            `shard ${id} could not be created: ${err instanceof Error ? err.message : String(err)}`,
-            { retryable: true, cause: err },
-          );
-        }
-        await new Promise((resolve) => setTimeout(resolve, Math.min(50 * (attempt + 1), 500)));
-      }
+    const meta = this.#meta;
+    if (meta?.shards.has(id) === true) return;
+    if (meta === null || meta.clusterId === null) {
+      throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
+        retryable: true,
+      });
+    }
+    const replicas = rendezvousReplicas(id, [...meta.members.keys()], meta.replicationFactor);
+    try {
+      await proposeViaLeader(
+        { op: "create-shard", shard: id, replicas },
+        this.#config.node_id,
+        store,
+        transport,
+        deadline,
+      );
+    } catch (err) {
+      throw new CairnError(
+        "CAIRN_ERR_SHARD_CREATION",
+        `shard ${id} could not be created: ${err instanceof Error ? err.message : String(err)}`,
+        { retryable: true, cause: err },
+      );
     }
     // Applied on the meta leader; here once this node's replica of the meta group catches up.
     let timer: NodeJS.Timeout | undefined;
@@ -185,6 +207,7 @@ export class ClusterState {
         replication_factor: state.replicationFactor,
       });
     }
+    this.#checkIncarnation(state);
     if (state.totalShards !== 0 && state.totalShards !== this.#config.cluster.total_shards) {
       // MultiRaft refuses a data directory with more shards; a committed meta record that
       // disagrees with the configuration is the same mistake, found later.
@@ -193,6 +216,63 @@ export class ClusterState {
         total_shards: this.#config.cluster.total_shards,
       });
     }
+  }
+
+  /**
+   * This node's incarnation against the one the meta group recorded for its id: none yet →
+   * record it (once the node has joined); the same → nothing; another → this data directory is
+   * not the one that member had (wiped or replaced): the node must stop, not vote and ack as a
+   * member that forgot what it promised.
+   */
+  #checkIncarnation(state: MetaState): void {
+    const me = state.members.get(this.#config.node_id);
+    if (state.clusterId === null || me === undefined || this.#lost) return;
+    if (me.incarnation === undefined) {
+      this.#record(me);
+      return;
+    }
+    if (me.incarnation !== this.#incarnation) {
+      this.#lost = true;
+      this.#onLostState(
+        new CairnError(
+          "CAIRN_ERR_LOST_STATE",
+          `cluster ${state.clusterId} records member ${me.id} with data directory incarnation ${me.incarnation}, but ${this.#config.data_dir} is incarnation ${this.#incarnation}: this node's data directory was wiped or replaced. Rejoining with lost state is not supported yet (it could elect two leaders in one term); restore the member's data directory`,
+        ),
+      );
+      return;
+    }
+    if (!this.#recorded) {
+      this.#recorded = true;
+      this.#log.info("this node's data directory incarnation is recorded in the cluster", {
+        incarnation: this.#incarnation,
+      });
+    }
+  }
+
+  /** Proposes set-member with this node's incarnation, retrying until it applies. */
+  #record(me: MetaMember): void {
+    const store = this.#store;
+    const transport = this.#transport;
+    if (this.#recording || store === null || transport === null) return;
+    this.#recording = true;
+    const cmd: MetaCommand = {
+      op: "set-member",
+      member: { ...me, incarnation: this.#incarnation },
+    };
+    const attempt = (): void => {
+      proposeViaLeader(cmd, this.#config.node_id, store, transport, performance.now() + 10_000)
+        .then(() => {
+          this.#recording = false;
+        })
+        .catch((err: unknown) => {
+          this.#log.debug("recording this node's incarnation failed; retrying", {
+            error: err instanceof Error ? err.message : String(err),
+          });
+          const timer = setTimeout(attempt, 1_000);
+          timer.unref();
+        });
+    };
+    attempt();
   }
 
   /**
@@ -324,6 +404,36 @@ function probeClusterId(address: string): Promise<string | undefined> {
     call.on("error", () => finish(undefined));
     call.on("end", () => finish(undefined));
   });
+}
+
+/**
+ * Proposes `cmd` to the meta group through its leader: this node's store when it leads, else the
+ * leader's node over cairn.v1.Raft ProposeMeta, following leader hints and retrying with backoff
+ * until `deadline` (performance.now()); rejects with the last error after it.
+ */
+async function proposeViaLeader(
+  cmd: MetaCommand,
+  self: string,
+  store: MultiRaft,
+  transport: GrpcTransport,
+  deadline: number,
+): Promise<void> {
+  let hint: string | null = null;
+  for (let attempt = 0; ; attempt++) {
+    const leader = hint ?? store.shardInfo(0)?.leader ?? null;
+    try {
+      if (leader === null || leader === self) await store.proposeMeta(cmd);
+      else {
+        const left = Math.max(1, deadline - performance.now());
+        await transport.proposeMeta(nodeId(leader), encodeMetaCommand(cmd), left);
+      }
+      return;
+    } catch (err) {
+      hint = err instanceof NotLeaderError ? err.leader : leaderHint(err);
+      if (performance.now() + 50 > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(50 * (attempt + 1), 500)));
+    }
+  }
 }
 
 /** The leader named in a failed peer call's trailers (`cairn-leader`), if any. */

@@ -33,6 +33,7 @@ import {
 } from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
 import { ClusterState, spreadLeaders } from "./cluster.ts";
+import { loadIncarnation } from "./incarnation.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -53,10 +54,12 @@ export class CairnNode implements HealthSource {
   #stopping: Promise<void> | null = null;
   readonly #onFatal: (err: unknown) => void;
   /** Cluster mode only (seed nodes configured): the meta state, the peer transport. */
-  readonly #cluster: ClusterState | null;
+  #cluster: ClusterState | null = null;
   #transport: GrpcTransport | null = null;
   #bootstrap: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
+  /** Cluster mode: this start created the data directory (nothing was recovered). */
+  #freshDataDir = false;
 
   private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
     this.config = config;
@@ -64,8 +67,6 @@ export class CairnNode implements HealthSource {
     this.metrics = new CairnMetrics({ nodeId: config.node_id });
     this.views = new ClusterViewPublisher(config.cluster.total_shards);
     this.#onFatal = onFatal;
-    this.#cluster =
-      config.cluster.seed_nodes.length > 0 ? new ClusterState(config, log, this.views) : null;
   }
 
   /** The multi-raft driver; throws before storage recovery has finished. */
@@ -87,7 +88,21 @@ export class CairnNode implements HealthSource {
     const node = new CairnNode(config, log, onFatal);
     try {
       await node.#startHttp();
+      if (config.cluster.seed_nodes.length > 0) {
+        const incarnation = await loadIncarnation(config.data_dir);
+        node.#freshDataDir = incarnation.created;
+        node.#cluster = new ClusterState(config, log, node.views, incarnation.id, (err) => {
+          log.error("this node lost the state its cluster recorded for it; it stops", {
+            error: err.message,
+            code: err.code,
+          });
+          onFatal(err);
+        });
+      }
       node.#store = await node.#openStore();
+      if (node.#cluster !== null && node.#transport !== null) {
+        node.#cluster.attach(node.#store, node.#transport);
+      }
       await node.#startRpc();
       await node.#startMembership();
     } catch (err) {
@@ -198,6 +213,17 @@ export class CairnNode implements HealthSource {
           log.error("fatal storage or consistency error; the node stops serving", {
             error: describeError(err),
           });
+          if (
+            this.#freshDataDir &&
+            (err as { code?: string }).code === "CAIRN_ERR_RAFT_INVARIANT"
+          ) {
+            // The usual cause: a member restarted on an empty data directory, whose peers still
+            // count on the log it had (etcd stops the same way).
+            log.error(
+              "this node started on a new data directory, but its peers hold Raft state for a member with its id: if it was a member before, its data directory was wiped or replaced; rejoining with lost state is not supported yet",
+              { code: "CAIRN_ERR_LOST_STATE", data_dir: config.data_dir },
+            );
+          }
           this.#onFatal(err);
         },
       },
@@ -261,11 +287,11 @@ export class CairnNode implements HealthSource {
     return {
       raft: createRaftService((from, messages) => store.receive(from, messages), {
         clusterId: () => cluster.clusterId,
-        // Peers create shards through the meta group's leader (ClusterState.ensureShard).
+        // Peers create shards and record their incarnation through the meta group's leader.
         proposeMeta: async (bytes) => {
           const cmd = decodeMetaCommand(bytes);
-          if (cmd.op !== "create-shard") {
-            throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", `peers may not propose ${cmd.op}`);
+          if (cmd.op === "bootstrap") {
+            throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
           await store.proposeMeta(cmd);
         },

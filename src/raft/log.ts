@@ -132,7 +132,9 @@ export class RaftLog {
   commitTo(i: LogIndex): void {
     if (i <= this.committed) return;
     if (i > this.lastIndex()) {
-      throw new RaftInvariantError(`commit ${i} beyond last index ${this.lastIndex()}`);
+      throw new RaftInvariantError(
+        `commit ${i} beyond last index ${this.lastIndex()}: the leader counts on entries this member does not have (was its log lost, e.g. a wiped data directory?)`,
+      );
     }
     this.committed = i;
   }

@@ -228,6 +228,30 @@ describe("meta state: apply", () => {
   });
 });
 
+describe("meta state: incarnations", () => {
+  it("records a member's incarnation, keeps it, and never replaces it", () => {
+    const first = booted().apply({ op: "set-member", member: { ...N2, incarnation: "inc-a" } });
+    assert.equal(first.outcome.kind, "member-updated");
+    assert.equal(first.state.members.get("n2")?.incarnation, "inc-a");
+    // An address update without an incarnation keeps the recorded one.
+    const moved = first.state.apply({
+      op: "set-member",
+      member: { ...N2, rpcAddr: "10.9.9.9:7447" },
+    });
+    assert.equal(moved.state.members.get("n2")?.incarnation, "inc-a");
+    assert.equal(moved.state.members.get("n2")?.rpcAddr, "10.9.9.9:7447");
+    // A node whose data directory was wiped cannot pass for the member.
+    const wiped = moved.state.apply({ op: "set-member", member: { ...N2, incarnation: "inc-b" } });
+    assert.equal(wiped.outcome.kind, "rejected");
+    assert.match((wiped.outcome as { reason: string }).reason, /recorded as incarnation inc-a/);
+    assert.deepEqual(wiped.records, []);
+    // Stored and loaded back exactly.
+    const loaded = MetaState.load(moved.state.records());
+    assert.ok(loaded.equals(moved.state));
+    assert.equal(loaded.members.get("n2")?.incarnation, "inc-a");
+  });
+});
+
 describe("meta state: load", () => {
   it("an empty record set is the empty state", () => {
     assert.ok(MetaState.load([]).equals(MetaState.empty()));

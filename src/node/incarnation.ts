@@ -1,0 +1,43 @@
+/**
+ * The incarnation of a data directory: a random id created, durably, with the directory's first
+ * start, and kept in `<data_dir>/incarnation`. In a cluster each member records its incarnation
+ * in the meta group once it has joined; a node that finds another incarnation recorded for its
+ * id has lost the state that member had (a wiped or replaced data directory) and must not take
+ * part as that member (src/node/cluster.ts).
+ */
+import { randomUUID } from "node:crypto";
+import { open, readFile, rename } from "node:fs/promises";
+import { join } from "node:path";
+import { ensureDir, nodeFileSystem } from "../storage/index.ts";
+
+const FILE = "incarnation";
+const VALID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+/**
+ * Reads the data directory's incarnation, creating it (durably) on the directory's first start;
+ * `created` tells which.
+ */
+export async function loadIncarnation(dataDir: string): Promise<{ id: string; created: boolean }> {
+  const path = join(dataDir, FILE);
+  try {
+    const text = (await readFile(path, "utf8")).trim();
+    if (!VALID.test(text)) throw new Error(`${path} holds no valid incarnation id`);
+    return { id: text, created: false };
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+  const id = randomUUID();
+  await ensureDir(nodeFileSystem, dataDir);
+  // Written aside, synced, then renamed into place: a crash leaves either no file or a whole one.
+  const tmp = `${path}.tmp`;
+  const file = await open(tmp, "w");
+  try {
+    await file.writeFile(`${id}\n`);
+    await file.sync();
+  } finally {
+    await file.close();
+  }
+  await rename(tmp, path);
+  await nodeFileSystem.fsyncDir(dataDir);
+  return { id, created: true };
+}
