@@ -88,9 +88,10 @@ describe("a flood of large Puts (real server process)", () => {
         // memtables, 32 MiB of log cache) plus gRPC's receive buffers and garbage not yet
         // collected: about 330 MiB here whether 600 or 1,200 MiB are offered. Before the byte
         // budget (and with the default 512 MiB memtable and log budgets) 600 MiB offered grew it
-        // by 760 MiB.
+        // by 760 MiB: growth in proportion to the flood. The bound leaves room for a machine
+        // whose runtime buffers more.
         const grew = memoryMiB(pid, "VmHWM") - before;
-        assert.ok(grew < FLOOD / 2, `peak RSS grew by ${grew.toFixed(0)} MiB during the flood`);
+        assert.ok(grew < FLOOD * 0.6, `peak RSS grew by ${grew.toFixed(0)} MiB during the flood`);
 
         // It still answers, and what it acknowledged is there.
         const got = await c.call(c.kv, "Get", { key: Buffer.from("warm") });
