@@ -13,14 +13,13 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
-import { createSocket } from "node:dgram";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { parse as parseYaml } from "yaml";
 import { loadConfig } from "../../src/config/index.ts";
 import { cleanEnv, ROOT } from "../support/server-process.ts";
+import { freePort } from "../support/cluster-process.ts";
 
 const DEPLOY = join(ROOT, "deploy");
 const read = (rel: string): string => readFileSync(join(DEPLOY, rel), "utf8");
@@ -160,27 +159,6 @@ function exportedSeries(exposition: string): { series: Set<string>; families: Se
 
 // ---------------------------------------------------------------------------------------------
 
-async function freePort(): Promise<number> {
-  // A port free for both TCP (gRPC, HTTP) and UDP (SWIM shares the RPC port).
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const port = await new Promise<number>((resolve, reject) => {
-      const srv = createServer();
-      srv.once("error", reject);
-      srv.listen(0, "0.0.0.0", () => {
-        const addr = srv.address();
-        srv.close(() => resolve(typeof addr === "object" && addr !== null ? addr.port : 0));
-      });
-    });
-    const udpFree = await new Promise<boolean>((resolve) => {
-      const sock = createSocket("udp4");
-      sock.once("error", () => resolve(false));
-      sock.bind(port, "0.0.0.0", () => sock.close(() => resolve(true)));
-    });
-    if (udpFree) return port;
-  }
-  throw new Error("no free port");
-}
-
 function run(
   argv: readonly string[],
   env: NodeJS.ProcessEnv,
@@ -224,8 +202,8 @@ describe("deploy/", () => {
 
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), "cairn-deploy-"));
-    const rpcPort = await freePort();
-    httpPort = await freePort();
+    const rpcPort = await freePort("0.0.0.0");
+    httpPort = await freePort("0.0.0.0");
     // The image's ENV, with the host's free ports and a temporary data directory.
     hostEnv = cleanEnv({
       ...imageEnv,

@@ -6,50 +6,14 @@
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { createSocket } from "node:dgram";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { CAIRN, cleanEnv, ROOT } from "../support/server-process.ts";
-
-/** A port free for TCP and UDP on every interface: the launcher uses it on 127.0.0.1..3. */
-async function freePort(): Promise<number> {
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const port = await new Promise<number>((resolve, reject) => {
-      const srv = createServer();
-      srv.once("error", reject);
-      srv.listen(0, "0.0.0.0", () => {
-        const addr = srv.address();
-        srv.close(() => resolve(typeof addr === "object" && addr !== null ? addr.port : 0));
-      });
-    });
-    const udpFree = await new Promise<boolean>((resolve) => {
-      const sock = createSocket("udp4");
-      sock.once("error", () => resolve(false));
-      sock.bind(port, "0.0.0.0", () => sock.close(() => resolve(true)));
-    });
-    if (udpFree) return port;
-  }
-  throw new Error("no free port");
-}
-
-/** Polls `check` until it returns true or the deadline passes. */
-async function eventually(
-  what: string,
-  check: () => Promise<boolean>,
-  timeoutMs: number,
-): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (performance.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.fail(`not within ${timeoutMs} ms: ${what}`);
-}
+import { eventually, freePort } from "../support/cluster-process.ts";
 
 describe("npm run cluster", () => {
   let dir = "";
@@ -61,9 +25,9 @@ describe("npm run cluster", () => {
   });
 
   it("starts 3 nodes that see each other, and stops them all with exit code 0", async () => {
-    const rpcPort = await freePort();
-    let httpPort = await freePort();
-    while (Math.abs(httpPort - rpcPort) < 3) httpPort = await freePort();
+    const rpcPort = await freePort("0.0.0.0");
+    let httpPort = await freePort("0.0.0.0");
+    while (Math.abs(httpPort - rpcPort) < 3) httpPort = await freePort("0.0.0.0");
     const launcher = spawn(
       process.execPath,
       [

@@ -11,18 +11,21 @@ import type { ClientReadableStream } from "@grpc/grpc-js";
 import { type Clients, connect, grpcError, type Reply } from "./grpc-client.ts";
 import { type ServerProcess, startServer } from "./server-process.ts";
 
-/** A port free for both TCP (gRPC) and UDP (SWIM) on 127.0.0.1 right now. */
-export async function freePort(): Promise<number> {
+/**
+ * A port free for both TCP (gRPC, HTTP) and UDP (SWIM shares the RPC port) on `host` right now
+ * ("0.0.0.0": on every interface, e.g. for nodes on 127.0.0.1..3).
+ */
+export async function freePort(host = "127.0.0.1"): Promise<number> {
   for (let attempt = 0; attempt < 20; attempt++) {
     const srv = createServer();
-    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    await new Promise<void>((r) => srv.listen(0, host, r));
     const address = srv.address();
     assert.ok(address !== null && typeof address === "object");
     const port = address.port;
     const udp = createSocket("udp4");
     const udpFree = await new Promise<boolean>((resolve) => {
       udp.once("error", () => resolve(false));
-      udp.bind(port, "127.0.0.1", () => resolve(true));
+      udp.bind(port, host, () => resolve(true));
     });
     udp.close();
     await new Promise<void>((r) => srv.close(() => r()));
