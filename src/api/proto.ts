@@ -26,9 +26,15 @@ export const LOADER_OPTIONS: Options = {
 
 export type CairnProto = KvProto & MetaProto & AdminProto;
 
+let cairnProto: { definition: PackageDefinition; proto: CairnProto } | undefined;
+
+/** cairn.v1's client services, loaded once per process (servers, clients and probes share it). */
 export function loadCairnProto(): { definition: PackageDefinition; proto: CairnProto } {
-  const definition = loadSync(PROTO_FILES, LOADER_OPTIONS);
-  return { definition, proto: loadPackageDefinition(definition) as unknown as CairnProto };
+  if (cairnProto === undefined) {
+    const definition = loadSync(PROTO_FILES, LOADER_OPTIONS);
+    cairnProto = { definition, proto: loadPackageDefinition(definition) as unknown as CairnProto };
+  }
+  return cairnProto;
 }
 
 export type { RaftProto };
