@@ -198,16 +198,16 @@ export class CairnNode implements HealthSource {
         },
         raftState(shard, term, commit) {
           metrics.setRaftState(shard, config.node_id, term, commit);
+        },
+        confChanged(shard, voters) {
           // A replica learns its group's configuration from the log: the view follows it.
           const info = opened?.shardInfo(shard);
-          if (info !== undefined && info !== null) {
-            views.setShard({
-              id: shard,
-              leader: info.leader ?? "",
-              replicas: replicas(shard),
-              term,
-            });
-          }
+          views.setShard({
+            id: shard,
+            leader: info?.leader ?? "",
+            replicas: [...voters],
+            term: info?.term ?? 0,
+          });
         },
         fatal: (err) => {
           log.error("fatal storage or consistency error; the node stops serving", {

@@ -172,6 +172,8 @@ export interface ReplicationObserver {
   metaApplied?(state: MetaState): void;
   shardOpened?(shard: number, replayedFrom: number, replayedTo: number): void;
   leaderChanged?(shard: number, leader: string | null, term: number): void;
+  /** The group's configuration changed here (a conf change applied, or a snapshot installed). */
+  confChanged?(shard: number, voters: readonly string[]): void;
   raftState?(shard: number, term: number, commit: number): void;
   /** The node cannot go on safely (I/O failure, invariant broken): it must stop. */
   fatal?(err: unknown): void;
@@ -876,6 +878,7 @@ export class MultiRaft {
     await s.sm.lsm.importSnapshot(frames());
     s.sm.appliedIndex = snap.meta.index;
     s.storage.conf = snap.meta.conf;
+    this.#options.observer?.confChanged?.(s.id, snap.meta.conf.voters);
     // The meta group's state came with the snapshot.
     if (s.id === 0) s.sm.reloadMeta();
   }
@@ -913,7 +916,10 @@ export class MultiRaft {
    */
   async #applyReady(s: ShardReplica, rd: Ready): Promise<void> {
     try {
+      const conf = s.storage.conf;
       await s.applyCommitted(rd.committedEntries);
+      if (s.storage.conf !== conf)
+        this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters);
       s.confirmReads(rd);
       s.raw.advance();
       if (rd.hardState !== null) {
