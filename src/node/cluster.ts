@@ -42,9 +42,9 @@ export class ClusterState {
   readonly #log: Logger;
   readonly #views: ClusterViewPublisher;
   #meta: MetaState | null = null;
-  /** Shard creations under way here, and callers waiting for a shard's assignment. */
+  /** Shard creations under way here (one per shard), each waiting for its assignment here. */
   readonly #creating = new Map<number, Promise<void>>();
-  readonly #waiters = new Map<number, (() => void)[]>();
+  readonly #waiters = new Map<number, () => void>();
 
   /** This data directory's incarnation (src/node/incarnation.ts). */
   readonly #incarnation: string;
@@ -129,13 +129,7 @@ export class ClusterState {
     timeoutMs: number,
   ): Promise<void> {
     const deadline = performance.now() + timeoutMs;
-    const applied = new Promise<void>((resolve) => {
-      const list = this.#waiters.get(id) ?? [];
-      list.push(resolve);
-      this.#waiters.set(id, list);
-    });
     const meta = this.#meta;
-    if (meta?.shards.has(id) === true) return;
     if (meta === null || meta.clusterId === null) {
       throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
         retryable: true,
@@ -158,26 +152,19 @@ export class ClusterState {
       );
     }
     // Applied on the meta leader; here once this node's replica of the meta group catches up.
+    if (this.#meta?.shards.has(id) === true) return;
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<void>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new CairnError(
-              "CAIRN_ERR_SHARD_CREATION",
-              `shard ${id}'s creation not applied here yet`,
-              {
-                retryable: true,
-              },
-            ),
-          ),
-        Math.max(0, deadline - performance.now()),
-      );
-    });
     try {
-      await Promise.race([applied, late]);
+      await new Promise<void>((resolve, reject) => {
+        this.#waiters.set(id, resolve);
+        timer = setTimeout(() => {
+          const error = `shard ${id}'s creation is not applied here yet`;
+          reject(new CairnError("CAIRN_ERR_SHARD_CREATION", error, { retryable: true }));
+        }, deadline - performance.now());
+      });
     } finally {
       clearTimeout(timer);
+      this.#waiters.delete(id);
     }
   }
 
@@ -194,10 +181,8 @@ export class ClusterState {
   applied(state: MetaState): void {
     const before = this.clusterId;
     this.#meta = state;
-    for (const [id, list] of this.#waiters) {
-      if (!state.shards.has(id)) continue;
-      this.#waiters.delete(id);
-      for (const resolve of list) resolve();
+    for (const [id, resolve] of this.#waiters) {
+      if (state.shards.has(id)) resolve();
     }
     if (state.clusterId !== null) this.#views.setClusterId(state.clusterId);
     if (before === "" && state.clusterId !== null) {
