@@ -21,6 +21,7 @@ export function metaService(views: ClusterViewPublisher): MetaService {
           shards: view.shards.map((s) => ({ ...s, replicas: [...s.replicas] })),
           total_shards: view.total_shards,
           cluster_id: view.cluster_id,
+          incarnation: view.incarnation,
         });
       });
       const finish = (): void => {

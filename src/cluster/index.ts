@@ -17,6 +17,7 @@ export {
   rendezvousWeight,
   shouldBootstrap,
 } from "./meta.ts";
+export { nodeOfReplica, replicaIdOf } from "./replica.ts";
 export {
   type ClusterView,
   ClusterViewPublisher,

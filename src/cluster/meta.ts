@@ -20,13 +20,20 @@
  *
  * Record keys (without the engine's internal prefix byte 0x00):
  *   meta/cluster            {clusterId, totalShards, replicationFactor}
- *   meta/member/<id>        {id, rpcAddr, httpAddr}
+ *   meta/member/<id>        {id, rpcAddr, httpAddr, incarnation?, retired?}
  *   meta/shard/<10 digits>  {replicas}   (the shard id zero-padded, so keys sort numerically)
  *
- * Caveats: members are never removed and replica sets never change (node removal and
+ * A shard's record holds its group's initial voters as replica ids (src/cluster/replica.ts),
+ * frozen when the create-shard entry applies, so every replica starts the group alike. A member
+ * whose data directory was wiped rejoins with a new incarnation (`rejoin`): its old one is
+ * retired, and each group's leader replaces the old replica by the new one through membership
+ * changes (src/node/replicas.ts), so the initial voters say nothing about the group's voters now.
+ *
+ * Caveats: members are never removed and a shard's nodes never change (node removal and
  * re-replication are a later issue); addresses are checked for shape only, not parsed.
  */
 import { CairnError } from "../common/errors.ts";
+import { nodeOfReplica, replicaIdOf } from "./replica.ts";
 import { xxhash64 } from "./routing.ts";
 
 export interface MetaMember {
@@ -39,6 +46,11 @@ export interface MetaMember {
    * recorded lost its state (a wiped directory): it must not take part as that member.
    */
   readonly incarnation?: string;
+  /**
+   * The member's earlier incarnations, oldest first (set by `rejoin`): replicas carrying one of
+   * them are gone for good and leave their groups.
+   */
+  readonly retired?: readonly string[];
 }
 
 export type MetaCommand =
@@ -50,7 +62,9 @@ export type MetaCommand =
       readonly members: readonly MetaMember[];
     }
   | { readonly op: "create-shard"; readonly shard: number; readonly replicas: readonly string[] }
-  | { readonly op: "set-member"; readonly member: MetaMember };
+  | { readonly op: "set-member"; readonly member: MetaMember }
+  /** Member `id` lost its data directory and came back as `incarnation`. */
+  | { readonly op: "rejoin"; readonly id: string; readonly incarnation: string };
 
 /** What applying one MetaCommand did. Every kind but the first of each pair changes nothing. */
 export type MetaOutcome =
@@ -91,6 +105,8 @@ const FORMAT_VERSION = 1;
 /** The configuration's node_id rule (src/config/schema.ts), repeated so this file stays pure. */
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const CLUSTER_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** A node id, then `@` and an incarnation tag (src/cluster/replica.ts) when it has one. */
+const REPLICA_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$/;
 /** An address as configured (`host:port`, `[v6]:port`): no spaces or control characters. */
 const ADDRESS = /^[^\s\p{Cc}]{1,300}$/u;
 const MAX_SHARDS = 0x1_0000_0000;
@@ -142,13 +158,18 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
       return { op: cmd.op, shard: cmd.shard, replicas: [...cmd.replicas] };
     case "set-member":
       return { op: cmd.op, member: canonicalMember(cmd.member) };
+    case "rejoin":
+      return { op: cmd.op, id: cmd.id, incarnation: cmd.incarnation };
   }
 }
 
 function canonicalMember(m: MetaMember): MetaMember {
-  if (m.incarnation !== undefined)
-    return { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr, incarnation: m.incarnation };
-  return { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr };
+  const base = { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr };
+  const withIncarnation =
+    m.incarnation === undefined ? base : { ...base, incarnation: m.incarnation };
+  return m.retired === undefined || m.retired.length === 0
+    ? withIncarnation
+    : { ...withIncarnation, retired: [...m.retired] };
 }
 
 /** Shape of untrusted JSON into a command, or why it is not one. */
@@ -192,6 +213,14 @@ function parseCommand(raw: unknown): MetaCommand | string {
       const member = parseMember(raw["member"]);
       return typeof member === "string" ? member : { op: "set-member", member };
     }
+    case "rejoin": {
+      const bad = unknownFields(raw, ["op", "id", "incarnation"]);
+      if (bad !== null) return bad;
+      const { id, incarnation } = raw;
+      if (typeof id !== "string" || typeof incarnation !== "string")
+        return "a rejoin's id and incarnation must be strings";
+      return { op: "rejoin", id, incarnation };
+    }
     default:
       return `unknown op ${JSON.stringify(raw["op"])}`;
   }
@@ -199,14 +228,25 @@ function parseCommand(raw: unknown): MetaCommand | string {
 
 function parseMember(raw: unknown): MetaMember | string {
   if (!isObject(raw)) return "a member is not an object";
-  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr", "incarnation"]);
+  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr", "incarnation", "retired"]);
   if (bad !== null) return bad;
-  const { id, rpcAddr, httpAddr, incarnation } = raw;
+  const { id, rpcAddr, httpAddr, incarnation, retired } = raw;
   if (typeof id !== "string" || typeof rpcAddr !== "string" || typeof httpAddr !== "string")
     return "a member's id, rpcAddr and httpAddr must be strings";
-  if (incarnation === undefined) return { id, rpcAddr, httpAddr };
-  if (typeof incarnation !== "string") return "a member's incarnation must be a string";
-  return { id, rpcAddr, httpAddr, incarnation };
+  if (incarnation !== undefined && typeof incarnation !== "string")
+    return "a member's incarnation must be a string";
+  if (
+    retired !== undefined &&
+    (!Array.isArray(retired) || !retired.every((r) => typeof r === "string"))
+  )
+    return "a member's retired incarnations must be strings";
+  return canonicalMember({
+    id,
+    rpcAddr,
+    httpAddr,
+    ...(incarnation === undefined ? {} : { incarnation }),
+    ...(retired === undefined ? {} : { retired: retired as string[] }),
+  });
 }
 
 /** Checks that need no state: null when the command is well formed. */
@@ -234,7 +274,13 @@ function checkCommand(cmd: MetaCommand): string | null {
       }
       return duplicate(cmd.replicas, "replica");
     case "set-member":
+      if (cmd.member.retired !== undefined) return "set-member cannot retire incarnations";
       return checkMember(cmd.member);
+    case "rejoin":
+      if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
+      if (!CLUSTER_ID.test(cmd.incarnation))
+        return `bad incarnation ${JSON.stringify(cmd.incarnation)}`;
+      return null;
   }
 }
 
@@ -253,7 +299,11 @@ function checkMember(m: MetaMember): string | null {
   if (!ADDRESS.test(m.httpAddr)) return `bad httpAddr ${JSON.stringify(m.httpAddr)} of ${m.id}`;
   if (m.incarnation !== undefined && !CLUSTER_ID.test(m.incarnation))
     return `bad incarnation ${JSON.stringify(m.incarnation)} of ${m.id}`;
-  return null;
+  for (const r of m.retired ?? []) {
+    if (!CLUSTER_ID.test(r) || r === m.incarnation)
+      return `bad retired incarnation ${JSON.stringify(r)} of ${m.id}`;
+  }
+  return duplicate(m.retired ?? [], "retired incarnation");
 }
 
 function duplicate(ids: readonly string[], what: string): string | null {
@@ -276,7 +326,10 @@ export class MetaState {
   /** 0 until bootstrapped. */
   readonly replicationFactor: number;
   readonly members: ReadonlyMap<string, MetaMember>;
-  /** Created shards (shard 0 from the bootstrap on) and their replicas, first = preferred leader. */
+  /**
+   * Created shards (shard 0 from the bootstrap on) and their groups' initial voters, as replica
+   * ids; their nodes in rank order (the first is the preferred leader) are `nodesOf(shard)`.
+   */
   readonly shards: ReadonlyMap<number, readonly string[]>;
 
   private constructor(
@@ -335,7 +388,8 @@ export class MetaState {
     for (const [shard, replicas] of shards) {
       if (shard >= cluster.totalShards) throw malformedRecord(shardKeyText(shard), "out of range");
       for (const r of replicas) {
-        if (!members.has(r)) throw malformedRecord(shardKeyText(shard), `unknown replica ${r}`);
+        if (!members.has(nodeOfReplica(r)))
+          throw malformedRecord(shardKeyText(shard), `unknown replica ${r}`);
       }
     }
     if (!shards.has(0)) throw malformedRecord(shardKeyText(0), "missing");
@@ -359,14 +413,35 @@ export class MetaState {
         return this.#createShard(cmd.shard, cmd.replicas);
       case "set-member":
         return this.#setMember(cmd.member);
+      case "rejoin":
+        return this.#rejoin(cmd.id, cmd.incarnation);
     }
+  }
+
+  /** The replica id member `node` has now (its node id when it is not a member). */
+  replicaOf(node: string): string {
+    return replicaIdOf(node, this.members.get(node)?.incarnation);
+  }
+
+  /** The nodes of shard `shard`'s replicas, in rank order; empty when it is not created. */
+  nodesOf(shard: number): string[] {
+    return (this.shards.get(shard) ?? []).map(nodeOfReplica);
+  }
+
+  /**
+   * Whether `replica` is one of its node's retired incarnations: gone for good. A replica id
+   * that is neither the node's current one nor retired is newer than this state.
+   */
+  isRetired(replica: string): boolean {
+    const m = this.members.get(nodeOfReplica(replica));
+    return m?.retired?.some((r) => replicaIdOf(m.id, r) === replica) === true;
   }
 
   #bootstrap(cmd: Extract<MetaCommand, { op: "bootstrap" }>): MetaApplyResult {
     if (this.clusterId !== null)
       return this.#same({ kind: "already-bootstrapped", clusterId: this.clusterId });
     const members = new Map(cmd.members.map((m) => [m.id, canonicalMember(m)] as const));
-    const shard0 = cmd.members.map((m) => m.id);
+    const shard0 = cmd.members.map((m) => replicaIdOf(m.id, m.incarnation));
     const state = new MetaState(
       cmd.clusterId,
       cmd.totalShards,
@@ -397,7 +472,8 @@ export class MetaState {
     const want = Math.min(this.replicationFactor, this.members.size);
     if (replicas.length !== want)
       return this.#rejected(`${replicas.length} replicas for shard ${shard}, expected ${want}`);
-    const copy = [...replicas];
+    // The initial voters are frozen here, with each member's incarnation as of this entry.
+    const copy = replicas.map((r) => this.replicaOf(r));
     const shards = new Map(this.shards);
     shards.set(shard, copy);
     return {
@@ -422,7 +498,11 @@ export class MetaState {
       );
     }
     const incarnation = m.incarnation ?? previous?.incarnation;
-    const member = canonicalMember(incarnation === undefined ? m : { ...m, incarnation });
+    const member = canonicalMember({
+      ...m,
+      ...(incarnation === undefined ? {} : { incarnation }),
+      ...(previous?.retired === undefined ? {} : { retired: previous.retired }),
+    });
     if (
       previous !== undefined &&
       previous.rpcAddr === member.rpcAddr &&
@@ -438,6 +518,29 @@ export class MetaState {
         previous === undefined
           ? { kind: "member-added", member }
           : { kind: "member-updated", member, previous },
+      records: [memberRecord(member)],
+    };
+  }
+
+  #rejoin(id: string, incarnation: string): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const previous = this.members.get(id);
+    if (previous === undefined) return this.#rejected(`${id} is not a member`);
+    if (previous.incarnation === incarnation)
+      return this.#same({ kind: "member-unchanged", member: previous });
+    const retired = previous.retired ?? [];
+    if (retired.includes(incarnation))
+      return this.#rejected(`incarnation ${incarnation} of ${id} is retired`);
+    const member = canonicalMember({
+      ...previous,
+      incarnation,
+      retired: previous.incarnation === undefined ? retired : [...retired, previous.incarnation],
+    });
+    const members = new Map(this.members);
+    members.set(id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome: { kind: "member-updated", member, previous },
       records: [memberRecord(member)],
     };
   }
@@ -541,7 +644,11 @@ function parseShardRecord(key: string, raw: unknown): readonly string[] {
   if (!Array.isArray(replicas) || !replicas.every((r) => typeof r === "string"))
     throw malformedRecord(key, "replicas is not an array of strings");
   const ids = replicas as string[];
-  if (ids.length === 0 || ids.some((r) => !NODE_ID.test(r)) || duplicate(ids, "replica") !== null)
+  if (
+    ids.length === 0 ||
+    ids.some((r) => !REPLICA_ID.test(r)) ||
+    duplicate(ids.map(nodeOfReplica), "replica") !== null
+  )
     throw malformedRecord(key, "bad replica list");
   return ids;
 }

@@ -26,6 +26,8 @@ export interface ClusterView {
   readonly total_shards: number;
   /** "" until the node learnt its cluster (always "" on a single node). */
   readonly cluster_id: string;
+  /** This node's data directory incarnation ("" on a single node). */
+  readonly incarnation: string;
 }
 
 /**
@@ -49,6 +51,7 @@ export class ClusterViewPublisher {
   #current: ClusterView;
   #publishScheduled = false;
   #clusterId = "";
+  #incarnation = "";
 
   constructor(totalShards: number) {
     this.#totalShards = totalShards;
@@ -74,6 +77,12 @@ export class ClusterViewPublisher {
   setClusterId(id: string): void {
     if (id === this.#clusterId) return;
     this.#clusterId = id;
+    this.#changed();
+  }
+
+  setIncarnation(id: string): void {
+    if (id === this.#incarnation) return;
+    this.#incarnation = id;
     this.#changed();
   }
 
@@ -109,6 +118,7 @@ export class ClusterViewPublisher {
       shards: [...this.#shards.values()].sort((a, b) => a.id - b.id),
       total_shards: this.#totalShards,
       cluster_id: this.#clusterId,
+      incarnation: this.#incarnation,
     };
   }
 }

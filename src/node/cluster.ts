@@ -11,6 +11,12 @@
  * rendezvous hashing; the first committed assignment wins, later ones change nothing. Every
  * node that applied the same meta entries gives the same answer, so a shard never gets two
  * groups.
+ *
+ * Inside groups a node is its replica id, `<node id>@<incarnation tag>` (src/cluster/replica.ts).
+ * A node whose data directory was wiped has a new incarnation, so it is a new replica: messages
+ * for its old replica are dropped (MultiRaft.receive), and it asks the meta group to record it as
+ * rejoined (`rejoin`, which retires the old incarnation). The leaders of its groups then replace
+ * the old replica by the new one, which the log or a snapshot refills (src/node/replicas.ts).
  */
 import { randomUUID } from "node:crypto";
 import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
@@ -22,7 +28,9 @@ import {
   type MetaCommand,
   type MetaMember,
   type MetaState,
+  nodeOfReplica,
   rendezvousReplicas,
+  replicaIdOf,
   shouldBootstrap,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
@@ -36,6 +44,8 @@ import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replicat
 const BOOTSTRAP_CHECK_MS = 500;
 /** How long a peer's cluster id may take to answer before the check is retried. */
 const PROBE_TIMEOUT_MS = 2_000;
+/** How often a node that does not know its cluster yet offers to rejoin it (see rejoinLoop). */
+const REJOIN_CHECK_MS = 2_000;
 
 export class ClusterState {
   readonly #config: CairnConfig;
@@ -47,14 +57,17 @@ export class ClusterState {
   readonly #waiters = new Map<number, () => void>();
 
   /** This data directory's incarnation (src/node/incarnation.ts). */
-  readonly #incarnation: string;
-  /** Called once if the meta group records another incarnation for this node's id. */
+  readonly incarnation: string;
+  /** This node's id inside its groups. */
+  readonly replicaId: string;
+  /** Called once if the meta group retired this data directory's incarnation. */
   readonly #onLostState: (err: CairnError) => void;
-  /** Set by attach(): what recording this node's incarnation goes through. */
+  /** Set by attach(): what this node's own meta proposals (rejoin) go through. */
   #store: MultiRaft | null = null;
   #transport: GrpcTransport | null = null;
-  #recording = false;
-  #recorded = false;
+  /** A rejoin proposal is under way, or went through. */
+  #rejoining = false;
+  #rejoined = false;
   #lost = false;
 
   constructor(
@@ -67,8 +80,10 @@ export class ClusterState {
     this.#config = config;
     this.#log = log;
     this.#views = views;
-    this.#incarnation = incarnation;
+    this.incarnation = incarnation;
+    this.replicaId = replicaIdOf(config.node_id, incarnation);
     this.#onLostState = onLostState;
+    views.setIncarnation(incarnation);
   }
 
   /** The store and transport this node's own meta proposals go through. */
@@ -87,11 +102,29 @@ export class ClusterState {
     return this.#meta;
   }
 
-  /** The initial voters of `shard`'s group; empty until the meta group recorded the shard. */
+  /**
+   * The initial voters (replica ids) of `shard`'s group; empty until the meta group recorded
+   * the shard.
+   */
   replicasOf(shard: number): readonly string[] {
     const meta = this.#meta;
     if (meta === null || meta.clusterId === null) return [];
     return meta.shards.get(shard) ?? [];
+  }
+
+  /** The nodes that replicate `shard`, in rank order (the first is its preferred leader). */
+  nodesOf(shard: number): readonly string[] {
+    return this.#meta?.nodesOf(shard) ?? [];
+  }
+
+  /**
+   * Whether the group's voters (replica ids, as a member of it sees them) miss one of the
+   * shard's nodes' current replicas: a replica lost (its node rejoined and is refilling).
+   */
+  lacksReplica(shard: number, voters: readonly string[]): boolean {
+    const meta = this.#meta;
+    if (meta === null) return false;
+    return meta.nodesOf(shard).some((n) => !voters.includes(meta.replicaOf(n)));
   }
 
   /** The shards the meta group recorded (shard 0 included), as of the state applied here. */
@@ -169,12 +202,15 @@ export class ClusterState {
   }
 
   /**
-   * A peer's message for a shard not held here, and not listing this node in its known
-   * replicas, is taken only for the meta group before this node learnt of it: the founding seed
-   * names this node a voter, and the group's log (the bootstrap record first) is how it learns.
+   * Whether this node takes a shard it holds no state for and is not an initial voter of, as an
+   * empty replica its leader fills: the meta group before this node learnt of it (the founding
+   * seed names this node a voter, or the meta leader added it back after a rejoin, and the
+   * group's log is how it learns), or a shard the meta group places on this node (a rejoined
+   * node's replicas, added back by their leaders).
    */
   acceptsReplica(shard: number): boolean {
-    return shard === 0 && this.clusterId === "";
+    if (shard === 0 && this.clusterId === "") return true;
+    return this.nodesOf(shard).includes(this.#config.node_id);
   }
 
   /** Shard 0 applied a meta command (or reloaded its state after a restart or a snapshot). */
@@ -204,53 +240,68 @@ export class ClusterState {
   }
 
   /**
-   * This node's incarnation against the one the meta group recorded for its id: none yet →
-   * record it (once the node has joined); the same → nothing; another → this data directory is
-   * not the one that member had (wiped or replaced): the node must stop, not vote and ack as a
-   * member that forgot what it promised.
+   * This node's replica against the one the meta group records for it: the same → nothing;
+   * another, current → this data directory is new (wiped or replaced): rejoin as a new replica;
+   * this data directory's incarnation retired → it is an old copy of the member's state, which
+   * must not come back (the node stops).
    */
   #checkIncarnation(state: MetaState): void {
     const me = state.members.get(this.#config.node_id);
     if (state.clusterId === null || me === undefined || this.#lost) return;
-    if (me.incarnation === undefined) {
-      this.#record(me);
-      return;
-    }
-    if (me.incarnation !== this.#incarnation) {
+    if (me.retired?.includes(this.incarnation) === true) {
       this.#lost = true;
       this.#onLostState(
         new CairnError(
           "CAIRN_ERR_LOST_STATE",
-          `cluster ${state.clusterId} records member ${me.id} with data directory incarnation ${me.incarnation}, but ${this.#config.data_dir} is incarnation ${this.#incarnation}: this node's data directory was wiped or replaced. Rejoining with lost state is not supported yet (it could elect two leaders in one term); restore the member's data directory`,
+          `${this.#config.data_dir} holds incarnation ${this.incarnation} of member ${me.id}, which cluster ${state.clusterId} retired when the member rejoined with a new data directory: this is an old copy of its state and must not serve. Start the node on an empty data directory to rejoin`,
         ),
       );
       return;
     }
-    if (!this.#recorded) {
-      this.#recorded = true;
-      this.#log.info("this node's data directory incarnation is recorded in the cluster", {
-        incarnation: this.#incarnation,
-      });
-    }
+    if (state.replicaOf(me.id) !== this.replicaId) this.#rejoin(null);
   }
 
-  /** Proposes set-member with this node's incarnation, retrying until it applies. */
-  #record(me: MetaMember): void {
+  /**
+   * A peer addressed `stale`, a replica of this node that this data directory is not: the
+   * cluster still counts on state this node lost. Asks to rejoin through that peer.
+   */
+  noticeStaleReplica(from: string, stale: string): void {
+    if (this.#rejoining || this.#rejoined || nodeOfReplica(stale) !== this.#config.node_id) return;
+    this.#log.warn(
+      "peers address an earlier incarnation of this node, whose state this data directory does not hold (it was wiped or replaced): rejoining as a new replica",
+      { stale_replica: stale, replica: this.replicaId, peer: from },
+    );
+    this.#rejoin(from);
+  }
+
+  /**
+   * Proposes `rejoin` with this data directory's incarnation through the meta group's leader
+   * (starting at `hint`), retrying until it goes through. Harmless when the meta group already
+   * records this incarnation (nothing changes) or the cluster is not founded (refused, retried).
+   */
+  #rejoin(hint: string | null): void {
     const store = this.#store;
     const transport = this.#transport;
-    if (this.#recording || store === null || transport === null) return;
-    this.#recording = true;
+    if (this.#rejoining || this.#rejoined || store === null || transport === null) return;
+    this.#rejoining = true;
     const cmd: MetaCommand = {
-      op: "set-member",
-      member: { ...me, incarnation: this.#incarnation },
+      op: "rejoin",
+      id: this.#config.node_id,
+      incarnation: this.incarnation,
     };
     const attempt = (): void => {
-      proposeViaLeader(cmd, this.#config.node_id, store, transport, performance.now() + 10_000)
+      const deadline = performance.now() + 10_000;
+      proposeViaLeader(cmd, this.#config.node_id, store, transport, deadline, hint)
         .then(() => {
-          this.#recording = false;
+          this.#rejoining = false;
+          this.#rejoined = true;
+          this.#log.info("the cluster records this node's new incarnation", {
+            incarnation: this.incarnation,
+            replica: this.replicaId,
+          });
         })
         .catch((err: unknown) => {
-          this.#log.debug("recording this node's incarnation failed; retrying", {
+          this.#log.debug("rejoining failed; retrying", {
             error: err instanceof Error ? err.message : String(err),
           });
           const timer = setTimeout(attempt, 1_000);
@@ -258,6 +309,23 @@ export class ClusterState {
         });
     };
     attempt();
+  }
+
+  /**
+   * While this node does not know its cluster (a new member before the founding reached it, or
+   * a wiped one that nobody addresses because its groups are idle), offers to rejoin through a
+   * live peer every few seconds: the offer changes nothing unless the meta group records this
+   * node with another incarnation.
+   */
+  async rejoinLoop(membership: Membership, stopped: () => boolean): Promise<void> {
+    while (!stopped() && this.clusterId === "" && !this.#rejoined) {
+      await new Promise((resolve) => setTimeout(resolve, REJOIN_CHECK_MS));
+      if (stopped() || this.clusterId !== "" || this.#rejoining) continue;
+      const peer = membership
+        .members()
+        .find((m) => m.state === "alive" && m.meta.id !== this.#config.node_id);
+      if (peer !== undefined) this.#rejoin(peer.meta.id);
+    }
   }
 
   /**
@@ -288,17 +356,24 @@ export class ClusterState {
       let decision = first;
       if (first.voters !== null) {
         // Ask every member for its cluster id: a seed whose data directory was wiped must not
-        // found a second cluster beside the one the others still belong to.
-        const ids = await Promise.all(alive.map((m) => probeClusterId(m.rpcAddr)));
-        if (ids.some((id) => id === undefined)) {
+        // found a second cluster beside the one the others still belong to. The answers also
+        // carry each member's incarnation, which names its replicas in every group.
+        const probes = await Promise.all(alive.map((m) => probeMember(m.rpcAddr)));
+        if (probes.some((p) => p === undefined || p.incarnation === "")) {
           decision = { voters: null, reason: "a member did not answer with its cluster id" };
         } else {
           decision = shouldBootstrap({
-            self,
+            self: { ...self, incarnation: this.incarnation },
             seedNodes: c.cluster.seed_nodes,
             bootstrapExpect: c.cluster.bootstrap_expect,
             clusterId: null,
-            alive: alive.map((member, i) => ({ member, clusterId: ids[i] || null })),
+            alive: alive.map((member, i) => {
+              const probe = probes[i];
+              return {
+                member: { ...member, incarnation: probe?.incarnation ?? "" },
+                clusterId: probe?.clusterId || null,
+              };
+            }),
           });
         }
       }
@@ -308,7 +383,7 @@ export class ClusterState {
         const voters = decision.voters;
         await store.foundShard(
           0,
-          voters.map((m) => m.id),
+          voters.map((m) => replicaIdOf(m.id, m.incarnation)),
           [
             encodeMetaEntry({
               op: "bootstrap",
@@ -354,22 +429,25 @@ export function spreadLeaders(
     if (started >= TRANSFERS_PER_PASS) break;
     const info = store.shardInfo(id);
     if (info === null || info.role !== "leader") continue;
-    const first = cluster.replicasOf(id)[0];
+    const first = cluster.nodesOf(id)[0];
     if (first === undefined || first === self || !alive.has(first)) continue;
-    if (!info.voters.map(String).includes(first)) continue;
+    const target = info.voters.find((v) => nodeOfReplica(v) === first);
+    if (target === undefined) continue;
     started++;
     // Best effort: a transfer that does not finish within an election timeout is abandoned by
     // the core, and the next pass tries again.
-    store.transferLeader(id, first).catch(() => undefined);
+    store.transferLeader(id, target).catch(() => undefined);
   }
   return started;
 }
 
 /**
- * The cluster id a node at `address` reports in its first cluster view ("" when it has none);
- * undefined when it does not answer in time.
+ * The cluster id a node at `address` reports in its first cluster view ("" when it has none) and
+ * its data directory's incarnation; undefined when it does not answer in time.
  */
-function probeClusterId(address: string): Promise<string | undefined> {
+function probeMember(
+  address: string,
+): Promise<{ clusterId: string; incarnation: string } | undefined> {
   const { proto } = loadCairnProto();
   const client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
   return new Promise((resolve) => {
@@ -378,14 +456,16 @@ function probeClusterId(address: string): Promise<string | undefined> {
       {},
       { deadline: Date.now() + PROBE_TIMEOUT_MS },
     );
-    const finish = (id: string | undefined): void => {
+    const finish = (answer: { clusterId: string; incarnation: string } | undefined): void => {
       if (done) return;
       done = true;
       call.cancel();
       client.close();
-      resolve(id);
+      resolve(answer);
     };
-    call.on("data", (view: ClusterViewMessage) => finish(view.cluster_id ?? ""));
+    call.on("data", (view: ClusterViewMessage) =>
+      finish({ clusterId: view.cluster_id ?? "", incarnation: view.incarnation ?? "" }),
+    );
     call.on("error", () => finish(undefined));
     call.on("end", () => finish(undefined));
   });
@@ -393,8 +473,9 @@ function probeClusterId(address: string): Promise<string | undefined> {
 
 /**
  * Proposes `cmd` to the meta group through its leader: this node's store when it leads, else the
- * leader's node over cairn.v1.Raft ProposeMeta, following leader hints and retrying with backoff
- * until `deadline` (performance.now()); rejects with the last error after it.
+ * leader's node over cairn.v1.Raft ProposeMeta (trying node `first` first, when given),
+ * following leader hints and retrying with backoff until `deadline` (performance.now()); rejects
+ * with the last error after it.
  */
 async function proposeViaLeader(
   cmd: MetaCommand,
@@ -402,10 +483,11 @@ async function proposeViaLeader(
   store: MultiRaft,
   transport: GrpcTransport,
   deadline: number,
+  first: string | null = null,
 ): Promise<void> {
-  let hint: string | null = null;
+  let hint: string | null = first;
   for (let attempt = 0; ; attempt++) {
-    const leader = hint ?? store.shardInfo(0)?.leader ?? null;
+    const leader = hint ?? store.shardInfo(0)?.leader ?? first;
     try {
       if (leader === null || leader === self) await store.proposeMeta(cmd);
       else {

@@ -1,9 +1,9 @@
 /**
  * The incarnation of a data directory: a random id created, durably, with the directory's first
- * start, and kept in `<data_dir>/incarnation`. In a cluster each member records its incarnation
- * in the meta group once it has joined; a node that finds another incarnation recorded for its
- * id has lost the state that member had (a wiped or replaced data directory) and must not take
- * part as that member (src/node/cluster.ts).
+ * start, and kept in `<data_dir>/incarnation`. In a cluster it names the node's replicas in every
+ * group (`<node id>@<tag>`, src/cluster/replica.ts): a wiped or replaced data directory is a new
+ * incarnation, hence new replicas, which rejoin the groups rather than answer for state they do
+ * not hold (src/node/cluster.ts).
  */
 import { randomUUID } from "node:crypto";
 import { open, readFile, rename } from "node:fs/promises";

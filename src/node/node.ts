@@ -8,7 +8,12 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
-import { ClusterViewPublisher, decodeMetaCommand, rpcAddressOf } from "../cluster/index.ts";
+import {
+  ClusterViewPublisher,
+  decodeMetaCommand,
+  nodeOfReplica,
+  rpcAddressOf,
+} from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
@@ -33,6 +38,7 @@ import {
 } from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
 import { ClusterState, spreadLeaders } from "./cluster.ts";
+import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 
 export interface NodeAddresses {
@@ -57,9 +63,8 @@ export class CairnNode implements HealthSource {
   #cluster: ClusterState | null = null;
   #transport: GrpcTransport | null = null;
   #bootstrap: Promise<void> | null = null;
+  #rejoin: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
-  /** Cluster mode: this start created the data directory (nothing was recovered). */
-  #freshDataDir = false;
 
   private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
     this.config = config;
@@ -90,9 +95,8 @@ export class CairnNode implements HealthSource {
       await node.#startHttp();
       if (config.cluster.seed_nodes.length > 0) {
         const incarnation = await loadIncarnation(config.data_dir);
-        node.#freshDataDir = incarnation.created;
         node.#cluster = new ClusterState(config, log, node.views, incarnation.id, (err) => {
-          log.error("this node lost the state its cluster recorded for it; it stops", {
+          log.error("this data directory is an earlier copy of a member's state; it stops", {
             error: err.message,
             code: err.code,
           });
@@ -133,6 +137,7 @@ export class CairnNode implements HealthSource {
       this.#transport = new GrpcTransport({
         clusterId: () => cluster.clusterId,
         nodeId: config.node_id,
+        replicaId: cluster.replicaId,
         // The gossip view's address of a live member, else the one the meta group recorded.
         peers: (id) =>
           rpcAddressOf(this.views.current(), id) ?? cluster.meta?.members.get(id)?.rpcAddr ?? null,
@@ -141,7 +146,7 @@ export class CairnNode implements HealthSource {
       });
     }
     const replicas = (shard: number): string[] =>
-      opened?.shardInfo(shard)?.voters.map(String) ?? [config.node_id];
+      opened?.shardInfo(shard)?.voters.map(nodeOfReplica) ?? [config.node_id];
     const store = await MultiRaft.open({
       nodeId: config.node_id,
       dataDir: config.data_dir,
@@ -159,6 +164,8 @@ export class CairnNode implements HealthSource {
         ? {}
         : {
             transport: this.#transport,
+            replicaId: cluster.replicaId,
+            onStaleReplica: (from: string, to: string) => cluster.noticeStaleReplica(from, to),
             replicasOf: (shard: number) => cluster.replicasOf(shard),
             acceptsReplica: (shard: number) => cluster.acceptsReplica(shard),
             ensureShard: (shard: number) =>
@@ -196,6 +203,13 @@ export class CairnNode implements HealthSource {
             term,
           });
         },
+        snapshotInstalled(shard, index, bytes) {
+          raftLog.info("shard state installed from the leader's snapshot", {
+            shard_id: shard,
+            index,
+            bytes,
+          });
+        },
         raftState(shard, term, commit) {
           metrics.setRaftState(shard, config.node_id, term, commit);
         },
@@ -213,17 +227,6 @@ export class CairnNode implements HealthSource {
           log.error("fatal storage or consistency error; the node stops serving", {
             error: describeError(err),
           });
-          if (
-            this.#freshDataDir &&
-            (err as { code?: string }).code === "CAIRN_ERR_RAFT_INVARIANT"
-          ) {
-            // The usual cause: a member restarted on an empty data directory, whose peers still
-            // count on the log it had (etcd stops the same way).
-            log.error(
-              "this node started on a new data directory, but its peers hold Raft state for a member with its id: if it was a member before, its data directory was wiped or replaced; rejoining with lost state is not supported yet",
-              { code: "CAIRN_ERR_LOST_STATE", data_dir: config.data_dir },
-            );
-          }
           this.#onFatal(err);
         },
       },
@@ -287,13 +290,19 @@ export class CairnNode implements HealthSource {
     return {
       raft: createRaftService((from, messages) => store.receive(from, messages), {
         clusterId: () => cluster.clusterId,
-        // Peers create shards and record their incarnation through the meta group's leader.
+        // Peers create shards and rejoin through the meta group's leader.
         proposeMeta: async (bytes) => {
           const cmd = decodeMetaCommand(bytes);
           if (cmd.op === "bootstrap") {
             throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
-          await store.proposeMeta(cmd);
+          const outcome = await store.proposeMeta(cmd);
+          if (outcome.kind === "rejected") {
+            throw new CairnError(
+              "CAIRN_ERR_INVALID_ARGUMENT",
+              `meta command refused: ${outcome.reason}`,
+            );
+          }
         },
         readIndex: (shard) => store.readIndexAsLeader(shard),
         nodeId: this.config.node_id,
@@ -359,12 +368,22 @@ export class CairnNode implements HealthSource {
         });
     }
     if (cluster !== null) {
+      this.#rejoin = cluster
+        .rejoinLoop(membership, () => this.#stopping !== null)
+        .catch(() => undefined);
+      const changing = new Set<number>();
       this.#spreadTimer = setInterval(() => {
         const alive = new Set(
           membership
             .members()
             .filter((m) => m.state === "alive")
             .map((m) => m.meta.id),
+        );
+        replaceReplicas(this.store, cluster.meta, changing, (shard, err) =>
+          this.#log.debug("replica change failed; the next pass retries", {
+            shard_id: shard,
+            error: describeError(err),
+          }),
         );
         spreadLeaders(this.store, cluster, c.node_id, alive);
       }, LEADER_SPREAD_MS);
@@ -397,8 +416,11 @@ export class CairnNode implements HealthSource {
         .map((n) => n.id),
     );
     alive.add(this.config.node_id);
-    const lostReplica = (voters: readonly string[]): boolean =>
-      this.#cluster !== null && voters.some((v) => !alive.has(String(v)));
+    // ... or missing from its group (its node rejoined and is being refilled).
+    const cluster = this.#cluster;
+    const lostReplica = (id: number, voters: readonly string[]): boolean =>
+      cluster !== null &&
+      (voters.some((v) => !alive.has(nodeOfReplica(v))) || cluster.lacksReplica(id, voters));
     for (const id of store?.shardIds() ?? []) {
       const info = store?.shardInfo(id) ?? null;
       if (info === null) continue;
@@ -407,7 +429,7 @@ export class CairnNode implements HealthSource {
         status:
           info.leader === null
             ? "unavailable"
-            : info.applied < info.commit || lostReplica(info.voters)
+            : info.applied < info.commit || lostReplica(id, info.voters)
               ? "degraded"
               : "healthy",
         is_leader: info.role === "leader",
@@ -450,6 +472,7 @@ export class CairnNode implements HealthSource {
     const left = Math.max(0, drainMs - (performance.now() - started));
     await this.#http?.close(left);
     await this.#bootstrap;
+    await this.#rejoin;
     await this.#transport?.close();
     await this.#store?.close();
     this.#log.info("node stopped", { node_id: this.config.node_id });

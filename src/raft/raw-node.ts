@@ -114,6 +114,12 @@ export class RawNode {
     return this.#raft.log.applied;
   }
 
+  /** While leader: member `id`'s match index (null when not leading or not a member). */
+  matchOf(id: NodeId): LogIndex | null {
+    if (this.#raft.role !== "leader") return null;
+    return this.#raft.prs.get(id)?.match ?? null;
+  }
+
   /** Whether this member is the group's only voter. */
   isSoleVoter(): boolean {
     const voters = this.#raft.voters;

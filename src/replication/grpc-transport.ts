@@ -43,6 +43,7 @@ import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts
 import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
 import { LEADER_HINT_KEY } from "../api/wire.ts";
 import { CairnError } from "../common/errors.ts";
+import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import type { NodeId } from "../raft/index.ts";
 import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
@@ -86,6 +87,8 @@ export interface GrpcTransportOptions {
   readonly clusterId: ClusterIdSource;
   /** This node: the sender of every stream it opens. */
   readonly nodeId: string;
+  /** This node's replica id in its groups (MultiRaftOptions.replicaId). Default: nodeId. */
+  readonly replicaId?: string;
   /** A peer's RPC address ("host:port"), or null when not known (frames to it are dropped). */
   readonly peers: (nodeId: string) => string | null;
   readonly logger?: PeerLogger;
@@ -159,6 +162,7 @@ const CLOSE_DEADLINE_MS = 1000;
 
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
+  readonly #replicaId: NodeId;
   readonly #clusterId: ClusterIdSource;
   readonly #resolve: (nodeId: string) => string | null;
   readonly #log: PeerLogger;
@@ -177,6 +181,7 @@ export class GrpcTransport implements RaftTransport {
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
+    this.#replicaId = toNodeId(options.replicaId ?? options.nodeId);
     this.#clusterId = options.clusterId;
     this.#resolve = options.peers;
     this.#log = options.logger ?? silent;
@@ -221,7 +226,8 @@ export class GrpcTransport implements RaftTransport {
   ): boolean | null {
     if (this.#closed) return false;
     if (messages.length === 0) return true;
-    const stray = messages.find((m) => m.message.from !== this.nodeId || m.message.to !== to);
+    const self = this.#replicaId;
+    const stray = messages.find((m) => m.message.from !== self || m.message.to !== to);
     if (stray !== undefined) {
       // The receiver takes every message's ends from the stream: a stray one would change them.
       this.#log.error("raft message with the wrong ends not sent", {
@@ -230,16 +236,20 @@ export class GrpcTransport implements RaftTransport {
         from: stray.message.from,
         to: stray.message.to,
       });
-      messages = messages.filter((m) => m.message.from === this.nodeId && m.message.to === to);
+      messages = messages.filter((m) => m.message.from === self && m.message.to === to);
       if (messages.length === 0) return false;
     }
-    const peer = this.#peer(to);
+    const node = toNodeId(nodeOfReplica(to));
+    const peer = this.#peer(node);
     const stream = this.#stream(peer);
     if (stream === null) {
       this.#drop(peer, 0);
       return false;
     }
-    const frame = this.#serialize({ batch: encodeBatch(messages) });
+    const batch = encodeBatch(messages);
+    const frame = this.#serialize({
+      batch: to === node ? batch : { ...batch, to_replica_id: to },
+    });
     if (frame.length > this.#maxFrame) {
       this.#log.warn("raft frame over the size limit dropped", {
         peer: to,
@@ -386,11 +396,13 @@ export class GrpcTransport implements RaftTransport {
     timeoutMs: number,
   ): Promise<Res> {
     if (this.#closed) return Promise.reject(new Error("the transport is closed"));
-    const address = this.#resolve(to);
+    // `to` may name a replica (a leader hint): its node is who answers.
+    const node = toNodeId(nodeOfReplica(to));
+    const address = this.#resolve(node);
     if (address === null) {
-      return Promise.reject(new Error(`the address of ${to} is not known`));
+      return Promise.reject(new Error(`the address of ${node} is not known`));
     }
-    const client = this.#client(this.#peer(to), address);
+    const client = this.#client(this.#peer(node), address);
     return new Promise((resolve, reject) => {
       client.makeUnaryRequest(
         method.path,
@@ -449,6 +461,7 @@ export class GrpcTransport implements RaftTransport {
           cluster_id: currentId(this.#clusterId),
           from_node_id: this.nodeId,
           to_node_id: peer.id,
+          from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
         },
       }),
     );
@@ -562,6 +575,8 @@ export function createRaftService(
     callback: sendUnaryData<RaftStreamAck>,
   ): void => {
     let from: NodeId | null = null;
+    /** The sender's replica id: the `from` of every message it sends. */
+    let fromReplica: NodeId | null = null;
     let done = false;
     const finish = (err: Partial<ServiceError> | null): void => {
       if (done) return;
@@ -604,14 +619,19 @@ export function createRaftService(
             `node id mismatch: this node is ${JSON.stringify(self)}, the sender addressed ${JSON.stringify(hs.to_node_id)}`,
             fields,
           );
-        } else if (hs.from_node_id === "" || hs.from_node_id === self) {
+        } else if (
+          hs.from_node_id === "" ||
+          hs.from_node_id === self ||
+          (hs.from_replica_id !== "" && nodeOfReplica(hs.from_replica_id) !== hs.from_node_id)
+        ) {
           refuse(
             status.FAILED_PRECONDITION,
-            `invalid sender node id ${JSON.stringify(hs.from_node_id)}`,
+            `invalid sender node id ${JSON.stringify(hs.from_node_id)} (replica ${JSON.stringify(hs.from_replica_id)})`,
             fields,
           );
         } else {
           from = toNodeId(hs.from_node_id);
+          fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
           // Response headers tell the sender its handshake was accepted.
           call.sendMetadata(new Metadata());
           log.debug("raft stream accepted", fields);
@@ -626,7 +646,9 @@ export function createRaftService(
       }
       let messages: ShardMessage[];
       try {
-        messages = decodeBatch(frame.batch, from, self);
+        const to = frame.batch.to_replica_id === "" ? self : toNodeId(frame.batch.to_replica_id);
+        if (nodeOfReplica(to) !== self) throw new Error(`addressed to replica ${to}`);
+        messages = decodeBatch(frame.batch, fromReplica ?? from, to);
       } catch (err) {
         refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, { peer: from });
         return;

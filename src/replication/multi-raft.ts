@@ -25,6 +25,7 @@ import {
   type MetaCommand,
   type MetaOutcome,
   type MetaState,
+  nodeOfReplica,
   shardForKey,
 } from "../cluster/index.ts";
 import type { ConfChange, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
@@ -62,6 +63,18 @@ const REQUEST_OVERHEAD_BYTES = 512;
 
 export interface MultiRaftOptions {
   readonly nodeId: string;
+  /**
+   * This node's id inside every group (src/cluster/replica.ts): in a cluster it carries the
+   * data directory's incarnation, so a node whose data directory was wiped is a new replica,
+   * never the one that forgot its votes and acknowledgements. Default: nodeId.
+   */
+  readonly replicaId?: string;
+  /**
+   * Cluster mode: a peer (node `from`) sent messages to `to`, a replica of this node that is not
+   * this one: the peers still count on an incarnation of this node whose state is gone. The
+   * messages are dropped; the node should rejoin as its new replica.
+   */
+  readonly onStaleReplica?: (from: string, to: string) => void;
   readonly dataDir: string;
   readonly totalShards: number;
   readonly tickMs: number;
@@ -101,14 +114,16 @@ export interface MultiRaftOptions {
    */
   readonly transport?: RaftTransport;
   /**
-   * The initial voters of a shard's group, for a shard this node creates or first hears of: the
-   * same list on every node (the meta group decides it in cluster mode). Default: this node only.
+   * The initial voters (replica ids) of a shard's group, for a shard this node creates or first
+   * hears of: the same list on every node (the meta group decides it in cluster mode). Default:
+   * this node only.
    */
   readonly replicasOf?: (shard: number) => readonly string[];
   /**
    * Whether this node takes a shard it does not hold, and is not an initial voter of, when a
-   * peer's message for it arrives: it then starts as an empty replica (no configuration) that
-   * the leader fills by log or snapshot once a membership change added it. Default: never.
+   * peer's message for it arrives (or a request needs it): it then starts as an empty replica (no
+   * configuration) that the leader fills by log or snapshot once a membership change added it.
+   * Default: never.
    */
   readonly acceptsReplica?: (shard: number) => boolean;
   /**
@@ -172,6 +187,8 @@ export interface ReplicationObserver {
   metaApplied?(state: MetaState): void;
   shardOpened?(shard: number, replayedFrom: number, replayedTo: number): void;
   leaderChanged?(shard: number, leader: string | null, term: number): void;
+  /** The shard's state was replaced by its leader's snapshot (a replica far behind, or new). */
+  snapshotInstalled?(shard: number, index: number, bytes: number): void;
   /** The group's configuration changed here (a conf change applied, or a snapshot installed). */
   confChanged?(shard: number, voters: readonly string[]): void;
   raftState?(shard: number, term: number, commit: number): void;
@@ -215,6 +232,8 @@ export class ShuttingDownError extends CairnError {
 
 export class MultiRaft {
   readonly nodeId: NodeId;
+  /** This node's id inside its groups (MultiRaftOptions.replicaId). */
+  readonly replicaId: NodeId;
   readonly totalShards: number;
   readonly #options: MultiRaftOptions;
   readonly #wal: Wal;
@@ -256,6 +275,7 @@ export class MultiRaft {
       options.openEngine ?? lsmOpener(env as LsmEnvironment, options.memtableBytes);
     this.#rng = seededRng(options.seed ?? randomInt(0x7fff_ffff));
     this.nodeId = nodeId(options.nodeId);
+    this.replicaId = nodeId(options.replicaId ?? options.nodeId);
     this.totalShards = options.totalShards;
     this.#wal = wal;
     this.#env = env;
@@ -336,7 +356,14 @@ export class MultiRaft {
    */
   receive(from: string, messages: readonly ShardMessage[]): void {
     if (this.#closed || this.#failure !== undefined) return;
+    let stale: string | null = null;
     for (const { shard: id, message } of messages) {
+      if (message.to !== this.replicaId) {
+        // Addressed to another incarnation of this node: taking it would let this replica vote
+        // and acknowledge as one whose promises are lost.
+        stale = message.to;
+        continue;
+      }
       const s = this.#shards.get(id);
       if (s !== undefined) {
         s.enqueueStep(message);
@@ -345,7 +372,7 @@ export class MultiRaft {
       }
       if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) continue;
       if (
-        !this.#replicasOf(id).includes(this.nodeId) &&
+        !this.#replicasOf(id).includes(this.replicaId) &&
         this.#options.acceptsReplica?.(id) !== true
       ) {
         continue;
@@ -358,7 +385,7 @@ export class MultiRaft {
         () => undefined,
       );
     }
-    void from;
+    if (stale !== null) this.#options.onStaleReplica?.(from, stale);
   }
 
   // ── client operations ────────────────────────────────────────────────────────────────────────
@@ -389,8 +416,11 @@ export class MultiRaft {
   ): Promise<void> {
     this.#assertOpen();
     this.#checkShardId(id);
-    if (!voters.includes(this.nodeId)) {
-      throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", `${this.nodeId} founds only its groups`);
+    if (!voters.includes(this.replicaId)) {
+      throw new CairnError(
+        "CAIRN_ERR_INVALID_ARGUMENT",
+        `${this.replicaId} founds only its groups`,
+      );
     }
     if (this.#shards.has(id) || this.#opening.has(id)) {
       throw new CairnError("CAIRN_ERR_SHARD_EXISTS", `shard ${id} is already open here`);
@@ -505,10 +535,16 @@ export class MultiRaft {
     await done;
   }
 
+  /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */
   async transferLeader(id: number, to: string): Promise<void> {
     this.#checkShardId(id);
     const shard = await this.#shard(id);
-    const done = shard.enqueueTransfer(nodeId(to), this.#clock.now());
+    const conf = shard.storage.conf;
+    const target =
+      [...conf.voters, ...conf.learners].find((m) => m === to) ??
+      conf.voters.find((m) => nodeOfReplica(m) === to) ??
+      to;
+    const done = shard.enqueueTransfer(nodeId(target), this.#clock.now());
     this.#markDirty(shard);
     await done;
   }
@@ -526,7 +562,7 @@ export class MultiRaft {
     return {
       id,
       role: st.role,
-      leader: st.lead,
+      leader: st.lead === null ? null : nodeOfReplica(st.lead),
       term: st.term,
       commit: st.commit,
       applied: s.sm.appliedIndex,
@@ -534,6 +570,17 @@ export class MultiRaft {
       voters: st.conf.voters,
       learners: st.conf.learners,
     };
+  }
+
+  /**
+   * Whether `replica`, a member of `id`'s group led here, holds the whole committed log (its
+   * match index reaches the commit index): a learner caught up enough to be promoted.
+   */
+  isCaughtUp(id: number, replica: string): boolean {
+    const s = this.#shards.get(id);
+    if (s === undefined || s.raw.role !== "leader") return false;
+    const match = s.raw.matchOf(nodeId(replica));
+    return match !== null && match >= s.raw.commitIndex;
   }
 
   /** Shard 0 exists, has a leader and its engine works: the quick health rule. No I/O. */
@@ -608,7 +655,7 @@ export class MultiRaft {
     this.#assertOpen();
     const shard = this.#shards.get(0);
     if (shard === undefined || shard.raw.role !== "leader") {
-      throw new NotLeaderError(shard?.raw.lead ?? null);
+      throw new NotLeaderError(leaderNode(shard?.raw.lead));
     }
     const done = shard.enqueuePropose(encodeMetaEntry(cmd), this.#clock.now());
     this.#markDirty(shard);
@@ -682,7 +729,7 @@ export class MultiRaft {
         const lead = shard.raw.lead;
         if (lead === null) throw new NotLeaderError(null);
         const since = this.#clock.now();
-        const index = await remote(lead, shard.id);
+        const index = await remote(nodeOfReplica(lead), shard.id);
         if (this.#testingBugs.followerReadWithoutApply !== true) {
           await shard.waitApplied(index, since);
         }
@@ -706,7 +753,7 @@ export class MultiRaft {
     this.#checkShardId(id);
     const shard = this.#shards.get(id);
     if (shard === undefined || shard.raw.role !== "leader") {
-      throw new NotLeaderError(shard?.raw.lead ?? null);
+      throw new NotLeaderError(leaderNode(shard?.raw.lead));
     }
     const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
@@ -819,7 +866,7 @@ export class MultiRaft {
       this.#send(outbox);
       const observer = this.#options.observer;
       for (const [s, rd] of work) {
-        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, s.lead, s.raw.term);
+        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, leaderNode(s.lead), s.raw.term);
         const applying: Promise<void> = this.#applyReady(s, rd).finally(() => {
           this.#applies.delete(applying);
           s.applying = null;
@@ -857,9 +904,12 @@ export class MultiRaft {
    */
   reportUnreachable(to: string): void {
     if (this.#closed || this.#failure !== undefined) return;
-    const id = nodeId(to);
     for (const s of this.#shards.values()) {
-      if (s.role === "leader") this.#report(s.id, { kind: "unreachable", to: id });
+      if (s.role !== "leader") continue;
+      const conf = s.storage.conf;
+      for (const member of [...conf.voters, ...conf.learners]) {
+        if (nodeOfReplica(member) === to) this.#report(s.id, { kind: "unreachable", to: member });
+      }
     }
   }
 
@@ -878,7 +928,8 @@ export class MultiRaft {
     await s.sm.lsm.importSnapshot(frames());
     s.sm.appliedIndex = snap.meta.index;
     s.storage.conf = snap.meta.conf;
-    this.#options.observer?.confChanged?.(s.id, snap.meta.conf.voters);
+    this.#options.observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));
+    this.#options.observer?.snapshotInstalled?.(s.id, snap.meta.index, snap.data.length);
     // The meta group's state came with the snapshot.
     if (s.id === 0) s.sm.reloadMeta();
   }
@@ -919,7 +970,7 @@ export class MultiRaft {
       const conf = s.storage.conf;
       await s.applyCommitted(rd.committedEntries);
       if (s.storage.conf !== conf)
-        this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters);
+        this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters.map(nodeOfReplica));
       s.confirmReads(rd);
       s.raw.advance();
       if (rd.hardState !== null) {
@@ -994,9 +1045,8 @@ export class MultiRaft {
     if (this.#options.transport !== undefined && !this.#shards.has(id)) {
       await this.#options.ensureShard?.(id);
       const replicas = this.#replicasOf(id);
-      if (!replicas.includes(this.nodeId)) {
-        const first = replicas[0];
-        throw new NotLeaderError(first === undefined ? null : nodeId(first));
+      if (!replicas.includes(this.replicaId) && this.#options.acceptsReplica?.(id) !== true) {
+        throw new NotLeaderError(leaderNode(replicas[0]));
       }
     }
     return this.#shard(id, true);
@@ -1033,7 +1083,7 @@ export class MultiRaft {
         );
       }
       const voters = [...(founding?.voters ?? this.#replicasOf(id))].sort();
-      if (isNew && voters.includes(this.nodeId)) {
+      if (isNew && voters.includes(this.replicaId)) {
         // A new group: its first entries name its voters, one conf change each, then any
         // founding entries (the meta group's bootstrap record), all committed at term 1. Every
         // initial voter writes the same conf changes, so all start from the same
@@ -1061,7 +1111,7 @@ export class MultiRaft {
       const commit = this.#wal.hardState(id)?.commit ?? 0;
       const applied = Math.min(lsm.flushedSeq, commit);
       const raw = new RawNode({
-        id: this.nodeId,
+        id: this.replicaId,
         storage,
         rng: this.#rng.fork(),
         electionTick: o.electionTicks,
@@ -1084,7 +1134,7 @@ export class MultiRaft {
       shard.campaignEagerly =
         isNew &&
         voters.length > 1 &&
-        voters.includes(this.nodeId) &&
+        voters.includes(this.replicaId) &&
         (forRequest || founding !== undefined);
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
@@ -1105,7 +1155,7 @@ export class MultiRaft {
   }
 
   #replicasOf(id: number): readonly string[] {
-    return this.#options.replicasOf?.(id) ?? [this.nodeId];
+    return this.#options.replicasOf?.(id) ?? [this.replicaId];
   }
 
   #checkShardId(id: number): void {
@@ -1145,4 +1195,9 @@ function mergeSorted(lists: StoredItem[][]): StoredItem[] {
   const all = lists.flat();
   all.sort((a, b) => Buffer.compare(a.key, b.key));
   return all;
+}
+
+/** The node of a group's leader (NotLeaderError and the observers name nodes, not replicas). */
+function leaderNode(lead: string | null | undefined): NodeId | null {
+  return lead === null || lead === undefined ? null : nodeId(nodeOfReplica(lead));
 }

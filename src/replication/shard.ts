@@ -5,7 +5,14 @@
  */
 import { CairnError } from "../common/errors.ts";
 import type { ConfChange, Entry, Message, NodeId, Ready, Role, Term } from "../raft/index.ts";
-import { confAfter, decodeConfChange, NotLeaderError, type RawNode } from "../raft/index.ts";
+import { nodeOfReplica } from "../cluster/index.ts";
+import {
+  confAfter,
+  decodeConfChange,
+  nodeId,
+  NotLeaderError,
+  type RawNode,
+} from "../raft/index.ts";
 import { isMetaEntry } from "./commands.ts";
 import type { ApplyOutcome, KvStateMachine, MetaApplyOutcome } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
@@ -309,7 +316,7 @@ export class ShardReplica {
             break;
         }
       } catch (err) {
-        (item.kind === "read" ? item.read : item.done).reject(err);
+        (item.kind === "read" ? item.read : item.done).reject(toNodeLeader(err));
       }
     }
   }
@@ -354,7 +361,11 @@ export class ShardReplica {
       // Reads not yet confirmed will never be: the new leader must serve them.
       for (const [id, r] of this.#reads) {
         if (r.index === null) {
-          r.reject(new NotLeaderError(rd.softState.lead));
+          r.reject(
+            new NotLeaderError(
+              rd.softState.lead === null ? null : nodeId(nodeOfReplica(rd.softState.lead)),
+            ),
+          );
           this.#reads.delete(id);
         }
       }
@@ -440,4 +451,14 @@ function encodeReadId(id: number): Uint8Array {
 
 function decodeReadId(ctx: Uint8Array): number {
   return new DataView(ctx.buffer, ctx.byteOffset, ctx.byteLength).getFloat64(0);
+}
+
+/**
+ * The Raft core names a leader by its replica id; requests are told its node (where the API
+ * forwards them).
+ */
+function toNodeLeader(err: unknown): unknown {
+  if (!(err instanceof NotLeaderError) || err.leader === null) return err;
+  const node = nodeOfReplica(err.leader);
+  return node === err.leader ? err : new NotLeaderError(nodeId(node));
 }

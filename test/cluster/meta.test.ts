@@ -252,6 +252,66 @@ describe("meta state: incarnations", () => {
   });
 });
 
+describe("meta state: rejoin and replica ids", () => {
+  const withIncarnations = (): MetaState =>
+    MetaState.empty().apply({
+      ...BOOT,
+      members: BOOT.members.map((m, i) => ({ ...m, incarnation: `inc-${i + 1}-aaaa` })),
+    }).state;
+
+  it("names each member's replicas by its incarnation, frozen into a shard's initial voters", () => {
+    const s = withIncarnations();
+    assert.deepEqual(s.shards.get(0), ["n1@inc1aaaa", "n2@inc2aaaa", "n3@inc3aaaa"]);
+    assert.deepEqual(s.nodesOf(0), ["n1", "n2", "n3"]);
+    const created = s.apply({ op: "create-shard", shard: 1, replicas: ["n3", "n1", "n2"] }).state;
+    assert.deepEqual(created.shards.get(1), ["n3@inc3aaaa", "n1@inc1aaaa", "n2@inc2aaaa"]);
+    // A rejoin changes the member's replica for what comes next, not the recorded voters.
+    const rejoined = created.apply({ op: "rejoin", id: "n1", incarnation: "inc-9-bbbb" }).state;
+    assert.equal(rejoined.replicaOf("n1"), "n1@inc9bbbb");
+    assert.deepEqual(rejoined.shards.get(1), ["n3@inc3aaaa", "n1@inc1aaaa", "n2@inc2aaaa"]);
+    const later = rejoined.apply({ op: "create-shard", shard: 2, replicas: ["n1", "n2", "n3"] });
+    assert.deepEqual(later.state.shards.get(2), ["n1@inc9bbbb", "n2@inc2aaaa", "n3@inc3aaaa"]);
+    assert.ok(MetaState.load(later.state.records()).equals(later.state));
+  });
+
+  it("retires the old incarnation on rejoin, and never takes a retired one back", () => {
+    const s = withIncarnations();
+    const r = s.apply({ op: "rejoin", id: "n2", incarnation: "inc-b" });
+    assert.equal(r.outcome.kind, "member-updated");
+    assert.deepEqual(keys(r.records), ["meta/member/n2"]);
+    const n2 = r.state.members.get("n2");
+    assert.equal(n2?.incarnation, "inc-b");
+    assert.deepEqual(n2?.retired, ["inc-2-aaaa"]);
+    assert.equal(r.state.isRetired("n2@inc2aaaa"), true);
+    assert.equal(r.state.isRetired("n2@incb"), false);
+    // The same incarnation again changes nothing; a retired one is refused.
+    assert.equal(
+      r.state.apply({ op: "rejoin", id: "n2", incarnation: "inc-b" }).outcome.kind,
+      "member-unchanged",
+    );
+    const back = r.state.apply({ op: "rejoin", id: "n2", incarnation: "inc-2-aaaa" });
+    assert.equal(back.outcome.kind, "rejected");
+    assert.match((back.outcome as { reason: string }).reason, /retired/);
+    // Unknown members, an unbootstrapped cluster and set-member cannot retire anything.
+    assert.equal(s.apply({ op: "rejoin", id: "n7", incarnation: "x" }).outcome.kind, "rejected");
+    assert.equal(
+      MetaState.empty().apply({ op: "rejoin", id: "n1", incarnation: "x" }).outcome.kind,
+      "rejected",
+    );
+    assert.equal(
+      s.apply({ op: "set-member", member: { ...N2, retired: ["old"] } }).outcome.kind,
+      "rejected",
+    );
+    // An address update keeps the retired list; all of it survives a reload.
+    const moved = r.state.apply({ op: "set-member", member: { ...N2, rpcAddr: "10.1.1.1:7447" } });
+    assert.deepEqual(moved.state.members.get("n2")?.retired, ["inc-2-aaaa"]);
+    assert.ok(MetaState.load(moved.state.records()).equals(moved.state));
+    // The command round-trips through its encoding.
+    const cmd: MetaCommand = { op: "rejoin", id: "n2", incarnation: "inc-b" };
+    assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
+  });
+});
+
 describe("meta state: load", () => {
   it("an empty record set is the empty state", () => {
     assert.ok(MetaState.load([]).equals(MetaState.empty()));
@@ -301,6 +361,11 @@ describe("meta state: load", () => {
         replicas: fc.uniqueArray(fc.constantFrom(...ids), { minLength: 1, maxLength: 4 }),
       }),
       fc.record({ op: fc.constant("set-member" as const), member: memberArb }),
+      fc.record({
+        op: fc.constant("rejoin" as const),
+        id: fc.constantFrom(...ids),
+        incarnation: fc.constantFrom("inc-a", "inc-b", "inc-c"),
+      }),
     );
     fc.assert(
       fc.property(fc.array(cmdArb, { maxLength: 30 }), (cmds) => {

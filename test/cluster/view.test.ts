@@ -7,6 +7,7 @@ describe("rpcAddressOf", () => {
     epoch: 1,
     total_shards: 16,
     cluster_id: "c1",
+    incarnation: "",
     shards: [],
     nodes: [
       { id: "n1", rpc_addr: "10.0.0.1:7447", http_addr: "10.0.0.1:8080", state: "alive" },

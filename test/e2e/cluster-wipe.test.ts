@@ -1,17 +1,28 @@
 /**
- * A member whose data directory was wiped (issue 10): until rejoining as a new incarnation is
- * built, the node must not come back as the member it was — an empty voter that forgot the
- * votes it cast could elect two leaders in one term. Each member records its data directory's
- * incarnation in the meta group; a node that finds another incarnation recorded for its id stops
- * with exit code 1 and says why, and the two others keep serving.
+ * A member whose data directory was wiped (issue 10) rejoins as a new replica and is refilled by
+ * snapshots; nothing acknowledged is lost. The node comes back with the same node id and a new
+ * incarnation, so inside every group it is a new replica (`n2@<new tag>`): it never answers for
+ * the old one (which forgot its votes and acknowledgements), asks the meta group to record it as
+ * rejoined, and each group's leader removes the old replica, adds the new one as a learner and
+ * promotes it once caught up. The logs are compacted before the wipe, so the refill must come by
+ * snapshot.
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { shardForKey } from "../../src/cluster/index.ts";
 import type { Clients } from "../support/grpc-client.ts";
-import { eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
+import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
+
+const TOTAL_SHARDS = 1024;
+const KEYS = 120;
+
+async function health(http: string | undefined): Promise<string> {
+  const res = await fetch(`http://${http}/health`);
+  return ((await res.json()) as { status: string }).status;
+}
 
 describe("a member restarted with a wiped data directory (real processes)", () => {
   let dir: string;
@@ -23,43 +34,97 @@ describe("a member restarted with a wiped data directory (real processes)", () =
   });
 
   it(
-    "is refused as that member (exit 1, CAIRN_ERR_LOST_STATE); the others keep serving",
-    {
-      timeout: 120_000,
-    },
+    "rejoins as a new replica, is refilled by snapshots, and nothing is lost",
+    { timeout: 180_000 },
     async () => {
       const cluster = await LocalCluster.create(join(dir, "c"));
       try {
         await cluster.startAll();
         await cluster.ready();
-        for (const n of cluster.nodes) {
-          await eventually(`${n.id} recorded its incarnation`, async () =>
-            (n.server?.lines ?? []).some((l) => l.includes("incarnation is recorded")),
-          );
+        const acknowledged = new Map<string, string>();
+        const put = async (c: Clients, key: string, value: string): Promise<void> => {
+          await retryingKv(c, "Put", { key: Buffer.from(key), value: Buffer.from(value) });
+          acknowledged.set(key, value);
+        };
+        for (let i = 0; i < KEYS; i++) {
+          const via = cluster.nodes[i % 3]?.client as Clients;
+          await put(via, `before-${i}`, `v${i}`);
         }
-        const n1 = cluster.node("n1").client as Clients;
-        await retryingKv(n1, "Put", { key: Buffer.from("before"), value: Buffer.from("wipe") });
+        const shards = new Set([
+          0,
+          ...[...acknowledged.keys()].map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS)),
+        ]);
 
         const victim = cluster.node("n2");
+        const oldIncarnation = (await clusterView(victim.client as Clients)).incarnation;
+        assert.notEqual(oldIncarnation, "");
         await cluster.stop("n2");
+        const n1 = cluster.node("n1").client as Clients;
+        const n3 = cluster.node("n3").client as Clients;
+        // Writes while it is down, then every log compacted: the refill must be by snapshot.
+        for (let i = 0; i < 40; i++) await put(i % 2 === 0 ? n1 : n3, `during-${i}`, `d${i}`);
+        for (const c of [n1, n3]) {
+          for (const shard of shards) {
+            await c.call(c.admin, "SnapshotShard", { shard_id: shard });
+          }
+        }
         await rm(victim.dataDir, { recursive: true, force: true });
         const back = await cluster.start("n2");
-        const server = back.server;
-        assert.ok(server !== null);
-        const exit = await server.exited;
-        assert.equal(exit.code, 1, "the wiped member stops");
-        assert.ok(
-          server.lines.some((l) => l.includes("CAIRN_ERR_LOST_STATE")),
-          server.lines.join("\n"),
-        );
-        back.client?.close();
-        back.client = null;
-        back.server = null;
+        const c2 = back.client as Clients;
+        const view = await clusterView(c2);
+        assert.notEqual(view.incarnation, oldIncarnation, "a wiped directory is a new incarnation");
 
-        // The two others still form a majority of every group.
-        const got = await retryingKv(n1, "Get", { key: Buffer.from("before") });
-        assert.equal((got["value"] as Buffer).toString(), "wipe");
-        await retryingKv(n1, "Put", { key: Buffer.from("after"), value: Buffer.from("ok") });
+        // It rejoins: the meta group, then every shard it replicates, takes it back, and every
+        // node's /health returns to healthy (a shard missing a replica is degraded).
+        await cluster.ready(60_000);
+        for (const n of cluster.nodes) {
+          await eventually(
+            `${n.id} /health is healthy`,
+            async () => (await health(n.server?.http)) === "healthy",
+            90_000,
+          );
+        }
+        assert.ok(
+          back.server?.lines.some((l) =>
+            l.includes("the cluster records this node's new incarnation"),
+          ),
+          "the node asked to rejoin",
+        );
+        const installs = (back.server?.lines ?? []).filter((l) =>
+          l.includes("installed from the leader's snapshot"),
+        );
+        assert.ok(installs.length >= shards.size, `${installs.length} snapshot installs`);
+        assert.ok(
+          !back.server?.lines.some((l) => l.includes('"level":"ERROR"')),
+          back.server?.lines.filter((l) => l.includes('"level":"ERROR"')).join("\n"),
+        );
+
+        // Writes go on through the rejoined node, and every acknowledged write is on every
+        // replica, read from each node's own copy (serializable).
+        await put(c2, "after", "ok");
+        for (const n of cluster.nodes) {
+          const c = n.client as Clients;
+          await eventually(
+            `${n.id} holds every acknowledged write`,
+            async () => {
+              for (const [key, value] of acknowledged) {
+                const got = await c.call(c.kv, "Get", {
+                  key: Buffer.from(key),
+                  consistency: "SERIALIZABLE",
+                });
+                if (got["found"] !== true || (got["value"] as Buffer).toString() !== value)
+                  return false;
+              }
+              return true;
+            },
+            60_000,
+          );
+        }
+        // Each shard's group lists three replicas on three nodes, the rejoined one among them.
+        const shardsView = (await clusterView(c2)).shards.filter((s) => shards.has(s.id));
+        assert.equal(shardsView.length, shards.size);
+        for (const s of shardsView)
+          assert.deepEqual([...s.replicas].sort(), ["n1", "n2", "n3"], `shard ${s.id}`);
         await cluster.stopAll();
       } finally {
         await cluster.killAll();

@@ -1,7 +1,7 @@
 /**
- * ClusterState's placement answers and its guard against a node that lost its state: the meta
- * group records each member's data directory incarnation, and a node finding another one
- * recorded for its id stops (CAIRN_ERR_LOST_STATE).
+ * ClusterState's placement answers and its guard against an old copy of a member's state: a node
+ * is its replica id (node id @ incarnation), and a data directory whose incarnation the cluster
+ * retired (the member rejoined with a new one) stops the node (CAIRN_ERR_LOST_STATE).
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -54,33 +54,64 @@ function cluster(incarnation: string): { cs: ClusterState; lost: CairnError[] } 
 describe("ClusterState", () => {
   it("knows no replicas before the meta group, then the committed assignment", () => {
     const { cs } = cluster("inc-a");
+    assert.equal(cs.replicaId, "n2@inca");
     assert.deepEqual(cs.replicasOf(0), []);
     assert.equal(cs.acceptsReplica(0), true);
+    assert.equal(cs.acceptsReplica(5), false);
     cs.applied(state(BOOT));
     assert.equal(cs.clusterId, "c1");
-    assert.equal(cs.acceptsReplica(0), false);
     assert.deepEqual([...cs.replicasOf(0)].sort(), ["n1", "n2", "n3"]);
+    assert.equal(cs.acceptsReplica(0), true, "n2 replicates the meta group");
     assert.deepEqual(cs.replicasOf(5), [], "a shard is not created until the meta group says so");
+    assert.equal(cs.acceptsReplica(5), false);
     cs.applied(state(BOOT, { op: "create-shard", shard: 5, replicas: ["n3", "n1", "n2"] }));
     assert.deepEqual(cs.replicasOf(5), ["n3", "n1", "n2"]);
+    assert.deepEqual(cs.nodesOf(5), ["n3", "n1", "n2"]);
+    assert.equal(cs.acceptsReplica(5), true);
     assert.deepEqual(cs.createdShards().sort(), [0, 5]);
   });
 
-  it("stops a node whose data directory is not the incarnation the cluster recorded", () => {
-    const recorded = state(BOOT, {
-      op: "set-member",
-      member: { ...member(2), incarnation: "inc-a" },
-    });
-    const same = cluster("inc-a");
-    same.cs.applied(recorded);
-    assert.deepEqual(same.lost, []);
+  it("takes no shard placed on other nodes", () => {
+    const wide = state(
+      { ...BOOT, members: [...members, member(4)] },
+      { op: "create-shard", shard: 7, replicas: ["n1", "n3", "n4"] },
+    );
+    const { cs } = cluster("inc-a");
+    cs.applied(wide);
+    assert.equal(cs.acceptsReplica(7), false);
+  });
 
-    const wiped = cluster("inc-b");
-    wiped.cs.applied(recorded);
-    assert.equal(wiped.lost.length, 1);
-    assert.equal(wiped.lost[0]?.code, "CAIRN_ERR_LOST_STATE");
-    assert.match(wiped.lost[0]?.message ?? "", /incarnation inc-a.*incarnation inc-b/);
-    wiped.cs.applied(recorded);
-    assert.equal(wiped.lost.length, 1, "reported once");
+  it("tells a group that misses the current replica of one of its nodes", () => {
+    const inc = (i: number): string => `inc-${i}`;
+    const boot: MetaCommand = {
+      ...BOOT,
+      members: members.map((m, i) => ({ ...m, incarnation: inc(i + 1) })),
+    };
+    const { cs } = cluster("inc-2");
+    cs.applied(state(boot));
+    assert.equal(cs.lacksReplica(0, ["n1@inc1", "n2@inc2", "n3@inc3"]), false);
+    cs.applied(state(boot, { op: "rejoin", id: "n1", incarnation: "inc-9" }));
+    assert.equal(cs.lacksReplica(0, ["n1@inc1", "n2@inc2", "n3@inc3"]), true);
+    assert.equal(cs.lacksReplica(0, ["n2@inc2", "n3@inc3"]), true);
+    assert.equal(cs.lacksReplica(0, ["n1@inc9", "n2@inc2", "n3@inc3"]), false);
+  });
+
+  it("stops a node whose data directory is an incarnation the cluster retired", () => {
+    const boot: MetaCommand = {
+      ...BOOT,
+      members: members.map((m) => (m.id === "n2" ? { ...m, incarnation: "inc-a" } : m)),
+    };
+    const rejoined = state(boot, { op: "rejoin", id: "n2", incarnation: "inc-b" });
+    const current = cluster("inc-b");
+    current.cs.applied(rejoined);
+    assert.deepEqual(current.lost, []);
+
+    const old = cluster("inc-a");
+    old.cs.applied(rejoined);
+    assert.equal(old.lost.length, 1);
+    assert.equal(old.lost[0]?.code, "CAIRN_ERR_LOST_STATE");
+    assert.match(old.lost[0]?.message ?? "", /incarnation inc-a of member n2.*retired/);
+    old.cs.applied(rejoined);
+    assert.equal(old.lost.length, 1, "reported once");
   });
 });

@@ -41,11 +41,21 @@ class Cluster {
   readonly #addresses = new Map<string, string>();
   readonly #dir: string;
 
-  constructor(dir: string) {
+  constructor(dir: string, initialVoters: readonly string[] = IDS) {
     this.#dir = dir;
+    this.#initialVoters = initialVoters;
   }
 
+  readonly #initialVoters: readonly string[];
+
+  /** Replica ids (`id@tag`) instead of plain node ids in the groups, when set. */
+  readonly replicaTag = new Map<string, string>();
+  /** What nodes told onStaleReplica: [node, from, stale replica]. */
+  readonly stale: [string, string, string][] = [];
+
   async start(id: string, requestTimeoutMs = 10_000): Promise<PeerNode> {
+    const tag = this.replicaTag.get(id);
+    const replicaId = tag === undefined ? id : `${id}@${tag}`;
     const received = new Map<string, number>();
     let mr: MultiRaft | null = null;
     // Frames that arrive before the node has opened are dropped (Raft resends).
@@ -62,6 +72,7 @@ class Cluster {
     const transport = new GrpcTransport({
       clusterId: CLUSTER,
       nodeId: id,
+      replicaId,
       peers: (peer) => this.#addresses.get(peer) ?? null,
       initialBackoffMs: 10,
       maxBackoffMs: 200,
@@ -79,7 +90,9 @@ class Cluster {
         blockCacheBytes: 4 * 1024 * 1024,
         transport,
         requestTimeoutMs,
-        replicasOf: () => IDS,
+        replicaId,
+        onStaleReplica: (from, to) => this.stale.push([id, from, to]),
+        replicasOf: () => this.#initialVoters,
         observer: { fatal: (err) => this.fatals.push(err) },
       });
     } catch (err) {
@@ -254,6 +267,39 @@ describe("MultiRaft over gRPC, three nodes", () => {
         `${back.id} follows`,
         async () => (await serializable(back, first)) === "after",
       );
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a node back on a wiped data directory never answers for its old replica", async () => {
+    // The groups' voters are replicas n1@a, n2@a, n3@a. n2's data directory is wiped and it
+    // comes back as n2@b: the messages its peers still send to n2@a must be dropped (stepping
+    // them would let an empty replica vote and acknowledge as one whose promises are lost) and
+    // reported, so that the node rejoins as its new replica.
+    const cluster = new Cluster(
+      join(dir, "wiped"),
+      IDS.map((id) => `${id}@a`),
+    );
+    for (const id of IDS) cluster.replicaTag.set(id, "a");
+    try {
+      for (const id of IDS) await cluster.start(id);
+      await cluster.put("k", "v1");
+      const n2 = cluster.nodes.get("n2");
+      assert.ok(n2);
+      await cluster.stop("n2");
+      await rm(n2.dataDir, { recursive: true, force: true });
+      cluster.replicaTag.set("n2", "b");
+      const back = await cluster.start("n2");
+      assert.equal(back.mr.replicaId, "n2@b");
+      await cluster.put("k", "v2");
+      await eventually("n2 reported its stale replica", async () =>
+        cluster.stale.some(([node, , to]) => node === "n2" && to === "n2@a"),
+      );
+      // Nothing reached a group on n2: it holds no shard, so it neither voted nor acknowledged.
+      assert.deepEqual(back.mr.shardIds(), []);
+      // The two others still make a quorum of every group.
+      await cluster.put("k", "v3");
     } finally {
       await cluster.stopAll();
     }

@@ -159,6 +159,7 @@ export class LocalCluster {
 /** A node's cluster view as Meta.WatchCluster sends it (the fields the tests read). */
 export interface ViewMessage {
   cluster_id: string;
+  incarnation: string;
   nodes: { id: string; state: string }[];
   shards: { id: number; leader: string; replicas: string[] }[];
 }

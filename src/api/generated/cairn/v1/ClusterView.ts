@@ -10,6 +10,7 @@ export interface ClusterView {
   'shards'?: (_cairn_v1_ShardInfo)[];
   'total_shards'?: (number);
   'cluster_id'?: (string);
+  'incarnation'?: (string);
 }
 
 export interface ClusterView__Output {
@@ -18,4 +19,5 @@ export interface ClusterView__Output {
   'shards': (_cairn_v1_ShardInfo__Output)[];
   'total_shards': (number);
   'cluster_id': (string);
+  'incarnation': (string);
 }

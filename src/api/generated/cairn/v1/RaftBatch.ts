@@ -4,8 +4,10 @@ import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__
 
 export interface RaftBatch {
   'messages'?: (_cairn_v1_ShardRaftMessage)[];
+  'to_replica_id'?: (string);
 }
 
 export interface RaftBatch__Output {
   'messages': (_cairn_v1_ShardRaftMessage__Output)[];
+  'to_replica_id': (string);
 }

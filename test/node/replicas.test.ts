@@ -1,0 +1,83 @@
+/**
+ * nextReplicaChange: how a group's leader replaces the replica of a node that rejoined with a
+ * new data directory — remove the retired replica, add the new one as a learner, promote it once
+ * caught up — and that a leader whose meta state is behind the group changes nothing.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { type MetaCommand, MetaState } from "../../src/cluster/index.ts";
+import { nextReplicaChange } from "../../src/node/replicas.ts";
+
+const members = [1, 2, 3].map((i) => ({
+  id: `n${i}`,
+  rpcAddr: `127.0.0.1:700${i}`,
+  httpAddr: `127.0.0.1:800${i}`,
+  incarnation: `old${i}`,
+}));
+const BOOT: MetaCommand = {
+  op: "bootstrap",
+  clusterId: "c1",
+  totalShards: 16,
+  replicationFactor: 3,
+  members,
+};
+
+function state(...cmds: MetaCommand[]): MetaState {
+  let s = MetaState.empty();
+  for (const c of cmds) s = s.apply(c).state;
+  return s;
+}
+
+const before = state(BOOT, { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] });
+const after = state(
+  BOOT,
+  { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+  { op: "rejoin", id: "n1", incarnation: "new1" },
+);
+const never = (): boolean => false;
+const always = (): boolean => true;
+
+describe("nextReplicaChange", () => {
+  it("leaves a group whose voters are its nodes' current replicas alone", () => {
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] };
+    assert.equal(nextReplicaChange(before, 4, "n2@old2", group, always), null);
+    assert.equal(nextReplicaChange(before, 9, "n2@old2", group, always), null, "not created");
+  });
+
+  it("removes the retired replica, adds the new one as a learner, promotes it once caught up", () => {
+    const self = "n2@old2";
+    let group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] as string[] };
+    assert.deepEqual(nextReplicaChange(after, 4, self, group, always), {
+      type: "remove",
+      node: "n1@old1",
+    });
+    group = { voters: ["n2@old2", "n3@old3"], learners: [] };
+    assert.deepEqual(nextReplicaChange(after, 4, self, group, always), {
+      type: "add-learner",
+      node: "n1@new1",
+    });
+    group = { voters: ["n2@old2", "n3@old3"], learners: ["n1@new1"] };
+    assert.equal(nextReplicaChange(after, 4, self, group, never), null, "not caught up yet");
+    assert.deepEqual(nextReplicaChange(after, 4, self, group, always), {
+      type: "add-voter",
+      node: "n1@new1",
+    });
+    group = { voters: ["n1@new1", "n2@old2", "n3@old3"], learners: [] };
+    assert.equal(nextReplicaChange(after, 4, self, group, always), null);
+  });
+
+  it("changes nothing while its meta state is behind the group", () => {
+    // This leader has not applied the rejoin yet, but the group already holds the new replica:
+    // acting on the old state would remove the new replica and add the retired one back.
+    const group = { voters: ["n1@new1", "n2@old2", "n3@old3"], learners: [] };
+    assert.equal(nextReplicaChange(before, 4, "n2@old2", group, always), null);
+    const learning = { voters: ["n2@old2", "n3@old3"], learners: ["n1@new1"] };
+    assert.equal(nextReplicaChange(before, 4, "n2@old2", learning, always), null);
+  });
+
+  it("never removes the leader's own replica", () => {
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] };
+    const change = nextReplicaChange(after, 4, "n1@old1", group, always);
+    assert.notDeepEqual(change, { type: "remove", node: "n1@old1" });
+  });
+});
