@@ -34,6 +34,7 @@ export {
   type RaftService,
   type RaftServiceOptions,
 } from "./grpc-transport.ts";
+export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
 export { CodecError } from "./codec.ts";
 export type {
   ApplyOutcome,
