@@ -33,6 +33,7 @@
  * memory at both ends (built in one buffer by the driver, assembled in one by the receiver). No
  * TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
+import { setMaxListeners } from "node:events";
 import {
   Client,
   type ClientOptions,
@@ -279,6 +280,8 @@ export class GrpcTransport implements RaftTransport {
       options.snapshotClock ?? systemPaceClock,
     );
     this.#stallTimeoutMs = options.snapshotStallTimeoutMs ?? 30_000;
+    // One listener per transfer in flight, one per peer: many peers are not a leak.
+    setMaxListeners(0, this.#closing.signal);
     this.#metrics = options.metrics;
     this.#interceptors = options.interceptors ?? [];
   }
@@ -441,13 +444,14 @@ export class GrpcTransport implements RaftTransport {
       this.#metrics?.failed("send");
       const e = err as Partial<ServiceError>;
       const code = typeof e.code === "number" ? status[e.code] : undefined;
-      // Cut by close(): the node is stopping, nothing to warn about.
-      const log = this.#closed ? this.#log.debug : this.#log.warn;
-      log.call(this.#log, "raft snapshot not sent", {
+      const failure = {
         ...fields,
         ...(code === undefined ? {} : { code }),
         details: e.details ?? String(err),
-      });
+      };
+      // Cut by close(): the node is stopping, nothing to warn about.
+      if (this.#closed) this.#log.debug("raft snapshot not sent", failure);
+      else this.#log.warn("raft snapshot not sent", failure);
       return false;
     }
   }
