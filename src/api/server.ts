@@ -29,8 +29,8 @@ export interface RpcServerOptions {
   readonly maxMessageBytes: number;
   /**
    * The peer service (cairn.v1.Raft, createRaftService), served beside the others when given.
-   * Its frames may be as large as RAFT_SERVER_OPTIONS allows (a snapshot travels in one frame
-   * for now): with it, the server's receive limit is raised to that.
+   * Its frames may be as large as RAFT_SERVER_OPTIONS allows (a round's messages for one peer;
+   * snapshots come in chunks): with it, the server's receive limit is raised to that.
    */
   readonly raft?: RaftService;
   /**
@@ -52,8 +52,8 @@ export class RpcServer {
   constructor(options: RpcServerOptions) {
     this.#options = options;
     this.#server = new Server({
-      // A peer's frame may carry a whole snapshot (one frame for now); client calls are bounded
-      // by the key and value limits their handlers check.
+      // A peer's frame may carry a round's appends (RAFT_SERVER_OPTIONS); client calls are
+      // bounded by the key and value limits their handlers check.
       "grpc.max_receive_message_length":
         options.raft === undefined
           ? options.maxMessageBytes

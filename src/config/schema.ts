@@ -252,6 +252,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Heartbeat interval in ticks; must be less than raft.election_ticks.",
   },
   {
+    key: "raft.snapshot_rate_bytes_per_sec",
+    kind: "bytes",
+    schema: bytesBetween(MIB, 64 * GIB),
+    default: 64 * MIB,
+    env: "CAIRN_RAFT_SNAPSHOT_RATE_BYTES_PER_SEC",
+    expect: "must be a size between 1MiB and 64GiB (per second)",
+    doc: "Snapshot data this node sends to followers that fell behind, to all of them together, in bytes per second.",
+  },
+  {
     key: "storage.memtable_bytes",
     kind: "bytes",
     schema: bytesBetween(64 * KIB, 1 * GIB),

@@ -143,6 +143,8 @@ export class CairnNode implements HealthSource {
           rpcAddressOf(this.views.current(), id) ?? cluster.meta?.members.get(id)?.rpcAddr ?? null,
         onUnreachable: (to) => opened?.reportUnreachable(to),
         logger: log.child("peers"),
+        snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
+        metrics: metrics.snapshotMetrics,
       });
     }
     const replicas = (shard: number): string[] =>
@@ -307,6 +309,7 @@ export class CairnNode implements HealthSource {
         readIndex: (shard) => store.readIndexAsLeader(shard),
         nodeId: this.config.node_id,
         logger: this.#log.child("peers"),
+        metrics: this.metrics.snapshotMetrics,
       }),
       forward: {
         nodeId: this.config.node_id,

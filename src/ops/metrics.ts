@@ -21,7 +21,10 @@
  * | process_cpu_seconds_total      | counter   | —                           |
  * | process_resident_memory_bytes  | gauge     | —                           |
  *
- * Extra metrics are named `cairn_*` (design.md §7): `cairn_swim_dropped_datagrams_total{reason}`.
+ * Extra metrics are named `cairn_*` (design.md §7): `cairn_swim_dropped_datagrams_total{reason}`;
+ * the snapshot transfers between nodes: `cairn_raft_snapshots_sent_total`,
+ * `cairn_raft_snapshots_received_total`, `cairn_raft_snapshots_failed_total{direction}` (`send`,
+ * `receive`) and `cairn_raft_snapshot_sent_bytes_total`.
  *
  * Decisions:
  * - `result` of kv_request_duration_ms is `found`/`not_found` on successful GETs and the empty
@@ -40,6 +43,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { type MembershipMetrics, GOSSIP_LATENCY_BUCKETS_MS } from "../membership/index.ts";
+import type { SnapshotMetrics } from "../replication/index.ts";
 import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/index.ts";
 
 export type KvOperation = "put" | "get" | "delete" | "scan";
@@ -77,6 +81,8 @@ export class CairnMetrics {
   readonly lsmMetrics: LsmMetrics;
   /** For `Membership.start({ metrics })`. */
   readonly membershipMetrics: MembershipMetrics;
+  /** For the peer transport and service (`GrpcTransport`, `createRaftService`: `metrics`). */
+  readonly snapshotMetrics: SnapshotMetrics;
 
   readonly #kvRequests: Counter<"operation" | "status">;
   readonly #kvDuration: Histogram<"operation" | "status" | "result">;
@@ -191,6 +197,35 @@ export class CairnMetrics {
       labelNames: ["reason"],
       registers,
     });
+    const snapshotsSent = new Counter({
+      name: "cairn_raft_snapshots_sent_total",
+      help: "Raft snapshots sent to peers and acknowledged by them.",
+      registers,
+    });
+    const snapshotsReceived = new Counter({
+      name: "cairn_raft_snapshots_received_total",
+      help: "Raft snapshots received whole and verified, and handed to Raft.",
+      registers,
+    });
+    const snapshotsFailed = new Counter<"direction">({
+      name: "cairn_raft_snapshots_failed_total",
+      help: "Raft snapshot transfers that failed (refused, broken, stalled), by direction (send, receive).",
+      labelNames: ["direction"],
+      registers,
+    });
+    const snapshotBytesSent = new Counter({
+      name: "cairn_raft_snapshot_sent_bytes_total",
+      help: "Raft snapshot data bytes sent to peers (failed transfers included).",
+      registers,
+    });
+    snapshotsFailed.inc({ direction: "send" }, 0);
+    snapshotsFailed.inc({ direction: "receive" }, 0);
+    this.snapshotMetrics = {
+      sent: () => snapshotsSent.inc(),
+      bytesSent: (bytes) => snapshotBytesSent.inc(bytes),
+      received: () => snapshotsReceived.inc(),
+      failed: (direction) => snapshotsFailed.inc({ direction }),
+    };
 
     for (const operation of KV_OPERATIONS) {
       for (const status of KV_STATUSES) {

@@ -18,14 +18,28 @@
  * A failed stream is reopened by the first send() after an exponential backoff with jitter
  * (capped at `maxBackoffMs`); the gRPC channel's own reconnect backoff is capped the same way.
  *
- * Caveats: a snapshot travels whole in one frame, so the receiving server must accept messages
- * as large as the largest snapshot (`RAFT_SERVER_OPTIONS`); frames above `maxFrameBytes` are
- * dropped and logged. No TLS yet (insecure channels; mTLS later, design.md §5.1).
+ * Snapshot messages do not go in frames: send() takes them out of the round (its other messages
+ * still go in the frame, at once) and streams each on an InstallSnapshot call of its own, in
+ * chunks with a checksum (snapshot-transfer.ts), paced by one node-wide rate limiter. At most one
+ * snapshot is in flight per peer; the others wait their turn in order. A snapshot is never
+ * dropped for the budget above: the leader that sent it waits to hear its outcome (`sent`), and
+ * a group sends no other snapshot to that peer meanwhile, so the queue holds at most one per
+ * group. Raft needs no order between a snapshot and the frames: the leader sends that group
+ * nothing but heartbeats for that peer until the snapshot's outcome, and the receiver hands the
+ * snapshot to Raft before it acknowledges it, so whatever the leader sends after reaches Raft
+ * after it.
+ *
+ * Caveats: frames above `maxFrameBytes` are dropped and logged. A snapshot is held whole in
+ * memory at both ends (built in one buffer by the driver, assembled in one by the receiver). No
+ * TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
+import { setMaxListeners } from "node:events";
 import {
   Client,
+  type ClientOptions,
   type ClientWritableStream,
   credentials,
+  type Interceptor,
   Metadata,
   type ServerReadableStream,
   type ServerUnaryCall,
@@ -45,10 +59,21 @@ import { LEADER_HINT_KEY } from "../api/wire.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
+import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
+import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { NodeId } from "../raft/index.ts";
 import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
 import { decodeBatch, encodeBatch } from "./codec.ts";
+import { handshakeRefusal } from "./handshake.ts";
 import type { RaftTransport, ShardMessage } from "./multi-raft.ts";
+import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts";
+import {
+  sendSnapshot,
+  SnapshotAssembler,
+  type SnapshotMessage,
+  type SnapshotMetrics,
+  SnapshotRefusal,
+} from "./snapshot-transfer.ts";
 
 type LogFields = Readonly<Record<string, unknown>>;
 
@@ -67,10 +92,20 @@ const silent: PeerLogger = {
   error: () => undefined,
 };
 
-/** Options the receiving gRPC server needs: a frame may carry a whole snapshot. */
+const MIB = 1024 * 1024;
+
+/**
+ * Options the receiving gRPC server needs. A frame carries one round's messages for the peer:
+ * appends of at most 1 MiB each, past that only a single entry, whose largest is a Put of
+ * `limits.max_value_bytes` (at most 64 MiB) and its key; 128 MiB leaves room for the rest of the
+ * round. Snapshots go in chunks of their own (InstallSnapshot), not in frames.
+ */
 export const RAFT_SERVER_OPTIONS = {
-  "grpc.max_receive_message_length": 256 * 1024 * 1024,
+  "grpc.max_receive_message_length": 128 * MIB,
 } as const;
+
+/** The default pace of snapshot data leaving a node (`raft.snapshot_rate_bytes_per_sec`). */
+const DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC = 64 * MIB;
 
 /**
  * A node's cluster id, or a function returning it as it is now: "" while the node has not yet
@@ -101,7 +136,7 @@ export interface GrpcTransportOptions {
   readonly onUnreachable?: (to: NodeId) => void;
   /** Bytes written to a peer's stream and not yet handed to its socket. Default 16 MiB. */
   readonly maxInFlightBytesPerPeer?: number;
-  /** Larger frames are dropped (the receiver would refuse them). Default 256 MiB. */
+  /** Larger frames are dropped (the receiver would refuse them). Default 128 MiB. */
   readonly maxFrameBytes?: number;
   /** First delay before reopening a failed stream. Default 50 ms. */
   readonly initialBackoffMs?: number;
@@ -111,6 +146,20 @@ export interface GrpcTransportOptions {
   readonly random?: () => number;
   /** Milliseconds, for the backoff. Default performance.now. */
   readonly now?: () => number;
+  /** Snapshot data leaving this node, to every peer together, in bytes/s. Default 64 MiB/s. */
+  readonly snapshotRateBytesPerSec?: number;
+  /** Data bytes per InstallSnapshot chunk; also the rate limiter's burst. Default 1 MiB. */
+  readonly snapshotChunkBytes?: number;
+  /**
+   * A snapshot transfer fails when gRPC takes longer than this to take one chunk, or the peer to
+   * answer after the last (ms; the rate limiter's waits do not count). Default 30 s.
+   */
+  readonly snapshotStallTimeoutMs?: number;
+  /** The rate limiter's time. Default performance.now and setTimeout; tests pass a virtual one. */
+  readonly snapshotClock?: PaceClock;
+  readonly metrics?: SnapshotMetrics;
+  /** gRPC client interceptors on every call to a peer (tests damage snapshots in flight). */
+  readonly interceptors?: readonly Interceptor[];
 }
 
 export interface PeerStats {
@@ -127,6 +176,21 @@ export interface PeerStats {
   /** Streams opened (the first one included). */
   readonly streamsOpened: number;
   readonly streamFailures: number;
+  /** Snapshots the peer acknowledged. */
+  readonly snapshotsSent: number;
+  readonly snapshotsFailed: number;
+  /** Snapshot data bytes gRPC took for the peer (those of failed transfers too). */
+  readonly snapshotBytesSent: number;
+  readonly snapshotInFlight: boolean;
+  /** Snapshots waiting for the one in flight. */
+  readonly snapshotsQueued: number;
+}
+
+/** A snapshot message waiting for its peer's turn, and how to report its outcome. */
+interface QueuedSnapshot {
+  readonly shard: number;
+  readonly message: SnapshotMessage;
+  readonly settle: (delivered: boolean) => void;
 }
 
 interface Stream {
@@ -156,6 +220,12 @@ interface Peer {
   bytesDropped: number;
   streamsOpened: number;
   streamFailures: number;
+  /** Snapshots to send after the one in flight, in order. */
+  readonly snapshotQueue: QueuedSnapshot[];
+  snapshotInFlight: boolean;
+  snapshotsSent: number;
+  snapshotsFailed: number;
+  snapshotBytesSent: number;
 }
 
 const CLOSE_DEADLINE_MS = 1000;
@@ -177,6 +247,13 @@ export class GrpcTransport implements RaftTransport {
   readonly #path: string;
   readonly #peers = new Map<NodeId, Peer>();
   readonly #unreachable = new Set<NodeId>();
+  readonly #limiter: RateLimiter;
+  readonly #chunkBytes: number;
+  readonly #stallTimeoutMs: number;
+  readonly #metrics: SnapshotMetrics | undefined;
+  readonly #interceptors: readonly Interceptor[];
+  /** Aborted by close(): cancels the snapshot transfers in flight. */
+  readonly #closing = new AbortController();
   #closed = false;
 
   constructor(options: GrpcTransportOptions) {
@@ -196,12 +273,30 @@ export class GrpcTransport implements RaftTransport {
     const method = loadRaftProto().cairn.v1.Raft.service.Stream;
     this.#serialize = method.requestSerialize;
     this.#path = method.path;
+    this.#chunkBytes = options.snapshotChunkBytes ?? MIB;
+    if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
+      throw new RangeError(
+        `snapshotChunkBytes must be a positive integer, got ${this.#chunkBytes}`,
+      );
+    }
+    this.#limiter = new RateLimiter(
+      options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
+      this.#chunkBytes,
+      options.snapshotClock ?? systemPaceClock,
+    );
+    this.#stallTimeoutMs = options.snapshotStallTimeoutMs ?? 30_000;
+    // One listener per transfer in flight, one per peer: many peers are not a leak.
+    setMaxListeners(0, this.#closing.signal);
+    this.#metrics = options.metrics;
+    this.#interceptors = options.interceptors ?? [];
   }
 
   /**
-   * Writes one frame with `messages` on the stream to `to`; drops it when that cannot be done.
-   * `sent`, when given, hears once (later, never from inside send()) whether the frame was
-   * handed to the connection (true) or dropped (false).
+   * Writes one frame with `messages` on the stream to `to`, or drops it when that cannot be done;
+   * snapshot messages among them are streamed on their own calls instead (see the top).
+   * `sent`, when given, hears once (later, never from inside send()): with snapshots, whether
+   * the peer acknowledged every one of them (true) or one failed (false); without, whether the
+   * frame was handed to the connection (true) or dropped (false).
    */
   send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void {
     let outcome: boolean | null = null;
@@ -226,6 +321,22 @@ export class GrpcTransport implements RaftTransport {
   ): boolean | null {
     if (this.#closed) return false;
     if (messages.length === 0) return true;
+    messages = this.#ownMessages(to, messages);
+    if (messages.length === 0) return false;
+    const snapshots: { shard: number; message: SnapshotMessage }[] = [];
+    const rest: ShardMessage[] = [];
+    for (const m of messages) {
+      if (m.message.type === "snapshot") snapshots.push({ shard: m.shard, message: m.message });
+      else rest.push(m);
+    }
+    if (snapshots.length === 0) return this.#sendFrame(to, rest, sent);
+    if (rest.length > 0) this.#sendFrame(to, rest, undefined);
+    this.#enqueueSnapshots(this.#peer(toNodeId(nodeOfReplica(to))), snapshots, sent);
+    return null;
+  }
+
+  /** `messages` without those whose ends are not this node's replica and `to` (logged). */
+  #ownMessages(to: NodeId, messages: readonly ShardMessage[]): readonly ShardMessage[] {
     const self = this.#replicaId;
     const stray = messages.find((m) => m.message.from !== self || m.message.to !== to);
     if (stray !== undefined) {
@@ -236,9 +347,17 @@ export class GrpcTransport implements RaftTransport {
         from: stray.message.from,
         to: stray.message.to,
       });
-      messages = messages.filter((m) => m.message.from === self && m.message.to === to);
-      if (messages.length === 0) return false;
+      return messages.filter((m) => m.message.from === self && m.message.to === to);
     }
+    return messages;
+  }
+
+  /** Like #send, for messages that are not snapshots; `to` is a replica id. */
+  #sendFrame(
+    to: NodeId,
+    messages: readonly ShardMessage[],
+    sent: ((delivered: boolean) => void) | undefined,
+  ): boolean | null {
     const node = toNodeId(nodeOfReplica(to));
     const peer = this.#peer(node);
     const stream = this.#stream(peer);
@@ -267,6 +386,87 @@ export class GrpcTransport implements RaftTransport {
     return null;
   }
 
+  /**
+   * Queues `snapshots` for `peer` and starts the first if none is in flight. `sent` hears once,
+   * when the last of them settles: true if the peer acknowledged them all. (One outcome for all:
+   * a group told "lost" of a snapshot that did arrive just probes its follower, who answers.)
+   */
+  #enqueueSnapshots(
+    peer: Peer,
+    snapshots: readonly { shard: number; message: SnapshotMessage }[],
+    sent: ((delivered: boolean) => void) | undefined,
+  ): void {
+    let left = snapshots.length;
+    let all = true;
+    const settle = (delivered: boolean): void => {
+      all &&= delivered;
+      if (--left === 0) sent?.(all);
+    };
+    for (const s of snapshots) peer.snapshotQueue.push({ ...s, settle });
+    this.#nextSnapshot(peer);
+  }
+
+  /** Starts `peer`'s next snapshot unless one is in flight; settles each (asynchronously). */
+  #nextSnapshot(peer: Peer): void {
+    if (peer.snapshotInFlight || this.#closed) return;
+    const next = peer.snapshotQueue.shift();
+    if (next === undefined) return;
+    peer.snapshotInFlight = true;
+    void this.#transfer(peer, next).then((delivered) => {
+      peer.snapshotInFlight = false;
+      next.settle(delivered);
+      this.#nextSnapshot(peer);
+    });
+  }
+
+  /** Streams one snapshot to `peer`; resolves with whether the peer acknowledged it. */
+  async #transfer(peer: Peer, s: QueuedSnapshot): Promise<boolean> {
+    const fields = {
+      peer: peer.id,
+      shard_id: s.shard,
+      index: s.message.snapshot.meta.index,
+      bytes: s.message.snapshot.data.length,
+    };
+    try {
+      const address = this.#resolve(peer.id);
+      if (address === null) throw new Error(`the address of ${peer.id} is not known`);
+      const handshake = {
+        cluster_id: currentId(this.#clusterId),
+        from_node_id: this.nodeId,
+        to_node_id: peer.id,
+        from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
+      };
+      await sendSnapshot(this.#client(peer, address), handshake, s.shard, s.message, {
+        chunkBytes: this.#chunkBytes,
+        limiter: this.#limiter,
+        stallTimeoutMs: this.#stallTimeoutMs,
+        signal: this.#closing.signal,
+        onBytes: (bytes) => {
+          peer.snapshotBytesSent += bytes;
+          this.#metrics?.bytesSent(bytes);
+        },
+      });
+      peer.snapshotsSent++;
+      this.#metrics?.sent();
+      this.#log.info("raft snapshot sent", fields);
+      return true;
+    } catch (err) {
+      peer.snapshotsFailed++;
+      this.#metrics?.failed("send");
+      const e = err as Partial<ServiceError>;
+      const code = typeof e.code === "number" ? status[e.code] : undefined;
+      const failure = {
+        ...fields,
+        ...(code === undefined ? {} : { code }),
+        details: e.details ?? String(err),
+      };
+      // Cut by close(): the node is stopping, nothing to warn about.
+      if (this.#closed) this.#log.debug("raft snapshot not sent", failure);
+      else this.#log.warn("raft snapshot not sent", failure);
+      return false;
+    }
+  }
+
   /** Counters and state per peer, for metrics and tests. */
   stats(): Record<string, PeerStats> {
     const out: Record<string, PeerStats> = {};
@@ -288,6 +488,11 @@ export class GrpcTransport implements RaftTransport {
         inFlightBytes: p.stream?.inFlightBytes ?? 0,
         streamsOpened: p.streamsOpened,
         streamFailures: p.streamFailures,
+        snapshotsSent: p.snapshotsSent,
+        snapshotsFailed: p.snapshotsFailed,
+        snapshotBytesSent: p.snapshotBytesSent,
+        snapshotInFlight: p.snapshotInFlight,
+        snapshotsQueued: p.snapshotQueue.length,
       };
     }
     return out;
@@ -295,11 +500,16 @@ export class GrpcTransport implements RaftTransport {
 
   /**
    * Ends every stream (half-close: frames already written still go out), waits for them to
-   * finish within a second, cuts the rest and closes the channels. send() drops everything after.
+   * finish within a second, cuts the rest and closes the channels. Snapshot transfers are cut at
+   * once, and those waiting are reported lost. send() drops everything after.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#closing.abort();
+    for (const p of this.#peers.values()) {
+      for (const s of p.snapshotQueue.splice(0)) s.settle(false);
+    }
     const streams = [...this.#peers.values()].flatMap((p) => (p.stream === null ? [] : [p.stream]));
     for (const s of streams) s.call.end();
     let timer: NodeJS.Timeout | undefined;
@@ -335,6 +545,11 @@ export class GrpcTransport implements RaftTransport {
         bytesDropped: 0,
         streamsOpened: 0,
         streamFailures: 0,
+        snapshotQueue: [],
+        snapshotInFlight: false,
+        snapshotsSent: 0,
+        snapshotsFailed: 0,
+        snapshotBytesSent: 0,
       };
       this.#peers.set(to, p);
     }
@@ -345,7 +560,7 @@ export class GrpcTransport implements RaftTransport {
   #client(peer: Peer, address: string): Client {
     if (peer.client === null || peer.address !== address) {
       peer.client?.close();
-      peer.client = new Client(address, credentials.createInsecure(), {
+      const options: ClientOptions = {
         // The channel's own reconnect backoff must not outlast the transport's (default 120 s).
         "grpc.initial_reconnect_backoff_ms": this.#initialBackoff,
         "grpc.max_reconnect_backoff_ms": this.#maxBackoff,
@@ -354,7 +569,9 @@ export class GrpcTransport implements RaftTransport {
         "grpc.keepalive_timeout_ms": 5_000,
         // This node's connections are its own (not shared with another transport in-process).
         "grpc.use_local_subchannel_pool": 1,
-      });
+      };
+      if (this.#interceptors.length > 0) options.interceptors = [...this.#interceptors];
+      peer.client = new Client(address, credentials.createInsecure(), options);
       peer.address = address;
     }
     return peer.client;
@@ -548,19 +765,34 @@ export interface RaftServiceOptions {
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   readonly logger?: PeerLogger;
+  /**
+   * Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them; the
+   * receiver assembles a snapshot whole in memory. Default 4 GiB.
+   */
+  readonly maxSnapshotBytes?: number;
+  /**
+   * A snapshot call that brings no chunk for this long fails (DEADLINE_EXCEEDED), so that a
+   * sender gone without a word does not hold its partial snapshot here (ms). Default 60 s.
+   */
+  readonly snapshotIdleTimeoutMs?: number;
+  readonly metrics?: SnapshotMetrics;
 }
 
 export interface RaftService {
   /** cairn.v1.Raft: `server.addService(service.definition, service.implementation)`. */
   readonly definition: ServiceDefinition;
   readonly implementation: RaftHandlers;
-  /** Ends every open stream (UNAVAILABLE): the senders back off and reconnect elsewhere/later. */
+  /**
+   * Ends every open stream and snapshot call (UNAVAILABLE): the senders back off and reconnect
+   * elsewhere/later.
+   */
   endAll(): void;
 }
 
 /**
  * The receiving end of cairn.v1.Raft: checks each stream's handshake, then hands every frame's
- * messages to `handler` with the sender's node id (MultiRaft.receive fits).
+ * messages to `handler` with the sender's node id (MultiRaft.receive fits); hands it each
+ * snapshot of an InstallSnapshot call the same way, once the call brought it whole and verified.
  */
 export function createRaftService(
   handler: (from: string, messages: ShardMessage[]) => void,
@@ -606,29 +838,9 @@ export function createRaftService(
           cluster_id: hs.cluster_id,
           to: hs.to_node_id,
         };
-        const ours = currentId(options.clusterId);
-        if (hs.cluster_id !== ours && hs.cluster_id !== "" && ours !== "") {
-          refuse(
-            status.FAILED_PRECONDITION,
-            `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(hs.cluster_id)}`,
-            fields,
-          );
-        } else if (hs.to_node_id !== self) {
-          refuse(
-            status.FAILED_PRECONDITION,
-            `node id mismatch: this node is ${JSON.stringify(self)}, the sender addressed ${JSON.stringify(hs.to_node_id)}`,
-            fields,
-          );
-        } else if (
-          hs.from_node_id === "" ||
-          hs.from_node_id === self ||
-          (hs.from_replica_id !== "" && nodeOfReplica(hs.from_replica_id) !== hs.from_node_id)
-        ) {
-          refuse(
-            status.FAILED_PRECONDITION,
-            `invalid sender node id ${JSON.stringify(hs.from_node_id)} (replica ${JSON.stringify(hs.from_replica_id)})`,
-            fields,
-          );
+        const refusal = handshakeRefusal(hs, currentId(options.clusterId), self);
+        if (refusal !== null) {
+          refuse(status.FAILED_PRECONDITION, refusal, fields);
         } else {
           from = toNodeId(hs.from_node_id);
           fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
@@ -668,10 +880,98 @@ export function createRaftService(
     call.on("error", () => finish({ code: status.CANCELLED, details: "stream error" }));
   };
 
+  const installSnapshot = (
+    call: ServerReadableStream<SnapshotChunk__Output, SnapshotAck>,
+    callback: sendUnaryData<SnapshotAck>,
+  ): void => {
+    const assembler = new SnapshotAssembler({
+      clusterId: currentId(options.clusterId),
+      self,
+      maxBytes: options.maxSnapshotBytes ?? 4 * 1024 * MIB,
+    });
+    const idleMs = options.snapshotIdleTimeoutMs ?? 60_000;
+    let done = false;
+    const fields = (): LogFields => ({
+      peer: assembler.from ?? "",
+      peer_addr: call.getPeer(),
+      shard_id: assembler.shard ?? -1,
+      bytes: assembler.totalBytes ?? 0,
+    });
+    const finish = (err: SnapshotRefusal | null): void => {
+      if (done) return;
+      done = true;
+      open.delete(end);
+      clearTimeout(idle);
+      if (err === null) {
+        callback(null, {});
+        return;
+      }
+      options.metrics?.failed("receive");
+      log.warn("raft snapshot refused", {
+        ...fields(),
+        code: status[err.code],
+        details: err.message,
+      });
+      callback({ code: err.code, details: err.message });
+    };
+    const end = (err: Partial<ServiceError> | null): void =>
+      finish(new SnapshotRefusal(err?.code ?? status.UNAVAILABLE, err?.details ?? "ended"));
+    open.add(end);
+    const expire = (): void =>
+      finish(new SnapshotRefusal(status.DEADLINE_EXCEEDED, `no chunk for ${idleMs} ms`));
+    let idle = setTimeout(expire, idleMs);
+    const refuse = (err: unknown): void =>
+      finish(
+        err instanceof SnapshotRefusal ? err : new SnapshotRefusal(status.INTERNAL, String(err)),
+      );
+    call.on("data", (chunk: SnapshotChunk__Output) => {
+      if (done) return;
+      clearTimeout(idle);
+      idle = setTimeout(expire, idleMs);
+      try {
+        assembler.push(chunk);
+      } catch (err) {
+        refuse(err);
+      }
+    });
+    // The sender half-closed: only now, complete and verified, does the snapshot reach Raft.
+    call.on("end", () => {
+      if (done) return;
+      let snapshot: ShardMessage;
+      try {
+        snapshot = assembler.finish();
+      } catch (err) {
+        refuse(err);
+        return;
+      }
+      const from = assembler.from ?? "";
+      try {
+        handler(from, [snapshot]);
+      } catch (err) {
+        log.error("raft snapshot handler failed", { ...fields(), error: String(err) });
+        refuse(err);
+        return;
+      }
+      options.metrics?.received();
+      log.info("raft snapshot received", fields());
+      finish(null);
+    });
+    call.on("cancelled", () => {
+      if (done) return;
+      done = true;
+      open.delete(end);
+      clearTimeout(idle);
+      options.metrics?.failed("receive");
+      log.debug("raft snapshot call cancelled by the sender", fields());
+    });
+    call.on("error", () => refuse(new SnapshotRefusal(status.CANCELLED, "stream error")));
+  };
+
   return {
     definition: loadRaftProto().cairn.v1.Raft.service,
     implementation: {
       Stream: stream,
+      InstallSnapshot: installSnapshot,
       ProposeMeta(
         call: ServerUnaryCall<MetaProposal__Output, MetaProposalReply>,
         callback: sendUnaryData<MetaProposalReply>,

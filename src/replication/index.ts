@@ -34,6 +34,8 @@ export {
   type RaftService,
   type RaftServiceOptions,
 } from "./grpc-transport.ts";
+export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
+export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 export { CodecError } from "./codec.ts";
 export type {
   ApplyOutcome,

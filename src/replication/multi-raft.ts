@@ -164,8 +164,9 @@ export interface RaftTransport {
    * Sends one round's messages for node `to`, in order. Delivery is best effort: Raft retries
    * what is lost. Called only after the round's records are durable. When the messages carry a
    * snapshot, `sent` is given: the transport calls it once (never from inside send()) with
-   * whether the frame left this node (true) or was dropped (false), and the driver reports the
-   * outcome to the groups (RawNode.reportSnapshot). Peers found unreachable are reported with
+   * whether the snapshots were delivered (true; GrpcTransport says so once the peer acknowledged
+   * every one) or lost (false), and the driver reports the outcome to the groups
+   * (RawNode.reportSnapshot). Peers found unreachable are reported with
    * MultiRaft.reportUnreachable().
    */
   send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void;

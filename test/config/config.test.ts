@@ -62,7 +62,12 @@ describe("loadConfig", () => {
       max_message_bytes: 4 * 1024 * 1024,
       max_pending_bytes: 128 * 1024 * 1024,
     });
-    assert.deepEqual(c.raft, { tick_ms: 100, election_ticks: 10, heartbeat_ticks: 1 });
+    assert.deepEqual(c.raft, {
+      tick_ms: 100,
+      election_ticks: 10,
+      heartbeat_ticks: 1,
+      snapshot_rate_bytes_per_sec: 64 * 1024 * 1024,
+    });
     assert.deepEqual(c.storage, {
       memtable_bytes: 4 * 1024 * 1024,
       block_cache_bytes: 256 * 1024 * 1024,
@@ -135,6 +140,15 @@ describe("loadConfig", () => {
     assert.equal(c.telemetry.prometheus.enabled, false);
     assert.equal(c.storage.memtable_bytes, 8 * 1024 * 1024);
     assert.equal(c.log.level, "debug");
+  });
+
+  it("takes the snapshot rate as a size per second, from the environment too, at least 1MiB", () => {
+    const c = loadConfig({ env: { CAIRN_RAFT_SNAPSHOT_RATE_BYTES_PER_SEC: "16MiB" } });
+    assert.equal(c.raft.snapshot_rate_bytes_per_sec, 16 * 1024 * 1024);
+    const slow = configError(() =>
+      loadConfig({ configPath: yamlFile("raft:\n  snapshot_rate_bytes_per_sec: 512KiB\n") }),
+    );
+    assert.match(slow.message, /raft\.snapshot_rate_bytes_per_sec \(from .*\): .*, got "512KiB"/);
   });
 
   it("names the key, the file and the bad value", () => {

@@ -9,11 +9,32 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { rendezvousReplicas } from "../../src/cluster/index.ts";
+import { rendezvousReplicas, shardForKey } from "../../src/cluster/index.ts";
 import { type Clients, grpcError } from "../support/grpc-client.ts";
 import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
 
 const b = (s: string): Buffer => Buffer.from(s);
+
+/** A key of `shard` (of the default 1024). */
+function keyOfShard(shard: number): string {
+  for (let i = 0; ; i++) {
+    const key = `fwd-${i}`;
+    if (shardForKey(b(key), 1024) === shard) return key;
+  }
+}
+
+/** `kv_requests_total{operation="put",status="not_leader"}` in a /metrics text. */
+function kvCount(metrics: string): number {
+  const line = metrics
+    .split("\n")
+    .find(
+      (l) =>
+        l.startsWith("kv_requests_total{") &&
+        l.includes('operation="put"') &&
+        l.includes('status="not_leader"'),
+    );
+  return line === undefined ? 0 : Number(line.split(" ").at(-1));
+}
 
 describe("a three-node cluster (real processes)", () => {
   let dir: string;
@@ -100,6 +121,22 @@ describe("a three-node cluster (real processes)", () => {
           (s) => s.leader === rendezvousReplicas(s.id, ["n1", "n2", "n3"], 3)[0] || s.id === 0,
         );
       });
+      // Forwarding: a Put sent to a node that does not lead the key's shard succeeds, and that
+      // node counts it as not_leader (the leader counts it by its outcome).
+      const view = await clusterView(c1);
+      const led = view.shards.find((s) => s.id !== 0 && s.leader !== "");
+      assert.ok(led !== undefined);
+      const fkey = keyOfShard(led.id);
+      const followerIndex = cluster.nodes.findIndex((n) => n.id !== led.leader);
+      const follower = cluster.nodes[followerIndex];
+      assert.ok(follower !== undefined);
+      const notLeader = async (): Promise<number> =>
+        kvCount(await (await fetch(`http://${follower.server?.http}/metrics`)).text());
+      const before = await notLeader();
+      await retryingKv(clients[followerIndex] as Clients, "Put", { key: b(fkey), value: b("f") });
+      assert.equal(await notLeader(), before + 1, `${follower.id} forwarded to ${led.leader}`);
+      const read = await retryingKv(c1, "Get", { key: b(fkey) });
+      assert.equal((read["value"] as Buffer).toString(), "f");
       await cluster.stopAll();
     } finally {
       await cluster.killAll();

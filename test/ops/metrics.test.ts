@@ -182,6 +182,26 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_swim_dropped_datagrams_total", { reason: "truncated" }), 1);
   });
 
+  it("feeds the cairn_raft_snapshot* extras from the peer transport's hooks, failures at 0 first", async () => {
+    const m = fresh();
+    let all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_raft_snapshots_failed_total", { direction: "send" }), 0);
+    assert.equal(valueOf(all, "cairn_raft_snapshots_failed_total", { direction: "receive" }), 0);
+    m.snapshotMetrics.bytesSent(1024);
+    m.snapshotMetrics.bytesSent(512);
+    m.snapshotMetrics.sent();
+    m.snapshotMetrics.received();
+    m.snapshotMetrics.failed("send");
+    m.snapshotMetrics.failed("receive");
+    m.snapshotMetrics.failed("receive");
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_raft_snapshots_sent_total"), 1);
+    assert.equal(valueOf(all, "cairn_raft_snapshot_sent_bytes_total"), 1536);
+    assert.equal(valueOf(all, "cairn_raft_snapshots_received_total"), 1);
+    assert.equal(valueOf(all, "cairn_raft_snapshots_failed_total", { direction: "send" }), 1);
+    assert.equal(valueOf(all, "cairn_raft_snapshots_failed_total", { direction: "receive" }), 2);
+  });
+
   it("computes the process families at scrape time", async () => {
     const injected = samples(await fresh().expose());
     assert.equal(valueOf(injected, "process_cpu_seconds_total"), 1.25);

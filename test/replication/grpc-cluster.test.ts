@@ -2,7 +2,7 @@
  * End to end over real sockets: three MultiRaft instances in one process, each with its own data
  * directory, gRPC server (cairn.v1.Raft) and GrpcTransport, every shard replicated on all three.
  * Writes go through a shard's leader; a stopped follower catches up by log, or by snapshot once
- * the leader compacted its log past it.
+ * the leader compacted its log past it (streamed in many small chunks over InstallSnapshot).
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -23,6 +23,8 @@ const dec = new TextDecoder();
 const CLUSTER = "test-cluster";
 const IDS = ["n1", "n2", "n3"] as const;
 const TOTAL_SHARDS = 4;
+/** Small, so that a test's snapshot spans many chunks. */
+const SNAPSHOT_CHUNK_BYTES = 4 * 1024;
 
 interface PeerNode {
   readonly id: string;
@@ -76,6 +78,7 @@ class Cluster {
       peers: (peer) => this.#addresses.get(peer) ?? null,
       initialBackoffMs: 10,
       maxBackoffMs: 200,
+      snapshotChunkBytes: SNAPSHOT_CHUNK_BYTES,
     });
     const dataDir = join(this.#dir, id);
     try {
@@ -219,7 +222,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
-  it("a follower behind the leader's compacted log catches up by snapshot", async () => {
+  it("a follower behind the leader's compacted log catches up by a snapshot of many chunks", async () => {
     const cluster = new Cluster(join(dir, "snapshot"));
     try {
       for (const id of IDS) await cluster.start(id);
@@ -260,6 +263,12 @@ describe("MultiRaft over gRPC, three nodes", () => {
         return true;
       });
       assert.ok((back.received.get("snapshot") ?? 0) >= 1, "caught up by snapshot");
+      // It came over InstallSnapshot, acknowledged, in many chunks.
+      const toBack = cluster.live().map((n) => n.transport.stats()[back.id]);
+      const sent = toBack.reduce((sum, s) => sum + (s?.snapshotsSent ?? 0), 0);
+      const bytes = toBack.reduce((sum, s) => sum + (s?.snapshotBytesSent ?? 0), 0);
+      assert.ok(sent >= 1, "a snapshot acknowledged by the follower");
+      assert.ok(bytes > 4 * SNAPSHOT_CHUNK_BYTES, `${bytes} bytes: more than four chunks`);
       for (const k of keys) assert.equal(await serializable(back, k), value(k));
       // And it keeps following by log after the snapshot.
       await cluster.put(first, "after");

@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { Server, ServerCredentials } from "@grpc/grpc-js";
+import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
 import {
   createRaftService,
   type PeerLogger,
@@ -20,14 +21,16 @@ export interface RaftServer {
   stop(): void;
 }
 
+/** `wrap` may replace or watch the service's handlers. */
 export async function startRaftServer(
   handler: (from: string, messages: ShardMessage[]) => void,
   options: RaftServiceOptions,
   address = "127.0.0.1:0",
+  wrap: (implementation: RaftHandlers) => RaftHandlers = (implementation) => implementation,
 ): Promise<RaftServer> {
   const server = new Server(RAFT_SERVER_OPTIONS);
   const service = createRaftService(handler, options);
-  server.addService(service.definition, service.implementation);
+  server.addService(service.definition, wrap(service.implementation));
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(address, ServerCredentials.createInsecure(), (err, p) =>
       err === null ? resolve(p) : reject(err),

@@ -15,6 +15,10 @@ import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as
 import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from './cairn/v1/ReadIndexReply.ts';
 import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from './cairn/v1/ReadIndexRequest.ts';
 import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__Output as _cairn_v1_ShardRaftMessage__Output } from './cairn/v1/ShardRaftMessage.ts';
+import type { SnapshotAck as _cairn_v1_SnapshotAck, SnapshotAck__Output as _cairn_v1_SnapshotAck__Output } from './cairn/v1/SnapshotAck.ts';
+import type { SnapshotChunk as _cairn_v1_SnapshotChunk, SnapshotChunk__Output as _cairn_v1_SnapshotChunk__Output } from './cairn/v1/SnapshotChunk.ts';
+import type { SnapshotHeader as _cairn_v1_SnapshotHeader, SnapshotHeader__Output as _cairn_v1_SnapshotHeader__Output } from './cairn/v1/SnapshotHeader.ts';
+import type { SnapshotTrailer as _cairn_v1_SnapshotTrailer, SnapshotTrailer__Output as _cairn_v1_SnapshotTrailer__Output } from './cairn/v1/SnapshotTrailer.ts';
 
 type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
   new(...args: ConstructorParameters<Constructor>): Subtype;
@@ -39,6 +43,10 @@ export interface ProtoGrpcType {
       ReadIndexReply: MessageTypeDefinition<_cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexReply__Output>
       ReadIndexRequest: MessageTypeDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexRequest__Output>
       ShardRaftMessage: MessageTypeDefinition<_cairn_v1_ShardRaftMessage, _cairn_v1_ShardRaftMessage__Output>
+      SnapshotAck: MessageTypeDefinition<_cairn_v1_SnapshotAck, _cairn_v1_SnapshotAck__Output>
+      SnapshotChunk: MessageTypeDefinition<_cairn_v1_SnapshotChunk, _cairn_v1_SnapshotChunk__Output>
+      SnapshotHeader: MessageTypeDefinition<_cairn_v1_SnapshotHeader, _cairn_v1_SnapshotHeader__Output>
+      SnapshotTrailer: MessageTypeDefinition<_cairn_v1_SnapshotTrailer, _cairn_v1_SnapshotTrailer__Output>
     }
   }
 }

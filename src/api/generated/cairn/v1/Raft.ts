@@ -8,8 +8,19 @@ import type { RaftFrame as _cairn_v1_RaftFrame, RaftFrame__Output as _cairn_v1_R
 import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as _cairn_v1_RaftStreamAck__Output } from '../../cairn/v1/RaftStreamAck.ts';
 import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from '../../cairn/v1/ReadIndexReply.ts';
 import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from '../../cairn/v1/ReadIndexRequest.ts';
+import type { SnapshotAck as _cairn_v1_SnapshotAck, SnapshotAck__Output as _cairn_v1_SnapshotAck__Output } from '../../cairn/v1/SnapshotAck.ts';
+import type { SnapshotChunk as _cairn_v1_SnapshotChunk, SnapshotChunk__Output as _cairn_v1_SnapshotChunk__Output } from '../../cairn/v1/SnapshotChunk.ts';
 
 export interface RaftClient extends grpc.Client {
+  InstallSnapshot(metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  InstallSnapshot(metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  InstallSnapshot(options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  InstallSnapshot(callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  installSnapshot(metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  installSnapshot(metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  installSnapshot(options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  installSnapshot(callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
+  
   ProposeMeta(argument: _cairn_v1_MetaProposal, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
   ProposeMeta(argument: _cairn_v1_MetaProposal, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
   ProposeMeta(argument: _cairn_v1_MetaProposal, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_MetaProposalReply__Output>): grpc.ClientUnaryCall;
@@ -40,6 +51,8 @@ export interface RaftClient extends grpc.Client {
 }
 
 export interface RaftHandlers extends grpc.UntypedServiceImplementation {
+  InstallSnapshot: grpc.handleClientStreamingCall<_cairn_v1_SnapshotChunk__Output, _cairn_v1_SnapshotAck>;
+  
   ProposeMeta: grpc.handleUnaryCall<_cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply>;
   
   ReadIndex: grpc.handleUnaryCall<_cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply>;
@@ -49,6 +62,7 @@ export interface RaftHandlers extends grpc.UntypedServiceImplementation {
 }
 
 export interface RaftDefinition extends grpc.ServiceDefinition {
+  InstallSnapshot: MethodDefinition<_cairn_v1_SnapshotChunk, _cairn_v1_SnapshotAck, _cairn_v1_SnapshotChunk__Output, _cairn_v1_SnapshotAck__Output>
   ProposeMeta: MethodDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposalReply, _cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply__Output>
   ReadIndex: MethodDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply__Output>
   Stream: MethodDefinition<_cairn_v1_RaftFrame, _cairn_v1_RaftStreamAck, _cairn_v1_RaftFrame__Output, _cairn_v1_RaftStreamAck__Output>

@@ -1,0 +1,329 @@
+/**
+ * Raft snapshots between nodes, over cairn.v1.Raft InstallSnapshot (proto/cairn/v1/raft.proto).
+ * A snapshot message carries a whole shard, too much for one frame of the per-peer Stream, so
+ * each travels on a call of its own: a header (the Stream's handshake identity, the shard, the
+ * message without its data, the data's length), the data in chunks, and a trailer with the
+ * data's CRC32C (the checksum of the WAL and the SSTables, src/storage/common/crc32c.ts).
+ *
+ * - sendSnapshot() is the sending end. Before each chunk it waits for the node-wide rate
+ *   limiter, then for gRPC to take the previous chunk: grpc-js calls a write back once HTTP/2
+ *   flow control let the chunk out, so a slow receiver slows the sender and at most one chunk
+ *   waits in gRPC. It resolves once the receiver acknowledged the whole snapshot.
+ * - SnapshotAssembler holds the receiving end's rules, apart from gRPC: the header's identity
+ *   (checked as a Stream handshake), its length against the node's limit, every chunk within
+ *   that length, and the length and checksum at the trailer. Only a complete, verified snapshot
+ *   yields its message, which the service then hands to Raft like any other.
+ *
+ * Both ends hold the whole snapshot in memory: the driver builds it in one buffer
+ * (MultiRaft#buildSnapshot) and its Raft core takes it in one message; the receiver assembles
+ * it in one buffer of the announced length.
+ */
+import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import { loadRaftProto } from "../api/proto.ts";
+import type { RaftHandshake } from "../api/generated/cairn/v1/RaftHandshake.ts";
+import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
+import type {
+  SnapshotChunk,
+  SnapshotChunk__Output,
+} from "../api/generated/cairn/v1/SnapshotChunk.ts";
+import type { SnapshotHeader__Output } from "../api/generated/cairn/v1/SnapshotHeader.ts";
+import type { SnapshotTrailer__Output } from "../api/generated/cairn/v1/SnapshotTrailer.ts";
+import { nodeOfReplica } from "../cluster/index.ts";
+import type { Message, NodeId } from "../raft/index.ts";
+import { nodeId as toNodeId } from "../raft/index.ts";
+import { crc32c } from "../storage/index.ts";
+import { CodecError, decodeMessage, encodeMessage } from "./codec.ts";
+import { handshakeRefusal } from "./handshake.ts";
+import type { ShardMessage } from "./multi-raft.ts";
+import type { RateLimiter } from "./rate-limiter.ts";
+
+export type SnapshotMessage = Extract<Message, { type: "snapshot" }>;
+
+/** What snapshot transfers report to the metrics registry (CairnMetrics.snapshotMetrics). */
+export interface SnapshotMetrics {
+  /** A snapshot was sent whole and its receiver acknowledged it. */
+  sent(): void;
+  /** Data bytes gRPC took for a peer, as it takes them (those of failed transfers too). */
+  bytesSent(bytes: number): void;
+  /** A snapshot arrived whole, verified, and was handed to Raft. */
+  received(): void;
+  /** A transfer failed: refused, broken, stalled, or cut by a shutdown. */
+  failed(direction: "send" | "receive"): void;
+}
+
+const EMPTY = new Uint8Array(0);
+
+// ── the sending end ─────────────────────────────────────────────────────────────────────────
+
+export interface SnapshotSendOptions {
+  readonly chunkBytes: number;
+  /** Paces the data (node-wide: shared by every transfer). */
+  readonly limiter: RateLimiter;
+  /**
+   * The transfer fails when gRPC takes longer than this (ms) to take a chunk, or the receiver to
+   * answer after the last: a receiver that stopped reading. The limiter's waits do not count.
+   */
+  readonly stallTimeoutMs: number;
+  /** Data bytes gRPC took, as it takes them. */
+  readonly onBytes: (bytes: number) => void;
+  /** Cancels the transfer (the transport's close()). */
+  readonly signal: AbortSignal;
+}
+
+export class SnapshotSendError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SnapshotSendError";
+  }
+}
+
+/**
+ * Streams `message`, a snapshot of `shard`, to the node at the other end of `client`, opening
+ * with `handshake`. Resolves once the receiver acknowledged it: verified, and handed to its Raft
+ * groups. Rejects (the call cancelled) on any refusal, failure, stall or abort.
+ */
+export async function sendSnapshot(
+  client: Client,
+  handshake: RaftHandshake,
+  shard: number,
+  message: SnapshotMessage,
+  options: SnapshotSendOptions,
+): Promise<void> {
+  const method = loadRaftProto().cairn.v1.Raft.service.InstallSnapshot;
+  options.signal.throwIfAborted();
+  // The receiver's answer: null (OK), or why the call ended.
+  let answered: (err: ServiceError | null) => void = () => undefined;
+  const ended = new Promise<ServiceError | null>((resolve) => {
+    answered = resolve;
+  });
+  const call = client.makeClientStreamRequest<SnapshotChunk, SnapshotAck>(
+    method.path,
+    method.requestSerialize,
+    method.responseDeserialize,
+    new Metadata(),
+    {},
+    (err) => answered(err),
+  );
+  // Errors reach the callback above; the listener keeps a late write's error from throwing.
+  call.on("error", () => undefined);
+  const abort = (): void => call.cancel();
+  options.signal.addEventListener("abort", abort);
+  // The call ending before the transfer does is its failure, whatever the status says.
+  const cut: Promise<never> = ended.then((err) => {
+    throw err ?? new SnapshotSendError("the receiver answered before the whole snapshot");
+  });
+  cut.catch(() => undefined);
+  const within = <T>(what: string, work: Promise<T>): Promise<T> =>
+    stallGuard(what, work, options.stallTimeoutMs);
+  const write = (what: string, chunk: SnapshotChunk): Promise<void> =>
+    within(what, Promise.race([new Promise<void>((r) => call.write(chunk, () => r())), cut]));
+
+  const data = message.snapshot.data;
+  try {
+    await write("the header", {
+      header: {
+        handshake,
+        shard_id: shard,
+        message: encodeMessage({
+          ...message,
+          snapshot: { meta: message.snapshot.meta, data: EMPTY },
+        }),
+        total_bytes: data.length,
+        to_replica_id: message.to === handshake.to_node_id ? "" : message.to,
+      },
+    });
+    let crc = 0;
+    for (let at = 0; at < data.length; at += options.chunkBytes) {
+      const chunk = data.subarray(at, at + options.chunkBytes);
+      await Promise.race([options.limiter.take(chunk.length), cut]);
+      crc = crc32c(chunk, crc);
+      await write("a chunk", { data: chunk });
+      options.onBytes(chunk.length);
+    }
+    await write("the trailer", { trailer: { crc32c: crc } });
+    call.end();
+    const err = await within("the answer", ended);
+    if (err !== null) throw err;
+  } catch (err) {
+    call.cancel();
+    throw err;
+  } finally {
+    options.signal.removeEventListener("abort", abort);
+  }
+}
+
+/** `work`, or a SnapshotSendError if it does not settle within `ms`. */
+async function stallGuard<T>(what: string, work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new SnapshotSendError(`${what} of the snapshot waited over ${ms} ms`)),
+      ms,
+    );
+  });
+  try {
+    return await Promise.race([work, stalled]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// ── the receiving end ───────────────────────────────────────────────────────────────────────
+
+/** Why a snapshot stream is refused, as the gRPC status its call ends with. */
+export class SnapshotRefusal extends Error {
+  readonly code: status;
+
+  constructor(code: status, message: string) {
+    super(message);
+    this.name = "SnapshotRefusal";
+    this.code = code;
+  }
+}
+
+export interface SnapshotAssemblerOptions {
+  /** This node's cluster id when the call arrived ("" while it does not know it). */
+  readonly clusterId: string;
+  readonly self: NodeId;
+  /** Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them. */
+  readonly maxBytes: number;
+}
+
+interface Header {
+  readonly from: NodeId;
+  readonly shard: number;
+  readonly message: SnapshotMessage;
+  /** The announced length; the buffer it will be assembled in. */
+  readonly data: Buffer;
+}
+
+/** One InstallSnapshot call's chunks, checked as they arrive; push() throws SnapshotRefusal. */
+export class SnapshotAssembler {
+  readonly #options: SnapshotAssemblerOptions;
+  #header: Header | null = null;
+  #received = 0;
+  #crc = 0;
+  #verified = false;
+
+  constructor(options: SnapshotAssemblerOptions) {
+    this.#options = options;
+  }
+
+  /** The sender, once its header was accepted. */
+  get from(): NodeId | null {
+    return this.#header?.from ?? null;
+  }
+
+  get shard(): number | null {
+    return this.#header?.shard ?? null;
+  }
+
+  get totalBytes(): number | null {
+    return this.#header?.data.length ?? null;
+  }
+
+  push(chunk: SnapshotChunk__Output): void {
+    if (this.#header === null) {
+      if (chunk.chunk !== "header" || chunk.header === undefined || chunk.header === null) {
+        throw new SnapshotRefusal(status.FAILED_PRECONDITION, "the first chunk must be a header");
+      }
+      this.#header = this.#readHeader(chunk.header);
+    } else if (this.#verified) {
+      throw new SnapshotRefusal(status.INVALID_ARGUMENT, "a chunk after the trailer");
+    } else if (chunk.chunk === "data" && chunk.data !== undefined) {
+      this.#append(this.#header, chunk.data);
+    } else if (chunk.chunk === "trailer" && chunk.trailer !== undefined && chunk.trailer !== null) {
+      this.#verify(this.#header, chunk.trailer);
+    } else {
+      throw new SnapshotRefusal(status.INVALID_ARGUMENT, "a second header, or an empty chunk");
+    }
+  }
+
+  /** The sender half-closed: the whole snapshot message, verified. */
+  finish(): ShardMessage {
+    const h = this.#header;
+    if (h === null || !this.#verified) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        `the stream ended before its trailer (${this.#received} of ${h?.data.length ?? "?"} bytes)`,
+      );
+    }
+    const data = new Uint8Array(h.data.buffer, h.data.byteOffset, h.data.length);
+    const snapshot = { meta: h.message.snapshot.meta, data };
+    return { shard: h.shard, message: { ...h.message, snapshot } };
+  }
+
+  #readHeader(h: SnapshotHeader__Output): Header {
+    const { clusterId, self, maxBytes } = this.#options;
+    if (h.handshake === null) {
+      throw new SnapshotRefusal(status.FAILED_PRECONDITION, "the header carries no handshake");
+    }
+    const refusal = handshakeRefusal(h.handshake, clusterId, self);
+    if (refusal !== null) throw new SnapshotRefusal(status.FAILED_PRECONDITION, refusal);
+    const from = toNodeId(h.handshake.from_node_id);
+    const fromReplica =
+      h.handshake.from_replica_id === "" ? from : toNodeId(h.handshake.from_replica_id);
+    const to = h.to_replica_id === "" ? self : toNodeId(h.to_replica_id);
+    if (nodeOfReplica(to) !== self) {
+      throw new SnapshotRefusal(
+        status.FAILED_PRECONDITION,
+        `addressed to replica ${to}, not of this node`,
+      );
+    }
+    if (h.message === null) {
+      throw new SnapshotRefusal(status.INVALID_ARGUMENT, "the header carries no message");
+    }
+    let message: Message;
+    try {
+      message = decodeMessage(h.message, fromReplica, to);
+    } catch (err) {
+      if (!(err instanceof CodecError)) throw err;
+      throw new SnapshotRefusal(status.INVALID_ARGUMENT, `malformed header: ${err.message}`);
+    }
+    if (message.type !== "snapshot" || message.snapshot.data.length > 0) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        "the header's message must be a snapshot without its data",
+      );
+    }
+    const total = h.total_bytes;
+    if (!Number.isSafeInteger(total) || total < 0) {
+      throw new SnapshotRefusal(status.INVALID_ARGUMENT, `invalid length ${total}`);
+    }
+    if (total > maxBytes) {
+      throw new SnapshotRefusal(
+        status.RESOURCE_EXHAUSTED,
+        `a snapshot of ${total} bytes is over this node's limit of ${maxBytes}`,
+      );
+    }
+    return { from, shard: h.shard_id, message, data: Buffer.allocUnsafe(total) };
+  }
+
+  #append(h: Header, bytes: Buffer): void {
+    if (bytes.length > h.data.length - this.#received) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        `more data than the ${h.data.length} bytes announced`,
+      );
+    }
+    bytes.copy(h.data, this.#received);
+    this.#crc = crc32c(bytes, this.#crc);
+    this.#received += bytes.length;
+  }
+
+  #verify(h: Header, trailer: SnapshotTrailer__Output): void {
+    if (this.#received !== h.data.length) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        `the trailer came after ${this.#received} of the ${h.data.length} bytes announced`,
+      );
+    }
+    if (trailer.crc32c >>> 0 !== this.#crc) {
+      throw new SnapshotRefusal(
+        status.DATA_LOSS,
+        `checksum mismatch: the data's CRC32C is ${this.#crc}, the trailer says ${trailer.crc32c}`,
+      );
+    }
+    this.#verified = true;
+  }
+}

@@ -1,0 +1,633 @@
+/**
+ * Snapshots over cairn.v1.Raft InstallSnapshot, real sockets (127.0.0.1, port 0): a snapshot of
+ * several chunks arrives intact and is handed over like a frame's messages; damaged, cut or
+ * misaddressed streams are refused and reach nothing; `sent` hears each outcome once; the rate
+ * limiter paces the chunks (on a virtual clock); one snapshot at a time per peer. The
+ * receiver's checks alone, without gRPC, are at the end (SnapshotAssembler).
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { InterceptingCall, type Interceptor, status } from "@grpc/grpc-js";
+import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
+import type {
+  SnapshotChunk,
+  SnapshotChunk__Output,
+} from "../../src/api/generated/cairn/v1/SnapshotChunk.ts";
+import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
+import {
+  GrpcTransport,
+  type GrpcTransportOptions,
+  type PaceClock,
+  type RaftServiceOptions,
+  type ShardMessage,
+  SnapshotAssembler,
+  type SnapshotMetrics,
+  SnapshotRefusal,
+} from "../../src/replication/index.ts";
+import { crc32c } from "../../src/storage/index.ts";
+import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+
+const N1 = nodeId("n1");
+const N2 = nodeId("n2");
+const N3 = nodeId("n3");
+const KIB = 1024;
+const CHUNK = 64 * KIB;
+const INSTALL = "/cairn.v1.Raft/InstallSnapshot";
+
+/** Bytes that differ from one position to the next, so a misplaced chunk shows. */
+function pattern(length: number, seed = 0): Uint8Array {
+  const out = new Uint8Array(length);
+  for (let i = 0; i < length; i++) out[i] = (i * 31 + (i >>> 8) + seed) & 0xff;
+  return out;
+}
+
+function snapshot(bytes: number, shard = 3, seed = 0, to: NodeId = N2): ShardMessage {
+  const message: Message = {
+    type: "snapshot",
+    from: N1,
+    to,
+    term: term(2),
+    snapshot: {
+      meta: {
+        index: logIndex(500 + seed),
+        term: term(2),
+        conf: { voters: [N1, N2], learners: [] },
+      },
+      data: pattern(bytes, seed),
+    },
+  };
+  return { shard, message };
+}
+
+function heartbeat(): ShardMessage {
+  const message: Message = {
+    type: "heartbeat",
+    from: N1,
+    to: N2,
+    term: term(2),
+    commit: logIndex(7),
+    readSeq: 0,
+  };
+  return { shard: 1, message };
+}
+
+/** Counts what SnapshotMetrics hears. */
+function countingMetrics(): SnapshotMetrics & { counts: Record<string, number> } {
+  const counts: Record<string, number> = {
+    sent: 0,
+    bytesSent: 0,
+    received: 0,
+    failedSend: 0,
+    failedReceive: 0,
+  };
+  const bump = (k: string, n = 1): void => {
+    counts[k] = (counts[k] ?? 0) + n;
+  };
+  return {
+    counts,
+    sent: () => bump("sent"),
+    bytesSent: (bytes) => bump("bytesSent", bytes),
+    received: () => bump("received"),
+    failed: (direction) => bump(direction === "send" ? "failedSend" : "failedReceive"),
+  };
+}
+
+/** An interceptor that rewrites (or holds back, with null) the chunks of snapshot calls. */
+function onChunks(edit: (chunk: SnapshotChunk, n: number) => SnapshotChunk | null): Interceptor {
+  return (options, nextCall) => {
+    if (options.method_definition.path !== INSTALL) return new InterceptingCall(nextCall(options));
+    let n = 0;
+    return new InterceptingCall(nextCall(options), {
+      sendMessage(message: SnapshotChunk, next) {
+        const edited = edit(message, n++);
+        if (edited !== null) next(edited);
+      },
+    });
+  };
+}
+
+interface Rig {
+  readonly transport: GrpcTransport;
+  /** What reached the receiver's handler, per call. */
+  readonly got: ShardMessage[][];
+  readonly serverLines: LogLine[];
+  readonly lines: LogLine[];
+  readonly senderMetrics: ReturnType<typeof countingMetrics>;
+  readonly receiverMetrics: ReturnType<typeof countingMetrics>;
+  close(): Promise<void>;
+}
+
+async function rig(
+  transport: Partial<GrpcTransportOptions> = {},
+  service: Partial<RaftServiceOptions> = {},
+  wrap?: (implementation: RaftHandlers) => RaftHandlers,
+): Promise<Rig> {
+  const got: ShardMessage[][] = [];
+  const serverLines: LogLine[] = [];
+  const receiverMetrics = countingMetrics();
+  const server = await startRaftServer(
+    (from, messages) => {
+      assert.equal(from, "n1");
+      got.push(messages);
+    },
+    {
+      clusterId: "c1",
+      nodeId: "n2",
+      logger: recordingLogger(serverLines),
+      metrics: receiverMetrics,
+      ...service,
+    },
+    "127.0.0.1:0",
+    wrap,
+  );
+  const lines: LogLine[] = [];
+  const senderMetrics = countingMetrics();
+  const t = new GrpcTransport({
+    clusterId: "c1",
+    nodeId: "n1",
+    // n3 lives at the same server, which refuses what is addressed to it.
+    peers: () => server.address,
+    logger: recordingLogger(lines),
+    snapshotChunkBytes: CHUNK,
+    metrics: senderMetrics,
+    ...transport,
+  });
+  return {
+    transport: t,
+    got,
+    serverLines,
+    lines,
+    senderMetrics,
+    receiverMetrics,
+    async close() {
+      await t.close();
+      server.stop();
+    },
+  };
+}
+
+/** The snapshots among what reached the handler. */
+function snapshotsIn(got: readonly ShardMessage[][]): ShardMessage[] {
+  return got.flat().filter((m) => m.message.type === "snapshot");
+}
+
+describe("GrpcTransport: snapshots over InstallSnapshot", () => {
+  it("streams a snapshot of several chunks intact, beside the round's frame, and reports it once", async () => {
+    const r = await rig();
+    try {
+      const size = 5 * CHUNK + 123;
+      const snap = snapshot(size);
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [heartbeat(), snap], (delivered) => outcomes.push(delivered));
+      assert.deepEqual(outcomes, [], "never answered from inside send()");
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true]);
+      // The receiver handed the snapshot over before it acknowledged it.
+      assert.deepEqual(snapshotsIn(r.got), [snap]);
+      assert.deepEqual(
+        r.got.flat().filter((m) => m.message.type === "heartbeat"),
+        [heartbeat()],
+        "the rest of the round went in a frame",
+      );
+      const stats = r.transport.stats()["n2"];
+      assert.equal(stats?.snapshotsSent, 1);
+      assert.equal(stats?.snapshotsFailed, 0);
+      assert.equal(stats?.snapshotBytesSent, size);
+      assert.equal(stats?.snapshotInFlight, false);
+      assert.equal(r.senderMetrics.counts["sent"], 1);
+      assert.equal(r.senderMetrics.counts["bytesSent"], size);
+      assert.equal(r.receiverMetrics.counts["received"], 1);
+      assert.ok(r.lines.some((l) => l.message === "raft snapshot sent"));
+      assert.ok(r.serverLines.some((l) => l.message === "raft snapshot received"));
+    } finally {
+      await r.close();
+    }
+    assert.equal(r.senderMetrics.counts["failedSend"], 0);
+    assert.equal(r.receiverMetrics.counts["failedReceive"], 0);
+  });
+
+  it("sends an empty snapshot (header and trailer only)", async () => {
+    const r = await rig();
+    try {
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [snapshot(0)], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true]);
+      assert.deepEqual(snapshotsIn(r.got), [snapshot(0)]);
+    } finally {
+      await r.close();
+    }
+  });
+
+  const refusals: {
+    what: string;
+    code: status;
+    transport?: Partial<GrpcTransportOptions>;
+    service?: Partial<RaftServiceOptions>;
+  }[] = [
+    {
+      what: "a corrupted chunk",
+      code: status.DATA_LOSS,
+      transport: {
+        interceptors: [
+          onChunks((chunk, n) => {
+            if (n !== 2 || chunk.data === undefined || typeof chunk.data === "string") return chunk;
+            const damaged = Buffer.from(chunk.data);
+            damaged[1000] = (damaged[1000] ?? 0) ^ 0x10;
+            return { data: damaged };
+          }),
+        ],
+      },
+    },
+    {
+      what: "a wrong checksum",
+      code: status.DATA_LOSS,
+      transport: {
+        interceptors: [
+          onChunks((chunk) =>
+            chunk.trailer
+              ? { trailer: { crc32c: ((chunk.trailer.crc32c ?? 0) ^ 1) >>> 0 } }
+              : chunk,
+          ),
+        ],
+      },
+    },
+    {
+      what: "a chunk missing from the stream",
+      code: status.INVALID_ARGUMENT,
+      transport: {
+        interceptors: [onChunks((chunk, n) => (n === 3 ? { data: Buffer.alloc(0) } : chunk))],
+      },
+    },
+    {
+      what: "a stream ended before its trailer",
+      code: status.INVALID_ARGUMENT,
+      transport: {
+        interceptors: [onChunks((chunk) => (chunk.trailer ? { data: Buffer.alloc(0) } : chunk))],
+      },
+    },
+    {
+      what: "a wrong cluster id",
+      code: status.FAILED_PRECONDITION,
+      transport: { clusterId: "other-cluster" },
+    },
+    {
+      what: "a snapshot over the receiver's size limit",
+      code: status.RESOURCE_EXHAUSTED,
+      service: { maxSnapshotBytes: 4 * CHUNK },
+    },
+    {
+      what: "a sender that goes quiet mid-stream",
+      code: status.DEADLINE_EXCEEDED,
+      // The third chunk never leaves; the receiver gives up first.
+      transport: { interceptors: [onChunks((chunk, n) => (n === 2 ? null : chunk))] },
+      service: { snapshotIdleTimeoutMs: 100 },
+    },
+  ];
+  for (const { what, code, transport, service } of refusals) {
+    it(`refuses ${what} (${status[code]}): nothing reaches Raft, and sent hears false`, async () => {
+      const r = await rig(transport, service);
+      try {
+        const outcomes: boolean[] = [];
+        r.transport.send(N2, [snapshot(5 * CHUNK + 123)], (delivered) => outcomes.push(delivered));
+        await eventually("the outcome", () => outcomes.length === 1);
+        assert.deepEqual(outcomes, [false]);
+        assert.deepEqual(r.got, [], "the receiver's handler saw nothing");
+        const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+        assert.equal(refusal?.fields["code"], status[code], String(refusal?.fields["details"]));
+        const failure = r.lines.find((l) => l.message === "raft snapshot not sent");
+        assert.equal(failure?.level, "warn");
+        assert.equal(failure?.fields["code"], status[code]);
+        assert.equal(r.transport.stats()["n2"]?.snapshotsFailed, 1);
+        assert.equal(r.transport.stats()["n2"]?.snapshotsSent, 0);
+        assert.equal(r.senderMetrics.counts["failedSend"], 1);
+        await eventually(
+          "the receiver counted it",
+          () => r.receiverMetrics.counts["failedReceive"] === 1,
+        );
+        assert.equal(r.receiverMetrics.counts["received"], 0);
+      } finally {
+        await r.close();
+      }
+    });
+  }
+
+  it("refuses a snapshot addressed to another node", async () => {
+    const r = await rig();
+    try {
+      const outcomes: boolean[] = [];
+      r.transport.send(N3, [snapshot(CHUNK, 3, 0, N3)], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [false]);
+      assert.deepEqual(r.got, []);
+      assert.match(
+        String(r.serverLines.find((l) => l.message === "raft snapshot refused")?.fields["details"]),
+        /node id mismatch/,
+      );
+    } finally {
+      await r.close();
+    }
+  });
+
+  it("writes a chunk only once gRPC took the one before (back-pressure), else stalls and fails", async () => {
+    const seen: number[] = [];
+    // gRPC never takes the second data chunk (its write is never called back).
+    const hold = onChunks((chunk, n) => {
+      seen.push(n);
+      return n === 2 ? null : chunk;
+    });
+    const r = await rig({ interceptors: [hold], snapshotStallTimeoutMs: 200 });
+    try {
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [snapshot(6 * CHUNK)], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [false]);
+      assert.deepEqual(seen, [0, 1, 2], "the header and two chunks; nothing after the held one");
+      assert.equal(r.transport.stats()["n2"]?.snapshotBytesSent, CHUNK);
+      const failure = r.lines.find((l) => l.message === "raft snapshot not sent");
+      assert.match(
+        String(failure?.fields["details"]),
+        /a chunk of the snapshot waited over 200 ms/,
+      );
+    } finally {
+      await r.close();
+    }
+  });
+
+  it("fails a transfer whose receiver never answers, after the stall timeout", async () => {
+    const silent = (impl: RaftHandlers): RaftHandlers => ({
+      ...impl,
+      // Reads everything and never answers.
+      InstallSnapshot: (call) => call.on("data", () => undefined),
+    });
+    const r = await rig({ snapshotStallTimeoutMs: 200 }, {}, silent);
+    try {
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [snapshot(2 * CHUNK)], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [false]);
+      const failure = r.lines.find((l) => l.message === "raft snapshot not sent");
+      assert.match(
+        String(failure?.fields["details"]),
+        /the answer of the snapshot waited over 200 ms/,
+      );
+    } finally {
+      await r.close();
+    }
+  });
+
+  it("paces the chunks at the node's rate (virtual clock: no real waiting)", async () => {
+    let now = 0;
+    const sleeps: number[] = [];
+    const clock: PaceClock = {
+      now: () => now,
+      sleep: (ms) => {
+        sleeps.push(ms);
+        now += ms;
+        return Promise.resolve();
+      },
+    };
+    // 128 KiB/s, 64 KiB chunks (the burst): one chunk is due every 500 ms.
+    const r = await rig({ snapshotClock: clock, snapshotRateBytesPerSec: 2 * CHUNK });
+    try {
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [snapshot(8 * CHUNK)], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true]);
+      // The first chunk goes at once, each of the seven others half a second after the last.
+      assert.deepEqual(sleeps, [500, 500, 500, 500, 500, 500, 500]);
+      assert.equal(now, 3500);
+      // A second snapshot right after (the virtual clock stands at the last chunk's due time)
+      // waits for its turn: the limiter is the transport's, across transfers.
+      r.transport.send(N2, [snapshot(CHUNK, 4)], (delivered) => outcomes.push(delivered));
+      await eventually("the second outcome", () => outcomes.length === 2);
+      assert.deepEqual(sleeps.slice(7), [500]);
+    } finally {
+      await r.close();
+    }
+  });
+
+  it("keeps one snapshot in flight per peer; the others wait their turn, in order", async () => {
+    let active = 0;
+    let most = 0;
+    const watch = (impl: RaftHandlers): RaftHandlers => ({
+      ...impl,
+      InstallSnapshot: (call, callback) => {
+        active++;
+        most = Math.max(most, active);
+        impl.InstallSnapshot(call, (...answer: Parameters<typeof callback>) => {
+          active--;
+          callback(...answer);
+        });
+      },
+    });
+    const r = await rig({}, {}, watch);
+    try {
+      const outcomes: string[] = [];
+      const a = snapshot(4 * CHUNK, 1, 1);
+      const b = snapshot(4 * CHUNK, 2, 2);
+      const c = snapshot(4 * CHUNK, 3, 3);
+      r.transport.send(N2, [a, b], (delivered) => outcomes.push(`ab ${delivered}`));
+      r.transport.send(N2, [c], (delivered) => outcomes.push(`c ${delivered}`));
+      const stats = r.transport.stats()["n2"];
+      assert.equal(stats?.snapshotInFlight, true);
+      assert.equal(stats?.snapshotsQueued, 2);
+      await eventually("both outcomes", () => outcomes.length === 2);
+      assert.deepEqual(outcomes, ["ab true", "c true"]);
+      assert.equal(most, 1, "never two InstallSnapshot calls from n1 at once");
+      assert.deepEqual(snapshotsIn(r.got), [a, b, c]);
+      assert.equal(r.transport.stats()["n2"]?.snapshotsQueued, 0);
+    } finally {
+      await r.close();
+    }
+  });
+
+  it("close() cuts the transfer in flight and reports it and those waiting lost, once each", async () => {
+    let calls = 0;
+    const silent = (impl: RaftHandlers): RaftHandlers => ({
+      ...impl,
+      InstallSnapshot: (call) => {
+        calls++;
+        call.on("data", () => undefined);
+      },
+    });
+    const r = await rig({}, {}, silent);
+    const outcomes: string[] = [];
+    try {
+      r.transport.send(N2, [snapshot(CHUNK, 1, 1)], (d) => outcomes.push(`first ${d}`));
+      r.transport.send(N2, [snapshot(CHUNK, 2, 2)], (d) => outcomes.push(`second ${d}`));
+      await eventually("the first call reached the receiver", () => calls === 1);
+    } finally {
+      await r.close();
+    }
+    await eventually("both outcomes", () => outcomes.length === 2);
+    assert.deepEqual(outcomes.sort(), ["first false", "second false"]);
+    assert.equal(calls, 1);
+    r.transport.send(N2, [snapshot(CHUNK)], (d) => outcomes.push(`after ${d}`));
+    await eventually("the outcome after close", () => outcomes.length === 3);
+    assert.equal(outcomes[2], "after false");
+  });
+});
+
+// ── the receiver's checks, without gRPC ─────────────────────────────────────────────────────
+
+function header(
+  total: number,
+  over: Partial<{ cluster: string; to: string }> = {},
+): SnapshotChunk__Output {
+  return {
+    chunk: "header",
+    header: {
+      handshake: {
+        cluster_id: over.cluster ?? "c1",
+        from_node_id: "n1",
+        to_node_id: over.to ?? "n2",
+        from_replica_id: "",
+      },
+      shard_id: 3,
+      message: {
+        type: "RAFT_MESSAGE_TYPE_SNAPSHOT",
+        term: 2,
+        prev_index: 0,
+        prev_term: 0,
+        entries: [],
+        commit: 0,
+        index: 0,
+        reject: false,
+        hint_index: 0,
+        hint_term: 0,
+        last_index: 0,
+        last_term: 0,
+        transfer: false,
+        read_seq: 0,
+        snapshot: {
+          meta: { index: 500, term: 2, voters: ["n1", "n2"], learners: [] },
+          data: Buffer.alloc(0),
+        },
+      },
+      total_bytes: total,
+      to_replica_id: "",
+    },
+  };
+}
+
+const data = (bytes: Uint8Array): SnapshotChunk__Output => ({
+  chunk: "data",
+  data: Buffer.from(bytes),
+});
+const trailer = (crc: number): SnapshotChunk__Output => ({
+  chunk: "trailer",
+  trailer: { crc32c: crc },
+});
+
+function assembler(maxBytes = 1 << 20): SnapshotAssembler {
+  return new SnapshotAssembler({ clusterId: "c1", self: N2, maxBytes });
+}
+
+function refusedWith(code: status, pattern: RegExp): (err: unknown) => boolean {
+  return (err) => {
+    assert.ok(err instanceof SnapshotRefusal);
+    assert.equal(status[err.code], status[code]);
+    assert.match(err.message, pattern);
+    return true;
+  };
+}
+
+describe("SnapshotAssembler", () => {
+  const bytes = pattern(1000);
+
+  it("assembles chunks cut anywhere into the snapshot message", () => {
+    const a = assembler();
+    a.push(header(1000));
+    a.push(data(bytes.subarray(0, 1)));
+    a.push(data(bytes.subarray(1, 1)));
+    a.push(data(bytes.subarray(1, 999)));
+    a.push(data(bytes.subarray(999)));
+    a.push(trailer(crc32c(bytes)));
+    assert.equal(a.from, N1);
+    assert.deepEqual(a.finish(), snapshot(1000));
+  });
+
+  it("wants a header first, with an identity a Stream would accept", () => {
+    assert.throws(
+      () => assembler().push(data(bytes)),
+      refusedWith(status.FAILED_PRECONDITION, /header/),
+    );
+    assert.throws(
+      () => assembler().push(header(10, { cluster: "c2" })),
+      refusedWith(status.FAILED_PRECONDITION, /cluster id mismatch/),
+    );
+    assert.throws(
+      () => assembler().push(header(10, { to: "n3" })),
+      refusedWith(status.FAILED_PRECONDITION, /node id mismatch/),
+    );
+    // An end that does not know its cluster id yet is accepted, as on a Stream.
+    assert.doesNotThrow(() => assembler().push(header(10, { cluster: "" })));
+  });
+
+  it("refuses a header whose message is not a snapshot without data", () => {
+    const notSnapshot = header(10);
+    assert.ok(notSnapshot.header?.message);
+    notSnapshot.header.message.type = "RAFT_MESSAGE_TYPE_HEARTBEAT";
+    assert.throws(
+      () => assembler().push(notSnapshot),
+      refusedWith(status.INVALID_ARGUMENT, /snapshot/),
+    );
+    const withData = header(10);
+    assert.ok(withData.header?.message?.snapshot);
+    withData.header.message.snapshot.data = Buffer.from([1]);
+    assert.throws(
+      () => assembler().push(withData),
+      refusedWith(status.INVALID_ARGUMENT, /without its data/),
+    );
+  });
+
+  it("refuses more than the limit before taking memory for it", () => {
+    assert.throws(
+      () => assembler(999).push(header(1000)),
+      refusedWith(status.RESOURCE_EXHAUSTED, /limit of 999/),
+    );
+  });
+
+  it("refuses data beyond the announced length, a short stream and a bad checksum", () => {
+    const over = assembler();
+    over.push(header(10));
+    assert.throws(
+      () => over.push(data(bytes.subarray(0, 11))),
+      refusedWith(status.INVALID_ARGUMENT, /more data/),
+    );
+
+    const short = assembler();
+    short.push(header(1000));
+    short.push(data(bytes.subarray(0, 500)));
+    assert.throws(
+      () => short.push(trailer(crc32c(bytes))),
+      refusedWith(status.INVALID_ARGUMENT, /500 of the 1000/),
+    );
+
+    const ended = assembler();
+    ended.push(header(1000));
+    ended.push(data(bytes));
+    assert.throws(() => ended.finish(), refusedWith(status.INVALID_ARGUMENT, /before its trailer/));
+
+    const damaged = assembler();
+    damaged.push(header(1000));
+    damaged.push(data(bytes));
+    assert.throws(
+      () => damaged.push(trailer(crc32c(bytes) ^ 1)),
+      refusedWith(status.DATA_LOSS, /checksum/),
+    );
+    assert.throws(() => damaged.finish(), SnapshotRefusal);
+  });
+
+  it("refuses anything after the trailer", () => {
+    const a = assembler();
+    a.push(header(1000));
+    a.push(data(bytes));
+    a.push(trailer(crc32c(bytes)));
+    assert.throws(
+      () => a.push(data(new Uint8Array(0))),
+      refusedWith(status.INVALID_ARGUMENT, /after the trailer/),
+    );
+  });
+});
