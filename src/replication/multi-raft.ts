@@ -58,6 +58,11 @@ import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-s
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
 const EMPTY = new Uint8Array(0);
+/**
+ * Log entries a leader keeps, beyond what its engine holds, for members behind it (see
+ * #retainedFrom); further behind, a member catches up by snapshot.
+ */
+const RETAINED_ENTRIES = 10_000;
 /** What a waiting request costs the node beyond its payload (promises, closures, queues). */
 const REQUEST_OVERHEAD_BYTES = 512;
 
@@ -207,6 +212,10 @@ export interface ShardInfo {
   readonly leaderChanges: number;
   readonly voters: readonly string[];
   readonly learners: readonly string[];
+  /** The first index still in the shard's log here (entries below it are compacted). */
+  readonly logFirstIndex: number;
+  /** The index the shard's engine holds durably (in SSTables). */
+  readonly durableIndex: number;
 }
 
 export interface ScanRequest {
@@ -330,7 +339,7 @@ export class MultiRaft {
       throw err;
     }
     mr.#stopTicker = mr.#clock.every(options.tickMs, () => mr.#tick());
-    mr.#stopMaintenance = mr.#clock.every(1000, () => void mr.#maintain());
+    mr.#stopMaintenance = mr.#clock.every(1000, () => void mr.maintain());
     return mr;
   }
 
@@ -570,6 +579,8 @@ export class MultiRaft {
       leaderChanges: s.leaderChanges,
       voters: st.conf.voters,
       learners: st.conf.learners,
+      logFirstIndex: this.#wal.firstIndex(id),
+      durableIndex: s.sm.lsm.flushedSeq,
     };
   }
 
@@ -996,8 +1007,12 @@ export class MultiRaft {
     this.#options.observer?.fatal?.(err);
   }
 
-  /** Compacts WAL entries already in SSTables; flushes shards when the WAL holds too much. */
-  async #maintain(): Promise<void> {
+  /**
+   * The maintenance pass, run every second: compacts WAL entries already in SSTables (keeping
+   * what members behind a leader still need, #retainedFrom) and flushes shards when the WAL
+   * holds too much. Public so that a test need not wait for the timer.
+   */
+  async maintain(): Promise<void> {
     if (this.#maintaining || this.#closed || this.#failure !== undefined) return;
     this.#maintaining = true;
     try {
@@ -1023,15 +1038,36 @@ export class MultiRaft {
         }
         await Promise.all(flushes);
       }
+      const overBudget = this.#wal.isOverMemoryBudget();
       for (const s of this.#shards.values()) {
         const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id));
-        if (flushed >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, flushed);
+        const upTo = overBudget ? flushed : this.#retainedFrom(s, flushed);
+        if (upTo >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, upTo);
       }
     } catch (err) {
       this.#fail(err);
     } finally {
       this.#maintaining = false;
     }
+  }
+
+  /**
+   * How far a leader may compact its log, given `flushed` (what its engine holds durably): not
+   * past what its slowest member still needs, so a follower a little behind (restarted, slow)
+   * catches up from the log rather than by a whole snapshot; but never keeping more than
+   * RETAINED_ENTRIES beyond `flushed`'s reach, past which that member gets a snapshot. Followers
+   * send no entries, so they compact to `flushed`.
+   */
+  #retainedFrom(s: ShardReplica, flushed: number): number {
+    if (s.raw.role !== "leader") return flushed;
+    const conf = s.storage.conf;
+    let needed = flushed;
+    for (const member of [...conf.voters, ...conf.learners]) {
+      if (member === this.replicaId) continue;
+      const match = s.raw.matchOf(member);
+      if (match !== null) needed = Math.min(needed, match);
+    }
+    return Math.max(needed, flushed - RETAINED_ENTRIES);
   }
 
   // ── shards ──────────────────────────────────────────────────────────────────────────────────

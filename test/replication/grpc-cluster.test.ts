@@ -281,6 +281,56 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
+  it("a leader keeps the log a follower behind it needs, so it catches up by log, not snapshot", async () => {
+    const cluster = new Cluster(join(dir, "retain"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const shard = 2;
+      const keys = keysOfShard(n1.mr, shard, 200, "r");
+      const first = keys[0];
+      assert.ok(first !== undefined);
+      const leader = await cluster.put(first, "before");
+      const follower = cluster.live().find((n) => n !== leader);
+      assert.ok(follower);
+      await eventually(
+        `${follower.id} applied`,
+        async () => (await serializable(follower, first)) === "before",
+      );
+      const held = follower.mr.shardInfo(shard)?.applied ?? 0;
+      await cluster.stop(follower.id);
+
+      // Past the memtable (256 KiB): the leader's engine flushes what the follower misses.
+      const value = (k: string): string => `${k}=${"y".repeat(2_000)}`;
+      for (let i = 0; i < keys.length; i += 25) {
+        await Promise.all(keys.slice(i, i + 25).map((k) => cluster.put(k, value(k))));
+      }
+      const now = cluster.leaderOf(shard);
+      assert.ok(now);
+      await eventually("the leader's engine flushed the writes", async () => {
+        const info = now.mr.shardInfo(shard);
+        return info !== null && info.durableIndex > keys.length / 2;
+      });
+      await now.mr.maintain();
+      // The log still holds every entry after what the follower holds.
+      const info = now.mr.shardInfo(shard);
+      assert.ok(
+        (info?.logFirstIndex ?? 0) <= held + 1,
+        `${JSON.stringify(info)}, follower held ${held}`,
+      );
+
+      const back = await cluster.start(follower.id);
+      await eventually(`${back.id} caught up`, async () => {
+        const last = keys[keys.length - 1] ?? "";
+        return (await serializable(back, last)) === value(last);
+      });
+      assert.equal(back.received.get("snapshot") ?? 0, 0, "caught up by log");
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
   it("a node back on a wiped data directory never answers for its old replica", async () => {
     // The groups' voters are replicas n1@a, n2@a, n3@a. n2's data directory is wiped and it
     // comes back as n2@b: the messages its peers still send to n2@a must be dropped (stepping
