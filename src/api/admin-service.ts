@@ -8,7 +8,17 @@ import type { TransferLeaderRequest__Output } from "./generated/cairn/v1/Transfe
 import type { TransferLeaderResponse } from "./generated/cairn/v1/TransferLeaderResponse.ts";
 import type { AdminStore } from "./store.ts";
 
-export function adminService(store: AdminStore, log: Logger): UntypedServiceImplementation {
+/**
+ * Cluster mode: Admin.TransferLeader through the meta group (src/node/cluster.ts,
+ * transferLeadership), answering the new leader's node.
+ */
+export type LeadershipTransfer = (id: number, to: string) => Promise<string>;
+
+export function adminService(
+  store: AdminStore,
+  log: Logger,
+  transfer?: LeadershipTransfer,
+): UntypedServiceImplementation {
   return {
     SnapshotShard(
       call: ServerUnaryCall<SnapshotShardRequest__Output, SnapshotShardResponse>,
@@ -42,6 +52,7 @@ export function adminService(store: AdminStore, log: Logger): UntypedServiceImpl
       const run = async (): Promise<TransferLeaderResponse> => {
         if (to === "")
           throw new InvalidArgumentError("node_id must name the replica to lead the shard");
+        if (transfer !== undefined) return { shard_id: id, leader: await transfer(id, to) };
         const info = store.shardInfo(id);
         if (info !== null && info.leader === to) return { shard_id: id, leader: to };
         if (info !== null && !info.voters.includes(to)) {

@@ -9,7 +9,7 @@ import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
-import { adminService } from "./admin-service.ts";
+import { adminService, type LeadershipTransfer } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import { kvService } from "./kv-service.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
@@ -38,6 +38,8 @@ export interface RpcServerOptions {
    * Absent (single node): a refusal is answered here, UNAVAILABLE with the leader hint.
    */
   readonly forward?: ForwardOptions;
+  /** Cluster mode: Admin.TransferLeader through the meta group (admin-service.ts). */
+  readonly transferLeader?: LeadershipTransfer;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -75,7 +77,10 @@ export class RpcServer {
     );
     this.#meta = metaService(options.views);
     this.#server.addService(v1.Meta.service, this.#meta.implementation);
-    this.#server.addService(v1.Admin.service, adminService(options.store, options.logger));
+    this.#server.addService(
+      v1.Admin.service,
+      adminService(options.store, options.logger, options.transferLeader),
+    );
     if (options.raft !== undefined) {
       this.#server.addService(options.raft.definition, options.raft.implementation);
     }

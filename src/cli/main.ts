@@ -24,6 +24,8 @@ Commands:
   health            a node's health report (HTTP)
   metrics           a node's Prometheus metrics (HTTP)
   snapshot SHARD    snapshot a shard and compact its Raft log
+  transfer-leader SHARD NODE
+                    move a shard's leadership to one of its replicas
   bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
   serve             run a node
   version           print the version
@@ -119,6 +121,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return (await ops()).metrics(rest, PROCESS_IO);
     case "snapshot":
       return (await ops()).snapshot(rest, PROCESS_IO);
+    case "transfer-leader":
+      return (await ops()).transferLeader(rest, PROCESS_IO);
     case "bench":
       return (await import("./bench.ts")).bench(rest, PROCESS_IO);
     default:

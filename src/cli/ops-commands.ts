@@ -1,4 +1,7 @@
-/** `cairn health`, `metrics`, `cluster` and `snapshot`: what an operator asks of a node. */
+/**
+ * `cairn health`, `metrics`, `cluster`, `snapshot` and `transfer-leader`: what an operator asks of
+ * a node.
+ */
 import type { ClusterView } from "../client/index.ts";
 import {
   checkHostPort,
@@ -300,6 +303,48 @@ Examples:
   cairn snapshot 17 --endpoints 10.0.0.5:7447 --output json
 `;
 
+export const TRANSFER_LEADER_HELP = `Usage: cairn transfer-leader SHARD NODE [options]
+
+Moves SHARD's leadership to NODE, one of its replicas, through the node at the first of
+--endpoints. In a cluster NODE becomes the shard's preferred leader (recorded in the cluster's
+metadata), so leader spreading keeps it there, also after restarts. Prints the new leader.
+
+${GLOBAL_HELP}
+
+Examples:
+  cairn transfer-leader 17 n2
+  cairn transfer-leader 0 n3 --endpoints 10.0.0.5:7447 --output json
+`;
+
+export function transferLeader(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "transfer-leader",
+    TRANSFER_LEADER_HELP,
+    {},
+    argv,
+    io,
+    async ({ positionals, globals, client }) => {
+      expectPositionals(positionals, ["SHARD", "NODE"]);
+      const shard = shardNumber(positionals[0] as string);
+      const node = positionals[1] as string;
+      const leader = await client({ routing: false }).transferLeader(shard, node, {
+        endpoint: globals.endpoints[0] as string,
+      });
+      if (globals.output === "json") writeJson(io, { shard_id: shard, leader });
+      else io.stdout.write(`shard ${shard}: led by ${leader}\n`);
+      return EXIT.ok;
+    },
+  );
+}
+
+/** A SHARD argument: a shard number. */
+function shardNumber(text: string): number {
+  const shard = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(shard) || shard > 0xffffffff)
+    throw new UsageError(`SHARD must be a shard number, not ${JSON.stringify(text)}`);
+  return shard;
+}
+
 export function snapshot(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "snapshot",
@@ -309,10 +354,7 @@ export function snapshot(argv: readonly string[], io: Io): Promise<number> {
     io,
     async ({ positionals, globals, client }) => {
       expectPositionals(positionals, ["SHARD"]);
-      const text = positionals[0] as string;
-      const shard = Number(text);
-      if (!/^\d+$/.test(text) || !Number.isSafeInteger(shard) || shard > 0xffffffff)
-        throw new UsageError(`SHARD must be a shard number, not ${JSON.stringify(text)}`);
+      const shard = shardNumber(positionals[0] as string);
       const res = await client({ routing: false }).snapshotShard(shard, {
         endpoint: globals.endpoints[0] as string,
       });

@@ -31,6 +31,7 @@ import type { GetResponse__Output } from "../api/generated/cairn/v1/GetResponse.
 import type { PutResponse__Output } from "../api/generated/cairn/v1/PutResponse.ts";
 import type { ScanResponse__Output } from "../api/generated/cairn/v1/ScanResponse.ts";
 import type { SnapshotShardResponse__Output } from "../api/generated/cairn/v1/SnapshotShardResponse.ts";
+import type { TransferLeaderResponse__Output } from "../api/generated/cairn/v1/TransferLeaderResponse.ts";
 import type { Version__Output } from "../api/generated/cairn/v1/Version.ts";
 import { shardForKey } from "../cluster/index.ts";
 import {
@@ -261,6 +262,27 @@ export class CairnClient {
       options.endpoint,
     );
     return { shardId: res.shard_id, index: res.index, term: res.term, sizeBytes: res.size_bytes };
+  }
+
+  /**
+   * Moves shard `shardId`'s leadership to node `nodeId`, one of its replicas (Admin
+   * TransferLeader). In a cluster the node is recorded as the shard's preferred leader, so it
+   * stays there; resolves with the leader's node once it leads.
+   */
+  async transferLeader(
+    shardId: number,
+    nodeId: string,
+    options: CallOptions & { endpoint?: string } = {},
+  ): Promise<string> {
+    const req = { shard_id: shardId, node_id: nodeId };
+    const res = await this.#call<TransferLeaderResponse__Output>(
+      "write",
+      null,
+      options,
+      (c, deadline, cb) => c.admin.TransferLeader(req, { deadline }, cb),
+      options.endpoint,
+    );
+    return res.leader;
   }
 
   /**

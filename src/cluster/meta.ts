@@ -22,6 +22,7 @@
  *   meta/cluster            {clusterId, totalShards, replicationFactor}
  *   meta/member/<id>        {id, rpcAddr, httpAddr, incarnation?, retired?}
  *   meta/shard/<10 digits>  {replicas}   (the shard id zero-padded, so keys sort numerically)
+ *   meta/leader/<10 digits> {node}       (the shard's preferred leader, set by prefer-leader)
  *
  * A shard's record holds its group's initial voters as replica ids (src/cluster/replica.ts),
  * frozen when the create-shard entry applies, so every replica starts the group alike. A member
@@ -64,7 +65,9 @@ export type MetaCommand =
   | { readonly op: "create-shard"; readonly shard: number; readonly replicas: readonly string[] }
   | { readonly op: "set-member"; readonly member: MetaMember }
   /** Member `id` lost its data directory and came back as `incarnation`. */
-  | { readonly op: "rejoin"; readonly id: string; readonly incarnation: string };
+  | { readonly op: "rejoin"; readonly id: string; readonly incarnation: string }
+  /** Shard `shard`'s leader should be node `node` (one of its replicas): Admin.TransferLeader. */
+  | { readonly op: "prefer-leader"; readonly shard: number; readonly node: string };
 
 /** What applying one MetaCommand did. Every kind but the first of each pair changes nothing. */
 export type MetaOutcome =
@@ -75,6 +78,8 @@ export type MetaOutcome =
   | { readonly kind: "member-added"; readonly member: MetaMember }
   | { readonly kind: "member-updated"; readonly member: MetaMember; readonly previous: MetaMember }
   | { readonly kind: "member-unchanged"; readonly member: MetaMember }
+  | { readonly kind: "leader-preferred"; readonly shard: number; readonly node: string }
+  | { readonly kind: "leader-unchanged"; readonly shard: number; readonly node: string }
   /** The command can never apply as written (bad shard, unknown replica, not bootstrapped…). */
   | { readonly kind: "rejected"; readonly reason: string };
 
@@ -99,6 +104,7 @@ export interface MetaStateView {
   readonly replicationFactor: number;
   readonly members: readonly MetaMember[];
   readonly shards: readonly { readonly shard: number; readonly replicas: readonly string[] }[];
+  readonly leaders: readonly { readonly shard: number; readonly node: string }[];
 }
 
 const FORMAT_VERSION = 1;
@@ -119,6 +125,7 @@ export const META_KEY_PREFIX = "meta/";
 const CLUSTER_KEY = "meta/cluster";
 const MEMBER_KEY = "meta/member/";
 const SHARD_KEY = "meta/shard/";
+const LEADER_KEY = "meta/leader/";
 
 // ---------------------------------------------------------------------------------------------
 // Commands
@@ -160,6 +167,8 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
       return { op: cmd.op, member: canonicalMember(cmd.member) };
     case "rejoin":
       return { op: cmd.op, id: cmd.id, incarnation: cmd.incarnation };
+    case "prefer-leader":
+      return { op: cmd.op, shard: cmd.shard, node: cmd.node };
   }
 }
 
@@ -221,6 +230,14 @@ function parseCommand(raw: unknown): MetaCommand | string {
         return "a rejoin's id and incarnation must be strings";
       return { op: "rejoin", id, incarnation };
     }
+    case "prefer-leader": {
+      const bad = unknownFields(raw, ["op", "shard", "node"]);
+      if (bad !== null) return bad;
+      const { shard, node } = raw;
+      if (typeof shard !== "number" || typeof node !== "string")
+        return "a prefer-leader's shard must be a number and its node a string";
+      return { op: "prefer-leader", shard, node };
+    }
     default:
       return `unknown op ${JSON.stringify(raw["op"])}`;
   }
@@ -281,6 +298,11 @@ function checkCommand(cmd: MetaCommand): string | null {
       if (!CLUSTER_ID.test(cmd.incarnation))
         return `bad incarnation ${JSON.stringify(cmd.incarnation)}`;
       return null;
+    case "prefer-leader":
+      if (!Number.isInteger(cmd.shard) || cmd.shard < 0 || cmd.shard >= MAX_SHARDS)
+        return `shard ${cmd.shard} is not an integer in [0, 2^32)`;
+      if (!NODE_ID.test(cmd.node)) return `bad node id ${JSON.stringify(cmd.node)}`;
+      return null;
   }
 }
 
@@ -331,6 +353,8 @@ export class MetaState {
    * ids; their nodes in rank order (the first is the preferred leader) are `nodesOf(shard)`.
    */
   readonly shards: ReadonlyMap<number, readonly string[]>;
+  /** Preferred leaders set by prefer-leader (Admin.TransferLeader), by shard. */
+  readonly leaders: ReadonlyMap<number, string>;
 
   private constructor(
     clusterId: string | null,
@@ -338,12 +362,14 @@ export class MetaState {
     replicationFactor: number,
     members: ReadonlyMap<string, MetaMember>,
     shards: ReadonlyMap<number, readonly string[]>,
+    leaders: ReadonlyMap<number, string> = new Map(),
   ) {
     this.clusterId = clusterId;
     this.totalShards = totalShards;
     this.replicationFactor = replicationFactor;
     this.members = members;
     this.shards = shards;
+    this.leaders = leaders;
   }
 
   static empty(): MetaState {
@@ -360,6 +386,7 @@ export class MetaState {
       null;
     const members = new Map<string, MetaMember>();
     const shards = new Map<number, readonly string[]>();
+    const leaders = new Map<number, string>();
     for (const { key, value } of records) {
       const k = decodeKey(key);
       const raw = decodeRecordJson(k, value);
@@ -376,6 +403,16 @@ export class MetaState {
         if (!/^[0-9]+$/.test(digits) || shardKeyText(shard) !== k)
           throw malformedRecord(k, "bad shard key");
         shards.set(shard, parseShardRecord(k, raw));
+      } else if (k.startsWith(LEADER_KEY)) {
+        const digits = k.slice(LEADER_KEY.length);
+        const shard = Number(digits);
+        if (!/^[0-9]+$/.test(digits) || leaderKeyText(shard) !== k)
+          throw malformedRecord(k, "bad leader key");
+        if (!isObject(raw) || unknownFields(raw, ["node"]) !== null)
+          throw malformedRecord(k, "not a leader record");
+        const node = raw["node"];
+        if (typeof node !== "string" || !NODE_ID.test(node)) throw malformedRecord(k, "bad node");
+        leaders.set(shard, node);
       } else {
         throw malformedRecord(k, "unknown record");
       }
@@ -393,12 +430,18 @@ export class MetaState {
       }
     }
     if (!shards.has(0)) throw malformedRecord(shardKeyText(0), "missing");
+    for (const [shard, node] of leaders) {
+      const replicas = shards.get(shard);
+      if (replicas === undefined || !replicas.some((r) => nodeOfReplica(r) === node))
+        throw malformedRecord(leaderKeyText(shard), `${node} is not a replica of shard ${shard}`);
+    }
     return new MetaState(
       cluster.clusterId,
       cluster.totalShards,
       cluster.replicationFactor,
       members,
       shards,
+      leaders,
     );
   }
 
@@ -415,7 +458,14 @@ export class MetaState {
         return this.#setMember(cmd.member);
       case "rejoin":
         return this.#rejoin(cmd.id, cmd.incarnation);
+      case "prefer-leader":
+        return this.#preferLeader(cmd.shard, cmd.node);
     }
+  }
+
+  /** The node that should lead `shard`: its preferred leader, else its first-ranked replica. */
+  preferredLeader(shard: number): string | undefined {
+    return this.leaders.get(shard) ?? this.nodesOf(shard)[0];
   }
 
   /** The replica id member `node` has now (its node id when it is not a member). */
@@ -545,11 +595,35 @@ export class MetaState {
     };
   }
 
+  #preferLeader(shard: number, node: string): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    if (!this.shards.has(shard)) return this.#rejected(`shard ${shard} is not created`);
+    if (!this.nodesOf(shard).includes(node))
+      return this.#rejected(`${node} is not a replica of shard ${shard}`);
+    if (this.preferredLeader(shard) === node)
+      return this.#same({ kind: "leader-unchanged", shard, node });
+    const leaders = new Map(this.leaders);
+    leaders.set(shard, node);
+    return {
+      state: this.#with(this.members, this.shards, leaders),
+      outcome: { kind: "leader-preferred", shard, node },
+      records: [leaderRecord(shard, node)],
+    };
+  }
+
   #with(
     members: ReadonlyMap<string, MetaMember>,
     shards: ReadonlyMap<number, readonly string[]>,
+    leaders: ReadonlyMap<number, string> = this.leaders,
   ): MetaState {
-    return new MetaState(this.clusterId, this.totalShards, this.replicationFactor, members, shards);
+    return new MetaState(
+      this.clusterId,
+      this.totalShards,
+      this.replicationFactor,
+      members,
+      shards,
+      leaders,
+    );
   }
 
   #same(outcome: MetaOutcome): MetaApplyResult {
@@ -577,6 +651,7 @@ export class MetaState {
     const out = [this.#clusterRecord()];
     for (const m of this.view().members) out.push(memberRecord(m));
     for (const s of this.view().shards) out.push(shardRecord(s.shard, s.replicas));
+    for (const l of this.view().leaders) out.push(leaderRecord(l.shard, l.node));
     // Keys are ASCII (ids are), so code-unit order is byte order.
     return out.sort((a, b) => compareIds(dec.decode(a.key), dec.decode(b.key)));
   }
@@ -592,6 +667,9 @@ export class MetaState {
       shards: [...this.shards.entries()]
         .sort((a, b) => a[0] - b[0])
         .map(([shard, replicas]) => ({ shard, replicas: [...replicas] })),
+      leaders: [...this.leaders.entries()]
+        .sort((a, b) => a[0] - b[0])
+        .map(([shard, node]) => ({ shard, node })),
     };
   }
 
@@ -606,6 +684,14 @@ function memberKeyText(id: string): string {
 
 function shardKeyText(shard: number): string {
   return SHARD_KEY + String(shard).padStart(SHARD_DIGITS, "0");
+}
+
+function leaderKeyText(shard: number): string {
+  return LEADER_KEY + String(shard).padStart(SHARD_DIGITS, "0");
+}
+
+function leaderRecord(shard: number, node: string): MetaRecord {
+  return { key: enc.encode(leaderKeyText(shard)), value: encodeJson({ node }) };
 }
 
 function memberRecord(m: MetaMember): MetaRecord {

@@ -409,12 +409,80 @@ export class ClusterState {
   }
 }
 
+/**
+ * Admin.TransferLeader in a cluster: records node `to` as shard `id`'s preferred leader in the
+ * meta group (so leader spreading keeps it there, on every node and after restarts), hands
+ * leadership over at once when this node leads the shard, and resolves with the leader once
+ * this node sees `to` lead (the current leader's next spreading pass moves it, within ~2 s).
+ */
+export async function transferLeadership(
+  cluster: ClusterState,
+  store: MultiRaft,
+  transport: GrpcTransport,
+  id: number,
+  to: string,
+  timeoutMs: number,
+): Promise<string> {
+  const meta = cluster.meta;
+  if (meta === null || meta.clusterId === null) {
+    throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
+      retryable: true,
+    });
+  }
+  const nodes = meta.nodesOf(id);
+  if (nodes.length === 0) {
+    throw new CairnError(
+      "CAIRN_ERR_SHARD_NOT_ACTIVE",
+      `shard ${id} is not created (it holds no data); it has no leader to move`,
+    );
+  }
+  if (!nodes.includes(to)) {
+    throw new CairnError(
+      "CAIRN_ERR_INVALID_ARGUMENT",
+      `shard ${id} has no replica on node ${JSON.stringify(to)}; its replicas are ${nodes.join(", ")}`,
+    );
+  }
+  const deadline = performance.now() + timeoutMs;
+  try {
+    await proposeViaLeader(
+      { op: "prefer-leader", shard: id, node: to },
+      store.nodeId,
+      store,
+      transport,
+      deadline,
+    );
+  } catch (err) {
+    throw new CairnError(
+      "CAIRN_ERR_TIMEOUT",
+      `the meta group did not record ${to} as shard ${id}'s preferred leader: ${err instanceof Error ? err.message : String(err)}`,
+      { retryable: true, cause: err },
+    );
+  }
+  for (;;) {
+    const info = store.shardInfo(id);
+    if (info?.leader === to) return to;
+    if (info?.role === "leader") store.transferLeader(id, to).catch(() => undefined);
+    if (performance.now() > deadline) {
+      throw new CairnError(
+        "CAIRN_ERR_TIMEOUT",
+        `${to} is shard ${id}'s preferred leader now, but leadership had not moved there within ${timeoutMs} ms (it moves once ${to} is alive and caught up)`,
+        { retryable: true },
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, TRANSFER_POLL_MS));
+  }
+}
+
+/** How often transferLeadership looks whether leadership moved. */
+const TRANSFER_POLL_MS = 100;
+
 /** Leadership transfers started per pass (spreadLeaders). */
 const TRANSFERS_PER_PASS = 32;
 
 /**
- * Leaders spread (design.md §5.1): each group this node leads whose first-ranked replica is
- * another node, alive by gossip, hands leadership over to it (the Raft core first brings the
+ * Leaders spread (design.md §5.1): each group this node leads whose preferred leader (set by
+ * Admin.TransferLeader, else its first-ranked replica) is another node, alive by gossip, hands
+ * leadership over to it (the Raft core first brings the
  * target up to date, then tells it to campaign). Shards are ranked by rendezvous hashing, so
  * leaders end up spread evenly over the nodes, and a restarted node takes back its share.
  */
@@ -429,7 +497,7 @@ export function spreadLeaders(
     if (started >= TRANSFERS_PER_PASS) break;
     const info = store.shardInfo(id);
     if (info === null || info.role !== "leader") continue;
-    const first = cluster.nodesOf(id)[0];
+    const first = cluster.meta?.preferredLeader(id);
     if (first === undefined || first === self || !alive.has(first)) continue;
     const target = info.voters.find((v) => nodeOfReplica(v) === first);
     if (target === undefined) continue;

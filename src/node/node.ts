@@ -37,7 +37,7 @@ import {
   type RaftService,
 } from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
-import { ClusterState, spreadLeaders } from "./cluster.ts";
+import { ClusterState, spreadLeaders, transferLeadership } from "./cluster.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 
@@ -287,9 +287,15 @@ export class CairnNode implements HealthSource {
   #clusterRpcOptions(cluster: ClusterState): {
     raft: RaftService;
     forward: { nodeId: string; addressOf: (id: string) => string | null; maxDeadlineMs: number };
+    transferLeader: (id: number, to: string) => Promise<string>;
   } {
     const store = this.store;
+    const transport = this.#transport;
     return {
+      transferLeader: (id, to) =>
+        transport === null
+          ? Promise.reject(new Error("no peer transport"))
+          : transferLeadership(cluster, store, transport, id, to, REQUEST_TIMEOUT_MS),
       raft: createRaftService((from, messages) => store.receive(from, messages), {
         clusterId: () => cluster.clusterId,
         // Peers create shards and rejoin through the meta group's leader.

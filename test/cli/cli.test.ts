@@ -238,6 +238,19 @@ describe("cairn cluster, snapshot, health, metrics", () => {
     assert.match(text.out, /^shard 0: snapshot at index \d+, term \d+, \d+ bytes\n$/);
   });
 
+  it("transfer-leader moves nothing on one node, and names the replicas it could move to", async () => {
+    const json = await cairn(["transfer-leader", "0", "n1", "--output", "json"]);
+    assert.equal(json.code, 0, json.err);
+    assert.deepEqual(JSON.parse(json.out), { shard_id: 0, leader: "n1" });
+    const text = await cairn(["transfer-leader", "0", "n1"]);
+    assert.equal(text.out, "shard 0: led by n1\n");
+    const other = await cairn(["transfer-leader", "0", "n2"]);
+    assert.notEqual(other.code, 0);
+    assert.match(other.err, /no replica on node "n2"/);
+    const usage = await cairn(["transfer-leader", "x", "n1"]);
+    assert.equal(usage.code, 2);
+  });
+
   it("health reports the node; --quick is the probe", async () => {
     const text = await cairn(["health"]);
     assert.equal(text.code, 0, text.err);

@@ -312,6 +312,32 @@ describe("meta state: rejoin and replica ids", () => {
   });
 });
 
+describe("meta state: preferred leaders", () => {
+  it("records a replica as a shard's preferred leader; refuses anything else", () => {
+    const s = booted().apply({ op: "create-shard", shard: 3, replicas: ["n2", "n3", "n1"] }).state;
+    assert.equal(s.preferredLeader(3), "n2", "the first-ranked replica by default");
+    const r = s.apply({ op: "prefer-leader", shard: 3, node: "n3" });
+    assert.deepEqual(r.outcome, { kind: "leader-preferred", shard: 3, node: "n3" });
+    assert.deepEqual(keys(r.records), ["meta/leader/0000000003"]);
+    assert.equal(r.state.preferredLeader(3), "n3");
+    assert.equal(
+      r.state.apply({ op: "prefer-leader", shard: 3, node: "n3" }).outcome.kind,
+      "leader-unchanged",
+    );
+    assert.ok(MetaState.load(r.state.records()).equals(r.state));
+    for (const [cmd, why] of [
+      [{ op: "prefer-leader", shard: 4, node: "n1" }, /not created/],
+      [{ op: "prefer-leader", shard: 3, node: "n9" }, /not a replica/],
+    ] as const) {
+      const out = s.apply(cmd);
+      assert.equal(out.outcome.kind, "rejected");
+      assert.match((out.outcome as { reason: string }).reason, why);
+    }
+    const cmd: MetaCommand = { op: "prefer-leader", shard: 3, node: "n3" };
+    assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
+  });
+});
+
 describe("meta state: load", () => {
   it("an empty record set is the empty state", () => {
     assert.ok(MetaState.load([]).equals(MetaState.empty()));
@@ -365,6 +391,11 @@ describe("meta state: load", () => {
         op: fc.constant("rejoin" as const),
         id: fc.constantFrom(...ids),
         incarnation: fc.constantFrom("inc-a", "inc-b", "inc-c"),
+      }),
+      fc.record({
+        op: fc.constant("prefer-leader" as const),
+        shard: fc.integer({ min: 0, max: 12 }),
+        node: fc.constantFrom(...ids),
       }),
     );
     fc.assert(

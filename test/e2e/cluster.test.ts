@@ -11,7 +11,13 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { rendezvousReplicas, shardForKey } from "../../src/cluster/index.ts";
 import { type Clients, grpcError } from "../support/grpc-client.ts";
-import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
+import {
+  clusterView,
+  eventually,
+  LocalCluster,
+  retryingKv,
+  type ViewMessage,
+} from "../support/cluster-process.ts";
 
 const b = (s: string): Buffer => Buffer.from(s);
 
@@ -121,6 +127,38 @@ describe("a three-node cluster (real processes)", () => {
           (s) => s.leader === rendezvousReplicas(s.id, ["n1", "n2", "n3"], 3)[0] || s.id === 0,
         );
       });
+      // Admin.TransferLeader, sent to a third node, moves a shard's leadership to another
+      // replica, and it stays there: leader spreading follows the preferred leader it recorded.
+      {
+        const v = await clusterView(c1);
+        const shard = v.shards.find((s) => s.id !== 0 && s.leader !== "");
+        assert.ok(shard !== undefined);
+        const target = ["n1", "n2", "n3"].find((n) => n !== shard.leader) as string;
+        const via = cluster.nodes.findIndex((n) => n.id !== shard.leader && n.id !== target);
+        const admin = clients[via] as Clients;
+        const reply = await admin.call(admin.admin, "TransferLeader", {
+          shard_id: shard.id,
+          node_id: target,
+        });
+        assert.equal(reply["leader"], target);
+        for (let i = 0; i < 8; i++) {
+          // Four leader-spreading passes (every 2 s on each node) must leave it there.
+          await new Promise((r) => setTimeout(r, 1_000));
+          const view: ViewMessage = await clusterView(c1);
+          const now: ViewMessage["shards"][number] | undefined = view.shards.find(
+            (s) => s.id === shard.id,
+          );
+          assert.equal(now?.leader, target, `shard ${shard.id} after ${i + 1} s`);
+        }
+        await assert.rejects(
+          admin.call(admin.admin, "TransferLeader", {
+            shard_id: shard.id,
+            node_id: "n9",
+          }),
+          (err) => grpcError(err).code === 3, // INVALID_ARGUMENT
+        );
+      }
+
       // Forwarding: a Put sent to a node that does not lead the key's shard succeeds, and that
       // node counts it as not_leader (the leader counts it by its outcome).
       const view = await clusterView(c1);
