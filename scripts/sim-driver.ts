@@ -2,7 +2,7 @@
  * The seed loop of the driver simulation (test/replication/sim/), behind `npm run sim -- --driver`
  * (scripts/sim.ts parses the flags). --nodes fixes the cluster size (default: one or three voters,
  * drawn from each seed); --bug plants stale-read-after-restart,
- * rotation-checkpoint-includes-batch or follower-read-without-apply (3 nodes). Ends with `sim --driver: N seeds, V violations`; each
+ * rotation-checkpoint-includes-batch, follower-read-without-apply or wipe-keeps-replica (3 nodes). Ends with `sim --driver: N seeds, V violations`; each
  * failure prints the command that replays it.
  */
 import { driverBugsByName, driverReplayCommand } from "../test/replication/sim/replay.ts";

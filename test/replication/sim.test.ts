@@ -26,6 +26,7 @@ describe("driver simulation", () => {
       clusters: 0,
       membership: 0,
       transfers: 0,
+      wipes: 0,
     };
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = await runDriverSeed({ seed });
@@ -38,6 +39,7 @@ describe("driver simulation", () => {
       totals.partitions += r.stats.partitions;
       totals.membership += r.stats.membershipApplied;
       totals.transfers += r.stats.transfers;
+      totals.wipes += r.stats.wipes;
       if (r.nodes === 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
@@ -57,6 +59,7 @@ describe("driver simulation", () => {
     assert.ok(totals.partitions > SEEDS / 2, `only ${totals.partitions} partitions`);
     assert.ok(totals.membership > SEEDS / 2, `only ${totals.membership} membership changes`);
     assert.ok(totals.transfers > SEEDS / 2, `only ${totals.transfers} leadership transfers`);
+    assert.ok(totals.wipes > SEEDS / 10, `only ${totals.wipes} wiped disks`);
   });
 
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {
@@ -88,6 +91,17 @@ describe("driver simulation", () => {
       if (r.violation?.kind === "linearizability") caught = seed;
     }
     assert.notEqual(caught, null, "the planted follower read went unnoticed for 500 seeds");
+  });
+
+  it("catches a wiped node that comes back as the replica it was within 500 seeds", async () => {
+    // An empty disk under the old replica id forgets the votes and acknowledgements it gave:
+    // what rejoining as a new replica (src/node/replicas.ts) is for.
+    let caught: number | null = null;
+    for (let seed = 1; seed <= 500 && caught === null; seed++) {
+      const r = await runDriverSeed({ seed, nodes: 3, bugs: { wipeKeepsReplica: true } });
+      if (r.violation?.kind === "linearizability") caught = seed;
+    }
+    assert.notEqual(caught, null, "the planted wipe went unnoticed for 500 seeds");
   });
 
   it("replays a seed exactly", async () => {

@@ -5,6 +5,7 @@ const BUGS: Record<string, DriverSimBugs> = {
   "stale-read-after-restart": { staleReadAfterRestart: true },
   "rotation-checkpoint-includes-batch": { rotationCheckpointIncludesBatch: true },
   "follower-read-without-apply": { followerReadWithoutApply: true },
+  "wipe-keeps-replica": { wipeKeepsReplica: true },
 };
 
 export function driverBugsByName(name: string): DriverSimBugs | undefined {

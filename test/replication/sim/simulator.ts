@@ -8,8 +8,11 @@
  * delete, linearizable get, scans), the cluster (one node, or three whose every shard is a
  * three-voter group talking over a simulated network), and the faults: crashes with torn writes,
  * I/O errors that make a node fail and restart, network partitions, message loss, duplication
- * and delay, and shard snapshots that compact the WAL (so followers catch up by snapshot). The
- * same seed replays the same run.
+ * and delay, shard snapshots that compact the WAL (so followers catch up by snapshot), and wipes:
+ * a node's disk replaced by an empty one, after which it comes back as a new replica
+ * (`<node>@w<n>`) and each group's leader replaces its old replica (src/node/replicas.ts, with a
+ * meta state the simulation keeps as the cluster's committed one). The same seed replays the same
+ * run.
  *
  * Checked: every restart succeeds (a WAL that cannot reopen is a violation), the node serves
  * again after the chaos (liveness), and the whole client history, reads and writes together, is
@@ -24,7 +27,14 @@ import type {
   ShardMessage,
   StoredItem,
 } from "../../../src/replication/index.ts";
-import { shardForKey } from "../../../src/cluster/index.ts";
+import {
+  type MetaMember,
+  MetaState,
+  nodeOfReplica,
+  replicaIdOf,
+  shardForKey,
+} from "../../../src/cluster/index.ts";
+import { nextReplicaChange, replaceReplicas } from "../../../src/node/replicas.ts";
 import { type ConfChange, nodeId } from "../../../src/raft/index.ts";
 import { MultiRaft } from "../../../src/replication/index.ts";
 import { MemoryEngine } from "../../../src/replication/memory-engine.ts";
@@ -41,6 +51,8 @@ import { Process, processFs, World } from "./world.ts";
 export interface DriverSimBugs extends DriverTestingBugs {
   /** The WAL's old rotation checkpoint (issue 9, bug 2). */
   readonly rotationCheckpointIncludesBatch?: boolean;
+  /** A wiped node comes back as the replica it was, with an empty disk (no rejoin). */
+  readonly wipeKeepsReplica?: boolean;
 }
 
 export interface DriverSimOptions {
@@ -72,6 +84,7 @@ export interface DriverSimStats {
   transfers: number;
   membershipChanges: number;
   membershipApplied: number;
+  wipes: number;
   messages: number;
   checkerSteps: number;
 }
@@ -134,6 +147,8 @@ interface Profile {
   readonly transferEveryMs: number;
   /** Mean simulated ms between membership changes (Infinity: none); clusters only. */
   readonly membershipEveryMs: number;
+  /** Mean simulated ms between disk wipes (Infinity: none); clusters only. */
+  readonly wipeEveryMs: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -158,16 +173,20 @@ function pickProfile(rng: Rng): Profile {
     partitionMs: [100, 400, 1200][rng.int(3)] as number,
     transferEveryMs: [100, 500, Infinity][rng.int(3)] as number,
     membershipEveryMs: [50, 300, Infinity][rng.int(3)] as number,
+    wipeEveryMs: [500, 1500, Infinity][rng.int(3)] as number,
   };
 }
 
 /** One node: its disk outlives its processes. */
 interface SimNode {
   readonly id: string;
-  readonly disk: MemoryFileSystem;
+  disk: MemoryFileSystem;
   proc: Process | null;
   mr: MultiRaft | null;
   incarnation: number;
+  /** Its disk's incarnation ("i0", then "w1", "w2"… after wipes) and replica id in its groups. */
+  diskIncarnation: string;
+  replica: string;
 }
 
 export async function runDriverSeed(options: DriverSimOptions): Promise<DriverSimResult> {
@@ -202,6 +221,7 @@ class DriverSim {
     transfers: 0,
     membershipChanges: 0,
     membershipApplied: 0,
+    wipes: 0,
     messages: 0,
     checkerSteps: 0,
   };
@@ -220,15 +240,42 @@ class DriverSim {
     const count = options.nodes ?? drawn;
     // A cluster has a spare node beside its three initial voters: membership changes add it to
     // groups (as a learner, then a voter) and remove members, the leader among them.
-    this.#voters = Array.from({ length: count }, (_, i) => `n${i + 1}`);
     this.#nodes = Array.from({ length: count > 1 ? count + 1 : 1 }, (_, i) => ({
       id: `n${i + 1}`,
       disk: new MemoryFileSystem(),
       proc: null,
       mr: null,
       incarnation: 0,
+      diskIncarnation: "i0",
+      replica: count > 1 ? replicaIdOf(`n${i + 1}`, "i0") : `n${i + 1}`,
     }));
+    // The cluster's committed metadata, as the meta group would hold it: the initial voters'
+    // nodes replicate every shard; the spare is a member too. Wipes apply `rejoin` here.
+    const ids = this.#nodes.map((n) => n.id);
+    const member = (id: string): MetaMember => ({
+      id,
+      rpcAddr: `${id}:7447`,
+      httpAddr: `${id}:8080`,
+      incarnation: "i0",
+    });
+    let meta = MetaState.empty().apply({
+      op: "bootstrap",
+      clusterId: "sim",
+      totalShards: TOTAL_SHARDS,
+      replicationFactor: count,
+      members: ids.slice(0, count).map(member),
+    }).state;
+    for (const id of ids.slice(count))
+      meta = meta.apply({ op: "set-member", member: member(id) }).state;
+    for (let shard = 1; shard < TOTAL_SHARDS; shard++) {
+      meta = meta.apply({ op: "create-shard", shard, replicas: ids.slice(0, count) }).state;
+    }
+    this.#meta = meta;
+    this.#voters = count > 1 ? (meta.shards.get(0) ?? []) : ["n1"];
   }
+
+  /** The cluster's committed metadata (clusters only; see the constructor). */
+  #meta: MetaState;
 
   async run(): Promise<DriverSimResult> {
     try {
@@ -340,7 +387,8 @@ class DriverSim {
       maxCommittedBytesPerReady: p.maxCommittedBytesPerReady,
       ...(this.#nodes.length > 1
         ? {
-            replicasOf: () => this.#voters,
+            replicaId: node.replica,
+            replicasOf: (shard: number) => this.#meta.shards.get(shard) ?? [],
             acceptsReplica: () => true,
             transport: {
               send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
@@ -393,6 +441,65 @@ class DriverSim {
       },
     );
   }
+
+  /**
+   * The node's disk is lost: the process dies (a power cut), an empty disk replaces its own, and
+   * it restarts as a new incarnation, hence a new replica, which the meta state records as
+   * rejoined (its old replica retired). Only while no earlier replacement is under way: losing
+   * a second replica of a group before the first is refilled may lose acknowledged writes, as in
+   * any three-replica system.
+   */
+  #wipe(node: SimNode): void {
+    if (node.proc === null || !node.proc.alive || this.#replacementsPending()) return;
+    this.#stats.wipes++;
+    this.#crash(node, false);
+    node.disk = new MemoryFileSystem();
+    if (this.#options.bugs?.wipeKeepsReplica !== true) {
+      node.diskIncarnation = `w${this.#stats.wipes}`;
+      node.replica = replicaIdOf(node.id, node.diskIncarnation);
+      this.#meta = this.#meta.apply({
+        op: "rejoin",
+        id: node.id,
+        incarnation: node.diskIncarnation,
+      }).state;
+    }
+    this.#log(`wipe ${node.id}: back as ${node.replica}`);
+    this.#world.after(20 + this.#rng.int(300), this.#clients, () => {
+      if (node.proc !== null) return;
+      this.#stats.restarts++;
+      this.#start(node);
+    });
+  }
+
+  /**
+   * Whether some group may still hold a replica of a wiped node, or lack its new one: some
+   * shard has no live leader to ask, or its leader has a replica change to make.
+   */
+  #replacementsPending(): boolean {
+    for (let shard = 0; shard < TOTAL_SHARDS; shard++) {
+      const holders = this.#nodes.filter((n) => n.mr?.shardInfo(shard) !== null && n.mr !== null);
+      if (holders.length === 0) continue;
+      const leader = holders.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+      const info = leader?.mr?.shardInfo(shard);
+      if (leader === undefined || info === null || info === undefined) return true;
+      if (nextReplicaChange(this.#meta, shard, leader.replica, info, () => true) !== null)
+        return true;
+    }
+    return false;
+  }
+
+  /** Each live node's pass over the groups it leads: the replica changes wipes call for. */
+  #replaceReplicas(): void {
+    for (const node of this.#nodes) {
+      const mr = node.mr;
+      if (mr === null) continue;
+      let changing = this.#changing.get(node.id);
+      if (changing === undefined) this.#changing.set(node.id, (changing = new Set()));
+      replaceReplicas(mr, this.#meta, changing, () => undefined);
+    }
+  }
+
+  readonly #changing = new Map<string, Set<number>>();
 
   #crash(node: SimNode, restart: boolean): void {
     if (node.proc === null || !node.proc.alive) return;
@@ -465,6 +572,14 @@ class DriverSim {
         mr.transferLeader(shard, to).catch(() => undefined);
       });
       every(p.membershipEveryMs, () => this.#changeMembership());
+      every(p.wipeEveryMs, () => this.#wipe(anyNode()));
+      // The leaders' replica replacement pass (every 2 s in a node; faster here), also after
+      // the chaos, until the run ends.
+      const replace = (): void => {
+        this.#replaceReplicas();
+        this.#world.after(100, this.#network, replace);
+      };
+      this.#world.after(100, this.#network, replace);
       every(p.partitionEveryMs, () => {
         this.#stats.partitions++;
         const ids = this.#nodes.map((n) => n.id);
@@ -496,7 +611,7 @@ class DriverSim {
     const info = leader?.mr?.shardInfo(shard);
     const mr = leader?.mr ?? null;
     if (mr === null || info === undefined || info === null) return;
-    const ids = this.#nodes.map((n) => n.id);
+    const ids = this.#nodes.map((n) => n.replica);
     const outsiders = ids.filter((id) => !info.voters.includes(id) && !info.learners.includes(id));
     let cc: ConfChange;
     const learner = info.learners[0];
@@ -561,12 +676,15 @@ class DriverSim {
 
   #deliver(
     sender: SimNode,
-    to: string,
+    toReplica: string,
     messages: readonly ShardMessage[],
     sent: ((delivered: boolean) => void) | undefined,
   ): void {
     const p = this.#profile;
     const from = sender.id;
+    // Routed to the replica's node, whichever replica runs there now (it drops what is not
+    // addressed to it).
+    const to = nodeOfReplica(toReplica);
     const mr = sender.mr;
     this.#stats.messages += messages.length;
     if (this.#cut.has(`${from}>${to}`)) {
