@@ -34,6 +34,7 @@ import {
 import { RpcServer } from "../api/index.ts";
 import { ClusterState, spreadLeaders } from "./cluster.ts";
 import { loadIncarnation } from "./incarnation.ts";
+import { plantedBugs } from "./testing-bugs.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -142,7 +143,10 @@ export class CairnNode implements HealthSource {
     }
     const replicas = (shard: number): string[] =>
       opened?.shardInfo(shard)?.voters.map(String) ?? [config.node_id];
+    const planted = plantedBugs(process.env);
+    if (planted !== null) log.warn("planted bugs enabled (testing only)", { bugs: planted.names });
     const store = await MultiRaft.open({
+      ...(planted === null ? {} : { testingBugs: planted.bugs }),
       nodeId: config.node_id,
       dataDir: config.data_dir,
       totalShards: config.cluster.total_shards,
