@@ -61,6 +61,17 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
 }
 
+/** A long finding (a checker report) as its first line and its last operations. */
+function brief(message: string, tail = 24): string {
+  const lines = message.split("\n");
+  if (lines.length <= tail + 2) return message;
+  return [
+    lines[0],
+    `  … ${lines.length - 1 - tail} earlier operations (report.json has them all)`,
+    ...lines.slice(-tail),
+  ].join("\n");
+}
+
 const reports: RunReport[] = [];
 const started = performance.now();
 for (let seed = first; seed < first + runs; seed++) {
@@ -73,7 +84,7 @@ for (let seed = first; seed < first + runs; seed++) {
   });
   reports.push(report);
   if (report.verdict !== "pass") {
-    for (const f of report.findings.slice(0, 5)) console.log(`  [${f.check}] ${f.message}`);
+    for (const f of report.findings.slice(0, 5)) console.log(`  [${f.check}] ${brief(f.message)}`);
     console.log(
       `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
     );

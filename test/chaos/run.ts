@@ -13,6 +13,7 @@
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { gzipSync } from "node:zlib";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { seededRng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
@@ -465,13 +466,12 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     dir,
   };
   await writeFile(join(dir, "report.json"), JSON.stringify(report, null, 2) + "\n");
-  if (verdict !== "pass") {
-    await writeFile(
-      join(dir, "history.jsonl"),
-      ops.map((o) => JSON.stringify(o)).join("\n") + "\n",
-    );
-    await cluster.writeLogs(dir);
-  }
+  // The history of every run (gzipped: a few hundred KiB), the nodes' logs of a failed one.
+  await writeFile(
+    join(dir, "history.jsonl.gz"),
+    gzipSync(ops.map((o) => JSON.stringify(o)).join("\n") + "\n"),
+  );
+  if (verdict !== "pass") await cluster.writeLogs(dir);
   await rm(dataDir, { recursive: true, force: true });
   log(summary);
   return report;

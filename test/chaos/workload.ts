@@ -192,6 +192,8 @@ export class Workload {
   async #client(c: number, rng: Rng): Promise<void> {
     /** The last version this client saw per key: what its CAS expects. */
     const seen = new Map<string, Version | null>();
+    /** Nodes that just failed a call, and until when this client avoids them (mostly). */
+    const suspect = new Map<string, number>();
     let seq = 0;
     while (this.#running) {
       const targets = this.#cluster.nodes.filter((n) => n.client !== null);
@@ -199,7 +201,13 @@ export class Workload {
         await new Promise((r) => setTimeout(r, 50));
         continue;
       }
-      const node = pick(rng, targets);
+      // Like a client library with a failure detector, a client mostly steers clear of a node
+      // that just failed it for a while (so that a stalled node does not hold every client and
+      // the availability figures are the cluster's); one call in ten goes anywhere regardless,
+      // so that isolated and paused nodes keep being asked.
+      const t = this.#now();
+      const trusted = targets.filter((n) => (suspect.get(n.id) ?? 0) < t);
+      const node = pick(rng, trusted.length > 0 && rng.float() < 0.9 ? trusted : targets);
       const kind = pickKind(rng);
       if (kind === "scan") {
         await this.#scan(c, node.id, node.incarnation, rng);
@@ -322,7 +330,10 @@ export class Workload {
       } else if (op.outcome === "info") {
         seen.delete(key);
       }
-      if (op.outcome !== "ok") await new Promise((r) => setTimeout(r, 10 + rng.int(40)));
+      if (op.outcome !== "ok") {
+        suspect.set(node.id, this.#now() + 2_000);
+        await new Promise((r) => setTimeout(r, 10 + rng.int(40)));
+      }
     }
   }
 
