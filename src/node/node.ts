@@ -147,6 +147,7 @@ export class CairnNode implements HealthSource {
     if (planted !== null) log.warn("planted bugs enabled (testing only)", { bugs: planted.names });
     const store = await MultiRaft.open({
       ...(planted === null ? {} : { testingBugs: planted.bugs }),
+      ...(planted === null || planted.fs === null ? {} : { fs: planted.fs }),
       nodeId: config.node_id,
       dataDir: config.data_dir,
       totalShards: config.cluster.total_shards,
