@@ -23,6 +23,7 @@ import { ChaosCluster } from "./cluster.ts";
 import { type FaultKind, type FaultRecord, FaultSchedule, SCENARIOS } from "./faults.ts";
 import {
   type ChaosOp,
+  decodeValue,
   DEFAULT_WORKLOAD,
   versionOf,
   Workload,
@@ -179,6 +180,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       // Small memtables: shards flush and compact their log often, so a node that was away
       // catches up by snapshot, not only by log.
       CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB",
+      CAIRN_STORAGE_WAL_CACHE_BYTES: "1MiB",
       CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "2000",
       ...(bugs.length > 0 ? { CAIRN_TESTING_BUGS: bugs.join(",") } : {}),
     },
@@ -277,7 +279,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
           res["found"] === true
             ? {
                 type: "found" as const,
-                value: (res["value"] as Buffer).toString(),
+                value: decodeValue(res["value"] as Buffer),
                 version: versionOf(res["version"]) as Version,
               }
             : { type: "absent" as const };
@@ -325,7 +327,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
             want === null
               ? res["found"] !== true
               : res["found"] === true &&
-                (res["value"] as Buffer).toString() === want.value &&
+                decodeValue(res["value"] as Buffer) === want.value &&
                 v !== null &&
                 v.index === want.version.index &&
                 v.term === want.version.term;

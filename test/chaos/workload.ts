@@ -67,6 +67,8 @@ export interface WorkloadOptions {
   readonly writeDeadlineMs: number;
   readonly readDeadlineMs: number;
   readonly scanLimit: number;
+  /** Up to this many bytes of padding after each value's id, so that shards flush and compact. */
+  readonly padding: number;
 }
 
 export const DEFAULT_WORKLOAD: WorkloadOptions = {
@@ -77,7 +79,20 @@ export const DEFAULT_WORKLOAD: WorkloadOptions = {
   writeDeadlineMs: 5_000,
   readDeadlineMs: 3_000,
   scanLimit: 3,
+  padding: 1_500,
 };
+
+/** The value on the wire: the write's unique id, then padding the history does not keep. */
+export function encodeValue(id: string, padding: number): Buffer {
+  return Buffer.from(`${id}~${".".repeat(padding)}`);
+}
+
+/** The write's id from a value read back. */
+export function decodeValue(value: Buffer): string {
+  const text = value.toString();
+  const at = text.indexOf("~");
+  return at < 0 ? text : text.slice(0, at);
+}
 
 const WEIGHTS: readonly [OpKind, number][] = [
   ["put", 22],
@@ -250,7 +265,7 @@ export class Workload {
               "Put",
               {
                 key: k,
-                value: Buffer.from(input.value),
+                value: encodeValue(input.value, rng.int(this.#options.padding + 1)),
                 ...(input.type === "put-if"
                   ? { expected_version: wireVersion(input.expected) }
                   : {}),
@@ -288,7 +303,7 @@ export class Workload {
               res["found"] === true
                 ? {
                     type: "found",
-                    value: (res["value"] as Buffer).toString(),
+                    value: decodeValue(res["value"] as Buffer),
                     version: versionOf(res["version"]) as Version,
                   }
                 : { type: "absent" };
@@ -389,7 +404,7 @@ export class Workload {
         op.outcome = "ok";
         const items = (res["items"] as Reply[]).map((it) => ({
           key: (it["key"] as Buffer).toString(),
-          value: (it["value"] as Buffer).toString(),
+          value: decodeValue(it["value"] as Buffer),
           version: versionOf(it["version"]) as Version,
         }));
         token = res["next_page_token"] as Buffer;
