@@ -8,6 +8,8 @@
  * - kill-leader: SIGKILL the node leading the most shards (by a live node's cluster view), then
  *   restart it on its data directory;
  * - kill-random: SIGKILL any node, then restart it;
+ * - kill-flap: a crash loop: SIGKILL any node, restart it, SIGKILL it again 1.5-3 s after it
+ *   started (while it may still be catching up, by log or snapshot), restart it again;
  * - kill-all: SIGKILL every node at once (a power cut of the whole cluster), then restart all;
  * - pause: SIGSTOP the busiest leader for longer than the election timeout, then SIGCONT (a
  *   "zombie" leader that wakes up believing it still leads);
@@ -26,6 +28,7 @@ import type { ChaosCluster } from "./cluster.ts";
 export const FAULT_KINDS = [
   "kill-leader",
   "kill-random",
+  "kill-flap",
   "kill-all",
   "pause",
   "partition",
@@ -40,9 +43,9 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   mixed: FAULT_KINDS,
-  kill: ["kill-leader", "kill-random"],
+  kill: ["kill-leader", "kill-random", "kill-flap"],
   "kill-all": ["kill-all"],
-  crash: ["kill-leader", "kill-random", "kill-all"],
+  crash: ["kill-leader", "kill-random", "kill-flap", "kill-all"],
   pause: ["pause"],
   partition: ["partition", "partition-reset", "asymmetric"],
   network: ["partition", "partition-reset", "asymmetric", "udp-loss", "delay"],
@@ -165,6 +168,24 @@ export class FaultSchedule {
         const r = record([victim], "SIGKILL, restart on the same data directory");
         await cluster.kill(victim);
         await sleep(hold);
+        r.healedAt = this.#now();
+        await cluster.start(victim);
+        r.healDone = this.#now();
+        return;
+      }
+      case "kill-flap": {
+        const victim = random();
+        const again = 1_500 + rng.int(1_500);
+        const r = record(
+          [victim],
+          `SIGKILL, restart, SIGKILL again ${again} ms after it started, restart`,
+        );
+        await cluster.kill(victim);
+        await sleep(hold);
+        await cluster.start(victim);
+        await sleep(again);
+        await cluster.kill(victim);
+        await sleep(500 + rng.int(1_000));
         r.healedAt = this.#now();
         await cluster.start(victim);
         r.healDone = this.#now();
