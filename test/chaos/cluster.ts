@@ -6,7 +6,9 @@
  * Node i binds 127.0.0.1:<real port> (gRPC and SWIM, which clients use directly), advertises its
  * relay address, and dials its peers through its own CONNECT proxy (net.ts explains why).
  */
-import { writeFile } from "node:fs/promises";
+import { execFile } from "node:child_process";
+import { mkdir, open, unlink, writeFile } from "node:fs/promises";
+import { promisify } from "node:util";
 import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
 import { freePort } from "../support/cluster-process.ts";
@@ -46,7 +48,14 @@ export interface ChaosClusterOptions {
   readonly env: Readonly<Record<string, string>>;
   /** Milliseconds on the run's clock. */
   readonly now: () => number;
+  /**
+   * Put each node's data directory on a tmpfs of this many MiB (needs root), for the disk-full
+   * fault; 0 (default): on the temporary directory's file system.
+   */
+  readonly tmpfsMiB?: number;
 }
+
+const run = promisify(execFile);
 
 export class ChaosCluster {
   readonly nodes: ChaosNode[];
@@ -57,6 +66,9 @@ export class ChaosCluster {
   readonly #expected = new Set<ServerProcess>();
   /** Every stdout line of every process so far, per node (for the report of a failed run). */
   readonly logs = new Map<string, string[]>();
+  /** Nodes whose exit is a fail-stop the harness provoked (a full disk), not a crash. */
+  readonly #mayExit = new Set<string>();
+  readonly #mounted: string[] = [];
 
   private constructor(nodes: ChaosNode[], net: FaultNet, options: ChaosClusterOptions) {
     this.nodes = nodes;
@@ -75,6 +87,15 @@ export class ChaosCluster {
       });
     }
     const net = await FaultNet.start(netNodes, options.rng.fork());
+    const mounted: string[] = [];
+    if ((options.tmpfsMiB ?? 0) > 0) {
+      for (const n of netNodes) {
+        const dir = join(options.dir, n.id);
+        await mkdir(dir, { recursive: true });
+        await run("mount", ["-t", "tmpfs", "-o", `size=${options.tmpfsMiB}m`, "tmpfs", dir]);
+        mounted.push(dir);
+      }
+    }
     const nodes = netNodes.map((n) => ({
       id: n.id,
       net: n,
@@ -85,7 +106,9 @@ export class ChaosCluster {
       state: "down" as NodeState,
       incarnation: 0,
     }));
-    return new ChaosCluster(nodes, net, options);
+    const cluster = new ChaosCluster(nodes, net, options);
+    cluster.#mounted.push(...mounted);
+    return cluster;
   }
 
   node(id: string): ChaosNode {
@@ -155,6 +178,16 @@ export class ChaosCluster {
     void server.exited.then((exit) => {
       log.push(...server.lines, `--- ${id} #${incarnation} exited ${JSON.stringify(exit)}`);
       if (this.#expected.has(server)) return;
+      if (this.#mayExit.has(id) && exit.code === 1) {
+        log.push(`--- ${id} #${incarnation} stopped on the full disk (fail-stop, expected)`);
+        if (n.server === server) {
+          n.server = null;
+          n.client?.close();
+          n.client = null;
+          n.state = "down";
+        }
+        return;
+      }
       this.crashes.push({
         node: id,
         incarnation,
@@ -203,6 +236,37 @@ export class ChaosCluster {
     n.state = "running";
   }
 
+  /**
+   * Fills the node's data directory (a tmpfs) with a ballast file until the disk is full; the
+   * node may stop on it (exit code 1: a fail-stop, not a crash) until freeDisk().
+   */
+  async fillDisk(id: string): Promise<number> {
+    const n = this.node(id);
+    this.#mayExit.add(id);
+    const file = await open(join(n.dataDir, "ballast"), "w");
+    const chunk = Buffer.alloc(1 << 20, 0x5a);
+    let bytes = 0;
+    try {
+      for (;;) bytes += (await file.write(chunk)).bytesWritten;
+    } catch (err) {
+      if ((err as { code?: string }).code !== "ENOSPC") throw err;
+      // The last partial chunk may have left room: fill it byte-wise, in 4 KiB steps.
+      try {
+        for (;;) bytes += (await file.write(chunk.subarray(0, 4096))).bytesWritten;
+      } catch {
+        // full
+      }
+    } finally {
+      await file.close();
+    }
+    return bytes;
+  }
+
+  async freeDisk(id: string): Promise<void> {
+    await unlink(join(this.node(id).dataDir, "ballast")).catch(() => undefined);
+    this.#mayExit.delete(id);
+  }
+
   /** Waits until the node answers GET `path` with `ok` (bounded). */
   async http(id: string, path: string): Promise<{ status: number; body: unknown } | null> {
     const n = this.node(id);
@@ -242,6 +306,9 @@ export class ChaosCluster {
       }),
     );
     await this.net.close();
+    for (const dir of this.#mounted.splice(0)) {
+      await run("umount", [dir]).catch(() => run("umount", ["-l", dir]));
+    }
   }
 
   async writeLogs(dir: string): Promise<void> {

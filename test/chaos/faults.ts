@@ -19,7 +19,9 @@
  * - asymmetric: one direction only (the node hears the others but they do not hear it, or the
  *   reverse);
  * - udp-loss: most SWIM datagrams to and from one node lost, Raft untouched;
- * - delay: latency on every link (TCP and UDP), with jitter between links.
+ * - delay: latency on every link (TCP and UDP), with jitter between links;
+ * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
+ *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal.
  */
 import type { Rng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
@@ -36,13 +38,14 @@ export const FAULT_KINDS = [
   "asymmetric",
   "udp-loss",
   "delay",
+  "disk-full",
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
-  mixed: FAULT_KINDS,
+  mixed: FAULT_KINDS.filter((k) => k !== "disk-full"),
   kill: ["kill-leader", "kill-random", "kill-flap"],
   "kill-all": ["kill-all"],
   crash: ["kill-leader", "kill-random", "kill-flap", "kill-all"],
@@ -51,13 +54,17 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   network: ["partition", "partition-reset", "asymmetric", "udp-loss", "delay"],
   "udp-loss": ["udp-loss"],
   delay: ["delay"],
+  disk: ["disk-full", "kill-random"],
   none: [],
 };
+
+/** Scenarios whose nodes keep their data on a tmpfs each (a disk that can fill up). */
+export const TMPFS_SCENARIOS: ReadonlySet<string> = new Set(["disk"]);
 
 export interface FaultRecord {
   readonly kind: FaultKind;
   readonly targets: readonly string[];
-  readonly detail: string;
+  detail: string;
   readonly start: number;
   /** When the heal began (the node restarted, resumed, the network healed). */
   healedAt: number;
@@ -264,6 +271,21 @@ export class FaultSchedule {
         await sleep(hold);
         r.healedAt = this.#now();
         cluster.net.heal();
+        r.healDone = this.#now();
+        return;
+      }
+      case "disk-full": {
+        const victim = random();
+        const r = record([victim], `${victim}'s disk full`);
+        const bytes = await cluster.fillDisk(victim);
+        r.detail = `${victim}'s disk full (${Math.round(bytes / 1024)} KiB of ballast)`;
+        await sleep(hold);
+        r.healedAt = this.#now();
+        await cluster.freeDisk(victim);
+        if (cluster.node(victim).state === "down") {
+          r.detail += "; it stopped, restarted";
+          await cluster.start(victim);
+        }
         r.healDone = this.#now();
         return;
       }

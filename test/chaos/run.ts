@@ -20,7 +20,13 @@ import { clusterView } from "../support/cluster-process.ts";
 import type { Version } from "../support/linearizability.ts";
 import { checkLinearizable, checkSerializableReads, type Finding, lostWrites } from "./checks.ts";
 import { ChaosCluster } from "./cluster.ts";
-import { type FaultKind, type FaultRecord, FaultSchedule, SCENARIOS } from "./faults.ts";
+import {
+  type FaultKind,
+  type FaultRecord,
+  FaultSchedule,
+  SCENARIOS,
+  TMPFS_SCENARIOS,
+} from "./faults.ts";
 import {
   type ChaosOp,
   decodeValue,
@@ -172,6 +178,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     size: options.size ?? 3,
     rng: rng.fork(),
     now,
+    ...(TMPFS_SCENARIOS.has(options.scenario) ? { tmpfsMiB: 256 } : {}),
     env: {
       CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
       CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(options.size ?? 3),
