@@ -57,7 +57,10 @@ export interface RunOptions {
 export interface FaultReport extends FaultRecord {
   /** Longest window without any successful write that overlaps the fault (ms). */
   readonly unavailableMs: number;
-  /** The same, for the worst single shard that took writes before and after it (ms). */
+  /**
+   * For the worst shard: from a write to it that failed during the fault to the shard's next
+   * successful write (ms).
+   */
   readonly worstShardUnavailableMs: number;
 }
 
@@ -141,19 +144,36 @@ function availability(ops: readonly ChaosOp[], f: FaultRecord, end: number): [nu
   const all = ok.map((o) => o.returnTime as number).sort((a, b) => a - b);
   const to = Math.max(f.healDone, f.healedAt, f.start);
   const total = longestGap(all, f.start, to, end);
-  const byShard = new Map<number, number[]>();
-  for (const o of ok) {
-    const s = shardForKey(Buffer.from(o.key as string), TOTAL_SHARDS);
-    const list = byShard.get(s) ?? [];
-    list.push(o.returnTime as number);
-    byShard.set(s, list);
+  // Per shard, as its writers saw it: from a write that failed (or never answered), invoked
+  // during the fault, to the shard's next successful write; a stretch of more than 2 s with no
+  // write to the shard at all ends the window at the last failure (keys rotate, and a shard may
+  // get no writes for a while).
+  const attempts = new Map<number, ChaosOp[]>();
+  for (const o of ops) {
+    if (!isWrite(o) || o.key === null || o.outcome === "pending") continue;
+    const s = shardForKey(Buffer.from(o.key), TOTAL_SHARDS);
+    const list = attempts.get(s) ?? [];
+    list.push(o);
+    attempts.set(s, list);
   }
   let worst = 0;
-  for (const list of byShard.values()) {
-    list.sort((a, b) => a - b);
-    // Only shards written both before the fault and after its heal say something about it.
-    if (!(list[0] !== undefined && list[0] < f.start && (list.at(-1) as number) > to)) continue;
-    worst = Math.max(worst, longestGap(list, f.start, to, end));
+  for (const list of attempts.values()) {
+    list.sort((a, b) => a.invoke - b.invoke);
+    list.forEach((o, i) => {
+      if (o.outcome === "ok" || o.invoke < f.start || o.invoke > to) return;
+      let lastEnd = o.returnTime ?? end;
+      let window = lastEnd - o.invoke;
+      for (const x of list.slice(i + 1)) {
+        if (x.invoke - lastEnd > 2_000) break;
+        if (x.outcome === "ok") {
+          window = (x.returnTime as number) - o.invoke;
+          break;
+        }
+        lastEnd = Math.max(lastEnd, x.returnTime ?? end);
+        window = lastEnd - o.invoke;
+      }
+      worst = Math.max(worst, window);
+    });
   }
   return [Math.round(total), Math.round(worst)];
 }
