@@ -205,8 +205,11 @@ export class ChaosCluster {
     });
   }
 
+  /** Starts every node; when one fails, the others still finish starting (and are stopped). */
   async startAll(): Promise<void> {
-    await Promise.all(this.nodes.map((n) => this.start(n.id)));
+    const results = await Promise.allSettled(this.nodes.map((n) => this.start(n.id)));
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
   }
 
   /** SIGKILL (a paused process dies as well). */

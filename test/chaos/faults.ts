@@ -203,7 +203,9 @@ export class FaultSchedule {
         await Promise.all(ids.map((id) => cluster.kill(id)));
         await sleep(Math.min(hold, 2_000));
         r.healedAt = this.#now();
-        await Promise.all(ids.map((id) => cluster.start(id)));
+        const results = await Promise.allSettled(ids.map((id) => cluster.start(id)));
+        const failed = results.find((x) => x.status === "rejected");
+        if (failed !== undefined) throw failed.reason;
         r.healDone = this.#now();
         return;
       }
