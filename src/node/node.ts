@@ -40,6 +40,7 @@ import { RpcServer } from "../api/index.ts";
 import { ClusterState, spreadLeaders, transferLeadership } from "./cluster.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
+import { plantedBugs } from "./testing-bugs.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -149,7 +150,11 @@ export class CairnNode implements HealthSource {
     }
     const replicas = (shard: number): string[] =>
       opened?.shardInfo(shard)?.voters.map(nodeOfReplica) ?? [config.node_id];
+    const planted = plantedBugs(process.env);
+    if (planted !== null) log.warn("planted bugs enabled (testing only)", { bugs: planted.names });
     const store = await MultiRaft.open({
+      ...(planted === null ? {} : { testingBugs: planted.bugs }),
+      ...(planted === null || planted.fs === null ? {} : { fs: planted.fs }),
       nodeId: config.node_id,
       dataDir: config.data_dir,
       totalShards: config.cluster.total_shards,

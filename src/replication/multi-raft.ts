@@ -48,6 +48,7 @@ import {
   type WalOptions,
 } from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
+import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand, encodeMetaEntry } from "./commands.ts";
 import { type PeerReport, ShardReplica } from "./shard.ts";
@@ -182,6 +183,10 @@ export interface DriverTestingBugs {
   readonly staleReadAfterRestart?: boolean;
   /** A follower serves a read once the leader answered its read index, without applying to it. */
   readonly followerReadWithoutApply?: boolean;
+  /** A round sends, applies and answers before its WAL records are synced (planted-bugs.ts). */
+  readonly ackBeforeWalSync?: boolean;
+  /** A snapshot install is not durable before the WAL records it (planted-bugs.ts). */
+  readonly snapshotInstallNotDurable?: boolean;
 }
 
 /** Events for metrics, logs and the cluster view. */
@@ -872,7 +877,11 @@ export class MultiRaft {
       }
       if (records.length > 0) {
         this.#wal.append(records);
-        await this.#wal.sync();
+        if (this.#testingBugs.ackBeforeWalSync === true) {
+          this.#wal.sync().catch((err: unknown) => this.#fail(err));
+        } else {
+          await this.#wal.sync();
+        }
       }
       // Only now, with the round durable: a message may acknowledge or vote on what it holds.
       this.#send(outbox);
@@ -937,7 +946,11 @@ export class MultiRaft {
     async function* frames(): AsyncGenerator<Uint8Array> {
       yield snap.data;
     }
-    await s.sm.lsm.importSnapshot(frames());
+    if (this.#testingBugs.snapshotInstallNotDurable === true) {
+      await installSnapshotNotDurably(s.sm.lsm, snap.data, snap.meta.index);
+    } else {
+      await s.sm.lsm.importSnapshot(frames());
+    }
     s.sm.appliedIndex = snap.meta.index;
     s.storage.conf = snap.meta.conf;
     this.#options.observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));

@@ -1,0 +1,87 @@
+/**
+ * Planted bugs for the chaos harness (test/chaos/, `npm run chaos -- --bug NAME`): known ways to
+ * lose acknowledged data that the harness must catch on real processes. Read from the
+ * environment variable CAIRN_TESTING_BUGS (a comma-separated list) and from nowhere else; it is
+ * not a configuration key, no documented setting reaches it, and a node started with it logs a
+ * warning naming each bug. Never set it outside tests.
+ */
+import { CairnError } from "../common/index.ts";
+import type { DriverTestingBugs } from "../replication/index.ts";
+import { type FileSystem, type FsFile, nodeFileSystem } from "../storage/index.ts";
+
+export const TESTING_BUGS_ENV = "CAIRN_TESTING_BUGS";
+
+const BUGS: Readonly<Record<string, keyof DriverTestingBugs>> = {
+  // A follower serves a linearizable read once the leader answered its read index, without
+  // waiting to apply up to it.
+  "follower-read-without-apply": "followerReadWithoutApply",
+  // Messages (acknowledgements, votes) go out and writes are applied and answered before the
+  // round's WAL records are written and synced.
+  "ack-before-wal-sync": "ackBeforeWalSync",
+  // A follower's snapshot install is not made durable before the WAL records the snapshot.
+  "snapshot-install-not-durable": "snapshotInstallNotDurable",
+};
+
+/** How long a write takes to reach the OS on the slow disk of `ack-before-wal-sync`. */
+export const SLOW_WRITE_MS = 200;
+
+/**
+ * A disk whose writes reach the OS only after `ms`: the WAL's records then sit in the process
+ * for that long after their round, as on a slow or saturated disk. Harmless to a correct node
+ * (it waits for the sync); with `ack-before-wal-sync` it is the window in which a SIGKILL loses
+ * records the node already acknowledged. Page-cache durability makes the bug invisible to a
+ * SIGKILL otherwise: the WAL writes each batch within a millisecond.
+ */
+export function slowWriteFileSystem(inner: FileSystem, ms: number): FileSystem {
+  const delay = (): Promise<void> => new Promise((r) => setTimeout(r, ms));
+  return {
+    mkdirp: (dir) => inner.mkdirp(dir),
+    readdir: (dir) => inner.readdir(dir),
+    readFile: (path) => inner.readFile(path),
+    unlink: (path) => inner.unlink(path),
+    fsyncDir: (dir) => inner.fsyncDir(dir),
+    async open(path, flags): Promise<FsFile> {
+      const file = await inner.open(path, flags);
+      return {
+        async write(buf, offset, length, position) {
+          await delay();
+          return file.write(buf, offset, length, position);
+        },
+        truncate: (length) => file.truncate(length),
+        sync: () => file.sync(),
+        datasync: () => file.datasync(),
+        close: () => file.close(),
+      };
+    },
+  };
+}
+
+/** The planted bugs named in `env`, or null when none is. Throws on an unknown name. */
+export function plantedBugs(
+  env: Readonly<Record<string, string | undefined>>,
+): { names: string[]; bugs: DriverTestingBugs; fs: FileSystem | null } | null {
+  const raw = env[TESTING_BUGS_ENV];
+  if (raw === undefined || raw.trim() === "") return null;
+  const names = raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
+  const bugs: Record<string, boolean> = {};
+  for (const name of names) {
+    const field = BUGS[name];
+    if (field === undefined) {
+      throw new CairnError(
+        "CAIRN_ERR_CONFIG",
+        `${TESTING_BUGS_ENV}: unknown planted bug ${JSON.stringify(name)}; known: ${Object.keys(BUGS).join(", ")}`,
+      );
+    }
+    bugs[field] = true;
+  }
+  return {
+    names,
+    bugs: bugs as DriverTestingBugs,
+    // The ack-before-wal-sync bug runs on a slow disk, where its window is wide enough to see.
+    fs:
+      bugs["ackBeforeWalSync"] === true ? slowWriteFileSystem(nodeFileSystem, SLOW_WRITE_MS) : null,
+  };
+}

@@ -1,0 +1,207 @@
+/**
+ * The chaos harness's own checks on hand-made histories: scan pages projected on keys (items
+ * found, covered keys absent), serializable reads (stale is fine; a value never written, a
+ * version that is not its write's, a replica going back, are not), lost acknowledged writes.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  checkRegisterHistory,
+  type RegisterInput,
+  type RegisterOutput,
+} from "../support/linearizability.ts";
+import { checkSerializableReads, lostWrites, toRegisterHistory } from "./checks.ts";
+import type { ChaosOp, OpKind, ScanPage } from "./workload.ts";
+
+let ids = 0;
+function op(
+  kind: OpKind,
+  key: string | null,
+  invoke: number,
+  returnTime: number | null,
+  input: RegisterInput | null,
+  output: RegisterOutput | null,
+  extra: { node?: string; outcome?: ChaosOp["outcome"]; scan?: ScanPage } = {},
+): ChaosOp {
+  return {
+    id: ids++,
+    client: 0,
+    node: extra.node ?? "n1",
+    incarnation: 1,
+    kind,
+    key,
+    input,
+    invoke,
+    returnTime,
+    outcome: extra.outcome ?? (output === null ? "info" : "ok"),
+    output,
+    ...(extra.scan === undefined ? {} : { scan: extra.scan }),
+  };
+}
+
+const v = (index: number) => ({ index, term: 1 });
+
+describe("chaos checks", () => {
+  it("projects a scan page on every key it covers, found or absent", () => {
+    const history = toRegisterHistory(
+      [
+        op("put", "p/a", 0, 1, { type: "put", value: "x" }, { type: "written", version: v(1) }),
+        op("scan", null, 2, 3, null, null, {
+          outcome: "ok",
+          scan: {
+            after: null,
+            upTo: "p/b",
+            items: [{ key: "p/a", value: "x", version: v(1) }],
+            active: ["p/a", "p/b", "p/c"],
+          },
+        }),
+      ],
+      "p/",
+    );
+    const reads = history.filter((o) => o.input.type === "get");
+    assert.deepEqual(
+      reads.map((o) => [o.key, o.output?.type]),
+      [
+        ["p/a", "found"],
+        ["p/b", "absent"],
+      ],
+    );
+    assert.equal(checkRegisterHistory(history).status, "ok");
+  });
+
+  it("catches a scan page that misses an acknowledged write", () => {
+    const history = toRegisterHistory(
+      [
+        op("put", "p/b", 0, 1, { type: "put", value: "x" }, { type: "written", version: v(1) }),
+        op("scan", null, 2, 3, null, null, {
+          outcome: "ok",
+          scan: { after: null, upTo: null, items: [], active: ["p/b"] },
+        }),
+      ],
+      "p/",
+    );
+    assert.equal(checkRegisterHistory(history).status, "violation");
+  });
+
+  it("leaves failed operations and serializable reads out of the linearizability check", () => {
+    const history = toRegisterHistory(
+      [
+        op("put", "k", 0, 1, { type: "put", value: "a" }, null, { outcome: "fail" }),
+        op("get-serializable", "k", 2, 3, { type: "get" }, { type: "absent" }),
+        op("put", "k", 4, null, { type: "put", value: "b" }, null),
+      ],
+      "",
+    );
+    assert.equal(history.length, 1);
+    assert.equal(history[0]?.output, null);
+    assert.equal(history[0]?.returnTime, null);
+  });
+
+  it("accepts stale serializable reads, but not invented, misversioned or regressing ones", () => {
+    const w1 = op(
+      "put",
+      "k",
+      0,
+      1,
+      { type: "put", value: "a" },
+      { type: "written", version: v(1) },
+    );
+    const w2 = op(
+      "put",
+      "k",
+      2,
+      3,
+      { type: "put", value: "b" },
+      { type: "written", version: v(2) },
+    );
+    const stale = op(
+      "get-serializable",
+      "k",
+      10,
+      11,
+      { type: "get" },
+      { type: "found", value: "a", version: v(1) },
+    );
+    assert.deepEqual(checkSerializableReads([w1, w2, stale]), []);
+    const ghost = op(
+      "get-serializable",
+      "k",
+      10,
+      11,
+      { type: "get" },
+      { type: "found", value: "zz", version: v(9) },
+    );
+    assert.match(checkSerializableReads([w1, ghost])[0]?.message ?? "", /no write wrote/);
+    const wrongVersion = op(
+      "get-serializable",
+      "k",
+      10,
+      11,
+      { type: "get" },
+      { type: "found", value: "a", version: v(2) },
+    );
+    assert.match(checkSerializableReads([w1, wrongVersion])[0]?.message ?? "", /another version/);
+    const failed = op("put", "k", 0, 1, { type: "put", value: "f" }, null, { outcome: "fail" });
+    const readFailed = op(
+      "get-serializable",
+      "k",
+      10,
+      11,
+      { type: "get" },
+      { type: "found", value: "f", version: v(3) },
+    );
+    assert.match(checkSerializableReads([failed, readFailed])[0]?.message ?? "", /not applied/);
+    const newer = op(
+      "get-serializable",
+      "k",
+      12,
+      13,
+      { type: "get" },
+      { type: "found", value: "b", version: v(2) },
+    );
+    const older = op(
+      "get-serializable",
+      "k",
+      14,
+      15,
+      { type: "get" },
+      { type: "found", value: "a", version: v(1) },
+    );
+    assert.match(checkSerializableReads([w1, w2, newer, older])[0]?.message ?? "", /back in time/);
+    // On another node the older value is only stale.
+    const elsewhere = op(
+      "get-serializable",
+      "k",
+      14,
+      15,
+      { type: "get" },
+      { type: "found", value: "a", version: v(1) },
+      { node: "n2" },
+    );
+    assert.deepEqual(checkSerializableReads([w1, w2, newer, elsewhere]), []);
+  });
+
+  it("names acknowledged writes the final reads do not show", () => {
+    const w1 = op(
+      "put",
+      "k",
+      0,
+      1,
+      { type: "put", value: "a" },
+      { type: "written", version: v(1) },
+    );
+    const w2 = op(
+      "put",
+      "k",
+      2,
+      3,
+      { type: "put", value: "b" },
+      { type: "written", version: v(2) },
+    );
+    assert.deepEqual(lostWrites([w1, w2], new Map([["k", { value: "b", version: v(2) }]])), []);
+    assert.equal(lostWrites([w1, w2], new Map([["k", { value: "a", version: v(1) }]])).length, 1);
+    assert.equal(lostWrites([w1, w2], new Map([["k", null]])).length, 1);
+    const del = op("delete", "k", 4, null, { type: "delete" }, null);
+    assert.deepEqual(lostWrites([w1, w2, del], new Map([["k", null]])), []);
+  });
+});

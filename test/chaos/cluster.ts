@@ -1,0 +1,324 @@
+/**
+ * A chaos cluster: three (or five) real `cairn serve` processes on loopback, with every byte
+ * between them through a FaultNet (net.ts), processes the harness can SIGKILL, SIGSTOP and
+ * SIGCONT, and a watch on every exit so that a crash nobody asked for is reported.
+ *
+ * Node i binds 127.0.0.1:<real port> (gRPC and SWIM, which clients use directly), advertises its
+ * relay address, and dials its peers through its own CONNECT proxy (net.ts explains why).
+ */
+import { execFile } from "node:child_process";
+import { mkdir, open, unlink, writeFile } from "node:fs/promises";
+import { promisify } from "node:util";
+import { join } from "node:path";
+import type { Rng } from "../../src/common/index.ts";
+import { freePort } from "../support/cluster-process.ts";
+import { connect, type Clients } from "../support/grpc-client.ts";
+import { type Exit, type ServerProcess, startServer } from "../support/server-process.ts";
+import { FaultNet, type NetNode } from "./net.ts";
+
+export type NodeState = "running" | "paused" | "down";
+
+export interface ChaosNode {
+  readonly id: string;
+  readonly net: NetNode;
+  /** The address clients use: the node's own port, never through the FaultNet. */
+  readonly rpc: string;
+  readonly dataDir: string;
+  server: ServerProcess | null;
+  client: Clients | null;
+  state: NodeState;
+  /** Process starts so far (1 after the first start). */
+  incarnation: number;
+}
+
+export interface Crash {
+  readonly node: string;
+  readonly incarnation: number;
+  readonly exit: Exit;
+  readonly at: number;
+  readonly stderrTail: string;
+  readonly logTail: readonly string[];
+}
+
+export interface ChaosClusterOptions {
+  readonly dir: string;
+  readonly size: number;
+  readonly rng: Rng;
+  /** CAIRN_* settings for every node. */
+  readonly env: Readonly<Record<string, string>>;
+  /** Milliseconds on the run's clock. */
+  readonly now: () => number;
+  /**
+   * Put each node's data directory on a tmpfs of this many MiB (needs root), for the disk-full
+   * fault; 0 (default): on the temporary directory's file system.
+   */
+  readonly tmpfsMiB?: number;
+}
+
+const run = promisify(execFile);
+
+export class ChaosCluster {
+  readonly nodes: ChaosNode[];
+  readonly net: FaultNet;
+  readonly crashes: Crash[] = [];
+  readonly #options: ChaosClusterOptions;
+  /** Exits the harness caused (SIGKILL, SIGTERM at the end): not crashes. */
+  readonly #expected = new Set<ServerProcess>();
+  /** Every stdout line of every process so far, per node (for the report of a failed run). */
+  readonly logs = new Map<string, string[]>();
+  /** Nodes whose exit is a fail-stop the harness provoked (a full disk), not a crash. */
+  readonly #mayExit = new Set<string>();
+  readonly #mounted: string[] = [];
+
+  private constructor(nodes: ChaosNode[], net: FaultNet, options: ChaosClusterOptions) {
+    this.nodes = nodes;
+    this.net = net;
+    this.#options = options;
+  }
+
+  static async create(options: ChaosClusterOptions): Promise<ChaosCluster> {
+    const netNodes: NetNode[] = [];
+    for (let i = 1; i <= options.size; i++) {
+      netNodes.push({
+        id: `n${i}`,
+        realPort: await freePort(),
+        relayPort: await freePort(),
+        proxyPort: await freePort(),
+      });
+    }
+    const net = await FaultNet.start(netNodes, options.rng.fork());
+    const mounted: string[] = [];
+    if ((options.tmpfsMiB ?? 0) > 0) {
+      for (const n of netNodes) {
+        const dir = join(options.dir, n.id);
+        await mkdir(dir, { recursive: true });
+        await run("mount", ["-t", "tmpfs", "-o", `size=${options.tmpfsMiB}m`, "tmpfs", dir]);
+        mounted.push(dir);
+      }
+    }
+    const nodes = netNodes.map((n) => ({
+      id: n.id,
+      net: n,
+      rpc: `127.0.0.1:${n.realPort}`,
+      dataDir: join(options.dir, n.id),
+      server: null,
+      client: null,
+      state: "down" as NodeState,
+      incarnation: 0,
+    }));
+    const cluster = new ChaosCluster(nodes, net, options);
+    cluster.#mounted.push(...mounted);
+    return cluster;
+  }
+
+  node(id: string): ChaosNode {
+    const n = this.nodes.find((x) => x.id === id);
+    if (n === undefined) throw new Error(`no node ${id}`);
+    return n;
+  }
+
+  get seeds(): string {
+    return this.nodes.map((n) => `127.0.0.1:${n.net.relayPort}`).join(",");
+  }
+
+  async start(id: string, extraEnv: Readonly<Record<string, string>> = {}): Promise<void> {
+    const n = this.node(id);
+    if (n.state !== "down") throw new Error(`${id} is ${n.state}`);
+    let server: ServerProcess;
+    try {
+      server = await this.#spawn(n, extraEnv);
+    } catch (err) {
+      this.crashes.push({
+        node: id,
+        incarnation: n.incarnation + 1,
+        exit: { code: null, signal: null },
+        at: this.#options.now(),
+        stderrTail: String(err).slice(-4000),
+        logTail: [],
+      });
+      throw err;
+    }
+    n.incarnation++;
+    const incarnation = n.incarnation;
+    n.server = server;
+    n.client = connect(n.rpc);
+    n.state = "running";
+    this.#watch(n, server, incarnation);
+  }
+
+  #spawn(n: ChaosNode, extraEnv: Readonly<Record<string, string>>): Promise<ServerProcess> {
+    return startServer({
+      dataDir: n.dataDir,
+      args: [
+        "--node-id",
+        n.id,
+        "--rpc-addr",
+        n.rpc,
+        "--advertise-rpc-addr",
+        `127.0.0.1:${n.net.relayPort}`,
+        "--seed-nodes",
+        this.seeds,
+      ],
+      env: {
+        ...this.#options.env,
+        ...extraEnv,
+        grpc_proxy: `http://127.0.0.1:${n.net.proxyPort}`,
+        no_grpc_proxy: "",
+        no_proxy: "",
+      },
+      timeoutMs: 60_000,
+    });
+  }
+
+  #watch(n: ChaosNode, server: ServerProcess, incarnation: number): void {
+    const id = n.id;
+    const log = this.logs.get(id) ?? [];
+    this.logs.set(id, log);
+    log.push(`--- ${id} start #${incarnation} at t=${Math.round(this.#options.now())} ms`);
+    void server.exited.then((exit) => {
+      log.push(...server.lines, `--- ${id} #${incarnation} exited ${JSON.stringify(exit)}`);
+      if (this.#expected.has(server)) return;
+      if (this.#mayExit.has(id) && exit.code === 1) {
+        log.push(`--- ${id} #${incarnation} stopped on the full disk (fail-stop, expected)`);
+        if (n.server === server) {
+          n.server = null;
+          n.client?.close();
+          n.client = null;
+          n.state = "down";
+        }
+        return;
+      }
+      this.crashes.push({
+        node: id,
+        incarnation,
+        exit,
+        at: this.#options.now(),
+        stderrTail: server.stderr().slice(-4000),
+        logTail: server.lines.slice(-30),
+      });
+      if (n.server === server) {
+        n.server = null;
+        n.client?.close();
+        n.client = null;
+        n.state = "down";
+      }
+    });
+  }
+
+  /** Starts every node; when one fails, the others still finish starting (and are stopped). */
+  async startAll(): Promise<void> {
+    const results = await Promise.allSettled(this.nodes.map((n) => this.start(n.id)));
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
+  }
+
+  /** SIGKILL (a paused process dies as well). */
+  async kill(id: string): Promise<void> {
+    const n = this.node(id);
+    const server = n.server;
+    if (server === null) return;
+    this.#expected.add(server);
+    n.client?.close();
+    n.client = null;
+    n.server = null;
+    n.state = "down";
+    await server.stop("SIGKILL");
+  }
+
+  pause(id: string): void {
+    const n = this.node(id);
+    if (n.server === null || n.state !== "running") return;
+    n.server.proc.kill("SIGSTOP");
+    n.state = "paused";
+  }
+
+  resume(id: string): void {
+    const n = this.node(id);
+    if (n.server === null || n.state !== "paused") return;
+    n.server.proc.kill("SIGCONT");
+    n.state = "running";
+  }
+
+  /**
+   * Fills the node's data directory (a tmpfs) with a ballast file until the disk is full; the
+   * node may stop on it (exit code 1: a fail-stop, not a crash) until freeDisk().
+   */
+  async fillDisk(id: string): Promise<number> {
+    const n = this.node(id);
+    this.#mayExit.add(id);
+    const file = await open(join(n.dataDir, "ballast"), "w");
+    const chunk = Buffer.alloc(1 << 20, 0x5a);
+    let bytes = 0;
+    try {
+      for (;;) bytes += (await file.write(chunk)).bytesWritten;
+    } catch (err) {
+      if ((err as { code?: string }).code !== "ENOSPC") throw err;
+      // The last partial chunk may have left room: fill it byte-wise, in 4 KiB steps.
+      try {
+        for (;;) bytes += (await file.write(chunk.subarray(0, 4096))).bytesWritten;
+      } catch {
+        // full
+      }
+    } finally {
+      await file.close();
+    }
+    return bytes;
+  }
+
+  async freeDisk(id: string): Promise<void> {
+    await unlink(join(this.node(id).dataDir, "ballast")).catch(() => undefined);
+    this.#mayExit.delete(id);
+  }
+
+  /** Waits until the node answers GET `path` with `ok` (bounded). */
+  async http(id: string, path: string): Promise<{ status: number; body: unknown } | null> {
+    const n = this.node(id);
+    if (n.server === null || n.state !== "running") return null;
+    try {
+      const res = await fetch(`http://${n.server.http}${path}`, {
+        signal: AbortSignal.timeout(3_000),
+      });
+      const text = await res.text();
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        // not JSON
+      }
+      return { status: res.status, body };
+    } catch {
+      return null;
+    }
+  }
+
+  /** Stops every process (SIGCONT first for paused ones), then the network. */
+  async shutdown(): Promise<void> {
+    for (const n of this.nodes) if (n.state === "paused") this.resume(n.id);
+    await Promise.all(
+      this.nodes.map(async (n) => {
+        const server = n.server;
+        if (server === null) return;
+        this.#expected.add(server);
+        n.client?.close();
+        n.client = null;
+        n.server = null;
+        n.state = "down";
+        const timer = setTimeout(() => server.proc.kill("SIGKILL"), 15_000);
+        await server.stop("SIGTERM");
+        clearTimeout(timer);
+      }),
+    );
+    await this.net.close();
+    for (const dir of this.#mounted.splice(0)) {
+      await run("umount", [dir]).catch(() => run("umount", ["-l", dir]));
+    }
+  }
+
+  async writeLogs(dir: string): Promise<void> {
+    for (const n of this.nodes) {
+      const lines = [...(this.logs.get(n.id) ?? [])];
+      if (n.server !== null) lines.push(...n.server.lines, "--- (still running)");
+      await writeFile(join(dir, `${n.id}.log`), lines.join("\n") + "\n");
+    }
+  }
+}

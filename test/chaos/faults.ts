@@ -1,0 +1,311 @@
+/**
+ * Faults on a schedule: each is injected, held for a few seconds, healed, and followed by a
+ * quiet spell before the next, so that every fault's effect on availability can be measured on
+ * its own. Choices are drawn from the run's seed (the timing of real processes is not
+ * deterministic, so a seed replays the schedule, not the interleaving).
+ *
+ * Kinds:
+ * - kill-leader: SIGKILL the node leading the most shards (by a live node's cluster view), then
+ *   restart it on its data directory;
+ * - kill-random: SIGKILL any node, then restart it;
+ * - kill-flap: a crash loop: SIGKILL any node, restart it, SIGKILL it again 1.5-3 s after it
+ *   started (while it may still be catching up, by log or snapshot), restart it again;
+ * - kill-all: SIGKILL every node at once (a power cut of the whole cluster), then restart all;
+ * - pause: SIGSTOP the busiest leader for longer than the election timeout, then SIGCONT (a
+ *   "zombie" leader that wakes up believing it still leads);
+ * - partition: one node cut from the two others both ways, TCP stalled as a blackhole and
+ *   datagrams dropped (with three nodes, the 2/1 split);
+ * - partition-reset: the same, but connections reset and refused;
+ * - asymmetric: one direction only (the node hears the others but they do not hear it, or the
+ *   reverse);
+ * - udp-loss: most SWIM datagrams to and from one node lost, Raft untouched;
+ * - delay: latency on every link (TCP and UDP), with jitter between links;
+ * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
+ *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal.
+ */
+import type { Rng } from "../../src/common/index.ts";
+import { clusterView } from "../support/cluster-process.ts";
+import type { ChaosCluster } from "./cluster.ts";
+
+export const FAULT_KINDS = [
+  "kill-leader",
+  "kill-random",
+  "kill-flap",
+  "kill-all",
+  "pause",
+  "partition",
+  "partition-reset",
+  "asymmetric",
+  "udp-loss",
+  "delay",
+  "disk-full",
+] as const;
+
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** Scenario name → the kinds it draws from. */
+export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
+  mixed: FAULT_KINDS.filter((k) => k !== "disk-full"),
+  kill: ["kill-leader", "kill-random", "kill-flap"],
+  "kill-all": ["kill-all"],
+  crash: ["kill-leader", "kill-random", "kill-flap", "kill-all"],
+  pause: ["pause"],
+  partition: ["partition", "partition-reset", "asymmetric"],
+  network: ["partition", "partition-reset", "asymmetric", "udp-loss", "delay"],
+  "udp-loss": ["udp-loss"],
+  delay: ["delay"],
+  disk: ["disk-full", "kill-random"],
+  none: [],
+};
+
+/** Scenarios whose nodes keep their data on a tmpfs each (a disk that can fill up). */
+export const TMPFS_SCENARIOS: ReadonlySet<string> = new Set(["disk"]);
+
+export interface FaultRecord {
+  readonly kind: FaultKind;
+  readonly targets: readonly string[];
+  detail: string;
+  readonly start: number;
+  /** When the heal began (the node restarted, resumed, the network healed). */
+  healedAt: number;
+  /** When the heal finished (for a kill: the node restarted and logged "node started"). */
+  healDone: number;
+}
+
+export interface ScheduleOptions {
+  readonly kinds: readonly FaultKind[];
+  /** On the run's clock: the first fault not before, the last heal not after. */
+  readonly from: number;
+  readonly until: number;
+  readonly holdMs: readonly [number, number];
+  readonly quietMs: readonly [number, number];
+  /** Milliseconds of one election timeout (tick × election ticks): pauses last longer. */
+  readonly electionMs: number;
+}
+
+function between(rng: Rng, [lo, hi]: readonly [number, number]): number {
+  return lo + rng.int(Math.max(1, hi - lo));
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, Math.max(0, ms)));
+}
+
+/** The running node leading the most shards, or a random running node if none is known. */
+async function busiestLeader(cluster: ChaosCluster, rng: Rng): Promise<string | null> {
+  const running = cluster.nodes.filter((n) => n.state === "running" && n.client !== null);
+  if (running.length === 0) return null;
+  const counts = new Map<string, number>();
+  for (const n of running) {
+    try {
+      const c = n.client;
+      if (c === null) continue;
+      const view = await Promise.race([
+        clusterView(c),
+        sleep(2_000).then(() => Promise.reject(new Error("no view"))),
+      ]);
+      for (const s of view.shards) {
+        if (s.leader !== "") counts.set(s.leader, (counts.get(s.leader) ?? 0) + 1);
+      }
+      break;
+    } catch {
+      // try the next node
+    }
+  }
+  const best = [...counts].filter(([id]) => running.some((n) => n.id === id));
+  best.sort((a, b) => b[1] - a[1]);
+  return best[0]?.[0] ?? (running[rng.int(running.length)]?.id as string);
+}
+
+export class FaultSchedule {
+  readonly records: FaultRecord[] = [];
+  readonly #cluster: ChaosCluster;
+  readonly #rng: Rng;
+  readonly #now: () => number;
+  readonly #options: ScheduleOptions;
+  #stopped = false;
+
+  constructor(cluster: ChaosCluster, rng: Rng, now: () => number, options: ScheduleOptions) {
+    this.#cluster = cluster;
+    this.#rng = rng;
+    this.#now = now;
+    this.#options = options;
+  }
+
+  stop(): void {
+    this.#stopped = true;
+  }
+
+  /** Runs faults until `until`; every fault is healed before it returns. */
+  async run(): Promise<void> {
+    const o = this.#options;
+    await sleep(o.from - this.#now());
+    while (!this.#stopped && o.kinds.length > 0) {
+      const hold = between(this.#rng, o.holdMs);
+      // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell.
+      if (this.#now() + hold + 3_000 > o.until) break;
+      const kind = o.kinds[this.#rng.int(o.kinds.length)] as FaultKind;
+      await this.#inject(kind, hold);
+      await sleep(between(this.#rng, o.quietMs));
+    }
+  }
+
+  async #inject(kind: FaultKind, hold: number): Promise<void> {
+    const cluster = this.#cluster;
+    const rng = this.#rng;
+    const ids = cluster.nodes.map((n) => n.id);
+    const random = (): string => ids[rng.int(ids.length)] as string;
+    const record = (targets: string[], detail: string): FaultRecord => {
+      const r: FaultRecord = {
+        kind,
+        targets,
+        detail,
+        start: this.#now(),
+        healedAt: 0,
+        healDone: 0,
+      };
+      this.records.push(r);
+      return r;
+    };
+    switch (kind) {
+      case "kill-leader":
+      case "kill-random": {
+        const victim =
+          kind === "kill-leader" ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
+        const r = record([victim], "SIGKILL, restart on the same data directory");
+        await cluster.kill(victim);
+        await sleep(hold);
+        r.healedAt = this.#now();
+        await cluster.start(victim);
+        r.healDone = this.#now();
+        return;
+      }
+      case "kill-flap": {
+        const victim = random();
+        const again = 1_500 + rng.int(1_500);
+        const r = record(
+          [victim],
+          `SIGKILL, restart, SIGKILL again ${again} ms after it started, restart`,
+        );
+        await cluster.kill(victim);
+        await sleep(hold);
+        await cluster.start(victim);
+        await sleep(again);
+        await cluster.kill(victim);
+        await sleep(500 + rng.int(1_000));
+        r.healedAt = this.#now();
+        await cluster.start(victim);
+        r.healDone = this.#now();
+        return;
+      }
+      case "kill-all": {
+        const r = record([...ids], "SIGKILL of every node at once, restart all");
+        await Promise.all(ids.map((id) => cluster.kill(id)));
+        await sleep(Math.min(hold, 2_000));
+        r.healedAt = this.#now();
+        const results = await Promise.allSettled(ids.map((id) => cluster.start(id)));
+        const failed = results.find((x) => x.status === "rejected");
+        if (failed !== undefined) throw failed.reason;
+        r.healDone = this.#now();
+        return;
+      }
+      case "pause": {
+        const victim = (await busiestLeader(cluster, rng)) ?? random();
+        const ms = Math.max(hold, 2 * this.#options.electionMs);
+        const r = record([victim], `SIGSTOP for ${ms} ms, then SIGCONT`);
+        cluster.pause(victim);
+        await sleep(ms);
+        r.healedAt = this.#now();
+        cluster.resume(victim);
+        r.healDone = this.#now();
+        return;
+      }
+      case "partition":
+      case "partition-reset": {
+        const victim =
+          rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
+        const block = kind === "partition" ? "stall" : "reset";
+        const r = record([victim], `${victim} cut from the others both ways (${block})`);
+        for (const other of ids) {
+          if (other === victim) continue;
+          cluster.net.set(victim, other, { block, delayMs: 0, udpLoss: 0 });
+          cluster.net.set(other, victim, { block, delayMs: 0, udpLoss: 0 });
+        }
+        await sleep(hold);
+        r.healedAt = this.#now();
+        cluster.net.heal();
+        r.healDone = this.#now();
+        return;
+      }
+      case "asymmetric": {
+        const victim =
+          rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
+        const outbound = rng.int(2) === 0;
+        const r = record(
+          [victim],
+          outbound
+            ? `${victim} cannot send to the others (it hears them)`
+            : `${victim} cannot hear the others (they hear it)`,
+        );
+        for (const other of ids) {
+          if (other === victim) continue;
+          if (outbound) cluster.net.set(victim, other, { block: "stall", delayMs: 0, udpLoss: 0 });
+          else cluster.net.set(other, victim, { block: "stall", delayMs: 0, udpLoss: 0 });
+        }
+        await sleep(hold);
+        r.healedAt = this.#now();
+        cluster.net.heal();
+        r.healDone = this.#now();
+        return;
+      }
+      case "udp-loss": {
+        const victim = random();
+        const loss = 0.6 + rng.int(40) / 100;
+        const r = record(
+          [victim],
+          `${Math.round(loss * 100)}% of SWIM datagrams to and from ${victim} lost`,
+        );
+        for (const other of ids) {
+          if (other === victim) continue;
+          cluster.net.set(victim, other, { block: "none", delayMs: 0, udpLoss: loss });
+          cluster.net.set(other, victim, { block: "none", delayMs: 0, udpLoss: loss });
+        }
+        await sleep(hold);
+        r.healedAt = this.#now();
+        cluster.net.heal();
+        r.healDone = this.#now();
+        return;
+      }
+      case "disk-full": {
+        const victim = random();
+        const r = record([victim], `${victim}'s disk full`);
+        const bytes = await cluster.fillDisk(victim);
+        r.detail = `${victim}'s disk full (${Math.round(bytes / 1024)} KiB of ballast)`;
+        await sleep(hold);
+        r.healedAt = this.#now();
+        await cluster.freeDisk(victim);
+        if (cluster.node(victim).state === "down") {
+          r.detail += "; it stopped, restarted";
+          await cluster.start(victim);
+        }
+        r.healDone = this.#now();
+        return;
+      }
+      case "delay": {
+        const base = 20 + rng.int(150);
+        const r = record([...ids], `${base}-${base * 2} ms of latency on every link`);
+        for (const a of ids) {
+          for (const b of ids) {
+            if (a !== b)
+              cluster.net.set(a, b, { block: "none", delayMs: base + rng.int(base), udpLoss: 0 });
+          }
+        }
+        await sleep(hold);
+        r.healedAt = this.#now();
+        cluster.net.heal();
+        r.healDone = this.#now();
+        return;
+      }
+    }
+  }
+}

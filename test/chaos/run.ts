@@ -1,0 +1,507 @@
+/**
+ * One chaos run: start a cluster behind the FaultNet, run the workload while the fault schedule
+ * goes, heal everything, check, and write a report (JSON) and a one-line summary.
+ *
+ * After the heal:
+ * - every node returns to `healthy` on GET /health;
+ * - every key is read once more, linearizably (these reads join the history: an acknowledged
+ *   write lost shows as a stale final read), and every node's own replica (a serializable Get
+ *   on each node) converges to that final value and version;
+ * - every node's cluster view names the same replicas for each shard (no shard has two groups);
+ * - no process exited unless the harness killed it.
+ */
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { gzipSync } from "node:zlib";
+import { shardForKey } from "../../src/cluster/index.ts";
+import { seededRng } from "../../src/common/index.ts";
+import { clusterView } from "../support/cluster-process.ts";
+import type { Version } from "../support/linearizability.ts";
+import { checkLinearizable, checkSerializableReads, type Finding, lostWrites } from "./checks.ts";
+import { ChaosCluster } from "./cluster.ts";
+import {
+  type FaultKind,
+  type FaultRecord,
+  FaultSchedule,
+  SCENARIOS,
+  TMPFS_SCENARIOS,
+} from "./faults.ts";
+import {
+  type ChaosOp,
+  decodeValue,
+  DEFAULT_WORKLOAD,
+  versionOf,
+  Workload,
+  type WorkloadOptions,
+} from "./workload.ts";
+
+export const TOTAL_SHARDS = 16;
+const TICK_MS = 100;
+const ELECTION_TICKS = 10;
+
+export interface RunOptions {
+  readonly seed: number;
+  readonly scenario: string;
+  /** How long the workload runs; faults stop a few seconds before its end. */
+  readonly durationMs: number;
+  /** Where the report goes (a directory per run is made in it). */
+  readonly outDir: string;
+  readonly size?: number;
+  /** Planted bugs (src/node/testing-bugs.ts), for proving the harness catches them. */
+  readonly bugs?: readonly string[];
+  readonly workload?: Partial<WorkloadOptions>;
+  readonly log?: (line: string) => void;
+}
+
+export interface FaultReport extends FaultRecord {
+  /** Longest window without any successful write that overlaps the fault (ms). */
+  readonly unavailableMs: number;
+  /**
+   * For the worst shard: from a write to it that failed during the fault to the shard's next
+   * successful write (ms).
+   */
+  readonly worstShardUnavailableMs: number;
+}
+
+export interface RunReport {
+  readonly seed: number;
+  readonly scenario: string;
+  readonly bugs: readonly string[];
+  readonly durationMs: number;
+  readonly wallMs: number;
+  readonly operations: {
+    readonly total: number;
+    readonly ok: number;
+    readonly indeterminate: number;
+    readonly failed: number;
+    readonly byKind: Record<string, number>;
+    /** Failed and indeterminate calls by error (code, Cairn code, details up to a digit). */
+    readonly errors: Record<string, number>;
+    readonly checked: number;
+    readonly keys: number;
+  };
+  readonly faults: readonly FaultReport[];
+  readonly faultsByKind: Record<string, number>;
+  readonly linearizability: {
+    readonly status: string;
+    readonly ms: number;
+    readonly report?: string;
+  };
+  readonly findings: readonly Finding[];
+  readonly crashes: readonly unknown[];
+  readonly healthyAfterHealMs: number | null;
+  readonly net: unknown;
+  readonly verdict: "pass" | "fail" | "unknown";
+  readonly summary: string;
+  readonly dir: string;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function eventually<T>(
+  timeoutMs: number,
+  probe: () => Promise<T | undefined>,
+): Promise<T | undefined> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch {
+      // try again
+    }
+    await sleep(200);
+  }
+  return undefined;
+}
+
+function isWrite(op: ChaosOp): boolean {
+  return (
+    op.kind === "put" || op.kind === "put-if" || op.kind === "delete" || op.kind === "delete-if"
+  );
+}
+
+/** The longest window with no successful write in `times` (sorted) that overlaps [from, to]. */
+function longestGap(times: readonly number[], from: number, to: number, end: number): number {
+  let prev = from;
+  for (const t of times) {
+    if (t <= from) prev = t;
+    else break;
+  }
+  let gap = 0;
+  for (const t of times) {
+    if (t <= from) continue;
+    gap = Math.max(gap, t - prev);
+    prev = t;
+    if (t > to) return gap;
+  }
+  return Math.max(gap, end - prev);
+}
+
+function availability(ops: readonly ChaosOp[], f: FaultRecord, end: number): [number, number] {
+  const ok = ops.filter((o) => isWrite(o) && o.outcome === "ok" && o.returnTime !== null);
+  const all = ok.map((o) => o.returnTime as number).sort((a, b) => a - b);
+  const to = Math.max(f.healDone, f.healedAt, f.start);
+  const total = longestGap(all, f.start, to, end);
+  // Per shard, as its writers saw it: from a write that failed (or never answered), invoked
+  // during the fault, to the shard's next successful write; a stretch of more than 2 s with no
+  // write to the shard at all ends the window at the last failure (keys rotate, and a shard may
+  // get no writes for a while).
+  const attempts = new Map<number, ChaosOp[]>();
+  for (const o of ops) {
+    if (!isWrite(o) || o.key === null || o.outcome === "pending") continue;
+    const s = shardForKey(Buffer.from(o.key), TOTAL_SHARDS);
+    const list = attempts.get(s) ?? [];
+    list.push(o);
+    attempts.set(s, list);
+  }
+  let worst = 0;
+  for (const list of attempts.values()) {
+    list.sort((a, b) => a.invoke - b.invoke);
+    list.forEach((o, i) => {
+      if (o.outcome === "ok" || o.invoke < f.start || o.invoke > to) return;
+      let lastEnd = o.returnTime ?? end;
+      let window = lastEnd - o.invoke;
+      for (const x of list.slice(i + 1)) {
+        if (x.invoke - lastEnd > 2_000) break;
+        if (x.outcome === "ok") {
+          window = (x.returnTime as number) - o.invoke;
+          break;
+        }
+        lastEnd = Math.max(lastEnd, x.returnTime ?? end);
+        window = lastEnd - o.invoke;
+      }
+      worst = Math.max(worst, window);
+    });
+  }
+  return [Math.round(total), Math.round(worst)];
+}
+
+export async function runChaos(options: RunOptions): Promise<RunReport> {
+  const log = options.log ?? ((line: string) => console.log(line));
+  const kinds = SCENARIOS[options.scenario];
+  if (kinds === undefined) throw new Error(`unknown scenario ${options.scenario}`);
+  const bugs = options.bugs ?? [];
+  const t0 = performance.now();
+  const now = (): number => performance.now() - t0;
+  const rng = seededRng(options.seed);
+  const dir = join(
+    options.outDir,
+    `run-${options.seed}-${options.scenario}${bugs.length > 0 ? `-${bugs.join("+")}` : ""}`,
+  );
+  await mkdir(dir, { recursive: true });
+  const dataDir = await mkdtemp(join(tmpdir(), "cairn-chaos-"));
+  const workloadOptions: WorkloadOptions = { ...DEFAULT_WORKLOAD, ...options.workload };
+  const cluster = await ChaosCluster.create({
+    dir: dataDir,
+    size: options.size ?? 3,
+    rng: rng.fork(),
+    now,
+    ...(TMPFS_SCENARIOS.has(options.scenario) ? { tmpfsMiB: 256 } : {}),
+    env: {
+      CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
+      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(options.size ?? 3),
+      CAIRN_RAFT_TICK_MS: String(TICK_MS),
+      CAIRN_RAFT_ELECTION_TICKS: String(ELECTION_TICKS),
+      // Small memtables: shards flush and compact their log often, so a node that was away
+      // catches up by snapshot, not only by log.
+      CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB",
+      CAIRN_STORAGE_WAL_CACHE_BYTES: "1MiB",
+      CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "2000",
+      ...(bugs.length > 0 ? { CAIRN_TESTING_BUGS: bugs.join(",") } : {}),
+    },
+  });
+  const findings: Finding[] = [];
+  let workload: Workload | null = null;
+  let schedule: FaultSchedule | null = null;
+  let healthyAfterHealMs: number | null = null;
+  let linearizability: RunReport["linearizability"] = { status: "not run", ms: 0 };
+  let checked = 0;
+  let workloadEnd = 0;
+  try {
+    await cluster.startAll();
+    const ready = await eventually(60_000, async () => {
+      for (const n of cluster.nodes) {
+        if ((await cluster.http(n.id, "/health/quick"))?.status !== 200) return undefined;
+      }
+      return true;
+    });
+    if (ready === undefined) throw new Error("the cluster did not become ready within 60 s");
+    const start = now();
+    log(`chaos seed=${options.seed}: cluster ready in ${Math.round(start)} ms; workload starts`);
+
+    workload = new Workload(cluster, rng.fork(), now, workloadOptions);
+    schedule = new FaultSchedule(cluster, rng.fork(), now, {
+      kinds,
+      from: start + 3_000,
+      until: start + options.durationMs - 2_000,
+      holdMs: [2_000, 6_000],
+      quietMs: [1_500, 3_500],
+      electionMs: TICK_MS * ELECTION_TICKS,
+    });
+    workload.start();
+    let scheduleError: unknown = null;
+    await schedule.run().catch((err: unknown) => {
+      scheduleError = err;
+    });
+    await sleep(start + options.durationMs - now());
+    await workload.stop();
+    workloadEnd = now();
+    if (scheduleError !== null) {
+      findings.push({
+        check: "faults",
+        message: `a fault or its heal failed: ${String(scheduleError)}`,
+      });
+    }
+
+    // ── heal ──
+    const healStart = now();
+    cluster.net.heal();
+    for (const n of cluster.nodes) {
+      if (n.state === "paused") cluster.resume(n.id);
+    }
+    for (const n of cluster.nodes) {
+      if (n.state === "down") {
+        try {
+          await cluster.start(n.id);
+        } catch (err) {
+          findings.push({ check: "heal", message: `${n.id} did not restart: ${String(err)}` });
+        }
+      }
+    }
+    const healthy = await eventually(90_000, async () => {
+      for (const n of cluster.nodes) {
+        const h = await cluster.http(n.id, "/health");
+        if ((h?.body as { status?: string } | undefined)?.status !== "healthy") return undefined;
+      }
+      return true;
+    });
+    if (healthy === undefined) {
+      const states = await Promise.all(
+        cluster.nodes.map(async (n) => {
+          const h = await cluster.http(n.id, "/health");
+          return `${n.id}: ${(h?.body as { status?: string } | undefined)?.status ?? "no answer"}`;
+        }),
+      );
+      findings.push({
+        check: "health",
+        message: `not every node healthy 90 s after the heal (${states.join(", ")})`,
+      });
+    } else {
+      healthyAfterHealMs = Math.round(now() - healStart);
+    }
+
+    // ── final reads: one linearizable Get per key, joined to the history ──
+    const finals = new Map<string, { value: string; version: Version } | null>();
+    let turn = 0;
+    for (const key of workload.keys) {
+      const got = await eventually(30_000, async () => {
+        const n = cluster.nodes[turn++ % cluster.nodes.length];
+        const c = n?.client;
+        if (n === undefined || c === null || c === undefined) return undefined;
+        const invoke = now();
+        const res = await c.call(c.kv, "Get", { key: Buffer.from(key) }, 5_000);
+        const output =
+          res["found"] === true
+            ? {
+                type: "found" as const,
+                value: decodeValue(res["value"] as Buffer),
+                version: versionOf(res["version"]) as Version,
+              }
+            : { type: "absent" as const };
+        workload?.ops.push({
+          id: workload.ops.length,
+          client: -1,
+          node: n.id,
+          incarnation: n.incarnation,
+          kind: "get",
+          key,
+          input: { type: "get" },
+          invoke,
+          returnTime: now(),
+          outcome: "ok",
+          output,
+        });
+        return output;
+      });
+      if (got === undefined) {
+        findings.push({
+          check: "final-read",
+          message: `no linearizable read of ${key} within 30 s`,
+        });
+        continue;
+      }
+      finals.set(key, got.type === "found" ? { value: got.value, version: got.version } : null);
+    }
+
+    // ── every replica converges to the final values ──
+    for (const n of cluster.nodes) {
+      const pendingKeys = new Set(finals.keys());
+      await eventually(60_000, async () => {
+        const c = n.client;
+        if (c === null) return undefined;
+        for (const key of [...pendingKeys]) {
+          const res = await c.call(
+            c.kv,
+            "Get",
+            { key: Buffer.from(key), consistency: "SERIALIZABLE" },
+            3_000,
+          );
+          const want = finals.get(key) ?? null;
+          const v = versionOf(res["version"]);
+          const same =
+            want === null
+              ? res["found"] !== true
+              : res["found"] === true &&
+                decodeValue(res["value"] as Buffer) === want.value &&
+                v !== null &&
+                v.index === want.version.index &&
+                v.term === want.version.term;
+          if (same) pendingKeys.delete(key);
+        }
+        return pendingKeys.size === 0 ? true : undefined;
+      });
+      if (pendingKeys.size > 0) {
+        findings.push({
+          check: "replicas",
+          message: `${n.id}'s replica does not hold the final value of ${pendingKeys.size} keys 60 s after the heal: ${[...pendingKeys].slice(0, 5).join(", ")}`,
+        });
+      }
+    }
+
+    // ── one group per shard: every node names the same replicas ──
+    const replicas = new Map<number, Map<string, string>>();
+    for (const n of cluster.nodes) {
+      const c = n.client;
+      if (c === null) continue;
+      try {
+        const view = await Promise.race([
+          clusterView(c),
+          sleep(5_000).then(() => Promise.reject(new Error("timeout"))),
+        ]);
+        for (const s of view.shards) {
+          const m = replicas.get(s.id) ?? new Map<string, string>();
+          m.set(n.id, [...s.replicas].sort().join(","));
+          replicas.set(s.id, m);
+        }
+      } catch (err) {
+        findings.push({ check: "views", message: `${n.id}: no cluster view (${String(err)})` });
+      }
+    }
+    for (const [shard, m] of replicas) {
+      if (new Set(m.values()).size > 1)
+        findings.push({
+          check: "views",
+          message: `shard ${shard}: nodes disagree on its replicas: ${JSON.stringify(Object.fromEntries(m))}`,
+        });
+    }
+
+    // ── the history ──
+    const lin = checkLinearizable(workload.ops, workloadOptions.prefix);
+    checked = lin.operations;
+    linearizability = {
+      status: lin.result.status,
+      ms: Math.round(lin.ms),
+      ...(lin.result.status === "ok" ? {} : { report: lin.result.report }),
+    };
+    findings.push(...checkSerializableReads(workload.ops));
+    findings.push(...lostWrites(workload.ops, finals));
+  } catch (err) {
+    findings.push({ check: "harness", message: `the run stopped: ${String(err)}` });
+  } finally {
+    schedule?.stop();
+    if (workload !== null) await workload.stop().catch(() => undefined);
+    await cluster
+      .shutdown()
+      .catch((err: unknown) =>
+        findings.push({ check: "harness", message: `shutdown: ${String(err)}` }),
+      );
+  }
+
+  for (const c of cluster.crashes) {
+    findings.push({
+      check: "crash",
+      message: `${c.node} (start #${c.incarnation}) exited on its own at t=${Math.round(c.at)} ms: ${JSON.stringify(c.exit)}; ${c.stderrTail.slice(-600)}`,
+    });
+  }
+  if (linearizability.status === "violation") {
+    findings.push({ check: "linearizability", message: linearizability.report ?? "" });
+  }
+
+  const ops = workload?.ops ?? [];
+  const end = workloadEnd || now();
+  const faults: FaultReport[] = (schedule?.records ?? []).map((f) => {
+    const [unavailableMs, worstShardUnavailableMs] = availability(ops, f, end);
+    return { ...f, unavailableMs, worstShardUnavailableMs };
+  });
+  const faultsByKind: Record<string, number> = {};
+  for (const f of faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+  const byKind: Record<string, number> = {};
+  for (const o of ops) byKind[o.kind] = (byKind[o.kind] ?? 0) + 1;
+  const errors: Record<string, number> = {};
+  for (const o of ops) {
+    if (o.error === undefined) continue;
+    const e = `${o.outcome} ${o.kind} ${o.error.replace(/\d+/g, "#").slice(0, 140)}`;
+    errors[e] = (errors[e] ?? 0) + 1;
+  }
+  const verdict: RunReport["verdict"] =
+    findings.length > 0 ? "fail" : linearizability.status === "ok" ? "pass" : "unknown";
+
+  const worstByKind = new Map<FaultKind, number>();
+  for (const f of faults)
+    worstByKind.set(f.kind, Math.max(worstByKind.get(f.kind) ?? 0, f.unavailableMs));
+  const summary = [
+    `chaos seed=${options.seed} scenario=${options.scenario}${bugs.length > 0 ? ` bugs=${bugs.join(",")}` : ""}:`,
+    `${ops.length} ops (${ops.filter((o) => o.outcome === "ok").length} ok, ${ops.filter((o) => o.outcome === "info").length} indeterminate, ${ops.filter((o) => o.outcome === "fail").length} failed), ${checked} checked;`,
+    `faults ${
+      faults.length === 0
+        ? "none"
+        : Object.entries(faultsByKind)
+            .map(([k, n]) => `${k}×${n}`)
+            .join(" ")
+    };`,
+    `longest no-write window ${faults.length === 0 ? "-" : [...worstByKind].map(([k, ms]) => `${k} ${(ms / 1000).toFixed(1)}s`).join(", ")};`,
+    `linearizable ${linearizability.status} (${linearizability.ms} ms);`,
+    `healthy ${healthyAfterHealMs === null ? "never" : `${(healthyAfterHealMs / 1000).toFixed(1)}s`} after heal;`,
+    `${findings.length} findings → ${verdict.toUpperCase()}`,
+  ].join(" ");
+
+  const report: RunReport = {
+    seed: options.seed,
+    scenario: options.scenario,
+    bugs,
+    durationMs: options.durationMs,
+    wallMs: Math.round(now()),
+    operations: {
+      total: ops.length,
+      ok: ops.filter((o) => o.outcome === "ok").length,
+      indeterminate: ops.filter((o) => o.outcome === "info").length,
+      failed: ops.filter((o) => o.outcome === "fail").length,
+      byKind,
+      errors,
+      checked,
+      keys: workload?.keys.length ?? 0,
+    },
+    faults,
+    faultsByKind,
+    linearizability,
+    findings,
+    crashes: cluster.crashes,
+    healthyAfterHealMs,
+    net: cluster.net.stats,
+    verdict,
+    summary,
+    dir,
+  };
+  await writeFile(join(dir, "report.json"), JSON.stringify(report, null, 2) + "\n");
+  // The history of every run (gzipped: a few hundred KiB), the nodes' logs of a failed one.
+  await writeFile(
+    join(dir, "history.jsonl.gz"),
+    gzipSync(ops.map((o) => JSON.stringify(o)).join("\n") + "\n"),
+  );
+  if (verdict !== "pass") await cluster.writeLogs(dir);
+  await rm(dataDir, { recursive: true, force: true });
+  log(summary);
+  return report;
+}
