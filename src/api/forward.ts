@@ -146,12 +146,19 @@ export class Forwarder {
       client = new Client(address, credentials.createInsecure(), {
         "grpc.max_receive_message_length": this.#maxMessageBytes,
         "grpc.max_send_message_length": this.#maxMessageBytes,
+        // A leader's node that comes back is reached within a second: grpc-js's own backoff
+        // grows to 120 s while it is down, and every forward meanwhile fails.
+        "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+        "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
       });
       this.#clients.set(address, client);
     }
     return client;
   }
 }
+
+/** The forwarding channels' reconnect backoff (see #client). */
+const RECONNECT_BACKOFF_MS = 1_000;
 
 function reply<Res>(
   s: StatusObject,

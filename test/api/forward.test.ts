@@ -91,10 +91,11 @@ async function startNode(
   id: string,
   store: KvStore & AdminStore,
   forward: boolean | { maxDeadlineMs: number } = true,
+  bind = "127.0.0.1:0",
 ): Promise<Node> {
   const metrics = new CairnMetrics({ nodeId: id });
   const server = new RpcServer({
-    address: "127.0.0.1:0",
+    address: bind,
     store,
     metrics,
     views: new ClusterViewPublisher(TOTAL_SHARDS),
@@ -323,6 +324,43 @@ describe("forwarding to the shard's leader", () => {
     } finally {
       client.close();
     }
+  });
+
+  it("reaches a leader's node soon after it comes back, however long it was down", async () => {
+    // A leader down for a while, then back on its address: the forwarding channel must not sit
+    // out a reconnect backoff grown while it was down (grpc-js's default grows to 120 s; the
+    // chaos harness saw forwards fail for seconds after the node was back, seed 215).
+    const address = await closedAddress();
+    addresses.set("phoenix", address);
+    const via = await startNode("n6", new FollowerStore("phoenix"));
+    const put = (): Promise<unknown> =>
+      call((md, o, cb) => via.kv.Put({ key: key("p"), value: key("1") }, md, o, cb));
+    const downUntil = Date.now() + 10_000;
+    let failures = 0;
+    while (Date.now() < downUntil) {
+      await assert.rejects(put());
+      failures++;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.ok(failures > 10);
+    const back = await startNode("phoenix", store, false, address);
+    const since = performance.now();
+    for (;;) {
+      try {
+        await put();
+        break;
+      } catch {
+        assert.ok(
+          performance.now() - since < 2_500,
+          "the forward still fails 2.5 s after the leader came back",
+        );
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    console.log(
+      `forward reached the leader ${Math.round(performance.now() - since)} ms after it came back`,
+    );
+    await back.server.close(1000);
   });
 
   it("the client library works through a follower", async () => {
