@@ -357,9 +357,6 @@ describe("forwarding to the shard's leader", () => {
         await new Promise((r) => setTimeout(r, 50));
       }
     }
-    console.log(
-      `forward reached the leader ${Math.round(performance.now() - since)} ms after it came back`,
-    );
     await back.server.close(1000);
   });
 
