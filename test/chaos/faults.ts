@@ -23,6 +23,7 @@
  * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
  *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal.
  */
+import { rm } from "node:fs/promises";
 import type { Rng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
@@ -39,6 +40,7 @@ export const FAULT_KINDS = [
   "udp-loss",
   "delay",
   "disk-full",
+  "wipe",
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -55,6 +57,7 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   "udp-loss": ["udp-loss"],
   delay: ["delay"],
   disk: ["disk-full", "kill-random"],
+  wipe: ["wipe", "kill-random"],
   none: [],
 };
 
@@ -117,6 +120,18 @@ async function busiestLeader(cluster: ChaosCluster, rng: Rng): Promise<string | 
   return best[0]?.[0] ?? (running[rng.int(running.length)]?.id as string);
 }
 
+/** Whether every node answers GET /health with `healthy` within `timeoutMs`. */
+async function allHealthy(cluster: ChaosCluster, timeoutMs: number): Promise<boolean> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const reports = await Promise.all(cluster.nodes.map((n) => cluster.http(n.id, "/health")));
+    if (reports.every((h) => (h?.body as { status?: string } | undefined)?.status === "healthy"))
+      return true;
+    if (performance.now() > deadline) return false;
+    await sleep(500);
+  }
+}
+
 export class FaultSchedule {
   readonly records: FaultRecord[] = [];
   readonly #cluster: ChaosCluster;
@@ -174,6 +189,23 @@ export class FaultSchedule {
           kind === "kill-leader" ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
         const r = record([victim], "SIGKILL, restart on the same data directory");
         await cluster.kill(victim);
+        await sleep(hold);
+        r.healedAt = this.#now();
+        await cluster.start(victim);
+        r.healDone = this.#now();
+        return;
+      }
+      case "wipe": {
+        // A second replica lost before the first is refilled may lose acknowledged writes, as
+        // in any three-replica system: a wipe waits (bounded) for every node to be healthy.
+        if (!(await allHealthy(cluster, 20_000))) return;
+        const victim = random();
+        const r = record(
+          [victim],
+          "SIGKILL, data directory wiped, restart: it rejoins as a new replica, refilled by snapshots",
+        );
+        await cluster.kill(victim);
+        await rm(cluster.node(victim).dataDir, { recursive: true, force: true });
         await sleep(hold);
         r.healedAt = this.#now();
         await cluster.start(victim);
