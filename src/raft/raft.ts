@@ -104,6 +104,8 @@ export interface TestingBugs {
    * accepted appends is not observable here: an accepted append always truncates a stale suffix.)
    */
   readonly followerCommitWithoutMatch?: boolean;
+  /** A quiesced member sleeps through every message: only local requests wake it. */
+  readonly sleepThroughMessages?: boolean;
 }
 
 interface PendingRead {
@@ -334,7 +336,7 @@ export class Raft {
   }
 
   step(m: Message): void {
-    if (this.#quiesced) {
+    if (this.#quiesced && this.bugs.sleepThroughMessages !== true) {
       if (this.#isLateAnswer(m)) return;
       if (this.#wakesOn(m)) {
         const lead = this.lead;
