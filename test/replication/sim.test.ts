@@ -26,6 +26,8 @@ describe("driver simulation", () => {
       clusters: 0,
       membership: 0,
       transfers: 0,
+      quietStrikes: 0,
+      suspicions: 0,
     };
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = await runDriverSeed({ seed });
@@ -38,6 +40,8 @@ describe("driver simulation", () => {
       totals.partitions += r.stats.partitions;
       totals.membership += r.stats.membershipApplied;
       totals.transfers += r.stats.transfers;
+      totals.quietStrikes += r.stats.quietStrikes;
+      totals.suspicions += r.stats.suspicions;
       if (r.nodes === 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
@@ -57,6 +61,9 @@ describe("driver simulation", () => {
     assert.ok(totals.partitions > SEEDS / 2, `only ${totals.partitions} partitions`);
     assert.ok(totals.membership > SEEDS / 2, `only ${totals.membership} membership changes`);
     assert.ok(totals.transfers > SEEDS / 2, `only ${totals.transfers} leadership transfers`);
+    // Nodes leading sleeping groups were struck, and the failure detector told the others.
+    assert.ok(totals.quietStrikes > SEEDS / 2, `only ${totals.quietStrikes} strikes on sleepers`);
+    assert.ok(totals.suspicions > SEEDS * 2, `only ${totals.suspicions} failure reports`);
   });
 
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {
