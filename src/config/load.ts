@@ -47,6 +47,7 @@ export interface CairnConfig {
     readonly tick_ms: number;
     readonly election_ticks: number;
     readonly heartbeat_ticks: number;
+    readonly quiesce: boolean;
   };
   readonly storage: {
     readonly memtable_bytes: number;

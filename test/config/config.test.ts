@@ -62,7 +62,12 @@ describe("loadConfig", () => {
       max_message_bytes: 4 * 1024 * 1024,
       max_pending_bytes: 128 * 1024 * 1024,
     });
-    assert.deepEqual(c.raft, { tick_ms: 100, election_ticks: 10, heartbeat_ticks: 1 });
+    assert.deepEqual(c.raft, {
+      tick_ms: 100,
+      election_ticks: 10,
+      heartbeat_ticks: 1,
+      quiesce: true,
+    });
     assert.deepEqual(c.storage, {
       memtable_bytes: 4 * 1024 * 1024,
       block_cache_bytes: 256 * 1024 * 1024,
@@ -129,10 +134,12 @@ describe("loadConfig", () => {
         CAIRN_TELEMETRY_PROMETHEUS_ENABLED: "false",
         CAIRN_STORAGE_MEMTABLE_BYTES: "8MiB",
         CAIRN_LOG_LEVEL: "debug",
+        CAIRN_RAFT_QUIESCE: "false",
       },
     });
     assert.equal(c.cluster.total_shards, 128);
     assert.equal(c.telemetry.prometheus.enabled, false);
+    assert.equal(c.raft.quiesce, false);
     assert.equal(c.storage.memtable_bytes, 8 * 1024 * 1024);
     assert.equal(c.log.level, "debug");
   });
