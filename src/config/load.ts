@@ -48,6 +48,7 @@ export interface CairnConfig {
     readonly election_ticks: number;
     readonly heartbeat_ticks: number;
     readonly snapshot_rate_bytes_per_sec: number;
+    readonly quiesce: boolean;
   };
   readonly storage: {
     readonly memtable_bytes: number;

@@ -261,6 +261,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Snapshot data this node sends to followers that fell behind, to all of them together, in bytes per second.",
   },
   {
+    key: "raft.quiesce",
+    kind: "bool",
+    schema: z.boolean(),
+    default: true,
+    env: "CAIRN_RAFT_QUIESCE",
+    expect: "must be true or false",
+    doc: "Idle Raft groups sleep (no ticks, no heartbeats) 5 heartbeat intervals after their last activity.",
+  },
+  {
     key: "storage.memtable_bytes",
     kind: "bytes",
     schema: bytesBetween(64 * KIB, 1 * GIB),

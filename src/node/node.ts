@@ -35,6 +35,7 @@ import {
   GrpcTransport,
   MultiRaft,
   type RaftService,
+  type RaftTransport,
 } from "../replication/index.ts";
 import { RpcServer } from "../api/index.ts";
 import { ClusterState, spreadLeaders, transferLeadership } from "./cluster.ts";
@@ -161,6 +162,7 @@ export class CairnNode implements HealthSource {
       tickMs: config.raft.tick_ms,
       electionTicks: config.raft.election_ticks,
       heartbeatTicks: config.raft.heartbeat_ticks,
+      quiesce: config.raft.quiesce,
       memtableBytes: config.storage.memtable_bytes,
       blockCacheBytes: config.storage.block_cache_bytes,
       memtableBudgetBytes: config.storage.memtable_budget_bytes,
@@ -170,7 +172,7 @@ export class CairnNode implements HealthSource {
       ...(cluster === null || this.#transport === null
         ? {}
         : {
-            transport: this.#transport,
+            transport: countFrames(this.#transport, metrics),
             replicaId: cluster.replicaId,
             onStaleReplica: (from: string, to: string) => cluster.noticeStaleReplica(from, to),
             replicasOf: (shard: number) => cluster.replicasOf(shard),
@@ -220,6 +222,7 @@ export class CairnNode implements HealthSource {
         raftState(shard, term, commit) {
           metrics.setRaftState(shard, config.node_id, term, commit);
         },
+        awakeGroups: (count) => metrics.setAwakeGroups(count),
         confChanged(shard, voters) {
           // A replica learns its group's configuration from the log: the view follows it.
           const info = opened?.shardInfo(shard);
@@ -364,7 +367,14 @@ export class CairnNode implements HealthSource {
           state: m.state === "left" ? "dead" : m.state,
         })),
       );
-    membership.onEvent((e) => publish(e.members));
+    membership.onEvent((e) => {
+      publish(e.members);
+      // Groups led by a member that may be gone must not sleep on, waiting for it: they wake,
+      // and elect another leader unless it answers (a wrong suspicion costs a few heartbeats).
+      if (e.kind === "suspect" || e.kind === "dead" || e.kind === "left") {
+        this.#store?.wakeGroupsLedBy(e.member.meta.id);
+      }
+    });
     publish(membership.members());
     const cluster = this.#cluster;
     if (cluster !== null) {
@@ -498,6 +508,18 @@ const LEADER_SPREAD_MS = 2_000;
 
 /** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
 const REQUEST_TIMEOUT_MS = 10_000;
+
+/** The peer transport as the driver sees it, counting each frame it hands over, per peer. */
+function countFrames(transport: RaftTransport, metrics: CairnMetrics): RaftTransport {
+  return {
+    send(to, messages, sent) {
+      let heartbeats = 0;
+      for (const m of messages) if (m.message.type === "heartbeat") heartbeats++;
+      metrics.raftFrameSent(nodeOfReplica(to), messages.length, heartbeats);
+      transport.send(to, messages, sent);
+    },
+  };
+}
 
 function advertised(configured: string, bound: HostPort): string {
   const parsed = parseHostPort(configured, { allowPortZero: true });

@@ -24,7 +24,12 @@
  * Extra metrics are named `cairn_*` (design.md §7): `cairn_swim_dropped_datagrams_total{reason}`;
  * the snapshot transfers between nodes: `cairn_raft_snapshots_sent_total`,
  * `cairn_raft_snapshots_received_total`, `cairn_raft_snapshots_failed_total{direction}` (`send`,
- * `receive`) and `cairn_raft_snapshot_sent_bytes_total`.
+ * `receive`) and `cairn_raft_snapshot_sent_bytes_total`;
+ * the peer traffic of the Raft driver, `cairn_raft_frames_sent_total{peer}` (one frame per peer
+ * and driver round), `cairn_raft_messages_sent_total{peer}` and
+ * `cairn_raft_heartbeats_sent_total{peer}` (the Raft messages in them, and the heartbeats among
+ * those), which show that heartbeats travel in one frame per peer and tick, and stop once the
+ * groups sleep; and `cairn_raft_awake_groups`, the groups of this node that are not quiesced.
  *
  * Decisions:
  * - `result` of kv_request_duration_ms is `found`/`not_found` on successful GETs and the empty
@@ -100,6 +105,19 @@ export class CairnMetrics {
   readonly #failedMembers: Counter;
   readonly #gossipLatency: Histogram;
   readonly #droppedDatagrams: Counter<"reason">;
+  readonly #framesSent: Counter<"peer">;
+  readonly #messagesSent: Counter<"peer">;
+  readonly #heartbeatsSent: Counter<"peer">;
+  readonly #awakeGroups: Gauge;
+  /** Labelled children per peer (resolving labels costs more than the update). */
+  readonly #peerSeries = new Map<
+    string,
+    {
+      frames: { inc(): void };
+      messages: { inc(n: number): void };
+      heartbeats: { inc(n: number): void };
+    }
+  >();
   /** Levels seen per shard, so removeShard can drop every lsm_sstable_count series. */
   readonly #shardLevels = new Map<number, Set<string>>();
 
@@ -226,6 +244,29 @@ export class CairnMetrics {
       received: () => snapshotsReceived.inc(),
       failed: (direction) => snapshotsFailed.inc({ direction }),
     };
+    this.#framesSent = new Counter({
+      name: "cairn_raft_frames_sent_total",
+      help: "Raft frames handed to the peer transport: one per peer and driver round, carrying every group's messages for that peer.",
+      labelNames: ["peer"],
+      registers,
+    });
+    this.#messagesSent = new Counter({
+      name: "cairn_raft_messages_sent_total",
+      help: "Raft messages sent to a peer, in cairn_raft_frames_sent_total's frames.",
+      labelNames: ["peer"],
+      registers,
+    });
+    this.#heartbeatsSent = new Counter({
+      name: "cairn_raft_heartbeats_sent_total",
+      help: "Raft heartbeats sent to a peer (quiesce heartbeats included), in cairn_raft_frames_sent_total's frames.",
+      labelNames: ["peer"],
+      registers,
+    });
+    this.#awakeGroups = new Gauge({
+      name: "cairn_raft_awake_groups",
+      help: "Raft groups of this node that are awake (ticking); the others are quiesced.",
+      registers,
+    });
 
     for (const operation of KV_OPERATIONS) {
       for (const status of KV_STATUSES) {
@@ -323,6 +364,26 @@ export class CairnMetrics {
 
   incLeaderChanges(shardId: number): void {
     this.#leaderChanges.inc({ shard_id: String(shardId) });
+  }
+
+  /** The Raft driver handed one frame to the transport for `peer`. */
+  raftFrameSent(peer: string, messages: number, heartbeats: number): void {
+    let series = this.#peerSeries.get(peer);
+    if (series === undefined) {
+      series = {
+        frames: this.#framesSent.labels({ peer }),
+        messages: this.#messagesSent.labels({ peer }),
+        heartbeats: this.#heartbeatsSent.labels({ peer }),
+      };
+      this.#peerSeries.set(peer, series);
+    }
+    series.frames.inc();
+    series.messages.inc(messages);
+    series.heartbeats.inc(heartbeats);
+  }
+
+  setAwakeGroups(count: number): void {
+    this.#awakeGroups.set(count);
   }
 
   /** An adapter bound to one shard (ignores the shard id the caller passes). */

@@ -60,12 +60,13 @@ export function describeMessage(m: Message): string {
     case "prevote-resp":
       return `${head}${m.reject ? " reject" : ""}`;
     case "heartbeat":
-      return `${head} commit=${m.commit}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}`;
+      return `${head} commit=${m.commit}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}${m.quiesce ? " quiesce" : ""}`;
     case "heartbeat-resp":
       return `${head}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}`;
     case "snapshot":
       return `${head} ${describeSnapshot(m.snapshot)}`;
     case "timeout-now":
+    case "wake":
       return head;
   }
 }

@@ -52,11 +52,15 @@ export interface VoteResponseMessage extends Envelope {
 /**
  * Leader → follower: liveness and commit (never beyond what the follower is known to hold).
  * `readSeq` is the newest ReadIndex round the leader wants confirmed; the response echoes it.
+ * `quiesce` is the leader's last heartbeat before its group goes quiet: a follower whose log
+ * ends at `commit`, in this term, stops its election timer and does not answer (any answer
+ * would wake the leader); otherwise it answers as to any heartbeat.
  */
 export interface HeartbeatMessage extends Envelope {
   readonly type: "heartbeat";
   readonly commit: LogIndex;
   readonly readSeq: number;
+  readonly quiesce: boolean;
 }
 
 export interface HeartbeatResponseMessage extends Envelope {
@@ -75,6 +79,15 @@ export interface TimeoutNowMessage extends Envelope {
   readonly type: "timeout-now";
 }
 
+/**
+ * Follower → leader: wake up. Sent by a quiesced follower that woke for another reason than its
+ * leader (a local request, another member's message, a failure report), so that the leader
+ * heartbeats again before the follower's election timer runs out. Any other receiver ignores it.
+ */
+export interface WakeMessage extends Envelope {
+  readonly type: "wake";
+}
+
 export type Message =
   | AppendMessage
   | AppendResponseMessage
@@ -83,6 +96,7 @@ export type Message =
   | HeartbeatMessage
   | HeartbeatResponseMessage
   | SnapshotMessage
-  | TimeoutNowMessage;
+  | TimeoutNowMessage
+  | WakeMessage;
 
 export type MessageType = Message["type"];

@@ -10,6 +10,17 @@
  *  S3 leader completeness: a committed entry is in the log of every later leader;
  *  S4 state machine safety: no two members apply different entries at one index;
  *  S5 the commit index of a member never decreases.
+ *
+ * Quiescence (CockroachDB's, in spirit): a leader with nothing to do for `quiesceTicks` ticks
+ * (every member holds and knows its whole log, nothing proposed, read, changing or
+ * transferring) sends each follower a last heartbeat marked `quiesce` and stops ticking; a
+ * follower whose log ends at that heartbeat's commit, in its term, stops its election timer.
+ * Quiescence only stops timers: it never changes a term, a vote or a log, so S1–S5 do not
+ * depend on it. Liveness does: a quiesced group wakes on any message of the group (but late
+ * answers and heartbeats, and a removed member's campaign: see #wakesOn), on any local request,
+ * and (a follower) when the driver reports the leader's node down; a follower woken by anything
+ * but its leader wakes the leader too (a `wake` message), so it does not campaign against a live
+ * leader that merely sleeps.
  */
 import type { Rng } from "../common/rng.ts";
 import {
@@ -65,6 +76,11 @@ export interface RaftConfig {
   readonly maxInflightMsgs?: number;
   /** Payload bytes per append message (at least one entry is always sent). Default 1 MiB. */
   readonly maxMsgBytes?: number;
+  /**
+   * Ticks a leader waits with nothing to do before it quiesces its group (see the top of this
+   * file); 0 never quiesces. Default 0.
+   */
+  readonly quiesceTicks?: number;
   /** Payload bytes of committed entries per Ready. Default 16 MiB. */
   readonly maxCommittedBytesPerReady?: number;
   /** Test-only: plant known bugs so the simulation can prove it catches them. */
@@ -88,6 +104,8 @@ export interface TestingBugs {
    * accepted appends is not observable here: an accepted append always truncates a stale suffix.)
    */
   readonly followerCommitWithoutMatch?: boolean;
+  /** A quiesced member sleeps through every message: only local requests wake it. */
+  readonly sleepThroughMessages?: boolean;
 }
 
 interface PendingRead {
@@ -125,6 +143,7 @@ export class Raft {
   readonly #checkQuorum: boolean;
   readonly #maxInflight: number;
   readonly #maxMsgBytes: number;
+  readonly #quiesceTicks: number;
   readonly bugs: TestingBugs;
 
   #votes = new Map<NodeId, boolean>();
@@ -135,6 +154,10 @@ export class Raft {
   #pendingReads: PendingRead[] = [];
   /** Reads that arrived before the leader committed an entry of its own term. */
   #readsAwaitingCommit: Uint8Array[] = [];
+  /** No timers run: no heartbeats, no election timeout (see the top of this file). */
+  #quiesced = false;
+  /** Leader: consecutive ticks with nothing to do (see #maybeQuiesce). */
+  #idleTicks = 0;
 
   constructor(config: RaftConfig) {
     if (config.id.length === 0) throw new InvalidRaftRequestError("raft: id must not be empty");
@@ -149,6 +172,10 @@ export class Raft {
     this.#checkQuorum = config.checkQuorum ?? true;
     this.#maxInflight = config.maxInflightMsgs ?? 256;
     this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
+    this.#quiesceTicks = config.quiesceTicks ?? 0;
+    if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
+      throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
+    }
     this.bugs = config.testingBugs ?? {};
     this.log = new RaftLog(config.storage);
 
@@ -197,9 +224,15 @@ export class Raft {
     return Math.floor(this.voters.size / 2) + 1;
   }
 
+  /** Whether the group sleeps here: ticks do nothing until something wakes it. */
+  get quiesced(): boolean {
+    return this.#quiesced;
+  }
+
   // ── inputs ───────────────────────────────────────────────────────────────────────────────────
 
   tick(): void {
+    if (this.#quiesced) return;
     if (this.role === "leader") this.#tickLeader();
     else this.#tickElection();
   }
@@ -208,11 +241,14 @@ export class Raft {
   hup(kind: "normal" | "transfer" = "normal"): void {
     if (this.role === "leader" || !this.isPromotable()) return;
     if (this.#hasUnappliedConfChange()) return; // our configuration may be stale
+    // Its vote requests wake the others.
+    if (this.#quiesced) this.#wake();
     if (kind === "transfer") this.#campaign("transfer");
     else this.#campaign(this.#preVote ? "pre-election" : "election");
   }
 
   propose(data: Uint8Array): { index: LogIndex; term: Term } {
+    this.#wakeForRequest();
     this.#requireLeader();
     if (this.leadTransferee !== null) {
       throw new ProposalDroppedError(`leadership transfer to ${this.leadTransferee} in progress`);
@@ -223,6 +259,7 @@ export class Raft {
   }
 
   proposeConfChange(cc: ConfChange): { index: LogIndex; term: Term } {
+    this.#wakeForRequest();
     this.#requireLeader();
     if (this.leadTransferee !== null) {
       throw new ProposalDroppedError(`leadership transfer to ${this.leadTransferee} in progress`);
@@ -244,6 +281,7 @@ export class Raft {
    * a ReadState with the commit index as of now is emitted; serve the read after applying it.
    */
   readIndex(context: Uint8Array): void {
+    this.#wakeForRequest();
     this.#requireLeader();
     if (!this.#committedInCurrentTerm()) {
       this.#readsAwaitingCommit.push(context);
@@ -253,6 +291,7 @@ export class Raft {
   }
 
   transferLeader(to: NodeId): void {
+    this.#wakeForRequest();
     this.#requireLeader();
     if (!this.voters.has(to))
       throw new InvalidRaftRequestError(`cannot transfer leadership to ${to}: not a voter`);
@@ -283,7 +322,29 @@ export class Raft {
     pr.probeSent = true;
   }
 
+  /**
+   * The driver's failure detector suspects the node of this group's leader, or declared it
+   * dead. A quiesced follower wakes: its election timer runs again, so it campaigns after an
+   * election timeout unless the leader shows up. It pokes the leader all the same: a suspicion
+   * may be wrong, and a live leader, woken, heartbeats before anyone campaigns.
+   */
+  reportLeaderDown(): void {
+    if (!this.#quiesced || this.role === "leader") return;
+    const lead = this.lead;
+    this.#wake();
+    if (lead !== null) this.#pokeLeader(lead);
+  }
+
   step(m: Message): void {
+    if (this.#quiesced && this.bugs.sleepThroughMessages !== true) {
+      if (this.#isLateAnswer(m)) return;
+      if (this.#wakesOn(m)) {
+        const lead = this.lead;
+        this.#wake();
+        // A message from the leader means the leader is awake; from anyone else, it may not be.
+        if (this.role === "follower" && lead !== null && m.from !== lead) this.#pokeLeader(lead);
+      }
+    }
     if (m.term > this.term) {
       if (m.type === "vote" || m.type === "prevote") {
         const inLease =
@@ -420,6 +481,8 @@ export class Raft {
       this.vote = null;
     }
     this.lead = null;
+    this.#quiesced = false;
+    this.#idleTicks = 0;
     this.#electionElapsed = 0;
     this.#heartbeatElapsed = 0;
     this.#randomizedElectionTimeout = this.#electionTimeout + this.#rng.int(this.#electionTimeout);
@@ -440,9 +503,21 @@ export class Raft {
 
   #tickElection(): void {
     this.#electionElapsed++;
-    if (this.isPromotable() && this.#electionElapsed >= this.#randomizedElectionTimeout) {
+    if (this.#electionElapsed < this.#randomizedElectionTimeout) return;
+    if (this.isPromotable()) {
       this.#electionElapsed = 0;
       this.hup();
+    } else if (
+      this.#quiesceTicks > 0 &&
+      this.#electionElapsed % this.#randomizedElectionTimeout === 0
+    ) {
+      // A learner that missed its leader's quiesce heartbeat, or restarted while the group
+      // slept, would tick alone for good: it cannot campaign, which is how a voter in its place
+      // wakes the leader. It asks instead, once per election timeout: its leader, or every
+      // voter when it knows none (only a leader heeds a wake). Its timer is not reset: a member
+      // that wrongly believes it is a learner must not hold an endless lease against votes.
+      if (this.lead !== null) this.#pokeLeader(this.lead);
+      else for (const v of [...this.voters].sort()) this.#pokeLeader(v);
     }
   }
 
@@ -457,6 +532,7 @@ export class Raft {
       }
       if (this.leadTransferee !== null) this.#abortLeaderTransfer();
     }
+    if (this.#maybeQuiesce()) return;
     if (this.#heartbeatElapsed >= this.#heartbeatTimeout) {
       this.#heartbeatElapsed = 0;
       this.#broadcastHeartbeat();
@@ -621,6 +697,7 @@ export class Raft {
         this.#handleHeartbeatResponse(m);
         return;
       default:
+        // A wake message has done its work in step().
         return;
     }
   }
@@ -657,6 +734,11 @@ export class Raft {
 
   #handleHeartbeat(m: HeartbeatMessage): void {
     this.log.commitTo(m.commit);
+    if (m.quiesce && this.#holdsWholeLog(m)) {
+      // No answer: the leader sleeps already, and it has nothing to learn from one.
+      this.#quiesced = true;
+      return;
+    }
     this.#send({
       type: "heartbeat-resp",
       from: this.id,
@@ -664,6 +746,21 @@ export class Raft {
       term: this.term,
       readSeq: m.readSeq,
     });
+    // The leader sleeps, but this follower cannot: the leader must catch it up.
+    if (m.quiesce) this.#pokeLeader(m.from);
+  }
+
+  /**
+   * Whether this follower's log ends exactly at the commit index of `m`, its leader's quiesce
+   * heartbeat, with an entry of the leader's term (so the log is the leader's: the leader only
+   * quiesces once its last entry, of its own term, is committed), and knows it committed.
+   */
+  #holdsWholeLog(m: HeartbeatMessage): boolean {
+    return (
+      this.log.lastIndex() === m.commit &&
+      this.log.committed === m.commit &&
+      this.log.lastTerm() === m.term
+    );
   }
 
   #handleSnapshot(m: SnapshotMessage): void {
@@ -864,8 +961,115 @@ export class Raft {
       const pr = this.prs.get(id) as Progress;
       // Never tell a follower to commit beyond what it is known to hold.
       const commit = logIndex(Math.min(pr.match, this.log.committed));
-      this.#send({ type: "heartbeat", from: this.id, to: id, term: this.term, commit, readSeq });
+      this.#send({
+        type: "heartbeat",
+        from: this.id,
+        to: id,
+        term: this.term,
+        commit,
+        readSeq,
+        quiesce: false,
+      });
     }
+  }
+
+  // ── quiescence ──────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * Leader, on a tick: counts the ticks in a row with nothing to do, and after `quiesceTicks`
+   * of them puts the group to sleep. Returns whether it did.
+   */
+  #maybeQuiesce(): boolean {
+    if (this.#quiesceTicks === 0 || !this.#idle()) {
+      this.#idleTicks = 0;
+      return false;
+    }
+    if (++this.#idleTicks < this.#quiesceTicks) return false;
+    this.#quiesced = true;
+    // Every member holds the whole log (see #idle), so the commit index is everyone's.
+    for (const id of this.#peers()) {
+      this.#send({
+        type: "heartbeat",
+        from: this.id,
+        to: id,
+        term: this.term,
+        commit: this.log.committed,
+        readSeq: 0,
+        quiesce: true,
+      });
+    }
+    return true;
+  }
+
+  /**
+   * Leader: nothing in flight. Its whole log is committed and applied (so no proposal is
+   * pending, and no conf change either), no read waits, no transfer runs, and every voter
+   * and learner holds the whole log and is in steady replication.
+   */
+  #idle(): boolean {
+    const last = this.log.lastIndex();
+    if (this.log.committed !== last || this.log.applied !== last) return false;
+    if (this.leadTransferee !== null) return false;
+    if (this.#pendingReads.length > 0 || this.#readsAwaitingCommit.length > 0) return false;
+    for (const [id, pr] of this.prs) {
+      if (id !== this.id && (pr.match !== last || pr.state !== "replicate")) return false;
+    }
+    return true;
+  }
+
+  /** Timers run again. */
+  #wake(): void {
+    this.#quiesced = false;
+    this.#idleTicks = 0;
+    // The followers were quiet, not lost: give them a full election timeout to answer before
+    // CheckQuorum counts them.
+    if (this.role === "leader") this.#electionElapsed = 0;
+  }
+
+  /**
+   * A local request (proposal, read, conf change, transfer): it postpones quiescence, and wakes
+   * a quiesced group. A follower refuses the request (NotLeaderError) but wakes its leader, who
+   * serves it once the driver forwards it, and who must not sleep while this follower ticks.
+   */
+  #wakeForRequest(): void {
+    this.#idleTicks = 0;
+    if (!this.#quiesced) return;
+    const lead = this.lead;
+    this.#wake();
+    if (this.role !== "leader" && lead !== null) this.#pokeLeader(lead);
+  }
+
+  #pokeLeader(lead: NodeId): void {
+    this.#send({ type: "wake", from: this.id, to: lead, term: this.term });
+  }
+
+  /**
+   * Whether a message of the group wakes this quiesced member. Any does, and is then handled as
+   * ever, but a wake message to a follower (meant for a leader) and two kinds that would keep a
+   * group from ever sleeping:
+   *  - a heartbeat from its leader: a sleeping follower answers it, and sleeps on. The leader
+   *    heartbeats only when it is awake for a read or another follower (its appends wake the
+   *    followers), and a late heartbeat, sent before the quiesce one and overtaking it, would
+   *    otherwise wake the follower against a sleeping leader, and it would campaign;
+   *  - a message from outside the configuration: a removed member that does not know it (it was
+   *    down when its removal committed) campaigns on and on, and would wake the group each time.
+   */
+  #wakesOn(m: Message): boolean {
+    if (!this.voters.has(m.from) && !this.learners.has(m.from)) return false;
+    if (m.type === "wake") return this.role === "leader";
+    return !(m.type === "heartbeat" && m.from === this.lead && m.term === this.term);
+  }
+
+  /**
+   * A quiesced leader's acknowledgements that arrive late (answers to heartbeats or appends it
+   * sent before it slept, delayed or duplicated by the network) tell it nothing it does not
+   * know: they are dropped, and do not wake it. Otherwise, whenever answers take longer than a
+   * tick, every quiescence would be undone at once, and the group would never sleep.
+   */
+  #isLateAnswer(m: Message): boolean {
+    if (this.role !== "leader" || m.term !== this.term) return false;
+    if (m.type === "heartbeat-resp") return true;
+    return m.type === "append-resp" && !m.reject && m.index <= (this.prs.get(m.from)?.match ?? 0);
   }
 
   /** Advances the commit index to what a quorum of voters holds, if that entry is of this term. */

@@ -71,6 +71,8 @@ export interface Status {
   readonly firstIndex: LogIndex;
   readonly conf: ConfState;
   readonly leadTransferee: NodeId | null;
+  /** The group sleeps here: ticks do nothing until something wakes it (raft.ts, quiescence). */
+  readonly quiesced: boolean;
   /** Per member, while leader: `describe()` of its Progress. */
   readonly progress: ReadonlyMap<NodeId, string>;
 }
@@ -120,13 +122,21 @@ export class RawNode {
     return this.#raft.prs.get(id)?.match ?? null;
   }
 
+  /**
+   * Whether the group sleeps here: ticks do nothing, and the driver need not deliver them. Any
+   * message, request or campaign wakes it, as does reportLeaderDown() on a follower.
+   */
+  get quiesced(): boolean {
+    return this.#raft.quiesced;
+  }
+
   /** Whether this member is the group's only voter. */
   isSoleVoter(): boolean {
     const voters = this.#raft.voters;
     return voters.size === 1 && voters.has(this.#raft.id);
   }
 
-  /** Advance logical time by one tick (the driver's timer; e.g. every 100 ms). */
+  /** Advance logical time by one tick (the driver's timer; e.g. every 100 ms). Quiesced: no-op. */
   tick(): void {
     this.#assertNoOutstanding("tick");
     this.#raft.tick();
@@ -172,6 +182,16 @@ export class RawNode {
 
   reportUnreachable(id: NodeId): void {
     this.#raft.reportUnreachable(id);
+  }
+
+  /**
+   * The driver's failure detector suspects the node of this group's leader (or declared it
+   * dead): a quiesced follower wakes, pokes the leader, and campaigns after an election timeout
+   * unless the leader answers. Anywhere else a no-op.
+   */
+  reportLeaderDown(): void {
+    this.#assertNoOutstanding("reportLeaderDown");
+    this.#raft.reportLeaderDown();
   }
 
   reportSnapshot(id: NodeId, ok: boolean): void {
@@ -251,6 +271,7 @@ export class RawNode {
       firstIndex: r.log.firstIndex(),
       conf: r.confState(),
       leadTransferee: r.leadTransferee,
+      quiesced: r.quiesced,
       progress,
     };
   }

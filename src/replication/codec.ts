@@ -47,6 +47,7 @@ const TO_WIRE_TYPE: Readonly<Record<MessageType, RaftMessageType__Output>> = {
   "heartbeat-resp": "RAFT_MESSAGE_TYPE_HEARTBEAT_RESP",
   snapshot: "RAFT_MESSAGE_TYPE_SNAPSHOT",
   "timeout-now": "RAFT_MESSAGE_TYPE_TIMEOUT_NOW",
+  wake: "RAFT_MESSAGE_TYPE_WAKE",
 };
 
 const FROM_WIRE_TYPE = new Map<string, MessageType>(
@@ -95,12 +96,13 @@ export function encodeMessage(m: Message): RaftMessage {
     case "prevote-resp":
       return { ...head, reject: m.reject };
     case "heartbeat":
-      return { ...head, commit: m.commit, read_seq: m.readSeq };
+      return { ...head, commit: m.commit, read_seq: m.readSeq, quiesce: m.quiesce };
     case "heartbeat-resp":
       return { ...head, read_seq: m.readSeq };
     case "snapshot":
       return { ...head, snapshot: encodeSnapshot(m.snapshot) };
     case "timeout-now":
+    case "wake":
       return head;
   }
 }
@@ -167,13 +169,20 @@ export function decodeMessage(pb: RaftMessage__Output, from: NodeId, to: NodeId)
     case "prevote-resp":
       return { ...envelope, type, reject: pb.reject };
     case "heartbeat":
-      return { ...envelope, type, commit: asIndex(pb.commit), readSeq: asCount(pb.read_seq) };
+      return {
+        ...envelope,
+        type,
+        commit: asIndex(pb.commit),
+        readSeq: asCount(pb.read_seq),
+        quiesce: pb.quiesce,
+      };
     case "heartbeat-resp":
       return { ...envelope, type, readSeq: asCount(pb.read_seq) };
     case "snapshot":
       if (pb.snapshot === null) throw new CodecError("a snapshot message carries no snapshot");
       return { ...envelope, type, snapshot: decodeSnapshot(pb.snapshot) };
     case "timeout-now":
+    case "wake":
       return { ...envelope, type };
   }
 }

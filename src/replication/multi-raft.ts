@@ -13,6 +13,12 @@
  * Requests that arrive while a round waits for its fsync are proposed in the next round, so
  * the fsync is shared by everything that arrived meanwhile (group commit across shards).
  *
+ * Idle groups sleep (Raft quiescence, src/raft/raft.ts): a leader with nothing to do for
+ * QUIESCE_AFTER_HEARTBEATS heartbeat intervals stops heartbeating, and its followers stop their
+ * election timers. Only awake groups are ticked (and marked dirty by ticks), so a node whose
+ * groups sleep does no per-group work at all. A group wakes on any message or request;
+ * wakeGroupsLedBy() wakes the groups led by a node the failure detector suspects.
+ *
  * Shard 0 opens at start; another shard opens on first access (its directory and WAL state are
  * created then) and, after a restart, every shard with state is reopened and its WAL replayed
  * above what its LSM holds durably.
@@ -66,6 +72,12 @@ const EMPTY = new Uint8Array(0);
 const RETAINED_ENTRIES = 10_000;
 /** What a waiting request costs the node beyond its payload (promises, closures, queues). */
 const REQUEST_OVERHEAD_BYTES = 512;
+/**
+ * Heartbeat intervals a leader waits with nothing to do before its group sleeps: long enough
+ * that the answers to its heartbeats are in and every replica has heard the commit index, short
+ * enough that a group written once sleeps within half a second (at the default 100 ms tick).
+ */
+export const QUIESCE_AFTER_HEARTBEATS = 5;
 
 export interface MultiRaftOptions {
   readonly nodeId: string;
@@ -155,6 +167,11 @@ export interface MultiRaftOptions {
    * reads (scans) itself; without it a follower's read fails with NotLeaderError.
    */
   readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
+  /**
+   * Idle groups sleep (no ticks, no heartbeats) after QUIESCE_AFTER_HEARTBEATS heartbeat
+   * intervals with nothing to do. Default true.
+   */
+  readonly quiesce?: boolean;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
 }
@@ -203,6 +220,8 @@ export interface ReplicationObserver {
   /** The group's configuration changed here (a conf change applied, or a snapshot installed). */
   confChanged?(shard: number, voters: readonly string[]): void;
   raftState?(shard: number, term: number, commit: number): void;
+  /** How many groups of this node are awake (ticking), when that changed; at most once a tick. */
+  awakeGroups?(count: number): void;
   /** The node cannot go on safely (I/O failure, invariant broken): it must stop. */
   fatal?(err: unknown): void;
 }
@@ -221,6 +240,8 @@ export interface ShardInfo {
   readonly logFirstIndex: number;
   /** The index the shard's engine holds durably (in SSTables). */
   readonly durableIndex: number;
+  /** The group sleeps here (Raft quiescence). */
+  readonly quiesced: boolean;
 }
 
 export interface ScanRequest {
@@ -262,6 +283,13 @@ export class MultiRaft {
     { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
   >();
   readonly #dirty = new Set<ShardReplica>();
+  /**
+   * The shards the ticker ticks: groups awake here, and sleeping ones with requests waiting
+   * (the rounds that ticks cause check their deadlines). See #trackSleep.
+   */
+  readonly #awake = new Set<ShardReplica>();
+  /** What observer.awakeGroups last heard. */
+  #reportedAwake = -1;
   readonly #maxPending: number;
   readonly #maxPendingBytes: number;
   readonly #requestTimeoutMs: number;
@@ -586,6 +614,7 @@ export class MultiRaft {
       learners: st.conf.learners,
       logFirstIndex: this.#wal.firstIndex(id),
       durableIndex: s.sm.lsm.flushedSeq,
+      quiesced: st.quiesced,
     };
   }
 
@@ -782,12 +811,49 @@ export class MultiRaft {
     }
   }
 
+  /** Ticks the awake groups only: a sleeping group costs nothing per tick. */
   #tick(): void {
-    for (const s of this.#shards.values()) {
+    for (const s of this.#awake) {
       s.ticks++;
       this.#dirty.add(s);
     }
-    this.#scheduleRound();
+    if (this.#awake.size > 0) this.#scheduleRound();
+    if (this.#awake.size !== this.#reportedAwake) {
+      this.#reportedAwake = this.#awake.size;
+      this.#options.observer?.awakeGroups?.(this.#reportedAwake);
+    }
+  }
+
+  /**
+   * Keeps #awake in step with the group after anything that may put it to sleep or wake it
+   * (feeding its inputs, advancing it). A sleeping group with requests waiting stays ticked
+   * (ticks do nothing to it, but the rounds they cause expire requests past their deadline).
+   */
+  #trackSleep(s: ShardReplica): void {
+    if (s.raw.quiesced && s.pendingOperations === 0) this.#awake.delete(s);
+    else this.#awake.add(s);
+  }
+
+  /**
+   * The failure detector (SWIM) suspects node `node`, or declared it dead: the groups here it
+   * leads wake if they sleep (RawNode.reportLeaderDown), so that they elect another leader
+   * after an election timeout if the node is really gone, instead of waiting for it forever.
+   * Whether a group sleeps is read when its round delivers the news, not here: a round under
+   * way may be putting it to sleep right now.
+   */
+  wakeGroupsLedBy(node: string): void {
+    if (this.#closed || this.#failure !== undefined || node === this.nodeId) return;
+    for (const s of this.#shards.values()) {
+      const lead = s.raw.lead;
+      if (lead === null || nodeOfReplica(lead) !== node) continue;
+      s.enqueueReport({ kind: "leader-down" });
+      this.#markDirty(s);
+    }
+  }
+
+  /** Groups of this node that are awake (ticking). */
+  awakeGroups(): number {
+    return this.#awake.size;
   }
 
   #markDirty(s: ShardReplica): void {
@@ -833,6 +899,7 @@ export class MultiRaft {
         s.maybeCampaign();
         s.expire(now, this.#requestTimeoutMs);
         s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
+        this.#trackSleep(s);
         if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
       }
       if (work.length === 0) return;
@@ -998,6 +1065,8 @@ export class MultiRaft {
         this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters.map(nodeOfReplica));
       s.confirmReads(rd);
       s.raw.advance();
+      // A conf change applied by advance() may change the role, which wakes the group.
+      this.#trackSleep(s);
       if (rd.hardState !== null) {
         this.#options.observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
       }
@@ -1166,6 +1235,7 @@ export class MultiRaft {
         rng: this.#rng.fork(),
         electionTick: o.electionTicks,
         heartbeatTick: o.heartbeatTicks,
+        quiesceTicks: o.quiesce === false ? 0 : QUIESCE_AFTER_HEARTBEATS * o.heartbeatTicks,
         applied: logIndex(applied),
         ...(o.maxCommittedBytesPerReady === undefined
           ? {}
@@ -1189,6 +1259,7 @@ export class MultiRaft {
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);
+      this.#awake.add(shard);
       o.observer?.shardOpened?.(id, applied, commit);
       if (id === 0 && o.observer?.metaApplied !== undefined) {
         const observe = o.observer.metaApplied.bind(o.observer);

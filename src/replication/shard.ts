@@ -60,10 +60,14 @@ type InboxItem = (
     }
 ) & { readonly since: number };
 
-/** What the transport learnt about a peer, for the leader's view of it. */
+/**
+ * What the transport learnt about a peer, for the leader's view of it; or what the failure
+ * detector suspects of the group's leader (RawNode.reportLeaderDown).
+ */
 export type PeerReport =
   | { readonly kind: "unreachable"; readonly to: NodeId }
-  | { readonly kind: "snapshot"; readonly to: NodeId; readonly ok: boolean };
+  | { readonly kind: "snapshot"; readonly to: NodeId; readonly ok: boolean }
+  | { readonly kind: "leader-down" };
 
 interface PendingProposalCallbacks {
   readonly resolve: (outcome: ProposalOutcome) => void;
@@ -207,7 +211,7 @@ export class ShardReplica {
     );
   }
 
-  /** A transport outcome about peer `to` (RawNode.reportUnreachable / reportSnapshot). */
+  /** A transport outcome about a peer, or a failure report about the leader (PeerReport). */
   enqueueReport(report: PeerReport): void {
     this.#reports.push(report);
   }
@@ -270,8 +274,17 @@ export class ShardReplica {
     const reports = this.#reports;
     this.#reports = [];
     for (const r of reports) {
-      if (r.kind === "unreachable") this.raw.reportUnreachable(r.to);
-      else this.raw.reportSnapshot(r.to, r.ok);
+      switch (r.kind) {
+        case "unreachable":
+          this.raw.reportUnreachable(r.to);
+          break;
+        case "snapshot":
+          this.raw.reportSnapshot(r.to, r.ok);
+          break;
+        case "leader-down":
+          this.raw.reportLeaderDown();
+          break;
+      }
     }
     const inbox = this.#inbox;
     this.#inbox = [];

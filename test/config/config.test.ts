@@ -67,6 +67,7 @@ describe("loadConfig", () => {
       election_ticks: 10,
       heartbeat_ticks: 1,
       snapshot_rate_bytes_per_sec: 64 * 1024 * 1024,
+      quiesce: true,
     });
     assert.deepEqual(c.storage, {
       memtable_bytes: 4 * 1024 * 1024,
@@ -134,10 +135,12 @@ describe("loadConfig", () => {
         CAIRN_TELEMETRY_PROMETHEUS_ENABLED: "false",
         CAIRN_STORAGE_MEMTABLE_BYTES: "8MiB",
         CAIRN_LOG_LEVEL: "debug",
+        CAIRN_RAFT_QUIESCE: "false",
       },
     });
     assert.equal(c.cluster.total_shards, 128);
     assert.equal(c.telemetry.prometheus.enabled, false);
+    assert.equal(c.raft.quiesce, false);
     assert.equal(c.storage.memtable_bytes, 8 * 1024 * 1024);
     assert.equal(c.log.level, "debug");
   });

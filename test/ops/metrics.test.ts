@@ -202,6 +202,20 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_raft_snapshots_failed_total", { direction: "receive" }), 2);
   });
 
+  it("counts the Raft frames, messages and heartbeats sent per peer, and the awake groups", async () => {
+    const m = fresh();
+    m.raftFrameSent("n2", 40, 38);
+    m.raftFrameSent("n2", 3, 0);
+    m.raftFrameSent("n3", 1, 1);
+    m.setAwakeGroups(7);
+    const all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_raft_frames_sent_total", { peer: "n2" }), 2);
+    assert.equal(valueOf(all, "cairn_raft_messages_sent_total", { peer: "n2" }), 43);
+    assert.equal(valueOf(all, "cairn_raft_heartbeats_sent_total", { peer: "n2" }), 38);
+    assert.equal(valueOf(all, "cairn_raft_heartbeats_sent_total", { peer: "n3" }), 1);
+    assert.equal(valueOf(all, "cairn_raft_awake_groups"), 7);
+  });
+
   it("computes the process families at scrape time", async () => {
     const injected = samples(await fresh().expose());
     assert.equal(valueOf(injected, "process_cpu_seconds_total"), 1.25);

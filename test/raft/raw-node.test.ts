@@ -74,6 +74,31 @@ describe("RawNode", () => {
         code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
       },
     );
+    assert.throws(
+      () => new RawNode({ id: nodeId("a"), storage, rng: seededRng(1), quiesceTicks: -1 }),
+      { code: "CAIRN_ERR_INVALID_RAFT_REQUEST" },
+    );
+  });
+
+  it("a single voter quiesces when idle, sends nothing, and wakes on a proposal", () => {
+    const storage = MemoryStorage.bootstrap([nodeId("a")]);
+    const node = new RawNode({ id: nodeId("a"), storage, rng: seededRng(1), quiesceTicks: 2 });
+    drain(node, storage);
+    node.campaign();
+    drain(node, storage);
+    node.tick();
+    assert.equal(node.quiesced, false);
+    node.tick();
+    assert.equal(node.quiesced, true);
+    assert.equal(node.hasReady(), false, "no one to tell: no message");
+    const { index } = node.propose(new TextEncoder().encode("x"));
+    assert.equal(node.quiesced, false);
+    drain(node, storage);
+    assert.equal(node.status().applied, index);
+    node.tick();
+    node.tick();
+    assert.equal(node.status().quiesced, true);
+    assert.equal(node.status().role, "leader");
   });
 
   it("refuses a persisted commit index beyond the log (corrupt state)", () => {

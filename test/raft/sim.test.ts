@@ -26,8 +26,14 @@ describe("raft simulation", () => {
     let confChanges = 0;
     let transfers = 0;
     let unknown = 0;
+    let quiescences = 0;
+    let sleepingLeaderFaults = 0;
+    let leaderDownReports = 0;
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = runSeed({ seed });
+      quiescences += r.stats.quiescences;
+      sleepingLeaderFaults += r.stats.quiescedLeaderFaults;
+      leaderDownReports += r.stats.leaderDownReports;
       acknowledged += r.stats.acknowledgedWrites;
       reads += r.stats.completedReads;
       crashes += r.stats.crashes;
@@ -47,6 +53,13 @@ describe("raft simulation", () => {
     assert.ok(crashes > SEEDS, `only ${crashes} crashes`);
     assert.ok(confChanges > SEEDS, `only ${confChanges} membership changes`);
     assert.ok(transfers > SEEDS / 2, `only ${transfers} leadership transfers`);
+    // Groups fell asleep, leaders were struck while they slept, the failure detector spoke.
+    assert.ok(quiescences > SEEDS, `only ${quiescences} quiescences`);
+    assert.ok(
+      sleepingLeaderFaults > SEEDS / 4,
+      `only ${sleepingLeaderFaults} sleeping leaders struck`,
+    );
+    assert.ok(leaderDownReports > SEEDS, `only ${leaderDownReports} leader-down reports`);
     // Every history got a verdict: the checker's budget is not what passes them.
     assert.equal(unknown, 0);
   });
@@ -64,6 +77,8 @@ describe("raft simulation", () => {
       "ack-before-persist",
       [
         "invariant",
+        // A follower that lost what it acknowledged: its leader probes above its log for good.
+        "liveness",
         "durability",
         "leader-completeness",
         "state-machine-safety",
@@ -80,6 +95,7 @@ describe("raft simulation", () => {
       "follower-commit-without-match",
       ["state-machine-safety", "leader-completeness", "durability", "linearizability", "invariant"],
     ],
+    ["sleep-through-messages", ["liveness", "quiescence"]],
   ] as const) {
     it(`catches the planted bug ${bug} within 500 seeds`, () => {
       const bugs = bugsByName(bug);

@@ -104,10 +104,17 @@ const message: fc.Arbitrary<Message> = fc.oneof(
     type: fc.constantFrom("vote-resp" as const, "prevote-resp" as const),
     reject: fc.boolean(),
   }),
-  fc.record({ ...env, type: fc.constant("heartbeat" as const), commit: idx, readSeq: u64 }),
+  fc.record({
+    ...env,
+    type: fc.constant("heartbeat" as const),
+    commit: idx,
+    readSeq: u64,
+    quiesce: fc.boolean(),
+  }),
   fc.record({ ...env, type: fc.constant("heartbeat-resp" as const), readSeq: u64 }),
   fc.record({ ...env, type: fc.constant("snapshot" as const), snapshot }),
   fc.record({ ...env, type: fc.constant("timeout-now" as const) }),
+  fc.record({ ...env, type: fc.constant("wake" as const) }),
 );
 const shardMessage: fc.Arbitrary<ShardMessage> = fc.record({
   shard: fc.oneof(fc.constant(0), fc.nat(65535), fc.constant(2 ** 32 - 1)),
@@ -135,7 +142,7 @@ describe("peer codec", () => {
       }),
       { numRuns: 200 },
     );
-    assert.equal(types.size, 10);
+    assert.equal(types.size, 11);
   });
 
   it("takes a message's ends from the stream, so they are not on the wire", () => {

@@ -2,7 +2,10 @@
  * End to end over real sockets: three MultiRaft instances in one process, each with its own data
  * directory, gRPC server (cairn.v1.Raft) and GrpcTransport, every shard replicated on all three.
  * Writes go through a shard's leader; a stopped follower catches up by log, or by snapshot once
- * the leader compacted its log past it (streamed in many small chunks over InstallSnapshot).
+ * the leader compacted its log past it (streamed in many small chunks over InstallSnapshot). Idle
+ * groups sleep (no frame leaves a node), the groups led by a node that stops elect again once
+ * the others are told it is down, and the heartbeats of every awake group for one peer leave in
+ * one frame a tick. A node back on a wiped disk never answers for its old replica.
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -13,6 +16,7 @@ import type { CairnError } from "../../src/common/errors.ts";
 import {
   GrpcTransport,
   MultiRaft,
+  type RaftTransport,
   type ShardMessage,
   type StoredItem,
 } from "../../src/replication/index.ts";
@@ -34,7 +38,19 @@ interface PeerNode {
   readonly server: RaftServer;
   /** Messages received, by type. */
   readonly received: Map<string, number>;
+  /** Frames (driver rounds' batches) and heartbeats sent, by peer. */
+  readonly framesTo: Map<string, number>;
+  readonly heartbeatsTo: Map<string, number>;
 }
+
+interface StartOptions {
+  readonly requestTimeoutMs?: number;
+  readonly quiesce?: boolean;
+}
+
+const count = (m: Map<string, number>, key: string, n = 1): void => {
+  m.set(key, (m.get(key) ?? 0) + n);
+};
 
 class Cluster {
   readonly nodes = new Map<string, PeerNode>();
@@ -42,9 +58,11 @@ class Cluster {
   readonly fatals: unknown[] = [];
   readonly #addresses = new Map<string, string>();
   readonly #dir: string;
+  readonly totalShards: number;
 
-  constructor(dir: string, initialVoters: readonly string[] = IDS) {
+  constructor(dir: string, totalShards = TOTAL_SHARDS, initialVoters: readonly string[] = IDS) {
     this.#dir = dir;
+    this.totalShards = totalShards;
     this.#initialVoters = initialVoters;
   }
 
@@ -55,10 +73,12 @@ class Cluster {
   /** What nodes told onStaleReplica: [node, from, stale replica]. */
   readonly stale: [string, string, string][] = [];
 
-  async start(id: string, requestTimeoutMs = 10_000): Promise<PeerNode> {
+  async start(id: string, options: StartOptions = {}): Promise<PeerNode> {
     const tag = this.replicaTag.get(id);
     const replicaId = tag === undefined ? id : `${id}@${tag}`;
     const received = new Map<string, number>();
+    const framesTo = new Map<string, number>();
+    const heartbeatsTo = new Map<string, number>();
     let mr: MultiRaft | null = null;
     // Frames that arrive before the node has opened are dropped (Raft resends).
     const server = await startRaftServer(
@@ -80,19 +100,27 @@ class Cluster {
       maxBackoffMs: 200,
       snapshotChunkBytes: SNAPSHOT_CHUNK_BYTES,
     });
+    const counting: RaftTransport = {
+      send(to, messages, sent) {
+        count(framesTo, to);
+        count(heartbeatsTo, to, messages.filter((m) => m.message.type === "heartbeat").length);
+        transport.send(to, messages, sent);
+      },
+    };
     const dataDir = join(this.#dir, id);
     try {
       mr = await MultiRaft.open({
         nodeId: id,
         dataDir,
-        totalShards: TOTAL_SHARDS,
+        totalShards: this.totalShards,
         tickMs: 10,
         electionTicks: 10,
         heartbeatTicks: 1,
         memtableBytes: 256 * 1024,
         blockCacheBytes: 4 * 1024 * 1024,
-        transport,
-        requestTimeoutMs,
+        transport: counting,
+        requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
+        ...(options.quiesce === undefined ? {} : { quiesce: options.quiesce }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
         replicasOf: () => this.#initialVoters,
@@ -103,7 +131,7 @@ class Cluster {
       await transport.close();
       throw err;
     }
-    const node = { id, dataDir, mr, transport, server, received };
+    const node = { id, dataDir, mr, transport, server, received, framesTo, heartbeatsTo };
     this.nodes.set(id, node);
     return node;
   }
@@ -153,9 +181,9 @@ class Cluster {
   }
 }
 
-function keysOfShard(mr: MultiRaft, shard: number, count: number, prefix: string): string[] {
+function keysOfShard(mr: MultiRaft, shard: number, n: number, prefix: string): string[] {
   const keys: string[] = [];
-  for (let i = 0; keys.length < count; i++) {
+  for (let i = 0; keys.length < n; i++) {
     const key = `${prefix}-${i}`;
     if (mr.shardOf(enc.encode(key)) === shard) keys.push(key);
   }
@@ -168,6 +196,40 @@ const text = (item: StoredItem | null): string | null =>
 async function serializable(node: PeerNode, key: string): Promise<string | null> {
   return text(await node.mr.get(enc.encode(key), false));
 }
+
+/** One key of each shard, written through its leader: every group exists on every node. */
+async function writeEveryShard(cluster: Cluster, prefix: string): Promise<string[]> {
+  const n1 = cluster.nodes.get("n1");
+  assert.ok(n1);
+  const keys: string[] = [];
+  for (let shard = 0; shard < cluster.totalShards; shard++) {
+    const [key] = keysOfShard(n1.mr, shard, 1, prefix);
+    assert.ok(key !== undefined);
+    await cluster.put(key, "v");
+    keys.push(key);
+  }
+  return keys;
+}
+
+/** Every node holds every shard, and every group sleeps there. */
+function allAsleep(cluster: Cluster): boolean {
+  return cluster
+    .live()
+    .every(
+      (n) =>
+        n.mr.shardIds().length === cluster.totalShards &&
+        n.mr.awakeGroups() === 0 &&
+        n.mr.shardIds().every((id) => n.mr.shardInfo(id)?.quiesced === true),
+    );
+}
+
+function framesSent(cluster: Cluster): number {
+  let sum = 0;
+  for (const n of cluster.live()) for (const v of n.framesTo.values()) sum += v;
+  return sum;
+}
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe("MultiRaft over gRPC, three nodes", () => {
   let dir: string;
@@ -338,6 +400,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
     // reported, so that the node rejoins as its new replica.
     const cluster = new Cluster(
       join(dir, "wiped"),
+      TOTAL_SHARDS,
       IDS.map((id) => `${id}@a`),
     );
     for (const id of IDS) cluster.replicaTag.set(id, "a");
@@ -367,7 +430,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
   it("a leader cut off from its quorum fails a waiting write with a timeout, not never", async () => {
     const cluster = new Cluster(join(dir, "quorum"));
     try {
-      for (const id of IDS) await cluster.start(id, 1_000);
+      for (const id of IDS) await cluster.start(id, { requestTimeoutMs: 1_000 });
       const n1 = cluster.nodes.get("n1");
       assert.ok(n1);
       const shard = 1;
@@ -390,6 +453,97 @@ describe("MultiRaft over gRPC, three nodes", () => {
         return true;
       });
       assert.ok(performance.now() - started < 5_000);
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("idle groups fall asleep: no frame leaves a node until a request wakes a group", async () => {
+    const cluster = new Cluster(join(dir, "asleep"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const keys = await writeEveryShard(cluster, "a");
+      // Five idle heartbeat intervals (50 ms here) after the last write, and a round trip.
+      await eventually("every group asleep on every node", () => allAsleep(cluster));
+      const before = framesSent(cluster);
+      await pause(300); // 30 ticks
+      assert.equal(framesSent(cluster) - before, 0, "a sleeping cluster sends nothing");
+
+      // A write wakes its group (and only it), commits, and the group sleeps again.
+      const key = keys[1] ?? "";
+      const leader = await cluster.put(key, "again");
+      assert.equal(text(await leader.mr.get(enc.encode(key), true)), "again");
+      await eventually("asleep again", () => allAsleep(cluster));
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("the groups a stopped node led elect again once the others are told it is down", async () => {
+    const cluster = new Cluster(join(dir, "leader-down"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const keys = await writeEveryShard(cluster, "d");
+      await eventually("every group asleep on every node", () => allAsleep(cluster));
+      const down = cluster.leaderOf(0);
+      assert.ok(down);
+      const led = [...Array(cluster.totalShards).keys()].filter(
+        (id) => down.mr.shardInfo(id)?.role === "leader",
+      );
+      const terms = new Map(led.map((id) => [id, down.mr.shardInfo(id)?.term ?? 0]));
+      await cluster.stop(down.id);
+
+      // Asleep, the others do not notice: three election timeouts pass without an election.
+      await pause(300);
+      for (const n of cluster.live()) {
+        for (const id of led) {
+          const info = n.mr.shardInfo(id);
+          assert.equal(info?.leader, down.id, `${n.id} still follows ${down.id} in shard ${id}`);
+          assert.equal(info?.quiesced, true);
+        }
+      }
+
+      // The failure detector's news wakes them: each group elects, and serves writes.
+      for (const n of cluster.live()) n.mr.wakeGroupsLedBy(down.id);
+      for (const id of led) {
+        await eventually(`shard ${id} has a new leader`, () => {
+          const leader = cluster.leaderOf(id);
+          return (
+            leader !== undefined && (leader.mr.shardInfo(id)?.term ?? 0) > (terms.get(id) ?? 0)
+          );
+        });
+        const key = keys[id] ?? "";
+        const leader = await cluster.put(key, "after");
+        assert.equal(text(await leader.mr.get(enc.encode(key), true)), "after");
+      }
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("the heartbeats of every awake group for one peer leave in one frame a tick", async () => {
+    const shards = 48;
+    const cluster = new Cluster(join(dir, "coalesced"), shards);
+    try {
+      for (const id of IDS) await cluster.start(id, { quiesce: false });
+      await writeEveryShard(cluster, "c");
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const led = n1.mr.shardIds().filter((id) => n1.mr.shardInfo(id)?.role === "leader").length;
+      assert.ok(led >= 4, `n1 leads ${led} groups`);
+      const frames0 = n1.framesTo.get("n2") ?? 0;
+      const heartbeats0 = n1.heartbeatsTo.get("n2") ?? 0;
+      const started = performance.now();
+      await pause(500);
+      const ticks = (performance.now() - started) / 10;
+      const frames = (n1.framesTo.get("n2") ?? 0) - frames0;
+      const heartbeats = (n1.heartbeatsTo.get("n2") ?? 0) - heartbeats0;
+      // Ticks happened (how many depends on the machine's load: a starved loop drops some) ...
+      assert.ok(heartbeats >= led * 5, `${heartbeats} heartbeats in ${ticks} ticks`);
+      // ... and each sent every group's heartbeat to n2 in one frame (plus the frames answering
+      // n2's own heartbeats): never more frames than ticks allow, whatever the number of groups.
+      assert.ok(frames <= ticks * 3, `${frames} frames to n2 in ${ticks} ticks (${led} groups)`);
+      assert.ok(heartbeats / frames >= led / 3, `${heartbeats} heartbeats in ${frames} frames`);
     } finally {
       await cluster.stopAll();
     }

@@ -67,6 +67,7 @@ function heartbeat(): ShardMessage {
     term: term(2),
     commit: logIndex(7),
     readSeq: 0,
+    quiesce: false,
   };
   return { shard: 1, message };
 }
@@ -500,6 +501,7 @@ function header(
         last_term: 0,
         transfer: false,
         read_seq: 0,
+        quiesce: false,
         snapshot: {
           meta: { index: 500, term: 2, voters: ["n1", "n2"], learners: [] },
           data: Buffer.alloc(0),

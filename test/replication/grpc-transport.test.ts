@@ -21,6 +21,7 @@ function heartbeat(seq: number, to: NodeId = N2): ShardMessage {
     term: term(1),
     commit: logIndex(seq),
     readSeq: seq,
+    quiesce: false,
   };
   return { shard: seq % 4, message };
 }

@@ -27,6 +27,8 @@ describe("driver simulation", () => {
       membership: 0,
       transfers: 0,
       wipes: 0,
+      quietStrikes: 0,
+      suspicions: 0,
     };
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = await runDriverSeed({ seed });
@@ -40,6 +42,8 @@ describe("driver simulation", () => {
       totals.membership += r.stats.membershipApplied;
       totals.transfers += r.stats.transfers;
       totals.wipes += r.stats.wipes;
+      totals.quietStrikes += r.stats.quietStrikes;
+      totals.suspicions += r.stats.suspicions;
       if (r.nodes === 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
@@ -60,6 +64,9 @@ describe("driver simulation", () => {
     assert.ok(totals.membership > SEEDS / 2, `only ${totals.membership} membership changes`);
     assert.ok(totals.transfers > SEEDS / 2, `only ${totals.transfers} leadership transfers`);
     assert.ok(totals.wipes > SEEDS / 10, `only ${totals.wipes} wiped disks`);
+    // Nodes leading sleeping groups were struck, and the failure detector told the others.
+    assert.ok(totals.quietStrikes > SEEDS / 2, `only ${totals.quietStrikes} strikes on sleepers`);
+    assert.ok(totals.suspicions > SEEDS * 2, `only ${totals.suspicions} failure reports`);
   });
 
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {

@@ -7,6 +7,7 @@ const BUGS: Record<string, NonNullable<SimOptions["bugs"]>> = {
   "read-without-quorum": { readWithoutQuorum: true },
   "count-learners": { countLearnersTowardCommit: true },
   "follower-commit-without-match": { followerCommitWithoutMatch: true },
+  "sleep-through-messages": { sleepThroughMessages: true },
 };
 
 export function bugsByName(name: string): SimOptions["bugs"] | undefined {

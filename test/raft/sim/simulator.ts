@@ -16,6 +16,12 @@
  * members and snapshot outcomes. A removed member is shut down a little after its removal is
  * committed, as a real driver destroys the replica; until then it may still disrupt.
  *
+ * Quiescence (most seeds): leaders put idle groups to sleep. Clients pause now and then so that
+ * groups do go idle, and a leader that sleeps is often crashed or cut off right then. A failure
+ * detector, as the driver's SWIM, tells the members whose leader crashed or was cut off (a few
+ * ticks later, and sometimes about a leader that is fine) so that they wake and elect. After the
+ * liveness check the group must fall asleep again within QUIESCE_TICKS_AFTER_HEAL ticks.
+ *
  * Clients (CLIENTS of them, one operation at a time each) put, compare-and-set, delete and read
  * (ReadIndex) over KEYS keys; every operation goes into a history with its invocation, response
  * and outcome (or none: indeterminate), which the shared linearizability checker judges at the
@@ -93,6 +99,12 @@ export interface SimStats {
   unreachableReports: number;
   messages: number;
   ticks: number;
+  /** Times a leader put its group to sleep. */
+  quiescences: number;
+  /** Failure detector reports delivered to followers (true and false suspicions). */
+  leaderDownReports: number;
+  /** Leaders crashed or cut off while their group slept. */
+  quiescedLeaderFaults: number;
 }
 
 const TICK = 10;
@@ -107,6 +119,8 @@ const SPARES = 2;
 const OP_TIMEOUT = 30 * TICK;
 /** After the heal: ticks within which a leader must exist and a write must commit everywhere. */
 const LIVENESS_TICKS = 250;
+/** After the liveness check: ticks within which an idle group must have fallen asleep. */
+const QUIESCE_TICKS_AFTER_HEAL = 100;
 /** Search steps per key for the history checker (far above what these histories need). */
 const HISTORY_BUDGET = 200_000;
 
@@ -140,6 +154,12 @@ interface Profile {
   readonly thinkTime: number;
   /** Each link delivers in order (else messages reorder freely). */
   readonly fifo: boolean;
+  /** RaftConfig.quiesceTicks (0: leaders never quiesce). */
+  readonly quiesceTicks: number;
+  /** Ticks between client pauses, which let groups go idle (0: clients never pause). */
+  readonly quietEvery: number;
+  /** Ticks the failure detector takes to report a crashed or cut-off leader (0: no detector). */
+  readonly detectTicks: number;
 }
 
 type PendingOp =
@@ -170,6 +190,11 @@ export class Simulation {
   readonly n: number;
   readonly #rng: Rng;
   readonly #netRng: Rng;
+  /**
+   * The quiescence chaos's own stream (its profile, pauses, strikes, detector delays), so that a
+   * seed that draws no quiescence replays the schedule it had before quiescence existed.
+   */
+  readonly #sleepRng: Rng;
   readonly #profile: Profile;
   readonly #chaosTicks: number;
   readonly #hosts: Host[] = [];
@@ -180,6 +205,12 @@ export class Simulation {
   readonly #restartAt = new Map<NodeId, number>();
   readonly #crashAt = new Map<NodeId, number>();
   readonly #retireAt = new Map<NodeId, number>();
+  /** Failure detector reports to deliver: the suspected member, and when. */
+  #suspicions: { readonly at: number; readonly suspect: NodeId }[] = [];
+  /** Clients start nothing before this time (a pause). */
+  #quietUntil = 0;
+  /** Whether each member's group slept after its last tick (to count quiescences). */
+  readonly #wasQuiesced = new Map<NodeId, boolean>();
   /** The configuration as of the newest committed conf change, and its index. */
   #conf: ConfState;
   #confIndex: number;
@@ -217,6 +248,9 @@ export class Simulation {
     unreachableReports: 0,
     messages: 0,
     ticks: 0,
+    quiescences: 0,
+    leaderDownReports: 0,
+    quiescedLeaderFaults: 0,
   };
 
   constructor(opts: SimOptions) {
@@ -224,6 +258,7 @@ export class Simulation {
     this.n = opts.nodes ?? (opts.seed % 2 === 0 ? 3 : 5);
     this.#rng = seededRng(opts.seed);
     this.#netRng = this.#rng.fork();
+    this.#sleepRng = seededRng(opts.seed ^ 0x51ee9);
     this.#chaosTicks = opts.chaosTicks ?? 300;
     this.#traceOn = opts.trace === true;
     const r = this.#rng;
@@ -243,6 +278,9 @@ export class Simulation {
       reportUnreachable: r.int(2) === 0,
       thinkTime: [1, 2, 5][r.int(3)] as number,
       fifo: r.int(3) !== 0,
+      quiesceTicks: [0, 1, 2, 3, 5][this.#sleepRng.int(5)] as number,
+      quietEvery: [0, 10, 30][this.#sleepRng.int(3)] as number,
+      detectTicks: [0, 3, 10, 30][this.#sleepRng.int(4)] as number,
     };
     const ids = Array.from({ length: this.n + SPARES }, (_, i) => nodeId(`n${i + 1}`));
     const founders = ids.slice(0, this.n);
@@ -254,6 +292,7 @@ export class Simulation {
       checkQuorum: this.#profile.checkQuorum,
       maxInflightMsgs: 4,
       maxMsgBytes: this.#profile.maxMsgBytes,
+      quiesceTicks: this.#profile.quiesceTicks,
       testingBugs: coreBugs,
       ackBeforePersist: ackBeforePersist === true,
     };
@@ -276,6 +315,7 @@ export class Simulation {
       this.#runChaos();
       const members = this.#runLiveness();
       this.#checker.checkFinal(this.#now, members);
+      this.#checkQuiescence(members);
       this.#checkHistory();
     } catch (err) {
       if (err instanceof ViolationError) violation = err.violation;
@@ -289,7 +329,7 @@ export class Simulation {
 
   describeProfile(): string {
     const p = this.#profile;
-    return `drop=${p.drop} dup=${p.duplicate} longDelay=${p.longDelay} faultEvery=${p.faultEvery} churn=${p.churn} preVote=${p.preVote} checkQuorum=${p.checkQuorum} compactEvery=${p.compactEvery} maxMsgBytes=${p.maxMsgBytes} confEvery=${p.confEvery} transferEvery=${p.transferEvery} reportUnreachable=${p.reportUnreachable} thinkTime=${p.thinkTime} fifo=${p.fifo}`;
+    return `drop=${p.drop} dup=${p.duplicate} longDelay=${p.longDelay} faultEvery=${p.faultEvery} churn=${p.churn} preVote=${p.preVote} checkQuorum=${p.checkQuorum} compactEvery=${p.compactEvery} maxMsgBytes=${p.maxMsgBytes} confEvery=${p.confEvery} transferEvery=${p.transferEvery} reportUnreachable=${p.reportUnreachable} thinkTime=${p.thinkTime} fifo=${p.fifo} quiesceTicks=${p.quiesceTicks} quietEvery=${p.quietEvery} detectTicks=${p.detectTicks}`;
   }
 
   // ── phases ──────────────────────────────────────────────────────────────────────────────────
@@ -303,7 +343,18 @@ export class Simulation {
     let nextCompact = p.compactEvery * TICK;
     let nextConf = p.confEvery * TICK;
     let nextTransfer = p.transferEvery * TICK;
+    let nextQuiet = p.quietEvery * TICK;
+    // The last pause runs into the heal: whatever it leaves asleep (a sleeping group whose
+    // leader was just struck) must wake by itself once the clients are gone.
+    const lastQuiet = end - (20 + this.#sleepRng.int(40)) * TICK;
     while (this.#now < end) {
+      if (p.quietEvery > 0 && (this.#now >= nextQuiet || this.#now === lastQuiet)) {
+        this.#quietUntil = this.#now + (10 + this.#sleepRng.int(50)) * TICK;
+        if (this.#now >= lastQuiet) this.#quietUntil = end;
+        nextQuiet = this.#quietUntil + (1 + this.#sleepRng.int(2 * p.quietEvery)) * TICK;
+        this.#record(`clients pause until t=${this.#quietUntil}`);
+      }
+      this.#maybeStrikeSleepingLeader();
       if (this.#now >= nextFault) {
         if (p.churn) this.#injectChurn();
         else this.#injectFault();
@@ -390,6 +441,34 @@ export class Simulation {
     });
   }
 
+  /**
+   * With quiescence on, the healed, idle group must fall asleep: its leader and every member of
+   * the final configuration, within QUIESCE_TICKS_AFTER_HEAL ticks. (A group that never sleeps
+   * costs CPU forever; one that sleeps with a member awake costs an election now and then.)
+   */
+  #checkQuiescence(members: readonly NodeId[]): void {
+    if (this.#profile.quiesceTicks === 0) return;
+    const deadline = this.#now + QUIESCE_TICKS_AFTER_HEAL * TICK;
+    while (this.#now < deadline) {
+      this.#runSchedules(false);
+      this.#step(true);
+      const leader = this.#currentLeader();
+      if (
+        leader !== null &&
+        leader.raw.quiesced &&
+        members.every((id) => this.#running(id) && this.#host(id).raw.quiesced)
+      ) {
+        this.#record("quiescence ok");
+        return;
+      }
+    }
+    throw new ViolationError({
+      kind: "quiescence",
+      at: this.#now,
+      message: `the idle group did not fall asleep within ${QUIESCE_TICKS_AFTER_HEAL} ticks of the liveness check; members: ${this.#hosts.map((h) => `${this.#describeHost(h)}${h.raw.quiesced ? " quiesced" : ""}`).join("; ")}`,
+    });
+  }
+
   #allClientsIdle(): boolean {
     return this.#pending.every((p) => p === null);
   }
@@ -410,6 +489,9 @@ export class Simulation {
         if (this.#down.has(id)) this.#restart(this.#host(id));
       }
     }
+    const due = this.#suspicions.filter((s) => s.at <= this.#now);
+    this.#suspicions = this.#suspicions.filter((s) => s.at > this.#now);
+    for (const { suspect } of due) this.#reportLeaderDown(suspect);
     for (const [id, at] of this.#retireAt) {
       if (at <= this.#now) {
         this.#retireAt.delete(id);
@@ -468,6 +550,12 @@ export class Simulation {
       if ((this.#now + this.#hosts.indexOf(h) * 3) % TICK === 0) {
         h.raw.tick();
         if (h === this.#hosts[0]) this.stats.ticks++;
+        const quiesced = h.raw.quiesced;
+        if (quiesced && h.raw.role === "leader" && this.#wasQuiesced.get(h.id) !== true) {
+          this.stats.quiescences++;
+          this.#record(`${h.id} quiesces its group at term ${h.raw.term}`);
+        }
+        this.#wasQuiesced.set(h.id, quiesced);
       }
     }
     for (const h of this.#hosts) {
@@ -697,6 +785,54 @@ export class Simulation {
     }
     this.stats.partitions++;
     this.#record(`isolate ${victim}`);
+    this.#detect(victim);
+  }
+
+  /**
+   * The failure detector (the driver's SWIM) will suspect `victim`, crashed or cut off, a few
+   * ticks from now: its followers then hear that their leader is down, whether `victim` is back
+   * by then or not (a suspicion may be wrong).
+   */
+  #detect(victim: NodeId): void {
+    const p = this.#profile;
+    if (p.detectTicks === 0) return;
+    const at = this.#now + (1 + this.#sleepRng.int(p.detectTicks)) * TICK;
+    this.#suspicions.push({ at, suspect: victim });
+  }
+
+  /** Each running member led by `suspect` hears that its leader is down. */
+  #reportLeaderDown(suspect: NodeId): void {
+    for (const h of this.#hosts) {
+      if (!this.#running(h.id) || h.id === suspect || h.raw.lead !== suspect) continue;
+      this.stats.leaderDownReports++;
+      this.#record(
+        `${h.id} hears its leader ${suspect} is down${h.raw.quiesced ? " (asleep)" : ""}`,
+      );
+      h.raw.reportLeaderDown();
+      this.#drainReady(h);
+    }
+  }
+
+  /**
+   * While clients pause, a leader whose group sleeps is sometimes crashed or cut off: only the
+   * failure detector, a restart or a client's request can wake its followers then. Now and
+   * then the detector suspects a sleeping leader that is fine.
+   */
+  #maybeStrikeSleepingLeader(): void {
+    if (this.#now >= this.#quietUntil || this.#sleepRng.int(4 * TICK) !== 0) return;
+    const leader = this.#currentLeader();
+    if (leader === null || !leader.raw.quiesced) return;
+    this.stats.quiescedLeaderFaults++;
+    const roll = this.#sleepRng.int(10);
+    if (roll < 5) {
+      this.#crash(leader);
+      this.#restartAt.set(leader.id, this.#now + (10 + this.#sleepRng.int(60)) * TICK);
+    } else if (roll < 8) {
+      this.#isolate(leader.id);
+    } else {
+      this.#record(`false suspicion of ${leader.id}`);
+      this.#detect(leader.id);
+    }
   }
 
   /** Crash now, restart within a few ticks (a process supervisor restarting it). */
@@ -711,6 +847,7 @@ export class Simulation {
     this.#dropInflightTo(h);
     this.#loseClients(h);
     this.#record(`crash ${h.id}`);
+    this.#detect(h.id);
   }
 
   /** Clients connected to a stopped member see the connection drop: their operations are lost. */
@@ -761,6 +898,7 @@ export class Simulation {
   // ── clients ─────────────────────────────────────────────────────────────────────────────────
 
   #clients(): void {
+    if (this.#now < this.#quietUntil) return;
     const r = this.#rng;
     for (let c = 0; c < CLIENTS; c++) {
       if (this.#pending[c] !== null || (this.#backoff[c] as number) > this.#now) continue;

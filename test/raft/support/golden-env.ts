@@ -3,7 +3,10 @@
  * on a network the script controls. Commands:
  *
  *   cluster voters=1,2,3 [learners=4] [prevote=false] [checkquorum=false] [election=10]
- *           [heartbeat=1] [inflight=256] [maxmsg=N]   found a group (bootstrap applied silently)
+ *           [heartbeat=1] [inflight=256] [maxmsg=N] [quiesce=N]
+ *                              found a group (bootstrap applied silently); quiesce=N: leaders
+ *                              quiesce after N idle ticks
+ *   report-leader-down 2       the failure detector of 2 suspects the node of 2's leader
  *   add-node 4                 a new, empty member (joins through conf changes)
  *   campaign 1 | tick 1 [n=5] | propose 1 data | conf-change 1 add-learner|add-voter|remove 4
  *   read-index 1 ctx | transfer-leader 1 2 | report-unreachable 1 2 | compact 1
@@ -103,6 +106,9 @@ export class GoldenEnv {
       case "report-unreachable":
         this.#host(one()).raw.reportUnreachable(one(1));
         break;
+      case "report-leader-down":
+        this.#host(one()).raw.reportLeaderDown();
+        break;
       case "report-snapshot": {
         const outcome = cmd.args[2];
         if (outcome !== "ok" && outcome !== "fail")
@@ -197,6 +203,8 @@ export class GoldenEnv {
     if (inflight !== undefined) opts.maxInflightMsgs = inflight;
     const maxmsg = num("maxmsg");
     if (maxmsg !== undefined) opts.maxMsgBytes = maxmsg;
+    const quiesce = num("quiesce");
+    if (quiesce !== undefined) opts.quiesceTicks = quiesce;
     this.#options = opts;
     for (const id of [...voters, ...learners]) {
       this.hosts.set(
@@ -277,7 +285,7 @@ export class GoldenEnv {
     if (this.#down.has(id)) return `${id}: down`;
     const h = this.#host(id);
     const s = h.raw.status();
-    return `${id}: ${s.role} term=${s.term} lead=${s.lead ?? "-"} vote=${s.vote ?? "-"} commit=${s.commit} applied=${s.applied} last=${s.lastIndex} ${describeConf(s.conf)}`;
+    return `${id}: ${s.role} term=${s.term} lead=${s.lead ?? "-"} vote=${s.vote ?? "-"} commit=${s.commit} applied=${s.applied} last=${s.lastIndex} ${describeConf(s.conf)}${s.quiesced ? " quiesced" : ""}`;
   }
 
   #ids(): NodeId[] {

@@ -25,6 +25,8 @@ export interface HostOptions {
   readonly checkQuorum?: boolean;
   readonly maxInflightMsgs?: number;
   readonly maxMsgBytes?: number;
+  /** RaftConfig.quiesceTicks: 0 (the default) never quiesces. */
+  readonly quiesceTicks?: number;
   readonly testingBugs?: RaftConfig["testingBugs"];
   /** Test-only driver bug: send messages before persisting (acknowledges unpersisted entries). */
   readonly ackBeforePersist?: boolean;
@@ -105,6 +107,7 @@ export class Host {
       checkQuorum: this.options.checkQuorum ?? true,
       maxInflightMsgs: this.options.maxInflightMsgs ?? 256,
       maxMsgBytes: this.options.maxMsgBytes ?? 1 << 20,
+      quiesceTicks: this.options.quiesceTicks ?? 0,
       ...(this.options.testingBugs === undefined ? {} : { testingBugs: this.options.testingBugs }),
     };
     return new RawNode(config);

@@ -14,10 +14,16 @@
  * meta state the simulation keeps as the cluster's committed one). The same seed replays the same
  * run.
  *
+ * Quiescence (most seeds): idle groups sleep. Clients pause now and then so that groups do go
+ * idle, and a node leading sleeping groups is often crashed or cut off right then. A failure
+ * detector, as SWIM in a real node, tells the other nodes a little later that the node is down
+ * (MultiRaft.wakeGroupsLedBy), sometimes about a node that is fine.
+ *
  * Checked: every restart succeeds (a WAL that cannot reopen is a violation), the node serves
- * again after the chaos (liveness), and the whole client history, reads and writes together, is
- * linearizable per key (test/support/linearizability.ts). Final linearizable reads of every key
- * make lost acknowledged writes visible to the checker.
+ * again after the chaos (liveness), the whole client history, reads and writes together, is
+ * linearizable per key (test/support/linearizability.ts), and with quiescence on, every group
+ * falls asleep once the clients are done. Final linearizable reads of every key make lost
+ * acknowledged writes visible to the checker.
  */
 import type { Rng } from "../../../src/common/rng.ts";
 import { seededRng } from "../../../src/common/rng.ts";
@@ -67,7 +73,7 @@ export interface DriverSimOptions {
 }
 
 export interface DriverSimViolation {
-  readonly kind: "restart-failed" | "liveness" | "linearizability" | "fatal";
+  readonly kind: "restart-failed" | "liveness" | "linearizability" | "fatal" | "quiescence";
   readonly message: string;
 }
 
@@ -87,6 +93,10 @@ export interface DriverSimStats {
   wipes: number;
   messages: number;
   checkerSteps: number;
+  /** Nodes crashed or cut off while clients paused (their groups asleep, most often). */
+  quietStrikes: number;
+  /** Failure detector reports (MultiRaft.wakeGroupsLedBy calls), true and false. */
+  suspicions: number;
 }
 
 export interface DriverSimResult {
@@ -106,6 +116,8 @@ const DATA_DIR = "/data";
 const OP_TIMEOUT_MS = 1500;
 /** After the chaos: the node must serve every key within this long. */
 const LIVENESS_MS = 5000;
+/** After the final reads: every group must be asleep within this long (quiescence on). */
+const QUIESCE_MS = 2000;
 
 const ABSENT_VERSION: Version = { index: 0, term: 0 };
 const enc = new TextEncoder();
@@ -149,6 +161,12 @@ interface Profile {
   readonly membershipEveryMs: number;
   /** Mean simulated ms between disk wipes (Infinity: none); clusters only. */
   readonly wipeEveryMs: number;
+  /** MultiRaftOptions.quiesce. */
+  readonly quiesce: boolean;
+  /** Mean simulated ms between client pauses (Infinity: none). */
+  readonly quietEveryMs: number;
+  /** The failure detector reports a crashed or cut-off node within this many ms (0: never). */
+  readonly detectMs: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -173,6 +191,10 @@ function pickProfile(rng: Rng): Profile {
     partitionMs: [100, 400, 1200][rng.int(3)] as number,
     transferEveryMs: [100, 500, Infinity][rng.int(3)] as number,
     membershipEveryMs: [50, 300, Infinity][rng.int(3)] as number,
+    quiesce: rng.int(4) !== 0,
+    quietEveryMs: [200, 600, Infinity][rng.int(3)] as number,
+    detectMs: [0, 100, 400][rng.int(3)] as number,
+    // Drawn last, so that the seeds drawn before wipes existed keep their other choices.
     wipeEveryMs: [500, 1500, Infinity][rng.int(3)] as number,
   };
 }
@@ -197,6 +219,11 @@ export async function runDriverSeed(options: DriverSimOptions): Promise<DriverSi
 class DriverSim {
   readonly #options: DriverSimOptions;
   readonly #rng: Rng;
+  /**
+   * The quiescence chaos's own stream (pauses, strikes, detector delays), so that a seed without
+   * it replays the schedule it had before quiescence existed.
+   */
+  readonly #sleepRng: Rng;
   readonly #profile: Profile;
   readonly #world = new World();
   readonly #clients = new Process("clients");
@@ -224,16 +251,21 @@ class DriverSim {
     wipes: 0,
     messages: 0,
     checkerSteps: 0,
+    quietStrikes: 0,
+    suspicions: 0,
   };
   #violation: DriverSimViolation | null = null;
   #valueSeq = 0;
   #chaos = true;
+  /** Clients start nothing before this time (a pause). */
+  #quietUntil = 0;
   /** Per client, the last version it saw per key: what its CAS operations expect. */
   readonly #seen = new Map<number, Map<string, Version>>();
 
   constructor(options: DriverSimOptions) {
     this.#options = options;
     this.#rng = seededRng(options.seed);
+    this.#sleepRng = seededRng(options.seed ^ 0x51ee9);
     this.#profile = pickProfile(this.#rng.fork());
     // Drawn even when given, so that --nodes replays a seed drawn with that size exactly.
     const drawn = this.#rng.int(2) === 0 ? 1 : 3;
@@ -318,6 +350,7 @@ class DriverSim {
     await world.runUntil(world.now + OP_TIMEOUT_MS + 10);
     this.#throwIfViolated();
     await this.#finalReads();
+    await this.#checkQuiescence();
     this.#check();
   }
 
@@ -397,6 +430,7 @@ class DriverSim {
               this.#remoteReadIndex(node, leader, shard),
           }
         : {}),
+      quiesce: p.quiesce,
       testingBugs: {
         ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
         ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
@@ -518,6 +552,7 @@ class DriverSim {
     node.proc = null;
     node.mr = null;
     node.disk.crash(processOnly ? { processOnly } : { tornWriteBytes: torn });
+    this.#detect(node.id);
     if (restart) {
       this.#world.after(20 + this.#rng.int(300), this.#clients, () => {
         if (node.proc !== null) return;
@@ -586,18 +621,68 @@ class DriverSim {
         const isolated = ids[this.#rng.int(ids.length)] as string;
         // Cut both directions, or one only (an asymmetric partition).
         const oneWay = this.#rng.int(3) === 0;
-        for (const other of ids) {
-          if (other === isolated) continue;
-          this.#cut.add(`${isolated}>${other}`);
-          if (!oneWay) this.#cut.add(`${other}>${isolated}`);
-        }
-        this.#log(`partition ${isolated}${oneWay ? " (outbound only)" : ""}`);
-        this.#world.after(1 + this.#rng.int(p.partitionMs), this.#network, () => {
-          this.#cut.clear();
-          this.#log("heal");
-        });
+        this.#isolate(isolated, oneWay, 1 + this.#rng.int(p.partitionMs));
       });
     }
+    every(p.quietEveryMs, () => {
+      // Clients pause; groups fall asleep; a leading node is often struck meanwhile.
+      const pause = 100 + this.#sleepRng.int(400);
+      this.#quietUntil = this.#world.now + pause;
+      this.#log(`clients pause for ${pause} ms`);
+      this.#world.after(50 + this.#sleepRng.int(pause), this.#clients, () => this.#strike());
+    });
+  }
+
+  /** Cuts `isolated` off from the others (one way: its messages only) for `ms`. */
+  #isolate(isolated: string, oneWay: boolean, ms: number): void {
+    for (const n of this.#nodes) {
+      if (n.id === isolated) continue;
+      this.#cut.add(`${isolated}>${n.id}`);
+      if (!oneWay) this.#cut.add(`${n.id}>${isolated}`);
+    }
+    this.#log(`partition ${isolated}${oneWay ? " (outbound only)" : ""}`);
+    this.#detect(isolated);
+    this.#world.after(ms, this.#network, () => {
+      this.#cut.clear();
+      this.#log("heal");
+    });
+  }
+
+  /**
+   * While clients pause: a node that leads a sleeping group is crashed or cut off (or, now and
+   * then, suspected while it is fine), so that only the failure detector, a restart or a
+   * client's request can wake its followers.
+   */
+  #strike(): void {
+    if (!this.#chaos || this.#nodes.length === 1) return;
+    const sleepy = this.#nodes.filter((n) =>
+      n.mr?.shardIds().some((id) => {
+        const info = n.mr?.shardInfo(id);
+        return info?.role === "leader" && info.quiesced;
+      }),
+    );
+    const victim = sleepy[this.#sleepRng.int(Math.max(1, sleepy.length))];
+    if (victim === undefined) return;
+    this.#stats.quietStrikes++;
+    const roll = this.#sleepRng.int(10);
+    this.#log(`strike ${victim.id}, which leads sleeping groups`);
+    if (roll < 5) this.#crash(victim, true);
+    else if (roll < 8) this.#isolate(victim.id, false, 100 + this.#sleepRng.int(600));
+    else this.#detect(victim.id);
+  }
+
+  /**
+   * The failure detector: the other nodes hear, some time later, that `suspect` is down (crashed
+   * or cut off): it may be back by then, as a wrong suspicion of SWIM would be.
+   */
+  #detect(suspect: string): void {
+    const p = this.#profile;
+    if (p.detectMs === 0 || this.#nodes.length === 1) return;
+    this.#world.after(1 + this.#sleepRng.int(p.detectMs), this.#network, () => {
+      this.#stats.suspicions++;
+      this.#log(`the others suspect ${suspect}`);
+      for (const n of this.#nodes) if (n.id !== suspect) n.mr?.wakeGroupsLedBy(suspect);
+    });
   }
 
   /**
@@ -716,6 +801,14 @@ class DriverSim {
 
   #issue(client: number): void {
     if (!this.#chaos) return;
+    if (this.#world.now < this.#quietUntil) {
+      this.#world.after(
+        this.#quietUntil - this.#world.now + this.#sleepRng.int(10),
+        this.#clients,
+        () => this.#issue(client),
+      );
+      return;
+    }
     const keys = this.#profile.keys;
     const key = keys[this.#rng.int(keys.length)] as string;
     // Mostly to the shard's leader, as a client routing by the cluster view does; sometimes to
@@ -931,6 +1024,40 @@ class DriverSim {
         break;
       }
     }
+  }
+
+  /**
+   * With quiescence on, the idle cluster must fall asleep: within QUIESCE_MS of the final reads
+   * every replica of every group sleeps, but replicas outside their leader's configuration (a
+   * member removed while it was down does not know it, hears from no leader, and campaigns on:
+   * replicas are not destroyed on removal yet).
+   */
+  async #checkQuiescence(): Promise<void> {
+    if (!this.#profile.quiesce) return;
+    const world = this.#world;
+    const deadline = world.now + QUIESCE_MS;
+    const awake = (): string[] =>
+      this.#nodes.flatMap((n) =>
+        (n.mr?.shardIds() ?? []).flatMap((id) => {
+          const info = n.mr?.shardInfo(id);
+          if (info === null || info === undefined || info.quiesced) return [];
+          const leader = this.#nodes
+            .map((l) => l.mr?.shardInfo(id))
+            .find((l) => l?.role === "leader");
+          const members = leader ?? info;
+          if (!members.voters.includes(n.id) && !members.learners.includes(n.id)) return [];
+          return [`${n.id}:${id}(${info.role} t${info.term} c${info.commit})`];
+        }),
+      );
+    while (world.now < deadline) {
+      await world.runUntil(world.now + TICK_MS);
+      this.#throwIfViolated();
+      if (awake().length === 0) return;
+    }
+    throw new ViolationFound({
+      kind: "quiescence",
+      message: `groups still awake ${QUIESCE_MS} ms after the clients stopped: ${awake().join(" ")}`,
+    });
   }
 
   #check(): void {

@@ -21,6 +21,7 @@ export interface RaftMessage {
   'transfer'?: (boolean);
   'read_seq'?: (number | string | Long);
   'snapshot'?: (_cairn_v1_RaftSnapshot | null);
+  'quiesce'?: (boolean);
 }
 
 export interface RaftMessage__Output {
@@ -39,4 +40,5 @@ export interface RaftMessage__Output {
   'transfer': (boolean);
   'read_seq': (number);
   'snapshot': (_cairn_v1_RaftSnapshot__Output | null);
+  'quiesce': (boolean);
 }

@@ -12,6 +12,7 @@ export const RaftMessageType = {
   RAFT_MESSAGE_TYPE_HEARTBEAT_RESP: 'RAFT_MESSAGE_TYPE_HEARTBEAT_RESP',
   RAFT_MESSAGE_TYPE_SNAPSHOT: 'RAFT_MESSAGE_TYPE_SNAPSHOT',
   RAFT_MESSAGE_TYPE_TIMEOUT_NOW: 'RAFT_MESSAGE_TYPE_TIMEOUT_NOW',
+  RAFT_MESSAGE_TYPE_WAKE: 'RAFT_MESSAGE_TYPE_WAKE',
 } as const;
 
 export type RaftMessageType =
@@ -37,5 +38,7 @@ export type RaftMessageType =
   | 9
   | 'RAFT_MESSAGE_TYPE_TIMEOUT_NOW'
   | 10
+  | 'RAFT_MESSAGE_TYPE_WAKE'
+  | 11
 
 export type RaftMessageType__Output = typeof RaftMessageType[keyof typeof RaftMessageType]
