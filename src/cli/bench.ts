@@ -132,11 +132,13 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
 
       const clients = Array.from(
         { length: channels },
-        (_, i) =>
+        () =>
           new CairnClient({
             endpoints: globals.endpoints,
             timeoutMs: globals.timeoutMs,
-            routing: i === 0,
+            // Every connection routes by the cluster view (each follows it on its own watch):
+            // a client that routed only on one of them sent the others' requests round-robin.
+            routing: true,
             channelOptions: { "grpc.use_local_subchannel_pool": 1 },
           }),
       );
