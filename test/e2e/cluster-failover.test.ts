@@ -15,7 +15,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { shardForKey } from "../../src/cluster/index.ts";
-import { clusterView, eventually, LocalCluster } from "../support/cluster-process.ts";
+import {
+  clusterView,
+  eventually,
+  everyReplicaHolds,
+  LocalCluster,
+} from "../support/cluster-process.ts";
 
 const TOTAL_SHARDS = 1024;
 const SHARDS_USED = 16;
@@ -149,25 +154,7 @@ describe("a three-node cluster loses its busiest leader under load (real process
         );
 
         // Every acknowledged write, on every replica, read from each node's own copy.
-        for (const n of cluster.nodes) {
-          const c = n.client;
-          assert.ok(c);
-          await eventually(
-            `${n.id} holds every acknowledged write`,
-            async () => {
-              for (const [key, value] of acknowledged) {
-                const got = await c.call(c.kv, "Get", {
-                  key: Buffer.from(key),
-                  consistency: "SERIALIZABLE",
-                });
-                if (got["found"] !== true || (got["value"] as Buffer).toString() !== value)
-                  return false;
-              }
-              return true;
-            },
-            60_000,
-          );
-        }
+        await everyReplicaHolds(cluster, acknowledged);
         await cluster.stopAll();
       } finally {
         await cluster.killAll();

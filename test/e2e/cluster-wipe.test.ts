@@ -14,7 +14,13 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { shardForKey } from "../../src/cluster/index.ts";
 import type { Clients } from "../support/grpc-client.ts";
-import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
+import {
+  clusterView,
+  eventually,
+  everyReplicaHolds,
+  LocalCluster,
+  retryingKv,
+} from "../support/cluster-process.ts";
 
 const TOTAL_SHARDS = 1024;
 const KEYS = 120;
@@ -102,24 +108,7 @@ describe("a member restarted with a wiped data directory (real processes)", () =
         // Writes go on through the rejoined node, and every acknowledged write is on every
         // replica, read from each node's own copy (serializable).
         await put(c2, "after", "ok");
-        for (const n of cluster.nodes) {
-          const c = n.client as Clients;
-          await eventually(
-            `${n.id} holds every acknowledged write`,
-            async () => {
-              for (const [key, value] of acknowledged) {
-                const got = await c.call(c.kv, "Get", {
-                  key: Buffer.from(key),
-                  consistency: "SERIALIZABLE",
-                });
-                if (got["found"] !== true || (got["value"] as Buffer).toString() !== value)
-                  return false;
-              }
-              return true;
-            },
-            60_000,
-          );
-        }
+        await everyReplicaHolds(cluster, acknowledged);
         // Each shard's group lists three replicas on three nodes, the rejoined one among them.
         const shardsView = (await clusterView(c2)).shards.filter((s) => shards.has(s.id));
         assert.equal(shardsView.length, shards.size);

@@ -192,3 +192,31 @@ export async function retryingKv(c: Clients, method: string, request: Reply): Pr
     }
   }
 }
+
+/**
+ * Waits (up to 60 s) until every running node of `cluster` holds every acknowledged write in
+ * its own copy: a serializable Get on each node returns the acknowledged value of each key.
+ */
+export async function everyReplicaHolds(
+  cluster: LocalCluster,
+  acknowledged: ReadonlyMap<string, string>,
+): Promise<void> {
+  for (const n of cluster.running()) {
+    const c = n.client;
+    assert.ok(c !== null, `${n.id} has no client`);
+    await eventually(
+      `${n.id} holds every acknowledged write`,
+      async () => {
+        for (const [key, value] of acknowledged) {
+          const got = await c.call(c.kv, "Get", {
+            key: Buffer.from(key),
+            consistency: "SERIALIZABLE",
+          });
+          if (got["found"] !== true || (got["value"] as Buffer).toString() !== value) return false;
+        }
+        return true;
+      },
+      60_000,
+    );
+  }
+}
