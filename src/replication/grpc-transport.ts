@@ -12,7 +12,8 @@
  *   - the stream to the peer is down (it failed, and the backoff has not expired yet),
  *   - the peer's address is unknown,
  *   - or the bytes in flight to the peer (written, not yet handed to the socket) exceed the
- *     per-peer budget (one frame is always admitted when nothing is in flight).
+ *     per-peer budget (16 MiB), or those to every peer together the node-wide one (64 MiB); one
+ *     frame is always admitted to a stream with nothing in flight.
  * Each such drop, and each stream failure, is reported through `onUnreachable` (deferred, never
  * from inside send()), so that the leader stops pipelining to that peer and probes it instead.
  * A failed stream is reopened by the first send() after an exponential backoff with jitter
@@ -136,6 +137,11 @@ export interface GrpcTransportOptions {
   readonly onUnreachable?: (to: NodeId) => void;
   /** Bytes written to a peer's stream and not yet handed to its socket. Default 16 MiB. */
   readonly maxInFlightBytesPerPeer?: number;
+  /**
+   * The same, over every peer together: a node cut off from many slow peers holds at most this
+   * much in its streams. Default 64 MiB.
+   */
+  readonly maxInFlightBytes?: number;
   /** Larger frames are dropped (the receiver would refuse them). Default 128 MiB. */
   readonly maxFrameBytes?: number;
   /** First delay before reopening a failed stream. Default 50 ms. */
@@ -238,6 +244,9 @@ export class GrpcTransport implements RaftTransport {
   readonly #log: PeerLogger;
   readonly #onUnreachable: ((to: NodeId) => void) | undefined;
   readonly #maxInFlight: number;
+  readonly #maxInFlightTotal: number;
+  /** Bytes in flight on every stream together. */
+  #inFlightTotal = 0;
   readonly #maxFrame: number;
   readonly #initialBackoff: number;
   readonly #maxBackoff: number;
@@ -264,6 +273,7 @@ export class GrpcTransport implements RaftTransport {
     this.#log = options.logger ?? silent;
     this.#onUnreachable = options.onUnreachable;
     this.#maxInFlight = options.maxInFlightBytesPerPeer ?? 16 * 1024 * 1024;
+    this.#maxInFlightTotal = options.maxInFlightBytes ?? 64 * 1024 * 1024;
     this.#maxFrame =
       options.maxFrameBytes ?? RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"];
     this.#initialBackoff = options.initialBackoffMs ?? 50;
@@ -378,7 +388,13 @@ export class GrpcTransport implements RaftTransport {
       this.#drop(peer, frame.length);
       return false;
     }
-    if (stream.inFlightBytes > 0 && stream.inFlightBytes + frame.length > this.#maxInFlight) {
+    // One frame is always admitted to a stream with nothing in flight, whatever the node-wide
+    // total: no peer is starved by the others' backlog.
+    if (
+      stream.inFlightBytes > 0 &&
+      (stream.inFlightBytes + frame.length > this.#maxInFlight ||
+        this.#inFlightTotal + frame.length > this.#maxInFlightTotal)
+    ) {
       this.#drop(peer, frame.length);
       return false;
     }
@@ -687,12 +703,14 @@ export class GrpcTransport implements RaftTransport {
 
   #write(peer: Peer, stream: Stream, frame: Buffer, sent?: (delivered: boolean) => void): void {
     stream.inFlightBytes += frame.length;
+    this.#inFlightTotal += frame.length;
     peer.framesSent++;
     peer.bytesSent += frame.length;
     // Settled once: by the write's callback, or as lost when the call ends first (#ended).
     if (sent !== undefined) stream.owed.add(sent);
     stream.call.write(frame, (err?: Error | null) => {
       stream.inFlightBytes -= frame.length;
+      this.#inFlightTotal -= frame.length;
       if (sent !== undefined && stream.owed.delete(sent)) sent(err === undefined || err === null);
     });
   }

@@ -26,13 +26,13 @@ function heartbeat(seq: number, to: NodeId = N2): ShardMessage {
   return { shard: seq % 4, message };
 }
 
-function append(shard: number, bytes: number): ShardMessage {
+function append(shard: number, bytes: number, to: NodeId = N2): ShardMessage {
   return {
     shard,
     message: {
       type: "append",
       from: N1,
-      to: N2,
+      to,
       term: term(1),
       prevIndex: logIndex(0),
       prevTerm: term(0),
@@ -273,6 +273,42 @@ describe("GrpcTransport", () => {
     } finally {
       await t.close();
       server.stop();
+    }
+  });
+
+  it("bounds the bytes in flight over every peer together", async () => {
+    const servers = await Promise.all(
+      ["n2", "n3"].map((id) => startRaftServer(() => undefined, { clusterId: "c1", nodeId: id })),
+    );
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: (id) => servers[id === "n2" ? 0 : 1]?.address ?? null,
+      maxInFlightBytesPerPeer: 1_000_000,
+      maxInFlightBytes: 300_000,
+    });
+    const N3 = nodeId("n3");
+    try {
+      // Open both streams first (a frame each, then nothing in flight).
+      t.send(N2, [append(0, 10)]);
+      t.send(N3, [append(0, 10, N3)]);
+      await eventually("both streams idle", () =>
+        ["n2", "n3"].every(
+          (p) => (t.stats()[p]?.framesSent ?? 0) >= 1 && t.stats()[p]?.inFlightBytes === 0,
+        ),
+      );
+      // Synchronous sends: each peer's budget (1 MB) would take them, the node's (300 kB) not.
+      for (let i = 0; i < 3; i++) t.send(N2, [append(1, 100_000)]);
+      for (let i = 0; i < 3; i++) t.send(N3, [append(1, 100_000, N3)]);
+      const dropped = (t.stats()["n2"]?.framesDropped ?? 0) + (t.stats()["n3"]?.framesDropped ?? 0);
+      assert.ok(dropped >= 2, `${dropped} frames dropped past the node-wide budget`);
+      assert.ok(
+        (t.stats()["n3"]?.framesSent ?? 0) >= 2,
+        "a peer with nothing in flight still gets a frame",
+      );
+    } finally {
+      await t.close();
+      for (const s of servers) s.stop();
     }
   });
 
