@@ -373,9 +373,13 @@ export class Raft {
           hintIndex: logIndex(0),
           hintTerm: toTerm(0),
         });
-      } else if (m.type === "prevote") {
+      } else if (m.type === "prevote" || m.type === "vote") {
+        // A candidate behind in term learns ours from the refusal, and its next campaign can
+        // win. Without it, a member that cannot reach this one (it is not among the voters of
+        // this member's stale configuration) never learns the terms this member burns, and the
+        // two can race for terms forever (seen in the simulation, seed 6500, PreVote off).
         this.#send({
-          type: "prevote-resp",
+          type: m.type === "vote" ? "vote-resp" : "prevote-resp",
           from: this.id,
           to: m.from,
           term: this.term,
