@@ -213,10 +213,22 @@ export class ClusterState {
     return this.nodesOf(shard).includes(this.#config.node_id);
   }
 
+  /**
+   * Called with each other member that the meta group records as rejoined (a new incarnation):
+   * the groups its old replica led sleep with a leader that will never wake them.
+   */
+  onMemberRejoined: (node: string) => void = () => undefined;
+
   /** Shard 0 applied a meta command (or reloaded its state after a restart or a snapshot). */
   applied(state: MetaState): void {
     const before = this.clusterId;
+    const previous = this.#meta;
     this.#meta = state;
+    for (const [id, m] of state.members) {
+      const was = previous?.members.get(id);
+      if (id !== this.#config.node_id && was !== undefined && was.incarnation !== m.incarnation)
+        this.onMemberRejoined(id);
+    }
     for (const [id, resolve] of this.#waiters) {
       if (state.shards.has(id)) resolve();
     }

@@ -107,7 +107,9 @@ export class CairnNode implements HealthSource {
       }
       node.#store = await node.#openStore();
       if (node.#cluster !== null && node.#transport !== null) {
-        node.#cluster.attach(node.#store, node.#transport);
+        const store = node.#store;
+        node.#cluster.attach(store, node.#transport);
+        node.#cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
       }
       await node.#startRpc();
       await node.#startMembership();

@@ -775,7 +775,16 @@ export class MultiRaft {
         const lead = shard.raw.lead;
         if (lead === null) throw new NotLeaderError(null);
         const since = this.#clock.now();
-        const index = await remote(nodeOfReplica(lead), shard.id);
+        let index: number;
+        try {
+          index = await remote(nodeOfReplica(lead), shard.id);
+        } catch (err) {
+          // The leader this sleeping follower knows did not answer for the group (it died, or
+          // its node is now another replica): wake the group, which elects again unless that
+          // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
+          this.#report(shard.id, { kind: "leader-down" });
+          throw err;
+        }
         if (this.#testingBugs.followerReadWithoutApply !== true) {
           await shard.waitApplied(index, since);
         }

@@ -498,6 +498,16 @@ class DriverSim {
       }).state;
     }
     this.#log(`wipe ${node.id}: back as ${node.replica}`);
+    if (this.#options.bugs?.wipeKeepsReplica !== true) {
+      // Each node applies the rejoin a little later and wakes the groups the old replica led
+      // (ClusterState.onMemberRejoined): asleep, they would wait for it forever.
+      for (const other of this.#nodes) {
+        if (other === node) continue;
+        this.#world.after(10 + this.#rng.int(100), this.#clients, () =>
+          other.mr?.wakeGroupsLedBy(node.id),
+        );
+      }
+    }
     this.#world.after(20 + this.#rng.int(300), this.#clients, () => {
       if (node.proc !== null) return;
       this.#stats.restarts++;
@@ -512,7 +522,13 @@ class DriverSim {
   #replacementsPending(): boolean {
     for (let shard = 0; shard < TOTAL_SHARDS; shard++) {
       const holders = this.#nodes.filter((n) => n.mr?.shardInfo(shard) !== null && n.mr !== null);
-      if (holders.length === 0) continue;
+      if (holders.length === 0) {
+        // A group not running anywhere yet starts from its recorded initial voters: one of them
+        // retired already, a second wipe would leave it without a quorum to elect the leader
+        // that replaces them.
+        if ((this.#meta.shards.get(shard) ?? []).some((r) => this.#meta.isRetired(r))) return true;
+        continue;
+      }
       const leader = holders.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
       const info = leader?.mr?.shardInfo(shard);
       if (leader === undefined || info === null || info === undefined) return true;
