@@ -54,7 +54,8 @@ describe("driver simulation", () => {
     assert.deepEqual(failures, []);
     // The runs did real work: hundreds of writes and reads a seed, crashes, faults, snapshots.
     assert.ok(totals.acknowledged > SEEDS * 100, `only ${totals.acknowledged} acknowledged writes`);
-    assert.ok(totals.reads > SEEDS * 100, `only ${totals.reads} completed reads`);
+    // (Client pauses for quiescence and wipes leave fewer reads than writes in some seeds.)
+    assert.ok(totals.reads > SEEDS * 80, `only ${totals.reads} completed reads`);
     assert.ok(totals.crashes > SEEDS, `only ${totals.crashes} crashes`);
     assert.ok(totals.restarts > SEEDS / 2, `only ${totals.restarts} restarts`);
     assert.ok(totals.snapshots > SEEDS, `only ${totals.snapshots} snapshots`);
@@ -115,7 +116,11 @@ describe("driver simulation", () => {
     // 36, 103, 954, 1102, 1316, 1398 (3 nodes): the leader of sleeping groups was wiped; their
     // followers' reads failed at its node and never woke them. A failed remote read index now
     // wakes the group (and a rejoin wakes the groups the old replica led).
-    for (const seed of [36, 103, 954, 1102, 1316, 1398]) {
+    // 7151, 8371 (3 nodes): a shard directory created while an fsync of its parent failed was
+    // never made durable on the retry; a power cut then took the snapshot installed in it, and
+    // the replica restarted with an empty configuration (a group of one). ensureDir now fsyncs
+    // every ancestor once per process.
+    for (const seed of [36, 103, 954, 1102, 1316, 1398, 7151, 8371]) {
       const r = await runDriverSeed({ seed, nodes: 3 });
       assert.equal(r.violation, null, driverReplayCommand({ seed, nodes: 3 }));
     }

@@ -1,17 +1,27 @@
 import { dirname, resolve } from "node:path";
 import type { FileSystem } from "./file-system.ts";
 
+/** Per file system (one per process, or per simulated process), the directories made durable. */
+const durable = new WeakMap<FileSystem, Set<string>>();
+
 /**
- * Creates `dir` and its missing parents durably (mkdir -p, then an fsync of the parent of every
- * directory it created). A new directory's name is durable only once its parent is fsynced:
- * without this, a power cut soon after the first start could take the directory, and every file
- * fsynced inside it, away.
+ * Creates `dir` and its missing parents durably: mkdir -p, then an fsync of the parent of every
+ * directory on the path, from `dir` up to the root, that this file system has not fsynced yet.
+ * A directory's name is durable only once its parent is fsynced: without this, a power cut soon
+ * after the first start could take the directory, and every file fsynced inside it, away.
+ *
+ * Directories that exist already are covered too, once per process: an earlier call (or an
+ * earlier process) may have created them and then failed on that fsync (EIO), and skipping it
+ * on the retry would leave the names undurable for good while files inside are synced and relied
+ * on (found by the driver simulation: a shard directory lost after a snapshot was installed in
+ * it, seeds 7151 and 8371).
  */
 export async function ensureDir(fs: FileSystem, dir: string): Promise<void> {
-  const created = await fs.mkdirp(dir);
-  if (created === undefined) return;
-  for (let d = resolve(dir); ; d = dirname(d)) {
+  await fs.mkdirp(dir);
+  let done = durable.get(fs);
+  if (done === undefined) durable.set(fs, (done = new Set()));
+  for (let d = resolve(dir); d !== dirname(d) && !done.has(d); d = dirname(d)) {
     await fs.fsyncDir(dirname(d));
-    if (d === resolve(created) || d === dirname(d)) break;
+    done.add(d);
   }
 }
