@@ -22,7 +22,7 @@ export interface ChaosNode {
   readonly id: string;
   readonly net: NetNode;
   /** The address clients use: the node's own port, never through the FaultNet. */
-  readonly rpc: string;
+  rpc: string;
   readonly dataDir: string;
   server: ServerProcess | null;
   client: Clients | null;
@@ -126,7 +126,18 @@ export class ChaosCluster {
     if (n.state !== "down") throw new Error(`${id} is ${n.state}`);
     let server: ServerProcess;
     try {
-      server = await this.#spawn(n, extraEnv);
+      for (let attempt = 1; ; attempt++) {
+        try {
+          server = await this.#spawn(n, extraEnv);
+          break;
+        } catch (err) {
+          // The port was free when picked, and another process (a test running beside) took
+          // it since: a new one. Peers reach the node through its relay, which follows.
+          if (attempt >= 3 || !String(err).includes("already in use")) throw err;
+          n.net.realPort = await freePort();
+          n.rpc = `127.0.0.1:${n.net.realPort}`;
+        }
+      }
     } catch (err) {
       this.crashes.push({
         node: id,

@@ -54,8 +54,11 @@ export const OPEN: LinkRule = { block: "none", delayMs: 0, udpLoss: 0 };
 
 export interface NetNode {
   readonly id: string;
-  /** The port the node binds (TCP gRPC and UDP SWIM), on 127.0.0.1. */
-  readonly realPort: number;
+  /**
+   * The port the node binds (TCP gRPC and UDP SWIM), on 127.0.0.1. It may change between
+   * starts (ChaosCluster.start: another process took it); the relays read it on every use.
+   */
+  realPort: number;
   /** The port of its relay (advertised; UDP and plain TCP), on 127.0.0.1. */
   readonly relayPort: number;
   /** The port of its outgoing CONNECT proxy, on 127.0.0.1. */
