@@ -122,7 +122,15 @@ export class LocalCluster {
     for (const n of this.running()) {
       await eventually(
         `${n.id} /health/quick is 200`,
-        async () => (await fetch(`http://${n.server?.http}/health/quick`)).status === 200,
+        async () => {
+          const proc = n.server?.proc;
+          if (proc !== undefined && (proc.exitCode !== null || proc.signalCode !== null)) {
+            assert.fail(
+              `${n.id} exited (${proc.exitCode ?? proc.signalCode}): ${n.server?.lines.slice(-3).join("\n")} ${n.server?.stderr().slice(-2000)}`,
+            );
+          }
+          return (await fetch(`http://${n.server?.http}/health/quick`)).status === 200;
+        },
         timeoutMs,
       );
     }
