@@ -20,10 +20,15 @@
  *   reverse);
  * - udp-loss: most SWIM datagrams to and from one node lost, Raft untouched;
  * - delay: latency on every link (TCP and UDP), with jitter between links;
+ * - torn-write: SIGKILL any node, then end its WAL's last segment with a torn record (a frame cut
+ *   short, or whole with a body that does not match its checksum), as a crash in the middle of a
+ *   write leaves it; the restart must cut it off (and say so in its log) and lose nothing
+ *   acknowledged: the torn bytes stand for a write that was never synced, so never acknowledged;
  * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
  *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal.
  */
-import { rm } from "node:fs/promises";
+import { appendFile, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
@@ -41,6 +46,7 @@ export const FAULT_KINDS = [
   "delay",
   "disk-full",
   "wipe",
+  "torn-write",
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -50,7 +56,8 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   mixed: FAULT_KINDS.filter((k) => k !== "disk-full"),
   kill: ["kill-leader", "kill-random", "kill-flap"],
   "kill-all": ["kill-all"],
-  crash: ["kill-leader", "kill-random", "kill-flap", "kill-all"],
+  crash: ["kill-leader", "kill-random", "kill-flap", "kill-all", "torn-write"],
+  "torn-write": ["torn-write"],
   pause: ["pause"],
   partition: ["partition", "partition-reset", "asymmetric"],
   network: ["partition", "partition-reset", "asymmetric", "udp-loss", "delay"],
@@ -118,6 +125,33 @@ async function busiestLeader(cluster: ChaosCluster, rng: Rng): Promise<string | 
   const best = [...counts].filter(([id]) => running.some((n) => n.id === id));
   best.sort((a, b) => b[1] - a[1]);
   return best[0]?.[0] ?? (running[rng.int(running.length)]?.id as string);
+}
+
+/** The WAL's framing (src/storage/wal/record.ts): u32 body length, u32 crc32c(body), body. */
+const WAL_FRAME_HEADER_BYTES = 8;
+const WAL_BODY_HEADER_BYTES = 24;
+
+/**
+ * Appends a torn record to the last WAL segment under `dataDir`: a frame whose body is cut short,
+ * or a whole frame whose checksum does not match (the sectors of its body never written). Returns
+ * what it wrote, for the fault's record.
+ */
+async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
+  const walDir = join(dataDir, "wal");
+  const segments = (await readdir(walDir)).filter((f) => f.endsWith(".wal")).sort();
+  const last = segments.at(-1);
+  if (last === undefined) return "no WAL segment to tear";
+  const bodyLength = WAL_BODY_HEADER_BYTES + 1 + rng.int(4_000);
+  const cutShort = rng.int(2) === 0;
+  const written = cutShort ? rng.int(bodyLength) : bodyLength;
+  const frame = Buffer.alloc(WAL_FRAME_HEADER_BYTES + written);
+  frame.writeUInt32LE(bodyLength, 0);
+  frame.writeUInt32LE(rng.nextU32(), 4);
+  for (let i = WAL_FRAME_HEADER_BYTES; i < frame.length; i++) frame[i] = rng.int(256);
+  await appendFile(join(walDir, last), frame);
+  return cutShort
+    ? `${last} ends with a frame of ${bodyLength} body bytes cut after ${written}`
+    : `${last} ends with a ${bodyLength}-byte body that fails its checksum`;
 }
 
 /** Whether every node answers GET /health with `healthy` within `timeoutMs`. */
@@ -210,6 +244,21 @@ export class FaultSchedule {
         r.healedAt = this.#now();
         await cluster.start(victim);
         r.healDone = this.#now();
+        return;
+      }
+      case "torn-write": {
+        const victim = random();
+        const r = record([victim], "SIGKILL, a torn record at the end of its WAL, restart");
+        await cluster.kill(victim);
+        r.detail = `SIGKILL, restart: ${await tearWalTail(cluster.node(victim).dataDir, rng)}`;
+        await sleep(hold);
+        r.healedAt = this.#now();
+        await cluster.start(victim);
+        r.healDone = this.#now();
+        const lines = cluster.node(victim).server?.lines ?? [];
+        if (!lines.some((l) => l.includes("the WAL ended with a torn write"))) {
+          throw new Error(`${victim} restarted without reporting the torn write (${r.detail})`);
+        }
         return;
       }
       case "kill-flap": {
