@@ -49,12 +49,33 @@ export class LeaderUnreachableError extends NotLeaderError {
   }
 }
 
+/**
+ * A forwarded call was cut because this node learnt that another node now leads the shard: the
+ * old leader (paused, cut off) may never answer. For a write the outcome is **unknown** (the old
+ * leader may have replicated it before it lost its leadership); a read may be retried. The
+ * trailer `cairn-leader` names the new leader.
+ */
+export class LeaderChangedError extends CairnError {
+  readonly leader: string;
+
+  constructor(previous: string, leader: string) {
+    super(
+      "CAIRN_ERR_LEADER_CHANGED",
+      `the shard's leader changed from ${previous} to ${leader} while the call was forwarded to ${previous}; a write's outcome is unknown`,
+      { retryable: true },
+    );
+    this.name = "LeaderChangedError";
+    this.leader = leader;
+  }
+}
+
 const STATUS_BY_CODE: Readonly<Record<string, status>> = {
   CAIRN_ERR_INVALID_ARGUMENT: status.INVALID_ARGUMENT,
   CAIRN_ERR_VERSION_MISMATCH: status.FAILED_PRECONDITION,
   CAIRN_ERR_SHARD_NOT_ACTIVE: status.FAILED_PRECONDITION,
   CAIRN_ERR_INVALID_RAFT_REQUEST: status.FAILED_PRECONDITION,
   CAIRN_ERR_NOT_LEADER: status.UNAVAILABLE,
+  CAIRN_ERR_LEADER_CHANGED: status.UNAVAILABLE,
   CAIRN_ERR_SHUTTING_DOWN: status.UNAVAILABLE,
   CAIRN_ERR_PROPOSAL_LOST: status.UNAVAILABLE,
   CAIRN_ERR_PROPOSAL_DROPPED: status.UNAVAILABLE,
@@ -69,7 +90,7 @@ export function toServiceError(err: unknown): Partial<ServiceError> {
   const metadata = new Metadata();
   if (err instanceof CairnError) {
     metadata.set(ERROR_CODE_KEY, err.code);
-    if (err instanceof NotLeaderError && err.leader !== null)
+    if ((err instanceof NotLeaderError || err instanceof LeaderChangedError) && err.leader !== null)
       metadata.set(LEADER_HINT_KEY, err.leader);
     if (err instanceof VersionMismatchError && err.current !== null) {
       metadata.set(CURRENT_VERSION_KEY, `${err.current.index}/${err.current.term}`);

@@ -15,6 +15,12 @@
  *   may retry a write. A forward that broke after it was sent is relayed as the failure it is
  *   (for a write: outcome unknown), with the leader hint added.
  *
+ * - **A forward follows the shard's leader.** When this node learns that another node now leads
+ *   the shard of a call in flight to the old leader (a paused or cut-off leader may never answer,
+ *   and its partners have elected another), the forward is cut and the caller gets
+ *   CAIRN_ERR_LEADER_CHANGED naming the new leader, at once rather than at its deadline: a read
+ *   retries there; a write's outcome is unknown, as for any broken forward.
+ *
  * Caveats: one channel per leader address, kept until close (a cluster has few nodes); Scan is
  * not forwarded (it reads every shard this node holds, not one shard's leader).
  */
@@ -30,9 +36,9 @@ import {
   type StatusObject,
 } from "@grpc/grpc-js";
 import { type NodeId, NotLeaderError } from "../raft/index.ts";
-import { LeaderUnreachableError, toServiceError } from "./errors.ts";
+import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./errors.ts";
 
-export { LeaderUnreachableError };
+export { LeaderChangedError, LeaderUnreachableError };
 import { CONNECT_FAILURE_DETAILS, ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
@@ -45,6 +51,21 @@ export interface ForwardOptions {
   addressOf(nodeId: string): string | null;
   /** Cap of a forwarded call's deadline, in ms (the caller's deadline applies when sooner). */
   readonly maxDeadlineMs?: number;
+  /**
+   * Shard leaders as this node learns them, for cutting forwards to a deposed leader: the shard
+   * of a request's key, and a subscription to leader changes (returns unsubscribe). Without it a
+   * forward to a leader that does not answer waits for its deadline.
+   */
+  readonly leaders?: {
+    shardOf(key: Uint8Array): number;
+    watch(listener: (shard: number, leader: string | null) => void): () => void;
+  };
+}
+
+/** A forward in flight to `leader`: cut (answered LeaderChangedError) when another leads. */
+interface InFlight {
+  readonly leader: NodeId;
+  abandon(leader: string): void;
 }
 
 /** The KV methods that may be forwarded. */
@@ -62,6 +83,9 @@ export class Forwarder {
   readonly #maxMessageBytes: number;
   /** One client (one channel) per leader address, reused by every forward to it. */
   readonly #clients = new Map<string, Client>();
+  /** Forwards in flight by shard, when `leaders` is given. */
+  readonly #inFlight = new Map<number, Set<InFlight>>();
+  readonly #unwatch: (() => void) | null;
   #closed = false;
 
   /** `service` is cairn.v1.KV's definition; messages are bounded by `maxMessageBytes` both ways. */
@@ -70,6 +94,8 @@ export class Forwarder {
     this.#service = service;
     this.#maxDeadlineMs = options.maxDeadlineMs ?? DEFAULT_FORWARD_DEADLINE_MS;
     this.#maxMessageBytes = maxMessageBytes;
+    this.#unwatch =
+      options.leaders?.watch((shard, leader) => this.#leaderChanged(shard, leader)) ?? null;
   }
 
   /**
@@ -94,6 +120,7 @@ export class Forwarder {
   /** Closes every channel; later refusals are answered here (NOT_LEADER with the hint). */
   close(): void {
     this.#closed = true;
+    this.#unwatch?.();
     for (const client of this.#clients.values()) client.close();
     this.#clients.clear();
   }
@@ -107,10 +134,19 @@ export class Forwarder {
     const metadata = new Metadata();
     metadata.set(FORWARDED_KEY, "1");
     const deadline = Math.min(deadlineMs(call.getDeadline()), Date.now() + this.#maxDeadlineMs);
+    const shard = this.#shardOf(call.request);
     return new Promise((resolve) => {
       let response: Res | undefined;
       let outgoing: ClientUnaryCall | undefined = undefined;
+      let newLeader: string | null = null;
       const onCancelled = (): void => outgoing?.cancel();
+      const inFlight: InFlight = {
+        leader,
+        abandon(to) {
+          newLeader = to;
+          outgoing?.cancel();
+        },
+      };
       try {
         const def = this.#service[method];
         if (def === undefined) throw new Error(`cairn.v1.KV has no method ${method}`);
@@ -132,12 +168,44 @@ export class Forwarder {
       }
       call.once("cancelled", onCancelled);
       if (call.cancelled) outgoing.cancel();
+      if (shard !== null) this.#track(shard, inFlight, true);
       // grpc-js emits 'status' after the callback, with the trailer; it always comes.
       outgoing.on("status", (s: StatusObject) => {
         call.removeListener("cancelled", onCancelled);
+        if (shard !== null) this.#track(shard, inFlight, false);
+        if (newLeader !== null && s.code === status.CANCELLED) {
+          resolve({ ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) });
+          return;
+        }
         resolve(reply(s, response, leader, address));
       });
     });
+  }
+
+  /** The shard of a forwarded request, when leaders are followed. */
+  #shardOf(request: unknown): number | null {
+    const leaders = this.#options.leaders;
+    const key = (request as { key?: unknown }).key;
+    if (leaders === undefined || !(key instanceof Uint8Array)) return null;
+    return leaders.shardOf(key);
+  }
+
+  #track(shard: number, f: InFlight, add: boolean): void {
+    let set = this.#inFlight.get(shard);
+    if (add) {
+      if (set === undefined) this.#inFlight.set(shard, (set = new Set()));
+      set.add(f);
+    } else if (set !== undefined) {
+      set.delete(f);
+      if (set.size === 0) this.#inFlight.delete(shard);
+    }
+  }
+
+  #leaderChanged(shard: number, leader: string | null): void {
+    if (leader === null) return;
+    const set = this.#inFlight.get(shard);
+    if (set === undefined) return;
+    for (const f of [...set]) if (f.leader !== leader) f.abandon(leader);
   }
 
   #client(address: string): Client {

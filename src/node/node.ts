@@ -13,6 +13,7 @@ import {
   decodeMetaCommand,
   nodeOfReplica,
   rpcAddressOf,
+  shardForKey,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
@@ -37,7 +38,7 @@ import {
   type RaftService,
   type RaftTransport,
 } from "../replication/index.ts";
-import { RpcServer } from "../api/index.ts";
+import { type ForwardOptions, RpcServer } from "../api/index.ts";
 import { ClusterState, spreadLeaders, transferLeadership } from "./cluster.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
@@ -67,6 +68,8 @@ export class CairnNode implements HealthSource {
   #bootstrap: Promise<void> | null = null;
   #rejoin: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
+  /** Told of every shard leader change this node learns (the forwarder follows leaders). */
+  readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
 
   private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
     this.config = config;
@@ -205,8 +208,9 @@ export class CairnNode implements HealthSource {
             replay_to: replayedTo,
           });
         },
-        leaderChanged(shard, leader, term) {
+        leaderChanged: (shard, leader, term) => {
           if (leader !== null) metrics.incLeaderChanges(shard);
+          for (const listener of this.#leaderListeners) listener(shard, leader);
           views.setShard({ id: shard, leader: leader ?? "", replicas: replicas(shard), term });
           raftLog.debug("shard leader changed", {
             shard_id: shard,
@@ -296,7 +300,7 @@ export class CairnNode implements HealthSource {
   /** Cluster mode: the peer service (cairn.v1.Raft) and forwarding of KV calls to leaders. */
   #clusterRpcOptions(cluster: ClusterState): {
     raft: RaftService;
-    forward: { nodeId: string; addressOf: (id: string) => string | null; maxDeadlineMs: number };
+    forward: ForwardOptions;
     transferLeader: (id: number, to: string) => Promise<string>;
   } {
     const store = this.store;
@@ -331,6 +335,13 @@ export class CairnNode implements HealthSource {
         nodeId: this.config.node_id,
         addressOf: (id) => rpcAddressOf(this.views.current(), id),
         maxDeadlineMs: REQUEST_TIMEOUT_MS,
+        leaders: {
+          shardOf: (key) => shardForKey(key, this.config.cluster.total_shards),
+          watch: (listener) => {
+            this.#leaderListeners.add(listener);
+            return () => this.#leaderListeners.delete(listener);
+          },
+        },
       },
     };
   }

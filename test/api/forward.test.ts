@@ -21,6 +21,7 @@ import {
 import {
   type AdminStore,
   FORWARDED_KEY,
+  type ForwardOptions,
   type KvStore,
   loadCairnProto,
   RpcServer,
@@ -90,7 +91,7 @@ const nodes: Node[] = [];
 async function startNode(
   id: string,
   store: KvStore & AdminStore,
-  forward: boolean | { maxDeadlineMs: number } = true,
+  forward: boolean | Omit<ForwardOptions, "nodeId" | "addressOf"> = true,
   bind = "127.0.0.1:0",
 ): Promise<Node> {
   const metrics = new CairnMetrics({ nodeId: id });
@@ -442,6 +443,52 @@ describe("deadlines of a forwarded call", () => {
     );
     assert.equal(trailer(err, "cairn-leader"), "mute");
     assert.ok((seen[0]?.deadline ?? Infinity) - t0 < 1000);
+  });
+
+  it("cuts a forward to a deposed leader as soon as another node leads the shard", async () => {
+    // A paused or cut-off leader never answers; once this node learns the shard's new leader,
+    // the caller hears it at once instead of at its deadline (a write: outcome unknown).
+    let changed: ((shard: number, leader: string | null) => void) | null = null;
+    let unwatched = false;
+    const node = await startNode("n8", new FollowerStore("mute"), {
+      leaders: {
+        shardOf: (k) => (Buffer.from(k).toString() === "s3" ? 3 : 4),
+        watch: (listener) => {
+          changed = listener;
+          return () => (unwatched = true);
+        },
+      },
+    });
+    const tell = (shard: number, leader: string | null): void => {
+      assert.ok(changed !== null, "the forwarder follows leaders");
+      changed(shard, leader);
+    };
+    seen.length = 0;
+    let answered = false;
+    const put = failure(
+      call((md, o, cb) => node.kv.Put({ key: key("s3"), value: key("1") }, md, o, cb), {
+        deadline: Date.now() + 30_000,
+      }),
+    ).finally(() => (answered = true));
+    await waitFor(() => seen.length === 1);
+    // Not this call's shard, the same leader, no leader known yet: the forward goes on.
+    tell(4, "n1");
+    tell(3, "mute");
+    tell(3, null);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(answered, false);
+    assert.equal(seen[0]?.cancelledAt, null);
+    tell(3, "n1");
+    const err = await put;
+    assert.equal(err.code, status.UNAVAILABLE);
+    assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_LEADER_CHANGED");
+    assert.equal(trailer(err, "cairn-leader"), "n1");
+    assert.match(err.details, /outcome is unknown/);
+    await waitFor(() => seen[0]?.cancelledAt !== null);
+    // A finished forward is no longer followed; a later change touches nothing.
+    tell(3, "n2");
+    node.server.destroy();
+    assert.equal(unwatched, true);
   });
 });
 
