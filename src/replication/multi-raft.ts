@@ -775,20 +775,44 @@ export class MultiRaft {
         const lead = shard.raw.lead;
         if (lead === null) throw new NotLeaderError(null);
         const since = this.#clock.now();
-        let index: number;
-        try {
-          index = await remote(nodeOfReplica(lead), shard.id);
-        } catch (err) {
+        const asked = remote(nodeOfReplica(lead), shard.id);
+        // The leader asked may never answer (paused, cut off) while its partners elect another:
+        // the read then goes to the new leader at once instead of waiting out its deadline.
+        const answer = await new Promise<{ index: number } | { moved: NodeId }>(
+          (resolve, reject) => {
+            const unwatch = shard.watchLead((now) => {
+              if (now === null || now === lead) return;
+              unwatch();
+              resolve({ moved: now });
+            });
+            asked.then(
+              (index) => {
+                unwatch();
+                resolve({ index });
+              },
+              (err: unknown) => {
+                unwatch();
+                reject(err as Error);
+              },
+            );
+          },
+        ).catch((err: unknown) => {
           // The leader this sleeping follower knows did not answer for the group (it died, or
           // its node is now another replica): wake the group, which elects again unless that
           // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
           this.#report(shard.id, { kind: "leader-down" });
           throw err;
+        });
+        if ("moved" in answer) {
+          // Another replica leads now: the read is refused with it as the hint (the KV layer
+          // forwards it there), or, when this replica is the one elected, confirmed here below.
+          if (shard.role !== "leader") throw new NotLeaderError(leaderNode(answer.moved));
+        } else {
+          if (this.#testingBugs.followerReadWithoutApply !== true) {
+            await shard.waitApplied(answer.index, since);
+          }
+          return;
         }
-        if (this.#testingBugs.followerReadWithoutApply !== true) {
-          await shard.waitApplied(index, since);
-        }
-        return;
       }
       const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());
       this.#markDirty(shard);

@@ -141,6 +141,8 @@ export class ShardReplica {
     }
   >();
   #lastLead: NodeId | null = null;
+  /** Told of every change of the leader this replica knows (reads waiting on a remote leader). */
+  readonly #leadWatchers = new Set<(lead: NodeId | null) => void>();
   /** Ids of reads confirmed locally (negative: never a ReadIndex context). */
   #localReads = 0;
   #role: Role = "follower";
@@ -363,6 +365,12 @@ export class ShardReplica {
   }
 
   /** Notes role and leader changes from a Ready; returns whether the leader changed. */
+  /** Calls `watcher` with the new leader at every change this replica observes; returns unwatch. */
+  watchLead(watcher: (lead: NodeId | null) => void): () => void {
+    this.#leadWatchers.add(watcher);
+    return () => this.#leadWatchers.delete(watcher);
+  }
+
   observeSoftState(rd: Ready): boolean {
     if (rd.softState === null) return false;
     const wasLeader = this.#role === "leader";
@@ -370,6 +378,7 @@ export class ShardReplica {
     const changed = rd.softState.lead !== this.#lastLead;
     this.#lastLead = rd.softState.lead;
     if (changed && rd.softState.lead !== null) this.leaderChanges++;
+    if (changed) for (const w of [...this.#leadWatchers]) w(rd.softState.lead);
     if (wasLeader && this.#role !== "leader") {
       // Reads not yet confirmed will never be: the new leader must serve them.
       for (const [id, r] of this.#reads) {

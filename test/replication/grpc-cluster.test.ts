@@ -46,6 +46,8 @@ interface PeerNode {
 interface StartOptions {
   readonly requestTimeoutMs?: number;
   readonly quiesce?: boolean;
+  /** A follower's read asks the leader's node this way (without it, followers refuse reads). */
+  readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
 }
 
 const count = (m: Map<string, number>, key: string, n = 1): void => {
@@ -121,6 +123,9 @@ class Cluster {
         transport: counting,
         requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
         ...(options.quiesce === undefined ? {} : { quiesce: options.quiesce }),
+        ...(options.remoteReadIndex === undefined
+          ? {}
+          : { remoteReadIndex: options.remoteReadIndex }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
         replicasOf: () => this.#initialVoters,
@@ -453,6 +458,57 @@ describe("MultiRaft over gRPC, three nodes", () => {
         return true;
       });
       assert.ok(performance.now() - started < 5_000);
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a follower's read waiting on a leader that never answers moves on when another leads", async () => {
+    // The leader's node is paused or cut off for reads: its read index never comes. Once the
+    // follower learns of a new leader, the read is refused naming it (the KV layer forwards it
+    // there), or served here when this follower is the one elected — not held to its deadline.
+    const cluster = new Cluster(join(dir, "read-moves"));
+    const asked: string[] = [];
+    const neverAnswers = (leader: string): Promise<number> => {
+      asked.push(leader);
+      return new Promise<number>(() => undefined);
+    };
+    try {
+      for (const id of IDS) {
+        await cluster.start(id, { requestTimeoutMs: 60_000, remoteReadIndex: neverAnswers });
+      }
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const shard = 3;
+      const [key] = keysOfShard(n1.mr, shard, 1, "r");
+      assert.ok(key !== undefined);
+      const leader = await cluster.put(key, "v1");
+      const [f1, f2] = cluster.live().filter((n) => n !== leader);
+      assert.ok(f1 !== undefined && f2 !== undefined);
+      await eventually(`${f1.id} follows ${leader.id}`, async () => {
+        const info = f1.mr.shardInfo(shard);
+        return info?.leader === leader.id && (await serializable(f1, key)) === "v1";
+      });
+
+      // Another follower is elected: the waiting read names it.
+      const moved = f1.mr.get(enc.encode(key), true);
+      await eventually("the read asked the leader", () => Promise.resolve(asked.length === 1));
+      await leader.mr.transferLeader(shard, f2.id);
+      await assert.rejects(moved, (err: CairnError) => {
+        assert.equal(err.code, "CAIRN_ERR_NOT_LEADER");
+        assert.equal((err as unknown as { leader: string | null }).leader, f2.id);
+        return true;
+      });
+
+      // This follower is elected: the read is confirmed and served here.
+      await eventually(`${f1.id} follows ${f2.id}`, () =>
+        Promise.resolve(f1.mr.shardInfo(shard)?.leader === f2.id),
+      );
+      const served = f1.mr.get(enc.encode(key), true);
+      await eventually("the read asked the new leader", () => Promise.resolve(asked.length === 2));
+      await f2.mr.transferLeader(shard, f1.id);
+      assert.equal(text(await served), "v1");
+      assert.equal(f1.mr.shardInfo(shard)?.role, "leader");
     } finally {
       await cluster.stopAll();
     }
