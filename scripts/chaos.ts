@@ -2,9 +2,9 @@
  * Fault injection on real processes with a linearizability checker (test/chaos/).
  *
  *   npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME]
- *                    [--out DIR]
+ *                    [--nodes 3|5] [--out DIR]
  *
- * Runs seeds S..S+N-1 (S defaults to 1), one three-node cluster each; every run writes
+ * Runs seeds S..S+N-1 (S defaults to 1), one three-node (or five-node) cluster each; every run writes
  * DIR/run-<seed>-<scenario>/report.json (and, when it fails, the history and the nodes' logs)
  * and prints a one-line summary; the end prints the totals (operations checked, faults by kind,
  * availability p50/p99 per fault kind). Exit code 1 when a run failed.
@@ -25,6 +25,7 @@ const { values } = parseArgs({
     seed: { type: "string", default: "1" },
     scenario: { type: "string", default: "mixed" },
     duration: { type: "string", default: "60" },
+    nodes: { type: "string", default: "3" },
     bug: { type: "string", multiple: true, default: [] },
     out: { type: "string", default: ".chaos" },
     "stop-on-failure": { type: "boolean", default: false },
@@ -36,7 +37,7 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     [
-      "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--out DIR] [--stop-on-failure]",
+      "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--nodes 3|5] [--out DIR] [--stop-on-failure]",
       `scenarios: ${Object.keys(SCENARIOS).join(", ")}`,
       "bugs: follower-read-without-apply, ack-before-wal-sync, snapshot-install-not-durable",
     ].join("\n"),
@@ -47,6 +48,11 @@ if (values.help) {
 const runs = Number(values.runs);
 const first = Number(values.seed);
 const durationMs = Number(values.duration) * 1000;
+const nodes = Number(values.nodes);
+if (nodes !== 3 && nodes !== 5) {
+  console.error("--nodes takes 3 or 5 (every shard has three replicas)");
+  process.exit(2);
+}
 if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(first) || !(durationMs > 0)) {
   console.error("--runs and --seed take integers, --duration a positive number of seconds");
   process.exit(2);
@@ -81,12 +87,13 @@ for (let seed = first; seed < first + runs; seed++) {
     durationMs,
     outDir: values.out,
     bugs: values.bug,
+    size: nodes,
   });
   reports.push(report);
   if (report.verdict !== "pass") {
     for (const f of report.findings.slice(0, 5)) console.log(`  [${f.check}] ${brief(f.message)}`);
     console.log(
-      `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
+      `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${nodes === 3 ? "" : ` --nodes ${nodes}`}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
     );
     if (values["stop-on-failure"]) break;
   }
@@ -103,7 +110,7 @@ for (const r of reports) {
 const failed = reports.filter((r) => r.verdict === "fail");
 const unknown = reports.filter((r) => r.verdict === "unknown");
 const lines = [
-  `chaos: ${reports.length} runs (${values.scenario}, ${values.duration} s each${values.bug.length > 0 ? `, bugs ${values.bug.join(",")}` : ""}) in ${Math.round((performance.now() - started) / 1000)} s: ${reports.length - failed.length - unknown.length} pass, ${failed.length} fail, ${unknown.length} unknown`,
+  `chaos: ${reports.length} runs (${values.scenario}, ${nodes} nodes, ${values.duration} s each${values.bug.length > 0 ? `, bugs ${values.bug.join(",")}` : ""}) in ${Math.round((performance.now() - started) / 1000)} s: ${reports.length - failed.length - unknown.length} pass, ${failed.length} fail, ${unknown.length} unknown`,
   `  operations: ${reports.reduce((a, r) => a + r.operations.total, 0)} issued, ${reports.reduce((a, r) => a + r.operations.checked, 0)} checked for linearizability; violations: ${reports.filter((r) => r.linearizability.status === "violation").length}; acknowledged writes lost: ${reports.reduce((a, r) => a + r.findings.filter((f) => f.check === "acknowledged-writes").length, 0)}`,
   `  faults: ${[...kinds].map(([k, l]) => `${k}×${l.length}`).join(" ") || "none"}`,
   ...[...kinds].map(([k, l]) => {
@@ -120,6 +127,7 @@ await writeFile(
       runs: reports.length,
       scenario: values.scenario,
       durationS: Number(values.duration),
+      nodes,
       bugs: values.bug,
       summaries: reports.map((r) => r.summary),
       lines,

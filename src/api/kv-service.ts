@@ -110,8 +110,9 @@ export function kvService(
             result: "found",
           };
         },
-        // A serializable read is served from this replica's state, never forwarded.
-        linearizable ? "Get" : undefined,
+        // A serializable read is served from this node's replica; only a node that holds none
+        // (five nodes, three replicas a shard) refuses it, and then it goes to the leader.
+        "Get",
       );
     },
 
@@ -141,7 +142,8 @@ export function kvService(
       );
     },
 
-    // Not forwarded: a scan reads every shard this node holds, so no one leader can answer it.
+    // Not forwarded: a scan reads every shard this node holds, so no one leader can answer it
+    // (on a node that does not hold every shard, a scan that reaches one it lacks fails).
     Scan(
       call: ServerUnaryCall<ScanRequest__Output, ScanResponse>,
       callback: sendUnaryData<ScanResponse>,

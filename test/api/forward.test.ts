@@ -42,11 +42,14 @@ const { proto } = loadCairnProto();
 /** A follower's store: every KV call that needs the leader is refused, naming `leader`. */
 class FollowerStore implements KvStore, AdminStore {
   readonly leader: string | null;
+  /** No replica of any shard here (five nodes, three replicas): serializable reads refused too. */
+  readonly replica: boolean;
   /** Calls that reached this store (forwarded or not). */
   calls = 0;
 
-  constructor(leader: string | null) {
+  constructor(leader: string | null, replica = true) {
     this.leader = leader;
+    this.replica = replica;
   }
 
   #refuse(): Promise<never> {
@@ -61,7 +64,7 @@ class FollowerStore implements KvStore, AdminStore {
   }
   /** A serializable read is served from this replica's (empty) state. */
   get(_key: Uint8Array, linearizable: boolean): Promise<null> {
-    return linearizable ? this.#refuse() : Promise.resolve(null);
+    return linearizable || !this.replica ? this.#refuse() : Promise.resolve(null);
   }
   scan(): Promise<never> {
     return this.#refuse();
@@ -257,6 +260,16 @@ describe("forwarding to the shard's leader", () => {
     assert.equal(scan.code, status.UNAVAILABLE);
     assert.equal(trailer(scan, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
     assert.equal(trailer(scan, "cairn-leader"), "n1");
+  });
+
+  it("forwards a serializable get from a node that holds no replica of the shard", async () => {
+    const outsider = await startNode("n2b", new FollowerStore("n1", false));
+    await call((md, o, cb) => leader.kv.Put({ key: key("o"), value: key("1") }, md, o, cb));
+    const got = await call<{ found: boolean; value: Buffer }>((md, o, cb) =>
+      outsider.kv.Get({ key: key("o"), consistency: "SERIALIZABLE" }, md, o, cb),
+    );
+    assert.equal(got.found, true);
+    assert.equal(got.value.toString(), "1");
   });
 
   it("never forwards a forwarded call again: NOT_LEADER with the hint", async () => {

@@ -13,8 +13,8 @@
  * - kill-all: SIGKILL every node at once (a power cut of the whole cluster), then restart all;
  * - pause: SIGSTOP the busiest leader for longer than the election timeout, then SIGCONT (a
  *   "zombie" leader that wakes up believing it still leads);
- * - partition: one node cut from the two others both ways, TCP stalled as a blackhole and
- *   datagrams dropped (with three nodes, the 2/1 split);
+ * - partition: one node cut from the others both ways, TCP stalled as a blackhole and
+ *   datagrams dropped (with three nodes, the 2/1 split; with five, one or two nodes cut off);
  * - partition-reset: the same, but connections reset and refused;
  * - asymmetric: one direction only (the node hears the others but they do not hear it, or the
  *   reverse);
@@ -306,11 +306,22 @@ export class FaultSchedule {
         const victim =
           rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
         const block = kind === "partition" ? "stall" : "reset";
-        const r = record([victim], `${victim} cut from the others both ways (${block})`);
-        for (const other of ids) {
-          if (other === victim) continue;
-          cluster.net.set(victim, other, { block, delayMs: 0, udpLoss: 0 });
-          cluster.net.set(other, victim, { block, delayMs: 0, udpLoss: 0 });
+        // Five nodes: a minority of one or two (the 1/4 and 2/3 splits); three: the 2/1 split.
+        const minority = [victim];
+        if (ids.length >= 5 && rng.int(2) === 0) {
+          const others = ids.filter((id) => id !== victim);
+          minority.push(others[rng.int(others.length)] as string);
+        }
+        const r = record(
+          minority,
+          `${minority.join(" and ")} cut from the others both ways (${block})`,
+        );
+        for (const a of minority) {
+          for (const other of ids) {
+            if (minority.includes(other)) continue;
+            cluster.net.set(a, other, { block, delayMs: 0, udpLoss: 0 });
+            cluster.net.set(other, a, { block, delayMs: 0, udpLoss: 0 });
+          }
         }
         await sleep(hold);
         r.healedAt = this.#now();
