@@ -283,6 +283,9 @@ function search(ops: readonly RegisterOp[], budget: number): SearchResult {
   };
 
   const words = new Uint32Array(Math.ceil(n / 32));
+  // The memo key's form of the set: two UTF-16 units a word (exact, and a quarter of the memory
+  // of decimal numbers: a search of millions of configurations keeps them all).
+  const halves = new Uint16Array(words.buffer);
   const flip = (op: number): void => {
     words[op >> 5] = (words[op >> 5] as number) ^ (1 << (op & 31));
   };
@@ -294,7 +297,7 @@ function search(ops: readonly RegisterOp[], budget: number): SearchResult {
   /** Linearize `op` with the first alternative from `from` on not already explored. */
   const tryOp = (op: number, alts: readonly RegState[], from: number): boolean => {
     flip(op);
-    const linearized = words.join(",");
+    const linearized = String.fromCharCode(...halves);
     for (let k = from; k < alts.length; k++) {
       const s = alts[k] as RegState;
       const key = `${linearized}#${stateKey(s)}`;
