@@ -80,8 +80,11 @@ export type MetaOutcome =
   | { readonly kind: "member-unchanged"; readonly member: MetaMember }
   | { readonly kind: "leader-preferred"; readonly shard: number; readonly node: string }
   | { readonly kind: "leader-unchanged"; readonly shard: number; readonly node: string }
-  /** The command can never apply as written (bad shard, unknown replica, not bootstrapped…). */
-  | { readonly kind: "rejected"; readonly reason: string };
+  /**
+   * The command can never apply as written (bad shard, unknown replica, not bootstrapped…);
+   * `retired`: a `rejoin` with an incarnation the member left behind (an old copy of its data).
+   */
+  | { readonly kind: "rejected"; readonly reason: string; readonly retired?: true };
 
 /** One stored record: `key` without the engine's internal prefix byte. */
 export interface MetaRecord {
@@ -579,8 +582,10 @@ export class MetaState {
     if (previous.incarnation === incarnation)
       return this.#same({ kind: "member-unchanged", member: previous });
     const retired = previous.retired ?? [];
-    if (retired.includes(incarnation))
-      return this.#rejected(`incarnation ${incarnation} of ${id} is retired`);
+    if (retired.includes(incarnation)) {
+      const reason = `incarnation ${incarnation} of ${id} is retired`;
+      return this.#same({ kind: "rejected", reason, retired: true });
+    }
     const member = canonicalMember({
       ...previous,
       incarnation,

@@ -20,7 +20,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
-import { LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
+import { ERROR_CODE_KEY, LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
 import {
   type ClusterViewPublisher,
@@ -261,16 +261,22 @@ export class ClusterState {
     const me = state.members.get(this.#config.node_id);
     if (state.clusterId === null || me === undefined || this.#lost) return;
     if (me.retired?.includes(this.incarnation) === true) {
-      this.#lost = true;
-      this.#onLostState(
-        new CairnError(
-          "CAIRN_ERR_LOST_STATE",
-          `${this.#config.data_dir} holds incarnation ${this.incarnation} of member ${me.id}, which cluster ${state.clusterId} retired when the member rejoined with a new data directory: this is an old copy of its state and must not serve. Start the node on an empty data directory to rejoin`,
-        ),
-      );
+      this.#stopOnLostState(state.clusterId);
       return;
     }
     if (state.replicaOf(me.id) !== this.replicaId) this.#rejoin(null);
+  }
+
+  /** This data directory is an old copy of its member's state: the node stops, once. */
+  #stopOnLostState(clusterId: string): void {
+    if (this.#lost) return;
+    this.#lost = true;
+    this.#onLostState(
+      new CairnError(
+        "CAIRN_ERR_LOST_STATE",
+        `${this.#config.data_dir} holds incarnation ${this.incarnation} of member ${this.#config.node_id}, which cluster ${clusterId} retired when the member rejoined with a new data directory: this is an old copy of its state and must not serve. Start the node on an empty data directory to rejoin`,
+      ),
+    );
   }
 
   /**
@@ -280,8 +286,8 @@ export class ClusterState {
   noticeStaleReplica(from: string, stale: string): void {
     if (this.#rejoining || this.#rejoined || nodeOfReplica(stale) !== this.#config.node_id) return;
     this.#log.warn(
-      "peers address an earlier incarnation of this node, whose state this data directory does not hold (it was wiped or replaced): rejoining as a new replica",
-      { stale_replica: stale, replica: this.replicaId, peer: from },
+      "peers address another incarnation of this node, whose state this data directory does not hold (it was wiped or replaced, or it is an old copy): asking the meta group to record this one",
+      { addressed_replica: stale, replica: this.replicaId, peer: from },
     );
     this.#rejoin(from);
   }
@@ -289,30 +295,41 @@ export class ClusterState {
   /**
    * Proposes `rejoin` with this data directory's incarnation through the meta group's leader
    * (starting at `hint`), retrying until it goes through. Harmless when the meta group already
-   * records this incarnation (nothing changes) or the cluster is not founded (refused, retried).
+   * records this incarnation (nothing changes) or the cluster is not founded (refused, retried);
+   * stops the node (CAIRN_ERR_LOST_STATE) when the meta group has retired it.
    */
   #rejoin(hint: string | null): void {
     const store = this.#store;
     const transport = this.#transport;
-    if (this.#rejoining || this.#rejoined || store === null || transport === null) return;
+    if (this.#rejoining || this.#rejoined || this.#lost || store === null || transport === null)
+      return;
     this.#rejoining = true;
     const cmd: MetaCommand = {
       op: "rejoin",
       id: this.#config.node_id,
       incarnation: this.incarnation,
     };
+    // Known here already: a restart on this data directory asking the cluster to confirm it.
+    const confirming = this.#meta?.replicaOf(this.#config.node_id) === this.replicaId;
     const attempt = (): void => {
       const deadline = performance.now() + 10_000;
       proposeViaLeader(cmd, this.#config.node_id, store, transport, deadline, hint)
         .then(() => {
           this.#rejoining = false;
           this.#rejoined = true;
-          this.#log.info("the cluster records this node's new incarnation", {
-            incarnation: this.incarnation,
-            replica: this.replicaId,
-          });
+          this.#log.info(
+            confirming
+              ? "the cluster confirms this data directory's incarnation"
+              : "the cluster records this node's new incarnation",
+            { incarnation: this.incarnation, replica: this.replicaId },
+          );
         })
         .catch((err: unknown) => {
+          if (errorCodeOf(err) === "CAIRN_ERR_LOST_STATE") {
+            this.#rejoining = false;
+            this.#stopOnLostState(this.#meta?.clusterId ?? "");
+            return;
+          }
           this.#log.debug("rejoining failed; retrying", {
             error: err instanceof Error ? err.message : String(err),
           });
@@ -327,12 +344,18 @@ export class ClusterState {
    * While this node does not know its cluster (a new member before the founding reached it, or
    * a wiped one that nobody addresses because its groups are idle), offers to rejoin through a
    * live peer every few seconds: the offer changes nothing unless the meta group records this
-   * node with another incarnation.
+   * node with another incarnation. A node restarted on a data directory that knows its cluster
+   * makes the same offer once, through a live peer, to have its incarnation confirmed: an old
+   * copy of a member's data directory learns so from the meta group's refusal (its own meta
+   * state cannot tell, and its peers address the member's current replica, not it) and stops.
    */
   async rejoinLoop(membership: Membership, stopped: () => boolean): Promise<void> {
-    while (!stopped() && this.clusterId === "" && !this.#rejoined) {
+    const restarted = this.clusterId !== "";
+    const waiting = (): boolean =>
+      !stopped() && !this.#rejoined && !this.#lost && (restarted || this.clusterId === "");
+    while (waiting()) {
       await new Promise((resolve) => setTimeout(resolve, REJOIN_CHECK_MS));
-      if (stopped() || this.clusterId !== "" || this.#rejoining) continue;
+      if (!waiting() || this.#rejoining) continue;
       const peer = membership
         .members()
         .find((m) => m.state === "alive" && m.meta.id !== this.#config.node_id);
@@ -569,18 +592,43 @@ async function proposeViaLeader(
   for (let attempt = 0; ; attempt++) {
     const leader = hint ?? store.shardInfo(0)?.leader ?? first;
     try {
-      if (leader === null || leader === self) await store.proposeMeta(cmd);
-      else {
+      if (leader === null || leader === self) {
+        const outcome = await store.proposeMeta(cmd);
+        if (outcome.kind === "rejected") throw metaRefusal(outcome);
+      } else {
         const left = Math.max(1, deadline - performance.now());
         await transport.proposeMeta(nodeId(leader), encodeMetaCommand(cmd), left);
       }
       return;
     } catch (err) {
+      const code = errorCodeOf(err);
+      // Refused by the meta group: the same command would be refused again.
+      if (code === "CAIRN_ERR_INVALID_ARGUMENT" || code === "CAIRN_ERR_LOST_STATE") throw err;
       hint = err instanceof NotLeaderError ? err.leader : leaderHint(err);
       if (performance.now() + 50 > deadline) throw err;
       await new Promise((resolve) => setTimeout(resolve, Math.min(50 * (attempt + 1), 500)));
     }
   }
+}
+
+/**
+ * Why the meta group refused a command, as an error: CAIRN_ERR_LOST_STATE for a `rejoin` with a
+ * retired incarnation, else CAIRN_ERR_INVALID_ARGUMENT. The same on the meta leader's node and,
+ * through cairn.v1.Raft ProposeMeta, on the proposing one (errorCodeOf reads it there).
+ */
+export function metaRefusal(outcome: { reason: string; retired?: true }): CairnError {
+  return new CairnError(
+    outcome.retired === true ? "CAIRN_ERR_LOST_STATE" : "CAIRN_ERR_INVALID_ARGUMENT",
+    `meta command refused: ${outcome.reason}`,
+  );
+}
+
+/** A local CairnError's code, or the one a failed peer call carries in its trailers. */
+function errorCodeOf(err: unknown): string | null {
+  if (err instanceof CairnError) return err.code;
+  const metadata = (err as { metadata?: { get(key: string): unknown[] } }).metadata;
+  const value = metadata?.get(ERROR_CODE_KEY)[0];
+  return typeof value === "string" ? value : null;
 }
 
 /** The leader named in a failed peer call's trailers (`cairn-leader`), if any. */

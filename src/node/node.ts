@@ -39,7 +39,7 @@ import {
   type RaftTransport,
 } from "../replication/index.ts";
 import { type ForwardOptions, RpcServer } from "../api/index.ts";
-import { ClusterState, spreadLeaders, transferLeadership } from "./cluster.ts";
+import { ClusterState, metaRefusal, spreadLeaders, transferLeadership } from "./cluster.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
@@ -319,12 +319,7 @@ export class CairnNode implements HealthSource {
             throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
           const outcome = await store.proposeMeta(cmd);
-          if (outcome.kind === "rejected") {
-            throw new CairnError(
-              "CAIRN_ERR_INVALID_ARGUMENT",
-              `meta command refused: ${outcome.reason}`,
-            );
-          }
+          if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
         readIndex: (shard) => store.readIndexAsLeader(shard),
         nodeId: this.config.node_id,

@@ -56,7 +56,7 @@ import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposa
 import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
 import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts";
 import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
-import { LEADER_HINT_KEY } from "../api/wire.ts";
+import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
@@ -1042,7 +1042,10 @@ export function createRaftService(
   };
 }
 
-/** A peer call's failure as a gRPC status: not the leader → UNAVAILABLE with the leader hint. */
+/**
+ * A peer call's failure as a gRPC status: not the leader → UNAVAILABLE with the leader hint; a
+ * CairnError's code in the trailers (`cairn-error-code`), as the client API sends it.
+ */
 function peerCallError(err: unknown): Partial<ServiceError> {
   const metadata = new Metadata();
   if (err instanceof NotLeaderError) {
@@ -1050,6 +1053,7 @@ function peerCallError(err: unknown): Partial<ServiceError> {
     return { code: status.UNAVAILABLE, details: err.message, metadata };
   }
   const retryable = err instanceof CairnError && err.retryable;
+  if (err instanceof CairnError) metadata.set(ERROR_CODE_KEY, err.code);
   return {
     code: retryable ? status.UNAVAILABLE : status.INTERNAL,
     details: err instanceof Error ? err.message : String(err),

@@ -292,8 +292,12 @@ describe("meta state: rejoin and replica ids", () => {
     const back = r.state.apply({ op: "rejoin", id: "n2", incarnation: "inc-2-aaaa" });
     assert.equal(back.outcome.kind, "rejected");
     assert.match((back.outcome as { reason: string }).reason, /retired/);
+    // The refusal says the incarnation is retired (the proposing node stops on it), no other does.
+    assert.equal((back.outcome as { retired?: true }).retired, true);
     // Unknown members, an unbootstrapped cluster and set-member cannot retire anything.
-    assert.equal(s.apply({ op: "rejoin", id: "n7", incarnation: "x" }).outcome.kind, "rejected");
+    const unknown = s.apply({ op: "rejoin", id: "n7", incarnation: "x" }).outcome;
+    assert.equal(unknown.kind, "rejected");
+    assert.equal((unknown as { retired?: true }).retired, undefined);
     assert.equal(
       MetaState.empty().apply({ op: "rejoin", id: "n1", incarnation: "x" }).outcome.kind,
       "rejected",

@@ -5,10 +5,11 @@
  * the old one (which forgot its votes and acknowledgements), asks the meta group to record it as
  * rejoined, and each group's leader removes the old replica, adds the new one as a learner and
  * promotes it once caught up. The logs are compacted before the wipe, so the refill must come by
- * snapshot.
+ * snapshot. Then an old copy of the wiped directory, restored by mistake, must not serve: the
+ * node stops with CAIRN_ERR_LOST_STATE.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { cp, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -28,6 +29,33 @@ const KEYS = 120;
 async function health(http: string | undefined): Promise<string> {
   const res = await fetch(`http://${http}/health`);
   return ((await res.json()) as { status: string }).status;
+}
+
+/**
+ * Starts `id` and waits for it to stop with exit code 1 and CAIRN_ERR_LOST_STATE, whether it
+ * finds out before it has started or after.
+ */
+async function assertStopsOnLostState(cluster: LocalCluster, id: string): Promise<void> {
+  let output: string;
+  let code: number | null;
+  try {
+    const n = await cluster.start(id);
+    const server = n.server;
+    assert.ok(server !== null);
+    const timer = setTimeout(() => server.proc.kill("SIGKILL"), 30_000);
+    const exit = await server.exited;
+    clearTimeout(timer);
+    n.client?.close();
+    n.client = null;
+    n.server = null;
+    code = exit.code;
+    output = `${server.lines.join("\n")}\n${server.stderr()}`;
+  } catch (err) {
+    output = err instanceof Error ? err.message : String(err);
+    code = /server exited \(1\)/.test(output) ? 1 : null;
+  }
+  assert.equal(code, 1, `the old copy must stop with exit code 1:\n${output.slice(-3000)}`);
+  assert.match(output, /CAIRN_ERR_LOST_STATE/);
 }
 
 describe("a member restarted with a wiped data directory (real processes)", () => {
@@ -65,6 +93,9 @@ describe("a member restarted with a wiped data directory (real processes)", () =
         const oldIncarnation = (await clusterView(victim.client as Clients)).incarnation;
         assert.notEqual(oldIncarnation, "");
         await cluster.stop("n2");
+        // An operator's backup of n2's volume, restored later by mistake.
+        const oldCopy = join(dir, "n2-old-copy");
+        await cp(victim.dataDir, oldCopy, { recursive: true });
         const n1 = cluster.node("n1").client as Clients;
         const n3 = cluster.node("n3").client as Clients;
         // Writes while it is down, then every log compacted: the refill must be by snapshot.
@@ -114,6 +145,14 @@ describe("a member restarted with a wiped data directory (real processes)", () =
         assert.equal(shardsView.length, shards.size);
         for (const s of shardsView)
           assert.deepEqual([...s.replicas].sort(), ["n1", "n2", "n3"], `shard ${s.id}`);
+
+        // The old copy restored after the rejoin: its incarnation is retired, and the node
+        // stops with CAIRN_ERR_LOST_STATE (exit 1) instead of serving stale state.
+        await cluster.stop("n2");
+        await rm(victim.dataDir, { recursive: true, force: true });
+        await cp(oldCopy, victim.dataDir, { recursive: true });
+        await assertStopsOnLostState(cluster, "n2");
+        await everyReplicaHolds(cluster, acknowledged);
         await cluster.stopAll();
       } finally {
         await cluster.killAll();
