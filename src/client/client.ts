@@ -404,9 +404,14 @@ export class CairnClient {
     const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
     let hint: string | undefined;
     let last: ServiceError | undefined;
+    // How long the last attempt took: a retry with less time left than twice that (or than
+    // MIN_ATTEMPT_MS) is not started. It would likely time out, and a write that times out is
+    // indeterminate, where giving up now reports it (provably) not applied.
+    let lastTook = 0;
     for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
       options.signal?.throwIfAborted();
       this.#assertOpen();
+      if (attempt > 0 && deadline - Date.now() < Math.max(MIN_ATTEMPT_MS, 2 * lastTook)) break;
       const routed = endpoint ?? this.#leaderAddress(key, hint);
       // A routed attempt that failed to connect falls back to the endpoints next time.
       const address =
@@ -414,6 +419,7 @@ export class CairnClient {
           ? routed
           : this.#pickEndpoint();
       const conn = this.#connection(address);
+      const started = Date.now();
       try {
         return await new Promise<T>((resolve, reject) => {
           invoke(conn, deadline, (err, res) => (err === null ? resolve(res as T) : reject(err)));
@@ -421,6 +427,7 @@ export class CairnClient {
       } catch (err) {
         const e = err as ServiceError;
         last = e;
+        lastTook = Date.now() - started;
         if (!isRetryable(e, kind)) throw toClientError(e, kind);
         hint = metadataString(e.metadata, LEADER_HINT_KEY);
         const wait = this.#backoff(attempt);
@@ -433,6 +440,9 @@ export class CairnClient {
     throw new UnavailableError(`${last.details} (gave up after retries)`, last.code, last);
   }
 }
+
+/** The least time left for which the client starts another attempt of a call. */
+const MIN_ATTEMPT_MS = 10;
 
 const NOT_APPLIED_CODES = new Set([
   "CAIRN_ERR_NOT_LEADER",

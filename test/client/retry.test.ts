@@ -22,7 +22,10 @@ import {
   VersionConflictError,
 } from "../../src/client/index.ts";
 
-type Answer = "ok" | "hang" | { code: status; cairn?: string; details?: string; current?: string };
+type Answer =
+  | "ok"
+  | "hang"
+  | { code: status; cairn?: string; details?: string; current?: string; delayMs?: number };
 
 // Scripted answers and call counts per request key: each test uses its own key, so a late call of
 // an earlier test (its deadline passed, the server still runs it) cannot take another test's answer.
@@ -44,7 +47,9 @@ function answer(
   const metadata = new Metadata();
   if (a.cairn !== undefined) metadata.set("cairn-error-code", a.cairn);
   if (a.current !== undefined) metadata.set("cairn-current-version", a.current);
-  callback({ code: a.code, details: a.details ?? "scripted", metadata });
+  const fail = (): void => callback({ code: a.code, details: a.details ?? "scripted", metadata });
+  if (a.delayMs === undefined) fail();
+  else setTimeout(fail, a.delayMs);
 }
 
 before(async () => {
@@ -140,6 +145,28 @@ describe("client retries", () => {
     assert.ok(err instanceof UnavailableError || err instanceof DeadlineExceededError, String(err));
     assert.ok(Date.now() - t0 < 2000);
     assert.ok((calls.get("k5") ?? 0) > 1, "retried");
+    c.close();
+  });
+
+  it("does not start an attempt that cannot finish in time: a refused write stays not applied", async () => {
+    // Each attempt is refused (provably not applied) after 30 ms. An attempt begun with less
+    // time left than that could only time out, turning "not applied" into "outcome unknown"
+    // (forward.test.ts saw it under load: a retry begun 1 ms before the deadline).
+    scripts.set(
+      "k7",
+      Array.from({ length: 100 }, () => ({
+        code: status.UNAVAILABLE,
+        cairn: "CAIRN_ERR_NOT_LEADER",
+        delayMs: 30,
+      })),
+    );
+    const c = client(150);
+    const err = await c.put("k7", "v").then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.ok((calls.get("k7") ?? 0) >= 2, "retried");
     c.close();
   });
 
