@@ -117,6 +117,13 @@ export class ClusterState {
     return this.#meta?.nodesOf(shard) ?? [];
   }
 
+  /** The shards the meta group places on `node` (shard 0 included when it is a voter). */
+  shardsOn(node: string): number[] {
+    const meta = this.#meta;
+    if (meta === null) return [];
+    return [...meta.shards.keys()].filter((id) => meta.nodesOf(id).includes(node));
+  }
+
   /**
    * Whether the group's voters (replica ids, as a member of it sees them) miss one of the
    * shard's nodes' current replicas: a replica lost (its node rejoined and is refilling).

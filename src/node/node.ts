@@ -470,6 +470,23 @@ export class CairnNode implements HealthSource {
         last_applied: info.applied,
       });
     }
+    // ... and a shard the meta group places here that this node does not hold yet (it rejoined
+    // on an empty data directory and is being refilled, or missed the shard's creation) is
+    // listed, degraded: its replica here is missing.
+    if (cluster !== null && store !== null) {
+      const held = new Set(shards.map((s) => s.id));
+      for (const id of cluster.shardsOn(this.config.node_id)) {
+        if (held.has(id)) continue;
+        shards.push({
+          id,
+          status: "degraded",
+          is_leader: false,
+          raft_term: 0,
+          commit_index: 0,
+          last_applied: 0,
+        });
+      }
+    }
     const status =
       store === null || store.failure !== undefined || !this.isQuickHealthy()
         ? "unhealthy"

@@ -26,9 +26,57 @@ import {
 const TOTAL_SHARDS = 1024;
 const KEYS = 120;
 
-async function health(http: string | undefined): Promise<string> {
+interface Report {
+  status: string;
+  shards: { id: number; status: string }[];
+}
+
+async function report(http: string | undefined): Promise<Report> {
   const res = await fetch(`http://${http}/health`);
-  return ((await res.json()) as { status: string }).status;
+  return (await res.json()) as Report;
+}
+
+async function health(http: string | undefined): Promise<string> {
+  return (await report(http)).status;
+}
+
+/**
+ * Samples a rejoining node's /health until stopped: whenever it reads `healthy`, every shard the
+ * cluster places on the node (by `placer`'s view) must be there and healthy. Returns the reports
+ * that broke this.
+ */
+function sampleHealth(
+  node: string,
+  http: string | undefined,
+  placer: Clients,
+): { stop: () => Promise<string[]> } {
+  const broken: string[] = [];
+  let stopped = false;
+  const loop = (async () => {
+    for (let i = 0; i < 2_000 && !stopped; i++) {
+      try {
+        const [r, view] = await Promise.all([report(http), clusterView(placer)]);
+        if (r.status === "healthy") {
+          const here = new Map(r.shards.map((s) => [s.id, s.status]));
+          const placed = view.shards.filter((s) => s.replicas.includes(node)).map((s) => s.id);
+          const missing = placed.filter((id) => here.get(id) !== "healthy");
+          if (missing.length > 0) {
+            broken.push(`healthy while shards ${missing.slice(0, 10).join(",")} are not here`);
+          }
+        }
+      } catch {
+        // The node restarting or busy: the next sample.
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  return {
+    stop: async () => {
+      stopped = true;
+      await loop;
+      return broken;
+    },
+  };
 }
 
 /**
@@ -108,6 +156,7 @@ describe("a member restarted with a wiped data directory (real processes)", () =
         await rm(victim.dataDir, { recursive: true, force: true });
         const back = await cluster.start("n2");
         const c2 = back.client as Clients;
+        const sampler = sampleHealth("n2", back.server?.http, n1);
         const view = await clusterView(c2);
         assert.notEqual(view.incarnation, oldIncarnation, "a wiped directory is a new incarnation");
 
@@ -121,6 +170,8 @@ describe("a member restarted with a wiped data directory (real processes)", () =
             90_000,
           );
         }
+        const broken = await sampler.stop();
+        assert.deepEqual(broken, [], "the rejoining node read healthy before it was refilled");
         assert.ok(
           back.server?.lines.some((l) =>
             l.includes("the cluster records this node's new incarnation"),
