@@ -190,10 +190,13 @@ export class CairnNode implements HealthSource {
             remoteReadIndex: (leader: string, shard: number) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
-              return transport.readIndex(nodeId(leader), shard, REQUEST_TIMEOUT_MS).catch(() => {
-                // The leader moved or is unreachable: the caller retries (UNAVAILABLE).
-                throw new NotLeaderError(null);
-              });
+              return transport
+                .readIndex(nodeId(leader), shard, REQUEST_TIMEOUT_MS)
+                .catch((err: unknown) => {
+                  // The leader moved (the hint, when that node knows the new one) or is
+                  // unreachable: the read goes there, or the caller retries (UNAVAILABLE).
+                  throw err instanceof NotLeaderError ? err : new NotLeaderError(null);
+                });
             },
             requestTimeoutMs: REQUEST_TIMEOUT_MS,
           }),

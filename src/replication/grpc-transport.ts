@@ -56,6 +56,10 @@ import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposa
 import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
 import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts";
 import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
+import type {
+  ReadIndexResult,
+  ReadIndexResult__Output,
+} from "../api/generated/cairn/v1/ReadIndexResult.ts";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
@@ -255,6 +259,8 @@ export class GrpcTransport implements RaftTransport {
   readonly #serialize: (frame: RaftFrame) => Buffer;
   readonly #path: string;
   readonly #peers = new Map<NodeId, Peer>();
+  /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
+  readonly #reads = new Map<NodeId, ReadBatch>();
   readonly #unreachable = new Set<NodeId>();
   readonly #limiter: RateLimiter;
   readonly #chunkBytes: number;
@@ -605,17 +611,60 @@ export class GrpcTransport implements RaftTransport {
 
   /**
    * Asks node `to`, which should lead `shard`, for the index a linearizable read on this node
-   * must wait for (cairn.v1.Raft ReadIndex). Rejects like proposeMeta.
+   * must wait for (cairn.v1.Raft ReadIndex). Rejects like proposeMeta, or with the shard's own
+   * refusal (NotLeaderError with the leader's node when known, or a CairnError).
+   *
+   * Reads are batched per leader node, with one call in flight: a read asked while a call is
+   * in flight waits for the next call, which carries every read asked meanwhile (one entry per
+   * shard). A read must never take the answer of a call sent before it was asked: that index
+   * may predate a write acknowledged before the read arrived.
    */
-  async readIndex(to: NodeId, shard: number, timeoutMs: number): Promise<number> {
+  readIndex(to: NodeId, shard: number, timeoutMs: number): Promise<number> {
+    const node = toNodeId(nodeOfReplica(to));
+    return new Promise((resolve, reject) => {
+      let batch = this.#reads.get(node);
+      if (batch === undefined) {
+        batch = { waiting: [], inFlight: false };
+        this.#reads.set(node, batch);
+      }
+      batch.waiting.push({ shard, resolve, reject });
+      if (!batch.inFlight) this.#sendReads(node, batch, timeoutMs);
+    });
+  }
+
+  /** Sends one ReadIndex call for every read waiting in `batch`; the next when it returns. */
+  #sendReads(node: NodeId, batch: ReadBatch, timeoutMs: number): void {
+    const reads = batch.waiting;
+    batch.waiting = [];
+    batch.inFlight = true;
+    const shards = [...new Set(reads.map((r) => r.shard))];
     const method = loadRaftProto().cairn.v1.Raft.service.ReadIndex;
-    const reply = await this.#unary(
-      to,
+    this.#unary(
+      node,
       method,
-      { cluster_id: currentId(this.#clusterId), shard_id: shard },
+      { cluster_id: currentId(this.#clusterId), shard_ids: shards },
       timeoutMs,
-    );
-    return Number(reply.index);
+    )
+      .then(
+        (reply) => {
+          const results = new Map(shards.map((shard, i) => [shard, reply.results[i]]));
+          for (const read of reads) {
+            const result = results.get(read.shard);
+            if (result === undefined) {
+              read.reject(new Error(`no read index answered for shard ${read.shard}`));
+            } else if (result.error_code === "") read.resolve(Number(result.index));
+            else read.reject(readIndexRefusal(result));
+          }
+        },
+        (err: unknown) => {
+          for (const read of reads) read.reject(err as Error);
+        },
+      )
+      .finally(() => {
+        batch.inFlight = false;
+        if (batch.waiting.length > 0) this.#sendReads(node, batch, timeoutMs);
+        else this.#reads.delete(node);
+      });
   }
 
   #unary<Req, Res>(
@@ -1028,9 +1077,16 @@ export function createRaftService(
           callback({ code: status.UNIMPLEMENTED, details: "this node serves no read index" });
           return;
         }
-        readIndex(call.request.shard_id).then(
-          (index) => callback(null, { index }),
-          (err: unknown) => callback(peerCallError(err)),
+        const shards = call.request.shard_ids;
+        if (shards.length > MAX_READ_INDEX_SHARDS) {
+          callback({
+            code: status.INVALID_ARGUMENT,
+            details: `${shards.length} shards in one ReadIndex call; at most ${MAX_READ_INDEX_SHARDS}`,
+          });
+          return;
+        }
+        void Promise.all(shards.map((shard) => readIndexResult(readIndex, shard))).then((results) =>
+          callback(null, { results }),
         );
       },
     },
@@ -1040,6 +1096,72 @@ export function createRaftService(
       }
     },
   };
+}
+
+/** Shards one ReadIndex call may name: every shard, each once. */
+const MAX_READ_INDEX_SHARDS = 65_536;
+
+/**
+ * How long one shard of a ReadIndex call may take to confirm its leadership before it is
+ * answered CAIRN_ERR_TIMEOUT (the follower's read is refused, retryably): the call answers all
+ * its shards together, so one stuck shard (a leader cut off from its quorum, a transfer) must
+ * not hold back the reads of the others. Confirming takes one heartbeat round trip.
+ */
+const READ_INDEX_SHARD_TIMEOUT_MS = 1_000;
+
+/** A follower's read waiting for its ReadIndex answer (GrpcTransport.readIndex). */
+interface PendingRead {
+  readonly shard: number;
+  readonly resolve: (index: number) => void;
+  readonly reject: (err: Error) => void;
+}
+
+interface ReadBatch {
+  /** Reads asked since the call in flight (if any) was sent. */
+  waiting: PendingRead[];
+  inFlight: boolean;
+}
+
+/** One shard's answer to a ReadIndex call: its read index, or why not, never a throw. */
+async function readIndexResult(
+  readIndex: (shard: number) => Promise<number>,
+  shard: number,
+): Promise<ReadIndexResult> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new CairnError(
+            "CAIRN_ERR_TIMEOUT",
+            `shard ${shard}'s leadership was not confirmed within ${READ_INDEX_SHARD_TIMEOUT_MS} ms`,
+            { retryable: true },
+          ),
+        ),
+      READ_INDEX_SHARD_TIMEOUT_MS,
+    );
+  });
+  try {
+    return { index: await Promise.race([readIndex(shard), timeout]) };
+  } catch (err) {
+    if (err instanceof NotLeaderError) {
+      return { error_code: err.code, error: err.message, leader: err.leader ?? "" };
+    }
+    return {
+      error_code: err instanceof CairnError ? err.code : "CAIRN_ERR_INTERNAL",
+      error: err instanceof Error ? err.message : String(err),
+    };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The error a follower's read gets for its shard's refusal in a ReadIndex reply. */
+function readIndexRefusal(result: ReadIndexResult__Output): Error {
+  if (result.error_code === "CAIRN_ERR_NOT_LEADER") {
+    return new NotLeaderError(result.leader === "" ? null : toNodeId(result.leader));
+  }
+  return new CairnError(result.error_code, result.error, { retryable: true });
 }
 
 /**

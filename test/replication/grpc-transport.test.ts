@@ -6,7 +6,14 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { describe, it } from "node:test";
-import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
+import {
+  logIndex,
+  type Message,
+  nodeId,
+  type NodeId,
+  NotLeaderError,
+  term,
+} from "../../src/raft/index.ts";
 import { GrpcTransport, type ShardMessage } from "../../src/replication/index.ts";
 import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
 
@@ -309,6 +316,64 @@ describe("GrpcTransport", () => {
     } finally {
       await t.close();
       for (const s of servers) s.stop();
+    }
+  });
+
+  it("batches followers' read-index requests per leader node, never answering a read with an earlier call", async () => {
+    // The leader's side, scripted: each call is held until the test releases it, then its
+    // shards are answered 100 × (call number) + shard, and shard 13 "not the leader (n3)".
+    const calls: number[][] = [];
+    const release = new Map<number, () => void>();
+    let answering = 0;
+    const server = await startRaftServer(
+      () => undefined,
+      {
+        clusterId: "c1",
+        nodeId: "n2",
+        readIndex: (shard) =>
+          shard === 13
+            ? Promise.reject(new NotLeaderError(nodeId("n3")))
+            : Promise.resolve(100 * answering + shard),
+      },
+      "127.0.0.1:0",
+      (impl) => ({
+        ...impl,
+        ReadIndex(call, callback) {
+          calls.push([...call.request.shard_ids]);
+          const n = calls.length;
+          release.set(n, () => {
+            answering = n;
+            impl.ReadIndex(call, callback);
+          });
+        },
+      }),
+    );
+    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    try {
+      const first = t.readIndex(N2, 5, 5_000);
+      await eventually("the first call is in flight", () => calls.length === 1);
+      // Asked while the first call is in flight: they wait for the second call, all in one.
+      const later = [
+        t.readIndex(N2, 5, 5_000),
+        t.readIndex(N2, 7, 5_000),
+        t.readIndex(N2, 5, 5_000),
+      ];
+      const refused = t.readIndex(N2, 13, 5_000);
+      release.get(1)?.();
+      assert.equal(await first, 105);
+      await eventually("the second call is in flight", () => calls.length === 2);
+      // Had a read gone in a call of its own, the second call would not hold them all.
+      assert.deepEqual(calls[1], [5, 7, 13], "one entry per shard");
+      release.get(2)?.();
+      assert.deepEqual(await Promise.all(later), [205, 207, 205]);
+      await assert.rejects(refused, (err: unknown) => {
+        assert.ok(err instanceof NotLeaderError);
+        assert.equal(err.leader, "n3");
+        return true;
+      });
+    } finally {
+      await t.close();
+      server.stop();
     }
   });
 

@@ -14,6 +14,7 @@ import type { RaftSnapshotMeta as _cairn_v1_RaftSnapshotMeta, RaftSnapshotMeta__
 import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as _cairn_v1_RaftStreamAck__Output } from './cairn/v1/RaftStreamAck.ts';
 import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from './cairn/v1/ReadIndexReply.ts';
 import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from './cairn/v1/ReadIndexRequest.ts';
+import type { ReadIndexResult as _cairn_v1_ReadIndexResult, ReadIndexResult__Output as _cairn_v1_ReadIndexResult__Output } from './cairn/v1/ReadIndexResult.ts';
 import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__Output as _cairn_v1_ShardRaftMessage__Output } from './cairn/v1/ShardRaftMessage.ts';
 import type { SnapshotAck as _cairn_v1_SnapshotAck, SnapshotAck__Output as _cairn_v1_SnapshotAck__Output } from './cairn/v1/SnapshotAck.ts';
 import type { SnapshotChunk as _cairn_v1_SnapshotChunk, SnapshotChunk__Output as _cairn_v1_SnapshotChunk__Output } from './cairn/v1/SnapshotChunk.ts';
@@ -42,6 +43,7 @@ export interface ProtoGrpcType {
       RaftStreamAck: MessageTypeDefinition<_cairn_v1_RaftStreamAck, _cairn_v1_RaftStreamAck__Output>
       ReadIndexReply: MessageTypeDefinition<_cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexReply__Output>
       ReadIndexRequest: MessageTypeDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexRequest__Output>
+      ReadIndexResult: MessageTypeDefinition<_cairn_v1_ReadIndexResult, _cairn_v1_ReadIndexResult__Output>
       ShardRaftMessage: MessageTypeDefinition<_cairn_v1_ShardRaftMessage, _cairn_v1_ShardRaftMessage__Output>
       SnapshotAck: MessageTypeDefinition<_cairn_v1_SnapshotAck, _cairn_v1_SnapshotAck__Output>
       SnapshotChunk: MessageTypeDefinition<_cairn_v1_SnapshotChunk, _cairn_v1_SnapshotChunk__Output>

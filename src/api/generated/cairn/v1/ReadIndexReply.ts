@@ -1,11 +1,11 @@
 // Original file: proto/cairn/v1/raft.proto
 
-import type { Long } from '@grpc/proto-loader';
+import type { ReadIndexResult as _cairn_v1_ReadIndexResult, ReadIndexResult__Output as _cairn_v1_ReadIndexResult__Output } from '../../cairn/v1/ReadIndexResult.ts';
 
 export interface ReadIndexReply {
-  'index'?: (number | string | Long);
+  'results'?: (_cairn_v1_ReadIndexResult)[];
 }
 
 export interface ReadIndexReply__Output {
-  'index': (number);
+  'results': (_cairn_v1_ReadIndexResult__Output)[];
 }

@@ -3,10 +3,10 @@
 
 export interface ReadIndexRequest {
   'cluster_id'?: (string);
-  'shard_id'?: (number);
+  'shard_ids'?: (number)[];
 }
 
 export interface ReadIndexRequest__Output {
   'cluster_id': (string);
-  'shard_id': (number);
+  'shard_ids': (number)[];
 }
