@@ -1107,7 +1107,7 @@ const MAX_READ_INDEX_SHARDS = 65_536;
  * its shards together, so one stuck shard (a leader cut off from its quorum, a transfer) must
  * not hold back the reads of the others. Confirming takes one heartbeat round trip.
  */
-const READ_INDEX_SHARD_TIMEOUT_MS = 1_000;
+const READ_INDEX_SHARD_TIMEOUT_MS = 2_000;
 
 /** A follower's read waiting for its ReadIndex answer (GrpcTransport.readIndex). */
 interface PendingRead {
