@@ -37,6 +37,7 @@ import {
   MultiRaft,
   type RaftService,
   type RaftTransport,
+  type ScanRequest,
 } from "../replication/index.ts";
 import { type ForwardOptions, RpcServer } from "../api/index.ts";
 import { ClusterState, metaRefusal, spreadLeaders, transferLeadership } from "./cluster.ts";
@@ -198,6 +199,16 @@ export class CairnNode implements HealthSource {
                   throw err instanceof NotLeaderError ? err : new NotLeaderError(null);
                 });
             },
+            remoteScan: (node: string, shards: readonly number[], req: ScanRequest) => {
+              const transport = this.#transport;
+              if (transport === null) return Promise.reject(new Error("no peer transport"));
+              return transport
+                .scanShards(nodeId(node), shards, req, REQUEST_TIMEOUT_MS)
+                .catch((err: unknown) => {
+                  // That replica is down or cut off: another is asked, or the caller retries.
+                  throw err instanceof NotLeaderError ? err : new NotLeaderError(null);
+                });
+            },
             requestTimeoutMs: REQUEST_TIMEOUT_MS,
           }),
       observer: {
@@ -325,6 +336,7 @@ export class CairnNode implements HealthSource {
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
         readIndex: (shard) => store.readIndexAsLeader(shard),
+        scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
         logger: this.#log.child("peers"),
         metrics: this.metrics.snapshotMetrics,

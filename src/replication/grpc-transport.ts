@@ -64,13 +64,16 @@ import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
+import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";
+import type { ScanShardsRequest__Output } from "../api/generated/cairn/v1/ScanShardsRequest.ts";
 import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
 import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { NodeId } from "../raft/index.ts";
 import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
 import { decodeBatch, encodeBatch } from "./codec.ts";
 import { handshakeRefusal } from "./handshake.ts";
-import type { RaftTransport, ShardMessage } from "./multi-raft.ts";
+import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
+import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts";
 import {
   sendSnapshot,
@@ -632,6 +635,40 @@ export class GrpcTransport implements RaftTransport {
     });
   }
 
+  /**
+   * Asks node `to`, a replica of every shard in `shards`, for its share of a scan
+   * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, at
+   * most `req.limit`. Rejects with the call's error (NotLeaderError's code in the trailers when
+   * `to` does not replicate one of them).
+   */
+  async scanShards(
+    to: NodeId,
+    shards: readonly number[],
+    req: ScanRequest,
+    timeoutMs: number,
+  ): Promise<StoredItem[]> {
+    const method = loadRaftProto().cairn.v1.Raft.service.ScanShards;
+    const reply = await this.#unary(
+      to,
+      method,
+      {
+        cluster_id: currentId(this.#clusterId),
+        shard_ids: [...shards],
+        start: req.start,
+        end: req.end ?? new Uint8Array(0),
+        has_end: req.end !== null,
+        limit: req.limit,
+        linearizable: req.linearizable,
+      },
+      timeoutMs,
+    );
+    return reply.items.map((i) => ({
+      key: i.key,
+      value: i.value,
+      version: { index: Number(i.index), term: Number(i.term) },
+    }));
+  }
+
   /** Sends one ReadIndex call for every read waiting in `batch`; the next when it returns. */
   #sendReads(node: NodeId, batch: ReadBatch, timeoutMs: number): void {
     const reads = batch.waiting;
@@ -829,6 +866,11 @@ export interface RaftServiceOptions {
    * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
    */
   readonly readIndex?: (shard: number) => Promise<number>;
+  /**
+   * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
+   * at most `req.limit` (MultiRaft.scanShards). Without it, ScanShards answers UNIMPLEMENTED.
+   */
+  readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<StoredItem[]>;
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   readonly logger?: PeerLogger;
@@ -1087,6 +1129,40 @@ export function createRaftService(
         }
         void Promise.all(shards.map((shard) => readIndexResult(readIndex, shard))).then((results) =>
           callback(null, { results }),
+        );
+      },
+      ScanShards(
+        call: ServerUnaryCall<ScanShardsRequest__Output, ScanShardsReply>,
+        callback: sendUnaryData<ScanShardsReply>,
+      ): void {
+        const ours = currentId(options.clusterId);
+        const r = call.request;
+        if (r.cluster_id !== "" && ours !== "" && r.cluster_id !== ours) {
+          callback({ code: status.FAILED_PRECONDITION, details: "cluster id mismatch" });
+          return;
+        }
+        const scan = options.scanShards;
+        if (scan === undefined) {
+          callback({ code: status.UNIMPLEMENTED, details: "this node serves no scans for peers" });
+          return;
+        }
+        const req: ScanRequest = {
+          start: r.start,
+          end: r.has_end ? r.end : null,
+          limit: r.limit,
+          linearizable: r.linearizable,
+        };
+        scan(r.shard_ids, req).then(
+          (items) =>
+            callback(null, {
+              items: items.map((i) => ({
+                key: i.key,
+                value: i.value,
+                index: i.version.index,
+                term: i.version.term,
+              })),
+            }),
+          (err: unknown) => callback(peerCallError(err)),
         );
       },
     },

@@ -168,6 +168,17 @@ export interface MultiRaftOptions {
    */
   readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
   /**
+   * Cluster mode, more nodes than replicas a shard: asks node `node`, a replica of every shard
+   * in `shards`, for its share of a scan (scanShards there). With it a scan reads the shards
+   * this node does not replicate through their replicas; without it such a scan fails with
+   * NotLeaderError.
+   */
+  readonly remoteScan?: (
+    node: string,
+    shards: readonly number[],
+    req: ScanRequest,
+  ) => Promise<StoredItem[]>;
+  /**
    * Idle groups sleep (no ticks, no heartbeats) after QUIESCE_AFTER_HEARTBEATS heartbeat
    * intervals with nothing to do. Default true.
    */
@@ -498,35 +509,103 @@ export class MultiRaft {
    * merged; `more` tells whether keys remain after the last one returned.
    */
   async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
-    const shards = await this.#scanShards(req.linearizable);
-    if (req.linearizable) await Promise.all(shards.map((s) => this.#readBarrier(s)));
-    else this.#assertOpen();
-    // Each shard contributes at most limit + 1 items; merging them in order gives the page.
-    const lists = shards.map((s) => {
-      const snap = s.sm.lsm.snapshot();
-      try {
-        return s.sm.scan(req.start, req.end, req.limit + 1, snap);
-      } finally {
-        snap.release();
-      }
-    });
+    const { local, remote } = await this.#scanShards(req.linearizable);
+    // Each source (a shard here, a replica node for the shards this node does not replicate)
+    // contributes at most limit + 1 items; merging them in order gives the page.
+    const wider: ScanRequest = { ...req, limit: req.limit + 1 };
+    const lists = await Promise.all([
+      this.#scanLocal(local, wider),
+      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, wider)),
+    ]);
     const merged = mergeSorted(lists);
     return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
   }
 
   /**
-   * The shards a scan reads. On a single node, those open here (a shard never opened holds no
-   * keys). In a cluster a shard may hold keys on its other replicas only (this node missed its
-   * creation, or restarted before hearing of it): a linearizable scan reads every shard created
-   * cluster-wide (`createdShards`, after syncing the meta state), opening those not open yet
-   * through their groups; without `createdShards` (the simulation), every shard this node
-   * replicates. A shard this node does not replicate cannot be read here (NotLeaderError naming
-   * a replica).
+   * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
+   * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
+   * at most `req.limit`; linearizable reads confirmed as for this node's own scans.
    */
-  async #scanShards(linearizable: boolean): Promise<ShardReplica[]> {
-    if (this.#options.transport === undefined || !linearizable) return [...this.#shards.values()];
-    let ids: readonly number[];
+  async scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+    this.#assertOpen();
+    for (const id of ids) this.#checkShardId(id);
+    const shards = await Promise.all(ids.map((id) => this.#shardForRequest(id)));
+    return this.#scanLocal(shards, req);
+  }
+
+  /** Keys of `shards` (open here) in the range, merged, at most `req.limit`. */
+  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<StoredItem[]> {
+    if (req.linearizable) await Promise.all(shards.map((s) => this.#readBarrier(s)));
+    else this.#assertOpen();
+    const lists = shards.map((s) => {
+      const snap = s.sm.lsm.snapshot();
+      try {
+        return s.sm.scan(req.start, req.end, req.limit, snap);
+      } finally {
+        snap.release();
+      }
+    });
+    return mergeSorted(lists).slice(0, req.limit);
+  }
+
+  /**
+   * Keys of `ids`, shards this node does not replicate, through their replicas: all of them
+   * from `node` first; the shards of a node that fails from their next replica in rank order,
+   * until one answers or every replica failed (the last error).
+   */
+  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+    const remote = this.#options.remoteScan;
+    if (remote === undefined) {
+      throw new NotLeaderError(leaderNode(this.#replicasOf(ids[0] ?? 0)[0]));
+    }
+    try {
+      return await remote(node, ids, req);
+    } catch (err) {
+      if (ids.length === 0) throw err;
+      // Each shard to its next replica after `node`, grouped again by node.
+      const next = new Map<string, number[]>();
+      for (const id of ids) {
+        const nodes = this.#replicasOf(id).map(nodeOfReplica);
+        const after = nodes[nodes.indexOf(node) + 1];
+        if (after === undefined || nodes.indexOf(node) < 0) throw err;
+        next.set(after, [...(next.get(after) ?? []), id]);
+      }
+      const lists = await Promise.all(
+        [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
+      );
+      return mergeSorted(lists).slice(0, req.limit);
+    }
+  }
+
+  /**
+   * The shards a scan reads: `local`, open here, and `remote`, the shards this node does not
+   * replicate, grouped by the replica node to ask (the first-ranked, usually the leader). On a
+   * single node, those open here (a shard never opened holds no keys). In a cluster a shard may
+   * hold keys on its other replicas only (this node missed its creation, or restarted before
+   * hearing of it, or is not one of its replicas): a linearizable scan reads every shard created
+   * cluster-wide (`createdShards`, after syncing the meta state), opening those it replicates
+   * and not open yet through their groups; without `createdShards` (the simulation), every
+   * shard this node replicates. A serializable scan reads the shards open here, and those the
+   * meta state here records on other nodes only.
+   */
+  async #scanShards(
+    linearizable: boolean,
+  ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
+    const remote = new Map<string, number[]>();
     const created = this.#options.createdShards;
+    const elsewhere = (id: number): boolean =>
+      !this.#replicasOf(id).includes(this.replicaId) && this.#options.acceptsReplica?.(id) !== true;
+    const place = (id: number): void => {
+      const node = nodeOfReplica(this.#replicasOf(id)[0] ?? this.replicaId);
+      remote.set(node, [...(remote.get(node) ?? []), id]);
+    };
+    if (this.#options.transport === undefined || !linearizable) {
+      if (this.#options.transport !== undefined && created !== undefined) {
+        for (const id of created()) if (!this.#shards.has(id) && elsewhere(id)) place(id);
+      }
+      return { local: [...this.#shards.values()], remote };
+    }
+    let ids: readonly number[];
     if (created !== undefined) {
       // Every shard created before the scan arrived is in the meta state once it is synced.
       await this.syncMeta();
@@ -534,15 +613,20 @@ export class MultiRaft {
     } else {
       ids = Array.from({ length: this.totalShards }, (_, id) => id);
     }
-    const out: ShardReplica[] = [];
-    const queue = [...ids];
+    const local: ShardReplica[] = [];
+    const queue = ids.filter((id) => {
+      if (this.#shards.has(id) || this.#options.remoteScan === undefined || !elsewhere(id))
+        return true;
+      place(id);
+      return false;
+    });
     const opener = async (): Promise<void> => {
       for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
-        out.push(await this.#shardForRequest(id));
+        local.push(await this.#shardForRequest(id));
       }
     };
     await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
-    return out;
+    return { local, remote };
   }
 
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */

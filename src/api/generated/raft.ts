@@ -15,6 +15,9 @@ import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as
 import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from './cairn/v1/ReadIndexReply.ts';
 import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from './cairn/v1/ReadIndexRequest.ts';
 import type { ReadIndexResult as _cairn_v1_ReadIndexResult, ReadIndexResult__Output as _cairn_v1_ReadIndexResult__Output } from './cairn/v1/ReadIndexResult.ts';
+import type { ScanShardsReply as _cairn_v1_ScanShardsReply, ScanShardsReply__Output as _cairn_v1_ScanShardsReply__Output } from './cairn/v1/ScanShardsReply.ts';
+import type { ScanShardsRequest as _cairn_v1_ScanShardsRequest, ScanShardsRequest__Output as _cairn_v1_ScanShardsRequest__Output } from './cairn/v1/ScanShardsRequest.ts';
+import type { ScannedItem as _cairn_v1_ScannedItem, ScannedItem__Output as _cairn_v1_ScannedItem__Output } from './cairn/v1/ScannedItem.ts';
 import type { ShardRaftMessage as _cairn_v1_ShardRaftMessage, ShardRaftMessage__Output as _cairn_v1_ShardRaftMessage__Output } from './cairn/v1/ShardRaftMessage.ts';
 import type { SnapshotAck as _cairn_v1_SnapshotAck, SnapshotAck__Output as _cairn_v1_SnapshotAck__Output } from './cairn/v1/SnapshotAck.ts';
 import type { SnapshotChunk as _cairn_v1_SnapshotChunk, SnapshotChunk__Output as _cairn_v1_SnapshotChunk__Output } from './cairn/v1/SnapshotChunk.ts';
@@ -44,6 +47,9 @@ export interface ProtoGrpcType {
       ReadIndexReply: MessageTypeDefinition<_cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexReply__Output>
       ReadIndexRequest: MessageTypeDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexRequest__Output>
       ReadIndexResult: MessageTypeDefinition<_cairn_v1_ReadIndexResult, _cairn_v1_ReadIndexResult__Output>
+      ScanShardsReply: MessageTypeDefinition<_cairn_v1_ScanShardsReply, _cairn_v1_ScanShardsReply__Output>
+      ScanShardsRequest: MessageTypeDefinition<_cairn_v1_ScanShardsRequest, _cairn_v1_ScanShardsRequest__Output>
+      ScannedItem: MessageTypeDefinition<_cairn_v1_ScannedItem, _cairn_v1_ScannedItem__Output>
       ShardRaftMessage: MessageTypeDefinition<_cairn_v1_ShardRaftMessage, _cairn_v1_ShardRaftMessage__Output>
       SnapshotAck: MessageTypeDefinition<_cairn_v1_SnapshotAck, _cairn_v1_SnapshotAck__Output>
       SnapshotChunk: MessageTypeDefinition<_cairn_v1_SnapshotChunk, _cairn_v1_SnapshotChunk__Output>

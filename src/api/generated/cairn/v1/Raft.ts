@@ -8,6 +8,8 @@ import type { RaftFrame as _cairn_v1_RaftFrame, RaftFrame__Output as _cairn_v1_R
 import type { RaftStreamAck as _cairn_v1_RaftStreamAck, RaftStreamAck__Output as _cairn_v1_RaftStreamAck__Output } from '../../cairn/v1/RaftStreamAck.ts';
 import type { ReadIndexReply as _cairn_v1_ReadIndexReply, ReadIndexReply__Output as _cairn_v1_ReadIndexReply__Output } from '../../cairn/v1/ReadIndexReply.ts';
 import type { ReadIndexRequest as _cairn_v1_ReadIndexRequest, ReadIndexRequest__Output as _cairn_v1_ReadIndexRequest__Output } from '../../cairn/v1/ReadIndexRequest.ts';
+import type { ScanShardsReply as _cairn_v1_ScanShardsReply, ScanShardsReply__Output as _cairn_v1_ScanShardsReply__Output } from '../../cairn/v1/ScanShardsReply.ts';
+import type { ScanShardsRequest as _cairn_v1_ScanShardsRequest, ScanShardsRequest__Output as _cairn_v1_ScanShardsRequest__Output } from '../../cairn/v1/ScanShardsRequest.ts';
 import type { SnapshotAck as _cairn_v1_SnapshotAck, SnapshotAck__Output as _cairn_v1_SnapshotAck__Output } from '../../cairn/v1/SnapshotAck.ts';
 import type { SnapshotChunk as _cairn_v1_SnapshotChunk, SnapshotChunk__Output as _cairn_v1_SnapshotChunk__Output } from '../../cairn/v1/SnapshotChunk.ts';
 
@@ -39,6 +41,15 @@ export interface RaftClient extends grpc.Client {
   readIndex(argument: _cairn_v1_ReadIndexRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
   readIndex(argument: _cairn_v1_ReadIndexRequest, callback: grpc.requestCallback<_cairn_v1_ReadIndexReply__Output>): grpc.ClientUnaryCall;
   
+  ScanShards(argument: _cairn_v1_ScanShardsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  ScanShards(argument: _cairn_v1_ScanShardsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  ScanShards(argument: _cairn_v1_ScanShardsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  ScanShards(argument: _cairn_v1_ScanShardsRequest, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  scanShards(argument: _cairn_v1_ScanShardsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  scanShards(argument: _cairn_v1_ScanShardsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  scanShards(argument: _cairn_v1_ScanShardsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  scanShards(argument: _cairn_v1_ScanShardsRequest, callback: grpc.requestCallback<_cairn_v1_ScanShardsReply__Output>): grpc.ClientUnaryCall;
+  
   Stream(metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_RaftStreamAck__Output>): grpc.ClientWritableStream<_cairn_v1_RaftFrame>;
   Stream(metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_RaftStreamAck__Output>): grpc.ClientWritableStream<_cairn_v1_RaftFrame>;
   Stream(options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_RaftStreamAck__Output>): grpc.ClientWritableStream<_cairn_v1_RaftFrame>;
@@ -57,6 +68,8 @@ export interface RaftHandlers extends grpc.UntypedServiceImplementation {
   
   ReadIndex: grpc.handleUnaryCall<_cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply>;
   
+  ScanShards: grpc.handleUnaryCall<_cairn_v1_ScanShardsRequest__Output, _cairn_v1_ScanShardsReply>;
+  
   Stream: grpc.handleClientStreamingCall<_cairn_v1_RaftFrame__Output, _cairn_v1_RaftStreamAck>;
   
 }
@@ -65,5 +78,6 @@ export interface RaftDefinition extends grpc.ServiceDefinition {
   InstallSnapshot: MethodDefinition<_cairn_v1_SnapshotChunk, _cairn_v1_SnapshotAck, _cairn_v1_SnapshotChunk__Output, _cairn_v1_SnapshotAck__Output>
   ProposeMeta: MethodDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposalReply, _cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply__Output>
   ReadIndex: MethodDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply__Output>
+  ScanShards: MethodDefinition<_cairn_v1_ScanShardsRequest, _cairn_v1_ScanShardsReply, _cairn_v1_ScanShardsRequest__Output, _cairn_v1_ScanShardsReply__Output>
   Stream: MethodDefinition<_cairn_v1_RaftFrame, _cairn_v1_RaftStreamAck, _cairn_v1_RaftFrame__Output, _cairn_v1_RaftStreamAck__Output>
 }

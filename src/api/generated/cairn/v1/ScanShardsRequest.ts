@@ -1,0 +1,22 @@
+// Original file: proto/cairn/v1/raft.proto
+
+
+export interface ScanShardsRequest {
+  'cluster_id'?: (string);
+  'shard_ids'?: (number)[];
+  'start'?: (Buffer | Uint8Array | string);
+  'end'?: (Buffer | Uint8Array | string);
+  'has_end'?: (boolean);
+  'limit'?: (number);
+  'linearizable'?: (boolean);
+}
+
+export interface ScanShardsRequest__Output {
+  'cluster_id': (string);
+  'shard_ids': (number)[];
+  'start': (Buffer);
+  'end': (Buffer);
+  'has_end': (boolean);
+  'limit': (number);
+  'linearizable': (boolean);
+}

@@ -1,0 +1,103 @@
+/**
+ * Five `cairn serve` processes, three replicas a shard: no node holds every shard, so a Scan
+ * through any node reads the shards it does not replicate through their replicas
+ * (cairn.v1.Raft ScanShards), linearizable and serializable, page by page; and a Get through
+ * a node that holds no replica of the key's shard is forwarded to its leader.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { shardForKey } from "../../src/cluster/index.ts";
+import type { Clients, Reply } from "../support/grpc-client.ts";
+import { clusterView, LocalCluster, retryingKv } from "../support/cluster-process.ts";
+
+const TOTAL_SHARDS = 1024;
+const KEYS = 150;
+
+/** Every key of [start, ∞) through `c`, page by page (`limit` a page). */
+async function scanAll(c: Clients, consistency: string, limit: number): Promise<string[]> {
+  const keys: string[] = [];
+  let token: Buffer = Buffer.alloc(0);
+  for (let page = 0; page < 1_000; page++) {
+    const res: Reply = await retryingKv(c, "Scan", {
+      prefix: Buffer.from("five-"),
+      limit,
+      page_token: token,
+      consistency,
+    });
+    for (const item of res["items"] as { key: Buffer }[]) keys.push(item.key.toString());
+    token = res["next_page_token"] as Buffer;
+    if (token.length === 0) return keys;
+  }
+  assert.fail("more than 1,000 pages");
+}
+
+describe("a five-node cluster, three replicas a shard (real processes)", () => {
+  let dir: string;
+  let cluster: LocalCluster;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "cairn-e2e-five-"));
+    cluster = await LocalCluster.create(join(dir, "c"), 5, {
+      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "5",
+    });
+    await cluster.startAll();
+    await cluster.ready(60_000);
+  });
+  after(async () => {
+    await cluster.killAll();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it(
+    "scans every shard through any node, and forwards Gets of shards it does not hold",
+    {
+      timeout: 180_000,
+    },
+    async () => {
+      const written: string[] = [];
+      for (let i = 0; i < KEYS; i++) {
+        const key = `five-${String(i).padStart(4, "0")}`;
+        const via = cluster.nodes[i % 5]?.client as Clients;
+        await retryingKv(via, "Put", { key: Buffer.from(key), value: Buffer.from(`v${i}`) });
+        written.push(key);
+      }
+      written.sort();
+
+      // Every node misses some of the shards these keys fall in.
+      const view = await clusterView(cluster.nodes[0]?.client as Clients);
+      const shards = new Set(written.map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS)));
+      for (const n of cluster.nodes) {
+        const held = view.shards.filter((s) => shards.has(s.id) && s.replicas.includes(n.id));
+        assert.ok(held.length < shards.size, `${n.id} holds every shard of the keys`);
+        // (Shard 0, the meta group, has every founding node as a voter.)
+        for (const s of view.shards.filter((x) => x.id !== 0))
+          assert.equal(s.replicas.length, 3, `shard ${s.id}`);
+      }
+
+      for (const n of cluster.nodes) {
+        const c = n.client as Clients;
+        assert.deepEqual(await scanAll(c, "LINEARIZABLE", 1000), written, `${n.id} linearizable`);
+        assert.deepEqual(await scanAll(c, "LINEARIZABLE", 7), written, `${n.id} in pages of 7`);
+        assert.deepEqual(await scanAll(c, "SERIALIZABLE", 1000), written, `${n.id} serializable`);
+      }
+
+      // A Get through a node holding no replica of the key's shard, both consistencies.
+      for (const key of written.slice(0, 20)) {
+        const shard = shardForKey(Buffer.from(key), TOTAL_SHARDS);
+        const replicas = view.shards.find((s) => s.id === shard)?.replicas ?? [];
+        const outsider = cluster.nodes.find((n) => !replicas.includes(n.id));
+        assert.ok(outsider !== undefined);
+        for (const consistency of ["LINEARIZABLE", "SERIALIZABLE"]) {
+          const got = await retryingKv(outsider.client as Clients, "Get", {
+            key: Buffer.from(key),
+            consistency,
+          });
+          assert.equal(got["found"], true, `${key} through ${outsider.id} (${consistency})`);
+        }
+      }
+      await cluster.stopAll();
+    },
+  );
+});
