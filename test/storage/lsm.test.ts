@@ -130,6 +130,29 @@ describe("LSM engine", () => {
     await again.close();
   });
 
+  it("compacts fully into one level, keeping every live version and the snapshots' ones", async () => {
+    const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL);
+    const batches = workload(13, 600);
+    await applyAll(engine, batches, 0, 300);
+    const snap = engine.snapshot();
+    await applyAll(engine, batches, 300, 600);
+    await engine.flush();
+    await engine.compactUntilIdle();
+    const before = engine.stats().filesPerLevel;
+    assert.ok(before.filter((n) => n > 0).length >= 2, `levels before: ${before.join(",")}`);
+    await engine.compactFully();
+    const after = engine.stats().filesPerLevel;
+    assert.equal(after.filter((n) => n > 0).length, 1, `levels after: ${after.join(",")}`);
+    assert.equal(after[0], 0);
+    assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, 600)));
+    for (const [k, v] of modelAt(batches, 300)) {
+      assert.equal(hex(engine.get(Buffer.from(k, "hex"), snap) ?? new Uint8Array()), v);
+    }
+    snap.release();
+    await engine.close();
+    await assert.rejects(engine.compactFully(), /closed/);
+  });
+
   it("serves pinned snapshots across flushes and compactions", async () => {
     const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL);
     const batches = workload(11, 400);

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
   pickCompaction,
+  pickWholeLevel,
   type PlannedFile,
   type PlannerConfig,
 } from "../../src/storage/lsm/planner.ts";
@@ -72,5 +73,22 @@ describe("compaction planner", () => {
     const levels = empty();
     levels[6] = [file(1, "a", "z", 10 ** 12)];
     assert.equal(pickCompaction(levels, [], config), null);
+  });
+
+  it("takes a whole level and the next level's overlapping files for a full compaction", () => {
+    const levels = empty();
+    levels[1] = [file(1, "b", "c"), file(2, "h", "k")];
+    levels[2] = [file(3, "a", "a"), file(4, "c", "d"), file(5, "i", "j"), file(6, "x", "z")];
+    const pick = pickWholeLevel(levels, 1);
+    assert.equal(pick?.level, 1);
+    assert.deepEqual(
+      pick?.inputs.map((f) => f.number),
+      [1, 2],
+    );
+    assert.deepEqual(
+      pick?.overlaps.map((f) => f.number),
+      [4, 5],
+    );
+    assert.equal(pickWholeLevel(levels, 0), null);
   });
 });

@@ -23,7 +23,7 @@ import {
 } from "./manifest.ts";
 import { Memtable, versionAt, versionCount } from "./memtable.ts";
 import { keyFromBytes, keyToBytes, prefixEnd } from "./keys.ts";
-import { overlapping, pickCompaction, type PlannerConfig } from "./planner.ts";
+import { overlapping, pickCompaction, pickWholeLevel, type PlannerConfig } from "./planner.ts";
 import { decodeSnapshotStream, encodeSnapshotFrames } from "./snapshot-stream.ts";
 import { Table } from "./table.ts";
 
@@ -112,6 +112,8 @@ export class LsmEngine implements BudgetMember {
   #acceptedSeq: number;
   readonly #snapshots = new Map<number, number>();
   readonly #pointers: Array<string | undefined> = new Array(LEVELS).fill(undefined);
+  /** A full compaction in progress: the next level to merge down, and the level it ends in. */
+  #manual: { next: number; target: number } | undefined;
 
   readonly #writeQueue: QueuedWrite[] = [];
   #draining = false;
@@ -567,9 +569,45 @@ export class LsmEngine implements BudgetMember {
     }
   }
 
+  /**
+   * Merges every level down into the deepest one that holds files (L1 if only L0 does), one
+   * pass per level as LevelDB's `CompactRange` over all keys: writes made meanwhile may land
+   * above it again. Resolves when the pass is done; a point read then probes one table.
+   */
+  async compactFully(): Promise<void> {
+    while (this.#manual !== undefined) await this.#idle();
+    await this.flush();
+    let deepest = 1;
+    for (let level = 1; level < LEVELS; level++) {
+      if ((this.#levels[level] as Table[]).length > 0) deepest = level;
+    }
+    this.#manual = { next: 0, target: deepest };
+    for (;;) {
+      if (this.#failure !== undefined || this.#closed) {
+        this.#manual = undefined;
+        throw this.#closed ? closedError() : this.#failedError();
+      }
+      this.#maybeCompact();
+      if (this.#manual === undefined && !this.#compacting) return;
+      await this.#idle();
+    }
+  }
+
+  #idle(): Promise<void> {
+    return new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+  }
+
   #maybeCompact(): void {
     if (this.#compacting || this.#paused || this.#closed || this.#failure !== undefined) return;
-    const pick = pickCompaction(this.#levels.map(plannedFiles), this.#pointers, this.#planner);
+    const planned = this.#levels.map(plannedFiles);
+    let pick = null;
+    const manual = this.#manual;
+    if (manual !== undefined) {
+      while (pick === null && manual.next < manual.target)
+        pick = pickWholeLevel(planned, manual.next++);
+      if (pick === null) this.#manual = undefined;
+    }
+    pick ??= pickCompaction(planned, this.#pointers, this.#planner);
     if (pick === null) return;
     this.#compacting = true;
     this.#pointers[pick.level] = pick.pointer;

@@ -91,3 +91,23 @@ export function pickCompaction<F extends PlannedFile>(
     score: bestScore,
   };
 }
+
+/**
+ * Every file of `level` with the files of `level + 1` they overlap: one step of a manual full
+ * compaction (the engine's `compactFully`). Null when the level holds no file.
+ */
+export function pickWholeLevel<F extends PlannedFile>(
+  levels: ReadonlyArray<readonly F[]>,
+  level: number,
+): Compaction<F> | null {
+  const inputs = [...(levels[level] ?? [])];
+  if (inputs.length === 0) return null;
+  const [smallest, largest] = keyRange(inputs);
+  return {
+    level,
+    inputs,
+    overlaps: overlapping(levels[level + 1] ?? [], smallest, largest),
+    pointer: largest,
+    score: 1,
+  };
+}
