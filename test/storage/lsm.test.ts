@@ -14,6 +14,7 @@ import {
   type WriteOp,
 } from "../../src/storage/lsm/index.ts";
 import { emptyState, Manifest, replayManifest } from "../../src/storage/lsm/manifest.ts";
+import { blockChecksum } from "../../src/storage/lsm/format.ts";
 import { powerCut } from "./crash-shim.ts";
 import { tempDir } from "./helpers.ts";
 import { hex, modelAt, scanPairs, sortedPairs, workload, type Batch } from "./lsm-model.ts";
@@ -369,6 +370,20 @@ describe("LSM corruption", () => {
     );
     assert.throws(() => [...engine.scan()], { code: "CAIRN_ERR_CORRUPTION" });
     await engine.close();
+  });
+
+  it("checksums blocks with CRC-32 and refuses tables of format version 1", async () => {
+    assert.equal(blockChecksum(Buffer.from("123456789")), 0xcbf43926);
+    const { dir } = await engineWithTables();
+    const [first] = tables(dir) as [string];
+    const data = readFileSync(first);
+    assert.equal(data.readUInt32LE(data.length - 12), 2);
+    data.writeUInt32LE(1, data.length - 12);
+    writeFileSync(first, data);
+    await assert.rejects(LsmEngine.open(dir, env, SMALL), {
+      code: "CAIRN_ERR_CORRUPTION",
+      message: /unsupported table format version 1/,
+    });
   });
 
   it("refuses to open a table whose footer is damaged", async () => {

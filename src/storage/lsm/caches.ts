@@ -6,22 +6,39 @@
 import { closeSync, openSync } from "node:fs";
 import type { ParsedBlock } from "./format.ts";
 
-interface CacheEntry {
+/** A cached block, linked into the cache's recency list. */
+interface BlockEntry {
   readonly block: ParsedBlock;
-  /** Value of the insertion counter when the entry last moved to the back of the order. */
-  stamp: number;
+  readonly offset: number;
+  readonly set: BlockSet;
+  /** Towards the most recently used entry. */
+  newer: BlockEntry | undefined;
+  /** Towards the least recently used entry. */
+  older: BlockEntry | undefined;
 }
 
 /**
- * Cache of parsed blocks bounded by their approximate memory, evicting the least recently used.
- * Map order is the recency order; a hit moves its entry to the back only if it is not already
- * among the most recent quarter of insertions, so a hot block's hits cost one Map lookup.
+ * One table's blocks in the block cache, by offset in the file. The table owns it (no key is
+ * built per lookup, and a table's blocks are found without its index); the cache adds to it and
+ * evicts from it.
+ */
+export type BlockSet = Map<number, BlockEntry>;
+
+export function newBlockSet(): BlockSet {
+  return new Map();
+}
+
+/**
+ * Cache of parsed blocks bounded by their approximate memory, evicting the least recently used,
+ * as LevelDB's: each table's entries are found in the table's own `BlockSet`, and all entries are
+ * linked in one recency list, so a hit costs one Map lookup by a small integer and a few pointer
+ * moves.
  */
 export class BlockCache {
   readonly capacityBytes: number;
   #bytes = 0;
-  readonly #map = new Map<string, CacheEntry>();
-  #clock = 0;
+  #newest: BlockEntry | undefined;
+  #oldest: BlockEntry | undefined;
   hits = 0;
   misses = 0;
 
@@ -33,48 +50,62 @@ export class BlockCache {
     return this.#bytes;
   }
 
-  get(id: string): ParsedBlock | undefined {
-    const entry = this.#map.get(id);
+  get(set: BlockSet, offset: number): ParsedBlock | undefined {
+    const entry = set.get(offset);
     if (entry === undefined) {
       this.misses++;
       return undefined;
     }
     this.hits++;
-    if (this.#clock - entry.stamp > this.#map.size >>> 2) {
-      this.#map.delete(id);
-      this.#map.set(id, entry);
-      entry.stamp = ++this.#clock;
+    if (entry !== this.#newest) {
+      this.#unlink(entry);
+      this.#pushNewest(entry);
     }
     return entry.block;
   }
 
-  set(id: string, block: ParsedBlock): void {
+  set(set: BlockSet, offset: number, block: ParsedBlock): void {
     if (block.charge > this.capacityBytes) return;
-    const old = this.#map.get(id);
-    if (old !== undefined) {
-      this.#bytes -= old.block.charge;
-      this.#map.delete(id);
-    }
-    this.#map.set(id, { block, stamp: ++this.#clock });
+    const old = set.get(offset);
+    if (old !== undefined) this.#remove(old);
+    const entry: BlockEntry = { block, offset, set, newer: undefined, older: undefined };
+    set.set(offset, entry);
+    this.#pushNewest(entry);
     this.#bytes += block.charge;
-    while (this.#bytes > this.capacityBytes) {
-      const first = this.#map.entries().next();
-      if (first.done === true) break;
-      this.#map.delete(first.value[0]);
-      this.#bytes -= first.value[1].block.charge;
+    while (this.#bytes > this.capacityBytes && this.#oldest !== undefined) {
+      this.#remove(this.#oldest);
     }
   }
 
-  /** Drops every block of a table (its file was deleted; its id will never be reused). */
-  evictTable(tableId: string, blockOffsets: Iterable<number>): void {
-    for (const offset of blockOffsets) {
-      const id = `${tableId}:${offset}`;
-      const entry = this.#map.get(id);
-      if (entry !== undefined) {
-        this.#map.delete(id);
-        this.#bytes -= entry.block.charge;
-      }
+  /** Drops every block of a table (its file was deleted or closed). */
+  evictTable(set: BlockSet): void {
+    for (const entry of set.values()) {
+      this.#unlink(entry);
+      this.#bytes -= entry.block.charge;
     }
+    set.clear();
+  }
+
+  #remove(entry: BlockEntry): void {
+    this.#unlink(entry);
+    entry.set.delete(entry.offset);
+    this.#bytes -= entry.block.charge;
+  }
+
+  #unlink(entry: BlockEntry): void {
+    if (entry.newer === undefined) this.#newest = entry.older;
+    else entry.newer.older = entry.older;
+    if (entry.older === undefined) this.#oldest = entry.newer;
+    else entry.older.newer = entry.newer;
+    entry.newer = undefined;
+    entry.older = undefined;
+  }
+
+  #pushNewest(entry: BlockEntry): void {
+    entry.older = this.#newest;
+    if (this.#newest === undefined) this.#oldest = entry;
+    else this.#newest.newer = entry;
+    this.#newest = entry;
   }
 }
 
@@ -86,16 +117,30 @@ export interface TableMeta {
   readonly charge: number;
 }
 
+/** A table whose index and filter the table cache accounts for; it drops them when told. */
+export interface MetaHolder {
+  dropMeta(): void;
+}
+
+interface MetaEntry {
+  readonly charge: number;
+  /** Value of the cache's clock when the entry last moved to the back of the recency order. */
+  stamp: number;
+}
+
 /**
- * The node's table cache: indexes and bloom filters of tables across all engines, bounded by their
- * memory and evicting the least recently used (as LevelDB's TableCache closes LRU tables). A table
- * whose entry was evicted reloads and re-verifies it from its file on its next read. Without it,
- * every open table kept them resident: ~3 % of the data, gigabytes over 1024 shards.
+ * The node's table cache: the memory of tables' indexes and bloom filters across all engines,
+ * bounded, evicting the least recently used (as LevelDB's TableCache closes LRU tables). The
+ * tables hold their own index and filter; an evicted one is told to drop them and reloads and
+ * re-verifies them from its file on its next read. Without it, every open table kept them
+ * resident: ~3 % of the data, gigabytes over 1024 shards.
  */
 export class TableCache {
   readonly capacityBytes: number;
   #bytes = 0;
-  readonly #map = new Map<string, TableMeta>();
+  /** Map order is the recency order. */
+  readonly #map = new Map<MetaHolder, MetaEntry>();
+  #clock = 0;
   /** Entries loaded from files (at open, install and after evictions). */
   loads = 0;
 
@@ -112,40 +157,50 @@ export class TableCache {
     return this.#map.size;
   }
 
-  get(id: string): TableMeta | undefined {
-    const meta = this.#map.get(id);
-    if (meta !== undefined && this.#map.size > 1) {
-      // Map order is the recency order.
-      this.#map.delete(id);
-      this.#map.set(id, meta);
-    }
-    return meta;
-  }
-
-  set(id: string, meta: TableMeta): void {
+  /**
+   * Accounts for a holder's newly loaded index and filter; evicts others to make room. False
+   * when they are larger than the whole cache: the holder uses them for the read at hand only.
+   */
+  add(holder: MetaHolder, charge: number): boolean {
     this.loads++;
-    this.delete(id);
-    // Larger than the whole cache: used for the read at hand, then dropped.
-    if (meta.charge > this.capacityBytes) return;
-    this.#map.set(id, meta);
-    this.#bytes += meta.charge;
+    this.remove(holder);
+    if (charge > this.capacityBytes) return false;
+    this.#map.set(holder, { charge, stamp: ++this.#clock });
+    this.#bytes += charge;
     while (this.#bytes > this.capacityBytes) {
       const first = this.#map.entries().next();
       if (first.done === true) break;
-      this.#map.delete(first.value[0]);
-      this.#bytes -= first.value[1].charge;
+      const [evicted, entry] = first.value;
+      this.#map.delete(evicted);
+      this.#bytes -= entry.charge;
+      evicted.dropMeta();
+    }
+    return true;
+  }
+
+  /**
+   * Marks a holder used. It moves to the back of the order only if it is not already among the
+   * most recent quarter, so the tables every read probes cost no Map update.
+   */
+  touch(holder: MetaHolder): void {
+    const entry = this.#map.get(holder);
+    if (entry !== undefined && this.#clock - entry.stamp > this.#map.size >>> 2) {
+      this.#map.delete(holder);
+      this.#map.set(holder, entry);
+      entry.stamp = ++this.#clock;
     }
   }
 
-  /** Whether the entry is in memory, without touching its recency. */
-  peek(id: string): TableMeta | undefined {
-    return this.#map.get(id);
+  /** Whether the holder's index and filter are accounted for, without touching its recency. */
+  has(holder: MetaHolder): boolean {
+    return this.#map.has(holder);
   }
 
-  delete(id: string): void {
-    const old = this.#map.get(id);
+  /** Forgets a holder (its table is closed); it is not told to drop anything. */
+  remove(holder: MetaHolder): void {
+    const old = this.#map.get(holder);
     if (old !== undefined) {
-      this.#map.delete(id);
+      this.#map.delete(holder);
       this.#bytes -= old.charge;
     }
   }

@@ -182,7 +182,7 @@ export class LsmEngine implements BudgetMember {
         files.map((f) => {
           const path = tablePath(dir, f.number);
           try {
-            return Table.open(f.number, path, env.cacheId(), env);
+            return Table.open(f.number, path, env);
           } catch (err) {
             if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
             throw new CorruptionError(path, 0, "table named by the manifest is missing", {
@@ -695,10 +695,7 @@ export class LsmEngine implements BudgetMember {
     applyEdit(this.#state, edit);
     for (const f of edit.add ?? []) {
       if (!byNumber.has(f.number)) {
-        byNumber.set(
-          f.number,
-          Table.open(f.number, tablePath(this.dir, f.number), this.#env.cacheId(), this.#env),
-        );
+        byNumber.set(f.number, Table.open(f.number, tablePath(this.dir, f.number), this.#env));
       }
     }
     this.#levels = this.#state.levels.map((files) =>

@@ -49,7 +49,6 @@ export class LsmEnvironment {
   #totalBytes = 0;
   /** Engines with writes stalled by the budget: called once the total is back below it. */
   #budgetWaiters: Array<() => void> = [];
-  #nextCacheId = 1;
 
   constructor(options: LsmEnvironmentOptions = {}) {
     this.blockCache = new BlockCache(options.blockCacheBytes ?? 256 * 1024 * 1024);
@@ -58,11 +57,6 @@ export class LsmEnvironment {
     this.pool = new WorkerPool(options.workers ?? Math.max(1, Math.min(2, cpus().length)));
     this.metrics = options.metrics ?? NO_METRICS;
     this.memtableBudgetBytes = options.memtableBudgetBytes ?? 512 * 1024 * 1024;
-  }
-
-  /** A process-unique prefix for block cache keys (table numbers repeat across engines). */
-  cacheId(): string {
-    return `t${this.#nextCacheId++}`;
   }
 
   join(member: BudgetMember): void {

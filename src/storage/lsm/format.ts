@@ -9,17 +9,29 @@
  * index holds one entry per data block: the block's last key and seq, and as value the block's
  * u64 offset and u32 size. The filter is a bloom filter over the user keys; props is UTF-8 JSON.
  * The 48-byte footer holds the index, filter and props handles (u64 offset, u32 size each), the
- * u32 format version and the 8-byte magic "CAIRNSST". Every block is followed by the CRC32C of its
- * bytes, verified on every read. All integers little-endian.
+ * u32 format version and the 8-byte magic "CAIRNSST". Every block is followed by the CRC-32 of its
+ * bytes (`blockChecksum`), verified on every read. All integers little-endian.
  */
-import { crc32c } from "../common/index.ts";
+import { crc32 } from "node:zlib";
 import { buildBloom, keyHash } from "./bloom.ts";
 
 export const BLOCK_BYTES = 4096;
 export const FOOTER_BYTES = 48;
-export const FORMAT_VERSION = 1;
+/**
+ * 2: block checksums are CRC-32 (zlib's, native: ~0.75 µs per 4 KiB block here against ~2.2 µs
+ * for the CRC32C in JavaScript that version 1 used). Version 1 tables are refused.
+ */
+export const FORMAT_VERSION = 2;
 export const TABLE_MAGIC = Buffer.from("CAIRNSST", "latin1");
 export const CRC_BYTES = 4;
+
+/**
+ * The checksum after every block of a table: CRC-32 (ISO-HDLC, zlib's polynomial 0xEDB88320) of
+ * its bytes, computed natively by Node. The WAL, the manifest and snapshot frames keep CRC32C.
+ */
+export function blockChecksum(bytes: Uint8Array): number {
+  return crc32(bytes);
+}
 
 export const KIND_DELETE = 0;
 export const KIND_PUT = 1;
@@ -394,7 +406,7 @@ export class TableBuilder {
   #writeBlock(bytes: Uint8Array): BlockHandle {
     const handle = { offset: this.#out.length, size: bytes.length };
     this.#out.bytes(bytes);
-    this.#out.u32(crc32c(bytes));
+    this.#out.u32(blockChecksum(bytes));
     return handle;
   }
 

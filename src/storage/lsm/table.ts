@@ -1,18 +1,26 @@
 /**
  * An open SSTable on the main thread: its properties (key range, sequences, counts) and footer
- * stay in memory; its index and bloom filter live in the node-wide table cache and are reloaded
- * (and re-verified) from the file when evicted; data blocks are read with pread through the
- * node-wide file cache, checked against their CRC32C, parsed and kept in the node-wide block
- * cache.
+ * stay in memory; its index and bloom filter are held while the node-wide table cache accounts
+ * for them, and reloaded (and re-verified) from the file after it evicted them; data blocks are
+ * read with pread through the node-wide file cache, checked against their checksum, parsed and
+ * kept in the node-wide block cache (in this table's own set of blocks).
  */
 import { fstatSync, readSync } from "node:fs";
-import { crc32c, CorruptionError } from "../common/index.ts";
+import { CorruptionError } from "../common/index.ts";
 import { bloomMayContain, keyHash } from "./bloom.ts";
-import type { BlockCache, FileCache, TableCache, TableMeta } from "./caches.ts";
+import {
+  newBlockSet,
+  type BlockCache,
+  type FileCache,
+  type MetaHolder,
+  type TableCache,
+  type TableMeta,
+} from "./caches.ts";
 import {
   CRC_BYTES,
   FOOTER_BYTES,
   KIND_DELETE,
+  blockChecksum,
   blockHandleOf,
   blockKind,
   blockValue,
@@ -40,7 +48,7 @@ export function loadBlock(
     throw new CorruptionError(path, handle.offset, "block extends past the end of the file");
   }
   const data = raw.subarray(0, handle.size);
-  if (crc32c(data) !== raw.readUInt32LE(handle.size)) {
+  if (blockChecksum(data) !== raw.readUInt32LE(handle.size)) {
     throw new CorruptionError(path, handle.offset, "block checksum mismatch");
   }
   return data;
@@ -94,14 +102,17 @@ export interface TableCaches {
   readonly files: FileCache;
 }
 
-export class Table implements BlockSource {
+export class Table implements BlockSource, MetaHolder {
   readonly number: number;
   readonly path: string;
   readonly fileSize: number;
   readonly props: TableProps;
   readonly #footer: Footer;
-  readonly #id: string;
   readonly #caches: TableCaches;
+  /** Index and filter, while the table cache accounts for them. */
+  #meta: TableMeta | undefined;
+  /** This table's blocks in the block cache. */
+  readonly #blocks = newBlockSet();
   /** Readers holding this table (iterators, exports); it is deleted when obsolete and unpinned. */
   pins = 0;
   obsolete = false;
@@ -112,7 +123,6 @@ export class Table implements BlockSource {
     fileSize: number,
     footer: Footer,
     props: TableProps,
-    id: string,
     caches: TableCaches,
   ) {
     this.number = number;
@@ -120,58 +130,67 @@ export class Table implements BlockSource {
     this.fileSize = fileSize;
     this.#footer = footer;
     this.props = props;
-    this.#id = id;
     this.#caches = caches;
   }
 
   /** Opens a table: reads and verifies footer, index, filter and props; caches index and filter. */
-  static open(number: number, path: string, cacheId: string, caches: TableCaches): Table {
+  static open(number: number, path: string, caches: TableCaches): Table {
     const fileSize = fstatSync(caches.files.fd(path)).size;
     const meta = loadTableMeta(path, fileSize, (offset, length) =>
       readAt(caches.files, path, offset, length),
     );
-    const table = new Table(number, path, fileSize, meta.footer, meta.props, cacheId, caches);
-    caches.tableCache.set(`${cacheId}:meta`, meta);
+    const table = new Table(number, path, fileSize, meta.footer, meta.props, caches);
+    table.#hold(meta);
     return table;
   }
 
-  /** Index and filter: from the table cache, or reloaded from the file if evicted. */
-  #meta(): TableMeta {
-    const key = `${this.#id}:meta`;
-    const cached = this.#caches.tableCache.get(key);
-    if (cached !== undefined) return cached;
+  #hold(meta: TableMeta): void {
+    if (this.#caches.tableCache.add(this, meta.charge)) this.#meta = meta;
+  }
+
+  /** Called by the table cache when it evicts this table's index and filter. */
+  dropMeta(): void {
+    this.#meta = undefined;
+  }
+
+  /** Index and filter: held, or reloaded from the file if the table cache evicted them. */
+  #loadedMeta(): TableMeta {
+    const held = this.#meta;
+    if (held !== undefined) {
+      this.#caches.tableCache.touch(this);
+      return held;
+    }
     const meta = loadIndexAndFilter(this.path, this.#footer, (offset, length) =>
       readAt(this.#caches.files, this.path, offset, length),
     );
-    this.#caches.tableCache.set(key, meta);
+    this.#hold(meta);
     return meta;
   }
 
   get index(): ParsedBlock {
-    return this.#meta().index;
+    return this.#loadedMeta().index;
   }
 
   /** Bytes of memory this table holds outside the block cache now (its index and filter if loaded). */
   get residentBytes(): number {
-    return this.#caches.tableCache.peek(`${this.#id}:meta`)?.charge ?? 0;
+    return this.#meta?.charge ?? 0;
   }
 
   readBlock(handle: BlockHandle): ParsedBlock {
-    const id = `${this.#id}:${handle.offset}`;
-    const cached = this.#caches.blockCache.get(id);
+    const cached = this.#caches.blockCache.get(this.#blocks, handle.offset);
     if (cached !== undefined) return cached;
     const data = loadBlock(this.path, handle, (offset, length) =>
       readAt(this.#caches.files, this.path, offset, length),
     );
     const block = parseOrThrow(this.path, handle.offset, data);
-    this.#caches.blockCache.set(id, block);
+    this.#caches.blockCache.set(this.#blocks, handle.offset, block);
     return block;
   }
 
   /** As Memtable.get: a value, null for a tombstone, undefined when the table has no version. */
   get(key: string, seq: number, hash: number): Uint8Array | null | undefined {
     if (key < this.props.smallest || key > this.props.largest) return undefined;
-    const { index, filter } = this.#meta();
+    const { index, filter } = this.#loadedMeta();
     if (!bloomMayContain(filter, hash)) return undefined;
     for (let b = seekInBlock(index, key, seq); b < index.count; b++) {
       const block = this.readBlock(blockHandleOf(index, b));
@@ -186,16 +205,9 @@ export class Table implements BlockSource {
   }
 
   evictFromCaches(): void {
-    const key = `${this.#id}:meta`;
-    // Blocks are found through the index; if it was evicted, they age out of the block cache on
-    // their own (the table's id is never reused), rather than reloading the index to find them.
-    const meta = this.#caches.tableCache.peek(key);
-    if (meta !== undefined) {
-      const offsets: number[] = [];
-      for (let b = 0; b < meta.index.count; b++) offsets.push(blockHandleOf(meta.index, b).offset);
-      this.#caches.blockCache.evictTable(this.#id, offsets);
-      this.#caches.tableCache.delete(key);
-    }
+    this.#caches.blockCache.evictTable(this.#blocks);
+    this.#caches.tableCache.remove(this);
+    this.#meta = undefined;
     this.#caches.files.close(this.path);
   }
 }
