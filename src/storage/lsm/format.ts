@@ -52,6 +52,10 @@ export interface TableProps {
   readonly maxSeq: number;
 }
 
+interface Latin1Write {
+  latin1Write(s: string, offset: number, length: number): number;
+}
+
 /** A growable byte buffer. */
 export class ByteSink {
   buf: Buffer;
@@ -98,13 +102,19 @@ export class ByteSink {
 
   latin1(s: string): void {
     this.ensure(s.length);
-    this.length += this.buf.write(s, this.length, "latin1");
+    // Node's internal writer (present on every Buffer): no encoding lookup nor argument checks.
+    this.length += (this.buf as unknown as Latin1Write).latin1Write(s, this.length, s.length);
   }
 
   bytes(b: Uint8Array, start = 0, end = b.length): void {
     this.ensure(end - start);
-    // Buffer#copy takes a range: no subarray object per call on this hot path.
-    Buffer.prototype.copy.call(b, this.buf, this.length, start, end);
+    if (start === 0 && end === b.length) {
+      // A whole array (a value): TypedArray#set is a builtin memcpy, without Buffer#copy's checks.
+      this.buf.set(b, this.length);
+    } else {
+      // Buffer#copy takes a range: no subarray object per call on this hot path.
+      Buffer.prototype.copy.call(b, this.buf, this.length, start, end);
+    }
     this.length += end - start;
   }
 

@@ -55,6 +55,8 @@ export class Memtable {
   readonly #map = new Map<string, MemNode>();
   #height = 1;
   #rand = 0x2545f491;
+  /** Scratch for #insert: the rightmost node before the new key on each level. */
+  readonly #update: MemNode[] = new Array<MemNode>(MAX_HEIGHT);
   bytes = 0;
   minSeq = Number.MAX_SAFE_INTEGER;
   maxSeq = 0;
@@ -151,7 +153,7 @@ export class Memtable {
   }
 
   #insert(key: string, seq: number, kind: number, value: Uint8Array): MemNode {
-    const update: MemNode[] = new Array(MAX_HEIGHT);
+    const update = this.#update;
     let x = this.#head;
     for (let level = this.#height - 1; level >= 0; level--) {
       for (;;) {
