@@ -11,6 +11,8 @@ import { parseBlock, putEntry, ByteSink, type ParsedBlock } from "../../src/stor
 function block(n: number): ParsedBlock {
   const sink = new ByteSink();
   putEntry(sink, `key${n}`, 1, n, Buffer.alloc(1000, n));
+  sink.u32(0); // the entry offset array: one entry, at 0
+  sink.u32(1);
   return parseBlock(Buffer.from(sink.view())) as ParsedBlock;
 }
 

@@ -372,17 +372,17 @@ describe("LSM corruption", () => {
     await engine.close();
   });
 
-  it("checksums blocks with CRC-32 and refuses tables of format version 1", async () => {
+  it("checksums blocks with CRC-32 and refuses tables of an older format version", async () => {
     assert.equal(blockChecksum(Buffer.from("123456789")), 0xcbf43926);
     const { dir } = await engineWithTables();
     const [first] = tables(dir) as [string];
     const data = readFileSync(first);
-    assert.equal(data.readUInt32LE(data.length - 12), 2);
-    data.writeUInt32LE(1, data.length - 12);
+    assert.equal(data.readUInt32LE(data.length - 12), 3);
+    data.writeUInt32LE(2, data.length - 12);
     writeFileSync(first, data);
     await assert.rejects(LsmEngine.open(dir, env, SMALL), {
       code: "CAIRN_ERR_CORRUPTION",
-      message: /unsupported table format version 1/,
+      message: /unsupported table format version 2/,
     });
   });
 

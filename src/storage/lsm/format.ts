@@ -5,7 +5,9 @@
  *
  * An entry (in data and index blocks alike) is
  *     varint keyLength | key | u8 kind | u64 seq | varint valueLength | value
- * sorted by key ascending, then seq descending. Data blocks close once they reach ~4 KiB. The
+ * sorted by key ascending, then seq descending; a data or index block ends with
+ *     u32 entryOffset[count] | u32 count
+ * so that a lookup reads it in place. Data blocks close once their entries reach ~4 KiB. The
  * index holds one entry per data block: the block's last key and seq, and as value the block's
  * u64 offset and u32 size. The filter is a bloom filter over the user keys; props is UTF-8 JSON.
  * The 48-byte footer holds the index, filter and props handles (u64 offset, u32 size each), the
@@ -18,10 +20,11 @@ import { buildBloom, keyHash } from "./bloom.ts";
 export const BLOCK_BYTES = 4096;
 export const FOOTER_BYTES = 48;
 /**
- * 2: block checksums are CRC-32 (zlib's, native: ~0.75 µs per 4 KiB block here against ~2.2 µs
- * for the CRC32C in JavaScript that version 1 used). Version 1 tables are refused.
+ * 3: data and index blocks end with their entries' offsets (read in place, not parsed into
+ * arrays). 2: block checksums are CRC-32 (zlib's, native: ~0.75 µs per 4 KiB block here against
+ * ~2.2 µs for the CRC32C in JavaScript that version 1 used). Older tables are refused.
  */
-export const FORMAT_VERSION = 2;
+export const FORMAT_VERSION = 3;
 export const TABLE_MAGIC = Buffer.from("CAIRNSST", "latin1");
 export const CRC_BYTES = 4;
 
@@ -156,16 +159,19 @@ export function readU64(buf: Uint8Array, at: number): number {
 }
 
 /**
- * A data or index block decoded into one offset array (cached whole in the block cache). For
- * entry i, `offsets[4i..4i+3]` are its key start and end and its value start and end; its kind
- * is the byte at the key's end and its seq the eight bytes after. Key strings are made lazily by
- * blockKey(): a point read compares bytes in place and makes none.
+ * A data or index block, verified and validated, read in place: it is cached as its bytes and a
+ * few numbers, and a lookup decodes only the entries its binary search visits. The block ends
+ * with `u32 entryOffset[count] | u32 count`; entry i starts at `entryOffset[i]`. Key strings are
+ * made lazily by blockKey() (scans, and index blocks once per table); a point read compares bytes
+ * in place and makes none.
  */
 export interface ParsedBlock {
   readonly count: number;
-  readonly offsets: number[];
   readonly data: Buffer;
-  readonly keys: Array<string | undefined>;
+  /** Where the entry offset array starts: the end of the last entry. */
+  readonly offsetsAt: number;
+  /** Key strings made so far, allocated at the first. */
+  keys: Array<string | undefined> | undefined;
   /** Approximate memory held, for the block cache's accounting. */
   readonly charge: number;
 }
@@ -175,35 +181,89 @@ interface Latin1Slice {
   latin1Slice(start: number, end: number): string;
 }
 
+function u32At(data: Uint8Array, at: number): number {
+  return (
+    ((data[at] as number) |
+      ((data[at + 1] as number) << 8) |
+      ((data[at + 2] as number) << 16) |
+      ((data[at + 3] as number) << 24)) >>>
+    0
+  );
+}
+
+/** A varint the block's validation already checked (at most 4 bytes: lengths < 2^28). */
+function varintAt(data: Uint8Array, at: number): number {
+  let b = data[at] as number;
+  if (b < 0x80) return b;
+  let n = b & 0x7f;
+  let shift = 7;
+  for (let i = at + 1; ; i++) {
+    b = data[i] as number;
+    n |= (b & 0x7f) << shift;
+    if (b < 0x80) return n;
+    shift += 7;
+  }
+}
+
+/** The position just after the varint at `at`. */
+function skipVarint(data: Uint8Array, at: number): number {
+  let i = at;
+  while ((data[i] as number) >= 0x80) i++;
+  return i + 1;
+}
+
+/** Where entry i starts. */
+export function entryStart(block: ParsedBlock, i: number): number {
+  return u32At(block.data, block.offsetsAt + 4 * i);
+}
+
+/** Where entry i ends (the next one starts, or the offset array). */
+export function entryEnd(block: ParsedBlock, i: number): number {
+  return i + 1 < block.count ? entryStart(block, i + 1) : block.offsetsAt;
+}
+
+/** Where entry i's key ends: its kind byte, then its u64 seq, then the value. */
+function keyEnd(block: ParsedBlock, i: number): number {
+  const at = entryStart(block, i);
+  return skipVarint(block.data, at) + varintAt(block.data, at);
+}
+
 export function blockKey(block: ParsedBlock, i: number): string {
-  let k = block.keys[i];
+  const keys = (block.keys ??= new Array<string | undefined>(block.count));
+  let k = keys[i];
   if (k === undefined) {
-    k = (block.data as unknown as Latin1Slice).latin1Slice(
-      block.offsets[4 * i] as number,
-      block.offsets[4 * i + 1] as number,
-    );
-    block.keys[i] = k;
+    const at = entryStart(block, i);
+    const start = skipVarint(block.data, at);
+    k = (block.data as unknown as Latin1Slice).latin1Slice(start, start + varintAt(block.data, at));
+    keys[i] = k;
   }
   return k;
 }
 
 export function blockKind(block: ParsedBlock, i: number): number {
-  return block.data[block.offsets[4 * i + 1] as number] as number;
+  return block.data[keyEnd(block, i)] as number;
 }
 
 export function blockSeq(block: ParsedBlock, i: number): number {
-  return readU64(block.data, (block.offsets[4 * i + 1] as number) + 1);
+  return readU64(block.data, keyEnd(block, i) + 1);
 }
 
 export function blockValue(block: ParsedBlock, i: number): Buffer {
-  return block.data.subarray(block.offsets[4 * i + 2], block.offsets[4 * i + 3]);
+  const at = keyEnd(block, i) + 9;
+  const start = skipVarint(block.data, at);
+  return block.data.subarray(start, start + varintAt(block.data, at));
 }
 
 /** Compares the i-th key of a block with `key` (binary string) in unsigned byte order. */
 export function compareBlockKey(block: ParsedBlock, i: number, key: string): number {
   const data = block.data;
-  const start = block.offsets[4 * i] as number;
-  const len = (block.offsets[4 * i + 1] as number) - start;
+  const at = entryStart(block, i);
+  let len = data[at] as number;
+  let start = at + 1;
+  if (len >= 0x80) {
+    len = varintAt(data, at);
+    start = skipVarint(data, at);
+  }
   const n = len < key.length ? len : key.length;
   for (let j = 0; j < n; j++) {
     const d = (data[start + j] as number) - key.charCodeAt(j);
@@ -226,62 +286,44 @@ function readVarint32(data: Buffer, at: number, end: number): number {
   }
 }
 
-/** Reused by parseBlock (synchronous, one thread): blocks are parsed here, then copied out. */
-let scratch = new Uint32Array(4 * 1024);
-
 /**
- * Decodes a block; returns undefined when the bytes do not parse (the caller reports corruption:
- * a block whose checksum matched but does not parse was written wrong, never served).
+ * Validates a block's structure (its checksum matched already): the offset array fits, and the
+ * entries it points at are contiguous, each with its key, kind, seq and value inside the block.
+ * Nothing is copied. Returns undefined when the bytes do not parse (the caller reports
+ * corruption: a block whose checksum matched but does not parse was written wrong, never served).
  */
 export function parseBlock(data: Buffer): ParsedBlock | undefined {
-  const end = data.length;
-  // Entries are at least 11 bytes: an upper bound on their count.
-  const cap = Math.ceil(end / 11) + 1;
-  if (scratch.length < cap * 4) scratch = new Uint32Array(cap * 4);
-  const offsets = scratch;
-  let count = 0;
+  if (data.length < 4) return undefined;
+  const count = u32At(data, data.length - 4);
+  const offsetsAt = data.length - 4 - 4 * count;
+  if (count === 0 || offsetsAt < 0) return undefined;
   let at = 0;
-  while (at < end) {
-    const k = readVarint32(data, at, end);
+  for (let i = 0; i < count; i++) {
+    if (u32At(data, offsetsAt + 4 * i) !== at) return undefined;
+    const k = readVarint32(data, at, offsetsAt);
     if (k < 0) return undefined;
-    at += k & 7;
-    const keyLen = Math.floor(k / 8);
-    if (at + keyLen + 9 > end || count >= cap) return undefined;
-    offsets[4 * count] = at;
-    at += keyLen;
-    offsets[4 * count + 1] = at;
-    at += 9;
-    const v = readVarint32(data, at, end);
+    at += (k & 7) + Math.floor(k / 8) + 9;
+    if (at > offsetsAt) return undefined;
+    const v = readVarint32(data, at, offsetsAt);
     if (v < 0) return undefined;
-    at += v & 7;
-    const valueLen = Math.floor(v / 8);
-    if (at + valueLen > end) return undefined;
-    offsets[4 * count + 2] = at;
-    at += valueLen;
-    offsets[4 * count + 3] = at;
-    count++;
+    at += (v & 7) + Math.floor(v / 8);
+    if (at > offsetsAt) return undefined;
   }
-  // An exact-size copy, as a plain array of small integers: it lives on the JS heap, where
-  // allocating it is far cheaper than a Uint32Array's separate backing store (one per cache miss).
-  const exact = new Array<number>(count * 4);
-  for (let i = 0; i < count * 4; i++) exact[i] = offsets[i] as number;
-  return {
-    count,
-    offsets: exact,
-    data,
-    keys: new Array<string | undefined>(count),
-    // 8 bytes per array slot: four offsets and a key slot per entry.
-    charge: data.length + count * 40 + 200,
-  };
+  if (at !== offsetsAt) return undefined;
+  return { count, data, offsetsAt, keys: undefined, charge: data.length + BLOCK_OVERHEAD };
 }
+
+/** Memory of a cached block beyond its bytes: the block object, the Buffer view, the cache entry. */
+const BLOCK_OVERHEAD = 200;
 
 /** Index of the first entry at or after (key, seq) in internal order; `block.count` if none. */
 export function seekInBlock(block: ParsedBlock, key: string, seq: number): number {
   let lo = 0;
   let hi = block.count;
-  if (block.keys[0] !== undefined && block.keys[block.count - 1] !== undefined) {
+  const made = block.keys;
+  if (made !== undefined && made[0] !== undefined && made[block.count - 1] !== undefined) {
     // Keys already made (an index block, or a block a scan walked): compare strings natively.
-    const keys = block.keys as string[];
+    const keys = made as string[];
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       const k = keys[mid] as string;
@@ -305,8 +347,9 @@ export function materializeKeys(block: ParsedBlock): void {
 }
 
 export function blockHandleOf(block: ParsedBlock, i: number): BlockHandle {
-  const at = block.offsets[4 * i + 2] as number;
-  return { offset: readU64(block.data, at), size: block.data.readUInt32LE(at + 8) };
+  const v = keyEnd(block, i) + 9;
+  const at = skipVarint(block.data, v);
+  return { offset: readU64(block.data, at), size: u32At(block.data, at + 8) };
 }
 
 export interface Footer {
@@ -344,6 +387,13 @@ export function propsFromJson(text: string): TableProps {
   };
 }
 
+/** Closes a data or index block: `u32 entryOffset[count] | u32 count`; empties `starts`. */
+function appendEntryOffsets(sink: ByteSink, starts: number[]): void {
+  for (const at of starts) sink.u32(at);
+  sink.u32(starts.length);
+  starts.length = 0;
+}
+
 /**
  * Builds one table in memory from entries added in internal order. Pure (no I/O): the worker
  * writes `finish()`'s bytes to disk.
@@ -352,6 +402,9 @@ export class TableBuilder {
   readonly #out = new ByteSink(1 << 20);
   readonly #block = new ByteSink(BLOCK_BYTES + 1024);
   readonly #index = new ByteSink(16 * 1024);
+  /** Where each entry of the open data block and of the index starts. */
+  readonly #blockStarts: number[] = [];
+  readonly #indexStarts: number[] = [];
   readonly #hashes: number[] = [];
   #lastKey = "";
   #lastSeq = 0;
@@ -385,6 +438,7 @@ export class TableBuilder {
   ): void {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
+    this.#blockStarts.push(this.#block.length);
     this.#block.bytes(raw, start, end);
     this.#noteEntry(key, kind, seq);
   }
@@ -392,6 +446,7 @@ export class TableBuilder {
   add(key: string, kind: number, seq: number, value: Uint8Array): void {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
+    this.#blockStarts.push(this.#block.length);
     putEntry(this.#block, key, kind, seq, value);
     this.#noteEntry(key, kind, seq);
   }
@@ -408,12 +463,14 @@ export class TableBuilder {
 
   #closeBlock(): void {
     if (this.#block.length === 0) return;
+    appendEntryOffsets(this.#block, this.#blockStarts);
     const handle = this.#writeBlock(this.#block.view());
     this.#block.length = 0;
     const value = Buffer.allocUnsafe(12);
     value.writeUInt32LE(handle.offset >>> 0, 0);
     value.writeUInt32LE(Math.floor(handle.offset / 0x1_0000_0000), 4);
     value.writeUInt32LE(handle.size, 8);
+    this.#indexStarts.push(this.#index.length);
     putEntry(this.#index, this.#lastKey, KIND_PUT, this.#lastSeq, value);
   }
 
@@ -435,6 +492,7 @@ export class TableBuilder {
       minSeq: this.#minSeq,
       maxSeq: this.#maxSeq,
     };
+    appendEntryOffsets(this.#index, this.#indexStarts);
     const index = this.#writeBlock(this.#index.view());
     const filter = this.#writeBlock(buildBloom(this.#hashes));
     const propsHandle = this.#writeBlock(Buffer.from(propsToJson(props), "utf8"));

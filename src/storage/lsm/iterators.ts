@@ -9,6 +9,8 @@ import {
   blockKind,
   blockSeq,
   blockValue,
+  entryEnd,
+  entryStart,
   seekInBlock,
   type BlockHandle,
   type ParsedBlock,
@@ -118,8 +120,8 @@ export class TableIterator implements InternalIterator {
     const i = this.#i;
     return {
       block: b.data,
-      start: i === 0 ? 0 : (b.offsets[4 * i - 1] as number),
-      end: b.offsets[4 * i + 3] as number,
+      start: entryStart(b, i),
+      end: entryEnd(b, i),
     };
   }
 

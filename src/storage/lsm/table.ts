@@ -22,7 +22,9 @@ import {
   KIND_DELETE,
   blockChecksum,
   blockHandleOf,
+  blockKey,
   blockKind,
+  blockSeq,
   blockValue,
   compareBlockKey,
   decodeFooter,
@@ -68,9 +70,30 @@ function loadIndexAndFilter(
 ): TableMeta {
   const index = parseOrThrow(path, footer.index.offset, loadBlock(path, footer.index, read));
   materializeKeys(index);
+  const prefixes = new Uint32Array(index.count);
+  const handles = new Float64Array(2 * index.count);
+  for (let i = 0; i < index.count; i++) {
+    prefixes[i] = keyPrefix(blockKey(index, i));
+    const handle = blockHandleOf(index, i);
+    handles[2 * i] = handle.offset;
+    handles[2 * i + 1] = handle.size;
+  }
   const filter = new Uint8Array(loadBlock(path, footer.filter, read));
-  // Index keys are made strings: about 40 bytes each beyond the block itself.
-  return { index, filter, charge: index.charge + index.count * 40 + filter.length };
+  // Per index entry beyond the block: its key string and slot (~48 bytes), prefix and handle.
+  const charge = index.charge + index.count * (48 + 4 + 16) + filter.length;
+  return { index, prefixes, handles, filter, charge };
+}
+
+/** The first four bytes of a binary-string key as a big-endian u32, 0-padded: monotonic in it. */
+function keyPrefix(key: string): number {
+  const n = key.length;
+  return (
+    (((n > 0 ? key.charCodeAt(0) : 0) << 24) |
+      ((n > 1 ? key.charCodeAt(1) : 0) << 16) |
+      ((n > 2 ? key.charCodeAt(2) : 0) << 8) |
+      (n > 3 ? key.charCodeAt(3) : 0)) >>>
+    0
+  );
 }
 
 /** Footer, index, filter and props of a table, from a reader over its bytes. */
@@ -78,13 +101,13 @@ export function loadTableMeta(
   path: string,
   fileSize: number,
   read: (offset: number, length: number) => Buffer,
-): { footer: Footer; index: ParsedBlock; filter: Uint8Array; props: TableProps; charge: number } {
+): TableMeta & { footer: Footer; props: TableProps } {
   if (fileSize < FOOTER_BYTES) throw new CorruptionError(path, 0, "file shorter than a footer");
   const footer = decodeFooter(read(fileSize - FOOTER_BYTES, FOOTER_BYTES));
   if (typeof footer === "string") {
     throw new CorruptionError(path, fileSize - FOOTER_BYTES, footer);
   }
-  const { index, filter, charge } = loadIndexAndFilter(path, footer, read);
+  const meta = loadIndexAndFilter(path, footer, read);
   const propsBytes = loadBlock(path, footer.props, read);
   let props: TableProps;
   try {
@@ -92,7 +115,7 @@ export function loadTableMeta(
   } catch (cause) {
     throw new CorruptionError(path, footer.props.offset, "properties do not parse", { cause });
   }
-  return { footer, index, filter, props, charge };
+  return { ...meta, footer, props };
 }
 
 /** The node-wide caches a table reads through. */
@@ -177,23 +200,43 @@ export class Table implements BlockSource, MetaHolder {
   }
 
   readBlock(handle: BlockHandle): ParsedBlock {
-    const cached = this.#caches.blockCache.get(this.#blocks, handle.offset);
+    return this.#readBlockAt(handle.offset, handle.size);
+  }
+
+  #readBlockAt(offset: number, size: number): ParsedBlock {
+    const cached = this.#caches.blockCache.get(this.#blocks, offset);
     if (cached !== undefined) return cached;
-    const data = loadBlock(this.path, handle, (offset, length) =>
-      readAt(this.#caches.files, this.path, offset, length),
+    const data = loadBlock(this.path, { offset, size }, (at, length) =>
+      readAt(this.#caches.files, this.path, at, length),
     );
-    const block = parseOrThrow(this.path, handle.offset, data);
-    this.#caches.blockCache.set(this.#blocks, handle.offset, block);
+    const block = parseOrThrow(this.path, offset, data);
+    this.#caches.blockCache.set(this.#blocks, offset, block);
     return block;
   }
 
   /** As Memtable.get: a value, null for a tombstone, undefined when the table has no version. */
   get(key: string, seq: number, hash: number): Uint8Array | null | undefined {
     if (key < this.props.smallest || key > this.props.largest) return undefined;
-    const { index, filter } = this.#loadedMeta();
+    const { index, prefixes, handles, filter } = this.#loadedMeta();
     if (!bloomMayContain(filter, hash)) return undefined;
-    for (let b = seekInBlock(index, key, seq); b < index.count; b++) {
-      const block = this.readBlock(blockHandleOf(index, b));
+    // The first index entry at or after (key, seq): seekInBlock's search, on the prefixes first.
+    const keys = index.keys as string[];
+    const kp = keyPrefix(key);
+    let lo = 0;
+    let hi = index.count;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const p = prefixes[mid] as number;
+      let before = p < kp;
+      if (p === kp) {
+        const k = keys[mid] as string;
+        before = k < key || (k === key && blockSeq(index, mid) > seq);
+      }
+      if (before) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let b = lo; b < index.count; b++) {
+      const block = this.#readBlockAt(handles[2 * b] as number, handles[2 * b + 1] as number);
       const i = seekInBlock(block, key, seq);
       if (i < block.count) {
         if (compareBlockKey(block, i, key) !== 0) return undefined;

@@ -1,0 +1,85 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  blockKey,
+  blockKind,
+  blockSeq,
+  blockValue,
+  ByteSink,
+  compareBlockKey,
+  entryEnd,
+  entryStart,
+  KIND_DELETE,
+  KIND_PUT,
+  parseBlock,
+  putEntry,
+  seekInBlock,
+} from "../../src/storage/lsm/format.ts";
+
+/** A block of entries (key, kind, seq, value) with the entry offset array a builder appends. */
+function encode(
+  entries: ReadonlyArray<[string, number, number, string]>,
+  offsets?: number[],
+): Buffer {
+  const sink = new ByteSink();
+  const starts: number[] = [];
+  for (const [key, kind, seq, value] of entries) {
+    starts.push(sink.length);
+    putEntry(sink, key, kind, seq, Buffer.from(value, "latin1"));
+  }
+  for (const at of offsets ?? starts) sink.u32(at);
+  sink.u32((offsets ?? starts).length);
+  return Buffer.from(sink.view());
+}
+
+const ENTRIES: Array<[string, number, number, string]> = [
+  ["apple", KIND_PUT, 9, "red"],
+  ["apple", KIND_PUT, 4, "green"],
+  ["k".repeat(200), KIND_DELETE, 7, ""], // a key length that takes a two-byte varint
+  ["pear", KIND_PUT, 1, "v".repeat(300)],
+];
+
+describe("SSTable blocks", () => {
+  it("reads entries in place through the offset array", () => {
+    const block = parseBlock(encode(ENTRIES));
+    assert.ok(block !== undefined);
+    assert.equal(block.count, 4);
+    ENTRIES.forEach(([key, kind, seq, value], i) => {
+      assert.equal(blockKey(block, i), key);
+      assert.equal(blockKind(block, i), kind);
+      assert.equal(blockSeq(block, i), seq);
+      assert.equal(Buffer.from(blockValue(block, i)).toString("latin1"), value);
+      assert.equal(compareBlockKey(block, i, key), 0);
+      assert.equal(entryEnd(block, i), i + 1 < 4 ? entryStart(block, i + 1) : block.offsetsAt);
+    });
+    assert.ok(compareBlockKey(block, 0, "apples") < 0);
+    assert.ok(compareBlockKey(block, 3, "pea") > 0);
+    assert.equal(seekInBlock(block, "apple", 5), 1, "the newest version at or below seq 5");
+    assert.equal(seekInBlock(block, "apple", 10), 0);
+    assert.equal(seekInBlock(block, "b", 10), 2);
+    assert.equal(seekInBlock(block, "zebra", 10), 4);
+  });
+
+  it("refuses blocks whose offset array does not describe their entries", () => {
+    const good = encode(ENTRIES);
+    const block = parseBlock(good);
+    assert.ok(block !== undefined);
+    const real = [0, 1, 2, 3].map((i) => entryStart(block, i));
+    const cases: Array<[string, Buffer]> = [
+      [
+        "an offset off by one",
+        encode(ENTRIES, [real[0], (real[1] as number) + 1, real[2], real[3]] as number[]),
+      ],
+      ["an entry missing from the array", encode(ENTRIES, real.slice(0, 3))],
+      [
+        "a count larger than the block",
+        Buffer.concat([good.subarray(0, -4), Buffer.from([0xff, 0xff, 0, 0])]),
+      ],
+      ["no entries", encode([])],
+      ["shorter than a count", Buffer.from([1, 0])],
+      // The first entry's key length byte made 127: the key runs into the offset array.
+      ["an entry running past the array", encode([["a", KIND_PUT, 1, "x"]]).fill(0x7f, 0, 1)],
+    ];
+    for (const [name, bytes] of cases) assert.equal(parseBlock(bytes), undefined, name);
+  });
+});
