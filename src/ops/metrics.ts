@@ -120,6 +120,11 @@ export class CairnMetrics {
   >();
   /** Levels seen per shard, so removeShard can drop every lsm_sstable_count series. */
   readonly #shardLevels = new Map<number, Set<string>>();
+  /**
+   * Term and commit index per shard, updated on every Raft round (a plain field write) and copied
+   * into raft_term and raft_commit_index when /metrics is scraped, not on the request path.
+   */
+  readonly #raftState = new Map<number, { term: number; commit: number; nodeId: string }>();
 
   constructor(options: CairnMetricsOptions) {
     this.nodeId = options.nodeId;
@@ -164,17 +169,26 @@ export class CairnMetrics {
       labelNames: ["shard_id"],
       registers,
     });
+    const raftState = this.#raftState;
     this.#commitIndex = new Gauge({
       name: "raft_commit_index",
       help: "Committed Raft log index.",
       labelNames: ["shard_id", "node_id"],
       registers,
+      collect(this: Gauge<"shard_id" | "node_id">) {
+        for (const [shard, state] of raftState) {
+          this.set({ shard_id: String(shard), node_id: state.nodeId }, state.commit);
+        }
+      },
     });
     this.#term = new Gauge({
       name: "raft_term",
       help: "Current Raft term.",
       labelNames: ["shard_id"],
       registers,
+      collect(this: Gauge<"shard_id">) {
+        for (const [shard, state] of raftState) this.set({ shard_id: String(shard) }, state.term);
+      },
     });
     this.#clusterSize = new Gauge({
       name: "swim_cluster_size",
@@ -339,6 +353,7 @@ export class CairnMetrics {
     const shard_id = String(shardId);
     this.#memtable.set({ shard_id }, 0);
     this.#leaderChanges.inc({ shard_id }, 0);
+    this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId });
     this.#term.set({ shard_id }, 0);
     this.#commitIndex.set({ shard_id, node_id: this.nodeId }, 0);
   }
@@ -348,18 +363,26 @@ export class CairnMetrics {
     const shard_id = String(shardId);
     this.#memtable.remove({ shard_id });
     this.#leaderChanges.remove({ shard_id });
+    const state = this.#raftState.get(shardId);
+    this.#raftState.delete(shardId);
     this.#term.remove({ shard_id });
-    this.#commitIndex.remove({ shard_id, node_id: this.nodeId });
+    this.#commitIndex.remove({ shard_id, node_id: state?.nodeId ?? this.nodeId });
     for (const level of this.#shardLevels.get(shardId) ?? []) {
       this.#sstables.remove({ level, shard_id });
     }
     this.#shardLevels.delete(shardId);
   }
 
+  /** Called every Raft round of a shard: recorded here, exported at the next scrape. */
   setRaftState(shardId: number, nodeId: string, term: number, commitIndex: number): void {
-    const shard_id = String(shardId);
-    this.#term.set({ shard_id }, term);
-    this.#commitIndex.set({ shard_id, node_id: nodeId }, commitIndex);
+    const state = this.#raftState.get(shardId);
+    if (state === undefined) {
+      this.#raftState.set(shardId, { term, commit: commitIndex, nodeId });
+    } else {
+      state.term = term;
+      state.commit = commitIndex;
+      state.nodeId = nodeId;
+    }
   }
 
   incLeaderChanges(shardId: number): void {

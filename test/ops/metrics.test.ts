@@ -162,6 +162,11 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "raft_leader_changes_total", { shard_id: "5" }), 2);
     assert.equal(valueOf(all, "raft_term", { shard_id: "0" }), 0);
     assert.equal(valueOf(all, "lsm_memtable_size_bytes", { shard_id: "0" }), 0);
+    // Recorded per round, exported at each scrape: the next scrape shows the latest round.
+    m.setRaftState(5, "n1", 4, 50);
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "raft_term", { shard_id: "5" }), 4);
+    assert.equal(valueOf(all, "raft_commit_index", { shard_id: "5", node_id: "n1" }), 50);
     m.removeShard(5);
     all = samples(await m.expose());
     assert.equal(all.filter((s) => s.labels["shard_id"] === "5").length, 0);
