@@ -276,7 +276,7 @@ export const KEYS: readonly KeySpec[] = [
     default: 4 * MIB,
     env: "CAIRN_STORAGE_MEMTABLE_BYTES",
     expect: "must be a size between 64KiB and 1GiB",
-    doc: "Memtable size at which a shard's memtable is flushed to an SSTable.",
+    doc: "Size of its entries (as an SSTable stores them) at which a shard's memtable is flushed; its memory, counted against storage.memtable_budget_bytes, is up to about twice that for small values.",
   },
   {
     key: "storage.block_cache_bytes",

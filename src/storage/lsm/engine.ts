@@ -30,7 +30,10 @@ import { Table } from "./table.ts";
 export interface LsmOptions {
   /** Shard id, for metrics labels. */
   readonly shardId?: number;
-  /** Rotate the memtable at this size. Default 4 MiB. */
+  /**
+   * Rotate the memtable once its entries reach this size as a table would hold them (its memory,
+   * counted against the node's memtable budget, is about twice that). Default 4 MiB.
+   */
   readonly memtableBytes?: number;
   /** Compact L0 into L1 at this many L0 files. Default 4. */
   readonly l0CompactionTrigger?: number;
@@ -284,7 +287,7 @@ export class LsmEngine implements BudgetMember {
     }
     this.#lastSeq = seq;
     this.#noteActive(mem.bytes - before);
-    if (mem.bytes >= this.#memtableBytes) this.#rotate();
+    if (mem.dataBytes >= this.#memtableBytes) this.#rotate();
   }
 
   /** A write grew the active memtable by `delta` bytes. */

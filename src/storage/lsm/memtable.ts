@@ -10,6 +10,8 @@ const MAX_HEIGHT = 12;
 /** Rough per-version and per-key overhead of the JS objects, for accounting. */
 const VERSION_OVERHEAD = 40;
 const NODE_OVERHEAD = 96;
+/** An entry's framing in a table: two short varints, the kind and the u64 seq. */
+const ENTRY_FRAMING = 13;
 
 export interface Version {
   readonly seq: number;
@@ -58,6 +60,12 @@ export class Memtable {
   /** Scratch for #insert: the rightmost node before the new key on each level. */
   readonly #update: MemNode[] = new Array<MemNode>(MAX_HEIGHT);
   bytes = 0;
+  /**
+   * Bytes of the entries as a table would hold them (key, value and 13 bytes of framing per
+   * version): what rotation compares with `memtableBytes`, as LevelDB compares its write buffer's
+   * contents. `bytes` adds the JS objects' overhead, for the node's memory budget.
+   */
+  dataBytes = 0;
   minSeq = Number.MAX_SAFE_INTEGER;
   maxSeq = 0;
   versions = 0;
@@ -90,6 +98,7 @@ export class Memtable {
     if (node !== undefined) {
       if (node.seq === seq) {
         this.bytes += value.length - node.value.length;
+        this.dataBytes += value.length - node.value.length;
         node.kind = kind;
         node.value = value;
         return;
@@ -99,11 +108,13 @@ export class Memtable {
       node.kind = kind;
       node.value = value;
       this.bytes += value.length + VERSION_OVERHEAD;
+      this.dataBytes += key.length + value.length + ENTRY_FRAMING;
       this.versions++;
       return;
     }
     this.#map.set(key, this.#insert(key, seq, kind, value));
     this.bytes += key.length + value.length + VERSION_OVERHEAD + NODE_OVERHEAD;
+    this.dataBytes += key.length + value.length + ENTRY_FRAMING;
     this.versions++;
   }
 
