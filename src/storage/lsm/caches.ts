@@ -1,5 +1,5 @@
 /**
- * Node-wide caches shared by every engine: parsed data blocks and tables' indexes and filters
+ * Node-wide caches shared by every engine: verified data blocks and tables' indexes and filters
  * bounded by bytes, and open file descriptors bounded by count (1024 engines with dozens of tables each would otherwise exceed
  * the service's open-file limit).
  */
@@ -31,7 +31,7 @@ export function newBlockSet(): BlockSet {
 }
 
 /**
- * Cache of parsed blocks bounded by their approximate memory, evicting the least recently used,
+ * Cache of verified blocks bounded by their approximate memory, evicting the least recently used,
  * as LevelDB's: each table's entries are found in the table's own `BlockSet`, and all entries are
  * linked in one recency list. A hit costs one Map lookup by a small integer; it moves the entry
  * to the newest end only if it is not among the most recent quarter already (a move touches

@@ -9,7 +9,7 @@ import { NO_METRICS, type LsmMetrics } from "./metrics.ts";
 import { WorkerPool } from "./worker-pool.ts";
 
 export interface LsmEnvironmentOptions {
-  /** Bytes of parsed data blocks kept across all engines. Default 256 MiB. */
+  /** Bytes of verified data blocks kept across all engines. Default 256 MiB. */
   readonly blockCacheBytes?: number;
   /**
    * Bytes of tables' indexes and bloom filters kept across all engines (the table cache); an
