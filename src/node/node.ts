@@ -468,6 +468,11 @@ export class CairnNode implements HealthSource {
     const lostReplica = (id: number, voters: readonly string[]): boolean =>
       cluster !== null &&
       (voters.some((v) => !alive.has(nodeOfReplica(v))) || cluster.lacksReplica(id, voters));
+    // Shard 0 held but with no cluster recorded in it yet (a rejoined node's new replica of the
+    // meta group, before the leader's snapshot is installed: its commit index is still 0): this
+    // node cannot tell yet which shards are placed on it, so it is not whole.
+    const metaMissing = (id: number): boolean =>
+      id === 0 && cluster !== null && cluster.clusterId === "";
     for (const id of store?.shardIds() ?? []) {
       const info = store?.shardInfo(id) ?? null;
       if (info === null) continue;
@@ -476,7 +481,7 @@ export class CairnNode implements HealthSource {
         status:
           info.leader === null
             ? "unavailable"
-            : info.applied < info.commit || lostReplica(id, info.voters)
+            : info.applied < info.commit || lostReplica(id, info.voters) || metaMissing(id)
               ? "degraded"
               : "healthy",
         is_leader: info.role === "leader",

@@ -53,7 +53,9 @@ function sampleHealth(
   const broken: string[] = [];
   let stopped = false;
   const loop = (async () => {
-    for (let i = 0; i < 2_000 && !stopped; i++) {
+    // Every 20 ms: the window in which a new replica of the meta group holds no state yet (before
+    // the leader's snapshot is installed) lasts only tens of milliseconds.
+    for (let i = 0; i < 5_000 && !stopped; i++) {
       try {
         const [r, view] = await Promise.all([report(http), clusterView(placer)]);
         if (r.status === "healthy") {
@@ -67,7 +69,7 @@ function sampleHealth(
       } catch {
         // The node restarting or busy: the next sample.
       }
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 20));
     }
   })();
   return {
