@@ -143,19 +143,7 @@ export function putEntry(
 }
 
 export function readU64(buf: Uint8Array, at: number): number {
-  const lo =
-    ((buf[at] as number) |
-      ((buf[at + 1] as number) << 8) |
-      ((buf[at + 2] as number) << 16) |
-      ((buf[at + 3] as number) << 24)) >>>
-    0;
-  const hi =
-    ((buf[at + 4] as number) |
-      ((buf[at + 5] as number) << 8) |
-      ((buf[at + 6] as number) << 16) |
-      ((buf[at + 7] as number) << 24)) >>>
-    0;
-  return lo + hi * 0x1_0000_0000;
+  return u32At(buf, at) + u32At(buf, at + 4) * 0x1_0000_0000;
 }
 
 /**
@@ -258,12 +246,8 @@ export function blockValue(block: ParsedBlock, i: number): Buffer {
 export function compareBlockKey(block: ParsedBlock, i: number, key: string): number {
   const data = block.data;
   const at = entryStart(block, i);
-  let len = data[at] as number;
-  let start = at + 1;
-  if (len >= 0x80) {
-    len = varintAt(data, at);
-    start = skipVarint(data, at);
-  }
+  const len = varintAt(data, at);
+  const start = skipVarint(data, at);
   const n = len < key.length ? len : key.length;
   for (let j = 0; j < n; j++) {
     const d = (data[start + j] as number) - key.charCodeAt(j);
