@@ -15,6 +15,7 @@ import {
 } from "../../src/storage/lsm/index.ts";
 import { emptyState, Manifest, replayManifest } from "../../src/storage/lsm/manifest.ts";
 import { blockChecksum } from "../../src/storage/lsm/format.ts";
+import { mapFile } from "../../src/storage/common/native.ts";
 import { powerCut } from "./crash-shim.ts";
 import { tempDir } from "./helpers.ts";
 import { hex, modelAt, scanPairs, sortedPairs, workload, type Batch } from "./lsm-model.ts";
@@ -698,88 +699,104 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ op: "reopen" as const }) },
 );
 
+const preadEnv = new LsmEnvironment({ workers: 2, blockCacheBytes: 1 << 20, mapTables: false });
+after(() => preadEnv.close());
+
 describe("LSM against a Map model", () => {
-  it("agrees on get, scan, snapshots, and on reopen plus replay above flushedSeq", async () => {
-    let run = 0;
-    await fc.assert(
-      fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 120 }), async (script) => {
-        const dir = tempDir(`lsmmodel${run++}`);
-        let engine = await LsmEngine.open(dir, env, SMALL);
-        const batches: Batch[] = [];
-        let snapshot: { handle: ReturnType<LsmEngine["snapshot"]>; upTo: number } | undefined;
-        try {
-          for (const step of script) {
-            switch (step.op) {
-              case "write": {
-                const ops: WriteOp[] = step.ops.map((o) =>
-                  o.del
-                    ? { type: "delete", key: keyOf(o.key) }
-                    : {
-                        type: "put",
-                        key: keyOf(o.key),
-                        value: Buffer.alloc(o.len, batches.length),
-                      },
-                );
-                batches.push(ops);
-                await engine.write(batches.length, ops);
-                break;
-              }
-              case "get": {
-                const want = modelAt(batches, batches.length).get(hex(keyOf(step.key)));
-                const got = engine.get(keyOf(step.key));
-                assert.equal(got === undefined ? undefined : hex(got), want);
-                break;
-              }
-              case "scan": {
-                const [lo, hi] = [keyOf(step.from), keyOf(step.to)];
-                const want = sortedPairs(modelAt(batches, batches.length)).filter(
-                  ([k]) => k >= hex(lo) && (step.to === KEYS || k < hex(hi)),
-                );
-                const range = step.to === KEYS ? { start: lo } : { start: lo, end: hi };
-                assert.deepEqual(scanPairs(engine.scan(range)), want);
-                break;
-              }
-              case "snapshot":
-                snapshot?.handle.release();
-                snapshot = { handle: engine.snapshot(), upTo: batches.length };
-                break;
-              case "read-snapshot":
-                if (snapshot !== undefined) {
-                  assert.deepEqual(
-                    scanPairs(engine.scan({ snapshot: snapshot.handle })),
-                    sortedPairs(modelAt(batches, snapshot.upTo)),
+  it("reads its tables mapped where the addon is built, and with pread when told", () => {
+    assert.equal(env.files.mapping, mapFile !== undefined);
+    assert.equal(preadEnv.files.mapping, false);
+  });
+
+  for (const [how, modelEnv] of [
+    ["mapped tables (where the addon is built)", env],
+    ["tables read with pread", preadEnv],
+  ] as const) {
+    it(`agrees on get, scan, snapshots, and on reopen plus replay above flushedSeq: ${how}`, async () => {
+      let run = 0;
+      await fc.assert(
+        fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 120 }), async (script) => {
+          const dir = tempDir(`lsmmodel${run++}`);
+          let engine = await LsmEngine.open(dir, modelEnv, SMALL);
+          const batches: Batch[] = [];
+          let snapshot: { handle: ReturnType<LsmEngine["snapshot"]>; upTo: number } | undefined;
+          try {
+            for (const step of script) {
+              switch (step.op) {
+                case "write": {
+                  const ops: WriteOp[] = step.ops.map((o) =>
+                    o.del
+                      ? { type: "delete", key: keyOf(o.key) }
+                      : {
+                          type: "put",
+                          key: keyOf(o.key),
+                          value: Buffer.alloc(o.len, batches.length),
+                        },
                   );
+                  batches.push(ops);
+                  await engine.write(batches.length, ops);
+                  break;
                 }
-                break;
-              case "flush":
-                await engine.flush();
-                break;
-              case "compact":
-                await engine.compactUntilIdle();
-                break;
-              case "reopen": {
-                snapshot = undefined;
-                await engine.close();
-                engine = await LsmEngine.open(dir, env, SMALL);
-                const flushed = engine.flushedSeq;
-                assert.deepEqual(
-                  scanPairs(engine.scan()),
-                  sortedPairs(modelAt(batches, flushed)),
-                  `state at flushedSeq ${flushed}`,
-                );
-                await applyAll(engine, batches, flushed, batches.length);
-                break;
+                case "get": {
+                  const want = modelAt(batches, batches.length).get(hex(keyOf(step.key)));
+                  const got = engine.get(keyOf(step.key));
+                  assert.equal(got === undefined ? undefined : hex(got), want);
+                  break;
+                }
+                case "scan": {
+                  const [lo, hi] = [keyOf(step.from), keyOf(step.to)];
+                  const want = sortedPairs(modelAt(batches, batches.length)).filter(
+                    ([k]) => k >= hex(lo) && (step.to === KEYS || k < hex(hi)),
+                  );
+                  const range = step.to === KEYS ? { start: lo } : { start: lo, end: hi };
+                  assert.deepEqual(scanPairs(engine.scan(range)), want);
+                  break;
+                }
+                case "snapshot":
+                  snapshot?.handle.release();
+                  snapshot = { handle: engine.snapshot(), upTo: batches.length };
+                  break;
+                case "read-snapshot":
+                  if (snapshot !== undefined) {
+                    assert.deepEqual(
+                      scanPairs(engine.scan({ snapshot: snapshot.handle })),
+                      sortedPairs(modelAt(batches, snapshot.upTo)),
+                    );
+                  }
+                  break;
+                case "flush":
+                  await engine.flush();
+                  break;
+                case "compact":
+                  await engine.compactUntilIdle();
+                  break;
+                case "reopen": {
+                  snapshot = undefined;
+                  await engine.close();
+                  engine = await LsmEngine.open(dir, modelEnv, SMALL);
+                  const flushed = engine.flushedSeq;
+                  assert.deepEqual(
+                    scanPairs(engine.scan()),
+                    sortedPairs(modelAt(batches, flushed)),
+                    `state at flushedSeq ${flushed}`,
+                  );
+                  await applyAll(engine, batches, flushed, batches.length);
+                  break;
+                }
               }
             }
+            assert.deepEqual(
+              scanPairs(engine.scan()),
+              sortedPairs(modelAt(batches, batches.length)),
+            );
+          } finally {
+            await engine.close();
           }
-          assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, batches.length)));
-        } finally {
-          await engine.close();
-        }
-      }),
-      { numRuns: 100 },
-    );
-  });
+        }),
+        { numRuns: 100 },
+      );
+    });
+  }
 });
 
 /** Must match lsm-crash-child.ts. */

@@ -3,7 +3,8 @@
  * bounded by bytes, and open file descriptors bounded by count (1024 engines with dozens of tables each would otherwise exceed
  * the service's open-file limit).
  */
-import { closeSync, openSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { mapFile } from "../common/native.ts";
 import type { ParsedBlock } from "./format.ts";
 
 /** A cached block, linked into the cache's recency list. */
@@ -222,48 +223,108 @@ export class TableCache {
   }
 }
 
-/** Least-recently-used set of open read-only file descriptors, bounded by count. */
+/** An open table file: mapped into memory, or (without the addon, or if mapping failed) a descriptor. */
+interface OpenFile {
+  readonly fd: number | undefined;
+  readonly view: Buffer | undefined;
+  readonly size: number;
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * Least-recently-used set of open, read-only SSTable files, bounded by count: each is mapped into
+ * memory where the native addon is loaded (a read is then a view of the mapping: no system call,
+ * no copy, no allocation, as LevelDB's mmap'd tables) and read with pread otherwise.
+ *
+ * A mapping holds no descriptor, and it is unmapped only once the garbage collector has collected
+ * every view of it, so a block, key or value read from a file stays valid however long its holder
+ * keeps it, even after the file is closed here or deleted; a deleted table's disk space is freed
+ * when its last view is collected. Only immutable files may be read through this cache (a mapped
+ * file that shrinks raises SIGBUS on a read past its new end): installed SSTables.
+ */
 export class FileCache {
   readonly capacity: number;
-  readonly #fds = new Map<string, number>();
+  /** Whether files are mapped (the addon is loaded and mapping was not turned off). */
+  readonly mapping: boolean;
+  readonly #files = new Map<string, OpenFile>();
+  /** Files that could not be mapped (e.g. the process's limit of mappings) and were read with pread. */
+  mapFailures = 0;
 
-  constructor(capacity: number) {
+  constructor(capacity: number, options: { readonly map?: boolean } = {}) {
     this.capacity = capacity;
+    this.mapping = (options.map ?? true) && mapFile !== undefined;
   }
 
   get openFiles(): number {
-    return this.#fds.size;
+    return this.#files.size;
   }
 
-  /** A descriptor for `path`, valid until the next call into this cache. */
-  fd(path: string): number {
-    const fd = this.#fds.get(path);
-    if (fd !== undefined) {
-      this.#fds.delete(path);
-      this.#fds.set(path, fd);
-      return fd;
+  /** Size of the file in bytes (as when it was opened here). */
+  size(path: string): number {
+    return this.#open(path).size;
+  }
+
+  /**
+   * `length` bytes at `offset` of `path`, fewer at the end of the file. A view of the mapping
+   * when the file is mapped (valid as long as it is held), else a new buffer.
+   */
+  read(path: string, offset: number, length: number): Buffer {
+    const file = this.#open(path);
+    if (file.view !== undefined) {
+      const end = Math.min(offset + length, file.size);
+      return offset < end ? file.view.subarray(offset, end) : EMPTY;
     }
-    const opened = openSync(path, "r");
-    this.#fds.set(path, opened);
-    while (this.#fds.size > this.capacity) {
-      const first = this.#fds.entries().next();
+    const buf = Buffer.allocUnsafe(length);
+    const n = readSync(file.fd as number, buf, 0, length, offset);
+    return buf.subarray(0, n);
+  }
+
+  #open(path: string): OpenFile {
+    const known = this.#files.get(path);
+    if (known !== undefined) {
+      this.#files.delete(path);
+      this.#files.set(path, known);
+      return known;
+    }
+    const fd = openSync(path, "r");
+    let size: number;
+    try {
+      size = fstatSync(fd).size;
+    } catch (cause) {
+      closeSync(fd);
+      throw cause;
+    }
+    let file: OpenFile = { fd, view: undefined, size };
+    if (this.mapping && size > 0 && mapFile !== undefined) {
+      try {
+        file = { fd: undefined, view: mapFile(fd, size), size };
+        closeSync(fd);
+      } catch {
+        // Mapping failed (e.g. vm.max_map_count reached): this file is read with pread.
+        this.mapFailures++;
+      }
+    }
+    this.#files.set(path, file);
+    while (this.#files.size > this.capacity) {
+      const first = this.#files.entries().next();
       if (first.done === true) break;
-      this.#fds.delete(first.value[0]);
-      closeSync(first.value[1]);
+      this.#forget(first.value[0], first.value[1]);
     }
-    return opened;
+    return file;
+  }
+
+  #forget(path: string, file: OpenFile): void {
+    this.#files.delete(path);
+    if (file.fd !== undefined) closeSync(file.fd);
   }
 
   close(path: string): void {
-    const fd = this.#fds.get(path);
-    if (fd !== undefined) {
-      this.#fds.delete(path);
-      closeSync(fd);
-    }
+    const file = this.#files.get(path);
+    if (file !== undefined) this.#forget(path, file);
   }
 
   closeAll(): void {
-    for (const fd of this.#fds.values()) closeSync(fd);
-    this.#fds.clear();
+    for (const [path, file] of [...this.#files]) this.#forget(path, file);
   }
 }

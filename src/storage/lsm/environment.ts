@@ -16,8 +16,14 @@ export interface LsmEnvironmentOptions {
    * evicted table reloads them from its file on its next read. Default 256 MiB.
    */
   readonly tableCacheBytes?: number;
-  /** Open SSTable descriptors across all engines. Default 4096. */
+  /** Open SSTables (mapped, or descriptors read with pread) across all engines. Default 4096. */
   readonly maxOpenFiles?: number;
+  /**
+   * Map SSTables into memory where the native addon is loaded (default true): a block read is a
+   * view of the mapping, no system call or copy. False reads them with pread, as without the
+   * addon. Either way every block is verified against its checksum when it enters the block cache.
+   */
+  readonly mapTables?: boolean;
   /**
    * Bytes of memtables across all engines, active and immutable (until their flush is installed).
    * Default 512 MiB. When the active ones exceed half of it, the engine with the largest active
@@ -53,7 +59,7 @@ export class LsmEnvironment {
   constructor(options: LsmEnvironmentOptions = {}) {
     this.blockCache = new BlockCache(options.blockCacheBytes ?? 256 * 1024 * 1024);
     this.tableCache = new TableCache(options.tableCacheBytes ?? 256 * 1024 * 1024);
-    this.files = new FileCache(options.maxOpenFiles ?? 4096);
+    this.files = new FileCache(options.maxOpenFiles ?? 4096, { map: options.mapTables ?? true });
     this.pool = new WorkerPool(options.workers ?? Math.max(1, Math.min(2, cpus().length)));
     this.metrics = options.metrics ?? NO_METRICS;
     this.memtableBudgetBytes = options.memtableBudgetBytes ?? 512 * 1024 * 1024;

@@ -2,10 +2,10 @@
  * An open SSTable on the main thread: its properties (key range, sequences, counts) and footer
  * stay in memory; its index and bloom filter are held while the node-wide table cache accounts
  * for them, and reloaded (and re-verified) from the file after it evicted them; data blocks are
- * read with pread through the node-wide file cache, checked against their checksum, parsed and
- * kept in the node-wide block cache (in this table's own set of blocks).
+ * read through the node-wide file cache (views of the mapped file, or pread without the native
+ * addon), checked against their checksum, parsed and kept in the node-wide block cache (in this
+ * table's own set of blocks).
  */
-import { fstatSync, readSync } from "node:fs";
 import { CorruptionError } from "../common/index.ts";
 import { bloomMayContain, keyHash } from "./bloom.ts";
 import {
@@ -158,9 +158,9 @@ export class Table implements BlockSource, MetaHolder {
 
   /** Opens a table: reads and verifies footer, index, filter and props; caches index and filter. */
   static open(number: number, path: string, caches: TableCaches): Table {
-    const fileSize = fstatSync(caches.files.fd(path)).size;
+    const fileSize = caches.files.size(path);
     const meta = loadTableMeta(path, fileSize, (offset, length) =>
-      readAt(caches.files, path, offset, length),
+      caches.files.read(path, offset, length),
     );
     const table = new Table(number, path, fileSize, meta.footer, meta.props, caches);
     table.#hold(meta);
@@ -184,7 +184,7 @@ export class Table implements BlockSource, MetaHolder {
       return held;
     }
     const meta = loadIndexAndFilter(this.path, this.#footer, (offset, length) =>
-      readAt(this.#caches.files, this.path, offset, length),
+      this.#caches.files.read(this.path, offset, length),
     );
     this.#hold(meta);
     return meta;
@@ -207,7 +207,7 @@ export class Table implements BlockSource, MetaHolder {
     const cached = this.#caches.blockCache.get(this.#blocks, offset);
     if (cached !== undefined) return cached;
     const data = loadBlock(this.path, { offset, size }, (at, length) =>
-      readAt(this.#caches.files, this.path, at, length),
+      this.#caches.files.read(this.path, at, length),
     );
     const block = parseOrThrow(this.path, offset, data);
     this.#caches.blockCache.set(this.#blocks, offset, block);
@@ -253,13 +253,6 @@ export class Table implements BlockSource, MetaHolder {
     this.#meta = undefined;
     this.#caches.files.close(this.path);
   }
-}
-
-/** `length` bytes at `offset` of `path` (fewer at the end of the file), through the fd cache. */
-function readAt(files: FileCache, path: string, offset: number, length: number): Buffer {
-  const buf = Buffer.allocUnsafe(length);
-  const n = readSync(files.fd(path), buf, 0, length, offset);
-  return buf.subarray(0, n);
 }
 
 export { keyHash };

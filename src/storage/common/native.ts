@@ -1,0 +1,40 @@
+/**
+ * Cairn's Node-API addon (native/src/cairn_native.c, built by scripts/build-native.ts on
+ * `npm install`), loaded once. It is optional: where it was not built (no C compiler) or is
+ * turned off with CAIRN_NO_MMAP=1, `mapFile` is undefined and callers fall back to pread.
+ */
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+
+interface Addon {
+  mapFile(fd: number, length: number): ArrayBuffer;
+}
+
+const ADDON_PATH = join(
+  import.meta.dirname,
+  "..",
+  "..",
+  "..",
+  "native",
+  "build",
+  "cairn_native.node",
+);
+
+function load(): Addon | undefined {
+  if (process.env.CAIRN_NO_MMAP === "1" || !existsSync(ADDON_PATH)) return undefined;
+  return createRequire(import.meta.url)(ADDON_PATH) as Addon;
+}
+
+const addon = load();
+
+/**
+ * Maps the first `length` bytes of the open file `fd` read-only, as a Buffer over the mapping;
+ * undefined where the addon is not loaded. The mapping lives while the Buffer or any view of it
+ * is reachable (the garbage collector unmaps it), so a view never outlives its memory; `fd` may
+ * be closed at once. Only for files that never shrink while mapped (a read past the end of a
+ * truncated file raises SIGBUS): Cairn maps only installed, immutable SSTables. Throws an Error
+ * with code CAIRN_ERR_MMAP when mmap fails.
+ */
+export const mapFile: ((fd: number, length: number) => Buffer) | undefined =
+  addon === undefined ? undefined : (fd, length) => Buffer.from(addon.mapFile(fd, length));

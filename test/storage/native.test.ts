@@ -1,0 +1,84 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { closeSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { mapFile } from "../../src/storage/common/native.ts";
+import { FileCache } from "../../src/storage/lsm/caches.ts";
+import { tempDir } from "./helpers.ts";
+
+/** A C compiler on PATH: where there is one, `npm install` must have built the addon. */
+function hasCompiler(): boolean {
+  try {
+    execFileSync(process.env.CC ?? "cc", ["--version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe("native addon", () => {
+  it("is built and loaded wherever a C compiler is (unless CAIRN_NO_MMAP=1)", (t) => {
+    if (process.env.CAIRN_NO_MMAP === "1") return t.skip("CAIRN_NO_MMAP=1");
+    if (!hasCompiler()) return t.skip("no C compiler: SSTables are read with pread");
+    assert.notEqual(mapFile, undefined, "npm install should have run scripts/build-native.ts");
+  });
+
+  it("maps a file read-only; a view outlives the descriptor and the file's name", (t) => {
+    if (mapFile === undefined) return t.skip("addon not built");
+    const path = join(tempDir("native"), "f");
+    const bytes = Buffer.from(Array.from({ length: 10_000 }, (_, i) => (i * 7) & 0xff));
+    writeFileSync(path, bytes);
+    const fd = openSync(path, "r");
+    const view = mapFile(fd, bytes.length).subarray(4096, 5000);
+    closeSync(fd);
+    rmSync(path);
+    assert.deepEqual(view, bytes.subarray(4096, 5000));
+    const empty = join(tempDir("native"), "empty");
+    writeFileSync(empty, "");
+    const emptyFd = openSync(empty, "r");
+    assert.equal(mapFile(emptyFd, 0).length, 0);
+    closeSync(emptyFd);
+  });
+
+  it("refuses bad arguments and reports mmap's failure with a code", (t) => {
+    if (mapFile === undefined) return t.skip("addon not built");
+    const map = mapFile;
+    assert.throws(() => map(-1, 10), TypeError);
+    assert.throws(() => map(Number.NaN, 10), TypeError);
+    assert.throws(() => map(0, 1.5), TypeError);
+    assert.throws(() => map("3" as unknown as number, 10), TypeError);
+    const dir = tempDir("native");
+    mkdirSync(join(dir, "d"));
+    const fd = openSync(join(dir, "d"), "r");
+    try {
+      assert.throws(() => map(fd, 4096), { code: "CAIRN_ERR_MMAP", message: /^mmap: / });
+    } finally {
+      closeSync(fd);
+    }
+  });
+});
+
+describe("file cache", () => {
+  for (const map of [true, false]) {
+    it(`reads the same bytes mapped or with pread (map: ${map}), short at the end`, () => {
+      const dir = tempDir("files");
+      const files = new FileCache(2, { map });
+      assert.equal(files.mapping, map && mapFile !== undefined);
+      const contents = [0, 1, 2].map((n) => Buffer.alloc(3000 + n, n + 1));
+      contents.forEach((c, n) => writeFileSync(join(dir, `${n}.sst`), c));
+      for (let round = 0; round < 2; round++) {
+        contents.forEach((c, n) => {
+          const path = join(dir, `${n}.sst`);
+          assert.equal(files.size(path), c.length);
+          assert.deepEqual(files.read(path, 100, 50), c.subarray(100, 150));
+          assert.deepEqual(files.read(path, c.length - 10, 50), c.subarray(c.length - 10));
+          assert.equal(files.read(path, c.length + 5, 10).length, 0);
+          assert.ok(files.openFiles <= 2, "bounded by count");
+        });
+      }
+      files.closeAll();
+      assert.equal(files.openFiles, 0);
+    });
+  }
+});
