@@ -33,7 +33,6 @@ try {
       "-O2",
       "-Wall",
       "-Wextra",
-      "-Werror",
       "-DNAPI_VERSION=8",
       `-I${headers}`,
       "-o",

@@ -16,6 +16,7 @@ import {
 import { emptyState, Manifest, replayManifest } from "../../src/storage/lsm/manifest.ts";
 import { blockChecksum } from "../../src/storage/lsm/format.ts";
 import { mapFile } from "../../src/storage/common/native.ts";
+import { crc32cJs } from "../../src/storage/common/crc32c.ts";
 import { powerCut } from "./crash-shim.ts";
 import { tempDir } from "./helpers.ts";
 import { hex, modelAt, scanPairs, sortedPairs, workload, type Batch } from "./lsm-model.ts";
@@ -373,17 +374,19 @@ describe("LSM corruption", () => {
     await engine.close();
   });
 
-  it("checksums blocks with CRC-32 and refuses tables of an older format version", async () => {
-    assert.equal(blockChecksum(Buffer.from("123456789")), 0xcbf43926);
+  it("checksums blocks with CRC32C and refuses tables of an older format version", async () => {
+    assert.equal(blockChecksum(Buffer.from("123456789")), 0xe3069283);
+    const long = Buffer.from(Array.from({ length: 5000 }, (_, i) => (i * 31) & 0xff));
+    assert.equal(blockChecksum(long), crc32cJs(long), "native and JavaScript agree");
     const { dir } = await engineWithTables();
     const [first] = tables(dir) as [string];
     const data = readFileSync(first);
-    assert.equal(data.readUInt32LE(data.length - 12), 3);
-    data.writeUInt32LE(2, data.length - 12);
+    assert.equal(data.readUInt32LE(data.length - 12), 4);
+    data.writeUInt32LE(3, data.length - 12);
     writeFileSync(first, data);
     await assert.rejects(LsmEngine.open(dir, env, SMALL), {
       code: "CAIRN_ERR_CORRUPTION",
-      message: /unsupported table format version 2/,
+      message: /unsupported table format version 3/,
     });
   });
 

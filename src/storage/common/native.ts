@@ -1,7 +1,9 @@
 /**
  * Cairn's Node-API addon (native/src/cairn_native.c, built by scripts/build-native.ts on
- * `npm install`), loaded once. It is optional: where it was not built (no C compiler) or is
- * turned off with CAIRN_NO_MMAP=1, `mapFile` is undefined and callers fall back to pread.
+ * `npm install`), loaded once per thread. It is optional: where it was not built (no C compiler)
+ * or is turned off with CAIRN_NO_NATIVE=1, its functions are undefined here and callers use their
+ * JavaScript paths (pread instead of mapped tables, crc32c.ts's tables instead of the CPU's
+ * CRC32C instruction), which give the same results more slowly.
  */
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -9,6 +11,7 @@ import { join } from "node:path";
 
 interface Addon {
   mapFile(fd: number, length: number): ArrayBuffer;
+  crc32c(data: Uint8Array, crc: number, start: number, end: number): number;
 }
 
 const ADDON_PATH = join(
@@ -22,7 +25,7 @@ const ADDON_PATH = join(
 );
 
 function load(): Addon | undefined {
-  if (process.env.CAIRN_NO_MMAP === "1" || !existsSync(ADDON_PATH)) return undefined;
+  if (process.env.CAIRN_NO_NATIVE === "1" || !existsSync(ADDON_PATH)) return undefined;
   return createRequire(import.meta.url)(ADDON_PATH) as Addon;
 }
 
@@ -38,3 +41,10 @@ const addon = load();
  */
 export const mapFile: ((fd: number, length: number) => Buffer) | undefined =
   addon === undefined ? undefined : (fd, length) => Buffer.from(addon.mapFile(fd, length));
+
+/**
+ * CRC32C of `data[start, end)` continuing from `crc`, with the CPU's CRC32C instruction where it
+ * has one (slicing-by-8 in C otherwise); undefined where the addon is not loaded. Arguments are
+ * not checked beyond a TypeError: call it through crc32c.ts.
+ */
+export const crc32cNative: Addon["crc32c"] | undefined = addon?.crc32c;
