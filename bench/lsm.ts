@@ -1,22 +1,24 @@
 /**
- * `npm run bench:lsm [-- --keys N] [--cache-mib M] [--json]`
+ * `npm run bench:lsm [-- --keys N] [--cache-mib M] [--rounds R] [--json]`
  *
  * Cairn's LSM engine and LevelDB (classic-level) side by side, in one process run, on the same
  * disk, with the same block cache size (64 MiB unless --cache-mib) and no compression on either
- * side; `sync` runs before each engine so neither pays for the other's dirty pages. Each case is
- * measured the same way on both sides:
+ * side. Each case is measured the same way on both sides:
  *  1. random batched writes: N keys (default 1M) of 16 bytes with 100-byte values, batches of 1000,
  *     timed until every batch is accepted *and* the memtables are flushed to tables (Cairn:
  *     `flush()`; LevelDB: `compactRange` over an empty key range, which flushes its memtable and
- *     compacts nothing); both may still compact in the background;
+ *     compacts nothing). Cairn writes first, then compacts fully and goes idle; then `sync`, then
+ *     LevelDB writes: neither pays for the other's dirty pages or background work;
  *  2. random point reads of existing keys after a full compaction on both sides (Cairn:
  *     `compactFully()`, LevelDB: `compactRange` over every key: all data in one level),
- *     synchronous API on both sides (`get` / `getSync`). Cairn verifies every block's checksum on
- *     a read; LevelDB, through classic-level, cannot (its `verify_checksums` read option is not
- *     exposed and defaults to false);
+ *     synchronous API on both sides (`get` / `getSync`). Cairn verifies every block's checksum
+ *     when it enters its block cache; LevelDB, through classic-level, cannot (its
+ *     `verify_checksums` read option is not exposed and defaults to false);
  *  3. range scans of 10k keys from random start keys: Cairn's synchronous `scan`, LevelDB's
  *     iterator with a read-ahead buffer large enough that one `nextv(10000)` returns the whole
  *     scan (one asynchronous step per scan, not per key or per 16 KiB).
+ * Reads and scans run in R alternating rounds (default 5) with both engines open, so the
+ * machine's drift falls on both alike; the median round of each side is reported, with the range.
  * Prints one line per case with both rates and the ratio cairn/leveldb. Goal: ratio ≥ 1.0 each.
  */
 import { execFileSync } from "node:child_process";
@@ -32,6 +34,7 @@ const { values } = parseArgs({
     keys: { type: "string", default: "1000000" },
     reads: { type: "string", default: "200000" },
     scans: { type: "string", default: "100" },
+    rounds: { type: "string", default: "5" },
     "cache-mib": { type: "string", default: "64" },
     json: { type: "boolean", default: false },
     dir: { type: "string" },
@@ -40,6 +43,7 @@ const { values } = parseArgs({
 const KEYS = Number(values.keys);
 const READS = Number(values.reads);
 const SCANS = Number(values.scans);
+const ROUNDS = Number(values.rounds);
 const SCAN_LENGTH = 10_000;
 const BATCH = 1000;
 const CACHE_BYTES = Number(values["cache-mib"]) * 1024 * 1024;
@@ -83,8 +87,8 @@ const scanStarts = (() => {
 })();
 
 interface CaseResult {
-  cairn: number;
-  leveldb: number;
+  cairn: number[];
+  leveldb: number[];
 }
 
 /** Tables per level (L0/L1/…/L6) on each side when the reads start. */
@@ -92,10 +96,18 @@ const shapes = { cairn: "", leveldb: "" };
 
 const seconds = (t0: number): number => (performance.now() - t0) / 1000;
 
-async function runCairn(): Promise<[number, number, number]> {
+/** One side of the comparison, open, filled and fully compacted, ready for read rounds. */
+interface Side {
+  readonly writes: number;
+  reads(): number;
+  scans(): Promise<number>;
+  close(): Promise<void>;
+}
+
+async function openCairn(): Promise<Side> {
   const env = new LsmEnvironment({ blockCacheBytes: CACHE_BYTES });
   const engine = await LsmEngine.open(join(base, "cairn"), env);
-  let t0 = performance.now();
+  const t0 = performance.now();
   for (let i = 0; i < KEYS; i += BATCH) {
     const ops: WriteOp[] = [];
     for (let j = i; j < Math.min(KEYS, i + BATCH); j++) {
@@ -106,27 +118,36 @@ async function runCairn(): Promise<[number, number, number]> {
   await engine.flush();
   const writes = KEYS / seconds(t0);
   await engine.compactFully();
+  // Nothing may run in the background while the other side writes or either side reads.
+  await engine.compactUntilIdle();
   shapes.cairn = engine.stats().filesPerLevel.join("/");
-
-  t0 = performance.now();
-  let found = 0;
-  for (const i of readOrder) if (engine.get(keys[i] as Buffer) !== undefined) found++;
-  const reads = READS / seconds(t0);
-  if (found !== READS) throw new Error(`cairn: found ${found} of ${READS}`);
-
-  t0 = performance.now();
-  let scanned = 0;
-  for (const start of scanStarts) {
-    for (const entry of engine.scan({ start, limit: SCAN_LENGTH }))
-      scanned += entry.length > 0 ? 1 : 0;
-  }
-  const scans = scanned / seconds(t0);
-  await engine.close();
-  await env.close();
-  return [writes, reads, scans];
+  return {
+    writes,
+    reads() {
+      const t = performance.now();
+      let found = 0;
+      for (const i of readOrder) if (engine.get(keys[i] as Buffer) !== undefined) found++;
+      const rate = READS / seconds(t);
+      if (found !== READS) throw new Error(`cairn: found ${found} of ${READS}`);
+      return rate;
+    },
+    scans() {
+      const t = performance.now();
+      let scanned = 0;
+      for (const start of scanStarts) {
+        for (const entry of engine.scan({ start, limit: SCAN_LENGTH }))
+          scanned += entry.length > 0 ? 1 : 0;
+      }
+      return Promise.resolve(scanned / seconds(t));
+    },
+    async close() {
+      await engine.close();
+      await env.close();
+    },
+  };
 }
 
-async function runLevel(): Promise<[number, number, number]> {
+async function openLevel(): Promise<Side> {
   const db = new ClassicLevel<Buffer, Buffer>(join(base, "leveldb"), {
     keyEncoding: "buffer",
     valueEncoding: "buffer",
@@ -134,7 +155,7 @@ async function runLevel(): Promise<[number, number, number]> {
     compression: false,
   });
   await db.open();
-  let t0 = performance.now();
+  const t0 = performance.now();
   for (let i = 0; i < KEYS; i += BATCH) {
     const ops: Array<{ type: "put"; key: Buffer; value: Buffer }> = [];
     for (let j = i; j < Math.min(KEYS, i + BATCH); j++) {
@@ -149,45 +170,84 @@ async function runLevel(): Promise<[number, number, number]> {
   shapes.leveldb = Array.from({ length: 7 }, (_, level) =>
     db.getProperty(`leveldb.num-files-at-level${level}`),
   ).join("/");
-
-  t0 = performance.now();
-  let found = 0;
-  for (const i of readOrder) if (db.getSync(keys[i] as Buffer) !== undefined) found++;
-  const reads = READS / seconds(t0);
-  if (found !== READS) throw new Error(`leveldb: found ${found} of ${READS}`);
-
-  t0 = performance.now();
-  let scanned = 0;
-  for (const start of scanStarts) {
-    // A read-ahead buffer large enough that one nextv() returns the whole scan.
-    const iterator = db.iterator({ gte: start, limit: SCAN_LENGTH, highWaterMarkBytes: 4 << 20 });
-    for (;;) {
-      const entries = await iterator.nextv(SCAN_LENGTH);
-      if (entries.length === 0) break;
-      scanned += entries.length;
-    }
-    await iterator.close();
-  }
-  const scans = scanned / seconds(t0);
-  await db.close();
-  return [writes, reads, scans];
+  return {
+    writes,
+    reads() {
+      const t = performance.now();
+      let found = 0;
+      for (const i of readOrder) if (db.getSync(keys[i] as Buffer) !== undefined) found++;
+      const rate = READS / seconds(t);
+      if (found !== READS) throw new Error(`leveldb: found ${found} of ${READS}`);
+      return rate;
+    },
+    async scans() {
+      const t = performance.now();
+      let scanned = 0;
+      for (const start of scanStarts) {
+        // A read-ahead buffer large enough that one nextv() returns the whole scan.
+        const iterator = db.iterator({
+          gte: start,
+          limit: SCAN_LENGTH,
+          highWaterMarkBytes: 4 << 20,
+        });
+        for (;;) {
+          const entries = await iterator.nextv(SCAN_LENGTH);
+          if (entries.length === 0) break;
+          scanned += entries.length;
+        }
+        await iterator.close();
+      }
+      return scanned / seconds(t);
+    },
+    close: () => db.close(),
+  };
 }
+
+const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] as number;
+};
 
 let results: Record<string, CaseResult>;
 try {
-  // Each engine starts on a quiet disk: `sync` writes back what the previous one left dirty.
+  // Each side writes on a quiet disk (`sync` writes back what the other left dirty) and with
+  // nothing of the other running: Cairn finishes its compactions before LevelDB starts.
   execFileSync("sync");
-  const cairn = await runCairn();
+  const cairn = await openCairn();
   execFileSync("sync");
-  const level = await runLevel();
-  results = {
-    "random batched writes (keys/s)": { cairn: cairn[0], leveldb: level[0] },
-    "random point reads (reads/s)": { cairn: cairn[1], leveldb: level[1] },
-    "range scans of 10k keys (keys/s)": { cairn: cairn[2], leveldb: level[2] },
-  };
+  const level = await openLevel();
+  try {
+    results = {
+      "random batched writes (keys/s)": { cairn: [cairn.writes], leveldb: [level.writes] },
+      "random point reads (reads/s)": { cairn: [], leveldb: [] },
+      "range scans of 10k keys (keys/s)": { cairn: [], leveldb: [] },
+    };
+    // Reads and scans in alternating rounds, both data sets in memory: the machine's drift
+    // (other tenants, frequency) falls on both sides alike. Medians are reported.
+    const reads = results["random point reads (reads/s)"] as CaseResult;
+    const scans = results["range scans of 10k keys (keys/s)"] as CaseResult;
+    for (let round = 0; round < ROUNDS; round++) {
+      const first = round % 2 === 0;
+      if (first) reads.cairn.push(cairn.reads());
+      reads.leveldb.push(level.reads());
+      if (!first) reads.cairn.push(cairn.reads());
+    }
+    for (let round = 0; round < ROUNDS; round++) {
+      const first = round % 2 === 0;
+      if (first) scans.cairn.push(await cairn.scans());
+      scans.leveldb.push(await level.scans());
+      if (!first) scans.cairn.push(await cairn.scans());
+    }
+  } finally {
+    await cairn.close();
+    await level.close();
+  }
 } finally {
   rmSync(base, { recursive: true, force: true });
 }
+
+const range = (xs: readonly number[]): string =>
+  xs.length > 1 ? ` (${Math.round(Math.min(...xs))}–${Math.round(Math.max(...xs))})` : "";
 
 if (values.json) {
   console.log(
@@ -195,22 +255,24 @@ if (values.json) {
       keys: KEYS,
       reads: READS,
       scans: SCANS,
+      rounds: ROUNDS,
       cpu: cpus()[0]?.model ?? "unknown",
       tablesPerLevel: shapes,
       cases: Object.entries(results).map(([name, r]) => ({
         name,
-        cairn: Math.round(r.cairn),
-        leveldb: Math.round(r.leveldb),
-        ratio: Number((r.cairn / r.leveldb).toFixed(3)),
+        cairn: Math.round(median(r.cairn)),
+        leveldb: Math.round(median(r.leveldb)),
+        ratio: Number((median(r.cairn) / median(r.leveldb)).toFixed(3)),
+        rounds: { cairn: r.cairn.map(Math.round), leveldb: r.leveldb.map(Math.round) },
       })),
     }),
   );
 } else {
   console.log(`tables per level at the reads: cairn ${shapes.cairn}, leveldb ${shapes.leveldb}`);
   for (const [name, r] of Object.entries(results)) {
-    const ratio = r.cairn / r.leveldb;
+    const ratio = median(r.cairn) / median(r.leveldb);
     console.log(
-      `${name.padEnd(34)} cairn ${Math.round(r.cairn).toString().padStart(9)}  leveldb ${Math.round(r.leveldb).toString().padStart(9)}  ratio ${ratio.toFixed(2)} ${ratio >= 1 ? "(goal met)" : "(goal NOT met)"}`,
+      `${name.padEnd(34)} cairn ${Math.round(median(r.cairn)).toString().padStart(9)}${range(r.cairn)}  leveldb ${Math.round(median(r.leveldb)).toString().padStart(9)}${range(r.leveldb)}  ratio ${ratio.toFixed(2)} ${ratio >= 1 ? "(goal met)" : "(goal NOT met)"}`,
     );
   }
 }

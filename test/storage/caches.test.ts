@@ -7,11 +7,13 @@ import {
   type MetaHolder,
 } from "../../src/storage/lsm/caches.ts";
 import { parseBlock, putEntry, ByteSink, type ParsedBlock } from "../../src/storage/lsm/format.ts";
+import { keyPrefix } from "../../src/storage/lsm/keys.ts";
 
 function block(n: number): ParsedBlock {
   const sink = new ByteSink();
   putEntry(sink, `key${n}`, 1, n, Buffer.alloc(1000, n));
   sink.u32(0); // the entry offset array: one entry, at 0
+  sink.u32(keyPrefix(`key${n}`)); // the key prefix array
   sink.u32(1);
   return parseBlock(Buffer.from(sink.view())) as ParsedBlock;
 }

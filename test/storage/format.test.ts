@@ -15,11 +15,16 @@ import {
   putEntry,
   seekInBlock,
 } from "../../src/storage/lsm/format.ts";
+import { keyPrefix } from "../../src/storage/lsm/keys.ts";
 
-/** A block of entries (key, kind, seq, value) with the entry offset array a builder appends. */
+/**
+ * A block of entries (key, kind, seq, value) with the entry offset and key prefix arrays a
+ * builder appends (either may be given instead, to make a bad block).
+ */
 function encode(
   entries: ReadonlyArray<[string, number, number, string]>,
   offsets?: number[],
+  prefixes?: number[],
 ): Buffer {
   const sink = new ByteSink();
   const starts: number[] = [];
@@ -27,8 +32,11 @@ function encode(
     starts.push(sink.length);
     putEntry(sink, key, kind, seq, Buffer.from(value, "latin1"));
   }
-  for (const at of offsets ?? starts) sink.u32(at);
-  sink.u32((offsets ?? starts).length);
+  const offs = offsets ?? starts;
+  for (const at of offs) sink.u32(at);
+  const keys = entries.map(([key]) => keyPrefix(key));
+  for (const p of prefixes ?? keys.slice(0, offs.length)) sink.u32(p);
+  sink.u32(offs.length);
   return Buffer.from(sink.view());
 }
 
@@ -58,6 +66,42 @@ describe("SSTable blocks", () => {
     assert.equal(seekInBlock(block, "apple", 10), 0);
     assert.equal(seekInBlock(block, "b", 10), 2);
     assert.equal(seekInBlock(block, "zebra", 10), 4);
+    assert.equal(seekInBlock(block, "", 10), 0, "a key shorter than its prefix");
+    assert.equal(seekInBlock(block, "app", 10), 0);
+    assert.equal(seekInBlock(block, "kk", 10), 2);
+  });
+
+  it("finds the same entry through the key prefixes as by comparing whole keys", () => {
+    // Keys sharing their first four bytes, shorter than four bytes, and with 0x00 / 0xff bytes.
+    const keys = [
+      "",
+      "\x00",
+      "\x00\x00\x00\x00\x01",
+      "ab",
+      "abcd",
+      "abcd\x00",
+      "abcde",
+      "abce",
+      "\xff\xff\xff\xff",
+      "\xff\xff\xff\xff\xff",
+    ];
+    const block = parseBlock(encode(keys.map((k) => [k, KIND_PUT, 1, "v"])));
+    assert.ok(block !== undefined);
+    const probes = [
+      ...keys,
+      "a",
+      "abc",
+      "abcd\x01",
+      "abcf",
+      "b",
+      "\xff",
+      "\xff\xff\xff\xff\x00",
+      "\xff".repeat(6),
+    ];
+    for (const probe of probes) {
+      const want = keys.filter((k) => k < probe).length;
+      assert.equal(seekInBlock(block, probe, 1), want, JSON.stringify(probe));
+    }
   });
 
   it("refuses blocks whose offset array does not describe their entries", () => {
@@ -71,6 +115,10 @@ describe("SSTable blocks", () => {
         encode(ENTRIES, [real[0], (real[1] as number) + 1, real[2], real[3]] as number[]),
       ],
       ["an entry missing from the array", encode(ENTRIES, real.slice(0, 3))],
+      [
+        "a key prefix that is not its key's",
+        encode(ENTRIES, undefined, [keyPrefix("apple"), keyPrefix("apple"), 0, keyPrefix("pear")]),
+      ],
       [
         "a count larger than the block",
         Buffer.concat([good.subarray(0, -4), Buffer.from([0xff, 0xff, 0, 0])]),

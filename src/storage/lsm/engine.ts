@@ -22,7 +22,7 @@ import {
   type VersionEdit,
 } from "./manifest.ts";
 import { Memtable, versionAt, versionCount } from "./memtable.ts";
-import { keyFromBytes, keyToBytes, prefixEnd } from "./keys.ts";
+import { keyFromBytes, keyPrefix, keyToBytes, prefixEnd } from "./keys.ts";
 import { overlapping, pickCompaction, pickWholeLevel, type PlannerConfig } from "./planner.ts";
 import { decodeSnapshotStream, encodeSnapshotFrames } from "./snapshot-stream.ts";
 import { Table } from "./table.ts";
@@ -109,6 +109,12 @@ export class LsmEngine implements BudgetMember {
   readonly #state: ManifestState;
   /** Open tables by level, mirroring #state.levels. */
   #levels: Table[][];
+  /**
+   * Per level, the first four bytes of each table's largest key (`keyPrefix`): a point read's
+   * search for its table compares these, in one small array, and reads a key string only on a
+   * tie (the tables' props are scattered over the heap: a cache miss or three per probe).
+   */
+  #largestPrefixes: Uint32Array[];
   #mem = new Memtable();
   #immutables: Memtable[] = [];
   #lastSeq: number;
@@ -163,6 +169,7 @@ export class LsmEngine implements BudgetMember {
     this.#manifest = manifest;
     this.#state = state;
     this.#levels = levels;
+    this.#largestPrefixes = largestPrefixes(levels);
     this.#lastSeq = state.flushedSeq;
     this.#acceptedSeq = state.flushedSeq;
   }
@@ -395,13 +402,17 @@ export class LsmEngine implements BudgetMember {
       v = t.get(k, seq, hash);
       if (v !== undefined) return v ?? undefined;
     }
+    const kp = keyPrefix(k);
     for (let level = 1; level < LEVELS; level++) {
       const files = this.#levels[level] as Table[];
+      const prefixes = this.#largestPrefixes[level] as Uint32Array;
+      // The first table whose largest key is ≥ k (keyPrefix is monotonic in the key).
       let lo = 0;
       let hi = files.length;
       while (lo < hi) {
         const mid = (lo + hi) >>> 1;
-        if ((files[mid] as Table).props.largest < k) lo = mid + 1;
+        const p = prefixes[mid] as number;
+        if (p < kp || (p === kp && (files[mid] as Table).props.largest < k)) lo = mid + 1;
         else hi = mid;
       }
       const t = files[lo];
@@ -704,6 +715,7 @@ export class LsmEngine implements BudgetMember {
     this.#levels = this.#state.levels.map((files) =>
       files.map((f) => byNumber.get(f.number) as Table),
     );
+    this.#largestPrefixes = largestPrefixes(this.#levels);
     for (const t of obsolete) {
       t.obsolete = true;
       if (t.pins === 0) this.#deleteTable(t);
@@ -920,4 +932,8 @@ function importingError(): CairnError {
 
 function closedError(): CairnError {
   return new CairnError("CAIRN_ERR_LSM_CLOSED", "LSM engine is closed");
+}
+
+function largestPrefixes(levels: readonly (readonly Table[])[]): Uint32Array[] {
+  return levels.map((files) => Uint32Array.from(files, (t) => keyPrefix(t.props.largest)));
 }

@@ -6,8 +6,9 @@
  * An entry (in data and index blocks alike) is
  *     varint keyLength | key | u8 kind | u64 seq | varint valueLength | value
  * sorted by key ascending, then seq descending; a data or index block ends with
- *     u32 entryOffset[count] | u32 count
- * so that a lookup reads it in place. Data blocks close once their entries reach ~4 KiB. The
+ *     u32 entryOffset[count] | u32 keyPrefix[count] | u32 count
+ * so that a lookup reads it in place: its binary search compares the keys' first four bytes
+ * (big-endian, 0-padded: `keyPrefix`) in one small array and reads an entry only on a tie. Data blocks close once their entries reach ~4 KiB. The
  * index holds one entry per data block: the block's last key and seq, and as value the block's
  * u64 offset and u32 size. The filter is a bloom filter over the user keys; props is UTF-8 JSON.
  * The 48-byte footer holds the index, filter and props handles (u64 offset, u32 size each), the
@@ -16,23 +17,31 @@
  */
 import { crc32c } from "../common/index.ts";
 import { buildBloom, keyHash } from "./bloom.ts";
+import { keyPrefix } from "./keys.ts";
 
 export const BLOCK_BYTES = 4096;
 export const FOOTER_BYTES = 48;
 /**
- * 4: block checksums are CRC32C again, computed with the CPU's instruction through the native
+ * 5: blocks carry their keys' first four bytes beside the entry offsets (a lookup in a block
+ * touches two or three cache lines instead of one or two per probe). 4: block checksums are
+ * CRC32C again, computed with the CPU's instruction through the native
  * addon (~0.25 µs per 4 KiB block, against ~0.9 µs for zlib's CRC-32 of version 2 and 3, and
  * ~2.3 µs for the JavaScript CRC32C, which stays the path without the addon). 3: data and index
  * blocks end with their entries' offsets (read in place, not parsed into arrays). 2: CRC-32.
  * Older tables are refused.
  */
-export const FORMAT_VERSION = 4;
+export const FORMAT_VERSION = 5;
 export const TABLE_MAGIC = Buffer.from("CAIRNSST", "latin1");
 export const CRC_BYTES = 4;
 
 /** The checksum after every block of a table: CRC32C of its bytes, as every other checksum. */
 export function blockChecksum(bytes: Uint8Array): number {
   return crc32c(bytes);
+}
+
+/** blockChecksum of `bytes[0, size)`, without a view. */
+export function blockChecksumOf(bytes: Uint8Array, size: number): number {
+  return crc32c(bytes, 0, 0, size);
 }
 
 export const KIND_DELETE = 0;
@@ -157,6 +166,8 @@ export interface ParsedBlock {
   readonly data: Buffer;
   /** Where the entry offset array starts: the end of the last entry. */
   readonly offsetsAt: number;
+  /** Where the key prefix array starts (after the offsets). */
+  readonly prefixesAt: number;
   /** Key strings made so far, allocated at the first. */
   keys: Array<string | undefined> | undefined;
   /** Approximate memory held, for the block cache's accounting. */
@@ -276,24 +287,61 @@ function readVarint32(data: Buffer, at: number, end: number): number {
  * corruption: a block whose checksum matched but does not parse was written wrong, never served).
  */
 export function parseBlock(data: Buffer): ParsedBlock | undefined {
-  if (data.length < 4) return undefined;
-  const count = u32At(data, data.length - 4);
-  const offsetsAt = data.length - 4 - 4 * count;
+  return parseBlockOf(data, data.length);
+}
+
+/** parseBlock of `data[0, size)`: `data` may run on (a block read with its checksum after it). */
+export function parseBlockOf(data: Buffer, size: number): ParsedBlock | undefined {
+  if (size < 4 || size > data.length) return undefined;
+  const count = u32At(data, size - 4);
+  const offsetsAt = size - 4 - 8 * count;
+  const prefixesAt = offsetsAt + 4 * count;
   if (count === 0 || offsetsAt < 0) return undefined;
   let at = 0;
   for (let i = 0; i < count; i++) {
     if (u32At(data, offsetsAt + 4 * i) !== at) return undefined;
-    const k = readVarint32(data, at, offsetsAt);
-    if (k < 0) return undefined;
-    at += (k & 7) + Math.floor(k / 8) + 9;
-    if (at > offsetsAt) return undefined;
-    const v = readVarint32(data, at, offsetsAt);
-    if (v < 0) return undefined;
-    at += (v & 7) + Math.floor(v / 8);
+    // One-byte varints (keys and values under 128 bytes) inline; longer ones through
+    // readVarint32. `at < offsetsAt` keeps every read inside the block.
+    if (at >= offsetsAt) return undefined;
+    const k0 = data[at] as number;
+    let keyAt: number;
+    let keyLength: number;
+    if (k0 < 0x80) {
+      keyAt = at + 1;
+      keyLength = k0;
+    } else {
+      const k = readVarint32(data, at, offsetsAt);
+      if (k < 0) return undefined;
+      keyAt = at + (k & 7);
+      keyLength = Math.floor(k / 8);
+    }
+    at = keyAt + keyLength + 9;
+    if (at >= offsetsAt) return undefined;
+    if (u32At(data, prefixesAt + 4 * i) !== bytesPrefix(data, keyAt, keyLength)) return undefined;
+    if (at >= offsetsAt) return undefined;
+    const v0 = data[at] as number;
+    if (v0 < 0x80) {
+      at += 1 + v0;
+    } else {
+      const v = readVarint32(data, at, offsetsAt);
+      if (v < 0) return undefined;
+      at += (v & 7) + Math.floor(v / 8);
+    }
     if (at > offsetsAt) return undefined;
   }
   if (at !== offsetsAt) return undefined;
-  return { count, data, offsetsAt, keys: undefined, charge: data.length + BLOCK_OVERHEAD };
+  return { count, data, offsetsAt, prefixesAt, keys: undefined, charge: size + BLOCK_OVERHEAD };
+}
+
+/** keyPrefix of the key stored at `data[at, at + length)`. */
+function bytesPrefix(data: Uint8Array, at: number, length: number): number {
+  return (
+    (((length > 0 ? (data[at] as number) : 0) << 24) |
+      ((length > 1 ? (data[at + 1] as number) : 0) << 16) |
+      ((length > 2 ? (data[at + 2] as number) : 0) << 8) |
+      (length > 3 ? (data[at + 3] as number) : 0)) >>>
+    0
+  );
 }
 
 /** Memory of a cached block beyond its bytes: the block object, the Buffer view, the cache entry. */
@@ -315,9 +363,14 @@ export function seekInBlock(block: ParsedBlock, key: string, seq: number): numbe
     }
     return lo;
   }
+  // The prefixes first (one small array, monotonic in the key); the entry itself only on a tie.
+  const kp = keyPrefix(key);
+  const data = block.data;
+  const prefixesAt = block.prefixesAt;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    const c = compareBlockKey(block, mid, key);
+    const p = u32At(data, prefixesAt + 4 * mid);
+    const c = p !== kp ? p - kp : compareBlockKey(block, mid, key);
     if (c < 0 || (c === 0 && blockSeq(block, mid) > seq)) lo = mid + 1;
     else hi = mid;
   }
@@ -371,10 +424,13 @@ export function propsFromJson(text: string): TableProps {
 }
 
 /** Closes a data or index block: `u32 entryOffset[count] | u32 count`; empties `starts`. */
-function appendEntryOffsets(sink: ByteSink, starts: number[]): void {
+/** Closes a block: its entries' offsets and key prefixes, then their count. Clears both lists. */
+function appendEntryOffsets(sink: ByteSink, starts: number[], prefixes: number[]): void {
   for (const at of starts) sink.u32(at);
+  for (const p of prefixes) sink.u32(p);
   sink.u32(starts.length);
   starts.length = 0;
+  prefixes.length = 0;
 }
 
 /**
@@ -388,6 +444,9 @@ export class TableBuilder {
   /** Where each entry of the open data block and of the index starts. */
   readonly #blockStarts: number[] = [];
   readonly #indexStarts: number[] = [];
+  /** keyPrefix of each of those entries' keys. */
+  readonly #blockPrefixes: number[] = [];
+  readonly #indexPrefixes: number[] = [];
   readonly #hashes: number[] = [];
   #lastKey = "";
   #lastSeq = 0;
@@ -422,6 +481,7 @@ export class TableBuilder {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
     this.#blockStarts.push(this.#block.length);
+    this.#blockPrefixes.push(keyPrefix(key));
     this.#block.bytes(raw, start, end);
     this.#noteEntry(key, kind, seq);
   }
@@ -430,6 +490,7 @@ export class TableBuilder {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
     this.#blockStarts.push(this.#block.length);
+    this.#blockPrefixes.push(keyPrefix(key));
     putEntry(this.#block, key, kind, seq, value);
     this.#noteEntry(key, kind, seq);
   }
@@ -446,7 +507,7 @@ export class TableBuilder {
 
   #closeBlock(): void {
     if (this.#block.length === 0) return;
-    appendEntryOffsets(this.#block, this.#blockStarts);
+    appendEntryOffsets(this.#block, this.#blockStarts, this.#blockPrefixes);
     const handle = this.#writeBlock(this.#block.view());
     this.#block.length = 0;
     const value = Buffer.allocUnsafe(12);
@@ -454,6 +515,7 @@ export class TableBuilder {
     value.writeUInt32LE(Math.floor(handle.offset / 0x1_0000_0000), 4);
     value.writeUInt32LE(handle.size, 8);
     this.#indexStarts.push(this.#index.length);
+    this.#indexPrefixes.push(keyPrefix(this.#lastKey));
     putEntry(this.#index, this.#lastKey, KIND_PUT, this.#lastSeq, value);
   }
 
@@ -475,7 +537,7 @@ export class TableBuilder {
       minSeq: this.#minSeq,
       maxSeq: this.#maxSeq,
     };
-    appendEntryOffsets(this.#index, this.#indexStarts);
+    appendEntryOffsets(this.#index, this.#indexStarts, this.#indexPrefixes);
     const index = this.#writeBlock(this.#index.view());
     const filter = this.#writeBlock(buildBloom(this.#hashes));
     const propsHandle = this.#writeBlock(Buffer.from(propsToJson(props), "utf8"));

@@ -41,3 +41,15 @@ export function prefixEnd(prefix: string): string | undefined {
   }
   return undefined;
 }
+
+/** The first four bytes of a binary-string key as a big-endian u32, 0-padded: monotonic in it. */
+export function keyPrefix(key: string): number {
+  const n = key.length;
+  return (
+    (((n > 0 ? key.charCodeAt(0) : 0) << 24) |
+      ((n > 1 ? key.charCodeAt(1) : 0) << 16) |
+      ((n > 2 ? key.charCodeAt(2) : 0) << 8) |
+      (n > 3 ? key.charCodeAt(3) : 0)) >>>
+    0
+  );
+}

@@ -21,6 +21,7 @@ import {
   FOOTER_BYTES,
   KIND_DELETE,
   blockChecksum,
+  blockChecksumOf,
   blockHandleOf,
   blockKey,
   blockKind,
@@ -30,6 +31,7 @@ import {
   decodeFooter,
   materializeKeys,
   parseBlock,
+  parseBlockOf,
   propsFromJson,
   seekInBlock,
   type BlockHandle,
@@ -38,6 +40,7 @@ import {
   type TableProps,
 } from "./format.ts";
 import type { BlockSource } from "./iterators.ts";
+import { keyPrefix } from "./keys.ts";
 
 /** Reads and verifies one block from `read(offset, length)`; throws CorruptionError. */
 export function loadBlock(
@@ -82,18 +85,6 @@ function loadIndexAndFilter(
   // Per index entry beyond the block: its key string and slot (~48 bytes), prefix and handle.
   const charge = index.charge + index.count * (48 + 4 + 16) + filter.length;
   return { index, prefixes, handles, filter, charge };
-}
-
-/** The first four bytes of a binary-string key as a big-endian u32, 0-padded: monotonic in it. */
-function keyPrefix(key: string): number {
-  const n = key.length;
-  return (
-    (((n > 0 ? key.charCodeAt(0) : 0) << 24) |
-      ((n > 1 ? key.charCodeAt(1) : 0) << 16) |
-      ((n > 2 ? key.charCodeAt(2) : 0) << 8) |
-      (n > 3 ? key.charCodeAt(3) : 0)) >>>
-    0
-  );
 }
 
 /** Footer, index, filter and props of a table, from a reader over its bytes. */
@@ -206,10 +197,17 @@ export class Table implements BlockSource, MetaHolder {
   #readBlockAt(offset: number, size: number): ParsedBlock {
     const cached = this.#caches.blockCache.get(this.#blocks, offset);
     if (cached !== undefined) return cached;
-    const data = loadBlock(this.path, { offset, size }, (at, length) =>
-      this.#caches.files.read(this.path, at, length),
-    );
-    const block = parseOrThrow(this.path, offset, data);
+    // loadBlock and parseOrThrow inlined: a miss makes one view of the file (block and checksum),
+    // no closure, no handle object.
+    const raw = this.#caches.files.read(this.path, offset, size + CRC_BYTES);
+    if (raw.length !== size + CRC_BYTES) {
+      throw new CorruptionError(this.path, offset, "block extends past the end of the file");
+    }
+    if (blockChecksumOf(raw, size) !== raw.readUInt32LE(size)) {
+      throw new CorruptionError(this.path, offset, "block checksum mismatch");
+    }
+    const block = parseBlockOf(raw, size);
+    if (block === undefined) throw new CorruptionError(this.path, offset, "block does not parse");
     this.#caches.blockCache.set(this.#blocks, offset, block);
     return block;
   }
