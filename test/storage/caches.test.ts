@@ -48,6 +48,7 @@ describe("block cache", () => {
     assert.equal(cache.bytes, one * 4);
     cache.evictTable(a);
     assert.equal(a.size, 0);
+    assert.ok(a.slots.every((s) => s === undefined));
     assert.equal(cache.bytes, one);
     assert.equal(cache.get(a, 0), undefined);
     assert.notEqual(cache.get(b, 0), undefined);

@@ -10,7 +10,8 @@ import type { ParsedBlock } from "./format.ts";
 /** A cached block, linked into the cache's recency list. */
 interface BlockEntry {
   readonly block: ParsedBlock;
-  readonly offset: number;
+  /** Its slot in its table's set: the block's ordinal in the table. */
+  readonly slot: number;
   readonly set: BlockSet;
   /** Value of the cache's clock when the entry last moved to the newest end. */
   stamp: number;
@@ -21,14 +22,22 @@ interface BlockEntry {
 }
 
 /**
- * One table's blocks in the block cache, by offset in the file. The table owns it (no key is
- * built per lookup, and a table's blocks are found without its index); the cache adds to it and
- * evicts from it.
+ * One table's blocks in the block cache, by their ordinal in the table (the index entry's
+ * position): an array slot, no hashing. The table owns it; the cache adds to it and evicts from it.
  */
-export type BlockSet = Map<number, BlockEntry>;
+export class BlockSet {
+  readonly slots: Array<BlockEntry | undefined>;
+  /** Blocks cached. */
+  size = 0;
 
-export function newBlockSet(): BlockSet {
-  return new Map();
+  /** `blocks`: the table's block count, when known (the slots are laid out at once). */
+  constructor(blocks = 0) {
+    this.slots = new Array<BlockEntry | undefined>(blocks);
+  }
+}
+
+export function newBlockSet(blocks = 0): BlockSet {
+  return new BlockSet(blocks);
 }
 
 /**
@@ -56,8 +65,8 @@ export class BlockCache {
     return this.#bytes;
   }
 
-  get(set: BlockSet, offset: number): ParsedBlock | undefined {
-    const entry = set.get(offset);
+  get(set: BlockSet, slot: number): ParsedBlock | undefined {
+    const entry = set.slots[slot];
     if (entry === undefined) {
       this.misses++;
       return undefined;
@@ -70,12 +79,13 @@ export class BlockCache {
     return entry.block;
   }
 
-  set(set: BlockSet, offset: number, block: ParsedBlock): void {
+  set(set: BlockSet, slot: number, block: ParsedBlock): void {
     if (block.charge > this.capacityBytes) return;
-    const old = set.get(offset);
+    const old = set.slots[slot];
     if (old !== undefined) this.#remove(old);
-    const entry: BlockEntry = { block, offset, set, stamp: 0, newer: undefined, older: undefined };
-    set.set(offset, entry);
+    const entry: BlockEntry = { block, slot, set, stamp: 0, newer: undefined, older: undefined };
+    set.slots[slot] = entry;
+    set.size++;
     this.#pushNewest(entry);
     this.#count++;
     this.#bytes += block.charge;
@@ -86,17 +96,22 @@ export class BlockCache {
 
   /** Drops every block of a table (its file was deleted or closed). */
   evictTable(set: BlockSet): void {
-    for (const entry of set.values()) {
+    const slots = set.slots;
+    for (let i = 0; i < slots.length; i++) {
+      const entry = slots[i];
+      if (entry === undefined) continue;
       this.#unlink(entry);
       this.#count--;
       this.#bytes -= entry.block.charge;
+      slots[i] = undefined;
     }
-    set.clear();
+    set.size = 0;
   }
 
   #remove(entry: BlockEntry): void {
     this.#unlink(entry);
-    entry.set.delete(entry.offset);
+    entry.set.slots[entry.slot] = undefined;
+    entry.set.size--;
     this.#count--;
     this.#bytes -= entry.block.charge;
   }

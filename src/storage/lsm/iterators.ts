@@ -92,7 +92,8 @@ const EMPTY = new Uint8Array(0);
 /** Where a table iterator gets its blocks (the block cache on the main thread, a buffer in a worker). */
 export interface BlockSource {
   readonly index: ParsedBlock;
-  readBlock(handle: BlockHandle): ParsedBlock;
+  /** The data block at `handle`, the `ordinal`-th of the table (its index entry's position). */
+  readBlock(handle: BlockHandle, ordinal: number): ParsedBlock;
 }
 
 export class TableIterator implements InternalIterator {
@@ -147,7 +148,7 @@ export class TableIterator implements InternalIterator {
   #openBlock(n: number): void {
     this.#blockIndex = n;
     const index = this.#table.index;
-    this.#block = n < index.count ? this.#table.readBlock(blockHandleOf(index, n)) : null;
+    this.#block = n < index.count ? this.#table.readBlock(blockHandleOf(index, n), n) : null;
   }
 
   next(): void {

@@ -11,6 +11,7 @@ import { bloomMayContain, keyHash } from "./bloom.ts";
 import {
   newBlockSet,
   type BlockCache,
+  type BlockSet,
   type FileCache,
   type MetaHolder,
   type TableCache,
@@ -125,8 +126,8 @@ export class Table implements BlockSource, MetaHolder {
   readonly #caches: TableCaches;
   /** Index and filter, while the table cache accounts for them. */
   #meta: TableMeta | undefined;
-  /** This table's blocks in the block cache. */
-  readonly #blocks = newBlockSet();
+  /** This table's blocks in the block cache, by ordinal. */
+  readonly #blocks: BlockSet;
   /** Readers holding this table (iterators, exports); it is deleted when obsolete and unpinned. */
   pins = 0;
   obsolete = false;
@@ -138,7 +139,9 @@ export class Table implements BlockSource, MetaHolder {
     footer: Footer,
     props: TableProps,
     caches: TableCaches,
+    blocks: number,
   ) {
+    this.#blocks = newBlockSet(blocks);
     this.number = number;
     this.path = path;
     this.fileSize = fileSize;
@@ -153,7 +156,15 @@ export class Table implements BlockSource, MetaHolder {
     const meta = loadTableMeta(path, fileSize, (offset, length) =>
       caches.files.read(path, offset, length),
     );
-    const table = new Table(number, path, fileSize, meta.footer, meta.props, caches);
+    const table = new Table(
+      number,
+      path,
+      fileSize,
+      meta.footer,
+      meta.props,
+      caches,
+      meta.index.count,
+    );
     table.#hold(meta);
     return table;
   }
@@ -190,12 +201,12 @@ export class Table implements BlockSource, MetaHolder {
     return this.#meta?.charge ?? 0;
   }
 
-  readBlock(handle: BlockHandle): ParsedBlock {
-    return this.#readBlockAt(handle.offset, handle.size);
+  readBlock(handle: BlockHandle, ordinal: number): ParsedBlock {
+    return this.#readBlockAt(ordinal, handle.offset, handle.size);
   }
 
-  #readBlockAt(offset: number, size: number): ParsedBlock {
-    const cached = this.#caches.blockCache.get(this.#blocks, offset);
+  #readBlockAt(ordinal: number, offset: number, size: number): ParsedBlock {
+    const cached = this.#caches.blockCache.get(this.#blocks, ordinal);
     if (cached !== undefined) return cached;
     // loadBlock and parseOrThrow inlined: a miss makes one view of the file (block and checksum),
     // no closure, no handle object.
@@ -208,7 +219,7 @@ export class Table implements BlockSource, MetaHolder {
     }
     const block = parseBlockOf(raw, size);
     if (block === undefined) throw new CorruptionError(this.path, offset, "block does not parse");
-    this.#caches.blockCache.set(this.#blocks, offset, block);
+    this.#caches.blockCache.set(this.#blocks, ordinal, block);
     return block;
   }
 
@@ -234,7 +245,7 @@ export class Table implements BlockSource, MetaHolder {
       else hi = mid;
     }
     for (let b = lo; b < index.count; b++) {
-      const block = this.#readBlockAt(handles[2 * b] as number, handles[2 * b + 1] as number);
+      const block = this.#readBlockAt(b, handles[2 * b] as number, handles[2 * b + 1] as number);
       const i = seekInBlock(block, key, seq);
       if (i < block.count) {
         if (compareBlockKey(block, i, key) !== 0) return undefined;
