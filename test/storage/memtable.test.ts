@@ -32,7 +32,7 @@ function walk(from: MemNode | null): MemNode[] {
 }
 
 describe("memtable", () => {
-  it("iterates every key in order from any seek, however puts and seeks interleave", () => {
+  it("iterates every key in order from any seek or flush, however puts and seeks interleave", () => {
     fc.assert(
       fc.property(fc.array(stepArb, { maxLength: 300 }), (steps) => {
         const mem = new Memtable();
@@ -51,6 +51,11 @@ describe("memtable", () => {
           } else {
             const from = step.key ?? undefined;
             const want = [...model.keys()].filter((k) => from === undefined || k >= from).sort();
+            // The flush's order (the pending keys sorted, not linked) before the seek links them.
+            assert.deepEqual(
+              mem.sortedNodes().map((n) => n.key),
+              [...model.keys()].sort(),
+            );
             const got = walk(mem.seek(from));
             assert.deepEqual(
               got.map((n) => n.key),

@@ -556,7 +556,7 @@ export class LsmEngine implements BudgetMember {
     // happen in the worker.
     const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
     const filter = new VersionFilter(this.#smallestSnapshot(), false);
-    for (let node = mem.seek(undefined); node !== null; node = node.next[0] ?? null) {
+    for (const node of mem.sortedNodes()) {
       const n = versionCount(node);
       for (let i = 0; i < n; i++) {
         const v = versionAt(node, i);

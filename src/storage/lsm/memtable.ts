@@ -177,12 +177,34 @@ export class Memtable {
     }
   }
 
+  /**
+   * Every node in key order, as a new array, without linking the pending ones (for a flush: an
+   * immutable memtable that no scan read is sorted once and never linked).
+   */
+  sortedNodes(): MemNode[] {
+    const pending = this.#sortPending();
+    const out: MemNode[] = [];
+    let p = 0;
+    for (let node = this.#head.next[0] ?? null; node !== null; node = node.next[0] ?? null) {
+      while (p < pending.length && (pending[p] as MemNode).key < node.key) {
+        out.push(pending[p++] as MemNode);
+      }
+      out.push(node);
+    }
+    while (p < pending.length) out.push(pending[p++] as MemNode);
+    return out;
+  }
+
+  /** The pending nodes, sorted by key (in place: a later sort of them is cheap). */
+  #sortPending(): MemNode[] {
+    // Keys are distinct (the Map holds one node per key).
+    return this.#pending.sort((a, b) => (a.key < b.key ? -1 : 1));
+  }
+
   /** Links the pending nodes into the skip list, in key order. */
   #linkPending(): void {
-    const pending = this.#pending;
+    const pending = this.#sortPending();
     this.#pending = [];
-    // Keys are distinct (the Map holds one node per key).
-    pending.sort((a, b) => (a.key < b.key ? -1 : 1));
     const head = this.#head;
     const update = this.#update;
     for (let level = 0; level < MAX_HEIGHT; level++) update[level] = head;
