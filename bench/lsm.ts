@@ -1,5 +1,5 @@
 /**
- * `npm run bench:lsm [-- --keys N] [--cache-mib M] [--rounds R] [--json]`
+ * `npm run bench:lsm [-- --keys N] [--cache-mib M] [--write-rounds W] [--rounds R] [--json]`
  *
  * Cairn's LSM engine and LevelDB (classic-level) side by side, in one process run, on the same
  * disk, with the same block cache size (64 MiB unless --cache-mib) and no compression on either
@@ -7,8 +7,9 @@
  *  1. random batched writes: N keys (default 1M) of 16 bytes with 100-byte values, batches of 1000,
  *     timed until every batch is accepted *and* the memtables are flushed to tables (Cairn:
  *     `flush()`; LevelDB: `compactRange` over an empty key range, which flushes its memtable and
- *     compacts nothing). Cairn writes first, then compacts fully and goes idle; then `sync`, then
- *     LevelDB writes: neither pays for the other's dirty pages or background work;
+ *     compacts nothing). W rounds (default 3), each into a new engine, alternating which side
+ *     goes first; each side waits until its own compactions are done before the other starts,
+ *     and `sync` runs before each: neither pays for the other's dirty pages or background work;
  *  2. random point reads of existing keys after a full compaction on both sides (Cairn:
  *     `compactFully()`, LevelDB: `compactRange` over every key: all data in one level),
  *     synchronous API on both sides (`get` / `getSync`). Cairn verifies every block's checksum
@@ -17,8 +18,9 @@
  *  3. range scans of 10k keys from random start keys: Cairn's synchronous `scan`, LevelDB's
  *     iterator with a read-ahead buffer large enough that one `nextv(10000)` returns the whole
  *     scan (one asynchronous step per scan, not per key or per 16 KiB).
- * Reads and scans run in R alternating rounds (default 5) with both engines open, so the
- * machine's drift falls on both alike; the median round of each side is reported, with the range.
+ * Reads and scans run on the last write round's engines, in R alternating rounds (default 5) with
+ * both open, so the machine's drift falls on both alike. Each case reports the median round of
+ * each side, with the range.
  * Prints one line per case with both rates and the ratio cairn/leveldb. Goal: ratio ≥ 1.0 each.
  */
 import { execFileSync } from "node:child_process";
@@ -35,6 +37,7 @@ const { values } = parseArgs({
     reads: { type: "string", default: "200000" },
     scans: { type: "string", default: "100" },
     rounds: { type: "string", default: "5" },
+    "write-rounds": { type: "string", default: "3" },
     "cache-mib": { type: "string", default: "64" },
     json: { type: "boolean", default: false },
     dir: { type: "string" },
@@ -44,6 +47,7 @@ const KEYS = Number(values.keys);
 const READS = Number(values.reads);
 const SCANS = Number(values.scans);
 const ROUNDS = Number(values.rounds);
+const WRITE_ROUNDS = Math.max(1, Number(values["write-rounds"]));
 const SCAN_LENGTH = 10_000;
 const BATCH = 1000;
 const CACHE_BYTES = Number(values["cache-mib"]) * 1024 * 1024;
@@ -104,9 +108,13 @@ interface Side {
   close(): Promise<void>;
 }
 
-async function openCairn(): Promise<Side> {
+/**
+ * Fills a new Cairn engine in `dir` and times it. Unless `keep`, waits until it is idle, closes
+ * it and deletes it (a write round); else compacts it fully for the reads.
+ */
+async function openCairn(dir: string, keep: boolean): Promise<Side | number> {
   const env = new LsmEnvironment({ blockCacheBytes: CACHE_BYTES });
-  const engine = await LsmEngine.open(join(base, "cairn"), env);
+  const engine = await LsmEngine.open(dir, env);
   const t0 = performance.now();
   for (let i = 0; i < KEYS; i += BATCH) {
     const ops: WriteOp[] = [];
@@ -117,6 +125,13 @@ async function openCairn(): Promise<Side> {
   }
   await engine.flush();
   const writes = KEYS / seconds(t0);
+  if (!keep) {
+    await engine.compactUntilIdle();
+    await engine.close();
+    await env.close();
+    rmSync(dir, { recursive: true, force: true });
+    return writes;
+  }
   await engine.compactFully();
   // Nothing may run in the background while the other side writes or either side reads.
   await engine.compactUntilIdle();
@@ -147,8 +162,9 @@ async function openCairn(): Promise<Side> {
   };
 }
 
-async function openLevel(): Promise<Side> {
-  const db = new ClassicLevel<Buffer, Buffer>(join(base, "leveldb"), {
+/** As openCairn, for LevelDB (whose close waits for its background compaction). */
+async function openLevel(dir: string, keep: boolean): Promise<Side | number> {
+  const db = new ClassicLevel<Buffer, Buffer>(dir, {
     keyEncoding: "buffer",
     valueEncoding: "buffer",
     cacheSize: CACHE_BYTES,
@@ -166,6 +182,11 @@ async function openLevel(): Promise<Side> {
   // Above every 16-byte key: flushes the memtable, overlaps no table.
   await db.compactRange(Buffer.alloc(17, 0xff), Buffer.alloc(18, 0xff));
   const writes = KEYS / seconds(t0);
+  if (!keep) {
+    await db.close();
+    rmSync(dir, { recursive: true, force: true });
+    return writes;
+  }
   await db.compactRange(Buffer.alloc(0), Buffer.alloc(17, 0xff));
   shapes.leveldb = Array.from({ length: 7 }, (_, level) =>
     db.getProperty(`leveldb.num-files-at-level${level}`),
@@ -210,15 +231,31 @@ const median = (xs: readonly number[]): number => {
 
 let results: Record<string, CaseResult>;
 try {
-  // Each side writes on a quiet disk (`sync` writes back what the other left dirty) and with
-  // nothing of the other running: Cairn finishes its compactions before LevelDB starts.
-  execFileSync("sync");
-  const cairn = await openCairn();
-  execFileSync("sync");
-  const level = await openLevel();
+  // Write rounds alternate which side goes first; each side writes on a quiet disk (`sync` writes
+  // back what the other left dirty) with nothing of the other running (each waits until its
+  // compactions are done before the other starts). The last round's engines stay for the reads.
+  const writes: CaseResult = { cairn: [], leveldb: [] };
+  let cairn: Side | undefined;
+  let level: Side | undefined;
+  for (let round = 0; round < WRITE_ROUNDS; round++) {
+    const keep = round === WRITE_ROUNDS - 1;
+    for (const side of round % 2 === 0 ? ["cairn", "leveldb"] : ["leveldb", "cairn"]) {
+      execFileSync("sync");
+      const dir = join(base, `${side}-${round}`);
+      const opened = side === "cairn" ? await openCairn(dir, keep) : await openLevel(dir, keep);
+      const rate = typeof opened === "number" ? opened : opened.writes;
+      if (side === "cairn") writes.cairn.push(rate);
+      else writes.leveldb.push(rate);
+      if (typeof opened !== "number") {
+        if (side === "cairn") cairn = opened;
+        else level = opened;
+      }
+    }
+  }
+  if (cairn === undefined || level === undefined) throw new Error("no write round kept");
   try {
     results = {
-      "random batched writes (keys/s)": { cairn: [cairn.writes], leveldb: [level.writes] },
+      "random batched writes (keys/s)": writes,
       "random point reads (reads/s)": { cairn: [], leveldb: [] },
       "range scans of 10k keys (keys/s)": { cairn: [], leveldb: [] },
     };
@@ -256,6 +293,7 @@ if (values.json) {
       reads: READS,
       scans: SCANS,
       rounds: ROUNDS,
+      writeRounds: WRITE_ROUNDS,
       cpu: cpus()[0]?.model ?? "unknown",
       tablesPerLevel: shapes,
       cases: Object.entries(results).map(([name, r]) => ({
