@@ -134,7 +134,10 @@ export class ByteSink {
   }
 }
 
-/** Appends one entry in the shared entry encoding. */
+/**
+ * Appends one entry in the shared entry encoding: one capacity check, then the fields stored
+ * byte by byte (a flush encodes every version of a memtable on the main thread).
+ */
 export function putEntry(
   sink: ByteSink,
   key: string,
@@ -142,12 +145,43 @@ export function putEntry(
   seq: number,
   value: Uint8Array,
 ): void {
-  sink.varint(key.length);
-  sink.latin1(key);
-  sink.u8(kind);
-  sink.u64(seq);
-  sink.varint(value.length);
-  sink.bytes(value);
+  const keyLength = key.length;
+  const valueLength = value.length;
+  sink.ensure(keyLength + valueLength + 19); // two varints of ≤ 5 bytes, kind, seq
+  const buf = sink.buf;
+  let p = putVarint(buf, sink.length, keyLength);
+  p += (buf as unknown as Latin1Write).latin1Write(key, p, keyLength);
+  buf[p] = kind;
+  const lo = seq >>> 0;
+  const hi = Math.floor(seq / 0x1_0000_0000);
+  buf[p + 1] = lo;
+  buf[p + 2] = lo >>> 8;
+  buf[p + 3] = lo >>> 16;
+  buf[p + 4] = lo >>> 24;
+  buf[p + 5] = hi;
+  buf[p + 6] = hi >>> 8;
+  buf[p + 7] = hi >>> 16;
+  buf[p + 8] = hi >>> 24;
+  p = putVarint(buf, p + 9, valueLength);
+  if (valueLength <= 64) {
+    // Below this a loop beats TypedArray#set's call.
+    for (let i = 0; i < valueLength; i++) buf[p + i] = value[i] as number;
+  } else {
+    buf.set(value, p);
+  }
+  sink.length = p + valueLength;
+}
+
+/** Writes `n` (< 2^32) as a varint at `at`; returns the position after it. */
+function putVarint(buf: Buffer, at: number, n: number): number {
+  let v = n >>> 0;
+  let p = at;
+  while (v >= 0x80) {
+    buf[p++] = (v & 0x7f) | 0x80;
+    v >>>= 7;
+  }
+  buf[p] = v;
+  return p + 1;
 }
 
 export function readU64(buf: Uint8Array, at: number): number {
