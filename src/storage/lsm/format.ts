@@ -457,7 +457,6 @@ export function propsFromJson(text: string): TableProps {
   };
 }
 
-/** Closes a data or index block: `u32 entryOffset[count] | u32 count`; empties `starts`. */
 /** Closes a block: its entries' offsets and key prefixes, then their count. Clears both lists. */
 function appendEntryOffsets(sink: ByteSink, starts: number[], prefixes: number[]): void {
   for (const at of starts) sink.u32(at);
@@ -472,8 +471,10 @@ function appendEntryOffsets(sink: ByteSink, starts: number[], prefixes: number[]
  * writes `finish()`'s bytes to disk.
  */
 export class TableBuilder {
+  /** The table so far; the open data block is built in place at its end (no copy per block). */
   readonly #out = new ByteSink(1 << 20);
-  readonly #block = new ByteSink(BLOCK_BYTES + 1024);
+  /** Where the open data block starts in #out. */
+  #blockStart = 0;
   readonly #index = new ByteSink(16 * 1024);
   /** Where each entry of the open data block and of the index starts. */
   readonly #blockStarts: number[] = [];
@@ -496,7 +497,7 @@ export class TableBuilder {
 
   /** Bytes so far (data blocks written plus the open block). */
   get estimatedBytes(): number {
-    return this.#out.length + this.#block.length;
+    return this.#out.length;
   }
 
   get lastKey(): string {
@@ -514,18 +515,18 @@ export class TableBuilder {
   ): void {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
-    this.#blockStarts.push(this.#block.length);
+    this.#blockStarts.push(this.#out.length - this.#blockStart);
     this.#blockPrefixes.push(keyPrefix(key));
-    this.#block.bytes(raw, start, end);
+    this.#out.bytes(raw, start, end);
     this.#noteEntry(key, kind, seq);
   }
 
   add(key: string, kind: number, seq: number, value: Uint8Array): void {
     if (this.#entries === 0) this.#smallest = key;
     if (this.#entries === 0 || key !== this.#lastKey) this.#hashes.push(keyHash(key));
-    this.#blockStarts.push(this.#block.length);
+    this.#blockStarts.push(this.#out.length - this.#blockStart);
     this.#blockPrefixes.push(keyPrefix(key));
-    putEntry(this.#block, key, kind, seq, value);
+    putEntry(this.#out, key, kind, seq, value);
     this.#noteEntry(key, kind, seq);
   }
 
@@ -536,14 +537,17 @@ export class TableBuilder {
     if (kind === KIND_DELETE) this.#tombstones++;
     if (seq < this.#minSeq) this.#minSeq = seq;
     if (seq > this.#maxSeq) this.#maxSeq = seq;
-    if (this.#block.length >= BLOCK_BYTES) this.#closeBlock();
+    if (this.#out.length - this.#blockStart >= BLOCK_BYTES) this.#closeBlock();
   }
 
   #closeBlock(): void {
-    if (this.#block.length === 0) return;
-    appendEntryOffsets(this.#block, this.#blockStarts, this.#blockPrefixes);
-    const handle = this.#writeBlock(this.#block.view());
-    this.#block.length = 0;
+    const out = this.#out;
+    const offset = this.#blockStart;
+    if (out.length === offset) return;
+    appendEntryOffsets(out, this.#blockStarts, this.#blockPrefixes);
+    const handle = { offset, size: out.length - offset };
+    out.u32(blockChecksum(out.buf.subarray(offset, offset + handle.size)));
+    this.#blockStart = out.length;
     const value = Buffer.allocUnsafe(12);
     value.writeUInt32LE(handle.offset >>> 0, 0);
     value.writeUInt32LE(Math.floor(handle.offset / 0x1_0000_0000), 4);
