@@ -472,7 +472,7 @@ function appendEntryOffsets(sink: ByteSink, starts: number[], prefixes: number[]
  */
 export class TableBuilder {
   /** The table so far; the open data block is built in place at its end (no copy per block). */
-  readonly #out = new ByteSink(1 << 20);
+  readonly #out: ByteSink;
   /** Where the open data block starts in #out. */
   #blockStart = 0;
   readonly #index = new ByteSink(16 * 1024);
@@ -490,6 +490,11 @@ export class TableBuilder {
   #tombstones = 0;
   #minSeq = Number.MAX_SAFE_INTEGER;
   #maxSeq = 0;
+
+  /** `capacity`: the table's expected size (its buffer grows by doubling, a copy each time). */
+  constructor(capacity = 1 << 20) {
+    this.#out = new ByteSink(capacity);
+  }
 
   get entries(): number {
     return this.#entries;

@@ -65,10 +65,19 @@ function writeTable(dir: string, number: number, builder: TableBuilder): BuiltTa
 class OutputSet {
   readonly #job: { dir: string; numbers: readonly number[]; targetFileBytes: number };
   readonly tables: BuiltTable[] = [];
-  #builder = new TableBuilder();
+  #builder: TableBuilder;
+  /** Initial buffer size of each table: the expected table size, so it rarely grows. */
+  readonly #capacity: number;
 
-  constructor(job: { dir: string; numbers: readonly number[]; targetFileBytes: number }) {
+  /** `expectedBytes`: about how much the job writes in all (its input's size). */
+  constructor(
+    job: { dir: string; numbers: readonly number[]; targetFileBytes: number },
+    expectedBytes: number,
+  ) {
     this.#job = job;
+    // Entries plus offset arrays, key prefixes, index and filter: ~15% over the entries.
+    this.#capacity = Math.ceil(Math.min(job.targetFileBytes, expectedBytes) * 1.15) + 65536;
+    this.#builder = new TableBuilder(this.#capacity);
   }
 
   /** Call before adding an entry for `key`: closes the current table if it is full. */
@@ -87,7 +96,7 @@ class OutputSet {
     const number = this.#job.numbers[this.tables.length];
     if (number === undefined) throw new Error("compaction job ran out of reserved file numbers");
     this.tables.push(writeTable(this.#job.dir, number, this.#builder));
-    this.#builder = new TableBuilder();
+    this.#builder = new TableBuilder(this.#capacity);
   }
 
   finish(): BuiltTable[] {
@@ -98,7 +107,7 @@ class OutputSet {
 }
 
 export function runBuild(job: BuildJob): BuiltTable[] {
-  const out = new OutputSet(job);
+  const out = new OutputSet(job, job.data.length);
   const data = Buffer.from(job.data.buffer, job.data.byteOffset, job.data.length);
   let at = 0;
   while (at < data.length) {
@@ -131,21 +140,26 @@ export function runBuild(job: BuildJob): BuiltTable[] {
   return out.finish();
 }
 
-function bufferSource(path: string): BlockSource {
+function bufferSource(path: string): BlockSource & { fileSize: number } {
   const file = readFileSync(path);
   const read = (offset: number, length: number): Buffer => file.subarray(offset, offset + length);
   const meta = loadTableMeta(path, file.length, read);
   return {
+    fileSize: file.length,
     index: meta.index,
     readBlock: (handle) => parseOrThrow(path, handle.offset, loadBlock(path, handle, read)),
   };
 }
 
 export function runCompact(job: CompactJob): BuiltTable[] {
-  const merged = new MergingIterator(job.inputs.map((p) => new TableIterator(bufferSource(p))));
+  const sources = job.inputs.map(bufferSource);
+  const merged = new MergingIterator(sources.map((s) => new TableIterator(s)));
   // Every child is a TableIterator: entries are copied in their encoded form, not re-encoded.
   const filter = new VersionFilter(job.smallestSnapshot, job.bottom);
-  const out = new OutputSet(job);
+  const out = new OutputSet(
+    job,
+    sources.reduce((bytes, s) => bytes + s.fileSize, 0),
+  );
   for (merged.seek(undefined, 0); merged.valid; merged.next()) {
     const { key, seq, kind } = merged;
     if (!filter.keep(key, seq, kind)) continue;
