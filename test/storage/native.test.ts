@@ -61,7 +61,7 @@ describe("native addon", () => {
 
 describe("file cache", () => {
   for (const map of [true, false]) {
-    it(`reads the same bytes mapped or with pread (map: ${map}), short at the end`, () => {
+    it(`reads the same bytes as blocks (mapped: ${map}) and with pread, short at the end`, () => {
       const dir = tempDir("files");
       const files = new FileCache(2, { map });
       assert.equal(files.mapping, map && mapFile !== undefined);
@@ -71,9 +71,11 @@ describe("file cache", () => {
         contents.forEach((c, n) => {
           const path = join(dir, `${n}.sst`);
           assert.equal(files.size(path), c.length);
-          assert.deepEqual(files.read(path, 100, 50), c.subarray(100, 150));
-          assert.deepEqual(files.read(path, c.length - 10, 50), c.subarray(c.length - 10));
-          assert.equal(files.read(path, c.length + 5, 10).length, 0);
+          for (const read of [files.read.bind(files), files.block.bind(files)]) {
+            assert.deepEqual(read(path, 100, 50), c.subarray(100, 150));
+            assert.deepEqual(read(path, c.length - 10, 50), c.subarray(c.length - 10));
+            assert.equal(read(path, c.length + 5, 10).length, 0);
+          }
           assert.ok(files.openFiles <= 2, "bounded by count");
         });
       }

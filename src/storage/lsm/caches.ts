@@ -238,29 +238,34 @@ export class TableCache {
   }
 }
 
-/** An open table file: mapped into memory, or (without the addon, or if mapping failed) a descriptor. */
+/** An open table file: its descriptor, and its mapping once a data block was read. */
 interface OpenFile {
-  readonly fd: number | undefined;
-  readonly view: Buffer | undefined;
+  readonly fd: number;
   readonly size: number;
+  /** Mapping of the whole file; undefined until the first block read; null if mapping failed. */
+  view: Buffer | undefined | null;
 }
 
 const EMPTY = Buffer.alloc(0);
 
 /**
- * Least-recently-used set of open, read-only SSTable files, bounded by count: each is mapped into
- * memory where the native addon is loaded (a read is then a view of the mapping: no system call,
- * no copy, no allocation, as LevelDB's mmap'd tables) and read with pread otherwise.
+ * Least-recently-used set of open, read-only SSTable files, bounded by count. A table's footer,
+ * index, filter and properties are read with pread (copies, loaded once per table-cache load);
+ * its data blocks are read through a mapping of the file where the native addon is loaded (a
+ * block is then a view of the mapping: no system call, no copy, no allocation, as LevelDB's
+ * mmap'd tables), mapped at the first block read, and with pread otherwise. Only tables that
+ * serve reads are mapped, and only the pages of the blocks read count in the process's RSS (a
+ * table opened after a flush or compaction is read through pread alone).
  *
- * A mapping holds no descriptor, and it is unmapped only once the garbage collector has collected
- * every view of it, so a block, key or value read from a file stays valid however long its holder
- * keeps it, even after the file is closed here or deleted; a deleted table's disk space is freed
- * when its last view is collected. Only immutable files may be read through this cache (a mapped
- * file that shrinks raises SIGBUS on a read past its new end): installed SSTables.
+ * A mapping is unmapped only once the garbage collector has collected every view of it, so a
+ * block, key or value read from a file stays valid however long its holder keeps it, even after
+ * the file is closed here or deleted; a deleted table's disk space is freed when its last view
+ * is collected. Only immutable files may be read through this cache (a mapped file that shrinks
+ * raises SIGBUS on a read past its new end): installed SSTables.
  */
 export class FileCache {
   readonly capacity: number;
-  /** Whether files are mapped (the addon is loaded and mapping was not turned off). */
+  /** Whether data blocks are read through mappings (the addon is loaded, mapping not turned off). */
   readonly mapping: boolean;
   readonly #files = new Map<string, OpenFile>();
   /** Files that could not be mapped (e.g. the process's limit of mappings) and were read with pread. */
@@ -280,19 +285,36 @@ export class FileCache {
     return this.#open(path).size;
   }
 
-  /**
-   * `length` bytes at `offset` of `path`, fewer at the end of the file. A view of the mapping
-   * when the file is mapped (valid as long as it is held), else a new buffer.
-   */
+  /** `length` bytes at `offset` of `path` (fewer at the end of the file), read into a new buffer. */
   read(path: string, offset: number, length: number): Buffer {
     const file = this.#open(path);
-    if (file.view !== undefined) {
-      const end = Math.min(offset + length, file.size);
-      return offset < end ? file.view.subarray(offset, end) : EMPTY;
-    }
     const buf = Buffer.allocUnsafe(length);
-    const n = readSync(file.fd as number, buf, 0, length, offset);
+    const n = readSync(file.fd, buf, 0, length, offset);
     return buf.subarray(0, n);
+  }
+
+  /**
+   * A data block: `length` bytes at `offset` of `path`, fewer at the end of the file. A view of
+   * the file's mapping where files are mapped (valid as long as it is held), else as `read`.
+   */
+  block(path: string, offset: number, length: number): Buffer {
+    const file = this.#open(path);
+    let view = file.view;
+    if (view === undefined) {
+      view = null;
+      if (this.mapping && file.size > 0 && mapFile !== undefined) {
+        try {
+          view = mapFile(file.fd, file.size);
+        } catch {
+          // Mapping failed (e.g. vm.max_map_count reached): this file is read with pread.
+          this.mapFailures++;
+        }
+      }
+      file.view = view;
+    }
+    if (view === null) return this.read(path, offset, length);
+    const end = Math.min(offset + length, file.size);
+    return offset < end ? view.subarray(offset, end) : EMPTY;
   }
 
   #open(path: string): OpenFile {
@@ -310,16 +332,7 @@ export class FileCache {
       closeSync(fd);
       throw cause;
     }
-    let file: OpenFile = { fd, view: undefined, size };
-    if (this.mapping && size > 0 && mapFile !== undefined) {
-      try {
-        file = { fd: undefined, view: mapFile(fd, size), size };
-        closeSync(fd);
-      } catch {
-        // Mapping failed (e.g. vm.max_map_count reached): this file is read with pread.
-        this.mapFailures++;
-      }
-    }
+    const file: OpenFile = { fd, size, view: undefined };
     this.#files.set(path, file);
     while (this.#files.size > this.capacity) {
       const first = this.#files.entries().next();
@@ -331,7 +344,7 @@ export class FileCache {
 
   #forget(path: string, file: OpenFile): void {
     this.#files.delete(path);
-    if (file.fd !== undefined) closeSync(file.fd);
+    closeSync(file.fd);
   }
 
   close(path: string): void {

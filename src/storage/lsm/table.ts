@@ -210,7 +210,7 @@ export class Table implements BlockSource, MetaHolder {
     if (cached !== undefined) return cached;
     // loadBlock and parseOrThrow inlined: a miss makes one view of the file (block and checksum),
     // no closure, no handle object.
-    const raw = this.#caches.files.read(this.path, offset, size + CRC_BYTES);
+    const raw = this.#caches.files.block(this.path, offset, size + CRC_BYTES);
     if (raw.length !== size + CRC_BYTES) {
       throw new CorruptionError(this.path, offset, "block extends past the end of the file");
     }
