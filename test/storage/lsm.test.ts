@@ -98,6 +98,26 @@ describe("LSM engine", () => {
     await engine.close();
   });
 
+  it("writes a new engine's manifest at its first flush, not when it opens", async () => {
+    const dir = tempDir("lsm");
+    let engine = await LsmEngine.open(dir, env, SMALL);
+    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
+    assert.deepEqual(readdirSync(dir), [], "nothing durable before the first flush");
+    // Closed without a flush (as a crash): an empty engine; the caller replays its log from 0.
+    await engine.close();
+    engine = await LsmEngine.open(dir, env, SMALL);
+    assert.equal(engine.flushedSeq, 0);
+    assert.equal(engine.get(b("k")), undefined);
+    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
+    await engine.flush();
+    assert.ok(readdirSync(dir).includes("CURRENT"));
+    await engine.close();
+    engine = await LsmEngine.open(dir, env, SMALL);
+    assert.equal(engine.flushedSeq, 1);
+    assert.deepEqual(engine.get(b("k")), b("v"));
+    await engine.close();
+  });
+
   it("rejects a sequence that does not increase", async () => {
     const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL);
     await engine.write(5, [{ type: "put", key: b("k"), value: b("v") }]);

@@ -111,7 +111,12 @@ export class LsmEngine implements BudgetMember {
   readonly #maxImmutables: number;
   readonly #planner: PlannerConfig;
 
-  #manifest: Manifest;
+  /**
+   * Undefined for a new engine until its first edit: nothing of it is durable before its first
+   * flush (its writes are in the caller's log), so its creation costs no fsync.
+   */
+  #manifest: Manifest | undefined;
+  #manifestCreation: Promise<Manifest> | undefined;
   readonly #state: ManifestState;
   /** Open tables by level, mirroring #state.levels. */
   #levels: Table[][];
@@ -158,7 +163,7 @@ export class LsmEngine implements BudgetMember {
     dir: string,
     env: LsmEnvironment,
     options: LsmOptions,
-    manifest: Manifest,
+    manifest: Manifest | undefined,
     state: ManifestState,
     levels: Table[][],
   ) {
@@ -187,7 +192,9 @@ export class LsmEngine implements BudgetMember {
   /**
    * Opens (or creates) the engine in `dir`. Verifies every live table's footer, index, filter and
    * properties, writes a fresh manifest, and removes files no manifest names (orphans of a crash).
-   * The caller then replays its log above `flushedSeq`.
+   * The caller then replays its log above `flushedSeq`. A new engine (no manifest in `dir`) writes
+   * its manifest at its first flush instead: until then it holds nothing durable, and a crash
+   * leaves an empty engine whose writes the caller replays from its log.
    */
   static async open(
     dir: string,
@@ -212,14 +219,18 @@ export class LsmEngine implements BudgetMember {
         }),
       );
     }
-    const manifestNumber = current === undefined ? 1 : Number(current.slice(9)) + 1;
     state.nextFileNumber = Math.max(state.nextFileNumber, 1);
-    const manifest = await Manifest.create(dir, state, manifestNumber);
+    // Without CURRENT nothing was durable: no table is live, and no manifest is needed until the
+    // first edit (#appendEdit writes it).
+    const manifest =
+      current === undefined
+        ? undefined
+        : await Manifest.create(dir, state, Number(current.slice(9)) + 1);
     const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
     for (const name of await readdir(dir)) {
       const path = join(dir, name);
       const orphanTable = name.endsWith(".sst") && !live.has(path);
-      const oldManifest = name.startsWith("MANIFEST-") && name !== manifest.fileName;
+      const oldManifest = name.startsWith("MANIFEST-") && name !== manifest?.fileName;
       if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
     }
     const engine = new LsmEngine(dir, env, options, manifest, state, levels);
@@ -727,7 +738,13 @@ export class LsmEngine implements BudgetMember {
    */
   async #appendEdit(edit: VersionEdit): Promise<void> {
     if (this.#failure !== undefined) throw this.#failedError();
-    await this.#manifest.append(edit);
+    const manifest =
+      this.#manifest ??
+      (await (this.#manifestCreation ??= Manifest.create(this.dir, this.#state, 1).then((m) => {
+        this.#manifest = m;
+        return m;
+      })));
+    await manifest.append(edit);
     if (this.#failure !== undefined) throw this.#failedError();
   }
 
@@ -880,7 +897,7 @@ export class LsmEngine implements BudgetMember {
     this.#syncBudget();
     this.#env.leave(this);
     for (const t of this.#levels.flat()) t.evictFromCaches();
-    await this.#manifest.close();
+    await this.#manifest?.close();
     await Promise.all(this.#deletions);
   }
 
