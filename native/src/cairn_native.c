@@ -74,9 +74,6 @@ static napi_value map_file(napi_env env, napi_callback_info info) {
   }
   void* data = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return throw_errno(env, "mmap", errno);
-  // Point reads touch a block here and there: no readahead, and no mapping of the neighbouring
-  // cached pages (fault-around) that would count them in the process's RSS.
-  madvise(data, (size_t)length, MADV_RANDOM);
   if (napi_create_external_arraybuffer(env, data, (size_t)length, unmap,
                                        (void*)(uintptr_t)length, &result) != napi_ok) {
     munmap(data, (size_t)length);
