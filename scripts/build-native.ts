@@ -6,8 +6,8 @@
  * It needs a C compiler (`$CC`, else `cc`) and the Node-API headers of the `node-api-headers`
  * package; no node-gyp, no Python, no download. Node-API is ABI-stable, so the one build serves
  * every Node.js this package runs on. The addon is an optimisation: when it cannot be built, the
- * node reads SSTables with pread instead of mapping them (src/storage/common/native.ts), so a
- * failed build warns and exits 0 — unless CAIRN_REQUIRE_NATIVE=1, which makes it fail (CI sets
+ * node reads SSTables with pread instead of mapping them and computes CRC32C in JavaScript
+ * (src/storage/common/native.ts), so a failed build warns and exits 0 — unless CAIRN_REQUIRE_NATIVE=1, which makes it fail (CI sets
  * nothing; the test suite checks the addon loads on machines with a compiler).
  */
 import { execFileSync } from "node:child_process";
@@ -47,7 +47,7 @@ try {
 } catch (cause) {
   const why = cause instanceof Error ? cause.message.split("\n")[0] : String(cause);
   console.warn(
-    `cairn: the native addon was not built (${why}); SSTables will be read with pread, slower but correct`,
+    `cairn: the native addon was not built (${why}); tables will be read with pread and checksummed in JavaScript, slower but correct`,
   );
   if (process.env.CAIRN_REQUIRE_NATIVE === "1") process.exit(1);
 }

@@ -15,8 +15,8 @@
  * crc32c(data, crc, start, end) -> number
  *   CRC32C (Castagnoli) of data[start, end) continuing from `crc`, exactly as
  *   src/storage/common/crc32c.ts computes it: with the SSE4.2 instruction where the CPU has it,
- *   else slicing-by-8 tables. The caller checks the arguments (it is only reached through
- *   crc32c.ts, which does).
+ *   else slicing-by-8 tables. A range outside `data` or a `data` that is not a Uint8Array throws a
+ *   TypeError (src/storage/common/crc32c.ts calls it only for ranges it computed).
  */
 #define _DEFAULT_SOURCE
 #include <errno.h>

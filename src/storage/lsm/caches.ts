@@ -265,15 +265,20 @@ const EMPTY = Buffer.alloc(0);
  */
 export class FileCache {
   readonly capacity: number;
-  /** Whether data blocks are read through mappings (the addon is loaded, mapping not turned off). */
-  readonly mapping: boolean;
+  /** Maps a file: the addon's, unless it is not loaded or mapping was turned off. */
+  readonly #map: typeof mapFile;
   readonly #files = new Map<string, OpenFile>();
   /** Files that could not be mapped (e.g. the process's limit of mappings) and were read with pread. */
   mapFailures = 0;
 
   constructor(capacity: number, options: { readonly map?: boolean } = {}) {
     this.capacity = capacity;
-    this.mapping = (options.map ?? true) && mapFile !== undefined;
+    this.#map = (options.map ?? true) ? mapFile : undefined;
+  }
+
+  /** Whether data blocks are read through mappings (the addon is loaded, mapping not turned off). */
+  get mapping(): boolean {
+    return this.#map !== undefined;
   }
 
   get openFiles(): number {
@@ -287,10 +292,7 @@ export class FileCache {
 
   /** `length` bytes at `offset` of `path` (fewer at the end of the file), read into a new buffer. */
   read(path: string, offset: number, length: number): Buffer {
-    const file = this.#open(path);
-    const buf = Buffer.allocUnsafe(length);
-    const n = readSync(file.fd, buf, 0, length, offset);
-    return buf.subarray(0, n);
+    return pread(this.#open(path), offset, length);
   }
 
   /**
@@ -302,9 +304,9 @@ export class FileCache {
     let view = file.view;
     if (view === undefined) {
       view = null;
-      if (this.mapping && file.size > 0 && mapFile !== undefined) {
+      if (this.#map !== undefined && file.size > 0) {
         try {
-          view = mapFile(file.fd, file.size);
+          view = this.#map(file.fd, file.size);
         } catch {
           // Mapping failed (e.g. vm.max_map_count reached): this file is read with pread.
           this.mapFailures++;
@@ -312,7 +314,7 @@ export class FileCache {
       }
       file.view = view;
     }
-    if (view === null) return this.read(path, offset, length);
+    if (view === null) return pread(file, offset, length);
     const end = Math.min(offset + length, file.size);
     return offset < end ? view.subarray(offset, end) : EMPTY;
   }
@@ -355,4 +357,10 @@ export class FileCache {
   closeAll(): void {
     for (const [path, file] of [...this.#files]) this.#forget(path, file);
   }
+}
+
+function pread(file: OpenFile, offset: number, length: number): Buffer {
+  const buf = Buffer.allocUnsafe(length);
+  const n = readSync(file.fd, buf, 0, length, offset);
+  return buf.subarray(0, n);
 }

@@ -16,12 +16,12 @@ export interface LsmEnvironmentOptions {
    * evicted table reloads them from its file on its next read. Default 256 MiB.
    */
   readonly tableCacheBytes?: number;
-  /** Open SSTables (mapped, or descriptors read with pread) across all engines. Default 4096. */
+  /** Open SSTable descriptors (and mappings) across all engines. Default 4096. */
   readonly maxOpenFiles?: number;
   /**
-   * Map SSTables into memory where the native addon is loaded (default true): a block read is a
-   * view of the mapping, no system call or copy. False reads them with pread, as without the
-   * addon. Either way every block is verified against its checksum when it enters the block cache.
+   * Read SSTables' data blocks through a mapping where the native addon is loaded (default
+   * true): a block read is a view of the mapping, no system call or copy. False reads them with
+   * pread, as without the addon. Either way every block is verified against its checksum when it enters the block cache.
    */
   readonly mapTables?: boolean;
   /**

@@ -8,8 +8,8 @@
  * sorted by key ascending, then seq descending; a data or index block ends with
  *     u32 entryOffset[count] | u32 keyPrefix[count] | u32 count
  * so that a lookup reads it in place: its binary search compares the keys' first four bytes
- * (big-endian, 0-padded: `keyPrefix`) in one small array and reads an entry only on a tie. Data blocks close once their entries reach ~4 KiB. The
- * index holds one entry per data block: the block's last key and seq, and as value the block's
+ * (big-endian, 0-padded: `keyPrefix`) in one small array and reads an entry only on a tie. Data
+ * blocks close once their entries reach ~4 KiB. The index holds one entry per data block: the block's last key and seq, and as value the block's
  * u64 offset and u32 size. The filter is a bloom filter over the user keys; props is UTF-8 JSON.
  * The 48-byte footer holds the index, filter and props handles (u64 offset, u32 size each), the
  * u32 format version and the 8-byte magic "CAIRNSST". Every block is followed by the CRC32C of its
@@ -23,12 +23,11 @@ export const BLOCK_BYTES = 4096;
 export const FOOTER_BYTES = 48;
 /**
  * 5: blocks carry their keys' first four bytes beside the entry offsets (a lookup in a block
- * touches two or three cache lines instead of one or two per probe). 4: block checksums are
- * CRC32C again, computed with the CPU's instruction through the native
- * addon (~0.25 µs per 4 KiB block, against ~0.9 µs for zlib's CRC-32 of version 2 and 3, and
- * ~2.3 µs for the JavaScript CRC32C, which stays the path without the addon). 3: data and index
- * blocks end with their entries' offsets (read in place, not parsed into arrays). 2: CRC-32.
- * Older tables are refused.
+ * touches two or three cache lines in all instead of one or two per probe). 4: block checksums
+ * are CRC32C again, computed with the CPU's instruction through the native addon (~0.25 µs per
+ * 4 KiB block, against ~0.9 µs for zlib's CRC-32 of versions 2 and 3, and ~2.3 µs for the
+ * JavaScript CRC32C, which stays the path without the addon). 3: data and index blocks end with
+ * their entries' offsets (read in place, not parsed into arrays). Older tables are refused.
  */
 export const FORMAT_VERSION = 5;
 export const TABLE_MAGIC = Buffer.from("CAIRNSST", "latin1");
@@ -352,7 +351,6 @@ export function parseBlockOf(data: Buffer, size: number): ParsedBlock | undefine
     at = keyAt + keyLength + 9;
     if (at >= offsetsAt) return undefined;
     if (u32At(data, prefixesAt + 4 * i) !== bytesPrefix(data, keyAt, keyLength)) return undefined;
-    if (at >= offsetsAt) return undefined;
     const v0 = data[at] as number;
     if (v0 < 0x80) {
       at += 1 + v0;

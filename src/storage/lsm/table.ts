@@ -21,7 +21,6 @@ import {
   CRC_BYTES,
   FOOTER_BYTES,
   KIND_DELETE,
-  blockChecksum,
   blockChecksumOf,
   blockHandleOf,
   blockKey,
@@ -31,7 +30,6 @@ import {
   compareBlockKey,
   decodeFooter,
   materializeKeys,
-  parseBlock,
   parseBlockOf,
   propsFromJson,
   seekInBlock,
@@ -43,6 +41,19 @@ import {
 import type { BlockSource } from "./iterators.ts";
 import { keyPrefix } from "./keys.ts";
 
+/**
+ * Checks `raw`, a block of `size` bytes at `offset` read with the checksum after it: whole, and
+ * matching its checksum. Throws CorruptionError.
+ */
+function checkBlock(path: string, offset: number, size: number, raw: Buffer): void {
+  if (raw.length !== size + CRC_BYTES) {
+    throw new CorruptionError(path, offset, "block extends past the end of the file");
+  }
+  if (blockChecksumOf(raw, size) !== raw.readUInt32LE(size)) {
+    throw new CorruptionError(path, offset, "block checksum mismatch");
+  }
+}
+
 /** Reads and verifies one block from `read(offset, length)`; throws CorruptionError. */
 export function loadBlock(
   path: string,
@@ -50,18 +61,18 @@ export function loadBlock(
   read: (offset: number, length: number) => Buffer,
 ): Buffer {
   const raw = read(handle.offset, handle.size + CRC_BYTES);
-  if (raw.length !== handle.size + CRC_BYTES) {
-    throw new CorruptionError(path, handle.offset, "block extends past the end of the file");
-  }
-  const data = raw.subarray(0, handle.size);
-  if (blockChecksum(data) !== raw.readUInt32LE(handle.size)) {
-    throw new CorruptionError(path, handle.offset, "block checksum mismatch");
-  }
-  return data;
+  checkBlock(path, handle.offset, handle.size, raw);
+  return raw.subarray(0, handle.size);
 }
 
-export function parseOrThrow(path: string, offset: number, data: Buffer): ParsedBlock {
-  const block = parseBlock(data);
+/** Parses the block `data[0, size)` (all of `data` by default); throws CorruptionError. */
+export function parseOrThrow(
+  path: string,
+  offset: number,
+  data: Buffer,
+  size = data.length,
+): ParsedBlock {
+  const block = parseBlockOf(data, size);
   if (block === undefined) throw new CorruptionError(path, offset, "block does not parse");
   return block;
 }
@@ -208,17 +219,10 @@ export class Table implements BlockSource, MetaHolder {
   #readBlockAt(ordinal: number, offset: number, size: number): ParsedBlock {
     const cached = this.#caches.blockCache.get(this.#blocks, ordinal);
     if (cached !== undefined) return cached;
-    // loadBlock and parseOrThrow inlined: a miss makes one view of the file (block and checksum),
-    // no closure, no handle object.
+    // One view of the file (block and checksum) per miss: no reader closure, no subarray.
     const raw = this.#caches.files.block(this.path, offset, size + CRC_BYTES);
-    if (raw.length !== size + CRC_BYTES) {
-      throw new CorruptionError(this.path, offset, "block extends past the end of the file");
-    }
-    if (blockChecksumOf(raw, size) !== raw.readUInt32LE(size)) {
-      throw new CorruptionError(this.path, offset, "block checksum mismatch");
-    }
-    const block = parseBlockOf(raw, size);
-    if (block === undefined) throw new CorruptionError(this.path, offset, "block does not parse");
+    checkBlock(this.path, offset, size, raw);
+    const block = parseOrThrow(this.path, offset, raw, size);
     this.#caches.blockCache.set(this.#blocks, ordinal, block);
     return block;
   }
