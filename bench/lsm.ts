@@ -29,7 +29,7 @@ import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { ClassicLevel } from "classic-level";
-import { LsmEngine, LsmEnvironment, type WriteOp } from "../src/storage/lsm/index.ts";
+import { LsmEngine, LsmEnvironment } from "../src/storage/lsm/index.ts";
 
 const { values } = parseArgs({
   options: {
@@ -90,6 +90,15 @@ const scanStarts = (() => {
   return Array.from({ length: SCANS }, () => keys[next() % KEYS] as Buffer);
 })();
 
+/** The write batch starting at key `i`, the same for both engines (built inside both clocks). */
+function batchAt(i: number): Array<{ type: "put"; key: Buffer; value: Buffer }> {
+  const ops: Array<{ type: "put"; key: Buffer; value: Buffer }> = [];
+  for (let j = i; j < Math.min(KEYS, i + BATCH); j++) {
+    ops.push({ type: "put", key: keys[j] as Buffer, value: value(j) });
+  }
+  return ops;
+}
+
 interface CaseResult {
   cairn: number[];
   leveldb: number[];
@@ -116,13 +125,7 @@ async function openCairn(dir: string, keep: boolean): Promise<Side | number> {
   const env = new LsmEnvironment({ blockCacheBytes: CACHE_BYTES });
   const engine = await LsmEngine.open(dir, env);
   const t0 = performance.now();
-  for (let i = 0; i < KEYS; i += BATCH) {
-    const ops: WriteOp[] = [];
-    for (let j = i; j < Math.min(KEYS, i + BATCH); j++) {
-      ops.push({ type: "put", key: keys[j] as Buffer, value: value(j) });
-    }
-    await engine.write(i / BATCH + 1, ops);
-  }
+  for (let i = 0; i < KEYS; i += BATCH) await engine.write(i / BATCH + 1, batchAt(i));
   await engine.flush();
   const writes = KEYS / seconds(t0);
   if (!keep) {
@@ -172,13 +175,7 @@ async function openLevel(dir: string, keep: boolean): Promise<Side | number> {
   });
   await db.open();
   const t0 = performance.now();
-  for (let i = 0; i < KEYS; i += BATCH) {
-    const ops: Array<{ type: "put"; key: Buffer; value: Buffer }> = [];
-    for (let j = i; j < Math.min(KEYS, i + BATCH); j++) {
-      ops.push({ type: "put", key: keys[j] as Buffer, value: value(j) });
-    }
-    await db.batch(ops);
-  }
+  for (let i = 0; i < KEYS; i += BATCH) await db.batch(batchAt(i));
   // Above every 16-byte key: flushes the memtable, overlaps no table.
   await db.compactRange(Buffer.alloc(17, 0xff), Buffer.alloc(18, 0xff));
   const writes = KEYS / seconds(t0);
