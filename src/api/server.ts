@@ -2,7 +2,12 @@
  * The node's gRPC server on `rpc_addr`: cairn.v1 KV, Meta and Admin, the standard health service
  * (grpc.health.v1, for Kubernetes probes and load balancers) and server reflection (grpcurl).
  */
-import { Server, ServerCredentials } from "@grpc/grpc-js";
+import {
+  Server,
+  ServerCredentials,
+  type ServiceDefinition,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import type { ClusterViewPublisher } from "../cluster/index.ts";
@@ -11,6 +16,7 @@ import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
 import { adminService, type LeadershipTransfer } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
+import { IoThreadListenError, IoThreads, MethodTable } from "./io-threads.ts";
 import { kvService } from "./kv-service.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto } from "./proto.ts";
@@ -40,6 +46,13 @@ export interface RpcServerOptions {
   readonly forward?: ForwardOptions;
   /** Cluster mode: Admin.TransferLeader through the meta group (admin-service.ts). */
   readonly transferLeader?: LeadershipTransfer;
+  /**
+   * gRPC I/O threads (io-threads.ts): with n > 0, n worker threads serve `address` (the HTTP/2
+   * and gRPC work) and hand each call to this thread; 0 serves it on this thread alone.
+   */
+  readonly ioThreads?: number;
+  /** An I/O thread died after start: the node can no longer serve its connections. */
+  readonly onFatal?: (err: unknown) => void;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -50,10 +63,13 @@ export class RpcServer {
   readonly #health: HealthImplementation;
   readonly #meta: MetaService;
   readonly #forwarder: Forwarder | undefined;
+  readonly #table = new MethodTable();
+  readonly #serverOptions: Record<string, number>;
+  #ioThreads: IoThreads | null = null;
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
-    this.#server = new Server({
+    this.#serverOptions = {
       // A peer's frame may carry a round's appends (RAFT_SERVER_OPTIONS); client calls are
       // bounded by the key and value limits their handlers check.
       "grpc.max_receive_message_length":
@@ -64,36 +80,89 @@ export class RpcServer {
               RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"],
             ),
       "grpc.max_send_message_length": options.maxMessageBytes,
-    });
+    };
+    this.#server = new Server(this.#serverOptions);
+    // Every service is added through the recorder, so the I/O threads learn every method.
+    const server = this.#server;
+    const table = this.#table;
+    const recorder = {
+      addService(d: ServiceDefinition, impl: UntypedServiceImplementation): void {
+        table.add(d, impl);
+        server.addService(d, impl);
+      },
+    } as unknown as Server;
     const { definition, proto } = loadCairnProto();
     const v1 = proto.cairn.v1;
     this.#forwarder =
       options.forward === undefined
         ? undefined
         : new Forwarder(options.forward, v1.KV.service, options.maxMessageBytes);
-    this.#server.addService(
+    recorder.addService(
       v1.KV.service,
       kvService(options.store, options.metrics, options.limits, this.#forwarder),
     );
     this.#meta = metaService(options.views);
-    this.#server.addService(v1.Meta.service, this.#meta.implementation);
-    this.#server.addService(
+    recorder.addService(v1.Meta.service, this.#meta.implementation);
+    recorder.addService(
       v1.Admin.service,
       adminService(options.store, options.logger, options.transferLeader),
     );
     if (options.raft !== undefined) {
-      this.#server.addService(options.raft.definition, options.raft.implementation);
+      recorder.addService(options.raft.definition, options.raft.implementation);
     }
     this.#health = new HealthImplementation(
       Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),
     );
-    this.#health.addToServer(this.#server);
-    new ReflectionService(definition).addToServer(this.#server);
+    this.#health.addToServer(recorder);
+    new ReflectionService(definition).addToServer(recorder);
   }
 
   /** Binds and starts serving; rejects with AddressInUseError / BindError naming `rpc_addr`. */
-  start(): Promise<HostPort> {
+  async start(): Promise<HostPort> {
     const { address } = this.#options;
+    const parsed = parseHostPort(address, { allowPortZero: true, allowUnspecified: true });
+    const host = parsed.ok ? parsed.value.host : "127.0.0.1";
+    const threads = this.#options.ioThreads ?? 0;
+    if (threads === 0 || !parsed.ok) {
+      const port = await this.#bind(address);
+      this.#setServing();
+      return { host, port };
+    }
+    // The I/O threads listen on rpc_addr; this thread's own server, on a loopback port, serves
+    // the streaming calls they proxy (io-thread.ts).
+    const internal = await this.#bind("127.0.0.1:0");
+    this.#ioThreads = new IoThreads({
+      count: threads,
+      host: parsed.value.host,
+      port: parsed.value.port,
+      mainAddress: `127.0.0.1:${internal}`,
+      table: this.#table,
+      serverOptions: this.#serverOptions,
+      onFailure: (err) => this.#options.onFatal?.(err),
+    });
+    try {
+      const port = await this.#ioThreads.start();
+      this.#setServing();
+      return { host, port };
+    } catch (err) {
+      this.#server.forceShutdown();
+      if (err instanceof IoThreadListenError) {
+        throw bindErrorFor(
+          err.code === undefined ? err : Object.assign(err, { code: err.code }),
+          address,
+          "rpc_addr",
+        );
+      }
+      throw err;
+    }
+  }
+
+  #setServing(): void {
+    for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "SERVING");
+  }
+
+  /** Binds this thread's server; resolves with the port. */
+  #bind(address: string): Promise<number> {
     return new Promise((resolve, reject) => {
       this.#server.bindAsync(address, ServerCredentials.createInsecure(), (err, port) => {
         if (err !== null) {
@@ -106,16 +175,13 @@ export class RpcServer {
           reject(
             bindErrorFor(
               code === undefined ? err : Object.assign(err, { code }),
-              address,
+              this.#options.address,
               "rpc_addr",
             ),
           );
           return;
         }
-        const parsed = parseHostPort(address, { allowPortZero: true, allowUnspecified: true });
-        const host = parsed.ok ? parsed.value.host : "127.0.0.1";
-        for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "SERVING");
-        resolve({ host, port });
+        resolve(port);
       });
     });
   }
@@ -125,6 +191,10 @@ export class RpcServer {
     for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "NOT_SERVING");
     this.#meta.endAll();
     this.#options.raft?.endAll();
+    // The I/O threads first: their calls in flight are answered by this thread meanwhile.
+    const started = Date.now();
+    await this.#ioThreads?.close(deadlineMs);
+    deadlineMs = Math.max(0, deadlineMs - (Date.now() - started));
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.#server.forceShutdown();
@@ -141,6 +211,7 @@ export class RpcServer {
 
   /** Aborts every call now. */
   destroy(): void {
+    this.#ioThreads?.destroy();
     this.#server.forceShutdown();
     this.#forwarder?.close();
   }

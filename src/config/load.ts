@@ -43,6 +43,7 @@ export interface CairnConfig {
     readonly max_message_bytes: number;
     readonly max_pending_bytes: number;
   };
+  readonly rpc: { readonly io_threads: number };
   readonly raft: {
     readonly tick_ms: number;
     readonly election_ticks: number;

@@ -225,6 +225,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Bytes of requests waiting in the node (queued, proposed, or waiting for their apply or read index); past it requests get RESOURCE_EXHAUSTED (retryable).",
   },
   {
+    key: "rpc.io_threads",
+    kind: "int",
+    schema: intBetween(0, 64),
+    default: 1,
+    env: "CAIRN_RPC_IO_THREADS",
+    expect: "must be an integer between 0 and 64",
+    doc: "Worker threads that serve rpc_addr (HTTP/2 and gRPC framing) and hand each call to the main thread, which runs Raft, the WAL and the LSM; 0 serves gRPC on the main thread alone.",
+  },
+  {
     key: "raft.tick_ms",
     kind: "int",
     schema: intBetween(1, 10_000),

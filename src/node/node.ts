@@ -305,6 +305,13 @@ export class CairnNode implements HealthSource {
       logger: this.#log.child("api"),
       limits: { maxKeyBytes: c.limits.max_key_bytes, maxValueBytes: c.limits.max_value_bytes },
       maxMessageBytes: c.limits.max_message_bytes,
+      ioThreads: c.rpc.io_threads,
+      onFatal: (err) => {
+        this.#log.error("a gRPC I/O thread failed; the node stops serving", {
+          error: describeError(err),
+        });
+        this.#onFatal(err);
+      },
       ...(this.#cluster === null ? {} : this.#clusterRpcOptions(this.#cluster)),
     });
     const rpc = await this.#rpc.start();

@@ -18,218 +18,229 @@ let dir: string;
 let server: ServerProcess;
 let c: Clients;
 
-describe("KV over gRPC, end to end", () => {
-  before(async () => {
-    dir = await mkdtemp(join(tmpdir(), "cairn-e2e-kv-"));
-    server = await startServer({ dataDir: dir });
-    c = connect(server.rpc);
-  });
-
-  after(async () => {
-    c.close();
-    const exit = await server.stop("SIGTERM");
-    await rm(dir, { recursive: true, force: true });
-    assert.deepEqual(exit, { code: 0, signal: null }, "a clean shutdown exits 0");
-  });
-
-  it("puts, gets and deletes with versions", async () => {
-    const put = await c.call(c.kv, "Put", { key: b("alpha"), value: b("one") });
-    const version = put["version"] as { index: number; term: number };
-    assert.ok(version.index > 0 && version.term > 0);
-    const got = await c.call(c.kv, "Get", { key: b("alpha") });
-    assert.equal(got["found"], true);
-    assert.equal((got["value"] as Buffer).toString(), "one");
-    assert.deepEqual(got["version"], version);
-    const serializable = await c.call(c.kv, "Get", {
-      key: b("alpha"),
-      consistency: "SERIALIZABLE",
+// Twice: gRPC served by an I/O thread (the default, rpc.io_threads = 1) and by the main thread.
+for (const ioThreads of ["1", "0"]) {
+  describe(`KV over gRPC, end to end (rpc.io_threads ${ioThreads})`, () => {
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), "cairn-e2e-kv-"));
+      server = await startServer({ dataDir: dir, env: { CAIRN_RPC_IO_THREADS: ioThreads } });
+      c = connect(server.rpc);
     });
-    assert.equal((serializable["value"] as Buffer).toString(), "one");
 
-    const put2 = await c.call(c.kv, "Put", { key: b("alpha"), value: b("two") });
-    assert.ok(
-      (put2["version"] as { index: number }).index > version.index,
-      "a key's versions grow",
-    );
-
-    const del = await c.call(c.kv, "Delete", { key: b("alpha") });
-    assert.equal(del["deleted"], true);
-    assert.equal((await c.call(c.kv, "Get", { key: b("alpha") }))["found"], false);
-    assert.equal((await c.call(c.kv, "Delete", { key: b("alpha") }))["deleted"], false);
-  });
-
-  it("compare-and-set: the expected version must match; a mismatch changes nothing", async () => {
-    const v1 = (await c.call(c.kv, "Put", { key: b("cas"), value: b("v1") }))["version"] as Reply;
-    const wrong = { index: (v1["index"] as number) + 7, term: v1["term"] };
-    const err = grpcError(
-      await c
-        .call(c.kv, "Put", { key: b("cas"), value: b("bad"), expected_version: wrong })
-        .catch((e: unknown) => e),
-    );
-    assert.equal(err.code, status.FAILED_PRECONDITION);
-    assert.equal(err.metadata.get("cairn-current-version")[0], `${v1["index"]}/${v1["term"]}`);
-    assert.equal(
-      ((await c.call(c.kv, "Get", { key: b("cas") }))["value"] as Buffer).toString(),
-      "v1",
-    );
-
-    const ok = await c.call(c.kv, "Put", { key: b("cas"), value: b("v2"), expected_version: v1 });
-    assert.ok(ok["version"]);
-    // {0, 0}: create only if absent.
-    const exists = grpcError(
-      await c
-        .call(c.kv, "Put", {
-          key: b("cas"),
-          value: b("x"),
-          expected_version: { index: 0, term: 0 },
-        })
-        .catch((e: unknown) => e),
-    );
-    assert.equal(exists.code, status.FAILED_PRECONDITION);
-    await c.call(c.kv, "Put", {
-      key: b("cas-new"),
-      value: b("x"),
-      expected_version: { index: 0, term: 0 },
+    after(async () => {
+      c.close();
+      const exit = await server.stop("SIGTERM");
+      await rm(dir, { recursive: true, force: true });
+      assert.deepEqual(exit, { code: 0, signal: null }, "a clean shutdown exits 0");
     });
-    const delWrong = grpcError(
-      await c
-        .call(c.kv, "Delete", { key: b("cas"), expected_version: wrong })
-        .catch((e: unknown) => e),
-    );
-    assert.equal(delWrong.code, status.FAILED_PRECONDITION);
-    assert.equal((await c.call(c.kv, "Get", { key: b("cas") }))["found"], true);
-  });
 
-  it("rejects bad input with INVALID_ARGUMENT naming the limit, and changes nothing", async () => {
-    await c.call(c.kv, "Put", { key: b("guarded"), value: b("original") });
-    const cases: [string, Reply, RegExp][] = [
-      ["Put", { key: Buffer.alloc(0), value: b("x") }, /key must not be empty/],
-      ["Get", { key: Buffer.alloc(0) }, /key must not be empty/],
-      ["Delete", { key: Buffer.alloc(0) }, /key must not be empty/],
-      [
-        "Put",
-        { key: Buffer.alloc(4097, 1), value: b("x") },
-        /limit is 4096 bytes \(limits.max_key_bytes\)/,
-      ],
-      [
-        "Put",
-        { key: b("guarded"), value: Buffer.alloc(1024 * 1024 + 1, 1) },
-        /limit is 1048576 bytes \(limits.max_value_bytes\)/,
-      ],
-      [
-        "Put",
-        { key: b("guarded"), value: b("x"), expected_version: { index: 5, term: 0 } },
-        /expected_version/,
-      ],
-      ["Scan", { prefix: b("a"), start: b("a") }, /either prefix or start\/end/],
-      ["Scan", { start: b("b"), end: b("a") }, /start must sort before end/],
-      ["Scan", { limit: 10_001 }, /at most 10000/],
-      ["Scan", { page_token: b("garbage") }, /page_token/],
-    ];
-    for (const [method, req, message] of cases) {
-      const err = grpcError(await c.call(c.kv, method, req).catch((e: unknown) => e));
-      assert.equal(
-        err.code,
-        status.INVALID_ARGUMENT,
-        `${method} ${JSON.stringify(Object.keys(req))}: ${err.details}`,
+    it("puts, gets and deletes with versions", async () => {
+      const put = await c.call(c.kv, "Put", { key: b("alpha"), value: b("one") });
+      const version = put["version"] as { index: number; term: number };
+      assert.ok(version.index > 0 && version.term > 0);
+      const got = await c.call(c.kv, "Get", { key: b("alpha") });
+      assert.equal(got["found"], true);
+      assert.equal((got["value"] as Buffer).toString(), "one");
+      assert.deepEqual(got["version"], version);
+      const serializable = await c.call(c.kv, "Get", {
+        key: b("alpha"),
+        consistency: "SERIALIZABLE",
+      });
+      assert.equal((serializable["value"] as Buffer).toString(), "one");
+
+      const put2 = await c.call(c.kv, "Put", { key: b("alpha"), value: b("two") });
+      assert.ok(
+        (put2["version"] as { index: number }).index > version.index,
+        "a key's versions grow",
       );
-      assert.match(err.details, message);
-    }
-    const got = await c.call(c.kv, "Get", { key: b("guarded") });
-    assert.equal((got["value"] as Buffer).toString(), "original");
-  });
 
-  it("scans in key order across shards, by range, prefix and pages", async () => {
-    const keys = Array.from({ length: 40 }, (_, i) => `scan/${String(i).padStart(2, "0")}`);
-    await Promise.all(keys.map((k) => c.call(c.kv, "Put", { key: b(k), value: b(`v:${k}`) })));
-    const seen: string[] = [];
-    let token: Buffer = Buffer.alloc(0);
-    for (let page = 0; page < 10; page++) {
-      const res = await c.call(c.kv, "Scan", { prefix: b("scan/"), limit: 15, page_token: token });
-      const items = res["items"] as { key: Buffer; value: Buffer }[];
-      assert.ok(items.length <= 15);
-      seen.push(...items.map((i) => i.key.toString()));
-      token = res["next_page_token"] as Buffer;
-      if (token.length === 0) break;
-    }
-    assert.deepEqual(seen, keys);
-    const ranged = await c.call(c.kv, "Scan", { start: b("scan/10"), end: b("scan/13") });
-    assert.deepEqual(
-      (ranged["items"] as { key: Buffer }[]).map((i) => i.key.toString()),
-      ["scan/10", "scan/11", "scan/12"],
-    );
-  });
-
-  it("Admin.SnapshotShard compacts a shard; TransferLeader answers clearly on one node", async () => {
-    const snap = await c.call(c.admin, "SnapshotShard", { shard_id: 0 });
-    assert.equal(snap["shard_id"], 0);
-    assert.ok((snap["index"] as number) > 0);
-    const stream = (
-      c.meta as unknown as { WatchCluster: (r: Reply) => NodeJS.EventEmitter & { cancel(): void } }
-    ).WatchCluster({});
-    stream.on("error", () => {}); // the cancellation below ends the stream with CANCELLED
-    const view = await new Promise<Reply>((resolve) => stream.once("data", resolve));
-    stream.cancel();
-    const active = new Set((view["shards"] as Reply[]).map((s) => s["id"] as number));
-    const idle = [...Array(1024).keys()].find((id) => !active.has(id));
-    const notActive = grpcError(
-      await c.call(c.admin, "SnapshotShard", { shard_id: idle }).catch((e: unknown) => e),
-    );
-    assert.equal(notActive.code, status.FAILED_PRECONDITION);
-    assert.match(notActive.details, /not active on this node/);
-    const outOfRange = grpcError(
-      await c.call(c.admin, "SnapshotShard", { shard_id: 5000 }).catch((e: unknown) => e),
-    );
-    assert.equal(outOfRange.code, status.INVALID_ARGUMENT);
-    const transfer = grpcError(
-      await c
-        .call(c.admin, "TransferLeader", { shard_id: 0, node_id: "n2" })
-        .catch((e: unknown) => e),
-    );
-    assert.equal(transfer.code, status.INVALID_ARGUMENT);
-    assert.match(transfer.details, /single-node cluster has no other replica/);
-    const self = await c.call(c.admin, "TransferLeader", { shard_id: 0, node_id: "n1" });
-    assert.equal(self["leader"], "n1");
-  });
-
-  it("Meta.WatchCluster streams the full view first", async () => {
-    const stream = (
-      c.meta as unknown as { WatchCluster: (r: Reply) => NodeJS.EventEmitter & { cancel(): void } }
-    ).WatchCluster({});
-    const view = await new Promise<Reply>((resolve, reject) => {
-      stream.once("data", resolve);
-      stream.once("error", reject);
+      const del = await c.call(c.kv, "Delete", { key: b("alpha") });
+      assert.equal(del["deleted"], true);
+      assert.equal((await c.call(c.kv, "Get", { key: b("alpha") }))["found"], false);
+      assert.equal((await c.call(c.kv, "Delete", { key: b("alpha") }))["deleted"], false);
     });
-    stream.cancel();
-    assert.equal(view["total_shards"], 1024);
-    assert.deepEqual(
-      (view["nodes"] as Reply[]).map((n) => [n["id"], n["rpc_addr"], n["state"]]),
-      [["n1", server.rpc, "alive"]],
-    );
-    const shard0 = (view["shards"] as Reply[]).find((s) => s["id"] === 0);
-    assert.equal(shard0?.["leader"], "n1");
-  });
 
-  it("serves grpc.health.v1", async () => {
-    const health = loadPackageDefinition(
-      loadSync(healthProtoPath, { keepCase: true, enums: String }),
-    ) as unknown as {
-      grpc: {
-        health: {
-          v1: {
-            Health: new (
-              a: string,
-              c: unknown,
-            ) => { Check: (r: Reply, cb: (e: unknown, r: Reply) => void) => void; close(): void };
+    it("compare-and-set: the expected version must match; a mismatch changes nothing", async () => {
+      const v1 = (await c.call(c.kv, "Put", { key: b("cas"), value: b("v1") }))["version"] as Reply;
+      const wrong = { index: (v1["index"] as number) + 7, term: v1["term"] };
+      const err = grpcError(
+        await c
+          .call(c.kv, "Put", { key: b("cas"), value: b("bad"), expected_version: wrong })
+          .catch((e: unknown) => e),
+      );
+      assert.equal(err.code, status.FAILED_PRECONDITION);
+      assert.equal(err.metadata.get("cairn-current-version")[0], `${v1["index"]}/${v1["term"]}`);
+      assert.equal(
+        ((await c.call(c.kv, "Get", { key: b("cas") }))["value"] as Buffer).toString(),
+        "v1",
+      );
+
+      const ok = await c.call(c.kv, "Put", { key: b("cas"), value: b("v2"), expected_version: v1 });
+      assert.ok(ok["version"]);
+      // {0, 0}: create only if absent.
+      const exists = grpcError(
+        await c
+          .call(c.kv, "Put", {
+            key: b("cas"),
+            value: b("x"),
+            expected_version: { index: 0, term: 0 },
+          })
+          .catch((e: unknown) => e),
+      );
+      assert.equal(exists.code, status.FAILED_PRECONDITION);
+      await c.call(c.kv, "Put", {
+        key: b("cas-new"),
+        value: b("x"),
+        expected_version: { index: 0, term: 0 },
+      });
+      const delWrong = grpcError(
+        await c
+          .call(c.kv, "Delete", { key: b("cas"), expected_version: wrong })
+          .catch((e: unknown) => e),
+      );
+      assert.equal(delWrong.code, status.FAILED_PRECONDITION);
+      assert.equal((await c.call(c.kv, "Get", { key: b("cas") }))["found"], true);
+    });
+
+    it("rejects bad input with INVALID_ARGUMENT naming the limit, and changes nothing", async () => {
+      await c.call(c.kv, "Put", { key: b("guarded"), value: b("original") });
+      const cases: [string, Reply, RegExp][] = [
+        ["Put", { key: Buffer.alloc(0), value: b("x") }, /key must not be empty/],
+        ["Get", { key: Buffer.alloc(0) }, /key must not be empty/],
+        ["Delete", { key: Buffer.alloc(0) }, /key must not be empty/],
+        [
+          "Put",
+          { key: Buffer.alloc(4097, 1), value: b("x") },
+          /limit is 4096 bytes \(limits.max_key_bytes\)/,
+        ],
+        [
+          "Put",
+          { key: b("guarded"), value: Buffer.alloc(1024 * 1024 + 1, 1) },
+          /limit is 1048576 bytes \(limits.max_value_bytes\)/,
+        ],
+        [
+          "Put",
+          { key: b("guarded"), value: b("x"), expected_version: { index: 5, term: 0 } },
+          /expected_version/,
+        ],
+        ["Scan", { prefix: b("a"), start: b("a") }, /either prefix or start\/end/],
+        ["Scan", { start: b("b"), end: b("a") }, /start must sort before end/],
+        ["Scan", { limit: 10_001 }, /at most 10000/],
+        ["Scan", { page_token: b("garbage") }, /page_token/],
+      ];
+      for (const [method, req, message] of cases) {
+        const err = grpcError(await c.call(c.kv, method, req).catch((e: unknown) => e));
+        assert.equal(
+          err.code,
+          status.INVALID_ARGUMENT,
+          `${method} ${JSON.stringify(Object.keys(req))}: ${err.details}`,
+        );
+        assert.match(err.details, message);
+      }
+      const got = await c.call(c.kv, "Get", { key: b("guarded") });
+      assert.equal((got["value"] as Buffer).toString(), "original");
+    });
+
+    it("scans in key order across shards, by range, prefix and pages", async () => {
+      const keys = Array.from({ length: 40 }, (_, i) => `scan/${String(i).padStart(2, "0")}`);
+      await Promise.all(keys.map((k) => c.call(c.kv, "Put", { key: b(k), value: b(`v:${k}`) })));
+      const seen: string[] = [];
+      let token: Buffer = Buffer.alloc(0);
+      for (let page = 0; page < 10; page++) {
+        const res = await c.call(c.kv, "Scan", {
+          prefix: b("scan/"),
+          limit: 15,
+          page_token: token,
+        });
+        const items = res["items"] as { key: Buffer; value: Buffer }[];
+        assert.ok(items.length <= 15);
+        seen.push(...items.map((i) => i.key.toString()));
+        token = res["next_page_token"] as Buffer;
+        if (token.length === 0) break;
+      }
+      assert.deepEqual(seen, keys);
+      const ranged = await c.call(c.kv, "Scan", { start: b("scan/10"), end: b("scan/13") });
+      assert.deepEqual(
+        (ranged["items"] as { key: Buffer }[]).map((i) => i.key.toString()),
+        ["scan/10", "scan/11", "scan/12"],
+      );
+    });
+
+    it("Admin.SnapshotShard compacts a shard; TransferLeader answers clearly on one node", async () => {
+      const snap = await c.call(c.admin, "SnapshotShard", { shard_id: 0 });
+      assert.equal(snap["shard_id"], 0);
+      assert.ok((snap["index"] as number) > 0);
+      const stream = (
+        c.meta as unknown as {
+          WatchCluster: (r: Reply) => NodeJS.EventEmitter & { cancel(): void };
+        }
+      ).WatchCluster({});
+      stream.on("error", () => {}); // the cancellation below ends the stream with CANCELLED
+      const view = await new Promise<Reply>((resolve) => stream.once("data", resolve));
+      stream.cancel();
+      const active = new Set((view["shards"] as Reply[]).map((s) => s["id"] as number));
+      const idle = [...Array(1024).keys()].find((id) => !active.has(id));
+      const notActive = grpcError(
+        await c.call(c.admin, "SnapshotShard", { shard_id: idle }).catch((e: unknown) => e),
+      );
+      assert.equal(notActive.code, status.FAILED_PRECONDITION);
+      assert.match(notActive.details, /not active on this node/);
+      const outOfRange = grpcError(
+        await c.call(c.admin, "SnapshotShard", { shard_id: 5000 }).catch((e: unknown) => e),
+      );
+      assert.equal(outOfRange.code, status.INVALID_ARGUMENT);
+      const transfer = grpcError(
+        await c
+          .call(c.admin, "TransferLeader", { shard_id: 0, node_id: "n2" })
+          .catch((e: unknown) => e),
+      );
+      assert.equal(transfer.code, status.INVALID_ARGUMENT);
+      assert.match(transfer.details, /single-node cluster has no other replica/);
+      const self = await c.call(c.admin, "TransferLeader", { shard_id: 0, node_id: "n1" });
+      assert.equal(self["leader"], "n1");
+    });
+
+    it("Meta.WatchCluster streams the full view first", async () => {
+      const stream = (
+        c.meta as unknown as {
+          WatchCluster: (r: Reply) => NodeJS.EventEmitter & { cancel(): void };
+        }
+      ).WatchCluster({});
+      const view = await new Promise<Reply>((resolve, reject) => {
+        stream.once("data", resolve);
+        stream.once("error", reject);
+      });
+      stream.cancel();
+      assert.equal(view["total_shards"], 1024);
+      assert.deepEqual(
+        (view["nodes"] as Reply[]).map((n) => [n["id"], n["rpc_addr"], n["state"]]),
+        [["n1", server.rpc, "alive"]],
+      );
+      const shard0 = (view["shards"] as Reply[]).find((s) => s["id"] === 0);
+      assert.equal(shard0?.["leader"], "n1");
+    });
+
+    it("serves grpc.health.v1", async () => {
+      const health = loadPackageDefinition(
+        loadSync(healthProtoPath, { keepCase: true, enums: String }),
+      ) as unknown as {
+        grpc: {
+          health: {
+            v1: {
+              Health: new (
+                a: string,
+                c: unknown,
+              ) => { Check: (r: Reply, cb: (e: unknown, r: Reply) => void) => void; close(): void };
+            };
           };
         };
       };
-    };
-    const client = new health.grpc.health.v1.Health(server.rpc, credentials.createInsecure());
-    const res = await new Promise<Reply>((resolve, reject) =>
-      client.Check({ service: "cairn.v1.KV" }, (e, r) => (e ? reject(e) : resolve(r))),
-    );
-    client.close();
-    assert.equal(res["status"], "SERVING");
+      const client = new health.grpc.health.v1.Health(server.rpc, credentials.createInsecure());
+      const res = await new Promise<Reply>((resolve, reject) =>
+        client.Check({ service: "cairn.v1.KV" }, (e, r) => (e ? reject(e) : resolve(r))),
+      );
+      client.close();
+      assert.equal(res["status"], "SERVING");
+    });
   });
-});
+}

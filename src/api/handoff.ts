@@ -1,0 +1,128 @@
+/**
+ * The wire between a gRPC I/O thread (io-thread.ts) and the main thread (io-threads.ts): unary
+ * calls go to the main thread in batches, one message per event-loop turn, and their answers come
+ * back the same way. A batch packs every request's bytes into one buffer (a structured clone of a
+ * Buffer view would copy the whole pool it points into) and its numbers into one Float64Array.
+ */
+import { Metadata } from "@grpc/grpc-js";
+
+/** A gRPC method as an I/O thread registers it (its serializers pass bytes through). */
+export interface MethodInfo {
+  readonly path: string;
+  readonly requestStream: boolean;
+  readonly responseStream: boolean;
+}
+
+/** What the main thread gives an I/O thread at start (workerData). */
+export interface IoThreadSetup {
+  /** Where to listen (SO_REUSEPORT): every I/O thread of the node binds the same address. */
+  readonly host: string;
+  readonly port: number;
+  /** The main thread's own gRPC server on loopback, which serves the streaming methods. */
+  readonly mainAddress: string;
+  readonly methods: readonly MethodInfo[];
+  /** The gRPC server's options (message size limits), the same as the main thread's. */
+  readonly serverOptions: Readonly<Record<string, number>>;
+}
+
+/** Metadata as structured-clonable pairs; -bin values are bytes. */
+export type MetadataPairs = [string, string | Uint8Array][];
+
+/** Headers that HTTP/2 or grpc-js set themselves: never copied from one call to another. */
+const TRANSPORT_HEADERS = new Set(["user-agent", "content-type", "te", "host", "accept-encoding"]);
+
+/** The application metadata of `md` (null when there is none, the common case). */
+export function metadataPairs(md: Metadata): MetadataPairs | null {
+  let out: MetadataPairs | null = null;
+  for (const key of Object.keys(md.getMap())) {
+    if (key.startsWith("grpc-") || key.startsWith(":") || TRANSPORT_HEADERS.has(key)) continue;
+    out ??= [];
+    // A -bin value may be a view of a larger pool: copied, so the clone carries only its bytes.
+    for (const v of md.get(key)) out.push([key, typeof v === "string" ? v : new Uint8Array(v)]);
+  }
+  return out;
+}
+
+export function toMetadata(pairs: MetadataPairs | null): Metadata {
+  const md = new Metadata();
+  if (pairs !== null)
+    for (const [k, v] of pairs) md.add(k, typeof v === "string" ? v : Buffer.from(v));
+  return md;
+}
+
+/** Numbers per call in CallBatch.head: id, method index, deadline (ms since epoch), byte length. */
+export const CALL_FIELDS = 4;
+/** Numbers per reply in ReplyBatch.head: id, gRPC status code (0 = OK), byte length. */
+export const REPLY_FIELDS = 3;
+
+/** I/O thread → main thread, one per event-loop turn. */
+export interface CallBatch {
+  readonly kind: "calls";
+  readonly head: Float64Array;
+  readonly body: Uint8Array;
+  /** Per call: its application metadata, and the client's address (for logs). */
+  readonly meta: (MetadataPairs | null)[];
+  readonly peers: string[];
+  /** Calls the client cancelled (their answers are no longer wanted). */
+  readonly cancels: number[];
+}
+
+/** Main thread → I/O thread. */
+export interface ReplyBatch {
+  readonly kind: "replies";
+  readonly head: Float64Array;
+  readonly body: Uint8Array;
+  /** Per reply: the status details (null when OK) and the trailing metadata. */
+  readonly details: (string | null)[];
+  readonly trailers: (MetadataPairs | null)[];
+}
+
+/** Collects items of one event-loop turn and hands them over in one batch at setImmediate. */
+export class BatchBuilder {
+  #head: number[] = [];
+  #chunks: Uint8Array[] = [];
+  #bytes = 0;
+  #scheduled = false;
+  readonly #flush: () => void;
+
+  constructor(flush: () => void) {
+    this.#flush = flush;
+  }
+
+  get empty(): boolean {
+    return this.#head.length === 0;
+  }
+
+  /** Adds one item's numbers (its byte length is appended) and bytes. */
+  add(fields: readonly number[], bytes: Uint8Array): void {
+    for (const f of fields) this.#head.push(f);
+    this.#head.push(bytes.length);
+    this.#chunks.push(bytes);
+    this.#bytes += bytes.length;
+    this.schedule();
+  }
+
+  schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#flush();
+    });
+  }
+
+  /** The batch so far, packed; the builder starts empty again. */
+  take(): { head: Float64Array<ArrayBuffer>; body: Uint8Array<ArrayBuffer> } {
+    const head = Float64Array.from(this.#head);
+    const body = new Uint8Array(this.#bytes);
+    let at = 0;
+    for (const c of this.#chunks) {
+      body.set(c, at);
+      at += c.length;
+    }
+    this.#head = [];
+    this.#chunks = [];
+    this.#bytes = 0;
+    return { head, body };
+  }
+}

@@ -1,0 +1,354 @@
+/**
+ * The main thread's side of the gRPC I/O threads (io-thread.ts): starts them on `rpc_addr`,
+ * runs the unary calls they hand over through the same handlers the main thread's own gRPC
+ * server registers, and sends the answers back in batches (handoff.ts).
+ *
+ * A handed-over call is a HandedCall: the parts of grpc-js's ServerUnaryCall the handlers use
+ * (request, metadata, deadline, peer, cancellation). Its answer is encoded here with the
+ * method's own serializer, so the I/O thread relays bytes and never decodes a message.
+ */
+import { EventEmitter } from "node:events";
+import { Worker } from "node:worker_threads";
+import {
+  type MethodDefinition,
+  type Metadata,
+  type ServerErrorResponse,
+  type ServiceDefinition,
+  status,
+  type UntypedHandleCall,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
+import {
+  BatchBuilder,
+  CALL_FIELDS,
+  type CallBatch,
+  type IoThreadSetup,
+  type MethodInfo,
+  type MetadataPairs,
+  metadataPairs,
+  type ReplyBatch,
+  toMetadata,
+} from "./handoff.ts";
+
+type AnyMethod = MethodDefinition<unknown, unknown>;
+type UnaryHandler = (
+  call: HandedCall,
+  callback: (err: unknown, value?: unknown, trailer?: Metadata) => void,
+) => void;
+
+/** The node's gRPC methods: what io-thread.ts registers, and the handlers of the unary ones. */
+export class MethodTable {
+  readonly methods: MethodInfo[] = [];
+  readonly #unary: ({ def: AnyMethod; handler: UnaryHandler } | null)[] = [];
+
+  /** Records a service as grpc-js's Server.addService takes it. */
+  add(definition: ServiceDefinition, implementation: UntypedServiceImplementation): void {
+    for (const [name, def] of Object.entries(definition) as [string, AnyMethod][]) {
+      const handler: UntypedHandleCall | undefined =
+        implementation[name] ?? implementation[def.originalName ?? ""];
+      if (handler === undefined) continue;
+      this.methods.push({
+        path: def.path,
+        requestStream: def.requestStream,
+        responseStream: def.responseStream,
+      });
+      this.#unary.push(
+        !def.requestStream && !def.responseStream
+          ? { def, handler: handler as unknown as UnaryHandler }
+          : null,
+      );
+    }
+  }
+
+  unary(index: number): { def: AnyMethod; handler: UnaryHandler } | null {
+    return this.#unary[index] ?? null;
+  }
+}
+
+/** A unary call handed over by an I/O thread, as the handlers see a ServerUnaryCall. */
+export class HandedCall extends EventEmitter {
+  readonly request: unknown;
+  readonly metadata: Metadata;
+  cancelled = false;
+  readonly #deadline: number;
+  readonly #peer: string;
+  readonly #path: string;
+
+  constructor(request: unknown, metadata: Metadata, deadline: number, peer: string, path: string) {
+    super();
+    this.request = request;
+    this.metadata = metadata;
+    this.#deadline = deadline;
+    this.#peer = peer;
+    this.#path = path;
+  }
+
+  getDeadline(): number {
+    return this.#deadline;
+  }
+
+  getPeer(): string {
+    return this.#peer;
+  }
+
+  getPath(): string {
+    return this.#path;
+  }
+
+  getHost(): string {
+    return "";
+  }
+
+  sendMetadata(): void {
+    // Initial metadata of a unary call: grpc-js sends it with the answer; nothing to do here.
+  }
+}
+
+export interface IoThreadsOptions {
+  readonly count: number;
+  readonly host: string;
+  readonly port: number;
+  readonly mainAddress: string;
+  readonly table: MethodTable;
+  readonly serverOptions: Readonly<Record<string, number>>;
+  /** An I/O thread died: the node can no longer serve its connections. */
+  readonly onFailure: (err: Error) => void;
+}
+
+class IoThread {
+  readonly worker: Worker;
+  readonly #table: MethodTable;
+  readonly #inFlight = new Map<number, HandedCall>();
+  #details: (string | null)[] = [];
+  #trailers: (MetadataPairs | null)[] = [];
+  readonly #replies = new BatchBuilder(() => this.#flush());
+  closed: Promise<void>;
+
+  constructor(worker: Worker, table: MethodTable) {
+    this.worker = worker;
+    this.#table = table;
+    this.closed = new Promise((resolve) => worker.once("exit", () => resolve()));
+    worker.on("message", (msg: CallBatch | { kind: string }) => {
+      if (msg.kind === "calls") this.#onCalls(msg as CallBatch);
+    });
+  }
+
+  #onCalls(batch: CallBatch): void {
+    for (const id of batch.cancels) {
+      const call = this.#inFlight.get(id);
+      if (call === undefined) continue;
+      this.#inFlight.delete(id);
+      call.cancelled = true;
+      call.emit("cancelled");
+    }
+    const { head, body } = batch;
+    let at = 0;
+    for (let i = 0, c = 0; i < head.length; i += CALL_FIELDS, c++) {
+      const id = head[i] as number;
+      const method = this.#table.unary(head[i + 1] as number);
+      const deadline = head[i + 2] as number;
+      const length = head[i + 3] as number;
+      const bytes = Buffer.from(body.buffer, body.byteOffset + at, length);
+      at += length;
+      if (method === null) {
+        this.#reply(id, status.UNIMPLEMENTED, EMPTY, "not a unary method", null);
+        continue;
+      }
+      this.#serve(id, method, bytes, batch.meta[c] ?? null, deadline, batch.peers[c] ?? "");
+    }
+  }
+
+  #serve(
+    id: number,
+    { def, handler }: { def: AnyMethod; handler: UnaryHandler },
+    bytes: Buffer,
+    meta: MetadataPairs | null,
+    deadline: number,
+    peer: string,
+  ): void {
+    let request: unknown;
+    try {
+      request = def.requestDeserialize(bytes);
+    } catch (err) {
+      this.#reply(id, status.INTERNAL, EMPTY, `error deserializing request: ${String(err)}`, null);
+      return;
+    }
+    const call = new HandedCall(request, toMetadata(meta), deadline, peer, def.path);
+    this.#inFlight.set(id, call);
+    let answered = false;
+    const callback = (err: unknown, value?: unknown, trailer?: Metadata): void => {
+      if (answered) return;
+      answered = true;
+      if (!this.#inFlight.delete(id)) return; // cancelled: nobody waits for the answer
+      if (err !== null && err !== undefined) {
+        const e = err as ServerErrorResponse;
+        const code = typeof e.code === "number" ? e.code : status.UNKNOWN;
+        this.#reply(id, code, EMPTY, e.details ?? e.message, metadataOrNull(e.metadata));
+        return;
+      }
+      let out: Buffer;
+      try {
+        out = def.responseSerialize(value);
+      } catch (serializeErr) {
+        this.#reply(
+          id,
+          status.INTERNAL,
+          EMPTY,
+          `error serializing response: ${String(serializeErr)}`,
+          null,
+        );
+        return;
+      }
+      this.#reply(id, status.OK, out, null, metadataOrNull(trailer));
+    };
+    try {
+      handler(call, callback);
+    } catch (err) {
+      callback({ code: status.UNKNOWN, details: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  #reply(
+    id: number,
+    code: number,
+    bytes: Uint8Array,
+    details: string | null,
+    trailer: MetadataPairs | null,
+  ): void {
+    this.#details.push(details);
+    this.#trailers.push(trailer);
+    this.#replies.add([id, code], bytes);
+  }
+
+  #flush(): void {
+    const { head, body } = this.#replies.take();
+    const batch: ReplyBatch = {
+      kind: "replies",
+      head,
+      body,
+      details: this.#details,
+      trailers: this.#trailers,
+    };
+    this.#details = [];
+    this.#trailers = [];
+    this.worker.postMessage(batch, [head.buffer, body.buffer]);
+  }
+
+  /** Cancels what is still in flight (the thread is gone). */
+  abandon(): void {
+    for (const call of this.#inFlight.values()) {
+      call.cancelled = true;
+      call.emit("cancelled");
+    }
+    this.#inFlight.clear();
+  }
+}
+
+const EMPTY = new Uint8Array(0);
+
+function metadataOrNull(md: Metadata | undefined | null): MetadataPairs | null {
+  return md === undefined || md === null ? null : metadataPairs(md);
+}
+
+/** Why an I/O thread could not listen: the errno code (EADDRINUSE, EACCES) and message. */
+export class IoThreadListenError extends Error {
+  readonly code: string | undefined;
+
+  constructor(code: string | null, message: string) {
+    super(message);
+    this.name = "IoThreadListenError";
+    this.code = code ?? undefined;
+  }
+}
+
+export class IoThreads {
+  readonly #options: IoThreadsOptions;
+  readonly #threads: IoThread[] = [];
+  #stopping = false;
+
+  constructor(options: IoThreadsOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * Starts the threads one by one on the same address (the first one picks the port when it is
+   * 0); resolves with the port, or rejects with IoThreadListenError after stopping those started.
+   */
+  async start(): Promise<number> {
+    let port = this.#options.port;
+    try {
+      for (let i = 0; i < this.#options.count; i++) port = await this.#startOne(port);
+    } catch (err) {
+      this.destroy();
+      throw err;
+    }
+    return port;
+  }
+
+  async #startOne(port: number): Promise<number> {
+    const o = this.#options;
+    const setup: IoThreadSetup = {
+      host: o.host,
+      port,
+      mainAddress: o.mainAddress,
+      methods: o.table.methods,
+      serverOptions: o.serverOptions,
+    };
+    const worker = new Worker(new URL("./io-thread.ts", import.meta.url), { workerData: setup });
+    const thread = new IoThread(worker, o.table);
+    this.#threads.push(thread);
+    const listening = await new Promise<number>((resolve, reject) => {
+      const onMessage = (msg: {
+        kind: string;
+        port?: number;
+        code?: string | null;
+        message?: string;
+      }): void => {
+        if (msg.kind === "listening") {
+          worker.off("message", onMessage);
+          resolve(msg.port as number);
+        } else if (msg.kind === "listen-error") {
+          worker.off("message", onMessage);
+          reject(new IoThreadListenError(msg.code ?? null, msg.message ?? "listen failed"));
+        }
+      };
+      worker.on("message", onMessage);
+      worker.once("error", reject);
+    });
+    worker.on("error", (err) => {
+      thread.abandon();
+      if (!this.#stopping) o.onFailure(err);
+    });
+    worker.on("exit", (code) => {
+      thread.abandon();
+      if (!this.#stopping) o.onFailure(new Error(`gRPC I/O thread exited with code ${code}`));
+    });
+    return listening;
+  }
+
+  /**
+   * Stops listening and lets the calls in flight finish within `deadlineMs` (the main thread
+   * keeps answering what is handed over meanwhile), then ends the threads.
+   */
+  async close(deadlineMs: number): Promise<void> {
+    this.#stopping = true;
+    await Promise.all(
+      this.#threads.map(async (t) => {
+        const closed = new Promise<void>((resolve) => {
+          t.worker.on("message", (msg: { kind: string }) => {
+            if (msg.kind === "closed") resolve();
+          });
+          t.worker.once("exit", () => resolve());
+        });
+        t.worker.postMessage({ kind: "shutdown", deadlineMs });
+        await closed;
+        await t.worker.terminate();
+      }),
+    );
+  }
+
+  destroy(): void {
+    this.#stopping = true;
+    for (const t of this.#threads) void t.worker.terminate();
+  }
+}
