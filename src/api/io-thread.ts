@@ -125,21 +125,43 @@ function endWithStatus(
   else call.emit("error", { code: s.code, details: s.details, metadata: s.metadata });
 }
 
+/** The main thread's messages to the client, at the client's pace. */
+function relayDown(
+  up: NodeJS.EventEmitter & { pause(): void; resume(): void },
+  call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
+): void {
+  up.on("metadata", (md: Metadata) => call.sendMetadata(md));
+  up.on("data", (b: Buffer) => {
+    if (!call.write(b)) up.pause();
+  });
+  call.on("drain", () => up.resume());
+}
+
+/** The client's messages to the main thread, at the main thread's pace. */
+function relayUp(
+  call: ServerReadableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
+  up: NodeJS.EventEmitter & { write(b: Buffer): boolean; end(): void },
+): void {
+  up.on("drain", () => call.resume());
+  call.on("data", (b: Buffer) => {
+    if (!up.write(b)) call.pause();
+  });
+  call.on("end", () => up.end());
+}
+
 function serverStream(path: string) {
   return (call: ServerWritableStream<Buffer, Buffer>): void => {
+    const options = { deadline: call.getDeadline() };
+    const md = forwardMetadata(call.metadata);
     const up = upstream.makeServerStreamRequest(
       path,
       identity,
       identity,
       call.request,
-      forwardMetadata(call.metadata),
-      { deadline: call.getDeadline() },
+      md,
+      options,
     );
-    up.on("metadata", (md: Metadata) => call.sendMetadata(md));
-    up.on("data", (b: Buffer) => {
-      if (!call.write(b)) up.pause();
-    });
-    call.on("drain", () => up.resume());
+    relayDown(up, call);
     up.on("error", () => undefined); // the status follows
     up.on("status", (s: StatusObject) => endWithStatus(call, s));
     call.on("cancelled", () => up.cancel());
@@ -149,26 +171,17 @@ function serverStream(path: string) {
 function clientStream(path: string) {
   return (call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
     let response: Buffer | undefined;
-    const up = upstream.makeClientStreamRequest(
-      path,
-      identity,
-      identity,
-      forwardMetadata(call.metadata),
-      { deadline: call.getDeadline() },
-      (_err, value) => {
-        response = value;
-      },
-    );
-    up.on("metadata", (md: Metadata) => call.sendMetadata(md));
+    const options = { deadline: call.getDeadline() };
+    const md = forwardMetadata(call.metadata);
+    const up = upstream.makeClientStreamRequest(path, identity, identity, md, options, (_e, v) => {
+      response = v;
+    });
+    up.on("metadata", (m: Metadata) => call.sendMetadata(m));
+    relayUp(call, up);
     up.on("status", (s: StatusObject) => {
       if (s.code === status.OK && response !== undefined) callback(null, response, s.metadata);
       else callback({ code: s.code, details: s.details, metadata: s.metadata }, null);
     });
-    up.on("drain", () => call.resume());
-    call.on("data", (b: Buffer) => {
-      if (!up.write(b)) call.pause();
-    });
-    call.on("end", () => up.end());
     call.on("cancelled", () => up.cancel());
     call.on("error", () => up.cancel());
   };
@@ -176,24 +189,12 @@ function clientStream(path: string) {
 
 function bidiStream(path: string) {
   return (call: ServerDuplexStream<Buffer, Buffer>): void => {
-    const up = upstream.makeBidiStreamRequest(
-      path,
-      identity,
-      identity,
-      forwardMetadata(call.metadata),
-      { deadline: call.getDeadline() },
-    );
-    up.on("metadata", (md: Metadata) => call.sendMetadata(md));
-    up.on("data", (b: Buffer) => {
-      if (!call.write(b)) up.pause();
-    });
-    call.on("drain", () => up.resume());
-    up.on("drain", () => call.resume());
-    call.on("data", (b: Buffer) => {
-      if (!up.write(b)) call.pause();
-    });
-    call.on("end", () => up.end());
-    up.on("error", () => undefined);
+    const options = { deadline: call.getDeadline() };
+    const md = forwardMetadata(call.metadata);
+    const up = upstream.makeBidiStreamRequest(path, identity, identity, md, options);
+    relayDown(up, call);
+    relayUp(call, up);
+    up.on("error", () => undefined); // the status follows
     up.on("status", (s: StatusObject) => endWithStatus(call, s));
     call.on("cancelled", () => up.cancel());
   };
