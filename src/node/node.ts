@@ -57,6 +57,8 @@ export class CairnNode implements HealthSource {
   #store: MultiRaft | null = null;
   readonly views: ClusterViewPublisher;
   readonly #started = performance.now();
+  /** Set once start() has finished: every server up (the gRPC one last but SWIM). */
+  #serving = false;
   #rpc: RpcServer | null = null;
   #http: OpsHttpServer | null = null;
   #membership: Membership | null = null;
@@ -121,6 +123,7 @@ export class CairnNode implements HealthSource {
       await node.#closeAll(0);
       throw err;
     }
+    node.#serving = true;
     log.info("node started", {
       node_id: config.node_id,
       rpc_addr: node.#addresses.rpc,
@@ -455,8 +458,18 @@ export class CairnNode implements HealthSource {
 
   // ── health (shared with the HTTP server) ─────────────────────────────────────────────────────
 
+  /**
+   * Shard 0 is served and the node has finished starting: a probe that sees 200 may stop it
+   * with SIGTERM and have it drain (the HTTP server answers from the start of start(), before
+   * the gRPC threads are up and before `cairn serve` handles signals).
+   */
   isQuickHealthy(): boolean {
-    return this.#stopping === null && this.#store !== null && this.#store.isShardReady(0);
+    return (
+      this.#serving &&
+      this.#stopping === null &&
+      this.#store !== null &&
+      this.#store.isShardReady(0)
+    );
   }
 
   async report(): Promise<HealthReport> {

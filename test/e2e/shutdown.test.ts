@@ -1,11 +1,15 @@
-/** Graceful shutdown is not held up by open WatchCluster streams (they never end by themselves). */
+/**
+ * Graceful shutdown: not held up by open WatchCluster streams (they never end by themselves), and
+ * a node that a readiness probe saw ready drains on SIGTERM (it does not die of the signal).
+ */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { freePort } from "../support/cluster-process.ts";
 import { connect, type Reply } from "../support/grpc-client.ts";
-import { startServer } from "../support/server-process.ts";
+import { cleanEnv, spawnCairn, startServer } from "../support/server-process.ts";
 
 describe("graceful shutdown, end to end", () => {
   it("ends open WatchCluster streams and exits 0 well within the drain timeout", async () => {
@@ -30,6 +34,36 @@ describe("graceful shutdown, end to end", () => {
       // The drain timeout is 10 s; an open watch must not hold the shutdown for it.
       assert.ok(took < 5000, `shutdown took ${Math.round(took)} ms`);
     } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("a node whose /health/quick answered 200 handles SIGTERM and exits 0", async () => {
+    // Seen failing: /health/quick answered 200 while start() was still starting the gRPC I/O
+    // threads, before `cairn serve` handled signals, so a SIGTERM right then killed the process.
+    const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-stop-early-"));
+    const http = await freePort();
+    const proc = spawnCairn(
+      ["serve", "--data-dir", dir, "--rpc-addr", "127.0.0.1:0", "--http-addr", `127.0.0.1:${http}`],
+      cleanEnv({ CAIRN_RPC_IO_THREADS: "8" }),
+    );
+    const exited = new Promise<number | null>((resolve) =>
+      proc.once("exit", (code) => resolve(code)),
+    );
+    try {
+      let status = 0;
+      for (let i = 0; i < 3000 && status !== 200 && proc.exitCode === null; i++) {
+        status = await fetch(`http://127.0.0.1:${http}/health/quick`).then(
+          (r) => r.status,
+          () => 0,
+        );
+        if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      assert.equal(status, 200);
+      proc.kill("SIGTERM");
+      assert.equal(await exited, 0, "exit code after SIGTERM");
+    } finally {
+      proc.kill("SIGKILL");
       await rm(dir, { recursive: true, force: true });
     }
   });
