@@ -2,58 +2,85 @@
  * A gRPC I/O thread (a worker thread; io-threads.ts starts them). It serves every method of the
  * node's gRPC server on the node's `rpc_addr`, which all I/O threads listen on together with
  * SO_REUSEPORT (the kernel spreads the connections), and does the HTTP/2 and gRPC framing of its
- * connections, the larger part of a call's CPU. It does no KV work itself:
+ * connections, the larger part of a call's CPU. It speaks gRPC on node:http2 itself
+ * (grpc-wire.ts): a call costs ~28 µs of CPU here against ~42 µs through grpc-js's server
+ * (BENCHMARKS.md). It does no KV work itself:
  *
  * - **Unary calls** (KV Put/Get/Delete/Scan, Admin, the peers' unary calls, health checks) go to
  *   the main thread as bytes, batched per event-loop turn (handoff.ts); the main thread decodes
  *   them, runs the very handlers its own server registers, and sends back the encoded answer or
  *   the status with its trailers, which are relayed as they are.
  * - **Streaming calls** (Meta.WatchCluster, the peers' Raft streams and snapshots, health watch,
- *   reflection) are proxied, message by message with flow control, to the main thread's own gRPC
- *   server on a loopback port: rare or long-lived, they need no batching.
+ *   reflection) are proxied as HTTP/2 streams, bytes and trailers as they are, with flow control, to
+ *   the main thread's own gRPC server on a loopback port: rare or long-lived, they need no
+ *   batching.
  *
  * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
  * a shutdown. Messages from it: reply batches, and "shutdown" with the drain deadline.
  */
-import { createServer, type Server as NetServer, type Socket } from "node:net";
+import http2, {
+  type IncomingHttpHeaders,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type Http2Session,
+  type OutgoingHttpHeaders,
+  type ServerHttp2Stream,
+} from "node:http2";
+import { createServer, type Server as NetServer } from "node:net";
 import { parentPort, workerData } from "node:worker_threads";
-import type { Metadata } from "@grpc/grpc-js";
+import { status } from "@grpc/grpc-js";
 import {
-  type Client,
-  credentials,
-  type Deadline,
-  makeGenericClientConstructor,
-  type sendUnaryData,
-  Server,
-  ServerCredentials,
-  type ServerDuplexStream,
-  type ServerReadableStream,
-  type ServerUnaryCall,
-  type ServerWritableStream,
-  status,
-  type StatusObject,
-} from "@grpc/grpc-js";
+  deadlineOf,
+  frame,
+  headerPairs,
+  RESPONSE_HEADERS,
+  statusHeaders,
+  unaryMessage,
+  WireError,
+} from "./grpc-wire.ts";
 import {
   BatchBuilder,
   type CallBatch,
   type IoThreadSetup,
   type MetadataPairs,
-  metadataPairs,
   REPLY_FIELDS,
   type ReplyBatch,
-  toMetadata,
 } from "./handoff.ts";
 
 const port = parentPort;
 if (port === null) throw new Error("io-thread.ts runs only as a worker thread");
 const setup = workerData as IoThreadSetup;
 
-const identity = (b: Buffer): Buffer => b;
+const { NGHTTP2_CANCEL, NGHTTP2_INTERNAL_ERROR, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } =
+  http2.constants;
+const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
+const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
+const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
+/** Path → the method's index in setup.methods, and whether it is unary. */
+const methods = new Map(
+  setup.methods.map((m, index) => [
+    m.path,
+    { index, unary: !m.requestStream && !m.responseStream },
+  ]),
+);
+/** Each connection's client address, for the handlers' logs (getPeer). */
+const peerOf = new WeakMap<Http2Session, string>();
+
+/** Ends `stream` with a status and no message (a trailers-only response). */
+function respondStatus(
+  stream: ServerHttp2Stream,
+  code: number,
+  details: string,
+  pairs: MetadataPairs | null,
+): void {
+  if (stream.closed || stream.headersSent) return;
+  stream.respond(statusHeaders(code, details, pairs, true), { endStream: true });
+}
 
 // ── unary calls: handed to the main thread ───────────────────────────────────────────────────
 
 let nextId = 1;
-const waiting = new Map<number, sendUnaryData<Buffer>>();
+const waiting = new Map<number, ServerHttp2Stream>();
 let meta: (MetadataPairs | null)[] = [];
 let peers: string[] = [];
 let cancels: number[] = [];
@@ -66,23 +93,44 @@ const calls = new BatchBuilder(() => {
   port.postMessage(batch, [head.buffer, body.buffer]);
 });
 
-function deadlineMs(d: Deadline): number {
-  return d instanceof Date ? d.getTime() : d;
-}
-
-function unary(method: number) {
-  return (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
+function unary(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, method: number): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  stream.on("data", (chunk: Buffer) => {
+    size += chunk.length;
+    if (size <= maxReceive + 5) chunks.push(chunk);
+  });
+  stream.once("end", () => {
+    let message: Buffer;
+    try {
+      if (size > maxReceive + 5) {
+        throw new WireError(
+          status.RESOURCE_EXHAUSTED,
+          `Received message larger than max (${size - 5} vs. ${maxReceive})`,
+        );
+      }
+      message = unaryMessage(chunks, headers["grpc-encoding"] as string | undefined, maxReceive);
+    } catch (err) {
+      const wire = err instanceof WireError;
+      respondStatus(
+        stream,
+        wire ? err.code : status.INTERNAL,
+        wire ? err.message : `could not read the request: ${String(err)}`,
+        null,
+      );
+      return;
+    }
     const id = nextId++;
-    waiting.set(id, callback);
-    meta.push(metadataPairs(call.metadata));
-    peers.push(call.getPeer());
-    calls.add([id, method, deadlineMs(call.getDeadline())], call.request);
-    call.once("cancelled", () => {
-      if (!waiting.delete(id)) return;
+    waiting.set(id, stream);
+    meta.push(headerPairs(headers));
+    peers.push(peerOf.get(stream.session as Http2Session) ?? "unknown");
+    calls.add([id, method, deadlineOf(headers)], message);
+    stream.once("close", () => {
+      if (!waiting.delete(id)) return; // answered
       cancels.push(id);
       calls.schedule();
     });
-  };
+  });
 }
 
 function onReplies(batch: ReplyBatch): void {
@@ -92,134 +140,166 @@ function onReplies(batch: ReplyBatch): void {
     const id = head[i] as number;
     const code = head[i + 1] as number;
     const length = head[i + 2] as number;
-    const bytes = Buffer.from(body.buffer, body.byteOffset + at, length);
+    const bytes = body.subarray(at, at + length);
     at += length;
-    const callback = waiting.get(id);
-    if (callback === undefined) continue;
+    const stream = waiting.get(id);
+    if (stream === undefined) continue;
     waiting.delete(id);
-    const trailer = toMetadata(batch.trailers[r] ?? null);
-    if (code === status.OK) callback(null, bytes, trailer);
-    else callback({ code, details: batch.details[r] ?? "", metadata: trailer }, null);
+    if (stream.closed) continue;
+    const trailer = batch.trailers[r] ?? null;
+    if (code !== status.OK) {
+      respondStatus(stream, code, batch.details[r] ?? "", trailer);
+    } else if (length > maxSend) {
+      respondStatus(
+        stream,
+        status.RESOURCE_EXHAUSTED,
+        `Sent message larger than max (${length} vs. ${maxSend})`,
+        null,
+      );
+    } else {
+      stream.respond({ ...RESPONSE_HEADERS }, { waitForTrailers: true });
+      stream.once("wantTrailers", () =>
+        stream.sendTrailers(statusHeaders(0, "OK", trailer, false)),
+      );
+      stream.end(frame(bytes));
+    }
   }
 }
 
 // ── streaming calls: proxied to the main thread's own server ────────────────────────────────
 
-const Upstream = makeGenericClientConstructor({}, "CairnIoThreadProxy");
-const upstream: Client = new Upstream(setup.mainAddress, credentials.createInsecure(), {
-  "grpc.max_receive_message_length": -1,
-  "grpc.max_send_message_length": -1,
-  // A loopback hop inside the node: never through the operator's grpc_proxy / http_proxy.
-  "grpc.enable_http_proxy": 0,
-});
+let upstream: ClientHttp2Session | null = null;
 
-function forwardMetadata(md: Metadata): Metadata {
-  return toMetadata(metadataPairs(md));
-}
-
-function endWithStatus(
-  call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
-  s: StatusObject,
-): void {
-  if (s.code === status.OK) call.end(s.metadata);
-  else call.emit("error", { code: s.code, details: s.details, metadata: s.metadata });
-}
-
-/** The main thread's messages to the client, at the client's pace. */
-function relayDown(
-  up: NodeJS.EventEmitter & { pause(): void; resume(): void },
-  call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
-): void {
-  up.on("metadata", (md: Metadata) => call.sendMetadata(md));
-  up.on("data", (b: Buffer) => {
-    if (!call.write(b)) up.pause();
+function upstreamSession(): ClientHttp2Session {
+  if (upstream !== null && !upstream.closed && !upstream.destroyed) return upstream;
+  const session = http2.connect(`http://${setup.mainAddress}`, {
+    maxSessionMemory: Number.MAX_SAFE_INTEGER,
+    peerMaxConcurrentStreams: 1 << 20,
   });
-  call.on("drain", () => up.resume());
-}
-
-/** The client's messages to the main thread, at the main thread's pace. */
-function relayUp(
-  call: ServerReadableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
-  up: NodeJS.EventEmitter & { write(b: Buffer): boolean; end(): void },
-): void {
-  up.on("drain", () => call.resume());
-  call.on("data", (b: Buffer) => {
-    if (!up.write(b)) call.pause();
+  session.on("error", () => undefined); // its streams fail, and the next call reconnects
+  session.once("close", () => {
+    if (upstream === session) upstream = null;
   });
-  call.on("end", () => up.end());
+  upstream = session;
+  return session;
 }
 
-function serverStream(path: string) {
-  return (call: ServerWritableStream<Buffer, Buffer>): void => {
-    const options = { deadline: call.getDeadline() };
-    const md = forwardMetadata(call.metadata);
-    const up = upstream.makeServerStreamRequest(
-      path,
-      identity,
-      identity,
-      call.request,
-      md,
-      options,
+/** The headers of `h` other than the connection's own pseudo-headers. */
+function forwardable(h: IncomingHttpHeaders, keep: readonly string[]): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const key in h) {
+    if (key.charCodeAt(0) === 58 /* : */ && !keep.includes(key)) continue;
+    out[key] = h[key];
+  }
+  return out;
+}
+
+function proxy(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+  let up: ClientHttp2Stream;
+  try {
+    up = upstreamSession().request(forwardable(headers, [":method", ":path"]));
+  } catch (err) {
+    respondStatus(stream, status.UNAVAILABLE, `the node's main thread: ${String(err)}`, null);
+    return;
+  }
+  let responded = false;
+  let trailersOnly = false;
+  let trailers: OutgoingHttpHeaders | null = null;
+  up.on("error", () => undefined); // its close follows
+  up.on("response", (h: IncomingHttpHeaders, flags: number) => {
+    if (stream.closed) return;
+    responded = true;
+    trailersOnly = (flags & NGHTTP2_FLAG_END_STREAM) !== 0;
+    stream.respond(
+      forwardable(h, [":status"]),
+      trailersOnly ? { endStream: true } : { waitForTrailers: true },
     );
-    relayDown(up, call);
-    up.on("error", () => undefined); // the status follows
-    up.on("status", (s: StatusObject) => endWithStatus(call, s));
-    call.on("cancelled", () => up.cancel());
-  };
-}
-
-function clientStream(path: string) {
-  return (call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
-    let response: Buffer | undefined;
-    const options = { deadline: call.getDeadline() };
-    const md = forwardMetadata(call.metadata);
-    const up = upstream.makeClientStreamRequest(path, identity, identity, md, options, (_e, v) => {
-      response = v;
-    });
-    up.on("metadata", (m: Metadata) => call.sendMetadata(m));
-    relayUp(call, up);
-    up.on("status", (s: StatusObject) => {
-      if (s.code === status.OK && response !== undefined) callback(null, response, s.metadata);
-      else callback({ code: s.code, details: s.details, metadata: s.metadata }, null);
-    });
-    call.on("cancelled", () => up.cancel());
-    call.on("error", () => up.cancel());
-  };
-}
-
-function bidiStream(path: string) {
-  return (call: ServerDuplexStream<Buffer, Buffer>): void => {
-    const options = { deadline: call.getDeadline() };
-    const md = forwardMetadata(call.metadata);
-    const up = upstream.makeBidiStreamRequest(path, identity, identity, md, options);
-    relayDown(up, call);
-    relayUp(call, up);
-    up.on("error", () => undefined); // the status follows
-    up.on("status", (s: StatusObject) => endWithStatus(call, s));
-    call.on("cancelled", () => up.cancel());
-  };
+  });
+  up.on("trailers", (t: IncomingHttpHeaders) => {
+    trailers = forwardable(t, []);
+  });
+  stream.on("wantTrailers", () => {
+    stream.sendTrailers(
+      trailers ?? statusHeaders(status.INTERNAL, "the call ended without a status", null, false),
+    );
+  });
+  // Messages both ways, each side at the other's pace.
+  up.on("data", (chunk: Buffer) => {
+    if (!stream.closed && !stream.write(chunk)) up.pause();
+  });
+  stream.on("drain", () => up.resume());
+  stream.on("data", (chunk: Buffer) => {
+    if (!up.closed && !up.write(chunk)) stream.pause();
+  });
+  up.on("drain", () => stream.resume());
+  stream.on("end", () => {
+    if (!up.closed) up.end();
+  });
+  up.on("end", () => {
+    if (responded && !trailersOnly && !stream.closed) stream.end();
+  });
+  up.on("close", () => {
+    if (stream.closed) return;
+    if (!responded) {
+      respondStatus(stream, status.UNAVAILABLE, "the node's main thread ended the call", null);
+    } else if (
+      up.rstCode !== undefined &&
+      up.rstCode !== NGHTTP2_NO_ERROR &&
+      !stream.writableEnded
+    ) {
+      stream.close(NGHTTP2_INTERNAL_ERROR);
+    }
+  });
+  stream.on("close", () => {
+    if (!up.closed) up.close(NGHTTP2_CANCEL);
+  });
 }
 
 // ── the server ─────────────────────────────────────────────────────────────────────────────
 
-const server = new Server(setup.serverOptions);
-setup.methods.forEach((m, index) => {
-  const [handler, type] =
-    !m.requestStream && !m.responseStream
-      ? [unary(index), "unary"]
-      : m.requestStream && m.responseStream
-        ? [bidiStream(m.path), "bidi"]
-        : m.requestStream
-          ? [clientStream(m.path), "clientStream"]
-          : [serverStream(m.path), "serverStream"];
-  server.register(m.path, handler as never, identity, identity, type);
+const server = http2.createServer({
+  // As grpc-js: Node's default session memory limit breaks busy connections (ENHANCE_YOUR_CALM).
+  maxSessionMemory: Number.MAX_SAFE_INTEGER,
+  maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
 });
-const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
-const sockets = new Set<Socket>();
+const sessions = new Set<Http2Session>();
+server.on("session", (session: Http2Session) => {
+  sessions.add(session);
+  const s = session.socket;
+  peerOf.set(session, `${s.remoteAddress ?? "unknown"}:${s.remotePort ?? 0}`);
+  session.on("error", () => undefined); // its streams are closed with it
+  session.once("close", () => {
+    sessions.delete(session);
+    if (sessions.size === 0) onSessionsClosed?.();
+  });
+});
+server.on("stream", (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
+  stream.on("error", () => undefined); // a reset stream; its close event follows
+  const type = headers["content-type"];
+  if (typeof type !== "string" || !type.startsWith("application/grpc")) {
+    stream.respond({ ":status": 415 }, { endStream: true });
+    return;
+  }
+  const path = headers[":path"] ?? "";
+  const method = methods.get(path);
+  if (method === undefined) {
+    respondStatus(
+      stream,
+      status.UNIMPLEMENTED,
+      `The server does not implement the method ${path}`,
+      null,
+    );
+  } else if (method.unary) {
+    unary(stream, headers, method.index);
+  } else {
+    proxy(stream, headers);
+  }
+});
+
 const listener: NetServer = createServer({ noDelay: true }, (socket) => {
-  sockets.add(socket);
-  socket.once("close", () => sockets.delete(socket));
-  injector.injectConnection(socket);
+  // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
+  socket.setKeepAlive(true, 60_000);
+  server.emit("connection", socket);
 });
 listener.once("error", (err: NodeJS.ErrnoException) => {
   port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });
@@ -233,19 +313,27 @@ listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
   });
 });
 
+let onSessionsClosed: (() => void) | null = null;
+
+/** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
 function shutdown(deadlineMs: number): void {
   listener.close();
   const done = (): void => {
+    onSessionsClosed = null;
     clearTimeout(timer);
-    for (const s of sockets) s.destroy();
-    upstream.close();
+    for (const s of sessions) s.destroy();
+    upstream?.destroy();
     port?.postMessage({ kind: "closed" });
   };
-  const timer = setTimeout(() => {
-    server.forceShutdown();
+  const timer = setTimeout(done, deadlineMs);
+  if (sessions.size === 0) {
     done();
-  }, deadlineMs);
-  server.tryShutdown(done);
+    return;
+  }
+  // Counted by the sessions' own close events: close(callback) never calls back for a session
+  // that is closing already (its client said GOAWAY first), which held shutdowns 10 s.
+  onSessionsClosed = done;
+  for (const s of sessions) s.close();
 }
 
 port.on("message", (msg: ReplyBatch | { kind: "shutdown"; deadlineMs: number }) => {

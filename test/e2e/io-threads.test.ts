@@ -8,6 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { type Clients, connect, type Reply } from "../support/grpc-client.ts";
 import { freePort } from "../support/cluster-process.ts";
 import { startServer } from "../support/server-process.ts";
@@ -41,7 +42,10 @@ async function putCount(http: string): Promise<number> {
 describe("gRPC I/O threads (real server process)", () => {
   it("several threads share rpc_addr: calls on many connections all reach the node", async () => {
     const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-io-"));
-    const server = await startServer({ dataDir: dir, env: { CAIRN_RPC_IO_THREADS: "3" } });
+    const server = await startServer({
+      dataDir: dir,
+      env: { CAIRN_RPC_IO_THREADS: "3", CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "30000" },
+    });
     // One connection each: the kernel spreads them over the threads' listeners.
     const clients = Array.from({ length: 8 }, () => connect(server.rpc));
     try {
@@ -65,9 +69,14 @@ describe("gRPC I/O threads (real server process)", () => {
       assert.equal(await putCount(server.http), 80);
     } finally {
       for (const c of clients) c.close();
+      // Nothing is in flight: the threads stop at once, not at the drain deadline (seen failing:
+      // a connection whose client had already sent GOAWAY held the shutdown for the deadline).
+      const stopping = Date.now();
       const exit = await server.stop("SIGTERM");
+      const tookMs = Date.now() - stopping;
       await rm(dir, { recursive: true, force: true });
       assert.deepEqual(exit, { code: 0, signal: null });
+      assert.ok(tookMs < 15_000, `the shutdown took ${tookMs} ms of its 30 s drain deadline`);
     }
   });
 
@@ -95,4 +104,72 @@ describe("gRPC I/O threads (real server process)", () => {
       assert.deepEqual(exit, { code: 0, signal: null });
     }
   });
+
+  it("answers protocol errors as gRPC statuses and takes compressed requests", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-io-wire-"));
+    const server = await startServer({
+      dataDir: dir,
+      env: {
+        CAIRN_RPC_IO_THREADS: "1",
+        CAIRN_LIMITS_MAX_VALUE_BYTES: "16KiB",
+        CAIRN_LIMITS_MAX_MESSAGE_BYTES: "64KiB",
+      },
+    });
+    const raw = new Client(server.rpc, credentials.createInsecure());
+    const call = (path: string, body: Buffer): Promise<Buffer> =>
+      new Promise((resolve, reject) => {
+        raw.makeUnaryRequest(
+          path,
+          (b: Buffer) => b,
+          (b: Buffer) => b,
+          body,
+          new Metadata(),
+          { deadline: Date.now() + 10_000 },
+          (err: ServiceError | null, res?: Buffer) =>
+            err === null ? resolve(res as Buffer) : reject(err),
+        );
+      });
+    // A PutRequest by hand: key (field 1) and value (field 2), both bytes.
+    const put = (key: string, value: Buffer): Buffer =>
+      Buffer.concat([
+        Buffer.from([0x0a, key.length]),
+        b(key),
+        Buffer.from([0x12]),
+        varint(value.length),
+        value,
+      ]);
+    const zipped = connect(server.rpc, { "grpc.default_compression_algorithm": 2 });
+    try {
+      const missing = (await call("/cairn.v1.KV/Nope", Buffer.alloc(0)).catch(
+        (e: unknown) => e,
+      )) as ServiceError;
+      assert.equal(missing.code, status.UNIMPLEMENTED);
+      const big = (await call("/cairn.v1.KV/Put", put("big", Buffer.alloc(100_000))).catch(
+        (e: unknown) => e,
+      )) as ServiceError;
+      assert.equal(big.code, status.RESOURCE_EXHAUSTED);
+      assert.match(big.details, /larger than max/);
+      assert.ok((await call("/cairn.v1.KV/Put", put("small", b("v")))).length > 0);
+      // A client that compresses its requests (gzip).
+      await zipped.call(zipped.kv, "Put", { key: b("zipped"), value: Buffer.alloc(1000, 7) });
+      const got = await zipped.call(zipped.kv, "Get", { key: b("zipped") });
+      assert.equal((got["value"] as Buffer).length, 1000);
+    } finally {
+      raw.close();
+      zipped.close();
+      const exit = await server.stop("SIGTERM");
+      await rm(dir, { recursive: true, force: true });
+      assert.deepEqual(exit, { code: 0, signal: null });
+    }
+  });
 });
+
+function varint(n: number): Buffer {
+  const out: number[] = [];
+  while (n > 0x7f) {
+    out.push((n & 0x7f) | 0x80);
+    n >>>= 7;
+  }
+  out.push(n);
+  return Buffer.from(out);
+}

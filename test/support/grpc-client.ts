@@ -3,6 +3,7 @@
  * server's code, for end-to-end tests.
  */
 import {
+  type ChannelOptions,
   credentials,
   type Client,
   loadPackageDefinition,
@@ -32,11 +33,12 @@ export interface Clients {
   close(): void;
 }
 
-export function connect(address: string): Clients {
+/** Clients of the three services; `options` are grpc-js channel options (e.g. compression). */
+export function connect(address: string, options: ChannelOptions = {}): Clients {
   const v1 = pkg.cairn.v1;
-  const kv = new v1.KV(address, credentials.createInsecure()) as Client;
-  const meta = new v1.Meta(address, credentials.createInsecure()) as Client;
-  const admin = new v1.Admin(address, credentials.createInsecure()) as Client;
+  const kv = new v1.KV(address, credentials.createInsecure(), options) as Client;
+  const meta = new v1.Meta(address, credentials.createInsecure(), options) as Client;
+  const admin = new v1.Admin(address, credentials.createInsecure(), options) as Client;
   return {
     kv,
     meta,

@@ -1,0 +1,123 @@
+/** gRPC over HTTP/2 as the I/O threads speak it (src/api/grpc-wire.ts). */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { deflateSync, gzipSync } from "node:zlib";
+import { status } from "@grpc/grpc-js";
+import {
+  deadlineOf,
+  frame,
+  headerPairs,
+  statusHeaders,
+  unaryMessage,
+  WireError,
+} from "../../src/api/grpc-wire.ts";
+
+function wireError(fn: () => unknown): WireError {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof WireError) return err;
+    throw err;
+  }
+  assert.fail("no WireError");
+}
+
+describe("gRPC wire (I/O threads)", () => {
+  it("reads grpc-timeout in every unit; none or a malformed one is no deadline", () => {
+    const now = 1_000_000;
+    assert.equal(deadlineOf({ "grpc-timeout": "2S" }, now), now + 2000);
+    assert.equal(deadlineOf({ "grpc-timeout": "150m" }, now), now + 150);
+    assert.equal(deadlineOf({ "grpc-timeout": "3M" }, now), now + 180_000);
+    assert.equal(deadlineOf({ "grpc-timeout": "1H" }, now), now + 3_600_000);
+    assert.equal(deadlineOf({ "grpc-timeout": "5000u" }, now), now + 5);
+    assert.equal(deadlineOf({ "grpc-timeout": "7000000n" }, now), now + 7);
+    assert.equal(deadlineOf({}, now), Infinity);
+    assert.equal(deadlineOf({ "grpc-timeout": "123456789S" }, now), Infinity, "9 digits");
+    assert.equal(deadlineOf({ "grpc-timeout": "10x" }, now), Infinity);
+  });
+
+  it("takes application metadata from the headers, -bin values decoded, protocol headers left", () => {
+    const pairs = headerPairs({
+      ":path": "/cairn.v1.KV/Put",
+      "content-type": "application/grpc",
+      te: "trailers",
+      "user-agent": "grpc-c++/1.51",
+      "grpc-timeout": "1S",
+      "grpc-accept-encoding": "identity",
+      "cairn-forwarded": "n2",
+      "trace-bin": `${Buffer.from("ab").toString("base64")},${Buffer.from("cd").toString("base64")}`,
+    });
+    assert.deepEqual(
+      pairs?.map(([k, v]) => [k, typeof v === "string" ? v : Buffer.from(v).toString()]),
+      [
+        ["cairn-forwarded", "n2"],
+        ["trace-bin", "ab"],
+        ["trace-bin", "cd"],
+      ],
+    );
+    assert.equal(headerPairs({ ":path": "/x", "content-type": "application/grpc" }), null);
+  });
+
+  it("reads exactly one message of a unary request, in one chunk or several", () => {
+    const msg = Buffer.from("hello");
+    const framed = frame(msg);
+    assert.deepEqual([...framed.subarray(0, 5)], [0, 0, 0, 0, 5]);
+    assert.equal(unaryMessage([framed], undefined, 100).toString(), "hello");
+    assert.equal(
+      unaryMessage([framed.subarray(0, 3), framed.subarray(3)], undefined, 100).toString(),
+      "hello",
+    );
+    assert.equal(unaryMessage([frame(Buffer.alloc(0))], undefined, 100).length, 0);
+  });
+
+  it("inflates gzip and deflate messages and refuses other encodings", () => {
+    const compressed = (body: Buffer): Buffer => {
+      const out = frame(body);
+      out[0] = 1;
+      return out;
+    };
+    assert.equal(unaryMessage([compressed(gzipSync("zipped"))], "gzip", 100).toString(), "zipped");
+    assert.equal(
+      unaryMessage([compressed(deflateSync("deflated"))], "deflate", 100).toString(),
+      "deflated",
+    );
+    const err = wireError(() => unaryMessage([compressed(Buffer.from("x"))], "snappy", 100));
+    assert.equal(err.code, status.UNIMPLEMENTED);
+  });
+
+  it("refuses a missing, partial, oversized or second message", () => {
+    assert.equal(wireError(() => unaryMessage([], undefined, 100)).code, status.INTERNAL);
+    const framed = frame(Buffer.from("hello"));
+    assert.equal(
+      wireError(() => unaryMessage([framed.subarray(0, 7)], undefined, 100)).code,
+      status.INTERNAL,
+    );
+    assert.equal(
+      wireError(() => unaryMessage([framed, framed], undefined, 100)).code,
+      status.INTERNAL,
+    );
+    const big = wireError(() => unaryMessage([framed], undefined, 4));
+    assert.equal(big.code, status.RESOURCE_EXHAUSTED);
+    assert.match(big.message, /larger than max \(5 vs\. 4\)/);
+  });
+
+  it("writes statuses as grpc-js does: the message URI-encoded, metadata base64 when binary", () => {
+    const only = statusHeaders(
+      status.FAILED_PRECONDITION,
+      "compare-and-set failed: 3/2 ≠ 4/2",
+      [
+        ["cairn-current-version", "3/2"],
+        ["blob-bin", new Uint8Array([0xff, 0x00])],
+      ],
+      true,
+    );
+    assert.equal(only[":status"], 200);
+    assert.equal(only["content-type"], "application/grpc+proto");
+    assert.equal(only["grpc-status"], String(status.FAILED_PRECONDITION));
+    assert.equal(only["grpc-message"], encodeURI("compare-and-set failed: 3/2 ≠ 4/2"));
+    assert.equal(only["cairn-current-version"], "3/2");
+    assert.equal(only["blob-bin"], Buffer.from([0xff, 0x00]).toString("base64"));
+    const trailers = statusHeaders(0, "OK", null, false);
+    assert.deepEqual(trailers, { "grpc-status": "0", "grpc-message": "OK" });
+  });
+});
