@@ -8,10 +8,18 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import {
+  Client,
+  credentials,
+  loadPackageDefinition,
+  Metadata,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
+import { loadSync } from "@grpc/proto-loader";
 import { type Clients, connect, type Reply } from "../support/grpc-client.ts";
 import { freePort } from "../support/cluster-process.ts";
-import { startServer } from "../support/server-process.ts";
+import { ROOT, startServer } from "../support/server-process.ts";
 
 const b = (s: string): Buffer => Buffer.from(s);
 
@@ -77,6 +85,52 @@ describe("gRPC I/O threads (real server process)", () => {
       await rm(dir, { recursive: true, force: true });
       assert.deepEqual(exit, { code: 0, signal: null });
       assert.ok(tookMs < 15_000, `the shutdown took ${tookMs} ms of its 30 s drain deadline`);
+    }
+  });
+
+  it("proxies a bidirectional stream: server reflection lists the services", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-io-bidi-"));
+    const server = await startServer({ dataDir: dir, env: { CAIRN_RPC_IO_THREADS: "1" } });
+    const protoFile = join(
+      ROOT,
+      "node_modules/@grpc/reflection/build/proto/grpc/reflection/v1/reflection.proto",
+    );
+    const pkg = loadPackageDefinition(loadSync(protoFile, { keepCase: true })) as unknown as {
+      grpc: { reflection: { v1: { ServerReflection: new (a: string, c: unknown) => Client } } };
+    };
+    const client = new pkg.grpc.reflection.v1.ServerReflection(
+      server.rpc,
+      credentials.createInsecure(),
+    );
+    try {
+      const stream = (
+        client as unknown as {
+          ServerReflectionInfo: () => NodeJS.EventEmitter & {
+            write(r: Reply): void;
+            end(): void;
+          };
+        }
+      ).ServerReflectionInfo();
+      const replies: Reply[] = [];
+      const ended = new Promise<void>((resolve, reject) => {
+        stream.on("data", (r: Reply) => replies.push(r));
+        stream.on("end", resolve);
+        stream.on("error", reject);
+      });
+      stream.write({ list_services: "" });
+      stream.write({ list_services: "" });
+      stream.end();
+      await ended;
+      assert.equal(replies.length, 2, "one answer per request, in both directions");
+      const names = ((replies[0]?.["list_services_response"] as Reply)["service"] as Reply[]).map(
+        (s) => s["name"],
+      );
+      assert.ok(names.includes("cairn.v1.KV"), `services: ${names.join(", ")}`);
+    } finally {
+      client.close();
+      const exit = await server.stop("SIGTERM");
+      await rm(dir, { recursive: true, force: true });
+      assert.deepEqual(exit, { code: 0, signal: null });
     }
   });
 
