@@ -8,23 +8,13 @@
 import { gunzipSync, inflateSync } from "node:zlib";
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http2";
 import { status } from "@grpc/grpc-js";
-import type { MetadataPairs } from "./handoff.ts";
+import { isProtocolHeader, type MetadataPairs } from "./handoff.ts";
 
 export const RESPONSE_HEADERS: OutgoingHttpHeaders = Object.freeze({
   ":status": 200,
   "content-type": "application/grpc+proto",
   "grpc-accept-encoding": "identity,deflate,gzip",
 });
-
-/** Headers that carry the protocol itself, never application metadata. */
-const PROTOCOL_HEADERS = new Set([
-  "content-type",
-  "te",
-  "user-agent",
-  "host",
-  "accept-encoding",
-  "content-length",
-]);
 
 const TIMEOUT_UNIT_MS: Readonly<Record<string, number>> = {
   H: 3_600_000,
@@ -51,8 +41,7 @@ export function deadlineOf(headers: IncomingHttpHeaders, now = Date.now()): numb
 export function headerPairs(headers: IncomingHttpHeaders): MetadataPairs | null {
   let out: MetadataPairs | null = null;
   for (const key in headers) {
-    if (key.charCodeAt(0) === 58 /* : */ || key.startsWith("grpc-") || PROTOCOL_HEADERS.has(key))
-      continue;
+    if (isProtocolHeader(key)) continue;
     const value = headers[key];
     if (value === undefined) continue;
     out ??= [];

@@ -28,14 +28,26 @@ export interface IoThreadSetup {
 /** Metadata as structured-clonable pairs; -bin values are bytes. */
 export type MetadataPairs = [string, string | Uint8Array][];
 
-/** Headers that HTTP/2 or grpc-js set themselves: never copied from one call to another. */
-const TRANSPORT_HEADERS = new Set(["user-agent", "content-type", "te", "host", "accept-encoding"]);
+/** Headers that HTTP/2 or gRPC set themselves, never application metadata. */
+const PROTOCOL_HEADERS = new Set([
+  "content-type",
+  "te",
+  "user-agent",
+  "host",
+  "accept-encoding",
+  "content-length",
+]);
+
+/** Whether a header is the protocol's (a pseudo-header, grpc-*, transport), not metadata. */
+export function isProtocolHeader(key: string): boolean {
+  return key.charCodeAt(0) === 58 /* : */ || key.startsWith("grpc-") || PROTOCOL_HEADERS.has(key);
+}
 
 /** The application metadata of `md` (null when there is none, the common case). */
 export function metadataPairs(md: Metadata): MetadataPairs | null {
   let out: MetadataPairs | null = null;
   for (const key of Object.keys(md.getMap())) {
-    if (key.startsWith("grpc-") || key.startsWith(":") || TRANSPORT_HEADERS.has(key)) continue;
+    if (isProtocolHeader(key)) continue;
     out ??= [];
     // A -bin value may be a view of a larger pool: copied, so the clone carries only its bytes.
     for (const v of md.get(key)) out.push([key, typeof v === "string" ? v : new Uint8Array(v)]);

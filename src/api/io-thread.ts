@@ -157,7 +157,7 @@ function onReplies(batch: ReplyBatch): void {
         null,
       );
     } else {
-      stream.respond({ ...RESPONSE_HEADERS }, { waitForTrailers: true });
+      stream.respond(RESPONSE_HEADERS, { waitForTrailers: true }); // node:http2 copies it
       stream.once("wantTrailers", () =>
         stream.sendTrailers(statusHeaders(0, "OK", trailer, false)),
       );

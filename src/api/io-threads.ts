@@ -122,12 +122,10 @@ class IoThread {
   #details: (string | null)[] = [];
   #trailers: (MetadataPairs | null)[] = [];
   readonly #replies = new BatchBuilder(() => this.#flush());
-  closed: Promise<void>;
 
   constructor(worker: Worker, table: MethodTable) {
     this.worker = worker;
     this.#table = table;
-    this.closed = new Promise((resolve) => worker.once("exit", () => resolve()));
     worker.on("message", (msg: CallBatch | { kind: string }) => {
       if (msg.kind === "calls") this.#onCalls(msg as CallBatch);
     });

@@ -146,13 +146,7 @@ export class RpcServer {
       return { host, port };
     } catch (err) {
       this.#server.forceShutdown();
-      if (err instanceof IoThreadListenError) {
-        throw bindErrorFor(
-          err.code === undefined ? err : Object.assign(err, { code: err.code }),
-          address,
-          "rpc_addr",
-        );
-      }
+      if (err instanceof IoThreadListenError) throw bindErrorFor(err, address, "rpc_addr");
       throw err;
     }
   }
