@@ -1,20 +1,24 @@
 /**
- * The gRPC protocol over HTTP/2 as the I/O threads speak it (io-thread.ts), on node:http2 with no
- * gRPC library in between: the request headers (deadline, metadata), the length-prefixed message
- * framing, and statuses as trailers. It follows the spec
+ * The gRPC protocol over HTTP/2 as the I/O threads speak it (io-thread.ts), on their own HTTP/2
+ * server (h2/) with no gRPC library in between: the request headers (deadline, metadata), the
+ * length-prefixed message framing, and statuses as trailers. It follows the spec
  * (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md) and grpc-js's choices where
  * the spec leaves room (`grpc-message` is `encodeURI`d; binary metadata is base64).
  */
 import { gunzipSync, inflateSync } from "node:zlib";
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http2";
 import { status } from "@grpc/grpc-js";
+import type { HeaderList } from "./h2/hpack.ts";
 import { isProtocolHeader, type MetadataPairs } from "./handoff.ts";
 
-export const RESPONSE_HEADERS: OutgoingHttpHeaders = Object.freeze({
-  ":status": 200,
-  "content-type": "application/grpc+proto",
-  "grpc-accept-encoding": "identity,deflate,gzip",
-});
+/** Header fields as an encoder takes them, in order (a name may repeat). */
+export type Fields = [string, string][];
+
+/** The headers of every response that carries a message. */
+export const RESPONSE_FIELDS: readonly (readonly [string, string])[] = Object.freeze([
+  [":status", "200"],
+  ["content-type", "application/grpc+proto"],
+  ["grpc-accept-encoding", "identity,deflate,gzip"],
+] as const);
 
 const TIMEOUT_UNIT_MS: Readonly<Record<string, number>> = {
   H: 3_600_000,
@@ -25,63 +29,55 @@ const TIMEOUT_UNIT_MS: Readonly<Record<string, number>> = {
   n: 0.000001,
 };
 
-/** The call's deadline (ms since the epoch) from `grpc-timeout`, Infinity without one. */
-export function deadlineOf(headers: IncomingHttpHeaders, now = Date.now()): number {
-  const t = headers["grpc-timeout"];
-  if (typeof t !== "string") return Infinity;
-  const m = /^(\d{1,8})([HMSmun])$/.exec(t);
+/** The call's deadline (ms since the epoch) from a `grpc-timeout` value, Infinity without one. */
+export function deadlineOf(timeout: string | undefined, now = Date.now()): number {
+  if (timeout === undefined) return Infinity;
+  const m = /^(\d{1,8})([HMSmun])$/.exec(timeout);
   if (m === null) return Infinity;
   return now + Number(m[1]) * (TIMEOUT_UNIT_MS[m[2] as string] as number);
 }
 
 /**
- * The application metadata of a request's headers (null when there is none, the common case).
- * A `-bin` header is base64, several values joined by commas.
+ * The application metadata of a request's header list (null when there is none, the common
+ * case). A `-bin` value is base64, several values joined by commas.
  */
-export function headerPairs(headers: IncomingHttpHeaders): MetadataPairs | null {
+export function headerPairs(headers: HeaderList): MetadataPairs | null {
   let out: MetadataPairs | null = null;
-  for (const key in headers) {
+  for (let i = 0; i < headers.length; i += 2) {
+    const key = headers[i] as string;
     if (isProtocolHeader(key)) continue;
-    const value = headers[key];
-    if (value === undefined) continue;
+    const value = headers[i + 1] as string;
     out ??= [];
-    for (const v of Array.isArray(value) ? value : [value]) {
-      if (key.endsWith("-bin")) {
-        for (const part of v.split(","))
-          out.push([key, new Uint8Array(Buffer.from(part, "base64"))]);
-      } else {
-        out.push([key, v]);
+    if (key.endsWith("-bin")) {
+      for (const part of value.split(",")) {
+        out.push([key, new Uint8Array(Buffer.from(part, "base64"))]);
       }
+    } else {
+      out.push([key, value]);
     }
   }
   return out;
 }
 
-/** Metadata pairs as HTTP/2 header fields (trailers), added to `into`. */
-export function addPairs(
-  into: OutgoingHttpHeaders,
-  pairs: MetadataPairs | null,
-): OutgoingHttpHeaders {
+/** Metadata pairs as header fields (one field a value), added to `into`. */
+export function addPairs(into: Fields, pairs: MetadataPairs | null): Fields {
   if (pairs === null) return into;
   for (const [key, v] of pairs) {
-    const value = typeof v === "string" ? v : Buffer.from(v).toString("base64");
-    const prior = into[key];
-    into[key] = prior === undefined ? value : `${String(prior)},${value}`;
+    into.push([key, typeof v === "string" ? v : Buffer.from(v).toString("base64")]);
   }
   return into;
 }
 
-/** The trailers of a status (for a trailers-only response, with RESPONSE_HEADERS first). */
-export function statusHeaders(
+/** The trailers of a status (for a trailers-only response, with RESPONSE_FIELDS first). */
+export function statusFields(
   code: number,
   details: string,
   pairs: MetadataPairs | null,
   trailersOnly: boolean,
-): OutgoingHttpHeaders {
-  const h: OutgoingHttpHeaders = trailersOnly ? { ...RESPONSE_HEADERS } : {};
-  h["grpc-status"] = String(code);
-  h["grpc-message"] = encodeURI(details);
-  return addPairs(h, pairs);
+): Fields {
+  const fields: Fields = trailersOnly ? RESPONSE_FIELDS.map(([k, v]) => [k, v]) : [];
+  fields.push(["grpc-status", String(code)], ["grpc-message", encodeURI(details)]);
+  return addPairs(fields, pairs);
 }
 
 /** A failure to read a request: the status the call ends with. */

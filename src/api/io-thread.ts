@@ -2,9 +2,9 @@
  * A gRPC I/O thread (a worker thread; io-threads.ts starts them). It serves every method of the
  * node's gRPC server on the node's `rpc_addr`, which all I/O threads listen on together with
  * SO_REUSEPORT (the kernel spreads the connections), and does the HTTP/2 and gRPC framing of its
- * connections, the larger part of a call's CPU. It speaks gRPC on node:http2 itself
- * (grpc-wire.ts): a call costs ~28 µs of CPU here against ~42 µs through grpc-js's server
- * (BENCHMARKS.md). It does no KV work itself:
+ * connections, the larger part of a call's CPU. It speaks gRPC (grpc-wire.ts) on its own HTTP/2
+ * server (h2/): a no-op call costs ~13 µs of CPU here, against ~24 µs on node:http2 and ~42 µs
+ * through grpc-js's server (BENCHMARKS.md). It does no KV work itself:
  *
  * - **Unary calls** (KV Put/Get/Delete/Scan, Admin, the peers' unary calls, health checks) go to
  *   the main thread as bytes, batched per event-loop turn (handoff.ts); the main thread decodes
@@ -19,25 +19,26 @@
  * a shutdown. Messages from it: reply batches, and "shutdown" with the drain deadline.
  */
 import http2, {
-  type IncomingHttpHeaders,
   type ClientHttp2Session,
   type ClientHttp2Stream,
-  type Http2Session,
+  type IncomingHttpHeaders,
   type OutgoingHttpHeaders,
-  type ServerHttp2Stream,
 } from "node:http2";
 import { createServer, type Server as NetServer } from "node:net";
 import { parentPort, workerData } from "node:worker_threads";
 import { status } from "@grpc/grpc-js";
 import {
   deadlineOf,
+  type Fields,
   frame,
   headerPairs,
-  RESPONSE_HEADERS,
-  statusHeaders,
+  RESPONSE_FIELDS,
+  statusFields,
   unaryMessage,
   WireError,
 } from "./grpc-wire.ts";
+import { ErrorCode, ServerConnection, type ServerStream } from "./h2/connection.ts";
+import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import {
   BatchBuilder,
   type CallBatch,
@@ -51,8 +52,7 @@ const port = parentPort;
 if (port === null) throw new Error("io-thread.ts runs only as a worker thread");
 const setup = workerData as IoThreadSetup;
 
-const { NGHTTP2_CANCEL, NGHTTP2_INTERNAL_ERROR, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } =
-  http2.constants;
+const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
 const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
 const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
 const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
@@ -63,24 +63,29 @@ const methods = new Map(
     { index, unary: !m.requestStream && !m.responseStream },
   ]),
 );
-/** Each connection's client address, for the handlers' logs (getPeer). */
-const peerOf = new WeakMap<Http2Session, string>();
+
+/** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
+const RESPONSE_BLOCK = encodeHeaders(RESPONSE_FIELDS);
+const OK_TRAILERS = encodeHeaders(statusFields(status.OK, "OK", null, false));
+const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
+/** A proxied stream stops reading its upstream while this much waits for the client's window. */
+const PROXY_HIGH_WATER = 1 << 20;
 
 /** Ends `stream` with a status and no message (a trailers-only response). */
 function respondStatus(
-  stream: ServerHttp2Stream,
+  stream: ServerStream,
   code: number,
   details: string,
   pairs: MetadataPairs | null,
 ): void {
   if (stream.closed || stream.headersSent) return;
-  stream.respond(statusHeaders(code, details, pairs, true), { endStream: true });
+  stream.sendHeaders(encodeHeaders(statusFields(code, details, pairs, true)), true);
 }
 
 // ── unary calls: handed to the main thread ───────────────────────────────────────────────────
 
 let nextId = 1;
-const waiting = new Map<number, ServerHttp2Stream>();
+const waiting = new Map<number, ServerStream>();
 let meta: (MetadataPairs | null)[] = [];
 let peers: string[] = [];
 let cancels: number[] = [];
@@ -93,14 +98,14 @@ const calls = new BatchBuilder(() => {
   port.postMessage(batch, [head.buffer, body.buffer]);
 });
 
-function unary(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, method: number): void {
+function unary(stream: ServerStream, method: number): void {
   const chunks: Buffer[] = [];
   let size = 0;
-  stream.on("data", (chunk: Buffer) => {
+  stream.onData = (chunk) => {
     size += chunk.length;
     if (size <= maxReceive + 5) chunks.push(chunk);
-  });
-  stream.once("end", () => {
+  };
+  stream.onEnd = () => {
     let message: Buffer;
     try {
       if (size > maxReceive + 5) {
@@ -109,7 +114,7 @@ function unary(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, method: 
           `Received message larger than max (${size - 5} vs. ${maxReceive})`,
         );
       }
-      message = unaryMessage(chunks, headers["grpc-encoding"] as string | undefined, maxReceive);
+      message = unaryMessage(chunks, stream.header("grpc-encoding"), maxReceive);
     } catch (err) {
       const wire = err instanceof WireError;
       respondStatus(
@@ -122,15 +127,15 @@ function unary(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, method: 
     }
     const id = nextId++;
     waiting.set(id, stream);
-    meta.push(headerPairs(headers));
-    peers.push(peerOf.get(stream.session as Http2Session) ?? "unknown");
-    calls.add([id, method, deadlineOf(headers)], message);
-    stream.once("close", () => {
+    meta.push(headerPairs(stream.headers));
+    peers.push(stream.connection.peer);
+    calls.add([id, method, deadlineOf(stream.header("grpc-timeout"))], message);
+    stream.onClose = () => {
       if (!waiting.delete(id)) return; // answered
       cancels.push(id);
       calls.schedule();
-    });
-  });
+    };
+  };
 }
 
 function onReplies(batch: ReplyBatch): void {
@@ -157,11 +162,11 @@ function onReplies(batch: ReplyBatch): void {
         null,
       );
     } else {
-      stream.respond(RESPONSE_HEADERS, { waitForTrailers: true }); // node:http2 copies it
-      stream.once("wantTrailers", () =>
-        stream.sendTrailers(statusHeaders(0, "OK", trailer, false)),
+      stream.sendHeaders(RESPONSE_BLOCK);
+      stream.sendData(frame(bytes));
+      stream.sendTrailers(
+        trailer === null ? OK_TRAILERS : encodeHeaders(statusFields(0, "OK", trailer, false)),
       );
-      stream.end(frame(bytes));
     }
   }
 }
@@ -184,103 +189,105 @@ function upstreamSession(): ClientHttp2Session {
   return session;
 }
 
-/** The headers of `h` other than the connection's own pseudo-headers. */
-function forwardable(h: IncomingHttpHeaders, keep: readonly string[]): OutgoingHttpHeaders {
+/** A request's header list as node:http2 sends it upstream: pseudo-headers but :method, :path dropped. */
+function requestHeaders(list: HeaderList): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
-  for (const key in h) {
-    if (key.charCodeAt(0) === 58 /* : */ && !keep.includes(key)) continue;
-    out[key] = h[key];
+  for (let i = 0; i < list.length; i += 2) {
+    const key = list[i] as string;
+    if (key.charCodeAt(0) === 58 /* : */ && key !== ":method" && key !== ":path") continue;
+    const value = list[i + 1] as string;
+    const prior = out[key];
+    if (prior === undefined) out[key] = value;
+    else out[key] = Array.isArray(prior) ? [...prior, value] : [String(prior), value];
   }
   return out;
 }
 
-function proxy(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+/** Headers node:http2 received upstream as fields to send on, pseudo-headers but `keep` dropped. */
+function fieldsOf(h: IncomingHttpHeaders, keep: string | null): Fields {
+  const out: Fields = [];
+  for (const key in h) {
+    if (key.charCodeAt(0) === 58 /* : */ && key !== keep) continue;
+    const value = h[key];
+    if (value === undefined) continue;
+    if (Array.isArray(value)) for (const v of value) out.push([key, v]);
+    else out.push([key, String(value)]);
+  }
+  return out;
+}
+
+function proxy(stream: ServerStream): void {
+  // What the client sends is credited back as it is passed upstream: its pace is upstream's.
+  stream.autoCredit = false;
   let up: ClientHttp2Stream;
   try {
-    up = upstreamSession().request(forwardable(headers, [":method", ":path"]));
+    up = upstreamSession().request(requestHeaders(stream.headers));
   } catch (err) {
     respondStatus(stream, status.UNAVAILABLE, `the node's main thread: ${String(err)}`, null);
     return;
   }
   let responded = false;
   let trailersOnly = false;
-  let trailers: OutgoingHttpHeaders | null = null;
+  let trailers: Fields | null = null;
   up.on("error", () => undefined); // its close follows
   up.on("response", (h: IncomingHttpHeaders, flags: number) => {
     if (stream.closed) return;
     responded = true;
     trailersOnly = (flags & NGHTTP2_FLAG_END_STREAM) !== 0;
-    stream.respond(
-      forwardable(h, [":status"]),
-      trailersOnly ? { endStream: true } : { waitForTrailers: true },
-    );
+    stream.sendHeaders(encodeHeaders(fieldsOf(h, ":status")), trailersOnly);
   });
   up.on("trailers", (t: IncomingHttpHeaders) => {
-    trailers = forwardable(t, []);
-  });
-  stream.on("wantTrailers", () => {
-    stream.sendTrailers(
-      trailers ?? statusHeaders(status.INTERNAL, "the call ended without a status", null, false),
-    );
+    trailers = fieldsOf(t, null);
   });
   // Messages both ways, each side at the other's pace.
   up.on("data", (chunk: Buffer) => {
-    if (!stream.closed && !stream.write(chunk)) up.pause();
+    if (stream.closed) return;
+    stream.sendData(chunk);
+    if (stream.queuedBytes > PROXY_HIGH_WATER) up.pause();
   });
-  stream.on("drain", () => up.resume());
-  stream.on("data", (chunk: Buffer) => {
-    if (!up.closed && !up.write(chunk)) stream.pause();
-  });
-  up.on("drain", () => stream.resume());
-  stream.on("end", () => {
+  stream.onDrain = () => {
+    if (up.isPaused()) up.resume();
+  };
+  stream.onData = (chunk) => {
+    if (up.closed || up.writableEnded) {
+      stream.consumed(chunk.length);
+      return;
+    }
+    up.write(chunk, () => stream.consumed(chunk.length));
+  };
+  stream.onEnd = () => {
     if (!up.closed) up.end();
-  });
+  };
   up.on("end", () => {
-    if (responded && !trailersOnly && !stream.closed) stream.end();
+    if (!responded || trailersOnly || stream.closed) return;
+    stream.sendTrailers(
+      encodeHeaders(
+        trailers ?? statusFields(status.INTERNAL, "the call ended without a status", null, false),
+      ),
+    );
   });
   up.on("close", () => {
     if (stream.closed) return;
     if (!responded) {
       respondStatus(stream, status.UNAVAILABLE, "the node's main thread ended the call", null);
-    } else if (
-      up.rstCode !== undefined &&
-      up.rstCode !== NGHTTP2_NO_ERROR &&
-      !stream.writableEnded
-    ) {
-      stream.close(NGHTTP2_INTERNAL_ERROR);
+    } else if (up.rstCode !== undefined && up.rstCode !== NGHTTP2_NO_ERROR && !stream.localEnded) {
+      stream.reset(ErrorCode.INTERNAL_ERROR);
     }
   });
-  stream.on("close", () => {
+  stream.onClose = () => {
     if (!up.closed) up.close(NGHTTP2_CANCEL);
-  });
+  };
 }
 
 // ── the server ─────────────────────────────────────────────────────────────────────────────
 
-const server = http2.createServer({
-  // As grpc-js: Node's default session memory limit breaks busy connections (ENHANCE_YOUR_CALM).
-  maxSessionMemory: Number.MAX_SAFE_INTEGER,
-  maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
-});
-const sessions = new Set<Http2Session>();
-server.on("session", (session: Http2Session) => {
-  sessions.add(session);
-  const s = session.socket;
-  peerOf.set(session, `${s.remoteAddress ?? "unknown"}:${s.remotePort ?? 0}`);
-  session.on("error", () => undefined); // its streams are closed with it
-  session.once("close", () => {
-    sessions.delete(session);
-    if (sessions.size === 0) onSessionsClosed?.();
-  });
-});
-server.on("stream", (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
-  stream.on("error", () => undefined); // a reset stream; its close event follows
-  const type = headers["content-type"];
-  if (typeof type !== "string" || !type.startsWith("application/grpc")) {
-    stream.respond({ ":status": 415 }, { endStream: true });
+function onStream(stream: ServerStream): void {
+  const type = stream.header("content-type");
+  if (type === undefined || !type.startsWith("application/grpc")) {
+    stream.sendHeaders(UNSUPPORTED_MEDIA_TYPE, true);
     return;
   }
-  const path = headers[":path"] ?? "";
+  const path = stream.header(":path") ?? "";
   const method = methods.get(path);
   if (method === undefined) {
     respondStatus(
@@ -290,16 +297,26 @@ server.on("stream", (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) =>
       null,
     );
   } else if (method.unary) {
-    unary(stream, headers, method.index);
+    unary(stream, method.index);
   } else {
-    proxy(stream, headers);
+    proxy(stream);
   }
-});
+}
+
+const connections = new Set<ServerConnection>();
+let onConnectionsClosed: (() => void) | null = null;
 
 const listener: NetServer = createServer({ noDelay: true }, (socket) => {
   // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
   socket.setKeepAlive(true, 60_000);
-  server.emit("connection", socket);
+  const connection: ServerConnection = new ServerConnection(socket, {
+    onStream,
+    onClose: () => {
+      connections.delete(connection);
+      if (connections.size === 0) onConnectionsClosed?.();
+    },
+  });
+  connections.add(connection);
 });
 listener.once("error", (err: NodeJS.ErrnoException) => {
   port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });
@@ -313,27 +330,23 @@ listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
   });
 });
 
-let onSessionsClosed: (() => void) | null = null;
-
 /** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
 function shutdown(deadlineMs: number): void {
   listener.close();
   const done = (): void => {
-    onSessionsClosed = null;
+    onConnectionsClosed = null;
     clearTimeout(timer);
-    for (const s of sessions) s.destroy();
+    for (const c of connections) c.destroy();
     upstream?.destroy();
     port?.postMessage({ kind: "closed" });
   };
   const timer = setTimeout(done, deadlineMs);
-  if (sessions.size === 0) {
+  if (connections.size === 0) {
     done();
     return;
   }
-  // Counted by the sessions' own close events: close(callback) never calls back for a session
-  // that is closing already (its client said GOAWAY first), which held shutdowns 10 s.
-  onSessionsClosed = done;
-  for (const s of sessions) s.close();
+  onConnectionsClosed = done;
+  for (const c of connections) c.goAway();
 }
 
 port.on("message", (msg: ReplyBatch | { kind: "shutdown"; deadlineMs: number }) => {

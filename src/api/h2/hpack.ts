@@ -1,0 +1,346 @@
+/**
+ * HPACK (RFC 7541), the header compression of HTTP/2, as the I/O threads' HTTP/2 server needs it:
+ * a full decoder (static and dynamic tables, Huffman-coded strings, table size updates) and an
+ * encoder that never indexes (every field a literal "without indexing", strings raw), so the
+ * peer's decoder table is never touched and the encoder keeps no state.
+ *
+ * Header names and values are handled as latin1 strings: HTTP/2 field values are octets, and
+ * gRPC's are ASCII (binary metadata travels base64).
+ */
+
+/** A header list as decoded, in order: name, value, name, value, … */
+export type HeaderList = string[];
+
+export class HpackError extends Error {}
+
+/** RFC 7541 Appendix A. */
+const STATIC_TABLE: readonly (readonly [string, string])[] = [
+  [":authority", ""],
+  [":method", "GET"],
+  [":method", "POST"],
+  [":path", "/"],
+  [":path", "/index.html"],
+  [":scheme", "http"],
+  [":scheme", "https"],
+  [":status", "200"],
+  [":status", "204"],
+  [":status", "206"],
+  [":status", "304"],
+  [":status", "400"],
+  [":status", "404"],
+  [":status", "500"],
+  ["accept-charset", ""],
+  ["accept-encoding", "gzip, deflate"],
+  ["accept-language", ""],
+  ["accept-ranges", ""],
+  ["accept", ""],
+  ["access-control-allow-origin", ""],
+  ["age", ""],
+  ["allow", ""],
+  ["authorization", ""],
+  ["cache-control", ""],
+  ["content-disposition", ""],
+  ["content-encoding", ""],
+  ["content-language", ""],
+  ["content-length", ""],
+  ["content-location", ""],
+  ["content-range", ""],
+  ["content-type", ""],
+  ["cookie", ""],
+  ["date", ""],
+  ["etag", ""],
+  ["expect", ""],
+  ["expires", ""],
+  ["from", ""],
+  ["host", ""],
+  ["if-match", ""],
+  ["if-modified-since", ""],
+  ["if-none-match", ""],
+  ["if-range", ""],
+  ["if-unmodified-since", ""],
+  ["last-modified", ""],
+  ["link", ""],
+  ["location", ""],
+  ["max-forwards", ""],
+  ["proxy-authenticate", ""],
+  ["proxy-authorization", ""],
+  ["range", ""],
+  ["referer", ""],
+  ["refresh", ""],
+  ["retry-after", ""],
+  ["server", ""],
+  ["set-cookie", ""],
+  ["strict-transport-security", ""],
+  ["transfer-encoding", ""],
+  ["user-agent", ""],
+  ["vary", ""],
+  ["via", ""],
+  ["www-authenticate", ""],
+];
+
+/**
+ * RFC 7541 Appendix B: the code length of each symbol (0–255, then EOS). The code is canonical
+ * (codes assigned in order of length, then symbol), so the lengths define it.
+ */
+// prettier-ignore
+const HUFFMAN_LENGTHS = [
+  13,23,28,28,28,28,28,28,28,24,30,28,28,30,28,28,28,28,28,28,28,28,30,28,28,28,28,28,28,28,28,28,
+  6,10,10,12,13,6,8,11,10,10,8,11,8,6,6,6,5,5,5,6,6,6,6,6,6,6,7,8,15,6,12,10,
+  13,6,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,8,7,8,13,19,13,14,6,
+  15,5,6,5,6,5,6,6,6,5,7,7,6,6,6,5,6,7,6,5,5,6,7,7,7,7,7,15,11,14,13,28,
+  20,22,20,20,22,22,22,23,22,23,23,23,23,23,24,23,24,24,22,23,24,23,23,23,23,21,22,23,22,23,23,24,
+  22,21,20,22,22,23,23,21,23,22,22,24,21,22,23,23,21,21,22,21,23,22,23,23,20,22,22,22,23,22,22,23,
+  26,26,20,19,22,23,22,25,26,26,26,27,27,26,24,25,19,21,26,27,27,26,27,24,21,21,26,26,28,27,27,27,
+  20,24,20,21,22,21,21,23,22,22,25,25,24,24,26,23,26,27,26,26,27,27,27,27,27,28,27,27,27,27,27,26,
+  30,
+];
+const EOS = 256;
+const MAX_CODE_LENGTH = 30;
+
+/**
+ * Canonical decoding tables: for each length, the first code of that length, how many codes have
+ * it, and where its symbols start in SYMBOLS (the symbols sorted by length, then value).
+ */
+const FIRST_CODE = new Int32Array(MAX_CODE_LENGTH + 1);
+const COUNT = new Int32Array(MAX_CODE_LENGTH + 1);
+const OFFSET = new Int32Array(MAX_CODE_LENGTH + 1);
+const SYMBOLS = new Uint16Array(HUFFMAN_LENGTHS.length);
+{
+  const order = HUFFMAN_LENGTHS.map((_, s) => s).sort(
+    (a, b) => (HUFFMAN_LENGTHS[a] as number) - (HUFFMAN_LENGTHS[b] as number) || a - b,
+  );
+  order.forEach((s, i) => (SYMBOLS[i] = s));
+  let code = 0;
+  let prevLength = 0;
+  for (let i = 0; i < order.length; i++) {
+    const length = HUFFMAN_LENGTHS[order[i] as number] as number;
+    if (i > 0) code = (code + 1) * 2 ** (length - prevLength);
+    if (COUNT[length] === 0) {
+      FIRST_CODE[length] = code;
+      OFFSET[length] = i;
+    }
+    COUNT[length] = (COUNT[length] as number) + 1;
+    prevLength = length;
+  }
+}
+
+/** Decodes a Huffman-coded string (RFC 7541 §5.2), checking its padding. */
+export function huffmanDecode(bytes: Uint8Array, start: number, end: number): string {
+  let out = "";
+  let code = 0;
+  let length = 0;
+  for (let i = start; i < end; i++) {
+    const byte = bytes[i] as number;
+    for (let bit = 7; bit >= 0; bit--) {
+      code = code * 2 + ((byte >> bit) & 1);
+      length++;
+      const index = code - (FIRST_CODE[length] as number);
+      if (index >= 0 && index < (COUNT[length] as number)) {
+        const symbol = SYMBOLS[(OFFSET[length] as number) + index] as number;
+        if (symbol === EOS) throw new HpackError("EOS in a Huffman-coded string");
+        out += String.fromCharCode(symbol);
+        code = 0;
+        length = 0;
+      } else if (length >= MAX_CODE_LENGTH) {
+        throw new HpackError("an invalid Huffman code");
+      }
+    }
+  }
+  // Padding: fewer than 8 bits, all ones (a prefix of EOS).
+  if (length > 7 || code !== 2 ** length - 1) throw new HpackError("invalid Huffman padding");
+  return out;
+}
+
+/** Per RFC 7541 §4.1: a field's size in the dynamic table. */
+const ENTRY_OVERHEAD = 32;
+
+/**
+ * A connection's HPACK decoder. Its table size is bounded by what this side advertised in
+ * SETTINGS_HEADER_TABLE_SIZE (`maxTableSize`); `maxListSize` bounds a decoded header list
+ * (names, values and 32 octets a field, as SETTINGS_MAX_HEADER_LIST_SIZE counts).
+ */
+export class HpackDecoder {
+  /** Dynamic table, oldest first (index 62 is the newest: the last element). */
+  readonly #names: string[] = [];
+  readonly #values: string[] = [];
+  #size = 0;
+  #limit: number;
+  readonly #maxTableSize: number;
+  readonly #maxListSize: number;
+
+  constructor(maxTableSize = 4096, maxListSize = 64 * 1024) {
+    this.#limit = maxTableSize;
+    this.#maxTableSize = maxTableSize;
+    this.#maxListSize = maxListSize;
+  }
+
+  /** Decodes one complete header block; throws HpackError (a connection error) when invalid. */
+  decode(block: Uint8Array): HeaderList {
+    const out: HeaderList = [];
+    let listSize = 0;
+    let at = 0;
+    let fieldsSeen = false;
+    const end = block.length;
+    const int = (prefixBits: number): number => {
+      const mask = (1 << prefixBits) - 1;
+      let value = (block[at++] as number) & mask;
+      if (value < mask) return value;
+      let shift = 0;
+      for (;;) {
+        if (at >= end) throw new HpackError("a truncated integer");
+        const b = block[at++] as number;
+        value += (b & 0x7f) * 2 ** shift;
+        shift += 7;
+        if ((b & 0x80) === 0) break;
+        if (shift > 28) throw new HpackError("an integer too large");
+      }
+      return value;
+    };
+    const str = (): string => {
+      if (at >= end) throw new HpackError("a truncated string");
+      const huffman = ((block[at] as number) & 0x80) !== 0;
+      const length = int(7);
+      if (at + length > end) throw new HpackError("a truncated string");
+      const s = huffman ? huffmanDecode(block, at, at + length) : latin1(block, at, at + length);
+      at += length;
+      return s;
+    };
+    while (at < end) {
+      const b = block[at] as number;
+      let name: string;
+      let value: string;
+      if (b & 0x80) {
+        // Indexed field.
+        const index = int(7);
+        name = this.#name(index);
+        value = this.#value(index);
+      } else if ((b & 0xe0) === 0x20) {
+        // Dynamic table size update: only before the first field.
+        if (fieldsSeen) throw new HpackError("a table size update after a field");
+        const size = int(5);
+        if (size > this.#maxTableSize) throw new HpackError("a table size above the setting");
+        this.#limit = size;
+        this.#evict(0);
+        continue;
+      } else {
+        // Literal: with incremental indexing (01), without (0000) or never indexed (0001).
+        const indexing = (b & 0xc0) === 0x40;
+        const index = int(indexing ? 6 : 4);
+        name = index === 0 ? str() : this.#name(index);
+        value = str();
+        if (indexing) this.#insert(name, value);
+      }
+      fieldsSeen = true;
+      listSize += name.length + value.length + ENTRY_OVERHEAD;
+      if (listSize > this.#maxListSize) throw new HpackHeaderListTooLarge();
+      out.push(name, value);
+    }
+    return out;
+  }
+
+  #name(index: number): string {
+    if (index === 0) throw new HpackError("index 0");
+    if (index <= STATIC_TABLE.length) return (STATIC_TABLE[index - 1] as [string, string])[0];
+    const i = this.#names.length - (index - STATIC_TABLE.length);
+    if (i < 0) throw new HpackError(`index ${index} beyond the table`);
+    return this.#names[i] as string;
+  }
+
+  #value(index: number): string {
+    if (index <= STATIC_TABLE.length) return (STATIC_TABLE[index - 1] as [string, string])[1];
+    return this.#values[this.#names.length - (index - STATIC_TABLE.length)] as string;
+  }
+
+  #insert(name: string, value: string): void {
+    const size = name.length + value.length + ENTRY_OVERHEAD;
+    this.#evict(size);
+    // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
+    if (size > this.#limit) return;
+    this.#names.push(name);
+    this.#values.push(value);
+    this.#size += size;
+  }
+
+  /** Evicts the oldest entries until `incoming` more octets fit. */
+  #evict(incoming: number): void {
+    let drop = 0;
+    while (this.#size + incoming > this.#limit && drop < this.#names.length) {
+      this.#size -=
+        (this.#names[drop] as string).length +
+        (this.#values[drop] as string).length +
+        ENTRY_OVERHEAD;
+      drop++;
+    }
+    if (drop > 0) {
+      this.#names.splice(0, drop);
+      this.#values.splice(0, drop);
+    }
+  }
+}
+
+/**
+ * A header list beyond SETTINGS_MAX_HEADER_LIST_SIZE. The block was not fully decoded, so the
+ * decoder's table may be out of step with the peer's: the connection must end.
+ */
+export class HpackHeaderListTooLarge extends HpackError {
+  constructor() {
+    super("a header list larger than the limit");
+  }
+}
+
+function latin1(bytes: Uint8Array, start: number, end: number): string {
+  if (end - start < 24) {
+    let s = "";
+    for (let i = start; i < end; i++) s += String.fromCharCode(bytes[i] as number);
+    return s;
+  }
+  return Buffer.from(bytes.buffer, bytes.byteOffset + start, end - start).toString("latin1");
+}
+
+const STATIC_NAME_INDEX = new Map<string, number>();
+STATIC_TABLE.forEach(([name], i) => {
+  if (!STATIC_NAME_INDEX.has(name)) STATIC_NAME_INDEX.set(name, i + 1);
+});
+
+/**
+ * Encodes header fields as literals without indexing (RFC 7541 §6.2.2), names from the static
+ * table where it has them, strings raw. `:status: 200` is the one indexed field.
+ */
+export function encodeHeaders(fields: readonly (readonly [string, string])[]): Buffer {
+  const parts: number[] = [];
+  for (const [name, value] of fields) {
+    if (name === ":status" && value === "200") {
+      parts.push(0x88);
+      continue;
+    }
+    const index = STATIC_NAME_INDEX.get(name);
+    if (index === undefined) {
+      parts.push(0x00);
+      pushString(parts, name);
+    } else {
+      pushInt(parts, 0x00, 4, index);
+    }
+    pushString(parts, value);
+  }
+  return Buffer.from(parts);
+}
+
+function pushInt(out: number[], flags: number, prefixBits: number, value: number): void {
+  const max = (1 << prefixBits) - 1;
+  if (value < max) {
+    out.push(flags | value);
+    return;
+  }
+  out.push(flags | max);
+  let rest = value - max;
+  while (rest >= 0x80) {
+    out.push((rest % 0x80) | 0x80);
+    rest = Math.floor(rest / 0x80);
+  }
+  out.push(rest);
+}
+
+function pushString(out: number[], s: string): void {
+  pushInt(out, 0x00, 7, s.length);
+  for (let i = 0; i < s.length; i++) out.push(s.charCodeAt(i) & 0xff);
+}

@@ -1,0 +1,404 @@
+/**
+ * The I/O threads' HTTP/2 server connection (src/api/h2/connection.ts), against node:http2's
+ * client (nghttp2: Huffman strings, a dynamic table, its own flow control) and raw frames.
+ */
+import assert from "node:assert/strict";
+import http2, { type ClientHttp2Session, type IncomingHttpHeaders } from "node:http2";
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { after, before, describe, it } from "node:test";
+import { ErrorCode, ServerConnection, type ServerStream } from "../../src/api/h2/connection.ts";
+import { encodeHeaders } from "../../src/api/h2/hpack.ts";
+
+/** A server whose streams are handled by `onStream`; it records how each stream closed. */
+async function serve(
+  onStream: (stream: ServerStream) => void,
+): Promise<{ server: Server; port: number; connections: ServerConnection[]; closes: boolean[] }> {
+  const connections: ServerConnection[] = [];
+  const closes: boolean[] = [];
+  const server = createServer((socket) => {
+    connections.push(
+      new ServerConnection(socket, {
+        onStream: (stream) => {
+          onStream(stream);
+          const handlerClose = stream.onClose;
+          stream.onClose = (complete) => {
+            closes.push(complete);
+            handlerClose?.(complete);
+          };
+        },
+        onClose: () => undefined,
+      }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  assert.ok(address !== null && typeof address === "object");
+  return { server, port: address.port, connections, closes };
+}
+
+/**
+ * Echo: answers with the request's body once it has ended, the request's `x-meta` values back in
+ * the trailers (and `x-size`, the body's length).
+ */
+function echo(stream: ServerStream): void {
+  const chunks: Buffer[] = [];
+  stream.onData = (chunk) => chunks.push(chunk);
+  stream.onEnd = () => {
+    const body = Buffer.concat(chunks);
+    const meta: [string, string][] = [];
+    for (let i = 0; i < stream.headers.length; i += 2) {
+      if (stream.headers[i] === "x-meta") meta.push(["x-meta", stream.headers[i + 1] as string]);
+    }
+    stream.sendHeaders(encodeHeaders([[":status", "200"]]));
+    stream.sendData(body);
+    stream.sendTrailers(encodeHeaders([["x-size", String(body.length)], ...meta]));
+  };
+}
+
+interface Answer {
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+  trailers: IncomingHttpHeaders;
+}
+
+function request(
+  session: ClientHttp2Session,
+  headers: Record<string, string | string[]>,
+  body: Buffer,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = session.request({ ":method": "POST", ":path": "/echo", ...headers });
+    let responseHeaders: IncomingHttpHeaders = {};
+    let trailers: IncomingHttpHeaders = {};
+    const chunks: Buffer[] = [];
+    req.on("response", (h) => (responseHeaders = h));
+    req.on("trailers", (t) => (trailers = t));
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () =>
+      resolve({ headers: responseHeaders, body: Buffer.concat(chunks), trailers }),
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
+  let echoServer: Awaited<ReturnType<typeof serve>>;
+  before(async () => {
+    echoServer = await serve(echo);
+  });
+  after(() => echoServer.server.close());
+
+  it("serves many requests on one connection: headers through HPACK's table, bodies both ways", async () => {
+    const session = http2.connect(`http://127.0.0.1:${echoServer.port}`);
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 300 }, (_, i) =>
+          request(
+            session,
+            // Values that change per request and repeat across them: literals, Huffman, indexing.
+            { "x-meta": [`value-${i % 7}`, `other ${i}`], "grpc-timeout": `${i}m` },
+            Buffer.from(`body ${i}`),
+          ),
+        ),
+      );
+      answers.forEach((a, i) => {
+        assert.equal(a.headers[":status"], 200);
+        assert.equal(a.body.toString(), `body ${i}`);
+        assert.equal(a.trailers["x-size"], String(`body ${i}`.length));
+        assert.equal(a.trailers["x-meta"], `value-${i % 7}, other ${i}`);
+      });
+    } finally {
+      session.close();
+    }
+  });
+
+  it("keeps both flow-control windows: 3 MiB each way through 64 KiB and 1 MiB windows", async () => {
+    // The client's windows are node's defaults (64 KiB): the answer waits for its WINDOW_UPDATEs.
+    const session = http2.connect(`http://127.0.0.1:${echoServer.port}`, {
+      settings: { initialWindowSize: 65_535 },
+    });
+    try {
+      const body = Buffer.alloc(3 << 20);
+      for (let i = 0; i < body.length; i += 4) body.writeUInt32LE(i, i);
+      const [a, b] = await Promise.all([
+        request(session, {}, body),
+        request(session, {}, body.subarray(0, 100_000)),
+      ]);
+      assert.ok(a.body.equals(body), "3 MiB echoed intact");
+      assert.ok(b.body.equals(body.subarray(0, 100_000)));
+      // Header blocks larger than a frame: CONTINUATION frames both ways.
+      const big = "m".repeat(40_000);
+      const c = await request(session, { "x-meta": big }, Buffer.from("x"));
+      assert.equal(c.trailers["x-meta"], big);
+    } finally {
+      session.close();
+    }
+  });
+
+  it("answers PINGs, and tells the handler of a stream the client reset", async () => {
+    const opened = Promise.withResolvers<ServerStream>();
+    const closed = Promise.withResolvers<boolean>();
+    const { server, port } = await serve((stream) => {
+      stream.onClose = (complete) => closed.resolve(complete);
+      opened.resolve(stream);
+    });
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      await new Promise((resolve) => session.once("connect", resolve));
+      await new Promise<void>((resolve, reject) =>
+        session.ping((err) => (err === null ? resolve() : reject(err))),
+      );
+      const req = session.request({ ":method": "POST", ":path": "/x" });
+      req.on("error", () => undefined);
+      req.write(Buffer.from("partial"));
+      await opened.promise;
+      req.close(http2.constants.NGHTTP2_CANCEL);
+      assert.equal(await closed.promise, false, "a reset stream closes incomplete");
+    } finally {
+      session.close();
+      server.close();
+    }
+  });
+
+  it("answers before the request has ended, and resets the rest of the request (NO_ERROR)", async () => {
+    const { server, port } = await serve((stream) => {
+      stream.sendHeaders(encodeHeaders([[":status", "200"]]));
+      stream.sendTrailers(encodeHeaders([["grpc-status", "3"]]));
+    });
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const req = session.request({ ":method": "POST", ":path": "/x" });
+      req.write(Buffer.alloc(1000));
+      const trailers = await new Promise<IncomingHttpHeaders>((resolve, reject) => {
+        req.on("trailers", resolve);
+        req.on("error", reject);
+        req.resume();
+      });
+      assert.equal(trailers["grpc-status"], "3");
+      await new Promise((resolve) => req.on("close", resolve));
+      assert.equal(req.rstCode, http2.constants.NGHTTP2_NO_ERROR);
+    } finally {
+      session.close();
+      server.close();
+    }
+  });
+
+  it("goes away gracefully: the open stream finishes, a new one is refused, the socket ends", async () => {
+    let held: ServerStream | null = null;
+    const opened = Promise.withResolvers<true>();
+    const { server, port, connections } = await serve((stream) => {
+      held = stream;
+      opened.resolve(true);
+    });
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    const sessionClosed = new Promise((resolve) => session.on("close", resolve));
+    session.on("error", () => undefined);
+    try {
+      const first = session.request({ ":method": "POST", ":path": "/x" });
+      first.end();
+      await opened.promise;
+      const goaway = new Promise((resolve) => session.once("goaway", resolve));
+      (connections[0] as ServerConnection).goAway();
+      await goaway;
+      const refused = session.request({ ":method": "POST", ":path": "/x" });
+      const refusal = new Promise((resolve) => refused.on("error", resolve));
+      refused.end();
+      assert.ok(await refusal, "a stream opened after GOAWAY fails");
+      (held as ServerStream | null)?.sendHeaders(encodeHeaders([[":status", "200"]]), true);
+      const answer = await new Promise<IncomingHttpHeaders>((resolve) =>
+        first.on("response", resolve),
+      );
+      assert.equal(answer[":status"], 200);
+      await sessionClosed;
+    } finally {
+      session.destroy();
+      server.close();
+    }
+  });
+
+  it("sends no more DATA than the client's windows allow, and the rest on WINDOW_UPDATE", async () => {
+    const { server, port } = await serve(echo);
+    const client = new RawClient(port);
+    try {
+      // The client's stream window is 100 bytes; the connection's is the default 65,535.
+      client.send(PREFACE, rawFrame(0x4, 0, 0, setting(0x4, 100)));
+      const headers = encodeHeaders([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/echo"],
+        [":authority", "x"],
+      ]);
+      client.send(rawFrame(0x1, 0x4, 1, headers), rawFrame(0x0, 0x1, 1, Buffer.alloc(1000, 7)));
+      await client.until((f) => dataBytes(f, 1) >= 100, "the first 100 bytes");
+      // Nothing more arrives within the window: the next frames the server sends are answers to
+      // a PING, proof that it has processed everything before it.
+      client.send(rawFrame(0x6, 0, 0, Buffer.alloc(8)));
+      await client.until((f) => f.some((x) => x.type === 0x6), "the PING's answer");
+      assert.equal(dataBytes(client.frames, 1), 100);
+      assert.ok(!client.frames.some((x) => x.type === 0x1 && (x.flags & 0x1) !== 0), "no trailers");
+      client.send(rawFrame(0x8, 0, 1, u32(900)));
+      await client.until(
+        (f) => f.some((x) => x.type === 0x1 && x.streamId === 1 && (x.flags & 0x1) !== 0),
+        "the trailers",
+      );
+      assert.equal(dataBytes(client.frames, 1), 1000);
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
+  it("ends the connection with GOAWAY on protocol errors", async () => {
+    const { server, port } = await serve(echo);
+    try {
+      const settings = rawFrame(0x4, 0, 0, Buffer.alloc(0));
+      const cases: [string, Buffer, number][] = [
+        ["not HTTP/2", Buffer.from("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ErrorCode.PROTOCOL_ERROR],
+        [
+          "no SETTINGS first",
+          Buffer.concat([PREFACE, rawFrame(0x6, 0, 0, Buffer.alloc(8))]),
+          ErrorCode.PROTOCOL_ERROR,
+        ],
+        [
+          "DATA on an idle stream",
+          Buffer.concat([PREFACE, settings, rawFrame(0x0, 0, 1, Buffer.from("x"))]),
+          ErrorCode.PROTOCOL_ERROR,
+        ],
+        [
+          "a frame over 16 KiB",
+          Buffer.concat([PREFACE, settings, rawFrame(0x0, 0, 1, Buffer.alloc(20_000))]),
+          ErrorCode.FRAME_SIZE_ERROR,
+        ],
+        [
+          "an even stream id",
+          Buffer.concat([PREFACE, settings, rawFrame(0x1, 0x5, 2, Buffer.from([0x83, 0x84]))]),
+          ErrorCode.PROTOCOL_ERROR,
+        ],
+        [
+          "a bad header block",
+          Buffer.concat([PREFACE, settings, rawFrame(0x1, 0x5, 1, Buffer.from([0x80]))]),
+          ErrorCode.COMPRESSION_ERROR,
+        ],
+        [
+          "a zero window increment",
+          Buffer.concat([PREFACE, settings, rawFrame(0x8, 0, 0, Buffer.alloc(4))]),
+          ErrorCode.PROTOCOL_ERROR,
+        ],
+      ];
+      for (const [what, bytes, code] of cases) {
+        const frames = await exchange(port, bytes);
+        const goaway = frames.find((f) => f.type === 0x7);
+        assert.ok(goaway !== undefined, `${what}: a GOAWAY`);
+        assert.equal(goaway.payload.readUInt32BE(4), code, `${what}: its error code`);
+      }
+    } finally {
+      server.close();
+    }
+  });
+});
+
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+
+interface Frame {
+  type: number;
+  flags: number;
+  streamId: number;
+  payload: Buffer;
+}
+
+function u32(n: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n, 0);
+  return b;
+}
+
+function setting(id: number, value: number): Buffer {
+  const b = Buffer.alloc(6);
+  b.writeUInt16BE(id, 0);
+  b.writeUInt32BE(value, 2);
+  return b;
+}
+
+function dataBytes(frames: readonly Frame[], streamId: number): number {
+  let n = 0;
+  for (const f of frames) if (f.type === 0x0 && f.streamId === streamId) n += f.payload.length;
+  return n;
+}
+
+function parseFrames(data: Buffer): { frames: Frame[]; rest: Buffer } {
+  const frames: Frame[] = [];
+  let at = 0;
+  while (at + 9 <= data.length) {
+    const length = data.readUIntBE(at, 3);
+    if (at + 9 + length > data.length) break;
+    frames.push({
+      type: data[at + 3] as number,
+      flags: data[at + 4] as number,
+      streamId: data.readUInt32BE(at + 5) & 0x7fffffff,
+      payload: data.subarray(at + 9, at + 9 + length),
+    });
+    at += 9 + length;
+  }
+  return { frames, rest: data.subarray(at) };
+}
+
+/** A client that writes raw frames and collects the server's, with waits on what has arrived. */
+class RawClient {
+  readonly socket: Socket;
+  readonly frames: Frame[] = [];
+  #rest = Buffer.alloc(0);
+  #waiter: (() => void) | null = null;
+  #closed = false;
+
+  constructor(port: number) {
+    this.socket = connect(port, "127.0.0.1");
+    this.socket.on("error", () => undefined);
+    this.socket.on("data", (chunk: Buffer) => {
+      const { frames, rest } = parseFrames(Buffer.concat([this.#rest, chunk]));
+      this.#rest = Buffer.from(rest);
+      this.frames.push(...frames);
+      this.#waiter?.();
+    });
+    this.socket.on("close", () => {
+      this.#closed = true;
+      this.#waiter?.();
+    });
+  }
+
+  send(...bufs: Buffer[]): void {
+    this.socket.write(Buffer.concat(bufs));
+  }
+
+  /** Resolves once `cond` holds on the frames received (each arrival re-checks it). */
+  async until(cond: (frames: Frame[]) => boolean, what: string): Promise<void> {
+    while (!cond(this.frames)) {
+      if (this.#closed) assert.fail(`the connection closed before ${what}`);
+      await new Promise<void>((resolve) => (this.#waiter = resolve));
+    }
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+function rawFrame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
+  const header = Buffer.alloc(9);
+  header.writeUIntBE(payload.length, 0, 3);
+  header[3] = type;
+  header[4] = flags;
+  header.writeUInt32BE(streamId, 5);
+  return Buffer.concat([header, payload]);
+}
+
+/** Sends `bytes`, reads until the server closes the socket, and parses the frames it sent. */
+async function exchange(port: number, bytes: Buffer): Promise<Frame[]> {
+  const socket: Socket = connect(port, "127.0.0.1");
+  const chunks: Buffer[] = [];
+  socket.on("data", (c: Buffer) => chunks.push(c));
+  socket.on("error", () => undefined);
+  socket.write(bytes);
+  await new Promise((resolve) => socket.on("close", resolve));
+  return parseFrames(Buffer.concat(chunks)).frames;
+}

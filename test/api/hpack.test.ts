@@ -1,0 +1,127 @@
+/** HPACK (src/api/h2/hpack.ts): RFC 7541's examples, the table's limits, malformed blocks. */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  encodeHeaders,
+  HpackDecoder,
+  HpackError,
+  HpackHeaderListTooLarge,
+  huffmanDecode,
+} from "../../src/api/h2/hpack.ts";
+
+const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ""), "hex");
+
+/** Name/value pairs of a decoded list. */
+function pairs(list: string[]): [string, string][] {
+  const out: [string, string][] = [];
+  for (let i = 0; i < list.length; i += 2) out.push([list[i] as string, list[i + 1] as string]);
+  return out;
+}
+
+const REQUEST_1: [string, string][] = [
+  [":method", "GET"],
+  [":scheme", "http"],
+  [":path", "/"],
+  [":authority", "www.example.com"],
+];
+const REQUEST_2: [string, string][] = [...REQUEST_1, ["cache-control", "no-cache"]];
+const REQUEST_3: [string, string][] = [
+  [":method", "GET"],
+  [":scheme", "https"],
+  [":path", "/index.html"],
+  [":authority", "www.example.com"],
+  ["custom-key", "custom-value"],
+];
+
+describe("HPACK", () => {
+  it("decodes RFC 7541 C.3: three requests on one connection, raw strings, the table reused", () => {
+    const d = new HpackDecoder();
+    assert.deepEqual(pairs(d.decode(hex("828684410f7777772e6578616d706c652e636f6d"))), REQUEST_1);
+    assert.deepEqual(pairs(d.decode(hex("828684be58086e6f2d6361636865"))), REQUEST_2);
+    assert.deepEqual(
+      pairs(d.decode(hex("828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565"))),
+      REQUEST_3,
+    );
+  });
+
+  it("decodes RFC 7541 C.4: the same requests Huffman-coded", () => {
+    const d = new HpackDecoder();
+    assert.deepEqual(pairs(d.decode(hex("828684418cf1e3c2e5f23a6ba0ab90f4ff"))), REQUEST_1);
+    assert.deepEqual(pairs(d.decode(hex("828684be5886a8eb10649cbf"))), REQUEST_2);
+    assert.deepEqual(
+      pairs(d.decode(hex("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf"))),
+      REQUEST_3,
+    );
+    assert.equal(huffmanDecode(hex("f1e3c2e5f23a6ba0ab90f4ff"), 0, 12), "www.example.com");
+  });
+
+  it("evicts the oldest entries to stay within the table size, and an oversized entry empties it", () => {
+    // A table of 100 octets: two entries of 32 + 2 + 8 = 42 fit, a third evicts the first.
+    const d = new HpackDecoder(100);
+    const literal = (name: string, value: string): number[] => [
+      0x40,
+      name.length,
+      ...Buffer.from(name),
+      value.length,
+      ...Buffer.from(value),
+    ];
+    d.decode(Buffer.from([...literal("aa", "11111111"), ...literal("bb", "22222222")]));
+    assert.deepEqual(pairs(d.decode(Buffer.from([0xbe, 0xbf]))), [
+      ["bb", "22222222"],
+      ["aa", "11111111"],
+    ]);
+    d.decode(Buffer.from(literal("cc", "33333333")));
+    assert.deepEqual(pairs(d.decode(Buffer.from([0xbe, 0xbf]))), [
+      ["cc", "33333333"],
+      ["bb", "22222222"],
+    ]);
+    assert.throws(() => d.decode(Buffer.from([0xc0])), HpackError, "index 64 was evicted");
+    // An entry larger than the table is not added, and everything before it is gone.
+    d.decode(Buffer.from(literal("dd", "x".repeat(80))));
+    assert.throws(() => d.decode(Buffer.from([0xbe])), HpackError);
+    // A size update to 0 (allowed: below the setting) empties it too.
+    const e = new HpackDecoder(100);
+    e.decode(Buffer.from(literal("aa", "1")));
+    e.decode(Buffer.from([0x20]));
+    assert.throws(() => e.decode(Buffer.from([0xbe])), HpackError);
+  });
+
+  it("refuses malformed blocks: bad indexes, truncation, bad Huffman, misplaced size updates", () => {
+    const d = (): HpackDecoder => new HpackDecoder(4096, 1024);
+    const bad: [string, number[]][] = [
+      ["index 0", [0x80]],
+      ["an index past the tables", [0xbe]],
+      ["a truncated integer", [0xff]],
+      ["a truncated string", [0x00, 0x05, 0x61]],
+      ["a truncated Huffman string", [0x00, 0x81]],
+      ["Huffman padding of zeros", [0x00, 0x01, 0x61, 0x81, 0x00]],
+      ["Huffman padding of 8 ones or more", [0x00, 0x01, 0x61, 0x82, 0x1f, 0xff]],
+      ["EOS in a Huffman string", [0x00, 0x01, 0x61, 0x84, 0xff, 0xff, 0xff, 0xff]],
+      ["a size update above the setting", [0x3f, 0xe2, 0x1f]],
+      ["a size update after a field", [0x82, 0x20]],
+      ["an integer that overflows", [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]],
+    ];
+    for (const [what, bytes] of bad) {
+      assert.throws(() => d().decode(Buffer.from(bytes)), HpackError, what);
+    }
+    // A list beyond the limit (1024 octets counted as the setting counts them).
+    const big = [0x00, 0x01, 0x61, 0x7f, 0xe9, 0x06, ...Buffer.alloc(1000, 0x62)];
+    assert.throws(() => d().decode(Buffer.from(big)), HpackHeaderListTooLarge);
+  });
+
+  it("encodes literals without indexing that a decoder reads back, leaving its table alone", () => {
+    const fields: [string, string][] = [
+      [":status", "200"],
+      ["content-type", "application/grpc+proto"],
+      ["grpc-status", "0"],
+      ["grpc-message", "compare-and-set%20failed"],
+      ["x-long", "v".repeat(300)],
+    ];
+    const d = new HpackDecoder();
+    const block = encodeHeaders(fields);
+    assert.equal(block[0], 0x88, ":status 200 from the static table");
+    assert.deepEqual(pairs(d.decode(block)), fields);
+    // Nothing was inserted: index 62 does not exist.
+    assert.throws(() => d.decode(Buffer.from([0xbe])), HpackError);
+  });
+});
