@@ -123,7 +123,7 @@ export class RpcServer {
     const parsed = parseHostPort(address, { allowPortZero: true, allowUnspecified: true });
     const host = parsed.ok ? parsed.value.host : "127.0.0.1";
     const threads = this.#options.ioThreads ?? 0;
-    if (threads === 0 || !parsed.ok) {
+    if (!parsed.ok) {
       const port = await this.#bind(address);
       this.#setServing();
       return { host, port };
@@ -133,6 +133,7 @@ export class RpcServer {
     const internal = await this.#bind("127.0.0.1:0");
     this.#ioThreads = new IoThreads({
       count: threads,
+      inProcess: threads === 0,
       host: parsed.value.host,
       port: parsed.value.port,
       mainAddress: `127.0.0.1:${internal}`,

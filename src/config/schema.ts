@@ -228,10 +228,10 @@ export const KEYS: readonly KeySpec[] = [
     key: "rpc.io_threads",
     kind: "int",
     schema: intBetween(0, 64),
-    default: 1,
+    default: 0,
     env: "CAIRN_RPC_IO_THREADS",
     expect: "must be an integer between 0 and 64",
-    doc: "Worker threads that serve rpc_addr (HTTP/2 and gRPC framing) and hand each call to the main thread, which runs Raft, the WAL and the LSM; 0 serves gRPC on the main thread alone.",
+    doc: "Worker threads that serve rpc_addr (HTTP/2 and gRPC framing) and hand each call to the main thread, which runs Raft, the WAL and the LSM; 0 serves gRPC on the main thread itself (fastest on 2 cores; more threads help once the main thread is busy and cores are spare).",
   },
   {
     key: "raft.tick_ms",

@@ -18,7 +18,7 @@ let dir: string;
 let server: ServerProcess;
 let c: Clients;
 
-// Twice: gRPC served by an I/O thread (the default, rpc.io_threads = 1) and by the main thread.
+// Twice: gRPC served by an I/O thread (rpc.io_threads = 1) and by the main thread (the default, 0).
 for (const ioThreads of ["1", "0"]) {
   describe(`KV over gRPC, end to end (rpc.io_threads ${ioThreads})`, () => {
     before(async () => {

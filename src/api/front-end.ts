@@ -1,0 +1,367 @@
+/**
+ * The gRPC front end of a node: io-threads.ts runs it in the main thread itself
+ * (`rpc.io_threads: 0`) or in worker threads (io-thread.ts), which all listen on `rpc_addr`
+ * together with SO_REUSEPORT (the kernel spreads the connections). It serves every method of the
+ * node's gRPC server and does the HTTP/2 and gRPC framing of its connections: it speaks gRPC
+ * (grpc-wire.ts) on its own HTTP/2 server (h2/), where a no-op call costs ~13 µs of CPU, against
+ * ~24 µs on node:http2 and ~42 µs through grpc-js's server (BENCHMARKS.md). It does no KV work
+ * itself:
+ *
+ * - **Unary calls** (KV Put/Get/Delete/Scan, Admin, the peers' unary calls, health checks) go to
+ *   the main thread as bytes, batched per event-loop turn (handoff.ts); the main thread decodes
+ *   them, runs the very handlers its own server registers, and sends back the encoded answer or
+ *   the status with its trailers, which are relayed as they are.
+ * - **Streaming calls** (Meta.WatchCluster, the peers' Raft streams and snapshots, health watch,
+ *   reflection) are proxied as HTTP/2 streams, bytes and trailers as they are, with flow control, to
+ *   the main thread's own gRPC server on a loopback port: rare or long-lived, they need no
+ *   batching.
+ *
+ * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
+ * a shutdown. Messages from it: reply batches, and "shutdown" with the drain deadline.
+ */
+import http2, {
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+} from "node:http2";
+import { createServer, type Server as NetServer } from "node:net";
+import { status } from "@grpc/grpc-js";
+import {
+  deadlineOf,
+  type Fields,
+  frame,
+  headerPairs,
+  RESPONSE_FIELDS,
+  statusFields,
+  unaryMessage,
+  WireError,
+} from "./grpc-wire.ts";
+import { ErrorCode, ServerConnection, type ServerStream } from "./h2/connection.ts";
+import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
+import {
+  BatchBuilder,
+  type CallBatch,
+  type IoThreadSetup,
+  type MetadataPairs,
+  REPLY_FIELDS,
+  type ReplyBatch,
+} from "./handoff.ts";
+
+/** Where the front end talks to the main thread's side (io-threads.ts): a MessagePort or a stand-in. */
+export interface FrontEndPort {
+  postMessage(message: unknown, transfer?: readonly ArrayBuffer[]): void;
+  on(
+    event: "message",
+    listener: (message: ReplyBatch | { kind: "shutdown"; deadlineMs: number }) => void,
+  ): unknown;
+}
+
+/** Serves `setup.methods` on `setup.host:setup.port`, handing unary calls over `port`. */
+export function serveFrontEnd(setup: IoThreadSetup, port: FrontEndPort): void {
+  const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
+  const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
+  const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
+  const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
+  /** Path → the method's index in setup.methods, and whether it is unary. */
+  const methods = new Map(
+    setup.methods.map((m, index) => [
+      m.path,
+      { index, unary: !m.requestStream && !m.responseStream },
+    ]),
+  );
+
+  /** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
+  const RESPONSE_BLOCK = encodeHeaders(RESPONSE_FIELDS);
+  const OK_TRAILERS = encodeHeaders(statusFields(status.OK, "OK", null, false));
+  const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
+  /** A proxied stream stops reading its upstream while this much waits for the client's window. */
+  const PROXY_HIGH_WATER = 1 << 20;
+
+  /** Ends `stream` with a status and no message (a trailers-only response). */
+  function respondStatus(
+    stream: ServerStream,
+    code: number,
+    details: string,
+    pairs: MetadataPairs | null,
+  ): void {
+    if (stream.closed || stream.headersSent) return;
+    stream.sendHeaders(encodeHeaders(statusFields(code, details, pairs, true)), true);
+  }
+
+  // ── unary calls: handed to the main thread ───────────────────────────────────────────────────
+
+  let nextId = 1;
+  const waiting = new Map<number, ServerStream>();
+  let meta: (MetadataPairs | null)[] = [];
+  let peers: string[] = [];
+  let cancels: number[] = [];
+  const calls = new BatchBuilder(() => {
+    const { head, body } = calls.take();
+    const batch: CallBatch = { kind: "calls", head, body, meta, peers, cancels };
+    meta = [];
+    peers = [];
+    cancels = [];
+    port.postMessage(batch, [head.buffer, body.buffer]);
+  });
+
+  function unary(stream: ServerStream, method: number): void {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    stream.onData = (chunk) => {
+      size += chunk.length;
+      if (size <= maxReceive + 5) chunks.push(chunk);
+    };
+    stream.onEnd = () => {
+      let message: Buffer;
+      try {
+        if (size > maxReceive + 5) {
+          throw new WireError(
+            status.RESOURCE_EXHAUSTED,
+            `Received message larger than max (${size - 5} vs. ${maxReceive})`,
+          );
+        }
+        message = unaryMessage(chunks, stream.header("grpc-encoding"), maxReceive);
+      } catch (err) {
+        const wire = err instanceof WireError;
+        respondStatus(
+          stream,
+          wire ? err.code : status.INTERNAL,
+          wire ? err.message : `could not read the request: ${String(err)}`,
+          null,
+        );
+        return;
+      }
+      const id = nextId++;
+      waiting.set(id, stream);
+      meta.push(headerPairs(stream.headers));
+      peers.push(stream.connection.peer);
+      calls.add([id, method, deadlineOf(stream.header("grpc-timeout"))], message);
+      stream.onClose = () => {
+        if (!waiting.delete(id)) return; // answered
+        cancels.push(id);
+        calls.schedule();
+      };
+    };
+  }
+
+  function onReplies(batch: ReplyBatch): void {
+    const { head, body } = batch;
+    let at = 0;
+    for (let i = 0, r = 0; i < head.length; i += REPLY_FIELDS, r++) {
+      const id = head[i] as number;
+      const code = head[i + 1] as number;
+      const length = head[i + 2] as number;
+      const bytes = body.subarray(at, at + length);
+      at += length;
+      const stream = waiting.get(id);
+      if (stream === undefined) continue;
+      waiting.delete(id);
+      if (stream.closed) continue;
+      const trailer = batch.trailers[r] ?? null;
+      if (code !== status.OK) {
+        respondStatus(stream, code, batch.details[r] ?? "", trailer);
+      } else if (length > maxSend) {
+        respondStatus(
+          stream,
+          status.RESOURCE_EXHAUSTED,
+          `Sent message larger than max (${length} vs. ${maxSend})`,
+          null,
+        );
+      } else {
+        stream.sendHeaders(RESPONSE_BLOCK);
+        stream.sendData(frame(bytes));
+        stream.sendTrailers(
+          trailer === null ? OK_TRAILERS : encodeHeaders(statusFields(0, "OK", trailer, false)),
+        );
+      }
+    }
+  }
+
+  // ── streaming calls: proxied to the main thread's own server ────────────────────────────────
+
+  let upstream: ClientHttp2Session | null = null;
+
+  function upstreamSession(): ClientHttp2Session {
+    if (upstream !== null && !upstream.closed && !upstream.destroyed) return upstream;
+    const session = http2.connect(`http://${setup.mainAddress}`, {
+      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      peerMaxConcurrentStreams: 1 << 20,
+    });
+    session.on("error", () => undefined); // its streams fail, and the next call reconnects
+    session.once("close", () => {
+      if (upstream === session) upstream = null;
+    });
+    upstream = session;
+    return session;
+  }
+
+  /** A request's header list as node:http2 sends it upstream: pseudo-headers but :method, :path dropped. */
+  function requestHeaders(list: HeaderList): OutgoingHttpHeaders {
+    const out: OutgoingHttpHeaders = {};
+    for (let i = 0; i < list.length; i += 2) {
+      const key = list[i] as string;
+      if (key.charCodeAt(0) === 58 /* : */ && key !== ":method" && key !== ":path") continue;
+      const value = list[i + 1] as string;
+      const prior = out[key];
+      if (prior === undefined) out[key] = value;
+      else out[key] = Array.isArray(prior) ? [...prior, value] : [String(prior), value];
+    }
+    return out;
+  }
+
+  /** Headers node:http2 received upstream as fields to send on, pseudo-headers but `keep` dropped. */
+  function fieldsOf(h: IncomingHttpHeaders, keep: string | null): Fields {
+    const out: Fields = [];
+    for (const key in h) {
+      if (key.charCodeAt(0) === 58 /* : */ && key !== keep) continue;
+      const value = h[key];
+      if (value === undefined) continue;
+      if (Array.isArray(value)) for (const v of value) out.push([key, v]);
+      else out.push([key, String(value)]);
+    }
+    return out;
+  }
+
+  function proxy(stream: ServerStream): void {
+    // What the client sends is credited back as it is passed upstream: its pace is upstream's.
+    stream.autoCredit = false;
+    let up: ClientHttp2Stream;
+    try {
+      up = upstreamSession().request(requestHeaders(stream.headers));
+    } catch (err) {
+      respondStatus(stream, status.UNAVAILABLE, `the node's main thread: ${String(err)}`, null);
+      return;
+    }
+    let responded = false;
+    let trailersOnly = false;
+    let trailers: Fields | null = null;
+    up.on("error", () => undefined); // its close follows
+    up.on("response", (h: IncomingHttpHeaders, flags: number) => {
+      if (stream.closed) return;
+      responded = true;
+      trailersOnly = (flags & NGHTTP2_FLAG_END_STREAM) !== 0;
+      stream.sendHeaders(encodeHeaders(fieldsOf(h, ":status")), trailersOnly);
+    });
+    up.on("trailers", (t: IncomingHttpHeaders) => {
+      trailers = fieldsOf(t, null);
+    });
+    // Messages both ways, each side at the other's pace.
+    up.on("data", (chunk: Buffer) => {
+      if (stream.closed) return;
+      stream.sendData(chunk);
+      if (stream.queuedBytes > PROXY_HIGH_WATER) up.pause();
+    });
+    stream.onDrain = () => {
+      if (up.isPaused()) up.resume();
+    };
+    stream.onData = (chunk) => {
+      if (up.closed || up.writableEnded) {
+        stream.consumed(chunk.length);
+        return;
+      }
+      up.write(chunk, () => stream.consumed(chunk.length));
+    };
+    stream.onEnd = () => {
+      if (!up.closed) up.end();
+    };
+    up.on("end", () => {
+      if (!responded || trailersOnly || stream.closed) return;
+      stream.sendTrailers(
+        encodeHeaders(
+          trailers ?? statusFields(status.INTERNAL, "the call ended without a status", null, false),
+        ),
+      );
+    });
+    up.on("close", () => {
+      if (stream.closed) return;
+      if (!responded) {
+        respondStatus(stream, status.UNAVAILABLE, "the node's main thread ended the call", null);
+      } else if (
+        up.rstCode !== undefined &&
+        up.rstCode !== NGHTTP2_NO_ERROR &&
+        !stream.localEnded
+      ) {
+        stream.reset(ErrorCode.INTERNAL_ERROR);
+      }
+    });
+    stream.onClose = () => {
+      if (!up.closed) up.close(NGHTTP2_CANCEL);
+    };
+  }
+
+  // ── the server ─────────────────────────────────────────────────────────────────────────────
+
+  function onStream(stream: ServerStream): void {
+    const type = stream.header("content-type");
+    if (type === undefined || !type.startsWith("application/grpc")) {
+      stream.sendHeaders(UNSUPPORTED_MEDIA_TYPE, true);
+      return;
+    }
+    const path = stream.header(":path") ?? "";
+    const method = methods.get(path);
+    if (method === undefined) {
+      respondStatus(
+        stream,
+        status.UNIMPLEMENTED,
+        `The server does not implement the method ${path}`,
+        null,
+      );
+    } else if (method.unary) {
+      unary(stream, method.index);
+    } else {
+      proxy(stream);
+    }
+  }
+
+  const connections = new Set<ServerConnection>();
+  let onConnectionsClosed: (() => void) | null = null;
+
+  const listener: NetServer = createServer({ noDelay: true }, (socket) => {
+    // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
+    socket.setKeepAlive(true, 60_000);
+    const connection: ServerConnection = new ServerConnection(socket, {
+      onStream,
+      onClose: () => {
+        connections.delete(connection);
+        if (connections.size === 0) onConnectionsClosed?.();
+      },
+    });
+    connections.add(connection);
+  });
+  listener.once("error", (err: NodeJS.ErrnoException) => {
+    port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });
+  });
+  listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
+    listener.removeAllListeners("error");
+    const address = listener.address();
+    port.postMessage({
+      kind: "listening",
+      port: typeof address === "object" && address !== null ? address.port : setup.port,
+    });
+  });
+
+  /** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
+  function shutdown(deadlineMs: number): void {
+    listener.close();
+    const done = (): void => {
+      onConnectionsClosed = null;
+      clearTimeout(timer);
+      for (const c of connections) c.destroy();
+      upstream?.destroy();
+      port.postMessage({ kind: "closed" });
+    };
+    const timer = setTimeout(done, deadlineMs);
+    if (connections.size === 0) {
+      done();
+      return;
+    }
+    onConnectionsClosed = done;
+    for (const c of connections) c.goAway();
+  }
+
+  port.on("message", (msg: ReplyBatch | { kind: "shutdown"; deadlineMs: number }) => {
+    if (msg.kind === "replies") onReplies(msg);
+    else shutdown(msg.deadlineMs);
+  });
+}
