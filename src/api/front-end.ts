@@ -57,8 +57,43 @@ export interface FrontEndPort {
   ): unknown;
 }
 
-/** Serves `setup.methods` on `setup.host:setup.port`, handing unary calls over `port`. */
-export function serveFrontEnd(setup: IoThreadSetup, port: FrontEndPort): void {
+/**
+ * The main thread's side of the unary calls, called directly when the front end runs in the
+ * main thread (no batches to pack: each call goes over as it is complete).
+ */
+export interface DirectCalls {
+  call(
+    id: number,
+    method: number,
+    deadline: number,
+    message: Buffer,
+    meta: MetadataPairs | null,
+    peer: string,
+  ): void;
+  cancel(id: number): void;
+}
+
+/** What the main thread's side calls directly when the front end runs in the main thread. */
+export interface FrontEnd {
+  /** The answer of call `id`: a message (code OK) or a status, with trailing metadata. */
+  answer(
+    id: number,
+    code: number,
+    bytes: Uint8Array,
+    details: string | null,
+    trailer: MetadataPairs | null,
+  ): void;
+}
+
+/**
+ * Serves `setup.methods` on `setup.host:setup.port`, handing unary calls to `direct` when given,
+ * else over `port` in batches; `port` carries the rest (listening, replies, shutdown).
+ */
+export function serveFrontEnd(
+  setup: IoThreadSetup,
+  port: FrontEndPort,
+  direct?: DirectCalls,
+): FrontEnd {
   const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
   const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
   const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
@@ -134,47 +169,75 @@ export function serveFrontEnd(setup: IoThreadSetup, port: FrontEndPort): void {
       }
       const id = nextId++;
       waiting.set(id, stream);
-      meta.push(headerPairs(stream.headers));
-      peers.push(stream.connection.peer);
-      calls.add([id, method, deadlineOf(stream.header("grpc-timeout"))], message);
+      const deadline = deadlineOf(stream.header("grpc-timeout"));
+      if (direct !== undefined) {
+        direct.call(
+          id,
+          method,
+          deadline,
+          message,
+          headerPairs(stream.headers),
+          stream.connection.peer,
+        );
+      } else {
+        meta.push(headerPairs(stream.headers));
+        peers.push(stream.connection.peer);
+        calls.add([id, method, deadline], message);
+      }
       stream.onClose = () => {
         if (!waiting.delete(id)) return; // answered
+        if (direct !== undefined) {
+          direct.cancel(id);
+          return;
+        }
         cancels.push(id);
         calls.schedule();
       };
     };
   }
 
+  function answer(
+    id: number,
+    code: number,
+    bytes: Uint8Array,
+    details: string | null,
+    trailer: MetadataPairs | null,
+  ): void {
+    const stream = waiting.get(id);
+    if (stream === undefined) return;
+    waiting.delete(id);
+    if (stream.closed) return;
+    if (code !== status.OK) {
+      respondStatus(stream, code, details ?? "", trailer);
+    } else if (bytes.length > maxSend) {
+      respondStatus(
+        stream,
+        status.RESOURCE_EXHAUSTED,
+        `Sent message larger than max (${bytes.length} vs. ${maxSend})`,
+        null,
+      );
+    } else {
+      stream.sendHeaders(RESPONSE_BLOCK);
+      stream.sendData(frame(bytes));
+      stream.sendTrailers(
+        trailer === null ? OK_TRAILERS : encodeHeaders(statusFields(0, "OK", trailer, false)),
+      );
+    }
+  }
+
   function onReplies(batch: ReplyBatch): void {
     const { head, body } = batch;
     let at = 0;
     for (let i = 0, r = 0; i < head.length; i += REPLY_FIELDS, r++) {
-      const id = head[i] as number;
-      const code = head[i + 1] as number;
       const length = head[i + 2] as number;
-      const bytes = body.subarray(at, at + length);
+      answer(
+        head[i] as number,
+        head[i + 1] as number,
+        body.subarray(at, at + length),
+        batch.details[r] ?? null,
+        batch.trailers[r] ?? null,
+      );
       at += length;
-      const stream = waiting.get(id);
-      if (stream === undefined) continue;
-      waiting.delete(id);
-      if (stream.closed) continue;
-      const trailer = batch.trailers[r] ?? null;
-      if (code !== status.OK) {
-        respondStatus(stream, code, batch.details[r] ?? "", trailer);
-      } else if (length > maxSend) {
-        respondStatus(
-          stream,
-          status.RESOURCE_EXHAUSTED,
-          `Sent message larger than max (${length} vs. ${maxSend})`,
-          null,
-        );
-      } else {
-        stream.sendHeaders(RESPONSE_BLOCK);
-        stream.sendData(frame(bytes));
-        stream.sendTrailers(
-          trailer === null ? OK_TRAILERS : encodeHeaders(statusFields(0, "OK", trailer, false)),
-        );
-      }
     }
   }
 
@@ -364,4 +427,6 @@ export function serveFrontEnd(setup: IoThreadSetup, port: FrontEndPort): void {
     if (msg.kind === "replies") onReplies(msg);
     else shutdown(msg.deadlineMs);
   });
+
+  return { answer };
 }

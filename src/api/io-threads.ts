@@ -9,7 +9,7 @@
  */
 import { EventEmitter } from "node:events";
 import { Worker } from "node:worker_threads";
-import { serveFrontEnd } from "./front-end.ts";
+import { type FrontEnd, serveFrontEnd } from "./front-end.ts";
 import {
   type MethodDefinition,
   type Metadata,
@@ -140,13 +140,24 @@ interface FrontEndHandle {
  */
 class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
   readonly #front = new EventEmitter();
+  readonly frontEnd: FrontEnd;
+  /** The calls' side, set by IoThread: unary calls and answers go straight between the two. */
+  thread: IoThread | null = null;
 
   constructor(setup: IoThreadSetup) {
     super();
-    serveFrontEnd(setup, {
-      postMessage: (message) => this.emit("message", message),
-      on: (event, listener) => this.#front.on(event, listener),
-    });
+    this.frontEnd = serveFrontEnd(
+      setup,
+      {
+        postMessage: (message) => this.emit("message", message),
+        on: (event, listener) => this.#front.on(event, listener),
+      },
+      {
+        call: (id, method, deadline, message, meta, peer) =>
+          this.thread?.serveCall(id, method, deadline, message, meta, peer),
+        cancel: (id) => this.thread?.cancelCall(id),
+      },
+    );
   }
 
   postMessage(message: unknown): void {
@@ -165,38 +176,63 @@ class IoThread {
   #details: (string | null)[] = [];
   #trailers: (MetadataPairs | null)[] = [];
   readonly #replies = new BatchBuilder(() => this.#flush());
+  /** The front end in this thread, answered directly; null for a worker thread. */
+  readonly #direct: FrontEnd | null = null;
 
   constructor(worker: FrontEndHandle, table: MethodTable) {
     this.worker = worker;
     this.#table = table;
+    if (worker instanceof InProcessFrontEnd) {
+      worker.thread = this;
+      this.#direct = worker.frontEnd;
+    }
     worker.on("message", (msg: CallBatch | { kind: string }) => {
       if (msg.kind === "calls") this.#onCalls(msg as CallBatch);
     });
   }
 
   #onCalls(batch: CallBatch): void {
-    for (const id of batch.cancels) {
-      const call = this.#inFlight.get(id);
-      if (call === undefined) continue;
-      this.#inFlight.delete(id);
-      call.cancelled = true;
-      call.emit("cancelled");
-    }
+    for (const id of batch.cancels) this.cancelCall(id);
     const { head, body } = batch;
     let at = 0;
     for (let i = 0, c = 0; i < head.length; i += CALL_FIELDS, c++) {
-      const id = head[i] as number;
-      const method = this.#table.unary(head[i + 1] as number);
-      const deadline = head[i + 2] as number;
       const length = head[i + 3] as number;
-      const bytes = Buffer.from(body.buffer, body.byteOffset + at, length);
+      this.serveCall(
+        head[i] as number,
+        head[i + 1] as number,
+        head[i + 2] as number,
+        Buffer.from(body.buffer, body.byteOffset + at, length),
+        batch.meta[c] ?? null,
+        batch.peers[c] ?? "",
+      );
       at += length;
-      if (method === null) {
-        this.#reply(id, status.UNIMPLEMENTED, EMPTY, "not a unary method", null);
-        continue;
-      }
-      this.#serve(id, method, bytes, batch.meta[c] ?? null, deadline, batch.peers[c] ?? "");
     }
+  }
+
+  /** Runs unary call `id` of method `index` (the front end's numbering, MethodTable's). */
+  serveCall(
+    id: number,
+    index: number,
+    deadline: number,
+    bytes: Buffer,
+    meta: MetadataPairs | null,
+    peer: string,
+  ): void {
+    const method = this.#table.unary(index);
+    if (method === null) {
+      this.#reply(id, status.UNIMPLEMENTED, EMPTY, "not a unary method", null);
+      return;
+    }
+    this.#serve(id, method, bytes, meta, deadline, peer);
+  }
+
+  /** The client cancelled call `id`: its handler is told, its answer no longer wanted. */
+  cancelCall(id: number): void {
+    const call = this.#inFlight.get(id);
+    if (call === undefined) return;
+    this.#inFlight.delete(id);
+    call.cancelled = true;
+    call.emit("cancelled");
   }
 
   #serve(
@@ -256,6 +292,10 @@ class IoThread {
     details: string | null,
     trailer: MetadataPairs | null,
   ): void {
+    if (this.#direct !== null) {
+      this.#direct.answer(id, code, bytes, details, trailer);
+      return;
+    }
     this.#details.push(details);
     this.#trailers.push(trailer);
     this.#replies.add([id, code], bytes);
