@@ -249,6 +249,41 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("ignores the client's trailers on a stream it has already answered and reset", async () => {
+    // RFC 9113 §5.1: frames the peer sent before it saw our RST_STREAM must be ignored.
+    const { server, port } = await serve((stream) => {
+      stream.sendHeaders(encodeHeaders([[":status", "200"]]), true); // before the request ends
+    });
+    const client = new RawClient(port);
+    try {
+      client.send(PREFACE, rawFrame(0x4, 0, 0, Buffer.alloc(0)));
+      const headers = encodeHeaders([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/x"],
+        [":authority", "x"],
+      ]);
+      client.send(rawFrame(0x1, 0x4, 1, headers));
+      await client.until(
+        (f) => f.some((x) => x.type === 0x3 && x.streamId === 1),
+        "the early answer's RST_STREAM",
+      );
+      client.send(
+        rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])),
+        rawFrame(0x0, 0x1, 1, Buffer.from("late")),
+        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+      );
+      await client.until(
+        (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
+        "the PING's answer",
+      );
+      assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
   it("ends the connection with GOAWAY on protocol errors", async () => {
     const { server, port } = await serve(echo);
     try {

@@ -406,9 +406,12 @@ export class ServerConnection {
       this.#endRemote(existing);
       return;
     }
-    if (streamId % 2 === 0 || streamId <= this.#lastStreamId) {
-      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `a new stream with id ${streamId}`);
+    if (streamId % 2 === 0) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `a client stream with id ${streamId}`);
     }
+    // A stream this side has closed (answered, or reset while the client was still sending): what
+    // the client sent before it learnt so is ignored (RFC 9113 §5.1), its header block decoded.
+    if (streamId <= this.#lastStreamId) return;
     this.#lastStreamId = streamId;
     if (this.#goawaySent) {
       this.#rst(streamId, ErrorCode.REFUSED_STREAM);
