@@ -48,6 +48,15 @@ import {
   type ReplyBatch,
 } from "./handoff.ts";
 
+const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
+const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
+/** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
+const RESPONSE_BLOCK = encodeHeaders(RESPONSE_FIELDS);
+const OK_TRAILERS = encodeHeaders(statusFields(status.OK, "OK", null, false));
+const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
+/** A proxied stream stops reading its upstream while this much waits for the client's window. */
+const PROXY_HIGH_WATER = 1 << 20;
+
 /** Where the front end talks to the main thread's side (io-threads.ts): a MessagePort or a stand-in. */
 export interface FrontEndPort {
   postMessage(message: unknown, transfer?: readonly ArrayBuffer[]): void;
@@ -94,8 +103,6 @@ export function serveFrontEnd(
   port: FrontEndPort,
   direct?: DirectCalls,
 ): FrontEnd {
-  const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
-  const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
   const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
   const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
   /** Path → the method's index in setup.methods, and whether it is unary. */
@@ -105,13 +112,6 @@ export function serveFrontEnd(
       { index, unary: !m.requestStream && !m.responseStream },
     ]),
   );
-
-  /** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
-  const RESPONSE_BLOCK = encodeHeaders(RESPONSE_FIELDS);
-  const OK_TRAILERS = encodeHeaders(statusFields(status.OK, "OK", null, false));
-  const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
-  /** A proxied stream stops reading its upstream while this much waits for the client's window. */
-  const PROXY_HIGH_WATER = 1 << 20;
 
   /** Ends `stream` with a status and no message (a trailers-only response). */
   function respondStatus(

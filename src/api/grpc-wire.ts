@@ -1,5 +1,5 @@
 /**
- * The gRPC protocol over HTTP/2 as the I/O threads speak it (io-thread.ts), on their own HTTP/2
+ * The gRPC protocol over HTTP/2 as the gRPC front end speaks it (front-end.ts), on its own HTTP/2
  * server (h2/) with no gRPC library in between: the request headers (deadline, metadata), the
  * length-prefixed message framing, and statuses as trailers. It follows the spec
  * (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md) and grpc-js's choices where

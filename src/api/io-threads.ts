@@ -106,12 +106,11 @@ export class HandedCall extends EventEmitter {
 }
 
 export interface IoThreadsOptions {
-  readonly count: number;
   /**
-   * Runs one front end in this thread instead of `count` worker threads (`rpc.io_threads: 0`):
-   * no hand-off between threads, so a lone request is answered sooner, and one core less used.
+   * Worker threads to run the front end in; 0 runs one front end in this thread
+   * (`rpc.io_threads: 0`): no hand-off between threads, so a lone request is answered sooner.
    */
-  readonly inProcess?: boolean;
+  readonly count: number;
   readonly host: string;
   readonly port: number;
   readonly mainAddress: string;
@@ -134,14 +133,14 @@ interface FrontEndHandle {
 }
 
 /**
- * The front end run in this thread: messages both ways are delivered synchronously (each side
- * posts from its own batch flush, at setImmediate, so neither re-enters the other's handler in
- * the middle of its work). It never fails alone: an exception in it is the node's own.
+ * The front end run in this thread: unary calls and their answers go directly between it and
+ * its IoThread (DirectCalls, FrontEnd); the few messages (listening, shutdown, closed) are
+ * delivered synchronously. It never fails alone: an exception in it is the node's own.
  */
 class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
   readonly #front = new EventEmitter();
   readonly frontEnd: FrontEnd;
-  /** The calls' side, set by IoThread: unary calls and answers go straight between the two. */
+  /** The calls' side, set once both exist. */
   thread: IoThread | null = null;
 
   constructor(setup: IoThreadSetup) {
@@ -177,15 +176,12 @@ class IoThread {
   #trailers: (MetadataPairs | null)[] = [];
   readonly #replies = new BatchBuilder(() => this.#flush());
   /** The front end in this thread, answered directly; null for a worker thread. */
-  readonly #direct: FrontEnd | null = null;
+  readonly #direct: FrontEnd | null;
 
-  constructor(worker: FrontEndHandle, table: MethodTable) {
+  constructor(worker: FrontEndHandle, table: MethodTable, direct: FrontEnd | null) {
     this.worker = worker;
     this.#table = table;
-    if (worker instanceof InProcessFrontEnd) {
-      worker.thread = this;
-      this.#direct = worker.frontEnd;
-    }
+    this.#direct = direct;
     worker.on("message", (msg: CallBatch | { kind: string }) => {
       if (msg.kind === "calls") this.#onCalls(msg as CallBatch);
     });
@@ -285,13 +281,8 @@ class IoThread {
     }
   }
 
-  #reply(
-    id: number,
-    code: number,
-    bytes: Uint8Array,
-    details: string | null,
-    trailer: MetadataPairs | null,
-  ): void {
+  /** Answers call `id`: directly to a front end in this thread, else in the next reply batch. */
+  readonly #reply: FrontEnd["answer"] = (id, code, bytes, details, trailer) => {
     if (this.#direct !== null) {
       this.#direct.answer(id, code, bytes, details, trailer);
       return;
@@ -299,7 +290,7 @@ class IoThread {
     this.#details.push(details);
     this.#trailers.push(trailer);
     this.#replies.add([id, code], bytes);
-  }
+  };
 
   #flush(): void {
     const { head, body } = this.#replies.take();
@@ -358,7 +349,7 @@ export class IoThreads {
   async start(): Promise<number> {
     let port = this.#options.port;
     try {
-      const count = this.#options.inProcess === true ? 1 : this.#options.count;
+      const count = Math.max(1, this.#options.count);
       for (let i = 0; i < count; i++) port = await this.#startOne(port);
     } catch (err) {
       this.destroy();
@@ -376,11 +367,11 @@ export class IoThreads {
       methods: o.table.methods,
       serverOptions: o.serverOptions,
     };
+    const inProcess = o.count === 0 ? new InProcessFrontEnd(setup) : null;
     const worker: FrontEndHandle =
-      o.inProcess === true
-        ? new InProcessFrontEnd(setup)
-        : new Worker(new URL("./io-thread.ts", import.meta.url), { workerData: setup });
-    const thread = new IoThread(worker, o.table);
+      inProcess ?? new Worker(new URL("./io-thread.ts", import.meta.url), { workerData: setup });
+    const thread = new IoThread(worker, o.table, inProcess?.frontEnd ?? null);
+    if (inProcess !== null) inProcess.thread = thread;
     this.#threads.push(thread);
     const listening = await new Promise<number>((resolve, reject) => {
       const onMessage = (msg: {

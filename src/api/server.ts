@@ -48,7 +48,8 @@ export interface RpcServerOptions {
   readonly transferLeader?: LeadershipTransfer;
   /**
    * gRPC I/O threads (io-threads.ts): with n > 0, n worker threads serve `address` (the HTTP/2
-   * and gRPC work) and hand each call to this thread; 0 serves it on this thread alone.
+   * and gRPC work) and hand each call to this thread; 0 (the default) runs the same front end
+   * in this thread.
    */
   readonly ioThreads?: number;
   /** An I/O thread died after start: the node can no longer serve its connections. */
@@ -82,7 +83,7 @@ export class RpcServer {
       "grpc.max_send_message_length": options.maxMessageBytes,
     };
     this.#server = new Server(this.#serverOptions);
-    // Every service is added through the recorder, so the I/O threads learn every method.
+    // Every service is added through the recorder, so the front end learns every method.
     const server = this.#server;
     const table = this.#table;
     const recorder = {
@@ -121,19 +122,14 @@ export class RpcServer {
   async start(): Promise<HostPort> {
     const { address } = this.#options;
     const parsed = parseHostPort(address, { allowPortZero: true, allowUnspecified: true });
-    const host = parsed.ok ? parsed.value.host : "127.0.0.1";
-    const threads = this.#options.ioThreads ?? 0;
-    if (!parsed.ok) {
-      const port = await this.#bind(address);
-      this.#setServing();
-      return { host, port };
-    }
-    // The I/O threads listen on rpc_addr; this thread's own server, on a loopback port, serves
-    // the streaming calls they proxy (io-thread.ts).
+    // The configuration checks rpc_addr with the same parser: this is a caller's mistake.
+    if (!parsed.ok) throw bindErrorFor(new Error(parsed.reason), address, "rpc_addr");
+    const { host } = parsed.value;
+    // The front end (front-end.ts; in this thread, or in I/O threads) listens on rpc_addr; this
+    // thread's grpc-js server, on a loopback port, serves the streaming calls it proxies.
     const internal = await this.#bind("127.0.0.1:0");
     this.#ioThreads = new IoThreads({
-      count: threads,
-      inProcess: threads === 0,
+      count: this.#options.ioThreads ?? 0,
       host: parsed.value.host,
       port: parsed.value.port,
       mainAddress: `127.0.0.1:${internal}`,
@@ -143,17 +139,13 @@ export class RpcServer {
     });
     try {
       const port = await this.#ioThreads.start();
-      this.#setServing();
+      for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "SERVING");
       return { host, port };
     } catch (err) {
       this.#server.forceShutdown();
       if (err instanceof IoThreadListenError) throw bindErrorFor(err, address, "rpc_addr");
       throw err;
     }
-  }
-
-  #setServing(): void {
-    for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "SERVING");
   }
 
   /** Binds this thread's server; resolves with the port. */

@@ -228,14 +228,6 @@ export class ServerConnection {
     }
   }
 
-  get closed(): boolean {
-    return this.#closed;
-  }
-
-  get openStreams(): number {
-    return this.#streams.size;
-  }
-
   /**
    * Graceful close: GOAWAY (no new streams past the last one seen); the socket ends once the
    * open streams are done.

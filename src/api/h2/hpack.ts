@@ -151,6 +151,8 @@ export function huffmanDecode(bytes: Uint8Array, start: number, end: number): st
   return out;
 }
 
+const NO_BLOCK = new Uint8Array(0);
+
 /** Per RFC 7541 §4.1: a field's size in the dynamic table. */
 const ENTRY_OVERHEAD = 32;
 
@@ -178,46 +180,22 @@ export class HpackDecoder {
   decode(block: Uint8Array): HeaderList {
     const out: HeaderList = [];
     let listSize = 0;
-    let at = 0;
     let fieldsSeen = false;
-    const end = block.length;
-    const int = (prefixBits: number): number => {
-      const mask = (1 << prefixBits) - 1;
-      let value = (block[at++] as number) & mask;
-      if (value < mask) return value;
-      let shift = 0;
-      for (;;) {
-        if (at >= end) throw new HpackError("a truncated integer");
-        const b = block[at++] as number;
-        value += (b & 0x7f) * 2 ** shift;
-        shift += 7;
-        if ((b & 0x80) === 0) break;
-        if (shift > 28) throw new HpackError("an integer too large");
-      }
-      return value;
-    };
-    const str = (): string => {
-      if (at >= end) throw new HpackError("a truncated string");
-      const huffman = ((block[at] as number) & 0x80) !== 0;
-      const length = int(7);
-      if (at + length > end) throw new HpackError("a truncated string");
-      const s = huffman ? huffmanDecode(block, at, at + length) : latin1(block, at, at + length);
-      at += length;
-      return s;
-    };
-    while (at < end) {
-      const b = block[at] as number;
+    this.#block = block;
+    this.#at = 0;
+    while (this.#at < block.length) {
+      const b = block[this.#at] as number;
       let name: string;
       let value: string;
       if (b & 0x80) {
         // Indexed field.
-        const index = int(7);
+        const index = this.#int(7);
         name = this.#name(index);
         value = this.#value(index);
       } else if ((b & 0xe0) === 0x20) {
         // Dynamic table size update: only before the first field.
         if (fieldsSeen) throw new HpackError("a table size update after a field");
-        const size = int(5);
+        const size = this.#int(5);
         if (size > this.#maxTableSize) throw new HpackError("a table size above the setting");
         this.#limit = size;
         this.#evict(0);
@@ -225,9 +203,9 @@ export class HpackDecoder {
       } else {
         // Literal: with incremental indexing (01), without (0000) or never indexed (0001).
         const indexing = (b & 0xc0) === 0x40;
-        const index = int(indexing ? 6 : 4);
-        name = index === 0 ? str() : this.#name(index);
-        value = str();
+        const index = this.#int(indexing ? 6 : 4);
+        name = index === 0 ? this.#string() : this.#name(index);
+        value = this.#string();
         if (indexing) this.#insert(name, value);
       }
       fieldsSeen = true;
@@ -235,7 +213,42 @@ export class HpackDecoder {
       if (listSize > this.#maxListSize) throw new HpackHeaderListTooLarge();
       out.push(name, value);
     }
+    this.#block = NO_BLOCK; // the caller's buffer is not held
     return out;
+  }
+
+  /** The block being decoded and the position in it (state of decode, not kept between blocks). */
+  #block: Uint8Array = NO_BLOCK;
+  #at = 0;
+
+  /** An integer with a `prefixBits`-bit prefix (RFC 7541 §5.1). */
+  #int(prefixBits: number): number {
+    const block = this.#block;
+    const mask = (1 << prefixBits) - 1;
+    let value = (block[this.#at++] as number) & mask;
+    if (value < mask) return value;
+    let shift = 0;
+    for (;;) {
+      if (this.#at >= block.length) throw new HpackError("a truncated integer");
+      const b = block[this.#at++] as number;
+      value += (b & 0x7f) * 2 ** shift;
+      shift += 7;
+      if ((b & 0x80) === 0) break;
+      if (shift > 28) throw new HpackError("an integer too large");
+    }
+    return value;
+  }
+
+  /** A string literal, raw or Huffman-coded (RFC 7541 §5.2). */
+  #string(): string {
+    const block = this.#block;
+    if (this.#at >= block.length) throw new HpackError("a truncated string");
+    const huffman = ((block[this.#at] as number) & 0x80) !== 0;
+    const length = this.#int(7);
+    const at = this.#at;
+    if (at + length > block.length) throw new HpackError("a truncated string");
+    this.#at = at + length;
+    return huffman ? huffmanDecode(block, at, at + length) : latin1(block, at, at + length);
   }
 
   #name(index: number): string {
@@ -289,11 +302,6 @@ export class HpackHeaderListTooLarge extends HpackError {
 }
 
 function latin1(bytes: Uint8Array, start: number, end: number): string {
-  if (end - start < 24) {
-    let s = "";
-    for (let i = start; i < end; i++) s += String.fromCharCode(bytes[i] as number);
-    return s;
-  }
   return Buffer.from(bytes.buffer, bytes.byteOffset + start, end - start).toString("latin1");
 }
 
