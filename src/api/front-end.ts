@@ -32,6 +32,7 @@ import {
   type Fields,
   frame,
   headerPairs,
+  MessageReader,
   RESPONSE_FIELDS,
   statusFields,
   unaryMessage,
@@ -44,6 +45,8 @@ import {
   type CallBatch,
   type IoThreadSetup,
   type MetadataPairs,
+  type RawStreamCall,
+  type RawStreamSink,
   REPLY_FIELDS,
   type ReplyBatch,
 } from "./handoff.ts";
@@ -80,6 +83,11 @@ export interface DirectCalls {
     peer: string,
   ): void;
   cancel(id: number): void;
+  /**
+   * Opens a client-streaming call of method `method` in this thread (RawStreamHandler), or
+   * answers null when that method has none: then the call is proxied.
+   */
+  stream(method: number, call: RawStreamCall): RawStreamSink | null;
 }
 
 /** What the main thread's side calls directly when the front end runs in the main thread. */
@@ -241,6 +249,69 @@ export function serveFrontEnd(
     }
   }
 
+  // ── client-streaming calls served in this thread (direct only) ──────────────────────────────
+
+  /** Serves `stream` with the main thread's RawStreamHandler; false when there is none. */
+  function rawStream(stream: ServerStream, method: number): boolean {
+    if (direct === undefined) return false;
+    let finished = false;
+    const call: RawStreamCall = {
+      peer: stream.connection.peer,
+      sendHeaders() {
+        if (!finished && !stream.headersSent) stream.sendHeaders(RESPONSE_BLOCK);
+      },
+      finish(code, details, message) {
+        if (finished) return;
+        finished = true;
+        if (stream.closed) return;
+        if (!stream.headersSent) {
+          if (code !== status.OK || message === null) {
+            respondStatus(stream, code, details, null);
+            return;
+          }
+          stream.sendHeaders(RESPONSE_BLOCK);
+        }
+        if (code === status.OK && message !== null) stream.sendData(frame(message));
+        stream.sendTrailers(
+          code === status.OK
+            ? OK_TRAILERS
+            : encodeHeaders(statusFields(code, details, null, false)),
+        );
+      },
+    };
+    const sink = direct.stream(method, call);
+    if (sink === null) return false;
+    const reader = new MessageReader(stream.header("grpc-encoding"), maxReceive);
+    const deliver = (message: Buffer): void => {
+      if (!finished) sink.message(message);
+    };
+    stream.onData = (chunk) => {
+      if (finished) return;
+      try {
+        reader.push(chunk, deliver);
+      } catch (err) {
+        const wire = err instanceof WireError;
+        call.finish(wire ? err.code : status.INTERNAL, wire ? err.message : String(err), null);
+        sink.cancelled();
+      }
+    };
+    stream.onEnd = () => {
+      if (finished) return;
+      if (!reader.pending) {
+        sink.end();
+        return;
+      }
+      call.finish(status.INTERNAL, "the request ended inside a message", null);
+      sink.cancelled();
+    };
+    stream.onClose = () => {
+      if (finished) return;
+      finished = true;
+      sink.cancelled();
+    };
+    return true;
+  }
+
   // ── streaming calls: proxied to the main thread's own server ────────────────────────────────
 
   let upstream: ClientHttp2Session | null = null;
@@ -372,7 +443,7 @@ export function serveFrontEnd(
       );
     } else if (method.unary) {
       unary(stream, method.index);
-    } else {
+    } else if (!rawStream(stream, method.index)) {
       proxy(stream);
     }
   }

@@ -113,8 +113,17 @@ export function unaryMessage(
   if (data.length !== 5 + length) {
     throw new WireError(status.INTERNAL, "a unary request must carry exactly one message");
   }
-  const body = data.subarray(5);
-  if (data[0] === 0) return body;
+  return messageBody(data[0] as number, data.subarray(5), encoding, max);
+}
+
+/** A message's bytes: `body` itself, or it decompressed when its flag byte says so. */
+function messageBody(
+  flag: number,
+  body: Buffer,
+  encoding: string | undefined,
+  max: number,
+): Buffer {
+  if (flag === 0) return body;
   switch (encoding) {
     case "gzip":
       return gunzipSync(body, { maxOutputLength: Math.max(1, max) });
@@ -135,4 +144,74 @@ export function frame(message: Uint8Array): Buffer {
   out.writeUInt32BE(message.length, 1);
   out.set(message, 5);
   return out;
+}
+
+/**
+ * The messages of a streaming request as its DATA arrives, in any split: each whole message is
+ * passed on as soon as its last byte is in (a view of the chunk when it lies within one).
+ */
+export class MessageReader {
+  readonly #max: number;
+  readonly #encoding: string | undefined;
+  /** Bytes of an incomplete message (its prefix, perhaps only part of it). */
+  #partial: Buffer[] = [];
+  #partialBytes = 0;
+
+  constructor(encoding: string | undefined, max: number) {
+    this.#encoding = encoding;
+    this.#max = max;
+  }
+
+  /** Whether bytes of an incomplete message wait (at the end of the request: malformed). */
+  get pending(): boolean {
+    return this.#partialBytes > 0;
+  }
+
+  /** Passes every message `chunk` completes to `each`; throws WireError on one over the limit. */
+  push(chunk: Buffer, each: (message: Buffer) => void): void {
+    let data = chunk;
+    if (this.#partialBytes > 0) {
+      this.#partial.push(chunk);
+      this.#partialBytes += chunk.length;
+      if (this.#partialBytes < 5) return;
+      const first = this.#partial[0] as Buffer;
+      const prefix = first.length >= 5 ? first : Buffer.concat(this.#partial);
+      // The message is concatenated once it is all in, never once per chunk.
+      const need = 5 + this.#lengthOf(prefix);
+      if (this.#partialBytes < need) return;
+      data = Buffer.concat(this.#partial, this.#partialBytes);
+      this.#partial = [];
+      this.#partialBytes = 0;
+    }
+    let at = 0;
+    while (data.length - at >= 5) {
+      const length = this.#lengthOf(data.subarray(at));
+      if (data.length - at < 5 + length) break;
+      each(
+        messageBody(
+          data[at] as number,
+          data.subarray(at + 5, at + 5 + length),
+          this.#encoding,
+          this.#max,
+        ),
+      );
+      at += 5 + length;
+    }
+    if (at < data.length) {
+      this.#partial = [data.subarray(at)];
+      this.#partialBytes = data.length - at;
+    }
+  }
+
+  /** The length a message prefix (5 bytes or more) announces, refused over the limit. */
+  #lengthOf(prefix: Buffer): number {
+    const length = prefix.readUInt32BE(1);
+    if (length > this.#max) {
+      throw new WireError(
+        status.RESOURCE_EXHAUSTED,
+        `Received message larger than max (${length} vs. ${this.#max})`,
+      );
+    }
+    return length;
+  }
 }

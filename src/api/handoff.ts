@@ -25,6 +25,34 @@ export interface IoThreadSetup {
   readonly serverOptions: Readonly<Record<string, number>>;
 }
 
+/**
+ * A client-streaming call served in the main thread without the loopback proxy (front-end.ts,
+ * with the front end in the main thread): the front end passes each whole gRPC message as it
+ * arrives and the handler answers once. What the peers' Raft streams use: a frame reaches the
+ * driver without another HTTP/2 hop or a protobuf object in between.
+ */
+export interface RawStreamCall {
+  /** The client's address, as grpc-js's `getPeer()` gives it. */
+  readonly peer: string;
+  /** Sends the response headers now (the call is accepted); at most once, before finish(). */
+  sendHeaders(): void;
+  /** Ends the call: OK with `message` as its answer, or a status (then `message` is null). */
+  finish(code: number, details: string, message: Uint8Array | null): void;
+}
+
+/** The handler's side of a RawStreamCall; nothing more is delivered after finish() or cancelled(). */
+export interface RawStreamSink {
+  /** One whole message of the client's (uncompressed, within the receive limit). */
+  message(bytes: Buffer): void;
+  /** The client half-closed. */
+  end(): void;
+  /** The call ended before the handler finished it (reset, connection lost, shutdown). */
+  cancelled(): void;
+}
+
+/** Serves one RawStreamCall. */
+export type RawStreamHandler = (call: RawStreamCall) => RawStreamSink;
+
 /** Metadata as structured-clonable pairs; -bin values are bytes. */
 export type MetadataPairs = [string, string | Uint8Array][];
 

@@ -27,6 +27,9 @@ import {
   type MethodInfo,
   type MetadataPairs,
   metadataPairs,
+  type RawStreamCall,
+  type RawStreamHandler,
+  type RawStreamSink,
   type ReplyBatch,
   toMetadata,
 } from "./handoff.ts";
@@ -41,6 +44,7 @@ type UnaryHandler = (
 export class MethodTable {
   readonly methods: MethodInfo[] = [];
   readonly #unary: ({ def: AnyMethod; handler: UnaryHandler } | null)[] = [];
+  readonly #raw = new Map<number, RawStreamHandler>();
 
   /** Records a service as grpc-js's Server.addService takes it. */
   add(definition: ServiceDefinition, implementation: UntypedServiceImplementation): void {
@@ -63,6 +67,22 @@ export class MethodTable {
 
   unary(index: number): { def: AnyMethod; handler: UnaryHandler } | null {
     return this.#unary[index] ?? null;
+  }
+
+  /**
+   * Serves the client-streaming method at `path` (added before) with `handler` when the front
+   * end runs in this thread; I/O threads still proxy it to the grpc-js server.
+   */
+  addRawStream(path: string, handler: RawStreamHandler): void {
+    const index = this.methods.findIndex((m) => m.path === path);
+    if (index < 0 || !this.methods[index]?.requestStream || this.methods[index]?.responseStream) {
+      throw new Error(`${path} is not a client-streaming method of this server`);
+    }
+    this.#raw.set(index, handler);
+  }
+
+  rawStream(index: number): RawStreamHandler | null {
+    return this.#raw.get(index) ?? null;
   }
 }
 
@@ -155,6 +175,7 @@ class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
         call: (id, method, deadline, message, meta, peer) =>
           this.thread?.serveCall(id, method, deadline, message, meta, peer),
         cancel: (id) => this.thread?.cancelCall(id),
+        stream: (method, call) => this.thread?.openStream(method, call) ?? null,
       },
     );
   }
@@ -220,6 +241,11 @@ class IoThread {
       return;
     }
     this.#serve(id, method, bytes, meta, deadline, peer);
+  }
+
+  /** A client-streaming call of method `index` served here, or null when it has no raw handler. */
+  openStream(index: number, call: RawStreamCall): RawStreamSink | null {
+    return this.#table.rawStream(index)?.(call) ?? null;
   }
 
   /** The client cancelled call `id`: its handler is told, its answer no longer wanted. */

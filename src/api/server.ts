@@ -110,6 +110,7 @@ export class RpcServer {
     );
     if (options.raft !== undefined) {
       recorder.addService(options.raft.definition, options.raft.implementation);
+      table.addRawStream(options.raft.rawStream.path, options.raft.rawStream.handler);
     }
     this.#health = new HealthImplementation(
       Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),

@@ -50,7 +50,6 @@ import {
   status,
 } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
-import type { RaftFrame, RaftFrame__Output } from "../api/generated/cairn/v1/RaftFrame.ts";
 import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
 import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposal.ts";
 import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
@@ -70,7 +69,14 @@ import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
 import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { NodeId } from "../raft/index.ts";
 import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
-import { decodeBatch, encodeBatch } from "./codec.ts";
+import {
+  decodeBatchMessages,
+  decodeFrame,
+  encodeBatchFrame,
+  encodeHandshakeFrame,
+  type Frame,
+} from "./frame-codec.ts";
+import type { RawStreamHandler } from "../api/handoff.ts";
 import { handshakeRefusal } from "./handshake.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { StoredItem } from "./state-machine.ts";
@@ -101,6 +107,7 @@ const silent: PeerLogger = {
 };
 
 const MIB = 1024 * 1024;
+const EMPTY_MESSAGE = new Uint8Array(0);
 
 /**
  * Options the receiving gRPC server needs. A frame carries one round's messages for the peer:
@@ -259,7 +266,6 @@ export class GrpcTransport implements RaftTransport {
   readonly #maxBackoff: number;
   readonly #random: () => number;
   readonly #now: () => number;
-  readonly #serialize: (frame: RaftFrame) => Buffer;
   readonly #path: string;
   readonly #peers = new Map<NodeId, Peer>();
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
@@ -289,9 +295,7 @@ export class GrpcTransport implements RaftTransport {
     this.#maxBackoff = Math.max(this.#initialBackoff, options.maxBackoffMs ?? 1000);
     this.#random = options.random ?? Math.random;
     this.#now = options.now ?? (() => performance.now());
-    const method = loadRaftProto().cairn.v1.Raft.service.Stream;
-    this.#serialize = method.requestSerialize;
-    this.#path = method.path;
+    this.#path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
     this.#chunkBytes = options.snapshotChunkBytes ?? MIB;
     if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
       throw new RangeError(
@@ -384,10 +388,7 @@ export class GrpcTransport implements RaftTransport {
       this.#drop(peer, 0);
       return false;
     }
-    const batch = encodeBatch(messages);
-    const frame = this.#serialize({
-      batch: to === node ? batch : { ...batch, to_replica_id: to },
-    });
+    const frame = encodeBatchFrame(messages, to === node ? "" : to);
     if (frame.length > this.#maxFrame) {
       this.#log.warn("raft frame over the size limit dropped", {
         peer: to,
@@ -775,13 +776,11 @@ export class GrpcTransport implements RaftTransport {
     this.#write(
       peer,
       stream,
-      this.#serialize({
-        handshake: {
-          cluster_id: currentId(this.#clusterId),
-          from_node_id: this.nodeId,
-          to_node_id: peer.id,
-          from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
-        },
+      encodeHandshakeFrame({
+        cluster_id: currentId(this.#clusterId),
+        from_node_id: this.nodeId,
+        to_node_id: peer.id,
+        from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
       }),
     );
     return stream;
@@ -891,6 +890,8 @@ export interface RaftService {
   /** cairn.v1.Raft: `server.addService(service.definition, service.implementation)`. */
   readonly definition: ServiceDefinition;
   readonly implementation: RaftHandlers;
+  /** Stream's receiving end for a front end that serves it directly (MethodTable.addRawStream). */
+  readonly rawStream: { readonly path: string; readonly handler: RawStreamHandler };
   /**
    * Ends every open stream and snapshot call (UNAVAILABLE): the senders back off and reconnect
    * elsewhere/later.
@@ -911,10 +912,11 @@ export function createRaftService(
   const self = toNodeId(options.nodeId);
   const open = new Set<(err: Partial<ServiceError> | null) => void>();
 
-  const stream = (
-    call: ServerReadableStream<RaftFrame__Output, RaftStreamAck>,
-    callback: sendUnaryData<RaftStreamAck>,
-  ): void => {
+  /**
+   * One Stream call's receiving end, whatever serves it: the front end directly (RawStreamCall)
+   * or grpc-js (below). Frames are decoded here (frame-codec.ts), straight into Raft messages.
+   */
+  const receiveStream: RawStreamHandler = (call) => {
     let from: NodeId | null = null;
     /** The sender's replica id: the `from` of every message it sends. */
     let fromReplica: NodeId | null = null;
@@ -923,70 +925,115 @@ export function createRaftService(
       if (done) return;
       done = true;
       open.delete(finish);
-      if (err === null) callback(null, {});
-      else callback(err);
+      // The answer, RaftStreamAck, has no fields: its encoding is empty.
+      if (err === null) call.finish(status.OK, "OK", EMPTY_MESSAGE);
+      else call.finish(err.code ?? status.UNKNOWN, err.details ?? "", null);
     };
     open.add(finish);
     const refuse = (code: status, details: string, fields: LogFields): void => {
       log.warn("raft stream refused", { ...fields, code: status[code], details });
       finish({ code, details });
     };
-    call.on("data", (frame: RaftFrame__Output) => {
-      if (done) return;
-      if (from === null) {
-        const hs = frame.handshake;
-        if (frame.frame !== "handshake" || hs === undefined || hs === null) {
-          refuse(status.FAILED_PRECONDITION, "the first frame must be a handshake", {
-            peer_addr: call.getPeer(),
-          });
-          return;
-        }
-        const fields = {
-          peer: hs.from_node_id,
-          peer_addr: call.getPeer(),
-          cluster_id: hs.cluster_id,
-          to: hs.to_node_id,
-        };
-        const refusal = handshakeRefusal(hs, currentId(options.clusterId), self);
-        if (refusal !== null) {
-          refuse(status.FAILED_PRECONDITION, refusal, fields);
-        } else {
-          from = toNodeId(hs.from_node_id);
-          fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
-          // Response headers tell the sender its handshake was accepted.
-          call.sendMetadata(new Metadata());
-          log.debug("raft stream accepted", fields);
-        }
-        return;
-      }
-      if (frame.frame !== "batch" || frame.batch === undefined || frame.batch === null) {
-        refuse(status.INVALID_ARGUMENT, "a frame after the handshake must be a batch", {
-          peer: from,
+    const onHandshake = (frame: Frame): void => {
+      if (frame.kind !== "handshake") {
+        refuse(status.FAILED_PRECONDITION, "the first frame must be a handshake", {
+          peer_addr: call.peer,
         });
         return;
       }
-      let messages: ShardMessage[];
-      try {
-        const to = frame.batch.to_replica_id === "" ? self : toNodeId(frame.batch.to_replica_id);
-        if (nodeOfReplica(to) !== self) throw new Error(`addressed to replica ${to}`);
-        messages = decodeBatch(frame.batch, fromReplica ?? from, to);
-      } catch (err) {
-        refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, { peer: from });
+      const hs = frame.handshake;
+      const fields = {
+        peer: hs.from_node_id,
+        peer_addr: call.peer,
+        cluster_id: hs.cluster_id,
+        to: hs.to_node_id,
+      };
+      const refusal = handshakeRefusal(hs, currentId(options.clusterId), self);
+      if (refusal !== null) {
+        refuse(status.FAILED_PRECONDITION, refusal, fields);
         return;
       }
-      try {
-        handler(from, messages);
-      } catch (err) {
-        log.error("raft frame handler failed", { peer: from, error: String(err) });
-      }
+      from = toNodeId(hs.from_node_id);
+      fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
+      // Response headers tell the sender its handshake was accepted.
+      call.sendHeaders();
+      log.debug("raft stream accepted", fields);
+    };
+    return {
+      message(bytes) {
+        if (done) return;
+        let frame: Frame;
+        try {
+          frame = decodeFrame(bytes);
+        } catch (err) {
+          refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, {
+            peer: from ?? "",
+            peer_addr: call.peer,
+          });
+          return;
+        }
+        if (from === null) {
+          onHandshake(frame);
+          return;
+        }
+        if (frame.kind !== "batch") {
+          refuse(status.INVALID_ARGUMENT, "a frame after the handshake must be a batch", {
+            peer: from,
+          });
+          return;
+        }
+        let messages: ShardMessage[];
+        try {
+          const to = frame.toReplicaId === "" ? self : toNodeId(frame.toReplicaId);
+          if (nodeOfReplica(to) !== self) throw new Error(`addressed to replica ${to}`);
+          messages = decodeBatchMessages(frame.body, fromReplica ?? from, to);
+        } catch (err) {
+          refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, { peer: from });
+          return;
+        }
+        try {
+          handler(from, messages);
+        } catch (err) {
+          log.error("raft frame handler failed", { peer: from, error: String(err) });
+        }
+      },
+      end: () => finish(null),
+      // A cancelled or broken call: nothing can be answered any more.
+      cancelled() {
+        done = true;
+        open.delete(finish);
+      },
+    };
+  };
+
+  /** The same receiving end under grpc-js's server (I/O threads proxy the stream to it). */
+  const stream = (
+    call: ServerReadableStream<Buffer, RaftStreamAck>,
+    callback: sendUnaryData<RaftStreamAck>,
+  ): void => {
+    let answered = false;
+    const sink = receiveStream({
+      peer: call.getPeer(),
+      sendHeaders: () => call.sendMetadata(new Metadata()),
+      finish(code, details) {
+        if (answered) return;
+        answered = true;
+        if (code === status.OK) callback(null, {});
+        else callback({ code, details });
+      },
     });
-    call.on("end", () => finish(null));
-    // A cancelled or broken call: nothing can be answered any more.
+    call.on("data", (frame: Buffer) => sink.message(frame));
+    call.on("end", () => sink.end());
     call.on("cancelled", () => {
-      done = true;
-      open.delete(finish);
+      answered = true;
+      sink.cancelled();
     });
-    call.on("error", () => finish({ code: status.CANCELLED, details: "stream error" }));
+    call.on("error", () => {
+      sink.cancelled();
+      if (answered) return;
+      answered = true;
+      callback({ code: status.CANCELLED, details: "stream error" });
+    });
   };
 
   const installSnapshot = (
@@ -1076,8 +1123,14 @@ export function createRaftService(
     call.on("error", () => refuse(new SnapshotRefusal(status.CANCELLED, "stream error")));
   };
 
+  const definition = loadRaftProto().cairn.v1.Raft.service;
   return {
-    definition: loadRaftProto().cairn.v1.Raft.service,
+    // Stream's frames reach the handler as bytes: frame-codec.ts decodes them.
+    definition: {
+      ...definition,
+      Stream: { ...definition.Stream, requestDeserialize: (frame: Buffer) => frame },
+    },
+    rawStream: { path: definition.Stream.path, handler: receiveStream },
     implementation: {
       Stream: stream,
       InstallSnapshot: installSnapshot,

@@ -1,12 +1,14 @@
 /** gRPC over HTTP/2 as the I/O threads speak it (src/api/grpc-wire.ts). */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
 import { deflateSync, gzipSync } from "node:zlib";
 import { status } from "@grpc/grpc-js";
 import {
   deadlineOf,
   frame,
   headerPairs,
+  MessageReader,
   statusFields,
   unaryMessage,
   WireError,
@@ -135,5 +137,54 @@ describe("gRPC wire (I/O threads)", () => {
       ["grpc-status", "0"],
       ["grpc-message", "OK"],
     ]);
+  });
+
+  it("reads a stream's messages in any split of its DATA, each as soon as it is whole", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.uint8Array({ maxLength: 300 }), { maxLength: 8 }),
+        fc.array(fc.integer({ min: 1, max: 64 }), { minLength: 1, maxLength: 20 }),
+        (messages, cuts) => {
+          const wire = Buffer.concat(messages.map((m) => frame(m)));
+          const reader = new MessageReader(undefined, 1024);
+          const got: Buffer[] = [];
+          let at = 0;
+          for (let i = 0; at < wire.length; i++) {
+            const next = Math.min(wire.length, at + (cuts[i % cuts.length] as number));
+            reader.push(wire.subarray(at, next), (m) => got.push(Buffer.from(m)));
+            // Every message wholly inside what was pushed has been passed on, no other.
+            let whole = 0;
+            for (let end = 0; whole < messages.length; whole++) {
+              end += 5 + (messages[whole] as Uint8Array).length;
+              if (end > next) break;
+            }
+            assert.equal(got.length, whole);
+            at = next;
+          }
+          assert.deepEqual(
+            got,
+            messages.map((m) => Buffer.from(m)),
+          );
+          assert.equal(reader.pending, false);
+        },
+      ),
+    );
+  });
+
+  it("refuses a stream's message over the limit as soon as its prefix is in; a cut one is pending", () => {
+    const reader = new MessageReader(undefined, 10);
+    const big = frame(new Uint8Array(11));
+    reader.push(big.subarray(0, 2), () => assert.fail("no message yet"));
+    const err = wireError(() => reader.push(big.subarray(2, 5), () => undefined));
+    assert.equal(err.code, status.RESOURCE_EXHAUSTED);
+    const cut = new MessageReader(undefined, 10);
+    cut.push(frame(new Uint8Array(4)).subarray(0, 7), () => assert.fail("not whole"));
+    assert.equal(cut.pending, true);
+    const zipped = new MessageReader("gzip", 100);
+    const body = gzipSync(Buffer.from("hello"));
+    const prefix = Buffer.from([1, 0, 0, 0, body.length]);
+    const out: string[] = [];
+    zipped.push(Buffer.concat([prefix, body]), (m) => out.push(m.toString()));
+    assert.deepEqual(out, ["hello"]);
   });
 });

@@ -15,7 +15,13 @@ import {
   term,
 } from "../../src/raft/index.ts";
 import { GrpcTransport, type ShardMessage } from "../../src/replication/index.ts";
-import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+import {
+  eventually,
+  type LogLine,
+  RAFT_SERVERS,
+  type RaftServer,
+  recordingLogger,
+} from "./peer-support.ts";
 
 const N1 = nodeId("n1");
 const N2 = nodeId("n2");
@@ -59,341 +65,344 @@ async function freePort(): Promise<number> {
   return address.port;
 }
 
-describe("GrpcTransport", () => {
-  it("delivers each send as one frame, in order, with the sender's node id", async () => {
-    const got: [string, ShardMessage[]][] = [];
-    const server = await startRaftServer((from, messages) => got.push([from, messages]), {
-      clusterId: "c1",
-      nodeId: "n2",
-    });
-    const lines: LogLine[] = [];
-    const t = new GrpcTransport({
-      clusterId: "c1",
-      nodeId: "n1",
-      peers: (id) => (id === "n2" ? server.address : null),
-      logger: recordingLogger(lines),
-    });
-    try {
-      for (let i = 1; i <= 50; i++) t.send(N2, [heartbeat(i), heartbeat(i + 1000)]);
-      await eventually("50 frames delivered", () => got.length === 50);
-      got.forEach(([from, messages], i) => {
-        assert.equal(from, "n1");
-        assert.deepEqual(messages, [heartbeat(i + 1), heartbeat(i + 1001)]);
-      });
-      const stats = t.stats()["n2"];
-      assert.equal(stats?.state, "connected");
-      assert.equal(stats?.framesSent, 51, "the handshake and 50 frames");
-      assert.equal(stats?.framesDropped, 0);
-      assert.equal(stats?.streamsOpened, 1);
-      assert.ok(lines.some((l) => l.level === "info" && l.message === "raft peer connected"));
-    } finally {
-      await t.close();
-      server.stop();
-    }
-  });
-
-  for (const [what, clusterId, to] of [
-    ["a wrong cluster id", "other-cluster", "n2"],
-    ["a stream addressed to another node", "c1", "n3"],
-  ] as const) {
-    it(`refuses ${what} with FAILED_PRECONDITION, logged by the sender`, async () => {
-      let delivered = 0;
-      const serverLines: LogLine[] = [];
-      const server = await startRaftServer(() => delivered++, {
+for (const [receiver, startRaftServer] of RAFT_SERVERS) {
+  describe(`GrpcTransport (receiver: ${receiver})`, () => {
+    it("delivers each send as one frame, in order, with the sender's node id", async () => {
+      const got: [string, ShardMessage[]][] = [];
+      const server = await startRaftServer((from, messages) => got.push([from, messages]), {
         clusterId: "c1",
         nodeId: "n2",
-        logger: recordingLogger(serverLines),
       });
       const lines: LogLine[] = [];
-      const unreachable: string[] = [];
       const t = new GrpcTransport({
-        clusterId,
+        clusterId: "c1",
         nodeId: "n1",
-        // The sender believes n3 lives at n2's address.
-        peers: () => server.address,
+        peers: (id) => (id === "n2" ? server.address : null),
         logger: recordingLogger(lines),
-        onUnreachable: (peer) => unreachable.push(peer),
       });
-      const dest = nodeId(to);
       try {
-        t.send(dest, [heartbeat(1, dest)]);
-        await eventually("the refusal", () =>
-          lines.some((l) => l.message === "raft peer refused the stream"),
-        );
-        const refusal = lines.find((l) => l.message === "raft peer refused the stream");
-        assert.equal(refusal?.level, "warn");
-        assert.equal(refusal?.fields["code"], "FAILED_PRECONDITION");
-        assert.match(String(refusal?.fields["details"]), /mismatch/);
-        assert.ok(serverLines.some((l) => l.message === "raft stream refused"));
-        await eventually("the peer reported unreachable", () => unreachable.includes(to));
-        // While backing off, frames are dropped, not queued.
-        t.send(dest, [heartbeat(2, dest)]);
-        const stats = t.stats()[to];
-        assert.ok((stats?.framesDropped ?? 0) >= 1);
-        assert.equal(stats?.state, "backoff");
-        assert.equal(delivered, 0);
-        assert.ok(!lines.some((l) => l.message === "raft peer connected"));
+        for (let i = 1; i <= 50; i++) t.send(N2, [heartbeat(i), heartbeat(i + 1000)]);
+        await eventually("50 frames delivered", () => got.length === 50);
+        got.forEach(([from, messages], i) => {
+          assert.equal(from, "n1");
+          assert.deepEqual(messages, [heartbeat(i + 1), heartbeat(i + 1001)]);
+        });
+        const stats = t.stats()["n2"];
+        assert.equal(stats?.state, "connected");
+        assert.equal(stats?.framesSent, 51, "the handshake and 50 frames");
+        assert.equal(stats?.framesDropped, 0);
+        assert.equal(stats?.streamsOpened, 1);
+        assert.ok(lines.some((l) => l.level === "info" && l.message === "raft peer connected"));
       } finally {
         await t.close();
         server.stop();
       }
     });
-  }
 
-  it("accepts an end that does not know its cluster id yet; the id is read as it is now", async () => {
-    const got: ShardMessage[][] = [];
-    let serverId = "";
-    const server = await startRaftServer((_from, messages) => got.push(messages), {
-      clusterId: () => serverId,
-      nodeId: "n2",
-    });
-    // A node before the meta group's bootstrap reached it talks to one that knows the id, and
-    // the other way round; once both know it, they must agree.
-    const fresh = new GrpcTransport({ clusterId: "", nodeId: "n1", peers: () => server.address });
-    try {
-      serverId = "c1";
-      fresh.send(N2, [heartbeat(1)]);
-      await eventually("delivered from a node without an id", () => got.length === 1);
-    } finally {
-      await fresh.close();
-    }
-    const other = new GrpcTransport({
-      clusterId: () => "c2",
-      nodeId: "n1",
-      peers: () => server.address,
-    });
-    try {
-      other.send(N2, [heartbeat(2)]);
-      await eventually("refused", () => other.stats()["n2"]?.state === "backoff");
-      assert.equal(got.length, 1);
-    } finally {
-      await other.close();
-      server.stop();
-    }
-  });
-
-  it("drops frames while the peer is down, reports it unreachable, and reconnects after", async () => {
-    const port = await freePort();
-    const unreachable: string[] = [];
-    const got: ShardMessage[][] = [];
-    const t = new GrpcTransport({
-      clusterId: "c1",
-      nodeId: "n1",
-      peers: () => `127.0.0.1:${port}`,
-      onUnreachable: (peer) => unreachable.push(peer),
-      initialBackoffMs: 10,
-      maxBackoffMs: 50,
-    });
-    let server: Awaited<ReturnType<typeof startRaftServer>> | null = null;
-    try {
-      t.send(N2, [heartbeat(1)]);
-      await eventually("the peer reported unreachable", () => unreachable.length > 0);
-      assert.equal(t.stats()["n2"]?.streamFailures, 1);
-      server = await startRaftServer(
-        (_from, messages) => got.push(messages),
-        { clusterId: "c1", nodeId: "n2" },
-        `127.0.0.1:${port}`,
-      );
-      // Raft keeps sending (heartbeats); one of them gets through once the stream reopens.
-      let n = 2;
-      await eventually("a frame delivered after the peer came up", () => {
-        t.send(N2, [heartbeat(n++)]);
-        return got.length > 0;
+    for (const [what, clusterId, to] of [
+      ["a wrong cluster id", "other-cluster", "n2"],
+      ["a stream addressed to another node", "c1", "n3"],
+    ] as const) {
+      it(`refuses ${what} with FAILED_PRECONDITION, logged by the sender`, async () => {
+        let delivered = 0;
+        const serverLines: LogLine[] = [];
+        const server = await startRaftServer(() => delivered++, {
+          clusterId: "c1",
+          nodeId: "n2",
+          logger: recordingLogger(serverLines),
+        });
+        const lines: LogLine[] = [];
+        const unreachable: string[] = [];
+        const t = new GrpcTransport({
+          clusterId,
+          nodeId: "n1",
+          // The sender believes n3 lives at n2's address.
+          peers: () => server.address,
+          logger: recordingLogger(lines),
+          onUnreachable: (peer) => unreachable.push(peer),
+        });
+        const dest = nodeId(to);
+        try {
+          t.send(dest, [heartbeat(1, dest)]);
+          await eventually("the refusal", () =>
+            lines.some((l) => l.message === "raft peer refused the stream"),
+          );
+          const refusal = lines.find((l) => l.message === "raft peer refused the stream");
+          assert.equal(refusal?.level, "warn");
+          assert.equal(refusal?.fields["code"], "FAILED_PRECONDITION");
+          assert.match(String(refusal?.fields["details"]), /mismatch/);
+          assert.ok(serverLines.some((l) => l.message === "raft stream refused"));
+          await eventually("the peer reported unreachable", () => unreachable.includes(to));
+          // While backing off, frames are dropped, not queued.
+          t.send(dest, [heartbeat(2, dest)]);
+          const stats = t.stats()[to];
+          assert.ok((stats?.framesDropped ?? 0) >= 1);
+          assert.equal(stats?.state, "backoff");
+          assert.equal(delivered, 0);
+          assert.ok(!lines.some((l) => l.message === "raft peer connected"));
+        } finally {
+          await t.close();
+          server.stop();
+        }
       });
-      assert.equal(t.stats()["n2"]?.state, "connected");
-      assert.ok((t.stats()["n2"]?.framesDropped ?? 0) >= 1);
-
-      // The peer goes away again: its stream fails, and the next frames are dropped.
-      const before = unreachable.length;
-      server.stop();
-      server = null;
-      await eventually("the lost stream reported", () => unreachable.length > before);
-      t.send(N2, [heartbeat(n++)]);
-      assert.notEqual(t.stats()["n2"]?.state, "connected");
-    } finally {
-      await t.close();
-      server?.stop();
     }
-  });
 
-  it("tells the sender of a frame whether it left the node or was dropped", async () => {
-    const server = await startRaftServer(() => undefined, { clusterId: "c1", nodeId: "n2" });
-    const t = new GrpcTransport({
-      clusterId: "c1",
-      nodeId: "n1",
-      peers: (peer) => (peer === "n2" ? server.address : null),
-      initialBackoffMs: 10,
-      maxBackoffMs: 50,
+    it("accepts an end that does not know its cluster id yet; the id is read as it is now", async () => {
+      const got: ShardMessage[][] = [];
+      let serverId = "";
+      const server = await startRaftServer((_from, messages) => got.push(messages), {
+        clusterId: () => serverId,
+        nodeId: "n2",
+      });
+      // A node before the meta group's bootstrap reached it talks to one that knows the id, and
+      // the other way round; once both know it, they must agree.
+      const fresh = new GrpcTransport({ clusterId: "", nodeId: "n1", peers: () => server.address });
+      try {
+        serverId = "c1";
+        fresh.send(N2, [heartbeat(1)]);
+        await eventually("delivered from a node without an id", () => got.length === 1);
+      } finally {
+        await fresh.close();
+      }
+      const other = new GrpcTransport({
+        clusterId: () => "c2",
+        nodeId: "n1",
+        peers: () => server.address,
+      });
+      try {
+        other.send(N2, [heartbeat(2)]);
+        await eventually("refused", () => other.stats()["n2"]?.state === "backoff");
+        assert.equal(got.length, 1);
+      } finally {
+        await other.close();
+        server.stop();
+      }
     });
-    try {
-      const outcomes: [string, boolean][] = [];
-      t.send(N2, [heartbeat(1)], (delivered) => outcomes.push(["n2", delivered]));
-      t.send(nodeId("n3"), [heartbeat(2, nodeId("n3"))], (delivered) =>
-        outcomes.push(["n3", delivered]),
-      );
-      assert.deepEqual(outcomes, [], "never answered from inside send()");
-      await eventually("both outcomes", () => outcomes.length === 2);
-      assert.deepEqual(
-        new Map(outcomes),
-        new Map([
-          ["n2", true],
-          ["n3", false],
-        ]),
-      );
-    } finally {
-      await t.close();
-      server.stop();
-    }
-  });
 
-  it("bounds the bytes in flight per peer: frames past the budget are dropped and counted", async () => {
-    const got: ShardMessage[][] = [];
-    const server = await startRaftServer((_from, messages) => got.push(messages), {
-      clusterId: "c1",
-      nodeId: "n2",
-    });
-    const unreachable: string[] = [];
-    const t = new GrpcTransport({
-      clusterId: "c1",
-      nodeId: "n1",
-      peers: () => server.address,
-      maxInFlightBytesPerPeer: 250_000,
-      onUnreachable: (peer) => unreachable.push(peer),
-    });
-    try {
-      // Synchronous sends: no write can complete in between, so all of them count as in flight.
-      // A frame larger than the whole budget still goes when nothing else is in flight.
-      t.send(N2, [append(0, 100)]);
-      await eventually("the first frame delivered", () => got.length === 1);
-      await eventually("nothing in flight", () => t.stats()["n2"]?.inFlightBytes === 0);
-      t.send(N2, [append(1, 400_000)]);
-      for (let i = 0; i < 5; i++) t.send(N2, [append(2, 100_000)]);
-      const stats = t.stats()["n2"];
-      assert.equal(stats?.framesDropped, 5, "nothing fits beside the 400 kB frame");
-      assert.ok((stats?.bytesDropped ?? 0) > 500_000);
-      await eventually("the admitted frames delivered", () => got.length === 2);
-      await eventually("in-flight bytes released", () => t.stats()["n2"]?.inFlightBytes === 0);
-      for (let i = 0; i < 5; i++) t.send(N2, [append(3, 100_000)]);
-      assert.equal(t.stats()["n2"]?.framesDropped, 5 + 3, "two fit in 250 kB, three do not");
-      await eventually("the budget's frames delivered", () => got.length === 4);
-      await eventually("drops reported as unreachable", () => unreachable.includes("n2"));
-    } finally {
-      await t.close();
-      server.stop();
-    }
-  });
+    it("drops frames while the peer is down, reports it unreachable, and reconnects after", async () => {
+      const port = await freePort();
+      const unreachable: string[] = [];
+      const got: ShardMessage[][] = [];
+      const t = new GrpcTransport({
+        clusterId: "c1",
+        nodeId: "n1",
+        peers: () => `127.0.0.1:${port}`,
+        onUnreachable: (peer) => unreachable.push(peer),
+        initialBackoffMs: 10,
+        maxBackoffMs: 50,
+      });
+      let server: RaftServer | null = null;
+      try {
+        t.send(N2, [heartbeat(1)]);
+        await eventually("the peer reported unreachable", () => unreachable.length > 0);
+        assert.equal(t.stats()["n2"]?.streamFailures, 1);
+        server = await startRaftServer(
+          (_from, messages) => got.push(messages),
+          { clusterId: "c1", nodeId: "n2" },
+          `127.0.0.1:${port}`,
+        );
+        // Raft keeps sending (heartbeats); one of them gets through once the stream reopens.
+        let n = 2;
+        await eventually("a frame delivered after the peer came up", () => {
+          t.send(N2, [heartbeat(n++)]);
+          return got.length > 0;
+        });
+        assert.equal(t.stats()["n2"]?.state, "connected");
+        assert.ok((t.stats()["n2"]?.framesDropped ?? 0) >= 1);
 
-  it("bounds the bytes in flight over every peer together", async () => {
-    const servers = await Promise.all(
-      ["n2", "n3"].map((id) => startRaftServer(() => undefined, { clusterId: "c1", nodeId: id })),
-    );
-    const t = new GrpcTransport({
-      clusterId: "c1",
-      nodeId: "n1",
-      peers: (id) => servers[id === "n2" ? 0 : 1]?.address ?? null,
-      maxInFlightBytesPerPeer: 1_000_000,
-      maxInFlightBytes: 300_000,
+        // The peer goes away again: its stream fails, and the next frames are dropped.
+        const before = unreachable.length;
+        server.stop();
+        server = null;
+        await eventually("the lost stream reported", () => unreachable.length > before);
+        t.send(N2, [heartbeat(n++)]);
+        assert.notEqual(t.stats()["n2"]?.state, "connected");
+      } finally {
+        await t.close();
+        server?.stop();
+      }
     });
-    const N3 = nodeId("n3");
-    try {
-      // Open both streams first (a frame each, then nothing in flight).
-      t.send(N2, [append(0, 10)]);
-      t.send(N3, [append(0, 10, N3)]);
-      await eventually("both streams idle", () =>
-        ["n2", "n3"].every(
-          (p) => (t.stats()[p]?.framesSent ?? 0) >= 1 && t.stats()[p]?.inFlightBytes === 0,
-        ),
-      );
-      // Synchronous sends: each peer's budget (1 MB) would take them, the node's (300 kB) not.
-      for (let i = 0; i < 3; i++) t.send(N2, [append(1, 100_000)]);
-      for (let i = 0; i < 3; i++) t.send(N3, [append(1, 100_000, N3)]);
-      const dropped = (t.stats()["n2"]?.framesDropped ?? 0) + (t.stats()["n3"]?.framesDropped ?? 0);
-      assert.ok(dropped >= 2, `${dropped} frames dropped past the node-wide budget`);
-      assert.ok(
-        (t.stats()["n3"]?.framesSent ?? 0) >= 2,
-        "a peer with nothing in flight still gets a frame",
-      );
-    } finally {
-      await t.close();
-      for (const s of servers) s.stop();
-    }
-  });
 
-  it("batches followers' read-index requests per leader node, never answering a read with an earlier call", async () => {
-    // The leader's side, scripted: each call is held until the test releases it, then its
-    // shards are answered 100 × (call number) + shard, and shard 13 "not the leader (n3)".
-    const calls: number[][] = [];
-    const release = new Map<number, () => void>();
-    let answering = 0;
-    const server = await startRaftServer(
-      () => undefined,
-      {
+    it("tells the sender of a frame whether it left the node or was dropped", async () => {
+      const server = await startRaftServer(() => undefined, { clusterId: "c1", nodeId: "n2" });
+      const t = new GrpcTransport({
+        clusterId: "c1",
+        nodeId: "n1",
+        peers: (peer) => (peer === "n2" ? server.address : null),
+        initialBackoffMs: 10,
+        maxBackoffMs: 50,
+      });
+      try {
+        const outcomes: [string, boolean][] = [];
+        t.send(N2, [heartbeat(1)], (delivered) => outcomes.push(["n2", delivered]));
+        t.send(nodeId("n3"), [heartbeat(2, nodeId("n3"))], (delivered) =>
+          outcomes.push(["n3", delivered]),
+        );
+        assert.deepEqual(outcomes, [], "never answered from inside send()");
+        await eventually("both outcomes", () => outcomes.length === 2);
+        assert.deepEqual(
+          new Map(outcomes),
+          new Map([
+            ["n2", true],
+            ["n3", false],
+          ]),
+        );
+      } finally {
+        await t.close();
+        server.stop();
+      }
+    });
+
+    it("bounds the bytes in flight per peer: frames past the budget are dropped and counted", async () => {
+      const got: ShardMessage[][] = [];
+      const server = await startRaftServer((_from, messages) => got.push(messages), {
         clusterId: "c1",
         nodeId: "n2",
-        readIndex: (shard) =>
-          shard === 13
-            ? Promise.reject(new NotLeaderError(nodeId("n3")))
-            : Promise.resolve(100 * answering + shard),
-      },
-      "127.0.0.1:0",
-      (impl) => ({
-        ...impl,
-        ReadIndex(call, callback) {
-          calls.push([...call.request.shard_ids]);
-          const n = calls.length;
-          release.set(n, () => {
-            answering = n;
-            impl.ReadIndex(call, callback);
-          });
-        },
-      }),
-    );
-    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
-    try {
-      const first = t.readIndex(N2, 5, 5_000);
-      await eventually("the first call is in flight", () => calls.length === 1);
-      // Asked while the first call is in flight: they wait for the second call, all in one.
-      const later = [
-        t.readIndex(N2, 5, 5_000),
-        t.readIndex(N2, 7, 5_000),
-        t.readIndex(N2, 5, 5_000),
-      ];
-      const refused = t.readIndex(N2, 13, 5_000);
-      release.get(1)?.();
-      assert.equal(await first, 105);
-      await eventually("the second call is in flight", () => calls.length === 2);
-      // Had a read gone in a call of its own, the second call would not hold them all.
-      assert.deepEqual(calls[1], [5, 7, 13], "one entry per shard");
-      release.get(2)?.();
-      assert.deepEqual(await Promise.all(later), [205, 207, 205]);
-      await assert.rejects(refused, (err: unknown) => {
-        assert.ok(err instanceof NotLeaderError);
-        assert.equal(err.leader, "n3");
-        return true;
       });
-    } finally {
-      await t.close();
-      server.stop();
-    }
-  });
-
-  it("close() ends the streams cleanly and drops what is sent after", async () => {
-    const got: ShardMessage[][] = [];
-    const server = await startRaftServer((_from, messages) => got.push(messages), {
-      clusterId: "c1",
-      nodeId: "n2",
+      const unreachable: string[] = [];
+      const t = new GrpcTransport({
+        clusterId: "c1",
+        nodeId: "n1",
+        peers: () => server.address,
+        maxInFlightBytesPerPeer: 250_000,
+        onUnreachable: (peer) => unreachable.push(peer),
+      });
+      try {
+        // Synchronous sends: no write can complete in between, so all of them count as in flight.
+        // A frame larger than the whole budget still goes when nothing else is in flight.
+        t.send(N2, [append(0, 100)]);
+        await eventually("the first frame delivered", () => got.length === 1);
+        await eventually("nothing in flight", () => t.stats()["n2"]?.inFlightBytes === 0);
+        t.send(N2, [append(1, 400_000)]);
+        for (let i = 0; i < 5; i++) t.send(N2, [append(2, 100_000)]);
+        const stats = t.stats()["n2"];
+        assert.equal(stats?.framesDropped, 5, "nothing fits beside the 400 kB frame");
+        assert.ok((stats?.bytesDropped ?? 0) > 500_000);
+        await eventually("the admitted frames delivered", () => got.length === 2);
+        await eventually("in-flight bytes released", () => t.stats()["n2"]?.inFlightBytes === 0);
+        for (let i = 0; i < 5; i++) t.send(N2, [append(3, 100_000)]);
+        assert.equal(t.stats()["n2"]?.framesDropped, 5 + 3, "two fit in 250 kB, three do not");
+        await eventually("the budget's frames delivered", () => got.length === 4);
+        await eventually("drops reported as unreachable", () => unreachable.includes("n2"));
+      } finally {
+        await t.close();
+        server.stop();
+      }
     });
-    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
-    try {
-      t.send(N2, [heartbeat(1)]);
-      t.send(N2, [heartbeat(2)]);
-      await t.close();
-      // Half-close: what was written before close() still arrives.
-      assert.equal(got.length, 2);
-      t.send(N2, [heartbeat(3)]);
-      assert.equal(got.length, 2);
-    } finally {
-      server.stop();
-    }
+
+    it("bounds the bytes in flight over every peer together", async () => {
+      const servers = await Promise.all(
+        ["n2", "n3"].map((id) => startRaftServer(() => undefined, { clusterId: "c1", nodeId: id })),
+      );
+      const t = new GrpcTransport({
+        clusterId: "c1",
+        nodeId: "n1",
+        peers: (id) => servers[id === "n2" ? 0 : 1]?.address ?? null,
+        maxInFlightBytesPerPeer: 1_000_000,
+        maxInFlightBytes: 300_000,
+      });
+      const N3 = nodeId("n3");
+      try {
+        // Open both streams first (a frame each, then nothing in flight).
+        t.send(N2, [append(0, 10)]);
+        t.send(N3, [append(0, 10, N3)]);
+        await eventually("both streams idle", () =>
+          ["n2", "n3"].every(
+            (p) => (t.stats()[p]?.framesSent ?? 0) >= 1 && t.stats()[p]?.inFlightBytes === 0,
+          ),
+        );
+        // Synchronous sends: each peer's budget (1 MB) would take them, the node's (300 kB) not.
+        for (let i = 0; i < 3; i++) t.send(N2, [append(1, 100_000)]);
+        for (let i = 0; i < 3; i++) t.send(N3, [append(1, 100_000, N3)]);
+        const dropped =
+          (t.stats()["n2"]?.framesDropped ?? 0) + (t.stats()["n3"]?.framesDropped ?? 0);
+        assert.ok(dropped >= 2, `${dropped} frames dropped past the node-wide budget`);
+        assert.ok(
+          (t.stats()["n3"]?.framesSent ?? 0) >= 2,
+          "a peer with nothing in flight still gets a frame",
+        );
+      } finally {
+        await t.close();
+        for (const s of servers) s.stop();
+      }
+    });
+
+    it("batches followers' read-index requests per leader node, never answering a read with an earlier call", async () => {
+      // The leader's side, scripted: each call is held until the test releases it, then its
+      // shards are answered 100 × (call number) + shard, and shard 13 "not the leader (n3)".
+      const calls: number[][] = [];
+      const release = new Map<number, () => void>();
+      let answering = 0;
+      const server = await startRaftServer(
+        () => undefined,
+        {
+          clusterId: "c1",
+          nodeId: "n2",
+          readIndex: (shard) =>
+            shard === 13
+              ? Promise.reject(new NotLeaderError(nodeId("n3")))
+              : Promise.resolve(100 * answering + shard),
+        },
+        "127.0.0.1:0",
+        (impl) => ({
+          ...impl,
+          ReadIndex(call, callback) {
+            calls.push([...call.request.shard_ids]);
+            const n = calls.length;
+            release.set(n, () => {
+              answering = n;
+              impl.ReadIndex(call, callback);
+            });
+          },
+        }),
+      );
+      const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+      try {
+        const first = t.readIndex(N2, 5, 5_000);
+        await eventually("the first call is in flight", () => calls.length === 1);
+        // Asked while the first call is in flight: they wait for the second call, all in one.
+        const later = [
+          t.readIndex(N2, 5, 5_000),
+          t.readIndex(N2, 7, 5_000),
+          t.readIndex(N2, 5, 5_000),
+        ];
+        const refused = t.readIndex(N2, 13, 5_000);
+        release.get(1)?.();
+        assert.equal(await first, 105);
+        await eventually("the second call is in flight", () => calls.length === 2);
+        // Had a read gone in a call of its own, the second call would not hold them all.
+        assert.deepEqual(calls[1], [5, 7, 13], "one entry per shard");
+        release.get(2)?.();
+        assert.deepEqual(await Promise.all(later), [205, 207, 205]);
+        await assert.rejects(refused, (err: unknown) => {
+          assert.ok(err instanceof NotLeaderError);
+          assert.equal(err.leader, "n3");
+          return true;
+        });
+      } finally {
+        await t.close();
+        server.stop();
+      }
+    });
+
+    it("close() ends the streams cleanly and drops what is sent after", async () => {
+      const got: ShardMessage[][] = [];
+      const server = await startRaftServer((_from, messages) => got.push(messages), {
+        clusterId: "c1",
+        nodeId: "n2",
+      });
+      const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+      try {
+        t.send(N2, [heartbeat(1)]);
+        t.send(N2, [heartbeat(2)]);
+        await t.close();
+        // Half-close: what was written before close() still arrives.
+        assert.equal(got.length, 2);
+        t.send(N2, [heartbeat(3)]);
+        assert.equal(got.length, 2);
+      } finally {
+        server.stop();
+      }
+    });
   });
-});
+}

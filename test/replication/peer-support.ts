@@ -1,9 +1,11 @@
 /**
- * Helpers for the peer transport tests: a gRPC server with cairn.v1.Raft on 127.0.0.1 port 0,
- * a recording logger, and a bounded wait on a condition.
+ * Helpers for the peer transport tests: a gRPC server with cairn.v1.Raft on 127.0.0.1 port 0
+ * (grpc-js's, or the node's own front end in this thread as `cairn serve` runs it), a recording
+ * logger, and a bounded wait on a condition.
  */
 import assert from "node:assert/strict";
-import { Server, ServerCredentials } from "@grpc/grpc-js";
+import { Server, ServerCredentials, status } from "@grpc/grpc-js";
+import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
 import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
 import {
   createRaftService,
@@ -45,6 +47,52 @@ export async function startRaftServer(
     },
   };
 }
+
+/**
+ * The same service behind the front end a node runs (io-threads.ts, `rpc.io_threads: 0`): it
+ * serves Stream itself (the raw handler) and proxies the rest to a grpc-js server on loopback.
+ */
+export async function startRaftFrontEnd(
+  handler: (from: string, messages: ShardMessage[]) => void,
+  options: RaftServiceOptions,
+  address = "127.0.0.1:0",
+  wrap: (implementation: RaftHandlers) => RaftHandlers = (implementation) => implementation,
+): Promise<RaftServer> {
+  // Stream is served by the front end itself: proxied to grpc-js, it would be refused.
+  const inner = await startRaftServer(handler, options, "127.0.0.1:0", (impl) => ({
+    ...wrap(impl),
+    Stream: (_call, callback) => callback({ code: status.UNIMPLEMENTED, details: "proxied" }),
+  }));
+  const table = new MethodTable();
+  table.add(inner.service.definition, wrap(inner.service.implementation));
+  table.addRawStream(inner.service.rawStream.path, inner.service.rawStream.handler);
+  const [host, port] = address.split(":");
+  const threads = new IoThreads({
+    count: 0,
+    host: host ?? "127.0.0.1",
+    port: Number(port),
+    mainAddress: inner.address,
+    table,
+    serverOptions: RAFT_SERVER_OPTIONS,
+    onFailure: (err) => assert.fail(err),
+  });
+  const listening = await threads.start();
+  return {
+    address: `127.0.0.1:${listening}`,
+    service: inner.service,
+    stop(): void {
+      inner.service.endAll();
+      void threads.close(0);
+      inner.stop();
+    },
+  };
+}
+
+/** Where a test's peers connect: grpc-js's server, or the front end. */
+export const RAFT_SERVERS = [
+  ["grpc-js", startRaftServer],
+  ["front end", startRaftFrontEnd],
+] as const;
 
 export interface LogLine {
   readonly level: string;
