@@ -1,0 +1,741 @@
+/**
+ * What both ends of an HTTP/2 connection (RFC 9113) share, over a socket, cleartext with prior
+ * knowledge: the frame layer of the server side (connection.ts) and of the client side
+ * (client.ts). It parses frames, assembles header blocks from HEADERS and CONTINUATION and
+ * decodes them (hpack.ts), exchanges SETTINGS, answers PINGs, keeps both flow-control windows of
+ * the connection and of each stream, batches the credit it gives back, and sends what it is
+ * given. What a HEADERS frame, an RST_STREAM or a GOAWAY mean to a stream depends on the side:
+ * a subclass decides (the `handle*` hooks), and tells its streams' owners.
+ *
+ * Invariants (every subclass relies on them):
+ *
+ * 1. Every frame produced in one event-loop turn leaves in one socket write, after the turn
+ *    (`#frame` queues, `#flushOutput` writes; nothing else writes to the socket). A gRPC call's
+ *    frames, and a turn's worth of calls, cost one system call.
+ * 2. No DATA beyond the peer's windows: a stream's `queue` leaves only as far as its window, the
+ *    connection's and the peer's SETTINGS_MAX_FRAME_SIZE allow; a stream held back by the
+ *    connection window waits in `#blocked` for a WINDOW_UPDATE. A stream's window follows the
+ *    peer's INITIAL_WINDOW_SIZE changes.
+ * 3. What the peer sends counts against this side's windows until it is consumed, and consumed
+ *    bytes are credited back in large steps (half a stream window, a quarter of the connection
+ *    window), never one WINDOW_UPDATE per frame.
+ * 4. A header block is decoded whatever becomes of its stream: the decoder's dynamic table must
+ *    follow the peer's encoder.
+ * 5. A protocol error ends the connection with GOAWAY: frame handling throws ConnectionError (or
+ *    HpackError), caught in one place, `#onData`; nothing this layer does throws out of a
+ *    socket callback. After it, input is ignored. Errors thrown by the owners' callbacks are bugs
+ *    and are not caught.
+ * 6. `streamClosed` is called once per stream, when it is done both ways, reset, or the socket
+ *    is gone; `connectionClosed` once, after every open stream's.
+ *
+ * Implementation caveats: priorities are parsed and ignored; server push is never used; frames
+ * received are limited to 16 KiB (SETTINGS_MAX_FRAME_SIZE is never raised); SETTINGS are applied
+ * without waiting for the peer's acknowledgement (ours only widen what the peer may do); padding
+ * is never sent.
+ */
+import type { Socket } from "node:net";
+import { HpackDecoder, HpackError, type HeaderList } from "./hpack.ts";
+
+export const FrameType = {
+  DATA: 0x0,
+  HEADERS: 0x1,
+  PRIORITY: 0x2,
+  RST_STREAM: 0x3,
+  SETTINGS: 0x4,
+  PUSH_PROMISE: 0x5,
+  PING: 0x6,
+  GOAWAY: 0x7,
+  WINDOW_UPDATE: 0x8,
+  CONTINUATION: 0x9,
+} as const;
+
+export const ErrorCode = {
+  NO_ERROR: 0x0,
+  PROTOCOL_ERROR: 0x1,
+  INTERNAL_ERROR: 0x2,
+  FLOW_CONTROL_ERROR: 0x3,
+  STREAM_CLOSED: 0x5,
+  FRAME_SIZE_ERROR: 0x6,
+  REFUSED_STREAM: 0x7,
+  CANCEL: 0x8,
+  COMPRESSION_ERROR: 0x9,
+  ENHANCE_YOUR_CALM: 0xb,
+} as const;
+
+export const Setting = {
+  HEADER_TABLE_SIZE: 0x1,
+  ENABLE_PUSH: 0x2,
+  MAX_CONCURRENT_STREAMS: 0x3,
+  INITIAL_WINDOW_SIZE: 0x4,
+  MAX_FRAME_SIZE: 0x5,
+  MAX_HEADER_LIST_SIZE: 0x6,
+} as const;
+
+const FLAG_END_STREAM = 0x1;
+const FLAG_ACK = 0x1;
+const FLAG_END_HEADERS = 0x4;
+const FLAG_PADDED = 0x8;
+const FLAG_PRIORITY = 0x20;
+
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+const FRAME_HEADER = 9;
+const DEFAULT_WINDOW = 65_535;
+const MAX_WINDOW = 2 ** 31 - 1;
+/** The largest frame payload this side accepts (the protocol's default; we do not raise it). */
+const MAX_FRAME_SIZE = 16_384;
+const EMPTY = Buffer.alloc(0);
+
+/** What the core needs to know of this side's settings. */
+export interface CoreOptions {
+  /** Flow-control window of each stream and of the connection for what the peer sends. */
+  readonly receiveWindow: number;
+  /** SETTINGS_MAX_HEADER_LIST_SIZE: the largest header list the peer may send. */
+  readonly maxHeaderListSize: number;
+}
+
+/** A connection-level failure: GOAWAY with this code, then the socket ends. */
+export class ConnectionError extends Error {
+  readonly code: number;
+  constructor(code: number, message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+/**
+ * The flow-control state of one stream, which the core reads and writes; a subclass adds what its
+ * side's callers see.
+ */
+export class CoreStream {
+  readonly id: number;
+  /**
+   * Whether received DATA is credited back to the peer as it arrives (the owner buffers it,
+   * bounded by its own limit); false when the owner credits it with `consumed()` (a proxy that
+   * credits what it could pass on).
+   */
+  autoCredit = true;
+  /** The peer sent END_STREAM. */
+  remoteEnded = false;
+  /** This side sent END_STREAM (or reset the stream). */
+  localEnded = false;
+  closed = false;
+  /** Send window (the peer's credit for this stream). */
+  sendWindow: number;
+  /** DATA waiting for send window, and the trailers to send after it. */
+  queue: Buffer[] = [];
+  queuedBytes = 0;
+  pendingTrailers: Buffer | null = null;
+  /** END_STREAM goes out with the last of `queue` (a client's end of its request). */
+  endAfterData = false;
+  /** Bytes received and not yet consumed (passed on, or buffered by the owner). */
+  unconsumed = 0;
+  /** Bytes received beyond what WINDOW_UPDATEs have credited: the peer's window used. */
+  outstanding = 0;
+  /** Bytes consumed and not yet credited (credited in large steps, not per frame). */
+  pendingCredit = 0;
+
+  constructor(id: number, sendWindow: number) {
+    this.id = id;
+    this.sendWindow = sendWindow;
+  }
+}
+
+export abstract class ConnectionCore<S extends CoreStream> {
+  readonly socket: Socket;
+  /** The streams open on the wire (a client's streams waiting for a slot are not in it). */
+  protected readonly streams = new Map<number, S>();
+  /** The highest stream id the peer has opened (a client's: 0, servers push nothing). */
+  protected lastPeerStreamId = 0;
+  /** The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until it says otherwise). */
+  protected peerMaxConcurrentStreams = Infinity;
+  /** This side has sent GOAWAY. */
+  protected goAwaySent = false;
+  readonly #isClient: boolean;
+  readonly #receiveWindow: number;
+  /** The connection's receive window: the stream window, but never below the protocol's 65,535. */
+  readonly #connectionWindow: number;
+  readonly #maxHeaderListSize: number;
+  readonly #decoder: HpackDecoder;
+  /** Input not yet parsed (a partial frame). */
+  #input: Buffer | null = null;
+  /** A server waits for the client's preface; a client has none to read. */
+  #prefaceSeen: boolean;
+  #settingsSeen = false;
+  /** A header block in progress (HEADERS without END_HEADERS, then CONTINUATIONs). */
+  #headerBlock: { streamId: number; chunks: Buffer[]; size: number; endStream: boolean } | null =
+    null;
+  // The peer's settings.
+  #peerInitialWindow = DEFAULT_WINDOW;
+  #peerMaxFrameSize = MAX_FRAME_SIZE;
+  #sendWindow = DEFAULT_WINDOW;
+  /** Connection-level: bytes received beyond the credit sent, and consumed but not credited. */
+  #recvOutstanding = 0;
+  #pendingCredit = 0;
+  /** Streams with DATA waiting for the connection's send window, in order. */
+  readonly #blocked = new Set<S>();
+  #output: Buffer[] = [];
+  #outputScheduled = false;
+  /** A connection error was sent: input is ignored. */
+  #failed = false;
+  /** The socket is ending (after a GOAWAY): nothing more is written. */
+  #ending = false;
+  #closed = false;
+
+  /**
+   * Starts the connection: a client's preface, then this side's `settings` (id, value pairs)
+   * and the connection window raised to the receive window.
+   */
+  constructor(
+    socket: Socket,
+    side: "client" | "server",
+    options: CoreOptions,
+    settings: readonly (readonly [number, number])[],
+  ) {
+    this.socket = socket;
+    this.#isClient = side === "client";
+    this.#prefaceSeen = this.#isClient;
+    this.#receiveWindow = options.receiveWindow;
+    this.#connectionWindow = Math.max(options.receiveWindow, DEFAULT_WINDOW);
+    this.#maxHeaderListSize = options.maxHeaderListSize;
+    this.#decoder = new HpackDecoder(4096, options.maxHeaderListSize);
+    socket.on("data", (chunk: Buffer) => this.#onData(chunk));
+    socket.on("error", () => undefined); // close follows
+    socket.on("close", () => this.#onSocketClose());
+    if (this.#isClient) this.#output.push(PREFACE);
+    const payload = Buffer.alloc(6 * settings.length);
+    settings.forEach(([id, value], i) => {
+      payload.writeUInt16BE(id, 6 * i);
+      payload.writeUInt32BE(value, 6 * i + 2);
+    });
+    this.#frame(FrameType.SETTINGS, 0, 0, payload);
+    if (this.#connectionWindow > DEFAULT_WINDOW) {
+      this.#windowUpdate(0, this.#connectionWindow - DEFAULT_WINDOW);
+    }
+  }
+
+  /** Closes at once: every open stream is told it is gone. */
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  /** The socket has closed, or a connection error has ended the connection. */
+  protected get isClosed(): boolean {
+    return this.#closed || this.#ending;
+  }
+
+  /** The peer's first SETTINGS has arrived. */
+  protected get settingsSeen(): boolean {
+    return this.#settingsSeen;
+  }
+
+  /** The send window a stream opened now starts with. */
+  protected get peerInitialWindow(): number {
+    return this.#peerInitialWindow;
+  }
+
+  // ── hooks: what the frames mean to one side ──────────────────────────────────────────────
+
+  /** A complete header block, decoded (for any stream id but 0). */
+  protected abstract handleHeaderBlock(streamId: number, headers: HeaderList, end: boolean): void;
+  /** Whether a stream id is idle: neither side has opened it yet. */
+  protected abstract isIdle(streamId: number): boolean;
+  /** DATA on an open stream, its bytes already counted against the windows. */
+  protected abstract handleData(stream: S, data: Buffer): void;
+  /** The peer ended the stream with its DATA (END_STREAM on a DATA frame). */
+  protected abstract handleRemoteEnd(stream: S): void;
+  /** The peer reset an open stream. */
+  protected abstract handleReset(stream: S, code: number): void;
+  /** A GOAWAY from the peer (its payload unchecked). */
+  protected abstract handleGoAway(payload: Buffer): void;
+  /** This side ended a stream the peer has not ended. */
+  protected abstract handleLocalEndFirst(stream: S): void;
+  /** A stream is closed (invariant 6). */
+  protected abstract streamClosed(stream: S, complete: boolean): void;
+  /** The socket is gone, every stream closed (invariant 6). */
+  protected abstract connectionClosed(): void;
+  /** A stream's queue has drained (its trailers or END_STREAM, if any, gone with it). */
+  protected drained(_stream: S): void {}
+  /** `n` bytes of a stream's DATA were framed: they leave with this turn's write. */
+  protected dataFramed(_stream: S, _n: number): void {}
+  /** This turn's frames were handed to the socket. */
+  protected outputFlushed(): void {}
+  /** The peer's SETTINGS were applied (the first ones, or a change). */
+  protected settingsApplied(): void {}
+
+  // ── input ────────────────────────────────────────────────────────────────────────────────
+
+  #onData(chunk: Buffer): void {
+    if (this.#closed || this.#failed) return;
+    let buf = this.#input === null ? chunk : Buffer.concat([this.#input, chunk]);
+    this.#input = null;
+    try {
+      let at = 0;
+      if (!this.#prefaceSeen) {
+        if (buf.length < PREFACE.length) {
+          if (!PREFACE.subarray(0, buf.length).equals(buf)) {
+            throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface");
+          }
+          this.#input = buf;
+          return;
+        }
+        if (!buf.subarray(0, PREFACE.length).equals(PREFACE)) {
+          throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface");
+        }
+        this.#prefaceSeen = true;
+        at = PREFACE.length;
+      }
+      while (buf.length - at >= FRAME_HEADER && !this.#closed && !this.#failed) {
+        const length =
+          ((buf[at] as number) << 16) | ((buf[at + 1] as number) << 8) | (buf[at + 2] as number);
+        if (length > MAX_FRAME_SIZE) {
+          throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, `a frame of ${length} bytes`);
+        }
+        if (buf.length - at < FRAME_HEADER + length) break;
+        const type = buf[at + 3] as number;
+        const flags = buf[at + 4] as number;
+        const streamId = buf.readUInt32BE(at + 5) & 0x7fffffff;
+        const payload = buf.subarray(at + FRAME_HEADER, at + FRAME_HEADER + length);
+        at += FRAME_HEADER + length;
+        this.#onFrame(type, flags, streamId, payload);
+      }
+      if (at < buf.length && !this.#failed) {
+        // Keep the partial frame (copied when it is a view of a larger chunk).
+        buf = buf.subarray(at);
+        this.#input = at > 0 ? Buffer.from(buf) : buf;
+      }
+    } catch (err) {
+      if (err instanceof ConnectionError) this.fail(err.code, err.message);
+      else if (err instanceof HpackError) this.fail(ErrorCode.COMPRESSION_ERROR, err.message);
+      else throw err;
+    }
+  }
+
+  #onFrame(type: number, flags: number, streamId: number, payload: Buffer): void {
+    if (!this.#settingsSeen && type !== FrameType.SETTINGS) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "the first frame must be SETTINGS");
+    }
+    if (this.#headerBlock !== null && type !== FrameType.CONTINUATION) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted");
+    }
+    switch (type) {
+      case FrameType.DATA:
+        this.#onDataFrame(flags, streamId, payload);
+        return;
+      case FrameType.HEADERS:
+        this.#onHeaders(flags, streamId, payload);
+        return;
+      case FrameType.CONTINUATION:
+        this.#onContinuation(flags, streamId, payload);
+        return;
+      case FrameType.PRIORITY:
+        if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on 0");
+        if (payload.length !== 5) {
+          throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a PRIORITY frame's size");
+        }
+        return;
+      case FrameType.RST_STREAM:
+        this.#onReset(streamId, payload);
+        return;
+      case FrameType.SETTINGS:
+        this.#onSettings(flags, streamId, payload);
+        return;
+      case FrameType.PUSH_PROMISE:
+        // A client never enables push; a server must never receive it.
+        throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "an unexpected PUSH_PROMISE");
+      case FrameType.PING:
+        if (streamId !== 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "PING on a stream");
+        if (payload.length !== 8) {
+          throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a PING frame's size");
+        }
+        if ((flags & FLAG_ACK) === 0)
+          this.#frame(FrameType.PING, FLAG_ACK, 0, Buffer.from(payload));
+        return;
+      case FrameType.GOAWAY:
+        if (streamId !== 0)
+          throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream");
+        this.handleGoAway(payload);
+        return;
+      case FrameType.WINDOW_UPDATE:
+        this.#onWindowUpdate(streamId, payload);
+        return;
+      default:
+        return; // unknown frame types are ignored (RFC 9113 §4.1)
+    }
+  }
+
+  /** The payload without its padding (PADDED flag). */
+  #unpad(flags: number, payload: Buffer): Buffer {
+    if ((flags & FLAG_PADDED) === 0) return payload;
+    if (payload.length < 1) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "padding");
+    const pad = payload[0] as number;
+    if (pad >= payload.length) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame");
+    }
+    return payload.subarray(1, payload.length - pad);
+  }
+
+  #onHeaders(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "HEADERS on 0");
+    let block = this.#unpad(flags, payload);
+    if ((flags & FLAG_PRIORITY) !== 0) {
+      if (block.length < 5) throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "priority");
+      block = block.subarray(5);
+    }
+    const endStream = (flags & FLAG_END_STREAM) !== 0;
+    if ((flags & FLAG_END_HEADERS) === 0) {
+      this.#headerBlock = { streamId, chunks: [Buffer.from(block)], size: block.length, endStream };
+      return;
+    }
+    // Decoded first, whatever happens to the stream (invariant 4).
+    this.handleHeaderBlock(streamId, this.#decoder.decode(block), endStream);
+  }
+
+  #onContinuation(flags: number, streamId: number, payload: Buffer): void {
+    const pending = this.#headerBlock;
+    if (pending === null || pending.streamId !== streamId) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "an unexpected CONTINUATION");
+    }
+    pending.size += payload.length;
+    // A header block far beyond the list limit is refused before it is all buffered.
+    if (pending.size > this.#maxHeaderListSize * 2 + MAX_FRAME_SIZE) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block too large");
+    }
+    pending.chunks.push(Buffer.from(payload));
+    if ((flags & FLAG_END_HEADERS) === 0) return;
+    this.#headerBlock = null;
+    const headers = this.#decoder.decode(Buffer.concat(pending.chunks));
+    this.handleHeaderBlock(streamId, headers, pending.endStream);
+  }
+
+  #onDataFrame(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on 0");
+    // The whole frame (padding included) counts against the windows.
+    this.#recvOutstanding += payload.length;
+    if (this.#recvOutstanding > this.#connectionWindow) {
+      throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "the connection window overrun");
+    }
+    const stream = this.streams.get(streamId);
+    const data = this.#unpad(flags, payload);
+    if (stream === undefined || stream.remoteEnded) {
+      if (this.isIdle(streamId)) {
+        throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream");
+      }
+      // A stream this side has closed (reset, or answered): its DATA is dropped, credited back.
+      this.#consumeConnection(payload.length);
+      if (stream !== undefined) this.resetStream(stream, ErrorCode.STREAM_CLOSED);
+      return;
+    }
+    stream.unconsumed += payload.length;
+    stream.outstanding += payload.length;
+    if (stream.outstanding > this.#receiveWindow) {
+      this.resetStream(stream, ErrorCode.FLOW_CONTROL_ERROR); // its bytes are consumed at close
+      return;
+    }
+    // Padding is consumed at once; so is everything when the owner buffers it itself.
+    const credit = stream.autoCredit ? payload.length : payload.length - data.length;
+    if (data.length > 0) {
+      this.handleData(stream, data.length === payload.length ? data : Buffer.from(data));
+    }
+    if (credit > 0) this.credit(stream, credit);
+    if ((flags & FLAG_END_STREAM) !== 0 && !stream.closed) this.handleRemoteEnd(stream);
+  }
+
+  #onReset(streamId: number, payload: Buffer): void {
+    if (streamId === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on 0");
+    if (payload.length !== 4) {
+      throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "an RST_STREAM frame's size");
+    }
+    if (this.isIdle(streamId)) {
+      throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream");
+    }
+    const stream = this.streams.get(streamId);
+    if (stream !== undefined) this.handleReset(stream, payload.readUInt32BE(0));
+  }
+
+  #onSettings(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId !== 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream");
+    if ((flags & FLAG_ACK) !== 0) {
+      if (payload.length !== 0)
+        throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ack");
+      return;
+    }
+    if (payload.length % 6 !== 0) {
+      throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS frame's size");
+    }
+    this.#settingsSeen = true;
+    for (let at = 0; at < payload.length; at += 6) {
+      const id = payload.readUInt16BE(at);
+      const value = payload.readUInt32BE(at + 2);
+      switch (id) {
+        case Setting.ENABLE_PUSH:
+          // RFC 9113 §6.5.2: a server may only say 0.
+          if (value > 1 || (value === 1 && this.#isClient)) {
+            throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "ENABLE_PUSH");
+          }
+          break;
+        case Setting.INITIAL_WINDOW_SIZE: {
+          if (value > MAX_WINDOW) {
+            throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE");
+          }
+          const delta = value - this.#peerInitialWindow;
+          this.#peerInitialWindow = value;
+          for (const s of this.streams.values()) {
+            s.sendWindow += delta;
+            if (s.sendWindow > MAX_WINDOW) {
+              throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflow");
+            }
+          }
+          break;
+        }
+        case Setting.MAX_FRAME_SIZE:
+          if (value < MAX_FRAME_SIZE || value > 16_777_215) {
+            throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "MAX_FRAME_SIZE");
+          }
+          this.#peerMaxFrameSize = value;
+          break;
+        case Setting.MAX_CONCURRENT_STREAMS:
+          this.peerMaxConcurrentStreams = value;
+          break;
+        case Setting.HEADER_TABLE_SIZE: // our encoder never indexes: any size suits it
+        case Setting.MAX_HEADER_LIST_SIZE: // advisory; what we send is small
+        default:
+          break;
+      }
+    }
+    this.#frame(FrameType.SETTINGS, FLAG_ACK, 0, EMPTY);
+    // A larger initial window may unblock queued DATA.
+    for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
+    this.settingsApplied();
+  }
+
+  #onWindowUpdate(streamId: number, payload: Buffer): void {
+    if (payload.length !== 4) {
+      throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a WINDOW_UPDATE frame's size");
+    }
+    const increment = payload.readUInt32BE(0) & 0x7fffffff;
+    if (streamId === 0) {
+      if (increment === 0) throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "a zero increment");
+      this.#sendWindow += increment;
+      if (this.#sendWindow > MAX_WINDOW) {
+        throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "the connection window overflow");
+      }
+      const blocked = [...this.#blocked];
+      this.#blocked.clear();
+      for (const s of blocked) this.flushStream(s);
+      return;
+    }
+    const stream = this.streams.get(streamId);
+    if (stream === undefined) {
+      if (this.isIdle(streamId)) {
+        throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream");
+      }
+      return;
+    }
+    if (increment === 0) {
+      this.resetStream(stream, ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
+    stream.sendWindow += increment;
+    if (stream.sendWindow > MAX_WINDOW) {
+      this.resetStream(stream, ErrorCode.FLOW_CONTROL_ERROR);
+      return;
+    }
+    this.flushStream(stream);
+  }
+
+  // ── output ───────────────────────────────────────────────────────────────────────────────
+
+  /** Sends a header block (HEADERS, then CONTINUATIONs past the peer's frame size). */
+  sendHeaderBlock(stream: S, block: Buffer, endStream: boolean): void {
+    let flags = endStream ? FLAG_END_STREAM : 0;
+    const max = this.#peerMaxFrameSize;
+    if (block.length <= max) {
+      this.#frame(FrameType.HEADERS, flags | FLAG_END_HEADERS, stream.id, block);
+    } else {
+      this.#frame(FrameType.HEADERS, flags, stream.id, block.subarray(0, max));
+      for (let at = max; at < block.length; at += max) {
+        flags = at + max >= block.length ? FLAG_END_HEADERS : 0;
+        this.#frame(FrameType.CONTINUATION, flags, stream.id, block.subarray(at, at + max));
+      }
+    }
+    if (endStream) this.endLocal(stream);
+  }
+
+  queueData(stream: S, data: Buffer): void {
+    stream.queue.push(data);
+    stream.queuedBytes += data.length;
+    this.flushStream(stream);
+  }
+
+  /**
+   * Sends what the windows allow of a stream's queued DATA (invariant 2), then what ends it once
+   * it is all out: its trailers, or END_STREAM (on the last DATA frame when there is one).
+   */
+  flushStream(stream: S): void {
+    if (stream.closed || this.#closed) return;
+    const queue = stream.queue;
+    let framed = 0;
+    let ended = false;
+    while (queue.length > 0) {
+      const allowed = Math.min(stream.sendWindow, this.#sendWindow, this.#peerMaxFrameSize);
+      if (allowed <= 0) {
+        if (this.#sendWindow <= 0) this.#blocked.add(stream);
+        break;
+      }
+      const head = queue[0] as Buffer;
+      const piece = head.length <= allowed ? head : head.subarray(0, allowed);
+      if (piece === head) queue.shift();
+      else queue[0] = head.subarray(allowed);
+      stream.queuedBytes -= piece.length;
+      stream.sendWindow -= piece.length;
+      this.#sendWindow -= piece.length;
+      framed += piece.length;
+      ended = queue.length === 0 && stream.endAfterData && stream.pendingTrailers === null;
+      this.#frame(FrameType.DATA, ended ? FLAG_END_STREAM : 0, stream.id, piece);
+    }
+    if (framed > 0) this.dataFramed(stream, framed);
+    if (queue.length > 0) return;
+    const trailers = stream.pendingTrailers;
+    if (trailers !== null) {
+      stream.pendingTrailers = null;
+      this.sendHeaderBlock(stream, trailers, true);
+      return;
+    }
+    if (stream.endAfterData && !stream.localEnded) {
+      if (!ended) this.#frame(FrameType.DATA, FLAG_END_STREAM, stream.id, EMPTY);
+      this.endLocal(stream);
+      return;
+    }
+    this.drained(stream);
+  }
+
+  /**
+   * Marks `n` of a stream's received bytes consumed. Credit goes back in large steps (half the
+   * stream window, a quarter of the connection's): a WINDOW_UPDATE per request would double the
+   * frames of a call. A stream the peer has ended gets no more stream credit.
+   */
+  credit(stream: S, n: number): void {
+    n = Math.min(n, stream.unconsumed);
+    if (n <= 0) return;
+    stream.unconsumed -= n;
+    this.#consumeConnection(n);
+    if (stream.remoteEnded || stream.closed) return;
+    stream.pendingCredit += n;
+    if (stream.pendingCredit >= this.#receiveWindow / 2) {
+      this.#windowUpdate(stream.id, stream.pendingCredit);
+      stream.outstanding -= stream.pendingCredit;
+      stream.pendingCredit = 0;
+    }
+  }
+
+  #consumeConnection(n: number): void {
+    this.#pendingCredit += n;
+    if (this.#pendingCredit >= this.#connectionWindow / 4) {
+      this.#windowUpdate(0, this.#pendingCredit);
+      this.#recvOutstanding -= this.#pendingCredit;
+      this.#pendingCredit = 0;
+    }
+  }
+
+  /** Resets an open stream (RST_STREAM with `code`) and closes it. */
+  resetStream(stream: S, code: number): void {
+    this.sendReset(stream.id, code);
+    this.closeStream(stream, false);
+  }
+
+  protected sendReset(streamId: number, code: number): void {
+    const payload = Buffer.allocUnsafe(4);
+    payload.writeUInt32BE(code, 0);
+    this.#frame(FrameType.RST_STREAM, 0, streamId, payload);
+  }
+
+  protected endLocal(stream: S): void {
+    stream.localEnded = true;
+    if (stream.remoteEnded) this.closeStream(stream, true);
+    else this.handleLocalEndFirst(stream);
+  }
+
+  protected closeStream(stream: S, complete: boolean): void {
+    if (stream.closed) return;
+    stream.closed = true;
+    stream.localEnded = true;
+    stream.queue = [];
+    stream.queuedBytes = 0;
+    this.#blocked.delete(stream);
+    this.streams.delete(stream.id);
+    // Whatever the peer sent and nobody consumed is credited back to the connection.
+    if (stream.unconsumed > 0) {
+      this.#consumeConnection(stream.unconsumed);
+      stream.unconsumed = 0;
+    }
+    this.streamClosed(stream, complete);
+  }
+
+  #windowUpdate(streamId: number, increment: number): void {
+    const payload = Buffer.allocUnsafe(4);
+    payload.writeUInt32BE(increment, 0);
+    this.#frame(FrameType.WINDOW_UPDATE, 0, streamId, payload);
+  }
+
+  /** GOAWAY: the peer's streams up to `lastPeerStreamId` are (or will be) processed, no more. */
+  protected sendGoAway(code: number, debug: string): void {
+    this.goAwaySent = true;
+    const payload = Buffer.alloc(8 + Buffer.byteLength(debug));
+    payload.writeUInt32BE(this.lastPeerStreamId, 0);
+    payload.writeUInt32BE(code, 4);
+    payload.write(debug, 8);
+    this.#frame(FrameType.GOAWAY, 0, 0, payload);
+  }
+
+  /** A connection error: GOAWAY, then the socket ends and every stream is closed. */
+  protected fail(code: number, message: string): void {
+    if (this.#closed || this.#failed) return;
+    this.#failed = true;
+    this.sendGoAway(code, message); // not sent when the socket is already ending
+    this.endSocket();
+  }
+
+  /** Writes what is queued and ends the socket (streams close when it has). */
+  protected endSocket(): void {
+    if (this.#ending) return;
+    this.#flushOutput();
+    this.#ending = true;
+    this.socket.end();
+  }
+
+  /** Queues one frame; every frame of an event-loop turn leaves in one write (invariant 1). */
+  #frame(type: number, flags: number, streamId: number, payload: Uint8Array): void {
+    if (this.#closed || this.#ending) return;
+    const header = Buffer.allocUnsafe(FRAME_HEADER);
+    const length = payload.length;
+    header[0] = length >>> 16;
+    header[1] = (length >>> 8) & 0xff;
+    header[2] = length & 0xff;
+    header[3] = type;
+    header[4] = flags;
+    header.writeUInt32BE(streamId, 5);
+    this.#output.push(header);
+    if (length > 0) this.#output.push(payload as Buffer);
+    if (!this.#outputScheduled) {
+      this.#outputScheduled = true;
+      setImmediate(() => this.#flushOutput());
+    }
+  }
+
+  #flushOutput(): void {
+    this.#outputScheduled = false;
+    const out = this.#output;
+    if (out.length === 0 || this.socket.destroyed) return;
+    this.#output = [];
+    this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out));
+    this.outputFlushed();
+  }
+
+  #onSocketClose(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#output = [];
+    for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
+    this.connectionClosed();
+  }
+}
