@@ -34,7 +34,9 @@ import { status } from "@grpc/grpc-js";
 import { frame } from "./grpc-wire.ts";
 import {
   ClientConnection,
+  type ClientConnectionOptions,
   type ClientStream,
+  DEFAULT_CLIENT_OPTIONS,
   type ClientStreamHandler,
   type StreamEnd,
 } from "./h2/client.ts";
@@ -52,6 +54,13 @@ export interface GrpcChannelOptions {
   readonly reconnectBackoffMs?: number;
   /** How long a connection may take to be ready: TCP, then the server's SETTINGS (default 20 s). */
   readonly connectTimeoutMs?: number;
+  /**
+   * An HTTP/2 PING this often on the connection, which is destroyed when one goes unanswered for
+   * `keepaliveTimeoutMs` (default 20 s): its calls fail UNAVAILABLE and the next one reconnects.
+   * Default 0: none (TCP keepalive after 60 s idle).
+   */
+  readonly keepaliveMs?: number;
+  readonly keepaliveTimeoutMs?: number;
 }
 
 export interface UnaryOptions {
@@ -138,6 +147,7 @@ export class GrpcChannel {
   #closed = false;
   /** Per path, the HPACK block of the headers every call to it sends. */
   readonly #blocks = new Map<string, Buffer>();
+  readonly #connectionOptions: ClientConnectionOptions;
 
   constructor(address: string, options: GrpcChannelOptions) {
     const colon = address.lastIndexOf(":");
@@ -151,6 +161,11 @@ export class GrpcChannel {
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#backoffMs = options.reconnectBackoffMs ?? DEFAULT_BACKOFF_MS;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.#connectionOptions = {
+      ...DEFAULT_CLIENT_OPTIONS,
+      keepaliveMs: options.keepaliveMs ?? 0,
+      keepaliveTimeoutMs: options.keepaliveTimeoutMs ?? DEFAULT_CLIENT_OPTIONS.keepaliveTimeoutMs,
+    };
   }
 
   /** A unary call; the promise never rejects. */
@@ -246,27 +261,31 @@ export class GrpcChannel {
     const timer = setTimeout(() => {
       connection.destroy(`connect timed out after ${this.#connectTimeoutMs} ms`);
     }, this.#connectTimeoutMs);
-    const connection: ClientConnection = new ClientConnection(socket, {
-      onReady: () => {
-        ready = true;
-        clearTimeout(timer);
+    const connection: ClientConnection = new ClientConnection(
+      socket,
+      {
+        onReady: () => {
+          ready = true;
+          clearTimeout(timer);
+        },
+        onGoAway: () => {
+          if (this.#current === connection) this.#current = null;
+        },
+        onClose: () => {
+          clearTimeout(timer);
+          this.#connections.delete(connection);
+          if (this.#current === connection) this.#current = null;
+          if (!ready && !this.#closed) {
+            // A failed attempt: calls fail fast until the backoff expires (module doc).
+            this.#backoffUntil = Date.now() + this.#backoffMs;
+            this.#connectError = `connecting to ${this.address} failed: ${
+              connection.closeReason ?? "closed before the server's SETTINGS"
+            }`;
+          }
+        },
       },
-      onGoAway: () => {
-        if (this.#current === connection) this.#current = null;
-      },
-      onClose: () => {
-        clearTimeout(timer);
-        this.#connections.delete(connection);
-        if (this.#current === connection) this.#current = null;
-        if (!ready && !this.#closed) {
-          // A failed attempt: calls fail fast until the backoff expires (module doc).
-          this.#backoffUntil = Date.now() + this.#backoffMs;
-          this.#connectError = `connecting to ${this.address} failed: ${
-            connection.closeReason ?? "closed before the server's SETTINGS"
-          }`;
-        }
-      },
-    });
+      this.#connectionOptions,
+    );
     this.#current = connection;
     this.#connections.add(connection);
     return connection;

@@ -305,6 +305,46 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
     }
   });
 
+  it("keepalive: a server that stops answering PINGs loses the connection, one that answers keeps it", async () => {
+    // An HTTP/2 server in appearance only: its SETTINGS, then silence (a blackholed peer).
+    const sockets: Socket[] = [];
+    const mute = createServer((socket) => {
+      sockets.push(socket);
+      socket.on("data", () => undefined);
+      socket.write(Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0]));
+    });
+    await new Promise<void>((resolve) => mute.listen(0, "127.0.0.1", resolve));
+    const address = mute.address();
+    assert.ok(address !== null && typeof address === "object");
+    const options = { maxMessageBytes: MAX, keepaliveMs: 20, keepaliveTimeoutMs: 100 };
+    const lost = new GrpcChannel(`127.0.0.1:${address.port}`, options);
+    const kept = new GrpcChannel(`127.0.0.1:${peer.port}`, options);
+    try {
+      const call = lost.clientStream("/test.Peer/Count");
+      const ended = new Promise<CallResult>((resolve) => (call.onEnd = resolve));
+      call.write(Buffer.from("x"));
+      const r = await ended;
+      assert.equal(r.code, status.UNAVAILABLE);
+      assert.equal(r.sent, true);
+      assert.match(r.details, /PING/);
+      // grpc-js's server answers PINGs: a call idle for many keepalive periods lives on.
+      const live = kept.clientStream("/test.Peer/Count");
+      let end: CallResult | null = null;
+      live.onEnd = (result) => (end = result);
+      live.write(Buffer.from("y"));
+      await delay(400);
+      assert.equal(end, null, "the answered connection is kept");
+      const finished = new Promise<CallResult>((resolve) => (live.onEnd = resolve));
+      live.end();
+      assert.equal((await finished).code, status.OK);
+    } finally {
+      lost.destroy();
+      kept.destroy();
+      for (const s of sockets) s.destroy();
+      mute.close();
+    }
+  });
+
   it("a server killed mid-call: not OK, sent; then unavailable until it is back, after the backoff", async () => {
     const first = await startServer();
     const port = first.port;

@@ -25,9 +25,14 @@
  * 5. `flushedBytes` counts a stream's DATA bytes handed to the socket; `onFlushed` follows each
  *    socket write that carried some (not synchronously from `sendData`).
  *
- * Implementation caveats: no server push (SETTINGS_ENABLE_PUSH 0); no PING is sent (TCP
- * keepalive finds dead peers); a refused stream is not retried here (the caller decides); the
- * first request on a connection waits one round trip, for the server's SETTINGS.
+ * A dead peer is found by PINGs when `keepaliveMs` is set: one every `keepaliveMs` while the
+ * connection is open, and none answered within `keepaliveTimeoutMs` destroys the connection
+ * (its streams end "lost"). Without them a peer behind a network that silently drops packets
+ * holds the connection until TCP gives up, many minutes later.
+ *
+ * Implementation caveats: no server push (SETTINGS_ENABLE_PUSH 0); a refused stream is not
+ * retried here (the caller decides); the first request on a connection waits one round trip,
+ * for the server's SETTINGS.
  */
 import type { Socket } from "node:net";
 import { ConnectionCore, ConnectionError, CoreStream, ErrorCode, Setting } from "./core.ts";
@@ -38,11 +43,17 @@ export interface ClientConnectionOptions {
   readonly receiveWindow: number;
   /** SETTINGS_MAX_HEADER_LIST_SIZE: the largest header list a response may carry. */
   readonly maxHeaderListSize: number;
+  /** A PING this often (ms); 0: none. */
+  readonly keepaliveMs: number;
+  /** A PING not answered within this long (ms) destroys the connection. */
+  readonly keepaliveTimeoutMs: number;
 }
 
 export const DEFAULT_CLIENT_OPTIONS: ClientConnectionOptions = {
   receiveWindow: 1 << 20,
   maxHeaderListSize: 64 * 1024,
+  keepaliveMs: 0,
+  keepaliveTimeoutMs: 20_000,
 };
 
 /** How a stream ended (invariant 2). */
@@ -163,6 +174,30 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
     socket.on("error", (err: Error) => {
       this.closeReason ??= err.message;
     });
+    if (options.keepaliveMs > 0) {
+      const { keepaliveMs, keepaliveTimeoutMs } = options;
+      this.#keepalive = setInterval(
+        () => {
+          if (this.isClosed) return;
+          if (this.#pingSentAt === 0) {
+            this.#pingSentAt = performance.now();
+            this.sendPing();
+          } else if (performance.now() - this.#pingSentAt >= keepaliveTimeoutMs) {
+            this.destroy(`no answer to a PING in ${keepaliveTimeoutMs} ms`);
+          }
+        },
+        Math.min(keepaliveMs, keepaliveTimeoutMs),
+      ).unref();
+    }
+  }
+
+  /** The keepalive timer, while the connection lives. */
+  #keepalive: NodeJS.Timeout | null = null;
+  /** When the PING waiting for its ACK left (0: none waits). */
+  #pingSentAt = 0;
+
+  protected override pingAcked(): void {
+    this.#pingSentAt = 0;
   }
 
   /** Whether `request()` may be called: no GOAWAY either way, not closing, ids left. */
@@ -417,6 +452,8 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
   }
 
   protected connectionClosed(): void {
+    if (this.#keepalive !== null) clearInterval(this.#keepalive);
+    this.#keepalive = null;
     this.#framed = [];
     this.#refuseWaiting();
     this.#handler.onClose();

@@ -140,6 +140,9 @@ export class CoreStream {
   }
 }
 
+/** What this side's PINGs carry (the ACK echoes it; only one is outstanding at a time). */
+const PING_PAYLOAD = Buffer.alloc(8);
+
 export abstract class ConnectionCore<S extends CoreStream> {
   readonly socket: Socket;
   /** The streams open on the wire (a client's streams waiting for a slot are not in it). */
@@ -259,6 +262,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected dataFramed(_stream: S, _n: number): void {}
   /** This turn's frames were handed to the socket. */
   protected outputFlushed(): void {}
+  /** The peer acknowledged a PING this side sent (sendPing). */
+  protected pingAcked(): void {}
   /** The peer's SETTINGS were applied (the first ones, or a change). */
   protected settingsApplied(): void {}
 
@@ -349,6 +354,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
         }
         if ((flags & FLAG_ACK) === 0)
           this.#frame(FrameType.PING, FLAG_ACK, 0, Buffer.from(payload));
+        else this.pingAcked();
         return;
       case FrameType.GOAWAY:
         if (streamId !== 0)
@@ -641,6 +647,11 @@ export abstract class ConnectionCore<S extends CoreStream> {
   resetStream(stream: S, code: number): void {
     this.sendReset(stream.id, code);
     this.closeStream(stream, false);
+  }
+
+  /** Sends a PING; its ACK reaches pingAcked(). */
+  protected sendPing(): void {
+    this.#frame(FrameType.PING, 0, 0, PING_PAYLOAD);
   }
 
   protected sendReset(streamId: number, code: number): void {
