@@ -21,25 +21,26 @@
  *   CAIRN_ERR_LEADER_CHANGED naming the new leader, at once rather than at its deadline: a read
  *   retries there; a write's outcome is unknown, as for any broken forward.
  *
+ * The forward goes over the node's own gRPC client (grpc-channel.ts), one channel per leader
+ * address: it knows whether the leader can have seen the request at all (`sent`), which is what
+ * "not applied" rests on.
+ *
  * Caveats: one channel per leader address, kept until close (a cluster has few nodes); Scan is
  * not forwarded (it reads every shard this node holds, not one shard's leader).
  */
+import type { Metadata } from "@grpc/grpc-js";
 import {
-  Client,
-  type ClientUnaryCall,
-  credentials,
-  Metadata,
   type ServerUnaryCall,
   type ServiceDefinition,
   type ServiceError,
   status,
-  type StatusObject,
 } from "@grpc/grpc-js";
+import { type CallResult, GrpcChannel, metadataOf } from "./grpc-channel.ts";
 import { type NodeId, NotLeaderError } from "../raft/index.ts";
 import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./errors.ts";
 
 export { LeaderChangedError, LeaderUnreachableError };
-import { CONNECT_FAILURE_DETAILS, ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
+import { FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
@@ -81,8 +82,8 @@ export class Forwarder {
   readonly #service: ServiceDefinition;
   readonly #maxDeadlineMs: number;
   readonly #maxMessageBytes: number;
-  /** One client (one channel) per leader address, reused by every forward to it. */
-  readonly #clients = new Map<string, Client>();
+  /** One channel per leader address, reused by every forward to it. */
+  readonly #channels = new Map<string, GrpcChannel>();
   /** Forwards in flight by shard, when `leaders` is given. */
   readonly #inFlight = new Map<number, Set<InFlight>>();
   readonly #unwatch: (() => void) | null;
@@ -121,8 +122,8 @@ export class Forwarder {
   close(): void {
     this.#closed = true;
     this.#unwatch?.();
-    for (const client of this.#clients.values()) client.close();
-    this.#clients.clear();
+    for (const channel of this.#channels.values()) channel.close();
+    this.#channels.clear();
   }
 
   #send<Req, Res>(
@@ -131,55 +132,40 @@ export class Forwarder {
     address: string,
     call: ServerUnaryCall<Req, Res>,
   ): Promise<ForwardReply<Res>> {
-    const metadata = new Metadata();
-    metadata.set(FORWARDED_KEY, "1");
     const deadline = Math.min(deadlineMs(call.getDeadline()), Date.now() + this.#maxDeadlineMs);
+    const def = this.#service[method];
+    let request: Buffer;
+    try {
+      if (def === undefined) throw new Error(`cairn.v1.KV has no method ${method}`);
+      request = def.requestSerialize(call.request);
+    } catch (err) {
+      // A bug (the request did not serialize): answered INTERNAL, never left hanging.
+      return Promise.resolve({ ok: false, error: toServiceError(err) });
+    }
     const shard = this.#shardOf(call.request);
-    return new Promise((resolve) => {
-      let response: Res | undefined;
-      let outgoing: ClientUnaryCall | undefined = undefined;
-      let newLeader: string | null = null;
-      const onCancelled = (): void => outgoing?.cancel();
-      const inFlight: InFlight = {
-        leader,
-        abandon(to) {
-          newLeader = to;
-          outgoing?.cancel();
-        },
-      };
-      try {
-        const def = this.#service[method];
-        if (def === undefined) throw new Error(`cairn.v1.KV has no method ${method}`);
-        outgoing = this.#client(address).makeUnaryRequest(
-          def.path,
-          def.requestSerialize,
-          def.responseDeserialize,
-          call.request,
-          metadata,
-          { deadline },
-          (_err, value?: Res) => {
-            response = value;
-          },
-        );
-      } catch (err) {
-        // A bug (the request did not serialize): answered INTERNAL, never left hanging.
-        resolve({ ok: false, error: toServiceError(err) });
-        return;
-      }
-      call.once("cancelled", onCancelled);
-      if (call.cancelled) outgoing.cancel();
-      if (shard !== null) this.#track(shard, inFlight, true);
-      // grpc-js emits 'status' after the callback, with the trailer; it always comes.
-      outgoing.on("status", (s: StatusObject) => {
+    const abort = new AbortController();
+    let newLeader: string | null = null;
+    const onCancelled = (): void => abort.abort();
+    const inFlight: InFlight = {
+      leader,
+      abandon(to) {
+        newLeader = to;
+        abort.abort();
+      },
+    };
+    call.once("cancelled", onCancelled);
+    if (call.cancelled) abort.abort();
+    if (shard !== null) this.#track(shard, inFlight, true);
+    return this.#channel(address)
+      .unary(def.path, request, { deadline, metadata: FORWARDED, signal: abort.signal })
+      .then((result) => {
         call.removeListener("cancelled", onCancelled);
         if (shard !== null) this.#track(shard, inFlight, false);
-        if (newLeader !== null && s.code === status.CANCELLED) {
-          resolve({ ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) });
-          return;
+        if (newLeader !== null && result.code === status.CANCELLED) {
+          return { ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) };
         }
-        resolve(reply(s, response, leader, address));
+        return reply(result, (bytes) => def.responseDeserialize(bytes) as Res, leader, address);
       });
-    });
   }
 
   /** The shard of a forwarded request, when leaders are followed. */
@@ -208,47 +194,51 @@ export class Forwarder {
     for (const f of [...set]) if (f.leader !== leader) f.abandon(leader);
   }
 
-  #client(address: string): Client {
-    let client = this.#clients.get(address);
-    if (client === undefined) {
-      client = new Client(address, credentials.createInsecure(), {
-        "grpc.max_receive_message_length": this.#maxMessageBytes,
-        "grpc.max_send_message_length": this.#maxMessageBytes,
-        // A leader's node that comes back is reached within a second: grpc-js's own backoff
-        // grows to 120 s while it is down, and every forward meanwhile fails.
-        "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
-        "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+  #channel(address: string): GrpcChannel {
+    let channel = this.#channels.get(address);
+    if (channel === undefined) {
+      channel = new GrpcChannel(address, {
+        maxMessageBytes: this.#maxMessageBytes,
+        // A leader's node that comes back is reached within a second.
+        reconnectBackoffMs: RECONNECT_BACKOFF_MS,
       });
-      this.#clients.set(address, client);
+      this.#channels.set(address, channel);
     }
-    return client;
+    return channel;
   }
 }
 
-/** The forwarding channels' reconnect backoff (see #client). */
+/** The forwarding channels' reconnect backoff (see #channel). */
 const RECONNECT_BACKOFF_MS = 1_000;
 
+const FORWARDED = [[FORWARDED_KEY, "1"]] as const;
+
 function reply<Res>(
-  s: StatusObject,
-  response: Res | undefined,
+  r: CallResult,
+  decode: (bytes: Buffer) => Res,
   leader: NodeId,
   address: string,
 ): ForwardReply<Res> {
-  if (s.code === status.OK) {
-    if (response !== undefined) return { ok: true, response, trailer: s.metadata };
-    return {
-      ok: false,
-      error: toServiceError(new Error(`leader ${leader} answered OK without a message`)),
-    };
+  if (r.code === status.OK) {
+    if (r.message === null) {
+      return {
+        ok: false,
+        error: toServiceError(new Error(`leader ${leader} answered OK without a message`)),
+      };
+    }
+    try {
+      return { ok: true, response: decode(r.message), trailer: metadataOf(r.trailers) };
+    } catch (err) {
+      return { ok: false, error: toServiceError(err) };
+    }
   }
-  const fromCairn = s.metadata.get(ERROR_CODE_KEY).length > 0;
-  if (!fromCairn && s.code === status.UNAVAILABLE && CONNECT_FAILURE_DETAILS.test(s.details)) {
+  if (!r.sent) {
     // Never sent: nothing was applied, and saying so lets the client retry a write.
-    return { ok: false, error: toServiceError(new LeaderUnreachableError(leader, address, s)) };
+    return { ok: false, error: toServiceError(new LeaderUnreachableError(leader, address, r)) };
   }
-  const metadata = s.metadata.clone();
+  const metadata = metadataOf(r.trailers);
   if (metadata.get(LEADER_HINT_KEY).length === 0) metadata.set(LEADER_HINT_KEY, leader);
-  return { ok: false, error: { code: s.code, details: s.details, metadata } };
+  return { ok: false, error: { code: r.code, details: r.details, metadata } };
 }
 
 function deadlineMs(d: Date | number): number {

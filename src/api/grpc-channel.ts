@@ -30,7 +30,7 @@
  * peer call needs them); a response's initial metadata is not surfaced, only its trailers.
  */
 import { connect } from "node:net";
-import { status } from "@grpc/grpc-js";
+import { Metadata as GrpcMetadata, status } from "@grpc/grpc-js";
 import { frame } from "./grpc-wire.ts";
 import {
   ClientConnection,
@@ -110,6 +110,16 @@ export interface ClientCall {
   onHeaders: (() => void) | null;
   /** The call ended; called exactly once, in a later tick than what ended it. */
   onEnd: ((result: CallResult) => void) | null;
+}
+
+/** Trailing metadata as grpc-js carries it, for callers that pass it on (a -bin value decoded). */
+export function metadataOf(trailers: readonly (readonly [string, string])[]): GrpcMetadata {
+  const metadata = new GrpcMetadata();
+  for (const [key, value] of trailers) {
+    if (key.endsWith("-bin")) metadata.add(key, Buffer.from(value, "base64"));
+    else metadata.add(key, value);
+  }
+  return metadata;
 }
 
 /** The error a ClientCall's write callbacks get when the call ended before their bytes left. */

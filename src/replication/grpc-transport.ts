@@ -38,7 +38,6 @@ import { setMaxListeners } from "node:events";
 import {
   Client,
   type ClientOptions,
-  type ClientWritableStream,
   credentials,
   type Interceptor,
   Metadata,
@@ -60,6 +59,7 @@ import type {
   ReadIndexResult__Output,
 } from "../api/generated/cairn/v1/ReadIndexResult.ts";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
+import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
@@ -107,6 +107,11 @@ const silent: PeerLogger = {
 };
 
 const MIB = 1024 * 1024;
+/** The peers' unary calls (ReadIndex, ProposeMeta, ScanShards) carry at most this much. */
+const MAX_UNARY_BYTES = 64 * MIB;
+/** A PING to each peer this often; one unanswered this long ends the connection. */
+const KEEPALIVE_MS = 10_000;
+const KEEPALIVE_TIMEOUT_MS = 5_000;
 const EMPTY_MESSAGE = new Uint8Array(0);
 
 /**
@@ -214,7 +219,7 @@ interface QueuedSnapshot {
 }
 
 interface Stream {
-  readonly call: ClientWritableStream<Buffer>;
+  readonly call: ClientCall;
   inFlightBytes: number;
   accepted: boolean;
   /** Outcome callbacks of frames written and not yet handed to the connection. */
@@ -226,7 +231,10 @@ interface Stream {
 interface Peer {
   readonly id: NodeId;
   address: string | null;
+  /** grpc-js's channel, for snapshots (InstallSnapshot, with the interceptors). */
   client: Client | null;
+  /** The channel of the Raft stream and the unary calls. */
+  channel: GrpcChannel | null;
   stream: Stream | null;
   /** No stream is opened before this time (now()). */
   retryAt: number;
@@ -551,6 +559,8 @@ export class GrpcTransport implements RaftTransport {
       p.stream = null;
       p.client?.close();
       p.client = null;
+      p.channel?.destroy();
+      p.channel = null;
     }
   }
 
@@ -561,6 +571,7 @@ export class GrpcTransport implements RaftTransport {
         id: to,
         address: null,
         client: null,
+        channel: null,
         stream: null,
         retryAt: 0,
         backoffMs: this.#initialBackoff,
@@ -601,6 +612,23 @@ export class GrpcTransport implements RaftTransport {
       peer.address = address;
     }
     return peer.client;
+  }
+
+  /** The channel to `peer` at `address` (a new one when its address changed). */
+  #channel(peer: Peer, address: string): GrpcChannel {
+    if (peer.channel === null || peer.channel.address !== address) {
+      peer.channel?.close();
+      peer.channel = new GrpcChannel(address, {
+        maxMessageBytes: Math.max(this.#maxFrame, MAX_UNARY_BYTES),
+        // The stream's own backoff (#backOff) paces reconnections; the channel's only spaces
+        // the attempts of the unary calls meanwhile.
+        reconnectBackoffMs: this.#initialBackoff,
+        // A peer behind a dead connection is found by pings, not by a full budget forever.
+        keepaliveMs: KEEPALIVE_MS,
+        keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
+      });
+    }
+    return peer.channel;
   }
 
   /**
@@ -722,18 +750,18 @@ export class GrpcTransport implements RaftTransport {
     if (address === null) {
       return Promise.reject(new Error(`the address of ${node} is not known`));
     }
-    const client = this.#client(this.#peer(node), address);
-    return new Promise((resolve, reject) => {
-      client.makeUnaryRequest(
-        method.path,
-        method.requestSerialize,
-        method.responseDeserialize,
-        request,
-        new Metadata(),
-        { deadline: Date.now() + timeoutMs },
-        (err, res) => (err === null && res !== undefined ? resolve(res) : reject(err)),
-      );
-    });
+    let bytes: Buffer;
+    try {
+      bytes = method.requestSerialize(request);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+    return this.#channel(this.#peer(node), address)
+      .unary(method.path, bytes, { deadline: Date.now() + timeoutMs })
+      .then((result) => {
+        if (result.code !== status.OK || result.message === null) throw callError(result);
+        return method.responseDeserialize(result.message);
+      });
   }
 
   /** The open stream to `peer`, opened now if the backoff allows; null while it is down. */
@@ -746,31 +774,23 @@ export class GrpcTransport implements RaftTransport {
       this.#backOff(peer);
       return null;
     }
-    const client = this.#client(peer, address);
     let settle = (): void => undefined;
     const ended = new Promise<void>((resolve) => {
       settle = resolve;
     });
-    const call = client.makeClientStreamRequest<Buffer, RaftStreamAck>(
-      this.#path,
-      (frame) => frame,
-      () => ({}),
-      new Metadata(),
-      {},
-      (err) => {
-        settle();
-        this.#ended(peer, stream, err);
-      },
-    );
+    const call = this.#channel(peer, address).clientStream(this.#path);
     const stream: Stream = { call, inFlightBytes: 0, accepted: false, owed: new Set(), ended };
-    // Errors reach the callback above; the listener keeps a late write's error from throwing.
-    call.on("error", () => undefined);
-    call.on("metadata", () => {
+    call.onEnd = (result) => {
+      settle();
+      this.#ended(peer, stream, result.code === status.OK ? null : result);
+    };
+    call.onHeaders = () => {
       stream.accepted = true;
       peer.backoffMs = this.#initialBackoff;
       if (!peer.wasConnected) this.#log.info("raft peer connected", { peer: peer.id, address });
       peer.wasConnected = true;
-    });
+    };
+    peer.address = address;
     peer.stream = stream;
     peer.streamsOpened++;
     this.#write(
@@ -793,15 +813,15 @@ export class GrpcTransport implements RaftTransport {
     peer.bytesSent += frame.length;
     // Settled once: by the write's callback, or as lost when the call ends first (#ended).
     if (sent !== undefined) stream.owed.add(sent);
-    stream.call.write(frame, (err?: Error | null) => {
+    stream.call.write(frame, (err) => {
       stream.inFlightBytes -= frame.length;
       this.#inFlightTotal -= frame.length;
-      if (sent !== undefined && stream.owed.delete(sent)) sent(err === undefined || err === null);
+      if (sent !== undefined && stream.owed.delete(sent)) sent(err === null);
     });
   }
 
   /** The call to `peer` ended: by close(), by the peer (refusal, shutdown) or by the network. */
-  #ended(peer: Peer, stream: Stream, err: ServiceError | null): void {
+  #ended(peer: Peer, stream: Stream, err: CallResult | null): void {
     if (peer.stream === stream) peer.stream = null;
     const owed = [...stream.owed];
     stream.owed.clear();
@@ -1310,4 +1330,16 @@ function peerCallError(err: unknown): Partial<ServiceError> {
     details: err instanceof Error ? err.message : String(err),
     metadata,
   };
+}
+
+/** A failed peer call as grpc-js reports one: code, details, trailing metadata. */
+function callError(result: CallResult): ServiceError {
+  const metadata = metadataOf(result.trailers);
+  const code = result.code === status.OK ? status.INTERNAL : result.code;
+  const details = result.code === status.OK ? "an answer without a message" : result.details;
+  return Object.assign(new Error(`${code} ${status[code]}: ${details}`), {
+    code,
+    details,
+    metadata,
+  });
 }
