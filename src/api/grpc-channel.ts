@@ -25,11 +25,15 @@
  * caller may then tell its own client the request was not applied; any other failure may have
  * been applied.
  *
+ * An HTTP CONNECT proxy named by the environment (`grpc_proxy`, `https_proxy`, `http_proxy`,
+ * `no_grpc_proxy`, `no_proxy`, read as grpc-js reads them: proxy.ts) carries the connections.
+ *
  * Implementation caveats: no retries (a refused call is the caller's to retry); no TLS; no
  * name resolution beyond what net.connect does; no compression; no server-streaming calls (no
  * peer call needs them); a response's initial metadata is not surfaced, only its trailers.
  */
-import { connect } from "node:net";
+import { connect, type Socket } from "node:net";
+import { type Proxy, proxyFor, tunnel } from "./proxy.ts";
 import { Metadata as GrpcMetadata, status } from "@grpc/grpc-js";
 import { frame } from "./grpc-wire.ts";
 import {
@@ -158,6 +162,8 @@ export class GrpcChannel {
   /** Per path, the HPACK block of the headers every call to it sends. */
   readonly #blocks = new Map<string, Buffer>();
   readonly #connectionOptions: ClientConnectionOptions;
+  /** The HTTP CONNECT proxy the connections go through, or null. */
+  readonly #proxy: Proxy | null;
 
   constructor(address: string, options: GrpcChannelOptions) {
     const colon = address.lastIndexOf(":");
@@ -171,6 +177,7 @@ export class GrpcChannel {
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#backoffMs = options.reconnectBackoffMs ?? DEFAULT_BACKOFF_MS;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.#proxy = proxyFor(this.#host);
     this.#connectionOptions = {
       ...DEFAULT_CLIENT_OPTIONS,
       keepaliveMs: options.keepaliveMs ?? 0,
@@ -260,13 +267,17 @@ export class GrpcChannel {
   }
 
   #connect(): ClientConnection {
-    const socket = connect({
-      host: this.#host,
-      port: this.#port,
-      noDelay: true,
-      keepAlive: true,
-      keepAliveInitialDelay: 60_000,
-    });
+    // Through an HTTP CONNECT proxy when the environment names one (proxy.ts), as grpc-js does.
+    const socket =
+      this.#proxy === null
+        ? connect({
+            host: this.#host,
+            port: this.#port,
+            noDelay: true,
+            keepAlive: true,
+            keepAliveInitialDelay: 60_000,
+          })
+        : (tunnel(this.#proxy, this.address) as unknown as Socket);
     let ready = false;
     const timer = setTimeout(() => {
       connection.destroy(`connect timed out after ${this.#connectTimeoutMs} ms`);

@@ -8,6 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import type { NetStats } from "./net.ts";
 import { runChaos } from "./run.ts";
 
 const SEEDS = [11, 12];
@@ -41,6 +42,10 @@ describe("chaos smoke: mixed faults on a three-node cluster (real processes)", (
           `${report.summary}\n${report.findings.map((f) => `[${f.check}] ${f.message}`).join("\n")}`,
         );
         assert.ok(report.faults.length >= 2, `only ${report.faults.length} faults injected`);
+        // A node that reached a peer around its proxy would escape the network's faults.
+        const net = report.net as NetStats;
+        assert.ok(net.connections > 0, "no peer connection went through the proxies");
+        assert.equal(net.unproxied, 0, "peer connections bypassed the proxies");
         assert.ok(
           report.operations.checked > 500,
           `only ${report.operations.checked} operations checked`,
