@@ -11,10 +11,13 @@
  *   the main thread as bytes, batched per event-loop turn (handoff.ts); the main thread decodes
  *   them, runs the very handlers its own server registers, and sends back the encoded answer or
  *   the status with its trailers, which are relayed as they are.
- * - **Streaming calls** (Meta.WatchCluster, the peers' Raft streams and snapshots, health watch,
- *   reflection) are proxied as HTTP/2 streams, bytes and trailers as they are, with flow control, to
- *   the main thread's own gRPC server on a loopback port: rare or long-lived, they need no
- *   batching.
+ * - **Client-streaming calls with a raw handler** (the peers' Raft streams), when the front end
+ *   runs in the main thread: each whole message goes straight to the handler (RawStreamHandler),
+ *   which answers once; no second HTTP/2 hop, no protobuf objects.
+ * - **Other streaming calls** (Meta.WatchCluster, the peers' snapshots, health watch,
+ *   reflection; Raft streams in I/O threads) are proxied as HTTP/2 streams, bytes and trailers as
+ *   they are, with flow control, to the main thread's own gRPC server on a loopback port: rare or
+ *   long-lived, they need no batching.
  *
  * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
  * a shutdown. Messages from it: reply batches, and "shutdown" with the drain deadline.

@@ -17,7 +17,9 @@
  * Each such drop, and each stream failure, is reported through `onUnreachable` (deferred, never
  * from inside send()), so that the leader stops pipelining to that peer and probes it instead.
  * A failed stream is reopened by the first send() after an exponential backoff with jitter
- * (capped at `maxBackoffMs`); the gRPC channel's own reconnect backoff is capped the same way.
+ * (capped at `maxBackoffMs`). Streams and the unary calls go through the node's own gRPC client
+ * (GrpcChannel, one per peer; a PING every 10 s finds a dead peer), frames encoded by
+ * frame-codec.ts; snapshots through grpc-js's client (which takes the tests' interceptors).
  *
  * Snapshot messages do not go in frames: send() takes them out of the round (its other messages
  * still go in the frame, at once) and streams each on an InstallSnapshot call of its own, in
