@@ -63,6 +63,8 @@ export class Progress {
   recentActive: boolean;
   /** In `probe`: an append is outstanding; send nothing more until an answer. */
   probeSent = false;
+  /** An append went to this follower since the leader's last tick heartbeat round. */
+  appendedSinceHeartbeat = false;
   /** Highest ReadIndex round this follower has confirmed in the current term. */
   readAck = 0;
   readonly inflights: Inflights;

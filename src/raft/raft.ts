@@ -81,6 +81,14 @@ export interface RaftConfig {
    * file); 0 never quiesces. Default 0.
    */
   readonly quiesceTicks?: number;
+  /**
+   * A leader skips a follower's tick heartbeat when it sent that follower an append since the
+   * previous one and replicates to it without trouble (`replicate`, no read to confirm): the
+   * append did all a heartbeat does (it resets the follower's election timer, carries the commit
+   * index, and its answer counts for CheckQuorum). Under load, with many groups each carrying a
+   * few writes a second, that removes a large share of the messages. Default false.
+   */
+  readonly skipHeartbeatsAfterAppends?: boolean;
   /** Payload bytes of committed entries per Ready. Default 16 MiB. */
   readonly maxCommittedBytesPerReady?: number;
   /** Test-only: plant known bugs so the simulation can prove it catches them. */
@@ -158,6 +166,7 @@ export class Raft {
   #quiesced = false;
   /** Leader: consecutive ticks with nothing to do (see #maybeQuiesce). */
   #idleTicks = 0;
+  readonly #skipHeartbeats: boolean;
 
   constructor(config: RaftConfig) {
     if (config.id.length === 0) throw new InvalidRaftRequestError("raft: id must not be empty");
@@ -173,6 +182,7 @@ export class Raft {
     this.#maxInflight = config.maxInflightMsgs ?? 256;
     this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
     this.#quiesceTicks = config.quiesceTicks ?? 0;
+    this.#skipHeartbeats = config.skipHeartbeatsAfterAppends ?? false;
     if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
       throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
     }
@@ -539,7 +549,7 @@ export class Raft {
     if (this.#maybeQuiesce()) return;
     if (this.#heartbeatElapsed >= this.#heartbeatTimeout) {
       this.#heartbeatElapsed = 0;
-      this.#broadcastHeartbeat();
+      this.#broadcastHeartbeat(this.#skipHeartbeats);
     }
   }
 
@@ -924,6 +934,7 @@ export class Raft {
       entries,
       commit: this.log.committed,
     });
+    pr.appendedSinceHeartbeat = true;
     const last = entries[entries.length - 1];
     if (pr.state === "replicate" && last !== undefined) {
       pr.next = logIndex(last.index + 1);
@@ -953,16 +964,21 @@ export class Raft {
       entries: [],
       commit: this.log.committed,
     });
+    pr.appendedSinceHeartbeat = true;
   }
 
   #broadcastAppend(): void {
     for (const id of this.#peers()) this.#sendAppend(id);
   }
 
-  #broadcastHeartbeat(): void {
+  /** With `skipFresh`, not to followers an append reached since the last tick (see the config). */
+  #broadcastHeartbeat(skipFresh = false): void {
     const readSeq = this.#pendingReads.length > 0 ? this.#readSeq : 0;
     for (const id of this.#peers()) {
       const pr = this.prs.get(id) as Progress;
+      const fresh = pr.appendedSinceHeartbeat;
+      pr.appendedSinceHeartbeat = false;
+      if (skipFresh && fresh && readSeq === 0 && pr.state === "replicate") continue;
       // Never tell a follower to commit beyond what it is known to hold.
       const commit = logIndex(Math.min(pr.match, this.log.committed));
       this.#send({

@@ -1353,6 +1353,8 @@ export class MultiRaft {
         electionTick: o.electionTicks,
         heartbeatTick: o.heartbeatTicks,
         quiesceTicks: o.quiesce === false ? 0 : QUIESCE_AFTER_HEARTBEATS * o.heartbeatTicks,
+        // Busy groups' appends stand in for their heartbeats: fewer messages per write.
+        skipHeartbeatsAfterAppends: true,
         applied: logIndex(applied),
         ...(o.maxCommittedBytesPerReady === undefined
           ? {}

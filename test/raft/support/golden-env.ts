@@ -3,9 +3,10 @@
  * on a network the script controls. Commands:
  *
  *   cluster voters=1,2,3 [learners=4] [prevote=false] [checkquorum=false] [election=10]
- *           [heartbeat=1] [inflight=256] [maxmsg=N] [quiesce=N]
+ *           [heartbeat=1] [inflight=256] [maxmsg=N] [quiesce=N] [skip-heartbeats=true]
  *                              found a group (bootstrap applied silently); quiesce=N: leaders
- *                              quiesce after N idle ticks
+ *                              quiesce after N idle ticks; skip-heartbeats: appends stand in for
+ *                              heartbeats (RaftConfig.skipHeartbeatsAfterAppends)
  *   report-leader-down 2       the failure detector of 2 suspects the node of 2's leader
  *   add-node 4                 a new, empty member (joins through conf changes)
  *   campaign 1 | tick 1 [n=5] | propose 1 data | conf-change 1 add-learner|add-voter|remove 4
@@ -205,6 +206,8 @@ export class GoldenEnv {
     if (maxmsg !== undefined) opts.maxMsgBytes = maxmsg;
     const quiesce = num("quiesce");
     if (quiesce !== undefined) opts.quiesceTicks = quiesce;
+    if (cmd.kv.has("skip-heartbeats"))
+      opts.skipHeartbeatsAfterAppends = cmd.kv.get("skip-heartbeats") === "true";
     this.#options = opts;
     for (const id of [...voters, ...learners]) {
       this.hosts.set(

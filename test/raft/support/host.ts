@@ -27,6 +27,8 @@ export interface HostOptions {
   readonly maxMsgBytes?: number;
   /** RaftConfig.quiesceTicks: 0 (the default) never quiesces. */
   readonly quiesceTicks?: number;
+  /** RaftConfig.skipHeartbeatsAfterAppends (default false). */
+  readonly skipHeartbeatsAfterAppends?: boolean;
   readonly testingBugs?: RaftConfig["testingBugs"];
   /** Test-only driver bug: send messages before persisting (acknowledges unpersisted entries). */
   readonly ackBeforePersist?: boolean;
@@ -108,6 +110,7 @@ export class Host {
       maxInflightMsgs: this.options.maxInflightMsgs ?? 256,
       maxMsgBytes: this.options.maxMsgBytes ?? 1 << 20,
       quiesceTicks: this.options.quiesceTicks ?? 0,
+      skipHeartbeatsAfterAppends: this.options.skipHeartbeatsAfterAppends ?? false,
       ...(this.options.testingBugs === undefined ? {} : { testingBugs: this.options.testingBugs }),
     };
     return new RawNode(config);
