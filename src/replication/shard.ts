@@ -336,6 +336,9 @@ export class ShardReplica {
     }
   }
 
+  /** When expire() next scans the requests (clock ms). */
+  #nextExpiry = 0;
+
   /**
    * Fails the requests that have waited `timeoutMs` or more since they arrived. A leader cut off
    * from its quorum keeps its proposals pending (they may still commit if it heals), and a
@@ -345,6 +348,10 @@ export class ShardReplica {
    * apply (a local one has no deadline: the apply always comes) are left alone.
    */
   expire(now: number, timeoutMs: number): void {
+    // Scanned at most 64 times a timeout (a request fails at most 1/64 of it late), not every
+    // round: a busy group runs hundreds of rounds a second.
+    if (now < this.#nextExpiry) return;
+    this.#nextExpiry = now + timeoutMs / 64;
     const late = now - timeoutMs;
     for (const [index, p] of this.#proposals) {
       if (p.since > late) break;
