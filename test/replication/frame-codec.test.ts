@@ -15,8 +15,6 @@ import {
   type LogIndex,
   type Message,
   type MessageType,
-  nodeId,
-  type Snapshot,
   type Term,
 } from "../../src/raft/index.ts";
 import { CodecError, decodeBatch, encodeBatch } from "../../src/replication/codec.ts";
@@ -28,10 +26,9 @@ import {
   type Handshake,
 } from "../../src/replication/frame-codec.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
+import { FROM, id, LARGE, message, shardMessage, TO } from "./raft-arbitraries.ts";
 
 const method = loadRaftProto().cairn.v1.Raft.service.Stream;
-const FROM = nodeId("n1");
-const TO = nodeId("n2");
 
 /** fast-check builds records without a prototype; the decoders build plain objects. */
 const plain = <T>(v: T): T => structuredClone(v);
@@ -119,102 +116,8 @@ const batchFrameOf = (messages: readonly ShardMessage[], toReplicaId = ""): Deco
   messages: plain([...messages]),
 });
 
-// ── arbitraries (as test/replication/codec.test.ts) ─────────────────────────────────────────
+// ── arbitraries ─────────────────────────────────────────────────────────────────────────────
 
-const u64 = fc.oneof(
-  fc.constantFrom(0, 1, 127, 128, 2 ** 31, 2 ** 32, Number.MAX_SAFE_INTEGER),
-  fc.integer({ min: 0, max: 1_000_000 }),
-);
-const idx = u64.map((n) => n as LogIndex);
-const trm = u64.map((n) => n as Term);
-// Node ids may be any UTF-8.
-const id = fc.oneof(
-  fc.stringMatching(/^[a-z0-9-]{1,12}$/),
-  fc.string({ unit: "grapheme", maxLength: 8 }),
-  fc.string({ unit: "grapheme-ascii", minLength: 30, maxLength: 40 }),
-);
-const node = id.map(nodeId);
-const LARGE = 64 * 1024;
-const data = fc.oneof(
-  { arbitrary: fc.constant(new Uint8Array(0)), weight: 2 },
-  { arbitrary: fc.uint8Array({ maxLength: 200 }), weight: 4 },
-  {
-    // Large payloads (64 KiB to 1 MiB), without generating them byte by byte.
-    arbitrary: fc
-      .record({ len: fc.integer({ min: LARGE, max: 1024 * 1024 }), fill: fc.nat(255) })
-      .map(({ len, fill }) => {
-        const b = new Uint8Array(len).fill(fill);
-        b[0] = (fill + 7) & 0xff;
-        b[len - 1] = (fill + 1) & 0xff;
-        return b;
-      }),
-    weight: 1,
-  },
-);
-const entry: fc.Arbitrary<Entry> = fc.record({
-  term: trm,
-  index: idx,
-  type: fc.constantFrom("normal" as const, "conf-change" as const),
-  data,
-});
-const snapshot: fc.Arbitrary<Snapshot> = fc.record({
-  meta: fc.record({
-    index: idx,
-    term: trm,
-    conf: fc.record({
-      voters: fc.array(node, { maxLength: 5 }),
-      learners: fc.array(node, { maxLength: 3 }),
-    }),
-  }),
-  data,
-});
-
-const env = { from: fc.constant(FROM), to: fc.constant(TO), term: trm };
-const message: fc.Arbitrary<Message> = fc.oneof(
-  fc.record({
-    ...env,
-    type: fc.constant("append" as const),
-    prevIndex: idx,
-    prevTerm: trm,
-    entries: fc.array(entry, { maxLength: 4 }),
-    commit: idx,
-  }),
-  fc.record({
-    ...env,
-    type: fc.constant("append-resp" as const),
-    index: idx,
-    reject: fc.boolean(),
-    hintIndex: idx,
-    hintTerm: trm,
-  }),
-  fc.record({
-    ...env,
-    type: fc.constantFrom("vote" as const, "prevote" as const),
-    lastIndex: idx,
-    lastTerm: trm,
-    transfer: fc.boolean(),
-  }),
-  fc.record({
-    ...env,
-    type: fc.constantFrom("vote-resp" as const, "prevote-resp" as const),
-    reject: fc.boolean(),
-  }),
-  fc.record({
-    ...env,
-    type: fc.constant("heartbeat" as const),
-    commit: idx,
-    readSeq: u64,
-    quiesce: fc.boolean(),
-  }),
-  fc.record({ ...env, type: fc.constant("heartbeat-resp" as const), readSeq: u64 }),
-  fc.record({ ...env, type: fc.constant("snapshot" as const), snapshot }),
-  fc.record({ ...env, type: fc.constant("timeout-now" as const) }),
-  fc.record({ ...env, type: fc.constant("wake" as const) }),
-);
-const shardMessage: fc.Arbitrary<ShardMessage> = fc.record({
-  shard: fc.oneof(fc.constant(0), fc.nat(65535), fc.constant(2 ** 32 - 1)),
-  message,
-});
 const batch = fc.array(shardMessage, { maxLength: 6 });
 const toReplicaId = fc.oneof(fc.constant(""), id);
 const handshake: fc.Arbitrary<Handshake> = fc.record({
