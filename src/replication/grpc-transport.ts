@@ -233,8 +233,9 @@ interface Stream {
 interface Peer {
   readonly id: NodeId;
   address: string | null;
-  /** grpc-js's channel, for snapshots (InstallSnapshot, with the interceptors). */
+  /** grpc-js's channel, for snapshots (InstallSnapshot, with the interceptors), and its address. */
   client: Client | null;
+  clientAddress: string | null;
   /** The channel of the Raft stream and the unary calls. */
   channel: GrpcChannel | null;
   stream: Stream | null;
@@ -573,6 +574,7 @@ export class GrpcTransport implements RaftTransport {
         id: to,
         address: null,
         client: null,
+        clientAddress: null,
         channel: null,
         stream: null,
         retryAt: 0,
@@ -597,7 +599,7 @@ export class GrpcTransport implements RaftTransport {
 
   /** The channel to `peer` at `address` (a new one when its address changed). */
   #client(peer: Peer, address: string): Client {
-    if (peer.client === null || peer.address !== address) {
+    if (peer.client === null || peer.clientAddress !== address) {
       peer.client?.close();
       const options: ClientOptions = {
         // The channel's own reconnect backoff must not outlast the transport's (default 120 s).
@@ -611,7 +613,7 @@ export class GrpcTransport implements RaftTransport {
       };
       if (this.#interceptors.length > 0) options.interceptors = [...this.#interceptors];
       peer.client = new Client(address, credentials.createInsecure(), options);
-      peer.address = address;
+      peer.clientAddress = address;
     }
     return peer.client;
   }

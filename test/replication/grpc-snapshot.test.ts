@@ -633,3 +633,50 @@ describe("SnapshotAssembler", () => {
     );
   });
 });
+
+describe("GrpcTransport: a peer that moves", () => {
+  it("sends its next snapshot and frames to its new address", async () => {
+    const got: [string, ShardMessage[]][] = [];
+    const handler = (from: string, messages: ShardMessage[]): void => {
+      got.push([from, messages]);
+    };
+    const first = await startRaftServer(handler, { clusterId: "c1", nodeId: "n2" });
+    let address = first.address;
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: () => address,
+      snapshotChunkBytes: CHUNK,
+      initialBackoffMs: 1,
+      maxBackoffMs: 5,
+    });
+    const second = await startRaftServer((from, messages) => handler(`moved:${from}`, messages), {
+      clusterId: "c1",
+      nodeId: "n2",
+    });
+    try {
+      const outcomes: boolean[] = [];
+      t.send(N2, [snapshot(3 * CHUNK, 3, 1)], (ok) => outcomes.push(ok));
+      await eventually("the first snapshot acknowledged", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true]);
+      // n2 restarts elsewhere: its old address answers no more.
+      first.stop();
+      address = second.address;
+      await eventually("a frame reaches the new address", () => {
+        t.send(N2, [heartbeat()]);
+        return got.some(([from]) => from === "moved:n1");
+      });
+      t.send(N2, [snapshot(2 * CHUNK, 5, 3)], (ok) => outcomes.push(ok));
+      await eventually("the second snapshot's outcome", () => outcomes.length === 2);
+      assert.deepEqual(outcomes, [true, true], "the snapshot went to where n2 is now");
+      assert.ok(
+        got.some(([from, ms]) => from === "moved:n1" && ms.some((m) => m.shard === 5)),
+        "received at the new address",
+      );
+    } finally {
+      await t.close();
+      first.stop();
+      second.stop();
+    }
+  });
+});
