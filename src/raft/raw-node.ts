@@ -108,11 +108,6 @@ export class RawNode {
     return this.#raft.term;
   }
 
-  /** While leader: the member leadership is being transferred to, else null. */
-  get leadTransferee(): NodeId | null {
-    return this.#raft.leadTransferee;
-  }
-
   get commitIndex(): LogIndex {
     return this.#raft.log.committed;
   }

@@ -291,14 +291,9 @@ export class ShardReplica {
     const inbox = this.#inbox;
     this.#inbox = [];
     const electing = this.raw.role !== "leader" && this.raw.lead === null;
-    // A leader handing its leadership over drops proposals (the core refuses them): they wait
-    // (bounded) for the transfer's end, then go to this node's core again, which proposes them
-    // if the transfer failed or refuses them naming the new leader (the API forwards).
-    const transferring = this.raw.leadTransferee !== null;
     for (const item of inbox) {
-      const waits = electing || (transferring && (item.kind === "propose" || item.kind === "conf"));
-      if (waits) {
-        // An election or a transfer is under way: wait for it (bounded) rather than fail at once.
+      if (electing) {
+        // An election is under way: wait for it (bounded) rather than fail at once.
         if (now - item.since < maxWaitMs) this.#inbox.push(item);
         else (item.kind === "read" ? item.read : item.done).reject(new NotLeaderError(null));
         continue;
