@@ -9,6 +9,7 @@ import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import * as grpc from "@grpc/grpc-js";
 import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
+import { freePort } from "../support/cluster-process.ts";
 
 const { status } = grpc;
 const MAX = 1 << 20;
@@ -556,13 +557,3 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
     }
   });
 });
-
-/** A port nothing listens on (one the kernel just gave and took back). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  assert.ok(address !== null && typeof address === "object");
-  await new Promise((resolve) => server.close(resolve));
-  return address.port;
-}

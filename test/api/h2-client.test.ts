@@ -17,6 +17,16 @@ import {
 } from "../../src/api/h2/client.ts";
 import { ErrorCode } from "../../src/api/h2/connection.ts";
 import { encodeHeaders, type HeaderList } from "../../src/api/h2/hpack.ts";
+import { freePort } from "../support/cluster-process.ts";
+import {
+  dataBytes,
+  type Frame,
+  parseFrames,
+  PREFACE,
+  rawFrame,
+  setting,
+  u32,
+} from "./h2-frames.ts";
 
 const { NGHTTP2_INTERNAL_ERROR, NGHTTP2_REFUSED_STREAM } = http2.constants;
 
@@ -492,36 +502,6 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
 
 // ── raw frames ─────────────────────────────────────────────────────────────────────────────
 
-const PREFACE_LENGTH = 24;
-
-interface Frame {
-  type: number;
-  flags: number;
-  streamId: number;
-  payload: Buffer;
-}
-
-function u32(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32BE(n, 0);
-  return b;
-}
-
-function rawFrame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
-  const header = Buffer.alloc(9);
-  header.writeUIntBE(payload.length, 0, 3);
-  header[3] = type;
-  header[4] = flags;
-  header.writeUInt32BE(streamId, 5);
-  return Buffer.concat([header, payload]);
-}
-
-function dataBytes(frames: readonly Frame[], streamId: number): number {
-  let n = 0;
-  for (const f of frames) if (f.type === 0x0 && f.streamId === streamId) n += f.payload.length;
-  return n;
-}
-
 /** The server end of one connection: the client's frames, with waits on what has arrived. */
 class RawPeer {
   readonly socket: Socket;
@@ -540,26 +520,16 @@ class RawPeer {
     socket.on("data", (chunk: Buffer) => {
       let data = Buffer.concat([this.#rest, chunk]);
       if (!this.#prefaceSeen) {
-        if (data.length < PREFACE_LENGTH) {
+        if (data.length < PREFACE.length) {
           this.#rest = data;
           return;
         }
         this.#prefaceSeen = true;
-        data = data.subarray(PREFACE_LENGTH);
+        data = data.subarray(PREFACE.length);
       }
-      let at = 0;
-      while (at + 9 <= data.length) {
-        const length = data.readUIntBE(at, 3);
-        if (at + 9 + length > data.length) break;
-        this.frames.push({
-          type: data[at + 3] as number,
-          flags: data[at + 4] as number,
-          streamId: data.readUInt32BE(at + 5) & 0x7fffffff,
-          payload: Buffer.from(data.subarray(at + 9, at + 9 + length)),
-        });
-        at += 9 + length;
-      }
-      this.#rest = Buffer.from(data.subarray(at));
+      const { frames, rest } = parseFrames(data);
+      for (const f of frames) this.frames.push({ ...f, payload: Buffer.from(f.payload) });
+      this.#rest = Buffer.from(rest);
       this.#waiter?.();
     });
     socket.on("end", () => ended.resolve(true));
@@ -568,12 +538,9 @@ class RawPeer {
       ended.resolve(true);
       this.#waiter?.();
     });
-    const payload = Buffer.alloc(6 * settings.length);
-    settings.forEach(([id, value], i) => {
-      payload.writeUInt16BE(id, 6 * i);
-      payload.writeUInt32BE(value, 6 * i + 2);
-    });
-    this.send(rawFrame(0x4, 0, 0, payload));
+    this.send(
+      rawFrame(0x4, 0, 0, Buffer.concat(settings.map(([id, value]) => setting(id, value)))),
+    );
   }
 
   send(...bufs: Buffer[]): void {
@@ -599,14 +566,4 @@ async function rawServer(
   const address = server.address();
   assert.ok(address !== null && typeof address === "object");
   return { server, port: address.port, accepted: accepted.promise };
-}
-
-/** A port nothing listens on (one the kernel just gave and took back). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  assert.ok(address !== null && typeof address === "object");
-  await new Promise((resolve) => server.close(resolve));
-  return address.port;
 }

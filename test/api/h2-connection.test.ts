@@ -8,6 +8,15 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { ErrorCode, ServerConnection, type ServerStream } from "../../src/api/h2/connection.ts";
 import { encodeHeaders } from "../../src/api/h2/hpack.ts";
+import {
+  dataBytes,
+  type Frame,
+  parseFrames,
+  PREFACE,
+  rawFrame,
+  setting,
+  u32,
+} from "./h2-frames.ts";
 
 /** A server whose streams are handled by `onStream`; it records how each stream closed. */
 async function serve(
@@ -333,51 +342,6 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
   });
 });
 
-const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
-
-interface Frame {
-  type: number;
-  flags: number;
-  streamId: number;
-  payload: Buffer;
-}
-
-function u32(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32BE(n, 0);
-  return b;
-}
-
-function setting(id: number, value: number): Buffer {
-  const b = Buffer.alloc(6);
-  b.writeUInt16BE(id, 0);
-  b.writeUInt32BE(value, 2);
-  return b;
-}
-
-function dataBytes(frames: readonly Frame[], streamId: number): number {
-  let n = 0;
-  for (const f of frames) if (f.type === 0x0 && f.streamId === streamId) n += f.payload.length;
-  return n;
-}
-
-function parseFrames(data: Buffer): { frames: Frame[]; rest: Buffer } {
-  const frames: Frame[] = [];
-  let at = 0;
-  while (at + 9 <= data.length) {
-    const length = data.readUIntBE(at, 3);
-    if (at + 9 + length > data.length) break;
-    frames.push({
-      type: data[at + 3] as number,
-      flags: data[at + 4] as number,
-      streamId: data.readUInt32BE(at + 5) & 0x7fffffff,
-      payload: data.subarray(at + 9, at + 9 + length),
-    });
-    at += 9 + length;
-  }
-  return { frames, rest: data.subarray(at) };
-}
-
 /** A client that writes raw frames and collects the server's, with waits on what has arrived. */
 class RawClient {
   readonly socket: Socket;
@@ -416,15 +380,6 @@ class RawClient {
   close(): void {
     this.socket.destroy();
   }
-}
-
-function rawFrame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
-  const header = Buffer.alloc(9);
-  header.writeUIntBE(payload.length, 0, 3);
-  header[3] = type;
-  header[4] = flags;
-  header.writeUInt32BE(streamId, 5);
-  return Buffer.concat([header, payload]);
 }
 
 /** Sends `bytes`, reads until the server closes the socket, and parses the frames it sent. */
