@@ -255,10 +255,10 @@ export const KEYS: readonly KeySpec[] = [
     key: "raft.heartbeat_ticks",
     kind: "int",
     schema: intBetween(1, 1000),
-    default: 1,
+    default: 2,
     env: "CAIRN_RAFT_HEARTBEAT_TICKS",
     expect: "must be an integer between 1 and 1000",
-    doc: "Heartbeat interval in ticks; must be less than raft.election_ticks.",
+    doc: "Heartbeat interval in ticks; must be less than raft.election_ticks. Every awake group heartbeats its followers at this interval, so in cluster mode it sets much of the peers' traffic.",
   },
   {
     key: "raft.snapshot_rate_bytes_per_sec",

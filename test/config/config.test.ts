@@ -65,7 +65,7 @@ describe("loadConfig", () => {
     assert.deepEqual(c.raft, {
       tick_ms: 100,
       election_ticks: 10,
-      heartbeat_ticks: 1,
+      heartbeat_ticks: 2,
       snapshot_rate_bytes_per_sec: 64 * 1024 * 1024,
       quiesce: true,
     });

@@ -167,6 +167,8 @@ interface Profile {
   readonly quietEveryMs: number;
   /** The failure detector reports a crashed or cut-off node within this many ms (0: never). */
   readonly detectMs: number;
+  /** MultiRaftOptions.heartbeatTicks (raft.heartbeat_ticks). */
+  readonly heartbeatTicks: number;
 }
 
 function pickProfile(rng: Rng): Profile {
@@ -196,6 +198,8 @@ function pickProfile(rng: Rng): Profile {
     detectMs: [0, 100, 400][rng.int(3)] as number,
     // Drawn last, so that the seeds drawn before wipes existed keep their other choices.
     wipeEveryMs: [500, 1500, Infinity][rng.int(3)] as number,
+    // After wipes, for the same reason: 2 is the default, 1 the default before it.
+    heartbeatTicks: [1, 2][rng.int(2)] as number,
   };
 }
 
@@ -404,7 +408,7 @@ class DriverSim {
       totalShards: TOTAL_SHARDS,
       tickMs: TICK_MS,
       electionTicks: ELECTION_TICKS,
-      heartbeatTicks: 1,
+      heartbeatTicks: p.heartbeatTicks,
       memtableBytes: 0,
       blockCacheBytes: 0,
       fs,
