@@ -48,7 +48,7 @@ export function describeMessage(m: Message): string {
   const head = `${m.from}->${m.to} ${m.type} term=${m.term}`;
   switch (m.type) {
     case "append":
-      return `${head} prev=${m.prevTerm}/${m.prevIndex} commit=${m.commit} entries=${describeEntries(m.entries)}`;
+      return `${head} prev=${m.prevTerm}/${m.prevIndex} commit=${m.commit} entries=${describeEntries(m.entries)}${m.noReply ? " no-reply" : ""}`;
     case "append-resp":
       return m.reject
         ? `${head} reject index=${m.index} hint=${m.hintTerm}/${m.hintIndex}`
@@ -60,7 +60,7 @@ export function describeMessage(m: Message): string {
     case "prevote-resp":
       return `${head}${m.reject ? " reject" : ""}`;
     case "heartbeat":
-      return `${head} commit=${m.commit}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}${m.quiesce ? " quiesce" : ""}`;
+      return `${head} commit=${m.commit}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}${m.quiesce ? " quiesce" : ""}${m.noReply ? " no-reply" : ""}`;
     case "heartbeat-resp":
       return `${head}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}`;
     case "snapshot":

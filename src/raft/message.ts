@@ -17,6 +17,11 @@ export interface AppendMessage extends Envelope {
   readonly prevTerm: Term;
   readonly entries: readonly Entry[];
   readonly commit: LogIndex;
+  /**
+   * Answer only a refusal: an acceptance would tell the leader nothing (RaftConfig's
+   * omitRedundantReplies).
+   */
+  readonly noReply: boolean;
 }
 
 /**
@@ -61,6 +66,8 @@ export interface HeartbeatMessage extends Envelope {
   readonly commit: LogIndex;
   readonly readSeq: number;
   readonly quiesce: boolean;
+  /** No answer wanted (RaftConfig's omitRedundantReplies); never set with `quiesce`. */
+  readonly noReply: boolean;
 }
 
 export interface HeartbeatResponseMessage extends Envelope {

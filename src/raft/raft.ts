@@ -89,6 +89,16 @@ export interface RaftConfig {
    * few writes a second, that removes a large share of the messages. Default false.
    */
   readonly skipHeartbeatsAfterAppends?: boolean;
+  /**
+   * A leader marks the messages whose accepting answer would tell it nothing (`noReply`), and
+   * followers answer those only with a refusal: the append that only carries a new commit
+   * index to a follower in `replicate` (the entries before it are answered by their own
+   * appends), and the tick heartbeat to a follower in `replicate` that holds the whole log, has
+   * room in its in-flight window, was heard from since the last CheckQuorum round and has no
+   * read to confirm. Under load a replicated write's commit then costs no answers, and most
+   * heartbeats none. Default false.
+   */
+  readonly omitRedundantReplies?: boolean;
   /** Payload bytes of committed entries per Ready. Default 16 MiB. */
   readonly maxCommittedBytesPerReady?: number;
   /** Test-only: plant known bugs so the simulation can prove it catches them. */
@@ -167,6 +177,7 @@ export class Raft {
   /** Leader: consecutive ticks with nothing to do (see #maybeQuiesce). */
   #idleTicks = 0;
   readonly #skipHeartbeats: boolean;
+  readonly #omitReplies: boolean;
 
   constructor(config: RaftConfig) {
     if (config.id.length === 0) throw new InvalidRaftRequestError("raft: id must not be empty");
@@ -183,6 +194,7 @@ export class Raft {
     this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
     this.#quiesceTicks = config.quiesceTicks ?? 0;
     this.#skipHeartbeats = config.skipHeartbeatsAfterAppends ?? false;
+    this.#omitReplies = config.omitRedundantReplies ?? false;
     if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
       throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
     }
@@ -449,7 +461,7 @@ export class Raft {
     if (this.leadTransferee !== null && !this.voters.has(this.leadTransferee))
       this.#abortLeaderTransfer();
     // The quorum changed: commitment and pending reads may advance.
-    if (this.#maybeCommit()) this.#broadcastAppend();
+    if (this.#maybeCommit()) this.#broadcastCommit();
     this.#releaseReads();
   }
 
@@ -724,6 +736,7 @@ export class Raft {
     ): void =>
       this.#send({ type: "append-resp", from: this.id, to: m.from, term: this.term, ...fields });
     if (m.prevIndex < this.log.committed) {
+      if (m.noReply) return;
       reply({
         index: this.log.committed,
         reject: false,
@@ -737,6 +750,7 @@ export class Raft {
       this.log.commitTo(logIndex(Math.min(m.commit, this.log.lastIndex())));
     }
     if (lastNew !== null) {
+      if (m.noReply) return;
       reply({ index: lastNew, reject: false, hintIndex: logIndex(0), hintTerm: toTerm(0) });
       return;
     }
@@ -753,6 +767,7 @@ export class Raft {
       this.#quiesced = true;
       return;
     }
+    if (m.noReply && !m.quiesce) return;
     this.#send({
       type: "heartbeat-resp",
       from: this.id,
@@ -871,7 +886,7 @@ export class Raft {
         break;
     }
     if (this.#maybeCommit()) {
-      this.#broadcastAppend();
+      this.#broadcastCommit();
     } else if (wasPaused) {
       this.#sendAppend(m.from);
     }
@@ -905,8 +920,11 @@ export class Raft {
     this.#maybeSendAppend(to, true);
   }
 
-  /** Sends `to` what it needs next, unless it is paused; returns whether a message was sent. */
-  #maybeSendAppend(to: NodeId, sendIfEmpty: boolean): boolean {
+  /**
+   * Sends `to` what it needs next, unless it is paused; returns whether a message was sent.
+   * `commitOnly`: sent because the commit index advanced (see omitRedundantReplies).
+   */
+  #maybeSendAppend(to: NodeId, sendIfEmpty: boolean, commitOnly = false): boolean {
     const pr = this.prs.get(to);
     if (pr === undefined || pr.isPaused()) return false;
     const prevIndex = logIndex(pr.next - 1);
@@ -933,6 +951,9 @@ export class Raft {
       prevTerm,
       entries,
       commit: this.log.committed,
+      // In replicate the follower answers the appends that carried the entries before
+      // prevIndex; a gap still gets its refusal.
+      noReply: commitOnly && this.#omitReplies && entries.length === 0 && pr.state === "replicate",
     });
     pr.appendedSinceHeartbeat = true;
     const last = entries[entries.length - 1];
@@ -963,12 +984,18 @@ export class Raft {
       prevTerm,
       entries: [],
       commit: this.log.committed,
+      noReply: false,
     });
     pr.appendedSinceHeartbeat = true;
   }
 
   #broadcastAppend(): void {
     for (const id of this.#peers()) this.#sendAppend(id);
+  }
+
+  /** The commit index advanced: every follower hears of it, with any entries it still needs. */
+  #broadcastCommit(): void {
+    for (const id of this.#peers()) this.#maybeSendAppend(id, true, true);
   }
 
   /** With `skipFresh`, not to followers an append reached since the last tick (see the config). */
@@ -989,6 +1016,15 @@ export class Raft {
         commit,
         readSeq,
         quiesce: false,
+        // The answer would only tell that the follower is alive, which this CheckQuorum round
+        // knows already; a follower behind, probed, or with its window full must answer.
+        noReply:
+          this.#omitReplies &&
+          readSeq === 0 &&
+          pr.state === "replicate" &&
+          pr.recentActive &&
+          pr.match >= this.log.lastIndex() &&
+          !pr.inflights.isFull(),
       });
     }
   }
@@ -1016,6 +1052,7 @@ export class Raft {
         commit: this.log.committed,
         readSeq: 0,
         quiesce: true,
+        noReply: false,
       });
     }
     return true;

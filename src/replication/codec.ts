@@ -80,6 +80,7 @@ export function encodeMessage(m: Message): RaftMessage {
         prev_term: m.prevTerm,
         entries: m.entries.map(encodeEntry),
         commit: m.commit,
+        no_reply: m.noReply,
       };
     case "append-resp":
       return {
@@ -96,7 +97,13 @@ export function encodeMessage(m: Message): RaftMessage {
     case "prevote-resp":
       return { ...head, reject: m.reject };
     case "heartbeat":
-      return { ...head, commit: m.commit, read_seq: m.readSeq, quiesce: m.quiesce };
+      return {
+        ...head,
+        commit: m.commit,
+        read_seq: m.readSeq,
+        quiesce: m.quiesce,
+        no_reply: m.noReply,
+      };
     case "heartbeat-resp":
       return { ...head, read_seq: m.readSeq };
     case "snapshot":
@@ -146,6 +153,7 @@ export function decodeMessage(pb: RaftMessage__Output, from: NodeId, to: NodeId)
         prevTerm: asTerm(pb.prev_term),
         entries: pb.entries.map(decodeEntry),
         commit: asIndex(pb.commit),
+        noReply: pb.no_reply,
       };
     case "append-resp":
       return {
@@ -175,6 +183,7 @@ export function decodeMessage(pb: RaftMessage__Output, from: NodeId, to: NodeId)
         commit: asIndex(pb.commit),
         readSeq: asCount(pb.read_seq),
         quiesce: pb.quiesce,
+        noReply: pb.no_reply,
       };
     case "heartbeat-resp":
       return { ...envelope, type, readSeq: asCount(pb.read_seq) };

@@ -127,8 +127,9 @@ const MSG_LAST_TERM = tag(12, VARINT);
 const MSG_TRANSFER = tag(13, VARINT);
 const MSG_READ_SEQ = tag(14, VARINT);
 const MSG_SNAPSHOT = tag(15, LEN);
-/** 128: the one tag that takes two bytes on the wire (0x80 0x01). */
+/** 128 and 136: the tags that take two bytes on the wire (0x80 0x01, 0x88 0x01). */
 const MSG_QUIESCE = tag(16, VARINT);
+const MSG_NO_REPLY = tag(17, VARINT);
 
 const ENTRY_TERM = tag(1, VARINT);
 const ENTRY_INDEX = tag(2, VARINT);
@@ -222,7 +223,8 @@ function messageSize(m: Message): number {
     case "append": {
       let n = head + u64FieldSize(m.prevIndex) + u64FieldSize(m.prevTerm) + u64FieldSize(m.commit);
       for (const e of m.entries) n += lenFieldSize(entrySize(e));
-      return n;
+      // no_reply's tag (field 17) takes two bytes.
+      return n + (m.noReply ? 3 : 0);
     }
     case "append-resp":
       return (
@@ -241,8 +243,14 @@ function messageSize(m: Message): number {
     case "prevote-resp":
       return head + boolFieldSize(m.reject);
     case "heartbeat":
-      // quiesce's tag (field 16) takes two bytes.
-      return head + u64FieldSize(m.commit) + u64FieldSize(m.readSeq) + (m.quiesce ? 3 : 0);
+      // quiesce's and no_reply's tags (fields 16 and 17) take two bytes.
+      return (
+        head +
+        u64FieldSize(m.commit) +
+        u64FieldSize(m.readSeq) +
+        (m.quiesce ? 3 : 0) +
+        (m.noReply ? 3 : 0)
+      );
     case "heartbeat-resp":
       return head + u64FieldSize(m.readSeq);
     case "snapshot":
@@ -278,6 +286,7 @@ function metaSize(meta: SnapshotMeta): number {
 function putMessage(buf: Buffer, p: number, m: Message): number {
   switch (m.type) {
     case "append": {
+      if (m.noReply) p = putTwoByteTrue(buf, p, MSG_NO_REPLY);
       p = putVarintField(buf, p, MSG_COMMIT, m.commit);
       for (let i = m.entries.length - 1; i >= 0; i--) {
         const end = p;
@@ -305,11 +314,8 @@ function putMessage(buf: Buffer, p: number, m: Message): number {
       p = putBoolField(buf, p, MSG_REJECT, m.reject);
       return putHead(buf, p, m.type === "vote-resp" ? VOTE_RESP : PREVOTE_RESP, m.term);
     case "heartbeat":
-      if (m.quiesce) {
-        buf[--p] = 1;
-        buf[--p] = MSG_QUIESCE >>> 7;
-        buf[--p] = (MSG_QUIESCE & 0x7f) | 0x80;
-      }
+      if (m.noReply) p = putTwoByteTrue(buf, p, MSG_NO_REPLY);
+      if (m.quiesce) p = putTwoByteTrue(buf, p, MSG_QUIESCE);
       p = putVarintField(buf, p, MSG_READ_SEQ, m.readSeq);
       p = putVarintField(buf, p, MSG_COMMIT, m.commit);
       return putHead(buf, p, HEARTBEAT, m.term);
@@ -396,6 +402,14 @@ function putVarintField(buf: Buffer, p: number, fieldTag: number, v: number): nu
   if (v === 0) return p;
   p = putVarint(buf, p, v);
   buf[--p] = fieldTag;
+  return p;
+}
+
+/** A bool field set to true whose tag (fields 16 to 2047) takes two bytes; ends at `p`. */
+function putTwoByteTrue(buf: Buffer, p: number, t: number): number {
+  buf[--p] = 1;
+  buf[--p] = t >>> 7;
+  buf[--p] = (t & 0x7f) | 0x80;
   return p;
 }
 
@@ -630,6 +644,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
   let transfer = false;
   let readSeq = 0;
   let quiesce = false;
+  let noReply = false;
   let entries: Entry[] | null = null;
   let entryProblem: string | null = null;
   let snapshot: Snapshot | string | null = null;
@@ -690,8 +705,11 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
       case MSG_QUIESCE:
         quiesce = readVarint32(r, end) !== 0;
         break;
+      case MSG_NO_REPLY:
+        noReply = readVarint32(r, end) !== 0;
+        break;
       default:
-        skipField(r, end, t, 16);
+        skipField(r, end, t, 17);
     }
   }
   // Only the fields `type` uses are checked, and built, as codec.ts's decodeMessage does.
@@ -711,6 +729,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
         prevTerm: prevTerm as Term,
         entries: entries ?? [],
         commit: commit as LogIndex,
+        noReply,
       };
     }
     case APPEND_RESP: {
@@ -761,6 +780,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
         commit: commit as LogIndex,
         readSeq,
         quiesce,
+        noReply,
       };
     }
     case HEARTBEAT_RESP:

@@ -1355,6 +1355,7 @@ export class MultiRaft {
         quiesceTicks: o.quiesce === false ? 0 : QUIESCE_AFTER_HEARTBEATS * o.heartbeatTicks,
         // Busy groups' appends stand in for their heartbeats: fewer messages per write.
         skipHeartbeatsAfterAppends: true,
+        omitRedundantReplies: true,
         applied: logIndex(applied),
         ...(o.maxCommittedBytesPerReady === undefined
           ? {}

@@ -212,6 +212,7 @@ function messageWire(m: Message, defaults: boolean): Wire[] {
       num(4, m.prevTerm);
       for (const e of m.entries) f.push({ n: 5, t: "len", v: entryWire(e, defaults), rep: true });
       num(6, m.commit);
+      num(17, m.noReply);
       break;
     case "append-resp":
       num(7, m.index);
@@ -233,6 +234,7 @@ function messageWire(m: Message, defaults: boolean): Wire[] {
       num(6, m.commit);
       num(14, m.readSeq);
       num(16, m.quiesce);
+      num(17, m.noReply);
       break;
     case "heartbeat-resp":
       num(14, m.readSeq);
@@ -296,9 +298,9 @@ function rng(seed: number): (n: number) => number {
   };
 }
 
-/** A field no message of raft.proto knows (every message's fields are numbered 1 to 16 at most). */
+/** A field no message of raft.proto knows (every message's fields are numbered 1 to 17 at most). */
 function unknownField(pick: (n: number) => number): Wire {
-  const n = pick(2) === 0 ? 17 + pick(40) : 2 ** 29 - 1 - pick(3);
+  const n = pick(2) === 0 ? 18 + pick(40) : 2 ** 29 - 1 - pick(3);
   const bytes = Uint8Array.from({ length: pick(12) }, () => pick(256));
   switch (pick(4)) {
     case 0:
@@ -431,6 +433,7 @@ describe("raft frame codec", () => {
             prevTerm: 4 as Term,
             entries: [{ term: 4 as Term, index: 10 as LogIndex, type: "normal", data: big }],
             commit: 9 as LogIndex,
+            noReply: false,
           },
         },
         {
@@ -507,11 +510,17 @@ describe("raft frame codec", () => {
         commit: 0 as LogIndex,
         readSeq: 0,
         quiesce: true,
+        noReply: false,
       };
       // quiesce is field 16: a two-byte tag.
       assert.equal(
         encodeBatchFrame([{ shard: 0, message: hb }], "").toString("hex"),
         "1209" + "0a07" + "1205" + "0807" + "800101",
+      );
+      // no_reply is field 17: a two-byte tag too, after quiesce.
+      assert.equal(
+        encodeBatchFrame([{ shard: 0, message: { ...hb, noReply: true } }], "").toString("hex"),
+        "120c" + "0a0a" + "1208" + "0807" + "800101" + "880101",
       );
     });
 
@@ -573,6 +582,7 @@ describe("raft frame codec", () => {
             commit: 4 as LogIndex,
             readSeq: 0,
             quiesce: false,
+            noReply: false,
           },
         },
       ]);
@@ -649,6 +659,7 @@ describe("raft frame codec", () => {
               },
             ],
             commit: 300 as LogIndex,
+            noReply: true,
           },
         },
       ],

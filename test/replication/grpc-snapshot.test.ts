@@ -68,6 +68,7 @@ function heartbeat(): ShardMessage {
     commit: logIndex(7),
     readSeq: 0,
     quiesce: false,
+    noReply: false,
   };
   return { shard: 1, message };
 }
@@ -502,6 +503,7 @@ function header(
         transfer: false,
         read_seq: 0,
         quiesce: false,
+        no_reply: false,
         snapshot: {
           meta: { index: 500, term: 2, voters: ["n1", "n2"], learners: [] },
           data: Buffer.alloc(0),

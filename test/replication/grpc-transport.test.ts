@@ -35,6 +35,7 @@ function heartbeat(seq: number, to: NodeId = N2): ShardMessage {
     commit: logIndex(seq),
     readSeq: seq,
     quiesce: false,
+    noReply: false,
   };
   return { shard: seq % 4, message };
 }
@@ -51,6 +52,7 @@ function append(shard: number, bytes: number, to: NodeId = N2): ShardMessage {
       prevTerm: term(0),
       entries: [{ term: term(1), index: logIndex(1), type: "normal", data: new Uint8Array(bytes) }],
       commit: logIndex(0),
+      noReply: false,
     },
   };
 }

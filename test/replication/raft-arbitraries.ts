@@ -75,6 +75,7 @@ export const message: fc.Arbitrary<Message> = fc.oneof(
     prevTerm: trm,
     entries: fc.array(entry, { maxLength: 4 }),
     commit: idx,
+    noReply: fc.boolean(),
   }),
   fc.record({
     ...env,
@@ -102,6 +103,7 @@ export const message: fc.Arbitrary<Message> = fc.oneof(
     commit: idx,
     readSeq: u64,
     quiesce: fc.boolean(),
+    noReply: fc.boolean(),
   }),
   fc.record({ ...env, type: fc.constant("heartbeat-resp" as const), readSeq: u64 }),
   fc.record({ ...env, type: fc.constant("snapshot" as const), snapshot }),

@@ -160,6 +160,8 @@ interface Profile {
   readonly quietEvery: number;
   /** Ticks the failure detector takes to report a crashed or cut-off leader (0: no detector). */
   readonly detectTicks: number;
+  /** RaftConfig.omitRedundantReplies (the multi-raft driver sets it). */
+  readonly omitReplies: boolean;
 }
 
 type PendingOp =
@@ -281,6 +283,8 @@ export class Simulation {
       quiesceTicks: [0, 1, 2, 3, 5][this.#sleepRng.int(5)] as number,
       quietEvery: [0, 10, 30][this.#sleepRng.int(3)] as number,
       detectTicks: [0, 3, 10, 30][this.#sleepRng.int(4)] as number,
+      // Its own generator, so that every earlier seed keeps its other choices.
+      omitReplies: seededRng(opts.seed ^ 0x7e11a).int(2) === 0,
     };
     const ids = Array.from({ length: this.n + SPARES }, (_, i) => nodeId(`n${i + 1}`));
     const founders = ids.slice(0, this.n);
@@ -293,6 +297,7 @@ export class Simulation {
       maxInflightMsgs: 4,
       maxMsgBytes: this.#profile.maxMsgBytes,
       quiesceTicks: this.#profile.quiesceTicks,
+      omitRedundantReplies: this.#profile.omitReplies,
       testingBugs: coreBugs,
       ackBeforePersist: ackBeforePersist === true,
     };

@@ -4,9 +4,12 @@
  *
  *   cluster voters=1,2,3 [learners=4] [prevote=false] [checkquorum=false] [election=10]
  *           [heartbeat=1] [inflight=256] [maxmsg=N] [quiesce=N] [skip-heartbeats=true]
+ *           [no-reply=true]
  *                              found a group (bootstrap applied silently); quiesce=N: leaders
  *                              quiesce after N idle ticks; skip-heartbeats: appends stand in for
- *                              heartbeats (RaftConfig.skipHeartbeatsAfterAppends)
+ *                              heartbeats (RaftConfig.skipHeartbeatsAfterAppends); no-reply:
+ *                              answers that tell nothing are not asked for
+ *                              (RaftConfig.omitRedundantReplies)
  *   report-leader-down 2       the failure detector of 2 suspects the node of 2's leader
  *   add-node 4                 a new, empty member (joins through conf changes)
  *   campaign 1 | tick 1 [n=5] | propose 1 data | conf-change 1 add-learner|add-voter|remove 4
@@ -208,6 +211,7 @@ export class GoldenEnv {
     if (quiesce !== undefined) opts.quiesceTicks = quiesce;
     if (cmd.kv.has("skip-heartbeats"))
       opts.skipHeartbeatsAfterAppends = cmd.kv.get("skip-heartbeats") === "true";
+    if (cmd.kv.has("no-reply")) opts.omitRedundantReplies = cmd.kv.get("no-reply") === "true";
     this.#options = opts;
     for (const id of [...voters, ...learners]) {
       this.hosts.set(

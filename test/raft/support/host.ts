@@ -29,6 +29,8 @@ export interface HostOptions {
   readonly quiesceTicks?: number;
   /** RaftConfig.skipHeartbeatsAfterAppends (default false). */
   readonly skipHeartbeatsAfterAppends?: boolean;
+  /** RaftConfig.omitRedundantReplies (default false). */
+  readonly omitRedundantReplies?: boolean;
   readonly testingBugs?: RaftConfig["testingBugs"];
   /** Test-only driver bug: send messages before persisting (acknowledges unpersisted entries). */
   readonly ackBeforePersist?: boolean;
@@ -111,6 +113,7 @@ export class Host {
       maxMsgBytes: this.options.maxMsgBytes ?? 1 << 20,
       quiesceTicks: this.options.quiesceTicks ?? 0,
       skipHeartbeatsAfterAppends: this.options.skipHeartbeatsAfterAppends ?? false,
+      omitRedundantReplies: this.options.omitRedundantReplies ?? false,
       ...(this.options.testingBugs === undefined ? {} : { testingBugs: this.options.testingBugs }),
     };
     return new RawNode(config);

@@ -22,6 +22,7 @@ export interface RaftMessage {
   'read_seq'?: (number | string | Long);
   'snapshot'?: (_cairn_v1_RaftSnapshot | null);
   'quiesce'?: (boolean);
+  'no_reply'?: (boolean);
 }
 
 export interface RaftMessage__Output {
@@ -41,4 +42,5 @@ export interface RaftMessage__Output {
   'read_seq': (number);
   'snapshot': (_cairn_v1_RaftSnapshot__Output | null);
   'quiesce': (boolean);
+  'no_reply': (boolean);
 }
