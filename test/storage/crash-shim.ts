@@ -188,7 +188,13 @@ if (counting || journal !== undefined) {
     noteOpen(path, flags, existed, fd);
     return fd;
   }) as AnyFn;
-  wrap(f, "writeSync", { before: ((fd: number) => noteWrite(fd)) as AnyFn });
+  wrap(f, "writeSync", {
+    before: ((fd: number) => noteWrite(fd)) as AnyFn,
+    // On an O_DSYNC descriptor the write is durable once it returns (the WAL's blocking writes).
+    after: ((fd: number) => {
+      if (dsync.has(fd)) noteSync(fd);
+    }) as AnyFn,
+  });
   wrap(f, "fsyncSync", { after: ((fd: number) => noteSync(fd)) as AnyFn });
   wrap(f, "fdatasyncSync", { after: ((fd: number) => noteSync(fd)) as AnyFn });
   wrap(f, "closeSync", { after: ((fd: number) => fdPaths.delete(fd)) as AnyFn });

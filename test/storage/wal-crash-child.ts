@@ -32,6 +32,15 @@ function crashingFs(spec: string): FileSystem {
   };
   const wrapFile = (file: FsFile): FsFile => ({
     write: (...args) => (step("write"), file.write(...args)),
+    // The WAL writes small batches with it: crash points land on those writes too.
+    ...(file.writeNow === undefined
+      ? {}
+      : {
+          writeNow: (...args: Parameters<NonNullable<FsFile["writeNow"]>>) => (
+            step("write"),
+            (file.writeNow as NonNullable<FsFile["writeNow"]>)(...args)
+          ),
+        }),
     truncate: (length) => (step("truncate"), file.truncate(length)),
     sync: () => (step("sync"), file.sync()),
     datasync: () => (step("datasync"), file.datasync()),

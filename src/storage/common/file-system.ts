@@ -4,7 +4,7 @@
  * models what a power cut keeps. Only what the WAL needs is here, so the in-memory twin can model
  * every operation exactly instead of approximating a large API.
  */
-import { constants } from "node:fs";
+import { constants, writeSync } from "node:fs";
 import { mkdir, open, readdir, readFile, unlink, type FileHandle } from "node:fs/promises";
 import { fsyncDir } from "./fs-util.ts";
 
@@ -24,6 +24,12 @@ export interface OpenFlags {
 export interface FsFile {
   /** Writes `length` bytes of `buf` from `offset` at file position `position`; returns how many. */
   write(buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
+  /**
+   * The same write, done before returning: the calling thread blocks until it is (with
+   * `dsync`, until it is durable). Optional: a file system without it is only written
+   * asynchronously.
+   */
+  writeNow?(buf: Uint8Array, offset: number, length: number, position: number): number;
   truncate(length: number): Promise<void>;
   /** fsync: data and metadata durable. */
   sync(): Promise<void>;
@@ -61,6 +67,10 @@ class NodeFile implements FsFile {
 
   async write(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
     return (await this.#handle.write(buf, offset, length, position)).bytesWritten;
+  }
+
+  writeNow(buf: Uint8Array, offset: number, length: number, position: number): number {
+    return writeSync(this.#handle.fd, buf, offset, length, position);
   }
 
   truncate(length: number): Promise<void> {

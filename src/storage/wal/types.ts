@@ -61,6 +61,18 @@ export interface WalOptions {
   /** Where the segments live. Default: the real file system (`nodeFileSystem`). */
   readonly fs?: FileSystem;
   /**
+   * A batch of at most this many bytes is written with a blocking write (`FsFile.writeNow`)
+   * when the file system has one and the disk is fast (see Wal#flush); larger batches, and
+   * every batch on a slow disk, are written asynchronously. 0: always asynchronously.
+   * Default 64 KiB.
+   */
+  readonly blockingWriteMaxBytes?: number;
+  /**
+   * A blocking write that takes longer than this (ms) marks the disk slow: the next 1,000
+   * batches are written asynchronously, then blocking writes are tried again. Default 2.
+   */
+  readonly blockingWriteSlowMs?: number;
+  /**
    * Planted bugs, for checking that the deterministic simulation finds them. Never set in
    * production.
    */
@@ -78,6 +90,8 @@ export interface WalOptions {
 export interface WalStats {
   readonly recordsAppended: number;
   readonly syncs: number;
+  /** Of `syncs`, the batches written with a blocking write. */
+  readonly blockingWrites: number;
   readonly bytesWritten: number;
   readonly segments: number;
   readonly segmentsDeleted: number;

@@ -1,0 +1,94 @@
+/**
+ * The WAL writes small batches with a blocking write on a fast disk and everything else
+ * asynchronously (Wal#writesNow): which path a batch takes, that both leave the same durable
+ * log, and that a slow blocking write sends the next batches back to the thread pool.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { nodeFileSystem, type FileSystem, type FsFile } from "../../src/storage/common/index.ts";
+import { Wal, type WalEntry } from "../../src/storage/wal/index.ts";
+import { bytes, tempDir } from "./helpers.ts";
+
+function entry(index: number, text: string): WalEntry {
+  return { index, term: 1, type: 0, data: bytes(text) };
+}
+
+/** The real file system, with every blocking write taking at least `delayMs` (a slow disk). */
+function slowBlockingWrites(delayMs: number): FileSystem {
+  return {
+    ...nodeFileSystem,
+    async open(path, flags) {
+      const file = await nodeFileSystem.open(path, flags);
+      const writeNow = file.writeNow?.bind(file);
+      const slow: FsFile = {
+        write: (...args) => file.write(...args),
+        truncate: (length) => file.truncate(length),
+        sync: () => file.sync(),
+        datasync: () => file.datasync(),
+        close: () => file.close(),
+      };
+      if (writeNow === undefined) return slow;
+      return {
+        ...slow,
+        writeNow(...args) {
+          const until = performance.now() + delayMs;
+          while (performance.now() < until) {
+            // The disk is busy.
+          }
+          return writeNow(...args);
+        },
+      };
+    },
+  };
+}
+
+async function appendAndSync(wal: Wal, shard: number, index: number, size: number): Promise<void> {
+  wal.append([{ kind: "entries", shard, entries: [entry(index, "x".repeat(size))] }]);
+  await wal.sync();
+}
+
+describe("WAL blocking writes", () => {
+  it("writes small batches in place and large ones through the thread pool; both recover", async () => {
+    const dir = tempDir("wal");
+    // However loaded the machine, no write counts as slow here.
+    const wal = await Wal.open(dir, { blockingWriteMaxBytes: 4096, blockingWriteSlowMs: Infinity });
+    await appendAndSync(wal, 1, 1, 100);
+    await appendAndSync(wal, 1, 2, 100);
+    assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [2, 2]);
+    await appendAndSync(wal, 1, 3, 10_000);
+    assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [3, 2]);
+    await appendAndSync(wal, 2, 1, 100);
+    assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [4, 3]);
+    await wal.close();
+
+    const again = await Wal.open(dir);
+    assert.deepEqual(
+      again.entries(1, 1, 4).map((e) => e.data.length),
+      [100, 100, 10_000],
+    );
+    assert.deepEqual(
+      again.entries(2, 1, 2).map((e) => e.data.length),
+      [100],
+    );
+    await again.close();
+  });
+
+  it("never blocks with blockingWriteMaxBytes 0", async () => {
+    const wal = await Wal.open(tempDir("wal"), { blockingWriteMaxBytes: 0 });
+    for (let i = 1; i <= 3; i++) await appendAndSync(wal, 1, i, 10);
+    assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [3, 0]);
+    await wal.close();
+  });
+
+  it("goes back to the thread pool after a slow blocking write (a slow disk)", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { fs: slowBlockingWrites(5), blockingWriteSlowMs: 2 });
+    for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
+    // The first batch found the disk slow; the next ones are written asynchronously.
+    assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [20, 1]);
+    await wal.close();
+    const again = await Wal.open(dir);
+    assert.equal(again.lastIndex(1), 20);
+    await again.close();
+  });
+});
