@@ -13,8 +13,12 @@ function entry(index: number, text: string): WalEntry {
   return { index, term: 1, type: 0, data: bytes(text) };
 }
 
-/** The real file system, with every blocking write taking at least `delayMs` (a slow disk). */
-function slowBlockingWrites(delayMs: number): FileSystem {
+/**
+ * The real file system, with the blocking writes slowed down: write `i` (from 0) busy-waits
+ * `delayMs(i)` first (a slow disk, or a disk's tail).
+ */
+function slowBlockingWrites(delayMs: (i: number) => number): FileSystem {
+  let writes = 0;
   return {
     ...nodeFileSystem,
     async open(path, flags) {
@@ -31,7 +35,7 @@ function slowBlockingWrites(delayMs: number): FileSystem {
       return {
         ...slow,
         writeNow(...args) {
-          const until = performance.now() + delayMs;
+          const until = performance.now() + delayMs(writes++);
           while (performance.now() < until) {
             // The disk is busy.
           }
@@ -80,15 +84,25 @@ describe("WAL blocking writes", () => {
     await wal.close();
   });
 
-  it("goes back to the thread pool after a slow blocking write (a slow disk)", async () => {
+  it("goes back to the thread pool on a slow disk", async () => {
     const dir = tempDir("wal");
-    const wal = await Wal.open(dir, { fs: slowBlockingWrites(5), blockingWriteSlowMs: 2 });
+    // One 30 ms write brings the average (1/10 of it) past 2 ms at once.
+    const wal = await Wal.open(dir, { fs: slowBlockingWrites(() => 30), blockingWriteSlowMs: 2 });
     for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
-    // The first batch found the disk slow; the next ones are written asynchronously.
     assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [20, 1]);
     await wal.close();
     const again = await Wal.open(dir);
     assert.equal(again.lastIndex(1), 20);
     await again.close();
+  });
+
+  it("keeps blocking writes through one late write (a disk's tail)", async () => {
+    const wal = await Wal.open(tempDir("wal"), {
+      fs: slowBlockingWrites((i) => (i === 2 ? 20 : 0)),
+      blockingWriteSlowMs: 5,
+    });
+    for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
+    assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [20, 20]);
+    await wal.close();
   });
 });

@@ -68,8 +68,9 @@ export interface WalOptions {
    */
   readonly blockingWriteMaxBytes?: number;
   /**
-   * A blocking write that takes longer than this (ms) marks the disk slow: the next 1,000
-   * batches are written asynchronously, then blocking writes are tried again. Default 2.
+   * Blocking writes that take longer than this (ms) on average (a moving average weighing the
+   * newest write 1/10) mark the disk slow: the next 1,000 batches are written asynchronously,
+   * then blocking writes are tried again. Default 2.
    */
   readonly blockingWriteSlowMs?: number;
   /**

@@ -150,9 +150,11 @@ class RecordWriter {
 
 /** WalOptions.blockingWriteMaxBytes's default. */
 const BLOCKING_WRITE_MAX_BYTES = 64 * 1024;
-/** WalOptions.blockingWriteSlowMs's default: a slower blocking write means a slow disk. */
+/** WalOptions.blockingWriteSlowMs's default: blocking writes slower on average mean a slow disk. */
 const BLOCKING_WRITE_SLOW_MS = 2;
-const ASYNC_BATCHES_AFTER_SLOW_WRITE = 1000;
+const ASYNC_BATCHES_AFTER_SLOW_WRITES = 1000;
+/** Weight of the newest blocking write in their moving average. */
+const BLOCKING_WRITE_EWMA_WEIGHT = 0.1;
 
 export class Wal {
   readonly dir: string;
@@ -171,7 +173,9 @@ export class Wal {
   readonly #blockingWriteMaxBytes: number;
   readonly #blockingWriteSlowMs: number;
   /** Batches still to write asynchronously after a blocking write was slow (see #flush). */
-  #asyncAfterSlowWrite = 0;
+  #asyncAfterSlowWrites = 0;
+  /** Moving average of the blocking writes' duration (ms). */
+  #blockingWriteMs = 0;
   #blockingWrites = 0;
   readonly #testingBugs: NonNullable<WalOptions["testingBugs"]>;
   readonly #shards = new Map<number, ShardLog>();
@@ -698,13 +702,15 @@ export class Wal {
    * the next batch larger (the group commit goes on). Measured on the 2-vCPU machine of
    * BENCHMARKS.md (an O_DSYNC write ~0.3 ms): a lone Put 0.61 ms at p50 instead of 0.68, and
    * more Puts at every concurrency from 2 to 64 with less CPU. A blocking write stops the
-   * event loop, so a slow disk (a write past blockingWriteSlowMs) turns them off for the next
-   * ASYNC_BATCHES_AFTER_SLOW_WRITE batches, then they are tried again.
+   * event loop, so a slow disk — blocking writes that take more than blockingWriteSlowMs on
+   * average (a moving average: one late write among fast ones is a disk's tail, not a slow
+   * disk) — turns them off for the next ASYNC_BATCHES_AFTER_SLOW_WRITES batches, then they are
+   * tried again.
    */
   #writesNow(bytes: number): boolean {
     if (this.#handle.writeNow === undefined || bytes > this.#blockingWriteMaxBytes) return false;
-    if (this.#asyncAfterSlowWrite > 0) {
-      this.#asyncAfterSlowWrite--;
+    if (this.#asyncAfterSlowWrites > 0) {
+      this.#asyncAfterSlowWrites--;
       return false;
     }
     return true;
@@ -741,8 +747,11 @@ export class Wal {
           written += writeNow(data, written, data.length - written, this.#segmentSize + written);
         }
         this.#blockingWrites++;
-        if (performance.now() - start > this.#blockingWriteSlowMs) {
-          this.#asyncAfterSlowWrite = ASYNC_BATCHES_AFTER_SLOW_WRITE;
+        const ms = performance.now() - start;
+        this.#blockingWriteMs += (ms - this.#blockingWriteMs) * BLOCKING_WRITE_EWMA_WEIGHT;
+        if (this.#blockingWriteMs > this.#blockingWriteSlowMs) {
+          this.#asyncAfterSlowWrites = ASYNC_BATCHES_AFTER_SLOW_WRITES;
+          this.#blockingWriteMs = 0;
         }
       }
       while (written < data.length) {
