@@ -172,6 +172,9 @@ export interface ServerSide {
   /** Requests answered by a leader (success or error): each client request once. */
   readonly answered: number;
   readonly leaderChanges: number;
+  /** Raft messages the nodes sent each other, and the heartbeats among them. */
+  readonly peerMessages: number;
+  readonly heartbeats: number;
 }
 
 export function serverSide(
@@ -189,7 +192,11 @@ export function serverSide(
   let forwarded = 0;
   let answered = 0;
   let leaderChanges = 0;
+  let peerMessages = 0;
+  let heartbeats = 0;
   for (let i = 0; i < after.length; i++) {
+    peerMessages += delta(i, "cairn_raft_messages_sent_total");
+    heartbeats += delta(i, "cairn_raft_heartbeats_sent_total");
     forwarded += delta(i, "kv_requests_total", { status: "not_leader" });
     answered +=
       delta(i, "kv_requests_total", { status: "success" }) +
@@ -202,6 +209,8 @@ export function serverSide(
     forwarded,
     answered,
     leaderChanges,
+    peerMessages,
+    heartbeats,
   };
 }
 
@@ -307,18 +316,22 @@ const fmt = (n: number, digits = 0): string =>
 
 export function markdownTable(rows: readonly Row[]): string {
   const lines = [
-    "| generator | op | c | ops/s | p50 ms | p99 ms | errors | forwarded | nodes' CPU (cores) | nodes' CPU µs/op | client CPU | load avg |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| generator | op | c | ops/s | p50 ms | p99 ms | errors | forwarded | peer messages / op (heartbeats) | nodes' CPU (cores) | nodes' CPU µs/op | client CPU | load avg |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ];
   for (const r of rows) {
     const s = r.server;
     const forwarded =
       s === null || s.answered === 0 ? "–" : `${fmt((100 * s.forwarded) / s.answered)}%`;
+    const peers =
+      s === null || s.answered === 0
+        ? "–"
+        : `${fmt(s.peerMessages / s.answered, 1)} (${fmt(s.heartbeats / s.answered, 1)})`;
     const cpu = s === null ? "–" : fmt(s.cpuCores, 2);
     const perOp = s === null || r.ops === 0 ? "–" : fmt((s.cpuCores * 1e6) / r.opsPerSec);
     const op = r.op === "get" ? "get (linearizable)" : "put";
     lines.push(
-      `| ${r.generator} | ${op} | ${r.concurrency} | ${fmt(r.opsPerSec)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} | ${fmt(r.errors)} | ${forwarded} | ${cpu} | ${perOp} | ${fmt(r.clientCpuPercent)}% | ${fmt(r.loadAvg, 1)} |`,
+      `| ${r.generator} | ${op} | ${r.concurrency} | ${fmt(r.opsPerSec)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} | ${fmt(r.errors)} | ${forwarded} | ${peers} | ${cpu} | ${perOp} | ${fmt(r.clientCpuPercent)}% | ${fmt(r.loadAvg, 1)} |`,
     );
   }
   return `${lines.join("\n")}\n`;

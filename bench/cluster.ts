@@ -753,7 +753,7 @@ async function main(argv: readonly string[]): Promise<number> {
           const fwd =
             server === null || server.answered === 0
               ? ""
-              : `  forwarded ${Math.round((100 * server.forwarded) / server.answered)}%  nodes' CPU ${server.cpuCoresByNode.map((x) => x.toFixed(2)).join("+")} cores  leader changes ${server.leaderChanges}`;
+              : `  forwarded ${Math.round((100 * server.forwarded) / server.answered)}%  peer messages ${(server.peerMessages / server.answered).toFixed(1)}/op (heartbeats ${(server.heartbeats / server.answered).toFixed(1)})  nodes' CPU ${server.cpuCoresByNode.map((x) => x.toFixed(2)).join("+")} cores  leader changes ${server.leaderChanges}`;
           const hit = result.hitRatio === null ? "" : `  hit ratio ${result.hitRatio}`;
           out(
             `${gen.padEnd(11)} ${op} c=${String(c).padEnd(4)} ${String(Math.round(result.opsPerSec)).padStart(6)} ops/s  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  errors ${result.errors}${result.errors > 0 ? ` ${JSON.stringify(result.errorsByCode)}` : ""}  client CPU ${Math.round(result.clientCpuPercent)}%${fwd}${hit}  load ${loadAvg.toFixed(1)}`,

@@ -40,6 +40,7 @@ const METRICS = (
   cpu: number,
   success: number,
   notLeader: number,
+  peerMessages = 0,
 ): string => `# HELP kv_requests_total KV requests by operation and status.
 # TYPE kv_requests_total counter
 kv_requests_total{operation="put",status="success"} ${success}
@@ -51,6 +52,9 @@ kv_request_duration_ms_bucket{le="+Inf",operation="put",status="success",result=
 raft_leader_changes_total{shard_id="0"} 1
 raft_leader_changes_total{shard_id="887"} 1
 process_cpu_seconds_total ${cpu}
+cairn_raft_messages_sent_total{peer="n2"} ${peerMessages}
+cairn_raft_messages_sent_total{peer="n3"} ${peerMessages / 2}
+cairn_raft_heartbeats_sent_total{peer="n2"} ${peerMessages / 4}
 `;
 
 describe("bench:cluster parsing", () => {
@@ -109,14 +113,17 @@ describe("bench:cluster parsing", () => {
     assert.equal(sumMetric(m, "kv_request_duration_ms"), 0);
     assert.equal(sumMetric(m, "raft_leader_changes_total"), 2);
 
-    const before = [parseMetrics(METRICS(1, 100, 20)), parseMetrics(METRICS(2, 0, 0))];
-    const after = [parseMetrics(METRICS(3, 400, 120)), parseMetrics(METRICS(3, 300, 0))];
+    const before = [parseMetrics(METRICS(1, 100, 20, 40)), parseMetrics(METRICS(2, 0, 0))];
+    const after = [parseMetrics(METRICS(3, 400, 120, 440)), parseMetrics(METRICS(3, 300, 0, 200))];
     const s = serverSide(before, after, 2);
     assert.deepEqual(s.cpuCoresByNode, [1, 0.5]);
     assert.equal(s.cpuCores, 1.5);
     assert.equal(s.forwarded, 100);
     assert.equal(s.answered, 600);
     assert.equal(s.leaderChanges, 0);
+    // Both peers of each node: (440 + 220) - (40 + 20) on the first, 200 + 100 on the second.
+    assert.equal(s.peerMessages, 900);
+    assert.equal(s.heartbeats, 100 + 50);
   });
 
   it("sums a CPU profile's self time by function and by area, idle apart", () => {
@@ -175,13 +182,15 @@ describe("bench:cluster parsing", () => {
         forwarded: 50,
         answered: 100,
         leaderChanges: 0,
+        peerMessages: 1234,
+        heartbeats: 205,
       },
     };
     const lines = markdownTable([row]).trim().split("\n");
     assert.equal(lines.length, 3);
     assert.equal(
       lines[2],
-      "| grpc-load | get (linearizable) | 4 | 3,998 | 0.31 | 14.78 | 0 | 50% | 1.20 | 300 | 12% | 3.2 |",
+      "| grpc-load | get (linearizable) | 4 | 3,998 | 0.31 | 14.78 | 0 | 50% | 12.3 (2.1) | 1.20 | 300 | 12% | 3.2 |",
     );
   });
 
