@@ -62,7 +62,7 @@ export interface WalOptions {
   readonly fs?: FileSystem;
   /**
    * A batch of at most this many bytes is written with a blocking write (`FsFile.writeNow`)
-   * when the file system has one and the disk is fast (see Wal#flush); larger batches, and
+   * when the file system has one and the disk is fast (see Wal#writesNow); larger batches, and
    * every batch on a slow disk, are written asynchronously. 0: always asynchronously.
    * Default 64 KiB.
    */

@@ -700,8 +700,8 @@ export class Wal {
    * cheaper written in place than through the thread pool: no hop to another thread and back,
    * no promise per write, and while the write blocks, requests queue up in the sockets and make
    * the next batch larger (the group commit goes on). Measured on the 2-vCPU machine of
-   * BENCHMARKS.md (an O_DSYNC write ~0.3 ms): a lone Put 0.61 ms at p50 instead of 0.68, and
-   * more Puts at every concurrency from 2 to 64 with less CPU. A blocking write stops the
+   * BENCHMARKS.md (an O_DSYNC write ~0.3 ms): a lone Put 0.55–0.62 ms at p50 instead of
+   * 0.68–0.70, and more Puts at every concurrency from 2 to 64 with less CPU. A blocking write stops the
    * event loop, so a slow disk — blocking writes that take more than blockingWriteSlowMs on
    * average (a moving average: one late write among fast ones is a disk's tail, not a slow
    * disk) — turns them off for the next ASYNC_BATCHES_AFTER_SLOW_WRITES batches, then they are
