@@ -752,6 +752,14 @@ export class MultiRaft {
   async #write(cmd: KvCommand): Promise<ApplyOutcome> {
     const shard = await this.#shardForRequest(this.shardOf(cmd.key));
     this.#assertOpen();
+    // An awake follower that knows its leader would refuse the proposal at its next round: it
+    // refuses now, and the API forwards the write without it costing this node a round (two
+    // writes in three reach a follower when clients do not route). A sleeping follower takes
+    // the round: the refusal wakes it and its leader (src/raft/raft.ts, #wakeForRequest).
+    const raw = shard.raw;
+    if (raw.role === "follower" && raw.lead !== null && !raw.quiesced) {
+      throw new NotLeaderError(leaderNode(raw.lead));
+    }
     const storage = shard.sm.lsm.backpressure();
     // A throttled engine still takes writes, but fewer wait on it: its queue drains slowly.
     const limit = storage === "throttle" ? this.#maxPending >> 4 : this.#maxPending;

@@ -14,11 +14,13 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { CairnError } from "../../src/common/errors.ts";
 import {
+  type Clock,
   GrpcTransport,
   MultiRaft,
   type RaftTransport,
   type ShardMessage,
   type StoredItem,
+  systemClock,
 } from "../../src/replication/index.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
 
@@ -48,6 +50,8 @@ interface StartOptions {
   readonly quiesce?: boolean;
   /** A follower's read asks the leader's node this way (without it, followers refuse reads). */
   readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
+  /** The driver's clock (default: the system's). */
+  readonly clock?: Clock;
 }
 
 const count = (m: Map<string, number>, key: string, n = 1): void => {
@@ -126,6 +130,7 @@ class Cluster {
         ...(options.remoteReadIndex === undefined
           ? {}
           : { remoteReadIndex: options.remoteReadIndex }),
+        ...(options.clock === undefined ? {} : { clock: options.clock }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
         replicasOf: () => this.#initialVoters,
@@ -285,6 +290,57 @@ describe("MultiRaft over gRPC, three nodes", () => {
       await cluster.put(key, "v21");
       await eventually(`${back.id} follows`, async () => (await serializable(back, key)) === "v21");
     } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("an awake follower that knows the leader refuses a write at once, without a round", async () => {
+    // n3's rounds can be held: a write it queued would wait for them.
+    let held: (() => void)[] | null = null;
+    const clock: Clock = {
+      ...systemClock,
+      defer(fn) {
+        if (held === null) systemClock.defer(fn);
+        else held.push(fn);
+      },
+    };
+    const cluster = new Cluster(join(dir, "refuse"));
+    try {
+      await cluster.start("n1");
+      await cluster.start("n2");
+      const n3 = await cluster.start("n3", { clock });
+      const shard = 1;
+      const [key] = keysOfShard(n3.mr, shard, 1, "r");
+      assert.ok(key !== undefined);
+      const leader = await cluster.put(key, "v1");
+      const follower = leader === n3 ? null : n3;
+      if (follower === null) {
+        // n3 leads: hand the group to n1 so that n3 follows.
+        await n3.mr.transferLeader(shard, "n1");
+        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard)?.id === "n1"));
+      }
+      await eventually("n3 follows a known leader, awake", () => {
+        const info = n3.mr.shardInfo(shard);
+        return Promise.resolve(info?.role === "follower" && info.leader !== null && !info.quiesced);
+      });
+      const lead = n3.mr.shardInfo(shard)?.leader;
+      held = [];
+      // Refused within this turn of the event loop: before any round could run.
+      const outcome = await Promise.race([
+        n3.mr.put(enc.encode(key), enc.encode("v2")).then(
+          () => "written",
+          (err: unknown) => err as CairnError & { leader?: string | null },
+        ),
+        new Promise<string>((resolve) => setImmediate(() => resolve("still waiting"))),
+      ]);
+      assert.equal(held.length, 0, "no round was asked for");
+      assert.ok(typeof outcome !== "string", `the write was ${String(outcome)}`);
+      assert.equal(outcome.code, "CAIRN_ERR_NOT_LEADER");
+      assert.equal(outcome.leader, lead);
+    } finally {
+      const rounds = held ?? [];
+      held = null;
+      for (const fn of rounds) systemClock.defer(fn);
       await cluster.stopAll();
     }
   });
