@@ -708,7 +708,7 @@ export class Wal {
    * tried again.
    */
   #writesNow(bytes: number): boolean {
-    if (this.#handle.writeNow === undefined || bytes > this.#blockingWriteMaxBytes) return false;
+    if (bytes > this.#blockingWriteMaxBytes) return false;
     if (this.#asyncAfterSlowWrites > 0) {
       this.#asyncAfterSlowWrites--;
       return false;
@@ -738,13 +738,16 @@ export class Wal {
       }
       const data = writer.finish();
       let written = 0;
-      if (this.#writesNow(data.length)) {
-        const writeNow = (this.#handle.writeNow as NonNullable<FsFile["writeNow"]>).bind(
-          this.#handle,
-        );
+      const handle = this.#handle;
+      if (handle.writeNow !== undefined && this.#writesNow(data.length)) {
         const start = performance.now();
         while (written < data.length) {
-          written += writeNow(data, written, data.length - written, this.#segmentSize + written);
+          written += handle.writeNow(
+            data,
+            written,
+            data.length - written,
+            this.#segmentSize + written,
+          );
         }
         this.#blockingWrites++;
         const ms = performance.now() - start;
