@@ -108,6 +108,11 @@ export class RawNode {
     return this.#raft.term;
   }
 
+  /** While leader: the member leadership is being handed to, else null. */
+  get leadTransferee(): NodeId | null {
+    return this.#raft.leadTransferee;
+  }
+
   get commitIndex(): LogIndex {
     return this.#raft.log.committed;
   }

@@ -11,6 +11,7 @@ import {
   decodeConfChange,
   nodeId,
   NotLeaderError,
+  ProposalDroppedError,
   type RawNode,
 } from "../raft/index.ts";
 import { isMetaEntry } from "./commands.ts";
@@ -291,11 +292,25 @@ export class ShardReplica {
     const inbox = this.#inbox;
     this.#inbox = [];
     const electing = this.raw.role !== "leader" && this.raw.lead === null;
+    // A leader handing the group over refuses proposals until the transfer ends (Raft's rule:
+    // the transferee must catch up). They wait for it here instead: when it succeeds this node
+    // follows and refuses them with NotLeaderError naming the new leader (never appended, so the
+    // API forwards them there), and when it is abandoned (an election timeout) they are
+    // proposed. Moving a leader is then invisible to clients, not a burst of UNAVAILABLE.
+    const transferring = this.raw.role === "leader" && this.raw.leadTransferee !== null;
     for (const item of inbox) {
-      if (electing) {
-        // An election is under way: wait for it (bounded) rather than fail at once.
-        if (now - item.since < maxWaitMs) this.#inbox.push(item);
-        else (item.kind === "read" ? item.read : item.done).reject(new NotLeaderError(null));
+      if (electing || (transferring && (item.kind === "propose" || item.kind === "conf"))) {
+        // An election or a transfer is under way: wait for it (bounded) rather than fail at once.
+        if (now - item.since < maxWaitMs) {
+          this.#inbox.push(item);
+          continue;
+        }
+        const err = electing
+          ? new NotLeaderError(null)
+          : new ProposalDroppedError(
+              `leadership transfer to ${this.raw.leadTransferee} still in progress`,
+            );
+        (item.kind === "read" ? item.read : item.done).reject(err);
         continue;
       }
       try {

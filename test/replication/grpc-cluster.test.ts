@@ -52,6 +52,8 @@ interface StartOptions {
   readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
   /** The driver's clock (default: the system's). */
   readonly clock?: Clock;
+  /** Default 10 (ticks of 10 ms). */
+  readonly electionTicks?: number;
 }
 
 const count = (m: Map<string, number>, key: string, n = 1): void => {
@@ -120,7 +122,7 @@ class Cluster {
         dataDir,
         totalShards: this.totalShards,
         tickMs: 10,
-        electionTicks: 10,
+        electionTicks: options.electionTicks ?? 10,
         heartbeatTicks: 1,
         memtableBytes: 256 * 1024,
         blockCacheBytes: 4 * 1024 * 1024,
@@ -337,6 +339,58 @@ describe("MultiRaft over gRPC, three nodes", () => {
       assert.ok(typeof outcome !== "string", `the write was ${String(outcome)}`);
       assert.equal(outcome.code, "CAIRN_ERR_NOT_LEADER");
       assert.equal(outcome.leader, lead);
+    } finally {
+      const rounds = held ?? [];
+      held = null;
+      for (const fn of rounds) systemClock.defer(fn);
+      await cluster.stopAll();
+    }
+  });
+
+  it("a leader handing its group over holds a write until the transfer ends, then names the new leader", async () => {
+    // n3's rounds can be held: the transfer to it stays in progress until they are released.
+    let held: (() => void)[] | null = null;
+    const clock: Clock = {
+      ...systemClock,
+      defer(fn) {
+        if (held === null) systemClock.defer(fn);
+        else held.push(fn);
+      },
+    };
+    const cluster = new Cluster(join(dir, "transfer"));
+    try {
+      // n1's election timeout (1 s) bounds the transfer: it is not abandoned while the test runs.
+      const n1 = await cluster.start("n1", { electionTicks: 100 });
+      await cluster.start("n2");
+      const n3 = await cluster.start("n3", { clock });
+      const shard = 3;
+      const [key] = keysOfShard(n1.mr, shard, 1, "t");
+      assert.ok(key !== undefined);
+      let leader = await cluster.put(key, "v1");
+      if (leader !== n1) {
+        await leader.mr.transferLeader(shard, "n1");
+        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard) === n1));
+        leader = n1;
+      }
+      await eventually("n3 holds the whole log", () => {
+        const info = n1.mr.shardInfo(shard);
+        return Promise.resolve(n1.mr.isCaughtUp(shard, "n3") && info?.role === "leader");
+      });
+      held = [];
+      await n1.mr.transferLeader(shard, "n3");
+      const outcome = n1.mr.put(enc.encode(key), enc.encode("v2")).then(
+        () => "written",
+        (err: unknown) => err as CairnError & { leader?: string | null },
+      );
+      // n1's round takes the write long before n3, released, can campaign and win.
+      const rounds = held;
+      held = null;
+      for (const fn of rounds) systemClock.defer(fn);
+      const result = await outcome;
+      assert.ok(typeof result !== "string", "n3 took over: the write was not appended at n1");
+      assert.equal(result.code, "CAIRN_ERR_NOT_LEADER", result.message);
+      assert.equal(result.leader, "n3");
+      assert.equal(cluster.leaderOf(shard), n3);
     } finally {
       const rounds = held ?? [];
       held = null;
