@@ -7,7 +7,9 @@
  *
  * - **One hop.** A forwarded call carries `cairn-forwarded`; a node that receives one answers
  *   NOT_LEADER itself instead of forwarding again, so two nodes with stale views cannot bounce a
- *   call between them.
+ *   call between them. When the node forwarded to refuses NOT_LEADER naming yet another node
+ *   (the group moved: a transfer or an election), this node sends the call once more, there:
+ *   NOT_LEADER proves nothing was applied. At most two forwards per call.
  * - **The caller's deadline bounds the forward**, capped at `maxDeadlineMs`; a caller that gives
  *   up (deadline, cancel) cancels the forward.
  * - **Never claim "not applied" unless it is true.** When the leader could not be reached the
@@ -36,11 +38,11 @@ import {
   status,
 } from "@grpc/grpc-js";
 import { type CallResult, GrpcChannel, metadataOf } from "./grpc-channel.ts";
-import { type NodeId, NotLeaderError } from "../raft/index.ts";
+import { type NodeId, nodeId, NotLeaderError } from "../raft/index.ts";
 import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./errors.ts";
 
 export { LeaderChangedError, LeaderUnreachableError };
-import { FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
+import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
@@ -115,7 +117,32 @@ export class Forwarder {
     if (call.metadata.get(FORWARDED_KEY).length > 0) return null;
     const address = this.#options.addressOf(err.leader);
     if (address === null || address === "") return null;
-    return this.#send(method, err.leader, address, call);
+    const leader = err.leader;
+    return this.#send(method, leader, address, call).then((r) =>
+      this.#followRefusal(method, r, leader, call),
+    );
+  }
+
+  /**
+   * The node forwarded to refused the call NOT_LEADER naming another node (its group moved on:
+   * a transfer or an election between this node's view and the call's arrival). NOT_LEADER
+   * proves the call was not applied, so it is sent once more, to the node named; this node
+   * sends it, never the refusing one (one hop per forward). Any other answer is final.
+   */
+  #followRefusal<Req, Res>(
+    method: ForwardedMethod,
+    r: ForwardReply<Res>,
+    tried: NodeId,
+    call: ServerUnaryCall<Req, Res>,
+  ): ForwardReply<Res> | Promise<ForwardReply<Res>> {
+    if (r.ok || this.#closed || call.cancelled) return r;
+    const metadata = r.error.metadata;
+    if (metadata?.get(ERROR_CODE_KEY)[0] !== "CAIRN_ERR_NOT_LEADER") return r;
+    const hint = metadata.get(LEADER_HINT_KEY)[0];
+    if (typeof hint !== "string" || hint === tried || hint === this.#options.nodeId) return r;
+    const address = this.#options.addressOf(hint);
+    if (address === null || address === "") return r;
+    return this.#send(method, nodeId(hint), address, call);
   }
 
   /** Closes every channel; later refusals are answered here (NOT_LEADER with the hint). */

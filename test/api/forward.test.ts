@@ -272,26 +272,42 @@ describe("forwarding to the shard's leader", () => {
     assert.equal(got.value.toString(), "1");
   });
 
-  it("never forwards a forwarded call again: NOT_LEADER with the hint", async () => {
-    // n3 believes n2 leads; n2 believes n1 leads. n3 forwards to n2, which must answer itself.
+  it("never forwards a forwarded call again; the forwarding node follows a refusal's hint once", async () => {
+    // n3 believes n2 leads; n2 believes n1 (the leader) does. n2 answers n3's forward itself,
+    // NOT_LEADER naming n1 (nothing applied), and n3 sends the call there: the write lands.
     const n3 = await startNode("n3", new FollowerStore("n2"));
     const n2store = new FollowerStore("n1");
     const n2 = await startNode("n2b", n2store);
     addresses.set("n2", n2.address);
     try {
+      await call((md, o, cb) => n3.kv.Put({ key: key("hop"), value: key("1") }, md, o, cb));
+      assert.equal(n2store.calls, 1);
+      const atLeader = await call<{ found: boolean; value: Buffer }>((md, o, cb) =>
+        leader.kv.Get({ key: key("hop") }, md, o, cb),
+      );
+      assert.equal(atLeader.value.toString(), "1");
+
+      // Two nodes naming each other: n3 tries each once, then relays the last refusal.
+      const n4store = new FollowerStore("n2");
+      const n4 = await startNode("n4b", n4store);
+      const n2loop = new FollowerStore("n4");
+      const n2b = await startNode("n2c", n2loop);
+      addresses.set("n2", n2b.address);
+      addresses.set("n4", n4.address);
       const err = await failure(
         call((md, o, cb) => n3.kv.Put({ key: key("loop"), value: key("1") }, md, o, cb)),
       );
       assert.equal(err.code, status.UNAVAILABLE);
       assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
-      assert.equal(trailer(err, "cairn-leader"), "n1", "n2's hint, relayed");
-      assert.equal(n2store.calls, 1);
-      const atLeader = await call<{ found: boolean }>((md, o, cb) =>
+      assert.equal(trailer(err, "cairn-leader"), "n2", "n4's hint, relayed");
+      assert.equal(n2loop.calls, 1, "n2 answered itself");
+      assert.equal(n4store.calls, 1, "n4 answered itself");
+      const absent = await call<{ found: boolean }>((md, o, cb) =>
         leader.kv.Get({ key: key("loop") }, md, o, cb),
       );
-      assert.equal(atLeader.found, false, "the write never reached the leader");
+      assert.equal(absent.found, false, "the write never reached the leader");
 
-      // The same holds for a call that arrives already marked.
+      // A call that arrives already marked is answered where it lands.
       const marked = new Metadata();
       marked.set(FORWARDED_KEY, "1");
       const direct = await failure(
@@ -301,6 +317,7 @@ describe("forwarding to the shard's leader", () => {
       assert.equal(trailer(direct, "cairn-leader"), "n1");
     } finally {
       addresses.set("n2", follower.address);
+      addresses.delete("n4");
     }
   });
 
