@@ -297,8 +297,9 @@ export class ShardReplica {
     // follows and refuses them with NotLeaderError naming the new leader (never appended, so the
     // API forwards them there), and when it is abandoned (an election timeout) they are
     // proposed. Moving a leader is then invisible to clients, not a burst of UNAVAILABLE.
-    const transferring = this.raw.role === "leader" && this.raw.leadTransferee !== null;
     for (const item of inbox) {
+      // (A transfer may start at an item of this inbox: asked for each item.)
+      const transferring = this.raw.role === "leader" && this.raw.leadTransferee !== null;
       if (electing || (transferring && (item.kind === "propose" || item.kind === "conf"))) {
         // An election or a transfer is under way: wait for it (bounded) rather than fail at once.
         if (now - item.since < maxWaitMs) {

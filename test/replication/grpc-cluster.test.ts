@@ -377,11 +377,13 @@ describe("MultiRaft over gRPC, three nodes", () => {
         return Promise.resolve(n1.mr.isCaughtUp(shard, "n3") && info?.role === "leader");
       });
       held = [];
-      await n1.mr.transferLeader(shard, "n3");
+      // Asked in the same turn: the transfer starts in the round that takes the write.
+      const transfer = n1.mr.transferLeader(shard, "n3");
       const outcome = n1.mr.put(enc.encode(key), enc.encode("v2")).then(
         () => "written",
         (err: unknown) => err as CairnError & { leader?: string | null },
       );
+      await transfer;
       // n1's round takes the write long before n3, released, can campaign and win.
       const rounds = held;
       held = null;
