@@ -19,9 +19,12 @@
  *
  * - **A forward follows the shard's leader.** When this node learns that another node now leads
  *   the shard of a call in flight to the old leader (a paused or cut-off leader may never answer,
- *   and its partners have elected another), the forward is cut and the caller gets
- *   CAIRN_ERR_LEADER_CHANGED naming the new leader, at once rather than at its deadline: a read
- *   retries there; a write's outcome is unknown, as for any broken forward.
+ *   and its partners have elected another), the forward is cut after a grace period
+ *   (`leaderChangeGraceMs`, the election timeout) and the caller gets CAIRN_ERR_LEADER_CHANGED
+ *   naming the new leader, rather than at its deadline: a read retries there; a write's outcome
+ *   is unknown, as for any broken forward. The grace lets a leader that handed its group over
+ *   answer first: it held the write, and refuses it NOT_LEADER naming the new leader, which this
+ *   node then follows (the write lands instead of ending "outcome unknown").
  *
  * The forward goes over the node's own gRPC client (grpc-channel.ts), one channel per leader
  * address: it knows whether the leader can have seen the request at all (`sent`), which is what
@@ -47,6 +50,9 @@ import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
 
+/** ForwardOptions.leaderChangeGraceMs unless given: the default election timeout. */
+export const DEFAULT_LEADER_CHANGE_GRACE_MS = 1_000;
+
 export interface ForwardOptions {
   /** This node's id: a hint naming it is never followed. */
   readonly nodeId: string;
@@ -54,6 +60,13 @@ export interface ForwardOptions {
   addressOf(nodeId: string): string | null;
   /** Cap of a forwarded call's deadline, in ms (the caller's deadline applies when sooner). */
   readonly maxDeadlineMs?: number;
+  /**
+   * How long a forward to a node that no longer leads the shard may still be answered by it
+   * before it is cut (ms; default DEFAULT_LEADER_CHANGE_GRACE_MS). A leader that handed its
+   * group over answers within a round (NOT_LEADER naming the new leader, then followed, or the
+   * write's outcome); one paused or cut off never does. 0 cuts at once.
+   */
+  readonly leaderChangeGraceMs?: number;
   /**
    * Shard leaders as this node learns them, for cutting forwards to a deposed leader: the shard
    * of a request's key, and a subscription to leader changes (returns unsubscribe). Without it a
@@ -68,7 +81,8 @@ export interface ForwardOptions {
 /** A forward in flight to `leader`: cut (answered LeaderChangedError) when another leads. */
 interface InFlight {
   readonly leader: NodeId;
-  abandon(leader: string): void;
+  /** `leader` leads the shard now: cut the forward after the grace period, unless answered. */
+  deposed(leader: string): void;
 }
 
 /** The KV methods that may be forwarded. */
@@ -83,6 +97,7 @@ export class Forwarder {
   readonly #options: ForwardOptions;
   readonly #service: ServiceDefinition;
   readonly #maxDeadlineMs: number;
+  readonly #graceMs: number;
   readonly #maxMessageBytes: number;
   /** One channel per leader address, reused by every forward to it. */
   readonly #channels = new Map<string, GrpcChannel>();
@@ -96,6 +111,7 @@ export class Forwarder {
     this.#options = options;
     this.#service = service;
     this.#maxDeadlineMs = options.maxDeadlineMs ?? DEFAULT_FORWARD_DEADLINE_MS;
+    this.#graceMs = options.leaderChangeGraceMs ?? DEFAULT_LEADER_CHANGE_GRACE_MS;
     this.#maxMessageBytes = maxMessageBytes;
     this.#unwatch =
       options.leaders?.watch((shard, leader) => this.#leaderChanged(shard, leader)) ?? null;
@@ -172,12 +188,16 @@ export class Forwarder {
     const shard = this.#shardOf(call.request);
     const abort = new AbortController();
     let newLeader: string | null = null;
+    let cut: NodeJS.Timeout | null = null;
+    const graceMs = this.#graceMs;
     const onCancelled = (): void => abort.abort();
     const inFlight: InFlight = {
       leader,
-      abandon(to) {
+      deposed(to) {
+        if (newLeader !== null) return; // the first leader named after it decides
         newLeader = to;
-        abort.abort();
+        if (graceMs <= 0) abort.abort();
+        else cut = setTimeout(() => abort.abort(), graceMs).unref();
       },
     };
     call.once("cancelled", onCancelled);
@@ -186,6 +206,7 @@ export class Forwarder {
     return this.#channel(address)
       .unary(def.path, request, { deadline, metadata: FORWARDED, signal: abort.signal })
       .then((result) => {
+        if (cut !== null) clearTimeout(cut);
         call.removeListener("cancelled", onCancelled);
         if (shard !== null) this.#track(shard, inFlight, false);
         if (newLeader !== null && result.code === status.CANCELLED) {
@@ -218,7 +239,7 @@ export class Forwarder {
     if (leader === null) return;
     const set = this.#inFlight.get(shard);
     if (set === undefined) return;
-    for (const f of [...set]) if (f.leader !== leader) f.abandon(leader);
+    for (const f of [...set]) if (f.leader !== leader) f.deposed(leader);
   }
 
   #channel(address: string): GrpcChannel {

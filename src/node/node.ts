@@ -355,6 +355,7 @@ export class CairnNode implements HealthSource {
         nodeId: this.config.node_id,
         addressOf: (id) => rpcAddressOf(this.views.current(), id),
         maxDeadlineMs: REQUEST_TIMEOUT_MS,
+        leaderChangeGraceMs: this.config.raft.tick_ms * this.config.raft.election_ticks,
         leaders: {
           shardOf: (key) => shardForKey(key, this.config.cluster.total_shards),
           watch: (listener) => {

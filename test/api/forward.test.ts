@@ -408,17 +408,27 @@ describe("forwarding to the shard's leader", () => {
 
 describe("deadlines of a forwarded call", () => {
   let hang: Server;
-  const seen: { deadline: number; forwarded: string; cancelledAt: number | null }[] = [];
+  const seen: {
+    deadline: number;
+    forwarded: string;
+    cancelledAt: number | null;
+    /** Answers the call with an error status (it never answers unless told). */
+    fail: (err: Partial<ServiceError>) => void;
+  }[] = [];
 
   before(async () => {
     // A "leader" that takes calls and never answers.
     hang = new Server();
-    const never = (c: ServerUnaryCall<unknown, unknown>): void => {
+    const never = (
+      c: ServerUnaryCall<unknown, unknown>,
+      cb: (err: Partial<ServiceError> | null) => void,
+    ): void => {
       const d = c.getDeadline();
       const entry = {
         deadline: typeof d === "number" ? d : d.getTime(),
         forwarded: String(c.metadata.get(FORWARDED_KEY)[0] ?? ""),
         cancelledAt: null as number | null,
+        fail: (err: Partial<ServiceError>) => cb(err),
       };
       seen.push(entry);
       c.on("cancelled", () => (entry.cancelledAt = Date.now()));
@@ -475,12 +485,48 @@ describe("deadlines of a forwarded call", () => {
     assert.ok((seen[0]?.deadline ?? Infinity) - t0 < 1000);
   });
 
+  it("lets a deposed leader answer first: its NOT_LEADER naming the new leader is followed", async () => {
+    // A leader handing its group over holds the write, then refuses it naming the new leader.
+    let changed: ((shard: number, leader: string | null) => void) | null = null;
+    const node = await startNode("n9", new FollowerStore("mute"), {
+      leaderChangeGraceMs: 30_000,
+      leaders: {
+        shardOf: () => 3,
+        watch: (listener) => {
+          changed = listener;
+          return () => undefined;
+        },
+      },
+    });
+    seen.length = 0;
+    const put = call<PutResponse__Output>((md, o, cb) =>
+      node.kv.Put({ key: key("moved"), value: key("1") }, md, o, cb),
+    );
+    await waitFor(() => seen.length === 1);
+    assert.ok(changed !== null);
+    (changed as (shard: number, leader: string | null) => void)(3, "n1");
+    await new Promise((r) => setImmediate(r));
+    assert.equal(seen[0]?.cancelledAt, null, "not cut within the grace period");
+    const md = new Metadata();
+    md.set("cairn-error-code", "CAIRN_ERR_NOT_LEADER");
+    md.set("cairn-leader", "n1");
+    seen[0]?.fail({ code: status.UNAVAILABLE, details: "not the leader", metadata: md });
+    const { version } = await put;
+    assert.ok(version !== null && version.index > 0, "written at n1");
+    const atLeader = await call<{ value: Buffer }>((md2, o, cb) =>
+      leader.kv.Get({ key: key("moved") }, md2, o, cb),
+    );
+    assert.equal(atLeader.value.toString(), "1");
+    node.server.destroy();
+  });
+
   it("cuts a forward to a deposed leader as soon as another node leads the shard", async () => {
     // A paused or cut-off leader never answers; once this node learns the shard's new leader,
     // the caller hears it at once instead of at its deadline (a write: outcome unknown).
     let changed: ((shard: number, leader: string | null) => void) | null = null;
     let unwatched = false;
     const node = await startNode("n8", new FollowerStore("mute"), {
+      leaderChangeGraceMs: 0,
       leaders: {
         shardOf: (k) => (Buffer.from(k).toString() === "s3" ? 3 : 4),
         watch: (listener) => {
