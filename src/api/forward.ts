@@ -155,7 +155,9 @@ export class Forwarder {
     const metadata = r.error.metadata;
     if (metadata?.get(ERROR_CODE_KEY)[0] !== "CAIRN_ERR_NOT_LEADER") return r;
     const hint = metadata.get(LEADER_HINT_KEY)[0];
-    if (typeof hint !== "string" || hint === tried || hint === this.#options.nodeId) return r;
+    // The node named may be this one (it was elected meanwhile): the call comes back to it,
+    // marked, and is served here.
+    if (typeof hint !== "string" || hint === tried) return r;
     const address = this.#options.addressOf(hint);
     if (address === null || address === "") return r;
     return this.#send(method, nodeId(hint), address, call);

@@ -307,6 +307,18 @@ describe("forwarding to the shard's leader", () => {
       );
       assert.equal(absent.found, false, "the write never reached the leader");
 
+      // Named itself (elected meanwhile): s1 sends the call to itself, where it is answered.
+      const s1store = new FollowerStore("s2");
+      const s1 = await startNode("s1", s1store);
+      const s2store = new FollowerStore("s1");
+      await startNode("s2", s2store);
+      const self = await failure(
+        call((md, o, cb) => s1.kv.Put({ key: key("self"), value: key("1") }, md, o, cb)),
+      );
+      assert.equal(trailer(self, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+      assert.equal(s2store.calls, 1);
+      assert.equal(s1store.calls, 2, "first from the client, then from itself");
+
       // A call that arrives already marked is answered where it lands.
       const marked = new Metadata();
       marked.set(FORWARDED_KEY, "1");
