@@ -204,6 +204,14 @@ export class GrpcChannel {
     return call;
   }
 
+  /**
+   * Hands what this turn's calls have framed to the socket now instead of after the turn (for a
+   * caller about to block the thread on a synchronous write).
+   */
+  flush(): void {
+    for (const connection of this.#connections) connection.flushNow();
+  }
+
   /** Graceful close: no new calls (UNAVAILABLE, not sent); the calls in flight finish. */
   close(): void {
     this.#closed = true;

@@ -504,6 +504,11 @@ export class GrpcTransport implements RaftTransport {
     }
   }
 
+  /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
+  flush(): void {
+    for (const p of this.#peers.values()) p.channel?.flush();
+  }
+
   /** Counters and state per peer, for metrics and tests. */
   stats(): Record<string, PeerStats> {
     const out: Record<string, PeerStats> = {};

@@ -4,11 +4,14 @@
  *
  *   1. feed each group the inputs queued since the last round (ticks, proposals, reads);
  *   2. collect every group's Ready;
- *   3. persist all new entries and hard states in one WAL append and ONE fdatasync;
- *   4. send messages (none in single-node mode: every group has one voter);
- *   5. apply committed entries to each shard's LSM, answering the proposals they settle, and
+ *   3. send the leaders' appends and heartbeats (Raft thesis §10.2.1: a leader writes its log in
+ *      parallel with replicating it);
+ *   4. persist all new entries and hard states in one WAL append and ONE fdatasync;
+ *   5. send the other messages: answers and votes promise what is now durable (none in
+ *      single-node mode: every group has one voter);
+ *   6. apply committed entries to each shard's LSM, answering the proposals they settle, and
  *      serve confirmed reads;
- *   6. advance every group.
+ *   7. advance every group.
  *
  * Requests that arrive while a round waits for its fsync are proposed in the next round, so
  * the fsync is shared by everything that arrived meanwhile (group commit across shards).
@@ -196,7 +199,8 @@ export interface ShardMessage {
 export interface RaftTransport {
   /**
    * Sends one round's messages for node `to`, in order. Delivery is best effort: Raft retries
-   * what is lost. Called only after the round's records are durable. When the messages carry a
+   * what is lost. Called once the round's records are durable, except for a leader's appends and
+   * heartbeats (sent before the WAL write, then flush()). When the messages carry a
    * snapshot, `sent` is given: the transport calls it once (never from inside send()) with
    * whether the snapshots were delivered (true; GrpcTransport says so once the peer acknowledged
    * every one) or lost (false), and the driver reports the outcome to the groups
@@ -204,6 +208,12 @@ export interface RaftTransport {
    * MultiRaft.reportUnreachable().
    */
   send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void;
+  /**
+   * Hands what send() was given this turn to the network now, not after the turn: the driver
+   * calls it before it blocks the thread on a synchronous WAL write, so that its appends
+   * travel meanwhile. Optional (a transport without it sends after the turn).
+   */
+  flush?(): void;
 }
 
 export interface DriverTestingBugs {
@@ -213,6 +223,8 @@ export interface DriverTestingBugs {
   readonly followerReadWithoutApply?: boolean;
   /** A round sends, applies and answers before its WAL records are synced (planted-bugs.ts). */
   readonly ackBeforeWalSync?: boolean;
+  /** Every message of a round leaves before its WAL write, answers and votes too (not only a leader's appends). */
+  readonly everyMessageBeforeWalWrite?: boolean;
   /** A snapshot install is not durable before the WAL records it (planted-bugs.ts). */
   readonly snapshotInstallNotDurable?: boolean;
 }
@@ -1029,7 +1041,11 @@ export class MultiRaft {
       }
       if (work.length === 0) return;
       const records: WalRecord[] = [];
+      // A leader's appends and heartbeats leave before this round's WAL write, everything else
+      // (acknowledgements, votes, snapshots) once the round is durable: see below.
+      const early = new Map<NodeId, ShardMessage[]>();
       const outbox = new Map<NodeId, ShardMessage[]>();
+      const allEarly = this.#testingBugs.everyMessageBeforeWalWrite === true;
       for (const [s, rd] of work) {
         if (rd.snapshot !== null) {
           // The engine takes the snapshot durably first: once the WAL records it, the log below
@@ -1051,8 +1067,12 @@ export class MultiRaft {
             );
           }
           for (const message of rd.messages) {
-            let list = outbox.get(message.to);
-            if (list === undefined) outbox.set(message.to, (list = []));
+            const box =
+              message.type === "append" || message.type === "heartbeat" || allEarly
+                ? early
+                : outbox;
+            let list = box.get(message.to);
+            if (list === undefined) box.set(message.to, (list = []));
             list.push({ shard: s.id, message });
           }
         }
@@ -1066,6 +1086,15 @@ export class MultiRaft {
             state: { term: hs.term, vote: hs.vote, commit: hs.commit },
           });
         }
+      }
+      if (early.size > 0) {
+        // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
+        // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
+        // copy toward a commit only when it steps the followers' answers, in a later round,
+        // after this round's sync; only those answers and votes promise durability. Flushed now,
+        // not after the turn: the WAL's write below may block the thread.
+        this.#send(early);
+        this.#options.transport?.flush?.();
       }
       if (records.length > 0) {
         this.#wal.append(records);

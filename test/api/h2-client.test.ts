@@ -388,6 +388,27 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("writes a turn's frames after the turn, or at once on flushNow()", async () => {
+    const c = client(echoServer.port);
+    try {
+      await c.ready;
+      const socket = c.connection.socket;
+      const before = socket.bytesWritten;
+      const later = exchange(c.connection, Buffer.from("later"));
+      assert.equal(socket.bytesWritten, before, "queued until the turn ends");
+      await new Promise((r) => setImmediate(r));
+      const afterTurn = socket.bytesWritten;
+      assert.ok(afterTurn > before, "written after the turn");
+      const now = exchange(c.connection, Buffer.from("now"));
+      c.connection.flushNow();
+      assert.ok(socket.bytesWritten > afterTurn, "written within the turn");
+      assert.equal((await later.outcome).body.toString(), "later");
+      assert.equal((await now.outcome).body.toString(), "now");
+    } finally {
+      c.connection.destroy();
+    }
+  });
+
   it("sends DATA within the server's MAX_FRAME_SIZE and windows, and credits in large steps", async () => {
     // The server allows frames of 20,000 bytes and a stream window of 1 MiB; the connection's
     // stays 65,535 until it sends a WINDOW_UPDATE.

@@ -23,6 +23,7 @@ import {
   systemClock,
 } from "../../src/replication/index.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
+import { type FileSystem, type FsFile, nodeFileSystem } from "../../src/storage/common/index.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -40,6 +41,8 @@ interface PeerNode {
   readonly server: RaftServer;
   /** Messages received, by type. */
   readonly received: Map<string, number>;
+  /** Entries received in appends, by shard. */
+  readonly entriesReceived: Map<string, number>;
   /** Frames (driver rounds' batches) and heartbeats sent, by peer. */
   readonly framesTo: Map<string, number>;
   readonly heartbeatsTo: Map<string, number>;
@@ -54,6 +57,8 @@ interface StartOptions {
   readonly clock?: Clock;
   /** Default 10 (ticks of 10 ms). */
   readonly electionTicks?: number;
+  /** The file system of the node's WAL and engines (default: the real one). */
+  readonly fs?: FileSystem;
 }
 
 const count = (m: Map<string, number>, key: string, n = 1): void => {
@@ -85,14 +90,17 @@ class Cluster {
     const tag = this.replicaTag.get(id);
     const replicaId = tag === undefined ? id : `${id}@${tag}`;
     const received = new Map<string, number>();
+    const entriesReceived = new Map<string, number>();
     const framesTo = new Map<string, number>();
     const heartbeatsTo = new Map<string, number>();
     let mr: MultiRaft | null = null;
     // Frames that arrive before the node has opened are dropped (Raft resends).
     const server = await startRaftServer(
       (from: string, messages: ShardMessage[]) => {
-        for (const { message } of messages) {
+        for (const { shard, message } of messages) {
           received.set(message.type, (received.get(message.type) ?? 0) + 1);
+          if (message.type === "append")
+            count(entriesReceived, String(shard), message.entries.length);
         }
         mr?.receive(from, messages);
       },
@@ -133,6 +141,7 @@ class Cluster {
           ? {}
           : { remoteReadIndex: options.remoteReadIndex }),
         ...(options.clock === undefined ? {} : { clock: options.clock }),
+        ...(options.fs === undefined ? {} : { fs: options.fs }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
         replicasOf: () => this.#initialVoters,
@@ -143,7 +152,17 @@ class Cluster {
       await transport.close();
       throw err;
     }
-    const node = { id, dataDir, mr, transport, server, received, framesTo, heartbeatsTo };
+    const node = {
+      id,
+      dataDir,
+      mr,
+      transport,
+      server,
+      received,
+      entriesReceived,
+      framesTo,
+      heartbeatsTo,
+    };
     this.nodes.set(id, node);
     return node;
   }
@@ -191,6 +210,32 @@ class Cluster {
       }
     }
   }
+}
+
+/**
+ * The real file system, but the WAL's writes wait while `held` (always through the thread pool:
+ * no blocking writes), so a test can keep a node's round from becoming durable.
+ */
+class HeldWalFs {
+  held: Promise<void> | null = null;
+  readonly fs: FileSystem = {
+    ...nodeFileSystem,
+    open: async (path, flags) => {
+      const file = await nodeFileSystem.open(path, flags);
+      const wal = path.includes("/wal/");
+      const wrapped: FsFile = {
+        write: async (...args) => {
+          if (wal && this.held !== null) await this.held;
+          return file.write(...args);
+        },
+        truncate: (length) => file.truncate(length),
+        sync: () => file.sync(),
+        datasync: () => file.datasync(),
+        close: () => file.close(),
+      };
+      return wrapped;
+    },
+  };
 }
 
 function keysOfShard(mr: MultiRaft, shard: number, n: number, prefix: string): string[] {
@@ -397,6 +442,44 @@ describe("MultiRaft over gRPC, three nodes", () => {
       const rounds = held ?? [];
       held = null;
       for (const fn of rounds) systemClock.defer(fn);
+      await cluster.stopAll();
+    }
+  });
+
+  it("a leader's appends leave before its own WAL write is done, and the write commits after it", async () => {
+    const disk = new HeldWalFs();
+    let release = (): void => undefined;
+    const cluster = new Cluster(join(dir, "early"));
+    try {
+      const n1 = await cluster.start("n1", { fs: disk.fs });
+      await cluster.start("n2");
+      await cluster.start("n3");
+      const shard = 2;
+      const [key] = keysOfShard(n1.mr, shard, 1, "e");
+      assert.ok(key !== undefined);
+      const leader = await cluster.put(key, "v1");
+      if (leader !== n1) {
+        await leader.mr.transferLeader(shard, "n1");
+        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard) === n1));
+      }
+      const followers = cluster.live().filter((n) => n !== n1);
+      const before = followers.map((n) => n.entriesReceived.get(String(shard)) ?? 0);
+      disk.held = new Promise((r) => (release = r));
+      let written = false;
+      const put = n1.mr.put(enc.encode(key), enc.encode("v2")).then(() => (written = true));
+      await eventually("both followers received the entry", () =>
+        Promise.resolve(
+          followers.every((n, i) => (n.entriesReceived.get(String(shard)) ?? 0) > (before[i] ?? 0)),
+        ),
+      );
+      assert.equal(written, false, "not committed while the leader's own write waits");
+      disk.held = null;
+      release();
+      await put;
+      assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v2");
+    } finally {
+      disk.held = null;
+      release();
       await cluster.stopAll();
     }
   });

@@ -101,6 +101,21 @@ describe("driver simulation", () => {
     assert.notEqual(caught, null, "the planted follower read went unnoticed for 500 seeds");
   });
 
+  it("catches answers and votes sent before their round is durable within 500 seeds", async () => {
+    // Only a leader's appends and heartbeats may leave before the round's WAL write
+    // (MultiRaft#round): this bug sends everything then.
+    let caught: number | null = null;
+    for (let seed = 1; seed <= 500 && caught === null; seed++) {
+      const r = await runDriverSeed({
+        seed,
+        nodes: 3,
+        bugs: { everyMessageBeforeWalWrite: true },
+      });
+      if (r.violation?.kind === "linearizability") caught = seed;
+    }
+    assert.notEqual(caught, null, "the planted early answers went unnoticed for 500 seeds");
+  });
+
   it("catches a wiped node that comes back as the replica it was within 500 seeds", async () => {
     // An empty disk under the old replica id forgets the votes and acknowledgements it gave:
     // what rejoining as a new replica (src/node/replicas.ts) is for.

@@ -11,7 +11,8 @@
  *
  * 1. Every frame produced in one event-loop turn leaves in one socket write, after the turn
  *    (`#frame` queues, `#flushOutput` writes; nothing else writes to the socket). A gRPC call's
- *    frames, and a turn's worth of calls, cost one system call.
+ *    frames, and a turn's worth of calls, cost one system call. The one exception: `flushNow()`
+ *    writes what is queued at once, for an owner about to block the thread.
  * 2. No DATA beyond the peer's windows: a stream's `queue` leaves only as far as its window, the
  *    connection's and the peer's SETTINGS_MAX_FRAME_SIZE allow; a stream held back by the
  *    connection window waits in `#blocked` for a WINDOW_UPDATE. A stream's window follows the
@@ -731,6 +732,15 @@ export abstract class ConnectionCore<S extends CoreStream> {
       this.#outputScheduled = true;
       setImmediate(() => this.#flushOutput());
     }
+  }
+
+  /**
+   * Writes what this turn has framed now rather than after the turn (invariant 1's one
+   * exception): for a caller about to block the thread (a synchronous disk write) whose frames
+   * should travel meanwhile. Frames framed later in the turn leave after it, as ever.
+   */
+  flushNow(): void {
+    if (this.#outputScheduled) this.#flushOutput();
   }
 
   #flushOutput(): void {

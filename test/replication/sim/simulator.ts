@@ -438,6 +438,7 @@ class DriverSim {
       testingBugs: {
         ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
         ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
+        ...(bugs.everyMessageBeforeWalWrite === true ? { everyMessageBeforeWalWrite: true } : {}),
       },
       observer: {
         fatal: (err) => {
