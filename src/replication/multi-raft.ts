@@ -78,7 +78,7 @@ const REQUEST_OVERHEAD_BYTES = 512;
 /**
  * Heartbeat intervals a leader waits with nothing to do before its group sleeps: long enough
  * that the answers to its heartbeats are in and every replica has heard the commit index, short
- * enough that a group written once sleeps within half a second (at the default 100 ms tick).
+ * enough that a group written once sleeps within a second (heartbeats every 200 ms by default).
  */
 export const QUIESCE_AFTER_HEARTBEATS = 5;
 
@@ -225,6 +225,8 @@ export interface DriverTestingBugs {
   readonly ackBeforeWalSync?: boolean;
   /** Every message of a round leaves before its WAL write, answers and votes too (not only a leader's appends). */
   readonly everyMessageBeforeWalWrite?: boolean;
+  /** A round whose only records are hard states is not synced, a changed term or vote included. */
+  readonly hardStateWithoutSync?: boolean;
   /** A snapshot install is not durable before the WAL records it (planted-bugs.ts). */
   readonly snapshotInstallNotDurable?: boolean;
 }
@@ -652,7 +654,8 @@ export class MultiRaft {
       );
     }
     await shard.sm.lsm.flush();
-    const index = Math.min(shard.sm.lsm.flushedSeq, this.#wal.lastIndex(id));
+    // Not past the commit index (see maintain()).
+    const index = Math.min(shard.sm.lsm.flushedSeq, this.#wal.lastIndex(id), shard.raw.commitIndex);
     this.#wal.compact(id, index);
     await this.#wal.sync();
     const term = this.#wal.term(id, this.#wal.firstIndex(id) - 1) ?? 0;
@@ -1046,7 +1049,10 @@ export class MultiRaft {
       const early = new Map<NodeId, ShardMessage[]>();
       const outbox = new Map<NodeId, ShardMessage[]>();
       const allEarly = this.#testingBugs.everyMessageBeforeWalWrite === true;
+      // Whether the round must be durable before it goes on (see #needsSync).
+      let mustSync = false;
       for (const [s, rd] of work) {
+        if (!mustSync && this.#needsSync(s, rd)) mustSync = true;
         if (rd.snapshot !== null) {
           // The engine takes the snapshot durably first: once the WAL records it, the log below
           // is gone and only the engine holds that state.
@@ -1098,7 +1104,9 @@ export class MultiRaft {
       }
       if (records.length > 0) {
         this.#wal.append(records);
-        if (this.#testingBugs.ackBeforeWalSync === true) {
+        if (!mustSync) {
+          // Only commit indexes moved: durable with the next round that syncs.
+        } else if (this.#testingBugs.ackBeforeWalSync === true) {
           this.#wal.sync().catch((err: unknown) => this.#fail(err));
         } else {
           await this.#wal.sync();
@@ -1120,6 +1128,30 @@ export class MultiRaft {
     } catch (err) {
       this.#fail(err);
     }
+  }
+
+  /**
+   * Whether `rd` needs the round to be durable before its messages leave and its entries apply:
+   * new entries, a snapshot, a changed term or vote do. A commit index that moved alone does
+   * not (etcd's MustSync): in a group of several voters the entries it covers are already
+   * durable on a majority, a linearizable read there goes through ReadIndex (a leader's commit
+   * in its own term) and never trusts a restarted node's commit index, and a node that
+   * restarts with an older one learns the newer from its leader; entries its engine already
+   * holds are skipped when they apply again. Two exceptions keep the commit durable at once: a
+   * sole voter (its linearizable reads are served at its own commit index after a restart,
+   * #readBarrier) and a commit that covers a configuration change (a node restarting without
+   * it could wait for votes of members already removed).
+   */
+  #needsSync(s: ShardReplica, rd: Ready): boolean {
+    if (rd.entries.length > 0 || rd.snapshot !== null) return true;
+    const hs = rd.hardState;
+    if (hs === null) return false;
+    if (this.#testingBugs.hardStateWithoutSync === true) return false;
+    const before = this.#wal.hardState(s.id);
+    if (before === undefined || before.term !== hs.term || before.vote !== hs.vote) return true;
+    if (s.raw.isSoleVoter()) return true;
+    for (const e of rd.committedEntries) if (e.type === "conf-change") return true;
+    return false;
   }
 
   #send(outbox: Map<NodeId, ShardMessage[]>): void {
@@ -1276,7 +1308,11 @@ export class MultiRaft {
       }
       const overBudget = this.#wal.isOverMemoryBudget();
       for (const s of this.#shards.values()) {
-        const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id));
+        // Never past the commit index: the WAL makes a compaction durable with everything
+        // appended before it, so the hard state recording that commit goes with it. (The
+        // engine may hold more than a restarted node's commit: a commit index moved alone is
+        // synced lazily, #needsSync.)
+        const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id), s.raw.commitIndex);
         const upTo = overBudget ? flushed : this.#retainedFrom(s, flushed);
         if (upTo >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, upTo);
       }

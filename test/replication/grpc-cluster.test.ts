@@ -218,6 +218,8 @@ class Cluster {
  */
 class HeldWalFs {
   held: Promise<void> | null = null;
+  /** WAL writes waiting for `held`. */
+  waiting = 0;
   readonly fs: FileSystem = {
     ...nodeFileSystem,
     open: async (path, flags) => {
@@ -225,7 +227,11 @@ class HeldWalFs {
       const wal = path.includes("/wal/");
       const wrapped: FsFile = {
         write: async (...args) => {
-          if (wal && this.held !== null) await this.held;
+          if (wal && this.held !== null) {
+            this.waiting++;
+            await this.held;
+            this.waiting--;
+          }
           return file.write(...args);
         },
         truncate: (length) => file.truncate(length),
@@ -479,6 +485,44 @@ describe("MultiRaft over gRPC, three nodes", () => {
       assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v2");
     } finally {
       disk.held = null;
+      release();
+      await cluster.stopAll();
+    }
+  });
+
+  it("a vote leaves only once it is durable: the election waits for the voters' disks", async () => {
+    // n1 hands shard 1 to n3; the votes n3 needs are n1's and n2's, whose WAL writes are held.
+    const disks = [new HeldWalFs(), new HeldWalFs()] as const;
+    let release = (): void => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    const cluster = new Cluster(join(dir, "vote"));
+    try {
+      const n1 = await cluster.start("n1", { fs: disks[0].fs });
+      await cluster.start("n2", { fs: disks[1].fs });
+      const n3 = await cluster.start("n3");
+      const shard = 1;
+      const [key] = keysOfShard(n1.mr, shard, 1, "vote");
+      assert.ok(key !== undefined);
+      const leader = await cluster.put(key, "v1");
+      if (leader !== n1) {
+        await leader.mr.transferLeader(shard, "n1");
+        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard) === n1));
+      }
+      await eventually("n3 holds the whole log", () =>
+        Promise.resolve(n1.mr.isCaughtUp(shard, "n3")),
+      );
+      for (const d of disks) d.held = held;
+      await n1.mr.transferLeader(shard, "n3");
+      // Each voter's round with its new term and vote waits for its disk.
+      await eventually("both voters' rounds wait for their disks", () =>
+        Promise.resolve(disks.every((d) => d.waiting > 0)),
+      );
+      assert.notEqual(n3.mr.shardInfo(shard)?.role, "leader", "no vote has left");
+      for (const d of disks) d.held = null;
+      release();
+      await eventually("n3 leads", () => Promise.resolve(cluster.leaderOf(shard) === n3));
+    } finally {
+      for (const d of disks) d.held = null;
       release();
       await cluster.stopAll();
     }

@@ -439,6 +439,7 @@ class DriverSim {
         ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
         ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
         ...(bugs.everyMessageBeforeWalWrite === true ? { everyMessageBeforeWalWrite: true } : {}),
+        ...(bugs.hardStateWithoutSync === true ? { hardStateWithoutSync: true } : {}),
       },
       observer: {
         fatal: (err) => {
