@@ -225,8 +225,6 @@ export interface DriverTestingBugs {
   readonly ackBeforeWalSync?: boolean;
   /** Every message of a round leaves before its WAL write, answers and votes too (not only a leader's appends). */
   readonly everyMessageBeforeWalWrite?: boolean;
-  /** A round whose only records are hard states is not synced, a changed term or vote included. */
-  readonly hardStateWithoutSync?: boolean;
   /** A snapshot install is not durable before the WAL records it (planted-bugs.ts). */
   readonly snapshotInstallNotDurable?: boolean;
 }
@@ -1146,7 +1144,6 @@ export class MultiRaft {
     if (rd.entries.length > 0 || rd.snapshot !== null) return true;
     const hs = rd.hardState;
     if (hs === null) return false;
-    if (this.#testingBugs.hardStateWithoutSync === true) return false;
     const before = this.#wal.hardState(s.id);
     if (before === undefined || before.term !== hs.term || before.vote !== hs.vote) return true;
     if (s.raw.isSoleVoter()) return true;

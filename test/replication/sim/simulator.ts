@@ -439,7 +439,6 @@ class DriverSim {
         ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
         ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
         ...(bugs.everyMessageBeforeWalWrite === true ? { everyMessageBeforeWalWrite: true } : {}),
-        ...(bugs.hardStateWithoutSync === true ? { hardStateWithoutSync: true } : {}),
       },
       observer: {
         fatal: (err) => {
