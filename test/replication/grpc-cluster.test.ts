@@ -212,6 +212,33 @@ class Cluster {
   }
 }
 
+/** A driver clock whose deferred rounds can be held (and released in order). */
+class HeldRounds {
+  #held: (() => void)[] | null = null;
+  readonly clock: Clock = {
+    ...systemClock,
+    defer: (fn) => {
+      if (this.#held === null) systemClock.defer(fn);
+      else this.#held.push(fn);
+    },
+  };
+
+  /** Rounds asked for while held. */
+  get waiting(): number {
+    return this.#held?.length ?? 0;
+  }
+
+  hold(): void {
+    this.#held ??= [];
+  }
+
+  release(): void {
+    const rounds = this.#held ?? [];
+    this.#held = null;
+    for (const fn of rounds) systemClock.defer(fn);
+  }
+}
+
 /**
  * The real file system, but the WAL's writes wait while `held` (always through the thread pool:
  * no blocking writes), so a test can keep a node's round from becoming durable.
@@ -349,14 +376,8 @@ describe("MultiRaft over gRPC, three nodes", () => {
 
   it("an awake follower that knows the leader refuses a write at once, without a round", async () => {
     // n3's rounds can be held: a write it queued would wait for them.
-    let held: (() => void)[] | null = null;
-    const clock: Clock = {
-      ...systemClock,
-      defer(fn) {
-        if (held === null) systemClock.defer(fn);
-        else held.push(fn);
-      },
-    };
+    const rounds = new HeldRounds();
+    const clock = rounds.clock;
     const cluster = new Cluster(join(dir, "refuse"));
     try {
       await cluster.start("n1");
@@ -377,7 +398,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
         return Promise.resolve(info?.role === "follower" && info.leader !== null && !info.quiesced);
       });
       const lead = n3.mr.shardInfo(shard)?.leader;
-      held = [];
+      rounds.hold();
       // Refused within this turn of the event loop: before any round could run.
       const outcome = await Promise.race([
         n3.mr.put(enc.encode(key), enc.encode("v2")).then(
@@ -386,28 +407,20 @@ describe("MultiRaft over gRPC, three nodes", () => {
         ),
         new Promise<string>((resolve) => setImmediate(() => resolve("still waiting"))),
       ]);
-      assert.equal(held.length, 0, "no round was asked for");
+      assert.equal(rounds.waiting, 0, "no round was asked for");
       assert.ok(typeof outcome !== "string", `the write was ${String(outcome)}`);
       assert.equal(outcome.code, "CAIRN_ERR_NOT_LEADER");
       assert.equal(outcome.leader, lead);
     } finally {
-      const rounds = held ?? [];
-      held = null;
-      for (const fn of rounds) systemClock.defer(fn);
+      rounds.release();
       await cluster.stopAll();
     }
   });
 
   it("a leader handing its group over holds a write until the transfer ends, then names the new leader", async () => {
     // n3's rounds can be held: the transfer to it stays in progress until they are released.
-    let held: (() => void)[] | null = null;
-    const clock: Clock = {
-      ...systemClock,
-      defer(fn) {
-        if (held === null) systemClock.defer(fn);
-        else held.push(fn);
-      },
-    };
+    const rounds = new HeldRounds();
+    const clock = rounds.clock;
     const cluster = new Cluster(join(dir, "transfer"));
     try {
       // n1's election timeout (1 s) bounds the transfer: it is not abandoned while the test runs.
@@ -427,7 +440,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
         const info = n1.mr.shardInfo(shard);
         return Promise.resolve(n1.mr.isCaughtUp(shard, "n3") && info?.role === "leader");
       });
-      held = [];
+      rounds.hold();
       // Asked in the same turn: the transfer starts in the round that takes the write.
       const transfer = n1.mr.transferLeader(shard, "n3");
       const outcome = n1.mr.put(enc.encode(key), enc.encode("v2")).then(
@@ -436,18 +449,14 @@ describe("MultiRaft over gRPC, three nodes", () => {
       );
       await transfer;
       // n1's round takes the write long before n3, released, can campaign and win.
-      const rounds = held;
-      held = null;
-      for (const fn of rounds) systemClock.defer(fn);
+      rounds.release();
       const result = await outcome;
       assert.ok(typeof result !== "string", "n3 took over: the write was not appended at n1");
       assert.equal(result.code, "CAIRN_ERR_NOT_LEADER", result.message);
       assert.equal(result.leader, "n3");
       assert.equal(cluster.leaderOf(shard), n3);
     } finally {
-      const rounds = held ?? [];
-      held = null;
-      for (const fn of rounds) systemClock.defer(fn);
+      rounds.release();
       await cluster.stopAll();
     }
   });
