@@ -54,7 +54,7 @@ export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
 export const DEFAULT_LEADER_CHANGE_GRACE_MS = 1_000;
 
 export interface ForwardOptions {
-  /** This node's id: a hint naming it is never followed. */
+  /** This node's id: a refusal naming it is answered here, not forwarded (followRefusal aside). */
   readonly nodeId: string;
   /** The `rpc_addr` of a node, or null when it is not known (then the caller gets the hint). */
   addressOf(nodeId: string): string | null;

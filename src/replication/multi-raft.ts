@@ -1101,12 +1101,11 @@ export class MultiRaft {
         this.#options.transport?.flush?.();
       }
       if (records.length > 0) {
+        // Without mustSync only commit indexes moved: durable with the next round that syncs.
         this.#wal.append(records);
-        if (!mustSync) {
-          // Only commit indexes moved: durable with the next round that syncs.
-        } else if (this.#testingBugs.ackBeforeWalSync === true) {
+        if (mustSync && this.#testingBugs.ackBeforeWalSync === true) {
           this.#wal.sync().catch((err: unknown) => this.#fail(err));
-        } else {
+        } else if (mustSync) {
           await this.#wal.sync();
         }
       }

@@ -190,6 +190,15 @@ class Cluster {
     return this.live().find((n) => n.mr.shardInfo(shard)?.role === "leader");
   }
 
+  /** Writes through the shard's leader (put()), then hands the shard to `node` unless it leads. */
+  async putLedBy(key: string, value: string, node: PeerNode): Promise<void> {
+    const shard = node.mr.shardOf(enc.encode(key));
+    const leader = await this.put(key, value);
+    if (leader === node) return;
+    await leader.mr.transferLeader(shard, node.id);
+    await eventually(`${node.id} leads`, () => Promise.resolve(this.leaderOf(shard) === node));
+  }
+
   /** Writes through the shard's leader, waiting out elections (bounded). */
   async put(key: string, value: string): Promise<PeerNode> {
     const shard = this.live()[0]?.mr.shardOf(enc.encode(key)) ?? 0;
@@ -430,12 +439,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
       const shard = 3;
       const [key] = keysOfShard(n1.mr, shard, 1, "t");
       assert.ok(key !== undefined);
-      let leader = await cluster.put(key, "v1");
-      if (leader !== n1) {
-        await leader.mr.transferLeader(shard, "n1");
-        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard) === n1));
-        leader = n1;
-      }
+      await cluster.putLedBy(key, "v1", n1);
       await eventually("n3 holds the whole log", () => {
         const info = n1.mr.shardInfo(shard);
         return Promise.resolve(n1.mr.isCaughtUp(shard, "n3") && info?.role === "leader");
@@ -472,11 +476,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
       const shard = 2;
       const [key] = keysOfShard(n1.mr, shard, 1, "e");
       assert.ok(key !== undefined);
-      const leader = await cluster.put(key, "v1");
-      if (leader !== n1) {
-        await leader.mr.transferLeader(shard, "n1");
-        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard) === n1));
-      }
+      await cluster.putLedBy(key, "v1", n1);
       const followers = cluster.live().filter((n) => n !== n1);
       const before = followers.map((n) => n.entriesReceived.get(String(shard)) ?? 0);
       disk.held = new Promise((r) => (release = r));
@@ -512,11 +512,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
       const shard = 1;
       const [key] = keysOfShard(n1.mr, shard, 1, "vote");
       assert.ok(key !== undefined);
-      const leader = await cluster.put(key, "v1");
-      if (leader !== n1) {
-        await leader.mr.transferLeader(shard, "n1");
-        await eventually("n1 leads", () => Promise.resolve(cluster.leaderOf(shard) === n1));
-      }
+      await cluster.putLedBy(key, "v1", n1);
       await eventually("n3 holds the whole log", () =>
         Promise.resolve(n1.mr.isCaughtUp(shard, "n3")),
       );
