@@ -38,6 +38,7 @@ import {
   type RaftService,
   type RaftTransport,
   type ScanRequest,
+  type TermCheck,
 } from "../replication/index.ts";
 import { type ForwardOptions, RpcServer } from "../api/index.ts";
 import { ClusterState, metaRefusal, spreadLeaders, transferLeadership } from "./cluster.ts";
@@ -202,6 +203,11 @@ export class CairnNode implements HealthSource {
                   throw err instanceof NotLeaderError ? err : new NotLeaderError(null);
                 });
             },
+            confirmTerms: (node: string, checks: readonly TermCheck[]) => {
+              const transport = this.#transport;
+              if (transport === null) return Promise.reject(new Error("no peer transport"));
+              return transport.confirmTerms(nodeId(node), checks, CONFIRM_TERMS_TIMEOUT_MS);
+            },
             remoteScan: (node: string, shards: readonly number[], req: ScanRequest) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
@@ -346,6 +352,7 @@ export class CairnNode implements HealthSource {
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
         readIndex: (shard) => store.readIndexAsLeader(shard),
+        confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
         logger: this.#log.child("peers"),
@@ -574,6 +581,13 @@ const LEADER_SPREAD_MS = 2_000;
 
 /** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
 const REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * A peer that has not answered a leader's term checks this long counts as refusing them; the
+ * reads waiting on it fall back to Raft's ReadIndex (with a quorum of other peers answering, they
+ * do not wait for it at all).
+ */
+const CONFIRM_TERMS_TIMEOUT_MS = 2_000;
 
 /** The peer transport as the driver sees it, counting each frame it hands over, per peer. */
 function countFrames(transport: RaftTransport, metrics: CairnMetrics): RaftTransport {

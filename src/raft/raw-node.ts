@@ -135,6 +135,20 @@ export class RawNode {
     return this.#raft.quiesced;
   }
 
+  /** The voters of the group's configuration as this member knows it (do not modify). */
+  get voters(): ReadonlySet<NodeId> {
+    return this.#raft.voters;
+  }
+
+  /**
+   * While leader: whether an entry of its own term is committed, so its commit index covers
+   * every entry committed by earlier leaders (§6.4; until then ReadIndex waits for it).
+   */
+  committedInCurrentTerm(): boolean {
+    const log = this.#raft.log;
+    return log.term(log.committed) === this.#raft.term;
+  }
+
   /** Whether this member is the group's only voter. */
   isSoleVoter(): boolean {
     const voters = this.#raft.voters;

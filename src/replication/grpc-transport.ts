@@ -52,6 +52,8 @@ import {
 } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
 import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
+import type { ConfirmTermsReply } from "../api/generated/cairn/v1/ConfirmTermsReply.ts";
+import type { ConfirmTermsRequest__Output } from "../api/generated/cairn/v1/ConfirmTermsRequest.ts";
 import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposal.ts";
 import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
 import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts";
@@ -81,6 +83,7 @@ import {
 import type { RawStreamHandler } from "../api/handoff.ts";
 import { handshakeRefusal } from "./handshake.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
+import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts";
 import {
@@ -674,6 +677,36 @@ export class GrpcTransport implements RaftTransport {
   }
 
   /**
+   * Asks node `to` whether its replicas are at a term no higher than each check names
+   * (cairn.v1.Raft ConfirmTerms; MultiRaft.confirmTerms there): one answer per check, in order.
+   * Batching is the caller's (TermConfirmer). Rejects with the call's error.
+   */
+  async confirmTerms(
+    to: NodeId,
+    checks: readonly TermCheck[],
+    timeoutMs: number,
+  ): Promise<boolean[]> {
+    const method = loadRaftProto().cairn.v1.Raft.service.ConfirmTerms;
+    const reply = await this.#unary(
+      to,
+      method,
+      {
+        cluster_id: currentId(this.#clusterId),
+        shard_ids: checks.map((c) => c.shard),
+        terms: checks.map((c) => c.term),
+        replicas: checks.map((c) => c.replica),
+      },
+      timeoutMs,
+    );
+    if (reply.confirmed.length !== checks.length) {
+      throw new Error(
+        `${reply.confirmed.length} answers to ${checks.length} term checks from ${to}`,
+      );
+    }
+    return reply.confirmed;
+  }
+
+  /**
    * Asks node `to`, a replica of every shard in `shards`, for its share of a scan
    * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, at
    * most `req.limit`. Rejects with the call's error (NotLeaderError's code in the trailers when
@@ -894,6 +927,11 @@ export interface RaftServiceOptions {
    * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
    */
   readonly readIndex?: (shard: number) => Promise<number>;
+  /**
+   * A peer leader's term checks, answered at once (MultiRaft.confirmTerms). Without it,
+   * ConfirmTerms answers UNIMPLEMENTED.
+   */
+  readonly confirmTerms?: (checks: readonly TermCheck[]) => boolean[];
   /**
    * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
    * at most `req.limit` (MultiRaft.scanShards). Without it, ScanShards answers UNIMPLEMENTED.
@@ -1213,6 +1251,39 @@ export function createRaftService(
           callback(null, { results }),
         );
       },
+      ConfirmTerms(
+        call: ServerUnaryCall<ConfirmTermsRequest__Output, ConfirmTermsReply>,
+        callback: sendUnaryData<ConfirmTermsReply>,
+      ): void {
+        const ours = currentId(options.clusterId);
+        const r = call.request;
+        if (r.cluster_id !== "" && ours !== "" && r.cluster_id !== ours) {
+          callback({ code: status.FAILED_PRECONDITION, details: "cluster id mismatch" });
+          return;
+        }
+        const confirm = options.confirmTerms;
+        if (confirm === undefined) {
+          callback({ code: status.UNIMPLEMENTED, details: "this node confirms no terms" });
+          return;
+        }
+        const n = r.shard_ids.length;
+        if (r.terms.length !== n || r.replicas.length !== n || n > MAX_TERM_CHECKS) {
+          callback({
+            code: status.INVALID_ARGUMENT,
+            details: `term checks: ${n} shards, ${r.terms.length} terms, ${r.replicas.length} replicas (equal, at most ${MAX_TERM_CHECKS})`,
+          });
+          return;
+        }
+        const checks: TermCheck[] = [];
+        for (let i = 0; i < n; i++) {
+          checks.push({
+            shard: r.shard_ids[i] as number,
+            term: r.terms[i] as number,
+            replica: r.replicas[i] as string,
+          });
+        }
+        callback(null, { confirmed: confirm(checks) });
+      },
       ScanShards(
         call: ServerUnaryCall<ScanShardsRequest__Output, ScanShardsReply>,
         callback: sendUnaryData<ScanShardsReply>,
@@ -1258,6 +1329,9 @@ export function createRaftService(
 
 /** Shards one ReadIndex call may name: every shard, each once. */
 const MAX_READ_INDEX_SHARDS = 65_536;
+
+/** Checks one ConfirmTerms call may carry (a leader sends one per shard, term and replica). */
+const MAX_TERM_CHECKS = 65_536;
 
 /**
  * How long one shard of a ReadIndex call may take to confirm its leadership before it is

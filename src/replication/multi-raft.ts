@@ -62,6 +62,7 @@ import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand, encodeMetaEntry } from "./commands.ts";
 import { type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
+import { type ConfirmTerms, type TermCheck, TermConfirmer } from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
 
@@ -171,6 +172,13 @@ export interface MultiRaftOptions {
    */
   readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
   /**
+   * Cluster mode: asks node `node` whether its replicas of the shards checked are still at a
+   * term ≤ the one named (confirmTerms there). With it a leader confirms its linearizable reads
+   * with one call per peer node for every group read (term-confirm.ts) instead of a heartbeat
+   * round in each group; without it (or when that fails) reads use Raft's ReadIndex.
+   */
+  readonly confirmTerms?: ConfirmTerms;
+  /**
    * Cluster mode, more nodes than replicas a shard: asks node `node`, a replica of every shard
    * in `shards`, for its share of a scan (scanShards there). With it a scan reads the shards
    * this node does not replicate through their replicas; without it such a scan fails with
@@ -227,6 +235,10 @@ export interface DriverTestingBugs {
   readonly everyMessageBeforeWalWrite?: boolean;
   /** A snapshot install is not durable before the WAL records it (planted-bugs.ts). */
   readonly snapshotInstallNotDurable?: boolean;
+  /** A leader's read takes the term confirmation of a call sent before the read arrived. */
+  readonly confirmByEarlierCall?: boolean;
+  /** A replica confirms any term asked, even below its own (confirmTerms). */
+  readonly confirmAnyTerm?: boolean;
 }
 
 /** Events for metrics, logs and the cluster view. */
@@ -331,6 +343,8 @@ export class MultiRaft {
   readonly #openEngine: EngineOpener;
   readonly #rng: Rng;
   #stopTicker: (() => void) | null = null;
+  /** Coalesced leadership confirmation of reads (options.confirmTerms); null without it. */
+  readonly #confirmer: TermConfirmer | null;
   #stopMaintenance: (() => void) | null = null;
   #maintaining = false;
 
@@ -349,6 +363,12 @@ export class MultiRaft {
     this.#maxPendingBytes = options.maxPendingBytes ?? 128 * 1024 * 1024;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
     this.#testingBugs = options.testingBugs ?? {};
+    this.#confirmer =
+      options.confirmTerms === undefined
+        ? null
+        : new TermConfirmer(options.confirmTerms, {
+            confirmByEarlierCall: this.#testingBugs.confirmByEarlierCall === true,
+          });
   }
 
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
@@ -919,12 +939,82 @@ export class MultiRaft {
           return;
         }
       }
-      const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());
+      const since = this.#clock.now();
+      const index = await this.#confirmLeadership(shard);
+      if (index !== null) {
+        await shard.waitApplied(index, since);
+        return;
+      }
+      const done = shard.enqueueRead(++this.#readSeq, since);
       this.#markDirty(shard);
       await done;
     } finally {
       release();
     }
+  }
+
+  /**
+   * A leader's read point confirmed by its peers' terms (term-confirm.ts): the commit index as
+   * of now, once a quorum of the group's voters (this one included) answered that they are at a
+   * term ≤ this leader's, in calls sent after now, and this replica still leads in that term.
+   * Null when that is not to be had (no confirmTerms, not leader, no entry of this term
+   * committed yet, refusals or silence from too many voters): the read then takes Raft's
+   * ReadIndex, which also settles who leads.
+   */
+  #confirmLeadership(shard: ShardReplica): Promise<number | null> {
+    const confirmer = this.#confirmer;
+    const raw = shard.raw;
+    if (
+      confirmer === null ||
+      raw.role !== "leader" ||
+      !raw.voters.has(raw.id) ||
+      !raw.committedInCurrentTerm()
+    ) {
+      return Promise.resolve(null);
+    }
+    const term = raw.term;
+    const index = raw.commitIndex;
+    const peers: NodeId[] = [];
+    for (const v of raw.voters) if (v !== raw.id) peers.push(v);
+    const needed = Math.floor((peers.length + 1) / 2); // a quorum, less this voter
+    const stillLeads = (): boolean =>
+      shard.raw === raw && raw.role === "leader" && raw.term === term;
+    if (needed === 0) return Promise.resolve(stillLeads() ? index : null);
+    return new Promise((resolve) => {
+      let confirmed = 0;
+      let refused = 0;
+      let settled = false;
+      for (const replica of peers) {
+        const check = { shard: shard.id, term, replica };
+        confirmer.ask(nodeOfReplica(replica), check, (ok) => {
+          if (settled) return;
+          if (ok) confirmed++;
+          else refused++;
+          if (confirmed >= needed) {
+            settled = true;
+            resolve(stillLeads() ? index : null);
+          } else if (refused > peers.length - needed) {
+            settled = true;
+            resolve(null);
+          }
+        });
+      }
+    });
+  }
+
+  /**
+   * A peer leader's term checks (term-confirm.ts): for each, whether this node's replica
+   * `replica` of the shard exists here and is at a term ≤ the one named. Read from the groups'
+   * current terms (never below their durable ones), without stepping them.
+   */
+  confirmTerms(checks: readonly TermCheck[]): boolean[] {
+    const anyTerm = this.#testingBugs.confirmAnyTerm === true;
+    return checks.map((c) => {
+      if (this.#closed || c.replica !== this.replicaId) return false;
+      const shard = this.#shards.get(c.shard);
+      if (shard === undefined || shard.raw.id !== this.replicaId) return false;
+      return anyTerm || shard.raw.term <= c.term;
+    });
   }
 
   /**
@@ -941,7 +1031,10 @@ export class MultiRaft {
     }
     const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
-      const done = shard.enqueueRead(++this.#readSeq, this.#clock.now());
+      const since = this.#clock.now();
+      const index = await this.#confirmLeadership(shard);
+      if (index !== null) return index;
+      const done = shard.enqueueRead(++this.#readSeq, since);
       this.#markDirty(shard);
       return await done;
     } finally {

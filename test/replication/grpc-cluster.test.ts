@@ -23,6 +23,8 @@ import {
   systemClock,
 } from "../../src/replication/index.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
+import { nodeOfReplica } from "../../src/cluster/index.ts";
+import { nodeId } from "../../src/raft/index.ts";
 import { type FileSystem, type FsFile, nodeFileSystem } from "../../src/storage/common/index.ts";
 
 const enc = new TextEncoder();
@@ -80,6 +82,20 @@ class Cluster {
   }
 
   readonly #initialVoters: readonly string[];
+  /** Links cut by cut(), as "from>to": Raft frames and term checks across them are lost. */
+  readonly #cut = new Set<string>();
+
+  /** Cuts every link between `a` and the nodes in `others`, both ways, until heal(). */
+  cut(a: string, others: readonly string[]): void {
+    for (const b of others) {
+      this.#cut.add(`${a}>${b}`);
+      this.#cut.add(`${b}>${a}`);
+    }
+  }
+
+  heal(): void {
+    this.#cut.clear();
+  }
 
   /** Replica ids (`id@tag`) instead of plain node ids in the groups, when set. */
   readonly replicaTag = new Map<string, string>();
@@ -102,9 +118,14 @@ class Cluster {
           if (message.type === "append")
             count(entriesReceived, String(shard), message.entries.length);
         }
+        if (this.#cut.has(`${nodeOfReplica(from)}>${id}`)) return;
         mr?.receive(from, messages);
       },
-      { clusterId: CLUSTER, nodeId: id },
+      {
+        clusterId: CLUSTER,
+        nodeId: id,
+        confirmTerms: (checks) => mr?.confirmTerms(checks) ?? checks.map(() => false),
+      },
     );
     this.#addresses.set(id, server.address);
     const transport = new GrpcTransport({
@@ -116,8 +137,13 @@ class Cluster {
       maxBackoffMs: 200,
       snapshotChunkBytes: SNAPSHOT_CHUNK_BYTES,
     });
+    const cut = this.#cut;
     const counting: RaftTransport = {
       send(to, messages, sent) {
+        if (cut.has(`${id}>${nodeOfReplica(to)}`)) {
+          if (sent !== undefined) queueMicrotask(() => sent(false));
+          return;
+        }
         count(framesTo, to);
         count(heartbeatsTo, to, messages.filter((m) => m.message.type === "heartbeat").length);
         transport.send(to, messages, sent);
@@ -135,6 +161,10 @@ class Cluster {
         memtableBytes: 256 * 1024,
         blockCacheBytes: 4 * 1024 * 1024,
         transport: counting,
+        confirmTerms: (node, checks) =>
+          cut.has(`${id}>${node}`) || cut.has(`${node}>${id}`)
+            ? Promise.reject(new Error(`the link ${id}-${node} is cut`))
+            : transport.confirmTerms(nodeId(node), checks, 2_000),
         requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
         ...(options.quiesce === undefined ? {} : { quiesce: options.quiesce }),
         ...(options.remoteReadIndex === undefined
@@ -753,6 +783,64 @@ describe("MultiRaft over gRPC, three nodes", () => {
       await f2.mr.transferLeader(shard, f1.id);
       assert.equal(text(await served), "v1");
       assert.equal(f1.mr.shardInfo(shard)?.role, "leader");
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a leader deposed in its sleep never serves a read its successor's write made stale", async () => {
+    // Leaders confirm reads by asking their peers' terms (term-confirm.ts), which never steps
+    // the leader's own group. A leader whose group slept through its deposition (cut off, then
+    // back in touch with a follower that voted since) must hear "no" from that follower, fall
+    // back to Raft's ReadIndex, and learn from its heartbeat that it no longer leads: the read
+    // is refused, never served from the old state.
+    const cluster = new Cluster(join(dir, "deposed"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const shard = 2;
+      const key = (await writeEveryShard(cluster, "dep"))[shard];
+      assert.ok(key !== undefined);
+      const old = await cluster.put(key, "v1");
+      assert.equal(text(await old.mr.get(enc.encode(key), true)), "v1", "a confirmed read");
+      const term = old.mr.shardInfo(shard)?.term ?? 0;
+      await eventually("every group asleep on every node", () => allAsleep(cluster));
+
+      const others = cluster.live().filter((n) => n !== old);
+      cluster.cut(
+        old.id,
+        others.map((n) => n.id),
+      );
+      for (const n of others) n.mr.wakeGroupsLedBy(old.id);
+      let successor: PeerNode | undefined;
+      await eventually("another node leads in a later term", () => {
+        successor = others.find((n) => n.mr.shardInfo(shard)?.role === "leader");
+        return Promise.resolve((successor?.mr.shardInfo(shard)?.term ?? 0) > term);
+      });
+      assert.ok(successor !== undefined);
+      const next = successor;
+      await eventually("the successor's write is acknowledged", () =>
+        next.mr.put(enc.encode(key), enc.encode("v2")).then(
+          () => true,
+          () => false,
+        ),
+      );
+      assert.equal(old.mr.shardInfo(shard)?.role, "leader", "the old leader slept through it");
+
+      // Back in touch with the other follower only (its successor's messages would tell it).
+      const follower = others.find((n) => n !== next);
+      assert.ok(follower !== undefined);
+      cluster.heal();
+      cluster.cut(old.id, [next.id]);
+      const outcome = await old.mr.get(enc.encode(key), true).then(
+        (item) => text(item),
+        (err: unknown) => (err as CairnError).code,
+      );
+      assert.notEqual(outcome, "v1", "a stale read from the deposed leader");
+      assert.ok(outcome === "CAIRN_ERR_NOT_LEADER" || outcome === "v2", String(outcome));
+      await eventually("the old leader learned it was deposed", () =>
+        Promise.resolve(old.mr.shardInfo(shard)?.role !== "leader"),
+      );
+      cluster.heal();
     } finally {
       await cluster.stopAll();
     }

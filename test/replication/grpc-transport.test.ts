@@ -388,6 +388,41 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       }
     });
 
+    it("ConfirmTerms carries a leader's term checks and answers each, in order", async () => {
+      const asked: unknown[] = [];
+      const server = await startRaftServer(() => undefined, {
+        clusterId: "c1",
+        nodeId: "n2",
+        confirmTerms: (checks) => {
+          asked.push(checks);
+          return checks.map((c) => c.replica === "n2" && c.term >= 7);
+        },
+      });
+      const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+      const other = new GrpcTransport({
+        clusterId: "c2",
+        nodeId: "n1",
+        peers: () => server.address,
+      });
+      try {
+        const checks = [
+          { shard: 3, term: 7, replica: "n2" },
+          { shard: 900, term: 2 ** 40, replica: "n2" },
+          { shard: 3, term: 6, replica: "n2" },
+          { shard: 4, term: 9, replica: "n2@x" },
+        ];
+        assert.deepEqual(await t.confirmTerms(N2, checks, 5_000), [true, true, false, false]);
+        assert.deepEqual(asked, [checks], "every field arrives as sent");
+        assert.deepEqual(await t.confirmTerms(N2, [], 5_000), []);
+        await assert.rejects(other.confirmTerms(N2, checks, 5_000), /cluster id mismatch/);
+        assert.equal(asked.length, 2, "a call from another cluster is not answered");
+      } finally {
+        await t.close();
+        await other.close();
+        server.stop();
+      }
+    });
+
     it("close() ends the streams cleanly and drops what is sent after", async () => {
       const got: ShardMessage[][] = [];
       const server = await startRaftServer((_from, messages) => got.push(messages), {

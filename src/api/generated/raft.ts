@@ -1,6 +1,8 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { EnumTypeDefinition, MessageTypeDefinition } from '@grpc/proto-loader';
 
+import type { ConfirmTermsReply as _cairn_v1_ConfirmTermsReply, ConfirmTermsReply__Output as _cairn_v1_ConfirmTermsReply__Output } from './cairn/v1/ConfirmTermsReply.ts';
+import type { ConfirmTermsRequest as _cairn_v1_ConfirmTermsRequest, ConfirmTermsRequest__Output as _cairn_v1_ConfirmTermsRequest__Output } from './cairn/v1/ConfirmTermsRequest.ts';
 import type { MetaProposal as _cairn_v1_MetaProposal, MetaProposal__Output as _cairn_v1_MetaProposal__Output } from './cairn/v1/MetaProposal.ts';
 import type { MetaProposalReply as _cairn_v1_MetaProposalReply, MetaProposalReply__Output as _cairn_v1_MetaProposalReply__Output } from './cairn/v1/MetaProposalReply.ts';
 import type { RaftClient as _cairn_v1_RaftClient, RaftDefinition as _cairn_v1_RaftDefinition } from './cairn/v1/Raft.ts';
@@ -31,6 +33,8 @@ type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> 
 export interface ProtoGrpcType {
   cairn: {
     v1: {
+      ConfirmTermsReply: MessageTypeDefinition<_cairn_v1_ConfirmTermsReply, _cairn_v1_ConfirmTermsReply__Output>
+      ConfirmTermsRequest: MessageTypeDefinition<_cairn_v1_ConfirmTermsRequest, _cairn_v1_ConfirmTermsRequest__Output>
       MetaProposal: MessageTypeDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposal__Output>
       MetaProposalReply: MessageTypeDefinition<_cairn_v1_MetaProposalReply, _cairn_v1_MetaProposalReply__Output>
       Raft: SubtypeConstructor<typeof grpc.Client, _cairn_v1_RaftClient> & { service: _cairn_v1_RaftDefinition }

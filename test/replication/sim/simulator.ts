@@ -32,6 +32,7 @@ import type {
   DriverTestingBugs,
   ShardMessage,
   StoredItem,
+  TermCheck,
 } from "../../../src/replication/index.ts";
 import {
   type MetaMember,
@@ -432,6 +433,8 @@ class DriverSim {
             },
             remoteReadIndex: (leader: string, shard: number) =>
               this.#remoteReadIndex(node, leader, shard),
+            confirmTerms: (to: string, checks: readonly TermCheck[]) =>
+              this.#confirmTerms(node, to, checks),
           }
         : {}),
       quiesce: p.quiesce,
@@ -439,6 +442,8 @@ class DriverSim {
         ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
         ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
         ...(bugs.everyMessageBeforeWalWrite === true ? { everyMessageBeforeWalWrite: true } : {}),
+        ...(bugs.confirmByEarlierCall === true ? { confirmByEarlierCall: true } : {}),
+        ...(bugs.confirmAnyTerm === true ? { confirmAnyTerm: true } : {}),
       },
       observer: {
         fatal: (err) => {
@@ -776,6 +781,35 @@ class DriverSim {
           (err: unknown) =>
             this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => reject(err)),
         );
+      });
+    });
+  }
+
+  /**
+   * A leader's term checks (the peer service's ConfirmTerms call), like #remoteReadIndex: across
+   * the simulated network both ways, lost with the link, answered by whatever process runs on
+   * node `to` when the request lands.
+   */
+  #confirmTerms(sender: SimNode, to: string, checks: readonly TermCheck[]): Promise<boolean[]> {
+    const p = this.#profile;
+    const from = sender.id;
+    return new Promise((resolve, reject) => {
+      const lost = (): void => reject(new Error("term confirmation lost"));
+      if (this.#cut.has(`${from}>${to}`) || this.#rng.float() < p.dropRate) {
+        this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, lost);
+        return;
+      }
+      this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
+        const target = this.#nodes.find((n) => n.id === to)?.mr;
+        if (target === null || target === undefined || this.#cut.has(`${from}>${to}`)) {
+          lost();
+          return;
+        }
+        const answers = target.confirmTerms(checks);
+        this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
+          if (this.#cut.has(`${to}>${from}`)) lost();
+          else resolve(answers);
+        });
       });
     });
   }

@@ -2,6 +2,8 @@
 
 import type * as grpc from '@grpc/grpc-js'
 import type { MethodDefinition } from '@grpc/proto-loader'
+import type { ConfirmTermsReply as _cairn_v1_ConfirmTermsReply, ConfirmTermsReply__Output as _cairn_v1_ConfirmTermsReply__Output } from '../../cairn/v1/ConfirmTermsReply.ts';
+import type { ConfirmTermsRequest as _cairn_v1_ConfirmTermsRequest, ConfirmTermsRequest__Output as _cairn_v1_ConfirmTermsRequest__Output } from '../../cairn/v1/ConfirmTermsRequest.ts';
 import type { MetaProposal as _cairn_v1_MetaProposal, MetaProposal__Output as _cairn_v1_MetaProposal__Output } from '../../cairn/v1/MetaProposal.ts';
 import type { MetaProposalReply as _cairn_v1_MetaProposalReply, MetaProposalReply__Output as _cairn_v1_MetaProposalReply__Output } from '../../cairn/v1/MetaProposalReply.ts';
 import type { RaftFrame as _cairn_v1_RaftFrame, RaftFrame__Output as _cairn_v1_RaftFrame__Output } from '../../cairn/v1/RaftFrame.ts';
@@ -14,6 +16,15 @@ import type { SnapshotAck as _cairn_v1_SnapshotAck, SnapshotAck__Output as _cair
 import type { SnapshotChunk as _cairn_v1_SnapshotChunk, SnapshotChunk__Output as _cairn_v1_SnapshotChunk__Output } from '../../cairn/v1/SnapshotChunk.ts';
 
 export interface RaftClient extends grpc.Client {
+  ConfirmTerms(argument: _cairn_v1_ConfirmTermsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  ConfirmTerms(argument: _cairn_v1_ConfirmTermsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  ConfirmTerms(argument: _cairn_v1_ConfirmTermsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  ConfirmTerms(argument: _cairn_v1_ConfirmTermsRequest, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  confirmTerms(argument: _cairn_v1_ConfirmTermsRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  confirmTerms(argument: _cairn_v1_ConfirmTermsRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  confirmTerms(argument: _cairn_v1_ConfirmTermsRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  confirmTerms(argument: _cairn_v1_ConfirmTermsRequest, callback: grpc.requestCallback<_cairn_v1_ConfirmTermsReply__Output>): grpc.ClientUnaryCall;
+  
   InstallSnapshot(metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
   InstallSnapshot(metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
   InstallSnapshot(options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_SnapshotAck__Output>): grpc.ClientWritableStream<_cairn_v1_SnapshotChunk>;
@@ -62,6 +73,8 @@ export interface RaftClient extends grpc.Client {
 }
 
 export interface RaftHandlers extends grpc.UntypedServiceImplementation {
+  ConfirmTerms: grpc.handleUnaryCall<_cairn_v1_ConfirmTermsRequest__Output, _cairn_v1_ConfirmTermsReply>;
+  
   InstallSnapshot: grpc.handleClientStreamingCall<_cairn_v1_SnapshotChunk__Output, _cairn_v1_SnapshotAck>;
   
   ProposeMeta: grpc.handleUnaryCall<_cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply>;
@@ -75,6 +88,7 @@ export interface RaftHandlers extends grpc.UntypedServiceImplementation {
 }
 
 export interface RaftDefinition extends grpc.ServiceDefinition {
+  ConfirmTerms: MethodDefinition<_cairn_v1_ConfirmTermsRequest, _cairn_v1_ConfirmTermsReply, _cairn_v1_ConfirmTermsRequest__Output, _cairn_v1_ConfirmTermsReply__Output>
   InstallSnapshot: MethodDefinition<_cairn_v1_SnapshotChunk, _cairn_v1_SnapshotAck, _cairn_v1_SnapshotChunk__Output, _cairn_v1_SnapshotAck__Output>
   ProposeMeta: MethodDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposalReply, _cairn_v1_MetaProposal__Output, _cairn_v1_MetaProposalReply__Output>
   ReadIndex: MethodDefinition<_cairn_v1_ReadIndexRequest, _cairn_v1_ReadIndexReply, _cairn_v1_ReadIndexRequest__Output, _cairn_v1_ReadIndexReply__Output>
