@@ -785,12 +785,17 @@ export class MultiRaft {
   async #write(cmd: KvCommand): Promise<ApplyOutcome> {
     const shard = await this.#shardForRequest(this.shardOf(cmd.key));
     this.#assertOpen();
-    // An awake follower that knows its leader would refuse the proposal at its next round: it
-    // refuses now, and the API forwards the write without it costing this node a round (two
-    // writes in three reach a follower when clients do not route). A sleeping follower takes
-    // the round: the refusal wakes it and its leader (src/raft/raft.ts, #wakeForRequest).
+    // A follower that knows its leader would refuse the proposal at its next round: it refuses
+    // now, and the API forwards the write without waiting for a round (two writes in three
+    // reach a follower when clients do not route). A sleeping one still wakes, in a round of
+    // its own, as the proposal would have woken it: it ticks again and pokes its leader
+    // (RawNode.reportLeaderDown), so a group whose leader is gone elects another.
     const raw = shard.raw;
-    if (raw.role === "follower" && raw.lead !== null && !raw.quiesced) {
+    if (raw.role === "follower" && raw.lead !== null) {
+      if (raw.quiesced) {
+        shard.enqueueReport({ kind: "leader-down" });
+        this.#markDirty(shard);
+      }
       throw new NotLeaderError(leaderNode(raw.lead));
     }
     const storage = shard.sm.lsm.backpressure();

@@ -413,7 +413,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
-  it("an awake follower that knows the leader refuses a write at once, without a round", async () => {
+  it("a follower that knows the leader refuses a write at once, without a round, and wakes if asleep", async () => {
     // n3's rounds can be held: a write it queued would wait for them.
     const rounds = new HeldRounds();
     const clock = rounds.clock;
@@ -450,6 +450,33 @@ describe("MultiRaft over gRPC, three nodes", () => {
       assert.ok(typeof outcome !== "string", `the write was ${String(outcome)}`);
       assert.equal(outcome.code, "CAIRN_ERR_NOT_LEADER");
       assert.equal(outcome.leader, lead);
+
+      // Asleep, it refuses at once too, and still wakes: its group and its leader's tick again.
+      rounds.release();
+      await eventually("every group asleep on every node", () =>
+        Promise.resolve(
+          cluster.live().every((n) => n.mr.awakeGroups() === 0 && n.mr.shardInfo(shard)?.quiesced),
+        ),
+      );
+      const leaderNode = cluster.nodes.get(lead ?? "");
+      assert.ok(leaderNode !== undefined);
+      const wakes = leaderNode.received.get("wake") ?? 0;
+      rounds.hold();
+      const asleep = await Promise.race([
+        n3.mr.put(enc.encode(key), enc.encode("v3")).then(
+          () => "written",
+          (err: unknown) => err as CairnError & { leader?: string | null },
+        ),
+        new Promise<string>((resolve) => setImmediate(() => resolve("still waiting"))),
+      ]);
+      assert.ok(typeof asleep !== "string", `the write was ${String(asleep)}`);
+      assert.equal(asleep.code, "CAIRN_ERR_NOT_LEADER");
+      assert.equal(asleep.leader, lead);
+      assert.equal(rounds.waiting, 1, "one round asked for, to wake the group");
+      rounds.release();
+      await eventually("the refusal woke the follower, which woke its leader", () =>
+        Promise.resolve((leaderNode.received.get("wake") ?? 0) > wakes),
+      );
     } finally {
       rounds.release();
       await cluster.stopAll();
