@@ -192,11 +192,11 @@ export class CairnNode implements HealthSource {
                 ? Promise.reject(new Error("the node's storage is not open yet"))
                 : cluster.ensureShard(shard, opened, this.#transport, REQUEST_TIMEOUT_MS),
             createdShards: () => cluster.createdShards(),
-            remoteReadIndex: (leader: string, shard: number) => {
+            remoteReadIndex: (leader: string, shard: number, term: number) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
               return transport
-                .readIndex(nodeId(leader), shard, REQUEST_TIMEOUT_MS)
+                .readIndex(nodeId(leader), shard, REQUEST_TIMEOUT_MS, term)
                 .catch((err: unknown) => {
                   // The leader moved (the hint, when that node knows the new one) or is
                   // unreachable: the read goes there, or the caller retries (UNAVAILABLE).
@@ -351,7 +351,7 @@ export class CairnNode implements HealthSource {
           const outcome = await store.proposeMeta(cmd);
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
-        readIndex: (shard) => store.readIndexAsLeader(shard),
+        readIndex: (shard, voucher) => store.readIndexAsLeader(shard, voucher),
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,

@@ -83,7 +83,7 @@ import {
 import type { RawStreamHandler } from "../api/handoff.ts";
 import { handshakeRefusal } from "./handshake.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
-import type { TermCheck } from "./term-confirm.ts";
+import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts";
 import {
@@ -661,9 +661,11 @@ export class GrpcTransport implements RaftTransport {
    * Reads are batched per leader node, with one call in flight: a read asked while a call is
    * in flight waits for the next call, which carries every read asked meanwhile (one entry per
    * shard). A read must never take the answer of a call sent before it was asked: that index
-   * may predate a write acknowledged before the read arrived.
+   * may predate a write acknowledged before the read arrived. `term`, when given, is this
+   * node's replica's term in the group when the read was asked: the call carries it (the
+   * highest asked, per shard) with this node's replica id, a ReadVoucher for the leader.
    */
-  readIndex(to: NodeId, shard: number, timeoutMs: number): Promise<number> {
+  readIndex(to: NodeId, shard: number, timeoutMs: number, term?: number): Promise<number> {
     const node = toNodeId(nodeOfReplica(to));
     return new Promise((resolve, reject) => {
       let batch = this.#reads.get(node);
@@ -671,7 +673,7 @@ export class GrpcTransport implements RaftTransport {
         batch = { waiting: [], inFlight: false };
         this.#reads.set(node, batch);
       }
-      batch.waiting.push({ shard, resolve, reject });
+      batch.waiting.push({ shard, term: term ?? 0, resolve, reject });
       if (!batch.inFlight) this.#sendReads(node, batch, timeoutMs);
     });
   }
@@ -745,12 +747,19 @@ export class GrpcTransport implements RaftTransport {
     const reads = batch.waiting;
     batch.waiting = [];
     batch.inFlight = true;
-    const shards = [...new Set(reads.map((r) => r.shard))];
+    const terms = new Map<number, number>();
+    for (const r of reads) terms.set(r.shard, Math.max(terms.get(r.shard) ?? 0, r.term));
+    const shards = [...terms.keys()];
     const method = loadRaftProto().cairn.v1.Raft.service.ReadIndex;
     this.#unary(
       node,
       method,
-      { cluster_id: currentId(this.#clusterId), shard_ids: shards },
+      {
+        cluster_id: currentId(this.#clusterId),
+        shard_ids: shards,
+        replica: this.#replicaId,
+        terms: shards.map((s) => terms.get(s) ?? 0),
+      },
       timeoutMs,
     )
       .then(
@@ -926,7 +935,7 @@ export interface RaftServiceOptions {
    * Confirms this node's leadership of a shard and answers a follower's read index
    * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
    */
-  readonly readIndex?: (shard: number) => Promise<number>;
+  readonly readIndex?: (shard: number, voucher?: ReadVoucher) => Promise<number>;
   /**
    * A peer leader's term checks, answered at once (MultiRaft.confirmTerms). Without it,
    * ConfirmTerms answers UNIMPLEMENTED.
@@ -1247,9 +1256,18 @@ export function createRaftService(
           });
           return;
         }
-        void Promise.all(shards.map((shard) => readIndexResult(readIndex, shard))).then((results) =>
-          callback(null, { results }),
-        );
+        // The sender's vouchers (term 0 or no list: none).
+        const { replica, terms } = call.request;
+        const vouched = replica !== "" && terms.length === shards.length;
+        void Promise.all(
+          shards.map((shard, i) => {
+            const term = vouched ? (terms[i] as number) : 0;
+            return readIndexResult(
+              term > 0 ? (s) => readIndex(s, { replica, term }) : (s) => readIndex(s),
+              shard,
+            );
+          }),
+        ).then((results) => callback(null, { results }));
       },
       ConfirmTerms(
         call: ServerUnaryCall<ConfirmTermsRequest__Output, ConfirmTermsReply>,
@@ -1344,6 +1362,8 @@ const READ_INDEX_SHARD_TIMEOUT_MS = 2_000;
 /** A follower's read waiting for its ReadIndex answer (GrpcTransport.readIndex). */
 interface PendingRead {
   readonly shard: number;
+  /** The asking replica's term in the group (0: none given). */
+  readonly term: number;
   readonly resolve: (index: number) => void;
   readonly reject: (err: Error) => void;
 }

@@ -35,7 +35,7 @@ export {
   type RaftServiceOptions,
 } from "./grpc-transport.ts";
 export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
-export type { ConfirmTerms, TermCheck } from "./term-confirm.ts";
+export type { ConfirmTerms, ReadVoucher, TermCheck } from "./term-confirm.ts";
 export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 export { CodecError } from "./codec.ts";
 export type {

@@ -62,7 +62,12 @@ import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand, encodeMetaEntry } from "./commands.ts";
 import { type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
-import { type ConfirmTerms, type TermCheck, TermConfirmer } from "./term-confirm.ts";
+import {
+  type ConfirmTerms,
+  type ReadVoucher,
+  type TermCheck,
+  TermConfirmer,
+} from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
 
@@ -168,9 +173,10 @@ export interface MultiRaftOptions {
   /**
    * Cluster mode: asks node `leader` to confirm its leadership of `shard` and answer the index
    * a read must wait for (readIndexAsLeader there). With it a follower serves linearizable
-   * reads (scans) itself; without it a follower's read fails with NotLeaderError.
+   * reads (scans) itself; without it a follower's read fails with NotLeaderError. `term` is this
+   * replica's term in the group when the read was asked (a ReadVoucher there).
    */
-  readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
+  readonly remoteReadIndex?: (leader: string, shard: number, term: number) => Promise<number>;
   /**
    * Cluster mode: asks node `node` whether its replicas of the shards checked are still at a
    * term ≤ the one named (confirmTerms there). With it a leader confirms its linearizable reads
@@ -905,7 +911,7 @@ export class MultiRaft {
         const lead = shard.raw.lead;
         if (lead === null) throw new NotLeaderError(null);
         const since = this.#clock.now();
-        const asked = remote(nodeOfReplica(lead), shard.id);
+        const asked = remote(nodeOfReplica(lead), shard.id, shard.raw.term);
         // The leader asked may never answer (paused, cut off) while its partners elect another:
         // the read then goes to the new leader at once instead of waiting out its deadline.
         const answer = await new Promise<{ index: number } | { moved: NodeId }>(
@@ -966,7 +972,7 @@ export class MultiRaft {
    * committed yet, refusals or silence from too many voters): the read then takes Raft's
    * ReadIndex, which also settles who leads.
    */
-  #confirmLeadership(shard: ShardReplica): Promise<number | null> {
+  #confirmLeadership(shard: ShardReplica, voucher?: ReadVoucher): Promise<number | null> {
     const confirmer = this.#confirmer;
     const raw = shard.raw;
     if (
@@ -979,12 +985,21 @@ export class MultiRaft {
     }
     const term = raw.term;
     const index = raw.commitIndex;
+    // A follower asking for its own read vouches for itself when its term was no higher.
+    const vouched =
+      voucher !== undefined &&
+      voucher.replica !== raw.id &&
+      voucher.term <= term &&
+      raw.voters.has(nodeId(voucher.replica))
+        ? voucher.replica
+        : null;
     const peers: NodeId[] = [];
-    for (const v of raw.voters) if (v !== raw.id) peers.push(v);
-    const needed = Math.floor((peers.length + 1) / 2); // a quorum, less this voter
+    for (const v of raw.voters) if (v !== raw.id && v !== vouched) peers.push(v);
+    // A quorum, less this voter and the one that vouched.
+    const needed = Math.floor(raw.voters.size / 2) - (vouched === null ? 0 : 1);
     const stillLeads = (): boolean =>
       shard.raw === raw && raw.role === "leader" && raw.term === term;
-    if (needed === 0) return Promise.resolve(stillLeads() ? index : null);
+    if (needed <= 0) return Promise.resolve(stillLeads() ? index : null);
     return new Promise((resolve) => {
       let confirmed = 0;
       let refused = 0;
@@ -1025,9 +1040,11 @@ export class MultiRaft {
   /**
    * For a follower's read on another node: confirms this node's leadership of `id` (ReadIndex)
    * and answers the index the read must wait for (the commit index when the read arrived).
+   * With the follower's `voucher` (its replica and term when the read was asked), a voter at a
+   * term no higher than this leader's counts toward the quorum without being asked.
    * Throws NotLeaderError when this node does not lead the shard.
    */
-  async readIndexAsLeader(id: number): Promise<number> {
+  async readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
     this.#assertOpen();
     this.#checkShardId(id);
     const shard = this.#shards.get(id);
@@ -1037,7 +1054,7 @@ export class MultiRaft {
     const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
       const since = this.#clock.now();
-      const index = await this.#confirmLeadership(shard);
+      const index = await this.#confirmLeadership(shard, voucher);
       if (index !== null) return index;
       const done = shard.enqueueRead(++this.#readSeq, since);
       this.#markDirty(shard);

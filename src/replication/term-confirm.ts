@@ -20,6 +20,17 @@
  * that answer may predate the read (the planted bug `confirmByEarlierCall` does exactly that).
  */
 
+/**
+ * A follower's read, asked of its leader (the ReadIndex call): the follower's replica and its
+ * term in the group when the read was asked, after the read arrived there. A term no higher than
+ * the leader's is the same yes a term check would give, so the leader counts the follower
+ * toward its quorum without asking it (MultiRaft#confirmLeadership).
+ */
+export interface ReadVoucher {
+  readonly replica: string;
+  readonly term: number;
+}
+
 /** Whether `replica` (a voter, on the node asked) is at a term ≤ `term` in group `shard`. */
 export interface TermCheck {
   readonly shard: number;

@@ -15,6 +15,7 @@ import { after, before, describe, it } from "node:test";
 import type { CairnError } from "../../src/common/errors.ts";
 import {
   type Clock,
+  type DriverTestingBugs,
   GrpcTransport,
   MultiRaft,
   type RaftTransport,
@@ -48,6 +49,8 @@ interface PeerNode {
   /** Frames (driver rounds' batches) and heartbeats sent, by peer. */
   readonly framesTo: Map<string, number>;
   readonly heartbeatsTo: Map<string, number>;
+  /** ConfirmTerms calls this node made, by peer. */
+  readonly termCallsTo: Map<string, number>;
 }
 
 interface StartOptions {
@@ -55,6 +58,10 @@ interface StartOptions {
   readonly quiesce?: boolean;
   /** A follower's read asks the leader's node this way (without it, followers refuse reads). */
   readonly remoteReadIndex?: (leader: string, shard: number) => Promise<number>;
+  /** Followers' reads ask the leader's node over the transport (ReadIndex calls). */
+  readonly followerReads?: boolean;
+  /** Planted bugs of the driver (DriverTestingBugs). */
+  readonly testingBugs?: DriverTestingBugs;
   /** The driver's clock (default: the system's). */
   readonly clock?: Clock;
   /** Default 10 (ticks of 10 ms). */
@@ -109,6 +116,7 @@ class Cluster {
     const entriesReceived = new Map<string, number>();
     const framesTo = new Map<string, number>();
     const heartbeatsTo = new Map<string, number>();
+    const termCallsTo = new Map<string, number>();
     let mr: MultiRaft | null = null;
     // Frames that arrive before the node has opened are dropped (Raft resends).
     const server = await startRaftServer(
@@ -125,6 +133,10 @@ class Cluster {
         clusterId: CLUSTER,
         nodeId: id,
         confirmTerms: (checks) => mr?.confirmTerms(checks) ?? checks.map(() => false),
+        readIndex: (shard, voucher) =>
+          mr === null
+            ? Promise.reject(new Error("not open"))
+            : mr.readIndexAsLeader(shard, voucher),
       },
     );
     this.#addresses.set(id, server.address);
@@ -161,16 +173,25 @@ class Cluster {
         memtableBytes: 256 * 1024,
         blockCacheBytes: 4 * 1024 * 1024,
         transport: counting,
-        confirmTerms: (node, checks) =>
-          cut.has(`${id}>${node}`) || cut.has(`${node}>${id}`)
+        confirmTerms: (node, checks) => {
+          count(termCallsTo, node);
+          return cut.has(`${id}>${node}`) || cut.has(`${node}>${id}`)
             ? Promise.reject(new Error(`the link ${id}-${node} is cut`))
-            : transport.confirmTerms(nodeId(node), checks, 2_000),
+            : transport.confirmTerms(nodeId(node), checks, 2_000);
+        },
         requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
         ...(options.quiesce === undefined ? {} : { quiesce: options.quiesce }),
         ...(options.remoteReadIndex === undefined
           ? {}
           : { remoteReadIndex: options.remoteReadIndex }),
+        ...(options.followerReads === true
+          ? {
+              remoteReadIndex: (leader: string, shard: number, term: number) =>
+                transport.readIndex(nodeId(leader), shard, 5_000, term),
+            }
+          : {}),
         ...(options.clock === undefined ? {} : { clock: options.clock }),
+        ...(options.testingBugs === undefined ? {} : { testingBugs: options.testingBugs }),
         ...(options.fs === undefined ? {} : { fs: options.fs }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
@@ -192,6 +213,7 @@ class Cluster {
       entriesReceived,
       framesTo,
       heartbeatsTo,
+      termCallsTo,
     };
     this.nodes.set(id, node);
     return node;
@@ -359,6 +381,71 @@ function framesSent(cluster: Cluster): number {
 }
 
 const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A leader's group sleeps; the leader is cut off, the others elect a successor, which writes v2;
+ * the old leader, still leading in its own eyes, is back in touch with the other follower only
+ * and reads the key (linearizably). Returns the read's value or error code, and whether the old
+ * leader then learned it no longer leads.
+ */
+async function readAtDeposedLeader(
+  dir: string,
+  testingBugs?: DriverTestingBugs,
+): Promise<{ outcome: string | null; deposed: boolean }> {
+  const cluster = new Cluster(dir);
+  try {
+    for (const id of IDS) {
+      await cluster.start(id, testingBugs === undefined ? {} : { testingBugs });
+    }
+    const shard = 2;
+    const key = (await writeEveryShard(cluster, "dep"))[shard];
+    assert.ok(key !== undefined);
+    const old = await cluster.put(key, "v1");
+    assert.equal(text(await old.mr.get(enc.encode(key), true)), "v1", "a confirmed read");
+    const term = old.mr.shardInfo(shard)?.term ?? 0;
+    await eventually("every group asleep on every node", () => allAsleep(cluster));
+
+    const others = cluster.live().filter((n) => n !== old);
+    cluster.cut(
+      old.id,
+      others.map((n) => n.id),
+    );
+    for (const n of others) n.mr.wakeGroupsLedBy(old.id);
+    let successor: PeerNode | undefined;
+    await eventually("another node leads in a later term", () => {
+      successor = others.find((n) => n.mr.shardInfo(shard)?.role === "leader");
+      return Promise.resolve((successor?.mr.shardInfo(shard)?.term ?? 0) > term);
+    });
+    assert.ok(successor !== undefined);
+    const next = successor;
+    await eventually("the successor's write is acknowledged", () =>
+      next.mr.put(enc.encode(key), enc.encode("v2")).then(
+        () => true,
+        () => false,
+      ),
+    );
+    assert.equal(old.mr.shardInfo(shard)?.role, "leader", "the old leader slept through it");
+
+    // Back in touch with the other follower only (its successor's messages would tell it).
+    cluster.heal();
+    cluster.cut(old.id, [next.id]);
+    const outcome = await old.mr.get(enc.encode(key), true).then(
+      (item) => text(item),
+      (err: unknown) => (err as CairnError).code,
+    );
+    let deposed = false;
+    if (outcome !== "v1") {
+      await eventually("the old leader learned it was deposed", () =>
+        Promise.resolve(old.mr.shardInfo(shard)?.role !== "leader"),
+      );
+      deposed = true;
+    }
+    cluster.heal();
+    return { outcome, deposed };
+  } finally {
+    await cluster.stopAll();
+  }
+}
 
 describe("MultiRaft over gRPC, three nodes", () => {
   let dir: string;
@@ -821,53 +908,40 @@ describe("MultiRaft over gRPC, three nodes", () => {
     // back in touch with a follower that voted since) must hear "no" from that follower, fall
     // back to Raft's ReadIndex, and learn from its heartbeat that it no longer leads: the read
     // is refused, never served from the old state.
-    const cluster = new Cluster(join(dir, "deposed"));
+    const { outcome, deposed } = await readAtDeposedLeader(join(dir, "deposed"));
+    assert.notEqual(outcome, "v1", "a stale read from the deposed leader");
+    assert.ok(outcome === "CAIRN_ERR_NOT_LEADER" || outcome === "v2", String(outcome));
+    assert.ok(deposed, "the old leader learned it was deposed");
+  });
+
+  it("catches the planted term check that confirms any term: the deposed leader serves v1", async () => {
+    const { outcome } = await readAtDeposedLeader(join(dir, "deposed-bug"), {
+      confirmAnyTerm: true,
+    });
+    assert.equal(outcome, "v1");
+  });
+
+  it("a follower's read vouches for the follower: with the leader that is a quorum, and no term check is sent", async () => {
+    const cluster = new Cluster(join(dir, "voucher"));
     try {
-      for (const id of IDS) await cluster.start(id);
-      const shard = 2;
-      const key = (await writeEveryShard(cluster, "dep"))[shard];
+      for (const id of IDS) await cluster.start(id, { followerReads: true });
+      const shard = 1;
+      const key = (await writeEveryShard(cluster, "vo"))[shard];
       assert.ok(key !== undefined);
-      const old = await cluster.put(key, "v1");
-      assert.equal(text(await old.mr.get(enc.encode(key), true)), "v1", "a confirmed read");
-      const term = old.mr.shardInfo(shard)?.term ?? 0;
-      await eventually("every group asleep on every node", () => allAsleep(cluster));
-
-      const others = cluster.live().filter((n) => n !== old);
-      cluster.cut(
-        old.id,
-        others.map((n) => n.id),
+      const leader = await cluster.put(key, "v1");
+      const [f1] = cluster.live().filter((n) => n !== leader);
+      assert.ok(f1 !== undefined);
+      await eventually(`${f1.id} follows ${leader.id}`, () =>
+        Promise.resolve(f1.mr.shardInfo(shard)?.leader === leader.id),
       );
-      for (const n of others) n.mr.wakeGroupsLedBy(old.id);
-      let successor: PeerNode | undefined;
-      await eventually("another node leads in a later term", () => {
-        successor = others.find((n) => n.mr.shardInfo(shard)?.role === "leader");
-        return Promise.resolve((successor?.mr.shardInfo(shard)?.term ?? 0) > term);
-      });
-      assert.ok(successor !== undefined);
-      const next = successor;
-      await eventually("the successor's write is acknowledged", () =>
-        next.mr.put(enc.encode(key), enc.encode("v2")).then(
-          () => true,
-          () => false,
-        ),
-      );
-      assert.equal(old.mr.shardInfo(shard)?.role, "leader", "the old leader slept through it");
-
-      // Back in touch with the other follower only (its successor's messages would tell it).
-      const follower = others.find((n) => n !== next);
-      assert.ok(follower !== undefined);
-      cluster.heal();
-      cluster.cut(old.id, [next.id]);
-      const outcome = await old.mr.get(enc.encode(key), true).then(
-        (item) => text(item),
-        (err: unknown) => (err as CairnError).code,
-      );
-      assert.notEqual(outcome, "v1", "a stale read from the deposed leader");
-      assert.ok(outcome === "CAIRN_ERR_NOT_LEADER" || outcome === "v2", String(outcome));
-      await eventually("the old leader learned it was deposed", () =>
-        Promise.resolve(old.mr.shardInfo(shard)?.role !== "leader"),
-      );
-      cluster.heal();
+      const calls = (): number => [...leader.termCallsTo.values()].reduce((a, b) => a + b, 0);
+      const before = calls();
+      await cluster.put(key, "v2");
+      assert.equal(text(await f1.mr.get(enc.encode(key), true)), "v2");
+      assert.equal(calls(), before, "the leader asked no peer's term");
+      // The leader's own read does ask.
+      assert.equal(text(await leader.mr.get(enc.encode(key), true)), "v2");
+      assert.ok(calls() > before, "a leader's read asks its peers' terms");
     } finally {
       await cluster.stopAll();
     }

@@ -334,6 +334,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       // The leader's side, scripted: each call is held until the test releases it, then its
       // shards are answered 100 × (call number) + shard, and shard 13 "not the leader (n3)".
       const calls: number[][] = [];
+      const vouchers: string[] = [];
       const release = new Map<number, () => void>();
       let answering = 0;
       const server = await startRaftServer(
@@ -341,10 +342,12 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
         {
           clusterId: "c1",
           nodeId: "n2",
-          readIndex: (shard) =>
-            shard === 13
+          readIndex: (shard, voucher) => {
+            if (voucher !== undefined) vouchers.push(`${shard}:${voucher.replica}@${voucher.term}`);
+            return shard === 13
               ? Promise.reject(new NotLeaderError(nodeId("n3")))
-              : Promise.resolve(100 * answering + shard),
+              : Promise.resolve(100 * answering + shard);
+          },
         },
         "127.0.0.1:0",
         (impl) => ({
@@ -364,10 +367,11 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
         const first = t.readIndex(N2, 5, 5_000);
         await eventually("the first call is in flight", () => calls.length === 1);
         // Asked while the first call is in flight: they wait for the second call, all in one.
+        // Shard 5's reads were asked at terms 3 and 4: the call vouches with the higher.
         const later = [
-          t.readIndex(N2, 5, 5_000),
+          t.readIndex(N2, 5, 5_000, 3),
           t.readIndex(N2, 7, 5_000),
-          t.readIndex(N2, 5, 5_000),
+          t.readIndex(N2, 5, 5_000, 4),
         ];
         const refused = t.readIndex(N2, 13, 5_000);
         release.get(1)?.();
@@ -377,6 +381,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
         assert.deepEqual(calls[1], [5, 7, 13], "one entry per shard");
         release.get(2)?.();
         assert.deepEqual(await Promise.all(later), [205, 207, 205]);
+        assert.deepEqual(vouchers, ["5:n1@4"], "the sender's replica, once per shard");
         await assert.rejects(refused, (err: unknown) => {
           assert.ok(err instanceof NotLeaderError);
           assert.equal(err.leader, "n3");

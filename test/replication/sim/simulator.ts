@@ -431,8 +431,8 @@ class DriverSim {
             transport: {
               send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
             },
-            remoteReadIndex: (leader: string, shard: number) =>
-              this.#remoteReadIndex(node, leader, shard),
+            remoteReadIndex: (leader: string, shard: number, term: number) =>
+              this.#remoteReadIndex(node, leader, shard, term),
             confirmTerms: (to: string, checks: readonly TermCheck[]) =>
               this.#confirmTerms(node, to, checks),
           }
@@ -757,9 +757,11 @@ class DriverSim {
    * call): across the simulated network both ways, lost with the link, answered by whatever
    * process runs there when the request lands.
    */
-  #remoteReadIndex(sender: SimNode, leader: string, shard: number): Promise<number> {
+  #remoteReadIndex(sender: SimNode, leader: string, shard: number, term: number): Promise<number> {
     const p = this.#profile;
     const from = sender.id;
+    // The asking replica, now: a node wiped meanwhile rejoins as another.
+    const voucher = { replica: sender.replica, term };
     return new Promise((resolve, reject) => {
       const lost = (): void => reject(new Error("read index request lost"));
       if (this.#cut.has(`${from}>${leader}`) || this.#rng.float() < p.dropRate) {
@@ -772,7 +774,7 @@ class DriverSim {
           lost();
           return;
         }
-        target.readIndexAsLeader(shard).then(
+        target.readIndexAsLeader(shard, voucher).then(
           (index) =>
             this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
               if (this.#cut.has(`${leader}>${from}`)) lost();
