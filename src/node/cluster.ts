@@ -537,10 +537,11 @@ export function spreadLeaders(
   let started = 0;
   for (const id of store.shardIds()) {
     if (started >= TRANSFERS_PER_PASS) break;
-    const info = store.shardInfo(id);
-    if (info === null || info.role !== "leader") continue;
+    if (!store.leads(id)) continue;
     const first = cluster.meta?.preferredLeader(id);
     if (first === undefined || first === self || !alive.has(first)) continue;
+    const info = store.shardInfo(id);
+    if (info === null || info.role !== "leader") continue;
     const target = info.voters.find((v) => nodeOfReplica(v) === first);
     if (target === undefined) continue;
     started++;

@@ -68,7 +68,7 @@ export function replaceReplicas(
   let started = 0;
   for (const id of store.shardIds()) {
     if (started >= CHANGES_PER_PASS) break;
-    if (underWay.has(id)) continue;
+    if (underWay.has(id) || !store.leads(id)) continue;
     const info = store.shardInfo(id);
     if (info === null || info.role !== "leader") continue;
     const change = nextReplicaChange(meta, id, store.replicaId, info, (r) =>

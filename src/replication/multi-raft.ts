@@ -741,6 +741,11 @@ export class MultiRaft {
     };
   }
 
+  /** Whether this node leads shard `id` now (cheap: for passes over every shard). */
+  leads(id: number): boolean {
+    return this.#shards.get(id)?.raw.role === "leader";
+  }
+
   /**
    * Whether `replica`, a member of `id`'s group led here, holds the whole committed log (its
    * match index reaches the commit index): a learner caught up enough to be promoted.
