@@ -989,6 +989,27 @@ export function createRaftService(
   const open = new Set<(err: Partial<ServiceError> | null) => void>();
 
   /**
+   * Why a peer's unary call is refused before it is served: it comes from another cluster
+   * (ids known on both ends and different), or this node does not offer the service (`serve`
+   * not given; `missing` says what it does not do). Null when it may be served.
+   */
+  const unaryRefusal = (
+    theirs: string,
+    serve: unknown,
+    missing: string,
+  ): Partial<ServiceError> | null => {
+    const ours = currentId(options.clusterId);
+    if (theirs !== "" && ours !== "" && theirs !== ours) {
+      return {
+        code: status.FAILED_PRECONDITION,
+        details: `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(theirs)}`,
+      };
+    }
+    if (serve === undefined) return { code: status.UNIMPLEMENTED, details: `this node ${missing}` };
+    return null;
+  };
+
+  /**
    * One Stream call's receiving end, whatever serves it: the front end directly (RawStreamCall)
    * or grpc-js (below). Frames are decoded here (frame-codec.ts), straight into Raft messages.
    */
@@ -1214,18 +1235,10 @@ export function createRaftService(
         call: ServerUnaryCall<MetaProposal__Output, MetaProposalReply>,
         callback: sendUnaryData<MetaProposalReply>,
       ): void {
-        const ours = currentId(options.clusterId);
-        const theirs = call.request.cluster_id;
-        if (theirs !== "" && ours !== "" && theirs !== ours) {
-          callback({
-            code: status.FAILED_PRECONDITION,
-            details: `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(theirs)}`,
-          });
-          return;
-        }
         const propose = options.proposeMeta;
-        if (propose === undefined) {
-          callback({ code: status.UNIMPLEMENTED, details: "this node takes no meta proposals" });
+        const refusal = unaryRefusal(call.request.cluster_id, propose, "takes no meta proposals");
+        if (refusal !== null || propose === undefined) {
+          callback(refusal);
           return;
         }
         propose(call.request.command).then(
@@ -1237,15 +1250,10 @@ export function createRaftService(
         call: ServerUnaryCall<ReadIndexRequest__Output, ReadIndexReply>,
         callback: sendUnaryData<ReadIndexReply>,
       ): void {
-        const ours = currentId(options.clusterId);
-        const theirs = call.request.cluster_id;
-        if (theirs !== "" && ours !== "" && theirs !== ours) {
-          callback({ code: status.FAILED_PRECONDITION, details: "cluster id mismatch" });
-          return;
-        }
         const readIndex = options.readIndex;
-        if (readIndex === undefined) {
-          callback({ code: status.UNIMPLEMENTED, details: "this node serves no read index" });
+        const refusal = unaryRefusal(call.request.cluster_id, readIndex, "serves no read index");
+        if (refusal !== null || readIndex === undefined) {
+          callback(refusal);
           return;
         }
         const shards = call.request.shard_ids;
@@ -1273,15 +1281,11 @@ export function createRaftService(
         call: ServerUnaryCall<ConfirmTermsRequest__Output, ConfirmTermsReply>,
         callback: sendUnaryData<ConfirmTermsReply>,
       ): void {
-        const ours = currentId(options.clusterId);
         const r = call.request;
-        if (r.cluster_id !== "" && ours !== "" && r.cluster_id !== ours) {
-          callback({ code: status.FAILED_PRECONDITION, details: "cluster id mismatch" });
-          return;
-        }
         const confirm = options.confirmTerms;
-        if (confirm === undefined) {
-          callback({ code: status.UNIMPLEMENTED, details: "this node confirms no terms" });
+        const refusal = unaryRefusal(r.cluster_id, confirm, "confirms no terms");
+        if (refusal !== null || confirm === undefined) {
+          callback(refusal);
           return;
         }
         const n = r.shard_ids.length;
@@ -1306,15 +1310,11 @@ export function createRaftService(
         call: ServerUnaryCall<ScanShardsRequest__Output, ScanShardsReply>,
         callback: sendUnaryData<ScanShardsReply>,
       ): void {
-        const ours = currentId(options.clusterId);
         const r = call.request;
-        if (r.cluster_id !== "" && ours !== "" && r.cluster_id !== ours) {
-          callback({ code: status.FAILED_PRECONDITION, details: "cluster id mismatch" });
-          return;
-        }
         const scan = options.scanShards;
-        if (scan === undefined) {
-          callback({ code: status.UNIMPLEMENTED, details: "this node serves no scans for peers" });
+        const refusal = unaryRefusal(r.cluster_id, scan, "serves no scans for peers");
+        if (refusal !== null || scan === undefined) {
+          callback(refusal);
           return;
         }
         const req: ScanRequest = {

@@ -754,64 +754,60 @@ class DriverSim {
   /** The network: delays, loses, duplicates and (by varying delays) reorders message batches. */
   /**
    * A follower's read asks the leader's node for a read index (the peer service's ReadIndex
-   * call): across the simulated network both ways, lost with the link, answered by whatever
-   * process runs there when the request lands.
+   * call), with its replica and term as the voucher.
    */
   #remoteReadIndex(sender: SimNode, leader: string, shard: number, term: number): Promise<number> {
-    const p = this.#profile;
-    const from = sender.id;
     // The asking replica, now: a node wiped meanwhile rejoins as another.
     const voucher = { replica: sender.replica, term };
-    return new Promise((resolve, reject) => {
-      const lost = (): void => reject(new Error("read index request lost"));
-      if (this.#cut.has(`${from}>${leader}`) || this.#rng.float() < p.dropRate) {
-        this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, lost);
-        return;
-      }
-      this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
-        const target = this.#nodes.find((n) => n.id === leader)?.mr;
-        if (target === null || target === undefined || this.#cut.has(`${from}>${leader}`)) {
-          lost();
-          return;
-        }
-        target.readIndexAsLeader(shard, voucher).then(
-          (index) =>
-            this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
-              if (this.#cut.has(`${leader}>${from}`)) lost();
-              else resolve(index);
-            }),
-          (err: unknown) =>
-            this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => reject(err)),
-        );
-      });
-    });
+    return this.#peerCall(sender, leader, "read index request", (mr) =>
+      mr.readIndexAsLeader(shard, voucher),
+    );
+  }
+
+  /** A leader's term checks (the peer service's ConfirmTerms call). */
+  #confirmTerms(sender: SimNode, to: string, checks: readonly TermCheck[]): Promise<boolean[]> {
+    return this.#peerCall(sender, to, "term confirmation", (mr) => mr.confirmTerms(checks));
   }
 
   /**
-   * A leader's term checks (the peer service's ConfirmTerms call), like #remoteReadIndex: across
-   * the simulated network both ways, lost with the link, answered by whatever process runs on
-   * node `to` when the request lands.
+   * A peer's unary call from `sender` to node `to`: across the simulated network both ways,
+   * lost with the link, served by whatever process runs on `to` when the request lands (a
+   * synchronous answer leaves at once, an asynchronous one when it settles).
    */
-  #confirmTerms(sender: SimNode, to: string, checks: readonly TermCheck[]): Promise<boolean[]> {
+  #peerCall<T>(
+    sender: SimNode,
+    to: string,
+    what: string,
+    serve: (mr: MultiRaft) => T | Promise<T>,
+  ): Promise<T> {
     const p = this.#profile;
     const from = sender.id;
+    const delay = (): number => 1 + this.#rng.int(p.maxDelayMs);
     return new Promise((resolve, reject) => {
-      const lost = (): void => reject(new Error("term confirmation lost"));
+      const lost = (): void => reject(new Error(`${what} lost`));
       if (this.#cut.has(`${from}>${to}`) || this.#rng.float() < p.dropRate) {
-        this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, lost);
+        this.#world.after(delay(), this.#network, lost);
         return;
       }
-      this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
+      this.#world.after(delay(), this.#network, () => {
         const target = this.#nodes.find((n) => n.id === to)?.mr;
         if (target === null || target === undefined || this.#cut.has(`${from}>${to}`)) {
           lost();
           return;
         }
-        const answers = target.confirmTerms(checks);
-        this.#world.after(1 + this.#rng.int(p.maxDelayMs), this.#network, () => {
-          if (this.#cut.has(`${to}>${from}`)) lost();
-          else resolve(answers);
-        });
+        const answer = (value: T): void =>
+          this.#world.after(delay(), this.#network, () => {
+            if (this.#cut.has(`${to}>${from}`)) lost();
+            else resolve(value);
+          });
+        const result = serve(target);
+        if (!(result instanceof Promise)) {
+          answer(result);
+          return;
+        }
+        result.then(answer, (err: unknown) =>
+          this.#world.after(delay(), this.#network, () => reject(err)),
+        );
       });
     });
   }
