@@ -956,17 +956,26 @@ export class MultiRaft {
         }
       }
       const since = this.#clock.now();
-      const index = await this.#confirmLeadership(shard);
-      if (index !== null) {
-        await shard.waitApplied(index, since);
-        return;
-      }
-      const done = shard.enqueueRead(++this.#readSeq, since);
-      this.#markDirty(shard);
-      await done;
+      await shard.waitApplied(await this.#leaderReadIndex(shard, since), since);
     } finally {
       release();
     }
+  }
+
+  /**
+   * A leader's read index for a read that arrived at `since`: confirmed by its peers' terms
+   * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here).
+   */
+  async #leaderReadIndex(
+    shard: ShardReplica,
+    since: number,
+    voucher?: ReadVoucher,
+  ): Promise<number> {
+    const index = await this.#confirmLeadership(shard, voucher);
+    if (index !== null) return index;
+    const done = shard.enqueueRead(++this.#readSeq, since);
+    this.#markDirty(shard);
+    return done;
   }
 
   /**
@@ -1058,12 +1067,7 @@ export class MultiRaft {
     }
     const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
-      const since = this.#clock.now();
-      const index = await this.#confirmLeadership(shard, voucher);
-      if (index !== null) return index;
-      const done = shard.enqueueRead(++this.#readSeq, since);
-      this.#markDirty(shard);
-      return await done;
+      return await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
     } finally {
       release();
     }

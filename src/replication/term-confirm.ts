@@ -46,6 +46,8 @@ export type ConfirmTerms = (node: string, checks: readonly TermCheck[]) => Promi
 
 interface Waiter {
   readonly check: TermCheck;
+  /** checkKey(check): waiters with the same key share one entry of a call. */
+  readonly key: string;
   readonly answer: (confirmed: boolean) => void;
 }
 
@@ -76,12 +78,13 @@ export class TermConfirmer {
       batch = { waiting: [], inFlight: null };
       this.#peers.set(node, batch);
     }
+    const waiter = { check, key: checkKey(check), answer };
     if (this.#answerEarlierCalls && batch.inFlight !== null) {
       // Planted bug: join the call already sent, whose answer may predate this read.
-      batch.inFlight.push({ check, answer });
+      batch.inFlight.push(waiter);
       return;
     }
-    batch.waiting.push({ check, answer });
+    batch.waiting.push(waiter);
     if (batch.inFlight === null) this.#send(node, batch);
   }
 
@@ -90,26 +93,19 @@ export class TermConfirmer {
     batch.waiting = [];
     batch.inFlight = waiters;
     // One entry per distinct check: many reads of one shard share it.
-    const index = new Map<string, number>();
+    const slots = new Map<string, number>();
     const checks: TermCheck[] = [];
-    const slots: number[] = [];
     for (const w of waiters) {
-      const key = checkKey(w.check);
-      let slot = index.get(key);
-      if (slot === undefined) {
-        slot = checks.length;
-        index.set(key, slot);
-        checks.push(w.check);
-      }
-      slots.push(slot);
+      if (slots.has(w.key)) continue;
+      slots.set(w.key, checks.length);
+      checks.push(w.check);
     }
     const settle = (answers: readonly boolean[] | null): void => {
       // The planted bug may have added waiters to this call after it left.
       const all = batch.inFlight ?? waiters;
       batch.inFlight = null;
-      for (let i = 0; i < all.length; i++) {
-        const w = all[i] as Waiter;
-        const slot = i < slots.length ? (slots[i] as number) : index.get(checkKey(w.check));
+      for (const w of all) {
+        const slot = slots.get(w.key);
         w.answer(answers !== null && slot !== undefined && answers[slot] === true);
       }
       if (batch.waiting.length > 0) this.#send(node, batch);
