@@ -8,7 +8,10 @@
  * before a chosen operation, counted from a landmark the op-counting shim cannot see:
  *  - `rotation:<k>:<n>`: the n-th file-system operation after the k-th segment rotation created
  *    its file (1 = before the checkpoint write, ...);
- *  - `unlink:<k>`: the k-th segment deletion.
+ *  - `unlink:<k>`: the k-th segment deletion;
+ *  - `truncate:<k>:<n>`: the n-th file-system operation after the k-th truncate began (0 = the
+ *    truncate itself). Opening preallocates (truncate 1); each rotation cuts the old segment
+ *    back to its records, then preallocates the new one (truncates 2k and 2k + 1).
  */
 import { nodeFileSystem, type FileSystem, type FsFile } from "../../src/storage/common/index.ts";
 import { Wal } from "../../src/storage/wal/index.ts";
@@ -20,10 +23,16 @@ function crashingFs(spec: string): FileSystem {
   const n = Number(b);
   let rotations = 0;
   let unlinks = 0;
+  let truncates = 0;
   /** Operations since the k-th rotation created its segment, or -1 before that. */
   let since = -1;
   const step = (op: string): void => {
     if (mode === "unlink" && op === "unlink" && ++unlinks === k) die();
+    if (mode === "truncate" && op === "truncate" && ++truncates === k) {
+      if (n === 0) die();
+      since = 0;
+      return;
+    }
     if (since >= 0 && ++since === n) die();
   };
   const die = (): never => {

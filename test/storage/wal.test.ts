@@ -93,7 +93,8 @@ describe("WAL", () => {
 
   it("cuts a torn record off the end of the last segment and reports it", async () => {
     const dir = tempDir("wal");
-    const wal = await Wal.open(dir);
+    // Not preallocated: the file ends where the records do, and the test cuts into the last.
+    const wal = await Wal.open(dir, { preallocate: false });
     wal.append([{ kind: "entries", shard: 3, entries: [entry(1, 1), entry(2, 1)] }]);
     await wal.sync();
     wal.append([{ kind: "entries", shard: 3, entries: [entry(3, 1, "x".repeat(100))] }]);
@@ -114,18 +115,93 @@ describe("WAL", () => {
     await third.close();
   });
 
-  it("treats a zero-filled tail (a preallocated or unwritten block) as torn", async () => {
+  it("takes zeros after the last record for unwritten space: nothing reported, nothing cut", async () => {
     const dir = tempDir("wal");
-    const wal = await Wal.open(dir);
+    const wal = await Wal.open(dir, { preallocate: false });
     wal.append([{ kind: "entries", shard: 0, entries: [entry(1, 1)] }]);
     await wal.close();
     const [file] = segmentFiles(dir) as [string];
     const data = readFileSync(file);
     writeFileSync(file, Buffer.concat([data, Buffer.alloc(4096)]));
-    const again = await Wal.open(dir);
-    assert.equal(again.tornTail?.offset, data.length);
+    const again = await Wal.open(dir, { preallocate: false });
+    assert.equal(again.tornTail, undefined);
+    assert.equal(statSync(file).size, data.length + 4096);
     assert.equal(again.lastIndex(0), 1);
+    // The next records go where the zeros begin.
+    again.append([{ kind: "entries", shard: 0, entries: [entry(2, 1)] }]);
     await again.close();
+    const third = await Wal.open(dir, { preallocate: false });
+    assert.deepEqual(texts(third, 0), ["1@1:e1", "2@1:e2"]);
+    assert.equal(third.tornTail, undefined);
+    await third.close();
+  });
+
+  it("preallocates each segment and cuts the one it leaves back to its records", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 4096 });
+    const [first] = segmentFiles(dir) as [string];
+    assert.equal(statSync(first).size, 4096);
+    let index = 0;
+    while (segmentFiles(dir).length < 3) {
+      index++;
+      wal.append([{ kind: "entries", shard: 2, entries: [entry(index, 1, "p".repeat(200))] }]);
+      await wal.sync();
+    }
+    const files = segmentFiles(dir);
+    // The segments left behind end at their last record: no zeros, not a byte more.
+    for (const file of files.slice(0, -1)) {
+      const data = readFileSync(file);
+      assert.ok(data.length >= 4096 && data.length < 4096 + 300, `${file}: ${data.length} bytes`);
+      assert.notEqual(data.at(-1), 0);
+    }
+    assert.equal(statSync(files.at(-1) as string).size, 4096);
+    await wal.close();
+    const again = await Wal.open(dir, { segmentBytes: 4096 });
+    assert.equal(again.tornTail, undefined);
+    assert.equal(again.lastIndex(2), index);
+    again.append([{ kind: "entries", shard: 2, entries: [entry(index + 1, 2)] }]);
+    await again.close();
+    const third = await Wal.open(dir, { segmentBytes: 4096 });
+    assert.equal(third.lastIndex(2), index + 1);
+    assert.equal(third.term(2, index + 1), 2);
+    await third.close();
+  });
+
+  it("cuts a write torn inside preallocated space, and reports only its bytes", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 3, entries: [entry(1, 1), entry(2, 1)] }]);
+    await wal.sync();
+    wal.append([{ kind: "entries", shard: 3, entries: [entry(3, 1, "x".repeat(100))] }]);
+    await wal.close();
+    const [file] = segmentFiles(dir) as [string];
+    const data = readFileSync(file);
+    assert.equal(data.length, 64 * 1024 * 1024);
+    const end = 16 + 2 * 34; // the header and the first two records
+    // Only the first 40 bytes of the third record reached the disk: the rest reads as zeros.
+    data.fill(0, end + 40);
+    writeFileSync(file, data);
+    const again = await Wal.open(dir);
+    assert.deepEqual(again.tornTail, { file, offset: end, droppedBytes: 40 });
+    assert.deepEqual(texts(again, 3), ["1@1:e1", "2@1:e2"]);
+    await again.close();
+  });
+
+  it("refuses a segment other than the last that ends in zeros", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 512 });
+    for (let i = 1; segmentFiles(dir).length < 2; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(100))] }]);
+      await wal.sync();
+    }
+    await wal.close();
+    const [first] = segmentFiles(dir) as [string];
+    const size = statSync(first).size;
+    truncateSync(first, size + 4096); // as if its records had been lost to zeros
+    await assert.rejects(Wal.open(dir, { segmentBytes: 512 }), {
+      code: "CAIRN_ERR_CORRUPTION",
+      message: new RegExp(`${first}.*${size}`),
+    });
   });
 
   it("refuses to start on corruption followed by valid records, naming file and offset", async () => {
@@ -458,8 +534,10 @@ async function checkRecovered(dir: string, acked: number): Promise<void> {
 
 describe("WAL crash at chosen file operations (SIGKILL from a preloaded shim)", () => {
   const shim = join(import.meta.dirname, "crash-shim.ts");
-  // Opening takes 4 operations (create, write header, open and fsync the directory); each step
-  // one O_DSYNC write; a rotation 5 more; each deleted segment one unlink.
+  // Opening takes 6 operations (create, write header, preallocate and fsync the segment, open
+  // and fsync the directory); each step one O_DSYNC write; a rotation 8 more (cut and fsync the
+  // old segment, create, write, preallocate and fsync the new one, close the old, fsync the
+  // directory); each deleted segment one unlink.
   const points = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17, 22, 28, 35, 45, 57, 70, 90, 115, 150];
   for (const at of points) {
     it(`before operation ${at}${at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
@@ -480,6 +558,8 @@ describe("WAL crash inside a segment rotation (SIGKILL at a counted operation)",
   // follows the directory fsync (a deletion or the next batch's write).
   const phases = [
     "before the checkpoint write",
+    "before preallocating the new segment",
+    "before syncing its size",
     "before closing the old segment",
     "before the batch write",
     "before the directory fsync",
@@ -494,6 +574,21 @@ describe("WAL crash inside a segment rotation (SIGKILL at a counted operation)",
         });
         await checkRecovered(dir, acked);
       });
+    });
+  }
+  // Rotation 1 cuts the old segment back to its records (truncate 2), then preallocates the new
+  // one (truncate 3); rotation 3's are truncates 6 and 7.
+  for (const [k, n, what] of [
+    [2, 0, "before cutting the old segment back"],
+    [2, 1, "before syncing the cut"],
+    [2, 2, "before creating the new segment"],
+    [6, 1, "before syncing the cut of rotation 3"],
+    [7, 0, "before preallocating the segment of rotation 3"],
+  ] as const) {
+    it(`rotation, ${what}`, async () => {
+      const dir = tempDir("walrot");
+      const acked = await runCrashChild(dir, [], { CAIRN_WAL_CRASH: `truncate:${k}:${n}` });
+      await checkRecovered(dir, acked);
     });
   }
   for (const k of [1, 3]) {

@@ -36,7 +36,9 @@ export type WalRecord =
 /** What recovery cut off the end of the last segment (a write torn by a crash). */
 export interface TornTail {
   readonly file: string;
+  /** Where the damage starts: the file is cut there. */
   readonly offset: number;
+  /** Bytes of damage cut off, up to the last non-zero byte (zeros after it were never written). */
   readonly droppedBytes: number;
 }
 
@@ -52,6 +54,14 @@ export interface ClampedCommit {
 export interface WalOptions {
   /** Rotate to a new segment once the current one holds this many bytes. Default 64 MiB. */
   readonly segmentBytes?: number;
+  /**
+   * Make each new segment `segmentBytes` long (a sparse file) once its header is written, so
+   * that an O_DSYNC write inside it does not also have to persist a new file size: a lone
+   * write is ~15% faster on ext4 (docs/storage.md). The unwritten rest reads as zeros, which
+   * recovery takes for the end of the log. A segment is cut back to its records when the next
+   * one starts. Default true.
+   */
+  readonly preallocate?: boolean;
   /**
    * Soft budget for uncompacted entries held in memory across all shards. Default 512 MiB.
    * Exceeding it never fails an append: `isOverMemoryBudget()` tells the driver to flush and

@@ -148,6 +148,9 @@ class RecordWriter {
   }
 }
 
+/** WalOptions.segmentBytes's default. */
+const DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024;
+
 /** WalOptions.blockingWriteMaxBytes's default. */
 const BLOCKING_WRITE_MAX_BYTES = 64 * 1024;
 /** WalOptions.blockingWriteSlowMs's default: blocking writes slower on average mean a slow disk. */
@@ -169,6 +172,7 @@ export class Wal {
 
   readonly #fs: FileSystem;
   readonly #segmentBytes: number;
+  readonly #preallocate: boolean;
   readonly #memoryBudgetBytes: number;
   readonly #blockingWriteMaxBytes: number;
   readonly #blockingWriteSlowMs: number;
@@ -234,7 +238,8 @@ export class Wal {
   ) {
     this.dir = dir;
     this.#fs = options.fs ?? nodeFileSystem;
-    this.#segmentBytes = options.segmentBytes ?? 64 * 1024 * 1024;
+    this.#segmentBytes = options.segmentBytes ?? DEFAULT_SEGMENT_BYTES;
+    this.#preallocate = options.preallocate ?? true;
     this.#memoryBudgetBytes = options.memoryBudgetBytes ?? 512 * 1024 * 1024;
     this.#blockingWriteMaxBytes = options.blockingWriteMaxBytes ?? BLOCKING_WRITE_MAX_BYTES;
     this.#blockingWriteSlowMs = options.blockingWriteSlowMs ?? BLOCKING_WRITE_SLOW_MS;
@@ -276,9 +281,9 @@ export class Wal {
       const segment = segments[i] as Segment;
       const isLast = i === segments.length - 1;
       const buf = await fs.readFile(segment.path);
-      const valid = replaySegment(segment, buf, isLast, shardLog);
-      if (valid < buf.length) {
-        tornTail = { file: segment.path, offset: valid, droppedBytes: buf.length - valid };
+      const { valid, end } = replaySegment(segment, buf, isLast, shardLog);
+      if (end === "torn") {
+        tornTail = { file: segment.path, offset: valid, droppedBytes: nonZeroEnd(buf) - valid };
         const handle = await fs.open(segment.path, {});
         try {
           await handle.truncate(valid);
@@ -341,6 +346,7 @@ export class Wal {
     if (fresh) {
       const head = Buffer.concat([segmentHeader(), wal.#checkpoint()]);
       await handle.write(head, 0, head.length, 0);
+      await wal.#preallocateSegment(handle, head.length);
       await fs.fsyncDir(dir);
       wal.#segmentSize = head.length;
     }
@@ -783,17 +789,37 @@ export class Wal {
   /** Starts a new segment whose first records are the checkpoint of every shard. */
   async #rotate(): Promise<void> {
     const checkpoint = this.#checkpoint();
+    // The segment being closed loses its preallocated tail first: only the last segment may end
+    // in zeros, so damage at the end of any other is still reported as corruption.
+    if (this.#preallocate) {
+      await this.#handle.truncate(this.#segmentSize);
+      await this.#handle.sync();
+    }
     const seq = (this.#segments.at(-1) as Segment).seq + 1;
     const path = join(this.dir, segmentName(seq));
     const handle = await this.#fs.open(path, { ...WRITE_FLAGS, create: true, exclusive: true });
     const head = Buffer.concat([segmentHeader(), checkpoint]);
+    // The header and checkpoint are written before the file is extended: a crash in between
+    // leaves a prefix of that write (a torn header, which recovery rewrites), never a
+    // preallocated file without a header.
     await handle.write(head, 0, head.length, 0);
+    await this.#preallocateSegment(handle, head.length);
     const old = this.#handle;
     this.#handle = handle;
     this.#segmentSize = head.length;
     this.#bytesWritten += head.length;
     this.#segments.push({ seq, path, maxIndex: new Map() });
     await old.close();
+  }
+
+  /**
+   * Extends a new segment holding `written` bytes to segmentBytes (see WalOptions.preallocate);
+   * synced so that the size is durable before any record relies on it.
+   */
+  async #preallocateSegment(handle: FsFile, written: number): Promise<void> {
+    if (!this.#preallocate || written >= this.#segmentBytes) return;
+    await handle.truncate(this.#segmentBytes);
+    await handle.sync();
   }
 
   /**
@@ -837,18 +863,38 @@ export class Wal {
   }
 }
 
+const ZEROS = Buffer.alloc(64 * 1024);
+
+/** Whether `buf` holds only zero bytes from `from` on. */
+function isZero(buf: Buffer, from: number): boolean {
+  for (let at = from; at < buf.length; at += ZEROS.length) {
+    const end = Math.min(buf.length, at + ZEROS.length);
+    if (buf.compare(ZEROS, 0, end - at, at, end) !== 0) return false;
+  }
+  return true;
+}
+
+/** The length of `buf` without its trailing zero bytes. */
+function nonZeroEnd(buf: Buffer): number {
+  let end = buf.length;
+  while (end > 0 && buf[end - 1] === 0) end--;
+  return end;
+}
+
 /**
- * Replays one segment into the shard logs; returns the length of its valid prefix. Damage is a
- * torn tail only in the last segment and only when no valid record follows it.
+ * Replays one segment into the shard logs; returns the length of its valid prefix and how the
+ * segment ends: after its last record ("records"), in zeros (the last segment's preallocated
+ * space, never written: a record never starts with a zero length), or damaged ("torn": the last
+ * segment only, and only when no valid record follows the damage).
  */
 function replaySegment(
   segment: Segment,
   buf: Buffer,
   isLast: boolean,
   shardLog: (id: number) => ShardLog,
-): number {
+): { readonly valid: number; readonly end: "records" | "zeros" | "torn" } {
   if (buf.length < SEGMENT_HEADER_BYTES) {
-    if (isLast) return 0;
+    if (isLast) return { valid: 0, end: buf.length === 0 ? "records" : "torn" };
     throw new CorruptionError(segment.path, 0, "segment shorter than its header");
   }
   if (!buf.subarray(0, 8).equals(SEGMENT_MAGIC) || buf.readUInt32LE(8) !== SEGMENT_VERSION) {
@@ -859,13 +905,14 @@ function replaySegment(
   while (at < buf.length) {
     const result = decodeRecord(buf, view, at);
     if (!result.ok) {
-      if (isLast && !hasValidRecordAfter(buf, view, at)) return at;
+      if (isLast && isZero(buf, at)) return { valid: at, end: "zeros" };
+      if (isLast && !hasValidRecordAfter(buf, view, at)) return { valid: at, end: "torn" };
       throw new CorruptionError(segment.path, at, `WAL record ${result.failure}`);
     }
     applyRecord(segment, result.record, shardLog(result.record.shard));
     at = result.next;
   }
-  return at;
+  return { valid: at, end: "records" };
 }
 
 function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
