@@ -14,24 +14,40 @@ import { type ServerProcess, startServer } from "./server-process.ts";
 /**
  * A port free for both TCP (gRPC, HTTP) and UDP (SWIM shares the RPC port) on `host` right now
  * ("0.0.0.0": on every interface, e.g. for nodes on 127.0.0.1..3).
+ *
+ * Chosen at random below Linux's ephemeral range (32768–60999), not by binding port 0: a port
+ * from that range, free when probed, can be handed to any process's next outgoing connection
+ * before the node binds it (a CI run failed so, "address 127.0.0.1:40517 is already in use").
+ * Below the range only another test picking the same port can take it.
  */
 export async function freePort(host = "127.0.0.1"): Promise<number> {
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const srv = createServer();
-    await new Promise<void>((r) => srv.listen(0, host, r));
-    const address = srv.address();
-    assert.ok(address !== null && typeof address === "object");
-    const port = address.port;
-    const udp = createSocket("udp4");
-    const udpFree = await new Promise<boolean>((resolve) => {
-      udp.once("error", () => resolve(false));
-      udp.bind(port, host, () => resolve(true));
-    });
-    udp.close();
-    await new Promise<void>((r) => srv.close(() => r()));
-    if (udpFree) return port;
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = PORT_LOW + Math.floor(Math.random() * (PORT_HIGH - PORT_LOW));
+    if ((await bindsTcp(port, host)) && (await bindsUdp(port, host))) return port;
   }
-  throw new Error("no port free for both TCP and UDP");
+  throw new Error(`no port in [${PORT_LOW}, ${PORT_HIGH}) free for both TCP and UDP`);
+}
+
+const PORT_LOW = 20_000;
+const PORT_HIGH = 32_768;
+
+function bindsTcp(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
+}
+
+function bindsUdp(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const udp = createSocket("udp4");
+    udp.once("error", () => {
+      udp.close();
+      resolve(false);
+    });
+    udp.bind(port, host, () => udp.close(() => resolve(true)));
+  });
 }
 
 /** Polls `check` (bounded) until it returns true; the nodes act on their own timers meanwhile. */
@@ -113,8 +129,18 @@ export class LocalCluster {
     return n;
   }
 
+  /**
+   * Starts every node. When one fails to start, the others are waited for and killed before the
+   * first failure is thrown: a node still starting when a test's cleanup runs would outlive it
+   * (and keep the test process from exiting).
+   */
   async startAll(): Promise<void> {
-    await Promise.all(this.nodes.map((n) => this.start(n.id)));
+    const results = await Promise.allSettled(this.nodes.map((n) => this.start(n.id)));
+    const failed = results.find((r) => r.status === "rejected");
+    if (failed !== undefined) {
+      await this.killAll();
+      throw failed.reason;
+    }
   }
 
   /** Waits until every running node answers /health/quick with 200 (the metadata is there). */
