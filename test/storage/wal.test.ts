@@ -167,6 +167,25 @@ describe("WAL", () => {
     await third.close();
   });
 
+  it("cuts a segment preallocated by an earlier run back at rotation, preallocating or not", async () => {
+    const dir = tempDir("wal");
+    // Preallocated to 16 KiB, then written by a run that rotates at 4 KiB and never preallocates.
+    const first = await Wal.open(dir, { segmentBytes: 16_384 });
+    first.append([{ kind: "entries", shard: 2, entries: [entry(1, 1)] }]);
+    await first.close();
+    const wal = await Wal.open(dir, { segmentBytes: 4096, preallocate: false });
+    for (let i = 2; segmentFiles(dir).length < 2; i++) {
+      wal.append([{ kind: "entries", shard: 2, entries: [entry(i, 1, "p".repeat(200))] }]);
+      await wal.sync();
+    }
+    await wal.close();
+    const [old] = segmentFiles(dir) as [string];
+    assert.notEqual(readFileSync(old).at(-1), 0);
+    const again = await Wal.open(dir, { segmentBytes: 4096 });
+    assert.equal(again.tornTail, undefined);
+    await again.close();
+  });
+
   it("cuts a write torn inside preallocated space, and reports only its bytes", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);

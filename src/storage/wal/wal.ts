@@ -281,8 +281,8 @@ export class Wal {
       const segment = segments[i] as Segment;
       const isLast = i === segments.length - 1;
       const buf = await fs.readFile(segment.path);
-      const { valid, end } = replaySegment(segment, buf, isLast, shardLog);
-      if (end === "torn") {
+      const { valid, torn } = replaySegment(segment, buf, isLast, shardLog);
+      if (torn) {
         tornTail = { file: segment.path, offset: valid, droppedBytes: nonZeroEnd(buf) - valid };
         const handle = await fs.open(segment.path, {});
         try {
@@ -789,12 +789,11 @@ export class Wal {
   /** Starts a new segment whose first records are the checkpoint of every shard. */
   async #rotate(): Promise<void> {
     const checkpoint = this.#checkpoint();
-    // The segment being closed loses its preallocated tail first: only the last segment may end
-    // in zeros, so damage at the end of any other is still reported as corruption.
-    if (this.#preallocate) {
-      await this.#handle.truncate(this.#segmentSize);
-      await this.#handle.sync();
-    }
+    // The segment being closed loses any zeros after its records first (preallocated now, or by
+    // an earlier run): only the last segment may end in zeros, so damage at the end of any other
+    // is still reported as corruption.
+    await this.#handle.truncate(this.#segmentSize);
+    await this.#handle.sync();
     const seq = (this.#segments.at(-1) as Segment).seq + 1;
     const path = join(this.dir, segmentName(seq));
     const handle = await this.#fs.open(path, { ...WRITE_FLAGS, create: true, exclusive: true });
@@ -882,19 +881,19 @@ function nonZeroEnd(buf: Buffer): number {
 }
 
 /**
- * Replays one segment into the shard logs; returns the length of its valid prefix and how the
- * segment ends: after its last record ("records"), in zeros (the last segment's preallocated
- * space, never written: a record never starts with a zero length), or damaged ("torn": the last
- * segment only, and only when no valid record follows the damage).
+ * Replays one segment into the shard logs; returns the length of its valid prefix, and whether
+ * damage follows it (`torn`: the last segment only, and only when no valid record follows the
+ * damage). Zeros after the last record of the last segment are not damage: its preallocated
+ * space, never written (a record never starts with a zero length).
  */
 function replaySegment(
   segment: Segment,
   buf: Buffer,
   isLast: boolean,
   shardLog: (id: number) => ShardLog,
-): { readonly valid: number; readonly end: "records" | "zeros" | "torn" } {
+): { readonly valid: number; readonly torn: boolean } {
   if (buf.length < SEGMENT_HEADER_BYTES) {
-    if (isLast) return { valid: 0, end: buf.length === 0 ? "records" : "torn" };
+    if (isLast) return { valid: 0, torn: buf.length > 0 };
     throw new CorruptionError(segment.path, 0, "segment shorter than its header");
   }
   if (!buf.subarray(0, 8).equals(SEGMENT_MAGIC) || buf.readUInt32LE(8) !== SEGMENT_VERSION) {
@@ -905,14 +904,14 @@ function replaySegment(
   while (at < buf.length) {
     const result = decodeRecord(buf, view, at);
     if (!result.ok) {
-      if (isLast && isZero(buf, at)) return { valid: at, end: "zeros" };
-      if (isLast && !hasValidRecordAfter(buf, view, at)) return { valid: at, end: "torn" };
+      if (isLast && isZero(buf, at)) return { valid: at, torn: false };
+      if (isLast && !hasValidRecordAfter(buf, view, at)) return { valid: at, torn: true };
       throw new CorruptionError(segment.path, at, `WAL record ${result.failure}`);
     }
     applyRecord(segment, result.record, shardLog(result.record.shard));
     at = result.next;
   }
-  return { valid: at, end: "records" };
+  return { valid: at, torn: false };
 }
 
 function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
