@@ -46,7 +46,8 @@ export class ClusterViewPublisher {
   readonly #totalShards: number;
   #epoch = 0;
   #members = new Map<string, MemberView>();
-  readonly #shards = new Map<number, ShardView>();
+  /** Every shard's view, kept sorted by id: a view is a copy, not a sort (1,024 shards open one by one). */
+  readonly #shards: ShardView[] = [];
   readonly #listeners = new Set<ViewListener>();
   #current: ClusterView;
   #publishScheduled = false;
@@ -87,16 +88,27 @@ export class ClusterViewPublisher {
   }
 
   setShard(shard: ShardView): void {
-    const prev = this.#shards.get(shard.id);
-    if (
-      prev !== undefined &&
+    const shards = this.#shards;
+    // The first position whose id is not below shard.id.
+    let lo = 0;
+    let hi = shards.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((shards[mid] as ShardView).id < shard.id) lo = mid + 1;
+      else hi = mid;
+    }
+    const prev = shards[lo];
+    if (prev?.id !== shard.id) {
+      shards.splice(lo, 0, shard);
+    } else if (
       prev.leader === shard.leader &&
       prev.term === shard.term &&
       prev.replicas.join() === shard.replicas.join()
     ) {
       return;
+    } else {
+      shards[lo] = shard;
     }
-    this.#shards.set(shard.id, shard);
     this.#changed();
   }
 
@@ -115,7 +127,7 @@ export class ClusterViewPublisher {
     return {
       epoch: this.#epoch,
       nodes: [...this.#members.values()].sort((a, b) => a.id.localeCompare(b.id)),
-      shards: [...this.#shards.values()].sort((a, b) => a.id - b.id),
+      shards: this.#shards.slice(),
       total_shards: this.#totalShards,
       cluster_id: this.#clusterId,
       incarnation: this.#incarnation,

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type ClusterView, rpcAddressOf } from "../../src/cluster/index.ts";
+import { type ClusterView, ClusterViewPublisher, rpcAddressOf } from "../../src/cluster/index.ts";
 
 describe("rpcAddressOf", () => {
   const view: ClusterView = {
@@ -23,5 +23,52 @@ describe("rpcAddressOf", () => {
     assert.equal(rpcAddressOf(view, "n3"), null);
     assert.equal(rpcAddressOf(view, "n4"), null);
     assert.equal(rpcAddressOf(view, "n9"), null);
+  });
+});
+
+describe("ClusterViewPublisher", () => {
+  const published = async (p: ClusterViewPublisher): Promise<ClusterView> => {
+    await Promise.resolve(); // views are published at the end of the microtask
+    return p.current();
+  };
+  const shard = (id: number, leader = "n1", term = 1) => ({
+    id,
+    leader,
+    term,
+    replicas: ["n1", "n2"],
+  });
+
+  it("lists shards by id whatever the order they open in, one view per burst of changes", async () => {
+    const p = new ClusterViewPublisher(16);
+    const views: ClusterView[] = [];
+    p.subscribe((v) => views.push(v));
+    for (const id of [7, 2, 15, 0, 9, 2, 3]) p.setShard(shard(id));
+    const v = await published(p);
+    assert.deepEqual(
+      v.shards.map((s) => s.id),
+      [0, 2, 3, 7, 9, 15],
+    );
+    assert.equal(views.length, 2, "the initial view, then one for the burst");
+    assert.equal(v.epoch, 1);
+  });
+
+  it("replaces a shard whose leader, term or replicas changed, and publishes nothing when none did", async () => {
+    const p = new ClusterViewPublisher(16);
+    for (const id of [4, 1, 8]) p.setShard(shard(id));
+    const first = await published(p);
+    p.setShard(shard(4));
+    assert.equal((await published(p)).epoch, first.epoch, "same shard, no new view");
+    p.setShard(shard(4, "n2", 2));
+    const second = await published(p);
+    assert.equal(second.epoch, first.epoch + 1);
+    assert.deepEqual(
+      second.shards.map((s) => [s.id, s.leader, s.term]),
+      [
+        [1, "n1", 1],
+        [4, "n2", 2],
+        [8, "n1", 1],
+      ],
+    );
+    assert.equal(first.shards[1]?.leader, "n1", "an earlier view is never changed afterwards");
   });
 });
