@@ -1174,6 +1174,10 @@ export class MultiRaft {
       // Whether the round must be durable before it goes on (see #needsSync).
       let mustSync = false;
       for (const [s, rd] of work) {
+        if (s.foundingUnsynced) {
+          mustSync = true;
+          s.foundingUnsynced = false;
+        }
         if (!mustSync && this.#needsSync(s, rd)) mustSync = true;
         if (rd.snapshot !== null) {
           // The engine takes the snapshot durably first: once the WAL records it, the log below
@@ -1535,7 +1539,10 @@ export class MultiRaft {
             state: { term: 1, vote: null, commit: entries.length },
           },
         ]);
-        await this.#wal.sync();
+        // Durable with the group's first round (foundingUnsynced below), which shares its
+        // write with every other group's: a fill that opens 1,024 groups one by one would
+        // otherwise make one WAL write each. The meta group's founding entries are synced now.
+        if (founding !== undefined) await this.#wal.sync();
       }
       const commit = this.#wal.hardState(id)?.commit ?? 0;
       const applied = Math.min(lsm.flushedSeq, commit);
@@ -1569,6 +1576,7 @@ export class MultiRaft {
         voters.length > 1 &&
         voters.includes(this.replicaId) &&
         (forRequest || founding !== undefined);
+      shard.foundingUnsynced = isNew && founding === undefined && voters.includes(this.replicaId);
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);

@@ -192,6 +192,13 @@ export class ShardReplica {
   campaignEagerly = false;
 
   /**
+   * Set while the first entries of a group created here (its voters) are appended to the WAL
+   * but not yet known durable: the group's next round syncs whatever it holds, so nothing the
+   * group does (a message, an apply) can rest on them before they are on disk.
+   */
+  foundingUnsynced = false;
+
+  /**
    * Resolves once the state machine has applied `index` (a read confirmed at that index). With
    * `since` (a read confirmed by another node's leader), the wait has the request deadline.
    */
