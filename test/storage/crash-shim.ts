@@ -11,8 +11,9 @@
  * meanwhile (an fsync completing after the journal was read was undone, yet acted upon). The
  * parent test calls `powerCut(journal)` once the child has exited, when the journal is complete:
  * it undoes what a power cut could lose across all threads — file data written since the file's
- * last fsync is truncated away; files created and renames made since their directory's last
- * fsync are undone. Unlinks are not undone (a file that comes back is an orphan the engine
+ * last fsync is truncated away; files and directories (made with fs.promises.mkdir) created and
+ * renames made since their directory's last fsync are undone, a directory with everything in
+ * it. Unlinks are not undone (a file that comes back is an orphan the engine
  * removes on open). Test-only; never imported by src/.
  */
 import fs from "node:fs";
@@ -47,6 +48,7 @@ const orig = {
   renameSync: fs.renameSync,
   writeFileSync: fs.writeFileSync,
   existsSync: fs.existsSync,
+  rmSync: fs.rmSync,
 };
 
 let journalFd: number | undefined;
@@ -109,7 +111,7 @@ export function powerCut(journalPath: string): void {
     if (orig.existsSync(r.to)) orig.renameSync(r.to, r.from);
     if (r.previous !== null) orig.writeFileSync(r.to, Buffer.from(r.previous, "base64"));
   }
-  for (const p of newNames) if (orig.existsSync(p)) orig.unlinkSync(p);
+  for (const p of newNames) orig.rmSync(p, { recursive: true, force: true });
 }
 
 if (counting || journal !== undefined) {
@@ -245,6 +247,15 @@ if (counting || journal !== undefined) {
     return undefined;
   }) as AnyFn;
   wrap(p, "unlink");
+  const mkdir = fsp.mkdir;
+  p["mkdir"] = (async (path: string, options?: { recursive?: boolean }) => {
+    // Journaled, not counted (crash points keep their numbers): each directory this call makes.
+    const made: string[] = [];
+    for (let d = toPath(path); inDir(d) && !orig.existsSync(d); d = dirname(d)) made.push(d);
+    const result = await mkdir(path, options);
+    for (const d of made.reverse()) if (orig.existsSync(d)) record({ e: "create", p: d });
+    return result;
+  }) as AnyFn;
 
   type Note = (fd: number) => void;
   const method = (name: string, hooks: { before?: Note; after?: Note }): void => {

@@ -862,18 +862,25 @@ describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", 
     const what = `${thread === 0 ? "main thread" : "worker"}, before file operation ${at}`;
     it(`${what}${at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
       const dir = tempDir("lsmpoint");
+      // The engine makes its own directory, and its parent, as a node's shard does: a power cut
+      // must not take them (and every table and manifest synced inside) away.
+      const engineDir = join(dir, "shards", "7");
       const journal = at % 2 === 0 ? join(tempDir("journal"), "journal") : undefined;
-      const proc = spawn(process.execPath, ["--import", shim, child, dir, "5", String(COUNT)], {
-        stdio: ["ignore", "pipe", "inherit"],
-        env: {
-          ...process.env,
-          CAIRN_CRASH_DIR: dir,
-          CAIRN_CRASH_THREAD: String(thread),
-          CAIRN_CRASH_AT: String(at),
-          // Every other point also loses what a power cut could: unsynced data, undurable names.
-          ...(journal === undefined ? {} : { CAIRN_CRASH_JOURNAL: journal }),
+      const proc = spawn(
+        process.execPath,
+        ["--import", shim, child, engineDir, "5", String(COUNT)],
+        {
+          stdio: ["ignore", "pipe", "inherit"],
+          env: {
+            ...process.env,
+            CAIRN_CRASH_DIR: dir,
+            CAIRN_CRASH_THREAD: String(thread),
+            CAIRN_CRASH_AT: String(at),
+            // Every other point also loses what a power cut could: unsynced data, undurable names.
+            ...(journal === undefined ? {} : { CAIRN_CRASH_JOURNAL: journal }),
+          },
         },
-      });
+      );
       let output = "";
       proc.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
       const [, signal] = (await once(proc, "exit")) as [number | null, string | null];
@@ -881,7 +888,7 @@ describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", 
       // Only now, with every thread of the child dead, is the journal complete.
       if (journal !== undefined) powerCut(journal);
       const batches = workload(5, COUNT);
-      const engine = await LsmEngine.open(dir, env, CRASH_OPTIONS);
+      const engine = await LsmEngine.open(engineDir, env, CRASH_OPTIONS);
       const flushed = engine.flushedSeq;
       assert.ok(flushed >= reportedFlushedSeq(output), "flushedSeq went back below a reported one");
       assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, flushed)));

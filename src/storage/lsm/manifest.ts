@@ -10,7 +10,7 @@ import { constants } from "node:fs";
 import { open, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
-import { crc32c, CorruptionError, fsyncDir } from "../common/index.ts";
+import { crc32c, CorruptionError, ensureDir, fsyncDir, nodeFileSystem } from "../common/index.ts";
 
 export interface FileMeta {
   readonly level: number;
@@ -214,8 +214,13 @@ export class Manifest {
     return { state: replayManifest(path, buf).state, current };
   }
 
-  /** Writes a new manifest holding `state` and makes it live (CURRENT switched atomically). */
+  /**
+   * Writes a new manifest holding `state` and makes it live (CURRENT switched atomically). The
+   * name of `dir` and of its parents is made durable first (once per process): the engine's
+   * directory, made at its open, must survive a power cut once a manifest inside it counts.
+   */
   static async create(dir: string, state: ManifestState, number: number): Promise<Manifest> {
+    await ensureDir(nodeFileSystem, dir);
     const fileName = `MANIFEST-${String(number).padStart(6, "0")}`;
     const handle = await open(
       join(dir, fileName),
