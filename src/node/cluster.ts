@@ -541,7 +541,7 @@ export function spreadLeaders(
     const first = cluster.meta?.preferredLeader(id);
     if (first === undefined || first === self || !alive.has(first)) continue;
     const info = store.shardInfo(id);
-    if (info === null || info.role !== "leader") continue;
+    if (info === null) continue;
     const target = info.voters.find((v) => nodeOfReplica(v) === first);
     if (target === undefined) continue;
     started++;
