@@ -150,6 +150,8 @@ export class Raft {
   readonly learners = new Set<NodeId>();
   /** Progress of every member (self included); meaningful while leader. */
   readonly prs = new Map<NodeId, Progress>();
+  /** #peers()'s answer until `prs` gains or loses a member; null: to be built. */
+  #peerList: readonly NodeId[] | null = null;
   leadTransferee: NodeId | null = null;
   /** Index of the newest conf-change entry; no other may be proposed until it is applied. */
   pendingConfIndex: LogIndex = logIndex(0);
@@ -444,6 +446,7 @@ export class Raft {
         this.voters.delete(cc.node);
         this.learners.delete(cc.node);
         this.prs.delete(cc.node);
+        this.#peerList = null;
         break;
     }
     if (cc.type !== "remove" && !this.prs.has(cc.node)) {
@@ -452,6 +455,7 @@ export class Raft {
         cc.node,
         new Progress(logIndex(this.log.lastIndex() + 1), this.#maxInflight, true),
       );
+      this.#peerList = null;
     }
     if (this.role !== "leader") return;
     if (!this.voters.has(this.id)) {
@@ -828,6 +832,7 @@ export class Raft {
     this.voters.clear();
     this.learners.clear();
     this.prs.clear();
+    this.#peerList = null;
     for (const v of conf.voters) this.voters.add(v);
     for (const l of conf.learners) this.learners.add(l);
     const next = logIndex(this.log.lastIndex() + 1);
@@ -1166,8 +1171,13 @@ export class Raft {
     return active >= this.quorum();
   }
 
-  #peers(): NodeId[] {
-    return [...this.prs.keys()].filter((id) => id !== this.id).sort();
+  /**
+   * The other members, sorted: built when first asked for after `prs` gained or lost a member
+   * (every place that adds or removes one resets it), not on every broadcast. Never changed in
+   * place, so a loop over it is not disturbed by a change made meanwhile.
+   */
+  #peers(): readonly NodeId[] {
+    return (this.#peerList ??= [...this.prs.keys()].filter((id) => id !== this.id).sort());
   }
 
   // ── ReadIndex ───────────────────────────────────────────────────────────────────────────────
