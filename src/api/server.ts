@@ -18,6 +18,7 @@ import { adminService, type LeadershipTransfer } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import { IoThreadListenError, IoThreads, MethodTable } from "./io-threads.ts";
 import { kvService } from "./kv-service.ts";
+import { withFastKvCodecs } from "./kv-codec.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto } from "./proto.ts";
 import type { AdminStore, KvStore } from "./store.ts";
@@ -94,12 +95,13 @@ export class RpcServer {
     } as unknown as Server;
     const { definition, proto } = loadCairnProto();
     const v1 = proto.cairn.v1;
+    const kv = withFastKvCodecs(v1.KV.service);
     this.#forwarder =
       options.forward === undefined
         ? undefined
-        : new Forwarder(options.forward, v1.KV.service, options.maxMessageBytes);
+        : new Forwarder(options.forward, kv, options.maxMessageBytes);
     recorder.addService(
-      v1.KV.service,
+      kv,
       kvService(options.store, options.metrics, options.limits, this.#forwarder),
     );
     this.#meta = metaService(options.views);
