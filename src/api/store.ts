@@ -20,6 +20,12 @@ export interface KvStore {
   delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
   get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null>;
   scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }>;
+  /**
+   * The node that leads `key`'s shard when this node follows it and knows that leader: a Put or
+   * Delete here would be refused naming it, so the API forwards it at once rather than through
+   * the refusal. null otherwise. Optional: without it every write goes through the store.
+   */
+  leaderElsewhere?(key: Uint8Array): string | null;
 }
 
 /** The Admin operations. */

@@ -495,6 +495,25 @@ export class MultiRaft {
   }
 
   /**
+   * The leader of `key`'s shard when this node's replica follows it and knows it: exactly when
+   * #write would refuse a write to that shard naming it (and, as the refusal does, a sleeping
+   * follower is woken to check on its leader). null otherwise: the shard is not open here, this
+   * node leads or an election is under way, or the node is closed or failed.
+   */
+  leaderElsewhere(key: Uint8Array): string | null {
+    if (this.#closed || this.#failure !== undefined) return null;
+    const shard = this.#shards.get(this.shardOf(key));
+    if (shard === undefined) return null;
+    const raw = shard.raw;
+    if (raw.role !== "follower" || raw.lead === null) return null;
+    if (raw.quiesced) {
+      shard.enqueueReport({ kind: "leader-down" });
+      this.#markDirty(shard);
+    }
+    return leaderNode(raw.lead);
+  }
+
+  /**
    * Founds shard `id`'s group here with `voters` and, after the conf changes naming them,
    * `entries` as its first committed log entries (the meta group's bootstrap record). Only one
    * node may ever do this for a shard (design.md §5.1: the meta group's bootstrap): the other

@@ -80,6 +80,13 @@ class FollowerStore implements KvStore, AdminStore {
   }
 }
 
+/** A follower's store that also names the leader before any call (MultiRaft.leaderElsewhere). */
+class RoutingFollowerStore extends FollowerStore {
+  leaderElsewhere(): string | null {
+    return this.leader;
+  }
+}
+
 interface Node {
   readonly id: string;
   readonly server: RpcServer;
@@ -270,6 +277,35 @@ describe("forwarding to the shard's leader", () => {
     );
     assert.equal(got.found, true);
     assert.equal(got.value.toString(), "1");
+  });
+
+  it("sends a write to the leader the store names before asking the store to write it", async () => {
+    const routing = new RoutingFollowerStore("n1");
+    const n5 = await startNode("n5", routing);
+    const put = await call<PutResponse__Output>((md, o, cb) =>
+      n5.kv.Put({ key: key("early"), value: key("1") }, md, o, cb),
+    );
+    assert.ok((put.version?.index ?? 0) > 0);
+    const del = await call<DeleteResponse__Output>((md, o, cb) =>
+      n5.kv.Delete({ key: key("early") }, md, o, cb),
+    );
+    assert.equal(del.deleted, true);
+    assert.equal(routing.calls, 0, "forwarded without a refusal from the store");
+    assert.equal(await kvCount(n5.metrics, "put", "not_leader"), 1);
+
+    // An invalid write is answered here, as without the early route: it never leaves the node.
+    const invalid = await failure(
+      call((md, o, cb) => n5.kv.Put({ key: Buffer.alloc(0), value: key("1") }, md, o, cb)),
+    );
+    assert.equal(invalid.code, status.INVALID_ARGUMENT);
+    // A call already forwarded once is not forwarded again: the store refuses it, NOT_LEADER.
+    const marked = new Metadata();
+    marked.set(FORWARDED_KEY, "1");
+    const refused = await failure(
+      call((md, o, cb) => n5.kv.Put({ key: key("x"), value: key("1") }, md, o, cb), {}, marked),
+    );
+    assert.equal(trailer(refused, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
+    assert.equal(routing.calls, 1);
   });
 
   it("never forwards a forwarded call again; the forwarding node follows a refusal's hint once", async () => {
