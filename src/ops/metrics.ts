@@ -42,11 +42,14 @@
  *   and `increase()` see the first event. Shard series appear when the driver calls
  *   `initShard(id)` (shard 0 at start) and go with `removeShard(id)`. Families with no series
  *   still export their `# HELP` and `# TYPE` lines, so all 13 families are always present.
+ * - kv_requests_total and kv_request_duration_ms are counted in plain arrays on the request path
+ *   and read at scrape time (`kv-metrics.ts`), not through prom-client's labelled children.
  * - prom-client's default metrics are not enabled (the catalogue is fixed); the two process
  *   families are computed at scrape time from `process.cpuUsage()` and `process.memoryUsage.rss()`.
  * - Labels never carry keys, values or client identities (contract §4.4 rule 7).
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { KvRequestMetrics } from "./kv-metrics.ts";
 import { type MembershipMetrics, GOSSIP_LATENCY_BUCKETS_MS } from "../membership/index.ts";
 import type { SnapshotMetrics } from "../replication/index.ts";
 import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/index.ts";
@@ -89,12 +92,8 @@ export class CairnMetrics {
   /** For the peer transport and service (`GrpcTransport`, `createRaftService`: `metrics`). */
   readonly snapshotMetrics: SnapshotMetrics;
 
-  readonly #kvRequests: Counter<"operation" | "status">;
-  readonly #kvDuration: Histogram<"operation" | "status" | "result">;
-  readonly #kvSeries = new Map<
-    string,
-    { requests: { inc(): void }; duration: { observe(v: number): void } }
-  >();
+  /** kv_requests_total and kv_request_duration_ms, kept off prom-client's request path. */
+  readonly #kv: KvRequestMetrics;
   readonly #compaction: Histogram<"level" | "result">;
   readonly #memtable: Gauge<"shard_id">;
   readonly #sstables: Gauge<"level" | "shard_id">;
@@ -131,19 +130,29 @@ export class CairnMetrics {
     const registers = [(this.registry = new Registry())];
     const processStats = options.processStats ?? realProcessStats;
 
-    this.#kvRequests = new Counter({
-      name: "kv_requests_total",
-      help: "Total KV requests by operation and outcome (success, not_leader, error).",
-      labelNames: ["operation", "status"],
-      registers,
-    });
-    this.#kvDuration = new Histogram({
-      name: "kv_request_duration_ms",
-      help: "KV request latency in ms; result is found/not_found on successful gets, empty otherwise.",
-      labelNames: ["operation", "status", "result"],
-      buckets: [...KV_DURATION_BUCKETS_MS],
-      registers,
-    });
+    // Every KV series exists from the start at zero (see the header).
+    this.#kv = new KvRequestMetrics(
+      KV_DURATION_BUCKETS_MS,
+      KV_OPERATIONS.flatMap((operation) =>
+        KV_STATUSES.map((status) => ({
+          operation,
+          status,
+          results: operation === "get" && status === "success" ? ["found", "not_found"] : [""],
+        })),
+      ),
+    );
+    this.registry.registerMetric(
+      this.#kv.counter(
+        "kv_requests_total",
+        "Total KV requests by operation and outcome (success, not_leader, error).",
+      ),
+    );
+    this.registry.registerMetric(
+      this.#kv.histogram(
+        "kv_request_duration_ms",
+        "KV request latency in ms; result is found/not_found on successful gets, empty otherwise.",
+      ),
+    );
     this.#compaction = new Histogram({
       name: "lsm_compaction_duration_ms",
       help: "LSM compaction time in ms by input level and result (success, error).",
@@ -282,17 +291,6 @@ export class CairnMetrics {
       registers,
     });
 
-    for (const operation of KV_OPERATIONS) {
-      for (const status of KV_STATUSES) {
-        this.#kvRequests.inc({ operation, status }, 0);
-        if (operation === "get" && status === "success") {
-          this.#kvDuration.zero({ operation, status, result: "found" });
-          this.#kvDuration.zero({ operation, status, result: "not_found" });
-        } else {
-          this.#kvDuration.zero({ operation, status, result: "" });
-        }
-      }
-    }
     for (let level = 0; level < COMPACTION_INPUT_LEVELS; level++) {
       this.#compaction.zero({ level: `L${level}`, result: "success" });
       this.#compaction.zero({ level: `L${level}`, result: "error" });
@@ -333,19 +331,7 @@ export class CairnMetrics {
     if (isGetSuccess && result === undefined) {
       throw new TypeError("recordKv: a successful get needs its result (found or not_found)");
     }
-    const label = isGetSuccess ? (result ?? "") : "";
-    // Labelled children are cached: resolving labels on every call costs more than the update.
-    const key = `${operation}|${status}|${label}`;
-    let series = this.#kvSeries.get(key);
-    if (series === undefined) {
-      series = {
-        requests: this.#kvRequests.labels({ operation, status }),
-        duration: this.#kvDuration.labels({ operation, status, result: label }),
-      };
-      this.#kvSeries.set(key, series);
-    }
-    series.requests.inc();
-    series.duration.observe(ms);
+    this.#kv.record(operation, status, isGetSuccess ? (result ?? "") : "", ms);
   }
 
   /** A shard became active here: its series appear at zero (shard 0 at start). */
