@@ -230,7 +230,7 @@ export class LsmEngine implements BudgetMember {
     const manifest =
       current === undefined
         ? undefined
-        : await Manifest.create(dir, state, Number(current.slice(9)) + 1);
+        : await Manifest.create(dir, state, Number(current.slice(9)) + 1, true);
     const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
     for (const name of fresh ? [] : await readdir(dir)) {
       const path = join(dir, name);

@@ -218,9 +218,16 @@ export class Manifest {
    * Writes a new manifest holding `state` and makes it live (CURRENT switched atomically). The
    * name of `dir` and of its parents is made durable first (once per process): the engine's
    * directory, made at its open, must survive a power cut once a manifest inside it counts.
+   * `dirDurable` skips that when a live manifest is already in `dir` (a reopen): whoever made
+   * the first one made the directory durable before it.
    */
-  static async create(dir: string, state: ManifestState, number: number): Promise<Manifest> {
-    await ensureDir(nodeFileSystem, dir);
+  static async create(
+    dir: string,
+    state: ManifestState,
+    number: number,
+    dirDurable = false,
+  ): Promise<Manifest> {
+    if (!dirDurable) await ensureDir(nodeFileSystem, dir);
     const fileName = `MANIFEST-${String(number).padStart(6, "0")}`;
     const handle = await open(
       join(dir, fileName),
