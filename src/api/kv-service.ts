@@ -90,16 +90,18 @@ export function kvService(
 
   /**
    * The leader a valid write of `key` goes to (store.leaderElsewhere), or null: the request is
-   * then served (or refused, or found invalid) by the handler as any other.
+   * then served (or refused, or found invalid) by the handler as any other. Validated only when
+   * it is to be forwarded: on the leader the handler validates, once.
    */
   function writeLeader(key: Uint8Array, validate: () => void): string | null {
-    if (store.leaderElsewhere === undefined) return null;
+    const leader = store.leaderElsewhere?.(key) ?? null;
+    if (leader === null) return null;
     try {
       validate();
     } catch {
       return null; // answered by the handler, which validates the same way
     }
-    return store.leaderElsewhere(key);
+    return leader;
   }
 
   return {
