@@ -77,16 +77,27 @@ export class ChaosCluster {
   }
 
   static async create(options: ChaosClusterOptions): Promise<ChaosCluster> {
-    const netNodes: NetNode[] = [];
-    for (let i = 1; i <= options.size; i++) {
-      netNodes.push({
-        id: `n${i}`,
-        realPort: await freePort(),
-        relayPort: await freePort(),
-        proxyPort: await freePort(),
-      });
+    let netNodes: NetNode[] = [];
+    let net: FaultNet;
+    const netRng = options.rng.fork();
+    for (let attempt = 1; ; attempt++) {
+      netNodes = [];
+      for (let i = 1; i <= options.size; i++) {
+        netNodes.push({
+          id: `n${i}`,
+          realPort: await freePort(),
+          relayPort: await freePort(),
+          proxyPort: await freePort(),
+        });
+      }
+      try {
+        net = await FaultNet.start(netNodes, netRng);
+        break;
+      } catch (err) {
+        // Free when picked, taken since by a process running beside: other ports.
+        if (attempt >= 3 || !String(err).includes("EADDRINUSE")) throw err;
+      }
     }
-    const net = await FaultNet.start(netNodes, options.rng.fork());
     const mounted: string[] = [];
     if ((options.tmpfsMiB ?? 0) > 0) {
       for (const n of netNodes) {

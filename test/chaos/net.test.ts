@@ -144,3 +144,54 @@ describe("FaultNet", () => {
     assert.ok(net.stats.datagramsDropped >= 1);
   });
 });
+
+describe("FaultNet.start when a port is taken", () => {
+  it("rejects and leaves none of its own ports bound", async () => {
+    // A CI run hung for 88 minutes: node 2's relay port was taken, start rejected, and node 1's
+    // proxy and relay stayed open, so the test file's process never exited.
+    const nodes: NetNode[] = [];
+    for (const id of ["a", "b"]) {
+      nodes.push({
+        id,
+        realPort: await freePort(),
+        relayPort: await freePort(),
+        proxyPort: await freePort(),
+      });
+    }
+    const [a, b] = nodes as [NetNode, NetNode];
+    const blocker = createServer();
+    await new Promise<void>((r) => blocker.listen(b.relayPort, "127.0.0.1", r));
+    try {
+      await assert.rejects(FaultNet.start(nodes, seededRng(1)), /EADDRINUSE/);
+      for (const port of [a.proxyPort, a.relayPort, b.proxyPort]) {
+        const probe = createServer();
+        await new Promise<void>((resolve, reject) => {
+          probe.once("error", reject);
+          probe.listen(port, "127.0.0.1", resolve);
+        });
+        await new Promise((r) => probe.close(r));
+      }
+      const u = createSocket("udp4");
+      await new Promise<void>((resolve, reject) => {
+        u.once("error", reject);
+        u.bind(a.relayPort, "127.0.0.1", resolve);
+      });
+      u.close();
+    } finally {
+      blocker.close();
+    }
+  });
+});
+
+describe("freePort", () => {
+  it("never hands out the same port twice in one process", async () => {
+    // Ports picked for one cluster are free when picked but bound only later, when its nodes
+    // start: two picks of the same port would make one node's listen fail.
+    const seen = new Set<number>();
+    for (let i = 0; i < 500; i++) {
+      const port = await freePort();
+      assert.ok(!seen.has(port), `port ${port} handed out twice (pick ${i})`);
+      seen.add(port);
+    }
+  });
+});

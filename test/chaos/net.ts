@@ -160,7 +160,13 @@ export class FaultNet {
 
   static async start(nodes: readonly NetNode[], rng: Rng): Promise<FaultNet> {
     const net = new FaultNet(nodes, rng);
-    for (const n of nodes) await net.#listen(n);
+    try {
+      for (const n of nodes) await net.#listen(n);
+    } catch (err) {
+      // What did bind must not outlive the failure: an open listener keeps the process alive.
+      await net.close();
+      throw err;
+    }
     return net;
   }
 
@@ -227,11 +233,11 @@ export class FaultNet {
     proxy.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#connect(n, req, socket, head),
     );
+    this.#proxies.push(proxy);
     await new Promise<void>((resolve, reject) => {
       proxy.once("error", reject);
       proxy.listen(n.proxyPort, "127.0.0.1", () => resolve());
     });
-    this.#proxies.push(proxy);
 
     // Its relay address: plain TCP passes, unfaulted (counted), UDP goes through the rules.
     const relay = createTcpServer((socket) => {
@@ -243,20 +249,20 @@ export class FaultNet {
       socket.once("close", () => up.destroy());
       up.once("close", () => socket.destroy());
     });
+    this.#relays.push(relay);
     await new Promise<void>((resolve, reject) => {
       relay.once("error", reject);
       relay.listen(n.relayPort, "127.0.0.1", () => resolve());
     });
-    this.#relays.push(relay);
 
     const udp = createSocket("udp4");
+    this.#udp.set(n.id, udp);
     await new Promise<void>((resolve, reject) => {
       udp.once("error", reject);
       udp.bind(n.relayPort, "127.0.0.1", () => resolve());
     });
     udp.on("message", (msg, rinfo) => this.#datagramIn(n, msg, rinfo));
     udp.on("error", () => undefined);
-    this.#udp.set(n.id, udp);
   }
 
   #connect(from: NetNode, req: IncomingMessage, socket: Socket, head: Buffer): void {

@@ -23,10 +23,20 @@ import { type ServerProcess, startServer } from "./server-process.ts";
 export async function freePort(host = "127.0.0.1"): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = PORT_LOW + Math.floor(Math.random() * (PORT_HIGH - PORT_LOW));
-    if ((await bindsTcp(port, host)) && (await bindsUdp(port, host))) return port;
+    if (handedOut.has(port)) continue;
+    if ((await bindsTcp(port, host)) && (await bindsUdp(port, host))) {
+      handedOut.add(port);
+      return port;
+    }
   }
   throw new Error(`no port in [${PORT_LOW}, ${PORT_HIGH}) free for both TCP and UDP`);
 }
+
+/**
+ * Every port this process has handed out: a cluster's ports are all picked before any is bound,
+ * and a second pick of one (~0.3% for a chaos cluster's nine) failed a CI run's listen.
+ */
+const handedOut = new Set<number>();
 
 const PORT_LOW = 20_000;
 const PORT_HIGH = 32_768;
