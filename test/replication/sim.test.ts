@@ -70,6 +70,20 @@ describe("driver simulation", () => {
     assert.ok(totals.suspicions > SEEDS * 2, `only ${totals.suspicions} failure reports`);
   });
 
+  it("runs clean the seeds where a new group's founding went unsynced under an engine flush", async () => {
+    // A round whose only duty was to make a new group's founding entries durable wrote no
+    // record and so skipped its sync; the engine flushed the first of them, a power cut took the
+    // WAL's copy, and the replica came back as a group with one voter, itself.
+    for (const seed of [145, 263]) {
+      const r = await runDriverSeed({ seed, nodes: 3 });
+      assert.equal(
+        r.violation,
+        null,
+        `seed ${seed}: ${r.violation?.kind}: ${r.violation?.message}`,
+      );
+    }
+  });
+
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {
     let caught: number | null = null;
     for (let seed = 1; seed <= 500 && caught === null; seed++) {

@@ -450,6 +450,11 @@ class DriverSim {
           if (!proc.alive) return;
           // A node that fails stops (the process exits); its supervisor restarts it.
           this.#log(`fatal ${proc.name}: ${describe(err)}`);
+          // A failed disk is what the simulation injects; a broken invariant is a bug (seed
+          // 145 once restarted a node for each of 64 without a verdict).
+          if (isInvariantFailure(err)) {
+            this.#violate({ kind: "fatal", message: `${proc.name}: ${describe(err)}` });
+          }
           this.#world.after(0, this.#clients, () => this.#crash(node, true));
         },
       },
@@ -1156,6 +1161,13 @@ function isNotApplied(err: unknown): boolean {
 }
 
 /** Whether `err` (or an error it wraps) is an I/O error the simulation injected. */
+function isInvariantFailure(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) {
+    if ((e as { code?: unknown }).code === "CAIRN_ERR_INVARIANT") return true;
+  }
+  return false;
+}
+
 function isInjectedFault(err: unknown): boolean {
   for (let e: unknown = err; e instanceof Error; e = e.cause) {
     if (e.message.includes("injected fault")) return true;
