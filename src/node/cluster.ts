@@ -112,6 +112,18 @@ export class ClusterState {
     return meta.shards.get(shard) ?? [];
   }
 
+  /**
+   * The replica that should start `shard`'s first election (MultiRaftOptions.firstCampaigner):
+   * its preferred leader's, while `alive` says that node is; else undefined (whoever creates
+   * the group campaigns).
+   */
+  firstCampaigner(shard: number, alive: (node: string) => boolean): string | undefined {
+    const meta = this.#meta;
+    const node = meta?.preferredLeader(shard);
+    if (meta === null || node === undefined || !alive(node)) return undefined;
+    return meta.replicaOf(node);
+  }
+
   /** The nodes that replicate `shard`, in rank order (the first is its preferred leader). */
   nodesOf(shard: number): readonly string[] {
     return this.#meta?.nodesOf(shard) ?? [];

@@ -187,6 +187,8 @@ export class CairnNode implements HealthSource {
             onStaleReplica: (from: string, to: string) => cluster.noticeStaleReplica(from, to),
             replicasOf: (shard: number) => cluster.replicasOf(shard),
             acceptsReplica: (shard: number) => cluster.acceptsReplica(shard),
+            firstCampaigner: (shard: number) =>
+              cluster.firstCampaigner(shard, (node) => this.#isAlive(node)),
             ensureShard: (shard: number) =>
               opened === null || this.#transport === null
                 ? Promise.reject(new Error("the node's storage is not open yet"))
@@ -372,6 +374,12 @@ export class CairnNode implements HealthSource {
         },
       },
     };
+  }
+
+  /** Whether gossip has `node` alive now (false before membership starts). */
+  #isAlive(node: string): boolean {
+    const members = this.#membership?.members() ?? [];
+    return members.some((m) => m.meta.id === node && m.state === "alive");
   }
 
   /**

@@ -17,7 +17,7 @@ export {
   ProposalDroppedError,
   RaftInvariantError,
 } from "./errors.ts";
-export type { Message, MessageType } from "./message.ts";
+export type { Message, MessageType, TimeoutNowMessage } from "./message.ts";
 export type { RaftConfig, TestingBugs } from "./raft.ts";
 export { type Ready, RawNode, type SoftState, type Status } from "./raw-node.ts";
 export { EMPTY_CONF, MemoryStorage, type RaftStorage } from "./storage.ts";

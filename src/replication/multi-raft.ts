@@ -60,7 +60,7 @@ import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand, encodeMetaEntry } from "./commands.ts";
-import { type PeerReport, ShardReplica } from "./shard.ts";
+import { FOUNDING_TERM, type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import {
   type ConfirmTerms,
@@ -153,6 +153,14 @@ export interface MultiRaftOptions {
    * Default: never.
    */
   readonly acceptsReplica?: (shard: number) => boolean;
+  /**
+   * The replica (id) that should start a new group's first election: its preferred leader,
+   * while alive. A group this node creates for a client request asks that replica to campaign
+   * (a timeout-now message) instead of campaigning itself, so the group's first leader is the
+   * one leader spreading would hand it to anyway, not a transfer a moment later. Undefined
+   * (the default), this node, or not a voter: this node campaigns.
+   */
+  readonly firstCampaigner?: (shard: number) => string | undefined;
   /**
    * A request (write, read, membership change) still unanswered this long after it arrived is
    * failed with CAIRN_ERR_TIMEOUT (a write's outcome is then unknown). Default 10 s.
@@ -1173,16 +1181,26 @@ export class MultiRaft {
       const dirty = [...this.#dirty];
       this.#dirty.clear();
       const now = this.#clock.now();
+      let asks: Map<NodeId, ShardMessage[]> | null = null;
       for (const s of dirty) {
         // A shard still applying its last Ready sits this round out (its apply marks it dirty
         // again when done): one slow engine must not hold every other shard's round.
         if (s.applying !== null) continue;
-        s.maybeCampaign();
+        const ask = s.maybeCampaign();
+        if (ask !== null) {
+          asks ??= new Map();
+          const to = ask.to;
+          let list = asks.get(to);
+          if (list === undefined) asks.set(to, (list = []));
+          list.push({ shard: s.id, message: ask });
+        }
         s.expire(now, this.#requestTimeoutMs);
         s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
         this.#trackSleep(s);
         if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
       }
+      // Asks to campaign promise nothing about this node's state: they leave at once.
+      if (asks !== null) this.#send(asks);
       if (work.length === 0) return;
       const records: WalRecord[] = [];
       // A leader's appends and heartbeats leave before this round's WAL write, everything else
@@ -1544,20 +1562,20 @@ export class MultiRaft {
         // configuration. (A node that is not an initial voter starts empty and learns the
         // group from its leader.)
         const entries = voters.map((node, i) => ({
-          term: 1,
+          term: FOUNDING_TERM,
           index: i + 1,
           type: WAL_CONF_CHANGE,
           data: encodeConfChange({ type: "add-voter", node: nodeId(node) }),
         }));
         for (const data of founding?.entries ?? []) {
-          entries.push({ term: 1, index: entries.length + 1, type: WAL_NORMAL, data });
+          entries.push({ term: FOUNDING_TERM, index: entries.length + 1, type: WAL_NORMAL, data });
         }
         this.#wal.append([
           { kind: "entries", shard: id, entries },
           {
             kind: "hard-state",
             shard: id,
-            state: { term: 1, vote: null, commit: entries.length },
+            state: { term: FOUNDING_TERM, vote: null, commit: entries.length },
           },
         ]);
         // Durable with the group's first round (foundingUnsynced below), which shares its
@@ -1592,11 +1610,18 @@ export class MultiRaft {
       );
       // A group founded here, or created here for a request, elects at once: its request would
       // otherwise wait out an election timeout (the other replicas open it on the first vote).
-      shard.campaignEagerly =
+      const eager =
         isNew &&
         voters.length > 1 &&
         voters.includes(this.replicaId) &&
         (forRequest || founding !== undefined);
+      // ... unless another replica should lead it: that one is asked to campaign instead.
+      const first = eager && founding === undefined ? o.firstCampaigner?.(id) : undefined;
+      if (first !== undefined && first !== this.replicaId && voters.includes(first)) {
+        shard.askToCampaign = nodeId(first);
+      } else {
+        shard.campaignEagerly = eager;
+      }
       shard.foundingUnsynced = isNew && founding === undefined && voters.includes(this.replicaId);
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();

@@ -4,7 +4,16 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
-import type { ConfChange, Entry, Message, NodeId, Ready, Role, Term } from "../raft/index.ts";
+import type {
+  ConfChange,
+  Entry,
+  Message,
+  NodeId,
+  Ready,
+  Role,
+  Term,
+  TimeoutNowMessage,
+} from "../raft/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import {
   confAfter,
@@ -107,6 +116,12 @@ export class ProposalLostError extends CairnError {
   }
 }
 
+/**
+ * The term of a new group's founding entries (its voters, committed by every initial voter
+ * alike): no leader ever holds it, the first election is for the term after.
+ */
+export const FOUNDING_TERM = 1;
+
 export class ShardReplica {
   readonly id: number;
   readonly raw: RawNode;
@@ -182,14 +197,29 @@ export class ShardReplica {
    * so does a new group this node created for a client request (`campaignEagerly`), rather than
    * make that request wait out an election timeout. Other groups elect on their timers.
    */
-  maybeCampaign(): void {
-    if (!this.campaignWhenReady || !this.isReplayed()) return;
+  maybeCampaign(): TimeoutNowMessage | null {
+    if (!this.campaignWhenReady || !this.isReplayed()) return null;
     this.campaignWhenReady = false;
     if (this.raw.isSoleVoter() || this.campaignEagerly) this.raw.campaign();
+    const to = this.askToCampaign;
+    this.askToCampaign = null;
+    // Raft's leadership-transfer message, from a replica that does not lead: it only makes
+    // `to` start an election now rather than at its election timeout, and an election is safe
+    // whenever it starts. Sent in the founding term only, which no leader ever held (a member
+    // past it has seen an election and drops the message as stale), and not once an election
+    // reached this replica: the group is electing already.
+    if (to === null || this.raw.term !== FOUNDING_TERM || this.raw.lead !== null) return null;
+    return { type: "timeout-now", from: this.raw.id, to, term: this.raw.term };
   }
 
   /** Set for a new multi-voter group opened here for a client request (see maybeCampaign). */
   campaignEagerly = false;
+
+  /**
+   * Set instead of campaignEagerly when another replica should lead the new group
+   * (MultiRaftOptions.firstCampaigner): maybeCampaign returns the message that asks it to.
+   */
+  askToCampaign: NodeId | null = null;
 
   /**
    * Set while the first entries of a group created here (its voters) are appended to the WAL
@@ -227,6 +257,13 @@ export class ShardReplica {
   }
 
   enqueueStep(m: Message): void {
+    if (m.type === "timeout-now" && m.term === FOUNDING_TERM && !this.isReplayed()) {
+      // Another replica created this group for a request and asks this one to lead it
+      // (maybeCampaign), before this replica applied the founding configuration (the Raft core
+      // would ignore it then): it campaigns once that is applied.
+      this.campaignEagerly = true;
+      return;
+    }
     this.#steps.push(m);
   }
 

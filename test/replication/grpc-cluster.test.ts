@@ -25,7 +25,7 @@ import {
 } from "../../src/replication/index.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
 import { nodeOfReplica } from "../../src/cluster/index.ts";
-import { nodeId } from "../../src/raft/index.ts";
+import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
 import { type FileSystem, type FsFile, nodeFileSystem } from "../../src/storage/common/index.ts";
 
 const enc = new TextEncoder();
@@ -68,6 +68,8 @@ interface StartOptions {
   readonly electionTicks?: number;
   /** The file system of the node's WAL and engines (default: the real one). */
   readonly fs?: FileSystem;
+  /** MultiRaftOptions.firstCampaigner. */
+  readonly firstCampaigner?: (shard: number) => string | undefined;
 }
 
 const count = (m: Map<string, number>, key: string, n = 1): void => {
@@ -193,6 +195,9 @@ class Cluster {
         ...(options.clock === undefined ? {} : { clock: options.clock }),
         ...(options.testingBugs === undefined ? {} : { testingBugs: options.testingBugs }),
         ...(options.fs === undefined ? {} : { fs: options.fs }),
+        ...(options.firstCampaigner === undefined
+          ? {}
+          : { firstCampaigner: options.firstCampaigner }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
         replicasOf: () => this.#initialVoters,
@@ -495,6 +500,36 @@ describe("MultiRaft over gRPC, three nodes", () => {
       assert.equal(back.received.get("snapshot") ?? 0, 0, "caught up by log, not by snapshot");
       await cluster.put(key, "v21");
       await eventually(`${back.id} follows`, async () => (await serializable(back, key)) === "v21");
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a group a write creates on another replica is first led by its preferred leader, which that replica asks to campaign", async () => {
+    // Without the ask, the replica the write reached campaigned itself, and leader spreading
+    // moved two groups in three a moment later (a transfer, and writes held meanwhile).
+    const cluster = new Cluster(join(dir, "first-campaigner"));
+    const firstCampaigner = (): string => "n1";
+    try {
+      for (const id of IDS) await cluster.start(id, { firstCampaigner });
+      const n1 = cluster.nodes.get("n1");
+      const n3 = cluster.nodes.get("n3");
+      assert.ok(n1 !== undefined && n3 !== undefined);
+      const shard = 3;
+      const [key] = keysOfShard(n3.mr, shard, 1, "f");
+      assert.ok(key !== undefined);
+      // The write reaches n3, which creates the group: n1 is elected, and n3 refuses the write
+      // with n1 as the hint (never appended; the API forwards it there).
+      await assert.rejects(n3.mr.put(enc.encode(key), enc.encode("v1")), (err: unknown) => {
+        assert.ok(err instanceof NotLeaderError, String(err));
+        assert.equal(err.leader, "n1");
+        return true;
+      });
+      assert.equal(cluster.leaderOf(shard)?.id, "n1");
+      await n1.mr.put(enc.encode(key), enc.encode("v1"));
+      for (const node of cluster.live()) {
+        assert.equal(node.mr.shardInfo(shard)?.term, 2, `${node.id}: one election, no more`);
+      }
     } finally {
       await cluster.stopAll();
     }

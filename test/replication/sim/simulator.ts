@@ -428,6 +428,9 @@ class DriverSim {
             replicaId: node.replica,
             replicasOf: (shard: number) => this.#meta.shards.get(shard) ?? [],
             acceptsReplica: () => true,
+            // The shard's first-ranked replica, up or not: a group created elsewhere asks it to
+            // campaign (and elects on timers when it is down).
+            firstCampaigner: (shard: number) => this.#meta.shards.get(shard)?.[0],
             transport: {
               send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
             },
