@@ -276,7 +276,7 @@ export const KEYS: readonly KeySpec[] = [
     default: true,
     env: "CAIRN_RAFT_QUIESCE",
     expect: "must be true or false",
-    doc: "Idle Raft groups sleep (no ticks, no heartbeats) 5 heartbeat intervals after their last activity.",
+    doc: "Idle Raft groups sleep (no ticks, no heartbeats) 2 heartbeat intervals after their last activity.",
   },
   {
     key: "storage.memtable_bytes",
