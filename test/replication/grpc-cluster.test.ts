@@ -511,7 +511,9 @@ describe("MultiRaft over gRPC, three nodes", () => {
     const cluster = new Cluster(join(dir, "first-campaigner"));
     const firstCampaigner = (): string => "n1";
     try {
-      for (const id of IDS) await cluster.start(id, { firstCampaigner });
+      // Election timeouts of 0.5-1 s: n3's own timer must not beat the election it asked for,
+      // even on a loaded machine (the write waits up to 3 timeouts for a leader).
+      for (const id of IDS) await cluster.start(id, { firstCampaigner, electionTicks: 50 });
       const n1 = cluster.nodes.get("n1");
       const n3 = cluster.nodes.get("n3");
       assert.ok(n1 !== undefined && n3 !== undefined);
