@@ -128,12 +128,24 @@ export class Forwarder {
     err: unknown,
     call: ServerUnaryCall<Req, Res>,
   ): Promise<ForwardReply<Res>> | null {
-    if (this.#closed || !(err instanceof NotLeaderError) || err.leader === null) return null;
-    if (err.leader === this.#options.nodeId) return null;
+    if (!(err instanceof NotLeaderError) || err.leader === null) return null;
+    return this.forwardTo(method, err.leader, call);
+  }
+
+  /**
+   * maybeForward for a call this node knows `leader` leads before asking its store (the early
+   * route of kv-service): no refusal built only to be read here. Building one was 0.9% of three
+   * nodes' main threads under Put c=256 (~8 µs a forwarded Put, in CairnError's constructor).
+   */
+  forwardTo<Req, Res>(
+    method: ForwardedMethod,
+    leader: NodeId,
+    call: ServerUnaryCall<Req, Res>,
+  ): Promise<ForwardReply<Res>> | null {
+    if (this.#closed || leader === this.#options.nodeId) return null;
     if (call.metadata.get(FORWARDED_KEY).length > 0) return null;
-    const address = this.#options.addressOf(err.leader);
+    const address = this.#options.addressOf(leader);
     if (address === null || address === "") return null;
-    const leader = err.leader;
     return this.#send(method, leader, address, call).then((r) =>
       this.#followRefusal(method, r, leader, call),
     );

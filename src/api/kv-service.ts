@@ -13,7 +13,7 @@ import {
   InvalidArgumentError,
 } from "./errors.ts";
 import type { ForwardedMethod, Forwarder, ForwardReply } from "./forward.ts";
-import { NotLeaderError, nodeId } from "../raft/index.ts";
+import { nodeId } from "../raft/index.ts";
 import type { DeleteRequest__Output } from "./generated/cairn/v1/DeleteRequest.ts";
 import type { DeleteResponse } from "./generated/cairn/v1/DeleteResponse.ts";
 import type { GetRequest__Output } from "./generated/cairn/v1/GetRequest.ts";
@@ -62,9 +62,7 @@ export function kvService(
     if (forwardAs !== undefined && forwarder !== undefined && leaderOf !== undefined) {
       const leader = leaderOf(call.request);
       const forwarded =
-        leader === null
-          ? null
-          : forwarder.maybeForward(forwardAs, new NotLeaderError(nodeId(leader)), call);
+        leader === null ? null : forwarder.forwardTo(forwardAs, nodeId(leader), call);
       if (forwarded !== null) {
         relay(forwarded);
         return;
