@@ -29,6 +29,31 @@ function texts(wal: Wal, shard: number): string[] {
 }
 
 describe("WAL", () => {
+  it("recovers each shard's vote among more distinct votes than it keeps encoded", async () => {
+    // Votes are encoded once per replica id and the cache is cleared past 64 of them: 200
+    // shards voting for 150 different replicas, some twice, must each read back their own.
+    const dir = tempDir("wal-votes");
+    const wal = await Wal.open(dir);
+    const records: WalRecord[] = [];
+    const voteOf = (shard: number): string | null =>
+      shard % 7 === 0 ? null : `n${shard % 150}@ïd${shard % 3}`;
+    for (let shard = 1; shard <= 200; shard++) {
+      records.push({
+        kind: "hard-state",
+        shard,
+        state: { term: 1, vote: voteOf(shard), commit: 0 },
+      });
+    }
+    wal.append(records);
+    await wal.sync();
+    await wal.close();
+    const again = await Wal.open(dir);
+    for (let shard = 1; shard <= 200; shard++) {
+      assert.deepEqual(again.hardState(shard), { term: 1, vote: voteOf(shard), commit: 0 });
+    }
+    await again.close();
+  });
+
   it("recovers entries, hard states and snapshots of several shards", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);
