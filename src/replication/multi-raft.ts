@@ -1189,13 +1189,7 @@ export class MultiRaft {
         // again when done): one slow engine must not hold every other shard's round.
         if (s.applying !== null) continue;
         const ask = s.maybeCampaign();
-        if (ask !== null) {
-          asks ??= new Map();
-          const to = ask.to;
-          let list = asks.get(to);
-          if (list === undefined) asks.set(to, (list = []));
-          list.push({ shard: s.id, message: ask });
-        }
+        if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
         s.expire(now, this.#requestTimeoutMs);
         s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
         this.#trackSleep(s);
@@ -1242,9 +1236,7 @@ export class MultiRaft {
               message.type === "append" || message.type === "heartbeat" || allEarly
                 ? early
                 : outbox;
-            let list = box.get(message.to);
-            if (list === undefined) box.set(message.to, (list = []));
-            list.push({ shard: s.id, message });
+            addTo(box, s.id, message);
           }
         }
         if (rd.entries.length > 0)
@@ -1685,6 +1677,13 @@ function mergeSorted(lists: StoredItem[][]): StoredItem[] {
   const all = lists.flat();
   all.sort((a, b) => Buffer.compare(a.key, b.key));
   return all;
+}
+
+/** Queues `message` of group `shard` for its destination node in `box` (a round's outgoing). */
+function addTo(box: Map<NodeId, ShardMessage[]>, shard: number, message: Message): void {
+  let list = box.get(message.to);
+  if (list === undefined) box.set(message.to, (list = []));
+  list.push({ shard, message });
 }
 
 /** The node of a group's leader (NotLeaderError and the observers name nodes, not replicas). */
