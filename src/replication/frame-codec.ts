@@ -35,8 +35,9 @@
  * 2. The encoder writes every byte it sized, no more, no less (checked: its buffer comes from
  *    Buffer.allocUnsafe, and a gap would send a peer stale memory).
  * 3. Whatever this decoder accepts, protobufjs followed by codec.ts decodes to the same
- *    messages (but for a frame holding both oneof fields); it refuses more (see the
- *    caveats). The tests check it on mangled and mutated frames.
+ *    messages (but for a frame holding several oneof fields); it refuses more (see the
+ *    caveats). The tests check it on mangled and mutated frames. Calls and replies
+ *    (forwarded KV calls, not Raft messages) decode to protobufjs's PeerCall and PeerReply.
  * 4. Entry and snapshot data are views of the input, not copies (as protobufjs gives them):
  *    they keep the whole input buffer alive as long as they live.
  *
@@ -48,8 +49,8 @@
  *   above 2^64 - 1, an unknown varint field over 10 bytes, a string running past the input's
  *   end (protobufjs cuts it short), a field running past the end of its sub-message
  *   (protobufjs reads on into the parent). No Cairn peer sends any of these.
- * - A frame holding both a handshake and a batch is whichever comes last on the wire, proto3's
- *   rule for a oneof; protobufjs calls it a batch whatever the order.
+ * - A frame holding several of the oneof's fields (handshake, batch, call, reply) is whichever
+ *   comes last on the wire, proto3's rule for a oneof; protobufjs keeps them all.
  * - Tags, lengths, enums, uint32 and bool are the low 32 bits of their varint, as protobufjs
  *   reads them (an enum sent as a ten-byte negative int32 is read, then refused as unknown).
  * - Strings are UTF-8. Invalid sequences decode to U+FFFD, as Buffer (and protobufjs with it)
@@ -78,8 +79,37 @@ export interface Handshake {
   readonly from_replica_id: string;
 }
 
+/**
+ * A client's KV call forwarded to the node that leads its shard (RaftFrame.call; forward.ts):
+ * answered by a PeerReply with the same id on the receiver's own stream back to the sender.
+ */
+export interface PeerCall {
+  /** The sender's number for the call (a safe integer), unique among its calls in flight. */
+  readonly id: number;
+  /** The gRPC method path, e.g. "/cairn.v1.KV/Put". */
+  readonly method: string;
+  /** How long the caller still waits, in ms (a uint32). */
+  readonly timeoutMs: number;
+  /** The request message's bytes (decoded: a view of the frame). */
+  readonly request: Uint8Array;
+}
+
+/** The answer to a PeerCall (RaftFrame.reply), as the receiver would have answered a client. */
+export interface PeerReply {
+  readonly id: number;
+  /** A gRPC status code; OK (0) with `response`. */
+  readonly code: number;
+  readonly details: string;
+  /** The response message's bytes (decoded: a view of the frame). */
+  readonly response: Uint8Array;
+  /** Trailing metadata, in order; a "-bin" key's value is base64. */
+  readonly trailers: readonly (readonly [string, string])[];
+}
+
 export type Frame =
   | { readonly kind: "handshake"; readonly handshake: Handshake }
+  | { readonly kind: "call"; readonly call: PeerCall }
+  | { readonly kind: "reply"; readonly reply: PeerReply }
   | {
       readonly kind: "batch";
       /** RaftBatch.to_replica_id; "" means the handshake's to_node_id. */
@@ -100,6 +130,22 @@ const tag = (field: number, wireType: number): number => (field << 3) | wireType
 
 const FRAME_HANDSHAKE = tag(1, LEN);
 const FRAME_BATCH = tag(2, LEN);
+const FRAME_CALL = tag(3, LEN);
+const FRAME_REPLY = tag(4, LEN);
+
+const CALL_ID = tag(1, VARINT);
+const CALL_METHOD = tag(2, LEN);
+const CALL_TIMEOUT_MS = tag(3, VARINT);
+const CALL_REQUEST = tag(4, LEN);
+
+const REPLY_ID = tag(1, VARINT);
+const REPLY_CODE = tag(2, VARINT);
+const REPLY_DETAILS = tag(3, LEN);
+const REPLY_RESPONSE = tag(4, LEN);
+const REPLY_TRAILERS = tag(5, LEN);
+
+const METADATA_KEY = tag(1, LEN);
+const METADATA_VALUE = tag(2, LEN);
 
 const HANDSHAKE_CLUSTER_ID = tag(1, LEN);
 const HANDSHAKE_FROM_NODE_ID = tag(2, LEN);
@@ -207,6 +253,55 @@ export function encodeBatchFrame(messages: readonly ShardMessage[], toReplicaId:
     p = putLength(buf, p, BATCH_MESSAGES, end - p);
   }
   return finish(buf, putLength(buf, p, FRAME_BATCH, size - p));
+}
+
+/** RaftFrame{call}. Throws RangeError for an id or timeout the wire cannot carry exactly. */
+export function encodeCallFrame(call: PeerCall): Buffer {
+  const method = Buffer.byteLength(call.method, "utf8");
+  const body =
+    u64FieldSize(call.id) +
+    stringFieldSize(method) +
+    u32FieldSize(call.timeoutMs) +
+    stringFieldSize(call.request.length);
+  const size = 1 + varintSize(body) + body;
+  const buf = Buffer.allocUnsafe(size);
+  let p = putBytes(buf, size, CALL_REQUEST, call.request);
+  p = putVarintField(buf, p, CALL_TIMEOUT_MS, call.timeoutMs);
+  p = putString(buf, p, CALL_METHOD, call.method, method);
+  p = putVarintField(buf, p, CALL_ID, call.id);
+  return finish(buf, putLength(buf, p, FRAME_CALL, size - p));
+}
+
+/** RaftFrame{reply}. Throws RangeError for an id or code the wire cannot carry exactly. */
+export function encodeReplyFrame(reply: PeerReply): Buffer {
+  const details = Buffer.byteLength(reply.details, "utf8");
+  const lengths: number[] = [];
+  let body =
+    u64FieldSize(reply.id) +
+    u32FieldSize(reply.code) +
+    stringFieldSize(details) +
+    stringFieldSize(reply.response.length);
+  for (const [key, value] of reply.trailers) {
+    const k = Buffer.byteLength(key, "utf8");
+    const v = Buffer.byteLength(value, "utf8");
+    lengths.push(k, v);
+    body += lenFieldSize(stringFieldSize(k) + stringFieldSize(v));
+  }
+  const size = 1 + varintSize(body) + body;
+  const buf = Buffer.allocUnsafe(size);
+  let p = size;
+  for (let i = reply.trailers.length - 1; i >= 0; i--) {
+    const [key, value] = reply.trailers[i] as readonly [string, string];
+    const end = p;
+    p = putString(buf, p, METADATA_VALUE, value, lengths[2 * i + 1] as number);
+    p = putString(buf, p, METADATA_KEY, key, lengths[2 * i] as number);
+    p = putLength(buf, p, REPLY_TRAILERS, end - p);
+  }
+  p = putBytes(buf, p, REPLY_RESPONSE, reply.response);
+  p = putString(buf, p, REPLY_DETAILS, reply.details, details);
+  p = putVarintField(buf, p, REPLY_CODE, reply.code);
+  p = putVarintField(buf, p, REPLY_ID, reply.id);
+  return finish(buf, putLength(buf, p, FRAME_REPLY, size - p));
 }
 
 function finish(buf: Buffer, p: number): Buffer {
@@ -496,31 +591,35 @@ const NONE: Frame = Object.freeze({ kind: "none" });
 export function decodeFrame(bytes: Uint8Array): Frame {
   const r = new Reader(bytes);
   const end = bytes.length;
-  let handshake: Handshake | null = null;
-  // The last batch's bounds, while it is the last oneof field seen.
+  // The last oneof field seen: a decoded one, or a batch's bounds (batchStart >= 0).
+  let last: Frame | null = null;
   let batchStart = -1;
   let batchEnd = -1;
   while (r.pos < end) {
     const t = readTag(r, end);
-    if (t === FRAME_HANDSHAKE || t === FRAME_BATCH) {
+    if (t === FRAME_HANDSHAKE || t === FRAME_BATCH || t === FRAME_CALL || t === FRAME_REPLY) {
       const len = readLength(r, end);
       // A batch another oneof field replaces would still have failed protobufjs were it
       // malformed (invariant 3): check its structure before it is forgotten.
       if (batchStart >= 0) scanBatch(bytes, batchStart, batchEnd, true);
       batchStart = -1;
-      handshake = null;
+      last = null;
       if (t === FRAME_HANDSHAKE) {
-        handshake = readHandshake(r, r.pos + len);
+        last = { kind: "handshake", handshake: readHandshake(r, r.pos + len) };
+      } else if (t === FRAME_CALL) {
+        last = { kind: "call", call: readCall(r, r.pos + len) };
+      } else if (t === FRAME_REPLY) {
+        last = { kind: "reply", reply: readReply(r, r.pos + len) };
       } else {
         batchStart = r.pos;
         batchEnd = r.pos + len;
         r.pos = batchEnd;
       }
     } else {
-      skipField(r, end, t, 2);
+      skipField(r, end, t, 4);
     }
   }
-  if (handshake !== null) return { kind: "handshake", handshake };
+  if (last !== null) return last;
   if (batchStart < 0) return NONE;
   return {
     kind: "batch",
@@ -607,6 +706,89 @@ function readHandshake(r: Reader, end: number): Handshake {
   }
   return { cluster_id: cluster, from_node_id: from, to_node_id: to, from_replica_id: replica };
 }
+
+function readCall(r: Reader, end: number): PeerCall {
+  let id = 0;
+  let method = "";
+  let timeoutMs = 0;
+  let request: Uint8Array = EMPTY_BYTES;
+  while (r.pos < end) {
+    const t = readTag(r, end);
+    switch (t) {
+      case CALL_ID:
+        id = readVarint64(r, end);
+        break;
+      case CALL_METHOD:
+        method = readString(r, end);
+        break;
+      case CALL_TIMEOUT_MS:
+        timeoutMs = readVarint32(r, end);
+        break;
+      case CALL_REQUEST:
+        request = readBytes(r, end);
+        break;
+      default:
+        skipField(r, end, t, 4);
+    }
+  }
+  if (id > MAX_SAFE) throw new CodecError(outOfRange(id));
+  return { id, method, timeoutMs, request };
+}
+
+function readReply(r: Reader, end: number): PeerReply {
+  let id = 0;
+  let code = 0;
+  let details = "";
+  let response: Uint8Array = EMPTY_BYTES;
+  const trailers: [string, string][] = [];
+  while (r.pos < end) {
+    const t = readTag(r, end);
+    switch (t) {
+      case REPLY_ID:
+        id = readVarint64(r, end);
+        break;
+      case REPLY_CODE:
+        code = readVarint32(r, end);
+        break;
+      case REPLY_DETAILS:
+        details = readString(r, end);
+        break;
+      case REPLY_RESPONSE:
+        response = readBytes(r, end);
+        break;
+      case REPLY_TRAILERS: {
+        const len = readLength(r, end);
+        trailers.push(readMetadata(r, r.pos + len));
+        break;
+      }
+      default:
+        skipField(r, end, t, 5);
+    }
+  }
+  if (id > MAX_SAFE) throw new CodecError(outOfRange(id));
+  return { id, code, details, response, trailers };
+}
+
+function readMetadata(r: Reader, end: number): [string, string] {
+  let key = "";
+  let value = "";
+  while (r.pos < end) {
+    const t = readTag(r, end);
+    if (t === METADATA_KEY) key = readString(r, end);
+    else if (t === METADATA_VALUE) value = readString(r, end);
+    else skipField(r, end, t, 2);
+  }
+  return [key, value];
+}
+
+function readBytes(r: Reader, end: number): Uint8Array {
+  const len = readLength(r, end);
+  const bytes = view(r.buf, r.pos, len);
+  r.pos += len;
+  return bytes;
+}
+
+const EMPTY_BYTES = new Uint8Array(0);
 
 // The readers below return what codec.ts would refuse as a string (see the module doc).
 

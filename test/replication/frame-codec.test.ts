@@ -22,8 +22,12 @@ import {
   decodeBatchMessages,
   decodeFrame,
   encodeBatchFrame,
+  encodeCallFrame,
   encodeHandshakeFrame,
+  encodeReplyFrame,
   type Handshake,
+  type PeerCall,
+  type PeerReply,
 } from "../../src/replication/frame-codec.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
 import { FROM, id, LARGE, message, shardMessage, TO } from "./raft-arbitraries.ts";
@@ -35,13 +39,49 @@ const plain = <T>(v: T): T => structuredClone(v);
 
 // ── the two decoders, side by side ──────────────────────────────────────────────────────────
 
+/** A call or reply with its bytes as hex, so that a Buffer and a Uint8Array compare equal. */
+interface CallSeen {
+  readonly id: number;
+  readonly method: string;
+  readonly timeoutMs: number;
+  readonly request: string;
+}
+interface ReplySeen {
+  readonly id: number;
+  readonly code: number;
+  readonly details: string;
+  readonly response: string;
+  readonly trailers: [string, string][];
+}
+
 type Decoded =
   | { readonly kind: "handshake"; readonly handshake: Handshake }
   | { readonly kind: "batch"; readonly toReplicaId: string; readonly messages: ShardMessage[] }
+  | { readonly kind: "call"; readonly call: CallSeen }
+  | { readonly kind: "reply"; readonly reply: ReplySeen }
   | { readonly kind: "none" };
+
+const hexOf = (b: Uint8Array): string =>
+  Buffer.from(b.buffer, b.byteOffset, b.length).toString("hex");
+const callSeen = (c: PeerCall): Decoded => ({
+  kind: "call",
+  call: { id: c.id, method: c.method, timeoutMs: c.timeoutMs, request: hexOf(c.request) },
+});
+const replySeen = (r: PeerReply): Decoded => ({
+  kind: "reply",
+  reply: {
+    id: r.id,
+    code: r.code,
+    details: r.details,
+    response: hexOf(r.response),
+    trailers: r.trailers.map(([k, v]) => [k, v]),
+  },
+});
 
 function decodeMine(bytes: Uint8Array): Decoded {
   const frame = decodeFrame(bytes);
+  if (frame.kind === "call") return callSeen(frame.call);
+  if (frame.kind === "reply") return replySeen(frame.reply);
   if (frame.kind !== "batch") return frame;
   return {
     kind: "batch",
@@ -62,6 +102,20 @@ function decodeModel(bytes: Uint8Array): Decoded {
   }
   if (frame.frame === "handshake" && frame.handshake) {
     return { kind: "handshake", handshake: { ...frame.handshake } };
+  }
+  if (frame.frame === "call" && frame.call) {
+    const c = frame.call;
+    return callSeen({ id: c.id, method: c.method, timeoutMs: c.timeout_ms, request: c.request });
+  }
+  if (frame.frame === "reply" && frame.reply) {
+    const r = frame.reply;
+    return replySeen({
+      id: r.id,
+      code: r.code,
+      details: r.details,
+      response: r.response,
+      trailers: r.trailers.map((t) => [t.key, t.value]),
+    });
   }
   return { kind: "none" };
 }
@@ -86,12 +140,12 @@ function mineOutcome(bytes: Uint8Array): Outcome {
   }
 }
 
-/** True when the model's frame holds both oneof fields (where the two differ by design). */
+/** True when the model's frame holds several oneof fields (where the two differ by design). */
 function holdsBoth(bytes: Uint8Array): boolean {
   try {
     const frame = method.requestDeserialize(Buffer.from(bytes)) as RaftFrame__Output;
     const present = (v: unknown): boolean => v !== null && v !== undefined;
-    return present(frame.handshake) && present(frame.batch);
+    return [frame.handshake, frame.batch, frame.call, frame.reply].filter(present).length > 1;
   } catch {
     return false;
   }
@@ -126,6 +180,50 @@ const handshake: fc.Arbitrary<Handshake> = fc.record({
   to_node_id: fc.oneof(fc.constant(""), id),
   from_replica_id: fc.oneof(fc.constant(""), id),
 });
+
+const text = fc.oneof(fc.constant(""), fc.string({ maxLength: 24 }), id);
+const bytesArb = fc.oneof(
+  fc.constant(new Uint8Array(0)),
+  fc.uint8Array({ maxLength: 64 }),
+  fc.uint8Array({ minLength: 200, maxLength: 300 }),
+);
+const callArb: fc.Arbitrary<PeerCall> = fc.record({
+  id: fc.oneof(fc.constant(0), fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER)),
+  method: fc.oneof(fc.constant("/cairn.v1.KV/Put"), text),
+  timeoutMs: fc.oneof(fc.constant(0), fc.nat(), fc.constant(0xffffffff)),
+  request: bytesArb,
+});
+const replyArb: fc.Arbitrary<PeerReply> = fc.record({
+  id: fc.oneof(fc.constant(0), fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER)),
+  code: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 16 }), fc.constant(0xffffffff)),
+  details: text,
+  response: bytesArb,
+  trailers: fc.array(fc.tuple(text, text), { maxLength: 3 }),
+});
+
+function callWire(c: PeerCall, defaults: boolean): Wire[] {
+  const f: Wire[] = [];
+  if (c.id !== 0 || defaults) f.push({ n: 1, t: "varint", v: BigInt(c.id) });
+  if (c.method !== "" || defaults) f.push({ n: 2, t: "len", v: utf8(c.method) });
+  if (c.timeoutMs !== 0 || defaults) f.push({ n: 3, t: "varint", v: BigInt(c.timeoutMs) });
+  if (c.request.length > 0 || defaults) f.push({ n: 4, t: "len", v: c.request });
+  return f;
+}
+
+function replyWire(r: PeerReply, defaults: boolean): Wire[] {
+  const f: Wire[] = [];
+  if (r.id !== 0 || defaults) f.push({ n: 1, t: "varint", v: BigInt(r.id) });
+  if (r.code !== 0 || defaults) f.push({ n: 2, t: "varint", v: BigInt(r.code) });
+  if (r.details !== "" || defaults) f.push({ n: 3, t: "len", v: utf8(r.details) });
+  if (r.response.length > 0 || defaults) f.push({ n: 4, t: "len", v: r.response });
+  for (const [k, v] of r.trailers) {
+    const m: Wire[] = [];
+    if (k !== "" || defaults) m.push({ n: 1, t: "len", v: utf8(k) });
+    if (v !== "" || defaults) m.push({ n: 2, t: "len", v: utf8(v) });
+    f.push({ n: 5, t: "len", v: m, rep: true });
+  }
+  return f;
+}
 
 // ── hand-built wire: a naive protobuf writer and the proto mapping, field by field ──────────
 
@@ -494,6 +592,79 @@ describe("raft frame codec", () => {
       const empty = { cluster_id: "", from_node_id: "", to_node_id: "", from_replica_id: "" };
       assert.deepStrictEqual([...encodeHandshakeFrame(empty)], [0x0a, 0x00]);
       assert.equal(decodeFrame(encodeHandshakeFrame(empty)).kind, "handshake");
+    });
+
+    it("carries forwarded calls and their replies both ways, as protobufjs does", () => {
+      fc.assert(
+        fc.property(callArb, replyArb, (c, r) => {
+          const call = encodeCallFrame(c);
+          assert.deepStrictEqual(decodeMine(call), callSeen(c));
+          assert.deepStrictEqual(decodeModel(call), callSeen(c));
+          const reply = encodeReplyFrame(r);
+          assert.deepStrictEqual(decodeMine(reply), replySeen(r));
+          assert.deepStrictEqual(decodeModel(reply), replySeen(r));
+          // And what protobufjs encodes decodes here the same.
+          const theirs = method.requestSerialize({
+            call: { id: c.id, method: c.method, timeout_ms: c.timeoutMs, request: c.request },
+          });
+          assert.deepStrictEqual(decodeMine(theirs), callSeen(c));
+          const theirReply = method.requestSerialize({
+            reply: {
+              id: r.id,
+              code: r.code,
+              details: r.details,
+              response: r.response,
+              trailers: r.trailers.map(([key, value]) => ({ key, value })),
+            },
+          });
+          assert.deepStrictEqual(decodeMine(theirReply), replySeen(r));
+        }),
+        { numRuns: 300 },
+      );
+    });
+
+    it("sees through unknown fields, shuffled order and replaced fields in calls and replies", () => {
+      fc.assert(
+        fc.property(callArb, replyArb, fc.boolean(), fc.integer(), (c, r, defaults, seed) => {
+          const pick = rng(seed);
+          const call = serialize(
+            mangle([{ n: 3, t: "len", v: callWire(c, defaults) }], pick, true),
+          );
+          assert.deepStrictEqual(decodeMine(call), callSeen(c));
+          assert.deepStrictEqual(decodeModel(call), callSeen(c));
+          const reply = serialize(
+            mangle([{ n: 4, t: "len", v: replyWire(r, defaults) }], pick, true),
+          );
+          assert.deepStrictEqual(decodeMine(reply), replySeen(r));
+          assert.deepStrictEqual(decodeModel(reply), replySeen(r));
+        }),
+        { numRuns: 300 },
+      );
+    });
+
+    it("refuses a call or reply id above 2^53 - 1; truncated and flipped ones agree or are refused", () => {
+      refused(serialize([{ n: 3, t: "len", v: [{ n: 1, t: "varint", v: 2n ** 53n }] }]), /range/);
+      refused(serialize([{ n: 4, t: "len", v: [{ n: 1, t: "varint", v: 2n ** 60n }] }]), /range/);
+      fc.assert(
+        fc.property(
+          callArb,
+          replyArb,
+          fc.array(fc.nat(), { minLength: 1, maxLength: 3 }),
+          fc.nat(),
+          (c, r, flips, cut) => {
+            for (const good of [encodeCallFrame(c), encodeReplyFrame(r)]) {
+              const bad = Uint8Array.from(good);
+              for (const f of flips) {
+                const at = f % (bad.length * 8);
+                bad[at >> 3] = (bad[at >> 3] as number) ^ (1 << (at & 7));
+              }
+              assertAgrees(bad);
+              assertAgrees(good.subarray(0, cut % (good.length + 1)));
+            }
+          },
+        ),
+        { numRuns: 2000 },
+      );
     });
 
     it("writes proto3: defaults left out, fields in number order, nothing else", () => {

@@ -5,6 +5,9 @@ import type { ConfirmTermsReply as _cairn_v1_ConfirmTermsReply, ConfirmTermsRepl
 import type { ConfirmTermsRequest as _cairn_v1_ConfirmTermsRequest, ConfirmTermsRequest__Output as _cairn_v1_ConfirmTermsRequest__Output } from './cairn/v1/ConfirmTermsRequest.ts';
 import type { MetaProposal as _cairn_v1_MetaProposal, MetaProposal__Output as _cairn_v1_MetaProposal__Output } from './cairn/v1/MetaProposal.ts';
 import type { MetaProposalReply as _cairn_v1_MetaProposalReply, MetaProposalReply__Output as _cairn_v1_MetaProposalReply__Output } from './cairn/v1/MetaProposalReply.ts';
+import type { PeerCall as _cairn_v1_PeerCall, PeerCall__Output as _cairn_v1_PeerCall__Output } from './cairn/v1/PeerCall.ts';
+import type { PeerMetadata as _cairn_v1_PeerMetadata, PeerMetadata__Output as _cairn_v1_PeerMetadata__Output } from './cairn/v1/PeerMetadata.ts';
+import type { PeerReply as _cairn_v1_PeerReply, PeerReply__Output as _cairn_v1_PeerReply__Output } from './cairn/v1/PeerReply.ts';
 import type { RaftClient as _cairn_v1_RaftClient, RaftDefinition as _cairn_v1_RaftDefinition } from './cairn/v1/Raft.ts';
 import type { RaftBatch as _cairn_v1_RaftBatch, RaftBatch__Output as _cairn_v1_RaftBatch__Output } from './cairn/v1/RaftBatch.ts';
 import type { RaftEntry as _cairn_v1_RaftEntry, RaftEntry__Output as _cairn_v1_RaftEntry__Output } from './cairn/v1/RaftEntry.ts';
@@ -37,6 +40,9 @@ export interface ProtoGrpcType {
       ConfirmTermsRequest: MessageTypeDefinition<_cairn_v1_ConfirmTermsRequest, _cairn_v1_ConfirmTermsRequest__Output>
       MetaProposal: MessageTypeDefinition<_cairn_v1_MetaProposal, _cairn_v1_MetaProposal__Output>
       MetaProposalReply: MessageTypeDefinition<_cairn_v1_MetaProposalReply, _cairn_v1_MetaProposalReply__Output>
+      PeerCall: MessageTypeDefinition<_cairn_v1_PeerCall, _cairn_v1_PeerCall__Output>
+      PeerMetadata: MessageTypeDefinition<_cairn_v1_PeerMetadata, _cairn_v1_PeerMetadata__Output>
+      PeerReply: MessageTypeDefinition<_cairn_v1_PeerReply, _cairn_v1_PeerReply__Output>
       Raft: SubtypeConstructor<typeof grpc.Client, _cairn_v1_RaftClient> & { service: _cairn_v1_RaftDefinition }
       RaftBatch: MessageTypeDefinition<_cairn_v1_RaftBatch, _cairn_v1_RaftBatch__Output>
       RaftEntry: MessageTypeDefinition<_cairn_v1_RaftEntry, _cairn_v1_RaftEntry__Output>
