@@ -77,8 +77,12 @@ import {
   decodeBatchMessages,
   decodeFrame,
   encodeBatchFrame,
+  encodeCallFrame,
   encodeHandshakeFrame,
+  encodeReplyFrame,
   type Frame,
+  type PeerCall,
+  type PeerReply,
 } from "./frame-codec.ts";
 import type { RawStreamHandler } from "../api/handoff.ts";
 import { handshakeRefusal } from "./handshake.ts";
@@ -225,6 +229,8 @@ interface QueuedSnapshot {
 
 interface Stream {
   readonly call: ClientCall;
+  /** Forwarded calls written on this stream and not answered yet (see call()). */
+  readonly calls: Set<PendingCall>;
   inFlightBytes: number;
   accepted: boolean;
   /** Outcome callbacks of frames written and not yet handed to the connection. */
@@ -264,6 +270,27 @@ interface Peer {
 
 const CLOSE_DEADLINE_MS = 1000;
 
+/** A forwarded call waiting for its answer (GrpcTransport.call). */
+interface PendingCall {
+  readonly id: number;
+  readonly peer: NodeId;
+  /** When the caller stops waiting (Date.now() clock). */
+  readonly deadline: number;
+  /** The stream it went out on, once written there (its end fails the call). */
+  stream: Stream | null;
+  /** Whether some of its bytes may have reached the peer. */
+  left: boolean;
+  /** Settles the call once; later settlements are ignored. */
+  settle(result: CallResult): void;
+}
+
+/** How often calls in flight are checked against their deadlines (ms). */
+const CALL_SWEEP_MS = 50;
+
+function callFailure(code: status, details: string, sent: boolean): CallResult {
+  return { code, details, message: null, trailers: [], sent };
+}
+
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
@@ -293,6 +320,10 @@ export class GrpcTransport implements RaftTransport {
   /** Aborted by close(): cancels the snapshot transfers in flight. */
   readonly #closing = new AbortController();
   #closed = false;
+  /** Forwarded calls not answered yet, by id (see call()). */
+  readonly #calls = new Map<number, PendingCall>();
+  #nextCallId = 1;
+  #callSweep: NodeJS.Timeout | null = null;
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
@@ -508,6 +539,147 @@ export class GrpcTransport implements RaftTransport {
   }
 
   /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
+  /**
+   * Forwards a client's unary KV call to node `to` on the stream to it (RaftFrame.call) and
+   * resolves with its answer, which `to` sends on its own stream back (receiveReply). Never
+   * rejects. `sent` in the result is false only when no byte of the call can have reached `to`:
+   * the stream was down, the frame over a limit, or the stream ended before the bytes left.
+   * The call fails DEADLINE_EXCEEDED at `deadline` (Date.now() clock, checked every 50 ms),
+   * CANCELLED when `signal` aborts, and UNAVAILABLE when the stream ends first; an answer that
+   * comes after is dropped. `to` never hears of a cancellation: a write it took still applies.
+   */
+  call(
+    to: string,
+    method: string,
+    request: Uint8Array,
+    options: { readonly deadline: number; readonly signal?: AbortSignal },
+  ): Promise<CallResult> {
+    if (this.#closed) {
+      return Promise.resolve(callFailure(status.UNAVAILABLE, "the peer transport closed", false));
+    }
+    const { deadline, signal } = options;
+    if (signal?.aborted === true) {
+      return Promise.resolve(callFailure(status.CANCELLED, "cancelled before it was sent", false));
+    }
+    const timeoutMs = Math.min(0xffffffff, Math.ceil(deadline - Date.now()));
+    if (timeoutMs <= 0) {
+      return Promise.resolve(
+        callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded before it was sent", false),
+      );
+    }
+    const peer = this.#peer(toNodeId(to));
+    const stream = this.#stream(peer);
+    if (stream === null) {
+      return Promise.resolve(
+        callFailure(status.UNAVAILABLE, `no stream to ${peer.id} (down or backing off)`, false),
+      );
+    }
+    const id = this.#nextCallId++;
+    const frame = encodeCallFrame({ id, method, timeoutMs, request });
+    if (
+      frame.length > this.#maxFrame ||
+      (stream.inFlightBytes > 0 &&
+        (stream.inFlightBytes + frame.length > this.#maxInFlight ||
+          this.#inFlightTotal + frame.length > this.#maxInFlightTotal))
+    ) {
+      peer.framesDropped++;
+      peer.bytesDropped += frame.length;
+      return Promise.resolve(
+        callFailure(status.UNAVAILABLE, `the stream to ${peer.id} is over its budget`, false),
+      );
+    }
+    return new Promise<CallResult>((resolve) => {
+      const onAbort = (): void =>
+        pending.settle(callFailure(status.CANCELLED, "cancelled", pending.left));
+      const pending: PendingCall = {
+        id,
+        peer: peer.id,
+        deadline,
+        stream,
+        left: false,
+        settle: (result) => {
+          if (!this.#calls.delete(id)) return;
+          pending.stream?.calls.delete(pending);
+          signal?.removeEventListener("abort", onAbort);
+          resolve(result);
+        },
+      };
+      this.#calls.set(id, pending);
+      stream.calls.add(pending);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#sweepCalls();
+      this.#write(peer, stream, frame, (delivered) => {
+        if (delivered) pending.left = true;
+        else {
+          pending.settle(
+            callFailure(status.UNAVAILABLE, `the stream to ${peer.id} ended first`, false),
+          );
+        }
+      });
+    });
+  }
+
+  /**
+   * Sends the answer to call `reply.id` of node `to` on the stream to it. Dropped (logged at
+   * debug) when that stream is down or over its budget: the caller then fails the call at its
+   * deadline or when its own stream to this node ends.
+   */
+  reply(to: string, reply: PeerReply): void {
+    if (this.#closed) return;
+    const peer = this.#peer(toNodeId(to));
+    const stream = this.#stream(peer);
+    let frame: Buffer | null = null;
+    if (stream !== null) {
+      frame = encodeReplyFrame(reply);
+      const over =
+        frame.length > this.#maxFrame ||
+        (stream.inFlightBytes > 0 &&
+          (stream.inFlightBytes + frame.length > this.#maxInFlight ||
+            this.#inFlightTotal + frame.length > this.#maxInFlightTotal));
+      if (!over) {
+        this.#write(peer, stream, frame);
+        return;
+      }
+    }
+    peer.framesDropped++;
+    peer.bytesDropped += frame?.length ?? 0;
+    this.#log.debug("answer to a forwarded call dropped", { peer: peer.id, call: reply.id });
+  }
+
+  /** The answer node `from` sent to a call this node forwarded there (RaftFrame.reply). */
+  receiveReply(from: string, reply: PeerReply): void {
+    const pending = this.#calls.get(reply.id);
+    if (pending === undefined || pending.peer !== from) return;
+    const ok = reply.code === status.OK;
+    pending.settle({
+      code: reply.code,
+      details: reply.details,
+      message: ok
+        ? Buffer.from(reply.response.buffer, reply.response.byteOffset, reply.response.length)
+        : null,
+      trailers: reply.trailers as [string, string][],
+      sent: true,
+    });
+  }
+
+  /** Fails the calls past their deadline, every CALL_SWEEP_MS while any is in flight. */
+  #sweepCalls(): void {
+    if (this.#callSweep !== null) return;
+    this.#callSweep = setInterval(() => {
+      const now = Date.now();
+      for (const c of this.#calls.values()) {
+        if (c.deadline <= now) {
+          c.settle(callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded", c.left));
+        }
+      }
+      if (this.#calls.size === 0 && this.#callSweep !== null) {
+        clearInterval(this.#callSweep);
+        this.#callSweep = null;
+      }
+    }, CALL_SWEEP_MS);
+    this.#callSweep.unref();
+  }
+
   flush(): void {
     for (const p of this.#peers.values()) p.channel?.flush();
   }
@@ -552,6 +724,9 @@ export class GrpcTransport implements RaftTransport {
     if (this.#closed) return;
     this.#closed = true;
     this.#closing.abort();
+    for (const c of [...this.#calls.values()]) {
+      c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
+    }
     for (const p of this.#peers.values()) {
       for (const s of p.snapshotQueue.splice(0)) s.settle(false);
     }
@@ -830,7 +1005,14 @@ export class GrpcTransport implements RaftTransport {
       settle = resolve;
     });
     const call = this.#channel(peer, address).clientStream(this.#path);
-    const stream: Stream = { call, inFlightBytes: 0, accepted: false, owed: new Set(), ended };
+    const stream: Stream = {
+      call,
+      calls: new Set(),
+      inFlightBytes: 0,
+      accepted: false,
+      owed: new Set(),
+      ended,
+    };
     call.onEnd = (result) => {
       settle();
       this.#ended(peer, stream, result.code === status.OK ? null : result);
@@ -877,6 +1059,17 @@ export class GrpcTransport implements RaftTransport {
     const owed = [...stream.owed];
     stream.owed.clear();
     for (const sent of owed) sent(false);
+    // A call whose bytes left may have reached the peer: its outcome is unknown, as for a
+    // unary call whose connection broke (those that never left failed just above).
+    for (const c of [...stream.calls]) {
+      c.settle(
+        callFailure(
+          status.UNAVAILABLE,
+          `the stream to ${peer.id} ended before it answered`,
+          c.left,
+        ),
+      );
+    }
     if (this.#closed) return;
     peer.streamFailures++;
     const fields = {
@@ -946,6 +1139,17 @@ export interface RaftServiceOptions {
    * at most `req.limit` (MultiRaft.scanShards). Without it, ScanShards answers UNIMPLEMENTED.
    */
   readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<StoredItem[]>;
+  /**
+   * KV calls forwarded over the streams (RaftFrame.call and .reply; src/api/forward.ts):
+   * `serve` runs a call peer `from` sent, and answers it on this node's own stream to `from`
+   * (GrpcTransport.reply); `replied` takes the answer to a call this node sent `from`
+   * (GrpcTransport.receiveReply). Without it both are dropped: the sender fails its calls at
+   * their deadlines.
+   */
+  readonly calls?: {
+    serve(from: NodeId, call: PeerCall): void;
+    replied(from: NodeId, reply: PeerReply): void;
+  };
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   readonly logger?: PeerLogger;
@@ -1073,10 +1277,21 @@ export function createRaftService(
           onHandshake(frame);
           return;
         }
+        if (frame.kind === "call" || frame.kind === "reply") {
+          try {
+            if (frame.kind === "call") options.calls?.serve(from, frame.call);
+            else options.calls?.replied(from, frame.reply);
+          } catch (err) {
+            log.error("forwarded call handler failed", { peer: from, error: String(err) });
+          }
+          return;
+        }
         if (frame.kind !== "batch") {
-          refuse(status.INVALID_ARGUMENT, "a frame after the handshake must be a batch", {
-            peer: from,
-          });
+          refuse(
+            status.INVALID_ARGUMENT,
+            "a frame after the handshake must be a batch, a call or a reply",
+            { peer: from },
+          );
           return;
         }
         let messages: ShardMessage[];

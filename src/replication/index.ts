@@ -38,6 +38,7 @@ export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
 export type { ConfirmTerms, ReadVoucher, TermCheck } from "./term-confirm.ts";
 export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 export { CodecError } from "./codec.ts";
+export type { PeerCall, PeerReply } from "./frame-codec.ts";
 export type {
   ApplyOutcome,
   KvStateMachineOptions,
