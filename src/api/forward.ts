@@ -26,9 +26,13 @@
  *   answer first: it held the write, and refuses it NOT_LEADER naming the new leader, which this
  *   node then follows (the write lands instead of ending "outcome unknown").
  *
- * The forward goes over the node's own gRPC client (grpc-channel.ts), one channel per leader
- * address: it knows whether the leader can have seen the request at all (`sent`), which is what
- * "not applied" rests on.
+ * In a cluster the forward goes on the node's Raft stream to the leader (`peerCall`:
+ * GrpcTransport.call, a RaftFrame.call frame), served there by peer-calls.ts and answered on the
+ * leader's stream back; otherwise over the node's own gRPC client (grpc-channel.ts), one channel
+ * per leader address. Both know whether the leader can have seen the request at all (`sent`),
+ * which is what "not applied" rests on. On the streams, a cancelled forward is not cancelled at
+ * the leader (it runs to its end, unheard): a write it took applies, as a write already proposed
+ * would anyway.
  *
  * Caveats: one channel per leader address, kept until close (a cluster has few nodes); Scan is
  * not forwarded (it reads every shard this node holds, not one shard's leader).
@@ -76,6 +80,18 @@ export interface ForwardOptions {
     shardOf(key: Uint8Array): number;
     watch(listener: (shard: number, leader: string | null) => void): () => void;
   };
+  /**
+   * Sends a forward over the peer streams instead of a gRPC call of its own (GrpcTransport.call:
+   * the request in a RaftFrame.call, the answer in a RaftFrame.reply); resolves as a unary call
+   * would, `sent` false only when no byte can have reached `leader`. Without it, forwards go
+   * over this node's gRPC client to the leader's `rpc_addr`.
+   */
+  readonly peerCall?: (
+    leader: NodeId,
+    path: string,
+    request: Buffer,
+    options: { readonly deadline: number; readonly signal: AbortSignal },
+  ) => Promise<CallResult>;
 }
 
 /** A forward in flight to `leader`: cut (answered LeaderChangedError) when another leads. */
@@ -217,17 +233,26 @@ export class Forwarder {
     call.once("cancelled", onCancelled);
     if (call.cancelled) abort.abort();
     if (shard !== null) this.#track(shard, inFlight, true);
-    return this.#channel(address)
-      .unary(def.path, request, { deadline, metadata: FORWARDED, signal: abort.signal })
-      .then((result) => {
-        if (cut !== null) clearTimeout(cut);
-        call.removeListener("cancelled", onCancelled);
-        if (shard !== null) this.#track(shard, inFlight, false);
-        if (newLeader !== null && result.code === status.CANCELLED) {
-          return { ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) };
-        }
-        return reply(result, (bytes) => def.responseDeserialize(bytes) as Res, leader, address);
-      });
+    // A call sent back to this node (it was elected meanwhile, #followRefusal) goes over gRPC:
+    // a node has no peer stream to itself.
+    const peerCall = leader === this.#options.nodeId ? undefined : this.#options.peerCall;
+    const sent =
+      peerCall === undefined
+        ? this.#channel(address).unary(def.path, request, {
+            deadline,
+            metadata: FORWARDED,
+            signal: abort.signal,
+          })
+        : peerCall(leader, def.path, request, { deadline, signal: abort.signal });
+    return sent.then((result) => {
+      if (cut !== null) clearTimeout(cut);
+      call.removeListener("cancelled", onCancelled);
+      if (shard !== null) this.#track(shard, inFlight, false);
+      if (newLeader !== null && result.code === status.CANCELLED) {
+        return { ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) };
+      }
+      return reply(result, (bytes) => def.responseDeserialize(bytes) as Res, leader, address);
+    });
   }
 
   /** The shard of a forwarded request, when leaders are followed. */

@@ -45,6 +45,7 @@ export class MethodTable {
   readonly methods: MethodInfo[] = [];
   readonly #unary: ({ def: AnyMethod; handler: UnaryHandler } | null)[] = [];
   readonly #raw = new Map<number, RawStreamHandler>();
+  readonly #byPath = new Map<string, { def: AnyMethod; handler: UnaryHandler }>();
 
   /** Records a service as grpc-js's Server.addService takes it. */
   add(definition: ServiceDefinition, implementation: UntypedServiceImplementation): void {
@@ -57,16 +58,22 @@ export class MethodTable {
         requestStream: def.requestStream,
         responseStream: def.responseStream,
       });
-      this.#unary.push(
+      const unary =
         !def.requestStream && !def.responseStream
           ? { def, handler: handler as unknown as UnaryHandler }
-          : null,
-      );
+          : null;
+      this.#unary.push(unary);
+      if (unary !== null) this.#byPath.set(def.path, unary);
     }
   }
 
   unary(index: number): { def: AnyMethod; handler: UnaryHandler } | null {
     return this.#unary[index] ?? null;
+  }
+
+  /** The unary method at `path` (e.g. "/cairn.v1.KV/Put") and its handler, or null. */
+  unaryByPath(path: string): { def: AnyMethod; handler: UnaryHandler } | null {
+    return this.#byPath.get(path) ?? null;
   }
 
   /**

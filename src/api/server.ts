@@ -18,6 +18,8 @@ import { adminService, type LeadershipTransfer } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import { IoThreadListenError, IoThreads, MethodTable } from "./io-threads.ts";
 import { kvService } from "./kv-service.ts";
+import { servePeerCall } from "./peer-calls.ts";
+import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { withFastKvCodecs } from "./kv-codec.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto } from "./proto.ts";
@@ -174,6 +176,14 @@ export class RpcServer {
         resolve(port);
       });
     });
+  }
+
+  /**
+   * Serves a KV call peer `from` forwarded over its Raft stream (peer-calls.ts) with the same
+   * handlers as a client's; `answer` hears exactly once.
+   */
+  servePeerCall(from: string, call: PeerCall, answer: (reply: PeerReply) => void): void {
+    servePeerCall(this.#table, from, call, answer);
   }
 
   /** Stops taking calls, lets in-flight calls finish within `deadlineMs`, then cuts the rest. */

@@ -8,6 +8,7 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
+import { status } from "@grpc/grpc-js";
 import {
   ClusterViewPublisher,
   decodeMetaCommand,
@@ -35,6 +36,7 @@ import {
   createRaftService,
   GrpcTransport,
   MultiRaft,
+  type PeerReply,
   type RaftService,
   type RaftTransport,
   type ScanRequest,
@@ -354,6 +356,29 @@ export class CairnNode implements HealthSource {
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
         readIndex: (shard, voucher) => store.readIndexAsLeader(shard, voucher),
+        // KV calls forwarded over the streams (forward.ts): served by the KV handlers here, the
+        // answer sent back on this node's own stream to the caller.
+        ...(transport === null
+          ? {}
+          : {
+              calls: {
+                serve: (from, call) => {
+                  const answer = (reply: PeerReply): void => transport.reply(from, reply);
+                  if (this.#rpc === null) {
+                    answer({
+                      id: call.id,
+                      code: status.UNAVAILABLE,
+                      details: "not serving yet",
+                      response: new Uint8Array(0),
+                      trailers: [],
+                    });
+                  } else {
+                    this.#rpc.servePeerCall(from, call, answer);
+                  }
+                },
+                replied: (from, reply) => transport.receiveReply(from, reply),
+              },
+            }),
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
@@ -365,6 +390,12 @@ export class CairnNode implements HealthSource {
         addressOf: (id) => rpcAddressOf(this.views.current(), id),
         maxDeadlineMs: REQUEST_TIMEOUT_MS,
         leaderChangeGraceMs: this.config.raft.tick_ms * this.config.raft.election_ticks,
+        ...(transport === null
+          ? {}
+          : {
+              peerCall: (leader, path, request, options) =>
+                transport.call(leader, path, request, options),
+            }),
         leaders: {
           shardOf: (key) => shardForKey(key, this.config.cluster.total_shards),
           watch: (listener) => {
