@@ -90,6 +90,14 @@ const REQUEST_OVERHEAD_BYTES = 512;
  */
 export const QUIESCE_AFTER_HEARTBEATS = 2;
 
+/**
+ * A message for a shard this node does not know it replicates is held this long (ms), waiting
+ * for the meta group here to learn of the shard (see receive), then dropped.
+ */
+const HELD_MESSAGE_MS = 3_000;
+/** At most this many such messages are held, over every shard; more are dropped. */
+const HELD_MESSAGES_MAX = 4_096;
+
 export interface MultiRaftOptions {
   readonly nodeId: string;
   /**
@@ -328,6 +336,9 @@ export class MultiRaft {
   readonly #env: LsmEnvironment | null;
   readonly #shards = new Map<number, ShardReplica>();
   readonly #opening = new Map<number, Promise<ShardReplica>>();
+  /** Messages for shards not known here to be replicated yet, by shard (see receive). */
+  readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
+  #heldCount = 0;
   /** Groups being founded by foundShard(): their voters and first entries. */
   readonly #founding = new Map<
     number,
@@ -454,7 +465,12 @@ export class MultiRaft {
   /**
    * Messages from node `from`, delivered to their groups at the next round. A message for a
    * shard not open here opens it if this node is one of its replicas (a new group's first
-   * messages reach a replica before any client request does); otherwise it is dropped.
+   * messages reach a replica before any client request does). One for a shard this node does
+   * not know it replicates is held (bounded: HELD_MESSAGES_MAX, HELD_MESSAGE_MS) until
+   * replicasChanged() finds that it does, then delivered, else dropped: a new shard's first
+   * messages (its creator's timeout-now, a candidate's votes) often outrun the create-shard
+   * entry's commit at this node's replica of the meta group. Dropped, each cost an election
+   * timeout; a three-node fill saw ~250 of them over 1,024 new shards.
    */
   receive(from: string, messages: readonly ShardMessage[]): void {
     if (this.#closed || this.#failure !== undefined) return;
@@ -473,21 +489,62 @@ export class MultiRaft {
         continue;
       }
       if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) continue;
-      if (
-        !this.#replicasOf(id).includes(this.replicaId) &&
-        this.#options.acceptsReplica?.(id) !== true
-      ) {
-        continue;
-      }
-      this.#shard(id).then(
-        (opened) => {
-          opened.enqueueStep(message);
-          this.#markDirty(opened);
-        },
-        () => undefined,
-      );
+      if (this.#replicatesHere(id)) this.#deliver(id, message);
+      else this.#hold(id, message);
     }
     if (stale !== null) this.#options.onStaleReplica?.(from, stale);
+  }
+
+  /**
+   * The shards' replicas may have changed (`replicasOf`, `acceptsReplica`): the messages held
+   * for shards this node now replicates are delivered, in the order they came. The driver calls
+   * it after each meta command it applies; an embedder whose replicas change otherwise calls it.
+   */
+  replicasChanged(): void {
+    if (this.#held.size === 0 || this.#closed || this.#failure !== undefined) return;
+    const now = this.#clock.now();
+    for (const [id, held] of this.#held) {
+      const replica = this.#replicatesHere(id);
+      if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
+      this.#held.delete(id);
+      this.#heldCount -= held.messages.length;
+      if (replica) for (const m of held.messages) this.#deliver(id, m);
+    }
+  }
+
+  #replicatesHere(id: number): boolean {
+    return (
+      this.#replicasOf(id).includes(this.replicaId) || this.#options.acceptsReplica?.(id) === true
+    );
+  }
+
+  /** Delivers `message` to shard `id` (a replica here), opening it if needed. */
+  #deliver(id: number, message: Message): void {
+    const s = this.#shards.get(id);
+    if (s !== undefined) {
+      s.enqueueStep(message);
+      this.#markDirty(s);
+      return;
+    }
+    // Several messages for a shard being opened wait on the same promise: delivered in order.
+    this.#shard(id).then(
+      (opened) => {
+        opened.enqueueStep(message);
+        this.#markDirty(opened);
+      },
+      () => undefined,
+    );
+  }
+
+  #hold(id: number, message: Message): void {
+    if (this.#options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) return;
+    let held = this.#held.get(id);
+    if (held === undefined) {
+      held = { since: this.#clock.now(), messages: [] };
+      this.#held.set(id, held);
+    }
+    held.messages.push(message);
+    this.#heldCount++;
   }
 
   // ── client operations ────────────────────────────────────────────────────────────────────────
@@ -1104,6 +1161,8 @@ export class MultiRaft {
 
   /** Ticks the awake groups only: a sleeping group costs nothing per tick. */
   #tick(): void {
+    // Held messages past their time are dropped (their shards' replicas are checked again).
+    if (this.#held.size > 0) this.replicasChanged();
     for (const s of this.#awake) {
       s.ticks++;
       this.#dirty.add(s);
@@ -1622,11 +1681,15 @@ export class MultiRaft {
       this.#shards.set(id, shard);
       this.#awake.add(shard);
       o.observer?.shardOpened?.(id, applied, commit);
-      if (id === 0 && o.observer?.metaApplied !== undefined) {
-        const observe = o.observer.metaApplied.bind(o.observer);
-        sm.onMeta = (state) => observe(state);
+      if (id === 0) {
+        const observe = o.observer?.metaApplied?.bind(o.observer);
+        sm.onMeta = (state) => {
+          observe?.(state);
+          // A shard created here may have messages waiting (receive).
+          this.replicasChanged();
+        };
         // What the engine already holds (a restart): the replay adds what follows.
-        sm.reloadMeta();
+        if (observe !== undefined) sm.reloadMeta();
       }
       this.#markDirty(shard);
       return shard;

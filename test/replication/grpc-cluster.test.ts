@@ -70,6 +70,8 @@ interface StartOptions {
   readonly fs?: FileSystem;
   /** MultiRaftOptions.firstCampaigner. */
   readonly firstCampaigner?: (shard: number) => string | undefined;
+  /** MultiRaftOptions.replicasOf (default: every shard on the initial voters). */
+  readonly replicasOf?: (shard: number) => readonly string[];
 }
 
 const count = (m: Map<string, number>, key: string, n = 1): void => {
@@ -200,7 +202,7 @@ class Cluster {
           : { firstCampaigner: options.firstCampaigner }),
         replicaId,
         onStaleReplica: (from, to) => this.stale.push([id, from, to]),
-        replicasOf: () => this.#initialVoters,
+        replicasOf: options.replicasOf ?? (() => this.#initialVoters),
         observer: { fatal: (err) => this.fatals.push(err) },
       });
     } catch (err) {
@@ -529,6 +531,47 @@ describe("MultiRaft over gRPC, three nodes", () => {
       });
       assert.equal(cluster.leaderOf(shard)?.id, "n1");
       await n1.mr.put(enc.encode(key), enc.encode("v1"));
+      for (const node of cluster.live()) {
+        assert.equal(node.mr.shardInfo(shard)?.term, 2, `${node.id}: one election, no more`);
+      }
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a new group's first messages wait at a replica that does not know the shard yet, then count", async () => {
+    // In a cluster a replica learns of a new shard from the meta group, and the creator's
+    // timeout-now can outrun that: dropped, the preferred leader never campaigned and another
+    // replica was elected an election timeout later (~250 of 1,024 groups in a fill).
+    const cluster = new Cluster(join(dir, "held"));
+    const firstCampaigner = (): string => "n1";
+    let known = false;
+    const shard = 2;
+    try {
+      await cluster.start("n1", {
+        firstCampaigner,
+        electionTicks: 50,
+        replicasOf: (s) => (s !== shard || known ? IDS : []),
+      });
+      for (const id of ["n2", "n3"])
+        await cluster.start(id, { firstCampaigner, electionTicks: 50 });
+      const n1 = cluster.nodes.get("n1");
+      const n3 = cluster.nodes.get("n3");
+      assert.ok(n1 !== undefined && n3 !== undefined);
+      const [key] = keysOfShard(n3.mr, shard, 1, "h");
+      assert.ok(key !== undefined);
+      const put = n3.mr.put(enc.encode(key), enc.encode("v1"));
+      await eventually("n1 got n3's ask to campaign", () =>
+        Promise.resolve((n1.received.get("timeout-now") ?? 0) > 0),
+      );
+      assert.equal(n1.mr.shardInfo(shard), null, "not opened for a shard it does not replicate");
+      known = true;
+      n1.mr.replicasChanged();
+      await assert.rejects(put, (err: unknown) => {
+        assert.ok(err instanceof NotLeaderError, String(err));
+        assert.equal(err.leader, "n1");
+        return true;
+      });
       for (const node of cluster.live()) {
         assert.equal(node.mr.shardInfo(shard)?.term, 2, `${node.id}: one election, no more`);
       }
