@@ -272,12 +272,11 @@ const CLOSE_DEADLINE_MS = 1000;
 
 /** A forwarded call waiting for its answer (GrpcTransport.call). */
 interface PendingCall {
-  readonly id: number;
   readonly peer: NodeId;
   /** When the caller stops waiting (Date.now() clock). */
   readonly deadline: number;
-  /** The stream it went out on, once written there (its end fails the call). */
-  stream: Stream | null;
+  /** The stream it went out on (its end fails the call). */
+  readonly stream: Stream;
   /** Whether some of its bytes may have reached the peer. */
   left: boolean;
   /** Settles the call once; later settlements are ignored. */
@@ -538,7 +537,6 @@ export class GrpcTransport implements RaftTransport {
     }
   }
 
-  /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
   /**
    * Forwards a client's unary KV call to node `to` on the stream to it (RaftFrame.call) and
    * resolves with its answer, which `to` sends on its own stream back (receiveReply). Never
@@ -592,14 +590,13 @@ export class GrpcTransport implements RaftTransport {
       const onAbort = (): void =>
         pending.settle(callFailure(status.CANCELLED, "cancelled", pending.left));
       const pending: PendingCall = {
-        id,
         peer: peer.id,
         deadline,
         stream,
         left: false,
         settle: (result) => {
           if (!this.#calls.delete(id)) return;
-          pending.stream?.calls.delete(pending);
+          pending.stream.calls.delete(pending);
           signal?.removeEventListener("abort", onAbort);
           resolve(result);
         },
@@ -680,6 +677,7 @@ export class GrpcTransport implements RaftTransport {
     this.#callSweep.unref();
   }
 
+  /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
   flush(): void {
     for (const p of this.#peers.values()) p.channel?.flush();
   }
