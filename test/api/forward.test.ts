@@ -9,7 +9,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
-  type CallOptions,
   credentials,
   Metadata,
   Server,
@@ -32,60 +31,19 @@ import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutRe
 import { CairnClient, UnavailableError } from "../../src/client/index.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
-import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
 import { MultiRaft } from "../../src/replication/index.ts";
+import {
+  call,
+  failure,
+  FollowerStore,
+  key,
+  RoutingFollowerStore,
+  trailer,
+} from "./forward-support.ts";
 
 const TOTAL_SHARDS = 16;
 const LIMITS = { maxKeyBytes: 4096, maxValueBytes: 1024 * 1024 };
 const { proto } = loadCairnProto();
-
-/** A follower's store: every KV call that needs the leader is refused, naming `leader`. */
-class FollowerStore implements KvStore, AdminStore {
-  readonly leader: string | null;
-  /** No replica of any shard here (five nodes, three replicas): serializable reads refused too. */
-  readonly replica: boolean;
-  /** Calls that reached this store (forwarded or not). */
-  calls = 0;
-
-  constructor(leader: string | null, replica = true) {
-    this.leader = leader;
-    this.replica = replica;
-  }
-
-  #refuse(): Promise<never> {
-    this.calls++;
-    return Promise.reject(new NotLeaderError(this.leader === null ? null : nodeId(this.leader)));
-  }
-  put(): Promise<never> {
-    return this.#refuse();
-  }
-  delete(): Promise<never> {
-    return this.#refuse();
-  }
-  /** A serializable read is served from this replica's (empty) state. */
-  get(_key: Uint8Array, linearizable: boolean): Promise<null> {
-    return linearizable || !this.replica ? this.#refuse() : Promise.resolve(null);
-  }
-  scan(): Promise<never> {
-    return this.#refuse();
-  }
-  snapshotShard(): Promise<never> {
-    return this.#refuse();
-  }
-  shardInfo(): null {
-    return null;
-  }
-  transferLeader(): Promise<never> {
-    return this.#refuse();
-  }
-}
-
-/** A follower's store that also names the leader before any call (MultiRaft.leaderElsewhere). */
-class RoutingFollowerStore extends FollowerStore {
-  leaderElsewhere(): string | null {
-    return this.leader;
-  }
-}
 
 interface Node {
   readonly id: string;
@@ -132,30 +90,6 @@ async function startNode(
   return node;
 }
 
-type Unary<Res> = (
-  md: Metadata,
-  opts: CallOptions,
-  cb: (err: ServiceError | null, res?: Res) => void,
-) => unknown;
-
-function call<Res>(invoke: Unary<Res>, opts: CallOptions = {}, md = new Metadata()): Promise<Res> {
-  return new Promise((resolve, reject) =>
-    invoke(md, opts, (err, res) => (err === null ? resolve(res as Res) : reject(err))),
-  );
-}
-
-function failure(p: Promise<unknown>): Promise<ServiceError> {
-  return p.then(
-    (r) => assert.fail(`expected a failure, got ${JSON.stringify(r)}`),
-    (e: unknown) => e as ServiceError,
-  );
-}
-
-function trailer(e: ServiceError, key: string): string | undefined {
-  const v = e.metadata.get(key)[0];
-  return v === undefined ? undefined : String(v);
-}
-
 async function kvCount(m: CairnMetrics, operation: string, st: string): Promise<number> {
   const metric = m.registry.getSingleMetric("kv_requests_total");
   assert.ok(metric !== undefined);
@@ -164,8 +98,6 @@ async function kvCount(m: CairnMetrics, operation: string, st: string): Promise<
     values.find((v) => v.labels["operation"] === operation && v.labels["status"] === st)?.value ?? 0
   );
 }
-
-const key = (s: string): Buffer => Buffer.from(s);
 
 let dir: string;
 let store: MultiRaft;

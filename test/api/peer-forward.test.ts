@@ -9,7 +9,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { type CallOptions, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import { credentials, status } from "@grpc/grpc-js";
 import {
   type AdminStore,
   type ForwardOptions,
@@ -21,7 +21,6 @@ import type { KVClient } from "../../src/api/generated/cairn/v1/KV.ts";
 import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutResponse.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
-import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
 import {
   createRaftService,
   GrpcTransport,
@@ -29,48 +28,17 @@ import {
   type PeerCall,
 } from "../../src/replication/index.ts";
 import { eventually } from "../replication/peer-support.ts";
+import {
+  call,
+  failure,
+  RoutingFollowerStore as FollowerStore,
+  key,
+  trailer,
+} from "./forward-support.ts";
 
 const TOTAL_SHARDS = 16;
 const LIMITS = { maxKeyBytes: 4096, maxValueBytes: 1024 * 1024 };
 const { proto } = loadCairnProto();
-
-/** A follower's store: it names `leader` for every write, and refuses what reaches it anyway. */
-class FollowerStore implements KvStore, AdminStore {
-  readonly leader: string;
-  /** Calls that reached this store. */
-  calls = 0;
-  constructor(leader: string) {
-    this.leader = leader;
-  }
-  leaderElsewhere(): string {
-    return this.leader;
-  }
-  #refuse(): Promise<never> {
-    this.calls++;
-    return Promise.reject(new NotLeaderError(nodeId(this.leader)));
-  }
-  put(): Promise<never> {
-    return this.#refuse();
-  }
-  delete(): Promise<never> {
-    return this.#refuse();
-  }
-  get(): Promise<never> {
-    return this.#refuse();
-  }
-  scan(): Promise<never> {
-    return this.#refuse();
-  }
-  snapshotShard(): Promise<never> {
-    return this.#refuse();
-  }
-  shardInfo(): null {
-    return null;
-  }
-  transferLeader(): Promise<never> {
-    return this.#refuse();
-  }
-}
 
 interface Node {
   readonly id: string;
@@ -139,31 +107,6 @@ async function startNode(
   nodes.push(node);
   return node;
 }
-
-type Unary<Res> = (
-  md: Metadata,
-  opts: CallOptions,
-  cb: (err: ServiceError | null, res?: Res) => void,
-) => unknown;
-
-function call<Res>(invoke: Unary<Res>, opts: CallOptions = {}): Promise<Res> {
-  return new Promise((resolve, reject) =>
-    invoke(new Metadata(), opts, (err, res) => (err === null ? resolve(res as Res) : reject(err))),
-  );
-}
-
-function failure(p: Promise<unknown>): Promise<ServiceError> {
-  return p.then(
-    (r) => assert.fail(`expected a failure, got ${JSON.stringify(r)}`),
-    (e: unknown) => e as ServiceError,
-  );
-}
-
-const trailer = (e: ServiceError, k: string): string | undefined => {
-  const v = e.metadata.get(k)[0];
-  return v === undefined ? undefined : String(v);
-};
-const key = (s: string): Buffer => Buffer.from(s);
 
 let dir: string;
 let store: MultiRaft;

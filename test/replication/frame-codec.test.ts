@@ -462,6 +462,16 @@ const frameOfItems = (...items: Wire[]): Uint8Array => serialize([{ n: 2, t: "le
 const frameOfMessage = (msg: readonly Wire[]): Uint8Array => frameOfItems(item(1, msg));
 const field = (n: number, v: bigint | number): Wire => ({ n, t: "varint", v: BigInt(v) });
 
+/** `good` with the bits at `flips` (each taken modulo its length in bits) inverted. */
+function flipped(good: Uint8Array, flips: readonly number[]): Uint8Array {
+  const bad = Uint8Array.from(good);
+  for (const f of flips) {
+    const at = f % (bad.length * 8);
+    bad[at >> 3] = (bad[at >> 3] as number) ^ (1 << (at & 7));
+  }
+  return bad;
+}
+
 function refused(bytes: Uint8Array, pattern?: RegExp): void {
   assert.throws(
     () => decodeMine(bytes),
@@ -653,12 +663,7 @@ describe("raft frame codec", () => {
           fc.nat(),
           (c, r, flips, cut) => {
             for (const good of [encodeCallFrame(c), encodeReplyFrame(r)]) {
-              const bad = Uint8Array.from(good);
-              for (const f of flips) {
-                const at = f % (bad.length * 8);
-                bad[at >> 3] = (bad[at >> 3] as number) ^ (1 << (at & 7));
-              }
-              assertAgrees(bad);
+              assertAgrees(flipped(good, flips));
               assertAgrees(good.subarray(0, cut % (good.length + 1)));
             }
           },
@@ -1006,11 +1011,7 @@ describe("raft frame codec", () => {
           fc.nat(),
           (messages, to, flips, cut) => {
             const good = encodeBatchFrame(messages, to);
-            const bad = Uint8Array.from(good);
-            for (const f of flips) {
-              const at = f % (bad.length * 8);
-              bad[at >> 3] = (bad[at >> 3] as number) ^ (1 << (at & 7));
-            }
+            const bad = flipped(good, flips);
             assertAgrees(bad);
             assertAgrees(good.subarray(0, cut % (good.length + 1)));
             assertAgrees(bad.subarray(0, cut % (bad.length + 1)));
