@@ -572,7 +572,12 @@ describe("MultiRaft over gRPC, three nodes", () => {
         assert.equal(err.leader, "n1");
         return true;
       });
+      // Written at n1: the group's members all hold its log (n2 may open it only now).
+      await n1.mr.put(enc.encode(key), enc.encode("v1"));
       for (const node of cluster.live()) {
+        await eventually(`${node.id} in the group`, () =>
+          Promise.resolve(node.mr.shardInfo(shard) !== null),
+        );
         assert.equal(node.mr.shardInfo(shard)?.term, 2, `${node.id}: one election, no more`);
       }
     } finally {
