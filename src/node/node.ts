@@ -8,7 +8,6 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
-import { status } from "@grpc/grpc-js";
 import {
   ClusterViewPublisher,
   decodeMetaCommand,
@@ -36,7 +35,6 @@ import {
   createRaftService,
   GrpcTransport,
   MultiRaft,
-  type PeerReply,
   type RaftService,
   type RaftTransport,
   type ScanRequest,
@@ -362,20 +360,9 @@ export class CairnNode implements HealthSource {
           ? {}
           : {
               calls: {
-                serve: (from, call) => {
-                  const answer = (reply: PeerReply): void => transport.reply(from, reply);
-                  if (this.#rpc === null) {
-                    answer({
-                      id: call.id,
-                      code: status.UNAVAILABLE,
-                      details: "not serving yet",
-                      response: new Uint8Array(0),
-                      trailers: [],
-                    });
-                  } else {
-                    this.#rpc.servePeerCall(from, call, answer);
-                  }
-                },
+                // Frames arrive only once the RpcServer serving this service has started.
+                serve: (from, call) =>
+                  this.#rpc?.servePeerCall(from, call, (reply) => transport.reply(from, reply)),
                 replied: (from, reply) => transport.receiveReply(from, reply),
               },
             }),

@@ -1,12 +1,31 @@
 /**
- * What the forwarding tests share: follower stores that refuse KV calls naming a leader, and
- * promise wrappers around grpc-js's unary calls.
+ * What the forwarding tests share: the leader's store, follower stores that refuse KV calls
+ * naming a leader, and promise wrappers around grpc-js's unary calls.
  */
 import assert from "node:assert/strict";
 import type { CallOptions, Metadata, ServiceError } from "@grpc/grpc-js";
 import { Metadata as GrpcMetadata } from "@grpc/grpc-js";
-import type { AdminStore, KvStore } from "../../src/api/index.ts";
+import { type AdminStore, type KvStore, loadCairnProto } from "../../src/api/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
+import { MultiRaft } from "../../src/replication/index.ts";
+
+export const TOTAL_SHARDS = 16;
+export const LIMITS = { maxKeyBytes: 4096, maxValueBytes: 1024 * 1024 };
+export const { proto } = loadCairnProto();
+
+/** The leader's store: a real single-node MultiRaft in `dir` that leads every shard. */
+export function openLeaderStore(dir: string): Promise<MultiRaft> {
+  return MultiRaft.open({
+    nodeId: "n1",
+    dataDir: dir,
+    totalShards: TOTAL_SHARDS,
+    tickMs: 20,
+    electionTicks: 10,
+    heartbeatTicks: 1,
+    memtableBytes: 64 * 1024,
+    blockCacheBytes: 8 * 1024 * 1024,
+  });
+}
 
 /** A follower's store: every KV call that needs the leader is refused, naming `leader`. */
 export class FollowerStore implements KvStore, AdminStore {

@@ -22,7 +22,6 @@ import {
   FORWARDED_KEY,
   type ForwardOptions,
   type KvStore,
-  loadCairnProto,
   RpcServer,
 } from "../../src/api/index.ts";
 import type { DeleteResponse__Output } from "../../src/api/generated/cairn/v1/DeleteResponse.ts";
@@ -31,7 +30,7 @@ import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutRe
 import { CairnClient, UnavailableError } from "../../src/client/index.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
-import { MultiRaft } from "../../src/replication/index.ts";
+import type { MultiRaft } from "../../src/replication/index.ts";
 import {
   call,
   failure,
@@ -39,11 +38,11 @@ import {
   key,
   RoutingFollowerStore,
   trailer,
+  LIMITS,
+  openLeaderStore,
+  proto,
+  TOTAL_SHARDS,
 } from "./forward-support.ts";
-
-const TOTAL_SHARDS = 16;
-const LIMITS = { maxKeyBytes: 4096, maxValueBytes: 1024 * 1024 };
-const { proto } = loadCairnProto();
 
 interface Node {
   readonly id: string;
@@ -106,16 +105,7 @@ let follower: Node;
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), "cairn-forward-"));
-  store = await MultiRaft.open({
-    nodeId: "n1",
-    dataDir: dir,
-    totalShards: TOTAL_SHARDS,
-    tickMs: 20,
-    electionTicks: 10,
-    heartbeatTicks: 1,
-    memtableBytes: 64 * 1024,
-    blockCacheBytes: 8 * 1024 * 1024,
-  });
+  store = await openLeaderStore(dir);
   leader = await startNode("n1", store, false);
   follower = await startNode("n2", new FollowerStore("n1"));
 });

@@ -14,19 +14,14 @@ import {
   type AdminStore,
   type ForwardOptions,
   type KvStore,
-  loadCairnProto,
   RpcServer,
 } from "../../src/api/index.ts";
 import type { KVClient } from "../../src/api/generated/cairn/v1/KV.ts";
 import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutResponse.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
-import {
-  createRaftService,
-  GrpcTransport,
-  MultiRaft,
-  type PeerCall,
-} from "../../src/replication/index.ts";
+import type { MultiRaft } from "../../src/replication/index.ts";
+import { createRaftService, GrpcTransport, type PeerCall } from "../../src/replication/index.ts";
 import { eventually } from "../replication/peer-support.ts";
 import {
   call,
@@ -34,11 +29,11 @@ import {
   RoutingFollowerStore as FollowerStore,
   key,
   trailer,
+  LIMITS,
+  openLeaderStore,
+  proto,
+  TOTAL_SHARDS,
 } from "./forward-support.ts";
-
-const TOTAL_SHARDS = 16;
-const LIMITS = { maxKeyBytes: 4096, maxValueBytes: 1024 * 1024 };
-const { proto } = loadCairnProto();
 
 interface Node {
   readonly id: string;
@@ -116,16 +111,7 @@ const followerStore = new FollowerStore("n1");
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), "cairn-peer-forward-"));
-  store = await MultiRaft.open({
-    nodeId: "n1",
-    dataDir: dir,
-    totalShards: TOTAL_SHARDS,
-    tickMs: 20,
-    electionTicks: 10,
-    heartbeatTicks: 1,
-    memtableBytes: 64 * 1024,
-    blockCacheBytes: 8 * 1024 * 1024,
-  });
+  store = await openLeaderStore(dir);
   leader = await startNode("n1", store);
   follower = await startNode("n2", followerStore);
 });
