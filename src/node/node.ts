@@ -36,7 +36,6 @@ import {
   GrpcTransport,
   MultiRaft,
   type RaftService,
-  type RaftTransport,
   type ScanRequest,
   type TermCheck,
 } from "../replication/index.ts";
@@ -45,6 +44,7 @@ import { ClusterState, metaRefusal, spreadLeaders, transferLeadership } from "./
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
+import { countingTransport } from "./counting-transport.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -182,7 +182,7 @@ export class CairnNode implements HealthSource {
       ...(cluster === null || this.#transport === null
         ? {}
         : {
-            transport: countFrames(this.#transport, metrics),
+            transport: countingTransport(this.#transport, metrics),
             replicaId: cluster.replicaId,
             onStaleReplica: (from: string, to: string) => cluster.noticeStaleReplica(from, to),
             replicasOf: (shard: number) => cluster.replicasOf(shard),
@@ -614,18 +614,6 @@ const REQUEST_TIMEOUT_MS = 10_000;
  * do not wait for it at all).
  */
 const CONFIRM_TERMS_TIMEOUT_MS = 2_000;
-
-/** The peer transport as the driver sees it, counting each frame it hands over, per peer. */
-function countFrames(transport: RaftTransport, metrics: CairnMetrics): RaftTransport {
-  return {
-    send(to, messages, sent) {
-      let heartbeats = 0;
-      for (const m of messages) if (m.message.type === "heartbeat") heartbeats++;
-      metrics.raftFrameSent(nodeOfReplica(to), messages.length, heartbeats);
-      transport.send(to, messages, sent);
-    },
-  };
-}
 
 function advertised(configured: string, bound: HostPort): string {
   const parsed = parseHostPort(configured, { allowPortZero: true });

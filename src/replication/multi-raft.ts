@@ -243,9 +243,10 @@ export interface RaftTransport {
   /**
    * Hands what send() was given this turn to the network now, not after the turn: the driver
    * calls it before it blocks the thread on a synchronous WAL write, so that its appends
-   * travel meanwhile. Optional (a transport without it sends after the turn).
+   * travel meanwhile. A transport that sends at once has nothing to do here; a wrapper must
+   * pass it on (src/node/counting-transport.ts).
    */
-  flush?(): void;
+  flush(): void;
 }
 
 export interface DriverTestingBugs {
@@ -1316,7 +1317,7 @@ export class MultiRaft {
         // after this round's sync; only those answers and votes promise durability. Flushed now,
         // not after the turn: the WAL's write below may block the thread.
         this.#send(early);
-        this.#options.transport?.flush?.();
+        this.#options.transport?.flush();
       }
       // Without mustSync only commit indexes moved: durable with the next round that syncs.
       if (records.length > 0) this.#wal.append(records);

@@ -164,6 +164,7 @@ class Cluster {
         count(heartbeatsTo, to, messages.filter((m) => m.message.type === "heartbeat").length);
         transport.send(to, messages, sent);
       },
+      flush: () => transport.flush(),
     };
     const dataDir = join(this.#dir, id);
     try {

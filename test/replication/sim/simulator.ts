@@ -433,6 +433,8 @@ class DriverSim {
             firstCampaigner: (shard: number) => this.#meta.shards.get(shard)?.[0],
             transport: {
               send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
+              // Sent messages are in the simulated network at once: nothing waits for the turn.
+              flush: () => undefined,
             },
             remoteReadIndex: (leader: string, shard: number, term: number) =>
               this.#remoteReadIndex(node, leader, shard, term),
