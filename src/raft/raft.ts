@@ -271,6 +271,31 @@ export class Raft {
     else this.#campaign(this.#preVote ? "pre-election" : "election");
   }
 
+  /**
+   * Leads the current term without an election. Only for a new group's designated first
+   * leader: every founding voter's first hard state records its vote, in this term, for the
+   * same member, this one (MultiRaft#openShard), so no other member can win this term (S1),
+   * and every founding voter's log is the same committed founding entries (S2, S3). The caller
+   * must also know this member's founding state durable before it sends anything as leader: a
+   * member restarted with that state is the term's follower, never its leader again, so the
+   * term's entries have one author. Throws when this member does not hold its own vote in its
+   * term, or has met a leader of it.
+   */
+  leadWithoutElection(): void {
+    if (this.role !== "follower" || this.lead !== null || this.vote !== this.id) {
+      throw new InvalidRaftRequestError(
+        `raft: ${this.id} may lead term ${this.term} only as its founding leader (role ${this.role}, vote ${this.vote ?? "none"}, leader ${this.lead ?? "none"})`,
+      );
+    }
+    if (!this.isPromotable() || this.#hasUnappliedConfChange()) {
+      throw new InvalidRaftRequestError(
+        `raft: ${this.id} may lead only once the founding configuration is applied`,
+      );
+    }
+    this.#becomeLeader(true);
+    this.#broadcastAppend();
+  }
+
   propose(data: Uint8Array): { index: LogIndex; term: Term } {
     this.#wakeForRequest();
     this.#requireLeader();
@@ -492,8 +517,9 @@ export class Raft {
     this.role = "candidate";
   }
 
-  #becomeLeader(): void {
-    if (this.role === "follower")
+  /** `withoutElection`: see leadWithoutElection(). */
+  #becomeLeader(withoutElection = false): void {
+    if (this.role === "follower" && !withoutElection)
       throw new RaftInvariantError("follower cannot become leader directly");
     this.#reset(this.term);
     this.role = "leader";

@@ -108,6 +108,11 @@ export class RawNode {
     return this.#raft.term;
   }
 
+  /** The member this one voted for in its current term, or null. */
+  get vote(): NodeId | null {
+    return this.#raft.vote;
+  }
+
   /** While leader: the member leadership is being handed to, else null. */
   get leadTransferee(): NodeId | null {
     return this.#raft.leadTransferee;
@@ -165,6 +170,15 @@ export class RawNode {
   campaign(): void {
     this.#assertNoOutstanding("campaign");
     this.#raft.hup();
+  }
+
+  /**
+   * Lead the current term without an election: only for a new group's designated first leader,
+   * whose every founding voter voted for it in that term (Raft.leadWithoutElection).
+   */
+  leadWithoutElection(): void {
+    this.#assertNoOutstanding("leadWithoutElection");
+    this.#raft.leadWithoutElection();
   }
 
   /** Deliver a message received from a peer. Messages for another member are ignored. */

@@ -264,6 +264,11 @@ export interface DriverTestingBugs {
   readonly confirmByEarlierCall?: boolean;
   /** A replica confirms any term asked, even below its own (confirmTerms). */
   readonly confirmAnyTerm?: boolean;
+  /**
+   * A replica that restarts holding its own vote in its group's founding term leads that term
+   * again, as if it had just founded the group (ShardReplica.leadsFoundingTerm).
+   */
+  readonly leadFoundingTermAgain?: boolean;
 }
 
 /** Events for metrics, logs and the cluster view. */
@@ -1608,7 +1613,16 @@ export class MultiRaft {
           `shard ${id} already has state here; it cannot be founded again`,
         );
       }
-      const voters = [...(founding?.voters ?? this.#replicasOf(id))].sort();
+      const ranked = founding?.voters ?? this.#replicasOf(id);
+      const voters = [...ranked].sort();
+      // A new group's first leader, chosen without an election: the shard's first-ranked
+      // replica, read from the shard's assignment, which never changes once committed, so
+      // every initial voter names the same one (FOUNDING_TERM). The meta group, founded by one
+      // seed, elects as before.
+      const firstLeader =
+        isNew && founding === undefined && voters.length > 1 && voters.includes(this.replicaId)
+          ? (ranked[0] ?? null)
+          : null;
       if (isNew && voters.includes(this.replicaId)) {
         // A new group: its first entries name its voters, one conf change each, then any
         // founding entries (the meta group's bootstrap record), all committed at term 1. Every
@@ -1629,7 +1643,11 @@ export class MultiRaft {
           {
             kind: "hard-state",
             shard: id,
-            state: { term: FOUNDING_TERM, vote: null, commit: entries.length },
+            state: {
+              term: FOUNDING_TERM,
+              vote: firstLeader === null ? null : nodeId(firstLeader),
+              commit: entries.length,
+            },
           },
         ]);
         // Durable with the group's first round (foundingUnsynced below), which shares its
@@ -1677,6 +1695,15 @@ export class MultiRaft {
         shard.campaignEagerly = eager;
       }
       shard.foundingUnsynced = isNew && founding === undefined && voters.includes(this.replicaId);
+      // Its founding is durable before it leads: maybeCampaign waits for the founding entries'
+      // apply, which follows the round that synced them (foundingUnsynced).
+      shard.leadsFoundingTerm =
+        firstLeader === this.replicaId ||
+        (this.#testingBugs.leadFoundingTermAgain === true &&
+          !isNew &&
+          voters.length > 1 &&
+          this.#wal.hardState(id)?.term === FOUNDING_TERM &&
+          this.#wal.hardState(id)?.vote === this.replicaId);
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);

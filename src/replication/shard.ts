@@ -118,7 +118,9 @@ export class ProposalLostError extends CairnError {
 
 /**
  * The term of a new group's founding entries (its voters, committed by every initial voter
- * alike): no leader ever holds it, the first election is for the term after.
+ * alike). Every initial voter founds the group having voted, in this term, for its first-ranked
+ * replica, which leads the term without an election (ShardReplica.leadsFoundingTerm); no one
+ * else can. The first election, if one is needed, is for the term after.
  */
 export const FOUNDING_TERM = 1;
 
@@ -193,27 +195,50 @@ export class ShardReplica {
   }
 
   /**
-   * Once the replay is applied: a single-voter group campaigns at once (it alone decides), and
-   * so does a new group this node created for a client request (`campaignEagerly`), rather than
-   * make that request wait out an election timeout. Other groups elect on their timers.
+   * Once the replay is applied: a new group's founding leader leads its founding term
+   * (`leadsFoundingTerm`); a single-voter group campaigns at once (it alone decides), and so does
+   * a new group this node created for a client request (`campaignEagerly`, when its founding
+   * leader is not alive), rather than make that request wait out an election timeout; a new group
+   * created here for another replica to lead asks it to (`askToCampaign`, the message returned).
+   * Other groups elect on their timers.
    */
   maybeCampaign(): TimeoutNowMessage | null {
     if (!this.campaignWhenReady || !this.isReplayed()) return null;
     this.campaignWhenReady = false;
+    if (this.leadsFoundingTerm) {
+      this.leadsFoundingTerm = false;
+      // Still the founding term's follower that voted for itself, with no leader heard of: no
+      // message of a later term (an election that did not wait for it) has reached it.
+      const raw = this.raw;
+      if (raw.term === FOUNDING_TERM && raw.lead === null && raw.vote === raw.id) {
+        raw.leadWithoutElection();
+        return null;
+      }
+    }
     if (this.raw.isSoleVoter() || this.campaignEagerly) this.raw.campaign();
     const to = this.askToCampaign;
     this.askToCampaign = null;
-    // Raft's leadership-transfer message, from a replica that does not lead: it only makes
-    // `to` start an election now rather than at its election timeout, and an election is safe
-    // whenever it starts. Sent in the founding term only, which no leader ever held (a member
-    // past it has seen an election and drops the message as stale), and not once an election
-    // reached this replica: the group is electing already.
+    // Raft's leadership-transfer message, from a replica that does not lead. It opens the group
+    // at `to`: the founding leader there leads the term as it founds it, and drops the message
+    // (it leads, or will have). Any other replica it makes start an election now rather than at
+    // its election timeout, which is safe whenever it starts. Sent in the founding term only (a
+    // member past it has seen an election and drops the message as stale), and not once a
+    // leader or an election reached this replica.
     if (to === null || this.raw.term !== FOUNDING_TERM || this.raw.lead !== null) return null;
     return { type: "timeout-now", from: this.raw.id, to, term: this.raw.term };
   }
 
   /** Set for a new multi-voter group opened here for a client request (see maybeCampaign). */
   campaignEagerly = false;
+
+  /**
+   * Set when this replica founds a new multi-voter group as its designated first leader (every
+   * founding voter's hard state holds its vote in FOUNDING_TERM): once the founding entries are
+   * applied — after the round that made them durable — it leads that term without an election
+   * (Raft.leadWithoutElection). Never set for a group with state here already: a replica that
+   * restarts after founding is the term's follower.
+   */
+  leadsFoundingTerm = false;
 
   /**
    * Set instead of campaignEagerly when another replica should lead the new group

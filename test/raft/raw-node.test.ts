@@ -172,3 +172,89 @@ describe("RawNode", () => {
     assert.deepEqual(node.status().conf, { voters, learners: ["n4"] });
   });
 });
+
+describe("RawNode.leadWithoutElection (a new group's designated first leader)", () => {
+  const ids = [nodeId("a"), nodeId("b"), nodeId("c")];
+
+  /** Three founding voters whose founding hard state holds a vote for `vote` in term 1. */
+  function founded(vote: string | null): Map<string, { node: RawNode; storage: MemoryStorage }> {
+    const group = new Map<string, { node: RawNode; storage: MemoryStorage }>();
+    for (const [i, id] of ids.entries()) {
+      const storage = MemoryStorage.bootstrap(ids);
+      const hs = storage.initialState().hardState;
+      storage.setHardState({ ...hs, vote: vote === null ? null : nodeId(vote) });
+      const node = new RawNode({ id, storage, rng: seededRng(i + 1) });
+      group.set(id, { node, storage });
+    }
+    return group;
+  }
+
+  /** Handles every Ready and delivers every message, until the group is still. */
+  function settle(group: Map<string, { node: RawNode; storage: MemoryStorage }>): Message[] {
+    const sent: Message[] = [];
+    for (let round = 0; round < 100; round++) {
+      const outbox: Message[] = [];
+      for (const { node, storage } of group.values()) {
+        if (!node.hasReady()) continue;
+        const rd = node.ready();
+        storage.append(rd.entries);
+        if (rd.hardState !== null) storage.setHardState(rd.hardState);
+        outbox.push(...rd.messages);
+        node.advance();
+      }
+      if (outbox.length === 0) return sent;
+      sent.push(...outbox);
+      for (const m of outbox) group.get(m.to)?.node.step(m);
+    }
+    throw new Error("the group did not settle");
+  }
+
+  it("leads the founding term at once and commits there, with no vote asked or given", () => {
+    const group = founded("a");
+    settle(group); // the founding configuration is applied
+    const a = group.get("a")?.node;
+    assert.ok(a !== undefined);
+    a.leadWithoutElection();
+    const sent = settle(group);
+    assert.equal(a.status().role, "leader");
+    assert.equal(a.term, 1);
+    const { index } = a.propose(new TextEncoder().encode("x"));
+    sent.push(...settle(group));
+    for (const { node } of group.values()) {
+      assert.equal(node.term, 1, "no election");
+      assert.ok(node.status().commit >= index, "committed everywhere");
+      assert.equal(node.lead, "a");
+    }
+    assert.deepEqual(
+      sent.filter((m) => m.type.includes("vote")),
+      [],
+      "no vote or pre-vote message",
+    );
+  });
+
+  it("is refused to a member that did not vote for itself in its term, or already follows a leader", () => {
+    const group = founded("a");
+    settle(group);
+    assert.throws(() => group.get("b")?.node.leadWithoutElection(), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+    });
+    const unvoted = founded(null);
+    settle(unvoted);
+    assert.throws(() => unvoted.get("a")?.node.leadWithoutElection(), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+    });
+    group.get("a")?.node.leadWithoutElection();
+    settle(group);
+    // A second call, now that it leads, is refused too: it never re-founds its term.
+    assert.throws(() => group.get("a")?.node.leadWithoutElection(), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+    });
+  });
+
+  it("waits for the founding configuration: before it is applied the member is no voter", () => {
+    const group = founded("a");
+    assert.throws(() => group.get("a")?.node.leadWithoutElection(), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+    });
+  });
+});

@@ -93,6 +93,24 @@ describe("driver simulation", () => {
     assert.notEqual(caught, null, "the planted stale read went unnoticed for 500 seeds");
   });
 
+  it("catches a replica that leads its group's founding term again after a restart within 500 seeds", async () => {
+    // A new group's first leader takes the founding term without an election, once its founding
+    // is durable. Led again after a restart, the term gets a second author: the entries the
+    // followers hold, which the leader's disk had not yet, are overwritten in their place.
+    // Seeds 75, 82, 116, 126, … catch it (16 of the first 500): the search starts near the first
+    // to keep the suite short, and still goes on if a change to the simulation moves them.
+    let caught: number | null = null;
+    for (let seed = 70; seed <= 500 && caught === null; seed++) {
+      const r = await runDriverSeed({ seed, nodes: 3, bugs: { leadFoundingTermAgain: true } });
+      if (r.violation !== null) caught = seed;
+    }
+    assert.notEqual(
+      caught,
+      null,
+      "the planted second founding leader went unnoticed for 500 seeds",
+    );
+  });
+
   it("catches the rotation checkpoint that records a batch not yet written (issue 9, bug 2) within 500 seeds", async () => {
     let caught: number | null = null;
     for (let seed = 1; seed <= 500 && caught === null; seed++) {

@@ -6,6 +6,7 @@ const BUGS: Record<string, DriverSimBugs> = {
   "rotation-checkpoint-includes-batch": { rotationCheckpointIncludesBatch: true },
   "follower-read-without-apply": { followerReadWithoutApply: true },
   "wipe-keeps-replica": { wipeKeepsReplica: true },
+  "lead-founding-term-again": { leadFoundingTermAgain: true },
 };
 
 export function driverBugsByName(name: string): DriverSimBugs | undefined {

@@ -304,8 +304,14 @@ class DriverSim {
     }).state;
     for (const id of ids.slice(count))
       meta = meta.apply({ op: "set-member", member: member(id) }).state;
+    // Each shard ranks its replicas in another order, as rendezvous hashing does: the first
+    // ranked leads the new group's founding term (MultiRaft#openShard), so each node founds
+    // some groups as their leader.
+    const replicas = ids.slice(0, count);
     for (let shard = 1; shard < TOTAL_SHARDS; shard++) {
-      meta = meta.apply({ op: "create-shard", shard, replicas: ids.slice(0, count) }).state;
+      const turn = shard % count;
+      const ranked = [...replicas.slice(turn), ...replicas.slice(0, turn)];
+      meta = meta.apply({ op: "create-shard", shard, replicas: ranked }).state;
     }
     this.#meta = meta;
     this.#voters = count > 1 ? (meta.shards.get(0) ?? []) : ["n1"];
@@ -449,6 +455,7 @@ class DriverSim {
         ...(bugs.everyMessageBeforeWalWrite === true ? { everyMessageBeforeWalWrite: true } : {}),
         ...(bugs.confirmByEarlierCall === true ? { confirmByEarlierCall: true } : {}),
         ...(bugs.confirmAnyTerm === true ? { confirmAnyTerm: true } : {}),
+        ...(bugs.leadFoundingTermAgain === true ? { leadFoundingTermAgain: true } : {}),
       },
       observer: {
         fatal: (err) => {
