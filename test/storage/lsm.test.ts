@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -115,6 +122,42 @@ describe("LSM engine", () => {
     engine = await LsmEngine.open(dir, env, SMALL);
     assert.equal(engine.flushedSeq, 1);
     assert.deepEqual(engine.get(b("k")), b("v"));
+    await engine.close();
+  });
+
+  it("makes a new engine's directory with its first flush, not when it opens", async () => {
+    // A node's first write to a shard opens its engine; under a busy disk each mkdir waits for
+    // the file system's journal, and a fill opens a thousand engines in its first second.
+    const dir = join(tempDir("lsm"), "shards", "7");
+    let engine = await LsmEngine.open(dir, env, SMALL);
+    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
+    assert.equal(existsSync(dir), false, "no directory before the first flush");
+    // Closed without a flush (as a crash): nothing on disk; the caller replays its log from 0.
+    await engine.close();
+    engine = await LsmEngine.open(dir, env, SMALL);
+    assert.equal(engine.flushedSeq, 0);
+    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
+    await engine.flush();
+    assert.ok(readdirSync(dir).includes("CURRENT"));
+    await engine.close();
+    engine = await LsmEngine.open(dir, env, SMALL);
+    assert.equal(engine.flushedSeq, 1);
+    assert.deepEqual(engine.get(b("k")), b("v"));
+    await engine.close();
+  });
+
+  it("makes a new engine's directory for a snapshot it imports before any flush", async () => {
+    const source = await LsmEngine.open(tempDir("lsm"), env, SMALL);
+    await source.write(1, [{ type: "put", key: b("a"), value: b("1") }]);
+    await source.flush();
+    const dir = join(tempDir("lsm"), "shards", "9");
+    let engine = await LsmEngine.open(dir, env, SMALL);
+    await engine.importSnapshot(source.exportSnapshot());
+    await source.close();
+    await engine.close();
+    engine = await LsmEngine.open(dir, env, SMALL);
+    assert.deepEqual(engine.get(b("a")), b("1"));
+    assert.equal(engine.flushedSeq, 1);
     await engine.close();
   });
 

@@ -2,6 +2,7 @@
  * One shard's LSM engine. See README.md for the concept, invariants and caveats, and
  * docs/storage.md for the file formats.
  */
+import { existsSync } from "node:fs";
 import { mkdir, readdir, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
@@ -118,6 +119,13 @@ export class LsmEngine implements BudgetMember {
    */
   #manifest: Manifest | undefined;
   #manifestCreation: Promise<Manifest> | undefined;
+  /**
+   * Resolves once `dir` exists. A new engine makes it just before writing its first table, not
+   * at open: under a busy disk a mkdir waits for the file system's journal (~0.4 ms each, while
+   * the WAL syncs), and a node's first writes open up to a thousand engines, most of them in the
+   * first second of a fill. Its name is made durable with the manifest (Manifest.create).
+   */
+  #dirMade: Promise<void> | undefined;
   readonly #state: ManifestState;
   /** Open tables by level, mirroring #state.levels. */
   #levels: Table[][];
@@ -167,6 +175,7 @@ export class LsmEngine implements BudgetMember {
     manifest: Manifest | undefined,
     state: ManifestState,
     levels: Table[][],
+    fresh: boolean,
   ) {
     this.dir = dir;
     this.#env = env;
@@ -183,6 +192,7 @@ export class LsmEngine implements BudgetMember {
       levels: LEVELS,
     };
     this.#manifest = manifest;
+    this.#dirMade = fresh ? undefined : Promise.resolve();
     this.#state = state;
     this.#levels = levels;
     this.#largestPrefixes = largestPrefixes(levels);
@@ -202,9 +212,10 @@ export class LsmEngine implements BudgetMember {
     env: LsmEnvironment,
     options: LsmOptions = {},
   ): Promise<LsmEngine> {
-    // A directory made by this call is empty: nothing to load, verify or clean up (a node's
-    // first write to each of its shards opens one; three file system calls fewer each).
-    const fresh = (await mkdir(dir, { recursive: true })) !== undefined;
+    // No directory yet: a new engine, with nothing to load, verify or clean up (a node's first
+    // write to each of its shards opens one). The directory is made with its first table
+    // (#dirMade); until then nothing of the engine is on disk.
+    const fresh = !existsSync(dir);
     const { state, current } = fresh
       ? { state: emptyState(), current: undefined }
       : await Manifest.load(dir);
@@ -238,7 +249,7 @@ export class LsmEngine implements BudgetMember {
       const oldManifest = name.startsWith("MANIFEST-") && name !== manifest?.fileName;
       if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
     }
-    const engine = new LsmEngine(dir, env, options, manifest, state, levels);
+    const engine = new LsmEngine(dir, env, options, manifest, state, levels, fresh);
     env.join(engine);
     engine.#reportLevels();
     engine.#maybeCompact();
@@ -610,10 +621,17 @@ export class LsmEngine implements BudgetMember {
     }
     const data = sink.view();
     const numbers = this.#allocate(1);
-    return this.#env.pool.run(
-      { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
-      [data.buffer as ArrayBuffer],
+    return this.#madeDir().then(() =>
+      this.#env.pool.run(
+        { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
+        [data.buffer as ArrayBuffer],
+      ),
     );
+  }
+
+  /** Makes the engine's directory before its first table (see #dirMade). */
+  #madeDir(): Promise<void> {
+    return (this.#dirMade ??= mkdir(this.dir, { recursive: true }).then(() => undefined));
   }
 
   // --- compaction ---
@@ -823,6 +841,7 @@ export class LsmEngine implements BudgetMember {
         const data = sink.view();
         sink = new ByteSink(1 << 20);
         const numbers = this.#allocate(1);
+        await this.#madeDir();
         built.push(
           ...(await this.#env.pool.run(
             { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
