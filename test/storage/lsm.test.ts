@@ -105,45 +105,31 @@ describe("LSM engine", () => {
     await engine.close();
   });
 
-  it("writes a new engine's manifest at its first flush, not when it opens", async () => {
-    const dir = tempDir("lsm");
-    let engine = await LsmEngine.open(dir, env, SMALL);
-    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
-    assert.deepEqual(readdirSync(dir), [], "nothing durable before the first flush");
-    // Closed without a flush (as a crash): an empty engine; the caller replays its log from 0.
-    await engine.close();
-    engine = await LsmEngine.open(dir, env, SMALL);
-    assert.equal(engine.flushedSeq, 0);
-    assert.equal(engine.get(b("k")), undefined);
-    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
-    await engine.flush();
-    assert.ok(readdirSync(dir).includes("CURRENT"));
-    await engine.close();
-    engine = await LsmEngine.open(dir, env, SMALL);
-    assert.equal(engine.flushedSeq, 1);
-    assert.deepEqual(engine.get(b("k")), b("v"));
-    await engine.close();
-  });
-
-  it("makes a new engine's directory with its first flush, not when it opens", async () => {
-    // A node's first write to a shard opens its engine; under a busy disk each mkdir waits for
-    // the file system's journal, and a fill opens a thousand engines in its first second.
-    const dir = join(tempDir("lsm"), "shards", "7");
-    let engine = await LsmEngine.open(dir, env, SMALL);
-    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
-    assert.equal(existsSync(dir), false, "no directory before the first flush");
-    // Closed without a flush (as a crash): nothing on disk; the caller replays its log from 0.
-    await engine.close();
-    engine = await LsmEngine.open(dir, env, SMALL);
-    assert.equal(engine.flushedSeq, 0);
-    await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
-    await engine.flush();
-    assert.ok(readdirSync(dir).includes("CURRENT"));
-    await engine.close();
-    engine = await LsmEngine.open(dir, env, SMALL);
-    assert.equal(engine.flushedSeq, 1);
-    assert.deepEqual(engine.get(b("k")), b("v"));
-    await engine.close();
+  it("writes nothing of a new engine, its directory included, before its first flush", async () => {
+    // Two ways to open a new engine: in an empty directory (an earlier process made it, then
+    // crashed), and where none exists yet, as a node's first write to a shard does. There the
+    // directory waits for the first flush: under a busy disk each mkdir waits for the file
+    // system's journal, and a fill opens a thousand engines in its first second.
+    for (const dir of [tempDir("lsm"), join(tempDir("lsm"), "shards", "7")]) {
+      const existed = existsSync(dir);
+      let engine = await LsmEngine.open(dir, env, SMALL);
+      await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
+      if (existed) assert.deepEqual(readdirSync(dir), [], "nothing durable before the first flush");
+      else assert.equal(existsSync(dir), false, "no directory before the first flush");
+      // Closed without a flush (as a crash): an empty engine; the caller replays its log from 0.
+      await engine.close();
+      engine = await LsmEngine.open(dir, env, SMALL);
+      assert.equal(engine.flushedSeq, 0);
+      assert.equal(engine.get(b("k")), undefined);
+      await engine.write(1, [{ type: "put", key: b("k"), value: b("v") }]);
+      await engine.flush();
+      assert.ok(readdirSync(dir).includes("CURRENT"));
+      await engine.close();
+      engine = await LsmEngine.open(dir, env, SMALL);
+      assert.equal(engine.flushedSeq, 1);
+      assert.deepEqual(engine.get(b("k")), b("v"));
+      await engine.close();
+    }
   });
 
   it("makes a new engine's directory for a snapshot it imports before any flush", async () => {
