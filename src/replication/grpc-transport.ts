@@ -442,13 +442,7 @@ export class GrpcTransport implements RaftTransport {
       this.#drop(peer, frame.length);
       return false;
     }
-    // One frame is always admitted to a stream with nothing in flight, whatever the node-wide
-    // total: no peer is starved by the others' backlog.
-    if (
-      stream.inFlightBytes > 0 &&
-      (stream.inFlightBytes + frame.length > this.#maxInFlight ||
-        this.#inFlightTotal + frame.length > this.#maxInFlightTotal)
-    ) {
+    if (this.#overBudget(stream, frame.length)) {
       this.#drop(peer, frame.length);
       return false;
     }
@@ -574,12 +568,7 @@ export class GrpcTransport implements RaftTransport {
     }
     const id = this.#nextCallId++;
     const frame = encodeCallFrame({ id, method, timeoutMs, request });
-    if (
-      frame.length > this.#maxFrame ||
-      (stream.inFlightBytes > 0 &&
-        (stream.inFlightBytes + frame.length > this.#maxInFlight ||
-          this.#inFlightTotal + frame.length > this.#maxInFlightTotal))
-    ) {
+    if (frame.length > this.#maxFrame || this.#overBudget(stream, frame.length)) {
       peer.framesDropped++;
       peer.bytesDropped += frame.length;
       return Promise.resolve(
@@ -628,12 +617,7 @@ export class GrpcTransport implements RaftTransport {
     let frame: Buffer | null = null;
     if (stream !== null) {
       frame = encodeReplyFrame(reply);
-      const over =
-        frame.length > this.#maxFrame ||
-        (stream.inFlightBytes > 0 &&
-          (stream.inFlightBytes + frame.length > this.#maxInFlight ||
-            this.#inFlightTotal + frame.length > this.#maxInFlightTotal));
-      if (!over) {
+      if (frame.length <= this.#maxFrame && !this.#overBudget(stream, frame.length)) {
         this.#write(peer, stream, frame);
         return;
       }
@@ -1093,6 +1077,19 @@ export class GrpcTransport implements RaftTransport {
     const delay = peer.backoffMs / 2 + (peer.backoffMs / 2) * this.#random();
     peer.retryAt = this.#now() + delay;
     peer.backoffMs = Math.min(this.#maxBackoff, peer.backoffMs * 2);
+  }
+
+  /**
+   * Whether `bytes` more would take `stream` past its in-flight budget or the node's. One frame
+   * is always admitted to a stream with nothing in flight, whatever the node-wide total: no peer
+   * is starved by the others' backlog.
+   */
+  #overBudget(stream: Stream, bytes: number): boolean {
+    return (
+      stream.inFlightBytes > 0 &&
+      (stream.inFlightBytes + bytes > this.#maxInFlight ||
+        this.#inFlightTotal + bytes > this.#maxInFlightTotal)
+    );
   }
 
   #drop(peer: Peer, bytes: number): void {
