@@ -95,6 +95,11 @@ export interface DirectCalls {
 
 /** What the main thread's side calls directly when the front end runs in the main thread. */
 export interface FrontEnd {
+  /**
+   * Writes what the connections have framed this turn now rather than after the turn (for a
+   * caller about to block the thread on a synchronous write).
+   */
+  flushNow(): void;
   /** The answer of call `id`: a message (code OK) or a status, with trailing metadata. */
   answer(
     id: number,
@@ -502,5 +507,9 @@ export function serveFrontEnd(
     else shutdown(msg.deadlineMs);
   });
 
-  return { answer };
+  function flushNow(): void {
+    for (const c of connections) c.flushNow();
+  }
+
+  return { answer, flushNow };
 }

@@ -369,6 +369,8 @@ export class IoThreadListenError extends Error {
 export class IoThreads {
   readonly #options: IoThreadsOptions;
   readonly #threads: IoThread[] = [];
+  /** The front end, when it runs in this thread (no I/O threads). */
+  #inProcess: FrontEnd | null = null;
   #stopping = false;
 
   constructor(options: IoThreadsOptions) {
@@ -404,6 +406,7 @@ export class IoThreads {
     const worker: FrontEndHandle =
       inProcess ?? new Worker(new URL("./io-thread.ts", import.meta.url), { workerData: setup });
     const thread = new IoThread(worker, o.table, inProcess?.frontEnd ?? null);
+    this.#inProcess = inProcess?.frontEnd ?? null;
     if (inProcess !== null) inProcess.thread = thread;
     this.#threads.push(thread);
     const listening = await new Promise<number>((resolve, reject) => {
@@ -459,5 +462,13 @@ export class IoThreads {
   destroy(): void {
     this.#stopping = true;
     for (const t of this.#threads) void t.worker.terminate();
+  }
+
+  /**
+   * Writes the answers the front end framed this turn now (see FrontEnd.flushNow); nothing to do
+   * when it runs in I/O threads, which write on their own turns.
+   */
+  flushNow(): void {
+    this.#inProcess?.flushNow();
   }
 }

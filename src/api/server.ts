@@ -186,6 +186,14 @@ export class RpcServer {
     servePeerCall(this.#table, from, call, answer);
   }
 
+  /**
+   * Writes the answers framed this turn to their connections now rather than after the turn (for
+   * a caller about to block the thread on a synchronous write).
+   */
+  flushNow(): void {
+    this.#ioThreads?.flushNow();
+  }
+
   /** Stops taking calls, lets in-flight calls finish within `deadlineMs`, then cuts the rest. */
   async close(deadlineMs: number): Promise<void> {
     for (const s of ["", ...SERVICES]) this.#health.setStatus(s, "NOT_SERVING");

@@ -178,6 +178,7 @@ export class CairnNode implements HealthSource {
       memtableBudgetBytes: config.storage.memtable_budget_bytes,
       wal: { memoryBudgetBytes: config.storage.wal_cache_bytes },
       maxPendingBytes: config.limits.max_pending_bytes,
+      flushOutputs: () => this.#rpc?.flushNow(),
       lsmMetrics: metrics.lsmMetrics,
       ...(cluster === null || this.#transport === null
         ? {}

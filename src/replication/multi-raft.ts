@@ -220,6 +220,12 @@ export interface MultiRaftOptions {
   readonly quiesce?: boolean;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
+  /**
+   * Hands what this turn has framed for clients (answers) to the sockets now: called, with the
+   * transport's flush(), right before the WAL blocks the thread on a write, so that answers
+   * framed since the last turn do not wait for the write.
+   */
+  readonly flushOutputs?: () => void;
 }
 
 /** A Raft message of one shard's group. */
@@ -407,7 +413,18 @@ export class MultiRaft {
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
   static async open(options: MultiRaftOptions): Promise<MultiRaft> {
     const fs = options.fs ?? nodeFileSystem;
-    const wal = await Wal.open(join(options.dataDir, "wal"), { ...options.wal, fs });
+    // What this turn has framed (the peers' messages, answers to clients) leaves before the WAL
+    // blocks the thread on a write, not after it.
+    const transport = options.transport;
+    const flushOutputs = options.flushOutputs;
+    const wal = await Wal.open(join(options.dataDir, "wal"), {
+      ...options.wal,
+      fs,
+      beforeBlockingWrite: () => {
+        transport?.flush();
+        flushOutputs?.();
+      },
+    });
     const env =
       options.openEngine !== undefined
         ? null

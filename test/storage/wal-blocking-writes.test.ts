@@ -77,6 +77,24 @@ describe("WAL blocking writes", () => {
     await again.close();
   });
 
+  it("calls beforeBlockingWrite right before each blocking write, and only then", async () => {
+    // What the hook hands to the sockets must leave before the thread blocks: the hook runs
+    // before the write, once per blocking write, never for a write through the thread pool.
+    const calls: number[] = [];
+    let wal: Wal | null = null;
+    wal = await Wal.open(tempDir("wal"), {
+      blockingWriteMaxBytes: 4096,
+      blockingWriteSlowMs: Infinity,
+      beforeBlockingWrite: () => calls.push(wal?.stats().blockingWrites ?? -1),
+    });
+    await appendAndSync(wal, 1, 1, 100);
+    await appendAndSync(wal, 1, 2, 10_000);
+    await appendAndSync(wal, 1, 3, 100);
+    assert.deepEqual(calls, [0, 1]);
+    assert.equal(wal.stats().blockingWrites, 2);
+    await wal.close();
+  });
+
   it("never blocks with blockingWriteMaxBytes 0", async () => {
     const wal = await Wal.open(tempDir("wal"), { blockingWriteMaxBytes: 0 });
     for (let i = 1; i <= 3; i++) await appendAndSync(wal, 1, i, 10);

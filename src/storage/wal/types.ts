@@ -84,6 +84,12 @@ export interface WalOptions {
    */
   readonly blockingWriteSlowMs?: number;
   /**
+   * Called right before a blocking write stops the thread: the caller hands what it has
+   * framed for its sockets (answers, peer messages) to the kernel now, so that it travels
+   * during the write instead of after it.
+   */
+  readonly beforeBlockingWrite?: () => void;
+  /**
    * Planted bugs, for checking that the deterministic simulation finds them. Never set in
    * production.
    */

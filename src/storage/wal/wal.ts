@@ -178,6 +178,7 @@ export class Wal {
   readonly #memoryBudgetBytes: number;
   readonly #blockingWriteMaxBytes: number;
   readonly #blockingWriteSlowMs: number;
+  readonly #beforeBlockingWrite: (() => void) | undefined;
   /** Batches still to write asynchronously after a blocking write was slow (see #flush). */
   #asyncAfterSlowWrites = 0;
   /** Moving average of the blocking writes' duration (ms). */
@@ -245,6 +246,7 @@ export class Wal {
     this.#memoryBudgetBytes = options.memoryBudgetBytes ?? 512 * 1024 * 1024;
     this.#blockingWriteMaxBytes = options.blockingWriteMaxBytes ?? BLOCKING_WRITE_MAX_BYTES;
     this.#blockingWriteSlowMs = options.blockingWriteSlowMs ?? BLOCKING_WRITE_SLOW_MS;
+    this.#beforeBlockingWrite = options.beforeBlockingWrite;
     this.#segments = segments;
     this.#handle = handle;
     this.#segmentSize = segmentSize;
@@ -765,6 +767,7 @@ export class Wal {
       let written = 0;
       const handle = this.#handle;
       if (handle.writeNow !== undefined && this.#writesNow(data.length)) {
+        this.#beforeBlockingWrite?.();
         const start = performance.now();
         while (written < data.length) {
           written += handle.writeNow(
