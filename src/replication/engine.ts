@@ -17,6 +17,12 @@ export interface ShardEngine {
    * next flush makes it durable). Resolves once reads see it.
    */
   write(seq: number, ops: readonly WriteOp[]): Promise<void>;
+  /**
+   * write(), done at once when nothing would make it wait: true once reads see the batch; false,
+   * having done nothing, when it would wait (back-pressure): then call write(). Throws what
+   * write() would reject with.
+   */
+  writeNow(seq: number, ops: readonly WriteOp[]): boolean;
   get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined;
   scan(options: ScanOptions): Iterable<[Uint8Array, Uint8Array]>;
   snapshot(): LsmSnapshot;

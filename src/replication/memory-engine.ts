@@ -94,14 +94,22 @@ export class MemoryEngine implements ShardEngine {
   }
 
   write(seq: number, ops: readonly WriteOp[]): Promise<void> {
-    if (this.#failure !== undefined) return Promise.reject(this.#failedError());
-    if (this.#closed) return Promise.reject(closedError());
+    try {
+      this.writeNow(seq, ops);
+      return Promise.resolve();
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  /** Never waits: there is no back-pressure here. */
+  writeNow(seq: number, ops: readonly WriteOp[]): boolean {
+    if (this.#failure !== undefined) throw this.#failedError();
+    if (this.#closed) throw closedError();
     if (!Number.isSafeInteger(seq) || seq <= this.#lastSeq) {
-      return Promise.reject(
-        new CairnError(
-          "CAIRN_ERR_LSM_SEQUENCE",
-          `engine write: sequence ${seq} is not above the last one (${this.#lastSeq})`,
-        ),
+      throw new CairnError(
+        "CAIRN_ERR_LSM_SEQUENCE",
+        `engine write: sequence ${seq} is not above the last one (${this.#lastSeq})`,
       );
     }
     this.#lastSeq = seq;
@@ -113,7 +121,7 @@ export class MemoryEngine implements ShardEngine {
       else versions.push({ seq, value });
     }
     if (++this.#sinceFlush >= this.#flushEvery) void this.flush().catch(() => undefined);
-    return Promise.resolve();
+    return true;
   }
 
   get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {

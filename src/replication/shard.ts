@@ -24,7 +24,12 @@ import {
   type RawNode,
 } from "../raft/index.ts";
 import { isMetaEntry } from "./commands.ts";
-import type { ApplyOutcome, KvStateMachine, MetaApplyOutcome } from "./state-machine.ts";
+import {
+  type ApplyOutcome,
+  type KvStateMachine,
+  type MetaApplyOutcome,
+  WAIT,
+} from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 
 /** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
@@ -487,9 +492,35 @@ export class ShardReplica {
     return changed;
   }
 
-  /** Applies committed entries to the state machine, answering the proposals they settle. */
-  async applyCommitted(entries: readonly Entry[]): Promise<void> {
-    for (const e of entries) {
+  /**
+   * Applies committed entries to the state machine, answering the proposals they settle. The
+   * common case (KV entries, an engine with no back-pressure) is done before returning, with no
+   * promise per entry: null. Otherwise from the first entry that must wait on, in order: the
+   * promise of the rest.
+   */
+  applyCommitted(entries: readonly Entry[]): Promise<void> | null {
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as Entry;
+      if (e.type === "conf-change") return this.#applyFrom(entries, i);
+      let outcome: ApplyOutcome | null;
+      if (e.data.length === 0) {
+        if (!this.sm.skipNow(e)) return this.#applyFrom(entries, i);
+        outcome = null;
+      } else {
+        const now = this.sm.applyCommandNow(e);
+        if (now === WAIT) return this.#applyFrom(entries, i);
+        outcome = now;
+      }
+      this.#settle(e, outcome);
+    }
+    this.#serveReads();
+    return null;
+  }
+
+  /** applyCommitted from `entries[from]` on, each entry awaited. */
+  async #applyFrom(entries: readonly Entry[], from: number): Promise<void> {
+    for (let i = from; i < entries.length; i++) {
+      const e = entries[i] as Entry;
       let outcome: ProposalOutcome | null = null;
       if (e.type === "conf-change") {
         // The core applies the change at advance(); record the resulting configuration now.
@@ -508,18 +539,20 @@ export class ShardReplica {
       } else {
         outcome = isMetaEntry(e.data) ? await this.sm.applyMeta(e) : await this.sm.applyCommand(e);
       }
-      const p = this.#proposals.get(e.index);
-      if (p !== undefined) {
-        this.#proposals.delete(e.index);
-        if (p.term !== e.term) p.reject(new ProposalLostError(e.index));
-        else if (outcome !== null) p.resolve(outcome);
-        else
-          p.reject(
-            new CairnError("CAIRN_ERR_INTERNAL", `entry ${e.index} applied without an outcome`),
-          );
-      }
+      this.#settle(e, outcome);
     }
     this.#serveReads();
+  }
+
+  /** Answers the proposal waiting on entry `e`, if any, with what applying it did. */
+  #settle(e: Entry, outcome: ProposalOutcome | null): void {
+    const p = this.#proposals.get(e.index);
+    if (p === undefined) return;
+    this.#proposals.delete(e.index);
+    if (p.term !== e.term) p.reject(new ProposalLostError(e.index));
+    else if (outcome !== null) p.resolve(outcome);
+    else
+      p.reject(new CairnError("CAIRN_ERR_INTERNAL", `entry ${e.index} applied without an outcome`));
   }
 
   /** ReadIndex answers: each read may be served once the state machine reaches its index. */

@@ -31,6 +31,24 @@ import {
   type Version,
 } from "./commands.ts";
 
+/** applyCommandNow's answer when the entry must go through applyCommand instead. */
+export const WAIT: unique symbol = Symbol("wait");
+
+/**
+ * The engine batch of a KV command with `outcome`. An entry that changes no key is still
+ * written (with no operations): the engine must make its index durable with the next flush, or
+ * the WAL could never be compacted past it.
+ */
+function writeOps(cmd: KvCommand, skey: Uint8Array, outcome: ApplyOutcome): readonly WriteOp[] {
+  if (outcome.type === "written" && cmd.op === "put") {
+    return [{ type: "put", key: skey, value: encodeStoredValue(outcome.version, cmd.value) }];
+  }
+  if (outcome.type === "deleted") return [{ type: "delete", key: skey }];
+  return NO_OPS;
+}
+
+const NO_OPS: readonly WriteOp[] = [];
+
 /** What applying one KV command did; answered to the client that proposed it. */
 export type ApplyOutcome =
   | { readonly type: "written"; readonly version: Version }
@@ -141,16 +159,24 @@ export class KvStateMachine {
     const cmd = decodeCommand(e.data);
     const skey = storageKey(cmd.key);
     const outcome = this.#evaluate(e, cmd.op, skey, cmd.expected);
-    let ops: WriteOp[] = [];
-    if (outcome.type === "written" && cmd.op === "put") {
-      ops = [{ type: "put", key: skey, value: encodeStoredValue(outcome.version, cmd.value) }];
-    } else if (outcome.type === "deleted") {
-      ops = [{ type: "delete", key: skey }];
-    }
-    // An entry that changes no key is still written (with no operations): the engine must make
-    // its index durable with the next flush, or the WAL could never be compacted past it.
-    await this.lsm.write(e.index, ops);
+    await this.lsm.write(e.index, writeOps(cmd, skey, outcome));
     // Only now: a read served at appliedIndex must see this entry's effect in the engine.
+    this.#applied = e.index;
+    return outcome;
+  }
+
+  /**
+   * applyCommand() done before returning, for a KV entry the engine takes at once (the common
+   * case: no back-pressure). WAIT, with nothing changed, for a meta entry or when the engine
+   * would make the write wait: then call applyCommand().
+   */
+  applyCommandNow(e: Entry): ApplyOutcome | null | typeof WAIT {
+    if (e.index <= this.#applied) return null;
+    if (isMetaEntry(e.data)) return WAIT;
+    const cmd = decodeCommand(e.data);
+    const skey = storageKey(cmd.key);
+    const outcome = this.#evaluate(e, cmd.op, skey, cmd.expected);
+    if (!this.lsm.writeNow(e.index, writeOps(cmd, skey, outcome))) return WAIT;
     this.#applied = e.index;
     return outcome;
   }
@@ -215,6 +241,14 @@ export class KvStateMachine {
     if (e.index <= this.#applied) return;
     await this.lsm.write(e.index, []);
     this.#applied = e.index;
+  }
+
+  /** skip() done before returning; false, with nothing changed, when the engine would wait. */
+  skipNow(e: Entry): boolean {
+    if (e.index <= this.#applied) return true;
+    if (!this.lsm.writeNow(e.index, [])) return false;
+    this.#applied = e.index;
+    return true;
   }
 
   get(key: Uint8Array): StoredItem | null {

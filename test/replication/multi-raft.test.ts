@@ -241,6 +241,9 @@ class GatedEngine implements ShardEngine {
     if (this.#gate !== null) await this.#gate.promise;
     await this.#inner.write(seq, ops);
   }
+  writeNow(seq: number, ops: readonly WriteOp[]): boolean {
+    return this.#gate === null && this.#inner.writeNow(seq, ops);
+  }
   get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {
     return this.#inner.get(key, snapshot);
   }

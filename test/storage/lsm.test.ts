@@ -249,6 +249,40 @@ describe("LSM engine", () => {
     await engine.close();
   });
 
+  it("writes at once (writeNow) only when nothing would make the write wait", async () => {
+    const engine = await LsmEngine.open(tempDir("lsm"), env, {
+      ...SMALL,
+      l0CompactionTrigger: 3,
+      l0SlowdownTrigger: 2,
+      l0StopTrigger: 3,
+    });
+    const batches = workload(4, 500);
+    const writes: Promise<void>[] = [];
+    let atOnce = 0;
+    let waited = 0;
+    for (let i = 0; i < 500; i++) {
+      const before = engine.lastSeq;
+      const pressure = engine.backpressure();
+      if (engine.writeNow(i + 1, batches[i] as Batch)) {
+        assert.equal(pressure, "none");
+        assert.equal(engine.lastSeq, i + 1);
+        atOnce++;
+      } else {
+        // Nothing done: the write goes through write(), behind the ones already waiting.
+        assert.equal(engine.lastSeq, before);
+        writes.push(engine.write(i + 1, batches[i] as Batch));
+        waited++;
+      }
+    }
+    assert.ok(atOnce > 0 && waited > 0, `at once ${atOnce}, waited ${waited}`);
+    assert.throws(() => engine.writeNow(500, []), /not above the last one/);
+    await Promise.all(writes);
+    assert.equal(engine.lastSeq, 500);
+    assert.deepEqual(scanPairs(engine.scan()), sortedPairs(modelAt(batches, 500)));
+    await engine.close();
+    assert.throws(() => engine.writeNow(501, []), /closed/);
+  });
+
   it("reports metrics through the hooks", async () => {
     const calls: string[] = [];
     const metrics: LsmMetrics = {

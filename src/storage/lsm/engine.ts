@@ -288,26 +288,37 @@ export class LsmEngine implements BudgetMember {
    * highest such index is enough: entries in between need no call.
    */
   write(seq: number, ops: readonly WriteOp[]): Promise<void> {
-    if (this.#failure !== undefined) return Promise.reject(this.#failedError());
-    if (this.#closed) return Promise.reject(closedError());
-    if (this.#importing) return Promise.reject(importingError());
-    if (!Number.isSafeInteger(seq) || seq <= this.#acceptedSeq) {
-      return Promise.reject(
-        new CairnError(
-          "CAIRN_ERR_LSM_SEQUENCE",
-          `LSM write: sequence ${seq} is not above the last one (${this.#acceptedSeq})`,
-        ),
-      );
+    try {
+      if (this.writeNow(seq, ops)) return RESOLVED;
+    } catch (err) {
+      return Promise.reject(err as Error);
     }
     this.#acceptedSeq = seq;
-    if (this.#writeQueue.length === 0 && this.backpressure() === "none") {
-      this.#apply(seq, ops);
-      return RESOLVED;
-    }
     const { promise, resolve, reject } = Promise.withResolvers<undefined>();
     this.#writeQueue.push({ seq, ops, resolve: () => resolve(undefined), reject });
     this.#drainWrites();
     return promise;
+  }
+
+  /**
+   * write(), done before returning when nothing would make it wait (no back-pressure, no
+   * earlier write queued): returns true once reads see the batch. Returns false, having done
+   * nothing, when it would wait: call write() instead. Throws what write() would reject with.
+   */
+  writeNow(seq: number, ops: readonly WriteOp[]): boolean {
+    if (this.#failure !== undefined) throw this.#failedError();
+    if (this.#closed) throw closedError();
+    if (this.#importing) throw importingError();
+    if (!Number.isSafeInteger(seq) || seq <= this.#acceptedSeq) {
+      throw new CairnError(
+        "CAIRN_ERR_LSM_SEQUENCE",
+        `LSM write: sequence ${seq} is not above the last one (${this.#acceptedSeq})`,
+      );
+    }
+    if (this.#writeQueue.length > 0 || this.backpressure() !== "none") return false;
+    this.#acceptedSeq = seq;
+    this.#apply(seq, ops);
+    return true;
   }
 
   /** The back-pressure writes meet now. */
