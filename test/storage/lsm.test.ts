@@ -228,13 +228,11 @@ describe("LSM engine", () => {
     await engine.close();
   });
 
+  /** A level 0 that fills after three flushes, so that writes meet back-pressure soon. */
+  const SMALL_L0 = { ...SMALL, l0CompactionTrigger: 3, l0SlowdownTrigger: 2, l0StopTrigger: 3 };
+
   it("holds writes while L0 is full and releases them as compaction drains it", async () => {
-    const engine = await LsmEngine.open(tempDir("lsm"), env, {
-      ...SMALL,
-      l0CompactionTrigger: 3,
-      l0SlowdownTrigger: 2,
-      l0StopTrigger: 3,
-    });
+    const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL_L0);
     const batches = workload(3, 500);
     const seen = new Set<string>();
     const writes: Promise<void>[] = [];
@@ -250,12 +248,7 @@ describe("LSM engine", () => {
   });
 
   it("writes at once (writeNow) only when nothing would make the write wait", async () => {
-    const engine = await LsmEngine.open(tempDir("lsm"), env, {
-      ...SMALL,
-      l0CompactionTrigger: 3,
-      l0SlowdownTrigger: 2,
-      l0StopTrigger: 3,
-    });
+    const engine = await LsmEngine.open(tempDir("lsm"), env, SMALL_L0);
     const batches = workload(4, 500);
     const writes: Promise<void>[] = [];
     let atOnce = 0;
