@@ -1336,10 +1336,10 @@ export class MultiRaft {
         // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
         // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
         // copy toward a commit only when it steps the followers' answers, in a later round,
-        // after this round's sync; only those answers and votes promise durability. Flushed now,
-        // not after the turn: the WAL's write below may block the thread.
+        // after this round's sync; only those answers and votes promise durability. Should the
+        // WAL's write below block the thread, its beforeBlockingWrite hook (open()) hands them to
+        // the sockets first.
         this.#send(early);
-        this.#options.transport?.flush();
       }
       // Without mustSync only commit indexes moved: durable with the next round that syncs.
       if (records.length > 0) this.#wal.append(records);
