@@ -152,6 +152,8 @@ export class Raft {
   readonly prs = new Map<NodeId, Progress>();
   /** #peers()'s answer until `prs` gains or loses a member; null: to be built. */
   #peerList: readonly NodeId[] | null = null;
+  /** #maybeCommit's scratch: the members' match indexes, largest first (only its first entries). */
+  readonly #matchScratch: number[] = [];
   leadTransferee: NodeId | null = null;
   /** Index of the newest conf-change entry; no other may be proposed until it is applied. */
   pendingConfIndex: LogIndex = logIndex(0);
@@ -233,6 +235,15 @@ export class Raft {
       vote: this.bugs.forgetVote ? null : this.vote,
       commit: this.log.committed,
     };
+  }
+
+  /** Whether hardState() would equal `h`, without building it (RawNode.hasReady asks often). */
+  hardStateIs(h: HardState): boolean {
+    return (
+      this.term === h.term &&
+      (this.bugs.forgetVote ? null : this.vote) === h.vote &&
+      this.log.committed === h.commit
+    );
   }
 
   confState(): ConfState {
@@ -1162,12 +1173,20 @@ export class Raft {
 
   /** Advances the commit index to what a quorum of voters holds, if that entry is of this term. */
   #maybeCommit(): boolean {
-    const matches: number[] = [];
-    for (const v of this.voters) matches.push(this.prs.get(v)?.match ?? 0);
+    // Called for every answer a leader steps: the matches go into a scratch array, sorted in
+    // place (a handful of voters: insertion sort), so the common path allocates nothing.
+    const matches = this.#matchScratch;
+    let n = 0;
+    for (const v of this.voters) matches[n++] = this.prs.get(v)?.match ?? 0;
     if (this.bugs.countLearnersTowardCommit === true)
-      for (const l of this.learners) matches.push(this.prs.get(l)?.match ?? 0);
-    if (matches.length === 0) return false;
-    matches.sort((a, b) => b - a);
+      for (const l of this.learners) matches[n++] = this.prs.get(l)?.match ?? 0;
+    if (n === 0) return false;
+    for (let i = 1; i < n; i++) {
+      const x = matches[i] as number;
+      let j = i - 1;
+      for (; j >= 0 && (matches[j] as number) < x; j--) matches[j + 1] = matches[j] as number;
+      matches[j + 1] = x;
+    }
     const quorumIndex = logIndex(matches[this.quorum() - 1] as number);
     const wasCommittedInTerm = this.#committedInCurrentTerm();
     const committed = this.log.maybeCommit(

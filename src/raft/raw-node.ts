@@ -231,6 +231,7 @@ export class RawNode {
     this.#raft.reportSnapshot(id, ok);
   }
 
+  /** Allocates nothing: the driver asks it of every group each round visits, ticks included. */
   hasReady(): boolean {
     const r = this.#raft;
     return (
@@ -239,8 +240,9 @@ export class RawNode {
       r.log.hasUnstableEntries() ||
       r.log.unstableSnapshot() !== null ||
       r.log.hasNextCommittedEntries() ||
-      !sameHardState(r.hardState(), this.#prevHard) ||
-      !sameSoftState(this.#softState(), this.#prevSoft)
+      !r.hardStateIs(this.#prevHard) ||
+      r.lead !== this.#prevSoft.lead ||
+      r.role !== this.#prevSoft.role
     );
   }
 
