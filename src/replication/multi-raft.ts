@@ -60,7 +60,7 @@ import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand, encodeMetaEntry } from "./commands.ts";
-import { FOUNDING_TERM, type PeerReport, ShardReplica } from "./shard.ts";
+import { FOUNDING_TERM, type PeerReport, type ProposalOutcome, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import {
   type ConfirmTerms,
@@ -356,7 +356,9 @@ export class MultiRaft {
     number,
     { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
   >();
-  readonly #dirty = new Set<ShardReplica>();
+  #dirty = new Set<ShardReplica>();
+  /** The set #round swaps in for #dirty, empty between rounds. */
+  #spareDirty = new Set<ShardReplica>();
   /**
    * The shards the ticker ticks: groups awake here, and sleeping ones with requests waiting
    * (the rounds that ticks cause check their deadlines). See #trackSleep.
@@ -813,7 +815,9 @@ export class MultiRaft {
   /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */
   async transferLeader(id: number, to: string): Promise<void> {
     this.#checkShardId(id);
-    const shard = await this.#shard(id);
+    // An open shard takes the request before this returns, as #write takes a write: of a
+    // transfer and a write asked in one turn, the first asked is the first the group sees.
+    const shard = this.#shards.get(id) ?? (await this.#shard(id));
     const conf = shard.storage.conf;
     const target =
       [...conf.voters, ...conf.learners].find((m) => m === to) ??
@@ -902,8 +906,25 @@ export class MultiRaft {
 
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────
 
-  async #write(cmd: KvCommand): Promise<ApplyOutcome> {
-    const shard = await this.#shardForRequest(this.shardOf(cmd.key));
+  /**
+   * Proposes a client write to its shard. An open shard takes it before this returns, without
+   * an `await` (the common case: a promise and a microtask hop less per write); a shard still to
+   * be opened or created here is reached through #shardForRequest first.
+   */
+  #write(cmd: KvCommand): Promise<ApplyOutcome> {
+    const id = this.shardOf(cmd.key);
+    const open = this.#shards.get(id);
+    if (open === undefined)
+      return this.#shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
+    try {
+      return this.#proposeWrite(open, cmd);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  /** #write on its open shard: refuses synchronously (throws), or proposes and returns the outcome. */
+  #proposeWrite(shard: ShardReplica, cmd: KvCommand): Promise<ApplyOutcome> {
     this.#assertOpen();
     // A follower that knows its leader would refuse the proposal at its next round: it refuses
     // now, and the API forwards the write without waiting for a round (two writes in three
@@ -929,18 +950,29 @@ export class MultiRaft {
       );
     }
     const data = encodeCommand(cmd);
-    const release = this.#reserve(data.length + REQUEST_OVERHEAD_BYTES);
+    const reserved = data.length + REQUEST_OVERHEAD_BYTES;
+    this.#reserve(reserved);
+    let done: Promise<ProposalOutcome>;
     try {
-      const done = shard.enqueuePropose(data, this.#clock.now());
+      done = shard.enqueuePropose(data, this.#clock.now());
       this.#markDirty(shard);
-      const outcome = await done;
-      if (outcome.type === "meta") {
-        throw new CairnError("CAIRN_ERR_INTERNAL", "a KV command applied as a meta command");
-      }
-      return outcome;
-    } finally {
-      release();
+    } catch (err) {
+      this.#unreserve(reserved);
+      throw err;
     }
+    return done.then(
+      (outcome) => {
+        this.#unreserve(reserved);
+        if (outcome.type === "meta") {
+          throw new CairnError("CAIRN_ERR_INTERNAL", "a KV command applied as a meta command");
+        }
+        return outcome;
+      },
+      (err: unknown) => {
+        this.#unreserve(reserved);
+        throw err;
+      },
+    );
   }
 
   /**
@@ -974,9 +1006,9 @@ export class MultiRaft {
   /**
    * Takes `bytes` of the node-wide budget for waiting requests, or refuses the request. One
    * request is always admitted when nothing waits, however large, so no request is refused
-   * forever.
+   * forever. Given back with #unreserve.
    */
-  #reserve(bytes: number): () => void {
+  #reserve(bytes: number): void {
     if (this.#pendingBytes > 0 && this.#pendingBytes + bytes > this.#maxPendingBytes) {
       throw new CairnError(
         "CAIRN_ERR_BACKPRESSURE",
@@ -985,9 +1017,10 @@ export class MultiRaft {
       );
     }
     this.#pendingBytes += bytes;
-    return () => {
-      this.#pendingBytes -= bytes;
-    };
+  }
+
+  #unreserve(bytes: number): void {
+    this.#pendingBytes -= bytes;
   }
 
   /**
@@ -1008,16 +1041,16 @@ export class MultiRaft {
     ) {
       const index = this.#testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
       if (index <= shard.sm.appliedIndex) return;
-      const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
+      this.#reserve(REQUEST_OVERHEAD_BYTES);
       try {
         await shard.waitApplied(index);
       } finally {
-        release();
+        this.#unreserve(REQUEST_OVERHEAD_BYTES);
       }
       return;
     }
     const remote = this.#options.remoteReadIndex;
-    const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
+    this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
       if (remote !== undefined && shard.raw.role !== "leader") {
         // A follower's read: the leader confirms its leadership and names its commit index;
@@ -1067,7 +1100,7 @@ export class MultiRaft {
       const since = this.#clock.now();
       await shard.waitApplied(await this.#leaderReadIndex(shard, since), since);
     } finally {
-      release();
+      this.#unreserve(REQUEST_OVERHEAD_BYTES);
     }
   }
 
@@ -1174,11 +1207,11 @@ export class MultiRaft {
     if (shard === undefined || shard.raw.role !== "leader") {
       throw new NotLeaderError(leaderNode(shard?.raw.lead));
     }
-    const release = this.#reserve(REQUEST_OVERHEAD_BYTES);
+    this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
       return await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
     } finally {
-      release();
+      this.#unreserve(REQUEST_OVERHEAD_BYTES);
     }
   }
 
@@ -1238,22 +1271,27 @@ export class MultiRaft {
     // A failed node runs no more rounds (it would spin on shards it can never advance).
     if (this.#roundScheduled || this.#closed || this.#failure !== undefined) return;
     this.#roundScheduled = true;
-    this.#clock.defer(() => {
-      this.#roundScheduled = false;
-      if (this.#closed) return;
-      if (this.#inRound !== null) {
-        this.#rerun = true;
-        return;
-      }
-      this.#inRound = this.#round().finally(() => {
-        this.#inRound = null;
-        if (this.#rerun || this.#dirty.size > 0) {
-          this.#rerun = false;
-          this.#scheduleRound();
-        }
-      });
-    });
+    this.#clock.defer(this.#startRound);
   }
+
+  /** A scheduled round's start (one function for every round, not a closure each). */
+  readonly #startRound = (): void => {
+    this.#roundScheduled = false;
+    if (this.#closed) return;
+    if (this.#inRound !== null) {
+      this.#rerun = true;
+      return;
+    }
+    this.#inRound = this.#round().finally(this.#roundEnded);
+  };
+
+  readonly #roundEnded = (): void => {
+    this.#inRound = null;
+    if (this.#rerun || this.#dirty.size > 0) {
+      this.#rerun = false;
+      this.#scheduleRound();
+    }
+  };
 
   async #round(): Promise<void> {
     if (this.#failure !== undefined) {
@@ -1262,8 +1300,11 @@ export class MultiRaft {
     }
     try {
       const work: [ShardReplica, Ready][] = [];
-      const dirty = [...this.#dirty];
-      this.#dirty.clear();
+      // The marked set is taken whole and an empty one put in its place (no copy per round);
+      // shards marked from here on wait for the next round.
+      const dirty = this.#dirty;
+      this.#dirty = this.#spareDirty;
+      this.#spareDirty = dirty;
       const now = this.#clock.now();
       let asks: Map<NodeId, ShardMessage[]> | null = null;
       for (const s of dirty) {
@@ -1277,6 +1318,7 @@ export class MultiRaft {
         this.#trackSleep(s);
         if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
       }
+      dirty.clear();
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
       if (work.length === 0) return;
