@@ -590,14 +590,24 @@ export class ShardReplica {
   }
 }
 
+/**
+ * A read's id as the Raft core's read context: 8 bytes, a big-endian float64. Copied through a
+ * scratch view byte by byte: an 8-byte Uint8Array keeps its bytes inside the object until its
+ * first `.buffer` moves them to an ArrayBuffer of their own, an allocation per read (see
+ * keyFromBytes).
+ */
+const readIdScratch = new DataView(new ArrayBuffer(8));
+
 function encodeReadId(id: number): Uint8Array {
+  readIdScratch.setFloat64(0, id);
   const out = new Uint8Array(8);
-  new DataView(out.buffer).setFloat64(0, id);
+  for (let i = 0; i < 8; i++) out[i] = readIdScratch.getUint8(i);
   return out;
 }
 
 function decodeReadId(ctx: Uint8Array): number {
-  return new DataView(ctx.buffer, ctx.byteOffset, ctx.byteLength).getFloat64(0);
+  for (let i = 0; i < 8; i++) readIdScratch.setUint8(i, ctx[i] ?? 0);
+  return readIdScratch.getFloat64(0);
 }
 
 /**

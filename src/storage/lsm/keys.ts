@@ -8,16 +8,24 @@
 /** Largest sequence number: sorts before every real version of a key (versions are seq-desc). */
 export const MAX_SEQ = Number.MAX_SAFE_INTEGER;
 
-/** Node's internal, argument-check-free latin1 decoder (present on every Buffer). */
-interface Latin1Slice {
-  latin1Slice(start: number, end: number): string;
-}
+/**
+ * Node's internal, argument-check-free latin1 decoder (Buffer.prototype's). It reads any
+ * Uint8Array in place, a plain one included, so it is called on the key as it is.
+ */
+const latin1Slice = (
+  Buffer.prototype as unknown as {
+    latin1Slice(this: Uint8Array, start: number, end: number): string;
+  }
+).latin1Slice;
 
+/**
+ * The key's binary string. A plain Uint8Array is never wrapped in a Buffer: that takes its
+ * `.buffer`, and V8 keeps a small typed array's bytes (the state machine's 17-byte keys) inside
+ * the object until a first `.buffer` moves them to a new off-heap ArrayBuffer, an allocation
+ * and an object for the garbage collector per key of every write and read.
+ */
 export function keyFromBytes(bytes: Uint8Array): string {
-  const buf = Buffer.isBuffer(bytes)
-    ? bytes
-    : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
-  return (buf as unknown as Latin1Slice).latin1Slice(0, buf.length);
+  return latin1Slice.call(bytes, 0, bytes.length);
 }
 
 export function keyToBytes(key: string): Buffer {
