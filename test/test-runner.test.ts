@@ -1,0 +1,72 @@
+/**
+ * `npm test` must report every test it ran. Each test file runs in a child process that sends
+ * its verdicts to the runner through its stdout, a pipe; with `--test-force-exit` the child
+ * calls process.exit() when its tests end, and on Linux a pipe's pending writes are dropped
+ * then (nodejs/node#64833): a run reported 806 of 814 tests, `fail 0`, exit 0. This runs the
+ * runner with the flags of package.json's `test:unit` on generated files whose verdicts are
+ * large (long names), and counts the verdicts that reach it.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+
+const root = join(import.meta.dirname, "..");
+const FILES = 12;
+const TESTS_PER_FILE = 20;
+
+/**
+ * The node flags of `test:unit` (e.g. `--import <file> --test --test-force-exit`), a path of
+ * the repository made absolute; without its reporter (TAP is counted below) and its glob.
+ */
+function unitTestFlags(): string[] {
+  const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as {
+    scripts: Record<string, string>;
+  };
+  const words = pkg.scripts["test:unit"]?.split(/\s+/) ?? [];
+  assert.equal(words[0], "node", "test:unit runs node");
+  const flags: string[] = [];
+  for (const word of words.slice(1)) {
+    if (word.startsWith("--test-reporter")) continue;
+    if (word.startsWith("./")) flags.push(join(root, word));
+    else if (word.startsWith("-") || flags.at(-1) === "--import") flags.push(word);
+  }
+  return flags;
+}
+
+describe("the test runner as npm test runs it", () => {
+  it("reports the verdict of every test of every file", () => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-runner-"));
+    try {
+      for (let f = 1; f <= FILES; f++) {
+        writeFileSync(
+          join(dir, `f${f}.test.mjs`),
+          `import { test } from "node:test";\n` +
+            `for (let i = 1; i <= ${TESTS_PER_FILE}; i++) ` +
+            `test(\`f${f} t\${i} \` + "x".repeat(5000), () => {});\n`,
+        );
+      }
+      const env = { ...process.env };
+      // Inside a test file: without this the nested runner would report as a child of ours.
+      delete env["NODE_TEST_CONTEXT"];
+      const run = spawnSync(
+        process.execPath,
+        [...unitTestFlags(), "--test-reporter=tap", "*.test.mjs"],
+        {
+          cwd: dir,
+          env,
+          encoding: "utf8",
+          timeout: 60_000,
+          maxBuffer: 256 * 1024 * 1024,
+        },
+      );
+      assert.equal(run.status, 0, run.stderr);
+      const reported = /^# tests (\d+)$/m.exec(run.stdout)?.[1];
+      assert.equal(Number(reported), FILES * TESTS_PER_FILE, "verdicts that reached the runner");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
