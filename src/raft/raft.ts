@@ -101,6 +101,15 @@ export interface RaftConfig {
   readonly omitRedundantReplies?: boolean;
   /** Payload bytes of committed entries per Ready. Default 16 MiB. */
   readonly maxCommittedBytesPerReady?: number;
+  /**
+   * The committed conf-change entries up to this index take effect at construction, before the
+   * state machine applies them, as etcd's Bootstrap applies a new group's peers: a new group's
+   * founding voters, so that its first leader need not wait for their apply
+   * (MultiRaft#openShard). They are then no pending change (a member may campaign or lead); the
+   * driver still hands them to its state machine, and applying them again changes nothing here.
+   * At most the commit index. Default: none beyond `applied`.
+   */
+  readonly confIndex?: LogIndex;
   /** Test-only: plant known bugs so the simulation can prove it catches them. */
   readonly testingBugs?: TestingBugs;
 }
@@ -182,6 +191,8 @@ export class Raft {
   #idleTicks = 0;
   readonly #skipHeartbeats: boolean;
   readonly #omitReplies: boolean;
+  /** Conf changes up to here took effect at construction (RaftConfig.confIndex). */
+  readonly #confIndex: LogIndex;
 
   constructor(config: RaftConfig) {
     if (config.id.length === 0) throw new InvalidRaftRequestError("raft: id must not be empty");
@@ -224,6 +235,22 @@ export class Raft {
       }
       this.log.appliedTo(applied);
     }
+    const confIndex = config.confIndex ?? logIndex(0);
+    if (confIndex > this.log.committed) {
+      throw new InvalidRaftRequestError(
+        `raft: confIndex ${confIndex} is past the commit index ${this.log.committed}`,
+      );
+    }
+    if (confIndex > this.log.applied) {
+      for (const e of this.log.slice(
+        logIndex(this.log.applied + 1),
+        logIndex(confIndex + 1),
+        Infinity,
+      ) ?? []) {
+        if (e.type === "conf-change") this.applyConfChange(decodeConfChange(e.data));
+      }
+    }
+    this.#confIndex = confIndex;
     this.becomeFollower(this.term, null);
   }
 
@@ -674,10 +701,12 @@ export class Raft {
   }
 
   #hasUnappliedConfChange(): boolean {
-    if (this.log.committed <= this.log.applied) return false;
+    // Those up to #confIndex took effect at construction.
+    const from = Math.max(this.log.applied, this.#confIndex) + 1;
+    if (this.log.committed < from) return false;
     const ents =
       this.log.slice(
-        logIndex(Math.max(this.log.applied + 1, this.log.firstIndex())),
+        logIndex(Math.max(from, this.log.firstIndex())),
         logIndex(this.log.committed + 1),
         Infinity,
       ) ?? [];

@@ -39,6 +39,7 @@ import {
 } from "../cluster/index.ts";
 import type { ConfChange, ConfState, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
 import {
+  confAfter,
   EMPTY_CONF,
   encodeConfChange,
   logIndex,
@@ -275,6 +276,12 @@ export interface DriverTestingBugs {
    * again, as if it had just founded the group (ShardReplica.leadsFoundingTerm).
    */
   readonly leadFoundingTermAgain?: boolean;
+  /**
+   * A group founded here sends its first round's appends before that round's sync, like any
+   * leader's: its founding leader may then append to the others before its founding vote is
+   * durable (driver invariant 16).
+   */
+  readonly foundingAppendsBeforeSync?: boolean;
 }
 
 /** Events for metrics, logs and the cluster view. */
@@ -1331,6 +1338,11 @@ export class MultiRaft {
       // Whether the round must be durable before it goes on (see #needsSync).
       let mustSync = false;
       for (const [s, rd] of work) {
+        // A group founded since the last sync: its founding records are not durable yet, so
+        // none of its messages leaves before this round's sync, not even a leader's appends. A
+        // founding leader that sent before its vote was on disk could restart with no state,
+        // found the group again and lead its founding term a second time (driver invariant 16).
+        const founding = s.foundingUnsynced && this.#testingBugs.foundingAppendsBeforeSync !== true;
         if (s.foundingUnsynced) {
           mustSync = true;
           s.foundingUnsynced = false;
@@ -1357,7 +1369,7 @@ export class MultiRaft {
           }
           for (const message of rd.messages) {
             const box =
-              message.type === "append" || message.type === "heartbeat" || allEarly
+              ((message.type === "append" || message.type === "heartbeat") && !founding) || allEarly
                 ? early
                 : outbox;
             addTo(box, s.id, message);
@@ -1720,6 +1732,11 @@ export class MultiRaft {
         isNew && founding === undefined && voters.length > 1 && voters.includes(this.replicaId)
           ? (ranked[0] ?? null)
           : null;
+      // A KV group founded here: its founding configuration takes effect in the Raft core at
+      // once (RaftConfig.confIndex), so it leads or campaigns in its first round, the one that
+      // syncs its founding, instead of the round after the founding's apply. The meta group,
+      // whose founding entries carry the cluster's bootstrap record, waits for their apply.
+      const foundedHere = isNew && founding === undefined && voters.includes(this.replicaId);
       if (isNew && voters.includes(this.replicaId)) {
         // A new group: its first entries name its voters, one conf change each, then any
         // founding entries (the meta group's bootstrap record), all committed at term 1. Every
@@ -1751,6 +1768,13 @@ export class MultiRaft {
         // write with every other group's: a fill that opens 1,024 groups one by one would
         // otherwise make one WAL write each. The meta group's founding entries are synced now.
         if (founding !== undefined) await this.#wal.sync();
+        if (foundedHere) {
+          // What applying the conf changes will record: the state machine applies them later.
+          let conf: ConfState = EMPTY_CONF;
+          for (const node of voters)
+            conf = confAfter(conf, { type: "add-voter", node: nodeId(node) });
+          storage.conf = conf;
+        }
       }
       const commit = this.#wal.hardState(id)?.commit ?? 0;
       const applied = Math.min(lsm.flushedSeq, commit);
@@ -1765,6 +1789,7 @@ export class MultiRaft {
         skipHeartbeatsAfterAppends: true,
         omitRedundantReplies: true,
         applied: logIndex(applied),
+        ...(foundedHere ? { confIndex: logIndex(voters.length) } : {}),
         ...(o.maxCommittedBytesPerReady === undefined
           ? {}
           : { maxCommittedBytesPerReady: o.maxCommittedBytesPerReady }),
@@ -1775,7 +1800,9 @@ export class MultiRaft {
         sm,
         storage,
         true,
-        this.#testingBugs.staleReadAfterRestart ? 0 : commit,
+        // A group founded here holds nothing a client was told of: it may lead, and its reads
+        // wait for their read index's apply as always (#readBarrier).
+        this.#testingBugs.staleReadAfterRestart || foundedHere ? 0 : commit,
       );
       // A group founded here, or created here for a request, elects at once: its request would
       // otherwise wait out an election timeout (the other replicas open it on the first vote).
@@ -1791,9 +1818,8 @@ export class MultiRaft {
       } else {
         shard.campaignEagerly = eager;
       }
-      shard.foundingUnsynced = isNew && founding === undefined && voters.includes(this.replicaId);
-      // Its founding is durable before it leads: maybeCampaign waits for the founding entries'
-      // apply, which follows the round that synced them (foundingUnsynced).
+      // Its founding is durable before it acts as leader: it leads in the round that syncs the
+      // founding (foundingUnsynced), and that round sends its messages only after the sync.
       shard.leadsFoundingTerm =
         firstLeader === this.replicaId ||
         (this.#testingBugs.leadFoundingTermAgain === true &&
@@ -1801,6 +1827,7 @@ export class MultiRaft {
           voters.length > 1 &&
           this.#wal.hardState(id)?.term === FOUNDING_TERM &&
           this.#wal.hardState(id)?.vote === this.replicaId);
+      shard.foundingUnsynced = foundedHere;
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);

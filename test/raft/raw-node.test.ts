@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/rng.ts";
-import type { ConfState, Message, RaftStorage } from "../../src/raft/index.ts";
+import type { ConfState, Message, NodeId, RaftStorage } from "../../src/raft/index.ts";
 import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
 
 function single(storage: MemoryStorage = MemoryStorage.bootstrap([nodeId("a")])): {
@@ -176,14 +176,26 @@ describe("RawNode", () => {
 describe("RawNode.leadWithoutElection (a new group's designated first leader)", () => {
   const ids = [nodeId("a"), nodeId("b"), nodeId("c")];
 
-  /** Three founding voters whose founding hard state holds a vote for `vote` in term 1. */
-  function founded(vote: string | null): Map<string, { node: RawNode; storage: MemoryStorage }> {
+  /**
+   * Three founding voters whose founding hard state holds a vote for `vote` in term 1; with
+   * `confIndex`, their founding conf changes up to it take effect at construction.
+   */
+  function founded(
+    vote: string | null,
+    confIndex?: number,
+    learners: readonly NodeId[] = [],
+  ): Map<string, { node: RawNode; storage: MemoryStorage }> {
     const group = new Map<string, { node: RawNode; storage: MemoryStorage }>();
     for (const [i, id] of ids.entries()) {
-      const storage = MemoryStorage.bootstrap(ids);
+      const storage = MemoryStorage.bootstrap(ids, learners);
       const hs = storage.initialState().hardState;
       storage.setHardState({ ...hs, vote: vote === null ? null : nodeId(vote) });
-      const node = new RawNode({ id, storage, rng: seededRng(i + 1) });
+      const node = new RawNode({
+        id,
+        storage,
+        rng: seededRng(i + 1),
+        ...(confIndex === undefined ? {} : { confIndex: logIndex(confIndex) }),
+      });
       group.set(id, { node, storage });
     }
     return group;
@@ -255,6 +267,59 @@ describe("RawNode.leadWithoutElection (a new group's designated first leader)", 
     const group = founded("a");
     assert.throws(() => group.get("a")?.node.leadWithoutElection(), {
       code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+    });
+  });
+
+  it("leads at once when its founding configuration took effect at construction (confIndex)", () => {
+    const group = founded("a", 3);
+    const a = group.get("a")?.node;
+    assert.ok(a !== undefined);
+    a.leadWithoutElection();
+    const { index } = a.propose(new TextEncoder().encode("x"));
+    assert.equal(index, 5, "after the three founding entries and the leader's empty entry");
+    // The founding entries still reach the state machine: taking effect early skips no apply.
+    const rd = a.ready();
+    assert.deepEqual(
+      rd.committedEntries.map((e) => [e.index, e.type]),
+      [
+        [1, "conf-change"],
+        [2, "conf-change"],
+        [3, "conf-change"],
+      ],
+    );
+    const storage = group.get("a")?.storage;
+    storage?.append(rd.entries);
+    if (rd.hardState !== null) storage?.setHardState(rd.hardState);
+    const sent = [...rd.messages];
+    a.advance();
+    for (const m of rd.messages) group.get(m.to)?.node.step(m);
+    sent.push(...settle(group));
+    for (const { node } of group.values()) {
+      assert.equal(node.term, 1, "no election");
+      assert.ok(node.status().commit >= index, "committed everywhere");
+      assert.deepEqual(node.status().conf.voters.toSorted(), ["a", "b", "c"]);
+    }
+    assert.deepEqual(
+      sent.filter((m) => m.type.includes("vote")),
+      [],
+      "no vote or pre-vote message",
+    );
+  });
+
+  it("still waits for a committed conf change past confIndex, and refuses a confIndex past the commit", () => {
+    // Bootstrapped with a learner: its add-learner entry (index 4) is committed too.
+    const d = nodeId("d");
+    const early = founded("a", 3, [d]);
+    assert.throws(() => early.get("a")?.node.leadWithoutElection(), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+      message: /founding configuration is applied/,
+    });
+    const all = founded("a", 4, [d]);
+    all.get("a")?.node.leadWithoutElection();
+    assert.equal(all.get("a")?.node.status().role, "leader");
+    assert.throws(() => founded("a", 4), {
+      code: "CAIRN_ERR_INVALID_RAFT_REQUEST",
+      message: /confIndex 4 is past the commit index 3/,
     });
   });
 });

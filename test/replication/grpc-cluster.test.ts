@@ -48,6 +48,8 @@ interface PeerNode {
   readonly entriesReceived: Map<string, number>;
   /** Frames (driver rounds' batches) and heartbeats sent, by peer. */
   readonly framesTo: Map<string, number>;
+  /** Appends handed to the transport, by shard. */
+  readonly appendsSent: Map<string, number>;
   readonly heartbeatsTo: Map<string, number>;
   /** ConfirmTerms calls this node made, by peer. */
   readonly termCallsTo: Map<string, number>;
@@ -119,6 +121,7 @@ class Cluster {
     const received = new Map<string, number>();
     const entriesReceived = new Map<string, number>();
     const framesTo = new Map<string, number>();
+    const appendsSent = new Map<string, number>();
     const heartbeatsTo = new Map<string, number>();
     const termCallsTo = new Map<string, number>();
     let mr: MultiRaft | null = null;
@@ -161,6 +164,8 @@ class Cluster {
           return;
         }
         count(framesTo, to);
+        for (const m of messages)
+          if (m.message.type === "append") count(appendsSent, String(m.shard));
         count(heartbeatsTo, to, messages.filter((m) => m.message.type === "heartbeat").length);
         transport.send(to, messages, sent);
       },
@@ -220,6 +225,7 @@ class Cluster {
       received,
       entriesReceived,
       framesTo,
+      appendsSent,
       heartbeatsTo,
       termCallsTo,
     };
@@ -723,6 +729,44 @@ describe("MultiRaft over gRPC, three nodes", () => {
       release();
       await put;
       assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v2");
+    } finally {
+      disk.held = null;
+      release();
+      await cluster.stopAll();
+    }
+  });
+
+  it("a new group's founding leader leads in its founding round, but sends nothing before that round is durable", async () => {
+    // It founds the group with a vote for itself in term 1 and leads that term at once
+    // (RaftConfig.confIndex). Were its appends to leave before the founding reached its disk, a
+    // crash would bring it back with no state: it would found the group again and lead term 1 a
+    // second time, overwriting what the others hold (driver invariant 16).
+    const disk = new HeldWalFs();
+    let release = (): void => undefined;
+    const cluster = new Cluster(join(dir, "founding"));
+    try {
+      const n1 = await cluster.start("n1", { fs: disk.fs });
+      await cluster.start("n2");
+      await cluster.start("n3");
+      const shard = 3;
+      assert.equal(n1.mr.shardInfo(shard), null, "a new group");
+      const [key] = keysOfShard(n1.mr, shard, 1, "founding");
+      assert.ok(key !== undefined);
+      disk.held = new Promise((r) => (release = r));
+      const put = n1.mr.put(enc.encode(key), enc.encode("v1"));
+      put.catch(() => undefined); // (awaited below; failed by the stop if an assertion fails first)
+      await eventually("n1 leads the new group, its founding round waiting for its disk", () =>
+        Promise.resolve(disk.waiting > 0 && n1.mr.shardInfo(shard)?.role === "leader"),
+      );
+      assert.equal(n1.appendsSent.get(String(shard)) ?? 0, 0, "no append before the sync");
+      disk.held = null;
+      release();
+      await put;
+      assert.ok((n1.appendsSent.get(String(shard)) ?? 0) > 0);
+      for (const node of cluster.live()) {
+        assert.equal(node.mr.shardInfo(shard)?.term, 1, `${node.id}: no election`);
+      }
+      assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v1");
     } finally {
       disk.held = null;
       release();

@@ -7,6 +7,7 @@ const BUGS: Record<string, DriverSimBugs> = {
   "follower-read-without-apply": { followerReadWithoutApply: true },
   "wipe-keeps-replica": { wipeKeepsReplica: true },
   "lead-founding-term-again": { leadFoundingTermAgain: true },
+  "founding-appends-before-sync": { foundingAppendsBeforeSync: true },
 };
 
 export function driverBugsByName(name: string): DriverSimBugs | undefined {

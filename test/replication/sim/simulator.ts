@@ -456,6 +456,7 @@ class DriverSim {
         ...(bugs.confirmByEarlierCall === true ? { confirmByEarlierCall: true } : {}),
         ...(bugs.confirmAnyTerm === true ? { confirmAnyTerm: true } : {}),
         ...(bugs.leadFoundingTermAgain === true ? { leadFoundingTermAgain: true } : {}),
+        ...(bugs.foundingAppendsBeforeSync === true ? { foundingAppendsBeforeSync: true } : {}),
       },
       observer: {
         fatal: (err) => {
