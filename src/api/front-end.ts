@@ -41,6 +41,7 @@ import {
   unaryMessage,
   WireError,
 } from "./grpc-wire.ts";
+import { IntMap } from "../common/int-map.ts";
 import { ErrorCode, ServerConnection, type ServerStream } from "./h2/connection.ts";
 import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import {
@@ -143,7 +144,8 @@ export function serveFrontEnd(
   // ── unary calls: handed to the main thread ───────────────────────────────────────────────────
 
   let nextId = 1;
-  const waiting = new Map<number, ServerStream>();
+  // IntMap, not Map: a Map's churn promotes what its entries reach (src/common/int-map.ts).
+  const waiting = new IntMap<ServerStream>();
   let meta: (MetadataPairs | null)[] = [];
   let peers: string[] = [];
   let cancels: number[] = [];

@@ -9,6 +9,7 @@
  */
 import { EventEmitter } from "node:events";
 import { Worker } from "node:worker_threads";
+import { IntMap } from "../common/int-map.ts";
 import { type FrontEnd, serveFrontEnd } from "./front-end.ts";
 import {
   type MethodDefinition,
@@ -199,7 +200,8 @@ class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
 class IoThread {
   readonly worker: FrontEndHandle;
   readonly #table: MethodTable;
-  readonly #inFlight = new Map<number, HandedCall>();
+  /** IntMap, not Map: a Map's churn promotes what its entries reach (src/common/int-map.ts). */
+  readonly #inFlight = new IntMap<HandedCall>();
   #details: (string | null)[] = [];
   #trailers: (MetadataPairs | null)[] = [];
   readonly #replies = new BatchBuilder(() => this.#flush());

@@ -4,6 +4,7 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
+import { IntMap } from "../common/int-map.ts";
 import type {
   ConfChange,
   Entry,
@@ -147,13 +148,25 @@ export class ShardReplica {
   /** The apply of this shard's last Ready, while it runs: no new Ready until it is done. */
   applying: Promise<void> | null = null;
   leaderChanges = 0;
+  /*
+   * The queues below are drained by swapping in their spare and emptying the drained array
+   * after use, never by dropping it for a new one. A group's arrays live from one round of it
+   * to the next, long enough to reach the old generation, and an old array dropped while it
+   * still held a request kept that request (its promise, its callbacks, its decoded message)
+   * alive through every young collection until the next full one: promoted with everything it
+   * reached.
+   */
   #inbox: InboxItem[] = [];
+  #spareInbox: InboxItem[] = [];
   /** Messages from peers, delivered at the next round whatever the group's state. */
   #steps: Message[] = [];
+  #spareSteps: Message[] = [];
   /** Transport outcomes for the leader's progress tracking, delivered at the next round. */
   #reports: PeerReport[] = [];
-  readonly #proposals = new Map<number, PendingProposal>();
-  readonly #reads = new Map<number, PendingRead>();
+  #spareReports: PeerReport[] = [];
+  // IntMap, not Map: a Map's churn promotes what its entries reach (src/common/int-map.ts).
+  readonly #proposals = new IntMap<PendingProposal>();
+  readonly #reads = new IntMap<PendingRead>();
   readonly #confProposals = new Map<
     number,
     {
@@ -346,10 +359,16 @@ export class ShardReplica {
     for (let n = Math.min(this.ticks, MAX_TICKS_PER_ROUND); n > 0; n--) this.raw.tick();
     this.ticks = 0;
     const steps = this.#steps;
-    this.#steps = [];
-    for (const m of steps) this.raw.step(m);
+    this.#steps = this.#spareSteps;
+    this.#spareSteps = steps;
+    try {
+      for (const m of steps) this.raw.step(m);
+    } finally {
+      steps.length = 0;
+    }
     const reports = this.#reports;
-    this.#reports = [];
+    this.#reports = this.#spareReports;
+    this.#spareReports = reports;
     for (const r of reports) {
       switch (r.kind) {
         case "unreachable":
@@ -363,8 +382,10 @@ export class ShardReplica {
           break;
       }
     }
+    reports.length = 0;
     const inbox = this.#inbox;
-    this.#inbox = [];
+    this.#inbox = this.#spareInbox;
+    this.#spareInbox = inbox;
     const electing = this.raw.role !== "leader" && this.raw.lead === null;
     // A leader handing the group over refuses proposals until the transfer ends (Raft's rule:
     // the transferee must catch up). They wait for it here instead: when it succeeds this node
@@ -424,6 +445,7 @@ export class ShardReplica {
         (item.kind === "read" ? item.read : item.done).reject(toNodeLeader(err));
       }
     }
+    inbox.length = 0;
   }
 
   /** When expire() next scans the requests (clock ms). */
@@ -433,9 +455,8 @@ export class ShardReplica {
    * Fails the requests that have waited `timeoutMs` or more since they arrived. A leader cut off
    * from its quorum keeps its proposals pending (they may still commit if it heals), and a
    * follower's ReadIndex request to an unreachable leader is never answered: without a deadline
-   * their callers would wait forever. Requests are kept in arrival order, so the scan stops at
-   * the first one still within its deadline. Reads already confirmed and only waiting for the
-   * apply (a local one has no deadline: the apply always comes) are left alone.
+   * their callers would wait forever. Reads already confirmed and only waiting for the apply (a
+   * local one has no deadline: the apply always comes) are left alone.
    */
   expire(now: number, timeoutMs: number): void {
     // Scanned at most 64 times a timeout (a request fails at most 1/64 of it late), not every
@@ -443,18 +464,20 @@ export class ShardReplica {
     if (now < this.#nextExpiry) return;
     this.#nextExpiry = now + timeoutMs / 64;
     const late = now - timeoutMs;
-    for (const [index, p] of this.#proposals) {
-      if (p.since > late) break;
-      this.#proposals.delete(index);
-      p.reject(new RequestTimeoutError("write", now - p.since));
+    if (this.#proposals.size > 0) {
+      for (const [index, p] of this.#proposals.entries()) {
+        if (p.since > late) continue;
+        this.#proposals.delete(index);
+        p.reject(new RequestTimeoutError("write", now - p.since));
+      }
     }
     for (const [index, c] of this.#confProposals) {
       if (c.since > late) break;
       this.#confProposals.delete(index);
       c.reject(new RequestTimeoutError("membership change", now - c.since));
     }
-    for (const [id, r] of this.#reads) {
-      if (r.since > late) break;
+    for (const [id, r] of this.#reads.size > 0 ? this.#reads.entries() : []) {
+      if (r.since > late) continue;
       if (r.index !== null && !r.remote) continue;
       this.#reads.delete(id);
       r.reject(new RequestTimeoutError("read", now - r.since));
@@ -478,7 +501,7 @@ export class ShardReplica {
     if (changed) for (const w of [...this.#leadWatchers]) w(rd.softState.lead);
     if (wasLeader && this.#role !== "leader") {
       // Reads not yet confirmed will never be: the new leader must serve them.
-      for (const [id, r] of this.#reads) {
+      for (const [id, r] of this.#reads.entries()) {
         if (r.index === null) {
           r.reject(
             new NotLeaderError(
@@ -565,7 +588,8 @@ export class ShardReplica {
   }
 
   #serveReads(): void {
-    for (const [id, r] of this.#reads) {
+    if (this.#reads.size === 0) return;
+    for (const [id, r] of this.#reads.entries()) {
       if (r.index !== null && r.index <= this.sm.appliedIndex) {
         this.#reads.delete(id);
         r.resolve(r.index);
@@ -576,7 +600,7 @@ export class ShardReplica {
   /** Fails everything waiting on this shard (shutdown or a fatal error). */
   failAll(err: unknown): void {
     for (const item of this.#inbox) (item.kind === "read" ? item.read : item.done).reject(err);
-    this.#inbox = [];
+    this.#inbox.length = 0;
     for (const p of this.#proposals.values()) p.reject(err);
     this.#proposals.clear();
     for (const r of this.#reads.values()) r.reject(err);

@@ -35,6 +35,7 @@
  * is never sent.
  */
 import type { Socket } from "node:net";
+import { IntMap } from "../../common/int-map.ts";
 import { HpackDecoder, HpackError, type HeaderList } from "./hpack.ts";
 
 export const FrameType = {
@@ -146,8 +147,11 @@ const PING_PAYLOAD = Buffer.alloc(8);
 
 export abstract class ConnectionCore<S extends CoreStream> {
   readonly socket: Socket;
-  /** The streams open on the wire (a client's streams waiting for a slot are not in it). */
-  protected readonly streams = new Map<number, S>();
+  /**
+   * The streams open on the wire (a client's streams waiting for a slot are not in it). An
+   * IntMap, not a Map: a Map's churn promotes what its entries reach (src/common/int-map.ts).
+   */
+  protected readonly streams = new IntMap<S>();
   /** The highest stream id the peer has opened (a client's: 0, servers push nothing). */
   protected lastPeerStreamId = 0;
   /** The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until it says otherwise). */
