@@ -50,6 +50,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
+import { IntMap } from "../common/int-map.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
@@ -96,6 +97,8 @@ export interface ForwardOptions {
 
 /** A forward in flight to `leader`: cut (answered LeaderChangedError) when another leads. */
 interface InFlight {
+  /** Its key in the shard's table of forwards in flight. */
+  readonly id: number;
   readonly leader: NodeId;
   /** `leader` leads the shard now: cut the forward after the grace period, unless answered. */
   deposed(leader: string): void;
@@ -118,7 +121,13 @@ export class Forwarder {
   /** One channel per leader address, reused by every forward to it. */
   readonly #channels = new Map<string, GrpcChannel>();
   /** Forwards in flight by shard, when `leaders` is given. */
-  readonly #inFlight = new Map<number, Set<InFlight>>();
+  /**
+   * Forwards in flight, per shard, by id. A shard's table is kept once made (a table per shard
+   * at most), and it is an IntMap: a Map's or a Set's churn promotes what its entries reach
+   * (src/common/int-map.ts).
+   */
+  readonly #inFlight = new Map<number, IntMap<InFlight>>();
+  #nextForward = 1;
   readonly #unwatch: (() => void) | null;
   #closed = false;
 
@@ -222,6 +231,7 @@ export class Forwarder {
     const graceMs = this.#graceMs;
     const onCancelled = (): void => abort.abort();
     const inFlight: InFlight = {
+      id: this.#nextForward++,
       leader,
       deposed(to) {
         if (newLeader !== null) return; // the first leader named after it decides
@@ -264,21 +274,20 @@ export class Forwarder {
   }
 
   #track(shard: number, f: InFlight, add: boolean): void {
-    let set = this.#inFlight.get(shard);
+    let table = this.#inFlight.get(shard);
     if (add) {
-      if (set === undefined) this.#inFlight.set(shard, (set = new Set()));
-      set.add(f);
-    } else if (set !== undefined) {
-      set.delete(f);
-      if (set.size === 0) this.#inFlight.delete(shard);
+      if (table === undefined) this.#inFlight.set(shard, (table = new IntMap()));
+      table.set(f.id, f);
+    } else {
+      table?.delete(f.id);
     }
   }
 
   #leaderChanged(shard: number, leader: string | null): void {
     if (leader === null) return;
-    const set = this.#inFlight.get(shard);
-    if (set === undefined) return;
-    for (const f of [...set]) if (f.leader !== leader) f.deposed(leader);
+    const table = this.#inFlight.get(shard);
+    if (table === undefined || table.size === 0) return;
+    for (const f of table.values()) if (f.leader !== leader) f.deposed(leader);
   }
 
   #channel(address: string): GrpcChannel {

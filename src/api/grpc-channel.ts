@@ -634,8 +634,13 @@ class StreamingCall extends Call implements ClientCall {
   #ended = false;
   /** DATA bytes written in all. */
   #written = 0;
-  /** Write callbacks waiting, from `#cbHead` on, each with the byte count it waits for. */
-  #cbs: ((err: Error | null) => void)[] = [];
+  /**
+   * Write callbacks waiting, from `#cbHead` on, each with the byte count it waits for. A slot is
+   * emptied once its callback is called: this queue lives as long as the call (a peer stream
+   * lives for hours), and a callback left in it, with all it reaches (a forwarded request, its
+   * promise), stayed alive until the compaction, long enough to be promoted.
+   */
+  #cbs: (((err: Error | null) => void) | undefined)[] = [];
   #cbAt: number[] = [];
   #cbHead = 0;
   #error: CallEndedError | null = null;
@@ -688,6 +693,7 @@ class StreamingCall extends Call implements ClientCall {
     let head = this.#cbHead;
     while (head < cbs.length && (at[head] as number) <= flushed && !this.done) {
       const cb = cbs[head] as (err: Error | null) => void;
+      cbs[head] = undefined;
       head++;
       this.#cbHead = head;
       cb(null);

@@ -56,6 +56,10 @@ import type {
 } from "./types.ts";
 import { decodeConfChange, encodeConfChange, logIndex, term as toTerm } from "./types.ts";
 
+/** Raft.msgs and Raft.readStates when empty since the last ready(): never written. */
+export const NO_MESSAGES: Message[] = Object.freeze([]) as unknown as Message[];
+export const NO_READ_STATES: ReadState[] = Object.freeze([]) as unknown as ReadState[];
+
 export interface RaftConfig {
   /** This member's id; never the empty string. */
   readonly id: NodeId;
@@ -150,10 +154,16 @@ export class Raft {
   lead: NodeId | null = null;
   role: Role = "follower";
   readonly log: RaftLog;
-  /** Outgoing messages, taken by RawNode.ready(). */
-  msgs: Message[] = [];
-  /** Confirmed reads, taken by RawNode.ready(). */
-  readStates: ReadState[] = [];
+  /**
+   * Outgoing messages, taken by RawNode.ready(), which leaves NO_MESSAGES: the next array is
+   * made by the first message after it. An array made at ready() would wait, empty, for the
+   * group's next message, long enough on an idle group to reach the old generation; the messages
+   * put in it after would then stay alive through young collections until a full one, because
+   * that array, dropped by the Ready that took it, still points at them.
+   */
+  msgs: Message[] = NO_MESSAGES;
+  /** Confirmed reads, taken by RawNode.ready() (NO_READ_STATES after it, as for msgs). */
+  readStates: ReadState[] = NO_READ_STATES;
 
   readonly voters = new Set<NodeId>();
   readonly learners = new Set<NodeId>();
@@ -1261,7 +1271,7 @@ export class Raft {
       (this.voters.size === 1 && this.voters.has(this.id)) ||
       this.bugs.readWithoutQuorum === true
     ) {
-      this.readStates.push({ index: this.log.committed, context });
+      this.#readState({ index: this.log.committed, context });
       return;
     }
     this.#readSeq++;
@@ -1282,7 +1292,7 @@ export class Raft {
       (this.#pendingReads[0] as PendingRead).seq <= confirmed
     ) {
       const r = this.#pendingReads.shift() as PendingRead;
-      this.readStates.push({ index: r.index, context: r.context });
+      this.#readState({ index: r.index, context: r.context });
     }
   }
 
@@ -1321,6 +1331,12 @@ export class Raft {
   }
 
   #send(m: Message): void {
-    this.msgs.push(m);
+    if (this.msgs === NO_MESSAGES) this.msgs = [m];
+    else this.msgs.push(m);
+  }
+
+  #readState(rs: ReadState): void {
+    if (this.readStates === NO_READ_STATES) this.readStates = [rs];
+    else this.readStates.push(rs);
   }
 }

@@ -7,7 +7,7 @@ import { RaftInvariantError } from "./errors.ts";
 import type { Message } from "./message.ts";
 import type { Progress } from "./progress.ts";
 import type { RaftConfig } from "./raft.ts";
-import { Raft } from "./raft.ts";
+import { NO_MESSAGES, NO_READ_STATES, Raft } from "./raft.ts";
 import type {
   ConfChange,
   ConfState,
@@ -260,8 +260,8 @@ export class RawNode {
       readStates: r.readStates,
       softState: sameSoftState(soft, this.#prevSoft) ? null : soft,
     };
-    r.msgs = [];
-    r.readStates = [];
+    r.msgs = NO_MESSAGES;
+    r.readStates = NO_READ_STATES;
     if (rd.hardState !== null) this.#prevHard = rd.hardState;
     if (rd.softState !== null) this.#prevSoft = rd.softState;
     this.#outstanding = rd;

@@ -65,6 +65,7 @@ import type {
 import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
 import { CairnError } from "../common/errors.ts";
+import { IntMap } from "../common/int-map.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";
@@ -229,12 +230,16 @@ interface QueuedSnapshot {
 
 interface Stream {
   readonly call: ClientCall;
-  /** Forwarded calls written on this stream and not answered yet (see call()). */
-  readonly calls: Set<PendingCall>;
+  /**
+   * Forwarded calls written on this stream and not answered yet (see call()), by id. IntMaps,
+   * here and below, not a Map or a Set: their churn promotes what the entries reach
+   * (src/common/int-map.ts).
+   */
+  readonly calls: IntMap<PendingCall>;
   inFlightBytes: number;
   accepted: boolean;
-  /** Outcome callbacks of frames written and not yet handed to the connection. */
-  readonly owed: Set<(delivered: boolean) => void>;
+  /** Outcome callbacks of frames written and not yet handed to the connection, by write. */
+  readonly owed: IntMap<(delivered: boolean) => void>;
   /** Resolves once the call has ended, however. */
   readonly ended: Promise<void>;
 }
@@ -272,6 +277,7 @@ const CLOSE_DEADLINE_MS = 1000;
 
 /** A forwarded call waiting for its answer (GrpcTransport.call). */
 interface PendingCall {
+  readonly id: number;
   readonly peer: NodeId;
   /** When the caller stops waiting (Date.now() clock). */
   readonly deadline: number;
@@ -320,8 +326,10 @@ export class GrpcTransport implements RaftTransport {
   readonly #closing = new AbortController();
   #closed = false;
   /** Forwarded calls not answered yet, by id (see call()). */
-  readonly #calls = new Map<number, PendingCall>();
+  readonly #calls = new IntMap<PendingCall>();
   #nextCallId = 1;
+  /** Numbers the writes whose outcome is owed (Stream.owed). */
+  #nextWrite = 1;
   #callSweep: NodeJS.Timeout | null = null;
 
   constructor(options: GrpcTransportOptions) {
@@ -579,19 +587,20 @@ export class GrpcTransport implements RaftTransport {
       const onAbort = (): void =>
         pending.settle(callFailure(status.CANCELLED, "cancelled", pending.left));
       const pending: PendingCall = {
+        id,
         peer: peer.id,
         deadline,
         stream,
         left: false,
         settle: (result) => {
           if (!this.#calls.delete(id)) return;
-          pending.stream.calls.delete(pending);
+          pending.stream.calls.delete(id);
           signal?.removeEventListener("abort", onAbort);
           resolve(result);
         },
       };
       this.#calls.set(id, pending);
-      stream.calls.add(pending);
+      stream.calls.set(id, pending);
       signal?.addEventListener("abort", onAbort, { once: true });
       this.#sweepCalls();
       this.#write(peer, stream, frame, (delivered) => {
@@ -706,7 +715,7 @@ export class GrpcTransport implements RaftTransport {
     if (this.#closed) return;
     this.#closed = true;
     this.#closing.abort();
-    for (const c of [...this.#calls.values()]) {
+    for (const c of this.#calls.values()) {
       c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
     }
     for (const p of this.#peers.values()) {
@@ -989,10 +998,10 @@ export class GrpcTransport implements RaftTransport {
     const call = this.#channel(peer, address).clientStream(this.#path);
     const stream: Stream = {
       call,
-      calls: new Set(),
+      calls: new IntMap(),
       inFlightBytes: 0,
       accepted: false,
-      owed: new Set(),
+      owed: new IntMap(),
       ended,
     };
     call.onEnd = (result) => {
@@ -1027,23 +1036,24 @@ export class GrpcTransport implements RaftTransport {
     peer.framesSent++;
     peer.bytesSent += frame.length;
     // Settled once: by the write's callback, or as lost when the call ends first (#ended).
-    if (sent !== undefined) stream.owed.add(sent);
+    const write = this.#nextWrite++;
+    if (sent !== undefined) stream.owed.set(write, sent);
     stream.call.write(frame, (err) => {
       stream.inFlightBytes -= frame.length;
       this.#inFlightTotal -= frame.length;
-      if (sent !== undefined && stream.owed.delete(sent)) sent(err === null);
+      if (sent !== undefined && stream.owed.delete(write)) sent(err === null);
     });
   }
 
   /** The call to `peer` ended: by close(), by the peer (refusal, shutdown) or by the network. */
   #ended(peer: Peer, stream: Stream, err: CallResult | null): void {
     if (peer.stream === stream) peer.stream = null;
-    const owed = [...stream.owed];
+    const owed = stream.owed.values();
     stream.owed.clear();
     for (const sent of owed) sent(false);
     // A call whose bytes left may have reached the peer: its outcome is unknown, as for a
     // unary call whose connection broke (those that never left failed just above).
-    for (const c of [...stream.calls]) {
+    for (const c of stream.calls.values()) {
       c.settle(
         callFailure(
           status.UNAVAILABLE,

@@ -363,9 +363,13 @@ export class MultiRaft {
     number,
     { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
   >();
-  #dirty = new Set<ShardReplica>();
-  /** The set #round swaps in for #dirty, empty between rounds. */
-  #spareDirty = new Set<ShardReplica>();
+  /**
+   * The shards marked for the next round, each once (ShardReplica.marked). An array, not a Set:
+   * a Set cleared every round grows its table again, in the old generation, a few times a round.
+   */
+  #dirty: ShardReplica[] = [];
+  /** The array #round swaps in for #dirty, empty between rounds. */
+  #spareDirty: ShardReplica[] = [];
   /**
    * The shards the ticker ticks: groups awake here, and sleeping ones with requests waiting
    * (the rounds that ticks cause check their deadlines). See #trackSleep.
@@ -1228,7 +1232,7 @@ export class MultiRaft {
     if (this.#held.size > 0) this.replicasChanged();
     for (const s of this.#awake) {
       s.ticks++;
-      this.#dirty.add(s);
+      this.#mark(s);
     }
     if (this.#awake.size > 0) this.#scheduleRound();
     if (this.#awake.size !== this.#reportedAwake) {
@@ -1270,8 +1274,14 @@ export class MultiRaft {
   }
 
   #markDirty(s: ShardReplica): void {
-    this.#dirty.add(s);
+    this.#mark(s);
     this.#scheduleRound();
+  }
+
+  #mark(s: ShardReplica): void {
+    if (s.marked) return;
+    s.marked = true;
+    this.#dirty.push(s);
   }
 
   #scheduleRound(): void {
@@ -1294,7 +1304,7 @@ export class MultiRaft {
 
   readonly #roundEnded = (): void => {
     this.#inRound = null;
-    if (this.#rerun || this.#dirty.size > 0) {
+    if (this.#rerun || this.#dirty.length > 0) {
       this.#rerun = false;
       this.#scheduleRound();
     }
@@ -1302,18 +1312,21 @@ export class MultiRaft {
 
   async #round(): Promise<void> {
     if (this.#failure !== undefined) {
-      this.#dirty.clear();
+      for (const s of this.#dirty) s.marked = false;
+      this.#dirty.length = 0;
       return;
     }
     try {
       const work: [ShardReplica, Ready][] = [];
-      // The marked set is taken whole and an empty one put in its place (no copy per round);
-      // shards marked from here on wait for the next round.
+      // The marked list is taken whole and an empty one put in its place (no copy per round);
+      // shards marked from here on wait for the next round (a shard is unmarked as its turn
+      // comes, so one marked again after its turn goes into the new list).
       const dirty = this.#dirty;
       this.#dirty = this.#spareDirty;
       this.#spareDirty = dirty;
       const now = this.#clock.now();
       let asks: Map<NodeId, ShardMessage[]> | null = null;
+      for (const s of dirty) s.marked = false;
       for (const s of dirty) {
         // A shard still applying its last Ready sits this round out (its apply marks it dirty
         // again when done): one slow engine must not hold every other shard's round.
@@ -1325,7 +1338,7 @@ export class MultiRaft {
         this.#trackSleep(s);
         if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
       }
-      dirty.clear();
+      dirty.length = 0;
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
       if (work.length === 0) return;

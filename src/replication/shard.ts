@@ -139,6 +139,8 @@ export class ShardReplica {
   campaignWhenReady: boolean;
   /** Ticks to deliver at the next round (at most MAX_TICKS_PER_ROUND of them count). */
   ticks = 0;
+  /** In the driver's list for its next round (MultiRaft#mark). */
+  marked = false;
   /**
    * The commit index found at open: until the state machine has applied it, the replica holds
    * state older than writes it may already have acknowledged, so it neither campaigns nor
