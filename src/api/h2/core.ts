@@ -125,6 +125,8 @@ export class CoreStream {
   sendWindow: number;
   /** DATA waiting for send window, and the trailers to send after it. */
   queue: Buffer[] = [];
+  /** Waiting in the connection's list of streams blocked on its send window. */
+  blocked = false;
   queuedBytes = 0;
   pendingTrailers: Buffer | null = null;
   /** END_STREAM goes out with the last of `queue` (a client's end of its request). */
@@ -179,8 +181,13 @@ export abstract class ConnectionCore<S extends CoreStream> {
   /** Connection-level: bytes received beyond the credit sent, and consumed but not credited. */
   #recvOutstanding = 0;
   #pendingCredit = 0;
-  /** Streams with DATA waiting for the connection's send window, in order. */
-  readonly #blocked = new Set<S>();
+  /**
+   * Streams with DATA waiting for the connection's send window, in order (CoreStream.blocked;
+   * a closed one is skipped). A list drained by swapping, not a Set: a Set's churn promotes
+   * what it holds (src/common/int-map.ts).
+   */
+  #blocked: S[] = [];
+  #spareBlocked: S[] = [];
   #output: Buffer[] = [];
   #outputScheduled = false;
   /** A connection error was sent: input is ignored. */
@@ -530,9 +537,15 @@ export abstract class ConnectionCore<S extends CoreStream> {
       if (this.#sendWindow > MAX_WINDOW) {
         throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "the connection window overflow");
       }
-      const blocked = [...this.#blocked];
-      this.#blocked.clear();
-      for (const s of blocked) this.flushStream(s);
+      const blocked = this.#blocked;
+      this.#blocked = this.#spareBlocked;
+      this.#spareBlocked = blocked;
+      for (const s of blocked) {
+        if (!s.blocked) continue;
+        s.blocked = false;
+        this.flushStream(s);
+      }
+      blocked.length = 0;
       return;
     }
     const stream = this.streams.get(streamId);
@@ -590,7 +603,10 @@ export abstract class ConnectionCore<S extends CoreStream> {
     while (queue.length > 0) {
       const allowed = Math.min(stream.sendWindow, this.#sendWindow, this.#peerMaxFrameSize);
       if (allowed <= 0) {
-        if (this.#sendWindow <= 0) this.#blocked.add(stream);
+        if (this.#sendWindow <= 0 && !stream.blocked) {
+          stream.blocked = true;
+          this.#blocked.push(stream);
+        }
         break;
       }
       const head = queue[0] as Buffer;
@@ -677,7 +693,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     stream.localEnded = true;
     stream.queue = [];
     stream.queuedBytes = 0;
-    this.#blocked.delete(stream);
+    stream.blocked = false;
     this.streams.delete(stream.id);
     // Whatever the peer sent and nobody consumed is credited back to the connection.
     if (stream.unconsumed > 0) {
