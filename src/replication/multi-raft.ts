@@ -29,6 +29,7 @@
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
+import { IntMap } from "../common/int-map.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import {
   type MetaCommand,
@@ -383,8 +384,11 @@ export class MultiRaft {
   readonly #testingBugs: DriverTestingBugs;
   /** Bytes of the requests waiting in the driver now (see MultiRaftOptions.maxPendingBytes). */
   #pendingBytes = 0;
-  /** Shard applies in flight, for close() to wait on. */
-  readonly #applies = new Set<Promise<void>>();
+  /**
+   * Shard applies in flight, by shard (one at most each), for close() to wait on. An IntMap, not
+   * a Set: a Set's churn promotes what it holds (src/common/int-map.ts).
+   */
+  readonly #applies = new IntMap<Promise<void>>();
   #roundScheduled = false;
   #inRound: Promise<void> | null = null;
   #rerun = false;
@@ -902,7 +906,7 @@ export class MultiRaft {
     this.#stopMaintenance?.();
     await Promise.allSettled([...this.#opening.values()]);
     while (this.#inRound !== null) await this.#inRound;
-    while (this.#applies.size > 0) await Promise.allSettled([...this.#applies]);
+    while (this.#applies.size > 0) await Promise.allSettled(this.#applies.values());
     const err = new ShuttingDownError();
     for (const s of this.#shards.values()) s.failAll(err);
     const results = await Promise.allSettled(
@@ -1431,12 +1435,12 @@ export class MultiRaft {
           continue;
         }
         const applying: Promise<void> = pending.finally(() => {
-          this.#applies.delete(applying);
+          this.#applies.delete(s.id);
           s.applying = null;
           if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
         });
         s.applying = applying;
-        this.#applies.add(applying);
+        this.#applies.set(s.id, applying);
       }
       // Groups applied in place are marked for another round from a microtask, after those the
       // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
