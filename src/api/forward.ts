@@ -50,7 +50,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
-import { IntMap } from "../common/int-map.ts";
+import { IntMap } from "../common/index.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;

@@ -41,7 +41,7 @@ import {
   unaryMessage,
   WireError,
 } from "./grpc-wire.ts";
-import { IntMap } from "../common/int-map.ts";
+import { IntMap } from "../common/index.ts";
 import { ErrorCode, ServerConnection, type ServerStream } from "./h2/connection.ts";
 import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import {

@@ -9,7 +9,7 @@
  */
 import { EventEmitter } from "node:events";
 import { Worker } from "node:worker_threads";
-import { IntMap } from "../common/int-map.ts";
+import { IntMap } from "../common/index.ts";
 import { type FrontEnd, serveFrontEnd } from "./front-end.ts";
 import {
   type MethodDefinition,

@@ -1,2 +1,3 @@
 export { CairnError } from "./errors.ts";
 export { type Rng, seededRng } from "./rng.ts";
+export { IntMap } from "./int-map.ts";

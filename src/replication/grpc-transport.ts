@@ -65,7 +65,7 @@ import type {
 import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
 import { CairnError } from "../common/errors.ts";
-import { IntMap } from "../common/int-map.ts";
+import { IntMap } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";

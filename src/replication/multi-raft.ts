@@ -29,7 +29,7 @@
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
-import { IntMap } from "../common/int-map.ts";
+import { IntMap } from "../common/index.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import {
   type MetaCommand,

@@ -4,7 +4,7 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
-import { IntMap } from "../common/int-map.ts";
+import { IntMap } from "../common/index.ts";
 import type {
   ConfChange,
   Entry,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { IntMap } from "../../src/common/int-map.ts";
+import { IntMap } from "../../src/common/index.ts";
 
 type Op = { kind: "set"; key: number; value: number } | { kind: "delete"; key: number };
 

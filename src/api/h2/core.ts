@@ -35,7 +35,7 @@
  * is never sent.
  */
 import type { Socket } from "node:net";
-import { IntMap } from "../../common/int-map.ts";
+import { IntMap } from "../../common/index.ts";
 import { HpackDecoder, HpackError, type HeaderList } from "./hpack.ts";
 
 export const FrameType = {
