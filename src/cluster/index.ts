@@ -24,5 +24,7 @@ export {
   type MemberView,
   rpcAddressOf,
   type ShardView,
+  VIEW_MIN_INTERVAL_MS,
+  type ViewClock,
   type ViewListener,
 } from "./view.ts";

@@ -1,7 +1,12 @@
 /**
  * The cluster view: members and, per active shard, its leader, replicas and term. Clients route
  * with it (Meta.WatchCluster streams it); every change bumps `epoch` and is published as a new
- * full view. Changes that arrive together (a burst of elections) are coalesced into one view.
+ * full view. Changes that arrive together (a burst of elections) are coalesced into one view,
+ * and subscribers get at most one view per `minIntervalMs`: a change after a quiet spell at
+ * once, the changes within the interval after it in one view at its end. Each view is sent
+ * whole to every watching client, so without that bound a node creating its 1,024 shards (or
+ * electing after a peer's loss) encoded and sent a view of up to 1,024 shards per event-loop
+ * turn with a change, to each client: quadratic in the shards. `current()` is never late.
  */
 
 export interface MemberView {
@@ -42,6 +47,23 @@ export function rpcAddressOf(view: ClusterView, id: string): string | null {
 
 export type ViewListener = (view: ClusterView) => void;
 
+/** The clock of a publisher (tests pass a manual one). */
+export interface ViewClock {
+  now(): number;
+  /** Calls `fn` after `ms`; must not keep the process alive. */
+  setTimeout(fn: () => void, ms: number): void;
+}
+
+const systemViewClock: ViewClock = {
+  now: () => performance.now(),
+  setTimeout: (fn, ms) => {
+    setTimeout(fn, ms).unref();
+  },
+};
+
+/** Subscribers get at most one view per this many milliseconds by default. */
+export const VIEW_MIN_INTERVAL_MS = 100;
+
 export class ClusterViewPublisher {
   readonly #totalShards: number;
   #epoch = 0;
@@ -53,9 +75,19 @@ export class ClusterViewPublisher {
   #publishScheduled = false;
   #clusterId = "";
   #incarnation = "";
+  readonly #clock: ViewClock;
+  readonly #minIntervalMs: number;
+  /** When subscribers last got a view (clock ms), and whether a later one waits for its turn. */
+  #notifiedAt = Number.NEGATIVE_INFINITY;
+  #notifyScheduled = false;
 
-  constructor(totalShards: number) {
+  constructor(
+    totalShards: number,
+    options: { readonly clock?: ViewClock; readonly minIntervalMs?: number } = {},
+  ) {
     this.#totalShards = totalShards;
+    this.#clock = options.clock ?? systemViewClock;
+    this.#minIntervalMs = options.minIntervalMs ?? VIEW_MIN_INTERVAL_MS;
     this.#current = this.#build();
   }
 
@@ -119,8 +151,25 @@ export class ClusterViewPublisher {
       this.#publishScheduled = false;
       this.#epoch++;
       this.#current = this.#build();
-      for (const l of [...this.#listeners]) l(this.#current);
+      this.#notify();
     });
+  }
+
+  /** Hands the current view to the subscribers, or schedules that for the interval's end. */
+  #notify(): void {
+    if (this.#notifyScheduled) return;
+    const wait = this.#notifiedAt + this.#minIntervalMs - this.#clock.now();
+    if (wait > 0) {
+      this.#notifyScheduled = true;
+      this.#clock.setTimeout(() => {
+        this.#notifyScheduled = false;
+        this.#notify();
+      }, wait);
+      return;
+    }
+    this.#notifiedAt = this.#clock.now();
+    const view = this.#current;
+    for (const l of [...this.#listeners]) l(view);
   }
 
   #build(): ClusterView {

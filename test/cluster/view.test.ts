@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type ClusterView, ClusterViewPublisher, rpcAddressOf } from "../../src/cluster/index.ts";
+import {
+  type ClusterView,
+  ClusterViewPublisher,
+  rpcAddressOf,
+  type ViewClock,
+} from "../../src/cluster/index.ts";
 
 describe("rpcAddressOf", () => {
   const view: ClusterView = {
@@ -70,5 +75,47 @@ describe("ClusterViewPublisher", () => {
       ],
     );
     assert.equal(first.shards[1]?.leader, "n1", "an earlier view is never changed afterwards");
+  });
+
+  it("gives subscribers at most one view per interval: a change after a quiet spell at once, a burst's last state at the interval's end", async () => {
+    // A manual clock: timers run when the test advances it.
+    let now = 1_000;
+    const timers: { at: number; fn: () => void }[] = [];
+    const clock: ViewClock = {
+      now: () => now,
+      setTimeout: (fn, ms) => void timers.push({ at: now + ms, fn }),
+    };
+    const advance = (ms: number): void => {
+      now += ms;
+      for (const t of timers.splice(0).sort((a, b) => a.at - b.at)) {
+        if (t.at <= now) t.fn();
+        else timers.push(t);
+      }
+    };
+    const p = new ClusterViewPublisher(16, { clock, minIntervalMs: 100 });
+    const seen: number[][] = [];
+    p.subscribe((v) => seen.push(v.shards.map((s) => s.id)));
+    p.setShard(shard(1));
+    await published(p);
+    assert.deepEqual(seen, [[], [1]], "the first change goes out at once");
+    // Ten more changes, one per turn, within the interval: current() follows each at once...
+    for (let id = 2; id <= 11; id++) {
+      advance(5);
+      p.setShard(shard(id));
+      assert.equal((await published(p)).shards.length, id);
+    }
+    // ... and the subscribers get none of them before the interval ends, then the last state.
+    assert.equal(seen.length, 2);
+    advance(49);
+    assert.equal(seen.length, 2);
+    advance(1);
+    assert.equal(seen.length, 3);
+    assert.deepEqual(seen[2], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    // A change after a quiet interval goes out at once again.
+    advance(500);
+    p.setShard(shard(12));
+    await published(p);
+    assert.equal(seen.length, 4);
+    assert.equal(timers.length, 0);
   });
 });
