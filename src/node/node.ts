@@ -287,6 +287,7 @@ export class CairnNode implements HealthSource {
       );
     }
     opened = store;
+    metrics.setMemtableSource(() => store.memtableSizes());
     return store;
   }
 

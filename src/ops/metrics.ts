@@ -124,6 +124,8 @@ export class CairnMetrics {
    * into raft_term and raft_commit_index when /metrics is scraped, not on the request path.
    */
   readonly #raftState = new Map<number, { term: number; commit: number; nodeId: string }>();
+  /** The shards' memtable sizes now, read at each scrape (setMemtableSource). */
+  #memtableSource: (() => Iterable<readonly [shard: number, bytes: number]>) | null = null;
 
   constructor(options: CairnMetricsOptions) {
     this.nodeId = options.nodeId;
@@ -160,11 +162,20 @@ export class CairnMetrics {
       buckets: [...COMPACTION_DURATION_BUCKETS_MS],
       registers,
     });
+    // The engines report their memtables' size when one rotates or flushes, not at every write
+    // (a write costs no metrics update); a scrape reads the current sizes from the source.
+    const memtables = (): (() => Iterable<readonly [number, number]>) | null =>
+      this.#memtableSource;
     this.#memtable = new Gauge({
       name: "lsm_memtable_size_bytes",
       help: "Current memtable size in bytes (active and immutable memtables).",
       labelNames: ["shard_id"],
       registers,
+      collect(this: Gauge<"shard_id">) {
+        const source = memtables();
+        if (source === null) return;
+        for (const [shard, bytes] of source()) this.set({ shard_id: String(shard) }, bytes);
+      },
     });
     this.#sstables = new Gauge({
       name: "lsm_sstable_count",
@@ -357,6 +368,14 @@ export class CairnMetrics {
       this.#sstables.remove({ level, shard_id });
     }
     this.#shardLevels.delete(shardId);
+  }
+
+  /**
+   * Where a scrape reads every open shard's current memtable size (active plus immutable); the
+   * engines' own reports come only with a rotation or a flush.
+   */
+  setMemtableSource(source: () => Iterable<readonly [shard: number, bytes: number]>): void {
+    this.#memtableSource = source;
   }
 
   /** Called every Raft round of a shard: recorded here, exported at the next scrape. */

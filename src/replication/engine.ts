@@ -30,6 +30,8 @@ export interface ShardEngine {
   flush(): Promise<void>;
   backpressure(): Backpressure;
   stats(): { readonly bytesPerLevel: readonly number[] };
+  /** Bytes of its memtables, active and immutable (lsm_memtable_size_bytes). */
+  readonly memtableBytes: number;
   /**
    * Replaces the whole content with a snapshot stream (encodeSnapshotFrames), durably: once it
    * resolves, `flushedSeq` is the snapshot's sequence.

@@ -178,6 +178,11 @@ export class MemoryEngine implements ShardEngine {
     return "none";
   }
 
+  /** None: this engine keeps no memtable apart from its image. */
+  get memtableBytes(): number {
+    return 0;
+  }
+
   stats(): { readonly bytesPerLevel: readonly number[] } {
     let bytes = 0;
     for (const [key, versions] of this.#keys) {

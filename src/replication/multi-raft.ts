@@ -885,6 +885,11 @@ export class MultiRaft {
     return match !== null && match >= s.raw.commitIndex;
   }
 
+  /** Each open shard's memtable bytes, active and immutable (the metrics read it at a scrape). */
+  *memtableSizes(): Generator<readonly [shard: number, bytes: number]> {
+    for (const [id, s] of this.#shards) yield [id, s.sm.lsm.memtableBytes];
+  }
+
   /** Shard 0 exists, has a leader and its engine works: the quick health rule. No I/O. */
   isShardReady(id: number): boolean {
     if (this.#closed || this.#failure !== undefined) return false;

@@ -122,6 +122,12 @@ describe("operators' HTTP interface, end to end", () => {
       assert.ok(count("raft_commit_index", { shard_id: "0", node_id: "n1" }) >= 1);
       assert.equal(count("swim_cluster_size", {}), 1);
       assert.ok(count("process_resident_memory_bytes", {}) > 0);
+      // The 20 writes sit in memtables far from their flush size: the gauge shows them all the
+      // same (it is read at the scrape, not reported only when a memtable rotates).
+      assert.ok(
+        count("lsm_memtable_size_bytes", {}) >= 20 * 3,
+        `lsm_memtable_size_bytes: ${count("lsm_memtable_size_bytes", {})}`,
+      );
 
       const missing = await fetch(`${base}/nope`);
       assert.equal(missing.status, 404);

@@ -148,6 +148,23 @@ describe("CairnMetrics", () => {
     assert.equal(find(all, "lsm_compaction_duration_ms_count", { result: "failure" }).length, 0);
   });
 
+  it("reads the memtables' current sizes at each scrape from the source the node gives", async () => {
+    const m = fresh();
+    m.initShard(3);
+    m.initShard(9);
+    const sizes = new Map([
+      [3, 1000],
+      [9, 0],
+    ]);
+    m.setMemtableSource(() => sizes.entries());
+    let all = samples(await m.expose());
+    assert.equal(valueOf(all, "lsm_memtable_size_bytes", { shard_id: "3" }), 1000);
+    assert.equal(valueOf(all, "lsm_memtable_size_bytes", { shard_id: "9" }), 0);
+    sizes.set(9, 250);
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "lsm_memtable_size_bytes", { shard_id: "9" }), 250);
+  });
+
   it("tracks Raft state per shard and drops a removed shard's series", async () => {
     const m = fresh();
     m.initShard(0);

@@ -259,6 +259,10 @@ class GatedEngine implements ShardEngine {
   backpressure(): Backpressure {
     return this.#inner.backpressure();
   }
+  get memtableBytes(): number {
+    return this.#inner.memtableBytes;
+  }
+
   stats(): { readonly bytesPerLevel: readonly number[] } {
     return this.#inner.stats();
   }

@@ -901,6 +901,13 @@ export class LsmEngine implements BudgetMember {
 
   // --- lifecycle and introspection ---
 
+  /** Bytes of the active and immutable memtables (stats().memtableBytes, without the rest). */
+  get memtableBytes(): number {
+    let bytes = this.#mem.bytes;
+    for (const m of this.#immutables) bytes += m.bytes;
+    return bytes;
+  }
+
   stats(): LsmStats {
     return {
       filesPerLevel: this.#levels.map((l) => l.length),
