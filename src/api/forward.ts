@@ -120,11 +120,10 @@ export class Forwarder {
   readonly #maxMessageBytes: number;
   /** One channel per leader address, reused by every forward to it. */
   readonly #channels = new Map<string, GrpcChannel>();
-  /** Forwards in flight by shard, when `leaders` is given. */
   /**
-   * Forwards in flight, per shard, by id. A shard's table is kept once made (a table per shard
-   * at most), and it is an IntMap: a Map's or a Set's churn promotes what its entries reach
-   * (src/common/int-map.ts).
+   * Forwards in flight, per shard (when `leaders` is given), by id. A shard's table is kept once
+   * made (a table per shard at most), and it is an IntMap: a Map's or a Set's churn promotes what
+   * its entries reach (src/common/int-map.ts).
    */
   readonly #inFlight = new Map<number, IntMap<InFlight>>();
   #nextForward = 1;
