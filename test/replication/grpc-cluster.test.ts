@@ -764,6 +764,10 @@ describe("MultiRaft over gRPC, three nodes", () => {
       await put;
       assert.ok((n1.appendsSent.get(String(shard)) ?? 0) > 0);
       for (const node of cluster.live()) {
+        // A quorum committed the write; the third replica may open the group a moment later.
+        await eventually(`${node.id} in the group`, () =>
+          Promise.resolve(node.mr.shardInfo(shard) !== null),
+        );
         assert.equal(node.mr.shardInfo(shard)?.term, 1, `${node.id}: no election`);
       }
       assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v1");
