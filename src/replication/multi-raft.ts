@@ -1328,8 +1328,9 @@ export class MultiRaft {
     try {
       const work: [ShardReplica, Ready][] = [];
       // The marked list is taken whole and an empty one put in its place (no copy per round);
-      // shards marked from here on wait for the next round (a shard is unmarked as its turn
-      // comes, so one marked again after its turn goes into the new list).
+      // shards marked from here on wait for the next round. Every shard taken is unmarked
+      // first, so one marked again during this round, before or after its turn, goes into the
+      // new list.
       const dirty = this.#dirty;
       this.#dirty = this.#spareDirty;
       this.#spareDirty = dirty;

@@ -478,11 +478,13 @@ export class ShardReplica {
       this.#confProposals.delete(index);
       c.reject(new RequestTimeoutError("membership change", now - c.since));
     }
-    for (const [id, r] of this.#reads.size > 0 ? this.#reads.entries() : []) {
-      if (r.since > late) continue;
-      if (r.index !== null && !r.remote) continue;
-      this.#reads.delete(id);
-      r.reject(new RequestTimeoutError("read", now - r.since));
+    if (this.#reads.size > 0) {
+      for (const [id, r] of this.#reads.entries()) {
+        if (r.since > late) continue;
+        if (r.index !== null && !r.remote) continue;
+        this.#reads.delete(id);
+        r.reject(new RequestTimeoutError("read", now - r.since));
+      }
     }
   }
 
