@@ -288,6 +288,7 @@ export class CairnNode implements HealthSource {
     }
     opened = store;
     metrics.setMemtableSource(() => store.memtableSizes());
+    metrics.setSstableSource(() => store.tablesPerLevel());
     return store;
   }
 

@@ -126,6 +126,9 @@ export class CairnMetrics {
   readonly #raftState = new Map<number, { term: number; commit: number; nodeId: string }>();
   /** The shards' memtable sizes now, read at each scrape (setMemtableSource). */
   #memtableSource: (() => Iterable<readonly [shard: number, bytes: number]>) | null = null;
+  /** The shards' tables per level now, read at each scrape (setStorageSource). */
+  #sstableSource: (() => Iterable<readonly [shard: number, perLevel: readonly number[]]>) | null =
+    null;
 
   constructor(options: CairnMetricsOptions) {
     this.nodeId = options.nodeId;
@@ -177,11 +180,26 @@ export class CairnMetrics {
         for (const [shard, bytes] of source()) this.set({ shard_id: String(shard) }, bytes);
       },
     });
+    // Pushed by the engines when their tables change, and read from every open engine at a
+    // scrape once the node gives a source: a new engine (up to a thousand in a node's first
+    // second) reports nothing at its open.
+    const sstables = (): (() => Iterable<readonly [number, readonly number[]]>) | null =>
+      this.#sstableSource;
     this.#sstables = new Gauge({
       name: "lsm_sstable_count",
       help: "SSTables per level.",
       labelNames: ["level", "shard_id"],
       registers,
+      collect(this: Gauge<"level" | "shard_id">) {
+        const source = sstables();
+        if (source === null) return;
+        // The source names every open shard: a closed one's series go with the reset.
+        this.reset();
+        for (const [shard, perLevel] of source()) {
+          const shard_id = String(shard);
+          perLevel.forEach((count, level) => this.set({ level: `L${level}`, shard_id }, count));
+        }
+      },
     });
     this.#leaderChanges = new Counter({
       name: "raft_leader_changes_total",
@@ -348,11 +366,12 @@ export class CairnMetrics {
   /** A shard became active here: its series appear at zero (shard 0 at start). */
   initShard(shardId: number): void {
     const shard_id = String(shardId);
-    this.#memtable.set({ shard_id }, 0);
+    // raft_term and raft_commit_index come from #raftState at each scrape, and the memtables'
+    // sizes from the node's source when it gave one: a node opens up to a thousand shards in
+    // its first second, and each labelled update hashes its labels.
+    if (this.#memtableSource === null) this.#memtable.set({ shard_id }, 0);
     this.#leaderChanges.inc({ shard_id }, 0);
     this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId });
-    this.#term.set({ shard_id }, 0);
-    this.#commitIndex.set({ shard_id, node_id: this.nodeId }, 0);
   }
 
   /** A shard left this node (or the node closes it): its series go away. */
@@ -376,6 +395,16 @@ export class CairnMetrics {
    */
   setMemtableSource(source: () => Iterable<readonly [shard: number, bytes: number]>): void {
     this.#memtableSource = source;
+  }
+
+  /**
+   * Where a scrape reads every open shard's tables per level (L0 first); it then names every
+   * open shard, so lsm_sstable_count keeps only their series.
+   */
+  setSstableSource(
+    source: () => Iterable<readonly [shard: number, perLevel: readonly number[]]>,
+  ): void {
+    this.#sstableSource = source;
   }
 
   /** Called every Raft round of a shard: recorded here, exported at the next scrape. */

@@ -32,6 +32,8 @@ export interface ShardEngine {
   stats(): { readonly bytesPerLevel: readonly number[] };
   /** Bytes of its memtables, active and immutable (lsm_memtable_size_bytes). */
   readonly memtableBytes: number;
+  /** Tables per level, L0 first (lsm_sstable_count); read at a scrape. */
+  readonly tablesPerLevel: readonly number[];
   /**
    * Replaces the whole content with a snapshot stream (encodeSnapshotFrames), durably: once it
    * resolves, `flushedSeq` is the snapshot's sequence.

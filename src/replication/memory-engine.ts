@@ -183,6 +183,11 @@ export class MemoryEngine implements ShardEngine {
     return 0;
   }
 
+  /** None: this engine keeps no tables. */
+  get tablesPerLevel(): readonly number[] {
+    return [];
+  }
+
   stats(): { readonly bytesPerLevel: readonly number[] } {
     let bytes = 0;
     for (const [key, versions] of this.#keys) {

@@ -890,6 +890,11 @@ export class MultiRaft {
     for (const [id, s] of this.#shards) yield [id, s.sm.lsm.memtableBytes];
   }
 
+  /** Each open shard's tables per level, L0 first (the metrics read it at a scrape). */
+  *tablesPerLevel(): Generator<readonly [shard: number, perLevel: readonly number[]]> {
+    for (const [id, s] of this.#shards) yield [id, s.sm.lsm.tablesPerLevel];
+  }
+
   /** Shard 0 exists, has a leader and its engine works: the quick health rule. No I/O. */
   isShardReady(id: number): boolean {
     if (this.#closed || this.#failure !== undefined) return false;

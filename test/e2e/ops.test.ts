@@ -129,6 +129,20 @@ describe("operators' HTTP interface, end to end", () => {
         `lsm_memtable_size_bytes: ${count("lsm_memtable_size_bytes", {})}`,
       );
 
+      // Every active shard has its tables' series, one per level, though a new engine reports
+      // nothing at its open (they are read from the open engines at the scrape).
+      for (const s of shards) {
+        const levels = all.filter(
+          (x) => x.name === "lsm_sstable_count" && x.labels["shard_id"] === String(s["id"]),
+        );
+        assert.deepEqual(
+          levels.map((x) => x.labels["level"]).sort(),
+          ["L0", "L1", "L2", "L3", "L4", "L5", "L6"],
+          `shard ${String(s["id"])}`,
+        );
+        assert.ok(levels.every((x) => x.value === 0));
+      }
+
       const missing = await fetch(`${base}/nope`);
       assert.equal(missing.status, 404);
       const post = await fetch(`${base}/health`, { method: "POST" });

@@ -165,6 +165,29 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "lsm_memtable_size_bytes", { shard_id: "9" }), 250);
   });
 
+  it("reads the tables per level at each scrape, and keeps only the source's shards", async () => {
+    const m = fresh();
+    m.lsmMetrics.sstableCount(4, 0, 7); // an engine's push, before the node gives its source
+    const tables = new Map<number, number[]>([
+      [3, [2, 0, 1]],
+      [9, [0, 0, 0]],
+    ]);
+    m.setSstableSource(() => tables.entries());
+    let all = samples(await m.expose());
+    assert.equal(valueOf(all, "lsm_sstable_count", { shard_id: "3", level: "L0" }), 2);
+    assert.equal(valueOf(all, "lsm_sstable_count", { shard_id: "3", level: "L2" }), 1);
+    assert.equal(valueOf(all, "lsm_sstable_count", { shard_id: "9", level: "L1" }), 0);
+    assert.equal(all.filter((x) => x.labels["shard_id"] === "4").length, 0);
+    tables.set(9, [1, 0, 0]);
+    tables.delete(3);
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "lsm_sstable_count", { shard_id: "9", level: "L0" }), 1);
+    assert.equal(
+      all.filter((x) => x.name === "lsm_sstable_count" && x.labels["shard_id"] === "3").length,
+      0,
+    );
+  });
+
   it("tracks Raft state per shard and drops a removed shard's series", async () => {
     const m = fresh();
     m.initShard(0);

@@ -263,6 +263,10 @@ class GatedEngine implements ShardEngine {
     return this.#inner.memtableBytes;
   }
 
+  get tablesPerLevel(): readonly number[] {
+    return this.#inner.tablesPerLevel;
+  }
+
   stats(): { readonly bytesPerLevel: readonly number[] } {
     return this.#inner.stats();
   }

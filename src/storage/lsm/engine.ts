@@ -220,6 +220,16 @@ export class LsmEngine implements BudgetMember {
       ? { state: emptyState(), current: undefined }
       : await Manifest.load(dir);
     const levels: Table[][] = [];
+    if (fresh) {
+      // Nothing to load, verify, clean up or compact: a node's first writes open up to a
+      // thousand of these at once, so the path does only what an empty engine needs.
+      for (let level = 0; level < LEVELS; level++) levels.push([]);
+      // No level report either: every count is zero, and a node's scrape reads them
+      // (tablesPerLevel) from every open engine.
+      const engine = new LsmEngine(dir, env, options, undefined, state, levels, true);
+      env.join(engine);
+      return engine;
+    }
     for (const files of state.levels) {
       levels.push(
         files.map((f) => {
@@ -901,6 +911,11 @@ export class LsmEngine implements BudgetMember {
 
   // --- lifecycle and introspection ---
 
+  /** Tables per level, L0 first (stats().filesPerLevel, without the rest). */
+  get tablesPerLevel(): number[] {
+    return this.#levels.map((l) => l.length);
+  }
+
   /** Bytes of the active and immutable memtables (stats().memtableBytes, without the rest). */
   get memtableBytes(): number {
     let bytes = this.#mem.bytes;
@@ -1023,6 +1038,19 @@ function closedError(): CairnError {
   return new CairnError("CAIRN_ERR_LSM_CLOSED", "LSM engine is closed");
 }
 
+/** Shared by every empty level: a zero-length array holds nothing to mutate. */
+const NO_PREFIXES = new Uint32Array(0);
+
 function largestPrefixes(levels: readonly (readonly Table[])[]): Uint32Array[] {
-  return levels.map((files) => Uint32Array.from(files, (t) => keyPrefix(t.props.largest)));
+  const prefixes: Uint32Array[] = [];
+  for (const files of levels) {
+    if (files.length === 0) {
+      prefixes.push(NO_PREFIXES);
+      continue;
+    }
+    const level = new Uint32Array(files.length);
+    for (let i = 0; i < files.length; i++) level[i] = keyPrefix((files[i] as Table).props.largest);
+    prefixes.push(level);
+  }
+  return prefixes;
 }

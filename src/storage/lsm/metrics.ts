@@ -3,7 +3,8 @@
  * prom-client; the engine only calls it.
  *
  * - `lsm_memtable_size_bytes{shard_id}` ← memtableSize (active + immutable memtables)
- * - `lsm_sstable_count{level,shard_id}` ← sstableCount, after every change of the file set
+ * - `lsm_sstable_count{level,shard_id}` ← sstableCount, after every change of the file set (not
+ *   at a new engine's open, whose counts are all zero; a node reads `tablesPerLevel` at a scrape)
  * - `lsm_compaction_duration_ms{level,result}` ← compactionDuration; `level` is the input level,
  *   `result` is "success" or "failure"; buckets COMPACTION_DURATION_BUCKETS_MS
  */
