@@ -150,6 +150,30 @@ describe("meta state: apply", () => {
     assert.equal(s.shards.has(1), false);
   });
 
+  it("keeps each state's shards as they were when later states add shards", () => {
+    let s = booted();
+    const states = [s];
+    for (const shard of [15, 3, 9, 3]) {
+      s = s.apply({ op: "create-shard", shard, replicas: ["n1", "n2", "n3"] }).state;
+      states.push(s);
+    }
+    assert.deepEqual(
+      states.map((x) => [...x.shards.keys()]),
+      [[0], [0, 15], [0, 3, 15], [0, 3, 9, 15], [0, 3, 9, 15]],
+    );
+    assert.deepEqual(
+      states.map((x) => x.shards.size),
+      [1, 2, 3, 4, 4],
+    );
+    assert.equal(states[1]?.shards.has(3), false);
+    assert.equal(states[1]?.shards.get(9), undefined);
+    assert.deepEqual(s.shards.get(9), ["n1", "n2", "n3"]);
+    assert.deepEqual(
+      [...s.shards].map(([shard]) => shard),
+      [0, 3, 9, 15],
+    );
+  });
+
   it("creates a shard once: the first assignment wins", () => {
     const first = booted().apply({ op: "create-shard", shard: 7, replicas: ["n3", "n1", "n2"] });
     assert.deepEqual(first.outcome, {
