@@ -29,7 +29,7 @@
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
-import { IntMap } from "../common/index.ts";
+import { DenseMap, IntMap } from "../common/index.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import {
   type MetaCommand,
@@ -354,7 +354,7 @@ export class MultiRaft {
   readonly #wal: Wal;
   /** The LSM engines' shared resources; null when the engines come from options.openEngine. */
   readonly #env: LsmEnvironment | null;
-  readonly #shards = new Map<number, ShardReplica>();
+  readonly #shards = new DenseMap<ShardReplica>();
   readonly #opening = new Map<number, Promise<ShardReplica>>();
   /** Messages for shards not known here to be replicated yet, by shard (see receive). */
   readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
@@ -372,10 +372,13 @@ export class MultiRaft {
   /** The array #round swaps in for #dirty, empty between rounds. */
   #spareDirty: ShardReplica[] = [];
   /**
-   * The shards the ticker ticks: groups awake here, and sleeping ones with requests waiting
-   * (the rounds that ticks cause check their deadlines). See #trackSleep.
+   * The shards the ticker ticks (ShardReplica.ticking): groups awake here, and sleeping ones
+   * with requests waiting (the rounds that ticks cause check their deadlines). See #trackSleep.
+   * A list with a flag, not a Set: #trackSleep runs for every group a round visits, and the
+   * next tick drops those that stopped ticking.
    */
-  readonly #awake = new Set<ShardReplica>();
+  #ticking: ShardReplica[] = [];
+  #tickingCount = 0;
   /** What observer.awakeGroups last heard. */
   #reportedAwake = -1;
   readonly #maxPending: number;
@@ -1244,25 +1247,47 @@ export class MultiRaft {
   #tick(): void {
     // Held messages past their time are dropped (their shards' replicas are checked again).
     if (this.#held.size > 0) this.replicasChanged();
-    for (const s of this.#awake) {
+    const list = this.#ticking;
+    let kept = 0;
+    for (let i = 0; i < list.length; i++) {
+      const s = list[i] as ShardReplica;
+      if (!s.ticking) {
+        s.listedTicking = false;
+        continue;
+      }
+      list[kept++] = s;
       s.ticks++;
       this.#mark(s);
     }
-    if (this.#awake.size > 0) this.#scheduleRound();
-    if (this.#awake.size !== this.#reportedAwake) {
-      this.#reportedAwake = this.#awake.size;
+    list.length = kept;
+    if (this.#tickingCount > 0) this.#scheduleRound();
+    if (this.#tickingCount !== this.#reportedAwake) {
+      this.#reportedAwake = this.#tickingCount;
       this.#options.observer?.awakeGroups?.(this.#reportedAwake);
     }
   }
 
   /**
-   * Keeps #awake in step with the group after anything that may put it to sleep or wake it
+   * Keeps #ticking in step with the group after anything that may put it to sleep or wake it
    * (feeding its inputs, advancing it). A sleeping group with requests waiting stays ticked
    * (ticks do nothing to it, but the rounds they cause expire requests past their deadline).
    */
   #trackSleep(s: ShardReplica): void {
-    if (s.raw.quiesced && s.pendingOperations === 0) this.#awake.delete(s);
-    else this.#awake.add(s);
+    this.#setTicking(s, !s.raw.quiesced || s.pendingOperations > 0);
+  }
+
+  #setTicking(s: ShardReplica, ticking: boolean): void {
+    if (s.ticking === ticking) return;
+    s.ticking = ticking;
+    if (!ticking) {
+      this.#tickingCount--;
+      return;
+    }
+    this.#tickingCount++;
+    if (!s.listedTicking) {
+      s.listedTicking = true;
+      this.#ticking.push(s);
+    }
   }
 
   /**
@@ -1284,7 +1309,7 @@ export class MultiRaft {
 
   /** Groups of this node that are awake (ticking). */
   awakeGroups(): number {
-    return this.#awake.size;
+    return this.#tickingCount;
   }
 
   #markDirty(s: ShardReplica): void {
@@ -1859,7 +1884,7 @@ export class MultiRaft {
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);
-      this.#awake.add(shard);
+      this.#setTicking(shard, true);
       o.observer?.shardOpened?.(id, applied, commit);
       if (id === 0) {
         const observe = o.observer?.metaApplied?.bind(o.observer);

@@ -141,6 +141,10 @@ export class ShardReplica {
   ticks = 0;
   /** In the driver's list for its next round (MultiRaft#mark). */
   marked = false;
+  /** Ticked by the driver: awake, or asleep with requests waiting (MultiRaft #trackSleep). */
+  ticking = false;
+  /** In the driver's list of ticking groups (which drops those that stopped at its next tick). */
+  listedTicking = false;
   /**
    * The commit index found at open: until the state machine has applied it, the replica holds
    * state older than writes it may already have acknowledged, so it neither campaigns nor

@@ -3,7 +3,7 @@
  * See README.md for the concept, the format and the caveats.
  */
 import { join } from "node:path";
-import { CairnError } from "../../common/index.ts";
+import { CairnError, DenseMap } from "../../common/index.ts";
 import {
   CorruptionError,
   ensureDir,
@@ -185,7 +185,8 @@ export class Wal {
   #blockingWriteMs = 0;
   #blockingWrites = 0;
   readonly #testingBugs: NonNullable<WalOptions["testingBugs"]>;
-  readonly #shards = new Map<number, ShardLog>();
+  /** By shard id: looked up several times per Raft message (terms, first and last indexes). */
+  readonly #shards = new DenseMap<ShardLog>();
   readonly #segments: Segment[];
   #handle: FsFile;
   #segmentSize: number;
@@ -211,9 +212,9 @@ export class Wal {
   #failure: unknown = undefined;
   #closed = false;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
-  readonly #durableCompact = new Map<number, number>();
+  readonly #durableCompact = new DenseMap<number>();
   /** Per shard, its state as on disk: what a new segment's checkpoint may record. */
-  readonly #durable = new Map<number, ShardCheckpoint>();
+  readonly #durable = new DenseMap<ShardCheckpoint>();
   #memoryBytes = 0;
 
   #recordsAppended = 0;
