@@ -530,7 +530,8 @@ export class MetaState {
 
   /** The node that should lead `shard`: its preferred leader, else its first-ranked replica. */
   preferredLeader(shard: number): string | undefined {
-    return this.leaders.get(shard) ?? this.nodesOf(shard)[0];
+    const first = this.shards.get(shard)?.[0];
+    return this.leaders.get(shard) ?? (first === undefined ? undefined : nodeOfReplica(first));
   }
 
   /** The replica id member `node` has now (its node id when it is not a member). */

@@ -97,7 +97,6 @@ export class CairnMetrics {
   readonly #compaction: Histogram<"level" | "result">;
   readonly #memtable: Gauge<"shard_id">;
   readonly #sstables: Gauge<"level" | "shard_id">;
-  readonly #leaderChanges: Counter<"shard_id">;
   readonly #commitIndex: Gauge<"shard_id" | "node_id">;
   readonly #term: Gauge<"shard_id">;
   readonly #clusterSize: Gauge;
@@ -123,7 +122,10 @@ export class CairnMetrics {
    * Term and commit index per shard, updated on every Raft round (a plain field write) and copied
    * into raft_term and raft_commit_index when /metrics is scraped, not on the request path.
    */
-  readonly #raftState = new Map<number, { term: number; commit: number; nodeId: string }>();
+  readonly #raftState = new Map<
+    number,
+    { term: number; commit: number; nodeId: string; leaderChanges: number }
+  >();
   /** The shards' memtable sizes now, read at each scrape (setMemtableSource). */
   #memtableSource: (() => Iterable<readonly [shard: number, bytes: number]>) | null = null;
   /** The shards' tables per level now, read at each scrape (setStorageSource). */
@@ -201,13 +203,21 @@ export class CairnMetrics {
         }
       },
     });
-    this.#leaderChanges = new Counter({
+    const raftState = this.#raftState;
+    // Counted in #raftState and exported at each scrape: a new shard's series, at zero, costs
+    // no labelled update at its open (up to a thousand in a node's first second).
+    new Counter({
       name: "raft_leader_changes_total",
       help: "Leader changes (elections) seen by this node.",
       labelNames: ["shard_id"],
       registers,
+      collect(this: Counter<"shard_id">) {
+        this.reset();
+        for (const [shard, state] of raftState) {
+          this.inc({ shard_id: String(shard) }, state.leaderChanges);
+        }
+      },
     });
-    const raftState = this.#raftState;
     this.#commitIndex = new Gauge({
       name: "raft_commit_index",
       help: "Committed Raft log index.",
@@ -366,19 +376,17 @@ export class CairnMetrics {
   /** A shard became active here: its series appear at zero (shard 0 at start). */
   initShard(shardId: number): void {
     const shard_id = String(shardId);
-    // raft_term and raft_commit_index come from #raftState at each scrape, and the memtables'
-    // sizes from the node's source when it gave one: a node opens up to a thousand shards in
-    // its first second, and each labelled update hashes its labels.
+    // raft_term, raft_commit_index and raft_leader_changes_total come from #raftState at each
+    // scrape, and the memtables' sizes from the node's source when it gave one: a node opens up
+    // to a thousand shards in its first second, and each labelled update hashes its labels.
     if (this.#memtableSource === null) this.#memtable.set({ shard_id }, 0);
-    this.#leaderChanges.inc({ shard_id }, 0);
-    this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId });
+    this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId, leaderChanges: 0 });
   }
 
   /** A shard left this node (or the node closes it): its series go away. */
   removeShard(shardId: number): void {
     const shard_id = String(shardId);
     this.#memtable.remove({ shard_id });
-    this.#leaderChanges.remove({ shard_id });
     const state = this.#raftState.get(shardId);
     this.#raftState.delete(shardId);
     this.#term.remove({ shard_id });
@@ -411,7 +419,7 @@ export class CairnMetrics {
   setRaftState(shardId: number, nodeId: string, term: number, commitIndex: number): void {
     const state = this.#raftState.get(shardId);
     if (state === undefined) {
-      this.#raftState.set(shardId, { term, commit: commitIndex, nodeId });
+      this.#raftState.set(shardId, { term, commit: commitIndex, nodeId, leaderChanges: 0 });
     } else {
       state.term = term;
       state.commit = commitIndex;
@@ -420,7 +428,12 @@ export class CairnMetrics {
   }
 
   incLeaderChanges(shardId: number): void {
-    this.#leaderChanges.inc({ shard_id: String(shardId) });
+    const state = this.#raftState.get(shardId);
+    if (state === undefined) {
+      this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId, leaderChanges: 1 });
+    } else {
+      state.leaderChanges++;
+    }
   }
 
   /** The Raft driver handed one frame to the transport for `peer`. */
