@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { KIND_DELETE, KIND_PUT } from "../../src/storage/lsm/format.ts";
-import { Memtable, versionAt, versionCount, type MemNode } from "../../src/storage/lsm/memtable.ts";
+import {
+  Memtable,
+  sortByKey,
+  versionAt,
+  versionCount,
+  type MemNode,
+} from "../../src/storage/lsm/memtable.ts";
 
 /** Keys from a small alphabet with 0x00 and 0xff, short and long, so keys collide and nest. */
 const keyArb = fc
@@ -32,6 +38,38 @@ function walk(from: MemNode | null): MemNode[] {
 }
 
 describe("memtable", () => {
+  it("sorts nodes by key as a string comparison does: common prefixes, ties past four characters, short keys, zero bytes", () => {
+    // Keys as binary strings: a shared prefix (the storage prefix of every KV key), then a few
+    // characters from a small alphabet (ties in sortByKey's four characters) or any byte.
+    const char = fc.oneof(
+      fc.constantFrom("\u0000", "a", "b", "\u00ff"),
+      fc.integer({ min: 0, max: 255 }).map((c) => String.fromCharCode(c)),
+    );
+    const key = fc
+      .tuple(fc.constantFrom("", "d", "user:"), fc.array(char, { maxLength: 9 }))
+      .map(([prefix, chars]) => prefix + chars.join(""));
+    fc.assert(
+      fc.property(fc.uniqueArray(key, { maxLength: 300 }), (keys) => {
+        const nodes = keys.map((k, i): MemNode => ({
+          key: k,
+          seq: i,
+          kind: KIND_PUT,
+          value: new Uint8Array(0),
+          older: null,
+          next: [],
+        }));
+        const sorted = sortByKey(nodes).map((n) => n.key);
+        assert.deepEqual(sorted, [...keys].sort());
+        assert.deepEqual(
+          nodes.map((n) => n.key),
+          keys,
+          "the input is left as it was",
+        );
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it("iterates every key in order from any seek or flush, however puts and seeks interleave", () => {
     fc.assert(
       fc.property(fc.array(stepArb, { maxLength: 300 }), (steps) => {

@@ -67,6 +67,8 @@ export class Memtable {
   readonly #update: MemNode[] = new Array<MemNode>(MAX_HEIGHT);
   /** Nodes in the Map but not yet in the skip list, in insertion order. */
   #pending: MemNode[] = [];
+  /** #pending is in key order (nothing was added since #sortPending). */
+  #pendingSorted = true;
   bytes = 0;
   /**
    * Bytes of the entries as a table would hold them (key, value and 13 bytes of framing per
@@ -123,6 +125,7 @@ export class Memtable {
     const added: MemNode = { key, seq, kind, value, older: null, next: NOT_LINKED };
     this.#map.set(key, added);
     this.#pending.push(added);
+    this.#pendingSorted = false;
     this.bytes += key.length + value.length + VERSION_OVERHEAD + NODE_OVERHEAD;
     this.dataBytes += key.length + value.length + ENTRY_FRAMING;
     this.versions++;
@@ -195,10 +198,13 @@ export class Memtable {
     return out;
   }
 
-  /** The pending nodes, sorted by key (in place: a later sort of them is cheap). */
+  /** The pending nodes, sorted by key (kept sorted: a later call costs nothing). */
   #sortPending(): MemNode[] {
-    // Keys are distinct (the Map holds one node per key).
-    return this.#pending.sort((a, b) => (a.key < b.key ? -1 : 1));
+    if (!this.#pendingSorted) {
+      this.#pending = sortByKey(this.#pending);
+      this.#pendingSorted = true;
+    }
+    return this.#pending;
   }
 
   /** Links the pending nodes into the skip list, in key order. */
@@ -242,3 +248,60 @@ export class Memtable {
 
 /** The successors of a node not yet linked (shared: never written). */
 const NOT_LINKED: Array<MemNode | null> = [];
+
+/** 2^21: a node's index fits below this in sortByKey's packed numbers. */
+const INDEX_SPAN = 2_097_152;
+
+/**
+ * `nodes` (distinct binary-string keys) in key order, as a new array. A flush sorts the ~30,000 keys a 4 MiB
+ * memtable gathers; a comparator sort of strings took ~0.4 µs a key of the main thread in
+ * `bench:lsm`. Here each node becomes one number, the four characters after the keys' common
+ * prefix (zero past a key's end: a shorter key never sorts after a longer one with the same
+ * characters) times 2^21 plus its index, exact in a double, and a typed array's native numeric
+ * sort orders them; only nodes whose four characters tie are compared as strings, in runs.
+ * About 3× faster on random keys; keys alike past their common prefix fall back to runs.
+ */
+export function sortByKey(nodes: readonly MemNode[]): MemNode[] {
+  const n = nodes.length;
+  if (n < 2 || n >= INDEX_SPAN) return nodes.slice().sort(compareNodes);
+  const first = (nodes[0] as MemNode).key;
+  let lcp = first.length;
+  for (let i = 1; i < n && lcp > 0; i++) {
+    const key = (nodes[i] as MemNode).key;
+    const m = Math.min(lcp, key.length);
+    let j = 0;
+    while (j < m && key.charCodeAt(j) === first.charCodeAt(j)) j++;
+    lcp = j;
+  }
+  const packed = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    const key = (nodes[i] as MemNode).key;
+    let prefix = 0;
+    for (let j = lcp; j < lcp + 4; j++) {
+      const c = j < key.length ? key.charCodeAt(j) : 0;
+      // Keys are binary strings (one byte a character); anything else is compared whole.
+      if (c > 255) return nodes.slice().sort(compareNodes);
+      prefix = prefix * 256 + c;
+    }
+    packed[i] = prefix * INDEX_SPAN + i;
+  }
+  packed.sort();
+  const out = new Array<MemNode>(n);
+  for (let i = 0; i < n; i++) out[i] = nodes[(packed[i] as number) % INDEX_SPAN] as MemNode;
+  // Runs of equal prefixes, in index order so far: ordered by the whole key.
+  for (let i = 0; i < n;) {
+    const prefix = Math.floor((packed[i] as number) / INDEX_SPAN);
+    let j = i + 1;
+    while (j < n && Math.floor((packed[j] as number) / INDEX_SPAN) === prefix) j++;
+    if (j - i > 1) {
+      const run = out.slice(i, j).sort(compareNodes);
+      for (let k = 0; k < run.length; k++) out[i + k] = run[k] as MemNode;
+    }
+    i = j;
+  }
+  return out;
+}
+
+function compareNodes(a: MemNode, b: MemNode): number {
+  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+}
