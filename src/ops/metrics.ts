@@ -119,8 +119,9 @@ export class CairnMetrics {
   /** Levels seen per shard, so removeShard can drop every lsm_sstable_count series. */
   readonly #shardLevels = new Map<number, Set<string>>();
   /**
-   * Term and commit index per shard, updated on every Raft round (a plain field write) and copied
-   * into raft_term and raft_commit_index when /metrics is scraped, not on the request path.
+   * Term and commit index per shard, updated on every Raft round (a plain field write), and its
+   * leader changes, copied into raft_term, raft_commit_index and raft_leader_changes_total when
+   * /metrics is scraped, not on the request path.
    */
   readonly #raftState = new Map<
     number,
@@ -128,7 +129,7 @@ export class CairnMetrics {
   >();
   /** The shards' memtable sizes now, read at each scrape (setMemtableSource). */
   #memtableSource: (() => Iterable<readonly [shard: number, bytes: number]>) | null = null;
-  /** The shards' tables per level now, read at each scrape (setStorageSource). */
+  /** The shards' tables per level now, read at each scrape (setSstableSource). */
   #sstableSource: (() => Iterable<readonly [shard: number, perLevel: readonly number[]]>) | null =
     null;
 

@@ -253,13 +253,13 @@ const NOT_LINKED: Array<MemNode | null> = [];
 const INDEX_SPAN = 2_097_152;
 
 /**
- * `nodes` (distinct binary-string keys) in key order, as a new array. A flush sorts the ~30,000 keys a 4 MiB
- * memtable gathers; a comparator sort of strings took ~0.4 µs a key of the main thread in
- * `bench:lsm`. Here each node becomes one number, the four characters after the keys' common
- * prefix (zero past a key's end: a shorter key never sorts after a longer one with the same
- * characters) times 2^21 plus its index, exact in a double, and a typed array's native numeric
- * sort orders them; only nodes whose four characters tie are compared as strings, in runs.
- * About 3× faster on random keys; keys alike past their common prefix fall back to runs.
+ * `nodes` (distinct binary-string keys) in key order, as a new array. A flush sorts the ~30,000
+ * keys a 4 MiB memtable gathers; a comparator sort of strings took ~0.4 µs a key of the main
+ * thread in `bench:lsm`. Here each node becomes one number, the four characters after the keys'
+ * common prefix (zero past a key's end: a shorter key never sorts after a longer one with the
+ * same characters) times 2^21 plus its index, exact in a double, and a typed array's native
+ * numeric sort orders them; only nodes whose four characters tie are compared as strings, in
+ * runs. About 3× faster on random keys; keys alike past their common prefix fall back to runs.
  */
 export function sortByKey(nodes: readonly MemNode[]): MemNode[] {
   const n = nodes.length;
