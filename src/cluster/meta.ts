@@ -34,6 +34,7 @@
  * re-replication are a later issue); addresses are checked for shape only, not parsed.
  */
 import { CairnError } from "../common/errors.ts";
+import { DenseMap, type ReadonlyDenseMap } from "../common/index.ts";
 import { nodeOfReplica, replicaIdOf } from "./replica.ts";
 import { xxhash64 } from "./routing.ts";
 
@@ -343,68 +344,6 @@ function duplicate(ids: readonly string[], what: string): string | null {
 // ---------------------------------------------------------------------------------------------
 // State
 
-/**
- * The created shards' initial voters (replica ids) by shard id, immutable: `with` returns a new
- * table. An array indexed by shard id, which `with` copies whole (a copy of at most
- * `totalShards` pointers), where a `Map` had to be copied entry by entry: a fill that creates
- * 1,024 shards applies 1,024 create-shard entries on every node, and each copied every shard
- * created before it. Iterates in shard order.
- */
-export class ShardTable {
-  static readonly EMPTY = new ShardTable([], 0);
-  readonly #slots: readonly (readonly string[] | undefined)[];
-  readonly size: number;
-
-  private constructor(slots: readonly (readonly string[] | undefined)[], size: number) {
-    this.#slots = slots;
-    this.size = size;
-  }
-
-  /** A table of `entries`, whose shard ids are integers in [0, 2^32 − 1). */
-  static of(entries: Iterable<readonly [number, readonly string[]]>): ShardTable {
-    const slots: (readonly string[] | undefined)[] = [];
-    let size = 0;
-    for (const [shard, replicas] of entries) {
-      if (slots[shard] === undefined) size++;
-      slots[shard] = replicas;
-    }
-    return new ShardTable(slots, size);
-  }
-
-  get(shard: number): readonly string[] | undefined {
-    return this.#slots[shard];
-  }
-
-  has(shard: number): boolean {
-    return this.#slots[shard] !== undefined;
-  }
-
-  /** This table with `shard`'s voters set to `replicas`; this one is left as it is. */
-  with(shard: number, replicas: readonly string[]): ShardTable {
-    const slots = this.#slots.slice();
-    const added = slots[shard] === undefined;
-    slots[shard] = replicas;
-    return new ShardTable(slots, added ? this.size + 1 : this.size);
-  }
-
-  *keys(): Generator<number, undefined> {
-    for (let shard = 0; shard < this.#slots.length; shard++) {
-      if (this.#slots[shard] !== undefined) yield shard;
-    }
-  }
-
-  *entries(): Generator<[number, readonly string[]], undefined> {
-    for (let shard = 0; shard < this.#slots.length; shard++) {
-      const replicas = this.#slots[shard];
-      if (replicas !== undefined) yield [shard, replicas];
-    }
-  }
-
-  [Symbol.iterator](): Generator<[number, readonly string[]], undefined> {
-    return this.entries();
-  }
-}
-
 export class MetaState {
   /** null until the bootstrap command applies. */
   readonly clusterId: string | null;
@@ -415,9 +354,12 @@ export class MetaState {
   readonly members: ReadonlyMap<string, MetaMember>;
   /**
    * Created shards (shard 0 from the bootstrap on) and their groups' initial voters, as replica
-   * ids; their nodes in rank order (the first is the preferred leader) are `nodesOf(shard)`.
+   * ids; their nodes in rank order (the first is the preferred leader) are `nodesOf(shard)`. By
+   * shard id in an array, which a create-shard copies whole (a pointer a shard), where a `Map`
+   * was copied entry by entry: a fill applies 1,024 create-shard entries on every node, each
+   * copying every shard created before it.
    */
-  readonly shards: ShardTable;
+  readonly shards: ReadonlyDenseMap<readonly string[]>;
   /** Preferred leaders set by prefer-leader (Admin.TransferLeader), by shard. */
   readonly leaders: ReadonlyMap<number, string>;
 
@@ -426,7 +368,7 @@ export class MetaState {
     totalShards: number,
     replicationFactor: number,
     members: ReadonlyMap<string, MetaMember>,
-    shards: ShardTable,
+    shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = new Map(),
   ) {
     this.clusterId = clusterId;
@@ -438,7 +380,7 @@ export class MetaState {
   }
 
   static empty(): MetaState {
-    return new MetaState(null, 0, 0, new Map(), ShardTable.EMPTY);
+    return new MetaState(null, 0, 0, new Map(), new DenseMap());
   }
 
   /**
@@ -505,7 +447,7 @@ export class MetaState {
       cluster.totalShards,
       cluster.replicationFactor,
       members,
-      ShardTable.of(shards),
+      DenseMap.of(shards),
       leaders,
     );
   }
@@ -563,7 +505,7 @@ export class MetaState {
       cmd.totalShards,
       cmd.replicationFactor,
       members,
-      ShardTable.of([[0, shard0]]),
+      DenseMap.of([[0, shard0]]),
     );
     return {
       state,
@@ -590,8 +532,10 @@ export class MetaState {
       return this.#rejected(`${replicas.length} replicas for shard ${shard}, expected ${want}`);
     // The initial voters are frozen here, with each member's incarnation as of this entry.
     const copy = replicas.map((r) => this.replicaOf(r));
+    const shards = this.shards.clone();
+    shards.set(shard, copy);
     return {
-      state: this.#with(this.members, this.shards.with(shard, copy)),
+      state: this.#with(this.members, shards),
       outcome: { kind: "shard-created", shard, replicas: copy },
       records: [shardRecord(shard, copy)],
     };
@@ -679,7 +623,7 @@ export class MetaState {
 
   #with(
     members: ReadonlyMap<string, MetaMember>,
-    shards: ShardTable,
+    shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = this.leaders,
   ): MetaState {
     return new MetaState(

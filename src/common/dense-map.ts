@@ -9,13 +9,28 @@
  * Keys are integers in [0, MAX_KEY] (shard ids are below 65,536; the array grows to the largest
  * key set); anything else is a RangeError on `set` and absent on `get`, `has` and `delete`.
  */
-export class DenseMap<V> {
+export class DenseMap<V> implements ReadonlyDenseMap<V> {
   static readonly MAX_KEY = 2 ** 20 - 1;
-  readonly #slots: (V | undefined)[] = [];
+  #slots: (V | undefined)[] = [];
   #size = 0;
+
+  /** A map of `entries` (a later entry for a key replaces an earlier one). */
+  static of<V>(entries: Iterable<readonly [number, V]>): DenseMap<V> {
+    const map = new DenseMap<V>();
+    for (const [key, value] of entries) map.set(key, value);
+    return map;
+  }
 
   get size(): number {
     return this.#size;
+  }
+
+  /** A copy (of the slots array: one pointer a key up to the largest). */
+  clone(): DenseMap<V> {
+    const copy = new DenseMap<V>();
+    copy.#slots = this.#slots.slice();
+    copy.#size = this.#size;
+    return copy;
   }
 
   get(key: number): V | undefined {
@@ -48,7 +63,7 @@ export class DenseMap<V> {
   }
 
   clear(): void {
-    this.#slots.length = 0;
+    this.#slots = [];
     this.#size = 0;
   }
 
@@ -76,4 +91,16 @@ export class DenseMap<V> {
   [Symbol.iterator](): Generator<[number, V], undefined> {
     return this.entries();
   }
+}
+
+/** What a DenseMap's reader may call: an immutable value hands out this view. */
+export interface ReadonlyDenseMap<V> {
+  readonly size: number;
+  get(key: number): V | undefined;
+  has(key: number): boolean;
+  clone(): DenseMap<V>;
+  keys(): Generator<number, undefined>;
+  values(): Generator<V, undefined>;
+  entries(): Generator<[number, V], undefined>;
+  [Symbol.iterator](): Generator<[number, V], undefined>;
 }

@@ -1,4 +1,4 @@
 export { CairnError } from "./errors.ts";
 export { type Rng, seededRng } from "./rng.ts";
-export { DenseMap } from "./dense-map.ts";
+export { DenseMap, type ReadonlyDenseMap } from "./dense-map.ts";
 export { IntMap } from "./int-map.ts";

@@ -54,6 +54,42 @@ describe("DenseMap", () => {
     );
   });
 
+  it("copies: a clone and its original change apart, and of() builds from entries", () => {
+    const original = DenseMap.of<string>([
+      [3, "a"],
+      [7, "b"],
+      [3, "c"],
+    ]);
+    assert.deepEqual(
+      [...original],
+      [
+        [3, "c"],
+        [7, "b"],
+      ],
+    );
+    const copy = original.clone();
+    copy.set(9, "d");
+    copy.delete(7);
+    original.set(1, "e");
+    assert.deepEqual(
+      [...original],
+      [
+        [1, "e"],
+        [3, "c"],
+        [7, "b"],
+      ],
+    );
+    assert.deepEqual(
+      [...copy],
+      [
+        [3, "c"],
+        [9, "d"],
+      ],
+    );
+    assert.equal(original.size, 3);
+    assert.equal(copy.size, 2);
+  });
+
   it("refuses keys it cannot index and undefined values; absent keys read as absent", () => {
     const m = new DenseMap<string>();
     for (const bad of [-1, 1.5, Number.NaN, DenseMap.MAX_KEY + 1, 2 ** 40]) {
