@@ -9,8 +9,9 @@ import type { TransferLeaderResponse } from "./generated/cairn/v1/TransferLeader
 import type { AdminStore } from "./store.ts";
 
 /**
- * Cluster mode: Admin.TransferLeader through the meta group (src/node/cluster.ts,
- * transferLeadership), answering the new leader's node.
+ * Admin.TransferLeader run elsewhere than on `store`, answering the new leader's node: in cluster
+ * mode through the meta group (src/node/cluster.ts, transferLeadership); with shard workers on
+ * the worker that owns the shard (src/node/siblings.ts).
  */
 export type LeadershipTransfer = (id: number, to: string) => Promise<string>;
 
@@ -52,19 +53,8 @@ export function adminService(
       const run = async (): Promise<TransferLeaderResponse> => {
         if (to === "")
           throw new InvalidArgumentError("node_id must name the replica to lead the shard");
-        if (transfer !== undefined) return { shard_id: id, leader: await transfer(id, to) };
-        const info = store.shardInfo(id);
-        if (info !== null && info.leader === to) return { shard_id: id, leader: to };
-        if (info !== null && !info.voters.includes(to)) {
-          throw new InvalidArgumentError(
-            `shard ${id} has no replica on node ${JSON.stringify(to)}; its replicas are ${info.voters.join(", ")}` +
-              (info.voters.length === 1
-                ? " (a single-node cluster has no other replica to lead)"
-                : ""),
-          );
-        }
-        await store.transferLeader(id, to);
-        return { shard_id: id, leader: store.shardInfo(id)?.leader ?? "" };
+        const leader = await (transfer ?? ((i, t) => transferInPlace(store, i, t)))(id, to);
+        return { shard_id: id, leader };
       };
       run().then(
         (r) => callback(null, r),
@@ -72,4 +62,21 @@ export function adminService(
       );
     },
   };
+}
+
+/**
+ * Admin.TransferLeader without a meta group (a single node, or a shard worker's own shards):
+ * the store's group hands its leadership to `to`; answers the leader after.
+ */
+export async function transferInPlace(store: AdminStore, id: number, to: string): Promise<string> {
+  const info = store.shardInfo(id);
+  if (info !== null && info.leader === to) return to;
+  if (info !== null && !info.voters.includes(to)) {
+    throw new InvalidArgumentError(
+      `shard ${id} has no replica on node ${JSON.stringify(to)}; its replicas are ${info.voters.join(", ")}` +
+        (info.voters.length === 1 ? " (a single-node cluster has no other replica to lead)" : ""),
+    );
+  }
+  await store.transferLeader(id, to);
+  return store.shardInfo(id)?.leader ?? "";
 }

@@ -22,6 +22,7 @@ export {
   type ForwardOptions,
   LeaderUnreachableError,
 } from "./forward.ts";
+export { transferInPlace } from "./admin-service.ts";
 export { RpcServer, type RpcServerOptions } from "./server.ts";
 export type { AdminStore, KvStore } from "./store.ts";
 export type { Limits } from "./validate.ts";

@@ -4,7 +4,7 @@
  */
 import { parseArgs } from "node:util";
 import { CONFIG_FLAG_OPTIONS, ConfigError, loadConfig } from "../config/index.ts";
-import { CairnNode } from "../node/index.ts";
+import { CairnNode, ShardWorkersNode } from "../node/index.ts";
 import { createLogger, isLogLevel } from "../ops/index.ts";
 import { CairnError } from "../common/errors.ts";
 
@@ -23,6 +23,8 @@ Options:
   --advertise-rpc-addr A     address other nodes and clients use (default: --rpc-addr)
   --advertise-http-addr A    address reported for the HTTP server (default: --http-addr)
   --log-level LEVEL          trace, debug, info, warn or error (env CAIRN_LOG_LEVEL, default info)
+  --shard-workers N          threads that each own and serve a slice of the shards; single node
+                             only, fixed for the data directory (env CAIRN_SHARD_WORKERS, default 1)
   -h, --help                 show this help
 
 Endpoints: gRPC cairn.v1 KV/Meta/Admin, grpc.health.v1 and reflection on the RPC address;
@@ -76,9 +78,12 @@ export async function serve(argv: readonly string[]): Promise<number> {
   const failed = new Promise<unknown>((resolve) => {
     fatal = resolve;
   });
-  let node: CairnNode;
+  let node: CairnNode | ShardWorkersNode;
   try {
-    node = await CairnNode.start(config, log, (err) => fatal(err));
+    node =
+      config.shard_workers > 1
+        ? await ShardWorkersNode.start(config, log, (err) => fatal(err))
+        : await CairnNode.start(config, log, (err) => fatal(err));
   } catch (err) {
     const code = err instanceof CairnError ? err.code : "CAIRN_ERR_INTERNAL";
     log.error("node failed to start", { error: (err as Error).message, code });

@@ -44,6 +44,7 @@ export interface CairnConfig {
     readonly max_pending_bytes: number;
   };
   readonly rpc: { readonly io_threads: number };
+  readonly shard_workers: number;
   readonly raft: {
     readonly tick_ms: number;
     readonly election_ticks: number;
@@ -335,6 +336,30 @@ function checkAcrossKeys(
         `must be less than raft.election_ticks (${election}, from ${sourceOf("raft.election_ticks")}), got ${heartbeat}`,
       ),
     );
+  }
+
+  const workers = values.get("shard_workers");
+  const seeds = values.get("cluster.seed_nodes");
+  const ioThreads = values.get("rpc.io_threads");
+  if (typeof workers === "number" && workers > 1) {
+    if (Array.isArray(seeds) && seeds.length > 0) {
+      issues.push(
+        issue(
+          "shard_workers",
+          sourceOf("shard_workers"),
+          `must be 1 in cluster mode (cluster.seed_nodes set, from ${sourceOf("cluster.seed_nodes")}): shard workers run only on a single node for now, got ${workers}`,
+        ),
+      );
+    }
+    if (typeof ioThreads === "number" && ioThreads > 0) {
+      issues.push(
+        issue(
+          "shard_workers",
+          sourceOf("shard_workers"),
+          `must be 1 when rpc.io_threads (${ioThreads}, from ${sourceOf("rpc.io_threads")}) is above 0: each shard worker serves rpc_addr itself, got ${workers}`,
+        ),
+      );
+    }
   }
 
   const maxKey = values.get("limits.max_key_bytes");

@@ -234,6 +234,16 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Worker threads that serve rpc_addr (HTTP/2 and gRPC framing) and hand each call to the main thread, which runs Raft, the WAL and the LSM; 0 serves gRPC on the main thread itself (fastest on 2 cores; more threads help once the main thread is busy and cores are spare).",
   },
   {
+    key: "shard_workers",
+    kind: "int",
+    schema: intBetween(1, 64),
+    default: 1,
+    env: "CAIRN_SHARD_WORKERS",
+    flag: "shard-workers",
+    expect: "must be an integer between 1 and 64",
+    doc: "Threads that each own the shards whose id mod shard_workers is theirs (their own WAL, Raft groups and LSM engines) and each serve rpc_addr, handing a call on another worker's shard to it; 1 runs every shard on the main thread. Above 1: single-node mode only, with rpc.io_threads 0, and fixed for the life of the data directory.",
+  },
+  {
     key: "raft.tick_ms",
     kind: "int",
     schema: intBetween(1, 10_000),

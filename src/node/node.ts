@@ -39,16 +39,51 @@ import {
   type ScanRequest,
   type TermCheck,
 } from "../replication/index.ts";
-import { type ForwardOptions, RpcServer } from "../api/index.ts";
+import { type AdminStore, type ForwardOptions, type KvStore, RpcServer } from "../api/index.ts";
 import { ClusterState, metaRefusal, spreadLeaders, transferLeadership } from "./cluster.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
 import { countingTransport } from "./counting-transport.ts";
+import { checkShardWorkers } from "./worker-layout.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
   readonly http: string;
+}
+
+/**
+ * A shard worker's share of a node (src/node/shard-workers.ts runs one CairnNode per worker in
+ * single-node mode): the shards it owns, with their own WAL, and what it shares with the other
+ * workers. The main thread keeps the operators' HTTP server; one worker runs membership.
+ */
+export interface ShardCell {
+  /** This worker's index and the number of workers: it owns the shards with id mod count = index. */
+  readonly index: number;
+  readonly count: number;
+  readonly walDir: string;
+  /** The cluster view, shared with the other workers. */
+  readonly views: ClusterViewPublisher;
+  /** Whether this worker runs SWIM (one does: it binds UDP on the RPC port number). */
+  readonly membership: boolean;
+  /**
+   * The store this worker's gRPC services use over its own driver (the owner of each key's
+   * shard), and Admin.TransferLeader run where the shard lives.
+   */
+  route(local: MultiRaft): {
+    readonly store: KvStore & AdminStore;
+    readonly transferLeader: (id: number, to: string) => Promise<string>;
+  };
+  /**
+   * Resolves, once every worker has recovered its shards, with the address to serve gRPC on and
+   * the node's HTTP address (the main thread serves it).
+   */
+  addresses(): Promise<NodeAddresses>;
+  /**
+   * Called at a stop once this worker's gRPC server has drained; resolves once every worker's
+   * has, so a call handed to another worker still finds that worker's shards open.
+   */
+  drained(): Promise<void>;
 }
 
 export class CairnNode implements HealthSource {
@@ -74,13 +109,20 @@ export class CairnNode implements HealthSource {
   #spreadTimer: NodeJS.Timeout | null = null;
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
+  readonly #cell: ShardCell | null;
 
-  private constructor(config: CairnConfig, log: Logger, onFatal: (err: unknown) => void) {
+  private constructor(
+    config: CairnConfig,
+    log: Logger,
+    onFatal: (err: unknown) => void,
+    cell: ShardCell | null,
+  ) {
     this.config = config;
     this.#log = log;
     this.metrics = new CairnMetrics({ nodeId: config.node_id });
-    this.views = new ClusterViewPublisher(config.cluster.total_shards);
+    this.views = cell?.views ?? new ClusterViewPublisher(config.cluster.total_shards);
     this.#onFatal = onFatal;
+    this.#cell = cell;
   }
 
   /** The multi-raft driver; throws before storage recovery has finished. */
@@ -92,16 +134,21 @@ export class CairnNode implements HealthSource {
   /**
    * Recovers storage and starts both servers. Rejects (after releasing what it opened) when a
    * server cannot bind or storage cannot be recovered. `onFatal` hears of errors after start that
-   * leave the node unable to serve safely; the caller should stop the process.
+   * leave the node unable to serve safely; the caller should stop the process. With `cell`, the
+   * node is one shard worker's share (no HTTP server: the main thread has it).
    */
   static async start(
     config: CairnConfig,
     log: Logger,
     onFatal: (err: unknown) => void = () => {},
+    cell?: ShardCell,
   ): Promise<CairnNode> {
-    const node = new CairnNode(config, log, onFatal);
+    const node = new CairnNode(config, log, onFatal, cell ?? null);
     try {
-      await node.#startHttp();
+      if (cell === undefined) {
+        await checkShardWorkers(config.data_dir, 1);
+        await node.#startHttp();
+      }
       if (config.cluster.seed_nodes.length > 0) {
         const incarnation = await loadIncarnation(config.data_dir);
         node.#cluster = new ClusterState(config, log, node.views, incarnation.id, (err) => {
@@ -118,14 +165,20 @@ export class CairnNode implements HealthSource {
         node.#cluster.attach(store, node.#transport);
         node.#cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
       }
-      await node.#startRpc();
-      await node.#startMembership();
+      if (cell === undefined) {
+        await node.#startRpc(config.rpc_addr);
+      } else {
+        const { rpc, http } = await cell.addresses();
+        node.#addresses = { ...node.#addresses, http };
+        await node.#startRpc(rpc);
+      }
+      if (cell?.membership ?? true) await node.#startMembership();
     } catch (err) {
       await node.#closeAll(0);
       throw err;
     }
     node.#serving = true;
-    log.info("node started", {
+    log.info(cell === undefined ? "node started" : "shard worker started", {
       node_id: config.node_id,
       rpc_addr: node.#addresses.rpc,
       http_addr: node.#addresses.http,
@@ -133,6 +186,7 @@ export class CairnNode implements HealthSource {
       total_shards: config.cluster.total_shards,
       active_shards: node.store.shardIds().length,
       mode: config.cluster.seed_nodes.length === 0 ? "single-node" : "cluster",
+      ...(cell === undefined ? {} : { shard_workers: cell.count }),
     });
     return node;
   }
@@ -161,6 +215,9 @@ export class CairnNode implements HealthSource {
     }
     const replicas = (shard: number): string[] =>
       opened?.shardInfo(shard)?.voters.map(nodeOfReplica) ?? [config.node_id];
+    const cell = this.#cell;
+    // The node's memory budgets are shared by its shard workers.
+    const share = (bytes: number): number => Math.floor(bytes / (cell?.count ?? 1));
     const planted = plantedBugs(process.env);
     if (planted !== null) log.warn("planted bugs enabled (testing only)", { bugs: planted.names });
     const store = await MultiRaft.open({
@@ -168,16 +225,22 @@ export class CairnNode implements HealthSource {
       ...(planted === null || planted.fs === null ? {} : { fs: planted.fs }),
       nodeId: config.node_id,
       dataDir: config.data_dir,
+      ...(cell === null
+        ? {}
+        : {
+            walDir: cell.walDir,
+            ownsShard: (shard: number) => shard % cell.count === cell.index,
+          }),
       totalShards: config.cluster.total_shards,
       tickMs: config.raft.tick_ms,
       electionTicks: config.raft.election_ticks,
       heartbeatTicks: config.raft.heartbeat_ticks,
       quiesce: config.raft.quiesce,
       memtableBytes: config.storage.memtable_bytes,
-      blockCacheBytes: config.storage.block_cache_bytes,
-      memtableBudgetBytes: config.storage.memtable_budget_bytes,
-      wal: { memoryBudgetBytes: config.storage.wal_cache_bytes },
-      maxPendingBytes: config.limits.max_pending_bytes,
+      blockCacheBytes: share(config.storage.block_cache_bytes),
+      memtableBudgetBytes: share(config.storage.memtable_budget_bytes),
+      wal: { memoryBudgetBytes: share(config.storage.wal_cache_bytes) },
+      maxPendingBytes: share(config.limits.max_pending_bytes),
       flushOutputs: () => this.#rpc?.flushNow(),
       lsmMetrics: metrics.lsmMetrics,
       ...(cluster === null || this.#transport === null
@@ -309,11 +372,12 @@ export class CairnNode implements HealthSource {
     this.#addresses = { ...this.#addresses, http: formatHostPort(http) };
   }
 
-  async #startRpc(): Promise<void> {
+  async #startRpc(address: string): Promise<void> {
     const c = this.config;
+    const routed = this.#cell?.route(this.store) ?? null;
     this.#rpc = new RpcServer({
-      address: c.rpc_addr,
-      store: this.store,
+      address,
+      store: routed?.store ?? this.store,
       metrics: this.metrics,
       views: this.views,
       logger: this.#log.child("api"),
@@ -326,6 +390,7 @@ export class CairnNode implements HealthSource {
         });
         this.#onFatal(err);
       },
+      ...(routed === null ? {} : { transferLeader: routed.transferLeader }),
       ...(this.#cluster === null ? {} : this.#clusterRpcOptions(this.#cluster)),
     });
     const rpc = await this.#rpc.start();
@@ -501,11 +566,15 @@ export class CairnNode implements HealthSource {
    * the gRPC threads are up and before `cairn serve` handles signals).
    */
   isQuickHealthy(): boolean {
+    const cell = this.#cell;
     return (
       this.#serving &&
       this.#stopping === null &&
       this.#store !== null &&
-      this.#store.isShardReady(0)
+      // A shard worker that does not own shard 0: its driver has not failed.
+      (cell === null || cell.index === 0
+        ? this.#store.isShardReady(0)
+        : this.#store.failure === undefined)
     );
   }
 
@@ -595,6 +664,7 @@ export class CairnNode implements HealthSource {
     // Tell the cluster first, so peers stop routing here while we drain.
     await this.#membership?.leave().catch(() => undefined);
     await this.#rpc?.close(drainMs);
+    if (this.#cell !== null && this.#serving) await this.#cell.drained();
     const left = Math.max(0, drainMs - (performance.now() - started));
     await this.#http?.close(left);
     await this.#bootstrap;

@@ -32,8 +32,11 @@ export interface HealthReport {
 }
 
 export interface HealthSource {
-  /** True when shard 0 exists, has a leader and its engine is open. No I/O; called per probe. */
-  isQuickHealthy(): boolean;
+  /**
+   * True when shard 0 exists, has a leader and its engine is open. No I/O; called per probe. A
+   * node with shard workers asks them (a message to each thread and back).
+   */
+  isQuickHealthy(): boolean | Promise<boolean>;
   /** The detailed report; may touch storage; a rejection becomes a 500. */
   report(): Promise<HealthReport>;
 }

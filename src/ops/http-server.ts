@@ -31,7 +31,8 @@ export interface OpsHttpServerOptions {
   /** `http_addr`: `host:port`; port 0 picks a free port (see `address` after start). */
   readonly address: string;
   readonly health: HealthSource;
-  readonly metrics: CairnMetrics;
+  /** The node's metrics (with shard workers, every worker's, aggregated). */
+  readonly metrics: Pick<CairnMetrics, "expose">;
   /** `telemetry.prometheus.enabled`. */
   readonly metricsEnabled: boolean;
   readonly logger: Logger;
@@ -198,7 +199,7 @@ export class OpsHttpServer {
     }
     switch (path as Route) {
       case "/health/quick":
-        this.#quick(res);
+        await this.#quick(res);
         return;
       case "/health":
         await this.#health(res);
@@ -209,10 +210,10 @@ export class OpsHttpServer {
     }
   }
 
-  #quick(res: ServerResponse): void {
+  async #quick(res: ServerResponse): Promise<void> {
     let healthy: boolean;
     try {
-      healthy = this.#options.health.isQuickHealthy();
+      healthy = await this.#options.health.isQuickHealthy();
     } catch (err) {
       this.#fail(res, "/health/quick", err, "plain");
       return;

@@ -241,6 +241,9 @@ export class CairnMetrics {
     });
     this.#clusterSize = new Gauge({
       name: "swim_cluster_size",
+      // A node's shard workers' metrics are summed at a scrape (src/node/shard-workers.ts); the
+      // cluster size, as the process's CPU and memory below, is the same in every worker.
+      aggregator: "max",
       help: "Live members of the cluster (alive or suspect), this node included.",
       registers,
     });
@@ -257,6 +260,7 @@ export class CairnMetrics {
     });
     new Counter({
       name: "process_cpu_seconds_total",
+      aggregator: "max",
       help: "Total user and system CPU time spent in seconds.",
       registers,
       collect(this: Counter) {
@@ -266,6 +270,7 @@ export class CairnMetrics {
     });
     new Gauge({
       name: "process_resident_memory_bytes",
+      aggregator: "max",
       help: "Resident memory size in bytes.",
       registers,
       collect(this: Gauge) {

@@ -115,6 +115,14 @@ export interface MultiRaftOptions {
    */
   readonly onStaleReplica?: (from: string, to: string) => void;
   readonly dataDir: string;
+  /** The WAL's directory; default `dataDir`/wal. */
+  readonly walDir?: string;
+  /**
+   * The shards this driver may hold (a shard worker's slice, src/node/shard-workers.ts); default
+   * every shard. Others are neither opened at start nor created for a request, and a WAL that
+   * holds one is refused: it was written by a node whose shards were sliced differently.
+   */
+  readonly ownsShard?: (shard: number) => boolean;
   readonly totalShards: number;
   readonly tickMs: number;
   readonly electionTicks: number;
@@ -437,7 +445,7 @@ export class MultiRaft {
     // blocks the thread on a write, not after it.
     const transport = options.transport;
     const flushOutputs = options.flushOutputs;
-    const wal = await Wal.open(join(options.dataDir, "wal"), {
+    const wal = await Wal.open(options.walDir ?? join(options.dataDir, "wal"), {
       ...options.wal,
       fs,
       beforeBlockingWrite: () => {
@@ -460,13 +468,21 @@ export class MultiRaft {
       // A single node creates shard 0 at once (its health and metadata); in a cluster the
       // meta group is founded once, by one node (foundShard), and reaches the others by Raft.
       const single = options.transport === undefined;
+      const owns = options.ownsShard ?? (() => true);
+      const foreign = wal.shards().find((id) => !owns(id));
+      if (foreign !== undefined) {
+        throw new CairnError(
+          "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
+          `the WAL in ${options.walDir ?? join(options.dataDir, "wal")} holds shard ${foreign}, which this shard worker does not own: the data directory was written with another shard_workers`,
+        );
+      }
       const known = [
         ...new Set<number>([
           ...(single ? [0] : []),
           ...wal.shards(),
           ...(await shardDirs(fs, options.dataDir)),
         ]),
-      ];
+      ].filter(owns);
       const beyond = known.find((id) => id >= options.totalShards);
       if (beyond !== undefined) {
         throw new CairnError(
@@ -1750,6 +1766,12 @@ export class MultiRaft {
     const s = this.#shards.get(id);
     if (s !== undefined) return Promise.resolve(s);
     this.#assertOpen();
+    if (this.#options.ownsShard?.(id) === false) {
+      // A request routed to the wrong shard worker: a bug, never a reason to create the shard.
+      return Promise.reject(
+        new CairnError("CAIRN_ERR_INTERNAL", `shard ${id} is not owned by this shard worker`),
+      );
+    }
     let opening = this.#opening.get(id);
     if (opening === undefined) {
       opening = this.#openShard(id, forRequest).finally(() => this.#opening.delete(id));

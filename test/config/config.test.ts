@@ -76,6 +76,7 @@ describe("loadConfig", () => {
       wal_cache_bytes: 512 * 1024 * 1024,
     });
     assert.equal(c.shutdown.drain_timeout_ms, 10_000);
+    assert.equal(c.shard_workers, 1);
   });
 
   it("is deeply frozen", () => {
@@ -264,6 +265,24 @@ describe("loadConfig", () => {
       configError(() => loadConfig({ configPath: ticks })).message,
       /raft\.heartbeat_ticks .*must be less than raft\.election_ticks \(3/,
     );
+    const workersInCluster = configError(() =>
+      loadConfig({
+        env: { CAIRN_SEED_NODES: "127.0.0.1:7447" },
+        flags: { "shard-workers": "2" },
+      }),
+    );
+    assert.match(
+      workersInCluster.message,
+      /shard_workers \(from flag --shard-workers\): must be 1 in cluster mode \(cluster\.seed_nodes set, from env CAIRN_SEED_NODES\).*got 2/,
+    );
+    const workersWithIo = configError(() =>
+      loadConfig({ env: { CAIRN_SHARD_WORKERS: "2", CAIRN_RPC_IO_THREADS: "1" } }),
+    );
+    assert.match(
+      workersWithIo.message,
+      /shard_workers \(from env CAIRN_SHARD_WORKERS\): must be 1 when rpc\.io_threads \(1, from env CAIRN_RPC_IO_THREADS\) is above 0/,
+    );
+    assert.equal(loadConfig({ env: { CAIRN_SHARD_WORKERS: "4" } }).shard_workers, 4);
     const msg = yamlFile("limits:\n  max_value_bytes: 4MiB\n");
     assert.match(
       configError(() => loadConfig({ configPath: msg })).message,
@@ -302,6 +321,7 @@ describe("loadConfig", () => {
       "node-id",
       "rpc-addr",
       "seed-nodes",
+      "shard-workers",
     ]);
   });
 });

@@ -18,12 +18,19 @@ let dir: string;
 let server: ServerProcess;
 let c: Clients;
 
-// Twice: gRPC served by an I/O thread (rpc.io_threads = 1) and by the main thread (the default, 0).
-for (const ioThreads of ["1", "0"]) {
-  describe(`KV over gRPC, end to end (rpc.io_threads ${ioThreads})`, () => {
+// Three times: gRPC served by an I/O thread (rpc.io_threads 1), by the main thread (the
+// default), and by three shard workers (shard_workers 3), where a call whose shard another
+// worker owns is handed to it: the one connection here lands on one worker, and the keys' shards
+// are spread over all three.
+for (const [setting, env] of [
+  ["rpc.io_threads 1", { CAIRN_RPC_IO_THREADS: "1" }],
+  ["rpc.io_threads 0", { CAIRN_RPC_IO_THREADS: "0" }],
+  ["shard_workers 3", { CAIRN_SHARD_WORKERS: "3" }],
+] as const) {
+  describe(`KV over gRPC, end to end (${setting})`, () => {
     before(async () => {
       dir = await mkdtemp(join(tmpdir(), "cairn-e2e-kv-"));
-      server = await startServer({ dataDir: dir, env: { CAIRN_RPC_IO_THREADS: ioThreads } });
+      server = await startServer({ dataDir: dir, env });
       c = connect(server.rpc);
     });
 

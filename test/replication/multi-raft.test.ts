@@ -163,6 +163,56 @@ describe("MultiRaft on one node", () => {
     });
   });
 
+  it("a shard worker's driver holds only its own shards, and refuses a WAL with another's", async () => {
+    const data = join(dir, "w");
+    const half = (index: number): Partial<MultiRaftOptions> => ({
+      walDir: join(data, `wal-${index}`),
+      ownsShard: (shard: number) => shard % 2 === index,
+    });
+    const keys = Array.from({ length: 40 }, (_, i) => enc.encode(`key-${i}`));
+    const even = await MultiRaft.open({ ...options(data), ...half(0) });
+    const mine = keys.filter((k) => even.shardOf(k) % 2 === 0);
+    const others = keys.filter((k) => even.shardOf(k) % 2 === 1);
+    assert.ok(mine.length > 0 && others.length > 0);
+    try {
+      for (const k of mine) assert.equal((await even.put(k, k)).type, "written");
+      // A key of the other worker's shard is a routing bug: refused, and no shard is created.
+      await assert.rejects(even.put(others[0] as Uint8Array, enc.encode("x")), {
+        code: "CAIRN_ERR_INTERNAL",
+        message: /not owned by this shard worker/,
+      });
+      assert.ok(even.shardIds().every((id) => id % 2 === 0));
+      assert.ok(even.shardIds().includes(0), "the worker that owns shard 0 creates it");
+      // Flushed: the shards have their directories (in the data directory both workers share).
+      for (const id of even.shardIds()) await even.snapshotShard(id);
+    } finally {
+      await even.close();
+    }
+    const odd = await MultiRaft.open({ ...options(data), ...half(1) });
+    try {
+      // The shard directories are shared: the odd worker opens none of the even one's.
+      assert.deepEqual(odd.shardIds(), []);
+    } finally {
+      await odd.close();
+    }
+    const reopened = await MultiRaft.open({ ...options(data), ...half(0) });
+    try {
+      for (const k of mine)
+        assert.equal(dec.decode((await reopened.get(k, true))?.value), dec.decode(k));
+    } finally {
+      await reopened.close();
+    }
+    // The even worker's WAL read by a driver that owns the odd shards: refused.
+    await assert.rejects(
+      MultiRaft.open({
+        ...options(data),
+        walDir: join(data, "wal-0"),
+        ownsShard: (s) => s % 2 === 1,
+      }),
+      { code: "CAIRN_ERR_SHARD_WORKERS_MISMATCH" },
+    );
+  });
+
   it("rejects operations after close with a retryable error", async () => {
     const mr = await MultiRaft.open(options(join(dir, "e")));
     await mr.close();

@@ -1,0 +1,128 @@
+/**
+ * A shard worker: a worker thread (shard-workers.ts starts them) that runs one CairnNode share
+ * (ShardCell) over the shards it owns and serves rpc_addr with the others, and answers the main
+ * thread's questions (health, metrics) and its start and stop steps over its parentPort.
+ */
+import { writeSync } from "node:fs";
+import { parentPort, workerData } from "node:worker_threads";
+import { transferInPlace } from "../api/index.ts";
+import { CairnError } from "../common/errors.ts";
+import { createLogger, isLogLevel } from "../ops/index.ts";
+import { CairnNode } from "./node.ts";
+import {
+  RoutedStore,
+  serveSibling,
+  SharedViews,
+  Sibling,
+  type SiblingServer,
+  toWireError,
+} from "./siblings.ts";
+import type { MainToWorker, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
+
+const port = parentPort;
+if (port === null) throw new Error("shard-worker.ts runs only as a worker thread");
+const setup = workerData as ShardWorkerSetup;
+const { config, index, count } = setup;
+const post = (m: WorkerToMain): void => port.postMessage(m);
+
+// Lines go straight to the process's stdout: a worker's process.stdout is relayed through the
+// main thread, and a line still in that relay is lost if the process exits.
+const log = createLogger({
+  level: isLogLevel(config.log.level) ? config.log.level : "info",
+  fields: { node_id: config.node_id, shard_worker: index },
+  sink: { write: (line: string) => writeSync(1, line) },
+});
+
+let serve: SiblingServer = () =>
+  Promise.reject(new CairnError("CAIRN_ERR_NOT_READY", `shard worker ${index} is starting`));
+const views = new SharedViews(config.cluster.total_shards);
+const siblings = setup.ports.map((p) =>
+  p === null
+    ? null
+    : new Sibling(
+        p,
+        (call) => serve(call),
+        (shards, members) => views.applyShared(shards, members),
+      ),
+);
+views.attach(siblings.filter((s) => s !== null));
+
+let bind: (addresses: { rpc: string; http: string }) => void = () => {};
+const bindAddress = new Promise<{ rpc: string; http: string }>((resolve) => (bind = resolve));
+let close: () => void = () => {};
+const closing = new Promise<void>((resolve) => (close = resolve));
+let node: CairnNode | null = null;
+
+port.on("message", (m: MainToWorker) => {
+  switch (m.type) {
+    case "bind":
+      bind({ rpc: m.rpc, http: m.http });
+      return;
+    case "ask":
+      void answer(m.id, m.what);
+      return;
+    case "stop":
+      void stop();
+      return;
+    case "close":
+      close();
+      return;
+  }
+});
+
+async function answer(id: number, what: "quick" | "report" | "metrics"): Promise<void> {
+  try {
+    if (node === null) throw new Error(`shard worker ${index} has not started`);
+    const value =
+      what === "quick"
+        ? await node.isQuickHealthy()
+        : what === "report"
+          ? await node.report()
+          : await node.metrics.registry.getMetricsAsJSON();
+    post({ type: "answer", id, value });
+  } catch (err) {
+    post({ type: "answer", id, error: toWireError(err) });
+  }
+}
+
+async function stop(): Promise<void> {
+  try {
+    await node?.stop();
+  } finally {
+    for (const s of siblings) s?.close();
+    post({ type: "stopped" });
+  }
+}
+
+try {
+  node = await CairnNode.start(
+    config,
+    log,
+    (err) => post({ type: "fatal", error: toWireError(err) }),
+    {
+      index,
+      count,
+      walDir: setup.walDir,
+      views,
+      membership: index === 0,
+      route: (local) => {
+        const store = new RoutedStore(local, siblings);
+        const here = (id: number, to: string): Promise<string> => transferInPlace(local, id, to);
+        serve = serveSibling(local, here);
+        return { store, transferLeader: (id, to) => store.transfer(id, to, here) };
+      },
+      addresses: () => {
+        post({ type: "opened" });
+        return bindAddress;
+      },
+      drained: () => {
+        post({ type: "drained" });
+        return closing;
+      },
+    },
+  );
+  post({ type: "started", rpc: node.addresses.rpc });
+} catch (err) {
+  for (const s of siblings) s?.close();
+  post({ type: "failed", error: toWireError(err) });
+}

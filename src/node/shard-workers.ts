@@ -1,0 +1,302 @@
+/**
+ * A single node spread over shard workers (`shard_workers` > 1; docs/architecture.md, "Using
+ * every core", shape A). Each worker thread (shard-worker.ts) owns the shards whose id mod N is
+ * its index, with its own WAL, Raft groups and LSM engines, and serves `rpc_addr` on a port the
+ * workers share (SO_REUSEPORT: the kernel spreads connections over them); a call on another
+ * worker's shard is handed to that worker (siblings.ts). The main thread keeps what is the
+ * node's: the operators' HTTP server, with `/health` and `/metrics` gathered from the workers,
+ * and the start and the stop.
+ *
+ * Start: the data directory's layout is checked (worker-layout.ts), the HTTP server starts (503
+ * until serving), every worker recovers its shards, then worker 0 binds `rpc_addr` and the others
+ * the port it got. Stop: every worker drains its gRPC server, then every worker closes its
+ * shards (a call handed between workers while draining still finds its shard open), then HTTP.
+ */
+import { type MessagePort, MessageChannel, Worker } from "node:worker_threads";
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
+import { type CairnConfig, formatHostPort, parseHostPort } from "../config/index.ts";
+import {
+  type HealthReport,
+  type HealthSource,
+  type Logger,
+  OpsHttpServer,
+  type ShardHealth,
+} from "../ops/index.ts";
+import type { NodeAddresses } from "./node.ts";
+import { fromWireError } from "./siblings.ts";
+import { checkShardWorkers, walDirOf } from "./worker-layout.ts";
+import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
+
+/** One worker thread as the main thread sees it. */
+class WorkerHandle {
+  readonly index: number;
+  readonly #worker: Worker;
+  readonly #asked = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
+  #nextId = 1;
+  /** Waiters for the next message of each type. */
+  readonly #awaited = new Map<
+    string,
+    { resolve(m: WorkerToMain): void; reject(e: unknown): void }
+  >();
+  #exited: Error | null = null;
+
+  constructor(
+    index: number,
+    setup: ShardWorkerSetup,
+    transfer: MessagePort[],
+    onFatal: (err: Error) => void,
+  ) {
+    this.index = index;
+    this.#worker = new Worker(new URL("./shard-worker.ts", import.meta.url), {
+      workerData: setup,
+      transferList: transfer,
+    });
+    this.#worker.on("message", (m: WorkerToMain) => {
+      if (m.type === "answer") {
+        const waiting = this.#asked.get(m.id);
+        this.#asked.delete(m.id);
+        if (m.error === undefined) waiting?.resolve(m.value);
+        else waiting?.reject(fromWireError(m.error));
+        return;
+      }
+      if (m.type === "fatal") {
+        onFatal(fromWireError(m.error));
+        return;
+      }
+      const waiter = this.#awaited.get(m.type === "failed" ? "started" : m.type);
+      if (waiter === undefined) return;
+      this.#awaited.delete(m.type === "failed" ? "started" : m.type);
+      if (m.type === "failed") waiter.reject(fromWireError(m.error));
+      else waiter.resolve(m);
+    });
+    const died = (err: Error): void => {
+      if (this.#exited !== null) return;
+      this.#exited = err;
+      for (const w of [...this.#awaited.values(), ...this.#asked.values()]) w.reject(err);
+      this.#awaited.clear();
+      this.#asked.clear();
+      onFatal(err);
+    };
+    this.#worker.on("error", (err) => died(err));
+    this.#worker.on("exit", (code) =>
+      died(new Error(`shard worker ${index} exited (code ${code})`)),
+    );
+  }
+
+  /** The next message of `type` (a "failed" rejects the wait for "started"). */
+  next(type: "opened" | "started" | "drained" | "stopped"): Promise<WorkerToMain> {
+    if (this.#exited !== null) return Promise.reject(this.#exited);
+    return new Promise((resolve, reject) => this.#awaited.set(type, { resolve, reject }));
+  }
+
+  send(m: MainToWorker): void {
+    if (this.#exited === null) this.#worker.postMessage(m);
+  }
+
+  ask(what: Question): Promise<unknown> {
+    if (this.#exited !== null) return Promise.reject(this.#exited);
+    const id = this.#nextId++;
+    return new Promise((resolve, reject) => {
+      this.#asked.set(id, { resolve, reject });
+      this.send({ type: "ask", id, what });
+    });
+  }
+
+  /** Ends the thread; its exit is not a failure any more. */
+  async terminate(): Promise<void> {
+    this.#exited ??= new Error(`shard worker ${this.index} was stopped`);
+    await this.#worker.terminate();
+  }
+}
+
+export class ShardWorkersNode implements HealthSource {
+  readonly config: CairnConfig;
+  readonly #log: Logger;
+  readonly #started = performance.now();
+  readonly #workers: WorkerHandle[] = [];
+  #http: OpsHttpServer | null = null;
+  #addresses: NodeAddresses = { rpc: "", http: "" };
+  #serving = false;
+  #stopping: Promise<void> | null = null;
+
+  private constructor(config: CairnConfig, log: Logger) {
+    this.config = config;
+    this.#log = log;
+  }
+
+  /**
+   * Starts the HTTP server and the workers, each recovering its shards, then their gRPC
+   * servers. Rejects (after stopping what started) when a worker cannot start; `onFatal` hears
+   * of a worker's failure after start.
+   */
+  static async start(
+    config: CairnConfig,
+    log: Logger,
+    onFatal: (err: unknown) => void = () => {},
+  ): Promise<ShardWorkersNode> {
+    const node = new ShardWorkersNode(config, log);
+    try {
+      await checkShardWorkers(config.data_dir, config.shard_workers);
+      await node.#startHttp();
+      await node.#startWorkers((err) => {
+        if (node.#stopping !== null) return;
+        log.error("a shard worker failed; the node stops serving", { error: err.message });
+        onFatal(err);
+      });
+    } catch (err) {
+      node.#stopping = Promise.resolve();
+      await Promise.all(node.#workers.map((w) => w.terminate()));
+      await node.#http?.close(0);
+      throw err;
+    }
+    node.#serving = true;
+    log.info("node started", {
+      node_id: config.node_id,
+      rpc_addr: node.#addresses.rpc,
+      http_addr: node.#addresses.http,
+      data_dir: config.data_dir,
+      total_shards: config.cluster.total_shards,
+      mode: "single-node",
+      shard_workers: config.shard_workers,
+    });
+    return node;
+  }
+
+  get addresses(): NodeAddresses {
+    return this.#addresses;
+  }
+
+  async #startHttp(): Promise<void> {
+    const c = this.config;
+    this.#http = new OpsHttpServer({
+      address: c.http_addr,
+      health: this,
+      metrics: { expose: () => this.#expose() },
+      metricsEnabled: c.telemetry.prometheus.enabled,
+      logger: this.#log.child("http"),
+    });
+    const http = await this.#http.start();
+    this.#addresses = { ...this.#addresses, http: formatHostPort(http) };
+  }
+
+  async #startWorkers(onFatal: (err: Error) => void): Promise<void> {
+    const c = this.config;
+    const n = c.shard_workers;
+    const ports: (MessagePort | null)[][] = Array.from({ length: n }, () =>
+      Array.from({ length: n }, () => null),
+    );
+    for (let i = 0; i < n; i++) {
+      for (let j = i + 1; j < n; j++) {
+        const { port1, port2 } = new MessageChannel();
+        (ports[i] as (MessagePort | null)[])[j] = port1;
+        (ports[j] as (MessagePort | null)[])[i] = port2;
+      }
+    }
+    for (let i = 0; i < n; i++) {
+      const own = ports[i] as (MessagePort | null)[];
+      const setup: ShardWorkerSetup = {
+        config: c,
+        index: i,
+        count: n,
+        walDir: walDirOf(c.data_dir, n, i),
+        ports: own,
+      };
+      this.#workers.push(
+        new WorkerHandle(
+          i,
+          setup,
+          own.filter((p) => p !== null),
+          onFatal,
+        ),
+      );
+    }
+    // Every worker recovers its shards at once; a failure (its start's error) ends the start.
+    const started = this.#workers.map((w) => w.next("started"));
+    for (const s of started) s.catch(() => undefined);
+    await Promise.race([
+      Promise.all(this.#workers.map((w) => w.next("opened"))),
+      Promise.all(started),
+    ]);
+    // Worker 0 binds rpc_addr (port 0 picks one), the others share the port it got.
+    const [first, ...rest] = this.#workers as [WorkerHandle, ...WorkerHandle[]];
+    const http = this.#addresses.http;
+    first.send({ type: "bind", rpc: c.rpc_addr, http });
+    const bound = (await started[0]) as { rpc: string };
+    const configured = parseHostPort(c.rpc_addr, { allowPortZero: true, allowUnspecified: true });
+    const boundAt = parseHostPort(bound.rpc, { allowUnspecified: true });
+    if (!configured.ok || !boundAt.ok) throw new Error(`rpc_addr ${c.rpc_addr} is not host:port`);
+    const shared = formatHostPort({ host: configured.value.host, port: boundAt.value.port });
+    for (const w of rest) w.send({ type: "bind", rpc: shared, http });
+    await Promise.all(started);
+    this.#addresses = { ...this.#addresses, rpc: bound.rpc };
+  }
+
+  // ── health and metrics, gathered from the workers ───────────────────────────────────────────
+
+  async isQuickHealthy(): Promise<boolean> {
+    if (!this.#serving || this.#stopping !== null) return false;
+    const answers = await Promise.all(this.#workers.map((w) => w.ask("quick")));
+    return answers.every((a) => a === true);
+  }
+
+  async report(): Promise<HealthReport> {
+    const reports = (await Promise.all(
+      this.#workers.map((w) => w.ask("report")),
+    )) as HealthReport[];
+    const shards: ShardHealth[] = reports.flatMap((r) => r.shards).sort((a, b) => a.id - b.id);
+    const unhealthy =
+      !this.#serving || this.#stopping !== null || reports.some((r) => r.status === "unhealthy");
+    return {
+      status: unhealthy
+        ? "unhealthy"
+        : reports.every((r) => r.status === "healthy")
+          ? "healthy"
+          : "degraded",
+      node_id: this.config.node_id,
+      uptime_seconds: Math.floor((performance.now() - this.#started) / 1000),
+      total_shards: this.config.cluster.total_shards,
+      active_shards: shards.length,
+      shards,
+      // Worker 0 runs membership; every worker's view has its members.
+      nodes: reports[0]?.nodes ?? [],
+    };
+  }
+
+  /** Every worker's metrics, summed series by series (the process-wide ones: the largest). */
+  async #expose(): Promise<string> {
+    const lists = (await Promise.all(
+      this.#workers.map((w) => w.ask("metrics")),
+    )) as MetricObjectWithValues<MetricValue<string>>[][];
+    return AggregatorRegistry.aggregate(lists).metrics();
+  }
+
+  // ── shutdown ────────────────────────────────────────────────────────────────────────────────
+
+  /** Drains every worker's gRPC server within the configured deadline, then closes their shards. */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#closeAll();
+    return this.#stopping;
+  }
+
+  async #closeAll(): Promise<void> {
+    const started = performance.now();
+    const drainMs = this.config.shutdown.drain_timeout_ms;
+    const drained = this.#workers.map((w) => w.next("drained"));
+    const stopped = this.#workers.map((w) => w.next("stopped"));
+    for (const w of this.#workers) w.send({ type: "stop" });
+    // A worker whose drain failed must not hold the others' shards open for ever.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(drained),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs + CLOSE_GRACE_MS))),
+    ]).finally(() => clearTimeout(timer));
+    for (const w of this.#workers) w.send({ type: "close" });
+    await Promise.all(stopped);
+    await Promise.all(this.#workers.map((w) => w.terminate()));
+    await this.#http?.close(Math.max(0, drainMs - (performance.now() - started)));
+    this.#log.info("node stopped", { node_id: this.config.node_id });
+  }
+}
+
+/** How long past the drain deadline the workers' shards stay open for a worker still draining. */
+const CLOSE_GRACE_MS = 5_000;

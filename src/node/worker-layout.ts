@@ -1,0 +1,87 @@
+/**
+ * How shard workers lay out a data directory (shard-workers.ts): worker i of N keeps its WAL in
+ * `wal-worker-<i>` (one worker: `wal`, as a node without workers), and the shard directories
+ * stay in `shards/`. N is fixed for the life of the directory, since each worker's WAL holds only
+ * its own shards: a first start with N > 1 records it in `shard-workers`, and a later start with
+ * another N is refused before anything is opened.
+ */
+import { mkdir, open, readdir, readFile, rename } from "node:fs/promises";
+import { join } from "node:path";
+import { CairnError } from "../common/errors.ts";
+
+const MARKER = "shard-workers";
+
+export class ShardWorkersMismatchError extends CairnError {
+  constructor(dataDir: string, recorded: number, configured: number) {
+    super(
+      "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
+      `data directory ${dataDir} was written with shard_workers ${recorded}, but shard_workers is ${configured}: start it with shard_workers ${recorded} (each worker's WAL holds only its own shards)`,
+    );
+    this.name = "ShardWorkersMismatchError";
+  }
+}
+
+/** Worker `index`'s WAL directory among `workers`. */
+export function walDirOf(dataDir: string, workers: number, index: number): string {
+  return workers === 1 ? join(dataDir, "wal") : join(dataDir, `wal-worker-${index}`);
+}
+
+/**
+ * Checks that `dataDir` was written with `workers` shard workers, and records the number in a
+ * new directory started with more than one. A directory without the record was written by a
+ * node without workers (or is new).
+ */
+export async function checkShardWorkers(dataDir: string, workers: number): Promise<void> {
+  const recorded = await readRecorded(dataDir);
+  if (recorded !== null) {
+    if (recorded !== workers) throw new ShardWorkersMismatchError(dataDir, recorded, workers);
+    return;
+  }
+  if (workers === 1) return;
+  if ((await entries(join(dataDir, "wal"))) > 0 || (await entries(join(dataDir, "shards"))) > 0) {
+    throw new ShardWorkersMismatchError(dataDir, 1, workers);
+  }
+  await mkdir(dataDir, { recursive: true });
+  const tmp = join(dataDir, `${MARKER}.tmp`);
+  const file = await open(tmp, "w");
+  try {
+    await file.writeFile(`${workers}\n`);
+    await file.sync();
+  } finally {
+    await file.close();
+  }
+  await rename(tmp, join(dataDir, MARKER));
+  const dir = await open(dataDir, "r");
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+}
+
+async function readRecorded(dataDir: string): Promise<number | null> {
+  let text: string;
+  try {
+    text = await readFile(join(dataDir, MARKER), "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw err;
+  }
+  const n = Number(text.trim());
+  if (!Number.isInteger(n) || n < 1) {
+    throw new CairnError(
+      "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
+      `${join(dataDir, MARKER)} does not hold a number of shard workers: ${JSON.stringify(text)}`,
+    );
+  }
+  return n;
+}
+
+async function entries(dir: string): Promise<number> {
+  try {
+    return (await readdir(dir)).length;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return 0;
+    throw err;
+  }
+}

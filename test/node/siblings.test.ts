@@ -1,0 +1,88 @@
+/**
+ * The shard workers' hand-off (src/node/siblings.ts) over a real MessageChannel: calls and their
+ * answers cross in one message per turn, errors keep what the API maps, and closing fails what
+ * still waits.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { MessageChannel } from "node:worker_threads";
+import { CairnError } from "../../src/common/errors.ts";
+import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
+import { fromWireError, Sibling, type SiblingCall, toWireError } from "../../src/node/siblings.ts";
+
+describe("shard worker siblings", () => {
+  it("errors cross with their code, retryability, message and leader", () => {
+    const notLeader = fromWireError(toWireError(new NotLeaderError(nodeId("n2"))));
+    assert.ok(notLeader instanceof NotLeaderError, "the API counts it as not_leader");
+    assert.equal(notLeader.leader, "n2");
+    assert.equal(notLeader.message, "not the leader (leader is n2)");
+    const busy = fromWireError(
+      toWireError(new CairnError("CAIRN_ERR_BACKPRESSURE", "too much", { retryable: true })),
+    );
+    assert.ok(busy instanceof CairnError);
+    assert.deepEqual(
+      [busy.code, busy.message, busy.retryable],
+      ["CAIRN_ERR_BACKPRESSURE", "too much", true],
+    );
+    const plain = fromWireError(toWireError(new TypeError("boom")));
+    assert.ok(!(plain instanceof CairnError), "an unexpected error stays internal");
+    assert.equal(plain.message, "boom");
+  });
+
+  it("a turn's calls cross in one message, and each gets its own answer", async () => {
+    const { port1, port2 } = new MessageChannel();
+    let messages = 0;
+    port2.on("message", () => messages++);
+    const served: SiblingCall[] = [];
+    const owner = new Sibling(
+      port2,
+      (call) => {
+        served.push(call);
+        return call.op === "snapshot" && call.shard === 3
+          ? Promise.reject(new CairnError("CAIRN_ERR_SHARD_NOT_ACTIVE", "shard 3 is not active"))
+          : Promise.resolve(call.op === "snapshot" ? call.shard * 10 : null);
+      },
+      () => {},
+    );
+    const asker = new Sibling(
+      port1,
+      () => Promise.reject(new Error("not asked")),
+      () => {},
+    );
+    try {
+      const answers = await Promise.allSettled(
+        [1, 2, 3, 4].map((shard) => asker.call({ op: "snapshot", shard })),
+      );
+      assert.equal(messages, 1, "four calls, one message");
+      assert.deepEqual(
+        served.map((c) => (c.op === "snapshot" ? c.shard : -1)),
+        [1, 2, 3, 4],
+      );
+      assert.deepEqual(
+        answers.map((a) => (a.status === "fulfilled" ? a.value : (a.reason as CairnError).code)),
+        [10, 20, "CAIRN_ERR_SHARD_NOT_ACTIVE", 40],
+      );
+    } finally {
+      asker.close();
+      owner.close();
+    }
+  });
+
+  it("closing fails the calls still waiting, retryably", async () => {
+    const { port1, port2 } = new MessageChannel();
+    // The owner never answers.
+    port2.on("message", () => {});
+    const asker = new Sibling(
+      port1,
+      () => Promise.resolve(null),
+      () => {},
+    );
+    const waiting = asker.call({ op: "snapshot", shard: 1 });
+    asker.close();
+    port2.close();
+    await assert.rejects(waiting, { code: "CAIRN_ERR_SHUTTING_DOWN", retryable: true });
+    await assert.rejects(asker.call({ op: "snapshot", shard: 2 }), {
+      code: "CAIRN_ERR_SHUTTING_DOWN",
+    });
+  });
+});
