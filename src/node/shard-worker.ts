@@ -6,7 +6,6 @@
 import { writeSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
 import { transferInPlace } from "../api/index.ts";
-import { CairnError } from "../common/errors.ts";
 import { createLogger, isLogLevel } from "../ops/index.ts";
 import { CairnNode } from "./node.ts";
 import {
@@ -33,15 +32,18 @@ const log = createLogger({
   sink: { write: (line: string) => writeSync(1, line) },
 });
 
-let serve: SiblingServer = () =>
-  Promise.reject(new CairnError("CAIRN_ERR_NOT_READY", `shard worker ${index} is starting`));
+// The workers start serving one after another once all have recovered: a call a sibling hands
+// over before this worker serves waits for it.
+let serve: SiblingServer | null = null;
+let setServe: (server: SiblingServer) => void = () => {};
+const served = new Promise<SiblingServer>((resolve) => (setServe = resolve));
 const views = new SharedViews(config.cluster.total_shards);
 const siblings = setup.ports.map((p) =>
   p === null
     ? null
     : new Sibling(
         p,
-        (call) => serve(call),
+        (call) => (serve !== null ? serve(call) : served.then((server) => server(call))),
         (shards, members) => views.applyShared(shards, members),
       ),
 );
@@ -109,6 +111,7 @@ try {
         const store = new RoutedStore(local, siblings);
         const here = (id: number, to: string): Promise<string> => transferInPlace(local, id, to);
         serve = serveSibling(local, here);
+        setServe(serve);
         return { store, transferLeader: (id, to) => store.transfer(id, to, here) };
       },
       addresses: () => {

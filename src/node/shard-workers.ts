@@ -235,8 +235,9 @@ export class ShardWorkersNode implements HealthSource {
 
   async isQuickHealthy(): Promise<boolean> {
     if (!this.#serving || this.#stopping !== null) return false;
-    const answers = await Promise.all(this.#workers.map((w) => w.ask("quick")));
-    return answers.every((a) => a === true);
+    // A worker that cannot answer (it died: the node is stopping) is not healthy.
+    const answers = await Promise.allSettled(this.#workers.map((w) => w.ask("quick")));
+    return answers.every((a) => a.status === "fulfilled" && a.value === true);
   }
 
   async report(): Promise<HealthReport> {
@@ -281,8 +282,10 @@ export class ShardWorkersNode implements HealthSource {
   async #closeAll(): Promise<void> {
     const started = performance.now();
     const drainMs = this.config.shutdown.drain_timeout_ms;
-    const drained = this.#workers.map((w) => w.next("drained"));
-    const stopped = this.#workers.map((w) => w.next("stopped"));
+    // A worker that died (the usual reason for a stop after a failure) neither drains nor stops:
+    // the others still do, and every thread is ended.
+    const drained = this.#workers.map((w) => w.next("drained").catch(() => undefined));
+    const stopped = this.#workers.map((w) => w.next("stopped").catch(() => undefined));
     for (const w of this.#workers) w.send({ type: "stop" });
     // A worker whose drain failed must not hold the others' shards open for ever.
     let timer: NodeJS.Timeout | undefined;
