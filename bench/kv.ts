@@ -9,13 +9,13 @@
  * values 100 bytes; `cairn bench get` fills the keyspace first. Prints ops/s, p50/p99 and the
  * generator's own CPU per case (past ~90% of a core the generator, not the server, is the limit).
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { type ChildProcess, execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { parseArgs } from "node:util";
+import { startCairn } from "./serve.ts";
 
 const root = join(import.meta.dirname, "..");
 const cairn = join(root, "bin", "cairn");
@@ -37,31 +37,12 @@ interface BenchResult {
   client_cpu_percent: number;
 }
 
-async function startServer(dataDir: string): Promise<{ proc: ChildProcess; rpc: string }> {
-  const proc = spawn(
-    cairn,
-    ["serve", "--data-dir", dataDir, "--rpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"],
-    {
-      stdio: ["ignore", "pipe", "inherit"],
-    },
-  );
-  const rl = createInterface({ input: proc.stdout as NodeJS.ReadableStream });
-  const rpc = await new Promise<string>((resolve, reject) => {
-    rl.on("line", (line) => {
-      if (line.includes('"node started"'))
-        resolve((JSON.parse(line) as { fields: { rpc_addr: string } }).fields.rpc_addr);
-    });
-    proc.once("exit", (code) => reject(new Error(`server exited with ${code}`)));
-  });
-  return { proc, rpc };
-}
-
 let dataDir: string | null = null;
 let server: ChildProcess | null = null;
 let endpoint = args.endpoint;
 if (endpoint === undefined) {
   dataDir = await mkdtemp(join(tmpdir(), "cairn-bench-"));
-  const s = await startServer(dataDir);
+  const s = await startCairn(dataDir);
   server = s.proc;
   endpoint = s.rpc;
 }

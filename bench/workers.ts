@@ -13,17 +13,16 @@
  * threads of the server (% of one core over the case: the main thread or each shard worker, then
  * V8's and the storage's helpers), which shows whether one thread is the limit or the machine.
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { accessSync, constants, readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { parseArgs, promisify } from "node:util";
 import { type Op, parseGrpcLoad } from "./cluster-lib.ts";
+import { startCairn } from "./serve.ts";
 
 const ROOT = join(import.meta.dirname, "..");
-const CAIRN = join(ROOT, "bin", "cairn");
 const DEFAULT_GRPC_LOAD = join(ROOT, "..", "shared", "tools", "grpc-load", "build", "grpc-load");
 const CLOCK_TICKS = 100;
 
@@ -71,36 +70,6 @@ interface Row {
   readonly serverUsPerOp: number;
   /** The busiest threads' CPU, % of one core, highest first. */
   readonly threads: readonly { readonly name: string; readonly percent: number }[];
-}
-
-async function startServer(
-  dataDir: string,
-  workers: number,
-): Promise<{ proc: ChildProcess; rpc: string }> {
-  const proc = spawn(
-    CAIRN,
-    [
-      "serve",
-      "--data-dir",
-      dataDir,
-      "--rpc-addr",
-      "127.0.0.1:0",
-      "--http-addr",
-      "127.0.0.1:0",
-      "--shard-workers",
-      String(workers),
-    ],
-    { stdio: ["ignore", "pipe", "inherit"] },
-  );
-  const rl = createInterface({ input: proc.stdout as NodeJS.ReadableStream });
-  const rpc = await new Promise<string>((resolve, reject) => {
-    rl.on("line", (line) => {
-      if (line.includes('"node started"'))
-        resolve((JSON.parse(line) as { fields: { rpc_addr: string } }).fields.rpc_addr);
-    });
-    proc.once("exit", (code) => reject(new Error(`server exited with ${code}`)));
-  });
-  return { proc, rpc };
 }
 
 /** CPU ticks so far of each thread of `pid`, by thread id, with its name. */
@@ -186,7 +155,7 @@ const rows: Row[] = [];
 for (let run = 1; run <= Number(args.runs); run++) {
   for (const workers of workerCounts) {
     const dir = await mkdtemp(join(tmpdir(), "cairn-bench-workers-"));
-    const server = await startServer(dir, workers);
+    const server = await startCairn(dir, ["--shard-workers", String(workers)]);
     try {
       for (const c of CASES) {
         const pid = server.proc.pid ?? 0;

@@ -360,16 +360,9 @@ export class CairnNode implements HealthSource {
   }
 
   async #startHttp(): Promise<void> {
-    const c = this.config;
-    this.#http = new OpsHttpServer({
-      address: c.http_addr,
-      health: this,
-      metrics: this.metrics,
-      metricsEnabled: c.telemetry.prometheus.enabled,
-      logger: this.#log.child("http"),
-    });
-    const http = await this.#http.start();
-    this.#addresses = { ...this.#addresses, http: formatHostPort(http) };
+    const { server, address } = await startOpsHttp(this.config, this, this.metrics, this.#log);
+    this.#http = server;
+    this.#addresses = { ...this.#addresses, http: address };
   }
 
   async #startRpc(address: string): Promise<void> {
@@ -673,6 +666,26 @@ export class CairnNode implements HealthSource {
     await this.#store?.close();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
+}
+
+/**
+ * Starts the operators' HTTP server on `http_addr` (`/health/quick`, `/health`, `/metrics`):
+ * the node's own, or with shard workers the main thread's (shard-workers.ts).
+ */
+export async function startOpsHttp(
+  config: CairnConfig,
+  health: HealthSource,
+  metrics: Pick<CairnMetrics, "expose">,
+  log: Logger,
+): Promise<{ server: OpsHttpServer; address: string }> {
+  const server = new OpsHttpServer({
+    address: config.http_addr,
+    health,
+    metrics,
+    metricsEnabled: config.telemetry.prometheus.enabled,
+    logger: log.child("http"),
+  });
+  return { server, address: formatHostPort(await server.start()) };
 }
 
 /** How often a node hands leadership of its groups to their first-ranked replicas. */

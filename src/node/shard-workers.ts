@@ -15,14 +15,14 @@
 import { type MessagePort, MessageChannel, Worker } from "node:worker_threads";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { type CairnConfig, formatHostPort, parseHostPort } from "../config/index.ts";
+import type { OpsHttpServer } from "../ops/index.ts";
 import {
   type HealthReport,
   type HealthSource,
   type Logger,
-  OpsHttpServer,
   type ShardHealth,
 } from "../ops/index.ts";
-import type { NodeAddresses } from "./node.ts";
+import { type NodeAddresses, startOpsHttp } from "./node.ts";
 import { fromWireError } from "./siblings.ts";
 import { checkShardWorkers, walDirOf } from "./worker-layout.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
@@ -167,16 +167,10 @@ export class ShardWorkersNode implements HealthSource {
   }
 
   async #startHttp(): Promise<void> {
-    const c = this.config;
-    this.#http = new OpsHttpServer({
-      address: c.http_addr,
-      health: this,
-      metrics: { expose: () => this.#expose() },
-      metricsEnabled: c.telemetry.prometheus.enabled,
-      logger: this.#log.child("http"),
-    });
-    const http = await this.#http.start();
-    this.#addresses = { ...this.#addresses, http: formatHostPort(http) };
+    const metrics = { expose: () => this.#expose() };
+    const { server, address } = await startOpsHttp(this.config, this, metrics, this.#log);
+    this.#http = server;
+    this.#addresses = { ...this.#addresses, http: address };
   }
 
   async #startWorkers(onFatal: (err: Error) => void): Promise<void> {
