@@ -90,6 +90,8 @@ async function answer(id: number, what: "quick" | "report" | "metrics"): Promise
 async function stop(): Promise<void> {
   try {
     await node?.stop();
+  } catch (err) {
+    log.error("the shard worker's stop failed", { error: toWireError(err).message });
   } finally {
     for (const s of siblings) s?.close();
     post({ type: "stopped" });

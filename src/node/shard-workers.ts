@@ -15,12 +15,12 @@
 import { type MessagePort, MessageChannel, Worker } from "node:worker_threads";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { type CairnConfig, formatHostPort, parseHostPort } from "../config/index.ts";
-import type { OpsHttpServer } from "../ops/index.ts";
-import {
-  type HealthReport,
-  type HealthSource,
-  type Logger,
-  type ShardHealth,
+import type {
+  HealthReport,
+  HealthSource,
+  Logger,
+  OpsHttpServer,
+  ShardHealth,
 } from "../ops/index.ts";
 import { type NodeAddresses, startOpsHttp } from "./node.ts";
 import { fromWireError } from "./siblings.ts";

@@ -306,7 +306,9 @@ export class RoutedStore implements KvStore, AdminStore {
   }
 
   transferLeader(id: number, to: string): Promise<void> {
-    return this.#local.transferLeader(id, to);
+    const owner = this.#owner(id);
+    if (owner === null) return this.#local.transferLeader(id, to);
+    return owner.call({ op: "transfer", shard: id, to }).then(() => undefined);
   }
 
   /**
