@@ -8,6 +8,7 @@
  * method's own serializer, so the I/O thread relays bytes and never decodes a message.
  */
 import { EventEmitter } from "node:events";
+import { createServer } from "node:net";
 import { Worker } from "node:worker_threads";
 import { IntMap } from "../common/index.ts";
 import { type FrontEnd, serveFrontEnd } from "./front-end.ts";
@@ -144,6 +145,11 @@ export interface IoThreadsOptions {
   readonly mainAddress: string;
   readonly table: MethodTable;
   readonly serverOptions: Readonly<Record<string, number>>;
+  /**
+   * The port is already bound by this node's own listeners (a shard worker after the first):
+   * join their SO_REUSEPORT group. Otherwise a nonzero port is first checked to be free.
+   */
+  readonly joinsPort?: boolean;
   /** An I/O thread died: the node can no longer serve its connections. */
   readonly onFailure: (err: Error) => void;
 }
@@ -358,6 +364,23 @@ function metadataOrNull(md: Metadata | undefined | null): MetadataPairs | null {
 }
 
 /** Why an I/O thread could not listen: the errno code (EADDRINUSE, EACCES) and message. */
+/**
+ * Rejects with IoThreadListenError unless `host:port` is free. The front ends listen with
+ * SO_REUSEPORT, which would let them join another process's listeners on the port (another node
+ * of the same user, started on the same rpc_addr by mistake) and share its connections; a
+ * listener without it cannot bind a port that anyone listens on.
+ */
+async function checkFree(host: string, port: number): Promise<void> {
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once("error", (err: NodeJS.ErrnoException) =>
+      reject(new IoThreadListenError(err.code ?? null, err.message)),
+    );
+    probe.listen({ host, port, exclusive: true }, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+}
+
 export class IoThreadListenError extends Error {
   readonly code: string | undefined;
 
@@ -386,6 +409,7 @@ export class IoThreads {
   async start(): Promise<number> {
     let port = this.#options.port;
     try {
+      if (port !== 0 && this.#options.joinsPort !== true) await checkFree(this.#options.host, port);
       const count = Math.max(1, this.#options.count);
       for (let i = 0; i < count; i++) port = await this.#startOne(port);
     } catch (err) {

@@ -55,6 +55,11 @@ export interface RpcServerOptions {
    * in this thread.
    */
   readonly ioThreads?: number;
+  /**
+   * `address`'s port is already bound by this node's own gRPC listeners (a shard worker after
+   * the first, src/node/shard-workers.ts): join them instead of first checking that it is free.
+   */
+  readonly joinsPort?: boolean;
   /** An I/O thread died after start: the node can no longer serve its connections. */
   readonly onFatal?: (err: unknown) => void;
 }
@@ -140,6 +145,7 @@ export class RpcServer {
       mainAddress: `127.0.0.1:${internal}`,
       table: this.#table,
       serverOptions: this.#serverOptions,
+      ...(this.#options.joinsPort === true ? { joinsPort: true } : {}),
       onFailure: (err) => this.#options.onFatal?.(err),
     });
     try {

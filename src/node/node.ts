@@ -19,6 +19,7 @@ import { CairnError } from "../common/errors.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
 import {
+  bindErrorFor,
   CairnMetrics,
   type HealthReport,
   type HealthSource,
@@ -377,6 +378,8 @@ export class CairnNode implements HealthSource {
       limits: { maxKeyBytes: c.limits.max_key_bytes, maxValueBytes: c.limits.max_value_bytes },
       maxMessageBytes: c.limits.max_message_bytes,
       ioThreads: c.rpc.io_threads,
+      // Shard workers after the first bind the port the first one got.
+      ...(this.#cell !== null && this.#cell.index > 0 ? { joinsPort: true } : {}),
       onFatal: (err) => {
         this.#log.error("a gRPC I/O thread failed; the node stops serving", {
           error: describeError(err),
@@ -472,18 +475,24 @@ export class CairnNode implements HealthSource {
     const http = parseHostPort(this.#addresses.http, { allowUnspecified: true });
     if (!rpc.ok || !http.ok) throw new Error("bound addresses are not host:port");
     const bindHost = parseHostPort(c.rpc_addr, { allowPortZero: true, allowUnspecified: true });
+    const bindAddr = formatHostPort({
+      host: bindHost.ok ? bindHost.value.host : rpc.value.host,
+      port: rpc.value.port,
+    });
+    // SWIM's UDP socket on the gRPC port's number: a failure to bind names rpc_addr.
     const membership = await Membership.start({
       nodeId: c.node_id,
-      bindAddr: formatHostPort({
-        host: bindHost.ok ? bindHost.value.host : rpc.value.host,
-        port: rpc.value.port,
-      }),
+      bindAddr,
       advertiseRpcAddr: advertised(c.advertise_rpc_addr, rpc.value),
       advertiseHttpAddr: advertised(c.advertise_http_addr, http.value),
       totalShards: c.cluster.total_shards,
       seeds: c.cluster.seed_nodes,
       metrics: this.metrics.membershipMetrics,
       logger: this.#log.child("membership"),
+    }).catch((err: unknown) => {
+      throw (err as NodeJS.ErrnoException).syscall === "bind"
+        ? bindErrorFor(err, bindAddr, "rpc_addr")
+        : err;
     });
     this.#membership = membership;
     const publish = (members: readonly SwimMember[]): void =>

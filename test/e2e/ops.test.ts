@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createSocket } from "node:dgram";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -315,6 +316,65 @@ describe("configuration, end to end", () => {
       assert.match(rpc.stderr, /rpc_addr/);
     } finally {
       blocker.close();
+    }
+  });
+
+  it("refuses to share rpc_addr with a running node (SO_REUSEPORT would let it), for any shard_workers", async () => {
+    // Seen failing: the gRPC listeners bind with SO_REUSEPORT (the I/O threads and shard workers
+    // share the port), so a second node of the same user bound the first one's port too, took
+    // some of its new connections, and only failed later, binding SWIM's UDP port, with
+    // "bind EADDRINUSE" (CAIRN_ERR_INTERNAL) instead of naming the setting.
+    const first = await startServer({ dataDir: join(dir, "holder") });
+    const c = connect(first.rpc);
+    try {
+      await c.call(c.kv, "Put", { key: Buffer.from("mine"), value: Buffer.from("1") });
+      for (const workers of ["1", "2"]) {
+        const second = await run(
+          [
+            "serve",
+            "--rpc-addr",
+            first.rpc,
+            "--http-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            join(dir, `intruder-${workers}`),
+          ],
+          { CAIRN_SHARD_WORKERS: workers },
+        );
+        assert.equal(second.code, 1, second.stderr);
+        assert.match(
+          second.stderr,
+          new RegExp(`address ${first.rpc.replace(/\./g, "\\.")} is already in use \\(rpc_addr\\)`),
+        );
+      }
+      // The first node still serves on its address.
+      const got = await c.call(c.kv, "Get", { key: Buffer.from("mine") });
+      assert.equal((got["value"] as Buffer).toString(), "1");
+      // SWIM's UDP socket on the same port number, taken by another process: named too.
+      const udp = createSocket("udp4");
+      await new Promise<void>((resolve) => udp.bind(0, "127.0.0.1", resolve));
+      const udpPort = udp.address().port;
+      try {
+        const third = await run([
+          "serve",
+          "--rpc-addr",
+          `127.0.0.1:${udpPort}`,
+          "--http-addr",
+          "127.0.0.1:0",
+          "--data-dir",
+          join(dir, "intruder-udp"),
+        ]);
+        assert.equal(third.code, 1, third.stderr);
+        assert.match(
+          third.stderr,
+          new RegExp(`127\\.0\\.0\\.1:${udpPort} is already in use \\(rpc_addr`),
+        );
+      } finally {
+        udp.close();
+      }
+    } finally {
+      c.close();
+      assert.deepEqual(await first.stop("SIGTERM"), { code: 0, signal: null });
     }
   });
 
