@@ -351,6 +351,16 @@ function checkAcrossKeys(
         ),
       );
     }
+    const total = values.get("cluster.total_shards");
+    if (typeof total === "number" && workers > total) {
+      issues.push(
+        issue(
+          "shard_workers",
+          sourceOf("shard_workers"),
+          `must be at most cluster.total_shards (${total}, from ${sourceOf("cluster.total_shards")}): each worker owns at least one shard, got ${workers}`,
+        ),
+      );
+    }
     if (typeof ioThreads === "number" && ioThreads > 0) {
       issues.push(
         issue(

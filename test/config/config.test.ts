@@ -283,6 +283,12 @@ describe("loadConfig", () => {
       /shard_workers \(from env CAIRN_SHARD_WORKERS\): must be 1 when rpc\.io_threads \(1, from env CAIRN_RPC_IO_THREADS\) is above 0/,
     );
     assert.equal(loadConfig({ env: { CAIRN_SHARD_WORKERS: "4" } }).shard_workers, 4);
+    assert.match(
+      configError(() =>
+        loadConfig({ env: { CAIRN_SHARD_WORKERS: "4", CAIRN_CLUSTER_TOTAL_SHARDS: "2" } }),
+      ).message,
+      /shard_workers \(from env CAIRN_SHARD_WORKERS\): must be at most cluster\.total_shards \(2, from env CAIRN_CLUSTER_TOTAL_SHARDS\)/,
+    );
     const msg = yamlFile("limits:\n  max_value_bytes: 4MiB\n");
     assert.match(
       configError(() => loadConfig({ configPath: msg })).message,
