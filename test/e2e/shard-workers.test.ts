@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { type Clients, connect, type Reply } from "../support/grpc-client.ts";
+import { CATALOGUE, checkHistogram, familyTypes } from "../ops/prom-text.ts";
 import { startServer } from "../support/server-process.ts";
 
 const b = (s: string): Buffer => Buffer.from(s);
@@ -78,6 +79,17 @@ describe("shard workers (real server process)", () => {
         ["n1"],
       );
 
+      // One export, in the contract's format, with every family of the catalogue.
+      const exported = await fetch(`http://${server.http}/metrics`);
+      assert.equal(exported.headers.get("content-type"), "text/plain; version=0.0.4");
+      const text = await exported.text();
+      const types = familyTypes(text);
+      for (const [name, type] of CATALOGUE) assert.equal(types.get(name), type, `family ${name}`);
+      // Every series of the summed histogram: ordered buckets, cumulative, _count = +Inf.
+      assert.equal(
+        checkHistogram(text, "kv_request_duration_ms", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]),
+        13,
+      );
       // Each worker counted the calls it served; the scrape sums them.
       const puts = await metric(server.http, 'kv_requests_total{operation="put",status="success"}');
       assert.deepEqual(puts, ['kv_requests_total{operation="put",status="success"} 80']);
