@@ -112,6 +112,8 @@ export class Sibling {
     this.#serve = serve;
     this.#onView = onView;
     port.on("message", (m: Envelope) => this.#receive(m));
+    // The sibling closed its end, or its thread ended: nothing waiting on it will be answered.
+    port.on("close", () => this.close());
   }
 
   /** Asks the sibling to run `call` on a shard it owns. */

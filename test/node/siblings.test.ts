@@ -68,6 +68,19 @@ describe("shard worker siblings", () => {
     }
   });
 
+  it("a sibling whose end closes (its thread ended) fails the calls waiting on it", async () => {
+    const { port1, port2 } = new MessageChannel();
+    port2.on("message", () => {}); // never answers
+    const asker = new Sibling(
+      port1,
+      () => Promise.resolve(null),
+      () => {},
+    );
+    const waiting = asker.call({ op: "snapshot", shard: 1 });
+    port2.close();
+    await assert.rejects(waiting, { code: "CAIRN_ERR_SHUTTING_DOWN", retryable: true });
+  });
+
   it("closing fails the calls still waiting, retryably", async () => {
     const { port1, port2 } = new MessageChannel();
     // The owner never answers.
