@@ -16,7 +16,7 @@ import {
   type SiblingServer,
   toWireError,
 } from "./siblings.ts";
-import type { MainToWorker, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
+import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
 
 const port = parentPort;
 if (port === null) throw new Error("shard-worker.ts runs only as a worker thread");
@@ -72,7 +72,7 @@ port.on("message", (m: MainToWorker) => {
   }
 });
 
-async function answer(id: number, what: "quick" | "report" | "metrics"): Promise<void> {
+async function answer(id: number, what: Question): Promise<void> {
   try {
     if (node === null) throw new Error(`shard worker ${index} has not started`);
     const value =

@@ -13,7 +13,7 @@
 import type { MessagePort } from "node:worker_threads";
 import type { AdminStore, KvStore } from "../api/store.ts";
 import { type MemberView, ClusterViewPublisher, type ShardView } from "../cluster/index.ts";
-import { CairnError } from "../common/errors.ts";
+import { CairnError, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
 import {
   type ApplyOutcome,
@@ -94,7 +94,8 @@ export class Sibling {
   readonly #port: MessagePort;
   readonly #serve: SiblingServer;
   readonly #onView: (shards: readonly ShardView[], members: readonly MemberView[] | null) => void;
-  readonly #pending = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
+  /** Calls in flight by id (an IntMap: see its header for why not a `Map` on this path). */
+  readonly #pending = new IntMap<{ resolve(v: unknown): void; reject(e: unknown): void }>();
   #nextId = 1;
   #calls: (SiblingCall & { id: number })[] = [];
   #replies: { id: number; value?: unknown; error?: WireError }[] = [];

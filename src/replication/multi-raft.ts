@@ -445,7 +445,8 @@ export class MultiRaft {
     // blocks the thread on a write, not after it.
     const transport = options.transport;
     const flushOutputs = options.flushOutputs;
-    const wal = await Wal.open(options.walDir ?? join(options.dataDir, "wal"), {
+    const walDir = options.walDir ?? join(options.dataDir, "wal");
+    const wal = await Wal.open(walDir, {
       ...options.wal,
       fs,
       beforeBlockingWrite: () => {
@@ -473,7 +474,7 @@ export class MultiRaft {
       if (foreign !== undefined) {
         throw new CairnError(
           "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
-          `the WAL in ${options.walDir ?? join(options.dataDir, "wal")} holds shard ${foreign}, which this shard worker does not own: the data directory was written with another shard_workers`,
+          `the WAL in ${walDir} holds shard ${foreign}, which this shard worker does not own: the data directory was written with another shard_workers`,
         );
       }
       const known = [
