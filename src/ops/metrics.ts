@@ -343,9 +343,14 @@ export class CairnMetrics {
     // A node is a cluster of one until membership says otherwise.
     this.#clusterSize.set(1);
 
+    // The engines' own reports, for a registry without sources: once the node gives one, a
+    // scrape reads every open engine and these would only be overwritten (labelled updates).
     this.lsmMetrics = {
-      memtableSize: (shardId, bytes) => this.#memtable.set({ shard_id: String(shardId) }, bytes),
+      memtableSize: (shardId, bytes) => {
+        if (this.#memtableSource === null) this.#memtable.set({ shard_id: String(shardId) }, bytes);
+      },
       sstableCount: (shardId, level, count) => {
+        if (this.#sstableSource !== null) return;
         const label = `L${level}`;
         this.#sstables.set({ level: label, shard_id: String(shardId) }, count);
         let levels = this.#shardLevels.get(shardId);
