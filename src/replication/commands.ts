@@ -125,9 +125,13 @@ const USER = 0x01;
 const INTERNAL = 0x00;
 const CONF_KEY = new Uint8Array([INTERNAL, ...new TextEncoder().encode("raft/conf")]);
 
-/** The LSM key of a user key. */
+/**
+ * The LSM key of a user key, from Node's buffer pool: the engine reads it as a binary string
+ * (keyFromBytes), and a plain Uint8Array this small keeps its bytes inside the object until that
+ * read moves them to an ArrayBuffer of their own (~0.25 µs, and an object for the collector).
+ */
 export function storageKey(key: Uint8Array): Uint8Array {
-  const out = new Uint8Array(key.length + 1);
+  const out = allocate(key.length + 1);
   out[0] = USER;
   out.set(key, 1);
   return out;
@@ -159,7 +163,7 @@ export function decodeStoredValue(stored: Uint8Array): { version: Version; value
 
 /** The LSM key of a meta record (its key as MetaState gives it, under the internal prefix). */
 export function metaStorageKey(key: Uint8Array): Uint8Array {
-  const out = new Uint8Array(key.length + 1);
+  const out = allocate(key.length + 1);
   out[0] = INTERNAL;
   out.set(key, 1);
   return out;
