@@ -40,6 +40,13 @@ export class RaftLog {
 
   /** Term of entry `i`, or null when `i` is compacted away or beyond the last index. */
   term(i: LogIndex): Term | null {
+    if (this.#unstableSnapshot === null) {
+      // The common case, asked several times a message, without working out both ends of the
+      // log: from `#offset` on the unstable tail holds the entries (none past the last index),
+      // and below it storage does (#offset ≤ its last index + 1).
+      if (i >= this.#offset) return this.#unstable[i - this.#offset]?.term ?? null;
+      return i < this.storage.firstIndex() - 1 ? null : this.storage.term(i);
+    }
     if (i < this.firstIndex() - 1 || i > this.lastIndex()) return null;
     const snap = this.#unstableSnapshot;
     if (snap !== null && i === snap.meta.index) return snap.meta.term;

@@ -195,6 +195,8 @@ export class Raft {
   #pendingReads: PendingRead[] = [];
   /** Reads that arrived before the leader committed an entry of its own term. */
   #readsAwaitingCommit: Uint8Array[] = [];
+  /** The commit index is known to be at an entry of the current term (#committedInCurrentTerm). */
+  #commitInTerm = false;
   /** No timers run: no heartbeats, no election timeout (see the top of this file). */
   #quiesced = false;
   /** Leader: consecutive ticks with nothing to do (see #maybeQuiesce). */
@@ -583,6 +585,7 @@ export class Raft {
     if (this.term !== term) {
       this.term = term;
       this.vote = null;
+      this.#commitInTerm = false;
     }
     this.lead = null;
     this.#quiesced = false;
@@ -1241,8 +1244,14 @@ export class Raft {
     return committed;
   }
 
+  /**
+   * Whether the commit index is at an entry of the current term. Once true it stays true for the
+   * term (the commit index only grows, and no entry's term is above the current one), so it is
+   * remembered until #reset changes the term: a leader asks at every acknowledgement.
+   */
   #committedInCurrentTerm(): boolean {
-    return this.log.term(this.log.committed) === this.term;
+    if (!this.#commitInTerm) this.#commitInTerm = this.log.term(this.log.committed) === this.term;
+    return this.#commitInTerm;
   }
 
   #quorumRecentlyActive(): boolean {
