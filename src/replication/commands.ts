@@ -163,7 +163,9 @@ export function decodeStoredValue(stored: Uint8Array): { version: Version; value
 
 /** The LSM key of a meta record (its key as MetaState gives it, under the internal prefix). */
 export function metaStorageKey(key: Uint8Array): Uint8Array {
-  const out = allocate(key.length + 1);
+  // Not from the pool (not a hot path): prefixEnd's slice() copies a Uint8Array, but only views
+  // a Buffer, and would then change the key it was given.
+  const out = new Uint8Array(key.length + 1);
   out[0] = INTERNAL;
   out.set(key, 1);
   return out;
