@@ -361,7 +361,8 @@ export class Wal {
   /**
    * Adds records to the log, in order. They are visible to reads at once and durable once a
    * later `sync()` resolves: the caller must not act on them (send, acknowledge) before that.
-   * Entries' `data` buffers are kept by reference and must not be modified afterwards.
+   * Entries' `data` is copied (into the shard's in-memory log) before this returns: the caller
+   * may reuse its buffers.
    */
   append(records: readonly WalRecord[]): void {
     this.#assertWritable();
@@ -528,10 +529,9 @@ export class Wal {
     const out: WalEntry[] = [];
     let bytes = 0;
     for (let i = lo; i < hi; i++) {
-      const e = log.entries[i - compactIndex - 1] as WalEntry;
-      bytes += e.data.length;
+      bytes += log.dataLength(i);
       if (out.length > 0 && bytes > maxBytes) break;
-      out.push(e);
+      out.push(log.entry(i));
     }
     return out;
   }
@@ -940,11 +940,8 @@ function replaySegment(
 function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
   switch (r.kind) {
     case KIND_ENTRY:
-      // Copy the payload: a view would keep the whole segment buffer alive.
-      log.append(
-        { term: r.term, index: r.index, type: r.entryType, data: new Uint8Array(r.payload) },
-        true,
-      );
+      // The log copies the payload (a view would keep the whole segment buffer alive).
+      log.append({ term: r.term, index: r.index, type: r.entryType, data: r.payload }, true);
       if ((segment.maxIndex.get(r.shard) ?? 0) < r.index) segment.maxIndex.set(r.shard, r.index);
       break;
     case KIND_HARD_STATE:
