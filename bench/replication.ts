@@ -223,6 +223,13 @@ new PerformanceObserver((list) => {
 }).observe({ entryTypes: ["gc"] });
 const results: { rate: number; cpuUs: number }[] = [];
 
+/** The process's memory now: V8's heap, the ArrayBuffers' bytes outside it, and the RSS. */
+function memory(): string {
+  const m = process.memoryUsage();
+  const mib = (n: number): number => Math.round(n / 2 ** 20);
+  return `heap ${mib(m.heapUsed)} MiB, array buffers ${mib(m.arrayBuffers)} MiB, RSS ${mib(m.rss)} MiB`;
+}
+
 /** CPU time of this (the main) thread, ms: utime + stime of /proc/self/task/<pid>/stat. */
 function mainThreadCpuMs(): number {
   const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8");
@@ -254,7 +261,7 @@ for (let run = 1; run <= RUNS; run++) {
       `${(messages / writes).toFixed(2)} messages and ${(frames / writes).toFixed(3)} frames a write; ` +
       `GC pauses ${(((gcMs.minor - gc0.minor) * 1000) / writes).toFixed(1)} µs minor + ` +
       `${(((gcMs.major - gc0.major) * 1000) / writes).toFixed(1)} µs major a write, ` +
-      `heap ${Math.round(process.memoryUsage().heapUsed / 2 ** 20)} MiB`,
+      `${memory()}`,
   );
 }
 
