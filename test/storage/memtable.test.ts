@@ -141,4 +141,30 @@ describe("memtable", () => {
       ["a", "b", "c", "d", "e", "f", "g"],
     );
   });
+  it("replaces a key's versions when no reader needs them, counting its bytes as a fresh key's", () => {
+    const v = (n: number): Uint8Array => new Uint8Array(n).fill(n);
+    const kept = new Memtable();
+    kept.put("k", 1, KIND_PUT, v(10));
+    kept.put("k", 2, KIND_PUT, v(20));
+    kept.put("k", 3, KIND_DELETE, v(0));
+    assert.equal(kept.versions, 3);
+    // A later write no reader below it needs: one version left.
+    kept.put("k", 4, KIND_PUT, v(30), false);
+    const fresh = new Memtable();
+    fresh.put("k", 4, KIND_PUT, v(30));
+    for (const m of [kept, fresh]) {
+      assert.equal(versionCount(m.seek("k") as MemNode), 1);
+      assert.deepEqual(m.get("k", 4), v(30));
+      assert.equal(m.get("k", 3), undefined);
+    }
+    assert.equal(kept.versions, fresh.versions);
+    assert.equal(kept.bytes, fresh.bytes);
+    assert.equal(kept.dataBytes, fresh.dataBytes);
+    // Two writes of one batch (one sequence) still keep the versions below it.
+    kept.put("k", 5, KIND_PUT, v(40));
+    kept.put("k", 5, KIND_PUT, v(50));
+    assert.equal(kept.versions, 2);
+    assert.deepEqual(kept.get("k", 4), v(30));
+    assert.deepEqual(kept.get("k", 5), v(50));
+  });
 });

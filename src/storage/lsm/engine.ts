@@ -140,6 +140,8 @@ export class LsmEngine implements BudgetMember {
   #lastSeq: number;
   #acceptedSeq: number;
   readonly #snapshots = new Map<number, number>();
+  /** Scans started and not yet ended (scan()): each reads at the sequence it started at. */
+  #openScans = 0;
   readonly #pointers: Array<string | undefined> = new Array(LEVELS).fill(undefined);
   /** A full compaction in progress: the next level to merge down, and the level it ends in. */
   #manual: { next: number; target: number } | undefined;
@@ -345,10 +347,14 @@ export class LsmEngine implements BudgetMember {
     const mem = this.#mem;
     const before = mem.bytes;
     mem.advance(seq);
+    // Versions below this write matter only to a reader at an older sequence: a pinned
+    // snapshot, or a scan under way (it reads at the sequence it started at). With neither, a
+    // key written again keeps one version in the memtable.
+    const keepOlder = this.#snapshots.size > 0 || this.#openScans > 0;
     for (const op of ops) {
       const key = keyFromBytes(op.key);
-      if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value);
-      else mem.put(key, seq, KIND_DELETE, EMPTY);
+      if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value, keepOlder);
+      else mem.put(key, seq, KIND_DELETE, EMPTY, keepOlder);
     }
     this.#lastSeq = seq;
     this.#noteActive(mem.bytes - before);
@@ -514,6 +520,7 @@ export class LsmEngine implements BudgetMember {
       pinned.push(...files);
     }
     for (const t of pinned) t.pins++;
+    this.#openScans++;
     try {
       const it = new MergingIterator(children);
       it.seek(start, seq);
@@ -532,6 +539,7 @@ export class LsmEngine implements BudgetMember {
         it.next();
       }
     } finally {
+      this.#openScans--;
       for (const t of pinned) {
         t.pins--;
         if (t.pins === 0 && t.obsolete) this.#deleteTable(t);

@@ -5,8 +5,9 @@
  * them into the skip list in order, each insertion starting where the previous one ended (a
  * write-only memtable is sorted once, at its flush, and appended to an empty list). A random
  * insertion into a skip list of 30k keys costs ~0.7–1 µs of pointer chasing; sorting costs ~0.4.
- * Each key keeps all its versions; a version with the sequence of the key's newest version
- * replaces it (several writes to one key in one batch: the last wins).
+ * Each key keeps its versions while a reader may need them (the engine says when none can: see
+ * `put`); a version with the sequence of the key's newest version replaces it (several writes to
+ * one key in one batch: the last wins).
  * Byte-accounted: `bytes` approximates the memory held, and drives rotation at `memtable_bytes`.
  */
 import { KIND_DELETE } from "./format.ts";
@@ -101,14 +102,30 @@ export class Memtable {
     return this.#map.size;
   }
 
-  put(key: string, seq: number, kind: number, value: Uint8Array): void {
+  /**
+   * Adds a version of `key`. With `keepOlder` false the caller knows no reader can see below
+   * `seq` (no snapshot, no scan open): the key's versions are replaced by this one instead of
+   * kept beneath it, so a key written again and again holds one version, not one per write.
+   */
+  put(key: string, seq: number, kind: number, value: Uint8Array, keepOlder = true): void {
     if (seq < this.minSeq) this.minSeq = seq;
     if (seq > this.maxSeq) this.maxSeq = seq;
     const node = this.#map.get(key);
     if (node !== undefined) {
-      if (node.seq === seq) {
+      if (node.seq === seq || !keepOlder) {
+        // The same sequence (several writes to the key in one batch: the last wins) replaces
+        // the newest version alone.
+        if (!keepOlder && node.older !== null) {
+          for (const v of node.older) {
+            this.bytes -= v.value.length + VERSION_OVERHEAD;
+            this.dataBytes -= key.length + v.value.length + ENTRY_FRAMING;
+            this.versions--;
+          }
+          node.older = null;
+        }
         this.bytes += value.length - node.value.length;
         this.dataBytes += value.length - node.value.length;
+        node.seq = seq;
         node.kind = kind;
         node.value = value;
         return;
