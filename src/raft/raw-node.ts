@@ -42,6 +42,9 @@ export interface SoftState {
  * 4. Serve `readStates`: each read may be answered once the state machine has applied its index.
  * 5. Call advance().
  */
+/** A Ready's entries when there are none (shared: never written). */
+const NO_ENTRIES: readonly Entry[] = Object.freeze([]);
+
 export interface Ready {
   /** Changed term, vote or commit to persist; null if unchanged since the last Ready. */
   readonly hardState: HardState | null;
@@ -249,16 +252,18 @@ export class RawNode {
   ready(): Ready {
     this.#assertNoOutstanding("ready");
     const r = this.#raft;
-    const hard = r.hardState();
-    const soft = this.#softState();
+    // What did not change is not built (a group's Ready is asked for several times a write).
     const rd: Ready = {
-      hardState: sameHardState(hard, this.#prevHard) ? null : hard,
-      entries: r.log.unstableEntries(),
+      hardState: r.hardStateIs(this.#prevHard) ? null : r.hardState(),
+      entries: r.log.hasUnstableEntries() ? r.log.unstableEntries() : NO_ENTRIES,
       snapshot: r.log.unstableSnapshot(),
       messages: r.msgs,
-      committedEntries: r.log.nextCommittedEntries(this.#maxCommittedBytes),
+      committedEntries: r.log.hasNextCommittedEntries()
+        ? r.log.nextCommittedEntries(this.#maxCommittedBytes)
+        : NO_ENTRIES,
       readStates: r.readStates,
-      softState: sameSoftState(soft, this.#prevSoft) ? null : soft,
+      softState:
+        r.lead === this.#prevSoft.lead && r.role === this.#prevSoft.role ? null : this.#softState(),
     };
     r.msgs = NO_MESSAGES;
     r.readStates = NO_READ_STATES;
@@ -325,12 +330,4 @@ export class RawNode {
       throw new RaftInvariantError(`${op}() between ready() and advance()`);
     }
   }
-}
-
-function sameHardState(a: HardState, b: HardState): boolean {
-  return a.term === b.term && a.vote === b.vote && a.commit === b.commit;
-}
-
-function sameSoftState(a: SoftState, b: SoftState): boolean {
-  return a.lead === b.lead && a.role === b.role;
 }
