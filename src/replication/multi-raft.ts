@@ -1373,7 +1373,9 @@ export class MultiRaft {
       return;
     }
     try {
-      const work: [ShardReplica, Ready][] = [];
+      // The shards with a Ready this round, and their Readies (two arrays: no pair per shard).
+      const ready: ShardReplica[] = [];
+      const readies: Ready[] = [];
       // The marked list is taken whole and an empty one put in its place (no copy per round);
       // shards marked from here on wait for the next round. Every shard taken is unmarked
       // first, so one marked again during this round, before or after its turn, goes into the
@@ -1393,12 +1395,15 @@ export class MultiRaft {
         s.expire(now, this.#requestTimeoutMs);
         s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
         this.#trackSleep(s);
-        if (s.raw.hasReady()) work.push([s, s.raw.ready()]);
+        if (s.raw.hasReady()) {
+          ready.push(s);
+          readies.push(s.raw.ready());
+        }
       }
       dirty.length = 0;
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
-      if (work.length === 0) return;
+      if (ready.length === 0) return;
       const records: WalRecord[] = [];
       // A leader's appends and heartbeats leave before this round's WAL write, everything else
       // (acknowledgements, votes, snapshots) once the round is durable: see below.
@@ -1407,7 +1412,9 @@ export class MultiRaft {
       const allEarly = this.#testingBugs.everyMessageBeforeWalWrite === true;
       // Whether the round must be durable before it goes on (see #needsSync).
       let mustSync = false;
-      for (const [s, rd] of work) {
+      for (let w = 0; w < ready.length; w++) {
+        const s = ready[w] as ShardReplica;
+        const rd = readies[w] as Ready;
         // A group founded since the last sync: its founding records are not durable yet, so
         // none of its messages leaves before this round's sync, not even a leader's appends. A
         // founding leader that sent before its vote was on disk could restart with no state,
@@ -1447,14 +1454,9 @@ export class MultiRaft {
         }
         if (rd.entries.length > 0)
           records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
-        if (rd.hardState !== null) {
-          const hs = rd.hardState;
-          records.push({
-            kind: "hard-state",
-            shard: s.id,
-            state: { term: hs.term, vote: hs.vote, commit: hs.commit },
-          });
-        }
+        // (The Ready's hard state is a new object, never written: the WAL may keep it.)
+        if (rd.hardState !== null)
+          records.push({ kind: "hard-state", shard: s.id, state: rd.hardState });
       }
       if (early.size > 0) {
         // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
@@ -1480,7 +1482,9 @@ export class MultiRaft {
       this.#send(outbox);
       let applied: ShardReplica[] | null = null;
       const observer = this.#options.observer;
-      for (const [s, rd] of work) {
+      for (let w = 0; w < ready.length; w++) {
+        const s = ready[w] as ShardReplica;
+        const rd = readies[w] as Ready;
         if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, leaderNode(s.lead), s.raw.term);
         const pending = this.#applyReady(s, rd);
         if (pending === null) {
