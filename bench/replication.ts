@@ -17,7 +17,11 @@
  * builds of the replication path; they are not a cluster's throughput.
  *
  *   npm run bench:replication -- [--shards N] [--keyspace N] [--concurrency C] [--duration S]
- *                                [--runs R] [--cpu-prof FILE]
+ *                                [--runs R] [--cpu-prof FILE] [--heap-prof FILE]
+ *
+ * --cpu-prof writes V8's CPU profile of the runs (chrome://inspect, or any .cpuprofile reader);
+ * --heap-prof V8's sampling allocation profile of the runs, objects already collected included
+ * (where a write's garbage comes from).
  */
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -44,13 +48,14 @@ const { values } = parseArgs({
     duration: { type: "string", default: "10" },
     runs: { type: "string", default: "3" },
     "cpu-prof": { type: "string" },
+    "heap-prof": { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
   strict: true,
 });
 if (values.help) {
   console.log(
-    "usage: npm run bench:replication -- [--shards N] [--keyspace N] [--concurrency C] [--duration S] [--runs R] [--cpu-prof FILE]",
+    "usage: npm run bench:replication -- [--shards N] [--keyspace N] [--concurrency C] [--duration S] [--runs R] [--cpu-prof FILE] [--heap-prof FILE]",
   );
   process.exit(0);
 }
@@ -197,12 +202,19 @@ console.log(
     `(${Math.round(KEYSPACE / ((performance.now() - fillStart) / 1000))} writes/s, shards created)`,
 );
 
-let session: Session | null = null;
+const session = new Session();
+session.connect();
 if (values["cpu-prof"] !== undefined) {
-  session = new Session();
-  session.connect();
   await session.post("Profiler.enable");
   await session.post("Profiler.start");
+}
+if (values["heap-prof"] !== undefined) {
+  await session.post("HeapProfiler.enable");
+  await session.post("HeapProfiler.startSampling", {
+    samplingInterval: 1024,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
 }
 
 let seed = 0x9e3779b9;
@@ -265,12 +277,17 @@ for (let run = 1; run <= RUNS; run++) {
   );
 }
 
-if (session !== null && values["cpu-prof"] !== undefined) {
+if (values["cpu-prof"] !== undefined) {
   const { profile } = await session.post("Profiler.stop");
   await writeFile(values["cpu-prof"], JSON.stringify(profile));
-  session.disconnect();
   console.log(`CPU profile of the runs: ${values["cpu-prof"]}`);
 }
+if (values["heap-prof"] !== undefined) {
+  const { profile } = await session.post("HeapProfiler.stopSampling");
+  await writeFile(values["heap-prof"], JSON.stringify(profile));
+  console.log(`allocation profile of the runs: ${values["heap-prof"]}`);
+}
+session.disconnect();
 
 const sorted = [...results].sort((a, b) => a.cpuUs - b.cpuUs);
 const median = sorted[Math.floor(sorted.length / 2)] as { rate: number; cpuUs: number };
