@@ -3,9 +3,9 @@
  * `wal-worker-<i>` (one worker: `wal`, as a node without workers), and the shard directories
  * stay in `shards/`. N is fixed for the life of the directory, since each worker's WAL holds only
  * its own shards: a first start with N > 1 records it in `shard-workers`, and a later start with
- * another N is refused before anything is opened.
+ * another N is refused before anything is opened (unless nothing was written under the record).
  */
-import { mkdir, open, readdir, readFile, rename } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 
@@ -29,13 +29,19 @@ export function walDirOf(dataDir: string, workers: number, index: number): strin
 /**
  * Checks that `dataDir` was written with `workers` shard workers, and records the number in a
  * new directory started with more than one. A directory without the record was written by a
- * node without workers (or is new).
+ * node without workers (or is new). A record with nothing written under it (no WAL, no shard:
+ * a first start that failed before it opened its storage, e.g. on a port in use) binds nothing:
+ * the directory is new.
  */
 export async function checkShardWorkers(dataDir: string, workers: number): Promise<void> {
   const recorded = await readRecorded(dataDir);
+  if (recorded === workers) return;
   if (recorded !== null) {
-    if (recorded !== workers) throw new ShardWorkersMismatchError(dataDir, recorded, workers);
-    return;
+    if (!(await nothingWritten(dataDir, recorded))) {
+      throw new ShardWorkersMismatchError(dataDir, recorded, workers);
+    }
+    await unlink(join(dataDir, MARKER));
+    await syncDir(dataDir);
   }
   if (workers === 1) return;
   if ((await entries(join(dataDir, "wal"))) > 0 || (await entries(join(dataDir, "shards"))) > 0) {
@@ -51,7 +57,19 @@ export async function checkShardWorkers(dataDir: string, workers: number): Promi
     await file.close();
   }
   await rename(tmp, join(dataDir, MARKER));
-  const dir = await open(dataDir, "r");
+  await syncDir(dataDir);
+}
+
+/** Whether no WAL (of `recorded` workers, or of none) and no shard directory holds anything. */
+async function nothingWritten(dataDir: string, recorded: number): Promise<boolean> {
+  const dirs = [join(dataDir, "wal"), join(dataDir, "shards")];
+  for (let i = 0; i < recorded; i++) dirs.push(walDirOf(dataDir, recorded, i));
+  for (const dir of dirs) if ((await entries(dir)) > 0) return false;
+  return true;
+}
+
+async function syncDir(path: string): Promise<void> {
+  const dir = await open(path, "r");
   try {
     await dir.sync();
   } finally {
