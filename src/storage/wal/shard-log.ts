@@ -4,11 +4,11 @@
  * state after a restart is the state before it by construction.
  *
  * The entries are held in columns, not as an object each: their terms, types, and where their
- * bytes are in the shard's chunks, fixed-size buffers the bytes are copied into, in order. A node holds every
- * uncompacted entry of every shard (hundreds of thousands under load); as objects, each with a
- * view of the buffer it arrived in, they were the garbage collector's largest live set, and a
- * follower's entries kept whole the peer frames they arrived in (a few kilobytes each, for a
- * hundred bytes used). `entry()` builds an entry when it is read.
+ * bytes are in the shard's chunks (16 KiB buffers the bytes are copied into, in order). A node
+ * holds every uncompacted entry of every shard (hundreds of thousands under load); as objects,
+ * each with a view of the buffer it arrived in, they were the largest part of the garbage
+ * collector's live set, and a follower's entries kept whole the peer frames they arrived in (a
+ * few kilobytes each, for a hundred bytes used). `entry()` builds an entry when it is read.
  *
  * Invariants:
  *  1. The log is contiguous above the compaction point: the entry at `compactIndex + 1 + i` is in
@@ -19,8 +19,9 @@
  *     they were (new entries go after them), and a chunk is dropped, never reused, once no entry
  *     is in it. An entry read earlier (its `data` a view of a chunk, perhaps still queued for a
  *     peer) keeps its bytes whatever the log does next.
- *  5. The chunks held are those from the first entry's to the last one written; only the last
- *     has room left. Memory is the entries' bytes plus at most two chunks' slack.
+ *  5. The chunks held are those from the first entry's to the last one written. Beyond the
+ *     entries' bytes they hold the compacted part of the first, the room left in the last, the
+ *     ends of chunks the next entry did not fit in, and truncated suffixes' bytes.
  */
 import { CairnError } from "../../common/index.ts";
 import type { WalEntry, WalHardState, WalSnapshotMeta } from "./types.ts";
