@@ -27,6 +27,9 @@ export interface SoftState {
   readonly role: Role;
 }
 
+/** A Ready's entries when there are none (shared: never written). */
+const NO_ENTRIES: readonly Entry[] = Object.freeze([]);
+
 /**
  * Everything the driver must do, in this order:
  *
@@ -42,9 +45,6 @@ export interface SoftState {
  * 4. Serve `readStates`: each read may be answered once the state machine has applied its index.
  * 5. Call advance().
  */
-/** A Ready's entries when there are none (shared: never written). */
-const NO_ENTRIES: readonly Entry[] = Object.freeze([]);
-
 export interface Ready {
   /** Changed term, vote or commit to persist; null if unchanged since the last Ready. */
   readonly hardState: HardState | null;
