@@ -5,12 +5,21 @@
  *
  * Invariants: `applied ≤ committed ≤ lastIndex()`; committed entries are never truncated;
  * unstable entries start at `#offset`, which is ≤ storage.lastIndex() + 1.
+ *
+ * The entries persisted lately and not yet applied (and the last applied one) are also kept here
+ * (`#kept`, the ones just before `#offset`, at most KEEP_MAX): they are what the next Readies
+ * apply and what the group's messages ask terms of, and storage would rebuild each of them (the
+ * WAL holds their bytes in columns). They are the objects storage was given, so they equal what
+ * it holds.
  */
 import { RaftInvariantError } from "./errors.ts";
 import type { RaftStorage } from "./storage.ts";
 import { limitSize } from "./storage.ts";
 import type { Entry, LogIndex, Snapshot, Term } from "./types.ts";
 import { logIndex, term } from "./types.ts";
+
+/** At most this many persisted, unapplied entries are kept in `#kept`. */
+const KEEP_MAX = 64;
 
 export class RaftLog {
   readonly storage: RaftStorage;
@@ -19,6 +28,8 @@ export class RaftLog {
   #unstableSnapshot: Snapshot | null = null;
   #unstable: Entry[] = [];
   #offset: LogIndex;
+  /** Persisted entries from the last applied one on, ending just before `#offset` (see the top). */
+  #kept: Entry[] = [];
 
   constructor(storage: RaftStorage) {
     this.storage = storage;
@@ -45,13 +56,15 @@ export class RaftLog {
       // log: from `#offset` on the unstable tail holds the entries (none past the last index),
       // and below it storage does (#offset ≤ its last index + 1).
       if (i >= this.#offset) return this.#unstable[i - this.#offset]?.term ?? null;
+      const kept = this.#kept[i - this.#offset + this.#kept.length];
+      if (kept !== undefined) return kept.term;
       return i < this.storage.firstIndex() - 1 ? null : this.storage.term(i);
     }
     if (i < this.firstIndex() - 1 || i > this.lastIndex()) return null;
     const snap = this.#unstableSnapshot;
     if (snap !== null && i === snap.meta.index) return snap.meta.term;
     if (i >= this.#offset) return (this.#unstable[i - this.#offset] as Entry).term;
-    return this.storage.term(i);
+    return this.#kept[i - this.#offset + this.#kept.length]?.term ?? this.storage.term(i);
   }
 
   lastTerm(): Term {
@@ -128,6 +141,7 @@ export class RaftLog {
     } else if (after <= this.#offset) {
       // Replaces everything unstable and a suffix of storage; the driver truncates storage when it
       // persists these entries.
+      this.#kept = this.#kept.slice(0, Math.max(0, after - (this.#offset - this.#kept.length)));
       this.#offset = after;
       this.#unstable = [...entries];
     } else {
@@ -151,6 +165,20 @@ export class RaftLog {
     if (i > this.committed)
       throw new RaftInvariantError(`applied ${i} beyond commit ${this.committed}`);
     this.applied = i;
+    this.#trimKept();
+  }
+
+  /**
+   * `#kept` from the last applied entry on (a follower's next append names it as the entry it
+   * follows), and at most KEEP_MAX.
+   */
+  #trimKept(): void {
+    const kept = this.#kept;
+    if (kept.length === 0) return;
+    const from = this.#offset - kept.length;
+    const drop = Math.max(this.applied - from, kept.length - KEEP_MAX);
+    if (drop <= 0) return;
+    this.#kept = drop >= kept.length ? [] : kept.slice(drop);
   }
 
   /** Commits `i` if it is beyond the commit index and from term `t` (§5.4.2). */
@@ -194,8 +222,16 @@ export class RaftLog {
     let out: Entry[] = [];
     if (lo < this.#offset) {
       const stableHi = logIndex(Math.min(hi, this.#offset));
-      out = this.storage.entries(lo, stableHi, maxBytes);
-      if (out.length < stableHi - lo) return out; // cut by size
+      const keptFrom = this.#offset - this.#kept.length;
+      if (lo < keptFrom) {
+        const storedHi = logIndex(Math.min(stableHi, keptFrom));
+        out = this.storage.entries(lo, storedHi, maxBytes);
+        if (out.length < storedHi - lo) return out; // cut by size
+      }
+      if (stableHi > keptFrom) {
+        const kept = this.#kept.slice(Math.max(lo, keptFrom) - keptFrom, stableHi - keptFrom);
+        out = out.length === 0 ? kept : out.concat(kept);
+      }
     }
     if (hi > this.#offset) {
       const from = Math.max(lo, this.#offset) - this.#offset;
@@ -209,8 +245,11 @@ export class RaftLog {
     if (i < this.#offset) return;
     const e = this.#unstable[i - this.#offset];
     if (e === undefined || e.term !== t) return; // replaced meanwhile: still unstable
-    this.#unstable = this.#unstable.slice(i + 1 - this.#offset);
+    const persisted = i + 1 - this.#offset;
+    for (let k = 0; k < persisted; k++) this.#kept.push(this.#unstable[k] as Entry);
+    this.#unstable = this.#unstable.slice(persisted);
     this.#offset = logIndex(i + 1);
+    this.#trimKept();
   }
 
   stableSnapTo(i: LogIndex): void {
@@ -224,6 +263,7 @@ export class RaftLog {
     this.committed = s.meta.index;
     this.#unstableSnapshot = s;
     this.#unstable = [];
+    this.#kept = [];
     this.#offset = logIndex(s.meta.index + 1);
   }
 
