@@ -6,11 +6,13 @@
  * Invariants: `applied ≤ committed ≤ lastIndex()`; committed entries are never truncated;
  * unstable entries start at `#offset`, which is ≤ storage.lastIndex() + 1.
  *
- * The entries persisted lately and not yet applied (and the last applied one) are also kept here
- * (`#kept`, the ones just before `#offset`, at most KEEP_MAX): they are what the next Readies
- * apply and what the group's messages ask terms of, and storage would rebuild each of them (the
- * WAL holds their bytes in columns). They are the objects storage was given, so they equal what
- * it holds.
+ * The entries persisted lately and not yet applied are also kept here (`#kept`, the ones just
+ * before `#offset`, at most KEEP_MAX of them and KEEP_MAX_BYTES of payload): they are what the
+ * next Readies apply and what the group's messages ask terms of, and storage would rebuild each
+ * of them (the WAL holds their bytes in columns). They are the objects storage was given, so they
+ * equal what it holds. Of the last applied entry only the term is kept (a follower's next append
+ * names it as the entry it follows): an entry kept past its apply would stay as long as its
+ * group is idle, outside the WAL's memory budget.
  */
 import { RaftInvariantError } from "./errors.ts";
 import type { RaftStorage } from "./storage.ts";
@@ -18,8 +20,10 @@ import { limitSize } from "./storage.ts";
 import type { Entry, LogIndex, Snapshot, Term } from "./types.ts";
 import { logIndex, term } from "./types.ts";
 
-/** At most this many persisted, unapplied entries are kept in `#kept`. */
+/** At most this many persisted, unapplied entries are kept in `#kept`… */
 const KEEP_MAX = 64;
+/** …with at most this many bytes of payload (large entries are read from storage). */
+const KEEP_MAX_BYTES = 64 * 1024;
 
 export class RaftLog {
   readonly storage: RaftStorage;
@@ -28,8 +32,13 @@ export class RaftLog {
   #unstableSnapshot: Snapshot | null = null;
   #unstable: Entry[] = [];
   #offset: LogIndex;
-  /** Persisted entries from the last applied one on, ending just before `#offset` (see the top). */
+  /** Persisted entries not yet applied, ending just before `#offset` (see the top). */
   #kept: Entry[] = [];
+  /** The payload bytes of `#kept`. */
+  #keptBytes = 0;
+  /** The index of the last applied entry whose term is known here (-1: none), and that term. */
+  #appliedIndex = -1;
+  #appliedTerm = term(0);
 
   constructor(storage: RaftStorage) {
     this.storage = storage;
@@ -58,6 +67,7 @@ export class RaftLog {
       if (i >= this.#offset) return this.#unstable[i - this.#offset]?.term ?? null;
       const kept = this.#kept[i - this.#offset + this.#kept.length];
       if (kept !== undefined) return kept.term;
+      if (i === this.#appliedIndex) return this.#appliedTerm;
       return i < this.storage.firstIndex() - 1 ? null : this.storage.term(i);
     }
     if (i < this.firstIndex() - 1 || i > this.lastIndex()) return null;
@@ -142,6 +152,8 @@ export class RaftLog {
       // Replaces everything unstable and a suffix of storage; the driver truncates storage when it
       // persists these entries.
       this.#kept = this.#kept.slice(0, Math.max(0, after - (this.#offset - this.#kept.length)));
+      this.#keptBytes = 0;
+      for (const e of this.#kept) this.#keptBytes += e.data.length;
       this.#offset = after;
       this.#unstable = [...entries];
     } else {
@@ -169,16 +181,28 @@ export class RaftLog {
   }
 
   /**
-   * `#kept` from the last applied entry on (a follower's next append names it as the entry it
-   * follows), and at most KEEP_MAX.
+   * `#kept` without the applied entries (the last one's term noted), and within KEEP_MAX and
+   * KEEP_MAX_BYTES.
    */
   #trimKept(): void {
     const kept = this.#kept;
     if (kept.length === 0) return;
     const from = this.#offset - kept.length;
-    const drop = Math.max(this.applied - from, kept.length - KEEP_MAX);
-    if (drop <= 0) return;
-    this.#kept = drop >= kept.length ? [] : kept.slice(drop);
+    let drop = Math.max(0, Math.min(kept.length, this.applied + 1 - from));
+    const last = kept[this.applied - from];
+    if (last !== undefined) {
+      this.#appliedIndex = last.index;
+      this.#appliedTerm = last.term;
+    }
+    let bytes = this.#keptBytes;
+    for (let k = 0; k < drop; k++) bytes -= (kept[k] as Entry).data.length;
+    while (drop < kept.length && (kept.length - drop > KEEP_MAX || bytes > KEEP_MAX_BYTES)) {
+      bytes -= (kept[drop] as Entry).data.length;
+      drop++;
+    }
+    if (drop === 0) return;
+    this.#kept = drop === kept.length ? [] : kept.slice(drop);
+    this.#keptBytes = bytes;
   }
 
   /** Commits `i` if it is beyond the commit index and from term `t` (§5.4.2). */
@@ -246,7 +270,11 @@ export class RaftLog {
     const e = this.#unstable[i - this.#offset];
     if (e === undefined || e.term !== t) return; // replaced meanwhile: still unstable
     const persisted = i + 1 - this.#offset;
-    for (let k = 0; k < persisted; k++) this.#kept.push(this.#unstable[k] as Entry);
+    for (let k = 0; k < persisted; k++) {
+      const e = this.#unstable[k] as Entry;
+      this.#kept.push(e);
+      this.#keptBytes += e.data.length;
+    }
     this.#unstable = this.#unstable.slice(persisted);
     this.#offset = logIndex(i + 1);
     this.#trimKept();
@@ -264,6 +292,8 @@ export class RaftLog {
     this.#unstableSnapshot = s;
     this.#unstable = [];
     this.#kept = [];
+    this.#keptBytes = 0;
+    this.#appliedIndex = -1;
     this.#offset = logIndex(s.meta.index + 1);
   }
 
