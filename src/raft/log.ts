@@ -271,9 +271,9 @@ export class RaftLog {
     if (e === undefined || e.term !== t) return; // replaced meanwhile: still unstable
     const persisted = i + 1 - this.#offset;
     for (let k = 0; k < persisted; k++) {
-      const e = this.#unstable[k] as Entry;
-      this.#kept.push(e);
-      this.#keptBytes += e.data.length;
+      const kept = this.#unstable[k] as Entry;
+      this.#kept.push(kept);
+      this.#keptBytes += kept.data.length;
     }
     this.#unstable = this.#unstable.slice(persisted);
     this.#offset = logIndex(i + 1);
