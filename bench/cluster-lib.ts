@@ -4,8 +4,39 @@
  * each node's /metrics, a CPU profile's self time, and the Markdown table.
  */
 
+import { join } from "node:path";
+
 export type Generator = "grpc-load" | "cairn-bench";
 export type Op = "put" | "get";
+
+const PROTO_ROOT = join(import.meta.dirname, "..", "proto");
+
+/**
+ * grpc-load's arguments for Puts or linearizable Gets of cairn.v1.KV at `target` (one address
+ * or several, comma-separated), with 16-byte keys and 100-byte values; Gets count their hits.
+ * Every benchmark that drives Cairn with grpc-load starts its command line with these.
+ */
+export function grpcLoadKvArgs(op: Op, target: string): string[] {
+  return [
+    "--proto",
+    join(PROTO_ROOT, "cairn", "v1", "kv.proto"),
+    "--import-path",
+    PROTO_ROOT,
+    "--method",
+    op === "put" ? "/cairn.v1.KV/Put" : "/cairn.v1.KV/Get",
+    "--request",
+    op === "put"
+      ? '{"key":"{key}","value":"{value}"}'
+      : '{"key":"{key}","consistency":"LINEARIZABLE"}',
+    "--target",
+    target,
+    "--key-size",
+    "16",
+    "--value-size",
+    "100",
+    ...(op === "get" ? ["--hit-field", "found"] : []),
+  ];
+}
 
 /** One measured case, whichever generator ran it. */
 export interface CaseResult {

@@ -38,6 +38,7 @@ import {
   type Generator,
   markdownTable,
   type Op,
+  grpcLoadKvArgs,
   parseCairnBench,
   parseConcurrencies,
   parseGrpcLoad,
@@ -419,32 +420,14 @@ interface Runner {
 }
 
 function grpcLoadArgs(r: Runner, op: Op, c: number, extra: readonly string[]): string[] {
-  const request =
-    op === "put"
-      ? '{"key":"{key}","value":"{value}"}'
-      : '{"key":"{key}","consistency":"LINEARIZABLE"}';
   return [
-    "--proto",
-    join(ROOT, "proto", "cairn", "v1", "kv.proto"),
-    "--import-path",
-    join(ROOT, "proto"),
-    "--method",
-    op === "put" ? "/cairn.v1.KV/Put" : "/cairn.v1.KV/Get",
-    "--request",
-    request,
-    "--target",
-    r.nodes.map((n) => n.rpc).join(","),
+    ...grpcLoadKvArgs(op, r.nodes.map((n) => n.rpc).join(",")),
     "--channels",
     String(r.opts.channels),
     "--keyspace",
     String(r.opts.keyspace),
-    "--key-size",
-    "16",
-    "--value-size",
-    "100",
     "--concurrency",
     String(c),
-    ...(op === "get" ? ["--hit-field", "found"] : []),
     ...extra,
   ];
 }

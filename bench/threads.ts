@@ -34,6 +34,7 @@ import {
 } from "node:worker_threads";
 import { Server, ServerCredentials, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { loadCairnProto } from "../src/api/proto.ts";
+import { grpcLoadKvArgs } from "./cluster-lib.ts";
 
 const ROOT = join(import.meta.dirname, "..");
 
@@ -137,16 +138,7 @@ interface LoadResult {
 
 function runLoad(grpcLoad: string, port: number, duration: number): Promise<LoadResult> {
   const args = [
-    "--proto",
-    join(ROOT, "proto", "cairn", "v1", "kv.proto"),
-    "--import-path",
-    join(ROOT, "proto"),
-    "--method",
-    "/cairn.v1.KV/Put",
-    "--request",
-    '{"key":"{key}","value":"{value}"}',
-    "--target",
-    `127.0.0.1:${port}`,
+    ...grpcLoadKvArgs("put", `127.0.0.1:${port}`),
     "--channels",
     "8",
     "--concurrency",

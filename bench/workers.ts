@@ -19,7 +19,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs, promisify } from "node:util";
-import { type Op, parseGrpcLoad } from "./cluster-lib.ts";
+import { grpcLoadKvArgs, type Op, parseGrpcLoad } from "./cluster-lib.ts";
 import { startCairn } from "./serve.ts";
 
 const ROOT = join(import.meta.dirname, "..");
@@ -91,35 +91,17 @@ function threadTicks(pid: number): Map<string, { name: string; ticks: number }> 
 }
 
 async function runCase(rpc: string, pid: number, c: Case): Promise<Omit<Row, "run" | "workers">> {
-  const request =
-    c.op === "put"
-      ? '{"key":"{key}","value":"{value}"}'
-      : '{"key":"{key}","consistency":"LINEARIZABLE"}';
   const argv = [
-    "--proto",
-    join(ROOT, "proto", "cairn", "v1", "kv.proto"),
-    "--import-path",
-    join(ROOT, "proto"),
-    "--method",
-    c.op === "put" ? "/cairn.v1.KV/Put" : "/cairn.v1.KV/Get",
-    "--request",
-    request,
-    "--target",
-    rpc,
+    ...grpcLoadKvArgs(c.op, rpc),
     "--channels",
     "4",
     "--keyspace",
     args.keyspace,
-    "--key-size",
-    "16",
-    "--value-size",
-    "100",
     "--concurrency",
     String(c.concurrency),
     "--pids",
     String(pid),
     ...(c.fill ? ["--mode", "fill", "--duration", "120"] : ["--duration", args.duration]),
-    ...(c.op === "get" ? ["--hit-field", "found"] : []),
   ];
   const before = threadTicks(pid);
   const started = performance.now();
