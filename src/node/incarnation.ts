@@ -6,9 +6,9 @@
  * not hold (src/node/cluster.ts).
  */
 import { randomUUID } from "node:crypto";
-import { open, readFile, rename } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ensureDir, nodeFileSystem } from "../storage/index.ts";
+import { ensureDir, nodeFileSystem, writeFileDurably } from "../storage/index.ts";
 
 const FILE = "incarnation";
 const VALID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -28,16 +28,7 @@ export async function loadIncarnation(dataDir: string): Promise<{ id: string; cr
   }
   const id = randomUUID();
   await ensureDir(nodeFileSystem, dataDir);
-  // Written aside, synced, then renamed into place: a crash leaves either no file or a whole one.
-  const tmp = `${path}.tmp`;
-  const file = await open(tmp, "w");
-  try {
-    await file.writeFile(`${id}\n`);
-    await file.sync();
-  } finally {
-    await file.close();
-  }
-  await rename(tmp, path);
-  await nodeFileSystem.fsyncDir(dataDir);
+  // A crash leaves either no file or a whole one.
+  await writeFileDurably(path, `${id}\n`);
   return { id, created: true };
 }

@@ -5,9 +5,10 @@
  * its own shards: a first start with N > 1 records it in `shard-workers`, and a later start with
  * another N is refused before anything is opened (unless nothing was written under the record).
  */
-import { mkdir, open, readdir, readFile, rename, unlink } from "node:fs/promises";
+import { readdir, readFile, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
+import { ensureDir, fsyncDir, nodeFileSystem, writeFileDurably } from "../storage/index.ts";
 
 const MARKER = "shard-workers";
 
@@ -41,23 +42,14 @@ export async function checkShardWorkers(dataDir: string, workers: number): Promi
       throw new ShardWorkersMismatchError(dataDir, recorded, workers);
     }
     await unlink(join(dataDir, MARKER));
-    await syncDir(dataDir);
+    await fsyncDir(dataDir);
   }
   if (workers === 1) return;
   if ((await entries(join(dataDir, "wal"))) > 0 || (await entries(join(dataDir, "shards"))) > 0) {
     throw new ShardWorkersMismatchError(dataDir, 1, workers);
   }
-  await mkdir(dataDir, { recursive: true });
-  const tmp = join(dataDir, `${MARKER}.tmp`);
-  const file = await open(tmp, "w");
-  try {
-    await file.writeFile(`${workers}\n`);
-    await file.sync();
-  } finally {
-    await file.close();
-  }
-  await rename(tmp, join(dataDir, MARKER));
-  await syncDir(dataDir);
+  await ensureDir(nodeFileSystem, dataDir);
+  await writeFileDurably(join(dataDir, MARKER), `${workers}\n`);
 }
 
 /** Whether no WAL (of `recorded` workers, or of none) and no shard directory holds anything. */
@@ -66,15 +58,6 @@ async function nothingWritten(dataDir: string, recorded: number): Promise<boolea
   for (let i = 0; i < recorded; i++) dirs.push(walDirOf(dataDir, recorded, i));
   for (const dir of dirs) if ((await entries(dir)) > 0) return false;
   return true;
-}
-
-async function syncDir(path: string): Promise<void> {
-  const dir = await open(path, "r");
-  try {
-    await dir.sync();
-  } finally {
-    await dir.close();
-  }
 }
 
 async function readRecorded(dataDir: string): Promise<number | null> {

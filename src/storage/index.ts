@@ -4,6 +4,7 @@ export {
   crc32c,
   CorruptionError,
   ensureDir,
+  fsyncDir,
   MemoryFileSystem,
   nodeFileSystem,
   type CrashOptions,
@@ -11,4 +12,5 @@ export {
   type FsFile,
   type FsOperation,
   type OpenFlags,
+  writeFileDurably,
 } from "./common/index.ts";

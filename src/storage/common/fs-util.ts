@@ -1,5 +1,6 @@
 import { closeSync, openSync, fsyncSync } from "node:fs";
-import { open } from "node:fs/promises";
+import { open, rename, writeFile } from "node:fs/promises";
+import { dirname } from "node:path";
 
 /**
  * Makes a directory's entries (created, renamed, removed files) durable. Without it a crash can
@@ -22,4 +23,15 @@ export function fsyncDirSync(dir: string): void {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * Replaces the small file at `path` with `text`, durably and whole: written aside, flushed,
+ * renamed into place, and the directory synced. A crash leaves the old file or the new one.
+ */
+export async function writeFileDurably(path: string, text: string): Promise<void> {
+  const tmp = `${path}.tmp`;
+  await writeFile(tmp, text, { flush: true });
+  await rename(tmp, path);
+  await fsyncDir(dirname(path));
 }

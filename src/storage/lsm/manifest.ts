@@ -7,10 +7,16 @@
  * `CURRENT.tmp`, fsyncing it, renaming it over `CURRENT` and fsyncing the directory.
  */
 import { constants } from "node:fs";
-import { open, readFile, rename, writeFile } from "node:fs/promises";
+import { open, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
-import { crc32c, CorruptionError, ensureDir, fsyncDir, nodeFileSystem } from "../common/index.ts";
+import {
+  crc32c,
+  CorruptionError,
+  ensureDir,
+  nodeFileSystem,
+  writeFileDurably,
+} from "../common/index.ts";
 
 export interface FileMeta {
   readonly level: number;
@@ -248,10 +254,7 @@ export class Manifest {
     } finally {
       await handle.close();
     }
-    const tmp = join(dir, "CURRENT.tmp");
-    await writeFile(tmp, `${fileName}\n`, { flush: true });
-    await rename(tmp, join(dir, "CURRENT"));
-    await fsyncDir(dir);
+    await writeFileDurably(join(dir, "CURRENT"), `${fileName}\n`);
     return new Manifest(dir, fileName, frame.length);
   }
 
