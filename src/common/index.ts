@@ -2,3 +2,4 @@ export { CairnError } from "./errors.ts";
 export { type Rng, seededRng } from "./rng.ts";
 export { DenseMap, type ReadonlyDenseMap } from "./dense-map.ts";
 export { IntMap } from "./int-map.ts";
+export { clearArray, dropFront } from "./arrays.ts";

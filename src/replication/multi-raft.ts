@@ -29,7 +29,7 @@
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
-import { DenseMap, IntMap } from "../common/index.ts";
+import { DenseMap, IntMap, clearArray } from "../common/index.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import {
   type MetaCommand,
@@ -1400,7 +1400,7 @@ export class MultiRaft {
           readies.push(s.raw.ready());
         }
       }
-      dirty.length = 0;
+      clearArray(dirty);
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
       if (ready.length === 0) return;

@@ -4,7 +4,7 @@
  * the inbox; the driver feeds them at the start of the next round.
  */
 import { CairnError } from "../common/errors.ts";
-import { IntMap } from "../common/index.ts";
+import { IntMap, clearArray } from "../common/index.ts";
 import type {
   ConfChange,
   Entry,
@@ -156,7 +156,7 @@ export class ShardReplica {
   leaderChanges = 0;
   /*
    * The queues below are drained by swapping in their spare and emptying the drained array
-   * after use, never by dropping it for a new one. A group's arrays live from one round of it
+   * after use (clearArray, which keeps its backing store), never by dropping it for a new one. A group's arrays live from one round of it
    * to the next, long enough to reach the old generation, and an old array dropped while it
    * still held a request kept that request (its promise, its callbacks, its decoded message)
    * alive through every young collection until the next full one: promoted with everything it
@@ -370,7 +370,7 @@ export class ShardReplica {
     try {
       for (const m of steps) this.raw.step(m);
     } finally {
-      steps.length = 0;
+      clearArray(steps);
     }
     const reports = this.#reports;
     this.#reports = this.#spareReports;
@@ -388,7 +388,7 @@ export class ShardReplica {
           break;
       }
     }
-    reports.length = 0;
+    clearArray(reports);
     const inbox = this.#inbox;
     this.#inbox = this.#spareInbox;
     this.#spareInbox = inbox;
@@ -451,7 +451,7 @@ export class ShardReplica {
         (item.kind === "read" ? item.read : item.done).reject(toNodeLeader(err));
       }
     }
-    inbox.length = 0;
+    clearArray(inbox);
   }
 
   /** When expire() next scans the requests (clock ms). */
