@@ -14,9 +14,9 @@
  * names it as the entry it follows): an entry kept past its apply would stay as long as its
  * group is idle, outside the WAL's memory budget.
  */
+import { clearArray, dropFront } from "../common/arrays.ts";
 import { RaftInvariantError } from "./errors.ts";
 import type { RaftStorage } from "./storage.ts";
-import { limitSize } from "./storage.ts";
 import type { Entry, LogIndex, Snapshot, Term } from "./types.ts";
 import { logIndex, term } from "./types.ts";
 
@@ -110,7 +110,7 @@ export class RaftLog {
           `entry ${conflict} conflicts with committed entry (commit ${this.committed})`,
         );
       }
-      this.append(entries.slice(conflict - (prevIndex + 1)));
+      this.append(entries, conflict - (prevIndex + 1));
     }
     this.commitTo(logIndex(Math.min(commit, lastNew)));
     return lastNew;
@@ -136,9 +136,12 @@ export class RaftLog {
     }
   }
 
-  /** Appends to the unstable tail, replacing whatever followed `entries[0].index - 1`. */
-  append(entries: readonly Entry[]): LogIndex {
-    const first = entries[0];
+  /**
+   * Appends `entries` from `entries[from]` on to the unstable tail, replacing whatever followed
+   * the index before the first of them.
+   */
+  append(entries: readonly Entry[], from = 0): LogIndex {
+    const first = entries[from];
     if (first === undefined) return this.lastIndex();
     if (first.index - 1 < this.committed) {
       throw new RaftInvariantError(
@@ -147,7 +150,7 @@ export class RaftLog {
     }
     const after = first.index;
     if (after === this.#offset + this.#unstable.length) {
-      this.#unstable.push(...entries);
+      for (let k = from; k < entries.length; k++) this.#unstable.push(entries[k] as Entry);
     } else if (after <= this.#offset) {
       // Replaces everything unstable and a suffix of storage; the driver truncates storage when it
       // persists these entries.
@@ -155,9 +158,9 @@ export class RaftLog {
       this.#keptBytes = 0;
       for (const e of this.#kept) this.#keptBytes += e.data.length;
       this.#offset = after;
-      this.#unstable = [...entries];
+      this.#unstable = entries.slice(from);
     } else {
-      this.#unstable = [...this.#unstable.slice(0, after - this.#offset), ...entries];
+      this.#unstable = [...this.#unstable.slice(0, after - this.#offset), ...entries.slice(from)];
     }
     return this.lastIndex();
   }
@@ -201,7 +204,8 @@ export class RaftLog {
       drop++;
     }
     if (drop === 0) return;
-    this.#kept = drop === kept.length ? [] : kept.slice(drop);
+    // In place: the group's arrays are reused from one write to the next (clearArray).
+    dropFront(kept, drop);
     this.#keptBytes = bytes;
   }
 
@@ -243,25 +247,35 @@ export class RaftLog {
     if (hi > this.lastIndex() + 1)
       throw new RaftInvariantError(`slice(${lo}, ${hi}) beyond last ${this.lastIndex()}`);
     if (lo >= hi) return [];
-    let out: Entry[] = [];
-    if (lo < this.#offset) {
-      const stableHi = logIndex(Math.min(hi, this.#offset));
+    // One array, built here, in the common cases (the entries kept and unstable): an append or
+    // a Ready asks for a slice several times a write.
+    let out: Entry[] | null = null;
+    let bytes = 0;
+    let i = lo;
+    if (i < this.#offset) {
+      const stableHi = Math.min(hi, this.#offset);
       const keptFrom = this.#offset - this.#kept.length;
-      if (lo < keptFrom) {
+      if (i < keptFrom) {
         const storedHi = logIndex(Math.min(stableHi, keptFrom));
-        out = this.storage.entries(lo, storedHi, maxBytes);
-        if (out.length < storedHi - lo) return out; // cut by size
+        out = this.storage.entries(i, storedHi, maxBytes);
+        if (out.length < storedHi - i) return out; // cut by size
+        for (const e of out) bytes += e.data.length;
+        i = storedHi;
       }
-      if (stableHi > keptFrom) {
-        const kept = this.#kept.slice(Math.max(lo, keptFrom) - keptFrom, stableHi - keptFrom);
-        out = out.length === 0 ? kept : out.concat(kept);
+      for (; i < stableHi; i++) {
+        const e = this.#kept[i - keptFrom] as Entry;
+        bytes += e.data.length;
+        if (out !== null && out.length > 0 && bytes > maxBytes) return out;
+        (out ??= []).push(e);
       }
     }
-    if (hi > this.#offset) {
-      const from = Math.max(lo, this.#offset) - this.#offset;
-      out = out.concat(this.#unstable.slice(from, hi - this.#offset));
+    for (; i < hi; i++) {
+      const e = this.#unstable[i - this.#offset] as Entry;
+      bytes += e.data.length;
+      if (out !== null && out.length > 0 && bytes > maxBytes) return out;
+      (out ??= []).push(e);
     }
-    return limitSize(out, maxBytes);
+    return out ?? [];
   }
 
   /** The driver persisted entries up to (i, t): drop them from the unstable tail. */
@@ -275,7 +289,8 @@ export class RaftLog {
       this.#kept.push(kept);
       this.#keptBytes += kept.data.length;
     }
-    this.#unstable = this.#unstable.slice(persisted);
+    if (persisted === this.#unstable.length) clearArray(this.#unstable);
+    else dropFront(this.#unstable, persisted);
     this.#offset = logIndex(i + 1);
     this.#trimKept();
   }

@@ -814,18 +814,9 @@ export class Raft {
   // ── replication: follower side ──────────────────────────────────────────────────────────────
 
   #handleAppend(m: AppendMessage): void {
-    const reply = (
-      fields: Pick<AppendResponseMessage, "index" | "reject" | "hintIndex" | "hintTerm">,
-    ): void =>
-      this.#send({ type: "append-resp", from: this.id, to: m.from, term: this.term, ...fields });
     if (m.prevIndex < this.log.committed) {
       if (m.noReply) return;
-      reply({
-        index: this.log.committed,
-        reject: false,
-        hintIndex: logIndex(0),
-        hintTerm: toTerm(0),
-      });
+      this.#replyAppend(m, this.log.committed, false, logIndex(0), toTerm(0));
       return;
     }
     const lastNew = this.log.maybeAppend(m.prevIndex, m.prevTerm, m.commit, m.entries);
@@ -834,13 +825,33 @@ export class Raft {
     }
     if (lastNew !== null) {
       if (m.noReply) return;
-      reply({ index: lastNew, reject: false, hintIndex: logIndex(0), hintTerm: toTerm(0) });
+      this.#replyAppend(m, lastNew, false, logIndex(0), toTerm(0));
       return;
     }
     // Tell the leader where our logs may agree so it can skip a whole term per round trip.
     const probe = logIndex(Math.min(m.prevIndex, this.log.lastIndex()));
     const hint = this.log.findConflictByTerm(probe, m.prevTerm);
-    reply({ index: m.prevIndex, reject: true, hintIndex: hint.index, hintTerm: hint.term });
+    this.#replyAppend(m, m.prevIndex, true, hint.index, hint.term);
+  }
+
+  /** The answer to `m` (one object literal: no closure or spread per append). */
+  #replyAppend(
+    m: AppendMessage,
+    index: LogIndex,
+    reject: boolean,
+    hintIndex: LogIndex,
+    hintTerm: Term,
+  ): void {
+    this.#send({
+      type: "append-resp",
+      from: this.id,
+      to: m.from,
+      term: this.term,
+      index,
+      reject,
+      hintIndex,
+      hintTerm,
+    });
   }
 
   #handleHeartbeat(m: HeartbeatMessage): void {

@@ -26,6 +26,10 @@ import { confAfter, decodeConfChange, encodeConfChange, logIndex, term } from ".
 
 export interface RaftStorage {
   initialState(): { hardState: HardState; confState: ConfState };
+  /**
+   * Entries [lo, hi), at most `maxBytes` of payload but at least one, in a new array the caller
+   * owns (RaftLog.slice appends to it).
+   */
   entries(lo: LogIndex, hi: LogIndex, maxBytes: number): Entry[];
   term(i: LogIndex): Term;
   firstIndex(): LogIndex;

@@ -13,6 +13,7 @@ type Op =
   | { kind: "append"; back: number; count: number; term: number }
   | { kind: "persist" }
   | { kind: "commit"; by: number }
+  | { kind: "apply"; by: number }
   | { kind: "compact"; by: number };
 
 const op: fc.Arbitrary<Op> = fc.oneof(
@@ -24,8 +25,19 @@ const op: fc.Arbitrary<Op> = fc.oneof(
   }),
   fc.record({ kind: fc.constant("persist" as const) }),
   fc.record({ kind: fc.constant("commit" as const), by: fc.nat(3) }),
+  fc.record({ kind: fc.constant("apply" as const), by: fc.nat(3) }),
   fc.record({ kind: fc.constant("compact" as const), by: fc.nat(3) }),
 );
+
+/** The first entries of `entries` within `maxBytes` of payload, at least one (storage.ts). */
+function withinBytes(entries: Entry[], maxBytes: number): Entry[] {
+  let size = 0;
+  for (let i = 0; i < entries.length; i++) {
+    size += (entries[i] as Entry).data.length;
+    if (i > 0 && size > maxBytes) return entries.slice(0, i);
+  }
+  return entries;
+}
 
 function entry(index: number, t: number): Entry {
   return {
@@ -67,6 +79,12 @@ describe("RaftLog", () => {
             case "commit":
               log.commitTo(logIndex(Math.min(model.length, log.committed + o.by)));
               break;
+            case "apply": {
+              // A driver applies only what it persisted (storage.lastIndex()).
+              const to = Math.min(log.committed, storage.lastIndex(), log.applied + o.by);
+              if (to > log.applied) log.appliedTo(logIndex(to));
+              break;
+            }
             case "compact": {
               // A driver compacts what it applied, and applies only what it persisted: never
               // past the first entry still unstable, which may be about to replace what the
@@ -96,6 +114,16 @@ describe("RaftLog", () => {
           assert.deepEqual(got, model.slice(first - 1));
           for (let i = first; i <= model.length; i++)
             assert.equal(log.term(logIndex(i)), model[i - 1]?.term);
+          // Any range, cut by size: the entries span storage, the kept ones and the unstable tail.
+          for (let lo = first; lo <= model.length; lo++) {
+            for (const maxBytes of [0, 9, 20]) {
+              const hi = logIndex(model.length + 1);
+              assert.deepEqual(
+                log.slice(logIndex(lo), hi, maxBytes),
+                withinBytes(model.slice(lo - 1), maxBytes),
+              );
+            }
+          }
           if (first > 1)
             assert.equal(
               log.slice(logIndex(first - 1), logIndex(model.length + 1), Infinity),
