@@ -247,35 +247,39 @@ export class RaftLog {
     if (hi > this.lastIndex() + 1)
       throw new RaftInvariantError(`slice(${lo}, ${hi}) beyond last ${this.lastIndex()}`);
     if (lo >= hi) return [];
-    // One array, built here, in the common cases (the entries kept and unstable): an append or
-    // a Ready asks for a slice several times a write.
-    let out: Entry[] | null = null;
+    // An append or a Ready asks for a slice several times a write: in the common case (the
+    // entries all kept, or all unstable) it is one array of the right size.
+    const keptFrom = this.#offset - this.#kept.length;
+    let stored: Entry[] | null = null;
     let bytes = 0;
-    let i = lo;
-    if (i < this.#offset) {
-      const stableHi = Math.min(hi, this.#offset);
-      const keptFrom = this.#offset - this.#kept.length;
-      if (i < keptFrom) {
-        const storedHi = logIndex(Math.min(stableHi, keptFrom));
-        out = this.storage.entries(i, storedHi, maxBytes);
-        if (out.length < storedHi - i) return out; // cut by size
-        for (const e of out) bytes += e.data.length;
-        i = storedHi;
-      }
-      for (; i < stableHi; i++) {
-        const e = this.#kept[i - keptFrom] as Entry;
-        bytes += e.data.length;
-        if (out !== null && out.length > 0 && bytes > maxBytes) return out;
-        (out ??= []).push(e);
-      }
+    if (lo < keptFrom) {
+      const storedHi = logIndex(Math.min(hi, keptFrom));
+      stored = this.storage.entries(lo, storedHi, maxBytes);
+      if (stored.length < storedHi - lo || storedHi === hi) return stored;
+      for (const e of stored) bytes += e.data.length;
     }
-    for (; i < hi; i++) {
-      const e = this.#unstable[i - this.#offset] as Entry;
+    // The end of the slice within maxBytes (the first entry always goes in).
+    let end = Math.max(lo, keptFrom);
+    for (; end < hi; end++) {
+      const e = (
+        end < this.#offset ? this.#kept[end - keptFrom] : this.#unstable[end - this.#offset]
+      ) as Entry;
       bytes += e.data.length;
-      if (out !== null && out.length > 0 && bytes > maxBytes) return out;
-      (out ??= []).push(e);
+      if (bytes > maxBytes && (end > lo || stored !== null)) break;
     }
-    return out ?? [];
+    const from = Math.max(lo, keptFrom);
+    const kept =
+      from < this.#offset
+        ? this.#kept.slice(from - keptFrom, Math.min(end, this.#offset) - keptFrom)
+        : null;
+    const unstable =
+      end > this.#offset
+        ? this.#unstable.slice(Math.max(from, this.#offset) - this.#offset, end - this.#offset)
+        : null;
+    let out = stored ?? kept ?? unstable ?? [];
+    if (kept !== null && out !== kept) out = out.concat(kept);
+    if (unstable !== null && out !== unstable) out = out.concat(unstable);
+    return out;
   }
 
   /** The driver persisted entries up to (i, t): drop them from the unstable tail. */
