@@ -380,6 +380,13 @@ export class MultiRaft {
   /** The array #round swaps in for #dirty, empty between rounds. */
   #spareDirty: ShardReplica[] = [];
   /**
+   * A round's groups with a Ready, their Readies and WAL records: arrays of the driver, empty
+   * between rounds (clearArray), not new ones grown each round (rounds do not overlap).
+   */
+  readonly #roundReady: ShardReplica[] = [];
+  readonly #roundReadies: Ready[] = [];
+  readonly #roundRecords: WalRecord[] = [];
+  /**
    * The shards the ticker ticks (ShardReplica.ticking): groups awake here, and sleeping ones
    * with requests waiting (the rounds that ticks cause check their deadlines). See #trackSleep.
    * A list with a flag, not a Set: #trackSleep runs for every group a round visits, and the
@@ -1374,8 +1381,8 @@ export class MultiRaft {
     }
     try {
       // The shards with a Ready this round, and their Readies (two arrays: no pair per shard).
-      const ready: ShardReplica[] = [];
-      const readies: Ready[] = [];
+      const ready = this.#roundReady;
+      const readies = this.#roundReadies;
       // The marked list is taken whole and an empty one put in its place (no copy per round);
       // shards marked from here on wait for the next round. Every shard taken is unmarked
       // first, so one marked again during this round, before or after its turn, goes into the
@@ -1404,7 +1411,7 @@ export class MultiRaft {
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
       if (ready.length === 0) return;
-      const records: WalRecord[] = [];
+      const records = this.#roundRecords;
       // A leader's appends and heartbeats leave before this round's WAL write, everything else
       // (acknowledgements, votes, snapshots) once the round is durable: see below.
       const early = new Map<NodeId, ShardMessage[]>();
@@ -1491,13 +1498,7 @@ export class MultiRaft {
           (applied ??= []).push(s);
           continue;
         }
-        const applying: Promise<void> = pending.finally(() => {
-          this.#applies.delete(s.id);
-          s.applying = null;
-          if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
-        });
-        s.applying = applying;
-        this.#applies.set(s.id, applying);
+        this.#applyingUntil(s, pending);
       }
       // Groups applied in place are marked for another round from a microtask, after those the
       // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
@@ -1512,6 +1513,10 @@ export class MultiRaft {
       }
     } catch (err) {
       this.#fail(err);
+    } finally {
+      clearArray(this.#roundReady);
+      clearArray(this.#roundReadies);
+      clearArray(this.#roundRecords);
     }
   }
 
@@ -1643,6 +1648,30 @@ export class MultiRaft {
       this.#fail(err);
       return null;
     }
+    return this.#advanceAfter(pending, s, rd, conf);
+  }
+
+  /**
+   * `s` applies `rd` (#applyReady) until `pending` settles. A method of its own: a closure
+   * over `s` in #round's loop had V8 allocate a context for every group of every round.
+   */
+  #applyingUntil(s: ShardReplica, pending: Promise<void>): void {
+    const applying: Promise<void> = pending.finally(() => {
+      this.#applies.delete(s.id);
+      s.applying = null;
+      if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
+    });
+    s.applying = applying;
+    this.#applies.set(s.id, applying);
+  }
+
+  /** #applyReady's end once `pending`, the apply of `rd`, settles (closures kept out of it). */
+  #advanceAfter(
+    pending: Promise<void>,
+    s: ShardReplica,
+    rd: Ready,
+    conf: ConfState,
+  ): Promise<void> {
     return pending.then(
       () => this.#advance(s, rd, conf),
       (err: unknown) => this.#fail(err),
