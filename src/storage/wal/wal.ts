@@ -3,7 +3,7 @@
  * See README.md for the concept, the format and the caveats.
  */
 import { join } from "node:path";
-import { CairnError, DenseMap } from "../../common/index.ts";
+import { CairnError, DenseMap, clearArray } from "../../common/index.ts";
 import {
   CorruptionError,
   ensureDir,
@@ -197,9 +197,16 @@ export class Wal {
    */
   #writer = new RecordWriter(1024 * 1024);
   #spare = new RecordWriter(1024 * 1024);
-  #pendingMax = new Map<number, number>();
+  /**
+   * The entries in #writer as (shard, highest index) pairs, flat, a pair per record: what the
+   * segment they land in records (Segment.maxIndex). Like the changes below, two arrays
+   * alternate, each emptied in place when its write is done: no allocation per write.
+   */
+  #pendingMax: number[] = [];
+  #spareMax: number[] = [];
   /** State changes in #writer, in append order: durable once its write completes. */
   #pendingChanges: Change[] = [];
+  #spareChanges: Change[] = [];
   /** Bytes handed to append() so far, and how many of them are durable. */
   #appendedBytes = 0;
   #durableBytes = 0;
@@ -372,6 +379,7 @@ export class Wal {
       const log = this.#shardLog(r.shard);
       switch (r.kind) {
         case "entries": {
+          let max = 0;
           for (const e of r.entries) {
             if (e.index > log.lastIndex + 1 || e.index <= log.compactIndex) {
               throw new CairnError(
@@ -383,21 +391,22 @@ export class Wal {
             this.#memoryBytes -= log.bytes;
             log.append(e, false);
             this.#memoryBytes += log.bytes;
-            if ((this.#pendingMax.get(r.shard) ?? 0) < e.index)
-              this.#pendingMax.set(r.shard, e.index);
+            if (e.index > max) max = e.index;
           }
+          if (max > 0) this.#pendingMax.push(r.shard, max);
           break;
         }
         case "hard-state":
           this.#putHardState(writer, r.shard, r.state);
           log.hardState = r.state;
-          this.#pendingChanges.push({ kind: "hard-state", shard: r.shard, state: r.state });
+          // The record itself (records are never changed once appended).
+          this.#pendingChanges.push(r);
           break;
         case "snapshot":
           writer.put(KIND_SNAPSHOT, 0, 0, r.shard, r.meta.term, r.meta.index, r.meta.data);
           this.#memoryBytes -= log.bytes;
           log.applySnapshot(r.meta);
-          this.#pendingChanges.push({ kind: "snapshot", shard: r.shard, meta: r.meta });
+          this.#pendingChanges.push(r);
           break;
       }
       this.#recordsAppended++;
@@ -752,8 +761,11 @@ export class Wal {
     const upTo = this.#appendedBytes;
     const changes = this.#pendingChanges;
     const maxIndex = this.#pendingMax;
-    this.#pendingChanges = [];
-    this.#pendingMax = new Map();
+    this.#pendingChanges = this.#spareChanges;
+    this.#pendingMax = this.#spareMax;
+    // Handed back, emptied, when this write is done (a failed one hands back nothing).
+    this.#spareChanges = [];
+    this.#spareMax = [];
     try {
       let rotated = false;
       if (this.#segmentSize >= this.#segmentBytes) {
@@ -761,7 +773,9 @@ export class Wal {
         rotated = true;
       }
       const segment = this.#segments.at(-1) as Segment;
-      for (const [shard, index] of maxIndex) {
+      for (let i = 0; i < maxIndex.length; i += 2) {
+        const shard = maxIndex[i] as number;
+        const index = maxIndex[i + 1] as number;
         if ((segment.maxIndex.get(shard) ?? 0) < index) segment.maxIndex.set(shard, index);
       }
       const data = writer.finish();
@@ -803,6 +817,10 @@ export class Wal {
       this.#makeDurable(changes);
       writer.reset();
       this.#spare = writer;
+      clearArray(changes);
+      clearArray(maxIndex);
+      this.#spareChanges = changes;
+      this.#spareMax = maxIndex;
     } catch (err) {
       this.#failure ??= err;
       throw err;
