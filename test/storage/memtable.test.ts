@@ -55,6 +55,7 @@ describe("memtable", () => {
           seq: i,
           kind: KIND_PUT,
           value: new Uint8Array(0),
+          size: 0,
           older: null,
           next: [],
         }));
@@ -166,5 +167,12 @@ describe("memtable", () => {
     assert.equal(kept.versions, 2);
     assert.deepEqual(kept.get("k", 4), v(30));
     assert.deepEqual(kept.get("k", 5), v(50));
+    // Replaced twice more with no reader below: still counted as a fresh key's one version.
+    kept.put("k", 6, KIND_PUT, v(7), false);
+    kept.put("k", 7, KIND_PUT, v(12), false);
+    const again = new Memtable();
+    again.put("k", 7, KIND_PUT, v(12));
+    assert.equal(kept.bytes, again.bytes);
+    assert.equal(kept.dataBytes, again.dataBytes);
   });
 });

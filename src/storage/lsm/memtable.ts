@@ -35,6 +35,11 @@ export interface MemNode {
   seq: number;
   kind: number;
   value: Uint8Array;
+  /**
+   * `value.length`, kept beside `seq`: a write to a key already here needs only the node's own
+   * fields, not a read of the old value's object, a cache miss of its own on a large memtable.
+   */
+  size: number;
   older: Version[] | null;
   /** Successors per level: empty until the node is linked into the skip list. */
   next: Array<MemNode | null>;
@@ -58,6 +63,7 @@ export class Memtable {
     seq: 0,
     kind: 0,
     value: new Uint8Array(0),
+    size: 0,
     older: null,
     next: new Array<MemNode | null>(MAX_HEIGHT).fill(null),
   };
@@ -123,23 +129,33 @@ export class Memtable {
           }
           node.older = null;
         }
-        this.bytes += value.length - node.value.length;
-        this.dataBytes += value.length - node.value.length;
+        this.bytes += value.length - node.size;
+        this.dataBytes += value.length - node.size;
         node.seq = seq;
         node.kind = kind;
         node.value = value;
+        node.size = value.length;
         return;
       }
       (node.older ??= []).push({ seq: node.seq, kind: node.kind, value: node.value });
       node.seq = seq;
       node.kind = kind;
       node.value = value;
+      node.size = value.length;
       this.bytes += value.length + VERSION_OVERHEAD;
       this.dataBytes += key.length + value.length + ENTRY_FRAMING;
       this.versions++;
       return;
     }
-    const added: MemNode = { key, seq, kind, value, older: null, next: NOT_LINKED };
+    const added: MemNode = {
+      key,
+      seq,
+      kind,
+      value,
+      size: value.length,
+      older: null,
+      next: NOT_LINKED,
+    };
     this.#map.set(key, added);
     this.#pending.push(added);
     this.#pendingSorted = false;
