@@ -1,9 +1,9 @@
 /**
- * ShardLog, the WAL's in-memory log of one shard (its entries in columns, their bytes copied into
- * an arena), against a model that keeps every entry as an object: random appends (with the
- * conflicting-suffix overwrite), compactions and snapshots, checked after every step. And what
- * Raft's safety rests on: an entry read earlier keeps its bytes whatever the log does next (the
- * leader may still be sending it), and the caller's buffer is not kept.
+ * ShardLog, the WAL's in-memory log of one shard (its entries as slots of one array of numbers,
+ * their bytes copied into an arena), against a model that keeps every entry as an object: random
+ * appends (with the conflicting-suffix overwrite), compactions and snapshots, checked after every
+ * step. And what Raft's safety rests on: an entry read earlier keeps its bytes whatever the log
+ * does next (the leader may still be sending it), and the caller's buffer is not kept.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -132,6 +132,23 @@ describe("ShardLog", () => {
     assert.deepEqual(sent.data, bytesOf(50, 3));
     assert.deepEqual(log.entry(3).data, bytesOf(50, 99));
     assert.equal(log.term(3), 2);
+  });
+
+  it("keeps every entry when a compacted log moves its slots to the front to make room", () => {
+    const log = new ShardLog();
+    // Sixteen slots filled, the first ten compacted: the next append moves the six left to the
+    // front of the array instead of growing it.
+    for (let i = 1; i <= 16; i++) {
+      log.append({ term: i, index: i, type: i % 2, data: bytesOf(10 + i, i) }, false);
+    }
+    log.compact(10, 10);
+    for (let i = 17; i <= 20; i++) {
+      log.append({ term: i, index: i, type: i % 2, data: bytesOf(10 + i, i) }, false);
+    }
+    for (let i = 11; i <= 20; i++) {
+      assert.equal(log.term(i), i);
+      assert.deepEqual(log.entry(i), { term: i, index: i, type: i % 2, data: bytesOf(10 + i, i) });
+    }
   });
 
   it("gives back the memory of compacted entries, and holds little more than the bytes held", () => {

@@ -3,8 +3,10 @@
  * snapshot metadata. Both live appends and recovery replay go through the same methods, so the
  * state after a restart is the state before it by construction.
  *
- * The entries are held in columns, not as an object each: their terms, types, and where their
- * bytes are in the shard's chunks (16 KiB buffers the bytes are copied into, in order). A node
+ * The entries are held in one array of numbers, not as an object each: per entry its term, type,
+ * and where its bytes are in the shard's chunks (16 KiB buffers the bytes are copied into, in
+ * order), side by side. One array, not a column each: an append or a read touches one object
+ * and the cache lines of one slot, where five columns were five cold objects and five lines. A node
  * holds every uncompacted entry of every shard (hundreds of thousands under load); as objects,
  * each with a view of the buffer it arrived in, they were the largest part of the garbage
  * collector's live set, and a follower's entries kept whole the peer frames they arrived in (a
@@ -27,10 +29,17 @@ import { CairnError } from "../../common/index.ts";
 import type { WalEntry, WalHardState, WalSnapshotMeta } from "./types.ts";
 
 /**
- * Per-entry overhead counted toward the memory budget beyond its bytes: its five columns (25
- * bytes) and their spare capacity.
+ * Per-entry overhead counted toward the memory budget beyond its bytes: its slot (five numbers,
+ * 40 bytes) and the array's spare capacity.
  */
-const ENTRY_OVERHEAD_BYTES = 32;
+const ENTRY_OVERHEAD_BYTES = 48;
+/** A slot of #slots: the entry's term, its type, its chunk's number, offset there and length. */
+const SLOT = 5;
+const TERM = 0;
+const TYPE = 1;
+const CHUNK = 2;
+const START = 3;
+const LENGTH = 4;
 const INITIAL_SLOTS = 16;
 /** A chunk's size; a larger entry gets a chunk of its own size. */
 const CHUNK_BYTES = 16 * 1024;
@@ -55,12 +64,8 @@ export class ShardLog {
   /** The slot of the entry at compactIndex + 1, and how many entries there are. */
   #first = 0;
   #count = 0;
-  #terms = new Float64Array(0);
-  #types = new Uint8Array(0);
-  /** Where each entry's bytes are: its chunk's number, the offset there, and how many. */
-  #chunkOf = new Float64Array(0);
-  #starts = new Int32Array(0);
-  #lengths = new Int32Array(0);
+  /** SLOT numbers per slot (TERM, TYPE, CHUNK, START, LENGTH); capacity `#slots.length / SLOT`. */
+  #slots = new Float64Array(0);
   /** The chunks held, oldest first; `#chunks[i]` is chunk number `#firstChunk + i`. */
   #chunks: Uint8Array[] = [];
   #firstChunk = 0;
@@ -91,10 +96,10 @@ export class ShardLog {
       this.holeBelow = e.index;
     } else if (e.index <= this.lastIndex) {
       // The suffix's bytes stay where they are (invariant 4).
-      const lengths = this.#lengths;
+      const slots = this.#slots;
       const keep = e.index - this.compactIndex - 1;
       for (let s = this.#first + keep; s < this.#first + this.#count; s++) {
-        this.bytes -= (lengths[s] as number) + ENTRY_OVERHEAD_BYTES;
+        this.bytes -= (slots[s * SLOT + LENGTH] as number) + ENTRY_OVERHEAD_BYTES;
       }
       this.#count = keep;
     }
@@ -115,14 +120,14 @@ export class ShardLog {
       this.#clear();
     } else {
       const drop = index - this.compactIndex;
-      const lengths = this.#lengths;
+      const slots = this.#slots;
       for (let s = this.#first; s < this.#first + drop; s++) {
-        this.bytes -= (lengths[s] as number) + ENTRY_OVERHEAD_BYTES;
+        this.bytes -= (slots[s * SLOT + LENGTH] as number) + ENTRY_OVERHEAD_BYTES;
       }
       this.#first += drop;
       this.#count -= drop;
       // The chunks before the first entry's hold nothing any more (invariant 5).
-      const firstChunk = this.#chunkOf[this.#first] as number;
+      const firstChunk = this.#slots[this.#first * SLOT + CHUNK] as number;
       if (firstChunk > this.#firstChunk) {
         this.#chunks.splice(0, firstChunk - this.#firstChunk);
         this.#firstChunk = firstChunk;
@@ -144,7 +149,7 @@ export class ShardLog {
   term(index: number): number | undefined {
     if (index === this.compactIndex) return this.compactTerm;
     if (index < this.compactIndex || index > this.lastIndex) return undefined;
-    return this.#terms[this.#first + index - this.compactIndex - 1];
+    return this.#slots[(this.#first + index - this.compactIndex - 1) * SLOT + TERM];
   }
 
   /**
@@ -152,21 +157,22 @@ export class ShardLog {
    * bytes that are never written again (invariant 4).
    */
   entry(index: number): WalEntry {
-    const slot = this.#first + index - this.compactIndex - 1;
-    const length = this.#lengths[slot] as number;
+    const slots = this.#slots;
+    const at = (this.#first + index - this.compactIndex - 1) * SLOT;
+    const length = slots[at + LENGTH] as number;
     let data: Uint8Array = NO_BYTES;
     if (length > 0) {
       // (An empty entry may have come before any chunk: it has none.)
-      const chunk = this.#chunks[(this.#chunkOf[slot] as number) - this.#firstChunk] as Uint8Array;
-      const start = this.#starts[slot] as number;
+      const chunk = this.#chunks[(slots[at + CHUNK] as number) - this.#firstChunk] as Uint8Array;
+      const start = slots[at + START] as number;
       data = chunk.subarray(start, start + length);
     }
-    return { term: this.#terms[slot] as number, index, type: this.#types[slot] as number, data };
+    return { term: slots[at + TERM] as number, index, type: slots[at + TYPE] as number, data };
   }
 
   /** Bytes of the payload of the entry at `index` (compactIndex < index ≤ lastIndex, unchecked). */
   dataLength(index: number): number {
-    return this.#lengths[this.#first + index - this.compactIndex - 1] as number;
+    return this.#slots[(this.#first + index - this.compactIndex - 1) * SLOT + LENGTH] as number;
   }
 
   /** No entry, no chunk (the next entry starts a new one: invariant 4). */
@@ -181,19 +187,20 @@ export class ShardLog {
   }
 
   #push(e: WalEntry): void {
-    if (this.#first + this.#count === this.#terms.length) this.#makeSlot();
+    if ((this.#first + this.#count) * SLOT === this.#slots.length) this.#makeSlot();
     const length = e.data.length;
     if (this.#tailEnd + length > this.#tail.length) {
       this.#tail = new Uint8Array(Math.max(CHUNK_BYTES, length));
       this.#tailEnd = 0;
       this.#chunks.push(this.#tail);
     }
-    const slot = this.#first + this.#count;
-    this.#terms[slot] = e.term;
-    this.#types[slot] = e.type;
-    this.#chunkOf[slot] = this.#firstChunk + this.#chunks.length - 1;
-    this.#starts[slot] = this.#tailEnd;
-    this.#lengths[slot] = length;
+    const slots = this.#slots;
+    const at = (this.#first + this.#count) * SLOT;
+    slots[at + TERM] = e.term;
+    slots[at + TYPE] = e.type;
+    slots[at + CHUNK] = this.#firstChunk + this.#chunks.length - 1;
+    slots[at + START] = this.#tailEnd;
+    slots[at + LENGTH] = length;
     this.#tail.set(e.data, this.#tailEnd);
     this.#tailEnd += length;
     this.#count++;
@@ -204,30 +211,13 @@ export class ShardLog {
   #makeSlot(): void {
     const first = this.#first;
     const count = this.#count;
-    const capacity = this.#terms.length;
+    const capacity = this.#slots.length / SLOT;
     if (first > 0 && count < capacity / 2) {
-      this.#terms.copyWithin(0, first, first + count);
-      this.#types.copyWithin(0, first, first + count);
-      this.#chunkOf.copyWithin(0, first, first + count);
-      this.#starts.copyWithin(0, first, first + count);
-      this.#lengths.copyWithin(0, first, first + count);
+      this.#slots.copyWithin(0, first * SLOT, (first + count) * SLOT);
     } else {
-      const grown = Math.max(INITIAL_SLOTS, 2 * capacity);
-      const terms = new Float64Array(grown);
-      const types = new Uint8Array(grown);
-      const chunkOf = new Float64Array(grown);
-      const starts = new Int32Array(grown);
-      const lengths = new Int32Array(grown);
-      terms.set(this.#terms.subarray(first, first + count));
-      types.set(this.#types.subarray(first, first + count));
-      chunkOf.set(this.#chunkOf.subarray(first, first + count));
-      starts.set(this.#starts.subarray(first, first + count));
-      lengths.set(this.#lengths.subarray(first, first + count));
-      this.#terms = terms;
-      this.#types = types;
-      this.#chunkOf = chunkOf;
-      this.#starts = starts;
-      this.#lengths = lengths;
+      const grown = new Float64Array(Math.max(INITIAL_SLOTS, 2 * capacity) * SLOT);
+      grown.set(this.#slots.subarray(first * SLOT, (first + count) * SLOT));
+      this.#slots = grown;
     }
     this.#first = 0;
   }
