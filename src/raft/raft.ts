@@ -816,7 +816,7 @@ export class Raft {
   #handleAppend(m: AppendMessage): void {
     if (m.prevIndex < this.log.committed) {
       if (m.noReply) return;
-      this.#replyAppend(m, this.log.committed, false, logIndex(0), toTerm(0));
+      this.#replyAppend(m.from, this.log.committed, false, logIndex(0), toTerm(0));
       return;
     }
     const lastNew = this.log.maybeAppend(m.prevIndex, m.prevTerm, m.commit, m.entries);
@@ -825,18 +825,18 @@ export class Raft {
     }
     if (lastNew !== null) {
       if (m.noReply) return;
-      this.#replyAppend(m, lastNew, false, logIndex(0), toTerm(0));
+      this.#replyAppend(m.from, lastNew, false, logIndex(0), toTerm(0));
       return;
     }
     // Tell the leader where our logs may agree so it can skip a whole term per round trip.
     const probe = logIndex(Math.min(m.prevIndex, this.log.lastIndex()));
     const hint = this.log.findConflictByTerm(probe, m.prevTerm);
-    this.#replyAppend(m, m.prevIndex, true, hint.index, hint.term);
+    this.#replyAppend(m.from, m.prevIndex, true, hint.index, hint.term);
   }
 
-  /** The answer to `m` (one object literal: no closure or spread per append). */
+  /** An append's (or a snapshot's) answer, to `to` (one object literal: no closure, no spread). */
   #replyAppend(
-    m: AppendMessage,
+    to: NodeId,
     index: LogIndex,
     reject: boolean,
     hintIndex: LogIndex,
@@ -845,7 +845,7 @@ export class Raft {
     this.#send({
       type: "append-resp",
       from: this.id,
-      to: m.from,
+      to,
       term: this.term,
       index,
       reject,
@@ -888,16 +888,7 @@ export class Raft {
 
   #handleSnapshot(m: SnapshotMessage): void {
     const index = this.#restore(m.snapshot) ? this.log.lastIndex() : this.log.committed;
-    this.#send({
-      type: "append-resp",
-      from: this.id,
-      to: m.from,
-      term: this.term,
-      index,
-      reject: false,
-      hintIndex: logIndex(0),
-      hintTerm: toTerm(0),
-    });
+    this.#replyAppend(m.from, index, false, logIndex(0), toTerm(0));
   }
 
   #restore(s: Snapshot): boolean {
