@@ -156,11 +156,11 @@ export class ShardReplica {
   leaderChanges = 0;
   /*
    * The queues below are drained by swapping in their spare and emptying the drained array
-   * after use (clearArray, which keeps its backing store), never by dropping it for a new one. A group's arrays live from one round of it
-   * to the next, long enough to reach the old generation, and an old array dropped while it
-   * still held a request kept that request (its promise, its callbacks, its decoded message)
-   * alive through every young collection until the next full one: promoted with everything it
-   * reached.
+   * after use (clearArray, which keeps its backing store), never by dropping it for a new one.
+   * A group's arrays live from one round of it to the next, long enough to reach the old
+   * generation, and an old array dropped while it still held a request kept that request (its
+   * promise, its callbacks, its decoded message) alive through every young collection until
+   * the next full one: promoted with everything it reached.
    */
   #inbox: InboxItem[] = [];
   #spareInbox: InboxItem[] = [];
