@@ -9,10 +9,10 @@
  * The entries persisted lately and not yet applied are also kept here (`#kept`, the ones just
  * before `#offset`, at most KEEP_MAX of them and KEEP_MAX_BYTES of payload): they are what the
  * next Readies apply and what the group's messages ask terms of, and storage would rebuild each
- * of them (the WAL holds their bytes in columns). They are the objects storage was given, so they
- * equal what it holds. Of the last applied entry only the term is kept (a follower's next append
- * names it as the entry it follows): an entry kept past its apply would stay as long as its
- * group is idle, outside the WAL's memory budget.
+ * of them (the WAL holds their fields in slots and their bytes in chunks). They are the objects
+ * storage was given, so they equal what it holds. Of the last applied entry only the term is
+ * kept (a follower's next append names it as the entry it follows): an entry kept past its apply
+ * would stay as long as its group is idle, outside the WAL's memory budget.
  */
 import { clearArray, dropFront } from "../common/arrays.ts";
 import { RaftInvariantError } from "./errors.ts";
