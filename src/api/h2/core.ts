@@ -35,7 +35,7 @@
  * is never sent.
  */
 import type { Socket } from "node:net";
-import { IntMap } from "../../common/index.ts";
+import { IntMap, clearArray } from "../../common/index.ts";
 import { HpackDecoder, HpackError, type HeaderList } from "./hpack.ts";
 
 export const FrameType = {
@@ -560,7 +560,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
         s.blocked = false;
         this.flushStream(s);
       }
-      blocked.length = 0;
+      clearArray(blocked);
       return;
     }
     const stream = this.streams.get(streamId);
