@@ -228,8 +228,13 @@ if (counting || journal !== undefined) {
   p["rename"] = (async (from: string, to: string) => {
     step(toPath(to));
     const previous = orig.existsSync(to) ? orig.readFileSync(to).toString("base64") : null;
-    await rename(from, to);
+    // Journaled before it is made, as writes are: recorded after, a kill landing between the two
+    // (another thread's crash point) left a rename on disk that the power cut did not undo, while
+    // it undid the unsynced creation of the file the rename pointed at (CURRENT naming a
+    // manifest the cut removed: a CI run at c25939a). Undoing a rename that never happened
+    // leaves its target as it was.
     if (inDir(toPath(to))) record({ e: "rename", from: toPath(from), to: toPath(to), previous });
+    await rename(from, to);
   }) as AnyFn;
   const writeFile = fsp.writeFile;
   p["writeFile"] = (async (path: string, data: string, options?: { flush?: boolean }) => {
