@@ -63,11 +63,22 @@ function record(event: Event): void {
   orig.writeSync(journalFd, `${JSON.stringify(event)}\n`);
 }
 
+export interface PowerCutOptions {
+  /**
+   * Renames not yet made durable by a directory fsync survive the cut, while files and
+   * directories created as long unsynced are still lost. POSIX orders neither against the
+   * other until the directory's fsync; ext4 and xfs journal them in order (the default
+   * model), other file systems need not. A rename that lands ahead of the creation of the file
+   * it points at (CURRENT switched to a manifest whose name is lost) shows here.
+   */
+  readonly renamesSurvive?: boolean;
+}
+
 /**
  * Undoes what the journal of a dead child says a power cut could lose, across all its threads.
  * Call only after the child has exited: then no thread can still add to the journal.
  */
-export function powerCut(journalPath: string): void {
+export function powerCut(journalPath: string, options: PowerCutOptions = {}): void {
   if (!orig.existsSync(journalPath)) return;
   const synced = new Map<string, number>();
   const dirty = new Set<string>();
@@ -107,6 +118,7 @@ export function powerCut(journalPath: string): void {
   for (const p of dirty) {
     if (orig.existsSync(p)) orig.truncateSync(p, synced.get(p) ?? 0);
   }
+  if (options.renamesSurvive === true) renames.length = 0;
   for (const r of renames.reverse()) {
     if (orig.existsSync(r.to)) orig.renameSync(r.to, r.from);
     if (r.previous !== null) orig.writeFileSync(r.to, Buffer.from(r.previous, "base64"));

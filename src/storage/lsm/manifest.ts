@@ -3,8 +3,9 @@
  * contain (`flushedSeq`). It is a log of version edits, each framed as
  *     u32 length | u32 crc32c(body) | body (UTF-8 JSON of one VersionEdit)
  * in a file `MANIFEST-<n>`; the file `CURRENT` names the live manifest. On open a fresh manifest
- * holding one edit with the whole state is written, fsynced, and made live by writing
- * `CURRENT.tmp`, fsyncing it, renaming it over `CURRENT` and fsyncing the directory.
+ * holding one edit with the whole state is written, fsynced, its name made durable (a directory
+ * fsync), and made live by writing `CURRENT.tmp`, fsyncing it, renaming it over `CURRENT` and
+ * fsyncing the directory.
  */
 import { constants } from "node:fs";
 import { open, readFile } from "node:fs/promises";
@@ -14,6 +15,7 @@ import {
   crc32c,
   CorruptionError,
   ensureDir,
+  fsyncDir,
   nodeFileSystem,
   writeFileDurably,
 } from "../common/index.ts";
@@ -254,6 +256,11 @@ export class Manifest {
     } finally {
       await handle.close();
     }
+    // The manifest's name is made durable before CURRENT names it. POSIX does not order the
+    // rename below after this file's creation until the directory is synced, and a power cut
+    // between them could keep CURRENT and lose the manifest (LevelDB syncs the directory of a
+    // manifest for the same reason). ext4 and xfs journal both in order; others need not.
+    await fsyncDir(dir);
     await writeFileDurably(join(dir, "CURRENT"), `${fileName}\n`);
     return new Manifest(dir, fileName, frame.length);
   }
