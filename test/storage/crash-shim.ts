@@ -65,9 +65,9 @@ function record(event: Event): void {
 
 export interface PowerCutOptions {
   /**
-   * Renames not yet made durable by a directory fsync survive the cut, while files and
-   * directories created as long unsynced are still lost. POSIX orders neither against the
-   * other until the directory's fsync; ext4 and xfs journal them in order (the default
+   * Renames not yet made durable by a directory fsync survive the cut, while the files and
+   * directories whose creation is not yet durable are still lost. POSIX orders neither against
+   * the other until the directory's fsync; ext4 and xfs journal them in order (the default
    * model), other file systems need not. A rename that lands ahead of the creation of the file
    * it points at (CURRENT switched to a manifest whose name is lost) shows here.
    */
