@@ -50,7 +50,8 @@
  *   end (protobufjs cuts it short), a field running past the end of its sub-message
  *   (protobufjs reads on into the parent). No Cairn peer sends any of these.
  * - A frame holding several of the oneof's fields (handshake, batch, call, reply) is whichever
- *   comes last on the wire, proto3's rule for a oneof; protobufjs keeps them all.
+ *   comes last on the wire, proto3's rule for a oneof; protobufjs keeps them all. A batch so
+ *   replaced is still decoded, and refuses the frame where codec.ts would refuse it.
  * - Tags, lengths, enums, uint32 and bool are the low 32 bits of their varint, as protobufjs
  *   reads them (an enum sent as a ten-byte negative int32 is read, then refused as unknown).
  * - Strings are UTF-8. Invalid sequences decode to U+FFFD, as Buffer (and protobufjs with it)
@@ -599,8 +600,8 @@ export function decodeFrame(bytes: Uint8Array): Frame {
     const t = readTag(r, end);
     if (t === FRAME_HANDSHAKE || t === FRAME_BATCH || t === FRAME_CALL || t === FRAME_REPLY) {
       const len = readLength(r, end);
-      // A batch another oneof field replaces would still have failed protobufjs were it
-      // malformed (invariant 3): check its structure before it is forgotten.
+      // A batch another oneof field replaces would still have failed protobufjs and codec.ts
+      // were it malformed (invariant 3): check it before it is forgotten.
       if (batchStart >= 0) scanBatch(bytes, batchStart, batchEnd, true);
       batchStart = -1;
       last = null;
@@ -656,8 +657,10 @@ export function decodeBatchMessages(body: Uint8Array, from: NodeId, to: NodeId):
 }
 
 /**
- * A batch's to_replica_id, from its top level. With `parseItems`, its messages are parsed as
- * well, for their structure only: a batch that another oneof field replaces.
+ * A batch's to_replica_id, from its top level. With `parseItems`, its messages are decoded as
+ * well, and what codec.ts would refuse in them refuses the frame: a batch that another oneof
+ * field replaces, which protobufjs decodes all the same (its oneof is the batch whenever one is
+ * present), so the model refuses the frame too (invariant 3).
  */
 function scanBatch(bytes: Uint8Array, start: number, end: number, parseItems: boolean): string {
   const r = new Reader(bytes);
@@ -669,8 +672,12 @@ function scanBatch(bytes: Uint8Array, start: number, end: number, parseItems: bo
       id = readString(r, end);
     } else if (t === BATCH_MESSAGES) {
       const len = readLength(r, end);
-      if (parseItems) readItem(r, r.pos + len, UNUSED, UNUSED);
-      else r.pos += len;
+      if (parseItems) {
+        const item = readItem(r, r.pos + len, UNUSED, UNUSED);
+        if (typeof item === "string") throw new CodecError(item);
+      } else {
+        r.pos += len;
+      }
     } else {
       skipField(r, end, t, 2);
     }
