@@ -659,8 +659,9 @@ export function decodeBatchMessages(body: Uint8Array, from: NodeId, to: NodeId):
 /**
  * A batch's to_replica_id, from its top level. With `parseItems`, its messages are decoded as
  * well, and what codec.ts would refuse in them refuses the frame: a batch that another oneof
- * field replaces, which protobufjs decodes all the same (its oneof is the batch whenever one is
- * present), so the model refuses the frame too (invariant 3).
+ * field replaces. protobufjs's oneof is the present field with the highest number, so the
+ * model decodes such a batch, and refuses the frame, unless a call or a reply is present too;
+ * then this refuses more than the model, as invariant 3 allows.
  */
 function scanBatch(bytes: Uint8Array, start: number, end: number, parseItems: boolean): string {
   const r = new Reader(bytes);

@@ -787,7 +787,7 @@ describe("raft frame codec", () => {
       assert.ok(!outcome(decodeModel, negative).ok);
     });
 
-    it("takes the last oneof field on the wire (protobufjs: the batch, whenever present)", () => {
+    it("takes the last oneof field on the wire (protobufjs: the highest-numbered one)", () => {
       const hs = { n: 1, t: "len" as const, v: [{ n: 2, t: "len" as const, v: utf8("n1") }] };
       const bt = { n: 2, t: "len" as const, v: [{ n: 2, t: "len" as const, v: utf8("n2@1") }] };
       assert.deepStrictEqual(decodeMine(serialize([hs, bt])), batchFrameOf([], "n2@1"));
