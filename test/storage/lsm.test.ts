@@ -948,7 +948,12 @@ describe("LSM crash at chosen file operations (SIGKILL from a preloaded shim)", 
     readonly [number, number, boolean?]
   >) {
     const what = `${thread === 0 ? "main thread" : "worker"}, before file operation ${at}`;
-    it(`${what}${renamesSurvive ? ", renames kept ahead of creations" : at % 2 === 0 ? ", unsynced data dropped" : ""}`, async () => {
+    const cut = renamesSurvive
+      ? ", renames kept ahead of creations"
+      : at % 2 === 0
+        ? ", unsynced data dropped"
+        : "";
+    it(`${what}${cut}`, async () => {
       const dir = tempDir("lsmpoint");
       // The engine makes its own directory, and its parent, as a node's shard does: a power cut
       // must not take them (and every table and manifest synced inside) away.
