@@ -1,14 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { KIND_DELETE, KIND_PUT } from "../../src/storage/lsm/format.ts";
-import {
-  Memtable,
-  sortByKey,
-  versionAt,
-  versionCount,
-  type MemNode,
-} from "../../src/storage/lsm/memtable.ts";
+import { entryLength, KIND_DELETE, KIND_PUT } from "../../src/storage/lsm/format.ts";
+import { EntryCursor } from "../../src/storage/lsm/jobs.ts";
+import { keyOrder } from "../../src/storage/lsm/key-order.ts";
+import { Memtable, versionAt, versionCount, type MemNode } from "../../src/storage/lsm/memtable.ts";
 
 /** Keys from a small alphabet with 0x00 and 0xff, short and long, so keys collide and nest. */
 const keyArb = fc
@@ -16,7 +12,8 @@ const keyArb = fc
   .map((chars) => chars.join(""));
 
 type Step =
-  { op: "put"; key: string; del: boolean; sameSeq: boolean } | { op: "seek"; key: string | null };
+  | { op: "put"; key: string; del: boolean; sameSeq: boolean; len: number }
+  | { op: "seek"; key: string | null };
 
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
   {
@@ -26,6 +23,8 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
       key: keyArb,
       del: fc.boolean(),
       sameSeq: fc.boolean(),
+      // Up to a few hundred bytes: the arena's first chunks fill and new ones start.
+      len: fc.integer({ min: 0, max: 400 }),
     }),
   },
   { weight: 1, arbitrary: fc.record({ op: fc.constant("seek" as const), key: fc.option(keyArb) }) },
@@ -38,9 +37,10 @@ function walk(from: MemNode | null): MemNode[] {
 }
 
 describe("memtable", () => {
-  it("sorts nodes by key as a string comparison does: common prefixes, ties past four characters, short keys, zero bytes", () => {
+  it("orders keys as a string comparison does: common prefixes, ties past four characters, short keys, zero bytes, equal keys by the tie-break", () => {
     // Keys as binary strings: a shared prefix (the storage prefix of every KV key), then a few
-    // characters from a small alphabet (ties in sortByKey's four characters) or any byte.
+    // characters from a small alphabet (ties in keyOrder's four characters) or any byte; a
+    // character past 0xff now and then (compared whole). Keys repeat: the tie-break orders them.
     const char = fc.oneof(
       fc.constantFrom("\u0000", "a", "b", "\u00ff"),
       fc.integer({ min: 0, max: 255 }).map((c) => String.fromCharCode(c)),
@@ -48,24 +48,20 @@ describe("memtable", () => {
     const key = fc
       .tuple(fc.constantFrom("", "d", "user:"), fc.array(char, { maxLength: 9 }))
       .map(([prefix, chars]) => prefix + chars.join(""));
+    const keys = fc.oneof(
+      { weight: 9, arbitrary: fc.array(key, { maxLength: 300 }) },
+      { weight: 1, arbitrary: fc.array(fc.oneof(key, fc.constant("\u0100")), { maxLength: 50 }) },
+    );
     fc.assert(
-      fc.property(fc.uniqueArray(key, { maxLength: 300 }), (keys) => {
-        const nodes = keys.map((k, i): MemNode => ({
-          key: k,
-          seq: i,
-          kind: KIND_PUT,
-          value: new Uint8Array(0),
-          size: 0,
-          older: null,
-          next: [],
-        }));
-        const sorted = sortByKey(nodes).map((n) => n.key);
-        assert.deepEqual(sorted, [...keys].sort());
-        assert.deepEqual(
-          nodes.map((n) => n.key),
-          keys,
-          "the input is left as it was",
-        );
+      fc.property(keys, (list) => {
+        const laterFirst = (a: number, b: number): number => b - a;
+        const want = list
+          .map((_, i) => i)
+          .sort((a, b) => {
+            const [ka, kb] = [list[a] as string, list[b] as string];
+            return ka < kb ? -1 : ka > kb ? 1 : laterFirst(a, b);
+          });
+        assert.deepEqual([...keyOrder(list, laterFirst)], want);
       }),
       { numRuns: 500 },
     );
@@ -75,26 +71,24 @@ describe("memtable", () => {
     fc.assert(
       fc.property(fc.array(stepArb, { maxLength: 300 }), (steps) => {
         const mem = new Memtable();
-        // The model: key → versions (seq, kind), newest first.
-        const model = new Map<string, Array<[number, number]>>();
+        // The model: key → versions (seq, kind, value), newest first; and every write in order.
+        const model = new Map<string, Array<[number, number, Buffer]>>();
+        const written: Array<[string, number, number, Buffer]> = [];
         let seq = 0;
         for (const step of steps) {
           if (step.op === "put") {
             if (!step.sameSeq || seq === 0) seq++;
             const kind = step.del ? KIND_DELETE : KIND_PUT;
-            mem.put(step.key, seq, kind, new Uint8Array([seq & 0xff]));
+            const value = step.del ? Buffer.alloc(0) : Buffer.alloc(step.len, written.length);
+            mem.put(step.key, seq, kind, value);
+            written.push([step.key, kind, seq, value]);
             const versions = model.get(step.key) ?? [];
-            if (versions[0]?.[0] === seq) versions[0] = [seq, kind];
-            else versions.unshift([seq, kind]);
+            if (versions[0]?.[0] === seq) versions[0] = [seq, kind, value];
+            else versions.unshift([seq, kind, value]);
             model.set(step.key, versions);
           } else {
             const from = step.key ?? undefined;
             const want = [...model.keys()].filter((k) => from === undefined || k >= from).sort();
-            // The flush's order (the pending keys sorted, not linked) before the seek links them.
-            assert.deepEqual(
-              mem.sortedNodes().map((n) => n.key),
-              [...model.keys()].sort(),
-            );
             const got = walk(mem.seek(from));
             assert.deepEqual(
               got.map((n) => n.key),
@@ -110,12 +104,27 @@ describe("memtable", () => {
             }
           }
           for (const [key, versions] of model) {
-            const [newest, kind] = versions[0] as [number, number];
+            const [, kind, value] = versions[0] as [number, number, Buffer];
             const got = mem.get(key, seq);
             if (kind === KIND_DELETE) assert.equal(got, null);
-            else assert.deepEqual(got, new Uint8Array([newest & 0xff]));
+            else assert.deepEqual(Buffer.from(got as Uint8Array), value);
           }
         }
+        // The arena holds every write, in order, as table entries.
+        const arena: Array<[string, number, number, Buffer]> = [];
+        let dataBytes = 0;
+        for (const chunk of mem.arena()) {
+          const data = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
+          const entry = new EntryCursor();
+          for (let at = 0; at < data.length; at = entry.end) {
+            entry.read(data, at);
+            const value = Buffer.from(data.subarray(entry.end - entry.valueLength, entry.end));
+            arena.push([entry.key, entry.kind, entry.seq, value]);
+            dataBytes += entry.end - at;
+          }
+        }
+        assert.deepEqual(arena, written);
+        assert.equal(mem.dataBytes, dataBytes);
         assert.deepEqual(
           walk(mem.seek(undefined)).map((n) => n.key),
           [...model.keys()].sort(),
@@ -142,8 +151,8 @@ describe("memtable", () => {
       ["a", "b", "c", "d", "e", "f", "g"],
     );
   });
-  it("replaces a key's versions when no reader needs them, counting its bytes as a fresh key's", () => {
-    const v = (n: number): Uint8Array => new Uint8Array(n).fill(n);
+  it("replaces a key's versions when no reader needs them; the arena keeps every write's bytes until the flush", () => {
+    const v = (n: number): Buffer => Buffer.alloc(n, n);
     const kept = new Memtable();
     kept.put("k", 1, KIND_PUT, v(10));
     kept.put("k", 2, KIND_PUT, v(20));
@@ -159,20 +168,38 @@ describe("memtable", () => {
       assert.equal(m.get("k", 3), undefined);
     }
     assert.equal(kept.versions, fresh.versions);
-    assert.equal(kept.bytes, fresh.bytes);
-    assert.equal(kept.dataBytes, fresh.dataBytes);
     // Two writes of one batch (one sequence) still keep the versions below it.
     kept.put("k", 5, KIND_PUT, v(40));
     kept.put("k", 5, KIND_PUT, v(50));
     assert.equal(kept.versions, 2);
     assert.deepEqual(kept.get("k", 4), v(30));
     assert.deepEqual(kept.get("k", 5), v(50));
-    // Replaced twice more with no reader below: still counted as a fresh key's one version.
     kept.put("k", 6, KIND_PUT, v(7), false);
     kept.put("k", 7, KIND_PUT, v(12), false);
-    const again = new Memtable();
-    again.put("k", 7, KIND_PUT, v(12));
-    assert.equal(kept.bytes, again.bytes);
-    assert.equal(kept.dataBytes, again.dataBytes);
+    assert.equal(kept.versions, 1);
+    assert.deepEqual(kept.get("k", 7), v(12));
+    // Every write's entry stays in the arena (the flush drops the replaced ones), so the data
+    // that drives rotation grows with each write, as LevelDB's arena does.
+    const sizes = [10, 20, 0, 30, 40, 50, 7, 12];
+    assert.equal(
+      kept.dataBytes,
+      sizes.reduce((sum, n) => sum + entryLength(1, n), 0),
+    );
+  });
+
+  it("starts a chunk that fits a value larger than the largest chunk", () => {
+    const mem = new Memtable();
+    const big = Buffer.alloc(3 << 20, 7);
+    const long = "k".repeat(100);
+    mem.put("a", 1, KIND_PUT, Buffer.from("small"));
+    mem.put(long, 2, KIND_PUT, big);
+    mem.put("b", 3, KIND_PUT, Buffer.from("after"));
+    assert.deepEqual(Buffer.from(mem.get(long, 3) as Uint8Array), big);
+    assert.deepEqual(Buffer.from(mem.get("b", 3) as Uint8Array), Buffer.from("after"));
+    assert.equal(
+      mem.dataBytes,
+      entryLength(1, 5) + entryLength(100, big.length) + entryLength(1, 5),
+    );
+    assert.ok(mem.bytes >= mem.dataBytes);
   });
 });

@@ -10,7 +10,6 @@ import { CorruptionError } from "../common/index.ts";
 import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
 import { ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
-import { VersionFilter } from "./gc.ts";
 import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
 import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
@@ -23,7 +22,7 @@ import {
   type ManifestState,
   type VersionEdit,
 } from "./manifest.ts";
-import { Memtable, versionAt, versionCount } from "./memtable.ts";
+import { Memtable } from "./memtable.ts";
 import { keyFromBytes, keyPrefix, keyToBytes, prefixEnd } from "./keys.ts";
 import { overlapping, pickCompaction, pickWholeLevel, type PlannerConfig } from "./planner.ts";
 import { decodeSnapshotStream, encodeSnapshotFrames } from "./snapshot-stream.ts";
@@ -633,29 +632,21 @@ export class LsmEngine implements BudgetMember {
     }
   }
 
-  /** Builds the SSTable of an immutable memtable in a worker (none when it holds no version). */
+  /**
+   * Builds the SSTable of an immutable memtable in a worker (none when it holds no version):
+   * the worker reads the arena in shared memory and sorts, filters and encodes it there.
+   */
   #buildFlush(mem: Memtable): Promise<BuiltTable[]> {
     // Only empty batches: the flush is a manifest edit advancing flushedSeq, no table.
     if (mem.isEmpty) return Promise.resolve([]);
-    // Encoding the sorted versions is a copy; building blocks, filters, checksums and the fsync
-    // happen in the worker.
-    const sink = new ByteSink(Math.max(64 * 1024, mem.bytes));
-    const filter = new VersionFilter(this.#smallestSnapshot(), false);
-    for (const node of mem.sortedNodes()) {
-      const n = versionCount(node);
-      for (let i = 0; i < n; i++) {
-        const v = versionAt(node, i);
-        if (filter.keep(node.key, v.seq, v.kind)) putEntry(sink, node.key, v.kind, v.seq, v.value);
-      }
-    }
-    const data = sink.view();
-    const numbers = this.#allocate(1);
-    return this.#madeDir().then(() =>
-      this.#env.pool.run(
-        { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
-        [data.buffer as ArrayBuffer],
-      ),
-    );
+    const job = {
+      type: "flush",
+      dir: this.dir,
+      numbers: this.#allocate(1),
+      arena: mem.arena(),
+      smallestSnapshot: this.#smallestSnapshot(),
+    } as const;
+    return this.#madeDir().then(() => this.#env.pool.run(job));
   }
 
   /** Makes the engine's directory before its first table (see #dirMade). */

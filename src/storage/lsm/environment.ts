@@ -29,7 +29,7 @@ export interface LsmEnvironmentOptions {
    * Default 512 MiB. When the active ones exceed half of it, the engine with the largest active
    * memtable rotates it and flushes; while the total is at or above it, writes of every engine
    * stall until flushes bring it back below. So the total never exceeds the budget by more than
-   * one write batch.
+   * one write batch and the arena chunk it may start (64 KiB, or its entry when larger).
    */
   readonly memtableBudgetBytes?: number;
   /** Worker threads for flushes and compactions. Default min(2, CPUs). */

@@ -2,7 +2,7 @@
  * Internal iterators walk versions in internal order (user key ascending, sequence descending).
  * Visibility at a snapshot and tombstones are resolved above them (user iterators, compaction).
  */
-import { versionAt, versionCount, type MemNode, type Memtable } from "./memtable.ts";
+import { versionAt, versionCount, type MemNode, type Memtable, type Version } from "./memtable.ts";
 import {
   blockHandleOf,
   blockKey,
@@ -36,7 +36,7 @@ export class MemIterator implements InternalIterator {
   #node: MemNode | null = null;
   /** Version of #node, newest (0) to oldest. */
   #i = 0;
-  #value: Uint8Array = EMPTY;
+  #version: Version | null = null;
 
   constructor(mem: Memtable) {
     this.#mem = mem;
@@ -53,11 +53,11 @@ export class MemIterator implements InternalIterator {
     this.key = node.key;
     this.seq = v.seq;
     this.kind = v.kind;
-    this.#value = v.value;
+    this.#version = v;
   }
 
   value(): Uint8Array {
-    return this.#value;
+    return this.#version === null ? EMPTY : this.#mem.value(this.#version);
   }
 
   next(): void {

@@ -1,6 +1,6 @@
 /**
- * The work a worker thread does: build SSTables from sorted entries (flush, snapshot import) and
- * merge tables (compaction). Synchronous file I/O is fine here: it never runs on the event loop.
+ * The work a worker thread does: build SSTables from a memtable's arena (flush) or from sorted
+ * entries (snapshot import), and merge tables (compaction). Synchronous file I/O is fine here: it never runs on the event loop.
  * Every table is written, fsynced, and its directory fsynced before the job reports it, so a
  * manifest edit naming it can never point at a file a crash could lose.
  */
@@ -10,6 +10,7 @@ import { fsyncDirSync } from "../common/fs-util.ts";
 import { TableBuilder, readU64, type TableProps } from "./format.ts";
 import { VersionFilter } from "./gc.ts";
 import { MergingIterator, TableIterator, type BlockSource } from "./iterators.ts";
+import { keyOrder } from "./key-order.ts";
 import { loadBlock, loadTableMeta, parseOrThrow } from "./table.ts";
 
 export interface BuiltTable {
@@ -29,6 +30,18 @@ export interface BuildJob {
   readonly targetFileBytes: number;
 }
 
+/** A memtable's flush: its arena, sorted and filtered in the worker. */
+export interface FlushJob {
+  readonly type: "flush";
+  readonly dir: string;
+  /** One file number: a flush writes one table. */
+  readonly numbers: readonly number[];
+  /** The memtable's arena: entries in the shared entry encoding, in the order they were written. */
+  readonly arena: readonly Uint8Array[];
+  /** The oldest sequence a reader can read at: which replaced versions must stay. */
+  readonly smallestSnapshot: number;
+}
+
 export interface CompactJob {
   readonly type: "compact";
   readonly dir: string;
@@ -41,7 +54,7 @@ export interface CompactJob {
   readonly bottom: boolean;
 }
 
-export type Job = BuildJob | CompactJob;
+export type Job = BuildJob | FlushJob | CompactJob;
 
 export function tablePath(dir: string, number: number): string {
   return `${join(dir, String(number).padStart(6, "0"))}.sst`;
@@ -106,41 +119,112 @@ class OutputSet {
   }
 }
 
-export function runBuild(job: BuildJob): BuiltTable[] {
-  const out = new OutputSet(job, job.data.length);
-  const data = Buffer.from(job.data.buffer, job.data.byteOffset, job.data.length);
-  let at = 0;
-  while (at < data.length) {
-    const start = at;
+/** An entry of the shared entry encoding, as `read` found it (one object, reused). */
+export class EntryCursor {
+  key = "";
+  kind = 0;
+  seq = 0;
+  /** The value's length: it ends where the entry does. */
+  valueLength = 0;
+  /** Where the entry ends (the next one starts). */
+  end = 0;
+
+  /** Reads the entry at `at` of `data`. */
+  read(data: Buffer, at: number): void {
+    let p = at;
     let keyLen = 0;
     let shift = 0;
     for (;;) {
-      const b = data[at++] as number;
+      const b = data[p++] as number;
       keyLen |= (b & 0x7f) << shift;
       if (b < 0x80) break;
       shift += 7;
     }
-    const key = data.toString("latin1", at, at + keyLen);
-    at += keyLen;
-    const kind = data[at++] as number;
-    const seq = readU64(data, at);
-    at += 8;
+    this.key = data.toString("latin1", p, p + keyLen);
+    p += keyLen;
+    this.kind = data[p++] as number;
+    this.seq = readU64(data, p);
+    p += 8;
     let valueLen = 0;
     shift = 0;
     for (;;) {
-      const b = data[at++] as number;
+      const b = data[p++] as number;
       valueLen |= (b & 0x7f) << shift;
       if (b < 0x80) break;
       shift += 7;
     }
-    at += valueLen >>> 0;
-    out.maybeSplit(key);
-    out.builder.addEncoded(data, start, at, key, kind, seq);
+    this.valueLength = valueLen >>> 0;
+    this.end = p + this.valueLength;
+  }
+}
+
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+}
+
+export function runBuild(job: BuildJob): BuiltTable[] {
+  const out = new OutputSet(job, job.data.length);
+  const data = asBuffer(job.data);
+  const entry = new EntryCursor();
+  for (let at = 0; at < data.length; at = entry.end) {
+    entry.read(data, at);
+    out.maybeSplit(entry.key);
+    out.builder.addEncoded(data, at, entry.end, entry.key, entry.kind, entry.seq);
   }
   return out.finish();
 }
 
-function bufferSource(path: string): BlockSource & { fileSize: number } {
+/**
+ * Builds the table of a memtable from its arena: the entries in internal order (key ascending,
+ * sequence descending; of two writes of one key in one batch, the later), without the versions
+ * no reader can see (the memtable dropped most of them already; the arena keeps their bytes).
+ */
+export function runFlush(job: FlushJob): BuiltTable[] {
+  const chunks = job.arena.map(asBuffer);
+  const keys: string[] = [];
+  const kinds: number[] = [];
+  const seqs: number[] = [];
+  const chunkOf: number[] = [];
+  const starts: number[] = [];
+  const ends: number[] = [];
+  const entry = new EntryCursor();
+  let bytes = 0;
+  for (let c = 0; c < chunks.length; c++) {
+    const data = chunks[c] as Buffer;
+    bytes += data.length;
+    for (let at = 0; at < data.length; at = entry.end) {
+      entry.read(data, at);
+      keys.push(entry.key);
+      kinds.push(entry.kind);
+      seqs.push(entry.seq);
+      chunkOf.push(c);
+      starts.push(at);
+      ends.push(entry.end);
+    }
+  }
+  // Equal keys: newest sequence first, and of one sequence the later write first.
+  const order = keyOrder(keys, (a, b) => (seqs[b] as number) - (seqs[a] as number) || b - a);
+  const out = new OutputSet({ ...job, targetFileBytes: Infinity }, bytes);
+  const filter = new VersionFilter(job.smallestSnapshot, false);
+  let lastKey: string | undefined;
+  let lastSeq = -1;
+  for (const i of order) {
+    const key = keys[i] as string;
+    const seq = seqs[i] as number;
+    const kind = kinds[i] as number;
+    // An earlier write of the same batch: the later one, just added, replaced it.
+    if (key === lastKey && seq === lastSeq) continue;
+    lastKey = key;
+    lastSeq = seq;
+    if (!filter.keep(key, seq, kind)) continue;
+    const data = chunks[chunkOf[i] as number] as Buffer;
+    out.builder.addEncoded(data, starts[i] as number, ends[i] as number, key, kind, seq);
+  }
+  return out.finish();
+}
+
+/** A table file read whole, as a block source (a compaction's input; tests read tables so). */
+export function bufferSource(path: string): BlockSource & { fileSize: number } {
   const file = readFileSync(path);
   const read = (offset: number, length: number): Buffer => file.subarray(offset, offset + length);
   const meta = loadTableMeta(path, file.length, read);
@@ -174,6 +258,8 @@ export function runJob(job: Job): BuiltTable[] {
   switch (job.type) {
     case "build":
       return runBuild(job);
+    case "flush":
+      return runFlush(job);
     case "compact":
       return runCompact(job);
   }

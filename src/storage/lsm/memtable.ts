@@ -1,44 +1,59 @@
 /**
- * The memtable: a Map of user keys (binary strings) for O(1) point reads and writes, and a skip
- * list for ordered iteration that new keys join lazily: a put only adds to the Map and a pending
- * list; the first ordered read after it (a scan's seek, a flush) sorts the pending keys and links
- * them into the skip list in order, each insertion starting where the previous one ended (a
- * write-only memtable is sorted once, at its flush, and appended to an empty list). A random
- * insertion into a skip list of 30k keys costs ~0.7–1 µs of pointer chasing; sorting costs ~0.4.
+ * The memtable: every write is appended, encoded as a table entry, to an arena of byte chunks;
+ * a Map of user keys (binary strings) finds a key's versions for O(1) point reads and writes,
+ * and a skip list for ordered iteration that new keys join lazily: a put only adds to the Map
+ * and a pending list; the first ordered read after it (a scan's seek) sorts the pending keys and
+ * links them into the skip list in order, each insertion starting where the previous one ended.
+ * A random insertion into a skip list of 30k keys costs ~0.7–1 µs of pointer chasing; sorting
+ * costs ~0.4.
+ *
+ * The arena is what a flush hands to a worker: its chunks are shared memory, and the worker sorts
+ * the entries, drops the versions no reader can see and builds the table (`runFlush`). The main
+ * thread neither walks the nodes nor encodes anything to flush, and holds no value objects: a
+ * value is copied into the arena once, and read back as a view of it.
+ *
  * Each key keeps its versions while a reader may need them (the engine says when none can: see
  * `put`); a version with the sequence of the key's newest version replaces it (several writes to
- * one key in one batch: the last wins).
- * Byte-accounted: `bytes` approximates the memory held, and drives rotation at `memtable_bytes`.
+ * one key in one batch: the last wins). The arena keeps the bytes of every write until the
+ * memtable is flushed, as LevelDB's does: a version replaced in the Map is dropped by the flush.
+ * Byte-accounted: `dataBytes` is the arena's contents, which drives rotation at `memtable_bytes`;
+ * `bytes` approximates the memory held.
  */
-import { KIND_DELETE } from "./format.ts";
+import { entryLength, KIND_DELETE, writeEntry } from "./format.ts";
+import { keyOrder } from "./key-order.ts";
 
 const MAX_HEIGHT = 12;
 /** Rough per-version and per-key overhead of the JS objects, for accounting. */
 const VERSION_OVERHEAD = 40;
 const NODE_OVERHEAD = 96;
-/** An entry's framing in a table: two short varints, the kind and the u64 seq. */
-const ENTRY_FRAMING = 13;
+/**
+ * The arena's first chunk, and its largest: each new chunk doubles the last, so a node with a
+ * thousand small memtables (one per shard) does not hold 64 KiB for each. A write that starts a
+ * chunk adds the chunk to the memory accounted at once: at most this much, or its own entry's
+ * size when larger (the node's memtable budget is exceeded by at most one write and a chunk).
+ */
+const FIRST_CHUNK_BYTES = 1024;
+export const MAX_CHUNK_BYTES = 64 * 1024;
 
+/** A version of a key: its value is `size` bytes at `at` in arena chunk `chunk`. */
 export interface Version {
   readonly seq: number;
   readonly kind: number;
-  readonly value: Uint8Array;
+  readonly chunk: number;
+  readonly at: number;
+  readonly size: number;
 }
 
 /**
- * A key of the skip list. Its newest version is inlined (most keys have one version, and a node
- * per write is the allocation that dominates the write path); older ones are in `older`, oldest
- * first.
+ * A key of the skip list. Its newest version is inlined (most keys have one version); older ones
+ * are in `older`, oldest first.
  */
 export interface MemNode {
   readonly key: string;
   seq: number;
   kind: number;
-  value: Uint8Array;
-  /**
-   * `value.length`, kept beside `seq`: a write to a key already here needs only the node's own
-   * fields, not a read of the old value's object, a cache miss of its own on a large memtable.
-   */
+  chunk: number;
+  at: number;
   size: number;
   older: Version[] | null;
   /** Successors per level: empty until the node is linked into the skip list. */
@@ -57,12 +72,15 @@ export function versionAt(node: MemNode, i: number): Version {
   return older[older.length - i] as Version;
 }
 
+const NO_VALUE = new Uint8Array(0);
+
 export class Memtable {
   readonly #head: MemNode = {
     key: "",
     seq: 0,
     kind: 0,
-    value: new Uint8Array(0),
+    chunk: 0,
+    at: 0,
     size: 0,
     older: null,
     next: new Array<MemNode | null>(MAX_HEIGHT).fill(null),
@@ -76,11 +94,17 @@ export class Memtable {
   #pending: MemNode[] = [];
   /** #pending is in key order (nothing was added since #sortPending). */
   #pendingSorted = true;
+  /** The arena: entries in the shared entry encoding, in the order they were written. */
+  readonly #chunks: Buffer[] = [];
+  /** The last chunk (empty before the first write), and how much of it is written. */
+  #chunk: Buffer = Buffer.alloc(0);
+  #used = 0;
   bytes = 0;
   /**
-   * Bytes of the entries as a table would hold them (key, value and 13 bytes of framing per
-   * version): what rotation compares with `memtableBytes`, as LevelDB compares its write buffer's
-   * contents. `bytes` adds the JS objects' overhead, for the node's memory budget.
+   * Bytes of the arena's entries (key, value and their framing, every write): what rotation
+   * compares with `memtableBytes`, as LevelDB compares its write buffer's arena. `bytes` adds
+   * the unused end of the arena's last chunk and the JS objects' overhead, for the node's memory
+   * budget.
    */
   dataBytes = 0;
   minSeq = Number.MAX_SAFE_INTEGER;
@@ -109,6 +133,22 @@ export class Memtable {
   }
 
   /**
+   * The arena's written bytes, chunk by chunk (views of shared memory: a worker reads them as
+   * they are). Entries are in the order they were written; each lies within one chunk.
+   */
+  arena(): Uint8Array[] {
+    const out = this.#chunks.slice(0, -1);
+    if (this.#chunks.length > 0) out.push(this.#chunk.subarray(0, this.#used));
+    return out;
+  }
+
+  /** The value of a version (a view of the arena: valid while the memtable is referenced). */
+  value(v: Version): Uint8Array {
+    if (v.size === 0) return NO_VALUE;
+    return (this.#chunks[v.chunk] as Buffer).subarray(v.at, v.at + v.size);
+  }
+
+  /**
    * Adds a version of `key`. With `keepOlder` false the caller knows no reader can see below
    * `seq` (no snapshot, no scan open): the key's versions are replaced by this one instead of
    * kept beneath it, so a key written again and again holds one version, not one per write.
@@ -116,52 +156,67 @@ export class Memtable {
   put(key: string, seq: number, kind: number, value: Uint8Array, keepOlder = true): void {
     if (seq < this.minSeq) this.minSeq = seq;
     if (seq > this.maxSeq) this.maxSeq = seq;
+    const at = this.#append(key, kind, seq, value);
+    const chunk = this.#chunks.length - 1;
+    const size = value.length;
     const node = this.#map.get(key);
     if (node !== undefined) {
       if (node.seq === seq || !keepOlder) {
         // The same sequence (several writes to the key in one batch: the last wins) replaces
         // the newest version alone.
         if (!keepOlder && node.older !== null) {
-          for (const v of node.older) {
-            this.bytes -= v.value.length + VERSION_OVERHEAD;
-            this.dataBytes -= key.length + v.value.length + ENTRY_FRAMING;
-            this.versions--;
-          }
+          this.bytes -= node.older.length * VERSION_OVERHEAD;
+          this.versions -= node.older.length;
           node.older = null;
         }
-        this.bytes += value.length - node.size;
-        this.dataBytes += value.length - node.size;
-        node.seq = seq;
-        node.kind = kind;
-        node.value = value;
-        node.size = value.length;
-        return;
+      } else {
+        (node.older ??= []).push({
+          seq: node.seq,
+          kind: node.kind,
+          chunk: node.chunk,
+          at: node.at,
+          size: node.size,
+        });
+        this.bytes += VERSION_OVERHEAD;
+        this.versions++;
       }
-      (node.older ??= []).push({ seq: node.seq, kind: node.kind, value: node.value });
       node.seq = seq;
       node.kind = kind;
-      node.value = value;
-      node.size = value.length;
-      this.bytes += value.length + VERSION_OVERHEAD;
-      this.dataBytes += key.length + value.length + ENTRY_FRAMING;
-      this.versions++;
+      node.chunk = chunk;
+      node.at = at;
+      node.size = size;
       return;
     }
-    const added: MemNode = {
-      key,
-      seq,
-      kind,
-      value,
-      size: value.length,
-      older: null,
-      next: NOT_LINKED,
-    };
+    const added: MemNode = { key, seq, kind, chunk, at, size, older: null, next: NOT_LINKED };
     this.#map.set(key, added);
     this.#pending.push(added);
     this.#pendingSorted = false;
-    this.bytes += key.length + value.length + VERSION_OVERHEAD + NODE_OVERHEAD;
-    this.dataBytes += key.length + value.length + ENTRY_FRAMING;
+    this.bytes += key.length + NODE_OVERHEAD;
     this.versions++;
+  }
+
+  /** Appends an entry to the arena; returns where its value starts in the last chunk. */
+  #append(key: string, kind: number, seq: number, value: Uint8Array): number {
+    const length = entryLength(key.length, value.length);
+    if (this.#used + length > this.#chunk.length) this.#grow(length);
+    this.#used = writeEntry(this.#chunk, this.#used, key, kind, seq, value);
+    this.dataBytes += length;
+    return this.#used - value.length;
+  }
+
+  /** Starts a new chunk that holds at least `length` bytes. */
+  #grow(length: number): void {
+    const last = this.#chunk.length;
+    if (this.#chunks.length > 0) {
+      // The full chunk keeps only what was written; its unused end leaves the accounting.
+      this.#chunks[this.#chunks.length - 1] = this.#chunk.subarray(0, this.#used);
+      this.bytes -= last - this.#used;
+    }
+    const size = Math.max(length, Math.min(MAX_CHUNK_BYTES, Math.max(FIRST_CHUNK_BYTES, last * 2)));
+    this.#chunk = Buffer.from(new SharedArrayBuffer(size));
+    this.#chunks.push(this.#chunk);
+    this.#used = 0;
+    this.bytes += size;
   }
 
   /**
@@ -171,12 +226,12 @@ export class Memtable {
   get(key: string, seq: number): Uint8Array | null | undefined {
     const node = this.#map.get(key);
     if (node === undefined) return undefined;
-    if (node.seq <= seq) return node.kind === KIND_DELETE ? null : node.value;
+    if (node.seq <= seq) return node.kind === KIND_DELETE ? null : this.value(node);
     const older = node.older;
     if (older === null) return undefined;
     for (let i = older.length - 1; i >= 0; i--) {
       const v = older[i] as Version;
-      if (v.seq <= seq) return v.kind === KIND_DELETE ? null : v.value;
+      if (v.seq <= seq) return v.kind === KIND_DELETE ? null : this.value(v);
     }
     return undefined;
   }
@@ -211,24 +266,6 @@ export class Memtable {
       if (h >= MAX_HEIGHT || (this.#rand & 3) !== 0) return h;
       h++;
     }
-  }
-
-  /**
-   * Every node in key order, as a new array, without linking the pending ones (for a flush: an
-   * immutable memtable that no scan read is sorted once and never linked).
-   */
-  sortedNodes(): MemNode[] {
-    const pending = this.#sortPending();
-    const out: MemNode[] = [];
-    let p = 0;
-    for (let node = this.#head.next[0] ?? null; node !== null; node = node.next[0] ?? null) {
-      while (p < pending.length && (pending[p] as MemNode).key < node.key) {
-        out.push(pending[p++] as MemNode);
-      }
-      out.push(node);
-    }
-    while (p < pending.length) out.push(pending[p++] as MemNode);
-    return out;
   }
 
   /** The pending nodes, sorted by key (kept sorted: a later call costs nothing). */
@@ -282,59 +319,10 @@ export class Memtable {
 /** The successors of a node not yet linked (shared: never written). */
 const NOT_LINKED: Array<MemNode | null> = [];
 
-/** 2^21: a node's index fits below this in sortByKey's packed numbers. */
-const INDEX_SPAN = 2_097_152;
-
-/**
- * `nodes` (distinct binary-string keys) in key order, as a new array. A flush sorts the ~30,000
- * keys a 4 MiB memtable gathers; a comparator sort of strings took ~0.4 µs a key of the main
- * thread in `bench:lsm`. Here each node becomes one number, the four characters after the keys'
- * common prefix (zero past a key's end: a shorter key never sorts after a longer one with the
- * same characters) times 2^21 plus its index, exact in a double, and a typed array's native
- * numeric sort orders them; only nodes whose four characters tie are compared as strings, in
- * runs. About 3× faster on random keys; keys alike past their common prefix fall back to runs.
- */
+/** The nodes in key order, as a new array (the nodes' keys are distinct). */
 export function sortByKey(nodes: readonly MemNode[]): MemNode[] {
-  const n = nodes.length;
-  if (n < 2 || n >= INDEX_SPAN) return nodes.slice().sort(compareNodes);
-  const first = (nodes[0] as MemNode).key;
-  let lcp = first.length;
-  for (let i = 1; i < n && lcp > 0; i++) {
-    const key = (nodes[i] as MemNode).key;
-    const m = Math.min(lcp, key.length);
-    let j = 0;
-    while (j < m && key.charCodeAt(j) === first.charCodeAt(j)) j++;
-    lcp = j;
-  }
-  const packed = new Float64Array(n);
-  for (let i = 0; i < n; i++) {
-    const key = (nodes[i] as MemNode).key;
-    let prefix = 0;
-    for (let j = lcp; j < lcp + 4; j++) {
-      const c = j < key.length ? key.charCodeAt(j) : 0;
-      // Keys are binary strings (one byte a character); anything else is compared whole.
-      if (c > 255) return nodes.slice().sort(compareNodes);
-      prefix = prefix * 256 + c;
-    }
-    packed[i] = prefix * INDEX_SPAN + i;
-  }
-  packed.sort();
-  const out = new Array<MemNode>(n);
-  for (let i = 0; i < n; i++) out[i] = nodes[(packed[i] as number) % INDEX_SPAN] as MemNode;
-  // Runs of equal prefixes, in index order so far: ordered by the whole key.
-  for (let i = 0; i < n;) {
-    const prefix = Math.floor((packed[i] as number) / INDEX_SPAN);
-    let j = i + 1;
-    while (j < n && Math.floor((packed[j] as number) / INDEX_SPAN) === prefix) j++;
-    if (j - i > 1) {
-      const run = out.slice(i, j).sort(compareNodes);
-      for (let k = 0; k < run.length; k++) out[i + k] = run[k] as MemNode;
-    }
-    i = j;
-  }
+  const order = keyOrder(nodes.map((n) => n.key));
+  const out = new Array<MemNode>(nodes.length);
+  for (let i = 0; i < order.length; i++) out[i] = nodes[order[i] as number] as MemNode;
   return out;
-}
-
-function compareNodes(a: MemNode, b: MemNode): number {
-  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }
