@@ -1,8 +1,8 @@
 /**
  * The work a worker thread does: build SSTables from a memtable's arena (flush) or from sorted
- * entries (snapshot import), and merge tables (compaction). Synchronous file I/O is fine here: it never runs on the event loop.
- * Every table is written, fsynced, and its directory fsynced before the job reports it, so a
- * manifest edit naming it can never point at a file a crash could lose.
+ * entries (snapshot import), and merge tables (compaction). Synchronous file I/O is fine here: it
+ * never runs on the event loop. Every table is written, fsynced, and its directory fsynced before
+ * the job reports it, so a manifest edit naming it can never point at a file a crash could lose.
  */
 import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";

@@ -320,7 +320,7 @@ export class Memtable {
 const NOT_LINKED: Array<MemNode | null> = [];
 
 /** The nodes in key order, as a new array (the nodes' keys are distinct). */
-export function sortByKey(nodes: readonly MemNode[]): MemNode[] {
+function sortByKey(nodes: readonly MemNode[]): MemNode[] {
   const order = keyOrder(nodes.map((n) => n.key));
   const out = new Array<MemNode>(nodes.length);
   for (let i = 0; i < order.length; i++) out[i] = nodes[order[i] as number] as MemNode;
