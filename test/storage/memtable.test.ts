@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { entryLength, KIND_DELETE, KIND_PUT } from "../../src/storage/lsm/format.ts";
-import { EntryCursor } from "../../src/storage/lsm/jobs.ts";
+import { entryLength, EntryCursor, KIND_DELETE, KIND_PUT } from "../../src/storage/lsm/format.ts";
+
 import { keyOrder } from "../../src/storage/lsm/key-order.ts";
 import { Memtable, versionAt, versionCount, type MemNode } from "../../src/storage/lsm/memtable.ts";
 
@@ -151,15 +151,20 @@ describe("memtable", () => {
       ["a", "b", "c", "d", "e", "f", "g"],
     );
   });
-  it("replaces a key's versions when no reader needs them; the arena keeps every write's bytes until the flush", () => {
+  it("indexes when read, replacing a key's versions when no reader needs them; the arena keeps every write's bytes until the flush", () => {
     const v = (n: number): Buffer => Buffer.alloc(n, n);
-    const kept = new Memtable();
+    let readers = true;
+    const kept = new Memtable(() => readers);
     kept.put("k", 1, KIND_PUT, v(10));
     kept.put("k", 2, KIND_PUT, v(20));
     kept.put("k", 3, KIND_DELETE, v(0));
+    // Nothing is indexed before a read: the memory is the arena's first chunk.
+    assert.equal(kept.bytes, 1024);
     assert.equal(kept.versions, 3);
-    // A later write no reader below it needs: one version left.
-    kept.put("k", 4, KIND_PUT, v(30), false);
+    assert.ok(kept.bytes > 1024, "the index, built by the read, is counted");
+    // Entries indexed while no reader is open: one version left.
+    readers = false;
+    kept.put("k", 4, KIND_PUT, v(30));
     const fresh = new Memtable();
     fresh.put("k", 4, KIND_PUT, v(30));
     for (const m of [kept, fresh]) {
@@ -168,16 +173,21 @@ describe("memtable", () => {
       assert.equal(m.get("k", 3), undefined);
     }
     assert.equal(kept.versions, fresh.versions);
-    // Two writes of one batch (one sequence) still keep the versions below it.
+    // Two writes of one batch (one sequence) still keep the versions below it while a reader is
+    // open; the later one is the newest.
+    readers = true;
     kept.put("k", 5, KIND_PUT, v(40));
     kept.put("k", 5, KIND_PUT, v(50));
     assert.equal(kept.versions, 2);
     assert.deepEqual(kept.get("k", 4), v(30));
     assert.deepEqual(kept.get("k", 5), v(50));
-    kept.put("k", 6, KIND_PUT, v(7), false);
-    kept.put("k", 7, KIND_PUT, v(12), false);
+    // Two writes indexed at once with no reader: the newest alone.
+    readers = false;
+    kept.put("k", 6, KIND_PUT, v(7));
+    kept.put("k", 7, KIND_PUT, v(12));
     assert.equal(kept.versions, 1);
     assert.deepEqual(kept.get("k", 7), v(12));
+    assert.equal(kept.get("k", 6), undefined);
     // Every write's entry stays in the arena (the flush drops the replaced ones), so the data
     // that drives rotation grows with each write, as LevelDB's arena does.
     const sizes = [10, 20, 0, 30, 40, 50, 7, 12];

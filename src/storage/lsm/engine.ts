@@ -134,7 +134,13 @@ export class LsmEngine implements BudgetMember {
    * tie (the tables' props are scattered over the heap: a cache miss or three per probe).
    */
   #largestPrefixes: Uint32Array[];
-  #mem = new Memtable();
+  /**
+   * Whether a reader at an older sequence may be open: a pinned snapshot, or a scan under way
+   * (it reads at the sequence it started at). With neither, the memtables' index keeps one
+   * version of a key written again.
+   */
+  readonly #readersBelow = (): boolean => this.#snapshots.size > 0 || this.#openScans > 0;
+  #mem = new Memtable(this.#readersBelow);
   #immutables: Memtable[] = [];
   #lastSeq: number;
   #acceptedSeq: number;
@@ -344,19 +350,14 @@ export class LsmEngine implements BudgetMember {
 
   #apply(seq: number, ops: readonly WriteOp[]): void {
     const mem = this.#mem;
-    const before = mem.bytes;
     mem.advance(seq);
-    // Versions below this write matter only to a reader at an older sequence: a pinned
-    // snapshot, or a scan under way (it reads at the sequence it started at). With neither, a
-    // key written again keeps one version in the memtable.
-    const keepOlder = this.#snapshots.size > 0 || this.#openScans > 0;
     for (const op of ops) {
-      const key = keyFromBytes(op.key);
-      if (op.type === "put") mem.put(key, seq, KIND_PUT, op.value, keepOlder);
-      else mem.put(key, seq, KIND_DELETE, EMPTY, keepOlder);
+      if (op.type === "put") mem.put(op.key, seq, KIND_PUT, op.value);
+      else mem.put(op.key, seq, KIND_DELETE, EMPTY);
     }
     this.#lastSeq = seq;
-    this.#noteActive(mem.bytes - before);
+    // Since the last report: this write, and the index a read built meanwhile.
+    this.#noteActive(mem.bytes - this.#reportedActiveBytes);
     if (mem.dataBytes >= this.#memtableBytes) this.#rotate();
   }
 
@@ -567,7 +568,7 @@ export class LsmEngine implements BudgetMember {
     // A memtable that only saw empty batches still rotates: its flush advances flushedSeq.
     if (this.#mem.isBlank) return;
     this.#immutables.push(this.#mem);
-    this.#mem = new Memtable();
+    this.#mem = new Memtable(this.#readersBelow);
     this.#syncBudget();
     this.#reportMemtable();
     this.#maybeFlush();
@@ -886,7 +887,7 @@ export class LsmEngine implements BudgetMember {
       };
       await this.#appendEdit(edit);
       const old = this.#levels.flat();
-      this.#mem = new Memtable();
+      this.#mem = new Memtable(this.#readersBelow);
       this.#immutables = [];
       this.#flushesStarted = 0;
       this.#syncBudget();

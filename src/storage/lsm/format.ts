@@ -165,7 +165,7 @@ function varintLength(n: number): number {
 export function writeEntry(
   buf: Buffer,
   at: number,
-  key: string,
+  key: string | Uint8Array,
   kind: number,
   seq: number,
   value: Uint8Array,
@@ -173,7 +173,12 @@ export function writeEntry(
   const keyLength = key.length;
   const valueLength = value.length;
   let p = putVarint(buf, at, keyLength);
-  if (keyLength <= 32) {
+  if (typeof key !== "string") {
+    // The key's bytes (a write's key, as the memtable's arena takes it).
+    if (keyLength <= 64) for (let i = 0; i < keyLength; i++) buf[p + i] = key[i] as number;
+    else buf.set(key, p);
+    p += keyLength;
+  } else if (keyLength <= 32) {
     // Below this a loop beats the native writer's call.
     for (let i = 0; i < keyLength; i++) buf[p + i] = key.charCodeAt(i);
     p += keyLength;
@@ -199,6 +204,45 @@ export function writeEntry(
     buf.set(value, p);
   }
   return p + valueLength;
+}
+
+/** An entry of the shared entry encoding, as `read` found it (one object, reused). */
+export class EntryCursor {
+  key = "";
+  kind = 0;
+  seq = 0;
+  /** The value's length: it ends where the entry does. */
+  valueLength = 0;
+  /** Where the entry ends (the next one starts). */
+  end = 0;
+
+  /** Reads the entry at `at` of `data`. */
+  read(data: Buffer, at: number): void {
+    let p = at;
+    let keyLen = 0;
+    let shift = 0;
+    for (;;) {
+      const b = data[p++] as number;
+      keyLen |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+      shift += 7;
+    }
+    this.key = data.toString("latin1", p, p + keyLen);
+    p += keyLen;
+    this.kind = data[p++] as number;
+    this.seq = readU64(data, p);
+    p += 8;
+    let valueLen = 0;
+    shift = 0;
+    for (;;) {
+      const b = data[p++] as number;
+      valueLen |= (b & 0x7f) << shift;
+      if (b < 0x80) break;
+      shift += 7;
+    }
+    this.valueLength = valueLen >>> 0;
+    this.end = p + this.valueLength;
+  }
 }
 
 /** Writes `n` (< 2^32) as a varint at `at`; returns the position after it. */

@@ -7,7 +7,7 @@
 import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { fsyncDirSync } from "../common/fs-util.ts";
-import { TableBuilder, readU64, type TableProps } from "./format.ts";
+import { EntryCursor, TableBuilder, type TableProps } from "./format.ts";
 import { VersionFilter } from "./gc.ts";
 import { MergingIterator, TableIterator, type BlockSource } from "./iterators.ts";
 import { keyOrder } from "./key-order.ts";
@@ -116,45 +116,6 @@ class OutputSet {
     if (this.#builder.entries > 0) this.#close();
     if (this.tables.length > 0) fsyncDirSync(this.#job.dir);
     return this.tables;
-  }
-}
-
-/** An entry of the shared entry encoding, as `read` found it (one object, reused). */
-export class EntryCursor {
-  key = "";
-  kind = 0;
-  seq = 0;
-  /** The value's length: it ends where the entry does. */
-  valueLength = 0;
-  /** Where the entry ends (the next one starts). */
-  end = 0;
-
-  /** Reads the entry at `at` of `data`. */
-  read(data: Buffer, at: number): void {
-    let p = at;
-    let keyLen = 0;
-    let shift = 0;
-    for (;;) {
-      const b = data[p++] as number;
-      keyLen |= (b & 0x7f) << shift;
-      if (b < 0x80) break;
-      shift += 7;
-    }
-    this.key = data.toString("latin1", p, p + keyLen);
-    p += keyLen;
-    this.kind = data[p++] as number;
-    this.seq = readU64(data, p);
-    p += 8;
-    let valueLen = 0;
-    shift = 0;
-    for (;;) {
-      const b = data[p++] as number;
-      valueLen |= (b & 0x7f) << shift;
-      if (b < 0x80) break;
-      shift += 7;
-    }
-    this.valueLength = valueLen >>> 0;
-    this.end = p + this.valueLength;
   }
 }
 

@@ -1,25 +1,32 @@
 /**
- * The memtable: every write is appended, encoded as a table entry, to an arena of byte chunks;
- * a Map of user keys (binary strings) finds a key's versions for O(1) point reads and writes,
- * and a skip list for ordered iteration that new keys join lazily: a put only adds to the Map
- * and a pending list; the first ordered read after it (a scan's seek) sorts the pending keys and
- * links them into the skip list in order, each insertion starting where the previous one ended.
- * A random insertion into a skip list of 30k keys costs ~0.7–1 µs of pointer chasing; sorting
- * costs ~0.4.
+ * The memtable: every write is appended, encoded as a table entry, to an arena of byte chunks,
+ * and that is all a write does. The index over the arena is built when a read needs it: a Map
+ * of user keys (binary strings) finds a key's versions for O(1) point reads, and a skip list for
+ * ordered iteration that keys join lazily (the first ordered read after they are indexed sorts
+ * them and links them into the skip list in order, each insertion starting where the previous
+ * one ended). A read first indexes the entries written since the last one (`#catchUp`).
+ *
+ * Why lazily: a memtable that is only written (a shard taking Puts) never builds its index, and
+ * its flush does not need one. The index is a JS object per key, a string, and a hash table that
+ * is cold in the cache on a node of a thousand shards; built per write, it made three nodes'
+ * Puts at c=256 ~30 % slower (BENCHMARKS.md, "The memtable indexed when read").
  *
  * The arena is what a flush hands to a worker: its chunks are shared memory, and the worker sorts
  * the entries, drops the versions no reader can see and builds the table (`runFlush`). The main
  * thread neither walks the nodes nor encodes anything to flush, and holds no value objects: a
  * value is copied into the arena once, and read back as a view of it.
  *
- * Each key keeps its versions while a reader may need them (the engine says when none can: see
- * `put`); a version with the sequence of the key's newest version replaces it (several writes to
- * one key in one batch: the last wins). The arena keeps the bytes of every write until the
- * memtable is flushed, as LevelDB's does: a version replaced in the Map is dropped by the flush.
+ * The index keeps a key's versions while a reader may need them: when it indexes entries and
+ * `readersBelow()` says no reader (snapshot, scan under way) is open, a key's versions are
+ * replaced by the newest instead of kept beneath it (a reader opened later reads at a sequence
+ * at or above every entry written so far). A version with the sequence of the key's newest
+ * version replaces it (several writes to one key in one batch: the last wins). The arena keeps
+ * the bytes of every write until the memtable is flushed, as LevelDB's does: the flush drops
+ * what the index would have dropped.
  * Byte-accounted: `dataBytes` is the arena's contents, which drives rotation at `memtable_bytes`;
- * `bytes` approximates the memory held.
+ * `bytes` approximates the memory held (the arena's chunks, and the index once built).
  */
-import { entryLength, KIND_DELETE, writeEntry } from "./format.ts";
+import { EntryCursor, entryLength, KIND_DELETE, writeEntry } from "./format.ts";
 import { keyOrder } from "./key-order.ts";
 
 const MAX_HEIGHT = 12;
@@ -99,6 +106,14 @@ export class Memtable {
   /** The last chunk (empty before the first write), and how much of it is written. */
   #chunk: Buffer = Buffer.alloc(0);
   #used = 0;
+  /** The index covers the arena's entries up to chunk #indexChunk, offset #indexAt. */
+  #indexChunk = 0;
+  #indexAt = 0;
+  readonly #entry = new EntryCursor();
+  /** Whether a reader below the newest sequence may be open (see the class comment). */
+  readonly #readersBelow: () => boolean;
+  #entries = 0;
+  #versions = 0;
   bytes = 0;
   /**
    * Bytes of the arena's entries (key, value and their framing, every write): what rotation
@@ -109,10 +124,20 @@ export class Memtable {
   dataBytes = 0;
   minSeq = Number.MAX_SAFE_INTEGER;
   maxSeq = 0;
-  versions = 0;
+
+  /** `readersBelow`: see the class comment; without it every version is kept. */
+  constructor(readersBelow: () => boolean = () => true) {
+    this.#readersBelow = readersBelow;
+  }
 
   get isEmpty(): boolean {
-    return this.versions === 0;
+    return this.#entries === 0;
+  }
+
+  /** Versions in the index (it indexes what was written first). */
+  get versions(): number {
+    this.#catchUp();
+    return this.#versions;
   }
 
   /**
@@ -125,10 +150,11 @@ export class Memtable {
 
   /** True when flushing this memtable would change nothing: no version, no applied sequence. */
   get isBlank(): boolean {
-    return this.versions === 0 && this.maxSeq === 0;
+    return this.#entries === 0 && this.maxSeq === 0;
   }
 
   get keyCount(): number {
+    this.#catchUp();
     return this.#map.size;
   }
 
@@ -148,17 +174,46 @@ export class Memtable {
     return (this.#chunks[v.chunk] as Buffer).subarray(v.at, v.at + v.size);
   }
 
-  /**
-   * Adds a version of `key`. With `keepOlder` false the caller knows no reader can see below
-   * `seq` (no snapshot, no scan open): the key's versions are replaced by this one instead of
-   * kept beneath it, so a key written again and again holds one version, not one per write.
-   */
-  put(key: string, seq: number, kind: number, value: Uint8Array, keepOlder = true): void {
+  /** Adds a version of `key` (its bytes, or a binary string): appends it to the arena. */
+  put(key: Uint8Array | string, seq: number, kind: number, value: Uint8Array): void {
     if (seq < this.minSeq) this.minSeq = seq;
     if (seq > this.maxSeq) this.maxSeq = seq;
-    const at = this.#append(key, kind, seq, value);
-    const chunk = this.#chunks.length - 1;
-    const size = value.length;
+    this.#append(key, kind, seq, value);
+    this.#entries++;
+  }
+
+  /** Indexes the entries written since the last read. */
+  #catchUp(): void {
+    const last = this.#chunks.length - 1;
+    if (last < 0 || (this.#indexChunk === last && this.#indexAt === this.#used)) return;
+    const keepOlder = this.#readersBelow();
+    const entry = this.#entry;
+    for (;;) {
+      const c = this.#indexChunk;
+      const chunk = this.#chunks[c] as Buffer;
+      const end = c === last ? this.#used : chunk.length;
+      for (let at = this.#indexAt; at < end; at = entry.end) {
+        entry.read(chunk, at);
+        const size = entry.valueLength;
+        this.#index(entry.key, entry.seq, entry.kind, c, entry.end - size, size, keepOlder);
+      }
+      this.#indexAt = end;
+      if (c === last) return;
+      this.#indexChunk = c + 1;
+      this.#indexAt = 0;
+    }
+  }
+
+  /** Adds an arena entry's version to the index. */
+  #index(
+    key: string,
+    seq: number,
+    kind: number,
+    chunk: number,
+    at: number,
+    size: number,
+    keepOlder: boolean,
+  ): void {
     const node = this.#map.get(key);
     if (node !== undefined) {
       if (node.seq === seq || !keepOlder) {
@@ -166,7 +221,7 @@ export class Memtable {
         // the newest version alone.
         if (!keepOlder && node.older !== null) {
           this.bytes -= node.older.length * VERSION_OVERHEAD;
-          this.versions -= node.older.length;
+          this.#versions -= node.older.length;
           node.older = null;
         }
       } else {
@@ -178,7 +233,7 @@ export class Memtable {
           size: node.size,
         });
         this.bytes += VERSION_OVERHEAD;
-        this.versions++;
+        this.#versions++;
       }
       node.seq = seq;
       node.kind = kind;
@@ -192,16 +247,15 @@ export class Memtable {
     this.#pending.push(added);
     this.#pendingSorted = false;
     this.bytes += key.length + NODE_OVERHEAD;
-    this.versions++;
+    this.#versions++;
   }
 
-  /** Appends an entry to the arena; returns where its value starts in the last chunk. */
-  #append(key: string, kind: number, seq: number, value: Uint8Array): number {
+  /** Appends an entry to the arena. */
+  #append(key: Uint8Array | string, kind: number, seq: number, value: Uint8Array): void {
     const length = entryLength(key.length, value.length);
     if (this.#used + length > this.#chunk.length) this.#grow(length);
     this.#used = writeEntry(this.#chunk, this.#used, key, kind, seq, value);
     this.dataBytes += length;
-    return this.#used - value.length;
   }
 
   /** Starts a new chunk that holds at least `length` bytes. */
@@ -224,6 +278,7 @@ export class Memtable {
    * (the key is known to be absent), no version gives undefined (look further down).
    */
   get(key: string, seq: number): Uint8Array | null | undefined {
+    this.#catchUp();
     const node = this.#map.get(key);
     if (node === undefined) return undefined;
     if (node.seq <= seq) return node.kind === KIND_DELETE ? null : this.value(node);
@@ -241,6 +296,7 @@ export class Memtable {
    * on are linked through `next[0]`; keys put later may join the list (in order) at a later seek.
    */
   seek(key: string | undefined): MemNode | null {
+    this.#catchUp();
     if (this.#pending.length > 0) this.#linkPending();
     if (key === undefined) return this.#head.next[0] ?? null;
     let x = this.#head;
