@@ -9,7 +9,7 @@
  * Why lazily: a memtable that is only written (a shard taking Puts) never builds its index, and
  * its flush does not need one. The index is a JS object per key, a string, and a hash table that
  * is cold in the cache on a node of a thousand shards; built per write, it made three nodes'
- * Puts at c=256 ~30 % slower (BENCHMARKS.md, "The memtable indexed when read").
+ * Puts at c=256 ~15–30 % slower (BENCHMARKS.md, "The memtable indexed when read").
  *
  * The arena is what a flush hands to a worker: its chunks are shared memory, and the worker sorts
  * the entries, drops the versions no reader can see and builds the table (`runFlush`). The main
@@ -134,7 +134,7 @@ export class Memtable {
     return this.#entries === 0;
   }
 
-  /** Versions in the index (it indexes what was written first). */
+  /** Versions in the index (reading this indexes what was written before). */
   get versions(): number {
     this.#catchUp();
     return this.#versions;
