@@ -216,32 +216,17 @@ export class EntryCursor {
   /** Where the entry ends (the next one starts). */
   end = 0;
 
-  /** Reads the entry at `at` of `data`. */
+  /** Reads the entry at `at` of `data` (entries Cairn wrote: a memtable's, an import's). */
   read(data: Buffer, at: number): void {
-    let p = at;
-    let keyLen = 0;
-    let shift = 0;
-    for (;;) {
-      const b = data[p++] as number;
-      keyLen |= (b & 0x7f) << shift;
-      if (b < 0x80) break;
-      shift += 7;
-    }
-    this.key = data.toString("latin1", p, p + keyLen);
-    p += keyLen;
-    this.kind = data[p++] as number;
-    this.seq = readU64(data, p);
-    p += 8;
-    let valueLen = 0;
-    shift = 0;
-    for (;;) {
-      const b = data[p++] as number;
-      valueLen |= (b & 0x7f) << shift;
-      if (b < 0x80) break;
-      shift += 7;
-    }
-    this.valueLength = valueLen >>> 0;
-    this.end = p + this.valueLength;
+    const keyLength = varintAt(data, at);
+    let p = skipVarint(data, at);
+    this.key = data.toString("latin1", p, p + keyLength);
+    p += keyLength;
+    this.kind = data[p] as number;
+    this.seq = readU64(data, p + 1);
+    p += 9;
+    this.valueLength = varintAt(data, p);
+    this.end = skipVarint(data, p) + this.valueLength;
   }
 }
 
@@ -296,7 +281,10 @@ function u32At(data: Uint8Array, at: number): number {
   );
 }
 
-/** A varint the block's validation already checked (at most 4 bytes: lengths < 2^28). */
+/**
+ * A varint the block's validation already checked, or that Cairn wrote (at most 4 bytes:
+ * lengths < 2^28).
+ */
 function varintAt(data: Uint8Array, at: number): number {
   let b = data[at] as number;
   if (b < 0x80) return b;

@@ -117,12 +117,10 @@ export class Memtable {
   bytes = 0;
   /**
    * Bytes of the arena's entries (key, value and their framing, every write): what rotation
-   * compares with `memtableBytes`, as LevelDB compares its write buffer's arena. `bytes` adds
-   * the unused end of the arena's last chunk and the JS objects' overhead, for the node's memory
-   * budget.
+   * compares with `memtableBytes`, as LevelDB compares its write buffer's arena. `bytes` counts
+   * the arena's chunks whole and the index's JS objects, for the node's memory budget.
    */
   dataBytes = 0;
-  minSeq = Number.MAX_SAFE_INTEGER;
   maxSeq = 0;
 
   /** `readersBelow`: see the class comment; without it every version is kept. */
@@ -176,9 +174,11 @@ export class Memtable {
 
   /** Adds a version of `key` (its bytes, or a binary string): appends it to the arena. */
   put(key: Uint8Array | string, seq: number, kind: number, value: Uint8Array): void {
-    if (seq < this.minSeq) this.minSeq = seq;
     if (seq > this.maxSeq) this.maxSeq = seq;
-    this.#append(key, kind, seq, value);
+    const length = entryLength(key.length, value.length);
+    if (this.#used + length > this.#chunk.length) this.#grow(length);
+    this.#used = writeEntry(this.#chunk, this.#used, key, kind, seq, value);
+    this.dataBytes += length;
     this.#entries++;
   }
 
@@ -250,21 +250,14 @@ export class Memtable {
     this.#versions++;
   }
 
-  /** Appends an entry to the arena. */
-  #append(key: Uint8Array | string, kind: number, seq: number, value: Uint8Array): void {
-    const length = entryLength(key.length, value.length);
-    if (this.#used + length > this.#chunk.length) this.#grow(length);
-    this.#used = writeEntry(this.#chunk, this.#used, key, kind, seq, value);
-    this.dataBytes += length;
-  }
-
-  /** Starts a new chunk that holds at least `length` bytes. */
+  /**
+   * Starts a new chunk that holds at least `length` bytes. The full chunk is kept as what was
+   * written (its unused end stays allocated, and counted in `bytes`).
+   */
   #grow(length: number): void {
     const last = this.#chunk.length;
     if (this.#chunks.length > 0) {
-      // The full chunk keeps only what was written; its unused end leaves the accounting.
       this.#chunks[this.#chunks.length - 1] = this.#chunk.subarray(0, this.#used);
-      this.bytes -= last - this.#used;
     }
     const size = Math.max(length, Math.min(MAX_CHUNK_BYTES, Math.max(FIRST_CHUNK_BYTES, last * 2)));
     this.#chunk = Buffer.from(new SharedArrayBuffer(size));
