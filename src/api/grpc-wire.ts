@@ -20,21 +20,43 @@ export const RESPONSE_FIELDS: readonly (readonly [string, string])[] = Object.fr
   ["grpc-accept-encoding", "identity,deflate,gzip"],
 ] as const);
 
-const TIMEOUT_UNIT_MS: Readonly<Record<string, number>> = {
-  H: 3_600_000,
-  M: 60_000,
-  S: 1000,
-  m: 1,
-  u: 0.001,
-  n: 0.000001,
-};
+/** Milliseconds per unit of a `grpc-timeout` value, by the unit's character code. */
+function timeoutUnitMs(unit: number): number {
+  switch (unit) {
+    case 72 /* H */:
+      return 3_600_000;
+    case 77 /* M */:
+      return 60_000;
+    case 83 /* S */:
+      return 1000;
+    case 109 /* m */:
+      return 1;
+    case 117 /* u */:
+      return 0.001;
+    case 110 /* n */:
+      return 0.000001;
+    default:
+      return NaN;
+  }
+}
 
-/** The call's deadline (ms since the epoch) from a `grpc-timeout` value, Infinity without one. */
+/**
+ * The call's deadline (ms since the epoch) from a `grpc-timeout` value (1–8 digits and a unit),
+ * Infinity without one or with a malformed one. Read character by character: a regular
+ * expression's match was ~0.3 % of three nodes' main threads, read once per call.
+ */
 export function deadlineOf(timeout: string | undefined, now = Date.now()): number {
   if (timeout === undefined) return Infinity;
-  const m = /^(\d{1,8})([HMSmun])$/.exec(timeout);
-  if (m === null) return Infinity;
-  return now + Number(m[1]) * (TIMEOUT_UNIT_MS[m[2] as string] as number);
+  const digits = timeout.length - 1;
+  if (digits < 1 || digits > 8) return Infinity;
+  let amount = 0;
+  for (let i = 0; i < digits; i++) {
+    const d = timeout.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) return Infinity;
+    amount = amount * 10 + d;
+  }
+  const unit = timeoutUnitMs(timeout.charCodeAt(digits));
+  return Number.isNaN(unit) ? Infinity : now + amount * unit;
 }
 
 /**

@@ -19,7 +19,7 @@ export {
 } from "./errors.ts";
 export type { Message, MessageType, TimeoutNowMessage } from "./message.ts";
 export type { RaftConfig, TestingBugs } from "./raft.ts";
-export { type Ready, RawNode, type SoftState, type Status } from "./raw-node.ts";
+export { type BasicStatus, type Ready, RawNode, type SoftState, type Status } from "./raw-node.ts";
 export { EMPTY_CONF, MemoryStorage, type RaftStorage } from "./storage.ts";
 export {
   type ConfChange,

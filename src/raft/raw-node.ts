@@ -62,7 +62,8 @@ export interface Ready {
   readonly softState: SoftState | null;
 }
 
-export interface Status {
+/** A group's state as status() reports it, without the leader's per-member progress. */
+export interface BasicStatus {
   readonly id: NodeId;
   readonly role: Role;
   readonly lead: NodeId | null;
@@ -76,6 +77,9 @@ export interface Status {
   readonly leadTransferee: NodeId | null;
   /** The group sleeps here: ticks do nothing until something wakes it (raft.ts, quiescence). */
   readonly quiesced: boolean;
+}
+
+export interface Status extends BasicStatus {
   /** Per member, while leader: `describe()` of its Progress. */
   readonly progress: ReadonlyMap<NodeId, string>;
 }
@@ -294,11 +298,22 @@ export class RawNode {
     }
   }
 
+  /** The group's state and, while leader, each member's progress (for tests and tools). */
   status(): Status {
     const r = this.#raft;
     const progress = new Map<NodeId, string>();
     if (r.role === "leader")
       for (const [id, pr] of r.prs) progress.set(id, (pr as Progress).describe());
+    return { ...this.basicStatus(), progress };
+  }
+
+  /**
+   * status() without the progress: what the driver's passes over every group read (health,
+   * the cluster view, replica changes), for which describing each member's progress as a
+   * string was most of the cost.
+   */
+  basicStatus(): BasicStatus {
+    const r = this.#raft;
     return {
       id: r.id,
       role: r.role,
@@ -312,7 +327,6 @@ export class RawNode {
       conf: r.confState(),
       leadTransferee: r.leadTransferee,
       quiesced: r.quiesced,
-      progress,
     };
   }
 

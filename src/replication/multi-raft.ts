@@ -879,7 +879,7 @@ export class MultiRaft {
   shardInfo(id: number): ShardInfo | null {
     const s = this.#shards.get(id);
     if (s === undefined) return null;
-    const st = s.raw.status();
+    const st = s.raw.basicStatus();
     return {
       id,
       role: st.role,

@@ -10,6 +10,7 @@ import type {
   Entry,
   Message,
   NodeId,
+  ReadState,
   Ready,
   Role,
   Term,
@@ -588,7 +589,11 @@ export class ShardReplica {
 
   /** ReadIndex answers: each read may be served once the state machine reaches its index. */
   confirmReads(rd: Ready): void {
-    for (const rs of rd.readStates) {
+    // Indexed: a for-of over the (almost always empty) list allocated an iterator and its
+    // result at every Ready, ~0.5 KB a replicated Put over three nodes.
+    const states = rd.readStates;
+    for (let i = 0; i < states.length; i++) {
+      const rs = states[i] as ReadState;
       const r = this.#reads.get(decodeReadId(rs.context));
       if (r !== undefined) r.index = rs.index;
     }

@@ -36,6 +36,10 @@ describe("gRPC wire (I/O threads)", () => {
     assert.equal(deadlineOf(undefined, now), Infinity);
     assert.equal(deadlineOf("123456789S", now), Infinity, "9 digits");
     assert.equal(deadlineOf("10x", now), Infinity);
+    assert.equal(deadlineOf("12345678m", now), now + 12_345_678, "8 digits");
+    for (const malformed of ["", "S", "7", "-1S", "1.5S", " 1S", "1S ", "+1S", "1s", "0x1S"]) {
+      assert.equal(deadlineOf(malformed, now), Infinity, JSON.stringify(malformed));
+    }
   });
 
   it("takes application metadata from the headers, -bin values decoded, protocol headers left", () => {
