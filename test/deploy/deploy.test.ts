@@ -250,7 +250,18 @@ describe("deploy/", () => {
       assert.equal(imageEnv["CAIRN_HTTP_ADDR"], "0.0.0.0:8080");
       // Exec form with node as PID 1: no shell in between to swallow SIGTERM.
       assert.equal(entry[0], "node");
-      assert.deepEqual(entry.slice(1), ["/app/src/cli/main.ts", "serve"]);
+      // V8's pretenuring off, as bin/cairn runs a node (NODE_OPTIONS cannot carry that flag).
+      assert.deepEqual(entry.slice(1), [
+        "--no-allocation-site-pretenuring",
+        "/app/src/cli/main.ts",
+        "serve",
+      ]);
+      assert.ok(
+        readFileSync(join(ROOT, "bin", "cairn"), "utf8").includes(
+          '"$node" $semi --no-allocation-site-pretenuring ',
+        ),
+        "bin/cairn runs node with the same flag",
+      );
       assert.equal(lastArgs(dockerfile, "STOPSIGNAL"), "SIGTERM");
       assert.equal(healthcheck[0], "node");
       assert.ok(healthcheck.join(" ").includes("/health/quick"));
