@@ -56,8 +56,11 @@ const fromUtf8 = new TextDecoder();
 interface Segment {
   readonly seq: number;
   readonly path: string;
-  /** Highest entry index per shard written into this segment: it is needed until compacted past. */
-  readonly maxIndex: Map<number, number>;
+  /**
+   * Highest entry index per shard written into this segment: it is needed until compacted past.
+   * Indexed by shard id (a `Map` lookup here per shard and write was ~0.5 % of three nodes' CPU).
+   */
+  readonly maxIndex: DenseMap<number>;
 }
 
 /** A change of a shard's state that becomes durable with the batch that carries it. */
@@ -276,7 +279,7 @@ export class Wal {
     const segments: Segment[] = names.map((name) => ({
       seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
       path: join(dir, name),
-      maxIndex: new Map(),
+      maxIndex: new DenseMap<number>(),
     }));
     const shards = new Map<number, ShardLog>();
     const shardLog = (id: number): ShardLog => {
@@ -339,7 +342,7 @@ export class Wal {
       const seq = last === undefined ? 1 : last.seq;
       const path = join(dir, segmentName(seq));
       handle = await fs.open(path, { ...WRITE_FLAGS, create: true, truncate: true });
-      if (last === undefined) segments.push({ seq, path, maxIndex: new Map() });
+      if (last === undefined) segments.push({ seq, path, maxIndex: new DenseMap<number>() });
     } else {
       handle = await fs.open((last as Segment).path, WRITE_FLAGS);
     }
@@ -848,7 +851,7 @@ export class Wal {
     this.#handle = handle;
     this.#segmentSize = head.length;
     this.#bytesWritten += head.length;
-    this.#segments.push({ seq, path, maxIndex: new Map() });
+    this.#segments.push({ seq, path, maxIndex: new DenseMap<number>() });
     await old.close();
   }
 
