@@ -50,7 +50,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
-import { IntMap } from "../common/index.ts";
+import { CallCut, IntMap } from "../common/index.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
@@ -91,7 +91,7 @@ export interface ForwardOptions {
     leader: NodeId,
     path: string,
     request: Buffer,
-    options: { readonly deadline: number; readonly signal: AbortSignal },
+    options: { readonly deadline: number; readonly cut: CallCut },
   ) => Promise<CallResult>;
 }
 
@@ -224,23 +224,24 @@ export class Forwarder {
       return Promise.resolve({ ok: false, error: toServiceError(err) });
     }
     const shard = this.#shardOf(call.request);
-    const abort = new AbortController();
+    // Cut by the caller's cancel or by a leader change (no AbortController: CallCut).
+    const cut = new CallCut();
     let newLeader: string | null = null;
-    let cut: NodeJS.Timeout | null = null;
+    let timer: NodeJS.Timeout | null = null;
     const graceMs = this.#graceMs;
-    const onCancelled = (): void => abort.abort();
+    const onCancelled = (): void => cut.cut();
     const inFlight: InFlight = {
       id: this.#nextForward++,
       leader,
       deposed(to) {
         if (newLeader !== null) return; // the first leader named after it decides
         newLeader = to;
-        if (graceMs <= 0) abort.abort();
-        else cut = setTimeout(() => abort.abort(), graceMs).unref();
+        if (graceMs <= 0) cut.cut();
+        else timer = setTimeout(() => cut.cut(), graceMs).unref();
       },
     };
     call.once("cancelled", onCancelled);
-    if (call.cancelled) abort.abort();
+    if (call.cancelled) cut.cut();
     if (shard !== null) this.#track(shard, inFlight, true);
     // A call sent back to this node (it was elected meanwhile, #followRefusal) goes over gRPC:
     // a node has no peer stream to itself.
@@ -250,11 +251,11 @@ export class Forwarder {
         ? this.#channel(address).unary(def.path, request, {
             deadline,
             metadata: FORWARDED,
-            signal: abort.signal,
+            signal: abortSignalOf(cut),
           })
-        : peerCall(leader, def.path, request, { deadline, signal: abort.signal });
+        : peerCall(leader, def.path, request, { deadline, cut });
     return sent.then((result) => {
-      if (cut !== null) clearTimeout(cut);
+      if (timer !== null) clearTimeout(timer);
       call.removeListener("cancelled", onCancelled);
       if (shard !== null) this.#track(shard, inFlight, false);
       if (newLeader !== null && result.code === status.CANCELLED) {
@@ -338,4 +339,12 @@ function reply<Res>(
 
 function deadlineMs(d: Date | number): number {
   return typeof d === "number" ? d : d.getTime();
+}
+
+/** An AbortSignal that aborts when `cut` is cut: the gRPC channel's form of it (a rare path). */
+function abortSignalOf(cut: CallCut): AbortSignal {
+  const abort = new AbortController();
+  if (cut.isCut) abort.abort();
+  else cut.listen(() => abort.abort());
+  return abort.signal;
 }

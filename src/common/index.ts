@@ -3,3 +3,4 @@ export { type Rng, seededRng } from "./rng.ts";
 export { DenseMap, type ReadonlyDenseMap } from "./dense-map.ts";
 export { IntMap } from "./int-map.ts";
 export { clearArray, dropFront } from "./arrays.ts";
+export { CallCut } from "./call-cut.ts";

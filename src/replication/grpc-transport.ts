@@ -65,7 +65,7 @@ import type {
 import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
 import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
 import { CairnError } from "../common/errors.ts";
-import { IntMap } from "../common/index.ts";
+import { type CallCut, IntMap } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";
@@ -545,20 +545,20 @@ export class GrpcTransport implements RaftTransport {
    * rejects. `sent` in the result is false only when no byte of the call can have reached `to`:
    * the stream was down, the frame over a limit, or the stream ended before the bytes left.
    * The call fails DEADLINE_EXCEEDED at `deadline` (Date.now() clock, checked every 50 ms),
-   * CANCELLED when `signal` aborts, and UNAVAILABLE when the stream ends first; an answer that
+   * CANCELLED when `cut` is cut, and UNAVAILABLE when the stream ends first; an answer that
    * comes after is dropped. `to` never hears of a cancellation: a write it took still applies.
    */
   call(
     to: string,
     method: string,
     request: Uint8Array,
-    options: { readonly deadline: number; readonly signal?: AbortSignal },
+    options: { readonly deadline: number; readonly cut?: CallCut },
   ): Promise<CallResult> {
     if (this.#closed) {
       return Promise.resolve(callFailure(status.UNAVAILABLE, "the peer transport closed", false));
     }
-    const { deadline, signal } = options;
-    if (signal?.aborted === true) {
+    const { deadline, cut } = options;
+    if (cut?.isCut === true) {
       return Promise.resolve(callFailure(status.CANCELLED, "cancelled before it was sent", false));
     }
     const timeoutMs = Math.min(0xffffffff, Math.ceil(deadline - Date.now()));
@@ -595,13 +595,13 @@ export class GrpcTransport implements RaftTransport {
         settle: (result) => {
           if (!this.#calls.delete(id)) return;
           pending.stream.calls.delete(id);
-          signal?.removeEventListener("abort", onAbort);
+          cut?.listen(null);
           resolve(result);
         },
       };
       this.#calls.set(id, pending);
       stream.calls.set(id, pending);
-      signal?.addEventListener("abort", onAbort, { once: true });
+      cut?.listen(onAbort);
       this.#sweepCalls();
       this.#write(peer, stream, frame, (delivered) => {
         if (delivered) pending.left = true;

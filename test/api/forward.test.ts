@@ -536,6 +536,37 @@ describe("deadlines of a forwarded call", () => {
     node.server.destroy();
     assert.equal(unwatched, true);
   });
+
+  it("cuts a forward to a deposed leader that stays silent once the grace period is over", async () => {
+    let changed: ((shard: number, leader: string | null) => void) | null = null;
+    const node = await startNode("n9", new FollowerStore("mute"), {
+      leaderChangeGraceMs: 200,
+      leaders: {
+        shardOf: () => 3,
+        watch: (listener) => {
+          changed = listener;
+          return () => undefined;
+        },
+      },
+    });
+    seen.length = 0;
+    const put = failure(
+      call((md, o, cb) => node.kv.Put({ key: key("s3"), value: key("1") }, md, o, cb), {
+        deadline: Date.now() + 30_000,
+      }),
+    );
+    await waitFor(() => seen.length === 1);
+    const told = Date.now();
+    assert.ok(changed !== null, "the forwarder follows leaders");
+    (changed as (shard: number, leader: string | null) => void)(3, "n1");
+    const err = await put;
+    assert.ok(Date.now() - told >= 150, "not cut before the grace period");
+    assert.equal(err.code, status.UNAVAILABLE);
+    assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_LEADER_CHANGED");
+    assert.equal(trailer(err, "cairn-leader"), "n1");
+    await waitFor(() => seen[0]?.cancelledAt !== null);
+    node.server.destroy();
+  });
 });
 
 /** An address nothing listens on (a port that was free a moment ago). */

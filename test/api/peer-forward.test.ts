@@ -18,6 +18,7 @@ import {
 } from "../../src/api/index.ts";
 import type { KVClient } from "../../src/api/generated/cairn/v1/KV.ts";
 import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutResponse.ts";
+import { CallCut } from "../../src/common/index.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
 import type { MultiRaft } from "../../src/replication/index.ts";
@@ -259,13 +260,13 @@ describe("forwarding over the peer streams", () => {
 
   it("a call cancelled by its caller fails CANCELLED at once; the leader's late answer is dropped", async () => {
     const mute = await startNode("mute2", new FollowerStore("mute2"), { serve: false });
-    const abort = new AbortController();
+    const cut = new CallCut();
     const pending = follower.transport.call("mute2", "/cairn.v1.KV/Put", new Uint8Array(0), {
       deadline: Date.now() + 30_000,
-      signal: abort.signal,
+      cut,
     });
     await eventually("the call reached mute2", () => mute.received.length === 1);
-    abort.abort();
+    cut.cut();
     const r = await pending;
     assert.equal(r.code, status.CANCELLED);
     assert.equal(r.sent, true);
