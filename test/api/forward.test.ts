@@ -455,11 +455,17 @@ describe("deadlines of a forwarded call", () => {
     assert.ok((seen[0]?.deadline ?? Infinity) - t0 < 1000);
   });
 
-  it("lets a deposed leader answer first: its NOT_LEADER naming the new leader is followed", async () => {
-    // A leader handing its group over holds the write, then refuses it naming the new leader.
+  /**
+   * A node whose forwards go to "mute" (which holds them unanswered) and follow shard leaders,
+   * every key in shard 3; `tell` reports that shard's new leader to its forwarder.
+   */
+  async function followingLeaders(
+    id: string,
+    leaderChangeGraceMs: number,
+  ): Promise<{ node: Node; tell: (leader: string) => void }> {
     let changed: ((shard: number, leader: string | null) => void) | null = null;
-    const node = await startNode("n9", new FollowerStore("mute"), {
-      leaderChangeGraceMs: 30_000,
+    const node = await startNode(id, new FollowerStore("mute"), {
+      leaderChangeGraceMs,
       leaders: {
         shardOf: () => 3,
         watch: (listener) => {
@@ -468,13 +474,22 @@ describe("deadlines of a forwarded call", () => {
         },
       },
     });
+    const tell = (leader: string): void => {
+      assert.ok(changed !== null, "the forwarder follows leaders");
+      (changed as (shard: number, leader: string | null) => void)(3, leader);
+    };
+    return { node, tell };
+  }
+
+  it("lets a deposed leader answer first: its NOT_LEADER naming the new leader is followed", async () => {
+    // A leader handing its group over holds the write, then refuses it naming the new leader.
+    const { node, tell } = await followingLeaders("n9", 30_000);
     seen.length = 0;
     const put = call<PutResponse__Output>((md, o, cb) =>
       node.kv.Put({ key: key("moved"), value: key("1") }, md, o, cb),
     );
     await waitFor(() => seen.length === 1);
-    assert.ok(changed !== null);
-    (changed as (shard: number, leader: string | null) => void)(3, "n1");
+    tell("n1");
     await new Promise((r) => setImmediate(r));
     assert.equal(seen[0]?.cancelledAt, null, "not cut within the grace period");
     const md = new Metadata();
@@ -538,17 +553,7 @@ describe("deadlines of a forwarded call", () => {
   });
 
   it("cuts a forward to a deposed leader that stays silent once the grace period is over", async () => {
-    let changed: ((shard: number, leader: string | null) => void) | null = null;
-    const node = await startNode("n9", new FollowerStore("mute"), {
-      leaderChangeGraceMs: 200,
-      leaders: {
-        shardOf: () => 3,
-        watch: (listener) => {
-          changed = listener;
-          return () => undefined;
-        },
-      },
-    });
+    const { node, tell } = await followingLeaders("n10", 200);
     seen.length = 0;
     const put = failure(
       call((md, o, cb) => node.kv.Put({ key: key("s3"), value: key("1") }, md, o, cb), {
@@ -557,8 +562,7 @@ describe("deadlines of a forwarded call", () => {
     );
     await waitFor(() => seen.length === 1);
     const told = Date.now();
-    assert.ok(changed !== null, "the forwarder follows leaders");
-    (changed as (shard: number, leader: string | null) => void)(3, "n1");
+    tell("n1");
     const err = await put;
     assert.ok(Date.now() - told >= 150, "not cut before the grace period");
     assert.equal(err.code, status.UNAVAILABLE);
