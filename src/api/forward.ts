@@ -224,7 +224,7 @@ export class Forwarder {
       return Promise.resolve({ ok: false, error: toServiceError(err) });
     }
     const shard = this.#shardOf(call.request);
-    // Cut by the caller's cancel or by a leader change (no AbortController: CallCut).
+    // Cut by the caller's cancel or by a leader change, on either path.
     const cut = new CallCut();
     let newLeader: string | null = null;
     let timer: NodeJS.Timeout | null = null;
@@ -251,7 +251,7 @@ export class Forwarder {
         ? this.#channel(address).unary(def.path, request, {
             deadline,
             metadata: FORWARDED,
-            signal: abortSignalOf(cut),
+            cut,
           })
         : peerCall(leader, def.path, request, { deadline, cut });
     return sent.then((result) => {
@@ -339,12 +339,4 @@ function reply<Res>(
 
 function deadlineMs(d: Date | number): number {
   return typeof d === "number" ? d : d.getTime();
-}
-
-/** An AbortSignal that aborts when `cut` is cut: the gRPC channel's form of it (a rare path). */
-function abortSignalOf(cut: CallCut): AbortSignal {
-  const abort = new AbortController();
-  if (cut.isCut) abort.abort();
-  else cut.listen(() => abort.abort());
-  return abort.signal;
 }

@@ -47,6 +47,7 @@ import {
 import { ErrorCode } from "./h2/core.ts";
 import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import { isProtocolHeader } from "./handoff.ts";
+import type { CallCut } from "../common/index.ts";
 
 /** Request metadata: lower-case names; a `-bin` name's value is base64. */
 export type Metadata = readonly (readonly [string, string])[];
@@ -71,15 +72,15 @@ export interface UnaryOptions {
   /** Epoch ms; Infinity for none. */
   readonly deadline: number;
   readonly metadata?: Metadata;
-  /** Cancels the call when aborted (CANCELLED). */
-  readonly signal?: AbortSignal;
+  /** Cancels the call when cut (CANCELLED). */
+  readonly cut?: CallCut;
 }
 
 export interface StreamOptions {
   readonly metadata?: Metadata;
   /** Epoch ms; Infinity (the default) for none. */
   readonly deadline?: number;
-  readonly signal?: AbortSignal;
+  readonly cut?: CallCut;
 }
 
 /** How a call ended. */
@@ -191,7 +192,7 @@ export class GrpcChannel {
     const result = call.promise;
     if (message.length > this.#maxMessageBytes) {
       call.conclude(status.RESOURCE_EXHAUSTED, this.#tooLarge(message.length), false);
-    } else if (this.#start(call, path, options.deadline, options.metadata, options.signal)) {
+    } else if (this.#start(call, path, options.deadline, options.metadata, options.cut)) {
       sendMessage(call.stream as ClientStream, message, true);
     }
     return result;
@@ -200,7 +201,7 @@ export class GrpcChannel {
   /** A client-streaming call; it ends through its `onEnd`. */
   clientStream(path: string, options: StreamOptions = {}): ClientCall {
     const call = new StreamingCall(this.#maxMessageBytes);
-    this.#start(call, path, options.deadline ?? Infinity, options.metadata, options.signal);
+    this.#start(call, path, options.deadline ?? Infinity, options.metadata, options.cut);
     return call;
   }
 
@@ -234,9 +235,9 @@ export class GrpcChannel {
     path: string,
     deadline: number,
     metadata: Metadata | undefined,
-    signal: AbortSignal | undefined,
+    cut: CallCut | undefined,
   ): boolean {
-    if (signal?.aborted === true) {
+    if (cut?.isCut === true) {
       call.conclude(status.CANCELLED, "Cancelled on client", false);
       return false;
     }
@@ -259,7 +260,7 @@ export class GrpcChannel {
     const block = this.#headerBlock(path, timeoutMs, metadata);
     call.stream = connection.request(block, false, call);
     if (timeoutMs > 0) call.setTimer(timeoutMs);
-    if (signal !== undefined) call.listen(signal);
+    if (cut !== undefined) call.listen(cut);
     return true;
   }
 
@@ -433,7 +434,7 @@ abstract class Call implements ClientStreamHandler {
   stream: ClientStream | null = null;
   done = false;
   #timer: NodeJS.Timeout | null = null;
-  #signal: AbortSignal | null = null;
+  #cut: CallCut | null = null;
   /** The response so far: its HTTP status, gRPC status (-1 until read) and trailers. */
   #httpStatus = 0;
   #code = -1;
@@ -453,14 +454,11 @@ abstract class Call implements ClientStreamHandler {
     this.#timer = setTimeout(expire, ms, this);
   }
 
-  listen(signal: AbortSignal): void {
-    this.#signal = signal;
-    signal.addEventListener("abort", this);
-  }
-
-  /** The AbortSignal's event. */
-  handleEvent(): void {
-    this.conclude(status.CANCELLED, "Cancelled on client", this.stream?.opened === true);
+  listen(cut: CallCut): void {
+    this.#cut = cut;
+    cut.listen(() =>
+      this.conclude(status.CANCELLED, "Cancelled on client", this.stream?.opened === true),
+    );
   }
 
   /** Ends the call (once): the stream is cancelled if still open, then `settle`. */
@@ -474,7 +472,7 @@ abstract class Call implements ClientStreamHandler {
     if (this.done) return;
     this.done = true;
     if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#signal?.removeEventListener("abort", this);
+    this.#cut?.listen(null);
     // A stream done both ways is closing already (onRemoteEnd comes before its close); one still
     // sending, or not answered, is cancelled: RST_STREAM, which servers limit, only then.
     const stream = this.stream;

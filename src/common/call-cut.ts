@@ -1,8 +1,9 @@
 /**
- * A one-shot cancellation with one listener: what a forwarded call needs of an AbortSignal (has
- * it been cut, and being told when it is), without an AbortController and EventTarget listeners
- * per call: those were ~0.7 % of three nodes' main-thread samples under Put c=256 (V8's CPU
- * profile; BENCHMARKS.md), for a signal that is almost never raised.
+ * A one-shot cancellation with one listener: what a node's own peer calls (GrpcChannel, and a
+ * forward on the Raft streams, GrpcTransport.call) need of an AbortSignal — has it been cut, and
+ * being told when it is — without an AbortController and EventTarget listeners per call: those
+ * were ~0.7 % of three nodes' main-thread samples under Put c=256 (V8's CPU profile;
+ * BENCHMARKS.md), for a signal that is almost never raised.
  */
 export class CallCut {
   #cut = false;

@@ -9,6 +9,7 @@ import { after, before, describe, it } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import * as grpc from "@grpc/grpc-js";
 import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
+import { CallCut } from "../../src/common/index.ts";
 import { freePort } from "../support/cluster-process.ts";
 
 const { status } = grpc;
@@ -214,17 +215,17 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
     assert.equal(late.sent, false);
   });
 
-  it("cancels on the signal: CANCELLED, and the server sees it", async () => {
+  it("cancels when cut: CANCELLED, and the server sees it", async () => {
     const server = await startServer();
     const c = channel(server.port);
     try {
-      const abort = new AbortController();
+      const cut = new CallCut();
       const pending = c.unary("/test.Peer/Hang", Buffer.from("x"), {
         deadline: Infinity,
-        signal: abort.signal,
+        cut,
       });
       await server.seen.hung.promise;
-      abort.abort();
+      cut.cut();
       const r = await pending;
       assert.equal(r.code, status.CANCELLED);
       assert.ok(r.sent);
