@@ -67,6 +67,13 @@ export class Progress {
   appendedSinceHeartbeat = false;
   /** Highest ReadIndex round this follower has confirmed in the current term. */
   readAck = 0;
+  /**
+   * The highest commit index sent to this follower in this term that it can commit (one its log
+   * holds once the message lands): what a deferred commit (RaftConfig.deferCommitBroadcast)
+   * still owes it. A hint only: a follower that restarts forgets what it was told, and learns
+   * it again from the next append or heartbeat.
+   */
+  commitSent: LogIndex = logIndex(0);
   readonly inflights: Inflights;
 
   constructor(next: LogIndex, maxInflight: number, recentActive: boolean) {
@@ -74,6 +81,10 @@ export class Progress {
     this.next = next;
     this.recentActive = recentActive;
     this.inflights = new Inflights(maxInflight);
+  }
+
+  sentCommit(index: number): void {
+    if (index > this.commitSent) this.commitSent = logIndex(index);
   }
 
   becomeProbe(): void {

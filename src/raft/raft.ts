@@ -103,6 +103,18 @@ export interface RaftConfig {
    * heartbeats none. Default false.
    */
   readonly omitRedundantReplies?: boolean;
+  /**
+   * A commit index that advances on a follower's answer reaches the followers with the next
+   * append, or at the latest with the next heartbeat round (which then goes, as an empty
+   * append, to a follower skipHeartbeatsAfterAppends would skip, if it has not had that commit
+   * index), instead of an empty append to each follower at once. With many groups each carrying
+   * a few writes a second, most commits have no next append soon, so each cost two messages to
+   * the followers and a Ready of its own on each; deferred, several commits share one. A
+   * follower then applies up to a heartbeat interval later: a driver that serves linearizable
+   * reads on followers calls sendCommit for them. The commit of a configuration change still
+   * goes at once. Default false.
+   */
+  readonly deferCommitBroadcast?: boolean;
   /** Payload bytes of committed entries per Ready. Default 16 MiB. */
   readonly maxCommittedBytesPerReady?: number;
   /**
@@ -203,6 +215,7 @@ export class Raft {
   #idleTicks = 0;
   readonly #skipHeartbeats: boolean;
   readonly #omitReplies: boolean;
+  readonly #deferCommit: boolean;
   /** Conf changes up to here took effect at construction (RaftConfig.confIndex). */
   readonly #confIndex: LogIndex;
 
@@ -222,6 +235,7 @@ export class Raft {
     this.#quiesceTicks = config.quiesceTicks ?? 0;
     this.#skipHeartbeats = config.skipHeartbeatsAfterAppends ?? false;
     this.#omitReplies = config.omitRedundantReplies ?? false;
+    this.#deferCommit = config.deferCommitBroadcast ?? false;
     if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
       throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
     }
@@ -403,6 +417,20 @@ export class Raft {
     const pr = this.prs.get(to) as Progress;
     if (pr.match === this.log.lastIndex()) this.#sendTimeoutNow(to);
     else this.#sendAppend(to);
+  }
+
+  /**
+   * Leader: the followers (only `to`, when named) that have not been sent the commit index get
+   * it now, in an empty append (RaftConfig.deferCommitBroadcast): a follower's read waits for
+   * its replica to apply the leader's commit index. Anywhere else a no-op.
+   */
+  sendCommit(to: NodeId | null): void {
+    if (this.role !== "leader") return;
+    for (const id of this.#peers()) {
+      if (to !== null && id !== to) continue;
+      if ((this.prs.get(id) as Progress).commitSent < this.log.committed)
+        this.#maybeSendAppend(id, true, true);
+    }
   }
 
   /** The driver could not reach `id`: stop streaming to it optimistically. */
@@ -971,7 +999,11 @@ export class Raft {
         pr.inflights.freeLE(m.index);
         break;
     }
-    if (this.#maybeCommit()) {
+    const before = this.log.committed;
+    // A configuration change's commit is never deferred: a follower applies it only once it
+    // learns it is committed, and should the leader fail meanwhile the followers would elect
+    // by the configuration before it, whose voters may be gone for good (a replaced replica).
+    if (this.#maybeCommit() && (!this.#deferCommit || this.pendingConfIndex > before)) {
       this.#broadcastCommit();
     } else if (wasPaused) {
       this.#sendAppend(m.from);
@@ -1041,6 +1073,8 @@ export class Raft {
       // prevIndex; a gap still gets its refusal.
       noReply: commitOnly && this.#omitReplies && entries.length === 0 && pr.state === "replicate",
     });
+    // The follower commits no further than the last entry the append ends with.
+    pr.sentCommit(Math.min(this.log.committed, prevIndex + entries.length));
     pr.appendedSinceHeartbeat = true;
     const last = entries[entries.length - 1];
     if (pr.state === "replicate" && last !== undefined) {
@@ -1072,6 +1106,7 @@ export class Raft {
       commit: this.log.committed,
       noReply: false,
     });
+    pr.sentCommit(Math.min(this.log.committed, prevIndex));
     pr.appendedSinceHeartbeat = true;
   }
 
@@ -1091,9 +1126,15 @@ export class Raft {
       const pr = this.prs.get(id) as Progress;
       const fresh = pr.appendedSinceHeartbeat;
       pr.appendedSinceHeartbeat = false;
-      if (skipFresh && fresh && readSeq === 0 && pr.state === "replicate") continue;
+      if (skipFresh && fresh && readSeq === 0 && pr.state === "replicate") {
+        // A deferred commit index has still to reach it: an empty append (with no answer, like
+        // the broadcast it stands in for) does, unless its window is full (the heartbeat then).
+        if (!this.#deferCommit || pr.commitSent >= this.log.committed) continue;
+        if (this.#maybeSendAppend(id, true, true)) continue;
+      }
       // Never tell a follower to commit beyond what it is known to hold.
       const commit = logIndex(Math.min(pr.match, this.log.committed));
+      pr.sentCommit(commit);
       this.#send({
         type: "heartbeat",
         from: this.id,
@@ -1140,6 +1181,7 @@ export class Raft {
         quiesce: true,
         noReply: false,
       });
+      (this.prs.get(id) as Progress).sentCommit(this.log.committed);
     }
     return true;
   }

@@ -225,6 +225,15 @@ export class RawNode {
   }
 
   /**
+   * Leader: `to` (every follower, when null) gets the commit index now if it has not had it
+   * (RaftConfig.deferCommitBroadcast). Anywhere else a no-op.
+   */
+  sendCommit(to: NodeId | null): void {
+    this.#assertNoOutstanding("sendCommit");
+    this.#raft.sendCommit(to);
+  }
+
+  /**
    * The driver's failure detector suspects the node of this group's leader (or declared it
    * dead): a quiesced follower wakes, pokes the leader, and campaigns after an election timeout
    * unless the leader answers. Anywhere else a no-op.

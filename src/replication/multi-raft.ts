@@ -1261,7 +1261,12 @@ export class MultiRaft {
     }
     this.#reserve(REQUEST_OVERHEAD_BYTES);
     try {
-      return await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
+      const index = await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
+      // The read waits there for its replica to apply `index`: with the commit broadcast
+      // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.
+      const to = voucher === undefined ? null : nodeId(voucher.replica);
+      this.#report(id, { kind: "commit-wanted", to });
+      return index;
     } finally {
       this.#unreserve(REQUEST_OVERHEAD_BYTES);
     }
@@ -1897,6 +1902,9 @@ export class MultiRaft {
         // Busy groups' appends stand in for their heartbeats: fewer messages per write.
         skipHeartbeatsAfterAppends: true,
         omitRedundantReplies: true,
+        // A commit reaches the followers with the next append or heartbeat, not a message of
+        // its own; a follower's read asks for it (readIndexAsLeader).
+        deferCommitBroadcast: true,
         applied: logIndex(applied),
         ...(foundedHere ? { confIndex: logIndex(voters.length) } : {}),
         ...(o.maxCommittedBytesPerReady === undefined

@@ -78,13 +78,16 @@ type InboxItem = (
 ) & { readonly since: number };
 
 /**
- * What the transport learnt about a peer, for the leader's view of it; or what the failure
- * detector suspects of the group's leader (RawNode.reportLeaderDown).
+ * What the transport learnt about a peer, for the leader's view of it; what the failure
+ * detector suspects of the group's leader (RawNode.reportLeaderDown); or a follower's read that
+ * waits for its replica to apply the leader's commit index (RawNode.sendCommit; `to` null: every
+ * follower).
  */
 export type PeerReport =
   | { readonly kind: "unreachable"; readonly to: NodeId }
   | { readonly kind: "snapshot"; readonly to: NodeId; readonly ok: boolean }
-  | { readonly kind: "leader-down" };
+  | { readonly kind: "leader-down" }
+  | { readonly kind: "commit-wanted"; readonly to: NodeId | null };
 
 interface PendingProposalCallbacks {
   readonly resolve: (outcome: ProposalOutcome) => void;
@@ -386,6 +389,9 @@ export class ShardReplica {
           break;
         case "leader-down":
           this.raw.reportLeaderDown();
+          break;
+        case "commit-wanted":
+          this.raw.sendCommit(r.to);
           break;
       }
     }

@@ -314,6 +314,18 @@ class HeldRounds {
   }
 }
 
+/** A driver clock whose ticks can be stopped (while held, the periodic calls do nothing). */
+class HeldTicks {
+  held = false;
+  readonly clock: Clock = {
+    ...systemClock,
+    every: (ms, fn) =>
+      systemClock.every(ms, () => {
+        if (!this.held) fn();
+      }),
+  };
+}
+
 /**
  * The real file system, but the WAL's writes wait while `held` (always through the thread pool:
  * no blocking writes), so a test can keep a node's round from becoming durable.
@@ -1078,6 +1090,44 @@ describe("MultiRaft over gRPC, three nodes", () => {
       assert.equal(text(await leader.mr.get(enc.encode(key), true)), "v2");
       assert.ok(calls() > before, "a leader's read asks its peers' terms");
     } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a follower's read gets the commit index its leader defers: served with no tick in between", async () => {
+    const cluster = new Cluster(join(dir, "deferred-commit"));
+    const ticks = new HeldTicks();
+    try {
+      for (const id of IDS) {
+        await cluster.start(id, {
+          followerReads: true,
+          clock: ticks.clock,
+          requestTimeoutMs: 3_000,
+        });
+      }
+      const shard = 1;
+      const key = (await writeEveryShard(cluster, "dc"))[shard];
+      assert.ok(key !== undefined);
+      const leader = await cluster.put(key, "v1");
+      const [f1] = cluster.live().filter((n) => n !== leader);
+      assert.ok(f1 !== undefined);
+      await eventually(`${f1.id} follows ${leader.id}`, () =>
+        Promise.resolve(f1.mr.shardInfo(shard)?.leader === leader.id),
+      );
+      // No heartbeat round from here on: the commit of v2 reaches f1 only if its read asks.
+      ticks.held = true;
+      await cluster.put(key, "v2");
+      // Without ticks a read that waits never expires: a bound turns a wait into a failure.
+      let bound: NodeJS.Timeout | undefined;
+      const read = await Promise.race([
+        f1.mr.get(enc.encode(key), true),
+        new Promise<never>((_, reject) => {
+          bound = setTimeout(() => reject(new Error("the follower's read waited 5 s")), 5_000);
+        }),
+      ]).finally(() => clearTimeout(bound));
+      assert.equal(text(read), "v2");
+    } finally {
+      ticks.held = false;
       await cluster.stopAll();
     }
   });

@@ -84,6 +84,14 @@ describe("driver simulation", () => {
     }
   });
 
+  it("runs clean the seed where a replaced replica's promotion reached no follower before its leader was wiped", async () => {
+    // With the commit broadcast deferred for every entry, a leader applied the conf change that
+    // promoted a replica and was wiped before the followers learnt it was committed: they kept
+    // the configuration before it, whose other voter was the wiped replica, and never elected.
+    const r = await runDriverSeed({ seed: 9365, nodes: 3 });
+    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
+  });
+
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {
     let caught: number | null = null;
     for (let seed = 1; seed <= 500 && caught === null; seed++) {

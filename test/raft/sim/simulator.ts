@@ -162,6 +162,8 @@ interface Profile {
   readonly detectTicks: number;
   /** RaftConfig.omitRedundantReplies (the multi-raft driver sets it). */
   readonly omitReplies: boolean;
+  /** RaftConfig.deferCommitBroadcast (the multi-raft driver sets it). */
+  readonly deferCommit: boolean;
 }
 
 type PendingOp =
@@ -285,6 +287,7 @@ export class Simulation {
       detectTicks: [0, 3, 10, 30][this.#sleepRng.int(4)] as number,
       // Its own generator, so that every earlier seed keeps its other choices.
       omitReplies: seededRng(opts.seed ^ 0x7e11a).int(2) === 0,
+      deferCommit: seededRng(opts.seed ^ 0xdefc0).int(2) === 0,
     };
     const ids = Array.from({ length: this.n + SPARES }, (_, i) => nodeId(`n${i + 1}`));
     const founders = ids.slice(0, this.n);
@@ -298,6 +301,7 @@ export class Simulation {
       maxMsgBytes: this.#profile.maxMsgBytes,
       quiesceTicks: this.#profile.quiesceTicks,
       omitRedundantReplies: this.#profile.omitReplies,
+      deferCommitBroadcast: this.#profile.deferCommit,
       testingBugs: coreBugs,
       ackBeforePersist: ackBeforePersist === true,
     };

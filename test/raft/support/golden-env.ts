@@ -4,17 +4,20 @@
  *
  *   cluster voters=1,2,3 [learners=4] [prevote=false] [checkquorum=false] [election=10]
  *           [heartbeat=1] [inflight=256] [maxmsg=N] [quiesce=N] [skip-heartbeats=true]
- *           [no-reply=true]
+ *           [no-reply=true] [defer-commit=true]
  *                              found a group (bootstrap applied silently); quiesce=N: leaders
  *                              quiesce after N idle ticks; skip-heartbeats: appends stand in for
  *                              heartbeats (RaftConfig.skipHeartbeatsAfterAppends); no-reply:
  *                              answers that tell nothing are not asked for
- *                              (RaftConfig.omitRedundantReplies)
+ *                              (RaftConfig.omitRedundantReplies); defer-commit: a new commit
+ *                              index waits for the next append or heartbeat round
+ *                              (RaftConfig.deferCommitBroadcast)
  *   report-leader-down 2       the failure detector of 2 suspects the node of 2's leader
  *   add-node 4                 a new, empty member (joins through conf changes)
  *   campaign 1 | tick 1 [n=5] | propose 1 data | conf-change 1 add-learner|add-voter|remove 4
  *   read-index 1 ctx | transfer-leader 1 2 | report-unreachable 1 2 | compact 1
  *   report-snapshot 1 3 ok|fail   the driver of 1 finished (or failed) sending 3 a snapshot
+ *   send-commit 1 [2]          leader 1 sends its commit index to 2 (every follower) if not sent
  *   process-ready 1 [2 …] | deliver 2 | stabilize [1 2 …]
  *   partition 1 / 2 3 | isolate 1 | heal | crash 2 | restart 2
  *   status [1 …] | log 1 | progress 1 | sm 1
@@ -112,6 +115,9 @@ export class GoldenEnv {
         break;
       case "report-leader-down":
         this.#host(one()).raw.reportLeaderDown();
+        break;
+      case "send-commit":
+        this.#host(one()).raw.sendCommit(cmd.args[1] === undefined ? null : one(1));
         break;
       case "report-snapshot": {
         const outcome = cmd.args[2];
@@ -212,6 +218,8 @@ export class GoldenEnv {
     if (cmd.kv.has("skip-heartbeats"))
       opts.skipHeartbeatsAfterAppends = cmd.kv.get("skip-heartbeats") === "true";
     if (cmd.kv.has("no-reply")) opts.omitRedundantReplies = cmd.kv.get("no-reply") === "true";
+    if (cmd.kv.has("defer-commit"))
+      opts.deferCommitBroadcast = cmd.kv.get("defer-commit") === "true";
     this.#options = opts;
     for (const id of [...voters, ...learners]) {
       this.hosts.set(

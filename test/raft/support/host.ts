@@ -31,6 +31,8 @@ export interface HostOptions {
   readonly skipHeartbeatsAfterAppends?: boolean;
   /** RaftConfig.omitRedundantReplies (default false). */
   readonly omitRedundantReplies?: boolean;
+  /** RaftConfig.deferCommitBroadcast (default false). */
+  readonly deferCommitBroadcast?: boolean;
   readonly testingBugs?: RaftConfig["testingBugs"];
   /** Test-only driver bug: send messages before persisting (acknowledges unpersisted entries). */
   readonly ackBeforePersist?: boolean;
@@ -114,6 +116,7 @@ export class Host {
       quiesceTicks: this.options.quiesceTicks ?? 0,
       skipHeartbeatsAfterAppends: this.options.skipHeartbeatsAfterAppends ?? false,
       omitRedundantReplies: this.options.omitRedundantReplies ?? false,
+      deferCommitBroadcast: this.options.deferCommitBroadcast ?? false,
       ...(this.options.testingBugs === undefined ? {} : { testingBugs: this.options.testingBugs }),
     };
     return new RawNode(config);
