@@ -433,6 +433,16 @@ export class Raft {
     }
   }
 
+  /** Leader: whether `to` (some follower, when null) has not been sent the commit index. */
+  commitOwed(to: NodeId | null): boolean {
+    if (this.role !== "leader") return false;
+    for (const id of this.#peers()) {
+      if (to !== null && id !== to) continue;
+      if ((this.prs.get(id) as Progress).commitSent < this.log.committed) return true;
+    }
+    return false;
+  }
+
   /** The driver could not reach `id`: stop streaming to it optimistically. */
   reportUnreachable(id: NodeId): void {
     const pr = this.prs.get(id);

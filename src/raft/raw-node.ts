@@ -233,6 +233,11 @@ export class RawNode {
     this.#raft.sendCommit(to);
   }
 
+  /** Leader: whether `to` (some follower, when null) has not been sent the commit index. */
+  commitOwed(to: NodeId | null): boolean {
+    return this.#raft.commitOwed(to);
+  }
+
   /**
    * The driver's failure detector suspects the node of this group's leader (or declared it
    * dead): a quiesced follower wakes, pokes the leader, and campaigns after an election timeout

@@ -1264,8 +1264,10 @@ export class MultiRaft {
       const index = await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
       // The read waits there for its replica to apply `index`: with the commit broadcast
       // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.
+      // (Asked only when owed: under reads alone it never is, and the group is not visited.)
       const to = voucher === undefined ? null : nodeId(voucher.replica);
-      this.#report(id, { kind: "commit-wanted", to });
+      if (this.#shards.get(id)?.raw.commitOwed(to) === true)
+        this.#report(id, { kind: "commit-wanted", to });
       return index;
     } finally {
       this.#unreserve(REQUEST_OVERHEAD_BYTES);
