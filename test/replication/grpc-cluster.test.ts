@@ -389,6 +389,26 @@ async function writeEveryShard(cluster: Cluster, prefix: string): Promise<string
 }
 
 /** Every node holds every shard, and every group sleeps there. */
+/**
+ * A key of `shard` written ("v1") through its leader, and a follower (`f1`) that knows that
+ * leader; every shard gets a key under `prefix` first.
+ */
+async function followerOfShard(
+  cluster: Cluster,
+  shard: number,
+  prefix: string,
+): Promise<{ key: string; leader: PeerNode; f1: PeerNode }> {
+  const key = (await writeEveryShard(cluster, prefix))[shard];
+  assert.ok(key !== undefined);
+  const leader = await cluster.put(key, "v1");
+  const [f1] = cluster.live().filter((n) => n !== leader);
+  assert.ok(f1 !== undefined);
+  await eventually(`${f1.id} follows ${leader.id}`, () =>
+    Promise.resolve(f1.mr.shardInfo(shard)?.leader === leader.id),
+  );
+  return { key, leader, f1 };
+}
+
 function allAsleep(cluster: Cluster): boolean {
   return cluster
     .live()
@@ -1072,15 +1092,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
     const cluster = new Cluster(join(dir, "voucher"));
     try {
       for (const id of IDS) await cluster.start(id, { followerReads: true });
-      const shard = 1;
-      const key = (await writeEveryShard(cluster, "vo"))[shard];
-      assert.ok(key !== undefined);
-      const leader = await cluster.put(key, "v1");
-      const [f1] = cluster.live().filter((n) => n !== leader);
-      assert.ok(f1 !== undefined);
-      await eventually(`${f1.id} follows ${leader.id}`, () =>
-        Promise.resolve(f1.mr.shardInfo(shard)?.leader === leader.id),
-      );
+      const { key, leader, f1 } = await followerOfShard(cluster, 1, "vo");
       const calls = (): number => [...leader.termCallsTo.values()].reduce((a, b) => a + b, 0);
       const before = calls();
       await cluster.put(key, "v2");
@@ -1098,22 +1110,8 @@ describe("MultiRaft over gRPC, three nodes", () => {
     const cluster = new Cluster(join(dir, "deferred-commit"));
     const ticks = new HeldTicks();
     try {
-      for (const id of IDS) {
-        await cluster.start(id, {
-          followerReads: true,
-          clock: ticks.clock,
-          requestTimeoutMs: 3_000,
-        });
-      }
-      const shard = 1;
-      const key = (await writeEveryShard(cluster, "dc"))[shard];
-      assert.ok(key !== undefined);
-      const leader = await cluster.put(key, "v1");
-      const [f1] = cluster.live().filter((n) => n !== leader);
-      assert.ok(f1 !== undefined);
-      await eventually(`${f1.id} follows ${leader.id}`, () =>
-        Promise.resolve(f1.mr.shardInfo(shard)?.leader === leader.id),
-      );
+      for (const id of IDS) await cluster.start(id, { followerReads: true, clock: ticks.clock });
+      const { key, f1 } = await followerOfShard(cluster, 1, "dc");
       // No heartbeat round from here on: the commit of v2 reaches f1 only if its read asks.
       ticks.held = true;
       await cluster.put(key, "v2");
