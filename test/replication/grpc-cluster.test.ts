@@ -388,7 +388,6 @@ async function writeEveryShard(cluster: Cluster, prefix: string): Promise<string
   return keys;
 }
 
-/** Every node holds every shard, and every group sleeps there. */
 /**
  * A key of `shard` written ("v1") through its leader, and a follower (`f1`) that knows that
  * leader; every shard gets a key under `prefix` first.
@@ -409,6 +408,7 @@ async function followerOfShard(
   return { key, leader, f1 };
 }
 
+/** Every node holds every shard, and every group sleeps there. */
 function allAsleep(cluster: Cluster): boolean {
   return cluster
     .live()
