@@ -1905,8 +1905,11 @@ export class MultiRaft {
         skipHeartbeatsAfterAppends: true,
         omitRedundantReplies: true,
         // A commit reaches the followers with the next append or heartbeat, not a message of
-        // its own; a follower's read asks for it (readIndexAsLeader).
-        deferCommitBroadcast: true,
+        // its own; a follower's read asks for it (readIndexAsLeader). Not in the meta group:
+        // its followers' nodes act on what it applies (a new shard's creator waits for its own
+        // replica to apply the creation, and the shard's other replicas hold its messages until
+        // theirs has), and deferred, every shard's first write waited a heartbeat interval.
+        deferCommitBroadcast: id !== 0,
         applied: logIndex(applied),
         ...(foundedHere ? { confIndex: logIndex(voters.length) } : {}),
         ...(o.maxCommittedBytesPerReady === undefined

@@ -1130,6 +1130,35 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
+  it("the meta group's commits reach its followers at once: every replica applies a meta command with no tick in between", async () => {
+    // A node creates a shard by proposing it to the meta group, then waits for its own replica
+    // of the meta group to apply it, as the shard's other replicas do before they take its
+    // messages: a deferred commit had every shard's first write wait a heartbeat interval.
+    const cluster = new Cluster(join(dir, "meta-commit"));
+    const ticks = new HeldTicks();
+    try {
+      for (const id of IDS) await cluster.start(id, { clock: ticks.clock });
+      await writeEveryShard(cluster, "mc");
+      const leader = cluster.leaderOf(0);
+      assert.ok(leader !== undefined);
+      const followers = cluster.live().filter((n) => n !== leader);
+      await eventually("the meta group's followers know its leader", () =>
+        followers.every((f) => f.mr.shardInfo(0)?.leader === leader.id),
+      );
+      ticks.held = true;
+      await leader.mr.proposeMeta({ op: "create-shard", shard: 1, replicas: [...IDS] });
+      const applied = leader.mr.shardInfo(0)?.applied ?? Infinity;
+      await eventually(
+        "every follower applied the meta command",
+        () => followers.every((f) => (f.mr.shardInfo(0)?.applied ?? 0) >= applied),
+        5_000,
+      );
+    } finally {
+      ticks.held = false;
+      await cluster.stopAll();
+    }
+  });
+
   it("idle groups fall asleep: no frame leaves a node until a request wakes a group", async () => {
     const cluster = new Cluster(join(dir, "asleep"));
     try {
