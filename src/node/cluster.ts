@@ -209,10 +209,15 @@ export class ClusterState {
     try {
       await new Promise<void>((resolve, reject) => {
         this.#waiters.set(id, resolve);
-        timer = setTimeout(() => {
-          const error = `shard ${id}'s creation is not applied here yet`;
-          reject(new CairnError("CAIRN_ERR_SHARD_CREATION", error, { retryable: true }));
-        }, deadline - performance.now());
+        // The proposal may have used up the timeout (one this node's store took has no deadline
+        // of its own): a delay in the past is 0, not 1 ms and Node's warning on stderr.
+        timer = setTimeout(
+          () => {
+            const error = `shard ${id}'s creation is not applied here yet`;
+            reject(new CairnError("CAIRN_ERR_SHARD_CREATION", error, { retryable: true }));
+          },
+          Math.max(0, deadline - performance.now()),
+        );
       });
     } finally {
       clearTimeout(timer);

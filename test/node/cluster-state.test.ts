@@ -15,6 +15,7 @@ import {
 import { loadConfig } from "../../src/config/index.ts";
 import { ClusterState } from "../../src/node/cluster.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import type { GrpcTransport, MultiRaft } from "../../src/replication/index.ts";
 
 const config = loadConfig({
   env: { CAIRN_NODE_ID: "n2", CAIRN_SEED_NODES: "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003" },
@@ -113,5 +114,29 @@ describe("ClusterState", () => {
     assert.match(old.lost[0]?.message ?? "", /incarnation inc-a of member n2.*retired/);
     old.cs.applied(rejoined);
     assert.equal(old.lost.length, 1, "reported once");
+  });
+
+  it("fails a shard's creation at once, with no timer set in the past, when proposing it took the whole timeout", async () => {
+    const { cs } = cluster("inc2");
+    cs.applied(state(BOOT));
+    // This node leads the meta group; the proposal is applied there only after the timeout.
+    const store = {
+      shardInfo: () => ({ leader: null }),
+      proposeMeta: () =>
+        new Promise((resolve) => setTimeout(() => resolve({ kind: "applied" }), 20)),
+    } as unknown as MultiRaft;
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      await assert.rejects(
+        cs.ensureShard(7, store, null as unknown as GrpcTransport, 1),
+        (err: CairnError) => err.code === "CAIRN_ERR_SHARD_CREATION",
+      );
+      await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on a tick
+    } finally {
+      process.off("warning", onWarning);
+    }
+    assert.deepEqual(warnings, []);
   });
 });
