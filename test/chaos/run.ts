@@ -100,7 +100,8 @@ export interface RunReport {
 /** The checker's search budget per key when the default one gave no verdict. */
 const RETRY_BUDGET = 20_000_000;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+/** A delay already past (the fault schedule ran over the workload's end) is none. */
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
 async function eventually<T>(
   timeoutMs: number,
