@@ -7,7 +7,7 @@
  * package; no node-gyp, no Python, no download. Node-API is ABI-stable, so the one build serves
  * every Node.js this package runs on. The addon is an optimisation: when it cannot be built, the
  * node reads SSTables with pread instead of mapping them and computes CRC32C in JavaScript
- * (src/storage/common/native.ts), so a failed build warns and exits 0 — unless CAIRN_REQUIRE_NATIVE=1, which makes it fail (CI sets
+ * (src/common/native.ts), so a failed build warns and exits 0 — unless CAIRN_REQUIRE_NATIVE=1, which makes it fail (CI sets
  * nothing; the test suite checks the addon loads on machines with a compiler).
  */
 import { execFileSync } from "node:child_process";

@@ -12,6 +12,12 @@
  *   while mapped: a read past its end raises SIGBUS. Cairn maps only SSTables, which are
  *   immutable once installed.
  *
+ * dupFd(fd) -> number
+ *   A new descriptor for the open file (a socket, here) that `fd` refers to, close-on-exec
+ *   (fcntl F_DUPFD_CLOEXEC). A shard worker hands an accepted connection to the worker that owns
+ *   it this way (src/api/front-end.ts): the accepting thread closes its own descriptor, the
+ *   owner wraps the new one. Throws an Error with code CAIRN_ERR_DUP when fcntl fails.
+ *
  * crc32c(data, crc, start, end) -> number
  *   CRC32C (Castagnoli) of data[start, end) continuing from `crc`, exactly as
  *   src/storage/common/crc32c.ts computes it: with the SSE4.2 instruction where the CPU has it,
@@ -20,6 +26,7 @@
  */
 #define _DEFAULT_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <node_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,6 +215,28 @@ static napi_value crc32c(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value dup_fd(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  double fd_arg;
+  if (argc < 1 || napi_get_value_double(env, argv[0], &fd_arg) != napi_ok || fd_arg < 0 ||
+      fd_arg > 2147483647.0 || fd_arg != (double)(int)fd_arg) {
+    napi_throw_type_error(env, NULL, "dupFd(fd) takes a descriptor");
+    return NULL;
+  }
+  int copy = fcntl((int)fd_arg, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    char message[160];
+    snprintf(message, sizeof message, "dupFd(%d): %s", (int)fd_arg, strerror(errno));
+    napi_throw_error(env, "CAIRN_ERR_DUP", message);
+    return NULL;
+  }
+  napi_value result;
+  CHECK(napi_create_int32(env, copy, &result));
+  return result;
+}
+
 NAPI_MODULE_INIT() {
   crc_init();
 #if defined(__x86_64__)
@@ -219,5 +248,8 @@ NAPI_MODULE_INIT() {
   napi_value fn;
   CHECK(napi_create_function(env, "mapFile", NAPI_AUTO_LENGTH, map_file, NULL, &fn));
   CHECK(napi_set_named_property(env, exports, "mapFile", fn));
+  napi_value dup_fn;
+  CHECK(napi_create_function(env, "dupFd", NAPI_AUTO_LENGTH, dup_fd, NULL, &dup_fn));
+  CHECK(napi_set_named_property(env, exports, "dupFd", dup_fn));
   return exports;
 }

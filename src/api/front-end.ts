@@ -28,7 +28,8 @@ import http2, {
   type IncomingHttpHeaders,
   type OutgoingHttpHeaders,
 } from "node:http2";
-import { createServer, type Server as NetServer } from "node:net";
+import { closeSync } from "node:fs";
+import { createServer, type Server as NetServer, Socket } from "node:net";
 import { status } from "@grpc/grpc-js";
 import {
   deadlineOf,
@@ -41,7 +42,7 @@ import {
   unaryMessage,
   WireError,
 } from "./grpc-wire.ts";
-import { IntMap } from "../common/index.ts";
+import { dupFd, IntMap } from "../common/index.ts";
 import { ErrorCode, ServerConnection, type ServerStream } from "./h2/connection.ts";
 import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import {
@@ -54,6 +55,7 @@ import {
   REPLY_FIELDS,
   type ReplyBatch,
 } from "./handoff.ts";
+import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
 const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
@@ -94,6 +96,27 @@ export interface DirectCalls {
   stream(method: number, call: RawStreamCall): RawStreamSink | null;
 }
 
+/**
+ * A shard worker's front end (worker-tunnel.ts): the connections that ask for another worker go
+ * to it, and so do the streaming calls that name it in their `cairn-shard-worker` metadata.
+ */
+export interface WorkerTunnels {
+  /** This worker's index, and the node's number of workers. */
+  readonly index: number;
+  readonly count: number;
+  /**
+   * Hands worker `to` a connection's descriptor, which this thread no longer uses, and the bytes
+   * already read past its CONNECT; that worker serves it through its front end's `adopt`, or
+   * closes it.
+   */
+  handOff(to: number, fd: number, rest: Buffer | null): void;
+  /** The loopback address of worker `index`'s own gRPC server (its streaming calls). */
+  streamAddress(index: number): string;
+}
+
+/** The metadata key that aims a streaming call at one shard worker (worker-tunnel.ts). */
+export const SHARD_WORKER_KEY = "cairn-shard-worker";
+
 /** What the main thread's side calls directly when the front end runs in the main thread. */
 export interface FrontEnd {
   /**
@@ -109,6 +132,11 @@ export interface FrontEnd {
     details: string | null,
     trailer: MetadataPairs | null,
   ): void;
+  /**
+   * Serves a connection another worker accepted and handed over (WorkerTunnels.handOff): answers
+   * its CONNECT and speaks HTTP/2 on it; closes it when this front end has shut down.
+   */
+  adopt(fd: number, rest: Buffer | null): void;
 }
 
 /**
@@ -119,6 +147,7 @@ export function serveFrontEnd(
   setup: IoThreadSetup,
   port: FrontEndPort,
   direct?: DirectCalls,
+  tunnels?: WorkerTunnels,
 ): FrontEnd {
   const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
   const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
@@ -324,20 +353,34 @@ export function serveFrontEnd(
 
   // ── streaming calls: proxied to the main thread's own server ────────────────────────────────
 
-  let upstream: ClientHttp2Session | null = null;
+  /** By address: this thread's own server, and with shard workers the other workers'. */
+  const upstreams = new Map<string, ClientHttp2Session>();
 
-  function upstreamSession(): ClientHttp2Session {
-    if (upstream !== null && !upstream.closed && !upstream.destroyed) return upstream;
-    const session = http2.connect(`http://${setup.mainAddress}`, {
+  function upstreamSession(address: string): ClientHttp2Session {
+    const current = upstreams.get(address);
+    if (current !== undefined && !current.closed && !current.destroyed) return current;
+    const session = http2.connect(`http://${address}`, {
       maxSessionMemory: Number.MAX_SAFE_INTEGER,
       peerMaxConcurrentStreams: 1 << 20,
     });
     session.on("error", () => undefined); // its streams fail, and the next call reconnects
     session.once("close", () => {
-      if (upstream === session) upstream = null;
+      if (upstreams.get(address) === session) upstreams.delete(address);
     });
-    upstream = session;
+    upstreams.set(address, session);
     return session;
+  }
+
+  /** Where a streaming call is served: the worker its metadata names, else this thread. */
+  function upstreamAddress(stream: ServerStream): string {
+    if (tunnels === undefined) return setup.mainAddress;
+    const named = stream.header(SHARD_WORKER_KEY);
+    if (named === undefined) return setup.mainAddress;
+    const index = Number(named);
+    if (!Number.isInteger(index) || index < 0 || index >= tunnels.count) {
+      throw new Error(`this node has no shard worker ${named} (it has ${tunnels.count})`);
+    }
+    return index === tunnels.index ? setup.mainAddress : tunnels.streamAddress(index);
   }
 
   /** A request's header list as node:http2 sends it upstream: pseudo-headers but :method, :path dropped. */
@@ -372,7 +415,7 @@ export function serveFrontEnd(
     stream.autoCredit = false;
     let up: ClientHttp2Stream;
     try {
-      up = upstreamSession().request(requestHeaders(stream.headers));
+      up = upstreamSession(upstreamAddress(stream)).request(requestHeaders(stream.headers));
     } catch (err) {
       respondStatus(stream, status.UNAVAILABLE, `the node's main thread: ${String(err)}`, null);
       return;
@@ -461,9 +504,9 @@ export function serveFrontEnd(
   const connections = new Set<ServerConnection>();
   let onConnectionsClosed: (() => void) | null = null;
 
-  const listener: NetServer = createServer({ noDelay: true }, (socket) => {
-    // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
-    socket.setKeepAlive(true, 60_000);
+  let shutDown = false;
+
+  function serveConnection(socket: Socket): void {
     const connection: ServerConnection = new ServerConnection(socket, {
       onStream,
       onClose: () => {
@@ -472,6 +515,93 @@ export function serveFrontEnd(
       },
     });
     connections.add(connection);
+  }
+
+  /** Sockets whose first bytes are awaited (shard workers only: worker-tunnel.ts). */
+  const sniffing = new Set<Socket>();
+
+  /** Reads a connection's first bytes: a CONNECT for a worker, or HTTP/2 to serve here. */
+  function sniff(socket: Socket, workers: WorkerTunnels): void {
+    sniffing.add(socket);
+    let head: Buffer = Buffer.alloc(0);
+    const stop = (): void => {
+      socket.off("data", onData);
+      sniffing.delete(socket);
+    };
+    const onData = (chunk: Buffer): void => {
+      head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
+      const request = readTunnelRequest(head);
+      if (request.kind === "partial") return;
+      stop();
+      socket.pause();
+      if (request.kind === "http2") {
+        socket.unshift(head);
+        serveConnection(socket);
+        socket.resume();
+      } else if (request.kind === "refused") {
+        socket.end(request.answer);
+      } else if (request.index >= workers.count) {
+        socket.end(tunnelAnswer(404, `this node has no shard worker ${request.index}`));
+      } else {
+        // The client sends its HTTP/2 preface without waiting for the answer: what came after
+        // the CONNECT goes with the connection.
+        const rest =
+          request.rest > 0 ? Buffer.from(head.subarray(head.length - request.rest)) : null;
+        if (request.index === workers.index) {
+          socket.write(TUNNEL_OPEN);
+          if (rest !== null) socket.unshift(rest);
+          serveConnection(socket);
+          socket.resume();
+        } else {
+          handOff(socket, request.index, rest, workers);
+        }
+      }
+    };
+    socket.on("data", onData);
+    socket.on("error", () => undefined); // close follows
+    socket.once("close", () => sniffing.delete(socket));
+  }
+
+  /** Gives worker `to` the socket's connection: a copy of its descriptor, this one closed. */
+  function handOff(socket: Socket, to: number, rest: Buffer | null, workers: WorkerTunnels): void {
+    // The handle is net.Socket's own (a TCPWrap). This runs inside the read that delivered the
+    // CONNECT's last bytes, and reading stops before the descriptor is copied: every later byte
+    // is still in the kernel's buffer, for worker `to` to read; those read already go as `rest`.
+    const handle = (socket as unknown as { _handle: { fd: number; readStop(): number } | null })
+      ._handle;
+    let copy = -1;
+    try {
+      if (handle === null || dupFd === undefined) throw new Error("no descriptor to hand over");
+      handle.readStop();
+      copy = dupFd(handle.fd);
+    } catch (err) {
+      socket.end(
+        tunnelAnswer(503, `could not hand the connection to shard worker ${to}: ${String(err)}`),
+      );
+      return;
+    }
+    socket.destroy();
+    workers.handOff(to, copy, rest);
+  }
+
+  function adopt(fd: number, rest: Buffer | null): void {
+    if (shutDown) {
+      closeSync(fd);
+      return;
+    }
+    const socket = new Socket({ fd, readable: true, writable: true });
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true, 60_000);
+    socket.write(TUNNEL_OPEN);
+    if (rest !== null) socket.unshift(rest);
+    serveConnection(socket);
+  }
+
+  const listener: NetServer = createServer({ noDelay: true }, (socket) => {
+    // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
+    socket.setKeepAlive(true, 60_000);
+    if (tunnels === undefined) serveConnection(socket);
+    else sniff(socket, tunnels);
   });
   listener.once("error", (err: NodeJS.ErrnoException) => {
     port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });
@@ -487,12 +617,15 @@ export function serveFrontEnd(
 
   /** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
   function shutdown(deadlineMs: number): void {
+    shutDown = true;
     listener.close();
+    for (const socket of sniffing) socket.destroy();
+    sniffing.clear();
     const done = (): void => {
       onConnectionsClosed = null;
       clearTimeout(timer);
       for (const c of connections) c.destroy();
-      upstream?.destroy();
+      for (const session of upstreams.values()) session.destroy();
       port.postMessage({ kind: "closed" });
     };
     const timer = setTimeout(done, deadlineMs);
@@ -513,5 +646,5 @@ export function serveFrontEnd(
     for (const c of connections) c.flushNow();
   }
 
-  return { answer, flushNow };
+  return { answer, flushNow, adopt };
 }

@@ -25,6 +25,9 @@
  * caller may then tell its own client the request was not applied; any other failure may have
  * been applied.
  *
+ * With `shardWorker`, each connection first asks the node for that shard worker (an HTTP CONNECT,
+ * worker-tunnel.ts); a refusal fails the connection before it is ready, like a refused connect.
+ *
  * An HTTP CONNECT proxy named by the environment (`grpc_proxy`, `https_proxy`, `http_proxy`,
  * `no_grpc_proxy`, `no_proxy`, read as grpc-js reads them: proxy.ts) carries the connections.
  *
@@ -34,6 +37,7 @@
  */
 import { connect, type Socket } from "node:net";
 import { type Proxy, proxyFor, tunnel } from "./proxy.ts";
+import { workerAuthority } from "./worker-tunnel.ts";
 import { Metadata as GrpcMetadata, status } from "@grpc/grpc-js";
 import { frame } from "./grpc-wire.ts";
 import {
@@ -66,6 +70,11 @@ export interface GrpcChannelOptions {
    */
   readonly keepaliveMs?: number;
   readonly keepaliveTimeoutMs?: number;
+  /**
+   * Talk to this shard worker of the node (worker-tunnel.ts): each connection opens with a
+   * CONNECT naming it. For a peer node that runs shard workers; absent, any thread serves.
+   */
+  readonly shardWorker?: number;
 }
 
 export interface UnaryOptions {
@@ -183,6 +192,9 @@ export class GrpcChannel {
       ...DEFAULT_CLIENT_OPTIONS,
       keepaliveMs: options.keepaliveMs ?? 0,
       keepaliveTimeoutMs: options.keepaliveTimeoutMs ?? DEFAULT_CLIENT_OPTIONS.keepaliveTimeoutMs,
+      ...(options.shardWorker === undefined
+        ? {}
+        : { tunnel: workerAuthority(options.shardWorker) }),
     };
   }
 

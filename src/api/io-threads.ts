@@ -11,7 +11,7 @@ import { EventEmitter } from "node:events";
 import { createServer } from "node:net";
 import { Worker } from "node:worker_threads";
 import { IntMap } from "../common/index.ts";
-import { type FrontEnd, serveFrontEnd } from "./front-end.ts";
+import { type FrontEnd, serveFrontEnd, type WorkerTunnels } from "./front-end.ts";
 import {
   type MethodDefinition,
   type Metadata,
@@ -152,6 +152,8 @@ export interface IoThreadsOptions {
   readonly joinsPort?: boolean;
   /** An I/O thread died: the node can no longer serve its connections. */
   readonly onFailure: (err: Error) => void;
+  /** A shard worker's front end (count 0 only): connections and streams aimed at other workers. */
+  readonly tunnels?: WorkerTunnels;
 }
 
 /** What IoThread and IoThreads use of a Worker; InProcessFrontEnd offers the same. */
@@ -177,7 +179,7 @@ class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
   /** The calls' side, set once both exist. */
   thread: IoThread | null = null;
 
-  constructor(setup: IoThreadSetup) {
+  constructor(setup: IoThreadSetup, tunnels: WorkerTunnels | undefined) {
     super();
     this.frontEnd = serveFrontEnd(
       setup,
@@ -191,6 +193,7 @@ class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
         cancel: (id) => this.thread?.cancelCall(id),
         stream: (method, call) => this.thread?.openStream(method, call) ?? null,
       },
+      tunnels,
     );
   }
 
@@ -428,7 +431,7 @@ export class IoThreads {
       methods: o.table.methods,
       serverOptions: o.serverOptions,
     };
-    const inProcess = o.count === 0 ? new InProcessFrontEnd(setup) : null;
+    const inProcess = o.count === 0 ? new InProcessFrontEnd(setup, o.tunnels) : null;
     const worker: FrontEndHandle =
       inProcess ?? new Worker(new URL("./io-thread.ts", import.meta.url), { workerData: setup });
     const thread = new IoThread(worker, o.table, inProcess?.frontEnd ?? null);
@@ -496,5 +499,12 @@ export class IoThreads {
    */
   flushNow(): void {
     this.#inProcess?.flushNow();
+  }
+
+  /** Serves a connection another shard worker handed over (front-end.ts `adopt`). */
+  adopt(fd: number, rest: Buffer | null): void {
+    if (this.#inProcess === null)
+      throw new Error("only a front end in this thread adopts connections");
+    this.#inProcess.adopt(fd, rest);
   }
 }

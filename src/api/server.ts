@@ -16,6 +16,7 @@ import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
 import { adminService, type LeadershipTransfer } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
+import type { WorkerTunnels } from "./front-end.ts";
 import { IoThreadListenError, IoThreads, MethodTable } from "./io-threads.ts";
 import { kvService } from "./kv-service.ts";
 import { servePeerCall } from "./peer-calls.ts";
@@ -62,6 +63,11 @@ export interface RpcServerOptions {
   readonly joinsPort?: boolean;
   /** An I/O thread died after start: the node can no longer serve its connections. */
   readonly onFatal?: (err: unknown) => void;
+  /**
+   * A shard worker in cluster mode: the peers' connections and snapshot streams aimed at another
+   * worker go to it (front-end.ts, worker-tunnel.ts).
+   */
+  readonly tunnels?: WorkerTunnels;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -75,6 +81,7 @@ export class RpcServer {
   readonly #table = new MethodTable();
   readonly #serverOptions: Record<string, number>;
   #ioThreads: IoThreads | null = null;
+  #internalAddress = "";
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
@@ -138,6 +145,7 @@ export class RpcServer {
     // The front end (front-end.ts; in this thread, or in I/O threads) listens on rpc_addr; this
     // thread's grpc-js server, on a loopback port, serves the streaming calls it proxies.
     const internal = await this.#bind("127.0.0.1:0");
+    this.#internalAddress = `127.0.0.1:${internal}`;
     this.#ioThreads = new IoThreads({
       count: this.#options.ioThreads ?? 0,
       host: parsed.value.host,
@@ -146,6 +154,7 @@ export class RpcServer {
       table: this.#table,
       serverOptions: this.#serverOptions,
       ...(this.#options.joinsPort === true ? { joinsPort: true } : {}),
+      ...(this.#options.tunnels === undefined ? {} : { tunnels: this.#options.tunnels }),
       onFailure: (err) => this.#options.onFatal?.(err),
     });
     try {
@@ -157,6 +166,20 @@ export class RpcServer {
       if (err instanceof IoThreadListenError) throw bindErrorFor(err, address, "rpc_addr");
       throw err;
     }
+  }
+
+  /**
+   * This thread's own gRPC server on loopback, which serves the streaming calls (the front end
+   * proxies them); another shard worker's front end sends it those aimed at this worker.
+   */
+  get internalAddress(): string {
+    return this.#internalAddress;
+  }
+
+  /** Serves a connection another shard worker accepted and handed over (WorkerTunnels). */
+  adopt(fd: number, rest: Buffer | null): void {
+    if (this.#ioThreads === null) throw new Error("the gRPC server has not started");
+    this.#ioThreads.adopt(fd, rest);
   }
 
   /** Binds this thread's server; resolves with the port. */

@@ -3,7 +3,7 @@ import { describe, it } from "node:test";
 import fc from "fast-check";
 import { crc32c } from "../../src/storage/common/index.ts";
 import { crc32cJs } from "../../src/storage/common/crc32c.ts";
-import { crc32cNative } from "../../src/storage/common/native.ts";
+import { crc32cNative } from "../../src/common/native.ts";
 
 describe("crc32c", () => {
   it("matches the RFC 3720 B.4 test vectors", () => {

@@ -23,7 +23,7 @@ import {
 import { emptyState, Manifest, replayManifest } from "../../src/storage/lsm/manifest.ts";
 import { MAX_CHUNK_BYTES } from "../../src/storage/lsm/memtable.ts";
 import { blockChecksum } from "../../src/storage/lsm/format.ts";
-import { mapFile } from "../../src/storage/common/native.ts";
+import { mapFile } from "../../src/common/native.ts";
 import { crc32cJs } from "../../src/storage/common/crc32c.ts";
 import { powerCut } from "./crash-shim.ts";
 import { tempDir } from "./helpers.ts";

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdirSync, openSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { mapFile } from "../../src/storage/common/native.ts";
+import { dupFd, mapFile } from "../../src/common/native.ts";
 import { FileCache } from "../../src/storage/lsm/caches.ts";
 import { tempDir } from "./helpers.ts";
 
@@ -56,6 +56,37 @@ describe("native addon", () => {
     } finally {
       closeSync(fd);
     }
+  });
+});
+
+describe("dupFd", () => {
+  it("gives a second descriptor to the same open file, which outlives the first", (t) => {
+    if (dupFd === undefined) return t.skip("addon not built");
+    const path = join(tempDir("native"), "f");
+    writeFileSync(path, "abcdef");
+    const fd = openSync(path, "r");
+    const copy = dupFd(fd);
+    assert.notEqual(copy, fd);
+    const first = Buffer.alloc(3);
+    assert.equal(readSync(fd, first), 3);
+    closeSync(fd);
+    // The same open file description: its offset moved with the first read.
+    const rest = Buffer.alloc(3);
+    assert.equal(readSync(copy, rest), 3);
+    assert.equal(`${first}${rest}`, "abcdef");
+    closeSync(copy);
+  });
+
+  it("refuses what is not a descriptor", (t) => {
+    if (dupFd === undefined) return t.skip("addon not built");
+    const dup = dupFd;
+    assert.throws(() => dup(-1), TypeError);
+    assert.throws(() => dup(1.5), TypeError);
+    assert.throws(() => dup("3" as unknown as number), TypeError);
+    assert.throws(
+      () => dup(1_000_000),
+      (err: NodeJS.ErrnoException) => err.code === "CAIRN_ERR_DUP",
+    );
   });
 });
 

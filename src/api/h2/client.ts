@@ -47,6 +47,8 @@ export interface ClientConnectionOptions {
   readonly keepaliveMs: number;
   /** A PING not answered within this long (ms) destroys the connection. */
   readonly keepaliveTimeoutMs: number;
+  /** Opens a tunnel to this shard worker of the server first (CoreOptions.tunnel). */
+  readonly tunnel?: string;
 }
 
 export const DEFAULT_CLIENT_OPTIONS: ClientConnectionOptions = {
@@ -258,6 +260,10 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
     stream.end ??= stream.remoteEnded ? "complete" : "cancelled";
     stream.resetCode = code;
     super.resetStream(stream, code);
+  }
+
+  protected override tunnelRefused(answer: string): void {
+    this.closeReason ??= `the server refused the tunnel: ${answer}`;
   }
 
   protected override fail(code: number, message: string): void {

@@ -97,7 +97,16 @@ export interface CoreOptions {
   readonly receiveWindow: number;
   /** SETTINGS_MAX_HEADER_LIST_SIZE: the largest header list the peer may send. */
   readonly maxHeaderListSize: number;
+  /**
+   * A client's tunnel to one of the server's shard workers (src/api/worker-tunnel.ts): the
+   * connection opens with `CONNECT <tunnel> HTTP/1.1`, its preface following at once, and reads
+   * the server's HTTP/1.1 answer before any frame; an answer but 200 ends the connection.
+   */
+  readonly tunnel?: string;
 }
+
+/** The longest answer to a tunnel's CONNECT that is read. */
+const MAX_TUNNEL_ANSWER = 4096;
 
 /** A connection-level failure: GOAWAY with this code, then the socket ends. */
 export class ConnectionError extends Error {
@@ -174,6 +183,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
   #input: Buffer | null = null;
   /** A server waits for the client's preface; a client has none to read. */
   #prefaceSeen: boolean;
+  /** A client's tunnel whose answer has not arrived: the bytes received so far; else null. */
+  #tunnelAnswer: Buffer | null = null;
   #settingsSeen = false;
   /** A header block in progress (HEADERS without END_HEADERS, then CONTINUATIONs). */
   #headerBlock: { streamId: number; chunks: Buffer[]; size: number; endStream: boolean } | null =
@@ -231,6 +242,11 @@ export abstract class ConnectionCore<S extends CoreStream> {
     socket.on("data", (chunk: Buffer) => this.#onData(chunk));
     socket.on("error", () => undefined); // close follows
     socket.on("close", () => this.#onSocketClose());
+    if (this.#isClient && options.tunnel !== undefined) {
+      const target = options.tunnel;
+      this.#output.push(Buffer.from(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+      this.#tunnelAnswer = Buffer.alloc(0);
+    }
     if (this.#isClient) this.#output.push(PREFACE);
     const payload = Buffer.alloc(6 * settings.length);
     settings.forEach(([id, value], i) => {
@@ -293,11 +309,18 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected pingAcked(): void {}
   /** The peer's SETTINGS were applied (the first ones, or a change). */
   protected settingsApplied(): void {}
+  /** The server refused the tunnel (`answer`: its status line); the socket is destroyed next. */
+  protected tunnelRefused(_answer: string): void {}
 
   // ── input ────────────────────────────────────────────────────────────────────────────────
 
   #onData(chunk: Buffer): void {
     if (this.#closed || this.#failed) return;
+    if (this.#tunnelAnswer !== null) {
+      const rest = this.#readTunnelAnswer(chunk);
+      if (rest === null) return;
+      chunk = rest;
+    }
     let buf = this.#input === null ? chunk : Buffer.concat([this.#input, chunk]);
     this.#input = null;
     try {
@@ -340,6 +363,31 @@ export abstract class ConnectionCore<S extends CoreStream> {
       else if (err instanceof HpackError) this.fail(ErrorCode.COMPRESSION_ERROR, err.message);
       else throw err;
     }
+  }
+
+  /**
+   * Reads the answer to the tunnel's CONNECT: null while it is incomplete or when it refused
+   * (the socket is destroyed), else the bytes after it (the server's first frames).
+   */
+  #readTunnelAnswer(chunk: Buffer): Buffer | null {
+    const answer = Buffer.concat([this.#tunnelAnswer as Buffer, chunk]);
+    const end = answer.indexOf("\r\n\r\n");
+    if (end < 0) {
+      this.#tunnelAnswer = answer;
+      if (answer.length > MAX_TUNNEL_ANSWER) {
+        this.tunnelRefused("an answer to CONNECT that does not end");
+        this.socket.destroy();
+      }
+      return null;
+    }
+    this.#tunnelAnswer = null;
+    const line = answer.subarray(0, answer.indexOf("\r\n")).toString("latin1");
+    if (!/^HTTP\/1\.[01] 200(?: |$)/.test(line)) {
+      this.tunnelRefused(line);
+      this.socket.destroy();
+      return null;
+    }
+    return answer.subarray(end + 4);
   }
 
   #onFrame(type: number, flags: number, streamId: number, payload: Buffer): void {

@@ -7,7 +7,7 @@
  * saves). Both give the same value; test vectors from RFC 3720 §B.4 and a comparison of the two
  * are in the tests.
  */
-import { crc32cNative } from "./native.ts";
+import { crc32cNative } from "../../common/index.ts";
 
 /** Shortest range handed to the addon (measured: equal cost near 64 bytes). */
 const NATIVE_FROM = 128;

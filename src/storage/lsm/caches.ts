@@ -4,7 +4,7 @@
  * the service's open-file limit).
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { mapFile } from "../common/native.ts";
+import { mapFile } from "../../common/index.ts";
 import type { ParsedBlock } from "./format.ts";
 
 /** A cached block, linked into the cache's recency list. */

@@ -12,17 +12,10 @@ import { join } from "node:path";
 interface Addon {
   mapFile(fd: number, length: number): ArrayBuffer;
   crc32c(data: Uint8Array, crc: number, start: number, end: number): number;
+  dupFd(fd: number): number;
 }
 
-const ADDON_PATH = join(
-  import.meta.dirname,
-  "..",
-  "..",
-  "..",
-  "native",
-  "build",
-  "cairn_native.node",
-);
+const ADDON_PATH = join(import.meta.dirname, "..", "..", "native", "build", "cairn_native.node");
 
 function load(): Addon | undefined {
   if (process.env.CAIRN_NO_NATIVE === "1" || !existsSync(ADDON_PATH)) return undefined;
@@ -48,3 +41,11 @@ export const mapFile: ((fd: number, length: number) => Buffer) | undefined =
  * not checked beyond a TypeError: call it through crc32c.ts.
  */
 export const crc32cNative: Addon["crc32c"] | undefined = addon?.crc32c;
+
+/**
+ * A new close-on-exec descriptor for the open file (here, a socket) `fd` refers to; undefined
+ * where the addon is not loaded. A shard worker hands an accepted connection to another this way
+ * (src/api/worker-tunnel.ts): it closes its own socket, the other wraps the copy. Throws an Error
+ * with code CAIRN_ERR_DUP when the system refuses (EMFILE, say).
+ */
+export const dupFd: Addon["dupFd"] | undefined = addon?.dupFd;
