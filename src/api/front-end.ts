@@ -55,6 +55,7 @@ import {
   REPLY_FIELDS,
   type ReplyBatch,
 } from "./handoff.ts";
+import { SHARD_WORKER_KEY } from "./wire.ts";
 import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
@@ -112,10 +113,13 @@ export interface WorkerTunnels {
   handOff(to: number, fd: number, rest: Buffer | null): void;
   /** The loopback address of worker `index`'s own gRPC server (its streaming calls). */
   streamAddress(index: number): string;
+  /**
+   * The path prefix of the peers' service ("/cairn.v1.Raft/"): its calls are served only on a
+   * connection that named this worker, or (streams proxied to a worker) with the worker in
+   * their metadata.
+   */
+  readonly peerService: string;
 }
-
-/** The metadata key that aims a streaming call at one shard worker (worker-tunnel.ts). */
-export const SHARD_WORKER_KEY = "cairn-shard-worker";
 
 /** What the main thread's side calls directly when the front end runs in the main thread. */
 export interface FrontEnd {
@@ -494,6 +498,15 @@ export function serveFrontEnd(
         `The server does not implement the method ${path}`,
         null,
       );
+    } else if (misdirectedPeerCall(stream, path)) {
+      // A peer's call must reach the worker that owns its groups: one that names none comes
+      // from a node that runs no shard workers (a configuration mistake).
+      respondStatus(
+        stream,
+        status.FAILED_PRECONDITION,
+        `this node runs ${tunnels?.count ?? 1} shard workers: a peer's calls must name one (every member of a cluster must run the same shard_workers)`,
+        null,
+      );
     } else if (method.unary) {
       unary(stream, method.index);
     } else if (!rawStream(stream, method.index)) {
@@ -501,12 +514,28 @@ export function serveFrontEnd(
     }
   }
 
+  /**
+   * A call of the peers' service that names no shard worker: not on a tunnel to this worker, nor
+   * a stream with the worker in its metadata (a snapshot, proxied to it).
+   */
+  function misdirectedPeerCall(stream: ServerStream, path: string): boolean {
+    return (
+      tunnels !== undefined &&
+      path.startsWith(tunnels.peerService) &&
+      !tunneled.has(stream.connection) &&
+      stream.header(SHARD_WORKER_KEY) === undefined
+    );
+  }
+
   const connections = new Set<ServerConnection>();
   let onConnectionsClosed: (() => void) | null = null;
 
   let shutDown = false;
 
-  function serveConnection(socket: Socket): void {
+  /** The connections that came through a tunnel to this worker (worker-tunnel.ts). */
+  const tunneled = new WeakSet<ServerConnection>();
+
+  function serveConnection(socket: Socket, throughTunnel: boolean): void {
     const connection: ServerConnection = new ServerConnection(socket, {
       onStream,
       onClose: () => {
@@ -515,13 +544,17 @@ export function serveFrontEnd(
       },
     });
     connections.add(connection);
+    if (throughTunnel) tunneled.add(connection);
   }
 
   /** Sockets whose first bytes are awaited (shard workers only: worker-tunnel.ts). */
   const sniffing = new Set<Socket>();
 
-  /** Reads a connection's first bytes: a CONNECT for a worker, or HTTP/2 to serve here. */
-  function sniff(socket: Socket, workers: WorkerTunnels): void {
+  /**
+   * Reads a connection's first bytes: a CONNECT for a worker, or HTTP/2 to serve here. `workers`
+   * is undefined for a node without shard workers, which refuses every CONNECT.
+   */
+  function sniff(socket: Socket, workers: WorkerTunnels | undefined): void {
     sniffing.add(socket);
     let head: Buffer = Buffer.alloc(0);
     const stop = (): void => {
@@ -536,12 +569,19 @@ export function serveFrontEnd(
       socket.pause();
       if (request.kind === "http2") {
         socket.unshift(head);
-        serveConnection(socket);
+        serveConnection(socket, false);
         socket.resume();
       } else if (request.kind === "refused") {
         socket.end(request.answer);
-      } else if (request.index >= workers.count) {
-        socket.end(tunnelAnswer(404, `this node has no shard worker ${request.index}`));
+      } else if (request.count !== (workers?.count ?? 1)) {
+        socket.end(
+          tunnelAnswer(
+            421,
+            `this node runs ${workers?.count ?? 1} shard workers and the caller ${request.count}: every member of a cluster must run the same shard_workers`,
+          ),
+        );
+      } else if (workers === undefined) {
+        socket.end(tunnelAnswer(421, "this node runs no shard workers"));
       } else {
         // The client sends its HTTP/2 preface without waiting for the answer: what came after
         // the CONNECT goes with the connection.
@@ -550,7 +590,7 @@ export function serveFrontEnd(
         if (request.index === workers.index) {
           socket.write(TUNNEL_OPEN);
           if (rest !== null) socket.unshift(rest);
-          serveConnection(socket);
+          serveConnection(socket, true);
           socket.resume();
         } else {
           handOff(socket, request.index, rest, workers);
@@ -594,14 +634,13 @@ export function serveFrontEnd(
     socket.setKeepAlive(true, 60_000);
     socket.write(TUNNEL_OPEN);
     if (rest !== null) socket.unshift(rest);
-    serveConnection(socket);
+    serveConnection(socket, true);
   }
 
   const listener: NetServer = createServer({ noDelay: true }, (socket) => {
     // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
     socket.setKeepAlive(true, 60_000);
-    if (tunnels === undefined) serveConnection(socket);
-    else sniff(socket, tunnels);
+    sniff(socket, tunnels);
   });
   listener.once("error", (err: NodeJS.ErrnoException) => {
     port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });

@@ -71,10 +71,11 @@ export interface GrpcChannelOptions {
   readonly keepaliveMs?: number;
   readonly keepaliveTimeoutMs?: number;
   /**
-   * Talk to this shard worker of the node (worker-tunnel.ts): each connection opens with a
-   * CONNECT naming it. For a peer node that runs shard workers; absent, any thread serves.
+   * Talk to shard worker `index` of the node, which runs `count` of them as this one does
+   * (worker-tunnel.ts): each connection opens with a CONNECT naming it. Absent: the node runs
+   * no shard workers.
    */
-  readonly shardWorker?: number;
+  readonly shardWorker?: { readonly index: number; readonly count: number };
 }
 
 export interface UnaryOptions {
@@ -194,7 +195,7 @@ export class GrpcChannel {
       keepaliveTimeoutMs: options.keepaliveTimeoutMs ?? DEFAULT_CLIENT_OPTIONS.keepaliveTimeoutMs,
       ...(options.shardWorker === undefined
         ? {}
-        : { tunnel: workerAuthority(options.shardWorker) }),
+        : { tunnel: workerAuthority(options.shardWorker.index, options.shardWorker.count) }),
     };
   }
 

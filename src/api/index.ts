@@ -24,6 +24,7 @@ export {
 } from "./forward.ts";
 export { transferInPlace } from "./admin-service.ts";
 export { RpcServer, type RpcServerOptions } from "./server.ts";
+export type { WorkerTunnels } from "./front-end.ts";
 export type { AdminStore, KvStore } from "./store.ts";
 export type { Limits } from "./validate.ts";
 export { FORWARDED_KEY } from "./wire.ts";

@@ -11,6 +11,11 @@ export const ERROR_CODE_KEY = "cairn-error-code";
  * node that receives a call carrying it never forwards it again: forwarding takes one hop.
  */
 export const FORWARDED_KEY = "cairn-forwarded";
+/**
+ * Request metadata on a peer's snapshot stream to a node that runs shard workers: the worker that
+ * holds the snapshot's shard, to which the worker that accepted the call proxies it.
+ */
+export const SHARD_WORKER_KEY = "cairn-shard-worker";
 
 /**
  * The details grpc-js gives an UNAVAILABLE call that never reached a server (no connection could

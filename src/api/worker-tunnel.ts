@@ -16,17 +16,21 @@
  * carries HTTP/2 to worker i for its whole life, with no hop between threads.
  *
  * A connection whose first byte is not `C` is HTTP/2 (the preface starts `PRI`), served where it
- * landed. A CONNECT for a worker the node does not have, or one that is malformed, is answered
- * 404 or 400 and closed: the caller's connection fails before it is ready, and nothing of a call
- * was sent.
+ * landed. A CONNECT that is malformed (400), for another host (404), or from a caller that runs
+ * another number of shard workers than this node (421, a configuration mistake the message
+ * names) is answered and closed: the caller's connection fails before it is ready, and nothing
+ * of a call was sent. A node whose workers serve a peer's Raft stream only on a tunnel to the
+ * right worker refuses one that arrives on a plain connection (front-end.ts).
  */
 
-/** The authority that names shard worker `index` in a CONNECT request. */
-export function workerAuthority(index: number): string {
-  return `${WORKER_HOST_PREFIX}${index}:0`;
+/**
+ * The authority that names shard worker `index` of `count` in a CONNECT request. The count lets
+ * a node refuse a peer that slices its shards differently: worker i's groups are the shards
+ * with id mod count = i on both ends only when both run as many workers.
+ */
+export function workerAuthority(index: number, count: number): string {
+  return `cairn-shard-worker-${index}-of-${count}:0`;
 }
-
-const WORKER_HOST_PREFIX = "cairn-shard-worker-";
 /** A CONNECT request longer than this is refused: ours is ~80 bytes. */
 export const MAX_TUNNEL_REQUEST_BYTES = 1024;
 const C = 0x43;
@@ -37,8 +41,16 @@ export type TunnelRequest =
   | { readonly kind: "http2" }
   /** Not enough bytes yet to tell. */
   | { readonly kind: "partial" }
-  /** A CONNECT for shard worker `index`; the last `rest` bytes of the head came after it. */
-  | { readonly kind: "worker"; readonly index: number; readonly rest: number }
+  /**
+   * A CONNECT for shard worker `index` of a node with `count` workers (the caller's own count);
+   * the last `rest` bytes of the head came after it.
+   */
+  | {
+      readonly kind: "worker";
+      readonly index: number;
+      readonly count: number;
+      readonly rest: number;
+    }
   /** A CONNECT this node cannot serve: answer with `answer` and close. */
   | { readonly kind: "refused"; readonly answer: string };
 
@@ -56,14 +68,22 @@ export function readTunnelRequest(head: Buffer): TunnelRequest {
   const match = /^CONNECT (\S+) HTTP\/1\.[01]$/.exec(line);
   if (match === null) return { kind: "refused", answer: answer(400, "not a CONNECT request") };
   const authority = match[1] as string;
-  const worker = /^cairn-shard-worker-(\d{1,4}):\d+$/.exec(authority);
+  const worker = /^cairn-shard-worker-(\d{1,4})-of-(\d{1,4}):\d+$/.exec(authority);
   if (worker === null) {
     return {
       kind: "refused",
       answer: answer(404, `this node connects only to its shard workers, not ${authority}`),
     };
   }
-  return { kind: "worker", index: Number(worker[1]), rest: head.length - (end + 4) };
+  const index = Number(worker[1]);
+  const count = Number(worker[2]);
+  if (index >= count) {
+    return {
+      kind: "refused",
+      answer: answer(400, `there is no shard worker ${index} of ${count}`),
+    };
+  }
+  return { kind: "worker", index, count, rest: head.length - (end + 4) };
 }
 
 /**

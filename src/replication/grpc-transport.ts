@@ -195,6 +195,11 @@ export interface GrpcTransportOptions {
   readonly metrics?: SnapshotMetrics;
   /** gRPC client interceptors on every call to a peer (tests damage snapshots in flight). */
   readonly interceptors?: readonly Interceptor[];
+  /**
+   * This node runs shard workers and this transport is worker `index`'s: its calls go to worker
+   * `index` of each peer (src/api/worker-tunnel.ts), whose groups are the same shards.
+   */
+  readonly shardWorker?: { readonly index: number; readonly count: number };
 }
 
 export interface PeerStats {
@@ -322,6 +327,7 @@ export class GrpcTransport implements RaftTransport {
   readonly #stallTimeoutMs: number;
   readonly #metrics: SnapshotMetrics | undefined;
   readonly #interceptors: readonly Interceptor[];
+  readonly #shardWorker: { readonly index: number; readonly count: number } | undefined;
   /** Aborted by close(): cancels the snapshot transfers in flight. */
   readonly #closing = new AbortController();
   #closed = false;
@@ -364,6 +370,7 @@ export class GrpcTransport implements RaftTransport {
     setMaxListeners(0, this.#closing.signal);
     this.#metrics = options.metrics;
     this.#interceptors = options.interceptors ?? [];
+    this.#shardWorker = options.shardWorker;
   }
 
   /**
@@ -517,6 +524,7 @@ export class GrpcTransport implements RaftTransport {
           peer.snapshotBytesSent += bytes;
           this.#metrics?.bytesSent(bytes);
         },
+        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker.index }),
       });
       peer.snapshotsSent++;
       this.#metrics?.sent();
@@ -804,6 +812,7 @@ export class GrpcTransport implements RaftTransport {
         // A peer behind a dead connection is found by pings, not by a full budget forever.
         keepaliveMs: KEEPALIVE_MS,
         keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
+        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
       });
     }
     return peer.channel;
@@ -1070,7 +1079,9 @@ export class GrpcTransport implements RaftTransport {
       code: err === null ? "OK" : status[err.code],
       details: err?.details ?? "",
     };
-    if (err?.code === status.FAILED_PRECONDITION) {
+    // A refusal is a configuration mistake (another cluster, another number of shard workers):
+    // said at every attempt, not once.
+    if (err?.code === status.FAILED_PRECONDITION || /refused the tunnel/.test(fields.details)) {
       this.#log.warn("raft peer refused the stream", fields);
     } else if (peer.wasConnected) {
       this.#log.warn("raft peer stream lost", fields);

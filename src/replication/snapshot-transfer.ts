@@ -20,6 +20,7 @@
  */
 import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
+import { SHARD_WORKER_KEY } from "../api/wire.ts";
 import type { RaftHandshake } from "../api/generated/cairn/v1/RaftHandshake.ts";
 import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
 import type {
@@ -68,6 +69,11 @@ export interface SnapshotSendOptions {
   readonly onBytes: (bytes: number) => void;
   /** Cancels the transfer (the transport's close()). */
   readonly signal: AbortSignal;
+  /**
+   * The receiver's shard worker that holds `shard` (`cairn-shard-worker` metadata: the worker
+   * that accepts the call proxies it there, src/api/front-end.ts); absent without shard workers.
+   */
+  readonly shardWorker?: number;
 }
 
 export class SnapshotSendError extends Error {
@@ -96,11 +102,15 @@ export async function sendSnapshot(
   const ended = new Promise<ServiceError | null>((resolve) => {
     answered = resolve;
   });
+  const metadata = new Metadata();
+  if (options.shardWorker !== undefined) {
+    metadata.set(SHARD_WORKER_KEY, String(options.shardWorker));
+  }
   const call = client.makeClientStreamRequest<SnapshotChunk, SnapshotAck>(
     method.path,
     method.requestSerialize,
     method.responseDeserialize,
-    new Metadata(),
+    metadata,
     {},
     (err) => answered(err),
   );

@@ -8,8 +8,9 @@ import assert from "node:assert/strict";
 import { connect } from "node:net";
 import { after, before, describe, it } from "node:test";
 import * as grpc from "@grpc/grpc-js";
-import { GrpcChannel } from "../../src/api/grpc-channel.ts";
-import { SHARD_WORKER_KEY, type WorkerTunnels } from "../../src/api/front-end.ts";
+import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
+import type { WorkerTunnels } from "../../src/api/front-end.ts";
+import { SHARD_WORKER_KEY } from "../../src/api/wire.ts";
 import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
 import { readTunnelRequest, workerAuthority } from "../../src/api/worker-tunnel.ts";
 import { dupFd } from "../../src/common/index.ts";
@@ -29,6 +30,7 @@ function method(name: string, requestStream: boolean): grpc.MethodDefinition<Buf
 const SERVICE: grpc.ServiceDefinition = {
   Whoami: method("Whoami", false),
   Count: method("Count", true),
+  Raw: method("Raw", true),
 };
 
 /** One "worker": its front end on the shared port, its own grpc-js server for streams. */
@@ -38,6 +40,16 @@ interface TestWorker {
   readonly internal: string;
   /** How many connections this worker's front end adopted from the other. */
   adopted: number;
+}
+
+/** A Raw stream of three messages on `channel`. */
+function rawCall(channel: GrpcChannel): Promise<CallResult> {
+  return new Promise((resolve) => {
+    const call = channel.clientStream("/test.Worker/Raw", { deadline: Date.now() + 5000 });
+    call.onEnd = resolve;
+    for (let i = 0; i < 3; i++) call.write(Buffer.from("x"));
+    call.end();
+  });
 }
 
 describe("worker tunnels", () => {
@@ -60,6 +72,8 @@ describe("worker tunnels", () => {
           call.on("data", () => n++);
           call.on("end", () => cb(null, Buffer.from(`worker ${index} counted ${n}`)));
         },
+        Raw: (_call: grpc.ServerReadableStream<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) =>
+          cb(null, Buffer.from("not served raw")),
       };
       server.addService(SERVICE, implementation);
       const internalPort = await new Promise<number>((resolve, reject) =>
@@ -69,6 +83,15 @@ describe("worker tunnels", () => {
       );
       const table = new MethodTable();
       table.add(SERVICE, implementation);
+      // Served in the front end, as the peers' Raft streams are.
+      table.addRawStream("/test.Worker/Raw", (call) => {
+        let n = 0;
+        return {
+          message: () => n++,
+          end: () => call.finish(0, "OK", Buffer.from(`worker ${index} took ${n} raw`)),
+          cancelled: () => undefined,
+        };
+      });
       const tunnels: WorkerTunnels = {
         index,
         count: 2,
@@ -78,6 +101,7 @@ describe("worker tunnels", () => {
           target.threads.adopt(fd, rest);
         },
         streamAddress: (i) => (workers[i] as TestWorker).internal,
+        peerService: "/test.Worker/Raw",
       };
       const threads = new IoThreads({
         count: 0,
@@ -107,9 +131,9 @@ describe("worker tunnels", () => {
     assert.deepEqual(readTunnelRequest(Buffer.from("CONNECT cairn-shard")), { kind: "partial" });
     assert.deepEqual(
       readTunnelRequest(
-        Buffer.from(`CONNECT ${workerAuthority(7)} HTTP/1.1\r\nHost: x\r\n\r\nPRI`),
+        Buffer.from(`CONNECT ${workerAuthority(7, 8)} HTTP/1.1\r\nHost: x\r\n\r\nPRI`),
       ),
-      { kind: "worker", index: 7, rest: 3 },
+      { kind: "worker", index: 7, count: 8, rest: 3 },
     );
     const refused = (head: string): string => {
       const r = readTunnelRequest(Buffer.from(head));
@@ -119,6 +143,10 @@ describe("worker tunnels", () => {
     assert.match(refused("CONNECT example.com:443 HTTP/1.1\r\n\r\n"), /^HTTP\/1\.1 404 /);
     assert.match(refused("CONNECTED\r\n\r\n"), /^HTTP\/1\.1 400 /);
     assert.match(refused(`C${"x".repeat(2000)}`), /^HTTP\/1\.1 400 /);
+    assert.match(
+      refused(`CONNECT ${workerAuthority(3, 3)} HTTP/1.1\r\n\r\n`),
+      /^HTTP\/1\.1 400 there is no shard worker 3 of 3\r\n/,
+    );
   });
 
   it("a connection's calls reach the worker it named, whichever worker accepted it", async (t) => {
@@ -128,7 +156,7 @@ describe("worker tunnels", () => {
       const want = round % 2;
       const channel = new GrpcChannel(`127.0.0.1:${port}`, {
         maxMessageBytes: 1 << 20,
-        shardWorker: want,
+        shardWorker: { index: want, count: 2 },
       });
       for (let call = 0; call < 3; call++) {
         const result = await channel.unary("/test.Worker/Whoami", Buffer.from(`${call}`), {
@@ -137,6 +165,10 @@ describe("worker tunnels", () => {
         assert.equal(result.code, grpc.status.OK, result.details);
         assert.equal(result.message?.toString(), `worker ${want}: ${call}`);
       }
+      // A stream served in the front end itself, on the worker the connection named.
+      const raw = await rawCall(channel);
+      assert.equal(raw.code, grpc.status.OK, raw.details);
+      assert.equal(raw.message?.toString(), `worker ${want} took 3 raw`);
       channel.destroy();
     }
     const adopted = workers.map((w) => w.adopted);
@@ -160,19 +192,28 @@ describe("worker tunnels", () => {
     assert.deepEqual([...seen].sort(), ["worker 0: x", "worker 1: x"]);
   });
 
-  it("a worker the node does not have: the connection fails before any call is sent", async () => {
+  it("a caller with another number of workers: the connection fails before any call is sent", async () => {
     const channel = new GrpcChannel(`127.0.0.1:${port}`, {
       maxMessageBytes: 1 << 20,
-      shardWorker: 5,
+      shardWorker: { index: 1, count: 3 },
     });
     const result = await channel.unary("/test.Worker/Whoami", Buffer.from("x"), {
       deadline: Date.now() + 5000,
     });
     assert.equal(result.code, grpc.status.UNAVAILABLE);
+    assert.equal(result.sent, false);
     assert.match(
       result.details,
-      /refused the tunnel: HTTP\/1\.1 404 this node has no shard worker 5/,
+      /refused the tunnel: HTTP\/1\.1 421 this node runs 2 shard workers and the caller 3: every member of a cluster must run the same shard_workers/,
     );
+    channel.destroy();
+  });
+
+  it("a stream served in the front end is refused on a connection that named no worker", async () => {
+    const channel = new GrpcChannel(`127.0.0.1:${port}`, { maxMessageBytes: 1 << 20 });
+    const raw = await rawCall(channel);
+    assert.equal(raw.code, grpc.status.FAILED_PRECONDITION);
+    assert.match(raw.details, /this node runs 2 shard workers: a peer's calls must name one/);
     channel.destroy();
   });
 
