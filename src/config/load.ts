@@ -339,18 +339,8 @@ function checkAcrossKeys(
   }
 
   const workers = values.get("shard_workers");
-  const seeds = values.get("cluster.seed_nodes");
   const ioThreads = values.get("rpc.io_threads");
   if (typeof workers === "number" && workers > 1) {
-    if (Array.isArray(seeds) && seeds.length > 0) {
-      issues.push(
-        issue(
-          "shard_workers",
-          sourceOf("shard_workers"),
-          `must be 1 in cluster mode (cluster.seed_nodes set, from ${sourceOf("cluster.seed_nodes")}): shard workers run only on a single node for now, got ${workers}`,
-        ),
-      );
-    }
     const total = values.get("cluster.total_shards");
     if (typeof total === "number" && workers > total) {
       issues.push(

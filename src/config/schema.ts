@@ -241,7 +241,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_SHARD_WORKERS",
     flag: "shard-workers",
     expect: "must be an integer between 1 and 64",
-    doc: "Threads that each own the shards whose id mod shard_workers is theirs (their own WAL, Raft groups and LSM engines) and each serve rpc_addr, handing a call on another worker's shard to it; 1 runs every shard on the main thread. Above 1: single-node mode only, with rpc.io_threads 0, and fixed for the life of the data directory.",
+    doc: "Threads that each own the shards whose id mod shard_workers is theirs (their own WAL, Raft groups and LSM engines) and each serve rpc_addr, handing a call on another worker's shard to it; 1 runs every shard on the main thread. Above 1: with rpc.io_threads 0, fixed for the life of the data directory, and in a cluster the same on every member (worker i's groups talk to worker i of each peer, which needs the native addon).",
   },
   {
     key: "raft.tick_ms",

@@ -19,7 +19,7 @@
  * the old replica by the new one, which the log or a snapshot refills (src/node/replicas.ts).
  */
 import { randomUUID } from "node:crypto";
-import { credentials, type ClientReadableStream } from "@grpc/grpc-js";
+import { credentials, type ClientReadableStream, status } from "@grpc/grpc-js";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
 import {
@@ -47,6 +47,29 @@ const PROBE_TIMEOUT_MS = 2_000;
 /** How often a node that does not know its cluster yet offers to rejoin it (see rejoinLoop). */
 const REJOIN_CHECK_MS = 2_000;
 
+/**
+ * How this node's meta commands reach the meta group's leader. `leaderProposer` is the node's
+ * own (its store when it leads the meta group, else the leader's node over the peer service); a
+ * shard worker that does not hold shard 0 hands its commands to the one that does
+ * (src/node/siblings.ts).
+ */
+export interface MetaProposer {
+  /**
+   * Proposes `cmd`, following leader hints and retrying until `timeoutMs` have passed (trying
+   * node `first` first, when given); rejects with the last error after that, or at once when
+   * the meta group refuses the command (CAIRN_ERR_INVALID_ARGUMENT, CAIRN_ERR_LOST_STATE).
+   */
+  propose(cmd: MetaCommand, timeoutMs: number, first?: string | null): Promise<void>;
+}
+
+/** The proposer of a node that holds shard 0: its own store, or the leader over `transport`. */
+export function leaderProposer(store: MultiRaft, transport: GrpcTransport): MetaProposer {
+  return {
+    propose: (cmd, timeoutMs, first = null) =>
+      proposeViaLeader(cmd, store.nodeId, store, transport, performance.now() + timeoutMs, first),
+  };
+}
+
 export class ClusterState {
   readonly #config: CairnConfig;
   readonly #log: Logger;
@@ -62,13 +85,16 @@ export class ClusterState {
   readonly replicaId: string;
   /** Called once if the meta group retired this data directory's incarnation. */
   readonly #onLostState: (err: CairnError) => void;
-  /** Set by attach(): what this node's own meta proposals (rejoin) go through. */
-  #store: MultiRaft | null = null;
-  #transport: GrpcTransport | null = null;
+  /** Set by attach(): what this node's own meta proposals go through. */
+  #proposer: MetaProposer | null = null;
   /** A rejoin proposal is under way, or went through. */
   #rejoining = false;
   #rejoined = false;
   #lost = false;
+  /** The node is stopping: no more rejoin attempts. */
+  #closed = false;
+  /** Ends rejoinLoop's wait (close). */
+  #wake: (() => void) | null = null;
 
   constructor(
     config: CairnConfig,
@@ -86,11 +112,28 @@ export class ClusterState {
     views.setIncarnation(incarnation);
   }
 
-  /** The store and transport this node's own meta proposals go through. */
-  attach(store: MultiRaft, transport: GrpcTransport): void {
-    this.#store = store;
-    this.#transport = transport;
+  /** What this node's own meta proposals (creations, rejoins, preferred leaders) go through. */
+  attach(proposer: MetaProposer): void {
+    this.#proposer = proposer;
     if (this.#meta !== null) this.#checkIncarnation(this.#meta);
+  }
+
+  /** The node is stopping: rejoin attempts stop (one in flight finishes on its own). */
+  close(): void {
+    this.#closed = true;
+    this.#wake?.();
+  }
+
+  /** Proposes `cmd` to the meta group (MetaProposer.propose); fails before attach(). */
+  propose(cmd: MetaCommand, timeoutMs: number, first: string | null = null): Promise<void> {
+    if (this.#proposer === null) {
+      return Promise.reject(
+        new CairnError("CAIRN_ERR_NOT_READY", "this node's storage is not open yet", {
+          retryable: true,
+        }),
+      );
+    }
+    return this.#proposer.propose(cmd, timeoutMs, first);
   }
 
   /** The cluster id, "" until the meta group's bootstrap reached this node. */
@@ -157,29 +200,17 @@ export class ClusterState {
    * service) and waiting for the assignment to be applied here. Fails (retryably) when that
    * takes longer than `timeoutMs`.
    */
-  ensureShard(
-    id: number,
-    store: MultiRaft,
-    transport: GrpcTransport,
-    timeoutMs: number,
-  ): Promise<void> {
+  ensureShard(id: number, timeoutMs: number): Promise<void> {
     if (this.#meta?.shards.has(id) === true) return Promise.resolve();
     let pending = this.#creating.get(id);
     if (pending === undefined) {
-      pending = this.#create(id, store, transport, timeoutMs).finally(() =>
-        this.#creating.delete(id),
-      );
+      pending = this.#create(id, timeoutMs).finally(() => this.#creating.delete(id));
       this.#creating.set(id, pending);
     }
     return pending;
   }
 
-  async #create(
-    id: number,
-    store: MultiRaft,
-    transport: GrpcTransport,
-    timeoutMs: number,
-  ): Promise<void> {
+  async #create(id: number, timeoutMs: number): Promise<void> {
     const deadline = performance.now() + timeoutMs;
     const meta = this.#meta;
     if (meta === null || meta.clusterId === null) {
@@ -189,13 +220,7 @@ export class ClusterState {
     }
     const replicas = rendezvousReplicas(id, [...meta.members.keys()], meta.replicationFactor);
     try {
-      await proposeViaLeader(
-        { op: "create-shard", shard: id, replicas },
-        this.#config.node_id,
-        store,
-        transport,
-        deadline,
-      );
+      await this.propose({ op: "create-shard", shard: id, replicas }, timeoutMs);
     } catch (err) {
       throw new CairnError(
         "CAIRN_ERR_SHARD_CREATION",
@@ -323,10 +348,7 @@ export class ClusterState {
    * stops the node (CAIRN_ERR_LOST_STATE) when the meta group has retired it.
    */
   #rejoin(hint: string | null): void {
-    const store = this.#store;
-    const transport = this.#transport;
-    if (this.#rejoining || this.#rejoined || this.#lost || store === null || transport === null)
-      return;
+    if (this.#rejoining || this.#rejoined || this.#lost || this.#proposer === null) return;
     this.#rejoining = true;
     const cmd: MetaCommand = {
       op: "rejoin",
@@ -336,8 +358,8 @@ export class ClusterState {
     // Known here already: a restart on this data directory asking the cluster to confirm it.
     const confirming = this.#meta?.replicaOf(this.#config.node_id) === this.replicaId;
     const attempt = (): void => {
-      const deadline = performance.now() + 10_000;
-      proposeViaLeader(cmd, this.#config.node_id, store, transport, deadline, hint)
+      if (this.#closed) return;
+      this.propose(cmd, 10_000, hint)
         .then(() => {
           this.#rejoining = false;
           this.#rejoined = true;
@@ -354,7 +376,10 @@ export class ClusterState {
             this.#stopOnLostState(this.#meta?.clusterId ?? "");
             return;
           }
-          this.#log.debug("rejoining failed; retrying", {
+          // A refusal by the peer (another cluster, another number of shard workers) is a
+          // configuration mistake an operator must see; the rest is the cluster being busy.
+          const refused = (err as { code?: unknown }).code === status.FAILED_PRECONDITION;
+          this.#log[refused ? "warn" : "debug"]("rejoining failed; retrying", {
             error: err instanceof Error ? err.message : String(err),
           });
           const timer = setTimeout(attempt, 1_000);
@@ -376,9 +401,20 @@ export class ClusterState {
   async rejoinLoop(membership: Membership, stopped: () => boolean): Promise<void> {
     const restarted = this.clusterId !== "";
     const waiting = (): boolean =>
-      !stopped() && !this.#rejoined && !this.#lost && (restarted || this.clusterId === "");
+      !stopped() &&
+      !this.#closed &&
+      !this.#rejoined &&
+      !this.#lost &&
+      (restarted || this.clusterId === "");
     while (waiting()) {
-      await new Promise((resolve) => setTimeout(resolve, REJOIN_CHECK_MS));
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, REJOIN_CHECK_MS);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = null;
       if (!waiting() || this.#rejoining) continue;
       const peer = membership
         .members()
@@ -477,7 +513,6 @@ export class ClusterState {
 export async function transferLeadership(
   cluster: ClusterState,
   store: MultiRaft,
-  transport: GrpcTransport,
   id: number,
   to: string,
   timeoutMs: number,
@@ -503,13 +538,7 @@ export async function transferLeadership(
   }
   const deadline = performance.now() + timeoutMs;
   try {
-    await proposeViaLeader(
-      { op: "prefer-leader", shard: id, node: to },
-      store.nodeId,
-      store,
-      transport,
-      deadline,
-    );
+    await cluster.propose({ op: "prefer-leader", shard: id, node: to }, timeoutMs);
   } catch (err) {
     throw new CairnError(
       "CAIRN_ERR_TIMEOUT",
@@ -627,11 +656,21 @@ async function proposeViaLeader(
       return;
     } catch (err) {
       const code = errorCodeOf(err);
-      // Refused by the meta group: the same command would be refused again.
-      if (code === "CAIRN_ERR_INVALID_ARGUMENT" || code === "CAIRN_ERR_LOST_STATE") throw err;
+      // Refused by the meta group, or the peer refused this node's calls (another cluster,
+      // another number of shard workers): the same call would be refused again.
+      if (
+        code === "CAIRN_ERR_INVALID_ARGUMENT" ||
+        code === "CAIRN_ERR_LOST_STATE" ||
+        (err as { code?: unknown }).code === status.FAILED_PRECONDITION
+      ) {
+        throw err;
+      }
       hint = err instanceof NotLeaderError ? err.leader : leaderHint(err);
       if (performance.now() + 50 > deadline) throw err;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(50 * (attempt + 1), 500)));
+      // Unreferenced: a proposal retrying when the node stops does not hold the process.
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.min(50 * (attempt + 1), 500)).unref(),
+      );
     }
   }
 }

@@ -11,6 +11,7 @@
 import {
   ClusterViewPublisher,
   decodeMetaCommand,
+  type MetaState,
   nodeOfReplica,
   rpcAddressOf,
   shardForKey,
@@ -40,8 +41,22 @@ import {
   type ScanRequest,
   type TermCheck,
 } from "../replication/index.ts";
-import { type AdminStore, type ForwardOptions, type KvStore, RpcServer } from "../api/index.ts";
-import { ClusterState, metaRefusal, spreadLeaders, transferLeadership } from "./cluster.ts";
+import {
+  type AdminStore,
+  type ForwardOptions,
+  type KvStore,
+  RpcServer,
+  transferInPlace,
+  type WorkerTunnels,
+} from "../api/index.ts";
+import {
+  ClusterState,
+  leaderProposer,
+  type MetaProposer,
+  metaRefusal,
+  spreadLeaders,
+  transferLeadership,
+} from "./cluster.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
@@ -69,9 +84,15 @@ export interface ShardCell {
   readonly membership: boolean;
   /**
    * The store this worker's gRPC services use over its own driver (the owner of each key's
-   * shard), and Admin.TransferLeader run where the shard lives.
+   * shard), and Admin.TransferLeader run where the shard lives (`here`: on this worker's own
+   * shards). `proposer`: the meta group's, in the worker that holds shard 0 of a cluster (it
+   * proposes for the others).
    */
-  route(local: MultiRaft): {
+  route(
+    local: MultiRaft,
+    here: (id: number, to: string) => Promise<string>,
+    proposer: MetaProposer | null,
+  ): {
     readonly store: KvStore & AdminStore;
     readonly transferLeader: (id: number, to: string) => Promise<string>;
   };
@@ -85,6 +106,28 @@ export interface ShardCell {
    * has, so a call handed to another worker still finds that worker's shards open.
    */
   drained(): Promise<void>;
+  /** The connections and streaming calls aimed at other workers (src/api/worker-tunnel.ts). */
+  readonly tunnels: WorkerTunnels;
+  /**
+   * Called once this worker's gRPC server serves: the connections other workers accepted for
+   * this one go to it, and they learn where its streaming calls are served.
+   */
+  serving(server: RpcServer): void;
+  /** Tells `listener` of each leader change of the other workers' shards (the forwarder's). */
+  watchLeaders(listener: (shard: number, leader: string | null) => void): void;
+  /** Cluster mode: the meta group's state, which worker 0 holds (shard 0 is its). */
+  readonly meta: {
+    /** The data directory's incarnation, read once for every worker. */
+    readonly incarnation: string;
+    /** Worker 0: shares the state it applied with the others. */
+    share(state: MetaState): void;
+    /** The others: `listener` hears every state worker 0 shares (the latest one at once). */
+    follow(listener: (state: MetaState) => void): void;
+    /** The others: their meta commands go through worker 0. */
+    proposer(): MetaProposer;
+    /** The others: brings the state here up to the meta group's commit (MultiRaft.syncMeta). */
+    sync(): Promise<void>;
+  };
 }
 
 export class CairnNode implements HealthSource {
@@ -108,6 +151,7 @@ export class CairnNode implements HealthSource {
   #bootstrap: Promise<void> | null = null;
   #rejoin: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
+  #unfollowMembers: (() => void) | null = null;
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
   readonly #cell: ShardCell | null;
@@ -151,8 +195,8 @@ export class CairnNode implements HealthSource {
         await node.#startHttp();
       }
       if (config.cluster.seed_nodes.length > 0) {
-        const incarnation = await loadIncarnation(config.data_dir);
-        node.#cluster = new ClusterState(config, log, node.views, incarnation.id, (err) => {
+        const incarnation = cell?.meta.incarnation ?? (await loadIncarnation(config.data_dir)).id;
+        node.#cluster = new ClusterState(config, log, node.views, incarnation, (err) => {
           log.error("this data directory is an earlier copy of a member's state; it stops", {
             error: err.message,
             code: err.code,
@@ -163,8 +207,18 @@ export class CairnNode implements HealthSource {
       node.#store = await node.#openStore();
       if (node.#cluster !== null && node.#transport !== null) {
         const store = node.#store;
-        node.#cluster.attach(store, node.#transport);
-        node.#cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
+        const cluster = node.#cluster;
+        cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
+        if (cell === undefined || cell.index === 0) {
+          cluster.attach(leaderProposer(store, node.#transport));
+        } else {
+          // The meta group lives in worker 0 (shard 0 is its): this worker follows its state.
+          cluster.attach(cell.meta.proposer());
+          cell.meta.follow((state) => {
+            cluster.applied(state);
+            store.replicasChanged();
+          });
+        }
       }
       if (cell === undefined) {
         await node.#startRpc(config.rpc_addr);
@@ -174,6 +228,7 @@ export class CairnNode implements HealthSource {
         await node.#startRpc(rpc);
       }
       if (cell?.membership ?? true) await node.#startMembership();
+      if (node.#cluster !== null) node.#startUpkeep(node.#cluster);
     } catch (err) {
       await node.#closeAll(0);
       throw err;
@@ -199,6 +254,7 @@ export class CairnNode implements HealthSource {
     const raftLog = log.child("raft");
     const storageLog = log.child("storage");
     const cluster = this.#cluster;
+    const cell = this.#cell;
     let opened: MultiRaft | null = null;
     if (cluster !== null) {
       this.#transport = new GrpcTransport({
@@ -212,11 +268,14 @@ export class CairnNode implements HealthSource {
         logger: log.child("peers"),
         snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
         metrics: metrics.snapshotMetrics,
+        // Worker i's groups talk to worker i of every node.
+        ...(cell === null || cell.count === 1
+          ? {}
+          : { shardWorker: { index: cell.index, count: cell.count } }),
       });
     }
     const replicas = (shard: number): string[] =>
       opened?.shardInfo(shard)?.voters.map(nodeOfReplica) ?? [config.node_id];
-    const cell = this.#cell;
     // The node's memory budgets are shared by its shard workers.
     const share = (bytes: number): number => Math.floor(bytes / (cell?.count ?? 1));
     const planted = plantedBugs(process.env);
@@ -254,11 +313,10 @@ export class CairnNode implements HealthSource {
             acceptsReplica: (shard: number) => cluster.acceptsReplica(shard),
             firstCampaigner: (shard: number) =>
               cluster.firstCampaigner(shard, (node) => this.#isAlive(node)),
-            ensureShard: (shard: number) =>
-              opened === null || this.#transport === null
-                ? Promise.reject(new Error("the node's storage is not open yet"))
-                : cluster.ensureShard(shard, opened, this.#transport, REQUEST_TIMEOUT_MS),
+            ensureShard: (shard: number) => cluster.ensureShard(shard, REQUEST_TIMEOUT_MS),
             createdShards: () => cluster.createdShards(),
+            // A shard worker without shard 0 syncs through worker 0, which holds it.
+            ...(cell === null || cell.index === 0 ? {} : { syncMeta: () => cell.meta.sync() }),
             remoteReadIndex: (leader: string, shard: number, term: number) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
@@ -288,7 +346,11 @@ export class CairnNode implements HealthSource {
             requestTimeoutMs: REQUEST_TIMEOUT_MS,
           }),
       observer: {
-        metaApplied: (state) => cluster?.applied(state),
+        metaApplied: (state) => {
+          cluster?.applied(state);
+          // Worker 0 holds shard 0: the other workers follow its meta state.
+          cell?.meta.share(state);
+        },
         shardOpened(shard, replayedFrom, replayedTo) {
           metrics.initShard(shard);
           views.setShard({ id: shard, leader: "", replicas: replicas(shard), term: 0 });
@@ -368,7 +430,20 @@ export class CairnNode implements HealthSource {
 
   async #startRpc(address: string): Promise<void> {
     const c = this.config;
-    const routed = this.#cell?.route(this.store) ?? null;
+    const cell = this.#cell;
+    const proposer =
+      this.#cluster !== null && this.#transport !== null && cell?.index === 0
+        ? leaderProposer(this.store, this.#transport)
+        : null;
+    const cluster = this.#cluster;
+    const store = this.store;
+    // Admin.TransferLeader on a shard of this driver: in a cluster through the meta group.
+    const transferHere =
+      cluster === null
+        ? (id: number, to: string) => transferInPlace(store, id, to)
+        : (id: number, to: string) =>
+            transferLeadership(cluster, store, id, to, REQUEST_TIMEOUT_MS);
+    const routed = cell?.route(store, transferHere, proposer) ?? null;
     this.#rpc = new RpcServer({
       address,
       store: routed?.store ?? this.store,
@@ -386,10 +461,17 @@ export class CairnNode implements HealthSource {
         });
         this.#onFatal(err);
       },
-      ...(routed === null ? {} : { transferLeader: routed.transferLeader }),
       ...(this.#cluster === null ? {} : this.#clusterRpcOptions(this.#cluster)),
+      // With shard workers, where the shard lives.
+      ...(routed !== null
+        ? { transferLeader: routed.transferLeader }
+        : cluster !== null
+          ? { transferLeader: transferHere }
+          : {}),
+      ...(cell === null || cell.count === 1 ? {} : { tunnels: cell.tunnels }),
     });
     const rpc = await this.#rpc.start();
+    cell?.serving(this.#rpc);
     this.#addresses = { ...this.#addresses, rpc: formatHostPort(rpc) };
   }
 
@@ -397,15 +479,10 @@ export class CairnNode implements HealthSource {
   #clusterRpcOptions(cluster: ClusterState): {
     raft: RaftService;
     forward: ForwardOptions;
-    transferLeader: (id: number, to: string) => Promise<string>;
   } {
     const store = this.store;
     const transport = this.#transport;
     return {
-      transferLeader: (id, to) =>
-        transport === null
-          ? Promise.reject(new Error("no peer transport"))
-          : transferLeadership(cluster, store, transport, id, to, REQUEST_TIMEOUT_MS),
       raft: createRaftService((from, messages) => store.receive(from, messages), {
         clusterId: () => cluster.clusterId,
         // Peers create shards and rejoin through the meta group's leader.
@@ -458,10 +535,57 @@ export class CairnNode implements HealthSource {
     };
   }
 
-  /** Whether gossip has `node` alive now (false before membership starts). */
+  /**
+   * Whether gossip has `node` alive now (false before membership starts). A shard worker that
+   * does not run membership reads the members worker 0 shares in the cluster view.
+   */
   #isAlive(node: string): boolean {
+    if (this.#cell !== null && !this.#cell.membership) {
+      return this.views.current().nodes.some((n) => n.id === node && n.state === "alive");
+    }
     const members = this.#membership?.members() ?? [];
     return members.some((m) => m.meta.id === node && m.state === "alive");
+  }
+
+  /**
+   * Cluster mode: every 2 s, replicas retired by a rejoin are replaced and leaderships spread
+   * (in each shard worker, over its own groups); in a worker that does not run membership,
+   * the groups led by a member gossip no longer has alive are woken (as membership's events do
+   * in the one that runs it).
+   */
+  #startUpkeep(cluster: ClusterState): void {
+    const c = this.config;
+    const changing = new Set<number>();
+    this.#spreadTimer = setInterval(() => {
+      const alive = new Set(
+        this.views
+          .current()
+          .nodes.filter((n) => n.state === "alive")
+          .map((n) => n.id),
+      );
+      replaceReplicas(this.store, cluster.meta, changing, (shard, err) =>
+        this.#log.debug("replica change failed; the next pass retries", {
+          shard_id: shard,
+          error: describeError(err),
+        }),
+      );
+      spreadLeaders(this.store, cluster, c.node_id, alive);
+    }, LEADER_SPREAD_MS);
+    this.#spreadTimer.unref();
+    const cell = this.#cell;
+    if (cell === null) return;
+    cell.watchLeaders((shard, leader) => {
+      for (const listener of this.#leaderListeners) listener(shard, leader);
+    });
+    if (cell.membership) return;
+    const states = new Map<string, string>();
+    this.#unfollowMembers = this.views.subscribe((view) => {
+      for (const n of view.nodes) {
+        const was = states.get(n.id);
+        states.set(n.id, n.state);
+        if (was === "alive" && n.state !== "alive") this.#store?.wakeGroupsLedBy(n.id);
+      }
+    });
   }
 
   /**
@@ -532,23 +656,6 @@ export class CairnNode implements HealthSource {
       this.#rejoin = cluster
         .rejoinLoop(membership, () => this.#stopping !== null)
         .catch(() => undefined);
-      const changing = new Set<number>();
-      this.#spreadTimer = setInterval(() => {
-        const alive = new Set(
-          membership
-            .members()
-            .filter((m) => m.state === "alive")
-            .map((m) => m.meta.id),
-        );
-        replaceReplicas(this.store, cluster.meta, changing, (shard, err) =>
-          this.#log.debug("replica change failed; the next pass retries", {
-            shard_id: shard,
-            error: describeError(err),
-          }),
-        );
-        spreadLeaders(this.store, cluster, c.node_id, alive);
-      }, LEADER_SPREAD_MS);
-      this.#spreadTimer.unref();
     }
     membership.join().catch((err: unknown) => {
       if (err instanceof ShardCountMismatchError) {
@@ -623,8 +730,10 @@ export class CairnNode implements HealthSource {
     // listed, degraded: its replica here is missing.
     if (cluster !== null && store !== null) {
       const held = new Set(shards.map((s) => s.id));
+      const cell = this.#cell;
       for (const id of cluster.shardsOn(this.config.node_id)) {
-        if (held.has(id)) continue;
+        // A shard worker lists its own shards only (the node's report merges the workers').
+        if (held.has(id) || (cell !== null && id % cell.count !== cell.index)) continue;
         shards.push({
           id,
           status: "degraded",
@@ -663,6 +772,8 @@ export class CairnNode implements HealthSource {
   async #closeAll(drainMs: number): Promise<void> {
     const started = performance.now();
     if (this.#spreadTimer !== null) clearInterval(this.#spreadTimer);
+    this.#unfollowMembers?.();
+    this.#cluster?.close();
     // Tell the cluster first, so peers stop routing here while we drain.
     await this.#membership?.leave().catch(() => undefined);
     await this.#rpc?.close(drainMs);

@@ -3,16 +3,17 @@
  * (ShardCell) over the shards it owns and serves rpc_addr with the others, and answers the main
  * thread's questions (health, metrics) and its start and stop steps over its parentPort.
  */
-import { writeSync } from "node:fs";
+import { closeSync, writeSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { transferInPlace } from "../api/index.ts";
 import { createLogger, isLogLevel } from "../ops/index.ts";
 import { CairnNode } from "./node.ts";
 import {
   RoutedStore,
   serveSibling,
   SharedViews,
+  MetaShare,
   Sibling,
+  siblingProposer,
   type SiblingServer,
   toWireError,
 } from "./siblings.ts";
@@ -38,16 +39,27 @@ let serve: SiblingServer | null = null;
 let setServe: (server: SiblingServer) => void = () => {};
 const served = new Promise<SiblingServer>((resolve) => (setServe = resolve));
 const views = new SharedViews(config.cluster.total_shards);
-const siblings = setup.ports.map((p) =>
+// Connections the others accepted for this worker, until its gRPC server serves them.
+let adopt: ((fd: number, rest: Buffer | null) => void) | null = null;
+const toAdopt: [number, Buffer | null][] = [];
+const streamAddresses: string[] = [];
+const siblings = setup.ports.map((p, i) =>
   p === null
     ? null
-    : new Sibling(
-        p,
-        (call) => (serve !== null ? serve(call) : served.then((server) => server(call))),
-        (shards, members) => views.applyShared(shards, members),
-      ),
+    : new Sibling(p, {
+        serve: (call) => (serve !== null ? serve(call) : served.then((server) => server(call))),
+        onView: (shards, members) => views.applyShared(shards, members),
+        onConnection: (fd, rest) => {
+          if (adopt !== null) adopt(fd, rest);
+          else toAdopt.push([fd, rest]);
+        },
+        onMeta: (meta) => metaShare.received(meta),
+        onStreamAddress: (address) => (streamAddresses[i] = address),
+      }),
 );
 views.attach(siblings.filter((s) => s !== null));
+// Cluster mode: the meta group's state, which worker 0 holds.
+const metaShare = new MetaShare(siblings);
 
 let bind: (addresses: { rpc: string; http: string }) => void = () => {};
 const bindAddress = new Promise<{ rpc: string; http: string }>((resolve) => (bind = resolve));
@@ -109,12 +121,44 @@ try {
       walDir: setup.walDir,
       views,
       membership: index === 0,
-      route: (local) => {
+      route: (local, here, proposer) => {
         const store = new RoutedStore(local, siblings);
-        const here = (id: number, to: string): Promise<string> => transferInPlace(local, id, to);
-        serve = serveSibling(local, here);
+        serve = serveSibling(
+          local,
+          here,
+          proposer === null ? null : { proposer, version: () => metaShare.version },
+        );
         setServe(serve);
         return { store, transferLeader: (id, to) => store.transfer(id, to, here) };
+      },
+      tunnels: {
+        index,
+        count,
+        handOff: (to, fd, rest) => {
+          const sibling = siblings[to];
+          if (sibling === null || sibling === undefined) closeSync(fd);
+          else sibling.handConnection(fd, rest);
+        },
+        streamAddress: (i) => streamAddresses[i] ?? "127.0.0.1:0",
+        peerService: "/cairn.v1.Raft/",
+      },
+      watchLeaders: (listener) => views.onShared(listener),
+      serving: (server) => {
+        adopt = (fd, rest) => server.adopt(fd, rest);
+        for (const [fd, rest] of toAdopt.splice(0)) server.adopt(fd, rest);
+        for (const s of siblings) s?.shareStreamAddress(server.internalAddress);
+      },
+      meta: {
+        incarnation: setup.incarnation,
+        share: (state) => metaShare.share(state),
+        follow: (listener) => metaShare.follow(listener),
+        sync: () => metaShare.sync(),
+        proposer: () => {
+          const worker0 = siblings[0];
+          if (worker0 === null || worker0 === undefined)
+            throw new Error("worker 0 proposes itself");
+          return siblingProposer(worker0);
+        },
       },
       addresses: () => {
         post({ type: "opened" });

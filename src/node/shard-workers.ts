@@ -25,6 +25,8 @@ import type {
 import { type NodeAddresses, startOpsHttp } from "./node.ts";
 import { fromWireError } from "./siblings.ts";
 import { checkShardWorkers, walDirOf } from "./worker-layout.ts";
+import { loadIncarnation } from "./incarnation.ts";
+import { CairnError, dupFd } from "../common/index.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
 
 /** One worker thread as the main thread sees it. */
@@ -156,7 +158,7 @@ export class ShardWorkersNode implements HealthSource {
       http_addr: node.#addresses.http,
       data_dir: config.data_dir,
       total_shards: config.cluster.total_shards,
-      mode: "single-node",
+      mode: config.cluster.seed_nodes.length === 0 ? "single-node" : "cluster",
       shard_workers: config.shard_workers,
     });
     return node;
@@ -176,6 +178,16 @@ export class ShardWorkersNode implements HealthSource {
   async #startWorkers(onFatal: (err: Error) => void): Promise<void> {
     const c = this.config;
     const n = c.shard_workers;
+    // Read once here: every worker's replicas are the same node's.
+    const cluster = c.cluster.seed_nodes.length > 0;
+    const incarnation = cluster ? (await loadIncarnation(c.data_dir)).id : "";
+    if (cluster && dupFd === undefined) {
+      // A peer's connection is handed to the worker it names by its descriptor (worker-tunnel.ts).
+      throw new CairnError(
+        "CAIRN_ERR_CONFIG",
+        "shard_workers above 1 in a cluster needs Cairn's native addon (built by npm install with a C compiler; see scripts/build-native.ts), which is not loaded",
+      );
+    }
     const ports: (MessagePort | null)[][] = Array.from({ length: n }, () =>
       Array.from({ length: n }, () => null),
     );
@@ -194,6 +206,7 @@ export class ShardWorkersNode implements HealthSource {
         count: n,
         walDir: walDirOf(c.data_dir, n, i),
         ports: own,
+        incarnation,
       };
       this.#workers.push(
         new WorkerHandle(

@@ -10,11 +10,21 @@
  *   shards it owns, the owner otherwise; a scan reads every worker and merges.
  * - `SharedViews`: the cluster view (Meta.WatchCluster) of every worker's shards in each worker.
  */
+import { closeSync } from "node:fs";
 import type { MessagePort } from "node:worker_threads";
 import type { AdminStore, KvStore } from "../api/store.ts";
-import { type MemberView, ClusterViewPublisher, type ShardView } from "../cluster/index.ts";
+import {
+  ClusterViewPublisher,
+  decodeMetaCommand,
+  encodeMetaCommand,
+  type MemberView,
+  type MetaRecord,
+  MetaState,
+  type ShardView,
+} from "../cluster/index.ts";
 import { CairnError, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
+import type { MetaProposer } from "./cluster.ts";
 import {
   type ApplyOutcome,
   type MultiRaft,
@@ -38,7 +48,32 @@ export type SiblingCall =
   | { readonly op: "get"; readonly key: Uint8Array; readonly linearizable: boolean }
   | { readonly op: "scan"; readonly req: ScanRequest }
   | { readonly op: "snapshot"; readonly shard: number }
-  | { readonly op: "transfer"; readonly shard: number; readonly to: string };
+  | { readonly op: "transfer"; readonly shard: number; readonly to: string }
+  /** Cluster mode, to the worker that holds shard 0: propose a meta command (MetaProposer). */
+  | {
+      readonly op: "propose-meta";
+      readonly cmd: Uint8Array;
+      readonly timeoutMs: number;
+      readonly first: string | null;
+    }
+  /**
+   * Cluster mode, to the worker that holds shard 0: sync the meta state with the meta group's
+   * commit (MultiRaft.syncMeta) and answer the version of the state shared after it.
+   */
+  | { readonly op: "sync-meta" };
+
+/** The meta state as worker 0 shares it: its records, and a version that grows with each apply. */
+export interface SharedMeta {
+  readonly version: number;
+  readonly records: readonly MetaRecord[];
+}
+
+/** What the worker that holds shard 0 serves for the others in a cluster. */
+export interface MetaServer {
+  readonly proposer: MetaProposer;
+  /** The version of the latest meta state applied (and shared at the end of the turn). */
+  version(): number;
+}
 
 /** An error as it crosses threads: what toServiceError and the metrics read of it. */
 export interface WireError {
@@ -57,6 +92,26 @@ interface Envelope {
   }[];
   readonly shards: readonly ShardView[];
   readonly members: readonly MemberView[] | null;
+  /** Connections the sender accepted for the receiver: a descriptor each, and bytes read. */
+  readonly connections: readonly { readonly fd: number; readonly rest: Uint8Array | null }[];
+  /** The meta state, from the worker that holds shard 0, as of its last apply this turn. */
+  readonly meta: SharedMeta | null;
+  /** The sender's own gRPC server on loopback (its streaming calls), once it serves. */
+  readonly streamAddress: string | null;
+}
+
+/** What a worker does with what a sibling sends it. */
+export interface SiblingHandlers {
+  /** Runs a call on a shard this worker owns. */
+  readonly serve: SiblingServer;
+  /** Changes to the sibling's shards in the cluster view, and the members list. */
+  onView(shards: readonly ShardView[], members: readonly MemberView[] | null): void;
+  /** A connection the sibling accepted for this worker (RpcServer.adopt serves it). */
+  onConnection(fd: number, rest: Buffer | null): void;
+  /** The meta state, as the worker that holds shard 0 applied it. */
+  onMeta(meta: SharedMeta): void;
+  /** The sibling's own gRPC server's address, for the streaming calls aimed at it. */
+  onStreamAddress(address: string): void;
 }
 
 export function toWireError(err: unknown): WireError {
@@ -92,8 +147,7 @@ export type SiblingServer = (call: SiblingCall) => Promise<unknown>;
 
 export class Sibling {
   readonly #port: MessagePort;
-  readonly #serve: SiblingServer;
-  readonly #onView: (shards: readonly ShardView[], members: readonly MemberView[] | null) => void;
+  readonly #handlers: SiblingHandlers;
   /** Calls in flight by id (an IntMap: see its header for why not a `Map` on this path). */
   readonly #pending = new IntMap<{ resolve(v: unknown): void; reject(e: unknown): void }>();
   #nextId = 1;
@@ -101,17 +155,15 @@ export class Sibling {
   #replies: { id: number; value?: unknown; error?: WireError }[] = [];
   #shards: ShardView[] = [];
   #members: readonly MemberView[] | null = null;
+  #connections: { fd: number; rest: Uint8Array | null }[] = [];
+  #meta: SharedMeta | null = null;
+  #streamAddress: string | null = null;
   #scheduled = false;
   #closed = false;
 
-  constructor(
-    port: MessagePort,
-    serve: SiblingServer,
-    onView: (shards: readonly ShardView[], members: readonly MemberView[] | null) => void,
-  ) {
+  constructor(port: MessagePort, handlers: SiblingHandlers) {
     this.#port = port;
-    this.#serve = serve;
-    this.#onView = onView;
+    this.#handlers = handlers;
     port.on("message", (m: Envelope) => this.#receive(m));
     // The sibling closed its end, or its thread ended: nothing waiting on it will be answered.
     port.on("close", () => this.close());
@@ -142,6 +194,34 @@ export class Sibling {
     this.#schedule();
   }
 
+  /**
+   * Hands the sibling a connection this worker accepted for it: `fd`, a descriptor this worker
+   * no longer uses, and the bytes read past the connection's CONNECT. Closed here when the
+   * sibling is gone.
+   */
+  handConnection(fd: number, rest: Buffer | null): void {
+    if (this.#closed) {
+      closeSync(fd);
+      return;
+    }
+    this.#connections.push({ fd, rest });
+    this.#schedule();
+  }
+
+  /** Tells the sibling of the meta state (the worker that holds shard 0 applied it). */
+  shareMeta(meta: SharedMeta): void {
+    if (this.#closed) return;
+    this.#meta = meta;
+    this.#schedule();
+  }
+
+  /** Tells the sibling where this worker's own gRPC server serves the streaming calls. */
+  shareStreamAddress(address: string): void {
+    if (this.#closed) return;
+    this.#streamAddress = address;
+    this.#schedule();
+  }
+
   /** Fails what still waits on the sibling and stops listening. */
   close(): void {
     if (this.#closed) return;
@@ -149,10 +229,21 @@ export class Sibling {
     this.#port.close();
     for (const { reject } of this.#pending.values()) reject(new ShuttingDownError());
     this.#pending.clear();
+    for (const c of this.#connections) closeSync(c.fd);
+    this.#connections = [];
   }
 
   #receive(m: Envelope): void {
-    if (m.shards.length > 0 || m.members !== null) this.#onView(m.shards, m.members);
+    const h = this.#handlers;
+    if (m.streamAddress !== null) h.onStreamAddress(m.streamAddress);
+    if (m.meta !== null) h.onMeta(m.meta);
+    if (m.shards.length > 0 || m.members !== null) h.onView(m.shards, m.members);
+    for (const c of m.connections) {
+      h.onConnection(
+        c.fd,
+        c.rest === null ? null : Buffer.from(c.rest.buffer, c.rest.byteOffset, c.rest.byteLength),
+      );
+    }
     for (const r of m.replies) {
       const waiting = this.#pending.get(r.id);
       if (waiting === undefined) continue;
@@ -162,7 +253,7 @@ export class Sibling {
     }
     for (const call of m.calls) {
       const id = call.id;
-      this.#serve(call).then(
+      h.serve(call).then(
         (value) => this.#reply({ id, value }),
         (err: unknown) => this.#reply({ id, error: toWireError(err) }),
       );
@@ -189,11 +280,17 @@ export class Sibling {
       replies: this.#replies,
       shards: this.#shards,
       members: this.#members,
+      connections: this.#connections,
+      meta: this.#meta,
+      streamAddress: this.#streamAddress,
     };
     this.#calls = [];
     this.#replies = [];
     this.#shards = [];
     this.#members = null;
+    this.#connections = [];
+    this.#meta = null;
+    this.#streamAddress = null;
     this.#port.postMessage(envelope);
   };
 }
@@ -217,10 +314,14 @@ export function ownerOf(shard: number, workers: number): number {
   return shard % workers;
 }
 
-/** Runs a sibling's call on this worker's own driver. */
+/**
+ * Runs a sibling's call on this worker's own driver; `meta` serves the others' meta calls
+ * (cluster mode, the worker that holds shard 0).
+ */
 export function serveSibling(
   local: MultiRaft,
   transfer: (shard: number, to: string) => Promise<string>,
+  meta: MetaServer | null,
 ): SiblingServer {
   return async (call) => {
     switch (call.op) {
@@ -238,7 +339,30 @@ export function serveSibling(
         return local.snapshotShard(call.shard);
       case "transfer":
         return transfer(call.shard, call.to);
+      case "propose-meta":
+        if (meta === null) throw notMeta();
+        return meta.proposer.propose(decodeMetaCommand(call.cmd), call.timeoutMs, call.first);
+      case "sync-meta":
+        if (meta === null) throw notMeta();
+        await local.syncMeta();
+        return meta.version();
     }
+  };
+}
+
+function notMeta(): CairnError {
+  return new CairnError("CAIRN_ERR_INTERNAL", "this shard worker does not hold shard 0");
+}
+
+/**
+ * The meta proposer of a shard worker that does not hold shard 0: its commands go to worker 0,
+ * which proposes them through the meta group's leader.
+ */
+export function siblingProposer(worker0: Sibling): MetaProposer {
+  return {
+    propose: async (cmd, timeoutMs, first = null) => {
+      await worker0.call({ op: "propose-meta", cmd: encodeMetaCommand(cmd), timeoutMs, first });
+    },
   };
 }
 
@@ -336,6 +460,12 @@ export class RoutedStore implements KvStore, AdminStore {
  */
 export class SharedViews extends ClusterViewPublisher {
   #siblings: readonly Sibling[] = [];
+  #leaderListeners: ((shard: number, leader: string | null) => void)[] = [];
+
+  /** Tells `listener` of each leader change of a sibling's shard, as it is shared. */
+  onShared(listener: (shard: number, leader: string | null) => void): void {
+    this.#leaderListeners.push(listener);
+  }
 
   attach(siblings: readonly Sibling[]): void {
     this.#siblings = siblings;
@@ -353,7 +483,97 @@ export class SharedViews extends ClusterViewPublisher {
 
   /** What a sibling shared: applied here only, never passed on. */
   applyShared(shards: readonly ShardView[], members: readonly MemberView[] | null): void {
-    for (const v of shards) super.setShard(v);
+    for (const v of shards) {
+      super.setShard(v);
+      for (const l of this.#leaderListeners) l(v.id, v.leader === "" ? null : v.leader);
+    }
     if (members !== null) super.setMembers(members);
+  }
+}
+
+/** How long a worker waits for the meta state a sync named before it gives up (retryably). */
+const META_SYNC_TIMEOUT_MS = 10_000;
+
+/**
+ * The meta group's state shared between shard workers (cluster mode). Worker 0 holds shard 0:
+ * it shares each state it applies, once per event-loop turn (a fill applies many in one), with
+ * a version that grows with each apply. The others follow it: their ClusterState applies each
+ * state as it arrives, and a linearizable scan first asks worker 0 to sync with the meta group
+ * and waits for the state of that version.
+ */
+export class MetaShare {
+  readonly #siblings: readonly (Sibling | null)[];
+  /** Worker 0: states applied; the others: the version of the latest state received. */
+  #version = 0;
+  #toShare: MetaState | null = null;
+  #latest: MetaState | null = null;
+  #listener: ((state: MetaState) => void) | null = null;
+  #waiters: { version: number; resolve(): void }[] = [];
+
+  constructor(siblings: readonly (Sibling | null)[]) {
+    this.#siblings = siblings;
+  }
+
+  get version(): number {
+    return this.#version;
+  }
+
+  /** Worker 0: `state` was applied; the others get it at the end of the turn. */
+  share(state: MetaState): void {
+    this.#version++;
+    if (this.#toShare === null) setImmediate(this.#flush);
+    this.#toShare = state;
+  }
+
+  readonly #flush = (): void => {
+    const state = this.#toShare;
+    this.#toShare = null;
+    if (state === null) return;
+    const meta: SharedMeta = { version: this.#version, records: state.records() };
+    for (const s of this.#siblings) s?.shareMeta(meta);
+  };
+
+  /** The others: a state worker 0 shared (older ones than the latest are ignored). */
+  received(meta: SharedMeta): void {
+    if (meta.version <= this.#version) return;
+    this.#version = meta.version;
+    this.#latest = MetaState.load(meta.records);
+    this.#listener?.(this.#latest);
+    const reached = this.#waiters.filter((w) => w.version <= meta.version);
+    if (reached.length === 0) return;
+    this.#waiters = this.#waiters.filter((w) => w.version > meta.version);
+    for (const w of reached) w.resolve();
+  }
+
+  /** The others: `listener` hears each state received, the latest one at once. */
+  follow(listener: (state: MetaState) => void): void {
+    this.#listener = listener;
+    if (this.#latest !== null) listener(this.#latest);
+  }
+
+  /**
+   * The others: resolves once the state here is at least what worker 0 applied after syncing
+   * with the meta group's commit (MultiRaft.syncMeta there).
+   */
+  async sync(): Promise<void> {
+    const worker0 = this.#siblings[0];
+    if (worker0 === null || worker0 === undefined) throw notMeta();
+    const version = (await worker0.call({ op: "sync-meta" })) as number;
+    if (version <= this.#version) return;
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve, reject) => {
+      this.#waiters.push({ version, resolve });
+      timer = setTimeout(
+        () =>
+          reject(
+            new CairnError(
+              "CAIRN_ERR_TIMEOUT",
+              `the meta state of shard worker 0 did not reach this one within ${META_SYNC_TIMEOUT_MS} ms`,
+              { retryable: true },
+            ),
+          ),
+        META_SYNC_TIMEOUT_MS,
+      );
+    }).finally(() => clearTimeout(timer));
   }
 }

@@ -11,6 +11,8 @@ export interface ShardWorkerSetup {
   readonly walDir: string;
   /** The port shared with each other worker, by its index (null at this worker's own). */
   readonly ports: readonly (MessagePort | null)[];
+  /** Cluster mode: the data directory's incarnation (src/node/incarnation.ts), read once. */
+  readonly incarnation: string;
 }
 
 export type Question = "quick" | "report" | "metrics";

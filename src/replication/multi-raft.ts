@@ -199,6 +199,11 @@ export interface MultiRaftOptions {
    */
   readonly createdShards?: () => readonly number[];
   /**
+   * Cluster mode, a shard worker that does not hold shard 0: brings the meta state here up to
+   * the meta group's commit as of the call (what syncMeta() does through shard 0 itself).
+   */
+  readonly syncMeta?: () => Promise<void>;
+  /**
    * Cluster mode: asks node `leader` to confirm its leadership of `shard` and answer the index
    * a read must wait for (readIndexAsLeader there). With it a follower serves linearizable
    * reads (scans) itself; without it a follower's read fails with NotLeaderError. `term` is this
@@ -783,7 +788,11 @@ export class MultiRaft {
     linearizable: boolean,
   ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
     const remote = new Map<string, number[]>();
-    const created = this.#options.createdShards;
+    const owns = this.#options.ownsShard ?? (() => true);
+    // A shard worker reads its own shards (here or on the same worker of their replicas).
+    const createdShards = this.#options.createdShards;
+    const created =
+      createdShards === undefined ? undefined : () => createdShards().filter((id) => owns(id));
     const elsewhere = (id: number): boolean =>
       !this.#replicasOf(id).includes(this.replicaId) && this.#options.acceptsReplica?.(id) !== true;
     const place = (id: number): void => {
@@ -799,10 +808,10 @@ export class MultiRaft {
     let ids: readonly number[];
     if (created !== undefined) {
       // Every shard created before the scan arrived is in the meta state once it is synced.
-      await this.syncMeta();
+      await (this.#options.syncMeta?.() ?? this.syncMeta());
       ids = created();
     } else {
-      ids = Array.from({ length: this.totalShards }, (_, id) => id);
+      ids = Array.from({ length: this.totalShards }, (_, id) => id).filter((id) => owns(id));
     }
     const local: ShardReplica[] = [];
     const queue = ids.filter((id) => {

@@ -13,8 +13,9 @@ import {
   MetaState,
 } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
-import { ClusterState } from "../../src/node/cluster.ts";
+import { ClusterState, leaderProposer } from "../../src/node/cluster.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import type { Membership } from "../../src/membership/index.ts";
 import type { GrpcTransport, MultiRaft } from "../../src/replication/index.ts";
 
 const config = loadConfig({
@@ -116,6 +117,22 @@ describe("ClusterState", () => {
     assert.equal(old.lost.length, 1, "reported once");
   });
 
+  it(
+    "ends its rejoin loop at once when closed (a stopping node waits for it)",
+    { timeout: 5000 },
+    async () => {
+      const { cs } = cluster("inc-a");
+      // No peer alive: the loop waits between checks, never proposing.
+      const membership = { members: () => [] } as unknown as Membership;
+      const loop = cs.rejoinLoop(membership, () => false);
+      await new Promise((resolve) => setImmediate(resolve));
+      const started = performance.now();
+      cs.close();
+      await loop;
+      assert.ok(performance.now() - started < 1000, "not after the loop's 2 s wait");
+    },
+  );
+
   it("fails a shard's creation at once, with no timer set in the past, when proposing it took the whole timeout", async () => {
     const { cs } = cluster("inc2");
     cs.applied(state(BOOT));
@@ -124,13 +141,15 @@ describe("ClusterState", () => {
       shardInfo: () => ({ leader: null }),
       proposeMeta: () =>
         new Promise((resolve) => setTimeout(() => resolve({ kind: "applied" }), 20)),
+      nodeId: "n2",
     } as unknown as MultiRaft;
+    cs.attach(leaderProposer(store, null as unknown as GrpcTransport));
     const warnings: string[] = [];
     const onWarning = (w: Error): void => void warnings.push(w.name);
     process.on("warning", onWarning);
     try {
       await assert.rejects(
-        cs.ensureShard(7, store, null as unknown as GrpcTransport, 1),
+        cs.ensureShard(7, 1),
         (err: CairnError) => err.code === "CAIRN_ERR_SHARD_CREATION",
       );
       await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on a tick

@@ -8,7 +8,25 @@ import { describe, it } from "node:test";
 import { MessageChannel } from "node:worker_threads";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
-import { fromWireError, Sibling, type SiblingCall, toWireError } from "../../src/node/siblings.ts";
+import {
+  fromWireError,
+  Sibling,
+  type SiblingCall,
+  type SiblingHandlers,
+  type SiblingServer,
+  toWireError,
+} from "../../src/node/siblings.ts";
+
+/** A sibling's handlers that serve calls with `serve` and ignore the rest. */
+function handlers(serve: SiblingServer): SiblingHandlers {
+  return {
+    serve,
+    onView: () => {},
+    onConnection: () => assert.fail("no connection is handed over here"),
+    onMeta: () => {},
+    onStreamAddress: () => {},
+  };
+}
 
 describe("shard worker siblings", () => {
   it("errors cross with their code, retryability, message and leader", () => {
@@ -36,18 +54,16 @@ describe("shard worker siblings", () => {
     const served: SiblingCall[] = [];
     const owner = new Sibling(
       port2,
-      (call) => {
+      handlers((call) => {
         served.push(call);
         return call.op === "snapshot" && call.shard === 3
           ? Promise.reject(new CairnError("CAIRN_ERR_SHARD_NOT_ACTIVE", "shard 3 is not active"))
           : Promise.resolve(call.op === "snapshot" ? call.shard * 10 : null);
-      },
-      () => {},
+      }),
     );
     const asker = new Sibling(
       port1,
-      () => Promise.reject(new Error("not asked")),
-      () => {},
+      handlers(() => Promise.reject(new Error("not asked"))),
     );
     try {
       const answers = await Promise.allSettled(
@@ -73,8 +89,7 @@ describe("shard worker siblings", () => {
     port2.on("message", () => {}); // never answers
     const asker = new Sibling(
       port1,
-      () => Promise.resolve(null),
-      () => {},
+      handlers(() => Promise.resolve(null)),
     );
     const waiting = asker.call({ op: "snapshot", shard: 1 });
     port2.close();
@@ -87,8 +102,7 @@ describe("shard worker siblings", () => {
     port2.on("message", () => {});
     const asker = new Sibling(
       port1,
-      () => Promise.resolve(null),
-      () => {},
+      handlers(() => Promise.resolve(null)),
     );
     const waiting = asker.call({ op: "snapshot", shard: 1 });
     asker.close();

@@ -98,12 +98,19 @@ export class LocalCluster {
     this.#env = env;
   }
 
-  /** Picks ports for `size` nodes n1..nN under `dir`; starts none of them. */
+  /**
+   * Picks ports for `size` nodes n1..nN under `dir`; starts none of them. The environment's
+   * CLUSTER_SHARD_WORKERS=N runs every node with N shard workers (any cluster test, by hand).
+   */
   static async create(
     dir: string,
     size = 3,
     env: Readonly<Record<string, string>> = {},
   ): Promise<LocalCluster> {
+    const workers = process.env.CLUSTER_SHARD_WORKERS;
+    if (workers !== undefined && env["CAIRN_SHARD_WORKERS"] === undefined) {
+      env = { ...env, CAIRN_SHARD_WORKERS: workers };
+    }
     const nodes: ClusterNode[] = [];
     for (let i = 1; i <= size; i++) {
       const port = await freePort();
@@ -128,12 +135,13 @@ export class LocalCluster {
     return n;
   }
 
-  async start(id: string): Promise<ClusterNode> {
+  /** Starts node `id`, with `env` over the cluster's environment. */
+  async start(id: string, env: Readonly<Record<string, string>> = {}): Promise<ClusterNode> {
     const n = this.node(id);
     n.server = await startServer({
       dataDir: n.dataDir,
       args: ["--node-id", n.id, "--rpc-addr", n.rpc, "--seed-nodes", this.seeds],
-      env: this.#env,
+      env: { ...this.#env, ...env },
     });
     n.client = connect(n.rpc);
     return n;
