@@ -2,7 +2,7 @@
  * Fault injection on real processes with a linearizability checker (test/chaos/).
  *
  *   npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME]
- *                    [--nodes 3|5] [--out DIR]
+ *                    [--nodes 3|5] [--shard-workers N] [--out DIR]
  *
  * Runs seeds S..S+N-1 (S defaults to 1), one three-node (or five-node) cluster each; every run writes
  * DIR/run-<seed>-<scenario>/report.json (and, when it fails, the history and the nodes' logs)
@@ -12,6 +12,7 @@
  * Scenarios: mixed (default), kill, kill-all, crash, pause, partition, network, udp-loss, delay,
  * none. --bug plants a known bug in the nodes (follower-read-without-apply,
  * ack-before-wal-sync, snapshot-install-not-durable; repeatable) to see it caught.
+ * --shard-workers runs every node with N shard workers (docs/architecture.md, "Using every core").
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -26,6 +27,7 @@ const { values } = parseArgs({
     scenario: { type: "string", default: "mixed" },
     duration: { type: "string", default: "60" },
     nodes: { type: "string", default: "3" },
+    "shard-workers": { type: "string", default: "1" },
     bug: { type: "string", multiple: true, default: [] },
     out: { type: "string", default: ".chaos" },
     "stop-on-failure": { type: "boolean", default: false },
@@ -37,7 +39,7 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     [
-      "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--nodes 3|5] [--out DIR] [--stop-on-failure]",
+      "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--nodes 3|5] [--shard-workers N] [--out DIR] [--stop-on-failure]",
       `scenarios: ${Object.keys(SCENARIOS).join(", ")}`,
       "bugs: follower-read-without-apply, ack-before-wal-sync, snapshot-install-not-durable",
     ].join("\n"),
@@ -51,6 +53,11 @@ const durationMs = Number(values.duration) * 1000;
 const nodes = Number(values.nodes);
 if (nodes !== 3 && nodes !== 5) {
   console.error("--nodes takes 3 or 5 (every shard has three replicas)");
+  process.exit(2);
+}
+const shardWorkers = Number(values["shard-workers"]);
+if (!Number.isInteger(shardWorkers) || shardWorkers < 1 || shardWorkers > 16) {
+  console.error("--shard-workers takes an integer from 1 to 16 (the runs use 16 shards)");
   process.exit(2);
 }
 if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(first) || !(durationMs > 0)) {
@@ -88,12 +95,13 @@ for (let seed = first; seed < first + runs; seed++) {
     outDir: values.out,
     bugs: values.bug,
     size: nodes,
+    shardWorkers,
   });
   reports.push(report);
   if (report.verdict !== "pass") {
     for (const f of report.findings.slice(0, 5)) console.log(`  [${f.check}] ${brief(f.message)}`);
     console.log(
-      `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${nodes === 3 ? "" : ` --nodes ${nodes}`}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
+      `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${nodes === 3 ? "" : ` --nodes ${nodes}`}${shardWorkers === 1 ? "" : ` --shard-workers ${shardWorkers}`}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
     );
     if (values["stop-on-failure"]) break;
   }
@@ -110,7 +118,7 @@ for (const r of reports) {
 const failed = reports.filter((r) => r.verdict === "fail");
 const unknown = reports.filter((r) => r.verdict === "unknown");
 const lines = [
-  `chaos: ${reports.length} runs (${values.scenario}, ${nodes} nodes, ${values.duration} s each${values.bug.length > 0 ? `, bugs ${values.bug.join(",")}` : ""}) in ${Math.round((performance.now() - started) / 1000)} s: ${reports.length - failed.length - unknown.length} pass, ${failed.length} fail, ${unknown.length} unknown`,
+  `chaos: ${reports.length} runs (${values.scenario}, ${nodes} nodes${shardWorkers === 1 ? "" : ` of ${shardWorkers} shard workers`}, ${values.duration} s each${values.bug.length > 0 ? `, bugs ${values.bug.join(",")}` : ""}) in ${Math.round((performance.now() - started) / 1000)} s: ${reports.length - failed.length - unknown.length} pass, ${failed.length} fail, ${unknown.length} unknown`,
   `  operations: ${reports.reduce((a, r) => a + r.operations.total, 0)} issued, ${reports.reduce((a, r) => a + r.operations.checked, 0)} checked for linearizability; violations: ${reports.filter((r) => r.linearizability.status === "violation").length}; acknowledged writes lost: ${reports.reduce((a, r) => a + r.findings.filter((f) => f.check === "acknowledged-writes").length, 0)}`,
   `  faults: ${[...kinds].map(([k, l]) => `${k}×${l.length}`).join(" ") || "none"}`,
   ...[...kinds].map(([k, l]) => {
@@ -128,6 +136,7 @@ await writeFile(
       scenario: values.scenario,
       durationS: Number(values.duration),
       nodes,
+      shardWorkers,
       bugs: values.bug,
       summaries: reports.map((r) => r.summary),
       lines,

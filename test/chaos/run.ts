@@ -48,6 +48,8 @@ export interface RunOptions {
   /** Where the report goes (a directory per run is made in it). */
   readonly outDir: string;
   readonly size?: number;
+  /** Shard workers per node (default 1). */
+  readonly shardWorkers?: number;
   /** Planted bugs (src/node/testing-bugs.ts), for proving the harness catches them. */
   readonly bugs?: readonly string[];
   readonly workload?: Partial<WorkloadOptions>;
@@ -213,6 +215,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB",
       CAIRN_STORAGE_WAL_CACHE_BYTES: "1MiB",
       CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "2000",
+      CAIRN_SHARD_WORKERS: String(options.shardWorkers ?? 1),
       ...(bugs.length > 0 ? { CAIRN_TESTING_BUGS: bugs.join(",") } : {}),
     },
   });
