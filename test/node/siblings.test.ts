@@ -8,8 +8,10 @@ import { describe, it } from "node:test";
 import { MessageChannel } from "node:worker_threads";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
+import { MetaState } from "../../src/cluster/index.ts";
 import {
   fromWireError,
+  MetaShare,
   Sibling,
   type SiblingCall,
   type SiblingHandlers,
@@ -111,5 +113,64 @@ describe("shard worker siblings", () => {
     await assert.rejects(asker.call({ op: "snapshot", shard: 2 }), {
       code: "CAIRN_ERR_SHUTTING_DOWN",
     });
+  });
+
+  it("shares worker 0's meta state once a turn, newest only, and a sync waits for the state it named", async () => {
+    const { port1, port2 } = new MessageChannel();
+    const boot = MetaState.empty().apply({
+      op: "bootstrap",
+      clusterId: "c1",
+      totalShards: 16,
+      replicationFactor: 1,
+      members: [{ id: "n1", rpcAddr: "127.0.0.1:1", httpAddr: "127.0.0.1:2" }],
+    }).state;
+    const withShard = (state: MetaState, shard: number): MetaState =>
+      state.apply({ op: "create-shard", shard, replicas: ["n1"] }).state;
+    // Worker 0 holds the meta group. Its answer to a sync names the version of a state it
+    // shares only later (here, 20 ms after): the answer overtakes the state, and the sync must
+    // wait for it.
+    let latest = boot;
+    let shares = 0;
+    let share0: MetaShare | null = null;
+    const to1 = new Sibling(port1, {
+      ...handlers(async (call) => {
+        assert.equal(call.op, "sync-meta");
+        setTimeout(() => {
+          latest = withShard(latest, 9);
+          share0?.share(latest);
+        }, 20);
+        return (share0?.version ?? 0) + 1;
+      }),
+    });
+    const to0 = new Sibling(port2, {
+      ...handlers(() => Promise.reject(new Error("worker 1 serves nothing here"))),
+      onMeta: (meta) => {
+        shares++;
+        share1.received(meta);
+      },
+    });
+    share0 = new MetaShare([null, to1]);
+    const share1 = new MetaShare([to0, null]);
+    const seen: number[][] = [];
+    share1.follow((state) => seen.push([...state.shards.keys()].sort((a, b) => a - b)));
+    try {
+      // Three applies in one turn: one message, the newest state.
+      latest = withShard(boot, 3);
+      share0.share(boot);
+      share0.share(latest);
+      latest = withShard(latest, 5);
+      share0.share(latest);
+      await share1.sync();
+      assert.deepEqual(seen.at(-1), [0, 3, 5, 9], "the sync waited for the state with shard 9");
+      assert.ok(shares <= 2, `${shares} messages for four applies`);
+      assert.equal(share1.version, share0.version);
+      // A state older than the one held (a message overtaken) changes nothing.
+      const before = seen.length;
+      share1.received({ version: 1, records: boot.records() });
+      assert.equal(seen.length, before);
+    } finally {
+      to0.close();
+      to1.close();
+    }
   });
 });
