@@ -547,7 +547,7 @@ export function serveFrontEnd(
     if (throughTunnel) tunneled.add(connection);
   }
 
-  /** Sockets whose first bytes are awaited (shard workers only: worker-tunnel.ts). */
+  /** Sockets whose first bytes are awaited (a CONNECT to a shard worker, or HTTP/2). */
   const sniffing = new Set<Socket>();
 
   /**

@@ -132,12 +132,17 @@ const WAL_FRAME_HEADER_BYTES = 8;
 const WAL_BODY_HEADER_BYTES = 24;
 
 /**
- * Appends a torn record to the last WAL segment under `dataDir`: a frame whose body is cut short,
- * or a whole frame whose checksum does not match (the sectors of its body never written). Returns
- * what it wrote, for the fault's record.
+ * Appends a torn record to the last WAL segment under `dataDir` (with shard workers, of one
+ * worker's WAL, `wal-worker-<i>`, picked at random): a frame whose body is cut short, or a whole
+ * frame whose checksum does not match (the sectors of its body never written). Returns what it
+ * wrote, for the fault's record.
  */
 async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
-  const walDir = join(dataDir, "wal");
+  const wals = (await readdir(dataDir)).filter((f) => f === "wal" || f.startsWith("wal-worker-"));
+  wals.sort();
+  // One WAL (no workers): no draw, so the seeds of runs without workers replay as before.
+  const name = wals.length <= 1 ? "wal" : (wals[rng.int(wals.length)] as string);
+  const walDir = join(dataDir, name);
   const segments = (await readdir(walDir)).filter((f) => f.endsWith(".wal")).sort();
   const last = segments.at(-1);
   if (last === undefined) return "no WAL segment to tear";
@@ -150,8 +155,8 @@ async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
   for (let i = WAL_FRAME_HEADER_BYTES; i < frame.length; i++) frame[i] = rng.int(256);
   await appendFile(join(walDir, last), frame);
   return cutShort
-    ? `${last} ends with a frame of ${bodyLength} body bytes cut after ${written}`
-    : `${last} ends with a ${bodyLength}-byte body that fails its checksum`;
+    ? `${name}/${last} ends with a frame of ${bodyLength} body bytes cut after ${written}`
+    : `${name}/${last} ends with a ${bodyLength}-byte body that fails its checksum`;
 }
 
 /** Whether every node answers GET /health with `healthy` within `timeoutMs`. */
