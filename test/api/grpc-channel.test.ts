@@ -11,22 +11,13 @@ import * as grpc from "@grpc/grpc-js";
 import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
 import { CallCut } from "../../src/common/index.ts";
 import { freePort } from "../support/cluster-process.ts";
+import { bytesMethod } from "../support/grpc-client.ts";
 
 const { status } = grpc;
 const MAX = 1 << 20;
 
-function method(name: string, requestStream: boolean): grpc.MethodDefinition<Buffer, Buffer> {
-  const id = (b: Buffer): Buffer => b;
-  return {
-    path: `/test.Peer/${name}`,
-    requestStream,
-    responseStream: false,
-    requestSerialize: id,
-    requestDeserialize: id,
-    responseSerialize: id,
-    responseDeserialize: id,
-  };
-}
+const method = (name: string, requestStream: boolean): grpc.MethodDefinition<Buffer, Buffer> =>
+  bytesMethod("test.Peer", name, requestStream);
 
 const SERVICE: grpc.ServiceDefinition = {
   Echo: method("Echo", false),

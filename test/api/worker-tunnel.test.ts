@@ -14,19 +14,11 @@ import { SHARD_WORKER_KEY } from "../../src/api/wire.ts";
 import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
 import { readTunnelRequest, workerAuthority } from "../../src/api/worker-tunnel.ts";
 import { dupFd } from "../../src/common/index.ts";
+import { bytesMethod } from "../support/grpc-client.ts";
 
 const id = (b: Buffer): Buffer => b;
-function method(name: string, requestStream: boolean): grpc.MethodDefinition<Buffer, Buffer> {
-  return {
-    path: `/test.Worker/${name}`,
-    requestStream,
-    responseStream: false,
-    requestSerialize: id,
-    requestDeserialize: id,
-    responseSerialize: id,
-    responseDeserialize: id,
-  };
-}
+const method = (name: string, requestStream: boolean): grpc.MethodDefinition<Buffer, Buffer> =>
+  bytesMethod("test.Worker", name, requestStream);
 const SERVICE: grpc.ServiceDefinition = {
   Whoami: method("Whoami", false),
   Count: method("Count", true),

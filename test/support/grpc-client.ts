@@ -8,6 +8,7 @@ import {
   type Client,
   loadPackageDefinition,
   type Metadata,
+  type MethodDefinition,
   type ServiceError,
 } from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
@@ -66,4 +67,25 @@ export function connect(address: string, options: ChannelOptions = {}): Clients 
 export function grpcError(err: unknown): { code: number; details: string; metadata: Metadata } {
   const e = err as ServiceError;
   return { code: e.code, details: e.details, metadata: e.metadata };
+}
+
+/**
+ * A method of a test service whose messages are bytes passed through as they are (no protobuf):
+ * `/<service>/<name>`, unary or client-streaming.
+ */
+export function bytesMethod(
+  service: string,
+  name: string,
+  requestStream: boolean,
+): MethodDefinition<Buffer, Buffer> {
+  const id = (b: Buffer): Buffer => b;
+  return {
+    path: `/${service}/${name}`,
+    requestStream,
+    responseStream: false,
+    requestSerialize: id,
+    requestDeserialize: id,
+    responseSerialize: id,
+    responseDeserialize: id,
+  };
 }
