@@ -431,12 +431,10 @@ export class CairnNode implements HealthSource {
   async #startRpc(address: string): Promise<void> {
     const c = this.config;
     const cell = this.#cell;
-    const proposer =
-      this.#cluster !== null && this.#transport !== null && cell?.index === 0
-        ? leaderProposer(this.store, this.#transport)
-        : null;
     const cluster = this.#cluster;
     const store = this.store;
+    // Worker 0 holds shard 0: its ClusterState proposes the other workers' meta commands.
+    const proposer = cluster !== null && cell?.index === 0 ? cluster : null;
     // Admin.TransferLeader on a shard of this driver: in a cluster through the meta group.
     const transferHere =
       cluster === null

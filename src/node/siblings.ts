@@ -562,18 +562,19 @@ export class MetaShare {
     if (version <= this.#version) return;
     let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve, reject) => {
-      this.#waiters.push({ version, resolve });
-      timer = setTimeout(
-        () =>
-          reject(
-            new CairnError(
-              "CAIRN_ERR_TIMEOUT",
-              `the meta state of shard worker 0 did not reach this one within ${META_SYNC_TIMEOUT_MS} ms`,
-              { retryable: true },
-            ),
+      const waiter = { version, resolve };
+      this.#waiters.push(waiter);
+      timer = setTimeout(() => {
+        // Gone from the list: a state that never comes does not keep the waiter.
+        this.#waiters = this.#waiters.filter((w) => w !== waiter);
+        reject(
+          new CairnError(
+            "CAIRN_ERR_TIMEOUT",
+            `the meta state of shard worker 0 did not reach this one within ${META_SYNC_TIMEOUT_MS} ms`,
+            { retryable: true },
           ),
-        META_SYNC_TIMEOUT_MS,
-      );
+        );
+      }, META_SYNC_TIMEOUT_MS);
     }).finally(() => clearTimeout(timer));
   }
 }
