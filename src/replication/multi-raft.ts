@@ -238,7 +238,8 @@ export interface MultiRaftOptions {
   /**
    * Hands what this turn has framed for clients (answers) to the sockets now: called, with the
    * transport's flush(), right before the WAL blocks the thread on a write, so that answers
-   * framed since the last turn do not wait for the write.
+   * framed since the last turn do not wait for the write, and once the answers a round settles
+   * are framed.
    */
   readonly flushOutputs?: () => void;
 }
@@ -263,9 +264,11 @@ export interface RaftTransport {
   send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void;
   /**
    * Hands what send() was given this turn to the network now, not after the turn: the driver
-   * calls it before it blocks the thread on a synchronous WAL write, so that its appends
-   * travel meanwhile. A transport that sends at once has nothing to do here; a wrapper must
-   * pass it on (src/node/counting-transport.ts).
+   * calls it once a round's appends are given (before its WAL write), once its acknowledgements
+   * are (after the sync), and once the answers its applies settle are framed. A round runs
+   * from setImmediate, so "after the turn" is the next turn's check phase. A transport that
+   * sends at once has nothing to do here; a wrapper must pass it on
+   * (src/node/counting-transport.ts).
    */
   flush(): void;
 }
@@ -426,6 +429,8 @@ export class MultiRaft {
   readonly #confirmer: TermConfirmer | null;
   #stopMaintenance: (() => void) | null = null;
   #maintaining = false;
+  /** A #flushAnswers is queued (#flushAfterAnswers). */
+  #flushQueued = false;
 
   private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment | null) {
     this.#options = options;
@@ -1485,10 +1490,11 @@ export class MultiRaft {
         // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
         // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
         // copy toward a commit only when it steps the followers' answers, in a later round,
-        // after this round's sync; only those answers and votes promise durability. Should the
-        // WAL's write below block the thread, its beforeBlockingWrite hook (open()) hands them to
-        // the sockets first.
+        // after this round's sync; only those answers and votes promise durability. The
+        // sockets take them now, before the write, whether it blocks the thread or not: from a
+        // round (run from setImmediate) they would otherwise wait for the next turn's check phase.
         this.#send(early);
+        this.#options.transport?.flush();
       }
       // Without mustSync only commit indexes moved: durable with the next round that syncs.
       if (records.length > 0) this.#wal.append(records);
@@ -1503,6 +1509,9 @@ export class MultiRaft {
       }
       // Only now, with the round durable: a message may acknowledge or vote on what it holds.
       this.#send(outbox);
+      // An acknowledgement is on the path of every write of the groups this node follows: it
+      // leaves now, not after this round's applies and another turn of the event loop.
+      if (outbox.size > 0) this.#options.transport?.flush();
       let applied: ShardReplica[] | null = null;
       const observer = this.#options.observer;
       for (let w = 0; w < ready.length; w++) {
@@ -1516,6 +1525,9 @@ export class MultiRaft {
         }
         this.#applyingUntil(s, pending);
       }
+      // The answers this round's applies settle are framed by their promises' continuations:
+      // they leave once those have run, not after another turn of the event loop.
+      this.#flushAfterAnswers();
       // Groups applied in place are marked for another round from a microtask, after those the
       // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
       // through three nodes ran ~10% slower (alternating runs; the cause was not pinned down).
@@ -1535,6 +1547,29 @@ export class MultiRaft {
       clearArray(this.#roundRecords);
     }
   }
+
+  /**
+   * Hands what this turn framed to the sockets once the microtasks queued so far have run (a
+   * tick queued from a microtask runs when the microtask queue is empty): the answers of the
+   * proposals and reads a round settles, the forwarded calls' answers among them. Framed in a
+   * round, which runs from setImmediate, they would otherwise leave in the next turn's check
+   * phase, after its timers and its poll for I/O (with what that poll brings in): every write
+   * waited for that on its leader, a forwarded one before its answer went back.
+   */
+  #flushAfterAnswers(): void {
+    if (this.#flushQueued) return;
+    const transport = this.#options.transport;
+    const flushOutputs = this.#options.flushOutputs;
+    if (transport === undefined && flushOutputs === undefined) return;
+    this.#flushQueued = true;
+    queueMicrotask(() => process.nextTick(this.#flushAnswers));
+  }
+
+  readonly #flushAnswers = (): void => {
+    this.#flushQueued = false;
+    this.#options.transport?.flush();
+    this.#options.flushOutputs?.();
+  };
 
   /**
    * Whether `rd` needs the round to be durable before its messages leave and its entries apply:

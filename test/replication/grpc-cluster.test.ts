@@ -53,6 +53,13 @@ interface PeerNode {
   readonly heartbeatsTo: Map<string, number>;
   /** ConfirmTerms calls this node made, by peer. */
   readonly termCallsTo: Map<string, number>;
+  /** Messages handed to the transport, by type. */
+  readonly sent: Map<string, number>;
+  /**
+   * Of `sent`, those the driver had not flushed (RaftTransport.flush) by the next turn of the
+   * event loop, by type: they waited for the transport's own end-of-turn write.
+   */
+  readonly sentLate: Map<string, number>;
 }
 
 interface StartOptions {
@@ -124,6 +131,10 @@ class Cluster {
     const appendsSent = new Map<string, number>();
     const heartbeatsTo = new Map<string, number>();
     const termCallsTo = new Map<string, number>();
+    const sentByType = new Map<string, number>();
+    const sentLate = new Map<string, number>();
+    let sends = 0;
+    let flushedSends = 0;
     let mr: MultiRaft | null = null;
     // Frames that arrive before the node has opened are dropped (Raft resends).
     const server = await startRaftServer(
@@ -167,9 +178,19 @@ class Cluster {
         for (const m of messages)
           if (m.message.type === "append") count(appendsSent, String(m.shard));
         count(heartbeatsTo, to, messages.filter((m) => m.message.type === "heartbeat").length);
+        for (const m of messages) count(sentByType, m.message.type);
         transport.send(to, messages, sent);
+        // A setImmediate queued now runs in the next turn's check phase, as the transport's own
+        // end-of-turn write does: by then the driver should have flushed this send.
+        const seq = ++sends;
+        setImmediate(() => {
+          if (flushedSends < seq) for (const m of messages) count(sentLate, m.message.type);
+        });
       },
-      flush: () => transport.flush(),
+      flush: () => {
+        flushedSends = sends;
+        transport.flush();
+      },
     };
     const dataDir = join(this.#dir, id);
     try {
@@ -228,6 +249,8 @@ class Cluster {
       appendsSent,
       heartbeatsTo,
       termCallsTo,
+      sent: sentByType,
+      sentLate,
     };
     this.nodes.set(id, node);
     return node;
@@ -764,6 +787,33 @@ describe("MultiRaft over gRPC, three nodes", () => {
     } finally {
       disk.held = null;
       release();
+      await cluster.stopAll();
+    }
+  });
+
+  it("a round's appends and acknowledgements leave in the round's turn of the event loop, not the next", async () => {
+    // From a round (run from setImmediate) the transport's end-of-turn write comes in the next
+    // turn, after its timers and its poll for I/O: every hop of a write waited for that.
+    const cluster = new Cluster(join(dir, "turn"));
+    try {
+      const n1 = await cluster.start("n1");
+      await cluster.start("n2");
+      await cluster.start("n3");
+      const keys = keysOfShard(n1.mr, 3, 20, "t");
+      await cluster.putLedBy(keys[0] as string, "v0", n1);
+      for (const key of keys) await n1.mr.put(enc.encode(key), enc.encode("v1"));
+      const all = cluster.live();
+      const total = (type: string, field: "sent" | "sentLate"): number =>
+        all.reduce((n, node) => n + (node[field].get(type) ?? 0), 0);
+      assert.ok(total("append", "sent") >= keys.length, "the leader sent appends");
+      assert.ok(total("append-resp", "sent") >= keys.length, "the followers acknowledged");
+      assert.equal(total("append", "sentLate"), 0, "appends left in their round's turn");
+      assert.equal(
+        total("append-resp", "sentLate"),
+        0,
+        "acknowledgements left in their round's turn",
+      );
+    } finally {
       await cluster.stopAll();
     }
   });

@@ -378,6 +378,34 @@ describe("MultiRaft scheduling and back-pressure", () => {
     },
   );
 
+  it("a write's answer leaves in the turn of the round that settled it, not the next", async () => {
+    // A server frames the answer in the write's continuation and writes it at the end of the
+    // turn, or at once on flushOutputs. From a round (run from setImmediate) the end of the turn
+    // is the next turn's check phase, after its timers and its poll for I/O.
+    let flushes = 0;
+    const mr = await MultiRaft.open({
+      ...options(join(root, "answers")),
+      flushOutputs: () => {
+        flushes++;
+      },
+    });
+    try {
+      let late = 0;
+      for (let i = 0; i < 10; i++) {
+        await mr.put(enc.encode(`answer-${i}`), enc.encode("v")).then(() => {
+          const before = flushes;
+          setImmediate(() => {
+            if (flushes === before) late++;
+          });
+        });
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(late, 0, "every answer was flushed before the next turn");
+    } finally {
+      await mr.close();
+    }
+  });
+
   // Regression (issue 9, bug 5): back-pressure was a count per shard only; a flood of large
   // writes could queue gigabytes.
   it("refuses writes past the node-wide byte budget, retryably, and keeps serving", async () => {
