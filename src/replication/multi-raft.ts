@@ -1490,11 +1490,9 @@ export class MultiRaft {
         // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
         // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
         // copy toward a commit only when it steps the followers' answers, in a later round,
-        // after this round's sync; only those answers and votes promise durability. The
-        // sockets take them now, before the write, whether it blocks the thread or not: from a
-        // round (run from setImmediate) they would otherwise wait for the next turn's check phase.
+        // after this round's sync; only those answers and votes promise durability. They leave
+        // now (#send), before the write, whether it blocks the thread or not.
         this.#send(early);
-        this.#options.transport?.flush();
       }
       // Without mustSync only commit indexes moved: durable with the next round that syncs.
       if (records.length > 0) this.#wal.append(records);
@@ -1508,10 +1506,9 @@ export class MultiRaft {
         await this.#wal.sync();
       }
       // Only now, with the round durable: a message may acknowledge or vote on what it holds.
-      this.#send(outbox);
       // An acknowledgement is on the path of every write of the groups this node follows: it
-      // leaves now, not after this round's applies and another turn of the event loop.
-      if (outbox.size > 0) this.#options.transport?.flush();
+      // leaves now (#send), not after this round's applies.
+      this.#send(outbox);
       let applied: ShardReplica[] | null = null;
       const observer = this.#options.observer;
       for (let w = 0; w < ready.length; w++) {
@@ -1594,9 +1591,14 @@ export class MultiRaft {
     return false;
   }
 
+  /**
+   * Hands `outbox` to the transport and flushes it: a round runs from setImmediate, so the
+   * connections' own end-of-turn write would come in the next turn's check phase, after that
+   * turn's timers and its poll for I/O (and whatever the poll brings in).
+   */
   #send(outbox: Map<NodeId, ShardMessage[]>): void {
     const transport = this.#options.transport;
-    if (transport === undefined) return;
+    if (transport === undefined || outbox.size === 0) return;
     for (const [to, messages] of outbox) {
       const snapshots = messages.filter((m) => m.message.type === "snapshot").map((m) => m.shard);
       if (snapshots.length === 0) {
@@ -1610,6 +1612,7 @@ export class MultiRaft {
         for (const id of snapshots) this.#report(id, { kind: "snapshot", to, ok: delivered });
       });
     }
+    transport.flush();
   }
 
   /**
