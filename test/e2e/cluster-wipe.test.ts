@@ -19,6 +19,7 @@ import {
   clusterView,
   eventually,
   everyReplicaHolds,
+  healthReport,
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
@@ -26,18 +27,8 @@ import {
 const TOTAL_SHARDS = 1024;
 const KEYS = 120;
 
-interface Report {
-  status: string;
-  shards: { id: number; status: string }[];
-}
-
-async function report(http: string | undefined): Promise<Report> {
-  const res = await fetch(`http://${http}/health`);
-  return (await res.json()) as Report;
-}
-
 async function health(http: string | undefined): Promise<string> {
-  return (await report(http)).status;
+  return (await healthReport(http)).status;
 }
 
 /**
@@ -57,7 +48,7 @@ function sampleHealth(
     // the leader's snapshot is installed) lasts only tens of milliseconds.
     for (let i = 0; i < 5_000 && !stopped; i++) {
       try {
-        const [r, view] = await Promise.all([report(http), clusterView(placer)]);
+        const [r, view] = await Promise.all([healthReport(http), clusterView(placer)]);
         if (r.status === "healthy") {
           const here = new Map(r.shards.map((s) => [s.id, s.status]));
           const placed = view.shards.filter((s) => s.replicas.includes(node)).map((s) => s.id);

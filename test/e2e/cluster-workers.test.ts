@@ -19,6 +19,7 @@ import {
   clusterView,
   eventually,
   everyReplicaHolds,
+  healthReport,
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
@@ -26,11 +27,6 @@ import {
 const TOTAL_SHARDS = 1024;
 const WORKERS = { CAIRN_SHARD_WORKERS: "2" };
 const b = (s: string): Buffer => Buffer.from(s);
-
-interface Report {
-  status: string;
-  shards: { id: number; status: string }[];
-}
 
 describe("a cluster of nodes with two shard workers each (real processes)", () => {
   let dir: string;
@@ -88,7 +84,7 @@ describe("a cluster of nodes with two shard workers each (real processes)", () =
       );
       for (const n of cluster.nodes) {
         await eventually(`${n.id} is healthy with the shards of both workers`, async () => {
-          const r = (await (await fetch(`http://${n.server?.http}/health`)).json()) as Report;
+          const r = await healthReport(n.server?.http);
           const ids = new Set(r.shards.map((s) => s.id));
           return r.status === "healthy" && written.every((id) => ids.has(id)) && ids.has(0);
         });

@@ -208,6 +208,18 @@ export class LocalCluster {
   }
 }
 
+/** A node's GET /health report (the fields the tests read). */
+export interface HealthReport {
+  status: string;
+  shards: { id: number; status: string }[];
+}
+
+/** GET /health of the node whose HTTP address is `http`. */
+export async function healthReport(http: string | undefined): Promise<HealthReport> {
+  const res = await fetch(`http://${http}/health`);
+  return (await res.json()) as HealthReport;
+}
+
 /** A node's cluster view as Meta.WatchCluster sends it (the fields the tests read). */
 export interface ViewMessage {
   cluster_id: string;
