@@ -62,6 +62,7 @@ import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { checkShardWorkers } from "./worker-layout.ts";
+import { ownerOf } from "./siblings.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -289,7 +290,7 @@ export class CairnNode implements HealthSource {
         ? {}
         : {
             walDir: cell.walDir,
-            ownsShard: (shard: number) => shard % cell.count === cell.index,
+            ownsShard: (shard: number) => ownerOf(shard, cell.count) === cell.index,
           }),
       totalShards: config.cluster.total_shards,
       tickMs: config.raft.tick_ms,
@@ -731,7 +732,7 @@ export class CairnNode implements HealthSource {
       const cell = this.#cell;
       for (const id of cluster.shardsOn(this.config.node_id)) {
         // A shard worker lists its own shards only (the node's report merges the workers').
-        if (held.has(id) || (cell !== null && id % cell.count !== cell.index)) continue;
+        if (held.has(id) || (cell !== null && ownerOf(id, cell.count) !== cell.index)) continue;
         shards.push({
           id,
           status: "degraded",

@@ -51,6 +51,7 @@ import {
   status,
 } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
+import { TUNNEL_REFUSED } from "../api/h2/client.ts";
 import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
 import type { ConfirmTermsReply } from "../api/generated/cairn/v1/ConfirmTermsReply.ts";
 import type { ConfirmTermsRequest__Output } from "../api/generated/cairn/v1/ConfirmTermsRequest.ts";
@@ -1081,7 +1082,7 @@ export class GrpcTransport implements RaftTransport {
     };
     // A refusal is a configuration mistake (another cluster, another number of shard workers):
     // said at every attempt, not once.
-    if (err?.code === status.FAILED_PRECONDITION || /refused the tunnel/.test(fields.details)) {
+    if (err?.code === status.FAILED_PRECONDITION || fields.details.includes(TUNNEL_REFUSED)) {
       this.#log.warn("raft peer refused the stream", fields);
     } else if (peer.wasConnected) {
       this.#log.warn("raft peer stream lost", fields);

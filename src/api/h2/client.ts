@@ -51,6 +51,9 @@ export interface ClientConnectionOptions {
   readonly tunnel?: string;
 }
 
+/** How a connection's close reason starts when the server refused its tunnel (CONNECT). */
+export const TUNNEL_REFUSED = "the server refused the tunnel";
+
 export const DEFAULT_CLIENT_OPTIONS: ClientConnectionOptions = {
   receiveWindow: 1 << 20,
   maxHeaderListSize: 64 * 1024,
@@ -263,7 +266,7 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
   }
 
   protected override tunnelRefused(answer: string): void {
-    this.closeReason ??= `the server refused the tunnel: ${answer}`;
+    this.closeReason ??= `${TUNNEL_REFUSED}: ${answer}`;
   }
 
   protected override fail(code: number, message: string): void {
