@@ -1,0 +1,46 @@
+/**
+ * `npm test` runs two test files at once, each in its own process, and end-to-end tests pick
+ * their nodes' ports before binding them (`freePort`). A port one file picked must not be picked
+ * by the other before it is bound: the claim files of `claimPort` rule that out across processes.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { claimPort } from "./support/cluster-process.ts";
+
+const helper = join(import.meta.dirname, "support", "cluster-process.ts");
+
+/** A port no other test of this run claims (outside freePort's range). */
+const PORT = 19_000 + (process.pid % 1000);
+
+describe("port claims across test processes", () => {
+  it("a port another live process claimed is refused here until that process exits", async () => {
+    // The child claims the port, says so, and waits for its stdin to close before exiting.
+    const child = spawn(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `const { claimPort } = await import(${JSON.stringify(helper)});
+         console.log(claimPort(${PORT}) ? "claimed" : "refused");
+         process.stdin.resume();
+         process.stdin.on("end", () => process.exit(0));`,
+      ],
+      { stdio: ["pipe", "pipe", "inherit"] },
+    );
+    const [first] = (await once(child.stdout, "data")) as [Buffer];
+    assert.equal(first.toString().trim(), "claimed");
+    assert.equal(claimPort(PORT), false, "claimed by the child, refused here");
+    assert.ok(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))));
+
+    child.stdin.end();
+    await once(child, "exit");
+    assert.equal(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))), false);
+    assert.equal(claimPort(PORT), true, "free once the child exited");
+    assert.equal(claimPort(PORT), false, "this process holds it now");
+  });
+});
