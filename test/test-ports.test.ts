@@ -32,13 +32,17 @@ describe("port claims across test processes", () => {
       ],
       { stdio: ["pipe", "pipe", "inherit"] },
     );
-    const [first] = (await once(child.stdout, "data")) as [Buffer];
-    assert.equal(first.toString().trim(), "claimed");
-    assert.equal(claimPort(PORT), false, "claimed by the child, refused here");
-    assert.ok(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))));
-
-    child.stdin.end();
-    await once(child, "exit");
+    const exited = once(child, "exit");
+    try {
+      const [first] = (await once(child.stdout, "data")) as [Buffer];
+      assert.equal(first.toString().trim(), "claimed");
+      assert.equal(claimPort(PORT), false, "claimed by the child, refused here");
+      assert.ok(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))));
+      child.stdin.end();
+      await exited;
+    } finally {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    }
     assert.equal(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))), false);
     assert.equal(claimPort(PORT), true, "free once the child exited");
     assert.equal(claimPort(PORT), false, "this process holds it now");

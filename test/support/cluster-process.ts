@@ -53,11 +53,13 @@ const CLAIMS = join(tmpdir(), "cairn-test-ports");
 /** A claim this old whose process is gone was left by a killed run: it no longer holds. */
 const STALE_CLAIM_MS = 60 * 60 * 1000;
 const claimed: string[] = [];
+let claiming = false;
 
 /** Claims `port` for this process; false when another live (or recent) claim holds it. */
 export function claimPort(port: number): boolean {
   const path = join(CLAIMS, String(port));
-  if (claimed.length === 0) {
+  if (!claiming) {
+    claiming = true;
     mkdirSync(CLAIMS, { recursive: true });
     process.once("exit", () => {
       for (const p of claimed) rmSync(p, { force: true });
