@@ -14,11 +14,20 @@ import { claimPort } from "./support/cluster-process.ts";
 
 const helper = join(import.meta.dirname, "support", "cluster-process.ts");
 
-/** A port no other test of this run claims (outside freePort's range). */
-const PORT = 19_000 + (process.pid % 1000);
+const claimFile = (port: number): string => join(tmpdir(), "cairn-test-ports", String(port));
+
+/** A port outside freePort's range that no claim (not even one a killed run left) holds. */
+function unclaimedPort(): number {
+  for (let i = 0; i < 1000; i++) {
+    const port = 19_000 + ((process.pid + i) % 1000);
+    if (!existsSync(claimFile(port))) return port;
+  }
+  throw new Error("every port in [19000, 20000) has a claim file");
+}
 
 describe("port claims across test processes", () => {
   it("a port another live process claimed is refused here until that process exits", async () => {
+    const PORT = unclaimedPort();
     // The child claims the port, says so, and waits for its stdin to close before exiting.
     const child = spawn(
       process.execPath,
@@ -34,16 +43,19 @@ describe("port claims across test processes", () => {
     );
     const exited = once(child, "exit");
     try {
-      const [first] = (await once(child.stdout, "data")) as [Buffer];
-      assert.equal(first.toString().trim(), "claimed");
+      const said = await Promise.race([
+        once(child.stdout, "data").then(([chunk]) => String(chunk).trim()),
+        exited.then(([code]) => `exited with ${String(code)} before saying anything`),
+      ]);
+      assert.equal(said, "claimed");
       assert.equal(claimPort(PORT), false, "claimed by the child, refused here");
-      assert.ok(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))));
+      assert.ok(existsSync(claimFile(PORT)));
       child.stdin.end();
       await exited;
     } finally {
       if (child.exitCode === null) child.kill("SIGKILL");
     }
-    assert.equal(existsSync(join(tmpdir(), "cairn-test-ports", String(PORT))), false);
+    assert.equal(existsSync(claimFile(PORT)), false);
     assert.equal(claimPort(PORT), true, "free once the child exited");
     assert.equal(claimPort(PORT), false, "this process holds it now");
   });
