@@ -7,14 +7,11 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { claimPort } from "./support/cluster-process.ts";
+import { claimFile, claimPort } from "./support/cluster-process.ts";
 
 const helper = join(import.meta.dirname, "support", "cluster-process.ts");
-
-const claimFile = (port: number): string => join(tmpdir(), "cairn-test-ports", String(port));
 
 /** A port outside freePort's range that no claim (not even one a killed run left) holds. */
 function unclaimedPort(): number {

@@ -55,9 +55,14 @@ const STALE_CLAIM_MS = 60 * 60 * 1000;
 const claimed: string[] = [];
 let claiming = false;
 
+/** The file that claims `port` while a test process holds it. */
+export function claimFile(port: number): string {
+  return join(CLAIMS, String(port));
+}
+
 /** Claims `port` for this process; false when another live (or recent) claim holds it. */
 export function claimPort(port: number): boolean {
-  const path = join(CLAIMS, String(port));
+  const path = claimFile(port);
   if (!claiming) {
     claiming = true;
     mkdirSync(CLAIMS, { recursive: true });
