@@ -9,10 +9,11 @@
  * `CONNECT cairn-shard-worker-<i>-of-<N>:0 HTTP/1.1` (N: the caller's own number of workers), its
  * HTTP/2 preface following at once (h2/core.ts reads the answer before the server's frames). The
  * worker that accepted the connection reads up to the end of that request, inside the read that
- * delivered it. If it is worker i it answers 200 and serves the connection. If not, it stops reading there, duplicates the socket's
- * descriptor (the native addon's dupFd), closes its own socket and hands the copy, with the bytes
- * it read past the request, to worker i, which answers 200 and serves it; the rest of the
- * client's bytes are still in the kernel's buffer for worker i to read. The connection then
+ * delivered it. If it is worker i it answers 200 and serves the connection. If not, it stops
+ * reading there, duplicates the socket's descriptor (the native addon's dupFd), closes its own
+ * socket and hands the copy, with the bytes it read past the request, to worker i, which answers
+ * 200 and serves it; the rest of the client's bytes are still in the kernel's buffer for worker i
+ * to read. The connection then
  * carries HTTP/2 to worker i for its whole life, with no hop between threads.
  *
  * A connection whose first byte is not `C` is HTTP/2 (the preface starts `PRI`), served where it
