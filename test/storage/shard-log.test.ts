@@ -151,6 +151,26 @@ describe("ShardLog", () => {
     }
   });
 
+  it("starts a new log with a small chunk, and doubles its chunks up to 16 KiB", () => {
+    // A node opens the logs of its 1,024 shards as they are created: a small shard's log must
+    // not take a 16 KiB buffer for its first entries.
+    const log = new ShardLog();
+    log.append({ term: 1, index: 1, type: 0, data: bytesOf(100, 1) }, false);
+    assert.equal(log.entry(1).data.buffer.byteLength, 1024);
+    const sizes: number[] = [];
+    for (let i = 2; i <= 400; i++) {
+      log.append({ term: 1, index: i, type: 0, data: bytesOf(100, i) }, false);
+      const size = log.entry(i).data.buffer.byteLength;
+      if (size !== sizes.at(-1)) sizes.push(size);
+    }
+    assert.deepEqual(sizes, [1024, 2048, 4096, 8192, 16384]);
+    // An entry larger than a chunk gets its own; the chunk after it is a whole one again.
+    log.append({ term: 1, index: 401, type: 0, data: bytesOf(40_000, 401) }, false);
+    log.append({ term: 1, index: 402, type: 0, data: bytesOf(100, 402) }, false);
+    assert.equal(log.entry(401).data.buffer.byteLength, 40_000);
+    assert.equal(log.entry(402).data.buffer.byteLength, 16 * 1024);
+  });
+
   it("gives back the memory of compacted entries, and holds little more than the bytes held", () => {
     const log = new ShardLog();
     const held = new Set<ArrayBufferLike>();
