@@ -71,8 +71,9 @@ export class ByteSink {
   buf: Buffer;
   length = 0;
 
-  constructor(capacity = 8192) {
-    this.buf = Buffer.allocUnsafe(capacity);
+  /** Writes into `buf` (a new buffer of `capacity` bytes by default), growing past it by doubling. */
+  constructor(capacity = 8192, buf: Buffer = Buffer.allocUnsafe(capacity)) {
+    this.buf = buf;
   }
 
   ensure(extra: number): void {
@@ -551,9 +552,18 @@ export class TableBuilder {
   #minSeq = Number.MAX_SAFE_INTEGER;
   #maxSeq = 0;
 
-  /** `capacity`: the table's expected size (its buffer grows by doubling, a copy each time). */
-  constructor(capacity = 1 << 20) {
-    this.#out = new ByteSink(capacity);
+  /**
+   * `capacity`: the table's expected size (its buffer grows by doubling, a copy each time);
+   * `buffer`: where to build it instead of a new buffer of that size (a compaction worker's
+   * BufferPool).
+   */
+  constructor(capacity = 1 << 20, buffer?: Buffer) {
+    this.#out = new ByteSink(capacity, buffer);
+  }
+
+  /** The buffer the table is built in (finish()'s bytes are a view of it), to reuse once written. */
+  get buffer(): Buffer {
+    return this.#out.buf;
   }
 
   get entries(): number {

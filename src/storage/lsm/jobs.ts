@@ -3,10 +3,21 @@
  * entries (snapshot import), and merge tables (compaction). Synchronous file I/O is fine here: it
  * never runs on the event loop. Every table is written, fsynced, and its directory fsynced before
  * the job reports it, so a manifest edit naming it can never point at a file a crash could lose.
+ * A job's large buffers (the tables it builds, a compaction's inputs read whole) come from the
+ * worker's BufferPool and go back to it when the job is done with them.
  */
-import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  fstatSync,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  readSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import { fsyncDirSync } from "../common/fs-util.ts";
+import { BufferPool } from "./buffer-pool.ts";
 import { EntryCursor, TableBuilder, type TableProps } from "./format.ts";
 import { VersionFilter } from "./gc.ts";
 import { MergingIterator, TableIterator, type BlockSource } from "./iterators.ts";
@@ -74,11 +85,16 @@ function writeTable(dir: string, number: number, builder: TableBuilder): BuiltTa
   return { number, size: bytes.length, props };
 }
 
-/** Splits output tables at key boundaries once they reach the target size. */
+/**
+ * Splits output tables at key boundaries once they reach the target size. Each table is built in
+ * a buffer from the pool, given back once the table is written.
+ */
 class OutputSet {
   readonly #job: { dir: string; numbers: readonly number[]; targetFileBytes: number };
+  readonly #pool: BufferPool;
   readonly tables: BuiltTable[] = [];
-  #builder: TableBuilder;
+  /** The table being built; none until an entry comes after the last one closed. */
+  #builder: TableBuilder | null = null;
   /** Initial buffer size of each table: the expected table size, so it rarely grows. */
   readonly #capacity: number;
 
@@ -86,34 +102,45 @@ class OutputSet {
   constructor(
     job: { dir: string; numbers: readonly number[]; targetFileBytes: number },
     expectedBytes: number,
+    pool: BufferPool,
   ) {
     this.#job = job;
+    this.#pool = pool;
     // Entries plus offset arrays, key prefixes, index and filter: ~15% over the entries.
     this.#capacity = Math.ceil(Math.min(job.targetFileBytes, expectedBytes) * 1.15) + 65536;
-    this.#builder = new TableBuilder(this.#capacity);
   }
 
   /** Call before adding an entry for `key`: closes the current table if it is full. */
   maybeSplit(key: string): void {
     const b = this.#builder;
-    if (b.entries > 0 && key !== b.lastKey && b.estimatedBytes >= this.#job.targetFileBytes) {
-      this.#close();
+    if (
+      b !== null &&
+      b.entries > 0 &&
+      key !== b.lastKey &&
+      b.estimatedBytes >= this.#job.targetFileBytes
+    ) {
+      this.#close(b);
     }
   }
 
   get builder(): TableBuilder {
+    this.#builder ??= new TableBuilder(this.#capacity, this.#pool.take(this.#capacity));
     return this.#builder;
   }
 
-  #close(): void {
+  #close(builder: TableBuilder): void {
     const number = this.#job.numbers[this.tables.length];
     if (number === undefined) throw new Error("compaction job ran out of reserved file numbers");
-    this.tables.push(writeTable(this.#job.dir, number, this.#builder));
-    this.#builder = new TableBuilder(this.#capacity);
+    this.tables.push(writeTable(this.#job.dir, number, builder));
+    // Written: nothing refers to its bytes any more (a BuiltTable's props are copies).
+    this.#pool.give(builder.buffer);
+    this.#builder = null;
   }
 
   finish(): BuiltTable[] {
-    if (this.#builder.entries > 0) this.#close();
+    const b = this.#builder;
+    if (b !== null && b.entries > 0) this.#close(b);
+    else if (b !== null) this.#pool.give(b.buffer);
     if (this.tables.length > 0) fsyncDirSync(this.#job.dir);
     return this.tables;
   }
@@ -123,8 +150,11 @@ function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
 }
 
-export function runBuild(job: BuildJob): BuiltTable[] {
-  const out = new OutputSet(job, job.data.length);
+/** Keeps no buffer: for jobs run without a worker's pool (tests). */
+const NO_POOL = new BufferPool(0);
+
+export function runBuild(job: BuildJob, pool = NO_POOL): BuiltTable[] {
+  const out = new OutputSet(job, job.data.length, pool);
   const data = asBuffer(job.data);
   const entry = new EntryCursor();
   for (let at = 0; at < data.length; at = entry.end) {
@@ -140,7 +170,7 @@ export function runBuild(job: BuildJob): BuiltTable[] {
  * sequence descending; of two writes of one key in one batch, the later), without the versions
  * no reader can see (the memtable dropped most of them already; the arena keeps their bytes).
  */
-export function runFlush(job: FlushJob): BuiltTable[] {
+export function runFlush(job: FlushJob, pool = NO_POOL): BuiltTable[] {
   const chunks = job.arena.map(asBuffer);
   const keys: string[] = [];
   const kinds: number[] = [];
@@ -165,7 +195,7 @@ export function runFlush(job: FlushJob): BuiltTable[] {
   }
   // Equal keys: newest sequence first, and of one sequence the later write first.
   const order = keyOrder(keys, (a, b) => (seqs[b] as number) - (seqs[a] as number) || b - a);
-  const out = new OutputSet({ ...job, targetFileBytes: Infinity }, bytes);
+  const out = new OutputSet({ ...job, targetFileBytes: Infinity }, bytes, pool);
   const filter = new VersionFilter(job.smallestSnapshot, false);
   let lastKey: string | undefined;
   let lastSeq = -1;
@@ -184,9 +214,14 @@ export function runFlush(job: FlushJob): BuiltTable[] {
   return out.finish();
 }
 
-/** A table file read whole, as a block source (a compaction's input; tests read tables so). */
-export function bufferSource(path: string): BlockSource & { fileSize: number } {
-  const file = readFileSync(path);
+/**
+ * A table file read whole, as a block source (a compaction's input; tests read tables so):
+ * `file` is its bytes, read here unless given.
+ */
+export function bufferSource(
+  path: string,
+  file: Buffer = readFileSync(path),
+): BlockSource & { fileSize: number } {
   const read = (offset: number, length: number): Buffer => file.subarray(offset, offset + length);
   const meta = loadTableMeta(path, file.length, read);
   return {
@@ -196,14 +231,36 @@ export function bufferSource(path: string): BlockSource & { fileSize: number } {
   };
 }
 
-export function runCompact(job: CompactJob): BuiltTable[] {
-  const sources = job.inputs.map(bufferSource);
+/** The file at `path` read whole into `buffer`, a buffer from `pool`: `file` is a view of it. */
+function readWhole(path: string, pool: BufferPool): { file: Buffer; buffer: Buffer } {
+  const fd = openSync(path, "r");
+  try {
+    const size = fstatSync(fd).size;
+    const buffer = pool.take(size);
+    let read = 0;
+    while (read < size) {
+      const n = readSync(fd, buffer, read, size - read, read);
+      if (n === 0) throw new Error(`${path}: the file ended at ${read} of ${size} bytes`);
+      read += n;
+    }
+    return { file: buffer.subarray(0, size), buffer };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function runCompact(job: CompactJob, pool = NO_POOL): BuiltTable[] {
+  const reads = job.inputs.map((path) => readWhole(path, pool));
+  const sources = job.inputs.map((path, i) =>
+    bufferSource(path, (reads[i] as { file: Buffer }).file),
+  );
   const merged = new MergingIterator(sources.map((s) => new TableIterator(s)));
   // Every child is a TableIterator: entries are copied in their encoded form, not re-encoded.
   const filter = new VersionFilter(job.smallestSnapshot, job.bottom);
   const out = new OutputSet(
     job,
     sources.reduce((bytes, s) => bytes + s.fileSize, 0),
+    pool,
   );
   for (merged.seek(undefined, 0); merged.valid; merged.next()) {
     const { key, seq, kind } = merged;
@@ -212,16 +269,19 @@ export function runCompact(job: CompactJob): BuiltTable[] {
     const { block, start, end } = (merged.current() as TableIterator).encoded();
     out.builder.addEncoded(block, start, end, key, kind, seq);
   }
-  return out.finish();
+  const tables = out.finish();
+  // Every entry kept was copied into the outputs: nothing refers to the inputs' bytes any more.
+  for (const r of reads) pool.give(r.buffer);
+  return tables;
 }
 
-export function runJob(job: Job): BuiltTable[] {
+export function runJob(job: Job, pool = NO_POOL): BuiltTable[] {
   switch (job.type) {
     case "build":
-      return runBuild(job);
+      return runBuild(job, pool);
     case "flush":
-      return runFlush(job);
+      return runFlush(job, pool);
     case "compact":
-      return runCompact(job);
+      return runCompact(job, pool);
   }
 }
