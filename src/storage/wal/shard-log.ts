@@ -4,13 +4,14 @@
  * state after a restart is the state before it by construction.
  *
  * The entries are held in one array of numbers, not as an object each: per entry its term, type,
- * and where its bytes are in the shard's chunks (buffers the bytes are copied into, in order: 1 KiB
- * first, each next one twice the last, up to 16 KiB), side by side. One array, not a column each: an append or a read touches one object
- * and the cache lines of one slot, where five columns were five cold objects and five lines. A node
- * holds every uncompacted entry of every shard (hundreds of thousands under load); as objects,
- * each with a view of the buffer it arrived in, they were the largest part of the garbage
- * collector's live set, and a follower's entries kept whole the peer frames they arrived in (a
- * few kilobytes each, for a hundred bytes used). `entry()` builds an entry when it is read.
+ * and where its bytes are in the shard's chunks (buffers the bytes are copied into, in order:
+ * 1 KiB first, each next one twice the last, up to 16 KiB), side by side. One array, not a column
+ * each: an append or a read touches one object and the cache lines of one slot, where five
+ * columns were five cold objects and five lines. A node holds every uncompacted entry of every
+ * shard (hundreds of thousands under load); as objects, each with a view of the buffer it
+ * arrived in, they were the largest part of the garbage collector's live set, and a follower's
+ * entries kept whole the peer frames they arrived in (a few kilobytes each, for a hundred bytes
+ * used). `entry()` builds an entry when it is read.
  *
  * Invariants:
  *  1. The log is contiguous above the compaction point: the entry at `compactIndex + 1 + i` is in
