@@ -1874,9 +1874,17 @@ export class MultiRaft {
     try {
       const sm = new KvStateMachine(lsm, { metaGroup: id === 0 });
       const storage = new WalRaftStorage(this.#wal, id, sm.durableConf() ?? EMPTY_CONF);
+      // New: nothing of the group is durable here. That includes a log with no hard state: the
+      // first write of a group (its founding, or a follower's first append) carries its entries
+      // and its hard state together, entries first, and a crash may keep the entries and cut
+      // the hard state. Nothing of such a write was acknowledged (a group acts only after the
+      // round that syncs it), and kept, a founded group would wait for ever: no commit to apply
+      // its configuration, no configuration to campaign with. So the group starts over: a
+      // founding rewrites its entries from index 1, a leader's first append replaces them.
       const isNew =
         this.#wal.hardState(id) === undefined &&
-        this.#wal.lastIndex(id) === 0 &&
+        this.#wal.snapshot(id) === undefined &&
+        this.#wal.firstIndex(id) <= 1 &&
         lsm.flushedSeq === 0;
       const founding = this.#founding.get(id);
       if (founding !== undefined && !isNew) {
