@@ -69,7 +69,6 @@ describe("the test runner as npm test runs it", () => {
             encoding: "utf8",
             stdio: ["ignore", fd, "pipe"],
             timeout: 60_000,
-            maxBuffer: 256 * 1024 * 1024,
           },
         );
       } finally {

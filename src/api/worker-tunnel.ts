@@ -13,8 +13,8 @@
  * reading there, duplicates the socket's descriptor (the native addon's dupFd), closes its own
  * socket and hands the copy, with the bytes it read past the request, to worker i, which answers
  * 200 and serves it; the rest of the client's bytes are still in the kernel's buffer for worker i
- * to read. The connection then
- * carries HTTP/2 to worker i for its whole life, with no hop between threads.
+ * to read. The connection then carries HTTP/2 to worker i for its whole life, with no hop between
+ * threads.
  *
  * A connection whose first byte is not `C` is HTTP/2 (the preface starts `PRI`), served where it
  * landed. A CONNECT that is malformed (400), for another host (404), or from a caller that runs

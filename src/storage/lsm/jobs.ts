@@ -250,10 +250,8 @@ function readWhole(path: string, pool: BufferPool): { file: Buffer; buffer: Buff
 }
 
 export function runCompact(job: CompactJob, pool = NO_POOL): BuiltTable[] {
-  const reads = job.inputs.map((path) => readWhole(path, pool));
-  const sources = job.inputs.map((path, i) =>
-    bufferSource(path, (reads[i] as { file: Buffer }).file),
-  );
+  const reads = job.inputs.map((path) => ({ path, ...readWhole(path, pool) }));
+  const sources = reads.map((r) => bufferSource(r.path, r.file));
   const merged = new MergingIterator(sources.map((s) => new TableIterator(s)));
   // Every child is a TableIterator: entries are copied in their encoded form, not re-encoded.
   const filter = new VersionFilter(job.smallestSnapshot, job.bottom);
