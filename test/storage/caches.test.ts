@@ -100,4 +100,23 @@ describe("table cache", () => {
     assert.equal(cache.has(huge), false);
     assert.equal(cache.loads, 5);
   });
+
+  it("keeps the table it adds when every other one was used since the last eviction", () => {
+    const cache = new TableCache(200);
+    const [a, b, c, d] = [new Holder(), new Holder(), new Holder(), new Holder()];
+    cache.add(a, 100);
+    cache.add(b, 100);
+    cache.touch(a);
+    cache.touch(b);
+    assert.ok(cache.add(c, 100));
+    assert.ok(cache.has(c), "the new table is kept");
+    assert.equal(a.dropped, 1, "the oldest of the used ones goes, once every one had its chance");
+    assert.ok(cache.has(b));
+    assert.equal(c.dropped, 0);
+    // b was passed over once and not used since: it goes before c, which was not passed over.
+    cache.add(d, 100);
+    assert.equal(b.dropped, 1);
+    assert.ok(cache.has(c) && cache.has(d));
+    assert.equal(cache.bytes, 200);
+  });
 });

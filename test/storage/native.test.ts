@@ -113,5 +113,22 @@ describe("file cache", () => {
       files.closeAll();
       assert.equal(files.openFiles, 0);
     });
+
+    it(`keeps the file it opens when every other one was read since (mapped: ${map})`, () => {
+      const dir = tempDir("files");
+      const files = new FileCache(2, { map });
+      const paths = [0, 1, 2].map((n) => join(dir, `${n}.sst`));
+      paths.forEach((path, n) => writeFileSync(path, Buffer.alloc(4096, n + 1)));
+      const [a, b, c] = paths as [string, string, string];
+      files.block(a, 0, 16);
+      files.block(b, 0, 16);
+      files.block(a, 16, 16);
+      files.block(b, 16, 16);
+      // Both open files were read again: c's opening closes one of them, never c itself.
+      assert.deepEqual(files.read(c, 0, 16), Buffer.alloc(16, 3));
+      assert.deepEqual(files.block(c, 16, 16), Buffer.alloc(16, 3));
+      assert.equal(files.openFiles, 2);
+      files.closeAll();
+    });
   }
 });

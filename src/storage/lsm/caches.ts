@@ -156,13 +156,14 @@ export interface MetaHolder {
 
 interface MetaEntry {
   readonly charge: number;
-  /** Value of the cache's clock when the entry last moved to the back of the recency order. */
-  stamp: number;
+  /** Used since it was loaded or last passed over by an eviction (its second chance). */
+  referenced: boolean;
 }
 
 /**
  * The node's table cache: the memory of tables' indexes and bloom filters across all engines,
- * bounded, evicting the least recently used (as LevelDB's TableCache closes LRU tables). The
+ * bounded, evicting one not used lately (LevelDB's TableCache closes the least recently used
+ * table; this is the second-chance approximation of that order, see `evictFirst`). The
  * tables hold their own index and filter; an evicted one is told to drop them and reloads and
  * re-verifies them from its file on its next read. Without it, every open table kept them
  * resident: ~3 % of the data, gigabytes over 1024 shards.
@@ -172,7 +173,6 @@ export class TableCache {
   #bytes = 0;
   /** Map order is the recency order. */
   readonly #map = new Map<MetaHolder, MetaEntry>();
-  #clock = 0;
   /** Entries loaded from files (at open, install and after evictions). */
   loads = 0;
 
@@ -197,30 +197,21 @@ export class TableCache {
     this.loads++;
     this.remove(holder);
     if (charge > this.capacityBytes) return false;
-    this.#map.set(holder, { charge, stamp: ++this.#clock });
+    this.#map.set(holder, { charge, referenced: false });
     this.#bytes += charge;
     while (this.#bytes > this.capacityBytes) {
-      const first = this.#map.entries().next();
-      if (first.done === true) break;
-      const [evicted, entry] = first.value;
-      this.#map.delete(evicted);
-      this.#bytes -= entry.charge;
-      evicted.dropMeta();
+      const evicted = evictFirst(this.#map, holder);
+      if (evicted === undefined) break;
+      this.#bytes -= evicted[1].charge;
+      evicted[0].dropMeta();
     }
     return true;
   }
 
-  /**
-   * Marks a holder used. It moves to the back of the order only if it is not already among the
-   * most recent quarter, so the tables every read probes cost no Map update.
-   */
+  /** Marks a holder used: a flag, no reordering (a read probes several tables). */
   touch(holder: MetaHolder): void {
     const entry = this.#map.get(holder);
-    if (entry !== undefined && this.#clock - entry.stamp > this.#map.size >>> 2) {
-      this.#map.delete(holder);
-      this.#map.set(holder, entry);
-      entry.stamp = ++this.#clock;
-    }
+    if (entry !== undefined) entry.referenced = true;
   }
 
   /** Whether the holder's index and filter are accounted for, without touching its recency. */
@@ -238,10 +229,37 @@ export class TableCache {
   }
 }
 
+/**
+ * Removes and returns the entry to evict from a cache kept in a Map whose order is that of
+ * insertion: the first one not used since it was inserted or last passed over, never `keep` (the
+ * entry being added). A used one is passed over once: its flag is cleared and it moves to the
+ * back (its second chance, as a CLOCK cache's hand). Marking an entry used is then a flag write
+ * where true LRU order costs a Map delete and insert on every use; the order differs only among
+ * entries used since the last eviction. Ends within two passes: a pass clears every flag it
+ * meets. Undefined when nothing but `keep` is left.
+ */
+function evictFirst<K, V extends { referenced: boolean }>(
+  map: Map<K, V>,
+  keep: K,
+): [K, V] | undefined {
+  if (map.size <= (map.has(keep) ? 1 : 0)) return undefined;
+  for (;;) {
+    const first = map.entries().next();
+    if (first.done === true) return undefined;
+    const [key, entry] = first.value;
+    map.delete(key);
+    if (!entry.referenced && key !== keep) return first.value;
+    entry.referenced = false;
+    map.set(key, entry);
+  }
+}
+
 /** An open table file: its descriptor, and its mapping once a data block was read. */
 interface OpenFile {
   readonly fd: number;
   readonly size: number;
+  /** Read since it was opened or last passed over by an eviction (see `evictFirst`). */
+  referenced: boolean;
   /** Mapping of the whole file; undefined until the first block read; null if mapping failed. */
   view: Buffer | undefined | null;
 }
@@ -249,7 +267,8 @@ interface OpenFile {
 const EMPTY = Buffer.alloc(0);
 
 /**
- * Least-recently-used set of open, read-only SSTable files, bounded by count. A table's footer,
+ * Set of open, read-only SSTable files, bounded by count (closing one not read lately first: the
+ * second-chance order of `evictFirst`). A table's footer,
  * index, filter and properties are read with pread (copies, loaded once per table-cache load);
  * its data blocks are read through a mapping of the file where the native addon is loaded (a
  * block is then a view of the mapping: no system call, no copy, no allocation, as LevelDB's
@@ -322,8 +341,7 @@ export class FileCache {
   #open(path: string): OpenFile {
     const known = this.#files.get(path);
     if (known !== undefined) {
-      this.#files.delete(path);
-      this.#files.set(path, known);
+      known.referenced = true;
       return known;
     }
     const fd = openSync(path, "r");
@@ -334,12 +352,12 @@ export class FileCache {
       closeSync(fd);
       throw cause;
     }
-    const file: OpenFile = { fd, size, view: undefined };
+    const file: OpenFile = { fd, size, referenced: false, view: undefined };
     this.#files.set(path, file);
     while (this.#files.size > this.capacity) {
-      const first = this.#files.entries().next();
-      if (first.done === true) break;
-      this.#forget(first.value[0], first.value[1]);
+      const evicted = evictFirst(this.#files, path);
+      if (evicted === undefined) break;
+      closeSync(evicted[1].fd);
     }
     return file;
   }
