@@ -221,7 +221,7 @@ export class EntryCursor {
   read(data: Buffer, at: number): void {
     const keyLength = varintAt(data, at);
     let p = skipVarint(data, at);
-    this.key = data.toString("latin1", p, p + keyLength);
+    this.key = (data as unknown as Latin1Slice).latin1Slice(p, p + keyLength);
     p += keyLength;
     this.kind = data[p] as number;
     this.seq = readU64(data, p + 1);
@@ -229,6 +229,12 @@ export class EntryCursor {
     this.valueLength = varintAt(data, p);
     this.end = skipVarint(data, p) + this.valueLength;
   }
+}
+
+/** Where the entry at `at` of `data` ends (entries Cairn wrote), reading only its framing. */
+export function encodedEntryEnd(data: Buffer, at: number): number {
+  const p = skipVarint(data, at) + varintAt(data, at) + 9;
+  return skipVarint(data, p) + varintAt(data, p);
 }
 
 /** Writes `n` (< 2^32) as a varint at `at`; returns the position after it. */

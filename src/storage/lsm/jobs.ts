@@ -18,7 +18,7 @@ import {
 import { join } from "node:path";
 import { fsyncDirSync } from "../common/fs-util.ts";
 import { BufferPool } from "./buffer-pool.ts";
-import { EntryCursor, TableBuilder, type TableProps } from "./format.ts";
+import { EntryCursor, encodedEntryEnd, TableBuilder, type TableProps } from "./format.ts";
 import { VersionFilter } from "./gc.ts";
 import { MergingIterator, TableIterator, type BlockSource } from "./iterators.ts";
 import { keyOrder } from "./key-order.ts";
@@ -172,25 +172,23 @@ export function runBuild(job: BuildJob, pool = NO_POOL): BuiltTable[] {
  */
 export function runFlush(job: FlushJob, pool = NO_POOL): BuiltTable[] {
   const chunks = job.arena.map(asBuffer);
+  const { kinds, seqs, chunkOf, starts, ends } = flushScratch(countEntries(chunks));
   const keys: string[] = [];
-  const kinds: number[] = [];
-  const seqs: number[] = [];
-  const chunkOf: number[] = [];
-  const starts: number[] = [];
-  const ends: number[] = [];
   const entry = new EntryCursor();
   let bytes = 0;
+  let n = 0;
   for (let c = 0; c < chunks.length; c++) {
     const data = chunks[c] as Buffer;
     bytes += data.length;
     for (let at = 0; at < data.length; at = entry.end) {
       entry.read(data, at);
       keys.push(entry.key);
-      kinds.push(entry.kind);
-      seqs.push(entry.seq);
-      chunkOf.push(c);
-      starts.push(at);
-      ends.push(entry.end);
+      kinds[n] = entry.kind;
+      seqs[n] = entry.seq;
+      chunkOf[n] = c;
+      starts[n] = at;
+      ends[n] = entry.end;
+      n++;
     }
   }
   // Equal keys: newest sequence first, and of one sequence the later write first.
@@ -212,6 +210,47 @@ export function runFlush(job: FlushJob, pool = NO_POOL): BuiltTable[] {
     out.builder.addEncoded(data, starts[i] as number, ends[i] as number, key, kind, seq);
   }
   return out.finish();
+}
+
+/** runFlush's per-entry arrays, kept from one flush to the next (see flushScratch). */
+interface FlushScratch {
+  readonly kinds: Uint8Array;
+  readonly seqs: Float64Array;
+  readonly chunkOf: Uint32Array;
+  readonly starts: Uint32Array;
+  readonly ends: Uint32Array;
+}
+
+let scratch: FlushScratch | undefined;
+
+/**
+ * Arrays for `n` entries' fields. A worker runs one job at a time and runFlush is synchronous,
+ * so one set serves every flush of the thread; it grows by a quarter beyond the largest flush
+ * seen. Typed arrays, unlike growing JS arrays, leave no garbage behind and give the collector
+ * nothing to scan or copy while the flush runs; new ones each time would be new memory, which
+ * the first touch makes slow (BENCHMARKS.md, "Compactions reuse their buffers").
+ */
+function flushScratch(n: number): FlushScratch {
+  if (scratch === undefined || scratch.starts.length < n) {
+    const capacity = n + (n >>> 2);
+    scratch = {
+      kinds: new Uint8Array(capacity),
+      seqs: new Float64Array(capacity),
+      chunkOf: new Uint32Array(capacity),
+      starts: new Uint32Array(capacity),
+      ends: new Uint32Array(capacity),
+    };
+  }
+  return scratch;
+}
+
+/** Entries in an arena's chunks (their framing only: no key is read). */
+function countEntries(chunks: readonly Buffer[]): number {
+  let n = 0;
+  for (const data of chunks) {
+    for (let at = 0; at < data.length; n++) at = encodedEntryEnd(data, at);
+  }
+  return n;
 }
 
 /**
