@@ -225,10 +225,11 @@ let scratch: FlushScratch | undefined;
 
 /**
  * Arrays for `n` entries' fields. A worker runs one job at a time and runFlush is synchronous,
- * so one set serves every flush of the thread; it grows by a quarter beyond the largest flush
- * seen. Typed arrays, unlike growing JS arrays, leave no garbage behind and give the collector
- * nothing to scan or copy while the flush runs; new ones each time would be new memory, which
- * the first touch makes slow (BENCHMARKS.md, "Compactions reuse their buffers").
+ * so one set serves every flush of the thread until an idle worker lets it go
+ * (releaseFlushScratch); it grows by a quarter beyond the largest flush seen. Typed arrays,
+ * unlike growing JS arrays, leave no garbage behind and give the collector nothing to scan or
+ * copy while the flush runs; new ones each time would be new memory, which the first touch
+ * makes slow (BENCHMARKS.md, "Compactions reuse their buffers").
  */
 function flushScratch(n: number): FlushScratch {
   if (scratch === undefined || scratch.starts.length < n) {
@@ -242,6 +243,11 @@ function flushScratch(n: number): FlushScratch {
     };
   }
   return scratch;
+}
+
+/** Lets a flush's arrays go (a worker idle for a while); the next flush makes new ones. */
+export function releaseFlushScratch(): void {
+  scratch = undefined;
 }
 
 /** Entries in an arena's chunks (their framing only: no key is read). */
