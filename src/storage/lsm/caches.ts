@@ -171,7 +171,7 @@ interface MetaEntry {
 export class TableCache {
   readonly capacityBytes: number;
   #bytes = 0;
-  /** Map order is the recency order. */
+  /** Map order is the eviction order: insertion, and the moves of `evictFirst`. */
   readonly #map = new Map<MetaHolder, MetaEntry>();
   /** Entries loaded from files (at open, install and after evictions). */
   loads = 0;
@@ -268,13 +268,13 @@ const EMPTY = Buffer.alloc(0);
 
 /**
  * Set of open, read-only SSTable files, bounded by count (closing one not read lately first: the
- * second-chance order of `evictFirst`). A table's footer,
- * index, filter and properties are read with pread (copies, loaded once per table-cache load);
- * its data blocks are read through a mapping of the file where the native addon is loaded (a
- * block is then a view of the mapping: no system call, no copy, no allocation, as LevelDB's
- * mmap'd tables), mapped at the first block read, and with pread otherwise. Only tables that
- * serve reads are mapped, and only the pages of the blocks read count in the process's RSS (a
- * table opened after a flush or compaction is read through pread alone).
+ * second-chance order of `evictFirst`). A table's footer, index, filter and properties are read
+ * with pread (copies, loaded once per table-cache load); its data blocks are read through a
+ * mapping of the file where the native addon is loaded (a block is then a view of the mapping:
+ * no system call, no copy, no allocation, as LevelDB's mmap'd tables), mapped at the first block
+ * read, and with pread otherwise. Only tables that serve reads are mapped, and only the pages of
+ * the blocks read count in the process's RSS (a table opened after a flush or compaction is read
+ * through pread alone).
  *
  * A mapping is unmapped only once the garbage collector has collected every view of it, so a
  * block, key or value read from a file stays valid however long its holder keeps it, even after
