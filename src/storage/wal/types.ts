@@ -78,9 +78,9 @@ export interface WalOptions {
    */
   readonly blockingWriteMaxBytes?: number;
   /**
-   * Blocking writes that take longer than this (ms) on average (a moving average weighing the
-   * newest write 1/10) mark the disk slow: the next 1,000 batches are written asynchronously,
-   * then blocking writes are tried again. Default 2.
+   * Eight blocking writes in a row that each take longer than this (ms) mark the disk slow (one
+   * late write is a disk's tail, or a loaded machine's wait for a core): the next 1,000 batches
+   * are written asynchronously, then blocking writes are tried again. Default 2.
    */
   readonly blockingWriteSlowMs?: number;
   /**

@@ -156,13 +156,13 @@ const DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024;
 
 /** WalOptions.blockingWriteMaxBytes's default. */
 const BLOCKING_WRITE_MAX_BYTES = 64 * 1024;
-/** WalOptions.blockingWriteSlowMs's default: blocking writes slower on average mean a slow disk. */
+/** WalOptions.blockingWriteSlowMs's default: a disk whose every write takes longer is slow. */
 const BLOCKING_WRITE_SLOW_MS = 2;
+/** How many blocking writes in a row must all be slow to mark the disk slow (#writesNow). */
+const SLOW_WRITES_IN_A_ROW = 8;
 const ASYNC_BATCHES_AFTER_SLOW_WRITES = 1000;
 /** Distinct votes whose UTF-8 bytes a WAL keeps (#voteBytes). */
 const VOTE_CACHE_LIMIT = 64;
-/** Weight of the newest blocking write in their moving average. */
-const BLOCKING_WRITE_EWMA_WEIGHT = 0.1;
 
 export class Wal {
   readonly dir: string;
@@ -184,8 +184,8 @@ export class Wal {
   readonly #beforeBlockingWrite: (() => void) | undefined;
   /** Batches still to write asynchronously after a blocking write was slow (see #flush). */
   #asyncAfterSlowWrites = 0;
-  /** Moving average of the blocking writes' duration (ms). */
-  #blockingWriteMs = 0;
+  /** The latest blocking writes, in a row, that took longer than #blockingWriteSlowMs. */
+  #slowWritesInARow = 0;
   #blockingWrites = 0;
   readonly #testingBugs: NonNullable<WalOptions["testingBugs"]>;
   /** By shard id: looked up several times per Raft message (terms, first and last indexes). */
@@ -741,11 +741,15 @@ export class Wal {
    * no promise per write, and while the write blocks, requests queue up in the sockets and make
    * the next batch larger (the group commit goes on). Measured on the 2-vCPU machine of
    * BENCHMARKS.md (an O_DSYNC write ~0.3 ms): a lone Put 0.55–0.62 ms at p50 instead of
-   * 0.68–0.70, and more Puts at every concurrency from 2 to 64 with less CPU. A blocking write stops the
-   * event loop, so a slow disk — blocking writes that take more than blockingWriteSlowMs on
-   * average (a moving average: one late write among fast ones is a disk's tail, not a slow
-   * disk) — turns them off for the next ASYNC_BATCHES_AFTER_SLOW_WRITES batches, then they are
-   * tried again.
+   * 0.68–0.70, and more Puts at every concurrency from 2 to 64 with less CPU. A blocking write
+   * stops the event loop, so a slow disk turns them off for the next
+   * ASYNC_BATCHES_AFTER_SLOW_WRITES batches, then they are tried again. The disk is slow when
+   * SLOW_WRITES_IN_A_ROW blocking writes in a row each took longer than blockingWriteSlowMs: a
+   * slow disk is slow on every write, while a fast one has tails (one write of 20 ms among
+   * writes of 0.3) and, on a loaded machine, writes whose thread waited for a core after the
+   * disk was done. (A moving average did not: one write of 20 ms sent the next 1,000 batches to
+   * the thread pool, a node's two seconds of lone Puts, each then costing a hop to a pool thread
+   * and back; BENCHMARKS.md, three-node cluster, 2026-11-29.)
    */
   #writesNow(bytes: number): boolean {
     if (bytes > this.#blockingWriteMaxBytes) return false;
@@ -796,11 +800,11 @@ export class Wal {
           );
         }
         this.#blockingWrites++;
-        const ms = performance.now() - start;
-        this.#blockingWriteMs += (ms - this.#blockingWriteMs) * BLOCKING_WRITE_EWMA_WEIGHT;
-        if (this.#blockingWriteMs > this.#blockingWriteSlowMs) {
+        if (performance.now() - start <= this.#blockingWriteSlowMs) {
+          this.#slowWritesInARow = 0;
+        } else if (++this.#slowWritesInARow >= SLOW_WRITES_IN_A_ROW) {
           this.#asyncAfterSlowWrites = ASYNC_BATCHES_AFTER_SLOW_WRITES;
-          this.#blockingWriteMs = 0;
+          this.#slowWritesInARow = 0;
         }
       }
       while (written < data.length) {
