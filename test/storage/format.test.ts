@@ -104,6 +104,20 @@ describe("SSTable blocks", () => {
     }
   });
 
+  it("searches by prefixes until every key string is made, not when only the ends are", () => {
+    // Issue 50, bug 1: a scan that stops early makes the first keys' strings, one that starts
+    // late the last ones; seekInBlock took its string fast path with only the two ends made,
+    // compared `undefined` keys and answered wrong (a point read missed or read an older level).
+    const keys = Array.from({ length: 60 }, (_, i) => `k${String(i).padStart(3, "0")}`);
+    const block = parseBlock(encode(keys.map((k) => [k, KIND_PUT, 1, "v"])));
+    assert.ok(block !== undefined);
+    for (const i of [0, 1, 2, 58, 59]) blockKey(block, i);
+    for (const [i, k] of keys.entries()) assert.equal(seekInBlock(block, k, 1), i, k);
+    assert.equal(seekInBlock(block, "k0305", 1), 31);
+    for (let i = 0; i < keys.length; i++) blockKey(block, i);
+    for (const [i, k] of keys.entries()) assert.equal(seekInBlock(block, k, 1), i, k);
+  });
+
   it("refuses blocks whose offset array does not describe their entries", () => {
     const good = encode(ENTRIES);
     const block = parseBlock(good);

@@ -269,6 +269,11 @@ export interface ParsedBlock {
   readonly prefixesAt: number;
   /** Key strings made so far, allocated at the first. */
   keys: Array<string | undefined> | undefined;
+  /**
+   * How many of `keys` are made. seekInBlock compares strings only once all are: a scan that
+   * stops early and one that starts late make the two ends and nothing between (issue 50).
+   */
+  keysMade: number;
   /** Approximate memory held, for the block cache's accounting. */
   readonly charge: number;
 }
@@ -336,6 +341,7 @@ export function blockKey(block: ParsedBlock, i: number): string {
     const start = skipVarint(block.data, at);
     k = (block.data as unknown as Latin1Slice).latin1Slice(start, start + varintAt(block.data, at));
     keys[i] = k;
+    block.keysMade++;
   }
   return k;
 }
@@ -431,7 +437,15 @@ export function parseBlockOf(data: Buffer, size: number): ParsedBlock | undefine
     if (at > offsetsAt) return undefined;
   }
   if (at !== offsetsAt) return undefined;
-  return { count, data, offsetsAt, prefixesAt, keys: undefined, charge: size + BLOCK_OVERHEAD };
+  return {
+    count,
+    data,
+    offsetsAt,
+    prefixesAt,
+    keys: undefined,
+    keysMade: 0,
+    charge: size + BLOCK_OVERHEAD,
+  };
 }
 
 /** keyPrefix of the key stored at `data[at, at + length)`. */
@@ -452,10 +466,9 @@ const BLOCK_OVERHEAD = 200;
 export function seekInBlock(block: ParsedBlock, key: string, seq: number): number {
   let lo = 0;
   let hi = block.count;
-  const made = block.keys;
-  if (made !== undefined && made[0] !== undefined && made[block.count - 1] !== undefined) {
-    // Keys already made (an index block, or a block a scan walked): compare strings natively.
-    const keys = made as string[];
+  if (block.keysMade === block.count) {
+    // Every key made (an index block, or a block a scan walked whole): compare strings natively.
+    const keys = block.keys as string[];
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       const k = keys[mid] as string;
