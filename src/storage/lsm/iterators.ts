@@ -2,7 +2,7 @@
  * Internal iterators walk versions in internal order (user key ascending, sequence descending).
  * Visibility at a snapshot and tombstones are resolved above them (user iterators, compaction).
  */
-import { versionAt, versionCount, type MemNode, type Memtable, type Version } from "./memtable.ts";
+import { versionAt, versionCount, type MemNode, type Memtable } from "./memtable.ts";
 import {
   blockHandleOf,
   blockKey,
@@ -27,6 +27,13 @@ export interface InternalIterator {
   seek(key: string | undefined, seq: number): void;
 }
 
+/**
+ * Walks a memtable's skip list. A read may index writes made after this iterator stood on a
+ * node: indexing overwrites the node's inline (newest) version in place and pushes the old one
+ * onto `older`. So the iterator copies the version it stands on (sequence, kind, where its value
+ * is) rather than keep the node's fields, and finds the next version by sequence rather than by
+ * position (issue 50: a paused scan returned a value written after its snapshot).
+ */
 export class MemIterator implements InternalIterator {
   valid = false;
   key = "";
@@ -34,56 +41,52 @@ export class MemIterator implements InternalIterator {
   kind = 0;
   readonly #mem: Memtable;
   #node: MemNode | null = null;
-  /** Version of #node, newest (0) to oldest. */
-  #i = 0;
-  #version: Version | null = null;
+  /** The version stood on, copied (see the class comment). */
+  readonly #version = { seq: 0, kind: 0, chunk: 0, at: 0, size: 0 };
 
   constructor(mem: Memtable) {
     this.#mem = mem;
   }
 
-  #load(): void {
-    const node = this.#node;
-    if (node === null) {
-      this.valid = false;
-      return;
+  /** Stands on the newest version of #node with seq < `below` (or the next node's newest). */
+  #load(below: number): void {
+    for (let node = this.#node; node !== null; node = node.next[0] ?? null) {
+      const n = versionCount(node);
+      for (let i = 0; i < n; i++) {
+        const v = versionAt(node, i);
+        if (v.seq >= below) continue;
+        this.#node = node;
+        const own = this.#version;
+        own.seq = v.seq;
+        own.kind = v.kind;
+        own.chunk = v.chunk;
+        own.at = v.at;
+        own.size = v.size;
+        this.valid = true;
+        this.key = node.key;
+        this.seq = v.seq;
+        this.kind = v.kind;
+        return;
+      }
+      below = Infinity;
     }
-    const v = versionAt(node, this.#i);
-    this.valid = true;
-    this.key = node.key;
-    this.seq = v.seq;
-    this.kind = v.kind;
-    this.#version = v;
+    this.#node = null;
+    this.valid = false;
   }
 
   value(): Uint8Array {
-    return this.#version === null ? EMPTY : this.#mem.value(this.#version);
+    return this.valid ? this.#mem.value(this.#version) : EMPTY;
   }
 
   next(): void {
-    const node = this.#node as MemNode;
-    if (this.#i + 1 < versionCount(node)) {
-      this.#i++;
-    } else {
-      this.#node = node.next[0] ?? null;
-      this.#i = 0;
-    }
-    this.#load();
+    this.#load(this.seq);
   }
 
   seek(key: string | undefined, seq: number): void {
     this.#node = this.#mem.seek(key);
-    this.#i = 0;
     const node = this.#node;
-    if (node !== null && node.key === key) {
-      const n = versionCount(node);
-      while (this.#i < n && versionAt(node, this.#i).seq > seq) this.#i++;
-      if (this.#i === n) {
-        this.#node = node.next[0] ?? null;
-        this.#i = 0;
-      }
-    }
-    this.#load();
+    // Versions of the key itself above `seq` come before the target in internal order.
+    this.#load(node !== null && node.key === key ? seq + 1 : Infinity);
   }
 }
 
