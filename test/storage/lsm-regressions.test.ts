@@ -4,7 +4,12 @@
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
-import { LsmEngine, LsmEnvironment, type LsmOptions } from "../../src/storage/lsm/index.ts";
+import {
+  encodeSnapshotFrames,
+  LsmEngine,
+  LsmEnvironment,
+  type LsmOptions,
+} from "../../src/storage/lsm/index.ts";
 import { tempDir } from "./helpers.ts";
 
 const b = (s: string): Buffer => Buffer.from(s, "latin1");
@@ -105,5 +110,30 @@ describe("issue 50, bug 2: a scan paused between entries", () => {
     assert.equal([...target.scan()].length, 300);
     await target.close();
     await source.close();
+  });
+});
+
+async function* chunksOf(frames: Iterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+  yield* frames;
+}
+
+describe("issue 50, bug 4: a rejected snapshot import", () => {
+  it("leaves the engine working: writes and flushes go on", async () => {
+    const engine = await LsmEngine.open(tempDir("lsm50"), env, OPTIONS);
+    await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
+    const frames = [...encodeSnapshotFrames(9, [[b("a"), b("x")]])];
+    const damaged = Buffer.concat(frames);
+    damaged.writeUInt8(damaged.readUInt8(damaged.length - 1) ^ 1, damaged.length - 1);
+    await assert.rejects(engine.importSnapshot(chunksOf([damaged])), {
+      code: "CAIRN_ERR_SNAPSHOT_INVALID",
+    });
+    assert.equal(engine.failure, undefined);
+    await engine.write(2, [{ type: "put", key: b("after"), value: b("2") }]);
+    await engine.flush();
+    assert.deepEqual(
+      [...engine.scan()].map(([k]) => text(k)),
+      ["after", "mine"],
+    );
+    await engine.close();
   });
 });

@@ -850,6 +850,14 @@ export class LsmEngine implements BudgetMember {
     if (this.#importing || this.#writeQueue.length > 0) throw importingError();
     this.#importing = true;
     this.#paused = true;
+    /**
+     * The reset edit is being made durable, or is: from then on the engine's files may be the
+     * snapshot's, and only a reopen can tell. Before it nothing of the engine changed (a
+     * damaged stream, a failed source, a table build that failed leaves orphans the next open
+     * removes), so a failure then leaves the engine as it was (issue 50: a rejected stream
+     * failed it for good).
+     */
+    let committing = false;
     try {
       while (this.#flushesRunning > 0 || this.#compacting) {
         await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
@@ -879,6 +887,7 @@ export class LsmEngine implements BudgetMember {
         if (sink.length >= this.#targetFileBytes) await submit();
       }
       await submit();
+      committing = true;
       const edit: VersionEdit = {
         reset: true,
         add: built.map((t) => fileMeta(LEVELS - 1, t)),
@@ -896,8 +905,7 @@ export class LsmEngine implements BudgetMember {
       this.#acceptedSeq = seq;
       this.#reportMemtable();
     } catch (err) {
-      // Tables built before the failure are orphans the next open removes.
-      if (!(err instanceof CorruptionError)) this.#fail(err);
+      if (committing) this.#fail(err);
       throw err;
     } finally {
       this.#importing = false;
