@@ -1,6 +1,10 @@
 /**
  * One pool of worker threads per node, shared by every engine: flushes and compactions of all
  * shards queue here, so their CPU use is bounded by the pool size whatever the shard count.
+ * Flushes go first: writes stall on memtables waiting for their flush, never directly on a
+ * compaction, so a flush queued behind compactions (a second or more of work each) stalled
+ * writes for all of them (LevelDB runs a pending memtable flush before any compaction; RocksDB
+ * gives flushes a pool of their own). A flush waits at most for the jobs already running.
  */
 import { Worker } from "node:worker_threads";
 import { CairnError } from "../../common/index.ts";
@@ -25,6 +29,8 @@ export class WorkerPool {
   readonly size: number;
   readonly #idle: Worker[] = [];
   readonly #all: Worker[] = [];
+  /** Waiting flushes, then other jobs (compactions, an import's tables), each in call order. */
+  readonly #flushQueue: Pending[] = [];
   readonly #queue: Pending[] = [];
   readonly #running = new Map<number, { worker: Worker; pending: Pending }>();
   #nextId = 1;
@@ -46,7 +52,7 @@ export class WorkerPool {
   }
 
   get queued(): number {
-    return this.#queue.length;
+    return this.#flushQueue.length + this.#queue.length;
   }
 
   run(job: Job, transfer: ArrayBuffer[] = []): Promise<BuiltTable[]> {
@@ -54,15 +60,20 @@ export class WorkerPool {
       return Promise.reject(new CairnError("CAIRN_ERR_LSM_CLOSED", "worker pool is closed"));
     }
     const { promise, resolve, reject } = Promise.withResolvers<BuiltTable[]>();
-    this.#queue.push({ job, transfer, resolve, reject });
+    (job.type === "flush" ? this.#flushQueue : this.#queue).push({
+      job,
+      transfer,
+      resolve,
+      reject,
+    });
     this.#dispatch();
     return promise;
   }
 
   #dispatch(): void {
-    while (this.#idle.length > 0 && this.#queue.length > 0) {
+    while (this.#idle.length > 0 && this.queued > 0) {
       const worker = this.#idle.pop() as Worker;
-      const pending = this.#queue.shift() as Pending;
+      const pending = (this.#flushQueue.shift() ?? this.#queue.shift()) as Pending;
       const id = this.#nextId++;
       this.#running.set(id, { worker, pending });
       worker.ref();
@@ -108,7 +119,7 @@ export class WorkerPool {
 
   async close(): Promise<void> {
     this.#closed = true;
-    for (const p of this.#queue.splice(0)) {
+    for (const p of [...this.#flushQueue.splice(0), ...this.#queue.splice(0)]) {
       p.reject(new CairnError("CAIRN_ERR_LSM_CLOSED", "worker pool closed"));
     }
     await Promise.all(this.#all.map((w) => w.terminate()));

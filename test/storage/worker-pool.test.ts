@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { after, describe, it } from "node:test";
+import { KIND_PUT } from "../../src/storage/lsm/format.ts";
+import { runFlush, tablePath, type Job } from "../../src/storage/lsm/jobs.ts";
+import { Memtable } from "../../src/storage/lsm/memtable.ts";
+import { WorkerPool } from "../../src/storage/lsm/worker-pool.ts";
+import { tempDir } from "./helpers.ts";
+
+const pool = new WorkerPool(1);
+after(() => pool.close());
+
+/** A memtable's arena of `n` keys with 1 KiB values. */
+function arena(n: number, tag: string): Uint8Array[] {
+  const mem = new Memtable();
+  for (let i = 0; i < n; i++) {
+    mem.put(
+      Buffer.from(`${tag}${String(i).padStart(6, "0")}`),
+      i + 1,
+      KIND_PUT,
+      Buffer.alloc(1024, i),
+    );
+  }
+  return mem.arena();
+}
+
+describe("worker pool", () => {
+  it("runs a flush before compactions queued ahead of it (issue 50, bug 7)", async () => {
+    const dir = tempDir("pool");
+    // Inputs for four compactions, built here (not through the pool).
+    const inputs: string[] = [];
+    for (let n = 1; n <= 4; n++) {
+      runFlush({
+        type: "flush",
+        dir,
+        numbers: [n],
+        arena: arena(2000, `t${n}-`),
+        smallestSnapshot: 0,
+      });
+      inputs.push(tablePath(dir, n));
+    }
+    const order: string[] = [];
+    const runs: Promise<unknown>[] = [];
+    const run = (name: string, job: Job): void => {
+      runs.push(pool.run(job).then(() => order.push(name)));
+    };
+    for (let c = 0; c < 4; c++) {
+      run(`compact ${c}`, {
+        type: "compact",
+        dir,
+        numbers: [100 + 10 * c, 101 + 10 * c],
+        inputs: [inputs[c] as string],
+        targetFileBytes: Infinity,
+        smallestSnapshot: 0,
+        bottom: true,
+      });
+    }
+    run("flush", {
+      type: "flush",
+      dir,
+      numbers: [500],
+      arena: arena(10, "f"),
+      smallestSnapshot: 0,
+    });
+    assert.equal(pool.queued, 4, "one job runs, four wait");
+    await Promise.all(runs);
+    // The one worker was busy with the first compaction; the flush goes next.
+    assert.deepEqual(order, ["compact 0", "flush", "compact 1", "compact 2", "compact 3"]);
+  });
+});
