@@ -9,7 +9,7 @@ import { CairnError } from "../../common/index.ts";
 import { CorruptionError } from "../common/index.ts";
 import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
-import { ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
+import { BLOCK_BYTES, ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
 import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
 import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
@@ -48,6 +48,11 @@ export interface LsmOptions {
   readonly targetFileBytes?: number;
   /** Hold writes while this many memtables wait for their flush. Default 2. */
   readonly maxImmutableMemtables?: number;
+  /**
+   * Data blocks of new tables close after the entry that makes them this large. Default 4096.
+   * Tests make them tiny, so that a few keys span many blocks.
+   */
+  readonly blockBytes?: number;
 }
 
 export type WriteOp =
@@ -110,6 +115,7 @@ export class LsmEngine implements BudgetMember {
   readonly #l0Stop: number;
   readonly #targetFileBytes: number;
   readonly #maxImmutables: number;
+  readonly #blockBytes: number;
   readonly #planner: PlannerConfig;
 
   /**
@@ -192,6 +198,7 @@ export class LsmEngine implements BudgetMember {
     this.#l0Stop = options.l0StopTrigger ?? 20;
     this.#targetFileBytes = options.targetFileBytes ?? 2 * 1024 * 1024;
     this.#maxImmutables = options.maxImmutableMemtables ?? 2;
+    this.#blockBytes = options.blockBytes ?? BLOCK_BYTES;
     this.#planner = {
       l0Trigger: options.l0CompactionTrigger ?? 4,
       levelBaseBytes: options.levelBaseBytes ?? 10 * 1024 * 1024,
@@ -646,6 +653,7 @@ export class LsmEngine implements BudgetMember {
       numbers: this.#allocate(1),
       arena: mem.arena(),
       smallestSnapshot: this.#smallestSnapshot(),
+      blockBytes: this.#blockBytes,
     } as const;
     return this.#madeDir().then(() => this.#env.pool.run(job));
   }
@@ -746,6 +754,7 @@ export class LsmEngine implements BudgetMember {
           targetFileBytes: this.#targetFileBytes,
           smallestSnapshot: this.#smallestSnapshot(),
           bottom,
+          blockBytes: this.#blockBytes,
         })
         .then((tables) => ({
           remove: removed,
@@ -873,7 +882,14 @@ export class LsmEngine implements BudgetMember {
         await this.#madeDir();
         built.push(
           ...(await this.#env.pool.run(
-            { type: "build", dir: this.dir, numbers, data, targetFileBytes: Infinity },
+            {
+              type: "build",
+              dir: this.dir,
+              numbers,
+              data,
+              targetFileBytes: Infinity,
+              blockBytes: this.#blockBytes,
+            },
             [data.buffer as ArrayBuffer],
           )),
         );

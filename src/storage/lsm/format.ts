@@ -571,13 +571,17 @@ export class TableBuilder {
   #minSeq = Number.MAX_SAFE_INTEGER;
   #maxSeq = 0;
 
+  /** A data block closes after the entry that makes it this large. */
+  readonly #blockBytes: number;
+
   /**
    * `capacity`: the table's expected size (its buffer grows by doubling, a copy each time);
    * `buffer`: where to build it instead of a new buffer of that size (a compaction worker's
-   * BufferPool).
+   * BufferPool); `blockBytes`: where data blocks close (tests make them tiny).
    */
-  constructor(capacity = 1 << 20, buffer?: Buffer) {
+  constructor(capacity = 1 << 20, buffer?: Buffer, blockBytes = BLOCK_BYTES) {
     this.#out = new ByteSink(capacity, buffer);
+    this.#blockBytes = blockBytes;
   }
 
   /** The buffer the table is built in (finish()'s bytes are a view of it), to reuse once written. */
@@ -631,7 +635,7 @@ export class TableBuilder {
     if (kind === KIND_DELETE) this.#tombstones++;
     if (seq < this.#minSeq) this.#minSeq = seq;
     if (seq > this.#maxSeq) this.#maxSeq = seq;
-    if (this.#out.length - this.#blockStart >= BLOCK_BYTES) this.#closeBlock();
+    if (this.#out.length - this.#blockStart >= this.#blockBytes) this.#closeBlock();
   }
 
   #closeBlock(): void {

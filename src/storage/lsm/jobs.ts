@@ -39,6 +39,8 @@ export interface BuildJob {
   readonly data: Uint8Array;
   /** Start a new table once one reaches this size (only between two different keys). */
   readonly targetFileBytes: number;
+  /** Data blocks close at this size (default BLOCK_BYTES). */
+  readonly blockBytes?: number;
 }
 
 /** A memtable's flush: its arena, sorted and filtered in the worker. */
@@ -51,6 +53,7 @@ export interface FlushJob {
   readonly arena: readonly Uint8Array[];
   /** The oldest sequence a reader can read at: which replaced versions must stay. */
   readonly smallestSnapshot: number;
+  readonly blockBytes?: number;
 }
 
 export interface CompactJob {
@@ -63,6 +66,7 @@ export interface CompactJob {
   readonly smallestSnapshot: number;
   /** No data for these keys exists below the output level: tombstones may go. */
   readonly bottom: boolean;
+  readonly blockBytes?: number;
 }
 
 export type Job = BuildJob | FlushJob | CompactJob;
@@ -85,12 +89,20 @@ function writeTable(dir: string, number: number, builder: TableBuilder): BuiltTa
   return { number, size: bytes.length, props };
 }
 
+/** What an OutputSet needs of its job. */
+interface OutputJob {
+  readonly dir: string;
+  readonly numbers: readonly number[];
+  readonly targetFileBytes: number;
+  readonly blockBytes?: number;
+}
+
 /**
  * Splits output tables at key boundaries once they reach the target size. Each table is built in
  * a buffer from the pool, given back once the table is written.
  */
 class OutputSet {
-  readonly #job: { dir: string; numbers: readonly number[]; targetFileBytes: number };
+  readonly #job: OutputJob;
   readonly #pool: BufferPool;
   readonly tables: BuiltTable[] = [];
   /** The table being built; none until an entry comes after the last one closed. */
@@ -99,11 +111,7 @@ class OutputSet {
   readonly #capacity: number;
 
   /** `expectedBytes`: about how much the job writes in all (its input's size). */
-  constructor(
-    job: { dir: string; numbers: readonly number[]; targetFileBytes: number },
-    expectedBytes: number,
-    pool: BufferPool,
-  ) {
+  constructor(job: OutputJob, expectedBytes: number, pool: BufferPool) {
     this.#job = job;
     this.#pool = pool;
     // Entries plus offset arrays, key prefixes, index and filter: ~15% over the entries.
@@ -124,7 +132,11 @@ class OutputSet {
   }
 
   get builder(): TableBuilder {
-    this.#builder ??= new TableBuilder(this.#capacity, this.#pool.take(this.#capacity));
+    this.#builder ??= new TableBuilder(
+      this.#capacity,
+      this.#pool.take(this.#capacity),
+      this.#job.blockBytes,
+    );
     return this.#builder;
   }
 
