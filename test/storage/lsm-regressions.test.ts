@@ -3,6 +3,8 @@
  * reached there. The model test (lsm-model.test.ts) finds most of them too; these name them.
  */
 import assert from "node:assert/strict";
+import { readdirSync, statSync, truncateSync } from "node:fs";
+import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import {
   decodeSnapshotStream,
@@ -11,6 +13,7 @@ import {
   LsmEnvironment,
   type LsmOptions,
 } from "../../src/storage/lsm/index.ts";
+import { mapFile } from "../../src/common/native.ts";
 import { tempDir } from "./helpers.ts";
 
 const b = (s: string): Buffer => Buffer.from(s, "latin1");
@@ -205,4 +208,39 @@ describe("issue 50, bug 6: the snapshot stream decoder", () => {
     const ms = performance.now() - started;
     assert.ok(ms < 1500, `${ms.toFixed(0)} ms for an unterminated 16 MiB frame`);
   });
+});
+
+describe("issue 50, bug 3: a table that shrinks while the engine has it open", () => {
+  for (const mapTables of [true, false]) {
+    it(`is reported as corruption and fails the engine (mapped: ${mapTables})`, async (t) => {
+      if (mapTables && mapFile === undefined) return t.skip("addon not built: nothing is mapped");
+      const own = new LsmEnvironment({ workers: 1, mapTables });
+      try {
+        const dir = tempDir("lsm50");
+        const engine = await LsmEngine.open(dir, own, { ...OPTIONS, blockBytes: 256 });
+        const keys = Array.from({ length: 200 }, (_, i) => keyAt(i));
+        await engine.write(
+          1,
+          keys.map((k) => ({ type: "put", key: b(k), value: Buffer.alloc(100, 1) })),
+        );
+        await engine.flush();
+        assert.equal(engine.get(b(keyAt(0)))?.length, 100); // maps the table, where it maps
+        const [table] = readdirSync(dir).filter((n) => n.endsWith(".sst")) as [string];
+        const path = join(dir, table);
+        truncateSync(path, statSync(path).size >> 2);
+        assert.throws(() => engine.get(b(keyAt(190))), {
+          code: "CAIRN_ERR_CORRUPTION",
+          message: new RegExp(path),
+        });
+        assert.equal(
+          (engine.failure as { code?: string } | undefined)?.code,
+          "CAIRN_ERR_CORRUPTION",
+        );
+        await assert.rejects(engine.write(2, []), { code: "CAIRN_ERR_CORRUPTION" });
+        await engine.close();
+      } finally {
+        await own.close();
+      }
+    });
+  }
 });

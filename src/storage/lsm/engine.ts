@@ -458,7 +458,26 @@ export class LsmEngine implements BudgetMember {
     };
   }
 
+  /**
+   * The value of `key` as of `snapshot` (or now). A table found damaged (CorruptionError naming
+   * the file) fails the engine as a failed flush does: it refuses writes, and its `failure` tells
+   * the driver to take the shard out of service.
+   */
   get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {
+    try {
+      return this.#get(key, snapshot);
+    } catch (err) {
+      this.#noteReadError(err);
+      throw err;
+    }
+  }
+
+  /** A read met damage: the engine fails (see get). */
+  #noteReadError(err: unknown): void {
+    if (err instanceof CorruptionError) this.#fail(err);
+  }
+
+  #get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {
     this.#assertOpen();
     const seq = snapshot?.seq ?? this.#lastSeq;
     const k = keyFromBytes(key);
@@ -545,6 +564,9 @@ export class LsmEngine implements BudgetMember {
         }
         it.next();
       }
+    } catch (err) {
+      this.#noteReadError(err);
+      throw err;
     } finally {
       this.#openScans--;
       for (const t of pinned) {

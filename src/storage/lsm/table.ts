@@ -139,6 +139,8 @@ export class Table implements BlockSource, MetaHolder {
   #meta: TableMeta | undefined;
   /** This table's blocks in the block cache, by ordinal. */
   readonly #blocks: BlockSet;
+  /** 1 for each block read from the file at least once (FileCache.block's `firstRead`). */
+  readonly #read: Uint8Array;
   /** Readers holding this table (iterators, exports); it is deleted when obsolete and unpinned. */
   pins = 0;
   obsolete = false;
@@ -153,6 +155,7 @@ export class Table implements BlockSource, MetaHolder {
     blocks: number,
   ) {
     this.#blocks = newBlockSet(blocks);
+    this.#read = new Uint8Array(blocks);
     this.number = number;
     this.path = path;
     this.fileSize = fileSize;
@@ -220,7 +223,9 @@ export class Table implements BlockSource, MetaHolder {
     const cached = this.#caches.blockCache.get(this.#blocks, ordinal);
     if (cached !== undefined) return cached;
     // One view of the file (block and checksum) per miss: no reader closure, no subarray.
-    const raw = this.#caches.files.block(this.path, offset, size + CRC_BYTES);
+    const first = this.#read[ordinal] === 0;
+    const raw = this.#caches.files.block(this.path, offset, size + CRC_BYTES, first);
+    if (first) this.#read[ordinal] = 1;
     checkBlock(this.path, offset, size, raw);
     const block = parseOrThrow(this.path, offset, raw, size);
     this.#caches.blockCache.set(this.#blocks, ordinal, block);
