@@ -51,3 +51,14 @@ export function workload(seed: number, n: number): Batch[] {
   }
   return batches;
 }
+
+/**
+ * Options of the crash-during-recovery test and its child: small tables, and an L0 trigger the
+ * prepared engine is above, so that the open also starts a compaction.
+ */
+export const REOPEN_OPTIONS = {
+  memtableBytes: 4096,
+  l0CompactionTrigger: 4,
+  levelBaseBytes: 16384,
+  targetFileBytes: 4096,
+} as const;
