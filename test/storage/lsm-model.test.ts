@@ -9,7 +9,7 @@
  * imported back.
  *
  * `npm test` runs LSM_MODEL_RUNS cases (default 200); `npm run test:lsm-model:long` runs 3,000.
- * A failure prints the seed and path that replay it:
+ * A failure prints the seed and path that replay it (shrunk first, unless LSM_MODEL_SHRINK=0):
  *   LSM_MODEL_SEED=<seed> LSM_MODEL_PATH=<path> node --test test/storage/lsm-model.test.ts
  * Engines live on tmpfs (/dev/shm) where there is one: their fsyncs would otherwise take most of
  * the time (durability is the crash tests' subject, not this one's).
@@ -34,6 +34,8 @@ const RUNS = Number(process.env["LSM_MODEL_RUNS"] ?? 200);
 const SEED = process.env["LSM_MODEL_SEED"];
 const PATH = process.env["LSM_MODEL_PATH"];
 const MAX_STEPS = Number(process.env["LSM_MODEL_STEPS"] ?? 250);
+/** LSM_MODEL_SHRINK=0: report the first failing case as is (scripts/lsm-mutations.ts). */
+const SHRINK = process.env["LSM_MODEL_SHRINK"] !== "0";
 
 /** Keys that share prefixes, are prefixes of one another, and hold 0x00 and 0xff bytes. */
 const KEYS = [
@@ -513,6 +515,7 @@ describe(
           numRuns: runs,
           ...(SEED === undefined ? {} : { seed: Number(SEED) }),
           ...(PATH === undefined ? {} : { path: PATH }),
+          ...(SHRINK ? {} : { endOnFailure: true }),
         });
         if (details.failed) {
           const replay = `LSM_MODEL_SEED=${details.seed} LSM_MODEL_PATH=${details.counterexamplePath ?? ""} node --test test/storage/lsm-model.test.ts`;
