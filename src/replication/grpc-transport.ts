@@ -814,6 +814,7 @@ export class GrpcTransport implements RaftTransport {
         keepaliveMs: KEEPALIVE_MS,
         keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
         ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
+        peerId: this.nodeId,
       });
     }
     return peer.channel;

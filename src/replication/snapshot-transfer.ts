@@ -20,7 +20,7 @@
  */
 import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
-import { SHARD_WORKER_KEY } from "../api/wire.ts";
+import { PEER_KEY, SHARD_WORKER_KEY } from "../api/wire.ts";
 import type { RaftHandshake } from "../api/generated/cairn/v1/RaftHandshake.ts";
 import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
 import type {
@@ -103,6 +103,8 @@ export async function sendSnapshot(
     answered = resolve;
   });
   const metadata = new Metadata();
+  // A node's front end serves the peers' methods only to calls that name a node.
+  metadata.set(PEER_KEY, handshake.from_node_id ?? "");
   if (options.shardWorker !== undefined) {
     metadata.set(SHARD_WORKER_KEY, String(options.shardWorker));
   }

@@ -152,6 +152,8 @@ export function huffmanDecode(bytes: Uint8Array, start: number, end: number): st
 }
 
 const NO_BLOCK = new Uint8Array(0);
+const MALFORMED_NAME = 1;
+const MALFORMED_VALUE = 2;
 
 /** Per RFC 7541 §4.1: a field's size in the dynamic table. */
 const ENTRY_OVERHEAD = 32;
@@ -165,6 +167,18 @@ export class HpackDecoder {
   /** Dynamic table, oldest first (index 62 is the newest: the last element). */
   readonly #names: string[] = [];
   readonly #values: string[] = [];
+  /**
+   * Per entry, checked once when it is added: MALFORMED_NAME and MALFORMED_VALUE bits (see
+   * `malformed`).
+   */
+  readonly #malformed: number[] = [];
+  /**
+   * Whether the last block decoded holds a field HTTP/2 calls malformed (RFC 9113 §8.2.1): a
+   * name with a character outside lower-case visible ASCII (or a colon past the first), or a
+   * value with NUL, CR, LF or leading or trailing whitespace. It is still decoded whole (the
+   * table must follow the peer's); the request is malformed, a stream error, not the block.
+   */
+  malformed = false;
   #size = 0;
   #limit: number;
   readonly #maxTableSize: number;
@@ -181,6 +195,7 @@ export class HpackDecoder {
     const out: HeaderList = [];
     let listSize = 0;
     let fieldsSeen = false;
+    let malformed = false;
     this.#block = block;
     this.#at = 0;
     while (this.#at < block.length) {
@@ -192,6 +207,7 @@ export class HpackDecoder {
         const index = this.#int(7);
         name = this.#name(index);
         value = this.#value(index);
+        if (index > STATIC_TABLE.length && this.#entryMalformed(index) !== 0) malformed = true;
       } else if ((b & 0xe0) === 0x20) {
         // Dynamic table size update: only before the first field.
         if (fieldsSeen) throw new HpackError("a table size update after a field");
@@ -204,9 +220,18 @@ export class HpackDecoder {
         // Literal: with incremental indexing (01), without (0000) or never indexed (0001).
         const indexing = (b & 0xc0) === 0x40;
         const index = this.#int(indexing ? 6 : 4);
-        name = index === 0 ? this.#string() : this.#name(index);
+        let bad = 0;
+        if (index === 0) {
+          name = this.#string();
+          if (!isFieldName(name)) bad = MALFORMED_NAME;
+        } else {
+          name = this.#name(index);
+          if (index > STATIC_TABLE.length) bad = this.#entryMalformed(index) & MALFORMED_NAME;
+        }
         value = this.#string();
-        if (indexing) this.#insert(name, value);
+        if (!isFieldValue(value)) bad |= MALFORMED_VALUE;
+        if (bad !== 0) malformed = true;
+        if (indexing) this.#insert(name, value, bad);
       }
       fieldsSeen = true;
       listSize += name.length + value.length + ENTRY_OVERHEAD;
@@ -214,6 +239,7 @@ export class HpackDecoder {
       out.push(name, value);
     }
     this.#block = NO_BLOCK; // the caller's buffer is not held
+    this.malformed = malformed;
     return out;
   }
 
@@ -264,13 +290,18 @@ export class HpackDecoder {
     return this.#values[this.#names.length - (index - STATIC_TABLE.length)] as string;
   }
 
-  #insert(name: string, value: string): void {
+  #entryMalformed(index: number): number {
+    return this.#malformed[this.#names.length - (index - STATIC_TABLE.length)] ?? 0;
+  }
+
+  #insert(name: string, value: string, malformed: number): void {
     const size = name.length + value.length + ENTRY_OVERHEAD;
     this.#evict(size);
     // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
     if (size > this.#limit) return;
     this.#names.push(name);
     this.#values.push(value);
+    this.#malformed.push(malformed);
     this.#size += size;
   }
 
@@ -287,6 +318,7 @@ export class HpackDecoder {
     if (drop > 0) {
       this.#names.splice(0, drop);
       this.#values.splice(0, drop);
+      this.#malformed.splice(0, drop);
     }
   }
 }
@@ -299,6 +331,36 @@ export class HpackHeaderListTooLarge extends HpackError {
   constructor() {
     super("a header list larger than the limit");
   }
+}
+
+/**
+ * Whether `name` may be a field name (RFC 9113 §8.2.1): not empty, no character in 0x00–0x20,
+ * 0x41–0x5a (upper case) or 0x7f–0xff, and no colon but a pseudo-header's first character.
+ */
+export function isFieldName(name: string): boolean {
+  if (name.length === 0) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c <= 0x20 || (c >= 0x41 && c <= 0x5a) || c >= 0x7f || (c === 0x3a && i > 0)) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether `value` may be a field value (RFC 9113 §8.2.1): no NUL, CR or LF, and no whitespace
+ * (SP, HTAB) at either end.
+ */
+export function isFieldValue(value: string): boolean {
+  const n = value.length;
+  if (n === 0) return true;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(n - 1);
+  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
+  for (let i = 0; i < n; i++) {
+    const c = value.charCodeAt(i);
+    if (c === 0x00 || c === 0x0a || c === 0x0d) return false;
+  }
+  return true;
 }
 
 function latin1(bytes: Uint8Array, start: number, end: number): string {
