@@ -141,7 +141,7 @@ function metadataTests(node: NodeUnderAttack): void {
           client.send(unaryCall(1, PUT, putRequest(b("md"), b("v")), [field]));
           const outcome = await client.streamDone(1, ANSWER_MS);
           // The connection still serves a well-formed call.
-          const next = client.closed ? null : await getOn(client, 3, "md");
+          const next = client.closed || client.remoteEnded ? null : await getOn(client, 3, "md");
           return { outcome, goAway: client.goAway, next };
         } finally {
           client.destroy();

@@ -454,7 +454,7 @@ export class RawH2Client {
     return new Promise<boolean>((resolve) => {
       const check = (): void => {
         if (cond()) done(true);
-        else if (this.closed) done(cond());
+        else if (this.closed || this.remoteEnded) done(cond()); // nothing more will come
       };
       const timer = setTimeout(() => done(cond()), timeoutMs);
       const done = (ok: boolean): void => {
@@ -477,7 +477,17 @@ export class RawH2Client {
     const ping = frame(T.PING, 0, 0, Buffer.alloc(8));
     while (!this.closed && performance.now() < end) {
       if (!this.socket.destroyed && this.socket.writableLength < 1 << 20) this.socket.write(ping);
-      await this.waitFor(() => this.closed, 20);
+      // The next probe after 20 ms, or at once on the close.
+      await new Promise<void>((resolve) => {
+        const socket = this.socket;
+        const timer = setTimeout(done, 20);
+        function done(): void {
+          clearTimeout(timer);
+          socket.off("close", done);
+          resolve();
+        }
+        socket.once("close", done);
+      });
     }
     return this.closed;
   }
