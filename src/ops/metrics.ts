@@ -103,6 +103,7 @@ export class CairnMetrics {
   readonly #failedMembers: Counter;
   readonly #gossipLatency: Histogram;
   readonly #droppedDatagrams: Counter<"reason">;
+  readonly #rpcConnectionsEnded: Counter<"reason">;
   readonly #framesSent: Counter<"peer">;
   readonly #messagesSent: Counter<"peer">;
   readonly #heartbeatsSent: Counter<"peer">;
@@ -280,6 +281,12 @@ export class CairnMetrics {
     this.#droppedDatagrams = new Counter({
       name: "cairn_swim_dropped_datagrams_total",
       help: "SWIM datagrams dropped by the decoder, by reason.",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.#rpcConnectionsEnded = new Counter({
+      name: "cairn_rpc_connections_ended_total",
+      help: "gRPC connections the front end ended: the node's own failure (internal) or a client past a limit (limit).",
       labelNames: ["reason"],
       registers,
     });
@@ -461,6 +468,11 @@ export class CairnMetrics {
     series.frames.inc();
     series.messages.inc(messages);
     series.heartbeats.inc(heartbeats);
+  }
+
+  /** The gRPC front end ended a connection (its own failure, or a client past a limit). */
+  rpcConnectionEnded(reason: "internal" | "limit"): void {
+    this.#rpcConnectionsEnded.inc({ reason });
   }
 
   setAwakeGroups(count: number): void {
