@@ -19,8 +19,17 @@
  *   they are, with flow control, to the main thread's own gRPC server on a loopback port: rare or
  *   long-lived, they need no batching.
  *
+ * Against hostile clients (docs/architecture.md, "The front end against hostile clients"): every
+ * connection gets the limits of FrontEndLimits (`rpc.*`), idle connections are swept, a call
+ * reset before it is dispatched never runs (`dispatchReady`, and the batch's cancels in
+ * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
+ * connection, each method has its receive limit (the peers' their own), a malformed
+ * `grpc-timeout` is refused, and the peers' methods answer only calls that carry `cairn-peer`
+ * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY).
+ *
  * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
- * a shutdown. Messages from it: reply batches, and "shutdown" with the drain deadline.
+ * a shutdown, and "event" for a connection ended by a bug or a limit (FrontEndEvent). Messages
+ * from it: reply batches, and "shutdown" with the drain deadline.
  */
 import http2, {
   type ClientHttp2Session,

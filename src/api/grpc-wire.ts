@@ -3,7 +3,10 @@
  * server (h2/) with no gRPC library in between: the request headers (deadline, metadata), the
  * length-prefixed message framing, and statuses as trailers. It follows the spec
  * (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md) and grpc-js's choices where
- * the spec leaves room (`grpc-message` is `encodeURI`d; binary metadata is base64).
+ * the spec leaves room (`grpc-message` is `encodeURI`d; binary metadata is base64; metadata it
+ * does not allow is dropped; a malformed `grpc-timeout` is refused INTERNAL). Nothing here throws
+ * but WireError on a request's bytes; a unary call's compressed message is inflated
+ * asynchronously (inflateMessage), off the serving thread, its output bounded.
  */
 import { gunzip, gunzipSync, inflate, inflateSync } from "node:zlib";
 import { status } from "@grpc/grpc-js";

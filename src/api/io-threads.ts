@@ -6,6 +6,11 @@
  * A handed-over call is a HandedCall: the parts of grpc-js's ServerUnaryCall the handlers use
  * (request, metadata, deadline, peer, cancellation). Its answer is encoded here with the
  * method's own serializer, so the I/O thread relays bytes and never decodes a message.
+ *
+ * A call whose cancel arrives in the same batch (the client reset it before it was handed over)
+ * is never run. A request's bytes raise no exception here: its metadata was checked by the front
+ * end (and toMetadata drops what grpc-js would refuse), and a handler's throw becomes UNKNOWN.
+ * What a front end reports (FrontEndEvent) goes to `onEvent`.
  */
 import { EventEmitter } from "node:events";
 import { createServer } from "node:net";

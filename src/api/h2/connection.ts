@@ -13,8 +13,12 @@
  * RST_STREAM NO_ERROR (RFC 9113 §8.1). Frames on a stream this side has closed are ignored.
  *
  * Not supported, as no gRPC client needs them: server push (never sent), priorities (parsed and
- * ignored), HTTP/1.1 upgrade. Errors follow the RFC: a malformed frame or header block ends the
- * connection with GOAWAY, a bad stream is reset with RST_STREAM.
+ * ignored), HTTP/1.1 upgrade, CONNECT requests. Errors follow the RFC: a malformed frame or
+ * header block ends the connection with GOAWAY, a bad stream is reset with RST_STREAM, and a
+ * malformed request (RFC 9113 §8.2–8.3: its fields, checked as HPACK decodes them, and its
+ * pseudo-headers and connection-specific fields, readRequestLine) is reset PROTOCOL_ERROR
+ * before its owner sees it, counted against the client's reset budget. A stream past
+ * SETTINGS_MAX_CONCURRENT_STREAMS (default 1000) is refused (REFUSED_STREAM).
  */
 import type { Socket } from "node:net";
 import {

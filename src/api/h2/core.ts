@@ -24,8 +24,17 @@
  *    follow the peer's encoder.
  * 5. A protocol error ends the connection with GOAWAY: frame handling throws ConnectionError (or
  *    HpackError), caught in one place, `#onData`; nothing this layer does throws out of a
- *    socket callback. After it, input is ignored. Errors thrown by the owners' callbacks are bugs
- *    and are not caught.
+ *    socket callback. After it, input is ignored and no more is read (the socket is paused, then
+ *    destroyed after the grace period, `goAwayGraceMs`). Anything else thrown while the peer's
+ *    frames are handled, or when the socket closes or the output is flushed (an owner's callback,
+ *    a bug), ends that connection the same way, with INTERNAL_ERROR, and reaches
+ *    `internalError` to be reported: never the process.
+ * 7. What one peer can make this side spend is bounded (CoreOptions): CONTINUATION frames per
+ *    header block, resets per second (its own and those its malformed requests cause,
+ *    `chargeReset`), unsent output (reading pauses at a quarter of `maxOutputBytes`; the socket
+ *    is destroyed past it or after a write stall), the time to its first SETTINGS. A SETTINGS
+ *    frame walks the streams only when INITIAL_WINDOW_SIZE changes. Past a bound,
+ *    `limitExceeded` hears why.
  * 6. `streamClosed` is called once per stream, when it is done both ways, reset, or the socket
  *    is gone; `connectionClosed` once, after every open stream's.
  *

@@ -5,7 +5,9 @@
  * peer's decoder table is never touched and the encoder keeps no state.
  *
  * Header names and values are handled as latin1 strings: HTTP/2 field values are octets, and
- * gRPC's are ASCII (binary metadata travels base64).
+ * gRPC's are ASCII (binary metadata travels base64). The decoder flags a block holding a field
+ * RFC 9113 §8.2.1 forbids (`malformed`), checking each literal once, when it is decoded (an
+ * indexed field carries its entry's flag): the request is malformed, not the block.
  */
 
 /** A header list as decoded, in order: name, value, name, value, … */
