@@ -80,8 +80,32 @@ import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
 const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
 /** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
-const RESPONSE_BLOCK = encodeHeaders(RESPONSE_FIELDS);
-const OK_TRAILERS = encodeHeaders(statusFields(status.OK, "OK", null, false));
+const OK_FIELDS = statusFields(status.OK, "OK", null, false);
+const OK_TRAILERS = encodeHeaders(OK_FIELDS);
+/** HpackEncoder.cached slots of a connection: its response headers and its plain OK trailers. */
+const RESPONSE_SLOT = 0;
+const OK_SLOT = 1;
+
+/**
+ * Sends a response's headers, indexed on the connection (they are framed at once: see
+ * HpackEncoder): ~70 bytes on a connection's first response, 3 after.
+ */
+function sendResponseHeaders(stream: ServerStream): void {
+  // A block the encoder indexed must be sent: never encoded for a stream that sends nothing.
+  if (stream.localEnded || stream.closed) return;
+  stream.sendHeaders(stream.connection.encoder.cached(RESPONSE_SLOT, RESPONSE_FIELDS));
+}
+
+/**
+ * Ends a response with the trailers of a plain OK: indexed when they leave at once (nothing
+ * waits in the stream's queue), else the block that leaves the table alone.
+ */
+function sendOkTrailers(stream: ServerStream): void {
+  if (stream.localEnded || stream.closed) return;
+  stream.sendTrailers(
+    stream.queuedBytes === 0 ? stream.connection.encoder.cached(OK_SLOT, OK_FIELDS) : OK_TRAILERS,
+  );
+}
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
 /** A proxied stream stops reading its upstream while this much waits for the client's window. */
 const PROXY_HIGH_WATER = 1 << 20;
@@ -403,11 +427,10 @@ export function serveFrontEnd(
         null,
       );
     } else {
-      stream.sendHeaders(RESPONSE_BLOCK);
+      sendResponseHeaders(stream);
       stream.sendData(frame(bytes));
-      stream.sendTrailers(
-        trailer === null ? OK_TRAILERS : encodeHeaders(statusFields(0, "OK", trailer, false)),
-      );
+      if (trailer === null) sendOkTrailers(stream);
+      else stream.sendTrailers(encodeHeaders(statusFields(0, "OK", trailer, false)));
     }
   }
 
@@ -436,7 +459,7 @@ export function serveFrontEnd(
     const call: RawStreamCall = {
       peer: stream.connection.peer,
       sendHeaders() {
-        if (!finished && !stream.headersSent) stream.sendHeaders(RESPONSE_BLOCK);
+        if (!finished && !stream.headersSent) sendResponseHeaders(stream);
       },
       finish(code, details, message) {
         if (finished) return;
@@ -447,14 +470,11 @@ export function serveFrontEnd(
             respondStatus(stream, code, details, null);
             return;
           }
-          stream.sendHeaders(RESPONSE_BLOCK);
+          sendResponseHeaders(stream);
         }
         if (code === status.OK && message !== null) stream.sendData(frame(message));
-        stream.sendTrailers(
-          code === status.OK
-            ? OK_TRAILERS
-            : encodeHeaders(statusFields(code, details, null, false)),
-        );
+        if (code === status.OK) sendOkTrailers(stream);
+        else stream.sendTrailers(encodeHeaders(statusFields(code, details, null, false)));
       },
     };
     const sink = direct.stream(method, call);

@@ -4,6 +4,7 @@
  * the front end must do past its limit; none may end the process.
  */
 import assert from "node:assert/strict";
+import http2 from "node:http2";
 import { type AddressInfo, connect, createServer } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
@@ -11,7 +12,9 @@ import { ServerConnection } from "../../src/api/h2/connection.ts";
 import { encodeHeaders } from "../../src/api/h2/hpack.ts";
 import { PREFACE, rawFrame, u32 } from "./h2-frames.ts";
 import {
+  type Decoded,
   grpcMessage,
+  header,
   PEER_UNARY,
   RawClient,
   requestBlock,
@@ -382,6 +385,74 @@ describe("h2 connection: what its owner throws ends that connection, not the pro
       assert.match(String(errors[0]), /a handler's bug/);
     } finally {
       server.close();
+    }
+  });
+});
+
+describe("front end: response headers indexed per connection (HPACK)", { timeout: 30_000 }, () => {
+  it("sends a response's headers in a few bytes after the first, and follows a lowered SETTINGS_HEADER_TABLE_SIZE", async () => {
+    const fe = await startFrontEnd();
+    const client = await RawClient.open(fe.port);
+    try {
+      const sizes = (id: number): number[] =>
+        client.frames
+          .filter((f) => f.type === HEADERS && f.streamId === id)
+          .map((f) => f.payload.length);
+      for (const id of [1, 3, 5]) {
+        client.send(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
+        assert.equal((await client.outcome(id)).grpcStatus, status.OK);
+      }
+      const [first, third] = [sizes(1), sizes(5)];
+      assert.ok((first[0] as number) > 40, `first response headers: ${first[0]} bytes`);
+      assert.ok((third[0] as number) <= 3, `later response headers: ${third[0]} bytes`);
+      assert.ok((third[1] as number) <= 2, `later OK trailers: ${third[1]} bytes`);
+      const last = client.frames.filter((f) => f.streamId === 5 && f.type === HEADERS);
+      assert.equal(header(last[0] as Decoded, "content-type"), "application/grpc+proto");
+      assert.equal(header(last[1] as Decoded, "grpc-status"), "0");
+      // The client lowers its table to 0: the next block opens with a size update, and works.
+      client.send(rawFrame(SETTINGS, 0, 0, Buffer.from([0, 0x1, 0, 0, 0, 0])));
+      client.send(unaryCall(7, requestBlock(UNARY), grpcMessage(BODY)));
+      assert.equal((await client.outcome(7)).grpcStatus, status.OK);
+      const next = client.frames.find((f) => f.streamId === 7 && f.type === HEADERS) as Decoded;
+      assert.equal(next.payload[0], 0x20, "a dynamic table size update to 0");
+      assert.equal(header(next, "content-type"), "application/grpc+proto");
+    } finally {
+      client.close();
+      await fe.close();
+    }
+  });
+
+  it("interoperates with nghttp2 (node:http2's client) over many calls", async () => {
+    const fe = await startFrontEnd();
+    const session = http2.connect(`http://127.0.0.1:${fe.port}`);
+    try {
+      for (let i = 0; i < 50; i++) {
+        const answer = await new Promise<{ status: string | undefined; body: Buffer }>(
+          (resolve, reject) => {
+            const req = session.request({
+              ":method": "POST",
+              ":path": UNARY,
+              "content-type": "application/grpc",
+              te: "trailers",
+            });
+            const chunks: Buffer[] = [];
+            let grpcStatus: string | undefined;
+            req.on("trailers", (t) => (grpcStatus = String(t["grpc-status"])));
+            req.on("response", (h) => {
+              if (h["grpc-status"] !== undefined) grpcStatus = String(h["grpc-status"]);
+            });
+            req.on("data", (c: Buffer) => chunks.push(c));
+            req.on("end", () => resolve({ status: grpcStatus, body: Buffer.concat(chunks) }));
+            req.on("error", reject);
+            req.end(grpcMessage(Buffer.from(`call ${i}`)));
+          },
+        );
+        assert.equal(answer.status, "0");
+        assert.deepEqual(answer.body, grpcMessage(Buffer.from(`call ${i}`)));
+      }
+    } finally {
+      session.close();
+      await fe.close();
     }
   });
 });

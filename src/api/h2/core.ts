@@ -45,7 +45,7 @@
  */
 import type { Socket } from "node:net";
 import { IntMap, clearArray } from "../../common/index.ts";
-import { HpackDecoder, HpackError, type HeaderList } from "./hpack.ts";
+import { HpackDecoder, HpackEncoder, HpackError, type HeaderList } from "./hpack.ts";
 
 export const FrameType = {
   DATA: 0x0,
@@ -214,6 +214,12 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected peerMaxConcurrentStreams = Infinity;
   /** This side has sent GOAWAY. */
   protected goAwaySent = false;
+  /**
+   * The encoder of the header blocks this side indexes (HpackEncoder: only blocks framed at
+   * once); it follows the peer's SETTINGS_HEADER_TABLE_SIZE, and every header block sent starts
+   * with the size update it owes.
+   */
+  readonly encoder = new HpackEncoder();
   readonly #isClient: boolean;
   readonly #receiveWindow: number;
   /** The connection's receive window: the stream window, but never below the protocol's 65,535. */
@@ -731,7 +737,9 @@ export abstract class ConnectionCore<S extends CoreStream> {
         case Setting.MAX_CONCURRENT_STREAMS:
           this.peerMaxConcurrentStreams = value;
           break;
-        case Setting.HEADER_TABLE_SIZE: // our encoder never indexes: any size suits it
+        case Setting.HEADER_TABLE_SIZE:
+          this.encoder.setPeerTableSize(value);
+          break;
         case Setting.MAX_HEADER_LIST_SIZE: // advisory; what we send is small
         default:
           break;
@@ -788,6 +796,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
 
   /** Sends a header block (HEADERS, then CONTINUATIONs past the peer's frame size). */
   sendHeaderBlock(stream: S, block: Buffer, endStream: boolean): void {
+    const update = this.encoder.takeSizeUpdate();
+    if (update !== null) block = Buffer.concat([update, block]);
     let flags = endStream ? FLAG_END_STREAM : 0;
     const max = this.#peerMaxFrameSize;
     if (block.length <= max) {

@@ -416,3 +416,140 @@ function pushString(out: number[], s: string): void {
   pushInt(out, 0x00, 7, s.length);
   for (let i = 0; i < s.length; i++) out.push(s.charCodeAt(i) & 0xff);
 }
+
+/**
+ * The fields a server's responses repeat, which HpackEncoder indexes: the headers of every
+ * response with a message and the trailers of a plain OK (grpc-wire.ts RESPONSE_FIELDS,
+ * statusFields). Every other field is sent as a literal without indexing.
+ */
+const INDEXED_FIELDS: readonly (readonly [string, string])[] = [
+  ["content-type", "application/grpc+proto"],
+  ["grpc-accept-encoding", "identity,deflate,gzip"],
+  ["grpc-status", "0"],
+  ["grpc-message", "OK"],
+];
+
+/** The table size this encoder uses at most (the protocol's default). */
+const ENCODER_MAX_TABLE = 4096;
+
+/**
+ * A connection's HPACK encoder, as nghttp2's indexes: the first block that carries one of
+ * INDEXED_FIELDS inserts it into the peer's dynamic table (a literal with incremental indexing),
+ * later ones reference it (one byte). It follows the peer's SETTINGS_HEADER_TABLE_SIZE
+ * (`setPeerTableSize`): a lower size evicts entries here at once and is signalled at the start
+ * of the next header block sent (`takeSizeUpdate`, which the connection prepends to whichever
+ * block it frames next).
+ *
+ * Its blocks must reach the wire in the order they were encoded (a block that references an
+ * entry after the block that inserted it): the caller encodes with it only a block it frames at
+ * once; a block that may wait (trailers behind DATA that waits for window) uses encodeHeaders,
+ * which never touches the dynamic table.
+ */
+export class HpackEncoder {
+  /** The indexed fields in the peer's table (INDEXED_FIELDS positions), oldest first. */
+  readonly #entries: number[] = [];
+  #size = 0;
+  #limit = ENCODER_MAX_TABLE;
+  /** A size change not yet signalled: the smallest limit since the last signal, and the last. */
+  #updateMin = -1;
+  #updateFinal = -1;
+  /** Bumped whenever the table changes: `cached` blocks of an older generation are stale. */
+  #generation = 0;
+  readonly #cache: { generation: number; block: Buffer }[] = [];
+
+  /** The peer's SETTINGS_HEADER_TABLE_SIZE. */
+  setPeerTableSize(size: number): void {
+    const limit = Math.min(ENCODER_MAX_TABLE, size);
+    if (limit === this.#limit) return;
+    this.#updateMin = this.#updateMin < 0 ? limit : Math.min(this.#updateMin, limit);
+    this.#updateFinal = limit;
+    this.#limit = limit;
+    this.#evict(0);
+    this.#generation++;
+  }
+
+  /** The size update(s) the next header block must start with, or null (then taken). */
+  takeSizeUpdate(): Buffer | null {
+    if (this.#updateFinal < 0) return null;
+    const out: number[] = [];
+    pushInt(out, 0x20, 5, this.#updateMin);
+    if (this.#updateFinal !== this.#updateMin) pushInt(out, 0x20, 5, this.#updateFinal);
+    this.#updateMin = this.#updateFinal = -1;
+    return Buffer.from(out);
+  }
+
+  /**
+   * `fields` encoded, cached in `slot` (a small number the caller gives each constant list)
+   * until the table changes: after a connection's first response its blocks cost nothing.
+   */
+  cached(slot: number, fields: readonly (readonly [string, string])[]): Buffer {
+    const hit = this.#cache[slot];
+    if (hit !== undefined && hit.generation === this.#generation) return hit.block;
+    const generation = this.#generation;
+    const block = this.encode(fields);
+    // A block that inserted entries must not be sent twice: cached only when it changed nothing.
+    if (generation === this.#generation) this.#cache[slot] = { generation, block };
+    return block;
+  }
+
+  /** Encodes `fields`, indexing those of INDEXED_FIELDS (see the class). */
+  encode(fields: readonly (readonly [string, string])[]): Buffer {
+    const parts: number[] = [];
+    for (const [name, value] of fields) {
+      if (name === ":status" && value === "200") {
+        parts.push(0x88);
+        continue;
+      }
+      const id = indexedField(name, value);
+      if (id >= 0) {
+        const at = this.#entries.lastIndexOf(id);
+        if (at >= 0) {
+          pushInt(parts, 0x80, 7, STATIC_TABLE.length + this.#entries.length - at);
+          continue;
+        }
+        const size = name.length + value.length + ENTRY_OVERHEAD;
+        if (size <= this.#limit) {
+          const index = STATIC_NAME_INDEX.get(name);
+          if (index === undefined) {
+            parts.push(0x40);
+            pushString(parts, name);
+          } else {
+            pushInt(parts, 0x40, 6, index);
+          }
+          pushString(parts, value);
+          this.#evict(size);
+          this.#entries.push(id);
+          this.#size += size;
+          this.#generation++;
+          continue;
+        }
+      }
+      const index = STATIC_NAME_INDEX.get(name);
+      if (index === undefined) {
+        parts.push(0x00);
+        pushString(parts, name);
+      } else {
+        pushInt(parts, 0x00, 4, index);
+      }
+      pushString(parts, value);
+    }
+    return Buffer.from(parts);
+  }
+
+  /** Evicts the oldest entries until `incoming` more octets fit (as the peer's decoder does). */
+  #evict(incoming: number): void {
+    while (this.#entries.length > 0 && this.#size + incoming > this.#limit) {
+      const [name, value] = INDEXED_FIELDS[this.#entries.shift() as number] as [string, string];
+      this.#size -= name.length + value.length + ENTRY_OVERHEAD;
+    }
+  }
+}
+
+/** The position of (name, value) in INDEXED_FIELDS, or -1. */
+function indexedField(name: string, value: string): number {
+  for (let i = 0; i < INDEXED_FIELDS.length; i++) {
+    const f = INDEXED_FIELDS[i] as readonly [string, string];
+    if (f[0] === name && f[1] === value) return i;
+  }
+  return -1;
+}
