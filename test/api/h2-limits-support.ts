@@ -245,10 +245,15 @@ export function header(f: Decoded, name: string): string | undefined {
 
 /** HEADERS (END_HEADERS) and one DATA frame with END_STREAM: a whole unary call. */
 export function unaryCall(streamId: number, block: Buffer, message: Buffer): Buffer {
-  return Buffer.concat([
-    rawFrame(0x1, 0x4, streamId, block),
-    rawFrame(0x0, 0x1, streamId, message),
-  ]);
+  const frames = [rawFrame(0x1, 0x4, streamId, block)];
+  // DATA frames of at most 16 KiB (the server's SETTINGS_MAX_FRAME_SIZE), the last END_STREAM.
+  for (let at = 0; ; at += 16_384) {
+    const end = Math.min(message.length, at + 16_384);
+    const last = end === message.length;
+    frames.push(rawFrame(0x0, last ? 0x1 : 0, streamId, message.subarray(at, end)));
+    if (last) break;
+  }
+  return Buffer.concat(frames);
 }
 
 export { status };
