@@ -262,6 +262,7 @@ export class RawH2Client {
   /** The server's FIN has arrived. */
   remoteEnded = false;
   readonly #ack: boolean;
+  readonly #neverRead: boolean;
   readonly #decoder = new HpackDecoder(4096, 1 << 20);
   #rest = Buffer.alloc(0);
   #block: { streamId: number; chunks: Buffer[]; end: boolean } | null = null;
@@ -270,6 +271,7 @@ export class RawH2Client {
 
   constructor(port: number, options: RawClientOptions = {}) {
     this.#ack = options.ackSettings ?? true;
+    this.#neverRead = options.neverRead ?? false;
     this.socket = connect({ port, host: "127.0.0.1", noDelay: true, allowHalfOpen: true });
     this.#connected = new Promise((resolve, reject) => {
       this.socket.once("connect", resolve);
@@ -324,10 +326,17 @@ export class RawH2Client {
    * reading, or closed).
    */
   async write(data: Buffer, deadlineMs = 5000): Promise<boolean> {
+    const drained = await this.#write(data, deadlineMs);
+    // A turn of the event loop between writes: an attacker looping on writes the kernel takes at
+    // once must not starve this process's other sockets (the probes measuring the server).
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    return drained;
+  }
+
+  async #write(data: Buffer, deadlineMs: number): Promise<boolean> {
     if (this.socket.destroyed || this.closed) return false;
-    const before = this.socket.bytesWritten;
     if (this.socket.write(data)) {
-      this.bytesWritten += this.socket.bytesWritten - before;
+      this.bytesWritten = this.socket.bytesWritten;
       return true;
     }
     const drained = await new Promise<boolean>((resolve) => {
@@ -469,11 +478,17 @@ export class RawH2Client {
   /**
    * Waits up to `timeoutMs` for the server to close the connection: its FIN, and then a write
    * fails (a PING every 20 ms probes it), so a server that half-closes and reads on does not
-   * count. Answers whether it closed.
+   * count (a client that never reads probes from the start). Answers whether it closed.
    */
   async waitClosed(timeoutMs: number): Promise<boolean> {
     const end = performance.now() + timeoutMs;
-    if (!(await this.waitFor(() => this.remoteEnded || this.closed, timeoutMs))) return false;
+    // A client that never reads sees no FIN: only its writes can find the socket closed.
+    if (
+      !this.#neverRead &&
+      !(await this.waitFor(() => this.remoteEnded || this.closed, timeoutMs))
+    ) {
+      return false;
+    }
     const ping = frame(T.PING, 0, 0, Buffer.alloc(8));
     while (!this.closed && performance.now() < end) {
       if (!this.socket.destroyed && this.socket.writableLength < 1 << 20) this.socket.write(ping);
