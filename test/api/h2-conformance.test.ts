@@ -20,7 +20,11 @@ describe(
   "HTTP/2 conformance (RFC 9113 §3–§8, RFC 7541), against a real node",
   { timeout: 300_000, concurrency: 8 },
   () => {
-    const node = new NodeUnderAttack({ CAIRN_RPC_IO_THREADS: "0" });
+    // The GOAWAY grace shortened (default 1 s): every connection error waits for it to close.
+    const node = new NodeUnderAttack({
+      CAIRN_RPC_IO_THREADS: "0",
+      CAIRN_RPC_GOAWAY_GRACE_MS: "200",
+    });
     before(() => node.ensure());
     after(async () => {
       try {

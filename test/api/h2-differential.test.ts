@@ -87,7 +87,11 @@ describe(
   "HTTP/2 differential: node:http2 (nghttp2) and Cairn, case by case",
   { timeout: 300_000, concurrency: 8 },
   () => {
-    const node = new NodeUnderAttack({ CAIRN_RPC_IO_THREADS: "0" });
+    // The GOAWAY grace shortened (default 1 s): every connection error waits for it to close.
+    const node = new NodeUnderAttack({
+      CAIRN_RPC_IO_THREADS: "0",
+      CAIRN_RPC_GOAWAY_GRACE_MS: "200",
+    });
     const reference = referenceServer();
     let referencePort = 0;
     before(async () => {
