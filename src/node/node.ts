@@ -520,6 +520,9 @@ export class CairnNode implements HealthSource {
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
+        // The members the meta group recorded at the founding (rejoined ones keep their id).
+        isMember: (node) => cluster.meta?.members.has(node) === true,
+        refused: (kind) => this.metrics.peerCallRefused(kind),
         logger: this.#log.child("peers"),
         metrics: this.metrics.snapshotMetrics,
       }),

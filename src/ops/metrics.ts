@@ -104,6 +104,7 @@ export class CairnMetrics {
   readonly #gossipLatency: Histogram;
   readonly #droppedDatagrams: Counter<"reason">;
   readonly #rpcConnectionsEnded: Counter<"reason">;
+  readonly #peerCallsRefused: Counter<"reason">;
   readonly #framesSent: Counter<"peer">;
   readonly #messagesSent: Counter<"peer">;
   readonly #heartbeatsSent: Counter<"peer">;
@@ -290,6 +291,12 @@ export class CairnMetrics {
       labelNames: ["reason"],
       registers,
     });
+    this.#peerCallsRefused = new Counter({
+      name: "cairn_raft_peer_calls_refused_total",
+      help: "Calls and streams of the peers' service (cairn.v1.Raft) refused by who they claim to come from: no_sender, not_member, no_cluster_id, other_cluster, misaddressed.",
+      labelNames: ["reason"],
+      registers,
+    });
     const snapshotsSent = new Counter({
       name: "cairn_raft_snapshots_sent_total",
       help: "Raft snapshots sent to peers and acknowledged by them.",
@@ -473,6 +480,11 @@ export class CairnMetrics {
   /** The gRPC front end ended a connection (its own failure, or a client past a limit). */
   rpcConnectionEnded(reason: "internal" | "limit"): void {
     this.#rpcConnectionsEnded.inc({ reason });
+  }
+
+  /** The peers' service refused a call or stream for who it claims to come from (handshake.ts). */
+  peerCallRefused(reason: string): void {
+    this.#peerCallsRefused.inc({ reason });
   }
 
   setAwakeGroups(count: number): void {
