@@ -19,8 +19,17 @@
  *   they are, with flow control, to the main thread's own gRPC server on a loopback port: rare or
  *   long-lived, they need no batching.
  *
+ * Against hostile clients (docs/architecture.md, "The front end against hostile clients"): every
+ * connection gets the limits of FrontEndLimits (`rpc.*`), idle connections are swept, a call
+ * reset before it is dispatched never runs (`dispatchReady`, and the batch's cancels in
+ * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
+ * connection, each method has its receive limit (the peers' their own), a malformed
+ * `grpc-timeout` is refused, and the peers' methods answer only calls that carry `cairn-peer`
+ * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY).
+ *
  * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
- * a shutdown. Messages from it: reply batches, and "shutdown" with the drain deadline.
+ * a shutdown, and "event" for a connection ended by a bug or a limit (FrontEndEvent). Messages
+ * from it: reply batches, and "shutdown" with the drain deadline.
  */
 import http2, {
   type ClientHttp2Session,
@@ -36,18 +45,28 @@ import {
   type Fields,
   frame,
   headerPairs,
+  inflateMessage,
+  invalidTimeoutDetails,
   MessageReader,
   RESPONSE_FIELDS,
   statusFields,
-  unaryMessage,
+  unaryFramed,
   WireError,
 } from "./grpc-wire.ts";
 import { dupFd, IntMap } from "../common/index.ts";
-import { ErrorCode, ServerConnection, type ServerStream } from "./h2/connection.ts";
+import {
+  type ConnectionOptions,
+  ErrorCode,
+  ServerConnection,
+  type ServerStream,
+} from "./h2/connection.ts";
 import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import {
   BatchBuilder,
   type CallBatch,
+  DEFAULT_FRONT_END_LIMITS,
+  type FrontEndEvent,
+  type FrontEndLimits,
   type IoThreadSetup,
   type MetadataPairs,
   type RawStreamCall,
@@ -55,20 +74,52 @@ import {
   REPLY_FIELDS,
   type ReplyBatch,
 } from "./handoff.ts";
-import { SHARD_WORKER_KEY } from "./wire.ts";
+import { PEER_KEY, SHARD_WORKER_KEY } from "./wire.ts";
 import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
 const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
 /** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
-const RESPONSE_BLOCK = encodeHeaders(RESPONSE_FIELDS);
-const OK_TRAILERS = encodeHeaders(statusFields(status.OK, "OK", null, false));
+const OK_FIELDS = statusFields(status.OK, "OK", null, false);
+const OK_TRAILERS = encodeHeaders(OK_FIELDS);
+/** HpackEncoder.cached slots of a connection: its response headers and its plain OK trailers. */
+const RESPONSE_SLOT = 0;
+const OK_SLOT = 1;
+
+/**
+ * Sends a response's headers, indexed on the connection (they are framed at once: see
+ * HpackEncoder): ~70 bytes on a connection's first response, 3 after.
+ */
+function sendResponseHeaders(stream: ServerStream): void {
+  // A block the encoder indexed must be sent: never encoded for a stream that sends nothing.
+  if (stream.localEnded || stream.closed) return;
+  stream.sendHeaders(stream.connection.encoder.cached(RESPONSE_SLOT, RESPONSE_FIELDS));
+}
+
+/**
+ * Ends a response with the trailers of a plain OK: indexed when they leave at once (nothing
+ * waits in the stream's queue), else the block that leaves the table alone.
+ */
+function sendOkTrailers(stream: ServerStream): void {
+  if (stream.localEnded || stream.closed) return;
+  stream.sendTrailers(
+    stream.queuedBytes === 0 ? stream.connection.encoder.cached(OK_SLOT, OK_FIELDS) : OK_TRAILERS,
+  );
+}
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
 /** A proxied stream stops reading its upstream while this much waits for the client's window. */
 const PROXY_HIGH_WATER = 1 << 20;
+/**
+ * The memory node:http2 lets a proxied connection to this node's own server hold (its
+ * maxSessionMemory, in MiB): far above what its streams' windows let in flight, but bounded.
+ */
+const UPSTREAM_SESSION_MEMORY_MIB = 256;
+/** The peers' service: its methods have their own receive limit (FrontEndLimits.peerMaxReceive). */
+export const PEER_SERVICE = "/cairn.v1.Raft/";
 
 /** Where the front end talks to the main thread's side (io-threads.ts): a MessagePort or a stand-in. */
 export interface FrontEndPort {
+  /** Also carries `{ kind: "event", event: FrontEndEvent }`: a connection to report. */
   postMessage(message: unknown, transfer?: readonly ArrayBuffer[]): void;
   on(
     event: "message",
@@ -153,15 +204,43 @@ export function serveFrontEnd(
   direct?: DirectCalls,
   tunnels?: WorkerTunnels,
 ): FrontEnd {
-  const maxReceive = setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
+  const limits: FrontEndLimits = { ...DEFAULT_FRONT_END_LIMITS, ...setup.limits };
+  const clientMaxReceive =
+    setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
   const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
-  /** Path → the method's index in setup.methods, and whether it is unary. */
+  const connectionOptions: ConnectionOptions = {
+    receiveWindow: 1 << 20,
+    maxHeaderListSize: 64 * 1024,
+    maxConcurrentStreams: limits.maxConcurrentStreams,
+    maxContinuationFrames: limits.maxContinuationFrames,
+    maxResetsPerSecond: limits.maxResetsPerSecond,
+    maxOutputBytes: limits.maxOutputBytes,
+    writeStallTimeoutMs: limits.writeStallTimeoutMs,
+    handshakeTimeoutMs: limits.handshakeTimeoutMs,
+    goAwayGraceMs: limits.goAwayGraceMs,
+  };
+  /**
+   * Path → the method's index in setup.methods, whether it is unary, its receive limit (the
+   * peers' own, or the clients'), and whether only peers may call it.
+   */
   const methods = new Map(
-    setup.methods.map((m, index) => [
-      m.path,
-      { index, unary: !m.requestStream && !m.responseStream },
-    ]),
+    setup.methods.map((m, index) => {
+      const peer = m.path.startsWith(PEER_SERVICE);
+      return [
+        m.path,
+        {
+          index,
+          unary: !m.requestStream && !m.responseStream,
+          peer,
+          maxReceive: peer ? Math.max(limits.peerMaxReceive, clientMaxReceive) : clientMaxReceive,
+        },
+      ];
+    }),
   );
+
+  function report(event: FrontEndEvent): void {
+    port.postMessage({ kind: "event", event });
+  }
 
   /** Ends `stream` with a status and no message (a trailers-only response). */
   function respondStatus(
@@ -191,7 +270,105 @@ export function serveFrontEnd(
     port.postMessage(batch, [head.buffer, body.buffer]);
   });
 
-  function unary(stream: ServerStream, method: number): void {
+  /**
+   * Calls complete in this read, dispatched at its end (onInputDone) so that a reset later in the
+   * same read drops them unrun: with the front end in this thread a call runs as it is handed
+   * over. In I/O threads they go in the turn's batch, where the main thread drops a call whose
+   * cancel is in the same batch (io-threads.ts).
+   */
+  // Parallel arrays, not an object per call.
+  let readyIds: number[] = [];
+  let readyMethods: number[] = [];
+  let readyDeadlines: number[] = [];
+  let readyMessages: Buffer[] = [];
+
+  function dispatchReady(): void {
+    if (readyIds.length === 0 || direct === undefined) return;
+    const ids = readyIds;
+    const methodsOf = readyMethods;
+    const deadlines = readyDeadlines;
+    const messages = readyMessages;
+    readyIds = [];
+    readyMethods = [];
+    readyDeadlines = [];
+    readyMessages = [];
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i] as number;
+      const stream = waiting.get(id);
+      if (stream === undefined) continue; // reset before it was dispatched: never run
+      direct.call(
+        id,
+        methodsOf[i] as number,
+        deadlines[i] as number,
+        messages[i] as Buffer,
+        headerPairs(stream.headers),
+        stream.connection.peer,
+      );
+    }
+  }
+
+  /** Hands a unary call's message to the main thread (see `ready`). */
+  function dispatch(stream: ServerStream, method: number, deadline: number, message: Buffer): void {
+    const id = nextId++;
+    waiting.set(id, stream);
+    if (direct !== undefined) {
+      readyIds.push(id);
+      readyMethods.push(method);
+      readyDeadlines.push(deadline);
+      readyMessages.push(message);
+    } else {
+      meta.push(headerPairs(stream.headers));
+      peers.push(stream.connection.peer);
+      calls.add([id, method, deadline], message);
+    }
+    stream.onClose = () => {
+      if (!waiting.delete(id)) return; // answered, or never dispatched
+      if (direct !== undefined) {
+        direct.cancel(id);
+        return;
+      }
+      cancels.push(id);
+      calls.schedule();
+    };
+  }
+
+  /** Compressed messages inflating (or queued) per connection: FrontEndLimits.maxDecompressions. */
+  const inflating = new Map<ServerConnection, { active: number; queue: (() => void)[] }>();
+
+  /** Inflates a call's message off this thread, a bounded number at once per connection. */
+  function inflateThenDispatch(
+    stream: ServerStream,
+    method: number,
+    deadline: number,
+    body: Buffer,
+    maxReceive: number,
+  ): void {
+    const connection = stream.connection;
+    let state = inflating.get(connection);
+    if (state === undefined) {
+      state = { active: 0, queue: [] };
+      inflating.set(connection, state);
+    }
+    const slots = state;
+    const start = (): void => {
+      slots.active++;
+      inflateMessage(body, stream.header("grpc-encoding"), maxReceive, (err, message) => {
+        slots.active--;
+        const next = slots.queue.shift();
+        if (next !== undefined) next();
+        else if (slots.active === 0) inflating.delete(connection);
+        if (stream.closed) return;
+        if (err !== null) respondStatus(stream, err.code, err.message, null);
+        else dispatch(stream, method, deadline, message as Buffer);
+        dispatchReady();
+        calls.schedule();
+      });
+    };
+    if (slots.active < limits.maxDecompressions) start();
+    else slots.queue.push(start);
+  }
+
+  function unary(stream: ServerStream, method: number, maxReceive: number): void {
     const chunks: Buffer[] = [];
     let size = 0;
     stream.onData = (chunk) => {
@@ -199,7 +376,7 @@ export function serveFrontEnd(
       if (size <= maxReceive + 5) chunks.push(chunk);
     };
     stream.onEnd = () => {
-      let message: Buffer;
+      let framed: Buffer;
       try {
         if (size > maxReceive + 5) {
           throw new WireError(
@@ -207,7 +384,7 @@ export function serveFrontEnd(
             `Received message larger than max (${size - 5} vs. ${maxReceive})`,
           );
         }
-        message = unaryMessage(chunks, stream.header("grpc-encoding"), maxReceive);
+        framed = unaryFramed(chunks, maxReceive);
       } catch (err) {
         const wire = err instanceof WireError;
         respondStatus(
@@ -218,32 +395,14 @@ export function serveFrontEnd(
         );
         return;
       }
-      const id = nextId++;
-      waiting.set(id, stream);
-      const deadline = deadlineOf(stream.header("grpc-timeout"));
-      if (direct !== undefined) {
-        direct.call(
-          id,
-          method,
-          deadline,
-          message,
-          headerPairs(stream.headers),
-          stream.connection.peer,
-        );
-      } else {
-        meta.push(headerPairs(stream.headers));
-        peers.push(stream.connection.peer);
-        calls.add([id, method, deadline], message);
+      const timeout = stream.header("grpc-timeout");
+      const deadline = deadlineOf(timeout);
+      if (Number.isNaN(deadline)) {
+        respondStatus(stream, status.INTERNAL, invalidTimeoutDetails(timeout), null);
+        return;
       }
-      stream.onClose = () => {
-        if (!waiting.delete(id)) return; // answered
-        if (direct !== undefined) {
-          direct.cancel(id);
-          return;
-        }
-        cancels.push(id);
-        calls.schedule();
-      };
+      if (framed[0] === 0) dispatch(stream, method, deadline, framed.subarray(5));
+      else inflateThenDispatch(stream, method, deadline, framed.subarray(5), maxReceive);
     };
   }
 
@@ -268,11 +427,10 @@ export function serveFrontEnd(
         null,
       );
     } else {
-      stream.sendHeaders(RESPONSE_BLOCK);
+      sendResponseHeaders(stream);
       stream.sendData(frame(bytes));
-      stream.sendTrailers(
-        trailer === null ? OK_TRAILERS : encodeHeaders(statusFields(0, "OK", trailer, false)),
-      );
+      if (trailer === null) sendOkTrailers(stream);
+      else stream.sendTrailers(encodeHeaders(statusFields(0, "OK", trailer, false)));
     }
   }
 
@@ -295,13 +453,13 @@ export function serveFrontEnd(
   // ── client-streaming calls served in this thread (direct only) ──────────────────────────────
 
   /** Serves `stream` with the main thread's RawStreamHandler; false when there is none. */
-  function rawStream(stream: ServerStream, method: number): boolean {
+  function rawStream(stream: ServerStream, method: number, maxReceive: number): boolean {
     if (direct === undefined) return false;
     let finished = false;
     const call: RawStreamCall = {
       peer: stream.connection.peer,
       sendHeaders() {
-        if (!finished && !stream.headersSent) stream.sendHeaders(RESPONSE_BLOCK);
+        if (!finished && !stream.headersSent) sendResponseHeaders(stream);
       },
       finish(code, details, message) {
         if (finished) return;
@@ -312,14 +470,11 @@ export function serveFrontEnd(
             respondStatus(stream, code, details, null);
             return;
           }
-          stream.sendHeaders(RESPONSE_BLOCK);
+          sendResponseHeaders(stream);
         }
         if (code === status.OK && message !== null) stream.sendData(frame(message));
-        stream.sendTrailers(
-          code === status.OK
-            ? OK_TRAILERS
-            : encodeHeaders(statusFields(code, details, null, false)),
-        );
+        if (code === status.OK) sendOkTrailers(stream);
+        else stream.sendTrailers(encodeHeaders(statusFields(code, details, null, false)));
       },
     };
     const sink = direct.stream(method, call);
@@ -364,7 +519,7 @@ export function serveFrontEnd(
     const current = upstreams.get(address);
     if (current !== undefined && !current.closed && !current.destroyed) return current;
     const session = http2.connect(`http://${address}`, {
-      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      maxSessionMemory: UPSTREAM_SESSION_MEMORY_MIB,
       peerMaxConcurrentStreams: 1 << 20,
     });
     session.on("error", () => undefined); // its streams fail, and the next call reconnects
@@ -484,18 +639,30 @@ export function serveFrontEnd(
   // ── the server ─────────────────────────────────────────────────────────────────────────────
 
   function onStream(stream: ServerStream): void {
+    if (stream.method !== "POST") {
+      // gRPC is POST only; anything else is a malformed request, reset as nghttp2 resets one.
+      stream.reset(ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
     const type = stream.header("content-type");
     if (type === undefined || !type.startsWith("application/grpc")) {
       stream.sendHeaders(UNSUPPORTED_MEDIA_TYPE, true);
       return;
     }
-    const path = stream.header(":path") ?? "";
+    const path = stream.path;
     const method = methods.get(path);
     if (method === undefined) {
       respondStatus(
         stream,
         status.UNIMPLEMENTED,
         `The server does not implement the method ${path}`,
+        null,
+      );
+    } else if (method.peer && !isNodeId(stream.header(PEER_KEY))) {
+      respondStatus(
+        stream,
+        status.PERMISSION_DENIED,
+        `${path} is for the cluster's nodes only, and the call does not come from one (no ${PEER_KEY} metadata)`,
         null,
       );
     } else if (misdirectedPeerCall(stream, path)) {
@@ -508,8 +675,8 @@ export function serveFrontEnd(
         null,
       );
     } else if (method.unary) {
-      unary(stream, method.index);
-    } else if (!rawStream(stream, method.index)) {
+      unary(stream, method.index, method.maxReceive);
+    } else if (!rawStream(stream, method.index, method.maxReceive)) {
       proxy(stream);
     }
   }
@@ -536,15 +703,61 @@ export function serveFrontEnd(
   const tunneled = new WeakSet<ServerConnection>();
 
   function serveConnection(socket: Socket, throughTunnel: boolean): void {
-    const connection: ServerConnection = new ServerConnection(socket, {
-      onStream,
-      onClose: () => {
-        connections.delete(connection);
-        if (connections.size === 0) onConnectionsClosed?.();
+    const connection: ServerConnection = new ServerConnection(
+      socket,
+      {
+        onStream,
+        onClose: () => {
+          connections.delete(connection);
+          idle.delete(connection);
+          if (connections.size === 0) onConnectionsClosed?.();
+        },
+        onError: (err) =>
+          report({
+            code: "CAIRN_ERR_CONNECTION_INTERNAL",
+            peer: connection.peer,
+            message: err instanceof Error ? (err.stack ?? err.message) : String(err),
+          }),
+        onLimit: (what) =>
+          report({ code: "CAIRN_ERR_CONNECTION_LIMIT", peer: connection.peer, message: what }),
+        onInputDone: dispatchReady,
       },
-    });
+      connectionOptions,
+    );
     connections.add(connection);
     if (throughTunnel) tunneled.add(connection);
+  }
+
+  /**
+   * The idle timeout (FrontEndLimits.idleTimeoutMs): a sweep every quarter of it notes each
+   * connection with no stream open and none opened since the last sweep (its count of streams
+   * opened, then); one still so a full timeout later gets GOAWAY and ends. No timer per call.
+   */
+  const idle = new Map<ServerConnection, { opened: number; since: number }>();
+  const idleSweep =
+    limits.idleTimeoutMs > 0
+      ? setInterval(sweepIdle, Math.max(1, Math.floor(limits.idleTimeoutMs / 4)))
+      : null;
+  idleSweep?.unref();
+
+  function sweepIdle(): void {
+    const now = Date.now();
+    for (const c of connections) {
+      const mark = idle.get(c);
+      if (
+        c.openStreams > 0 ||
+        c.isDone ||
+        (mark !== undefined && mark.opened !== c.streamsOpened)
+      ) {
+        idle.delete(c);
+        if (c.openStreams === 0 && !c.isDone) idle.set(c, { opened: c.streamsOpened, since: now });
+      } else if (mark === undefined) {
+        idle.set(c, { opened: c.streamsOpened, since: now });
+      } else if (now - mark.since >= limits.idleTimeoutMs) {
+        idle.delete(c);
+        c.goAway();
+      }
+    }
   }
 
   /** Sockets whose first bytes are awaited (a CONNECT to a shard worker, or HTTP/2). */
@@ -557,7 +770,11 @@ export function serveFrontEnd(
   function sniff(socket: Socket, workers: WorkerTunnels | undefined): void {
     sniffing.add(socket);
     let head: Buffer = Buffer.alloc(0);
+    // A client that sends nothing (or a CONNECT that never ends) is not kept.
+    const timer = setTimeout(() => socket.destroy(), limits.handshakeTimeoutMs);
+    timer.unref();
     const stop = (): void => {
+      clearTimeout(timer);
       socket.off("data", onData);
       sniffing.delete(socket);
     };
@@ -599,7 +816,10 @@ export function serveFrontEnd(
     };
     socket.on("data", onData);
     socket.on("error", () => undefined); // close follows
-    socket.once("close", () => sniffing.delete(socket));
+    socket.once("close", () => {
+      clearTimeout(timer);
+      sniffing.delete(socket);
+    });
   }
 
   /** Gives worker `to` the socket's connection: a copy of its descriptor, this one closed. */
@@ -657,6 +877,7 @@ export function serveFrontEnd(
   /** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
   function shutdown(deadlineMs: number): void {
     shutDown = true;
+    if (idleSweep !== null) clearInterval(idleSweep);
     listener.close();
     for (const socket of sniffing) socket.destroy();
     sniffing.clear();
@@ -686,4 +907,21 @@ export function serveFrontEnd(
   }
 
   return { answer, flushNow, adopt };
+}
+
+/** Whether `value` is a node id (src/config: 1–128 of letters, digits, '.', '_', '-'). */
+function isNodeId(value: string | undefined): boolean {
+  if (value === undefined || value.length === 0 || value.length > 128) return false;
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    const ok =
+      (c >= 0x61 && c <= 0x7a) ||
+      (c >= 0x41 && c <= 0x5a) ||
+      (c >= 0x30 && c <= 0x39) ||
+      c === 0x2e ||
+      c === 0x5f ||
+      c === 0x2d;
+    if (!ok) return false;
+  }
+  return true;
 }

@@ -38,6 +38,7 @@
 import { connect, type Socket } from "node:net";
 import { type Proxy, proxyFor, tunnel } from "./proxy.ts";
 import { workerAuthority } from "./worker-tunnel.ts";
+import { PEER_KEY } from "./wire.ts";
 import { Metadata as GrpcMetadata, status } from "@grpc/grpc-js";
 import { frame } from "./grpc-wire.ts";
 import {
@@ -76,6 +77,11 @@ export interface GrpcChannelOptions {
    * no shard workers.
    */
   readonly shardWorker?: { readonly index: number; readonly count: number };
+  /**
+   * This node's id, for a channel to a peer: every call carries it (`cairn-peer`), as a node's
+   * front end asks of the peers' methods.
+   */
+  readonly peerId?: string;
 }
 
 export interface UnaryOptions {
@@ -160,6 +166,7 @@ export class GrpcChannel {
   readonly #host: string;
   readonly #port: number;
   readonly #maxMessageBytes: number;
+  readonly #peerId: string | undefined;
   readonly #backoffMs: number;
   readonly #connectTimeoutMs: number;
   /** The connection new calls go to (null until needed, or after it failed or went away). */
@@ -186,6 +193,7 @@ export class GrpcChannel {
     this.#host = address.slice(0, colon).replace(/^\[(.*)\]$/, "$1");
     this.#port = port;
     this.#maxMessageBytes = options.maxMessageBytes;
+    this.#peerId = options.peerId;
     this.#backoffMs = options.reconnectBackoffMs ?? DEFAULT_BACKOFF_MS;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.#proxy = proxyFor(this.#host);
@@ -345,6 +353,7 @@ export class GrpcChannel {
         [":authority", this.address],
         ["content-type", "application/grpc"],
         ["te", "trailers"],
+        ...(this.#peerId === undefined ? [] : [[PEER_KEY, this.#peerId] as const]),
       ]);
       this.#blocks.set(path, base);
     }

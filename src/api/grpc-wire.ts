@@ -3,9 +3,12 @@
  * server (h2/) with no gRPC library in between: the request headers (deadline, metadata), the
  * length-prefixed message framing, and statuses as trailers. It follows the spec
  * (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md) and grpc-js's choices where
- * the spec leaves room (`grpc-message` is `encodeURI`d; binary metadata is base64).
+ * the spec leaves room (`grpc-message` is `encodeURI`d; binary metadata is base64; metadata it
+ * does not allow is dropped; a malformed `grpc-timeout` is refused INTERNAL). Nothing here throws
+ * but WireError on a request's bytes; a unary call's compressed message is inflated
+ * asynchronously (inflateMessage), off the serving thread, its output bounded.
  */
-import { gunzipSync, inflateSync } from "node:zlib";
+import { gunzip, gunzipSync, inflate, inflateSync } from "node:zlib";
 import { status } from "@grpc/grpc-js";
 import type { HeaderList } from "./h2/hpack.ts";
 import { isProtocolHeader, type MetadataPairs } from "./handoff.ts";
@@ -42,26 +45,33 @@ function timeoutUnitMs(unit: number): number {
 
 /**
  * The call's deadline (ms since the epoch) from a `grpc-timeout` value (1–8 digits and a unit),
- * Infinity without one or with a malformed one. Read character by character: a regular
- * expression's match was ~0.3 % of three nodes' main threads, read once per call.
+ * Infinity without one, NaN for a malformed one: the call is refused (INTERNAL, as grpc-js
+ * does), not run without a deadline. Read character by character: a regular expression's match
+ * was ~0.3 % of three nodes' main threads, read once per call.
  */
 export function deadlineOf(timeout: string | undefined, now = Date.now()): number {
   if (timeout === undefined) return Infinity;
   const digits = timeout.length - 1;
-  if (digits < 1 || digits > 8) return Infinity;
+  if (digits < 1 || digits > 8) return NaN;
   let amount = 0;
   for (let i = 0; i < digits; i++) {
     const d = timeout.charCodeAt(i) - 48;
-    if (d < 0 || d > 9) return Infinity;
+    if (d < 0 || d > 9) return NaN;
     amount = amount * 10 + d;
   }
-  const unit = timeoutUnitMs(timeout.charCodeAt(digits));
-  return Number.isNaN(unit) ? Infinity : now + amount * unit;
+  return now + amount * timeoutUnitMs(timeout.charCodeAt(digits));
+}
+
+/** The status details of a call refused for its malformed `grpc-timeout` (grpc-js's words). */
+export function invalidTimeoutDetails(timeout: string | undefined): string {
+  return `Invalid grpc-timeout value "${timeout ?? ""}"`;
 }
 
 /**
  * The application metadata of a request's header list (null when there is none, the common
- * case). A `-bin` value is base64, several values joined by commas.
+ * case). A `-bin` value is base64, several values joined by commas. A pair gRPC does not allow
+ * (isMetadataKey, isMetadataValue) is dropped, as grpc-js's server drops it: the call is served
+ * without it (grpc-js's Metadata would throw on it).
  */
 export function headerPairs(headers: HeaderList): MetadataPairs | null {
   let out: MetadataPairs | null = null;
@@ -69,8 +79,10 @@ export function headerPairs(headers: HeaderList): MetadataPairs | null {
     const key = headers[i] as string;
     if (isProtocolHeader(key)) continue;
     const value = headers[i + 1] as string;
+    const binary = key.endsWith("-bin");
+    if (!isMetadataKey(key) || (!binary && !isMetadataValue(value))) continue;
     out ??= [];
-    if (key.endsWith("-bin")) {
+    if (binary) {
       for (const part of value.split(",")) {
         out.push([key, new Uint8Array(Buffer.from(part, "base64"))]);
       }
@@ -79,6 +91,31 @@ export function headerPairs(headers: HeaderList): MetadataPairs | null {
     }
   }
   return out;
+}
+
+/** Whether `key` may be a gRPC metadata key: 1 or more of 0-9 a-z _ . - (grpc-js's rule). */
+export function isMetadataKey(key: string): boolean {
+  if (key.length === 0) return false;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    const ok =
+      (c >= 0x61 && c <= 0x7a) ||
+      (c >= 0x30 && c <= 0x39) ||
+      c === 0x5f ||
+      c === 0x2e ||
+      c === 0x2d;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/** Whether `value` may be a (non-binary) gRPC metadata value: printable ASCII, 0x20–0x7e. */
+export function isMetadataValue(value: string): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
 }
 
 /** Metadata pairs as header fields (one field a value), added to `into`. */
@@ -121,6 +158,15 @@ export function unaryMessage(
   encoding: string | undefined,
   max: number,
 ): Buffer {
+  const data = unaryFramed(chunks, max);
+  return messageBody(data[0] as number, data.subarray(5), encoding, max);
+}
+
+/**
+ * The one message of a unary request with its 5-byte prefix (byte 0: compressed or not), checked
+ * as unaryMessage checks it but not decompressed (inflateMessage does that off this thread).
+ */
+export function unaryFramed(chunks: readonly Buffer[], max: number): Buffer {
   const data = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
   if (data.length < 5) {
     throw new WireError(status.INTERNAL, "the request has no complete message");
@@ -135,7 +181,51 @@ export function unaryMessage(
   if (data.length !== 5 + length) {
     throw new WireError(status.INTERNAL, "a unary request must carry exactly one message");
   }
-  return messageBody(data[0] as number, data.subarray(5), encoding, max);
+  return data;
+}
+
+/**
+ * Decompresses a message on libuv's thread pool, not the calling thread, its output bounded by
+ * `max` (a 4 KiB gzip may inflate to gigabytes): `done` hears the message or a WireError
+ * (RESOURCE_EXHAUSTED past `max`, UNIMPLEMENTED for an unknown encoding, INTERNAL when it is
+ * not valid).
+ */
+export function inflateMessage(
+  body: Buffer,
+  encoding: string | undefined,
+  max: number,
+  done: (err: WireError | null, message: Buffer | null) => void,
+): void {
+  const inflater = encoding === "gzip" ? gunzip : encoding === "deflate" ? inflate : null;
+  if (inflater === null) {
+    done(unsupportedEncoding(encoding), null);
+    return;
+  }
+  inflater(body, { maxOutputLength: Math.max(1, max) }, (err, out) => {
+    if (err === null) {
+      done(null, out);
+    } else if ((err as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE") {
+      done(
+        new WireError(
+          status.RESOURCE_EXHAUSTED,
+          `Received message larger than max (decompressed, vs. ${max})`,
+        ),
+        null,
+      );
+    } else {
+      done(
+        new WireError(status.INTERNAL, `could not decompress the message: ${err.message}`),
+        null,
+      );
+    }
+  });
+}
+
+function unsupportedEncoding(encoding: string | undefined): WireError {
+  return new WireError(
+    status.UNIMPLEMENTED,
+    `a compressed message with grpc-encoding ${encoding ?? "(none)"} is not supported`,
+  );
 }
 
 /** A message's bytes: `body` itself, or it decompressed when its flag byte says so. */
@@ -152,10 +242,7 @@ function messageBody(
     case "deflate":
       return inflateSync(body, { maxOutputLength: Math.max(1, max) });
     default:
-      throw new WireError(
-        status.UNIMPLEMENTED,
-        `a compressed message with grpc-encoding ${encoding ?? "(none)"} is not supported`,
-      );
+      throw unsupportedEncoding(encoding);
   }
 }
 

@@ -21,8 +21,64 @@ export interface IoThreadSetup {
   /** The main thread's own gRPC server on loopback, which serves the streaming methods. */
   readonly mainAddress: string;
   readonly methods: readonly MethodInfo[];
-  /** The gRPC server's options (message size limits), the same as the main thread's. */
+  /**
+   * The gRPC server's options, the same as the main thread's: `grpc.max_send_message_length`,
+   * and `grpc.max_receive_message_length`, the receive limit of every method but the peers'.
+   */
   readonly serverOptions: Readonly<Record<string, number>>;
+  /** What a hostile client meets (FrontEndLimits); absent fields take their defaults. */
+  readonly limits?: Partial<FrontEndLimits>;
+}
+
+/**
+ * The front end's limits per connection (front-end.ts; docs/operations.md, `rpc.*`). Each bounds
+ * what one client can make a node spend; what happens past each is in docs/architecture.md.
+ */
+export interface FrontEndLimits {
+  /** SETTINGS_MAX_CONCURRENT_STREAMS: streams past it are refused (REFUSED_STREAM). */
+  readonly maxConcurrentStreams: number;
+  /** CONTINUATION frames one header block may take; past it, GOAWAY ENHANCE_YOUR_CALM. */
+  readonly maxContinuationFrames: number;
+  /** Streams a client may reset a second (burst as many); past it, GOAWAY ENHANCE_YOUR_CALM. */
+  readonly maxResetsPerSecond: number;
+  /** Unsent output a connection may hold (reading stops at a quarter); past it, destroyed. */
+  readonly maxOutputBytes: number;
+  /** How long output may wait for a client that does not read before it is destroyed (ms). */
+  readonly writeStallTimeoutMs: number;
+  /** The preface and first SETTINGS must arrive within this long (ms). */
+  readonly handshakeTimeoutMs: number;
+  /** A connection with no stream open this long gets GOAWAY and is closed (ms; 0: never). */
+  readonly idleTimeoutMs: number;
+  /** After GOAWAY and the socket's end, how long the client has to close (ms). */
+  readonly goAwayGraceMs: number;
+  /** Compressed messages one connection may have inflating at once; past it, queued. */
+  readonly maxDecompressions: number;
+  /** The receive limit of the peers' methods (cairn.v1.Raft: snapshots, Raft rounds). */
+  readonly peerMaxReceive: number;
+}
+
+export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
+  maxConcurrentStreams: 1000,
+  maxContinuationFrames: 16,
+  maxResetsPerSecond: 1000,
+  maxOutputBytes: 16 * 1024 * 1024,
+  writeStallTimeoutMs: 10_000,
+  handshakeTimeoutMs: 10_000,
+  idleTimeoutMs: 300_000,
+  goAwayGraceMs: 1000,
+  maxDecompressions: 2,
+  peerMaxReceive: 4 * 1024 * 1024,
+};
+
+/**
+ * What a front end reports to the main thread: a connection that its own code failed on (a bug:
+ * logged at ERROR), or one ended for going past a limit (WARN). `code` is stable.
+ */
+export interface FrontEndEvent {
+  readonly code: "CAIRN_ERR_CONNECTION_INTERNAL" | "CAIRN_ERR_CONNECTION_LIMIT";
+  /** The client's address (host:port). */
+  readonly peer: string;
+  readonly message: string;
 }
 
 /**
@@ -83,10 +139,22 @@ export function metadataPairs(md: Metadata): MetadataPairs | null {
   return out;
 }
 
+/**
+ * Pairs as grpc-js Metadata. Never throws: the front end passes only valid pairs
+ * (grpc-wire.ts headerPairs), and one grpc-js would refuse all the same is dropped, as its own
+ * server drops it (a request's bytes must never raise an exception in the main thread).
+ */
 export function toMetadata(pairs: MetadataPairs | null): Metadata {
   const md = new Metadata();
-  if (pairs !== null)
-    for (const [k, v] of pairs) md.add(k, typeof v === "string" ? v : Buffer.from(v));
+  if (pairs !== null) {
+    for (const [k, v] of pairs) {
+      try {
+        md.add(k, typeof v === "string" ? v : Buffer.from(v));
+      } catch {
+        // dropped (see above)
+      }
+    }
+  }
   return md;
 }
 

@@ -6,6 +6,11 @@
  * A handed-over call is a HandedCall: the parts of grpc-js's ServerUnaryCall the handlers use
  * (request, metadata, deadline, peer, cancellation). Its answer is encoded here with the
  * method's own serializer, so the I/O thread relays bytes and never decodes a message.
+ *
+ * A call whose cancel arrives in the same batch (the client reset it before it was handed over)
+ * is never run. A request's bytes raise no exception here: its metadata was checked by the front
+ * end (and toMetadata drops what grpc-js would refuse), and a handler's throw becomes UNKNOWN.
+ * What a front end reports (FrontEndEvent) goes to `onEvent`.
  */
 import { EventEmitter } from "node:events";
 import { createServer } from "node:net";
@@ -25,6 +30,8 @@ import {
   BatchBuilder,
   CALL_FIELDS,
   type CallBatch,
+  type FrontEndEvent,
+  type FrontEndLimits,
   type IoThreadSetup,
   type MethodInfo,
   type MetadataPairs,
@@ -35,6 +42,8 @@ import {
   type ReplyBatch,
   toMetadata,
 } from "./handoff.ts";
+
+export type { FrontEndEvent, FrontEndLimits } from "./handoff.ts";
 
 type AnyMethod = MethodDefinition<unknown, unknown>;
 type UnaryHandler = (
@@ -154,6 +163,10 @@ export interface IoThreadsOptions {
   readonly onFailure: (err: Error) => void;
   /** A shard worker's front end (count 0 only): connections and streams aimed at other workers. */
   readonly tunnels?: WorkerTunnels;
+  /** The front ends' limits (absent fields: their defaults). */
+  readonly limits?: Partial<FrontEndLimits>;
+  /** A front end reports a connection (its own failure, or a client past a limit). */
+  readonly onEvent?: (event: FrontEndEvent) => void;
 }
 
 /** What IoThread and IoThreads use of a Worker; InProcessFrontEnd offers the same. */
@@ -227,19 +240,24 @@ class IoThread {
   }
 
   #onCalls(batch: CallBatch): void {
-    for (const id of batch.cancels) this.cancelCall(id);
+    // A call cancelled in the same batch (reset before it was handed over) never runs.
+    const cancelled = batch.cancels.length === 0 ? null : new Set(batch.cancels);
+    if (cancelled !== null) for (const id of cancelled) this.cancelCall(id);
     const { head, body } = batch;
     let at = 0;
     for (let i = 0, c = 0; i < head.length; i += CALL_FIELDS, c++) {
       const length = head[i + 3] as number;
-      this.serveCall(
-        head[i] as number,
-        head[i + 1] as number,
-        head[i + 2] as number,
-        Buffer.from(body.buffer, body.byteOffset + at, length),
-        batch.meta[c] ?? null,
-        batch.peers[c] ?? "",
-      );
+      const id = head[i] as number;
+      if (cancelled === null || !cancelled.has(id)) {
+        this.serveCall(
+          id,
+          head[i + 1] as number,
+          head[i + 2] as number,
+          Buffer.from(body.buffer, body.byteOffset + at, length),
+          batch.meta[c] ?? null,
+          batch.peers[c] ?? "",
+        );
+      }
       at += length;
     }
   }
@@ -430,6 +448,7 @@ export class IoThreads {
       mainAddress: o.mainAddress,
       methods: o.table.methods,
       serverOptions: o.serverOptions,
+      ...(o.limits === undefined ? {} : { limits: o.limits }),
     };
     const inProcess = o.count === 0 ? new InProcessFrontEnd(setup, o.tunnels) : null;
     const worker: FrontEndHandle =
@@ -438,6 +457,9 @@ export class IoThreads {
     this.#inProcess = inProcess?.frontEnd ?? null;
     if (inProcess !== null) inProcess.thread = thread;
     this.#threads.push(thread);
+    worker.on("message", (msg: { kind: string; event?: FrontEndEvent }) => {
+      if (msg.kind === "event" && msg.event !== undefined) o.onEvent?.(msg.event);
+    });
     const listening = await new Promise<number>((resolve, reject) => {
       const onMessage = (msg: {
         kind: string;

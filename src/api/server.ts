@@ -17,7 +17,13 @@ import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
 import { adminService, type LeadershipTransfer } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import type { WorkerTunnels } from "./front-end.ts";
-import { IoThreadListenError, IoThreads, MethodTable } from "./io-threads.ts";
+import {
+  type FrontEndEvent,
+  type FrontEndLimits,
+  IoThreadListenError,
+  IoThreads,
+  MethodTable,
+} from "./io-threads.ts";
 import { kvService } from "./kv-service.ts";
 import { servePeerCall } from "./peer-calls.ts";
 import type { PeerCall, PeerReply } from "../replication/index.ts";
@@ -68,6 +74,8 @@ export interface RpcServerOptions {
    * worker go to it (front-end.ts, worker-tunnel.ts).
    */
   readonly tunnels?: WorkerTunnels;
+  /** What one connection may make the node spend (`rpc.*`; absent fields: the defaults). */
+  readonly frontEnd?: Partial<Omit<FrontEndLimits, "peerMaxReceive">>;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -152,7 +160,17 @@ export class RpcServer {
       port: parsed.value.port,
       mainAddress: `127.0.0.1:${internal}`,
       table: this.#table,
-      serverOptions: this.#serverOptions,
+      // Every method but the peers' is bounded by limits.max_message_bytes; only the peers'
+      // (Raft rounds, snapshots) by the raised limit this thread's grpc-js server keeps.
+      serverOptions: {
+        "grpc.max_receive_message_length": this.#options.maxMessageBytes,
+        "grpc.max_send_message_length": this.#options.maxMessageBytes,
+      },
+      limits: {
+        ...this.#options.frontEnd,
+        peerMaxReceive: this.#serverOptions["grpc.max_receive_message_length"] as number,
+      },
+      onEvent: (event) => this.#onFrontEndEvent(event),
       ...(this.#options.joinsPort === true ? { joinsPort: true } : {}),
       ...(this.#options.tunnels === undefined ? {} : { tunnels: this.#options.tunnels }),
       onFailure: (err) => this.#options.onFatal?.(err),
@@ -165,6 +183,24 @@ export class RpcServer {
       this.#server.forceShutdown();
       if (err instanceof IoThreadListenError) throw bindErrorFor(err, address, "rpc_addr");
       throw err;
+    }
+  }
+
+  /** A connection the front end ended: its own failure (ERROR) or a client past a limit (WARN). */
+  #onFrontEndEvent(event: FrontEndEvent): void {
+    const internal = event.code === "CAIRN_ERR_CONNECTION_INTERNAL";
+    this.#options.metrics.rpcConnectionEnded(internal ? "internal" : "limit");
+    const fields = { code: event.code, peer: event.peer, reason: event.message };
+    if (internal) {
+      this.#options.logger.error(
+        "a gRPC connection failed on the node's own code; it was ended",
+        fields,
+      );
+    } else {
+      this.#options.logger.warn(
+        "a gRPC client went past a limit; its connection was ended",
+        fields,
+      );
     }
   }
 

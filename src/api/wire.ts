@@ -16,6 +16,14 @@ export const FORWARDED_KEY = "cairn-forwarded";
  * holds the snapshot's shard, to which the worker that accepted the call proxies it.
  */
 export const SHARD_WORKER_KEY = "cairn-shard-worker";
+/**
+ * Request metadata on every call of the peers' service (cairn.v1.Raft): the calling node's id.
+ * A node's front end refuses a peer method's call without it (PERMISSION_DENIED); the service
+ * then takes a unary call only from a member of the node's cluster naming its cluster id
+ * (src/replication/handshake.ts). It authenticates nothing: Meta.WatchCluster gives both ids to
+ * any client (docs/architecture.md, until TLS).
+ */
+export const PEER_KEY = "cairn-peer";
 
 /**
  * The details grpc-js gives an UNAVAILABLE call that never reached a server (no connection could

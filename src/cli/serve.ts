@@ -25,6 +25,12 @@ Options:
   --log-level LEVEL          trace, debug, info, warn or error (env CAIRN_LOG_LEVEL, default info)
   --shard-workers N          threads that each own and serve a slice of the shards; single node
                              only, fixed for the data directory (env CAIRN_SHARD_WORKERS, default 1)
+  --rpc-max-concurrent-streams N, --rpc-max-continuation-frames N,
+  --rpc-max-resets-per-second N, --rpc-max-connection-output-bytes SIZE,
+  --rpc-write-stall-timeout-ms MS, --rpc-handshake-timeout-ms MS, --rpc-idle-timeout-ms MS,
+  --rpc-goaway-grace-ms MS, --rpc-max-decompressions-per-connection N
+                             what one gRPC connection may make the node spend (defaults 1000,
+                             16, 1000, 16MiB, 10000, 10000, 300000, 1000, 2; env CAIRN_RPC_*)
   -h, --help                 show this help
 
 Endpoints: gRPC cairn.v1 KV/Meta/Admin, grpc.health.v1 and reflection on the RPC address;

@@ -43,7 +43,18 @@ export interface CairnConfig {
     readonly max_message_bytes: number;
     readonly max_pending_bytes: number;
   };
-  readonly rpc: { readonly io_threads: number };
+  readonly rpc: {
+    readonly io_threads: number;
+    readonly max_concurrent_streams: number;
+    readonly max_continuation_frames: number;
+    readonly max_resets_per_second: number;
+    readonly max_connection_output_bytes: number;
+    readonly write_stall_timeout_ms: number;
+    readonly handshake_timeout_ms: number;
+    readonly idle_timeout_ms: number;
+    readonly goaway_grace_ms: number;
+    readonly max_decompressions_per_connection: number;
+  };
   readonly shard_workers: number;
   readonly raft: {
     readonly tick_ms: number;

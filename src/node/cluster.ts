@@ -376,9 +376,12 @@ export class ClusterState {
             this.#stopOnLostState(this.#meta?.clusterId ?? "");
             return;
           }
-          // A refusal by the peer (another cluster, another number of shard workers) is a
-          // configuration mistake an operator must see; the rest is the cluster being busy.
-          const refused = (err as { code?: unknown }).code === status.FAILED_PRECONDITION;
+          // A refusal by the peer (another cluster, another number of shard workers, not a
+          // member) is a configuration mistake an operator must see; the rest is the cluster
+          // being busy.
+          const grpcCode = (err as { code?: unknown }).code;
+          const refused =
+            grpcCode === status.FAILED_PRECONDITION || grpcCode === status.PERMISSION_DENIED;
           this.#log[refused ? "warn" : "debug"]("rejoining failed; retrying", {
             error: err instanceof Error ? err.message : String(err),
           });
@@ -657,11 +660,13 @@ async function proposeViaLeader(
     } catch (err) {
       const code = errorCodeOf(err);
       // Refused by the meta group, or the peer refused this node's calls (another cluster,
-      // another number of shard workers): the same call would be refused again.
+      // another number of shard workers, not a member): the same call would be refused again.
+      const grpcCode = (err as { code?: unknown }).code;
       if (
         code === "CAIRN_ERR_INVALID_ARGUMENT" ||
         code === "CAIRN_ERR_LOST_STATE" ||
-        (err as { code?: unknown }).code === status.FAILED_PRECONDITION
+        grpcCode === status.FAILED_PRECONDITION ||
+        grpcCode === status.PERMISSION_DENIED
       ) {
         throw err;
       }

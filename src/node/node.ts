@@ -452,6 +452,17 @@ export class CairnNode implements HealthSource {
       limits: { maxKeyBytes: c.limits.max_key_bytes, maxValueBytes: c.limits.max_value_bytes },
       maxMessageBytes: c.limits.max_message_bytes,
       ioThreads: c.rpc.io_threads,
+      frontEnd: {
+        maxConcurrentStreams: c.rpc.max_concurrent_streams,
+        maxContinuationFrames: c.rpc.max_continuation_frames,
+        maxResetsPerSecond: c.rpc.max_resets_per_second,
+        maxOutputBytes: c.rpc.max_connection_output_bytes,
+        writeStallTimeoutMs: c.rpc.write_stall_timeout_ms,
+        handshakeTimeoutMs: c.rpc.handshake_timeout_ms,
+        idleTimeoutMs: c.rpc.idle_timeout_ms,
+        goAwayGraceMs: c.rpc.goaway_grace_ms,
+        maxDecompressions: c.rpc.max_decompressions_per_connection,
+      },
       // Shard workers after the first bind the port the first one got.
       ...(this.#cell !== null && this.#cell.index > 0 ? { joinsPort: true } : {}),
       onFatal: (err) => {
@@ -509,6 +520,9 @@ export class CairnNode implements HealthSource {
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
+        // The members the meta group recorded at the founding (rejoined ones keep their id).
+        isMember: (node) => cluster.meta?.members.has(node) === true,
+        refused: (kind) => this.metrics.peerCallRefused(kind),
         logger: this.#log.child("peers"),
         metrics: this.metrics.snapshotMetrics,
       }),

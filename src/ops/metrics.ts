@@ -103,6 +103,8 @@ export class CairnMetrics {
   readonly #failedMembers: Counter;
   readonly #gossipLatency: Histogram;
   readonly #droppedDatagrams: Counter<"reason">;
+  readonly #rpcConnectionsEnded: Counter<"reason">;
+  readonly #peerCallsRefused: Counter<"reason">;
   readonly #framesSent: Counter<"peer">;
   readonly #messagesSent: Counter<"peer">;
   readonly #heartbeatsSent: Counter<"peer">;
@@ -280,6 +282,18 @@ export class CairnMetrics {
     this.#droppedDatagrams = new Counter({
       name: "cairn_swim_dropped_datagrams_total",
       help: "SWIM datagrams dropped by the decoder, by reason.",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.#rpcConnectionsEnded = new Counter({
+      name: "cairn_rpc_connections_ended_total",
+      help: "gRPC connections the front end ended: the node's own failure (internal) or a client past a limit (limit).",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.#peerCallsRefused = new Counter({
+      name: "cairn_raft_peer_calls_refused_total",
+      help: "Calls and streams of the peers' service (cairn.v1.Raft) refused by who they claim to come from: no_sender, not_member, no_cluster_id, other_cluster, misaddressed.",
       labelNames: ["reason"],
       registers,
     });
@@ -461,6 +475,16 @@ export class CairnMetrics {
     series.frames.inc();
     series.messages.inc(messages);
     series.heartbeats.inc(heartbeats);
+  }
+
+  /** The gRPC front end ended a connection (its own failure, or a client past a limit). */
+  rpcConnectionEnded(reason: "internal" | "limit"): void {
+    this.#rpcConnectionsEnded.inc({ reason });
+  }
+
+  /** The peers' service refused a call or stream for who it claims to come from (handshake.ts). */
+  peerCallRefused(reason: string): void {
+    this.#peerCallsRefused.inc({ reason });
   }
 
   setAwakeGroups(count: number): void {

@@ -63,7 +63,7 @@ import type {
   ReadIndexResult,
   ReadIndexResult__Output,
 } from "../api/generated/cairn/v1/ReadIndexResult.ts";
-import { ERROR_CODE_KEY, LEADER_HINT_KEY } from "../api/wire.ts";
+import { ERROR_CODE_KEY, LEADER_HINT_KEY, PEER_KEY } from "../api/wire.ts";
 import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
 import { CairnError } from "../common/errors.ts";
 import { type CallCut, IntMap } from "../common/index.ts";
@@ -87,7 +87,12 @@ import {
   type PeerReply,
 } from "./frame-codec.ts";
 import type { RawStreamHandler } from "../api/handoff.ts";
-import { handshakeRefusal } from "./handshake.ts";
+import {
+  handshakeRefusal,
+  type PeerCheck,
+  peerRefusal,
+  type PeerRefusalKind,
+} from "./handshake.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
@@ -120,6 +125,8 @@ const silent: PeerLogger = {
 const MIB = 1024 * 1024;
 /** The peers' unary calls (ReadIndex, ProposeMeta, ScanShards) carry at most this much. */
 const MAX_UNARY_BYTES = 64 * MIB;
+/** The one unary peer call a member that does not know its cluster id makes (its rejoin). */
+const PROPOSE_META = "/cairn.v1.Raft/ProposeMeta";
 /** A PING to each peer this often; one unanswered this long ends the connection. */
 const KEEPALIVE_MS = 10_000;
 const KEEPALIVE_TIMEOUT_MS = 5_000;
@@ -814,6 +821,7 @@ export class GrpcTransport implements RaftTransport {
         keepaliveMs: KEEPALIVE_MS,
         keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
         ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
+        peerId: this.nodeId,
       });
     }
     return peer.channel;
@@ -1080,9 +1088,13 @@ export class GrpcTransport implements RaftTransport {
       code: err === null ? "OK" : status[err.code],
       details: err?.details ?? "",
     };
-    // A refusal is a configuration mistake (another cluster, another number of shard workers):
-    // said at every attempt, not once.
-    if (err?.code === status.FAILED_PRECONDITION || fields.details.includes(TUNNEL_REFUSED)) {
+    // A refusal is a configuration mistake (another cluster, another number of shard workers,
+    // not a member): said at every attempt, not once.
+    if (
+      err?.code === status.FAILED_PRECONDITION ||
+      err?.code === status.PERMISSION_DENIED ||
+      fields.details.includes(TUNNEL_REFUSED)
+    ) {
       this.#log.warn("raft peer refused the stream", fields);
     } else if (peer.wasConnected) {
       this.#log.warn("raft peer stream lost", fields);
@@ -1169,6 +1181,13 @@ export interface RaftServiceOptions {
   };
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
+  /**
+   * Whether `node` is a current member of this node's cluster (PeerCheck.isMember): once the
+   * cluster id is known, only members' calls are taken (PERMISSION_DENIED otherwise).
+   */
+  readonly isMember?: (node: string) => boolean;
+  /** A peer's call or stream was refused (handshake.ts), by kind: for a counter. */
+  readonly refused?: (kind: PeerRefusalKind) => void;
   readonly logger?: PeerLogger;
   /**
    * Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them; the
@@ -1209,22 +1228,39 @@ export function createRaftService(
   const self = toNodeId(options.nodeId);
   const open = new Set<(err: Partial<ServiceError> | null) => void>();
 
+  /** What a peer's call is checked against, as this node knows it now. */
+  const peerCheck = (): PeerCheck => ({
+    clusterId: currentId(options.clusterId),
+    self,
+    ...(options.isMember === undefined ? {} : { isMember: options.isMember }),
+  });
+
   /**
-   * Why a peer's unary call is refused before it is served: it comes from another cluster
-   * (ids known on both ends and different), or this node does not offer the service (`serve`
-   * not given; `missing` says what it does not do). Null when it may be served.
+   * Why a peer's unary call is refused before it is served: its sender (`cairn-peer`) and the
+   * cluster id it names do not pass peerRefusal (every unary call but ProposeMeta needs the id:
+   * only a node with shards makes them; a member rejoining without its data proposes), or this
+   * node does not offer the service (`serve` not given; `missing` says what it does not do).
+   * Null when it may be served.
    */
   const unaryRefusal = (
+    call: ServerUnaryCall<unknown, unknown>,
     theirs: string,
     serve: unknown,
     missing: string,
   ): Partial<ServiceError> | null => {
-    const ours = currentId(options.clusterId);
-    if (theirs !== "" && ours !== "" && theirs !== ours) {
-      return {
-        code: status.FAILED_PRECONDITION,
-        details: `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(theirs)}`,
-      };
+    const [from] = call.metadata.get(PEER_KEY);
+    const sender = typeof from === "string" ? from : "";
+    const refusal = peerRefusal(sender, theirs, peerCheck(), call.getPath() !== PROPOSE_META);
+    if (refusal !== null) {
+      options.refused?.(refusal.kind);
+      log.warn("raft call refused", {
+        peer: sender,
+        peer_addr: call.getPeer(),
+        method: call.getPath(),
+        code: status[refusal.code],
+        details: refusal.reason,
+      });
+      return { code: refusal.code, details: refusal.reason };
     }
     if (serve === undefined) return { code: status.UNIMPLEMENTED, details: `this node ${missing}` };
     return null;
@@ -1260,15 +1296,12 @@ export function createRaftService(
         return;
       }
       const hs = frame.handshake;
-      const fields = {
-        peer: hs.from_node_id,
-        peer_addr: call.peer,
-        cluster_id: hs.cluster_id,
-        to: hs.to_node_id,
-      };
-      const refusal = handshakeRefusal(hs, currentId(options.clusterId), self);
+      // Not the cluster id: the log says whom a refusal was for, not what it would have taken.
+      const fields = { peer: hs.from_node_id, peer_addr: call.peer, to: hs.to_node_id };
+      const refusal = handshakeRefusal(hs, peerCheck());
       if (refusal !== null) {
-        refuse(status.FAILED_PRECONDITION, refusal, fields);
+        options.refused?.(refusal.kind);
+        refuse(refusal.code, refusal.reason, fields);
         return;
       }
       from = toNodeId(hs.from_node_id);
@@ -1370,8 +1403,8 @@ export function createRaftService(
     callback: sendUnaryData<SnapshotAck>,
   ): void => {
     const assembler = new SnapshotAssembler({
-      clusterId: currentId(options.clusterId),
-      self,
+      peers: peerCheck(),
+      ...(options.refused === undefined ? {} : { refused: options.refused }),
       maxBytes: options.maxSnapshotBytes ?? 4 * 1024 * MIB,
     });
     const idleMs = options.snapshotIdleTimeoutMs ?? 60_000;
@@ -1468,7 +1501,12 @@ export function createRaftService(
         callback: sendUnaryData<MetaProposalReply>,
       ): void {
         const propose = options.proposeMeta;
-        const refusal = unaryRefusal(call.request.cluster_id, propose, "takes no meta proposals");
+        const refusal = unaryRefusal(
+          call,
+          call.request.cluster_id,
+          propose,
+          "takes no meta proposals",
+        );
         if (refusal !== null || propose === undefined) {
           callback(refusal);
           return;
@@ -1483,7 +1521,12 @@ export function createRaftService(
         callback: sendUnaryData<ReadIndexReply>,
       ): void {
         const readIndex = options.readIndex;
-        const refusal = unaryRefusal(call.request.cluster_id, readIndex, "serves no read index");
+        const refusal = unaryRefusal(
+          call,
+          call.request.cluster_id,
+          readIndex,
+          "serves no read index",
+        );
         if (refusal !== null || readIndex === undefined) {
           callback(refusal);
           return;
@@ -1515,7 +1558,7 @@ export function createRaftService(
       ): void {
         const r = call.request;
         const confirm = options.confirmTerms;
-        const refusal = unaryRefusal(r.cluster_id, confirm, "confirms no terms");
+        const refusal = unaryRefusal(call, r.cluster_id, confirm, "confirms no terms");
         if (refusal !== null || confirm === undefined) {
           callback(refusal);
           return;
@@ -1544,7 +1587,7 @@ export function createRaftService(
       ): void {
         const r = call.request;
         const scan = options.scanShards;
-        const refusal = unaryRefusal(r.cluster_id, scan, "serves no scans for peers");
+        const refusal = unaryRefusal(call, r.cluster_id, scan, "serves no scans for peers");
         if (refusal !== null || scan === undefined) {
           callback(refusal);
           return;

@@ -1,33 +1,111 @@
 /**
- * The identity a peer call opens with ({cluster id, from, to}: a Stream's handshake, an
- * InstallSnapshot's header), and the receiver's one rule for it.
+ * Who may call a node's peers' service (cairn.v1.Raft): the identity a peer call opens with
+ * ({cluster id, from, to}: a Stream's handshake, an InstallSnapshot's header; for a unary call
+ * the request's cluster id and the `cairn-peer` metadata), and the receiver's rules for it.
+ *
+ * Not authentication: a cluster's id and its members' ids are given to any client by
+ * Meta.WatchCluster, so anyone who asks can pass. What it keeps out is a stock client, a node of
+ * another cluster, and a node that is not a member; TLS with peer certificates is the fix
+ * (docs/architecture.md, "Peers").
  */
+import { status } from "@grpc/grpc-js";
 import type { RaftHandshake__Output } from "../api/generated/cairn/v1/RaftHandshake.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 
+/** What a node checks a peer's call against. */
+export interface PeerCheck {
+  /**
+   * This node's cluster id; "" while it does not know it (a new node before the founding reached
+   * it, or one whose data directory was wiped): it then holds no cluster state, and the calls
+   * the founding and its rejoin need come from nodes it cannot check, so any other node passes.
+   */
+  readonly clusterId: string;
+  readonly self: NodeId;
+  /**
+   * Whether `node` is a current member of this node's cluster (its meta state), asked only once
+   * the cluster id is known. Absent: every node is (a service with no meta state, in tests).
+   */
+  readonly isMember?: (node: string) => boolean;
+}
+
+/** Why a peer's call is refused; `kind` labels the refusal in metrics. */
+export interface PeerRefusal {
+  readonly code: status;
+  readonly reason: string;
+  readonly kind: PeerRefusalKind;
+}
+
+export type PeerRefusalKind =
+  "no_sender" | "not_member" | "no_cluster_id" | "other_cluster" | "misaddressed";
+
 /**
- * Why node `self`, in cluster `ours` ("" while it does not know its id), refuses a call opening
- * with `hs`, or null when it accepts it. Two known cluster ids that differ never talk; an end
- * that does not know its id yet is accepted. The call must be addressed to `self`, from another
- * node (and its replica id, when given, of that node).
+ * Why node `check.self` refuses a call from node `from` naming cluster `theirs`, or null when it
+ * takes it. A node that knows its cluster takes calls only from its other members
+ * (PERMISSION_DENIED), naming its cluster; a member that does not know the id yet (a founding
+ * voter the bootstrap has not reached, a member whose data directory was wiped) may send ""
+ * unless the call `needsClusterId` (one only a node with shards makes: ReadIndex, ConfirmTerms,
+ * ScanShards). Two known cluster ids that differ are a configuration mistake
+ * (FAILED_PRECONDITION, the sender says so to its operator). Reasons never carry a cluster id.
  */
-export function handshakeRefusal(
-  hs: RaftHandshake__Output,
-  ours: string,
-  self: NodeId,
-): string | null {
-  if (hs.cluster_id !== ours && hs.cluster_id !== "" && ours !== "") {
-    return `cluster id mismatch: this node is in cluster ${JSON.stringify(ours)}, the sender in ${JSON.stringify(hs.cluster_id)}`;
+export function peerRefusal(
+  from: string,
+  theirs: string,
+  check: PeerCheck,
+  needsClusterId: boolean,
+): PeerRefusal | null {
+  if (from === "" || from === check.self) {
+    return {
+      code: status.PERMISSION_DENIED,
+      reason: `the call does not name another node of the cluster as its sender (${from === "" ? "none" : "this node itself"})`,
+      kind: "no_sender",
+    };
   }
-  if (hs.to_node_id !== self) {
-    return `node id mismatch: this node is ${JSON.stringify(self)}, the sender addressed ${JSON.stringify(hs.to_node_id)}`;
+  const ours = check.clusterId;
+  if (ours === "") return null;
+  if (theirs !== "" && theirs !== ours) {
+    return {
+      code: status.FAILED_PRECONDITION,
+      reason: "cluster id mismatch: the sender is in another cluster than this node",
+      kind: "other_cluster",
+    };
   }
-  if (hs.from_node_id === "" || hs.from_node_id === self) {
-    return `invalid sender node id ${JSON.stringify(hs.from_node_id)}`;
+  if (check.isMember !== undefined && !check.isMember(from)) {
+    return {
+      code: status.PERMISSION_DENIED,
+      reason: `node ${JSON.stringify(from)} is not a member of this node's cluster`,
+      kind: "not_member",
+    };
   }
-  if (hs.from_replica_id !== "" && nodeOfReplica(hs.from_replica_id) !== hs.from_node_id) {
-    return `sender replica ${JSON.stringify(hs.from_replica_id)} is not of node ${JSON.stringify(hs.from_node_id)}`;
+  if (theirs === "" && needsClusterId) {
+    return {
+      code: status.PERMISSION_DENIED,
+      reason: "the call names no cluster id; this call is only taken from a member that knows it",
+      kind: "no_cluster_id",
+    };
   }
   return null;
+}
+
+/**
+ * Why `check.self` refuses a call opening with `hs`, or null when it accepts it: peerRefusal's
+ * rules for its sender, and the call must be addressed to `self` (its replica id, when given,
+ * of the sender's node).
+ */
+export function handshakeRefusal(hs: RaftHandshake__Output, check: PeerCheck): PeerRefusal | null {
+  if (hs.to_node_id !== check.self) {
+    return {
+      code: status.FAILED_PRECONDITION,
+      reason: `node id mismatch: this node is ${JSON.stringify(check.self)}, the sender addressed ${JSON.stringify(hs.to_node_id)}`,
+      kind: "misaddressed",
+    };
+  }
+  if (hs.from_replica_id !== "" && nodeOfReplica(hs.from_replica_id) !== hs.from_node_id) {
+    return {
+      code: status.FAILED_PRECONDITION,
+      reason: `sender replica ${JSON.stringify(hs.from_replica_id)} is not of node ${JSON.stringify(hs.from_node_id)}`,
+      kind: "misaddressed",
+    };
+  }
+  return peerRefusal(hs.from_node_id, hs.cluster_id, check, false);
 }

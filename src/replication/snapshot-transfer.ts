@@ -20,7 +20,7 @@
  */
 import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
-import { SHARD_WORKER_KEY } from "../api/wire.ts";
+import { PEER_KEY, SHARD_WORKER_KEY } from "../api/wire.ts";
 import type { RaftHandshake } from "../api/generated/cairn/v1/RaftHandshake.ts";
 import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
 import type {
@@ -34,7 +34,7 @@ import type { Message, NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { crc32c } from "../storage/index.ts";
 import { CodecError, decodeMessage, encodeMessage } from "./codec.ts";
-import { handshakeRefusal } from "./handshake.ts";
+import { handshakeRefusal, type PeerCheck, type PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import type { RateLimiter } from "./rate-limiter.ts";
 
@@ -103,6 +103,8 @@ export async function sendSnapshot(
     answered = resolve;
   });
   const metadata = new Metadata();
+  // A node's front end serves the peers' methods only to calls that name a node.
+  metadata.set(PEER_KEY, handshake.from_node_id ?? "");
   if (options.shardWorker !== undefined) {
     metadata.set(SHARD_WORKER_KEY, String(options.shardWorker));
   }
@@ -192,9 +194,10 @@ export class SnapshotRefusal extends Error {
 }
 
 export interface SnapshotAssemblerOptions {
-  /** This node's cluster id when the call arrived ("" while it does not know it). */
-  readonly clusterId: string;
-  readonly self: NodeId;
+  /** Who may send this node a snapshot, as this node knew it when the call arrived. */
+  readonly peers: PeerCheck;
+  /** A header was refused by peerRefusal's rules, by kind: for a counter. */
+  readonly refused?: (kind: PeerRefusalKind) => void;
   /** Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them. */
   readonly maxBytes: number;
 }
@@ -264,12 +267,16 @@ export class SnapshotAssembler {
   }
 
   #readHeader(h: SnapshotHeader__Output): Header {
-    const { clusterId, self, maxBytes } = this.#options;
+    const { peers, maxBytes } = this.#options;
+    const self = peers.self;
     if (h.handshake === null) {
       throw new SnapshotRefusal(status.FAILED_PRECONDITION, "the header carries no handshake");
     }
-    const refusal = handshakeRefusal(h.handshake, clusterId, self);
-    if (refusal !== null) throw new SnapshotRefusal(status.FAILED_PRECONDITION, refusal);
+    const refusal = handshakeRefusal(h.handshake, peers);
+    if (refusal !== null) {
+      this.#options.refused?.(refusal.kind);
+      throw new SnapshotRefusal(refusal.code, refusal.reason);
+    }
     const from = toNodeId(h.handshake.from_node_id);
     const fromReplica =
       h.handshake.from_replica_id === "" ? from : toNodeId(h.handshake.from_replica_id);

@@ -4,6 +4,7 @@ import { describe, it } from "node:test";
 import {
   encodeHeaders,
   HpackDecoder,
+  HpackEncoder,
   HpackError,
   HpackHeaderListTooLarge,
   huffmanDecode,
@@ -123,5 +124,39 @@ describe("HPACK", () => {
     assert.deepEqual(pairs(d.decode(block)), fields);
     // Nothing was inserted: index 62 does not exist.
     assert.throws(() => d.decode(Buffer.from([0xbe])), HpackError);
+  });
+
+  it("the encoder's blocks decode in order to what was encoded, as the peer's table size changes", () => {
+    const encoder = new HpackEncoder();
+    const decoder = new HpackDecoder(4096);
+    const response: [string, string][] = [
+      [":status", "200"],
+      ["content-type", "application/grpc+proto"],
+      ["grpc-accept-encoding", "identity,deflate,gzip"],
+    ];
+    const ok: [string, string][] = [
+      ["grpc-status", "0"],
+      ["grpc-message", "OK"],
+    ];
+    const error: [string, string][] = [
+      ["grpc-status", "5"],
+      ["grpc-message", "not found"],
+    ];
+    // A seeded sequence of blocks, cached or not, and table size changes between them.
+    let seed = 7;
+    const next = (n: number): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed % n;
+    };
+    const sizes = [4096, 0, 100, 150, 4096, 64, 8192];
+    for (let i = 0; i < 2000; i++) {
+      if (next(20) === 0) encoder.setPeerTableSize(sizes[next(sizes.length)] as number);
+      const which = next(3);
+      const fields = which === 0 ? response : which === 1 ? ok : error;
+      const body = next(2) === 0 ? encoder.cached(which, fields) : encoder.encode(fields);
+      const update = encoder.takeSizeUpdate();
+      const block = update === null ? body : Buffer.concat([update, body]);
+      assert.deepEqual(pairs(decoder.decode(block)), fields, `block ${i}`);
+    }
   });
 });

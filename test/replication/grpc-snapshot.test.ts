@@ -525,7 +525,7 @@ const trailer = (crc: number): SnapshotChunk__Output => ({
 });
 
 function assembler(maxBytes = 1 << 20): SnapshotAssembler {
-  return new SnapshotAssembler({ clusterId: "c1", self: N2, maxBytes });
+  return new SnapshotAssembler({ peers: { clusterId: "c1", self: N2 }, maxBytes });
 }
 
 function refusedWith(code: status, pattern: RegExp): (err: unknown) => boolean {

@@ -13,28 +13,39 @@
  * RST_STREAM NO_ERROR (RFC 9113 §8.1). Frames on a stream this side has closed are ignored.
  *
  * Not supported, as no gRPC client needs them: server push (never sent), priorities (parsed and
- * ignored), HTTP/1.1 upgrade. Errors follow the RFC: a malformed frame or header block ends the
- * connection with GOAWAY, a bad stream is reset with RST_STREAM.
+ * ignored), HTTP/1.1 upgrade, CONNECT requests. Errors follow the RFC: a malformed frame or
+ * header block ends the connection with GOAWAY, a bad stream is reset with RST_STREAM, and a
+ * malformed request (RFC 9113 §8.2–8.3: its fields, checked as HPACK decodes them, and its
+ * pseudo-headers and connection-specific fields, readRequestLine) is reset PROTOCOL_ERROR
+ * before its owner sees it, counted against the client's reset budget. A stream past
+ * SETTINGS_MAX_CONCURRENT_STREAMS (default 1000) is refused (REFUSED_STREAM).
  */
 import type { Socket } from "node:net";
-import { ConnectionCore, ConnectionError, CoreStream, ErrorCode, Setting } from "./core.ts";
+import {
+  ConnectionCore,
+  ConnectionError,
+  type CoreOptions,
+  CoreStream,
+  ErrorCode,
+  Setting,
+} from "./core.ts";
 import type { HeaderList } from "./hpack.ts";
 
 export { ErrorCode, FrameType } from "./core.ts";
 
-export interface ConnectionOptions {
-  /** Flow-control window of each stream and of the connection for what the client sends. */
-  readonly receiveWindow: number;
-  /** SETTINGS_MAX_HEADER_LIST_SIZE: the largest header list a request may carry. */
-  readonly maxHeaderListSize: number;
-  /** SETTINGS_MAX_CONCURRENT_STREAMS. */
+export interface ConnectionOptions extends CoreOptions {
+  /** SETTINGS_MAX_CONCURRENT_STREAMS: a stream past it is refused (REFUSED_STREAM). */
   readonly maxConcurrentStreams: number;
 }
 
 export const DEFAULT_CONNECTION_OPTIONS: ConnectionOptions = {
   receiveWindow: 1 << 20,
   maxHeaderListSize: 64 * 1024,
-  maxConcurrentStreams: 65_536,
+  maxConcurrentStreams: 1000,
+  maxResetsPerSecond: 1000,
+  handshakeTimeoutMs: 10_000,
+  maxOutputBytes: 16 << 20,
+  writeStallTimeoutMs: 10_000,
 };
 
 /**
@@ -44,6 +55,9 @@ export const DEFAULT_CONNECTION_OPTIONS: ConnectionOptions = {
  */
 export class ServerStream extends CoreStream {
   readonly headers: HeaderList;
+  /** The request's `:method` and `:path` (a request has both: see requestMalformed). */
+  readonly method: string;
+  readonly path: string;
   readonly connection: ServerConnection;
   onData: ((chunk: Buffer) => void) | null = null;
   onEnd: (() => void) | null = null;
@@ -52,9 +66,18 @@ export class ServerStream extends CoreStream {
   onDrain: (() => void) | null = null;
   headersSent = false;
 
-  constructor(id: number, headers: HeaderList, connection: ServerConnection, sendWindow: number) {
+  constructor(
+    id: number,
+    headers: HeaderList,
+    method: string,
+    path: string,
+    connection: ServerConnection,
+    sendWindow: number,
+  ) {
     super(id, sendWindow);
     this.headers = headers;
+    this.method = method;
+    this.path = path;
     this.connection = connection;
   }
 
@@ -102,6 +125,15 @@ export interface ConnectionHandler {
   onStream(stream: ServerStream): void;
   /** The connection is gone (every open stream has had onClose). */
   onClose(): void;
+  /**
+   * The handler's own code (or this layer's) threw while serving the connection's frames: the
+   * connection ended with GOAWAY INTERNAL_ERROR; this hears why, to report it.
+   */
+  onError?(err: unknown): void;
+  /** The client went past a limit (`what`): the connection is ending. */
+  onLimit?(what: string): void;
+  /** Every frame of a read from the socket has been handled. */
+  onInputDone?(): void;
 }
 
 export class ServerConnection extends ConnectionCore<ServerStream> {
@@ -109,6 +141,8 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   readonly #maxConcurrentStreams: number;
   /** The remote address, for logs. */
   readonly peer: string;
+  /** Streams opened so far (a front end's idle timeout watches it). */
+  streamsOpened = 0;
 
   constructor(socket: Socket, handler: ConnectionHandler, options = DEFAULT_CONNECTION_OPTIONS) {
     super(socket, "server", options, [
@@ -121,6 +155,28 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     this.peer = `${socket.remoteAddress ?? "unknown"}:${socket.remotePort ?? 0}`;
   }
 
+  /** Streams open now. */
+  get openStreams(): number {
+    return this.streams.size;
+  }
+
+  /** Whether the connection has ended or is ending (GOAWAY sent, or the socket gone). */
+  get isDone(): boolean {
+    return this.isClosed || this.goAwaySent;
+  }
+
+  protected override internalError(err: unknown): void {
+    this.#handler.onError?.(err);
+  }
+
+  protected override limitExceeded(what: string): void {
+    this.#handler.onLimit?.(what);
+  }
+
+  protected override inputDone(): void {
+    this.#handler.onInputDone?.();
+  }
+
   /**
    * Graceful close: GOAWAY (no new streams past the last one seen); the socket ends once the
    * open streams are done.
@@ -131,7 +187,12 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     if (this.streams.size === 0) this.endSocket();
   }
 
-  protected handleHeaderBlock(streamId: number, headers: HeaderList, endStream: boolean): void {
+  protected handleHeaderBlock(
+    streamId: number,
+    headers: HeaderList,
+    endStream: boolean,
+    malformed: boolean,
+  ): void {
     const existing = this.streams.get(streamId);
     if (existing !== undefined) {
       // Trailers from the client: they must end the stream; gRPC clients send none worth reading.
@@ -152,7 +213,24 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
       this.sendReset(streamId, ErrorCode.REFUSED_STREAM);
       return;
     }
-    const stream = new ServerStream(streamId, headers, this, this.peerInitialWindow);
+    if (malformed || !readRequestLine(headers)) {
+      // A malformed request (RFC 9113 §8.1.1): a stream error. The resets a client makes this
+      // side send count against its budget, like its own (a flood of them is the same attack).
+      if (!this.chargeReset()) {
+        throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many malformed requests");
+      }
+      this.sendReset(streamId, ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
+    this.streamsOpened++;
+    const stream = new ServerStream(
+      streamId,
+      headers,
+      requestMethod,
+      requestPath,
+      this,
+      this.peerInitialWindow,
+    );
     this.streams.set(streamId, stream);
     this.#handler.onStream(stream);
     if (endStream && !stream.closed) this.handleRemoteEnd(stream);
@@ -199,4 +277,76 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   protected connectionClosed(): void {
     this.#handler.onClose();
   }
+}
+
+/** Pseudo-header bits, to find a duplicate or a missing one. */
+const METHOD = 1;
+const SCHEME = 2;
+const PATH = 4;
+const AUTHORITY = 8;
+
+/** What readRequestLine read last (module state: no object per request). */
+let requestMethod = "";
+let requestPath = "";
+
+/**
+ * Reads a request's `:method` and `:path` into requestMethod and requestPath; false when its
+ * header list is malformed as RFC 9113
+ * §8.2–8.3 says (the fields themselves are checked by the decoder: HpackDecoder.malformed): a
+ * pseudo-header after a regular field, unknown, a response's or repeated; `:method`, `:scheme`
+ * or a non-empty `:path` missing (CONNECT is not served); a connection-specific field
+ * (`connection`, `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`), or `te`
+ * other than `trailers`. One pass over the names, comparing strings only where their first
+ * character matches.
+ */
+function readRequestLine(headers: HeaderList): boolean {
+  let seen = 0;
+  let regular = false;
+  let method = "";
+  let path = "";
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i] as string;
+    const first = name.charCodeAt(0);
+    if (first === 58 /* : */) {
+      if (regular) return false;
+      let bit: number;
+      if (name === ":method") {
+        bit = METHOD;
+        method = headers[i + 1] as string;
+      } else if (name === ":path") {
+        bit = PATH;
+        path = headers[i + 1] as string;
+      } else if (name === ":scheme") bit = SCHEME;
+      else if (name === ":authority") bit = AUTHORITY;
+      else return false;
+      if ((seen & bit) !== 0) return false;
+      seen |= bit;
+      continue;
+    }
+    regular = true;
+    switch (first) {
+      case 99 /* c */:
+        if (name === "connection") return false;
+        break;
+      case 107 /* k */:
+        if (name === "keep-alive") return false;
+        break;
+      case 112 /* p */:
+        if (name === "proxy-connection") return false;
+        break;
+      case 116 /* t */:
+        if (name === "transfer-encoding") return false;
+        if (name === "te" && headers[i + 1] !== "trailers") return false;
+        break;
+      case 117 /* u */:
+        if (name === "upgrade") return false;
+        break;
+      default:
+        break;
+    }
+  }
+  if ((seen & (METHOD | SCHEME | PATH)) !== (METHOD | SCHEME | PATH) || path === "") return false;
+  requestMethod = method;
+  requestPath = path;
+  return true;
 }

@@ -24,8 +24,17 @@
  *    follow the peer's encoder.
  * 5. A protocol error ends the connection with GOAWAY: frame handling throws ConnectionError (or
  *    HpackError), caught in one place, `#onData`; nothing this layer does throws out of a
- *    socket callback. After it, input is ignored. Errors thrown by the owners' callbacks are bugs
- *    and are not caught.
+ *    socket callback. After it, input is ignored and no more is read (the socket is paused, then
+ *    destroyed after the grace period, `goAwayGraceMs`). Anything else thrown while the peer's
+ *    frames are handled, or when the socket closes or the output is flushed (an owner's callback,
+ *    a bug), ends that connection the same way, with INTERNAL_ERROR, and reaches
+ *    `internalError` to be reported: never the process.
+ * 7. What one peer can make this side spend is bounded (CoreOptions): CONTINUATION frames per
+ *    header block, resets per second (its own and those its malformed requests cause,
+ *    `chargeReset`), unsent output (reading pauses at a quarter of `maxOutputBytes`; the socket
+ *    is destroyed past it or after a write stall), the time to its first SETTINGS. A SETTINGS
+ *    frame walks the streams only when INITIAL_WINDOW_SIZE changes. Past a bound,
+ *    `limitExceeded` hears why.
  * 6. `streamClosed` is called once per stream, when it is done both ways, reset, or the socket
  *    is gone; `connectionClosed` once, after every open stream's.
  *
@@ -36,7 +45,7 @@
  */
 import type { Socket } from "node:net";
 import { IntMap, clearArray } from "../../common/index.ts";
-import { HpackDecoder, HpackError, type HeaderList } from "./hpack.ts";
+import { HpackDecoder, HpackEncoder, HpackError, type HeaderList } from "./hpack.ts";
 
 export const FrameType = {
   DATA: 0x0,
@@ -103,7 +112,32 @@ export interface CoreOptions {
    * the server's HTTP/1.1 answer before any frame; an answer but 200 ends the connection.
    */
   readonly tunnel?: string;
+  /** CONTINUATION frames a header block may take (default 16); past it, GOAWAY ENHANCE_YOUR_CALM. */
+  readonly maxContinuationFrames?: number;
+  /**
+   * After this side ends the socket (GOAWAY sent), how long the peer has to close it before it
+   * is destroyed (default 1000 ms). After a connection error nothing more is read meanwhile.
+   */
+  readonly goAwayGraceMs?: number;
+  /** The peer's preface and first SETTINGS must arrive within this long (ms; 0: no limit). */
+  readonly handshakeTimeoutMs?: number;
+  /**
+   * Streams the peer may reset per second (a token bucket of this many, refilled at this rate);
+   * past it, GOAWAY ENHANCE_YOUR_CALM (Rapid Reset, CVE-2023-44487). 0: no limit. Resets this
+   * side sends for the peer's faults (a malformed request) count too.
+   */
+  readonly maxResetsPerSecond?: number;
+  /**
+   * Output bytes the socket may hold unsent (the peer does not read): past a quarter of it
+   * nothing more is read until it drains; past it, or when it has not drained for
+   * `writeStallTimeoutMs`, the connection is destroyed. 0: no limit.
+   */
+  readonly maxOutputBytes?: number;
+  readonly writeStallTimeoutMs?: number;
 }
+
+export const DEFAULT_MAX_CONTINUATION_FRAMES = 16;
+export const DEFAULT_GOAWAY_GRACE_MS = 1000;
 
 /** The longest answer to a tunnel's CONNECT that is read. */
 const MAX_TUNNEL_ANSWER = 4096;
@@ -157,6 +191,13 @@ export class CoreStream {
   }
 }
 
+/** A timer (not holding the process) that destroys `socket`. */
+function destroyAfter(socket: Socket, ms: number): NodeJS.Timeout {
+  const timer = setTimeout(() => socket.destroy(), ms);
+  timer.unref();
+  return timer;
+}
+
 /** What this side's PINGs carry (the ACK echoes it; only one is outstanding at a time). */
 const PING_PAYLOAD = Buffer.alloc(8);
 
@@ -173,6 +214,12 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected peerMaxConcurrentStreams = Infinity;
   /** This side has sent GOAWAY. */
   protected goAwaySent = false;
+  /**
+   * The encoder of the header blocks this side indexes (HpackEncoder: only blocks framed at
+   * once); it follows the peer's SETTINGS_HEADER_TABLE_SIZE, and every header block sent starts
+   * with the size update it owes.
+   */
+  readonly encoder = new HpackEncoder();
   readonly #isClient: boolean;
   readonly #receiveWindow: number;
   /** The connection's receive window: the stream window, but never below the protocol's 65,535. */
@@ -187,8 +234,27 @@ export abstract class ConnectionCore<S extends CoreStream> {
   #tunnelAnswer: Buffer | null = null;
   #settingsSeen = false;
   /** A header block in progress (HEADERS without END_HEADERS, then CONTINUATIONs). */
-  #headerBlock: { streamId: number; chunks: Buffer[]; size: number; endStream: boolean } | null =
-    null;
+  #headerBlock: {
+    streamId: number;
+    chunks: Buffer[];
+    size: number;
+    frames: number;
+    endStream: boolean;
+  } | null = null;
+  readonly #maxContinuationFrames: number;
+  readonly #goAwayGraceMs: number;
+  /** Rapid Reset's budget: tokens left, refilled at #resetRate a second since #resetsAt. */
+  readonly #resetRate: number;
+  #resetTokens: number;
+  #resetsAt = 0;
+  readonly #maxOutputBytes: number;
+  readonly #writeStallTimeoutMs: number;
+  /** Reading is paused until the socket's output drains (the peer does not read). */
+  #outputPaused = false;
+  /** Each destroys the socket when it fires: the handshake, a write stall, the GOAWAY's grace. */
+  #handshakeTimer: NodeJS.Timeout | null = null;
+  #stallTimer: NodeJS.Timeout | null = null;
+  #graceTimer: NodeJS.Timeout | null = null;
   // The peer's settings.
   #peerInitialWindow = DEFAULT_WINDOW;
   #peerMaxFrameSize = MAX_FRAME_SIZE;
@@ -239,7 +305,22 @@ export abstract class ConnectionCore<S extends CoreStream> {
     this.#connectionWindow = Math.max(options.receiveWindow, DEFAULT_WINDOW);
     this.#maxHeaderListSize = options.maxHeaderListSize;
     this.#decoder = new HpackDecoder(4096, options.maxHeaderListSize);
+    this.#maxContinuationFrames = options.maxContinuationFrames ?? DEFAULT_MAX_CONTINUATION_FRAMES;
+    this.#goAwayGraceMs = options.goAwayGraceMs ?? DEFAULT_GOAWAY_GRACE_MS;
+    this.#resetRate = options.maxResetsPerSecond ?? 0;
+    this.#resetTokens = this.#resetRate;
+    this.#maxOutputBytes = options.maxOutputBytes ?? 0;
+    this.#writeStallTimeoutMs = options.writeStallTimeoutMs ?? 0;
+    const handshakeMs = options.handshakeTimeoutMs ?? 0;
+    if (handshakeMs > 0 && !this.#isClient) {
+      this.#handshakeTimer = setTimeout(() => {
+        this.limitExceeded(`no preface and SETTINGS within ${handshakeMs} ms`);
+        this.socket.destroy();
+      }, handshakeMs);
+      this.#handshakeTimer.unref();
+    }
     socket.on("data", (chunk: Buffer) => this.#onData(chunk));
+    if (this.#maxOutputBytes > 0) socket.on("drain", () => this.#onDrain());
     socket.on("error", () => undefined); // close follows
     socket.on("close", () => this.#onSocketClose());
     if (this.#isClient && options.tunnel !== undefined) {
@@ -281,8 +362,16 @@ export abstract class ConnectionCore<S extends CoreStream> {
 
   // ── hooks: what the frames mean to one side ──────────────────────────────────────────────
 
-  /** A complete header block, decoded (for any stream id but 0). */
-  protected abstract handleHeaderBlock(streamId: number, headers: HeaderList, end: boolean): void;
+  /**
+   * A complete header block, decoded (for any stream id but 0); `malformed`: it holds a field
+   * RFC 9113 §8.2.1 forbids (HpackDecoder.malformed), which makes a request malformed.
+   */
+  protected abstract handleHeaderBlock(
+    streamId: number,
+    headers: HeaderList,
+    end: boolean,
+    malformed: boolean,
+  ): void;
   /** Whether a stream id is idle: neither side has opened it yet. */
   protected abstract isIdle(streamId: number): boolean;
   /** DATA on an open stream, its bytes already counted against the windows. */
@@ -311,6 +400,18 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected settingsApplied(): void {}
   /** The server refused the tunnel (`answer`: its status line); the socket is destroyed next. */
   protected tunnelRefused(_answer: string): void {}
+  /**
+   * Code of this side threw while handling the peer's frames: the connection ends (GOAWAY
+   * INTERNAL_ERROR) and this hears why, once per error, to report it.
+   */
+  protected internalError(_err: unknown): void {}
+  /**
+   * Every frame of one read has been handled: what the owner deferred to the end of the read
+   * (a call dispatched once a reset later in the same read could cancel it) may go now.
+   */
+  protected inputDone(): void {}
+  /** The peer went past a limit (`what`): the connection ends (GOAWAY, or destroyed). */
+  protected limitExceeded(_what: string): void {}
 
   // ── input ────────────────────────────────────────────────────────────────────────────────
 
@@ -358,10 +459,25 @@ export abstract class ConnectionCore<S extends CoreStream> {
         buf = buf.subarray(at);
         this.#input = at > 0 ? Buffer.from(buf) : buf;
       }
+      if (!this.#failed) this.inputDone();
     } catch (err) {
       if (err instanceof ConnectionError) this.fail(err.code, err.message);
       else if (err instanceof HpackError) this.fail(ErrorCode.COMPRESSION_ERROR, err.message);
-      else throw err;
+      else this.#failInternally(err);
+    }
+  }
+
+  /**
+   * Something this side's code threw while it handled the peer's frames (an owner's callback, a
+   * bug): that connection ends (GOAWAY INTERNAL_ERROR), never the process (invariant 5).
+   */
+  #failInternally(err: unknown): void {
+    this.fail(ErrorCode.INTERNAL_ERROR, "internal error");
+    this.#input = null;
+    try {
+      this.internalError(err);
+    } catch {
+      // The report itself failed: the connection is ending anyway.
     }
   }
 
@@ -464,11 +580,18 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     const endStream = (flags & FLAG_END_STREAM) !== 0;
     if ((flags & FLAG_END_HEADERS) === 0) {
-      this.#headerBlock = { streamId, chunks: [Buffer.from(block)], size: block.length, endStream };
+      this.#headerBlock = {
+        streamId,
+        chunks: [Buffer.from(block)],
+        size: block.length,
+        frames: 0,
+        endStream,
+      };
       return;
     }
     // Decoded first, whatever happens to the stream (invariant 4).
-    this.handleHeaderBlock(streamId, this.#decoder.decode(block), endStream);
+    const headers = this.#decoder.decode(block);
+    this.handleHeaderBlock(streamId, headers, endStream, this.#decoder.malformed);
   }
 
   #onContinuation(flags: number, streamId: number, payload: Buffer): void {
@@ -477,15 +600,19 @@ export abstract class ConnectionCore<S extends CoreStream> {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "an unexpected CONTINUATION");
     }
     pending.size += payload.length;
-    // A header block far beyond the list limit is refused before it is all buffered.
+    // A header block far beyond the list limit is refused before it is all buffered, and so is
+    // one in too many frames (empty CONTINUATIONs cost the peer 9 bytes each and hold nothing).
     if (pending.size > this.#maxHeaderListSize * 2 + MAX_FRAME_SIZE) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block too large");
     }
-    pending.chunks.push(Buffer.from(payload));
+    if (++pending.frames > this.#maxContinuationFrames) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block in too many frames");
+    }
+    if (payload.length > 0) pending.chunks.push(Buffer.from(payload));
     if ((flags & FLAG_END_HEADERS) === 0) return;
     this.#headerBlock = null;
     const headers = this.#decoder.decode(Buffer.concat(pending.chunks));
-    this.handleHeaderBlock(streamId, headers, pending.endStream);
+    this.handleHeaderBlock(streamId, headers, pending.endStream, this.#decoder.malformed);
   }
 
   #onDataFrame(flags: number, streamId: number, payload: Buffer): void {
@@ -529,8 +656,33 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (this.isIdle(streamId)) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream");
     }
+    if (!this.chargeReset()) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset");
+    }
     const stream = this.streams.get(streamId);
     if (stream !== undefined) this.handleReset(stream, payload.readUInt32BE(0));
+  }
+
+  /**
+   * Takes one reset from the peer's budget (maxResetsPerSecond): false when it is spent, and the
+   * caller ends the connection (GOAWAY ENHANCE_YOUR_CALM).
+   */
+  protected chargeReset(): boolean {
+    const rate = this.#resetRate;
+    if (rate === 0) return true;
+    if (this.#resetTokens < 1) {
+      const now = Date.now();
+      this.#resetTokens = Math.min(
+        rate,
+        this.#resetTokens + ((now - this.#resetsAt) * rate) / 1000,
+      );
+      this.#resetsAt = now;
+      if (this.#resetTokens < 1) return false;
+    } else if (this.#resetTokens === rate) {
+      this.#resetsAt = Date.now();
+    }
+    this.#resetTokens--;
+    return true;
   }
 
   #onSettings(flags: number, streamId: number, payload: Buffer): void {
@@ -543,7 +695,12 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (payload.length % 6 !== 0) {
       throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS frame's size");
     }
-    this.#settingsSeen = true;
+    if (!this.#settingsSeen) {
+      this.#settingsSeen = true;
+      if (this.#handshakeTimer !== null) clearTimeout(this.#handshakeTimer);
+      this.#handshakeTimer = null;
+    }
+    let widened = false;
     for (let at = 0; at < payload.length; at += 6) {
       const id = payload.readUInt16BE(at);
       const value = payload.readUInt32BE(at + 2);
@@ -559,7 +716,10 @@ export abstract class ConnectionCore<S extends CoreStream> {
             throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE");
           }
           const delta = value - this.#peerInitialWindow;
+          if (delta === 0) break;
+          // Only a change walks the streams: a SETTINGS frame costs the same whatever is open.
           this.#peerInitialWindow = value;
+          if (delta > 0) widened = true;
           for (const s of this.streams.values()) {
             s.sendWindow += delta;
             if (s.sendWindow > MAX_WINDOW) {
@@ -577,7 +737,9 @@ export abstract class ConnectionCore<S extends CoreStream> {
         case Setting.MAX_CONCURRENT_STREAMS:
           this.peerMaxConcurrentStreams = value;
           break;
-        case Setting.HEADER_TABLE_SIZE: // our encoder never indexes: any size suits it
+        case Setting.HEADER_TABLE_SIZE:
+          this.encoder.setPeerTableSize(value);
+          break;
         case Setting.MAX_HEADER_LIST_SIZE: // advisory; what we send is small
         default:
           break;
@@ -585,7 +747,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     this.#frame(FrameType.SETTINGS, FLAG_ACK, 0, EMPTY);
     // A larger initial window may unblock queued DATA.
-    for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
+    if (widened) for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
     this.settingsApplied();
   }
 
@@ -634,6 +796,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
 
   /** Sends a header block (HEADERS, then CONTINUATIONs past the peer's frame size). */
   sendHeaderBlock(stream: S, block: Buffer, endStream: boolean): void {
+    const update = this.encoder.takeSizeUpdate();
+    if (update !== null) block = Buffer.concat([update, block]);
     let flags = endStream ? FLAG_END_STREAM : 0;
     const max = this.#peerMaxFrameSize;
     if (block.length <= max) {
@@ -786,16 +950,24 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected fail(code: number, message: string): void {
     if (this.#closed || this.#failed) return;
     this.#failed = true;
+    if (code === ErrorCode.ENHANCE_YOUR_CALM) this.limitExceeded(message);
     this.sendGoAway(code, message); // not sent when the socket is already ending
     this.endSocket();
+    // Nothing more is read: what the peer sends after a connection error waits in the kernel's
+    // buffers (then in its own) until the socket is destroyed, at the latest after the grace.
+    this.socket.pause();
   }
 
-  /** Writes what is queued and ends the socket (streams close when it has). */
+  /**
+   * Writes what is queued and ends the socket (streams close when it has); the peer has the
+   * grace period (goAwayGraceMs) to close its side, then the socket is destroyed.
+   */
   protected endSocket(): void {
     if (this.#ending) return;
     this.#flushOutput();
     this.#ending = true;
     this.socket.end();
+    if (!this.#closed) this.#graceTimer = destroyAfter(this.socket, this.#goAwayGraceMs);
   }
 
   /** Queues one frame; every frame of an event-loop turn leaves in one write (invariant 1). */
@@ -831,7 +1003,13 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     if (!this.#outputScheduled) {
       this.#outputScheduled = true;
-      setImmediate(() => this.#flushOutput());
+      setImmediate(() => {
+        try {
+          this.#flushOutput();
+        } catch (err) {
+          this.#failInternally(err);
+        }
+      });
     }
   }
 
@@ -858,15 +1036,62 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (out.length === 0 || this.socket.destroyed) return;
     this.#output = [];
     this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out));
+    if (this.#maxOutputBytes > 0) this.#checkOutput();
     this.outputFlushed();
+  }
+
+  /**
+   * A peer that does not read: past a quarter of maxOutputBytes unsent, reading stops until the
+   * socket drains (so control frames it asks for, ACKs of its PINGs and SETTINGS, cannot pile
+   * up); past maxOutputBytes, or stalled for writeStallTimeoutMs, the connection is destroyed.
+   */
+  #checkOutput(): void {
+    const unsent = this.socket.writableLength;
+    if (unsent > this.#maxOutputBytes) {
+      this.limitExceeded(`${unsent} bytes of output the client does not read`);
+      this.socket.destroy();
+      return;
+    }
+    if (this.#outputPaused || unsent <= this.#maxOutputBytes / 4) return;
+    this.#outputPaused = true;
+    this.socket.pause();
+    if (this.#writeStallTimeoutMs > 0) {
+      this.#stallTimer = setTimeout(() => {
+        this.limitExceeded(`output the client has not read for ${this.#writeStallTimeoutMs} ms`);
+        this.socket.destroy();
+      }, this.#writeStallTimeoutMs);
+      this.#stallTimer.unref();
+    }
+  }
+
+  #onDrain(): void {
+    if (!this.#outputPaused) return;
+    this.#outputPaused = false;
+    if (this.#stallTimer !== null) clearTimeout(this.#stallTimer);
+    this.#stallTimer = null;
+    if (!this.#failed) this.socket.resume();
   }
 
   #onSocketClose(): void {
     if (this.#closed) return;
     this.#closed = true;
+    for (const timer of [this.#handshakeTimer, this.#stallTimer, this.#graceTimer]) {
+      if (timer !== null) clearTimeout(timer);
+    }
     this.#output = [];
     this.#outStart = this.#outAt;
-    for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
-    this.connectionClosed();
+    // Every stream and the owner hear of the close even when one of them throws (reported).
+    for (const stream of [...this.streams.values()]) {
+      try {
+        this.closeStream(stream, false);
+      } catch (err) {
+        this.#failInternally(err);
+      }
+    }
+    try {
+      this.connectionClosed();
+    } catch (err) {
+      this.#failInternally(err);
+    }
   }
 }

@@ -5,7 +5,9 @@
  * peer's decoder table is never touched and the encoder keeps no state.
  *
  * Header names and values are handled as latin1 strings: HTTP/2 field values are octets, and
- * gRPC's are ASCII (binary metadata travels base64).
+ * gRPC's are ASCII (binary metadata travels base64). The decoder flags a block holding a field
+ * RFC 9113 §8.2.1 forbids (`malformed`), checking each literal once, when it is decoded (an
+ * indexed field carries its entry's flag): the request is malformed, not the block.
  */
 
 /** A header list as decoded, in order: name, value, name, value, … */
@@ -152,6 +154,8 @@ export function huffmanDecode(bytes: Uint8Array, start: number, end: number): st
 }
 
 const NO_BLOCK = new Uint8Array(0);
+const MALFORMED_NAME = 1;
+const MALFORMED_VALUE = 2;
 
 /** Per RFC 7541 §4.1: a field's size in the dynamic table. */
 const ENTRY_OVERHEAD = 32;
@@ -165,6 +169,18 @@ export class HpackDecoder {
   /** Dynamic table, oldest first (index 62 is the newest: the last element). */
   readonly #names: string[] = [];
   readonly #values: string[] = [];
+  /**
+   * Per entry, checked once when it is added: MALFORMED_NAME and MALFORMED_VALUE bits (see
+   * `malformed`).
+   */
+  readonly #malformed: number[] = [];
+  /**
+   * Whether the last block decoded holds a field HTTP/2 calls malformed (RFC 9113 §8.2.1): a
+   * name with a character outside lower-case visible ASCII (or a colon past the first), or a
+   * value with NUL, CR, LF or leading or trailing whitespace. It is still decoded whole (the
+   * table must follow the peer's); the request is malformed, a stream error, not the block.
+   */
+  malformed = false;
   #size = 0;
   #limit: number;
   readonly #maxTableSize: number;
@@ -181,6 +197,7 @@ export class HpackDecoder {
     const out: HeaderList = [];
     let listSize = 0;
     let fieldsSeen = false;
+    let malformed = false;
     this.#block = block;
     this.#at = 0;
     while (this.#at < block.length) {
@@ -192,6 +209,7 @@ export class HpackDecoder {
         const index = this.#int(7);
         name = this.#name(index);
         value = this.#value(index);
+        if (index > STATIC_TABLE.length && this.#entryMalformed(index) !== 0) malformed = true;
       } else if ((b & 0xe0) === 0x20) {
         // Dynamic table size update: only before the first field.
         if (fieldsSeen) throw new HpackError("a table size update after a field");
@@ -204,9 +222,18 @@ export class HpackDecoder {
         // Literal: with incremental indexing (01), without (0000) or never indexed (0001).
         const indexing = (b & 0xc0) === 0x40;
         const index = this.#int(indexing ? 6 : 4);
-        name = index === 0 ? this.#string() : this.#name(index);
+        let bad = 0;
+        if (index === 0) {
+          name = this.#string();
+          if (!isFieldName(name)) bad = MALFORMED_NAME;
+        } else {
+          name = this.#name(index);
+          if (index > STATIC_TABLE.length) bad = this.#entryMalformed(index) & MALFORMED_NAME;
+        }
         value = this.#string();
-        if (indexing) this.#insert(name, value);
+        if (!isFieldValue(value)) bad |= MALFORMED_VALUE;
+        if (bad !== 0) malformed = true;
+        if (indexing) this.#insert(name, value, bad);
       }
       fieldsSeen = true;
       listSize += name.length + value.length + ENTRY_OVERHEAD;
@@ -214,6 +241,7 @@ export class HpackDecoder {
       out.push(name, value);
     }
     this.#block = NO_BLOCK; // the caller's buffer is not held
+    this.malformed = malformed;
     return out;
   }
 
@@ -264,13 +292,18 @@ export class HpackDecoder {
     return this.#values[this.#names.length - (index - STATIC_TABLE.length)] as string;
   }
 
-  #insert(name: string, value: string): void {
+  #entryMalformed(index: number): number {
+    return this.#malformed[this.#names.length - (index - STATIC_TABLE.length)] ?? 0;
+  }
+
+  #insert(name: string, value: string, malformed: number): void {
     const size = name.length + value.length + ENTRY_OVERHEAD;
     this.#evict(size);
     // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
     if (size > this.#limit) return;
     this.#names.push(name);
     this.#values.push(value);
+    this.#malformed.push(malformed);
     this.#size += size;
   }
 
@@ -287,6 +320,7 @@ export class HpackDecoder {
     if (drop > 0) {
       this.#names.splice(0, drop);
       this.#values.splice(0, drop);
+      this.#malformed.splice(0, drop);
     }
   }
 }
@@ -299,6 +333,36 @@ export class HpackHeaderListTooLarge extends HpackError {
   constructor() {
     super("a header list larger than the limit");
   }
+}
+
+/**
+ * Whether `name` may be a field name (RFC 9113 §8.2.1): not empty, no character in 0x00–0x20,
+ * 0x41–0x5a (upper case) or 0x7f–0xff, and no colon but a pseudo-header's first character.
+ */
+export function isFieldName(name: string): boolean {
+  if (name.length === 0) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c <= 0x20 || (c >= 0x41 && c <= 0x5a) || c >= 0x7f || (c === 0x3a && i > 0)) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether `value` may be a field value (RFC 9113 §8.2.1): no NUL, CR or LF, and no whitespace
+ * (SP, HTAB) at either end.
+ */
+export function isFieldValue(value: string): boolean {
+  const n = value.length;
+  if (n === 0) return true;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(n - 1);
+  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
+  for (let i = 0; i < n; i++) {
+    const c = value.charCodeAt(i);
+    if (c === 0x00 || c === 0x0a || c === 0x0d) return false;
+  }
+  return true;
 }
 
 function latin1(bytes: Uint8Array, start: number, end: number): string {
@@ -351,4 +415,141 @@ function pushInt(out: number[], flags: number, prefixBits: number, value: number
 function pushString(out: number[], s: string): void {
   pushInt(out, 0x00, 7, s.length);
   for (let i = 0; i < s.length; i++) out.push(s.charCodeAt(i) & 0xff);
+}
+
+/**
+ * The fields a server's responses repeat, which HpackEncoder indexes: the headers of every
+ * response with a message and the trailers of a plain OK (grpc-wire.ts RESPONSE_FIELDS,
+ * statusFields). Every other field is sent as a literal without indexing.
+ */
+const INDEXED_FIELDS: readonly (readonly [string, string])[] = [
+  ["content-type", "application/grpc+proto"],
+  ["grpc-accept-encoding", "identity,deflate,gzip"],
+  ["grpc-status", "0"],
+  ["grpc-message", "OK"],
+];
+
+/** The table size this encoder uses at most (the protocol's default). */
+const ENCODER_MAX_TABLE = 4096;
+
+/**
+ * A connection's HPACK encoder, as nghttp2's indexes: the first block that carries one of
+ * INDEXED_FIELDS inserts it into the peer's dynamic table (a literal with incremental indexing),
+ * later ones reference it (one byte). It follows the peer's SETTINGS_HEADER_TABLE_SIZE
+ * (`setPeerTableSize`): a lower size evicts entries here at once and is signalled at the start
+ * of the next header block sent (`takeSizeUpdate`, which the connection prepends to whichever
+ * block it frames next).
+ *
+ * Its blocks must reach the wire in the order they were encoded (a block that references an
+ * entry after the block that inserted it): the caller encodes with it only a block it frames at
+ * once; a block that may wait (trailers behind DATA that waits for window) uses encodeHeaders,
+ * which never touches the dynamic table.
+ */
+export class HpackEncoder {
+  /** The indexed fields in the peer's table (INDEXED_FIELDS positions), oldest first. */
+  readonly #entries: number[] = [];
+  #size = 0;
+  #limit = ENCODER_MAX_TABLE;
+  /** A size change not yet signalled: the smallest limit since the last signal, and the last. */
+  #updateMin = -1;
+  #updateFinal = -1;
+  /** Bumped whenever the table changes: `cached` blocks of an older generation are stale. */
+  #generation = 0;
+  readonly #cache: { generation: number; block: Buffer }[] = [];
+
+  /** The peer's SETTINGS_HEADER_TABLE_SIZE. */
+  setPeerTableSize(size: number): void {
+    const limit = Math.min(ENCODER_MAX_TABLE, size);
+    if (limit === this.#limit) return;
+    this.#updateMin = this.#updateMin < 0 ? limit : Math.min(this.#updateMin, limit);
+    this.#updateFinal = limit;
+    this.#limit = limit;
+    this.#evict(0);
+    this.#generation++;
+  }
+
+  /** The size update(s) the next header block must start with, or null (then taken). */
+  takeSizeUpdate(): Buffer | null {
+    if (this.#updateFinal < 0) return null;
+    const out: number[] = [];
+    pushInt(out, 0x20, 5, this.#updateMin);
+    if (this.#updateFinal !== this.#updateMin) pushInt(out, 0x20, 5, this.#updateFinal);
+    this.#updateMin = this.#updateFinal = -1;
+    return Buffer.from(out);
+  }
+
+  /**
+   * `fields` encoded, cached in `slot` (a small number the caller gives each constant list)
+   * until the table changes: after a connection's first response its blocks cost nothing.
+   */
+  cached(slot: number, fields: readonly (readonly [string, string])[]): Buffer {
+    const hit = this.#cache[slot];
+    if (hit !== undefined && hit.generation === this.#generation) return hit.block;
+    const generation = this.#generation;
+    const block = this.encode(fields);
+    // A block that inserted entries must not be sent twice: cached only when it changed nothing.
+    if (generation === this.#generation) this.#cache[slot] = { generation, block };
+    return block;
+  }
+
+  /** Encodes `fields`, indexing those of INDEXED_FIELDS (see the class). */
+  encode(fields: readonly (readonly [string, string])[]): Buffer {
+    const parts: number[] = [];
+    for (const [name, value] of fields) {
+      if (name === ":status" && value === "200") {
+        parts.push(0x88);
+        continue;
+      }
+      const id = indexedField(name, value);
+      if (id >= 0) {
+        const at = this.#entries.lastIndexOf(id);
+        if (at >= 0) {
+          pushInt(parts, 0x80, 7, STATIC_TABLE.length + this.#entries.length - at);
+          continue;
+        }
+        const size = name.length + value.length + ENTRY_OVERHEAD;
+        if (size <= this.#limit) {
+          const index = STATIC_NAME_INDEX.get(name);
+          if (index === undefined) {
+            parts.push(0x40);
+            pushString(parts, name);
+          } else {
+            pushInt(parts, 0x40, 6, index);
+          }
+          pushString(parts, value);
+          this.#evict(size);
+          this.#entries.push(id);
+          this.#size += size;
+          this.#generation++;
+          continue;
+        }
+      }
+      const index = STATIC_NAME_INDEX.get(name);
+      if (index === undefined) {
+        parts.push(0x00);
+        pushString(parts, name);
+      } else {
+        pushInt(parts, 0x00, 4, index);
+      }
+      pushString(parts, value);
+    }
+    return Buffer.from(parts);
+  }
+
+  /** Evicts the oldest entries until `incoming` more octets fit (as the peer's decoder does). */
+  #evict(incoming: number): void {
+    while (this.#entries.length > 0 && this.#size + incoming > this.#limit) {
+      const [name, value] = INDEXED_FIELDS[this.#entries.shift() as number] as [string, string];
+      this.#size -= name.length + value.length + ENTRY_OVERHEAD;
+    }
+  }
+}
+
+/** The position of (name, value) in INDEXED_FIELDS, or -1. */
+function indexedField(name: string, value: string): number {
+  for (let i = 0; i < INDEXED_FIELDS.length; i++) {
+    const f = INDEXED_FIELDS[i] as readonly [string, string];
+    if (f[0] === name && f[1] === value) return i;
+  }
+  return -1;
 }

@@ -1,0 +1,464 @@
+/**
+ * The front end against hostile clients (issue 49): each limit attacked over a real socket, in
+ * this thread (`rpc.io_threads: 0`) and where it matters in an I/O thread. Each test names what
+ * the front end must do past its limit; none may end the process.
+ */
+import assert from "node:assert/strict";
+import http2 from "node:http2";
+import { type AddressInfo, connect, createServer } from "node:net";
+import { after, before, describe, it } from "node:test";
+import { gzipSync } from "node:zlib";
+import { ServerConnection } from "../../src/api/h2/connection.ts";
+import { encodeHeaders } from "../../src/api/h2/hpack.ts";
+import { PREFACE, rawFrame, u32 } from "./h2-frames.ts";
+import {
+  type Decoded,
+  grpcMessage,
+  header,
+  PEER_UNARY,
+  RawClient,
+  requestBlock,
+  startFrontEnd,
+  status,
+  type TestFrontEnd,
+  UNARY,
+  unaryCall,
+} from "./h2-limits-support.ts";
+
+const BODY = Buffer.from("hello");
+
+describe("front end: a request's metadata never ends the process", { timeout: 30_000 }, () => {
+  for (const ioThreads of [0, 1]) {
+    describe(`rpc.io_threads ${ioThreads}`, () => {
+      let fe: TestFrontEnd;
+      before(async () => {
+        fe = await startFrontEnd({ ioThreads });
+      });
+      after(() => fe.close());
+
+      it("serves a call whose metadata grpc-js refuses (a non-ASCII byte, a TAB), without the pair", async () => {
+        const client = await RawClient.open(fe.port);
+        try {
+          const bad: [string, string][] = [
+            ["x-user", "caf\u00e9"],
+            ["x-tab", "a\tb"],
+          ];
+          for (const [i, pair] of bad.entries()) {
+            const id = 1 + 2 * i;
+            client.send(
+              unaryCall(id, requestBlock(UNARY, [pair, ["x-ok", "yes"]]), grpcMessage(BODY)),
+            );
+            const outcome = await client.outcome(id);
+            assert.equal(outcome.grpcStatus, status.OK, `${pair[0]}: ${JSON.stringify(outcome)}`);
+          }
+          const seen = fe.seen.calls.slice(-2);
+          for (const call of seen) {
+            assert.deepEqual(call.metadata["x-ok"], "yes");
+            assert.equal(call.metadata["x-user"], undefined);
+            assert.equal(call.metadata["x-tab"], undefined);
+          }
+        } finally {
+          client.close();
+        }
+      });
+
+      it("resets a stream whose header names or values HTTP/2 calls malformed (upper case, a space, empty, CR/LF/NUL)", async () => {
+        const client = await RawClient.open(fe.port);
+        try {
+          const bad: [string, string][] = [
+            ["X-User", "a"],
+            ["x user", "a"],
+            ["", "a"],
+            ["x-crlf", "a\r\nb"],
+            ["x-nul", "a\u0000b"],
+            ["x-lead", " a"],
+          ];
+          for (const [i, pair] of bad.entries()) {
+            const id = 1 + 2 * i;
+            client.send(unaryCall(id, requestBlock(UNARY, [pair]), grpcMessage(BODY)));
+            const outcome = await client.outcome(id);
+            assert.equal(outcome.reset, 0x1, `${JSON.stringify(pair)}: ${JSON.stringify(outcome)}`);
+          }
+          // The connection still serves.
+          client.send(unaryCall(99, requestBlock(UNARY), grpcMessage(BODY)));
+          assert.equal((await client.outcome(99)).grpcStatus, status.OK);
+        } finally {
+          client.close();
+        }
+      });
+    });
+  }
+});
+
+const HEADERS = 0x1;
+const RST_STREAM = 0x3;
+const SETTINGS = 0x4;
+const PING = 0x6;
+const CONTINUATION = 0x9;
+const END_HEADERS = 0x4;
+const ENHANCE_YOUR_CALM = 0xb;
+const PROTOCOL_ERROR = 0x1;
+
+describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => {
+  let fe: TestFrontEnd;
+  before(async () => {
+    fe = await startFrontEnd({
+      serverOptions: { "grpc.max_receive_message_length": 1024 },
+      limits: { peerMaxReceive: 1 << 20, maxResetsPerSecond: 100, goAwayGraceMs: 200 },
+    });
+  });
+  after(() => fe.close());
+
+  it("ends a header block of endless empty CONTINUATIONs at once (GOAWAY ENHANCE_YOUR_CALM), and closes the socket", async () => {
+    const client = await RawClient.open(fe.port);
+    const block = requestBlock(UNARY);
+    client.send(rawFrame(HEADERS, 0, 1, block));
+    const empty = rawFrame(CONTINUATION, 0, 1, Buffer.alloc(0));
+    // Keep sending while the server reads: it must stop reading and close within its grace.
+    let sent = 0;
+    while (!client.closed && sent < 200_000) {
+      const ok = client.socket.write(Buffer.concat(Array.from({ length: 1000 }, () => empty)));
+      sent += 1000;
+      if (!ok) await new Promise((resolve) => setTimeout(resolve, 1));
+      else await new Promise((resolve) => setImmediate(resolve));
+    }
+    assert.equal(await client.goAwayCode(), ENHANCE_YOUR_CALM);
+    await client.closedPromise;
+    assert.ok(sent < 200_000, `the server read ${sent} CONTINUATIONs without closing`);
+  });
+
+  it("never runs a call whose stream is reset in the read that completed it", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const before = fe.seen.calls.length;
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 40; i++) {
+        const id = 1 + 2 * i;
+        frames.push(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
+        frames.push(rawFrame(RST_STREAM, 0, id, u32(0x8)));
+      }
+      frames.push(unaryCall(101, requestBlock(UNARY), grpcMessage(BODY)));
+      client.send(Buffer.concat(frames));
+      assert.equal((await client.outcome(101)).grpcStatus, status.OK);
+      assert.equal(fe.seen.calls.length - before, 1, "only the call not reset ran");
+    } finally {
+      client.close();
+    }
+  });
+
+  it("ends a Rapid Reset (HEADERS, DATA, RST_STREAM, again and again) with GOAWAY ENHANCE_YOUR_CALM", async () => {
+    const client = await RawClient.open(fe.port);
+    const frames: Buffer[] = [];
+    for (let i = 0; i < 1000; i++) {
+      const id = 1 + 2 * i;
+      frames.push(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
+      frames.push(rawFrame(RST_STREAM, 0, id, u32(0x8)));
+    }
+    client.send(Buffer.concat(frames));
+    assert.equal(await client.goAwayCode(), ENHANCE_YOUR_CALM);
+    await client.closedPromise;
+  });
+
+  it("resets malformed requests (RFC 9113 §8.2–8.3) and a method other than POST, PROTOCOL_ERROR", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const base: [string, string][] = [
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", UNARY],
+        [":authority", "x"],
+      ];
+      const grpc: [string, string][] = [
+        ["content-type", "application/grpc"],
+        ["te", "trailers"],
+      ];
+      const cases: [string, [string, string][]][] = [
+        [
+          "a pseudo-header after a regular one",
+          [...base.slice(0, 3), ...grpc, [":authority", "x"]],
+        ],
+        ["connection:", [...base, ...grpc, ["connection", "close"]]],
+        ["keep-alive", [...base, ...grpc, ["keep-alive", "1"]]],
+        ["transfer-encoding", [...base, ...grpc, ["transfer-encoding", "chunked"]]],
+        ["upgrade", [...base, ...grpc, ["upgrade", "h2c"]]],
+        ["te: gzip", [...base, ["content-type", "application/grpc"], ["te", "gzip"]]],
+        ["no :method", [...base.slice(1), ...grpc]],
+        ["no :scheme", [base[0] as [string, string], ...base.slice(2), ...grpc]],
+        ["no :path", [...base.slice(0, 2), ...grpc]],
+        ["a second :path", [...base, [":path", UNARY], ...grpc]],
+        ["an unknown pseudo-header", [...base, [":protocol", "x"], ...grpc]],
+        ["a response's pseudo-header", [...base, [":status", "200"], ...grpc]],
+        ["GET", [[":method", "GET"], ...base.slice(1), ...grpc]],
+      ];
+      for (const [i, [what, fields]] of cases.entries()) {
+        const id = 1 + 2 * i;
+        client.send(unaryCall(id, encodeHeaders(fields), grpcMessage(BODY)));
+        assert.deepEqual(await client.outcome(id), { reset: PROTOCOL_ERROR }, what);
+      }
+      client.send(unaryCall(201, requestBlock(UNARY), grpcMessage(BODY)));
+      assert.equal((await client.outcome(201)).grpcStatus, status.OK);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("refuses a malformed grpc-timeout (INTERNAL, as grpc-js does) rather than run the call without a deadline", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const before = fe.seen.calls.length;
+      client.send(unaryCall(1, requestBlock(UNARY, [["grpc-timeout", "10x"]]), grpcMessage(BODY)));
+      const outcome = await client.outcome(1);
+      assert.equal(outcome.grpcStatus, status.INTERNAL);
+      assert.equal(outcome.message, 'Invalid grpc-timeout value "10x"');
+      assert.equal(fe.seen.calls.length, before);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("bounds a client's message by the client limit, a peer method's by the peers' limit", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const big = grpcMessage(Buffer.alloc(4096, 1));
+      client.send(unaryCall(1, requestBlock(UNARY), big));
+      assert.equal((await client.outcome(1)).grpcStatus, status.RESOURCE_EXHAUSTED);
+      client.send(unaryCall(3, requestBlock(PEER_UNARY, [["cairn-peer", "node-2"]]), big));
+      assert.equal((await client.outcome(3)).grpcStatus, status.OK);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("refuses the peers' methods to a call that names no node (PERMISSION_DENIED)", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const before = fe.seen.calls.length;
+      client.send(unaryCall(1, requestBlock(PEER_UNARY), grpcMessage(BODY)));
+      const outcome = await client.outcome(1);
+      assert.equal(outcome.grpcStatus, status.PERMISSION_DENIED, JSON.stringify(outcome));
+      assert.match(outcome.message ?? "", /cluster's nodes only/);
+      assert.equal(fe.seen.calls.length, before);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("inflates a compressed message within the method's limit, off this thread; a zip bomb gets RESOURCE_EXHAUSTED", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const gzip = [["grpc-encoding", "gzip"]] as [string, string][];
+      client.send(unaryCall(1, requestBlock(UNARY, gzip), grpcMessage(gzipSync(BODY), true)));
+      assert.equal((await client.outcome(1)).grpcStatus, status.OK);
+      assert.deepEqual(fe.seen.calls.at(-1)?.request, BODY);
+      const bomb = gzipSync(Buffer.alloc(4 << 20));
+      assert.ok(bomb.length < 5000);
+      client.send(unaryCall(3, requestBlock(UNARY, gzip), grpcMessage(bomb, true)));
+      assert.equal((await client.outcome(3)).grpcStatus, status.RESOURCE_EXHAUSTED);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("offers SETTINGS_MAX_CONCURRENT_STREAMS 1000 and refuses the stream past it", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      const settings = await client.frame(SETTINGS, 0);
+      let max = -1;
+      for (let at = 0; at < settings.payload.length; at += 6) {
+        if (settings.payload.readUInt16BE(at) === 0x3) max = settings.payload.readUInt32BE(at + 2);
+      }
+      assert.equal(max, 1000);
+    } finally {
+      client.close();
+    }
+  });
+});
+
+describe("front end: timeouts and a client that does not read", { timeout: 60_000 }, () => {
+  let fe: TestFrontEnd;
+  before(async () => {
+    fe = await startFrontEnd({
+      limits: {
+        handshakeTimeoutMs: 300,
+        idleTimeoutMs: 300,
+        maxOutputBytes: 1 << 20,
+        writeStallTimeoutMs: 300,
+      },
+    });
+  });
+  after(() => fe.close());
+
+  it("closes a connection that sends no preface within the handshake timeout", async () => {
+    const socket = connect(fe.port, "127.0.0.1");
+    socket.on("error", () => undefined);
+    await new Promise((resolve) => socket.on("close", resolve));
+  });
+
+  it("closes a connection that sends the preface but no SETTINGS", async () => {
+    const socket = connect(fe.port, "127.0.0.1");
+    socket.on("error", () => undefined);
+    socket.write(PREFACE);
+    socket.resume(); // the server's SETTINGS are read, so its close is seen
+    await new Promise((resolve) => socket.on("close", resolve));
+  });
+
+  it("ends an idle connection (no stream open) with GOAWAY NO_ERROR", async () => {
+    const client = await RawClient.open(fe.port);
+    client.send(unaryCall(1, requestBlock(UNARY), grpcMessage(BODY)));
+    assert.equal((await client.outcome(1)).grpcStatus, status.OK);
+    const start = Date.now();
+    assert.equal(await client.goAwayCode(), 0);
+    await client.closedPromise;
+    assert.ok(Date.now() - start < 3000, "closed after the idle timeout, not at shutdown");
+  });
+
+  it("stops reading a client that floods PINGs and never reads, and closes it", async () => {
+    const client = await RawClient.open(fe.port, false);
+    const ping = rawFrame(PING, 0, 0, Buffer.alloc(8));
+    const burst = Buffer.concat(Array.from({ length: 4096 }, () => ping));
+    let written = 0;
+    while (!client.closed && written < 1 << 30) {
+      if (!client.socket.write(burst)) {
+        await new Promise((resolve) => {
+          const done = (): void => resolve(undefined);
+          client.socket.once("drain", done);
+          client.socket.once("close", done);
+        });
+      }
+      written += burst.length;
+    }
+    assert.ok(client.closed, `the server read ${written} bytes of PINGs`);
+    assert.ok(
+      fe.events.some((e) => e.code === "CAIRN_ERR_CONNECTION_LIMIT"),
+      JSON.stringify(fe.events),
+    );
+  });
+});
+
+describe("front end: SETTINGS cost the same whatever is open", { timeout: 120_000 }, () => {
+  it("acknowledges SETTINGS quickly on a connection with 20,000 open streams", async () => {
+    const fe = await startFrontEnd({ hold: true, limits: { maxConcurrentStreams: 100_000 } });
+    const client = await RawClient.open(fe.port);
+    try {
+      const frames: Buffer[] = [];
+      const block = requestBlock(UNARY);
+      for (let i = 0; i < 20_000; i++)
+        frames.push(rawFrame(HEADERS, END_HEADERS, 1 + 2 * i, block));
+      client.send(Buffer.concat(frames));
+      // A PING after them: its ACK says every stream is open.
+      client.send(rawFrame(PING, 0, 0, Buffer.alloc(8, 7)));
+      await client.until(
+        (fs) => fs.some((f) => f.type === PING && (f.flags & 0x1) !== 0),
+        "the PING's ACK",
+      );
+      const settings = rawFrame(SETTINGS, 0, 0, Buffer.from([0, 0x3, 0, 0, 0, 100]));
+      const start = performance.now();
+      client.send(Buffer.concat(Array.from({ length: 1000 }, () => settings)));
+      await client.until(
+        (fs) => fs.filter((f) => f.type === SETTINGS && (f.flags & 0x1) !== 0).length >= 1001,
+        "1000 SETTINGS ACKs",
+      );
+      const ms = performance.now() - start;
+      // Walking 20,000 streams per frame took ~2 s for 500 frames here; without, a few ms.
+      assert.ok(ms < 1000, `1000 SETTINGS frames took ${ms.toFixed(0)} ms`);
+    } finally {
+      client.close();
+      await fe.close();
+    }
+  });
+});
+
+describe("h2 connection: what its owner throws ends that connection, not the process", () => {
+  it("answers GOAWAY INTERNAL_ERROR and reports the error", async () => {
+    const errors: unknown[] = [];
+    const server = createServer((socket) => {
+      new ServerConnection(socket, {
+        onStream: () => {
+          throw new Error("a handler's bug");
+        },
+        onClose: () => undefined,
+        onError: (err) => errors.push(err),
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const client = await RawClient.open(port);
+      client.send(unaryCall(1, requestBlock(UNARY), grpcMessage(BODY)));
+      assert.equal(await client.goAwayCode(), 0x2);
+      await client.closedPromise;
+      assert.equal(errors.length, 1);
+      assert.match(String(errors[0]), /a handler's bug/);
+    } finally {
+      server.close();
+    }
+  });
+});
+
+describe("front end: response headers indexed per connection (HPACK)", { timeout: 30_000 }, () => {
+  it("sends a response's headers in a few bytes after the first, and follows a lowered SETTINGS_HEADER_TABLE_SIZE", async () => {
+    const fe = await startFrontEnd();
+    const client = await RawClient.open(fe.port);
+    try {
+      const sizes = (id: number): number[] =>
+        client.frames
+          .filter((f) => f.type === HEADERS && f.streamId === id)
+          .map((f) => f.payload.length);
+      for (const id of [1, 3, 5]) {
+        client.send(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
+        assert.equal((await client.outcome(id)).grpcStatus, status.OK);
+      }
+      const [first, third] = [sizes(1), sizes(5)];
+      assert.ok((first[0] as number) > 40, `first response headers: ${first[0]} bytes`);
+      assert.ok((third[0] as number) <= 3, `later response headers: ${third[0]} bytes`);
+      assert.ok((third[1] as number) <= 2, `later OK trailers: ${third[1]} bytes`);
+      const last = client.frames.filter((f) => f.streamId === 5 && f.type === HEADERS);
+      assert.equal(header(last[0] as Decoded, "content-type"), "application/grpc+proto");
+      assert.equal(header(last[1] as Decoded, "grpc-status"), "0");
+      // The client lowers its table to 0: the next block opens with a size update, and works.
+      client.send(rawFrame(SETTINGS, 0, 0, Buffer.from([0, 0x1, 0, 0, 0, 0])));
+      client.send(unaryCall(7, requestBlock(UNARY), grpcMessage(BODY)));
+      assert.equal((await client.outcome(7)).grpcStatus, status.OK);
+      const next = client.frames.find((f) => f.streamId === 7 && f.type === HEADERS) as Decoded;
+      assert.equal(next.payload[0], 0x20, "a dynamic table size update to 0");
+      assert.equal(header(next, "content-type"), "application/grpc+proto");
+    } finally {
+      client.close();
+      await fe.close();
+    }
+  });
+
+  it("interoperates with nghttp2 (node:http2's client) over many calls", async () => {
+    const fe = await startFrontEnd();
+    const session = http2.connect(`http://127.0.0.1:${fe.port}`);
+    try {
+      for (let i = 0; i < 50; i++) {
+        const answer = await new Promise<{ status: string | undefined; body: Buffer }>(
+          (resolve, reject) => {
+            const req = session.request({
+              ":method": "POST",
+              ":path": UNARY,
+              "content-type": "application/grpc",
+              te: "trailers",
+            });
+            const chunks: Buffer[] = [];
+            let grpcStatus: string | undefined;
+            req.on("trailers", (t) => (grpcStatus = String(t["grpc-status"])));
+            req.on("response", (h) => {
+              if (h["grpc-status"] !== undefined) grpcStatus = String(h["grpc-status"]);
+            });
+            req.on("data", (c: Buffer) => chunks.push(c));
+            req.on("end", () => resolve({ status: grpcStatus, body: Buffer.concat(chunks) }));
+            req.on("error", reject);
+            req.end(grpcMessage(Buffer.from(`call ${i}`)));
+          },
+        );
+        assert.equal(answer.status, "0");
+        assert.deepEqual(answer.body, grpcMessage(Buffer.from(`call ${i}`)));
+      }
+    } finally {
+      session.close();
+      await fe.close();
+    }
+  });
+});
