@@ -293,6 +293,36 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("resets a stream the client sends HEADERS on after it ended it (STREAM_CLOSED), and lives on", async () => {
+    // RFC 9113 §5.1, half-closed (remote): a stream error STREAM_CLOSED.
+    const { server, port } = await serve(() => undefined); // never answers: stays half-closed
+    const client = new RawClient(port);
+    try {
+      client.send(PREFACE, rawFrame(0x4, 0, 0, Buffer.alloc(0)), rawFrame(0x1, 0x5, 1, REQUEST));
+      client.send(rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])));
+      await client.until(
+        (f) => f.some((x) => x.type === 0x3 && x.streamId === 1),
+        "the stream's RST_STREAM",
+      );
+      const reset = client.frames.find((x) => x.type === 0x3 && x.streamId === 1);
+      assert.equal(reset?.payload.readUInt32BE(0), ErrorCode.STREAM_CLOSED);
+      // Trailers of a stream the client used are still ignored below the newest id.
+      client.send(
+        rawFrame(0x1, 0x5, 3, REQUEST),
+        rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "2"]])),
+        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+      );
+      await client.until(
+        (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
+        "the PING's answer",
+      );
+      assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
   it("ends the connection with GOAWAY on protocol errors", async () => {
     const { server, port } = await serve(echo);
     try {
@@ -329,6 +359,17 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
           Buffer.concat([PREFACE, settings, rawFrame(0x8, 0, 0, Buffer.alloc(4))]),
           ErrorCode.PROTOCOL_ERROR,
         ],
+        [
+          // RFC 9113 §5.1.1: stream 3 was never opened; 5 closed it, so HEADERS cannot be trailers.
+          "a new stream with an id below one already opened",
+          Buffer.concat([
+            PREFACE,
+            settings,
+            rawFrame(0x1, 0x5, 5, REQUEST),
+            rawFrame(0x1, 0x5, 3, REQUEST),
+          ]),
+          ErrorCode.PROTOCOL_ERROR,
+        ],
       ];
       for (const [what, bytes, code] of cases) {
         const frames = await exchange(port, bytes);
@@ -341,6 +382,14 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 });
+
+/** A request's header block (HPACK without indexing: every block decodes on its own). */
+const REQUEST = encodeHeaders([
+  [":method", "POST"],
+  [":scheme", "http"],
+  [":path", "/x"],
+  [":authority", "x"],
+]);
 
 /** A client that writes raw frames and collects the server's, with waits on what has arrived. */
 class RawClient {

@@ -136,6 +136,9 @@ export interface ConnectionHandler {
   onInputDone?(): void;
 }
 
+/** How many ranges of skipped stream ids a connection remembers (ServerConnection). */
+const MAX_SKIPPED_RANGES = 16;
+
 export class ServerConnection extends ConnectionCore<ServerStream> {
   readonly #handler: ConnectionHandler;
   readonly #maxConcurrentStreams: number;
@@ -143,6 +146,14 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   readonly peer: string;
   /** Streams opened so far (a front end's idle timeout watches it). */
   streamsOpened = 0;
+  /**
+   * The latest ranges of ids the client skipped, as [first, last] pairs (MAX_SKIPPED_RANGES at
+   * most): what tells a HEADERS opening a stream below the newest (a connection error) from
+   * trailers on a stream this side closed (ignored). Clients number their streams one after
+   * another, so this stays empty; a client that skips more often loses only the detection of
+   * its oldest skips, never memory.
+   */
+  readonly #skipped: number[] = [];
 
   constructor(socket: Socket, handler: ConnectionHandler, options = DEFAULT_CONNECTION_OPTIONS) {
     super(socket, "server", options, [
@@ -195,8 +206,14 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   ): void {
     const existing = this.streams.get(streamId);
     if (existing !== undefined) {
+      // Half-closed (remote): the client ended the stream already (RFC 9113 §5.1), a stream
+      // error; its header block was decoded, so the connection's HPACK state is intact.
+      if (existing.remoteEnded) {
+        this.resetStream(existing, ErrorCode.STREAM_CLOSED);
+        return;
+      }
       // Trailers from the client: they must end the stream; gRPC clients send none worth reading.
-      if (!endStream || existing.remoteEnded) {
+      if (!endStream) {
         throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "HEADERS in the middle of a stream");
       }
       this.handleRemoteEnd(existing);
@@ -205,9 +222,20 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     if (streamId % 2 === 0) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `a client stream with id ${streamId}`);
     }
-    // A stream this side has closed (answered, or reset while the client was still sending): what
-    // the client sent before it learnt so is ignored (RFC 9113 §5.1), its header block decoded.
-    if (streamId <= this.lastPeerStreamId) return;
+    if (streamId <= this.lastPeerStreamId) {
+      // An id the client skipped was never opened: this HEADERS would open a stream below one
+      // already opened (RFC 9113 §5.1.1), not end one.
+      if (this.#wasSkipped(streamId)) {
+        throw new ConnectionError(
+          ErrorCode.PROTOCOL_ERROR,
+          `a new stream ${streamId} below stream ${this.lastPeerStreamId}, already opened`,
+        );
+      }
+      // A stream this side has closed (answered, or reset while the client was still sending):
+      // what the client sent before it learnt so is ignored (RFC 9113 §5.1), its block decoded.
+      return;
+    }
+    this.#noteSkipped(streamId);
     this.lastPeerStreamId = streamId;
     if (this.goAwaySent || this.streams.size >= this.#maxConcurrentStreams) {
       this.sendReset(streamId, ErrorCode.REFUSED_STREAM);
@@ -238,6 +266,23 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
 
   protected isIdle(streamId: number): boolean {
     return streamId > this.lastPeerStreamId;
+  }
+
+  /** Before `streamId` opens: the ids between the last one opened and it were skipped. */
+  #noteSkipped(streamId: number): void {
+    const first = this.lastPeerStreamId === 0 ? 1 : this.lastPeerStreamId + 2;
+    if (first > streamId - 2) return;
+    this.#skipped.push(first, streamId - 2);
+    if (this.#skipped.length > 2 * MAX_SKIPPED_RANGES) this.#skipped.splice(0, 2);
+  }
+
+  /** Whether the client skipped `streamId` (among the ranges still remembered). */
+  #wasSkipped(streamId: number): boolean {
+    const skipped = this.#skipped;
+    for (let i = 0; i < skipped.length; i += 2) {
+      if (streamId >= (skipped[i] as number) && streamId <= (skipped[i + 1] as number)) return true;
+    }
+    return false;
   }
 
   protected handleData(stream: ServerStream, data: Buffer): void {
