@@ -323,6 +323,57 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("resets a malformed request (RFC 9113 §8.1): pseudo-headers in trailers, a content-length its DATA does not match", async () => {
+    const served: number[] = [];
+    const { server, port } = await serve((stream) => {
+      stream.onEnd = () => {
+        served.push(stream.id);
+        stream.sendHeaders(encodeHeaders([[":status", "200"]]), true);
+      };
+    });
+    const client = new RawClient(port);
+    const withLength = (n: string): Buffer =>
+      encodeHeaders([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/x"],
+        ["content-length", n],
+      ]);
+    try {
+      client.send(
+        PREFACE,
+        rawFrame(0x4, 0, 0, Buffer.alloc(0)),
+        // 1: pseudo-headers in trailers.
+        rawFrame(0x1, 0x4, 1, REQUEST),
+        rawFrame(0x0, 0, 1, Buffer.from("abc")),
+        rawFrame(0x1, 0x5, 1, encodeHeaders([[":path", "/y"]])),
+        // 3: less DATA than announced; 5: more; 7: no DATA for 3 bytes; 9: exactly (served).
+        rawFrame(0x1, 0x4, 3, withLength("4")),
+        rawFrame(0x0, 0x1, 3, Buffer.from("abc")),
+        rawFrame(0x1, 0x4, 5, withLength("2")),
+        rawFrame(0x0, 0x1, 5, Buffer.from("abc")),
+        rawFrame(0x1, 0x5, 7, withLength("3")),
+        rawFrame(0x1, 0x4, 9, withLength("3")),
+        rawFrame(0x0, 0, 9, Buffer.from("ab")),
+        rawFrame(0x0, 0x1, 9, Buffer.from("c")),
+        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+      );
+      await client.until(
+        (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
+        "the PING's answer",
+      );
+      for (const id of [1, 3, 5, 7]) {
+        const reset = client.frames.find((x) => x.type === 0x3 && x.streamId === id);
+        assert.equal(reset?.payload.readUInt32BE(0), ErrorCode.PROTOCOL_ERROR, `stream ${id}`);
+      }
+      assert.deepEqual(served, [9]);
+      assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
   it("ends the connection with GOAWAY on protocol errors", async () => {
     const { server, port } = await serve(echo);
     try {
