@@ -293,6 +293,87 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("resets a stream the client sends HEADERS on after it ended it (STREAM_CLOSED), and lives on", async () => {
+    // RFC 9113 §5.1, half-closed (remote): a stream error STREAM_CLOSED.
+    const { server, port } = await serve(() => undefined); // never answers: stays half-closed
+    const client = new RawClient(port);
+    try {
+      client.send(PREFACE, rawFrame(0x4, 0, 0, Buffer.alloc(0)), rawFrame(0x1, 0x5, 1, REQUEST));
+      client.send(rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])));
+      await client.until(
+        (f) => f.some((x) => x.type === 0x3 && x.streamId === 1),
+        "the stream's RST_STREAM",
+      );
+      const reset = client.frames.find((x) => x.type === 0x3 && x.streamId === 1);
+      assert.equal(reset?.payload.readUInt32BE(0), ErrorCode.STREAM_CLOSED);
+      // Trailers of a stream the client used are still ignored below the newest id.
+      client.send(
+        rawFrame(0x1, 0x5, 3, REQUEST),
+        rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "2"]])),
+        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+      );
+      await client.until(
+        (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
+        "the PING's answer",
+      );
+      assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
+  it("resets a malformed request (RFC 9113 §8.1): pseudo-headers in trailers, a content-length its DATA does not match", async () => {
+    const served: number[] = [];
+    const { server, port } = await serve((stream) => {
+      stream.onEnd = () => {
+        served.push(stream.id);
+        stream.sendHeaders(encodeHeaders([[":status", "200"]]), true);
+      };
+    });
+    const client = new RawClient(port);
+    const withLength = (n: string): Buffer =>
+      encodeHeaders([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/x"],
+        ["content-length", n],
+      ]);
+    try {
+      client.send(
+        PREFACE,
+        rawFrame(0x4, 0, 0, Buffer.alloc(0)),
+        // 1: pseudo-headers in trailers.
+        rawFrame(0x1, 0x4, 1, REQUEST),
+        rawFrame(0x0, 0, 1, Buffer.from("abc")),
+        rawFrame(0x1, 0x5, 1, encodeHeaders([[":path", "/y"]])),
+        // 3: less DATA than announced; 5: more; 7: no DATA for 3 bytes; 9: exactly (served).
+        rawFrame(0x1, 0x4, 3, withLength("4")),
+        rawFrame(0x0, 0x1, 3, Buffer.from("abc")),
+        rawFrame(0x1, 0x4, 5, withLength("2")),
+        rawFrame(0x0, 0x1, 5, Buffer.from("abc")),
+        rawFrame(0x1, 0x5, 7, withLength("3")),
+        rawFrame(0x1, 0x4, 9, withLength("3")),
+        rawFrame(0x0, 0, 9, Buffer.from("ab")),
+        rawFrame(0x0, 0x1, 9, Buffer.from("c")),
+        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+      );
+      await client.until(
+        (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
+        "the PING's answer",
+      );
+      for (const id of [1, 3, 5, 7]) {
+        const reset = client.frames.find((x) => x.type === 0x3 && x.streamId === id);
+        assert.equal(reset?.payload.readUInt32BE(0), ErrorCode.PROTOCOL_ERROR, `stream ${id}`);
+      }
+      assert.deepEqual(served, [9]);
+      assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
+    } finally {
+      client.close();
+      server.close();
+    }
+  });
+
   it("ends the connection with GOAWAY on protocol errors", async () => {
     const { server, port } = await serve(echo);
     try {
@@ -329,6 +410,17 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
           Buffer.concat([PREFACE, settings, rawFrame(0x8, 0, 0, Buffer.alloc(4))]),
           ErrorCode.PROTOCOL_ERROR,
         ],
+        [
+          // RFC 9113 §5.1.1: stream 3 was never opened; 5 closed it, so HEADERS cannot be trailers.
+          "a new stream with an id below one already opened",
+          Buffer.concat([
+            PREFACE,
+            settings,
+            rawFrame(0x1, 0x5, 5, REQUEST),
+            rawFrame(0x1, 0x5, 3, REQUEST),
+          ]),
+          ErrorCode.PROTOCOL_ERROR,
+        ],
       ];
       for (const [what, bytes, code] of cases) {
         const frames = await exchange(port, bytes);
@@ -341,6 +433,14 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 });
+
+/** A request's header block (HPACK without indexing: every block decodes on its own). */
+const REQUEST = encodeHeaders([
+  [":method", "POST"],
+  [":scheme", "http"],
+  [":path", "/x"],
+  [":authority", "x"],
+]);
 
 /** A client that writes raw frames and collects the server's, with waits on what has arrived. */
 class RawClient {

@@ -28,6 +28,11 @@ const LENIENT =
 
 const DIFFERENCES: ReadonlyMap<string, string> = new Map([
   ["§5.1 DATA on a half-closed (remote) stream", ESCALATED],
+  ["§5.1 HEADERS on a half-closed (remote) stream", ESCALATED],
+  [
+    "§5.1.1 a new stream with an id below one already opened",
+    "RFC 9113 §5.1.1 asks for a connection error PROTOCOL_ERROR, as Cairn does; nghttp2 takes the lower id as a stream the client closed implicitly and ignores its HEADERS",
+  ],
   ["§6.9 a zero increment on an open stream", ESCALATED],
   ["§6.9.1 a stream window raised past 2^31-1", ESCALATED],
   [

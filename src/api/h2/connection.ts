@@ -65,6 +65,10 @@ export class ServerStream extends CoreStream {
   /** Called when queued DATA has left for the socket (see `queuedBytes`). */
   onDrain: (() => void) | null = null;
   headersSent = false;
+  /** The request's `content-length`, -1 without one; its DATA must add up to it (§8.1.1). */
+  readonly contentLength: number;
+  /** DATA bytes received (counted only against a content-length). */
+  received = 0;
 
   constructor(
     id: number,
@@ -73,12 +77,14 @@ export class ServerStream extends CoreStream {
     path: string,
     connection: ServerConnection,
     sendWindow: number,
+    contentLength: number,
   ) {
     super(id, sendWindow);
     this.headers = headers;
     this.method = method;
     this.path = path;
     this.connection = connection;
+    this.contentLength = contentLength;
   }
 
   /** The first value of a header (names are lower case). */
@@ -136,6 +142,9 @@ export interface ConnectionHandler {
   onInputDone?(): void;
 }
 
+/** How many ranges of skipped stream ids a connection remembers (ServerConnection). */
+const MAX_SKIPPED_RANGES = 16;
+
 export class ServerConnection extends ConnectionCore<ServerStream> {
   readonly #handler: ConnectionHandler;
   readonly #maxConcurrentStreams: number;
@@ -143,6 +152,14 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   readonly peer: string;
   /** Streams opened so far (a front end's idle timeout watches it). */
   streamsOpened = 0;
+  /**
+   * The latest ranges of ids the client skipped, as [first, last] pairs (MAX_SKIPPED_RANGES at
+   * most): what tells a HEADERS opening a stream below the newest (a connection error) from
+   * trailers on a stream this side closed (ignored). Clients number their streams one after
+   * another, so this stays empty; a client that skips more often loses only the detection of
+   * its oldest skips, never memory.
+   */
+  readonly #skipped: number[] = [];
 
   constructor(socket: Socket, handler: ConnectionHandler, options = DEFAULT_CONNECTION_OPTIONS) {
     super(socket, "server", options, [
@@ -195,9 +212,20 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   ): void {
     const existing = this.streams.get(streamId);
     if (existing !== undefined) {
+      // Half-closed (remote): the client ended the stream already (RFC 9113 §5.1), a stream
+      // error; its header block was decoded, so the connection's HPACK state is intact.
+      if (existing.remoteEnded) {
+        this.resetStream(existing, ErrorCode.STREAM_CLOSED);
+        return;
+      }
       // Trailers from the client: they must end the stream; gRPC clients send none worth reading.
-      if (!endStream || existing.remoteEnded) {
+      if (!endStream) {
         throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "HEADERS in the middle of a stream");
+      }
+      // Trailers hold no pseudo-header (RFC 9113 §8.1): else the request is malformed.
+      if (malformed || hasPseudoHeader(headers)) {
+        this.#resetMalformed(existing);
+        return;
       }
       this.handleRemoteEnd(existing);
       return;
@@ -205,9 +233,20 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     if (streamId % 2 === 0) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `a client stream with id ${streamId}`);
     }
-    // A stream this side has closed (answered, or reset while the client was still sending): what
-    // the client sent before it learnt so is ignored (RFC 9113 §5.1), its header block decoded.
-    if (streamId <= this.lastPeerStreamId) return;
+    if (streamId <= this.lastPeerStreamId) {
+      // An id the client skipped was never opened: this HEADERS would open a stream below one
+      // already opened (RFC 9113 §5.1.1), not end one.
+      if (this.#wasSkipped(streamId)) {
+        throw new ConnectionError(
+          ErrorCode.PROTOCOL_ERROR,
+          `a new stream ${streamId} below stream ${this.lastPeerStreamId}, already opened`,
+        );
+      }
+      // A stream this side has closed (answered, or reset while the client was still sending):
+      // what the client sent before it learnt so is ignored (RFC 9113 §5.1), its block decoded.
+      return;
+    }
+    this.#noteSkipped(streamId);
     this.lastPeerStreamId = streamId;
     if (this.goAwaySent || this.streams.size >= this.#maxConcurrentStreams) {
       this.sendReset(streamId, ErrorCode.REFUSED_STREAM);
@@ -230,6 +269,7 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
       requestPath,
       this,
       this.peerInitialWindow,
+      requestContentLength,
     );
     this.streams.set(streamId, stream);
     this.#handler.onStream(stream);
@@ -240,11 +280,51 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     return streamId > this.lastPeerStreamId;
   }
 
+  /**
+   * A malformed request found after its stream opened: a stream error PROTOCOL_ERROR, its reset
+   * charged to the client's budget as a malformed request's is.
+   */
+  #resetMalformed(stream: ServerStream): void {
+    if (!this.chargeReset()) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many malformed requests");
+    }
+    this.resetStream(stream, ErrorCode.PROTOCOL_ERROR);
+  }
+
+  /** Before `streamId` opens: the ids between the last one opened and it were skipped. */
+  #noteSkipped(streamId: number): void {
+    const first = this.lastPeerStreamId === 0 ? 1 : this.lastPeerStreamId + 2;
+    if (first > streamId - 2) return;
+    this.#skipped.push(first, streamId - 2);
+    if (this.#skipped.length > 2 * MAX_SKIPPED_RANGES) this.#skipped.splice(0, 2);
+  }
+
+  /** Whether the client skipped `streamId` (among the ranges still remembered). */
+  #wasSkipped(streamId: number): boolean {
+    const skipped = this.#skipped;
+    for (let i = 0; i < skipped.length; i += 2) {
+      if (streamId >= (skipped[i] as number) && streamId <= (skipped[i + 1] as number)) return true;
+    }
+    return false;
+  }
+
   protected handleData(stream: ServerStream, data: Buffer): void {
+    if (stream.contentLength >= 0) {
+      stream.received += data.length;
+      if (stream.received > stream.contentLength) {
+        this.#resetMalformed(stream);
+        return;
+      }
+    }
     stream.onData?.(data);
   }
 
   protected handleRemoteEnd(stream: ServerStream): void {
+    // DATA that does not add up to the content-length: malformed (RFC 9113 §8.1.1).
+    if (stream.contentLength >= 0 && stream.received !== stream.contentLength) {
+      this.#resetMalformed(stream);
+      return;
+    }
     stream.remoteEnded = true;
     stream.onEnd?.();
     if (stream.localEnded) this.closeStream(stream, true);
@@ -288,11 +368,26 @@ const AUTHORITY = 8;
 /** What readRequestLine read last (module state: no object per request). */
 let requestMethod = "";
 let requestPath = "";
+let requestContentLength = -1;
+
+/** Whether a header list holds a pseudo-header (one that trailers must not). */
+function hasPseudoHeader(headers: HeaderList): boolean {
+  for (let i = 0; i < headers.length; i += 2) {
+    if ((headers[i] as string).charCodeAt(0) === 58 /* : */) return true;
+  }
+  return false;
+}
+
+/** A content-length's value as a number; -2 when it is not one (digits only, safe integer). */
+function contentLengthOf(value: string): number {
+  if (!/^[0-9]{1,15}$/.test(value)) return -2;
+  return Number(value);
+}
 
 /**
- * Reads a request's `:method` and `:path` into requestMethod and requestPath; false when its
- * header list is malformed as RFC 9113
- * §8.2–8.3 says (the fields themselves are checked by the decoder: HpackDecoder.malformed): a
+ * Reads a request's `:method`, `:path` and `content-length` (-1 without one) into
+ * requestMethod, requestPath and requestContentLength; false when its header list is malformed
+ * as RFC 9113 §8.1.1–8.3 says (a content-length that is not a number, or repeated unequal) (the fields themselves are checked by the decoder: HpackDecoder.malformed): a
  * pseudo-header after a regular field, unknown, a response's or repeated; `:method`, `:scheme`
  * or a non-empty `:path` missing (CONNECT is not served); a connection-specific field
  * (`connection`, `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`), or `te`
@@ -304,6 +399,7 @@ function readRequestLine(headers: HeaderList): boolean {
   let regular = false;
   let method = "";
   let path = "";
+  let contentLength = -1;
   for (let i = 0; i < headers.length; i += 2) {
     const name = headers[i] as string;
     const first = name.charCodeAt(0);
@@ -327,6 +423,12 @@ function readRequestLine(headers: HeaderList): boolean {
     switch (first) {
       case 99 /* c */:
         if (name === "connection") return false;
+        if (name === "content-length") {
+          const length = contentLengthOf(headers[i + 1] as string);
+          // Repeated, it must say the same each time (RFC 9110 §8.6).
+          if (length < 0 || (contentLength >= 0 && length !== contentLength)) return false;
+          contentLength = length;
+        }
         break;
       case 107 /* k */:
         if (name === "keep-alive") return false;
@@ -348,5 +450,6 @@ function readRequestLine(headers: HeaderList): boolean {
   if ((seen & (METHOD | SCHEME | PATH)) !== (METHOD | SCHEME | PATH) || path === "") return false;
   requestMethod = method;
   requestPath = path;
+  requestContentLength = contentLength;
   return true;
 }
