@@ -272,6 +272,29 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
       client.close();
     }
   });
+
+  it("ends a connection that keeps opening streams past the limit (GOAWAY ENHANCE_YOUR_CALM)", async () => {
+    const limited = await startFrontEnd({
+      hold: true,
+      limits: { maxConcurrentStreams: 10, maxResetsPerSecond: 100, goAwayGraceMs: 200 },
+    });
+    const client = await RawClient.open(limited.port);
+    try {
+      // Requests that never end hold their streams open; every one past the tenth is refused.
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 1000; i++) {
+        frames.push(rawFrame(HEADERS, END_HEADERS, 1 + 2 * i, requestBlock(UNARY)));
+      }
+      client.send(Buffer.concat(frames));
+      assert.equal(await client.goAwayCode(), ENHANCE_YOUR_CALM);
+      await client.closedPromise;
+      const refused = client.frames.filter((f) => f.type === RST_STREAM).length;
+      assert.ok(refused <= 101, `${refused} streams refused before the GOAWAY`);
+    } finally {
+      client.close();
+      await limited.close();
+    }
+  });
 });
 
 describe("front end: timeouts and a client that does not read", { timeout: 60_000 }, () => {

@@ -249,6 +249,11 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     this.#noteSkipped(streamId);
     this.lastPeerStreamId = streamId;
     if (this.goAwaySent || this.streams.size >= this.#maxConcurrentStreams) {
+      // A refused stream costs this side a decoded block and a reset: a client that keeps
+      // opening streams past the limit spends its reset budget as a Rapid Reset does.
+      if (!this.chargeReset()) {
+        throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many streams refused");
+      }
       this.sendReset(streamId, ErrorCode.REFUSED_STREAM);
       return;
     }
