@@ -60,11 +60,22 @@ import type { SnapshotMetrics } from "../replication/index.ts";
 import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/index.ts";
 
 export type KvOperation = "put" | "get" | "delete" | "scan";
-export type KvStatus = "success" | "not_leader" | "error";
+/**
+ * `success`, `not_leader` and `error` are the contract's (§7 rule 2); `invalid` (a request refused
+ * as malformed: INVALID_ARGUMENT) and `conflict` (a compare-and-set that found another version)
+ * are the client's mistakes, kept out of `error`, which is the server's faults only.
+ */
+export type KvStatus = "success" | "not_leader" | "invalid" | "conflict" | "error";
 export type KvResult = "found" | "not_found";
 
 export const KV_OPERATIONS: readonly KvOperation[] = ["put", "get", "delete", "scan"];
-export const KV_STATUSES: readonly KvStatus[] = ["success", "not_leader", "error"];
+export const KV_STATUSES: readonly KvStatus[] = [
+  "success",
+  "not_leader",
+  "invalid",
+  "conflict",
+  "error",
+];
 
 /** Exact upper bounds of kv_request_duration_ms (contract §4.4 rule 2), then +Inf. */
 export const KV_DURATION_BUCKETS_MS: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
@@ -142,7 +153,7 @@ export class CairnMetrics {
     this.registry.registerMetric(
       this.#kv.counter(
         "kv_requests_total",
-        "Total KV requests by operation and outcome (success, not_leader, error).",
+        "Total KV requests by operation and outcome: success, not_leader, the client's mistakes (invalid, conflict) and the server's faults (error).",
       ),
     );
     this.registry.registerMetric(
