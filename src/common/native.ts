@@ -13,6 +13,8 @@ interface Addon {
   mapFile(fd: number, length: number): ArrayBuffer;
   crc32c(data: Uint8Array, crc: number, start: number, end: number): number;
   dupFd(fd: number): number;
+  /** Older builds of the addon lack it. */
+  lockFile?(fd: number): boolean;
 }
 
 const ADDON_PATH = join(import.meta.dirname, "..", "..", "native", "build", "cairn_native.node");
@@ -49,3 +51,12 @@ export const crc32cNative: Addon["crc32c"] | undefined = addon?.crc32c;
  * with code CAIRN_ERR_DUP when the system refuses (EMFILE, say).
  */
 export const dupFd: Addon["dupFd"] | undefined = addon?.dupFd;
+
+/**
+ * Takes an exclusive, non-blocking flock(2) on the open file `fd`: true when taken, false when
+ * another open file description holds it; undefined where the addon (or this function of it) is
+ * not loaded. The kernel drops the lock when the descriptor is closed or the process ends.
+ * Throws an Error with code CAIRN_ERR_FLOCK on another failure (e.g. a file system without
+ * locks).
+ */
+export const lockFile: ((fd: number) => boolean) | undefined = addon?.lockFile?.bind(addon);

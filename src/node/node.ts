@@ -61,7 +61,8 @@ import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
 import { countingTransport } from "./counting-transport.ts";
-import { checkShardWorkers } from "./worker-layout.ts";
+import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
+import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
 
 export interface NodeAddresses {
@@ -156,6 +157,8 @@ export class CairnNode implements HealthSource {
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
   readonly #cell: ShardCell | null;
+  /** The data directory's lock (null in a shard worker: the main thread holds it). */
+  #lock: DataDirLock | null = null;
 
   private constructor(
     config: CairnConfig,
@@ -192,7 +195,7 @@ export class CairnNode implements HealthSource {
     const node = new CairnNode(config, log, onFatal, cell ?? null);
     try {
       if (cell === undefined) {
-        await checkShardWorkers(config.data_dir, 1);
+        node.#lock = await claimDataDir({ ...config, shard_workers: 1 }, log);
         await node.#startHttp();
       }
       if (config.cluster.seed_nodes.length > 0) {
@@ -232,7 +235,8 @@ export class CairnNode implements HealthSource {
       if (node.#cluster !== null) node.#startUpkeep(node.#cluster);
     } catch (err) {
       await node.#closeAll(0);
-      throw err;
+      // A file-system error names data_dir, the file and the cause (not a bare errno).
+      throw dataDirError(err, config.data_dir, "open its storage");
     }
     node.#serving = true;
     log.info(cell === undefined ? "node started" : "shard worker started", {
@@ -783,6 +787,7 @@ export class CairnNode implements HealthSource {
     await this.#rejoin;
     await this.#transport?.close();
     await this.#store?.close();
+    this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }
