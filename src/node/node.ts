@@ -628,7 +628,7 @@ export class CairnNode implements HealthSource {
           id: m.meta.id,
           rpc_addr: m.meta.rpcAddr,
           http_addr: m.meta.httpAddr,
-          state: m.state === "left" ? "dead" : m.state,
+          state: m.state,
         })),
       );
     membership.onEvent((e) => {
