@@ -7,6 +7,7 @@ import { CONFIG_FLAG_OPTIONS, ConfigError, loadConfig } from "../config/index.ts
 import { CairnNode, ShardWorkersNode } from "../node/index.ts";
 import { createLogger, isLogLevel } from "../ops/index.ts";
 import { CairnError } from "../common/errors.ts";
+import { nativeAddonMissing } from "../common/index.ts";
 
 export const SERVE_HELP = `Usage: cairn serve [options]
 
@@ -74,6 +75,13 @@ export async function serve(argv: readonly string[]): Promise<number> {
     level: isLogLevel(config.log.level) ? config.log.level : "info",
     fields: { node_id: config.node_id },
   });
+  if (nativeAddonMissing !== null) {
+    // The install's warning scrolls away; the node's log is where an operator looks.
+    log.warn("running without the native addon: slower JavaScript paths for reads and checksums", {
+      reason: nativeAddonMissing,
+      fix: "install a C compiler (cc) and run npm run build:native, then restart",
+    });
+  }
   let fatal: (err: unknown) => void = () => {};
   const failed = new Promise<unknown>((resolve) => {
     fatal = resolve;

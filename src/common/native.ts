@@ -27,6 +27,17 @@ function load(): Addon | undefined {
 const addon = load();
 
 /**
+ * Why the addon is not loaded (for the node's start-up warning), or null when it is: turned off
+ * by CAIRN_NO_NATIVE=1, or not built at `ADDON_PATH` (no C compiler at install).
+ */
+export const nativeAddonMissing: string | null =
+  addon !== undefined
+    ? null
+    : process.env.CAIRN_NO_NATIVE === "1"
+      ? "turned off by CAIRN_NO_NATIVE=1"
+      : `not built: ${ADDON_PATH} does not exist (npm install found no C compiler)`;
+
+/**
  * Maps the first `length` bytes of the open file `fd` read-only, as a Buffer over the mapping;
  * undefined where the addon is not loaded. The mapping lives while the Buffer or any view of it
  * is reachable (the garbage collector unmaps it), so a view never outlives its memory; `fd` may
