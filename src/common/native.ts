@@ -1,5 +1,5 @@
 /**
- * Cairn's Node-API addon (native/src/cairn_native.c, built by scripts/build-native.ts on
+ * Cairn's Node-API addon (native/src/cairn_native.c, built by scripts/build-native.mjs on
  * `npm install`), loaded once per thread. It is optional: where it was not built (no C compiler)
  * or is turned off with CAIRN_NO_NATIVE=1, its functions are undefined here and callers use their
  * JavaScript paths (pread instead of mapped tables, crc32c.ts's tables instead of the CPU's
