@@ -80,3 +80,18 @@ describe("a production install", () => {
     }
   });
 });
+
+describe("package-lock.json", () => {
+  it("is what npm writes for package.json (hasInstallScript), so npm install leaves it unchanged", () => {
+    const lock = JSON.parse(readFileSync(join(ROOT, "package-lock.json"), "utf8")) as {
+      packages: Record<string, { hasInstallScript?: boolean }>;
+    };
+    const root = lock.packages[""];
+    assert.ok(root !== undefined);
+    assert.equal(
+      root.hasInstallScript === true,
+      pkg.scripts["install"] !== undefined,
+      "the root entry's \"hasInstallScript\" matches package.json's install script",
+    );
+  });
+});
