@@ -28,6 +28,7 @@ import {
   unlinkSync,
   writeSync,
 } from "node:fs";
+import { statfs } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { lockFile as nativeLockFile } from "../common/native.ts";
@@ -100,6 +101,7 @@ export async function claimDataDir(
         { data_dir: dir, lock_file: lock.path },
       );
     }
+    await checkFreeSpace(dir);
     await checkShardWorkers(dir, config.shard_workers).catch((err: unknown) => {
       throw dataDirError(err, dir, "check its shard_workers record");
     });
@@ -111,6 +113,28 @@ export async function claimDataDir(
     throw err;
   }
   return lock;
+}
+
+/**
+ * Below this many free bytes on data_dir's file system a node does not start: it could not
+ * write its WAL (a restart on a full disk would only fail again at its first write).
+ */
+const MIN_FREE_BYTES = 1024 * 1024;
+
+async function checkFreeSpace(dir: string): Promise<void> {
+  let free: number;
+  try {
+    const st = await statfs(dir);
+    free = st.bavail * st.bsize;
+  } catch {
+    return; // No statfs here: the first write says it.
+  }
+  if (free < MIN_FREE_BYTES) {
+    throw new CairnError(
+      "CAIRN_ERR_DISK_FULL",
+      `data_dir ${dir}: the disk is full (${free} bytes free for this user, under the ${MIN_FREE_BYTES} a node needs to write its WAL): free space on it, or move data_dir to a larger disk`,
+    );
+  }
 }
 
 /** Directories this process holds (a second node in the same process is refused too). */

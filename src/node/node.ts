@@ -306,6 +306,7 @@ export class CairnNode implements HealthSource {
       memtableBudgetBytes: share(config.storage.memtable_budget_bytes),
       wal: { memoryBudgetBytes: share(config.storage.wal_cache_bytes) },
       maxPendingBytes: share(config.limits.max_pending_bytes),
+      acceptLostWal: config.recovery.unsafe_accept_lost_wal && cluster === null,
       flushOutputs: () => this.#rpc?.flushNow(),
       lsmMetrics: metrics.lsmMetrics,
       ...(cluster === null || this.#transport === null
@@ -399,17 +400,36 @@ export class CairnNode implements HealthSource {
         fatal: (err) => {
           log.error("fatal storage or consistency error; the node stops serving", {
             error: describeError(err),
+            data_dir: config.data_dir,
           });
           this.#onFatal(err);
         },
       },
     });
     if (store.tornTail !== undefined) {
-      storageLog.warn("the WAL ended with a torn write (a crash during a write); it was cut off", {
-        file: store.tornTail.file,
-        offset: store.tornTail.offset,
-        dropped_bytes: store.tornTail.droppedBytes,
-      });
+      storageLog.warn(
+        "the WAL ended with a torn write (a crash, power loss or failed write, such as on a full disk, during its last write); the torn record was cut off (it was never acknowledged)",
+        {
+          file: store.tornTail.file,
+          offset: store.tornTail.offset,
+          dropped_bytes: store.tornTail.droppedBytes,
+          data_dir: config.data_dir,
+        },
+      );
+    }
+    for (const loss of store.acceptedLosses) {
+      storageLog.error(
+        loss.shard === null
+          ? "the WAL was missing or empty; recovery.unsafe_accept_lost_wal accepted the loss: the writes it held are gone, a new WAL starts"
+          : "a shard's log ended before what its tables hold; recovery.unsafe_accept_lost_wal accepted the loss: the writes only the WAL held are gone, the log starts again after the tables",
+        {
+          wal_dir: loss.file,
+          data_dir: config.data_dir,
+          ...(loss.shard === null
+            ? {}
+            : { shard_id: loss.shard, tables_up_to: loss.heldUpTo, wal_up_to: loss.walUpTo }),
+        },
+      );
     }
     for (const c of store.clampedCommits) {
       storageLog.warn(
