@@ -642,6 +642,16 @@ export class CairnNode implements HealthSource {
         : err;
     });
     this.#membership = membership;
+    // swim_cluster_size counts the cluster's members once there is a cluster: a node that only
+    // gossips with them (started after the founding, never admitted) is not one of them.
+    this.metrics.setClusterSizeSource(() => {
+      const members = this.#cluster?.meta?.members;
+      if (members === undefined) return null;
+      return membership
+        .members()
+        .filter((m) => (m.state === "alive" || m.state === "suspect") && members.has(m.meta.id))
+        .length;
+    });
     const publish = (members: readonly SwimMember[]): void =>
       this.views.setMembers(
         members.map((m) => ({

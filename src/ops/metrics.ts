@@ -128,6 +128,8 @@ export class CairnMetrics {
       heartbeats: { inc(n: number): void };
     }
   >();
+  /** The cluster's live members now, read at each scrape (setClusterSizeSource). */
+  #clusterSizeSource: (() => number | null) | null = null;
   /** raft_*, lsm_memtable_size_bytes and lsm_sstable_count: text kept per series. */
   readonly #shards: ShardMetrics;
   /** The registered families that render their own text, and how. */
@@ -175,13 +177,18 @@ export class CairnMetrics {
       this.registry.registerMetric(metric);
       this.#fastText.set((metric as unknown as MetricObject).name, text);
     }
+    const clusterSize = (): (() => number | null) | null => this.#clusterSizeSource;
     this.#clusterSize = new Gauge({
       name: "swim_cluster_size",
       // A node's shard workers' metrics are summed at a scrape (src/node/shard-workers.ts); the
       // cluster size, as the process's CPU and memory below, is the same in every worker.
       aggregator: "max",
-      help: "Live members of the cluster (alive or suspect), this node included.",
+      help: "Live members of the cluster (alive or suspect), this node included; a node that only gossips with them without being a member is not counted.",
       registers,
+      collect(this: Gauge) {
+        const size = clusterSize()?.() ?? null;
+        if (size !== null) this.set(size);
+      },
     });
     this.#failedMembers = new Counter({
       name: "swim_failed_members_total",
@@ -339,6 +346,15 @@ export class CairnMetrics {
    */
   setSstableSource(source: SstableSource): void {
     this.#shards.setSstableSource(source);
+  }
+
+  /**
+   * Where a scrape reads swim_cluster_size once the node knows its cluster's members: the live
+   * SWIM members (alive or suspect) that are members of the cluster. null from the source (no
+   * cluster founded or joined yet), or no source: SWIM's own count of live members.
+   */
+  setClusterSizeSource(source: () => number | null): void {
+    this.#clusterSizeSource = source;
   }
 
   /** Called every Raft round of a shard: recorded here, exported at the next scrape. */
