@@ -50,6 +50,7 @@ import {
   type WorkerTunnels,
 } from "../api/index.ts";
 import {
+  checkRejoin,
   ClusterState,
   leaderProposer,
   type MetaProposer,
@@ -201,10 +202,12 @@ export class CairnNode implements HealthSource {
       if (config.cluster.seed_nodes.length > 0) {
         const incarnation = cell?.meta.incarnation ?? (await loadIncarnation(config.data_dir)).id;
         node.#cluster = new ClusterState(config, log, node.views, incarnation, (err) => {
-          log.error("this data directory is an earlier copy of a member's state; it stops", {
-            error: err.message,
-            code: err.code,
-          });
+          log.error(
+            err.code === "CAIRN_ERR_DUPLICATE_NODE_ID"
+              ? "another node runs as this node id; this one stops"
+              : "this data directory is an earlier copy of a member's state; it stops",
+            { error: err.message, code: err.code },
+          );
           onFatal(err);
         });
       }
@@ -514,6 +517,8 @@ export class CairnNode implements HealthSource {
           if (cmd.op === "bootstrap") {
             throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
+          // A node with a live member's id must not evict it as its "new incarnation".
+          await checkRejoin(cluster.meta, cmd);
           const outcome = await store.proposeMeta(cmd);
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
