@@ -283,6 +283,21 @@ function printEndpoints(nodes: readonly Node[], opts: Options): void {
   }
 }
 
+/** A word for sh: as is when it is plainly safe, else single-quoted. */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * The command that starts `node` again by hand, exactly as the launcher started it: the same
+ * id, addresses and data directory (it rejoins the cluster and catches up from the leaders).
+ */
+function restartCommand(node: Node): string {
+  const env = Object.entries(node.env).map(([k, v]) => `${k}=${shellWord(v)}`);
+  const cairn = relative(process.cwd(), CAIRN) || CAIRN;
+  return `env ${env.join(" ")} ${shellWord(cairn)} serve`;
+}
+
 function printTryThis(nodes: readonly Node[], p: Placement): void {
   const endpoints = nodes.map((n) => n.env["CAIRN_ADVERTISE_RPC_ADDR"]).join(",");
   const cairn = relative(process.cwd(), CAIRN) || CAIRN;
@@ -293,6 +308,9 @@ function printTryThis(nodes: readonly Node[], p: Placement): void {
   out(`  ${cairn} --http-endpoint ${p.httpAdvertise(nodes.length)} health`);
   out(`  curl -s http://${p.httpAdvertise(1)}/health`);
   out(`Ctrl-C stops every node (SIGTERM, then SIGKILL after ${STOP_DEADLINE_MS / 1000} s).`);
+  out(
+    "A node that dies is not restarted: the launcher prints the command that restarts it (same id, addresses and data), to run in another terminal.",
+  );
 }
 
 async function main(argv: readonly string[]): Promise<number> {
@@ -359,7 +377,10 @@ async function main(argv: readonly string[]): Promise<number> {
     printTryThis(nodes, placement);
     for (const n of nodes) {
       void n.exited.then(() => {
-        if (!signalled) out(`${n.id} exited (${n.exit?.code ?? n.exit?.signal}) on its own`);
+        if (signalled) return;
+        out(`${n.id} exited (${n.exit?.code ?? n.exit?.signal}) on its own`);
+        // Run by hand, it rejoins with its data; Ctrl-C here does not stop it (its terminal does).
+        out(`  restart it (its data is kept; stop it from its own terminal): ${restartCommand(n)}`);
       });
     }
     await stopRequested;

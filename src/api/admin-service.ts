@@ -1,7 +1,12 @@
 /** The Admin service: shard snapshots (with log compaction) and leadership transfer. */
-import type { sendUnaryData, ServerUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
+import type {
+  sendUnaryData,
+  ServerUnaryCall,
+  ServiceError,
+  UntypedServiceImplementation,
+} from "@grpc/grpc-js";
 import type { Logger } from "../ops/index.ts";
-import { InvalidArgumentError, toServiceError } from "./errors.ts";
+import { InternalErrorLog, InvalidArgumentError, toServiceError } from "./errors.ts";
 import type { SnapshotShardRequest__Output } from "./generated/cairn/v1/SnapshotShardRequest.ts";
 import type { SnapshotShardResponse } from "./generated/cairn/v1/SnapshotShardResponse.ts";
 import type { TransferLeaderRequest__Output } from "./generated/cairn/v1/TransferLeaderRequest.ts";
@@ -20,6 +25,12 @@ export function adminService(
   log: Logger,
   transfer?: LeadershipTransfer,
 ): UntypedServiceImplementation {
+  const internalErrors = new InternalErrorLog(log);
+  const fail = (method: string, err: unknown): Partial<ServiceError> => {
+    const answer = toServiceError(err);
+    internalErrors.maybeLog(method, err, answer);
+    return answer;
+  };
   return {
     SnapshotShard(
       call: ServerUnaryCall<SnapshotShardRequest__Output, SnapshotShardResponse>,
@@ -41,7 +52,7 @@ export function adminService(
             size_bytes: r.sizeBytes,
           });
         },
-        (err: unknown) => callback(toServiceError(err), null),
+        (err: unknown) => callback(fail("SnapshotShard", err), null),
       );
     },
 
@@ -58,7 +69,7 @@ export function adminService(
       };
       run().then(
         (r) => callback(null, r),
-        (err: unknown) => callback(toServiceError(err), null),
+        (err: unknown) => callback(fail("TransferLeader", err), null),
       );
     },
   };

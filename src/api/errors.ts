@@ -6,6 +6,7 @@
  */
 import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { CairnError } from "../common/errors.ts";
+import type { Logger } from "../ops/index.ts";
 import { type NodeId, NotLeaderError } from "../raft/index.ts";
 import type { Version } from "../replication/index.ts";
 
@@ -104,7 +105,64 @@ export function toServiceError(err: unknown): Partial<ServiceError> {
   return { code: status.INTERNAL, details: `internal error: ${message}`, metadata };
 }
 
-/** How the kv_requests_total `status` label sees an error. */
-export function metricStatusOf(err: unknown): "not_leader" | "error" {
-  return err instanceof NotLeaderError ? "not_leader" : "error";
+/**
+ * How the kv_requests_total `status` label sees an error: the client's own mistakes apart from
+ * the server's faults, so an alert on `status="error"` pages for the server only. `invalid`: the
+ * request was refused as malformed (INVALID_ARGUMENT); `conflict`: a compare-and-set found
+ * another version (FAILED_PRECONDITION); `not_leader`: another node leads the shard; `error`:
+ * anything else (INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ...).
+ */
+export function metricStatusOf(err: unknown): "not_leader" | "invalid" | "conflict" | "error" {
+  if (err instanceof NotLeaderError) return "not_leader";
+  if (err instanceof CairnError) {
+    if (err.code === "CAIRN_ERR_INVALID_ARGUMENT") return "invalid";
+    if (err.code === "CAIRN_ERR_VERSION_MISMATCH") return "conflict";
+  }
+  return "error";
+}
+
+/**
+ * Logs, at ERROR, each error a call is answered with as INTERNAL (a server fault the client can
+ * do nothing about: the operator must see it), with its code. At most `perWindow` lines every
+ * `windowMs`: a fault that fails every request must not flood the log; the first line after a
+ * quiet window says how many were left out.
+ */
+export class InternalErrorLog {
+  readonly #log: Logger;
+  readonly #perWindow: number;
+  readonly #windowMs: number;
+  readonly #now: () => number;
+  #windowStart = -Infinity;
+  #logged = 0;
+  #suppressed = 0;
+
+  constructor(
+    log: Logger,
+    options: { perWindow?: number; windowMs?: number; now?: () => number } = {},
+  ) {
+    this.#log = log;
+    this.#perWindow = options.perWindow ?? 10;
+    this.#windowMs = options.windowMs ?? 10_000;
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  /** `answer` is what toServiceError made of `err`; logged only when it is INTERNAL. */
+  maybeLog(method: string, err: unknown, answer: Partial<ServiceError>): void {
+    if (answer.code !== status.INTERNAL) return;
+    const now = this.#now();
+    if (now - this.#windowStart >= this.#windowMs) {
+      this.#windowStart = now;
+      this.#logged = 0;
+    }
+    if (this.#logged >= this.#perWindow) {
+      this.#suppressed++;
+      return;
+    }
+    this.#logged++;
+    const code = err instanceof CairnError ? err.code : "CAIRN_ERR_INTERNAL";
+    const fields: Record<string, unknown> = { method, code, err };
+    if (this.#suppressed > 0) fields["not_logged_before"] = this.#suppressed;
+    this.#suppressed = 0;
+    this.#log.error("request failed with an internal error", fields);
+  }
 }

@@ -5,8 +5,10 @@
  * the leader's answer relayed (forward.ts); this node records it as `not_leader`.
  */
 import type { sendUnaryData, ServerUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
-import type { CairnMetrics, KvOperation, KvResult } from "../ops/index.ts";
+import { type CairnMetrics, type KvOperation, type KvResult, silentLogger } from "../ops/index.ts";
+import type { Logger } from "../ops/index.ts";
 import {
+  InternalErrorLog,
   metricStatusOf,
   toServiceError,
   VersionMismatchError,
@@ -23,19 +25,32 @@ import type { PutResponse } from "./generated/cairn/v1/PutResponse.ts";
 import type { ScanRequest__Output } from "./generated/cairn/v1/ScanRequest.ts";
 import type { ScanResponse } from "./generated/cairn/v1/ScanResponse.ts";
 import type { KvStore } from "./store.ts";
-import { checkExpected, checkKey, checkValue, type Limits } from "./validate.ts";
+import {
+  checkEnum,
+  checkExpected,
+  checkKey,
+  checkValue,
+  CONSISTENCIES,
+  type Limits,
+} from "./validate.ts";
 
 const DEFAULT_SCAN_LIMIT = 1000;
 const MAX_SCAN_LIMIT = 10_000;
 const PAGE_TOKEN_VERSION = 1;
 
-/** Without a forwarder (single node), a refusal is answered here: NOT_LEADER with the hint. */
+/**
+ * Without a forwarder (single node), a refusal is answered here: NOT_LEADER with the hint. Every
+ * call answered INTERNAL is logged at ERROR on `log` (rate-limited, InternalErrorLog).
+ */
 export function kvService(
   store: KvStore,
   metrics: CairnMetrics,
   limits: Limits,
   forwarder?: Forwarder,
+  log: Logger = silentLogger,
 ): UntypedServiceImplementation {
+  const internalErrors = new InternalErrorLog(log);
+
   /**
    * Runs a handler, answering the call and recording kv_requests_total / kv_request_duration_ms.
    * `forwardAs` names the method to forward the call as when another node leads its shard.
@@ -78,7 +93,9 @@ export function kvService(
           forwardAs === undefined ? null : (forwarder?.maybeForward(forwardAs, err, call) ?? null);
         if (forwarded === null) {
           metrics.recordKv(op, metricStatusOf(err), performance.now() - started);
-          callback(toServiceError(err), null);
+          const answer = toServiceError(err);
+          internalErrors.maybeLog(op, err, answer);
+          callback(answer, null);
           return;
         }
         relay(forwarded);
@@ -134,14 +151,14 @@ export function kvService(
       call: ServerUnaryCall<GetRequest__Output, GetResponse>,
       callback: sendUnaryData<GetResponse>,
     ) {
-      const linearizable = call.request.consistency !== "SERIALIZABLE";
       serve(
         "get",
         call,
         callback,
         async (req) => {
           const key = checkKey(req.key, limits);
-          const item = await store.get(key, linearizable);
+          const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
+          const item = await store.get(key, consistency !== "SERIALIZABLE");
           if (item === null) return { response: { found: false }, result: "not_found" };
           return {
             response: { found: true, value: item.value, version: item.version },
@@ -199,12 +216,13 @@ export function kvService(
             `limit is ${limit}; at most ${MAX_SCAN_LIMIT} items per page`,
           );
         }
+        const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
         const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
         const { items, more } = await store.scan({
           start: from,
           end,
           limit,
-          linearizable: req.consistency !== "SERIALIZABLE",
+          linearizable: consistency !== "SERIALIZABLE",
         });
         const last = items[items.length - 1];
         return {

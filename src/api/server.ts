@@ -124,7 +124,7 @@ export class RpcServer {
         : new Forwarder(options.forward, kv, options.maxMessageBytes);
     recorder.addService(
       kv,
-      kvService(options.store, options.metrics, options.limits, this.#forwarder),
+      kvService(options.store, options.metrics, options.limits, this.#forwarder, options.logger),
     );
     this.#meta = metaService(options.views);
     recorder.addService(v1.Meta.service, this.#meta.implementation);

@@ -47,3 +47,17 @@ export function checkExpected(
   }
   return { index, term };
 }
+
+/**
+ * A request's enum field as proto-loader decodes it (`enums: String`): the value's name, or the
+ * number itself when the sender used a value the schema does not define. An unknown value is
+ * refused, never read as the default (a `consistency` of 7 is not a linearizable read).
+ */
+export function checkEnum<T extends string>(value: unknown, names: readonly T[], field: string): T {
+  if (typeof value === "string" && (names as readonly string[]).includes(value)) return value as T;
+  throw new InvalidArgumentError(
+    `${field} is ${typeof value === "number" || typeof value === "string" ? value : typeof value}; it must be one of ${names.join(", ")}`,
+  );
+}
+
+export const CONSISTENCIES = ["LINEARIZABLE", "SERIALIZABLE"] as const;

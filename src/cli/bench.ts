@@ -5,7 +5,7 @@
  * It reports its own CPU use: past 90% of a core the generator, not the server, is the limit.
  */
 import { build, type Histogram } from "hdr-histogram-js";
-import { CairnClient } from "../client/index.ts";
+import { CairnClient, DeadlineExceededError, UnavailableError } from "../client/index.ts";
 import type { CairnError } from "../common/errors.ts";
 import {
   EXIT,
@@ -54,7 +54,12 @@ ${GLOBAL_HELP}
 
 Progress goes to stderr: a live line on a terminal, one line per second otherwise. The result is
 a table, or with --output json one object: ops_per_sec, errors by code, latency_ms
-{p50,p90,p99,p999,max,mean}, per-operation figures and client_cpu_percent.
+{p50,p90,p99,p999,max,mean}, per-operation figures and client_cpu_percent. Throughput and
+latency count the measured operations; errors count every operation that failed, in the
+warm-up and after the end too.
+
+Exit: 0 when no operation failed; 3 when some failed and every failure was "unavailable" (no
+node answered in time); 5 when any other error occurred.
 
 Examples:
   cairn bench put --concurrency 64 --duration 30
@@ -163,6 +168,8 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
         const histograms = { put: newHistogram(), get: newHistogram() };
         const counts = { put: 0, get: 0 };
         const errors = new Map<string, number>();
+        /** Every failure so far says no node answered (exit 3), none is another error (exit 5). */
+        let onlyUnavailable = true;
         const random = seededRandom(seed);
         const nextOp = operations(spec, random);
         const start = performance.now();
@@ -200,15 +207,18 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
                 else await client.get(key, { consistency });
               } catch (err) {
                 failed = (err as CairnError).code ?? (err as Error).name;
+                if (!(err instanceof UnavailableError || err instanceof DeadlineExceededError)) {
+                  onlyUnavailable = false;
+                }
               }
               const done = performance.now();
+              // Every failure is reported, in the warm-up or after the end too: a run whose
+              // operations all time out past its end did fail.
+              if (failed !== null) errors.set(failed, (errors.get(failed) ?? 0) + 1);
               if (scheduled < measureFrom) continue;
               if (done > end) return;
               measuredOps++;
-              if (failed !== null) {
-                errors.set(failed, (errors.get(failed) ?? 0) + 1);
-                continue;
-              }
+              if (failed !== null) continue;
               counts[op.kind]++;
               histograms[op.kind].recordValue(Math.max(1, Math.round((done - scheduled) * 1000)));
             }
@@ -254,7 +264,13 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
         for (const w of warnings) io.stderr.write(`cairn bench: warning: ${w}\n`);
         if (globals.output === "json") writeJson(io, result);
         else io.stdout.write(table(result));
-        return result.error_count > 0 && ok === 0 ? EXIT.unavailable : EXIT.ok;
+        if (result.error_count === 0) return EXIT.ok;
+        io.stderr.write(
+          `cairn bench: ${result.error_count} operations failed (${Object.entries(result.errors)
+            .map(([c, n]) => `${c} ${n}`)
+            .join(", ")}); ${ok} succeeded\n`,
+        );
+        return onlyUnavailable ? EXIT.unavailable : EXIT.failed;
       } finally {
         for (const c of clients) c.close();
       }

@@ -2,6 +2,7 @@
  * What every client command of `cairn` shares: global flags, endpoints, output mode, exit codes,
  * and the one mapping of client errors to exit codes.
  */
+import { status } from "@grpc/grpc-js";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { Io } from "./io.ts";
 import {
@@ -145,6 +146,24 @@ export function writeJson(io: Io, value: unknown): void {
   io.stdout.write(`${JSON.stringify(value)}\n`);
 }
 
+/**
+ * gRPC refuses a message over its size limit while receiving it (the server: "Received message
+ * larger than max"), or before sending it (the client: "Sent message larger than max"): no
+ * handler ran, so nothing was written, whatever the client library could prove.
+ */
+function isRefusedAsTooLarge(cause: unknown): boolean {
+  const e = cause as { code?: unknown; details?: unknown } | null | undefined;
+  return (
+    e?.code === status.RESOURCE_EXHAUSTED &&
+    typeof e.details === "string" &&
+    /message larger than max/.test(e.details)
+  );
+}
+
+function causeDetails(cause: unknown): string {
+  return String((cause as { details?: unknown }).details);
+}
+
 /** The exit code for an error of a client command, after telling the user on stderr. */
 export function reportError(io: Io, command: string, err: unknown): number {
   const say = (m: string): void => {
@@ -162,6 +181,12 @@ export function reportError(io: Io, command: string, err: unknown): number {
   if (err instanceof UnavailableError || err instanceof DeadlineExceededError) {
     say(`unavailable: ${err.message}`);
     return EXIT.unavailable;
+  }
+  if (err instanceof IndeterminateWriteError && isRefusedAsTooLarge(err.cause)) {
+    say(
+      `invalid request: ${causeDetails(err.cause)}: the request is larger than the server accepts (limits.max_value_bytes, limits.max_key_bytes); it was refused before anything was written`,
+    );
+    return EXIT.usage;
   }
   if (err instanceof IndeterminateWriteError) {
     say(`${err.message} — the write may or may not have been applied; read the key to find out`);

@@ -3,10 +3,86 @@
  * 1 when the node cannot start or fails while running, 2 for a bad configuration.
  */
 import { parseArgs } from "node:util";
-import { CONFIG_FLAG_OPTIONS, ConfigError, loadConfig } from "../config/index.ts";
+import {
+  CONFIG_FLAG_OPTIONS,
+  CONFIG_KEYS,
+  ConfigError,
+  type ConfigKeySpec,
+  loadConfig,
+} from "../config/index.ts";
 import { CairnNode, ShardWorkersNode } from "../node/index.ts";
 import { createLogger, isLogLevel } from "../ops/index.ts";
 import { CairnError } from "../common/errors.ts";
+import { nativeAddonMissing } from "../common/index.ts";
+
+/** The placeholder of a flag's value in the help, from its key. */
+function placeholder(spec: ConfigKeySpec): string {
+  switch (spec.kind) {
+    case "int":
+      return "N";
+    case "bool":
+      return "true|false";
+    case "list":
+      return "LIST";
+    case "bytes":
+      return "SIZE";
+    case "string":
+      if (spec.key.endsWith("_addr")) return "HOST:PORT";
+      if (spec.key === "data_dir") return "PATH";
+      if (spec.key === "node_id") return "ID";
+      if (spec.key === "log.level") return "LEVEL";
+      return "VALUE";
+  }
+}
+
+/** `text` wrapped to lines of at most `width` characters, each after `indent`. */
+function wrap(text: string, indent: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = "";
+  for (const word of text.split(/\s+/)) {
+    if (line !== "" && indent.length + line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else {
+      line = line === "" ? word : `${line} ${word}`;
+    }
+  }
+  if (line !== "") lines.push(line);
+  return lines;
+}
+
+const COLUMN = 29;
+
+/** One option of the help: the flag, then its text wrapped in the description column. */
+function option(flag: string, text: string): string {
+  const pad = " ".repeat(COLUMN);
+  const head = `  ${flag}`;
+  const [first = "", ...rest] = wrap(text, pad, 100);
+  const lines = head.length < COLUMN - 1 ? [head.padEnd(COLUMN) + first] : [head, pad + first];
+  for (const l of rest) lines.push(pad + l);
+  return lines.join("\n");
+}
+
+/**
+ * Every flag of the configuration schema (src/config/schema.ts), described by the schema itself
+ * with its environment variable and default: the help cannot drift from the keys
+ * (test/config/docs-drift.test.ts).
+ */
+function flagOptions(): string {
+  return CONFIG_KEYS.filter((k) => k.flag !== undefined)
+    .map((k) => {
+      const shown =
+        k.default === undefined
+          ? ""
+          : Array.isArray(k.default)
+            ? k.default.length === 0
+              ? ", default empty"
+              : `, default ${k.default.join(",")}`
+            : `, default ${String(k.default)}`;
+      return option(`--${k.flag} ${placeholder(k)}`, `${k.doc} (env ${k.env}${shown})`);
+    })
+    .join("\n");
+}
 
 export const SERVE_HELP = `Usage: cairn serve [options]
 
@@ -14,27 +90,13 @@ Runs a Cairn node. With no seed nodes it is a single-node cluster whose shards a
 Raft groups. Configuration: defaults < YAML file (--config) < CAIRN_* environment < flags.
 
 Options:
-  --config PATH              YAML configuration file (env CAIRN_CONFIG); see cairn.example.yaml
-  --node-id ID               this node's id (env CAIRN_NODE_ID, default node-1)
-  --rpc-addr HOST:PORT       gRPC address for clients and peers (env CAIRN_RPC_ADDR, default 127.0.0.1:7447)
-  --http-addr HOST:PORT      operators' HTTP address (env CAIRN_HTTP_ADDR, default 127.0.0.1:8080)
-  --data-dir PATH            data directory (env CAIRN_DATA_DIR, default ./data)
-  --seed-nodes LIST          comma-separated HOST:PORT seeds; empty = single node (env CAIRN_SEED_NODES)
-  --advertise-rpc-addr A     address other nodes and clients use (default: --rpc-addr)
-  --advertise-http-addr A    address reported for the HTTP server (default: --http-addr)
-  --log-level LEVEL          trace, debug, info, warn or error (env CAIRN_LOG_LEVEL, default info)
-  --shard-workers N          threads that each own and serve a slice of the shards; single node
-                             only, fixed for the data directory (env CAIRN_SHARD_WORKERS, default 1)
-  --rpc-max-concurrent-streams N, --rpc-max-continuation-frames N,
-  --rpc-max-resets-per-second N, --rpc-max-connection-output-bytes SIZE,
-  --rpc-write-stall-timeout-ms MS, --rpc-handshake-timeout-ms MS, --rpc-idle-timeout-ms MS,
-  --rpc-goaway-grace-ms MS, --rpc-max-decompressions-per-connection N
-                             what one gRPC connection may make the node spend (defaults 1000,
-                             16, 1000, 16MiB, 10000, 10000, 300000, 1000, 2; env CAIRN_RPC_*)
-  -h, --help                 show this help
+${option("--config PATH", "YAML configuration file (env CAIRN_CONFIG); see cairn.example.yaml")}
+${flagOptions()}
+${option("-h, --help", "show this help")}
 
 Endpoints: gRPC cairn.v1 KV/Meta/Admin, grpc.health.v1 and reflection on the RPC address;
-GET /health/quick, /health and /metrics on the HTTP address. Every key: docs/operations.md.
+GET /health/quick, /health and /metrics on the HTTP address. Every key, flags or not:
+docs/operations.md.
 
 Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up or runtime failure (e.g. an address
 already in use), 2 bad configuration or usage.
@@ -80,6 +142,13 @@ export async function serve(argv: readonly string[]): Promise<number> {
     level: isLogLevel(config.log.level) ? config.log.level : "info",
     fields: { node_id: config.node_id },
   });
+  if (nativeAddonMissing !== null) {
+    // The install's warning scrolls away; the node's log is where an operator looks.
+    log.warn("running without the native addon: slower JavaScript paths for reads and checksums", {
+      reason: nativeAddonMissing,
+      fix: "install a C compiler (cc) and run npm run build:native, then restart",
+    });
+  }
   let fatal: (err: unknown) => void = () => {};
   const failed = new Promise<unknown>((resolve) => {
     fatal = resolve;

@@ -13,7 +13,8 @@ export interface MemberView {
   readonly id: string;
   readonly rpc_addr: string;
   readonly http_addr: string;
-  readonly state: "alive" | "suspect" | "dead";
+  /** SWIM's: `left` is a member that stopped gracefully (it said so), `dead` one that failed. */
+  readonly state: "alive" | "suspect" | "dead" | "left";
 }
 
 export interface ShardView {
@@ -37,11 +38,17 @@ export interface ClusterView {
 
 /**
  * The RPC address of node `id` in `view`, or null when the view does not know it or holds the
- * node dead (a request sent there would only wait for a connection that will not come).
+ * node dead or left (a request sent there would only wait for a connection that will not come).
  */
 export function rpcAddressOf(view: ClusterView, id: string): string | null {
   const member = view.nodes.find((n) => n.id === id);
-  if (member === undefined || member.state === "dead" || member.rpc_addr === "") return null;
+  if (
+    member === undefined ||
+    member.state === "dead" ||
+    member.state === "left" ||
+    member.rpc_addr === ""
+  )
+    return null;
   return member.rpc_addr;
 }
 

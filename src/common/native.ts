@@ -1,5 +1,5 @@
 /**
- * Cairn's Node-API addon (native/src/cairn_native.c, built by scripts/build-native.ts on
+ * Cairn's Node-API addon (native/src/cairn_native.c, built by scripts/build-native.mjs on
  * `npm install`), loaded once per thread. It is optional: where it was not built (no C compiler)
  * or is turned off with CAIRN_NO_NATIVE=1, its functions are undefined here and callers use their
  * JavaScript paths (pread instead of mapped tables, crc32c.ts's tables instead of the CPU's
@@ -13,6 +13,8 @@ interface Addon {
   mapFile(fd: number, length: number): ArrayBuffer;
   crc32c(data: Uint8Array, crc: number, start: number, end: number): number;
   dupFd(fd: number): number;
+  /** Older builds of the addon lack it. */
+  lockFile?(fd: number): boolean;
 }
 
 const ADDON_PATH = join(import.meta.dirname, "..", "..", "native", "build", "cairn_native.node");
@@ -23,6 +25,17 @@ function load(): Addon | undefined {
 }
 
 const addon = load();
+
+/**
+ * Why the addon is not loaded (for the node's start-up warning), or null when it is: turned off
+ * by CAIRN_NO_NATIVE=1, or not built at `ADDON_PATH` (no C compiler at install).
+ */
+export const nativeAddonMissing: string | null =
+  addon !== undefined
+    ? null
+    : process.env.CAIRN_NO_NATIVE === "1"
+      ? "turned off by CAIRN_NO_NATIVE=1"
+      : `not built: ${ADDON_PATH} does not exist (npm install found no C compiler)`;
 
 /**
  * Maps the first `length` bytes of the open file `fd` read-only, as a Buffer over the mapping;
@@ -49,3 +62,12 @@ export const crc32cNative: Addon["crc32c"] | undefined = addon?.crc32c;
  * with code CAIRN_ERR_DUP when the system refuses (EMFILE, say).
  */
 export const dupFd: Addon["dupFd"] | undefined = addon?.dupFd;
+
+/**
+ * Takes an exclusive, non-blocking flock(2) on the open file `fd`: true when taken, false when
+ * another open file description holds it; undefined where the addon (or this function of it) is
+ * not loaded. The kernel drops the lock when the descriptor is closed or the process ends.
+ * Throws an Error with code CAIRN_ERR_FLOCK on another failure (e.g. a file system without
+ * locks).
+ */
+export const lockFile: ((fd: number) => boolean) | undefined = addon?.lockFile?.bind(addon);

@@ -70,6 +70,7 @@ export interface CairnConfig {
     readonly wal_cache_bytes: number;
   };
   readonly shutdown: { readonly drain_timeout_ms: number };
+  readonly recovery: { readonly unsafe_accept_lost_wal: boolean };
 }
 
 /** Flag values as node:util parseArgs returns them for CONFIG_FLAG_OPTIONS (`{"node-id": "n1"}`). */
@@ -345,6 +346,21 @@ function checkAcrossKeys(
         "raft.heartbeat_ticks",
         sourceOf("raft.heartbeat_ticks"),
         `must be less than raft.election_ticks (${election}, from ${sourceOf("raft.election_ticks")}), got ${heartbeat}`,
+      ),
+    );
+  }
+
+  const seeds = values.get("cluster.seed_nodes");
+  if (
+    values.get("recovery.unsafe_accept_lost_wal") === true &&
+    Array.isArray(seeds) &&
+    seeds.length > 0
+  ) {
+    issues.push(
+      issue(
+        "recovery.unsafe_accept_lost_wal",
+        sourceOf("recovery.unsafe_accept_lost_wal"),
+        `applies to a single node only (cluster.seed_nodes is set, from ${sourceOf("cluster.seed_nodes")}): a cluster member that lost its WAL must not vote as if it had not; empty its data_dir and start it again, to rejoin and be refilled by its peers, got true`,
       ),
     );
   }

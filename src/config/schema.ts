@@ -423,6 +423,16 @@ export const KEYS: readonly KeySpec[] = [
     expect: "must be an integer between 0 and 600000",
     doc: "On SIGTERM/SIGINT, how long in-flight requests may finish before they are cut off.",
   },
+  {
+    key: "recovery.unsafe_accept_lost_wal",
+    kind: "bool",
+    schema: z.boolean(),
+    default: false,
+    env: "CAIRN_RECOVERY_UNSAFE_ACCEPT_LOST_WAL",
+    flag: "unsafe-accept-lost-wal",
+    expect: "must be true or false",
+    doc: "Single node, for one start after a refusal: accept that the WAL is lost (missing, emptied, or ending before what the shards' tables hold) and start from what the tables hold; the writes only the WAL held are gone. Refused in a cluster (empty the data directory instead: the node rejoins and its peers refill it).",
+  },
 ];
 
 export const KEY_BY_NAME: ReadonlyMap<string, KeySpec> = new Map(KEYS.map((k) => [k.key, k]));

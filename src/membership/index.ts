@@ -32,6 +32,7 @@ export {
   MembershipConfigError,
   type MemberState,
   type MemberView,
+  DuplicateNodeIdError,
   ShardCountMismatchError,
   type SwimConfig,
 } from "./core/index.ts";

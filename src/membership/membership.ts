@@ -25,7 +25,7 @@ import {
   MembershipConfigError,
   type MemberView,
   parseHostPort,
-  type ShardCountMismatchError,
+  ShardCountMismatchError,
   Swim,
   type SwimConfig,
   validateMeta,
@@ -358,7 +358,7 @@ export class Membership {
     }
     for (const err of ready.errors) {
       this.#log.error(err.message, { code: err.code, peer: err.peer });
-      for (const r of [...this.#refusals]) r(err);
+      if (err instanceof ShardCountMismatchError) for (const r of [...this.#refusals]) r(err);
     }
     if (ready.events.length > 0) this.#report(ready.events);
     for (const w of [...this.#replyWaiters]) w();

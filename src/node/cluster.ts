@@ -376,6 +376,18 @@ export class ClusterState {
             this.#stopOnLostState(this.#meta?.clusterId ?? "");
             return;
           }
+          if (errorCodeOf(err) === "CAIRN_ERR_DUPLICATE_NODE_ID" && !this.#lost) {
+            // Another node runs as this id's recorded member: this one must not replace it.
+            this.#lost = true;
+            this.#rejoining = false;
+            this.#onLostState(
+              new CairnError(
+                "CAIRN_ERR_DUPLICATE_NODE_ID",
+                String((err as { details?: unknown }).details ?? (err as Error).message),
+              ),
+            );
+            return;
+          }
           // A refusal by the peer (another cluster, another number of shard workers, not a
           // member) is a configuration mistake an operator must see; the rest is the cluster
           // being busy.
@@ -605,6 +617,37 @@ export function spreadLeaders(
  * The cluster id a node at `address` reports in its first cluster view ("" when it has none) and
  * its data directory's incarnation; undefined when it does not answer in time.
  */
+/**
+ * Refuses a `rejoin` that would retire a member's incarnation while that incarnation still runs:
+ * a node started with a live member's node id (on another address, with another data directory)
+ * must not evict it. The meta leader asks the member's recorded address for its incarnation; the
+ * rejoin goes ahead only when that incarnation does not answer (the member is down: its data
+ * directory was lost and it is being replaced). Called where peers propose meta commands, before
+ * the proposal; `probe` is for tests.
+ */
+export async function checkRejoin(
+  meta: MetaState | null,
+  cmd: MetaCommand,
+  probe: (address: string) => Promise<{ incarnation: string } | undefined> = probeMember,
+): Promise<void> {
+  if (cmd.op !== "rejoin" || meta === null) return;
+  const member = meta.members.get(cmd.id);
+  if (
+    member?.incarnation === undefined ||
+    member.incarnation === cmd.incarnation ||
+    member.retired?.includes(cmd.incarnation) === true
+  ) {
+    return;
+  }
+  const answer = await probe(member.rpcAddr);
+  if (answer?.incarnation === member.incarnation) {
+    throw new CairnError(
+      "CAIRN_ERR_DUPLICATE_NODE_ID",
+      `node id ${cmd.id} belongs to a live member at ${member.rpcAddr} (data directory incarnation ${member.incarnation}); a node with another data directory (incarnation ${cmd.incarnation}) may not replace it: node ids must be unique. Start that node with another --node-id, or stop the member first if it is the one being replaced`,
+    );
+  }
+}
+
 function probeMember(
   address: string,
 ): Promise<{ clusterId: string; incarnation: string } | undefined> {
@@ -665,6 +708,7 @@ async function proposeViaLeader(
       if (
         code === "CAIRN_ERR_INVALID_ARGUMENT" ||
         code === "CAIRN_ERR_LOST_STATE" ||
+        code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
         grpcCode === status.FAILED_PRECONDITION ||
         grpcCode === status.PERMISSION_DENIED
       ) {

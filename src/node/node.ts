@@ -50,6 +50,7 @@ import {
   type WorkerTunnels,
 } from "../api/index.ts";
 import {
+  checkRejoin,
   ClusterState,
   leaderProposer,
   type MetaProposer,
@@ -61,7 +62,8 @@ import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
 import { countingTransport } from "./counting-transport.ts";
-import { checkShardWorkers } from "./worker-layout.ts";
+import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
+import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
 
 export interface NodeAddresses {
@@ -156,6 +158,8 @@ export class CairnNode implements HealthSource {
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
   readonly #cell: ShardCell | null;
+  /** The data directory's lock (null in a shard worker: the main thread holds it). */
+  #lock: DataDirLock | null = null;
 
   private constructor(
     config: CairnConfig,
@@ -192,16 +196,18 @@ export class CairnNode implements HealthSource {
     const node = new CairnNode(config, log, onFatal, cell ?? null);
     try {
       if (cell === undefined) {
-        await checkShardWorkers(config.data_dir, 1);
+        node.#lock = await claimDataDir({ ...config, shard_workers: 1 }, log);
         await node.#startHttp();
       }
       if (config.cluster.seed_nodes.length > 0) {
         const incarnation = cell?.meta.incarnation ?? (await loadIncarnation(config.data_dir)).id;
         node.#cluster = new ClusterState(config, log, node.views, incarnation, (err) => {
-          log.error("this data directory is an earlier copy of a member's state; it stops", {
-            error: err.message,
-            code: err.code,
-          });
+          log.error(
+            err.code === "CAIRN_ERR_DUPLICATE_NODE_ID"
+              ? "another node runs as this node id; this one stops"
+              : "this data directory is an earlier copy of a member's state; it stops",
+            { error: err.message, code: err.code },
+          );
           onFatal(err);
         });
       }
@@ -232,7 +238,8 @@ export class CairnNode implements HealthSource {
       if (node.#cluster !== null) node.#startUpkeep(node.#cluster);
     } catch (err) {
       await node.#closeAll(0);
-      throw err;
+      // A file-system error names data_dir, the file and the cause (not a bare errno).
+      throw dataDirError(err, config.data_dir, "open its storage");
     }
     node.#serving = true;
     log.info(cell === undefined ? "node started" : "shard worker started", {
@@ -302,6 +309,7 @@ export class CairnNode implements HealthSource {
       memtableBudgetBytes: share(config.storage.memtable_budget_bytes),
       wal: { memoryBudgetBytes: share(config.storage.wal_cache_bytes) },
       maxPendingBytes: share(config.limits.max_pending_bytes),
+      acceptLostWal: config.recovery.unsafe_accept_lost_wal && cluster === null,
       flushOutputs: () => this.#rpc?.flushNow(),
       lsmMetrics: metrics.lsmMetrics,
       ...(cluster === null || this.#transport === null
@@ -395,17 +403,36 @@ export class CairnNode implements HealthSource {
         fatal: (err) => {
           log.error("fatal storage or consistency error; the node stops serving", {
             error: describeError(err),
+            data_dir: config.data_dir,
           });
           this.#onFatal(err);
         },
       },
     });
     if (store.tornTail !== undefined) {
-      storageLog.warn("the WAL ended with a torn write (a crash during a write); it was cut off", {
-        file: store.tornTail.file,
-        offset: store.tornTail.offset,
-        dropped_bytes: store.tornTail.droppedBytes,
-      });
+      storageLog.warn(
+        "the WAL ended with a torn write (a crash, power loss or failed write, such as on a full disk, during its last write); the torn record was cut off (it was never acknowledged)",
+        {
+          file: store.tornTail.file,
+          offset: store.tornTail.offset,
+          dropped_bytes: store.tornTail.droppedBytes,
+          data_dir: config.data_dir,
+        },
+      );
+    }
+    for (const loss of store.acceptedLosses) {
+      storageLog.error(
+        loss.shard === null
+          ? "the WAL was missing or empty; recovery.unsafe_accept_lost_wal accepted the loss: the writes it held are gone, a new WAL starts"
+          : "a shard's log ended before what its tables hold; recovery.unsafe_accept_lost_wal accepted the loss: the writes only the WAL held are gone, the log starts again after the tables",
+        {
+          wal_dir: loss.file,
+          data_dir: config.data_dir,
+          ...(loss.shard === null
+            ? {}
+            : { shard_id: loss.shard, tables_up_to: loss.heldUpTo, wal_up_to: loss.walUpTo }),
+        },
+      );
     }
     for (const c of store.clampedCommits) {
       storageLog.warn(
@@ -501,6 +528,8 @@ export class CairnNode implements HealthSource {
           if (cmd.op === "bootstrap") {
             throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
+          // A node with a live member's id must not evict it as its "new incarnation".
+          await checkRejoin(cluster.meta, cmd);
           const outcome = await store.proposeMeta(cmd);
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
@@ -632,13 +661,23 @@ export class CairnNode implements HealthSource {
         : err;
     });
     this.#membership = membership;
+    // swim_cluster_size counts the cluster's members once there is a cluster: a node that only
+    // gossips with them (started after the founding, never admitted) is not one of them.
+    this.metrics.setClusterSizeSource(() => {
+      const members = this.#cluster?.meta?.members;
+      if (members === undefined) return null;
+      return membership
+        .members()
+        .filter((m) => (m.state === "alive" || m.state === "suspect") && members.has(m.meta.id))
+        .length;
+    });
     const publish = (members: readonly SwimMember[]): void =>
       this.views.setMembers(
         members.map((m) => ({
           id: m.meta.id,
           rpc_addr: m.meta.rpcAddr,
           http_addr: m.meta.httpAddr,
-          state: m.state === "left" ? "dead" : m.state,
+          state: m.state,
         })),
       );
     membership.onEvent((e) => {
@@ -797,6 +836,7 @@ export class CairnNode implements HealthSource {
     await this.#rejoin;
     await this.#transport?.close();
     await this.#store?.close();
+    this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }

@@ -24,7 +24,8 @@ import type {
 } from "../ops/index.ts";
 import { type NodeAddresses, startOpsHttp } from "./node.ts";
 import { fromWireError } from "./siblings.ts";
-import { checkShardWorkers, walDirOf } from "./worker-layout.ts";
+import { walDirOf } from "./worker-layout.ts";
+import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { CairnError, dupFd } from "../common/index.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
@@ -120,6 +121,8 @@ export class ShardWorkersNode implements HealthSource {
   #addresses: NodeAddresses = { rpc: "", http: "" };
   #serving = false;
   #stopping: Promise<void> | null = null;
+  /** The data directory's lock, held for the whole process (the workers are its threads). */
+  #lock: DataDirLock | null = null;
 
   private constructor(config: CairnConfig, log: Logger) {
     this.config = config;
@@ -138,7 +141,7 @@ export class ShardWorkersNode implements HealthSource {
   ): Promise<ShardWorkersNode> {
     const node = new ShardWorkersNode(config, log);
     try {
-      await checkShardWorkers(config.data_dir, config.shard_workers);
+      node.#lock = await claimDataDir(config, log);
       await node.#startHttp();
       await node.#startWorkers((err) => {
         if (node.#stopping !== null) return;
@@ -149,6 +152,7 @@ export class ShardWorkersNode implements HealthSource {
       node.#stopping = Promise.resolve();
       await Promise.all(node.#workers.map((w) => w.terminate()));
       await node.#http?.close(0);
+      node.#lock?.release();
       throw err;
     }
     node.#serving = true;
@@ -304,6 +308,7 @@ export class ShardWorkersNode implements HealthSource {
     await Promise.all(stopped);
     await Promise.all(this.#workers.map((w) => w.terminate()));
     await this.#http?.close(Math.max(0, drainMs - (performance.now() - started)));
+    this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }

@@ -18,7 +18,8 @@ export interface MemberHealth {
   id: string;
   rpc_addr: string;
   http_addr: string;
-  state: "alive" | "suspect" | "dead";
+  /** `left`: the member stopped gracefully (it told the others); `dead`: it failed. */
+  state: "alive" | "suspect" | "dead" | "left";
 }
 
 export interface HealthReport {

@@ -31,8 +31,11 @@ export interface OpsHttpServerOptions {
   /** `http_addr`: `host:port`; port 0 picks a free port (see `address` after start). */
   readonly address: string;
   readonly health: HealthSource;
-  /** The node's metrics (with shard workers, every worker's, aggregated). */
-  readonly metrics: Pick<CairnMetrics, "expose">;
+  /**
+   * The node's metrics (with shard workers, every worker's, aggregated). `exposeBytes`, when
+   * given, is served instead of `expose` (CairnMetrics: a large exposition is cheaper as bytes).
+   */
+  readonly metrics: Pick<CairnMetrics, "expose"> & Partial<Pick<CairnMetrics, "exposeBytes">>;
   /** `telemetry.prometheus.enabled`. */
   readonly metricsEnabled: boolean;
   readonly logger: Logger;
@@ -255,9 +258,11 @@ export class OpsHttpServer {
       this.#send(res, 404, PLAIN, "metrics export disabled");
       return;
     }
-    let body: string;
+    let body: string | Buffer;
     try {
-      body = await this.#options.metrics.expose();
+      const metrics = this.#options.metrics;
+      body =
+        metrics.exposeBytes !== undefined ? await metrics.exposeBytes() : await metrics.expose();
     } catch (err) {
       this.#fail(res, "/metrics", err, "plain");
       return;
@@ -276,7 +281,7 @@ export class OpsHttpServer {
     }
   }
 
-  #send(res: ServerResponse, status: number, contentType: string, body: string): void {
+  #send(res: ServerResponse, status: number, contentType: string, body: string | Buffer): void {
     if (res.headersSent || res.destroyed) return;
     // While closing, every answer ends its connection so keep-alive clients let go.
     if (this.#closing) res.setHeader("Connection", "close");

@@ -44,22 +44,38 @@
  *   still export their `# HELP` and `# TYPE` lines, so all 13 families are always present.
  * - kv_requests_total and kv_request_duration_ms are counted in plain arrays on the request path
  *   and read at scrape time (`kv-metrics.ts`), not through prom-client's labelled children.
+ * - The per-shard families (raft_*, lsm_memtable_size_bytes, lsm_sstable_count: ~8,000 series at
+ *   1,024 shards) keep their text between scrapes and render only the lines whose value moved
+ *   (`shard-metrics.ts`); the other families are formatted by prom-client. `exposeBytes()` is
+ *   what /metrics serves: contract §4.3's 1–5 ms, `npm run bench:metrics`.
  * - prom-client's default metrics are not enabled (the catalogue is fixed); the two process
  *   families are computed at scrape time from `process.cpuUsage()` and `process.memoryUsage.rss()`.
  * - Labels never carry keys, values or client identities (contract §4.4 rule 7).
  */
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, type MetricObject, Registry } from "prom-client";
 import { KvRequestMetrics } from "./kv-metrics.ts";
+import { type MemtableSource, ShardMetrics, type SstableSource } from "./shard-metrics.ts";
 import { type MembershipMetrics, GOSSIP_LATENCY_BUCKETS_MS } from "../membership/index.ts";
 import type { SnapshotMetrics } from "../replication/index.ts";
 import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/index.ts";
 
 export type KvOperation = "put" | "get" | "delete" | "scan";
-export type KvStatus = "success" | "not_leader" | "error";
+/**
+ * `success`, `not_leader` and `error` are the contract's (§7 rule 2); `invalid` (a request refused
+ * as malformed: INVALID_ARGUMENT) and `conflict` (a compare-and-set that found another version)
+ * are the client's mistakes, kept out of `error`, which is the server's faults only.
+ */
+export type KvStatus = "success" | "not_leader" | "invalid" | "conflict" | "error";
 export type KvResult = "found" | "not_found";
 
 export const KV_OPERATIONS: readonly KvOperation[] = ["put", "get", "delete", "scan"];
-export const KV_STATUSES: readonly KvStatus[] = ["success", "not_leader", "error"];
+export const KV_STATUSES: readonly KvStatus[] = [
+  "success",
+  "not_leader",
+  "invalid",
+  "conflict",
+  "error",
+];
 
 /** Exact upper bounds of kv_request_duration_ms (contract §4.4 rule 2), then +Inf. */
 export const KV_DURATION_BUCKETS_MS: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
@@ -95,10 +111,6 @@ export class CairnMetrics {
   /** kv_requests_total and kv_request_duration_ms, kept off prom-client's request path. */
   readonly #kv: KvRequestMetrics;
   readonly #compaction: Histogram<"level" | "result">;
-  readonly #memtable: Gauge<"shard_id">;
-  readonly #sstables: Gauge<"level" | "shard_id">;
-  readonly #commitIndex: Gauge<"shard_id" | "node_id">;
-  readonly #term: Gauge<"shard_id">;
   readonly #clusterSize: Gauge;
   readonly #failedMembers: Counter;
   readonly #gossipLatency: Histogram;
@@ -118,25 +130,16 @@ export class CairnMetrics {
       heartbeats: { inc(n: number): void };
     }
   >();
-  /** Levels seen per shard, so removeShard can drop every lsm_sstable_count series. */
-  readonly #shardLevels = new Map<number, Set<string>>();
-  /**
-   * Term and commit index per shard, updated on every Raft round (a plain field write), and its
-   * leader changes, copied into raft_term, raft_commit_index and raft_leader_changes_total when
-   * /metrics is scraped, not on the request path.
-   */
-  readonly #raftState = new Map<
-    number,
-    { term: number; commit: number; nodeId: string; leaderChanges: number }
-  >();
-  /** The shards' memtable sizes now, read at each scrape (setMemtableSource). */
-  #memtableSource: (() => Iterable<readonly [shard: number, bytes: number]>) | null = null;
-  /** The shards' tables per level now, read at each scrape (setSstableSource). */
-  #sstableSource: (() => Iterable<readonly [shard: number, perLevel: readonly number[]]>) | null =
-    null;
+  /** The cluster's live members now, read at each scrape (setClusterSizeSource). */
+  #clusterSizeSource: (() => number | null) | null = null;
+  /** raft_*, lsm_memtable_size_bytes and lsm_sstable_count: text kept per series. */
+  readonly #shards: ShardMetrics;
+  /** The registered families that render their own text, and how. */
+  readonly #fastText = new Map<string, (out: string[]) => void>();
 
   constructor(options: CairnMetricsOptions) {
     this.nodeId = options.nodeId;
+    this.#shards = new ShardMetrics(options.nodeId);
     const registers = [(this.registry = new Registry())];
     const processStats = options.processStats ?? realProcessStats;
 
@@ -154,7 +157,7 @@ export class CairnMetrics {
     this.registry.registerMetric(
       this.#kv.counter(
         "kv_requests_total",
-        "Total KV requests by operation and outcome (success, not_leader, error).",
+        "Total KV requests by operation and outcome: success, not_leader, the client's mistakes (invalid, conflict) and the server's faults (error).",
       ),
     );
     this.registry.registerMetric(
@@ -170,84 +173,24 @@ export class CairnMetrics {
       buckets: [...COMPACTION_DURATION_BUCKETS_MS],
       registers,
     });
-    // The engines report their memtables' size when one rotates or flushes, not at every write
-    // (a write costs no metrics update); a scrape reads the current sizes from the source.
-    const memtables = (): (() => Iterable<readonly [number, number]>) | null =>
-      this.#memtableSource;
-    this.#memtable = new Gauge({
-      name: "lsm_memtable_size_bytes",
-      help: "Current memtable size in bytes (active and immutable memtables).",
-      labelNames: ["shard_id"],
-      registers,
-      collect(this: Gauge<"shard_id">) {
-        const source = memtables();
-        if (source === null) return;
-        for (const [shard, bytes] of source()) this.set({ shard_id: String(shard) }, bytes);
-      },
-    });
-    // Pushed by the engines when their tables change, and read from every open engine at a
-    // scrape once the node gives a source: a new engine (up to a thousand in a node's first
-    // second) reports nothing at its open.
-    const sstables = (): (() => Iterable<readonly [number, readonly number[]]>) | null =>
-      this.#sstableSource;
-    this.#sstables = new Gauge({
-      name: "lsm_sstable_count",
-      help: "SSTables per level.",
-      labelNames: ["level", "shard_id"],
-      registers,
-      collect(this: Gauge<"level" | "shard_id">) {
-        const source = sstables();
-        if (source === null) return;
-        // The source names every open shard: a closed one's series go with the reset.
-        this.reset();
-        for (const [shard, perLevel] of source()) {
-          const shard_id = String(shard);
-          perLevel.forEach((count, level) => this.set({ level: `L${level}`, shard_id }, count));
-        }
-      },
-    });
-    const raftState = this.#raftState;
-    // Counted in #raftState and exported at each scrape: a new shard's series, at zero, costs
-    // no labelled update at its open (up to a thousand in a node's first second).
-    new Counter({
-      name: "raft_leader_changes_total",
-      help: "Leader changes (elections) seen by this node.",
-      labelNames: ["shard_id"],
-      registers,
-      collect(this: Counter<"shard_id">) {
-        this.reset();
-        for (const [shard, state] of raftState) {
-          this.inc({ shard_id: String(shard) }, state.leaderChanges);
-        }
-      },
-    });
-    this.#commitIndex = new Gauge({
-      name: "raft_commit_index",
-      help: "Committed Raft log index.",
-      labelNames: ["shard_id", "node_id"],
-      registers,
-      collect(this: Gauge<"shard_id" | "node_id">) {
-        for (const [shard, state] of raftState) {
-          this.set({ shard_id: String(shard), node_id: state.nodeId }, state.commit);
-        }
-      },
-    });
-    this.#term = new Gauge({
-      name: "raft_term",
-      help: "Current Raft term.",
-      labelNames: ["shard_id"],
-      registers,
-      collect(this: Gauge<"shard_id">) {
-        for (const [shard, state] of raftState) this.set({ shard_id: String(shard) }, state.term);
-      },
-    });
+    // The per-shard families keep their text between scrapes (shard-metrics.ts); registered
+    // here so they come after the compaction histogram, in the catalogue's order.
+    for (const { metric, text } of this.#shards.families()) {
+      this.registry.registerMetric(metric);
+      this.#fastText.set((metric as unknown as MetricObject).name, text);
+    }
+    const clusterSize = (): (() => number | null) | null => this.#clusterSizeSource;
     this.#clusterSize = new Gauge({
       name: "swim_cluster_size",
       // A node's shard workers' metrics are summed at a scrape (src/node/shard-workers.ts); the
       // cluster size, as the process's CPU and memory below, is the same in every worker.
       aggregator: "max",
-      help: "Live members of the cluster (alive or suspect), this node included.",
+      help: "Live members of the cluster (alive or suspect), this node included; a node that only gossips with them without being a member is not counted.",
       registers,
+      collect(this: Gauge) {
+        const size = clusterSize()?.() ?? null;
+        if (size !== null) this.set(size);
+      },
     });
     this.#failedMembers = new Counter({
       name: "swim_failed_members_total",
@@ -361,15 +304,10 @@ export class CairnMetrics {
     // scrape reads every open engine and these would only be overwritten (labelled updates).
     this.lsmMetrics = {
       memtableSize: (shardId, bytes) => {
-        if (this.#memtableSource === null) this.#memtable.set({ shard_id: String(shardId) }, bytes);
+        if (!this.#shards.hasMemtableSource) this.#shards.setMemtable(shardId, bytes);
       },
       sstableCount: (shardId, level, count) => {
-        if (this.#sstableSource !== null) return;
-        const label = `L${level}`;
-        this.#sstables.set({ level: label, shard_id: String(shardId) }, count);
-        let levels = this.#shardLevels.get(shardId);
-        if (levels === undefined) this.#shardLevels.set(shardId, (levels = new Set()));
-        levels.add(label);
+        if (!this.#shards.hasSstableSource) this.#shards.setSstableCount(shardId, level, count);
       },
       compactionDuration: (level, result, ms) =>
         this.#compaction.observe(
@@ -400,65 +338,46 @@ export class CairnMetrics {
 
   /** A shard became active here: its series appear at zero (shard 0 at start). */
   initShard(shardId: number): void {
-    const shard_id = String(shardId);
-    // raft_term, raft_commit_index and raft_leader_changes_total come from #raftState at each
-    // scrape, and the memtables' sizes from the node's source when it gave one: a node opens up
-    // to a thousand shards in its first second, and each labelled update hashes its labels.
-    if (this.#memtableSource === null) this.#memtable.set({ shard_id }, 0);
-    this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId, leaderChanges: 0 });
+    this.#shards.initShard(shardId);
   }
 
   /** A shard left this node (or the node closes it): its series go away. */
   removeShard(shardId: number): void {
-    const shard_id = String(shardId);
-    this.#memtable.remove({ shard_id });
-    const state = this.#raftState.get(shardId);
-    this.#raftState.delete(shardId);
-    this.#term.remove({ shard_id });
-    this.#commitIndex.remove({ shard_id, node_id: state?.nodeId ?? this.nodeId });
-    for (const level of this.#shardLevels.get(shardId) ?? []) {
-      this.#sstables.remove({ level, shard_id });
-    }
-    this.#shardLevels.delete(shardId);
+    this.#shards.removeShard(shardId);
   }
 
   /**
    * Where a scrape reads every open shard's current memtable size (active plus immutable); the
    * engines' own reports come only with a rotation or a flush.
    */
-  setMemtableSource(source: () => Iterable<readonly [shard: number, bytes: number]>): void {
-    this.#memtableSource = source;
+  setMemtableSource(source: MemtableSource): void {
+    this.#shards.setMemtableSource(source);
   }
 
   /**
    * Where a scrape reads every open shard's tables per level (L0 first); it then names every
    * open shard, so lsm_sstable_count keeps only their series.
    */
-  setSstableSource(
-    source: () => Iterable<readonly [shard: number, perLevel: readonly number[]]>,
-  ): void {
-    this.#sstableSource = source;
+  setSstableSource(source: SstableSource): void {
+    this.#shards.setSstableSource(source);
+  }
+
+  /**
+   * Where a scrape reads swim_cluster_size once the node knows its cluster's members: the live
+   * SWIM members (alive or suspect) that are members of the cluster. null from the source (no
+   * cluster founded or joined yet), or no source: SWIM's own count of live members.
+   */
+  setClusterSizeSource(source: () => number | null): void {
+    this.#clusterSizeSource = source;
   }
 
   /** Called every Raft round of a shard: recorded here, exported at the next scrape. */
   setRaftState(shardId: number, nodeId: string, term: number, commitIndex: number): void {
-    const state = this.#raftState.get(shardId);
-    if (state === undefined) {
-      this.#raftState.set(shardId, { term, commit: commitIndex, nodeId, leaderChanges: 0 });
-    } else {
-      state.term = term;
-      state.commit = commitIndex;
-      state.nodeId = nodeId;
-    }
+    this.#shards.setRaftState(shardId, nodeId, term, commitIndex);
   }
 
   incLeaderChanges(shardId: number): void {
-    const state = this.#raftState.get(shardId);
-    if (state === undefined) {
-      this.#raftState.set(shardId, { term: 0, commit: 0, nodeId: this.nodeId, leaderChanges: 1 });
-    } else {
-      state.leaderChanges++;
-    }
+    this.#shards.incLeaderChanges(shardId);
   }
 
   /** The Raft driver handed one frame to the transport for `peer`. */
@@ -503,6 +422,44 @@ export class CairnMetrics {
 
   /** The text exposition (format 0.0.4); serve it with METRICS_CONTENT_TYPE. */
   async expose(): Promise<string> {
-    return this.registry.metrics();
+    return (await this.#pieces()).join("");
+  }
+
+  /**
+   * The same exposition as bytes, for the HTTP server. A string of the ~350 KB a node with 1,024
+   * shards exports goes to V8's large-object space, and making one (a join or a flatten) costs
+   * about 1 ms, a third of the contract's budget (§4.3: 1–5 ms); the pieces are written into one
+   * Buffer (outside V8's heap) instead.
+   */
+  async exposeBytes(): Promise<Buffer> {
+    const pieces = await this.#pieces();
+    let size = 0;
+    for (const piece of pieces) size += Buffer.byteLength(piece);
+    const bytes = Buffer.allocUnsafe(size);
+    let at = 0;
+    for (const piece of pieces) at += bytes.write(piece, at);
+    return bytes;
+  }
+
+  /**
+   * What Registry.metrics() writes (families joined by a blank line, a final newline), in
+   * pieces, the per-shard families' text taken from their cache instead of formatted anew.
+   */
+  async #pieces(): Promise<string[]> {
+    const metrics = this.registry.getMetricsAsArray();
+    const formatted = await Promise.all(
+      metrics.map((metric) =>
+        this.#fastText.has(metric.name) ? "" : this.registry.getSingleMetricAsString(metric.name),
+      ),
+    );
+    const pieces: string[] = [];
+    metrics.forEach((metric, i) => {
+      if (i > 0) pieces.push("\n\n");
+      const text = this.#fastText.get(metric.name);
+      if (text !== undefined) text(pieces);
+      else pieces.push(formatted[i] as string);
+    });
+    pieces.push("\n");
+    return pieces;
   }
 }

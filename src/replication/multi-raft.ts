@@ -236,6 +236,13 @@ export interface MultiRaftOptions {
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
   /**
+   * Single node only: the operator accepts the loss of the WAL (recovery.unsafe_accept_lost_wal).
+   * A WAL that is missing or empty, or that ends before what a shard's tables hold, is then
+   * started again after what the tables hold (reported in `acceptedLosses`) instead of refused
+   * with CAIRN_ERR_LOST_STATE. Default false.
+   */
+  readonly acceptLostWal?: boolean;
+  /**
    * Hands what this turn has framed for clients (answers) to the sockets now: called, with the
    * transport's flush(), right before the WAL blocks the thread on a write, so that answers
    * framed since the last turn do not wait for the write, and once the answers a round settles
@@ -371,6 +378,8 @@ export class MultiRaft {
   /** The LSM engines' shared resources; null when the engines come from options.openEngine. */
   readonly #env: LsmEnvironment | null;
   readonly #shards = new DenseMap<ShardReplica>();
+  /** What open() accepted to lose (acceptLostWal): the driver logs it at ERROR. */
+  readonly #acceptedLosses: AcceptedLoss[] = [];
   readonly #opening = new Map<number, Promise<ShardReplica>>();
   /** Messages for shards not known here to be replicated yet, by shard (see receive). */
   readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
@@ -463,9 +472,13 @@ export class MultiRaft {
     const transport = options.transport;
     const flushOutputs = options.flushOutputs;
     const walDir = options.walDir ?? join(options.dataDir, "wal");
+    const single = options.transport === undefined;
     const wal = await Wal.open(walDir, {
       ...options.wal,
       fs,
+      // Beside the WAL's directory: it says the WAL existed, should the directory be lost.
+      createdMarker: `${walDir}.created`,
+      acceptLoss: single && options.acceptLostWal === true,
       beforeBlockingWrite: () => {
         transport?.flush();
         flushOutputs?.();
@@ -485,7 +498,7 @@ export class MultiRaft {
     try {
       // A single node creates shard 0 at once (its health and metadata); in a cluster the
       // meta group is founded once, by one node (foundShard), and reaches the others by Raft.
-      const single = options.transport === undefined;
+      if (wal.lost) mr.#acceptedLosses.push({ shard: null, file: walDir, heldUpTo: 0, walUpTo: 0 });
       const owns = options.ownsShard ?? (() => true);
       const foreign = wal.shards().find((id) => !owns(id));
       if (foreign !== undefined) {
@@ -494,13 +507,25 @@ export class MultiRaft {
           `the WAL in ${walDir} holds shard ${foreign}, which this shard worker does not own: the data directory was written with another shard_workers`,
         );
       }
-      const known = [
-        ...new Set<number>([
-          ...(single ? [0] : []),
-          ...wal.shards(),
-          ...(await shardDirs(fs, options.dataDir)),
-        ]),
-      ].filter(owns);
+      const dirs = await shardDirs(fs, options.dataDir);
+      // A shard whose directory is gone while the WAL compacted its log (its tables held what
+      // the log dropped): its data is lost here. (A shard never flushed has no directory yet,
+      // and one whose log is whole is replayed from it.)
+      const present = new Set(dirs);
+      for (const id of wal.shards()) {
+        if (!owns(id) || present.has(id)) continue;
+        if (wal.firstIndex(id) > 1 || wal.snapshot(id) !== undefined) {
+          throw new LostShardError(
+            join(options.dataDir, "shards", String(id)),
+            id,
+            wal.firstIndex(id) - 1,
+            single,
+          );
+        }
+      }
+      const known = [...new Set<number>([...(single ? [0] : []), ...wal.shards(), ...dirs])].filter(
+        owns,
+      );
       const beyond = known.find((id) => id >= options.totalShards);
       if (beyond !== undefined) {
         throw new CairnError(
@@ -526,6 +551,14 @@ export class MultiRaft {
   /** The WAL's recovery report: what a crash cut off the end of the log, if anything. */
   get tornTail(): Wal["tornTail"] {
     return this.#wal.tornTail;
+  }
+
+  /**
+   * What open() started without because the operator accepted its loss (acceptLostWal): the
+   * WAL itself (`shard` null), or a shard's log that ended before what its tables hold.
+   */
+  get acceptedLosses(): readonly AcceptedLoss[] {
+    return this.#acceptedLosses;
   }
 
   /** The WAL's recovery report: commit indexes lowered to the last durable entry. */
@@ -1873,6 +1906,9 @@ export class MultiRaft {
     const lsm = await this.#openEngine(id, join(o.dataDir, "shards", String(id)));
     try {
       const sm = new KvStateMachine(lsm, { metaGroup: id === 0 });
+      if (o.transport === undefined && lsm.flushedSeq > this.#wal.lastIndex(id)) {
+        await this.#acceptLostLog(id, lsm.flushedSeq);
+      }
       const storage = new WalRaftStorage(this.#wal, id, sm.durableConf() ?? EMPTY_CONF);
       // New: nothing of the group is durable here. That includes a log with no hard state: the
       // first write of a group (its founding, or a follower's first append) carries its entries
@@ -2028,6 +2064,31 @@ export class MultiRaft {
     }
   }
 
+  /**
+   * A single node's shard whose tables hold entries up to `held` while its log ends before
+   * them: the log lost entries the node acknowledged (a WAL deleted, emptied, or replaced by an
+   * older copy). Refused with CAIRN_ERR_LOST_STATE; with acceptLostWal, the log starts again
+   * after what the tables hold (a snapshot mark at `held`, the term past any the log recorded),
+   * so new entries follow the applied ones: never an entry at an index already applied, which
+   * would be skipped with no outcome for its client.
+   */
+  async #acceptLostLog(id: number, held: number): Promise<void> {
+    const walUpTo = this.#wal.lastIndex(id);
+    if (this.#options.acceptLostWal !== true) {
+      throw new CairnError(
+        "CAIRN_ERR_LOST_STATE",
+        `shard ${id}'s tables (${join(this.#options.dataDir, "shards", String(id))}) hold log entries up to ${held}, but the WAL in ${this.#wal.dir} ends at ${walUpTo}: the WAL lost entries this node acknowledged (deleted, emptied, or replaced by an older copy), and the node does not start: restore the WAL, or accept the loss with recovery.unsafe_accept_lost_wal (docs/operations.md, "A lost WAL")`,
+      );
+    }
+    const t = Math.max(1, this.#wal.hardState(id)?.term ?? 0, this.#wal.snapshot(id)?.term ?? 0);
+    this.#wal.append([
+      { kind: "snapshot", shard: id, meta: { index: held, term: t, data: EMPTY } },
+      { kind: "hard-state", shard: id, state: { term: t, vote: null, commit: held } },
+    ]);
+    await this.#wal.sync();
+    this.#acceptedLosses.push({ shard: id, file: this.#wal.dir, heldUpTo: held, walUpTo });
+  }
+
   #replicasOf(id: number): readonly string[] {
     return this.#options.replicasOf?.(id) ?? [this.replicaId];
   }
@@ -2052,6 +2113,33 @@ export class MultiRaft {
       );
     }
     if (this.#closed) throw new ShuttingDownError();
+  }
+}
+
+/** What open() started without, the operator having accepted it (MultiRaftOptions.acceptLostWal). */
+export interface AcceptedLoss {
+  /** The shard whose log ended early; null: the whole WAL was missing or empty. */
+  readonly shard: number | null;
+  /** The WAL's directory. */
+  readonly file: string;
+  /** The shard's tables held entries up to this index ... */
+  readonly heldUpTo: number;
+  /** ... and its log ended here. */
+  readonly walUpTo: number;
+}
+
+/** A shard's directory is gone while the WAL no longer holds what its tables held. */
+export class LostShardError extends CairnError {
+  constructor(path: string, shard: number, compacted: number, single: boolean) {
+    super(
+      "CAIRN_ERR_LOST_STATE",
+      `shard ${shard}'s directory ${path} is missing, and the WAL dropped its entries up to ${compacted} once its tables held them: its data is lost on this node; ${
+        single
+          ? "restore the directory from a backup (this node holds the only copy)"
+          : 'its peers hold it: empty this node\'s data directory and start it again, to rejoin as a new incarnation that they refill (docs/operations.md, "Running a cluster")'
+      }`,
+    );
+    this.name = "LostShardError";
   }
 }
 

@@ -2,11 +2,41 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { keyOf, operations, seededRandom, zipfian } from "../../src/cli/bench-workload.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
+
+/** A TCP port nothing listens on: bound, read, closed. */
+async function closedPort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
+
+/** `cairn bench ARGS --output json`; `onStderr` sees the whole stderr so far at each chunk. */
+async function bench(
+  args: readonly string[],
+  onStderr: (err: string) => void = () => {},
+): Promise<{ code: number | null; out: string; err: string }> {
+  const proc = spawn(CAIRN, ["bench", ...args, "--output", "json"], {
+    cwd: ROOT,
+    env: cleanEnv(),
+  });
+  let out = "";
+  let err = "";
+  proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr.on("data", (d: Buffer) => {
+    err += d.toString();
+    onStderr(err);
+  });
+  const code = await new Promise<number | null>((r) => proc.once("close", r));
+  return { code, out, err };
+}
 
 describe("cairn bench", () => {
   it("runs a 3-second mixed workload; its JSON has nonzero throughput and no errors", async () => {
@@ -69,6 +99,70 @@ describe("cairn bench", () => {
       assert.ok(r.client_cpu_percent > 0);
       assert.match(err, /fill: 200 keys/);
       assert.match(err, /^run: /m, "plain progress lines when not a terminal");
+    } finally {
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("exits non-zero when every operation failed, even those that fail after the run's end", async () => {
+    // Nothing listens there; each of the 4 operations in flight fails only once its 3 s deadline
+    // passes, after the run ended: those failures were dropped, and it exited 0.
+    const dead = await closedPort();
+    const r = await bench([
+      "put",
+      "--endpoints",
+      `127.0.0.1:${dead}`,
+      "--timeout",
+      "3000",
+      "--duration",
+      "1",
+      "--warmup",
+      "0.5",
+      "--concurrency",
+      "4",
+      "--channels",
+      "1",
+    ]);
+    assert.notEqual(r.code, 0, r.err);
+    const result = JSON.parse(r.out) as { error_count: number; ops: number };
+    assert.equal(result.error_count, 4, "every operation issued failed, and is reported");
+    assert.equal(result.ops, 0);
+  });
+
+  it("exits non-zero and counts every error when the server dies mid-run", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-bench-"));
+    const server = await startServer({ dataDir: dir });
+    try {
+      const run = bench(
+        [
+          "put",
+          "--endpoints",
+          server.rpc,
+          "--timeout",
+          "1000",
+          "--duration",
+          "4",
+          "--warmup",
+          "0",
+          "--concurrency",
+          "4",
+          "--channels",
+          "1",
+        ],
+        // The server dies once the run has measured a second (its progress line says so).
+        (err) => {
+          if (/^run: .*\b1\/4 s/m.test(err) && server.proc.exitCode === null) {
+            server.proc.kill("SIGKILL");
+          }
+        },
+      );
+      const r = await run;
+      assert.notEqual(r.code, 0, r.err);
+      const result = JSON.parse(r.out) as { error_count: number; ops: number };
+      assert.ok(result.ops > 0, "operations succeeded before the server died");
+      assert.ok(result.error_count > 0, "the failures after it died are counted");
+      assert.match(r.err, /operations failed/);
     } finally {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });

@@ -295,6 +295,15 @@ describe("cairn errors and help", () => {
     assert.equal(cluster.code, 3);
   });
 
+  it("a value larger than the server takes: refused before anything was written, exit 2", async () => {
+    const big = Buffer.alloc(5 * 1024 * 1024, 0x61);
+    const put = await cairn(["put", "too-big", "-"], { stdin: big });
+    assert.equal(put.code, 2, put.err);
+    assert.match(put.err, /refused before anything was written/);
+    assert.doesNotMatch(put.err, /outcome unknown|may or may not/);
+    assert.equal((await cairn(["get", "too-big"])).code, 1, "nothing was written");
+  });
+
   it("exit 2 on bad arguments, naming the problem", async () => {
     const cases: [string[], RegExp][] = [
       [["put", "k"], /missing VALUE/],

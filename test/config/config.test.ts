@@ -335,7 +335,22 @@ describe("loadConfig", () => {
       "rpc-write-stall-timeout-ms",
       "seed-nodes",
       "shard-workers",
+      "unsafe-accept-lost-wal",
     ]);
+  });
+
+  it("refuses recovery.unsafe_accept_lost_wal in a cluster", () => {
+    assert.equal(
+      loadConfig({ flags: { "unsafe-accept-lost-wal": "true" } }).recovery.unsafe_accept_lost_wal,
+      true,
+    );
+    assert.throws(
+      () =>
+        loadConfig({
+          flags: { "unsafe-accept-lost-wal": "true", "seed-nodes": "127.0.0.1:7447" },
+        }),
+      /recovery\.unsafe_accept_lost_wal \(from flag --unsafe-accept-lost-wal\): applies to a single node only/,
+    );
   });
 });
 

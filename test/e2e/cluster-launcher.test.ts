@@ -24,6 +24,80 @@ describe("npm run cluster", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
+  it("says how to restart a node that died, and that command brings it back", async () => {
+    const rpcPort = await freePort("0.0.0.0");
+    let httpPort = await freePort("0.0.0.0");
+    while (Math.abs(httpPort - rpcPort) < 2) httpPort = await freePort("0.0.0.0");
+    const base = join(dir, "restart");
+    const launcher = spawn(
+      process.execPath,
+      [
+        join(ROOT, "scripts/cluster.ts"),
+        "--nodes",
+        "1",
+        "--base-dir",
+        base,
+        "--fresh",
+        "--rpc-port",
+        String(rpcPort),
+        "--http-base-port",
+        String(httpPort),
+        "--wait-ms",
+        "12000",
+      ],
+      { cwd: ROOT, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] },
+    );
+    const lines: string[] = [];
+    createInterface({ input: launcher.stdout }).on("line", (l) => lines.push(l));
+    const exited = new Promise<number | null>((resolve) =>
+      launcher.once("exit", (code) => resolve(code)),
+    );
+    let restarted: ReturnType<typeof spawn> | null = null;
+    try {
+      await eventually("the cluster is ready", async () => {
+        if (launcher.exitCode !== null) assert.fail(lines.join("\n"));
+        return lines.some((l) => l.startsWith("cluster ready: 1 node(s)"));
+      });
+      const http = /^n1\s+rpc \S+\s+http http:\/\/(\S+)/.exec(
+        lines.find((l) => l.startsWith("n1 ")) ?? "",
+      )?.[1];
+      assert.ok(http !== undefined, lines.join("\n"));
+      await fetch(`http://${http}/health/quick`); // a request, so the node has served one
+      process.kill(Number(readFileSync(join(base, "n1.pid"), "utf8")), "SIGKILL");
+      let hint = "";
+      await eventually("the launcher says how to restart n1", async () => {
+        hint =
+          /restart it .*: (.+ serve)$/.exec(
+            lines.find((l) => l.includes("restart it")) ?? "",
+          )?.[1] ?? "";
+        return hint !== "";
+      });
+      restarted = spawn("sh", ["-c", `exec ${hint}`], {
+        cwd: ROOT,
+        env: cleanEnv(),
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let log = "";
+      restarted.stdout?.on("data", (d: Buffer) => (log += d.toString()));
+      restarted.stderr?.on("data", (d: Buffer) => (log += d.toString()));
+      await eventually("the restarted n1 answers /health/quick with 200", async () => {
+        if (restarted?.exitCode !== null) assert.fail(`${hint}\n${log}`);
+        return fetch(`http://${http}/health/quick`).then(
+          (r) => r.status === 200,
+          () => false,
+        );
+      });
+    } finally {
+      if (restarted !== null && restarted.exitCode === null) {
+        const gone = new Promise((r) => restarted?.once("exit", r));
+        restarted.kill("SIGTERM");
+        await gone;
+      }
+      if (launcher.exitCode === null) launcher.kill("SIGTERM");
+      await exited;
+    }
+  });
+
   it("starts 3 nodes that see each other, and stops them all with exit code 0", async () => {
     const rpcPort = await freePort("0.0.0.0");
     let httpPort = await freePort("0.0.0.0");

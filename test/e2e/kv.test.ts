@@ -134,6 +134,10 @@ for (const [setting, env] of [
         ["Scan", { start: b("b"), end: b("a") }, /start must sort before end/],
         ["Scan", { limit: 10_001 }, /at most 10000/],
         ["Scan", { page_token: b("garbage") }, /page_token/],
+        // Enum values the schema does not define are refused, not read as the default.
+        ["Get", { key: b("guarded"), consistency: 7 }, /consistency is 7/],
+        ["Get", { key: b("guarded"), consistency: 0xffffffff }, /consistency is -1/],
+        ["Scan", { consistency: 7 }, /consistency is 7/],
       ];
       for (const [method, req, message] of cases) {
         const err = grpcError(await c.call(c.kv, method, req).catch((e: unknown) => e));
@@ -146,6 +150,18 @@ for (const [setting, env] of [
       }
       const got = await c.call(c.kv, "Get", { key: b("guarded") });
       assert.equal((got["value"] as Buffer).toString(), "original");
+      // The client's mistakes are counted as `invalid`, not as the server's `error`.
+      const metrics = await (await fetch(`http://${server.http}/metrics`)).text();
+      const count = (status: string): number =>
+        [
+          ...metrics.matchAll(
+            new RegExp(`^kv_requests_total\\{[^}]*status="${status}"\\} (\\S+)$`, "gm"),
+          ),
+        ]
+          .map((m) => Number(m[1]))
+          .reduce((a, x) => a + x, 0);
+      assert.equal(count("error"), 0, "no request counted as the server's error");
+      assert.ok(count("invalid") >= cases.length, `${count("invalid")} invalid requests counted`);
     });
 
     it("scans in key order across shards, by range, prefix and pages", async () => {

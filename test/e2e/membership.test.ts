@@ -4,11 +4,18 @@
  * whose total_shards differs is refused and stops.
  */
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { type ServerProcess, startServer } from "../support/server-process.ts";
+import {
+  CAIRN,
+  cleanEnv,
+  ROOT,
+  type ServerProcess,
+  startServer,
+} from "../support/server-process.ts";
 
 let dir: string;
 
@@ -77,6 +84,35 @@ describe("membership in the node, end to end", () => {
       );
       assert.equal(await metric(a, "swim_cluster_size"), 1);
       assert.equal(await metric(a, "swim_failed_members_total"), 1);
+    } finally {
+      await b?.stop("SIGKILL");
+      await a.stop();
+    }
+  });
+
+  it("shows a gracefully stopped member as left, not dead, in /health and cairn cluster", async () => {
+    const a = await startServer({ dataDir: join(dir, "a2"), args: ["--node-id", "a"] });
+    let b: ServerProcess | null = null;
+    try {
+      b = await startServer({
+        dataDir: join(dir, "b2"),
+        args: ["--node-id", "b", "--seed-nodes", a.rpc],
+      });
+      await eventually("a sees b alive", async () =>
+        (await members(a)).some((m) => m.id === "b" && m.state === "alive"),
+      );
+      assert.deepEqual(await b.stop("SIGTERM"), { code: 0, signal: null });
+      await eventually("a shows b as left", async () =>
+        (await members(a)).some((m) => m.id === "b" && m.state === "left"),
+      );
+      const cluster = spawnSync(CAIRN, ["cluster", "--endpoints", a.rpc], {
+        cwd: ROOT,
+        env: cleanEnv(),
+        encoding: "utf8",
+      });
+      assert.equal(cluster.status, 0, cluster.stderr);
+      assert.match(cluster.stdout, /^\s*b\tleft\t/m);
+      assert.equal(await metric(a, "swim_failed_members_total"), 0, "leaving is not failing");
     } finally {
       await b?.stop("SIGKILL");
       await a.stop();

@@ -101,7 +101,9 @@ describe("operators' HTTP interface, end to end", () => {
           )
           .reduce((a, s) => a + s.value, 0);
       assert.ok(count("kv_requests_total", { operation: "put", status: "success" }) >= 20);
-      assert.equal(count("kv_requests_total", { operation: "put", status: "error" }), 1);
+      // The empty key is the client's mistake (invalid), not the server's error.
+      assert.equal(count("kv_requests_total", { operation: "put", status: "invalid" }), 1);
+      assert.equal(count("kv_requests_total", { operation: "put", status: "error" }), 0);
       assert.equal(
         count("kv_request_duration_ms_count", {
           operation: "get",

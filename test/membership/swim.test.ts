@@ -139,6 +139,53 @@ describe("SWIM core", () => {
     assert.match(theirs?.message ?? "", /this node has 128, a at a\.test:7447 has 1024/);
   });
 
+  it("reports two live members with one id, once each member", () => {
+    const net = new TinyNet(4);
+    net.add("a");
+    net.add("b", 1024, "dup").join(["a.test:7447"]);
+    net.add("c", 1024, "dup").join(["a.test:7447", "d.test:7447"]);
+    net.add("d").join(["a.test:7447"]);
+    net.flush();
+    // Each refutes the other's claim as the drivers' periodic exchanges with the seeds carry it.
+    for (let round = 0; round < 3; round++) {
+      for (const name of ["b", "c"]) net.get(name).pushPull("a.test:7447");
+      net.flush();
+      net.tick(10);
+    }
+    const reports = [...net.errors].flatMap(([name, errors]) =>
+      errors.filter((e) => e.code === "CAIRN_ERR_DUPLICATE_NODE_ID").map((e) => ({ name, e })),
+    );
+    assert.ok(reports.length > 0, "nobody reported the duplicate id");
+    for (const { name, e } of reports) {
+      assert.match(
+        e.message,
+        /node id dup is used by two live nodes, (one|this one) at [bc]\.test:7447 and another at [bc]\.test:7447/,
+      );
+      // Once per member.
+      assert.equal(reports.filter((r) => r.name === name).length, 1, name);
+    }
+  });
+
+  it("takes a record of its own id at another address, refuted once, for a previous life", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    swim.handle("b.test:7447", {
+      type: "push-pull",
+      from: memberId("b"),
+      totalShards: 1024,
+      reply: true,
+      join: false,
+      first: true,
+      records: [
+        {
+          meta: { ...metaOf("old"), id: memberId("a") },
+          state: "alive",
+          incarnation: incarnation(3),
+        },
+      ],
+    });
+    assert.deepEqual(swim.takeReady().errors, []);
+  });
+
   it("does not answer a ping meant for another member id", () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
     swim.handle("b.test:7447", {

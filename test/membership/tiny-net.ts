@@ -10,6 +10,7 @@ import {
   type MemberEvent,
   memberId,
   type MemberMeta,
+  type DuplicateNodeIdError,
   type ShardCountMismatchError,
   Swim,
   type SwimConfig,
@@ -27,7 +28,7 @@ export function metaOf(name: string, totalShards = 1024): MemberMeta {
 export class TinyNet {
   readonly members = new Map<string, Swim>();
   readonly events = new Map<string, MemberEvent[]>();
-  readonly errors = new Map<string, ShardCountMismatchError[]>();
+  readonly errors = new Map<string, (ShardCountMismatchError | DuplicateNodeIdError)[]>();
   readonly crashed = new Set<string>();
   /** Return true to drop the datagram. */
   drop: (from: string, to: string) => boolean = () => false;
@@ -39,9 +40,10 @@ export class TinyNet {
     this.#config = config;
   }
 
-  add(name: string, totalShards = 1024): Swim {
+  /** Adds member `name` at `<name>.test:7447`, with node id `id` (default: its name). */
+  add(name: string, totalShards = 1024, id = name): Swim {
     const swim = new Swim({
-      self: metaOf(name, totalShards),
+      self: { ...metaOf(name, totalShards), id: memberId(id) },
       rng: seededRng(this.#seed++),
       config: this.#config,
     });

@@ -21,7 +21,7 @@ describe("native addon", () => {
   it("is built and loaded wherever a C compiler is (unless CAIRN_NO_NATIVE=1)", (t) => {
     if (process.env.CAIRN_NO_NATIVE === "1") return t.skip("CAIRN_NO_NATIVE=1");
     if (!hasCompiler()) return t.skip("no C compiler: SSTables are read with pread");
-    assert.notEqual(mapFile, undefined, "npm install should have run scripts/build-native.ts");
+    assert.notEqual(mapFile, undefined, "npm install should have run scripts/build-native.mjs");
   });
 
   it("maps a file read-only; a view outlives the descriptor and the file's name", (t) => {

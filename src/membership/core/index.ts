@@ -39,6 +39,7 @@ export {
   MembershipConfigError,
   type MemberState,
   type MemberView,
+  DuplicateNodeIdError,
   ShardCountMismatchError,
   type SwimConfig,
   type Ticks,

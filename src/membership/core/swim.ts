@@ -66,6 +66,7 @@ import {
 } from "./codec.ts";
 import {
   DEFAULT_SWIM_CONFIG,
+  DuplicateNodeIdError,
   incarnation,
   MAX_INCARNATION,
   MembershipConfigError,
@@ -94,8 +95,11 @@ export interface Ready {
   readonly messages: readonly Outgoing[];
   /** Membership changes, in the order they happened. */
   readonly events: readonly MemberEvent[];
-  /** Refusals on either side of a `total_shards` mismatch; the driver logs them. */
-  readonly errors: readonly ShardCountMismatchError[];
+  /**
+   * Refusals on either side of a `total_shards` mismatch, and another live node claiming this
+   * one's id; the driver logs them.
+   */
+  readonly errors: readonly (ShardCountMismatchError | DuplicateNodeIdError)[];
 }
 
 interface Suspicion {
@@ -116,6 +120,8 @@ interface Entry {
   incarnation: Incarnation;
   stateChangedAt: Ticks;
   suspicion: Suspicion | null;
+  /** The RPC address its metadata had before the last change (a duplicate id flips back). */
+  formerAddr?: string;
 }
 
 interface Probe {
@@ -172,7 +178,14 @@ export class Swim {
 
   #messages: Outgoing[] = [];
   #events: MemberEvent[] = [];
-  #errors: ShardCountMismatchError[] = [];
+  #errors: (ShardCountMismatchError | DuplicateNodeIdError)[] = [];
+  /**
+   * Per other address claiming this node's id: how often this node refuted it. A second refute
+   * means the claimant answered the first (a live duplicate), reported once (#errors).
+   */
+  readonly #claims = new Map<string, number>();
+  /** Other ids found claimed by two live nodes, reported once each. */
+  readonly #duplicates = new Set<MemberId>();
 
   constructor(options: SwimOptions) {
     const config = { ...DEFAULT_SWIM_CONFIG, ...options.config };
@@ -680,6 +693,7 @@ export class Swim {
         u.incarnation > this.#incarnation ||
         (u.incarnation === this.#incarnation && !sameMeta(u.meta, this.#self))
       ) {
+        if (u.meta.rpcAddr !== this.#self.rpcAddr) this.#noticeClaim(u.meta.rpcAddr);
         this.#refute(u.incarnation);
       }
       return;
@@ -703,6 +717,15 @@ export class Swim {
     if (u.incarnation <= e.incarnation) return;
     const previous = e.state;
     const metaChanged = !sameMeta(u.meta, e.meta);
+    if (u.meta.rpcAddr !== e.meta.rpcAddr) {
+      // Back to the address it had before the last change: two live nodes share this id (a
+      // node that moved does not come back to its old address at once).
+      if (u.meta.rpcAddr === e.formerAddr && !this.#duplicates.has(id)) {
+        this.#duplicates.add(id);
+        this.#errors.push(new DuplicateNodeIdError(id, null, e.meta.rpcAddr, u.meta.rpcAddr));
+      }
+      e.formerAddr = e.meta.rpcAddr;
+    }
     e.meta = u.meta;
     e.incarnation = u.incarnation;
     this.#setState(id, e, "alive");
@@ -789,6 +812,17 @@ export class Swim {
     const next = Math.min(Math.max(this.#incarnation, heard) + 1, MAX_INCARNATION);
     this.#incarnation = incarnation(next);
     this.#broadcasts.enqueue(this.#aliveSelf());
+  }
+
+  /** Another address claims this node's id at an incarnation this node must outbid. */
+  #noticeClaim(addr: string): void {
+    const refuted = (this.#claims.get(addr) ?? 0) + 1;
+    this.#claims.set(addr, refuted);
+    if (refuted === 2) {
+      this.#errors.push(
+        new DuplicateNodeIdError(this.#self.id, "this one", this.#self.rpcAddr, addr),
+      );
+    }
   }
 
   #setState(id: MemberId, e: Entry, state: MemberState): void {

@@ -126,6 +126,27 @@ export class ShardCountMismatchError extends CairnError {
   }
 }
 
+/**
+ * Two live nodes claim one node id: this node sees another address claim its own id again after
+ * it refuted the claim (a stale record of its previous address is refuted once and never comes
+ * back), or sees another member's address flip back to the one it had before. Reported (logged
+ * at ERROR), never thrown: which of the two is the real member is the meta group's to say
+ * (src/node/cluster.ts, checkRejoin).
+ */
+export class DuplicateNodeIdError extends CairnError {
+  readonly peer: string;
+
+  /** `self`: "this one" when the id is this node's own, else null. */
+  constructor(id: string, self: "this one" | null, first: string, second: string) {
+    super(
+      "CAIRN_ERR_DUPLICATE_NODE_ID",
+      `node id ${id} is used by two live nodes, ${self === null ? "one" : self} at ${first} and another at ${second}: node ids must be unique; stop one of them or start it with another --node-id`,
+    );
+    this.name = "DuplicateNodeIdError";
+    this.peer = second;
+  }
+}
+
 /** Throws MembershipConfigError unless every field is a sane positive integer. */
 export function validateSwimConfig(config: SwimConfig): void {
   for (const [key, value] of Object.entries(config)) {

@@ -1,4 +1,4 @@
-export { Wal } from "./wal.ts";
+export { LostWalError, Wal } from "./wal.ts";
 export type {
   ClampedCommit,
   TornTail,

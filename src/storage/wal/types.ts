@@ -90,6 +90,19 @@ export interface WalOptions {
    */
   readonly beforeBlockingWrite?: () => void;
   /**
+   * A file outside the WAL's directory that records that this WAL was created (the driver keeps
+   * it beside the directory: `<data_dir>/wal.created`). Written durably once the WAL holds a
+   * segment. When it exists and the directory holds no segment with a header (deleted, or
+   * emptied), the WAL was lost with everything it held: open throws CAIRN_ERR_LOST_STATE naming
+   * the directory, writing no segment, unless `acceptLoss`. Default: none (no such check).
+   */
+  readonly createdMarker?: string;
+  /**
+   * The operator accepts a lost WAL (recovery.unsafe_accept_lost_wal): open starts a new one and
+   * reports it in `Wal.lost`.
+   */
+  readonly acceptLoss?: boolean;
+  /**
    * Planted bugs, for checking that the deterministic simulation finds them. Never set in
    * production.
    */

@@ -2,7 +2,7 @@
  * The node-wide write-ahead log: one sequence of segment files shared by every shard.
  * See README.md for the concept, the format and the caveats.
  */
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { CairnError, DenseMap, clearArray } from "../../common/index.ts";
 import {
   CorruptionError,
@@ -174,6 +174,11 @@ export class Wal {
    * so those entries were never counted towards a quorum from here; the driver logs these.
    */
   readonly clampedCommits: readonly ClampedCommit[];
+  /**
+   * Set when the WAL was lost (its `createdMarker` exists, its segments do not) and open started
+   * a new one because the operator accepted the loss (`acceptLoss`): what it held is gone.
+   */
+  readonly lost: boolean;
 
   readonly #fs: FileSystem;
   readonly #segmentBytes: number;
@@ -249,8 +254,10 @@ export class Wal {
     segmentSize: number,
     tornTail: TornTail | undefined,
     clampedCommits: readonly ClampedCommit[],
+    lost: boolean,
   ) {
     this.dir = dir;
+    this.lost = lost;
     this.#fs = options.fs ?? nodeFileSystem;
     this.#segmentBytes = options.segmentBytes ?? DEFAULT_SEGMENT_BYTES;
     this.#preallocate = options.preallocate ?? true;
@@ -309,6 +316,11 @@ export class Wal {
       }
       if (isLast) lastSize = valid;
     }
+    // No segment with a header: a new WAL, or a lost one if it was created before.
+    const lost =
+      (segments.length === 0 || (segments.length === 1 && lastSize < SEGMENT_HEADER_BYTES)) &&
+      (await markerExists(fs, options.createdMarker));
+    if (lost && options.acceptLoss !== true) throw new LostWalError(dir, options.createdMarker);
     for (const [id, log] of shards) {
       if (log.holeBelow !== 0) {
         throw new CorruptionError(
@@ -346,7 +358,7 @@ export class Wal {
     } else {
       handle = await fs.open((last as Segment).path, WRITE_FLAGS);
     }
-    const wal = new Wal(dir, options, segments, handle, lastSize, tornTail, clampedCommits);
+    const wal = new Wal(dir, options, segments, handle, lastSize, tornTail, clampedCommits, lost);
     for (const [id, log] of shards) {
       wal.#shards.set(id, log);
       wal.#memoryBytes += log.bytes;
@@ -365,6 +377,7 @@ export class Wal {
       await fs.fsyncDir(dir);
       wal.#segmentSize = head.length;
     }
+    if (options.createdMarker !== undefined) await writeMarker(fs, options.createdMarker);
     return wal;
   }
 
@@ -632,9 +645,17 @@ export class Wal {
   }
 
   #failureError(): CairnError {
+    const cause = this.#failure as { code?: unknown; message?: unknown } | undefined;
+    const what =
+      cause?.code === "ENOSPC"
+        ? "no space left on device (the disk is full)"
+        : typeof cause?.message === "string"
+          ? cause.message
+          : String(cause);
+    const file = this.#segments.at(-1)?.path ?? this.dir;
     return new CairnError(
       "CAIRN_ERR_WAL_FAILED",
-      "WAL write or sync failed earlier; restart the node to recover from disk",
+      `WAL write or sync to ${file} failed: ${what}; the node must restart to recover from disk`,
       { cause: this.#failure },
     );
   }
@@ -908,6 +929,43 @@ export class Wal {
       this.#segmentDeleteFailures++;
     }
   }
+}
+
+/** The WAL it should find is gone: its directory holds no segment with a header. */
+export class LostWalError extends CairnError {
+  constructor(dir: string, marker: string | undefined) {
+    super(
+      "CAIRN_ERR_LOST_STATE",
+      `the WAL in ${dir} is missing or empty, but this data directory had one (${marker ?? "its marker"} exists): the writes it held, acknowledged to clients, are lost, and the node does not start: restore the WAL, or (a single node) accept the loss with recovery.unsafe_accept_lost_wal, or (a cluster member) empty the data directory and start again, to rejoin and be refilled by its peers (docs/operations.md, "A lost WAL")`,
+    );
+    this.name = "LostWalError";
+  }
+}
+
+/** Whether the WAL's created marker exists (false without one). */
+async function markerExists(fs: FileSystem, marker: string | undefined): Promise<boolean> {
+  if (marker === undefined) return false;
+  try {
+    await fs.readFile(marker);
+    return true;
+  } catch (err) {
+    if ((err as { code?: unknown }).code === "ENOENT") return false;
+    throw err;
+  }
+}
+
+/** Writes the WAL's created marker durably, if it is not there yet. */
+async function writeMarker(fs: FileSystem, marker: string): Promise<void> {
+  if (await markerExists(fs, marker)) return;
+  const handle = await fs.open(marker, { create: true, truncate: true });
+  try {
+    const text = Buffer.from("this WAL was created; if it is missing, it was lost\n");
+    await handle.write(text, 0, text.length, 0);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await fs.fsyncDir(dirname(marker));
 }
 
 const ZEROS = Buffer.alloc(64 * 1024);

@@ -9,13 +9,20 @@
  * node reads SSTables with pread instead of mapping them and computes CRC32C in JavaScript
  * (src/common/native.ts), so a failed build warns and exits 0 — unless CAIRN_REQUIRE_NATIVE=1, which makes it fail (CI sets
  * nothing; the test suite checks the addon loads on machines with a compiler).
+ *
+ * Plain JavaScript, unlike the rest of Cairn: the install script runs on whatever Node.js runs
+ * npm, and a production install (`npm ci --omit=dev`) does not install the pinned Node.js 24
+ * (a dev dependency), so this may run on an older Node.js without type stripping (Node 20 on
+ * Debian). test/install.test.ts runs it on such a Node.js when the machine has one.
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, renameSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
 
-const root = join(import.meta.dirname, "..");
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const out = join(root, "native", "build", "cairn_native.node");
 
 try {
@@ -43,11 +50,11 @@ try {
   );
   // Renamed into place: a node running from this checkout never loads a half-written file.
   renameSync(tmp, out);
-  console.log(`cairn: built ${out}`);
+  process.stdout.write(`cairn: built ${out}\n`);
 } catch (cause) {
   const why = cause instanceof Error ? cause.message.split("\n")[0] : String(cause);
-  console.warn(
-    `cairn: the native addon was not built (${why}); tables will be read with pread and checksummed in JavaScript, slower but correct`,
+  process.stderr.write(
+    `cairn: the native addon was not built (${why}); tables will be read with pread and checksummed in JavaScript, slower but correct\n`,
   );
   if (process.env.CAIRN_REQUIRE_NATIVE === "1") process.exit(1);
 }

@@ -1,0 +1,164 @@
+/**
+ * The KV service's handlers called directly, over a store double: how each outcome is counted in
+ * kv_requests_total (the client's mistakes apart from the server's faults), that unknown enum
+ * values are refused, and that INTERNAL answers are logged.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { type ServiceError, status } from "@grpc/grpc-js";
+import { InternalErrorLog } from "../../src/api/errors.ts";
+import { kvService } from "../../src/api/kv-service.ts";
+import type { KvStore } from "../../src/api/store.ts";
+import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
+import { samples } from "../ops/prom-text.ts";
+
+const LIMITS = { maxKeyBytes: 8, maxValueBytes: 16 };
+const b = (s: string): Buffer => Buffer.from(s);
+
+/** A store that holds one key, "k" at version 3/1, and whose reads of "boom" fail. */
+function store(): KvStore & { gets: boolean[] } {
+  const gets: boolean[] = [];
+  const current = { index: 3, term: 1 };
+  return {
+    gets,
+    put: (_key, _value, expected) => {
+      if (expected !== undefined && expected.index !== current.index) {
+        return Promise.resolve({ type: "precondition-failed", current });
+      }
+      return Promise.resolve({ type: "written", version: current });
+    },
+    delete: () => Promise.resolve({ type: "not-found" }),
+    get: (key, linearizable) => {
+      gets.push(linearizable);
+      if (Buffer.from(key).toString() === "boom") return Promise.reject(new Error("disk on fire"));
+      return Promise.resolve(null);
+    },
+    scan: () => Promise.resolve({ items: [], more: false }),
+  } as KvStore & { gets: boolean[] };
+}
+
+interface Harness {
+  call(method: string, request: Record<string, unknown>): Promise<ServiceError | null>;
+  counts(): Promise<Map<string, number>>;
+  lines: Record<string, unknown>[];
+  store: ReturnType<typeof store>;
+}
+
+function harness(): Harness {
+  const metrics = new CairnMetrics({ nodeId: "n1" });
+  const lines: Record<string, unknown>[] = [];
+  const log = createLogger({
+    level: "info",
+    sink: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) },
+  });
+  const s = store();
+  const impl = kvService(s, metrics, LIMITS, undefined, log) as Record<
+    string,
+    (call: unknown, cb: (err: ServiceError | null) => void) => void
+  >;
+  return {
+    lines,
+    store: s,
+    call: (method, request) =>
+      new Promise((resolve) => {
+        const fn = impl[method];
+        assert.ok(fn !== undefined, method);
+        fn({ request }, (err) => resolve(err));
+      }),
+    counts: async () => {
+      const out = new Map<string, number>();
+      for (const x of samples(await metrics.expose())) {
+        if (x.name !== "kv_requests_total" || x.value === 0) continue;
+        out.set(`${x.labels["operation"]}/${x.labels["status"]}`, x.value);
+      }
+      return out;
+    },
+  };
+}
+
+const GET = { key: b("k"), consistency: "LINEARIZABLE" };
+const SCAN = {
+  start: Buffer.alloc(0),
+  end: Buffer.alloc(0),
+  prefix: Buffer.alloc(0),
+  page_token: Buffer.alloc(0),
+  limit: 0,
+  consistency: "LINEARIZABLE",
+};
+
+describe("KV service", () => {
+  it("counts the client's mistakes as invalid or conflict, never as the server's error", async () => {
+    const h = harness();
+    // A CAS conflict, an over-long key, a reversed scan (issue 51, item 10).
+    const cas = await h.call("Put", {
+      key: b("k"),
+      value: b("v"),
+      expected_version: { index: 9, term: 1 },
+    });
+    assert.equal(cas?.code, status.FAILED_PRECONDITION);
+    assert.equal((await h.call("Put", { key: b("much-too-long"), value: b("v") }))?.code, 3);
+    assert.equal((await h.call("Scan", { ...SCAN, start: b("b"), end: b("a") }))?.code, 3);
+    assert.equal((await h.call("Get", GET))?.code, undefined);
+    assert.deepEqual(
+      await h.counts(),
+      new Map([
+        ["put/conflict", 1],
+        ["put/invalid", 1],
+        ["scan/invalid", 1],
+        ["get/success", 1],
+      ]),
+    );
+    // A fault of the server is an error.
+    assert.equal((await h.call("Get", { ...GET, key: b("boom") }))?.code, status.INTERNAL);
+    assert.equal((await h.counts()).get("get/error"), 1);
+  });
+
+  it("refuses an enum value the schema does not define (consistency 7, 0xffffffff)", async () => {
+    const h = harness();
+    // proto-loader (enums: String) hands an undefined value over as its number.
+    for (const consistency of [7, -1, 0xffffffff]) {
+      const get = await h.call("Get", { ...GET, consistency });
+      assert.equal(get?.code, status.INVALID_ARGUMENT, `Get consistency ${consistency}`);
+      assert.match(
+        get?.details ?? "",
+        /consistency is -?\d+; it must be one of LINEARIZABLE, SERIALIZABLE/,
+      );
+      const scan = await h.call("Scan", { ...SCAN, consistency });
+      assert.equal(scan?.code, status.INVALID_ARGUMENT, `Scan consistency ${consistency}`);
+    }
+    assert.deepEqual(h.store.gets, [], "nothing was read");
+    assert.equal((await h.call("Get", { ...GET, consistency: "SERIALIZABLE" }))?.code, undefined);
+    assert.deepEqual(h.store.gets, [false]);
+  });
+
+  it("logs each INTERNAL answer at ERROR with its code, and nothing for a client's mistake", async () => {
+    const h = harness();
+    await h.call("Put", { key: b("much-too-long"), value: b("v") });
+    assert.equal(h.lines.length, 0);
+    const err = await h.call("Get", { ...GET, key: b("boom") });
+    assert.equal(err?.code, status.INTERNAL);
+    assert.equal(h.lines.length, 1);
+    const line = h.lines[0] as { level: string; fields: Record<string, unknown> };
+    assert.equal(line.level, "ERROR");
+    assert.equal(line.fields["code"], "CAIRN_ERR_INTERNAL");
+    assert.equal(line.fields["method"], "get");
+    assert.match(JSON.stringify(line.fields["err"]), /disk on fire/);
+  });
+
+  it("rate-limits those lines and says how many it left out", () => {
+    const lines: Record<string, unknown>[] = [];
+    const log = createLogger({
+      sink: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) },
+    });
+    let now = 0;
+    const internal = new InternalErrorLog(log, { perWindow: 2, windowMs: 1000, now: () => now });
+    const answer = { code: status.INTERNAL };
+    for (let i = 0; i < 5; i++) internal.maybeLog("put", new Error(`e${i}`), answer);
+    internal.maybeLog("put", new Error("not internal"), { code: status.UNAVAILABLE });
+    assert.equal(lines.length, 2);
+    now = 1000;
+    internal.maybeLog("put", new Error("later"), answer);
+    assert.equal(lines.length, 3);
+    assert.equal((lines[2] as { fields: Record<string, unknown> }).fields["not_logged_before"], 3);
+  });
+});

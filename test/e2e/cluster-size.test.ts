@@ -1,0 +1,45 @@
+/**
+ * swim_cluster_size counts the cluster's members: a node that gossips with them without being
+ * one (started after the founding, so never admitted) is not counted by the members.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { eventually, LocalCluster } from "../support/cluster-process.ts";
+
+async function gauge(http: string, name: string): Promise<number> {
+  const text = await (await fetch(`http://${http}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+  return Number(line?.split(" ")[1]);
+}
+
+describe("swim_cluster_size (real processes)", () => {
+  it(
+    "counts the members, not a node that only gossips with them",
+    { timeout: 120_000 },
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-size-"));
+      // Four addresses; the first three found the cluster (bootstrap_expect 3), n4 comes later.
+      const cluster = await LocalCluster.create(dir, 4);
+      try {
+        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
+        await cluster.ready();
+        await cluster.start("n4");
+        const n1 = cluster.node("n1").server;
+        assert.ok(n1 !== null);
+        await eventually("n1 gossips with n4", async () => {
+          const report = (await (await fetch(`http://${n1.http}/health`)).json()) as {
+            nodes: { id: string; state: string }[];
+          };
+          return report.nodes.some((m) => m.id === "n4" && m.state === "alive");
+        });
+        assert.equal(await gauge(n1.http, "swim_cluster_size"), 3);
+      } finally {
+        await cluster.killAll();
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});

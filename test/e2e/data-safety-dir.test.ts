@@ -1,0 +1,102 @@
+/**
+ * The data directory's identity and errors that name their cause (issue 51, items 5 and 8), on
+ * real processes: a directory written with one cluster.total_shards refuses another, naming
+ * both; a data_dir that is a file, under a file, or on a read-only file system exits 1 with
+ * CAIRN_ERR_DATA_DIR naming data_dir, the path and the real cause.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { startExpectingExit } from "../support/failed-start.ts";
+import { connect } from "../support/grpc-client.ts";
+import { startServer } from "../support/server-process.ts";
+import { mountTmpfs, remount, tmpfsSkip, unmount } from "../support/tmpfs.ts";
+
+let root: string;
+const mounts: string[] = [];
+
+describe("the data directory", () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "cairn-e2e-dir-"));
+  });
+  after(async () => {
+    for (const m of mounts) unmount(m);
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it("refuses another cluster.total_shards than it was written with, naming both", async () => {
+    const dir = await mkdtemp(join(root, "d-"));
+    const keys = Array.from({ length: 10 }, (_, i) => `key-${i}`);
+    const first = await startServer({ dataDir: dir, env: { CAIRN_CLUSTER_TOTAL_SHARDS: "16" } });
+    const c = connect(first.rpc);
+    try {
+      for (const k of keys)
+        await c.call(c.kv, "Put", { key: Buffer.from(k), value: Buffer.from(k) });
+    } finally {
+      c.close();
+      await first.stop();
+    }
+    const refused = await startExpectingExit({
+      dataDir: dir,
+      env: { CAIRN_CLUSTER_TOTAL_SHARDS: "32" },
+    });
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.errorCode, "CAIRN_ERR_SHARD_COUNT_MISMATCH");
+    assert.match(
+      refused.stderr,
+      new RegExp(
+        `data directory ${dir} was written with cluster.total_shards 16, but cluster.total_shards is 32`,
+      ),
+    );
+    // With the number it was written with, every key is there.
+    const again = await startServer({ dataDir: dir, env: { CAIRN_CLUSTER_TOTAL_SHARDS: "16" } });
+    const c2 = connect(again.rpc);
+    try {
+      for (const k of keys) {
+        const got = await c2.call(c2.kv, "Get", { key: Buffer.from(k) });
+        assert.equal((got["value"] as Buffer).toString(), k);
+      }
+    } finally {
+      c2.close();
+      await again.stop();
+    }
+  });
+
+  it("names a data_dir that is a file", async () => {
+    const file = join(root, "a-file");
+    await writeFile(file, "not a directory\n");
+    const refused = await startExpectingExit({ dataDir: file });
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.errorCode, "CAIRN_ERR_DATA_DIR");
+    assert.match(
+      refused.stderr,
+      new RegExp(`data_dir ${file} is not a directory \\(it is a file\\)`),
+    );
+  });
+
+  it("names a data_dir under a file", async () => {
+    const file = join(root, "another-file");
+    await writeFile(file, "not a directory\n");
+    const refused = await startExpectingExit({ dataDir: join(file, "data") });
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.errorCode, "CAIRN_ERR_DATA_DIR");
+    assert.match(refused.stderr, new RegExp(`data_dir ${file}/data: .*a path component is a file`));
+  });
+
+  it("names a read-only data_dir, new or written before", { skip: tmpfsSkip }, async () => {
+    const mount = mountTmpfs("8m");
+    mounts.push(mount);
+    const written = join(mount, "written");
+    const server = await startServer({ dataDir: written });
+    await server.stop();
+    remount(mount, "ro");
+    for (const dir of [written, join(mount, "new")]) {
+      const refused = await startExpectingExit({ dataDir: dir });
+      assert.equal(refused.code, 1, refused.stderr);
+      assert.equal(refused.errorCode, "CAIRN_ERR_DATA_DIR", refused.lines.join("\n"));
+      assert.match(refused.stderr, new RegExp(`data_dir ${dir}: .*the file system is read-only`));
+    }
+  });
+});

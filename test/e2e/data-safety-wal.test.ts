@@ -1,0 +1,161 @@
+/**
+ * A node that cannot prove its data is whole refuses to start (issue 51, items 2 and 4), on real
+ * processes: a single node whose WAL was deleted, emptied, or replaced by an older copy while
+ * its tables hold more, or whose shard directory was removed after the WAL dropped what it
+ * held, exits 1 with CAIRN_ERR_LOST_STATE naming the file. With the documented recovery flag
+ * (single node) it starts from what the tables hold, logs the loss at ERROR, and serves writes
+ * again (never `entry N applied without an outcome`), its health consistent.
+ */
+import assert from "node:assert/strict";
+import { cp, mkdtemp, readdir, rm, truncate } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { type FailedStart, startExpectingExit } from "../support/failed-start.ts";
+import { type Clients, connect } from "../support/grpc-client.ts";
+import { type ServerProcess, startServer } from "../support/server-process.ts";
+
+// Four shards, so each holds a few keys; values of 2 KiB, so 40 keys fill a 64 KiB memtable.
+const ENV = { CAIRN_CLUSTER_TOTAL_SHARDS: "4", CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB" };
+const VALUE = "v".repeat(2048);
+let root: string;
+
+async function withServer<T>(
+  dir: string,
+  fn: (c: Clients, s: ServerProcess) => Promise<T>,
+  args: readonly string[] = [],
+): Promise<T> {
+  const server = await startServer({ dataDir: dir, env: ENV, args });
+  const c = connect(server.rpc);
+  try {
+    return await fn(c, server);
+  } finally {
+    c.close();
+    assert.equal((await server.stop()).code, 0);
+  }
+}
+
+async function put(c: Clients, keys: readonly string[]): Promise<void> {
+  for (const k of keys)
+    await c.call(c.kv, "Put", { key: Buffer.from(k), value: Buffer.from(VALUE) });
+}
+
+/** Flushes every shard's memtable into tables and compacts the WAL behind them. */
+async function snapshotAll(c: Clients): Promise<void> {
+  for (let id = 0; id < 4; id++) {
+    await c.call(c.admin, "SnapshotShard", { shard_id: id }).catch((err: { details?: string }) => {
+      // A shard no key reached holds no data.
+      if (!String(err.details).includes("not active")) throw err;
+    });
+  }
+}
+
+const keys = (prefix: string, n: number): string[] =>
+  Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
+
+function assertLost(failed: FailedStart, pattern: RegExp): void {
+  assert.equal(failed.code, 1, failed.stderr);
+  assert.equal(failed.errorCode, "CAIRN_ERR_LOST_STATE", failed.lines.join("\n"));
+  assert.match(failed.stderr, pattern);
+}
+
+/** A directory with tables (flushed keys `a-*`) and keys only in the WAL (`b-*`). */
+async function written(): Promise<string> {
+  const dir = await mkdtemp(join(root, "d-"));
+  await withServer(dir, async (c) => {
+    await put(c, keys("a", 40));
+    await snapshotAll(c);
+    await put(c, keys("b", 5));
+  });
+  return dir;
+}
+
+describe("a single node's lost WAL or shard directory", () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "cairn-e2e-wal-"));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it("refuses a deleted WAL, then starts with the recovery flag from what the tables hold", async () => {
+    const dir = await written();
+    await rm(join(dir, "wal"), { recursive: true });
+    assertLost(
+      await startExpectingExit({ dataDir: dir, env: ENV }),
+      new RegExp(`the WAL in ${dir}/wal is missing or empty`),
+    );
+    // Refused again: the refusal changed nothing.
+    assertLost(await startExpectingExit({ dataDir: dir, env: ENV }), /missing or empty/);
+
+    await withServer(
+      dir,
+      async (c, server) => {
+        assert.ok(
+          server.lines.some(
+            (l) => l.includes('"level":"ERROR"') && l.includes("accepted the loss"),
+          ),
+          server.lines.join("\n"),
+        );
+        // What the tables hold is served; what only the WAL held is gone, as accepted.
+        for (const k of keys("a", 40)) {
+          const got = await c.call(c.kv, "Get", { key: Buffer.from(k) });
+          assert.equal((got["value"] as Buffer).length, VALUE.length, k);
+        }
+        // Writes work again: no entry at an index the tables already applied.
+        await put(c, [...keys("a", 40), ...keys("c", 10)]);
+        const health = (await (await fetch(`http://${server.http}/health`)).json()) as {
+          status: string;
+          shards: { last_applied: number; commit_index: number }[];
+        };
+        assert.equal(health.status, "healthy");
+        for (const s of health.shards) assert.ok(s.last_applied <= s.commit_index);
+      },
+      ["--unsafe-accept-lost-wal", "true"],
+    );
+    // Whole again: it starts without the flag, with every key written since.
+    await withServer(dir, async (c) => {
+      for (const k of keys("c", 10)) await c.call(c.kv, "Get", { key: Buffer.from(k) });
+    });
+  });
+
+  it("refuses an emptied WAL", async () => {
+    const dir = await written();
+    for (const name of await readdir(join(dir, "wal"))) await truncate(join(dir, "wal", name), 0);
+    assertLost(
+      await startExpectingExit({ dataDir: dir, env: ENV }),
+      new RegExp(`the WAL in ${dir}/wal is missing or empty`),
+    );
+  });
+
+  it("refuses a WAL that ends before what the tables hold (an older copy)", async () => {
+    const dir = await mkdtemp(join(root, "d-"));
+    await withServer(dir, (c) => put(c, keys("a", 5)));
+    await cp(join(dir, "wal"), join(root, "old-wal"), { recursive: true });
+    await withServer(dir, async (c) => {
+      await put(c, keys("b", 40));
+      await snapshotAll(c);
+    });
+    await rm(join(dir, "wal"), { recursive: true });
+    await cp(join(root, "old-wal"), join(dir, "wal"), { recursive: true });
+    assertLost(
+      await startExpectingExit({ dataDir: dir, env: ENV }),
+      new RegExp(
+        `shard \\d+'s tables \\(${dir}/shards/\\d+\\) hold log entries up to \\d+, but the WAL in ${dir}/wal ends at \\d+`,
+      ),
+    );
+  });
+
+  it("refuses a removed shard directory whose entries the WAL dropped", async () => {
+    const dir = await written();
+    const [shard] = await readdir(join(dir, "shards"));
+    assert.ok(shard !== undefined);
+    await rm(join(dir, "shards", shard), { recursive: true });
+    assertLost(
+      await startExpectingExit({ dataDir: dir, env: ENV }),
+      new RegExp(
+        `shard ${shard}'s directory ${dir}/shards/${shard} is missing, .*restore the directory from a backup`,
+      ),
+    );
+  });
+});

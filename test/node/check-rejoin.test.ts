@@ -1,0 +1,55 @@
+/**
+ * A rejoin (a member's new incarnation) is refused while the incarnation the meta group records
+ * for that member still answers at its address (src/node/cluster.ts, checkRejoin): a node
+ * started with a live member's id must not evict it (issue 51, item 6). A member that is down is
+ * replaced as before, and a restart's own incarnation or a retired one are the meta group's to
+ * judge.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { type MetaMember, MetaState } from "../../src/cluster/index.ts";
+import { checkRejoin } from "../../src/node/cluster.ts";
+
+function member(id: string, incarnation: string): MetaMember {
+  return { id, rpcAddr: `${id}.example:7447`, httpAddr: `${id}.example:8080`, incarnation };
+}
+
+const state = MetaState.empty().apply({
+  op: "bootstrap",
+  clusterId: "c-1",
+  totalShards: 16,
+  replicationFactor: 3,
+  members: [member("n1", "i1"), member("n2", "i2"), member("n3", "i3")],
+}).state;
+
+const rejoin = (incarnation: string) => ({ op: "rejoin", id: "n2", incarnation }) as const;
+
+describe("checkRejoin", () => {
+  it("refuses a new incarnation of a member whose recorded one answers", async () => {
+    const asked: string[] = [];
+    await assert.rejects(
+      checkRejoin(state, rejoin("other"), (address) => {
+        asked.push(address);
+        return Promise.resolve({ incarnation: "i2" });
+      }),
+      {
+        code: "CAIRN_ERR_DUPLICATE_NODE_ID",
+        message:
+          /node id n2 belongs to a live member at n2\.example:7447 \(data directory incarnation i2\)/,
+      },
+    );
+    assert.deepEqual(asked, ["n2.example:7447"]);
+  });
+
+  it("lets a member that does not answer (or answers as another) be replaced", async () => {
+    await checkRejoin(state, rejoin("other"), () => Promise.resolve(undefined));
+    await checkRejoin(state, rejoin("other"), () => Promise.resolve({ incarnation: "zzz" }));
+  });
+
+  it("asks nothing for the recorded incarnation itself, or for other commands", async () => {
+    const never = (): never => assert.fail("probed");
+    await checkRejoin(state, rejoin("i2"), never);
+    await checkRejoin(null, rejoin("other"), never);
+    await checkRejoin(state, { op: "set-member", member: member("n4", "i4") }, never);
+  });
+});
