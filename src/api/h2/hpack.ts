@@ -385,16 +385,26 @@ export function encodeHeaders(fields: readonly (readonly [string, string])[]): B
       parts.push(0x88);
       continue;
     }
-    const index = STATIC_NAME_INDEX.get(name);
-    if (index === undefined) {
-      parts.push(0x00);
-      pushString(parts, name);
-    } else {
-      pushInt(parts, 0x00, 4, index);
-    }
-    pushString(parts, value);
+    pushLiteral(parts, name, value, false);
   }
   return Buffer.from(parts);
+}
+
+/**
+ * A literal field (RFC 7541 §6.2): with incremental indexing (§6.2.1) or without (§6.2.2), its
+ * name from the static table where it has it.
+ */
+function pushLiteral(out: number[], name: string, value: string, indexed: boolean): void {
+  const index = STATIC_NAME_INDEX.get(name);
+  if (index === undefined) {
+    out.push(indexed ? 0x40 : 0x00);
+    pushString(out, name);
+  } else if (indexed) {
+    pushInt(out, 0x40, 6, index);
+  } else {
+    pushInt(out, 0x00, 4, index);
+  }
+  pushString(out, value);
 }
 
 function pushInt(out: number[], flags: number, prefixBits: number, value: number): void {
@@ -509,14 +519,7 @@ export class HpackEncoder {
         }
         const size = name.length + value.length + ENTRY_OVERHEAD;
         if (size <= this.#limit) {
-          const index = STATIC_NAME_INDEX.get(name);
-          if (index === undefined) {
-            parts.push(0x40);
-            pushString(parts, name);
-          } else {
-            pushInt(parts, 0x40, 6, index);
-          }
-          pushString(parts, value);
+          pushLiteral(parts, name, value, true);
           this.#evict(size);
           this.#entries.push(id);
           this.#size += size;
@@ -524,14 +527,7 @@ export class HpackEncoder {
           continue;
         }
       }
-      const index = STATIC_NAME_INDEX.get(name);
-      if (index === undefined) {
-        parts.push(0x00);
-        pushString(parts, name);
-      } else {
-        pushInt(parts, 0x00, 4, index);
-      }
-      pushString(parts, value);
+      pushLiteral(parts, name, value, false);
     }
     return Buffer.from(parts);
   }
