@@ -261,7 +261,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_RESETS_PER_SECOND",
     flag: "rpc-max-resets-per-second",
     expect: "must be an integer between 0 and 1000000",
-    doc: "Streams one connection may reset a second, in bursts of as many (its own RST_STREAMs and the malformed requests it makes the node reset); past it the connection ends (GOAWAY ENHANCE_YOUR_CALM: Rapid Reset, CVE-2023-44487). 0: no limit.",
+    doc: "Streams one connection may reset a second, in bursts of as many (its own RST_STREAMs, the malformed requests it makes the node reset, and the streams it opens past rpc.max_concurrent_streams); past it the connection ends (GOAWAY ENHANCE_YOUR_CALM: Rapid Reset, CVE-2023-44487). 0: no limit.",
   },
   {
     key: "rpc.max_connection_output_bytes",
