@@ -48,6 +48,7 @@ import {
   inflateMessage,
   invalidTimeoutDetails,
   MessageReader,
+  MessageSizeGuard,
   RESPONSE_FIELDS,
   statusFields,
   unaryFramed,
@@ -569,9 +570,12 @@ export function serveFrontEnd(
     return out;
   }
 
-  function proxy(stream: ServerStream): void {
+  function proxy(stream: ServerStream, maxReceive: number): void {
     // What the client sends is credited back as it is passed upstream: its pace is upstream's.
     stream.autoCredit = false;
+    // The main thread's server takes the peers' raised limit for every method: a client's
+    // message is held to the method's own limit here, before it is passed on.
+    const guard = new MessageSizeGuard(maxReceive);
     let up: ClientHttp2Stream;
     try {
       up = upstreamSession(upstreamAddress(stream)).request(requestHeaders(stream.headers));
@@ -604,6 +608,16 @@ export function serveFrontEnd(
     stream.onData = (chunk) => {
       if (up.closed || up.writableEnded) {
         stream.consumed(chunk.length);
+        return;
+      }
+      try {
+        guard.check(chunk);
+      } catch (err) {
+        const wire = err as WireError;
+        up.close(NGHTTP2_CANCEL);
+        stream.consumed(chunk.length);
+        if (stream.headersSent) stream.reset(ErrorCode.CANCEL);
+        else respondStatus(stream, wire.code, wire.message, null);
         return;
       }
       up.write(chunk, () => stream.consumed(chunk.length));
@@ -677,7 +691,7 @@ export function serveFrontEnd(
     } else if (method.unary) {
       unary(stream, method.index, method.maxReceive);
     } else if (!rawStream(stream, method.index, method.maxReceive)) {
-      proxy(stream);
+      proxy(stream, method.maxReceive);
     }
   }
 

@@ -324,3 +324,47 @@ export class MessageReader {
     return length;
   }
 }
+
+/**
+ * Checks the length prefixes of a request's messages as its DATA passes through (a proxied
+ * streaming call), holding no message: only the up to five bytes of a prefix split across
+ * chunks. What a message announces over `max` is refused before its bytes are sent on.
+ */
+export class MessageSizeGuard {
+  readonly #max: number;
+  /** Bytes of the current message's body still to pass; -1 while its prefix is read. */
+  #bodyLeft = -1;
+  readonly #prefix = Buffer.alloc(5);
+  #prefixAt = 0;
+
+  constructor(max: number) {
+    this.#max = max;
+  }
+
+  /** Throws WireError (RESOURCE_EXHAUSTED) when `chunk` starts a message larger than the limit. */
+  check(chunk: Buffer): void {
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.#bodyLeft > 0) {
+        const n = Math.min(this.#bodyLeft, chunk.length - at);
+        this.#bodyLeft -= n;
+        at += n;
+        continue;
+      }
+      const n = Math.min(5 - this.#prefixAt, chunk.length - at);
+      chunk.copy(this.#prefix, this.#prefixAt, at, at + n);
+      this.#prefixAt += n;
+      at += n;
+      if (this.#prefixAt < 5) return;
+      this.#prefixAt = 0;
+      const length = this.#prefix.readUInt32BE(1);
+      if (length > this.#max) {
+        throw new WireError(
+          status.RESOURCE_EXHAUSTED,
+          `Received message larger than max (${length} vs. ${this.#max})`,
+        );
+      }
+      this.#bodyLeft = length;
+    }
+  }
+}

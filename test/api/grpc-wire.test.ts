@@ -9,6 +9,7 @@ import {
   frame,
   headerPairs,
   MessageReader,
+  MessageSizeGuard,
   statusFields,
   unaryMessage,
   WireError,
@@ -212,5 +213,35 @@ describe("gRPC wire (I/O threads)", () => {
     const out: string[] = [];
     zipped.push(Buffer.concat([prefix, body]), (m) => out.push(m.toString()));
     assert.deepEqual(out, ["hello"]);
+  });
+
+  it("guards the messages a proxied stream passes on, in any split, by their prefixes alone", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: 0, max: 12 }), { minLength: 1, maxLength: 6 }),
+        fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1, maxLength: 10 }),
+        (sizes, cuts) => {
+          const data = Buffer.concat(sizes.map((n) => frame(new Uint8Array(n))));
+          const guard = new MessageSizeGuard(10);
+          const over = sizes.findIndex((n) => n > 10);
+          // The prefix of the first message over the limit ends at this byte.
+          const limitAt =
+            over < 0 ? Infinity : sizes.slice(0, over).reduce((a, n) => a + 5 + n, 0) + 5;
+          let at = 0;
+          let i = 0;
+          while (at < data.length) {
+            const end = Math.min(data.length, at + (cuts[i++ % cuts.length] as number));
+            if (end >= limitAt) {
+              const err = wireError(() => guard.check(data.subarray(at, end)));
+              assert.equal(err.code, status.RESOURCE_EXHAUSTED);
+              return;
+            }
+            guard.check(data.subarray(at, end));
+            at = end;
+          }
+          assert.equal(over, -1, "a message over the limit passed");
+        },
+      ),
+    );
   });
 });

@@ -17,14 +17,16 @@ import { type Frame, parseFrames, PREFACE, rawFrame } from "./h2-frames.ts";
 
 export const UNARY = "/test.Limits/Unary";
 export const PEER_UNARY = "/cairn.v1.Raft/ProposeMeta";
+/** A server-streaming method: the front end proxies it to the main thread's server. */
+export const STREAMING = "/test.Limits/Watch";
 
 const bytes = (b: Buffer): Buffer => b;
 
-function unaryDef(path: string): ServiceDefinition[string] {
+function unaryDef(path: string, responseStream = false): ServiceDefinition[string] {
   return {
     path,
     requestStream: false,
-    responseStream: false,
+    responseStream,
     requestSerialize: bytes,
     requestDeserialize: bytes,
     responseSerialize: bytes,
@@ -74,6 +76,7 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
   };
   table.add({ Unary: unaryDef(UNARY) }, { Unary: handler as never });
   table.add({ ProposeMeta: unaryDef(PEER_UNARY) }, { ProposeMeta: handler as never });
+  table.add({ Watch: unaryDef(STREAMING, true) }, { Watch: (() => undefined) as never });
   const threads = new IoThreads({
     count: options.ioThreads ?? 0,
     host: "127.0.0.1",

@@ -20,6 +20,7 @@ import {
   requestBlock,
   startFrontEnd,
   status,
+  STREAMING,
   type TestFrontEnd,
   UNARY,
   unaryCall,
@@ -224,6 +225,19 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
       assert.equal((await client.outcome(1)).grpcStatus, status.RESOURCE_EXHAUSTED);
       client.send(unaryCall(3, requestBlock(PEER_UNARY, [["cairn-peer", "node-2"]]), big));
       assert.equal((await client.outcome(3)).grpcStatus, status.OK);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("holds a proxied streaming call's message to the client limit, not the peers' (RESOURCE_EXHAUSTED)", async () => {
+    const client = await RawClient.open(fe.port);
+    try {
+      // The prefix announces 64 KiB (over the client limit of 1 KiB, under the peers' 1 MiB).
+      const prefix = Buffer.from([0, 0, 1, 0, 0]);
+      client.send(unaryCall(1, requestBlock(STREAMING), Buffer.concat([prefix, Buffer.alloc(64)])));
+      const outcome = await client.outcome(1);
+      assert.equal(outcome.grpcStatus, status.RESOURCE_EXHAUSTED);
     } finally {
       client.close();
     }
