@@ -110,6 +110,14 @@ function sendOkTrailers(stream: ServerStream): void {
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
 /** A proxied stream stops reading its upstream while this much waits for the client's window. */
 const PROXY_HIGH_WATER = 1 << 20;
+
+/** Unary calls waiting to run in this thread, as parallel arrays (not an object per call). */
+interface Held {
+  ids: number[];
+  methods: number[];
+  deadlines: number[];
+  messages: Buffer[];
+}
 /**
  * The memory node:http2 lets a proxied connection to this node's own server hold (its
  * maxSessionMemory, in MiB): far above what its streams' windows let in flight, but bounded.
@@ -283,20 +291,56 @@ export function serveFrontEnd(
   let readyDeadlines: number[] = [];
   let readyMessages: Buffer[] = [];
 
+  /**
+   * Calls of a connection whose output is backlogged (a client that does not read its answers),
+   * held until it has room: with the front end in this thread a call is answered as it runs, so
+   * a read of a thousand pipelined Gets would otherwise run them all, and frame every answer,
+   * before the output bound is looked at.
+   */
+  const held = new Map<ServerConnection, Held>();
+
   function dispatchReady(): void {
     if (readyIds.length === 0 || direct === undefined) return;
-    const ids = readyIds;
-    const methodsOf = readyMethods;
-    const deadlines = readyDeadlines;
-    const messages = readyMessages;
+    const calls: Held = {
+      ids: readyIds,
+      methods: readyMethods,
+      deadlines: readyDeadlines,
+      messages: readyMessages,
+    };
     readyIds = [];
     readyMethods = [];
     readyDeadlines = [];
     readyMessages = [];
+    runCalls(calls);
+  }
+
+  /** A backlogged connection has room again: its held calls run, as far as it keeps room. */
+  function onOutputRoom(connection: ServerConnection): void {
+    const calls = held.get(connection);
+    if (calls === undefined) return;
+    held.delete(connection);
+    runCalls(calls);
+  }
+
+  function runCalls(calls: Held): void {
+    if (direct === undefined) return;
+    const { ids, methods: methodsOf, deadlines, messages } = calls;
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i] as number;
       const stream = waiting.get(id);
       if (stream === undefined) continue; // reset before it was dispatched: never run
+      if (stream.connection.outputBacklogged) {
+        let hold = held.get(stream.connection);
+        if (hold === undefined) {
+          hold = { ids: [], methods: [], deadlines: [], messages: [] };
+          held.set(stream.connection, hold);
+        }
+        hold.ids.push(id);
+        hold.methods.push(methodsOf[i] as number);
+        hold.deadlines.push(deadlines[i] as number);
+        hold.messages.push(messages[i] as Buffer);
+        continue;
+      }
       direct.call(
         id,
         methodsOf[i] as number,
@@ -724,6 +768,7 @@ export function serveFrontEnd(
         onClose: () => {
           connections.delete(connection);
           idle.delete(connection);
+          held.delete(connection);
           if (connections.size === 0) onConnectionsClosed?.();
         },
         onError: (err) =>
@@ -735,6 +780,7 @@ export function serveFrontEnd(
         onLimit: (what) =>
           report({ code: "CAIRN_ERR_CONNECTION_LIMIT", peer: connection.peer, message: what }),
         onInputDone: dispatchReady,
+        onOutputRoom,
       },
       connectionOptions,
     );

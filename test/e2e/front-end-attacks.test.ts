@@ -407,18 +407,14 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
 
   it("SETTINGS frames on a connection with many open streams are processed quickly", async () => {
     await node.ensure();
-    // First (not measured) 20,000 requests opened and never ended: the server keeps as many as
-    // it allows open (and refuses the rest).
+    // First (not measured) as many requests as the server allows opened and never ended (a
+    // client that keeps opening streams past the limit is cut off: the next test).
     const client = await RawH2Client.open(node.port);
     try {
       const block = encodeBlock(grpcRequest(PUT));
-      for (let k = 0; k < 20_000; k += 1000) {
-        const batch: Buffer[] = [];
-        for (let j = k; j < k + 1000; j++) {
-          batch.push(frame(T.HEADERS, F.END_HEADERS, 2 * j + 1, block));
-        }
-        await client.write(Buffer.concat(batch), ANSWER_MS);
-      }
+      const batch: Buffer[] = [];
+      for (let j = 0; j < 1000; j++) batch.push(frame(T.HEADERS, F.END_HEADERS, 2 * j + 1, block));
+      await client.write(Buffer.concat(batch), ANSWER_MS);
       assert.ok(await client.roundTrip(1, 30_000), "the streams are open");
       const open = [...client.streams.values()].filter((x) => x.rst === null).length;
       // Then, measured, 3,000 SETTINGS frames, none of them changing INITIAL_WINDOW_SIZE.
@@ -434,6 +430,32 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
     } finally {
       client.destroy();
     }
+  });
+
+  it("streams opened past the limit again and again: GOAWAY ENHANCE_YOUR_CALM", async () => {
+    await node.ensure();
+    const { result, report } = await probeDuring(node, RSS_CEILING_MIB, async () => {
+      const client = await RawH2Client.open(node.port);
+      try {
+        // 20,000 requests never ended: past the 1,000 open, each is refused, and each refusal
+        // spends the connection's reset budget (rpc.max_resets_per_second).
+        const block = encodeBlock(grpcRequest(PUT));
+        for (let k = 0; k < 20_000 && client.goAway === null && !client.closed; k += 1000) {
+          const batch: Buffer[] = [];
+          for (let j = k; j < k + 1000; j++) {
+            batch.push(frame(T.HEADERS, F.END_HEADERS, 2 * j + 1, block));
+          }
+          await client.write(Buffer.concat(batch), ANSWER_MS);
+        }
+        await client.waitFor(() => client.goAway !== null, 10_000);
+        return { goAway: client.goAway };
+      } finally {
+        client.destroy();
+      }
+    });
+    assert.ok(result.goAway !== null, "a GOAWAY");
+    assert.equal(result.goAway.code, E.ENHANCE_YOUR_CALM, "GOAWAY ENHANCE_YOUR_CALM");
+    await assertUnharmed(node, report, BOUNDS);
   });
 
   it("gzip bombs (6 KB gzip → 6 MiB): refused with RESOURCE_EXHAUSTED, other clients unaffected", async () => {

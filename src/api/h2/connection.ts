@@ -140,6 +140,8 @@ export interface ConnectionHandler {
   onLimit?(what: string): void;
   /** Every frame of a read from the socket has been handled. */
   onInputDone?(): void;
+  /** The connection's output is no longer backlogged (ConnectionCore.outputBacklogged). */
+  onOutputRoom?(connection: ServerConnection): void;
 }
 
 /** How many ranges of skipped stream ids a connection remembers (ServerConnection). */
@@ -192,6 +194,10 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
 
   protected override inputDone(): void {
     this.#handler.onInputDone?.();
+  }
+
+  protected override outputRoom(): void {
+    this.#handler.onOutputRoom?.(this);
   }
 
   /**

@@ -251,6 +251,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
   readonly #writeStallTimeoutMs: number;
   /** Reading is paused until the socket's output drains (the peer does not read). */
   #outputPaused = false;
+  /** Bytes framed since the last write to the socket (what `#output` and `#outBuf` hold). */
+  #framedBytes = 0;
   /** Each destroys the socket when it fires: the handshake, a write stall, the GOAWAY's grace. */
   #handshakeTimer: NodeJS.Timeout | null = null;
   #stallTimer: NodeJS.Timeout | null = null;
@@ -412,6 +414,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected inputDone(): void {}
   /** The peer went past a limit (`what`): the connection ends (GOAWAY, or destroyed). */
   protected limitExceeded(_what: string): void {}
+  /** The output is no longer backlogged (`outputBacklogged`): held work may go on. */
+  protected outputRoom(): void {}
 
   // ── input ────────────────────────────────────────────────────────────────────────────────
 
@@ -974,6 +978,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
   #frame(type: number, flags: number, streamId: number, payload: Uint8Array): void {
     if (this.#closed || this.#ending) return;
     const length = payload.length;
+    this.#framedBytes += FRAME_HEADER + length;
     const copied = length <= COPY_MAX_BYTES;
     const need = FRAME_HEADER + (copied ? length : 0);
     let buf = this.#outBuf;
@@ -1031,13 +1036,30 @@ export abstract class ConnectionCore<S extends CoreStream> {
 
   #flushOutput(): void {
     this.#outputScheduled = false;
+    this.#framedBytes = 0;
     this.#sealOutput();
     const out = this.#output;
     if (out.length === 0 || this.socket.destroyed) return;
     this.#output = [];
     this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out));
-    if (this.#maxOutputBytes > 0) this.#checkOutput();
+    if (this.#maxOutputBytes > 0) {
+      this.#checkOutput();
+      if (!this.#outputPaused && !this.socket.destroyed) this.outputRoom();
+    }
     this.outputFlushed();
+  }
+
+  /**
+   * Whether this side's output waits on the peer: what this turn framed and what the socket
+   * holds unsent are past a quarter of maxOutputBytes (the bound at which reading pauses). An
+   * owner holds new work for the connection meanwhile, until `outputRoom`.
+   */
+  get outputBacklogged(): boolean {
+    return (
+      this.#maxOutputBytes > 0 &&
+      (this.#outputPaused ||
+        this.socket.writableLength + this.#framedBytes > this.#maxOutputBytes / 4)
+    );
   }
 
   /**
@@ -1070,6 +1092,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (this.#stallTimer !== null) clearTimeout(this.#stallTimer);
     this.#stallTimer = null;
     if (!this.#failed) this.socket.resume();
+    this.outputRoom();
   }
 
   #onSocketClose(): void {
