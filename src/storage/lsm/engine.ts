@@ -3,10 +3,10 @@
  * docs/storage.md for the file formats.
  */
 import { existsSync } from "node:fs";
-import { mkdir, readdir, unlink } from "node:fs/promises";
+import { copyFile, mkdir, open, readdir, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
-import { CorruptionError } from "../common/index.ts";
+import { CorruptionError, fsyncDir } from "../common/index.ts";
 import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
 import { BLOCK_BYTES, ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
@@ -230,9 +230,27 @@ export class LsmEngine implements BudgetMember {
     // write to each of its shards opens one). The directory is made with its first table
     // (#dirMade); until then nothing of the engine is on disk.
     const fresh = !existsSync(dir);
-    const { state, current } = fresh
-      ? { state: emptyState(), current: undefined }
+    const { state, current, tail } = fresh
+      ? { state: emptyState(), current: undefined, tail: undefined }
       : await Manifest.load(dir);
+    // Tables no edit read names, when an edit after them was not read: any could be what that
+    // edit added (a table's number, allocated before its edit, does not tell).
+    const named = new Set(state.levels.flat().map((f) => f.number));
+    const unaccounted =
+      tail === undefined
+        ? []
+        : (await readdir(dir))
+            .filter((n) => /^\d+\.sst$/.test(n) && !named.has(Number(n.slice(0, -4))))
+            .sort();
+    if (tail?.kind === "damaged") {
+      throw new CorruptionError(
+        join(dir, current ?? "CURRENT"),
+        tail.offset,
+        `last manifest record damaged: written in full but its checksum fails, so its edit may ` +
+          `have been acknowledged (a crash leaves a partial record, not this); refusing to drop ` +
+          `it${unaccounted.length === 0 ? "" : `, or the table(s) it may add: ${unaccounted.join(", ")}`}`,
+      );
+    }
     const levels: Table[][] = [];
     if (fresh) {
       // Nothing to load, verify, clean up or compact: a node's first writes open up to a
@@ -260,6 +278,18 @@ export class LsmEngine implements BudgetMember {
       );
     }
     state.nextFileNumber = Math.max(state.nextFileNumber, 1);
+    // Numbers of kept-aside tables are not reused: their names stay unambiguous.
+    for (const n of unaccounted) {
+      state.nextFileNumber = Math.max(state.nextFileNumber, Number(n.slice(0, -4)) + 1);
+    }
+    // A torn tail: its edit was never acknowledged, so the tables it would have added are
+    // orphans, yet they and a copy of the torn manifest are kept aside (QUARANTINE_DIR), not
+    // deleted: a tail read as torn that was not is still recoverable by hand. Done before the
+    // fresh manifest replaces the torn one, so a crash in between repeats it on the next open.
+    const quarantined =
+      tail === undefined || current === undefined
+        ? []
+        : await quarantine(dir, current, unaccounted);
     // Without CURRENT nothing was durable: no table is live, and no manifest is needed until the
     // first edit (#appendEdit writes it).
     const manifest =
@@ -274,11 +304,18 @@ export class LsmEngine implements BudgetMember {
       if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
     }
     const engine = new LsmEngine(dir, env, options, manifest, state, levels, fresh);
+    engine.quarantined = quarantined;
     env.join(engine);
     engine.#reportLevels();
     engine.#maybeCompact();
     return engine;
   }
+
+  /**
+   * What this open moved into QUARANTINE_DIR (paths): the manifest whose torn tail it dropped and
+   * the tables that edit may have added. Empty on a clean open. The caller logs it.
+   */
+  quarantined: readonly string[] = [];
 
   /** Highest sequence contained in SSTables: replay the log above it after a restart. */
   get flushedSeq(): number {
@@ -1043,6 +1080,35 @@ interface PlannedTable {
   readonly smallest: string;
   readonly largest: string;
   readonly table: Table;
+}
+
+/** Where an open keeps what it could not account for, one folder per damaged manifest. */
+export const QUARANTINE_DIR = "quarantine";
+
+/**
+ * Copies `manifest` and moves `tables` (files of `dir`) into `dir/quarantine/<manifest>/`, and
+ * makes both durable. Returns the paths there.
+ */
+async function quarantine(
+  dir: string,
+  manifest: string,
+  tables: readonly string[],
+): Promise<string[]> {
+  const into = join(dir, QUARANTINE_DIR, manifest);
+  await mkdir(into, { recursive: true });
+  // The copy's data is synced here, its name by the directory syncs below.
+  await copyFile(join(dir, manifest), join(into, manifest));
+  const copy = await open(join(into, manifest), "r+");
+  try {
+    await copy.sync();
+  } finally {
+    await copy.close();
+  }
+  for (const name of tables) await rename(join(dir, name), join(into, name));
+  await fsyncDir(into);
+  await fsyncDir(join(dir, QUARANTINE_DIR));
+  await fsyncDir(dir);
+  return [manifest, ...tables].map((name) => join(into, name));
 }
 
 function plannedFiles(tables: readonly Table[]): PlannedTable[] {

@@ -6,6 +6,12 @@
  * holding one edit with the whole state is written, fsynced, its name made durable (a directory
  * fsync), and made live by writing `CURRENT.tmp`, fsyncing it, renaming it over `CURRENT` and
  * fsyncing the directory.
+ *
+ * A damaged record is read as a torn tail only when it is the file's last and partial: a crash
+ * during an append, which leaves a prefix of the record (or zeros), and whose edit was never
+ * acknowledged. A last record written in full with a bad checksum was acknowledged (or may have
+ * been): its edit may be what made a WAL compaction safe, so it is reported (`tail.kind`
+ * "damaged") for the engine to refuse, never dropped. See docs/storage.md, "Manifest recovery".
  */
 import { constants } from "node:fs";
 import { open, readFile } from "node:fs/promises";
@@ -125,16 +131,29 @@ function decodeEdit(json: string): VersionEdit {
 const TAIL_SCAN_BUDGET_BYTES = 16 * 1024 * 1024;
 
 /**
- * Parses a manifest file; a damaged record is tolerated only as the file's torn tail.
- * `scannedBytes` counts the bytes checksummed while looking for a valid record after damage.
+ * What follows a manifest's last valid record, if anything: a `torn` partial record (a crash
+ * during the append, never acknowledged: dropped), or a `damaged` one, whole but failing its
+ * checksum (written in full, so possibly acknowledged: the engine refuses to open).
+ */
+export interface ManifestTail {
+  readonly kind: "torn" | "damaged";
+  /** Where the record starts; the file's bytes from here on are not applied. */
+  readonly offset: number;
+}
+
+/**
+ * Parses a manifest file. A damaged record before a valid one is corruption (thrown); a damaged
+ * last record is reported in `tail`, not applied. `scannedBytes` counts the bytes checksummed
+ * while looking for a valid record after damage.
  */
 export function replayManifest(
   path: string,
   buf: Buffer,
-): { state: ManifestState; scannedBytes: number } {
+): { state: ManifestState; scannedBytes: number; tail?: ManifestTail } {
   const state = emptyState();
   let at = 0;
   let scannedBytes = 0;
+  let tail: ManifestTail | undefined;
   /**
    * Whether a record could start at `p`: its length fits the file and its body looks like the
    * JSON object every edit is ("{" first, "}" last). Cheap; only then is the checksum computed.
@@ -166,7 +185,8 @@ export function replayManifest(
           throw new CorruptionError(path, at, "manifest record checksum mismatch");
         }
       }
-      break; // torn tail: the edit was never acknowledged
+      tail = { kind: isWholeRecord(buf, at) ? "damaged" : "torn", offset: at };
+      break;
     }
     const len = buf.readUInt32LE(at);
     let edit: VersionEdit;
@@ -179,7 +199,26 @@ export function replayManifest(
     at += 8 + len;
   }
   if (at === 0) throw new CorruptionError(path, 0, "manifest holds no valid record");
-  return { state, scannedBytes };
+  return { state, scannedBytes, ...(tail === undefined ? {} : { tail }) };
+}
+
+/**
+ * Whether the damaged record at `at`, the file's last, was written in full: its length fits the
+ * file and its body is framed as an edit ("{" … "}") or ends exactly at the end of the file, or
+ * the rest of the file matches its checksum (a damaged length). An append cut by a crash leaves
+ * a prefix of its record, whose length runs past the end of the file, or zeros where the file
+ * grew but the data never landed: neither is whole.
+ */
+function isWholeRecord(buf: Buffer, at: number): boolean {
+  if (at + 8 > buf.length) return false;
+  const len = buf.readUInt32LE(at);
+  const end = at + 8 + len;
+  if (len >= 2 && end <= buf.length) {
+    if (end === buf.length) return true;
+    if (buf[at + 8] === 0x7b && buf[end - 1] === 0x7d) return true;
+  }
+  const rest = buf.length - at - 8;
+  return rest >= 2 && crc32c(buf, 0, at + 8, buf.length) === buf.readUInt32LE(at + 4);
 }
 
 /**
@@ -203,7 +242,9 @@ export class Manifest {
   }
 
   /** Reads the live manifest of `dir` (an empty state when there is none). */
-  static async load(dir: string): Promise<{ state: ManifestState; current: string | undefined }> {
+  static async load(
+    dir: string,
+  ): Promise<{ state: ManifestState; current: string | undefined; tail?: ManifestTail }> {
     let current: string;
     try {
       current = (await readFile(join(dir, "CURRENT"), "utf8")).trim();
@@ -223,7 +264,8 @@ export class Manifest {
     } catch (cause) {
       throw new CorruptionError(path, 0, "manifest named by CURRENT is missing", { cause });
     }
-    return { state: replayManifest(path, buf).state, current };
+    const { state, tail } = replayManifest(path, buf);
+    return { state, current, ...(tail === undefined ? {} : { tail }) };
   }
 
   /**
