@@ -160,9 +160,12 @@ describe("client retries", () => {
         delayMs: 30,
       })),
     );
-    const c = client(150);
-    // The connection first: its set-up on a loaded machine could take the whole 150 ms, leaving
-    // no room for a second attempt, which this test needs to see.
+    // A deadline of many attempts: the client starts no attempt with less than twice the last
+    // one's time left, and on a loaded machine (two test files at a time) an attempt refused
+    // after 30 ms can take 100 ms or more, so 150 ms saw only one attempt.
+    const c = client(1000);
+    // The connection first: its set-up on a loaded machine could take a good part of the
+    // deadline, leaving no room for a second attempt, which this test needs to see.
     await c.get("k7-warm-up", { timeoutMs: 10_000 });
     const err = await c.put("k7", "v").then(
       () => null,
