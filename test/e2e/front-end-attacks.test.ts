@@ -647,7 +647,10 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
       result.closed,
       `the server closed the connection (${result.calls} Gets of 1 MiB sent, flood ended: ${result.f.reason})`,
     );
-    await assertUnharmed(node, report, BOUNDS);
+    // The node reads and frames up to its output bound of 1 MiB answers before it stops: on a
+    // CI machine running two test files, that work alone reached 1–3 s of probe p99 (5.4 s
+    // before calls of a backlogged connection were held). 4 s still fails the unbounded case.
+    await assertUnharmed(node, report, { ...BOUNDS, p99Ms: 4000 });
   });
 
   for (const [what, bytes] of [
