@@ -153,6 +153,18 @@ export async function serve(argv: readonly string[]): Promise<number> {
   const failed = new Promise<unknown>((resolve) => {
     fatal = resolve;
   });
+  // Listen before starting: "node started" is logged before start() returns, and a SIGTERM sent
+  // on that line must drain the node, not kill it with the default action.
+  const signalled = new Promise<string>((resolve) => {
+    const onSignal = (signal: string): void => {
+      // A second signal while draining stops at once.
+      process.once("SIGINT", () => process.exit(1));
+      process.once("SIGTERM", () => process.exit(1));
+      resolve(signal);
+    };
+    process.once("SIGTERM", () => onSignal("SIGTERM"));
+    process.once("SIGINT", () => onSignal("SIGINT"));
+  });
   let node: CairnNode | ShardWorkersNode;
   try {
     node =
@@ -165,16 +177,6 @@ export async function serve(argv: readonly string[]): Promise<number> {
     process.stderr.write(`cairn serve: ${(err as Error).message}\n`);
     return 1;
   }
-  const signalled = new Promise<string>((resolve) => {
-    const onSignal = (signal: string): void => {
-      // A second signal while draining stops at once.
-      process.once("SIGINT", () => process.exit(1));
-      process.once("SIGTERM", () => process.exit(1));
-      resolve(signal);
-    };
-    process.once("SIGTERM", () => onSignal("SIGTERM"));
-    process.once("SIGINT", () => onSignal("SIGINT"));
-  });
   const outcome = await Promise.race([
     signalled.then((s) => ({ signal: s })),
     failed.then((e) => ({ error: e })),

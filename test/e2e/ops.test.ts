@@ -194,6 +194,19 @@ describe("operators' HTTP interface, end to end", () => {
     }
   });
 
+  it("drains and exits 0 on a SIGTERM that arrives while the node is still starting", async () => {
+    // A long log to replay keeps start() running after the HTTP server listens: the signal lands
+    // inside it. Before the handlers were installed first, the default action killed the node.
+    const data = join(dir, "sigterm-starting");
+    await writeReplayFixture(data, "n1", 20_000);
+    const server = await startServer({ dataDir: data, untilHttp: true });
+    assert.deepEqual(await server.stop("SIGTERM"), { code: 0, signal: null });
+    assert.ok(
+      server.lines.some((l) => l.includes('"shutting down"')),
+      "the node logs its shutdown",
+    );
+  });
+
   it("answers 404 'metrics export disabled' when telemetry.prometheus.enabled is false", async () => {
     const server = await startServer({
       dataDir: join(dir, "nometrics"),
