@@ -51,7 +51,7 @@ export function describeMessage(m: Message): string {
       return `${head} prev=${m.prevTerm}/${m.prevIndex} commit=${m.commit} entries=${describeEntries(m.entries)}${m.noReply ? " no-reply" : ""}`;
     case "append-resp":
       return m.reject
-        ? `${head} reject index=${m.index} hint=${m.hintTerm}/${m.hintIndex}`
+        ? `${head} reject index=${m.index} hint=${m.hintTerm}/${m.hintIndex}${m.lost ? " lost" : ""}`
         : `${head} index=${m.index}`;
     case "vote":
     case "prevote":

@@ -35,6 +35,11 @@ export interface AppendResponseMessage extends Envelope {
   readonly reject: boolean;
   readonly hintIndex: LogIndex;
   readonly hintTerm: Term;
+  /**
+   * A refusal from a member that lost its log and is being refilled (RaftConfig.recoveringUntil):
+   * what it acknowledged before its loss is gone, so the leader forgets its match index.
+   */
+  readonly lost: boolean;
 }
 
 /**

@@ -126,6 +126,16 @@ export class Progress {
   }
 
   /**
+   * The follower lost entries it acknowledged (its log was destroyed and it is refilled): its
+   * match index means nothing any more. Probe again from `next` (≥ 1).
+   */
+  forgetMatch(next: LogIndex): void {
+    this.match = logIndex(0);
+    this.becomeProbe();
+    this.next = logIndex(Math.max(1, next));
+  }
+
+  /**
    * A rejection of the append at `rejected`, with the follower's hint of where to probe next.
    * Returns false when the rejection is stale (answers an older append).
    */

@@ -21,6 +21,12 @@
  * and (a follower) when the driver reports the leader's node down; a follower woken by anything
  * but its leader wakes the leader too (a `wake` message), so it does not campaign against a live
  * leader that merely sleeps.
+ *
+ * A member that lost its log (RaftConfig.recoveringUntil: its shard's state machine and log
+ * were destroyed, its term and vote kept) votes as if it still held that lost log, whose last
+ * entry the driver knows, until its log is at least as up to date again; meanwhile it does not
+ * campaign, and tells a leader its refusals come from a lost log, so that the leader forgets
+ * what the member once acknowledged and refills it (see #handleVote and #maybeEndRecovery).
  */
 import type { Rng } from "../common/rng.ts";
 import {
@@ -126,6 +132,20 @@ export interface RaftConfig {
    * At most the commit index. Default: none beyond `applied`.
    */
   readonly confIndex?: LogIndex;
+  /**
+   * The last entry (index and term) of a log this member lost: its shard's state machine and
+   * log were destroyed while its hard state (term, vote) survived, and it restarts with the log
+   * it has now (empty, or part of a refill). Everything it ever acknowledged was in that lost
+   * log, so it may have counted toward a commit that other members now hold without it. Until
+   * its log is at least as up to date as this entry (§5.4.1's order: a later last term, or the
+   * same and an index as high) it is *recovering*: it does not campaign, and grants a vote or
+   * pre-vote only to a candidate whose log is at least as up to date as the lost one, as it
+   * would if it still held that log (see #handleVote for why that is safe). Its refusals of
+   * appends are marked `lost`, so that a leader forgets the match it counted from the lost log
+   * and refills the member from where its log really ends. A log already that up to date: not
+   * recovering. Default: none.
+   */
+  readonly recoveringUntil?: { readonly index: LogIndex; readonly term: Term };
   /** Test-only: plant known bugs so the simulation can prove it catches them. */
   readonly testingBugs?: TestingBugs;
 }
@@ -149,6 +169,12 @@ export interface TestingBugs {
   readonly followerCommitWithoutMatch?: boolean;
   /** A quiesced member sleeps through every message: only local requests wake it. */
   readonly sleepThroughMessages?: boolean;
+  /**
+   * A recovering member (RaftConfig.recoveringUntil) votes by the log it has, as if it had lost
+   * nothing: an empty log is less up to date than any, so it helps elect a candidate that lacks
+   * entries it acknowledged before its loss.
+   */
+  readonly votesWithLostLog?: boolean;
 }
 
 interface PendingRead {
@@ -218,6 +244,13 @@ export class Raft {
   readonly #deferCommit: boolean;
   /** Conf changes up to here took effect at construction (RaftConfig.confIndex). */
   readonly #confIndex: LogIndex;
+  /** While recovering: the last entry of the log this member lost (RaftConfig.recoveringUntil). */
+  #lostLast: { readonly index: LogIndex; readonly term: Term } | null = null;
+  /**
+   * The term this member was in when it lost its log (null: it lost none). That term's leader
+   * may still count acknowledgements the lost log gave it (see #handleHeartbeat).
+   */
+  #lostInTerm: Term | null = null;
 
   constructor(config: RaftConfig) {
     if (config.id.length === 0) throw new InvalidRaftRequestError("raft: id must not be empty");
@@ -277,6 +310,11 @@ export class Raft {
       }
     }
     this.#confIndex = confIndex;
+    if (config.recoveringUntil !== undefined) {
+      this.#lostLast = config.recoveringUntil;
+      this.#lostInTerm = this.term;
+      this.#maybeEndRecovery();
+    }
     this.becomeFollower(this.term, null);
   }
 
@@ -308,6 +346,15 @@ export class Raft {
     return this.voters.has(this.id);
   }
 
+  /**
+   * Whether this member lost its log and is not yet refilled: its log is less up to date than
+   * the one it lost (RaftConfig.recoveringUntil). It neither campaigns nor votes for a candidate
+   * less up to date than the lost log.
+   */
+  get recovering(): boolean {
+    return this.#lostLast !== null;
+  }
+
   quorum(): number {
     return Math.floor(this.voters.size / 2) + 1;
   }
@@ -327,7 +374,8 @@ export class Raft {
 
   /** Start an election now (as if the election timeout had elapsed). */
   hup(kind: "normal" | "transfer" = "normal"): void {
-    if (this.role === "leader" || !this.isPromotable()) return;
+    // A recovering member would vote for itself with a log that lacks what it acknowledged.
+    if (this.role === "leader" || !this.isPromotable() || this.recovering) return;
     if (this.#hasUnappliedConfChange()) return; // our configuration may be stale
     // Its vote requests wake the others.
     if (this.#quiesced) this.#wake();
@@ -351,7 +399,7 @@ export class Raft {
         `raft: ${this.id} may lead term ${this.term} only as its founding leader (role ${this.role}, vote ${this.vote ?? "none"}, leader ${this.lead ?? "none"})`,
       );
     }
-    if (!this.isPromotable() || this.#hasUnappliedConfChange()) {
+    if (!this.isPromotable() || this.#hasUnappliedConfChange() || this.recovering) {
       throw new InvalidRaftRequestError(
         `raft: ${this.id} may lead only once the founding configuration is applied`,
       );
@@ -509,6 +557,7 @@ export class Raft {
           reject: false,
           hintIndex: logIndex(0),
           hintTerm: toTerm(0),
+          lost: false,
         });
       } else if (m.type === "prevote" || m.type === "vote") {
         // A candidate behind in term learns ours from the refusal, and its next campaign can
@@ -649,18 +698,19 @@ export class Raft {
   #tickElection(): void {
     this.#electionElapsed++;
     if (this.#electionElapsed < this.#randomizedElectionTimeout) return;
-    if (this.isPromotable()) {
+    if (this.isPromotable() && !this.recovering) {
       this.#electionElapsed = 0;
       this.hup();
     } else if (
       this.#quiesceTicks > 0 &&
       this.#electionElapsed % this.#randomizedElectionTimeout === 0
     ) {
-      // A learner that missed its leader's quiesce heartbeat, or restarted while the group
-      // slept, would tick alone for good: it cannot campaign, which is how a voter in its place
-      // wakes the leader. It asks instead, once per election timeout: its leader, or every
-      // voter when it knows none (only a leader heeds a wake). Its timer is not reset: a member
-      // that wrongly believes it is a learner must not hold an endless lease against votes.
+      // A learner (or a recovering voter) that missed its leader's quiesce heartbeat, or
+      // restarted while the group slept, would tick alone for good: it cannot campaign, which
+      // is how a voter in its place wakes the leader. It asks instead, once per election
+      // timeout: its leader, or every voter when it knows none (only a leader heeds a wake).
+      // Its timer is not reset: a member that wrongly believes it is a learner must not hold an
+      // endless lease against votes.
       if (this.lead !== null) this.#pokeLeader(this.lead);
       else for (const v of [...this.voters].sort()) this.#pokeLeader(v);
     }
@@ -733,13 +783,32 @@ export class Raft {
     return "pending";
   }
 
+  /**
+   * A (pre-)vote request. A recovering member also asks that the candidate's log be at least as
+   * up to date as the log it lost. Why that is enough (leader completeness, S3): a vote needs
+   * the candidate's log to be at least as up to date as the voter's because the voter holds every
+   * entry whose commit counted its acknowledgement, and §5.4.3's argument then puts each such
+   * entry in the candidate's log. Its steps use only the last entry (index, term) of the voter's
+   * log and the fact that the log held the entry, never the entries themselves: that the
+   * candidate's last term is above the voter's (then the leader that wrote it held the entry), or
+   * equal with an index as high (then log matching, S2, makes the voter's log a prefix of the
+   * candidate's). Every entry this member acknowledged before its loss was in the lost log (an
+   * acknowledgement follows the write), and every one since is in its log now; the lost log's
+   * last entry is what the driver kept. Judged against both, the vote is what a member that lost
+   * nothing would give. Pre-votes too: a pre-election won with it would lead to a real one.
+   */
   #handleVote(m: VoteMessage): void {
     const respType = m.type === "vote" ? "vote-resp" : "prevote-resp";
     const canVote =
       this.vote === m.from ||
       (this.vote === null && this.lead === null) ||
       (m.type === "prevote" && m.term > this.term);
-    if (canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm)) {
+    const lost = this.bugs.votesWithLostLog === true ? null : this.#lostLast;
+    const holdsLost =
+      lost === null ||
+      m.lastTerm > lost.term ||
+      (m.lastTerm === lost.term && m.lastIndex >= lost.index);
+    if (canVote && holdsLost && this.log.isUpToDate(m.lastIndex, m.lastTerm)) {
       // A granted pre-vote answers with the term it was asked about, so the pre-candidate counts it.
       this.#send({ type: respType, from: this.id, to: m.from, term: m.term, reject: false });
       if (m.type === "vote") {
@@ -862,6 +931,7 @@ export class Raft {
       this.log.commitTo(logIndex(Math.min(m.commit, this.log.lastIndex())));
     }
     if (lastNew !== null) {
+      this.#maybeEndRecovery();
       if (m.noReply) return;
       this.#replyAppend(m.from, lastNew, false, logIndex(0), toTerm(0));
       return;
@@ -889,11 +959,55 @@ export class Raft {
       reject,
       hintIndex,
       hintTerm,
+      // A refusal from a recovering member: what it acknowledged before is gone.
+      lost: reject && this.#lostLast !== null,
     });
   }
 
+  /**
+   * A recovering member whose log is now at least as up to date as the one it lost holds every
+   * entry that log held and any commit counted it for, so it votes and campaigns as any other
+   * member again. Why: every such entry e was committed in a term t ≤ the lost log's last term
+   * (a leader commits by counting only entries of its own term, §5.4.2, so the acknowledged
+   * entry of term t that carried e's commit was in the lost log too). If this log's last term is
+   * above the lost log's, the leader that wrote its last entry held e (leader completeness), at
+   * an index below that entry's (terms never decrease along a log), and log matching puts e in
+   * this log. If it is the same term with an index as high, this log and the lost one both hold
+   * entries of that term's one leader, so the lost log is a prefix of this one (log matching).
+   * Everything this log holds came from leaders (appends or snapshots), never from the lost log.
+   */
+  #maybeEndRecovery(): void {
+    const lost = this.#lostLast;
+    if (lost === null) return;
+    const lastTerm = this.log.lastTerm();
+    if (lastTerm > lost.term || (lastTerm === lost.term && this.log.lastIndex() >= lost.index)) {
+      this.#lostLast = null;
+    }
+  }
+
   #handleHeartbeat(m: HeartbeatMessage): void {
-    this.log.commitTo(m.commit);
+    const last = this.log.lastIndex();
+    if (m.commit > last && m.term === this.#lostInTerm) {
+      // The leader of the term this member lost its log in counts it as holding what it
+      // acknowledged then (its match index: a heartbeat's commit is at most that), and, idle,
+      // sends it no append to refuse. A refusal marked `lost` tells it to forget that match and
+      // refill this member. Since the loss, in this term, this member took entries from that
+      // leader alone, so its log is a prefix of the leader's: committing up to its end is safe.
+      this.log.commitTo(last);
+      this.#send({
+        type: "append-resp",
+        from: this.id,
+        to: m.from,
+        term: this.term,
+        index: m.commit,
+        reject: true,
+        hintIndex: last,
+        hintTerm: this.log.lastTerm(),
+        lost: true,
+      });
+    } else {
+      this.log.commitTo(m.commit);
+    }
     if (m.quiesce && this.#holdsWholeLog(m)) {
       // No answer: the leader sleeps already, and it has nothing to learn from one.
       this.#quiesced = true;
@@ -926,6 +1040,7 @@ export class Raft {
 
   #handleSnapshot(m: SnapshotMessage): void {
     const index = this.#restore(m.snapshot) ? this.log.lastIndex() : this.log.committed;
+    this.#maybeEndRecovery();
     this.#replyAppend(m.from, index, false, logIndex(0), toTerm(0));
   }
 
@@ -984,6 +1099,16 @@ export class Raft {
     if (m.reject) {
       let next = m.hintIndex;
       if (m.hintTerm > 0) next = this.log.findConflictByTerm(m.hintIndex, m.hintTerm).index;
+      if (m.lost && pr.match > next && pr.state !== "snapshot") {
+        // The follower lost its log (RaftConfig.recoveringUntil): the match counted from what
+        // it acknowledged before is wrong, and probing never goes below it. Forget it and
+        // probe from the hint; its acknowledgements will raise the match again. (A lower match
+        // lowers no commit index: only the next ones count it. A refusal marked `lost` but
+        // stale, answering an append older than an acknowledgement, costs a probe.)
+        pr.forgetMatch(logIndex(Math.min(m.index, next + 1)));
+        this.#sendAppend(m.from);
+        return;
+      }
       if (pr.maybeDecrTo(m.index, next)) {
         if (pr.state === "replicate") pr.becomeProbe();
         this.#sendAppend(m.from);

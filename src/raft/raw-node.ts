@@ -147,6 +147,14 @@ export class RawNode {
     return this.#raft.quiesced;
   }
 
+  /**
+   * Whether this member lost its log and is not yet refilled (RaftConfig.recoveringUntil): it
+   * neither campaigns nor votes for a candidate less up to date than the log it lost.
+   */
+  get recovering(): boolean {
+    return this.#raft.recovering;
+  }
+
   /** The voters of the group's configuration as this member knows it (do not modify). */
   get voters(): ReadonlySet<NodeId> {
     return this.#raft.voters;

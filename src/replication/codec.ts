@@ -89,6 +89,7 @@ export function encodeMessage(m: Message): RaftMessage {
         reject: m.reject,
         hint_index: m.hintIndex,
         hint_term: m.hintTerm,
+        lost: m.lost,
       };
     case "vote":
     case "prevote":
@@ -163,6 +164,7 @@ export function decodeMessage(pb: RaftMessage__Output, from: NodeId, to: NodeId)
         reject: pb.reject,
         hintIndex: asIndex(pb.hint_index),
         hintTerm: asTerm(pb.hint_term),
+        lost: pb.lost,
       };
     case "vote":
     case "prevote":

@@ -177,6 +177,7 @@ const MSG_SNAPSHOT = tag(15, LEN);
 /** 128 and 136: the tags that take two bytes on the wire (0x80 0x01, 0x88 0x01). */
 const MSG_QUIESCE = tag(16, VARINT);
 const MSG_NO_REPLY = tag(17, VARINT);
+const MSG_LOST = tag(18, VARINT);
 
 const ENTRY_TERM = tag(1, VARINT);
 const ENTRY_INDEX = tag(2, VARINT);
@@ -328,7 +329,9 @@ function messageSize(m: Message): number {
         u64FieldSize(m.index) +
         boolFieldSize(m.reject) +
         u64FieldSize(m.hintIndex) +
-        u64FieldSize(m.hintTerm)
+        u64FieldSize(m.hintTerm) +
+        // lost's tag (field 18) takes two bytes.
+        (m.lost ? 3 : 0)
       );
     case "vote":
     case "prevote":
@@ -394,6 +397,7 @@ function putMessage(buf: Buffer, p: number, m: Message): number {
       return putHead(buf, p, APPEND, m.term);
     }
     case "append-resp":
+      if (m.lost) p = putTwoByteTrue(buf, p, MSG_LOST);
       p = putVarintField(buf, p, MSG_HINT_TERM, m.hintTerm);
       p = putVarintField(buf, p, MSG_HINT_INDEX, m.hintIndex);
       p = putBoolField(buf, p, MSG_REJECT, m.reject);
@@ -835,6 +839,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
   let readSeq = 0;
   let quiesce = false;
   let noReply = false;
+  let lost = false;
   let entries: Entry[] | null = null;
   let entryProblem: string | null = null;
   let snapshot: Snapshot | string | null = null;
@@ -898,8 +903,11 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
       case MSG_NO_REPLY:
         noReply = readVarint32(r, end) !== 0;
         break;
+      case MSG_LOST:
+        lost = readVarint32(r, end) !== 0;
+        break;
       default:
-        skipField(r, end, t, 17);
+        skipField(r, end, t, 18);
     }
   }
   // Only the fields `type` uses are checked, and built, as codec.ts's decodeMessage does.
@@ -934,6 +942,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
         reject,
         hintIndex: hintIndex as LogIndex,
         hintTerm: hintTerm as Term,
+        lost,
       };
     }
     case VOTE:

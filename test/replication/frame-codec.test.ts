@@ -317,6 +317,7 @@ function messageWire(m: Message, defaults: boolean): Wire[] {
       num(8, m.reject);
       num(9, m.hintIndex);
       num(10, m.hintTerm);
+      num(18, m.lost);
       break;
     case "vote":
     case "prevote":
@@ -396,9 +397,9 @@ function rng(seed: number): (n: number) => number {
   };
 }
 
-/** A field no message of raft.proto knows (every message's fields are numbered 1 to 17 at most). */
+/** A field no message of raft.proto knows (every message's fields are numbered 1 to 18 at most). */
 function unknownField(pick: (n: number) => number): Wire {
-  const n = pick(2) === 0 ? 18 + pick(40) : 2 ** 29 - 1 - pick(3);
+  const n = pick(2) === 0 ? 19 + pick(40) : 2 ** 29 - 1 - pick(3);
   const bytes = Uint8Array.from({ length: pick(12) }, () => pick(256));
   switch (pick(4)) {
     case 0:

@@ -504,6 +504,7 @@ function header(
         read_seq: 0,
         quiesce: false,
         no_reply: false,
+        lost: false,
         snapshot: {
           meta: { index: 500, term: 2, voters: ["n1", "n2"], learners: [] },
           data: Buffer.alloc(0),

@@ -84,6 +84,7 @@ export const message: fc.Arbitrary<Message> = fc.oneof(
     reject: fc.boolean(),
     hintIndex: idx,
     hintTerm: trm,
+    lost: fc.boolean(),
   }),
   fc.record({
     ...env,

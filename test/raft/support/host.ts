@@ -14,9 +14,8 @@ import type {
   Ready,
   Snapshot,
   Term,
-  MemoryStorage,
 } from "../../../src/raft/index.ts";
-import { logIndex, RawNode, term } from "../../../src/raft/index.ts";
+import { logIndex, MemoryStorage, RawNode, term } from "../../../src/raft/index.ts";
 
 export interface HostOptions {
   readonly electionTick?: number;
@@ -92,6 +91,12 @@ export class Host {
   readonly #rng: Rng;
   /** With ackBeforePersist: the disk as of the last fsync, which a crash rolls back to. */
   #durable: MemoryStorage | null = null;
+  /**
+   * The last entry of the log this member lost (loseLog), kept on its "disk" as the driver keeps
+   * it in its WAL: every later start passes it (RaftConfig.recoveringUntil), and the core tells
+   * whether the log is up to date again.
+   */
+  lostLast: { readonly index: LogIndex; readonly term: Term } | null = null;
 
   constructor(id: NodeId, storage: MemoryStorage, options: HostOptions, rng: Rng) {
     this.id = id;
@@ -118,8 +123,32 @@ export class Host {
       omitRedundantReplies: this.options.omitRedundantReplies ?? false,
       deferCommitBroadcast: this.options.deferCommitBroadcast ?? false,
       ...(this.options.testingBugs === undefined ? {} : { testingBugs: this.options.testingBugs }),
+      ...(this.lostLast === null ? {} : { recoveringUntil: this.lostLast }),
     };
     return new RawNode(config);
+  }
+
+  /**
+   * Crash, and lose the state machine and the log while the hard state survives, as a node
+   * whose shard directory was removed (MultiRaft): the log restarts empty, the term and vote
+   * stay, the commit is 0, and the member restarts recovering until its log is as up to date
+   * as the one it lost (the newest of the logs lost, if it lost one before).
+   */
+  loseLog(): void {
+    if (this.#durable !== null) this.storage = this.#durable;
+    this.#durable = null;
+    const lost = this.storage;
+    const index = lost.lastIndex();
+    const t = lost.term(index);
+    const prev = this.lostLast;
+    if (prev === null || t > prev.term || (t === prev.term && index > prev.index)) {
+      this.lostLast = { index, term: t };
+    }
+    const hs = lost.hardState();
+    this.storage = new MemoryStorage();
+    this.storage.setHardState({ term: hs.term, vote: hs.vote, commit: logIndex(0) });
+    this.sm = new StateMachine();
+    this.raw = this.#newRawNode();
   }
 
   /**

@@ -23,6 +23,7 @@ export interface RaftMessage {
   'snapshot'?: (_cairn_v1_RaftSnapshot | null);
   'quiesce'?: (boolean);
   'no_reply'?: (boolean);
+  'lost'?: (boolean);
 }
 
 export interface RaftMessage__Output {
@@ -43,4 +44,5 @@ export interface RaftMessage__Output {
   'snapshot': (_cairn_v1_RaftSnapshot__Output | null);
   'quiesce': (boolean);
   'no_reply': (boolean);
+  'lost': (boolean);
 }
