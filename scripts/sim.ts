@@ -6,8 +6,8 @@
  * --seeds N runs seeds S..S+N-1 (S defaults to 1); --seed S alone replays that one seed.
  * --nodes K sets the founding voters (two spare machines join through membership changes).
  * --bug plants a known bug (commit-prior-term, forget-vote, ack-before-persist,
- * read-without-quorum, count-learners, follower-commit-without-match, sleep-through-messages)
- * to see it caught.
+ * read-without-quorum, count-learners, follower-commit-without-match, sleep-through-messages,
+ * votes-with-lost-log) to see it caught.
  * Ends with `sim: N seeds, V violations`; each failure prints the command that replays it.
  *
  *   npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug NAME] [--trace]
@@ -37,7 +37,7 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     [
-      "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match|sleep-through-messages] [--trace]",
+      "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match|sleep-through-messages|votes-with-lost-log] [--trace]",
       "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch|follower-read-without-apply|wipe-keeps-replica|lead-founding-term-again|founding-appends-before-sync] [--trace]",
     ].join("\n"),
   );

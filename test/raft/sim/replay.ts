@@ -8,6 +8,7 @@ const BUGS: Record<string, NonNullable<SimOptions["bugs"]>> = {
   "count-learners": { countLearnersTowardCommit: true },
   "follower-commit-without-match": { followerCommitWithoutMatch: true },
   "sleep-through-messages": { sleepThroughMessages: true },
+  "votes-with-lost-log": { votesWithLostLog: true },
 };
 
 export function bugsByName(name: string): SimOptions["bugs"] | undefined {

@@ -22,6 +22,13 @@
  * ticks later, and sometimes about a leader that is fine) so that they wake and elect. After the
  * liveness check the group must fall asleep again within QUIESCE_TICKS_AFTER_HEAL ticks.
  *
+ * Lost logs (some seeds, from their own random stream): a member's shard directory is removed
+ * while its hard state survives (Host.loseLog, as MultiRaft does for a removed shard directory
+ * in a cluster): it comes back with no log and no state machine, its term and vote kept, and
+ * recovering (RaftConfig.recoveringUntil) until its leader has refilled it. Mostly a follower
+ * holding the leader's whole log is struck, and often the leader crashes with it: the entries
+ * the two of them committed are then on the leader alone, and must survive.
+ *
  * Clients (CLIENTS of them, one operation at a time each) put, compare-and-set, delete and read
  * (ReadIndex) over KEYS keys; every operation goes into a history with its invocation, response
  * and outcome (or none: indeterminate), which the shared linearizability checker judges at the
@@ -105,6 +112,8 @@ export interface SimStats {
   leaderDownReports: number;
   /** Leaders crashed or cut off while their group slept. */
   quiescedLeaderFaults: number;
+  /** Members whose log and state machine were lost (Host.loseLog). */
+  logLosses: number;
 }
 
 const TICK = 10;
@@ -164,6 +173,8 @@ interface Profile {
   readonly omitReplies: boolean;
   /** RaftConfig.deferCommitBroadcast (the multi-raft driver sets it). */
   readonly deferCommit: boolean;
+  /** Ticks between lost logs (0: never); drawn from the losses' own stream. */
+  readonly loseLogEvery: number;
 }
 
 type PendingOp =
@@ -199,6 +210,8 @@ export class Simulation {
    * seed that draws no quiescence replays the schedule it had before quiescence existed.
    */
   readonly #sleepRng: Rng;
+  /** The lost logs' own stream, so that a seed without them replays as it did before them. */
+  readonly #lossRng: Rng;
   readonly #profile: Profile;
   readonly #chaosTicks: number;
   readonly #hosts: Host[] = [];
@@ -220,6 +233,8 @@ export class Simulation {
   #confIndex: number;
   /** Members being added: the (index, term) of the proposal, until that index commits. */
   readonly #joining = new Map<NodeId, { index: number; term: number }>();
+  /** The newest conf change proposed, until its index commits (as it or as something else). */
+  #confProposed: { index: number; term: number } | null = null;
   /** Directed links that drop everything: "from>to". */
   #cut = new Set<string>();
   #inflight: InFlight[] = [];
@@ -255,6 +270,7 @@ export class Simulation {
     quiescences: 0,
     leaderDownReports: 0,
     quiescedLeaderFaults: 0,
+    logLosses: 0,
   };
 
   constructor(opts: SimOptions) {
@@ -263,6 +279,7 @@ export class Simulation {
     this.#rng = seededRng(opts.seed);
     this.#netRng = this.#rng.fork();
     this.#sleepRng = seededRng(opts.seed ^ 0x51ee9);
+    this.#lossRng = seededRng(opts.seed ^ 0x1057106);
     this.#chaosTicks = opts.chaosTicks ?? 300;
     this.#traceOn = opts.trace === true;
     const r = this.#rng;
@@ -288,6 +305,7 @@ export class Simulation {
       // Its own generator, so that every earlier seed keeps its other choices.
       omitReplies: seededRng(opts.seed ^ 0x7e11a).int(2) === 0,
       deferCommit: seededRng(opts.seed ^ 0xdefc0).int(2) === 0,
+      loseLogEvery: [0, 0, 25, 60][this.#lossRng.int(4)] as number,
     };
     const ids = Array.from({ length: this.n + SPARES }, (_, i) => nodeId(`n${i + 1}`));
     const founders = ids.slice(0, this.n);
@@ -338,7 +356,7 @@ export class Simulation {
 
   describeProfile(): string {
     const p = this.#profile;
-    return `drop=${p.drop} dup=${p.duplicate} longDelay=${p.longDelay} faultEvery=${p.faultEvery} churn=${p.churn} preVote=${p.preVote} checkQuorum=${p.checkQuorum} compactEvery=${p.compactEvery} maxMsgBytes=${p.maxMsgBytes} confEvery=${p.confEvery} transferEvery=${p.transferEvery} reportUnreachable=${p.reportUnreachable} thinkTime=${p.thinkTime} fifo=${p.fifo} quiesceTicks=${p.quiesceTicks} quietEvery=${p.quietEvery} detectTicks=${p.detectTicks}`;
+    return `drop=${p.drop} dup=${p.duplicate} longDelay=${p.longDelay} faultEvery=${p.faultEvery} churn=${p.churn} preVote=${p.preVote} checkQuorum=${p.checkQuorum} compactEvery=${p.compactEvery} maxMsgBytes=${p.maxMsgBytes} confEvery=${p.confEvery} transferEvery=${p.transferEvery} reportUnreachable=${p.reportUnreachable} thinkTime=${p.thinkTime} fifo=${p.fifo} quiesceTicks=${p.quiesceTicks} quietEvery=${p.quietEvery} detectTicks=${p.detectTicks} loseLogEvery=${p.loseLogEvery}`;
   }
 
   // ── phases ──────────────────────────────────────────────────────────────────────────────────
@@ -353,6 +371,7 @@ export class Simulation {
     let nextConf = p.confEvery * TICK;
     let nextTransfer = p.transferEvery * TICK;
     let nextQuiet = p.quietEvery * TICK;
+    let nextLoss = p.loseLogEvery * TICK;
     // The last pause runs into the heal: whatever it leaves asleep (a sleeping group whose
     // leader was just struck) must wake by itself once the clients are gone.
     const lastQuiet = end - (20 + this.#sleepRng.int(40)) * TICK;
@@ -364,6 +383,10 @@ export class Simulation {
         this.#record(`clients pause until t=${this.#quietUntil}`);
       }
       this.#maybeStrikeSleepingLeader();
+      if (p.loseLogEvery > 0 && this.#now >= nextLoss) {
+        this.#loseLog();
+        nextLoss = this.#now + (1 + this.#lossRng.int(2 * p.loseLogEvery)) * TICK;
+      }
       if (this.#now >= nextFault) {
         if (p.churn) this.#injectChurn();
         else this.#injectFault();
@@ -657,7 +680,9 @@ export class Simulation {
       options.push(() => ({ type: "add-voter", node: pick(conf.learners) }));
       options.push(() => ({ type: "remove", node: pick(conf.learners) }));
     }
-    if (conf.voters.length > 2) {
+    // Not while a member is being refilled (it lost its log): that member is a failure the
+    // group already bears, and a voter fewer may leave it no quorum that can elect.
+    if (conf.voters.length > 2 && !this.#hosts.some((h) => this.#refilling(h))) {
       options.push(() => ({ type: "remove", node: pick(conf.voters) }));
       // The leader removing itself, the hardest case.
       options.push(() => ({ type: "remove", node: leader.id }));
@@ -666,6 +691,7 @@ export class Simulation {
     const cc = (options[r.int(options.length)] as () => ConfChange)();
     try {
       const { index, term } = leader.raw.proposeConfChange(cc);
+      this.#confProposed = { index, term };
       this.stats.confChanges++;
       this.#record(`${leader.id} proposed ${cc.type} ${cc.node} at ${term}/${index}`);
       if (cc.type !== "remove") {
@@ -842,6 +868,81 @@ export class Simulation {
       this.#record(`false suspicion of ${leader.id}`);
       this.#detect(leader.id);
     }
+  }
+
+  /**
+   * A member's shard directory is removed: it crashes, and comes back a little later with no log
+   * and no state machine, its hard state kept, recovering (Host.loseLog). Only while no member
+   * is being refilled (and no voter is removed meanwhile): a second loss before the first is
+   * refilled may lose acknowledged writes, as in any three-replica system. Mostly the member struck is a follower holding the leader's
+   * whole log, and half the time the leader crashes with it: what they committed together is
+   * then on the leader alone, and the others lack it.
+   */
+  #loseLog(): void {
+    const r = this.#lossRng;
+    if (this.#hosts.some((h) => this.#refilling(h))) return;
+    if (!this.#confSettled()) return;
+    // A voter only where the others are a quorum without it: a group of two voters that loses
+    // one's log cannot elect unless the other holds everything the lost log held (in any
+    // system: losing one replica of two loses the majority).
+    const voters = this.#conf.voters;
+    const members = this.#hosts.filter(
+      (h) =>
+        this.#isMember(h.id) &&
+        !this.#retired.has(h.id) &&
+        (!voters.includes(h.id) || voters.length >= 3),
+    );
+    const leader = this.#currentLeader();
+    let victim: Host | undefined;
+    if (leader !== null && r.int(4) !== 0) {
+      const last = leader.raw.status().lastIndex;
+      const full = members.filter(
+        (h) => h !== leader && this.#running(h.id) && h.raw.status().lastIndex >= last,
+      );
+      victim = full[r.int(Math.max(1, full.length))];
+    }
+    victim ??= members[r.int(Math.max(1, members.length))];
+    if (victim === undefined) return;
+    if (this.#running(victim.id)) this.#crash(victim);
+    victim.loseLog();
+    this.stats.logLosses++;
+    this.#record(
+      `${victim.id} lost its log (recovering until ${victim.lostLast?.term}/${victim.lostLast?.index})`,
+    );
+    this.#restartAt.set(victim.id, this.#now + (1 + r.int(20)) * TICK);
+    if (leader !== null && leader !== victim && this.#running(leader.id) && r.int(2) === 0) {
+      this.#crash(leader);
+      this.#restartAt.set(leader.id, this.#now + (10 + r.int(60)) * TICK);
+    }
+  }
+
+  /**
+   * Whether the configuration is settled: no conf change may still commit, every member runs
+   * and has applied the committed configuration, and none of its voters was retired. Otherwise a
+   * voter removed, or counted though retired, would be a second failure beside a lost log (the
+   * others, still counting a retired voter, would need the refilling member's vote).
+   */
+  #confSettled(): boolean {
+    const proposed = this.#confProposed;
+    if (proposed !== null && this.#checker.committedTerm(proposed.index) === undefined)
+      return false;
+    const sorted = (c: ConfState): string =>
+      describeConf({ voters: [...c.voters].sort(), learners: [...c.learners].sort() });
+    const conf = sorted(this.#conf);
+    if (this.#conf.voters.some((id) => this.#retired.has(id))) return false;
+    return this.#hosts.every(
+      (h) =>
+        this.#retired.has(h.id) || (this.#running(h.id) && sorted(h.raw.status().conf) === conf),
+    );
+  }
+
+  /** Whether `h` lost its log and its durable log is not as up to date as the lost one yet. */
+  #refilling(h: Host): boolean {
+    const lost = h.lostLast;
+    if (lost === null || this.#retired.has(h.id)) return false;
+    const index = h.storage.lastIndex();
+    const t = h.storage.term(index);
+    return t < lost.term || (t === lost.term && index < lost.index);
   }
 
   /** Crash now, restart within a few ticks (a process supervisor restarting it). */
