@@ -320,6 +320,58 @@ describe("WAL", () => {
     await again.close();
   });
 
+  it("keeps the segments of a log restarted below its compaction point (a refill) until compacted again", async () => {
+    // Shard 1's log is compacted to its end, 50, then restarted at 0 (MultiRaft's refill of a
+    // shard whose directory was lost): its new entries 1..30 must survive although the
+    // compaction point it had passed their indexes, while another shard compacts away every
+    // segment it wrote to.
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 1024 });
+    for (let i = 1; i <= 50; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 2, "o".repeat(40))] }]);
+      await wal.sync();
+    }
+    wal.compact(1, 50);
+    await wal.sync();
+    const floor = bytes("floor");
+    wal.append([
+      { kind: "snapshot", shard: 1, meta: { index: 0, term: 0, data: floor } },
+      { kind: "hard-state", shard: 1, state: { term: 3, vote: "n2", commit: 0 } },
+    ]);
+    for (let i = 1; i <= 30; i++) {
+      wal.append([
+        { kind: "entries", shard: 1, entries: [entry(i, 3, `new${i}`)] },
+        { kind: "entries", shard: 2, entries: [entry(i, 1, "w".repeat(40))] },
+      ]);
+      await wal.sync();
+    }
+    wal.compact(2, 30);
+    await wal.sync();
+    assert.equal(wal.firstIndex(1), 1);
+    await wal.close();
+
+    const again = await Wal.open(dir);
+    assert.deepEqual(again.snapshot(1), { index: 0, term: 0, data: floor });
+    assert.deepEqual(again.hardState(1), { term: 3, vote: "n2", commit: 0 });
+    assert.equal(again.firstIndex(1), 1);
+    assert.equal(again.lastIndex(1), 30);
+    assert.deepEqual(texts(again, 1).slice(0, 2), ["1@3:new1", "2@3:new2"]);
+    // Compacted past what the old log held, its segments go.
+    for (let i = 31; i <= 60; i++) {
+      again.append([{ kind: "entries", shard: 1, entries: [entry(i, 3, "n".repeat(40))] }]);
+      await again.sync();
+    }
+    const before = segmentFiles(dir).length;
+    again.compact(1, 55);
+    await again.sync();
+    assert.ok(segmentFiles(dir).length < before, "the old segments are deleted");
+    await again.close();
+    const last = await Wal.open(dir);
+    assert.equal(last.firstIndex(1), 56);
+    assert.equal(last.lastIndex(1), 60);
+    await last.close();
+  });
+
   it("rewrites the checkpoint of a segment whose header was torn by a crash", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir, { segmentBytes: 512 });

@@ -698,11 +698,15 @@ export class Wal {
           state.hardState = c.state;
           continue;
         case "snapshot":
-          // As ShardLog.applySnapshot: the log now starts after the snapshot.
+          // As ShardLog.applySnapshot: the log now starts after the snapshot. Below the
+          // compaction point too (a log reset: the driver's refill of a shard that lost its
+          // directory): the entries that follow it are needed again, so the segments holding
+          // them must stay until a compaction passes them.
           state.snapshot = c.meta;
-          state.compactIndex = index = c.meta.index;
+          state.compactIndex = c.meta.index;
           state.compactTerm = c.meta.term;
-          break;
+          this.#durableCompact.set(c.shard, c.meta.index);
+          continue;
         case "compact":
           // As ShardLog.compact: a compaction mark never moves back.
           if (c.index > state.compactIndex) {
