@@ -156,6 +156,16 @@ export class ClusterState {
   }
 
   /**
+   * The replicas (replica ids) of `shard` as the meta state places them now: each of its nodes'
+   * current replica (MultiRaftOptions.replicasNow).
+   */
+  replicasNow(shard: number): string[] {
+    const meta = this.#meta;
+    if (meta === null || meta.clusterId === null) return [];
+    return meta.nodesOf(shard).map((node) => meta.replicaOf(node));
+  }
+
+  /**
    * The replica that should start `shard`'s first election (MultiRaftOptions.firstCampaigner):
    * its preferred leader's, while `alive` says that node is; else undefined (whoever creates
    * the group campaigns).

@@ -319,6 +319,7 @@ export class CairnNode implements HealthSource {
             replicaId: cluster.replicaId,
             onStaleReplica: (from: string, to: string) => cluster.noticeStaleReplica(from, to),
             replicasOf: (shard: number) => cluster.replicasOf(shard),
+            replicasNow: (shard: number) => cluster.replicasNow(shard),
             acceptsReplica: (shard: number) => cluster.acceptsReplica(shard),
             firstCampaigner: (shard: number) =>
               cluster.firstCampaigner(shard, (node) => this.#isAlive(node)),
@@ -379,6 +380,11 @@ export class CairnNode implements HealthSource {
             term,
           });
         },
+        shardRefilled(shard) {
+          storageLog.info("shard refilled from its peers after its directory was lost", {
+            shard_id: shard,
+          });
+        },
         snapshotInstalled(shard, index, bytes) {
           raftLog.info("shard state installed from the leader's snapshot", {
             shard_id: shard,
@@ -431,6 +437,18 @@ export class CairnNode implements HealthSource {
           ...(loss.shard === null
             ? {}
             : { shard_id: loss.shard, tables_up_to: loss.heldUpTo, wal_up_to: loss.walUpTo }),
+        },
+      );
+    }
+    for (const l of store.lostShards) {
+      storageLog.error(
+        "a shard's directory is missing while the WAL had dropped entries its tables held: its data is lost on this node; its replica is refilled from its peers (until then it serves no serializable read and votes only for a leader holding what it lost)",
+        {
+          shard_id: l.shard,
+          path: l.dir,
+          compacted_to: l.compacted,
+          lost_log_up_to: l.lost.index,
+          data_dir: config.data_dir,
         },
       );
     }
@@ -742,7 +760,8 @@ export class CairnNode implements HealthSource {
   async report(): Promise<HealthReport> {
     const shards: ShardHealth[] = [];
     const store = this.#store;
-    // In a cluster a shard is degraded when one of its replicas is not alive (by gossip).
+    // In a cluster a shard is degraded when its replica here is being refilled after its
+    // directory was lost (ShardInfo.refilling), or one of its replicas is not alive (by gossip).
     const alive = new Set(
       this.views
         .current()
@@ -768,7 +787,10 @@ export class CairnNode implements HealthSource {
         status:
           info.leader === null
             ? "unavailable"
-            : info.applied < info.commit || lostReplica(id, info.voters) || metaMissing(id)
+            : info.applied < info.commit ||
+                info.refilling ||
+                lostReplica(id, info.voters) ||
+                metaMissing(id)
               ? "degraded"
               : "healthy",
         is_leader: info.role === "leader",

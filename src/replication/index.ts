@@ -13,6 +13,7 @@ export {
 export { type Clock, type EngineOpener, type ShardEngine, systemClock } from "./engine.ts";
 export {
   type DriverTestingBugs,
+  type LostShard,
   MultiRaft,
   type RaftTransport,
   type ShardMessage,

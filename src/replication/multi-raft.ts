@@ -24,7 +24,9 @@
  *
  * Shard 0 opens at start; another shard opens on first access (its directory and WAL state are
  * created then) and, after a restart, every shard with state is reopened and its WAL replayed
- * above what its LSM holds durably.
+ * above what its LSM holds durably. In a cluster, a shard whose directory is gone while the WAL
+ * had dropped entries its tables held is refilled from its peers (refill.ts); a single node
+ * refuses to start (LostShardError).
  */
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
@@ -72,6 +74,7 @@ import {
 } from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
+import { decodeLostLog, encodeLostLog, type LostLog, newerLostLog } from "./refill.ts";
 
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
@@ -166,6 +169,13 @@ export interface MultiRaftOptions {
    * this node only.
    */
   readonly replicasOf?: (shard: number) => readonly string[];
+  /**
+   * The replicas (replica ids) of a shard as the cluster places them now: a rejoined node's
+   * current replica, not the initial voter `replicasOf` names. A replica being refilled after
+   * its shard's directory was lost (refill.ts) asks them to wake the group's leader, which
+   * sleeps when idle and would not refill it. Default: `replicasOf`.
+   */
+  readonly replicasNow?: (shard: number) => readonly string[];
   /**
    * Whether this node takes a shard it does not hold, and is not an initial voter of, when a
    * peer's message for it arrives (or a request needs it): it then starts as an empty replica (no
@@ -319,6 +329,11 @@ export interface ReplicationObserver {
   leaderChanged?(shard: number, leader: string | null, term: number): void;
   /** The shard's state was replaced by its leader's snapshot (a replica far behind, or new). */
   snapshotInstalled?(shard: number, index: number, bytes: number): void;
+  /**
+   * A replica refilled from its peers after its shard's directory was lost (refill.ts): its log
+   * is as up to date as the one it lost, and it has applied what that log had committed.
+   */
+  shardRefilled?(shard: number): void;
   /** The group's configuration changed here (a conf change applied, or a snapshot installed). */
   confChanged?(shard: number, voters: readonly string[]): void;
   raftState?(shard: number, term: number, commit: number): void;
@@ -344,6 +359,12 @@ export interface ShardInfo {
   readonly durableIndex: number;
   /** The group sleeps here (Raft quiescence). */
   readonly quiesced: boolean;
+  /**
+   * The replica here lost its shard's directory and is being refilled from its peers
+   * (refill.ts): it serves no serializable read and votes only for candidates holding what it
+   * lost.
+   */
+  readonly refilling: boolean;
 }
 
 export interface ScanRequest {
@@ -380,6 +401,8 @@ export class MultiRaft {
   readonly #shards = new DenseMap<ShardReplica>();
   /** What open() accepted to lose (acceptLostWal): the driver logs it at ERROR. */
   readonly #acceptedLosses: AcceptedLoss[] = [];
+  /** Shards whose directory open() found missing, in a cluster: refilled from their peers. */
+  readonly #lostShards: LostShard[] = [];
   readonly #opening = new Map<number, Promise<ShardReplica>>();
   /** Messages for shards not known here to be replicated yet, by shard (see receive). */
   readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
@@ -509,20 +532,19 @@ export class MultiRaft {
       }
       const dirs = await shardDirs(fs, options.dataDir);
       // A shard whose directory is gone while the WAL compacted its log (its tables held what
-      // the log dropped): its data is lost here. (A shard never flushed has no directory yet,
-      // and one whose log is whole is replayed from it.)
+      // the log dropped): its data is lost here. A single node refuses to start (its only copy
+      // is gone); a cluster node's replica is refilled from its peers (refill.ts). (A shard never
+      // flushed has no directory yet, and one whose log is whole is replayed from it: with the
+      // log reset for a refill, what the refill brought.)
       const present = new Set(dirs);
       for (const id of wal.shards()) {
-        if (!owns(id) || present.has(id)) continue;
-        if (wal.firstIndex(id) > 1 || wal.snapshot(id) !== undefined) {
-          throw new LostShardError(
-            join(options.dataDir, "shards", String(id)),
-            id,
-            wal.firstIndex(id) - 1,
-            single,
-          );
-        }
+        if (!owns(id) || present.has(id) || wal.firstIndex(id) <= 1) continue;
+        const dir = join(options.dataDir, "shards", String(id));
+        if (single) throw new LostShardError(dir, id, wal.firstIndex(id) - 1);
+        mr.#resetLostShard(id, dir);
       }
+      // The resets are durable before any replica acts on them.
+      if (mr.#lostShards.length > 0) await wal.sync();
       const known = [...new Set<number>([...(single ? [0] : []), ...wal.shards(), ...dirs])].filter(
         owns,
       );
@@ -564,6 +586,39 @@ export class MultiRaft {
   /** The WAL's recovery report: commit indexes lowered to the last durable entry. */
   get clampedCommits(): Wal["clampedCommits"] {
     return this.#wal.clampedCommits;
+  }
+
+  /**
+   * The shards whose directory open() found missing while the WAL had dropped entries their
+   * tables held (cluster mode): their replicas here are refilled from their peers (refill.ts).
+   * The driver logs each at ERROR.
+   */
+  get lostShards(): readonly LostShard[] {
+    return this.#lostShards;
+  }
+
+  /**
+   * Restarts the log of shard `id`, whose directory `dir` is gone, for a refill from its peers
+   * (refill.ts, step 1): a snapshot mark at 0 carrying the log it lost, and its hard state with
+   * its commit at 0 (its term and vote kept). Synced by open() before any shard opens.
+   */
+  #resetLostShard(id: number, dir: string): void {
+    const wal = this.#wal;
+    const last = wal.lastIndex(id);
+    const lost = newerLostLog(decodeLostLog(wal.snapshot(id)?.data, id), {
+      index: last,
+      term: wal.term(id, last) ?? 0,
+      commit: wal.hardState(id)?.commit ?? 0,
+    });
+    const hs = wal.hardState(id);
+    const compacted = wal.firstIndex(id) - 1;
+    wal.append([
+      { kind: "snapshot", shard: id, meta: { index: 0, term: 0, data: encodeLostLog(lost) } },
+      ...(hs === undefined
+        ? []
+        : [{ kind: "hard-state" as const, shard: id, state: { ...hs, commit: 0 } }]),
+    ]);
+    this.#lostShards.push({ shard: id, dir, compacted, lost });
   }
 
   shardOf(key: Uint8Array): number {
@@ -733,8 +788,18 @@ export class MultiRaft {
     }
     const shard = await this.#shardForRequest(id);
     if (linearizable) await this.#readBarrier(shard);
-    else this.#assertOpen();
+    else this.#assertServes(shard);
     return shard.sm.get(key);
+  }
+
+  /**
+   * A serializable read of `shard` may be served here: not while its replica is being refilled
+   * after its directory was lost (its state is older than what it served before): the read
+   * goes to the leader (NotLeaderError naming it), or is retried.
+   */
+  #assertServes(shard: ShardReplica): void {
+    this.#assertOpen();
+    if (shard.refill !== null) throw new NotLeaderError(leaderNode(shard.raw.lead));
   }
 
   /**
@@ -764,6 +829,8 @@ export class MultiRaft {
     this.#assertOpen();
     for (const id of ids) this.#checkShardId(id);
     const shards = await Promise.all(ids.map((id) => this.#shardForRequest(id)));
+    // A replica being refilled: the asker reads the shard from its next replica.
+    if (!req.linearizable) for (const s of shards) this.#assertServes(s);
     return this.#scanLocal(shards, req);
   }
 
@@ -841,7 +908,21 @@ export class MultiRaft {
       if (this.#options.transport !== undefined && created !== undefined) {
         for (const id of created()) if (!this.#shards.has(id) && elsewhere(id)) place(id);
       }
-      return { local: [...this.#shards.values()], remote };
+      const local: ShardReplica[] = [];
+      for (const s of this.#shards.values()) {
+        if (s.refill === null) {
+          local.push(s);
+          continue;
+        }
+        // Being refilled here: read from another replica (the first-ranked other than this
+        // node, then the next ones: #scanRemote).
+        const node = this.#replicasOf(s.id)
+          .map(nodeOfReplica)
+          .find((n) => n !== this.nodeId);
+        if (node === undefined) throw new NotLeaderError(leaderNode(s.raw.lead));
+        remote.set(node, [...(remote.get(node) ?? []), s.id]);
+      }
+      return { local, remote };
     }
     let ids: readonly number[];
     if (created !== undefined) {
@@ -940,6 +1021,7 @@ export class MultiRaft {
       logFirstIndex: this.#wal.firstIndex(id),
       durableIndex: s.sm.lsm.flushedSeq,
       quiesced: st.quiesced,
+      refilling: s.refill !== null,
     };
   }
 
@@ -974,7 +1056,11 @@ export class MultiRaft {
     if (this.#closed || this.#failure !== undefined) return false;
     const s = this.#shards.get(id);
     return (
-      s !== undefined && s.raw.lead !== null && s.isReplayed() && s.sm.lsm.failure === undefined
+      s !== undefined &&
+      s.raw.lead !== null &&
+      s.isReplayed() &&
+      s.refill === null &&
+      s.sm.lsm.failure === undefined
     );
   }
 
@@ -1453,6 +1539,7 @@ export class MultiRaft {
         if (s.applying !== null) continue;
         const ask = s.maybeCampaign();
         if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
+        if (s.refill !== null) asks = this.#askToRefill(s, now, asks);
         s.expire(now, this.#requestTimeoutMs);
         s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
         this.#trackSleep(s);
@@ -1490,10 +1577,17 @@ export class MultiRaft {
           // The engine takes the snapshot durably first: once the WAL records it, the log below
           // is gone and only the engine holds that state.
           await this.#installSnapshot(s, rd.snapshot);
+          // A replica still refilling after the snapshot keeps the log it lost in the mark.
+          const lost = s.refill;
+          const keep = lost !== null && (s.raw.recovering || rd.snapshot.meta.index < lost.commit);
           records.push({
             kind: "snapshot",
             shard: s.id,
-            meta: { index: rd.snapshot.meta.index, term: rd.snapshot.meta.term, data: EMPTY },
+            meta: {
+              index: rd.snapshot.meta.index,
+              term: rd.snapshot.meta.term,
+              data: keep ? encodeLostLog(lost) : EMPTY,
+            },
           });
         }
         if (rd.messages.length > 0) {
@@ -1622,6 +1716,36 @@ export class MultiRaft {
     if (s.raw.isSoleVoter()) return true;
     for (const e of rd.committedEntries) if (e.type === "conf-change") return true;
     return false;
+  }
+
+  /**
+   * A replica being refilled (refill.ts) that has no leader to refill it asks the shard's other
+   * replicas to wake theirs, once per election timeout: an idle group's leader sleeps (Raft
+   * quiescence), and this replica, which does not campaign, would never wake it. A `wake` only
+   * wakes a leader; it changes no term. (Once it follows a leader, its Raft core pokes that
+   * leader itself, as a learner does.)
+   */
+  #askToRefill(
+    s: ShardReplica,
+    now: number,
+    asks: Map<NodeId, ShardMessage[]> | null,
+  ): Map<NodeId, ShardMessage[]> | null {
+    const o = this.#options;
+    if (!s.raw.recovering || s.raw.lead !== null || o.transport === undefined) return asks;
+    if (now - s.askedToRefillAt < o.tickMs * o.electionTicks) return asks;
+    s.askedToRefillAt = now;
+    const replicas = o.replicasNow?.(s.id) ?? this.#replicasOf(s.id);
+    for (const replica of replicas) {
+      if (replica === this.replicaId) continue;
+      const wake: Message = {
+        type: "wake",
+        from: this.replicaId,
+        to: nodeId(replica),
+        term: s.raw.term,
+      };
+      addTo((asks ??= new Map()), s.id, wake);
+    }
+    return asks;
   }
 
   /**
@@ -1772,6 +1896,11 @@ export class MultiRaft {
         this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters.map(nodeOfReplica));
       s.confirmReads(rd);
       s.raw.advance();
+      const lost = s.refill;
+      if (lost !== null && !s.raw.recovering && s.sm.appliedIndex >= lost.commit) {
+        s.refill = null;
+        this.#options.observer?.shardRefilled?.(s.id);
+      }
       // A conf change applied by advance() may change the role, which wakes the group.
       this.#trackSleep(s);
       if (rd.hardState !== null) {
@@ -1985,6 +2114,8 @@ export class MultiRaft {
       }
       const commit = this.#wal.hardState(id)?.commit ?? 0;
       const applied = Math.min(lsm.flushedSeq, commit);
+      // The log this replica lost with its directory, while it is refilled (refill.ts).
+      const lost = decodeLostLog(this.#wal.snapshot(id)?.data, id);
       const raw = new RawNode({
         id: this.replicaId,
         storage,
@@ -2003,6 +2134,9 @@ export class MultiRaft {
         deferCommitBroadcast: id !== 0,
         applied: logIndex(applied),
         ...(foundedHere ? { confIndex: logIndex(voters.length) } : {}),
+        ...(lost === null
+          ? {}
+          : { recoveringUntil: { index: logIndex(lost.index), term: term(lost.term) } }),
         ...(o.maxCommittedBytesPerReady === undefined
           ? {}
           : { maxCommittedBytesPerReady: o.maxCommittedBytesPerReady }),
@@ -2041,6 +2175,7 @@ export class MultiRaft {
           this.#wal.hardState(id)?.term === FOUNDING_TERM &&
           this.#wal.hardState(id)?.vote === this.replicaId);
       shard.foundingUnsynced = foundedHere;
+      if (lost !== null && (raw.recovering || applied < lost.commit)) shard.refill = lost;
       storage.snapshotSource = () => this.#buildSnapshot(shard);
       if (this.#closed) throw new ShuttingDownError();
       this.#shards.set(id, shard);
@@ -2128,16 +2263,26 @@ export interface AcceptedLoss {
   readonly walUpTo: number;
 }
 
-/** A shard's directory is gone while the WAL no longer holds what its tables held. */
+/** A shard whose directory open() found missing, in a cluster (MultiRaft.lostShards). */
+export interface LostShard {
+  readonly shard: number;
+  /** The missing directory. */
+  readonly dir: string;
+  /** The WAL had dropped the shard's entries up to this index (its tables held them). */
+  readonly compacted: number;
+  /** The log the replica lost: what it may have acknowledged ends there (refill.ts). */
+  readonly lost: LostLog;
+}
+
+/**
+ * A single node's shard directory is gone while the WAL no longer holds what its tables held:
+ * its only copy is lost. (In a cluster the shard is refilled from its peers: refill.ts.)
+ */
 export class LostShardError extends CairnError {
-  constructor(path: string, shard: number, compacted: number, single: boolean) {
+  constructor(path: string, shard: number, compacted: number) {
     super(
       "CAIRN_ERR_LOST_STATE",
-      `shard ${shard}'s directory ${path} is missing, and the WAL dropped its entries up to ${compacted} once its tables held them: its data is lost on this node; ${
-        single
-          ? "restore the directory from a backup (this node holds the only copy)"
-          : 'its peers hold it: empty this node\'s data directory and start it again, to rejoin as a new incarnation that they refill (docs/operations.md, "Running a cluster")'
-      }`,
+      `shard ${shard}'s directory ${path} is missing, and the WAL dropped its entries up to ${compacted} once its tables held them: its data is lost on this node; restore the directory from a backup (this node holds the only copy)`,
     );
     this.name = "LostShardError";
   }

@@ -33,6 +33,7 @@ import {
   WAIT,
 } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
+import type { LostLog } from "./refill.ts";
 
 /** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
 const MAX_TICKS_PER_ROUND = 2;
@@ -157,6 +158,13 @@ export class ShardReplica {
   readonly replayTo: number;
   /** The apply of this shard's last Ready, while it runs: no new Ready until it is done. */
   applying: Promise<void> | null = null;
+  /**
+   * While this replica is refilled from its peers after its shard's directory was lost
+   * (refill.ts): the log it lost. It serves no serializable read meanwhile.
+   */
+  refill: LostLog | null = null;
+  /** When this replica, refilling with no leader, last asked the others to wake theirs. */
+  askedToRefillAt = Number.NEGATIVE_INFINITY;
   leaderChanges = 0;
   /*
    * The queues below are drained by swapping in their spare and emptying the drained array

@@ -999,6 +999,87 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
+  it("a node whose shard directories were removed starts and is refilled by its peers, by log and by snapshot", async () => {
+    // Shard 2's leader keeps its log (the refill goes by log), shard 3's compacts it (by
+    // snapshot). The follower compacted both (its tables held what its log dropped), so the
+    // directories' loss is a loss of acknowledged state: the node must not refuse to start,
+    // nor serve or vote with what it lost, until its peers refilled it.
+    const cluster = new Cluster(join(dir, "lost-shard"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const shards = [2, 3];
+      const keys = new Map(shards.map((s) => [s, keysOfShard(n1.mr, s, 40, `l${s}`)]));
+      const all = [...keys.values()].flat();
+      for (let i = 0; i < all.length; i += 20) {
+        await Promise.all(all.slice(i, i + 20).map((k) => cluster.put(k, `v-${k}`)));
+      }
+      // The follower: n1, n2 or n3, whichever leads neither shard (handed over if needed).
+      const victim = IDS.find((id) => shards.every((s) => cluster.leaderOf(s)?.id !== id));
+      assert.ok(victim !== undefined, "a node leading neither shard");
+      const node = cluster.nodes.get(victim);
+      assert.ok(node);
+      for (const k of all) {
+        await eventually(
+          `${victim} applied ${k}`,
+          async () => (await serializable(node, k)) === `v-${k}`,
+        );
+      }
+      for (const s of shards) {
+        const snap = await node.mr.snapshotShard(s);
+        assert.ok(snap.index > 20, `shard ${s} compacted to ${snap.index} on ${victim}`);
+      }
+      const compactedLeader = cluster.leaderOf(3);
+      assert.ok(compactedLeader);
+      await compactedLeader.mr.snapshotShard(3);
+      await cluster.stop(victim);
+      for (const s of shards)
+        await rm(join(node.dataDir, "shards", String(s)), { recursive: true });
+      // Back, but cut off: it starts, and nothing refills it yet.
+      const others = IDS.filter((id) => id !== victim);
+      cluster.cut(victim, others);
+      let back = await cluster.start(victim);
+      assert.deepEqual(
+        back.mr.lostShards.map((l) => [l.shard, l.dir]),
+        shards.map((s) => [s, join(node.dataDir, "shards", String(s))]),
+      );
+      const [key2] = keys.get(2) ?? [];
+      assert.ok(key2 !== undefined);
+      for (const s of shards) assert.equal(back.mr.shardInfo(s)?.refilling, true);
+      // A serializable read goes to the leader (none known here: NotLeaderError, no hint).
+      await assert.rejects(back.mr.get(enc.encode(key2), false), NotLeaderError);
+      // It neither campaigns nor acts as a voter while cut off.
+      await new Promise((r) => setTimeout(r, 400));
+      for (const s of shards) assert.equal(back.mr.shardInfo(s)?.role, "follower");
+      // Restarted before the refill: still refilling (the WAL kept what it lost), and the
+      // loss is not reported again.
+      await cluster.stop(victim);
+      back = await cluster.start(victim);
+      assert.deepEqual(back.mr.lostShards, []);
+      for (const s of shards) assert.equal(back.mr.shardInfo(s)?.refilling, true);
+
+      cluster.heal();
+      const restarted = back;
+      await eventually(
+        `${victim} refilled`,
+        async () => shards.every((s) => restarted.mr.shardInfo(s)?.refilling === false),
+        20_000,
+      );
+      for (const k of all) assert.equal(await serializable(restarted, k), `v-${k}`, k);
+      assert.ok((restarted.received.get("snapshot") ?? 0) >= 1, "shard 3 came by snapshot");
+      // It votes and leads again: leadership of shard 2 handed to it.
+      const leader2 = cluster.leaderOf(2);
+      assert.ok(leader2);
+      await leader2.mr.transferLeader(2, victim);
+      await eventually(`${victim} leads shard 2`, async () => cluster.leaderOf(2) === restarted);
+      await cluster.put(key2, "after");
+      assert.equal(await serializable(restarted, key2), "after");
+    } finally {
+      await cluster.stopAll();
+    }
+  });
+
   it("a node back on a wiped data directory never answers for its old replica", async () => {
     // The groups' voters are replicas n1@a, n2@a, n3@a. n2's data directory is wiped and it
     // comes back as n2@b: the messages its peers still send to n2@a must be dropped (stepping

@@ -151,6 +151,37 @@ describe("MultiRaft on one node", () => {
     }
   });
 
+  it("replays a removed shard directory whose log is whole; refuses one whose log was compacted", async () => {
+    const data = join(dir, "lost-dir");
+    let mr = await MultiRaft.open(options(data));
+    const shard = mr.shardOf(enc.encode("k1"));
+    const keys = Array.from({ length: 300 }, (_, i) => `k${i}`).filter(
+      (k) => mr.shardOf(enc.encode(k)) === shard,
+    );
+    for (const k of keys) await mr.put(enc.encode(k), enc.encode(`v-${k}`));
+    // The log is not compacted: it still holds every entry.
+    assert.equal(mr.shardInfo(shard)?.logFirstIndex, 1);
+    await mr.close();
+    await rm(join(data, "shards", String(shard)), { recursive: true, force: true });
+    mr = await MultiRaft.open(options(data));
+    try {
+      assert.deepEqual(mr.lostShards, []);
+      for (const k of keys) {
+        assert.equal(dec.decode((await mr.get(enc.encode(k), true))?.value), `v-${k}`);
+      }
+      await mr.snapshotShard(shard);
+    } finally {
+      await mr.close();
+    }
+    await rm(join(data, "shards", String(shard)), { recursive: true, force: true });
+    await assert.rejects(MultiRaft.open(options(data)), {
+      code: "CAIRN_ERR_LOST_STATE",
+      message: new RegExp(
+        `shard ${shard}'s directory ${join(data, "shards", String(shard))} is missing, .*restore the directory from a backup`,
+      ),
+    });
+  });
+
   it("refuses a data directory written with more shards", async () => {
     const data = join(dir, "d");
     const mr = await MultiRaft.open(options(data));
