@@ -185,6 +185,25 @@ export class MemoryFileSystem implements FileSystem {
     reset(this.#root, "/");
   }
 
+  /**
+   * An operator's `rm -rf` of `path` while no process runs (between a crash and a restart), done
+   * durably: the entry is gone from its directory, synced or not. False when there was none.
+   */
+  removeTree(path: string): boolean {
+    const abs = posix.resolve("/", path);
+    let parent: FileNode | DirNode;
+    try {
+      parent = this.#lookup(posix.dirname(abs), "rm");
+    } catch {
+      return false;
+    }
+    if (parent.kind !== "dir") return false;
+    const name = posix.basename(abs);
+    const had = parent.entries.delete(name);
+    parent.durableEntries.delete(name);
+    return had;
+  }
+
   async mkdirp(dir: string): Promise<string | undefined> {
     const path = this.#begin("mkdirp", dir);
     let node = this.#root;

@@ -11,8 +11,10 @@
  * and delay, shard snapshots that compact the WAL (so followers catch up by snapshot), and wipes:
  * a node's disk replaced by an empty one, after which it comes back as a new replica
  * (`<node>@w<n>`) and each group's leader replaces its old replica (src/node/replicas.ts, with a
- * meta state the simulation keeps as the cluster's committed one). The same seed replays the same
- * run.
+ * meta state the simulation keeps as the cluster's committed one), and lost shard directories
+ * (some seeds, from their own random stream): a node stops, one of its shard directories is
+ * removed, and it starts again to have that replica refilled by its peers
+ * (src/replication/refill.ts). The same seed replays the same run.
  *
  * Quiescence (most seeds): idle groups sleep. Clients pause now and then so that groups do go
  * idle, and a node leading sleeping groups is often crashed or cut off right then. A failure
@@ -92,6 +94,8 @@ export interface DriverSimStats {
   membershipChanges: number;
   membershipApplied: number;
   wipes: number;
+  /** Shard directories removed from a stopped node (its replica then refilled by its peers). */
+  lostShards: number;
   messages: number;
   checkerSteps: number;
   /** Nodes crashed or cut off while clients paused (their groups asleep, most often). */
@@ -229,6 +233,12 @@ class DriverSim {
    * it replays the schedule it had before quiescence existed.
    */
   readonly #sleepRng: Rng;
+  /** The lost shard directories' own stream, so that a seed without them replays as before. */
+  readonly #lossRng: Rng;
+  /** Mean simulated ms between lost shard directories (Infinity: none); clusters only. */
+  readonly #loseShardEveryMs: number;
+  /** The replica whose shard directory was removed last, until it is refilled. */
+  #lost: { readonly node: SimNode; readonly shard: number } | null = null;
   readonly #profile: Profile;
   readonly #world = new World();
   readonly #clients = new Process("clients");
@@ -254,6 +264,7 @@ class DriverSim {
     membershipChanges: 0,
     membershipApplied: 0,
     wipes: 0,
+    lostShards: 0,
     messages: 0,
     checkerSteps: 0,
     quietStrikes: 0,
@@ -271,6 +282,8 @@ class DriverSim {
     this.#options = options;
     this.#rng = seededRng(options.seed);
     this.#sleepRng = seededRng(options.seed ^ 0x51ee9);
+    this.#lossRng = seededRng(options.seed ^ 0x5a4d);
+    this.#loseShardEveryMs = [Infinity, Infinity, 400, 1200][this.#lossRng.int(4)] as number;
     this.#profile = pickProfile(this.#rng.fork());
     // Drawn even when given, so that --nodes replays a seed drawn with that size exactly.
     const drawn = this.#rng.int(2) === 0 ? 1 : 3;
@@ -433,6 +446,8 @@ class DriverSim {
         ? {
             replicaId: node.replica,
             replicasOf: (shard: number) => this.#meta.shards.get(shard) ?? [],
+            replicasNow: (shard: number) =>
+              this.#meta.nodesOf(shard).map((n) => this.#meta.replicaOf(n)),
             acceptsReplica: () => true,
             // The shard's first-ranked replica, up or not: a group created elsewhere asks it to
             // campaign (and elects on timers when it is down).
@@ -487,6 +502,11 @@ class DriverSim {
         for (const c of mr.clampedCommits) {
           this.#log(`  commit of shard ${c.shard} lowered from ${c.commit} to ${c.clampedTo}`);
         }
+        for (const l of mr.lostShards) {
+          this.#log(
+            `  shard ${l.shard}'s directory is missing: refilled from the peers (its log lost ${l.lost.term}/${l.lost.index})`,
+          );
+        }
       },
       (err: unknown) => {
         if (!proc.alive) return;
@@ -512,7 +532,13 @@ class DriverSim {
    * any three-replica system.
    */
   #wipe(node: SimNode): void {
-    if (node.proc === null || !node.proc.alive || this.#replacementsPending()) return;
+    if (
+      node.proc === null ||
+      !node.proc.alive ||
+      this.#replacementsPending() ||
+      this.#refillPending()
+    )
+      return;
     this.#stats.wipes++;
     this.#crash(node, false);
     node.disk = new MemoryFileSystem();
@@ -541,6 +567,61 @@ class DriverSim {
       this.#stats.restarts++;
       this.#start(node);
     });
+  }
+
+  /**
+   * A node stops (kill -9 or power cut) and one of its shard directories is removed; it starts
+   * again a little later, and its replica of that shard is refilled by its peers
+   * (src/replication/refill.ts). Only while no other replica is being refilled or replaced: a
+   * second replica of a group lost before the first is refilled may lose acknowledged writes,
+   * as in any three-replica system. Most often a shard whose log the node compacted (its tables
+   * hold what the log dropped: the refill case); otherwise the log is whole and is replayed.
+   */
+  #loseShard(): void {
+    const r = this.#lossRng;
+    const node = this.#nodes[r.int(this.#nodes.length)] as SimNode;
+    const mr = node.mr;
+    if (mr === null || node.proc === null || !node.proc.alive) return;
+    if (this.#replacementsPending() || this.#refillPending()) return;
+    const held = mr.shardIds();
+    const compacted = held.filter((id) => (mr.shardInfo(id)?.logFirstIndex ?? 0) > 1);
+    const pool = compacted.length > 0 && r.int(4) !== 0 ? compacted : held;
+    const shard = pool[r.int(Math.max(1, pool.length))];
+    if (shard === undefined) return;
+    const proc = node.proc;
+    const strike = (): void => {
+      if (node.proc !== proc || !proc.alive || this.#refillPending()) return;
+      this.#stats.lostShards++;
+      // Half the time the shard's leader crashes with it: what the two of them committed is
+      // then on the leader alone, and the third replica may lack it.
+      const leader = this.#nodes.find(
+        (n) => n !== node && n.mr?.shardInfo(shard)?.role === "leader",
+      );
+      if (leader !== undefined && r.int(2) === 0) this.#crash(leader, true);
+      this.#crash(node, false);
+      node.disk.removeTree(`${DATA_DIR}/shards/${shard}`);
+      this.#lost = { node, shard };
+      this.#log(`lost ${node.id}'s directory of shard ${shard}`);
+      this.#world.after(20 + r.int(300), this.#clients, () => {
+        if (node.proc !== null) return;
+        this.#stats.restarts++;
+        this.#start(node);
+      });
+    };
+    // A shard whose log is whole here is compacted first, most often (its tables then hold
+    // what the log dropped).
+    if (compacted.includes(shard) || r.int(3) === 0) strike();
+    else mr.snapshotShard(shard).then(strike, () => undefined);
+  }
+
+  /** Whether the replica whose shard directory was removed last is not refilled yet. */
+  #refillPending(): boolean {
+    const lost = this.#lost;
+    if (lost === null) return false;
+    const info = lost.node.mr?.shardInfo(lost.shard);
+    if (info === null || info === undefined || info.refilling) return true;
+    this.#lost = null;
+    return false;
   }
 
   /**
@@ -652,6 +733,18 @@ class DriverSim {
       });
       every(p.membershipEveryMs, () => this.#changeMembership());
       every(p.wipeEveryMs, () => this.#wipe(anyNode()));
+      // From the losses' own stream: the seeds without them schedule what they did before.
+      if (Number.isFinite(this.#loseShardEveryMs)) {
+        const next = (): void => {
+          const delay = 1 + this.#lossRng.int(2 * this.#loseShardEveryMs);
+          if (this.#world.now + delay >= chaosMs) return;
+          this.#world.after(delay, this.#clients, () => {
+            if (this.#chaos) this.#loseShard();
+            next();
+          });
+        };
+        next();
+      }
       // The leaders' replica replacement pass (every 2 s in a node; faster here), also after
       // the chaos, until the run ends.
       const replace = (): void => {
