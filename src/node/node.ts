@@ -442,7 +442,7 @@ export class CairnNode implements HealthSource {
     }
     for (const l of store.lostShards) {
       storageLog.error(
-        "a shard's directory is missing while the WAL had dropped entries its tables held: its data is lost on this node; its replica is refilled from its peers (until then it serves no serializable read and votes only for a leader holding what it lost)",
+        "a shard's directory is missing (or holds none of its tables) while the WAL had dropped entries its tables held: its data is lost on this node; its replica is refilled from its peers (until then it serves no serializable read and votes only for a leader holding what it lost)",
         {
           shard_id: l.shard,
           path: l.dir,

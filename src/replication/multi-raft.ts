@@ -401,7 +401,7 @@ export class MultiRaft {
   readonly #shards = new DenseMap<ShardReplica>();
   /** What open() accepted to lose (acceptLostWal): the driver logs it at ERROR. */
   readonly #acceptedLosses: AcceptedLoss[] = [];
-  /** Shards whose directory open() found missing, in a cluster: refilled from their peers. */
+  /** Shards whose directory was found missing, in a cluster: refilled from their peers. */
   readonly #lostShards: LostShard[] = [];
   readonly #opening = new Map<number, Promise<ShardReplica>>();
   /** Messages for shards not known here to be replicated yet, by shard (see receive). */
@@ -531,20 +531,7 @@ export class MultiRaft {
         );
       }
       const dirs = await shardDirs(fs, options.dataDir);
-      // A shard whose directory is gone while the WAL compacted its log (its tables held what
-      // the log dropped): its data is lost here. A single node refuses to start (its only copy
-      // is gone); a cluster node's replica is refilled from its peers (refill.ts). (A shard never
-      // flushed has no directory yet, and one whose log is whole is replayed from it: with the
-      // log reset for a refill, what the refill brought.)
-      const present = new Set(dirs);
-      for (const id of wal.shards()) {
-        if (!owns(id) || present.has(id) || wal.firstIndex(id) <= 1) continue;
-        const dir = join(options.dataDir, "shards", String(id));
-        if (single) throw new LostShardError(dir, id, wal.firstIndex(id) - 1);
-        mr.#resetLostShard(id, dir);
-      }
-      // The resets are durable before any replica acts on them.
-      if (mr.#lostShards.length > 0) await wal.sync();
+      // (A shard whose directory is gone, or empty, is found as its engine opens: #openShard.)
       const known = [...new Set<number>([...(single ? [0] : []), ...wal.shards(), ...dirs])].filter(
         owns,
       );
@@ -589,9 +576,9 @@ export class MultiRaft {
   }
 
   /**
-   * The shards whose directory open() found missing while the WAL had dropped entries their
-   * tables held (cluster mode): their replicas here are refilled from their peers (refill.ts).
-   * The driver logs each at ERROR.
+   * The shards whose directory was found missing (or empty) while the WAL had dropped entries
+   * their tables held (cluster mode), at open or when a shard opened since: their replicas here
+   * are refilled from their peers (refill.ts). The driver logs those of open() at ERROR.
    */
   get lostShards(): readonly LostShard[] {
     return this.#lostShards;
@@ -600,7 +587,7 @@ export class MultiRaft {
   /**
    * Restarts the log of shard `id`, whose directory `dir` is gone, for a refill from its peers
    * (refill.ts, step 1): a snapshot mark at 0 carrying the log it lost, and its hard state with
-   * its commit at 0 (its term and vote kept). Synced by open() before any shard opens.
+   * its commit at 0 (its term and vote kept). The caller syncs it before the shard opens.
    */
   #resetLostShard(id: number, dir: string): void {
     const wal = this.#wal;
@@ -2032,8 +2019,21 @@ export class MultiRaft {
 
   async #openShard(id: number, forRequest: boolean): Promise<ShardReplica> {
     const o = this.#options;
-    const lsm = await this.#openEngine(id, join(o.dataDir, "shards", String(id)));
+    const dir = join(o.dataDir, "shards", String(id));
+    const lsm = await this.#openEngine(id, dir);
     try {
+      const compacted = this.#wal.firstIndex(id) - 1;
+      if (lsm.flushedSeq === 0 && compacted > 0) {
+        // The engine holds nothing durable while the WAL dropped entries its tables held: its
+        // directory is gone (or emptied), and its data is lost here. A single node refuses to
+        // start (its only copy is gone); a cluster node's replica is refilled from its peers
+        // (refill.ts), its log reset durably before anything else. (A shard never flushed has
+        // no directory yet, and one whose log is whole is replayed from it: with the log reset
+        // for a refill, what the refill brought.)
+        if (o.transport === undefined) throw new LostShardError(dir, id, compacted);
+        this.#resetLostShard(id, dir);
+        await this.#wal.sync();
+      }
       const sm = new KvStateMachine(lsm, { metaGroup: id === 0 });
       if (o.transport === undefined && lsm.flushedSeq > this.#wal.lastIndex(id)) {
         await this.#acceptLostLog(id, lsm.flushedSeq);
@@ -2263,10 +2263,10 @@ export interface AcceptedLoss {
   readonly walUpTo: number;
 }
 
-/** A shard whose directory open() found missing, in a cluster (MultiRaft.lostShards). */
+/** A shard whose directory was found missing or empty, in a cluster (MultiRaft.lostShards). */
 export interface LostShard {
   readonly shard: number;
-  /** The missing directory. */
+  /** The missing (or empty) directory. */
   readonly dir: string;
   /** The WAL had dropped the shard's entries up to this index (its tables held them). */
   readonly compacted: number;
@@ -2275,14 +2275,15 @@ export interface LostShard {
 }
 
 /**
- * A single node's shard directory is gone while the WAL no longer holds what its tables held:
- * its only copy is lost. (In a cluster the shard is refilled from its peers: refill.ts.)
+ * A single node's shard directory is gone (or empty) while the WAL no longer holds what its
+ * tables held: its only copy is lost. (In a cluster the shard is refilled from its peers:
+ * refill.ts.)
  */
 export class LostShardError extends CairnError {
   constructor(path: string, shard: number, compacted: number) {
     super(
       "CAIRN_ERR_LOST_STATE",
-      `shard ${shard}'s directory ${path} is missing, and the WAL dropped its entries up to ${compacted} once its tables held them: its data is lost on this node; restore the directory from a backup (this node holds the only copy)`,
+      `shard ${shard}'s directory ${path} is missing, or holds none of its tables, and the WAL dropped its entries up to ${compacted} once its tables held them: its data is lost on this node; restore the directory from a backup (this node holds the only copy)`,
     );
     this.name = "LostShardError";
   }

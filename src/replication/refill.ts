@@ -1,12 +1,13 @@
 /**
- * A shard whose directory is gone on a cluster node (its tables, the state machine, removed
- * while the node's WAL still holds the shard's hard state) is refilled from its peers instead of
- * refusing to start (issue 51, item 4).
+ * A shard whose directory is gone on a cluster node (its tables, the state machine, removed or
+ * emptied while the node's WAL still holds the shard's hard state, and had dropped entries the
+ * tables held) is refilled from its peers instead of refusing to start (issue 51, item 4).
  *
  * Its replica lost the state machine and the log entries the WAL had dropped once the tables
  * held them, so it may have acknowledged entries that are now committed on one other replica
- * only. Voting with what it holds, it would help elect a candidate that lacks them. So, at open
- * (MultiRaft.open):
+ * only. Voting with what it holds, it would help elect a candidate that lacks them. So, as the
+ * shard opens (MultiRaft#openShard, at start), when its engine holds nothing durable while the
+ * WAL's log was compacted:
  *
  *  1. The shard's log is reset in the WAL: a snapshot mark at index 0 (the log restarts empty;
  *     the WAL keeps the segments of the entries that follow it, wal.ts #makeDurable) and the
