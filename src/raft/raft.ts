@@ -247,8 +247,9 @@ export class Raft {
   /** While recovering: the last entry of the log this member lost (RaftConfig.recoveringUntil). */
   #lostLast: { readonly index: LogIndex; readonly term: Term } | null = null;
   /**
-   * The term this member was in when it lost its log (null: it lost none). That term's leader
-   * may still count acknowledgements the lost log gave it (see #handleHeartbeat).
+   * The term this member was in when it started having lost its log (null: it lost none, or its
+   * log was already as up to date again). That term's leader may still count acknowledgements
+   * the lost log gave it (see #handleHeartbeat).
    */
   #lostInTerm: Term | null = null;
 
@@ -312,8 +313,8 @@ export class Raft {
     this.#confIndex = confIndex;
     if (config.recoveringUntil !== undefined) {
       this.#lostLast = config.recoveringUntil;
-      this.#lostInTerm = this.term;
       this.#maybeEndRecovery();
+      if (this.#lostLast !== null) this.#lostInTerm = this.term;
     }
     this.becomeFollower(this.term, null);
   }
@@ -1365,8 +1366,10 @@ export class Raft {
 
   /**
    * Whether a message of the group wakes this quiesced member. Any does, and is then handled as
-   * ever, but a wake message to a follower (meant for a leader) and two kinds that would keep a
-   * group from ever sleeping:
+   * ever, but a wake message to a follower (meant for a leader; unless it comes from the
+   * follower's own leader, which then leads no more: it restarted having lost its log, asks to
+   * be refilled, and cannot campaign, which is how a restarted leader wakes its sleeping group
+   * otherwise) and two kinds that would keep a group from ever sleeping:
    *  - a heartbeat from its leader: a sleeping follower answers it, and sleeps on. The leader
    *    heartbeats only when it is awake for a read or another follower (its appends wake the
    *    followers), and a late heartbeat, sent before the quiesce one and overtaking it, would
@@ -1376,7 +1379,7 @@ export class Raft {
    */
   #wakesOn(m: Message): boolean {
     if (!this.voters.has(m.from) && !this.learners.has(m.from)) return false;
-    if (m.type === "wake") return this.role === "leader";
+    if (m.type === "wake") return this.role === "leader" || m.from === this.lead;
     return !(m.type === "heartbeat" && m.from === this.lead && m.term === this.term);
   }
 

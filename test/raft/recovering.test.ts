@@ -24,11 +24,11 @@ class Group {
   readonly down = new Set<NodeId>();
   queue: Message[] = [];
 
-  constructor(bugs: TestingBugs = {}) {
+  constructor(bugs: TestingBugs = {}, quiesceTicks = 0) {
     const rng = seededRng(7);
     for (const id of [A, B, C]) {
       const storage = MemoryStorage.bootstrap([A, B, C]);
-      this.hosts.set(id, new Host(id, storage, { testingBugs: bugs }, rng.fork()));
+      this.hosts.set(id, new Host(id, storage, { testingBugs: bugs, quiesceTicks }, rng.fork()));
     }
     this.settle();
   }
@@ -227,6 +227,36 @@ describe("a member that lost its log (RaftConfig.recoveringUntil)", () => {
       recoveringUntil: { index: logIndex(4), term: term(1) },
     });
     assert.equal(behind.recovering, true);
+  });
+
+  it("a leader that lost its log while its group slept wakes its followers, which elect and refill it", () => {
+    const g = new Group({}, 2);
+    g.host(A).raw.campaign();
+    g.run();
+    g.propose(A, "E");
+    g.run();
+    for (let i = 0; i < 5; i++) {
+      for (const id of [A, B, C]) g.host(id).raw.tick();
+      g.run();
+    }
+    for (const id of [A, B, C]) assert.equal(g.host(id).raw.quiesced, true, `${id} sleeps`);
+    g.host(A).loseLog();
+    g.settle();
+    // Its driver asks the others to wake their leader (MultiRaft's askToRefill): they follow a,
+    // which leads no more, so they wake.
+    for (const to of [B, C]) {
+      g.host(to).raw.step({ type: "wake", from: A, to, term: g.host(A).raw.term });
+    }
+    assert.equal(g.host(B).raw.quiesced, false, "b woke");
+    for (let i = 0; i < 60 && g.leader() === undefined; i++) {
+      for (const id of [A, B, C]) g.host(id).raw.tick();
+      g.run();
+    }
+    assert.ok(g.leader() !== undefined && g.leader()?.id !== A, "b or c leads");
+    g.propose(g.leader()?.id as NodeId, "after");
+    g.run();
+    assert.deepEqual(g.applied(A), ["E", "after"]);
+    assert.equal(g.host(A).raw.recovering, false);
   });
 
   it("votes for a candidate that holds what it lost (a later last term), and marks its refusals", () => {

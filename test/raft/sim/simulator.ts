@@ -580,6 +580,7 @@ export class Simulation {
       if (!this.#running(h.id)) continue;
       // Each member ticks on its own phase.
       if ((this.#now + this.#hosts.indexOf(h) * 3) % TICK === 0) {
+        this.#askToRefill(h);
         h.raw.tick();
         if (h === this.#hosts[0]) this.stats.ticks++;
         const quiesced = h.raw.quiesced;
@@ -934,6 +935,21 @@ export class Simulation {
       (h) =>
         this.#retired.has(h.id) || (this.#running(h.id) && sorted(h.raw.status().conf) === conf),
     );
+  }
+
+  /**
+   * What the driver does for a member that lost its log and knows no leader (MultiRaft's
+   * askToRefill): once per election timeout it asks the group's members to wake their leader. It
+   * knows no configuration (its log is gone), so the driver names the members (here, every
+   * member of the committed configuration).
+   */
+  #askToRefill(h: Host): void {
+    if (!h.raw.recovering || h.raw.lead !== null) return;
+    if (Math.floor(this.#now / TICK) % ELECTION_TICK !== 0) return;
+    for (const id of [...this.#conf.voters, ...this.#conf.learners]) {
+      if (id !== h.id)
+        this.#send({ type: "wake", from: h.id, to: id, term: h.raw.term }, !this.#inChaos);
+    }
   }
 
   /** Whether `h` lost its log and its durable log is not as up to date as the lost one yet. */
