@@ -74,7 +74,13 @@ import {
 } from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
-import { decodeLostLog, encodeLostLog, type LostLog, newerLostLog } from "./refill.ts";
+import {
+  decodeLostLog,
+  encodeLostLog,
+  holdsLostLog,
+  type LostLog,
+  newerLostLog,
+} from "./refill.ts";
 
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
@@ -2114,8 +2120,18 @@ export class MultiRaft {
       }
       const commit = this.#wal.hardState(id)?.commit ?? 0;
       const applied = Math.min(lsm.flushedSeq, commit);
-      // The log this replica lost with its directory, while it is refilled (refill.ts).
-      const lost = decodeLostLog(this.#wal.snapshot(id)?.data, id);
+      // The log this replica lost with its directory, while it is refilled (refill.ts): no more
+      // once the WAL shows the refill done (its log as up to date, its commit as far), as after
+      // a restart since.
+      let lost = decodeLostLog(this.#wal.snapshot(id)?.data, id);
+      const last = this.#wal.lastIndex(id);
+      if (
+        lost !== null &&
+        commit >= lost.commit &&
+        holdsLostLog(last, this.#wal.term(id, last) ?? 0, lost)
+      ) {
+        lost = null;
+      }
       const raw = new RawNode({
         id: this.replicaId,
         storage,

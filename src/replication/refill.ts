@@ -22,14 +22,21 @@
  *  2. The replica's Raft core starts recovering (RaftConfig.recoveringUntil, src/raft/raft.ts):
  *     it does not campaign, votes only for candidates at least as up to date as the lost log (as
  *     it would still holding it), and its refusals tell the leader to forget what it counted
- *     from the lost log and refill it, by log or by snapshot.
+ *     from the lost log and refill it, by log or by snapshot. With no leader it asks the shard's
+ *     replicas to wake theirs (MultiRaft#askToRefill): an idle group's leader sleeps. It votes,
+ *     rather than refusing every vote, so that with the leader gone the two other replicas can
+ *     still elect one of them when that one holds what was lost (refusing all would leave a
+ *     three-replica group no quorum with one more replica down).
  *  3. It is refilled once its log is at least as up to date as the lost one (the core then votes
  *     and campaigns as any replica: why that is safe is argued at Raft#maybeEndRecovery) and it
  *     has applied the commit index the lost log had recorded (until then its state is older than
- *     what it served before the loss). Until refilled it serves no serializable read (they go to
+ *     what it served before the loss). As up to date, not "holding the leader's entries through
+ *     the lost log's last index": the lost log's tail may be entries no leader kept (this replica
+ *     led, and stopped before they spread), and an idle shard's leader may never write that far;
+ *     a leader of a later term has an entry of its term, which is enough. Until refilled it serves no serializable read (they go to
  *     the leader) and /health lists the shard as degraded on this node. A leader's snapshot
  *     installed meanwhile keeps the LostLog in its WAL mark; once refilled the mark is left as
- *     it is (a log as up to date as it makes it moot, and the next start finds it so).
+ *     it is: a start that finds the WAL's log as up to date and its commit as far ignores it.
  *
  * A single node refuses to start instead (LostShardError): its only copy is gone.
  */
