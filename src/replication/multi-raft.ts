@@ -74,15 +74,13 @@ import {
   type SnapshotResult,
 } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
+import { retainedFrom } from "./multi-raft-maintenance.ts";
+import { needsSync } from "./multi-raft-round.ts";
+import { mergeSorted } from "./multi-raft-scan.ts";
 
 /** Shards opened at once during start-up. */
 const OPEN_CONCURRENCY = 32;
 const EMPTY = new Uint8Array(0);
-/**
- * Log entries a leader keeps, beyond what its engine holds, for members behind it (see
- * #retainedFrom); further behind, a member catches up by snapshot.
- */
-const RETAINED_ENTRIES = 10_000;
 /** What a waiting request costs the node beyond its payload (promises, closures, queues). */
 const REQUEST_OVERHEAD_BYTES = 512;
 /**
@@ -1218,7 +1216,7 @@ export class MultiRaft {
       const early = new Map<NodeId, ShardMessage[]>();
       const outbox = new Map<NodeId, ShardMessage[]>();
       const allEarly = this.#testingBugs.everyMessageBeforeWalWrite === true;
-      // Whether the round must be durable before it goes on (see #needsSync).
+      // Whether the round must be durable before it goes on (see needsSync).
       let mustSync = false;
       for (let w = 0; w < ready.length; w++) {
         const s = ready[w] as ShardReplica;
@@ -1232,7 +1230,7 @@ export class MultiRaft {
           mustSync = true;
           s.foundingUnsynced = false;
         }
-        if (!mustSync && this.#needsSync(s, rd)) mustSync = true;
+        if (!mustSync && needsSync(rd, this.#wal, s.id, s.raw)) mustSync = true;
         if (rd.snapshot !== null) {
           // The engine takes the snapshot durably first: once the WAL records it, the log below
           // is gone and only the engine holds that state.
@@ -1347,29 +1345,6 @@ export class MultiRaft {
     this.#options.transport?.flush();
     this.#options.flushOutputs?.();
   };
-
-  /**
-   * Whether `rd` needs the round to be durable before its messages leave and its entries apply:
-   * new entries, a snapshot, a changed term or vote do. A commit index that moved alone does
-   * not (etcd's MustSync): in a group of several voters the entries it covers are already
-   * durable on a majority, a linearizable read there goes through ReadIndex (a leader's commit
-   * in its own term) and never trusts a restarted node's commit index, and a node that
-   * restarts with an older one learns the newer from its leader; entries its engine already
-   * holds are skipped when they apply again. Two exceptions keep the commit durable at once: a
-   * sole voter (its linearizable reads are served at its own commit index after a restart,
-   * #readBarrier) and a commit that covers a configuration change (a node restarting without
-   * it could wait for votes of members already removed).
-   */
-  #needsSync(s: ShardReplica, rd: Ready): boolean {
-    if (rd.entries.length > 0 || rd.snapshot !== null) return true;
-    const hs = rd.hardState;
-    if (hs === null) return false;
-    const before = this.#wal.hardState(s.id);
-    if (before === undefined || before.term !== hs.term || before.vote !== hs.vote) return true;
-    if (s.raw.isSoleVoter()) return true;
-    for (const e of rd.committedEntries) if (e.type === "conf-change") return true;
-    return false;
-  }
 
   /**
    * Hands `outbox` to the transport and flushes it: a round runs from setImmediate, so the
@@ -1545,7 +1520,7 @@ export class MultiRaft {
 
   /**
    * The maintenance pass, run every second: compacts WAL entries already in SSTables (keeping
-   * what members behind a leader still need, #retainedFrom) and flushes shards when the WAL
+   * what members behind a leader still need, retainedFrom) and flushes shards when the WAL
    * holds too much. Public so that a test need not wait for the timer.
    */
   async maintain(): Promise<void> {
@@ -1579,9 +1554,11 @@ export class MultiRaft {
         // Never past the commit index: the WAL makes a compaction durable with everything
         // appended before it, so the hard state recording that commit goes with it. (The
         // engine may hold more than a restarted node's commit: a commit index moved alone is
-        // synced lazily, #needsSync.)
+        // synced lazily, needsSync.)
         const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id), s.raw.commitIndex);
-        const upTo = overBudget ? flushed : this.#retainedFrom(s, flushed);
+        const upTo = overBudget
+          ? flushed
+          : retainedFrom(s.raw, s.storage.conf, this.replicaId, flushed);
         if (upTo >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, upTo);
       }
     } catch (err) {
@@ -1589,25 +1566,6 @@ export class MultiRaft {
     } finally {
       this.#maintaining = false;
     }
-  }
-
-  /**
-   * How far a leader may compact its log, given `flushed` (what its engine holds durably): not
-   * past what its slowest member still needs, so a follower a little behind (restarted, slow)
-   * catches up from the log rather than by a whole snapshot; but never keeping more than
-   * RETAINED_ENTRIES beyond `flushed`'s reach, past which that member gets a snapshot. Followers
-   * send no entries, so they compact to `flushed`.
-   */
-  #retainedFrom(s: ShardReplica, flushed: number): number {
-    if (s.raw.role !== "leader") return flushed;
-    const conf = s.storage.conf;
-    let needed = flushed;
-    for (const member of [...conf.voters, ...conf.learners]) {
-      if (member === this.replicaId) continue;
-      const match = s.raw.matchOf(member);
-      if (match !== null) needed = Math.min(needed, match);
-    }
-    return Math.max(needed, flushed - RETAINED_ENTRIES);
   }
 
   // ── shards ──────────────────────────────────────────────────────────────────────────────────
@@ -1897,13 +1855,6 @@ async function shardDirs(fs: FileSystem, dataDir: string): Promise<number[]> {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-}
-
-/** Merges per-shard key-ordered lists into one key-ordered list. */
-function mergeSorted(lists: StoredItem[][]): StoredItem[] {
-  const all = lists.flat();
-  all.sort((a, b) => Buffer.compare(a.key, b.key));
-  return all;
 }
 
 /** Queues `message` of group `shard` for its destination node in `box` (a round's outgoing). */
