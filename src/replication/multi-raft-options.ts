@@ -3,13 +3,22 @@
  * of the simulation's canaries, and the shapes of what it answers. Nothing here imports a part
  * of the driver, so every part may import it.
  */
-import type { MetaState } from "../cluster/index.ts";
+import { type MetaState, nodeOfReplica } from "../cluster/index.ts";
+import { nodeId, type NodeId } from "../raft/index.ts";
 import { CairnError } from "../common/errors.ts";
 import type { FileSystem, LsmMetrics, WalOptions } from "../storage/index.ts";
 import type { Clock, EngineOpener } from "./engine.ts";
 import type { RaftTransport } from "./raft-transport.ts";
 import type { StoredItem } from "./state-machine.ts";
 import type { ConfirmTerms } from "./term-confirm.ts";
+import type { DenseMap } from "../common/index.ts";
+import type { ShardReplica } from "./shard.ts";
+
+/** The driver's open shards, by id, as its parts read them (MultiRaft owns the table). */
+export type ShardTable = Pick<DenseMap<ShardReplica>, "get" | "has" | "values" | "keys">;
+
+/** Shards opened at once (at start-up, and by a linearizable scan). */
+export const OPEN_CONCURRENCY = 32;
 
 export interface MultiRaftOptions {
   readonly nodeId: string;
@@ -248,4 +257,9 @@ export class ShuttingDownError extends CairnError {
     super("CAIRN_ERR_SHUTTING_DOWN", "the node is shutting down", { retryable: true });
     this.name = "ShuttingDownError";
   }
+}
+
+/** The node of a group's leader (NotLeaderError and the observers name nodes, not replicas). */
+export function leaderNode(lead: string | null | undefined): NodeId | null {
+  return lead === null || lead === undefined ? null : nodeId(nodeOfReplica(lead));
 }

@@ -46,18 +46,10 @@ import {
   nodeId,
   NotLeaderError,
   RawNode,
-  term,
 } from "../raft/index.ts";
 import type { WalRecord } from "../storage/index.ts";
-import {
-  encodeSnapshotFrames,
-  type FileSystem,
-  LsmEnvironment,
-  nodeFileSystem,
-  Wal,
-} from "../storage/index.ts";
+import { type FileSystem, LsmEnvironment, nodeFileSystem, Wal } from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
-import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { KvCommand, Version } from "./commands.ts";
 import { encodeCommand, encodeMetaEntry } from "./commands.ts";
 import { FOUNDING_TERM, type PeerReport, type ProposalOutcome, ShardReplica } from "./shard.ts";
@@ -68,18 +60,19 @@ import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-s
 import {
   type DriverTestingBugs,
   type MultiRaftOptions,
+  leaderNode,
+  OPEN_CONCURRENCY,
   type ScanRequest,
   type ShardInfo,
   ShuttingDownError,
   type SnapshotResult,
 } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
-import { retainedFrom } from "./multi-raft-maintenance.ts";
+import { Maintenance } from "./multi-raft-maintenance.ts";
 import { needsSync } from "./multi-raft-round.ts";
-import { mergeSorted } from "./multi-raft-scan.ts";
+import { Scanner } from "./multi-raft-scan.ts";
+import { buildSnapshot, installSnapshot } from "./multi-raft-snapshots.ts";
 
-/** Shards opened at once during start-up. */
-const OPEN_CONCURRENCY = 32;
 const EMPTY = new Uint8Array(0);
 /** What a waiting request costs the node beyond its payload (promises, closures, queues). */
 const REQUEST_OVERHEAD_BYTES = 512;
@@ -182,7 +175,8 @@ export class MultiRaft {
   /** Coalesced leadership confirmation of reads (options.confirmTerms); null without it. */
   readonly #confirmer: TermConfirmer | null;
   #stopMaintenance: (() => void) | null = null;
-  #maintaining = false;
+  readonly #maintenance: Maintenance;
+  readonly #scanner: Scanner;
   /** A #flushAnswers is queued (#flushAfterAnswers). */
   #flushQueued = false;
 
@@ -207,6 +201,24 @@ export class MultiRaft {
         : new TermConfirmer(options.confirmTerms, {
             confirmByEarlierCall: this.#testingBugs.confirmByEarlierCall === true,
           });
+    // What the parts need of the driver (their *Host interfaces), one object for them all.
+    const host = {
+      shards: this.#shards,
+      wal,
+      replicaId: this.replicaId,
+      stopped: (): boolean => this.#closed || this.#failure !== undefined,
+      fail: (err: unknown): void => this.#fail(err),
+      checkShardId: (id: number): void => this.#checkShardId(id),
+      options,
+      totalShards: this.totalShards,
+      assertOpen: (): void => this.#assertOpen(),
+      replicasOf: (id: number): readonly string[] => this.#replicasOf(id),
+      shardForRequest: (id: number): Promise<ShardReplica> => this.#shardForRequest(id),
+      readBarrier: (s: ShardReplica): Promise<void> => this.#readBarrier(s),
+      syncMeta: (): Promise<void> => this.syncMeta(),
+    };
+    this.#scanner = new Scanner(host);
+    this.#maintenance = new Maintenance(host);
   }
 
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
@@ -483,154 +495,21 @@ export class MultiRaft {
   }
 
   /**
-   * Keys in [start, end) across every shard, in key order, at most `limit`. Keys are hashed over
-   * shards, so every active shard is read (a shard never accessed holds no keys) and the results
-   * merged; `more` tells whether keys remain after the last one returned.
+   * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
+   * whether keys remain after the last one returned (multi-raft-scan.ts).
    */
-  async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
-    const { local, remote } = await this.#scanShards(req.linearizable);
-    // Each source (a shard here, a replica node for the shards this node does not replicate)
-    // contributes at most limit + 1 items; merging them in order gives the page.
-    const wider: ScanRequest = { ...req, limit: req.limit + 1 };
-    const lists = await Promise.all([
-      this.#scanLocal(local, wider),
-      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, wider)),
-    ]);
-    const merged = mergeSorted(lists);
-    return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
+  scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
+    return this.#scanner.scan(req);
   }
 
-  /**
-   * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
-   * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
-   * at most `req.limit`; linearizable reads confirmed as for this node's own scans.
-   */
-  async scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
-    this.#assertOpen();
-    for (const id of ids) this.#checkShardId(id);
-    const shards = await Promise.all(ids.map((id) => this.#shardForRequest(id)));
-    return this.#scanLocal(shards, req);
-  }
-
-  /** Keys of `shards` (open here) in the range, merged, at most `req.limit`. */
-  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<StoredItem[]> {
-    if (req.linearizable) await Promise.all(shards.map((s) => this.#readBarrier(s)));
-    else this.#assertOpen();
-    const lists = shards.map((s) => {
-      const snap = s.sm.lsm.snapshot();
-      try {
-        return s.sm.scan(req.start, req.end, req.limit, snap);
-      } finally {
-        snap.release();
-      }
-    });
-    return mergeSorted(lists).slice(0, req.limit);
-  }
-
-  /**
-   * Keys of `ids`, shards this node does not replicate, through their replicas: all of them
-   * from `node` first; the shards of a node that fails from their next replica in rank order,
-   * until one answers or every replica failed (the last error).
-   */
-  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
-    const remote = this.#options.remoteScan;
-    if (remote === undefined) {
-      throw new NotLeaderError(leaderNode(this.#replicasOf(ids[0] ?? 0)[0]));
-    }
-    try {
-      return await remote(node, ids, req);
-    } catch (err) {
-      if (ids.length === 0) throw err;
-      // Each shard to its next replica after `node`, grouped again by node.
-      const next = new Map<string, number[]>();
-      for (const id of ids) {
-        const nodes = this.#replicasOf(id).map(nodeOfReplica);
-        const after = nodes[nodes.indexOf(node) + 1];
-        if (after === undefined || nodes.indexOf(node) < 0) throw err;
-        next.set(after, [...(next.get(after) ?? []), id]);
-      }
-      const lists = await Promise.all(
-        [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
-      );
-      return mergeSorted(lists).slice(0, req.limit);
-    }
-  }
-
-  /**
-   * The shards a scan reads: `local`, open here, and `remote`, the shards this node does not
-   * replicate, grouped by the replica node to ask (the first-ranked, usually the leader). On a
-   * single node, those open here (a shard never opened holds no keys). In a cluster a shard may
-   * hold keys on its other replicas only (this node missed its creation, or restarted before
-   * hearing of it, or is not one of its replicas): a linearizable scan reads every shard created
-   * cluster-wide (`createdShards`, after syncing the meta state), opening those it replicates
-   * and not open yet through their groups; without `createdShards` (the simulation), every
-   * shard this node replicates. A serializable scan reads the shards open here, and those the
-   * meta state here records on other nodes only.
-   */
-  async #scanShards(
-    linearizable: boolean,
-  ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
-    const remote = new Map<string, number[]>();
-    const owns = this.#options.ownsShard ?? (() => true);
-    // A shard worker reads its own shards (here or on the same worker of their replicas).
-    const createdShards = this.#options.createdShards;
-    const created =
-      createdShards === undefined ? undefined : () => createdShards().filter((id) => owns(id));
-    const elsewhere = (id: number): boolean =>
-      !this.#replicasOf(id).includes(this.replicaId) && this.#options.acceptsReplica?.(id) !== true;
-    const place = (id: number): void => {
-      const node = nodeOfReplica(this.#replicasOf(id)[0] ?? this.replicaId);
-      remote.set(node, [...(remote.get(node) ?? []), id]);
-    };
-    if (this.#options.transport === undefined || !linearizable) {
-      if (this.#options.transport !== undefined && created !== undefined) {
-        for (const id of created()) if (!this.#shards.has(id) && elsewhere(id)) place(id);
-      }
-      return { local: [...this.#shards.values()], remote };
-    }
-    let ids: readonly number[];
-    if (created !== undefined) {
-      // Every shard created before the scan arrived is in the meta state once it is synced.
-      await (this.#options.syncMeta?.() ?? this.syncMeta());
-      ids = created();
-    } else {
-      ids = Array.from({ length: this.totalShards }, (_, id) => id).filter((id) => owns(id));
-    }
-    const local: ShardReplica[] = [];
-    const queue = ids.filter((id) => {
-      if (this.#shards.has(id) || this.#options.remoteScan === undefined || !elsewhere(id))
-        return true;
-      place(id);
-      return false;
-    });
-    const opener = async (): Promise<void> => {
-      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
-        local.push(await this.#shardForRequest(id));
-      }
-    };
-    await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
-    return { local, remote };
+  /** A peer's share of a scan (cairn.v1.Raft ScanShards; multi-raft-scan.ts). */
+  scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+    return this.#scanner.scanShards(ids, req);
   }
 
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */
-  async snapshotShard(id: number): Promise<SnapshotResult> {
-    this.#checkShardId(id);
-    const shard = this.#shards.get(id);
-    if (shard === undefined) {
-      throw new CairnError(
-        "CAIRN_ERR_SHARD_NOT_ACTIVE",
-        `shard ${id} is not active on this node (it holds no data)`,
-      );
-    }
-    await shard.sm.lsm.flush();
-    // Not past the commit index (see maintain()).
-    const index = Math.min(shard.sm.lsm.flushedSeq, this.#wal.lastIndex(id), shard.raw.commitIndex);
-    this.#wal.compact(id, index);
-    await this.#wal.sync();
-    const term = this.#wal.term(id, this.#wal.firstIndex(id) - 1) ?? 0;
-    const stats = shard.sm.lsm.stats();
-    const sizeBytes = stats.bytesPerLevel.reduce((a, b) => a + b, 0);
-    return { shardId: id, index: this.#wal.firstIndex(id) - 1, term, sizeBytes };
+  snapshotShard(id: number): Promise<SnapshotResult> {
+    return this.#maintenance.snapshotShard(id);
   }
 
   /**
@@ -1234,7 +1113,7 @@ export class MultiRaft {
         if (rd.snapshot !== null) {
           // The engine takes the snapshot durably first: once the WAL records it, the log below
           // is gone and only the engine holds that state.
-          await this.#installSnapshot(s, rd.snapshot);
+          await installSnapshot(s, rd.snapshot, this.#options.observer, this.#testingBugs);
           records.push({
             kind: "snapshot",
             shard: s.id,
@@ -1392,48 +1271,9 @@ export class MultiRaft {
     this.#markDirty(s);
   }
 
-  /** Replaces a follower's state with a snapshot from its leader. */
-  async #installSnapshot(s: ShardReplica, snap: Snapshot): Promise<void> {
-    async function* frames(): AsyncGenerator<Uint8Array> {
-      yield snap.data;
-    }
-    if (this.#testingBugs.snapshotInstallNotDurable === true) {
-      await installSnapshotNotDurably(s.sm.lsm, snap.data, snap.meta.index);
-    } else {
-      await s.sm.lsm.importSnapshot(frames());
-    }
-    s.sm.appliedIndex = snap.meta.index;
-    s.storage.conf = snap.meta.conf;
-    this.#options.observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));
-    this.#options.observer?.snapshotInstalled?.(s.id, snap.meta.index, snap.data.length);
-    // The meta group's state came with the snapshot.
-    if (s.id === 0) s.sm.reloadMeta();
-  }
-
-  /**
-   * The shard's state machine at its applied index, as a snapshot stream in one buffer, with
-   * the configuration in force there. Called by the Raft core (synchronously) when a follower
-   * needs entries already compacted; between rounds, so no apply is in flight.
-   */
+  /** The shard's snapshot for a follower (multi-raft-snapshots.ts); #openShard hands it to the storage. */
   #buildSnapshot(s: ShardReplica): Snapshot {
-    const pin = s.sm.lsm.snapshot();
-    try {
-      const index = pin.seq;
-      const t = this.#wal.term(s.id, index);
-      if (t === undefined) {
-        throw new CairnError(
-          "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
-          `shard ${s.id}: no term for the applied index ${index}`,
-        );
-      }
-      const chunks = [...encodeSnapshotFrames(index, s.sm.lsm.scan({ snapshot: pin }))];
-      return {
-        meta: { index: logIndex(index), term: term(t), conf: s.storage.conf },
-        data: Buffer.concat(chunks),
-      };
-    } finally {
-      pin.release();
-    }
+    return buildSnapshot(s, this.#wal);
   }
 
   /**
@@ -1519,53 +1359,11 @@ export class MultiRaft {
   }
 
   /**
-   * The maintenance pass, run every second: compacts WAL entries already in SSTables (keeping
-   * what members behind a leader still need, retainedFrom) and flushes shards when the WAL
-   * holds too much. Public so that a test need not wait for the timer.
+   * The maintenance pass, run every second (multi-raft-maintenance.ts). Public so that a test
+   * need not wait for the timer.
    */
-  async maintain(): Promise<void> {
-    if (this.#maintaining || this.#closed || this.#failure !== undefined) return;
-    this.#maintaining = true;
-    try {
-      // An engine that failed in the background (a flush or compaction could not write) serves
-      // nothing more; the node must restart and recover it from its last durable state and the
-      // WAL, like any other storage failure.
-      for (const s of this.#shards.values()) {
-        if (s.sm.lsm.failure !== undefined) throw s.sm.lsm.failure;
-      }
-      if (this.#wal.isOverMemoryBudget()) {
-        // Flush the shards holding the most until what they hold covers the excess (at most
-        // 64 a pass): with writes spread over many shards, a few flushes a second would fall
-        // behind the intake and the log's memory would grow past its budget.
-        const stats = this.#wal.stats();
-        let excess = stats.memoryBytes - this.#wal.memoryBudgetBytes / 2;
-        const flushes: Promise<void>[] = [];
-        for (const { shard, bytes } of this.#wal.largestShards(64)) {
-          if (excess <= 0) break;
-          const s = this.#shards.get(shard);
-          if (s === undefined) continue;
-          flushes.push(s.sm.lsm.flush());
-          excess -= bytes;
-        }
-        await Promise.all(flushes);
-      }
-      const overBudget = this.#wal.isOverMemoryBudget();
-      for (const s of this.#shards.values()) {
-        // Never past the commit index: the WAL makes a compaction durable with everything
-        // appended before it, so the hard state recording that commit goes with it. (The
-        // engine may hold more than a restarted node's commit: a commit index moved alone is
-        // synced lazily, needsSync.)
-        const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id), s.raw.commitIndex);
-        const upTo = overBudget
-          ? flushed
-          : retainedFrom(s.raw, s.storage.conf, this.replicaId, flushed);
-        if (upTo >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, upTo);
-      }
-    } catch (err) {
-      this.#fail(err);
-    } finally {
-      this.#maintaining = false;
-    }
+  maintain(): Promise<void> {
+    return this.#maintenance.maintain();
   }
 
   // ── shards ──────────────────────────────────────────────────────────────────────────────────
@@ -1862,9 +1660,4 @@ function addTo(box: Map<NodeId, ShardMessage[]>, shard: number, message: Message
   let list = box.get(message.to);
   if (list === undefined) box.set(message.to, (list = []));
   list.push({ shard, message });
-}
-
-/** The node of a group's leader (NotLeaderError and the observers name nodes, not replicas). */
-function leaderNode(lead: string | null | undefined): NodeId | null {
-  return lead === null || lead === undefined ? null : nodeId(nodeOfReplica(lead));
 }
