@@ -50,11 +50,10 @@ import {
 import type { WalRecord } from "../storage/index.ts";
 import { type FileSystem, LsmEnvironment, nodeFileSystem, Wal } from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
-import type { KvCommand, Version } from "./commands.ts";
-import { encodeCommand, encodeMetaEntry } from "./commands.ts";
-import { FOUNDING_TERM, type PeerReport, type ProposalOutcome, ShardReplica } from "./shard.ts";
+import type { Version } from "./commands.ts";
+import { FOUNDING_TERM, type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
-import { type ReadVoucher, type TermCheck, TermConfirmer } from "./term-confirm.ts";
+import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
 import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
 import {
@@ -71,11 +70,12 @@ import type { ShardMessage } from "./raft-transport.ts";
 import { Maintenance } from "./multi-raft-maintenance.ts";
 import { needsSync } from "./multi-raft-round.ts";
 import { Scanner } from "./multi-raft-scan.ts";
+import { Reads } from "./multi-raft-reads.ts";
+import { Writes } from "./multi-raft-writes.ts";
+import { RequestBudget } from "./request-budget.ts";
 import { buildSnapshot, installSnapshot } from "./multi-raft-snapshots.ts";
 
 const EMPTY = new Uint8Array(0);
-/** What a waiting request costs the node beyond its payload (promises, closures, queues). */
-const REQUEST_OVERHEAD_BYTES = 512;
 /**
  * Heartbeat intervals a leader waits with nothing to do before its group sleeps (every replica
  * holds its whole log, committed and applied, when the wait starts: #idle in the Raft core). A
@@ -151,12 +151,8 @@ export class MultiRaft {
   #tickingCount = 0;
   /** What observer.awakeGroups last heard. */
   #reportedAwake = -1;
-  readonly #maxPending: number;
-  readonly #maxPendingBytes: number;
   readonly #requestTimeoutMs: number;
   readonly #testingBugs: DriverTestingBugs;
-  /** Bytes of the requests waiting in the driver now (see MultiRaftOptions.maxPendingBytes). */
-  #pendingBytes = 0;
   /**
    * Shard applies in flight, by shard (one at most each), for close() to wait on. An IntMap, not
    * a Set: a Set's churn promotes what it holds (src/common/int-map.ts).
@@ -165,18 +161,17 @@ export class MultiRaft {
   #roundScheduled = false;
   #inRound: Promise<void> | null = null;
   #rerun = false;
-  #readSeq = 0;
   #closed = false;
   #failure: unknown = undefined;
   readonly #clock: Clock;
   readonly #openEngine: EngineOpener;
   readonly #rng: Rng;
   #stopTicker: (() => void) | null = null;
-  /** Coalesced leadership confirmation of reads (options.confirmTerms); null without it. */
-  readonly #confirmer: TermConfirmer | null;
   #stopMaintenance: (() => void) | null = null;
   readonly #maintenance: Maintenance;
   readonly #scanner: Scanner;
+  readonly #writes: Writes;
+  readonly #reads: Reads;
   /** A #flushAnswers is queued (#flushAfterAnswers). */
   #flushQueued = false;
 
@@ -191,16 +186,8 @@ export class MultiRaft {
     this.totalShards = options.totalShards;
     this.#wal = wal;
     this.#env = env;
-    this.#maxPending = options.maxPendingPerShard ?? 100_000;
-    this.#maxPendingBytes = options.maxPendingBytes ?? 128 * 1024 * 1024;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
     this.#testingBugs = options.testingBugs ?? {};
-    this.#confirmer =
-      options.confirmTerms === undefined
-        ? null
-        : new TermConfirmer(options.confirmTerms, {
-            confirmByEarlierCall: this.#testingBugs.confirmByEarlierCall === true,
-          });
     // What the parts need of the driver (their *Host interfaces), one object for them all.
     const host = {
       shards: this.#shards,
@@ -214,9 +201,21 @@ export class MultiRaft {
       assertOpen: (): void => this.#assertOpen(),
       replicasOf: (id: number): readonly string[] => this.#replicasOf(id),
       shardForRequest: (id: number): Promise<ShardReplica> => this.#shardForRequest(id),
-      readBarrier: (s: ShardReplica): Promise<void> => this.#readBarrier(s),
+      readBarrier: (s: ShardReplica): Promise<void> => this.#reads.readBarrier(s),
       syncMeta: (): Promise<void> => this.syncMeta(),
+      clock: this.#clock,
+      testingBugs: this.#testingBugs,
+      budget: new RequestBudget(options.maxPendingBytes ?? 128 * 1024 * 1024),
+      maxPendingPerShard: options.maxPendingPerShard ?? 100_000,
+      closed: (): boolean => this.#closed,
+      shardOf: (key: Uint8Array): number => this.shardOf(key),
+      shard: (id: number): Promise<ShardReplica> => this.#shard(id),
+      opening: (id: number): boolean => this.#opening.has(id),
+      markDirty: (s: ShardReplica): void => this.#markDirty(s),
+      report: (shard: number, report: PeerReport): void => this.#report(shard, report),
     };
+    this.#writes = new Writes(host);
+    this.#reads = new Reads(host);
     this.#scanner = new Scanner(host);
     this.#maintenance = new Maintenance(host);
   }
@@ -414,37 +413,54 @@ export class MultiRaft {
     this.#heldCount++;
   }
 
-  // ── client operations ────────────────────────────────────────────────────────────────────────
+  // ── client operations (multi-raft-writes.ts, multi-raft-reads.ts) ─────────────────────────
 
   put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
-    return this.#write(
-      expected === undefined ? { op: "put", key, value } : { op: "put", key, value, expected },
-    );
+    return this.#writes.put(key, value, expected);
   }
 
   delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
-    return this.#write(
-      expected === undefined ? { op: "delete", key } : { op: "delete", key, expected },
-    );
+    return this.#writes.delete(key, expected);
   }
 
-  /**
-   * The leader of `key`'s shard when this node's replica follows it and knows it: exactly when
-   * #write would refuse a write to that shard naming it (and, as the refusal does, a sleeping
-   * follower is woken to check on its leader). null otherwise: the shard is not open here, this
-   * node leads or an election is under way, or the node is closed or failed.
-   */
+  /** The leader of `key`'s shard when this node's replica follows it and knows it, else null. */
   leaderElsewhere(key: Uint8Array): string | null {
-    if (this.#closed || this.#failure !== undefined) return null;
-    const shard = this.#shards.get(this.shardOf(key));
-    if (shard === undefined) return null;
-    const raw = shard.raw;
-    if (raw.role !== "follower" || raw.lead === null) return null;
-    if (raw.quiesced) {
-      shard.enqueueReport({ kind: "leader-down" });
-      this.#markDirty(shard);
-    }
-    return leaderNode(raw.lead);
+    return this.#writes.leaderElsewhere(key);
+  }
+
+  /** Proposes a command to the meta group (shard 0), which this node must lead. */
+  proposeMeta(cmd: MetaCommand): Promise<MetaOutcome> {
+    return this.#writes.proposeMeta(cmd);
+  }
+
+  /** Proposes a change of a shard's group; resolves once applied on this node, the leader. */
+  changeMembership(id: number, cc: ConfChange): Promise<void> {
+    return this.#writes.changeMembership(id, cc);
+  }
+
+  /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */
+  transferLeader(id: number, to: string): Promise<void> {
+    return this.#writes.transferLeader(id, to);
+  }
+
+  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
+  get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
+    return this.#reads.get(key, linearizable);
+  }
+
+  /** Waits until the meta group's state here is as recent as any acknowledged meta command. */
+  syncMeta(): Promise<void> {
+    return this.#reads.syncMeta();
+  }
+
+  /** A peer leader's term checks (term-confirm.ts), answered from the groups' current terms. */
+  confirmTerms(checks: readonly TermCheck[]): boolean[] {
+    return this.#reads.confirmTerms(checks);
+  }
+
+  /** For a follower's read on another node: this node's leadership of `id` confirmed, its read index. */
+  readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
+    return this.#reads.readIndexAsLeader(id, voucher);
   }
 
   /**
@@ -478,22 +494,6 @@ export class MultiRaft {
     }
   }
 
-  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
-  async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
-    this.#assertOpen();
-    const id = this.shardOf(key);
-    // On a single node, a shard never opened was never written (writes open it first): the
-    // key is absent, and a read must not create the shard. In a cluster the shard may exist on
-    // the other replicas only: the read must go through the group.
-    if (this.#options.transport === undefined && !this.#shards.has(id) && !this.#opening.has(id)) {
-      return null;
-    }
-    const shard = await this.#shardForRequest(id);
-    if (linearizable) await this.#readBarrier(shard);
-    else this.#assertOpen();
-    return shard.sm.get(key);
-  }
-
   /**
    * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
    * whether keys remain after the last one returned (multi-raft-scan.ts).
@@ -510,35 +510,6 @@ export class MultiRaft {
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */
   snapshotShard(id: number): Promise<SnapshotResult> {
     return this.#maintenance.snapshotShard(id);
-  }
-
-  /**
-   * Proposes a change of a shard's group (add a learner, add or promote a voter, remove a
-   * member), one at a time; resolves once the change is applied on this node, the leader.
-   */
-  async changeMembership(id: number, cc: ConfChange): Promise<void> {
-    this.#checkShardId(id);
-    const shard = await this.#shard(id);
-    this.#assertOpen();
-    const done = shard.enqueueConfChange(cc, this.#clock.now());
-    this.#markDirty(shard);
-    await done;
-  }
-
-  /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */
-  async transferLeader(id: number, to: string): Promise<void> {
-    this.#checkShardId(id);
-    // An open shard takes the request before this returns, as #write takes a write: of a
-    // transfer and a write asked in one turn, the first asked is the first the group sees.
-    const shard = this.#shards.get(id) ?? (await this.#shard(id));
-    const conf = shard.storage.conf;
-    const target =
-      [...conf.voters, ...conf.learners].find((m) => m === to) ??
-      conf.voters.find((m) => nodeOfReplica(m) === to) ??
-      to;
-    const done = shard.enqueueTransfer(nodeId(target), this.#clock.now());
-    this.#markDirty(shard);
-    await done;
   }
 
   // ── state for health, metrics and the cluster view ──────────────────────────────────────────
@@ -628,322 +599,6 @@ export class MultiRaft {
   }
 
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────
-
-  /**
-   * Proposes a client write to its shard. An open shard takes it before this returns, without
-   * an `await` (the common case: a promise and a microtask hop less per write); a shard still to
-   * be opened or created here is reached through #shardForRequest first.
-   */
-  #write(cmd: KvCommand): Promise<ApplyOutcome> {
-    const id = this.shardOf(cmd.key);
-    const open = this.#shards.get(id);
-    if (open === undefined)
-      return this.#shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
-    try {
-      return this.#proposeWrite(open, cmd);
-    } catch (err) {
-      return Promise.reject(err as Error);
-    }
-  }
-
-  /** #write on its open shard: refuses synchronously (throws), or proposes and returns the outcome. */
-  #proposeWrite(shard: ShardReplica, cmd: KvCommand): Promise<ApplyOutcome> {
-    this.#assertOpen();
-    // A follower that knows its leader would refuse the proposal at its next round: it refuses
-    // now, and the API forwards the write without waiting for a round (two writes in three
-    // reach a follower when clients do not route). A sleeping one still wakes, in a round of
-    // its own, as the proposal would have woken it: it ticks again and pokes its leader
-    // (RawNode.reportLeaderDown), so a group whose leader is gone elects another.
-    const raw = shard.raw;
-    if (raw.role === "follower" && raw.lead !== null) {
-      if (raw.quiesced) {
-        shard.enqueueReport({ kind: "leader-down" });
-        this.#markDirty(shard);
-      }
-      throw new NotLeaderError(leaderNode(raw.lead));
-    }
-    const storage = shard.sm.lsm.backpressure();
-    // A throttled engine still takes writes, but fewer wait on it: its queue drains slowly.
-    const limit = storage === "throttle" ? this.#maxPending >> 4 : this.#maxPending;
-    if (shard.pendingOperations >= limit || storage === "stall") {
-      throw new CairnError(
-        "CAIRN_ERR_BACKPRESSURE",
-        `shard ${shard.id} is overloaded (${shard.pendingOperations} operations waiting, storage ${storage}); retry later`,
-        { retryable: true },
-      );
-    }
-    const data = encodeCommand(cmd);
-    const reserved = data.length + REQUEST_OVERHEAD_BYTES;
-    this.#reserve(reserved);
-    let done: Promise<ProposalOutcome>;
-    try {
-      done = shard.enqueuePropose(data, this.#clock.now());
-      this.#markDirty(shard);
-    } catch (err) {
-      this.#unreserve(reserved);
-      throw err;
-    }
-    return done.then(
-      (outcome) => {
-        this.#unreserve(reserved);
-        if (outcome.type === "meta") {
-          throw new CairnError("CAIRN_ERR_INTERNAL", "a KV command applied as a meta command");
-        }
-        return outcome;
-      },
-      (err: unknown) => {
-        this.#unreserve(reserved);
-        throw err;
-      },
-    );
-  }
-
-  /**
-   * Proposes a command to the meta group (shard 0), which this node must lead (else
-   * NotLeaderError naming the leader); resolves with its outcome once applied here.
-   */
-  async proposeMeta(cmd: MetaCommand): Promise<MetaOutcome> {
-    this.#assertOpen();
-    const shard = this.#shards.get(0);
-    if (shard === undefined || shard.raw.role !== "leader") {
-      throw new NotLeaderError(leaderNode(shard?.raw.lead));
-    }
-    const done = shard.enqueuePropose(encodeMetaEntry(cmd), this.#clock.now());
-    this.#markDirty(shard);
-    const outcome = await done;
-    if (outcome.type !== "meta") {
-      throw new CairnError("CAIRN_ERR_INTERNAL", "a meta command applied as a KV command");
-    }
-    return outcome.outcome;
-  }
-
-  /**
-   * Waits until the meta group's state here is as recent as any acknowledged meta command
-   * (a ReadIndex barrier on shard 0).
-   */
-  async syncMeta(): Promise<void> {
-    this.#assertOpen();
-    await this.#readBarrier(await this.#shard(0));
-  }
-
-  /**
-   * Takes `bytes` of the node-wide budget for waiting requests, or refuses the request. One
-   * request is always admitted when nothing waits, however large, so no request is refused
-   * forever. Given back with #unreserve.
-   */
-  #reserve(bytes: number): void {
-    if (this.#pendingBytes > 0 && this.#pendingBytes + bytes > this.#maxPendingBytes) {
-      throw new CairnError(
-        "CAIRN_ERR_BACKPRESSURE",
-        `the node has ${this.#pendingBytes} bytes of requests waiting (limit ${this.#maxPendingBytes}); retry later`,
-        { retryable: true },
-      );
-    }
-    this.#pendingBytes += bytes;
-  }
-
-  #unreserve(bytes: number): void {
-    this.#pendingBytes -= bytes;
-  }
-
-  /**
-   * Waits until a linearizable read of `shard` may be served from its state machine: once it has
-   * applied everything committed when the read arrived (the ReadIndex rule). A group whose only
-   * voter is this node, leading, knows its commit index covers every acknowledged write (a
-   * write is acknowledged after its commit is persisted and it is applied; no other member can
-   * lead without a configuration change), so it needs no round trip, only that wait: right
-   * after a restart the replay may still be applying entries below that index. Other groups
-   * confirm leadership with ReadIndex.
-   */
-  async #readBarrier(shard: ShardReplica): Promise<void> {
-    this.#assertOpen();
-    if (
-      this.#options.singleVoterReadFastPath !== false &&
-      shard.raw.role === "leader" &&
-      shard.raw.isSoleVoter()
-    ) {
-      const index = this.#testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
-      if (index <= shard.sm.appliedIndex) return;
-      this.#reserve(REQUEST_OVERHEAD_BYTES);
-      try {
-        await shard.waitApplied(index);
-      } finally {
-        this.#unreserve(REQUEST_OVERHEAD_BYTES);
-      }
-      return;
-    }
-    const remote = this.#options.remoteReadIndex;
-    this.#reserve(REQUEST_OVERHEAD_BYTES);
-    try {
-      if (remote !== undefined && shard.raw.role !== "leader") {
-        // A follower's read: the leader confirms its leadership and names its commit index;
-        // the read is served here once this replica has applied that far.
-        const lead = shard.raw.lead;
-        if (lead === null) throw new NotLeaderError(null);
-        const since = this.#clock.now();
-        const asked = remote(nodeOfReplica(lead), shard.id, shard.raw.term);
-        // The leader asked may never answer (paused, cut off) while its partners elect another:
-        // the read then goes to the new leader at once instead of waiting out its deadline.
-        const answer = await new Promise<{ index: number } | { moved: NodeId }>(
-          (resolve, reject) => {
-            const unwatch = shard.watchLead((now) => {
-              if (now === null || now === lead) return;
-              unwatch();
-              resolve({ moved: now });
-            });
-            asked.then(
-              (index) => {
-                unwatch();
-                resolve({ index });
-              },
-              (err: unknown) => {
-                unwatch();
-                reject(err as Error);
-              },
-            );
-          },
-        ).catch((err: unknown) => {
-          // The leader this sleeping follower knows did not answer for the group (it died, or
-          // its node is now another replica): wake the group, which elects again unless that
-          // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
-          this.#report(shard.id, { kind: "leader-down" });
-          throw err;
-        });
-        if ("moved" in answer) {
-          // Another replica leads now: the read is refused with it as the hint (the KV layer
-          // forwards it there), or, when this replica is the one elected, confirmed here below.
-          if (shard.role !== "leader") throw new NotLeaderError(leaderNode(answer.moved));
-        } else {
-          if (this.#testingBugs.followerReadWithoutApply !== true) {
-            await shard.waitApplied(answer.index, since);
-          }
-          return;
-        }
-      }
-      const since = this.#clock.now();
-      await shard.waitApplied(await this.#leaderReadIndex(shard, since), since);
-    } finally {
-      this.#unreserve(REQUEST_OVERHEAD_BYTES);
-    }
-  }
-
-  /**
-   * A leader's read index for a read that arrived at `since`: confirmed by its peers' terms
-   * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here).
-   */
-  async #leaderReadIndex(
-    shard: ShardReplica,
-    since: number,
-    voucher?: ReadVoucher,
-  ): Promise<number> {
-    const index = await this.#confirmLeadership(shard, voucher);
-    if (index !== null) return index;
-    const done = shard.enqueueRead(++this.#readSeq, since);
-    this.#markDirty(shard);
-    return done;
-  }
-
-  /**
-   * A leader's read point confirmed by its peers' terms (term-confirm.ts): the commit index as
-   * of now, once a quorum of the group's voters (this one included) answered that they are at a
-   * term ≤ this leader's, in calls sent after now, and this replica still leads in that term.
-   * Null when that is not to be had (no confirmTerms, not leader, no entry of this term
-   * committed yet, refusals or silence from too many voters): the read then takes Raft's
-   * ReadIndex, which also settles who leads.
-   */
-  #confirmLeadership(shard: ShardReplica, voucher?: ReadVoucher): Promise<number | null> {
-    const confirmer = this.#confirmer;
-    const raw = shard.raw;
-    if (
-      confirmer === null ||
-      raw.role !== "leader" ||
-      !raw.voters.has(raw.id) ||
-      !raw.committedInCurrentTerm()
-    ) {
-      return Promise.resolve(null);
-    }
-    const term = raw.term;
-    const index = raw.commitIndex;
-    // A follower asking for its own read vouches for itself when its term was no higher.
-    const vouched =
-      voucher !== undefined &&
-      voucher.replica !== raw.id &&
-      voucher.term <= term &&
-      raw.voters.has(nodeId(voucher.replica))
-        ? voucher.replica
-        : null;
-    const peers: NodeId[] = [];
-    for (const v of raw.voters) if (v !== raw.id && v !== vouched) peers.push(v);
-    // A quorum, less this voter and the one that vouched.
-    const needed = Math.floor(raw.voters.size / 2) - (vouched === null ? 0 : 1);
-    const stillLeads = (): boolean =>
-      shard.raw === raw && raw.role === "leader" && raw.term === term;
-    if (needed <= 0) return Promise.resolve(stillLeads() ? index : null);
-    return new Promise((resolve) => {
-      let confirmed = 0;
-      let refused = 0;
-      let settled = false;
-      for (const replica of peers) {
-        const check = { shard: shard.id, term, replica };
-        confirmer.ask(nodeOfReplica(replica), check, (ok) => {
-          if (settled) return;
-          if (ok) confirmed++;
-          else refused++;
-          if (confirmed >= needed) {
-            settled = true;
-            resolve(stillLeads() ? index : null);
-          } else if (refused > peers.length - needed) {
-            settled = true;
-            resolve(null);
-          }
-        });
-      }
-    });
-  }
-
-  /**
-   * A peer leader's term checks (term-confirm.ts): for each, whether this node's replica
-   * `replica` of the shard exists here and is at a term ≤ the one named. Read from the groups'
-   * current terms (never below their durable ones), without stepping them.
-   */
-  confirmTerms(checks: readonly TermCheck[]): boolean[] {
-    const anyTerm = this.#testingBugs.confirmAnyTerm === true;
-    return checks.map((c) => {
-      if (this.#closed || c.replica !== this.replicaId) return false;
-      const shard = this.#shards.get(c.shard);
-      if (shard === undefined || shard.raw.id !== this.replicaId) return false;
-      return anyTerm || shard.raw.term <= c.term;
-    });
-  }
-
-  /**
-   * For a follower's read on another node: confirms this node's leadership of `id` (ReadIndex)
-   * and answers the index the read must wait for (the commit index when the read arrived).
-   * With the follower's `voucher` (its replica and term when the read was asked), a voter at a
-   * term no higher than this leader's counts toward the quorum without being asked.
-   * Throws NotLeaderError when this node does not lead the shard.
-   */
-  async readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
-    this.#assertOpen();
-    this.#checkShardId(id);
-    const shard = this.#shards.get(id);
-    if (shard === undefined || shard.raw.role !== "leader") {
-      throw new NotLeaderError(leaderNode(shard?.raw.lead));
-    }
-    this.#reserve(REQUEST_OVERHEAD_BYTES);
-    try {
-      const index = await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
-      // The read waits there for its replica to apply `index`: with the commit broadcast
-      // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.
-      // (Asked only when owed: under reads alone it never is, and the group is not visited.)
-      const to = voucher === undefined ? null : nodeId(voucher.replica);
-      if (this.#shards.get(id)?.raw.commitOwed(to) === true)
-        this.#report(id, { kind: "commit-wanted", to });
-      return index;
-    } finally {
-      this.#unreserve(REQUEST_OVERHEAD_BYTES);
-    }
-  }
 
   /** Ticks the awake groups only: a sleeping group costs nothing per tick. */
   #tick(): void {
