@@ -70,6 +70,8 @@ import type { ShardMessage } from "./raft-transport.ts";
 import { Maintenance } from "./multi-raft-maintenance.ts";
 import { needsSync } from "./multi-raft-round.ts";
 import { Scanner } from "./multi-raft-scan.ts";
+import { Peers } from "./multi-raft-peers.ts";
+import { Quiesce } from "./multi-raft-quiesce.ts";
 import { Reads } from "./multi-raft-reads.ts";
 import { Writes } from "./multi-raft-writes.ts";
 import { RequestBudget } from "./request-budget.ts";
@@ -84,14 +86,6 @@ const EMPTY = new Uint8Array(0);
  * per Put to groups written once, and spent 14 peer messages a Put instead of 10 (BENCHMARKS.md).
  */
 export const QUIESCE_AFTER_HEARTBEATS = 2;
-
-/**
- * A message for a shard this node does not know it replicates is held this long (ms), waiting
- * for the meta group here to learn of the shard (see receive), then dropped.
- */
-const HELD_MESSAGE_MS = 3_000;
-/** At most this many such messages are held, over every shard; more are dropped. */
-const HELD_MESSAGES_MAX = 4_096;
 
 // The driver's types, where they have always been imported from (src/node, the transport, the
 // tests): they live in multi-raft-options.ts and raft-transport.ts.
@@ -119,9 +113,6 @@ export class MultiRaft {
   /** What open() accepted to lose (acceptLostWal): the driver logs it at ERROR. */
   readonly #acceptedLosses: AcceptedLoss[] = [];
   readonly #opening = new Map<number, Promise<ShardReplica>>();
-  /** Messages for shards not known here to be replicated yet, by shard (see receive). */
-  readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
-  #heldCount = 0;
   /** Groups being founded by foundShard(): their voters and first entries. */
   readonly #founding = new Map<
     number,
@@ -141,16 +132,6 @@ export class MultiRaft {
   readonly #roundReady: ShardReplica[] = [];
   readonly #roundReadies: Ready[] = [];
   readonly #roundRecords: WalRecord[] = [];
-  /**
-   * The shards the ticker ticks (ShardReplica.ticking): groups awake here, and sleeping ones
-   * with requests waiting (the rounds that ticks cause check their deadlines). See #trackSleep.
-   * A list with a flag, not a Set: #trackSleep runs for every group a round visits, and the
-   * next tick drops those that stopped ticking.
-   */
-  #ticking: ShardReplica[] = [];
-  #tickingCount = 0;
-  /** What observer.awakeGroups last heard. */
-  #reportedAwake = -1;
   readonly #requestTimeoutMs: number;
   readonly #testingBugs: DriverTestingBugs;
   /**
@@ -172,6 +153,8 @@ export class MultiRaft {
   readonly #scanner: Scanner;
   readonly #writes: Writes;
   readonly #reads: Reads;
+  readonly #peers: Peers;
+  readonly #quiesce: Quiesce;
   /** A #flushAnswers is queued (#flushAfterAnswers). */
   #flushQueued = false;
 
@@ -212,10 +195,17 @@ export class MultiRaft {
       shard: (id: number): Promise<ShardReplica> => this.#shard(id),
       opening: (id: number): boolean => this.#opening.has(id),
       markDirty: (s: ShardReplica): void => this.#markDirty(s),
-      report: (shard: number, report: PeerReport): void => this.#report(shard, report),
+      report: (shard: number, report: PeerReport): void => this.#peers.report(shard, report),
+      nodeId: this.nodeId,
+      observer: options.observer,
+      mark: (s: ShardReplica): void => this.#mark(s),
+      scheduleRound: (): void => this.#scheduleRound(),
+      dropExpiredHeld: (): void => this.#peers.dropExpiredHeld(),
     };
     this.#writes = new Writes(host);
     this.#reads = new Reads(host);
+    this.#peers = new Peers(host);
+    this.#quiesce = new Quiesce(host);
     this.#scanner = new Scanner(host);
     this.#maintenance = new Maintenance(host);
   }
@@ -326,91 +316,48 @@ export class MultiRaft {
     return shardForKey(key, this.totalShards);
   }
 
-  // ── peers ──────────────────────────────────────────────────────────────────────────────────
+  // ── peers (multi-raft-peers.ts) ───────────────────────────────────────────────────────────
 
   /**
-   * Messages from node `from`, delivered to their groups at the next round. A message for a
-   * shard not open here opens it if this node is one of its replicas (a new group's first
-   * messages reach a replica before any client request does). One for a shard this node does
-   * not know it replicates is held (bounded: HELD_MESSAGES_MAX, HELD_MESSAGE_MS) until
-   * replicasChanged() finds that it does, then delivered, else dropped: a new shard's first
-   * messages (its creator's timeout-now, a candidate's votes) often outrun the create-shard
-   * entry's commit at this node's replica of the meta group. Dropped, each cost an election
-   * timeout; a three-node fill saw ~250 of them over 1,024 new shards.
+   * Messages from node `from`, delivered to their groups at the next round (a shard not open
+   * here is opened if this node replicates it; held a while if it may soon).
    */
   receive(from: string, messages: readonly ShardMessage[]): void {
-    if (this.#closed || this.#failure !== undefined) return;
-    let stale: string | null = null;
-    for (const { shard: id, message } of messages) {
-      if (message.to !== this.replicaId) {
-        // Addressed to another incarnation of this node: taking it would let this replica vote
-        // and acknowledge as one whose promises are lost.
-        stale = message.to;
-        continue;
-      }
-      const s = this.#shards.get(id);
-      if (s !== undefined) {
-        s.enqueueStep(message);
-        this.#markDirty(s);
-        continue;
-      }
-      if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) continue;
-      if (this.#replicatesHere(id)) this.#deliver(id, message);
-      else this.#hold(id, message);
-    }
-    if (stale !== null) this.#options.onStaleReplica?.(from, stale);
+    this.#peers.receive(from, messages);
   }
 
   /**
    * The shards' replicas may have changed (`replicasOf`, `acceptsReplica`): the messages held
-   * for shards this node now replicates are delivered, in the order they came. The driver calls
-   * it after each meta command it applies; an embedder whose replicas change otherwise calls it.
+   * for shards this node now replicates are delivered. The driver calls it after each meta
+   * command it applies; an embedder whose replicas change otherwise calls it.
    */
   replicasChanged(): void {
-    if (this.#held.size === 0 || this.#closed || this.#failure !== undefined) return;
-    const now = this.#clock.now();
-    for (const [id, held] of this.#held) {
-      const replica = this.#replicatesHere(id);
-      if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
-      this.#held.delete(id);
-      this.#heldCount -= held.messages.length;
-      if (replica) for (const m of held.messages) this.#deliver(id, m);
-    }
+    this.#peers.replicasChanged();
   }
 
-  #replicatesHere(id: number): boolean {
-    return (
-      this.#replicasOf(id).includes(this.replicaId) || this.#options.acceptsReplica?.(id) === true
-    );
+  /** The transport could not deliver to `to`: the groups led here probe it instead. */
+  reportUnreachable(to: string): void {
+    this.#peers.reportUnreachable(to);
   }
 
-  /** Delivers `message` to shard `id` (a replica here), opening it if needed. */
-  #deliver(id: number, message: Message): void {
-    const s = this.#shards.get(id);
-    if (s !== undefined) {
-      s.enqueueStep(message);
-      this.#markDirty(s);
-      return;
-    }
-    // Several messages for a shard being opened wait on the same promise: delivered in order.
-    this.#shard(id).then(
-      (opened) => {
-        opened.enqueueStep(message);
-        this.#markDirty(opened);
-      },
-      () => undefined,
-    );
+  // ── sleeping groups (multi-raft-quiesce.ts) ──────────────────────────────────────────────────
+
+  /** The failure detector suspects node `node`: the groups here it leads wake if they sleep. */
+  wakeGroupsLedBy(node: string): void {
+    this.#quiesce.wakeGroupsLedBy(node);
   }
 
-  #hold(id: number, message: Message): void {
-    if (this.#options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) return;
-    let held = this.#held.get(id);
-    if (held === undefined) {
-      held = { since: this.#clock.now(), messages: [] };
-      this.#held.set(id, held);
-    }
-    held.messages.push(message);
-    this.#heldCount++;
+  /** Groups of this node that are awake (ticking). */
+  awakeGroups(): number {
+    return this.#quiesce.awakeGroups();
+  }
+
+  #tick(): void {
+    this.#quiesce.tick();
+  }
+
+  #setTicking(s: ShardReplica, ticking: boolean): void {
+    this.#quiesce.setTicking(s, ticking);
   }
 
   // ── client operations (multi-raft-writes.ts, multi-raft-reads.ts) ─────────────────────────
@@ -600,75 +547,6 @@ export class MultiRaft {
 
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────
 
-  /** Ticks the awake groups only: a sleeping group costs nothing per tick. */
-  #tick(): void {
-    // Held messages past their time are dropped (their shards' replicas are checked again).
-    if (this.#held.size > 0) this.replicasChanged();
-    const list = this.#ticking;
-    let kept = 0;
-    for (let i = 0; i < list.length; i++) {
-      const s = list[i] as ShardReplica;
-      if (!s.ticking) {
-        s.listedTicking = false;
-        continue;
-      }
-      list[kept++] = s;
-      s.ticks++;
-      this.#mark(s);
-    }
-    list.length = kept;
-    if (this.#tickingCount > 0) this.#scheduleRound();
-    if (this.#tickingCount !== this.#reportedAwake) {
-      this.#reportedAwake = this.#tickingCount;
-      this.#options.observer?.awakeGroups?.(this.#reportedAwake);
-    }
-  }
-
-  /**
-   * Keeps #ticking in step with the group after anything that may put it to sleep or wake it
-   * (feeding its inputs, advancing it). A sleeping group with requests waiting stays ticked
-   * (ticks do nothing to it, but the rounds they cause expire requests past their deadline).
-   */
-  #trackSleep(s: ShardReplica): void {
-    this.#setTicking(s, !s.raw.quiesced || s.pendingOperations > 0);
-  }
-
-  #setTicking(s: ShardReplica, ticking: boolean): void {
-    if (s.ticking === ticking) return;
-    s.ticking = ticking;
-    if (!ticking) {
-      this.#tickingCount--;
-      return;
-    }
-    this.#tickingCount++;
-    if (!s.listedTicking) {
-      s.listedTicking = true;
-      this.#ticking.push(s);
-    }
-  }
-
-  /**
-   * The failure detector (SWIM) suspects node `node`, or declared it dead: the groups here it
-   * leads wake if they sleep (RawNode.reportLeaderDown), so that they elect another leader
-   * after an election timeout if the node is really gone, instead of waiting for it forever.
-   * Whether a group sleeps is read when its round delivers the news, not here: a round under
-   * way may be putting it to sleep right now.
-   */
-  wakeGroupsLedBy(node: string): void {
-    if (this.#closed || this.#failure !== undefined || node === this.nodeId) return;
-    for (const s of this.#shards.values()) {
-      const lead = s.raw.lead;
-      if (lead === null || nodeOfReplica(lead) !== node) continue;
-      s.enqueueReport({ kind: "leader-down" });
-      this.#markDirty(s);
-    }
-  }
-
-  /** Groups of this node that are awake (ticking). */
-  awakeGroups(): number {
-    return this.#tickingCount;
-  }
-
   #markDirty(s: ShardReplica): void {
     this.#mark(s);
     this.#scheduleRound();
@@ -734,7 +612,7 @@ export class MultiRaft {
         if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
         s.expire(now, this.#requestTimeoutMs);
         s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
-        this.#trackSleep(s);
+        this.#quiesce.trackSleep(s);
         if (s.raw.hasReady()) {
           ready.push(s);
           readies.push(s.raw.ready());
@@ -898,32 +776,10 @@ export class MultiRaft {
       // that went: a snapshot dropped and reported sent would leave the follower behind until
       // it spoke up; reported lost, the leader retries at once.
       transport.send(to, messages, (delivered) => {
-        for (const id of snapshots) this.#report(id, { kind: "snapshot", to, ok: delivered });
+        for (const id of snapshots) this.#peers.report(id, { kind: "snapshot", to, ok: delivered });
       });
     }
     transport.flush();
-  }
-
-  /**
-   * The transport could not deliver to `to` (its stream is down, or frames were dropped): the
-   * groups this node leads stop pipelining to it and probe it instead (RawNode.reportUnreachable).
-   */
-  reportUnreachable(to: string): void {
-    if (this.#closed || this.#failure !== undefined) return;
-    for (const s of this.#shards.values()) {
-      if (s.role !== "leader") continue;
-      const conf = s.storage.conf;
-      for (const member of [...conf.voters, ...conf.learners]) {
-        if (nodeOfReplica(member) === to) this.#report(s.id, { kind: "unreachable", to: member });
-      }
-    }
-  }
-
-  #report(shard: number, report: PeerReport): void {
-    const s = this.#shards.get(shard);
-    if (s === undefined || this.#closed) return;
-    s.enqueueReport(report);
-    this.#markDirty(s);
   }
 
   /** The shard's snapshot for a follower (multi-raft-snapshots.ts); #openShard hands it to the storage. */
@@ -990,7 +846,7 @@ export class MultiRaft {
       s.confirmReads(rd);
       s.raw.advance();
       // A conf change applied by advance() may change the role, which wakes the group.
-      this.#trackSleep(s);
+      this.#quiesce.trackSleep(s);
       if (rd.hardState !== null) {
         this.#options.observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
       }
