@@ -25,11 +25,15 @@
  * Shard 0 opens at start; another shard opens on first access (its directory and WAL state are
  * created then) and, after a restart, every shard with state is reopened and its WAL replayed
  * above what its LSM holds durably.
+ *
+ * This class is the facade: its parts are the files multi-raft-*.ts (the round loop, the apply,
+ * reads, writes, scans, peers, sleeping groups, snapshots, maintenance), each over a host
+ * interface of its own (src/replication/README.md).
  */
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
-import { DenseMap, IntMap, clearArray } from "../common/index.ts";
+import { DenseMap } from "../common/index.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import {
   type MetaCommand,
@@ -37,7 +41,7 @@ import {
   nodeOfReplica,
   shardForKey,
 } from "../cluster/index.ts";
-import type { ConfChange, ConfState, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
+import type { ConfChange, ConfState, NodeId, Snapshot } from "../raft/index.ts";
 import {
   confAfter,
   EMPTY_CONF,
@@ -47,7 +51,6 @@ import {
   NotLeaderError,
   RawNode,
 } from "../raft/index.ts";
-import type { WalRecord } from "../storage/index.ts";
 import { type FileSystem, LsmEnvironment, nodeFileSystem, Wal } from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
 import type { Version } from "./commands.ts";
@@ -55,7 +58,7 @@ import { FOUNDING_TERM, type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
-import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
+import { WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
 import {
   type DriverTestingBugs,
   type MultiRaftOptions,
@@ -68,14 +71,15 @@ import {
 } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
 import { Maintenance } from "./multi-raft-maintenance.ts";
-import { needsSync } from "./multi-raft-round.ts";
+import { RoundLoop } from "./multi-raft-round.ts";
+import { Applier } from "./multi-raft-apply.ts";
 import { Scanner } from "./multi-raft-scan.ts";
 import { Peers } from "./multi-raft-peers.ts";
 import { Quiesce } from "./multi-raft-quiesce.ts";
 import { Reads } from "./multi-raft-reads.ts";
 import { Writes } from "./multi-raft-writes.ts";
 import { RequestBudget } from "./request-budget.ts";
-import { buildSnapshot, installSnapshot } from "./multi-raft-snapshots.ts";
+import { buildSnapshot } from "./multi-raft-snapshots.ts";
 
 const EMPTY = new Uint8Array(0);
 /**
@@ -118,30 +122,8 @@ export class MultiRaft {
     number,
     { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
   >();
-  /**
-   * The shards marked for the next round, each once (ShardReplica.marked). An array, not a Set:
-   * a Set cleared every round grows its table again, in the old generation, a few times a round.
-   */
-  #dirty: ShardReplica[] = [];
-  /** The array #round swaps in for #dirty, empty between rounds. */
-  #spareDirty: ShardReplica[] = [];
-  /**
-   * A round's groups with a Ready, their Readies and WAL records: arrays of the driver, empty
-   * between rounds (clearArray), not new ones grown each round (rounds do not overlap).
-   */
-  readonly #roundReady: ShardReplica[] = [];
-  readonly #roundReadies: Ready[] = [];
-  readonly #roundRecords: WalRecord[] = [];
   readonly #requestTimeoutMs: number;
   readonly #testingBugs: DriverTestingBugs;
-  /**
-   * Shard applies in flight, by shard (one at most each), for close() to wait on. An IntMap, not
-   * a Set: a Set's churn promotes what it holds (src/common/int-map.ts).
-   */
-  readonly #applies = new IntMap<Promise<void>>();
-  #roundScheduled = false;
-  #inRound: Promise<void> | null = null;
-  #rerun = false;
   #closed = false;
   #failure: unknown = undefined;
   readonly #clock: Clock;
@@ -155,8 +137,8 @@ export class MultiRaft {
   readonly #reads: Reads;
   readonly #peers: Peers;
   readonly #quiesce: Quiesce;
-  /** A #flushAnswers is queued (#flushAfterAnswers). */
-  #flushQueued = false;
+  readonly #applier: Applier;
+  readonly #rounds: RoundLoop;
 
   private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment | null) {
     this.#options = options;
@@ -194,18 +176,27 @@ export class MultiRaft {
       shardOf: (key: Uint8Array): number => this.shardOf(key),
       shard: (id: number): Promise<ShardReplica> => this.#shard(id),
       opening: (id: number): boolean => this.#opening.has(id),
-      markDirty: (s: ShardReplica): void => this.#markDirty(s),
+      markDirty: (s: ShardReplica): void => this.#rounds.markDirty(s),
       report: (shard: number, report: PeerReport): void => this.#peers.report(shard, report),
       nodeId: this.nodeId,
       observer: options.observer,
-      mark: (s: ShardReplica): void => this.#mark(s),
-      scheduleRound: (): void => this.#scheduleRound(),
+      mark: (s: ShardReplica): void => this.#rounds.mark(s),
+      scheduleRound: (): void => this.#rounds.scheduleRound(),
       dropExpiredHeld: (): void => this.#peers.dropExpiredHeld(),
     };
     this.#writes = new Writes(host);
     this.#reads = new Reads(host);
     this.#peers = new Peers(host);
     this.#quiesce = new Quiesce(host);
+    this.#applier = new Applier({ ...host, sleep: this.#quiesce });
+    this.#rounds = new RoundLoop({
+      ...host,
+      requestTimeoutMs: this.#requestTimeoutMs,
+      failed: (): boolean => this.#failure !== undefined,
+      sleep: this.#quiesce,
+      peers: this.#peers,
+      applier: this.#applier,
+    });
     this.#scanner = new Scanner(host);
     this.#maintenance = new Maintenance(host);
   }
@@ -531,8 +522,8 @@ export class MultiRaft {
     this.#stopTicker?.();
     this.#stopMaintenance?.();
     await Promise.allSettled([...this.#opening.values()]);
-    while (this.#inRound !== null) await this.#inRound;
-    while (this.#applies.size > 0) await Promise.allSettled(this.#applies.values());
+    await this.#rounds.whenIdle();
+    await this.#applier.whenIdle();
     const err = new ShuttingDownError();
     for (const s of this.#shards.values()) s.failAll(err);
     const results = await Promise.allSettled(
@@ -547,312 +538,14 @@ export class MultiRaft {
 
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────
 
-  #markDirty(s: ShardReplica): void {
-    this.#mark(s);
-    this.#scheduleRound();
-  }
-
-  #mark(s: ShardReplica): void {
-    if (s.marked) return;
-    s.marked = true;
-    this.#dirty.push(s);
-  }
-
-  #scheduleRound(): void {
-    // A failed node runs no more rounds (it would spin on shards it can never advance).
-    if (this.#roundScheduled || this.#closed || this.#failure !== undefined) return;
-    this.#roundScheduled = true;
-    this.#clock.defer(this.#startRound);
-  }
-
-  /** A scheduled round's start (one function for every round, not a closure each). */
-  readonly #startRound = (): void => {
-    this.#roundScheduled = false;
-    if (this.#closed) return;
-    if (this.#inRound !== null) {
-      this.#rerun = true;
-      return;
-    }
-    this.#inRound = this.#round().finally(this.#roundEnded);
-  };
-
-  readonly #roundEnded = (): void => {
-    this.#inRound = null;
-    if (this.#rerun || this.#dirty.length > 0) {
-      this.#rerun = false;
-      this.#scheduleRound();
-    }
-  };
-
-  async #round(): Promise<void> {
-    if (this.#failure !== undefined) {
-      for (const s of this.#dirty) s.marked = false;
-      this.#dirty.length = 0;
-      return;
-    }
-    try {
-      // The shards with a Ready this round, and their Readies (two arrays: no pair per shard).
-      const ready = this.#roundReady;
-      const readies = this.#roundReadies;
-      // The marked list is taken whole and an empty one put in its place (no copy per round);
-      // shards marked from here on wait for the next round. Every shard taken is unmarked
-      // first, so one marked again during this round, before or after its turn, goes into the
-      // new list.
-      const dirty = this.#dirty;
-      this.#dirty = this.#spareDirty;
-      this.#spareDirty = dirty;
-      const now = this.#clock.now();
-      let asks: Map<NodeId, ShardMessage[]> | null = null;
-      for (const s of dirty) s.marked = false;
-      for (const s of dirty) {
-        // A shard still applying its last Ready sits this round out (its apply marks it dirty
-        // again when done): one slow engine must not hold every other shard's round.
-        if (s.applying !== null) continue;
-        const ask = s.maybeCampaign();
-        if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
-        s.expire(now, this.#requestTimeoutMs);
-        s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
-        this.#quiesce.trackSleep(s);
-        if (s.raw.hasReady()) {
-          ready.push(s);
-          readies.push(s.raw.ready());
-        }
-      }
-      clearArray(dirty);
-      // Asks to campaign promise nothing about this node's state: they leave at once.
-      if (asks !== null) this.#send(asks);
-      if (ready.length === 0) return;
-      const records = this.#roundRecords;
-      // A leader's appends and heartbeats leave before this round's WAL write, everything else
-      // (acknowledgements, votes, snapshots) once the round is durable: see below.
-      const early = new Map<NodeId, ShardMessage[]>();
-      const outbox = new Map<NodeId, ShardMessage[]>();
-      const allEarly = this.#testingBugs.everyMessageBeforeWalWrite === true;
-      // Whether the round must be durable before it goes on (see needsSync).
-      let mustSync = false;
-      for (let w = 0; w < ready.length; w++) {
-        const s = ready[w] as ShardReplica;
-        const rd = readies[w] as Ready;
-        // A group founded since the last sync: its founding records are not durable yet, so
-        // none of its messages leaves before this round's sync, not even a leader's appends. A
-        // founding leader that sent before its vote was on disk could restart with no state,
-        // found the group again and lead its founding term a second time (driver invariant 16).
-        const founding = s.foundingUnsynced && this.#testingBugs.foundingAppendsBeforeSync !== true;
-        if (s.foundingUnsynced) {
-          mustSync = true;
-          s.foundingUnsynced = false;
-        }
-        if (!mustSync && needsSync(rd, this.#wal, s.id, s.raw)) mustSync = true;
-        if (rd.snapshot !== null) {
-          // The engine takes the snapshot durably first: once the WAL records it, the log below
-          // is gone and only the engine holds that state.
-          await installSnapshot(s, rd.snapshot, this.#options.observer, this.#testingBugs);
-          records.push({
-            kind: "snapshot",
-            shard: s.id,
-            meta: { index: rd.snapshot.meta.index, term: rd.snapshot.meta.term, data: EMPTY },
-          });
-        }
-        if (rd.messages.length > 0) {
-          if (this.#options.transport === undefined || s.raw.isSoleVoter()) {
-            // A sole voter has no one to talk to: a message means the group's configuration
-            // is not what this driver believes.
-            throw new CairnError(
-              "CAIRN_ERR_INVARIANT",
-              `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
-            );
-          }
-          for (const message of rd.messages) {
-            const box =
-              ((message.type === "append" || message.type === "heartbeat") && !founding) || allEarly
-                ? early
-                : outbox;
-            addTo(box, s.id, message);
-          }
-        }
-        if (rd.entries.length > 0)
-          records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
-        // (The Ready's hard state is a new object, never written: the WAL may keep it.)
-        if (rd.hardState !== null)
-          records.push({ kind: "hard-state", shard: s.id, state: rd.hardState });
-      }
-      if (early.size > 0) {
-        // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
-        // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
-        // copy toward a commit only when it steps the followers' answers, in a later round,
-        // after this round's sync; only those answers and votes promise durability. They leave
-        // now (#send), before the write, whether it blocks the thread or not.
-        this.#send(early);
-      }
-      // Without mustSync only commit indexes moved: durable with the next round that syncs.
-      if (records.length > 0) this.#wal.append(records);
-      // With no record of its own a round may still have to sync: a new group's founding
-      // entries, appended at open and applied by this round (foundingUnsynced). Skipping that
-      // sync let an engine flush the first of them while the WAL lost them all to a power cut:
-      // the replica came back with one voter, itself (driver simulation, seeds 145 and 263).
-      if (mustSync && this.#testingBugs.ackBeforeWalSync === true) {
-        this.#wal.sync().catch((err: unknown) => this.#fail(err));
-      } else if (mustSync) {
-        await this.#wal.sync();
-      }
-      // Only now, with the round durable: a message may acknowledge or vote on what it holds.
-      // An acknowledgement is on the path of every write of the groups this node follows: it
-      // leaves now (#send), not after this round's applies.
-      this.#send(outbox);
-      let applied: ShardReplica[] | null = null;
-      const observer = this.#options.observer;
-      for (let w = 0; w < ready.length; w++) {
-        const s = ready[w] as ShardReplica;
-        const rd = readies[w] as Ready;
-        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, leaderNode(s.lead), s.raw.term);
-        const pending = this.#applyReady(s, rd);
-        if (pending === null) {
-          (applied ??= []).push(s);
-          continue;
-        }
-        this.#applyingUntil(s, pending);
-      }
-      // The answers this round's applies settle are framed by their promises' continuations:
-      // they leave once those have run, not after another turn of the event loop.
-      this.#flushAfterAnswers();
-      // Groups applied in place are marked for another round from a microtask, after those the
-      // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
-      // through three nodes ran ~10% slower (alternating runs; the cause was not pinned down).
-      if (applied !== null) {
-        const done = applied;
-        queueMicrotask(() => {
-          for (const s of done) {
-            if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
-          }
-        });
-      }
-    } catch (err) {
-      this.#fail(err);
-    } finally {
-      clearArray(this.#roundReady);
-      clearArray(this.#roundReadies);
-      clearArray(this.#roundRecords);
-    }
-  }
-
-  /**
-   * Hands what this turn framed to the sockets once the microtasks queued so far have run (a
-   * tick queued from a microtask runs when the microtask queue is empty): the answers of the
-   * proposals and reads a round settles, the forwarded calls' answers among them. Framed in a
-   * round, which runs from setImmediate, they would otherwise leave in the next turn's check
-   * phase, after its timers and its poll for I/O (with what that poll brings in): every write
-   * waited for that on its leader, a forwarded one before its answer went back.
-   */
-  #flushAfterAnswers(): void {
-    if (this.#flushQueued) return;
-    const transport = this.#options.transport;
-    const flushOutputs = this.#options.flushOutputs;
-    if (transport === undefined && flushOutputs === undefined) return;
-    this.#flushQueued = true;
-    queueMicrotask(() => process.nextTick(this.#flushAnswers));
-  }
-
-  readonly #flushAnswers = (): void => {
-    this.#flushQueued = false;
-    this.#options.transport?.flush();
-    this.#options.flushOutputs?.();
-  };
-
-  /**
-   * Hands `outbox` to the transport and flushes it: a round runs from setImmediate, so the
-   * connections' own end-of-turn write would come in the next turn's check phase, after that
-   * turn's timers and its poll for I/O (and whatever the poll brings in).
-   */
-  #send(outbox: Map<NodeId, ShardMessage[]>): void {
-    const transport = this.#options.transport;
-    if (transport === undefined || outbox.size === 0) return;
-    for (const [to, messages] of outbox) {
-      const snapshots = messages.filter((m) => m.message.type === "snapshot").map((m) => m.shard);
-      if (snapshots.length === 0) {
-        transport.send(to, messages);
-        continue;
-      }
-      // The leader sends nothing more to a member it sends a snapshot to until it hears how
-      // that went: a snapshot dropped and reported sent would leave the follower behind until
-      // it spoke up; reported lost, the leader retries at once.
-      transport.send(to, messages, (delivered) => {
-        for (const id of snapshots) this.#peers.report(id, { kind: "snapshot", to, ok: delivered });
-      });
-    }
-    transport.flush();
-  }
-
   /** The shard's snapshot for a follower (multi-raft-snapshots.ts); #openShard hands it to the storage. */
   #buildSnapshot(s: ShardReplica): Snapshot {
     return buildSnapshot(s, this.#wal);
   }
 
-  /**
-   * Applies a persisted Ready's committed entries to the shard, serves the reads they unblock,
-   * and advances the group. In the common case (KV entries, an engine with no back-pressure) all
-   * of it is done before returning, with no promise per entry or per Ready: null. Otherwise (an
-   * engine that throttles or stalls, a configuration change, a meta entry) the promise of its
-   * end, which runs beside the next rounds and delays only its own shard. Never rejects: a
-   * failure fails the node.
-   */
-  #applyReady(s: ShardReplica, rd: Ready): Promise<void> | null {
-    const conf = s.storage.conf;
-    let pending: Promise<void> | null;
-    try {
-      pending = s.applyCommitted(rd.committedEntries);
-      if (pending === null) {
-        this.#advance(s, rd, conf);
-        return null;
-      }
-    } catch (err) {
-      this.#fail(err);
-      return null;
-    }
-    return this.#advanceAfter(pending, s, rd, conf);
-  }
-
-  /**
-   * `s` applies `rd` (#applyReady) until `pending` settles. A method of its own: a closure
-   * over `s` in #round's loop had V8 allocate a context for every group of every round.
-   */
-  #applyingUntil(s: ShardReplica, pending: Promise<void>): void {
-    const applying: Promise<void> = pending.finally(() => {
-      this.#applies.delete(s.id);
-      s.applying = null;
-      if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
-    });
-    s.applying = applying;
-    this.#applies.set(s.id, applying);
-  }
-
-  /** #applyReady's end once `pending`, the apply of `rd`, settles (closures kept out of it). */
-  #advanceAfter(
-    pending: Promise<void>,
-    s: ShardReplica,
-    rd: Ready,
-    conf: ConfState,
-  ): Promise<void> {
-    return pending.then(
-      () => this.#advance(s, rd, conf),
-      (err: unknown) => this.#fail(err),
-    );
-  }
-
-  /** The rest of #applyReady once `rd`'s entries are applied (`conf`: the one before them). */
-  #advance(s: ShardReplica, rd: Ready, conf: ConfState): void {
-    try {
-      if (s.storage.conf !== conf)
-        this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters.map(nodeOfReplica));
-      s.confirmReads(rd);
-      s.raw.advance();
-      // A conf change applied by advance() may change the role, which wakes the group.
-      this.#quiesce.trackSleep(s);
-      if (rd.hardState !== null) {
-        this.#options.observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
-      }
-    } catch (err) {
-      this.#fail(err);
-    }
+  /** The group has input: marked for the next round (multi-raft-round.ts). */
+  #markDirty(s: ShardReplica): void {
+    this.#rounds.markDirty(s);
   }
 
   #fail(err: unknown): void {
@@ -1164,11 +857,4 @@ async function shardDirs(fs: FileSystem, dataDir: string): Promise<number[]> {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-}
-
-/** Queues `message` of group `shard` for its destination node in `box` (a round's outgoing). */
-function addTo(box: Map<NodeId, ShardMessage[]>, shard: number, message: Message): void {
-  let list = box.get(message.to);
-  if (list === undefined) box.set(message.to, (list = []));
-  list.push({ shard, message });
 }
