@@ -88,11 +88,15 @@ import {
 } from "./frame-codec.ts";
 import type { RawStreamHandler } from "../api/handoff.ts";
 import {
+  type ClusterIdSource,
+  currentClusterId,
   handshakeRefusal,
+  ownHandshake,
   type PeerCheck,
   peerRefusal,
   type PeerRefusalKind,
 } from "./handshake.ts";
+import { type LogFields, type PeerLogger, silentLogger } from "./peer-logger.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
@@ -104,23 +108,6 @@ import {
   type SnapshotMetrics,
   SnapshotRefusal,
 } from "./snapshot-transfer.ts";
-
-type LogFields = Readonly<Record<string, unknown>>;
-
-/** What the transport logs through; the node's `Logger` (src/ops) fits. */
-export interface PeerLogger {
-  debug(message: string, fields?: LogFields): void;
-  info(message: string, fields?: LogFields): void;
-  warn(message: string, fields?: LogFields): void;
-  error(message: string, fields?: LogFields): void;
-}
-
-const silent: PeerLogger = {
-  debug: () => undefined,
-  info: () => undefined,
-  warn: () => undefined,
-  error: () => undefined,
-};
 
 const MIB = 1024 * 1024;
 /** The peers' unary calls (ReadIndex, ProposeMeta, ScanShards) carry at most this much. */
@@ -144,17 +131,6 @@ export const RAFT_SERVER_OPTIONS = {
 
 /** The default pace of snapshot data leaving a node (`raft.snapshot_rate_bytes_per_sec`). */
 const DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC = 64 * MIB;
-
-/**
- * A node's cluster id, or a function returning it as it is now: "" while the node has not yet
- * learnt it (a new node before the meta group's bootstrap reached it). Two ends whose ids are
- * both known and differ never talk; an end that does not know its id yet is accepted.
- */
-export type ClusterIdSource = string | (() => string);
-
-function currentId(source: ClusterIdSource): string {
-  return typeof source === "string" ? source : source();
-}
 
 export interface GrpcTransportOptions {
   readonly clusterId: ClusterIdSource;
@@ -351,7 +327,7 @@ export class GrpcTransport implements RaftTransport {
     this.#replicaId = toNodeId(options.replicaId ?? options.nodeId);
     this.#clusterId = options.clusterId;
     this.#resolve = options.peers;
-    this.#log = options.logger ?? silent;
+    this.#log = options.logger ?? silentLogger;
     this.#onUnreachable = options.onUnreachable;
     this.#maxInFlight = options.maxInFlightBytesPerPeer ?? 16 * 1024 * 1024;
     this.#maxInFlightTotal = options.maxInFlightBytes ?? 64 * 1024 * 1024;
@@ -517,12 +493,7 @@ export class GrpcTransport implements RaftTransport {
     try {
       const address = this.#resolve(peer.id);
       if (address === null) throw new Error(`the address of ${peer.id} is not known`);
-      const handshake = {
-        cluster_id: currentId(this.#clusterId),
-        from_node_id: this.nodeId,
-        to_node_id: peer.id,
-        from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
-      };
+      const handshake = ownHandshake(this.#clusterId, this.nodeId, this.#replicaId, peer.id);
       await sendSnapshot(this.#client(peer, address), handshake, s.shard, s.message, {
         chunkBytes: this.#chunkBytes,
         limiter: this.#limiter,
@@ -834,7 +805,12 @@ export class GrpcTransport implements RaftTransport {
    */
   async proposeMeta(to: NodeId, command: Uint8Array, timeoutMs: number): Promise<void> {
     const method = loadRaftProto().cairn.v1.Raft.service.ProposeMeta;
-    await this.#unary(to, method, { cluster_id: currentId(this.#clusterId), command }, timeoutMs);
+    await this.#unary(
+      to,
+      method,
+      { cluster_id: currentClusterId(this.#clusterId), command },
+      timeoutMs,
+    );
   }
 
   /**
@@ -877,7 +853,7 @@ export class GrpcTransport implements RaftTransport {
       to,
       method,
       {
-        cluster_id: currentId(this.#clusterId),
+        cluster_id: currentClusterId(this.#clusterId),
         shard_ids: checks.map((c) => c.shard),
         terms: checks.map((c) => c.term),
         replicas: checks.map((c) => c.replica),
@@ -909,7 +885,7 @@ export class GrpcTransport implements RaftTransport {
       to,
       method,
       {
-        cluster_id: currentId(this.#clusterId),
+        cluster_id: currentClusterId(this.#clusterId),
         shard_ids: [...shards],
         start: req.start,
         end: req.end ?? new Uint8Array(0),
@@ -939,7 +915,7 @@ export class GrpcTransport implements RaftTransport {
       node,
       method,
       {
-        cluster_id: currentId(this.#clusterId),
+        cluster_id: currentClusterId(this.#clusterId),
         shard_ids: shards,
         replica: this.#replicaId,
         terms: shards.map((s) => terms.get(s) ?? 0),
@@ -1038,12 +1014,7 @@ export class GrpcTransport implements RaftTransport {
     this.#write(
       peer,
       stream,
-      encodeHandshakeFrame({
-        cluster_id: currentId(this.#clusterId),
-        from_node_id: this.nodeId,
-        to_node_id: peer.id,
-        from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
-      }),
+      encodeHandshakeFrame(ownHandshake(this.#clusterId, this.nodeId, this.#replicaId, peer.id)),
     );
     return stream;
   }
@@ -1224,13 +1195,13 @@ export function createRaftService(
   handler: (from: string, messages: ShardMessage[]) => void,
   options: RaftServiceOptions,
 ): RaftService {
-  const log = options.logger ?? silent;
+  const log = options.logger ?? silentLogger;
   const self = toNodeId(options.nodeId);
   const open = new Set<(err: Partial<ServiceError> | null) => void>();
 
   /** What a peer's call is checked against, as this node knows it now. */
   const peerCheck = (): PeerCheck => ({
-    clusterId: currentId(options.clusterId),
+    clusterId: currentClusterId(options.clusterId),
     self,
     ...(options.isMember === undefined ? {} : { isMember: options.isMember }),
   });

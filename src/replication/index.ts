@@ -28,12 +28,12 @@ export {
   createRaftService,
   GrpcTransport,
   type GrpcTransportOptions,
-  type PeerLogger,
   type PeerStats,
   RAFT_SERVER_OPTIONS,
   type RaftService,
   type RaftServiceOptions,
 } from "./grpc-transport.ts";
+export type { PeerLogger } from "./peer-logger.ts";
 export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
 export type { ConfirmTerms, ReadVoucher, TermCheck } from "./term-confirm.ts";
 export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
