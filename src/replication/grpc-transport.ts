@@ -47,13 +47,11 @@ import {
 } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
 import { TUNNEL_REFUSED } from "../api/h2/client.ts";
-import type { ReadIndexResult__Output } from "../api/generated/cairn/v1/ReadIndexResult.ts";
 import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
-import { CairnError } from "../common/errors.ts";
 import { type CallCut, IntMap } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
-import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
+import { nodeId as toNodeId } from "../raft/index.ts";
 import {
   encodeBatchFrame,
   encodeCallFrame,
@@ -64,6 +62,7 @@ import {
 import { type ClusterIdSource, currentClusterId, ownHandshake } from "./handshake.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
+import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
@@ -252,7 +251,7 @@ export class GrpcTransport implements RaftTransport {
   readonly #path: string;
   readonly #peers = new Map<NodeId, Peer>();
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
-  readonly #reads = new Map<NodeId, ReadBatch>();
+  readonly #reads: ReadIndexBatcher;
   readonly #unreachable = new Set<NodeId>();
   readonly #limiter: RateLimiter;
   readonly #chunkBytes: number;
@@ -303,6 +302,19 @@ export class GrpcTransport implements RaftTransport {
     this.#metrics = options.metrics;
     this.#interceptors = options.interceptors ?? [];
     this.#shardWorker = options.shardWorker;
+    this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
+      this.#unary(
+        node,
+        loadRaftProto().cairn.v1.Raft.service.ReadIndex,
+        {
+          cluster_id: currentClusterId(this.#clusterId),
+          shard_ids: shards,
+          replica: this.#replicaId,
+          terms,
+        },
+        timeoutMs,
+      ).then((reply) => reply.results),
+    );
   }
 
   /**
@@ -774,16 +786,7 @@ export class GrpcTransport implements RaftTransport {
    * highest asked, per shard) with this node's replica id, a ReadVoucher for the leader.
    */
   readIndex(to: NodeId, shard: number, timeoutMs: number, term?: number): Promise<number> {
-    const node = toNodeId(nodeOfReplica(to));
-    return new Promise((resolve, reject) => {
-      let batch = this.#reads.get(node);
-      if (batch === undefined) {
-        batch = { waiting: [], inFlight: false };
-        this.#reads.set(node, batch);
-      }
-      batch.waiting.push({ shard, term: term ?? 0, resolve, reject });
-      if (!batch.inFlight) this.#sendReads(node, batch, timeoutMs);
-    });
+    return this.#reads.read(to, shard, timeoutMs, term);
   }
 
   /**
@@ -848,48 +851,6 @@ export class GrpcTransport implements RaftTransport {
       value: i.value,
       version: { index: Number(i.index), term: Number(i.term) },
     }));
-  }
-
-  /** Sends one ReadIndex call for every read waiting in `batch`; the next when it returns. */
-  #sendReads(node: NodeId, batch: ReadBatch, timeoutMs: number): void {
-    const reads = batch.waiting;
-    batch.waiting = [];
-    batch.inFlight = true;
-    const terms = new Map<number, number>();
-    for (const r of reads) terms.set(r.shard, Math.max(terms.get(r.shard) ?? 0, r.term));
-    const shards = [...terms.keys()];
-    const method = loadRaftProto().cairn.v1.Raft.service.ReadIndex;
-    this.#unary(
-      node,
-      method,
-      {
-        cluster_id: currentClusterId(this.#clusterId),
-        shard_ids: shards,
-        replica: this.#replicaId,
-        terms: shards.map((s) => terms.get(s) ?? 0),
-      },
-      timeoutMs,
-    )
-      .then(
-        (reply) => {
-          const results = new Map(shards.map((shard, i) => [shard, reply.results[i]]));
-          for (const read of reads) {
-            const result = results.get(read.shard);
-            if (result === undefined) {
-              read.reject(new Error(`no read index answered for shard ${read.shard}`));
-            } else if (result.error_code === "") read.resolve(Number(result.index));
-            else read.reject(readIndexRefusal(result));
-          }
-        },
-        (err: unknown) => {
-          for (const read of reads) read.reject(err as Error);
-        },
-      )
-      .finally(() => {
-        batch.inFlight = false;
-        if (batch.waiting.length > 0) this.#sendReads(node, batch, timeoutMs);
-        else this.#reads.delete(node);
-      });
   }
 
   #unary<Req, Res>(
@@ -1060,29 +1021,6 @@ export class GrpcTransport implements RaftTransport {
       if (!this.#closed) report(to);
     });
   }
-}
-
-/** A follower's read waiting for its ReadIndex answer (GrpcTransport.readIndex). */
-interface PendingRead {
-  readonly shard: number;
-  /** The asking replica's term in the group (0: none given). */
-  readonly term: number;
-  readonly resolve: (index: number) => void;
-  readonly reject: (err: Error) => void;
-}
-
-interface ReadBatch {
-  /** Reads asked since the call in flight (if any) was sent. */
-  waiting: PendingRead[];
-  inFlight: boolean;
-}
-
-/** The error a follower's read gets for its shard's refusal in a ReadIndex reply. */
-function readIndexRefusal(result: ReadIndexResult__Output): Error {
-  if (result.error_code === "CAIRN_ERR_NOT_LEADER") {
-    return new NotLeaderError(result.leader === "" ? null : toNodeId(result.leader));
-  }
-  return new CairnError(result.error_code, result.error, { retryable: true });
 }
 
 /** A failed peer call as grpc-js reports one: code, details, trailing metadata. */
