@@ -37,17 +37,9 @@
  * TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
 import { setMaxListeners } from "node:events";
-import {
-  Client,
-  type ClientOptions,
-  credentials,
-  type Interceptor,
-  type ServiceError,
-  status,
-} from "@grpc/grpc-js";
+import { type Interceptor, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
-import { TUNNEL_REFUSED } from "../api/h2/client.ts";
-import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
+import { type CallResult, metadataOf } from "../api/grpc-channel.ts";
 import { type CallCut, IntMap } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
@@ -55,12 +47,18 @@ import { nodeId as toNodeId } from "../raft/index.ts";
 import {
   encodeBatchFrame,
   encodeCallFrame,
-  encodeHandshakeFrame,
   encodeReplyFrame,
   type PeerReply,
 } from "./frame-codec.ts";
 import { type ClusterIdSource, currentClusterId, ownHandshake } from "./handshake.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
+import {
+  type PeerLink,
+  PeerLinks,
+  type PeerStream,
+  type StreamCall,
+  callFailure,
+} from "./peer-links.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
 import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
@@ -70,11 +68,6 @@ import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts"
 import { sendSnapshot, type SnapshotMessage, type SnapshotMetrics } from "./snapshot-transfer.ts";
 
 const MIB = 1024 * 1024;
-/** The peers' unary calls (ReadIndex, ProposeMeta, ScanShards) carry at most this much. */
-const MAX_UNARY_BYTES = 64 * MIB;
-/** A PING to each peer this often; one unanswered this long ends the connection. */
-const KEEPALIVE_MS = 10_000;
-const KEEPALIVE_TIMEOUT_MS = 5_000;
 
 /** The default pace of snapshot data leaving a node (`raft.snapshot_rate_bytes_per_sec`). */
 const DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC = 64 * MIB;
@@ -164,100 +157,45 @@ interface QueuedSnapshot {
   readonly settle: (delivered: boolean) => void;
 }
 
-interface Stream {
-  readonly call: ClientCall;
-  /**
-   * Forwarded calls written on this stream and not answered yet (see call()), by id. IntMaps,
-   * here and below, not a Map or a Set: their churn promotes what the entries reach
-   * (src/common/int-map.ts).
-   */
-  readonly calls: IntMap<PendingCall>;
-  inFlightBytes: number;
-  accepted: boolean;
-  /** Outcome callbacks of frames written and not yet handed to the connection, by write. */
-  readonly owed: IntMap<(delivered: boolean) => void>;
-  /** Resolves once the call has ended, however. */
-  readonly ended: Promise<void>;
-}
-
-interface Peer {
-  readonly id: NodeId;
-  address: string | null;
-  /** grpc-js's channel, for snapshots (InstallSnapshot, with the interceptors), and its address. */
-  client: Client | null;
-  clientAddress: string | null;
-  /** The channel of the Raft stream and the unary calls. */
-  channel: GrpcChannel | null;
-  stream: Stream | null;
-  /** No stream is opened before this time (now()). */
-  retryAt: number;
-  /** The next backoff before jitter. */
-  backoffMs: number;
-  /** Whether the last stream was accepted: failures are logged at warn on the transition. */
-  wasConnected: boolean;
-  framesSent: number;
-  bytesSent: number;
-  framesDropped: number;
-  bytesDropped: number;
-  streamsOpened: number;
-  streamFailures: number;
+/** A peer's snapshots: the one in flight, those waiting, and the counters of PeerStats. */
+interface SnapshotLane {
+  readonly link: PeerLink;
   /** Snapshots to send after the one in flight, in order. */
-  readonly snapshotQueue: QueuedSnapshot[];
-  snapshotInFlight: boolean;
-  snapshotsSent: number;
-  snapshotsFailed: number;
-  snapshotBytesSent: number;
+  readonly queue: QueuedSnapshot[];
+  inFlight: boolean;
+  sent: number;
+  failed: number;
+  bytesSent: number;
 }
-
-const CLOSE_DEADLINE_MS = 1000;
 
 /** A forwarded call waiting for its answer (GrpcTransport.call). */
-interface PendingCall {
+interface PendingCall extends StreamCall {
   readonly id: number;
   readonly peer: NodeId;
   /** When the caller stops waiting (Date.now() clock). */
   readonly deadline: number;
   /** The stream it went out on (its end fails the call). */
-  readonly stream: Stream;
-  /** Whether some of its bytes may have reached the peer. */
-  left: boolean;
-  /** Settles the call once; later settlements are ignored. */
-  settle(result: CallResult): void;
+  readonly stream: PeerStream;
 }
 
 /** How often calls in flight are checked against their deadlines (ms). */
 const CALL_SWEEP_MS = 50;
 
-function callFailure(code: status, details: string, sent: boolean): CallResult {
-  return { code, details, message: null, trailers: [], sent };
-}
-
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
   readonly #clusterId: ClusterIdSource;
-  readonly #resolve: (nodeId: string) => string | null;
   readonly #log: PeerLogger;
-  readonly #onUnreachable: ((to: NodeId) => void) | undefined;
-  readonly #maxInFlight: number;
-  readonly #maxInFlightTotal: number;
-  /** Bytes in flight on every stream together. */
-  #inFlightTotal = 0;
   readonly #maxFrame: number;
-  readonly #initialBackoff: number;
-  readonly #maxBackoff: number;
-  readonly #random: () => number;
-  readonly #now: () => number;
-  readonly #path: string;
-  readonly #peers = new Map<NodeId, Peer>();
+  readonly #links: PeerLinks;
+  /** Each peer's snapshots, by node. */
+  readonly #snapshots = new Map<NodeId, SnapshotLane>();
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
   readonly #reads: ReadIndexBatcher;
-  readonly #unreachable = new Set<NodeId>();
   readonly #limiter: RateLimiter;
   readonly #chunkBytes: number;
   readonly #stallTimeoutMs: number;
   readonly #metrics: SnapshotMetrics | undefined;
-  readonly #interceptors: readonly Interceptor[];
   readonly #shardWorker: { readonly index: number; readonly count: number } | undefined;
   /** Aborted by close(): cancels the snapshot transfers in flight. */
   readonly #closing = new AbortController();
@@ -265,26 +203,33 @@ export class GrpcTransport implements RaftTransport {
   /** Forwarded calls not answered yet, by id (see call()). */
   readonly #calls = new IntMap<PendingCall>();
   #nextCallId = 1;
-  /** Numbers the writes whose outcome is owed (Stream.owed). */
-  #nextWrite = 1;
   #callSweep: NodeJS.Timeout | null = null;
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
     this.#replicaId = toNodeId(options.replicaId ?? options.nodeId);
     this.#clusterId = options.clusterId;
-    this.#resolve = options.peers;
     this.#log = options.logger ?? silentLogger;
-    this.#onUnreachable = options.onUnreachable;
-    this.#maxInFlight = options.maxInFlightBytesPerPeer ?? 16 * 1024 * 1024;
-    this.#maxInFlightTotal = options.maxInFlightBytes ?? 64 * 1024 * 1024;
     this.#maxFrame =
       options.maxFrameBytes ?? RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"];
-    this.#initialBackoff = options.initialBackoffMs ?? 50;
-    this.#maxBackoff = Math.max(this.#initialBackoff, options.maxBackoffMs ?? 1000);
-    this.#random = options.random ?? Math.random;
-    this.#now = options.now ?? (() => performance.now());
-    this.#path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
+    this.#links = new PeerLinks({
+      self: this.nodeId,
+      replicaId: this.#replicaId,
+      clusterId: this.#clusterId,
+      resolve: options.peers,
+      log: this.#log,
+      onUnreachable: options.onUnreachable,
+      maxInFlightBytesPerPeer: options.maxInFlightBytesPerPeer ?? 16 * MIB,
+      maxInFlightBytes: options.maxInFlightBytes ?? 64 * MIB,
+      maxFrameBytes: this.#maxFrame,
+      initialBackoffMs: options.initialBackoffMs ?? 50,
+      maxBackoffMs: options.maxBackoffMs ?? 1000,
+      random: options.random ?? Math.random,
+      now: options.now ?? (() => performance.now()),
+      interceptors: options.interceptors ?? [],
+      shardWorker: options.shardWorker,
+      closing: this.#closing.signal,
+    });
     this.#chunkBytes = options.snapshotChunkBytes ?? MIB;
     if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
       throw new RangeError(
@@ -300,7 +245,6 @@ export class GrpcTransport implements RaftTransport {
     // One listener per transfer in flight, one per peer: many peers are not a leak.
     setMaxListeners(0, this.#closing.signal);
     this.#metrics = options.metrics;
-    this.#interceptors = options.interceptors ?? [];
     this.#shardWorker = options.shardWorker;
     this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
       this.#unary(
@@ -357,7 +301,7 @@ export class GrpcTransport implements RaftTransport {
     }
     if (snapshots.length === 0) return this.#sendFrame(to, rest, sent);
     if (rest.length > 0) this.#sendFrame(to, rest, undefined);
-    this.#enqueueSnapshots(this.#peer(toNodeId(nodeOfReplica(to))), snapshots, sent);
+    this.#enqueueSnapshots(this.#lane(toNodeId(nodeOfReplica(to))), snapshots, sent);
     return null;
   }
 
@@ -385,10 +329,11 @@ export class GrpcTransport implements RaftTransport {
     sent: ((delivered: boolean) => void) | undefined,
   ): boolean | null {
     const node = toNodeId(nodeOfReplica(to));
-    const peer = this.#peer(node);
-    const stream = this.#stream(peer);
+    const links = this.#links;
+    const peer = links.link(node);
+    const stream = links.stream(peer);
     if (stream === null) {
-      this.#drop(peer, 0);
+      links.drop(peer, 0);
       return false;
     }
     const frame = encodeBatchFrame(messages, to === node ? "" : to);
@@ -398,14 +343,14 @@ export class GrpcTransport implements RaftTransport {
         bytes: frame.length,
         limit: this.#maxFrame,
       });
-      this.#drop(peer, frame.length);
+      links.drop(peer, frame.length);
       return false;
     }
-    if (this.#overBudget(stream, frame.length)) {
-      this.#drop(peer, frame.length);
+    if (links.overBudget(stream, frame.length)) {
+      links.drop(peer, frame.length);
       return false;
     }
-    this.#write(peer, stream, frame, sent);
+    links.write(peer, stream, frame, sent);
     return null;
   }
 
@@ -415,7 +360,7 @@ export class GrpcTransport implements RaftTransport {
    * a group told "lost" of a snapshot that did arrive just probes its follower, who answers.)
    */
   #enqueueSnapshots(
-    peer: Peer,
+    lane: SnapshotLane,
     snapshots: readonly { shard: number; message: SnapshotMessage }[],
     sent: ((delivered: boolean) => void) | undefined,
   ): void {
@@ -425,25 +370,26 @@ export class GrpcTransport implements RaftTransport {
       all &&= delivered;
       if (--left === 0) sent?.(all);
     };
-    for (const s of snapshots) peer.snapshotQueue.push({ ...s, settle });
-    this.#nextSnapshot(peer);
+    for (const s of snapshots) lane.queue.push({ ...s, settle });
+    this.#nextSnapshot(lane);
   }
 
-  /** Starts `peer`'s next snapshot unless one is in flight; settles each (asynchronously). */
-  #nextSnapshot(peer: Peer): void {
-    if (peer.snapshotInFlight || this.#closed) return;
-    const next = peer.snapshotQueue.shift();
+  /** Starts the lane's next snapshot unless one is in flight; settles each (asynchronously). */
+  #nextSnapshot(lane: SnapshotLane): void {
+    if (lane.inFlight || this.#closed) return;
+    const next = lane.queue.shift();
     if (next === undefined) return;
-    peer.snapshotInFlight = true;
-    void this.#transfer(peer, next).then((delivered) => {
-      peer.snapshotInFlight = false;
+    lane.inFlight = true;
+    void this.#transfer(lane, next).then((delivered) => {
+      lane.inFlight = false;
       next.settle(delivered);
-      this.#nextSnapshot(peer);
+      this.#nextSnapshot(lane);
     });
   }
 
-  /** Streams one snapshot to `peer`; resolves with whether the peer acknowledged it. */
-  async #transfer(peer: Peer, s: QueuedSnapshot): Promise<boolean> {
+  /** Streams one snapshot to the lane's peer; resolves with whether the peer acknowledged it. */
+  async #transfer(lane: SnapshotLane, s: QueuedSnapshot): Promise<boolean> {
+    const peer = lane.link;
     const fields = {
       peer: peer.id,
       shard_id: s.shard,
@@ -451,26 +397,26 @@ export class GrpcTransport implements RaftTransport {
       bytes: s.message.snapshot.data.length,
     };
     try {
-      const address = this.#resolve(peer.id);
+      const address = this.#links.address(peer.id);
       if (address === null) throw new Error(`the address of ${peer.id} is not known`);
       const handshake = ownHandshake(this.#clusterId, this.nodeId, this.#replicaId, peer.id);
-      await sendSnapshot(this.#client(peer, address), handshake, s.shard, s.message, {
+      await sendSnapshot(this.#links.client(peer, address), handshake, s.shard, s.message, {
         chunkBytes: this.#chunkBytes,
         limiter: this.#limiter,
         stallTimeoutMs: this.#stallTimeoutMs,
         signal: this.#closing.signal,
         onBytes: (bytes) => {
-          peer.snapshotBytesSent += bytes;
+          lane.bytesSent += bytes;
           this.#metrics?.bytesSent(bytes);
         },
         ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker.index }),
       });
-      peer.snapshotsSent++;
+      lane.sent++;
       this.#metrics?.sent();
       this.#log.info("raft snapshot sent", fields);
       return true;
     } catch (err) {
-      peer.snapshotsFailed++;
+      lane.failed++;
       this.#metrics?.failed("send");
       const e = err as Partial<ServiceError>;
       const code = typeof e.code === "number" ? status[e.code] : undefined;
@@ -514,8 +460,9 @@ export class GrpcTransport implements RaftTransport {
         callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded before it was sent", false),
       );
     }
-    const peer = this.#peer(toNodeId(to));
-    const stream = this.#stream(peer);
+    const links = this.#links;
+    const peer = links.link(toNodeId(to));
+    const stream = links.stream(peer);
     if (stream === null) {
       return Promise.resolve(
         callFailure(status.UNAVAILABLE, `no stream to ${peer.id} (down or backing off)`, false),
@@ -523,9 +470,8 @@ export class GrpcTransport implements RaftTransport {
     }
     const id = this.#nextCallId++;
     const frame = encodeCallFrame({ id, method, timeoutMs, request });
-    if (frame.length > this.#maxFrame || this.#overBudget(stream, frame.length)) {
-      peer.framesDropped++;
-      peer.bytesDropped += frame.length;
+    if (frame.length > this.#maxFrame || links.overBudget(stream, frame.length)) {
+      links.countDropped(peer, frame.length);
       return Promise.resolve(
         callFailure(status.UNAVAILABLE, `the stream to ${peer.id} is over its budget`, false),
       );
@@ -550,7 +496,7 @@ export class GrpcTransport implements RaftTransport {
       stream.calls.set(id, pending);
       cut?.listen(onAbort);
       this.#sweepCalls();
-      this.#write(peer, stream, frame, (delivered) => {
+      links.write(peer, stream, frame, (delivered) => {
         if (delivered) pending.left = true;
         else {
           pending.settle(
@@ -568,18 +514,18 @@ export class GrpcTransport implements RaftTransport {
    */
   reply(to: string, reply: PeerReply): void {
     if (this.#closed) return;
-    const peer = this.#peer(toNodeId(to));
-    const stream = this.#stream(peer);
+    const links = this.#links;
+    const peer = links.link(toNodeId(to));
+    const stream = links.stream(peer);
     let frame: Buffer | null = null;
     if (stream !== null) {
       frame = encodeReplyFrame(reply);
-      if (frame.length <= this.#maxFrame && !this.#overBudget(stream, frame.length)) {
-        this.#write(peer, stream, frame);
+      if (frame.length <= this.#maxFrame && !links.overBudget(stream, frame.length)) {
+        links.write(peer, stream, frame);
         return;
       }
     }
-    peer.framesDropped++;
-    peer.bytesDropped += frame?.length ?? 0;
+    links.countDropped(peer, frame?.length ?? 0);
     this.#log.debug("answer to a forwarded call dropped", { peer: peer.id, call: reply.id });
   }
 
@@ -619,35 +565,21 @@ export class GrpcTransport implements RaftTransport {
 
   /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
   flush(): void {
-    for (const p of this.#peers.values()) p.channel?.flush();
+    this.#links.flush();
   }
 
   /** Counters and state per peer, for metrics and tests. */
   stats(): Record<string, PeerStats> {
     const out: Record<string, PeerStats> = {};
-    for (const p of this.#peers.values()) {
+    for (const p of this.#links.links()) {
+      const lane = this.#snapshots.get(p.id);
       out[p.id] = {
-        state:
-          p.stream !== null
-            ? p.stream.accepted
-              ? "connected"
-              : "connecting"
-            : p.retryAt > this.#now()
-              ? "backoff"
-              : "idle",
-        address: p.address,
-        framesSent: p.framesSent,
-        bytesSent: p.bytesSent,
-        framesDropped: p.framesDropped,
-        bytesDropped: p.bytesDropped,
-        inFlightBytes: p.stream?.inFlightBytes ?? 0,
-        streamsOpened: p.streamsOpened,
-        streamFailures: p.streamFailures,
-        snapshotsSent: p.snapshotsSent,
-        snapshotsFailed: p.snapshotsFailed,
-        snapshotBytesSent: p.snapshotBytesSent,
-        snapshotInFlight: p.snapshotInFlight,
-        snapshotsQueued: p.snapshotQueue.length,
+        ...this.#links.stats(p),
+        snapshotsSent: lane?.sent ?? 0,
+        snapshotsFailed: lane?.failed ?? 0,
+        snapshotBytesSent: lane?.bytesSent ?? 0,
+        snapshotInFlight: lane?.inFlight ?? false,
+        snapshotsQueued: lane?.queue.length ?? 0,
       };
     }
     return out;
@@ -665,97 +597,27 @@ export class GrpcTransport implements RaftTransport {
     for (const c of this.#calls.values()) {
       c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
     }
-    for (const p of this.#peers.values()) {
-      for (const s of p.snapshotQueue.splice(0)) s.settle(false);
+    for (const lane of this.#snapshots.values()) {
+      for (const s of lane.queue.splice(0)) s.settle(false);
     }
-    const streams = [...this.#peers.values()].flatMap((p) => (p.stream === null ? [] : [p.stream]));
-    for (const s of streams) s.call.end();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.all(streams.map((s) => s.ended)),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, CLOSE_DEADLINE_MS);
-      }),
-    ]);
-    clearTimeout(timer);
-    for (const p of this.#peers.values()) {
-      p.stream?.call.cancel();
-      p.stream = null;
-      p.client?.close();
-      p.client = null;
-      p.channel?.destroy();
-      p.channel = null;
-    }
+    await this.#links.close();
   }
 
-  #peer(to: NodeId): Peer {
-    let p = this.#peers.get(to);
-    if (p === undefined) {
-      p = {
-        id: to,
-        address: null,
-        client: null,
-        clientAddress: null,
-        channel: null,
-        stream: null,
-        retryAt: 0,
-        backoffMs: this.#initialBackoff,
-        wasConnected: false,
-        framesSent: 0,
+  /** Peer node `to`'s snapshot lane, made on first use (with its link). */
+  #lane(to: NodeId): SnapshotLane {
+    let lane = this.#snapshots.get(to);
+    if (lane === undefined) {
+      lane = {
+        link: this.#links.link(to),
+        queue: [],
+        inFlight: false,
+        sent: 0,
+        failed: 0,
         bytesSent: 0,
-        framesDropped: 0,
-        bytesDropped: 0,
-        streamsOpened: 0,
-        streamFailures: 0,
-        snapshotQueue: [],
-        snapshotInFlight: false,
-        snapshotsSent: 0,
-        snapshotsFailed: 0,
-        snapshotBytesSent: 0,
       };
-      this.#peers.set(to, p);
+      this.#snapshots.set(to, lane);
     }
-    return p;
-  }
-
-  /** The channel to `peer` at `address` (a new one when its address changed). */
-  #client(peer: Peer, address: string): Client {
-    if (peer.client === null || peer.clientAddress !== address) {
-      peer.client?.close();
-      const options: ClientOptions = {
-        // The channel's own reconnect backoff must not outlast the transport's (default 120 s).
-        "grpc.initial_reconnect_backoff_ms": this.#initialBackoff,
-        "grpc.max_reconnect_backoff_ms": this.#maxBackoff,
-        // A peer behind a dead connection is found by pings, not by a full budget forever.
-        "grpc.keepalive_time_ms": 10_000,
-        "grpc.keepalive_timeout_ms": 5_000,
-        // This node's connections are its own (not shared with another transport in-process).
-        "grpc.use_local_subchannel_pool": 1,
-      };
-      if (this.#interceptors.length > 0) options.interceptors = [...this.#interceptors];
-      peer.client = new Client(address, credentials.createInsecure(), options);
-      peer.clientAddress = address;
-    }
-    return peer.client;
-  }
-
-  /** The channel to `peer` at `address` (a new one when its address changed). */
-  #channel(peer: Peer, address: string): GrpcChannel {
-    if (peer.channel === null || peer.channel.address !== address) {
-      peer.channel?.close();
-      peer.channel = new GrpcChannel(address, {
-        maxMessageBytes: Math.max(this.#maxFrame, MAX_UNARY_BYTES),
-        // The stream's own backoff (#backOff) paces reconnections; the channel's only spaces
-        // the attempts of the unary calls meanwhile.
-        reconnectBackoffMs: this.#initialBackoff,
-        // A peer behind a dead connection is found by pings, not by a full budget forever.
-        keepaliveMs: KEEPALIVE_MS,
-        keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
-        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
-        peerId: this.nodeId,
-      });
-    }
-    return peer.channel;
+    return lane;
   }
 
   /**
@@ -866,7 +728,7 @@ export class GrpcTransport implements RaftTransport {
     if (this.#closed) return Promise.reject(new Error("the transport is closed"));
     // `to` may name a replica (a leader hint): its node is who answers.
     const node = toNodeId(nodeOfReplica(to));
-    const address = this.#resolve(node);
+    const address = this.#links.address(node);
     if (address === null) {
       return Promise.reject(new Error(`the address of ${node} is not known`));
     }
@@ -876,150 +738,13 @@ export class GrpcTransport implements RaftTransport {
     } catch (err) {
       return Promise.reject(err as Error);
     }
-    return this.#channel(this.#peer(node), address)
+    return this.#links
+      .channel(this.#links.link(node), address)
       .unary(method.path, bytes, { deadline: Date.now() + timeoutMs })
       .then((result) => {
         if (result.code !== status.OK || result.message === null) throw callError(result);
         return method.responseDeserialize(result.message);
       });
-  }
-
-  /** The open stream to `peer`, opened now if the backoff allows; null while it is down. */
-  #stream(peer: Peer): Stream | null {
-    if (peer.stream !== null) return peer.stream;
-    if (this.#now() < peer.retryAt) return null;
-    const address = this.#resolve(peer.id);
-    if (address === null) {
-      this.#log.debug("raft peer address unknown", { peer: peer.id });
-      this.#backOff(peer);
-      return null;
-    }
-    let settle = (): void => undefined;
-    const ended = new Promise<void>((resolve) => {
-      settle = resolve;
-    });
-    const call = this.#channel(peer, address).clientStream(this.#path);
-    const stream: Stream = {
-      call,
-      calls: new IntMap(),
-      inFlightBytes: 0,
-      accepted: false,
-      owed: new IntMap(),
-      ended,
-    };
-    call.onEnd = (result) => {
-      settle();
-      this.#ended(peer, stream, result.code === status.OK ? null : result);
-    };
-    call.onHeaders = () => {
-      stream.accepted = true;
-      peer.backoffMs = this.#initialBackoff;
-      if (!peer.wasConnected) this.#log.info("raft peer connected", { peer: peer.id, address });
-      peer.wasConnected = true;
-    };
-    peer.address = address;
-    peer.stream = stream;
-    peer.streamsOpened++;
-    this.#write(
-      peer,
-      stream,
-      encodeHandshakeFrame(ownHandshake(this.#clusterId, this.nodeId, this.#replicaId, peer.id)),
-    );
-    return stream;
-  }
-
-  #write(peer: Peer, stream: Stream, frame: Buffer, sent?: (delivered: boolean) => void): void {
-    stream.inFlightBytes += frame.length;
-    this.#inFlightTotal += frame.length;
-    peer.framesSent++;
-    peer.bytesSent += frame.length;
-    // Settled once: by the write's callback, or as lost when the call ends first (#ended).
-    const write = this.#nextWrite++;
-    if (sent !== undefined) stream.owed.set(write, sent);
-    stream.call.write(frame, (err) => {
-      stream.inFlightBytes -= frame.length;
-      this.#inFlightTotal -= frame.length;
-      if (sent !== undefined && stream.owed.delete(write)) sent(err === null);
-    });
-  }
-
-  /** The call to `peer` ended: by close(), by the peer (refusal, shutdown) or by the network. */
-  #ended(peer: Peer, stream: Stream, err: CallResult | null): void {
-    if (peer.stream === stream) peer.stream = null;
-    const owed = stream.owed.values();
-    stream.owed.clear();
-    for (const sent of owed) sent(false);
-    // A call whose bytes left may have reached the peer: its outcome is unknown, as for a
-    // unary call whose connection broke (those that never left failed just above).
-    for (const c of stream.calls.values()) {
-      c.settle(
-        callFailure(
-          status.UNAVAILABLE,
-          `the stream to ${peer.id} ended before it answered`,
-          c.left,
-        ),
-      );
-    }
-    if (this.#closed) return;
-    peer.streamFailures++;
-    const fields = {
-      peer: peer.id,
-      address: peer.address,
-      code: err === null ? "OK" : status[err.code],
-      details: err?.details ?? "",
-    };
-    // A refusal is a configuration mistake (another cluster, another number of shard workers,
-    // not a member): said at every attempt, not once.
-    if (
-      err?.code === status.FAILED_PRECONDITION ||
-      err?.code === status.PERMISSION_DENIED ||
-      fields.details.includes(TUNNEL_REFUSED)
-    ) {
-      this.#log.warn("raft peer refused the stream", fields);
-    } else if (peer.wasConnected) {
-      this.#log.warn("raft peer stream lost", fields);
-    } else {
-      this.#log.debug("raft peer stream failed", fields);
-    }
-    peer.wasConnected = false;
-    this.#backOff(peer);
-    this.#reportUnreachable(peer.id);
-  }
-
-  #backOff(peer: Peer): void {
-    // "Equal jitter": half the delay is fixed, half random, so retries of several nodes spread.
-    const delay = peer.backoffMs / 2 + (peer.backoffMs / 2) * this.#random();
-    peer.retryAt = this.#now() + delay;
-    peer.backoffMs = Math.min(this.#maxBackoff, peer.backoffMs * 2);
-  }
-
-  /**
-   * Whether `bytes` more would take `stream` past its in-flight budget or the node's. One frame
-   * is always admitted to a stream with nothing in flight, whatever the node-wide total: no peer
-   * is starved by the others' backlog.
-   */
-  #overBudget(stream: Stream, bytes: number): boolean {
-    return (
-      stream.inFlightBytes > 0 &&
-      (stream.inFlightBytes + bytes > this.#maxInFlight ||
-        this.#inFlightTotal + bytes > this.#maxInFlightTotal)
-    );
-  }
-
-  #drop(peer: Peer, bytes: number): void {
-    peer.framesDropped++;
-    peer.bytesDropped += bytes;
-    this.#reportUnreachable(peer.id);
-  }
-
-  #reportUnreachable(to: NodeId): void {
-    const report = this.#onUnreachable;
-    if (report === undefined || this.#unreachable.has(to)) return;
-    this.#unreachable.add(to);
-    setImmediate(() => {
-      this.#unreachable.delete(to);
-      if (!this.#closed) report(to);
-    });
   }
 }
 
