@@ -50,22 +50,17 @@ import {
   encodeReplyFrame,
   type PeerReply,
 } from "./frame-codec.ts";
-import { type ClusterIdSource, currentClusterId, ownHandshake } from "./handshake.ts";
+import { type ClusterIdSource, currentClusterId } from "./handshake.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
-import {
-  type PeerLink,
-  PeerLinks,
-  type PeerStream,
-  type StreamCall,
-  callFailure,
-} from "./peer-links.ts";
+import { PeerLinks, type PeerStream, type StreamCall, callFailure } from "./peer-links.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
 import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
-import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts";
-import { sendSnapshot, type SnapshotMessage, type SnapshotMetrics } from "./snapshot-transfer.ts";
+import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
+import { type OutgoingSnapshot, SnapshotSender } from "./snapshot-sender.ts";
+import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 
 const MIB = 1024 * 1024;
 
@@ -150,24 +145,6 @@ export interface PeerStats {
   readonly snapshotsQueued: number;
 }
 
-/** A snapshot message waiting for its peer's turn, and how to report its outcome. */
-interface QueuedSnapshot {
-  readonly shard: number;
-  readonly message: SnapshotMessage;
-  readonly settle: (delivered: boolean) => void;
-}
-
-/** A peer's snapshots: the one in flight, those waiting, and the counters of PeerStats. */
-interface SnapshotLane {
-  readonly link: PeerLink;
-  /** Snapshots to send after the one in flight, in order. */
-  readonly queue: QueuedSnapshot[];
-  inFlight: boolean;
-  sent: number;
-  failed: number;
-  bytesSent: number;
-}
-
 /** A forwarded call waiting for its answer (GrpcTransport.call). */
 interface PendingCall extends StreamCall {
   readonly id: number;
@@ -188,15 +165,9 @@ export class GrpcTransport implements RaftTransport {
   readonly #log: PeerLogger;
   readonly #maxFrame: number;
   readonly #links: PeerLinks;
-  /** Each peer's snapshots, by node. */
-  readonly #snapshots = new Map<NodeId, SnapshotLane>();
+  readonly #snapshots: SnapshotSender;
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
   readonly #reads: ReadIndexBatcher;
-  readonly #limiter: RateLimiter;
-  readonly #chunkBytes: number;
-  readonly #stallTimeoutMs: number;
-  readonly #metrics: SnapshotMetrics | undefined;
-  readonly #shardWorker: { readonly index: number; readonly count: number } | undefined;
   /** Aborted by close(): cancels the snapshot transfers in flight. */
   readonly #closing = new AbortController();
   #closed = false;
@@ -230,22 +201,22 @@ export class GrpcTransport implements RaftTransport {
       shardWorker: options.shardWorker,
       closing: this.#closing.signal,
     });
-    this.#chunkBytes = options.snapshotChunkBytes ?? MIB;
-    if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
-      throw new RangeError(
-        `snapshotChunkBytes must be a positive integer, got ${this.#chunkBytes}`,
-      );
-    }
-    this.#limiter = new RateLimiter(
-      options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
-      this.#chunkBytes,
-      options.snapshotClock ?? systemPaceClock,
-    );
-    this.#stallTimeoutMs = options.snapshotStallTimeoutMs ?? 30_000;
-    // One listener per transfer in flight, one per peer: many peers are not a leak.
+    this.#snapshots = new SnapshotSender({
+      links: this.#links,
+      self: this.nodeId,
+      replicaId: this.#replicaId,
+      clusterId: this.#clusterId,
+      chunkBytes: options.snapshotChunkBytes ?? MIB,
+      rateBytesPerSec: options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
+      clock: options.snapshotClock ?? systemPaceClock,
+      stallTimeoutMs: options.snapshotStallTimeoutMs ?? 30_000,
+      metrics: options.metrics,
+      log: this.#log,
+      shardWorker: options.shardWorker?.index,
+      closing: this.#closing.signal,
+    });
+    // One listener per snapshot transfer in flight, one per peer: many peers are not a leak.
     setMaxListeners(0, this.#closing.signal);
-    this.#metrics = options.metrics;
-    this.#shardWorker = options.shardWorker;
     this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
       this.#unary(
         node,
@@ -293,7 +264,7 @@ export class GrpcTransport implements RaftTransport {
     if (messages.length === 0) return true;
     messages = this.#ownMessages(to, messages);
     if (messages.length === 0) return false;
-    const snapshots: { shard: number; message: SnapshotMessage }[] = [];
+    const snapshots: OutgoingSnapshot[] = [];
     const rest: ShardMessage[] = [];
     for (const m of messages) {
       if (m.message.type === "snapshot") snapshots.push({ shard: m.shard, message: m.message });
@@ -301,7 +272,7 @@ export class GrpcTransport implements RaftTransport {
     }
     if (snapshots.length === 0) return this.#sendFrame(to, rest, sent);
     if (rest.length > 0) this.#sendFrame(to, rest, undefined);
-    this.#enqueueSnapshots(this.#lane(toNodeId(nodeOfReplica(to))), snapshots, sent);
+    this.#snapshots.enqueue(toNodeId(nodeOfReplica(to)), snapshots, sent);
     return null;
   }
 
@@ -352,84 +323,6 @@ export class GrpcTransport implements RaftTransport {
     }
     links.write(peer, stream, frame, sent);
     return null;
-  }
-
-  /**
-   * Queues `snapshots` for `peer` and starts the first if none is in flight. `sent` hears once,
-   * when the last of them settles: true if the peer acknowledged them all. (One outcome for all:
-   * a group told "lost" of a snapshot that did arrive just probes its follower, who answers.)
-   */
-  #enqueueSnapshots(
-    lane: SnapshotLane,
-    snapshots: readonly { shard: number; message: SnapshotMessage }[],
-    sent: ((delivered: boolean) => void) | undefined,
-  ): void {
-    let left = snapshots.length;
-    let all = true;
-    const settle = (delivered: boolean): void => {
-      all &&= delivered;
-      if (--left === 0) sent?.(all);
-    };
-    for (const s of snapshots) lane.queue.push({ ...s, settle });
-    this.#nextSnapshot(lane);
-  }
-
-  /** Starts the lane's next snapshot unless one is in flight; settles each (asynchronously). */
-  #nextSnapshot(lane: SnapshotLane): void {
-    if (lane.inFlight || this.#closed) return;
-    const next = lane.queue.shift();
-    if (next === undefined) return;
-    lane.inFlight = true;
-    void this.#transfer(lane, next).then((delivered) => {
-      lane.inFlight = false;
-      next.settle(delivered);
-      this.#nextSnapshot(lane);
-    });
-  }
-
-  /** Streams one snapshot to the lane's peer; resolves with whether the peer acknowledged it. */
-  async #transfer(lane: SnapshotLane, s: QueuedSnapshot): Promise<boolean> {
-    const peer = lane.link;
-    const fields = {
-      peer: peer.id,
-      shard_id: s.shard,
-      index: s.message.snapshot.meta.index,
-      bytes: s.message.snapshot.data.length,
-    };
-    try {
-      const address = this.#links.address(peer.id);
-      if (address === null) throw new Error(`the address of ${peer.id} is not known`);
-      const handshake = ownHandshake(this.#clusterId, this.nodeId, this.#replicaId, peer.id);
-      await sendSnapshot(this.#links.client(peer, address), handshake, s.shard, s.message, {
-        chunkBytes: this.#chunkBytes,
-        limiter: this.#limiter,
-        stallTimeoutMs: this.#stallTimeoutMs,
-        signal: this.#closing.signal,
-        onBytes: (bytes) => {
-          lane.bytesSent += bytes;
-          this.#metrics?.bytesSent(bytes);
-        },
-        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker.index }),
-      });
-      lane.sent++;
-      this.#metrics?.sent();
-      this.#log.info("raft snapshot sent", fields);
-      return true;
-    } catch (err) {
-      lane.failed++;
-      this.#metrics?.failed("send");
-      const e = err as Partial<ServiceError>;
-      const code = typeof e.code === "number" ? status[e.code] : undefined;
-      const failure = {
-        ...fields,
-        ...(code === undefined ? {} : { code }),
-        details: e.details ?? String(err),
-      };
-      // Cut by close(): the node is stopping, nothing to warn about.
-      if (this.#closed) this.#log.debug("raft snapshot not sent", failure);
-      else this.#log.warn("raft snapshot not sent", failure);
-      return false;
-    }
   }
 
   /**
@@ -572,15 +465,7 @@ export class GrpcTransport implements RaftTransport {
   stats(): Record<string, PeerStats> {
     const out: Record<string, PeerStats> = {};
     for (const p of this.#links.links()) {
-      const lane = this.#snapshots.get(p.id);
-      out[p.id] = {
-        ...this.#links.stats(p),
-        snapshotsSent: lane?.sent ?? 0,
-        snapshotsFailed: lane?.failed ?? 0,
-        snapshotBytesSent: lane?.bytesSent ?? 0,
-        snapshotInFlight: lane?.inFlight ?? false,
-        snapshotsQueued: lane?.queue.length ?? 0,
-      };
+      out[p.id] = { ...this.#links.stats(p), ...this.#snapshots.stats(p.id) };
     }
     return out;
   }
@@ -597,27 +482,8 @@ export class GrpcTransport implements RaftTransport {
     for (const c of this.#calls.values()) {
       c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
     }
-    for (const lane of this.#snapshots.values()) {
-      for (const s of lane.queue.splice(0)) s.settle(false);
-    }
+    this.#snapshots.dropQueued();
     await this.#links.close();
-  }
-
-  /** Peer node `to`'s snapshot lane, made on first use (with its link). */
-  #lane(to: NodeId): SnapshotLane {
-    let lane = this.#snapshots.get(to);
-    if (lane === undefined) {
-      lane = {
-        link: this.#links.link(to),
-        queue: [],
-        inFlight: false,
-        sent: 0,
-        failed: 0,
-        bytesSent: 0,
-      };
-      this.#snapshots.set(to, lane);
-    }
-    return lane;
   }
 
   /**
