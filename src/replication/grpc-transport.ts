@@ -40,19 +40,15 @@ import { setMaxListeners } from "node:events";
 import { type Interceptor, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
 import { type CallResult, metadataOf } from "../api/grpc-channel.ts";
-import { type CallCut, IntMap } from "../common/index.ts";
+import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
-import {
-  encodeBatchFrame,
-  encodeCallFrame,
-  encodeReplyFrame,
-  type PeerReply,
-} from "./frame-codec.ts";
+import { encodeBatchFrame, type PeerReply } from "./frame-codec.ts";
 import { type ClusterIdSource, currentClusterId } from "./handshake.ts";
+import { CallForwarder } from "./call-forwarder.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
-import { PeerLinks, type PeerStream, type StreamCall, callFailure } from "./peer-links.ts";
+import { PeerLinks } from "./peer-links.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
 import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
@@ -145,19 +141,6 @@ export interface PeerStats {
   readonly snapshotsQueued: number;
 }
 
-/** A forwarded call waiting for its answer (GrpcTransport.call). */
-interface PendingCall extends StreamCall {
-  readonly id: number;
-  readonly peer: NodeId;
-  /** When the caller stops waiting (Date.now() clock). */
-  readonly deadline: number;
-  /** The stream it went out on (its end fails the call). */
-  readonly stream: PeerStream;
-}
-
-/** How often calls in flight are checked against their deadlines (ms). */
-const CALL_SWEEP_MS = 50;
-
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
@@ -171,10 +154,8 @@ export class GrpcTransport implements RaftTransport {
   /** Aborted by close(): cancels the snapshot transfers in flight. */
   readonly #closing = new AbortController();
   #closed = false;
-  /** Forwarded calls not answered yet, by id (see call()). */
-  readonly #calls = new IntMap<PendingCall>();
-  #nextCallId = 1;
-  #callSweep: NodeJS.Timeout | null = null;
+  /** Client calls forwarded over the streams, waiting for their answers (see call()). */
+  readonly #forwarder: CallForwarder;
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
@@ -201,6 +182,7 @@ export class GrpcTransport implements RaftTransport {
       shardWorker: options.shardWorker,
       closing: this.#closing.signal,
     });
+    this.#forwarder = new CallForwarder(this.#links, this.#log);
     this.#snapshots = new SnapshotSender({
       links: this.#links,
       self: this.nodeId,
@@ -340,64 +322,7 @@ export class GrpcTransport implements RaftTransport {
     request: Uint8Array,
     options: { readonly deadline: number; readonly cut?: CallCut },
   ): Promise<CallResult> {
-    if (this.#closed) {
-      return Promise.resolve(callFailure(status.UNAVAILABLE, "the peer transport closed", false));
-    }
-    const { deadline, cut } = options;
-    if (cut?.isCut === true) {
-      return Promise.resolve(callFailure(status.CANCELLED, "cancelled before it was sent", false));
-    }
-    const timeoutMs = Math.min(0xffffffff, Math.ceil(deadline - Date.now()));
-    if (timeoutMs <= 0) {
-      return Promise.resolve(
-        callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded before it was sent", false),
-      );
-    }
-    const links = this.#links;
-    const peer = links.link(toNodeId(to));
-    const stream = links.stream(peer);
-    if (stream === null) {
-      return Promise.resolve(
-        callFailure(status.UNAVAILABLE, `no stream to ${peer.id} (down or backing off)`, false),
-      );
-    }
-    const id = this.#nextCallId++;
-    const frame = encodeCallFrame({ id, method, timeoutMs, request });
-    if (frame.length > this.#maxFrame || links.overBudget(stream, frame.length)) {
-      links.countDropped(peer, frame.length);
-      return Promise.resolve(
-        callFailure(status.UNAVAILABLE, `the stream to ${peer.id} is over its budget`, false),
-      );
-    }
-    return new Promise<CallResult>((resolve) => {
-      const onAbort = (): void =>
-        pending.settle(callFailure(status.CANCELLED, "cancelled", pending.left));
-      const pending: PendingCall = {
-        id,
-        peer: peer.id,
-        deadline,
-        stream,
-        left: false,
-        settle: (result) => {
-          if (!this.#calls.delete(id)) return;
-          pending.stream.calls.delete(id);
-          cut?.listen(null);
-          resolve(result);
-        },
-      };
-      this.#calls.set(id, pending);
-      stream.calls.set(id, pending);
-      cut?.listen(onAbort);
-      this.#sweepCalls();
-      links.write(peer, stream, frame, (delivered) => {
-        if (delivered) pending.left = true;
-        else {
-          pending.settle(
-            callFailure(status.UNAVAILABLE, `the stream to ${peer.id} ended first`, false),
-          );
-        }
-      });
-    });
+    return this.#forwarder.call(to, method, request, options);
   }
 
   /**
@@ -406,54 +331,12 @@ export class GrpcTransport implements RaftTransport {
    * deadline or when its own stream to this node ends.
    */
   reply(to: string, reply: PeerReply): void {
-    if (this.#closed) return;
-    const links = this.#links;
-    const peer = links.link(toNodeId(to));
-    const stream = links.stream(peer);
-    let frame: Buffer | null = null;
-    if (stream !== null) {
-      frame = encodeReplyFrame(reply);
-      if (frame.length <= this.#maxFrame && !links.overBudget(stream, frame.length)) {
-        links.write(peer, stream, frame);
-        return;
-      }
-    }
-    links.countDropped(peer, frame?.length ?? 0);
-    this.#log.debug("answer to a forwarded call dropped", { peer: peer.id, call: reply.id });
+    this.#forwarder.reply(to, reply);
   }
 
   /** The answer node `from` sent to a call this node forwarded there (RaftFrame.reply). */
   receiveReply(from: string, reply: PeerReply): void {
-    const pending = this.#calls.get(reply.id);
-    if (pending === undefined || pending.peer !== from) return;
-    const ok = reply.code === status.OK;
-    pending.settle({
-      code: reply.code,
-      details: reply.details,
-      message: ok
-        ? Buffer.from(reply.response.buffer, reply.response.byteOffset, reply.response.length)
-        : null,
-      trailers: reply.trailers as [string, string][],
-      sent: true,
-    });
-  }
-
-  /** Fails the calls past their deadline, every CALL_SWEEP_MS while any is in flight. */
-  #sweepCalls(): void {
-    if (this.#callSweep !== null) return;
-    this.#callSweep = setInterval(() => {
-      const now = Date.now();
-      for (const c of this.#calls.values()) {
-        if (c.deadline <= now) {
-          c.settle(callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded", c.left));
-        }
-      }
-      if (this.#calls.size === 0 && this.#callSweep !== null) {
-        clearInterval(this.#callSweep);
-        this.#callSweep = null;
-      }
-    }, CALL_SWEEP_MS);
-    this.#callSweep.unref();
+    this.#forwarder.receiveReply(from, reply);
   }
 
   /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
@@ -479,9 +362,7 @@ export class GrpcTransport implements RaftTransport {
     if (this.#closed) return;
     this.#closed = true;
     this.#closing.abort();
-    for (const c of this.#calls.values()) {
-      c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
-    }
+    this.#forwarder.close();
     this.#snapshots.dropQueued();
     await this.#links.close();
   }

@@ -11,7 +11,7 @@ import { status } from "@grpc/grpc-js";
 import type { CallResult } from "../../src/api/grpc-channel.ts";
 import { nodeId, type NodeId } from "../../src/raft/index.ts";
 import { encodeBatchFrame } from "../../src/replication/frame-codec.ts";
-import { PeerLinks, type PeerLinksOptions } from "../../src/replication/peer-links.ts";
+import type { PeerLinks } from "../../src/replication/peer-links.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
 import { logIndex, term } from "../../src/raft/index.ts";
 import {
@@ -20,6 +20,7 @@ import {
   type RaftServer,
   recordingLogger,
   startRaftServer,
+  testLinks,
 } from "./peer-support.ts";
 
 const N1 = nodeId("n1");
@@ -60,45 +61,27 @@ interface Rig {
   /** How often the peer's address was asked for. */
   resolved: number;
   address: string | null;
-  readonly closing: AbortController;
+  close(): Promise<void>;
 }
 
-function rig(options: Partial<PeerLinksOptions> = {}): Rig {
+/** n1's links with a virtual clock, an even jitter, and a backoff of 100 ms up to 400 ms. */
+function rig(): Rig {
   const lines: LogLine[] = [];
   const unreachable: NodeId[] = [];
-  const closing = new AbortController();
-  const r: Rig = {
-    links: null as unknown as PeerLinks,
-    lines,
-    unreachable,
-    time: 1_000,
-    resolved: 0,
-    address: null,
-    closing,
-  };
-  (r as { links: PeerLinks }).links = new PeerLinks({
-    self: N1,
-    replicaId: N1,
-    clusterId: "c1",
+  const state = { time: 1_000, resolved: 0, address: null as string | null };
+  const { links, close } = testLinks({
     resolve: () => {
-      r.resolved++;
-      return r.address;
+      state.resolved++;
+      return state.address;
     },
     log: recordingLogger(lines),
     onUnreachable: (to) => unreachable.push(to),
-    maxInFlightBytesPerPeer: 16 << 20,
-    maxInFlightBytes: 64 << 20,
-    maxFrameBytes: 128 << 20,
     initialBackoffMs: 100,
     maxBackoffMs: 400,
     random: () => 0.5,
-    now: () => r.time,
-    interceptors: [],
-    shardWorker: undefined,
-    closing: closing.signal,
-    ...options,
+    now: () => state.time,
   });
-  return r;
+  return Object.assign(state, { links, lines, unreachable, close });
 }
 
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -175,8 +158,7 @@ describe("PeerLinks", () => {
       assert.equal(lost?.level, "warn", "a connected peer's loss is a warning");
       assert.equal(peer.wasConnected, false);
     } finally {
-      r.closing.abort();
-      await r.links.close();
+      await r.close();
       server?.stop();
     }
   });
@@ -214,8 +196,7 @@ describe("PeerLinks", () => {
       }
       await eventually("in flight released", () => stream.inFlightBytes === 0);
     } finally {
-      r.closing.abort();
-      await r.links.close();
+      await r.close();
     }
   });
 
@@ -238,10 +219,9 @@ describe("PeerLinks", () => {
     await nextTurn();
     assert.deepEqual(r.unreachable, ["n2", "n3", "n2"]);
     r.links.drop(n2, 0);
-    r.closing.abort();
+    await r.close();
     await nextTurn();
     assert.equal(r.unreachable.length, 3);
-    await r.links.close();
   });
 
   it("keeps a peer's channels while its address holds, and makes new ones when it moves", async () => {
@@ -262,8 +242,7 @@ describe("PeerLinks", () => {
         ["n2"],
       );
     } finally {
-      r.closing.abort();
-      await r.links.close();
+      await r.close();
     }
   });
 });

@@ -7,11 +7,16 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { logIndex, nodeId, type NodeId, term } from "../../src/raft/index.ts";
-import { PeerLinks } from "../../src/replication/peer-links.ts";
 import { type OutgoingSnapshot, SnapshotSender } from "../../src/replication/snapshot-sender.ts";
 import { systemPaceClock } from "../../src/replication/rate-limiter.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
-import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+import {
+  eventually,
+  type LogLine,
+  recordingLogger,
+  startRaftServer,
+  testLinks,
+} from "./peer-support.ts";
 
 const N1 = nodeId("n1");
 const N2 = nodeId("n2");
@@ -41,26 +46,8 @@ function sender(
   lines: LogLine[],
   chunkBytes = 4096,
 ): { snapshots: SnapshotSender; close(): Promise<void> } {
-  const closing = new AbortController();
   const log = recordingLogger(lines);
-  const links = new PeerLinks({
-    self: N1,
-    replicaId: N1,
-    clusterId: "c1",
-    resolve,
-    log,
-    onUnreachable: undefined,
-    maxInFlightBytesPerPeer: 16 << 20,
-    maxInFlightBytes: 64 << 20,
-    maxFrameBytes: 128 << 20,
-    initialBackoffMs: 50,
-    maxBackoffMs: 1000,
-    random: Math.random,
-    now: () => performance.now(),
-    interceptors: [],
-    shardWorker: undefined,
-    closing: closing.signal,
-  });
+  const { links, closing, close } = testLinks({ resolve, log });
   const snapshots = new SnapshotSender({
     links,
     self: N1,
@@ -80,7 +67,7 @@ function sender(
     async close() {
       closing.abort();
       snapshots.dropQueued();
-      await links.close();
+      await close();
     },
   };
 }
