@@ -37,18 +37,18 @@
  * TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
 import { setMaxListeners } from "node:events";
-import { type Interceptor, type ServiceError, status } from "@grpc/grpc-js";
-import { loadRaftProto } from "../api/proto.ts";
-import { type CallResult, metadataOf } from "../api/grpc-channel.ts";
+import type { Interceptor } from "@grpc/grpc-js";
+import type { CallResult } from "../api/grpc-channel.ts";
 import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { encodeBatchFrame, type PeerReply } from "./frame-codec.ts";
-import { type ClusterIdSource, currentClusterId } from "./handshake.ts";
+import type { ClusterIdSource } from "./handshake.ts";
 import { CallForwarder } from "./call-forwarder.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
 import { PeerLinks } from "./peer-links.ts";
+import { PeerRpcs } from "./peer-rpcs.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
 import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
@@ -149,6 +149,8 @@ export class GrpcTransport implements RaftTransport {
   readonly #maxFrame: number;
   readonly #links: PeerLinks;
   readonly #snapshots: SnapshotSender;
+  /** The unary calls to peers. */
+  readonly #rpcs: PeerRpcs;
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
   readonly #reads: ReadIndexBatcher;
   /** Aborted by close(): cancels the snapshot transfers in flight. */
@@ -199,18 +201,9 @@ export class GrpcTransport implements RaftTransport {
     });
     // One listener per snapshot transfer in flight, one per peer: many peers are not a leak.
     setMaxListeners(0, this.#closing.signal);
+    this.#rpcs = new PeerRpcs(this.#links, this.#clusterId, this.#replicaId, this.#closing.signal);
     this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
-      this.#unary(
-        node,
-        loadRaftProto().cairn.v1.Raft.service.ReadIndex,
-        {
-          cluster_id: currentClusterId(this.#clusterId),
-          shard_ids: shards,
-          replica: this.#replicaId,
-          terms,
-        },
-        timeoutMs,
-      ).then((reply) => reply.results),
+      this.#rpcs.readIndex(node, shards, terms, timeoutMs),
     );
   }
 
@@ -372,14 +365,8 @@ export class GrpcTransport implements RaftTransport {
    * there; resolves once it is applied on `to`. Rejects with the call's error: UNAVAILABLE with
    * the leader hint (`cairn-leader` in the trailers) when `to` does not lead the meta group.
    */
-  async proposeMeta(to: NodeId, command: Uint8Array, timeoutMs: number): Promise<void> {
-    const method = loadRaftProto().cairn.v1.Raft.service.ProposeMeta;
-    await this.#unary(
-      to,
-      method,
-      { cluster_id: currentClusterId(this.#clusterId), command },
-      timeoutMs,
-    );
+  proposeMeta(to: NodeId, command: Uint8Array, timeoutMs: number): Promise<void> {
+    return this.#rpcs.proposeMeta(to, command, timeoutMs);
   }
 
   /**
@@ -403,29 +390,8 @@ export class GrpcTransport implements RaftTransport {
    * (cairn.v1.Raft ConfirmTerms; MultiRaft.confirmTerms there): one answer per check, in order.
    * Batching is the caller's (TermConfirmer). Rejects with the call's error.
    */
-  async confirmTerms(
-    to: NodeId,
-    checks: readonly TermCheck[],
-    timeoutMs: number,
-  ): Promise<boolean[]> {
-    const method = loadRaftProto().cairn.v1.Raft.service.ConfirmTerms;
-    const reply = await this.#unary(
-      to,
-      method,
-      {
-        cluster_id: currentClusterId(this.#clusterId),
-        shard_ids: checks.map((c) => c.shard),
-        terms: checks.map((c) => c.term),
-        replicas: checks.map((c) => c.replica),
-      },
-      timeoutMs,
-    );
-    if (reply.confirmed.length !== checks.length) {
-      throw new Error(
-        `${reply.confirmed.length} answers to ${checks.length} term checks from ${to}`,
-      );
-    }
-    return reply.confirmed;
+  confirmTerms(to: NodeId, checks: readonly TermCheck[], timeoutMs: number): Promise<boolean[]> {
+    return this.#rpcs.confirmTerms(to, checks, timeoutMs);
   }
 
   /**
@@ -434,75 +400,12 @@ export class GrpcTransport implements RaftTransport {
    * most `req.limit`. Rejects with the call's error (NotLeaderError's code in the trailers when
    * `to` does not replicate one of them).
    */
-  async scanShards(
+  scanShards(
     to: NodeId,
     shards: readonly number[],
     req: ScanRequest,
     timeoutMs: number,
   ): Promise<StoredItem[]> {
-    const method = loadRaftProto().cairn.v1.Raft.service.ScanShards;
-    const reply = await this.#unary(
-      to,
-      method,
-      {
-        cluster_id: currentClusterId(this.#clusterId),
-        shard_ids: [...shards],
-        start: req.start,
-        end: req.end ?? new Uint8Array(0),
-        has_end: req.end !== null,
-        limit: req.limit,
-        linearizable: req.linearizable,
-      },
-      timeoutMs,
-    );
-    return reply.items.map((i) => ({
-      key: i.key,
-      value: i.value,
-      version: { index: Number(i.index), term: Number(i.term) },
-    }));
+    return this.#rpcs.scanShards(to, shards, req, timeoutMs);
   }
-
-  #unary<Req, Res>(
-    to: NodeId,
-    method: {
-      path: string;
-      requestSerialize: (req: Req) => Buffer;
-      responseDeserialize: (bytes: Buffer) => Res;
-    },
-    request: Req,
-    timeoutMs: number,
-  ): Promise<Res> {
-    if (this.#closed) return Promise.reject(new Error("the transport is closed"));
-    // `to` may name a replica (a leader hint): its node is who answers.
-    const node = toNodeId(nodeOfReplica(to));
-    const address = this.#links.address(node);
-    if (address === null) {
-      return Promise.reject(new Error(`the address of ${node} is not known`));
-    }
-    let bytes: Buffer;
-    try {
-      bytes = method.requestSerialize(request);
-    } catch (err) {
-      return Promise.reject(err as Error);
-    }
-    return this.#links
-      .channel(this.#links.link(node), address)
-      .unary(method.path, bytes, { deadline: Date.now() + timeoutMs })
-      .then((result) => {
-        if (result.code !== status.OK || result.message === null) throw callError(result);
-        return method.responseDeserialize(result.message);
-      });
-  }
-}
-
-/** A failed peer call as grpc-js reports one: code, details, trailing metadata. */
-function callError(result: CallResult): ServiceError {
-  const metadata = metadataOf(result.trailers);
-  const code = result.code === status.OK ? status.INTERNAL : result.code;
-  const details = result.code === status.OK ? "an answer without a message" : result.details;
-  return Object.assign(new Error(`${code} ${status[code]}: ${details}`), {
-    code,
-    details,
-    metadata,
-  });
 }
