@@ -1,40 +1,32 @@
 /**
  * The peer transport over gRPC (cairn.v1.Raft, proto/cairn/v1/raft.proto): MultiRaft instances
- * on different nodes exchange Raft messages through it.
+ * on different nodes exchange Raft messages through it (RaftTransport), and the node makes its
+ * other calls of its peers through it. This is the sending end; raft-service.ts the receiving.
  *
- * One long-lived client stream per node pair and direction. It opens lazily, on the first
- * send() to a peer, with a handshake {cluster id, from, to}; the receiver answers with response
- * headers when it accepts, or ends the call with FAILED_PRECONDITION. Each later frame carries
- * one round's messages for that peer (every shard's), in the driver's order.
+ * GrpcTransport keeps the interface the node and the driver use, and does one thing itself: a
+ * round's messages for a peer become one frame on the long-lived stream to that peer's node
+ * (every shard's, in the driver's order; frame-codec.ts encodes it), and the round's snapshot
+ * messages go to the snapshot sender instead (the rest of the round still goes in the frame, at
+ * once). The rest is done by parts, each behind a narrow interface:
+ *
+ *   peer-links.ts       the connections: per-peer channels, the stream and its handshake,
+ *                       backoff, the in-flight budgets, unreachable reports (PeerLinks)
+ *   snapshot-sender.ts  snapshots, each on an InstallSnapshot call, one in flight per peer,
+ *                       paced node-wide (SnapshotSender)
+ *   call-forwarder.ts   client KV calls forwarded on the streams, and the answers (CallForwarder)
+ *   peer-rpcs.ts        the unary calls: ProposeMeta, ReadIndex, ConfirmTerms, ScanShards
+ *   read-index.ts       followers' reads batched into ReadIndex calls (ReadIndexBatcher)
  *
  * Delivery is best effort, as Raft wants it: send() never blocks or throws. A frame is dropped,
- * never queued without bound, when
- *   - the stream to the peer is down (it failed, and the backoff has not expired yet),
- *   - the peer's address is unknown,
- *   - or the bytes in flight to the peer (written, not yet handed to the socket) exceed the
- *     per-peer budget (16 MiB), or those to every peer together the node-wide one (64 MiB); one
- *     frame is always admitted to a stream with nothing in flight.
- * Each such drop, and each stream failure, is reported through `onUnreachable` (deferred, never
- * from inside send()), so that the leader stops pipelining to that peer and probes it instead.
- * A failed stream is reopened by the first send() after an exponential backoff with jitter
- * (capped at `maxBackoffMs`). Streams and the unary calls go through the node's own gRPC client
- * (GrpcChannel, one per peer; a PING every 10 s finds a dead peer), frames encoded by
- * frame-codec.ts; snapshots through grpc-js's client (which takes the tests' interceptors).
+ * never queued without bound, when the stream to the peer is down (it failed and its backoff
+ * has not passed, or the peer's address is unknown), when it is larger than `maxFrameBytes`
+ * (logged), or when the bytes in flight to the peer, or to every peer together, are over their
+ * budget. Each drop, and each stream failure, is reported through `onUnreachable` (deferred,
+ * never from inside send()), so that the leader stops pipelining to that peer and probes it
+ * instead. A snapshot is never dropped for the budget: its outcome is what `sent` hears.
  *
- * Snapshot messages do not go in frames: send() takes them out of the round (its other messages
- * still go in the frame, at once) and streams each on an InstallSnapshot call of its own, in
- * chunks with a checksum (snapshot-transfer.ts), paced by one node-wide rate limiter. At most one
- * snapshot is in flight per peer; the others wait their turn in order. A snapshot is never
- * dropped for the budget above: the leader that sent it waits to hear its outcome (`sent`), and
- * a group sends no other snapshot to that peer meanwhile, so the queue holds at most one per
- * group. Raft needs no order between a snapshot and the frames: the leader sends that group
- * nothing but heartbeats for that peer until the snapshot's outcome, and the receiver hands the
- * snapshot to Raft before it acknowledges it, so whatever the leader sends after reaches Raft
- * after it.
- *
- * Caveats: frames above `maxFrameBytes` are dropped and logged. A snapshot is held whole in
- * memory at both ends (built in one buffer by the driver, assembled in one by the receiver). No
- * TLS yet (insecure channels; mTLS later, design.md §5.1).
+ * Caveats: a snapshot is held whole in memory at both ends (built in one buffer by the driver,
+ * assembled in one by the receiver). No TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
 import { setMaxListeners } from "node:events";
 import type { Interceptor } from "@grpc/grpc-js";
@@ -47,7 +39,7 @@ import { encodeBatchFrame, type PeerReply } from "./frame-codec.ts";
 import type { ClusterIdSource } from "./handshake.ts";
 import { CallForwarder } from "./call-forwarder.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
-import { PeerLinks } from "./peer-links.ts";
+import { type LinkStats, PeerLinks } from "./peer-links.ts";
 import { PeerRpcs } from "./peer-rpcs.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
 import { ReadIndexBatcher } from "./read-index.ts";
@@ -55,7 +47,7 @@ import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
-import { type OutgoingSnapshot, SnapshotSender } from "./snapshot-sender.ts";
+import { type OutgoingSnapshot, SnapshotSender, type SnapshotStats } from "./snapshot-sender.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 
 const MIB = 1024 * 1024;
@@ -117,59 +109,36 @@ export interface GrpcTransportOptions {
   readonly shardWorker?: { readonly index: number; readonly count: number };
 }
 
-export interface PeerStats {
-  /** "idle": never opened or closed cleanly; "connecting": handshake not answered yet. */
-  readonly state: "idle" | "connecting" | "connected" | "backoff";
-  readonly address: string | null;
-  readonly framesSent: number;
-  readonly bytesSent: number;
-  readonly framesDropped: number;
-  /** Of the dropped frames that were encoded (over the size limit or the budget); frames dropped
-   * because the stream was down are not encoded, and count in framesDropped only. */
-  readonly bytesDropped: number;
-  readonly inFlightBytes: number;
-  /** Streams opened (the first one included). */
-  readonly streamsOpened: number;
-  readonly streamFailures: number;
-  /** Snapshots the peer acknowledged. */
-  readonly snapshotsSent: number;
-  readonly snapshotsFailed: number;
-  /** Snapshot data bytes gRPC took for the peer (those of failed transfers too). */
-  readonly snapshotBytesSent: number;
-  readonly snapshotInFlight: boolean;
-  /** Snapshots waiting for the one in flight. */
-  readonly snapshotsQueued: number;
-}
+/** Counters and state of a peer, for metrics and tests: its connection's and its snapshots'. */
+export type PeerStats = LinkStats & SnapshotStats;
 
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
-  readonly #clusterId: ClusterIdSource;
   readonly #log: PeerLogger;
   readonly #maxFrame: number;
+  /** Aborted by close(): the parts stop (snapshot transfers in flight are cut). */
+  readonly #closing = new AbortController();
+  #closed = false;
   readonly #links: PeerLinks;
+  /** Client calls forwarded over the streams, waiting for their answers (see call()). */
+  readonly #forwarder: CallForwarder;
   readonly #snapshots: SnapshotSender;
   /** The unary calls to peers. */
   readonly #rpcs: PeerRpcs;
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
   readonly #reads: ReadIndexBatcher;
-  /** Aborted by close(): cancels the snapshot transfers in flight. */
-  readonly #closing = new AbortController();
-  #closed = false;
-  /** Client calls forwarded over the streams, waiting for their answers (see call()). */
-  readonly #forwarder: CallForwarder;
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
     this.#replicaId = toNodeId(options.replicaId ?? options.nodeId);
-    this.#clusterId = options.clusterId;
     this.#log = options.logger ?? silentLogger;
     this.#maxFrame =
       options.maxFrameBytes ?? RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"];
     this.#links = new PeerLinks({
       self: this.nodeId,
       replicaId: this.#replicaId,
-      clusterId: this.#clusterId,
+      clusterId: options.clusterId,
       resolve: options.peers,
       log: this.#log,
       onUnreachable: options.onUnreachable,
@@ -189,7 +158,7 @@ export class GrpcTransport implements RaftTransport {
       links: this.#links,
       self: this.nodeId,
       replicaId: this.#replicaId,
-      clusterId: this.#clusterId,
+      clusterId: options.clusterId,
       chunkBytes: options.snapshotChunkBytes ?? MIB,
       rateBytesPerSec: options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
       clock: options.snapshotClock ?? systemPaceClock,
@@ -201,7 +170,12 @@ export class GrpcTransport implements RaftTransport {
     });
     // One listener per snapshot transfer in flight, one per peer: many peers are not a leak.
     setMaxListeners(0, this.#closing.signal);
-    this.#rpcs = new PeerRpcs(this.#links, this.#clusterId, this.#replicaId, this.#closing.signal);
+    this.#rpcs = new PeerRpcs(
+      this.#links,
+      options.clusterId,
+      this.#replicaId,
+      this.#closing.signal,
+    );
     this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
       this.#rpcs.readIndex(node, shards, terms, timeoutMs),
     );
@@ -349,7 +323,8 @@ export class GrpcTransport implements RaftTransport {
   /**
    * Ends every stream (half-close: frames already written still go out), waits for them to
    * finish within a second, cuts the rest and closes the channels. Snapshot transfers are cut at
-   * once, and those waiting are reported lost. send() drops everything after.
+   * once, and those waiting are reported lost; forwarded calls waiting fail. send() drops
+   * everything after, and the other calls are refused.
    */
   async close(): Promise<void> {
     if (this.#closed) return;

@@ -104,8 +104,11 @@ export interface LinkStats {
   readonly framesSent: number;
   readonly bytesSent: number;
   readonly framesDropped: number;
+  /** Of the dropped frames that were encoded (over the size limit or the budget); frames dropped
+   * because the stream was down are not encoded, and count in framesDropped only. */
   readonly bytesDropped: number;
   readonly inFlightBytes: number;
+  /** Streams opened (the first one included). */
   readonly streamsOpened: number;
   readonly streamFailures: number;
 }
