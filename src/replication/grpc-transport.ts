@@ -1,160 +1,59 @@
 /**
  * The peer transport over gRPC (cairn.v1.Raft, proto/cairn/v1/raft.proto): MultiRaft instances
- * on different nodes exchange Raft messages through it.
+ * on different nodes exchange Raft messages through it (RaftTransport), and the node makes its
+ * other calls of its peers through it. This is the sending end; raft-service.ts the receiving.
  *
- * One long-lived client stream per node pair and direction. It opens lazily, on the first
- * send() to a peer, with a handshake {cluster id, from, to}; the receiver answers with response
- * headers when it accepts, or ends the call with FAILED_PRECONDITION. Each later frame carries
- * one round's messages for that peer (every shard's), in the driver's order.
+ * GrpcTransport keeps the interface the node and the driver use, and does one thing itself: a
+ * round's messages for a peer become one frame on the long-lived stream to that peer's node
+ * (every shard's, in the driver's order; frame-codec.ts encodes it), and the round's snapshot
+ * messages go to the snapshot sender instead (the rest of the round still goes in the frame, at
+ * once). The rest is done by parts, each behind a narrow interface:
+ *
+ *   peer-links.ts       the connections: per-peer channels, the stream and its handshake,
+ *                       backoff, the in-flight budgets, unreachable reports (PeerLinks)
+ *   snapshot-sender.ts  snapshots, each on an InstallSnapshot call, one in flight per peer,
+ *                       paced node-wide (SnapshotSender)
+ *   call-forwarder.ts   client KV calls forwarded on the streams, and the answers (CallForwarder)
+ *   peer-rpcs.ts        the unary calls: ProposeMeta, ReadIndex, ConfirmTerms, ScanShards
+ *   read-index.ts       followers' reads batched into ReadIndex calls (ReadIndexBatcher)
  *
  * Delivery is best effort, as Raft wants it: send() never blocks or throws. A frame is dropped,
- * never queued without bound, when
- *   - the stream to the peer is down (it failed, and the backoff has not expired yet),
- *   - the peer's address is unknown,
- *   - or the bytes in flight to the peer (written, not yet handed to the socket) exceed the
- *     per-peer budget (16 MiB), or those to every peer together the node-wide one (64 MiB); one
- *     frame is always admitted to a stream with nothing in flight.
- * Each such drop, and each stream failure, is reported through `onUnreachable` (deferred, never
- * from inside send()), so that the leader stops pipelining to that peer and probes it instead.
- * A failed stream is reopened by the first send() after an exponential backoff with jitter
- * (capped at `maxBackoffMs`). Streams and the unary calls go through the node's own gRPC client
- * (GrpcChannel, one per peer; a PING every 10 s finds a dead peer), frames encoded by
- * frame-codec.ts; snapshots through grpc-js's client (which takes the tests' interceptors).
+ * never queued without bound, when the stream to the peer is down (it failed and its backoff
+ * has not passed, or the peer's address is unknown), when it is larger than `maxFrameBytes`
+ * (logged), or when the bytes in flight to the peer, or to every peer together, are over their
+ * budget. Each drop, and each stream failure, is reported through `onUnreachable` (deferred,
+ * never from inside send()), so that the leader stops pipelining to that peer and probes it
+ * instead. A snapshot is never dropped for the budget: its outcome is what `sent` hears.
  *
- * Snapshot messages do not go in frames: send() takes them out of the round (its other messages
- * still go in the frame, at once) and streams each on an InstallSnapshot call of its own, in
- * chunks with a checksum (snapshot-transfer.ts), paced by one node-wide rate limiter. At most one
- * snapshot is in flight per peer; the others wait their turn in order. A snapshot is never
- * dropped for the budget above: the leader that sent it waits to hear its outcome (`sent`), and
- * a group sends no other snapshot to that peer meanwhile, so the queue holds at most one per
- * group. Raft needs no order between a snapshot and the frames: the leader sends that group
- * nothing but heartbeats for that peer until the snapshot's outcome, and the receiver hands the
- * snapshot to Raft before it acknowledges it, so whatever the leader sends after reaches Raft
- * after it.
- *
- * Caveats: frames above `maxFrameBytes` are dropped and logged. A snapshot is held whole in
- * memory at both ends (built in one buffer by the driver, assembled in one by the receiver). No
- * TLS yet (insecure channels; mTLS later, design.md §5.1).
+ * Caveats: a snapshot is held whole in memory at both ends (built in one buffer by the driver,
+ * assembled in one by the receiver). No TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
 import { setMaxListeners } from "node:events";
-import {
-  Client,
-  type ClientOptions,
-  credentials,
-  type Interceptor,
-  Metadata,
-  type ServerReadableStream,
-  type ServerUnaryCall,
-  type sendUnaryData,
-  type ServiceDefinition,
-  type ServiceError,
-  status,
-} from "@grpc/grpc-js";
-import { loadRaftProto } from "../api/proto.ts";
-import { TUNNEL_REFUSED } from "../api/h2/client.ts";
-import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
-import type { ConfirmTermsReply } from "../api/generated/cairn/v1/ConfirmTermsReply.ts";
-import type { ConfirmTermsRequest__Output } from "../api/generated/cairn/v1/ConfirmTermsRequest.ts";
-import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposal.ts";
-import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
-import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts";
-import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
-import type {
-  ReadIndexResult,
-  ReadIndexResult__Output,
-} from "../api/generated/cairn/v1/ReadIndexResult.ts";
-import { ERROR_CODE_KEY, LEADER_HINT_KEY, PEER_KEY } from "../api/wire.ts";
-import { type CallResult, type ClientCall, GrpcChannel, metadataOf } from "../api/grpc-channel.ts";
-import { CairnError } from "../common/errors.ts";
-import { type CallCut, IntMap } from "../common/index.ts";
+import type { Interceptor } from "@grpc/grpc-js";
+import type { CallResult } from "../api/grpc-channel.ts";
+import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
-import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
-import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";
-import type { ScanShardsRequest__Output } from "../api/generated/cairn/v1/ScanShardsRequest.ts";
-import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
-import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { NodeId } from "../raft/index.ts";
-import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
-import {
-  decodeBatchMessages,
-  decodeFrame,
-  encodeBatchFrame,
-  encodeCallFrame,
-  encodeHandshakeFrame,
-  encodeReplyFrame,
-  type Frame,
-  type PeerCall,
-  type PeerReply,
-} from "./frame-codec.ts";
-import type { RawStreamHandler } from "../api/handoff.ts";
-import {
-  handshakeRefusal,
-  type PeerCheck,
-  peerRefusal,
-  type PeerRefusalKind,
-} from "./handshake.ts";
+import { nodeId as toNodeId } from "../raft/index.ts";
+import { encodeBatchFrame, type PeerReply } from "./frame-codec.ts";
+import type { ClusterIdSource } from "./handshake.ts";
+import { CallForwarder } from "./call-forwarder.ts";
+import { type PeerLogger, silentLogger } from "./peer-logger.ts";
+import { type LinkStats, PeerLinks } from "./peer-links.ts";
+import { PeerRpcs } from "./peer-rpcs.ts";
+import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
+import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
-import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
+import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
-import { type PaceClock, RateLimiter, systemPaceClock } from "./rate-limiter.ts";
-import {
-  sendSnapshot,
-  SnapshotAssembler,
-  type SnapshotMessage,
-  type SnapshotMetrics,
-  SnapshotRefusal,
-} from "./snapshot-transfer.ts";
-
-type LogFields = Readonly<Record<string, unknown>>;
-
-/** What the transport logs through; the node's `Logger` (src/ops) fits. */
-export interface PeerLogger {
-  debug(message: string, fields?: LogFields): void;
-  info(message: string, fields?: LogFields): void;
-  warn(message: string, fields?: LogFields): void;
-  error(message: string, fields?: LogFields): void;
-}
-
-const silent: PeerLogger = {
-  debug: () => undefined,
-  info: () => undefined,
-  warn: () => undefined,
-  error: () => undefined,
-};
+import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
+import { type OutgoingSnapshot, SnapshotSender, type SnapshotStats } from "./snapshot-sender.ts";
+import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 
 const MIB = 1024 * 1024;
-/** The peers' unary calls (ReadIndex, ProposeMeta, ScanShards) carry at most this much. */
-const MAX_UNARY_BYTES = 64 * MIB;
-/** The one unary peer call a member that does not know its cluster id makes (its rejoin). */
-const PROPOSE_META = "/cairn.v1.Raft/ProposeMeta";
-/** A PING to each peer this often; one unanswered this long ends the connection. */
-const KEEPALIVE_MS = 10_000;
-const KEEPALIVE_TIMEOUT_MS = 5_000;
-const EMPTY_MESSAGE = new Uint8Array(0);
-
-/**
- * Options the receiving gRPC server needs. A frame carries one round's messages for the peer:
- * appends of at most 1 MiB each, past that only a single entry, whose largest is a Put of
- * `limits.max_value_bytes` (at most 64 MiB) and its key; 128 MiB leaves room for the rest of the
- * round. Snapshots go in chunks of their own (InstallSnapshot), not in frames.
- */
-export const RAFT_SERVER_OPTIONS = {
-  "grpc.max_receive_message_length": 128 * MIB,
-} as const;
 
 /** The default pace of snapshot data leaving a node (`raft.snapshot_rate_bytes_per_sec`). */
 const DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC = 64 * MIB;
-
-/**
- * A node's cluster id, or a function returning it as it is now: "" while the node has not yet
- * learnt it (a new node before the meta group's bootstrap reached it). Two ends whose ids are
- * both known and differ never talk; an end that does not know its id yet is accepted.
- */
-export type ClusterIdSource = string | (() => string);
-
-function currentId(source: ClusterIdSource): string {
-  return typeof source === "string" ? source : source();
-}
 
 export interface GrpcTransportOptions {
   readonly clusterId: ClusterIdSource;
@@ -210,175 +109,76 @@ export interface GrpcTransportOptions {
   readonly shardWorker?: { readonly index: number; readonly count: number };
 }
 
-export interface PeerStats {
-  /** "idle": never opened or closed cleanly; "connecting": handshake not answered yet. */
-  readonly state: "idle" | "connecting" | "connected" | "backoff";
-  readonly address: string | null;
-  readonly framesSent: number;
-  readonly bytesSent: number;
-  readonly framesDropped: number;
-  /** Of the dropped frames that were encoded (over the size limit or the budget); frames dropped
-   * because the stream was down are not encoded, and count in framesDropped only. */
-  readonly bytesDropped: number;
-  readonly inFlightBytes: number;
-  /** Streams opened (the first one included). */
-  readonly streamsOpened: number;
-  readonly streamFailures: number;
-  /** Snapshots the peer acknowledged. */
-  readonly snapshotsSent: number;
-  readonly snapshotsFailed: number;
-  /** Snapshot data bytes gRPC took for the peer (those of failed transfers too). */
-  readonly snapshotBytesSent: number;
-  readonly snapshotInFlight: boolean;
-  /** Snapshots waiting for the one in flight. */
-  readonly snapshotsQueued: number;
-}
-
-/** A snapshot message waiting for its peer's turn, and how to report its outcome. */
-interface QueuedSnapshot {
-  readonly shard: number;
-  readonly message: SnapshotMessage;
-  readonly settle: (delivered: boolean) => void;
-}
-
-interface Stream {
-  readonly call: ClientCall;
-  /**
-   * Forwarded calls written on this stream and not answered yet (see call()), by id. IntMaps,
-   * here and below, not a Map or a Set: their churn promotes what the entries reach
-   * (src/common/int-map.ts).
-   */
-  readonly calls: IntMap<PendingCall>;
-  inFlightBytes: number;
-  accepted: boolean;
-  /** Outcome callbacks of frames written and not yet handed to the connection, by write. */
-  readonly owed: IntMap<(delivered: boolean) => void>;
-  /** Resolves once the call has ended, however. */
-  readonly ended: Promise<void>;
-}
-
-interface Peer {
-  readonly id: NodeId;
-  address: string | null;
-  /** grpc-js's channel, for snapshots (InstallSnapshot, with the interceptors), and its address. */
-  client: Client | null;
-  clientAddress: string | null;
-  /** The channel of the Raft stream and the unary calls. */
-  channel: GrpcChannel | null;
-  stream: Stream | null;
-  /** No stream is opened before this time (now()). */
-  retryAt: number;
-  /** The next backoff before jitter. */
-  backoffMs: number;
-  /** Whether the last stream was accepted: failures are logged at warn on the transition. */
-  wasConnected: boolean;
-  framesSent: number;
-  bytesSent: number;
-  framesDropped: number;
-  bytesDropped: number;
-  streamsOpened: number;
-  streamFailures: number;
-  /** Snapshots to send after the one in flight, in order. */
-  readonly snapshotQueue: QueuedSnapshot[];
-  snapshotInFlight: boolean;
-  snapshotsSent: number;
-  snapshotsFailed: number;
-  snapshotBytesSent: number;
-}
-
-const CLOSE_DEADLINE_MS = 1000;
-
-/** A forwarded call waiting for its answer (GrpcTransport.call). */
-interface PendingCall {
-  readonly id: number;
-  readonly peer: NodeId;
-  /** When the caller stops waiting (Date.now() clock). */
-  readonly deadline: number;
-  /** The stream it went out on (its end fails the call). */
-  readonly stream: Stream;
-  /** Whether some of its bytes may have reached the peer. */
-  left: boolean;
-  /** Settles the call once; later settlements are ignored. */
-  settle(result: CallResult): void;
-}
-
-/** How often calls in flight are checked against their deadlines (ms). */
-const CALL_SWEEP_MS = 50;
-
-function callFailure(code: status, details: string, sent: boolean): CallResult {
-  return { code, details, message: null, trailers: [], sent };
-}
+/** Counters and state of a peer, for metrics and tests: its connection's and its snapshots'. */
+export type PeerStats = LinkStats & SnapshotStats;
 
 export class GrpcTransport implements RaftTransport {
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
-  readonly #clusterId: ClusterIdSource;
-  readonly #resolve: (nodeId: string) => string | null;
   readonly #log: PeerLogger;
-  readonly #onUnreachable: ((to: NodeId) => void) | undefined;
-  readonly #maxInFlight: number;
-  readonly #maxInFlightTotal: number;
-  /** Bytes in flight on every stream together. */
-  #inFlightTotal = 0;
   readonly #maxFrame: number;
-  readonly #initialBackoff: number;
-  readonly #maxBackoff: number;
-  readonly #random: () => number;
-  readonly #now: () => number;
-  readonly #path: string;
-  readonly #peers = new Map<NodeId, Peer>();
-  /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
-  readonly #reads = new Map<NodeId, ReadBatch>();
-  readonly #unreachable = new Set<NodeId>();
-  readonly #limiter: RateLimiter;
-  readonly #chunkBytes: number;
-  readonly #stallTimeoutMs: number;
-  readonly #metrics: SnapshotMetrics | undefined;
-  readonly #interceptors: readonly Interceptor[];
-  readonly #shardWorker: { readonly index: number; readonly count: number } | undefined;
-  /** Aborted by close(): cancels the snapshot transfers in flight. */
+  /** Aborted by close(): the parts stop (snapshot transfers in flight are cut). */
   readonly #closing = new AbortController();
   #closed = false;
-  /** Forwarded calls not answered yet, by id (see call()). */
-  readonly #calls = new IntMap<PendingCall>();
-  #nextCallId = 1;
-  /** Numbers the writes whose outcome is owed (Stream.owed). */
-  #nextWrite = 1;
-  #callSweep: NodeJS.Timeout | null = null;
+  readonly #links: PeerLinks;
+  /** Client calls forwarded over the streams, waiting for their answers (see call()). */
+  readonly #forwarder: CallForwarder;
+  readonly #snapshots: SnapshotSender;
+  /** The unary calls to peers. */
+  readonly #rpcs: PeerRpcs;
+  /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
+  readonly #reads: ReadIndexBatcher;
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
     this.#replicaId = toNodeId(options.replicaId ?? options.nodeId);
-    this.#clusterId = options.clusterId;
-    this.#resolve = options.peers;
-    this.#log = options.logger ?? silent;
-    this.#onUnreachable = options.onUnreachable;
-    this.#maxInFlight = options.maxInFlightBytesPerPeer ?? 16 * 1024 * 1024;
-    this.#maxInFlightTotal = options.maxInFlightBytes ?? 64 * 1024 * 1024;
+    this.#log = options.logger ?? silentLogger;
     this.#maxFrame =
       options.maxFrameBytes ?? RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"];
-    this.#initialBackoff = options.initialBackoffMs ?? 50;
-    this.#maxBackoff = Math.max(this.#initialBackoff, options.maxBackoffMs ?? 1000);
-    this.#random = options.random ?? Math.random;
-    this.#now = options.now ?? (() => performance.now());
-    this.#path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
-    this.#chunkBytes = options.snapshotChunkBytes ?? MIB;
-    if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
-      throw new RangeError(
-        `snapshotChunkBytes must be a positive integer, got ${this.#chunkBytes}`,
-      );
-    }
-    this.#limiter = new RateLimiter(
-      options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
-      this.#chunkBytes,
-      options.snapshotClock ?? systemPaceClock,
-    );
-    this.#stallTimeoutMs = options.snapshotStallTimeoutMs ?? 30_000;
-    // One listener per transfer in flight, one per peer: many peers are not a leak.
+    this.#links = new PeerLinks({
+      self: this.nodeId,
+      replicaId: this.#replicaId,
+      clusterId: options.clusterId,
+      resolve: options.peers,
+      log: this.#log,
+      onUnreachable: options.onUnreachable,
+      maxInFlightBytesPerPeer: options.maxInFlightBytesPerPeer ?? 16 * MIB,
+      maxInFlightBytes: options.maxInFlightBytes ?? 64 * MIB,
+      maxFrameBytes: this.#maxFrame,
+      initialBackoffMs: options.initialBackoffMs ?? 50,
+      maxBackoffMs: options.maxBackoffMs ?? 1000,
+      random: options.random ?? Math.random,
+      now: options.now ?? (() => performance.now()),
+      interceptors: options.interceptors ?? [],
+      shardWorker: options.shardWorker,
+      closing: this.#closing.signal,
+    });
+    this.#forwarder = new CallForwarder(this.#links, this.#log);
+    this.#snapshots = new SnapshotSender({
+      links: this.#links,
+      self: this.nodeId,
+      replicaId: this.#replicaId,
+      clusterId: options.clusterId,
+      chunkBytes: options.snapshotChunkBytes ?? MIB,
+      rateBytesPerSec: options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
+      clock: options.snapshotClock ?? systemPaceClock,
+      stallTimeoutMs: options.snapshotStallTimeoutMs ?? 30_000,
+      metrics: options.metrics,
+      log: this.#log,
+      shardWorker: options.shardWorker?.index,
+      closing: this.#closing.signal,
+    });
+    // One listener per snapshot transfer in flight, one per peer: many peers are not a leak.
     setMaxListeners(0, this.#closing.signal);
-    this.#metrics = options.metrics;
-    this.#interceptors = options.interceptors ?? [];
-    this.#shardWorker = options.shardWorker;
+    this.#rpcs = new PeerRpcs(
+      this.#links,
+      options.clusterId,
+      this.#replicaId,
+      this.#closing.signal,
+    );
+    this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
+      this.#rpcs.readIndex(node, shards, terms, timeoutMs),
+    );
   }
 
   /**
@@ -413,7 +213,7 @@ export class GrpcTransport implements RaftTransport {
     if (messages.length === 0) return true;
     messages = this.#ownMessages(to, messages);
     if (messages.length === 0) return false;
-    const snapshots: { shard: number; message: SnapshotMessage }[] = [];
+    const snapshots: OutgoingSnapshot[] = [];
     const rest: ShardMessage[] = [];
     for (const m of messages) {
       if (m.message.type === "snapshot") snapshots.push({ shard: m.shard, message: m.message });
@@ -421,7 +221,7 @@ export class GrpcTransport implements RaftTransport {
     }
     if (snapshots.length === 0) return this.#sendFrame(to, rest, sent);
     if (rest.length > 0) this.#sendFrame(to, rest, undefined);
-    this.#enqueueSnapshots(this.#peer(toNodeId(nodeOfReplica(to))), snapshots, sent);
+    this.#snapshots.enqueue(toNodeId(nodeOfReplica(to)), snapshots, sent);
     return null;
   }
 
@@ -449,10 +249,11 @@ export class GrpcTransport implements RaftTransport {
     sent: ((delivered: boolean) => void) | undefined,
   ): boolean | null {
     const node = toNodeId(nodeOfReplica(to));
-    const peer = this.#peer(node);
-    const stream = this.#stream(peer);
+    const links = this.#links;
+    const peer = links.link(node);
+    const stream = links.stream(peer);
     if (stream === null) {
-      this.#drop(peer, 0);
+      links.drop(peer, 0);
       return false;
     }
     const frame = encodeBatchFrame(messages, to === node ? "" : to);
@@ -462,97 +263,15 @@ export class GrpcTransport implements RaftTransport {
         bytes: frame.length,
         limit: this.#maxFrame,
       });
-      this.#drop(peer, frame.length);
+      links.drop(peer, frame.length);
       return false;
     }
-    if (this.#overBudget(stream, frame.length)) {
-      this.#drop(peer, frame.length);
+    if (links.overBudget(stream, frame.length)) {
+      links.drop(peer, frame.length);
       return false;
     }
-    this.#write(peer, stream, frame, sent);
+    links.write(peer, stream, frame, sent);
     return null;
-  }
-
-  /**
-   * Queues `snapshots` for `peer` and starts the first if none is in flight. `sent` hears once,
-   * when the last of them settles: true if the peer acknowledged them all. (One outcome for all:
-   * a group told "lost" of a snapshot that did arrive just probes its follower, who answers.)
-   */
-  #enqueueSnapshots(
-    peer: Peer,
-    snapshots: readonly { shard: number; message: SnapshotMessage }[],
-    sent: ((delivered: boolean) => void) | undefined,
-  ): void {
-    let left = snapshots.length;
-    let all = true;
-    const settle = (delivered: boolean): void => {
-      all &&= delivered;
-      if (--left === 0) sent?.(all);
-    };
-    for (const s of snapshots) peer.snapshotQueue.push({ ...s, settle });
-    this.#nextSnapshot(peer);
-  }
-
-  /** Starts `peer`'s next snapshot unless one is in flight; settles each (asynchronously). */
-  #nextSnapshot(peer: Peer): void {
-    if (peer.snapshotInFlight || this.#closed) return;
-    const next = peer.snapshotQueue.shift();
-    if (next === undefined) return;
-    peer.snapshotInFlight = true;
-    void this.#transfer(peer, next).then((delivered) => {
-      peer.snapshotInFlight = false;
-      next.settle(delivered);
-      this.#nextSnapshot(peer);
-    });
-  }
-
-  /** Streams one snapshot to `peer`; resolves with whether the peer acknowledged it. */
-  async #transfer(peer: Peer, s: QueuedSnapshot): Promise<boolean> {
-    const fields = {
-      peer: peer.id,
-      shard_id: s.shard,
-      index: s.message.snapshot.meta.index,
-      bytes: s.message.snapshot.data.length,
-    };
-    try {
-      const address = this.#resolve(peer.id);
-      if (address === null) throw new Error(`the address of ${peer.id} is not known`);
-      const handshake = {
-        cluster_id: currentId(this.#clusterId),
-        from_node_id: this.nodeId,
-        to_node_id: peer.id,
-        from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
-      };
-      await sendSnapshot(this.#client(peer, address), handshake, s.shard, s.message, {
-        chunkBytes: this.#chunkBytes,
-        limiter: this.#limiter,
-        stallTimeoutMs: this.#stallTimeoutMs,
-        signal: this.#closing.signal,
-        onBytes: (bytes) => {
-          peer.snapshotBytesSent += bytes;
-          this.#metrics?.bytesSent(bytes);
-        },
-        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker.index }),
-      });
-      peer.snapshotsSent++;
-      this.#metrics?.sent();
-      this.#log.info("raft snapshot sent", fields);
-      return true;
-    } catch (err) {
-      peer.snapshotsFailed++;
-      this.#metrics?.failed("send");
-      const e = err as Partial<ServiceError>;
-      const code = typeof e.code === "number" ? status[e.code] : undefined;
-      const failure = {
-        ...fields,
-        ...(code === undefined ? {} : { code }),
-        details: e.details ?? String(err),
-      };
-      // Cut by close(): the node is stopping, nothing to warn about.
-      if (this.#closed) this.#log.debug("raft snapshot not sent", failure);
-      else this.#log.warn("raft snapshot not sent", failure);
-      return false;
-    }
   }
 
   /**
@@ -570,64 +289,7 @@ export class GrpcTransport implements RaftTransport {
     request: Uint8Array,
     options: { readonly deadline: number; readonly cut?: CallCut },
   ): Promise<CallResult> {
-    if (this.#closed) {
-      return Promise.resolve(callFailure(status.UNAVAILABLE, "the peer transport closed", false));
-    }
-    const { deadline, cut } = options;
-    if (cut?.isCut === true) {
-      return Promise.resolve(callFailure(status.CANCELLED, "cancelled before it was sent", false));
-    }
-    const timeoutMs = Math.min(0xffffffff, Math.ceil(deadline - Date.now()));
-    if (timeoutMs <= 0) {
-      return Promise.resolve(
-        callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded before it was sent", false),
-      );
-    }
-    const peer = this.#peer(toNodeId(to));
-    const stream = this.#stream(peer);
-    if (stream === null) {
-      return Promise.resolve(
-        callFailure(status.UNAVAILABLE, `no stream to ${peer.id} (down or backing off)`, false),
-      );
-    }
-    const id = this.#nextCallId++;
-    const frame = encodeCallFrame({ id, method, timeoutMs, request });
-    if (frame.length > this.#maxFrame || this.#overBudget(stream, frame.length)) {
-      peer.framesDropped++;
-      peer.bytesDropped += frame.length;
-      return Promise.resolve(
-        callFailure(status.UNAVAILABLE, `the stream to ${peer.id} is over its budget`, false),
-      );
-    }
-    return new Promise<CallResult>((resolve) => {
-      const onAbort = (): void =>
-        pending.settle(callFailure(status.CANCELLED, "cancelled", pending.left));
-      const pending: PendingCall = {
-        id,
-        peer: peer.id,
-        deadline,
-        stream,
-        left: false,
-        settle: (result) => {
-          if (!this.#calls.delete(id)) return;
-          pending.stream.calls.delete(id);
-          cut?.listen(null);
-          resolve(result);
-        },
-      };
-      this.#calls.set(id, pending);
-      stream.calls.set(id, pending);
-      cut?.listen(onAbort);
-      this.#sweepCalls();
-      this.#write(peer, stream, frame, (delivered) => {
-        if (delivered) pending.left = true;
-        else {
-          pending.settle(
-            callFailure(status.UNAVAILABLE, `the stream to ${peer.id} ended first`, false),
-          );
-        }
-      });
-    });
+    return this.#forwarder.call(to, method, request, options);
   }
 
   /**
@@ -636,88 +298,24 @@ export class GrpcTransport implements RaftTransport {
    * deadline or when its own stream to this node ends.
    */
   reply(to: string, reply: PeerReply): void {
-    if (this.#closed) return;
-    const peer = this.#peer(toNodeId(to));
-    const stream = this.#stream(peer);
-    let frame: Buffer | null = null;
-    if (stream !== null) {
-      frame = encodeReplyFrame(reply);
-      if (frame.length <= this.#maxFrame && !this.#overBudget(stream, frame.length)) {
-        this.#write(peer, stream, frame);
-        return;
-      }
-    }
-    peer.framesDropped++;
-    peer.bytesDropped += frame?.length ?? 0;
-    this.#log.debug("answer to a forwarded call dropped", { peer: peer.id, call: reply.id });
+    this.#forwarder.reply(to, reply);
   }
 
   /** The answer node `from` sent to a call this node forwarded there (RaftFrame.reply). */
   receiveReply(from: string, reply: PeerReply): void {
-    const pending = this.#calls.get(reply.id);
-    if (pending === undefined || pending.peer !== from) return;
-    const ok = reply.code === status.OK;
-    pending.settle({
-      code: reply.code,
-      details: reply.details,
-      message: ok
-        ? Buffer.from(reply.response.buffer, reply.response.byteOffset, reply.response.length)
-        : null,
-      trailers: reply.trailers as [string, string][],
-      sent: true,
-    });
-  }
-
-  /** Fails the calls past their deadline, every CALL_SWEEP_MS while any is in flight. */
-  #sweepCalls(): void {
-    if (this.#callSweep !== null) return;
-    this.#callSweep = setInterval(() => {
-      const now = Date.now();
-      for (const c of this.#calls.values()) {
-        if (c.deadline <= now) {
-          c.settle(callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded", c.left));
-        }
-      }
-      if (this.#calls.size === 0 && this.#callSweep !== null) {
-        clearInterval(this.#callSweep);
-        this.#callSweep = null;
-      }
-    }, CALL_SWEEP_MS);
-    this.#callSweep.unref();
+    this.#forwarder.receiveReply(from, reply);
   }
 
   /** Hands the frames written this turn to the connections now (RaftTransport.flush). */
   flush(): void {
-    for (const p of this.#peers.values()) p.channel?.flush();
+    this.#links.flush();
   }
 
   /** Counters and state per peer, for metrics and tests. */
   stats(): Record<string, PeerStats> {
     const out: Record<string, PeerStats> = {};
-    for (const p of this.#peers.values()) {
-      out[p.id] = {
-        state:
-          p.stream !== null
-            ? p.stream.accepted
-              ? "connected"
-              : "connecting"
-            : p.retryAt > this.#now()
-              ? "backoff"
-              : "idle",
-        address: p.address,
-        framesSent: p.framesSent,
-        bytesSent: p.bytesSent,
-        framesDropped: p.framesDropped,
-        bytesDropped: p.bytesDropped,
-        inFlightBytes: p.stream?.inFlightBytes ?? 0,
-        streamsOpened: p.streamsOpened,
-        streamFailures: p.streamFailures,
-        snapshotsSent: p.snapshotsSent,
-        snapshotsFailed: p.snapshotsFailed,
-        snapshotBytesSent: p.snapshotBytesSent,
-        snapshotInFlight: p.snapshotInFlight,
-        snapshotsQueued: p.snapshotQueue.length,
-      };
+    for (const p of this.#links.links()) {
+      out[p.id] = { ...this.#links.stats(p), ...this.#snapshots.stats(p.id) };
     }
     return out;
   }
@@ -725,106 +323,16 @@ export class GrpcTransport implements RaftTransport {
   /**
    * Ends every stream (half-close: frames already written still go out), waits for them to
    * finish within a second, cuts the rest and closes the channels. Snapshot transfers are cut at
-   * once, and those waiting are reported lost. send() drops everything after.
+   * once, and those waiting are reported lost; forwarded calls waiting fail. send() drops
+   * everything after, and the other calls are refused.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     this.#closing.abort();
-    for (const c of this.#calls.values()) {
-      c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
-    }
-    for (const p of this.#peers.values()) {
-      for (const s of p.snapshotQueue.splice(0)) s.settle(false);
-    }
-    const streams = [...this.#peers.values()].flatMap((p) => (p.stream === null ? [] : [p.stream]));
-    for (const s of streams) s.call.end();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.all(streams.map((s) => s.ended)),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, CLOSE_DEADLINE_MS);
-      }),
-    ]);
-    clearTimeout(timer);
-    for (const p of this.#peers.values()) {
-      p.stream?.call.cancel();
-      p.stream = null;
-      p.client?.close();
-      p.client = null;
-      p.channel?.destroy();
-      p.channel = null;
-    }
-  }
-
-  #peer(to: NodeId): Peer {
-    let p = this.#peers.get(to);
-    if (p === undefined) {
-      p = {
-        id: to,
-        address: null,
-        client: null,
-        clientAddress: null,
-        channel: null,
-        stream: null,
-        retryAt: 0,
-        backoffMs: this.#initialBackoff,
-        wasConnected: false,
-        framesSent: 0,
-        bytesSent: 0,
-        framesDropped: 0,
-        bytesDropped: 0,
-        streamsOpened: 0,
-        streamFailures: 0,
-        snapshotQueue: [],
-        snapshotInFlight: false,
-        snapshotsSent: 0,
-        snapshotsFailed: 0,
-        snapshotBytesSent: 0,
-      };
-      this.#peers.set(to, p);
-    }
-    return p;
-  }
-
-  /** The channel to `peer` at `address` (a new one when its address changed). */
-  #client(peer: Peer, address: string): Client {
-    if (peer.client === null || peer.clientAddress !== address) {
-      peer.client?.close();
-      const options: ClientOptions = {
-        // The channel's own reconnect backoff must not outlast the transport's (default 120 s).
-        "grpc.initial_reconnect_backoff_ms": this.#initialBackoff,
-        "grpc.max_reconnect_backoff_ms": this.#maxBackoff,
-        // A peer behind a dead connection is found by pings, not by a full budget forever.
-        "grpc.keepalive_time_ms": 10_000,
-        "grpc.keepalive_timeout_ms": 5_000,
-        // This node's connections are its own (not shared with another transport in-process).
-        "grpc.use_local_subchannel_pool": 1,
-      };
-      if (this.#interceptors.length > 0) options.interceptors = [...this.#interceptors];
-      peer.client = new Client(address, credentials.createInsecure(), options);
-      peer.clientAddress = address;
-    }
-    return peer.client;
-  }
-
-  /** The channel to `peer` at `address` (a new one when its address changed). */
-  #channel(peer: Peer, address: string): GrpcChannel {
-    if (peer.channel === null || peer.channel.address !== address) {
-      peer.channel?.close();
-      peer.channel = new GrpcChannel(address, {
-        maxMessageBytes: Math.max(this.#maxFrame, MAX_UNARY_BYTES),
-        // The stream's own backoff (#backOff) paces reconnections; the channel's only spaces
-        // the attempts of the unary calls meanwhile.
-        reconnectBackoffMs: this.#initialBackoff,
-        // A peer behind a dead connection is found by pings, not by a full budget forever.
-        keepaliveMs: KEEPALIVE_MS,
-        keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
-        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
-        peerId: this.nodeId,
-      });
-    }
-    return peer.channel;
+    this.#forwarder.close();
+    this.#snapshots.dropQueued();
+    await this.#links.close();
   }
 
   /**
@@ -832,9 +340,8 @@ export class GrpcTransport implements RaftTransport {
    * there; resolves once it is applied on `to`. Rejects with the call's error: UNAVAILABLE with
    * the leader hint (`cairn-leader` in the trailers) when `to` does not lead the meta group.
    */
-  async proposeMeta(to: NodeId, command: Uint8Array, timeoutMs: number): Promise<void> {
-    const method = loadRaftProto().cairn.v1.Raft.service.ProposeMeta;
-    await this.#unary(to, method, { cluster_id: currentId(this.#clusterId), command }, timeoutMs);
+  proposeMeta(to: NodeId, command: Uint8Array, timeoutMs: number): Promise<void> {
+    return this.#rpcs.proposeMeta(to, command, timeoutMs);
   }
 
   /**
@@ -850,16 +357,7 @@ export class GrpcTransport implements RaftTransport {
    * highest asked, per shard) with this node's replica id, a ReadVoucher for the leader.
    */
   readIndex(to: NodeId, shard: number, timeoutMs: number, term?: number): Promise<number> {
-    const node = toNodeId(nodeOfReplica(to));
-    return new Promise((resolve, reject) => {
-      let batch = this.#reads.get(node);
-      if (batch === undefined) {
-        batch = { waiting: [], inFlight: false };
-        this.#reads.set(node, batch);
-      }
-      batch.waiting.push({ shard, term: term ?? 0, resolve, reject });
-      if (!batch.inFlight) this.#sendReads(node, batch, timeoutMs);
-    });
+    return this.#reads.read(to, shard, timeoutMs, term);
   }
 
   /**
@@ -867,29 +365,8 @@ export class GrpcTransport implements RaftTransport {
    * (cairn.v1.Raft ConfirmTerms; MultiRaft.confirmTerms there): one answer per check, in order.
    * Batching is the caller's (TermConfirmer). Rejects with the call's error.
    */
-  async confirmTerms(
-    to: NodeId,
-    checks: readonly TermCheck[],
-    timeoutMs: number,
-  ): Promise<boolean[]> {
-    const method = loadRaftProto().cairn.v1.Raft.service.ConfirmTerms;
-    const reply = await this.#unary(
-      to,
-      method,
-      {
-        cluster_id: currentId(this.#clusterId),
-        shard_ids: checks.map((c) => c.shard),
-        terms: checks.map((c) => c.term),
-        replicas: checks.map((c) => c.replica),
-      },
-      timeoutMs,
-    );
-    if (reply.confirmed.length !== checks.length) {
-      throw new Error(
-        `${reply.confirmed.length} answers to ${checks.length} term checks from ${to}`,
-      );
-    }
-    return reply.confirmed;
+  confirmTerms(to: NodeId, checks: readonly TermCheck[], timeoutMs: number): Promise<boolean[]> {
+    return this.#rpcs.confirmTerms(to, checks, timeoutMs);
   }
 
   /**
@@ -898,826 +375,12 @@ export class GrpcTransport implements RaftTransport {
    * most `req.limit`. Rejects with the call's error (NotLeaderError's code in the trailers when
    * `to` does not replicate one of them).
    */
-  async scanShards(
+  scanShards(
     to: NodeId,
     shards: readonly number[],
     req: ScanRequest,
     timeoutMs: number,
   ): Promise<StoredItem[]> {
-    const method = loadRaftProto().cairn.v1.Raft.service.ScanShards;
-    const reply = await this.#unary(
-      to,
-      method,
-      {
-        cluster_id: currentId(this.#clusterId),
-        shard_ids: [...shards],
-        start: req.start,
-        end: req.end ?? new Uint8Array(0),
-        has_end: req.end !== null,
-        limit: req.limit,
-        linearizable: req.linearizable,
-      },
-      timeoutMs,
-    );
-    return reply.items.map((i) => ({
-      key: i.key,
-      value: i.value,
-      version: { index: Number(i.index), term: Number(i.term) },
-    }));
+    return this.#rpcs.scanShards(to, shards, req, timeoutMs);
   }
-
-  /** Sends one ReadIndex call for every read waiting in `batch`; the next when it returns. */
-  #sendReads(node: NodeId, batch: ReadBatch, timeoutMs: number): void {
-    const reads = batch.waiting;
-    batch.waiting = [];
-    batch.inFlight = true;
-    const terms = new Map<number, number>();
-    for (const r of reads) terms.set(r.shard, Math.max(terms.get(r.shard) ?? 0, r.term));
-    const shards = [...terms.keys()];
-    const method = loadRaftProto().cairn.v1.Raft.service.ReadIndex;
-    this.#unary(
-      node,
-      method,
-      {
-        cluster_id: currentId(this.#clusterId),
-        shard_ids: shards,
-        replica: this.#replicaId,
-        terms: shards.map((s) => terms.get(s) ?? 0),
-      },
-      timeoutMs,
-    )
-      .then(
-        (reply) => {
-          const results = new Map(shards.map((shard, i) => [shard, reply.results[i]]));
-          for (const read of reads) {
-            const result = results.get(read.shard);
-            if (result === undefined) {
-              read.reject(new Error(`no read index answered for shard ${read.shard}`));
-            } else if (result.error_code === "") read.resolve(Number(result.index));
-            else read.reject(readIndexRefusal(result));
-          }
-        },
-        (err: unknown) => {
-          for (const read of reads) read.reject(err as Error);
-        },
-      )
-      .finally(() => {
-        batch.inFlight = false;
-        if (batch.waiting.length > 0) this.#sendReads(node, batch, timeoutMs);
-        else this.#reads.delete(node);
-      });
-  }
-
-  #unary<Req, Res>(
-    to: NodeId,
-    method: {
-      path: string;
-      requestSerialize: (req: Req) => Buffer;
-      responseDeserialize: (bytes: Buffer) => Res;
-    },
-    request: Req,
-    timeoutMs: number,
-  ): Promise<Res> {
-    if (this.#closed) return Promise.reject(new Error("the transport is closed"));
-    // `to` may name a replica (a leader hint): its node is who answers.
-    const node = toNodeId(nodeOfReplica(to));
-    const address = this.#resolve(node);
-    if (address === null) {
-      return Promise.reject(new Error(`the address of ${node} is not known`));
-    }
-    let bytes: Buffer;
-    try {
-      bytes = method.requestSerialize(request);
-    } catch (err) {
-      return Promise.reject(err as Error);
-    }
-    return this.#channel(this.#peer(node), address)
-      .unary(method.path, bytes, { deadline: Date.now() + timeoutMs })
-      .then((result) => {
-        if (result.code !== status.OK || result.message === null) throw callError(result);
-        return method.responseDeserialize(result.message);
-      });
-  }
-
-  /** The open stream to `peer`, opened now if the backoff allows; null while it is down. */
-  #stream(peer: Peer): Stream | null {
-    if (peer.stream !== null) return peer.stream;
-    if (this.#now() < peer.retryAt) return null;
-    const address = this.#resolve(peer.id);
-    if (address === null) {
-      this.#log.debug("raft peer address unknown", { peer: peer.id });
-      this.#backOff(peer);
-      return null;
-    }
-    let settle = (): void => undefined;
-    const ended = new Promise<void>((resolve) => {
-      settle = resolve;
-    });
-    const call = this.#channel(peer, address).clientStream(this.#path);
-    const stream: Stream = {
-      call,
-      calls: new IntMap(),
-      inFlightBytes: 0,
-      accepted: false,
-      owed: new IntMap(),
-      ended,
-    };
-    call.onEnd = (result) => {
-      settle();
-      this.#ended(peer, stream, result.code === status.OK ? null : result);
-    };
-    call.onHeaders = () => {
-      stream.accepted = true;
-      peer.backoffMs = this.#initialBackoff;
-      if (!peer.wasConnected) this.#log.info("raft peer connected", { peer: peer.id, address });
-      peer.wasConnected = true;
-    };
-    peer.address = address;
-    peer.stream = stream;
-    peer.streamsOpened++;
-    this.#write(
-      peer,
-      stream,
-      encodeHandshakeFrame({
-        cluster_id: currentId(this.#clusterId),
-        from_node_id: this.nodeId,
-        to_node_id: peer.id,
-        from_replica_id: this.#replicaId === this.nodeId ? "" : this.#replicaId,
-      }),
-    );
-    return stream;
-  }
-
-  #write(peer: Peer, stream: Stream, frame: Buffer, sent?: (delivered: boolean) => void): void {
-    stream.inFlightBytes += frame.length;
-    this.#inFlightTotal += frame.length;
-    peer.framesSent++;
-    peer.bytesSent += frame.length;
-    // Settled once: by the write's callback, or as lost when the call ends first (#ended).
-    const write = this.#nextWrite++;
-    if (sent !== undefined) stream.owed.set(write, sent);
-    stream.call.write(frame, (err) => {
-      stream.inFlightBytes -= frame.length;
-      this.#inFlightTotal -= frame.length;
-      if (sent !== undefined && stream.owed.delete(write)) sent(err === null);
-    });
-  }
-
-  /** The call to `peer` ended: by close(), by the peer (refusal, shutdown) or by the network. */
-  #ended(peer: Peer, stream: Stream, err: CallResult | null): void {
-    if (peer.stream === stream) peer.stream = null;
-    const owed = stream.owed.values();
-    stream.owed.clear();
-    for (const sent of owed) sent(false);
-    // A call whose bytes left may have reached the peer: its outcome is unknown, as for a
-    // unary call whose connection broke (those that never left failed just above).
-    for (const c of stream.calls.values()) {
-      c.settle(
-        callFailure(
-          status.UNAVAILABLE,
-          `the stream to ${peer.id} ended before it answered`,
-          c.left,
-        ),
-      );
-    }
-    if (this.#closed) return;
-    peer.streamFailures++;
-    const fields = {
-      peer: peer.id,
-      address: peer.address,
-      code: err === null ? "OK" : status[err.code],
-      details: err?.details ?? "",
-    };
-    // A refusal is a configuration mistake (another cluster, another number of shard workers,
-    // not a member): said at every attempt, not once.
-    if (
-      err?.code === status.FAILED_PRECONDITION ||
-      err?.code === status.PERMISSION_DENIED ||
-      fields.details.includes(TUNNEL_REFUSED)
-    ) {
-      this.#log.warn("raft peer refused the stream", fields);
-    } else if (peer.wasConnected) {
-      this.#log.warn("raft peer stream lost", fields);
-    } else {
-      this.#log.debug("raft peer stream failed", fields);
-    }
-    peer.wasConnected = false;
-    this.#backOff(peer);
-    this.#reportUnreachable(peer.id);
-  }
-
-  #backOff(peer: Peer): void {
-    // "Equal jitter": half the delay is fixed, half random, so retries of several nodes spread.
-    const delay = peer.backoffMs / 2 + (peer.backoffMs / 2) * this.#random();
-    peer.retryAt = this.#now() + delay;
-    peer.backoffMs = Math.min(this.#maxBackoff, peer.backoffMs * 2);
-  }
-
-  /**
-   * Whether `bytes` more would take `stream` past its in-flight budget or the node's. One frame
-   * is always admitted to a stream with nothing in flight, whatever the node-wide total: no peer
-   * is starved by the others' backlog.
-   */
-  #overBudget(stream: Stream, bytes: number): boolean {
-    return (
-      stream.inFlightBytes > 0 &&
-      (stream.inFlightBytes + bytes > this.#maxInFlight ||
-        this.#inFlightTotal + bytes > this.#maxInFlightTotal)
-    );
-  }
-
-  #drop(peer: Peer, bytes: number): void {
-    peer.framesDropped++;
-    peer.bytesDropped += bytes;
-    this.#reportUnreachable(peer.id);
-  }
-
-  #reportUnreachable(to: NodeId): void {
-    const report = this.#onUnreachable;
-    if (report === undefined || this.#unreachable.has(to)) return;
-    this.#unreachable.add(to);
-    setImmediate(() => {
-      this.#unreachable.delete(to);
-      if (!this.#closed) report(to);
-    });
-  }
-}
-
-// ── the receiving side ────────────────────────────────────────────────────────────────────────
-
-export interface RaftServiceOptions {
-  readonly clusterId: ClusterIdSource;
-  /**
-   * Proposes a meta command (encodeMetaCommand bytes) to the meta group here and resolves once
-   * it is applied; rejects with NotLeaderError when this node does not lead it. Without it,
-   * ProposeMeta answers UNIMPLEMENTED.
-   */
-  readonly proposeMeta?: (command: Uint8Array) => Promise<void>;
-  /**
-   * Confirms this node's leadership of a shard and answers a follower's read index
-   * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
-   */
-  readonly readIndex?: (shard: number, voucher?: ReadVoucher) => Promise<number>;
-  /**
-   * A peer leader's term checks, answered at once (MultiRaft.confirmTerms). Without it,
-   * ConfirmTerms answers UNIMPLEMENTED.
-   */
-  readonly confirmTerms?: (checks: readonly TermCheck[]) => boolean[];
-  /**
-   * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
-   * at most `req.limit` (MultiRaft.scanShards). Without it, ScanShards answers UNIMPLEMENTED.
-   */
-  readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<StoredItem[]>;
-  /**
-   * KV calls forwarded over the streams (RaftFrame.call and .reply; src/api/forward.ts):
-   * `serve` runs a call peer `from` sent, and answers it on this node's own stream to `from`
-   * (GrpcTransport.reply); `replied` takes the answer to a call this node sent `from`
-   * (GrpcTransport.receiveReply). Without it both are dropped: the sender fails its calls at
-   * their deadlines.
-   */
-  readonly calls?: {
-    serve(from: NodeId, call: PeerCall): void;
-    replied(from: NodeId, reply: PeerReply): void;
-  };
-  /** This node: streams addressed to another node are refused. */
-  readonly nodeId: string;
-  /**
-   * Whether `node` is a current member of this node's cluster (PeerCheck.isMember): once the
-   * cluster id is known, only members' calls are taken (PERMISSION_DENIED otherwise).
-   */
-  readonly isMember?: (node: string) => boolean;
-  /** A peer's call or stream was refused (handshake.ts), by kind: for a counter. */
-  readonly refused?: (kind: PeerRefusalKind) => void;
-  readonly logger?: PeerLogger;
-  /**
-   * Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them; the
-   * receiver assembles a snapshot whole in memory. Default 4 GiB.
-   */
-  readonly maxSnapshotBytes?: number;
-  /**
-   * A snapshot call that brings no chunk for this long fails (DEADLINE_EXCEEDED), so that a
-   * sender gone without a word does not hold its partial snapshot here (ms). Default 60 s.
-   */
-  readonly snapshotIdleTimeoutMs?: number;
-  readonly metrics?: SnapshotMetrics;
-}
-
-export interface RaftService {
-  /** cairn.v1.Raft: `server.addService(service.definition, service.implementation)`. */
-  readonly definition: ServiceDefinition;
-  readonly implementation: RaftHandlers;
-  /** Stream's receiving end for a front end that serves it directly (MethodTable.addRawStream). */
-  readonly rawStream: { readonly path: string; readonly handler: RawStreamHandler };
-  /**
-   * Ends every open stream and snapshot call (UNAVAILABLE): the senders back off and reconnect
-   * elsewhere/later.
-   */
-  endAll(): void;
-}
-
-/**
- * The receiving end of cairn.v1.Raft: checks each stream's handshake, then hands every frame's
- * messages to `handler` with the sender's node id (MultiRaft.receive fits); hands it each
- * snapshot of an InstallSnapshot call the same way, once the call brought it whole and verified.
- */
-export function createRaftService(
-  handler: (from: string, messages: ShardMessage[]) => void,
-  options: RaftServiceOptions,
-): RaftService {
-  const log = options.logger ?? silent;
-  const self = toNodeId(options.nodeId);
-  const open = new Set<(err: Partial<ServiceError> | null) => void>();
-
-  /** What a peer's call is checked against, as this node knows it now. */
-  const peerCheck = (): PeerCheck => ({
-    clusterId: currentId(options.clusterId),
-    self,
-    ...(options.isMember === undefined ? {} : { isMember: options.isMember }),
-  });
-
-  /**
-   * Why a peer's unary call is refused before it is served: its sender (`cairn-peer`) and the
-   * cluster id it names do not pass peerRefusal (every unary call but ProposeMeta needs the id:
-   * only a node with shards makes them; a member rejoining without its data proposes), or this
-   * node does not offer the service (`serve` not given; `missing` says what it does not do).
-   * Null when it may be served.
-   */
-  const unaryRefusal = (
-    call: ServerUnaryCall<unknown, unknown>,
-    theirs: string,
-    serve: unknown,
-    missing: string,
-  ): Partial<ServiceError> | null => {
-    const [from] = call.metadata.get(PEER_KEY);
-    const sender = typeof from === "string" ? from : "";
-    const refusal = peerRefusal(sender, theirs, peerCheck(), call.getPath() !== PROPOSE_META);
-    if (refusal !== null) {
-      options.refused?.(refusal.kind);
-      log.warn("raft call refused", {
-        peer: sender,
-        peer_addr: call.getPeer(),
-        method: call.getPath(),
-        code: status[refusal.code],
-        details: refusal.reason,
-      });
-      return { code: refusal.code, details: refusal.reason };
-    }
-    if (serve === undefined) return { code: status.UNIMPLEMENTED, details: `this node ${missing}` };
-    return null;
-  };
-
-  /**
-   * One Stream call's receiving end, whatever serves it: the front end directly (RawStreamCall)
-   * or grpc-js (below). Frames are decoded here (frame-codec.ts), straight into Raft messages.
-   */
-  const receiveStream: RawStreamHandler = (call) => {
-    let from: NodeId | null = null;
-    /** The sender's replica id: the `from` of every message it sends. */
-    let fromReplica: NodeId | null = null;
-    let done = false;
-    const finish = (err: Partial<ServiceError> | null): void => {
-      if (done) return;
-      done = true;
-      open.delete(finish);
-      // The answer, RaftStreamAck, has no fields: its encoding is empty.
-      if (err === null) call.finish(status.OK, "OK", EMPTY_MESSAGE);
-      else call.finish(err.code ?? status.UNKNOWN, err.details ?? "", null);
-    };
-    open.add(finish);
-    const refuse = (code: status, details: string, fields: LogFields): void => {
-      log.warn("raft stream refused", { ...fields, code: status[code], details });
-      finish({ code, details });
-    };
-    const onHandshake = (frame: Frame): void => {
-      if (frame.kind !== "handshake") {
-        refuse(status.FAILED_PRECONDITION, "the first frame must be a handshake", {
-          peer_addr: call.peer,
-        });
-        return;
-      }
-      const hs = frame.handshake;
-      // Not the cluster id: the log says whom a refusal was for, not what it would have taken.
-      const fields = { peer: hs.from_node_id, peer_addr: call.peer, to: hs.to_node_id };
-      const refusal = handshakeRefusal(hs, peerCheck());
-      if (refusal !== null) {
-        options.refused?.(refusal.kind);
-        refuse(refusal.code, refusal.reason, fields);
-        return;
-      }
-      from = toNodeId(hs.from_node_id);
-      fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
-      // Response headers tell the sender its handshake was accepted.
-      call.sendHeaders();
-      log.debug("raft stream accepted", fields);
-    };
-    return {
-      message(bytes) {
-        if (done) return;
-        let frame: Frame;
-        try {
-          frame = decodeFrame(bytes);
-        } catch (err) {
-          refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, {
-            peer: from ?? "",
-            peer_addr: call.peer,
-          });
-          return;
-        }
-        if (from === null) {
-          onHandshake(frame);
-          return;
-        }
-        if (frame.kind === "call" || frame.kind === "reply") {
-          try {
-            if (frame.kind === "call") options.calls?.serve(from, frame.call);
-            else options.calls?.replied(from, frame.reply);
-          } catch (err) {
-            log.error("forwarded call handler failed", { peer: from, error: String(err) });
-          }
-          return;
-        }
-        if (frame.kind !== "batch") {
-          refuse(
-            status.INVALID_ARGUMENT,
-            "a frame after the handshake must be a batch, a call or a reply",
-            { peer: from },
-          );
-          return;
-        }
-        let messages: ShardMessage[];
-        try {
-          const to = frame.toReplicaId === "" ? self : toNodeId(frame.toReplicaId);
-          if (nodeOfReplica(to) !== self) throw new Error(`addressed to replica ${to}`);
-          messages = decodeBatchMessages(frame.body, fromReplica ?? from, to);
-        } catch (err) {
-          refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, { peer: from });
-          return;
-        }
-        try {
-          handler(from, messages);
-        } catch (err) {
-          log.error("raft frame handler failed", { peer: from, error: String(err) });
-        }
-      },
-      end: () => finish(null),
-      // A cancelled or broken call: nothing can be answered any more.
-      cancelled() {
-        done = true;
-        open.delete(finish);
-      },
-    };
-  };
-
-  /** The same receiving end under grpc-js's server (I/O threads proxy the stream to it). */
-  const stream = (
-    call: ServerReadableStream<Buffer, RaftStreamAck>,
-    callback: sendUnaryData<RaftStreamAck>,
-  ): void => {
-    let answered = false;
-    const sink = receiveStream({
-      peer: call.getPeer(),
-      sendHeaders: () => call.sendMetadata(new Metadata()),
-      finish(code, details) {
-        if (answered) return;
-        answered = true;
-        if (code === status.OK) callback(null, {});
-        else callback({ code, details });
-      },
-    });
-    call.on("data", (frame: Buffer) => sink.message(frame));
-    call.on("end", () => sink.end());
-    call.on("cancelled", () => {
-      answered = true;
-      sink.cancelled();
-    });
-    call.on("error", () => {
-      sink.cancelled();
-      if (answered) return;
-      answered = true;
-      callback({ code: status.CANCELLED, details: "stream error" });
-    });
-  };
-
-  const installSnapshot = (
-    call: ServerReadableStream<SnapshotChunk__Output, SnapshotAck>,
-    callback: sendUnaryData<SnapshotAck>,
-  ): void => {
-    const assembler = new SnapshotAssembler({
-      peers: peerCheck(),
-      ...(options.refused === undefined ? {} : { refused: options.refused }),
-      maxBytes: options.maxSnapshotBytes ?? 4 * 1024 * MIB,
-    });
-    const idleMs = options.snapshotIdleTimeoutMs ?? 60_000;
-    let done = false;
-    const fields = (): LogFields => ({
-      peer: assembler.from ?? "",
-      peer_addr: call.getPeer(),
-      shard_id: assembler.shard ?? -1,
-      bytes: assembler.totalBytes ?? 0,
-    });
-    const finish = (err: SnapshotRefusal | null): void => {
-      if (done) return;
-      done = true;
-      open.delete(end);
-      clearTimeout(idle);
-      if (err === null) {
-        callback(null, {});
-        return;
-      }
-      options.metrics?.failed("receive");
-      log.warn("raft snapshot refused", {
-        ...fields(),
-        code: status[err.code],
-        details: err.message,
-      });
-      callback({ code: err.code, details: err.message });
-    };
-    const end = (err: Partial<ServiceError> | null): void =>
-      finish(new SnapshotRefusal(err?.code ?? status.UNAVAILABLE, err?.details ?? "ended"));
-    open.add(end);
-    const expire = (): void =>
-      finish(new SnapshotRefusal(status.DEADLINE_EXCEEDED, `no chunk for ${idleMs} ms`));
-    let idle = setTimeout(expire, idleMs);
-    const refuse = (err: unknown): void =>
-      finish(
-        err instanceof SnapshotRefusal ? err : new SnapshotRefusal(status.INTERNAL, String(err)),
-      );
-    call.on("data", (chunk: SnapshotChunk__Output) => {
-      if (done) return;
-      clearTimeout(idle);
-      idle = setTimeout(expire, idleMs);
-      try {
-        assembler.push(chunk);
-      } catch (err) {
-        refuse(err);
-      }
-    });
-    // The sender half-closed: only now, complete and verified, does the snapshot reach Raft.
-    call.on("end", () => {
-      if (done) return;
-      let snapshot: ShardMessage;
-      try {
-        snapshot = assembler.finish();
-      } catch (err) {
-        refuse(err);
-        return;
-      }
-      const from = assembler.from ?? "";
-      try {
-        handler(from, [snapshot]);
-      } catch (err) {
-        log.error("raft snapshot handler failed", { ...fields(), error: String(err) });
-        refuse(err);
-        return;
-      }
-      options.metrics?.received();
-      log.info("raft snapshot received", fields());
-      finish(null);
-    });
-    call.on("cancelled", () => {
-      if (done) return;
-      done = true;
-      open.delete(end);
-      clearTimeout(idle);
-      options.metrics?.failed("receive");
-      log.debug("raft snapshot call cancelled by the sender", fields());
-    });
-    call.on("error", () => refuse(new SnapshotRefusal(status.CANCELLED, "stream error")));
-  };
-
-  const definition = loadRaftProto().cairn.v1.Raft.service;
-  return {
-    // Stream's frames reach the handler as bytes: frame-codec.ts decodes them.
-    definition: {
-      ...definition,
-      Stream: { ...definition.Stream, requestDeserialize: (frame: Buffer) => frame },
-    },
-    rawStream: { path: definition.Stream.path, handler: receiveStream },
-    implementation: {
-      Stream: stream,
-      InstallSnapshot: installSnapshot,
-      ProposeMeta(
-        call: ServerUnaryCall<MetaProposal__Output, MetaProposalReply>,
-        callback: sendUnaryData<MetaProposalReply>,
-      ): void {
-        const propose = options.proposeMeta;
-        const refusal = unaryRefusal(
-          call,
-          call.request.cluster_id,
-          propose,
-          "takes no meta proposals",
-        );
-        if (refusal !== null || propose === undefined) {
-          callback(refusal);
-          return;
-        }
-        propose(call.request.command).then(
-          () => callback(null, {}),
-          (err: unknown) => callback(peerCallError(err)),
-        );
-      },
-      ReadIndex(
-        call: ServerUnaryCall<ReadIndexRequest__Output, ReadIndexReply>,
-        callback: sendUnaryData<ReadIndexReply>,
-      ): void {
-        const readIndex = options.readIndex;
-        const refusal = unaryRefusal(
-          call,
-          call.request.cluster_id,
-          readIndex,
-          "serves no read index",
-        );
-        if (refusal !== null || readIndex === undefined) {
-          callback(refusal);
-          return;
-        }
-        const shards = call.request.shard_ids;
-        if (shards.length > MAX_READ_INDEX_SHARDS) {
-          callback({
-            code: status.INVALID_ARGUMENT,
-            details: `${shards.length} shards in one ReadIndex call; at most ${MAX_READ_INDEX_SHARDS}`,
-          });
-          return;
-        }
-        // The sender's vouchers (term 0 or no list: none).
-        const { replica, terms } = call.request;
-        const vouched = replica !== "" && terms.length === shards.length;
-        void Promise.all(
-          shards.map((shard, i) => {
-            const term = vouched ? (terms[i] as number) : 0;
-            return readIndexResult(
-              term > 0 ? (s) => readIndex(s, { replica, term }) : (s) => readIndex(s),
-              shard,
-            );
-          }),
-        ).then((results) => callback(null, { results }));
-      },
-      ConfirmTerms(
-        call: ServerUnaryCall<ConfirmTermsRequest__Output, ConfirmTermsReply>,
-        callback: sendUnaryData<ConfirmTermsReply>,
-      ): void {
-        const r = call.request;
-        const confirm = options.confirmTerms;
-        const refusal = unaryRefusal(call, r.cluster_id, confirm, "confirms no terms");
-        if (refusal !== null || confirm === undefined) {
-          callback(refusal);
-          return;
-        }
-        const n = r.shard_ids.length;
-        if (r.terms.length !== n || r.replicas.length !== n || n > MAX_TERM_CHECKS) {
-          callback({
-            code: status.INVALID_ARGUMENT,
-            details: `term checks: ${n} shards, ${r.terms.length} terms, ${r.replicas.length} replicas (equal, at most ${MAX_TERM_CHECKS})`,
-          });
-          return;
-        }
-        const checks: TermCheck[] = [];
-        for (let i = 0; i < n; i++) {
-          checks.push({
-            shard: r.shard_ids[i] as number,
-            term: r.terms[i] as number,
-            replica: r.replicas[i] as string,
-          });
-        }
-        callback(null, { confirmed: confirm(checks) });
-      },
-      ScanShards(
-        call: ServerUnaryCall<ScanShardsRequest__Output, ScanShardsReply>,
-        callback: sendUnaryData<ScanShardsReply>,
-      ): void {
-        const r = call.request;
-        const scan = options.scanShards;
-        const refusal = unaryRefusal(call, r.cluster_id, scan, "serves no scans for peers");
-        if (refusal !== null || scan === undefined) {
-          callback(refusal);
-          return;
-        }
-        const req: ScanRequest = {
-          start: r.start,
-          end: r.has_end ? r.end : null,
-          limit: r.limit,
-          linearizable: r.linearizable,
-        };
-        scan(r.shard_ids, req).then(
-          (items) =>
-            callback(null, {
-              items: items.map((i) => ({
-                key: i.key,
-                value: i.value,
-                index: i.version.index,
-                term: i.version.term,
-              })),
-            }),
-          (err: unknown) => callback(peerCallError(err)),
-        );
-      },
-    },
-    endAll(): void {
-      for (const finish of [...open]) {
-        finish({ code: status.UNAVAILABLE, details: "the node is shutting down" });
-      }
-    },
-  };
-}
-
-/** Shards one ReadIndex call may name: every shard, each once. */
-const MAX_READ_INDEX_SHARDS = 65_536;
-
-/** Checks one ConfirmTerms call may carry (a leader sends one per shard, term and replica). */
-const MAX_TERM_CHECKS = 65_536;
-
-/**
- * How long one shard of a ReadIndex call may take to confirm its leadership before it is
- * answered CAIRN_ERR_TIMEOUT (the follower's read is refused, retryably): the call answers all
- * its shards together, so one stuck shard (a leader cut off from its quorum, a transfer) must
- * not hold back the reads of the others. Confirming takes one heartbeat round trip.
- */
-const READ_INDEX_SHARD_TIMEOUT_MS = 2_000;
-
-/** A follower's read waiting for its ReadIndex answer (GrpcTransport.readIndex). */
-interface PendingRead {
-  readonly shard: number;
-  /** The asking replica's term in the group (0: none given). */
-  readonly term: number;
-  readonly resolve: (index: number) => void;
-  readonly reject: (err: Error) => void;
-}
-
-interface ReadBatch {
-  /** Reads asked since the call in flight (if any) was sent. */
-  waiting: PendingRead[];
-  inFlight: boolean;
-}
-
-/** One shard's answer to a ReadIndex call: its read index, or why not, never a throw. */
-async function readIndexResult(
-  readIndex: (shard: number) => Promise<number>,
-  shard: number,
-): Promise<ReadIndexResult> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new CairnError(
-            "CAIRN_ERR_TIMEOUT",
-            `shard ${shard}'s leadership was not confirmed within ${READ_INDEX_SHARD_TIMEOUT_MS} ms`,
-            { retryable: true },
-          ),
-        ),
-      READ_INDEX_SHARD_TIMEOUT_MS,
-    );
-  });
-  try {
-    return { index: await Promise.race([readIndex(shard), timeout]) };
-  } catch (err) {
-    if (err instanceof NotLeaderError) {
-      return { error_code: err.code, error: err.message, leader: err.leader ?? "" };
-    }
-    return {
-      error_code: err instanceof CairnError ? err.code : "CAIRN_ERR_INTERNAL",
-      error: err instanceof Error ? err.message : String(err),
-    };
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** The error a follower's read gets for its shard's refusal in a ReadIndex reply. */
-function readIndexRefusal(result: ReadIndexResult__Output): Error {
-  if (result.error_code === "CAIRN_ERR_NOT_LEADER") {
-    return new NotLeaderError(result.leader === "" ? null : toNodeId(result.leader));
-  }
-  return new CairnError(result.error_code, result.error, { retryable: true });
-}
-
-/**
- * A peer call's failure as a gRPC status: not the leader → UNAVAILABLE with the leader hint; a
- * CairnError's code in the trailers (`cairn-error-code`), as the client API sends it.
- */
-function peerCallError(err: unknown): Partial<ServiceError> {
-  const metadata = new Metadata();
-  if (err instanceof NotLeaderError) {
-    if (err.leader !== null) metadata.set(LEADER_HINT_KEY, err.leader);
-    return { code: status.UNAVAILABLE, details: err.message, metadata };
-  }
-  const retryable = err instanceof CairnError && err.retryable;
-  if (err instanceof CairnError) metadata.set(ERROR_CODE_KEY, err.code);
-  return {
-    code: retryable ? status.UNAVAILABLE : status.INTERNAL,
-    details: err instanceof Error ? err.message : String(err),
-    metadata,
-  };
-}
-
-/** A failed peer call as grpc-js reports one: code, details, trailing metadata. */
-function callError(result: CallResult): ServiceError {
-  const metadata = metadataOf(result.trailers);
-  const code = result.code === status.OK ? status.INTERNAL : result.code;
-  const details = result.code === status.OK ? "an answer without a message" : result.details;
-  return Object.assign(new Error(`${code} ${status[code]}: ${details}`), {
-    code,
-    details,
-    metadata,
-  });
 }

@@ -13,6 +13,36 @@ import type { RaftHandshake__Output } from "../api/generated/cairn/v1/RaftHandsh
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 
+/**
+ * A node's cluster id, or a function returning it as it is now: "" while the node has not yet
+ * learnt it (a new node before the meta group's bootstrap reached it). Two ends whose ids are
+ * both known and differ never talk; an end that does not know its id yet is accepted.
+ */
+export type ClusterIdSource = string | (() => string);
+
+export function currentClusterId(source: ClusterIdSource): string {
+  return typeof source === "string" ? source : source();
+}
+
+/**
+ * The identity this node opens a call to node `to` with (a Stream's handshake, an
+ * InstallSnapshot's header): its cluster id as it is now, and its replica id when that is not
+ * its node id.
+ */
+export function ownHandshake(
+  clusterId: ClusterIdSource,
+  self: NodeId,
+  replica: NodeId,
+  to: NodeId,
+): RaftHandshake__Output {
+  return {
+    cluster_id: currentClusterId(clusterId),
+    from_node_id: self,
+    to_node_id: to,
+    from_replica_id: replica === self ? "" : replica,
+  };
+}
+
 /** What a node checks a peer's call against. */
 export interface PeerCheck {
   /**

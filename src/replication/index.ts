@@ -25,16 +25,14 @@ export {
   type SnapshotResult,
 } from "./multi-raft.ts";
 export { ProposalLostError } from "./shard.ts";
+export { GrpcTransport, type GrpcTransportOptions, type PeerStats } from "./grpc-transport.ts";
 export {
   createRaftService,
-  GrpcTransport,
-  type GrpcTransportOptions,
-  type PeerLogger,
-  type PeerStats,
   RAFT_SERVER_OPTIONS,
   type RaftService,
   type RaftServiceOptions,
-} from "./grpc-transport.ts";
+} from "./raft-service.ts";
+export type { PeerLogger } from "./peer-logger.ts";
 export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
 export type { ConfirmTerms, ReadVoucher, TermCheck } from "./term-confirm.ts";
 export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";

@@ -27,20 +27,23 @@
  * above what its LSM holds durably. In a cluster, a shard whose directory is gone while the WAL
  * had dropped entries its tables held is refilled from its peers (refill.ts); a single node
  * refuses to start (LostShardError).
+ *
+ * This class is the facade: its parts are the files multi-raft-*.ts (the round loop, the apply,
+ * reads, writes, scans, peers, sleeping groups, snapshots, maintenance), each over a host
+ * interface of its own (src/replication/README.md).
  */
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
-import { DenseMap, IntMap, clearArray } from "../common/index.ts";
+import { DenseMap } from "../common/index.ts";
 import { type Rng, seededRng } from "../common/rng.ts";
 import {
   type MetaCommand,
   type MetaOutcome,
-  type MetaState,
   nodeOfReplica,
   shardForKey,
 } from "../cluster/index.ts";
-import type { ConfChange, ConfState, Message, NodeId, Ready, Snapshot } from "../raft/index.ts";
+import type { ConfChange, ConfState, NodeId, Snapshot } from "../raft/index.ts";
 import {
   confAfter,
   EMPTY_CONF,
@@ -51,29 +54,35 @@ import {
   RawNode,
   term,
 } from "../raft/index.ts";
-import type { LsmMetrics, WalRecord } from "../storage/index.ts";
-import {
-  encodeSnapshotFrames,
-  type FileSystem,
-  LsmEnvironment,
-  nodeFileSystem,
-  Wal,
-  type WalOptions,
-} from "../storage/index.ts";
+import { type FileSystem, LsmEnvironment, nodeFileSystem, Wal } from "../storage/index.ts";
 import { type Clock, type EngineOpener, lsmOpener, systemClock } from "./engine.ts";
-import { installSnapshotNotDurably } from "./planted-bugs.ts";
-import type { KvCommand, Version } from "./commands.ts";
-import { encodeCommand, encodeMetaEntry } from "./commands.ts";
-import { FOUNDING_TERM, type PeerReport, type ProposalOutcome, ShardReplica } from "./shard.ts";
+import type { Version } from "./commands.ts";
+import { FOUNDING_TERM, type PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
-import {
-  type ConfirmTerms,
-  type ReadVoucher,
-  type TermCheck,
-  TermConfirmer,
-} from "./term-confirm.ts";
+import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import { KvStateMachine } from "./state-machine.ts";
-import { toWalEntry, WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
+import { WAL_CONF_CHANGE, WAL_NORMAL, WalRaftStorage } from "./wal-storage.ts";
+import {
+  type DriverTestingBugs,
+  type MultiRaftOptions,
+  leaderNode,
+  OPEN_CONCURRENCY,
+  type ScanRequest,
+  type ShardInfo,
+  ShuttingDownError,
+  type SnapshotResult,
+} from "./multi-raft-options.ts";
+import type { ShardMessage } from "./raft-transport.ts";
+import { Maintenance } from "./multi-raft-maintenance.ts";
+import { RoundLoop } from "./multi-raft-round.ts";
+import { Applier } from "./multi-raft-apply.ts";
+import { Scanner } from "./multi-raft-scan.ts";
+import { Peers } from "./multi-raft-peers.ts";
+import { Quiesce } from "./multi-raft-quiesce.ts";
+import { Reads } from "./multi-raft-reads.ts";
+import { Writes } from "./multi-raft-writes.ts";
+import { RequestBudget } from "./request-budget.ts";
+import { buildSnapshot } from "./multi-raft-snapshots.ts";
 import {
   decodeLostLog,
   encodeLostLog,
@@ -82,16 +91,7 @@ import {
   newerLostLog,
 } from "./refill.ts";
 
-/** Shards opened at once during start-up. */
-const OPEN_CONCURRENCY = 32;
 const EMPTY = new Uint8Array(0);
-/**
- * Log entries a leader keeps, beyond what its engine holds, for members behind it (see
- * #retainedFrom); further behind, a member catches up by snapshot.
- */
-const RETAINED_ENTRIES = 10_000;
-/** What a waiting request costs the node beyond its payload (promises, closures, queues). */
-const REQUEST_OVERHEAD_BYTES = 512;
 /**
  * Heartbeat intervals a leader waits with nothing to do before its group sleeps (every replica
  * holds its whole log, committed and applied, when the wait starts: #idle in the Raft core). A
@@ -101,299 +101,18 @@ const REQUEST_OVERHEAD_BYTES = 512;
  */
 export const QUIESCE_AFTER_HEARTBEATS = 2;
 
-/**
- * A message for a shard this node does not know it replicates is held this long (ms), waiting
- * for the meta group here to learn of the shard (see receive), then dropped.
- */
-const HELD_MESSAGE_MS = 3_000;
-/** At most this many such messages are held, over every shard; more are dropped. */
-const HELD_MESSAGES_MAX = 4_096;
-
-export interface MultiRaftOptions {
-  readonly nodeId: string;
-  /**
-   * This node's id inside every group (src/cluster/replica.ts): in a cluster it carries the
-   * data directory's incarnation, so a node whose data directory was wiped is a new replica,
-   * never the one that forgot its votes and acknowledgements. Default: nodeId.
-   */
-  readonly replicaId?: string;
-  /**
-   * Cluster mode: a peer (node `from`) sent messages to `to`, a replica of this node that is not
-   * this one: the peers still count on an incarnation of this node whose state is gone. The
-   * messages are dropped; the node should rejoin as its new replica.
-   */
-  readonly onStaleReplica?: (from: string, to: string) => void;
-  readonly dataDir: string;
-  /** The WAL's directory; default `dataDir`/wal. */
-  readonly walDir?: string;
-  /**
-   * The shards this driver may hold (a shard worker's slice, src/node/shard-workers.ts); default
-   * every shard. Others are neither opened at start nor created for a request, and a WAL that
-   * holds one is refused: it was written by a node whose shards were sliced differently.
-   */
-  readonly ownsShard?: (shard: number) => boolean;
-  readonly totalShards: number;
-  readonly tickMs: number;
-  readonly electionTicks: number;
-  readonly heartbeatTicks: number;
-  readonly memtableBytes: number;
-  readonly blockCacheBytes: number;
-  /** Node-wide memtable memory (LsmEnvironment). Default 512 MiB. */
-  readonly memtableBudgetBytes?: number;
-  /** Serve linearizable reads of single-voter groups without ReadIndex (see #readBarrier). Default true. */
-  readonly singleVoterReadFastPath?: boolean;
-  /** Refuse new writes to a shard with this many operations already waiting. Default 100000. */
-  readonly maxPendingPerShard?: number;
-  /**
-   * Node-wide bound on the bytes of proposals and reads waiting in the driver (queued, proposed
-   * or waiting for their apply); past it requests are refused as retryable back-pressure.
-   * Default 128 MiB.
-   */
-  readonly maxPendingBytes?: number;
-  readonly lsmMetrics?: LsmMetrics;
-  readonly observer?: ReplicationObserver;
-  /** Opens a shard's engine; default: an LSM engine in the node's shared environment. */
-  readonly openEngine?: EngineOpener;
-  /** Default: the system clock. The simulation passes its own. */
-  readonly clock?: Clock;
-  /** The file system of the WAL and the shard directories; default: the real one. */
-  readonly fs?: FileSystem;
-  /** Options of the node's WAL (segment size, test-only bugs); its `fs` is options.fs. */
-  readonly wal?: Omit<WalOptions, "fs">;
-  /** Bytes of committed entries one Ready hands to apply (default: the Raft core's 16 MiB). */
-  readonly maxCommittedBytesPerReady?: number;
-  /** Seed of the groups' election-timeout randomness; default: random. */
-  readonly seed?: number;
-  /**
-   * Carries Raft messages to the other nodes. Without one every group must have this node as
-   * its only voter (single-node mode).
-   */
-  readonly transport?: RaftTransport;
-  /**
-   * The initial voters (replica ids) of a shard's group, for a shard this node creates or first
-   * hears of: the same list on every node (the meta group decides it in cluster mode). Default:
-   * this node only.
-   */
-  readonly replicasOf?: (shard: number) => readonly string[];
-  /**
-   * The replicas (replica ids) of a shard as the cluster places them now: a rejoined node's
-   * current replica, not the initial voter `replicasOf` names. A replica being refilled after
-   * its shard's directory was lost (refill.ts) asks them to wake the group's leader, which
-   * sleeps when idle and would not refill it. Default: `replicasOf`.
-   */
-  readonly replicasNow?: (shard: number) => readonly string[];
-  /**
-   * Whether this node takes a shard it does not hold, and is not an initial voter of, when a
-   * peer's message for it arrives (or a request needs it): it then starts as an empty replica (no
-   * configuration) that the leader fills by log or snapshot once a membership change added it.
-   * Default: never.
-   */
-  readonly acceptsReplica?: (shard: number) => boolean;
-  /**
-   * The replica (id) that should start a new group's first election: its preferred leader,
-   * while alive. A group this node creates for a client request asks that replica to campaign
-   * (a timeout-now message) instead of campaigning itself, so the group's first leader is the
-   * one leader spreading would hand it to anyway, not a transfer a moment later. Undefined
-   * (the default), this node, or not a voter: this node campaigns.
-   */
-  readonly firstCampaigner?: (shard: number) => string | undefined;
-  /**
-   * A request (write, read, membership change) still unanswered this long after it arrived is
-   * failed with CAIRN_ERR_TIMEOUT (a write's outcome is then unknown). Default 10 s.
-   */
-  readonly requestTimeoutMs?: number;
-  /**
-   * Cluster mode: makes sure shard `id` exists cluster-wide (the meta group recorded its
-   * replicas) before this node opens it for a client request. Without it, a shard's replicas
-   * come from `replicasOf` alone.
-   */
-  readonly ensureShard?: (id: number) => Promise<void>;
-  /**
-   * Cluster mode: the shards created cluster-wide as of the meta state here (called after
-   * syncMeta()), which a linearizable scan must read. Without it, a scan in a cluster reads
-   * every shard this node replicates.
-   */
-  readonly createdShards?: () => readonly number[];
-  /**
-   * Cluster mode, a shard worker that does not hold shard 0: brings the meta state here up to
-   * the meta group's commit as of the call (what syncMeta() does through shard 0 itself).
-   */
-  readonly syncMeta?: () => Promise<void>;
-  /**
-   * Cluster mode: asks node `leader` to confirm its leadership of `shard` and answer the index
-   * a read must wait for (readIndexAsLeader there). With it a follower serves linearizable
-   * reads (scans) itself; without it a follower's read fails with NotLeaderError. `term` is this
-   * replica's term in the group when the read was asked (a ReadVoucher there).
-   */
-  readonly remoteReadIndex?: (leader: string, shard: number, term: number) => Promise<number>;
-  /**
-   * Cluster mode: asks node `node` whether its replicas of the shards checked are still at a
-   * term ≤ the one named (confirmTerms there). With it a leader confirms its linearizable reads
-   * with one call per peer node for every group read (term-confirm.ts) instead of a heartbeat
-   * round in each group; without it (or when that fails) reads use Raft's ReadIndex.
-   */
-  readonly confirmTerms?: ConfirmTerms;
-  /**
-   * Cluster mode, more nodes than replicas a shard: asks node `node`, a replica of every shard
-   * in `shards`, for its share of a scan (scanShards there). With it a scan reads the shards
-   * this node does not replicate through their replicas; without it such a scan fails with
-   * NotLeaderError.
-   */
-  readonly remoteScan?: (
-    node: string,
-    shards: readonly number[],
-    req: ScanRequest,
-  ) => Promise<StoredItem[]>;
-  /**
-   * Idle groups sleep (no ticks, no heartbeats) after QUIESCE_AFTER_HEARTBEATS heartbeat
-   * intervals with nothing to do. Default true.
-   */
-  readonly quiesce?: boolean;
-  /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
-  readonly testingBugs?: DriverTestingBugs;
-  /**
-   * Single node only: the operator accepts the loss of the WAL (recovery.unsafe_accept_lost_wal).
-   * A WAL that is missing or empty, or that ends before what a shard's tables hold, is then
-   * started again after what the tables hold (reported in `acceptedLosses`) instead of refused
-   * with CAIRN_ERR_LOST_STATE. Default false.
-   */
-  readonly acceptLostWal?: boolean;
-  /**
-   * Hands what this turn has framed for clients (answers) to the sockets now: called, with the
-   * transport's flush(), right before the WAL blocks the thread on a write, so that answers
-   * framed since the last turn do not wait for the write, and once the answers a round settles
-   * are framed.
-   */
-  readonly flushOutputs?: () => void;
-}
-
-/** A Raft message of one shard's group. */
-export interface ShardMessage {
-  readonly shard: number;
-  readonly message: Message;
-}
-
-export interface RaftTransport {
-  /**
-   * Sends one round's messages for node `to`, in order. Delivery is best effort: Raft retries
-   * what is lost. Called once the round's records are durable, except for a leader's appends and
-   * heartbeats (sent before the WAL write, then flush()). When the messages carry a
-   * snapshot, `sent` is given: the transport calls it once (never from inside send()) with
-   * whether the snapshots were delivered (true; GrpcTransport says so once the peer acknowledged
-   * every one) or lost (false), and the driver reports the outcome to the groups
-   * (RawNode.reportSnapshot). Peers found unreachable are reported with
-   * MultiRaft.reportUnreachable().
-   */
-  send(to: NodeId, messages: readonly ShardMessage[], sent?: (delivered: boolean) => void): void;
-  /**
-   * Hands what send() was given this turn to the network now, not after the turn: the driver
-   * calls it once a round's appends are given (before its WAL write), once its acknowledgements
-   * are (after the sync), and once the answers its applies settle are framed. A round runs
-   * from setImmediate, so "after the turn" is the next turn's check phase. A transport that
-   * sends at once has nothing to do here; a wrapper must pass it on
-   * (src/node/counting-transport.ts).
-   */
-  flush(): void;
-}
-
-export interface DriverTestingBugs {
-  /** Serve and campaign before the replay is applied (issue 9, bug 1). */
-  readonly staleReadAfterRestart?: boolean;
-  /** A follower serves a read once the leader answered its read index, without applying to it. */
-  readonly followerReadWithoutApply?: boolean;
-  /** A round sends, applies and answers before its WAL records are synced (planted-bugs.ts). */
-  readonly ackBeforeWalSync?: boolean;
-  /** Every message of a round leaves before its WAL write, answers and votes too (not only a leader's appends). */
-  readonly everyMessageBeforeWalWrite?: boolean;
-  /** A snapshot install is not durable before the WAL records it (planted-bugs.ts). */
-  readonly snapshotInstallNotDurable?: boolean;
-  /** A leader's read takes the term confirmation of a call sent before the read arrived. */
-  readonly confirmByEarlierCall?: boolean;
-  /** A replica confirms any term asked, even below its own (confirmTerms). */
-  readonly confirmAnyTerm?: boolean;
-  /**
-   * A replica that restarts holding its own vote in its group's founding term leads that term
-   * again, as if it had just founded the group (ShardReplica.leadsFoundingTerm).
-   */
-  readonly leadFoundingTermAgain?: boolean;
-  /**
-   * A group founded here sends its first round's appends before that round's sync, like any
-   * leader's: its founding leader may then append to the others before its founding vote is
-   * durable (driver invariant 16).
-   */
-  readonly foundingAppendsBeforeSync?: boolean;
-}
-
-/** Events for metrics, logs and the cluster view. */
-export interface ReplicationObserver {
-  /**
-   * Shard 0 (the meta group in cluster mode) applied a meta command, or loaded its state at
-   * open or from a snapshot: the cluster's state as this node now knows it.
-   */
-  metaApplied?(state: MetaState): void;
-  shardOpened?(shard: number, replayedFrom: number, replayedTo: number): void;
-  leaderChanged?(shard: number, leader: string | null, term: number): void;
-  /** The shard's state was replaced by its leader's snapshot (a replica far behind, or new). */
-  snapshotInstalled?(shard: number, index: number, bytes: number): void;
-  /**
-   * A replica refilled from its peers after its shard's directory was lost (refill.ts): its log
-   * is as up to date as the one it lost, and it has applied what that log had committed.
-   */
-  shardRefilled?(shard: number): void;
-  /** The group's configuration changed here (a conf change applied, or a snapshot installed). */
-  confChanged?(shard: number, voters: readonly string[]): void;
-  raftState?(shard: number, term: number, commit: number): void;
-  /** How many groups of this node are awake (ticking), when that changed; at most once a tick. */
-  awakeGroups?(count: number): void;
-  /** The node cannot go on safely (I/O failure, invariant broken): it must stop. */
-  fatal?(err: unknown): void;
-}
-
-export interface ShardInfo {
-  readonly id: number;
-  readonly role: string;
-  readonly leader: string | null;
-  readonly term: number;
-  readonly commit: number;
-  readonly applied: number;
-  readonly leaderChanges: number;
-  readonly voters: readonly string[];
-  readonly learners: readonly string[];
-  /** The first index still in the shard's log here (entries below it are compacted). */
-  readonly logFirstIndex: number;
-  /** The index the shard's engine holds durably (in SSTables). */
-  readonly durableIndex: number;
-  /** The group sleeps here (Raft quiescence). */
-  readonly quiesced: boolean;
-  /**
-   * The replica here lost its shard's directory and is being refilled from its peers
-   * (refill.ts): it serves no serializable read and votes only for candidates holding what it
-   * lost.
-   */
-  readonly refilling: boolean;
-}
-
-export interface ScanRequest {
-  readonly start: Uint8Array;
-  /** Exclusive; null for "to the last key". */
-  readonly end: Uint8Array | null;
-  readonly limit: number;
-  readonly linearizable: boolean;
-}
-
-export interface SnapshotResult {
-  readonly shardId: number;
-  readonly index: number;
-  readonly term: number;
-  readonly sizeBytes: number;
-}
-
-export class ShuttingDownError extends CairnError {
-  constructor() {
-    super("CAIRN_ERR_SHUTTING_DOWN", "the node is shutting down", { retryable: true });
-    this.name = "ShuttingDownError";
-  }
-}
+// The driver's types, where they have always been imported from (src/node, the transport, the
+// tests): they live in multi-raft-options.ts and raft-transport.ts.
+export type {
+  DriverTestingBugs,
+  MultiRaftOptions,
+  ReplicationObserver,
+  ScanRequest,
+  ShardInfo,
+  SnapshotResult,
+} from "./multi-raft-options.ts";
+export { ShuttingDownError } from "./multi-raft-options.ts";
+export type { RaftTransport, ShardMessage } from "./raft-transport.ts";
 
 export class MultiRaft {
   readonly nodeId: NodeId;
@@ -410,65 +129,28 @@ export class MultiRaft {
   /** Shards whose directory was found missing, in a cluster: refilled from their peers. */
   readonly #lostShards: LostShard[] = [];
   readonly #opening = new Map<number, Promise<ShardReplica>>();
-  /** Messages for shards not known here to be replicated yet, by shard (see receive). */
-  readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
-  #heldCount = 0;
   /** Groups being founded by foundShard(): their voters and first entries. */
   readonly #founding = new Map<
     number,
     { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
   >();
-  /**
-   * The shards marked for the next round, each once (ShardReplica.marked). An array, not a Set:
-   * a Set cleared every round grows its table again, in the old generation, a few times a round.
-   */
-  #dirty: ShardReplica[] = [];
-  /** The array #round swaps in for #dirty, empty between rounds. */
-  #spareDirty: ShardReplica[] = [];
-  /**
-   * A round's groups with a Ready, their Readies and WAL records: arrays of the driver, empty
-   * between rounds (clearArray), not new ones grown each round (rounds do not overlap).
-   */
-  readonly #roundReady: ShardReplica[] = [];
-  readonly #roundReadies: Ready[] = [];
-  readonly #roundRecords: WalRecord[] = [];
-  /**
-   * The shards the ticker ticks (ShardReplica.ticking): groups awake here, and sleeping ones
-   * with requests waiting (the rounds that ticks cause check their deadlines). See #trackSleep.
-   * A list with a flag, not a Set: #trackSleep runs for every group a round visits, and the
-   * next tick drops those that stopped ticking.
-   */
-  #ticking: ShardReplica[] = [];
-  #tickingCount = 0;
-  /** What observer.awakeGroups last heard. */
-  #reportedAwake = -1;
-  readonly #maxPending: number;
-  readonly #maxPendingBytes: number;
   readonly #requestTimeoutMs: number;
   readonly #testingBugs: DriverTestingBugs;
-  /** Bytes of the requests waiting in the driver now (see MultiRaftOptions.maxPendingBytes). */
-  #pendingBytes = 0;
-  /**
-   * Shard applies in flight, by shard (one at most each), for close() to wait on. An IntMap, not
-   * a Set: a Set's churn promotes what it holds (src/common/int-map.ts).
-   */
-  readonly #applies = new IntMap<Promise<void>>();
-  #roundScheduled = false;
-  #inRound: Promise<void> | null = null;
-  #rerun = false;
-  #readSeq = 0;
   #closed = false;
   #failure: unknown = undefined;
   readonly #clock: Clock;
   readonly #openEngine: EngineOpener;
   readonly #rng: Rng;
   #stopTicker: (() => void) | null = null;
-  /** Coalesced leadership confirmation of reads (options.confirmTerms); null without it. */
-  readonly #confirmer: TermConfirmer | null;
   #stopMaintenance: (() => void) | null = null;
-  #maintaining = false;
-  /** A #flushAnswers is queued (#flushAfterAnswers). */
-  #flushQueued = false;
+  readonly #maintenance: Maintenance;
+  readonly #scanner: Scanner;
+  readonly #writes: Writes;
+  readonly #reads: Reads;
+  readonly #peers: Peers;
+  readonly #quiesce: Quiesce;
+  readonly #applier: Applier;
+  readonly #rounds: RoundLoop;
 
   private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment | null) {
     this.#options = options;
@@ -481,16 +163,54 @@ export class MultiRaft {
     this.totalShards = options.totalShards;
     this.#wal = wal;
     this.#env = env;
-    this.#maxPending = options.maxPendingPerShard ?? 100_000;
-    this.#maxPendingBytes = options.maxPendingBytes ?? 128 * 1024 * 1024;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
     this.#testingBugs = options.testingBugs ?? {};
-    this.#confirmer =
-      options.confirmTerms === undefined
-        ? null
-        : new TermConfirmer(options.confirmTerms, {
-            confirmByEarlierCall: this.#testingBugs.confirmByEarlierCall === true,
-          });
+    // What the parts need of the driver (their *Host interfaces), one object for them all.
+    const host = {
+      shards: this.#shards,
+      wal,
+      replicaId: this.replicaId,
+      stopped: (): boolean => this.#closed || this.#failure !== undefined,
+      fail: (err: unknown): void => this.#fail(err),
+      checkShardId: (id: number): void => this.#checkShardId(id),
+      options,
+      totalShards: this.totalShards,
+      assertOpen: (): void => this.#assertOpen(),
+      replicasOf: (id: number): readonly string[] => this.#replicasOf(id),
+      shardForRequest: (id: number): Promise<ShardReplica> => this.#shardForRequest(id),
+      readBarrier: (s: ShardReplica): Promise<void> => this.#reads.readBarrier(s),
+      syncMeta: (): Promise<void> => this.syncMeta(),
+      clock: this.#clock,
+      testingBugs: this.#testingBugs,
+      budget: new RequestBudget(options.maxPendingBytes ?? 128 * 1024 * 1024),
+      maxPendingPerShard: options.maxPendingPerShard ?? 100_000,
+      closed: (): boolean => this.#closed,
+      shardOf: (key: Uint8Array): number => this.shardOf(key),
+      shard: (id: number): Promise<ShardReplica> => this.#shard(id),
+      opening: (id: number): boolean => this.#opening.has(id),
+      markDirty: (s: ShardReplica): void => this.#rounds.markDirty(s),
+      report: (shard: number, report: PeerReport): void => this.#peers.report(shard, report),
+      nodeId: this.nodeId,
+      observer: options.observer,
+      mark: (s: ShardReplica): void => this.#rounds.mark(s),
+      scheduleRound: (): void => this.#rounds.scheduleRound(),
+      dropExpiredHeld: (): void => this.#peers.dropExpiredHeld(),
+    };
+    this.#writes = new Writes(host);
+    this.#reads = new Reads(host);
+    this.#peers = new Peers(host);
+    this.#quiesce = new Quiesce(host);
+    this.#applier = new Applier({ ...host, sleep: this.#quiesce });
+    this.#rounds = new RoundLoop({
+      ...host,
+      requestTimeoutMs: this.#requestTimeoutMs,
+      failed: (): boolean => this.#failure !== undefined,
+      sleep: this.#quiesce,
+      peers: this.#peers,
+      applier: this.#applier,
+    });
+    this.#scanner = new Scanner(host);
+    this.#maintenance = new Maintenance(host);
   }
 
   /** Opens the WAL and every shard with state, creates shard 0 if needed, starts ticking. */
@@ -618,124 +338,98 @@ export class MultiRaft {
     return shardForKey(key, this.totalShards);
   }
 
-  // ── peers ──────────────────────────────────────────────────────────────────────────────────
+  // ── peers (multi-raft-peers.ts) ───────────────────────────────────────────────────────────
 
   /**
-   * Messages from node `from`, delivered to their groups at the next round. A message for a
-   * shard not open here opens it if this node is one of its replicas (a new group's first
-   * messages reach a replica before any client request does). One for a shard this node does
-   * not know it replicates is held (bounded: HELD_MESSAGES_MAX, HELD_MESSAGE_MS) until
-   * replicasChanged() finds that it does, then delivered, else dropped: a new shard's first
-   * messages (its creator's timeout-now, a candidate's votes) often outrun the create-shard
-   * entry's commit at this node's replica of the meta group. Dropped, each cost an election
-   * timeout; a three-node fill saw ~250 of them over 1,024 new shards.
+   * Messages from node `from`, delivered to their groups at the next round (a shard not open
+   * here is opened if this node replicates it; held a while if it may soon).
    */
   receive(from: string, messages: readonly ShardMessage[]): void {
-    if (this.#closed || this.#failure !== undefined) return;
-    let stale: string | null = null;
-    for (const { shard: id, message } of messages) {
-      if (message.to !== this.replicaId) {
-        // Addressed to another incarnation of this node: taking it would let this replica vote
-        // and acknowledge as one whose promises are lost.
-        stale = message.to;
-        continue;
-      }
-      const s = this.#shards.get(id);
-      if (s !== undefined) {
-        s.enqueueStep(message);
-        this.#markDirty(s);
-        continue;
-      }
-      if (!Number.isInteger(id) || id < 0 || id >= this.totalShards) continue;
-      if (this.#replicatesHere(id)) this.#deliver(id, message);
-      else this.#hold(id, message);
-    }
-    if (stale !== null) this.#options.onStaleReplica?.(from, stale);
+    this.#peers.receive(from, messages);
   }
 
   /**
    * The shards' replicas may have changed (`replicasOf`, `acceptsReplica`): the messages held
-   * for shards this node now replicates are delivered, in the order they came. The driver calls
-   * it after each meta command it applies; an embedder whose replicas change otherwise calls it.
+   * for shards this node now replicates are delivered. The driver calls it after each meta
+   * command it applies; an embedder whose replicas change otherwise calls it.
    */
   replicasChanged(): void {
-    if (this.#held.size === 0 || this.#closed || this.#failure !== undefined) return;
-    const now = this.#clock.now();
-    for (const [id, held] of this.#held) {
-      const replica = this.#replicatesHere(id);
-      if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
-      this.#held.delete(id);
-      this.#heldCount -= held.messages.length;
-      if (replica) for (const m of held.messages) this.#deliver(id, m);
-    }
+    this.#peers.replicasChanged();
   }
 
-  #replicatesHere(id: number): boolean {
-    return (
-      this.#replicasOf(id).includes(this.replicaId) || this.#options.acceptsReplica?.(id) === true
-    );
+  /** The transport could not deliver to `to`: the groups led here probe it instead. */
+  reportUnreachable(to: string): void {
+    this.#peers.reportUnreachable(to);
   }
 
-  /** Delivers `message` to shard `id` (a replica here), opening it if needed. */
-  #deliver(id: number, message: Message): void {
-    const s = this.#shards.get(id);
-    if (s !== undefined) {
-      s.enqueueStep(message);
-      this.#markDirty(s);
-      return;
-    }
-    // Several messages for a shard being opened wait on the same promise: delivered in order.
-    this.#shard(id).then(
-      (opened) => {
-        opened.enqueueStep(message);
-        this.#markDirty(opened);
-      },
-      () => undefined,
-    );
+  // ── sleeping groups (multi-raft-quiesce.ts) ──────────────────────────────────────────────────
+
+  /** The failure detector suspects node `node`: the groups here it leads wake if they sleep. */
+  wakeGroupsLedBy(node: string): void {
+    this.#quiesce.wakeGroupsLedBy(node);
   }
 
-  #hold(id: number, message: Message): void {
-    if (this.#options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) return;
-    let held = this.#held.get(id);
-    if (held === undefined) {
-      held = { since: this.#clock.now(), messages: [] };
-      this.#held.set(id, held);
-    }
-    held.messages.push(message);
-    this.#heldCount++;
+  /** Groups of this node that are awake (ticking). */
+  awakeGroups(): number {
+    return this.#quiesce.awakeGroups();
   }
 
-  // ── client operations ────────────────────────────────────────────────────────────────────────
+  #tick(): void {
+    this.#quiesce.tick();
+  }
+
+  #setTicking(s: ShardReplica, ticking: boolean): void {
+    this.#quiesce.setTicking(s, ticking);
+  }
+
+  // ── client operations (multi-raft-writes.ts, multi-raft-reads.ts) ─────────────────────────
 
   put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
-    return this.#write(
-      expected === undefined ? { op: "put", key, value } : { op: "put", key, value, expected },
-    );
+    return this.#writes.put(key, value, expected);
   }
 
   delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
-    return this.#write(
-      expected === undefined ? { op: "delete", key } : { op: "delete", key, expected },
-    );
+    return this.#writes.delete(key, expected);
   }
 
-  /**
-   * The leader of `key`'s shard when this node's replica follows it and knows it: exactly when
-   * #write would refuse a write to that shard naming it (and, as the refusal does, a sleeping
-   * follower is woken to check on its leader). null otherwise: the shard is not open here, this
-   * node leads or an election is under way, or the node is closed or failed.
-   */
+  /** The leader of `key`'s shard when this node's replica follows it and knows it, else null. */
   leaderElsewhere(key: Uint8Array): string | null {
-    if (this.#closed || this.#failure !== undefined) return null;
-    const shard = this.#shards.get(this.shardOf(key));
-    if (shard === undefined) return null;
-    const raw = shard.raw;
-    if (raw.role !== "follower" || raw.lead === null) return null;
-    if (raw.quiesced) {
-      shard.enqueueReport({ kind: "leader-down" });
-      this.#markDirty(shard);
-    }
-    return leaderNode(raw.lead);
+    return this.#writes.leaderElsewhere(key);
+  }
+
+  /** Proposes a command to the meta group (shard 0), which this node must lead. */
+  proposeMeta(cmd: MetaCommand): Promise<MetaOutcome> {
+    return this.#writes.proposeMeta(cmd);
+  }
+
+  /** Proposes a change of a shard's group; resolves once applied on this node, the leader. */
+  changeMembership(id: number, cc: ConfChange): Promise<void> {
+    return this.#writes.changeMembership(id, cc);
+  }
+
+  /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */
+  transferLeader(id: number, to: string): Promise<void> {
+    return this.#writes.transferLeader(id, to);
+  }
+
+  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
+  get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
+    return this.#reads.get(key, linearizable);
+  }
+
+  /** Waits until the meta group's state here is as recent as any acknowledged meta command. */
+  syncMeta(): Promise<void> {
+    return this.#reads.syncMeta();
+  }
+
+  /** A peer leader's term checks (term-confirm.ts), answered from the groups' current terms. */
+  confirmTerms(checks: readonly TermCheck[]): boolean[] {
+    return this.#reads.confirmTerms(checks);
+  }
+
+  /** For a follower's read on another node: this node's leadership of `id` confirmed, its read index. */
+  readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
+    return this.#reads.readIndexAsLeader(id, voucher);
   }
 
   /**
@@ -769,226 +463,22 @@ export class MultiRaft {
     }
   }
 
-  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
-  async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
-    this.#assertOpen();
-    const id = this.shardOf(key);
-    // On a single node, a shard never opened was never written (writes open it first): the
-    // key is absent, and a read must not create the shard. In a cluster the shard may exist on
-    // the other replicas only: the read must go through the group.
-    if (this.#options.transport === undefined && !this.#shards.has(id) && !this.#opening.has(id)) {
-      return null;
-    }
-    const shard = await this.#shardForRequest(id);
-    if (linearizable) await this.#readBarrier(shard);
-    else this.#assertServes(shard);
-    return shard.sm.get(key);
-  }
-
   /**
-   * A serializable read of `shard` may be served here: not while its replica is being refilled
-   * after its directory was lost (its state is older than what it served before): the read
-   * goes to the leader (NotLeaderError naming it), or is retried.
+   * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
+   * whether keys remain after the last one returned (multi-raft-scan.ts).
    */
-  #assertServes(shard: ShardReplica): void {
-    this.#assertOpen();
-    if (shard.refill !== null) throw new NotLeaderError(leaderNode(shard.raw.lead));
+  scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
+    return this.#scanner.scan(req);
   }
 
-  /**
-   * Keys in [start, end) across every shard, in key order, at most `limit`. Keys are hashed over
-   * shards, so every active shard is read (a shard never accessed holds no keys) and the results
-   * merged; `more` tells whether keys remain after the last one returned.
-   */
-  async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
-    const { local, remote } = await this.#scanShards(req.linearizable);
-    // Each source (a shard here, a replica node for the shards this node does not replicate)
-    // contributes at most limit + 1 items; merging them in order gives the page.
-    const wider: ScanRequest = { ...req, limit: req.limit + 1 };
-    const lists = await Promise.all([
-      this.#scanLocal(local, wider),
-      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, wider)),
-    ]);
-    const merged = mergeSorted(lists);
-    return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
-  }
-
-  /**
-   * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
-   * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
-   * at most `req.limit`; linearizable reads confirmed as for this node's own scans.
-   */
-  async scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
-    this.#assertOpen();
-    for (const id of ids) this.#checkShardId(id);
-    const shards = await Promise.all(ids.map((id) => this.#shardForRequest(id)));
-    // A replica being refilled: the asker reads the shard from its next replica.
-    if (!req.linearizable) for (const s of shards) this.#assertServes(s);
-    return this.#scanLocal(shards, req);
-  }
-
-  /** Keys of `shards` (open here) in the range, merged, at most `req.limit`. */
-  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<StoredItem[]> {
-    if (req.linearizable) await Promise.all(shards.map((s) => this.#readBarrier(s)));
-    else this.#assertOpen();
-    const lists = shards.map((s) => {
-      const snap = s.sm.lsm.snapshot();
-      try {
-        return s.sm.scan(req.start, req.end, req.limit, snap);
-      } finally {
-        snap.release();
-      }
-    });
-    return mergeSorted(lists).slice(0, req.limit);
-  }
-
-  /**
-   * Keys of `ids`, shards this node does not replicate, through their replicas: all of them
-   * from `node` first; the shards of a node that fails from their next replica in rank order,
-   * until one answers or every replica failed (the last error).
-   */
-  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
-    const remote = this.#options.remoteScan;
-    if (remote === undefined) {
-      throw new NotLeaderError(leaderNode(this.#replicasOf(ids[0] ?? 0)[0]));
-    }
-    try {
-      return await remote(node, ids, req);
-    } catch (err) {
-      if (ids.length === 0) throw err;
-      // Each shard to its next replica after `node`, grouped again by node.
-      const next = new Map<string, number[]>();
-      for (const id of ids) {
-        const nodes = this.#replicasOf(id).map(nodeOfReplica);
-        const after = nodes[nodes.indexOf(node) + 1];
-        if (after === undefined || nodes.indexOf(node) < 0) throw err;
-        next.set(after, [...(next.get(after) ?? []), id]);
-      }
-      const lists = await Promise.all(
-        [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
-      );
-      return mergeSorted(lists).slice(0, req.limit);
-    }
-  }
-
-  /**
-   * The shards a scan reads: `local`, open here, and `remote`, the shards this node does not
-   * replicate, grouped by the replica node to ask (the first-ranked, usually the leader). On a
-   * single node, those open here (a shard never opened holds no keys). In a cluster a shard may
-   * hold keys on its other replicas only (this node missed its creation, or restarted before
-   * hearing of it, or is not one of its replicas): a linearizable scan reads every shard created
-   * cluster-wide (`createdShards`, after syncing the meta state), opening those it replicates
-   * and not open yet through their groups; without `createdShards` (the simulation), every
-   * shard this node replicates. A serializable scan reads the shards open here, and those the
-   * meta state here records on other nodes only.
-   */
-  async #scanShards(
-    linearizable: boolean,
-  ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
-    const remote = new Map<string, number[]>();
-    const owns = this.#options.ownsShard ?? (() => true);
-    // A shard worker reads its own shards (here or on the same worker of their replicas).
-    const createdShards = this.#options.createdShards;
-    const created =
-      createdShards === undefined ? undefined : () => createdShards().filter((id) => owns(id));
-    const elsewhere = (id: number): boolean =>
-      !this.#replicasOf(id).includes(this.replicaId) && this.#options.acceptsReplica?.(id) !== true;
-    const place = (id: number): void => {
-      const node = nodeOfReplica(this.#replicasOf(id)[0] ?? this.replicaId);
-      remote.set(node, [...(remote.get(node) ?? []), id]);
-    };
-    if (this.#options.transport === undefined || !linearizable) {
-      if (this.#options.transport !== undefined && created !== undefined) {
-        for (const id of created()) if (!this.#shards.has(id) && elsewhere(id)) place(id);
-      }
-      const local: ShardReplica[] = [];
-      for (const s of this.#shards.values()) {
-        if (s.refill === null) {
-          local.push(s);
-          continue;
-        }
-        // Being refilled here: read from another replica (the first-ranked other than this
-        // node, then the next ones: #scanRemote).
-        const node = this.#replicasOf(s.id)
-          .map(nodeOfReplica)
-          .find((n) => n !== this.nodeId);
-        if (node === undefined) throw new NotLeaderError(leaderNode(s.raw.lead));
-        remote.set(node, [...(remote.get(node) ?? []), s.id]);
-      }
-      return { local, remote };
-    }
-    let ids: readonly number[];
-    if (created !== undefined) {
-      // Every shard created before the scan arrived is in the meta state once it is synced.
-      await (this.#options.syncMeta?.() ?? this.syncMeta());
-      ids = created();
-    } else {
-      ids = Array.from({ length: this.totalShards }, (_, id) => id).filter((id) => owns(id));
-    }
-    const local: ShardReplica[] = [];
-    const queue = ids.filter((id) => {
-      if (this.#shards.has(id) || this.#options.remoteScan === undefined || !elsewhere(id))
-        return true;
-      place(id);
-      return false;
-    });
-    const opener = async (): Promise<void> => {
-      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
-        local.push(await this.#shardForRequest(id));
-      }
-    };
-    await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
-    return { local, remote };
+  /** A peer's share of a scan (cairn.v1.Raft ScanShards; multi-raft-scan.ts). */
+  scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+    return this.#scanner.scanShards(ids, req);
   }
 
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */
-  async snapshotShard(id: number): Promise<SnapshotResult> {
-    this.#checkShardId(id);
-    const shard = this.#shards.get(id);
-    if (shard === undefined) {
-      throw new CairnError(
-        "CAIRN_ERR_SHARD_NOT_ACTIVE",
-        `shard ${id} is not active on this node (it holds no data)`,
-      );
-    }
-    await shard.sm.lsm.flush();
-    // Not past the commit index (see maintain()).
-    const index = Math.min(shard.sm.lsm.flushedSeq, this.#wal.lastIndex(id), shard.raw.commitIndex);
-    this.#wal.compact(id, index);
-    await this.#wal.sync();
-    const term = this.#wal.term(id, this.#wal.firstIndex(id) - 1) ?? 0;
-    const stats = shard.sm.lsm.stats();
-    const sizeBytes = stats.bytesPerLevel.reduce((a, b) => a + b, 0);
-    return { shardId: id, index: this.#wal.firstIndex(id) - 1, term, sizeBytes };
-  }
-
-  /**
-   * Proposes a change of a shard's group (add a learner, add or promote a voter, remove a
-   * member), one at a time; resolves once the change is applied on this node, the leader.
-   */
-  async changeMembership(id: number, cc: ConfChange): Promise<void> {
-    this.#checkShardId(id);
-    const shard = await this.#shard(id);
-    this.#assertOpen();
-    const done = shard.enqueueConfChange(cc, this.#clock.now());
-    this.#markDirty(shard);
-    await done;
-  }
-
-  /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */
-  async transferLeader(id: number, to: string): Promise<void> {
-    this.#checkShardId(id);
-    // An open shard takes the request before this returns, as #write takes a write: of a
-    // transfer and a write asked in one turn, the first asked is the first the group sees.
-    const shard = this.#shards.get(id) ?? (await this.#shard(id));
-    const conf = shard.storage.conf;
-    const target =
-      [...conf.voters, ...conf.learners].find((m) => m === to) ??
-      conf.voters.find((m) => nodeOfReplica(m) === to) ??
-      to;
-    const done = shard.enqueueTransfer(nodeId(target), this.#clock.now());
-    this.#markDirty(shard);
-    await done;
+  snapshotShard(id: number): Promise<SnapshotResult> {
+    return this.#maintenance.snapshotShard(id);
   }
 
   // ── state for health, metrics and the cluster view ──────────────────────────────────────────
@@ -1068,8 +558,8 @@ export class MultiRaft {
     this.#stopTicker?.();
     this.#stopMaintenance?.();
     await Promise.allSettled([...this.#opening.values()]);
-    while (this.#inRound !== null) await this.#inRound;
-    while (this.#applies.size > 0) await Promise.allSettled(this.#applies.values());
+    await this.#rounds.whenIdle();
+    await this.#applier.whenIdle();
     const err = new ShuttingDownError();
     for (const s of this.#shards.values()) s.failAll(err);
     const results = await Promise.allSettled(
@@ -1084,824 +574,14 @@ export class MultiRaft {
 
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────
 
-  /**
-   * Proposes a client write to its shard. An open shard takes it before this returns, without
-   * an `await` (the common case: a promise and a microtask hop less per write); a shard still to
-   * be opened or created here is reached through #shardForRequest first.
-   */
-  #write(cmd: KvCommand): Promise<ApplyOutcome> {
-    const id = this.shardOf(cmd.key);
-    const open = this.#shards.get(id);
-    if (open === undefined)
-      return this.#shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
-    try {
-      return this.#proposeWrite(open, cmd);
-    } catch (err) {
-      return Promise.reject(err as Error);
-    }
-  }
-
-  /** #write on its open shard: refuses synchronously (throws), or proposes and returns the outcome. */
-  #proposeWrite(shard: ShardReplica, cmd: KvCommand): Promise<ApplyOutcome> {
-    this.#assertOpen();
-    // A follower that knows its leader would refuse the proposal at its next round: it refuses
-    // now, and the API forwards the write without waiting for a round (two writes in three
-    // reach a follower when clients do not route). A sleeping one still wakes, in a round of
-    // its own, as the proposal would have woken it: it ticks again and pokes its leader
-    // (RawNode.reportLeaderDown), so a group whose leader is gone elects another.
-    const raw = shard.raw;
-    if (raw.role === "follower" && raw.lead !== null) {
-      if (raw.quiesced) {
-        shard.enqueueReport({ kind: "leader-down" });
-        this.#markDirty(shard);
-      }
-      throw new NotLeaderError(leaderNode(raw.lead));
-    }
-    const storage = shard.sm.lsm.backpressure();
-    // A throttled engine still takes writes, but fewer wait on it: its queue drains slowly.
-    const limit = storage === "throttle" ? this.#maxPending >> 4 : this.#maxPending;
-    if (shard.pendingOperations >= limit || storage === "stall") {
-      throw new CairnError(
-        "CAIRN_ERR_BACKPRESSURE",
-        `shard ${shard.id} is overloaded (${shard.pendingOperations} operations waiting, storage ${storage}); retry later`,
-        { retryable: true },
-      );
-    }
-    const data = encodeCommand(cmd);
-    const reserved = data.length + REQUEST_OVERHEAD_BYTES;
-    this.#reserve(reserved);
-    let done: Promise<ProposalOutcome>;
-    try {
-      done = shard.enqueuePropose(data, this.#clock.now());
-      this.#markDirty(shard);
-    } catch (err) {
-      this.#unreserve(reserved);
-      throw err;
-    }
-    return done.then(
-      (outcome) => {
-        this.#unreserve(reserved);
-        if (outcome.type === "meta") {
-          throw new CairnError("CAIRN_ERR_INTERNAL", "a KV command applied as a meta command");
-        }
-        return outcome;
-      },
-      (err: unknown) => {
-        this.#unreserve(reserved);
-        throw err;
-      },
-    );
-  }
-
-  /**
-   * Proposes a command to the meta group (shard 0), which this node must lead (else
-   * NotLeaderError naming the leader); resolves with its outcome once applied here.
-   */
-  async proposeMeta(cmd: MetaCommand): Promise<MetaOutcome> {
-    this.#assertOpen();
-    const shard = this.#shards.get(0);
-    if (shard === undefined || shard.raw.role !== "leader") {
-      throw new NotLeaderError(leaderNode(shard?.raw.lead));
-    }
-    const done = shard.enqueuePropose(encodeMetaEntry(cmd), this.#clock.now());
-    this.#markDirty(shard);
-    const outcome = await done;
-    if (outcome.type !== "meta") {
-      throw new CairnError("CAIRN_ERR_INTERNAL", "a meta command applied as a KV command");
-    }
-    return outcome.outcome;
-  }
-
-  /**
-   * Waits until the meta group's state here is as recent as any acknowledged meta command
-   * (a ReadIndex barrier on shard 0).
-   */
-  async syncMeta(): Promise<void> {
-    this.#assertOpen();
-    await this.#readBarrier(await this.#shard(0));
-  }
-
-  /**
-   * Takes `bytes` of the node-wide budget for waiting requests, or refuses the request. One
-   * request is always admitted when nothing waits, however large, so no request is refused
-   * forever. Given back with #unreserve.
-   */
-  #reserve(bytes: number): void {
-    if (this.#pendingBytes > 0 && this.#pendingBytes + bytes > this.#maxPendingBytes) {
-      throw new CairnError(
-        "CAIRN_ERR_BACKPRESSURE",
-        `the node has ${this.#pendingBytes} bytes of requests waiting (limit ${this.#maxPendingBytes}); retry later`,
-        { retryable: true },
-      );
-    }
-    this.#pendingBytes += bytes;
-  }
-
-  #unreserve(bytes: number): void {
-    this.#pendingBytes -= bytes;
-  }
-
-  /**
-   * Waits until a linearizable read of `shard` may be served from its state machine: once it has
-   * applied everything committed when the read arrived (the ReadIndex rule). A group whose only
-   * voter is this node, leading, knows its commit index covers every acknowledged write (a
-   * write is acknowledged after its commit is persisted and it is applied; no other member can
-   * lead without a configuration change), so it needs no round trip, only that wait: right
-   * after a restart the replay may still be applying entries below that index. Other groups
-   * confirm leadership with ReadIndex.
-   */
-  async #readBarrier(shard: ShardReplica): Promise<void> {
-    this.#assertOpen();
-    if (
-      this.#options.singleVoterReadFastPath !== false &&
-      shard.raw.role === "leader" &&
-      shard.raw.isSoleVoter()
-    ) {
-      const index = this.#testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
-      if (index <= shard.sm.appliedIndex) return;
-      this.#reserve(REQUEST_OVERHEAD_BYTES);
-      try {
-        await shard.waitApplied(index);
-      } finally {
-        this.#unreserve(REQUEST_OVERHEAD_BYTES);
-      }
-      return;
-    }
-    const remote = this.#options.remoteReadIndex;
-    this.#reserve(REQUEST_OVERHEAD_BYTES);
-    try {
-      if (remote !== undefined && shard.raw.role !== "leader") {
-        // A follower's read: the leader confirms its leadership and names its commit index;
-        // the read is served here once this replica has applied that far.
-        const lead = shard.raw.lead;
-        if (lead === null) throw new NotLeaderError(null);
-        const since = this.#clock.now();
-        const asked = remote(nodeOfReplica(lead), shard.id, shard.raw.term);
-        // The leader asked may never answer (paused, cut off) while its partners elect another:
-        // the read then goes to the new leader at once instead of waiting out its deadline.
-        const answer = await new Promise<{ index: number } | { moved: NodeId }>(
-          (resolve, reject) => {
-            const unwatch = shard.watchLead((now) => {
-              if (now === null || now === lead) return;
-              unwatch();
-              resolve({ moved: now });
-            });
-            asked.then(
-              (index) => {
-                unwatch();
-                resolve({ index });
-              },
-              (err: unknown) => {
-                unwatch();
-                reject(err as Error);
-              },
-            );
-          },
-        ).catch((err: unknown) => {
-          // The leader this sleeping follower knows did not answer for the group (it died, or
-          // its node is now another replica): wake the group, which elects again unless that
-          // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
-          this.#report(shard.id, { kind: "leader-down" });
-          throw err;
-        });
-        if ("moved" in answer) {
-          // Another replica leads now: the read is refused with it as the hint (the KV layer
-          // forwards it there), or, when this replica is the one elected, confirmed here below.
-          if (shard.role !== "leader") throw new NotLeaderError(leaderNode(answer.moved));
-        } else {
-          if (this.#testingBugs.followerReadWithoutApply !== true) {
-            await shard.waitApplied(answer.index, since);
-          }
-          return;
-        }
-      }
-      const since = this.#clock.now();
-      await shard.waitApplied(await this.#leaderReadIndex(shard, since), since);
-    } finally {
-      this.#unreserve(REQUEST_OVERHEAD_BYTES);
-    }
-  }
-
-  /**
-   * A leader's read index for a read that arrived at `since`: confirmed by its peers' terms
-   * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here).
-   */
-  async #leaderReadIndex(
-    shard: ShardReplica,
-    since: number,
-    voucher?: ReadVoucher,
-  ): Promise<number> {
-    const index = await this.#confirmLeadership(shard, voucher);
-    if (index !== null) return index;
-    const done = shard.enqueueRead(++this.#readSeq, since);
-    this.#markDirty(shard);
-    return done;
-  }
-
-  /**
-   * A leader's read point confirmed by its peers' terms (term-confirm.ts): the commit index as
-   * of now, once a quorum of the group's voters (this one included) answered that they are at a
-   * term ≤ this leader's, in calls sent after now, and this replica still leads in that term.
-   * Null when that is not to be had (no confirmTerms, not leader, no entry of this term
-   * committed yet, refusals or silence from too many voters): the read then takes Raft's
-   * ReadIndex, which also settles who leads.
-   */
-  #confirmLeadership(shard: ShardReplica, voucher?: ReadVoucher): Promise<number | null> {
-    const confirmer = this.#confirmer;
-    const raw = shard.raw;
-    if (
-      confirmer === null ||
-      raw.role !== "leader" ||
-      !raw.voters.has(raw.id) ||
-      !raw.committedInCurrentTerm()
-    ) {
-      return Promise.resolve(null);
-    }
-    const term = raw.term;
-    const index = raw.commitIndex;
-    // A follower asking for its own read vouches for itself when its term was no higher.
-    const vouched =
-      voucher !== undefined &&
-      voucher.replica !== raw.id &&
-      voucher.term <= term &&
-      raw.voters.has(nodeId(voucher.replica))
-        ? voucher.replica
-        : null;
-    const peers: NodeId[] = [];
-    for (const v of raw.voters) if (v !== raw.id && v !== vouched) peers.push(v);
-    // A quorum, less this voter and the one that vouched.
-    const needed = Math.floor(raw.voters.size / 2) - (vouched === null ? 0 : 1);
-    const stillLeads = (): boolean =>
-      shard.raw === raw && raw.role === "leader" && raw.term === term;
-    if (needed <= 0) return Promise.resolve(stillLeads() ? index : null);
-    return new Promise((resolve) => {
-      let confirmed = 0;
-      let refused = 0;
-      let settled = false;
-      for (const replica of peers) {
-        const check = { shard: shard.id, term, replica };
-        confirmer.ask(nodeOfReplica(replica), check, (ok) => {
-          if (settled) return;
-          if (ok) confirmed++;
-          else refused++;
-          if (confirmed >= needed) {
-            settled = true;
-            resolve(stillLeads() ? index : null);
-          } else if (refused > peers.length - needed) {
-            settled = true;
-            resolve(null);
-          }
-        });
-      }
-    });
-  }
-
-  /**
-   * A peer leader's term checks (term-confirm.ts): for each, whether this node's replica
-   * `replica` of the shard exists here and is at a term ≤ the one named. Read from the groups'
-   * current terms (never below their durable ones), without stepping them.
-   */
-  confirmTerms(checks: readonly TermCheck[]): boolean[] {
-    const anyTerm = this.#testingBugs.confirmAnyTerm === true;
-    return checks.map((c) => {
-      if (this.#closed || c.replica !== this.replicaId) return false;
-      const shard = this.#shards.get(c.shard);
-      if (shard === undefined || shard.raw.id !== this.replicaId) return false;
-      return anyTerm || shard.raw.term <= c.term;
-    });
-  }
-
-  /**
-   * For a follower's read on another node: confirms this node's leadership of `id` (ReadIndex)
-   * and answers the index the read must wait for (the commit index when the read arrived).
-   * With the follower's `voucher` (its replica and term when the read was asked), a voter at a
-   * term no higher than this leader's counts toward the quorum without being asked.
-   * Throws NotLeaderError when this node does not lead the shard.
-   */
-  async readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
-    this.#assertOpen();
-    this.#checkShardId(id);
-    const shard = this.#shards.get(id);
-    if (shard === undefined || shard.raw.role !== "leader") {
-      throw new NotLeaderError(leaderNode(shard?.raw.lead));
-    }
-    this.#reserve(REQUEST_OVERHEAD_BYTES);
-    try {
-      const index = await this.#leaderReadIndex(shard, this.#clock.now(), voucher);
-      // The read waits there for its replica to apply `index`: with the commit broadcast
-      // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.
-      // (Asked only when owed: under reads alone it never is, and the group is not visited.)
-      const to = voucher === undefined ? null : nodeId(voucher.replica);
-      if (this.#shards.get(id)?.raw.commitOwed(to) === true)
-        this.#report(id, { kind: "commit-wanted", to });
-      return index;
-    } finally {
-      this.#unreserve(REQUEST_OVERHEAD_BYTES);
-    }
-  }
-
-  /** Ticks the awake groups only: a sleeping group costs nothing per tick. */
-  #tick(): void {
-    // Held messages past their time are dropped (their shards' replicas are checked again).
-    if (this.#held.size > 0) this.replicasChanged();
-    const list = this.#ticking;
-    let kept = 0;
-    for (let i = 0; i < list.length; i++) {
-      const s = list[i] as ShardReplica;
-      if (!s.ticking) {
-        s.listedTicking = false;
-        continue;
-      }
-      list[kept++] = s;
-      s.ticks++;
-      this.#mark(s);
-    }
-    list.length = kept;
-    if (this.#tickingCount > 0) this.#scheduleRound();
-    if (this.#tickingCount !== this.#reportedAwake) {
-      this.#reportedAwake = this.#tickingCount;
-      this.#options.observer?.awakeGroups?.(this.#reportedAwake);
-    }
-  }
-
-  /**
-   * Keeps #ticking in step with the group after anything that may put it to sleep or wake it
-   * (feeding its inputs, advancing it). A sleeping group with requests waiting stays ticked
-   * (ticks do nothing to it, but the rounds they cause expire requests past their deadline).
-   */
-  #trackSleep(s: ShardReplica): void {
-    this.#setTicking(s, !s.raw.quiesced || s.pendingOperations > 0);
-  }
-
-  #setTicking(s: ShardReplica, ticking: boolean): void {
-    if (s.ticking === ticking) return;
-    s.ticking = ticking;
-    if (!ticking) {
-      this.#tickingCount--;
-      return;
-    }
-    this.#tickingCount++;
-    if (!s.listedTicking) {
-      s.listedTicking = true;
-      this.#ticking.push(s);
-    }
-  }
-
-  /**
-   * The failure detector (SWIM) suspects node `node`, or declared it dead: the groups here it
-   * leads wake if they sleep (RawNode.reportLeaderDown), so that they elect another leader
-   * after an election timeout if the node is really gone, instead of waiting for it forever.
-   * Whether a group sleeps is read when its round delivers the news, not here: a round under
-   * way may be putting it to sleep right now.
-   */
-  wakeGroupsLedBy(node: string): void {
-    if (this.#closed || this.#failure !== undefined || node === this.nodeId) return;
-    for (const s of this.#shards.values()) {
-      const lead = s.raw.lead;
-      if (lead === null || nodeOfReplica(lead) !== node) continue;
-      s.enqueueReport({ kind: "leader-down" });
-      this.#markDirty(s);
-    }
-  }
-
-  /** Groups of this node that are awake (ticking). */
-  awakeGroups(): number {
-    return this.#tickingCount;
-  }
-
-  #markDirty(s: ShardReplica): void {
-    this.#mark(s);
-    this.#scheduleRound();
-  }
-
-  #mark(s: ShardReplica): void {
-    if (s.marked) return;
-    s.marked = true;
-    this.#dirty.push(s);
-  }
-
-  #scheduleRound(): void {
-    // A failed node runs no more rounds (it would spin on shards it can never advance).
-    if (this.#roundScheduled || this.#closed || this.#failure !== undefined) return;
-    this.#roundScheduled = true;
-    this.#clock.defer(this.#startRound);
-  }
-
-  /** A scheduled round's start (one function for every round, not a closure each). */
-  readonly #startRound = (): void => {
-    this.#roundScheduled = false;
-    if (this.#closed) return;
-    if (this.#inRound !== null) {
-      this.#rerun = true;
-      return;
-    }
-    this.#inRound = this.#round().finally(this.#roundEnded);
-  };
-
-  readonly #roundEnded = (): void => {
-    this.#inRound = null;
-    if (this.#rerun || this.#dirty.length > 0) {
-      this.#rerun = false;
-      this.#scheduleRound();
-    }
-  };
-
-  async #round(): Promise<void> {
-    if (this.#failure !== undefined) {
-      for (const s of this.#dirty) s.marked = false;
-      this.#dirty.length = 0;
-      return;
-    }
-    try {
-      // The shards with a Ready this round, and their Readies (two arrays: no pair per shard).
-      const ready = this.#roundReady;
-      const readies = this.#roundReadies;
-      // The marked list is taken whole and an empty one put in its place (no copy per round);
-      // shards marked from here on wait for the next round. Every shard taken is unmarked
-      // first, so one marked again during this round, before or after its turn, goes into the
-      // new list.
-      const dirty = this.#dirty;
-      this.#dirty = this.#spareDirty;
-      this.#spareDirty = dirty;
-      const now = this.#clock.now();
-      let asks: Map<NodeId, ShardMessage[]> | null = null;
-      for (const s of dirty) s.marked = false;
-      for (const s of dirty) {
-        // A shard still applying its last Ready sits this round out (its apply marks it dirty
-        // again when done): one slow engine must not hold every other shard's round.
-        if (s.applying !== null) continue;
-        const ask = s.maybeCampaign();
-        if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
-        if (s.refill !== null) asks = this.#askToRefill(s, now, asks);
-        s.expire(now, this.#requestTimeoutMs);
-        s.drainInbox(now, this.#options.tickMs * this.#options.electionTicks * 3);
-        this.#trackSleep(s);
-        if (s.raw.hasReady()) {
-          ready.push(s);
-          readies.push(s.raw.ready());
-        }
-      }
-      clearArray(dirty);
-      // Asks to campaign promise nothing about this node's state: they leave at once.
-      if (asks !== null) this.#send(asks);
-      if (ready.length === 0) return;
-      const records = this.#roundRecords;
-      // A leader's appends and heartbeats leave before this round's WAL write, everything else
-      // (acknowledgements, votes, snapshots) once the round is durable: see below.
-      const early = new Map<NodeId, ShardMessage[]>();
-      const outbox = new Map<NodeId, ShardMessage[]>();
-      const allEarly = this.#testingBugs.everyMessageBeforeWalWrite === true;
-      // Whether the round must be durable before it goes on (see #needsSync).
-      let mustSync = false;
-      for (let w = 0; w < ready.length; w++) {
-        const s = ready[w] as ShardReplica;
-        const rd = readies[w] as Ready;
-        // A group founded since the last sync: its founding records are not durable yet, so
-        // none of its messages leaves before this round's sync, not even a leader's appends. A
-        // founding leader that sent before its vote was on disk could restart with no state,
-        // found the group again and lead its founding term a second time (driver invariant 16).
-        const founding = s.foundingUnsynced && this.#testingBugs.foundingAppendsBeforeSync !== true;
-        if (s.foundingUnsynced) {
-          mustSync = true;
-          s.foundingUnsynced = false;
-        }
-        if (!mustSync && this.#needsSync(s, rd)) mustSync = true;
-        if (rd.snapshot !== null) {
-          // The engine takes the snapshot durably first: once the WAL records it, the log below
-          // is gone and only the engine holds that state.
-          await this.#installSnapshot(s, rd.snapshot);
-          // A replica still refilling after the snapshot keeps the log it lost in the mark.
-          const lost = s.refill;
-          const keep = lost !== null && (s.raw.recovering || rd.snapshot.meta.index < lost.commit);
-          records.push({
-            kind: "snapshot",
-            shard: s.id,
-            meta: {
-              index: rd.snapshot.meta.index,
-              term: rd.snapshot.meta.term,
-              data: keep ? encodeLostLog(lost) : EMPTY,
-            },
-          });
-        }
-        if (rd.messages.length > 0) {
-          if (this.#options.transport === undefined || s.raw.isSoleVoter()) {
-            // A sole voter has no one to talk to: a message means the group's configuration
-            // is not what this driver believes.
-            throw new CairnError(
-              "CAIRN_ERR_INVARIANT",
-              `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
-            );
-          }
-          for (const message of rd.messages) {
-            const box =
-              ((message.type === "append" || message.type === "heartbeat") && !founding) || allEarly
-                ? early
-                : outbox;
-            addTo(box, s.id, message);
-          }
-        }
-        if (rd.entries.length > 0)
-          records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
-        // (The Ready's hard state is a new object, never written: the WAL may keep it.)
-        if (rd.hardState !== null)
-          records.push({ kind: "hard-state", shard: s.id, state: rd.hardState });
-      }
-      if (early.size > 0) {
-        // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
-        // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
-        // copy toward a commit only when it steps the followers' answers, in a later round,
-        // after this round's sync; only those answers and votes promise durability. They leave
-        // now (#send), before the write, whether it blocks the thread or not.
-        this.#send(early);
-      }
-      // Without mustSync only commit indexes moved: durable with the next round that syncs.
-      if (records.length > 0) this.#wal.append(records);
-      // With no record of its own a round may still have to sync: a new group's founding
-      // entries, appended at open and applied by this round (foundingUnsynced). Skipping that
-      // sync let an engine flush the first of them while the WAL lost them all to a power cut:
-      // the replica came back with one voter, itself (driver simulation, seeds 145 and 263).
-      if (mustSync && this.#testingBugs.ackBeforeWalSync === true) {
-        this.#wal.sync().catch((err: unknown) => this.#fail(err));
-      } else if (mustSync) {
-        await this.#wal.sync();
-      }
-      // Only now, with the round durable: a message may acknowledge or vote on what it holds.
-      // An acknowledgement is on the path of every write of the groups this node follows: it
-      // leaves now (#send), not after this round's applies.
-      this.#send(outbox);
-      let applied: ShardReplica[] | null = null;
-      const observer = this.#options.observer;
-      for (let w = 0; w < ready.length; w++) {
-        const s = ready[w] as ShardReplica;
-        const rd = readies[w] as Ready;
-        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, leaderNode(s.lead), s.raw.term);
-        const pending = this.#applyReady(s, rd);
-        if (pending === null) {
-          (applied ??= []).push(s);
-          continue;
-        }
-        this.#applyingUntil(s, pending);
-      }
-      // The answers this round's applies settle are framed by their promises' continuations:
-      // they leave once those have run, not after another turn of the event loop.
-      this.#flushAfterAnswers();
-      // Groups applied in place are marked for another round from a microtask, after those the
-      // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
-      // through three nodes ran ~10% slower (alternating runs; the cause was not pinned down).
-      if (applied !== null) {
-        const done = applied;
-        queueMicrotask(() => {
-          for (const s of done) {
-            if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
-          }
-        });
-      }
-    } catch (err) {
-      this.#fail(err);
-    } finally {
-      clearArray(this.#roundReady);
-      clearArray(this.#roundReadies);
-      clearArray(this.#roundRecords);
-    }
-  }
-
-  /**
-   * Hands what this turn framed to the sockets once the microtasks queued so far have run (a
-   * tick queued from a microtask runs when the microtask queue is empty): the answers of the
-   * proposals and reads a round settles, the forwarded calls' answers among them. Framed in a
-   * round, which runs from setImmediate, they would otherwise leave in the next turn's check
-   * phase, after its timers and its poll for I/O (with what that poll brings in): every write
-   * waited for that on its leader, a forwarded one before its answer went back.
-   */
-  #flushAfterAnswers(): void {
-    if (this.#flushQueued) return;
-    const transport = this.#options.transport;
-    const flushOutputs = this.#options.flushOutputs;
-    if (transport === undefined && flushOutputs === undefined) return;
-    this.#flushQueued = true;
-    queueMicrotask(() => process.nextTick(this.#flushAnswers));
-  }
-
-  readonly #flushAnswers = (): void => {
-    this.#flushQueued = false;
-    this.#options.transport?.flush();
-    this.#options.flushOutputs?.();
-  };
-
-  /**
-   * Whether `rd` needs the round to be durable before its messages leave and its entries apply:
-   * new entries, a snapshot, a changed term or vote do. A commit index that moved alone does
-   * not (etcd's MustSync): in a group of several voters the entries it covers are already
-   * durable on a majority, a linearizable read there goes through ReadIndex (a leader's commit
-   * in its own term) and never trusts a restarted node's commit index, and a node that
-   * restarts with an older one learns the newer from its leader; entries its engine already
-   * holds are skipped when they apply again. Two exceptions keep the commit durable at once: a
-   * sole voter (its linearizable reads are served at its own commit index after a restart,
-   * #readBarrier) and a commit that covers a configuration change (a node restarting without
-   * it could wait for votes of members already removed).
-   */
-  #needsSync(s: ShardReplica, rd: Ready): boolean {
-    if (rd.entries.length > 0 || rd.snapshot !== null) return true;
-    const hs = rd.hardState;
-    if (hs === null) return false;
-    const before = this.#wal.hardState(s.id);
-    if (before === undefined || before.term !== hs.term || before.vote !== hs.vote) return true;
-    if (s.raw.isSoleVoter()) return true;
-    for (const e of rd.committedEntries) if (e.type === "conf-change") return true;
-    return false;
-  }
-
-  /**
-   * A replica being refilled (refill.ts) that has no leader to refill it asks the shard's other
-   * replicas to wake theirs, once per election timeout: an idle group's leader sleeps (Raft
-   * quiescence), and this replica, which does not campaign, would never wake it. A `wake` only
-   * wakes a leader; it changes no term. (Once it follows a leader, its Raft core pokes that
-   * leader itself, as a learner does.)
-   */
-  #askToRefill(
-    s: ShardReplica,
-    now: number,
-    asks: Map<NodeId, ShardMessage[]> | null,
-  ): Map<NodeId, ShardMessage[]> | null {
-    const o = this.#options;
-    if (!s.raw.recovering || s.raw.lead !== null || o.transport === undefined) return asks;
-    if (now - s.askedToRefillAt < o.tickMs * o.electionTicks) return asks;
-    s.askedToRefillAt = now;
-    const replicas = o.replicasNow?.(s.id) ?? this.#replicasOf(s.id);
-    for (const replica of replicas) {
-      if (replica === this.replicaId) continue;
-      const wake: Message = {
-        type: "wake",
-        from: this.replicaId,
-        to: nodeId(replica),
-        term: s.raw.term,
-      };
-      addTo((asks ??= new Map()), s.id, wake);
-    }
-    return asks;
-  }
-
-  /**
-   * Hands `outbox` to the transport and flushes it: a round runs from setImmediate, so the
-   * connections' own end-of-turn write would come in the next turn's check phase, after that
-   * turn's timers and its poll for I/O (and whatever the poll brings in).
-   */
-  #send(outbox: Map<NodeId, ShardMessage[]>): void {
-    const transport = this.#options.transport;
-    if (transport === undefined || outbox.size === 0) return;
-    for (const [to, messages] of outbox) {
-      const snapshots = messages.filter((m) => m.message.type === "snapshot").map((m) => m.shard);
-      if (snapshots.length === 0) {
-        transport.send(to, messages);
-        continue;
-      }
-      // The leader sends nothing more to a member it sends a snapshot to until it hears how
-      // that went: a snapshot dropped and reported sent would leave the follower behind until
-      // it spoke up; reported lost, the leader retries at once.
-      transport.send(to, messages, (delivered) => {
-        for (const id of snapshots) this.#report(id, { kind: "snapshot", to, ok: delivered });
-      });
-    }
-    transport.flush();
-  }
-
-  /**
-   * The transport could not deliver to `to` (its stream is down, or frames were dropped): the
-   * groups this node leads stop pipelining to it and probe it instead (RawNode.reportUnreachable).
-   */
-  reportUnreachable(to: string): void {
-    if (this.#closed || this.#failure !== undefined) return;
-    for (const s of this.#shards.values()) {
-      if (s.role !== "leader") continue;
-      const conf = s.storage.conf;
-      for (const member of [...conf.voters, ...conf.learners]) {
-        if (nodeOfReplica(member) === to) this.#report(s.id, { kind: "unreachable", to: member });
-      }
-    }
-  }
-
-  #report(shard: number, report: PeerReport): void {
-    const s = this.#shards.get(shard);
-    if (s === undefined || this.#closed) return;
-    s.enqueueReport(report);
-    this.#markDirty(s);
-  }
-
-  /** Replaces a follower's state with a snapshot from its leader. */
-  async #installSnapshot(s: ShardReplica, snap: Snapshot): Promise<void> {
-    async function* frames(): AsyncGenerator<Uint8Array> {
-      yield snap.data;
-    }
-    if (this.#testingBugs.snapshotInstallNotDurable === true) {
-      await installSnapshotNotDurably(s.sm.lsm, snap.data, snap.meta.index);
-    } else {
-      await s.sm.lsm.importSnapshot(frames());
-    }
-    s.sm.appliedIndex = snap.meta.index;
-    s.storage.conf = snap.meta.conf;
-    this.#options.observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));
-    this.#options.observer?.snapshotInstalled?.(s.id, snap.meta.index, snap.data.length);
-    // The meta group's state came with the snapshot.
-    if (s.id === 0) s.sm.reloadMeta();
-  }
-
-  /**
-   * The shard's state machine at its applied index, as a snapshot stream in one buffer, with
-   * the configuration in force there. Called by the Raft core (synchronously) when a follower
-   * needs entries already compacted; between rounds, so no apply is in flight.
-   */
+  /** The shard's snapshot for a follower (multi-raft-snapshots.ts); #openShard hands it to the storage. */
   #buildSnapshot(s: ShardReplica): Snapshot {
-    const pin = s.sm.lsm.snapshot();
-    try {
-      const index = pin.seq;
-      const t = this.#wal.term(s.id, index);
-      if (t === undefined) {
-        throw new CairnError(
-          "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
-          `shard ${s.id}: no term for the applied index ${index}`,
-        );
-      }
-      const chunks = [...encodeSnapshotFrames(index, s.sm.lsm.scan({ snapshot: pin }))];
-      return {
-        meta: { index: logIndex(index), term: term(t), conf: s.storage.conf },
-        data: Buffer.concat(chunks),
-      };
-    } finally {
-      pin.release();
-    }
+    return buildSnapshot(s, this.#wal);
   }
 
-  /**
-   * Applies a persisted Ready's committed entries to the shard, serves the reads they unblock,
-   * and advances the group. In the common case (KV entries, an engine with no back-pressure) all
-   * of it is done before returning, with no promise per entry or per Ready: null. Otherwise (an
-   * engine that throttles or stalls, a configuration change, a meta entry) the promise of its
-   * end, which runs beside the next rounds and delays only its own shard. Never rejects: a
-   * failure fails the node.
-   */
-  #applyReady(s: ShardReplica, rd: Ready): Promise<void> | null {
-    const conf = s.storage.conf;
-    let pending: Promise<void> | null;
-    try {
-      pending = s.applyCommitted(rd.committedEntries);
-      if (pending === null) {
-        this.#advance(s, rd, conf);
-        return null;
-      }
-    } catch (err) {
-      this.#fail(err);
-      return null;
-    }
-    return this.#advanceAfter(pending, s, rd, conf);
-  }
-
-  /**
-   * `s` applies `rd` (#applyReady) until `pending` settles. A method of its own: a closure
-   * over `s` in #round's loop had V8 allocate a context for every group of every round.
-   */
-  #applyingUntil(s: ShardReplica, pending: Promise<void>): void {
-    const applying: Promise<void> = pending.finally(() => {
-      this.#applies.delete(s.id);
-      s.applying = null;
-      if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#markDirty(s);
-    });
-    s.applying = applying;
-    this.#applies.set(s.id, applying);
-  }
-
-  /** #applyReady's end once `pending`, the apply of `rd`, settles (closures kept out of it). */
-  #advanceAfter(
-    pending: Promise<void>,
-    s: ShardReplica,
-    rd: Ready,
-    conf: ConfState,
-  ): Promise<void> {
-    return pending.then(
-      () => this.#advance(s, rd, conf),
-      (err: unknown) => this.#fail(err),
-    );
-  }
-
-  /** The rest of #applyReady once `rd`'s entries are applied (`conf`: the one before them). */
-  #advance(s: ShardReplica, rd: Ready, conf: ConfState): void {
-    try {
-      if (s.storage.conf !== conf)
-        this.#options.observer?.confChanged?.(s.id, s.storage.conf.voters.map(nodeOfReplica));
-      s.confirmReads(rd);
-      s.raw.advance();
-      const lost = s.refill;
-      if (lost !== null && !s.raw.recovering && s.sm.appliedIndex >= lost.commit) {
-        s.refill = null;
-        this.#options.observer?.shardRefilled?.(s.id);
-      }
-      // A conf change applied by advance() may change the role, which wakes the group.
-      this.#trackSleep(s);
-      if (rd.hardState !== null) {
-        this.#options.observer?.raftState?.(s.id, rd.hardState.term, rd.hardState.commit);
-      }
-    } catch (err) {
-      this.#fail(err);
-    }
+  /** The group has input: marked for the next round (multi-raft-round.ts). */
+  #markDirty(s: ShardReplica): void {
+    this.#rounds.markDirty(s);
   }
 
   #fail(err: unknown): void {
@@ -1919,70 +599,11 @@ export class MultiRaft {
   }
 
   /**
-   * The maintenance pass, run every second: compacts WAL entries already in SSTables (keeping
-   * what members behind a leader still need, #retainedFrom) and flushes shards when the WAL
-   * holds too much. Public so that a test need not wait for the timer.
+   * The maintenance pass, run every second (multi-raft-maintenance.ts). Public so that a test
+   * need not wait for the timer.
    */
-  async maintain(): Promise<void> {
-    if (this.#maintaining || this.#closed || this.#failure !== undefined) return;
-    this.#maintaining = true;
-    try {
-      // An engine that failed in the background (a flush or compaction could not write) serves
-      // nothing more; the node must restart and recover it from its last durable state and the
-      // WAL, like any other storage failure.
-      for (const s of this.#shards.values()) {
-        if (s.sm.lsm.failure !== undefined) throw s.sm.lsm.failure;
-      }
-      if (this.#wal.isOverMemoryBudget()) {
-        // Flush the shards holding the most until what they hold covers the excess (at most
-        // 64 a pass): with writes spread over many shards, a few flushes a second would fall
-        // behind the intake and the log's memory would grow past its budget.
-        const stats = this.#wal.stats();
-        let excess = stats.memoryBytes - this.#wal.memoryBudgetBytes / 2;
-        const flushes: Promise<void>[] = [];
-        for (const { shard, bytes } of this.#wal.largestShards(64)) {
-          if (excess <= 0) break;
-          const s = this.#shards.get(shard);
-          if (s === undefined) continue;
-          flushes.push(s.sm.lsm.flush());
-          excess -= bytes;
-        }
-        await Promise.all(flushes);
-      }
-      const overBudget = this.#wal.isOverMemoryBudget();
-      for (const s of this.#shards.values()) {
-        // Never past the commit index: the WAL makes a compaction durable with everything
-        // appended before it, so the hard state recording that commit goes with it. (The
-        // engine may hold more than a restarted node's commit: a commit index moved alone is
-        // synced lazily, #needsSync.)
-        const flushed = Math.min(s.sm.lsm.flushedSeq, this.#wal.lastIndex(s.id), s.raw.commitIndex);
-        const upTo = overBudget ? flushed : this.#retainedFrom(s, flushed);
-        if (upTo >= this.#wal.firstIndex(s.id)) this.#wal.compact(s.id, upTo);
-      }
-    } catch (err) {
-      this.#fail(err);
-    } finally {
-      this.#maintaining = false;
-    }
-  }
-
-  /**
-   * How far a leader may compact its log, given `flushed` (what its engine holds durably): not
-   * past what its slowest member still needs, so a follower a little behind (restarted, slow)
-   * catches up from the log rather than by a whole snapshot; but never keeping more than
-   * RETAINED_ENTRIES beyond `flushed`'s reach, past which that member gets a snapshot. Followers
-   * send no entries, so they compact to `flushed`.
-   */
-  #retainedFrom(s: ShardReplica, flushed: number): number {
-    if (s.raw.role !== "leader") return flushed;
-    const conf = s.storage.conf;
-    let needed = flushed;
-    for (const member of [...conf.voters, ...conf.learners]) {
-      if (member === this.replicaId) continue;
-      const match = s.raw.matchOf(member);
-      if (match !== null) needed = Math.min(needed, match);
-    }
-    return Math.max(needed, flushed - RETAINED_ENTRIES);
+  maintain(): Promise<void> {
+    return this.#maintenance.maintain();
   }
 
   // ── shards ──────────────────────────────────────────────────────────────────────────────────
@@ -2312,23 +933,4 @@ async function shardDirs(fs: FileSystem, dataDir: string): Promise<number[]> {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-}
-
-/** Merges per-shard key-ordered lists into one key-ordered list. */
-function mergeSorted(lists: StoredItem[][]): StoredItem[] {
-  const all = lists.flat();
-  all.sort((a, b) => Buffer.compare(a.key, b.key));
-  return all;
-}
-
-/** Queues `message` of group `shard` for its destination node in `box` (a round's outgoing). */
-function addTo(box: Map<NodeId, ShardMessage[]>, shard: number, message: Message): void {
-  let list = box.get(message.to);
-  if (list === undefined) box.set(message.to, (list = []));
-  list.push({ shard, message });
-}
-
-/** The node of a group's leader (NotLeaderError and the observers name nodes, not replicas). */
-function leaderNode(lead: string | null | undefined): NodeId | null {
-  return lead === null || lead === undefined ? null : nodeId(nodeOfReplica(lead));
 }

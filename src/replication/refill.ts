@@ -23,7 +23,7 @@
  *     it does not campaign, votes only for candidates at least as up to date as the lost log (as
  *     it would still holding it), and its refusals tell the leader to forget what it counted
  *     from the lost log and refill it, by log or by snapshot. With no leader it asks the shard's
- *     replicas to wake theirs (MultiRaft#askToRefill): an idle group's leader sleeps. It votes,
+ *     replicas to wake theirs (RoundLoop#askToRefill): an idle group's leader sleeps. It votes,
  *     rather than refusing every vote, so that with the leader gone the two other replicas can
  *     still elect one of them when that one holds what was lost (refusing all would leave a
  *     three-replica group no quorum with one more replica down).

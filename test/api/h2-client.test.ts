@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import http2, { type Http2Server, type Http2Session, type ServerHttp2Stream } from "node:http2";
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { connect, createServer, type Server } from "node:net";
 import { after, before, describe, it } from "node:test";
 import {
   ClientConnection,
@@ -18,15 +18,7 @@ import {
 import { ErrorCode } from "../../src/api/h2/connection.ts";
 import { encodeHeaders, type HeaderList } from "../../src/api/h2/hpack.ts";
 import { freePort } from "../support/cluster-process.ts";
-import {
-  dataBytes,
-  type Frame,
-  parseFrames,
-  PREFACE,
-  rawFrame,
-  setting,
-  u32,
-} from "./h2-frames.ts";
+import { frame, type RawFrame, RawH2Client, settings, u32 } from "../support/h2-raw.ts";
 
 const { NGHTTP2_INTERNAL_ERROR, NGHTTP2_REFUSED_STREAM } = http2.constants;
 
@@ -336,7 +328,7 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
         raw.frames.filter((x) => x.type === 0x1).map((x) => x.streamId),
         [1, 3, 5],
       );
-      raw.send(rawFrame(0x7, 0, 0, Buffer.concat([u32(3), u32(0)]))); // GOAWAY, last stream 3
+      raw.send(frame(0x7, 0, 0, Buffer.concat([u32(3), u32(0)]))); // GOAWAY, last stream 3
       const [third, fourth] = await Promise.all([
         (streams[2] as { outcome: Promise<Outcome> }).outcome,
         (streams[3] as { outcome: Promise<Outcome> }).outcome,
@@ -349,9 +341,9 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
       // Streams 1 and 3 finish; then the client ends the socket.
       for (const id of [1, 3]) {
         raw.send(
-          rawFrame(0x1, 0x4, id, encodeHeaders([[":status", "200"]])),
-          rawFrame(0x0, 0, id, Buffer.from(`answer ${id}`)),
-          rawFrame(0x1, 0x5, id, encodeHeaders([["x-done", "1"]])),
+          frame(0x1, 0x4, id, encodeHeaders([[":status", "200"]])),
+          frame(0x0, 0, id, Buffer.from(`answer ${id}`)),
+          frame(0x1, 0x5, id, encodeHeaders([["x-done", "1"]])),
         );
       }
       const [first, second] = await Promise.all([
@@ -361,7 +353,7 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
       assert.equal(first.end, "complete");
       assert.equal(first.body.toString(), "answer 1");
       assert.equal(header(second.trailers, "x-done"), "1");
-      await raw.ended;
+      await raw.ended();
       assert.ok(!raw.frames.some((x) => x.type === 0x1 && x.streamId > 5), "no stream after it");
     } finally {
       c.connection.destroy();
@@ -376,7 +368,7 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
       const s = exchange(c.connection, Buffer.from("x"));
       const raw = await peer.accepted;
       await raw.until((f) => f.some((x) => x.type === 0x1), "the HEADERS");
-      raw.send(rawFrame(0x7, 0, 0, Buffer.concat([u32(1), u32(ErrorCode.INTERNAL_ERROR)])));
+      raw.send(frame(0x7, 0, 0, Buffer.concat([u32(1), u32(ErrorCode.INTERNAL_ERROR)])));
       await c.goaway;
       raw.socket.destroy();
       const o = await s.outcome;
@@ -420,34 +412,31 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
     try {
       const s = exchange(c.connection, Buffer.alloc(100_000, 1));
       const raw = await peer.accepted;
-      await raw.until((f) => dataBytes(f, 1) === 65_535, "a connection window of DATA");
+      await raw.until(() => raw.dataBytes(1) === 65_535, "a connection window of DATA");
       // Nothing more leaves without credit: a PING's answer comes after everything sent before.
-      raw.send(rawFrame(0x6, 0, 0, Buffer.alloc(8)));
+      raw.send(frame(0x6, 0, 0, Buffer.alloc(8)));
       await raw.until((f) => f.some((x) => x.type === 0x6 && x.flags === 1), "the PING's answer");
-      assert.equal(dataBytes(raw.frames, 1), 65_535);
+      assert.equal(raw.dataBytes(1), 65_535);
       const sizes = raw.frames.filter((x) => x.type === 0x0).map((x) => x.payload.length);
       assert.equal(Math.max(...sizes), 20_000);
-      raw.send(rawFrame(0x8, 0, 0, u32(100_000)));
+      raw.send(frame(0x8, 0, 0, u32(100_000)));
       await raw.until(
         (f) => f.some((x) => x.type === 0x0 && (x.flags & 0x1) !== 0),
         "the END_STREAM",
       );
-      assert.equal(dataBytes(raw.frames, 1), 100_000);
+      assert.equal(raw.dataBytes(1), 100_000);
 
       // The response: 10,000 bytes earn no credit yet (a quarter of the connection window is
       // 16,384, half the stream's 32,768); 40,000 do, on both.
-      raw.send(rawFrame(0x1, 0x4, 1, encodeHeaders([[":status", "200"]])));
-      raw.send(rawFrame(0x0, 0, 1, Buffer.alloc(10_000)), rawFrame(0x6, 0, 0, Buffer.alloc(8)));
+      raw.send(frame(0x1, 0x4, 1, encodeHeaders([[":status", "200"]])));
+      raw.send(frame(0x0, 0, 1, Buffer.alloc(10_000)), frame(0x6, 0, 0, Buffer.alloc(8)));
       await raw.until(
         (f) => f.filter((x) => x.type === 0x6).length === 2,
         "the second PING's answer",
       );
       assert.ok(!raw.frames.some((x) => x.type === 0x8), "no WINDOW_UPDATE for 10,000 bytes");
-      raw.send(
-        rawFrame(0x0, 0, 1, Buffer.alloc(16_000)),
-        rawFrame(0x0, 0, 1, Buffer.alloc(14_000)),
-      );
-      raw.send(rawFrame(0x6, 0, 0, Buffer.alloc(8)));
+      raw.send(frame(0x0, 0, 1, Buffer.alloc(16_000)), frame(0x0, 0, 1, Buffer.alloc(14_000)));
+      raw.send(frame(0x6, 0, 0, Buffer.alloc(8)));
       await raw.until(
         (f) => f.filter((x) => x.type === 0x6).length === 3,
         "the third PING's answer",
@@ -458,7 +447,7 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
         [0, 1],
         "one WINDOW_UPDATE each for the connection and the stream",
       );
-      raw.send(rawFrame(0x1, 0x5, 1, encodeHeaders([["x-done", "1"]])));
+      raw.send(frame(0x1, 0x5, 1, encodeHeaders([["x-done", "1"]])));
       const o = await s.outcome;
       assert.equal(o.end, "complete");
       assert.equal(o.body.length, 40_000);
@@ -478,13 +467,13 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
       await raw.until((f) => f.filter((x) => x.type === 0x1).length === 2, "both HEADERS");
       const ok = encodeHeaders([[":status", "200"]]);
       raw.send(
-        rawFrame(0x1, 0x4, 1, ok),
-        rawFrame(0x0, 0, 1, Buffer.from("partial")),
-        rawFrame(0x3, 0, 1, u32(ErrorCode.CANCEL)),
+        frame(0x1, 0x4, 1, ok),
+        frame(0x0, 0, 1, Buffer.from("partial")),
+        frame(0x3, 0, 1, u32(ErrorCode.CANCEL)),
         // An answer complete before its RST_STREAM (NO_ERROR, RFC 9113 §8.1) is complete.
-        rawFrame(0x1, 0x4, 3, ok),
-        rawFrame(0x0, 0x1, 3, Buffer.from("whole")),
-        rawFrame(0x3, 0, 3, u32(ErrorCode.NO_ERROR)),
+        frame(0x1, 0x4, 3, ok),
+        frame(0x0, 0x1, 3, Buffer.from("whole")),
+        frame(0x3, 0, 3, u32(ErrorCode.NO_ERROR)),
       );
       const [a, b] = await Promise.all([first.outcome, second.outcome]);
       assert.equal(a.end, "reset");
@@ -506,11 +495,11 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
       const s = exchange(c.connection, Buffer.from("x"));
       const raw = await peer.accepted;
       await raw.until((f) => f.some((x) => x.type === 0x1), "the HEADERS");
-      raw.send(rawFrame(0x0, 0, 7, Buffer.from("x"))); // DATA on a stream never opened
+      raw.send(frame(0x0, 0, 7, Buffer.from("x"))); // DATA on a stream never opened
       await raw.until((f) => f.some((x) => x.type === 0x7), "the client's GOAWAY");
-      const goaway = raw.frames.find((x) => x.type === 0x7) as Frame;
+      const goaway = raw.frames.find((x) => x.type === 0x7) as RawFrame;
       assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.PROTOCOL_ERROR);
-      await raw.ended;
+      await raw.ended();
       raw.socket.destroy();
       assert.equal((await s.outcome).end, "lost");
       await c.closed;
@@ -523,66 +512,19 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
 
 // ── raw frames ─────────────────────────────────────────────────────────────────────────────
 
-/** The server end of one connection: the client's frames, with waits on what has arrived. */
-class RawPeer {
-  readonly socket: Socket;
-  readonly frames: Frame[] = [];
-  readonly ended: Promise<true>;
-  #rest = Buffer.alloc(0);
-  #prefaceSeen = false;
-  #waiter: (() => void) | null = null;
-  #closed = false;
-
-  constructor(socket: Socket, settings: [number, number][]) {
-    this.socket = socket;
-    const ended = Promise.withResolvers<true>();
-    this.ended = ended.promise;
-    socket.on("error", () => undefined);
-    socket.on("data", (chunk: Buffer) => {
-      let data = Buffer.concat([this.#rest, chunk]);
-      if (!this.#prefaceSeen) {
-        if (data.length < PREFACE.length) {
-          this.#rest = data;
-          return;
-        }
-        this.#prefaceSeen = true;
-        data = data.subarray(PREFACE.length);
-      }
-      const { frames, rest } = parseFrames(data);
-      for (const f of frames) this.frames.push({ ...f, payload: Buffer.from(f.payload) });
-      this.#rest = Buffer.from(rest);
-      this.#waiter?.();
-    });
-    socket.on("end", () => ended.resolve(true));
-    socket.on("close", () => {
-      this.#closed = true;
-      ended.resolve(true);
-      this.#waiter?.();
-    });
-    this.send(
-      rawFrame(0x4, 0, 0, Buffer.concat(settings.map(([id, value]) => setting(id, value)))),
-    );
-  }
-
-  send(...bufs: Buffer[]): void {
-    this.socket.write(Buffer.concat(bufs));
-  }
-
-  /** Resolves once `cond` holds on the frames received (each arrival re-checks it). */
-  async until(cond: (frames: Frame[]) => boolean, what: string): Promise<void> {
-    while (!cond(this.frames)) {
-      if (this.#closed) assert.fail(`the connection closed before ${what}`);
-      await new Promise<void>((resolve) => (this.#waiter = resolve));
-    }
-  }
-}
-
-/** A plain TCP server whose first connection is a RawPeer sending `settings`. */
+/**
+ * A plain TCP server whose first connection is a raw peer (the server's end: the client's frames,
+ * with waits on what has arrived) that sends SETTINGS of `pairs` and nothing of its own accord.
+ */
 async function rawServer(
-  settings: [number, number][],
-): Promise<{ server: Server; port: number; accepted: Promise<RawPeer> }> {
-  const accepted = Promise.withResolvers<RawPeer>();
-  const server = createServer((socket) => accepted.resolve(new RawPeer(socket, settings)));
+  pairs: [number, number][],
+): Promise<{ server: Server; port: number; accepted: Promise<RawH2Client> }> {
+  const accepted = Promise.withResolvers<RawH2Client>();
+  const server = createServer((socket) => {
+    const peer = RawH2Client.accept(socket);
+    peer.send(frame(0x4, 0, 0, settings(...pairs)));
+    accepted.resolve(peer);
+  });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();
   assert.ok(address !== null && typeof address === "object");

@@ -4,19 +4,19 @@
  */
 import assert from "node:assert/strict";
 import http2, { type ClientHttp2Session, type IncomingHttpHeaders } from "node:http2";
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { createServer, type Server } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { ErrorCode, ServerConnection, type ServerStream } from "../../src/api/h2/connection.ts";
 import { encodeHeaders } from "../../src/api/h2/hpack.ts";
 import {
-  dataBytes,
-  type Frame,
-  parseFrames,
+  frame,
   PREFACE,
-  rawFrame,
-  setting,
+  type RawClientOptions,
+  type RawFrame,
+  RawH2Client,
+  settings,
   u32,
-} from "./h2-frames.ts";
+} from "../support/h2-raw.ts";
 
 /** A server whose streams are handled by `onStream`; it records how each stream closed. */
 async function serve(
@@ -228,32 +228,32 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
 
   it("sends no more DATA than the client's windows allow, and the rest on WINDOW_UPDATE", async () => {
     const { server, port } = await serve(echo);
-    const client = new RawClient(port);
+    const client = new RawH2Client(port, RAW);
     try {
       // The client's stream window is 100 bytes; the connection's is the default 65,535.
-      client.send(PREFACE, rawFrame(0x4, 0, 0, setting(0x4, 100)));
+      client.send(PREFACE, frame(0x4, 0, 0, settings([0x4, 100])));
       const headers = encodeHeaders([
         [":method", "POST"],
         [":scheme", "http"],
         [":path", "/echo"],
         [":authority", "x"],
       ]);
-      client.send(rawFrame(0x1, 0x4, 1, headers), rawFrame(0x0, 0x1, 1, Buffer.alloc(1000, 7)));
-      await client.until((f) => dataBytes(f, 1) >= 100, "the first 100 bytes");
+      client.send(frame(0x1, 0x4, 1, headers), frame(0x0, 0x1, 1, Buffer.alloc(1000, 7)));
+      await client.until(() => client.dataBytes(1) >= 100, "the first 100 bytes");
       // Nothing more arrives within the window: the next frames the server sends are answers to
       // a PING, proof that it has processed everything before it.
-      client.send(rawFrame(0x6, 0, 0, Buffer.alloc(8)));
+      client.send(frame(0x6, 0, 0, Buffer.alloc(8)));
       await client.until((f) => f.some((x) => x.type === 0x6), "the PING's answer");
-      assert.equal(dataBytes(client.frames, 1), 100);
+      assert.equal(client.dataBytes(1), 100);
       assert.ok(!client.frames.some((x) => x.type === 0x1 && (x.flags & 0x1) !== 0), "no trailers");
-      client.send(rawFrame(0x8, 0, 1, u32(900)));
+      client.send(frame(0x8, 0, 1, u32(900)));
       await client.until(
         (f) => f.some((x) => x.type === 0x1 && x.streamId === 1 && (x.flags & 0x1) !== 0),
         "the trailers",
       );
-      assert.equal(dataBytes(client.frames, 1), 1000);
+      assert.equal(client.dataBytes(1), 1000);
     } finally {
-      client.close();
+      client.destroy();
       server.close();
     }
   });
@@ -263,24 +263,24 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     const { server, port } = await serve((stream) => {
       stream.sendHeaders(encodeHeaders([[":status", "200"]]), true); // before the request ends
     });
-    const client = new RawClient(port);
+    const client = new RawH2Client(port, RAW);
     try {
-      client.send(PREFACE, rawFrame(0x4, 0, 0, Buffer.alloc(0)));
+      client.send(PREFACE, frame(0x4, 0, 0, Buffer.alloc(0)));
       const headers = encodeHeaders([
         [":method", "POST"],
         [":scheme", "http"],
         [":path", "/x"],
         [":authority", "x"],
       ]);
-      client.send(rawFrame(0x1, 0x4, 1, headers));
+      client.send(frame(0x1, 0x4, 1, headers));
       await client.until(
         (f) => f.some((x) => x.type === 0x3 && x.streamId === 1),
         "the early answer's RST_STREAM",
       );
       client.send(
-        rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])),
-        rawFrame(0x0, 0x1, 1, Buffer.from("late")),
-        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+        frame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])),
+        frame(0x0, 0x1, 1, Buffer.from("late")),
+        frame(0x6, 0, 0, Buffer.alloc(8)),
       );
       await client.until(
         (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
@@ -288,7 +288,7 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
       );
       assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
     } finally {
-      client.close();
+      client.destroy();
       server.close();
     }
   });
@@ -296,10 +296,10 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
   it("resets a stream the client sends HEADERS on after it ended it (STREAM_CLOSED), and lives on", async () => {
     // RFC 9113 §5.1, half-closed (remote): a stream error STREAM_CLOSED.
     const { server, port } = await serve(() => undefined); // never answers: stays half-closed
-    const client = new RawClient(port);
+    const client = new RawH2Client(port, RAW);
     try {
-      client.send(PREFACE, rawFrame(0x4, 0, 0, Buffer.alloc(0)), rawFrame(0x1, 0x5, 1, REQUEST));
-      client.send(rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])));
+      client.send(PREFACE, frame(0x4, 0, 0, Buffer.alloc(0)), frame(0x1, 0x5, 1, REQUEST));
+      client.send(frame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "1"]])));
       await client.until(
         (f) => f.some((x) => x.type === 0x3 && x.streamId === 1),
         "the stream's RST_STREAM",
@@ -308,9 +308,9 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
       assert.equal(reset?.payload.readUInt32BE(0), ErrorCode.STREAM_CLOSED);
       // Trailers of a stream the client used are still ignored below the newest id.
       client.send(
-        rawFrame(0x1, 0x5, 3, REQUEST),
-        rawFrame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "2"]])),
-        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+        frame(0x1, 0x5, 3, REQUEST),
+        frame(0x1, 0x5, 1, encodeHeaders([["x-trailer", "2"]])),
+        frame(0x6, 0, 0, Buffer.alloc(8)),
       );
       await client.until(
         (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
@@ -318,7 +318,7 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
       );
       assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
     } finally {
-      client.close();
+      client.destroy();
       server.close();
     }
   });
@@ -331,7 +331,7 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
         stream.sendHeaders(encodeHeaders([[":status", "200"]]), true);
       };
     });
-    const client = new RawClient(port);
+    const client = new RawH2Client(port, RAW);
     const withLength = (n: string): Buffer =>
       encodeHeaders([
         [":method", "POST"],
@@ -342,21 +342,21 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     try {
       client.send(
         PREFACE,
-        rawFrame(0x4, 0, 0, Buffer.alloc(0)),
+        frame(0x4, 0, 0, Buffer.alloc(0)),
         // 1: pseudo-headers in trailers.
-        rawFrame(0x1, 0x4, 1, REQUEST),
-        rawFrame(0x0, 0, 1, Buffer.from("abc")),
-        rawFrame(0x1, 0x5, 1, encodeHeaders([[":path", "/y"]])),
+        frame(0x1, 0x4, 1, REQUEST),
+        frame(0x0, 0, 1, Buffer.from("abc")),
+        frame(0x1, 0x5, 1, encodeHeaders([[":path", "/y"]])),
         // 3: less DATA than announced; 5: more; 7: no DATA for 3 bytes; 9: exactly (served).
-        rawFrame(0x1, 0x4, 3, withLength("4")),
-        rawFrame(0x0, 0x1, 3, Buffer.from("abc")),
-        rawFrame(0x1, 0x4, 5, withLength("2")),
-        rawFrame(0x0, 0x1, 5, Buffer.from("abc")),
-        rawFrame(0x1, 0x5, 7, withLength("3")),
-        rawFrame(0x1, 0x4, 9, withLength("3")),
-        rawFrame(0x0, 0, 9, Buffer.from("ab")),
-        rawFrame(0x0, 0x1, 9, Buffer.from("c")),
-        rawFrame(0x6, 0, 0, Buffer.alloc(8)),
+        frame(0x1, 0x4, 3, withLength("4")),
+        frame(0x0, 0x1, 3, Buffer.from("abc")),
+        frame(0x1, 0x4, 5, withLength("2")),
+        frame(0x0, 0x1, 5, Buffer.from("abc")),
+        frame(0x1, 0x5, 7, withLength("3")),
+        frame(0x1, 0x4, 9, withLength("3")),
+        frame(0x0, 0, 9, Buffer.from("ab")),
+        frame(0x0, 0x1, 9, Buffer.from("c")),
+        frame(0x6, 0, 0, Buffer.alloc(8)),
       );
       await client.until(
         (f) => f.some((x) => x.type === 0x6 && (x.flags & 0x1) !== 0),
@@ -369,7 +369,7 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
       assert.deepEqual(served, [9]);
       assert.ok(!client.frames.some((x) => x.type === 0x7), "no GOAWAY");
     } finally {
-      client.close();
+      client.destroy();
       server.close();
     }
   });
@@ -377,37 +377,37 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
   it("ends the connection with GOAWAY on protocol errors", async () => {
     const { server, port } = await serve(echo);
     try {
-      const settings = rawFrame(0x4, 0, 0, Buffer.alloc(0));
+      const settings = frame(0x4, 0, 0, Buffer.alloc(0));
       const cases: [string, Buffer, number][] = [
         ["not HTTP/2", Buffer.from("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ErrorCode.PROTOCOL_ERROR],
         [
           "no SETTINGS first",
-          Buffer.concat([PREFACE, rawFrame(0x6, 0, 0, Buffer.alloc(8))]),
+          Buffer.concat([PREFACE, frame(0x6, 0, 0, Buffer.alloc(8))]),
           ErrorCode.PROTOCOL_ERROR,
         ],
         [
           "DATA on an idle stream",
-          Buffer.concat([PREFACE, settings, rawFrame(0x0, 0, 1, Buffer.from("x"))]),
+          Buffer.concat([PREFACE, settings, frame(0x0, 0, 1, Buffer.from("x"))]),
           ErrorCode.PROTOCOL_ERROR,
         ],
         [
           "a frame over 16 KiB",
-          Buffer.concat([PREFACE, settings, rawFrame(0x0, 0, 1, Buffer.alloc(20_000))]),
+          Buffer.concat([PREFACE, settings, frame(0x0, 0, 1, Buffer.alloc(20_000))]),
           ErrorCode.FRAME_SIZE_ERROR,
         ],
         [
           "an even stream id",
-          Buffer.concat([PREFACE, settings, rawFrame(0x1, 0x5, 2, Buffer.from([0x83, 0x84]))]),
+          Buffer.concat([PREFACE, settings, frame(0x1, 0x5, 2, Buffer.from([0x83, 0x84]))]),
           ErrorCode.PROTOCOL_ERROR,
         ],
         [
           "a bad header block",
-          Buffer.concat([PREFACE, settings, rawFrame(0x1, 0x5, 1, Buffer.from([0x80]))]),
+          Buffer.concat([PREFACE, settings, frame(0x1, 0x5, 1, Buffer.from([0x80]))]),
           ErrorCode.COMPRESSION_ERROR,
         ],
         [
           "a zero window increment",
-          Buffer.concat([PREFACE, settings, rawFrame(0x8, 0, 0, Buffer.alloc(4))]),
+          Buffer.concat([PREFACE, settings, frame(0x8, 0, 0, Buffer.alloc(4))]),
           ErrorCode.PROTOCOL_ERROR,
         ],
         [
@@ -416,8 +416,8 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
           Buffer.concat([
             PREFACE,
             settings,
-            rawFrame(0x1, 0x5, 5, REQUEST),
-            rawFrame(0x1, 0x5, 3, REQUEST),
+            frame(0x1, 0x5, 5, REQUEST),
+            frame(0x1, 0x5, 3, REQUEST),
           ]),
           ErrorCode.PROTOCOL_ERROR,
         ],
@@ -442,53 +442,13 @@ const REQUEST = encodeHeaders([
   [":authority", "x"],
 ]);
 
-/** A client that writes raw frames and collects the server's, with waits on what has arrived. */
-class RawClient {
-  readonly socket: Socket;
-  readonly frames: Frame[] = [];
-  #rest = Buffer.alloc(0);
-  #waiter: (() => void) | null = null;
-  #closed = false;
-
-  constructor(port: number) {
-    this.socket = connect(port, "127.0.0.1");
-    this.socket.on("error", () => undefined);
-    this.socket.on("data", (chunk: Buffer) => {
-      const { frames, rest } = parseFrames(Buffer.concat([this.#rest, chunk]));
-      this.#rest = Buffer.from(rest);
-      this.frames.push(...frames);
-      this.#waiter?.();
-    });
-    this.socket.on("close", () => {
-      this.#closed = true;
-      this.#waiter?.();
-    });
-  }
-
-  send(...bufs: Buffer[]): void {
-    this.socket.write(Buffer.concat(bufs));
-  }
-
-  /** Resolves once `cond` holds on the frames received (each arrival re-checks it). */
-  async until(cond: (frames: Frame[]) => boolean, what: string): Promise<void> {
-    while (!cond(this.frames)) {
-      if (this.#closed) assert.fail(`the connection closed before ${what}`);
-      await new Promise<void>((resolve) => (this.#waiter = resolve));
-    }
-  }
-
-  close(): void {
-    this.socket.destroy();
-  }
-}
+/** A client that writes every frame the server sees (no preface of its own) and sees its close. */
+const RAW: RawClientOptions = { passive: true, closeOnEnd: true };
 
 /** Sends `bytes`, reads until the server closes the socket, and parses the frames it sent. */
-async function exchange(port: number, bytes: Buffer): Promise<Frame[]> {
-  const socket: Socket = connect(port, "127.0.0.1");
-  const chunks: Buffer[] = [];
-  socket.on("data", (c: Buffer) => chunks.push(c));
-  socket.on("error", () => undefined);
-  socket.write(bytes);
-  await new Promise((resolve) => socket.on("close", resolve));
-  return parseFrames(Buffer.concat(chunks)).frames;
+async function exchange(port: number, bytes: Buffer): Promise<readonly RawFrame[]> {
+  const client = new RawH2Client(port, RAW);
+  client.send(bytes);
+  await client.whenClosed;
+  return client.frames;
 }

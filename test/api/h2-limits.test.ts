@@ -8,25 +8,36 @@ import http2 from "node:http2";
 import { type AddressInfo, connect, createServer } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
+import { status } from "@grpc/grpc-js";
 import { ServerConnection } from "../../src/api/h2/connection.ts";
-import { encodeHeaders } from "../../src/api/h2/hpack.ts";
-import { PREFACE, rawFrame, u32 } from "./h2-frames.ts";
 import {
-  type Decoded,
+  E,
+  encodeBlock,
+  F,
+  frame,
   grpcMessage,
-  header,
+  grpcRequest,
+  headerValue,
+  PREFACE,
+  type RawClientOptions,
+  type RawFrame,
+  RawH2Client,
+  requestFrames,
+  T,
+  u32,
+  unaryCall,
+} from "../support/h2-raw.ts";
+import {
   PEER_UNARY,
-  RawClient,
-  requestBlock,
   startFrontEnd,
-  status,
   STREAMING,
   type TestFrontEnd,
   UNARY,
-  unaryCall,
 } from "./h2-limits-support.ts";
 
 const BODY = Buffer.from("hello");
+/** The client writes every frame the front end sees, and sees its close at once. */
+const PASSIVE: RawClientOptions = { passive: true, closeOnEnd: true };
 
 describe("front end: a request's metadata never ends the process", { timeout: 30_000 }, () => {
   for (const ioThreads of [0, 1]) {
@@ -38,7 +49,7 @@ describe("front end: a request's metadata never ends the process", { timeout: 30
       after(() => fe.close());
 
       it("serves a call whose metadata grpc-js refuses (a non-ASCII byte, a TAB), without the pair", async () => {
-        const client = await RawClient.open(fe.port);
+        const client = await RawH2Client.open(fe.port, PASSIVE);
         try {
           const bad: [string, string][] = [
             ["x-user", "caf\u00e9"],
@@ -46,10 +57,8 @@ describe("front end: a request's metadata never ends the process", { timeout: 30
           ];
           for (const [i, pair] of bad.entries()) {
             const id = 1 + 2 * i;
-            client.send(
-              unaryCall(id, requestBlock(UNARY, [pair, ["x-ok", "yes"]]), grpcMessage(BODY)),
-            );
-            const outcome = await client.outcome(id);
+            client.send(unaryCall(id, UNARY, BODY, [pair, ["x-ok", "yes"]]));
+            const outcome = await client.grpcOutcome(id);
             assert.equal(outcome.grpcStatus, status.OK, `${pair[0]}: ${JSON.stringify(outcome)}`);
           }
           const seen = fe.seen.calls.slice(-2);
@@ -59,12 +68,12 @@ describe("front end: a request's metadata never ends the process", { timeout: 30
             assert.equal(call.metadata["x-tab"], undefined);
           }
         } finally {
-          client.close();
+          client.destroy();
         }
       });
 
       it("resets a stream whose header names or values HTTP/2 calls malformed (upper case, a space, empty, CR/LF/NUL)", async () => {
-        const client = await RawClient.open(fe.port);
+        const client = await RawH2Client.open(fe.port, PASSIVE);
         try {
           const bad: [string, string][] = [
             ["X-User", "a"],
@@ -76,29 +85,20 @@ describe("front end: a request's metadata never ends the process", { timeout: 30
           ];
           for (const [i, pair] of bad.entries()) {
             const id = 1 + 2 * i;
-            client.send(unaryCall(id, requestBlock(UNARY, [pair]), grpcMessage(BODY)));
-            const outcome = await client.outcome(id);
+            client.send(unaryCall(id, UNARY, BODY, [pair]));
+            const outcome = await client.grpcOutcome(id);
             assert.equal(outcome.reset, 0x1, `${JSON.stringify(pair)}: ${JSON.stringify(outcome)}`);
           }
           // The connection still serves.
-          client.send(unaryCall(99, requestBlock(UNARY), grpcMessage(BODY)));
-          assert.equal((await client.outcome(99)).grpcStatus, status.OK);
+          client.send(unaryCall(99, UNARY, BODY));
+          assert.equal((await client.grpcOutcome(99)).grpcStatus, status.OK);
         } finally {
-          client.close();
+          client.destroy();
         }
       });
     });
   }
 });
-
-const HEADERS = 0x1;
-const RST_STREAM = 0x3;
-const SETTINGS = 0x4;
-const PING = 0x6;
-const CONTINUATION = 0x9;
-const END_HEADERS = 0x4;
-const ENHANCE_YOUR_CALM = 0xb;
-const PROTOCOL_ERROR = 0x1;
 
 describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => {
   let fe: TestFrontEnd;
@@ -111,10 +111,10 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
   after(() => fe.close());
 
   it("ends a header block of endless empty CONTINUATIONs at once (GOAWAY ENHANCE_YOUR_CALM), and closes the socket", async () => {
-    const client = await RawClient.open(fe.port);
-    const block = requestBlock(UNARY);
-    client.send(rawFrame(HEADERS, 0, 1, block));
-    const empty = rawFrame(CONTINUATION, 0, 1, Buffer.alloc(0));
+    const client = await RawH2Client.open(fe.port, PASSIVE);
+    const block = encodeBlock(grpcRequest(UNARY));
+    client.send(frame(T.HEADERS, 0, 1, block));
+    const empty = frame(T.CONTINUATION, 0, 1, Buffer.alloc(0));
     // Keep sending while the server reads: it must stop reading and close within its grace.
     let sent = 0;
     while (!client.closed && sent < 200_000) {
@@ -123,45 +123,45 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
       if (!ok) await new Promise((resolve) => setTimeout(resolve, 1));
       else await new Promise((resolve) => setImmediate(resolve));
     }
-    assert.equal(await client.goAwayCode(), ENHANCE_YOUR_CALM);
-    await client.closedPromise;
+    assert.equal(await client.goAwayCode(), E.ENHANCE_YOUR_CALM);
+    await client.whenClosed;
     assert.ok(sent < 200_000, `the server read ${sent} CONTINUATIONs without closing`);
   });
 
   it("never runs a call whose stream is reset in the read that completed it", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const before = fe.seen.calls.length;
       const frames: Buffer[] = [];
       for (let i = 0; i < 40; i++) {
         const id = 1 + 2 * i;
-        frames.push(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
-        frames.push(rawFrame(RST_STREAM, 0, id, u32(0x8)));
+        frames.push(unaryCall(id, UNARY, BODY));
+        frames.push(frame(T.RST_STREAM, 0, id, u32(0x8)));
       }
-      frames.push(unaryCall(101, requestBlock(UNARY), grpcMessage(BODY)));
+      frames.push(unaryCall(101, UNARY, BODY));
       client.send(Buffer.concat(frames));
-      assert.equal((await client.outcome(101)).grpcStatus, status.OK);
+      assert.equal((await client.grpcOutcome(101)).grpcStatus, status.OK);
       assert.equal(fe.seen.calls.length - before, 1, "only the call not reset ran");
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("ends a Rapid Reset (HEADERS, DATA, RST_STREAM, again and again) with GOAWAY ENHANCE_YOUR_CALM", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     const frames: Buffer[] = [];
     for (let i = 0; i < 1000; i++) {
       const id = 1 + 2 * i;
-      frames.push(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
-      frames.push(rawFrame(RST_STREAM, 0, id, u32(0x8)));
+      frames.push(unaryCall(id, UNARY, BODY));
+      frames.push(frame(T.RST_STREAM, 0, id, u32(0x8)));
     }
     client.send(Buffer.concat(frames));
-    assert.equal(await client.goAwayCode(), ENHANCE_YOUR_CALM);
-    await client.closedPromise;
+    assert.equal(await client.goAwayCode(), E.ENHANCE_YOUR_CALM);
+    await client.whenClosed;
   });
 
   it("resets malformed requests (RFC 9113 §8.2–8.3) and a method other than POST, PROTOCOL_ERROR", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const base: [string, string][] = [
         [":method", "POST"],
@@ -193,97 +193,99 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
       ];
       for (const [i, [what, fields]] of cases.entries()) {
         const id = 1 + 2 * i;
-        client.send(unaryCall(id, encodeHeaders(fields), grpcMessage(BODY)));
-        assert.deepEqual(await client.outcome(id), { reset: PROTOCOL_ERROR }, what);
+        client.send(requestFrames(id, fields, grpcMessage(BODY)));
+        assert.deepEqual(await client.grpcOutcome(id), { reset: E.PROTOCOL_ERROR }, what);
       }
-      client.send(unaryCall(201, requestBlock(UNARY), grpcMessage(BODY)));
-      assert.equal((await client.outcome(201)).grpcStatus, status.OK);
+      client.send(unaryCall(201, UNARY, BODY));
+      assert.equal((await client.grpcOutcome(201)).grpcStatus, status.OK);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("refuses a malformed grpc-timeout (INTERNAL, as grpc-js does) rather than run the call without a deadline", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const before = fe.seen.calls.length;
-      client.send(unaryCall(1, requestBlock(UNARY, [["grpc-timeout", "10x"]]), grpcMessage(BODY)));
-      const outcome = await client.outcome(1);
+      client.send(unaryCall(1, UNARY, BODY, [["grpc-timeout", "10x"]]));
+      const outcome = await client.grpcOutcome(1);
       assert.equal(outcome.grpcStatus, status.INTERNAL);
       assert.equal(outcome.message, 'Invalid grpc-timeout value "10x"');
       assert.equal(fe.seen.calls.length, before);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("bounds a client's message by the client limit, a peer method's by the peers' limit", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const big = grpcMessage(Buffer.alloc(4096, 1));
-      client.send(unaryCall(1, requestBlock(UNARY), big));
-      assert.equal((await client.outcome(1)).grpcStatus, status.RESOURCE_EXHAUSTED);
-      client.send(unaryCall(3, requestBlock(PEER_UNARY, [["cairn-peer", "node-2"]]), big));
-      assert.equal((await client.outcome(3)).grpcStatus, status.OK);
+      client.send(requestFrames(1, grpcRequest(UNARY), big));
+      assert.equal((await client.grpcOutcome(1)).grpcStatus, status.RESOURCE_EXHAUSTED);
+      client.send(requestFrames(3, grpcRequest(PEER_UNARY, [["cairn-peer", "node-2"]]), big));
+      assert.equal((await client.grpcOutcome(3)).grpcStatus, status.OK);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("holds a proxied streaming call's message to the client limit, not the peers' (RESOURCE_EXHAUSTED)", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       // The prefix announces 64 KiB (over the client limit of 1 KiB, under the peers' 1 MiB).
       const prefix = Buffer.from([0, 0, 1, 0, 0]);
-      client.send(unaryCall(1, requestBlock(STREAMING), Buffer.concat([prefix, Buffer.alloc(64)])));
-      const outcome = await client.outcome(1);
+      client.send(
+        requestFrames(1, grpcRequest(STREAMING), Buffer.concat([prefix, Buffer.alloc(64)])),
+      );
+      const outcome = await client.grpcOutcome(1);
       assert.equal(outcome.grpcStatus, status.RESOURCE_EXHAUSTED);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("refuses the peers' methods to a call that names no node (PERMISSION_DENIED)", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const before = fe.seen.calls.length;
-      client.send(unaryCall(1, requestBlock(PEER_UNARY), grpcMessage(BODY)));
-      const outcome = await client.outcome(1);
+      client.send(unaryCall(1, PEER_UNARY, BODY));
+      const outcome = await client.grpcOutcome(1);
       assert.equal(outcome.grpcStatus, status.PERMISSION_DENIED, JSON.stringify(outcome));
       assert.match(outcome.message ?? "", /cluster's nodes only/);
       assert.equal(fe.seen.calls.length, before);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("inflates a compressed message within the method's limit, off this thread; a zip bomb gets RESOURCE_EXHAUSTED", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const gzip = [["grpc-encoding", "gzip"]] as [string, string][];
-      client.send(unaryCall(1, requestBlock(UNARY, gzip), grpcMessage(gzipSync(BODY), true)));
-      assert.equal((await client.outcome(1)).grpcStatus, status.OK);
+      client.send(requestFrames(1, grpcRequest(UNARY, gzip), grpcMessage(gzipSync(BODY), true)));
+      assert.equal((await client.grpcOutcome(1)).grpcStatus, status.OK);
       assert.deepEqual(fe.seen.calls.at(-1)?.request, BODY);
       const bomb = gzipSync(Buffer.alloc(4 << 20));
       assert.ok(bomb.length < 5000);
-      client.send(unaryCall(3, requestBlock(UNARY, gzip), grpcMessage(bomb, true)));
-      assert.equal((await client.outcome(3)).grpcStatus, status.RESOURCE_EXHAUSTED);
+      client.send(requestFrames(3, grpcRequest(UNARY, gzip), grpcMessage(bomb, true)));
+      assert.equal((await client.grpcOutcome(3)).grpcStatus, status.RESOURCE_EXHAUSTED);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
   it("offers SETTINGS_MAX_CONCURRENT_STREAMS 1000 and refuses the stream past it", async () => {
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
-      const settings = await client.frame(SETTINGS, 0);
+      const settings = await client.received(T.SETTINGS, 0);
       let max = -1;
       for (let at = 0; at < settings.payload.length; at += 6) {
         if (settings.payload.readUInt16BE(at) === 0x3) max = settings.payload.readUInt32BE(at + 2);
       }
       assert.equal(max, 1000);
     } finally {
-      client.close();
+      client.destroy();
     }
   });
 
@@ -292,20 +294,20 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
       hold: true,
       limits: { maxConcurrentStreams: 10, maxResetsPerSecond: 100, goAwayGraceMs: 200 },
     });
-    const client = await RawClient.open(limited.port);
+    const client = await RawH2Client.open(limited.port, PASSIVE);
     try {
       // Requests that never end hold their streams open; every one past the tenth is refused.
       const frames: Buffer[] = [];
       for (let i = 0; i < 1000; i++) {
-        frames.push(rawFrame(HEADERS, END_HEADERS, 1 + 2 * i, requestBlock(UNARY)));
+        frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, encodeBlock(grpcRequest(UNARY))));
       }
       client.send(Buffer.concat(frames));
-      assert.equal(await client.goAwayCode(), ENHANCE_YOUR_CALM);
-      await client.closedPromise;
-      const refused = client.frames.filter((f) => f.type === RST_STREAM).length;
+      assert.equal(await client.goAwayCode(), E.ENHANCE_YOUR_CALM);
+      await client.whenClosed;
+      const refused = client.frames.filter((f) => f.type === T.RST_STREAM).length;
       assert.ok(refused <= 101, `${refused} streams refused before the GOAWAY`);
     } finally {
-      client.close();
+      client.destroy();
       await limited.close();
     }
   });
@@ -340,18 +342,18 @@ describe("front end: timeouts and a client that does not read", { timeout: 60_00
   });
 
   it("ends an idle connection (no stream open) with GOAWAY NO_ERROR", async () => {
-    const client = await RawClient.open(fe.port);
-    client.send(unaryCall(1, requestBlock(UNARY), grpcMessage(BODY)));
-    assert.equal((await client.outcome(1)).grpcStatus, status.OK);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
+    client.send(unaryCall(1, UNARY, BODY));
+    assert.equal((await client.grpcOutcome(1)).grpcStatus, status.OK);
     const start = Date.now();
     assert.equal(await client.goAwayCode(), 0);
-    await client.closedPromise;
+    await client.whenClosed;
     assert.ok(Date.now() - start < 3000, "closed after the idle timeout, not at shutdown");
   });
 
   it("stops reading a client that floods PINGs and never reads, and closes it", async () => {
-    const client = await RawClient.open(fe.port, false);
-    const ping = rawFrame(PING, 0, 0, Buffer.alloc(8));
+    const client = await RawH2Client.open(fe.port, { ...PASSIVE, neverRead: true });
+    const ping = frame(T.PING, 0, 0, Buffer.alloc(8));
     const burst = Buffer.concat(Array.from({ length: 4096 }, () => ping));
     let written = 0;
     while (!client.closed && written < 1 << 30) {
@@ -375,31 +377,31 @@ describe("front end: timeouts and a client that does not read", { timeout: 60_00
 describe("front end: SETTINGS cost the same whatever is open", { timeout: 120_000 }, () => {
   it("acknowledges SETTINGS quickly on a connection with 20,000 open streams", async () => {
     const fe = await startFrontEnd({ hold: true, limits: { maxConcurrentStreams: 100_000 } });
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const frames: Buffer[] = [];
-      const block = requestBlock(UNARY);
+      const block = encodeBlock(grpcRequest(UNARY));
       for (let i = 0; i < 20_000; i++)
-        frames.push(rawFrame(HEADERS, END_HEADERS, 1 + 2 * i, block));
+        frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, block));
       client.send(Buffer.concat(frames));
       // A PING after them: its ACK says every stream is open.
-      client.send(rawFrame(PING, 0, 0, Buffer.alloc(8, 7)));
+      client.send(frame(T.PING, 0, 0, Buffer.alloc(8, 7)));
       await client.until(
-        (fs) => fs.some((f) => f.type === PING && (f.flags & 0x1) !== 0),
+        (fs) => fs.some((f) => f.type === T.PING && (f.flags & 0x1) !== 0),
         "the PING's ACK",
       );
-      const settings = rawFrame(SETTINGS, 0, 0, Buffer.from([0, 0x3, 0, 0, 0, 100]));
+      const settings = frame(T.SETTINGS, 0, 0, Buffer.from([0, 0x3, 0, 0, 0, 100]));
       const start = performance.now();
       client.send(Buffer.concat(Array.from({ length: 1000 }, () => settings)));
       await client.until(
-        (fs) => fs.filter((f) => f.type === SETTINGS && (f.flags & 0x1) !== 0).length >= 1001,
+        (fs) => fs.filter((f) => f.type === T.SETTINGS && (f.flags & 0x1) !== 0).length >= 1001,
         "1000 SETTINGS ACKs",
       );
       const ms = performance.now() - start;
       // Walking 20,000 streams per frame took ~2 s for 500 frames here; without, a few ms.
       assert.ok(ms < 1000, `1000 SETTINGS frames took ${ms.toFixed(0)} ms`);
     } finally {
-      client.close();
+      client.destroy();
       await fe.close();
     }
   });
@@ -420,10 +422,10 @@ describe("h2 connection: what its owner throws ends that connection, not the pro
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const port = (server.address() as AddressInfo).port;
     try {
-      const client = await RawClient.open(port);
-      client.send(unaryCall(1, requestBlock(UNARY), grpcMessage(BODY)));
+      const client = await RawH2Client.open(port, PASSIVE);
+      client.send(unaryCall(1, UNARY, BODY));
       assert.equal(await client.goAwayCode(), 0x2);
-      await client.closedPromise;
+      await client.whenClosed;
       assert.equal(errors.length, 1);
       assert.match(String(errors[0]), /a handler's bug/);
     } finally {
@@ -435,32 +437,35 @@ describe("h2 connection: what its owner throws ends that connection, not the pro
 describe("front end: response headers indexed per connection (HPACK)", { timeout: 30_000 }, () => {
   it("sends a response's headers in a few bytes after the first, and follows a lowered SETTINGS_HEADER_TABLE_SIZE", async () => {
     const fe = await startFrontEnd();
-    const client = await RawClient.open(fe.port);
+    const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
       const sizes = (id: number): number[] =>
         client.frames
-          .filter((f) => f.type === HEADERS && f.streamId === id)
+          .filter((f) => f.type === T.HEADERS && f.streamId === id)
           .map((f) => f.payload.length);
       for (const id of [1, 3, 5]) {
-        client.send(unaryCall(id, requestBlock(UNARY), grpcMessage(BODY)));
-        assert.equal((await client.outcome(id)).grpcStatus, status.OK);
+        client.send(unaryCall(id, UNARY, BODY));
+        assert.equal((await client.grpcOutcome(id)).grpcStatus, status.OK);
       }
       const [first, third] = [sizes(1), sizes(5)];
       assert.ok((first[0] as number) > 40, `first response headers: ${first[0]} bytes`);
       assert.ok((third[0] as number) <= 3, `later response headers: ${third[0]} bytes`);
       assert.ok((third[1] as number) <= 2, `later OK trailers: ${third[1]} bytes`);
-      const last = client.frames.filter((f) => f.streamId === 5 && f.type === HEADERS);
-      assert.equal(header(last[0] as Decoded, "content-type"), "application/grpc+proto");
-      assert.equal(header(last[1] as Decoded, "grpc-status"), "0");
+      const blocks = client.streams.get(5)?.blocks;
+      assert.equal(headerValue(blocks?.[0], "content-type"), "application/grpc+proto");
+      assert.equal(headerValue(blocks?.[1], "grpc-status"), "0");
       // The client lowers its table to 0: the next block opens with a size update, and works.
-      client.send(rawFrame(SETTINGS, 0, 0, Buffer.from([0, 0x1, 0, 0, 0, 0])));
-      client.send(unaryCall(7, requestBlock(UNARY), grpcMessage(BODY)));
-      assert.equal((await client.outcome(7)).grpcStatus, status.OK);
-      const next = client.frames.find((f) => f.streamId === 7 && f.type === HEADERS) as Decoded;
+      client.send(frame(T.SETTINGS, 0, 0, Buffer.from([0, 0x1, 0, 0, 0, 0])));
+      client.send(unaryCall(7, UNARY, BODY));
+      assert.equal((await client.grpcOutcome(7)).grpcStatus, status.OK);
+      const next = client.frames.find((f) => f.streamId === 7 && f.type === T.HEADERS) as RawFrame;
       assert.equal(next.payload[0], 0x20, "a dynamic table size update to 0");
-      assert.equal(header(next, "content-type"), "application/grpc+proto");
+      assert.equal(
+        headerValue(client.streams.get(7)?.blocks[0], "content-type"),
+        "application/grpc+proto",
+      );
     } finally {
-      client.close();
+      client.destroy();
       await fe.close();
     }
   });

@@ -242,7 +242,7 @@ describe("a member that lost its log (RaftConfig.recoveringUntil)", () => {
     for (const id of [A, B, C]) assert.equal(g.host(id).raw.quiesced, true, `${id} sleeps`);
     g.host(A).loseLog();
     g.settle();
-    // Its driver asks the others to wake their leader (MultiRaft's askToRefill): they follow a,
+    // Its driver asks the others to wake their leader (RoundLoop's askToRefill): they follow a,
     // which leads no more, so they wake.
     for (const to of [B, C]) {
       g.host(to).raw.step({ type: "wake", from: A, to, term: g.host(A).raw.term });

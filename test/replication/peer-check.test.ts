@@ -10,7 +10,7 @@ import { Client, credentials, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../../src/api/proto.ts";
 import { logIndex, type Message, nodeId, term } from "../../src/raft/index.ts";
 import { GrpcTransport, type ShardMessage } from "../../src/replication/index.ts";
-import { peerRefusal } from "../../src/replication/handshake.ts";
+import { handshakeRefusal, ownHandshake, peerRefusal } from "../../src/replication/handshake.ts";
 import { eventually, type LogLine, RAFT_SERVERS, recordingLogger } from "./peer-support.ts";
 
 const N2 = nodeId("n2");
@@ -65,6 +65,27 @@ describe("peerRefusal", () => {
     assert.equal(peerRefusal("n9", "", fresh, true), null);
     assert.equal(peerRefusal("n9", "c7", fresh, true), null);
     assert.equal(peerRefusal("n2", "", fresh, true)?.code, status.PERMISSION_DENIED);
+  });
+});
+
+describe("ownHandshake", () => {
+  it("names this node, the receiver, and the replica only when it is not the node", () => {
+    assert.deepEqual(ownHandshake("c1", nodeId("n1"), nodeId("n1"), N2), {
+      cluster_id: "c1",
+      from_node_id: "n1",
+      to_node_id: "n2",
+      from_replica_id: "",
+    });
+    assert.equal(ownHandshake("c1", nodeId("n1"), nodeId("n1@ab"), N2).from_replica_id, "n1@ab");
+  });
+  it("reads the cluster id as it is now, and passes the receiver's own check", () => {
+    let id = "";
+    const source = (): string => id;
+    assert.equal(ownHandshake(source, nodeId("n1"), nodeId("n1"), N2).cluster_id, "");
+    id = "c1";
+    const hs = ownHandshake(source, nodeId("n1"), nodeId("n1@ab"), N2);
+    assert.equal(hs.cluster_id, "c1");
+    assert.equal(handshakeRefusal(hs, { clusterId: "c1", self: N2, isMember }), null);
   });
 });
 

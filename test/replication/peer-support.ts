@@ -1,11 +1,14 @@
 /**
  * Helpers for the peer transport tests: a gRPC server with cairn.v1.Raft on 127.0.0.1 port 0
  * (grpc-js's, or the node's own front end in this thread as `cairn serve` runs it), a recording
- * logger, and a bounded wait on a condition.
+ * logger, a bounded wait on a condition, and node n1's PeerLinks for the tests of the
+ * transport's parts.
  */
 import assert from "node:assert/strict";
 import { Server, ServerCredentials, status } from "@grpc/grpc-js";
 import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
+import { nodeId } from "../../src/raft/index.ts";
+import { PeerLinks, type PeerLinksOptions } from "../../src/replication/peer-links.ts";
 import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
 import {
   createRaftService,
@@ -121,4 +124,43 @@ export async function eventually(
     await new Promise((r) => setTimeout(r, 5));
   }
   assert.fail(`not within ${timeoutMs} ms: ${what}`);
+}
+
+/**
+ * Node n1's links to its peers with the transport's defaults, and `close()`, which aborts their
+ * `closing` signal and closes them, as GrpcTransport.close() does.
+ */
+export function testLinks(options: Partial<PeerLinksOptions> = {}): {
+  readonly links: PeerLinks;
+  readonly closing: AbortController;
+  close(): Promise<void>;
+} {
+  const closing = new AbortController();
+  const links = new PeerLinks({
+    self: nodeId("n1"),
+    replicaId: nodeId("n1"),
+    clusterId: "c1",
+    resolve: () => null,
+    log: recordingLogger([]),
+    onUnreachable: undefined,
+    maxInFlightBytesPerPeer: 16 << 20,
+    maxInFlightBytes: 64 << 20,
+    maxFrameBytes: 128 << 20,
+    initialBackoffMs: 50,
+    maxBackoffMs: 1000,
+    random: Math.random,
+    now: () => performance.now(),
+    interceptors: [],
+    shardWorker: undefined,
+    ...options,
+    closing: closing.signal,
+  });
+  return {
+    links,
+    closing,
+    async close() {
+      closing.abort();
+      await links.close();
+    },
+  };
 }

@@ -5,9 +5,14 @@
  * without indexing, names as given, octets as given): the tests must be able to send what a
  * correct encoder would refuse (upper-case names, CR/LF, non-ASCII).
  *
- * Used by the attack suite (test/e2e/front-end-attacks.test.ts), the conformance, differential
- * and fuzz suites (test/api/h2-*.test.ts) and scripts/fuzz-h2.ts.
+ * It plays the peer of a client under test too (`RawH2Client.accept`), and sends nothing of its
+ * own accord when told (`passive`): a test that counts or withholds credit writes every frame.
+ *
+ * Used by the attack suite (test/e2e/front-end-attacks.test.ts), the conformance, differential,
+ * fuzz and limit suites, the tests of src/api/h2/'s connections (test/api/h2-*.test.ts) and
+ * scripts/fuzz-h2.ts.
  */
+import assert from "node:assert/strict";
 import { connect, type Socket } from "node:net";
 import { HpackDecoder } from "../../src/api/h2/hpack.ts";
 
@@ -210,8 +215,23 @@ export function getRequest(key: Buffer): Buffer {
 }
 
 /**
- * The frames of a whole unary call on `streamId`: HEADERS (END_HEADERS), then the message in one
- * DATA frame with END_STREAM (`message` must fit a 16 KiB frame).
+ * The frames of a whole request on `streamId`: HEADERS (END_HEADERS) with `fields`, then `body`
+ * in DATA frames of at most 16 KiB (a server's SETTINGS_MAX_FRAME_SIZE before it says more), the
+ * last with END_STREAM.
+ */
+export function requestFrames(streamId: number, fields: readonly Field[], body: Buffer): Buffer {
+  const frames = [frame(T.HEADERS, F.END_HEADERS, streamId, encodeBlock(fields))];
+  for (let at = 0; ; at += 16_384) {
+    const end = Math.min(body.length, at + 16_384);
+    const last = end === body.length;
+    frames.push(frame(T.DATA, last ? F.END_STREAM : 0, streamId, body.subarray(at, end)));
+    if (last) return Buffer.concat(frames);
+  }
+}
+
+/**
+ * The frames of a whole unary call on `streamId`: HEADERS (END_HEADERS), then the message in DATA
+ * frames (`requestFrames`).
  */
 export function unaryCall(
   streamId: number,
@@ -219,10 +239,7 @@ export function unaryCall(
   message: Buffer,
   extra: readonly Field[] = [],
 ): Buffer {
-  return Buffer.concat([
-    frame(T.HEADERS, F.END_HEADERS, streamId, encodeBlock(grpcRequest(path, extra))),
-    frame(T.DATA, F.END_STREAM, streamId, grpcMessage(message)),
-  ]);
+  return requestFrames(streamId, grpcRequest(path, extra), grpcMessage(message));
 }
 
 // ── the client ───────────────────────────────────────────────────────────────────────────────
@@ -239,11 +256,29 @@ export interface StreamOutcome {
   ended: boolean;
 }
 
+/** A call's end as `grpcOutcome` tells it: its grpc-status (and grpc-message), or a reset. */
+export interface CallOutcome {
+  grpcStatus?: number;
+  message?: string;
+  reset?: number;
+}
+
 export interface RawClientOptions {
   /** Acknowledge the server's SETTINGS (true) or leave them unacknowledged. */
   readonly ackSettings?: boolean;
+  /**
+   * Send nothing of its own accord: no SETTINGS ACK, no WINDOW_UPDATE for DATA received, no PING
+   * ACK (and `open` sends the preface and SETTINGS but waits for nothing). The test writes every
+   * frame the peer sees.
+   */
+  readonly passive?: boolean;
   /** Do not read the socket at all (a peer that never reads): frames are never parsed. */
   readonly neverRead?: boolean;
+  /**
+   * Close this side on the server's FIN, as a plain socket does, so that `closed` follows the
+   * server's close at once. By default the client keeps its side open (see `closed`).
+   */
+  readonly closeOnEnd?: boolean;
 }
 
 export class RawH2Client {
@@ -256,27 +291,43 @@ export class RawH2Client {
   hpackError: unknown = null;
   /**
    * The socket is closed both ways. The client keeps its side open after the server's FIN
-   * (allowHalfOpen): a server that only half-closes and goes on reading is not "closed".
+   * (allowHalfOpen, unless `closeOnEnd`): a server that only half-closes and goes on reading is
+   * not "closed".
    */
   closed = false;
   /** The server's FIN has arrived. */
   remoteEnded = false;
+  /** Resolves once the socket has closed (`closed`). */
+  readonly whenClosed: Promise<void>;
   readonly #ack: boolean;
+  readonly #passive: boolean;
   readonly #neverRead: boolean;
   readonly #decoder = new HpackDecoder(4096, 1 << 20);
   #rest = Buffer.alloc(0);
+  /** Accepted sockets: the client's preface is still to be read (and dropped). */
+  #prefaceDue: boolean;
   #block: { streamId: number; chunks: Buffer[]; end: boolean } | null = null;
   #waiters = new Set<() => void>();
   readonly #connected: Promise<void>;
 
-  constructor(port: number, options: RawClientOptions = {}) {
-    this.#ack = options.ackSettings ?? true;
+  /** Connects to `port` (or takes a socket already connected: see `accept`). */
+  constructor(port: number | Socket, options: RawClientOptions = {}) {
+    this.#passive = options.passive ?? false;
+    this.#ack = (options.ackSettings ?? true) && !this.#passive;
     this.#neverRead = options.neverRead ?? false;
-    this.socket = connect({ port, host: "127.0.0.1", noDelay: true, allowHalfOpen: true });
-    this.#connected = new Promise((resolve, reject) => {
-      this.socket.once("connect", resolve);
-      this.socket.once("error", reject);
-    });
+    this.#prefaceDue = typeof port !== "number";
+    if (typeof port === "number") {
+      const allowHalfOpen = options.closeOnEnd !== true;
+      this.socket = connect({ port, host: "127.0.0.1", noDelay: true, allowHalfOpen });
+      this.#connected = new Promise((resolve, reject) => {
+        this.socket.once("connect", resolve);
+        this.socket.once("error", reject);
+      });
+    } else {
+      this.socket = port;
+      this.#connected = Promise.resolve();
+    }
+    this.whenClosed = new Promise((resolve) => this.socket.once("close", () => resolve()));
     this.socket.on("error", () => undefined); // close follows
     if (options.neverRead === true) this.socket.pause();
     else this.socket.on("data", (chunk: Buffer) => this.#onData(chunk));
@@ -291,9 +342,10 @@ export class RawH2Client {
   }
 
   /**
-   * Connects, sends the preface and `initial` SETTINGS, and (unless it never reads) waits for
-   * the server's SETTINGS and acknowledges them: after it, the client sends nothing of its own
-   * accord but answers to PINGs and credit for DATA, so a test's frames are not interleaved.
+   * Connects, sends the preface and `initial` SETTINGS, and (unless it never reads, or is
+   * passive) waits for the server's SETTINGS and acknowledges them: after it, the client sends
+   * nothing of its own accord but answers to PINGs and credit for DATA, so a test's frames are
+   * not interleaved.
    */
   static async open(
     port: number,
@@ -303,10 +355,19 @@ export class RawH2Client {
     const c = new RawH2Client(port, options);
     await c.#connected;
     c.send(PREFACE, frame(T.SETTINGS, 0, 0, initial));
-    if (options.neverRead !== true) {
+    if (options.neverRead !== true && options.passive !== true) {
       await c.waitFor(() => c.frames.some((f) => f.type === T.SETTINGS && f.flags === 0), 10_000);
     }
     return c;
+  }
+
+  /**
+   * The server's end of `socket`, which a test's server accepted: the peer of a client under
+   * test. It reads the client's preface, then its frames, and sends nothing of its own accord
+   * (not even SETTINGS: the test writes them).
+   */
+  static accept(socket: Socket): RawH2Client {
+    return new RawH2Client(socket, { passive: true });
   }
 
   connected(): Promise<void> {
@@ -366,7 +427,15 @@ export class RawH2Client {
   }
 
   #onData(chunk: Buffer): void {
-    const data = this.#rest.length === 0 ? chunk : Buffer.concat([this.#rest, chunk]);
+    let data = this.#rest.length === 0 ? chunk : Buffer.concat([this.#rest, chunk]);
+    if (this.#prefaceDue) {
+      if (data.length < PREFACE.length) {
+        this.#rest = Buffer.from(data);
+        return;
+      }
+      this.#prefaceDue = false;
+      data = data.subarray(PREFACE.length);
+    }
     const { frames, used } = parseFrames(data);
     this.#rest = Buffer.from(data.subarray(used));
     for (const f of frames) this.#onFrame(f);
@@ -393,7 +462,7 @@ export class RawH2Client {
         s.dataBytes += f.payload.length;
         if ((f.flags & F.END_STREAM) !== 0) s.ended = true;
         // Credit what arrived, so large answers keep coming.
-        if (f.payload.length > 0) {
+        if (f.payload.length > 0 && !this.#passive) {
           this.send(
             frame(T.WINDOW_UPDATE, 0, 0, u32(f.payload.length)),
             frame(T.WINDOW_UPDATE, 0, f.streamId, u32(f.payload.length)),
@@ -423,7 +492,9 @@ export class RawH2Client {
         if (f.payload.length === 4) this.#stream(f.streamId).rst = f.payload.readUInt32BE(0);
         break;
       case T.PING:
-        if ((f.flags & F.ACK) === 0) this.send(frame(T.PING, F.ACK, 0, f.payload));
+        if ((f.flags & F.ACK) === 0 && !this.#passive) {
+          this.send(frame(T.PING, F.ACK, 0, f.payload));
+        }
         break;
       default:
         break;
@@ -473,6 +544,76 @@ export class RawH2Client {
       };
       this.#waiters.add(check);
     });
+  }
+
+  /**
+   * Waits until `cond` holds over the frames received (checked on every arrival), however long
+   * it takes (the test's timeout bounds it); fails the test if the socket closes first.
+   */
+  async until(cond: (frames: readonly RawFrame[]) => boolean, what: string): Promise<void> {
+    while (!cond(this.frames)) {
+      if (this.closed) assert.fail(`the connection closed before ${what}`);
+      await this.#next();
+    }
+  }
+
+  /** Resolves once the other side has ended its half (its FIN), or the socket has closed. */
+  async ended(): Promise<void> {
+    while (!this.remoteEnded && !this.closed) await this.#next();
+  }
+
+  /** The next arrival, end or close. */
+  #next(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = (): void => {
+        this.#waiters.delete(wake);
+        resolve();
+      };
+      this.#waiters.add(wake);
+    });
+  }
+
+  /** The first frame of `type` received (on `streamId` when given), waited for with `until`. */
+  async received(type: number, streamId?: number): Promise<RawFrame> {
+    const match = (f: RawFrame): boolean =>
+      f.type === type && (streamId === undefined || f.streamId === streamId);
+    await this.until((fs) => fs.some(match), `a frame of type ${type}`);
+    return this.frames.find(match) as RawFrame;
+  }
+
+  /** The first GOAWAY's error code, waited for with `until`. */
+  async goAwayCode(): Promise<number> {
+    return (await this.received(T.GOAWAY)).payload.readUInt32BE(4);
+  }
+
+  /** Bytes of DATA received on stream `id`. */
+  dataBytes(id: number): number {
+    return this.streams.get(id)?.dataBytes ?? 0;
+  }
+
+  /**
+   * How the gRPC call on stream `id` ended, waited for with `until`: its grpc-status and
+   * grpc-message (a status counts even if a RST_STREAM NO_ERROR follows it), or else the
+   * RST_STREAM's code.
+   */
+  async grpcOutcome(id: number): Promise<CallOutcome> {
+    const statusBlock = (): string[] | undefined =>
+      this.streams.get(id)?.blocks.find((b) => headerValue(b, "grpc-status") !== undefined);
+    await this.until(
+      () =>
+        statusBlock() !== undefined ||
+        (this.streams.get(id)?.rst ?? null) !== null ||
+        this.hpackError !== null,
+      `the end of stream ${id}`,
+    );
+    if (this.hpackError !== null) throw this.hpackError;
+    const block = statusBlock();
+    if (block === undefined) return { reset: this.streams.get(id)?.rst as number };
+    const message = headerValue(block, "grpc-message");
+    return {
+      grpcStatus: Number(headerValue(block, "grpc-status")),
+      ...(message === undefined ? {} : { message: decodeURIComponent(message) }),
+    };
   }
 
   /**

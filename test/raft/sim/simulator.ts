@@ -938,10 +938,10 @@ export class Simulation {
   }
 
   /**
-   * What the driver does for a member that lost its log and knows no leader (MultiRaft's
-   * askToRefill): once per election timeout it asks the group's members to wake their leader. It
-   * knows no configuration (its log is gone), so the driver names the members (here, every
-   * member of the committed configuration).
+   * What the driver does for a member that lost its log and knows no leader
+   * (RoundLoop#askToRefill in multi-raft-round.ts): once per election timeout it asks the
+   * group's members to wake their leader. It knows no configuration (its log is gone), so the
+   * driver names the members (here, every member of the committed configuration).
    */
   #askToRefill(h: Host): void {
     if (!h.raw.recovering || h.raw.lead !== null) return;

@@ -1,0 +1,156 @@
+/**
+ * The multi-raft driver's maintenance, a pass every second: an engine that failed in the
+ * background fails the node; shards are flushed when the WAL holds too much; the WAL is
+ * compacted up to what the engines hold (retainedFrom: keeping what members behind a leader
+ * still need). And snapshotShard, the operator's flush-and-compact of one shard.
+ */
+import { CairnError } from "../common/errors.ts";
+import type { ConfState, LogIndex, NodeId, Role } from "../raft/index.ts";
+import type { Wal } from "../storage/index.ts";
+import type { ShardTable, SnapshotResult } from "./multi-raft-options.ts";
+
+/** What maintenance needs of the driver. */
+export interface MaintenanceHost {
+  readonly shards: ShardTable;
+  readonly wal: Pick<
+    Wal,
+    | "isOverMemoryBudget"
+    | "stats"
+    | "memoryBudgetBytes"
+    | "largestShards"
+    | "lastIndex"
+    | "firstIndex"
+    | "compact"
+    | "sync"
+    | "term"
+  >;
+  readonly replicaId: NodeId;
+  /** The node is closed or failed: no pass runs. */
+  stopped(): boolean;
+  /** Fails the node (an engine failed, the WAL could not compact). */
+  fail(err: unknown): void;
+  checkShardId(id: number): void;
+}
+
+/**
+ * Log entries a leader keeps, beyond what its engine holds, for members behind it (see
+ * retainedFrom); further behind, a member catches up by snapshot.
+ */
+export const RETAINED_ENTRIES = 10_000;
+
+/** What retainedFrom reads of a group's Raft core. */
+export interface RetentionView {
+  readonly role: Role;
+  matchOf(id: NodeId): LogIndex | null;
+}
+
+/**
+ * How far a leader may compact its log, given `flushed` (what its engine holds durably): not
+ * past what its slowest member (other than `self`) still needs, so a follower a little behind
+ * (restarted, slow) catches up from the log rather than by a whole snapshot; but never keeping
+ * more than RETAINED_ENTRIES beyond `flushed`'s reach, past which that member gets a snapshot.
+ * Followers send no entries, so they compact to `flushed`.
+ */
+export function retainedFrom(
+  raw: RetentionView,
+  conf: ConfState,
+  self: NodeId,
+  flushed: number,
+): number {
+  if (raw.role !== "leader") return flushed;
+  let needed = flushed;
+  for (const member of [...conf.voters, ...conf.learners]) {
+    if (member === self) continue;
+    const match = raw.matchOf(member);
+    if (match !== null) needed = Math.min(needed, match);
+  }
+  return Math.max(needed, flushed - RETAINED_ENTRIES);
+}
+
+export class Maintenance {
+  readonly #host: MaintenanceHost;
+  #maintaining = false;
+
+  constructor(host: MaintenanceHost) {
+    this.#host = host;
+  }
+
+  /**
+   * The maintenance pass, run every second: compacts WAL entries already in SSTables (keeping
+   * what members behind a leader still need, retainedFrom) and flushes shards when the WAL
+   * holds too much.
+   */
+  async maintain(): Promise<void> {
+    if (this.#maintaining || this.#host.stopped()) return;
+    this.#maintaining = true;
+    try {
+      // An engine that failed in the background (a flush or compaction could not write) serves
+      // nothing more; the node must restart and recover it from its last durable state and the
+      // WAL, like any other storage failure.
+      for (const s of this.#host.shards.values()) {
+        if (s.sm.lsm.failure !== undefined) throw s.sm.lsm.failure;
+      }
+      if (this.#host.wal.isOverMemoryBudget()) {
+        // Flush the shards holding the most until what they hold covers the excess (at most
+        // 64 a pass): with writes spread over many shards, a few flushes a second would fall
+        // behind the intake and the log's memory would grow past its budget.
+        const stats = this.#host.wal.stats();
+        let excess = stats.memoryBytes - this.#host.wal.memoryBudgetBytes / 2;
+        const flushes: Promise<void>[] = [];
+        for (const { shard, bytes } of this.#host.wal.largestShards(64)) {
+          if (excess <= 0) break;
+          const s = this.#host.shards.get(shard);
+          if (s === undefined) continue;
+          flushes.push(s.sm.lsm.flush());
+          excess -= bytes;
+        }
+        await Promise.all(flushes);
+      }
+      const overBudget = this.#host.wal.isOverMemoryBudget();
+      for (const s of this.#host.shards.values()) {
+        // Never past the commit index: the WAL makes a compaction durable with everything
+        // appended before it, so the hard state recording that commit goes with it. (The
+        // engine may hold more than a restarted node's commit: a commit index moved alone is
+        // synced lazily, needsSync.)
+        const flushed = Math.min(
+          s.sm.lsm.flushedSeq,
+          this.#host.wal.lastIndex(s.id),
+          s.raw.commitIndex,
+        );
+        const upTo = overBudget
+          ? flushed
+          : retainedFrom(s.raw, s.storage.conf, this.#host.replicaId, flushed);
+        if (upTo >= this.#host.wal.firstIndex(s.id)) this.#host.wal.compact(s.id, upTo);
+      }
+    } catch (err) {
+      this.#host.fail(err);
+    } finally {
+      this.#maintaining = false;
+    }
+  }
+
+  /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */
+  async snapshotShard(id: number): Promise<SnapshotResult> {
+    this.#host.checkShardId(id);
+    const shard = this.#host.shards.get(id);
+    if (shard === undefined) {
+      throw new CairnError(
+        "CAIRN_ERR_SHARD_NOT_ACTIVE",
+        `shard ${id} is not active on this node (it holds no data)`,
+      );
+    }
+    await shard.sm.lsm.flush();
+    // Not past the commit index (see maintain()).
+    const index = Math.min(
+      shard.sm.lsm.flushedSeq,
+      this.#host.wal.lastIndex(id),
+      shard.raw.commitIndex,
+    );
+    this.#host.wal.compact(id, index);
+    await this.#host.wal.sync();
+    const term = this.#host.wal.term(id, this.#host.wal.firstIndex(id) - 1) ?? 0;
+    const stats = shard.sm.lsm.stats();
+    const sizeBytes = stats.bytesPerLevel.reduce((a, b) => a + b, 0);
+    return { shardId: id, index: this.#host.wal.firstIndex(id) - 1, term, sizeBytes };
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * The multi-raft driver's side of its peers: messages that arrive for the groups (receive),
+ * held a while for a shard this node does not know yet that it replicates (replicasChanged
+ * delivers them), and what the transport reports (a peer unreachable, a snapshot's outcome:
+ * report). Messages leave in the round (multi-raft.ts, RaftTransport.send).
+ */
+import { nodeOfReplica } from "../cluster/index.ts";
+import type { Message, NodeId } from "../raft/index.ts";
+import type { Clock } from "./engine.ts";
+import type { MultiRaftOptions, ShardTable } from "./multi-raft-options.ts";
+import type { ShardMessage } from "./raft-transport.ts";
+import type { PeerReport, ShardReplica } from "./shard.ts";
+
+/**
+ * A message for a shard this node does not know it replicates is held this long (ms), waiting
+ * for the meta group here to learn of the shard (see receive), then dropped.
+ */
+const HELD_MESSAGE_MS = 3_000;
+/** At most this many such messages are held, over every shard; more are dropped. */
+const HELD_MESSAGES_MAX = 4_096;
+
+/** What the peers' side needs of the driver. */
+export interface PeersHost {
+  readonly options: Pick<MultiRaftOptions, "transport" | "acceptsReplica" | "onStaleReplica">;
+  readonly shards: ShardTable;
+  readonly clock: Clock;
+  readonly replicaId: NodeId;
+  readonly totalShards: number;
+  /** The node is closed or failed: messages are dropped. */
+  stopped(): boolean;
+  /** The node is closed: reports are dropped. */
+  closed(): boolean;
+  /** The shard's replicas, first-ranked first (MultiRaftOptions.replicasOf). */
+  replicasOf(id: number): readonly string[];
+  /** The open shard `id`, opened now if needed. */
+  shard(id: number): Promise<ShardReplica>;
+  /** The group has input for the next round. */
+  markDirty(s: ShardReplica): void;
+}
+
+export class Peers {
+  readonly #host: PeersHost;
+  /** Messages for shards not known here to be replicated yet, by shard (see receive). */
+  readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
+  #heldCount = 0;
+
+  constructor(host: PeersHost) {
+    this.#host = host;
+  }
+
+  /**
+   * Messages from node `from`, delivered to their groups at the next round. A message for a
+   * shard not open here opens it if this node is one of its replicas (a new group's first
+   * messages reach a replica before any client request does). One for a shard this node does
+   * not know it replicates is held (bounded: HELD_MESSAGES_MAX, HELD_MESSAGE_MS) until
+   * replicasChanged() finds that it does, then delivered, else dropped: a new shard's first
+   * messages (its creator's timeout-now, a candidate's votes) often outrun the create-shard
+   * entry's commit at this node's replica of the meta group. Dropped, each cost an election
+   * timeout; a three-node fill saw ~250 of them over 1,024 new shards.
+   */
+  receive(from: string, messages: readonly ShardMessage[]): void {
+    if (this.#host.stopped()) return;
+    let stale: string | null = null;
+    for (const { shard: id, message } of messages) {
+      if (message.to !== this.#host.replicaId) {
+        // Addressed to another incarnation of this node: taking it would let this replica vote
+        // and acknowledge as one whose promises are lost.
+        stale = message.to;
+        continue;
+      }
+      const s = this.#host.shards.get(id);
+      if (s !== undefined) {
+        s.enqueueStep(message);
+        this.#host.markDirty(s);
+        continue;
+      }
+      if (!Number.isInteger(id) || id < 0 || id >= this.#host.totalShards) continue;
+      if (this.#replicatesHere(id)) this.#deliver(id, message);
+      else this.#hold(id, message);
+    }
+    if (stale !== null) this.#host.options.onStaleReplica?.(from, stale);
+  }
+
+  /**
+   * The shards' replicas may have changed (`replicasOf`, `acceptsReplica`): the messages held
+   * for shards this node now replicates are delivered, in the order they came. The driver calls
+   * it after each meta command it applies; an embedder whose replicas change otherwise calls it.
+   */
+  replicasChanged(): void {
+    if (this.#held.size === 0 || this.#host.stopped()) return;
+    const now = this.#host.clock.now();
+    for (const [id, held] of this.#held) {
+      const replica = this.#replicatesHere(id);
+      if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
+      this.#held.delete(id);
+      this.#heldCount -= held.messages.length;
+      if (replica) for (const m of held.messages) this.#deliver(id, m);
+    }
+  }
+
+  #replicatesHere(id: number): boolean {
+    return (
+      this.#host.replicasOf(id).includes(this.#host.replicaId) ||
+      this.#host.options.acceptsReplica?.(id) === true
+    );
+  }
+
+  /** Delivers `message` to shard `id` (a replica here), opening it if needed. */
+  #deliver(id: number, message: Message): void {
+    const s = this.#host.shards.get(id);
+    if (s !== undefined) {
+      s.enqueueStep(message);
+      this.#host.markDirty(s);
+      return;
+    }
+    // Several messages for a shard being opened wait on the same promise: delivered in order.
+    this.#host.shard(id).then(
+      (opened) => {
+        opened.enqueueStep(message);
+        this.#host.markDirty(opened);
+      },
+      () => undefined,
+    );
+  }
+
+  #hold(id: number, message: Message): void {
+    if (this.#host.options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) return;
+    let held = this.#held.get(id);
+    if (held === undefined) {
+      held = { since: this.#host.clock.now(), messages: [] };
+      this.#held.set(id, held);
+    }
+    held.messages.push(message);
+    this.#heldCount++;
+  }
+
+  /**
+   * The transport could not deliver to `to` (its stream is down, or frames were dropped): the
+   * groups this node leads stop pipelining to it and probe it instead (RawNode.reportUnreachable).
+   */
+  reportUnreachable(to: string): void {
+    if (this.#host.stopped()) return;
+    for (const s of this.#host.shards.values()) {
+      if (s.role !== "leader") continue;
+      const conf = s.storage.conf;
+      for (const member of [...conf.voters, ...conf.learners]) {
+        if (nodeOfReplica(member) === to) this.report(s.id, { kind: "unreachable", to: member });
+      }
+    }
+  }
+
+  report(shard: number, report: PeerReport): void {
+    const s = this.#host.shards.get(shard);
+    if (s === undefined || this.#host.closed()) return;
+    s.enqueueReport(report);
+    this.#host.markDirty(s);
+  }
+
+  /** Held messages past their time are dropped (their shards' replicas are checked again). */
+  dropExpiredHeld(): void {
+    if (this.#held.size > 0) this.replicasChanged();
+  }
+}

@@ -1,0 +1,305 @@
+/**
+ * The multi-raft driver's reads: a key's read, the ReadIndex rule every linearizable read
+ * waits on (readBarrier: a sole voter's fast path, a follower's read index asked of its leader,
+ * a leader's read point confirmed by its peers' terms or by Raft's ReadIndex), and the two
+ * questions peers ask of this node's groups for their reads (confirmTerms, readIndexAsLeader).
+ */
+import { nodeOfReplica } from "../cluster/index.ts";
+import { type NodeId, nodeId, NotLeaderError } from "../raft/index.ts";
+import type { Clock } from "./engine.ts";
+import {
+  type DriverTestingBugs,
+  leaderNode,
+  type MultiRaftOptions,
+  type ShardTable,
+} from "./multi-raft-options.ts";
+import { REQUEST_OVERHEAD_BYTES, type RequestBudget } from "./request-budget.ts";
+import type { PeerReport, ShardReplica } from "./shard.ts";
+import type { StoredItem } from "./state-machine.ts";
+import { type ReadVoucher, type TermCheck, TermConfirmer } from "./term-confirm.ts";
+
+/**
+ * A serializable read of `shard` may be served from this replica: not while it is being
+ * refilled after its directory was lost (refill.ts; its state is older than what it served
+ * before): the read goes to the leader (NotLeaderError naming it), or is retried.
+ */
+export function assertServesSerializable(shard: ShardReplica): void {
+  if (shard.refill !== null) throw new NotLeaderError(leaderNode(shard.raw.lead));
+}
+
+/** What reads need of the driver. */
+export interface ReadsHost {
+  readonly options: Pick<
+    MultiRaftOptions,
+    "transport" | "singleVoterReadFastPath" | "remoteReadIndex" | "confirmTerms"
+  >;
+  readonly shards: ShardTable;
+  readonly clock: Clock;
+  readonly testingBugs: DriverTestingBugs;
+  readonly replicaId: NodeId;
+  readonly budget: RequestBudget;
+  /** The node is closed (confirmTerms answers no). */
+  closed(): boolean;
+  assertOpen(): void;
+  checkShardId(id: number): void;
+  shardOf(key: Uint8Array): number;
+  /** The shard open here for a request, opened if this node replicates it (else NotLeaderError). */
+  shardForRequest(id: number): Promise<ShardReplica>;
+  /** The open shard `id`, opened now if needed. */
+  shard(id: number): Promise<ShardReplica>;
+  /** Shard `id` is being opened here. */
+  opening(id: number): boolean;
+  /** The group has input for the next round. */
+  markDirty(s: ShardReplica): void;
+  /** Hands the group a peer report (multi-raft-peers: a leader down, a commit wanted). */
+  report(shard: number, report: PeerReport): void;
+}
+
+export class Reads {
+  readonly #host: ReadsHost;
+  /** Coalesced leadership confirmation of reads (options.confirmTerms); null without it. */
+  readonly #confirmer: TermConfirmer | null;
+  #readSeq = 0;
+
+  constructor(host: ReadsHost) {
+    this.#host = host;
+    const confirmTerms = host.options.confirmTerms;
+    this.#confirmer =
+      confirmTerms === undefined
+        ? null
+        : new TermConfirmer(confirmTerms, {
+            confirmByEarlierCall: host.testingBugs.confirmByEarlierCall === true,
+          });
+  }
+
+  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
+  async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
+    this.#host.assertOpen();
+    const id = this.#host.shardOf(key);
+    // On a single node, a shard never opened was never written (writes open it first): the
+    // key is absent, and a read must not create the shard. In a cluster the shard may exist on
+    // the other replicas only: the read must go through the group.
+    if (
+      this.#host.options.transport === undefined &&
+      !this.#host.shards.has(id) &&
+      !this.#host.opening(id)
+    ) {
+      return null;
+    }
+    const shard = await this.#host.shardForRequest(id);
+    if (linearizable) await this.readBarrier(shard);
+    else {
+      this.#host.assertOpen();
+      assertServesSerializable(shard);
+    }
+    return shard.sm.get(key);
+  }
+
+  /**
+   * Waits until the meta group's state here is as recent as any acknowledged meta command
+   * (a ReadIndex barrier on shard 0).
+   */
+  async syncMeta(): Promise<void> {
+    this.#host.assertOpen();
+    await this.readBarrier(await this.#host.shard(0));
+  }
+
+  /**
+   * Waits until a linearizable read of `shard` may be served from its state machine: once it has
+   * applied everything committed when the read arrived (the ReadIndex rule). A group whose only
+   * voter is this node, leading, knows its commit index covers every acknowledged write (a
+   * write is acknowledged after its commit is persisted and it is applied; no other member can
+   * lead without a configuration change), so it needs no round trip, only that wait: right
+   * after a restart the replay may still be applying entries below that index. Other groups
+   * confirm leadership with ReadIndex.
+   */
+  async readBarrier(shard: ShardReplica): Promise<void> {
+    this.#host.assertOpen();
+    if (
+      this.#host.options.singleVoterReadFastPath !== false &&
+      shard.raw.role === "leader" &&
+      shard.raw.isSoleVoter()
+    ) {
+      const index = this.#host.testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
+      if (index <= shard.sm.appliedIndex) return;
+      this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
+      try {
+        await shard.waitApplied(index);
+      } finally {
+        this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
+      }
+      return;
+    }
+    const remote = this.#host.options.remoteReadIndex;
+    this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
+    try {
+      if (remote !== undefined && shard.raw.role !== "leader") {
+        // A follower's read: the leader confirms its leadership and names its commit index;
+        // the read is served here once this replica has applied that far.
+        const lead = shard.raw.lead;
+        if (lead === null) throw new NotLeaderError(null);
+        const since = this.#host.clock.now();
+        const asked = remote(nodeOfReplica(lead), shard.id, shard.raw.term);
+        // The leader asked may never answer (paused, cut off) while its partners elect another:
+        // the read then goes to the new leader at once instead of waiting out its deadline.
+        const answer = await new Promise<{ index: number } | { moved: NodeId }>(
+          (resolve, reject) => {
+            const unwatch = shard.watchLead((now) => {
+              if (now === null || now === lead) return;
+              unwatch();
+              resolve({ moved: now });
+            });
+            asked.then(
+              (index) => {
+                unwatch();
+                resolve({ index });
+              },
+              (err: unknown) => {
+                unwatch();
+                reject(err as Error);
+              },
+            );
+          },
+        ).catch((err: unknown) => {
+          // The leader this sleeping follower knows did not answer for the group (it died, or
+          // its node is now another replica): wake the group, which elects again unless that
+          // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
+          this.#host.report(shard.id, { kind: "leader-down" });
+          throw err;
+        });
+        if ("moved" in answer) {
+          // Another replica leads now: the read is refused with it as the hint (the KV layer
+          // forwards it there), or, when this replica is the one elected, confirmed here below.
+          if (shard.role !== "leader") throw new NotLeaderError(leaderNode(answer.moved));
+        } else {
+          if (this.#host.testingBugs.followerReadWithoutApply !== true) {
+            await shard.waitApplied(answer.index, since);
+          }
+          return;
+        }
+      }
+      const since = this.#host.clock.now();
+      await shard.waitApplied(await this.#leaderReadIndex(shard, since), since);
+    } finally {
+      this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
+    }
+  }
+
+  /**
+   * A leader's read index for a read that arrived at `since`: confirmed by its peers' terms
+   * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here).
+   */
+  async #leaderReadIndex(
+    shard: ShardReplica,
+    since: number,
+    voucher?: ReadVoucher,
+  ): Promise<number> {
+    const index = await this.#confirmLeadership(shard, voucher);
+    if (index !== null) return index;
+    const done = shard.enqueueRead(++this.#readSeq, since);
+    this.#host.markDirty(shard);
+    return done;
+  }
+
+  /**
+   * A leader's read point confirmed by its peers' terms (term-confirm.ts): the commit index as
+   * of now, once a quorum of the group's voters (this one included) answered that they are at a
+   * term ≤ this leader's, in calls sent after now, and this replica still leads in that term.
+   * Null when that is not to be had (no confirmTerms, not leader, no entry of this term
+   * committed yet, refusals or silence from too many voters): the read then takes Raft's
+   * ReadIndex, which also settles who leads.
+   */
+  #confirmLeadership(shard: ShardReplica, voucher?: ReadVoucher): Promise<number | null> {
+    const confirmer = this.#confirmer;
+    const raw = shard.raw;
+    if (
+      confirmer === null ||
+      raw.role !== "leader" ||
+      !raw.voters.has(raw.id) ||
+      !raw.committedInCurrentTerm()
+    ) {
+      return Promise.resolve(null);
+    }
+    const term = raw.term;
+    const index = raw.commitIndex;
+    // A follower asking for its own read vouches for itself when its term was no higher.
+    const vouched =
+      voucher !== undefined &&
+      voucher.replica !== raw.id &&
+      voucher.term <= term &&
+      raw.voters.has(nodeId(voucher.replica))
+        ? voucher.replica
+        : null;
+    const peers: NodeId[] = [];
+    for (const v of raw.voters) if (v !== raw.id && v !== vouched) peers.push(v);
+    // A quorum, less this voter and the one that vouched.
+    const needed = Math.floor(raw.voters.size / 2) - (vouched === null ? 0 : 1);
+    const stillLeads = (): boolean =>
+      shard.raw === raw && raw.role === "leader" && raw.term === term;
+    if (needed <= 0) return Promise.resolve(stillLeads() ? index : null);
+    return new Promise((resolve) => {
+      let confirmed = 0;
+      let refused = 0;
+      let settled = false;
+      for (const replica of peers) {
+        const check = { shard: shard.id, term, replica };
+        confirmer.ask(nodeOfReplica(replica), check, (ok) => {
+          if (settled) return;
+          if (ok) confirmed++;
+          else refused++;
+          if (confirmed >= needed) {
+            settled = true;
+            resolve(stillLeads() ? index : null);
+          } else if (refused > peers.length - needed) {
+            settled = true;
+            resolve(null);
+          }
+        });
+      }
+    });
+  }
+
+  /**
+   * A peer leader's term checks (term-confirm.ts): for each, whether this node's replica
+   * `replica` of the shard exists here and is at a term ≤ the one named. Read from the groups'
+   * current terms (never below their durable ones), without stepping them.
+   */
+  confirmTerms(checks: readonly TermCheck[]): boolean[] {
+    const anyTerm = this.#host.testingBugs.confirmAnyTerm === true;
+    return checks.map((c) => {
+      if (this.#host.closed() || c.replica !== this.#host.replicaId) return false;
+      const shard = this.#host.shards.get(c.shard);
+      if (shard === undefined || shard.raw.id !== this.#host.replicaId) return false;
+      return anyTerm || shard.raw.term <= c.term;
+    });
+  }
+
+  /**
+   * For a follower's read on another node: confirms this node's leadership of `id` (ReadIndex)
+   * and answers the index the read must wait for (the commit index when the read arrived).
+   * With the follower's `voucher` (its replica and term when the read was asked), a voter at a
+   * term no higher than this leader's counts toward the quorum without being asked.
+   * Throws NotLeaderError when this node does not lead the shard.
+   */
+  async readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
+    this.#host.assertOpen();
+    this.#host.checkShardId(id);
+    const shard = this.#host.shards.get(id);
+    if (shard === undefined || shard.raw.role !== "leader") {
+      throw new NotLeaderError(leaderNode(shard?.raw.lead));
+    }
+    this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
+    try {
+      const index = await this.#leaderReadIndex(shard, this.#host.clock.now(), voucher);
+      // The read waits there for its replica to apply `index`: with the commit broadcast
+      // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.
+      // (Asked only when owed: under reads alone it never is, and the group is not visited.)
+      const to = voucher === undefined ? null : nodeId(voucher.replica);
+      if (this.#host.shards.get(id)?.raw.commitOwed(to) === true)
+        this.#host.report(id, { kind: "commit-wanted", to });
+      return index;
+    } finally {
+      this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
+    }
+  }
+}

@@ -1,0 +1,206 @@
+/**
+ * The multi-raft driver's scans: which shards a scan reads (open here, or through a replica on
+ * another node), reading them, and merging their key-ordered lists; and scanShards, a peer's
+ * share of a scan asked by another node.
+ */
+import { nodeOfReplica } from "../cluster/index.ts";
+import { NotLeaderError, type NodeId } from "../raft/index.ts";
+import {
+  leaderNode,
+  type MultiRaftOptions,
+  OPEN_CONCURRENCY,
+  type ScanRequest,
+  type ShardTable,
+} from "./multi-raft-options.ts";
+import { assertServesSerializable } from "./multi-raft-reads.ts";
+import type { ShardReplica } from "./shard.ts";
+import type { StoredItem } from "./state-machine.ts";
+
+/** What scans need of the driver. */
+export interface ScanHost {
+  readonly options: Pick<
+    MultiRaftOptions,
+    "transport" | "ownsShard" | "createdShards" | "syncMeta" | "acceptsReplica" | "remoteScan"
+  >;
+  readonly shards: ShardTable;
+  readonly replicaId: NodeId;
+  readonly totalShards: number;
+  assertOpen(): void;
+  checkShardId(id: number): void;
+  /** The shard's replicas, first-ranked first (MultiRaftOptions.replicasOf). */
+  replicasOf(id: number): readonly string[];
+  /** The shard open here for a request, opened if this node replicates it (else NotLeaderError). */
+  shardForRequest(id: number): Promise<ShardReplica>;
+  /** Waits until a linearizable read of the shard may be served here (the ReadIndex rule). */
+  readBarrier(s: ShardReplica): Promise<void>;
+  /** The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta). */
+  syncMeta(): Promise<void>;
+}
+
+export class Scanner {
+  readonly #host: ScanHost;
+
+  constructor(host: ScanHost) {
+    this.#host = host;
+  }
+
+  /**
+   * Keys in [start, end) across every shard, in key order, at most `limit`. Keys are hashed over
+   * shards, so every active shard is read (a shard never accessed holds no keys) and the results
+   * merged; `more` tells whether keys remain after the last one returned.
+   */
+  async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
+    const { local, remote } = await this.#plan(req.linearizable);
+    // Each source (a shard here, a replica node for the shards this node does not replicate)
+    // contributes at most limit + 1 items; merging them in order gives the page.
+    const wider: ScanRequest = { ...req, limit: req.limit + 1 };
+    const lists = await Promise.all([
+      this.#scanLocal(local, wider),
+      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, wider)),
+    ]);
+    const merged = mergeSorted(lists);
+    return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
+  }
+
+  /**
+   * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
+   * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
+   * at most `req.limit`; linearizable reads confirmed as for this node's own scans.
+   */
+  async scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+    this.#host.assertOpen();
+    for (const id of ids) this.#host.checkShardId(id);
+    const shards = await Promise.all(ids.map((id) => this.#host.shardForRequest(id)));
+    // A replica being refilled: the asker reads the shard from its next replica.
+    if (!req.linearizable) for (const s of shards) assertServesSerializable(s);
+    return this.#scanLocal(shards, req);
+  }
+
+  /** Keys of `shards` (open here) in the range, merged, at most `req.limit`. */
+  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<StoredItem[]> {
+    if (req.linearizable) await Promise.all(shards.map((s) => this.#host.readBarrier(s)));
+    else this.#host.assertOpen();
+    const lists = shards.map((s) => {
+      const snap = s.sm.lsm.snapshot();
+      try {
+        return s.sm.scan(req.start, req.end, req.limit, snap);
+      } finally {
+        snap.release();
+      }
+    });
+    return mergeSorted(lists).slice(0, req.limit);
+  }
+
+  /**
+   * Keys of `ids`, shards this node does not replicate, through their replicas: all of them
+   * from `node` first; the shards of a node that fails from their next replica in rank order,
+   * until one answers or every replica failed (the last error).
+   */
+  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+    const remote = this.#host.options.remoteScan;
+    if (remote === undefined) {
+      throw new NotLeaderError(leaderNode(this.#host.replicasOf(ids[0] ?? 0)[0]));
+    }
+    try {
+      return await remote(node, ids, req);
+    } catch (err) {
+      if (ids.length === 0) throw err;
+      // Each shard to its next replica after `node`, grouped again by node.
+      const next = new Map<string, number[]>();
+      for (const id of ids) {
+        const nodes = this.#host.replicasOf(id).map(nodeOfReplica);
+        const after = nodes[nodes.indexOf(node) + 1];
+        if (after === undefined || nodes.indexOf(node) < 0) throw err;
+        next.set(after, [...(next.get(after) ?? []), id]);
+      }
+      const lists = await Promise.all(
+        [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
+      );
+      return mergeSorted(lists).slice(0, req.limit);
+    }
+  }
+
+  /**
+   * The shards a scan reads: `local`, open here, and `remote`, the shards this node does not
+   * replicate, grouped by the replica node to ask (the first-ranked, usually the leader). On a
+   * single node, those open here (a shard never opened holds no keys). In a cluster a shard may
+   * hold keys on its other replicas only (this node missed its creation, or restarted before
+   * hearing of it, or is not one of its replicas): a linearizable scan reads every shard created
+   * cluster-wide (`createdShards`, after syncing the meta state), opening those it replicates
+   * and not open yet through their groups; without `createdShards` (the simulation), every
+   * shard this node replicates. A serializable scan reads the shards open here, and those the
+   * meta state here records on other nodes only.
+   */
+  async #plan(
+    linearizable: boolean,
+  ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
+    const remote = new Map<string, number[]>();
+    const owns = this.#host.options.ownsShard ?? (() => true);
+    // A shard worker reads its own shards (here or on the same worker of their replicas).
+    const createdShards = this.#host.options.createdShards;
+    const created =
+      createdShards === undefined ? undefined : () => createdShards().filter((id) => owns(id));
+    const elsewhere = (id: number): boolean =>
+      !this.#host.replicasOf(id).includes(this.#host.replicaId) &&
+      this.#host.options.acceptsReplica?.(id) !== true;
+    const place = (id: number): void => {
+      const node = nodeOfReplica(this.#host.replicasOf(id)[0] ?? this.#host.replicaId);
+      remote.set(node, [...(remote.get(node) ?? []), id]);
+    };
+    if (this.#host.options.transport === undefined || !linearizable) {
+      if (this.#host.options.transport !== undefined && created !== undefined) {
+        for (const id of created()) if (!this.#host.shards.has(id) && elsewhere(id)) place(id);
+      }
+      const local: ShardReplica[] = [];
+      const self = nodeOfReplica(this.#host.replicaId);
+      for (const s of this.#host.shards.values()) {
+        if (s.refill === null) {
+          local.push(s);
+          continue;
+        }
+        // Being refilled here (refill.ts): read from another replica (the first-ranked other
+        // than this node, then the next ones: #scanRemote).
+        const node = this.#host
+          .replicasOf(s.id)
+          .map(nodeOfReplica)
+          .find((n) => n !== self);
+        if (node === undefined) throw new NotLeaderError(leaderNode(s.raw.lead));
+        remote.set(node, [...(remote.get(node) ?? []), s.id]);
+      }
+      return { local, remote };
+    }
+    let ids: readonly number[];
+    if (created !== undefined) {
+      // Every shard created before the scan arrived is in the meta state once it is synced.
+      await (this.#host.options.syncMeta?.() ?? this.#host.syncMeta());
+      ids = created();
+    } else {
+      ids = Array.from({ length: this.#host.totalShards }, (_, id) => id).filter((id) => owns(id));
+    }
+    const local: ShardReplica[] = [];
+    const queue = ids.filter((id) => {
+      if (
+        this.#host.shards.has(id) ||
+        this.#host.options.remoteScan === undefined ||
+        !elsewhere(id)
+      )
+        return true;
+      place(id);
+      return false;
+    });
+    const opener = async (): Promise<void> => {
+      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+        local.push(await this.#host.shardForRequest(id));
+      }
+    };
+    await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
+    return { local, remote };
+  }
+}
+
+/** Merges per-shard key-ordered lists into one key-ordered list. */
+export function mergeSorted(lists: StoredItem[][]): StoredItem[] {
+  const all = lists.flat();
+  all.sort((a, b) => Buffer.compare(a.key, b.key));
+  return all;
+}

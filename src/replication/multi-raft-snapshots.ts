@@ -1,0 +1,70 @@
+/**
+ * The multi-raft driver's snapshots of a group's state machine: built by a leader for a follower
+ * too far behind for its log, installed by that follower (docs/raft.md, driver invariant 7: a
+ * snapshot is the state machine at its applied index with the configuration in force there,
+ * and the engine holds it durably before the WAL records it).
+ */
+import { nodeOfReplica } from "../cluster/index.ts";
+import { CairnError } from "../common/errors.ts";
+import { logIndex, type Snapshot, term } from "../raft/index.ts";
+import { encodeSnapshotFrames } from "../storage/index.ts";
+import type { DriverTestingBugs, ReplicationObserver } from "./multi-raft-options.ts";
+import { installSnapshotNotDurably } from "./planted-bugs.ts";
+import type { ShardReplica } from "./shard.ts";
+
+/** What a snapshot reads and replaces of a shard: its state machine and its configuration. */
+export type SnapshotGroup = Pick<ShardReplica, "id" | "sm" | "storage">;
+
+/** The terms of a shard's log entries (the WAL). */
+export interface LogTerms {
+  term(shard: number, index: number): number | undefined;
+}
+
+/** Replaces a follower's state with a snapshot from its leader. */
+export async function installSnapshot(
+  s: SnapshotGroup,
+  snap: Snapshot,
+  observer: ReplicationObserver | undefined,
+  bugs: DriverTestingBugs,
+): Promise<void> {
+  async function* frames(): AsyncGenerator<Uint8Array> {
+    yield snap.data;
+  }
+  if (bugs.snapshotInstallNotDurable === true) {
+    await installSnapshotNotDurably(s.sm.lsm, snap.data, snap.meta.index);
+  } else {
+    await s.sm.lsm.importSnapshot(frames());
+  }
+  s.sm.appliedIndex = snap.meta.index;
+  s.storage.conf = snap.meta.conf;
+  observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));
+  observer?.snapshotInstalled?.(s.id, snap.meta.index, snap.data.length);
+  // The meta group's state came with the snapshot.
+  if (s.id === 0) s.sm.reloadMeta();
+}
+
+/**
+ * The shard's state machine at its applied index, as a snapshot stream in one buffer, with
+ * the configuration in force there. Called by the Raft core (synchronously) when a follower
+ * needs entries already compacted; between rounds, so no apply is in flight.
+ */
+export function buildSnapshot(s: SnapshotGroup, wal: LogTerms): Snapshot {
+  const pin = s.sm.lsm.snapshot();
+  try {
+    const index = pin.seq;
+    const t = wal.term(s.id, index);
+    if (t === undefined) {
+      throw new CairnError(
+        "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
+        `shard ${s.id}: no term for the applied index ${index}`,
+      );
+    }
+    const chunks = [...encodeSnapshotFrames(index, s.sm.lsm.scan({ snapshot: pin }))];
+    return {
+      meta: { index: logIndex(index), term: term(t), conf: s.storage.conf },
+      data: Buffer.concat(chunks),
+    };
+  } finally {
+    pin.release();
+  }
+}

@@ -1,0 +1,349 @@
+/**
+ * The receiving end of cairn.v1.Raft (proto/cairn/v1/raft.proto), the peers' service a node
+ * serves on `rpc_addr`: the Stream of Raft frames (stream-receiver.ts), InstallSnapshot
+ * (snapshot-receiver.ts), and the unary calls a peer makes of this node: ProposeMeta (a member
+ * proposing to the meta group led here), ReadIndex (read-index.ts), ConfirmTerms (term-confirm.ts)
+ * and ScanShards. Every call is checked against handshake.ts's rules first (the Stream's and a
+ * snapshot's handshake; a unary call's `cairn-peer` metadata and cluster id). GrpcTransport is
+ * the sending end.
+ */
+import {
+  Metadata,
+  type ServerUnaryCall,
+  type sendUnaryData,
+  type ServiceDefinition,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
+import { loadRaftProto } from "../api/proto.ts";
+import type { RawStreamHandler } from "../api/handoff.ts";
+import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
+import type { ConfirmTermsReply } from "../api/generated/cairn/v1/ConfirmTermsReply.ts";
+import type { ConfirmTermsRequest__Output } from "../api/generated/cairn/v1/ConfirmTermsRequest.ts";
+import type { MetaProposal__Output } from "../api/generated/cairn/v1/MetaProposal.ts";
+import type { MetaProposalReply } from "../api/generated/cairn/v1/MetaProposalReply.ts";
+import type { ReadIndexReply } from "../api/generated/cairn/v1/ReadIndexReply.ts";
+import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
+import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";
+import type { ScanShardsRequest__Output } from "../api/generated/cairn/v1/ScanShardsRequest.ts";
+import { ERROR_CODE_KEY, LEADER_HINT_KEY, PEER_KEY } from "../api/wire.ts";
+import { CairnError } from "../common/errors.ts";
+import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
+import {
+  type ClusterIdSource,
+  currentClusterId,
+  type PeerCheck,
+  peerRefusal,
+  type PeerRefusalKind,
+} from "./handshake.ts";
+import type { ScanRequest, ShardMessage } from "./multi-raft.ts";
+import { type PeerLogger, silentLogger } from "./peer-logger.ts";
+import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
+import { snapshotReceiver } from "./snapshot-receiver.ts";
+import type { SnapshotMetrics } from "./snapshot-transfer.ts";
+import type { StoredItem } from "./state-machine.ts";
+import {
+  type EndCall,
+  type ForwardedCalls,
+  grpcStream,
+  streamReceiver,
+} from "./stream-receiver.ts";
+import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
+
+const MIB = 1024 * 1024;
+
+/**
+ * Options the receiving gRPC server needs. A frame carries one round's messages for the peer:
+ * appends of at most 1 MiB each, past that only a single entry, whose largest is a Put of
+ * `limits.max_value_bytes` (at most 64 MiB) and its key; 128 MiB leaves room for the rest of the
+ * round. Snapshots go in chunks of their own (InstallSnapshot), not in frames.
+ */
+export const RAFT_SERVER_OPTIONS = {
+  "grpc.max_receive_message_length": 128 * MIB,
+} as const;
+
+/** The one unary peer call a member that does not know its cluster id makes (its rejoin). */
+const PROPOSE_META = "/cairn.v1.Raft/ProposeMeta";
+
+/** Checks one ConfirmTerms call may carry (a leader sends one per shard, term and replica). */
+const MAX_TERM_CHECKS = 65_536;
+
+export interface RaftServiceOptions {
+  readonly clusterId: ClusterIdSource;
+  /**
+   * Proposes a meta command (encodeMetaCommand bytes) to the meta group here and resolves once
+   * it is applied; rejects with NotLeaderError when this node does not lead it. Without it,
+   * ProposeMeta answers UNIMPLEMENTED.
+   */
+  readonly proposeMeta?: (command: Uint8Array) => Promise<void>;
+  /**
+   * Confirms this node's leadership of a shard and answers a follower's read index
+   * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
+   */
+  readonly readIndex?: (shard: number, voucher?: ReadVoucher) => Promise<number>;
+  /**
+   * A peer leader's term checks, answered at once (MultiRaft.confirmTerms). Without it,
+   * ConfirmTerms answers UNIMPLEMENTED.
+   */
+  readonly confirmTerms?: (checks: readonly TermCheck[]) => boolean[];
+  /**
+   * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
+   * at most `req.limit` (MultiRaft.scanShards). Without it, ScanShards answers UNIMPLEMENTED.
+   */
+  readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<StoredItem[]>;
+  /**
+   * KV calls forwarded over the streams (RaftFrame.call and .reply; src/api/forward.ts):
+   * `serve` runs a call peer `from` sent, and answers it on this node's own stream to `from`
+   * (GrpcTransport.reply); `replied` takes the answer to a call this node sent `from`
+   * (GrpcTransport.receiveReply). Without it both are dropped: the sender fails its calls at
+   * their deadlines.
+   */
+  readonly calls?: ForwardedCalls;
+  /** This node: streams addressed to another node are refused. */
+  readonly nodeId: string;
+  /**
+   * Whether `node` is a current member of this node's cluster (PeerCheck.isMember): once the
+   * cluster id is known, only members' calls are taken (PERMISSION_DENIED otherwise).
+   */
+  readonly isMember?: (node: string) => boolean;
+  /** A peer's call or stream was refused (handshake.ts), by kind: for a counter. */
+  readonly refused?: (kind: PeerRefusalKind) => void;
+  readonly logger?: PeerLogger;
+  /**
+   * Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them; the
+   * receiver assembles a snapshot whole in memory. Default 4 GiB.
+   */
+  readonly maxSnapshotBytes?: number;
+  /**
+   * A snapshot call that brings no chunk for this long fails (DEADLINE_EXCEEDED), so that a
+   * sender gone without a word does not hold its partial snapshot here (ms). Default 60 s.
+   */
+  readonly snapshotIdleTimeoutMs?: number;
+  readonly metrics?: SnapshotMetrics;
+}
+
+export interface RaftService {
+  /** cairn.v1.Raft: `server.addService(service.definition, service.implementation)`. */
+  readonly definition: ServiceDefinition;
+  readonly implementation: RaftHandlers;
+  /** Stream's receiving end for a front end that serves it directly (MethodTable.addRawStream). */
+  readonly rawStream: { readonly path: string; readonly handler: RawStreamHandler };
+  /**
+   * Ends every open stream and snapshot call (UNAVAILABLE): the senders back off and reconnect
+   * elsewhere/later.
+   */
+  endAll(): void;
+}
+
+/**
+ * The receiving end of cairn.v1.Raft: checks each stream's handshake, then hands every frame's
+ * messages to `handler` with the sender's node id (MultiRaft.receive fits); hands it each
+ * snapshot of an InstallSnapshot call the same way, once the call brought it whole and verified.
+ */
+export function createRaftService(
+  handler: (from: string, messages: ShardMessage[]) => void,
+  options: RaftServiceOptions,
+): RaftService {
+  const log = options.logger ?? silentLogger;
+  const self = toNodeId(options.nodeId);
+  const open = new Set<EndCall>();
+
+  /** What a peer's call is checked against, as this node knows it now. */
+  const peerCheck = (): PeerCheck => ({
+    clusterId: currentClusterId(options.clusterId),
+    self,
+    ...(options.isMember === undefined ? {} : { isMember: options.isMember }),
+  });
+
+  /**
+   * Why a peer's unary call is refused before it is served: its sender (`cairn-peer`) and the
+   * cluster id it names do not pass peerRefusal (every unary call but ProposeMeta needs the id:
+   * only a node with shards makes them; a member rejoining without its data proposes), or this
+   * node does not offer the service (`serve` not given; `missing` says what it does not do).
+   * Null when it may be served.
+   */
+  const unaryRefusal = (
+    call: ServerUnaryCall<unknown, unknown>,
+    theirs: string,
+    serve: unknown,
+    missing: string,
+  ): Partial<ServiceError> | null => {
+    const [from] = call.metadata.get(PEER_KEY);
+    const sender = typeof from === "string" ? from : "";
+    const refusal = peerRefusal(sender, theirs, peerCheck(), call.getPath() !== PROPOSE_META);
+    if (refusal !== null) {
+      options.refused?.(refusal.kind);
+      log.warn("raft call refused", {
+        peer: sender,
+        peer_addr: call.getPeer(),
+        method: call.getPath(),
+        code: status[refusal.code],
+        details: refusal.reason,
+      });
+      return { code: refusal.code, details: refusal.reason };
+    }
+    if (serve === undefined) return { code: status.UNIMPLEMENTED, details: `this node ${missing}` };
+    return null;
+  };
+
+  const receiveStream = streamReceiver(handler, {
+    self,
+    peerCheck,
+    refused: options.refused,
+    calls: options.calls,
+    log,
+    open,
+  });
+
+  const definition = loadRaftProto().cairn.v1.Raft.service;
+  return {
+    // Stream's frames reach the handler as bytes: frame-codec.ts decodes them.
+    definition: {
+      ...definition,
+      Stream: { ...definition.Stream, requestDeserialize: (frame: Buffer) => frame },
+    },
+    rawStream: { path: definition.Stream.path, handler: receiveStream },
+    implementation: {
+      Stream: grpcStream(receiveStream),
+      InstallSnapshot: snapshotReceiver(handler, {
+        peerCheck,
+        refused: options.refused,
+        maxBytes: options.maxSnapshotBytes ?? 4 * 1024 * MIB,
+        idleMs: options.snapshotIdleTimeoutMs ?? 60_000,
+        metrics: options.metrics,
+        log,
+        open,
+      }),
+      ProposeMeta(
+        call: ServerUnaryCall<MetaProposal__Output, MetaProposalReply>,
+        callback: sendUnaryData<MetaProposalReply>,
+      ): void {
+        const propose = options.proposeMeta;
+        const refusal = unaryRefusal(
+          call,
+          call.request.cluster_id,
+          propose,
+          "takes no meta proposals",
+        );
+        if (refusal !== null || propose === undefined) {
+          callback(refusal);
+          return;
+        }
+        propose(call.request.command).then(
+          () => callback(null, {}),
+          (err: unknown) => callback(peerCallError(err)),
+        );
+      },
+      ReadIndex(
+        call: ServerUnaryCall<ReadIndexRequest__Output, ReadIndexReply>,
+        callback: sendUnaryData<ReadIndexReply>,
+      ): void {
+        const readIndex = options.readIndex;
+        const refusal = unaryRefusal(
+          call,
+          call.request.cluster_id,
+          readIndex,
+          "serves no read index",
+        );
+        if (refusal !== null || readIndex === undefined) {
+          callback(refusal);
+          return;
+        }
+        const shards = call.request.shard_ids;
+        if (shards.length > MAX_READ_INDEX_SHARDS) {
+          callback({
+            code: status.INVALID_ARGUMENT,
+            details: `${shards.length} shards in one ReadIndex call; at most ${MAX_READ_INDEX_SHARDS}`,
+          });
+          return;
+        }
+        void readIndexResults(readIndex, call.request).then((results) =>
+          callback(null, { results }),
+        );
+      },
+      ConfirmTerms(
+        call: ServerUnaryCall<ConfirmTermsRequest__Output, ConfirmTermsReply>,
+        callback: sendUnaryData<ConfirmTermsReply>,
+      ): void {
+        const r = call.request;
+        const confirm = options.confirmTerms;
+        const refusal = unaryRefusal(call, r.cluster_id, confirm, "confirms no terms");
+        if (refusal !== null || confirm === undefined) {
+          callback(refusal);
+          return;
+        }
+        const n = r.shard_ids.length;
+        if (r.terms.length !== n || r.replicas.length !== n || n > MAX_TERM_CHECKS) {
+          callback({
+            code: status.INVALID_ARGUMENT,
+            details: `term checks: ${n} shards, ${r.terms.length} terms, ${r.replicas.length} replicas (equal, at most ${MAX_TERM_CHECKS})`,
+          });
+          return;
+        }
+        const checks: TermCheck[] = [];
+        for (let i = 0; i < n; i++) {
+          checks.push({
+            shard: r.shard_ids[i] as number,
+            term: r.terms[i] as number,
+            replica: r.replicas[i] as string,
+          });
+        }
+        callback(null, { confirmed: confirm(checks) });
+      },
+      ScanShards(
+        call: ServerUnaryCall<ScanShardsRequest__Output, ScanShardsReply>,
+        callback: sendUnaryData<ScanShardsReply>,
+      ): void {
+        const r = call.request;
+        const scan = options.scanShards;
+        const refusal = unaryRefusal(call, r.cluster_id, scan, "serves no scans for peers");
+        if (refusal !== null || scan === undefined) {
+          callback(refusal);
+          return;
+        }
+        const req: ScanRequest = {
+          start: r.start,
+          end: r.has_end ? r.end : null,
+          limit: r.limit,
+          linearizable: r.linearizable,
+        };
+        scan(r.shard_ids, req).then(
+          (items) =>
+            callback(null, {
+              items: items.map((i) => ({
+                key: i.key,
+                value: i.value,
+                index: i.version.index,
+                term: i.version.term,
+              })),
+            }),
+          (err: unknown) => callback(peerCallError(err)),
+        );
+      },
+    },
+    endAll(): void {
+      for (const finish of [...open]) {
+        finish({ code: status.UNAVAILABLE, details: "the node is shutting down" });
+      }
+    },
+  };
+}
+
+/**
+ * A peer call's failure as a gRPC status: not the leader → UNAVAILABLE with the leader hint; a
+ * CairnError's code in the trailers (`cairn-error-code`), as the client API sends it.
+ */
+function peerCallError(err: unknown): Partial<ServiceError> {
+  const metadata = new Metadata();
+  if (err instanceof NotLeaderError) {
+    if (err.leader !== null) metadata.set(LEADER_HINT_KEY, err.leader);
+    return { code: status.UNAVAILABLE, details: err.message, metadata };
+  }
+  const retryable = err instanceof CairnError && err.retryable;
+  if (err instanceof CairnError) metadata.set(ERROR_CODE_KEY, err.code);
+  return {
+    code: retryable ? status.UNAVAILABLE : status.INTERNAL,
+    details: err instanceof Error ? err.message : String(err),
+    metadata,
+  };
+}

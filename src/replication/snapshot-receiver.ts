@@ -1,0 +1,131 @@
+/**
+ * The receiving end of cairn.v1.Raft InstallSnapshot under grpc-js: each call's chunks go to a
+ * SnapshotAssembler (snapshot-transfer.ts, which holds the rules: the header's identity, the
+ * length limit, the checksum), and only once the sender half-closed and the snapshot is whole
+ * and verified is its message handed to the driver, like a frame's messages. The call is then
+ * answered OK: that acknowledgement is what the sender's group hears as "sent".
+ *
+ * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
+ * (logged at warn, counted as a failed receive); a call the sender cancels is counted and
+ * logged at debug. Nothing of a refused snapshot reaches Raft.
+ */
+import {
+  type ServerReadableStream,
+  type sendUnaryData,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
+import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
+import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
+import type { PeerCheck, PeerRefusalKind } from "./handshake.ts";
+import type { ShardMessage } from "./multi-raft.ts";
+import type { LogFields, PeerLogger } from "./peer-logger.ts";
+import { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
+import type { EndCall } from "./stream-receiver.ts";
+
+export interface SnapshotReceiverOptions {
+  /** What a header is checked against, as this node knows it when the call arrives. */
+  readonly peerCheck: () => PeerCheck;
+  readonly refused?: ((kind: PeerRefusalKind) => void) | undefined;
+  /** Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them. */
+  readonly maxBytes: number;
+  /** A call that brings no chunk for this long fails (DEADLINE_EXCEEDED), ms. */
+  readonly idleMs: number;
+  readonly metrics?: SnapshotMetrics | undefined;
+  readonly log: PeerLogger;
+  /** The calls open now: each is added while open, and ended by the service's endAll(). */
+  readonly open: Set<EndCall>;
+}
+
+/** The InstallSnapshot handler: hands each whole, verified snapshot to `handler`. */
+export function snapshotReceiver(
+  handler: (from: string, messages: ShardMessage[]) => void,
+  options: SnapshotReceiverOptions,
+): (
+  call: ServerReadableStream<SnapshotChunk__Output, SnapshotAck>,
+  callback: sendUnaryData<SnapshotAck>,
+) => void {
+  const { idleMs, log, open } = options;
+  return (call, callback) => {
+    const assembler = new SnapshotAssembler({
+      peers: options.peerCheck(),
+      ...(options.refused === undefined ? {} : { refused: options.refused }),
+      maxBytes: options.maxBytes,
+    });
+    let done = false;
+    const fields = (): LogFields => ({
+      peer: assembler.from ?? "",
+      peer_addr: call.getPeer(),
+      shard_id: assembler.shard ?? -1,
+      bytes: assembler.totalBytes ?? 0,
+    });
+    const finish = (err: SnapshotRefusal | null): void => {
+      if (done) return;
+      done = true;
+      open.delete(end);
+      clearTimeout(idle);
+      if (err === null) {
+        callback(null, {});
+        return;
+      }
+      options.metrics?.failed("receive");
+      log.warn("raft snapshot refused", {
+        ...fields(),
+        code: status[err.code],
+        details: err.message,
+      });
+      callback({ code: err.code, details: err.message });
+    };
+    const end = (err: Partial<ServiceError> | null): void =>
+      finish(new SnapshotRefusal(err?.code ?? status.UNAVAILABLE, err?.details ?? "ended"));
+    open.add(end);
+    const expire = (): void =>
+      finish(new SnapshotRefusal(status.DEADLINE_EXCEEDED, `no chunk for ${idleMs} ms`));
+    let idle = setTimeout(expire, idleMs);
+    const refuse = (err: unknown): void =>
+      finish(
+        err instanceof SnapshotRefusal ? err : new SnapshotRefusal(status.INTERNAL, String(err)),
+      );
+    call.on("data", (chunk: SnapshotChunk__Output) => {
+      if (done) return;
+      clearTimeout(idle);
+      idle = setTimeout(expire, idleMs);
+      try {
+        assembler.push(chunk);
+      } catch (err) {
+        refuse(err);
+      }
+    });
+    // The sender half-closed: only now, complete and verified, does the snapshot reach Raft.
+    call.on("end", () => {
+      if (done) return;
+      let snapshot: ShardMessage;
+      try {
+        snapshot = assembler.finish();
+      } catch (err) {
+        refuse(err);
+        return;
+      }
+      const from = assembler.from ?? "";
+      try {
+        handler(from, [snapshot]);
+      } catch (err) {
+        log.error("raft snapshot handler failed", { ...fields(), error: String(err) });
+        refuse(err);
+        return;
+      }
+      options.metrics?.received();
+      log.info("raft snapshot received", fields());
+      finish(null);
+    });
+    call.on("cancelled", () => {
+      if (done) return;
+      done = true;
+      open.delete(end);
+      clearTimeout(idle);
+      options.metrics?.failed("receive");
+      log.debug("raft snapshot call cancelled by the sender", fields());
+    });
+    call.on("error", () => refuse(new SnapshotRefusal(status.CANCELLED, "stream error")));
+  };
+}

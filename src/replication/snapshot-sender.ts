@@ -1,0 +1,233 @@
+/**
+ * The sending end of snapshots (etcd's rafthttp snapshot_sender; CockroachDB's snapshot queue):
+ * a snapshot message does not go in a frame; GrpcTransport.send() takes it out of the round and
+ * hands it here, and it streams on an InstallSnapshot call of its own (sendSnapshot,
+ * snapshot-transfer.ts: a header, chunks, a checksum), through grpc-js's client to the peer
+ * (peer-links.ts), paced by one node-wide rate limiter.
+ *
+ * At most one snapshot is in flight per peer; the others wait their turn in order. A snapshot is
+ * never dropped for the frames' budget: the leader that sent it waits to hear its outcome
+ * (`sent`), and a group sends no other snapshot to that peer meanwhile, so a peer's queue holds
+ * at most one per group. Raft needs no order between a snapshot and the frames: the leader sends
+ * that group nothing but heartbeats for that peer until the snapshot's outcome, and the receiver
+ * hands the snapshot to Raft before it acknowledges it, so whatever the leader sends after
+ * reaches Raft after it.
+ *
+ * Each outcome is logged (sent at info, failed at warn, or debug when cut by close()), counted
+ * per peer (PeerStats) and reported to SnapshotMetrics.
+ */
+import { type ServiceError, status } from "@grpc/grpc-js";
+import type { NodeId } from "../raft/index.ts";
+import { type ClusterIdSource, ownHandshake } from "./handshake.ts";
+import type { PeerLink, PeerLinks } from "./peer-links.ts";
+import type { PeerLogger } from "./peer-logger.ts";
+import { type PaceClock, RateLimiter } from "./rate-limiter.ts";
+import { sendSnapshot, type SnapshotMessage, type SnapshotMetrics } from "./snapshot-transfer.ts";
+
+/** A snapshot message of `shard`, as GrpcTransport.send() takes it out of a round. */
+export interface OutgoingSnapshot {
+  readonly shard: number;
+  readonly message: SnapshotMessage;
+}
+
+/** A snapshot message waiting for its peer's turn, and how to report its outcome. */
+interface QueuedSnapshot extends OutgoingSnapshot {
+  readonly settle: (delivered: boolean) => void;
+}
+
+/** A peer's snapshots: the one in flight, those waiting, and the counters of PeerStats. */
+interface SnapshotLane {
+  readonly link: PeerLink;
+  /** Snapshots to send after the one in flight, in order. */
+  readonly queue: QueuedSnapshot[];
+  inFlight: boolean;
+  sent: number;
+  failed: number;
+  bytesSent: number;
+}
+
+/** The snapshots' share of PeerStats (grpc-transport.ts). */
+export interface SnapshotStats {
+  /** Snapshots the peer acknowledged. */
+  readonly snapshotsSent: number;
+  readonly snapshotsFailed: number;
+  /** Snapshot data bytes gRPC took for the peer (those of failed transfers too). */
+  readonly snapshotBytesSent: number;
+  readonly snapshotInFlight: boolean;
+  /** Snapshots waiting for the one in flight. */
+  readonly snapshotsQueued: number;
+}
+
+/** SnapshotSender's settings, defaults resolved (GrpcTransportOptions documents each). */
+export interface SnapshotSenderOptions {
+  readonly links: PeerLinks;
+  /** This node, and its replica id: the identity each call opens with. */
+  readonly self: NodeId;
+  readonly replicaId: NodeId;
+  readonly clusterId: ClusterIdSource;
+  /** Data bytes per chunk; also the rate limiter's burst. A positive integer. */
+  readonly chunkBytes: number;
+  readonly rateBytesPerSec: number;
+  readonly clock: PaceClock;
+  readonly stallTimeoutMs: number;
+  readonly metrics: SnapshotMetrics | undefined;
+  readonly log: PeerLogger;
+  /** The receiver's shard worker (this transport's index), when the node runs them. */
+  readonly shardWorker: number | undefined;
+  /** Aborted when the transport closes: cuts the transfers in flight, starts no other. */
+  readonly closing: AbortSignal;
+}
+
+export class SnapshotSender {
+  readonly #links: PeerLinks;
+  readonly #self: NodeId;
+  readonly #replicaId: NodeId;
+  readonly #clusterId: ClusterIdSource;
+  readonly #chunkBytes: number;
+  readonly #limiter: RateLimiter;
+  readonly #stallTimeoutMs: number;
+  readonly #metrics: SnapshotMetrics | undefined;
+  readonly #log: PeerLogger;
+  readonly #shardWorker: number | undefined;
+  readonly #closing: AbortSignal;
+  /** Each peer's snapshots, by node. */
+  readonly #lanes = new Map<NodeId, SnapshotLane>();
+
+  constructor(options: SnapshotSenderOptions) {
+    this.#links = options.links;
+    this.#self = options.self;
+    this.#replicaId = options.replicaId;
+    this.#clusterId = options.clusterId;
+    this.#chunkBytes = options.chunkBytes;
+    if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
+      throw new RangeError(
+        `snapshotChunkBytes must be a positive integer, got ${this.#chunkBytes}`,
+      );
+    }
+    this.#limiter = new RateLimiter(options.rateBytesPerSec, this.#chunkBytes, options.clock);
+    this.#stallTimeoutMs = options.stallTimeoutMs;
+    this.#metrics = options.metrics;
+    this.#log = options.log;
+    this.#shardWorker = options.shardWorker;
+    this.#closing = options.closing;
+  }
+
+  /**
+   * Queues `snapshots` for peer node `to` and starts the first if none is in flight. `sent`
+   * hears once, when the last of them settles: true if the peer acknowledged them all. (One
+   * outcome for all: a group told "lost" of a snapshot that did arrive just probes its follower,
+   * who answers.)
+   */
+  enqueue(
+    to: NodeId,
+    snapshots: readonly OutgoingSnapshot[],
+    sent: ((delivered: boolean) => void) | undefined,
+  ): void {
+    const lane = this.#lane(to);
+    let left = snapshots.length;
+    let all = true;
+    const settle = (delivered: boolean): void => {
+      all &&= delivered;
+      if (--left === 0) sent?.(all);
+    };
+    for (const s of snapshots) lane.queue.push({ ...s, settle });
+    this.#next(lane);
+  }
+
+  /** Peer node `to`'s counters and state. */
+  stats(to: NodeId): SnapshotStats {
+    const lane = this.#lanes.get(to);
+    return {
+      snapshotsSent: lane?.sent ?? 0,
+      snapshotsFailed: lane?.failed ?? 0,
+      snapshotBytesSent: lane?.bytesSent ?? 0,
+      snapshotInFlight: lane?.inFlight ?? false,
+      snapshotsQueued: lane?.queue.length ?? 0,
+    };
+  }
+
+  /**
+   * Reports the snapshots waiting as lost, once the transport is closing (the transfers in
+   * flight are cut by `closing`, and report themselves).
+   */
+  dropQueued(): void {
+    for (const lane of this.#lanes.values()) {
+      for (const s of lane.queue.splice(0)) s.settle(false);
+    }
+  }
+
+  /** Peer node `to`'s lane, made on first use (with its link). */
+  #lane(to: NodeId): SnapshotLane {
+    let lane = this.#lanes.get(to);
+    if (lane === undefined) {
+      lane = {
+        link: this.#links.link(to),
+        queue: [],
+        inFlight: false,
+        sent: 0,
+        failed: 0,
+        bytesSent: 0,
+      };
+      this.#lanes.set(to, lane);
+    }
+    return lane;
+  }
+
+  /** Starts the lane's next snapshot unless one is in flight; settles each (asynchronously). */
+  #next(lane: SnapshotLane): void {
+    if (lane.inFlight || this.#closing.aborted) return;
+    const next = lane.queue.shift();
+    if (next === undefined) return;
+    lane.inFlight = true;
+    void this.#transfer(lane, next).then((delivered) => {
+      lane.inFlight = false;
+      next.settle(delivered);
+      this.#next(lane);
+    });
+  }
+
+  /** Streams one snapshot to the lane's peer; resolves with whether the peer acknowledged it. */
+  async #transfer(lane: SnapshotLane, s: QueuedSnapshot): Promise<boolean> {
+    const peer = lane.link;
+    const fields = {
+      peer: peer.id,
+      shard_id: s.shard,
+      index: s.message.snapshot.meta.index,
+      bytes: s.message.snapshot.data.length,
+    };
+    try {
+      const address = this.#links.address(peer.id);
+      if (address === null) throw new Error(`the address of ${peer.id} is not known`);
+      const handshake = ownHandshake(this.#clusterId, this.#self, this.#replicaId, peer.id);
+      await sendSnapshot(this.#links.client(peer, address), handshake, s.shard, s.message, {
+        chunkBytes: this.#chunkBytes,
+        limiter: this.#limiter,
+        stallTimeoutMs: this.#stallTimeoutMs,
+        signal: this.#closing,
+        onBytes: (bytes) => {
+          lane.bytesSent += bytes;
+          this.#metrics?.bytesSent(bytes);
+        },
+        ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
+      });
+      lane.sent++;
+      this.#metrics?.sent();
+      this.#log.info("raft snapshot sent", fields);
+      return true;
+    } catch (err) {
+      lane.failed++;
+      this.#metrics?.failed("send");
+      const e = err as Partial<ServiceError>;
+      const code = typeof e.code === "number" ? status[e.code] : undefined;
+      const failure = {
+        ...fields,
+        ...(code === undefined ? {} : { code }),
+        details: e.details ?? String(err),
+      };
+      // Cut by close(): the node is stopping, nothing to warn about.
+      if (this.#closing.aborted) this.#log.debug("raft snapshot not sent", failure);
+      else this.#log.warn("raft snapshot not sent", failure);
+      return false;
+    }
+  }
+}

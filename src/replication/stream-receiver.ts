@@ -1,0 +1,207 @@
+/**
+ * The receiving end of a peer's cairn.v1.Raft Stream: the call opens with a handshake frame,
+ * checked by handshake.ts's rules as this node knows them at that moment (a refusal ends the
+ * call with its status; an acceptance is answered with response headers); every later frame is
+ * a batch of Raft messages, handed to the driver with the sender's node id, or a forwarded KV
+ * call or its reply, handed to `calls`. A malformed frame, or one of another kind, ends the call
+ * INVALID_ARGUMENT; the sender's half-close ends it OK.
+ *
+ * Frames are decoded here (frame-codec.ts), straight into Raft messages: no protobuf objects on
+ * a replicated write's path. `streamReceiver` serves a call however it arrives: from the node's
+ * front end directly (a RawStreamCall, src/api/handoff.ts), or from grpc-js (`grpcStream`, for
+ * a stream the I/O threads proxy to the main thread's server).
+ */
+import {
+  Metadata,
+  type ServerReadableStream,
+  type sendUnaryData,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
+import type { RawStreamHandler } from "../api/handoff.ts";
+import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
+import { nodeOfReplica } from "../cluster/index.ts";
+import type { NodeId } from "../raft/index.ts";
+import { nodeId as toNodeId } from "../raft/index.ts";
+import {
+  decodeBatchMessages,
+  decodeFrame,
+  type Frame,
+  type PeerCall,
+  type PeerReply,
+} from "./frame-codec.ts";
+import { handshakeRefusal, type PeerCheck, type PeerRefusalKind } from "./handshake.ts";
+import type { ShardMessage } from "./multi-raft.ts";
+import type { LogFields, PeerLogger } from "./peer-logger.ts";
+
+const EMPTY_MESSAGE = new Uint8Array(0);
+
+/**
+ * Where the KV calls forwarded over the streams go (RaftFrame.call and .reply; src/api/forward.ts):
+ * `serve` runs a call peer `from` sent, and answers it on this node's own stream to `from`
+ * (GrpcTransport.reply); `replied` takes the answer to a call this node sent `from`
+ * (GrpcTransport.receiveReply).
+ */
+export interface ForwardedCalls {
+  serve(from: NodeId, call: PeerCall): void;
+  replied(from: NodeId, reply: PeerReply): void;
+}
+
+/** Ends an open call of the service with `err`, or OK with null (RaftService.endAll). */
+export type EndCall = (err: Partial<ServiceError> | null) => void;
+
+export interface StreamReceiverOptions {
+  /** This node: streams addressed to another node are refused. */
+  readonly self: NodeId;
+  /** What a handshake is checked against, as this node knows it now. */
+  readonly peerCheck: () => PeerCheck;
+  /** A handshake was refused (handshake.ts), by kind: for a counter. */
+  readonly refused?: ((kind: PeerRefusalKind) => void) | undefined;
+  /** Without it, forwarded calls and replies are dropped. */
+  readonly calls?: ForwardedCalls | undefined;
+  readonly log: PeerLogger;
+  /** The calls open now: each is added while open, and ended by the service's endAll(). */
+  readonly open: Set<EndCall>;
+}
+
+/**
+ * One Stream call's receiving end, whatever serves it: hands every batch's messages to `handler`
+ * with the sender's node id (MultiRaft.receive fits).
+ */
+export function streamReceiver(
+  handler: (from: string, messages: ShardMessage[]) => void,
+  options: StreamReceiverOptions,
+): RawStreamHandler {
+  const { self, peerCheck, log, open } = options;
+  return (call) => {
+    let from: NodeId | null = null;
+    /** The sender's replica id: the `from` of every message it sends. */
+    let fromReplica: NodeId | null = null;
+    let done = false;
+    const finish = (err: Partial<ServiceError> | null): void => {
+      if (done) return;
+      done = true;
+      open.delete(finish);
+      // The answer, RaftStreamAck, has no fields: its encoding is empty.
+      if (err === null) call.finish(status.OK, "OK", EMPTY_MESSAGE);
+      else call.finish(err.code ?? status.UNKNOWN, err.details ?? "", null);
+    };
+    open.add(finish);
+    const refuse = (code: status, details: string, fields: LogFields): void => {
+      log.warn("raft stream refused", { ...fields, code: status[code], details });
+      finish({ code, details });
+    };
+    const onHandshake = (frame: Frame): void => {
+      if (frame.kind !== "handshake") {
+        refuse(status.FAILED_PRECONDITION, "the first frame must be a handshake", {
+          peer_addr: call.peer,
+        });
+        return;
+      }
+      const hs = frame.handshake;
+      // Not the cluster id: the log says whom a refusal was for, not what it would have taken.
+      const fields = { peer: hs.from_node_id, peer_addr: call.peer, to: hs.to_node_id };
+      const refusal = handshakeRefusal(hs, peerCheck());
+      if (refusal !== null) {
+        options.refused?.(refusal.kind);
+        refuse(refusal.code, refusal.reason, fields);
+        return;
+      }
+      from = toNodeId(hs.from_node_id);
+      fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
+      // Response headers tell the sender its handshake was accepted.
+      call.sendHeaders();
+      log.debug("raft stream accepted", fields);
+    };
+    return {
+      message(bytes) {
+        if (done) return;
+        let frame: Frame;
+        try {
+          frame = decodeFrame(bytes);
+        } catch (err) {
+          refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, {
+            peer: from ?? "",
+            peer_addr: call.peer,
+          });
+          return;
+        }
+        if (from === null) {
+          onHandshake(frame);
+          return;
+        }
+        if (frame.kind === "call" || frame.kind === "reply") {
+          try {
+            if (frame.kind === "call") options.calls?.serve(from, frame.call);
+            else options.calls?.replied(from, frame.reply);
+          } catch (err) {
+            log.error("forwarded call handler failed", { peer: from, error: String(err) });
+          }
+          return;
+        }
+        if (frame.kind !== "batch") {
+          refuse(
+            status.INVALID_ARGUMENT,
+            "a frame after the handshake must be a batch, a call or a reply",
+            { peer: from },
+          );
+          return;
+        }
+        let messages: ShardMessage[];
+        try {
+          const to = frame.toReplicaId === "" ? self : toNodeId(frame.toReplicaId);
+          if (nodeOfReplica(to) !== self) throw new Error(`addressed to replica ${to}`);
+          messages = decodeBatchMessages(frame.body, fromReplica ?? from, to);
+        } catch (err) {
+          refuse(status.INVALID_ARGUMENT, `malformed raft frame: ${String(err)}`, { peer: from });
+          return;
+        }
+        try {
+          handler(from, messages);
+        } catch (err) {
+          log.error("raft frame handler failed", { peer: from, error: String(err) });
+        }
+      },
+      end: () => finish(null),
+      // A cancelled or broken call: nothing can be answered any more.
+      cancelled() {
+        done = true;
+        open.delete(finish);
+      },
+    };
+  };
+}
+
+/** The same receiving end under grpc-js's server (I/O threads proxy the stream to it). */
+export function grpcStream(
+  receive: RawStreamHandler,
+): (
+  call: ServerReadableStream<Buffer, RaftStreamAck>,
+  callback: sendUnaryData<RaftStreamAck>,
+) => void {
+  return (call, callback) => {
+    let answered = false;
+    const sink = receive({
+      peer: call.getPeer(),
+      sendHeaders: () => call.sendMetadata(new Metadata()),
+      finish(code, details) {
+        if (answered) return;
+        answered = true;
+        if (code === status.OK) callback(null, {});
+        else callback({ code, details });
+      },
+    });
+    call.on("data", (frame: Buffer) => sink.message(frame));
+    call.on("end", () => sink.end());
+    call.on("cancelled", () => {
+      answered = true;
+      sink.cancelled();
+    });
+    call.on("error", () => {
+      sink.cancelled();
+      if (answered) return;
+      answered = true;
+      callback({ code: status.CANCELLED, details: "stream error" });
+    });
+  };
+}

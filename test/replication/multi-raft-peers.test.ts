@@ -1,0 +1,160 @@
+/**
+ * Peers: messages for the groups, delivered to a group open here, opening one this node
+ * replicates, held a while for a shard it may soon learn it replicates (replicasChanged), and
+ * the transport's reports. Groups here are stand-ins that record what they are given.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { type Message, nodeId } from "../../src/raft/index.ts";
+import { Peers } from "../../src/replication/multi-raft-peers.ts";
+import type { ShardTable } from "../../src/replication/multi-raft-options.ts";
+import type { ShardReplica } from "../../src/replication/shard.ts";
+import { systemClock } from "../../src/replication/index.ts";
+
+interface Group {
+  id: number;
+  role: string;
+  storage: { conf: { voters: string[]; learners: string[] } };
+  steps: Message[];
+  reports: unknown[];
+  enqueueStep(m: Message): void;
+  enqueueReport(r: unknown): void;
+}
+
+function group(id: number, role = "follower", voters: string[] = []): Group {
+  return {
+    id,
+    role,
+    storage: { conf: { voters, learners: [] } },
+    steps: [],
+    reports: [],
+    enqueueStep(m: Message) {
+      this.steps.push(m);
+    },
+    enqueueReport(r: unknown) {
+      this.reports.push(r);
+    },
+  };
+}
+
+const msg = (to: string, term = 1): Message =>
+  ({ type: "heartbeat", from: nodeId("x"), to: nodeId(to), term }) as unknown as Message;
+
+function harness(options: { replicates?: Set<number>; transport?: boolean } = {}) {
+  const replicates = options.replicates ?? new Set<number>();
+  const table = new Map<number, Group>();
+  const opening = new Map<number, Promise<ShardReplica>>();
+  const dirty: number[] = [];
+  const stale: [string, string][] = [];
+  let now = 0;
+  const peers = new Peers({
+    options: {
+      ...(options.transport === false ? {} : { transport: { send() {}, flush() {} } }),
+      onStaleReplica: (from, to) => stale.push([from, to]),
+    },
+    shards: table as unknown as ShardTable,
+    clock: { ...systemClock, now: () => now },
+    replicaId: nodeId("n1"),
+    totalShards: 8,
+    stopped: () => false,
+    closed: () => false,
+    replicasOf: (id) => (replicates.has(id) ? ["n1", "n2"] : ["n2", "n3"]),
+    // As the driver's: one opening per shard, in the table once opened.
+    shard: (id) => {
+      let p = opening.get(id);
+      if (p === undefined) {
+        p = Promise.resolve().then(() => {
+          const g = group(id);
+          table.set(id, g);
+          return g as unknown as ShardReplica;
+        });
+        opening.set(id, p);
+      }
+      return p;
+    },
+    markDirty: (s) => dirty.push(s.id),
+  });
+  return { peers, table, dirty, stale, replicates, advance: (ms: number) => (now += ms) };
+}
+
+const settle = () => new Promise((r) => setImmediate(r));
+
+describe("Peers", () => {
+  it("hands a message to its open group and marks it for the next round", () => {
+    const h = harness();
+    const g = group(3);
+    h.table.set(3, g);
+    h.peers.receive("n2", [{ shard: 3, message: msg("n1") }]);
+    assert.equal(g.steps.length, 1);
+    assert.deepEqual(h.dirty, [3]);
+  });
+
+  it("opens a shard this node replicates for its first message", async () => {
+    const h = harness({ replicates: new Set([4]) });
+    h.peers.receive("n2", [
+      { shard: 4, message: msg("n1") },
+      { shard: 4, message: msg("n1", 2) },
+    ]);
+    await settle();
+    assert.deepEqual(
+      h.table.get(4)?.steps.map((m) => m.term),
+      [1, 2],
+      "in the order they came",
+    );
+  });
+
+  it("drops messages addressed to another incarnation of this node, and says so", () => {
+    const h = harness();
+    const g = group(3);
+    h.table.set(3, g);
+    h.peers.receive("n2", [{ shard: 3, message: msg("n1-old") }]);
+    assert.equal(g.steps.length, 0);
+    assert.deepEqual(h.stale, [["n2", "n1-old"]]);
+  });
+
+  it("holds a message for a shard not known here, and delivers it once this node replicates it", async () => {
+    const h = harness();
+    h.peers.receive("n2", [{ shard: 5, message: msg("n1") }]);
+    assert.equal(h.table.has(5), false);
+    h.peers.replicasChanged();
+    assert.equal(h.table.has(5), false, "still not a replica: held on");
+    h.replicates.add(5);
+    h.peers.replicasChanged();
+    await settle();
+    assert.equal(h.table.get(5)?.steps.length, 1);
+  });
+
+  it("drops held messages after 3 s", async () => {
+    const h = harness();
+    h.peers.receive("n2", [{ shard: 5, message: msg("n1") }]);
+    h.advance(3_000);
+    h.peers.dropExpiredHeld();
+    h.replicates.add(5);
+    h.peers.replicasChanged();
+    await settle();
+    assert.equal(h.table.has(5), false);
+  });
+
+  it("holds nothing without a transport, and ignores shards out of range", () => {
+    const h = harness({ transport: false });
+    h.peers.receive("n2", [
+      { shard: 5, message: msg("n1") },
+      { shard: 99, message: msg("n1") },
+    ]);
+    h.replicates.add(5);
+    h.peers.replicasChanged();
+    assert.equal(h.table.size, 0);
+  });
+
+  it("reports a peer unreachable to the groups led here that have a member on it", () => {
+    const h = harness();
+    const led = group(1, "leader", ["n1", "n2", "n3"]);
+    const followed = group(2, "follower", ["n1", "n2", "n3"]);
+    h.table.set(1, led);
+    h.table.set(2, followed);
+    h.peers.reportUnreachable("n2");
+    assert.deepEqual(led.reports, [{ kind: "unreachable", to: "n2" }]);
+    assert.deepEqual(followed.reports, []);
+    assert.deepEqual(h.dirty, [1]);
+  });
+});

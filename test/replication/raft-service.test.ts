@@ -1,0 +1,246 @@
+/**
+ * The peers' service (raft-service.ts) over real sockets: the unary calls a node does not offer,
+ * requests it refuses as malformed, a refusal's status and trailers as the calling node sees
+ * them, a scan's share end to end, and endAll(). Who may call is in peer-check.test.ts, the
+ * Stream in stream-receiver.test.ts and grpc-transport.test.ts, snapshots in
+ * grpc-snapshot.test.ts.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import { loadRaftProto } from "../../src/api/proto.ts";
+import { PEER_KEY } from "../../src/api/wire.ts";
+import { CairnError } from "../../src/common/errors.ts";
+import { logIndex, type Message, nodeId, NotLeaderError, term } from "../../src/raft/index.ts";
+import { GrpcTransport, type ScanRequest, type ShardMessage } from "../../src/replication/index.ts";
+import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+
+const N2 = nodeId("n2");
+
+/** A unary call of `path` as node n1 would make it, with a raw grpc-js client. */
+function rawUnary(address: string, name: "ReadIndex" | "ConfirmTerms", request: object) {
+  const method: {
+    path: string;
+    requestSerialize: (r: object) => Buffer;
+    responseDeserialize: (b: Buffer) => unknown;
+  } = loadRaftProto().cairn.v1.Raft.service[name];
+  const client = new Client(address, credentials.createInsecure());
+  const metadata = new Metadata();
+  metadata.set(PEER_KEY, "n1");
+  return new Promise<ServiceError | null>((resolve) => {
+    client.makeUnaryRequest(
+      method.path,
+      method.requestSerialize,
+      method.responseDeserialize,
+      request,
+      metadata,
+      (err: ServiceError | null) => {
+        client.close();
+        resolve(err);
+      },
+    );
+  });
+}
+
+describe("createRaftService", () => {
+  it("answers UNIMPLEMENTED for a call the node does not serve", async () => {
+    const server = await startRaftServer(() => undefined, { clusterId: "c1", nodeId: "n2" });
+    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    const scan: ScanRequest = {
+      start: new Uint8Array(0),
+      end: null,
+      limit: 10,
+      linearizable: false,
+    };
+    try {
+      for (const [call, what] of [
+        [t.proposeMeta(N2, new Uint8Array([1]), 5_000), /takes no meta proposals/],
+        [t.readIndex(N2, 1, 5_000), /serves no read index/],
+        [t.confirmTerms(N2, [{ shard: 1, term: 1, replica: "n2" }], 5_000), /confirms no terms/],
+        [t.scanShards(N2, [1], scan, 5_000), /serves no scans for peers/],
+      ] as const) {
+        await assert.rejects(call, (err: ServiceError) => {
+          assert.equal(err.code, status.UNIMPLEMENTED);
+          assert.match(err.details, what);
+          return true;
+        });
+      }
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  it("refuses malformed term checks and too many read-index shards (INVALID_ARGUMENT)", async () => {
+    let served = 0;
+    const server = await startRaftServer(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      readIndex: () => {
+        served++;
+        return Promise.resolve(1);
+      },
+      confirmTerms: (checks) => {
+        served++;
+        return checks.map(() => true);
+      },
+    });
+    try {
+      const uneven = await rawUnary(server.address, "ConfirmTerms", {
+        cluster_id: "c1",
+        shard_ids: [1, 2],
+        terms: [1],
+        replicas: ["n2", "n2"],
+      });
+      assert.equal(uneven?.code, status.INVALID_ARGUMENT);
+      assert.match(uneven?.details ?? "", /2 shards, 1 terms, 2 replicas/);
+      const many = await rawUnary(server.address, "ReadIndex", {
+        cluster_id: "c1",
+        shard_ids: Array.from({ length: 65_537 }, (_, i) => i),
+      });
+      assert.equal(many?.code, status.INVALID_ARGUMENT);
+      assert.match(many?.details ?? "", /65537 shards in one ReadIndex call; at most 65536/);
+      assert.equal(served, 0);
+    } finally {
+      server.stop();
+    }
+  });
+
+  it("a refusal reaches the calling node with its status, leader hint and error code", async () => {
+    const refusals: unknown[] = [
+      new NotLeaderError(nodeId("n3")),
+      new NotLeaderError(null),
+      new CairnError("CAIRN_ERR_SHUTTING_DOWN", "stopping", { retryable: true }),
+      new CairnError("CAIRN_ERR_LOST_STATE", "retired incarnation"),
+      new Error("a bug"),
+    ];
+    const server = await startRaftServer(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      proposeMeta: (command) => Promise.reject(refusals[command[0] ?? 0] as Error),
+    });
+    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    const refusal = async (i: number): Promise<ServiceError> => {
+      try {
+        await t.proposeMeta(N2, new Uint8Array([i]), 5_000);
+      } catch (err) {
+        return err as ServiceError;
+      }
+      return assert.fail("not refused");
+    };
+    try {
+      const expected = [
+        [status.UNAVAILABLE, "n3", undefined],
+        [status.UNAVAILABLE, undefined, undefined],
+        [status.UNAVAILABLE, undefined, "CAIRN_ERR_SHUTTING_DOWN"],
+        [status.INTERNAL, undefined, "CAIRN_ERR_LOST_STATE"],
+        [status.INTERNAL, undefined, undefined],
+      ] as const;
+      for (const [i, [code, leader, errorCode]] of expected.entries()) {
+        const err = await refusal(i);
+        assert.equal(err.code, code, `refusal ${i}`);
+        assert.equal(err.details, (refusals[i] as Error).message);
+        assert.equal(err.metadata.get("cairn-leader")[0], leader, `refusal ${i}'s leader`);
+        assert.equal(err.metadata.get("cairn-error-code")[0], errorCode, `refusal ${i}'s code`);
+      }
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  it("carries a scan's share both ways: the range, its open end, the limit and each version", async () => {
+    const asked: [readonly number[], ScanRequest][] = [];
+    const server = await startRaftServer(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      scanShards: (shards, req) => {
+        asked.push([shards, req]);
+        return Promise.resolve([
+          { key: Buffer.from("a"), value: Buffer.from("1"), version: { index: 2 ** 40, term: 3 } },
+          { key: Buffer.from("b"), value: Buffer.alloc(0), version: { index: 5, term: 1 } },
+        ]);
+      },
+    });
+    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    try {
+      const open: ScanRequest = {
+        start: Buffer.from("a"),
+        end: null,
+        limit: 7,
+        linearizable: true,
+      };
+      const items = await t.scanShards(N2, [4, 9], open, 5_000);
+      assert.deepEqual(
+        items.map((i) => [
+          Buffer.from(i.key).toString(),
+          Buffer.from(i.value).toString(),
+          i.version,
+        ]),
+        [
+          ["a", "1", { index: 2 ** 40, term: 3 }],
+          ["b", "", { index: 5, term: 1 }],
+        ],
+      );
+      const closed = {
+        start: Buffer.from("a"),
+        end: Buffer.alloc(0),
+        limit: 1,
+        linearizable: false,
+      };
+      await t.scanShards(N2, [4], closed, 5_000);
+      assert.deepEqual(
+        asked.map(([shards, req]) => [shards, req.end === null ? null : req.end.length, req.limit]),
+        [
+          [[4, 9], null, 7],
+          [[4], 0, 1],
+        ],
+        "an empty end is not an open end",
+      );
+      assert.equal(asked[0]?.[1].linearizable, true);
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  it("endAll() ends the open streams: their senders see the stream lost and back off", async () => {
+    const got: ShardMessage[][] = [];
+    const server = await startRaftServer((_from, messages) => got.push(messages), {
+      clusterId: "c1",
+      nodeId: "n2",
+    });
+    const lines: LogLine[] = [];
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: () => server.address,
+      logger: recordingLogger(lines),
+      initialBackoffMs: 10_000,
+    });
+    const message: Message = {
+      type: "heartbeat",
+      from: nodeId("n1"),
+      to: N2,
+      term: term(1),
+      commit: logIndex(0),
+      readSeq: 1,
+      quiesce: false,
+      noReply: false,
+    };
+    try {
+      t.send(N2, [{ shard: 1, message }]);
+      await eventually("connected", () => t.stats()["n2"]?.state === "connected");
+      server.service.endAll();
+      await eventually("the stream lost", () => t.stats()["n2"]?.state === "backoff");
+      const lost = lines.find((l) => l.message === "raft peer stream lost");
+      assert.equal(lost?.level, "warn");
+      assert.equal(lost?.fields["code"], "UNAVAILABLE");
+      assert.equal(lost?.fields["details"], "the node is shutting down");
+      assert.equal(got.length, 1);
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+});
