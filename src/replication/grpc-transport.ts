@@ -275,13 +275,8 @@ export class GrpcTransport implements RaftTransport {
   }
 
   /**
-   * Forwards a client's unary KV call to node `to` on the stream to it (RaftFrame.call) and
-   * resolves with its answer, which `to` sends on its own stream back (receiveReply). Never
-   * rejects. `sent` in the result is false only when no byte of the call can have reached `to`:
-   * the stream was down, the frame over a limit, or the stream ended before the bytes left.
-   * The call fails DEADLINE_EXCEEDED at `deadline` (Date.now() clock, checked every 50 ms),
-   * CANCELLED when `cut` is cut, and UNAVAILABLE when the stream ends first; an answer that
-   * comes after is dropped. `to` never hears of a cancellation: a write it took still applies.
+   * Forwards a client's unary KV call to node `to` on the stream to it and resolves with its
+   * answer; never rejects. What each outcome means: CallForwarder.call (call-forwarder.ts).
    */
   call(
     to: string,
