@@ -49,6 +49,19 @@
     if ((call) != napi_ok) return NULL;                                            \
   } while (0)
 
+/*
+ * The descriptor `value` holds: a whole number in [0, INT32_MAX], else -1 (napi_get_value_int32
+ * would turn NaN into 0, a descriptor that exists).
+ */
+static int fd_of(napi_env env, napi_value value) {
+  double fd;
+  if (napi_get_value_double(env, value, &fd) != napi_ok || !(fd >= 0) || fd > INT32_MAX ||
+      fd != (double)(int32_t)fd) {
+    return -1;
+  }
+  return (int)fd;
+}
+
 static void unmap(napi_env env, void* data, void* hint) {
   (void)env;
   munmap(data, (size_t)(uintptr_t)hint);
@@ -65,21 +78,14 @@ static napi_value map_file(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value argv[2];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  if (argc < 2) {
-    napi_throw_type_error(env, NULL, "mapFile(fd, length) takes two numbers");
-    return NULL;
-  }
-  double fd_arg;
+  int fd = fd_of(env, argv[0]);
   double length_arg;
-  // Whole numbers only: napi_get_value_int32 would turn NaN into 0, a descriptor that exists.
-  if (napi_get_value_double(env, argv[0], &fd_arg) != napi_ok ||
-      napi_get_value_double(env, argv[1], &length_arg) != napi_ok || !(fd_arg >= 0) ||
-      fd_arg > INT32_MAX || fd_arg != (double)(int32_t)fd_arg || !(length_arg >= 0) ||
-      length_arg > 9007199254740991.0 || length_arg != (double)(int64_t)length_arg) {
+  if (fd < 0 || napi_get_value_double(env, argv[1], &length_arg) != napi_ok ||
+      !(length_arg >= 0) || length_arg > 9007199254740991.0 ||
+      length_arg != (double)(int64_t)length_arg) {
     napi_throw_type_error(env, NULL, "mapFile(fd, length) takes a descriptor and a length >= 0");
     return NULL;
   }
-  int fd = (int)fd_arg;
   int64_t length = (int64_t)length_arg;
   napi_value result;
   if (length == 0) {
@@ -227,16 +233,15 @@ static napi_value dup_fd(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  double fd_arg;
-  if (argc < 1 || napi_get_value_double(env, argv[0], &fd_arg) != napi_ok || fd_arg < 0 ||
-      fd_arg > 2147483647.0 || fd_arg != (double)(int)fd_arg) {
+  int fd = fd_of(env, argv[0]);
+  if (fd < 0) {
     napi_throw_type_error(env, NULL, "dupFd(fd) takes a descriptor");
     return NULL;
   }
-  int copy = fcntl((int)fd_arg, F_DUPFD_CLOEXEC, 0);
+  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (copy < 0) {
     char message[160];
-    snprintf(message, sizeof message, "dupFd(%d): %s", (int)fd_arg, strerror(errno));
+    snprintf(message, sizeof message, "dupFd(%d): %s", fd, strerror(errno));
     napi_throw_error(env, "CAIRN_ERR_DUP", message);
     return NULL;
   }
@@ -249,19 +254,18 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  double fd_arg;
-  if (argc < 1 || napi_get_value_double(env, argv[0], &fd_arg) != napi_ok || fd_arg < 0 ||
-      fd_arg > 2147483647.0 || fd_arg != (double)(int)fd_arg) {
+  int fd = fd_of(env, argv[0]);
+  if (fd < 0) {
     napi_throw_type_error(env, NULL, "lockFile(fd) takes a descriptor");
     return NULL;
   }
   int rc;
   do {
-    rc = flock((int)fd_arg, LOCK_EX | LOCK_NB);
+    rc = flock(fd, LOCK_EX | LOCK_NB);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0 && errno != EWOULDBLOCK) {
     char message[160];
-    snprintf(message, sizeof message, "flock(%d): %s", (int)fd_arg, strerror(errno));
+    snprintf(message, sizeof message, "flock(%d): %s", fd, strerror(errno));
     napi_throw_error(env, "CAIRN_ERR_FLOCK", message);
     return NULL;
   }
@@ -275,17 +279,12 @@ NAPI_MODULE_INIT() {
 #if defined(__x86_64__)
   if (crc_hardware) crc_shift_init();
 #endif
-  napi_value crc_fn;
-  CHECK(napi_create_function(env, "crc32c", NAPI_AUTO_LENGTH, crc32c, NULL, &crc_fn));
-  CHECK(napi_set_named_property(env, exports, "crc32c", crc_fn));
-  napi_value fn;
-  CHECK(napi_create_function(env, "mapFile", NAPI_AUTO_LENGTH, map_file, NULL, &fn));
-  CHECK(napi_set_named_property(env, exports, "mapFile", fn));
-  napi_value dup_fn;
-  CHECK(napi_create_function(env, "dupFd", NAPI_AUTO_LENGTH, dup_fd, NULL, &dup_fn));
-  CHECK(napi_set_named_property(env, exports, "dupFd", dup_fn));
-  napi_value lock_fn;
-  CHECK(napi_create_function(env, "lockFile", NAPI_AUTO_LENGTH, lock_file, NULL, &lock_fn));
-  CHECK(napi_set_named_property(env, exports, "lockFile", lock_fn));
+  napi_property_descriptor functions[] = {
+      {"crc32c", NULL, crc32c, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"mapFile", NULL, map_file, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"dupFd", NULL, dup_fd, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"lockFile", NULL, lock_file, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  CHECK(napi_define_properties(env, exports, sizeof functions / sizeof *functions, functions));
   return exports;
 }
