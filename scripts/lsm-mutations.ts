@@ -3,10 +3,10 @@
  *
  * Plants bugs in the LSM engine one at a time and shows that the storage tests fail for each
  * (issue 50). Each bug is a text patch applied to a copy of `src/` and `test/` in a temporary
- * directory (production code is never touched); the listed test files run there, and a bug is
- * caught when at least one of them fails. Prints a Markdown table (the one in docs/storage.md)
- * and exits 1 if a bug went uncaught, 2 if a patch no longer applies (the code it targets
- * changed: update the patch).
+ * directory (production code is never touched; a bug in the addon, `native/src`, is planted in
+ * a copy of it built there); the listed test files run there, and a bug is caught when at least
+ * one of them fails. Prints a Markdown table (the one in docs/storage.md) and exits 1 if a bug
+ * went uncaught, 2 if a patch no longer applies (the code it targets changed: update the patch).
  */
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -61,10 +61,10 @@ const MUTATIONS: readonly Mutation[] = [
   },
   {
     id: "3",
-    what: "no size check before the first read of a block through a mapping",
-    file: "src/storage/lsm/caches.ts",
-    patches: [["if (firstRead && offset < end) {", "if (firstRead && offset < end && false) {"]],
-    tests: [REGRESSIONS],
+    what: "the addon's SIGBUS handler repairs no page of a mapping (every fault kills)",
+    file: "native/src/cairn_native.c",
+    patches: [["bool repaired = s != NULL", "bool repaired = false && s != NULL"]],
+    tests: [REGRESSIONS, "test/storage/native.test.ts"],
   },
   {
     id: "4",
@@ -147,6 +147,35 @@ const MUTATIONS: readonly Mutation[] = [
     ],
     tests: ["test/storage/lsm-reopen-crash.test.ts"],
   },
+  {
+    id: "d",
+    what: "a point read returns a view of its block, which may be a mapping's",
+    file: "src/storage/lsm/table.ts",
+    patches: [
+      ["return blockValueCopy(block, i);", "return blockValue(block, i);"],
+      ["  blockValueCopy,\n", "  blockValue,\n"],
+    ],
+    tests: [REGRESSIONS],
+  },
+  {
+    id: "e",
+    what: "a scan yields views of its blocks, which may be a mapping's",
+    file: "src/storage/lsm/engine.ts",
+    patches: [["[keyToBytes(k), Buffer.from(it.value())]", "[keyToBytes(k), it.value()]"]],
+    tests: [REGRESSIONS],
+  },
+  {
+    id: "f",
+    what: "reads do not notice the lost pages they met (the fault count is never read)",
+    file: "src/storage/lsm/caches.ts",
+    patches: [
+      [
+        "return mappedFaults === undefined ? 0 : Atomics.load(mappedFaults.counts, 0);",
+        "return 0;",
+      ],
+    ],
+    tests: [REGRESSIONS],
+  },
 ];
 
 const { values } = parseArgs({ options: { only: { type: "string" } } });
@@ -157,9 +186,15 @@ function plant(m: Mutation): string {
   for (const part of ["src", "test"])
     cpSync(join(root, part), join(dir, part), { recursive: true });
   for (const file of ["package.json", "tsconfig.json"]) cpSync(join(root, file), join(dir, file));
-  // The addon (native/build) and the packages, shared: nothing there is patched.
+  // The packages, and the addon unless it is what is patched, shared: nothing there is patched.
   symlinkSync(join(root, "node_modules"), join(dir, "node_modules"));
-  symlinkSync(join(root, "native"), join(dir, "native"));
+  const native = m.file.startsWith("native/");
+  if (native) {
+    cpSync(join(root, "native", "src"), join(dir, "native", "src"), { recursive: true });
+    cpSync(join(root, "scripts", "build-native.mjs"), join(dir, "scripts", "build-native.mjs"));
+  } else {
+    symlinkSync(join(root, "native"), join(dir, "native"));
+  }
   const path = join(dir, m.file);
   let text = readFileSync(path, "utf8");
   for (const [from, to] of m.patches) {
@@ -172,6 +207,17 @@ function plant(m: Mutation): string {
     text = text.replace(from, () => to);
   }
   writeFileSync(path, text);
+  if (native) {
+    const build = spawnSync(process.execPath, [join(dir, "scripts", "build-native.mjs")], {
+      stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, CAIRN_REQUIRE_NATIVE: "1" },
+    });
+    if (build.status !== 0) {
+      rmSync(dir, { recursive: true, force: true });
+      console.error(`mutation ${m.id}: the patched addon does not build`);
+      process.exit(2);
+    }
+  }
   return dir;
 }
 

@@ -2,15 +2,27 @@
  * cairn_native: the few system calls Node.js does not expose, as a Node-API addon (ABI-stable:
  * one build serves every Node.js from 18 on).
  *
- * mapFile(fd, length) -> ArrayBuffer
+ * mapFile(fd, length, id) -> ArrayBuffer
  *   Maps the first `length` bytes of an open file read-only (PROT_READ, MAP_SHARED) and returns
  *   them as an ArrayBuffer backed by the mapping. The mapping lives as long as the ArrayBuffer:
  *   its finalizer unmaps it once the garbage collector has collected the buffer and every view
  *   of it, so no JavaScript reference can outlive the memory it points into. The caller may
  *   close the descriptor at once (a mapping does not need it) and may unlink the file (the
- *   mapping keeps its pages until it is unmapped). The file must not shrink below `length`
- *   while mapped: a read past its end raises SIGBUS. Cairn maps only SSTables, which are
- *   immutable once installed.
+ *   mapping keeps its pages until it is unmapped). Throws an Error with code CAIRN_ERR_MMAP
+ *   when mmap fails.
+ *
+ *   A file that shrinks while mapped raises SIGBUS on a read of a page past its new end (so
+ *   does a page the disk fails to read), which would kill the process, wherever JavaScript or
+ *   V8 reads the page. So the first mapFile installs a SIGBUS handler: a fault in a page of one
+ *   of the faulting thread's mappings is repaired, a page of zeros mapped over it, and counted
+ *   in `faults`; the read goes on and reads zeros. The caller must check `faults` after every
+ *   operation that reads mapped bytes and discard what it read if the count moved (Cairn's LSM
+ *   engine does, src/storage/lsm/engine.ts). Any other SIGBUS goes to the handler installed
+ *   before this one (by default: the process dies of it).
+ *
+ * faults: ArrayBuffer
+ *   The calling thread's: int32 pages repaired so far, int32 the `id` given to mapFile for the
+ *   mapping of the last, and at byte 8 a float64, its offset in the file.
  *
  * dupFd(fd) -> number
  *   A new descriptor for the open file (a socket, here) that `fd` refers to, close-on-exec
@@ -35,11 +47,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <node_api.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
@@ -49,9 +66,122 @@
     if ((call) != napi_ok) return NULL;                                            \
   } while (0)
 
-static void unmap(napi_env env, void* data, void* hint) {
+/*
+ * The descriptor `value` holds: a whole number in [0, INT32_MAX], else -1 (napi_get_value_int32
+ * would turn NaN into 0, a descriptor that exists).
+ */
+static int fd_of(napi_env env, napi_value value) {
+  double fd;
+  if (napi_get_value_double(env, value, &fd) != napi_ok || !(fd >= 0) || fd > INT32_MAX ||
+      fd != (double)(int32_t)fd) {
+    return -1;
+  }
+  return (int)fd;
+}
+
+/* --- Mappings, and the pages a file that shrank took from them --------------------------- */
+
+struct thread_state;
+
+struct mapping {
+  uint8_t* data;
+  size_t length;
+  int32_t id;
+  struct thread_state* owner;
+};
+
+/*
+ * One per thread that loaded the addon (Node's main thread, each worker): the mappings it made,
+ * which only it reads (an ArrayBuffer does not cross threads) and only it adds and removes, and
+ * the faults of its reads of them, which JavaScript reads (`faults`). Never freed: a finalizer
+ * may still remove a mapping from it as its thread's environment is torn down.
+ */
+struct thread_state {
+  struct {
+    int32_t count; /* pages repaired */
+    int32_t id;    /* of the mapping of the last */
+    double offset; /* of the last in its file */
+  } faults;
+  struct mapping** mappings;
+  size_t count;
+  size_t capacity;
+};
+
+/* initial-exec: reading it in the signal handler allocates nothing (dynamic TLS may). */
+static __thread struct thread_state* state __attribute__((tls_model("initial-exec")));
+static struct sigaction previous_sigbus;
+static pthread_once_t sigbus_once = PTHREAD_ONCE_INIT;
+static uintptr_t page_size;
+
+/*
+ * Maps a page of zeros over the page of `at` if it lies in one of the thread's mappings: a page
+ * its file no longer has. True if done (the faulting read then goes on, reading zeros).
+ */
+static bool repair(struct thread_state* s, const uint8_t* at) {
+  for (size_t i = 0; i < s->count; i++) {
+    struct mapping* m = s->mappings[i];
+    if (at < m->data || at >= m->data + m->length) continue;
+    void* page = (void*)((uintptr_t)at & ~(page_size - 1));
+    if (mmap(page, page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+        MAP_FAILED) {
+      return false;
+    }
+    s->faults.count++;
+    s->faults.id = m->id;
+    s->faults.offset = (double)((uint8_t*)page - m->data);
+    return true;
+  }
+  return false;
+}
+
+static void on_sigbus(int sig, siginfo_t* info, void* context) {
+  struct thread_state* s = state;
+  int saved_errno = errno;
+  /* si_code > 0: raised by the kernel for this access, not sent by a process. */
+  bool repaired = s != NULL && info->si_code > 0 && repair(s, info->si_addr);
+  errno = saved_errno;
+  if (repaired) return;
+  if (previous_sigbus.sa_flags & SA_SIGINFO) {
+    previous_sigbus.sa_sigaction(sig, info, context);
+  } else if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN) {
+    previous_sigbus.sa_handler(sig);
+  } else {
+    /* The old disposition back, and the signal again, pending until this handler returns. */
+    sigaction(SIGBUS, &previous_sigbus, NULL);
+    raise(SIGBUS);
+  }
+}
+
+static void install_sigbus(void) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_sigaction = on_sigbus;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, &previous_sigbus);
+}
+
+static bool grow(struct thread_state* s) {
+  size_t capacity = s->capacity == 0 ? 16 : 2 * s->capacity;
+  struct mapping** mappings = realloc(s->mappings, capacity * sizeof *mappings);
+  if (mappings == NULL) return false;
+  s->mappings = mappings;
+  s->capacity = capacity;
+  return true;
+}
+
+static void finalize_mapping(napi_env env, void* data, void* hint) {
   (void)env;
-  munmap(data, (size_t)(uintptr_t)hint);
+  (void)data;
+  struct mapping* m = hint;
+  struct thread_state* s = m->owner;
+  for (size_t i = 0; i < s->count; i++) {
+    if (s->mappings[i] != m) continue;
+    s->mappings[i] = s->mappings[--s->count];
+    break;
+  }
+  munmap(m->data, m->length);
+  free(m);
 }
 
 static napi_value throw_errno(napi_env env, const char* what, int err) {
@@ -62,36 +192,45 @@ static napi_value throw_errno(napi_env env, const char* what, int err) {
 }
 
 static napi_value map_file(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
+  size_t argc = 3;
+  napi_value argv[3];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  if (argc < 2) {
-    napi_throw_type_error(env, NULL, "mapFile(fd, length) takes two numbers");
-    return NULL;
-  }
-  double fd_arg;
+  int fd = fd_of(env, argv[0]);
   double length_arg;
-  // Whole numbers only: napi_get_value_int32 would turn NaN into 0, a descriptor that exists.
-  if (napi_get_value_double(env, argv[0], &fd_arg) != napi_ok ||
-      napi_get_value_double(env, argv[1], &length_arg) != napi_ok || !(fd_arg >= 0) ||
-      fd_arg > INT32_MAX || fd_arg != (double)(int32_t)fd_arg || !(length_arg >= 0) ||
-      length_arg > 9007199254740991.0 || length_arg != (double)(int64_t)length_arg) {
-    napi_throw_type_error(env, NULL, "mapFile(fd, length) takes a descriptor and a length >= 0");
+  int32_t id;
+  if (fd < 0 || napi_get_value_double(env, argv[1], &length_arg) != napi_ok ||
+      !(length_arg >= 0) || length_arg > 9007199254740991.0 ||
+      length_arg != (double)(int64_t)length_arg ||
+      napi_get_value_int32(env, argv[2], &id) != napi_ok) {
+    napi_throw_type_error(env, NULL,
+                          "mapFile(fd, length, id) takes a descriptor, a length >= 0 and an id");
     return NULL;
   }
-  int fd = (int)fd_arg;
-  int64_t length = (int64_t)length_arg;
+  size_t length = (size_t)length_arg;
   napi_value result;
   if (length == 0) {
     void* unused;
     CHECK(napi_create_arraybuffer(env, 0, &unused, &result));
     return result;
   }
-  void* data = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
-  if (data == MAP_FAILED) return throw_errno(env, "mmap", errno);
-  if (napi_create_external_arraybuffer(env, data, (size_t)length, unmap,
-                                       (void*)(uintptr_t)length, &result) != napi_ok) {
-    munmap(data, (size_t)length);
+  pthread_once(&sigbus_once, install_sigbus);
+  struct thread_state* s = state;
+  struct mapping* m = malloc(sizeof *m);
+  if (m == NULL || (s->count == s->capacity && !grow(s))) {
+    free(m);
+    return throw_errno(env, "mapFile", ENOMEM);
+  }
+  void* data = mmap(NULL, length, PROT_READ, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    int err = errno;
+    free(m);
+    return throw_errno(env, "mmap", err);
+  }
+  *m = (struct mapping){data, length, id, s};
+  s->mappings[s->count++] = m;
+  if (napi_create_external_arraybuffer(env, data, length, finalize_mapping, m, &result) !=
+      napi_ok) {
+    finalize_mapping(env, data, m);
     napi_throw_error(env, "CAIRN_ERR_MMAP", "cannot wrap the mapping in an ArrayBuffer");
     return NULL;
   }
@@ -227,16 +366,15 @@ static napi_value dup_fd(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  double fd_arg;
-  if (argc < 1 || napi_get_value_double(env, argv[0], &fd_arg) != napi_ok || fd_arg < 0 ||
-      fd_arg > 2147483647.0 || fd_arg != (double)(int)fd_arg) {
+  int fd = fd_of(env, argv[0]);
+  if (fd < 0) {
     napi_throw_type_error(env, NULL, "dupFd(fd) takes a descriptor");
     return NULL;
   }
-  int copy = fcntl((int)fd_arg, F_DUPFD_CLOEXEC, 0);
+  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (copy < 0) {
     char message[160];
-    snprintf(message, sizeof message, "dupFd(%d): %s", (int)fd_arg, strerror(errno));
+    snprintf(message, sizeof message, "dupFd(%d): %s", fd, strerror(errno));
     napi_throw_error(env, "CAIRN_ERR_DUP", message);
     return NULL;
   }
@@ -249,19 +387,18 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  double fd_arg;
-  if (argc < 1 || napi_get_value_double(env, argv[0], &fd_arg) != napi_ok || fd_arg < 0 ||
-      fd_arg > 2147483647.0 || fd_arg != (double)(int)fd_arg) {
+  int fd = fd_of(env, argv[0]);
+  if (fd < 0) {
     napi_throw_type_error(env, NULL, "lockFile(fd) takes a descriptor");
     return NULL;
   }
   int rc;
   do {
-    rc = flock((int)fd_arg, LOCK_EX | LOCK_NB);
+    rc = flock(fd, LOCK_EX | LOCK_NB);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0 && errno != EWOULDBLOCK) {
     char message[160];
-    snprintf(message, sizeof message, "flock(%d): %s", (int)fd_arg, strerror(errno));
+    snprintf(message, sizeof message, "flock(%d): %s", fd, strerror(errno));
     napi_throw_error(env, "CAIRN_ERR_FLOCK", message);
     return NULL;
   }
@@ -271,21 +408,25 @@ static napi_value lock_file(napi_env env, napi_callback_info info) {
 }
 
 NAPI_MODULE_INIT() {
+  if (state == NULL) {
+    state = calloc(1, sizeof *state);
+    if (state == NULL) return NULL;
+  }
+  page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+  napi_value faults;
+  CHECK(napi_create_external_arraybuffer(env, &state->faults, sizeof state->faults, NULL, NULL,
+                                         &faults));
+  CHECK(napi_set_named_property(env, exports, "faults", faults));
   crc_init();
 #if defined(__x86_64__)
   if (crc_hardware) crc_shift_init();
 #endif
-  napi_value crc_fn;
-  CHECK(napi_create_function(env, "crc32c", NAPI_AUTO_LENGTH, crc32c, NULL, &crc_fn));
-  CHECK(napi_set_named_property(env, exports, "crc32c", crc_fn));
-  napi_value fn;
-  CHECK(napi_create_function(env, "mapFile", NAPI_AUTO_LENGTH, map_file, NULL, &fn));
-  CHECK(napi_set_named_property(env, exports, "mapFile", fn));
-  napi_value dup_fn;
-  CHECK(napi_create_function(env, "dupFd", NAPI_AUTO_LENGTH, dup_fd, NULL, &dup_fn));
-  CHECK(napi_set_named_property(env, exports, "dupFd", dup_fn));
-  napi_value lock_fn;
-  CHECK(napi_create_function(env, "lockFile", NAPI_AUTO_LENGTH, lock_file, NULL, &lock_fn));
-  CHECK(napi_set_named_property(env, exports, "lockFile", lock_fn));
+  napi_property_descriptor functions[] = {
+      {"crc32c", NULL, crc32c, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"mapFile", NULL, map_file, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"dupFd", NULL, dup_fd, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"lockFile", NULL, lock_file, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  CHECK(napi_define_properties(env, exports, sizeof functions / sizeof *functions, functions));
   return exports;
 }

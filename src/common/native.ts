@@ -10,7 +10,9 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 
 interface Addon {
-  mapFile(fd: number, length: number): ArrayBuffer;
+  mapFile(fd: number, length: number, id: number): ArrayBuffer;
+  /** Older builds of the addon lack it (and do not survive a mapped file that shrinks). */
+  faults?: ArrayBuffer;
   crc32c(data: Uint8Array, crc: number, start: number, end: number): number;
   dupFd(fd: number): number;
   /** Older builds of the addon lack it. */
@@ -39,14 +41,48 @@ export const nativeAddonMissing: string | null =
 
 /**
  * Maps the first `length` bytes of the open file `fd` read-only, as a Buffer over the mapping;
- * undefined where the addon is not loaded. The mapping lives while the Buffer or any view of it
- * is reachable (the garbage collector unmaps it), so a view never outlives its memory; `fd` may
- * be closed at once. Only for files that never shrink while mapped (a read past the end of a
- * truncated file raises SIGBUS): Cairn maps only installed, immutable SSTables. Throws an Error
- * with code CAIRN_ERR_MMAP when mmap fails.
+ * undefined where the addon is not loaded (or is older than `mappedFaults`). The mapping lives
+ * while the Buffer or any view of it is reachable (the garbage collector unmaps it), so a view
+ * never outlives its memory; `fd` may be closed at once. Throws an Error with code
+ * CAIRN_ERR_MMAP when mmap fails.
+ *
+ * A read of a page the file lost since (it shrank; or the disk failed to read it) raises
+ * SIGBUS: the addon's handler maps a page of zeros there and counts it in `mappedFaults` with
+ * `id`, and the read goes on, reading zeros. A caller must compare `mappedFaults[0]` before and
+ * after each operation that reads mapped bytes and discard its result if it moved; and it must
+ * hand out no view of a mapping (whose reader nobody would check): copies only.
  */
-export const mapFile: ((fd: number, length: number) => Buffer) | undefined =
-  addon === undefined ? undefined : (fd, length) => Buffer.from(addon.mapFile(fd, length));
+export const mapFile: ((fd: number, length: number, id: number) => Buffer) | undefined =
+  addon?.faults === undefined
+    ? undefined
+    : (fd, length, id) => Buffer.from(addon.mapFile(fd, length, id));
+
+/** This thread's faults in mapped files: see `mapFile`. */
+export interface MappedFaults {
+  /** `[0]`: the pages repaired so far (read it with Atomics.load: the signal handler writes it). */
+  readonly counts: Int32Array;
+  /** The id of the mapping of the last. */
+  readonly id: number;
+  /** Its offset in the file. */
+  readonly offset: number;
+}
+
+export const mappedFaults: MappedFaults | undefined =
+  addon?.faults === undefined
+    ? undefined
+    : ((memory: ArrayBuffer): MappedFaults => {
+        const ints = new Int32Array(memory, 0, 2);
+        const offset = new Float64Array(memory, 8, 1);
+        return {
+          counts: ints,
+          get id() {
+            return ints[1] as number;
+          },
+          get offset() {
+            return offset[0] as number;
+          },
+        };
+      })(addon.faults);
 
 /**
  * CRC32C of `data[start, end)` continuing from `crc`, with the CPU's CRC32C instruction where it

@@ -3,6 +3,7 @@
  * reached there. The model test (lsm-model.test.ts) finds most of them too; these name them.
  */
 import assert from "node:assert/strict";
+import { spawnSync, type SpawnSyncReturns } from "node:child_process";
 import { readdirSync, statSync, truncateSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -243,4 +244,47 @@ describe("issue 50, bug 3: a table that shrinks while the engine has it open", (
       }
     });
   }
+});
+
+describe("issue 50, bug 3: a table that shrinks under its mapping", () => {
+  const child = join(import.meta.dirname, "lsm-shrink-child.ts");
+  const skip = mapFile === undefined ? "addon not built: nothing is mapped" : false;
+  /** Runs lsm-shrink-child.ts with `args`; before the fix all but `first` died of SIGBUS. */
+  const runChild = (args: string[]): SpawnSyncReturns<string> =>
+    spawnSync(process.execPath, [child, ...args], { encoding: "utf8", timeout: 60_000 });
+  const scenarios = {
+    first: "a block never read, past the new end: CorruptionError naming the table",
+    cached:
+      "blocks cached before: right where the file keeps them, then CorruptionError naming the table",
+    reread: "blocks read before and evicted, read again: CorruptionError naming the table",
+    held: "a value a caller holds from a block past the new end: its bytes stay right",
+    scan: "a scan under way: what it yields is right, then CorruptionError naming the table",
+    paused:
+      "a paused scan whose lost page another read met: CorruptionError, never the zeros; another engine unharmed",
+  };
+  for (const [name, what] of Object.entries(scenarios)) {
+    it(`${what}; the process lives`, { skip }, () => {
+      const run = runChild([name]);
+      assert.equal(run.signal, null, `the child died of ${run.signal}: ${run.stderr}`);
+      assert.equal(run.status, 0, run.stderr);
+      assert.equal(run.stdout, `ok ${name}\n`);
+    });
+  }
+
+  it("each in a worker thread, then all on the main thread, in one process", { skip }, () => {
+    const names = Object.keys(scenarios);
+    const run = runChild(["--worker", ...names]);
+    assert.equal(run.signal, null, `the child died of ${run.signal}: ${run.stderr}`);
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(run.stdout.trim().split("\n"), [
+      ...names.map((n) => `worker ok ${n}`),
+      ...names.map((n) => `ok ${n}`),
+    ]);
+  });
+
+  it("a SIGBUS that is not a mapped page's still kills the process", { skip }, () => {
+    const run = runChild(["reread", "kill"]);
+    assert.equal(run.stdout, "ok reread\n", run.stderr);
+    assert.equal(run.signal, "SIGBUS");
+  });
 });

@@ -1,9 +1,17 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdirSync, openSync, readSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { dupFd, mapFile } from "../../src/common/native.ts";
+import { dupFd, mapFile, mappedFaults } from "../../src/common/native.ts";
 import { FileCache } from "../../src/storage/lsm/caches.ts";
 import { tempDir } from "./helpers.ts";
 
@@ -30,32 +38,60 @@ describe("native addon", () => {
     const bytes = Buffer.from(Array.from({ length: 10_000 }, (_, i) => (i * 7) & 0xff));
     writeFileSync(path, bytes);
     const fd = openSync(path, "r");
-    const view = mapFile(fd, bytes.length).subarray(4096, 5000);
+    const view = mapFile(fd, bytes.length, 1).subarray(4096, 5000);
     closeSync(fd);
     rmSync(path);
     assert.deepEqual(view, bytes.subarray(4096, 5000));
     const empty = join(tempDir("native"), "empty");
     writeFileSync(empty, "");
     const emptyFd = openSync(empty, "r");
-    assert.equal(mapFile(emptyFd, 0).length, 0);
+    assert.equal(mapFile(emptyFd, 0, 1).length, 0);
     closeSync(emptyFd);
   });
 
   it("refuses bad arguments and reports mmap's failure with a code", (t) => {
     if (mapFile === undefined) return t.skip("addon not built");
     const map = mapFile;
-    assert.throws(() => map(-1, 10), TypeError);
-    assert.throws(() => map(Number.NaN, 10), TypeError);
-    assert.throws(() => map(0, 1.5), TypeError);
-    assert.throws(() => map("3" as unknown as number, 10), TypeError);
+    assert.throws(() => map(-1, 10, 1), TypeError);
+    assert.throws(() => map(Number.NaN, 10, 1), TypeError);
+    assert.throws(() => map(0, 1.5, 1), TypeError);
+    assert.throws(() => map("3" as unknown as number, 10, 1), TypeError);
+    assert.throws(() => map(0, 10, undefined as unknown as number), TypeError);
     const dir = tempDir("native");
     mkdirSync(join(dir, "d"));
     const fd = openSync(join(dir, "d"), "r");
     try {
-      assert.throws(() => map(fd, 4096), { code: "CAIRN_ERR_MMAP", message: /^mmap: / });
+      assert.throws(() => map(fd, 4096, 1), { code: "CAIRN_ERR_MMAP", message: /^mmap: / });
     } finally {
       closeSync(fd);
     }
+  });
+});
+
+describe("a mapped file that shrinks", () => {
+  it("reads zeros from the pages it lost, each counted once, with its mapping's id and offset", (t) => {
+    if (mapFile === undefined || mappedFaults === undefined) return t.skip("addon not built");
+    const faults = mappedFaults;
+    const path = join(tempDir("native"), "f");
+    const bytes = Buffer.from(Array.from({ length: 3 * 4096 }, (_, i) => (i * 13) % 251 || 1));
+    writeFileSync(path, bytes);
+    const fd = openSync(path, "r");
+    const view = mapFile(fd, bytes.length, 77);
+    closeSync(fd);
+    assert.equal(view[8192 + 5], bytes[8192 + 5]);
+    truncateSync(path, 4096);
+    const before = Atomics.load(faults.counts, 0);
+    // The process lives: the addon's SIGBUS handler maps a page of zeros where the file ended.
+    assert.equal(view[8192 + 5], 0);
+    assert.equal(Atomics.load(faults.counts, 0), before + 1);
+    assert.deepEqual([faults.id, faults.offset], [77, 8192]);
+    assert.deepEqual(view.subarray(8192, 12288), Buffer.alloc(4096), "the page is zeros now");
+    assert.equal(Atomics.load(faults.counts, 0), before + 1, "and faults no more");
+    assert.equal(view[4096 + 100], 0);
+    assert.equal(Atomics.load(faults.counts, 0), before + 2, "each lost page once");
+    assert.equal(faults.offset, 4096);
+    assert.deepEqual(view.subarray(0, 4096), bytes.subarray(0, 4096), "what the file keeps");
+    assert.equal(Atomics.load(faults.counts, 0), before + 2);
   });
 });
 
@@ -131,4 +167,20 @@ describe("file cache", () => {
       files.closeAll();
     });
   }
+
+  it("names the file and offset of a lost page read through a mapped block", (t) => {
+    if (mapFile === undefined) return t.skip("addon not built");
+    const path = join(tempDir("files"), "0.sst");
+    writeFileSync(path, Buffer.alloc(3 * 4096, 5));
+    const files = new FileCache(2);
+    const block = files.block(path, 8192, 100);
+    truncateSync(path, 4096);
+    const before = files.faults;
+    assert.deepEqual(block, Buffer.alloc(100, 0));
+    assert.equal(files.faults, before + 1);
+    assert.equal(files.lastFault, path);
+    assert.equal(files.lastFaultOffset, 8192);
+    files.close(path);
+    assert.equal(files.lastFault, undefined, "a closed file is no longer named");
+  });
 });

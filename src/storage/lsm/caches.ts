@@ -4,8 +4,7 @@
  * the service's open-file limit).
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { mapFile } from "../../common/index.ts";
-import { CorruptionError } from "../common/index.ts";
+import { mapFile, mappedFaults } from "../../common/native.ts";
 import type { ParsedBlock } from "./format.ts";
 
 /** A cached block, linked into the cache's recency list. */
@@ -266,6 +265,8 @@ interface OpenFile {
 }
 
 const EMPTY = Buffer.alloc(0);
+/** Mapping ids of this thread (see `FileCache.faults`), across its file caches. */
+let nextMappingId = 1;
 
 /**
  * Set of open, read-only SSTable files, bounded by count (closing one not read lately first: the
@@ -278,10 +279,13 @@ const EMPTY = Buffer.alloc(0);
  * through pread alone).
  *
  * A mapping is unmapped only once the garbage collector has collected every view of it, so a
- * block, key or value read from a file stays valid however long its holder keeps it, even after
- * the file is closed here or deleted; a deleted table's disk space is freed when its last view
- * is collected. Only immutable files may be read through this cache (a mapped file that shrinks
- * raises SIGBUS on a read past its new end): installed SSTables.
+ * block read from a file stays valid however long its holder keeps it, even after the file is
+ * closed here or deleted; a deleted table's disk space is freed when its last view is
+ * collected. Only installed SSTables are read through this cache: Cairn never writes them, but
+ * another process could cut one (issue 50, bug 3). A read of a page a mapped file lost raises
+ * SIGBUS, which the addon turns into a page of zeros and a count (`mapFile`): a reader of blocks
+ * must compare `faults` before and after its reads and report corruption (`lastFault`) if it
+ * moved, and must hand out copies of what it read, never views (see LsmEngine.get and scan).
  */
 export class FileCache {
   readonly capacity: number;
@@ -290,6 +294,9 @@ export class FileCache {
   readonly #files = new Map<string, OpenFile>();
   /** Files that could not be mapped (e.g. the process's limit of mappings) and were read with pread. */
   mapFailures = 0;
+  /** The ids given to mapFile for the open files' mappings, by path, and the reverse. */
+  readonly #ids = new Map<string, number>();
+  readonly #paths = new Map<number, string>();
 
   constructor(capacity: number, options: { readonly map?: boolean } = {}) {
     this.capacity = capacity;
@@ -305,6 +312,24 @@ export class FileCache {
     return this.#files.size;
   }
 
+  /**
+   * Pages of mapped files this thread read after they were lost (the files shrank), every
+   * FileCache's: a reader compares it before and after reading blocks.
+   */
+  get faults(): number {
+    return mappedFaults === undefined ? 0 : Atomics.load(mappedFaults.counts, 0);
+  }
+
+  /** The file of the last lost page read (see `faults`), if it is one of this cache's. */
+  get lastFault(): string | undefined {
+    return mappedFaults === undefined ? undefined : this.#paths.get(mappedFaults.id);
+  }
+
+  /** The offset in its file of the last lost page read. */
+  get lastFaultOffset(): number {
+    return mappedFaults?.offset ?? 0;
+  }
+
   /** Size of the file in bytes (as when it was opened here). */
   size(path: string): number {
     return this.#open(path).size;
@@ -317,23 +342,17 @@ export class FileCache {
 
   /**
    * A data block: `length` bytes at `offset` of `path`, fewer at the end of the file. A view of
-   * the file's mapping where files are mapped (valid as long as it is held), else as `read`.
-   *
-   * `firstRead`: the caller has not read these bytes before. Through a mapping they are then
-   * first checked to be still in the file (one fstat): a file that shrank while mapped raises
-   * SIGBUS on a read past its new end, which kills the process, where pread reads short and
-   * the caller reports corruption. Bytes read before are not checked again (see
-   * docs/storage.md, "A table that shrinks"): a system call per block-cache miss would cost
-   * the mapping's gain (2.5–3 µs a miss on the benchmark machine).
+   * the file's mapping where files are mapped (valid as long as it is held; see `faults` before
+   * trusting what is read through it), else as `read`.
    */
-  block(path: string, offset: number, length: number, firstRead = false): Buffer {
+  block(path: string, offset: number, length: number): Buffer {
     const file = this.#open(path);
     let view = file.view;
     if (view === undefined) {
       view = null;
       if (this.#map !== undefined && file.size > 0) {
         try {
-          view = this.#map(file.fd, file.size);
+          view = this.#map(file.fd, file.size, this.#idOf(path));
         } catch {
           // Mapping failed (e.g. vm.max_map_count reached): this file is read with pread.
           this.mapFailures++;
@@ -343,17 +362,18 @@ export class FileCache {
     }
     if (view === null) return pread(file, offset, length);
     const end = Math.min(offset + length, file.size);
-    if (firstRead && offset < end) {
-      const now = fstatSync(file.fd).size;
-      if (now < end) {
-        throw new CorruptionError(
-          path,
-          offset,
-          `table shrank to ${now} bytes while open (it had ${file.size}; this block ends at ${end})`,
-        );
-      }
-    }
     return offset < end ? view.subarray(offset, end) : EMPTY;
+  }
+
+  /** The id of `path`'s mappings: one per file while it is known here, unique on this thread. */
+  #idOf(path: string): number {
+    let id = this.#ids.get(path);
+    if (id === undefined) {
+      id = nextMappingId++;
+      this.#ids.set(path, id);
+      this.#paths.set(id, path);
+    }
+    return id;
   }
 
   #open(path: string): OpenFile {
@@ -385,13 +405,21 @@ export class FileCache {
     closeSync(file.fd);
   }
 
+  /** Closes the file for good (its table was deleted): its mapping goes with its last view. */
   close(path: string): void {
     const file = this.#files.get(path);
     if (file !== undefined) this.#forget(path, file);
+    const id = this.#ids.get(path);
+    if (id !== undefined) {
+      this.#ids.delete(path);
+      this.#paths.delete(id);
+    }
   }
 
   closeAll(): void {
     for (const [path, file] of [...this.#files]) this.#forget(path, file);
+    this.#ids.clear();
+    this.#paths.clear();
   }
 }
 

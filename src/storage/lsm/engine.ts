@@ -169,6 +169,9 @@ export class LsmEngine implements BudgetMember {
   #importing = false;
   #closed = false;
   #failure: unknown = undefined;
+  /** Reads that met pages a mapped table lost, and the error of the last: see #lostPage. */
+  #losses = 0;
+  #lastLoss: CorruptionError | undefined;
   /** Resolved whenever background work finishes; waiters re-check their condition. */
   #idleWaiters: Array<() => void> = [];
   /** Unlinks of obsolete tables in flight. */
@@ -498,20 +501,54 @@ export class LsmEngine implements BudgetMember {
   /**
    * The value of `key` as of `snapshot` (or now). A table found damaged (CorruptionError naming
    * the file) fails the engine as a failed flush does: it refuses writes, and its `failure` tells
-   * the driver to take the shard out of service.
+   * the driver to take the shard out of service. So does a table that shrank under its mapping
+   * (see #lostPage).
    */
   get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {
+    const files = this.#env.files;
+    const faults = files.faults;
+    let value: Uint8Array | undefined;
     try {
-      return this.#get(key, snapshot);
+      value = this.#get(key, snapshot);
     } catch (err) {
-      this.#noteReadError(err);
-      throw err;
+      const e = files.faults === faults ? err : this.#lostPage(err);
+      this.#noteReadError(e);
+      throw e;
     }
+    if (files.faults !== faults) {
+      const e = this.#lostPage();
+      this.#noteReadError(e);
+      throw e;
+    }
+    return value;
   }
 
   /** A read met damage: the engine fails (see get). */
   #noteReadError(err: unknown): void {
     if (err instanceof CorruptionError) this.#fail(err);
+  }
+
+  /**
+   * A read of this engine met a page that a mapped table's file no longer has (another process
+   * cut the file): the addon mapped zeros there (FileCache.faults moved), so what the read saw
+   * is void, and so is anything read later through the same pages. The error names the file
+   * and offset; the engine fails (#noteReadError), and every table's blocks leave the caches and
+   * their files are closed, so no read meets those zeros again: a table read again is mapped
+   * anew at its new size, where pread's short reads report the loss. A scan under way stops at
+   * its next entry (#losses moved). `cause`: what the read threw, if anything.
+   */
+  #lostPage(cause?: unknown): CorruptionError {
+    const files = this.#env.files;
+    const err = new CorruptionError(
+      files.lastFault ?? this.dir,
+      files.lastFaultOffset,
+      "table shrank while open: a read through its mapping met a page past its end (SIGBUS)",
+      cause === undefined ? {} : { cause },
+    );
+    this.#losses++;
+    this.#lastLoss = err;
+    for (const level of this.#levels) for (const t of level) t.evictFromCaches();
+    return err;
   }
 
   #get(key: Uint8Array, snapshot?: LsmSnapshot): Uint8Array | undefined {
@@ -584,6 +621,17 @@ export class LsmEngine implements BudgetMember {
     }
     for (const t of pinned) t.pins++;
     this.#openScans++;
+    // Pages lost under a mapping met since the scan last resumed, by it or by another read of
+    // the engine (see #lostPage).
+    const files = this.#env.files;
+    let faults = files.faults;
+    const losses = this.#losses;
+    /** The error that stops the scan: its own read met a lost page, or another read did. */
+    const lost = (): CorruptionError => {
+      if (files.faults === faults) return this.#lastLoss as CorruptionError;
+      faults = files.faults;
+      return this.#lostPage();
+    };
     try {
       const it = new MergingIterator(children);
       it.seek(start, seq);
@@ -596,14 +644,20 @@ export class LsmEngine implements BudgetMember {
           decided = k;
           if (it.kind === KIND_PUT) {
             emitted++;
-            yield [keyToBytes(k), it.value()];
+            // A copy: the value may be a view of a mapped table, which could shrink later.
+            const entry: [Uint8Array, Uint8Array] = [keyToBytes(k), Buffer.from(it.value())];
+            if (files.faults !== faults || this.#losses !== losses) throw lost();
+            yield entry;
+            faults = files.faults;
           }
         }
         it.next();
       }
+      if (files.faults !== faults || this.#losses !== losses) throw lost();
     } catch (err) {
-      this.#noteReadError(err);
-      throw err;
+      const e = files.faults === faults ? err : this.#lostPage(err);
+      this.#noteReadError(e);
+      throw e;
     } finally {
       this.#openScans--;
       for (const t of pinned) {

@@ -360,6 +360,16 @@ export function blockValue(block: ParsedBlock, i: number): Buffer {
   return block.data.subarray(start, start + varintAt(block.data, at));
 }
 
+/** The value of entry i, copied into a buffer of its own (a block may be a view of a mapping). */
+export function blockValueCopy(block: ParsedBlock, i: number): Buffer {
+  const at = keyEnd(block, i) + 9;
+  const start = skipVarint(block.data, at);
+  const length = varintAt(block.data, at);
+  const value = Buffer.allocUnsafe(length);
+  block.data.copy(value, 0, start, start + length);
+  return value;
+}
+
 /** Compares the i-th key of a block with `key` (binary string) in unsigned byte order. */
 export function compareBlockKey(block: ParsedBlock, i: number, key: string): number {
   const data = block.data;

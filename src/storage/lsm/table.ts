@@ -26,7 +26,7 @@ import {
   blockKey,
   blockKind,
   blockSeq,
-  blockValue,
+  blockValueCopy,
   compareBlockKey,
   decodeFooter,
   materializeKeys,
@@ -139,8 +139,6 @@ export class Table implements BlockSource, MetaHolder {
   #meta: TableMeta | undefined;
   /** This table's blocks in the block cache, by ordinal. */
   readonly #blocks: BlockSet;
-  /** 1 for each block read from the file at least once (FileCache.block's `firstRead`). */
-  readonly #read: Uint8Array;
   /** Readers holding this table (iterators, exports); it is deleted when obsolete and unpinned. */
   pins = 0;
   obsolete = false;
@@ -155,7 +153,6 @@ export class Table implements BlockSource, MetaHolder {
     blocks: number,
   ) {
     this.#blocks = newBlockSet(blocks);
-    this.#read = new Uint8Array(blocks);
     this.number = number;
     this.path = path;
     this.fileSize = fileSize;
@@ -223,16 +220,18 @@ export class Table implements BlockSource, MetaHolder {
     const cached = this.#caches.blockCache.get(this.#blocks, ordinal);
     if (cached !== undefined) return cached;
     // One view of the file (block and checksum) per miss: no reader closure, no subarray.
-    const first = this.#read[ordinal] === 0;
-    const raw = this.#caches.files.block(this.path, offset, size + CRC_BYTES, first);
-    if (first) this.#read[ordinal] = 1;
+    const raw = this.#caches.files.block(this.path, offset, size + CRC_BYTES);
     checkBlock(this.path, offset, size, raw);
     const block = parseOrThrow(this.path, offset, raw, size);
     this.#caches.blockCache.set(this.#blocks, ordinal, block);
     return block;
   }
 
-  /** As Memtable.get: a value, null for a tombstone, undefined when the table has no version. */
+  /**
+   * As Memtable.get: a value, null for a tombstone, undefined when the table has no version. The
+   * value is a copy: a block may be a view of the file's mapping, which the file could shrink
+   * under (FileCache); the caller checks the file cache's `faults` around the call.
+   */
   get(key: string, seq: number, hash: number): Uint8Array | null | undefined {
     if (key < this.props.smallest || key > this.props.largest) return undefined;
     const { index, prefixes, handles, filter } = this.#loadedMeta();
@@ -259,7 +258,7 @@ export class Table implements BlockSource, MetaHolder {
       if (i < block.count) {
         if (compareBlockKey(block, i, key) !== 0) return undefined;
         if (blockKind(block, i) === KIND_DELETE) return null;
-        return blockValue(block, i);
+        return blockValueCopy(block, i);
       }
     }
     return undefined;
