@@ -108,6 +108,8 @@ function sendOkTrailers(stream: ServerStream): void {
   );
 }
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
+/** Bytes an answer costs beyond its message: headers, trailers, frame headers. */
+const ANSWER_OVERHEAD_BYTES = 64;
 /** A proxied stream stops reading its upstream while this much waits for the client's window. */
 const PROXY_HIGH_WATER = 1 << 20;
 
@@ -117,6 +119,26 @@ interface Held {
   methods: number[];
   deadlines: number[];
   messages: Buffer[];
+}
+/**
+ * What a connection's calls run in this thread may hold of its memory (direct only): with the
+ * front end in this thread a call is answered as it runs, so a read of a thousand pipelined
+ * Gets would otherwise run them all, and build every answer, before the output bound is looked
+ * at. A connection runs its calls while its output is not backlogged and the answers it waits
+ * for, at `estimate` bytes each, fit in a quarter of its output bound (where reading pauses);
+ * the other calls are `held`, in order, until answers come back or the output drains. The
+ * estimate is the largest recent answer of the connection (it decays by a quarter an answer;
+ * a quarter of the room before the first), so a client of small answers pipelines up to its
+ * streams' limit after two rounds of answers, and one of 1 MiB answers four calls at a time.
+ */
+interface Answering {
+  connection: ServerConnection;
+  /** Calls run and not yet answered (nor cancelled). */
+  running: number;
+  estimate: number;
+  held: Held | null;
+  /** A microtask will run the held calls that have room (see `answered`). */
+  releasing: boolean;
 }
 /**
  * The memory node:http2 lets a proxied connection to this node's own server hold (its
@@ -291,13 +313,33 @@ export function serveFrontEnd(
   let readyDeadlines: number[] = [];
   let readyMessages: Buffer[] = [];
 
-  /**
-   * Calls of a connection whose output is backlogged (a client that does not read its answers),
-   * held until it has room: with the front end in this thread a call is answered as it runs, so
-   * a read of a thousand pipelined Gets would otherwise run them all, and frame every answer,
-   * before the output bound is looked at.
-   */
-  const held = new Map<ServerConnection, Held>();
+  const answering = new Map<ServerConnection, Answering>();
+  /** The connection of each call run and not yet answered or cancelled. */
+  const runningCalls = new IntMap<Answering>();
+  const answerRoom = Math.max(1, Math.floor(limits.maxOutputBytes / 4));
+
+  function answeringOf(connection: ServerConnection): Answering {
+    let state = answering.get(connection);
+    if (state === undefined) {
+      state = {
+        connection,
+        running: 0,
+        // Four calls run until the first answers say how large they are.
+        estimate: Math.ceil(answerRoom / 4),
+        held: null,
+        releasing: false,
+      };
+      answering.set(connection, state);
+    }
+    return state;
+  }
+
+  function hasRoom(state: Answering): boolean {
+    return (
+      !state.connection.outputBacklogged &&
+      (state.running === 0 || (state.running + 1) * state.estimate <= answerRoom)
+    );
+  }
 
   function dispatchReady(): void {
     if (readyIds.length === 0 || direct === undefined) return;
@@ -316,10 +358,27 @@ export function serveFrontEnd(
 
   /** A backlogged connection has room again: its held calls run, as far as it keeps room. */
   function onOutputRoom(connection: ServerConnection): void {
-    const calls = held.get(connection);
-    if (calls === undefined) return;
-    held.delete(connection);
+    const state = answering.get(connection);
+    if (state !== undefined) runHeld(state);
+  }
+
+  function runHeld(state: Answering): void {
+    const calls = state.held;
+    if (calls === null) return;
+    state.held = null;
     runCalls(calls);
+  }
+
+  /** A call of `state` was answered or cancelled: held calls run once there is room. */
+  function answered(state: Answering): void {
+    state.running--;
+    if (state.held === null || state.releasing || !hasRoom(state)) return;
+    // Not from here: a call that answers as it runs would recurse once per held call.
+    state.releasing = true;
+    queueMicrotask(() => {
+      state.releasing = false;
+      runHeld(state);
+    });
   }
 
   function runCalls(calls: Held): void {
@@ -329,18 +388,17 @@ export function serveFrontEnd(
       const id = ids[i] as number;
       const stream = waiting.get(id);
       if (stream === undefined) continue; // reset before it was dispatched: never run
-      if (stream.connection.outputBacklogged) {
-        let hold = held.get(stream.connection);
-        if (hold === undefined) {
-          hold = { ids: [], methods: [], deadlines: [], messages: [] };
-          held.set(stream.connection, hold);
-        }
+      const state = answeringOf(stream.connection);
+      if (state.held !== null || !hasRoom(state)) {
+        const hold = (state.held ??= { ids: [], methods: [], deadlines: [], messages: [] });
         hold.ids.push(id);
         hold.methods.push(methodsOf[i] as number);
         hold.deadlines.push(deadlines[i] as number);
         hold.messages.push(messages[i] as Buffer);
         continue;
       }
+      state.running++;
+      runningCalls.set(id, state);
       direct.call(
         id,
         methodsOf[i] as number,
@@ -369,7 +427,11 @@ export function serveFrontEnd(
     stream.onClose = () => {
       if (!waiting.delete(id)) return; // answered, or never dispatched
       if (direct !== undefined) {
+        const state = runningCalls.get(id);
+        if (state === undefined) return; // held or ready: never run
+        runningCalls.delete(id);
         direct.cancel(id);
+        answered(state);
         return;
       }
       cancels.push(id);
@@ -461,6 +523,13 @@ export function serveFrontEnd(
     const stream = waiting.get(id);
     if (stream === undefined) return;
     waiting.delete(id);
+    const state = runningCalls.get(id);
+    if (state !== undefined) {
+      runningCalls.delete(id);
+      const size = bytes.length + ANSWER_OVERHEAD_BYTES;
+      state.estimate = Math.max(size, state.estimate - (state.estimate >>> 2));
+      answered(state);
+    }
     if (stream.closed) return;
     if (code !== status.OK) {
       respondStatus(stream, code, details ?? "", trailer);
@@ -471,7 +540,7 @@ export function serveFrontEnd(
         `Sent message larger than max (${bytes.length} vs. ${maxSend})`,
         null,
       );
-    } else {
+    } else if (stream.connection.admitOutput(bytes.length + ANSWER_OVERHEAD_BYTES)) {
       sendResponseHeaders(stream);
       stream.sendData(frame(bytes));
       if (trailer === null) sendOkTrailers(stream);
@@ -768,7 +837,7 @@ export function serveFrontEnd(
         onClose: () => {
           connections.delete(connection);
           idle.delete(connection);
-          held.delete(connection);
+          answering.delete(connection);
           if (connections.size === 0) onConnectionsClosed?.();
         },
         onError: (err) =>

@@ -407,7 +407,25 @@ function checkAcrossKeys(
       ),
     );
   }
+  const maxOutput = values.get("rpc.max_connection_output_bytes");
+  if (
+    typeof maxMessage === "number" &&
+    typeof maxOutput === "number" &&
+    maxOutput < maxMessage + OUTPUT_ROOM_BYTES
+  ) {
+    issues.push(
+      issue(
+        "rpc.max_connection_output_bytes",
+        sourceOf("rpc.max_connection_output_bytes"),
+        `must be at least limits.max_message_bytes + ${OUTPUT_ROOM_BYTES} ` +
+          `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest answer fits, got ${maxOutput}`,
+      ),
+    );
+  }
 }
+
+/** Room beside the largest answer in a connection's output (its headers, trailers, frames). */
+const OUTPUT_ROOM_BYTES = 64 * 1024;
 
 /** Room for the request envelope around the largest key and value. */
 const ENVELOPE_BYTES = 1024;

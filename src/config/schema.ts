@@ -271,7 +271,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_CONNECTION_OUTPUT_BYTES",
     flag: "rpc-max-connection-output-bytes",
     expect: "must be a size between 64KiB and 1GiB",
-    doc: "Output one connection may hold unsent (its client does not read): past a quarter of it nothing more is read from the connection until it drains; past it the connection is destroyed.",
+    doc: "Output one connection may hold unsent (its client does not read it, or grants it no flow-control window): past a quarter of it nothing more is read from the connection until it drains and its calls wait to run; an answer that would take it past the bound destroys the connection. At least limits.max_message_bytes + 64KiB, so the largest answer fits.",
   },
   {
     key: "rpc.write_stall_timeout_ms",

@@ -292,6 +292,20 @@ describe("loadConfig", () => {
       configError(() => loadConfig({ configPath: msg })).message,
       /limits\.max_message_bytes \(from default\): must be at least/,
     );
+    // A connection's output bound below the largest answer would end every connection that asks
+    // for one.
+    const output = yamlFile("limits:\n  max_message_bytes: 32MiB\n");
+    assert.match(
+      configError(() => loadConfig({ configPath: output })).message,
+      /rpc\.max_connection_output_bytes \(from default\): must be at least limits\.max_message_bytes \+ 65536 \(33619968\) so the largest answer fits, got 16777216/,
+    );
+    assert.equal(
+      loadConfig({
+        configPath: output,
+        env: { CAIRN_RPC_MAX_CONNECTION_OUTPUT_BYTES: "40MiB" },
+      }).rpc.max_connection_output_bytes,
+      40 * 1024 * 1024,
+    );
   });
 
   it("lists every problem at once", () => {

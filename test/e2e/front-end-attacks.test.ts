@@ -624,11 +624,13 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
         const next = streamIds();
         const t = performance.now();
         let calls = 0;
+        // All 600 in one write: the node reads them in one go, and must not run them all (and
+        // build 600 answers) before it sees that nobody reads (1 GiB of RSS before that fix).
         const f = await flood(
           client,
           () => {
             const parts: Buffer[] = [];
-            for (let k = 0; k < 8; k++, calls++) {
+            for (; calls < 600; calls++) {
               parts.push(unaryCall(next(), GET, getRequest(b("big-answer"))));
             }
             return Buffer.concat(parts);
@@ -651,6 +653,57 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
     // CI machine running two test files, that work alone reached 1–3 s of probe p99 (5.4 s
     // before calls of a backlogged connection were held). 4 s still fails the unbounded case.
     await assertUnharmed(node, report, { ...BOUNDS, p99Ms: 4000 });
+  });
+
+  it("a client that grants no flow-control window: its calls wait, memory bounded; granted, all are answered", async () => {
+    await node.ensure();
+    const c = await node.client();
+    const value = Buffer.alloc(256 << 10, 0x33);
+    await c.call(c.kv, "Put", { key: b("quarter-answer"), value });
+    const CALLS = 200;
+    const { result, report } = await probeDuring(node, RSS_CEILING_MIB, async () => {
+      // Stream windows of 0: every answer's DATA waits in the node for a WINDOW_UPDATE.
+      const client = await RawH2Client.open(node.port, {}, settings([S.INITIAL_WINDOW_SIZE, 0]));
+      try {
+        const next = streamIds();
+        const ids = Array.from({ length: CALLS }, () => next());
+        client.send(
+          Buffer.concat(ids.map((id) => unaryCall(id, GET, getRequest(b("quarter-answer"))))),
+        );
+        const begun = (): number =>
+          ids.filter((id) => (client.streams.get(id)?.blocks.length ?? 0) > 0).length;
+        assert.ok(await client.waitFor(() => begun() > 0, ANSWER_MS), "the first answers began");
+        // A call on another connection: the node has had its turns to run more of them.
+        await c.call(c.kv, "Get", { key: b("probe") });
+        const begunBeforeWindows = begun();
+        // Now it reads: windows for the connection and every stream (the client credits what
+        // arrives from then on).
+        client.send(
+          frame(T.WINDOW_UPDATE, 0, 0, u32(0x7fffffff - 65_535)),
+          ...ids.map((id) => frame(T.WINDOW_UPDATE, 0, id, u32(1 << 20))),
+        );
+        const done = await client.waitFor(
+          () => ids.every((id) => client.streams.get(id)?.ended === true),
+          30_000,
+        );
+        const answered = ids.filter((id) => {
+          const s = client.streams.get(id);
+          return s !== undefined && grpcStatus(s) === status.OK && s.dataBytes > value.length;
+        }).length;
+        return { begunBeforeWindows, done, answered };
+      } finally {
+        client.destroy();
+      }
+    });
+    // At ~256 KiB an answer, about 16 fill a quarter of the connection's 16 MiB output bound;
+    // without the hold all 200 ran, and 50 MiB of answers waited for windows.
+    assert.ok(
+      result.begunBeforeWindows <= 40,
+      `${result.begunBeforeWindows} of ${CALLS} calls answered with no window to send them`,
+    );
+    assert.ok(result.done, "every call ended once the client granted windows");
+    assert.equal(result.answered, CALLS, "every held call ran and was answered in full");
+    await assertUnharmed(node, report, BOUNDS);
   });
 
   for (const [what, bytes] of [

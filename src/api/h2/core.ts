@@ -253,6 +253,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
   #outputPaused = false;
   /** Bytes framed since the last write to the socket (what `#output` and `#outBuf` hold). */
   #framedBytes = 0;
+  /** DATA queued in the streams for the peer's flow-control windows (Stream.queuedBytes). */
+  #queuedBytes = 0;
   /** Each destroys the socket when it fires: the handshake, a write stall, the GOAWAY's grace. */
   #handshakeTimer: NodeJS.Timeout | null = null;
   #stallTimer: NodeJS.Timeout | null = null;
@@ -819,6 +821,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
   queueData(stream: S, data: Buffer): void {
     stream.queue.push(data);
     stream.queuedBytes += data.length;
+    this.#queuedBytes += data.length;
     this.flushStream(stream);
   }
 
@@ -845,6 +848,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
       if (piece === head) queue.shift();
       else queue[0] = head.subarray(allowed);
       stream.queuedBytes -= piece.length;
+      this.#queuedBytes -= piece.length;
       stream.sendWindow -= piece.length;
       this.#sendWindow -= piece.length;
       framed += piece.length;
@@ -923,6 +927,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     stream.closed = true;
     stream.localEnded = true;
     stream.queue = [];
+    this.#queuedBytes -= stream.queuedBytes;
     stream.queuedBytes = 0;
     stream.blocked = false;
     this.streams.delete(stream.id);
@@ -1050,16 +1055,42 @@ export abstract class ConnectionCore<S extends CoreStream> {
   }
 
   /**
-   * Whether this side's output waits on the peer: what this turn framed and what the socket
-   * holds unsent are past a quarter of maxOutputBytes (the bound at which reading pauses). An
-   * owner holds new work for the connection meanwhile, until `outputRoom`.
+   * Whether this side's output waits on the peer: its unsent output (#unsentBytes) is past a
+   * quarter of maxOutputBytes (the bound at which reading pauses). An owner holds new work for
+   * the connection meanwhile, until `outputRoom`.
    */
   get outputBacklogged(): boolean {
     return (
       this.#maxOutputBytes > 0 &&
-      (this.#outputPaused ||
-        this.socket.writableLength + this.#framedBytes > this.#maxOutputBytes / 4)
+      (this.#outputPaused || this.#unsentBytes > this.#maxOutputBytes / 4)
     );
+  }
+
+  /**
+   * Output not yet taken by the peer: what the socket holds, what this turn framed, and the
+   * DATA waiting in the streams for the peer's windows (a peer that grants no window does not
+   * read either).
+   */
+  get #unsentBytes(): number {
+    return this.socket.writableLength + this.#framedBytes + this.#queuedBytes;
+  }
+
+  /**
+   * Whether `bytes` more output fit under maxOutputBytes with what this turn framed and what the
+   * socket holds unsent. When they do not, the connection ends now (as it would when this turn's
+   * output is written), its streams closed before this returns: an owner about to frame a large
+   * answer learns at once that nobody will read it, and so do the calls still being answered,
+   * whose answers are then never encoded (a client that pipelines hundreds of large reads and
+   * reads nothing would otherwise have every answer built in one turn before the bound is seen).
+   */
+  admitOutput(bytes: number): boolean {
+    if (this.#closed) return false;
+    const unsent = this.#unsentBytes + bytes;
+    if (this.#maxOutputBytes === 0 || unsent <= this.#maxOutputBytes) return true;
+    this.limitExceeded(`${unsent} bytes of output the client does not read`);
+    this.socket.destroy();
+    this.#onSocketClose();
+    return false;
   }
 
   /**
