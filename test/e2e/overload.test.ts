@@ -69,8 +69,10 @@ describe("a flood of large Puts (real server process)", () => {
         );
         // In the middle of the flood the node still answers its probes (over HTTP: a gRPC call on
         // the client's connection would queue behind the flood's bytes in the client itself).
+        // The deadline covers this process too, which frames the whole flood meanwhile: on a CI
+        // machine running other test files beside it, 10 s was once not enough for both.
         const probe = await fetch(`http://${server.http}/health/quick`, {
-          signal: AbortSignal.timeout(10_000),
+          signal: AbortSignal.timeout(30_000),
         });
         assert.equal(probe.status, 200);
         const results = await flood;
