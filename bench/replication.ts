@@ -37,11 +37,8 @@ import { parseArgs } from "node:util";
 import { loadConfig } from "../src/config/index.ts";
 import { NotLeaderError, nodeId } from "../src/raft/index.ts";
 import { MultiRaft, type RaftTransport, type ShardMessage } from "../src/replication/index.ts";
-import {
-  decodeBatchMessages,
-  decodeFrame,
-  encodeBatchFrame,
-} from "../src/replication/frame-codec.ts";
+import { decodeBatchMessages, decodeFrame } from "../src/replication/frame-decode.ts";
+import { encodeBatchFrame } from "../src/replication/frame-encode.ts";
 
 const { values } = parseArgs({
   options: {

@@ -17,7 +17,8 @@ import type { CallResult } from "../api/grpc-channel.ts";
 import { type CallCut, IntMap } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
-import { encodeCallFrame, encodeReplyFrame, type PeerReply } from "./frame-codec.ts";
+import { type PeerReply } from "./frame-codec.ts";
+import { encodeCallFrame, encodeReplyFrame } from "./frame-encode.ts";
 import { callFailure, type PeerLinks, type PeerStream, type StreamCall } from "./peer-links.ts";
 import type { PeerLogger } from "./peer-logger.ts";
 

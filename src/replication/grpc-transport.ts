@@ -5,7 +5,7 @@
  *
  * GrpcTransport keeps the interface the node and the driver use, and does one thing itself: a
  * round's messages for a peer become one frame on the long-lived stream to that peer's node
- * (every shard's, in the driver's order; frame-codec.ts encodes it), and the round's snapshot
+ * (every shard's, in the driver's order; frame-encode.ts encodes it), and the round's snapshot
  * messages go to the snapshot sender instead (the rest of the round still goes in the frame, at
  * once). The rest is done by parts, each behind a narrow interface:
  *
@@ -35,7 +35,8 @@ import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
-import { encodeBatchFrame, type PeerReply } from "./frame-codec.ts";
+import { type PeerReply } from "./frame-codec.ts";
+import { encodeBatchFrame } from "./frame-encode.ts";
 import type { ClusterIdSource } from "./handshake.ts";
 import { CallForwarder } from "./call-forwarder.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";

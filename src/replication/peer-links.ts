@@ -30,7 +30,7 @@ import { TUNNEL_REFUSED } from "../api/h2/client.ts";
 import { type CallResult, type ClientCall, GrpcChannel } from "../api/grpc-channel.ts";
 import { IntMap } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
-import { encodeHandshakeFrame } from "./frame-codec.ts";
+import { encodeHandshakeFrame } from "./frame-encode.ts";
 import { type ClusterIdSource, ownHandshake } from "./handshake.ts";
 import type { PeerLogger } from "./peer-logger.ts";
 

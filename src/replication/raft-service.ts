@@ -197,7 +197,7 @@ export function createRaftService(
 
   const definition = loadRaftProto().cairn.v1.Raft.service;
   return {
-    // Stream's frames reach the handler as bytes: frame-codec.ts decodes them.
+    // Stream's frames reach the handler as bytes: frame-decode.ts decodes them.
     definition: {
       ...definition,
       Stream: { ...definition.Stream, requestDeserialize: (frame: Buffer) => frame },

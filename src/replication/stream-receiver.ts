@@ -6,7 +6,7 @@
  * call or its reply, handed to `calls`. A malformed frame, or one of another kind, ends the call
  * INVALID_ARGUMENT; the sender's half-close ends it OK.
  *
- * Frames are decoded here (frame-codec.ts), straight into Raft messages: no protobuf objects on
+ * Frames are decoded here (frame-decode.ts), straight into Raft messages: no protobuf objects on
  * a replicated write's path. `streamReceiver` serves a call however it arrives: from the node's
  * front end directly (a RawStreamCall, src/api/handoff.ts), or from grpc-js (`grpcStream`, for
  * a stream the I/O threads proxy to the main thread's server).
@@ -23,13 +23,8 @@ import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
-import {
-  decodeBatchMessages,
-  decodeFrame,
-  type Frame,
-  type PeerCall,
-  type PeerReply,
-} from "./frame-codec.ts";
+import { type Frame, type PeerCall, type PeerReply } from "./frame-codec.ts";
+import { decodeBatchMessages, decodeFrame } from "./frame-decode.ts";
 import { handshakeRefusal, type PeerCheck, type PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import type { LogFields, PeerLogger } from "./peer-logger.ts";

@@ -19,16 +19,17 @@ import {
 } from "../../src/raft/index.ts";
 import { CodecError, decodeBatch, encodeBatch } from "../../src/replication/codec.ts";
 import {
-  decodeBatchMessages,
-  decodeFrame,
-  encodeBatchFrame,
-  encodeCallFrame,
-  encodeHandshakeFrame,
-  encodeReplyFrame,
   type Handshake,
   type PeerCall,
   type PeerReply,
 } from "../../src/replication/frame-codec.ts";
+import { decodeBatchMessages, decodeFrame } from "../../src/replication/frame-decode.ts";
+import {
+  encodeBatchFrame,
+  encodeCallFrame,
+  encodeHandshakeFrame,
+  encodeReplyFrame,
+} from "../../src/replication/frame-encode.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
 import { FROM, id, LARGE, message, shardMessage, TO } from "./raft-arbitraries.ts";
 

@@ -10,7 +10,7 @@ import { describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import type { CallResult } from "../../src/api/grpc-channel.ts";
 import { nodeId, type NodeId } from "../../src/raft/index.ts";
-import { encodeBatchFrame } from "../../src/replication/frame-codec.ts";
+import { encodeBatchFrame } from "../../src/replication/frame-encode.ts";
 import type { PeerLinks } from "../../src/replication/peer-links.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
 import { logIndex, term } from "../../src/raft/index.ts";

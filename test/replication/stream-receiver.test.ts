@@ -9,14 +9,13 @@ import { describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
+import { type PeerCall, type PeerReply } from "../../src/replication/frame-codec.ts";
 import {
   encodeBatchFrame,
   encodeCallFrame,
   encodeHandshakeFrame,
   encodeReplyFrame,
-  type PeerCall,
-  type PeerReply,
-} from "../../src/replication/frame-codec.ts";
+} from "../../src/replication/frame-encode.ts";
 import type { PeerRefusalKind } from "../../src/replication/handshake.ts";
 import { type EndCall, streamReceiver } from "../../src/replication/stream-receiver.ts";
 import { type LogLine, recordingLogger } from "./peer-support.ts";
