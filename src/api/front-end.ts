@@ -316,7 +316,9 @@ export function serveFrontEnd(
   const answering = new Map<ServerConnection, Answering>();
   /** The connection of each call run and not yet answered or cancelled. */
   const runningCalls = new IntMap<Answering>();
-  const answerRoom = Math.max(1, Math.floor(limits.maxOutputBytes / 4));
+  // No output bound (0): no room to keep either.
+  const answerRoom =
+    limits.maxOutputBytes > 0 ? Math.max(1, Math.floor(limits.maxOutputBytes / 4)) : Infinity;
 
   function answeringOf(connection: ServerConnection): Answering {
     let state = answering.get(connection);
@@ -325,7 +327,7 @@ export function serveFrontEnd(
         connection,
         running: 0,
         // Four calls run until the first answers say how large they are.
-        estimate: Math.ceil(answerRoom / 4),
+        estimate: answerRoom === Infinity ? 0 : Math.ceil(answerRoom / 4),
         held: null,
         releasing: false,
       };
