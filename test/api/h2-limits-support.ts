@@ -40,6 +40,8 @@ export interface TestFrontEnd {
   readonly events: FrontEndEvent[];
   /** Resolve a held call (see `hold`): the answer is the request echoed. */
   readonly held: (() => void)[];
+  /** Resolves once at least `count` calls wait in `held` (the test's timeout bounds the wait). */
+  whenHeld(count: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -56,6 +58,11 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
   const seen: Seen = { calls: [] };
   const held: (() => void)[] = [];
   const events: FrontEndEvent[] = [];
+  const heldWaiters: { count: number; resolve: () => void }[] = [];
+  const whenHeld = (count: number): Promise<void> => {
+    if (held.length >= count) return Promise.resolve();
+    return new Promise((resolve) => heldWaiters.push({ count, resolve }));
+  };
   const table = new MethodTable();
   const handler = (
     call: { request: Buffer; metadata: { getMap(): Record<string, unknown> }; getPath(): string },
@@ -66,8 +73,15 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
       request: call.request,
       metadata: call.metadata.getMap(),
     });
-    if (options.hold === true) held.push(() => callback(null, call.request));
-    else callback(null, call.request);
+    if (options.hold === true) {
+      held.push(() => callback(null, call.request));
+      for (const w of heldWaiters.splice(0)) {
+        if (held.length >= w.count) w.resolve();
+        else heldWaiters.push(w);
+      }
+    } else {
+      callback(null, call.request);
+    }
   };
   table.add({ Unary: unaryDef(UNARY) }, { Unary: handler as never });
   table.add({ ProposeMeta: unaryDef(PEER_UNARY) }, { ProposeMeta: handler as never });
@@ -86,5 +100,5 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
     ...(options.limits === undefined ? {} : { limits: options.limits }),
   });
   const port = await threads.start();
-  return { port, seen, events, held, close: () => threads.close(1000) };
+  return { port, seen, events, held, whenHeld, close: () => threads.close(1000) };
 }

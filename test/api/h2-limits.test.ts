@@ -374,6 +374,74 @@ describe("front end: timeouts and a client that does not read", { timeout: 60_00
   });
 });
 
+describe("front end: a connection's answers and its output bound", { timeout: 60_000 }, () => {
+  it("runs a connection's calls only while their answers fit a quarter of its output bound; the rest wait, in order", async () => {
+    // Output bound 1 MiB: 256 KiB of answers in flight, at 64 KiB each until the first answer.
+    const fe = await startFrontEnd({ hold: true, limits: { maxOutputBytes: 1 << 20 } });
+    const client = await RawH2Client.open(fe.port);
+    try {
+      const CALLS = 8;
+      const ids = Array.from({ length: CALLS }, (_, i) => 1 + 2 * i);
+      const body = (id: number): Buffer => Buffer.alloc(100 << 10, id);
+      client.send(...ids.map((id) => unaryCall(id, UNARY, body(id))));
+      await fe.whenHeld(4);
+      // Another call on another connection goes through: the first connection's were held.
+      const other = await RawH2Client.open(fe.port);
+      other.send(unaryCall(1, UNARY, BODY));
+      await fe.whenHeld(5);
+      other.destroy();
+      assert.equal(fe.seen.calls.length, 5, "the first connection's other calls did not run");
+      // Answers of 100 KiB: two fit at a time from then on. Each answered call lets more run.
+      let answered = 0;
+      const seenOrder: number[] = [];
+      while (answered < CALLS + 1) {
+        await fe.whenHeld(1);
+        for (const release of fe.held.splice(0)) {
+          release();
+          answered++;
+        }
+        const running = fe.seen.calls.length - answered;
+        assert.ok(running <= 4, `${running} calls run at once`);
+      }
+      for (const call of fe.seen.calls) {
+        if (call.request.length === 100 << 10) seenOrder.push(call.request[0] as number);
+      }
+      assert.deepEqual(seenOrder, ids, "the held calls ran in the order they came");
+      for (const id of ids) {
+        const outcome = await client.grpcOutcome(id);
+        assert.equal(outcome.grpcStatus, status.OK, JSON.stringify(outcome));
+        assert.equal(client.streams.get(id)?.dataBytes, 5 + (100 << 10), "the whole echo");
+      }
+    } finally {
+      client.destroy();
+      await fe.close();
+    }
+  });
+
+  it("ends the connection before it frames an answer that would take it past the bound", async () => {
+    const fe = await startFrontEnd({ hold: true, limits: { maxOutputBytes: 512 << 10 } });
+    const client = await RawH2Client.open(fe.port, { neverRead: true, closeOnEnd: true });
+    try {
+      client.send(...[1, 3, 5, 7].map((id) => unaryCall(id, UNARY, Buffer.alloc(200 << 10, id))));
+      await fe.whenHeld(4);
+      // All four answered in one turn: 800 KiB, past the 512 KiB bound at the third.
+      for (const release of fe.held.splice(0)) release();
+      assert.ok(
+        fe.events.some(
+          (e) =>
+            e.code === "CAIRN_ERR_CONNECTION_LIMIT" &&
+            /bytes of output the client does not read/.test(e.message),
+        ),
+        JSON.stringify(fe.events),
+      );
+      assert.ok(await client.waitClosed(10_000), "the connection closed");
+    } finally {
+      client.destroy();
+      await fe.close();
+    }
+  });
+});
+
 describe("front end: SETTINGS cost the same whatever is open", { timeout: 120_000 }, () => {
   it("acknowledges SETTINGS quickly on a connection with 20,000 open streams", async () => {
     const fe = await startFrontEnd({ hold: true, limits: { maxConcurrentStreams: 100_000 } });
