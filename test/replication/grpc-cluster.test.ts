@@ -1121,7 +1121,14 @@ describe("MultiRaft over gRPC, three nodes", () => {
   it("a leader cut off from its quorum fails a waiting write with a timeout, not never", async () => {
     const cluster = new Cluster(join(dir, "quorum"));
     try {
-      for (const id of IDS) await cluster.start(id, { requestTimeoutMs: 1_000 });
+      // CheckQuorum only after 5 s (500 ticks of 10 ms), well after the request deadline: the
+      // followers' stops may take longer than the default 100 ms on a loaded machine, and a
+      // leader deposed before the write arrives refuses it at once (NOT_LEADER). n1 campaigns
+      // for every group at once, so no election waits for those long timeouts.
+      const firstCampaigner = (): string => "n1";
+      for (const id of IDS) {
+        await cluster.start(id, { requestTimeoutMs: 1_000, electionTicks: 500, firstCampaigner });
+      }
       const n1 = cluster.nodes.get("n1");
       assert.ok(n1);
       const shard = 1;
