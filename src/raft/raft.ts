@@ -127,7 +127,7 @@ export interface RaftConfig {
    * The committed conf-change entries up to this index take effect at construction, before the
    * state machine applies them, as etcd's Bootstrap applies a new group's peers: a new group's
    * founding voters, so that its first leader need not wait for their apply
-   * (MultiRaft#openShard). They are then no pending change (a member may campaign or lead); the
+   * (Groups#openShard). They are then no pending change (a member may campaign or lead); the
    * driver still hands them to its state machine, and applying them again changes nothing here.
    * At most the commit index. Default: none beyond `applied`.
    */
@@ -387,7 +387,7 @@ export class Raft {
   /**
    * Leads the current term without an election. Only for a new group's designated first
    * leader: every founding voter's first hard state records its vote, in this term, for the
-   * same member, this one (MultiRaft#openShard), so no other member can win this term (S1),
+   * same member, this one (Groups#openShard), so no other member can win this term (S1),
    * and every founding voter's log is the same committed founding entries (S2, S3). The caller
    * must also know this member's founding state durable before it sends anything as leader: a
    * member restarted with that state is the term's follower, never its leader again, so the

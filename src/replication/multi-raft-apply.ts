@@ -64,7 +64,8 @@ export class Applier {
 
   /**
    * `s` applies `rd` (#applyReady) until `pending` settles. A method of its own: a closure
-   * over `s` in #round's loop had V8 allocate a context for every group of every round.
+   * over `s` in the round's apply loop (RoundLoop#applyAll) had V8 allocate a context for every
+   * group of every round.
    */
   applyingUntil(s: ShardReplica, pending: Promise<void>): void {
     const applying: Promise<void> = pending.finally(() => {

@@ -1,10 +1,12 @@
 /**
  * The multi-raft driver's round loop (the round's steps: multi-raft.ts). markDirty is the one
- * way to say that a group has input; the loop runs one round at a time, from the clock's defer:
- * feed each marked group its inputs and collect its Ready; send a leader's appends and
- * heartbeats; persist every group's records in one WAL append and one sync when any Ready needs
- * it (needsSync); only then send the answers and votes (driver invariant 6, docs/raft.md); apply
- * (multi-raft-apply.ts) and hand the answers to the sockets.
+ * way to say that a group has input; the loop runs one round at a time, from the clock's defer,
+ * in phases, each a method of its own: feed each marked group its inputs and collect its Ready
+ * (#collect); install the snapshots they carry; stage their WAL records and sort their messages
+ * (#stage); send a leader's appends and heartbeats; persist every group's records in one WAL
+ * append and one sync when any Ready needs it (#persist, needsSync); only then send the answers
+ * and votes (driver invariant 6, docs/raft.md); apply (#applyAll, multi-raft-apply.ts) and hand
+ * the answers to the sockets (#answer).
  */
 import { CairnError } from "../common/errors.ts";
 import { clearArray } from "../common/index.ts";
@@ -163,6 +165,12 @@ export class RoundLoop {
     }
   };
 
+  /**
+   * One round, in phases: collect the marked groups' Readies (#collect); install the snapshots
+   * they carry; stage their WAL records and sort their messages (#stage); send the leaders'
+   * appends and heartbeats; persist (#persist: one WAL append, one sync if any Ready needs it);
+   * send everything else; apply (#applyAll); hand the answers to the sockets (#answer).
+   */
   async #round(): Promise<void> {
     if (this.#host.failed()) {
       for (const s of this.#dirty) s.marked = false;
@@ -170,100 +178,30 @@ export class RoundLoop {
       return;
     }
     try {
-      // The shards with a Ready this round, and their Readies (two arrays: no pair per shard).
-      const ready = this.#roundReady;
-      const readies = this.#roundReadies;
-      // The marked list is taken whole and an empty one put in its place (no copy per round);
-      // shards marked from here on wait for the next round. Every shard taken is unmarked
-      // first, so one marked again during this round, before or after its turn, goes into the
-      // new list.
-      const dirty = this.#dirty;
-      this.#dirty = this.#spareDirty;
-      this.#spareDirty = dirty;
-      const now = this.#host.clock.now();
-      let asks: Map<NodeId, ShardMessage[]> | null = null;
-      for (const s of dirty) s.marked = false;
-      for (const s of dirty) {
-        // A shard still applying its last Ready sits this round out (its apply marks it dirty
-        // again when done): one slow engine must not hold every other shard's round.
-        if (s.applying !== null) continue;
-        const ask = s.maybeCampaign();
-        if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
-        if (s.refill !== null) asks = this.#askToRefill(s, now, asks);
-        s.expire(now, this.#host.requestTimeoutMs);
-        s.drainInbox(now, this.#host.options.tickMs * this.#host.options.electionTicks * 3);
-        this.#host.sleep.trackSleep(s);
-        if (s.raw.hasReady()) {
-          ready.push(s);
-          readies.push(s.raw.ready());
-        }
-      }
-      clearArray(dirty);
+      const asks = this.#collect(this.#host.clock.now());
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
+      const ready = this.#roundReady;
+      const readies = this.#roundReadies;
       if (ready.length === 0) return;
-      const records = this.#roundRecords;
+      for (let w = 0; w < ready.length; w++) {
+        const rd = readies[w] as Ready;
+        // The engine takes the snapshot durably first: once the WAL records it (#stage), the
+        // log below is gone and only the engine holds that state.
+        if (rd.snapshot !== null) {
+          await installSnapshot(
+            ready[w] as ShardReplica,
+            rd.snapshot,
+            this.#host.observer,
+            this.#host.testingBugs,
+          );
+        }
+      }
       // A leader's appends and heartbeats leave before this round's WAL write, everything else
-      // (acknowledgements, votes, snapshots) once the round is durable: see below.
+      // (acknowledgements, votes, snapshots) once the round is durable: see #stage.
       const early = new Map<NodeId, ShardMessage[]>();
       const outbox = new Map<NodeId, ShardMessage[]>();
-      const allEarly = this.#host.testingBugs.everyMessageBeforeWalWrite === true;
-      // Whether the round must be durable before it goes on (see needsSync).
-      let mustSync = false;
-      for (let w = 0; w < ready.length; w++) {
-        const s = ready[w] as ShardReplica;
-        const rd = readies[w] as Ready;
-        // A group founded since the last sync: its founding records are not durable yet, so
-        // none of its messages leaves before this round's sync, not even a leader's appends. A
-        // founding leader that sent before its vote was on disk could restart with no state,
-        // found the group again and lead its founding term a second time (driver invariant 16).
-        const founding =
-          s.foundingUnsynced && this.#host.testingBugs.foundingAppendsBeforeSync !== true;
-        if (s.foundingUnsynced) {
-          mustSync = true;
-          s.foundingUnsynced = false;
-        }
-        if (!mustSync && needsSync(rd, this.#host.wal, s.id, s.raw)) mustSync = true;
-        if (rd.snapshot !== null) {
-          // The engine takes the snapshot durably first: once the WAL records it, the log below
-          // is gone and only the engine holds that state.
-          await installSnapshot(s, rd.snapshot, this.#host.observer, this.#host.testingBugs);
-          // A replica still refilling after the snapshot keeps the log it lost in the mark.
-          const lost = s.refill;
-          const keep = lost !== null && (s.raw.recovering || rd.snapshot.meta.index < lost.commit);
-          records.push({
-            kind: "snapshot",
-            shard: s.id,
-            meta: {
-              index: rd.snapshot.meta.index,
-              term: rd.snapshot.meta.term,
-              data: keep ? encodeLostLog(lost) : EMPTY,
-            },
-          });
-        }
-        if (rd.messages.length > 0) {
-          if (this.#host.options.transport === undefined || s.raw.isSoleVoter()) {
-            // A sole voter has no one to talk to: a message means the group's configuration
-            // is not what this driver believes.
-            throw new CairnError(
-              "CAIRN_ERR_INVARIANT",
-              `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
-            );
-          }
-          for (const message of rd.messages) {
-            const box =
-              ((message.type === "append" || message.type === "heartbeat") && !founding) || allEarly
-                ? early
-                : outbox;
-            addTo(box, s.id, message);
-          }
-        }
-        if (rd.entries.length > 0)
-          records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
-        // (The Ready's hard state is a new object, never written: the WAL may keep it.)
-        if (rd.hardState !== null)
-          records.push({ kind: "hard-state", shard: s.id, state: rd.hardState });
-      }
+      const mustSync = this.#stage(early, outbox);
       if (early.size > 0) {
         // Raft thesis §10.2.1: a leader replicates in parallel with its own disk write. Its
         // appends (and heartbeats) carry nothing it must hold durably first: it counts its own
@@ -272,54 +210,187 @@ export class RoundLoop {
         // now (#send), before the write, whether it blocks the thread or not.
         this.#send(early);
       }
-      // Without mustSync only commit indexes moved: durable with the next round that syncs.
-      if (records.length > 0) this.#host.wal.append(records);
-      // With no record of its own a round may still have to sync: a new group's founding
-      // entries, appended at open and applied by this round (foundingUnsynced). Skipping that
-      // sync let an engine flush the first of them while the WAL lost them all to a power cut:
-      // the replica came back with one voter, itself (driver simulation, seeds 145 and 263).
-      if (mustSync && this.#host.testingBugs.ackBeforeWalSync === true) {
-        this.#host.wal.sync().catch((err: unknown) => this.#host.fail(err));
-      } else if (mustSync) {
-        await this.#host.wal.sync();
-      }
+      const syncing = this.#persist(mustSync);
+      if (syncing !== null) await syncing;
       // Only now, with the round durable: a message may acknowledge or vote on what it holds.
       // An acknowledgement is on the path of every write of the groups this node follows: it
       // leaves now (#send), not after this round's applies.
       this.#send(outbox);
-      let applied: ShardReplica[] | null = null;
-      const observer = this.#host.observer;
-      for (let w = 0; w < ready.length; w++) {
-        const s = ready[w] as ShardReplica;
-        const rd = readies[w] as Ready;
-        if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, leaderNode(s.lead), s.raw.term);
-        const pending = this.#host.applier.applyReady(s, rd);
-        if (pending === null) {
-          (applied ??= []).push(s);
-          continue;
-        }
-        this.#host.applier.applyingUntil(s, pending);
-      }
-      // The answers this round's applies settle are framed by their promises' continuations:
-      // they leave once those have run, not after another turn of the event loop.
-      this.#flushAfterAnswers();
-      // Groups applied in place are marked for another round from a microtask, after those the
-      // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
-      // through three nodes ran ~10% slower (alternating runs; the cause was not pinned down).
-      if (applied !== null) {
-        const done = applied;
-        queueMicrotask(() => {
-          for (const s of done) {
-            if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.markDirty(s);
-          }
-        });
-      }
+      this.#answer(this.#applyAll());
     } catch (err) {
       this.#host.fail(err);
     } finally {
       clearArray(this.#roundReady);
       clearArray(this.#roundReadies);
       clearArray(this.#roundRecords);
+    }
+  }
+
+  /**
+   * The round's first phase: feeds each marked group its inputs (a campaign it owes, asks to be
+   * refilled, expired requests, its inbox) and collects its Ready into the round's arrays
+   * (#roundReady, #roundReadies: two arrays, no pair per shard). Returns the messages that
+   * leave at once (asks to campaign, asks to be refilled), or null.
+   */
+  #collect(now: number): Map<NodeId, ShardMessage[]> | null {
+    const ready = this.#roundReady;
+    const readies = this.#roundReadies;
+    // The marked list is taken whole and an empty one put in its place (no copy per round);
+    // shards marked from here on wait for the next round. Every shard taken is unmarked
+    // first, so one marked again during this round, before or after its turn, goes into the
+    // new list.
+    const dirty = this.#dirty;
+    this.#dirty = this.#spareDirty;
+    this.#spareDirty = dirty;
+    let asks: Map<NodeId, ShardMessage[]> | null = null;
+    for (const s of dirty) s.marked = false;
+    for (const s of dirty) {
+      // A shard still applying its last Ready sits this round out (its apply marks it dirty
+      // again when done): one slow engine must not hold every other shard's round.
+      if (s.applying !== null) continue;
+      const ask = s.maybeCampaign();
+      if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
+      if (s.refill !== null) asks = this.#askToRefill(s, now, asks);
+      s.expire(now, this.#host.requestTimeoutMs);
+      s.drainInbox(now, this.#host.options.tickMs * this.#host.options.electionTicks * 3);
+      this.#host.sleep.trackSleep(s);
+      if (s.raw.hasReady()) {
+        ready.push(s);
+        readies.push(s.raw.ready());
+      }
+    }
+    clearArray(dirty);
+    return asks;
+  }
+
+  /**
+   * Stages the round's Readies, their snapshots installed: each one's WAL records (a snapshot's
+   * mark, its entries, its hard state) into #roundRecords, and its messages into `early` (a
+   * leader's appends and heartbeats, sent before the WAL write) or `outbox` (the rest, sent
+   * once the round is durable). Returns whether the round must sync (needsSync).
+   */
+  #stage(early: Map<NodeId, ShardMessage[]>, outbox: Map<NodeId, ShardMessage[]>): boolean {
+    const ready = this.#roundReady;
+    const readies = this.#roundReadies;
+    const records = this.#roundRecords;
+    const allEarly = this.#host.testingBugs.everyMessageBeforeWalWrite === true;
+    // Whether the round must be durable before it goes on (see needsSync).
+    let mustSync = false;
+    for (let w = 0; w < ready.length; w++) {
+      const s = ready[w] as ShardReplica;
+      const rd = readies[w] as Ready;
+      // A group founded since the last sync: its founding records are not durable yet, so
+      // none of its messages leaves before this round's sync, not even a leader's appends. A
+      // founding leader that sent before its vote was on disk could restart with no state,
+      // found the group again and lead its founding term a second time (driver invariant 16).
+      const founding =
+        s.foundingUnsynced && this.#host.testingBugs.foundingAppendsBeforeSync !== true;
+      if (s.foundingUnsynced) {
+        mustSync = true;
+        s.foundingUnsynced = false;
+      }
+      if (!mustSync && needsSync(rd, this.#host.wal, s.id, s.raw)) mustSync = true;
+      if (rd.snapshot !== null) {
+        // A replica still refilling after the snapshot keeps the log it lost in the mark.
+        const lost = s.refill;
+        const keep = lost !== null && (s.raw.recovering || rd.snapshot.meta.index < lost.commit);
+        records.push({
+          kind: "snapshot",
+          shard: s.id,
+          meta: {
+            index: rd.snapshot.meta.index,
+            term: rd.snapshot.meta.term,
+            data: keep ? encodeLostLog(lost) : EMPTY,
+          },
+        });
+      }
+      if (rd.messages.length > 0) {
+        if (this.#host.options.transport === undefined || s.raw.isSoleVoter()) {
+          // A sole voter has no one to talk to: a message means the group's configuration
+          // is not what this driver believes.
+          throw new CairnError(
+            "CAIRN_ERR_INVARIANT",
+            `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
+          );
+        }
+        for (const message of rd.messages) {
+          const box =
+            ((message.type === "append" || message.type === "heartbeat") && !founding) || allEarly
+              ? early
+              : outbox;
+          addTo(box, s.id, message);
+        }
+      }
+      if (rd.entries.length > 0)
+        records.push({ kind: "entries", shard: s.id, entries: rd.entries.map(toWalEntry) });
+      // (The Ready's hard state is a new object, never written: the WAL may keep it.)
+      if (rd.hardState !== null)
+        records.push({ kind: "hard-state", shard: s.id, state: rd.hardState });
+    }
+    return mustSync;
+  }
+
+  /**
+   * Persists the round: its records in one WAL append and, when `mustSync`, one sync, whose
+   * promise the round awaits before any message that promises durability leaves; null when
+   * there is nothing to wait for.
+   */
+  #persist(mustSync: boolean): Promise<void> | null {
+    const records = this.#roundRecords;
+    // Without mustSync only commit indexes moved: durable with the next round that syncs.
+    if (records.length > 0) this.#host.wal.append(records);
+    // With no record of its own a round may still have to sync: a new group's founding
+    // entries, appended at open and applied by this round (foundingUnsynced). Skipping that
+    // sync let an engine flush the first of them while the WAL lost them all to a power cut:
+    // the replica came back with one voter, itself (driver simulation, seeds 145 and 263).
+    if (mustSync && this.#host.testingBugs.ackBeforeWalSync === true) {
+      this.#host.wal.sync().catch((err: unknown) => this.#host.fail(err));
+      return null;
+    }
+    return mustSync ? this.#host.wal.sync() : null;
+  }
+
+  /**
+   * Applies the round's Readies (multi-raft-apply.ts): in place, or beside the next rounds when
+   * the engine cannot take them at once. Returns the groups applied in place, or null.
+   */
+  #applyAll(): ShardReplica[] | null {
+    const ready = this.#roundReady;
+    const readies = this.#roundReadies;
+    let applied: ShardReplica[] | null = null;
+    const observer = this.#host.observer;
+    for (let w = 0; w < ready.length; w++) {
+      const s = ready[w] as ShardReplica;
+      const rd = readies[w] as Ready;
+      if (s.observeSoftState(rd)) observer?.leaderChanged?.(s.id, leaderNode(s.lead), s.raw.term);
+      const pending = this.#host.applier.applyReady(s, rd);
+      if (pending === null) {
+        (applied ??= []).push(s);
+        continue;
+      }
+      this.#host.applier.applyingUntil(s, pending);
+    }
+    return applied;
+  }
+
+  /**
+   * The round's last phase: the answers its applies settled leave for the sockets, and the
+   * groups `applied` in place are marked for another round if they have more to do.
+   */
+  #answer(applied: ShardReplica[] | null): void {
+    // The answers this round's applies settle are framed by their promises' continuations:
+    // they leave once those have run, not after another turn of the event loop.
+    this.#flushAfterAnswers();
+    // Groups applied in place are marked for another round from a microtask, after those the
+    // answers just settled queued, as an awaited apply marked them: marked at once, a lone Put
+    // through three nodes ran ~10% slower (alternating runs; the cause was not pinned down).
+    if (applied !== null) {
+      const done = applied;
+      queueMicrotask(() => {
+        for (const s of done) {
+          if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.markDirty(s);
+        }
+      });
     }
   }
 

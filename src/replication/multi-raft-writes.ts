@@ -76,7 +76,7 @@ export class Writes {
   /**
    * Proposes a client write to its shard. An open shard takes it before this returns, without
    * an `await` (the common case: a promise and a microtask hop less per write); a shard still to
-   * be opened or created here is reached through #shardForRequest first.
+   * be opened or created here is reached through shardForRequest first.
    */
   #write(cmd: KvCommand): Promise<ApplyOutcome> {
     const id = this.#host.shardOf(cmd.key);

@@ -6,7 +6,7 @@
  * Its replica lost the state machine and the log entries the WAL had dropped once the tables
  * held them, so it may have acknowledged entries that are now committed on one other replica
  * only. Voting with what it holds, it would help elect a candidate that lacks them. So, as the
- * shard opens (MultiRaft#openShard, at start), when its engine holds nothing durable while the
+ * shard opens (Groups#openShard, at start), when its engine holds nothing durable while the
  * WAL's log was compacted:
  *
  *  1. The shard's log is reset in the WAL: a snapshot mark at index 0 (the log restarts empty;

@@ -151,7 +151,7 @@ describe("driver simulation", () => {
 
   it("catches answers and votes sent before their round is durable within 500 seeds", async () => {
     // Only a leader's appends and heartbeats may leave before the round's WAL write
-    // (MultiRaft#round): this bug sends everything then.
+    // (RoundLoop#stage): this bug sends everything then.
     let caught: number | null = null;
     for (let seed = 1; seed <= 500 && caught === null; seed++) {
       const r = await runDriverSeed({

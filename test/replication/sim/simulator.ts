@@ -318,7 +318,7 @@ class DriverSim {
     for (const id of ids.slice(count))
       meta = meta.apply({ op: "set-member", member: member(id) }).state;
     // Each shard ranks its replicas in another order, as rendezvous hashing does: the first
-    // ranked leads the new group's founding term (MultiRaft#openShard), so each node founds
+    // ranked leads the new group's founding term (Groups#openShard), so each node founds
     // some groups as their leader.
     const replicas = ids.slice(0, count);
     for (let shard = 1; shard < TOTAL_SHARDS; shard++) {
