@@ -1,5 +1,5 @@
 /**
- * The multi-raft driver's round loop (the round's steps: multi-raft.ts). markDirty is the one
+ * The multi-raft driver's round loop (the round's steps, numbered: multi-raft.ts). markDirty is the one
  * way to say that a group has input; the loop runs one round at a time, from the clock's defer,
  * in phases, each a method of its own: feed each marked group its inputs and collect its Ready
  * (#collect); install the snapshots they carry; stage their WAL records and sort their messages

@@ -1,17 +1,19 @@
 /**
  * The multi-raft driver: every active shard of this node is a Raft group, and one loop drives
- * them all. Per round:
+ * them all (multi-raft-round.ts, a method a phase). Per round:
  *
- *   1. feed each group the inputs queued since the last round (ticks, proposals, reads);
- *   2. collect every group's Ready;
- *   3. send the leaders' appends and heartbeats (Raft thesis §10.2.1: a leader writes its log in
- *      parallel with replicating it);
- *   4. persist all new entries and hard states in one WAL append and ONE fdatasync;
+ *   1. feed each group the inputs queued since the last round (ticks, proposals, reads) and
+ *      collect its Ready (#collect);
+ *   2. install the snapshots the Readies carry;
+ *   3. stage their WAL records, and sort their messages (#stage); send the leaders' appends
+ *      and heartbeats at once (Raft thesis §10.2.1: a leader writes its log in parallel with
+ *      replicating it);
+ *   4. persist all new entries and hard states in one WAL append and ONE fdatasync (#persist);
  *   5. send the other messages: answers and votes promise what is now durable (none in
  *      single-node mode: every group has one voter);
- *   6. apply committed entries to each shard's LSM, answering the proposals they settle, and
- *      serve confirmed reads;
- *   7. advance every group.
+ *   6. apply committed entries to each shard's LSM, answering the proposals they settle, serve
+ *      confirmed reads, and advance every group (#applyAll, multi-raft-apply.ts);
+ *   7. hand the answers to the sockets (#answer).
  *
  * Requests that arrive while a round waits for its fsync are proposed in the next round, so
  * the fsync is shared by everything that arrived meanwhile (group commit across shards).
