@@ -35,6 +35,12 @@ interface PendingCall extends StreamCall {
   readonly stream: PeerStream;
 }
 
+/** When a forwarded call gives up: its deadline (Date.now() clock), and what cancels it. */
+export interface CallOptions {
+  readonly deadline: number;
+  readonly cut?: CallCut;
+}
+
 export class CallForwarder {
   readonly #links: PeerLinks;
   readonly #maxFrame: number;
@@ -63,12 +69,7 @@ export class CallForwarder {
    * CANCELLED when `cut` is cut, and UNAVAILABLE when the stream ends first; an answer that
    * comes after is dropped. `to` never hears of a cancellation: a write it took still applies.
    */
-  call(
-    to: string,
-    method: string,
-    request: Uint8Array,
-    options: { readonly deadline: number; readonly cut?: CallCut },
-  ): Promise<CallResult> {
+  call(to: string, method: string, request: Uint8Array, options: CallOptions): Promise<CallResult> {
     if (this.#closed) {
       return Promise.resolve(callFailure(status.UNAVAILABLE, "the peer transport closed", false));
     }

@@ -31,14 +31,13 @@
 import { setMaxListeners } from "node:events";
 import type { Interceptor } from "@grpc/grpc-js";
 import type { CallResult } from "../api/grpc-channel.ts";
-import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { type PeerReply } from "./frame-codec.ts";
 import { encodeBatchFrame } from "./frame-encode.ts";
 import type { ClusterIdSource } from "./handshake.ts";
-import { CallForwarder } from "./call-forwarder.ts";
+import { type CallOptions, CallForwarder } from "./call-forwarder.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
 import { type LinkStats, PeerLinks } from "./peer-links.ts";
 import { PeerRpcs } from "./peer-rpcs.ts";
@@ -279,12 +278,7 @@ export class GrpcTransport implements RaftTransport {
    * Forwards a client's unary KV call to node `to` on the stream to it and resolves with its
    * answer; never rejects. What each outcome means: CallForwarder.call (call-forwarder.ts).
    */
-  call(
-    to: string,
-    method: string,
-    request: Uint8Array,
-    options: { readonly deadline: number; readonly cut?: CallCut },
-  ): Promise<CallResult> {
+  call(to: string, method: string, request: Uint8Array, options: CallOptions): Promise<CallResult> {
     return this.#forwarder.call(to, method, request, options);
   }
 

@@ -16,12 +16,12 @@ import { after, before, describe, it } from "node:test";
 import { shardForKey } from "../../src/cluster/index.ts";
 import type { Clients } from "../support/grpc-client.ts";
 import {
+  acknowledgedPuts,
   clusterView,
   eventually,
   everyReplicaHolds,
   healthReport,
   LocalCluster,
-  retryingKv,
 } from "../support/cluster-process.ts";
 
 const TOTAL_SHARDS = 1024;
@@ -116,11 +116,7 @@ describe("a member restarted with a wiped data directory (real processes)", () =
       try {
         await cluster.startAll();
         await cluster.ready();
-        const acknowledged = new Map<string, string>();
-        const put = async (c: Clients, key: string, value: string): Promise<void> => {
-          await retryingKv(c, "Put", { key: Buffer.from(key), value: Buffer.from(value) });
-          acknowledged.set(key, value);
-        };
+        const { acknowledged, put } = acknowledgedPuts();
         for (let i = 0; i < KEYS; i++) {
           const via = cluster.nodes[i % 3]?.client as Clients;
           await put(via, `before-${i}`, `v${i}`);

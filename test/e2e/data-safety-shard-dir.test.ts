@@ -13,11 +13,11 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { shardForKey } from "../../src/cluster/index.ts";
 import {
+  acknowledgedPuts,
   eventually,
   everyReplicaHolds,
   healthReport,
   LocalCluster,
-  retryingKv,
 } from "../support/cluster-process.ts";
 import type { Clients } from "../support/grpc-client.ts";
 
@@ -39,11 +39,7 @@ describe("a cluster member whose shard directory was removed (real processes)", 
     try {
       await cluster.startAll();
       await cluster.ready();
-      const acknowledged = new Map<string, string>();
-      const put = async (c: Clients, key: string, value: string): Promise<void> => {
-        await retryingKv(c, "Put", { key: Buffer.from(key), value: Buffer.from(value) });
-        acknowledged.set(key, value);
-      };
+      const { acknowledged, put } = acknowledgedPuts();
       for (let i = 0; i < 60; i++) {
         await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
       }

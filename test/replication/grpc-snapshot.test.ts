@@ -25,7 +25,13 @@ import {
   SnapshotRefusal,
 } from "../../src/replication/index.ts";
 import { crc32c } from "../../src/storage/index.ts";
-import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+import {
+  eventually,
+  type LogLine,
+  recordingLogger,
+  snapshotMessage,
+  startRaftServer,
+} from "./peer-support.ts";
 
 const N1 = nodeId("n1");
 const N2 = nodeId("n2");
@@ -42,21 +48,7 @@ function pattern(length: number, seed = 0): Uint8Array {
 }
 
 function snapshot(bytes: number, shard = 3, seed = 0, to: NodeId = N2): ShardMessage {
-  const message: Message = {
-    type: "snapshot",
-    from: N1,
-    to,
-    term: term(2),
-    snapshot: {
-      meta: {
-        index: logIndex(500 + seed),
-        term: term(2),
-        conf: { voters: [N1, N2], learners: [] },
-      },
-      data: pattern(bytes, seed),
-    },
-  };
-  return { shard, message };
+  return { shard, message: snapshotMessage(500 + seed, pattern(bytes, seed), to) };
 }
 
 function heartbeat(): ShardMessage {

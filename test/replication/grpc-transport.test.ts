@@ -4,7 +4,6 @@
  * per-peer budget, and close().
  */
 import assert from "node:assert/strict";
-import { createServer } from "node:net";
 import { describe, it } from "node:test";
 import {
   logIndex,
@@ -16,15 +15,17 @@ import {
 } from "../../src/raft/index.ts";
 import { GrpcTransport, type ShardMessage } from "../../src/replication/index.ts";
 import {
+  collectingServer,
   eventually,
+  freePort,
   type LogLine,
+  N1,
+  N2,
   RAFT_SERVERS,
   type RaftServer,
   recordingLogger,
+  transportTo,
 } from "./peer-support.ts";
-
-const N1 = nodeId("n1");
-const N2 = nodeId("n2");
 
 function heartbeat(seq: number, to: NodeId = N2): ShardMessage {
   const message: Message = {
@@ -55,16 +56,6 @@ function append(shard: number, bytes: number, to: NodeId = N2): ShardMessage {
       noReply: false,
     },
   };
-}
-
-/** A port nothing listens on (bound, then released). */
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  const address = srv.address();
-  assert.ok(address !== null && typeof address === "object");
-  await new Promise<void>((r) => srv.close(() => r()));
-  return address.port;
 }
 
 for (const [receiver, startRaftServer] of RAFT_SERVERS) {
@@ -262,16 +253,9 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
     });
 
     it("bounds the bytes in flight per peer: frames past the budget are dropped and counted", async () => {
-      const got: ShardMessage[][] = [];
-      const server = await startRaftServer((_from, messages) => got.push(messages), {
-        clusterId: "c1",
-        nodeId: "n2",
-      });
+      const server = await collectingServer(startRaftServer);
       const unreachable: string[] = [];
-      const t = new GrpcTransport({
-        clusterId: "c1",
-        nodeId: "n1",
-        peers: () => server.address,
+      const t = transportTo(server.address, {
         maxInFlightBytesPerPeer: 250_000,
         onUnreachable: (peer) => unreachable.push(peer),
       });
@@ -279,18 +263,18 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
         // Synchronous sends: no write can complete in between, so all of them count as in flight.
         // A frame larger than the whole budget still goes when nothing else is in flight.
         t.send(N2, [append(0, 100)]);
-        await eventually("the first frame delivered", () => got.length === 1);
+        await eventually("the first frame delivered", () => server.got.length === 1);
         await eventually("nothing in flight", () => t.stats()["n2"]?.inFlightBytes === 0);
         t.send(N2, [append(1, 400_000)]);
         for (let i = 0; i < 5; i++) t.send(N2, [append(2, 100_000)]);
         const stats = t.stats()["n2"];
         assert.equal(stats?.framesDropped, 5, "nothing fits beside the 400 kB frame");
         assert.ok((stats?.bytesDropped ?? 0) > 500_000);
-        await eventually("the admitted frames delivered", () => got.length === 2);
+        await eventually("the admitted frames delivered", () => server.got.length === 2);
         await eventually("in-flight bytes released", () => t.stats()["n2"]?.inFlightBytes === 0);
         for (let i = 0; i < 5; i++) t.send(N2, [append(3, 100_000)]);
         assert.equal(t.stats()["n2"]?.framesDropped, 5 + 3, "two fit in 250 kB, three do not");
-        await eventually("the budget's frames delivered", () => got.length === 4);
+        await eventually("the budget's frames delivered", () => server.got.length === 4);
         await eventually("drops reported as unreachable", () => unreachable.includes("n2"));
       } finally {
         await t.close();
@@ -367,7 +351,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
           },
         }),
       );
-      const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+      const t = transportTo(server.address);
       try {
         const first = t.readIndex(N2, 5, 5_000);
         await eventually("the first call is in flight", () => calls.length === 1);
@@ -408,12 +392,8 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
           return checks.map((c) => c.replica === "n2" && c.term >= 7);
         },
       });
-      const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
-      const other = new GrpcTransport({
-        clusterId: "c2",
-        nodeId: "n1",
-        peers: () => server.address,
-      });
+      const t = transportTo(server.address);
+      const other = transportTo(server.address, { clusterId: "c2" });
       try {
         const checks = [
           { shard: 3, term: 7, replica: "n2" },
@@ -434,20 +414,16 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
     });
 
     it("close() ends the streams cleanly and drops what is sent after", async () => {
-      const got: ShardMessage[][] = [];
-      const server = await startRaftServer((_from, messages) => got.push(messages), {
-        clusterId: "c1",
-        nodeId: "n2",
-      });
-      const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+      const server = await collectingServer(startRaftServer);
+      const t = transportTo(server.address);
       try {
         t.send(N2, [heartbeat(1)]);
         t.send(N2, [heartbeat(2)]);
         await t.close();
         // Half-close: what was written before close() still arrives.
-        assert.equal(got.length, 2);
+        assert.equal(server.got.length, 2);
         t.send(N2, [heartbeat(3)]);
-        assert.equal(got.length, 2);
+        assert.equal(server.got.length, 2);
       } finally {
         server.stop();
       }

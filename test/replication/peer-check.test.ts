@@ -6,30 +6,23 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { Client, credentials, type ServiceError, status } from "@grpc/grpc-js";
-import { loadRaftProto } from "../../src/api/proto.ts";
-import { logIndex, type Message, nodeId, term } from "../../src/raft/index.ts";
-import { GrpcTransport, type ShardMessage } from "../../src/replication/index.ts";
+import { type ServiceError, status } from "@grpc/grpc-js";
+import { nodeId } from "../../src/raft/index.ts";
+import { GrpcTransport } from "../../src/replication/index.ts";
 import { handshakeRefusal, ownHandshake, peerRefusal } from "../../src/replication/handshake.ts";
-import { eventually, type LogLine, RAFT_SERVERS, recordingLogger } from "./peer-support.ts";
+import {
+  countingServer,
+  eventually,
+  heartbeat,
+  type LogLine,
+  N2,
+  RAFT_SERVERS,
+  rawUnary,
+  recordingLogger,
+} from "./peer-support.ts";
 
-const N2 = nodeId("n2");
 const MEMBERS = new Set(["n1", "n2", "n3"]);
 const isMember = (node: string): boolean => MEMBERS.has(node);
-
-function heartbeat(from: string): ShardMessage {
-  const message: Message = {
-    type: "heartbeat",
-    from: nodeId(from),
-    to: N2,
-    term: term(1),
-    commit: logIndex(0),
-    readSeq: 1,
-    quiesce: false,
-    noReply: false,
-  };
-  return { shard: 1, message };
-}
 
 describe("peerRefusal", () => {
   const check = { clusterId: "c1", self: N2, isMember };
@@ -184,32 +177,17 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
     });
 
     it("refuses a unary call without cairn-peer metadata (PERMISSION_DENIED)", async () => {
-      let served = 0;
-      const server = await startRaftServer(() => undefined, {
-        clusterId: "c1",
-        nodeId: "n2",
-        isMember,
-        confirmTerms: (checks) => {
-          served++;
-          return checks.map(() => true);
-        },
-      });
-      const method = loadRaftProto().cairn.v1.Raft.service.ConfirmTerms;
-      const client = new Client(server.address, credentials.createInsecure());
+      const server = await countingServer(startRaftServer, { isMember });
       try {
-        const err = await new Promise<ServiceError | null>((resolve) => {
-          client.makeUnaryRequest(
-            method.path,
-            method.requestSerialize,
-            method.responseDeserialize,
-            { cluster_id: "c1", shard_ids: [1], terms: [1], replicas: ["n2"] },
-            (e) => resolve(e),
-          );
-        });
+        const err = await rawUnary(
+          server.address,
+          "ConfirmTerms",
+          { cluster_id: "c1", shard_ids: [1], terms: [1], replicas: ["n2"] },
+          null,
+        );
         assert.equal(err?.code, status.PERMISSION_DENIED);
-        assert.equal(served, 0);
+        assert.equal(server.served, 0);
       } finally {
-        client.close();
         server.stop();
       }
     });

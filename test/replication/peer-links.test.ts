@@ -5,52 +5,23 @@
  * the whole transport are in grpc-transport.test.ts.
  */
 import assert from "node:assert/strict";
-import { createServer } from "node:net";
 import { describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import type { CallResult } from "../../src/api/grpc-channel.ts";
 import { nodeId, type NodeId } from "../../src/raft/index.ts";
 import { encodeBatchFrame } from "../../src/replication/frame-encode.ts";
 import type { PeerLinks } from "../../src/replication/peer-links.ts";
-import type { ShardMessage } from "../../src/replication/index.ts";
-import { logIndex, term } from "../../src/raft/index.ts";
 import {
   eventually,
+  freePort,
+  heartbeat,
   type LogLine,
+  N2,
   type RaftServer,
   recordingLogger,
   startRaftServer,
   testLinks,
 } from "./peer-support.ts";
-
-const N1 = nodeId("n1");
-const N2 = nodeId("n2");
-
-/** A port nothing listens on (bound, then released). */
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  const address = srv.address();
-  assert.ok(address !== null && typeof address === "object");
-  await new Promise<void>((r) => srv.close(() => r()));
-  return address.port;
-}
-
-function heartbeat(): ShardMessage {
-  return {
-    shard: 1,
-    message: {
-      type: "heartbeat",
-      from: N1,
-      to: N2,
-      term: term(1),
-      commit: logIndex(0),
-      readSeq: 1,
-      quiesce: false,
-      noReply: false,
-    },
-  };
-}
 
 interface Rig {
   readonly links: PeerLinks;

@@ -1,23 +1,40 @@
 /**
  * Helpers for the peer transport tests: a gRPC server with cairn.v1.Raft on 127.0.0.1 port 0
- * (grpc-js's, or the node's own front end in this thread as `cairn serve` runs it), a recording
- * logger, a bounded wait on a condition, and node n1's PeerLinks for the tests of the
+ * (grpc-js's, or the node's own front end in this thread as `cairn serve` runs it), node n1's
+ * transport to it, a raw unary call, the messages the tests send, a recording logger, a bounded
+ * wait on a condition, a port nothing listens on, and node n1's PeerLinks for the tests of the
  * transport's parts.
  */
 import assert from "node:assert/strict";
-import { Server, ServerCredentials, status } from "@grpc/grpc-js";
+import { createServer } from "node:net";
+import {
+  Client,
+  credentials,
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
 import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
-import { nodeId } from "../../src/raft/index.ts";
+import { loadRaftProto } from "../../src/api/proto.ts";
+import { PEER_KEY } from "../../src/api/wire.ts";
+import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
 import { PeerLinks, type PeerLinksOptions } from "../../src/replication/peer-links.ts";
 import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
 import {
   createRaftService,
+  GrpcTransport,
+  type GrpcTransportOptions,
   type PeerLogger,
   RAFT_SERVER_OPTIONS,
   type RaftService,
   type RaftServiceOptions,
   type ShardMessage,
 } from "../../src/replication/index.ts";
+
+export const N1 = nodeId("n1");
+export const N2 = nodeId("n2");
 
 export interface RaftServer {
   readonly address: string;
@@ -91,6 +108,132 @@ export async function startRaftFrontEnd(
   };
 }
 
+/** Node n2's server in cluster c1, started by `start`, keeping each frame it receives in `got`. */
+export async function collectingServer(
+  start: typeof startRaftServer = startRaftServer,
+): Promise<RaftServer & { readonly got: ShardMessage[][] }> {
+  const got: ShardMessage[][] = [];
+  const server = await start((_from, messages) => got.push(messages), {
+    clusterId: "c1",
+    nodeId: "n2",
+  });
+  return { ...server, got };
+}
+
+/**
+ * Node n2's server in cluster c1, started by `start` with `options` added, answering ReadIndex
+ * and ConfirmTerms and counting the calls it served in `served`.
+ */
+export async function countingServer(
+  start: typeof startRaftServer = startRaftServer,
+  options: Partial<RaftServiceOptions> = {},
+): Promise<RaftServer & { readonly served: number }> {
+  let served = 0;
+  const server = await start(() => undefined, {
+    clusterId: "c1",
+    nodeId: "n2",
+    readIndex: () => {
+      served++;
+      return Promise.resolve(1);
+    },
+    confirmTerms: (checks) => {
+      served++;
+      return checks.map(() => true);
+    },
+    ...options,
+  });
+  return {
+    ...server,
+    get served() {
+      return served;
+    },
+  };
+}
+
+/** Node n1's transport in cluster c1 whose peers all live at `address`; `options` go over that. */
+export function transportTo(
+  address: string,
+  options: Partial<GrpcTransportOptions> = {},
+): GrpcTransport {
+  return new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => address, ...options });
+}
+
+/**
+ * A unary call of `name` with a raw grpc-js client, as node `peer` would make it (no cairn-peer
+ * metadata when `peer` is null); resolves with the call's error, null when it succeeded.
+ */
+export function rawUnary(
+  address: string,
+  name: "ReadIndex" | "ConfirmTerms",
+  request: object,
+  peer: string | null = "n1",
+): Promise<ServiceError | null> {
+  const method: {
+    path: string;
+    requestSerialize: (r: object) => Buffer;
+    responseDeserialize: (b: Buffer) => unknown;
+  } = loadRaftProto().cairn.v1.Raft.service[name];
+  const client = new Client(address, credentials.createInsecure());
+  const metadata = new Metadata();
+  if (peer !== null) metadata.set(PEER_KEY, peer);
+  return new Promise<ServiceError | null>((resolve) => {
+    client.makeUnaryRequest(
+      method.path,
+      method.requestSerialize,
+      method.responseDeserialize,
+      request,
+      metadata,
+      (err: ServiceError | null) => {
+        client.close();
+        resolve(err);
+      },
+    );
+  });
+}
+
+/** A heartbeat on shard 1 from node `from` to n2, at term 1. */
+export function heartbeat(from = "n1"): ShardMessage {
+  const message: Message = {
+    type: "heartbeat",
+    from: nodeId(from),
+    to: N2,
+    term: term(1),
+    commit: logIndex(0),
+    readSeq: 1,
+    quiesce: false,
+    noReply: false,
+  };
+  return { shard: 1, message };
+}
+
+/** A snapshot from n1 to `to` at term 2, of the state at `index` (voters n1 and n2), holding `data`. */
+export function snapshotMessage(
+  index: number,
+  data: Uint8Array,
+  to: NodeId = N2,
+): Extract<Message, { type: "snapshot" }> {
+  return {
+    type: "snapshot",
+    from: N1,
+    to,
+    term: term(2),
+    snapshot: {
+      meta: { index: logIndex(index), term: term(2), conf: { voters: [N1, N2], learners: [] } },
+      data,
+    },
+  };
+}
+
+/** A port nothing listens on (bound, then released). */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const address = srv.address();
+  assert.ok(address !== null && typeof address === "object");
+  await new Promise<void>((r) => srv.close(() => r()));
+  return address.port;
+}
+
 /** Where a test's peers connect: grpc-js's server, or the front end. */
 export const RAFT_SERVERS = [
   ["grpc-js", startRaftServer],
@@ -137,8 +280,8 @@ export function testLinks(options: Partial<PeerLinksOptions> = {}): {
 } {
   const closing = new AbortController();
   const links = new PeerLinks({
-    self: nodeId("n1"),
-    replicaId: nodeId("n1"),
+    self: N1,
+    replicaId: N1,
     clusterId: "c1",
     resolve: () => null,
     log: recordingLogger([]),

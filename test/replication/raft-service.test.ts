@@ -7,45 +7,27 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
-import { loadRaftProto } from "../../src/api/proto.ts";
-import { PEER_KEY } from "../../src/api/wire.ts";
+import { type ServiceError, status } from "@grpc/grpc-js";
 import { CairnError } from "../../src/common/errors.ts";
-import { logIndex, type Message, nodeId, NotLeaderError, term } from "../../src/raft/index.ts";
-import { GrpcTransport, type ScanRequest, type ShardMessage } from "../../src/replication/index.ts";
-import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
-
-const N2 = nodeId("n2");
-
-/** A unary call of `path` as node n1 would make it, with a raw grpc-js client. */
-function rawUnary(address: string, name: "ReadIndex" | "ConfirmTerms", request: object) {
-  const method: {
-    path: string;
-    requestSerialize: (r: object) => Buffer;
-    responseDeserialize: (b: Buffer) => unknown;
-  } = loadRaftProto().cairn.v1.Raft.service[name];
-  const client = new Client(address, credentials.createInsecure());
-  const metadata = new Metadata();
-  metadata.set(PEER_KEY, "n1");
-  return new Promise<ServiceError | null>((resolve) => {
-    client.makeUnaryRequest(
-      method.path,
-      method.requestSerialize,
-      method.responseDeserialize,
-      request,
-      metadata,
-      (err: ServiceError | null) => {
-        client.close();
-        resolve(err);
-      },
-    );
-  });
-}
+import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
+import type { ScanRequest } from "../../src/replication/index.ts";
+import {
+  collectingServer,
+  countingServer,
+  eventually,
+  heartbeat,
+  type LogLine,
+  N2,
+  rawUnary,
+  recordingLogger,
+  startRaftServer,
+  transportTo,
+} from "./peer-support.ts";
 
 describe("createRaftService", () => {
   it("answers UNIMPLEMENTED for a call the node does not serve", async () => {
     const server = await startRaftServer(() => undefined, { clusterId: "c1", nodeId: "n2" });
-    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    const t = transportTo(server.address);
     const scan: ScanRequest = {
       start: new Uint8Array(0),
       end: null,
@@ -72,19 +54,7 @@ describe("createRaftService", () => {
   });
 
   it("refuses malformed term checks and too many read-index shards (INVALID_ARGUMENT)", async () => {
-    let served = 0;
-    const server = await startRaftServer(() => undefined, {
-      clusterId: "c1",
-      nodeId: "n2",
-      readIndex: () => {
-        served++;
-        return Promise.resolve(1);
-      },
-      confirmTerms: (checks) => {
-        served++;
-        return checks.map(() => true);
-      },
-    });
+    const server = await countingServer();
     try {
       const uneven = await rawUnary(server.address, "ConfirmTerms", {
         cluster_id: "c1",
@@ -100,7 +70,7 @@ describe("createRaftService", () => {
       });
       assert.equal(many?.code, status.INVALID_ARGUMENT);
       assert.match(many?.details ?? "", /65537 shards in one ReadIndex call; at most 65536/);
-      assert.equal(served, 0);
+      assert.equal(server.served, 0);
     } finally {
       server.stop();
     }
@@ -119,7 +89,7 @@ describe("createRaftService", () => {
       nodeId: "n2",
       proposeMeta: (command) => Promise.reject(refusals[command[0] ?? 0] as Error),
     });
-    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    const t = transportTo(server.address);
     const refusal = async (i: number): Promise<ServiceError> => {
       try {
         await t.proposeMeta(N2, new Uint8Array([i]), 5_000);
@@ -162,7 +132,7 @@ describe("createRaftService", () => {
         ]);
       },
     });
-    const t = new GrpcTransport({ clusterId: "c1", nodeId: "n1", peers: () => server.address });
+    const t = transportTo(server.address);
     try {
       const open: ScanRequest = {
         start: Buffer.from("a"),
@@ -205,31 +175,14 @@ describe("createRaftService", () => {
   });
 
   it("endAll() ends the open streams: their senders see the stream lost and back off", async () => {
-    const got: ShardMessage[][] = [];
-    const server = await startRaftServer((_from, messages) => got.push(messages), {
-      clusterId: "c1",
-      nodeId: "n2",
-    });
+    const server = await collectingServer();
     const lines: LogLine[] = [];
-    const t = new GrpcTransport({
-      clusterId: "c1",
-      nodeId: "n1",
-      peers: () => server.address,
+    const t = transportTo(server.address, {
       logger: recordingLogger(lines),
       initialBackoffMs: 10_000,
     });
-    const message: Message = {
-      type: "heartbeat",
-      from: nodeId("n1"),
-      to: N2,
-      term: term(1),
-      commit: logIndex(0),
-      readSeq: 1,
-      quiesce: false,
-      noReply: false,
-    };
     try {
-      t.send(N2, [{ shard: 1, message }]);
+      t.send(N2, [heartbeat()]);
       await eventually("connected", () => t.stats()["n2"]?.state === "connected");
       server.service.endAll();
       await eventually("the stream lost", () => t.stats()["n2"]?.state === "backoff");
@@ -237,7 +190,7 @@ describe("createRaftService", () => {
       assert.equal(lost?.level, "warn");
       assert.equal(lost?.fields["code"], "UNAVAILABLE");
       assert.equal(lost?.fields["details"], "the node is shutting down");
-      assert.equal(got.length, 1);
+      assert.equal(server.got.length, 1);
     } finally {
       await t.close();
       server.stop();

@@ -6,39 +6,23 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { logIndex, nodeId, type NodeId, term } from "../../src/raft/index.ts";
+import { nodeId, type NodeId } from "../../src/raft/index.ts";
 import { type OutgoingSnapshot, SnapshotSender } from "../../src/replication/snapshot-sender.ts";
 import { systemPaceClock } from "../../src/replication/rate-limiter.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
 import {
   eventually,
   type LogLine,
+  N1,
+  N2,
   recordingLogger,
+  snapshotMessage,
   startRaftServer,
   testLinks,
 } from "./peer-support.ts";
 
-const N1 = nodeId("n1");
-const N2 = nodeId("n2");
-
 function snapshot(shard: number, bytes: number, to: NodeId = N2): OutgoingSnapshot {
-  return {
-    shard,
-    message: {
-      type: "snapshot",
-      from: N1,
-      to,
-      term: term(2),
-      snapshot: {
-        meta: {
-          index: logIndex(40 + shard),
-          term: term(2),
-          conf: { voters: [N1, N2], learners: [] },
-        },
-        data: new Uint8Array(bytes).fill(shard),
-      },
-    },
-  };
+  return { shard, message: snapshotMessage(40 + shard, new Uint8Array(bytes).fill(shard), to) };
 }
 
 function sender(

@@ -308,6 +308,24 @@ export async function retryingKv(c: Clients, method: string, request: Reply): Pr
 }
 
 /**
+ * The writes a test had acknowledged, and `put`, which writes a key through `c` (retryingKv) and
+ * records it in `acknowledged` once the cluster acknowledged it.
+ */
+export function acknowledgedPuts(): {
+  readonly acknowledged: Map<string, string>;
+  put(c: Clients, key: string, value: string): Promise<void>;
+} {
+  const acknowledged = new Map<string, string>();
+  return {
+    acknowledged,
+    async put(c, key, value) {
+      await retryingKv(c, "Put", { key: Buffer.from(key), value: Buffer.from(value) });
+      acknowledged.set(key, value);
+    },
+  };
+}
+
+/**
  * Waits (up to 60 s) until every running node of `cluster` holds every acknowledged write in
  * its own copy: a serializable Get on each node returns the acknowledged value of each key.
  */
