@@ -255,6 +255,11 @@ export class Groups {
     const lsm = await this.#host.openEngine(id, dir);
     try {
       const compacted = this.#host.wal.firstIndex(id) - 1;
+      if (lsm.flushedSeq > 0 && lsm.flushedSeq < compacted) {
+        // The WAL drops entries only once the engine holds them durably: an engine behind the
+        // log's start is an older copy of the directory, and the entries between are lost here.
+        throw new OlderShardError(dir, id, lsm.flushedSeq, compacted, o.transport !== undefined);
+      }
       if (lsm.flushedSeq === 0 && compacted > 0) {
         // The engine holds nothing durable while the WAL dropped entries its tables held: its
         // directory is gone (or emptied), and its data is lost here. A single node refuses to
@@ -545,6 +550,25 @@ export class LostShardError extends CairnError {
       `shard ${shard}'s directory ${path} is missing, or holds none of its tables, and the WAL dropped its entries up to ${compacted} once its tables held them: its data is lost on this node; restore the directory from a backup (this node holds the only copy)`,
     );
     this.name = "LostShardError";
+  }
+}
+
+/**
+ * A shard directory older than the WAL (a backup restored over it): its tables hold the log up
+ * to `held`, the WAL dropped the entries up to `compacted`. Refused, single node or cluster: the
+ * node cannot tell what it lost. A cluster member's directory can go (its peers then refill it).
+ */
+export class OlderShardError extends CairnError {
+  constructor(path: string, shard: number, held: number, compacted: number, cluster: boolean) {
+    super(
+      "CAIRN_ERR_LOST_STATE",
+      `shard ${shard}'s directory ${path} holds its log entries up to ${held}, but the WAL dropped its entries up to ${compacted}: an older copy of the directory (restored from a backup?), without the entries between, and the node does not start: ${
+        cluster
+          ? 'restore the newest copy, or remove the directory and its peers refill the shard (docs/operations.md, "A lost WAL")'
+          : "restore the newest copy (this node holds the only one)"
+      }`,
+    );
+    this.name = "OlderShardError";
   }
 }
 

@@ -146,6 +146,31 @@ describe("a single node's lost WAL or shard directory", () => {
     );
   });
 
+  it("refuses a shard directory older than the WAL (restored from an older copy)", async () => {
+    const dir = await mkdtemp(join(root, "d-"));
+    await withServer(dir, async (c) => {
+      await put(c, keys("a", 40));
+      await snapshotAll(c);
+    });
+    const [shard] = await readdir(join(dir, "shards"));
+    assert.ok(shard !== undefined);
+    const shardDir = join(dir, "shards", shard);
+    await cp(shardDir, join(root, "old-shard"), { recursive: true });
+    // More keys, flushed, and the WAL compacted past them: only the tables hold them.
+    await withServer(dir, async (c) => {
+      await put(c, keys("b", 40));
+      await snapshotAll(c);
+    });
+    await rm(shardDir, { recursive: true });
+    await cp(join(root, "old-shard"), shardDir, { recursive: true });
+    assertLost(
+      await startExpectingExit({ dataDir: dir, env: ENV }),
+      new RegExp(
+        `shard ${shard}'s directory ${shardDir} holds its log entries up to \\d+, but the WAL dropped its entries up to \\d+: an older copy.*restore the newest copy`,
+      ),
+    );
+  });
+
   it("refuses a removed shard directory whose entries the WAL dropped", async () => {
     const dir = await written();
     const [shard] = await readdir(join(dir, "shards"));
