@@ -24,7 +24,7 @@ export {
   ShuttingDownError,
   type SnapshotResult,
 } from "./multi-raft.ts";
-export { ProposalLostError } from "./shard.ts";
+export { ProposalLostError } from "./request-errors.ts";
 export { GrpcTransport, type GrpcTransportOptions, type PeerStats } from "./grpc-transport.ts";
 export {
   createRaftService,

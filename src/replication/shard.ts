@@ -34,6 +34,7 @@ import {
 } from "./state-machine.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 import type { LostLog } from "./refill.ts";
+import { ProposalLostError, RequestTimeoutError } from "./request-errors.ts";
 
 /** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
 const MAX_TICKS_PER_ROUND = 2;
@@ -93,38 +94,6 @@ export type PeerReport =
 interface PendingProposalCallbacks {
   readonly resolve: (outcome: ProposalOutcome) => void;
   readonly reject: (err: unknown) => void;
-}
-
-/**
- * A request waited longer than the driver's request deadline: for a write the outcome is
- * unknown (its entry may still commit and apply later, as for any lost connection); a read was
- * not served and changed nothing.
- */
-export class RequestTimeoutError extends CairnError {
-  constructor(what: "write" | "read" | "membership change", waitedMs: number) {
-    super(
-      "CAIRN_ERR_TIMEOUT",
-      what === "read"
-        ? `the read was not confirmed within ${waitedMs} ms (no quorum reachable?); retry`
-        : `the ${what} was not applied within ${waitedMs} ms (no quorum reachable?); its outcome is unknown: it may still be applied`,
-      { retryable: what === "read" },
-    );
-    this.name = "RequestTimeoutError";
-  }
-}
-
-/** The proposal cannot succeed any more: another entry took its place in the log. */
-export class ProposalLostError extends CairnError {
-  constructor(index: number) {
-    super(
-      "CAIRN_ERR_PROPOSAL_LOST",
-      `the write at log index ${index} was superseded by a new leader; it was not applied`,
-      {
-        retryable: true,
-      },
-    );
-    this.name = "ProposalLostError";
-  }
 }
 
 /**
