@@ -24,6 +24,7 @@ import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const out = join(root, "native", "build", "cairn_native.node");
+const cc = process.env.CC ?? "cc";
 
 try {
   const headers = join(
@@ -33,7 +34,7 @@ try {
   mkdirSync(dirname(out), { recursive: true });
   const tmp = `${out}.${process.pid}.tmp`;
   execFileSync(
-    process.env.CC ?? "cc",
+    cc,
     [
       "-shared",
       "-fPIC",
@@ -52,7 +53,14 @@ try {
   renameSync(tmp, out);
   process.stdout.write(`cairn: built ${out}\n`);
 } catch (cause) {
-  const why = cause instanceof Error ? cause.message.split("\n")[0] : String(cause);
+  // No compiler at all is the common case (a slim container, a fresh machine): say so in words,
+  // not as spawnSync's "spawnSync cc ENOENT".
+  const why =
+    cause?.code === "ENOENT" && cause?.path === cc
+      ? `no C compiler: ${cc} not found; set CC to use another, then run npm run build:native`
+      : cause instanceof Error
+        ? cause.message.split("\n")[0]
+        : String(cause);
   process.stderr.write(
     `cairn: the native addon was not built (${why}); tables will be read with pread and checksummed in JavaScript, slower but correct\n`,
   );

@@ -131,6 +131,18 @@ function pathsNamed(file: string): Link[] {
   return out;
 }
 
+/** The code's files (TypeScript and the plain JavaScript of scripts/) under `dir`. */
+function codeFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    if (SKIP_DIRS.has(name)) continue;
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) out.push(...codeFiles(path));
+    else if (/\.(ts|mjs|js)$/.test(name)) out.push(path);
+  }
+  return out;
+}
+
 describe("Markdown links", () => {
   it("computes GitHub's anchors", () => {
     assert.equal(
@@ -160,6 +172,19 @@ describe("Markdown links", () => {
 
   it("name files, by their path from the root, that exist", () => {
     const bad = markdownFiles(ROOT)
+      .flatMap(pathsNamed)
+      .filter((l) => !existsSync(join(ROOT, l.target)))
+      .map((l) => `${relative(ROOT, l.file)}:${l.line}: ${l.target}: no such file`);
+    assert.deepEqual(bad, []);
+  });
+});
+
+describe("the code's comments and messages", () => {
+  // An error's "see scripts/…" is read by an operator, who cannot follow a file that is gone.
+  it("name files, by their path from the root, that exist", () => {
+    const files = ["src", "scripts", "bench", "test"].flatMap((d) => codeFiles(join(ROOT, d)));
+    assert.ok(files.length > 100, "the repository's code was found");
+    const bad = files
       .flatMap(pathsNamed)
       .filter((l) => !existsSync(join(ROOT, l.target)))
       .map((l) => `${relative(ROOT, l.file)}:${l.line}: ${l.target}: no such file`);

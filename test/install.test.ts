@@ -55,6 +55,26 @@ describe("a production install", () => {
     }
   });
 
+  it("without a C compiler the install script says so in words and exits 0 (1 with CAIRN_REQUIRE_NATIVE=1)", () => {
+    const file = /^node (\S+)$/.exec(pkg.scripts["install"] ?? "")?.[1] ?? "";
+    // A compiler that is not there, as on a machine without one (cc: ENOENT); an existing addon
+    // stays in place.
+    const env = { ...process.env, CC: "cairn-test-no-such-cc" };
+    const r = spawnSync(process.execPath, [join(ROOT, file)], { cwd: ROOT, env, encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(
+      r.stderr,
+      /native addon was not built \(no C compiler: cairn-test-no-such-cc not found; set CC to use another/,
+    );
+    assert.doesNotMatch(r.stderr, /ENOENT/, "not spawnSync's error code");
+    const required = spawnSync(process.execPath, [join(ROOT, file)], {
+      cwd: ROOT,
+      env: { ...env, CAIRN_REQUIRE_NATIVE: "1" },
+      encoding: "utf8",
+    });
+    assert.equal(required.status, 1, required.stderr);
+  });
+
   it("bin/cairn runs on the machine's Node.js 24 when the pinned one is not installed", () => {
     // A checkout without node_modules/.bin/node: bin/cairn and src/ (its modules resolve
     // through the real path of src/).

@@ -189,7 +189,7 @@ export class ShardWorkersNode implements HealthSource {
       // A peer's connection is handed to the worker it names by its descriptor (worker-tunnel.ts).
       throw new CairnError(
         "CAIRN_ERR_CONFIG",
-        "shard_workers above 1 in a cluster needs Cairn's native addon (built by npm install with a C compiler; see scripts/build-native.ts), which is not loaded",
+        "shard_workers above 1 in a cluster needs Cairn's native addon (built by npm install with a C compiler, or by npm run build:native: scripts/build-native.mjs), which is not loaded",
       );
     }
     const ports: (MessagePort | null)[][] = Array.from({ length: n }, () =>
