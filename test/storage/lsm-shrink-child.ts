@@ -63,13 +63,15 @@ async function setup(blockCacheBytes: number): Promise<Setup> {
   };
 }
 
-/** The error is a CorruptionError naming the table, and it failed the engine. */
-function assertCorruption(err: unknown, s: Setup): true {
-  assert.equal((err as { code?: string }).code, "CAIRN_ERR_CORRUPTION", String(err));
-  assert.equal((err as { file?: string }).file, s.path);
-  assert.match((err as Error).message, new RegExp(s.path));
-  assert.equal((s.engine.failure as { code?: string } | undefined)?.code, "CAIRN_ERR_CORRUPTION");
-  return true;
+/** `read` throws a CorruptionError naming the table, and it failed the engine. */
+function throwsCorruption(s: Setup, read: () => unknown): void {
+  assert.throws(read, (err) => {
+    assert.equal((err as { code?: string }).code, "CAIRN_ERR_CORRUPTION", String(err));
+    assert.equal((err as { file?: string }).file, s.path);
+    assert.match((err as Error).message, new RegExp(s.path));
+    assert.equal((s.engine.failure as { code?: string } | undefined)?.code, "CAIRN_ERR_CORRUPTION");
+    return true;
+  });
 }
 
 const SCENARIOS: Record<string, () => Promise<void>> = {
@@ -78,10 +80,7 @@ const SCENARIOS: Record<string, () => Promise<void>> = {
     const s = await setup(1 << 20);
     assert.equal(text(s.engine.get(b(keyAt(0))) as Uint8Array), text(valueOf(keyAt(0))));
     s.shrink();
-    assert.throws(
-      () => s.engine.get(b(keyAt(190))),
-      (err) => assertCorruption(err, s),
-    );
+    throwsCorruption(s, () => s.engine.get(b(keyAt(190))));
     await s.close();
   },
   /**
@@ -93,10 +92,7 @@ const SCENARIOS: Record<string, () => Promise<void>> = {
     for (const k of KEYS) s.engine.get(b(k));
     s.shrink();
     assert.equal(text(s.engine.get(b(keyAt(0))) as Uint8Array), text(valueOf(keyAt(0))));
-    assert.throws(
-      () => s.engine.get(b(keyAt(190))),
-      (err) => assertCorruption(err, s),
-    );
+    throwsCorruption(s, () => s.engine.get(b(keyAt(190))));
     for (const k of [keyAt(190), keyAt(0)]) {
       assert.throws(() => s.engine.get(b(k)), { code: "CAIRN_ERR_CORRUPTION", file: s.path });
     }
@@ -107,10 +103,7 @@ const SCENARIOS: Record<string, () => Promise<void>> = {
     const s = await setup(0);
     for (const k of KEYS) s.engine.get(b(k));
     s.shrink();
-    assert.throws(
-      () => s.engine.get(b(keyAt(190))),
-      (err) => assertCorruption(err, s),
-    );
+    throwsCorruption(s, () => s.engine.get(b(keyAt(190))));
     await s.close();
   },
   /** A value a caller holds, from a block past the new end. */
@@ -128,16 +121,13 @@ const SCENARIOS: Record<string, () => Promise<void>> = {
     const first = it.next().value as [Uint8Array, Uint8Array];
     s.shrink();
     let i = 151;
-    assert.throws(
-      () => {
-        for (const [k, v] of it) {
-          assert.equal(text(k), keyAt(i));
-          assert.equal(text(v), text(valueOf(keyAt(i))));
-          i++;
-        }
-      },
-      (err) => assertCorruption(err, s),
-    );
+    throwsCorruption(s, () => {
+      for (const [k, v] of it) {
+        assert.equal(text(k), keyAt(i));
+        assert.equal(text(v), text(valueOf(keyAt(i))));
+        i++;
+      }
+    });
     assert.ok(i < 200, "the scan failed before its end");
     assert.equal(text(first[0]), keyAt(150));
     assert.equal(text(first[1]), text(valueOf(keyAt(150))));
@@ -157,14 +147,8 @@ const SCENARIOS: Record<string, () => Promise<void>> = {
     const otherScan = other.scan({ start: b(keyAt(190)) });
     assert.equal(text((otherScan.next().value as [Uint8Array, Uint8Array])[0]), keyAt(190));
     s.shrink();
-    assert.throws(
-      () => s.engine.get(b(keyAt(190))),
-      (err) => assertCorruption(err, s),
-    );
-    assert.throws(
-      () => scan.next(),
-      (err) => assertCorruption(err, s),
-    );
+    throwsCorruption(s, () => s.engine.get(b(keyAt(190))));
+    throwsCorruption(s, () => scan.next());
     let i = 191;
     for (const [k, v] of otherScan) {
       assert.equal(text(k), keyAt(i));
