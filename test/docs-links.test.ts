@@ -12,16 +12,21 @@ import { describe, it } from "node:test";
 const ROOT = join(import.meta.dirname, "..");
 const SKIP_DIRS = new Set(["node_modules", ".git", "data", ".cluster", ".chaos", "build"]);
 
-function markdownFiles(dir: string): string[] {
+/** The files under `dir` whose names match `pattern`, outside the directories in SKIP_DIRS. */
+function filesUnder(dir: string, pattern: RegExp): string[] {
   const out: string[] = [];
   for (const name of readdirSync(dir)) {
     if (SKIP_DIRS.has(name) || name.startsWith(".sim")) continue;
     const path = join(dir, name);
-    if (statSync(path).isDirectory()) out.push(...markdownFiles(path));
-    else if (name.endsWith(".md")) out.push(path);
+    if (statSync(path).isDirectory()) out.push(...filesUnder(path, pattern));
+    else if (pattern.test(name)) out.push(path);
   }
   return out;
 }
+
+const markdownFiles = (dir: string): string[] => filesUnder(dir, /\.md$/);
+/** The code's files (TypeScript and the plain JavaScript of scripts/) under `dir`. */
+const codeFiles = (dir: string): string[] => filesUnder(dir, /\.(ts|mjs|js)$/);
 
 /** The text outside fenced code blocks, with inline code spans blanked. */
 function prose(markdown: string): string[] {
@@ -128,18 +133,6 @@ function pathsNamed(file: string): Link[] {
         if (m[1] !== undefined) out.push({ file, line: i + 1, target: m[1] });
       }
     });
-  return out;
-}
-
-/** The code's files (TypeScript and the plain JavaScript of scripts/) under `dir`. */
-function codeFiles(dir: string): string[] {
-  const out: string[] = [];
-  for (const name of readdirSync(dir)) {
-    if (SKIP_DIRS.has(name)) continue;
-    const path = join(dir, name);
-    if (statSync(path).isDirectory()) out.push(...codeFiles(path));
-    else if (/\.(ts|mjs|js)$/.test(name)) out.push(path);
-  }
   return out;
 }
 
