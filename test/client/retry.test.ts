@@ -136,14 +136,17 @@ describe("client retries", () => {
         cairn: "CAIRN_ERR_NOT_LEADER",
       })),
     );
-    const c = client(200);
+    // The connection first (as for k7 below): on a loaded machine its set-up took most of a
+    // 200 ms deadline, and the client starts no attempt it cannot finish, so CI saw one call.
+    const c = client(500);
+    await c.get("k5-warm-up", { timeoutMs: 10_000 });
     const t0 = Date.now();
     const err = await c.get("k5").then(
       () => null,
       (e: unknown) => e,
     );
     assert.ok(err instanceof UnavailableError || err instanceof DeadlineExceededError, String(err));
-    assert.ok(Date.now() - t0 < 2000);
+    assert.ok(Date.now() - t0 < 3000);
     assert.ok((calls.get("k5") ?? 0) > 1, "retried");
     c.close();
   });
