@@ -5,6 +5,8 @@ export {
   type BootstrapInput,
   decodeMetaCommand,
   encodeMetaCommand,
+  MEMBER_STATES,
+  type MemberState,
   META_KEY_PREFIX,
   type MetaApplyResult,
   type MetaCommand,
@@ -15,6 +17,7 @@ export {
   type MetaStateView,
   rendezvousReplicas,
   rendezvousWeight,
+  type ShardPlacement,
   shouldBootstrap,
 } from "./meta.ts";
 export { nodeOfReplica, replicaIdOf } from "./replica.ts";

@@ -38,6 +38,31 @@ import { DenseMap, type ReadonlyDenseMap } from "../common/index.ts";
 import { nodeOfReplica, replicaIdOf } from "./replica.ts";
 import { xxhash64 } from "./routing.ts";
 
+/**
+ * A member's life (design.md §5.2): `joining → active → decommissioning → decommissioned`, or
+ * `active → dead → removed`. Only the meta leader changes it (set-state), except `joining`,
+ * which a node's own join proposes. Replicas are placed on `active` members only.
+ */
+export const MEMBER_STATES = [
+  "joining",
+  "active",
+  "decommissioning",
+  "decommissioned",
+  "dead",
+  "removed",
+] as const;
+export type MemberState = (typeof MEMBER_STATES)[number];
+
+/** The state changes set-state may make (a `removed` identity never comes back). */
+const TRANSITIONS: Readonly<Record<MemberState, readonly MemberState[]>> = {
+  joining: ["active", "dead"],
+  active: ["decommissioning", "dead"],
+  decommissioning: ["decommissioned", "dead", "active"],
+  decommissioned: ["removed"],
+  dead: ["active", "removed"],
+  removed: [],
+};
+
 export interface MetaMember {
   readonly id: string;
   readonly rpcAddr: string;
@@ -53,6 +78,16 @@ export interface MetaMember {
    * them are gone for good and leave their groups.
    */
   readonly retired?: readonly string[];
+  /** Where the member stands in its life; absent: `active` (every founding member). */
+  readonly state?: MemberState;
+}
+
+/** Where a shard's replicas are now, once a move changed them from its initial voters. */
+export interface ShardPlacement {
+  /** Its nodes in rank order (the first is its preferred leader). */
+  readonly nodes: readonly string[];
+  /** A move is under way: the group's leader has not yet made its voters these nodes. */
+  readonly moving: boolean;
 }
 
 export type MetaCommand =
@@ -68,7 +103,23 @@ export type MetaCommand =
   /** Member `id` lost its data directory and came back as `incarnation`. */
   | { readonly op: "rejoin"; readonly id: string; readonly incarnation: string }
   /** Shard `shard`'s leader should be node `node` (one of its replicas): Admin.TransferLeader. */
-  | { readonly op: "prefer-leader"; readonly shard: number; readonly node: string };
+  | { readonly op: "prefer-leader"; readonly shard: number; readonly node: string }
+  /** A node started with the seeds of a running cluster asks to be a member (`joining`). */
+  | { readonly op: "join"; readonly member: MetaMember }
+  /** The meta leader moves member `id` along its life (TRANSITIONS). */
+  | { readonly op: "set-state"; readonly id: string; readonly state: MemberState }
+  /**
+   * Shard `shard`'s nodes become `nodes`, if they are `from` now (so two allocators never
+   * both move it): one node added, one removed, or both (a replacement).
+   */
+  | {
+      readonly op: "move-shard";
+      readonly shard: number;
+      readonly from: readonly string[];
+      readonly nodes: readonly string[];
+    }
+  /** Shard `shard`'s group has `nodes` as its voters: its move is done. */
+  | { readonly op: "settle-shard"; readonly shard: number; readonly nodes: readonly string[] };
 
 /** What applying one MetaCommand did. Every kind but the first of each pair changes nothing. */
 export type MetaOutcome =
@@ -81,6 +132,16 @@ export type MetaOutcome =
   | { readonly kind: "member-unchanged"; readonly member: MetaMember }
   | { readonly kind: "leader-preferred"; readonly shard: number; readonly node: string }
   | { readonly kind: "leader-unchanged"; readonly shard: number; readonly node: string }
+  | {
+      readonly kind: "state-changed";
+      readonly id: string;
+      readonly from: MemberState;
+      readonly to: MemberState;
+    }
+  | { readonly kind: "state-unchanged"; readonly id: string; readonly state: MemberState }
+  | { readonly kind: "shard-moved"; readonly shard: number; readonly nodes: readonly string[] }
+  | { readonly kind: "shard-settled"; readonly shard: number }
+  | { readonly kind: "shard-unchanged"; readonly shard: number }
   /**
    * The command can never apply as written (bad shard, unknown replica, not bootstrapped…);
    * `retired`: a `rejoin` with an incarnation the member left behind (an old copy of its data).
@@ -109,6 +170,7 @@ export interface MetaStateView {
   readonly members: readonly MetaMember[];
   readonly shards: readonly { readonly shard: number; readonly replicas: readonly string[] }[];
   readonly leaders: readonly { readonly shard: number; readonly node: string }[];
+  readonly placements: readonly ({ readonly shard: number } & ShardPlacement)[];
 }
 
 const FORMAT_VERSION = 1;
@@ -120,6 +182,8 @@ const REPLICA_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(@[A-Za-z0-9]{1,64})?$/;
 /** An address as configured (`host:port`, `[v6]:port`): no spaces or control characters. */
 const ADDRESS = /^[^\s\p{Cc}]{1,300}$/u;
 const MAX_SHARDS = 0x1_0000_0000;
+/** The most nodes a shard may have (cluster.replication_factor's bound, and one more in a move). */
+const MAX_REPLICAS = 16;
 const SHARD_DIGITS = 10;
 
 const enc = new TextEncoder();
@@ -173,6 +237,14 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
       return { op: cmd.op, id: cmd.id, incarnation: cmd.incarnation };
     case "prefer-leader":
       return { op: cmd.op, shard: cmd.shard, node: cmd.node };
+    case "join":
+      return { op: cmd.op, member: canonicalMember(cmd.member) };
+    case "set-state":
+      return { op: cmd.op, id: cmd.id, state: cmd.state };
+    case "move-shard":
+      return { op: cmd.op, shard: cmd.shard, from: [...cmd.from], nodes: [...cmd.nodes] };
+    case "settle-shard":
+      return { op: cmd.op, shard: cmd.shard, nodes: [...cmd.nodes] };
   }
 }
 
@@ -180,9 +252,13 @@ function canonicalMember(m: MetaMember): MetaMember {
   const base = { id: m.id, rpcAddr: m.rpcAddr, httpAddr: m.httpAddr };
   const withIncarnation =
     m.incarnation === undefined ? base : { ...base, incarnation: m.incarnation };
-  return m.retired === undefined || m.retired.length === 0
-    ? withIncarnation
-    : { ...withIncarnation, retired: [...m.retired] };
+  const withRetired =
+    m.retired === undefined || m.retired.length === 0
+      ? withIncarnation
+      : { ...withIncarnation, retired: [...m.retired] };
+  return m.state === undefined || m.state === "active"
+    ? withRetired
+    : { ...withRetired, state: m.state };
 }
 
 /** Shape of untrusted JSON into a command, or why it is not one. */
@@ -242,6 +318,36 @@ function parseCommand(raw: unknown): MetaCommand | string {
         return "a prefer-leader's shard must be a number and its node a string";
       return { op: "prefer-leader", shard, node };
     }
+    case "join": {
+      const bad = unknownFields(raw, ["op", "member"]);
+      if (bad !== null) return bad;
+      const member = parseMember(raw["member"]);
+      return typeof member === "string" ? member : { op: "join", member };
+    }
+    case "set-state": {
+      const bad = unknownFields(raw, ["op", "id", "state"]);
+      if (bad !== null) return bad;
+      const { id, state } = raw;
+      if (typeof id !== "string" || !isMemberState(state))
+        return "a set-state's id must be a string and its state a member state";
+      return { op: "set-state", id, state };
+    }
+    case "move-shard": {
+      const bad = unknownFields(raw, ["op", "shard", "from", "nodes"]);
+      if (bad !== null) return bad;
+      const { shard, from, nodes } = raw;
+      if (typeof shard !== "number" || !isStringArray(from) || !isStringArray(nodes))
+        return "a move-shard's shard must be a number, its from and nodes arrays of strings";
+      return { op: "move-shard", shard, from, nodes };
+    }
+    case "settle-shard": {
+      const bad = unknownFields(raw, ["op", "shard", "nodes"]);
+      if (bad !== null) return bad;
+      const { shard, nodes } = raw;
+      if (typeof shard !== "number" || !isStringArray(nodes))
+        return "a settle-shard's shard must be a number and its nodes an array of strings";
+      return { op: "settle-shard", shard, nodes };
+    }
     default:
       return `unknown op ${JSON.stringify(raw["op"])}`;
   }
@@ -249,9 +355,9 @@ function parseCommand(raw: unknown): MetaCommand | string {
 
 function parseMember(raw: unknown): MetaMember | string {
   if (!isObject(raw)) return "a member is not an object";
-  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr", "incarnation", "retired"]);
+  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr", "incarnation", "retired", "state"]);
   if (bad !== null) return bad;
-  const { id, rpcAddr, httpAddr, incarnation, retired } = raw;
+  const { id, rpcAddr, httpAddr, incarnation, retired, state } = raw;
   if (typeof id !== "string" || typeof rpcAddr !== "string" || typeof httpAddr !== "string")
     return "a member's id, rpcAddr and httpAddr must be strings";
   if (incarnation !== undefined && typeof incarnation !== "string")
@@ -261,12 +367,14 @@ function parseMember(raw: unknown): MetaMember | string {
     (!Array.isArray(retired) || !retired.every((r) => typeof r === "string"))
   )
     return "a member's retired incarnations must be strings";
+  if (state !== undefined && !isMemberState(state)) return "a member's state is not a state";
   return canonicalMember({
     id,
     rpcAddr,
     httpAddr,
     ...(incarnation === undefined ? {} : { incarnation }),
     ...(retired === undefined ? {} : { retired: retired as string[] }),
+    ...(state === undefined ? {} : { state }),
   });
 }
 
@@ -296,6 +404,7 @@ function checkCommand(cmd: MetaCommand): string | null {
       return duplicate(cmd.replicas, "replica");
     case "set-member":
       if (cmd.member.retired !== undefined) return "set-member cannot retire incarnations";
+      if (cmd.member.state !== undefined) return "set-member cannot set a state (set-state does)";
       return checkMember(cmd.member);
     case "rejoin":
       if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
@@ -307,6 +416,29 @@ function checkCommand(cmd: MetaCommand): string | null {
         return `shard ${cmd.shard} is not an integer in [0, 2^32)`;
       if (!NODE_ID.test(cmd.node)) return `bad node id ${JSON.stringify(cmd.node)}`;
       return null;
+    case "join":
+      if (cmd.member.retired !== undefined || cmd.member.state !== undefined)
+        return "a join names neither retired incarnations nor a state";
+      if (cmd.member.incarnation === undefined) return "a join must name its incarnation";
+      return checkMember(cmd.member);
+    case "set-state":
+      if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
+      return null;
+    case "move-shard":
+    case "settle-shard": {
+      if (!Number.isInteger(cmd.shard) || cmd.shard < 0 || cmd.shard >= MAX_SHARDS)
+        return `shard ${cmd.shard} is not an integer in [0, 2^32)`;
+      const lists = cmd.op === "move-shard" ? [cmd.from, cmd.nodes] : [cmd.nodes];
+      for (const list of lists) {
+        if (list.length === 0 || list.length > MAX_REPLICAS)
+          return `a shard's nodes must number 1 to ${MAX_REPLICAS}`;
+        const bad = list.find((n) => !NODE_ID.test(n));
+        if (bad !== undefined) return `bad node id ${JSON.stringify(bad)}`;
+        const dup = duplicate(list, "node");
+        if (dup !== null) return dup;
+      }
+      return null;
+    }
   }
 }
 
@@ -325,6 +457,8 @@ function checkMember(m: MetaMember): string | null {
   if (!ADDRESS.test(m.httpAddr)) return `bad httpAddr ${JSON.stringify(m.httpAddr)} of ${m.id}`;
   if (m.incarnation !== undefined && !CLUSTER_ID.test(m.incarnation))
     return `bad incarnation ${JSON.stringify(m.incarnation)} of ${m.id}`;
+  if (m.state !== undefined && !isMemberState(m.state))
+    return `bad state ${JSON.stringify(m.state)} of ${m.id}`;
   for (const r of m.retired ?? []) {
     if (!CLUSTER_ID.test(r) || r === m.incarnation)
       return `bad retired incarnation ${JSON.stringify(r)} of ${m.id}`;
@@ -362,6 +496,8 @@ export class MetaState {
   readonly shards: ReadonlyDenseMap<readonly string[]>;
   /** Preferred leaders set by prefer-leader (Admin.TransferLeader), by shard. */
   readonly leaders: ReadonlyMap<number, string>;
+  /** The shards a move placed elsewhere than their initial voters (move-shard), by shard. */
+  readonly placements: ReadonlyMap<number, ShardPlacement>;
 
   private constructor(
     clusterId: string | null,
@@ -370,6 +506,7 @@ export class MetaState {
     members: ReadonlyMap<string, MetaMember>,
     shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = new Map(),
+    placements: ReadonlyMap<number, ShardPlacement> = new Map(),
   ) {
     this.clusterId = clusterId;
     this.totalShards = totalShards;
@@ -377,6 +514,7 @@ export class MetaState {
     this.members = members;
     this.shards = shards;
     this.leaders = leaders;
+    this.placements = placements;
   }
 
   static empty(): MetaState {
@@ -394,6 +532,7 @@ export class MetaState {
     const members = new Map<string, MetaMember>();
     const shards = new Map<number, readonly string[]>();
     const leaders = new Map<number, string>();
+    const placements = new Map<number, ShardPlacement>();
     for (const { key, value } of records) {
       const k = decodeKey(key);
       const raw = decodeRecordJson(k, value);
@@ -409,7 +548,10 @@ export class MetaState {
         const shard = Number(digits);
         if (!/^[0-9]+$/.test(digits) || shardKeyText(shard) !== k)
           throw malformedRecord(k, "bad shard key");
-        shards.set(shard, parseShardRecord(k, raw));
+        const record = parseShardRecord(k, raw);
+        shards.set(shard, record.replicas);
+        if (record.placement !== undefined) placements.set(shard, record.placement);
+        else placements.delete(shard);
       } else if (k.startsWith(LEADER_KEY)) {
         const digits = k.slice(LEADER_KEY.length);
         const shard = Number(digits);
@@ -435,12 +577,18 @@ export class MetaState {
         if (!members.has(nodeOfReplica(r)))
           throw malformedRecord(shardKeyText(shard), `unknown replica ${r}`);
       }
+      for (const n of placements.get(shard)?.nodes ?? []) {
+        if (!members.has(n)) throw malformedRecord(shardKeyText(shard), `unknown node ${n}`);
+      }
     }
     if (!shards.has(0)) throw malformedRecord(shardKeyText(0), "missing");
     for (const [shard, node] of leaders) {
-      const replicas = shards.get(shard);
-      if (replicas === undefined || !replicas.some((r) => nodeOfReplica(r) === node))
-        throw malformedRecord(leaderKeyText(shard), `${node} is not a replica of shard ${shard}`);
+      // A move may have taken the node off the shard since (preferredLeader skips it then).
+      if (!shards.has(shard) || !members.has(node))
+        throw malformedRecord(
+          leaderKeyText(shard),
+          `${node} is not a member, or ${shard} no shard`,
+        );
     }
     return new MetaState(
       cluster.clusterId,
@@ -449,6 +597,7 @@ export class MetaState {
       members,
       DenseMap.of(shards),
       leaders,
+      placements,
     );
   }
 
@@ -467,13 +616,44 @@ export class MetaState {
         return this.#rejoin(cmd.id, cmd.incarnation);
       case "prefer-leader":
         return this.#preferLeader(cmd.shard, cmd.node);
+      case "join":
+        return this.#join(cmd.member);
+      case "set-state":
+        return this.#setState(cmd.id, cmd.state);
+      case "move-shard":
+        return this.#moveShard(cmd.shard, cmd.from, cmd.nodes);
+      case "settle-shard":
+        return this.#settleShard(cmd.shard, cmd.nodes);
     }
   }
 
-  /** The node that should lead `shard`: its preferred leader, else its first-ranked replica. */
+  /**
+   * The node that should lead `shard`: its preferred leader while that node is one of its
+   * replicas, else its first-ranked replica.
+   */
   preferredLeader(shard: number): string | undefined {
-    const first = this.shards.get(shard)?.[0];
-    return this.leaders.get(shard) ?? (first === undefined ? undefined : nodeOfReplica(first));
+    const nodes = this.nodesOf(shard);
+    const preferred = this.leaders.get(shard);
+    return preferred !== undefined && nodes.includes(preferred) ? preferred : nodes[0];
+  }
+
+  /** Where member `id` stands (undefined when it is not one). */
+  stateOf(id: string): MemberState | undefined {
+    const m = this.members.get(id);
+    return m === undefined ? undefined : (m.state ?? "active");
+  }
+
+  /** The members replicas may be placed on, in id order. */
+  activeMembers(): string[] {
+    return [...this.members.values()]
+      .filter((m) => (m.state ?? "active") === "active")
+      .map((m) => m.id)
+      .sort(compareIds);
+  }
+
+  /** Whether a move of `shard` is under way (its group's voters are not yet its nodes). */
+  isMoving(shard: number): boolean {
+    return this.placements.get(shard)?.moving === true;
   }
 
   /** The replica id member `node` has now (its node id when it is not a member). */
@@ -483,6 +663,8 @@ export class MetaState {
 
   /** The nodes of shard `shard`'s replicas, in rank order; empty when it is not created. */
   nodesOf(shard: number): string[] {
+    const placed = this.placements.get(shard);
+    if (placed !== undefined) return [...placed.nodes];
     return (this.shards.get(shard) ?? []).map(nodeOfReplica);
   }
 
@@ -525,9 +707,9 @@ export class MetaState {
       return this.#same({ kind: "shard-exists", shard, replicas: existing });
     if (shard >= this.totalShards)
       return this.#rejected(`shard ${shard} is not in [1, ${this.totalShards})`);
-    const unknown = replicas.find((r) => !this.members.has(r));
-    if (unknown !== undefined) return this.#rejected(`replica ${unknown} is not a member`);
-    const want = Math.min(this.replicationFactor, this.members.size);
+    const unknown = replicas.find((r) => this.stateOf(r) !== "active");
+    if (unknown !== undefined) return this.#rejected(`replica ${unknown} is not an active member`);
+    const want = Math.min(this.replicationFactor, this.activeMembers().length);
     if (replicas.length !== want)
       return this.#rejected(`${replicas.length} replicas for shard ${shard}, expected ${want}`);
     // The initial voters are frozen here, with each member's incarnation as of this entry.
@@ -560,6 +742,7 @@ export class MetaState {
       ...m,
       ...(incarnation === undefined ? {} : { incarnation }),
       ...(previous?.retired === undefined ? {} : { retired: previous.retired }),
+      ...(previous?.state === undefined ? {} : { state: previous.state }),
     });
     if (
       previous !== undefined &&
@@ -584,6 +767,7 @@ export class MetaState {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(id);
     if (previous === undefined) return this.#rejected(`${id} is not a member`);
+    if (previous.state === "removed") return this.#rejected(removedReason(id));
     if (previous.incarnation === incarnation)
       return this.#same({ kind: "member-unchanged", member: previous });
     const retired = previous.retired ?? [];
@@ -621,10 +805,108 @@ export class MetaState {
     };
   }
 
+  #join(m: MetaMember): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const previous = this.members.get(m.id);
+    if (previous?.state === "removed") return this.#rejected(removedReason(m.id));
+    if (previous !== undefined) {
+      if (previous.incarnation === m.incarnation)
+        return this.#same({ kind: "member-unchanged", member: previous });
+      return this.#rejected(
+        `node id ${m.id} is already a member (incarnation ${previous.incarnation ?? "none"}); a member rejoins, it does not join`,
+      );
+    }
+    const member = canonicalMember({ ...m, state: "joining" });
+    const members = new Map(this.members);
+    members.set(member.id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome: { kind: "member-added", member },
+      records: [memberRecord(member)],
+    };
+  }
+
+  #setState(id: string, to: MemberState): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const previous = this.members.get(id);
+    if (previous === undefined) return this.#rejected(`${id} is not a member`);
+    const from = previous.state ?? "active";
+    if (from === to) return this.#same({ kind: "state-unchanged", id, state: to });
+    if (!TRANSITIONS[from].includes(to)) {
+      const allowed = TRANSITIONS[from].join(", ") || "none: it is final";
+      return this.#rejected(
+        `member ${id} is ${from}: it cannot become ${to} (allowed: ${allowed})`,
+      );
+    }
+    if (to === "decommissioned" || to === "removed") {
+      const held = [...this.shards.keys()].filter((s) => this.nodesOf(s).includes(id));
+      if (held.length > 0) {
+        return this.#rejected(
+          `member ${id} still holds replicas of ${held.length} shard(s) (first: ${held[0]}); they must move off it first`,
+        );
+      }
+    }
+    const member = canonicalMember({ ...previous, state: to });
+    const members = new Map(this.members);
+    members.set(id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome: { kind: "state-changed", id, from, to },
+      records: [memberRecord(member)],
+    };
+  }
+
+  #moveShard(shard: number, from: readonly string[], nodes: readonly string[]): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    if (!this.shards.has(shard)) return this.#rejected(`shard ${shard} is not created`);
+    const now = this.nodesOf(shard);
+    if (!sameList(now, from)) {
+      return this.#rejected(
+        `shard ${shard} is on ${now.join(", ")}, not ${from.join(", ")}: the move is stale`,
+      );
+    }
+    const added = nodes.filter((n) => !now.includes(n));
+    const removed = now.filter((n) => !nodes.includes(n));
+    if (added.length > 1 || removed.length > 1 || added.length + removed.length === 0) {
+      return this.#rejected(
+        `a move adds at most one node and removes at most one (adds ${added.length}, removes ${removed.length})`,
+      );
+    }
+    const inactive = added.find((n) => this.stateOf(n) !== "active");
+    if (inactive !== undefined) return this.#rejected(`node ${inactive} is not an active member`);
+    const unknown = nodes.find((n) => !this.members.has(n));
+    if (unknown !== undefined) return this.#rejected(`node ${unknown} is not a member`);
+    const placements = new Map(this.placements);
+    const placement = { nodes: [...nodes], moving: true };
+    placements.set(shard, placement);
+    const replicas = this.shards.get(shard) ?? [];
+    return {
+      state: this.#with(this.members, this.shards, this.leaders, placements),
+      outcome: { kind: "shard-moved", shard, nodes: placement.nodes },
+      records: [shardRecord(shard, replicas, placement)],
+    };
+  }
+
+  #settleShard(shard: number, nodes: readonly string[]): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const placed = this.placements.get(shard);
+    if (placed === undefined || !placed.moving || !sameList(placed.nodes, nodes))
+      return this.#same({ kind: "shard-unchanged", shard });
+    const placements = new Map(this.placements);
+    const placement = { nodes: placed.nodes, moving: false };
+    placements.set(shard, placement);
+    return {
+      state: this.#with(this.members, this.shards, this.leaders, placements),
+      outcome: { kind: "shard-settled", shard },
+      records: [shardRecord(shard, this.shards.get(shard) ?? [], placement)],
+    };
+  }
+
   #with(
     members: ReadonlyMap<string, MetaMember>,
     shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = this.leaders,
+    placements: ReadonlyMap<number, ShardPlacement> = this.placements,
   ): MetaState {
     return new MetaState(
       this.clusterId,
@@ -633,6 +915,7 @@ export class MetaState {
       members,
       shards,
       leaders,
+      placements,
     );
   }
 
@@ -660,7 +943,8 @@ export class MetaState {
     if (this.clusterId === null) return [];
     const out = [this.#clusterRecord()];
     for (const m of this.view().members) out.push(memberRecord(m));
-    for (const s of this.view().shards) out.push(shardRecord(s.shard, s.replicas));
+    for (const s of this.view().shards)
+      out.push(shardRecord(s.shard, s.replicas, this.placements.get(s.shard)));
     for (const l of this.view().leaders) out.push(leaderRecord(l.shard, l.node));
     // Keys are ASCII (ids are), so code-unit order is byte order.
     return out.sort((a, b) => compareIds(dec.decode(a.key), dec.decode(b.key)));
@@ -680,6 +964,9 @@ export class MetaState {
       leaders: [...this.leaders.entries()]
         .sort((a, b) => a[0] - b[0])
         .map(([shard, node]) => ({ shard, node })),
+      placements: [...this.placements.entries()]
+        .sort((a, b) => a[0] - b[0])
+        .map(([shard, p]) => ({ shard, nodes: [...p.nodes], moving: p.moving })),
     };
   }
 
@@ -708,8 +995,26 @@ function memberRecord(m: MetaMember): MetaRecord {
   return { key: enc.encode(memberKeyText(m.id)), value: encodeJson(canonicalMember(m)) };
 }
 
-function shardRecord(shard: number, replicas: readonly string[]): MetaRecord {
-  return { key: enc.encode(shardKeyText(shard)), value: encodeJson({ replicas }) };
+function shardRecord(
+  shard: number,
+  replicas: readonly string[],
+  placement?: ShardPlacement,
+): MetaRecord {
+  const value =
+    placement === undefined
+      ? { replicas }
+      : placement.moving
+        ? { replicas, nodes: placement.nodes, moving: true }
+        : { replicas, nodes: placement.nodes };
+  return { key: enc.encode(shardKeyText(shard)), value: encodeJson(value) };
+}
+
+function removedReason(id: string): string {
+  return `node id ${id} was removed from the cluster for good; start the new node with another --node-id`;
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function parseClusterRecord(
@@ -733,9 +1038,27 @@ function parseClusterRecord(
   return { clusterId, totalShards, replicationFactor };
 }
 
-function parseShardRecord(key: string, raw: unknown): readonly string[] {
-  if (!isObject(raw) || unknownFields(raw, ["replicas"]) !== null)
+function parseShardRecord(
+  key: string,
+  raw: unknown,
+): { replicas: readonly string[]; placement?: ShardPlacement } {
+  if (!isObject(raw) || unknownFields(raw, ["replicas", "nodes", "moving"]) !== null)
     throw malformedRecord(key, "not a shard record");
+  const { nodes, moving } = raw;
+  let placement: ShardPlacement | undefined;
+  if (nodes !== undefined) {
+    if (
+      !isStringArray(nodes) ||
+      nodes.length === 0 ||
+      nodes.some((n) => !NODE_ID.test(n)) ||
+      duplicate(nodes, "node") !== null ||
+      (moving !== undefined && moving !== true)
+    )
+      throw malformedRecord(key, "bad placement");
+    placement = { nodes, moving: moving === true };
+  } else if (moving !== undefined) {
+    throw malformedRecord(key, "moving without nodes");
+  }
   const replicas = raw["replicas"];
   if (!Array.isArray(replicas) || !replicas.every((r) => typeof r === "string"))
     throw malformedRecord(key, "replicas is not an array of strings");
@@ -746,7 +1069,7 @@ function parseShardRecord(key: string, raw: unknown): readonly string[] {
     duplicate(ids.map(nodeOfReplica), "replica") !== null
   )
     throw malformedRecord(key, "bad replica list");
-  return ids;
+  return placement === undefined ? { replicas: ids } : { replicas: ids, placement };
 }
 
 function decodeKey(key: Uint8Array): string {
@@ -880,6 +1203,14 @@ function decodeJson(data: Uint8Array): unknown {
   if (data.length === 0) throw new Error("empty");
   if (data[0] !== FORMAT_VERSION) throw new Error(`unknown format version ${data[0]}`);
   return JSON.parse(dec.decode(data.subarray(1)));
+}
+
+function isMemberState(v: unknown): v is MemberState {
+  return typeof v === "string" && (MEMBER_STATES as readonly string[]).includes(v);
+}
+
+function isStringArray(v: unknown): v is string[] {
+  return Array.isArray(v) && v.every((x) => typeof x === "string");
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

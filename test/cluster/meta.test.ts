@@ -10,6 +10,7 @@ import {
   type MetaCommand,
   type MetaMember,
   type MetaRecord,
+  MEMBER_STATES,
   MetaState,
   rendezvousReplicas,
   rendezvousWeight,
@@ -207,7 +208,7 @@ describe("meta state: apply", () => {
       [
         booted(),
         { op: "create-shard", shard: 1, replicas: ["n1", "n2", "n4"] },
-        /n4 is not a member/,
+        /n4 is not an active member/,
       ],
       [booted(), { op: "create-shard", shard: 1, replicas: ["n1", "n2"] }, /expected 3/],
       [booted(), { op: "create-shard", shard: 1, replicas: ["n1", "n1", "n2"] }, /twice/],
@@ -425,6 +426,32 @@ describe("meta state: load", () => {
         shard: fc.integer({ min: 0, max: 12 }),
         node: fc.constantFrom(...ids),
       }),
+      fc.record({
+        op: fc.constant("join" as const),
+        member: fc.record({
+          id: fc.constantFrom(...ids),
+          rpcAddr: fc.constant("j:1"),
+          httpAddr: fc.constant("j:2"),
+          incarnation: fc.constantFrom("inc-a", "inc-j"),
+        }),
+      }),
+      fc.record({
+        op: fc.constant("set-state" as const),
+        id: fc.constantFrom(...ids),
+        state: fc.constantFrom(...MEMBER_STATES),
+      }),
+      // Moves from a short list of placements, so that some match the shard's nodes.
+      fc.record({
+        op: fc.constant("move-shard" as const),
+        shard: fc.integer({ min: 0, max: 3 }),
+        from: fc.constantFrom(["n1"], ["n1", "n2"], ["n1", "n2", "n3"], ["n2", "n3", "n4"]),
+        nodes: fc.constantFrom(["n1", "n2"], ["n1", "n2", "n4"], ["n2", "n3", "n4"], ["n4"]),
+      }),
+      fc.record({
+        op: fc.constant("settle-shard" as const),
+        shard: fc.integer({ min: 0, max: 3 }),
+        nodes: fc.constantFrom(["n1", "n2", "n4"], ["n2", "n3", "n4"]),
+      }),
     );
     fc.assert(
       fc.property(fc.array(cmdArb, { maxLength: 30 }), (cmds) => {
@@ -445,6 +472,110 @@ describe("meta state: load", () => {
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+describe("meta state: a member's life and shard moves (design.md §5.2)", () => {
+  const N4J: MetaMember = { ...N4, incarnation: "inc4" };
+
+  it("admits a joining node, which gets replicas only once active", () => {
+    let s = booted();
+    const joined = s.apply({ op: "join", member: N4J });
+    assert.equal(joined.outcome.kind, "member-added");
+    s = joined.state;
+    assert.equal(s.stateOf("n4"), "joining");
+    assert.deepEqual(s.activeMembers(), ["n1", "n2", "n3"]);
+    // Joining again with the same data directory changes nothing; with another is refused.
+    assert.equal(s.apply({ op: "join", member: N4J }).outcome.kind, "member-unchanged");
+    const other = s.apply({ op: "join", member: { ...N4, incarnation: "x" } }).outcome;
+    assert.equal(other.kind, "rejected");
+    // Not placed while joining.
+    const early = s.apply({ op: "create-shard", shard: 3, replicas: ["n1", "n2", "n4"] }).outcome;
+    assert.match(early.kind === "rejected" ? early.reason : "", /n4 is not an active member/);
+    s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+    assert.deepEqual(s.activeMembers(), ["n1", "n2", "n3", "n4"]);
+    assert.equal(
+      s.apply({ op: "create-shard", shard: 3, replicas: ["n1", "n2", "n4"] }).outcome.kind,
+      "shard-created",
+    );
+  });
+
+  it("moves states only along a member's life, and never back from removed", () => {
+    let s = booted();
+    const refused = (cmd: MetaCommand): string => {
+      const o = s.apply(cmd).outcome;
+      return o.kind === "rejected" ? o.reason : `not refused: ${o.kind}`;
+    };
+    assert.match(refused({ op: "set-state", id: "n2", state: "removed" }), /cannot become/);
+    assert.match(refused({ op: "set-state", id: "n9", state: "dead" }), /not a member/);
+    s = s.apply({ op: "set-state", id: "n2", state: "dead" }).state;
+    // Shard 0 is still on n2: it cannot be removed before its replicas move off.
+    assert.match(refused({ op: "set-state", id: "n2", state: "removed" }), /still holds/);
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n3"],
+    }).state;
+    s = s.apply({ op: "set-state", id: "n2", state: "removed" }).state;
+    assert.equal(s.stateOf("n2"), "removed");
+    assert.match(refused({ op: "set-state", id: "n2", state: "active" }), /final/);
+    assert.match(refused({ op: "join", member: { ...N2, incarnation: "new" } }), /removed/);
+    assert.match(refused({ op: "rejoin", id: "n2", incarnation: "new" }), /removed/);
+  });
+
+  it("moves a shard one node at a time, only from where it is, and settles it", () => {
+    let s = booted().apply({ op: "join", member: N4J }).state;
+    s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+    s = s.apply({ op: "create-shard", shard: 2, replicas: ["n1", "n2", "n3"] }).state;
+    const stale = s.apply({
+      op: "move-shard",
+      shard: 2,
+      from: ["n2", "n1", "n3"],
+      nodes: ["n4", "n1", "n3"],
+    }).outcome;
+    assert.match(stale.kind === "rejected" ? stale.reason : "", /stale/);
+    const two = s.apply({ op: "move-shard", shard: 2, from: ["n1", "n2", "n3"], nodes: ["n4"] });
+    assert.equal(two.outcome.kind, "rejected");
+    const moved = s.apply({
+      op: "move-shard",
+      shard: 2,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n4", "n2", "n3"],
+    });
+    assert.deepEqual(moved.outcome, { kind: "shard-moved", shard: 2, nodes: ["n4", "n2", "n3"] });
+    s = moved.state;
+    assert.deepEqual(s.nodesOf(2), ["n4", "n2", "n3"]);
+    assert.equal(s.isMoving(2), true);
+    assert.equal(s.preferredLeader(2), "n4");
+    // The initial voters stay as they were: every replica started the group alike.
+    assert.deepEqual(s.shards.get(2), ["n1", "n2", "n3"]);
+    assert.equal(
+      s.apply({ op: "settle-shard", shard: 2, nodes: ["n2", "n3"] }).outcome.kind,
+      "shard-unchanged",
+    );
+    s = s.apply({ op: "settle-shard", shard: 2, nodes: ["n4", "n2", "n3"] }).state;
+    assert.equal(s.isMoving(2), false);
+    assert.ok(MetaState.load(s.records()).equals(s));
+    // n1 holds shard 0 still, so it cannot be decommissioned yet; n1 is off shard 2 though.
+    s = s.apply({ op: "set-state", id: "n1", state: "decommissioning" }).state;
+    const early = s.apply({ op: "set-state", id: "n1", state: "decommissioned" }).outcome;
+    assert.match(early.kind === "rejected" ? early.reason : "", /shard 0|first: 0/);
+  });
+
+  it("keeps a preferred leader only while it is a replica", () => {
+    let s = booted().apply({ op: "join", member: N4J }).state;
+    s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+    s = s.apply({ op: "create-shard", shard: 2, replicas: ["n1", "n2", "n3"] }).state;
+    s = s.apply({ op: "prefer-leader", shard: 2, node: "n3" }).state;
+    s = s.apply({
+      op: "move-shard",
+      shard: 2,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n2", "n4"],
+    }).state;
+    assert.equal(s.preferredLeader(2), "n1");
+    assert.ok(MetaState.load(s.records()).equals(s));
   });
 });
 

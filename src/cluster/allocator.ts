@@ -1,0 +1,179 @@
+/**
+ * The allocator (design.md §5.2): what the meta group's leader proposes so that every shard
+ * lives on `replication_factor` active members and every active member holds its share. A pure
+ * function of the committed meta state and of what this node's gossip sees; it only *proposes*
+ * (the meta group commits, and refuses a stale move), so a leader change or two allocators
+ * racing cannot place a shard twice.
+ *
+ * One pass, in order:
+ *   1. members' lives: a `joining` member whose copy of the meta group caught up becomes
+ *      `active`; a member gossip has had unreachable for `cluster.dead_after_ms` becomes `dead`,
+ *      and a `dead` one seen alive again `active` (it comes back empty of moved replicas); a
+ *      `decommissioning` member that holds no replica, once no move is under way, becomes
+ *      `decommissioned`;
+ *   2. repairs: a shard with a replica on a member that is not active (dead, decommissioning,
+ *      decommissioned, removed) gets an active member in its place, at the same rank (or loses
+ *      it, when no member can take it and the shard keeps `replication_factor` replicas
+ *      without it: a meta group founded on more members); a shard with fewer replicas than its
+ *      factor gets one more. A shard never shrinks below the factor: a 3-member cluster
+ *      cannot decommission one of them (the move waits for a fourth member);
+ *   3. balance: while the most loaded active member holds more than `tolerance` replicas above
+ *      the least loaded, one of its shards moves to that member (shard 0, the meta group, is
+ *      repaired but not balanced).
+ * At most `maxMoves` shards move at once (moves under way included): each move is a snapshot
+ * sent, and foreground traffic keeps its share of the disk and the network.
+ *
+ * A replacement keeps the rank of the replica it replaces, so a shard's preferred leader (its
+ * first-ranked node) moves with it, and leaders stay as even as replicas are.
+ */
+import type { MetaCommand, MetaState } from "./meta.ts";
+import { rendezvousWeight } from "./meta.ts";
+
+export interface AllocatorInput {
+  readonly meta: MetaState;
+  /** Members gossip has had unreachable (not alive) for at least `cluster.dead_after_ms`. */
+  readonly unreachableLong: ReadonlySet<string>;
+  /** Members gossip has alive now. */
+  readonly alive: ReadonlySet<string>;
+  /** Whether a joining member's replica of the meta group holds its whole committed log. */
+  readonly caughtUp: (node: string) => boolean;
+  /** Shards moving at once, at most (moves under way count). */
+  readonly maxMoves: number;
+  /** Replicas the most loaded active member may hold above the least loaded. */
+  readonly tolerance: number;
+}
+
+/** The commands this pass proposes, in order (each valid against `meta` alone). */
+export function allocate(input: AllocatorInput): MetaCommand[] {
+  const { meta } = input;
+  if (meta.clusterId === null) return [];
+  const out: MetaCommand[] = [];
+  out.push(...lives(input));
+  const shards = [...meta.shards.keys()].sort((a, b) => a - b);
+  let budget = input.maxMoves - shards.filter((s) => meta.isMoving(s)).length;
+  if (budget <= 0) return out;
+  const active = meta.activeMembers();
+  if (active.length === 0) return out;
+  const load = replicaCounts(meta, active);
+  const factor0 = meta.shards.get(0)?.length ?? 1;
+
+  // 2. Repairs.
+  for (const shard of shards) {
+    if (budget <= 0) return out;
+    if (meta.isMoving(shard)) continue;
+    const nodes = meta.nodesOf(shard);
+    const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
+    const bad = nodes.find((n) => meta.stateOf(n) !== "active");
+    const spare = bestSpare(shard, nodes, active, load);
+    let next: string[] | null = null;
+    if (bad !== undefined && spare !== undefined) {
+      next = nodes.map((n) => (n === bad ? spare : n));
+    } else if (bad !== undefined && nodes.length - 1 >= Math.max(want, meta.replicationFactor)) {
+      // No member to take it, and the shard keeps its factor without it (the meta group,
+      // founded on more members than the factor): it shrinks.
+      next = nodes.filter((n) => n !== bad);
+    } else if (bad === undefined && nodes.length < want && spare !== undefined) {
+      next = [...nodes, spare];
+    }
+    if (next === null) continue;
+    out.push({ op: "move-shard", shard, from: nodes, nodes: next });
+    if (spare !== undefined && next.includes(spare)) load.set(spare, (load.get(spare) ?? 0) + 1);
+    if (bad !== undefined && load.has(bad)) load.set(bad, (load.get(bad) ?? 0) - 1);
+    budget--;
+  }
+
+  // 3. Balance, only once nothing needs repair (a repair already moves toward balance).
+  if (out.some((c) => c.op === "move-shard")) return out;
+  const moved = new Set<number>();
+  while (budget > 0) {
+    const byLoad = [...load.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
+    const least = byLoad[0];
+    const most = byLoad[byLoad.length - 1];
+    if (least === undefined || most === undefined || most[1] - least[1] <= input.tolerance) break;
+    const shard = shards.find((s) => {
+      if (s === 0 || moved.has(s) || meta.isMoving(s)) return false;
+      const nodes = meta.nodesOf(s);
+      return nodes.includes(most[0]) && !nodes.includes(least[0]);
+    });
+    if (shard === undefined) break;
+    const nodes = meta.nodesOf(shard);
+    out.push({
+      op: "move-shard",
+      shard,
+      from: nodes,
+      nodes: nodes.map((n) => (n === most[0] ? least[0] : n)),
+    });
+    moved.add(shard);
+    load.set(most[0], most[1] - 1);
+    load.set(least[0], least[1] + 1);
+    budget--;
+  }
+  return out;
+}
+
+/** Step 1: the members' state changes this pass proposes. */
+function lives(input: AllocatorInput): MetaCommand[] {
+  const { meta } = input;
+  const out: MetaCommand[] = [];
+  const anyMoving = [...meta.shards.keys()].some((s) => meta.isMoving(s));
+  for (const id of [...meta.members.keys()].sort(cmp)) {
+    const state = meta.stateOf(id);
+    const gone = input.unreachableLong.has(id);
+    if (state === "joining" && !gone && input.caughtUp(id)) {
+      out.push({ op: "set-state", id, state: "active" });
+    } else if ((state === "joining" || state === "active" || state === "decommissioning") && gone) {
+      out.push({ op: "set-state", id, state: "dead" });
+    } else if (state === "dead" && input.alive.has(id) && !gone) {
+      out.push({ op: "set-state", id, state: "active" });
+    } else if (
+      state === "decommissioning" &&
+      !anyMoving &&
+      ![...meta.shards.keys()].some((s) => meta.nodesOf(s).includes(id))
+    ) {
+      out.push({ op: "set-state", id, state: "decommissioned" });
+    }
+  }
+  return out;
+}
+
+/** Replicas each active member holds (shard 0 included). */
+function replicaCounts(meta: MetaState, active: readonly string[]): Map<string, number> {
+  const load = new Map(active.map((id) => [id, 0]));
+  for (const shard of meta.shards.keys()) {
+    for (const n of meta.nodesOf(shard)) {
+      const c = load.get(n);
+      if (c !== undefined) load.set(n, c + 1);
+    }
+  }
+  return load;
+}
+
+/**
+ * The active member to add to `shard`: not one of its nodes, the fewest replicas, then the
+ * highest rendezvous weight for the shard (so equal loads spread alike on every pass).
+ */
+function bestSpare(
+  shard: number,
+  nodes: readonly string[],
+  active: readonly string[],
+  load: ReadonlyMap<string, number>,
+): string | undefined {
+  let best: { id: string; load: number; weight: bigint } | undefined;
+  for (const id of active) {
+    if (nodes.includes(id)) continue;
+    const l = load.get(id) ?? 0;
+    const weight = rendezvousWeight(shard, id);
+    if (
+      best === undefined ||
+      l < best.load ||
+      (l === best.load && (weight > best.weight || (weight === best.weight && id < best.id)))
+    ) {
+      best = { id, load: l, weight };
+    }
+  }
+  return best?.id;
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

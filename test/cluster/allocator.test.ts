@@ -1,0 +1,200 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import { allocate, type AllocatorInput } from "../../src/cluster/allocator.ts";
+import {
+  type MetaCommand,
+  type MetaMember,
+  MetaState,
+  rendezvousReplicas,
+} from "../../src/cluster/index.ts";
+
+function member(id: string): MetaMember {
+  return { id, rpcAddr: `${id}:7447`, httpAddr: `${id}:8080`, incarnation: `inc-${id}` };
+}
+
+/** A founded cluster of `ids` with `shards` shards created by rendezvous placement. */
+function cluster(ids: readonly string[], shards: number): MetaState {
+  let s = MetaState.empty().apply({
+    op: "bootstrap",
+    clusterId: "c",
+    totalShards: 1024,
+    replicationFactor: 3,
+    members: ids.map(member),
+  }).state;
+  for (let shard = 1; shard <= shards; shard++) {
+    const replicas = rendezvousReplicas(shard, s.activeMembers(), 3);
+    s = s.apply({ op: "create-shard", shard, replicas }).state;
+  }
+  return s;
+}
+
+function apply(s: MetaState, cmd: MetaCommand): MetaState {
+  const r = s.apply(cmd);
+  assert.notEqual(r.outcome.kind, "rejected", JSON.stringify({ cmd, outcome: r.outcome }));
+  return r.state;
+}
+
+type World = Omit<AllocatorInput, "meta">;
+
+/**
+ * Runs allocator passes until one proposes nothing, each move settled before the next pass
+ * (the group leaders' part, done at once here). Returns the final state and the moves made.
+ */
+function settle(
+  start: MetaState,
+  world: World,
+  maxPasses = 2_000,
+): { s: MetaState; moves: number } {
+  let s = start;
+  let moves = 0;
+  for (let pass = 0; pass < maxPasses; pass++) {
+    for (const shard of s.shards.keys()) {
+      if (s.isMoving(shard)) s = apply(s, { op: "settle-shard", shard, nodes: s.nodesOf(shard) });
+    }
+    const cmds = allocate({ meta: s, ...world });
+    if (cmds.length === 0) return { s, moves };
+    for (const cmd of cmds) {
+      s = apply(s, cmd);
+      if (cmd.op === "move-shard") moves++;
+    }
+  }
+  assert.fail(`no fixed point in ${maxPasses} passes`);
+}
+
+function loads(s: MetaState): Map<string, number> {
+  const out = new Map(s.activeMembers().map((id) => [id, 0]));
+  for (const shard of s.shards.keys()) {
+    for (const n of s.nodesOf(shard)) if (out.has(n)) out.set(n, (out.get(n) ?? 0) + 1);
+  }
+  return out;
+}
+
+function assertPlaced(s: MetaState, tolerance: number): void {
+  const active = new Set(s.activeMembers());
+  for (const shard of s.shards.keys()) {
+    const nodes = s.nodesOf(shard);
+    const factor = shard === 0 ? (s.shards.get(0)?.length ?? 1) : 3;
+    const want = Math.min(factor, active.size);
+    assert.equal(nodes.length, want, `shard ${shard}: ${nodes.join(",")}`);
+    assert.equal(new Set(nodes).size, nodes.length, `shard ${shard} has a node twice`);
+    for (const n of nodes) assert.ok(active.has(n), `shard ${shard} on ${n}, not active`);
+  }
+  const counts = [...loads(s).values()];
+  assert.ok(Math.max(...counts) - Math.min(...counts) <= tolerance, `loads ${counts.join(",")}`);
+}
+
+const calm: World = {
+  unreachableLong: new Set(),
+  alive: new Set(["n1", "n2", "n3", "n4", "n5", "n6"]),
+  caughtUp: () => true,
+  maxMoves: 4,
+  tolerance: 2,
+};
+
+describe("allocator", () => {
+  it("admits joining members once caught up, then spreads replicas onto them", () => {
+    let s = cluster(["n1", "n2", "n3"], 60);
+    for (const id of ["n4", "n5"]) s = apply(s, { op: "join", member: member(id) });
+    // Not caught up: nothing moves to them.
+    assert.deepEqual(allocate({ meta: s, ...calm, caughtUp: () => false }), []);
+    const { s: end, moves } = settle(s, calm);
+    assert.equal(end.stateOf("n4"), "active");
+    assert.equal(end.stateOf("n5"), "active");
+    assertPlaced(end, calm.tolerance);
+    // 61 shards × 3 replicas over 5 nodes: about 2/5 of the replicas had to move, not many more.
+    assert.ok(moves >= 60 && moves <= 80, `moves ${moves}`);
+  });
+
+  it("never moves more than maxMoves shards at once", () => {
+    let s = cluster(["n1", "n2", "n3"], 40);
+    s = apply(s, { op: "join", member: member("n4") });
+    s = apply(s, { op: "set-state", id: "n4", state: "active" });
+    const cmds = allocate({ meta: s, ...calm, maxMoves: 3 });
+    assert.equal(cmds.filter((c) => c.op === "move-shard").length, 3);
+    for (const c of cmds) s = apply(s, c);
+    // Three under way: the next pass starts none.
+    assert.deepEqual(allocate({ meta: s, ...calm, maxMoves: 3 }), []);
+  });
+
+  it("drains a decommissioning member, then marks it decommissioned", () => {
+    let s = cluster(["n1", "n2", "n3", "n4"], 50);
+    s = settle(s, calm).s;
+    s = apply(s, { op: "set-state", id: "n2", state: "decommissioning" });
+    const end = settle(s, calm).s;
+    assert.equal(end.stateOf("n2"), "decommissioned");
+    for (const shard of end.shards.keys()) assert.ok(!end.nodesOf(shard).includes("n2"));
+    assertPlaced(end, calm.tolerance);
+    // Then it may be removed for good.
+    assert.equal(
+      end.apply({ op: "set-state", id: "n2", state: "removed" }).outcome.kind,
+      "state-changed",
+    );
+  });
+
+  it("marks a member long unreachable dead and re-creates its replicas elsewhere", () => {
+    let s = cluster(["n1", "n2", "n3", "n4", "n5"], 50);
+    s = settle(s, calm).s;
+    const world: World = {
+      ...calm,
+      unreachableLong: new Set(["n3"]),
+      alive: new Set(["n1", "n2", "n4", "n5"]),
+    };
+    const end = settle(s, world).s;
+    assert.equal(end.stateOf("n3"), "dead");
+    assertPlaced(end, calm.tolerance);
+    // Seen alive again: active, and it takes its share back.
+    const back = settle(end, calm).s;
+    assert.equal(back.stateOf("n3"), "active");
+    assertPlaced(back, calm.tolerance);
+  });
+
+  it("does not shrink a shard below its factor when no member can take a replica", () => {
+    let s = cluster(["n1", "n2", "n3"], 10);
+    s = apply(s, { op: "set-state", id: "n3", state: "decommissioning" });
+    assert.deepEqual(
+      allocate({ meta: s, ...calm }).filter((c) => c.op === "move-shard"),
+      [],
+    );
+  });
+
+  it("property: from any mix of joins, decommissions and deaths it reaches a valid placement", () => {
+    const ids = ["n1", "n2", "n3", "n4", "n5", "n6"];
+    const event = fc.record({
+      id: fc.constantFrom(...ids),
+      what: fc.constantFrom("join", "decommission", "die", "revive"),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(event, { maxLength: 8 }),
+        fc.integer({ min: 1, max: 30 }),
+        (events, n) => {
+          let s = cluster(["n1", "n2", "n3"], n);
+          const down = new Set<string>();
+          for (const e of events) {
+            const state = s.stateOf(e.id);
+            if (e.what === "join" && state === undefined) {
+              s = apply(s, { op: "join", member: member(e.id) });
+            } else if (e.what === "decommission" && state === "active") {
+              // An operator keeps three active members (the CLI warns otherwise).
+              if (s.activeMembers().length > 3)
+                s = apply(s, { op: "set-state", id: e.id, state: "decommissioning" });
+            } else if (e.what === "die" && state === "active" && s.activeMembers().length > 3) {
+              down.add(e.id);
+            } else if (e.what === "revive") {
+              down.delete(e.id);
+            }
+            const world: World = {
+              ...calm,
+              unreachableLong: down,
+              alive: new Set(ids.filter((id) => !down.has(id))),
+            };
+            s = settle(s, world).s;
+          }
+          assertPlaced(s, calm.tolerance);
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+});
