@@ -1,16 +1,22 @@
-/** The Admin service: shard snapshots (with log compaction) and leadership transfer. */
+/**
+ * The Admin service: shard snapshots (with log compaction), leadership transfer, and in cluster
+ * mode a member's decommission and removal.
+ */
 import type {
   sendUnaryData,
   ServerUnaryCall,
   ServiceError,
   UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { CairnError } from "../common/errors.ts";
 import type { Logger } from "../ops/index.ts";
 import { InternalErrorLog, InvalidArgumentError, toServiceError } from "./errors.ts";
 import type { SnapshotShardRequest__Output } from "./generated/cairn/v1/SnapshotShardRequest.ts";
 import type { SnapshotShardResponse } from "./generated/cairn/v1/SnapshotShardResponse.ts";
 import type { TransferLeaderRequest__Output } from "./generated/cairn/v1/TransferLeaderRequest.ts";
 import type { TransferLeaderResponse } from "./generated/cairn/v1/TransferLeaderResponse.ts";
+import type { NodeRequest__Output } from "./generated/cairn/v1/NodeRequest.ts";
+import type { NodeStatus } from "./generated/cairn/v1/NodeStatus.ts";
 import type { AdminStore } from "./store.ts";
 
 /**
@@ -20,10 +26,24 @@ import type { AdminStore } from "./store.ts";
  */
 export type LeadershipTransfer = (id: number, to: string) => Promise<string>;
 
+/** A member's standing, as Admin.DecommissionNode and Admin.RemoveNode answer it. */
+export interface NodeStanding {
+  readonly state: string;
+  /** Shards the meta group still places on the node. */
+  readonly replicas: number;
+}
+
+/** Admin's member calls in cluster mode (src/node/members-admin.ts). */
+export interface MemberAdmin {
+  decommission(node: string): Promise<NodeStanding>;
+  remove(node: string): Promise<NodeStanding>;
+}
+
 export function adminService(
   store: AdminStore,
   log: Logger,
   transfer?: LeadershipTransfer,
+  members?: MemberAdmin,
 ): UntypedServiceImplementation {
   const internalErrors = new InternalErrorLog(log);
   const fail = (method: string, err: unknown): Partial<ServiceError> => {
@@ -72,7 +92,49 @@ export function adminService(
         (err: unknown) => callback(fail("TransferLeader", err), null),
       );
     },
+
+    DecommissionNode(
+      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
+      callback: sendUnaryData<NodeStatus>,
+    ) {
+      memberCall("DecommissionNode", call.request.node_id, (m, id) => m.decommission(id), callback);
+    },
+
+    RemoveNode(
+      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
+      callback: sendUnaryData<NodeStatus>,
+    ) {
+      memberCall("RemoveNode", call.request.node_id, (m, id) => m.remove(id), callback);
+    },
   };
+
+  function memberCall(
+    method: string,
+    node: string,
+    run: (m: MemberAdmin, node: string) => Promise<NodeStanding>,
+    callback: sendUnaryData<NodeStatus>,
+  ): void {
+    const answer = async (): Promise<NodeStatus> => {
+      if (members === undefined) {
+        throw new CairnError(
+          "CAIRN_ERR_PRECONDITION",
+          "a single node has no members to decommission or remove (this node runs without seed nodes)",
+        );
+      }
+      if (node === "") throw new InvalidArgumentError("node_id must name a member");
+      const standing = await run(members, node);
+      log.info(`${method}: ${node} is ${standing.state}`, {
+        node,
+        state: standing.state,
+        replicas: standing.replicas,
+      });
+      return { node_id: node, state: standing.state, replicas: standing.replicas };
+    };
+    answer().then(
+      (r) => callback(null, r),
+      (err: unknown) => callback(fail(method, err), null),
+    );
+  }
 }
 
 /**

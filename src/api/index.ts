@@ -22,7 +22,7 @@ export {
   type ForwardOptions,
   LeaderUnreachableError,
 } from "./forward.ts";
-export { transferInPlace } from "./admin-service.ts";
+export { type MemberAdmin, type NodeStanding, transferInPlace } from "./admin-service.ts";
 export { RpcServer, type RpcServerOptions } from "./server.ts";
 export type { WorkerTunnels } from "./front-end.ts";
 export type { AdminStore, KvStore } from "./store.ts";

@@ -14,7 +14,7 @@ import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
-import { adminService, type LeadershipTransfer } from "./admin-service.ts";
+import { adminService, type LeadershipTransfer, type MemberAdmin } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import type { WorkerTunnels } from "./front-end.ts";
 import {
@@ -56,6 +56,8 @@ export interface RpcServerOptions {
   readonly forward?: ForwardOptions;
   /** Cluster mode: Admin.TransferLeader through the meta group (admin-service.ts). */
   readonly transferLeader?: LeadershipTransfer;
+  /** Cluster mode: Admin.DecommissionNode and Admin.RemoveNode (src/node/members-admin.ts). */
+  readonly memberAdmin?: MemberAdmin;
   /**
    * gRPC I/O threads (io-threads.ts): with n > 0, n worker threads serve `address` (the HTTP/2
    * and gRPC work) and hand each call to this thread; 0 (the default) runs the same front end
@@ -130,7 +132,7 @@ export class RpcServer {
     recorder.addService(v1.Meta.service, this.#meta.implementation);
     recorder.addService(
       v1.Admin.service,
-      adminService(options.store, options.logger, options.transferLeader),
+      adminService(options.store, options.logger, options.transferLeader, options.memberAdmin),
     );
     if (options.raft !== undefined) {
       recorder.addService(options.raft.definition, options.raft.implementation);

@@ -26,6 +26,8 @@ Commands:
   snapshot SHARD    snapshot a shard and compact its Raft log
   transfer-leader SHARD NODE
                     move a shard's leadership to one of its replicas
+  node decommission|remove NODE
+                    move every replica off a member, or retire a dead one for good
   bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
   serve             run a node
   version           print the version
@@ -123,6 +125,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return (await ops()).snapshot(rest, PROCESS_IO);
     case "transfer-leader":
       return (await ops()).transferLeader(rest, PROCESS_IO);
+    case "node":
+      return (await ops()).node(rest, PROCESS_IO);
     case "bench":
       return (await import("./bench.ts")).bench(rest, PROCESS_IO);
     default:

@@ -270,6 +270,8 @@ function jsonView(v: ClusterView): unknown {
       rpc_addr: n.rpcAddr,
       http_addr: n.httpAddr,
       state: n.state,
+      member_state: n.memberState,
+      replicas: n.replicas,
     })),
     shards: v.shards.map((s) => ({
       id: s.id,
@@ -283,8 +285,12 @@ function jsonView(v: ClusterView): unknown {
 function formatView(v: ClusterView, separator: boolean): string {
   let out = separator ? "---\n" : "";
   const cluster = v.clusterId === "" ? "" : `cluster ${v.clusterId}, `;
-  out += `${cluster}epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active)\n\nMEMBER\tSTATE\tRPC\tHTTP\n`;
-  for (const n of v.nodes) out += `${n.id}\t${n.state}\t${n.rpcAddr}\t${n.httpAddr}\n`;
+  out += `${cluster}epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active)\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tRPC\tHTTP\n`;
+  for (const n of v.nodes) {
+    const state = n.memberState === "" ? "-" : n.memberState;
+    const replicas = n.memberState === "" ? "-" : String(n.replicas);
+    out += `${n.id}\t${state}\t${n.state}\t${replicas}\t${n.rpcAddr}\t${n.httpAddr}\n`;
+  }
   out += "\nSHARD\tLEADER\tTERM\tREPLICAS\n";
   for (const s of [...v.shards].sort((a, b) => a.id - b.id))
     out += `${s.id}\t${s.leader === "" ? "(none)" : s.leader}\t${s.term}\t${s.replicas.join(",")}\n`;
@@ -369,6 +375,74 @@ export function snapshot(argv: readonly string[], io: Io): Promise<number> {
         io.stdout.write(
           `shard ${res.shardId}: snapshot at index ${res.index}, term ${res.term}, ${res.sizeBytes} bytes\n`,
         );
+      return EXIT.ok;
+    },
+  );
+}
+
+export const NODE_HELP = `Usage: cairn node decommission NODE [--wait] [options]
+       cairn node remove NODE [options]
+
+Changes a member's standing in the cluster (cluster mode), through the node at the first of
+--endpoints:
+
+  decommission NODE   moves every replica and leadership off NODE; the cluster marks it
+                      decommissioned once none is left (then stop it and remove it). Refused
+                      when fewer active members than the replication factor would be left.
+                      --wait follows it until then, printing the replicas left.
+  remove NODE         retires a dead or decommissioned member for good: its id never votes
+                      again (a new machine joins with a new id).
+
+Options:
+  --wait                 decommission: wait until NODE holds no replica
+${GLOBAL_HELP}
+
+Examples:
+  cairn node decommission n2 --wait
+  cairn node remove n3 --output json
+`;
+
+/** How often \`node decommission --wait\` asks how many replicas are left. */
+const DECOMMISSION_POLL_MS = 1_000;
+
+export function node(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "node",
+    NODE_HELP,
+    { wait: { type: "boolean" } },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, ["ACTION", "NODE"]);
+      const action = positionals[0] as string;
+      const id = positionals[1] as string;
+      if (action !== "decommission" && action !== "remove")
+        throw new UsageError(
+          `ACTION must be decommission or remove, not ${JSON.stringify(action)}`,
+        );
+      if (action === "remove" && values["wait"] === true)
+        throw new UsageError("--wait goes with decommission");
+      const c = client({ routing: false });
+      const endpoint = globals.endpoints[0] as string;
+      const print = (s: { nodeId: string; state: string; replicas: number }): void => {
+        if (globals.output === "json")
+          writeJson(io, { node_id: s.nodeId, state: s.state, replicas: s.replicas });
+        else io.stdout.write(`${s.nodeId}: ${s.state}, ${s.replicas} replica(s) left\n`);
+      };
+      let standing =
+        action === "remove"
+          ? await c.removeNode(id, { endpoint })
+          : await c.decommissionNode(id, { endpoint });
+      print(standing);
+      if (action === "decommission" && values["wait"] === true) {
+        let last = standing.replicas;
+        while (standing.state !== "decommissioned") {
+          await new Promise((resolve) => setTimeout(resolve, DECOMMISSION_POLL_MS));
+          standing = await c.decommissionNode(id, { endpoint });
+          if (standing.replicas !== last || standing.state === "decommissioned") print(standing);
+          last = standing.replicas;
+        }
+      }
       return EXIT.ok;
     },
   );

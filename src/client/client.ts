@@ -32,6 +32,7 @@ import type { PutResponse__Output } from "../api/generated/cairn/v1/PutResponse.
 import type { ScanResponse__Output } from "../api/generated/cairn/v1/ScanResponse.ts";
 import type { SnapshotShardResponse__Output } from "../api/generated/cairn/v1/SnapshotShardResponse.ts";
 import type { TransferLeaderResponse__Output } from "../api/generated/cairn/v1/TransferLeaderResponse.ts";
+import type { NodeStatus__Output } from "../api/generated/cairn/v1/NodeStatus.ts";
 import type { Version__Output } from "../api/generated/cairn/v1/Version.ts";
 import { shardForKey } from "../cluster/index.ts";
 import {
@@ -52,6 +53,7 @@ import {
   type DeleteResult,
   type GetResult,
   type KeyValue,
+  type NodeStanding,
   type ScanResult,
   type SnapshotResult,
   toBytes,
@@ -286,6 +288,39 @@ export class CairnClient {
   }
 
   /**
+   * Starts moving every replica and leadership off member `nodeId` (Admin DecommissionNode);
+   * the cluster marks it decommissioned once none is left. Resolves with its standing now.
+   */
+  async decommissionNode(
+    nodeId: string,
+    options: CallOptions & { endpoint?: string } = {},
+  ): Promise<NodeStanding> {
+    const res = await this.#call<NodeStatus__Output>(
+      "write",
+      null,
+      options,
+      (c, deadline, cb) => c.admin.DecommissionNode({ node_id: nodeId }, { deadline }, cb),
+      options.endpoint,
+    );
+    return { nodeId: res.node_id, state: res.state, replicas: res.replicas };
+  }
+
+  /** Retires a dead or decommissioned member for good (Admin RemoveNode). */
+  async removeNode(
+    nodeId: string,
+    options: CallOptions & { endpoint?: string } = {},
+  ): Promise<NodeStanding> {
+    const res = await this.#call<NodeStatus__Output>(
+      "write",
+      null,
+      options,
+      (c, deadline, cb) => c.admin.RemoveNode({ node_id: nodeId }, { deadline }, cb),
+      options.endpoint,
+    );
+    return { nodeId: res.node_id, state: res.state, replicas: res.replicas };
+  }
+
+  /**
    * The cluster view from one endpoint: the full view first, then one per change. The stream ends
    * when the loop breaks, `signal` aborts, or the client closes; a broken connection throws
    * UnavailableError (callers that want to follow forever reconnect).
@@ -450,6 +485,8 @@ const NOT_APPLIED_CODES = new Set([
   "CAIRN_ERR_PROPOSAL_LOST",
   "CAIRN_ERR_PROPOSAL_DROPPED",
   "CAIRN_ERR_BACKPRESSURE",
+  // A node that is not an active member refuses before the store sees the request.
+  "CAIRN_ERR_NOT_MEMBER",
 ]);
 
 /** grpc-js reports "never connected" with these details; the request was not sent. */
@@ -523,6 +560,8 @@ function fromView(v: ClusterView__Output): ClusterView {
       rpcAddr: n.rpc_addr,
       httpAddr: n.http_addr,
       state: n.state,
+      memberState: n.member_state,
+      replicas: n.replicas,
     })),
     shards: v.shards.map((s) => ({
       id: s.id,

@@ -26,6 +26,7 @@ export type {
   GetResult,
   KeyValue,
   MemberInfo,
+  NodeStanding,
   ScanResult,
   ShardInfo,
   SnapshotResult,

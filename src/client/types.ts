@@ -38,7 +38,23 @@ export interface MemberInfo {
   readonly id: string;
   readonly rpcAddr: string;
   readonly httpAddr: string;
+  /** Gossip's view: alive, suspect, dead or left. */
   readonly state: string;
+  /**
+   * The cluster's record: joining, active, decommissioning, decommissioned or dead; "" from a
+   * node that does not know its cluster yet.
+   */
+  readonly memberState: string;
+  /** Shards the cluster places on the member (0 from a node that does not know its cluster). */
+  readonly replicas: number;
+}
+
+/** A member's standing as Admin.DecommissionNode and Admin.RemoveNode answer it. */
+export interface NodeStanding {
+  readonly nodeId: string;
+  readonly state: string;
+  /** Shards still placed on the node. */
+  readonly replicas: number;
 }
 
 export interface ShardInfo {

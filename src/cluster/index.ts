@@ -1,4 +1,5 @@
 /** Placement and routing of keys over shards, the cluster's metadata, and the cluster view. */
+export { allocate, type AllocatorInput } from "./allocator.ts";
 export { jumpConsistentHash, shardForKey, xxhash64 } from "./routing.ts";
 export {
   type BootstrapDecision,
@@ -15,6 +16,7 @@ export {
   type MetaRecord,
   MetaState,
   type MetaStateView,
+  isMetaHolder,
   rendezvousReplicas,
   rendezvousWeight,
   type ShardPlacement,

@@ -53,6 +53,11 @@ export const MEMBER_STATES = [
 ] as const;
 export type MemberState = (typeof MEMBER_STATES)[number];
 
+/** Whether a member in `state` keeps a copy of the meta group (a learner when not a voter). */
+export function isMetaHolder(state: MemberState | undefined): boolean {
+  return state === "joining" || state === "active" || state === "decommissioning";
+}
+
 /** The state changes set-state may make (a `removed` identity never comes back). */
 const TRANSITIONS: Readonly<Record<MemberState, readonly MemberState[]>> = {
   joining: ["active", "dead"],
@@ -649,6 +654,15 @@ export class MetaState {
       .filter((m) => (m.state ?? "active") === "active")
       .map((m) => m.id)
       .sort(compareIds);
+  }
+
+  /** How many shards the meta group places on each member (every member listed, 0 or more). */
+  replicaCounts(): Map<string, number> {
+    const counts = new Map([...this.members.keys()].map((id) => [id, 0]));
+    for (const shard of this.shards.keys()) {
+      for (const n of this.nodesOf(shard)) counts.set(n, (counts.get(n) ?? 0) + 1);
+    }
+    return counts;
   }
 
   /** Whether a move of `shard` is under way (its group's voters are not yet its nodes). */

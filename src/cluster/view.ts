@@ -15,6 +15,13 @@ export interface MemberView {
   readonly http_addr: string;
   /** SWIM's: `left` is a member that stopped gracefully (it said so), `dead` one that failed. */
   readonly state: "alive" | "suspect" | "dead" | "left";
+  /**
+   * Where the member stands in the cluster (design.md §5.2: joining, active, decommissioning,
+   * decommissioned, dead); absent while this node does not know its cluster.
+   */
+  readonly member_state?: string;
+  /** Shards the meta group places on the member; absent with member_state. */
+  readonly replicas?: number;
 }
 
 export interface ShardView {

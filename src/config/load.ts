@@ -34,6 +34,8 @@ export interface CairnConfig {
     readonly total_shards: number;
     readonly replication_factor: number;
     readonly bootstrap_expect: number;
+    readonly dead_after_ms: number;
+    readonly rebalance: { readonly max_moves: number; readonly tolerance: number };
   };
   readonly telemetry: { readonly prometheus: { readonly enabled: boolean } };
   readonly log: { readonly level: LogLevelName };

@@ -26,6 +26,7 @@ import {
   type ClusterViewPublisher,
   encodeMetaCommand,
   type MetaCommand,
+  isMetaHolder,
   type MetaMember,
   type MetaState,
   nodeOfReplica,
@@ -95,6 +96,11 @@ export class ClusterState {
   #closed = false;
   /** Ends rejoinLoop's wait (close). */
   #wake: (() => void) | null = null;
+  /** A join proposal is under way (#join). */
+  #joining = false;
+  /** Why the meta group refused this node's last join, null when it did not. */
+  #joinRefusal: string | null = null;
+  #self: { rpcAddr: string; httpAddr: string } | null = null;
 
   constructor(
     config: CairnConfig,
@@ -228,7 +234,8 @@ export class ClusterState {
         retryable: true,
       });
     }
-    const replicas = rendezvousReplicas(id, [...meta.members.keys()], meta.replicationFactor);
+    // Only active members take replicas (a joining one first catches up on the meta group).
+    const replicas = rendezvousReplicas(id, meta.activeMembers(), meta.replicationFactor);
     try {
       await this.propose({ op: "create-shard", shard: id, replicas }, timeoutMs);
     } catch (err) {
@@ -269,7 +276,36 @@ export class ClusterState {
    */
   acceptsReplica(shard: number): boolean {
     if (shard === 0 && this.clusterId === "") return true;
+    // Every member but a retired one keeps a copy of the meta group (src/node/replicas.ts).
+    if (shard === 0 && isMetaHolder(this.#meta?.stateOf(this.#config.node_id))) return true;
     return this.nodesOf(shard).includes(this.#config.node_id);
+  }
+
+  /**
+   * Why this node answers no client request, or null when it does: it is not (yet) an active
+   * member of its cluster. A `dead` member serves (the meta leader marks it active again once
+   * gossip sees it) and a `decommissioning` one too, until its replicas are gone.
+   */
+  notServingReason(): string | null {
+    const id = this.#config.node_id;
+    const meta = this.#meta;
+    if (meta === null || meta.clusterId === null) {
+      return this.#joinRefusal !== null
+        ? `node ${id} is not a member of the cluster: ${this.#joinRefusal}`
+        : `node ${id} is not a member of a cluster yet: it is asking the members it reaches through its seeds to admit it`;
+    }
+    const state = meta.stateOf(id);
+    switch (state) {
+      case undefined:
+        return `node ${id} is not a member of cluster ${meta.clusterId}`;
+      case "joining":
+        return `node ${id} is joining cluster ${meta.clusterId}: it serves requests once it has caught up on the cluster's metadata`;
+      case "decommissioned":
+      case "removed":
+        return `node ${id} was ${state} from cluster ${meta.clusterId}: it serves no requests; send them to another node`;
+      default:
+        return null;
+    }
   }
 
   /**
@@ -277,6 +313,9 @@ export class ClusterState {
    * the groups its old replica led sleep with a leader that will never wake them.
    */
   onMemberRejoined: (node: string) => void = () => undefined;
+
+  /** Called after each state the meta group applied here (the cluster view follows it). */
+  onMetaChanged: () => void = () => undefined;
 
   /** Shard 0 applied a meta command (or reloaded its state after a restart or a snapshot). */
   applied(state: MetaState): void {
@@ -308,6 +347,7 @@ export class ClusterState {
         total_shards: this.#config.cluster.total_shards,
       });
     }
+    this.onMetaChanged();
   }
 
   /**
@@ -398,10 +438,16 @@ export class ClusterState {
             );
             return;
           }
+          const grpcCode = (err as { code?: unknown }).code;
+          if (grpcCode === status.PERMISSION_DENIED && /is not a member/.test(describe(err))) {
+            // A node new to the cluster: it asks to join instead (design.md §5.2).
+            this.#rejoining = false;
+            this.#join(hint);
+            return;
+          }
           // A refusal by the peer (another cluster, another number of shard workers, not a
           // member) is a configuration mistake an operator must see; the rest is the cluster
           // being busy.
-          const grpcCode = (err as { code?: unknown }).code;
           const refused =
             grpcCode === status.FAILED_PRECONDITION || grpcCode === status.PERMISSION_DENIED;
           this.#log[refused ? "warn" : "debug"]("rejoining failed; retrying", {
@@ -412,6 +458,52 @@ export class ClusterState {
         });
     };
     attempt();
+  }
+
+  /**
+   * Asks the meta group (through `hint`, a live member) to admit this node as a `joining`
+   * member with this data directory's incarnation, retrying until the meta group records it:
+   * then the meta group's leader adds this node to its group as a learner, and this node learns
+   * the cluster from its log (rejoinLoop stops once the cluster id is known here). A refusal
+   * (the id was removed for good, or belongs to a member with another data directory) is
+   * logged and kept for notServingReason; the attempts go on, slowly, in case it was a race.
+   */
+  #join(hint: string | null): void {
+    if (this.#joining || this.#lost || this.#closed || this.#proposer === null) return;
+    this.#joining = true;
+    const c = this.#config;
+    const cmd: MetaCommand = {
+      op: "join",
+      member: {
+        id: c.node_id,
+        rpcAddr: this.#self?.rpcAddr ?? c.rpc_addr,
+        httpAddr: this.#self?.httpAddr ?? c.http_addr,
+        incarnation: this.incarnation,
+      },
+    };
+    this.propose(cmd, 10_000, hint)
+      .then(() => {
+        this.#joinRefusal = null;
+        this.#log.info("the cluster admitted this node as a joining member", {
+          replica: this.replicaId,
+        });
+      })
+      .catch((err: unknown) => {
+        const refused = errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT";
+        if (refused) this.#joinRefusal = describe(err);
+        this.#log[refused ? "error" : "debug"]("joining the cluster failed; retrying", {
+          error: describe(err),
+        });
+      })
+      .finally(() => {
+        // rejoinLoop offers again on its next pass while the cluster is unknown here.
+        this.#joining = false;
+      });
+  }
+
+  /** This node's advertised addresses (set by the membership's start), for its join. */
+  setSelf(self: { rpcAddr: string; httpAddr: string }): void {
+    this.#self = self;
   }
 
   /**
@@ -752,6 +844,12 @@ function errorCodeOf(err: unknown): string | null {
   const metadata = (err as { metadata?: { get(key: string): unknown[] } }).metadata;
   const value = metadata?.get(ERROR_CODE_KEY)[0];
   return typeof value === "string" ? value : null;
+}
+
+function describe(err: unknown): string {
+  const details = (err as { details?: unknown }).details;
+  if (typeof details === "string" && details !== "") return details;
+  return err instanceof Error ? err.message : String(err);
 }
 
 /** The leader named in a failed peer call's trailers (`cairn-leader`), if any. */

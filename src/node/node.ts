@@ -58,6 +58,9 @@ import {
   spreadLeaders,
   transferLeadership,
 } from "./cluster.ts";
+import { AllocatorLoop } from "./allocator-loop.ts";
+import { gateByMembership } from "./member-gate.ts";
+import { memberAdmin } from "./members-admin.ts";
 import { replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { plantedBugs } from "./testing-bugs.ts";
@@ -490,7 +493,10 @@ export class CairnNode implements HealthSource {
     const routed = cell?.route(store, transferHere, proposer) ?? null;
     this.#rpc = new RpcServer({
       address,
-      store: routed?.store ?? this.store,
+      store:
+        cluster === null
+          ? (routed?.store ?? this.store)
+          : gateByMembership(routed?.store ?? this.store, () => cluster.notServingReason()),
       metrics: this.metrics,
       views: this.views,
       logger: this.#log.child("api"),
@@ -523,6 +529,7 @@ export class CairnNode implements HealthSource {
         : cluster !== null
           ? { transferLeader: transferHere }
           : {}),
+      ...(cluster === null ? {} : { memberAdmin: memberAdmin(cluster) }),
       ...(cell === null || cell.count === 1 ? {} : { tunnels: cell.tunnels }),
     });
     const rpc = await this.#rpc.start();
@@ -567,8 +574,12 @@ export class CairnNode implements HealthSource {
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
-        // The members the meta group recorded at the founding (rejoined ones keep their id).
-        isMember: (node) => cluster.meta?.members.has(node) === true,
+        // The members the meta group records (rejoined ones keep their id); a removed one
+        // is gone for good.
+        isMember: (node) => {
+          const state = cluster.meta?.stateOf(node);
+          return state !== undefined && state !== "removed";
+        },
         refused: (kind) => this.metrics.peerCallRefused(kind),
         logger: this.#log.child("peers"),
         metrics: this.metrics.snapshotMetrics,
@@ -616,6 +627,32 @@ export class CairnNode implements HealthSource {
   #startUpkeep(cluster: ClusterState): void {
     const c = this.config;
     const changing = new Set<number>();
+    const store = this.store;
+    const allocator = new AllocatorLoop({
+      nodeId: c.node_id,
+      deadAfterMs: c.cluster.dead_after_ms,
+      maxMoves: c.cluster.rebalance.max_moves,
+      tolerance: c.cluster.rebalance.tolerance,
+      meta: () => cluster.meta,
+      leadsMeta: () => store.leads(0),
+      alive: () =>
+        new Set(
+          this.views
+            .current()
+            .nodes.filter((n) => n.state === "alive")
+            .map((n) => n.id),
+        ),
+      metaCaughtUp: (node) => {
+        const meta = cluster.meta;
+        return meta !== null && store.isCaughtUp(0, meta.replicaOf(node));
+      },
+      propose: (cmd) => cluster.propose(cmd, REQUEST_TIMEOUT_MS),
+      log: this.#log.child("allocator"),
+    });
+    const settle = {
+      settle: (shard: number, nodes: readonly string[]) =>
+        cluster.propose({ op: "settle-shard", shard, nodes: [...nodes] }, REQUEST_TIMEOUT_MS),
+    };
     this.#spreadTimer = setInterval(() => {
       const alive = new Set(
         this.views
@@ -623,12 +660,18 @@ export class CairnNode implements HealthSource {
           .nodes.filter((n) => n.state === "alive")
           .map((n) => n.id),
       );
-      replaceReplicas(this.store, cluster.meta, changing, (shard, err) =>
-        this.#log.debug("replica change failed; the next pass retries", {
-          shard_id: shard,
-          error: describeError(err),
-        }),
+      replaceReplicas(
+        this.store,
+        cluster.meta,
+        changing,
+        (shard, err) =>
+          this.#log.debug("replica change failed; the next pass retries", {
+            shard_id: shard,
+            error: describeError(err),
+          }),
+        settle,
       );
+      allocator.pass();
       spreadLeaders(this.store, cluster, c.node_id, alive);
     }, LEADER_SPREAD_MS);
     this.#spreadTimer.unref();
@@ -689,15 +732,30 @@ export class CairnNode implements HealthSource {
         .filter((m) => (m.state === "alive" || m.state === "suspect") && members.has(m.meta.id))
         .length;
     });
-    const publish = (members: readonly SwimMember[]): void =>
+    // Once this node knows its cluster, only its members are listed, each with its state
+    // (design.md §5.2); before, every node gossip knows (the ones it asks to join through).
+    const publish = (members: readonly SwimMember[]): void => {
+      const meta = this.#cluster?.meta ?? null;
+      const known = meta !== null && meta.clusterId !== null;
+      const counts = known ? meta.replicaCounts() : null;
       this.views.setMembers(
-        members.map((m) => ({
-          id: m.meta.id,
-          rpc_addr: m.meta.rpcAddr,
-          http_addr: m.meta.httpAddr,
-          state: m.state,
-        })),
+        members.flatMap((m) => {
+          const state = known ? meta.stateOf(m.meta.id) : undefined;
+          if (known && (state === undefined || state === "removed")) return [];
+          return [
+            {
+              id: m.meta.id,
+              rpc_addr: m.meta.rpcAddr,
+              http_addr: m.meta.httpAddr,
+              state: m.state,
+              ...(state === undefined
+                ? {}
+                : { member_state: state, replicas: counts?.get(m.meta.id) ?? 0 }),
+            },
+          ];
+        }),
       );
+    };
     membership.onEvent((e) => {
       publish(e.members);
       // Groups led by a member that may be gone must not sleep on, waiting for it: they wake,
@@ -714,6 +772,8 @@ export class CairnNode implements HealthSource {
         rpcAddr: advertised(c.advertise_rpc_addr, rpc.value),
         httpAddr: advertised(c.advertise_http_addr, http.value),
       };
+      cluster.setSelf(self);
+      cluster.onMetaChanged = () => publish(membership.members());
       this.#bootstrap = cluster
         .bootstrapLoop(this.store, membership, self, () => this.#stopping !== null)
         .catch((err: unknown) => {

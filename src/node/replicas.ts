@@ -1,12 +1,21 @@
 /**
- * Replica replacement after a rejoin (design.md §5.1; src/node/cluster.ts). When a node whose
- * data directory was wiped comes back, the meta group records its new incarnation and retires the
- * old one. Each group it replicates still lists the old replica, which will never answer again;
- * the group's leader replaces it, one membership change at a time:
+ * A group's leader makes its group's members what the meta group says (design.md §5.1, §5.2;
+ * src/node/cluster.ts), one membership change at a time, each pass starting from what the
+ * group's configuration is now (so a crash at any step resumes where it stood):
  *
- *   1. remove the retired replica (the group runs on its other voters meanwhile);
- *   2. add the node's current replica as a learner (the leader refills it by log or snapshot);
- *   3. promote the learner once it holds the whole committed log.
+ *   1. remove a retired replica (its node rejoined with a wiped data directory; the group runs
+ *      on its other voters meanwhile);
+ *   2. add each of the shard's nodes' current replica that the group lacks, as a learner (the
+ *      leader refills it by log or snapshot);
+ *   3. promote a learner once it holds the whole committed log;
+ *   4. once every node of the shard has a voter, remove the members the shard no longer has
+ *      (a move's old replica): learners first, then voters. The leader never removes itself:
+ *      it hands leadership to the shard's first node, which removes it. The group never has
+ *      fewer caught-up voters than the shard has nodes, so a move never drops below a quorum;
+ *   5. the meta group (shard 0) also keeps a learner on every other member that is joining,
+ *      active or decommissioning: a member learns the cluster's state from its log;
+ *   6. a move whose group now has exactly the shard's nodes as voters is settled in the meta
+ *      group (settle-shard), which lets the allocator start the next one.
  *
  * Safety rests on Raft's membership changes: the new replica never votes nor counts toward a
  * commit before the promotion commits, and it never speaks as the old replica (messages for it
@@ -15,7 +24,7 @@
  */
 import type { ConfChange } from "../raft/index.ts";
 import { nodeId } from "../raft/index.ts";
-import { type MetaState, nodeOfReplica } from "../cluster/index.ts";
+import { isMetaHolder, type MetaState, nodeOfReplica } from "../cluster/index.ts";
 import type { MultiRaft } from "../replication/index.ts";
 
 /** Membership changes started per pass. */
@@ -26,11 +35,18 @@ export interface GroupMembers {
   readonly learners: readonly string[];
 }
 
+/** What a group's leader does next (nextReplicaChange). */
+export type ReplicaStep =
+  | ConfChange
+  /** Hand leadership to replica `to`: this leader's node is leaving the shard. */
+  | { readonly type: "transfer"; readonly to: string }
+  /** The group's voters are the shard's nodes: settle the move in the meta group. */
+  | { readonly type: "settle"; readonly nodes: readonly string[] };
+
 /**
- * The next membership change shard `shard`'s group needs so that its voters are the current
- * replicas of the shard's nodes, or null when none (or when this meta state is behind the
- * group). `self` is the leader's replica (never removed here); `caughtUp` tells whether a
- * learner holds the whole committed log.
+ * The next step shard `shard`'s group needs so that its voters are the current replicas of the
+ * shard's nodes, or null when none (or when this meta state is behind the group). `self` is the
+ * leader's replica; `caughtUp` tells whether a learner holds the whole committed log.
  */
 export function nextReplicaChange(
   meta: MetaState,
@@ -38,31 +54,58 @@ export function nextReplicaChange(
   self: string,
   group: GroupMembers,
   caughtUp: (replica: string) => boolean,
-): ConfChange | null {
+): ReplicaStep | null {
   const nodes = meta.nodesOf(shard);
   if (nodes.length === 0) return null;
+  const targets = nodes.map((n) => meta.replicaOf(n));
   const members = [...group.voters, ...group.learners];
   const current = (replica: string): boolean => meta.replicaOf(nodeOfReplica(replica)) === replica;
   if (members.some((m) => !current(m) && !meta.isRetired(m))) return null;
   const retired = members.find((m) => meta.isRetired(m) && m !== self);
   if (retired !== undefined) return { type: "remove", node: nodeId(retired) };
-  for (const n of nodes) {
-    const replica = meta.replicaOf(n);
+  for (const replica of targets) {
     if (!members.includes(replica)) return { type: "add-learner", node: nodeId(replica) };
   }
-  const ready = group.learners.find((l) => nodes.includes(nodeOfReplica(l)) && caughtUp(l));
-  return ready === undefined ? null : { type: "add-voter", node: nodeId(ready) };
+  const ready = group.learners.find((l) => targets.includes(l) && caughtUp(l));
+  if (ready !== undefined) return { type: "add-voter", node: nodeId(ready) };
+  // Steps 4 to 6 wait until every node of the shard has a caught-up voter.
+  if (targets.some((t) => !group.voters.includes(t))) return null;
+  const metaLearner = (replica: string): boolean =>
+    shard === 0 && isMetaHolder(meta.stateOf(nodeOfReplica(replica)));
+  const oldLearner = group.learners.find((l) => !targets.includes(l) && !metaLearner(l));
+  if (oldLearner !== undefined) return { type: "remove", node: nodeId(oldLearner) };
+  const oldVoter = group.voters.find((v) => !targets.includes(v));
+  if (oldVoter !== undefined) {
+    if (oldVoter !== self) return { type: "remove", node: nodeId(oldVoter) };
+    const to = targets[0];
+    return to === undefined ? null : { type: "transfer", to };
+  }
+  if (shard === 0) {
+    for (const [id, m] of meta.members) {
+      if (!isMetaHolder(m.state ?? "active")) continue;
+      const replica = meta.replicaOf(id);
+      if (!members.includes(replica)) return { type: "add-learner", node: nodeId(replica) };
+    }
+  }
+  return meta.isMoving(shard) ? { type: "settle", nodes } : null;
+}
+
+/** What replaceReplicas does with the steps that are not membership changes. */
+export interface ReplicaEffects {
+  /** Proposes settle-shard for `shard` to the meta group. */
+  settle(shard: number, nodes: readonly string[]): Promise<void>;
 }
 
 /**
- * One pass over the groups led here: starts the next replica change of each that needs one
- * (at most one under way per group). Returns how many changes it started.
+ * One pass over the groups led here: starts the next step of each that needs one (at most one
+ * under way per group). Returns how many it started.
  */
 export function replaceReplicas(
   store: MultiRaft,
   meta: MetaState | null,
   underWay: Set<number>,
   onError: (shard: number, err: unknown) => void,
+  effects?: ReplicaEffects,
 ): number {
   if (meta === null || meta.clusterId === null) return 0;
   let started = 0;
@@ -71,16 +114,17 @@ export function replaceReplicas(
     if (underWay.has(id) || !store.leads(id)) continue;
     const info = store.shardInfo(id);
     if (info === null || info.role !== "leader") continue;
-    const change = nextReplicaChange(meta, id, store.replicaId, info, (r) =>
-      store.isCaughtUp(id, r),
-    );
-    if (change === null) continue;
+    const step = nextReplicaChange(meta, id, store.replicaId, info, (r) => store.isCaughtUp(id, r));
+    if (step === null) continue;
+    let work: Promise<void>;
+    if (step.type === "transfer") work = store.transferLeader(id, step.to);
+    else if (step.type === "settle") {
+      if (effects === undefined) continue;
+      work = effects.settle(id, step.nodes);
+    } else work = store.changeMembership(id, step);
     started++;
     underWay.add(id);
-    store
-      .changeMembership(id, change)
-      .catch((err: unknown) => onError(id, err))
-      .finally(() => underWay.delete(id));
+    work.catch((err: unknown) => onError(id, err)).finally(() => underWay.delete(id));
   }
   return started;
 }

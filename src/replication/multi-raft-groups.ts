@@ -62,6 +62,7 @@ export interface GroupsHost {
     | "transport"
     | "ownsShard"
     | "replicasOf"
+    | "replicasNow"
     | "acceptsReplica"
     | "ensureShard"
     | "acceptLostWal"
@@ -219,7 +220,7 @@ export class Groups {
   async shardForRequest(id: number): Promise<ShardReplica> {
     if (this.#host.options.transport !== undefined && !this.#host.shards.has(id)) {
       await this.#host.options.ensureShard?.(id);
-      const replicas = this.replicasOf(id);
+      const replicas = this.placedOn(id);
       if (
         !replicas.includes(this.#host.replicaId) &&
         this.#host.options.acceptsReplica?.(id) !== true
@@ -227,7 +228,28 @@ export class Groups {
         throw new NotLeaderError(leaderNode(replicas[0]));
       }
     }
+    if (this.placedElsewhere(id)) throw new NotLeaderError(leaderNode(this.placedOn(id)[0]));
     return this.shard(id, true);
+  }
+
+  /**
+   * The replicas the shard is placed on now, first-ranked first: the meta state's placement
+   * (MultiRaftOptions.replicasNow) once it records the shard, else its initial voters.
+   */
+  placedOn(id: number): readonly string[] {
+    const now = this.#host.options.replicasNow?.(id);
+    return now !== undefined && now.length > 0 ? now : this.replicasOf(id);
+  }
+
+  /**
+   * Whether the shard's replica open here is one a move took off this node (design.md §5.2):
+   * the meta state places the shard on other nodes only. Such a replica serves nothing (its
+   * group no longer sends it entries): requests go to the shard's replicas now.
+   */
+  placedElsewhere(id: number): boolean {
+    if (this.#host.options.transport === undefined || !this.#host.shards.has(id)) return false;
+    const now = this.#host.options.replicasNow?.(id);
+    return now !== undefined && now.length > 0 && !now.includes(this.#host.replicaId);
   }
 
   /** The open shard `id`, opened now if needed; `forRequest` when a client request needs it. */

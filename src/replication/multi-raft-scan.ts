@@ -31,6 +31,10 @@ export interface ScanHost {
   replicasOf(id: number): readonly string[];
   /** The shard open here for a request, opened if this node replicates it (else NotLeaderError). */
   shardForRequest(id: number): Promise<ShardReplica>;
+  /** The shard's replicas now (Groups.placedOn). */
+  placedOn(id: number): readonly string[];
+  /** A move took the shard's replica open here off this node (Groups.placedElsewhere). */
+  placedElsewhere(id: number): boolean;
   /** Waits until a linearizable read of the shard may be served here (the ReadIndex rule). */
   readBarrier(s: ShardReplica): Promise<void>;
   /** The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta). */
@@ -99,7 +103,7 @@ export class Scanner {
   async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
     const remote = this.#host.options.remoteScan;
     if (remote === undefined) {
-      throw new NotLeaderError(leaderNode(this.#host.replicasOf(ids[0] ?? 0)[0]));
+      throw new NotLeaderError(leaderNode(this.#host.placedOn(ids[0] ?? 0)[0]));
     }
     try {
       return await remote(node, ids, req);
@@ -108,7 +112,7 @@ export class Scanner {
       // Each shard to its next replica after `node`, grouped again by node.
       const next = new Map<string, number[]>();
       for (const id of ids) {
-        const nodes = this.#host.replicasOf(id).map(nodeOfReplica);
+        const nodes = this.#host.placedOn(id).map(nodeOfReplica);
         const after = nodes[nodes.indexOf(node) + 1];
         if (after === undefined || nodes.indexOf(node) < 0) throw err;
         next.set(after, [...(next.get(after) ?? []), id]);
@@ -141,10 +145,11 @@ export class Scanner {
     const created =
       createdShards === undefined ? undefined : () => createdShards().filter((id) => owns(id));
     const elsewhere = (id: number): boolean =>
-      !this.#host.replicasOf(id).includes(this.#host.replicaId) &&
-      this.#host.options.acceptsReplica?.(id) !== true;
+      this.#host.placedElsewhere(id) ||
+      (!this.#host.placedOn(id).includes(this.#host.replicaId) &&
+        this.#host.options.acceptsReplica?.(id) !== true);
     const place = (id: number): void => {
-      const node = nodeOfReplica(this.#host.replicasOf(id)[0] ?? this.#host.replicaId);
+      const node = nodeOfReplica(this.#host.placedOn(id)[0] ?? this.#host.replicaId);
       remote.set(node, [...(remote.get(node) ?? []), id]);
     };
     if (this.#host.options.transport === undefined || !linearizable) {
@@ -154,6 +159,10 @@ export class Scanner {
       const local: ShardReplica[] = [];
       const self = nodeOfReplica(this.#host.replicaId);
       for (const s of this.#host.shards.values()) {
+        if (this.#host.placedElsewhere(s.id)) {
+          place(s.id);
+          continue;
+        }
         if (s.refill === null) {
           local.push(s);
           continue;
@@ -161,7 +170,7 @@ export class Scanner {
         // Being refilled here (refill.ts): read from another replica (the first-ranked other
         // than this node, then the next ones: #scanRemote).
         const node = this.#host
-          .replicasOf(s.id)
+          .placedOn(s.id)
           .map(nodeOfReplica)
           .find((n) => n !== self);
         if (node === undefined) throw new NotLeaderError(leaderNode(s.raw.lead));
@@ -180,7 +189,7 @@ export class Scanner {
     const local: ShardReplica[] = [];
     const queue = ids.filter((id) => {
       if (
-        this.#host.shards.has(id) ||
+        (this.#host.shards.has(id) && !this.#host.placedElsewhere(id)) ||
         this.#host.options.remoteScan === undefined ||
         !elsewhere(id)
       )

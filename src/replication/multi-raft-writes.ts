@@ -29,6 +29,10 @@ export interface WritesHost {
   shardOf(key: Uint8Array): number;
   /** The shard open here for a request, opened if this node replicates it (else NotLeaderError). */
   shardForRequest(id: number): Promise<ShardReplica>;
+  /** The shard's replicas now (Groups.placedOn). */
+  placedOn(id: number): readonly string[];
+  /** A move took the shard's replica open here off this node (Groups.placedElsewhere). */
+  placedElsewhere(id: number): boolean;
   /** The open shard `id`, opened now if needed. */
   shard(id: number): Promise<ShardReplica>;
   /** The group has input for the next round. */
@@ -62,8 +66,10 @@ export class Writes {
    */
   leaderElsewhere(key: Uint8Array): string | null {
     if (this.#host.stopped()) return null;
-    const shard = this.#host.shards.get(this.#host.shardOf(key));
+    const id = this.#host.shardOf(key);
+    const shard = this.#host.shards.get(id);
     if (shard === undefined) return null;
+    if (this.#host.placedElsewhere(id)) return leaderNode(this.#host.placedOn(id)[0]) ?? null;
     const raw = shard.raw;
     if (raw.role !== "follower" || raw.lead === null) return null;
     if (raw.quiesced) {
@@ -81,7 +87,7 @@ export class Writes {
   #write(cmd: KvCommand): Promise<ApplyOutcome> {
     const id = this.#host.shardOf(cmd.key);
     const open = this.#host.shards.get(id);
-    if (open === undefined)
+    if (open === undefined || this.#host.placedElsewhere(id))
       return this.#host.shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
     try {
       return this.#proposeWrite(open, cmd);

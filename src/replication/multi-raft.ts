@@ -145,6 +145,8 @@ export class MultiRaft {
       totalShards: this.totalShards,
       assertOpen: (): void => this.#assertOpen(),
       replicasOf: (id: number): readonly string[] => this.#groups.replicasOf(id),
+      placedOn: (id: number): readonly string[] => this.#groups.placedOn(id),
+      placedElsewhere: (id: number): boolean => this.#groups.placedElsewhere(id),
       shardForRequest: (id: number): Promise<ShardReplica> => this.#groups.shardForRequest(id),
       readBarrier: (s: ShardReplica): Promise<void> => this.#reads.readBarrier(s),
       syncMeta: (): Promise<void> => this.syncMeta(),

@@ -27,6 +27,7 @@ import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadInd
 import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.ts";
 import type { ScanShardsRequest__Output } from "../api/generated/cairn/v1/ScanShardsRequest.ts";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY, PEER_KEY } from "../api/wire.ts";
+import { decodeMetaCommand } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
 import {
@@ -61,6 +62,19 @@ const MIB = 1024 * 1024;
 export const RAFT_SERVER_OPTIONS = {
   "grpc.max_receive_message_length": 128 * MIB,
 } as const;
+
+/**
+ * Whether `command` is node `from`'s own request to join (design.md §5.2): the one call taken
+ * from a node that is not a member yet. The meta group decides whether it is admitted.
+ */
+function isOwnJoin(command: Uint8Array, from: unknown): boolean {
+  try {
+    const cmd = decodeMetaCommand(command);
+    return cmd.op === "join" && typeof from === "string" && cmd.member.id === from;
+  } catch {
+    return false;
+  }
+}
 
 /** The one unary peer call a member that does not know its cluster id makes (its rejoin). */
 const PROPOSE_META = "/cairn.v1.Raft/ProposeMeta";
@@ -167,10 +181,17 @@ export function createRaftService(
     theirs: string,
     serve: unknown,
     missing: string,
+    admitsNonMember = false,
   ): Partial<ServiceError> | null => {
     const [from] = call.metadata.get(PEER_KEY);
     const sender = typeof from === "string" ? from : "";
-    const refusal = peerRefusal(sender, theirs, peerCheck(), call.getPath() !== PROPOSE_META);
+    const check = peerCheck();
+    const refusal = peerRefusal(
+      sender,
+      theirs,
+      admitsNonMember ? { clusterId: check.clusterId, self: check.self } : check,
+      call.getPath() !== PROPOSE_META,
+    );
     if (refusal !== null) {
       options.refused?.(refusal.kind);
       log.warn("raft call refused", {
@@ -219,11 +240,13 @@ export function createRaftService(
         callback: sendUnaryData<MetaProposalReply>,
       ): void {
         const propose = options.proposeMeta;
+        const [from] = call.metadata.get(PEER_KEY);
         const refusal = unaryRefusal(
           call,
           call.request.cluster_id,
           propose,
           "takes no meta proposals",
+          isOwnJoin(call.request.command, from),
         );
         if (refusal !== null || propose === undefined) {
           callback(refusal);

@@ -195,7 +195,8 @@ describe("cairn cluster, snapshot, health, metrics", () => {
     const text = await cairn(["cluster"]);
     assert.equal(text.code, 0, text.err);
     assert.match(text.out, /MEMBER\tSTATE/);
-    assert.match(text.out, new RegExp(`n1\\talive\\t${server.rpc}`));
+    // A single node has no member state (no cluster): "-".
+    assert.match(text.out, new RegExp(`n1\\t-\\talive\\t-\\t${server.rpc}`));
     const json = await cairn(["cluster", "--output", "json"]);
     const view = JSON.parse(json.out) as {
       nodes: { id: string }[];
@@ -205,6 +206,15 @@ describe("cairn cluster, snapshot, health, metrics", () => {
     assert.equal(view.nodes[0]?.id, "n1");
     assert.equal(view.shards.find((s) => s.id === 0)?.leader, "n1");
     assert.ok(view.total_shards > 0);
+  });
+
+  it("node decommission on a single node is refused, naming why", async () => {
+    const run = await cairn(["node", "decommission", "n1"]);
+    assert.notEqual(run.code, 0);
+    assert.match(run.err, /single node has no members to decommission/);
+    const usage = await cairn(["node", "evict", "n1"]);
+    assert.equal(usage.code, 2);
+    assert.match(usage.err, /ACTION must be decommission or remove/);
   });
 
   it("cluster --watch prints the first view and follows until interrupted", async () => {

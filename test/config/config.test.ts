@@ -53,6 +53,8 @@ describe("loadConfig", () => {
       total_shards: 1024,
       replication_factor: 3,
       bootstrap_expect: 3,
+      dead_after_ms: 300_000,
+      rebalance: { max_moves: 4, tolerance: 2 },
     });
     assert.equal(c.telemetry.prometheus.enabled, true);
     assert.equal(c.log.level, "info");
@@ -197,7 +199,7 @@ describe("loadConfig", () => {
     );
     assert.match(
       err.message,
-      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect/,
+      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, rebalance/,
     );
   });
 

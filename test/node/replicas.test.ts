@@ -81,3 +81,65 @@ describe("nextReplicaChange", () => {
     assert.notDeepEqual(change, { type: "remove", node: "n1@old1" });
   });
 });
+
+describe("nextReplicaChange: a move (design.md §5.2)", () => {
+  const n4 = { id: "n4", rpcAddr: "127.0.0.1:7004", httpAddr: "127.0.0.1:8004", incarnation: "i4" };
+  const joined = state(
+    BOOT,
+    { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+    { op: "join", member: n4 },
+  );
+  const moving = state(
+    BOOT,
+    { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+    { op: "join", member: n4 },
+    { op: "set-state", id: "n4", state: "active" },
+    { op: "move-shard", shard: 4, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+  );
+
+  it("adds the new node as a learner, promotes it, and only then removes the old voter", () => {
+    const self = "n2@old2";
+    let group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] as string[] };
+    assert.deepEqual(nextReplicaChange(moving, 4, self, group, always), {
+      type: "add-learner",
+      node: "n4@i4",
+    });
+    group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: ["n4@i4"] };
+    // Not caught up: the old voter stays (three caught-up voters, never fewer).
+    assert.equal(nextReplicaChange(moving, 4, self, group, never), null);
+    assert.deepEqual(nextReplicaChange(moving, 4, self, group, always), {
+      type: "add-voter",
+      node: "n4@i4",
+    });
+    group = { voters: ["n1@old1", "n2@old2", "n3@old3", "n4@i4"], learners: [] };
+    assert.deepEqual(nextReplicaChange(moving, 4, self, group, always), {
+      type: "remove",
+      node: "n1@old1",
+    });
+    group = { voters: ["n2@old2", "n3@old3", "n4@i4"], learners: [] };
+    assert.deepEqual(nextReplicaChange(moving, 4, self, group, always), {
+      type: "settle",
+      nodes: ["n4", "n2", "n3"],
+    });
+  });
+
+  it("a leader leaving the shard hands leadership to its first node instead of removing itself", () => {
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3", "n4@i4"], learners: [] };
+    assert.deepEqual(nextReplicaChange(moving, 4, "n1@old1", group, always), {
+      type: "transfer",
+      to: "n4@i4",
+    });
+  });
+
+  it("the meta group keeps a learner on a joining member, and never promotes it", () => {
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] as string[] };
+    assert.deepEqual(nextReplicaChange(joined, 0, "n1@old1", group, always), {
+      type: "add-learner",
+      node: "n4@i4",
+    });
+    const withLearner = { voters: group.voters, learners: ["n4@i4"] };
+    assert.equal(nextReplicaChange(joined, 0, "n1@old1", withLearner, always), null);
+    // Other shards do not take it.
+    assert.equal(nextReplicaChange(joined, 4, "n1@old1", group, always), null);
+  });
+});

@@ -2,6 +2,8 @@ import type * as grpc from '@grpc/grpc-js';
 import type { MessageTypeDefinition } from '@grpc/proto-loader';
 
 import type { AdminClient as _cairn_v1_AdminClient, AdminDefinition as _cairn_v1_AdminDefinition } from './cairn/v1/Admin.ts';
+import type { NodeRequest as _cairn_v1_NodeRequest, NodeRequest__Output as _cairn_v1_NodeRequest__Output } from './cairn/v1/NodeRequest.ts';
+import type { NodeStatus as _cairn_v1_NodeStatus, NodeStatus__Output as _cairn_v1_NodeStatus__Output } from './cairn/v1/NodeStatus.ts';
 import type { SnapshotShardRequest as _cairn_v1_SnapshotShardRequest, SnapshotShardRequest__Output as _cairn_v1_SnapshotShardRequest__Output } from './cairn/v1/SnapshotShardRequest.ts';
 import type { SnapshotShardResponse as _cairn_v1_SnapshotShardResponse, SnapshotShardResponse__Output as _cairn_v1_SnapshotShardResponse__Output } from './cairn/v1/SnapshotShardResponse.ts';
 import type { TransferLeaderRequest as _cairn_v1_TransferLeaderRequest, TransferLeaderRequest__Output as _cairn_v1_TransferLeaderRequest__Output } from './cairn/v1/TransferLeaderRequest.ts';
@@ -15,6 +17,8 @@ export interface ProtoGrpcType {
   cairn: {
     v1: {
       Admin: SubtypeConstructor<typeof grpc.Client, _cairn_v1_AdminClient> & { service: _cairn_v1_AdminDefinition }
+      NodeRequest: MessageTypeDefinition<_cairn_v1_NodeRequest, _cairn_v1_NodeRequest__Output>
+      NodeStatus: MessageTypeDefinition<_cairn_v1_NodeStatus, _cairn_v1_NodeStatus__Output>
       SnapshotShardRequest: MessageTypeDefinition<_cairn_v1_SnapshotShardRequest, _cairn_v1_SnapshotShardRequest__Output>
       SnapshotShardResponse: MessageTypeDefinition<_cairn_v1_SnapshotShardResponse, _cairn_v1_SnapshotShardResponse__Output>
       TransferLeaderRequest: MessageTypeDefinition<_cairn_v1_TransferLeaderRequest, _cairn_v1_TransferLeaderRequest__Output>

@@ -6,6 +6,8 @@ export interface Member {
   'rpc_addr'?: (string);
   'http_addr'?: (string);
   'state'?: (string);
+  'member_state'?: (string);
+  'replicas'?: (number);
 }
 
 export interface Member__Output {
@@ -13,4 +15,6 @@ export interface Member__Output {
   'rpc_addr': (string);
   'http_addr': (string);
   'state': (string);
+  'member_state': (string);
+  'replicas': (number);
 }

@@ -1,0 +1,36 @@
+/**
+ * A node that is not (yet) an active member of its cluster answers client requests with a
+ * clear UNAVAILABLE naming why (design.md §5.2): a joining node before it has caught up on the
+ * cluster's metadata, a decommissioned or removed one. Nothing reaches the store, so the
+ * refusal proves the request was not applied and a client may retry it on another node.
+ */
+import type { AdminStore, KvStore } from "../api/index.ts";
+import { CairnError } from "../common/errors.ts";
+
+/** `store` with its KV operations refused while `reason()` names why this node serves none. */
+export function gateByMembership<S extends KvStore & AdminStore>(
+  store: S,
+  reason: () => string | null,
+): KvStore & AdminStore {
+  const refused = (): Promise<never> | null => {
+    const why = reason();
+    return why === null
+      ? null
+      : Promise.reject(new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true }));
+  };
+  return {
+    put: (key, value, expected) => refused() ?? store.put(key, value, expected),
+    delete: (key, expected) => refused() ?? store.delete(key, expected),
+    get: (key, linearizable) => refused() ?? store.get(key, linearizable),
+    scan: (req) => refused() ?? store.scan(req),
+    ...(store.leaderElsewhere === undefined
+      ? {}
+      : {
+          leaderElsewhere: (key: Uint8Array) =>
+            reason() === null ? (store.leaderElsewhere?.(key) ?? null) : null,
+        }),
+    snapshotShard: (id) => store.snapshotShard(id),
+    shardInfo: (id) => store.shardInfo(id),
+    transferLeader: (id, to) => store.transferLeader(id, to),
+  };
+}

@@ -1,0 +1,76 @@
+/**
+ * Admin.DecommissionNode and Admin.RemoveNode in cluster mode (design.md §5.2): each proposes
+ * the member's next state to the meta group, which refuses a change a member's life does not
+ * allow (CAIRN_ERR_INVALID_ARGUMENT naming why). Decommissioning is refused up front when it
+ * would leave fewer active members than the replication factor: its replicas would have
+ * nowhere to go, and the move would wait forever.
+ */
+import type { MemberAdmin, NodeStanding } from "../api/index.ts";
+import type { MetaState } from "../cluster/index.ts";
+import { CairnError } from "../common/errors.ts";
+import type { ClusterState } from "./cluster.ts";
+
+/** How long a member call waits for the meta group. */
+const PROPOSE_TIMEOUT_MS = 10_000;
+
+export function memberAdmin(cluster: ClusterState): MemberAdmin {
+  const metaNow = (): MetaState => {
+    const meta = cluster.meta;
+    if (meta === null || meta.clusterId === null) {
+      throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
+        retryable: true,
+      });
+    }
+    return meta;
+  };
+  const standing = (node: string): NodeStanding => {
+    const meta = metaNow();
+    return {
+      state: meta.stateOf(node) ?? "",
+      replicas: [...meta.shards.keys()].filter((s) => meta.nodesOf(s).includes(node)).length,
+    };
+  };
+  const known = (meta: MetaState, node: string): void => {
+    if (meta.stateOf(node) === undefined) {
+      const members = [...meta.members.keys()].join(", ");
+      throw new CairnError(
+        "CAIRN_ERR_INVALID_ARGUMENT",
+        `${JSON.stringify(node)} is not a member of the cluster; its members are ${members}`,
+      );
+    }
+  };
+  return {
+    async decommission(node) {
+      const meta = metaNow();
+      known(meta, node);
+      const state = meta.stateOf(node);
+      if (state === "active") {
+        const left = meta.activeMembers().length - 1;
+        if (left < meta.replicationFactor) {
+          throw new CairnError(
+            "CAIRN_ERR_PRECONDITION",
+            `decommissioning ${node} would leave ${left} active member(s) for replication factor ${meta.replicationFactor}: its replicas would have nowhere to go; add a member first`,
+          );
+        }
+        await cluster.propose(
+          { op: "set-state", id: node, state: "decommissioning" },
+          PROPOSE_TIMEOUT_MS,
+        );
+      } else if (state !== "decommissioning" && state !== "decommissioned") {
+        throw new CairnError(
+          "CAIRN_ERR_INVALID_ARGUMENT",
+          `member ${node} is ${state ?? "unknown"}: only an active member can be decommissioned`,
+        );
+      }
+      return standing(node);
+    },
+    async remove(node) {
+      const meta = metaNow();
+      known(meta, node);
+      if (meta.stateOf(node) !== "removed") {
+        await cluster.propose({ op: "set-state", id: node, state: "removed" }, PROPOSE_TIMEOUT_MS);
+      }
+      return standing(node);
+    },
+  };
+}

@@ -1,0 +1,149 @@
+/**
+ * An elastic cluster (design.md §5.2), with real processes on loopback: a fourth node started
+ * with the seeds of a running three-node cluster joins, becomes active and takes its share of
+ * the replicas; a member is decommissioned through the CLI (every replica moves off it, nothing
+ * acknowledged is lost), stopped, and removed for good; its id can never join again.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import {
+  acknowledgedPuts,
+  clusterView,
+  eventually,
+  LocalCluster,
+} from "../support/cluster-process.ts";
+import { cleanEnv } from "../support/server-process.ts";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+const CAIRN = join(ROOT, "bin", "cairn");
+
+/** The view's members as `id=state` strings, and the replicas the cluster places on each. */
+async function members(
+  c: Parameters<typeof clusterView>[0],
+): Promise<{ states: string[]; replicas: Map<string, number> }> {
+  const view = (await clusterView(c)) as unknown as {
+    nodes: { id: string; member_state: string; replicas: number }[];
+  };
+  return {
+    states: view.nodes.map((n) => `${n.id}=${n.member_state}`).sort(),
+    replicas: new Map(view.nodes.map((n) => [n.id, n.replicas])),
+  };
+}
+
+async function memberStates(c: Parameters<typeof clusterView>[0]): Promise<string[]> {
+  return (await members(c)).states;
+}
+
+function cli(args: readonly string[]): Promise<{ code: number | null; out: string; err: string }> {
+  const proc = spawn(CAIRN, [...args], { cwd: ROOT, env: cleanEnv({}) });
+  let out = "";
+  let err = "";
+  proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+  return new Promise((resolve) => proc.once("exit", (code) => resolve({ code, out, err })));
+}
+
+/** How many shards each node holds as a replica, from /health's active shards of each node. */
+async function activeShards(http: string | undefined): Promise<number> {
+  const report = (await (await fetch(`http://${http}/health`)).json()) as { active_shards: number };
+  return report.active_shards;
+}
+
+describe("elastic cluster (real processes)", () => {
+  it(
+    "a fourth node joins and takes replicas; a member is decommissioned, stopped and removed",
+    { timeout: 240_000 },
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-elastic-"));
+      // 16 shards, moves without a rate limit to speak of: the test is about the steps.
+      const cluster = await LocalCluster.create(dir, 4, {
+        CAIRN_CLUSTER_TOTAL_SHARDS: "16",
+        CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "4",
+        CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
+      });
+      try {
+        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
+        await cluster.ready();
+        const n1 = cluster.node("n1");
+        const c1 = n1.client;
+        assert.ok(c1 !== null && n1.server !== null);
+        /** The client of running node `id`. */
+        const clientOf = (id: string): NonNullable<typeof c1> => {
+          const c = cluster.node(id).client;
+          assert.ok(c !== null, `${id} runs`);
+          return c;
+        };
+        const { acknowledged, put } = acknowledgedPuts();
+        for (let i = 0; i < 64; i++) await put(c1, `k${i}`, `v${i}`);
+
+        // n4 joins: admitted, caught up on the meta group, active, and given replicas.
+        const n4 = await cluster.start("n4");
+        assert.ok(n4.client !== null && n4.server !== null);
+        await eventually(
+          "n4 is an active member",
+          async () => (await memberStates(c1)).includes("n4=active"),
+          60_000,
+        );
+        await eventually(
+          "n4 holds replicas",
+          async () => (await activeShards(n4.server?.http)) >= 8,
+          90_000,
+        );
+        // 17 shards × 3 replicas over 4 nodes, within the tolerance (1): 12 or 13 each.
+        await eventually(
+          "replicas are even",
+          async () => {
+            const counts = [...(await members(c1)).replicas.values()];
+            return counts.length === 4 && Math.max(...counts) - Math.min(...counts) <= 1;
+          },
+          90_000,
+        );
+        // Writes go on, through the new node too; every acknowledged key reads back everywhere.
+        for (let i = 64; i < 96; i++) await put(n4.client, `k${i}`, `v${i}`);
+        for (const n of cluster.running()) {
+          const c = clientOf(n.id);
+          for (const [key, value] of acknowledged) {
+            const got = await c.call(c.kv, "Get", { key: Buffer.from(key) });
+            assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${n.id}`);
+          }
+        }
+
+        // Decommission n2 through the CLI; it waits until n2 holds no replica.
+        const endpoints = ["--endpoints", n1.rpc];
+        const decommission = await cli(["node", "decommission", "n2", "--wait", ...endpoints]);
+        assert.equal(decommission.code, 0, decommission.err);
+        assert.match(decommission.out, /n2: decommissioned, 0 replica\(s\) left/);
+        assert.ok((await memberStates(c1)).includes("n2=decommissioned"));
+        await cluster.stop("n2");
+        // Nothing was lost, and the three left take writes.
+        for (let i = 96; i < 112; i++) await put(c1, `k${i}`, `v${i}`);
+        for (const id of ["n1", "n3", "n4"]) {
+          const c = clientOf(id);
+          for (const [key, value] of acknowledged) {
+            const got = await c.call(c.kv, "Get", { key: Buffer.from(key) });
+            assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${id}`);
+          }
+        }
+
+        // Removed for good: not listed, and the id cannot come back.
+        const remove = await cli(["node", "remove", "n2", ...endpoints, "--output", "json"]);
+        assert.equal(remove.code, 0, remove.err);
+        assert.equal((JSON.parse(remove.out) as { state: string }).state, "removed");
+        await eventually(
+          "n2 is not listed",
+          async () => !(await memberStates(c1)).some((m) => m.startsWith("n2=")),
+        );
+        const again = await cli(["node", "decommission", "n3", ...endpoints]);
+        assert.notEqual(again.code, 0, "decommissioning would leave 2 active members");
+        assert.match(again.err, /would leave 2 active member/);
+      } finally {
+        await cluster.killAll();
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});
