@@ -51,7 +51,6 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   out.push(...lives(input));
   const shards = [...meta.shards.keys()].sort((a, b) => a - b);
   let budget = input.maxMoves - shards.filter((s) => meta.isMoving(s)).length;
-  if (budget <= 0) return out;
   const active = meta.activeMembers();
   if (active.length === 0) return out;
   const load = replicaCounts(meta, active);
@@ -59,11 +58,14 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
 
   // 2. Repairs.
   for (const shard of shards) {
-    if (budget <= 0) return out;
-    if (meta.isMoving(shard)) continue;
     const nodes = meta.nodesOf(shard);
-    const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
     const bad = nodes.find((n) => meta.stateOf(n) !== "active");
+    // A move under way is left to finish, unless its new node is gone too (a learner that
+    // will never catch up): it is redirected, in the slot it already holds.
+    const moving = meta.isMoving(shard);
+    if (moving && bad === undefined) continue;
+    if (budget <= 0 && !moving) continue;
+    const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
     const spare = bestSpare(shard, nodes, active, load);
     let next: string[] | null = null;
     if (bad !== undefined && spare !== undefined) {
@@ -79,7 +81,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     out.push({ op: "move-shard", shard, from: nodes, nodes: next });
     if (spare !== undefined && next.includes(spare)) load.set(spare, (load.get(spare) ?? 0) + 1);
     if (bad !== undefined && load.has(bad)) load.set(bad, (load.get(bad) ?? 0) - 1);
-    budget--;
+    if (!moving) budget--;
   }
 
   // 3. Balance, only once nothing needs repair (a repair already moves toward balance).

@@ -5,9 +5,10 @@
  * under way does nothing, so at most one batch is in flight.
  *
  * `cluster.dead_after_ms` is counted from the last time this node's gossip had the member
- * alive, and never from before this node took the meta group's leadership: a new leader does
- * not inherit its predecessor's clocks, so it waits a whole `dead_after_ms` before it marks
- * any member dead (a member marked dead too late costs time; too early, a needless move).
+ * alive, and never from before this node took the meta group's leadership or first saw the
+ * member: a new leader does not inherit its predecessor's clocks, so it waits a whole
+ * `dead_after_ms` before it marks any member dead (a member marked dead too late costs time;
+ * too early, a needless move), and a member just admitted gets as long to show up alive.
  */
 import { allocate, type MetaCommand, type MetaState } from "../cluster/index.ts";
 import type { Logger } from "../ops/index.ts";
@@ -32,8 +33,6 @@ export class AllocatorLoop {
   readonly #host: AllocatorHost;
   /** When gossip last had each member alive (performance.now()), since this node leads. */
   readonly #lastAlive = new Map<string, number>();
-  /** When this node took the meta group's leadership; null while it does not lead it. */
-  #leadingSince: number | null = null;
   #busy = false;
 
   constructor(host: AllocatorHost) {
@@ -45,19 +44,18 @@ export class AllocatorLoop {
     const host = this.#host;
     const meta = host.meta();
     if (meta === null || meta.clusterId === null || !host.leadsMeta()) {
-      this.#leadingSince = null;
       this.#lastAlive.clear();
       return;
     }
-    this.#leadingSince ??= now;
     const alive = host.alive();
     for (const id of meta.members.keys()) {
-      if (alive.has(id) || id === host.nodeId) this.#lastAlive.set(id, now);
+      // A member's clock starts when this leader first sees it (a new leader, a new member).
+      if (alive.has(id) || id === host.nodeId || !this.#lastAlive.has(id))
+        this.#lastAlive.set(id, now);
     }
-    const since = this.#leadingSince;
     const unreachableLong = new Set(
       [...meta.members.keys()].filter(
-        (id) => now - (this.#lastAlive.get(id) ?? since) >= host.deadAfterMs,
+        (id) => now - (this.#lastAlive.get(id) ?? now) >= host.deadAfterMs,
       ),
     );
     if (this.#busy) return;

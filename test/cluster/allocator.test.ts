@@ -117,6 +117,24 @@ describe("allocator", () => {
     assert.deepEqual(allocate({ meta: s, ...calm, maxMoves: 3 }), []);
   });
 
+  it("redirects a move whose new member died before it caught up, even with no moves to spare", () => {
+    let s = cluster(["n1", "n2", "n3"], 12);
+    s = apply(s, { op: "join", member: member("n4") });
+    s = apply(s, { op: "set-state", id: "n4", state: "active" });
+    // Moves onto n4 start, and never finish: n4 dies.
+    for (const c of allocate({ meta: s, ...calm, maxMoves: 2 })) s = apply(s, c);
+    const stuck = [...s.shards.keys()].filter((k) => s.isMoving(k));
+    assert.equal(stuck.length, 2);
+    s = apply(s, { op: "set-state", id: "n4", state: "dead" });
+    const redirected = allocate({ meta: s, ...calm, maxMoves: 2 });
+    assert.deepEqual(
+      redirected.filter((c) => c.op === "move-shard").map((c) => c.shard),
+      stuck,
+    );
+    for (const c of redirected) s = apply(s, c);
+    for (const k of stuck) assert.ok(!s.nodesOf(k).includes("n4"), `shard ${k}`);
+  });
+
   it("drains a decommissioning member, then marks it decommissioned", () => {
     let s = cluster(["n1", "n2", "n3", "n4"], 50);
     s = settle(s, calm).s;

@@ -146,4 +146,69 @@ describe("elastic cluster (real processes)", () => {
       }
     },
   );
+
+  it(
+    "a member killed for good is marked dead after dead_after; its replicas are re-created, and a second failure loses nothing",
+    { timeout: 240_000 },
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-dead-"));
+      const cluster = await LocalCluster.create(dir, 4, {
+        CAIRN_CLUSTER_TOTAL_SHARDS: "16",
+        CAIRN_CLUSTER_DEAD_AFTER_MS: "3000",
+        CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
+      });
+      try {
+        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
+        await cluster.ready();
+        const c1 = cluster.node("n1").client;
+        assert.ok(c1 !== null);
+        const { acknowledged, put } = acknowledgedPuts();
+        for (let i = 0; i < 48; i++) await put(c1, `d${i}`, `v${i}`);
+        await cluster.start("n4");
+        await eventually(
+          "n4 holds its share",
+          async () => {
+            const counts = [...(await members(c1)).replicas.values()];
+            return counts.length === 4 && Math.max(...counts) - Math.min(...counts) <= 1;
+          },
+          90_000,
+        );
+        await cluster.stop("n4", "SIGKILL");
+        await eventually(
+          "n4 is dead and holds nothing",
+          async () => {
+            const m = await members(c1);
+            return m.states.includes("n4=dead") && m.replicas.get("n4") === 0;
+          },
+          60_000,
+        );
+        // Every shard is back on three live replicas (n1, n2 and n3 hold them all).
+        await eventually(
+          "every shard has three live replicas",
+          async () => {
+            const view = (await clusterView(c1)) as unknown as {
+              shards: { id: number; replicas: string[] }[];
+            };
+            return view.shards.every((s) => s.replicas.length === 3 && !s.replicas.includes("n4"));
+          },
+          90_000,
+        );
+        // A second failure: two of three replicas remain, and nothing is unavailable or lost.
+        await cluster.stop("n3", "SIGKILL");
+        for (let i = 48; i < 64; i++) await put(c1, `d${i}`, `v${i}`);
+        const c2 = cluster.node("n2").client;
+        assert.ok(c2 !== null);
+        for (const [key, value] of acknowledged) {
+          const got = await c2.call(c2.kv, "Get", { key: Buffer.from(key) });
+          assert.equal((got["value"] as Buffer).toString(), value, key);
+        }
+        const removed = await cli(["node", "remove", "n4", "--endpoints", cluster.node("n1").rpc]);
+        assert.equal(removed.code, 0, removed.err);
+        assert.match(removed.out, /n4: removed, 0 replica\(s\) left/);
+      } finally {
+        await cluster.killAll();
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
