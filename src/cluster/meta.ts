@@ -20,18 +20,20 @@
  *
  * Record keys (without the engine's internal prefix byte 0x00):
  *   meta/cluster            {clusterId, totalShards, replicationFactor}
- *   meta/member/<id>        {id, rpcAddr, httpAddr, incarnation?, retired?}
- *   meta/shard/<10 digits>  {replicas}   (the shard id zero-padded, so keys sort numerically)
+ *   meta/member/<id>        {id, rpcAddr, httpAddr, incarnation?, retired?, state?}
+ *   meta/shard/<10 digits>  {replicas, nodes?, moving?}   (the id zero-padded: keys sort numerically)
  *   meta/leader/<10 digits> {node}       (the shard's preferred leader, set by prefer-leader)
  *
  * A shard's record holds its group's initial voters as replica ids (src/cluster/replica.ts),
- * frozen when the create-shard entry applies, so every replica starts the group alike. A member
- * whose data directory was wiped rejoins with a new incarnation (`rejoin`): its old one is
- * retired, and each group's leader replaces the old replica by the new one through membership
- * changes (src/node/replicas.ts), so the initial voters say nothing about the group's voters now.
+ * frozen when the create-shard entry applies, so every replica starts the group alike; once a
+ * move (move-shard) placed it elsewhere, also its `nodes` now and whether the move is under way
+ * (design.md §5.2). A member whose data directory was wiped rejoins with a new incarnation
+ * (`rejoin`): its old one is retired. Each group's leader makes its voters the current replicas
+ * of the shard's nodes through membership changes (src/node/replicas.ts), so the initial
+ * voters say nothing about the group's voters now. A member's `state` (absent: active) follows
+ * its life: joining, active, decommissioning, decommissioned, dead, removed (set-state).
  *
- * Caveats: members are never removed and a shard's nodes never change (node removal and
- * re-replication are a later issue); addresses are checked for shape only, not parsed.
+ * Caveat: addresses are checked for shape only, not parsed.
  */
 import { CairnError } from "../common/errors.ts";
 import { DenseMap, type ReadonlyDenseMap } from "../common/index.ts";
