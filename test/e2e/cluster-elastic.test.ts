@@ -15,6 +15,7 @@ import {
   clusterView,
   eventually,
   LocalCluster,
+  retryingKv,
 } from "../support/cluster-process.ts";
 import { cleanEnv } from "../support/server-process.ts";
 
@@ -102,6 +103,20 @@ describe("elastic cluster (real processes)", () => {
           },
           90_000,
         );
+        // Every node is healthy: a replica moved away (dormant on its old node) is not counted.
+        await eventually(
+          "every node is healthy",
+          async () => {
+            for (const n of cluster.running()) {
+              const r = (await (await fetch(`http://${n.server?.http}/health`)).json()) as {
+                status: string;
+              };
+              if (r.status !== "healthy") return false;
+            }
+            return true;
+          },
+          30_000,
+        );
         // Writes go on, through the new node too; every acknowledged key reads back everywhere.
         for (let i = 64; i < 96; i++) await put(n4.client, `k${i}`, `v${i}`);
         for (const n of cluster.running()) {
@@ -140,6 +155,68 @@ describe("elastic cluster (real processes)", () => {
         const again = await cli(["node", "decommission", "n3", ...endpoints]);
         assert.notEqual(again.code, 0, "decommissioning would leave 2 active members");
         assert.match(again.err, /would leave 2 active member/);
+      } finally {
+        await cluster.killAll();
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it(
+    "moves survive SIGKILL of the meta leader and of the destination mid-move: every shard ends on three replicas, nothing lost",
+    { timeout: 300_000 },
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-move-crash-"));
+      const cluster = await LocalCluster.create(dir, 4, {
+        CAIRN_CLUSTER_TOTAL_SHARDS: "16",
+        CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
+        CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "2",
+      });
+      try {
+        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
+        await cluster.ready();
+        const { acknowledged, put } = acknowledgedPuts();
+        const c2 = (): NonNullable<(typeof cluster.nodes)[number]["client"]> => {
+          const c = cluster.node("n2").client;
+          assert.ok(c !== null);
+          return c;
+        };
+        for (let i = 0; i < 48; i++) await put(c2(), `m${i}`, `v${i}`);
+        await cluster.start("n4");
+        const placed = async (id: string): Promise<number> =>
+          (await members(c2())).replicas.get(id) ?? 0;
+        await eventually("a first move onto n4", async () => (await placed("n4")) >= 1, 90_000);
+        // The meta group's leader dies mid-move, and comes back.
+        const view = await clusterView(c2());
+        const metaLeader = view.shards.find((s) => s.id === 0)?.leader ?? "n1";
+        await cluster.stop(metaLeader, "SIGKILL");
+        for (let i = 48; i < 56; i++) await put(c2(), `m${i}`, `v${i}`);
+        await cluster.start(metaLeader);
+        // The destination dies mid-move, and comes back.
+        await eventually("more moves onto n4", async () => (await placed("n4")) >= 4, 90_000);
+        await cluster.stop("n4", "SIGKILL");
+        await cluster.start("n4");
+        await eventually(
+          "the moves finish: replicas even, every shard on three distinct nodes",
+          async () => {
+            const counts = [...(await members(c2())).replicas.values()];
+            const shards = (await clusterView(c2())).shards;
+            return (
+              counts.length === 4 &&
+              Math.max(...counts) - Math.min(...counts) <= 1 &&
+              shards.every((s) => s.replicas.length === 3 && new Set(s.replicas).size === 3)
+            );
+          },
+          120_000,
+        );
+        for (const n of cluster.running()) {
+          const c = n.client;
+          assert.ok(c !== null);
+          for (const [key, value] of acknowledged) {
+            const got = await retryingKv(c, "Get", { key: Buffer.from(key) });
+            assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${n.id}`);
+          }
+        }
       } finally {
         await cluster.killAll();
         await rm(dir, { recursive: true, force: true });
