@@ -153,7 +153,13 @@ export type MetaOutcome =
    * The command can never apply as written (bad shard, unknown replica, not bootstrapped…);
    * `retired`: a `rejoin` with an incarnation the member left behind (an old copy of its data).
    */
-  | { readonly kind: "rejected"; readonly reason: string; readonly retired?: true };
+  | {
+      readonly kind: "rejected";
+      readonly reason: string;
+      readonly retired?: true;
+      /** The command names a member that was removed for good (its node must stop). */
+      readonly removed?: true;
+    };
 
 /** One stored record: `key` without the engine's internal prefix byte. */
 export interface MetaRecord {
@@ -783,7 +789,8 @@ export class MetaState {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(id);
     if (previous === undefined) return this.#rejected(`${id} is not a member`);
-    if (previous.state === "removed") return this.#rejected(removedReason(id));
+    if (previous.state === "removed")
+      return this.#same({ kind: "rejected", reason: removedReason(id), removed: true });
     if (previous.incarnation === incarnation)
       return this.#same({ kind: "member-unchanged", member: previous });
     const retired = previous.retired ?? [];
@@ -824,7 +831,8 @@ export class MetaState {
   #join(m: MetaMember): MetaApplyResult {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(m.id);
-    if (previous?.state === "removed") return this.#rejected(removedReason(m.id));
+    if (previous?.state === "removed")
+      return this.#same({ kind: "rejected", reason: removedReason(m.id), removed: true });
     if (previous !== undefined) {
       if (previous.incarnation === m.incarnation)
         return this.#same({ kind: "member-unchanged", member: previous });

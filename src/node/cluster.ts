@@ -426,6 +426,13 @@ export class ClusterState {
             this.#stopOnLostState(this.#meta?.clusterId ?? "");
             return;
           }
+          if (errorCodeOf(err) === "CAIRN_ERR_NODE_REMOVED" && !this.#lost) {
+            // This node's id was retired for good (cairn node remove): it must not serve.
+            this.#lost = true;
+            this.#rejoining = false;
+            this.#onLostState(new CairnError("CAIRN_ERR_NODE_REMOVED", describe(err)));
+            return;
+          }
           if (errorCodeOf(err) === "CAIRN_ERR_DUPLICATE_NODE_ID" && !this.#lost) {
             // Another node runs as this id's recorded member: this one must not replace it.
             this.#lost = true;
@@ -489,6 +496,11 @@ export class ClusterState {
         });
       })
       .catch((err: unknown) => {
+        if (errorCodeOf(err) === "CAIRN_ERR_NODE_REMOVED" && !this.#lost) {
+          this.#lost = true;
+          this.#onLostState(new CairnError("CAIRN_ERR_NODE_REMOVED", describe(err)));
+          return;
+        }
         const refused = errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT";
         if (refused) this.#joinRefusal = describe(err);
         this.#log[refused ? "error" : "debug"]("joining the cluster failed; retrying", {
@@ -810,6 +822,7 @@ async function proposeViaLeader(
       if (
         code === "CAIRN_ERR_INVALID_ARGUMENT" ||
         code === "CAIRN_ERR_LOST_STATE" ||
+        code === "CAIRN_ERR_NODE_REMOVED" ||
         code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
         grpcCode === status.FAILED_PRECONDITION ||
         grpcCode === status.PERMISSION_DENIED
@@ -831,11 +844,18 @@ async function proposeViaLeader(
  * retired incarnation, else CAIRN_ERR_INVALID_ARGUMENT. The same on the meta leader's node and,
  * through cairn.v1.Raft ProposeMeta, on the proposing one (errorCodeOf reads it there).
  */
-export function metaRefusal(outcome: { reason: string; retired?: true }): CairnError {
-  return new CairnError(
-    outcome.retired === true ? "CAIRN_ERR_LOST_STATE" : "CAIRN_ERR_INVALID_ARGUMENT",
-    `meta command refused: ${outcome.reason}`,
-  );
+export function metaRefusal(outcome: {
+  reason: string;
+  retired?: true;
+  removed?: true;
+}): CairnError {
+  const code =
+    outcome.retired === true
+      ? "CAIRN_ERR_LOST_STATE"
+      : outcome.removed === true
+        ? "CAIRN_ERR_NODE_REMOVED"
+        : "CAIRN_ERR_INVALID_ARGUMENT";
+  return new CairnError(code, `meta command refused: ${outcome.reason}`);
 }
 
 /** A local CairnError's code, or the one a failed peer call carries in its trailers. */

@@ -208,7 +208,9 @@ export class CairnNode implements HealthSource {
           log.error(
             err.code === "CAIRN_ERR_DUPLICATE_NODE_ID"
               ? "another node runs as this node id; this one stops"
-              : "this data directory is an earlier copy of a member's state; it stops",
+              : err.code === "CAIRN_ERR_NODE_REMOVED"
+                ? "this node was removed from its cluster; it stops"
+                : "this data directory is an earlier copy of a member's state; it stops",
             { error: err.message, code: err.code },
           );
           onFatal(err);

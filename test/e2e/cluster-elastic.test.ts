@@ -152,6 +152,14 @@ describe("elastic cluster (real processes)", () => {
           "n2 is not listed",
           async () => !(await memberStates(c1)).some((m) => m.startsWith("n2=")),
         );
+        // n2 restarted on its old data directory: its id is retired, it stops.
+        const back = await cluster.start("n2");
+        const exit = await back.server?.exited;
+        assert.equal(exit?.code, 1);
+        assert.match(back.server?.lines.join("\n") ?? "", /CAIRN_ERR_NODE_REMOVED/);
+        back.server = null;
+        back.client?.close();
+        back.client = null;
         const again = await cli(["node", "decommission", "n3", ...endpoints]);
         assert.notEqual(again.code, 0, "decommissioning would leave 2 active members");
         assert.match(again.err, /would leave 2 active member/);
