@@ -11,6 +11,7 @@
  * Keys are ECDSA P-256, written 0600; an existing file is never overwritten without --overwrite.
  */
 import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { tmpdir } from "node:os";
@@ -102,7 +103,7 @@ function create(
     const crt = join(work, "cert.pem");
     openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key]);
     openssl(["req", "-new", "-key", key, "-subj", subject, "-out", csr]);
-    const serial = `0x${Buffer.from(crypto.getRandomValues(new Uint8Array(16))).toString("hex")}`;
+    const serial = `0x${randomBytes(16).toString("hex")}`;
     const signer = ca === null ? ["-signkey", key] : ["-CA", ca.crt, "-CAkey", ca.key];
     openssl([
       "x509",
@@ -189,7 +190,14 @@ export function cert(argv: readonly string[], io: Io): number {
         files = ca;
         refuseExisting(files, overwrite);
         mkdirSync(dir, { recursive: true });
-        create(files, "/O=Cairn/CN=Cairn CA", daysOf(values.days, 3650), CA_EXTENSIONS, null);
+        // A name of its own, so that a certificate of another CA is told apart in errors.
+        create(
+          files,
+          `/O=Cairn/CN=Cairn CA ${randomBytes(4).toString("hex")}`,
+          daysOf(values.days, 3650),
+          CA_EXTENSIONS,
+          null,
+        );
         break;
       case "create-node": {
         const id = checkName("the node ID", name);
