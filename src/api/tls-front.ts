@@ -19,6 +19,7 @@ import { Server as TlsServer, type TLSSocket } from "node:tls";
 import type { Socket } from "node:net";
 import {
   readTlsFiles,
+  stampTlsFiles,
   type TlsFiles,
   TlsFileWatch,
   type TlsMaterial,
@@ -82,6 +83,7 @@ export function tlsFront(
   onSecure: (socket: TLSSocket) => void,
   report: (event: FrontEndEvent) => void,
 ): TlsFront {
+  const readAt = stampTlsFiles(files);
   const material = readTlsFiles(files);
   const mutual = material.clientCa !== null;
   const server = new TlsServer({
@@ -134,6 +136,7 @@ export function tlsFront(
 
   const watch = new TlsFileWatch(
     files,
+    readAt,
     (m) => {
       server.setSecureContext(contextOptions(m));
       report({

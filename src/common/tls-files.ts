@@ -7,7 +7,7 @@
  * read before.
  */
 import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, type Stats, statSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import { createSecureContext } from "node:tls";
 import { CairnError } from "./errors.ts";
@@ -136,11 +136,36 @@ export function readTlsFiles(files: TlsFiles, now: number = Date.now()): TlsMate
 /** A file's identity and version as stat sees it: a rename over it or a rewrite changes it. */
 async function stamp(file: string): Promise<string> {
   try {
-    const s = await stat(file);
-    return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+    return stampOf(await stat(file));
   } catch (err) {
     return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
   }
+}
+
+function stampOf(s: Stats): string {
+  return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+}
+
+function pathsOf(files: TlsFiles): string[] {
+  return [files.certFile, files.keyFile, files.clientCaFile].filter(
+    (p): p is string => p !== undefined,
+  );
+}
+
+/**
+ * The files' stamps now, taken before they are read (TlsFileWatch's starting point): a change
+ * between this and the read is then seen as a change, never missed.
+ */
+export function stampTlsFiles(files: TlsFiles): string {
+  return pathsOf(files)
+    .map((p) => {
+      try {
+        return stampOf(statSync(p));
+      } catch (err) {
+        return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
+      }
+    })
+    .join("|");
 }
 
 /** How often TlsFileWatch looks at the files. */
@@ -155,25 +180,23 @@ export const TLS_RELOAD_INTERVAL_MS = 1000;
 export class TlsFileWatch {
   readonly #files: TlsFiles;
   readonly #timer: NodeJS.Timeout;
-  #stamps: string | null = null;
+  #stamps: string;
   #busy = false;
 
   constructor(
     files: TlsFiles,
+    /** stampTlsFiles(files), taken before the files in use were read. */
+    readAt: string,
     onReload: (material: TlsMaterial) => void,
     onError: (err: TlsFileError) => void,
     intervalMs = TLS_RELOAD_INTERVAL_MS,
   ) {
     this.#files = files;
-    const paths = [files.certFile, files.keyFile, files.clientCaFile].filter(
-      (p): p is string => p !== undefined,
-    );
+    this.#stamps = readAt;
+    const paths = pathsOf(files);
     const look = async (): Promise<void> => {
       const stamps = (await Promise.all(paths.map(stamp))).join("|");
-      if (this.#stamps === null || stamps === this.#stamps) {
-        this.#stamps = stamps;
-        return;
-      }
+      if (stamps === this.#stamps) return;
       this.#stamps = stamps;
       try {
         onReload(readTlsFiles(this.#files));
@@ -188,9 +211,6 @@ export class TlsFileWatch {
       void look().finally(() => (this.#busy = false));
     }, intervalMs);
     this.#timer.unref();
-    // The first look records the files as they are now, read at start.
-    this.#busy = true;
-    void look().finally(() => (this.#busy = false));
   }
 
   close(): void {

@@ -4,7 +4,7 @@
  * cleartext one (a clear error, the node unharmed), handshakes that never finish (bounded by
  * rpc.handshake_timeout_ms), mutual TLS refusing a client without a certificate, with one of
  * another CA or an expired one (in I/O threads), and the files reloaded while a connection made
- * before keeps working (with shard workers).
+ * before keeps working, unusable files refused and the ones before kept (with shard workers).
  */
 import assert from "node:assert/strict";
 import { X509Certificate } from "node:crypto";
@@ -308,6 +308,23 @@ describe("certificate reload, with shard workers (real server process)", () => {
     const before = client(server, { ca: first.ca });
     try {
       await before.put("reload/before", "1");
+      // A key that is not the certificate's: refused and logged, the files read before kept.
+      writeFileSync(join(live, "node.key.tmp"), readFileSync(second.nodeKey));
+      renameSync(join(live, "node.key.tmp"), join(live, "node.key"));
+      await eventually("the unusable files are logged", () =>
+        Promise.resolve(
+          server.lines.some(
+            (l) =>
+              l.includes('"code":"CAIRN_ERR_TLS_RELOAD"') &&
+              l.includes("is not the key of the certificate in tls.cert_file"),
+          ),
+        ),
+      );
+      const kept = await handshake(server.rpc, {
+        ca: readFileSync(first.ca),
+        ALPNProtocols: ["h2"],
+      });
+      kept.destroy();
       install(second);
       const fingerprint = new X509Certificate(readFileSync(second.nodeCert)).fingerprint256;
       // Each shard worker reloads on its own: every one of several new handshakes (spread over
