@@ -1063,7 +1063,7 @@ export function serveFrontEnd(
   });
   if (tlsError !== null) {
     port.postMessage({ kind: "listen-error", code: "CAIRN_ERR_TLS_FILE", message: tlsError });
-  } else
+  } else {
     listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
       listener.removeAllListeners("error");
       const address = listener.address();
@@ -1072,6 +1072,7 @@ export function serveFrontEnd(
         port: typeof address === "object" && address !== null ? address.port : setup.port,
       });
     });
+  }
 
   /** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
   function shutdown(deadlineMs: number): void {
