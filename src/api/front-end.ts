@@ -75,6 +75,12 @@ import {
   REPLY_FIELDS,
   type ReplyBatch,
 } from "./handoff.ts";
+import {
+  goAwayInadequateSecurity,
+  tlsFront,
+  type TlsFront,
+  TLS_HANDSHAKE_BYTE,
+} from "./tls-front.ts";
 import { PEER_KEY, SHARD_WORKER_KEY } from "./wire.ts";
 import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
@@ -896,9 +902,11 @@ export function serveFrontEnd(
 
   /**
    * Reads a connection's first bytes: a CONNECT for a worker, or HTTP/2 to serve here. `workers`
-   * is undefined for a node without shard workers, which refuses every CONNECT.
+   * is undefined for a node without shard workers, which refuses every CONNECT. With TLS on
+   * (`tls`), a TCP connection must open a TLS handshake, handed to `tls`, whose TLS socket comes
+   * back here (`overTls`) for its first decrypted bytes.
    */
-  function sniff(socket: Socket, workers: WorkerTunnels | undefined): void {
+  function sniff(socket: Socket, workers: WorkerTunnels | undefined, overTls: boolean): void {
     sniffing.add(socket);
     let head: Buffer = Buffer.alloc(0);
     // A client that sends nothing (or a CONNECT that never ends) is not kept.
@@ -911,6 +919,17 @@ export function serveFrontEnd(
     };
     const onData = (chunk: Buffer): void => {
       head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
+      if (!overTls && (tls !== null || head[0] === TLS_HANDSHAKE_BYTE)) {
+        stop();
+        socket.pause();
+        if (tls !== null && head[0] === TLS_HANDSHAKE_BYTE) {
+          socket.unshift(head);
+          tls.accept(socket);
+        } else {
+          refuseMismatch(socket, head);
+        }
+        return;
+      }
       const request = readTunnelRequest(head);
       if (request.kind === "partial") return;
       stop();
@@ -940,6 +959,14 @@ export function serveFrontEnd(
           if (rest !== null) socket.unshift(rest);
           serveConnection(socket, true);
           socket.resume();
+        } else if (overTls) {
+          // A TLS session lives in the thread that made it: its descriptor cannot be handed on.
+          socket.end(
+            tunnelAnswer(
+              421,
+              `this TLS connection reached shard worker ${workers.index}, not ${request.index}, and a TLS connection cannot be handed between workers`,
+            ),
+          );
         } else {
           handOff(socket, request.index, rest, workers);
         }
@@ -951,6 +978,28 @@ export function serveFrontEnd(
       clearTimeout(timer);
       sniffing.delete(socket);
     });
+  }
+
+  /**
+   * A connection that speaks cleartext to this TLS port, or TLS to this cleartext one: closed at
+   * once, with a word for the client where it can read one. An HTTP/2 client gets the server's
+   * SETTINGS and GOAWAY INADEQUATE_SECURITY saying why; a CONNECT, an HTTP/1.1 answer; a TLS
+   * client nothing (this port speaks no TLS), so it reports the connection closed before the
+   * handshake ended.
+   */
+  function refuseMismatch(socket: Socket, head: Buffer): void {
+    if (tls === null) {
+      socket.destroy();
+      return;
+    }
+    const why = "this node serves rpc_addr over TLS only (tls.cert_file): connect with TLS";
+    if (head[0] === 0x50 /* P, the preface's PRI */) {
+      socket.end(goAwayInadequateSecurity(why));
+    } else if (head[0] === 0x43 /* C, a CONNECT */) {
+      socket.end(tunnelAnswer(421, why));
+    } else {
+      socket.destroy();
+    }
   }
 
   /** Gives worker `to` the socket's connection: a copy of its descriptor, this one closed. */
@@ -988,28 +1037,49 @@ export function serveFrontEnd(
     serveConnection(socket, true);
   }
 
+  /** TLS on rpc_addr (tls-front.ts): null serves cleartext. */
+  let tls: TlsFront | null = null;
+  let tlsError: string | null = null;
+  if (setup.tls !== undefined) {
+    try {
+      tls = tlsFront(
+        setup.tls,
+        limits.handshakeTimeoutMs,
+        (socket) => sniff(socket, tunnels, true),
+        report,
+      );
+    } catch (err) {
+      tlsError = err instanceof Error ? err.message : String(err);
+    }
+  }
+
   const listener: NetServer = createServer({ noDelay: true }, (socket) => {
     // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
     socket.setKeepAlive(true, 60_000);
-    sniff(socket, tunnels);
+    sniff(socket, tunnels, false);
   });
   listener.once("error", (err: NodeJS.ErrnoException) => {
     port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });
   });
-  listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
-    listener.removeAllListeners("error");
-    const address = listener.address();
-    port.postMessage({
-      kind: "listening",
-      port: typeof address === "object" && address !== null ? address.port : setup.port,
+  if (tlsError !== null) {
+    port.postMessage({ kind: "listen-error", code: "CAIRN_ERR_TLS_FILE", message: tlsError });
+  } else {
+    listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
+      listener.removeAllListeners("error");
+      const address = listener.address();
+      port.postMessage({
+        kind: "listening",
+        port: typeof address === "object" && address !== null ? address.port : setup.port,
+      });
     });
-  });
+  }
 
   /** Stops accepting, lets the connections' calls finish (GOAWAY), cuts them at the deadline. */
   function shutdown(deadlineMs: number): void {
     shutDown = true;
     if (idleSweep !== null) clearInterval(idleSweep);
-    listener.close();
+    if (listener.listening) listener.close();
+    tls?.close();
     for (const socket of sniffing) socket.destroy();
     sniffing.clear();
     const done = (): void => {

@@ -5,6 +5,7 @@
  * Buffer view would copy the whole pool it points into) and its numbers into one Float64Array.
  */
 import { Metadata } from "@grpc/grpc-js";
+import type { TlsFiles } from "../common/tls-files.ts";
 
 /** A gRPC method as an I/O thread registers it (its serializers pass bytes through). */
 export interface MethodInfo {
@@ -28,6 +29,8 @@ export interface IoThreadSetup {
   readonly serverOptions: Readonly<Record<string, number>>;
   /** What a hostile client meets (FrontEndLimits); absent fields take their defaults. */
   readonly limits?: Partial<FrontEndLimits>;
+  /** TLS on `port` (tls-front.ts): each thread reads the files itself; absent, cleartext. */
+  readonly tls?: TlsFiles;
 }
 
 /**
@@ -72,11 +75,18 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
 
 /**
  * What a front end reports to the main thread: a connection that its own code failed on (a bug:
- * logged at ERROR), or one ended for going past a limit (WARN). `code` is stable.
+ * logged at ERROR), one ended for going past a limit (WARN), a client whose certificate mutual
+ * TLS refused (WARN), the TLS files reloaded (INFO) or changed but unusable (ERROR). `code` is
+ * stable.
  */
 export interface FrontEndEvent {
-  readonly code: "CAIRN_ERR_CONNECTION_INTERNAL" | "CAIRN_ERR_CONNECTION_LIMIT";
-  /** The client's address (host:port). */
+  readonly code:
+    | "CAIRN_ERR_CONNECTION_INTERNAL"
+    | "CAIRN_ERR_CONNECTION_LIMIT"
+    | "CAIRN_ERR_TLS_CLIENT_REFUSED"
+    | "CAIRN_ERR_TLS_RELOAD"
+    | "CAIRN_TLS_RELOADED";
+  /** The client's address (host:port); "" for an event of no connection. */
   readonly peer: string;
   readonly message: string;
 }

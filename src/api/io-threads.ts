@@ -16,6 +16,7 @@ import { EventEmitter } from "node:events";
 import { createServer } from "node:net";
 import { Worker } from "node:worker_threads";
 import { IntMap } from "../common/index.ts";
+import type { TlsFiles } from "../common/tls-files.ts";
 import { type FrontEnd, serveFrontEnd, type WorkerTunnels } from "./front-end.ts";
 import {
   type MethodDefinition,
@@ -165,6 +166,8 @@ export interface IoThreadsOptions {
   readonly tunnels?: WorkerTunnels;
   /** The front ends' limits (absent fields: their defaults). */
   readonly limits?: Partial<FrontEndLimits>;
+  /** TLS on the port: every front end (each thread) terminates it itself (tls-front.ts). */
+  readonly tls?: TlsFiles;
   /** A front end reports a connection (its own failure, or a client past a limit). */
   readonly onEvent?: (event: FrontEndEvent) => void;
 }
@@ -449,6 +452,7 @@ export class IoThreads {
       methods: o.table.methods,
       serverOptions: o.serverOptions,
       ...(o.limits === undefined ? {} : { limits: o.limits }),
+      ...(o.tls === undefined ? {} : { tls: o.tls }),
     };
     const inProcess = o.count === 0 ? new InProcessFrontEnd(setup, o.tunnels) : null;
     const worker: FrontEndHandle =

@@ -11,6 +11,8 @@ import {
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import type { ClusterViewPublisher } from "../cluster/index.ts";
+import { CairnError } from "../common/index.ts";
+import type { TlsFiles } from "../common/tls-files.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
@@ -78,6 +80,8 @@ export interface RpcServerOptions {
   readonly tunnels?: WorkerTunnels;
   /** What one connection may make the node spend (`rpc.*`; absent fields: the defaults). */
   readonly frontEnd?: Partial<Omit<FrontEndLimits, "peerMaxReceive">>;
+  /** TLS on `address` (`tls.*`, tls-front.ts); absent, cleartext. */
+  readonly tls?: TlsFiles;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -173,6 +177,7 @@ export class RpcServer {
         peerMaxReceive: this.#serverOptions["grpc.max_receive_message_length"] as number,
       },
       onEvent: (event) => this.#onFrontEndEvent(event),
+      ...(this.#options.tls === undefined ? {} : { tls: this.#options.tls }),
       ...(this.#options.joinsPort === true ? { joinsPort: true } : {}),
       ...(this.#options.tunnels === undefined ? {} : { tunnels: this.#options.tunnels }),
       onFailure: (err) => this.#options.onFatal?.(err),
@@ -183,6 +188,10 @@ export class RpcServer {
       return { host, port };
     } catch (err) {
       this.#server.forceShutdown();
+      if (err instanceof IoThreadListenError && err.code === "CAIRN_ERR_TLS_FILE") {
+        // A TLS file changed between the configuration's check and the front end's read.
+        throw new CairnError("CAIRN_ERR_TLS_FILE", err.message);
+      }
       if (err instanceof IoThreadListenError) throw bindErrorFor(err, address, "rpc_addr");
       throw err;
     }
@@ -190,6 +199,7 @@ export class RpcServer {
 
   /** A connection the front end ended: its own failure (ERROR) or a client past a limit (WARN). */
   #onFrontEndEvent(event: FrontEndEvent): void {
+    if (this.#onTlsEvent(event)) return;
     const internal = event.code === "CAIRN_ERR_CONNECTION_INTERNAL";
     this.#options.metrics.rpcConnectionEnded(internal ? "internal" : "limit");
     const fields = { code: event.code, peer: event.peer, reason: event.message };
@@ -203,6 +213,25 @@ export class RpcServer {
         "a gRPC client went past a limit; its connection was ended",
         fields,
       );
+    }
+  }
+
+  /** The TLS events (tls-front.ts): true when `event` was one. */
+  #onTlsEvent(event: FrontEndEvent): boolean {
+    const log = this.#options.logger;
+    const fields = { code: event.code, peer: event.peer, reason: event.message };
+    switch (event.code) {
+      case "CAIRN_TLS_RELOADED":
+        log.info("the TLS files changed and were reloaded", { reason: event.message });
+        return true;
+      case "CAIRN_ERR_TLS_RELOAD":
+        log.error("the TLS files changed but cannot be used", fields);
+        return true;
+      case "CAIRN_ERR_TLS_CLIENT_REFUSED":
+        log.warn("a client's TLS certificate was refused; its connection was closed", fields);
+        return true;
+      default:
+        return false;
     }
   }
 

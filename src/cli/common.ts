@@ -3,10 +3,12 @@
  * and the one mapping of client errors to exit codes.
  */
 import { status } from "@grpc/grpc-js";
+import { readFileSync } from "node:fs";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { Io } from "./io.ts";
 import {
   CairnClient,
+  type TlsOptions,
   IndeterminateWriteError,
   InvalidRequestError,
   ServerError,
@@ -33,6 +35,11 @@ export const GLOBAL_HELP = `Global options:
   --endpoints LIST       comma-separated gRPC HOST:PORT (env CAIRN_ENDPOINTS, default ${DEFAULT_ENDPOINT})
   --output FORMAT        text (default) or json; alias -w/--write-out (env CAIRN_OUTPUT)
   --timeout MS           deadline of the command, retries included (default 5000)
+  --cacert FILE          TLS: the CA certificate (PEM) that signed the nodes' (env CAIRN_CACERT);
+                         without it, cleartext
+  --cert FILE, --key FILE
+                         mutual TLS: this client's certificate and key (PEM; env CAIRN_CERT,
+                         CAIRN_KEY), for a node with tls.client_ca_file
   -h, --help             show this help
 
 Exit codes: 0 ok, 1 not found, 2 usage, 3 unavailable, 4 compare-and-set conflict,
@@ -43,6 +50,9 @@ export const GLOBAL_OPTIONS = {
   output: { type: "string", short: "w" },
   "write-out": { type: "string" },
   timeout: { type: "string" },
+  cacert: { type: "string" },
+  cert: { type: "string" },
+  key: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const satisfies NonNullable<ParseArgsConfig["options"]>;
 
@@ -59,6 +69,8 @@ export interface Globals {
   readonly endpoints: string[];
   readonly output: OutputMode;
   readonly timeoutMs: number;
+  /** TLS to the nodes (--cacert, --cert, --key); absent: cleartext. */
+  readonly tls?: TlsOptions;
 }
 
 type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
@@ -102,7 +114,45 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
   const timeoutMs = Number(timeout);
   if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
     throw new UsageError(`--timeout must be a positive number of milliseconds, not ${timeout}`);
-  return { endpoints, output, timeoutMs };
+  const tls = tlsOf(values, env);
+  return { endpoints, output, timeoutMs, ...(tls === undefined ? {} : { tls }) };
+}
+
+/** --cacert, --cert and --key (or CAIRN_CACERT, CAIRN_CERT, CAIRN_KEY), read. */
+function tlsOf(values: Values, env: NodeJS.ProcessEnv): TlsOptions | undefined {
+  const file = (flag: string, name: string): Buffer | undefined => {
+    const path = str(values, flag) ?? (env[name] === "" ? undefined : env[name]);
+    if (path === undefined) return undefined;
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? String(err);
+      throw new UsageError(`--${flag} ${path} cannot be read: ${code}`);
+    }
+  };
+  const ca = file("cacert", "CAIRN_CACERT");
+  const cert = file("cert", "CAIRN_CERT");
+  const key = file("key", "CAIRN_KEY");
+  if ((cert === undefined) !== (key === undefined))
+    throw new UsageError("--cert and --key go together (mutual TLS)");
+  if (ca === undefined && cert === undefined) return undefined;
+  // grpc-js names the server by the endpoint's host, an IP address too, and Node warns about
+  // that once (DEP0123): noise on a command's stderr, where the certificate's IP SAN is checked.
+  quietIpServername();
+  return {
+    ...(ca === undefined ? {} : { ca }),
+    ...(cert === undefined ? {} : { cert }),
+    ...(key === undefined ? {} : { key }),
+  };
+}
+
+function quietIpServername(): void {
+  const printers = process.listeners("warning");
+  process.removeAllListeners("warning");
+  process.on("warning", (w: Error & { code?: string }) => {
+    if (w.code === "DEP0123") return;
+    for (const p of printers) p(w);
+  });
 }
 
 export function checkHostPort(e: string, flag: string): void {
@@ -112,7 +162,12 @@ export function checkHostPort(e: string, flag: string): void {
 }
 
 export function clientFor(g: Globals, routing = true): CairnClient {
-  return new CairnClient({ endpoints: g.endpoints, timeoutMs: g.timeoutMs, routing });
+  return new CairnClient({
+    endpoints: g.endpoints,
+    timeoutMs: g.timeoutMs,
+    routing,
+    ...(g.tls === undefined ? {} : { tls: g.tls }),
+  });
 }
 
 /** "INDEX/TERM" → version. */

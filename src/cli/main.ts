@@ -29,11 +29,13 @@ Commands:
   node decommission|remove NODE
                     move every replica off a member, or retire a dead one for good
   bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
+  cert SUBCOMMAND   create TLS certificates: create-ca, create-node ID, create-client NAME
   serve             run a node
   version           print the version
 
 Every command takes --help. Client commands take --endpoints HOST:PORT,... (env CAIRN_ENDPOINTS,
-default 127.0.0.1:7447), --output text|json and --timeout MS; health and metrics take
+default 127.0.0.1:7447), --output text|json, --timeout MS, and for a node that serves TLS
+--cacert FILE (with mutual TLS also --cert FILE --key FILE); health and metrics take
 --http-endpoint HOST:PORT (env CAIRN_HTTP_ENDPOINT, default 127.0.0.1:8080).
 
 Options:
@@ -68,6 +70,9 @@ const LEADING_OPTIONS = new Set([
   "-w",
   "--write-out",
   "--timeout",
+  "--cacert",
+  "--cert",
+  "--key",
 ]);
 
 /** Moves options given before the command to after it, where the command parses them. */
@@ -129,6 +134,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return (await ops()).node(rest, PROCESS_IO);
     case "bench":
       return (await import("./bench.ts")).bench(rest, PROCESS_IO);
+    case "cert":
+      return (await import("./cert-commands.ts")).cert(rest, PROCESS_IO);
     default:
       process.stderr.write(`cairn: unknown command ${JSON.stringify(command)}\n\n${HELP}`);
       return 2;

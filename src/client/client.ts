@@ -81,6 +81,19 @@ export interface CairnClientOptions {
   readonly channelOptions?: Readonly<Record<string, string | number>>;
   /** Injected randomness for jitter (tests); default Math.random. */
   readonly random?: () => number;
+  /**
+   * TLS to the nodes (a node with `tls.cert_file`); absent: cleartext. `ca`: the certificates
+   * (PEM) that signed the nodes' (default: the system's roots); `cert` and `key`: this client's
+   * certificate and key (PEM), for a node with `tls.client_ca_file` (mutual TLS). The node's
+   * certificate must name the host of the endpoint dialled (`cairn cert create-node --host`).
+   */
+  readonly tls?: TlsOptions;
+}
+
+export interface TlsOptions {
+  readonly ca?: Buffer;
+  readonly cert?: Buffer;
+  readonly key?: Buffer;
 }
 
 export interface CallOptions {
@@ -137,6 +150,8 @@ export class CairnClient {
   readonly #maxBackoffMs: number;
   readonly #random: () => number;
   readonly #channelOptions: Record<string, string | number>;
+  readonly #credentials: ChannelCredentials;
+  readonly #tls: boolean;
   readonly #connections = new Map<string, Connection>();
   #next = 0;
   #closed = false;
@@ -153,6 +168,8 @@ export class CairnClient {
     this.#maxBackoffMs = options.maxBackoffMs ?? 1000;
     this.#random = options.random ?? Math.random;
     this.#channelOptions = { ...CHANNEL_OPTIONS, ...options.channelOptions };
+    this.#credentials = credentialsOf(options.tls);
+    this.#tls = options.tls !== undefined;
     if (options.routing ?? true) this.#startRouting(0);
   }
 
@@ -338,7 +355,7 @@ export class CairnClient {
     } catch (err) {
       const e = err as ServiceError;
       if (e.code === status.CANCELLED) return;
-      throw toClientError(e, "read");
+      throw toClientError(e, "read", this.#tls);
     } finally {
       options.signal?.removeEventListener("abort", abort);
       call.cancel();
@@ -369,14 +386,14 @@ export class CairnClient {
     let c = this.#connections.get(address);
     if (c === undefined) {
       // Reconnect quickly after a node restarts: grpc-js's default backoff grows to 120 s.
-      const kv = new v1.KV(address, ChannelCredentials.createInsecure(), this.#channelOptions);
+      const kv = new v1.KV(address, this.#credentials, this.#channelOptions);
       // One channel per address, shared by the three services.
       const shared = { channelOverride: (kv as Client).getChannel() };
       c = {
         address,
         kv,
-        meta: new v1.Meta(address, ChannelCredentials.createInsecure(), shared),
-        admin: new v1.Admin(address, ChannelCredentials.createInsecure(), shared),
+        meta: new v1.Meta(address, this.#credentials, shared),
+        admin: new v1.Admin(address, this.#credentials, shared),
       };
       this.#connections.set(address, c);
     }
@@ -463,7 +480,7 @@ export class CairnClient {
         const e = err as ServiceError;
         last = e;
         lastTook = Date.now() - started;
-        if (!isRetryable(e, kind)) throw toClientError(e, kind);
+        if (!isRetryable(e, kind)) throw toClientError(e, kind, this.#tls);
         hint = metadataString(e.metadata, LEADER_HINT_KEY);
         const wait = this.#backoff(attempt);
         if (Date.now() + wait >= deadline) break;
@@ -472,8 +489,22 @@ export class CairnClient {
     }
     if (last === undefined) throw new DeadlineExceededError("call timed out");
     // Out of attempts or time after retryable failures: nothing was applied (writes retry only then).
-    throw new UnavailableError(`${last.details} (gave up after retries)`, last.code, last);
+    throw new UnavailableError(
+      `${last.details}${tlsHint(last.details, this.#tls)} (gave up after retries)`,
+      last.code,
+      last,
+    );
   }
+}
+
+/** What a TLS client adds to a failure to connect that says the port speaks no TLS. */
+function tlsHint(details: string | undefined, tls: boolean): string {
+  return tls &&
+    /before secure TLS connection was established|wrong version number|packet length too long/.test(
+      details ?? "",
+    )
+    ? " — the node does not speak TLS on this port (a node without tls.cert_file serves cleartext)"
+    : "";
 }
 
 /** The least time left for which the client starts another attempt of a call. */
@@ -511,7 +542,7 @@ function isRetryable(e: ServiceError, kind: Kind): boolean {
 }
 
 /** The one mapping of gRPC statuses to client errors. */
-function toClientError(e: ServiceError, kind: Kind): Error {
+function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
   const code = metadataString(e.metadata, ERROR_CODE_KEY);
   const details = e.details ?? e.message;
   switch (e.code) {
@@ -533,6 +564,23 @@ function toClientError(e: ServiceError, kind: Kind): Error {
       if (kind === "write" && !isProvablyNotApplied(e))
         return new IndeterminateWriteError(`write outcome unknown: ${details}`, e);
       return new UnavailableError(details, e.code, e);
+    case status.PERMISSION_DENIED:
+      // grpc-js's words for a GOAWAY INADEQUATE_SECURITY: what a TLS node answers a cleartext
+      // client with, or (over TLS) a client whose certificate mutual TLS refused.
+      if (code === undefined && details === "Protocol not secure enough") {
+        return tls
+          ? new ServerError(
+              "CAIRN_ERR_TLS_CLIENT_REFUSED",
+              "the node refused this client's certificate, or its lack of one (mutual TLS, tls.client_ca_file; the node's log says why): give the client a certificate and key its client CA signed (the tls option's cert and key; cairn --cert --key)",
+              e.code,
+            )
+          : new ServerError(
+              "CAIRN_ERR_TLS_REQUIRED",
+              "the node serves TLS only and refused this cleartext connection before any call: give the client the CA of the node's certificate (the tls option; cairn --cacert)",
+              e.code,
+            );
+      }
+      return new ServerError(code ?? "CAIRN_ERR_INTERNAL", details, e.code);
     default:
       return new ServerError(code ?? "CAIRN_ERR_INTERNAL", details, e.code);
   }
@@ -585,4 +633,12 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
     }
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** The channels' credentials: cleartext, TLS, or mutual TLS. */
+function credentialsOf(tls: TlsOptions | undefined): ChannelCredentials {
+  if (tls === undefined) return ChannelCredentials.createInsecure();
+  if ((tls.cert === undefined) !== (tls.key === undefined))
+    throw new TypeError("CairnClient: tls.cert and tls.key go together (mutual TLS)");
+  return ChannelCredentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
 }

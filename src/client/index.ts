@@ -8,6 +8,7 @@ export {
   type PutOptions,
   type ScanOptions,
   type ScanRange,
+  type TlsOptions,
 } from "./client.ts";
 export {
   ClientClosedError,

@@ -12,6 +12,7 @@
 import { readFileSync } from "node:fs";
 import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
+import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
 import { isUnspecifiedHost, parseHostPort } from "./address.ts";
 import {
   CONFIG_FLAG_OPTIONS,
@@ -56,6 +57,12 @@ export interface CairnConfig {
     readonly idle_timeout_ms: number;
     readonly goaway_grace_ms: number;
     readonly max_decompressions_per_connection: number;
+  };
+  readonly tls: {
+    readonly cert_file: string | undefined;
+    readonly key_file: string | undefined;
+    readonly client_ca_file: string | undefined;
+    readonly peer_ca_file: string | undefined;
   };
   readonly shard_workers: number;
   readonly raft: {
@@ -391,6 +398,8 @@ function checkAcrossKeys(
     }
   }
 
+  checkTls(values, sourceOf, issues);
+
   const maxKey = values.get("limits.max_key_bytes");
   const maxValue = values.get("limits.max_value_bytes");
   const maxMessage = values.get("limits.max_message_bytes");
@@ -423,6 +432,76 @@ function checkAcrossKeys(
           `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest answer fits, got ${maxOutput}`,
       ),
     );
+  }
+}
+
+/**
+ * The tls.* keys: the certificate and its key both or neither, the CA files only with them, no
+ * TLS in a cluster yet (peers would still speak cleartext), and the files themselves usable
+ * (readTlsFiles: readable, PEM, the key the certificate's, the certificate within its validity).
+ */
+function checkTls(
+  values: Map<string, unknown>,
+  sourceOf: (key: string) => string,
+  issues: ConfigIssue[],
+): void {
+  const str = (key: string): string | undefined => {
+    const v = values.get(key);
+    return typeof v === "string" ? v : undefined;
+  };
+  const cert = str("tls.cert_file");
+  const key = str("tls.key_file");
+  const clientCa = str("tls.client_ca_file");
+  const peerCa = str("tls.peer_ca_file");
+  if (peerCa !== undefined) {
+    issues.push(
+      issue(
+        "tls.peer_ca_file",
+        sourceOf("tls.peer_ca_file"),
+        `peer TLS is not yet supported (issue 54): only clients' connections to a single node are encrypted so far; unset it, got ${show(peerCa)}`,
+      ),
+    );
+  }
+  if ((cert === undefined) !== (key === undefined)) {
+    const [set, missing] =
+      cert === undefined ? ["tls.key_file", "tls.cert_file"] : ["tls.cert_file", "tls.key_file"];
+    issues.push(
+      issue(
+        missing,
+        "default",
+        `must be set with ${set} (from ${sourceOf(set)}): the certificate and its key go together`,
+      ),
+    );
+    return;
+  }
+  if (cert === undefined || key === undefined) {
+    if (clientCa !== undefined) {
+      issues.push(
+        issue(
+          "tls.client_ca_file",
+          sourceOf("tls.client_ca_file"),
+          `needs tls.cert_file and tls.key_file: client certificates are asked for only over TLS, got ${show(clientCa)}`,
+        ),
+      );
+    }
+    return;
+  }
+  const seeds = values.get("cluster.seed_nodes");
+  if (Array.isArray(seeds) && seeds.length > 0) {
+    issues.push(
+      issue(
+        "tls.cert_file",
+        sourceOf("tls.cert_file"),
+        `peer TLS is not yet supported (issue 54): TLS is for a single node so far, and cluster.seed_nodes is set (from ${sourceOf("cluster.seed_nodes")}); unset the tls.* keys to run a cluster, got ${show(cert)}`,
+      ),
+    );
+    return;
+  }
+  try {
+    readTlsFiles({ certFile: cert, keyFile: key, clientCaFile: clientCa });
+  } catch (err) {
+    if (!(err instanceof TlsFileError)) throw err;
+    issues.push(issue(err.key, sourceOf(err.key), `${err.file}: ${err.reason}`));
   }
 }
 

@@ -516,6 +516,15 @@ export class CairnNode implements HealthSource {
         goAwayGraceMs: c.rpc.goaway_grace_ms,
         maxDecompressions: c.rpc.max_decompressions_per_connection,
       },
+      ...(c.tls.cert_file !== undefined && c.tls.key_file !== undefined
+        ? {
+            tls: {
+              certFile: c.tls.cert_file,
+              keyFile: c.tls.key_file,
+              ...(c.tls.client_ca_file === undefined ? {} : { clientCaFile: c.tls.client_ca_file }),
+            },
+          }
+        : {}),
       // Shard workers after the first bind the port the first one got.
       ...(this.#cell !== null && this.#cell.index > 0 ? { joinsPort: true } : {}),
       onFatal: (err) => {

@@ -351,6 +351,10 @@ describe("loadConfig", () => {
       "rpc-write-stall-timeout-ms",
       "seed-nodes",
       "shard-workers",
+      "tls-cert-file",
+      "tls-client-ca-file",
+      "tls-key-file",
+      "tls-peer-ca-file",
       "unsafe-accept-lost-wal",
     ]);
   });

@@ -3,6 +3,7 @@
  * server's code, for end-to-end tests.
  */
 import {
+  type ChannelCredentials,
   type ChannelOptions,
   credentials,
   type Client,
@@ -34,12 +35,19 @@ export interface Clients {
   close(): void;
 }
 
-/** Clients of the three services; `options` are grpc-js channel options (e.g. compression). */
-export function connect(address: string, options: ChannelOptions = {}): Clients {
+/**
+ * Clients of the three services; `options` are grpc-js channel options (e.g. compression),
+ * `creds` the channel's credentials (cleartext by default; credentials.createSsl for TLS).
+ */
+export function connect(
+  address: string,
+  options: ChannelOptions = {},
+  creds: ChannelCredentials = credentials.createInsecure(),
+): Clients {
   const v1 = pkg.cairn.v1;
-  const kv = new v1.KV(address, credentials.createInsecure(), options) as Client;
-  const meta = new v1.Meta(address, credentials.createInsecure(), options) as Client;
-  const admin = new v1.Admin(address, credentials.createInsecure(), options) as Client;
+  const kv = new v1.KV(address, creds, options) as Client;
+  const meta = new v1.Meta(address, creds, options) as Client;
+  const admin = new v1.Admin(address, creds, options) as Client;
   return {
     kv,
     meta,

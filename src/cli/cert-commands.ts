@@ -1,0 +1,290 @@
+/**
+ * `cairn cert create-ca | create-node ID --host H... | create-client NAME`: the certificates of
+ * TLS and mutual TLS (docs/operations.md, "Security"), made with the `openssl` binary in a
+ * certificates directory, as `cockroach cert` does:
+ *
+ *   ca.crt, ca.key                  the CA (keep ca.key off the nodes)
+ *   node.crt, node.key              a node: CN = its node id, the --host names and addresses as
+ *                                   subject alternative names, for server and client use
+ *   client.NAME.crt, client.NAME.key  a client: CN = NAME, for client use
+ *
+ * Keys are ECDSA P-256, written 0600; an existing file is never overwritten without --overwrite.
+ */
+import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { EXIT, UsageError } from "./common.ts";
+import type { Io } from "./io.ts";
+
+export const CERT_HELP = `Usage: cairn cert <create-ca | create-node ID --host HOST... | create-client NAME> [options]
+
+Creates TLS certificates with the openssl binary (on the PATH) in a certificates directory:
+
+  create-ca                 ca.crt and ca.key: the CA that signs the others (keep ca.key safe,
+                            off the nodes)
+  create-node ID            node.crt and node.key for node ID (its CN), valid for every --host
+                            (a DNS name or an IP address; give each name clients dial)
+  create-client NAME        client.NAME.crt and client.NAME.key (CN NAME), for mutual TLS
+
+Options:
+  --certs-dir DIR   where the files go (default certs); created if missing
+  --ca-key FILE     the CA's key (default DIR/ca.key; create-ca writes it there)
+  --host HOST       create-node: a name or address the node is reached at (repeat; at least one)
+  --days N          validity in days (default 3650 for the CA, 365 for the others)
+  --overwrite       replace existing files
+  -h, --help        show this help
+
+A node serves TLS with tls.cert_file DIR/node.crt and tls.key_file DIR/node.key; with
+tls.client_ca_file DIR/ca.crt it asks clients for a certificate (mutual TLS). Clients:
+cairn --cacert DIR/ca.crt [--cert DIR/client.NAME.crt --key DIR/client.NAME.key] ...
+
+Examples:
+  cairn cert create-ca --certs-dir certs
+  cairn cert create-node n1 --host localhost --host 127.0.0.1 --certs-dir certs
+  cairn cert create-client alice --certs-dir certs
+`;
+
+class CertError extends Error {}
+
+function openssl(args: readonly string[], input?: string): string {
+  const r = spawnSync("openssl", args, { encoding: "utf8", input });
+  if (r.error !== undefined) {
+    const code = (r.error as NodeJS.ErrnoException).code;
+    throw new CertError(
+      code === "ENOENT"
+        ? "the openssl binary is not on the PATH: install OpenSSL (e.g. apt-get install openssl) and try again"
+        : `cannot run openssl: ${r.error.message}`,
+    );
+  }
+  if (r.status !== 0) {
+    throw new CertError(`openssl ${args[0] ?? ""} failed: ${r.stderr.trim()}`);
+  }
+  return r.stdout;
+}
+
+/** A subject alternative name for `host`: an address or a DNS name. */
+function sanOf(host: string): string {
+  if (isIP(host) !== 0) return `IP:${host}`;
+  if (!/^[A-Za-z0-9*]([A-Za-z0-9.-]{0,252})$/.test(host))
+    throw new UsageError(`--host ${JSON.stringify(host)} is neither an IP address nor a DNS name`);
+  return `DNS:${host}`;
+}
+
+interface Files {
+  readonly crt: string;
+  readonly key: string;
+}
+
+function refuseExisting(files: Files, overwrite: boolean): void {
+  if (overwrite) return;
+  for (const f of [files.crt, files.key]) {
+    if (existsSync(f)) throw new UsageError(`${f} exists; pass --overwrite to replace it`);
+  }
+}
+
+/** A new key and a certificate for `subject`, signed by the CA (or self-signed when ca is null). */
+function create(
+  files: Files,
+  subject: string,
+  days: number,
+  extensions: string,
+  ca: Files | null,
+): void {
+  const work = mkdtempSync(join(tmpdir(), "cairn-cert-"));
+  try {
+    const ext = join(work, "ext.cnf");
+    writeFileSync(ext, `[v3]\n${extensions}\n`);
+    const key = join(work, "key.pem");
+    const csr = join(work, "req.csr");
+    const crt = join(work, "cert.pem");
+    openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key]);
+    openssl(["req", "-new", "-key", key, "-subj", subject, "-out", csr]);
+    const serial = `0x${randomBytes(16).toString("hex")}`;
+    const signer = ca === null ? ["-signkey", key] : ["-CA", ca.crt, "-CAkey", ca.key];
+    openssl([
+      "x509",
+      "-req",
+      "-in",
+      csr,
+      ...signer,
+      "-set_serial",
+      serial,
+      "-days",
+      String(days),
+      "-sha256",
+      "-extfile",
+      ext,
+      "-extensions",
+      "v3",
+      "-out",
+      crt,
+    ]);
+    writeFileSync(files.key, readFileSync(key), { mode: 0o600 });
+    writeFileSync(files.crt, readFileSync(crt), { mode: 0o644 });
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+const CA_EXTENSIONS = [
+  "basicConstraints = critical, CA:TRUE, pathlen:0",
+  "keyUsage = critical, keyCertSign, cRLSign",
+  "subjectKeyIdentifier = hash",
+].join("\n");
+
+function leafExtensions(usage: string, sans: readonly string[]): string {
+  return [
+    "basicConstraints = critical, CA:FALSE",
+    "keyUsage = critical, digitalSignature, keyEncipherment",
+    `extendedKeyUsage = ${usage}`,
+    "subjectKeyIdentifier = hash",
+    "authorityKeyIdentifier = keyid",
+    ...(sans.length === 0 ? [] : [`subjectAltName = ${sans.join(", ")}`]),
+  ].join("\n");
+}
+
+/** A common name for a subject: no character openssl's -subj would read as syntax. */
+function checkName(what: string, name: string | undefined): string {
+  if (name === undefined) throw new UsageError(`missing ${what}`);
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(name))
+    throw new UsageError(
+      `${what} ${JSON.stringify(name)} must be 1 to 128 letters, digits, '.', '_' or '-'`,
+    );
+  return name;
+}
+
+function daysOf(text: string | undefined, fallback: number): number {
+  if (text === undefined) return fallback;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1 || n > 36500)
+    throw new UsageError(`--days must be a whole number of days from 1 to 36500, not ${text}`);
+  return n;
+}
+
+export function cert(argv: readonly string[], io: Io): number {
+  try {
+    const { values, positionals } = parseCertArgs(argv);
+    if (values.help === true) {
+      io.stdout.write(CERT_HELP);
+      return EXIT.ok;
+    }
+    const [sub, name, ...extra] = positionals;
+    if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
+    const dir = values["certs-dir"] ?? "certs";
+    const ca: Files = {
+      crt: join(dir, "ca.crt"),
+      key: values["ca-key"] ?? join(dir, "ca.key"),
+    };
+    const overwrite = values.overwrite === true;
+    const hosts = values.host ?? [];
+    if (sub !== "create-node" && hosts.length > 0)
+      throw new UsageError("--host is for create-node only");
+    let files: Files;
+    switch (sub) {
+      case "create-ca":
+        if (name !== undefined) throw new UsageError(`unexpected argument ${JSON.stringify(name)}`);
+        files = ca;
+        refuseExisting(files, overwrite);
+        mkdirSync(dir, { recursive: true });
+        // A name of its own, so that a certificate of another CA is told apart in errors.
+        create(
+          files,
+          `/O=Cairn/CN=Cairn CA ${randomBytes(4).toString("hex")}`,
+          daysOf(values.days, 3650),
+          CA_EXTENSIONS,
+          null,
+        );
+        break;
+      case "create-node": {
+        const id = checkName("the node ID", name);
+        if (hosts.length === 0)
+          throw new UsageError("create-node needs at least one --host (a name or address)");
+        const sans = hosts.map(sanOf);
+        files = { crt: join(dir, "node.crt"), key: join(dir, "node.key") };
+        refuseExisting(files, overwrite);
+        requireCa(ca);
+        create(
+          files,
+          `/O=Cairn/CN=${id}`,
+          daysOf(values.days, 365),
+          leafExtensions("serverAuth, clientAuth", sans),
+          ca,
+        );
+        break;
+      }
+      case "create-client": {
+        const client = checkName("the client NAME", name);
+        files = { crt: join(dir, `client.${client}.crt`), key: join(dir, `client.${client}.key`) };
+        refuseExisting(files, overwrite);
+        requireCa(ca);
+        create(
+          files,
+          `/O=Cairn/CN=${client}`,
+          daysOf(values.days, 365),
+          leafExtensions("clientAuth", []),
+          ca,
+        );
+        break;
+      }
+      case undefined:
+        throw new UsageError("missing the subcommand: create-ca, create-node or create-client");
+      default:
+        throw new UsageError(`unknown subcommand ${JSON.stringify(sub)}`);
+    }
+    io.stdout.write(`wrote ${files.crt} and ${files.key}\n`);
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.stderr.write(`cairn cert: ${err.message}\nRun 'cairn cert --help' for usage.\n`);
+      return EXIT.usage;
+    }
+    if (err instanceof CertError) {
+      io.stderr.write(`cairn cert: ${err.message}\n`);
+      return EXIT.failed;
+    }
+    throw err;
+  }
+}
+
+function requireCa(ca: Files): void {
+  for (const f of [ca.crt, ca.key]) {
+    if (!existsSync(f))
+      throw new UsageError(
+        `${f} does not exist: run 'cairn cert create-ca' first (or pass --ca-key)`,
+      );
+  }
+}
+
+function parseCertArgs(argv: readonly string[]): {
+  values: {
+    help?: boolean;
+    overwrite?: boolean;
+    "certs-dir"?: string;
+    "ca-key"?: string;
+    days?: string;
+    host?: string[];
+  };
+  positionals: string[];
+} {
+  try {
+    return parseArgs({
+      args: [...argv],
+      options: {
+        "certs-dir": { type: "string" },
+        "ca-key": { type: "string" },
+        host: { type: "string", multiple: true },
+        days: { type: "string" },
+        overwrite: { type: "boolean" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+      allowPositionals: true,
+    });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}

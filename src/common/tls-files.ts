@@ -1,0 +1,219 @@
+/**
+ * A node's TLS files (the `tls.*` keys, docs/operations.md "Security"), read and checked
+ * together: the configuration checks them at start (src/config/load.ts), and the front end
+ * (src/api/front-end.ts) reads them again in each thread that serves `rpc_addr`, at start and
+ * whenever one of them changes on disk (TlsFileWatch). A set of files that fails a check is
+ * refused with an error that names the key and the file; a reload that fails keeps the files
+ * read before.
+ */
+import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
+import { readFileSync, type Stats, statSync } from "node:fs";
+import { stat } from "node:fs/promises";
+import { createSecureContext } from "node:tls";
+import { CairnError } from "./errors.ts";
+
+/** The paths of a node's TLS files. */
+export interface TlsFiles {
+  /** `tls.cert_file`: the node's certificate (PEM; its chain may follow it). */
+  readonly certFile: string;
+  /** `tls.key_file`: its private key (PEM, unencrypted). */
+  readonly keyFile: string;
+  /** `tls.client_ca_file`: when set, clients must present a certificate one of these signed. */
+  readonly clientCaFile?: string | undefined;
+}
+
+/** What the files hold, checked. */
+export interface TlsMaterial {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+  readonly clientCa: Buffer | null;
+  /** The node certificate's end of validity. */
+  readonly notAfter: Date;
+}
+
+/** A TLS file that cannot be used; `key` is the configuration key that names it. */
+export class TlsFileError extends CairnError {
+  readonly key: string;
+  readonly file: string;
+  readonly reason: string;
+
+  constructor(key: string, file: string, reason: string) {
+    super("CAIRN_ERR_TLS_FILE", `${key} (${file}): ${reason}`);
+    this.name = "TlsFileError";
+    this.key = key;
+    this.file = file;
+    this.reason = reason;
+  }
+}
+
+function read(key: string, file: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? String(err);
+    throw new TlsFileError(key, file, `cannot be read: ${code}`);
+  }
+}
+
+const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+/** Every certificate of a PEM file; at least one. */
+function certificates(key: string, file: string, pem: Buffer): X509Certificate[] {
+  const blocks = pem.toString("latin1").match(PEM_CERT) ?? [];
+  if (blocks.length === 0) throw new TlsFileError(key, file, "holds no PEM certificate");
+  return blocks.map((block) => {
+    try {
+      return new X509Certificate(block);
+    } catch (err) {
+      throw new TlsFileError(key, file, `holds a certificate that does not parse: ${String(err)}`);
+    }
+  });
+}
+
+/** Refuses a certificate outside its validity at `now`. */
+function checkValidity(key: string, file: string, cert: X509Certificate, now: number): void {
+  if (now > cert.validToDate.getTime()) {
+    throw new TlsFileError(
+      key,
+      file,
+      `its certificate (${cert.subject.replaceAll("\n", ", ")}) expired on ${cert.validToDate.toISOString()}`,
+    );
+  }
+  if (now < cert.validFromDate.getTime()) {
+    throw new TlsFileError(
+      key,
+      file,
+      `its certificate is not valid before ${cert.validFromDate.toISOString()}`,
+    );
+  }
+}
+
+/**
+ * Reads and checks the files: each readable and PEM, the node's certificate within its validity,
+ * the key the certificate's, the client CA file's certificates parsable, and OpenSSL willing to
+ * make a context of them. Throws TlsFileError.
+ */
+export function readTlsFiles(files: TlsFiles, now: number = Date.now()): TlsMaterial {
+  const cert = read("tls.cert_file", files.certFile);
+  const key = read("tls.key_file", files.keyFile);
+  const [leaf] = certificates("tls.cert_file", files.certFile, cert);
+  if (leaf === undefined) throw new TlsFileError("tls.cert_file", files.certFile, "is empty");
+  checkValidity("tls.cert_file", files.certFile, leaf, now);
+  let privateKey: KeyObject;
+  try {
+    privateKey = createPrivateKey(key);
+  } catch (err) {
+    throw new TlsFileError(
+      "tls.key_file",
+      files.keyFile,
+      `is not an unencrypted PEM private key: ${(err as Error).message}`,
+    );
+  }
+  if (!leaf.checkPrivateKey(privateKey)) {
+    throw new TlsFileError(
+      "tls.key_file",
+      files.keyFile,
+      `is not the key of the certificate in tls.cert_file (${files.certFile})`,
+    );
+  }
+  let clientCa: Buffer | null = null;
+  if (files.clientCaFile !== undefined) {
+    clientCa = read("tls.client_ca_file", files.clientCaFile);
+    certificates("tls.client_ca_file", files.clientCaFile, clientCa);
+  }
+  try {
+    createSecureContext({ cert, key, ...(clientCa === null ? {} : { ca: clientCa }) });
+  } catch (err) {
+    throw new TlsFileError(
+      "tls.cert_file",
+      files.certFile,
+      `OpenSSL refuses the certificate and key: ${(err as Error).message}`,
+    );
+  }
+  return { cert, key, clientCa, notAfter: leaf.validToDate };
+}
+
+/** A file's identity and version as stat sees it: a rename over it or a rewrite changes it. */
+async function stamp(file: string): Promise<string> {
+  try {
+    return stampOf(await stat(file));
+  } catch (err) {
+    return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
+  }
+}
+
+function stampOf(s: Stats): string {
+  return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+}
+
+function pathsOf(files: TlsFiles): string[] {
+  return [files.certFile, files.keyFile, files.clientCaFile].filter(
+    (p): p is string => p !== undefined,
+  );
+}
+
+/**
+ * The files' stamps now, taken before they are read (TlsFileWatch's starting point): a change
+ * between this and the read is then seen as a change, never missed.
+ */
+export function stampTlsFiles(files: TlsFiles): string {
+  return pathsOf(files)
+    .map((p) => {
+      try {
+        return stampOf(statSync(p));
+      } catch (err) {
+        return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
+      }
+    })
+    .join("|");
+}
+
+/** How often TlsFileWatch looks at the files. */
+export const TLS_RELOAD_INTERVAL_MS = 1000;
+
+/**
+ * Looks at the files every `intervalMs` (stat, not fs.watch: a file replaced by a rename, as
+ * certificate managers do, is seen too) and, once any changed, reads them again: `onReload`
+ * hears the new material, or `onError` why it was refused (the caller keeps what it had; the
+ * watch tries again at the next change).
+ */
+export class TlsFileWatch {
+  readonly #files: TlsFiles;
+  readonly #timer: NodeJS.Timeout;
+  #stamps: string;
+  #busy = false;
+
+  constructor(
+    files: TlsFiles,
+    /** stampTlsFiles(files), taken before the files in use were read. */
+    readAt: string,
+    onReload: (material: TlsMaterial) => void,
+    onError: (err: TlsFileError) => void,
+    intervalMs = TLS_RELOAD_INTERVAL_MS,
+  ) {
+    this.#files = files;
+    this.#stamps = readAt;
+    const paths = pathsOf(files);
+    const look = async (): Promise<void> => {
+      const stamps = (await Promise.all(paths.map(stamp))).join("|");
+      if (stamps === this.#stamps) return;
+      this.#stamps = stamps;
+      try {
+        onReload(readTlsFiles(this.#files));
+      } catch (err) {
+        if (err instanceof TlsFileError) onError(err);
+        else throw err;
+      }
+    };
+    this.#timer = setInterval(() => {
+      if (this.#busy) return;
+      this.#busy = true;
+      void look().finally(() => (this.#busy = false));
+    }, intervalMs);
+    this.#timer.unref();
+  }
+
+  close(): void {
+    clearInterval(this.#timer);
+  }
+}

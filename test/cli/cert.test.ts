@@ -1,0 +1,168 @@
+/**
+ * `cairn cert` and the client commands' TLS flags, end to end: certificates made with the
+ * command line, a node started with them (mutual TLS), and Put, Get and Scan through
+ * `cairn --cacert --cert --key` and through plain grpc-js with credentials.createSsl.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { credentials } from "@grpc/grpc-js";
+import { connect, type Reply } from "../support/grpc-client.ts";
+import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
+import { certCommand } from "../support/tls-certs.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "cairn-cli-cert-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+interface Run {
+  readonly code: number | null;
+  readonly out: string;
+  readonly err: string;
+}
+
+function cairn(args: readonly string[], env: Record<string, string> = {}): Promise<Run> {
+  const proc = spawn(CAIRN, [...args], { cwd: ROOT, env: cleanEnv(env), stdio: "pipe" });
+  let out = "";
+  let err = "";
+  proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+  proc.stdin.end();
+  return new Promise((resolve) => proc.once("close", (code) => resolve({ code, out, err })));
+}
+
+describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", () => {
+  it("creates a CA, a node and a client certificate; the CLI and grpc-js talk to the node", async () => {
+    const certs = join(dir, "certs");
+    const made = [
+      await cairn(["cert", "create-ca", "--certs-dir", certs]),
+      await cairn([
+        "cert",
+        "create-node",
+        "n1",
+        "--host",
+        "127.0.0.1",
+        "--host",
+        "localhost",
+        "--certs-dir",
+        certs,
+      ]),
+      await cairn(["cert", "create-client", "alice", "--certs-dir", certs]),
+    ];
+    for (const r of made) assert.equal(r.code, 0, r.err);
+    assert.match(made[1]?.out ?? "", /wrote .*node\.crt and .*node\.key/);
+    for (const key of ["ca.key", "node.key", "client.alice.key"])
+      assert.equal(statSync(join(certs, key)).mode & 0o777, 0o600, key);
+
+    const server = await startServer({
+      dataDir: join(dir, "data"),
+      env: {
+        CAIRN_TLS_CERT_FILE: join(certs, "node.crt"),
+        CAIRN_TLS_KEY_FILE: join(certs, "node.key"),
+        CAIRN_TLS_CLIENT_CA_FILE: join(certs, "ca.crt"),
+      },
+    });
+    try {
+      const flags = [
+        "--endpoints",
+        server.rpc,
+        "--cacert",
+        join(certs, "ca.crt"),
+        "--cert",
+        join(certs, "client.alice.crt"),
+        "--key",
+        join(certs, "client.alice.key"),
+      ];
+      const put = await cairn([...flags, "put", "cli/a", "alpha"]);
+      assert.equal(put.code, 0, put.err);
+      assert.match(put.out, /^OK \d+\/\d+/);
+      assert.equal(put.err, "", "nothing on stderr (no warning about the IP address)");
+      const get = await cairn(["get", "cli/a", ...flags]);
+      assert.equal(get.code, 0, get.err);
+      assert.equal(get.out, "alpha");
+      // The same through the environment.
+      const scan = await cairn(["scan", "--prefix", "cli/"], {
+        CAIRN_ENDPOINTS: server.rpc,
+        CAIRN_CACERT: join(certs, "ca.crt"),
+        CAIRN_CERT: join(certs, "client.alice.crt"),
+        CAIRN_KEY: join(certs, "client.alice.key"),
+      });
+      assert.equal(scan.code, 0, scan.err);
+      assert.equal(scan.out, "cli/a\talpha\n");
+      // Without a client certificate: refused, and said so.
+      const bare = await cairn([
+        "get",
+        "cli/a",
+        "--endpoints",
+        server.rpc,
+        "--cacert",
+        join(certs, "ca.crt"),
+      ]);
+      assert.equal(bare.code, 5);
+      assert.match(bare.err, /refused this client's certificate.*--cert --key/);
+      // Without TLS at all.
+      const clear = await cairn(["get", "cli/a", "--endpoints", server.rpc]);
+      assert.equal(clear.code, 5);
+      assert.match(clear.err, /serves TLS only.*--cacert/);
+
+      const c = connect(
+        server.rpc,
+        {},
+        credentials.createSsl(
+          readFileSync(join(certs, "ca.crt")),
+          readFileSync(join(certs, "client.alice.key")),
+          readFileSync(join(certs, "client.alice.crt")),
+        ),
+      );
+      try {
+        await c.call(c.kv, "Put", { key: Buffer.from("cli/b"), value: Buffer.from("beta") });
+        const got = await c.call(c.kv, "Get", { key: Buffer.from("cli/a") });
+        assert.equal(Buffer.from(got["value"] as Uint8Array).toString(), "alpha");
+        const items = (await c.call(c.kv, "Scan", { prefix: Buffer.from("cli/") }))[
+          "items"
+        ] as Reply[];
+        assert.deepEqual(
+          items.map((i) => Buffer.from(i["key"] as Uint8Array).toString()),
+          ["cli/a", "cli/b"],
+        );
+      } finally {
+        c.close();
+      }
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("refuses bad requests: no CA yet, no --host, an existing file, a bad name", () => {
+    const certs = join(dir, "bad");
+    const noCa = certCommand(["create-node", "n1", "--host", "127.0.0.1", "--certs-dir", certs]);
+    assert.equal(noCa.code, 2);
+    assert.match(noCa.err, /ca\.crt does not exist: run 'cairn cert create-ca' first/);
+    assert.equal(certCommand(["create-ca", "--certs-dir", certs]).code, 0);
+    const again = certCommand(["create-ca", "--certs-dir", certs]);
+    assert.equal(again.code, 2);
+    assert.match(again.err, /ca\.crt exists; pass --overwrite/);
+    assert.equal(certCommand(["create-ca", "--certs-dir", certs, "--overwrite"]).code, 0);
+    const noHost = certCommand(["create-node", "n1", "--certs-dir", certs]);
+    assert.equal(noHost.code, 2);
+    assert.match(noHost.err, /at least one --host/);
+    const badName = certCommand(["create-client", "a/b", "--certs-dir", certs]);
+    assert.equal(badName.code, 2);
+    assert.match(badName.err, /the client NAME "a\/b" must be/);
+    assert.equal(certCommand(["create-thing"]).code, 2);
+  });
+
+  it("says so when the openssl binary is missing", () => {
+    const path = process.env["PATH"];
+    process.env["PATH"] = join(dir, "no-such-bin");
+    try {
+      const r = certCommand(["create-ca", "--certs-dir", join(dir, "no-openssl")]);
+      assert.equal(r.code, 5);
+      assert.match(r.err, /the openssl binary is not on the PATH/);
+    } finally {
+      process.env["PATH"] = path;
+    }
+  });
+});

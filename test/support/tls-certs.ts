@@ -1,0 +1,143 @@
+/**
+ * Certificates for the TLS tests, made as an operator makes them (`cairn cert`, run in this
+ * process), plus what the tool never makes on purpose: a client certificate that has expired
+ * (`openssl ca` with dates in the past).
+ */
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { PassThrough, Writable } from "node:stream";
+import { cert } from "../../src/cli/cert-commands.ts";
+import type { Io } from "../../src/cli/io.ts";
+
+export interface CertRun {
+  readonly code: number;
+  readonly out: string;
+  readonly err: string;
+}
+
+/** A stream that keeps what is written to it, at once. */
+function collector(): { stream: Writable; text: () => string } {
+  let text = "";
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      text += chunk.toString();
+      done();
+    },
+  });
+  return { stream, text: () => text };
+}
+
+/** Runs `cairn cert ARGS` in this process. */
+export function certCommand(args: readonly string[]): CertRun {
+  const out = collector();
+  const err = collector();
+  const io: Io = {
+    stdout: out.stream,
+    stderr: err.stream,
+    stdin: new PassThrough(),
+    env: process.env,
+  };
+  const code = cert(args, io);
+  return { code, out: out.text(), err: err.text() };
+}
+
+function must(args: readonly string[]): void {
+  const r = certCommand(args);
+  if (r.code !== 0) throw new Error(`cairn cert ${args.join(" ")}: ${r.err}`);
+}
+
+export interface CertSet {
+  readonly dir: string;
+  readonly ca: string;
+  readonly nodeCert: string;
+  readonly nodeKey: string;
+  readonly clientCert: string;
+  readonly clientKey: string;
+}
+
+/** A CA, a node certificate for 127.0.0.1 and localhost, and client `alice`, in `dir`. */
+export function makeCerts(dir: string): CertSet {
+  must(["create-ca", "--certs-dir", dir]);
+  must(["create-node", "n1", "--host", "127.0.0.1", "--host", "localhost", "--certs-dir", dir]);
+  must(["create-client", "alice", "--certs-dir", dir]);
+  return {
+    dir,
+    ca: join(dir, "ca.crt"),
+    nodeCert: join(dir, "node.crt"),
+    nodeKey: join(dir, "node.key"),
+    clientCert: join(dir, "client.alice.crt"),
+    clientKey: join(dir, "client.alice.key"),
+  };
+}
+
+function openssl(args: readonly string[], cwd: string): void {
+  const r = spawnSync("openssl", args, { cwd, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`openssl ${args.join(" ")}: ${r.stderr}`);
+}
+
+/**
+ * A certificate and key signed by the CA of `certs`, valid only on 1 January 2020: written as
+ * `expired.crt` and `expired.key` in `dir`, with CN `name`.
+ */
+export function expiredCert(
+  certs: CertSet,
+  dir: string,
+  name: string,
+): { cert: string; key: string } {
+  const work = join(dir, "expired-ca");
+  mkdirSync(work, { recursive: true });
+  writeFileSync(
+    join(work, "ca.cnf"),
+    [
+      "[ca]",
+      "default_ca = old",
+      "[old]",
+      "database = index.txt",
+      "new_certs_dir = .",
+      "serial = serial",
+      "default_md = sha256",
+      "policy = any",
+      "unique_subject = no",
+      "[any]",
+      "commonName = supplied",
+      "",
+    ].join("\n"),
+  );
+  writeFileSync(join(work, "index.txt"), "");
+  writeFileSync(join(work, "serial"), "01\n");
+  const key = join(dir, "expired.key");
+  const crt = join(dir, "expired.crt");
+  openssl(
+    ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key],
+    work,
+  );
+  openssl(["req", "-new", "-key", key, "-subj", `/CN=${name}`, "-out", "req.csr"], work);
+  openssl(
+    [
+      "ca",
+      "-batch",
+      "-config",
+      "ca.cnf",
+      "-cert",
+      join(certs.dir, "ca.crt"),
+      "-keyfile",
+      join(certs.dir, "ca.key"),
+      "-in",
+      "req.csr",
+      "-out",
+      crt,
+      "-startdate",
+      "20200101000000Z",
+      "-enddate",
+      "20200102000000Z",
+      "-notext",
+    ],
+    work,
+  );
+  return { cert: crt, key };
+}
+
+export function read(path: string): Buffer {
+  return readFileSync(path);
+}
