@@ -308,30 +308,31 @@ export class CairnClient {
    * Starts moving every replica and leadership off member `nodeId` (Admin DecommissionNode);
    * the cluster marks it decommissioned once none is left. Resolves with its standing now.
    */
-  async decommissionNode(
+  decommissionNode(
     nodeId: string,
     options: CallOptions & { endpoint?: string } = {},
   ): Promise<NodeStanding> {
-    const res = await this.#call<NodeStatus__Output>(
-      "write",
-      null,
-      options,
-      (c, deadline, cb) => c.admin.DecommissionNode({ node_id: nodeId }, { deadline }, cb),
-      options.endpoint,
-    );
-    return { nodeId: res.node_id, state: res.state, replicas: res.replicas };
+    return this.#memberCall("DecommissionNode", nodeId, options);
   }
 
   /** Retires a dead or decommissioned member for good (Admin RemoveNode). */
-  async removeNode(
+  removeNode(
     nodeId: string,
     options: CallOptions & { endpoint?: string } = {},
+  ): Promise<NodeStanding> {
+    return this.#memberCall("RemoveNode", nodeId, options);
+  }
+
+  async #memberCall(
+    method: "DecommissionNode" | "RemoveNode",
+    nodeId: string,
+    options: CallOptions & { endpoint?: string },
   ): Promise<NodeStanding> {
     const res = await this.#call<NodeStatus__Output>(
       "write",
       null,
       options,
-      (c, deadline, cb) => c.admin.RemoveNode({ node_id: nodeId }, { deadline }, cb),
+      (c, deadline, cb) => c.admin[method]({ node_id: nodeId }, { deadline }, cb),
       options.endpoint,
     );
     return { nodeId: res.node_id, state: res.state, replicas: res.replicas };

@@ -48,10 +48,59 @@ function cli(args: readonly string[]): Promise<{ code: number | null; out: strin
   return new Promise((resolve) => proc.once("exit", (code) => resolve({ code, out, err })));
 }
 
-/** How many shards each node holds as a replica, from /health's active shards of each node. */
+/** The /health active shards of the node at `http`: the replicas it holds. */
 async function activeShards(http: string | undefined): Promise<number> {
   const report = (await (await fetch(`http://${http}/health`)).json()) as { active_shards: number };
   return report.active_shards;
+}
+
+type Clients = NonNullable<LocalCluster["nodes"][number]["client"]>;
+
+/** The client of running node `id`. */
+function clientOf(cluster: LocalCluster, id: string): Clients {
+  const c = cluster.node(id).client;
+  assert.ok(c !== null, `${id} runs`);
+  return c;
+}
+
+/**
+ * Four node slots with n1..n3 founded (16 shards, a tolerance of one replica; `env` over
+ * that), `body` run on them, then every node killed and the directory removed.
+ */
+async function withCluster(
+  name: string,
+  env: Readonly<Record<string, string>>,
+  body: (cluster: LocalCluster) => Promise<void>,
+): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), `cairn-e2e-${name}-`));
+  const cluster = await LocalCluster.create(dir, 4, {
+    CAIRN_CLUSTER_TOTAL_SHARDS: "16",
+    CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
+    ...env,
+  });
+  try {
+    await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
+    await cluster.ready();
+    await body(cluster);
+  } finally {
+    await cluster.killAll();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Every acknowledged write reads back through each of nodes `ids`. */
+async function readsBack(
+  cluster: LocalCluster,
+  ids: readonly string[],
+  acknowledged: ReadonlyMap<string, string>,
+): Promise<void> {
+  for (const id of ids) {
+    const c = clientOf(cluster, id);
+    for (const [key, value] of acknowledged) {
+      const got = await retryingKv(c, "Get", { key: Buffer.from(key) });
+      assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${id}`);
+    }
+  }
 }
 
 describe("elastic cluster (real processes)", () => {
@@ -59,25 +108,10 @@ describe("elastic cluster (real processes)", () => {
     "a fourth node joins and takes replicas; a member is decommissioned, stopped and removed",
     { timeout: 240_000 },
     async () => {
-      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-elastic-"));
-      // 16 shards, moves without a rate limit to speak of: the test is about the steps.
-      const cluster = await LocalCluster.create(dir, 4, {
-        CAIRN_CLUSTER_TOTAL_SHARDS: "16",
-        CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "4",
-        CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
-      });
-      try {
-        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
-        await cluster.ready();
+      await withCluster("elastic", { CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "4" }, async (cluster) => {
         const n1 = cluster.node("n1");
         const c1 = n1.client;
         assert.ok(c1 !== null && n1.server !== null);
-        /** The client of running node `id`. */
-        const clientOf = (id: string): NonNullable<typeof c1> => {
-          const c = cluster.node(id).client;
-          assert.ok(c !== null, `${id} runs`);
-          return c;
-        };
         const { acknowledged, put } = acknowledgedPuts();
         for (let i = 0; i < 64; i++) await put(c1, `k${i}`, `v${i}`);
 
@@ -119,13 +153,7 @@ describe("elastic cluster (real processes)", () => {
         );
         // Writes go on, through the new node too; every acknowledged key reads back everywhere.
         for (let i = 64; i < 96; i++) await put(n4.client, `k${i}`, `v${i}`);
-        for (const n of cluster.running()) {
-          const c = clientOf(n.id);
-          for (const [key, value] of acknowledged) {
-            const got = await c.call(c.kv, "Get", { key: Buffer.from(key) });
-            assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${n.id}`);
-          }
-        }
+        await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
 
         // Decommission n2 through the CLI; it waits until n2 holds no replica.
         const endpoints = ["--endpoints", n1.rpc];
@@ -136,13 +164,7 @@ describe("elastic cluster (real processes)", () => {
         await cluster.stop("n2");
         // Nothing was lost, and the three left take writes.
         for (let i = 96; i < 112; i++) await put(c1, `k${i}`, `v${i}`);
-        for (const id of ["n1", "n3", "n4"]) {
-          const c = clientOf(id);
-          for (const [key, value] of acknowledged) {
-            const got = await c.call(c.kv, "Get", { key: Buffer.from(key) });
-            assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${id}`);
-          }
-        }
+        await readsBack(cluster, ["n1", "n3", "n4"], acknowledged);
 
         // Removed for good: not listed, and the id cannot come back.
         const remove = await cli(["node", "remove", "n2", ...endpoints, "--output", "json"]);
@@ -163,10 +185,7 @@ describe("elastic cluster (real processes)", () => {
         const again = await cli(["node", "decommission", "n3", ...endpoints]);
         assert.notEqual(again.code, 0, "decommissioning would leave 2 active members");
         assert.match(again.err, /would leave 2 active member/);
-      } finally {
-        await cluster.killAll();
-        await rm(dir, { recursive: true, force: true });
-      }
+      });
     },
   );
 
@@ -174,61 +193,43 @@ describe("elastic cluster (real processes)", () => {
     "moves survive SIGKILL of the meta leader and of the destination mid-move: every shard ends on three replicas, nothing lost",
     { timeout: 300_000 },
     async () => {
-      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-move-crash-"));
-      const cluster = await LocalCluster.create(dir, 4, {
-        CAIRN_CLUSTER_TOTAL_SHARDS: "16",
-        CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
-        CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "2",
-      });
-      try {
-        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
-        await cluster.ready();
-        const { acknowledged, put } = acknowledgedPuts();
-        const c2 = (): NonNullable<(typeof cluster.nodes)[number]["client"]> => {
-          const c = cluster.node("n2").client;
-          assert.ok(c !== null);
-          return c;
-        };
-        for (let i = 0; i < 48; i++) await put(c2(), `m${i}`, `v${i}`);
-        await cluster.start("n4");
-        const placed = async (id: string): Promise<number> =>
-          (await members(c2())).replicas.get(id) ?? 0;
-        await eventually("a first move onto n4", async () => (await placed("n4")) >= 1, 90_000);
-        // The meta group's leader dies mid-move, and comes back.
-        const view = await clusterView(c2());
-        const metaLeader = view.shards.find((s) => s.id === 0)?.leader ?? "n1";
-        await cluster.stop(metaLeader, "SIGKILL");
-        for (let i = 48; i < 56; i++) await put(c2(), `m${i}`, `v${i}`);
-        await cluster.start(metaLeader);
-        // The destination dies mid-move, and comes back.
-        await eventually("more moves onto n4", async () => (await placed("n4")) >= 4, 90_000);
-        await cluster.stop("n4", "SIGKILL");
-        await cluster.start("n4");
-        await eventually(
-          "the moves finish: replicas even, every shard on three distinct nodes",
-          async () => {
-            const counts = [...(await members(c2())).replicas.values()];
-            const shards = (await clusterView(c2())).shards;
-            return (
-              counts.length === 4 &&
-              Math.max(...counts) - Math.min(...counts) <= 1 &&
-              shards.every((s) => s.replicas.length === 3 && new Set(s.replicas).size === 3)
-            );
-          },
-          120_000,
-        );
-        for (const n of cluster.running()) {
-          const c = n.client;
-          assert.ok(c !== null);
-          for (const [key, value] of acknowledged) {
-            const got = await retryingKv(c, "Get", { key: Buffer.from(key) });
-            assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${n.id}`);
-          }
-        }
-      } finally {
-        await cluster.killAll();
-        await rm(dir, { recursive: true, force: true });
-      }
+      await withCluster(
+        "move-crash",
+        { CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "2" },
+        async (cluster) => {
+          const { acknowledged, put } = acknowledgedPuts();
+          const c2 = (): Clients => clientOf(cluster, "n2");
+          for (let i = 0; i < 48; i++) await put(c2(), `m${i}`, `v${i}`);
+          await cluster.start("n4");
+          const placed = async (id: string): Promise<number> =>
+            (await members(c2())).replicas.get(id) ?? 0;
+          await eventually("a first move onto n4", async () => (await placed("n4")) >= 1, 90_000);
+          // The meta group's leader dies mid-move, and comes back.
+          const view = await clusterView(c2());
+          const metaLeader = view.shards.find((s) => s.id === 0)?.leader ?? "n1";
+          await cluster.stop(metaLeader, "SIGKILL");
+          for (let i = 48; i < 56; i++) await put(c2(), `m${i}`, `v${i}`);
+          await cluster.start(metaLeader);
+          // The destination dies mid-move, and comes back.
+          await eventually("more moves onto n4", async () => (await placed("n4")) >= 4, 90_000);
+          await cluster.stop("n4", "SIGKILL");
+          await cluster.start("n4");
+          await eventually(
+            "the moves finish: replicas even, every shard on three distinct nodes",
+            async () => {
+              const counts = [...(await members(c2())).replicas.values()];
+              const shards = (await clusterView(c2())).shards;
+              return (
+                counts.length === 4 &&
+                Math.max(...counts) - Math.min(...counts) <= 1 &&
+                shards.every((s) => s.replicas.length === 3 && new Set(s.replicas).size === 3)
+              );
+            },
+            120_000,
+          );
+          await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
+        },
+      );
     },
   );
 
@@ -236,15 +237,7 @@ describe("elastic cluster (real processes)", () => {
     "a member killed for good is marked dead after dead_after; its replicas are re-created, and a second failure loses nothing",
     { timeout: 240_000 },
     async () => {
-      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-dead-"));
-      const cluster = await LocalCluster.create(dir, 4, {
-        CAIRN_CLUSTER_TOTAL_SHARDS: "16",
-        CAIRN_CLUSTER_DEAD_AFTER_MS: "3000",
-        CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
-      });
-      try {
-        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
-        await cluster.ready();
+      await withCluster("dead", { CAIRN_CLUSTER_DEAD_AFTER_MS: "3000" }, async (cluster) => {
         const c1 = cluster.node("n1").client;
         assert.ok(c1 !== null);
         const { acknowledged, put } = acknowledgedPuts();
@@ -281,19 +274,11 @@ describe("elastic cluster (real processes)", () => {
         // A second failure: two of three replicas remain, and nothing is unavailable or lost.
         await cluster.stop("n3", "SIGKILL");
         for (let i = 48; i < 64; i++) await put(c1, `d${i}`, `v${i}`);
-        const c2 = cluster.node("n2").client;
-        assert.ok(c2 !== null);
-        for (const [key, value] of acknowledged) {
-          const got = await c2.call(c2.kv, "Get", { key: Buffer.from(key) });
-          assert.equal((got["value"] as Buffer).toString(), value, key);
-        }
+        await readsBack(cluster, ["n1", "n2"], acknowledged);
         const removed = await cli(["node", "remove", "n4", "--endpoints", cluster.node("n1").rpc]);
         assert.equal(removed.code, 0, removed.err);
         assert.match(removed.out, /n4: removed, 0 replica\(s\) left/);
-      } finally {
-        await cluster.killAll();
-        await rm(dir, { recursive: true, force: true });
-      }
+      });
     },
   );
 });
