@@ -96,6 +96,8 @@ export class ClusterState {
   #closed = false;
   /** Ends rejoinLoop's wait (close). */
   #wake: (() => void) | null = null;
+  /** replicasNow's answers for the meta state here (cleared when it changes). */
+  readonly #replicasNow = new Map<number, readonly string[]>();
   /** A join proposal is under way (#join). */
   #joining = false;
   /** Why the meta group refused this node's last join, null when it did not. */
@@ -165,10 +167,16 @@ export class ClusterState {
    * The replicas (replica ids) of `shard` as the meta state places them now: each of its nodes'
    * current replica (MultiRaftOptions.replicasNow).
    */
-  replicasNow(shard: number): string[] {
+  replicasNow(shard: number): readonly string[] {
     const meta = this.#meta;
     if (meta === null || meta.clusterId === null) return [];
-    return meta.nodesOf(shard).map((node) => meta.replicaOf(node));
+    // Asked on every write (Groups.placedElsewhere): kept until the meta state changes.
+    let now = this.#replicasNow.get(shard);
+    if (now === undefined) {
+      now = meta.nodesOf(shard).map((node) => meta.replicaOf(node));
+      this.#replicasNow.set(shard, now);
+    }
+    return now;
   }
 
   /**
@@ -322,6 +330,7 @@ export class ClusterState {
     const before = this.clusterId;
     const previous = this.#meta;
     this.#meta = state;
+    this.#replicasNow.clear();
     for (const [id, m] of state.members) {
       const was = previous?.members.get(id);
       if (id !== this.#config.node_id && was !== undefined && was.incarnation !== m.incarnation)
