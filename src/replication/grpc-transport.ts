@@ -47,6 +47,7 @@ import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
+import { releaseSnapshot } from "./snapshot-pins.ts";
 import { type OutgoingSnapshot, SnapshotSender, type SnapshotStats } from "./snapshot-sender.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 
@@ -113,6 +114,8 @@ export interface GrpcTransportOptions {
 export type PeerStats = LinkStats & SnapshotStats;
 
 export class GrpcTransport implements RaftTransport {
+  /** Snapshots are read from their streams as they go out (snapshot-transfer.ts). */
+  readonly streamsSnapshots = true;
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
   readonly #log: PeerLogger;
@@ -197,6 +200,8 @@ export class GrpcTransport implements RaftTransport {
       this.#log.error("raft frame not sent", { peer: to, error: String(err) });
       outcome = false;
     }
+    // Dropped, snapshots with the rest: what a snapshot's stream pins goes now.
+    if (outcome === false) for (const m of messages) releaseSnapshot(m.message);
     if (outcome !== null && sent !== undefined) {
       const delivered = outcome;
       setImmediate(() => sent(delivered));
