@@ -25,8 +25,10 @@
  * never from inside send()), so that the leader stops pipelining to that peer and probes it
  * instead. A snapshot is never dropped for the budget: its outcome is what `sent` hears.
  *
- * Caveats: a snapshot is held whole in memory at both ends (built in one buffer by the driver,
- * assembled in one by the receiver). No TLS yet (insecure channels; mTLS later, design.md §5.1).
+ * Snapshots are read from their streams as they go out (streamsSnapshots: the driver's snapshots
+ * hold a pinned engine version, not bytes); every one handed to send() is released, sent or not.
+ *
+ * Caveats: no TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
 import { setMaxListeners } from "node:events";
 import type { Interceptor } from "@grpc/grpc-js";

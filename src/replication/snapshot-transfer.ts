@@ -2,21 +2,25 @@
  * Raft snapshots between nodes, over cairn.v1.Raft InstallSnapshot (proto/cairn/v1/raft.proto).
  * A snapshot message carries a whole shard, too much for one frame of the per-peer Stream, so
  * each travels on a call of its own: a header (the Stream's handshake identity, the shard, the
- * message without its data, the data's length), the data in chunks, and a trailer with the
- * data's CRC32C (the checksum of the WAL and the SSTables, src/storage/common/crc32c.ts).
+ * message without its data, the data's length if known up front, else 0), the data in chunks,
+ * and a trailer with the data's CRC32C (the checksum of the WAL and the SSTables,
+ * src/storage/common/crc32c.ts) and length.
  *
- * - sendSnapshot() is the sending end. Before each chunk it waits for the node-wide rate
- *   limiter, then for gRPC to take the previous chunk: grpc-js calls a write back once HTTP/2
- *   flow control let the chunk out, so a slow receiver slows the sender and at most one chunk
- *   waits in gRPC. It resolves once the receiver acknowledged the whole snapshot.
+ * - sendSnapshot() is the sending end. It reads the image from the snapshot's stream (frames
+ *   made from a pinned engine version as they are read, snapshot-pins.ts) or its bytes, and cuts
+ *   it into chunks. Before each chunk it waits for the node-wide rate limiter, then for gRPC to
+ *   take the previous chunk: grpc-js calls a write back once HTTP/2 flow control let the chunk
+ *   out, so a slow receiver slows the sender and at most one chunk waits in gRPC. It resolves
+ *   once the receiver acknowledged the whole snapshot.
  * - SnapshotAssembler holds the receiving end's rules, apart from gRPC: the header's identity
- *   (checked as a Stream handshake), its length against the node's limit, every chunk within
- *   that length, and the length and checksum at the trailer. Only a complete, verified snapshot
- *   yields its message, which the service then hands to Raft like any other.
+ *   (checked as a Stream handshake), the length against the node's limit, every chunk within
+ *   the length announced, and the length and checksum at the trailer. The data goes to a sink
+ *   as it arrives (snapshot-file.ts: a file, or memory without a directory). Only a complete,
+ *   verified and stored snapshot yields its message, which the service then hands to Raft like
+ *   any other.
  *
- * Both ends hold the whole snapshot in memory: the driver builds it in one buffer
- * (MultiRaft#buildSnapshot) and its Raft core takes it in one message; the receiver assembles
- * it in one buffer of the announced length.
+ * Neither end holds a streamed snapshot whole: the sender a frame and a chunk, the receiver the
+ * chunks not yet written.
  */
 import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
