@@ -131,8 +131,7 @@ export class SnapshotSender {
       if (--left === 0) sent?.(all);
     };
     for (const s of snapshots) lane.queue.push({ ...s, settle });
-    if (this.#closing.aborted) this.dropQueued();
-    else this.#next(lane);
+    this.#next(lane);
   }
 
   /** Peer node `to`'s counters and state. */

@@ -11,7 +11,7 @@
  * snapshot held whole at both ends, as before issue 53 (measured, not bounded).
  */
 import assert from "node:assert/strict";
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { setFlagsFromString } from "node:v8";
@@ -141,6 +141,19 @@ function jsBytes(): number {
   return m.heapUsed + m.arrayBuffers;
 }
 
+/**
+ * The process's resident anonymous memory (Linux), or 0: RSS without the pages of mapped files
+ * (the SSTables a scan reads through their mappings count in RSS, and are not held memory).
+ */
+function anonBytes(): number {
+  try {
+    const m = /RssAnon:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "latin1"));
+    return m === null ? 0 : Number(m[1]) * 1024;
+  } catch {
+    return 0;
+  }
+}
+
 function keysOfShard(mr: MultiRaft, n: number): Uint8Array[] {
   const keys: Uint8Array[] = [];
   for (let i = 0; keys.length < n; i++) {
@@ -186,11 +199,14 @@ describe("snapshot memory", () => {
       let peak = before;
       let rawPeak = before;
       let rssPeak = rssBefore;
+      const anonBefore = anonBytes();
+      let anonPeak = anonBefore;
       // What is live (after a full collection), every 250 ms: the garbage a transfer leaves
       // behind is not what it holds.
       const sampler = setInterval(() => {
         rawPeak = Math.max(rawPeak, jsBytes());
         rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
+        anonPeak = Math.max(anonPeak, anonBytes());
         gc();
         peak = Math.max(peak, jsBytes());
       }, 250);
@@ -228,6 +244,7 @@ describe("snapshot memory", () => {
         buffersAfterMiB: +(afterUsage.arrayBuffers / MIB).toFixed(1),
         jsGrowthMiB: +((rawPeak - before) / MIB).toFixed(1),
         rssGrowthMiB: +((rssPeak - rssBefore) / MIB).toFixed(1),
+        anonRssGrowthMiB: +((anonPeak - anonBefore) / MIB).toFixed(1),
       };
       if (process.env["CAIRN_SNAPSHOT_TEST_MIB"] !== undefined) {
         console.log({ mode: IN_MEMORY ? "memory" : "streamed", ...measured });
