@@ -2,11 +2,12 @@
  * A follower far behind catches up by a snapshot of a shard much larger than the chunk window,
  * and memory does not grow with the shard (issue 53): three MultiRaft nodes in this process over
  * real sockets, the leader streaming from a pinned engine version, the follower writing to a
- * file and importing from it. What the process holds in JavaScript memory (heap and buffers)
- * while the snapshot moves is measured against the shard's size; sender and receiver are both
- * in this process, so the bound covers both.
+ * file and importing from it. What the process holds while the snapshot moves (its anonymous
+ * resident memory on Linux: RSS without the pages of mapped files, since the engines read their
+ * tables through mappings; elsewhere its live JavaScript memory) is bounded, whatever the
+ * shard's size; sender and receiver are both in this process, so the bound covers both.
  *
- * The default shard is 96 MiB (CAIRN_SNAPSHOT_TEST_MIB); `npm run bench:snapshot` runs it at
+ * The default shard is 128 MiB (CAIRN_SNAPSHOT_TEST_MIB); `npm run bench:snapshot` runs it at
  * 1 GiB and prints what it measured. CAIRN_SNAPSHOT_TEST_MODE=memory runs the control: the
  * snapshot held whole at both ends, as before issue 53 (measured, not bounded).
  */
@@ -22,11 +23,11 @@ import { tempDir } from "../storage/helpers.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
 
 const MIB = 1024 * 1024;
-const SHARD_MIB = Number(process.env["CAIRN_SNAPSHOT_TEST_MIB"] ?? 96);
+const SHARD_MIB = Number(process.env["CAIRN_SNAPSHOT_TEST_MIB"] ?? 128);
 const VALUE_BYTES = 256 * 1024;
 const CHUNK_BYTES = 256 * 1024;
-/** What the process's live JavaScript memory may grow by while the snapshot moves. */
-const BOUND = 80 * MIB;
+/** What the process's memory may grow by while the snapshot moves. */
+const BOUND = 96 * MIB;
 /** `memory`: the control, snapshots held whole in memory (the transport and service of before). */
 const IN_MEMORY = process.env["CAIRN_SNAPSHOT_TEST_MODE"] === "memory";
 const IDS = ["n1", "n2", "n3"] as const;
@@ -253,8 +254,11 @@ describe("snapshot memory", () => {
       // Held whole, the snapshot would be in memory at both ends: twice the shard, at least.
       // Streamed, a transfer holds a frame and the chunk window at each end; the rest of the
       // growth is the follower's own (its engine and WAL opened again), whatever the shard.
+      // Held: the anonymous memory the process gained (Linux), else its live JavaScript memory,
+      // whose buffers count the mapped tables the scans read (file pages, not held memory).
+      const held = anonBefore > 0 ? anonPeak - anonBefore : growth;
       if (!IN_MEMORY) {
-        assert.ok(growth < BOUND, `memory grew with the shard: ${JSON.stringify(measured)}`);
+        assert.ok(held < BOUND, `memory grew with the shard: ${JSON.stringify(measured)}`);
       }
       // Installed: nothing is left pinned at the sender, nor a file at the receiver.
       await eventually("no pin left", () => now.mr.pinnedSnapshots === 0);
