@@ -24,5 +24,8 @@ export function countingTransport(
     flush() {
       transport.flush();
     },
+    ...(transport.streamsSnapshots === undefined
+      ? {}
+      : { streamsSnapshots: transport.streamsSnapshots }),
   };
 }

@@ -8,6 +8,7 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
+import { join } from "node:path";
 import {
   ClusterViewPublisher,
   decodeMetaCommand,
@@ -585,6 +586,12 @@ export class CairnNode implements HealthSource {
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),
         nodeId: this.config.node_id,
+        // Incoming snapshots are written here as they arrive; each shard worker has its own.
+        snapshotDir: join(
+          this.config.data_dir,
+          "incoming-snapshots",
+          String(this.#cell?.index ?? 0),
+        ),
         // The members the meta group records (rejoined ones keep their id); a removed one
         // is gone for good.
         isMember: (node) => {

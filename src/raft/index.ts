@@ -38,6 +38,7 @@ export {
   type Role,
   type Snapshot,
   type SnapshotMeta,
+  type SnapshotStream,
   type Term,
   term,
 } from "./types.ts";

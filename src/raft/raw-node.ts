@@ -330,6 +330,15 @@ export class RawNode {
   }
 
   /**
+   * The snapshot received from the leader that the next Ready will hand over to install, or
+   * null: a driver releases what a snapshot message it stepped holds when it is not this one
+   * (the core ignored it: stale, or leaving this member out).
+   */
+  pendingSnapshot(): Snapshot | null {
+    return this.#raft.log.unstableSnapshot();
+  }
+
+  /**
    * status() without the progress: what the driver's passes over every group read (health,
    * the cluster view, replica changes), for which describing each member's progress as a
    * string was most of the cost.

@@ -56,10 +56,25 @@ export interface SnapshotMeta {
   readonly conf: ConfState;
 }
 
+/**
+ * A snapshot's image read where it lies instead of held in memory: on the sender, frames made
+ * lazily from a pinned engine version; on the receiver, a verified file. Opaque to Raft, like
+ * `Snapshot.data`. Whoever consumes it (the transport that sends it, the driver that installs or
+ * drops it) releases it, whatever the outcome.
+ */
+export interface SnapshotStream {
+  /** The image's bytes, in chunks; read at most once. Throws once released. */
+  chunks(): AsyncIterable<Uint8Array>;
+  /** Frees what the image holds (a pinned version, a file). Idempotent; fails a read under way. */
+  release(): void;
+}
+
 export interface Snapshot {
   readonly meta: SnapshotMeta;
-  /** The state machine's image at `meta.index`, opaque to Raft. */
+  /** The state machine's image at `meta.index`, opaque to Raft; empty when `stream` carries it. */
   readonly data: Uint8Array;
+  /** The image as a stream, for images too large to hold in memory (the driver's shards). */
+  readonly stream?: SnapshotStream;
 }
 
 /** Answer to readIndex(ctx): once the state machine has applied `index`, a read is linearizable. */

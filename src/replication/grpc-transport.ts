@@ -25,8 +25,10 @@
  * never from inside send()), so that the leader stops pipelining to that peer and probes it
  * instead. A snapshot is never dropped for the budget: its outcome is what `sent` hears.
  *
- * Caveats: a snapshot is held whole in memory at both ends (built in one buffer by the driver,
- * assembled in one by the receiver). No TLS yet (insecure channels; mTLS later, design.md §5.1).
+ * Snapshots are read from their streams as they go out (streamsSnapshots: the driver's snapshots
+ * hold a pinned engine version, not bytes); every one handed to send() is released, sent or not.
+ *
+ * Caveats: no TLS yet (insecure channels; mTLS later, design.md §5.1).
  */
 import { setMaxListeners } from "node:events";
 import type { Interceptor } from "@grpc/grpc-js";
@@ -47,6 +49,7 @@ import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
 import type { TermCheck } from "./term-confirm.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
+import { releaseSnapshot } from "./snapshot-pins.ts";
 import { type OutgoingSnapshot, SnapshotSender, type SnapshotStats } from "./snapshot-sender.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 
@@ -113,6 +116,8 @@ export interface GrpcTransportOptions {
 export type PeerStats = LinkStats & SnapshotStats;
 
 export class GrpcTransport implements RaftTransport {
+  /** Snapshots are read from their streams as they go out (snapshot-transfer.ts). */
+  readonly streamsSnapshots = true;
   readonly nodeId: NodeId;
   readonly #replicaId: NodeId;
   readonly #log: PeerLogger;
@@ -197,6 +202,8 @@ export class GrpcTransport implements RaftTransport {
       this.#log.error("raft frame not sent", { peer: to, error: String(err) });
       outcome = false;
     }
+    // Dropped, snapshots with the rest: what a snapshot's stream pins goes now.
+    if (outcome === false) for (const m of messages) releaseSnapshot(m.message);
     if (outcome !== null && sent !== undefined) {
       const delivered = outcome;
       setImmediate(() => sent(delivered));

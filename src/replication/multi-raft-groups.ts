@@ -33,6 +33,7 @@ import {
   ShuttingDownError,
 } from "./multi-raft-options.ts";
 import { buildSnapshot } from "./multi-raft-snapshots.ts";
+import type { SnapshotPins } from "./snapshot-pins.ts";
 import {
   decodeLostLog,
   encodeLostLog,
@@ -94,6 +95,8 @@ export interface GroupsHost {
   markDirty(s: ShardReplica): void;
   /** The shards' replicas may have changed (multi-raft-peers.ts): shard 0 applied a meta command. */
   replicasChanged(): void;
+  /** Where snapshots for followers pin their engine's version; null: built in memory. */
+  readonly snapshotPins: SnapshotPins | null;
 }
 
 export class Groups {
@@ -448,7 +451,8 @@ export class Groups {
           this.#host.wal.hardState(id)?.vote === this.#host.replicaId);
       shard.foundingUnsynced = foundedHere;
       if (lost !== null && (raw.recovering || applied < lost.commit)) shard.refill = lost;
-      storage.snapshotSource = () => buildSnapshot(shard, this.#host.wal);
+      const pins = this.#host.snapshotPins;
+      storage.snapshotSource = () => buildSnapshot(shard, this.#host.wal, pins);
       if (this.#host.closed()) throw new ShuttingDownError();
       this.#host.shards.set(id, shard);
       this.#host.sleep.setTicking(shard, true);

@@ -81,6 +81,12 @@ export interface MultiRaftOptions {
    */
   readonly transport?: RaftTransport;
   /**
+   * With a transport that streams snapshots (RaftTransport.streamsSnapshots): a snapshot built
+   * for a follower pins its engine's version until read; one nobody started reading within this
+   * is released (ms, default 120 s; snapshot-pins.ts).
+   */
+  readonly snapshotPinTimeoutMs?: number;
+  /**
    * The initial voters (replica ids) of a shard's group, for a shard this node creates or first
    * hears of: the same list on every node (the meta group decides it in cluster mode). Default:
    * this node only.

@@ -10,6 +10,7 @@ import type { Clock } from "./engine.ts";
 import type { MultiRaftOptions, ShardTable } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
 import type { PeerReport, ShardReplica } from "./shard.ts";
+import { releaseSnapshot } from "./snapshot-pins.ts";
 
 /**
  * A message for a shard this node does not know it replicates is held this long (ms), waiting
@@ -59,13 +60,17 @@ export class Peers {
    * timeout; a three-node fill saw ~250 of them over 1,024 new shards.
    */
   receive(from: string, messages: readonly ShardMessage[]): void {
-    if (this.#host.stopped()) return;
+    if (this.#host.stopped()) {
+      for (const m of messages) releaseSnapshot(m.message);
+      return;
+    }
     let stale: string | null = null;
     for (const { shard: id, message } of messages) {
       if (message.to !== this.#host.replicaId) {
         // Addressed to another incarnation of this node: taking it would let this replica vote
         // and acknowledge as one whose promises are lost.
         stale = message.to;
+        releaseSnapshot(message);
         continue;
       }
       const s = this.#host.shards.get(id);
@@ -74,7 +79,10 @@ export class Peers {
         this.#host.markDirty(s);
         continue;
       }
-      if (!Number.isInteger(id) || id < 0 || id >= this.#host.totalShards) continue;
+      if (!Number.isInteger(id) || id < 0 || id >= this.#host.totalShards) {
+        releaseSnapshot(message);
+        continue;
+      }
       if (this.#replicatesHere(id)) this.#deliver(id, message);
       else this.#hold(id, message);
     }
@@ -94,7 +102,10 @@ export class Peers {
       if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
       this.#held.delete(id);
       this.#heldCount -= held.messages.length;
-      if (replica) for (const m of held.messages) this.#deliver(id, m);
+      for (const m of held.messages) {
+        if (replica) this.#deliver(id, m);
+        else releaseSnapshot(m);
+      }
     }
   }
 
@@ -119,12 +130,15 @@ export class Peers {
         opened.enqueueStep(message);
         this.#host.markDirty(opened);
       },
-      () => undefined,
+      () => releaseSnapshot(message),
     );
   }
 
   #hold(id: number, message: Message): void {
-    if (this.#host.options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) return;
+    if (this.#host.options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) {
+      releaseSnapshot(message);
+      return;
+    }
     let held = this.#held.get(id);
     if (held === undefined) {
       held = { since: this.#host.clock.now(), messages: [] };

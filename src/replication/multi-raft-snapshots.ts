@@ -11,6 +11,9 @@ import { encodeSnapshotFrames } from "../storage/index.ts";
 import type { DriverTestingBugs, ReplicationObserver } from "./multi-raft-options.ts";
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { ShardReplica } from "./shard.ts";
+import type { SnapshotPins } from "./snapshot-pins.ts";
+
+const EMPTY = new Uint8Array(0);
 
 /** What a snapshot reads and replaces of a shard: its state machine and its configuration. */
 export type SnapshotGroup = Pick<ShardReplica, "id" | "sm" | "storage">;
@@ -20,36 +23,57 @@ export interface LogTerms {
   term(shard: number, index: number): number | undefined;
 }
 
-/** Replaces a follower's state with a snapshot from its leader. */
+/** Replaces a follower's state with a snapshot from its leader, and releases its stream. */
 export async function installSnapshot(
   s: SnapshotGroup,
   snap: Snapshot,
   observer: ReplicationObserver | undefined,
   bugs: DriverTestingBugs,
 ): Promise<void> {
+  let bytes = 0;
   async function* frames(): AsyncGenerator<Uint8Array> {
-    yield snap.data;
+    if (snap.stream === undefined) {
+      bytes = snap.data.length;
+      yield snap.data;
+      return;
+    }
+    for await (const chunk of snap.stream.chunks()) {
+      bytes += chunk.length;
+      yield chunk;
+    }
   }
-  if (bugs.snapshotInstallNotDurable === true) {
-    await installSnapshotNotDurably(s.sm.lsm, snap.data, snap.meta.index);
-  } else {
-    await s.sm.lsm.importSnapshot(frames());
+  try {
+    if (bugs.snapshotInstallNotDurable === true) {
+      await installSnapshotNotDurably(s.sm.lsm, frames(), snap.meta.index);
+    } else {
+      await s.sm.lsm.importSnapshot(frames());
+    }
+  } finally {
+    snap.stream?.release();
   }
   s.sm.appliedIndex = snap.meta.index;
   s.storage.conf = snap.meta.conf;
   observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));
-  observer?.snapshotInstalled?.(s.id, snap.meta.index, snap.data.length);
+  observer?.snapshotInstalled?.(s.id, snap.meta.index, bytes);
   // The meta group's state came with the snapshot.
   if (s.id === 0) s.sm.reloadMeta();
 }
 
 /**
- * The shard's state machine at its applied index, as a snapshot stream in one buffer, with
- * the configuration in force there. Called by the Raft core (synchronously) when a follower
- * needs entries already compacted; between rounds, so no apply is in flight.
+ * The shard's state machine at its applied index, with the configuration in force there.
+ * Called by the Raft core (synchronously) when a follower needs entries already compacted;
+ * between rounds, so no apply is in flight. With `pins` (a transport that streams snapshots:
+ * RaftTransport.streamsSnapshots), a stream over the engine's version pinned now
+ * (snapshot-pins.ts), which the transport reads and releases; without, the whole image in one
+ * buffer (the simulation and the in-process transports of tests).
  */
-export function buildSnapshot(s: SnapshotGroup, wal: LogTerms): Snapshot {
+export function buildSnapshot(
+  s: SnapshotGroup,
+  wal: LogTerms,
+  pins: SnapshotPins | null,
+): Snapshot {
   const pin = s.sm.lsm.snapshot();
+  let pinned = false;
   try {
     const index = pin.seq;
     const t = wal.term(s.id, index);
@@ -59,12 +83,15 @@ export function buildSnapshot(s: SnapshotGroup, wal: LogTerms): Snapshot {
         `shard ${s.id}: no term for the applied index ${index}`,
       );
     }
+    const meta = { index: logIndex(index), term: term(t), conf: s.storage.conf };
+    if (pins !== null) {
+      pinned = true;
+      return { meta, data: EMPTY, stream: pins.stream(s.sm.lsm, pin) };
+    }
     const chunks = [...encodeSnapshotFrames(index, s.sm.lsm.scan({ snapshot: pin }))];
-    return {
-      meta: { index: logIndex(index), term: term(t), conf: s.storage.conf },
-      data: Buffer.concat(chunks),
-    };
+    return { meta, data: Buffer.concat(chunks) };
   } finally {
-    pin.release();
+    // A stream took the pin over (and releases it, also when it could not start).
+    if (!pinned) pin.release();
   }
 }

@@ -72,6 +72,7 @@ import { Quiesce } from "./multi-raft-quiesce.ts";
 import { Reads } from "./multi-raft-reads.ts";
 import { Writes } from "./multi-raft-writes.ts";
 import { RequestBudget } from "./request-budget.ts";
+import { SnapshotPins } from "./snapshot-pins.ts";
 
 // The driver's types, where they have always been imported from (src/node, the transport, the
 // tests): they live in multi-raft-options.ts, multi-raft-groups.ts and raft-transport.ts.
@@ -119,6 +120,8 @@ export class MultiRaft {
   readonly #quiesce: Quiesce;
   readonly #applier: Applier;
   readonly #rounds: RoundLoop;
+  /** The engine versions pinned by snapshots not read yet, with a streaming transport. */
+  readonly #snapshotPins: SnapshotPins | null;
 
   private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment | null) {
     this.#options = options;
@@ -133,6 +136,10 @@ export class MultiRaft {
     this.#env = env;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
     this.#testingBugs = options.testingBugs ?? {};
+    this.#snapshotPins =
+      options.transport?.streamsSnapshots === true
+        ? new SnapshotPins(options.snapshotPinTimeoutMs)
+        : null;
     // What the parts need of the driver (their *Host interfaces), one object for them all.
     const host = {
       shards: this.#shards,
@@ -166,6 +173,7 @@ export class MultiRaft {
       scheduleRound: (): void => this.#rounds.scheduleRound(),
       dropExpiredHeld: (): void => this.#peers.dropExpiredHeld(),
       replicasChanged: (): void => this.replicasChanged(),
+      snapshotPins: this.#snapshotPins,
     };
     this.#writes = new Writes(host);
     this.#reads = new Reads(host);
@@ -443,6 +451,11 @@ export class MultiRaft {
     );
   }
 
+  /** Engine versions pinned by snapshots for followers and not released yet (snapshot-pins.ts). */
+  get pinnedSnapshots(): number {
+    return this.#snapshotPins?.size ?? 0;
+  }
+
   get failure(): unknown {
     return this.#failure;
   }
@@ -458,6 +471,8 @@ export class MultiRaft {
     await this.#applier.whenIdle();
     const err = new ShuttingDownError();
     for (const s of this.#shards.values()) s.failAll(err);
+    // A pinned version holds its engine's tables: released before the engines close.
+    this.#snapshotPins?.releaseAll();
     const results = await Promise.allSettled(
       [...this.#shards.values()].map((s) => s.sm.lsm.close()),
     );

@@ -15,14 +15,11 @@ import type { ShardEngine } from "./engine.ts";
  */
 export async function installSnapshotNotDurably(
   lsm: ShardEngine,
-  data: Uint8Array,
+  frames: AsyncIterable<Uint8Array>,
   index: number,
 ): Promise<void> {
-  async function* frames(): AsyncGenerator<Uint8Array> {
-    yield data;
-  }
   const items = new Map<string, WriteOp>();
-  for await (const item of decodeSnapshotStream(frames())) {
+  for await (const item of decodeSnapshotStream(frames)) {
     if (item.kind === "entry") {
       items.set(Buffer.from(item.key).toString("hex"), {
         type: "put",

@@ -40,6 +40,7 @@ import {
 import type { ScanRequest, ShardMessage } from "./multi-raft.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
 import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
+import { clearSnapshotDir } from "./snapshot-file.ts";
 import { snapshotReceiver } from "./snapshot-receiver.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 import type { StoredItem } from "./state-machine.ts";
@@ -124,8 +125,15 @@ export interface RaftServiceOptions {
   readonly refused?: (kind: PeerRefusalKind) => void;
   readonly logger?: PeerLogger;
   /**
-   * Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them; the
-   * receiver assembles a snapshot whole in memory. Default 4 GiB.
+   * Where incoming snapshots are written as they arrive (a directory of the node's own, emptied
+   * here: what a previous run left is never read), then read back as a stream when the follower
+   * installs them (snapshot-file.ts). Without it (tests of the service) they are assembled in
+   * memory.
+   */
+  readonly snapshotDir?: string;
+  /**
+   * Larger snapshots are refused (RESOURCE_EXHAUSTED). Default: none with `snapshotDir` (the
+   * disk is the limit), else 4 GiB (held in memory).
    */
   readonly maxSnapshotBytes?: number;
   /**
@@ -161,6 +169,7 @@ export function createRaftService(
   const log = options.logger ?? silentLogger;
   const self = toNodeId(options.nodeId);
   const open = new Set<EndCall>();
+  if (options.snapshotDir !== undefined) clearSnapshotDir(options.snapshotDir);
 
   /** What a peer's call is checked against, as this node knows it now. */
   const peerCheck = (): PeerCheck => ({
@@ -229,7 +238,10 @@ export function createRaftService(
       InstallSnapshot: snapshotReceiver(handler, {
         peerCheck,
         refused: options.refused,
-        maxBytes: options.maxSnapshotBytes ?? 4 * 1024 * MIB,
+        maxBytes:
+          options.maxSnapshotBytes ??
+          (options.snapshotDir === undefined ? 4 * 1024 * MIB : Number.MAX_SAFE_INTEGER),
+        dir: options.snapshotDir,
         idleMs: options.snapshotIdleTimeoutMs ?? 60_000,
         metrics: options.metrics,
         log,

@@ -32,4 +32,12 @@ export interface RaftTransport {
    * (src/node/counting-transport.ts).
    */
   flush(): void;
+  /**
+   * True: the transport reads a snapshot message's image from its stream (Snapshot.stream) as
+   * it sends it, and releases the stream once the transfer ends, whatever its outcome, and when
+   * it drops the message; the driver then gives it snapshots streamed from a pinned engine
+   * version (snapshot-pins.ts). Otherwise snapshots come whole in memory (`data`). A wrapper
+   * must pass it on.
+   */
+  readonly streamsSnapshots?: boolean;
 }

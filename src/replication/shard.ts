@@ -32,6 +32,7 @@ import {
   type MetaApplyOutcome,
   WAIT,
 } from "./state-machine.ts";
+import { releaseSnapshot } from "./snapshot-pins.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 import type { LostLog } from "./refill.ts";
 import { ProposalLostError, RequestTimeoutError } from "./request-errors.ts";
@@ -349,7 +350,12 @@ export class ShardReplica {
     this.#steps = this.#spareSteps;
     this.#spareSteps = steps;
     try {
-      for (const m of steps) this.raw.step(m);
+      for (const m of steps) {
+        this.raw.step(m);
+        // A snapshot the core ignored (stale, or leaving this member out) is not installed:
+        // what its stream holds (the received file) goes now.
+        if (m.type === "snapshot" && this.raw.pendingSnapshot() !== m.snapshot) releaseSnapshot(m);
+      }
     } finally {
       clearArray(steps);
     }

@@ -1,13 +1,17 @@
 /**
  * The receiving end of cairn.v1.Raft InstallSnapshot under grpc-js: each call's chunks go to a
  * SnapshotAssembler (snapshot-transfer.ts, which holds the rules: the header's identity, the
- * length limit, the checksum), and only once the sender half-closed and the snapshot is whole
- * and verified is its message handed to the driver, like a frame's messages. The call is then
- * answered OK: that acknowledgement is what the sender's group hears as "sent".
+ * length limit, the checksum), which writes the data to a file of the node's snapshot directory
+ * as it arrives (`dir`; snapshot-file.ts). The call is paused while a chunk is being written, so
+ * memory holds the chunks in flight, not the snapshot. Only once the sender half-closed and the
+ * snapshot is whole, verified and written is its message handed to the driver, like a frame's
+ * messages, with a stream that reads the file back (removed once the driver installed or
+ * dropped it). The call is then answered OK: that acknowledgement is what the sender's group
+ * hears as "sent".
  *
  * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
  * (logged at warn, counted as a failed receive); a call the sender cancels is counted and
- * logged at debug. Nothing of a refused snapshot reaches Raft.
+ * logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
  */
 import {
   type ServerReadableStream,
@@ -20,6 +24,7 @@ import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotCh
 import type { PeerCheck, PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import type { LogFields, PeerLogger } from "./peer-logger.ts";
+import { SnapshotFile } from "./snapshot-file.ts";
 import { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 import type { EndCall } from "./stream-receiver.ts";
 
@@ -27,8 +32,13 @@ export interface SnapshotReceiverOptions {
   /** What a header is checked against, as this node knows it when the call arrives. */
   readonly peerCheck: () => PeerCheck;
   readonly refused?: ((kind: PeerRefusalKind) => void) | undefined;
-  /** Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them. */
+  /** Larger snapshots are refused (RESOURCE_EXHAUSTED). */
   readonly maxBytes: number;
+  /**
+   * Where incoming snapshots are written as they arrive (snapshot-file.ts); without it they are
+   * assembled in memory.
+   */
+  readonly dir?: string | undefined;
   /** A call that brings no chunk for this long fails (DEADLINE_EXCEEDED), ms. */
   readonly idleMs: number;
   readonly metrics?: SnapshotMetrics | undefined;
@@ -47,10 +57,12 @@ export function snapshotReceiver(
 ) => void {
   const { idleMs, log, open } = options;
   return (call, callback) => {
+    const dir = options.dir;
     const assembler = new SnapshotAssembler({
       peers: options.peerCheck(),
       ...(options.refused === undefined ? {} : { refused: options.refused }),
       maxBytes: options.maxBytes,
+      ...(dir === undefined ? {} : { sink: () => new SnapshotFile(dir) }),
     });
     let done = false;
     const fields = (): LogFields => ({
@@ -68,6 +80,7 @@ export function snapshotReceiver(
         callback(null, {});
         return;
       }
+      assembler.discard();
       options.metrics?.failed("receive");
       log.warn("raft snapshot refused", {
         ...fields(),
@@ -94,11 +107,27 @@ export function snapshotReceiver(
         assembler.push(chunk);
       } catch (err) {
         refuse(err);
+        return;
       }
+      // Bounded memory: no more chunks are taken until this one is written.
+      const writing = assembler.pending();
+      if (writing === null) return;
+      call.pause();
+      writing.then(
+        () => {
+          if (!done) call.resume();
+        },
+        (err: unknown) => refuse(storeFailure(err)),
+      );
     });
-    // The sender half-closed: only now, complete and verified, does the snapshot reach Raft.
+    // The sender half-closed: only now, complete, verified and stored, does it reach Raft.
     call.on("end", () => {
       if (done) return;
+      void assembler.close().then(() => {
+        if (!done) handOver();
+      }, refuse);
+    });
+    const handOver = (): void => {
       let snapshot: ShardMessage;
       try {
         snapshot = assembler.finish();
@@ -117,15 +146,20 @@ export function snapshotReceiver(
       options.metrics?.received();
       log.info("raft snapshot received", fields());
       finish(null);
-    });
+    };
     call.on("cancelled", () => {
       if (done) return;
       done = true;
       open.delete(end);
       clearTimeout(idle);
+      assembler.discard();
       options.metrics?.failed("receive");
       log.debug("raft snapshot call cancelled by the sender", fields());
     });
     call.on("error", () => refuse(new SnapshotRefusal(status.CANCELLED, "stream error")));
   };
+}
+
+function storeFailure(err: unknown): SnapshotRefusal {
+  return new SnapshotRefusal(status.INTERNAL, `the snapshot could not be stored: ${String(err)}`);
 }

@@ -152,7 +152,10 @@ export class SnapshotSender {
    */
   dropQueued(): void {
     for (const lane of this.#lanes.values()) {
-      for (const s of lane.queue.splice(0)) s.settle(false);
+      for (const s of lane.queue.splice(0)) {
+        s.message.snapshot.stream?.release();
+        s.settle(false);
+      }
     }
   }
 
@@ -193,8 +196,8 @@ export class SnapshotSender {
       peer: peer.id,
       shard_id: s.shard,
       index: s.message.snapshot.meta.index,
-      bytes: s.message.snapshot.data.length,
     };
+    const bytesBefore = lane.bytesSent;
     try {
       const address = this.#links.address(peer.id);
       if (address === null) throw new Error(`the address of ${peer.id} is not known`);
@@ -212,7 +215,7 @@ export class SnapshotSender {
       });
       lane.sent++;
       this.#metrics?.sent();
-      this.#log.info("raft snapshot sent", fields);
+      this.#log.info("raft snapshot sent", { ...fields, bytes: lane.bytesSent - bytesBefore });
       return true;
     } catch (err) {
       lane.failed++;
@@ -221,6 +224,7 @@ export class SnapshotSender {
       const code = typeof e.code === "number" ? status[e.code] : undefined;
       const failure = {
         ...fields,
+        bytes: lane.bytesSent - bytesBefore,
         ...(code === undefined ? {} : { code }),
         details: e.details ?? String(err),
       };
@@ -228,6 +232,9 @@ export class SnapshotSender {
       if (this.#closing.aborted) this.#log.debug("raft snapshot not sent", failure);
       else this.#log.warn("raft snapshot not sent", failure);
       return false;
+    } finally {
+      // Read to its end, or not: the pinned version it streamed from is no longer needed.
+      s.message.snapshot.stream?.release();
     }
   }
 }

@@ -2,21 +2,25 @@
  * Raft snapshots between nodes, over cairn.v1.Raft InstallSnapshot (proto/cairn/v1/raft.proto).
  * A snapshot message carries a whole shard, too much for one frame of the per-peer Stream, so
  * each travels on a call of its own: a header (the Stream's handshake identity, the shard, the
- * message without its data, the data's length), the data in chunks, and a trailer with the
- * data's CRC32C (the checksum of the WAL and the SSTables, src/storage/common/crc32c.ts).
+ * message without its data, the data's length if known up front, else 0), the data in chunks,
+ * and a trailer with the data's CRC32C (the checksum of the WAL and the SSTables,
+ * src/storage/common/crc32c.ts) and length.
  *
- * - sendSnapshot() is the sending end. Before each chunk it waits for the node-wide rate
- *   limiter, then for gRPC to take the previous chunk: grpc-js calls a write back once HTTP/2
- *   flow control let the chunk out, so a slow receiver slows the sender and at most one chunk
- *   waits in gRPC. It resolves once the receiver acknowledged the whole snapshot.
+ * - sendSnapshot() is the sending end. It reads the image from the snapshot's stream (frames
+ *   made from a pinned engine version as they are read, snapshot-pins.ts) or its bytes, and cuts
+ *   it into chunks. Before each chunk it waits for the node-wide rate limiter, then for gRPC to
+ *   take the previous chunk: grpc-js calls a write back once HTTP/2 flow control let the chunk
+ *   out, so a slow receiver slows the sender and at most one chunk waits in gRPC. It resolves
+ *   once the receiver acknowledged the whole snapshot.
  * - SnapshotAssembler holds the receiving end's rules, apart from gRPC: the header's identity
- *   (checked as a Stream handshake), its length against the node's limit, every chunk within
- *   that length, and the length and checksum at the trailer. Only a complete, verified snapshot
- *   yields its message, which the service then hands to Raft like any other.
+ *   (checked as a Stream handshake), the length against the node's limit, every chunk within
+ *   the length announced, and the length and checksum at the trailer. The data goes to a sink
+ *   as it arrives (snapshot-file.ts: a file, or memory without a directory). Only a complete,
+ *   verified and stored snapshot yields its message, which the service then hands to Raft like
+ *   any other.
  *
- * Both ends hold the whole snapshot in memory: the driver builds it in one buffer
- * (MultiRaft#buildSnapshot) and its Raft core takes it in one message; the receiver assembles
- * it in one buffer of the announced length.
+ * Neither end holds a streamed snapshot whole: the sender a frame and a chunk, the receiver the
+ * chunks not yet written.
  */
 import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
@@ -37,6 +41,7 @@ import { CodecError, decodeMessage, encodeMessage } from "./codec.ts";
 import { handshakeRefusal, type PeerCheck, type PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import type { RateLimiter } from "./rate-limiter.ts";
+import { MemorySink, type SnapshotSink } from "./snapshot-file.ts";
 
 export type SnapshotMessage = Extract<Message, { type: "snapshot" }>;
 
@@ -130,29 +135,32 @@ export async function sendSnapshot(
   const write = (what: string, chunk: SnapshotChunk): Promise<void> =>
     within(what, Promise.race([new Promise<void>((r) => call.write(chunk, () => r())), cut]));
 
-  const data = message.snapshot.data;
+  const snap = message.snapshot;
   try {
     await write("the header", {
       header: {
         handshake,
         shard_id: shard,
-        message: encodeMessage({
-          ...message,
-          snapshot: { meta: message.snapshot.meta, data: EMPTY },
-        }),
-        total_bytes: data.length,
+        message: encodeMessage({ ...message, snapshot: { meta: snap.meta, data: EMPTY } }),
+        // A stream's length is known at its end only: the trailer says it.
+        total_bytes: snap.stream === undefined ? snap.data.length : 0,
         to_replica_id: message.to === handshake.to_node_id ? "" : message.to,
       },
     });
     let crc = 0;
-    for (let at = 0; at < data.length; at += options.chunkBytes) {
-      const chunk = data.subarray(at, at + options.chunkBytes);
-      await Promise.race([options.limiter.take(chunk.length), cut]);
-      crc = crc32c(chunk, crc);
-      await write("a chunk", { data: chunk });
-      options.onBytes(chunk.length);
+    let total = 0;
+    // A stream's frames are made as they are read, from the version its sender pinned.
+    for await (const data of snap.stream?.chunks() ?? [snap.data]) {
+      for (let at = 0; at < data.length; at += options.chunkBytes) {
+        const chunk = data.subarray(at, at + options.chunkBytes);
+        await Promise.race([options.limiter.take(chunk.length), cut]);
+        crc = crc32c(chunk, crc);
+        total += chunk.length;
+        await write("a chunk", { data: chunk });
+        options.onBytes(chunk.length);
+      }
     }
-    await write("the trailer", { trailer: { crc32c: crc } });
+    await write("the trailer", { trailer: { crc32c: crc, total_bytes: total } });
     call.end();
     const err = await within("the answer", ended);
     if (err !== null) throw err;
@@ -198,19 +206,30 @@ export interface SnapshotAssemblerOptions {
   readonly peers: PeerCheck;
   /** A header was refused by peerRefusal's rules, by kind: for a counter. */
   readonly refused?: (kind: PeerRefusalKind) => void;
-  /** Larger snapshots are refused (RESOURCE_EXHAUSTED) before any memory is taken for them. */
+  /**
+   * Larger snapshots are refused (RESOURCE_EXHAUSTED): at the header when it announces its
+   * length, else as soon as more arrived.
+   */
   readonly maxBytes: number;
+  /** Where the data goes as it arrives (snapshot-file.ts); default: in memory. */
+  readonly sink?: () => SnapshotSink;
 }
 
 interface Header {
   readonly from: NodeId;
   readonly shard: number;
   readonly message: SnapshotMessage;
-  /** The announced length; the buffer it will be assembled in. */
-  readonly data: Buffer;
+  /** The announced length, or null: streamed, the trailer says it. */
+  readonly announced: number | null;
+  readonly sink: SnapshotSink;
 }
 
-/** One InstallSnapshot call's chunks, checked as they arrive; push() throws SnapshotRefusal. */
+/**
+ * One InstallSnapshot call's chunks, checked as they arrive; push() throws SnapshotRefusal.
+ * The data goes to the sink as it arrives; the caller waits for the sink's pending() writes
+ * before it takes more, close()s the sink once the trailer verified the data, and then takes
+ * the message (finish()); on any refusal it discard()s what arrived.
+ */
 export class SnapshotAssembler {
   readonly #options: SnapshotAssemblerOptions;
   #header: Header | null = null;
@@ -231,8 +250,15 @@ export class SnapshotAssembler {
     return this.#header?.shard ?? null;
   }
 
+  /** The length announced, else what arrived so far (null before the header). */
   get totalBytes(): number | null {
-    return this.#header?.data.length ?? null;
+    if (this.#header === null) return null;
+    return this.#header.announced ?? this.#received;
+  }
+
+  /** The sink's writes not done yet (null: none); rejects if one failed. */
+  pending(): Promise<void> | null {
+    return this.#header?.sink.pending() ?? null;
   }
 
   push(chunk: SnapshotChunk__Output): void {
@@ -252,18 +278,40 @@ export class SnapshotAssembler {
     }
   }
 
-  /** The sender half-closed: the whole snapshot message, verified. */
+  /** Once verified: every write done and the sink closed (a write failure refuses it). */
+  async close(): Promise<void> {
+    this.#whole();
+    try {
+      await this.#header?.sink.close();
+    } catch (err) {
+      throw new SnapshotRefusal(
+        status.INTERNAL,
+        `the snapshot could not be stored: ${String(err)}`,
+      );
+    }
+  }
+
+  /** The sender half-closed: the whole snapshot message, verified (its sink closed). */
   finish(): ShardMessage {
+    const h = this.#whole();
+    const snapshot = { meta: h.message.snapshot.meta, ...h.sink.result() };
+    return { shard: h.shard, message: { ...h.message, snapshot } };
+  }
+
+  /** Drops what arrived (a refused, broken or cancelled call). */
+  discard(): void {
+    this.#header?.sink.discard();
+  }
+
+  #whole(): Header {
     const h = this.#header;
     if (h === null || !this.#verified) {
       throw new SnapshotRefusal(
         status.INVALID_ARGUMENT,
-        `the stream ended before its trailer (${this.#received} of ${h?.data.length ?? "?"} bytes)`,
+        `the stream ended before its trailer (${this.#received} of ${h?.announced ?? "?"} bytes)`,
       );
     }
-    const data = new Uint8Array(h.data.buffer, h.data.byteOffset, h.data.length);
-    const snapshot = { meta: h.message.snapshot.meta, data };
-    return { shard: h.shard, message: { ...h.message, snapshot } };
+    return h;
   }
 
   #readHeader(h: SnapshotHeader__Output): Header {
@@ -313,26 +361,38 @@ export class SnapshotAssembler {
         `a snapshot of ${total} bytes is over this node's limit of ${maxBytes}`,
       );
     }
-    return { from, shard: h.shard_id, message, data: Buffer.allocUnsafe(total) };
+    const sink = this.#options.sink?.() ?? new MemorySink();
+    return { from, shard: h.shard_id, message, announced: total === 0 ? null : total, sink };
   }
 
   #append(h: Header, bytes: Buffer): void {
-    if (bytes.length > h.data.length - this.#received) {
-      throw new SnapshotRefusal(
-        status.INVALID_ARGUMENT,
-        `more data than the ${h.data.length} bytes announced`,
-      );
+    const limit = h.announced ?? this.#options.maxBytes;
+    if (bytes.length > limit - this.#received) {
+      throw h.announced === null
+        ? new SnapshotRefusal(
+            status.RESOURCE_EXHAUSTED,
+            `snapshot of over ${limit} bytes, beyond this node's limit`,
+          )
+        : new SnapshotRefusal(
+            status.INVALID_ARGUMENT,
+            `more data than the ${limit} bytes announced`,
+          );
     }
-    bytes.copy(h.data, this.#received);
+    h.sink.write(bytes);
     this.#crc = crc32c(bytes, this.#crc);
     this.#received += bytes.length;
   }
 
   #verify(h: Header, trailer: SnapshotTrailer__Output): void {
-    if (this.#received !== h.data.length) {
+    // An old sender announces the length in the header only (the trailer's is then 0).
+    const expected = h.announced ?? trailer.total_bytes;
+    if (
+      this.#received !== expected ||
+      (trailer.total_bytes !== 0 && trailer.total_bytes !== expected)
+    ) {
       throw new SnapshotRefusal(
         status.INVALID_ARGUMENT,
-        `the trailer came after ${this.#received} of the ${h.data.length} bytes announced`,
+        `the trailer came after ${this.#received} of the ${expected} bytes announced`,
       );
     }
     if (trailer.crc32c >>> 0 !== this.#crc) {

@@ -136,6 +136,7 @@ class Cluster {
     let sends = 0;
     let flushedSends = 0;
     let mr: MultiRaft | null = null;
+    const dataDir = join(this.#dir, id);
     // Frames that arrive before the node has opened are dropped (Raft resends).
     const server = await startRaftServer(
       (from: string, messages: ShardMessage[]) => {
@@ -150,6 +151,7 @@ class Cluster {
       {
         clusterId: CLUSTER,
         nodeId: id,
+        snapshotDir: join(dataDir, "incoming-snapshots"),
         confirmTerms: (checks) => mr?.confirmTerms(checks) ?? checks.map(() => false),
         readIndex: (shard, voucher) =>
           mr === null
@@ -171,6 +173,8 @@ class Cluster {
     const counting: RaftTransport = {
       send(to, messages, sent) {
         if (cut.has(`${id}>${nodeOfReplica(to)}`)) {
+          for (const m of messages)
+            if (m.message.type === "snapshot") m.message.snapshot.stream?.release();
           if (sent !== undefined) queueMicrotask(() => sent(false));
           return;
         }
@@ -191,8 +195,8 @@ class Cluster {
         flushedSends = sends;
         transport.flush();
       },
+      streamsSnapshots: transport.streamsSnapshots,
     };
-    const dataDir = join(this.#dir, id);
     try {
       mr = await MultiRaft.open({
         nodeId: id,

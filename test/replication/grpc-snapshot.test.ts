@@ -514,7 +514,7 @@ const data = (bytes: Uint8Array): SnapshotChunk__Output => ({
 });
 const trailer = (crc: number): SnapshotChunk__Output => ({
   chunk: "trailer",
-  trailer: { crc32c: crc },
+  trailer: { crc32c: crc, total_bytes: 0 },
 });
 
 function assembler(maxBytes = 1 << 20): SnapshotAssembler {

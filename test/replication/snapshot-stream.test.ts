@@ -1,0 +1,288 @@
+/**
+ * Snapshots streamed from disk on both sides (issue 53), with a real LSM engine and real sockets:
+ * the sender streams a pinned version of the engine (snapshot-pins.ts) over InstallSnapshot,
+ * the receiver writes it to a file of its snapshot directory (snapshot-file.ts) and hands over
+ * a stream of that file, which another engine imports. A transfer cut mid-way releases its pin
+ * (compaction then deletes the pinned tables) and leaves no file; a damaged one is refused and
+ * leaves no file; a pin nobody reads is released after its timeout; a leftover file is removed
+ * when the service starts.
+ */
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, writeFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { InterceptingCall, type Interceptor, status } from "@grpc/grpc-js";
+import type { SnapshotChunk } from "../../src/api/generated/cairn/v1/SnapshotChunk.ts";
+import { CairnError } from "../../src/common/errors.ts";
+import { logIndex, nodeId, term, type Message } from "../../src/raft/index.ts";
+import {
+  GrpcTransport,
+  type GrpcTransportOptions,
+  type ShardMessage,
+} from "../../src/replication/index.ts";
+import { SnapshotPins } from "../../src/replication/snapshot-pins.ts";
+import { LsmEngine, LsmEnvironment, type LsmOptions } from "../../src/storage/lsm/index.ts";
+import { tempDir } from "../storage/helpers.ts";
+import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
+
+const CHUNK = 16 * 1024;
+const INSTALL = "/cairn.v1.Raft/InstallSnapshot";
+const SMALL: LsmOptions = {
+  memtableBytes: 64 * 1024,
+  l0CompactionTrigger: 2,
+  targetFileBytes: 64 * 1024,
+};
+
+const env = new LsmEnvironment({ workers: 2, blockCacheBytes: 1 << 20 });
+after(() => env.close());
+
+const key = (i: number): Buffer => Buffer.from(`key-${String(i).padStart(6, "0")}`);
+/** 2,000 bytes: 3,000 keys make several frames of ~1 MiB, so a scan outlives the first. */
+const value = (i: number, round: number): Buffer =>
+  Buffer.alloc(2000, `${round}:${i}:`.padEnd(16, "."));
+
+/** Writes keys [0, keys) in batches of 100, one sequence each after the engine's last. */
+async function rewrite(engine: LsmEngine, keys: number, round: number): Promise<void> {
+  for (let i = 0; i < keys; i += 100) {
+    const ops = [];
+    for (let k = i; k < Math.min(i + 100, keys); k++) {
+      ops.push({ type: "put" as const, key: key(k), value: value(k, round) });
+    }
+    await engine.write(engine.lastSeq + 1, ops);
+  }
+}
+
+/**
+ * An engine of `keys` keys (at sequence keys / 100) at sequence `keys`, in tables, reopened: its directory holds the
+ * live tables only (close() waits for the deletions of obsolete ones).
+ */
+async function filledEngine(keys: number): Promise<LsmEngine> {
+  const dir = join(tempDir("snap-src"), "lsm");
+  const engine = await LsmEngine.open(dir, env, SMALL);
+  await rewrite(engine, keys, 0);
+  await engine.flush();
+  await engine.compactUntilIdle();
+  await engine.close();
+  return LsmEngine.open(dir, env, SMALL);
+}
+
+function tables(engine: LsmEngine): string[] {
+  return readdirSync(engine.dir).filter((n) => n.endsWith(".sst"));
+}
+
+/** A snapshot message from n1 to n2 of shard 3 carrying `snapshot`. */
+function message(snapshot: Extract<Message, { type: "snapshot" }>["snapshot"]): ShardMessage {
+  return {
+    shard: 3,
+    message: { type: "snapshot", from: nodeId("n1"), to: nodeId("n2"), term: term(2), snapshot },
+  };
+}
+
+function streamedFrom(engine: LsmEngine, pins: SnapshotPins): ShardMessage {
+  const pin = engine.snapshot();
+  const meta = { index: logIndex(pin.seq), term: term(2), conf: { voters: [], learners: [] } };
+  return message({ meta, data: new Uint8Array(0), stream: pins.stream(engine, pin) });
+}
+
+/** An interceptor that rewrites (or holds back, with null) the chunks of snapshot calls. */
+function onChunks(edit: (chunk: SnapshotChunk, n: number) => SnapshotChunk | null): Interceptor {
+  return (options, nextCall) => {
+    if (options.method_definition.path !== INSTALL) return new InterceptingCall(nextCall(options));
+    let n = 0;
+    return new InterceptingCall(nextCall(options), {
+      sendMessage(m: SnapshotChunk, next) {
+        const edited = edit(m, n++);
+        if (edited !== null) next(edited);
+      },
+    });
+  };
+}
+
+interface Rig {
+  readonly transport: GrpcTransport;
+  readonly got: ShardMessage[];
+  readonly dir: string;
+  readonly serverLines: LogLine[];
+  send(m: ShardMessage): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+async function rig(transport: Partial<GrpcTransportOptions> = {}): Promise<Rig> {
+  const dir = join(tempDir("snap-dst"), "incoming-snapshots");
+  const got: ShardMessage[] = [];
+  const serverLines: LogLine[] = [];
+  const server = await startRaftServer((_, messages) => got.push(...messages), {
+    clusterId: "c1",
+    nodeId: "n2",
+    snapshotDir: dir,
+    logger: recordingLogger(serverLines),
+  });
+  const t = new GrpcTransport({
+    clusterId: "c1",
+    nodeId: "n1",
+    peers: () => server.address,
+    snapshotChunkBytes: CHUNK,
+    ...transport,
+  });
+  return {
+    transport: t,
+    got,
+    dir,
+    serverLines,
+    send: (m) => new Promise((resolve) => t.send(nodeId("n2"), [m], resolve)),
+    async close() {
+      await t.close();
+      server.stop();
+    },
+  };
+}
+
+async function collect(chunks: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const parts: Uint8Array[] = [];
+  for await (const c of chunks) parts.push(c);
+  return Buffer.concat(parts);
+}
+
+describe("snapshots streamed from disk", () => {
+  it("streams a pinned version, written to a file and imported from it; then nothing is left", async () => {
+    const source = await filledEngine(3000);
+    const pins = new SnapshotPins();
+    const r = await rig();
+    try {
+      const m = streamedFrom(source, pins);
+      // Written after the pin: not in the snapshot.
+      await source.write(31, [{ type: "put", key: key(0), value: Buffer.from("later") }]);
+      assert.equal(await r.send(m), true);
+      assert.equal(pins.size, 0, "the pin went with the transfer");
+      const got = r.got[0]?.message;
+      assert.ok(got?.type === "snapshot" && got.snapshot.stream !== undefined);
+      assert.equal(got.snapshot.data.length, 0, "the data is in a file, not in memory");
+      assert.equal(readdirSync(r.dir).length, 1, "one verified file");
+
+      const target = await LsmEngine.open(join(tempDir("snap-target"), "lsm"), env, SMALL);
+      await target.importSnapshot(got.snapshot.stream.chunks());
+      got.snapshot.stream.release();
+      assert.equal(target.lastSeq, 30);
+      assert.deepEqual(target.get(key(0)), value(0, 0));
+      assert.deepEqual(target.get(key(2999)), value(2999, 0));
+      assert.equal([...target.scan({})].length, 3000);
+      await eventually("the file is removed", () => readdirSync(r.dir).length === 0);
+      await target.close();
+    } finally {
+      await r.close();
+      await source.close();
+    }
+  });
+
+  it("a transfer cut mid-way releases its pin: compaction then deletes the pinned tables, and no file is left", async () => {
+    const source = await filledEngine(3000);
+    const pins = new SnapshotPins();
+    // The third chunk never leaves: the transfer waits, mid-way, until close() cuts it.
+    const r = await rig({ interceptors: [onChunks((c, n) => (n === 3 ? null : c))] });
+    try {
+      const pinned = tables(source);
+      assert.ok(pinned.length > 1);
+      const outcome = r.send(streamedFrom(source, pins));
+      await eventually("a file is being written", () => readdirSync(r.dir).length === 1);
+      // Every key rewritten and compacted: the pinned tables are obsolete, kept for the transfer.
+      await rewrite(source, 3000, 1);
+      await source.compactFully();
+      assert.equal(pins.size, 1);
+      for (const t of pinned) assert.ok(existsSync(join(source.dir, t)), `${t} kept while pinned`);
+      await r.transport.close();
+      assert.equal(await outcome, false);
+      assert.equal(pins.size, 0, "released by the cut transfer");
+      await source.compactFully();
+      await eventually("the pinned tables are deleted", () =>
+        pinned.every((t) => !existsSync(join(source.dir, t))),
+      );
+      assert.deepEqual(r.got, []);
+      await eventually("no temporary file", () => readdirSync(r.dir).length === 0);
+    } finally {
+      await r.close();
+      await source.close();
+    }
+  });
+
+  it("refuses a corrupted chunk (DATA_LOSS): nothing reaches Raft, no file is left, the pin goes", async () => {
+    const source = await filledEngine(2000);
+    const pins = new SnapshotPins();
+    const damage = onChunks((c, n) => {
+      if (n !== 3 || c.data === undefined || typeof c.data === "string") return c;
+      const damaged = Buffer.from(c.data);
+      damaged[100] = (damaged[100] ?? 0) ^ 0x01;
+      return { data: damaged };
+    });
+    const r = await rig({ interceptors: [damage] });
+    try {
+      assert.equal(await r.send(streamedFrom(source, pins)), false);
+      assert.deepEqual(r.got, []);
+      const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+      assert.equal(refusal?.fields["code"], status[status.DATA_LOSS]);
+      assert.equal(pins.size, 0);
+      await eventually("no temporary file", () => readdirSync(r.dir).length === 0);
+    } finally {
+      await r.close();
+      await source.close();
+    }
+  });
+
+  it("releases a pin nobody reads after its timeout; a read after that fails", async () => {
+    const source = await filledEngine(100);
+    const pins = new SnapshotPins(20);
+    try {
+      const m = streamedFrom(source, pins);
+      assert.equal(pins.size, 1);
+      await eventually("released unread", () => pins.size === 0);
+      assert.ok(m.message.type === "snapshot" && m.message.snapshot.stream !== undefined);
+      await assert.rejects(
+        collect(m.message.snapshot.stream.chunks()),
+        (err: unknown) =>
+          err instanceof CairnError && err.code === "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
+      );
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("a release during the read fails it: a cut image never looks whole", async () => {
+    const source = await filledEngine(3000);
+    const pins = new SnapshotPins();
+    try {
+      const m = streamedFrom(source, pins);
+      assert.ok(m.message.type === "snapshot" && m.message.snapshot.stream !== undefined);
+      const stream = m.message.snapshot.stream;
+      let frames = 0;
+      await assert.rejects(
+        (async () => {
+          for await (const frame of stream.chunks()) {
+            assert.ok(frame.length > 0);
+            if (++frames === 2) stream.release();
+          }
+        })(),
+        /released before it was read whole/,
+      );
+      assert.equal(pins.size, 0);
+      // A second read is refused too.
+      await assert.rejects(collect(stream.chunks()), /released/);
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("removes what a previous run left in its snapshot directory when the service starts", async () => {
+    const dir = join(tempDir("snap-leftover"), "incoming-snapshots");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "0123456789abcdef.snapshot-part"), "half a snapshot");
+    const r = await startRaftServer(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      snapshotDir: dir,
+    });
+    try {
+      assert.deepEqual(readdirSync(dir), []);
+    } finally {
+      r.stop();
+    }
+  });
+});
