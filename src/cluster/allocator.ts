@@ -53,7 +53,9 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   let budget = input.maxMoves - shards.filter((s) => meta.isMoving(s)).length;
   const active = meta.activeMembers();
   if (active.length === 0) return out;
-  const load = replicaCounts(meta, active);
+  // Active members only: a replica on any other is a repair's to move, not a load to even.
+  const counts = meta.replicaCounts();
+  const load = new Map(active.map((id) => [id, counts.get(id) ?? 0]));
   const factor0 = meta.shards.get(0)?.length ?? 1;
 
   // 2. Repairs.
@@ -118,6 +120,7 @@ function lives(input: AllocatorInput): MetaCommand[] {
   const { meta } = input;
   const out: MetaCommand[] = [];
   const anyMoving = [...meta.shards.keys()].some((s) => meta.isMoving(s));
+  const counts = meta.replicaCounts();
   for (const id of [...meta.members.keys()].sort(cmp)) {
     const state = meta.stateOf(id);
     const gone = input.unreachableLong.has(id);
@@ -127,27 +130,11 @@ function lives(input: AllocatorInput): MetaCommand[] {
       out.push({ op: "set-state", id, state: "dead" });
     } else if (state === "dead" && input.alive.has(id) && !gone) {
       out.push({ op: "set-state", id, state: "active" });
-    } else if (
-      state === "decommissioning" &&
-      !anyMoving &&
-      ![...meta.shards.keys()].some((s) => meta.nodesOf(s).includes(id))
-    ) {
+    } else if (state === "decommissioning" && !anyMoving && counts.get(id) === 0) {
       out.push({ op: "set-state", id, state: "decommissioned" });
     }
   }
   return out;
-}
-
-/** Replicas each active member holds (shard 0 included). */
-function replicaCounts(meta: MetaState, active: readonly string[]): Map<string, number> {
-  const load = new Map(active.map((id) => [id, 0]));
-  for (const shard of meta.shards.keys()) {
-    for (const n of meta.nodesOf(shard)) {
-      const c = load.get(n);
-      if (c !== undefined) load.set(n, c + 1);
-    }
-  }
-  return load;
 }
 
 /**

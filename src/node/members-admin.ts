@@ -25,10 +25,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
   };
   const standing = (node: string): NodeStanding => {
     const meta = metaNow();
-    return {
-      state: meta.stateOf(node) ?? "",
-      replicas: [...meta.shards.keys()].filter((s) => meta.nodesOf(s).includes(node)).length,
-    };
+    return { state: meta.stateOf(node) ?? "", replicas: meta.replicaCounts().get(node) ?? 0 };
   };
   const known = (meta: MetaState, node: string): void => {
     if (meta.stateOf(node) === undefined) {

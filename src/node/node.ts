@@ -11,6 +11,7 @@
 import { join } from "node:path";
 import {
   ClusterViewPublisher,
+  VIEW_MIN_INTERVAL_MS,
   decodeMetaCommand,
   type MetaState,
   nodeOfReplica,
@@ -791,7 +792,17 @@ export class CairnNode implements HealthSource {
         httpAddr: advertised(c.advertise_http_addr, http.value),
       };
       cluster.setSelf(self);
-      cluster.onMetaChanged = () => publish(membership.members());
+      // A fill applies a meta entry per shard created: the members' states and replica counts
+      // are published once per view interval, not once per entry.
+      let republishing = false;
+      cluster.onMetaChanged = () => {
+        if (republishing) return;
+        republishing = true;
+        setTimeout(() => {
+          republishing = false;
+          publish(membership.members());
+        }, VIEW_MIN_INTERVAL_MS).unref();
+      };
       this.#bootstrap = cluster
         .bootstrapLoop(this.store, membership, self, () => this.#stopping !== null)
         .catch((err: unknown) => {
