@@ -26,6 +26,8 @@ export interface AllocatorHost {
   /** Whether member `node`'s replica of the meta group holds its whole committed log. */
   metaCaughtUp(node: string): boolean;
   propose(cmd: MetaCommand): Promise<void>;
+  /** A batch of proposals ended with at least one committed: their effects may start now. */
+  proposed?(): void;
   readonly log: Logger;
 }
 
@@ -69,16 +71,20 @@ export class AllocatorLoop {
     });
     if (cmds.length === 0) return;
     this.#busy = true;
-    void this.#proposeAll(cmds).finally(() => {
+    void this.#proposeAll(cmds).then((committed) => {
       this.#busy = false;
+      if (committed > 0) this.#host.proposed?.();
     });
   }
 
-  async #proposeAll(cmds: readonly MetaCommand[]): Promise<void> {
+  /** Proposes `cmds` in order; resolves (never rejects) to how many were committed. */
+  async #proposeAll(cmds: readonly MetaCommand[]): Promise<number> {
     const log = this.#host.log;
+    let committed = 0;
     for (const cmd of cmds) {
       try {
         await this.#host.propose(cmd);
+        committed++;
         if (cmd.op === "set-state") {
           log.info("member state changed", { member: cmd.id, state: cmd.state });
         } else if (cmd.op === "move-shard") {
@@ -93,5 +99,6 @@ export class AllocatorLoop {
         });
       }
     }
+    return committed;
   }
 }

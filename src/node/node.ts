@@ -666,13 +666,27 @@ export class CairnNode implements HealthSource {
         return meta !== null && store.isCaughtUp(0, meta.replicaOf(node));
       },
       propose: (cmd) => cluster.propose(cmd, REQUEST_TIMEOUT_MS),
+      proposed: () => upkeepSoon(),
       log: this.#log.child("allocator"),
     });
-    const settle = {
+    const effects = {
       settle: (shard: number, nodes: readonly string[]) =>
         cluster.propose({ op: "settle-shard", shard, nodes: [...nodes] }, REQUEST_TIMEOUT_MS),
+      // A move's next step is often ready as soon as the last one ends: pass again shortly
+      // instead of a whole tick later (a move is four steps; at one per tick, adding a node to a
+      // cluster of 1,024 shards would take minutes of ticks alone).
+      stepped: () => upkeepSoon(),
     };
-    this.#spreadTimer = setInterval(() => {
+    let soon: NodeJS.Timeout | null = null;
+    const upkeepSoon = (): void => {
+      if (soon !== null || this.#stopping !== null) return;
+      soon = setTimeout(() => {
+        soon = null;
+        if (this.#stopping === null) upkeep(false);
+      }, UPKEEP_SOON_MS);
+      soon.unref();
+    };
+    const upkeep = (tick: boolean): void => {
       const alive = new Set(
         this.views
           .current()
@@ -688,11 +702,12 @@ export class CairnNode implements HealthSource {
             shard_id: shard,
             error: describeError(err),
           }),
-        settle,
+        effects,
       );
       allocator.pass();
-      spreadLeaders(this.store, cluster, c.node_id, alive);
-    }, LEADER_SPREAD_MS);
+      if (tick) spreadLeaders(this.store, cluster, c.node_id, alive);
+    };
+    this.#spreadTimer = setInterval(() => upkeep(true), LEADER_SPREAD_MS);
     this.#spreadTimer.unref();
     const cell = this.#cell;
     if (cell === null) return;
@@ -974,6 +989,8 @@ export async function startOpsHttp(
 
 /** How often a node hands leadership of its groups to their first-ranked replicas. */
 const LEADER_SPREAD_MS = 2_000;
+/** The upkeep pass after a replica change or an allocator batch succeeded (see #startUpkeep). */
+const UPKEEP_SOON_MS = 50;
 
 /** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
 const REQUEST_TIMEOUT_MS = 10_000;

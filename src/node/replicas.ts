@@ -94,6 +94,12 @@ export function nextReplicaChange(
 export interface ReplicaEffects {
   /** Proposes settle-shard for `shard` to the meta group. */
   settle(shard: number, nodes: readonly string[]): Promise<void>;
+  /**
+   * A step of `shard` succeeded: its next step may be ready now (a learner added is promoted
+   * once caught up, a promotion lets the old replica go), so the caller may pass again soon
+   * rather than at its next tick.
+   */
+  stepped?(shard: number): void;
 }
 
 /**
@@ -124,7 +130,18 @@ export function replaceReplicas(
     } else work = store.changeMembership(id, step);
     started++;
     underWay.add(id);
-    work.catch((err: unknown) => onError(id, err)).finally(() => underWay.delete(id));
+    work
+      .then(
+        () => {
+          underWay.delete(id);
+          effects?.stepped?.(id);
+        },
+        (err: unknown) => {
+          underWay.delete(id);
+          onError(id, err);
+        },
+      )
+      .catch((err: unknown) => onError(id, err));
   }
   return started;
 }

@@ -1,0 +1,140 @@
+/**
+ * The allocator's driver on the meta leader (src/node/allocator-loop.ts): when a member is
+ * declared dead, that one batch of proposals is in flight at a time, and that a batch with a
+ * committed proposal asks for the next pass at once (`proposed`).
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  type MetaCommand,
+  type MetaMember,
+  MetaState,
+  rendezvousReplicas,
+} from "../../src/cluster/index.ts";
+import { type AllocatorHost, AllocatorLoop } from "../../src/node/allocator-loop.ts";
+import { silentLogger } from "../../src/ops/index.ts";
+
+function member(id: string): MetaMember {
+  return { id, rpcAddr: `${id}:7447`, httpAddr: `${id}:8080`, incarnation: `inc-${id}` };
+}
+
+/** Four active members, eight shards on the first three (n4 joined and holds nothing). */
+function fourMembers(): MetaState {
+  let s = MetaState.empty().apply({
+    op: "bootstrap",
+    clusterId: "c",
+    totalShards: 1024,
+    replicationFactor: 3,
+    members: ["n1", "n2", "n3"].map(member),
+  }).state;
+  for (let shard = 1; shard <= 8; shard++) {
+    const replicas = rendezvousReplicas(shard, s.activeMembers(), 3);
+    s = s.apply({ op: "create-shard", shard, replicas }).state;
+  }
+  s = s.apply({ op: "join", member: member("n4") }).state;
+  return s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+}
+
+interface Harness {
+  readonly loop: AllocatorLoop;
+  readonly proposals: MetaCommand[];
+  /** Settles the pending proposals in order: `ok` commits one (applied to the state). */
+  settle(ok: boolean): Promise<void>;
+  readonly batches: { proposed: number };
+  alive: Set<string>;
+  state: MetaState;
+}
+
+function harness(deadAfterMs: number): Harness {
+  const pending: { cmd: MetaCommand; resolve: () => void; reject: (e: Error) => void }[] = [];
+  const h: Harness = {
+    proposals: [],
+    batches: { proposed: 0 },
+    alive: new Set(["n1", "n2", "n3", "n4"]),
+    state: fourMembers(),
+    async settle(ok) {
+      while (pending.length > 0) {
+        const p = pending.shift();
+        if (p === undefined) break;
+        if (ok) {
+          h.state = h.state.apply(p.cmd).state;
+          p.resolve();
+        } else p.reject(new Error("stale"));
+        // Let #proposeAll go on to its next command.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    },
+    loop: undefined as unknown as AllocatorLoop,
+  };
+  const host: AllocatorHost = {
+    nodeId: "n1",
+    deadAfterMs,
+    maxMoves: 2,
+    tolerance: 1,
+    meta: () => h.state,
+    leadsMeta: () => true,
+    alive: () => h.alive,
+    metaCaughtUp: () => true,
+    propose: (cmd) => {
+      h.proposals.push(cmd);
+      return new Promise<void>((resolve, reject) => pending.push({ cmd, resolve, reject }));
+    },
+    proposed: () => h.batches.proposed++,
+    log: silentLogger,
+  };
+  return Object.assign(h, { loop: new AllocatorLoop(host) });
+}
+
+describe("AllocatorLoop", () => {
+  it("declares a member dead once unseen for dead_after_ms, counted from when this leader last saw it alive", async () => {
+    const h = harness(10_000);
+    h.loop.pass(0);
+    await h.settle(true); // the rebalance onto n4
+    h.loop.pass(5_000); // n3 last seen alive
+    h.proposals.length = 0;
+    h.alive.delete("n3");
+    h.loop.pass(14_999);
+    await h.settle(true);
+    const dead = (): boolean =>
+      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead");
+    assert.ok(!dead(), JSON.stringify(h.proposals));
+    h.loop.pass(15_000);
+    await h.settle(true);
+    assert.ok(dead(), JSON.stringify(h.proposals));
+  });
+
+  it("a new meta leader waits a whole dead_after_ms for a member it never saw alive", async () => {
+    const h = harness(10_000);
+    h.alive.delete("n3");
+    h.loop.pass(100_000); // this node's first pass as leader
+    await h.settle(true);
+    h.loop.pass(109_999);
+    await h.settle(true);
+    const dead = (): boolean =>
+      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead");
+    assert.ok(!dead(), JSON.stringify(h.proposals));
+    h.loop.pass(110_000);
+    await h.settle(true);
+    assert.ok(dead(), JSON.stringify(h.proposals));
+  });
+
+  it("keeps one batch in flight, and asks for the next pass once a batch commits", async () => {
+    const h = harness(60_000);
+    h.loop.pass(0);
+    const first = h.proposals.length;
+    assert.ok(first > 0, "n4 holds nothing: the allocator moves replicas to it");
+    h.loop.pass(1); // the batch is still in flight: nothing more
+    assert.equal(h.proposals.length, first);
+    await h.settle(true);
+    assert.equal(h.batches.proposed, 1);
+
+    // A batch that is refused whole (a stale move) does not ask for another pass at once.
+    const before = h.proposals.length;
+    h.state = fourMembers(); // the moves never happened: the allocator proposes them again
+    h.loop.pass(2);
+    assert.ok(h.proposals.length > before);
+    await h.settle(false);
+    assert.equal(h.batches.proposed, 1);
+  });
+});
