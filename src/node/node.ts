@@ -63,9 +63,9 @@ import {
 import { AllocatorLoop } from "./allocator-loop.ts";
 import { gateByMembership } from "./member-gate.ts";
 import { memberAdmin } from "./members-admin.ts";
-import { replaceReplicas } from "./replicas.ts";
+import { type ReplicaEffects, type ReplicaStep, replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
-import { plantedBugs } from "./testing-bugs.ts";
+import { moveStepHoldMs, plantedBugs } from "./testing-bugs.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
@@ -669,13 +669,20 @@ export class CairnNode implements HealthSource {
       proposed: () => upkeepSoon(),
       log: this.#log.child("allocator"),
     });
-    const effects = {
+    const hold = moveStepHoldMs(process.env);
+    if (hold > 0)
+      this.#log.warn("replica changes held after each step (testing only)", { hold_ms: hold });
+    const effects: ReplicaEffects = {
       settle: (shard: number, nodes: readonly string[]) =>
         cluster.propose({ op: "settle-shard", shard, nodes: [...nodes] }, REQUEST_TIMEOUT_MS),
       // A move's next step is often ready as soon as the last one ends: pass again shortly
       // instead of a whole tick later (a move is four steps; at one per tick, adding a node to a
       // cluster of 1,024 shards would take minutes of ticks alone).
-      stepped: () => upkeepSoon(),
+      stepped: (shard: number, step: ReplicaStep) => {
+        this.#log.info("replica change", { shard_id: shard, ...describeStep(step) });
+        upkeepSoon();
+      },
+      ...(hold > 0 ? { holdAfterStepMs: hold } : {}),
     };
     let soon: NodeJS.Timeout | null = null;
     const upkeepSoon = (): void => {
@@ -985,6 +992,18 @@ export async function startOpsHttp(
     logger: log.child("http"),
   });
   return { server, address: formatHostPort(await server.start()) };
+}
+
+/** A replica change's fields for the log: what it did, and to which replica or nodes. */
+function describeStep(step: ReplicaStep): Record<string, string> {
+  switch (step.type) {
+    case "settle":
+      return { step: "settle", nodes: step.nodes.join(",") };
+    case "transfer":
+      return { step: "transfer-leader", replica: step.to };
+    default:
+      return { step: step.type, replica: step.node };
+  }
 }
 
 /** How often a node hands leadership of its groups to their first-ranked replicas. */

@@ -99,7 +99,12 @@ export interface ReplicaEffects {
    * once caught up, a promotion lets the old replica go), so the caller may pass again soon
    * rather than at its next tick.
    */
-  stepped?(shard: number): void;
+  stepped?(shard: number, step: ReplicaStep): void;
+  /**
+   * Tests only (CAIRN_TESTING_MOVE_STEP_HOLD_MS): a group waits this long after each step
+   * before its next one, so that a test can crash a node at a chosen step of a move.
+   */
+  readonly holdAfterStepMs?: number;
 }
 
 /**
@@ -130,11 +135,13 @@ export function replaceReplicas(
     } else work = store.changeMembership(id, step);
     started++;
     underWay.add(id);
+    const hold = effects?.holdAfterStepMs ?? 0;
     work
       .then(
-        () => {
+        async () => {
+          effects?.stepped?.(id, step);
+          if (hold > 0) await new Promise((resolve) => setTimeout(resolve, hold));
           underWay.delete(id);
-          effects?.stepped?.(id);
         },
         (err: unknown) => {
           underWay.delete(id);

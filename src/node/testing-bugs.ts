@@ -85,3 +85,25 @@ export function plantedBugs(
       bugs["ackBeforeWalSync"] === true ? slowWriteFileSystem(nodeFileSystem, SLOW_WRITE_MS) : null,
   };
 }
+
+/**
+ * Tests only: a group's leader waits this long after each step of a move before the next one
+ * (ReplicaEffects.holdAfterStepMs), so that a test can SIGKILL a node at a chosen step
+ * (test/e2e/cluster-move-crash.test.ts). Read from the environment only, like the planted bugs;
+ * a node started with it logs a warning.
+ */
+export const MOVE_STEP_HOLD_ENV = "CAIRN_TESTING_MOVE_STEP_HOLD_MS";
+
+/** The hold CAIRN_TESTING_MOVE_STEP_HOLD_MS asks for (ms), or 0. Throws on a bad value. */
+export function moveStepHoldMs(env: Readonly<Record<string, string | undefined>>): number {
+  const raw = env[MOVE_STEP_HOLD_ENV];
+  if (raw === undefined || raw.trim() === "") return 0;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0 || ms > 600_000) {
+    throw new CairnError(
+      "CAIRN_ERR_CONFIG",
+      `${MOVE_STEP_HOLD_ENV}: expected whole milliseconds from 0 to 600000, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return ms;
+}
