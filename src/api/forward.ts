@@ -34,6 +34,11 @@
  * the leader (it runs to its end, unheard): a write it took applies, as a write already proposed
  * would anyway.
  *
+ * Authority: the caller was checked (authz.ts) by the front end of the node it reached, before
+ * its call was dispatched; a forward on the peers' streams is served as the peer's (a node
+ * forwards only what it admitted), and one over gRPC carries the caller's bearer token, checked
+ * again where it lands.
+ *
  * Caveats: one channel per leader address, kept until close (a cluster has few nodes); Scan is
  * not forwarded (it reads every shard this node holds, not one shard's leader).
  */
@@ -44,7 +49,12 @@ import {
   type ServiceError,
   status,
 } from "@grpc/grpc-js";
-import { type CallResult, GrpcChannel, metadataOf } from "./grpc-channel.ts";
+import {
+  type CallResult,
+  GrpcChannel,
+  type Metadata as GrpcChannelMetadata,
+  metadataOf,
+} from "./grpc-channel.ts";
 import { type NodeId, nodeId, NotLeaderError } from "../raft/index.ts";
 import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./errors.ts";
 
@@ -250,7 +260,7 @@ export class Forwarder {
       peerCall === undefined
         ? this.#channel(address).unary(def.path, request, {
             deadline,
-            metadata: FORWARDED,
+            metadata: forwardedMetadata(call.metadata),
             cut,
           })
         : peerCall(leader, def.path, request, { deadline, cut });
@@ -308,6 +318,19 @@ export class Forwarder {
 const RECONNECT_BACKOFF_MS = 1_000;
 
 const FORWARDED = [[FORWARDED_KEY, "1"]] as const;
+
+/**
+ * The metadata of a forward over gRPC: marked forwarded, and with the caller's `authorization`
+ * (its bearer token) so the node served checks the caller's own role again (authz.ts). On the
+ * peers' streams nothing is carried: the forwarding node checked its caller before the call
+ * was dispatched, and the node served trusts a peer with what it forwards.
+ */
+function forwardedMetadata(metadata: Metadata): GrpcChannelMetadata {
+  const authorization = metadata.get("authorization")[0];
+  return typeof authorization === "string"
+    ? [...FORWARDED, ["authorization", authorization]]
+    : FORWARDED;
+}
 
 function reply<Res>(
   r: CallResult,

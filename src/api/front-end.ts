@@ -25,7 +25,10 @@
  * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
  * connection, each method has its receive limit (the peers' their own), a malformed
  * `grpc-timeout` is refused, and the peers' methods answer only calls that carry `cairn-peer`
- * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY).
+ * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY). With authentication configured
+ * (`auth.tokens_file`, `tls.client_ca_file`), every call is first checked against its caller's
+ * identity and role (CallGate: call-auth.ts, authz.ts), before it is dispatched, streamed or
+ * proxied; without it there is no gate and no per-call cost.
  *
  * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
  * a shutdown, and "event" for a connection ended by a bug or a limit (FrontEndEvent). Messages
@@ -81,7 +84,9 @@ import {
   type TlsFront,
   TLS_HANDSHAKE_BYTE,
 } from "./tls-front.ts";
-import { PEER_KEY, SHARD_WORKER_KEY } from "./wire.ts";
+import { methodClassOf, type MethodClass } from "./authz.ts";
+import { CallGate } from "./call-auth.ts";
+import { ERROR_CODE_KEY, PEER_KEY, SHARD_WORKER_KEY } from "./wire.ts";
 import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
@@ -258,7 +263,7 @@ export function serveFrontEnd(
   };
   /**
    * Path → the method's index in setup.methods, whether it is unary, its receive limit (the
-   * peers' own, or the clients'), and whether only peers may call it.
+   * peers' own, or the clients'), whether only peers may call it, and who may (authz.ts).
    */
   const methods = new Map(
     setup.methods.map((m, index) => {
@@ -269,6 +274,7 @@ export function serveFrontEnd(
           index,
           unary: !m.requestStream && !m.responseStream,
           peer,
+          cls: methodClassOf(m.path) satisfies MethodClass,
           maxReceive: peer ? Math.max(limits.peerMaxReceive, clientMaxReceive) : clientMaxReceive,
         },
       ];
@@ -786,7 +792,10 @@ export function serveFrontEnd(
     }
     const path = stream.path;
     const method = methods.get(path);
-    if (method === undefined) {
+    if (gate !== null && refused(gate, stream, path, method?.cls ?? methodClassOf(path))) {
+      // Answered, before anything else (an unknown method too: no credentials, no answer that
+      // tells which methods exist); the call never reaches a handler.
+    } else if (method === undefined) {
       respondStatus(
         stream,
         status.UNIMPLEMENTED,
@@ -814,6 +823,24 @@ export function serveFrontEnd(
     } else if (!rawStream(stream, method.index, method.maxReceive)) {
       proxy(stream, method.maxReceive);
     }
+  }
+
+  /**
+   * Answers a call its caller may not make (call-auth.ts) with UNAUTHENTICATED or
+   * PERMISSION_DENIED and reports it (counted and logged by the main thread); false when it may
+   * run.
+   */
+  function refused(gate: CallGate, stream: ServerStream, path: string, cls: MethodClass): boolean {
+    const refusal = gate.check(stream.connection, path, cls, stream.header("authorization"));
+    if (refusal === null) return false;
+    respondStatus(stream, refusal.code, refusal.reason, [[ERROR_CODE_KEY, refusal.errorCode]]);
+    report({
+      code: refusal.errorCode,
+      peer: stream.connection.peer,
+      message: refusal.reason,
+      method: path,
+    });
+    return true;
   }
 
   /**
@@ -862,6 +889,7 @@ export function serveFrontEnd(
       connectionOptions,
     );
     connections.add(connection);
+    gate?.connected(connection, socket);
     if (throughTunnel) tunneled.add(connection);
   }
 
@@ -1040,6 +1068,16 @@ export function serveFrontEnd(
   /** TLS on rpc_addr (tls-front.ts): null serves cleartext. */
   let tls: TlsFront | null = null;
   let tlsError: string | null = null;
+  /** Who may call what (call-auth.ts): null when no authentication is configured (all open). */
+  let gate: CallGate | null = null;
+  let authError: string | null = null;
+  if (setup.auth !== undefined) {
+    try {
+      gate = new CallGate(setup.auth, report);
+    } catch (err) {
+      authError = err instanceof Error ? err.message : String(err);
+    }
+  }
   if (setup.tls !== undefined) {
     try {
       tls = tlsFront(
@@ -1062,7 +1100,14 @@ export function serveFrontEnd(
     port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });
   });
   if (tlsError !== null) {
+    gate?.close();
     port.postMessage({ kind: "listen-error", code: "CAIRN_ERR_TLS_FILE", message: tlsError });
+  } else if (authError !== null) {
+    port.postMessage({
+      kind: "listen-error",
+      code: "CAIRN_ERR_AUTH_TOKENS_FILE",
+      message: authError,
+    });
   } else {
     listener.listen({ host: setup.host, port: setup.port, reusePort: true }, () => {
       listener.removeAllListeners("error");
@@ -1080,6 +1125,7 @@ export function serveFrontEnd(
     if (idleSweep !== null) clearInterval(idleSweep);
     if (listener.listening) listener.close();
     tls?.close();
+    gate?.close();
     for (const socket of sniffing) socket.destroy();
     sniffing.clear();
     const done = (): void => {

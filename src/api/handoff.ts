@@ -31,6 +31,16 @@ export interface IoThreadSetup {
   readonly limits?: Partial<FrontEndLimits>;
   /** TLS on `port` (tls-front.ts): each thread reads the files itself; absent, cleartext. */
   readonly tls?: TlsFiles;
+  /** Who may call what (call-auth.ts): absent when no authentication is configured (all open). */
+  readonly auth?: AuthSetup;
+}
+
+/** What a front end checks callers with (call-auth.ts, authz.ts). */
+export interface AuthSetup {
+  /** `auth.tokens_file`: each thread reads it and looks at it every second. */
+  readonly tokensFile?: string | undefined;
+  /** `tls.client_ca_file` is set: a client certificate's subject is an identity. */
+  readonly clientCerts: boolean;
 }
 
 /**
@@ -76,8 +86,9 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
 /**
  * What a front end reports to the main thread: a connection that its own code failed on (a bug:
  * logged at ERROR), one ended for going past a limit (WARN), a client whose certificate mutual
- * TLS refused (WARN), the TLS files reloaded (INFO) or changed but unusable (ERROR). `code` is
- * stable.
+ * TLS refused (WARN), the TLS files or the tokens file reloaded (INFO) or changed but unusable
+ * (ERROR), a call refused for its credentials (UNAUTHENTICATED) or its role (PERMISSION_DENIED;
+ * counted, logged at WARN without secrets). `code` is stable.
  */
 export interface FrontEndEvent {
   readonly code:
@@ -85,10 +96,16 @@ export interface FrontEndEvent {
     | "CAIRN_ERR_CONNECTION_LIMIT"
     | "CAIRN_ERR_TLS_CLIENT_REFUSED"
     | "CAIRN_ERR_TLS_RELOAD"
-    | "CAIRN_TLS_RELOADED";
+    | "CAIRN_TLS_RELOADED"
+    | "CAIRN_ERR_UNAUTHENTICATED"
+    | "CAIRN_ERR_PERMISSION_DENIED"
+    | "CAIRN_ERR_AUTH_RELOAD"
+    | "CAIRN_AUTH_RELOADED";
   /** The client's address (host:port); "" for an event of no connection. */
   readonly peer: string;
   readonly message: string;
+  /** A refused call's method path. */
+  readonly method?: string;
 }
 
 /**

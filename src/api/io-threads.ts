@@ -28,6 +28,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import {
+  type AuthSetup,
   BatchBuilder,
   CALL_FIELDS,
   type CallBatch,
@@ -168,6 +169,8 @@ export interface IoThreadsOptions {
   readonly limits?: Partial<FrontEndLimits>;
   /** TLS on the port: every front end (each thread) terminates it itself (tls-front.ts). */
   readonly tls?: TlsFiles;
+  /** Who may call what: every front end checks its own calls (call-auth.ts); absent, all open. */
+  readonly auth?: AuthSetup;
   /** A front end reports a connection (its own failure, or a client past a limit). */
   readonly onEvent?: (event: FrontEndEvent) => void;
 }
@@ -453,6 +456,7 @@ export class IoThreads {
       serverOptions: o.serverOptions,
       ...(o.limits === undefined ? {} : { limits: o.limits }),
       ...(o.tls === undefined ? {} : { tls: o.tls }),
+      ...(o.auth === undefined ? {} : { auth: o.auth }),
     };
     const inProcess = o.count === 0 ? new InProcessFrontEnd(setup, o.tunnels) : null;
     const worker: FrontEndHandle =

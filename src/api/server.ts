@@ -14,11 +14,12 @@ import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { CairnError } from "../common/index.ts";
 import type { TlsFiles } from "../common/tls-files.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
-import { bindErrorFor, type CairnMetrics, type Logger } from "../ops/index.ts";
+import { bindErrorFor, type CairnMetrics, type KvOperation, type Logger } from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
 import { adminService, type LeadershipTransfer, type MemberAdmin } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import type { WorkerTunnels } from "./front-end.ts";
+import type { AuthSetup } from "./handoff.ts";
 import {
   type FrontEndEvent,
   type FrontEndLimits,
@@ -82,9 +83,65 @@ export interface RpcServerOptions {
   readonly frontEnd?: Partial<Omit<FrontEndLimits, "peerMaxReceive">>;
   /** TLS on `address` (`tls.*`, tls-front.ts); absent, cleartext. */
   readonly tls?: TlsFiles;
+  /**
+   * Who may call what (`auth.tokens_file`, `tls.client_ca_file`; authz.ts): every front end
+   * checks each call before it is dispatched. Absent, every call is open.
+   */
+  readonly auth?: AuthSetup;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
+
+/** The KV methods whose refusals count in kv_requests_total. */
+const KV_OPERATION_BY_PATH: ReadonlyMap<string, KvOperation> = new Map([
+  ["/cairn.v1.KV/Put", "put"],
+  ["/cairn.v1.KV/Get", "get"],
+  ["/cairn.v1.KV/Delete", "delete"],
+  ["/cairn.v1.KV/Scan", "scan"],
+] as const);
+
+/**
+ * Logs refused calls at WARN: at most `perWindow` lines every `windowMs`, so a client retrying
+ * with a bad token in a loop does not flood the log; the first line after a full window says how
+ * many were left out. The lines hold the reason (who, which method, which role it lacks), never
+ * a token.
+ */
+class RefusalLog {
+  readonly #log: Logger;
+  readonly #perWindow: number;
+  readonly #windowMs: number;
+  #windowStart = -Infinity;
+  #logged = 0;
+  #suppressed = 0;
+
+  constructor(log: Logger, perWindow = 10, windowMs = 10_000) {
+    this.#log = log;
+    this.#perWindow = perWindow;
+    this.#windowMs = windowMs;
+  }
+
+  maybeLog(event: FrontEndEvent): void {
+    const now = performance.now();
+    if (now - this.#windowStart >= this.#windowMs) {
+      this.#windowStart = now;
+      this.#logged = 0;
+    }
+    if (this.#logged >= this.#perWindow) {
+      this.#suppressed++;
+      return;
+    }
+    this.#logged++;
+    const fields: Record<string, unknown> = {
+      code: event.code,
+      peer: event.peer,
+      method: event.method,
+      reason: event.message,
+    };
+    if (this.#suppressed > 0) fields["not_logged_before"] = this.#suppressed;
+    this.#suppressed = 0;
+    this.#log.warn("a call was refused: its caller may not make it", fields);
+  }
+}
 
 export class RpcServer {
   readonly #options: RpcServerOptions;
@@ -96,9 +153,11 @@ export class RpcServer {
   readonly #serverOptions: Record<string, number>;
   #ioThreads: IoThreads | null = null;
   #internalAddress = "";
+  readonly #refusals: RefusalLog;
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
+    this.#refusals = new RefusalLog(options.logger);
     this.#serverOptions = {
       // A peer's frame may carry a round's appends (RAFT_SERVER_OPTIONS); client calls are
       // bounded by the key and value limits their handlers check.
@@ -178,6 +237,7 @@ export class RpcServer {
       },
       onEvent: (event) => this.#onFrontEndEvent(event),
       ...(this.#options.tls === undefined ? {} : { tls: this.#options.tls }),
+      ...(this.#options.auth === undefined ? {} : { auth: this.#options.auth }),
       ...(this.#options.joinsPort === true ? { joinsPort: true } : {}),
       ...(this.#options.tunnels === undefined ? {} : { tunnels: this.#options.tunnels }),
       onFailure: (err) => this.#options.onFatal?.(err),
@@ -188,9 +248,12 @@ export class RpcServer {
       return { host, port };
     } catch (err) {
       this.#server.forceShutdown();
-      if (err instanceof IoThreadListenError && err.code === "CAIRN_ERR_TLS_FILE") {
-        // A TLS file changed between the configuration's check and the front end's read.
-        throw new CairnError("CAIRN_ERR_TLS_FILE", err.message);
+      if (
+        err instanceof IoThreadListenError &&
+        (err.code === "CAIRN_ERR_TLS_FILE" || err.code === "CAIRN_ERR_AUTH_TOKENS_FILE")
+      ) {
+        // A file changed between the configuration's check and the front end's read.
+        throw new CairnError(err.code, err.message);
       }
       if (err instanceof IoThreadListenError) throw bindErrorFor(err, address, "rpc_addr");
       throw err;
@@ -199,7 +262,7 @@ export class RpcServer {
 
   /** A connection the front end ended: its own failure (ERROR) or a client past a limit (WARN). */
   #onFrontEndEvent(event: FrontEndEvent): void {
-    if (this.#onTlsEvent(event)) return;
+    if (this.#onTlsEvent(event) || this.#onAuthEvent(event)) return;
     const internal = event.code === "CAIRN_ERR_CONNECTION_INTERNAL";
     this.#options.metrics.rpcConnectionEnded(internal ? "internal" : "limit");
     const fields = { code: event.code, peer: event.peer, reason: event.message };
@@ -230,6 +293,41 @@ export class RpcServer {
       case "CAIRN_ERR_TLS_CLIENT_REFUSED":
         log.warn("a client's TLS certificate was refused; its connection was closed", fields);
         return true;
+      default:
+        return false;
+    }
+  }
+
+  /**
+   * The access control events (call-auth.ts): true when `event` was one. A refused KV call
+   * counts in kv_requests_total under `unauthenticated` or `permission_denied` (the client's
+   * doing, not the server's fault); each refusal is logged at WARN, a few per window.
+   */
+  #onAuthEvent(event: FrontEndEvent): boolean {
+    const log = this.#options.logger;
+    switch (event.code) {
+      case "CAIRN_AUTH_RELOADED":
+        log.info("the tokens file changed and was reloaded", { reason: event.message });
+        return true;
+      case "CAIRN_ERR_AUTH_RELOAD":
+        log.error("the tokens file changed but cannot be used", {
+          code: event.code,
+          reason: event.message,
+        });
+        return true;
+      case "CAIRN_ERR_UNAUTHENTICATED":
+      case "CAIRN_ERR_PERMISSION_DENIED": {
+        const op = event.method === undefined ? undefined : KV_OPERATION_BY_PATH.get(event.method);
+        if (op !== undefined) {
+          this.#options.metrics.recordKv(
+            op,
+            event.code === "CAIRN_ERR_UNAUTHENTICATED" ? "unauthenticated" : "permission_denied",
+            0,
+          );
+        }
+        this.#refusals.maybeLog(event);
+        return true;
+      }
       default:
         return false;
     }

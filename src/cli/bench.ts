@@ -142,6 +142,7 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
             endpoints: globals.endpoints,
             timeoutMs: globals.timeoutMs,
             ...(globals.tls === undefined ? {} : { tls: globals.tls }),
+            ...(globals.token === undefined ? {} : { token: globals.token }),
             // Every connection routes by the cluster view (each follows it on its own watch):
             // a client that routed only on one of them sent the others' requests round-robin.
             routing: true,

@@ -6,7 +6,7 @@
  *   ca.crt, ca.key                  the CA (keep ca.key off the nodes)
  *   node.crt, node.key              a node: CN = its node id, the --host names and addresses as
  *                                   subject alternative names, for server and client use
- *   client.NAME.crt, client.NAME.key  a client: CN = NAME, for client use
+ *   client.NAME.crt, client.NAME.key  a client: CN = NAME, OU = its role (--role), for client use
  *
  * Keys are ECDSA P-256, written 0600; an existing file is never overwritten without --overwrite.
  */
@@ -17,6 +17,7 @@ import { isIP } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { isRole } from "../common/auth-tokens.ts";
 import { EXIT, UsageError } from "./common.ts";
 import type { Io } from "./io.ts";
 
@@ -28,13 +29,17 @@ Creates TLS certificates with the openssl binary (on the PATH) in a certificates
                             off the nodes)
   create-node ID            node.crt and node.key for node ID (its CN), valid for every --host
                             (a DNS name or an IP address; give each name clients dial)
-  create-client NAME        client.NAME.crt and client.NAME.key (CN NAME), for mutual TLS
+  create-client NAME        client.NAME.crt and client.NAME.key (CN NAME, OU its --role), for
+                            mutual TLS
 
 Options:
   --certs-dir DIR   where the files go (default certs); created if missing
   --ca-key FILE     the CA's key (default DIR/ca.key; create-ca writes it there)
   --host HOST       create-node: a name or address the node is reached at (repeat; at least one)
   --days N          validity in days (default 3650 for the CA, 365 for the others)
+  --role ROLE       create-client: what the client may call, written as the certificate's OU:
+                    read (Get, Scan, WatchCluster), readwrite (also Put, Delete; the default)
+                    or admin (also every Admin call)
   --overwrite       replace existing files
   -h, --help        show this help
 
@@ -183,6 +188,11 @@ export function cert(argv: readonly string[], io: Io): number {
     const hosts = values.host ?? [];
     if (sub !== "create-node" && hosts.length > 0)
       throw new UsageError("--host is for create-node only");
+    const role = values.role ?? "readwrite";
+    if (sub !== "create-client" && values.role !== undefined)
+      throw new UsageError("--role is for create-client only");
+    if (!isRole(role))
+      throw new UsageError(`--role must be read, readwrite or admin, not ${JSON.stringify(role)}`);
     let files: Files;
     switch (sub) {
       case "create-ca":
@@ -223,7 +233,7 @@ export function cert(argv: readonly string[], io: Io): number {
         requireCa(ca);
         create(
           files,
-          `/O=Cairn/CN=${client}`,
+          `/O=Cairn/OU=${role}/CN=${client}`,
           daysOf(values.days, 365),
           leafExtensions("clientAuth", []),
           ca,
@@ -267,6 +277,7 @@ function parseCertArgs(argv: readonly string[]): {
     "ca-key"?: string;
     days?: string;
     host?: string[];
+    role?: string;
   };
   positionals: string[];
 } {
@@ -278,6 +289,7 @@ function parseCertArgs(argv: readonly string[]): {
         "ca-key": { type: "string" },
         host: { type: "string", multiple: true },
         days: { type: "string" },
+        role: { type: "string" },
         overwrite: { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },

@@ -40,6 +40,9 @@ export const GLOBAL_HELP = `Global options:
   --cert FILE, --key FILE
                          mutual TLS: this client's certificate and key (PEM; env CAIRN_CERT,
                          CAIRN_KEY), for a node with tls.client_ca_file
+  --token TOKEN          a bearer token of the node's auth.tokens_file, sent as
+                         authorization: Bearer on every call (env CAIRN_TOKEN; prefer the
+                         variable: a flag shows in the process list)
   -h, --help             show this help
 
 Exit codes: 0 ok, 1 not found, 2 usage, 3 unavailable, 4 compare-and-set conflict,
@@ -53,6 +56,7 @@ export const GLOBAL_OPTIONS = {
   cacert: { type: "string" },
   cert: { type: "string" },
   key: { type: "string" },
+  token: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const satisfies NonNullable<ParseArgsConfig["options"]>;
 
@@ -71,6 +75,8 @@ export interface Globals {
   readonly timeoutMs: number;
   /** TLS to the nodes (--cacert, --cert, --key); absent: cleartext. */
   readonly tls?: TlsOptions;
+  /** --token / CAIRN_TOKEN: a bearer token for every call. */
+  readonly token?: string;
 }
 
 type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
@@ -115,7 +121,17 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
   if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
     throw new UsageError(`--timeout must be a positive number of milliseconds, not ${timeout}`);
   const tls = tlsOf(values, env);
-  return { endpoints, output, timeoutMs, ...(tls === undefined ? {} : { tls }) };
+  const token =
+    str(values, "token") ?? (env["CAIRN_TOKEN"] === "" ? undefined : env["CAIRN_TOKEN"]);
+  if (token !== undefined && !/^[\x21-\x7e]+$/.test(token))
+    throw new UsageError("--token (or CAIRN_TOKEN) must be visible ASCII characters, no spaces");
+  return {
+    endpoints,
+    output,
+    timeoutMs,
+    ...(tls === undefined ? {} : { tls }),
+    ...(token === undefined ? {} : { token }),
+  };
 }
 
 /** --cacert, --cert and --key (or CAIRN_CACERT, CAIRN_CERT, CAIRN_KEY), read. */
@@ -167,6 +183,7 @@ export function clientFor(g: Globals, routing = true): CairnClient {
     timeoutMs: g.timeoutMs,
     routing,
     ...(g.tls === undefined ? {} : { tls: g.tls }),
+    ...(g.token === undefined ? {} : { token: g.token }),
   });
 }
 

@@ -35,7 +35,8 @@ Commands:
 
 Every command takes --help. Client commands take --endpoints HOST:PORT,... (env CAIRN_ENDPOINTS,
 default 127.0.0.1:7447), --output text|json, --timeout MS, and for a node that serves TLS
---cacert FILE (with mutual TLS also --cert FILE --key FILE); health and metrics take
+--cacert FILE (with mutual TLS also --cert FILE --key FILE), for a node with auth.tokens_file
+--token TOKEN (env CAIRN_TOKEN); health and metrics take
 --http-endpoint HOST:PORT (env CAIRN_HTTP_ENDPOINT, default 127.0.0.1:8080).
 
 Options:
@@ -73,6 +74,7 @@ const LEADING_OPTIONS = new Set([
   "--cacert",
   "--cert",
   "--key",
+  "--token",
 ]);
 
 /** Moves options given before the command to after it, where the command parses them. */

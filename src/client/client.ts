@@ -12,7 +12,14 @@
  * write was not applied (see `isProvablyNotApplied`). A write that timed out or lost its connection
  * after being sent is reported as `IndeterminateWriteError` and never retried.
  */
-import { ChannelCredentials, type Client, type ServiceError, status } from "@grpc/grpc-js";
+import {
+  ChannelCredentials,
+  type Client,
+  InterceptingCall,
+  type Interceptor,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
 // proto.ts, not the api index: the index pulls in the whole server, which would triple the
 // start-up time of every `cairn` client command.
 import { loadCairnProto } from "../api/proto.ts";
@@ -88,6 +95,11 @@ export interface CairnClientOptions {
    * certificate must name the host of the endpoint dialled (`cairn cert create-node --host`).
    */
   readonly tls?: TlsOptions;
+  /**
+   * A bearer token of the nodes' `auth.tokens_file`, sent on every call as `authorization:
+   * Bearer TOKEN`. Send it only over TLS (the nodes accept it in cleartext on loopback only).
+   */
+  readonly token?: string;
 }
 
 export interface TlsOptions {
@@ -152,6 +164,8 @@ export class CairnClient {
   readonly #channelOptions: Record<string, string | number>;
   readonly #credentials: ChannelCredentials;
   readonly #tls: boolean;
+  /** Adds the bearer token to every call; null without one. */
+  readonly #interceptors: Interceptor[] | null;
   readonly #connections = new Map<string, Connection>();
   #next = 0;
   #closed = false;
@@ -169,6 +183,7 @@ export class CairnClient {
     this.#random = options.random ?? Math.random;
     this.#channelOptions = { ...CHANNEL_OPTIONS, ...options.channelOptions };
     this.#credentials = credentialsOf(options.tls);
+    this.#interceptors = options.token === undefined ? null : [bearer(options.token)];
     this.#tls = options.tls !== undefined;
     if (options.routing ?? true) this.#startRouting(0);
   }
@@ -387,9 +402,13 @@ export class CairnClient {
     let c = this.#connections.get(address);
     if (c === undefined) {
       // Reconnect quickly after a node restarts: grpc-js's default backoff grows to 120 s.
-      const kv = new v1.KV(address, this.#credentials, this.#channelOptions);
+      const interceptors = this.#interceptors === null ? {} : { interceptors: this.#interceptors };
+      const kv = new v1.KV(address, this.#credentials, {
+        ...this.#channelOptions,
+        ...interceptors,
+      });
       // One channel per address, shared by the three services.
-      const shared = { channelOverride: (kv as Client).getChannel() };
+      const shared = { channelOverride: (kv as Client).getChannel(), ...interceptors };
       c = {
         address,
         kv,
@@ -634,6 +653,20 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
     }
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** Sets `authorization: Bearer TOKEN` on every call. */
+function bearer(token: string): Interceptor {
+  if (!/^[\x21-\x7e]+$/.test(token))
+    throw new TypeError("CairnClient: token must be visible ASCII characters, no spaces");
+  const value = `Bearer ${token}`;
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        metadata.set("authorization", value);
+        next(metadata, listener);
+      },
+    });
 }
 
 /** The channels' credentials: cleartext, TLS, or mutual TLS. */

@@ -13,6 +13,7 @@ import { readFileSync } from "node:fs";
 import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
 import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
+import { readTokensFile, TokensFileError } from "../common/auth-tokens.ts";
 import { isUnspecifiedHost, parseHostPort } from "./address.ts";
 import {
   CONFIG_FLAG_OPTIONS,
@@ -64,6 +65,7 @@ export interface CairnConfig {
     readonly client_ca_file: string | undefined;
     readonly peer_ca_file: string | undefined;
   };
+  readonly auth: { readonly tokens_file: string | undefined };
   readonly shard_workers: number;
   readonly raft: {
     readonly tick_ms: number;
@@ -399,6 +401,7 @@ function checkAcrossKeys(
   }
 
   checkTls(values, sourceOf, issues);
+  checkAuth(values, sourceOf, issues);
 
   const maxKey = values.get("limits.max_key_bytes");
   const maxValue = values.get("limits.max_value_bytes");
@@ -503,6 +506,45 @@ function checkTls(
     if (!(err instanceof TlsFileError)) throw err;
     issues.push(issue(err.key, sourceOf(err.key), `${err.file}: ${err.reason}`));
   }
+}
+
+/**
+ * `auth.tokens_file`: the file reads well (readTokensFile: YAML, each entry a name, a role and
+ * one hashed or plain token), and a token can cross the network only encrypted: without
+ * tls.cert_file, rpc_addr must be a loopback address (127.0.0.0/8, ::1, localhost).
+ */
+function checkAuth(
+  values: Map<string, unknown>,
+  sourceOf: (key: string) => string,
+  issues: ConfigIssue[],
+): void {
+  const file = values.get("auth.tokens_file");
+  if (typeof file !== "string") return;
+  const rpc = values.get("rpc_addr");
+  if (values.get("tls.cert_file") === undefined && typeof rpc === "string") {
+    const parsed = parseHostPort(rpc, { allowPortZero: true, allowUnspecified: true });
+    if (parsed.ok && !isLoopbackHost(parsed.value.host)) {
+      issues.push(
+        issue(
+          "auth.tokens_file",
+          sourceOf("auth.tokens_file"),
+          `bearer tokens would cross the network in cleartext: set tls.cert_file and tls.key_file, or bind rpc_addr (${rpc}, from ${sourceOf("rpc_addr")}) to a loopback address, got ${show(file)}`,
+        ),
+      );
+      return;
+    }
+  }
+  try {
+    readTokensFile(file);
+  } catch (err) {
+    if (!(err instanceof TokensFileError)) throw err;
+    issues.push(issue("auth.tokens_file", sourceOf("auth.tokens_file"), `${file}: ${err.reason}`));
+  }
+}
+
+function isLoopbackHost(host: string): boolean {
+  const h = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
 /** Room beside the largest answer in a connection's output (its headers, trailers, frames). */

@@ -391,6 +391,16 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Peer TLS: not yet supported (issue 54); a node refuses to start with it, and refuses TLS in a cluster (cluster.seed_nodes set).",
   },
   {
+    key: "auth.tokens_file",
+    kind: "string",
+    schema: z.string().min(1),
+    default: undefined,
+    env: "CAIRN_AUTH_TOKENS_FILE",
+    flag: "auth-tokens-file",
+    expect: "must be a non-empty path",
+    doc: "Static bearer tokens (YAML: tokens: [{name, role: read|readwrite|admin, sha256 or token}]): once set, every client call needs credentials (a token, or a client certificate with tls.client_ca_file) with the role its method needs. Without TLS only on a loopback rpc_addr. Reloaded when the file changes.",
+  },
+  {
     key: "shard_workers",
     kind: "int",
     schema: intBetween(1, 64),

@@ -527,6 +527,15 @@ export class CairnNode implements HealthSource {
             },
           }
         : {}),
+      // Who may call what (src/api/authz.ts): absent, every call is open, as before.
+      ...(c.auth.tokens_file !== undefined || c.tls.client_ca_file !== undefined
+        ? {
+            auth: {
+              tokensFile: c.auth.tokens_file,
+              clientCerts: c.tls.client_ca_file !== undefined,
+            },
+          }
+        : {}),
       // Shard workers after the first bind the port the first one got.
       ...(this.#cell !== null && this.#cell.index > 0 ? { joinsPort: true } : {}),
       onFatal: (err) => {

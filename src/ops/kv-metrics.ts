@@ -1,6 +1,6 @@
 /**
  * kv_requests_total and kv_request_duration_ms, off the request path. Every KV request lands in
- * one of 21 series fixed in advance (operation × status, and found / not_found on successful
+ * one of 29 series fixed in advance (operation × status, and found / not_found on successful
  * gets), so a request updates a few numbers in an array: no prom-client call, no label object,
  * no label hash string built per request (prom-client's labelled children build one on every
  * `inc` and `observe`). A scrape reads them through `counter()` and `histogram()`, two objects

@@ -62,10 +62,19 @@ import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/inde
 export type KvOperation = "put" | "get" | "delete" | "scan";
 /**
  * `success`, `not_leader` and `error` are the contract's (§7 rule 2); `invalid` (a request refused
- * as malformed: INVALID_ARGUMENT) and `conflict` (a compare-and-set that found another version)
- * are the client's mistakes, kept out of `error`, which is the server's faults only.
+ * as malformed: INVALID_ARGUMENT), `conflict` (a compare-and-set that found another version),
+ * `unauthenticated` (no or bad credentials) and `permission_denied` (credentials without the
+ * role: src/api/authz.ts) are the client's doing, kept out of `error`, which is the server's
+ * faults only.
  */
-export type KvStatus = "success" | "not_leader" | "invalid" | "conflict" | "error";
+export type KvStatus =
+  | "success"
+  | "not_leader"
+  | "invalid"
+  | "conflict"
+  | "unauthenticated"
+  | "permission_denied"
+  | "error";
 export type KvResult = "found" | "not_found";
 
 export const KV_OPERATIONS: readonly KvOperation[] = ["put", "get", "delete", "scan"];
@@ -74,6 +83,8 @@ export const KV_STATUSES: readonly KvStatus[] = [
   "not_leader",
   "invalid",
   "conflict",
+  "unauthenticated",
+  "permission_denied",
   "error",
 ];
 
@@ -157,7 +168,7 @@ export class CairnMetrics {
     this.registry.registerMetric(
       this.#kv.counter(
         "kv_requests_total",
-        "Total KV requests by operation and outcome: success, not_leader, the client's mistakes (invalid, conflict) and the server's faults (error).",
+        "Total KV requests by operation and outcome: success, not_leader, the client's mistakes (invalid, conflict), refusals (unauthenticated, permission_denied) and the server's faults (error).",
       ),
     );
     this.registry.registerMetric(

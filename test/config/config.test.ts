@@ -334,6 +334,7 @@ describe("loadConfig", () => {
     assert.deepEqual(Object.keys(CONFIG_FLAG_OPTIONS).sort(), [
       "advertise-http-addr",
       "advertise-rpc-addr",
+      "auth-tokens-file",
       "config",
       "data-dir",
       "http-addr",

@@ -74,7 +74,7 @@ describe("CairnMetrics", () => {
     m.membershipMetrics.observeGossipLatencyMs(0.5);
     const text = await m.expose();
     assert.deepEqual(KV_DURATION_BUCKETS_MS, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]);
-    assert.equal(checkHistogram(text, "kv_request_duration_ms", KV_DURATION_BUCKETS_MS), 21);
+    assert.equal(checkHistogram(text, "kv_request_duration_ms", KV_DURATION_BUCKETS_MS), 29);
     assert.equal(
       checkHistogram(text, "lsm_compaction_duration_ms", COMPACTION_DURATION_BUCKETS_MS),
       12,
@@ -84,7 +84,7 @@ describe("CairnMetrics", () => {
 
   it("starts every known KV and compaction series at zero, and swim_cluster_size at 1", async () => {
     const all = samples(await fresh().expose());
-    assert.equal(find(all, "kv_requests_total").length, 20); // 4 operations × 5 statuses
+    assert.equal(find(all, "kv_requests_total").length, 28); // 4 operations × 7 statuses
     assert.ok(find(all, "kv_requests_total").every((s) => s.value === 0));
     assert.deepEqual(
       find(all, "kv_request_duration_ms_count", { operation: "get", status: "success" })

@@ -1,0 +1,240 @@
+/**
+ * Static bearer tokens (`auth.tokens_file`, docs/operations.md "Security"): for clients that
+ * cannot hold a certificate. The file is YAML:
+ *
+ *     tokens:
+ *       - name: ci             # who the token is: logs and refusals name it, never the token
+ *         role: readwrite      # read | readwrite | admin (src/api/authz.ts)
+ *         sha256: 9f86d08...   # the token's SHA-256, 64 hex digits (`printf %s TOKEN | sha256sum`)
+ *       - name: ops
+ *         role: admin
+ *         token: s3cr3t...     # or the token itself, at least 16 characters
+ *
+ * Only the SHA-256 of each token is kept in memory, whichever form the file gives; a call's
+ * token is hashed and looked up (src/api/call-auth.ts caches the answer per connection, so a client
+ * that sends the same header on every call costs one hash per connection). The configuration
+ * reads the file at start (a bad file is a configuration error, src/config/load.ts); each
+ * thread that serves `rpc_addr` reads it again and looks at it every second (TokensFileWatch):
+ * a changed file that reads well replaces the table for the calls that follow, one that does not
+ * is reported and the table before is kept.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
+import { stat } from "node:fs/promises";
+import { parse } from "yaml";
+import { CairnError } from "./errors.ts";
+
+/** A client's role (src/api/authz.ts says what each may call), each including the ones before. */
+export type Role = "read" | "readwrite" | "admin";
+
+export function isRole(value: unknown): value is Role {
+  return value === "read" || value === "readwrite" || value === "admin";
+}
+
+/** Who holds a token: the client identity src/api/authz.ts checks. */
+export interface TokenHolder {
+  readonly kind: "client";
+  readonly name: string;
+  readonly role: Role;
+  readonly via: "token";
+}
+
+/** `auth.tokens_file` cannot be used; `reason` never holds a token. */
+export class TokensFileError extends CairnError {
+  readonly file: string;
+  readonly reason: string;
+
+  constructor(file: string, reason: string) {
+    super("CAIRN_ERR_AUTH_TOKENS_FILE", `auth.tokens_file (${file}): ${reason}`);
+    this.name = "TokensFileError";
+    this.file = file;
+    this.reason = reason;
+  }
+}
+
+/** The shortest token accepted in its plain form. */
+export const MIN_TOKEN_LENGTH = 16;
+const NAME = /^[A-Za-z0-9._@-]{1,128}$/;
+const HEX64 = /^[0-9a-f]{64}$/;
+
+/** The tokens of a file: SHA-256 (hex) → who. */
+export class TokenTable {
+  readonly #byHash: ReadonlyMap<string, TokenHolder>;
+
+  constructor(byHash: ReadonlyMap<string, TokenHolder>) {
+    this.#byHash = byHash;
+  }
+
+  get size(): number {
+    return this.#byHash.size;
+  }
+
+  /**
+   * The identity of an `authorization` metadata value, or why it is refused (never quoting the
+   * value: it may be a token, or most of one).
+   */
+  lookup(header: string): TokenHolder | string {
+    const space = header.indexOf(" ");
+    if (space < 0 || header.slice(0, space).toLowerCase() !== "bearer") {
+      return "is not of the form 'Bearer TOKEN'";
+    }
+    const token = header.slice(space + 1).trim();
+    if (token.length === 0) return "holds an empty token";
+    const who = this.#byHash.get(sha256Hex(token));
+    return who ?? "holds a token auth.tokens_file does not list";
+  }
+}
+
+export function sha256Hex(token: string): string {
+  return createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+/** Parses the file's text; throws TokensFileError naming the entry at fault. */
+export function parseTokens(file: string, text: string): TokenTable {
+  let doc: unknown;
+  try {
+    doc = parse(text);
+  } catch (err) {
+    throw new TokensFileError(file, `is not YAML: ${(err as Error).message.split("\n")[0]}`);
+  }
+  if (typeof doc !== "object" || doc === null || !("tokens" in doc)) {
+    throw new TokensFileError(file, "must be a mapping with a `tokens` list");
+  }
+  const extra = Object.keys(doc).filter((k) => k !== "tokens");
+  if (extra.length > 0) throw new TokensFileError(file, `unknown key ${JSON.stringify(extra[0])}`);
+  const list = (doc as { tokens: unknown }).tokens;
+  if (!Array.isArray(list)) throw new TokensFileError(file, "`tokens` must be a list");
+  const byHash = new Map<string, TokenHolder>();
+  const names = new Set<string>();
+  list.forEach((entry: unknown, i: number) => {
+    const at = `tokens[${i}]`;
+    if (typeof entry !== "object" || entry === null) {
+      throw new TokensFileError(file, `${at} must be a mapping of name, role and sha256 or token`);
+    }
+    const e = entry as Record<string, unknown>;
+    const unknown = Object.keys(e).find((k) => !["name", "role", "sha256", "token"].includes(k));
+    if (unknown !== undefined) {
+      throw new TokensFileError(file, `${at} has an unknown key ${JSON.stringify(unknown)}`);
+    }
+    const name = e["name"];
+    if (typeof name !== "string" || !NAME.test(name)) {
+      throw new TokensFileError(
+        file,
+        `${at}.name must be 1-128 of letters, digits, '.', '_', '@', '-'`,
+      );
+    }
+    if (names.has(name)) throw new TokensFileError(file, `${at}: name ${name} appears twice`);
+    names.add(name);
+    const role = e["role"];
+    if (!isRole(role)) {
+      throw new TokensFileError(file, `${at} (${name}): role must be read, readwrite or admin`);
+    }
+    const hash = hashOf(file, at, name, e["sha256"], e["token"]);
+    if (byHash.has(hash)) {
+      throw new TokensFileError(file, `${at} (${name}): the same token as another entry`);
+    }
+    byHash.set(hash, { kind: "client", name, role, via: "token" });
+  });
+  return new TokenTable(byHash);
+}
+
+function hashOf(file: string, at: string, name: string, sha: unknown, token: unknown): string {
+  if ((sha === undefined) === (token === undefined)) {
+    throw new TokensFileError(file, `${at} (${name}): give exactly one of sha256 and token`);
+  }
+  if (sha !== undefined) {
+    const hex = typeof sha === "string" ? sha.toLowerCase() : "";
+    if (!HEX64.test(hex)) {
+      throw new TokensFileError(file, `${at} (${name}): sha256 must be 64 hexadecimal digits`);
+    }
+    return hex;
+  }
+  if (
+    typeof token !== "string" ||
+    token.length < MIN_TOKEN_LENGTH ||
+    !/^[\x21-\x7e]+$/.test(token)
+  ) {
+    throw new TokensFileError(
+      file,
+      `${at} (${name}): token must be at least ${MIN_TOKEN_LENGTH} visible ASCII characters`,
+    );
+  }
+  return sha256Hex(token);
+}
+
+/** Reads and parses the file; throws TokensFileError. */
+export function readTokensFile(file: string): TokenTable {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new TokensFileError(
+      file,
+      `cannot be read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,
+    );
+  }
+  return parseTokens(file, text);
+}
+
+function stampOf(s: { ino: number; size: number; mtimeMs: number; ctimeMs: number }): string {
+  return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+}
+
+/** The file's stamp now (taken before it is read, so a change in between is seen). */
+export function stampTokensFile(file: string): string {
+  try {
+    return stampOf(statSync(file));
+  } catch (err) {
+    return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
+  }
+}
+
+/** How often TokensFileWatch looks at the file. */
+export const TOKENS_RELOAD_INTERVAL_MS = 1000;
+
+/**
+ * Looks at the file every `intervalMs` (stat: a file replaced by a rename is seen too) and once
+ * it changed reads it again: `onReload` gets the new table, `onError` why it was refused (the
+ * caller keeps its table; the watch tries again at the next change).
+ */
+export class TokensFileWatch {
+  readonly #timer: NodeJS.Timeout;
+  #stamp: string;
+  #busy = false;
+
+  constructor(
+    file: string,
+    readAt: string,
+    onReload: (table: TokenTable) => void,
+    onError: (err: TokensFileError) => void,
+    intervalMs = TOKENS_RELOAD_INTERVAL_MS,
+  ) {
+    this.#stamp = readAt;
+    const look = async (): Promise<void> => {
+      let now: string;
+      try {
+        now = stampOf(await stat(file));
+      } catch (err) {
+        now = `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
+      }
+      if (now === this.#stamp) return;
+      this.#stamp = now;
+      try {
+        onReload(readTokensFile(file));
+      } catch (err) {
+        if (err instanceof TokensFileError) onError(err);
+        else throw err;
+      }
+    };
+    this.#timer = setInterval(() => {
+      if (this.#busy) return;
+      this.#busy = true;
+      void look().finally(() => (this.#busy = false));
+    }, intervalMs);
+    this.#timer.unref();
+  }
+
+  close(): void {
+    clearInterval(this.#timer);
+  }
+}
