@@ -120,7 +120,9 @@ describe("a 3-node cluster with peer TLS", () => {
         readFileSync(alice.cert),
       );
       try {
-        await cluster.startAll();
+        // One after another: three node processes starting at once on a loaded 2-core machine
+        // can take longer than a start's 30 s each.
+        for (const n of cluster.nodes) await cluster.start(n.id);
         await cluster.ready(60_000);
         const { acknowledged, put } = acknowledgedPuts();
         const via = (i: number): Clients => cluster.nodes[i % 3]?.client as Clients;
