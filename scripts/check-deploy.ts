@@ -14,7 +14,7 @@
  *   docker build + run with the HEALTHCHECK, docker stop (if a daemon answers)
  *   docker compose config on deploy/compose.yaml      (the plugin, else docker-compose v1;
  *                                                        also with deploy/compose.tls.yaml)
- *   kubectl kustomize deploy/k8s, then kubeconform     (each if installed; also deploy/k8s/tls)
+ *   kubectl kustomize deploy/k8s, then kubeconform     (each if installed; also deploy/k8s-tls)
  *
  * Environment: CAIRN_DEPLOY_BASE_IMAGE overrides the Dockerfile's NODE_IMAGE build argument
  * (e.g. a locally imported stand-in when the registry of the official image is unreachable);
@@ -606,9 +606,9 @@ function composeConfig(): void {
   }
 }
 
-/** `kubectl kustomize` and kubeconform on deploy/k8s and its TLS overlay, deploy/k8s/tls. */
+/** `kubectl kustomize` and kubeconform on deploy/k8s and its TLS overlay, deploy/k8s-tls. */
 function kubernetes(): void {
-  for (const dir of ["k8s", "k8s/tls"]) {
+  for (const dir of ["k8s", "k8s-tls"]) {
     const name = `kubectl kustomize deploy/${dir}`;
     const r = sh("kubectl", ["kustomize", join(DEPLOY, dir)], { quiet: true });
     if (r.missing) {
