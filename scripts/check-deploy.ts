@@ -12,8 +12,9 @@
  *   systemd-analyze verify deploy/systemd/cairn.service (ExecStart pointed at this checkout)
  *   hadolint deploy/Dockerfile                          (if installed)
  *   docker build + run with the HEALTHCHECK, docker stop (if a daemon answers)
- *   docker compose config on deploy/compose.yaml      (the plugin, else docker-compose v1)
- *   kubectl kustomize deploy/k8s, then kubeconform     (each if installed)
+ *   docker compose config on deploy/compose.yaml      (the plugin, else docker-compose v1;
+ *                                                        also with deploy/compose.tls.yaml)
+ *   kubectl kustomize deploy/k8s, then kubeconform     (each if installed; also deploy/k8s-tls)
  *
  * Environment: CAIRN_DEPLOY_BASE_IMAGE overrides the Dockerfile's NODE_IMAGE build argument
  * (e.g. a locally imported stand-in when the registry of the official image is unreachable);
@@ -590,34 +591,39 @@ function docker(): void {
   }
 }
 
+/** `docker compose config` on deploy/compose.yaml, then with the TLS override over it. */
 function composeConfig(): void {
-  const name = "docker compose config deploy/compose.yaml";
-  // Validating the file needs no daemon. The compose plugin if present, else compose v1
+  // Validating the files needs no daemon. The compose plugin if present, else compose v1
   // (Debian 12: apt-get install docker-compose).
   const plugin = spawnSync("docker", ["compose", "version"]).status === 0;
-  const file = join(DEPLOY, "compose.yaml");
-  const r = plugin
-    ? sh("docker", ["compose", "-f", file, "config", "--quiet"])
-    : sh("docker-compose", ["-f", file, "config", "--quiet"]);
-  if (r.missing) record(name, "MISSING", "neither docker compose nor docker-compose installed");
-  else record(name, r.status === 0 ? "PASS" : "FAIL", plugin ? "compose plugin" : "docker-compose");
+  for (const files of [["compose.yaml"], ["compose.yaml", "compose.tls.yaml"]]) {
+    const name = `docker compose config ${files.map((f) => `deploy/${f}`).join(" + ")}`;
+    const args = [...files.flatMap((f) => ["-f", join(DEPLOY, f)]), "config", "--quiet"];
+    const r = plugin ? sh("docker", ["compose", ...args]) : sh("docker-compose", args);
+    if (r.missing) record(name, "MISSING", "neither docker compose nor docker-compose installed");
+    else
+      record(name, r.status === 0 ? "PASS" : "FAIL", plugin ? "compose plugin" : "docker-compose");
+  }
 }
 
+/** `kubectl kustomize` and kubeconform on deploy/k8s and its TLS overlay, deploy/k8s-tls. */
 function kubernetes(): void {
-  const name = "kubectl kustomize deploy/k8s";
-  const r = sh("kubectl", ["kustomize", join(DEPLOY, "k8s")], { quiet: true });
-  if (r.missing) {
-    record(name, "MISSING", "kubectl not installed");
-    record("kubeconform deploy/k8s", "MISSING", "needs the kustomize output");
-    return;
+  for (const dir of ["k8s", "k8s-tls"]) {
+    const name = `kubectl kustomize deploy/${dir}`;
+    const r = sh("kubectl", ["kustomize", join(DEPLOY, dir)], { quiet: true });
+    if (r.missing) {
+      record(name, "MISSING", "kubectl not installed");
+      record(`kubeconform deploy/${dir}`, "MISSING", "needs the kustomize output");
+      continue;
+    }
+    record(name, r.status === 0 ? "PASS" : "FAIL", r.status === 0 ? "renders" : "");
+    if (r.status !== 0) continue;
+    // Schema validation of the rendered objects (kubeconform fetches its schemas, so it needs
+    // network access to them or -schema-location pointing at a local copy).
+    const v = sh("kubeconform", ["-strict", "-summary", "-"], { input: r.out });
+    if (v.missing) record(`kubeconform deploy/${dir}`, "MISSING", "kubeconform not installed");
+    else record(`kubeconform deploy/${dir}`, v.status === 0 ? "PASS" : "FAIL");
   }
-  record(name, r.status === 0 ? "PASS" : "FAIL", r.status === 0 ? "renders" : "");
-  if (r.status !== 0) return;
-  // Schema validation of the rendered objects (kubeconform fetches its schemas, so it needs
-  // network access to them or -schema-location pointing at a local copy).
-  const v = sh("kubeconform", ["-strict", "-summary", "-"], { input: r.out });
-  if (v.missing) record("kubeconform deploy/k8s", "MISSING", "kubeconform not installed");
-  else record("kubeconform deploy/k8s", v.status === 0 ? "PASS" : "FAIL");
 }
 
 const promDir = join(DEPLOY, "prometheus");

@@ -14,13 +14,14 @@
  * once, skipping the drain). Each node's pid is in `<base-dir>/n<i>.pid` while it runs, in case
  * the launcher itself is killed.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { createSocket } from "node:dgram";
 import {
   createWriteStream,
   existsSync,
   mkdirSync,
   readFileSync,
+  renameSync,
   rmSync,
   writeFileSync,
 } from "node:fs";
@@ -60,6 +61,8 @@ Options:
   --logs WHERE          stdout (default: every line prefixed with the node id) or files
                         (<base-dir>/n<i>.log)
   --wait-ms MS          how long to wait for every /health/quick to answer 200 (default 60000)
+  --tls                 TLS between clients and nodes and between the nodes: a CA and each
+                        node's certificate are made in <base-dir>/certs (cairn cert, once; kept)
   -h, --help            show this help
 
 CAIRN_* variables of the environment reach every node (e.g. CAIRN_LOG_LEVEL=debug); the
@@ -75,6 +78,7 @@ interface Options {
   readonly ports: PortMode | "auto";
   readonly logs: "stdout" | "files";
   readonly waitMs: number;
+  readonly tls: boolean;
 }
 
 class UsageError extends Error {}
@@ -91,6 +95,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       ports: { type: "string", default: "auto" },
       logs: { type: "string", default: "stdout" },
       "wait-ms": { type: "string", default: "60000" },
+      tls: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -127,6 +132,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
     ports,
     logs,
     waitMs: int("wait-ms", values["wait-ms"], 1, 3_600_000),
+    tls: values.tls,
   };
 }
 
@@ -154,6 +160,41 @@ async function choosePorts(opts: Options): Promise<PortMode> {
     }
   }
   return "shared";
+}
+
+/** Runs `cairn cert ARGS`; throws with its error output when it fails. */
+function certCommand(args: readonly string[]): void {
+  const r = spawnSync(CAIRN, ["cert", ...args], { cwd: ROOT, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`cairn cert ${args.join(" ")}: ${r.stderr || r.stdout}`);
+}
+
+/**
+ * A TLS cluster's certificates in `<base-dir>/certs`: a CA (once), and for node n<i> n<i>.crt
+ * and n<i>.key (once), naming its id and its rpc host; each node's tls.* settings.
+ */
+function tlsSettings(
+  opts: Options,
+  ids: readonly string[],
+  hostOf: (k: number) => string,
+): { env: (k: number) => Record<string, string>; ca: string } {
+  const dir = join(opts.baseDir, "certs");
+  const ca = join(dir, "ca.crt");
+  if (!existsSync(ca)) certCommand(["create-ca", "--certs-dir", dir]);
+  ids.forEach((id, k) => {
+    if (existsSync(join(dir, `${id}.crt`))) return;
+    const hosts = [...new Set([hostOf(k + 1), "localhost"])].flatMap((h) => ["--host", h]);
+    certCommand(["create-node", id, ...hosts, "--certs-dir", dir, "--overwrite"]);
+    renameSync(join(dir, "node.crt"), join(dir, `${id}.crt`));
+    renameSync(join(dir, "node.key"), join(dir, `${id}.key`));
+  });
+  return {
+    ca,
+    env: (k) => ({
+      CAIRN_TLS_CERT_FILE: join(dir, `${ids[k - 1]}.crt`),
+      CAIRN_TLS_KEY_FILE: join(dir, `${ids[k - 1]}.key`),
+      CAIRN_TLS_PEER_CA_FILE: ca,
+    }),
+  };
 }
 
 function out(line: string): void {
@@ -283,6 +324,11 @@ function printEndpoints(nodes: readonly Node[], opts: Options): void {
   }
 }
 
+/** The host of a host:port address. */
+function hostOfAddress(address: string): string {
+  return address.slice(0, address.lastIndexOf(":")).replace(/^\[(.*)\]$/, "$1");
+}
+
 /** A word for sh: as is when it is plainly safe, else single-quoted. */
 function shellWord(word: string): string {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
@@ -298,9 +344,11 @@ function restartCommand(node: Node): string {
   return `env ${env.join(" ")} ${shellWord(cairn)} serve`;
 }
 
-function printTryThis(nodes: readonly Node[], p: Placement): void {
+function printTryThis(nodes: readonly Node[], p: Placement, ca: string | null): void {
   const endpoints = nodes.map((n) => n.env["CAIRN_ADVERTISE_RPC_ADDR"]).join(",");
-  const cairn = relative(process.cwd(), CAIRN) || CAIRN;
+  const cli = relative(process.cwd(), CAIRN) || CAIRN;
+  // With TLS the CLI checks the nodes' certificates against the cluster's CA.
+  const cairn = ca === null ? cli : `${cli} --cacert ${shellWord(relative(process.cwd(), ca))}`;
   out("try:");
   out(`  ${cairn} --endpoints ${endpoints} put greeting hello`);
   out(`  ${cairn} --endpoints ${endpoints} get greeting`);
@@ -330,9 +378,12 @@ async function main(argv: readonly string[]): Promise<number> {
     httpPort: opts.httpPort,
     baseDir: opts.baseDir,
   });
+  const tls = opts.tls
+    ? tlsSettings(opts, ids, (k) => hostOfAddress(placement.rpcAdvertise(k)))
+    : null;
   const nodes: Node[] = ids.map((id, k) => ({
     id,
-    env: nodeEnvironment(placement, k + 1, opts.nodes),
+    env: { ...nodeEnvironment(placement, k + 1, opts.nodes), ...(tls?.env(k + 1) ?? {}) },
     pidFile: join(opts.baseDir, `${id}.pid`),
     proc: null,
     exit: null,
@@ -359,7 +410,7 @@ async function main(argv: readonly string[]): Promise<number> {
   process.on("SIGTERM", () => onSignal("SIGTERM"));
 
   out(
-    `starting ${opts.nodes} node(s), ${mode === "shared" ? "one loopback address each" : "distinct ports on 127.0.0.1"}, seeds ${nodes[0]?.env["CAIRN_SEED_NODES"]}`,
+    `starting ${opts.nodes} node(s), ${mode === "shared" ? "one loopback address each" : "distinct ports on 127.0.0.1"}, seeds ${nodes[0]?.env["CAIRN_SEED_NODES"]}${tls === null ? "" : `, TLS (CA ${relative(process.cwd(), tls.ca)})`}`,
   );
   printEndpoints(nodes, opts);
   const width = Math.max(...ids.map((id) => id.length));
@@ -374,7 +425,7 @@ async function main(argv: readonly string[]): Promise<number> {
     out(
       `cluster ready: ${opts.nodes} node(s) answer 200 on /health/quick (${((performance.now() - started) / 1000).toFixed(1)} s)`,
     );
-    printTryThis(nodes, placement);
+    printTryThis(nodes, placement, tls?.ca ?? null);
     for (const n of nodes) {
       void n.exited.then(() => {
         if (signalled) return;

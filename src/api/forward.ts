@@ -61,6 +61,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
 import { CallCut, IntMap } from "../common/index.ts";
+import type { PeerTls } from "../common/peer-tls.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
@@ -103,6 +104,11 @@ export interface ForwardOptions {
     request: Buffer,
     options: { readonly deadline: number; readonly cut: CallCut },
   ) => Promise<CallResult>;
+  /**
+   * Peer TLS (src/common/peer-tls.ts): the forwards that go over this node's gRPC client go over
+   * TLS, the leader's certificate checked against its node id. Absent: cleartext.
+   */
+  readonly tls?: PeerTls;
 }
 
 /** A forward in flight to `leader`: cut (answered LeaderChangedError) when another leads. */
@@ -258,7 +264,7 @@ export class Forwarder {
     const peerCall = leader === this.#options.nodeId ? undefined : this.#options.peerCall;
     const sent =
       peerCall === undefined
-        ? this.#channel(address).unary(def.path, request, {
+        ? this.#channel(address, leader).unary(def.path, request, {
             deadline,
             metadata: forwardedMetadata(call.metadata),
             cut,
@@ -300,15 +306,19 @@ export class Forwarder {
     for (const f of table.values()) if (f.leader !== leader) f.deposed(leader);
   }
 
-  #channel(address: string): GrpcChannel {
-    let channel = this.#channels.get(address);
+  #channel(address: string, leader: NodeId): GrpcChannel {
+    // By node and address: with TLS the channel checks the certificate of the node it dials.
+    const key = `${leader}@${address}`;
+    let channel = this.#channels.get(key);
     if (channel === undefined) {
+      const tls = this.#options.tls;
       channel = new GrpcChannel(address, {
         maxMessageBytes: this.#maxMessageBytes,
         // A leader's node that comes back is reached within a second.
         reconnectBackoffMs: RECONNECT_BACKOFF_MS,
+        ...(tls === undefined ? {} : { tls: () => tls.dial(leader) }),
       });
-      this.#channels.set(address, channel);
+      this.#channels.set(key, channel);
     }
     return channel;
   }

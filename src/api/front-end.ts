@@ -25,10 +25,14 @@
  * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
  * connection, each method has its receive limit (the peers' their own), a malformed
  * `grpc-timeout` is refused, and the peers' methods answer only calls that carry `cairn-peer`
- * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY). With authentication configured
- * (`auth.tokens_file`, `tls.client_ca_file`), every call is first checked against its caller's
- * identity and role (CallGate: call-auth.ts, authz.ts), before it is dispatched, streamed or
- * proxied; without it there is no gate and no per-call cost.
+ * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY). With peer TLS
+ * (`tls.peer_ca_file`) they answer only a connection whose certificate the peer CA signed and
+ * names the node `cairn-peer` names (src/common/peer-tls.ts; UNAUTHENTICATED without one,
+ * PERMISSION_DENIED for another node's), reported as CAIRN_ERR_PEER_REFUSED. Every call is
+ * handed on with its connection's TlsIdentity (null without a verified certificate). With
+ * authentication configured (`auth.tokens_file`, `tls.client_ca_file`), every call is first
+ * checked against its caller's identity and role (CallGate: call-auth.ts, authz.ts), before it
+ * is dispatched, streamed or proxied; without it there is no gate and no per-call cost.
  *
  * Messages to the main thread: "listening" (with the port) or "listen-error", then "closed" after
  * a shutdown, and "event" for a connection ended by a bug or a limit (FrontEndEvent). Messages
@@ -58,6 +62,7 @@ import {
   WireError,
 } from "./grpc-wire.ts";
 import { dupFd, IntMap } from "../common/index.ts";
+import { peerIdentityRefusal, type TlsIdentity } from "../common/peer-tls.ts";
 import {
   type ConnectionOptions,
   ErrorCode,
@@ -90,6 +95,8 @@ import { ERROR_CODE_KEY, PEER_KEY, SHARD_WORKER_KEY } from "./wire.ts";
 import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
+/** The first byte of a CONNECT request (worker-tunnel.ts). */
+const CONNECT_BYTE = 0x43;
 const DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024;
 /** Encoded once: the headers of every answer with a message, and the trailers of a plain OK. */
 const OK_FIELDS = statusFields(status.OK, "OK", null, false);
@@ -181,6 +188,7 @@ export interface DirectCalls {
     message: Buffer,
     meta: MetadataPairs | null,
     peer: string,
+    identity: TlsIdentity | null,
   ): void;
   cancel(id: number): void;
   /**
@@ -303,12 +311,14 @@ export function serveFrontEnd(
   const waiting = new IntMap<ServerStream>();
   let meta: (MetadataPairs | null)[] = [];
   let peers: string[] = [];
+  let identities: (TlsIdentity | null)[] = [];
   let cancels: number[] = [];
   const calls = new BatchBuilder(() => {
     const { head, body } = calls.take();
-    const batch: CallBatch = { kind: "calls", head, body, meta, peers, cancels };
+    const batch: CallBatch = { kind: "calls", head, body, meta, peers, identities, cancels };
     meta = [];
     peers = [];
+    identities = [];
     cancels = [];
     port.postMessage(batch, [head.buffer, body.buffer]);
   });
@@ -420,6 +430,7 @@ export function serveFrontEnd(
         messages[i] as Buffer,
         headerPairs(stream.headers),
         stream.connection.peer,
+        identityOfConnection.get(stream.connection) ?? null,
       );
     }
   }
@@ -436,6 +447,7 @@ export function serveFrontEnd(
     } else {
       meta.push(headerPairs(stream.headers));
       peers.push(stream.connection.peer);
+      identities.push(identityOfConnection.get(stream.connection) ?? null);
       calls.add([id, method, deadline], message);
     }
     stream.onClose = () => {
@@ -586,6 +598,8 @@ export function serveFrontEnd(
     let finished = false;
     const call: RawStreamCall = {
       peer: stream.connection.peer,
+      sender: stream.header(PEER_KEY) ?? "",
+      identity: identityOfConnection.get(stream.connection) ?? null,
       sendHeaders() {
         if (!finished && !stream.headersSent) sendResponseHeaders(stream);
       },
@@ -809,6 +823,8 @@ export function serveFrontEnd(
         `${path} is for the cluster's nodes only, and the call does not come from one (no ${PEER_KEY} metadata)`,
         null,
       );
+    } else if (method.peer && peerTls && refusedPeer(stream, path)) {
+      // answered
     } else if (misdirectedPeerCall(stream, path)) {
       // A peer's call must reach the worker that owns its groups: one that names none comes
       // from a node that runs no shard workers (a configuration mistake).
@@ -844,6 +860,30 @@ export function serveFrontEnd(
   }
 
   /**
+   * With peer TLS, a peer's call whose connection's certificate is not the peer CA's or does not
+   * name the node the call says it comes from: answered (UNAUTHENTICATED without a certificate,
+   * PERMISSION_DENIED otherwise) and reported; true when it was.
+   */
+  function refusedPeer(stream: ServerStream, path: string): boolean {
+    const identity = identityOfConnection.get(stream.connection) ?? null;
+    const sender = stream.header(PEER_KEY) as string;
+    const refusal = peerIdentityRefusal(identity, sender);
+    if (refusal === null) return false;
+    respondStatus(
+      stream,
+      identity === null ? status.UNAUTHENTICATED : status.PERMISSION_DENIED,
+      `${path} is refused: ${refusal}`,
+      null,
+    );
+    report({
+      code: "CAIRN_ERR_PEER_REFUSED",
+      peer: stream.connection.peer,
+      message: `a call of ${path} as node ${JSON.stringify(sender)}: ${refusal}`,
+    });
+    return true;
+  }
+
+  /**
    * A call of the peers' service that names no shard worker: not on a tunnel to this worker, nor
    * a stream with the worker in its metadata (a snapshot, proxied to it).
    */
@@ -863,8 +903,16 @@ export function serveFrontEnd(
 
   /** The connections that came through a tunnel to this worker (worker-tunnel.ts). */
   const tunneled = new WeakSet<ServerConnection>();
+  /** What the verified certificate of each TLS connection that presented one says. */
+  const identityOfConnection = new WeakMap<ServerConnection, TlsIdentity>();
+  /** The peers' calls need a peer certificate (tls.peer_ca_file). */
+  const peerTls = setup.tls?.peerCaFile !== undefined;
 
-  function serveConnection(socket: Socket, throughTunnel: boolean): void {
+  function serveConnection(
+    socket: Socket,
+    throughTunnel: boolean,
+    identity: TlsIdentity | null,
+  ): void {
     const connection: ServerConnection = new ServerConnection(
       socket,
       {
@@ -889,8 +937,9 @@ export function serveFrontEnd(
       connectionOptions,
     );
     connections.add(connection);
-    gate?.connected(connection, socket);
+    gate?.connected(connection, socket, identity);
     if (throughTunnel) tunneled.add(connection);
+    if (identity !== null) identityOfConnection.set(connection, identity);
   }
 
   /**
@@ -930,11 +979,20 @@ export function serveFrontEnd(
 
   /**
    * Reads a connection's first bytes: a CONNECT for a worker, or HTTP/2 to serve here. `workers`
-   * is undefined for a node without shard workers, which refuses every CONNECT. With TLS on
-   * (`tls`), a TCP connection must open a TLS handshake, handed to `tls`, whose TLS socket comes
-   * back here (`overTls`) for its first decrypted bytes.
+   * is undefined for a node without shard workers, which refuses every CONNECT. `stage`:
+   *
+   * - "tcp": a new connection. With TLS on (`tls`) it must open a TLS handshake, handed to
+   *   `tls`, whose TLS socket comes back here as "tls"; or, with shard workers, it may open with
+   *   a peer's cleartext CONNECT (worker-tunnel.ts), whose answer is followed by TLS ("tunnel").
+   * - "tunnel": a tunnel to this worker opened in cleartext on a TLS port: TLS must follow.
+   * - "tls": the first decrypted bytes of a TLS connection; `identity`, its certificate's.
    */
-  function sniff(socket: Socket, workers: WorkerTunnels | undefined, overTls: boolean): void {
+  function sniff(
+    socket: Socket,
+    workers: WorkerTunnels | undefined,
+    stage: "tcp" | "tunnel" | "tls",
+    identity: TlsIdentity | null = null,
+  ): void {
     sniffing.add(socket);
     let head: Buffer = Buffer.alloc(0);
     // A client that sends nothing (or a CONNECT that never ends) is not kept.
@@ -947,16 +1005,25 @@ export function serveFrontEnd(
     };
     const onData = (chunk: Buffer): void => {
       head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
-      if (!overTls && (tls !== null || head[0] === TLS_HANDSHAKE_BYTE)) {
-        stop();
-        socket.pause();
-        if (tls !== null && head[0] === TLS_HANDSHAKE_BYTE) {
-          socket.unshift(head);
-          tls.accept(socket);
-        } else {
-          refuseMismatch(socket, head);
+      if (
+        stage === "tunnel" ||
+        (stage === "tcp" && (tls !== null || head[0] === TLS_HANDSHAKE_BYTE))
+      ) {
+        const tlsStarts = tls !== null && head[0] === TLS_HANDSHAKE_BYTE;
+        // A peer's cleartext CONNECT to a shard worker, on a TLS port: TLS follows the answer.
+        const clearConnect =
+          stage === "tcp" && tls !== null && workers !== undefined && head[0] === CONNECT_BYTE;
+        if (!clearConnect) {
+          stop();
+          socket.pause();
+          if (tlsStarts) {
+            socket.unshift(head);
+            (tls as TlsFront).accept(socket, stage === "tunnel");
+          } else {
+            refuseMismatch(socket, head);
+          }
+          return;
         }
-        return;
       }
       const request = readTunnelRequest(head);
       if (request.kind === "partial") return;
@@ -964,7 +1031,7 @@ export function serveFrontEnd(
       socket.pause();
       if (request.kind === "http2") {
         socket.unshift(head);
-        serveConnection(socket, false);
+        serveConnection(socket, false, identity);
         socket.resume();
       } else if (request.kind === "refused") {
         socket.end(request.answer);
@@ -978,21 +1045,22 @@ export function serveFrontEnd(
       } else if (workers === undefined) {
         socket.end(tunnelAnswer(421, "this node runs no shard workers"));
       } else {
-        // The client sends its HTTP/2 preface without waiting for the answer: what came after
-        // the CONNECT goes with the connection.
+        // A cleartext client sends its HTTP/2 preface without waiting for the answer: what came
+        // after the CONNECT goes with the connection. (A TLS client waits for the answer.)
         const rest =
           request.rest > 0 ? Buffer.from(head.subarray(head.length - request.rest)) : null;
         if (request.index === workers.index) {
           socket.write(TUNNEL_OPEN);
           if (rest !== null) socket.unshift(rest);
-          serveConnection(socket, true);
+          if (stage === "tcp" && tls !== null) sniff(socket, workers, "tunnel");
+          else serveConnection(socket, true, identity);
           socket.resume();
-        } else if (overTls) {
+        } else if (stage === "tls") {
           // A TLS session lives in the thread that made it: its descriptor cannot be handed on.
           socket.end(
             tunnelAnswer(
               421,
-              `this TLS connection reached shard worker ${workers.index}, not ${request.index}, and a TLS connection cannot be handed between workers`,
+              `this TLS connection reached shard worker ${workers.index}, not ${request.index}, and a TLS connection cannot be handed between workers: send the CONNECT in cleartext, then start TLS`,
             ),
           );
         } else {
@@ -1016,11 +1084,23 @@ export function serveFrontEnd(
    * handshake ended.
    */
   function refuseMismatch(socket: Socket, head: Buffer): void {
+    const peer = `${socket.remoteAddress ?? "unknown"}:${socket.remotePort ?? 0}`;
     if (tls === null) {
+      report({
+        code: "CAIRN_ERR_TLS_MISMATCH",
+        peer,
+        message:
+          "a TLS handshake reached this cleartext rpc_addr (no tls.cert_file); its connection was closed: every member of a cluster must run with TLS, or none",
+      });
       socket.destroy();
       return;
     }
     const why = "this node serves rpc_addr over TLS only (tls.cert_file): connect with TLS";
+    report({
+      code: "CAIRN_ERR_TLS_MISMATCH",
+      peer,
+      message: `a cleartext connection reached this TLS rpc_addr; it was refused (${why})`,
+    });
     if (head[0] === 0x50 /* P, the preface's PRI */) {
       socket.end(goAwayInadequateSecurity(why));
     } else if (head[0] === 0x43 /* C, a CONNECT */) {
@@ -1062,7 +1142,9 @@ export function serveFrontEnd(
     socket.setKeepAlive(true, 60_000);
     socket.write(TUNNEL_OPEN);
     if (rest !== null) socket.unshift(rest);
-    serveConnection(socket, true);
+    // With TLS on, the tunnel was asked for in cleartext: TLS starts now, in this worker.
+    if (tls !== null) sniff(socket, tunnels, "tunnel");
+    else serveConnection(socket, true, null);
   }
 
   /** TLS on rpc_addr (tls-front.ts): null serves cleartext. */
@@ -1083,7 +1165,10 @@ export function serveFrontEnd(
       tls = tlsFront(
         setup.tls,
         limits.handshakeTimeoutMs,
-        (socket) => sniff(socket, tunnels, true),
+        (socket, identity, throughTunnel) => {
+          if (throughTunnel) serveConnection(socket, true, identity);
+          else sniff(socket, tunnels, "tls", identity);
+        },
         report,
       );
     } catch (err) {
@@ -1094,7 +1179,7 @@ export function serveFrontEnd(
   const listener: NetServer = createServer({ noDelay: true }, (socket) => {
     // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
     socket.setKeepAlive(true, 60_000);
-    sniff(socket, tunnels, false);
+    sniff(socket, tunnels, "tcp");
   });
   listener.once("error", (err: NodeJS.ErrnoException) => {
     port.postMessage({ kind: "listen-error", code: err.code ?? null, message: err.message });

@@ -28,14 +28,22 @@
  * With `shardWorker`, each connection first asks the node for that shard worker (an HTTP CONNECT,
  * worker-tunnel.ts); a refusal fails the connection before it is ready, like a refused connect.
  *
+ * With `tls` (peer TLS, src/common/peer-tls.ts), every connection is TLS (ALPN h2): the node's
+ * certificate presented, the peer's checked against the peer CA and the node id dialed. With a
+ * shard worker, the CONNECT and its answer go in cleartext and TLS starts after them
+ * (CoreOptions.startTls). A handshake that fails fails the connection before it is ready, its
+ * reason said (TLS_FAILED), and a peer that does not speak TLS is named as such.
+ *
  * An HTTP CONNECT proxy named by the environment (`grpc_proxy`, `https_proxy`, `http_proxy`,
  * `no_grpc_proxy`, `no_proxy`, read as grpc-js reads them: proxy.ts) carries the connections.
  *
- * Implementation caveats: no retries (a refused call is the caller's to retry); no TLS; no
+ * Implementation caveats: no retries (a refused call is the caller's to retry); no
  * name resolution beyond what net.connect does; no compression; no server-streaming calls (no
  * peer call needs them); a response's initial metadata is not surfaced, only its trailers.
  */
 import { connect, type Socket } from "node:net";
+import { connect as tlsConnect, type TLSSocket } from "node:tls";
+import type { PeerDial } from "../common/peer-tls.ts";
 import { type Proxy, proxyFor, tunnel } from "./proxy.ts";
 import { workerAuthority } from "./worker-tunnel.ts";
 import { PEER_KEY } from "./wire.ts";
@@ -44,6 +52,7 @@ import { frame } from "./grpc-wire.ts";
 import {
   ClientConnection,
   type ClientConnectionOptions,
+  TUNNEL_REFUSED,
   type ClientStream,
   DEFAULT_CLIENT_OPTIONS,
   type ClientStreamHandler,
@@ -82,6 +91,28 @@ export interface GrpcChannelOptions {
    * front end asks of the peers' methods.
    */
   readonly peerId?: string;
+  /**
+   * TLS: how to dial the peer now (PeerTls.dial, with the node id its certificate must name).
+   * Absent: cleartext.
+   */
+  readonly tls?: () => PeerDial;
+}
+
+/** How a connection's close reason starts when its TLS handshake failed. */
+export const TLS_FAILED = "TLS with the peer failed";
+
+/**
+ * Why a TLS connection that never completed its handshake ended, in an operator's words: a peer
+ * that answered in cleartext, or closed on the handshake, does not speak TLS.
+ */
+function tlsFailure(reason: string): string {
+  const cleartext =
+    /wrong version number|packet length too long|unknown protocol|record layer failure|disconnected before secure TLS|ECONNRESET|socket hang up|before the server's SETTINGS/i.test(
+      reason,
+    );
+  return cleartext
+    ? `${TLS_FAILED}: the peer did not speak TLS (${reason}); every member of a cluster with TLS needs tls.cert_file, tls.key_file and tls.peer_ca_file`
+    : `${TLS_FAILED}: ${reason}`;
 }
 
 export interface UnaryOptions {
@@ -182,6 +213,7 @@ export class GrpcChannel {
   readonly #connectionOptions: ClientConnectionOptions;
   /** The HTTP CONNECT proxy the connections go through, or null. */
   readonly #proxy: Proxy | null;
+  readonly #tls: (() => PeerDial) | undefined;
 
   constructor(address: string, options: GrpcChannelOptions) {
     const colon = address.lastIndexOf(":");
@@ -197,6 +229,7 @@ export class GrpcChannel {
     this.#backoffMs = options.reconnectBackoffMs ?? DEFAULT_BACKOFF_MS;
     this.#connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.#proxy = proxyFor(this.#host);
+    this.#tls = options.tls;
     this.#connectionOptions = {
       ...DEFAULT_CLIENT_OPTIONS,
       keepaliveMs: options.keepaliveMs ?? 0,
@@ -297,8 +330,30 @@ export class GrpcChannel {
   }
 
   #connect(): ClientConnection {
-    // Through an HTTP CONNECT proxy when the environment names one (proxy.ts), as grpc-js does.
-    const socket =
+    let ready = false;
+    const dial = this.#tls;
+    /** The TLS handshake completed (with `tls`). */
+    let secured = false;
+    /** TLS over `under`, or (null) over a TCP connection of its own. */
+    const startTls = (under: Socket | null): TLSSocket => {
+      const d = (dial as () => PeerDial)();
+      const secure =
+        under === null
+          ? tlsConnect({ ...d, host: this.#host, port: this.#port })
+          : tlsConnect({ ...d, socket: under });
+      if (under === null) {
+        secure.setNoDelay(true);
+        secure.setKeepAlive(true, 60_000);
+      }
+      secure.once("secureConnect", () => (secured = true));
+      // Before the connection's own listener: the handshake's failure, in an operator's words.
+      secure.on("error", (err: Error) => {
+        if (!secured) connection.closeReason ??= tlsFailure(err.message);
+      });
+      return secure;
+    };
+    const tcp = (): Socket =>
+      // Through an HTTP CONNECT proxy when the environment names one (proxy.ts), as grpc-js does.
       this.#proxy === null
         ? connect({
             host: this.#host,
@@ -308,7 +363,17 @@ export class GrpcChannel {
             keepAliveInitialDelay: 60_000,
           })
         : (tunnel(this.#proxy, this.address) as unknown as Socket);
-    let ready = false;
+    let socket: Socket;
+    let options = this.#connectionOptions;
+    if (dial === undefined) {
+      socket = tcp();
+    } else if (options.tunnel !== undefined) {
+      // The CONNECT in cleartext, TLS once it is answered (CoreOptions.startTls).
+      socket = tcp();
+      options = { ...options, startTls };
+    } else {
+      socket = startTls(this.#proxy === null ? null : tcp());
+    }
     const timer = setTimeout(() => {
       connection.destroy(`connect timed out after ${this.#connectTimeoutMs} ms`);
     }, this.#connectTimeoutMs);
@@ -329,13 +394,19 @@ export class GrpcChannel {
           if (!ready && !this.#closed) {
             // A failed attempt: calls fail fast until the backoff expires (module doc).
             this.#backoffUntil = Date.now() + this.#backoffMs;
+            const reason = connection.closeReason ?? "closed before the server's SETTINGS";
             this.#connectError = `connecting to ${this.address} failed: ${
-              connection.closeReason ?? "closed before the server's SETTINGS"
+              dial !== undefined &&
+              !secured &&
+              !reason.startsWith(TUNNEL_REFUSED) &&
+              !reason.startsWith(TLS_FAILED)
+                ? tlsFailure(reason)
+                : reason
             }`;
           }
         },
       },
-      this.#connectionOptions,
+      options,
     );
     this.#current = connection;
     this.#connections.add(connection);
@@ -348,7 +419,7 @@ export class GrpcChannel {
     if (base === undefined) {
       base = encodeHeaders([
         [":method", "POST"],
-        [":scheme", "http"],
+        [":scheme", this.#tls === undefined ? "http" : "https"],
         [":path", path],
         [":authority", this.address],
         ["content-type", "application/grpc"],

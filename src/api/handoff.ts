@@ -6,6 +6,7 @@
  */
 import { Metadata } from "@grpc/grpc-js";
 import type { TlsFiles } from "../common/tls-files.ts";
+import type { TlsIdentity } from "../common/peer-tls.ts";
 
 /** A gRPC method as an I/O thread registers it (its serializers pass bytes through). */
 export interface MethodInfo {
@@ -86,15 +87,19 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
 /**
  * What a front end reports to the main thread: a connection that its own code failed on (a bug:
  * logged at ERROR), one ended for going past a limit (WARN), a client whose certificate mutual
- * TLS refused (WARN), the TLS files or the tokens file reloaded (INFO) or changed but unusable
- * (ERROR), a call refused for its credentials (UNAUTHENTICATED) or its role (PERMISSION_DENIED;
- * counted, logged at WARN without secrets). `code` is stable.
+ * TLS refused (WARN), a peer's call refused for its certificate (WARN, counted as a refused
+ * peer call), a connection that spoke cleartext to a TLS port or TLS to a cleartext one (WARN),
+ * the TLS files or the tokens file reloaded (INFO) or changed but unusable (ERROR), a call
+ * refused for its credentials (UNAUTHENTICATED) or its role (PERMISSION_DENIED; counted, logged
+ * at WARN without secrets). `code` is stable.
  */
 export interface FrontEndEvent {
   readonly code:
     | "CAIRN_ERR_CONNECTION_INTERNAL"
     | "CAIRN_ERR_CONNECTION_LIMIT"
     | "CAIRN_ERR_TLS_CLIENT_REFUSED"
+    | "CAIRN_ERR_PEER_REFUSED"
+    | "CAIRN_ERR_TLS_MISMATCH"
     | "CAIRN_ERR_TLS_RELOAD"
     | "CAIRN_TLS_RELOADED"
     | "CAIRN_ERR_UNAUTHENTICATED"
@@ -117,6 +122,10 @@ export interface FrontEndEvent {
 export interface RawStreamCall {
   /** The client's address, as grpc-js's `getPeer()` gives it. */
   readonly peer: string;
+  /** The node the call says it comes from (its `cairn-peer` metadata; "" without). */
+  readonly sender: string;
+  /** What its connection's verified certificate says; null without one (or without TLS). */
+  readonly identity: TlsIdentity | null;
   /** Sends the response headers now (the call is accepted); at most once, before finish(). */
   sendHeaders(): void;
   /** Ends the call: OK with `message` as its answer, or a status (then `message` is null). */
@@ -198,6 +207,8 @@ export interface CallBatch {
   /** Per call: its application metadata, and the client's address (for logs). */
   readonly meta: (MetadataPairs | null)[];
   readonly peers: string[];
+  /** Per call: its connection's TlsIdentity (null without a verified certificate). */
+  readonly identities: (TlsIdentity | null)[];
   /** Calls the client cancelled (their answers are no longer wanted). */
   readonly cancels: number[];
 }

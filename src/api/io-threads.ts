@@ -17,6 +17,7 @@ import { createServer } from "node:net";
 import { Worker } from "node:worker_threads";
 import { IntMap } from "../common/index.ts";
 import type { TlsFiles } from "../common/tls-files.ts";
+import type { TlsIdentity } from "../common/peer-tls.ts";
 import { type FrontEnd, serveFrontEnd, type WorkerTunnels } from "./front-end.ts";
 import {
   type MethodDefinition,
@@ -111,17 +112,30 @@ export class HandedCall extends EventEmitter {
   readonly request: unknown;
   readonly metadata: Metadata;
   cancelled = false;
+  /**
+   * What the verified certificate of the call's connection says (src/common/peer-tls.ts): the
+   * node's CAs that signed it and its names; null without one (or without TLS).
+   */
+  readonly identity: TlsIdentity | null;
   readonly #deadline: number;
   readonly #peer: string;
   readonly #path: string;
 
-  constructor(request: unknown, metadata: Metadata, deadline: number, peer: string, path: string) {
+  constructor(
+    request: unknown,
+    metadata: Metadata,
+    deadline: number,
+    peer: string,
+    path: string,
+    identity: TlsIdentity | null = null,
+  ) {
     super();
     this.request = request;
     this.metadata = metadata;
     this.#deadline = deadline;
     this.#peer = peer;
     this.#path = path;
+    this.identity = identity;
   }
 
   getDeadline(): number {
@@ -207,8 +221,8 @@ class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
         on: (event, listener) => this.#front.on(event, listener),
       },
       {
-        call: (id, method, deadline, message, meta, peer) =>
-          this.thread?.serveCall(id, method, deadline, message, meta, peer),
+        call: (id, method, deadline, message, meta, peer, identity) =>
+          this.thread?.serveCall(id, method, deadline, message, meta, peer, identity),
         cancel: (id) => this.thread?.cancelCall(id),
         stream: (method, call) => this.thread?.openStream(method, call) ?? null,
       },
@@ -262,6 +276,7 @@ class IoThread {
           Buffer.from(body.buffer, body.byteOffset + at, length),
           batch.meta[c] ?? null,
           batch.peers[c] ?? "",
+          batch.identities[c] ?? null,
         );
       }
       at += length;
@@ -276,13 +291,14 @@ class IoThread {
     bytes: Buffer,
     meta: MetadataPairs | null,
     peer: string,
+    identity: TlsIdentity | null,
   ): void {
     const method = this.#table.unary(index);
     if (method === null) {
       this.#reply(id, status.UNIMPLEMENTED, EMPTY, "not a unary method", null);
       return;
     }
-    this.#serve(id, method, bytes, meta, deadline, peer);
+    this.#serve(id, method, bytes, meta, deadline, peer, identity);
   }
 
   /** A client-streaming call of method `index` served here, or null when it has no raw handler. */
@@ -306,6 +322,7 @@ class IoThread {
     meta: MetadataPairs | null,
     deadline: number,
     peer: string,
+    identity: TlsIdentity | null,
   ): void {
     let request: unknown;
     try {
@@ -314,7 +331,7 @@ class IoThread {
       this.#reply(id, status.INTERNAL, EMPTY, `error deserializing request: ${String(err)}`, null);
       return;
     }
-    const call = new HandedCall(request, toMetadata(meta), deadline, peer, def.path);
+    const call = new HandedCall(request, toMetadata(meta), deadline, peer, def.path, identity);
     this.#inFlight.set(id, call);
     let answered = false;
     const callback = (err: unknown, value?: unknown, trailer?: Metadata): void => {

@@ -293,6 +293,16 @@ export class RpcServer {
       case "CAIRN_ERR_TLS_CLIENT_REFUSED":
         log.warn("a client's TLS certificate was refused; its connection was closed", fields);
         return true;
+      case "CAIRN_ERR_PEER_REFUSED":
+        this.#options.metrics.peerCallRefused("certificate");
+        log.warn("raft call refused", fields);
+        return true;
+      case "CAIRN_ERR_TLS_MISMATCH":
+        log.warn(
+          "a connection spoke cleartext to this TLS port, or TLS to this cleartext one; it was closed",
+          fields,
+        );
+        return true;
       default:
         return false;
     }

@@ -12,6 +12,13 @@
  *   so a client that opens connections and never finishes one holds each that long at most.
  * - With a client CA (`tls.client_ca_file`), a client must present a certificate it signed,
  *   valid now; otherwise its connection is closed once the handshake ends, and reported.
+ * - With a peer CA (`tls.peer_ca_file`, a cluster), certificates of either CA are taken: the
+ *   peers are each other's clients. Without a client CA a client may present none; one that
+ *   presents a certificate neither CA signed is refused all the same. Each verified certificate
+ *   gives its connection a TlsIdentity (src/common/peer-tls.ts: which CA, which names), which the
+ *   front end checks the peers' calls against and hands on with every call.
+ * - A shard worker's peer connection opens with a cleartext CONNECT (worker-tunnel.ts); the
+ *   worker that serves it starts TLS on it after its answer (`accept(socket, true)`).
  * - The files are looked at every second (TlsFileWatch); once they change and read well, new
  *   handshakes use them (`setSecureContext`), and connections already open keep theirs.
  */
@@ -25,6 +32,12 @@ import {
   type TlsMaterial,
 } from "../common/tls-files.ts";
 import type { FrontEndEvent } from "./handoff.ts";
+import {
+  type Authorities,
+  authoritiesOf,
+  identityOf,
+  type TlsIdentity,
+} from "../common/peer-tls.ts";
 
 /** How long a refused client has to close its connection after the GOAWAY. */
 const REFUSAL_GRACE_MS = 1000;
@@ -33,8 +46,11 @@ const REFUSAL_GRACE_MS = 1000;
 export const TLS_HANDSHAKE_BYTE = 0x16;
 
 export interface TlsFront {
-  /** Hands over a socket whose first bytes (unshifted back) open a TLS handshake. */
-  accept(socket: Socket): void;
+  /**
+   * Hands over a socket whose first bytes (unshifted back) open a TLS handshake; `tunneled`: it
+   * came through a CONNECT to this shard worker (worker-tunnel.ts).
+   */
+  accept(socket: Socket, tunneled: boolean): void;
   /** Stops the file watch and closes the connections still in their handshake. */
   close(): void;
 }
@@ -59,14 +75,16 @@ export function goAwayInadequateSecurity(why: string): Buffer {
 function contextOptions(m: TlsMaterial): {
   cert: Buffer;
   key: Buffer;
-  ca?: Buffer;
+  ca?: Buffer[];
   minVersion: "TLSv1.2";
   ALPNProtocols: string[];
 } {
+  // Either CA: a peer is a client of its peers too.
+  const cas = [m.clientCa, m.peerCa].filter((b): b is Buffer => b !== null);
   return {
     cert: m.cert,
     key: m.key,
-    ...(m.clientCa === null ? {} : { ca: m.clientCa }),
+    ...(cas.length === 0 ? {} : { ca: cas }),
     minVersion: "TLSv1.2",
     ALPNProtocols: ["h2"],
   };
@@ -74,48 +92,56 @@ function contextOptions(m: TlsMaterial): {
 
 /**
  * Terminates TLS for a front end: `onSecure` gets each TLS socket whose handshake succeeded
- * (ALPN h2, and a client certificate the client CA signed when one is configured). Throws
- * TlsFileError when the files do not read well.
+ * (ALPN h2, and a client certificate the client CA signed when one is configured), with the
+ * identity of its certificate (null when it presented none) and whether it came through a
+ * tunnel. Throws TlsFileError when the files do not read well.
  */
 export function tlsFront(
   files: TlsFiles,
   handshakeTimeoutMs: number,
-  onSecure: (socket: TLSSocket) => void,
+  onSecure: (socket: TLSSocket, identity: TlsIdentity | null, tunneled: boolean) => void,
   report: (event: FrontEndEvent) => void,
 ): TlsFront {
   const readAt = stampTlsFiles(files);
   const material = readTlsFiles(files);
   const mutual = material.clientCa !== null;
+  let authorities: Authorities = authoritiesOf(material);
   const server = new TlsServer({
     ...contextOptions(material),
     // The client's certificate is checked below, so that a refusal can be reported.
-    requestCert: mutual,
+    requestCert: mutual || material.peerCa !== null,
     rejectUnauthorized: false,
     handshakeTimeout: handshakeTimeoutMs,
   });
-  /** Sockets handed over whose handshake has not ended. */
-  const handshaking = new Set<Socket>();
+  /** Sockets handed over whose handshake has not ended, and whether each came through a tunnel. */
+  const handshaking = new Map<Socket, boolean>();
   let closed = false;
 
   server.on("secureConnection", (socket: TLSSocket) => {
     // The TLSSocket keeps the socket it wraps as `_parent`.
     const raw = (socket as unknown as { _parent?: Socket | null })._parent;
-    if (raw !== undefined && raw !== null) handshaking.delete(raw);
+    let tunneled = false;
+    if (raw !== undefined && raw !== null) {
+      tunneled = handshaking.get(raw) === true;
+      handshaking.delete(raw);
+    }
     if (closed) {
       socket.destroy();
       return;
     }
-    if (mutual && !socket.authorized) {
+    const cert = socket.getPeerCertificate();
+    const presented = cert !== null && Object.keys(cert).length > 0;
+    if ((mutual || presented) && !socket.authorized) {
       const peer = `${socket.remoteAddress ?? "unknown"}:${socket.remotePort ?? 0}`;
-      const cert = socket.getPeerCertificate();
-      const reason =
-        cert === null || Object.keys(cert).length === 0
-          ? "it presented no certificate"
-          : `its certificate (${cert.subject?.CN ?? "no CN"}) is refused: ${String(socket.authorizationError)}`;
+      const reason = !presented
+        ? "it presented no certificate"
+        : `its certificate (${cert.subject?.CN ?? "no CN"}) is refused: ${String(socket.authorizationError)}`;
       report({
         code: "CAIRN_ERR_TLS_CLIENT_REFUSED",
         peer,
-        message: `tls.client_ca_file asks for a client certificate: ${reason}`,
+        message: mutual
+          ? `tls.client_ca_file asks for a client certificate: ${reason}`
+          : `a certificate the node's CAs did not sign is refused: ${reason}`,
       });
       // The client learns why in HTTP/2's own words (grpc-js: PERMISSION_DENIED), not from a
       // connection that merely closed; one that does not close is cut soon after.
@@ -128,7 +154,7 @@ export function tlsFront(
       socket.destroy();
       return;
     }
-    onSecure(socket);
+    onSecure(socket, presented ? identityOf(socket, authorities) : null, tunneled);
   });
   // A handshake that failed or timed out: its socket is destroyed; not reported, as a flood of
   // them would flood the log too.
@@ -139,6 +165,7 @@ export function tlsFront(
     readAt,
     (m) => {
       server.setSecureContext(contextOptions(m));
+      authorities = authoritiesOf(m);
       report({
         code: "CAIRN_TLS_RELOADED",
         peer: "",
@@ -154,19 +181,19 @@ export function tlsFront(
   );
 
   return {
-    accept(socket: Socket): void {
+    accept(socket: Socket, tunneled: boolean): void {
       if (closed) {
         socket.destroy();
         return;
       }
-      handshaking.add(socket);
+      handshaking.set(socket, tunneled);
       socket.once("close", () => handshaking.delete(socket));
       server.emit("connection", socket);
     },
     close(): void {
       closed = true;
       watch.close();
-      for (const s of handshaking) s.destroy();
+      for (const s of handshaking.keys()) s.destroy();
       handshaking.clear();
     },
   };

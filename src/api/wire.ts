@@ -20,8 +20,9 @@ export const SHARD_WORKER_KEY = "cairn-shard-worker";
  * Request metadata on every call of the peers' service (cairn.v1.Raft): the calling node's id.
  * A node's front end refuses a peer method's call without it (PERMISSION_DENIED); the service
  * then takes a unary call only from a member of the node's cluster naming its cluster id
- * (src/replication/handshake.ts). It authenticates nothing: Meta.WatchCluster gives both ids to
- * any client (docs/architecture.md, until TLS).
+ * (src/replication/handshake.ts). Without TLS it authenticates nothing: Meta.WatchCluster gives
+ * both ids to any client (docs/architecture.md). With peer TLS the front end takes it only when
+ * the connection's certificate names that node (src/common/peer-tls.ts).
  */
 export const PEER_KEY = "cairn-peer";
 

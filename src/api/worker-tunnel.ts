@@ -16,6 +16,15 @@
  * to read. The connection then carries HTTP/2 to worker i for its whole life, with no hop between
  * threads.
  *
+ * With TLS on (`tls.*`, a cluster's peers), the CONNECT and its answer stay cleartext and TLS
+ * starts after them, in the worker that serves the connection: a TLS session is state inside one
+ * thread and cannot be handed over as a descriptor. The caller sends the CONNECT alone and starts
+ * its TLS handshake once the 200 has arrived (h2/core.ts, CoreOptions.startTls); the worker that
+ * accepted the connection hands it over as above, and worker i answers 200, then runs the
+ * handshake (front-end.ts, `sniff`'s "tunnel" stage). The CONNECT carries no secret (a worker's
+ * index); what follows is authenticated like any peer connection (src/common/peer-tls.ts). A
+ * cleartext caller's preface after the CONNECT gets GOAWAY INADEQUATE_SECURITY.
+ *
  * A connection whose first byte is not `C` is HTTP/2 (the preface starts `PRI`), served where it
  * landed. A CONNECT that is malformed (400), for another host (404), or from a caller that runs
  * another number of shard workers than this node (421, a configuration mistake the message

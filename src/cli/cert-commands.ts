@@ -4,8 +4,9 @@
  * certificates directory, as `cockroach cert` does:
  *
  *   ca.crt, ca.key                  the CA (keep ca.key off the nodes)
- *   node.crt, node.key              a node: CN = its node id, the --host names and addresses as
- *                                   subject alternative names, for server and client use
+ *   node.crt, node.key              a node: CN = its node id, the id and the --host names and
+ *                                   addresses as subject alternative names, for server and
+ *                                   client use (its peers check the id: src/common/peer-tls.ts)
  *   client.NAME.crt, client.NAME.key  a client: CN = NAME, OU = its role (--role), for client use
  *
  * Keys are ECDSA P-256, written 0600; an existing file is never overwritten without --overwrite.
@@ -27,8 +28,10 @@ Creates TLS certificates with the openssl binary (on the PATH) in a certificates
 
   create-ca                 ca.crt and ca.key: the CA that signs the others (keep ca.key safe,
                             off the nodes)
-  create-node ID            node.crt and node.key for node ID (its CN), valid for every --host
-                            (a DNS name or an IP address; give each name clients dial)
+  create-node ID            node.crt and node.key for node ID (its CN and a DNS name, which its
+                            peers check), valid for every --host (a DNS name or an IP address;
+                            give each name clients dial); one directory per node, or move the
+                            files away before the next
   create-client NAME        client.NAME.crt and client.NAME.key (CN NAME, OU its --role), for
                             mutual TLS
 
@@ -213,7 +216,9 @@ export function cert(argv: readonly string[], io: Io): number {
         const id = checkName("the node ID", name);
         if (hosts.length === 0)
           throw new UsageError("create-node needs at least one --host (a name or address)");
-        const sans = hosts.map(sanOf);
+        // The node id as a name of its own (and its CN): peers check it when they dial this node
+        // (src/common/peer-tls.ts), and this node's calls to them are taken as its.
+        const sans = [...new Set([`DNS:${id}`, ...hosts.map(sanOf)])];
         files = { crt: join(dir, "node.crt"), key: join(dir, "node.key") };
         refuseExisting(files, overwrite);
         requireCa(ca);

@@ -20,6 +20,12 @@ export interface TlsFiles {
   readonly keyFile: string;
   /** `tls.client_ca_file`: when set, clients must present a certificate one of these signed. */
   readonly clientCaFile?: string | undefined;
+  /**
+   * `tls.peer_ca_file`: the CA of the cluster's nodes. A peer must present a certificate one of
+   * these signed, naming the node id it calls as; this node checks its peers' server
+   * certificates against it.
+   */
+  readonly peerCaFile?: string | undefined;
 }
 
 /** What the files hold, checked. */
@@ -27,6 +33,7 @@ export interface TlsMaterial {
   readonly cert: Buffer;
   readonly key: Buffer;
   readonly clientCa: Buffer | null;
+  readonly peerCa: Buffer | null;
   /** The node certificate's end of validity. */
   readonly notAfter: Date;
 }
@@ -121,8 +128,14 @@ export function readTlsFiles(files: TlsFiles, now: number = Date.now()): TlsMate
     clientCa = read("tls.client_ca_file", files.clientCaFile);
     certificates("tls.client_ca_file", files.clientCaFile, clientCa);
   }
+  let peerCa: Buffer | null = null;
+  if (files.peerCaFile !== undefined) {
+    peerCa = read("tls.peer_ca_file", files.peerCaFile);
+    certificates("tls.peer_ca_file", files.peerCaFile, peerCa);
+  }
+  const cas = [clientCa, peerCa].filter((b): b is Buffer => b !== null);
   try {
-    createSecureContext({ cert, key, ...(clientCa === null ? {} : { ca: clientCa }) });
+    createSecureContext({ cert, key, ...(cas.length === 0 ? {} : { ca: cas }) });
   } catch (err) {
     throw new TlsFileError(
       "tls.cert_file",
@@ -130,7 +143,7 @@ export function readTlsFiles(files: TlsFiles, now: number = Date.now()): TlsMate
       `OpenSSL refuses the certificate and key: ${(err as Error).message}`,
     );
   }
-  return { cert, key, clientCa, notAfter: leaf.validToDate };
+  return { cert, key, clientCa, peerCa, notAfter: leaf.validToDate };
 }
 
 /** A file's identity and version as stat sees it: a rename over it or a rewrite changes it. */
@@ -147,7 +160,7 @@ function stampOf(s: Stats): string {
 }
 
 function pathsOf(files: TlsFiles): string[] {
-  return [files.certFile, files.keyFile, files.clientCaFile].filter(
+  return [files.certFile, files.keyFile, files.clientCaFile, files.peerCaFile].filter(
     (p): p is string => p !== undefined,
   );
 }

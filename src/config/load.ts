@@ -439,8 +439,9 @@ function checkAcrossKeys(
 }
 
 /**
- * The tls.* keys: the certificate and its key both or neither, the CA files only with them, no
- * TLS in a cluster yet (peers would still speak cleartext), and the files themselves usable
+ * The tls.* keys: the certificate and its key both or neither, the CA files only with them, a
+ * peer CA in a cluster with TLS (its members' connections to each other are TLS too: a cluster
+ * that mixes TLS and cleartext members cannot talk), and the files themselves usable
  * (readTlsFiles: readable, PEM, the key the certificate's, the certificate within its validity).
  */
 function checkTls(
@@ -456,15 +457,6 @@ function checkTls(
   const key = str("tls.key_file");
   const clientCa = str("tls.client_ca_file");
   const peerCa = str("tls.peer_ca_file");
-  if (peerCa !== undefined) {
-    issues.push(
-      issue(
-        "tls.peer_ca_file",
-        sourceOf("tls.peer_ca_file"),
-        `peer TLS is not yet supported (issue 54): only clients' connections to a single node are encrypted so far; unset it, got ${show(peerCa)}`,
-      ),
-    );
-  }
   if ((cert === undefined) !== (key === undefined)) {
     const [set, missing] =
       cert === undefined ? ["tls.key_file", "tls.cert_file"] : ["tls.cert_file", "tls.key_file"];
@@ -487,21 +479,30 @@ function checkTls(
         ),
       );
     }
+    if (peerCa !== undefined) {
+      issues.push(
+        issue(
+          "tls.peer_ca_file",
+          sourceOf("tls.peer_ca_file"),
+          `needs tls.cert_file and tls.key_file: peers present and check node certificates only over TLS, got ${show(peerCa)}`,
+        ),
+      );
+    }
     return;
   }
   const seeds = values.get("cluster.seed_nodes");
-  if (Array.isArray(seeds) && seeds.length > 0) {
+  if (Array.isArray(seeds) && seeds.length > 0 && peerCa === undefined) {
     issues.push(
       issue(
-        "tls.cert_file",
-        sourceOf("tls.cert_file"),
-        `peer TLS is not yet supported (issue 54): TLS is for a single node so far, and cluster.seed_nodes is set (from ${sourceOf("cluster.seed_nodes")}); unset the tls.* keys to run a cluster, got ${show(cert)}`,
+        "tls.peer_ca_file",
+        "default",
+        `must be set in a cluster with TLS (tls.cert_file from ${sourceOf("tls.cert_file")}, cluster.seed_nodes from ${sourceOf("cluster.seed_nodes")}): the CA that signed the members' node certificates, which they present to each other`,
       ),
     );
     return;
   }
   try {
-    readTlsFiles({ certFile: cert, keyFile: key, clientCaFile: clientCa });
+    readTlsFiles({ certFile: cert, keyFile: key, clientCaFile: clientCa, peerCaFile: peerCa });
   } catch (err) {
     if (!(err instanceof TlsFileError)) throw err;
     issues.push(issue(err.key, sourceOf(err.key), `${err.file}: ${err.reason}`));

@@ -358,7 +358,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_TLS_CERT_FILE",
     flag: "tls-cert-file",
     expect: "must be a non-empty path",
-    doc: "The node's certificate (PEM, its chain may follow): with tls.key_file, rpc_addr serves TLS only (TLS 1.2 or later, ALPN h2); both unset, it serves cleartext (the default). Reloaded when the file changes.",
+    doc: "The node's certificate (PEM, its chain may follow): with tls.key_file, rpc_addr serves TLS only (TLS 1.2 or later, ALPN h2), and in a cluster it is also the client certificate this node presents to its peers; both unset, it serves cleartext (the default). Reloaded when the file changes.",
   },
   {
     key: "tls.key_file",
@@ -378,7 +378,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_TLS_CLIENT_CA_FILE",
     flag: "tls-client-ca-file",
     expect: "must be a non-empty path",
-    doc: "Mutual TLS: CA certificates (PEM); a client must present a certificate one of them signed, or its connection is refused. Needs tls.cert_file. Reloaded when the file changes.",
+    doc: "Mutual TLS: CA certificates (PEM); a client must present a certificate one of them signed (or, in a cluster, one tls.peer_ca_file signed: the peers are each other's clients), or its connection is refused. Needs tls.cert_file. Reloaded when the file changes.",
   },
   {
     key: "tls.peer_ca_file",
@@ -388,7 +388,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_TLS_PEER_CA_FILE",
     flag: "tls-peer-ca-file",
     expect: "must be a non-empty path",
-    doc: "Peer TLS: not yet supported (issue 54); a node refuses to start with it, and refuses TLS in a cluster (cluster.seed_nodes set).",
+    doc: "Peer TLS: CA certificates (PEM) of the cluster's node certificates; required in a cluster with TLS (cluster.seed_nodes set). A peer's calls are taken only over a connection whose certificate it signed and names the node id the call comes from; this node dials its peers over TLS, presenting tls.cert_file and checking that their certificate names the node id dialed. Needs tls.cert_file. Reloaded when the file changes.",
   },
   {
     key: "auth.tokens_file",

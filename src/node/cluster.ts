@@ -19,6 +19,8 @@
  * the old replica by the new one, which the log or a snapshot refills (src/node/replicas.ts).
  */
 import { randomUUID } from "node:crypto";
+import { isIP } from "node:net";
+import { checkPeerName, type PeerTls } from "../common/peer-tls.ts";
 import { credentials, type ClientReadableStream, status } from "@grpc/grpc-js";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
@@ -103,6 +105,7 @@ export class ClusterState {
   /** Why the meta group refused this node's last join, null when it did not. */
   #joinRefusal: string | null = null;
   #self: { rpcAddr: string; httpAddr: string } | null = null;
+  readonly #peerTls: PeerTls | undefined;
 
   constructor(
     config: CairnConfig,
@@ -110,7 +113,10 @@ export class ClusterState {
     views: ClusterViewPublisher,
     incarnation: string,
     onLostState: (err: CairnError) => void,
+    /** Peer TLS: how this node dials its peers (src/common/peer-tls.ts); undefined: cleartext. */
+    peerTls?: PeerTls,
   ) {
+    this.#peerTls = peerTls;
     this.#config = config;
     this.#log = log;
     this.#views = views;
@@ -466,9 +472,13 @@ export class ClusterState {
           // being busy.
           const refused =
             grpcCode === status.FAILED_PRECONDITION || grpcCode === status.PERMISSION_DENIED;
-          this.#log[refused ? "warn" : "debug"]("rejoining failed; retrying", {
-            error: err instanceof Error ? err.message : String(err),
-          });
+          if (isTlsMismatch(err)) {
+            this.#log.error(TLS_MISMATCH, { error: describe(err) });
+          } else {
+            this.#log[refused ? "warn" : "debug"]("rejoining failed; retrying", {
+              error: err instanceof Error ? err.message : String(err),
+            });
+          }
           const timer = setTimeout(attempt, 1_000);
           timer.unref();
         });
@@ -512,9 +522,12 @@ export class ClusterState {
         }
         const refused = errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT";
         if (refused) this.#joinRefusal = describe(err);
-        this.#log[refused ? "error" : "debug"]("joining the cluster failed; retrying", {
-          error: describe(err),
-        });
+        // TLS on one side only: a configuration mistake, said at every attempt.
+        const tlsMismatch = isTlsMismatch(err);
+        this.#log[refused || tlsMismatch ? "error" : "debug"](
+          tlsMismatch ? TLS_MISMATCH : "joining the cluster failed; retrying",
+          { error: describe(err) },
+        );
       })
       .finally(() => {
         // rejoinLoop offers again on its next pass while the cluster is unknown here.
@@ -591,7 +604,9 @@ export class ClusterState {
         // Ask every member for its cluster id: a seed whose data directory was wiped must not
         // found a second cluster beside the one the others still belong to. The answers also
         // carry each member's incarnation, which names its replicas in every group.
-        const probes = await Promise.all(alive.map((m) => probeMember(m.rpcAddr)));
+        const probes = await Promise.all(
+          alive.map((m) => probeMember(m.rpcAddr, m.id, this.#peerTls)),
+        );
         if (probes.some((p) => p === undefined || p.incarnation === "")) {
           decision = { voters: null, reason: "a member did not answer with its cluster id" };
         } else {
@@ -751,7 +766,10 @@ export function spreadLeaders(
 export async function checkRejoin(
   meta: MetaState | null,
   cmd: MetaCommand,
-  probe: (address: string) => Promise<{ incarnation: string } | undefined> = probeMember,
+  probe: (
+    address: string,
+    nodeId: string,
+  ) => Promise<{ incarnation: string } | undefined> = probeMember,
 ): Promise<void> {
   if (cmd.op !== "rejoin" || meta === null) return;
   const member = meta.members.get(cmd.id);
@@ -762,7 +780,7 @@ export async function checkRejoin(
   ) {
     return;
   }
-  const answer = await probe(member.rpcAddr);
+  const answer = await probe(member.rpcAddr, cmd.id);
   if (answer?.incarnation === member.incarnation) {
     throw new CairnError(
       "CAIRN_ERR_DUPLICATE_NODE_ID",
@@ -771,11 +789,26 @@ export async function checkRejoin(
   }
 }
 
-function probeMember(
+export function probeMember(
   address: string,
+  nodeId: string,
+  tls?: PeerTls,
 ): Promise<{ clusterId: string; incarnation: string } | undefined> {
   const { proto } = loadCairnProto();
-  const client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
+  let client: InstanceType<typeof proto.cairn.v1.Meta>;
+  if (tls === undefined) {
+    client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
+  } else {
+    // As a peer dials (src/common/peer-tls.ts): the member's certificate must name its node id.
+    const pems = tls.pems();
+    client = new proto.cairn.v1.Meta(
+      address,
+      credentials.createSsl(pems.ca, pems.key, pems.cert, {
+        checkServerIdentity: checkPeerName(nodeId),
+      }),
+      isIP(nodeId) === 0 ? { "grpc.ssl_target_name_override": nodeId } : {},
+    );
+  }
   return new Promise((resolve) => {
     let done = false;
     const call: ClientReadableStream<ClusterViewMessage> = client.WatchCluster(
@@ -834,7 +867,8 @@ async function proposeViaLeader(
         code === "CAIRN_ERR_NODE_REMOVED" ||
         code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
         grpcCode === status.FAILED_PRECONDITION ||
-        grpcCode === status.PERMISSION_DENIED
+        grpcCode === status.PERMISSION_DENIED ||
+        isTlsMismatch(err)
       ) {
         throw err;
       }
@@ -873,6 +907,18 @@ function errorCodeOf(err: unknown): string | null {
   const metadata = (err as { metadata?: { get(key: string): unknown[] } }).metadata;
   const value = metadata?.get(ERROR_CODE_KEY)[0];
   return typeof value === "string" ? value : null;
+}
+
+/**
+ * Whether a peer call failed because TLS is on at one end only: GOAWAY INADEQUATE_SECURITY from
+ * a TLS node to this cleartext one, or a TLS handshake a cleartext node did not answer
+ * (src/api/grpc-channel.ts, TLS_FAILED). A configuration mistake: retrying cannot mend it.
+ */
+const TLS_MISMATCH =
+  "joining the cluster failed: TLS is on at one end only (every member needs the same tls.* setup); retrying";
+
+function isTlsMismatch(err: unknown): boolean {
+  return /GOAWAY with error code 12|did not speak TLS/.test(describe(err));
 }
 
 function describe(err: unknown): string {

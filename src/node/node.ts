@@ -19,6 +19,7 @@ import {
   shardForKey,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
+import { PeerTls } from "../common/peer-tls.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
 import {
@@ -53,6 +54,7 @@ import {
 } from "../api/index.ts";
 import {
   checkRejoin,
+  probeMember,
   ClusterState,
   leaderProposer,
   type MetaProposer,
@@ -156,6 +158,8 @@ export class CairnNode implements HealthSource {
   /** Cluster mode only (seed nodes configured): the meta state, the peer transport. */
   #cluster: ClusterState | null = null;
   #transport: GrpcTransport | null = null;
+  /** Peer TLS (a cluster with `tls.peer_ca_file`): how this node dials its peers. */
+  #peerTls: PeerTls | null = null;
   #bootstrap: Promise<void> | null = null;
   #rejoin: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
@@ -206,17 +210,36 @@ export class CairnNode implements HealthSource {
       }
       if (config.cluster.seed_nodes.length > 0) {
         const incarnation = cell?.meta.incarnation ?? (await loadIncarnation(config.data_dir)).id;
-        node.#cluster = new ClusterState(config, log, node.views, incarnation, (err) => {
-          log.error(
-            err.code === "CAIRN_ERR_DUPLICATE_NODE_ID"
-              ? "another node runs as this node id; this one stops"
-              : err.code === "CAIRN_ERR_NODE_REMOVED"
-                ? "this node was removed from its cluster; it stops"
-                : "this data directory is an earlier copy of a member's state; it stops",
-            { error: err.message, code: err.code },
+        const { cert_file: certFile, key_file: keyFile, peer_ca_file: peerCaFile } = config.tls;
+        if (certFile !== undefined && keyFile !== undefined && peerCaFile !== undefined) {
+          node.#peerTls = new PeerTls({ certFile, keyFile, peerCaFile }, (err) =>
+            log.error(
+              "the TLS files changed but cannot be used to dial peers, the ones read before are kept",
+              {
+                error: err.message,
+              },
+            ),
           );
-          onFatal(err);
-        });
+        }
+        const peerTls = node.#peerTls ?? undefined;
+        node.#cluster = new ClusterState(
+          config,
+          log,
+          node.views,
+          incarnation,
+          (err) => {
+            log.error(
+              err.code === "CAIRN_ERR_DUPLICATE_NODE_ID"
+                ? "another node runs as this node id; this one stops"
+                : err.code === "CAIRN_ERR_NODE_REMOVED"
+                  ? "this node was removed from its cluster; it stops"
+                  : "this data directory is an earlier copy of a member's state; it stops",
+              { error: err.message, code: err.code },
+            );
+            onFatal(err);
+          },
+          peerTls,
+        );
       }
       node.#store = await node.#openStore();
       if (node.#cluster !== null && node.#transport !== null) {
@@ -287,6 +310,7 @@ export class CairnNode implements HealthSource {
         ...(cell === null || cell.count === 1
           ? {}
           : { shardWorker: { index: cell.index, count: cell.count } }),
+        ...(this.#peerTls === null ? {} : { tls: this.#peerTls }),
       });
     }
     const replicas = (shard: number): string[] =>
@@ -524,6 +548,10 @@ export class CairnNode implements HealthSource {
               certFile: c.tls.cert_file,
               keyFile: c.tls.key_file,
               ...(c.tls.client_ca_file === undefined ? {} : { clientCaFile: c.tls.client_ca_file }),
+              // The peers' CA only in a cluster: a single node has no peers to take.
+              ...(c.tls.peer_ca_file === undefined || c.cluster.seed_nodes.length === 0
+                ? {}
+                : { peerCaFile: c.tls.peer_ca_file }),
             },
           }
         : {}),
@@ -576,7 +604,8 @@ export class CairnNode implements HealthSource {
             throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
           // A node with a live member's id must not evict it as its "new incarnation".
-          await checkRejoin(cluster.meta, cmd);
+          const peerTls = this.#peerTls ?? undefined;
+          await checkRejoin(cluster.meta, cmd, (address, id) => probeMember(address, id, peerTls));
           const outcome = await store.proposeMeta(cmd);
           if (outcome.kind === "rejected") throw metaRefusal(outcome);
         },
@@ -616,6 +645,7 @@ export class CairnNode implements HealthSource {
         nodeId: this.config.node_id,
         addressOf: (id) => rpcAddressOf(this.views.current(), id),
         maxDeadlineMs: REQUEST_TIMEOUT_MS,
+        ...(this.#peerTls === null ? {} : { tls: this.#peerTls }),
         leaderChangeGraceMs: this.config.raft.tick_ms * this.config.raft.election_ticks,
         ...(transport === null
           ? {}
@@ -977,6 +1007,7 @@ export class CairnNode implements HealthSource {
     await this.#bootstrap;
     await this.#rejoin;
     await this.#transport?.close();
+    this.#peerTls?.close();
     await this.#store?.close();
     this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });

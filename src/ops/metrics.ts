@@ -247,7 +247,7 @@ export class CairnMetrics {
     });
     this.#peerCallsRefused = new Counter({
       name: "cairn_raft_peer_calls_refused_total",
-      help: "Calls and streams of the peers' service (cairn.v1.Raft) refused by who they claim to come from: no_sender, not_member, no_cluster_id, other_cluster, misaddressed.",
+      help: "Calls and streams of the peers' service (cairn.v1.Raft) refused by who they claim to come from: no_sender, not_member, no_cluster_id, other_cluster, misaddressed, wrong_sender (a handshake naming another node than its cairn-peer metadata), certificate (peer TLS: the connection's certificate is not the peer CA's, or names another node).",
       labelNames: ["reason"],
       registers,
     });

@@ -40,6 +40,7 @@ import { type PeerReply } from "./frame-codec.ts";
 import { encodeBatchFrame } from "./frame-encode.ts";
 import type { ClusterIdSource } from "./handshake.ts";
 import { type CallOptions, CallForwarder } from "./call-forwarder.ts";
+import type { PeerTls } from "../common/peer-tls.ts";
 import { type PeerLogger, silentLogger } from "./peer-logger.ts";
 import { type LinkStats, PeerLinks } from "./peer-links.ts";
 import { PeerRpcs } from "./peer-rpcs.ts";
@@ -110,6 +111,12 @@ export interface GrpcTransportOptions {
    * `index` of each peer (src/api/worker-tunnel.ts), whose groups are the same shards.
    */
   readonly shardWorker?: { readonly index: number; readonly count: number };
+  /**
+   * Peer TLS (`tls.peer_ca_file`; src/common/peer-tls.ts): every connection to a peer is TLS,
+   * presenting this node's certificate and taking the peer's only when it names the node id
+   * dialed. Absent: cleartext.
+   */
+  readonly tls?: PeerTls;
 }
 
 /** Counters and state of a peer, for metrics and tests: its connection's and its snapshots'. */
@@ -156,6 +163,7 @@ export class GrpcTransport implements RaftTransport {
       now: options.now ?? (() => performance.now()),
       interceptors: options.interceptors ?? [],
       shardWorker: options.shardWorker,
+      tls: options.tls,
       closing: this.#closing.signal,
     });
     this.#forwarder = new CallForwarder(this.#links, this.#log);

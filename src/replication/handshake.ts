@@ -3,10 +3,12 @@
  * ({cluster id, from, to}: a Stream's handshake, an InstallSnapshot's header; for a unary call
  * the request's cluster id and the `cairn-peer` metadata), and the receiver's rules for it.
  *
- * Not authentication: a cluster's id and its members' ids are given to any client by
+ * Not authentication by itself: a cluster's id and its members' ids are given to any client by
  * Meta.WatchCluster, so anyone who asks can pass. What it keeps out is a stock client, a node of
- * another cluster, and a node that is not a member; TLS with peer certificates is the fix
- * (docs/architecture.md, "Peers").
+ * another cluster, and a node that is not a member. With peer TLS (`tls.peer_ca_file`) the front
+ * end takes a peer's call only on a connection whose certificate names the node its `cairn-peer`
+ * metadata names (src/common/peer-tls.ts), and a handshake must name that same node as its
+ * sender (senderRefusal): the sender is then the certificate's.
  */
 import { status } from "@grpc/grpc-js";
 import type { RaftHandshake__Output } from "../api/generated/cairn/v1/RaftHandshake.ts";
@@ -67,7 +69,21 @@ export interface PeerRefusal {
 }
 
 export type PeerRefusalKind =
-  "no_sender" | "not_member" | "no_cluster_id" | "other_cluster" | "misaddressed";
+  "no_sender" | "not_member" | "no_cluster_id" | "other_cluster" | "misaddressed" | "wrong_sender";
+
+/**
+ * Why a call whose handshake names `from` as its sender is refused when its `cairn-peer`
+ * metadata (what the front end checked the connection's certificate against) names `sender`, or
+ * null when they agree ("" `sender`: a call with no metadata, served without the front end).
+ */
+export function senderRefusal(from: string, sender: string): PeerRefusal | null {
+  if (sender === "" || sender === from) return null;
+  return {
+    code: status.PERMISSION_DENIED,
+    reason: `the handshake names node ${JSON.stringify(from)} as its sender, and the call's cairn-peer metadata node ${JSON.stringify(sender)}`,
+    kind: "wrong_sender",
+  };
+}
 
 /**
  * Why node `check.self` refuses a call from node `from` naming cluster `theirs`, or null when it

@@ -27,7 +27,9 @@
 import { Client, type ClientOptions, credentials, type Interceptor, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
 import { TUNNEL_REFUSED } from "../api/h2/client.ts";
-import { type CallResult, type ClientCall, GrpcChannel } from "../api/grpc-channel.ts";
+import { type CallResult, type ClientCall, GrpcChannel, TLS_FAILED } from "../api/grpc-channel.ts";
+import { checkPeerName, type PeerTls } from "../common/peer-tls.ts";
+import { isIP } from "node:net";
 import { IntMap } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { encodeHandshakeFrame } from "./frame-encode.ts";
@@ -132,6 +134,8 @@ export interface PeerLinksOptions {
   readonly now: () => number;
   readonly interceptors: readonly Interceptor[];
   readonly shardWorker: { readonly index: number; readonly count: number } | undefined;
+  /** Peer TLS (GrpcTransportOptions.tls); undefined: cleartext. */
+  readonly tls?: PeerTls | undefined;
   /** Aborted when the transport closes: from then on, ends are not failures and nothing is reported. */
   readonly closing: AbortSignal;
 }
@@ -154,6 +158,7 @@ export class PeerLinks {
   readonly #now: () => number;
   readonly #interceptors: readonly Interceptor[];
   readonly #shardWorker: { readonly index: number; readonly count: number } | undefined;
+  readonly #tls: PeerTls | undefined;
   readonly #closing: AbortSignal;
   readonly #path: string;
   readonly #links = new Map<NodeId, PeerLink>();
@@ -178,6 +183,7 @@ export class PeerLinks {
     this.#now = options.now;
     this.#interceptors = options.interceptors;
     this.#shardWorker = options.shardWorker;
+    this.#tls = options.tls;
     this.#closing = options.closing;
     this.#path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
   }
@@ -326,7 +332,17 @@ export class PeerLinks {
         "grpc.use_local_subchannel_pool": 1,
       };
       if (this.#interceptors.length > 0) options.interceptors = [...this.#interceptors];
-      peer.client = new Client(address, credentials.createInsecure(), options);
+      const tls = this.#tls;
+      let creds = credentials.createInsecure();
+      if (tls !== undefined) {
+        // The files as read now: a channel made after a reload takes the new ones.
+        const pems = tls.pems();
+        creds = credentials.createSsl(pems.ca, pems.key, pems.cert, {
+          checkServerIdentity: checkPeerName(peer.id),
+        });
+        if (isIP(peer.id) === 0) options["grpc.ssl_target_name_override"] = peer.id;
+      }
+      peer.client = new Client(address, creds, options);
       peer.clientAddress = address;
     }
     return peer.client;
@@ -348,6 +364,7 @@ export class PeerLinks {
         keepaliveMs: KEEPALIVE_MS,
         keepaliveTimeoutMs: KEEPALIVE_TIMEOUT_MS,
         ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
+        ...(this.#tls === undefined ? {} : { tls: this.#tls.dial.bind(this.#tls, peer.id) }),
         peerId: this.#self,
       });
     }
@@ -437,7 +454,10 @@ export class PeerLinks {
     if (
       err?.code === status.FAILED_PRECONDITION ||
       err?.code === status.PERMISSION_DENIED ||
-      fields.details.includes(TUNNEL_REFUSED)
+      fields.details.includes(TUNNEL_REFUSED) ||
+      fields.details.includes(TLS_FAILED) ||
+      // GOAWAY INADEQUATE_SECURITY: this node speaks cleartext to a TLS port.
+      fields.details.includes("GOAWAY with error code 12")
     ) {
       this.#log.warn("raft peer refused the stream", fields);
     } else if (peer.wasConnected) {

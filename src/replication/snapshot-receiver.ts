@@ -20,6 +20,7 @@ import {
   status,
 } from "@grpc/grpc-js";
 import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
+import { PEER_KEY } from "../api/wire.ts";
 import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { PeerCheck, PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
@@ -60,6 +61,7 @@ export function snapshotReceiver(
     const dir = options.dir;
     const assembler = new SnapshotAssembler({
       peers: options.peerCheck(),
+      sender: String(call.metadata.get(PEER_KEY)[0] ?? ""),
       ...(options.refused === undefined ? {} : { refused: options.refused }),
       maxBytes: options.maxBytes,
       ...(dir === undefined ? {} : { sink: () => new SnapshotFile(dir) }),

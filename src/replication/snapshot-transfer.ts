@@ -38,7 +38,12 @@ import type { Message, NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { crc32c } from "../storage/index.ts";
 import { CodecError, decodeMessage, encodeMessage } from "./codec.ts";
-import { handshakeRefusal, type PeerCheck, type PeerRefusalKind } from "./handshake.ts";
+import {
+  handshakeRefusal,
+  type PeerCheck,
+  type PeerRefusalKind,
+  senderRefusal,
+} from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import type { RateLimiter } from "./rate-limiter.ts";
 import { MemorySink, type SnapshotSink } from "./snapshot-file.ts";
@@ -204,6 +209,11 @@ export class SnapshotRefusal extends Error {
 export interface SnapshotAssemblerOptions {
   /** Who may send this node a snapshot, as this node knew it when the call arrived. */
   readonly peers: PeerCheck;
+  /**
+   * The node the call's `cairn-peer` metadata names (the one its connection's certificate was
+   * checked against, with peer TLS): the header's sender must be it. "" or absent: not checked.
+   */
+  readonly sender?: string;
   /** A header was refused by peerRefusal's rules, by kind: for a counter. */
   readonly refused?: (kind: PeerRefusalKind) => void;
   /**
@@ -320,7 +330,9 @@ export class SnapshotAssembler {
     if (h.handshake === null) {
       throw new SnapshotRefusal(status.FAILED_PRECONDITION, "the header carries no handshake");
     }
-    const refusal = handshakeRefusal(h.handshake, peers);
+    const refusal =
+      senderRefusal(h.handshake.from_node_id, this.#options.sender ?? "") ??
+      handshakeRefusal(h.handshake, peers);
     if (refusal !== null) {
       this.#options.refused?.(refusal.kind);
       throw new SnapshotRefusal(refusal.code, refusal.reason);

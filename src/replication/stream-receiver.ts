@@ -19,13 +19,19 @@ import {
   status,
 } from "@grpc/grpc-js";
 import type { RawStreamHandler } from "../api/handoff.ts";
+import { PEER_KEY } from "../api/wire.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { type Frame, type PeerCall, type PeerReply } from "./frame-codec.ts";
 import { decodeBatchMessages, decodeFrame } from "./frame-decode.ts";
-import { handshakeRefusal, type PeerCheck, type PeerRefusalKind } from "./handshake.ts";
+import {
+  handshakeRefusal,
+  type PeerCheck,
+  type PeerRefusalKind,
+  senderRefusal,
+} from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import type { LogFields, PeerLogger } from "./peer-logger.ts";
 
@@ -96,7 +102,8 @@ export function streamReceiver(
       const hs = frame.handshake;
       // Not the cluster id: the log says whom a refusal was for, not what it would have taken.
       const fields = { peer: hs.from_node_id, peer_addr: call.peer, to: hs.to_node_id };
-      const refusal = handshakeRefusal(hs, peerCheck());
+      const refusal =
+        senderRefusal(hs.from_node_id, call.sender) ?? handshakeRefusal(hs, peerCheck());
       if (refusal !== null) {
         options.refused?.(refusal.kind);
         refuse(refusal.code, refusal.reason, fields);
@@ -178,6 +185,9 @@ export function grpcStream(
     let answered = false;
     const sink = receive({
       peer: call.getPeer(),
+      sender: String(call.metadata.get(PEER_KEY)[0] ?? ""),
+      // Proxied from the front end, which checked the connection's certificate.
+      identity: null,
       sendHeaders: () => call.sendMetadata(new Metadata()),
       finish(code, details) {
         if (answered) return;

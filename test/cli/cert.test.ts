@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { X509Certificate } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -55,6 +56,10 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     assert.match(made[1]?.out ?? "", /wrote .*node\.crt and .*node\.key/);
     for (const key of ["ca.key", "node.key", "client.alice.key"])
       assert.equal(statSync(join(certs, key)).mode & 0o777, 0o600, key);
+    // The node id is a name of the node's certificate (its peers check it), beside the hosts.
+    const node = new X509Certificate(readFileSync(join(certs, "node.crt")));
+    assert.equal(node.subjectAltName, "DNS:n1, IP Address:127.0.0.1, DNS:localhost");
+    assert.match(node.subject, /CN=n1/);
 
     const server = await startServer({
       dataDir: join(dir, "data"),

@@ -126,14 +126,22 @@ describe("tls.* configuration", () => {
     );
   });
 
-  it("refuses TLS in a cluster, and the peer CA: peer TLS is not yet supported", () => {
+  it("in a cluster, wants the peer CA with TLS; takes it there, and not without a certificate", () => {
     assert.match(
       refusal({ ...TLS_ENV, CAIRN_SEED_NODES: "127.0.0.2:7447" }),
-      /tls\.cert_file .*peer TLS is not yet supported.*cluster\.seed_nodes is set \(from env CAIRN_SEED_NODES\)/,
+      /tls\.peer_ca_file .*must be set in a cluster with TLS .*cluster\.seed_nodes from env CAIRN_SEED_NODES/,
+    );
+    const c = loadConfig({
+      env: { ...TLS_ENV, CAIRN_SEED_NODES: "127.0.0.2:7447", CAIRN_TLS_PEER_CA_FILE: certs.ca },
+    });
+    assert.equal(c.tls.peer_ca_file, certs.ca);
+    assert.match(
+      refusal({ CAIRN_TLS_PEER_CA_FILE: certs.ca, CAIRN_SEED_NODES: "127.0.0.2:7447" }),
+      /tls\.peer_ca_file \(from env CAIRN_TLS_PEER_CA_FILE\): needs tls\.cert_file and tls\.key_file/,
     );
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_TLS_PEER_CA_FILE: certs.ca }),
-      /tls\.peer_ca_file \(from env CAIRN_TLS_PEER_CA_FILE\): peer TLS is not yet supported/,
+      refusal({ ...TLS_ENV, CAIRN_TLS_PEER_CA_FILE: join(dir, "missing.crt") }),
+      /tls\.peer_ca_file \(from env CAIRN_TLS_PEER_CA_FILE\): .*missing\.crt: cannot be read: ENOENT/,
     );
   });
 

@@ -47,7 +47,7 @@ function handshake(fields: { cluster?: string; from?: string; to?: string; repli
 }
 
 /** One call on a receiver for node n2 of cluster c1, and everything it did. */
-function open(options: { handlerThrows?: boolean; callsThrow?: boolean } = {}) {
+function open(options: { handlerThrows?: boolean; callsThrow?: boolean; sender?: string } = {}) {
   const delivered: [string, ShardMessage[]][] = [];
   const served: [string, PeerCall][] = [];
   const replies: [string, PeerReply][] = [];
@@ -78,6 +78,8 @@ function open(options: { handlerThrows?: boolean; callsThrow?: boolean } = {}) {
   );
   const sink = receive({
     peer: "127.0.0.1:5555",
+    sender: options.sender ?? "",
+    identity: null,
     sendHeaders: () => headers++,
     finish: (code, details, message) => finished.push({ code, details, message }),
   });
@@ -148,6 +150,19 @@ describe("streamReceiver", () => {
       assert.equal(c.finished.length, 1, "finished once");
     });
   }
+
+  it("refuses a handshake whose sender is not the node its call's cairn-peer names (PERMISSION_DENIED)", () => {
+    // With peer TLS the front end checked cairn-peer against the connection's certificate: the
+    // handshake must name the same node, or a certificate for n3 could speak for n1.
+    const c = open({ sender: "n3" });
+    c.sink.message(handshake({ from: "n1" }));
+    assert.equal(c.headers(), 0);
+    assert.deepEqual(c.refused, ["wrong_sender"]);
+    assert.equal(c.finished[0]?.code, status.PERMISSION_DENIED);
+    assert.match(c.finished[0]?.details ?? "", /names node "n1".*node "n3"/);
+    c.sink.message(encodeBatchFrame([heartbeat(N1, N2)], ""));
+    assert.deepEqual(c.delivered, []);
+  });
 
   it("wants a handshake first", () => {
     const c = open();

@@ -9,7 +9,7 @@ import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:f
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { ClientReadableStream } from "@grpc/grpc-js";
+import type { ChannelCredentials, ClientReadableStream } from "@grpc/grpc-js";
 import { type Clients, connect, grpcError, type Reply } from "./grpc-client.ts";
 import { type ServerProcess, startServer } from "./server-process.ts";
 
@@ -142,6 +142,10 @@ export interface ClusterNode {
 export class LocalCluster {
   readonly nodes: ClusterNode[];
   readonly #env: Readonly<Record<string, string>>;
+  /** Each node's own environment over the cluster's (a TLS cluster's certificate files). */
+  nodeEnv: (id: string) => Readonly<Record<string, string>> = () => ({});
+  /** The credentials of the nodes' test clients (`client`); cleartext when unset. */
+  credentials: ChannelCredentials | undefined = undefined;
 
   private constructor(nodes: ClusterNode[], env: Readonly<Record<string, string>>) {
     this.nodes = nodes;
@@ -191,9 +195,9 @@ export class LocalCluster {
     n.server = await startServer({
       dataDir: n.dataDir,
       args: ["--node-id", n.id, "--rpc-addr", n.rpc, "--seed-nodes", this.seeds],
-      env: { ...this.#env, ...env },
+      env: { ...this.#env, ...this.nodeEnv(n.id), ...env },
     });
-    n.client = connect(n.rpc);
+    n.client = connect(n.rpc, {}, ...(this.credentials === undefined ? [] : [this.credentials]));
     return n;
   }
 

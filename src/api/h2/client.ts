@@ -49,6 +49,8 @@ export interface ClientConnectionOptions {
   readonly keepaliveTimeoutMs: number;
   /** Opens a tunnel to this shard worker of the server first (CoreOptions.tunnel). */
   readonly tunnel?: string;
+  /** TLS inside the tunnel, once it is open (CoreOptions.startTls). */
+  readonly startTls?: (raw: Socket) => Socket;
 }
 
 /** How a connection's close reason starts when the server refused its tunnel (CONNECT). */
@@ -179,6 +181,9 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
     socket.on("error", (err: Error) => {
       this.closeReason ??= err.message;
     });
+    this.#socketErrors = (err: Error) => {
+      this.closeReason ??= err.message;
+    };
     if (options.keepaliveMs > 0) {
       const { keepaliveMs, keepaliveTimeoutMs } = options;
       this.#keepalive = setInterval(
@@ -263,6 +268,12 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
     stream.end ??= stream.remoteEnded ? "complete" : "cancelled";
     stream.resetCode = code;
     super.resetStream(stream, code);
+  }
+
+  readonly #socketErrors: (err: Error) => void;
+
+  protected override socketReplaced(): void {
+    this.socket.on("error", this.#socketErrors);
   }
 
   protected override tunnelRefused(answer: string): void {

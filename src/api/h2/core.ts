@@ -112,6 +112,14 @@ export interface CoreOptions {
    * the server's HTTP/1.1 answer before any frame; an answer but 200 ends the connection.
    */
   readonly tunnel?: string;
+  /**
+   * With `tunnel`, TLS inside it: the CONNECT goes alone, and once its 200 has arrived (and
+   * nothing after it: the server waits for the client's TLS handshake), the connection goes on
+   * over the socket this returns, a TLSSocket over the raw one; the preface and the first frames
+   * wait for it. (A TLS session cannot move between a server's threads, a raw descriptor can:
+   * worker-tunnel.ts.)
+   */
+  readonly startTls?: (raw: Socket) => Socket;
   /** CONTINUATION frames a header block may take (default 16); past it, GOAWAY ENHANCE_YOUR_CALM. */
   readonly maxContinuationFrames?: number;
   /**
@@ -202,7 +210,8 @@ function destroyAfter(socket: Socket, ms: number): NodeJS.Timeout {
 const PING_PAYLOAD = Buffer.alloc(8);
 
 export abstract class ConnectionCore<S extends CoreStream> {
-  readonly socket: Socket;
+  /** The connection's socket; a tunnel with `startTls` replaces it once, by its TLS socket. */
+  socket: Socket;
   /**
    * The streams open on the wire (a client's streams waiting for a slot are not in it). An
    * IntMap, not a Map: a Map's churn promotes what its entries reach (src/common/int-map.ts).
@@ -232,6 +241,12 @@ export abstract class ConnectionCore<S extends CoreStream> {
   #prefaceSeen: boolean;
   /** A client's tunnel whose answer has not arrived: the bytes received so far; else null. */
   #tunnelAnswer: Buffer | null = null;
+  /** TLS to start inside the tunnel once it is open (CoreOptions.startTls); output waits till then. */
+  #startTls: ((raw: Socket) => Socket) | null = null;
+  #holdOutput = false;
+  readonly #onSocketData = (chunk: Buffer): void => this.#onData(chunk);
+  readonly #onSocketDrain = (): void => this.#onDrain();
+  readonly #onSocketClosed = (): void => this.#onSocketClose();
   #settingsSeen = false;
   /** A header block in progress (HEADERS without END_HEADERS, then CONTINUATIONs). */
   #headerBlock: {
@@ -323,13 +338,17 @@ export abstract class ConnectionCore<S extends CoreStream> {
       }, handshakeMs);
       this.#handshakeTimer.unref();
     }
-    socket.on("data", (chunk: Buffer) => this.#onData(chunk));
-    if (this.#maxOutputBytes > 0) socket.on("drain", () => this.#onDrain());
-    socket.on("error", () => undefined); // close follows
-    socket.on("close", () => this.#onSocketClose());
+    this.#listen(socket);
     if (this.#isClient && options.tunnel !== undefined) {
       const target = options.tunnel;
-      this.#output.push(Buffer.from(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+      const request = Buffer.from(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
+      if (options.startTls === undefined) {
+        this.#output.push(request);
+      } else {
+        socket.write(request);
+        this.#startTls = options.startTls;
+        this.#holdOutput = true;
+      }
       this.#tunnelAnswer = Buffer.alloc(0);
     }
     if (this.#isClient) this.#output.push(PREFACE);
@@ -342,6 +361,29 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (this.#connectionWindow > DEFAULT_WINDOW) {
       this.#windowUpdate(0, this.#connectionWindow - DEFAULT_WINDOW);
     }
+  }
+
+  #listen(socket: Socket): void {
+    socket.on("data", this.#onSocketData);
+    if (this.#maxOutputBytes > 0) socket.on("drain", this.#onSocketDrain);
+    socket.on("error", () => undefined); // close follows
+    socket.on("close", this.#onSocketClosed);
+  }
+
+  /** The tunnel is open: TLS starts on its socket, and the output held for it leaves. */
+  #upgrade(): void {
+    const raw = this.socket;
+    const startTls = this.#startTls as (raw: Socket) => Socket;
+    this.#startTls = null;
+    raw.off("data", this.#onSocketData);
+    raw.off("drain", this.#onSocketDrain);
+    raw.off("close", this.#onSocketClosed);
+    const secure = startTls(raw);
+    this.socket = secure;
+    this.#listen(secure);
+    this.socketReplaced();
+    this.#holdOutput = false;
+    this.#flushOutput();
   }
 
   /** Closes at once: every open stream is told it is gone. */
@@ -404,6 +446,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
   protected settingsApplied(): void {}
   /** The server refused the tunnel (`answer`: its status line); the socket is destroyed next. */
   protected tunnelRefused(_answer: string): void {}
+  /** `socket` is now the TLS socket started inside the tunnel (CoreOptions.startTls). */
+  protected socketReplaced(): void {}
   /**
    * Code of this side threw while handling the peer's frames: the connection ends (GOAWAY
    * INTERNAL_ERROR) and this hears why, once per error, to report it.
@@ -426,6 +470,15 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (this.#tunnelAnswer !== null) {
       const rest = this.#readTunnelAnswer(chunk);
       if (rest === null) return;
+      if (this.#startTls !== null) {
+        if (rest.length > 0) {
+          this.tunnelRefused("bytes in cleartext after the answer, where TLS should start");
+          this.socket.destroy();
+          return;
+        }
+        this.#upgrade();
+        return;
+      }
       chunk = rest;
     }
     let buf = this.#input === null ? chunk : Buffer.concat([this.#input, chunk]);
@@ -1041,6 +1094,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
 
   #flushOutput(): void {
     this.#outputScheduled = false;
+    if (this.#holdOutput) return; // until TLS starts in the tunnel (#upgrade)
     this.#framedBytes = 0;
     this.#sealOutput();
     const out = this.#output;

@@ -1,0 +1,146 @@
+/**
+ * What a certificate names and which of a node's CAs signed it (src/common/peer-tls.ts), on
+ * real TLS connections over loopback with certificates made by `cairn cert`: the identity a
+ * server records of its client, and the dialing side's check of the node id it dials.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  connect,
+  type ConnectionOptions,
+  createServer,
+  type Server,
+  type TLSSocket,
+} from "node:tls";
+import type { AddressInfo } from "node:net";
+import {
+  authoritiesOf,
+  identityOf,
+  PeerTls,
+  peerIdentityRefusal,
+  type TlsIdentity,
+} from "../../src/common/peer-tls.ts";
+import { readTlsFiles } from "../../src/common/tls-files.ts";
+import { certCommand } from "../support/tls-certs.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "cairn-peer-tls-"));
+const peers = join(dir, "peers");
+const clients = join(dir, "clients");
+const node = { cert: join(peers, "n1.crt"), key: join(peers, "n1.key") };
+const alice = { cert: join(clients, "client.alice.crt"), key: join(clients, "client.alice.key") };
+
+function must(args: readonly string[]): void {
+  const r = certCommand(args);
+  if (r.code !== 0) throw new Error(`cairn cert ${args.join(" ")}: ${r.err}`);
+}
+
+let server: Server;
+let port = 0;
+/** The identity the server recorded of each connection, in order. */
+const seen: (TlsIdentity | null)[] = [];
+
+before(async () => {
+  must(["create-ca", "--certs-dir", peers]);
+  must(["create-node", "n1", "--host", "127.0.0.1", "--certs-dir", peers]);
+  renameSync(join(peers, "node.crt"), node.cert);
+  renameSync(join(peers, "node.key"), node.key);
+  must(["create-ca", "--certs-dir", clients]);
+  must(["create-client", "alice", "--certs-dir", clients]);
+  const material = readTlsFiles({
+    certFile: node.cert,
+    keyFile: node.key,
+    clientCaFile: join(clients, "ca.crt"),
+    peerCaFile: join(peers, "ca.crt"),
+  });
+  const cas = authoritiesOf(material);
+  server = createServer({
+    cert: material.cert,
+    key: material.key,
+    ca: [material.clientCa as Buffer, material.peerCa as Buffer],
+    requestCert: true,
+    rejectUnauthorized: false,
+  });
+  server.on("secureConnection", (socket: TLSSocket) => {
+    seen.push(socket.authorized ? identityOf(socket, cas) : null);
+    socket.end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  port = (server.address() as AddressInfo).port;
+});
+after(() => {
+  server.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/**
+ * Connects with `options`: null once the server has taken the connection (and ended it: it
+ * records its identity first), or the error that ended it.
+ */
+function handshake(options: ConnectionOptions): Promise<Error | null> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: "127.0.0.1", port, ...options });
+    socket.once("error", (err) => resolve(err));
+    socket.once("end", () => {
+      socket.destroy();
+      resolve(null);
+    });
+    socket.resume();
+  });
+}
+
+describe("peer TLS", () => {
+  it("records which CA signed a client's certificate, and its names", async () => {
+    const ca = readFileSync(join(peers, "ca.crt"));
+    assert.equal(
+      await handshake({
+        ca,
+        cert: readFileSync(alice.cert),
+        key: readFileSync(alice.key),
+        checkServerIdentity: () => undefined,
+      }),
+      null,
+    );
+    assert.equal(
+      await handshake({
+        ca,
+        cert: readFileSync(node.cert),
+        key: readFileSync(node.key),
+        checkServerIdentity: () => undefined,
+      }),
+      null,
+    );
+    // The server records after the client's handshake: poll, bounded.
+    for (let i = 0; i < 100 && seen.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    const [client, peer] = seen;
+    assert.deepEqual(client, { authorities: ["client"], names: ["alice"] });
+    assert.deepEqual(peer, { authorities: ["peer"], names: ["n1", "127.0.0.1"] });
+    assert.equal(peerIdentityRefusal(peer ?? null, "n1"), null);
+    assert.match(
+      peerIdentityRefusal(peer ?? null, "n2") ?? "",
+      /names \["n1","127.0.0.1"\], not node "n2"/,
+    );
+    assert.match(
+      peerIdentityRefusal(client ?? null, "alice") ?? "",
+      /not signed by this node's tls.peer_ca_file/,
+    );
+    assert.match(peerIdentityRefusal(null, "n1") ?? "", /presented no certificate/);
+  });
+
+  it("dials a node only when its certificate names the node id dialed", async () => {
+    const tls = new PeerTls({
+      certFile: node.cert,
+      keyFile: node.key,
+      peerCaFile: join(peers, "ca.crt"),
+    });
+    try {
+      assert.equal(await handshake(tls.dial("n1")), null);
+      const wrong = await handshake(tls.dial("n2"));
+      assert.match(String(wrong), /names \["n1","127.0.0.1"\], not node "n2" that was dialed/);
+    } finally {
+      tls.close();
+    }
+  });
+});
