@@ -375,7 +375,7 @@ async function main(argv: readonly string[]): Promise<number> {
         loadAvg,
       };
       out(
-        `${joinedAt === null ? "steady   " : "rebalance"} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)}` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
+        `${joinedAt === null ? "steady   " : "rebalance"} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
       );
       return w;
     };

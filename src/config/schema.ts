@@ -200,7 +200,7 @@ export const KEYS: readonly KeySpec[] = [
     key: "cluster.rebalance.rate_bytes_per_sec",
     kind: "bytes",
     schema: bytesBetween(MIB, 64 * GIB),
-    default: 8 * MIB,
+    default: 4 * MIB,
     env: "CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC",
     expect: "must be a size between 1MiB and 64GiB (per second)",
     doc: "Snapshot data this node sends to learners (the new replicas of moves: rebalancing and repairs), to all of them together, in bytes per second; within raft.snapshot_rate_bytes_per_sec, which also paces them. Read by every node that leads a moving shard.",
