@@ -37,7 +37,11 @@ export interface CairnConfig {
     readonly replication_factor: number;
     readonly bootstrap_expect: number;
     readonly dead_after_ms: number;
-    readonly rebalance: { readonly max_moves: number; readonly tolerance: number };
+    readonly rebalance: {
+      readonly max_moves: number;
+      readonly tolerance: number;
+      readonly rate_bytes_per_sec: number;
+    };
   };
   readonly telemetry: { readonly prometheus: { readonly enabled: boolean } };
   readonly log: { readonly level: LogLevelName };

@@ -185,7 +185,7 @@ export const KEYS: readonly KeySpec[] = [
     default: 4,
     env: "CAIRN_CLUSTER_REBALANCE_MAX_MOVES",
     expect: "must be an integer between 0 and 256",
-    doc: "Shards moving at once (a move sends a snapshot, at raft.snapshot_rate_bytes_per_sec): repairs of dead or decommissioning members' replicas and rebalancing onto new members; 0 stops every move. Read by the meta group's leader.",
+    doc: "Shards moving at once (a move sends a snapshot, at cluster.rebalance.rate_bytes_per_sec): repairs of dead or decommissioning members' replicas and rebalancing onto new members; 0 stops every move. Read by the meta group's leader.",
   },
   {
     key: "cluster.rebalance.tolerance",
@@ -195,6 +195,15 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_CLUSTER_REBALANCE_TOLERANCE",
     expect: "must be an integer between 0 and 65536",
     doc: "Replicas the most loaded active member may hold above the least loaded before the meta group's leader moves one; leaders follow (a shard's first replica leads it).",
+  },
+  {
+    key: "cluster.rebalance.rate_bytes_per_sec",
+    kind: "bytes",
+    schema: bytesBetween(MIB, 64 * GIB),
+    default: 4 * MIB,
+    env: "CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC",
+    expect: "must be a size between 1MiB and 64GiB (per second)",
+    doc: "Snapshot data this node sends to learners (the new replicas of moves: rebalancing and repairs), to all of them together, in bytes per second; within raft.snapshot_rate_bytes_per_sec, which also paces them. Read by every node that leads a moving shard.",
   },
   {
     key: "telemetry.prometheus.enabled",

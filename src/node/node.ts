@@ -305,6 +305,7 @@ export class CairnNode implements HealthSource {
         onUnreachable: (to) => opened?.reportUnreachable(to),
         logger: log.child("peers"),
         snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
+        snapshotLearnerRateBytesPerSec: config.cluster.rebalance.rate_bytes_per_sec,
         metrics: metrics.snapshotMetrics,
         // Worker i's groups talk to worker i of every node.
         ...(cell === null || cell.count === 1

@@ -94,7 +94,12 @@ export interface GrpcTransportOptions {
   readonly now?: () => number;
   /** Snapshot data leaving this node, to every peer together, in bytes/s. Default 64 MiB/s. */
   readonly snapshotRateBytesPerSec?: number;
-  /** Data bytes per InstallSnapshot chunk; also the rate limiter's burst. Default 1 MiB. */
+  /**
+   * Snapshot data leaving this node for learners (a move's new replica), to every peer together,
+   * in bytes/s; paced by the node-wide rate too. Default: the node-wide rate.
+   */
+  readonly snapshotLearnerRateBytesPerSec?: number;
+  /** Data bytes per InstallSnapshot chunk; also the rate limiters' burst. Default 1 MiB. */
   readonly snapshotChunkBytes?: number;
   /**
    * A snapshot transfer fails when gRPC takes longer than this to take one chunk, or the peer to
@@ -174,6 +179,10 @@ export class GrpcTransport implements RaftTransport {
       clusterId: options.clusterId,
       chunkBytes: options.snapshotChunkBytes ?? MIB,
       rateBytesPerSec: options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
+      learnerRateBytesPerSec:
+        options.snapshotLearnerRateBytesPerSec ??
+        options.snapshotRateBytesPerSec ??
+        DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
       clock: options.snapshotClock ?? systemPaceClock,
       stallTimeoutMs: options.snapshotStallTimeoutMs ?? 30_000,
       metrics: options.metrics,

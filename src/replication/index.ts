@@ -33,7 +33,7 @@ export {
   type RaftServiceOptions,
 } from "./raft-service.ts";
 export type { PeerLogger } from "./peer-logger.ts";
-export { type PaceClock, RateLimiter } from "./rate-limiter.ts";
+export { inTurn, type PaceClock, type Pacer, RateLimiter } from "./rate-limiter.ts";
 export type { ConfirmTerms, ReadVoucher, TermCheck } from "./term-confirm.ts";
 export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 export { CodecError } from "./codec.ts";

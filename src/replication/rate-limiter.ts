@@ -1,5 +1,6 @@
 /**
- * Paces bytes to a rate (the node-wide `raft.snapshot_rate_bytes_per_sec`): the generic cell rate
+ * Paces bytes to a rate (the node-wide `raft.snapshot_rate_bytes_per_sec`, and
+ * `cluster.rebalance.rate_bytes_per_sec` for snapshots to learners): the generic cell rate
  * algorithm, a token bucket kept as one time, `#paidUntil`, when every byte reserved so far is
  * paid for at the rate.
  *
@@ -20,7 +21,13 @@ export const systemPaceClock: PaceClock = {
   sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
 };
 
-export class RateLimiter {
+/** What a transfer waits on before each chunk: a RateLimiter, or several in turn (inTurn). */
+export interface Pacer {
+  /** Resolves when `bytes` more may be sent. */
+  take(bytes: number): Promise<void>;
+}
+
+export class RateLimiter implements Pacer {
   readonly bytesPerSec: number;
   readonly #burstMs: number;
   readonly #clock: PaceClock;
@@ -46,4 +53,19 @@ export class RateLimiter {
     const wait = this.#paidUntil - this.#burstMs - now;
     return wait > 0 ? this.#clock.sleep(wait) : Promise.resolve();
   }
+}
+
+/**
+ * Bytes paced by each limiter in turn: the first's wait, then the second's, so that each one
+ * reserves the bytes only once they reach it. A transfer held back by a narrow limiter (a move's
+ * snapshot at `cluster.rebalance.rate_bytes_per_sec`) then takes from a wider, shared one (the
+ * node-wide limiter) only what it actually sends, and does not reserve that one's rate ahead of
+ * other transfers while it waits.
+ */
+export function inTurn(...limiters: readonly Pacer[]): Pacer {
+  return {
+    async take(bytes: number): Promise<void> {
+      for (const limiter of limiters) await limiter.take(bytes);
+    },
+  };
 }

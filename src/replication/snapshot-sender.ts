@@ -3,7 +3,17 @@
  * a snapshot message does not go in a frame; GrpcTransport.send() takes it out of the round and
  * hands it here, and it streams on an InstallSnapshot call of its own (sendSnapshot,
  * snapshot-transfer.ts: a header, chunks, a checksum), through grpc-js's client to the peer
- * (peer-links.ts), paced by one node-wide rate limiter.
+ * (peer-links.ts), paced by one node-wide rate limiter (`raft.snapshot_rate_bytes_per_sec`).
+ *
+ * A snapshot addressed to a learner (the new replica of a move, design.md §5.2, or a member's
+ * copy of the meta group) is paced first by a second limiter, `cluster.rebalance.
+ * rate_bytes_per_sec`, then by the node-wide one: moving replicas is work the cluster chooses
+ * to do, and may go only as fast as foreground traffic keeps its latency; a voter that fell
+ * behind (a restart, a lost directory) is a replica the shard counts on for its quorum, and
+ * catches up at the node-wide rate. Whether the receiver is a learner is read from the
+ * configuration the snapshot carries (its meta's `conf`, the one in force at its index): a move
+ * adds its learner before the leader has any reason to send it a snapshot, and promotes it only
+ * once it holds the whole log, so every snapshot of a move is sent to a learner.
  *
  * At most one snapshot is in flight per peer; the others wait their turn in order. A snapshot is
  * never dropped for the frames' budget: the leader that sent it waits to hear its outcome
@@ -21,7 +31,7 @@ import type { NodeId } from "../raft/index.ts";
 import { type ClusterIdSource, ownHandshake } from "./handshake.ts";
 import type { PeerLink, PeerLinks } from "./peer-links.ts";
 import type { PeerLogger } from "./peer-logger.ts";
-import { type PaceClock, RateLimiter } from "./rate-limiter.ts";
+import { inTurn, type PaceClock, type Pacer, RateLimiter } from "./rate-limiter.ts";
 import { sendSnapshot, type SnapshotMessage, type SnapshotMetrics } from "./snapshot-transfer.ts";
 
 /** A snapshot message of `shard`, as GrpcTransport.send() takes it out of a round. */
@@ -67,7 +77,13 @@ export interface SnapshotSenderOptions {
   readonly clusterId: ClusterIdSource;
   /** Data bytes per chunk; also the rate limiter's burst. A positive integer. */
   readonly chunkBytes: number;
+  /** Snapshot data to every peer together (`raft.snapshot_rate_bytes_per_sec`). */
   readonly rateBytesPerSec: number;
+  /**
+   * Snapshot data to learners, to every peer together, within `rateBytesPerSec`
+   * (`cluster.rebalance.rate_bytes_per_sec`).
+   */
+  readonly learnerRateBytesPerSec: number;
   readonly clock: PaceClock;
   readonly stallTimeoutMs: number;
   readonly metrics: SnapshotMetrics | undefined;
@@ -84,7 +100,10 @@ export class SnapshotSender {
   readonly #replicaId: NodeId;
   readonly #clusterId: ClusterIdSource;
   readonly #chunkBytes: number;
+  /** Every snapshot's data. */
   readonly #limiter: RateLimiter;
+  /** A learner's snapshot: its own limiter, then the node-wide one. */
+  readonly #learnerPacer: Pacer;
   readonly #stallTimeoutMs: number;
   readonly #metrics: SnapshotMetrics | undefined;
   readonly #log: PeerLogger;
@@ -105,6 +124,10 @@ export class SnapshotSender {
       );
     }
     this.#limiter = new RateLimiter(options.rateBytesPerSec, this.#chunkBytes, options.clock);
+    this.#learnerPacer = inTurn(
+      new RateLimiter(options.learnerRateBytesPerSec, this.#chunkBytes, options.clock),
+      this.#limiter,
+    );
     this.#stallTimeoutMs = options.stallTimeoutMs;
     this.#metrics = options.metrics;
     this.#log = options.log;
@@ -204,7 +227,7 @@ export class SnapshotSender {
       const handshake = ownHandshake(this.#clusterId, this.#self, this.#replicaId, peer.id);
       await sendSnapshot(this.#links.client(peer, address), handshake, s.shard, s.message, {
         chunkBytes: this.#chunkBytes,
-        limiter: this.#limiter,
+        limiter: toLearner(s.message) ? this.#learnerPacer : this.#limiter,
         stallTimeoutMs: this.#stallTimeoutMs,
         signal: this.#closing,
         onBytes: (bytes) => {
@@ -237,4 +260,9 @@ export class SnapshotSender {
       s.message.snapshot.stream?.release();
     }
   }
+}
+
+/** Whether the snapshot goes to a learner of its group (in the configuration it carries). */
+export function toLearner(message: SnapshotMessage): boolean {
+  return message.snapshot.meta.conf.learners.includes(message.to);
 }

@@ -8,7 +8,7 @@
  *
  * - sendSnapshot() is the sending end. It reads the image from the snapshot's stream (frames
  *   made from a pinned engine version as they are read, snapshot-pins.ts) or its bytes, and cuts
- *   it into chunks. Before each chunk it waits for the node-wide rate limiter, then for gRPC to
+ *   it into chunks. Before each chunk it waits for the rate limiters (snapshot-sender.ts), then for gRPC to
  *   take the previous chunk: grpc-js calls a write back once HTTP/2 flow control let the chunk
  *   out, so a slow receiver slows the sender and at most one chunk waits in gRPC. It resolves
  *   once the receiver acknowledged the whole snapshot.
@@ -45,7 +45,7 @@ import {
   senderRefusal,
 } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
-import type { RateLimiter } from "./rate-limiter.ts";
+import type { Pacer } from "./rate-limiter.ts";
 import { MemorySink, type SnapshotSink } from "./snapshot-file.ts";
 
 export type SnapshotMessage = Extract<Message, { type: "snapshot" }>;
@@ -68,8 +68,11 @@ const EMPTY = new Uint8Array(0);
 
 export interface SnapshotSendOptions {
   readonly chunkBytes: number;
-  /** Paces the data (node-wide: shared by every transfer). */
-  readonly limiter: RateLimiter;
+  /**
+   * Paces the data: the node-wide limiter, shared by every transfer (and, for a learner's
+   * snapshot, the rebalance limiter before it: snapshot-sender.ts).
+   */
+  readonly limiter: Pacer;
   /**
    * The transfer fails when gRPC takes longer than this (ms) to take a chunk, or the receiver to
    * answer after the last: a receiver that stopped reading. The limiter's waits do not count.

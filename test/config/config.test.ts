@@ -54,7 +54,7 @@ describe("loadConfig", () => {
       replication_factor: 3,
       bootstrap_expect: 3,
       dead_after_ms: 300_000,
-      rebalance: { max_moves: 4, tolerance: 2 },
+      rebalance: { max_moves: 4, tolerance: 2, rate_bytes_per_sec: 4 * 1024 * 1024 },
     });
     assert.equal(c.telemetry.prometheus.enabled, true);
     assert.equal(c.log.level, "info");

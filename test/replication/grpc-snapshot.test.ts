@@ -401,6 +401,58 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
     }
   });
 
+  it("paces a learner's snapshot at the rebalance rate too, a voter's at the node's alone", async () => {
+    let now = 0;
+    const sleeps: number[] = [];
+    const clock: PaceClock = {
+      now: () => now,
+      sleep: (ms) => {
+        sleeps.push(ms);
+        now += ms;
+        return Promise.resolve();
+      },
+    };
+    // Node-wide 256 KiB/s (a chunk due every 250 ms), learners 128 KiB/s (every 500 ms).
+    const r = await rig({
+      snapshotClock: clock,
+      snapshotRateBytesPerSec: 4 * CHUNK,
+      snapshotLearnerRateBytesPerSec: 2 * CHUNK,
+    });
+    try {
+      const outcomes: boolean[] = [];
+      // n2 is a learner in the configuration the snapshot carries: a move's new replica.
+      const base = snapshot(8 * CHUNK);
+      assert.equal(base.message.type, "snapshot");
+      if (base.message.type !== "snapshot") return;
+      const snap = base.message.snapshot;
+      const toLearner: ShardMessage = {
+        shard: base.shard,
+        message: {
+          ...base.message,
+          snapshot: { ...snap, meta: { ...snap.meta, conf: { voters: [N1], learners: [N2] } } },
+        },
+      };
+      r.transport.send(N2, [toLearner], (delivered) => outcomes.push(delivered));
+      await eventually("the learner's outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true]);
+      // The narrower limiter sets the pace; the node-wide one, taken after it, never waits.
+      assert.deepEqual(sleeps, [500, 500, 500, 500, 500, 500, 500]);
+      assert.equal(now, 3500);
+      // A voter that fell behind (n2 a voter here) catches up at the node's rate: the learners'
+      // limiter is not in its way, and the node-wide one counted the learner's bytes as sent.
+      r.transport.send(N2, [snapshot(8 * CHUNK, 3, 1)], (delivered) => outcomes.push(delivered));
+      await eventually("the voter's outcome", () => outcomes.length === 2);
+      assert.deepEqual(outcomes, [true, true]);
+      assert.deepEqual(sleeps.slice(7), [250, 250, 250, 250, 250, 250, 250, 250]);
+      assert.deepEqual(
+        snapshotsIn(r.got).map((m) => m.message.type === "snapshot" && m.message.to),
+        [N2, N2],
+      );
+    } finally {
+      await r.close();
+    }
+  });
+
   it("keeps one snapshot in flight per peer; the others wait their turn, in order", async () => {
     let active = 0;
     let most = 0;

@@ -3,7 +3,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type PaceClock, RateLimiter } from "../../src/replication/index.ts";
+import { inTurn, type PaceClock, RateLimiter } from "../../src/replication/index.ts";
 
 const KIB = 1024;
 
@@ -63,6 +63,26 @@ describe("RateLimiter", () => {
     const limiter = new RateLimiter(100 * KIB, 10 * KIB, clock);
     await limiter.take(50 * KIB);
     assert.deepEqual(clock.sleeps, [400]);
+  });
+
+  it("inTurn paces at the narrower limiter, and the wider one counts the bytes once they pass", async () => {
+    // A clock that moves by what the limiters sleep.
+    const clock = stillClock();
+    const sleep = clock.sleep;
+    clock.sleep = (ms) => {
+      clock.at += ms;
+      return sleep(ms);
+    };
+    // The node-wide limiter: 10 KiB every 100 ms; the learners': 10 KiB every 200 ms.
+    const node = new RateLimiter(100 * KIB, 10 * KIB, clock);
+    const learners = inTurn(new RateLimiter(50 * KIB, 10 * KIB, clock), node);
+    for (let i = 0; i < 4; i++) await learners.take(10 * KIB);
+    assert.deepEqual(clock.sleeps, [200, 200, 200]);
+    assert.equal(clock.at, 600);
+    // The node-wide limiter took each chunk as it went (the last at 600, paid until 700), not
+    // ahead of time: a voter's chunk now waits one node-wide period, not the learners' backlog.
+    await node.take(10 * KIB);
+    assert.deepEqual(clock.sleeps, [200, 200, 200, 100]);
   });
 
   it("refuses a rate that is not a positive number", () => {

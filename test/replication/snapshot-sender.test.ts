@@ -39,6 +39,7 @@ function sender(
     clusterId: "c1",
     chunkBytes,
     rateBytesPerSec: 1 << 30,
+    learnerRateBytesPerSec: 1 << 30,
     clock: systemPaceClock,
     stallTimeoutMs: 5_000,
     metrics: undefined,
