@@ -260,13 +260,13 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   let workloadEnd = 0;
   try {
     await cluster.startAll();
-    const ready = await eventually(60_000, async () => {
+    const ready = await eventually(120_000, async () => {
       for (const n of cluster.members()) {
         if ((await cluster.http(n.id, "/health/quick"))?.status !== 200) return undefined;
       }
       return true;
     });
-    if (ready === undefined) throw new Error("the cluster did not become ready within 60 s");
+    if (ready === undefined) throw new Error("the cluster did not become ready within 120 s");
     const start = now();
     log(`chaos seed=${options.seed}: cluster ready in ${Math.round(start)} ms; workload starts`);
 
