@@ -323,7 +323,11 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       const states = await Promise.all(
         cluster.members().map(async (n) => {
           const h = await cluster.http(n.id, "/health");
-          return `${n.id}: ${(h?.body as { status?: string } | undefined)?.status ?? "no answer"}`;
+          const body = h?.body as
+            { status?: string; shards?: { id: number; status: string }[] } | undefined;
+          // The shards that are not healthy, and how: what a replay needs to look for.
+          const shards = (body?.shards ?? []).filter((s) => s.status !== "healthy");
+          return `${n.id}: ${body?.status ?? "no answer"}${shards.length === 0 ? "" : ` (${shards.map((s) => `shard ${s.id} ${s.status}`).join(", ")})`}`;
         }),
       );
       findings.push({
