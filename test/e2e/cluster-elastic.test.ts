@@ -283,7 +283,7 @@ describe("elastic cluster (real processes)", () => {
   );
   it(
     "nodes restarted after moves took replicas off them are healthy: a dormant replica is not counted",
-    { timeout: 360_000 },
+    { timeout: 480_000 },
     async () => {
       await withCluster("dormant", { CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "4" }, async (cluster) => {
         const { acknowledged, put } = acknowledgedPuts();
