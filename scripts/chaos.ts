@@ -9,8 +9,10 @@
  * and prints a one-line summary; the end prints the totals (operations checked, faults by kind,
  * availability p50/p99 per fault kind). Exit code 1 when a run failed.
  *
- * Scenarios: mixed (default), kill, kill-all, crash, pause, partition, network, udp-loss, delay,
- * none. --bug plants a known bug in the nodes (follower-read-without-apply,
+ * Scenarios: mixed (default), membership, kill, kill-all, crash, pause, partition, network,
+ * udp-loss, delay, wipe, disk, none. The totals of a run with membership changes (join,
+ * decommission, remove) also give how long each took: join → active, decommission →
+ * decommissioned, killed → dead → re-replicated (p50 and max). --bug plants a known bug in the nodes (follower-read-without-apply,
  * ack-before-wal-sync, snapshot-install-not-durable; repeatable) to see it caught.
  * --shard-workers runs every node with N shard workers (docs/architecture.md, "Using every core").
  */
@@ -115,6 +117,28 @@ for (const r of reports) {
     kinds.set(f.kind, list);
   }
 }
+/** Seconds from one phase of the changes of `kind` to another (start: the change's start). */
+function phaseSpan(kind: string, from: string | null, to: string): string {
+  const spans = reports
+    .flatMap((r) => r.changes)
+    .filter((c) => c.kind === kind && c.phases[to] !== undefined)
+    .map((c) => (c.phases[to] as number) - (from === null ? 0 : (c.phases[from] ?? 0)))
+    .sort((a, b) => a - b);
+  if (spans.length === 0) return `${from ?? "start"} → ${to} never reached`;
+  return `${from ?? "start"} → ${to} p50 ${(percentile(spans, 50) / 1000).toFixed(1)} s, max ${((spans.at(-1) ?? 0) / 1000).toFixed(1)} s`;
+}
+const changeLines = (["join", "decommission", "remove"] as const).flatMap((kind) => {
+  const all = reports.flatMap((r) => r.changes).filter((c) => c.kind === kind);
+  if (all.length === 0) return [];
+  const done = all.filter((c) => c.done).length;
+  const spans =
+    kind === "join"
+      ? [phaseSpan(kind, null, "active"), phaseSpan(kind, "active", "replicas")]
+      : kind === "decommission"
+        ? [phaseSpan(kind, null, "decommissioned"), phaseSpan(kind, null, "removed")]
+        : [phaseSpan(kind, "killed", "dead"), phaseSpan(kind, "dead", "re-replicated")];
+  return [`  ${kind}: ${all.length} (${done} finished); ${spans.join("; ")}`];
+});
 const failed = reports.filter((r) => r.verdict === "fail");
 const unknown = reports.filter((r) => r.verdict === "unknown");
 const lines = [
@@ -125,6 +149,7 @@ const lines = [
     const s = [...l].sort((a, b) => a - b);
     return `  ${k}: longest window without a successful write p50 ${(percentile(s, 50) / 1000).toFixed(1)} s, p99 ${(percentile(s, 99) / 1000).toFixed(1)} s, max ${((s.at(-1) ?? 0) / 1000).toFixed(1)} s`;
   }),
+  ...(changeLines.length === 0 ? [] : ["  membership changes:", ...changeLines]),
 ];
 for (const l of lines) console.log(l);
 await mkdir(values.out, { recursive: true });

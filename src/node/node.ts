@@ -931,6 +931,10 @@ export class CairnNode implements HealthSource {
     const metaMissing = (id: number): boolean =>
       id === 0 && cluster !== null && cluster.clusterId === "";
     for (const id of store?.shardIds() ?? []) {
+      // A replica a move took off this node is dormant: not a shard this node holds for the
+      // cluster (after a restart it has no leader, and never will). The meta group's replica is
+      // kept: a member that is not one of its voters follows it as a learner.
+      if (id !== 0 && store?.isPlacedElsewhere(id) === true) continue;
       const info = store?.shardInfo(id) ?? null;
       if (info === null) continue;
       shards.push({

@@ -438,6 +438,14 @@ export class MultiRaft {
     for (const [id, s] of this.#shards) yield [id, s.sm.lsm.tablesPerLevel];
   }
 
+  /**
+   * Whether the shard's replica open here is one a move took off this node (dormant: it serves
+   * nothing, and its group, which moved on without it, may never talk to it again).
+   */
+  isPlacedElsewhere(id: number): boolean {
+    return this.#groups.placedElsewhere(id);
+  }
+
   /** Shard 0 exists, has a leader and its engine works: the quick health rule. No I/O. */
   isShardReady(id: number): boolean {
     if (this.#closed || this.#failure !== undefined) return false;

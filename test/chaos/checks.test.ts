@@ -1,7 +1,8 @@
 /**
  * The chaos harness's own checks on hand-made histories: scan pages projected on keys (items
  * found, covered keys absent), serializable reads (stale is fine; a value never written, a
- * version that is not its write's, a replica going back, are not), lost acknowledged writes.
+ * version that is not its write's, a replica going back, are not), lost acknowledged writes,
+ * and the placement after a run (three distinct active replicas, one group, no move pending).
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -10,7 +11,13 @@ import {
   type RegisterInput,
   type RegisterOutput,
 } from "../support/linearizability.ts";
-import { checkSerializableReads, lostWrites, toRegisterHistory } from "./checks.ts";
+import {
+  checkPlacement,
+  checkSerializableReads,
+  lostWrites,
+  type PlacementView,
+  toRegisterHistory,
+} from "./checks.ts";
 import type { ChaosOp, OpKind, ScanPage } from "./workload.ts";
 
 let ids = 0;
@@ -203,5 +210,80 @@ describe("chaos checks", () => {
     assert.equal(lostWrites([w1, w2], new Map([["k", null]])).length, 1);
     const del = op("delete", "k", 4, null, { type: "delete" }, null);
     assert.deepEqual(lostWrites([w1, w2, del], new Map([["k", null]])), []);
+  });
+});
+
+describe("the placement after a run", () => {
+  type Shard = PlacementView["shards"][number];
+  const shard = (id: number, leader: string, replicas: string[], term = 5): Shard => ({
+    id,
+    leader,
+    replicas,
+    term,
+  });
+  /** Members n1..n4 active, with the replica counts given, in every view. */
+  const view = (
+    node: string,
+    shards: Shard[],
+    counts: Record<string, number>,
+    states: Record<string, string> = {},
+  ): PlacementView => ({
+    node,
+    nodes: Object.entries(counts).map(([id, replicas]) => ({
+      id,
+      member_state: states[id] ?? "active",
+      replicas,
+    })),
+    shards,
+  });
+  const counts = { n1: 2, n2: 2, n3: 1, n4: 1 };
+  // Shard 0 on n1, n2, n3; shard 1 on n1, n2, n4 (moved from n3, which keeps it dormant).
+  const s0 = shard(0, "n1", ["n1", "n2", "n3"]);
+  const s1 = shard(1, "n2", ["n1", "n2", "n4"], 7);
+  const clean = (): PlacementView[] => [
+    view("n1", [s0, s1], counts),
+    view("n2", [s0, s1], counts),
+    // n3 never learnt that it left shard 1's group: its dormant view is not a second group.
+    view("n3", [s0, shard(1, "n3", ["n1", "n2", "n3"], 6)], counts),
+    view("n4", [s1], counts),
+  ];
+
+  it("passes three distinct active replicas a shard, one group, the counts the groups give", () => {
+    assert.deepEqual(checkPlacement(clean(), 3), []);
+  });
+
+  it("names a shard short of replicas, or with two on one node", () => {
+    const views = clean();
+    views[0] = view("n1", [s0, shard(1, "n1", ["n1", "n2"], 9)], counts);
+    assert.match(checkPlacement(views, 3)[0]?.message ?? "", /shard 1 has replicas n1,n2/);
+    views[0] = view("n1", [s0, shard(1, "n1", ["n1", "n2@b", "n2@c"], 9)], counts);
+    assert.match(checkPlacement(views, 3)[0]?.message ?? "", /not 3 on distinct nodes/);
+  });
+
+  it("names a replica on a member that is not active, and the member", () => {
+    const dead = { n4: "dead" };
+    const views = clean().map((v) => view(v.node, [...v.shards], counts, dead));
+    const messages = checkPlacement(views, 3).map((f) => f.message);
+    assert.ok(messages.some((m) => /member n4 is dead/.test(m)));
+    assert.ok(messages.some((m) => /shard 1 has replicas on n4, not active/.test(m)));
+  });
+
+  it("names a move under way: the meta group's count is not the groups'", () => {
+    const moving = { ...counts, n3: 2, n4: 0 };
+    const views = clean().map((v) => view(v.node, [...v.shards], moving));
+    const messages = checkPlacement(views, 3).map((f) => f.message);
+    assert.ok(messages.some((m) => /member n3: the meta group places 2/.test(m)));
+    assert.ok(messages.some((m) => /member n4: the meta group places 0/.test(m)));
+  });
+
+  it("names a member of a group that names other replicas (two groups)", () => {
+    const views = clean();
+    views[3] = view("n4", [shard(1, "n4", ["n2", "n3", "n4"], 6)], counts);
+    assert.match(
+      checkPlacement(views, 3)
+        .map((f) => f.message)
+        .join("\n"),
+      /shard 1: n4 names replicas n2,n3,n4/,
+    );
   });
 });

@@ -16,7 +16,16 @@
  * invoked before the read returned, with the version that write got (when it answered), never by
  * a write reported not applied; one value is only ever seen with one version; and on one node
  * process, reads of a key that do not overlap never go back to an older version.
+ *
+ * **Placement** (after the heal, from every remaining member's cluster view): every shard has
+ * exactly the replication factor of replicas, on distinct members that are all `active`; the
+ * members of a shard's group name the same replicas (no shard has two groups); and no move is
+ * under way (the replicas the meta group counts on each member are the groups it is a voter
+ * of). A shard's group is what its latest leader says (the view, at the highest term, of a node
+ * that leads it): a replica moved away stays on its old node, dormant, and that node's view may
+ * still name the group it left, which is not a second group.
  */
+import { nodeOfReplica } from "../../src/cluster/index.ts";
 import {
   checkRegisterHistory,
   compareVersions,
@@ -232,3 +241,100 @@ export function checkLinearizable(
 }
 
 export { describeRegisterOp };
+
+/** One member's cluster view (Meta.WatchCluster), the fields the placement check reads. */
+export interface PlacementView {
+  /** The node that answered. */
+  readonly node: string;
+  readonly nodes: readonly { id: string; member_state: string; replicas: number }[];
+  readonly shards: readonly {
+    id: number;
+    leader: string;
+    replicas: readonly string[];
+    term: number;
+  }[];
+}
+
+/** Shard id → its group's replicas as its latest leader names them (see the file comment). */
+export function shardGroups(
+  views: readonly PlacementView[],
+): Map<number, { replicas: readonly string[]; term: number; by: string }> {
+  const groups = new Map<
+    number,
+    { replicas: readonly string[]; term: number; by: string; rank: number }
+  >();
+  for (const v of views) {
+    for (const s of v.shards) {
+      // The leader's own view first, then any view naming a leader, at the highest term.
+      const rank = s.term * 4 + (s.leader === v.node ? 2 : s.leader !== "" ? 1 : 0);
+      const prev = groups.get(s.id);
+      if (prev === undefined || rank > prev.rank)
+        groups.set(s.id, { replicas: s.replicas, term: s.term, by: v.node, rank });
+    }
+  }
+  return new Map(
+    [...groups].map(([id, g]) => [id, { replicas: g.replicas, term: g.term, by: g.by }]),
+  );
+}
+
+/** The placement's promises after the heal (see the file comment); [] when all hold. */
+export function checkPlacement(
+  views: readonly PlacementView[],
+  replicationFactor: number,
+): Finding[] {
+  const findings: Finding[] = [];
+  const placement = (message: string): void => {
+    findings.push({ check: "placement", message });
+  };
+  // A member is active when every view that lists it says so.
+  const states = new Map<string, Set<string>>();
+  const counts = new Map<string, Set<number>>();
+  for (const v of views) {
+    for (const n of v.nodes) {
+      states.set(n.id, (states.get(n.id) ?? new Set()).add(n.member_state));
+      counts.set(n.id, (counts.get(n.id) ?? new Set()).add(n.replicas));
+    }
+  }
+  for (const [id, s] of states) {
+    if (s.size !== 1 || !s.has("active"))
+      placement(`member ${id} is ${[...s].join("/")} in the views, not active`);
+  }
+  const active = (id: string): boolean =>
+    states.get(id)?.size === 1 && states.get(id)?.has("active") === true;
+  const groups = shardGroups(views);
+  const held = new Map<string, number>();
+  for (const [shard, g] of groups) {
+    const nodes = g.replicas.map(nodeOfReplica);
+    for (const n of nodes) held.set(n, (held.get(n) ?? 0) + 1);
+    if (nodes.length !== replicationFactor || new Set(nodes).size !== nodes.length)
+      placement(
+        `shard ${shard} has replicas ${g.replicas.join(",")} (${g.by}'s view, term ${g.term}), not ${replicationFactor} on distinct nodes`,
+      );
+    const inactive = nodes.filter((n) => !active(n));
+    if (inactive.length > 0)
+      placement(`shard ${shard} has replicas on ${inactive.join(", ")}, not active members`);
+    // The group's own members name the same nodes (a view names replicas by node id or by
+    // replica id, as the event that set it had them); a node outside the group is dormant.
+    const want = [...nodes].sort().join(",");
+    for (const v of views) {
+      if (!nodes.includes(v.node)) continue;
+      const mine = v.shards
+        .find((s) => s.id === shard)
+        ?.replicas.map(nodeOfReplica)
+        .sort();
+      if (mine !== undefined && mine.join(",") !== want)
+        placement(
+          `shard ${shard}: ${v.node} names replicas ${mine.join(",")}, its leader's view ${want} (two groups, or a change not yet applied)`,
+        );
+    }
+  }
+  // No move under way: the meta group counts on each member the groups it is a voter of.
+  for (const [id, c] of counts) {
+    const want = held.get(id) ?? 0;
+    if (c.size !== 1 || !c.has(want))
+      placement(
+        `member ${id}: the meta group places ${[...c].join("/")} replica(s) on it, its groups' voters ${want} (a move under way)`,
+      );
+  }
+  return findings;
+}

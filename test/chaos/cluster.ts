@@ -5,6 +5,13 @@
  *
  * Node i binds 127.0.0.1:<real port> (gRPC and SWIM, which clients use directly), advertises its
  * relay address, and dials its peers through its own CONNECT proxy (net.ts explains why).
+ *
+ * Membership changes (faults.ts, membership.ts): `addNode()` gives the cluster one more node
+ * slot (a new id, data directory and ports, on the FaultNet) for a node to join; `retire()`
+ * stops a node for good (decommissioned, or killed to be removed). A retired node is no longer
+ * one of the `members()`: no fault picks it, the heal does not restart it, the checks do not
+ * expect it. Every change of a process's life (kill, restart, pause, retire) is made under
+ * `exclusive()`, so that a fault's restart and a membership change never cross on one node.
  */
 import { execFile } from "node:child_process";
 import { mkdir, open, unlink, writeFile } from "node:fs/promises";
@@ -29,6 +36,8 @@ export interface ChaosNode {
   state: NodeState;
   /** Process starts so far (1 after the first start). */
   incarnation: number;
+  /** Stopped for good (decommissioned, or killed to be removed): never restarted. */
+  retired: boolean;
 }
 
 export interface Crash {
@@ -69,6 +78,10 @@ export class ChaosCluster {
   /** Nodes whose exit is a fail-stop the harness provoked (a full disk), not a crash. */
   readonly #mayExit = new Set<string>();
   readonly #mounted: string[] = [];
+  /** The tail of the queue of exclusive() sections. */
+  #lifecycle: Promise<unknown> = Promise.resolve();
+  /** Set by shutdown(): no process starts any more (a change still under way fails). */
+  #closed = false;
 
   private constructor(nodes: ChaosNode[], net: FaultNet, options: ChaosClusterOptions) {
     this.nodes = nodes;
@@ -116,6 +129,7 @@ export class ChaosCluster {
       client: null,
       state: "down" as NodeState,
       incarnation: 0,
+      retired: false,
     }));
     const cluster = new ChaosCluster(nodes, net, options);
     cluster.#mounted.push(...mounted);
@@ -128,13 +142,103 @@ export class ChaosCluster {
     return n;
   }
 
+  /** The nodes that are (or are to be) members: every node not retired. */
+  members(): ChaosNode[] {
+    return this.nodes.filter((n) => !n.retired);
+  }
+
+  /**
+   * Every node's relay address, in the order the nodes were added: the founding nodes first (the
+   * first seed founds the cluster, once), then the ones added later. A retired node's address
+   * stays in the list (a seed that does not answer is skipped), so that the list only grows.
+   */
   get seeds(): string {
     return this.nodes.map((n) => `127.0.0.1:${n.net.relayPort}`).join(",");
+  }
+
+  /**
+   * Runs `fn` alone among the sections that change processes' lives: a fault (kill, restart,
+   * pause) and a membership change (join, retire) never interleave.
+   */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#lifecycle.then(fn);
+    this.#lifecycle = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * A new node slot, `n<k>` for the next k: new ports on the FaultNet and a new data directory.
+   * It is not started (start() it: with the cluster's seeds and an empty directory, it joins).
+   */
+  async addNode(): Promise<string> {
+    if (this.#closed) throw new Error("the cluster is shut down");
+    const id = `n${this.nodes.length + 1}`;
+    for (let attempt = 1; ; attempt++) {
+      const net: NetNode = {
+        id,
+        realPort: await freePort(),
+        relayPort: await freePort(),
+        proxyPort: await freePort(),
+      };
+      try {
+        await this.net.add(net);
+      } catch (err) {
+        if (attempt >= 3 || !String(err).includes("EADDRINUSE")) throw err;
+        continue;
+      }
+      const dataDir = join(this.#options.dir, id);
+      if ((this.#options.tmpfsMiB ?? 0) > 0) {
+        await mkdir(dataDir, { recursive: true });
+        await run("mount", [
+          "-t",
+          "tmpfs",
+          "-o",
+          `size=${this.#options.tmpfsMiB}m`,
+          "tmpfs",
+          dataDir,
+        ]);
+        this.#mounted.push(dataDir);
+      }
+      this.nodes.push({
+        id,
+        net,
+        rpc: `127.0.0.1:${net.realPort}`,
+        dataDir,
+        server: null,
+        client: null,
+        state: "down",
+        incarnation: 0,
+        retired: false,
+      });
+      return id;
+    }
+  }
+
+  /**
+   * Stops node `id` for good: SIGTERM (a decommissioned node, stopped as an operator would) or
+   * SIGKILL (a machine lost, to be removed). It is no longer a member of the run.
+   */
+  async retire(id: string, signal: "SIGTERM" | "SIGKILL"): Promise<void> {
+    const n = this.node(id);
+    n.retired = true;
+    if (n.state === "paused") this.resume(id);
+    const server = n.server;
+    if (server === null) return;
+    this.#expected.add(server);
+    n.client?.close();
+    n.client = null;
+    n.server = null;
+    n.state = "down";
+    const timer = setTimeout(() => server.proc.kill("SIGKILL"), 15_000);
+    await server.stop(signal);
+    clearTimeout(timer);
   }
 
   async start(id: string, extraEnv: Readonly<Record<string, string>> = {}): Promise<void> {
     const n = this.node(id);
     if (n.state !== "down") throw new Error(`${id} is ${n.state}`);
+    if (n.retired) throw new Error(`${id} is retired`);
+    if (this.#closed) throw new Error("the cluster is shut down");
     let server: ServerProcess;
     try {
       for (let attempt = 1; ; attempt++) {
@@ -188,7 +292,9 @@ export class ChaosCluster {
         no_grpc_proxy: "",
         no_proxy: "",
       },
-      timeoutMs: 60_000,
+      // A process's start (V8 compiling the server) took over 60 s on the shared 2-core machine
+      // at a load average of 20–25, which failed runs before any fault.
+      timeoutMs: 120_000,
     });
   }
 
@@ -315,6 +421,12 @@ export class ChaosCluster {
 
   /** Stops every process (SIGCONT first for paused ones), then the network. */
   async shutdown(): Promise<void> {
+    this.#closed = true;
+    // A section under way (a restart, a join's start) ends first, so that no process it
+    // starts outlives the run; those queued after it start nothing.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.#lifecycle, new Promise((r) => (timer = setTimeout(r, 75_000)))]);
+    clearTimeout(timer);
     for (const n of this.nodes) if (n.state === "paused") this.resume(n.id);
     await Promise.all(
       this.nodes.map(async (n) => {

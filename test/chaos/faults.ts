@@ -25,13 +25,21 @@
  *   write leaves it; the restart must cut it off (and say so in its log) and lose nothing
  *   acknowledged: the torn bytes stand for a write that was never synced, so never acknowledged;
  * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
- *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal.
+ *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal;
+ * - join, decommission, remove: membership changes (membership.ts). They run beside the
+ *   schedule, one at a time, while the other faults go on: a drawn change starts when none is
+ *   under way and the cluster allows it (a join while there are fewer than its founding size + 2
+ *   members; a decommission or a removal while there are at least replication factor + 1, so
+ *   that the replicas have somewhere to go), else the draw falls back to another change, or to
+ *   a fault of another kind. While a change is under way, a kill, pause or partition hits the
+ *   node it is about one time in four, and the meta group's leader one time in four.
  */
 import { appendFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
+import { MembershipChanges } from "./membership.ts";
 
 export const FAULT_KINDS = [
   "kill-leader",
@@ -47,9 +55,18 @@ export const FAULT_KINDS = [
   "disk-full",
   "wipe",
   "torn-write",
+  "join",
+  "decommission",
+  "remove",
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** The membership changes (membership.ts), which run beside the other faults. */
+export const MEMBERSHIP_KINDS: ReadonlySet<FaultKind> = new Set(["join", "decommission", "remove"]);
+
+/** The replication factor of the chaos clusters (the default). */
+const REPLICATION_FACTOR = 3;
 
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
@@ -65,8 +82,25 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   delay: ["delay"],
   disk: ["disk-full", "kill-random"],
   wipe: ["wipe", "kill-random"],
+  membership: [
+    "join",
+    "decommission",
+    "remove",
+    "kill-leader",
+    "kill-random",
+    "kill-flap",
+    "pause",
+    "partition",
+    "partition-reset",
+    "asymmetric",
+  ],
   none: [],
 };
+
+/** Whether `scenario` changes the cluster's membership (its nodes then run a short dead_after). */
+export function changesMembership(scenario: string): boolean {
+  return (SCENARIOS[scenario] ?? []).some((k) => MEMBERSHIP_KINDS.has(k));
+}
 
 /** Scenarios whose nodes keep their data on a tmpfs each (a disk that can fill up). */
 export const TMPFS_SCENARIOS: ReadonlySet<string> = new Set(["disk"]);
@@ -80,6 +114,8 @@ export interface FaultRecord {
   healedAt: number;
   /** When the heal finished (for a kill: the node restarted and logged "node started"). */
   healDone: number;
+  /** A membership change: milliseconds from its start to each phase it reached. */
+  readonly phases: Record<string, number>;
 }
 
 export interface ScheduleOptions {
@@ -127,6 +163,25 @@ async function busiestLeader(cluster: ChaosCluster, rng: Rng): Promise<string | 
   return best[0]?.[0] ?? (running[rng.int(running.length)]?.id as string);
 }
 
+/** The node leading the meta group (shard 0) by a running member's view, or null. */
+async function metaLeader(cluster: ChaosCluster): Promise<string | null> {
+  for (const n of cluster.members()) {
+    const c = n.client;
+    if (c === null || n.state !== "running") continue;
+    try {
+      const view = await Promise.race([
+        clusterView(c),
+        sleep(2_000).then(() => Promise.reject(new Error("no view"))),
+      ]);
+      const leader = view.shards.find((s) => s.id === 0)?.leader ?? "";
+      if (leader !== "") return leader;
+    } catch {
+      // try the next member
+    }
+  }
+  return null;
+}
+
 /** The WAL's framing (src/storage/wal/record.ts): u32 body length, u32 crc32c(body), body. */
 const WAL_FRAME_HEADER_BYTES = 8;
 const WAL_BODY_HEADER_BYTES = 24;
@@ -163,7 +218,7 @@ async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
 async function allHealthy(cluster: ChaosCluster, timeoutMs: number): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
-    const reports = await Promise.all(cluster.nodes.map((n) => cluster.http(n.id, "/health")));
+    const reports = await Promise.all(cluster.members().map((n) => cluster.http(n.id, "/health")));
     if (reports.every((h) => (h?.body as { status?: string } | undefined)?.status === "healthy"))
       return true;
     if (performance.now() > deadline) return false;
@@ -173,10 +228,18 @@ async function allHealthy(cluster: ChaosCluster, timeoutMs: number): Promise<boo
 
 export class FaultSchedule {
   readonly records: FaultRecord[] = [];
+  /** Membership changes that failed or did not finish (each fails the run). */
+  readonly changeErrors: string[] = [];
   readonly #cluster: ChaosCluster;
   readonly #rng: Rng;
   readonly #now: () => number;
   readonly #options: ScheduleOptions;
+  /** Null unless the scenario changes membership. */
+  readonly #changes: MembershipChanges | null;
+  /** The membership change under way. */
+  #change: Promise<void> | null = null;
+  /** Members at the founding: joins stop at two more. */
+  readonly #founding: number;
   #stopped = false;
 
   constructor(cluster: ChaosCluster, rng: Rng, now: () => number, options: ScheduleOptions) {
@@ -184,13 +247,17 @@ export class FaultSchedule {
     this.#rng = rng;
     this.#now = now;
     this.#options = options;
+    this.#founding = cluster.members().length;
+    this.#changes = options.kinds.some((k) => MEMBERSHIP_KINDS.has(k))
+      ? new MembershipChanges(cluster, now)
+      : null;
   }
 
   stop(): void {
     this.#stopped = true;
   }
 
-  /** Runs faults until `until`; every fault is healed before it returns. */
+  /** Runs faults until `until`; every fault is healed before it returns (not every change). */
   async run(): Promise<void> {
     const o = this.#options;
     await sleep(o.from - this.#now());
@@ -198,17 +265,123 @@ export class FaultSchedule {
       const hold = between(this.#rng, o.holdMs);
       // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell.
       if (this.#now() + hold + 3_000 > o.until) break;
-      const kind = o.kinds[this.#rng.int(o.kinds.length)] as FaultKind;
-      await this.#inject(kind, hold);
+      let kind = o.kinds[this.#rng.int(o.kinds.length)] as FaultKind;
+      if (MEMBERSHIP_KINDS.has(kind)) {
+        const change = this.#allowedChange(kind);
+        if (change !== null) {
+          this.#startChange(change);
+          await sleep(between(this.#rng, o.quietMs));
+          continue;
+        }
+        const others = o.kinds.filter((k) => !MEMBERSHIP_KINDS.has(k));
+        if (others.length === 0) {
+          await sleep(between(this.#rng, o.quietMs));
+          continue;
+        }
+        kind = others[this.#rng.int(others.length)] as FaultKind;
+      }
+      await this.#cluster.exclusive(() => this.#inject(kind, hold));
       await sleep(between(this.#rng, o.quietMs));
     }
+  }
+
+  /**
+   * Waits (at most `timeoutMs`) for the membership change under way, if any; one that does not
+   * finish is an error of the run.
+   */
+  async settle(timeoutMs: number): Promise<void> {
+    const change = this.#change;
+    if (change === null) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = await Promise.race([
+      change.then(() => false),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs))),
+    ]);
+    clearTimeout(timer);
+    if (late)
+      this.changeErrors.push(
+        `a membership change was still under way ${timeoutMs} ms after the faults`,
+      );
+  }
+
+  /**
+   * `kind`, or another change the cluster allows now (see the file comment), or null (a change
+   * is under way, or too little of the run is left for one).
+   */
+  #allowedChange(kind: FaultKind): FaultKind | null {
+    if (this.#changes === null || this.#change !== null) return null;
+    if (this.#now() + 15_000 > this.#options.until) return null;
+    const members = this.#cluster.members().length;
+    const allowed = (k: FaultKind): boolean =>
+      this.#options.kinds.includes(k) &&
+      (k === "join" ? members < this.#founding + 2 : members > REPLICATION_FACTOR);
+    if (allowed(kind)) return kind;
+    const others = [...MEMBERSHIP_KINDS].filter(allowed);
+    return others.length === 0 ? null : (others[this.#rng.int(others.length)] as FaultKind);
+  }
+
+  #startChange(kind: FaultKind): void {
+    const changes = this.#changes;
+    if (changes === null) return;
+    const r = {
+      kind,
+      targets: [] as string[],
+      detail: "",
+      start: this.#now(),
+      healedAt: 0,
+      healDone: 0,
+      phases: {} as Record<string, number>,
+    };
+    this.records.push(r);
+    const members = this.#cluster.members();
+    const victim = (members[this.#rng.int(members.length)] as { id: string }).id;
+    const change =
+      kind === "join"
+        ? changes.join(r)
+        : kind === "decommission"
+          ? changes.decommission(victim, r)
+          : changes.remove(victim, r);
+    this.#change = change
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          const message = `${kind} ${r.targets.join(",")}: ${String(err)}`;
+          r.detail += ` — failed: ${String(err)}`;
+          this.changeErrors.push(message);
+        },
+      )
+      .finally(() => {
+        r.healedAt = this.#now();
+        r.healDone = r.healedAt;
+        this.#change = null;
+        changes.target = null;
+      });
+  }
+
+  /**
+   * While a membership change is under way, one time in four the node it is about, one time in
+   * four the meta group's leader (when known and a member); otherwise (and in scenarios without
+   * changes, with no draw) null: the fault's usual choice.
+   */
+  async #biasedVictim(ids: readonly string[]): Promise<string | null> {
+    const changes = this.#changes;
+    if (changes === null || this.#change === null) return null;
+    const draw = this.#rng.int(4);
+    if (draw === 0 && changes.target !== null && ids.includes(changes.target))
+      return changes.target;
+    if (draw === 1) {
+      const leader = await metaLeader(this.#cluster);
+      if (leader !== null && ids.includes(leader)) return leader;
+    }
+    return null;
   }
 
   async #inject(kind: FaultKind, hold: number): Promise<void> {
     const cluster = this.#cluster;
     const rng = this.#rng;
-    const ids = cluster.nodes.map((n) => n.id);
+    const ids = cluster.members().map((n) => n.id);
     const random = (): string => ids[rng.int(ids.length)] as string;
+    const biased = (): Promise<string | null> => this.#biasedVictim(ids);
     const record = (targets: string[], detail: string): FaultRecord => {
       const r: FaultRecord = {
         kind,
@@ -217,6 +390,7 @@ export class FaultSchedule {
         start: this.#now(),
         healedAt: 0,
         healDone: 0,
+        phases: {},
       };
       this.records.push(r);
       return r;
@@ -225,7 +399,8 @@ export class FaultSchedule {
       case "kill-leader":
       case "kill-random": {
         const victim =
-          kind === "kill-leader" ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
+          (await biased()) ??
+          (kind === "kill-leader" ? ((await busiestLeader(cluster, rng)) ?? random()) : random());
         const r = record([victim], "SIGKILL, restart on the same data directory");
         await cluster.kill(victim);
         await sleep(hold);
@@ -267,7 +442,7 @@ export class FaultSchedule {
         return;
       }
       case "kill-flap": {
-        const victim = random();
+        const victim = (await biased()) ?? random();
         const again = 1_500 + rng.int(1_500);
         const r = record(
           [victim],
@@ -296,7 +471,7 @@ export class FaultSchedule {
         return;
       }
       case "pause": {
-        const victim = (await busiestLeader(cluster, rng)) ?? random();
+        const victim = (await biased()) ?? (await busiestLeader(cluster, rng)) ?? random();
         const ms = Math.max(hold, 2 * this.#options.electionMs);
         const r = record([victim], `SIGSTOP for ${ms} ms, then SIGCONT`);
         cluster.pause(victim);
@@ -309,7 +484,8 @@ export class FaultSchedule {
       case "partition":
       case "partition-reset": {
         const victim =
-          rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
+          (await biased()) ??
+          (rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random());
         const block = kind === "partition" ? "stall" : "reset";
         // Five nodes: a minority of one or two (the 1/4 and 2/3 splits); three: the 2/1 split.
         const minority = [victim];
@@ -336,7 +512,8 @@ export class FaultSchedule {
       }
       case "asymmetric": {
         const victim =
-          rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random();
+          (await biased()) ??
+          (rng.int(2) === 0 ? ((await busiestLeader(cluster, rng)) ?? random()) : random());
         const outbound = rng.int(2) === 0;
         const r = record(
           [victim],
@@ -388,6 +565,11 @@ export class FaultSchedule {
         r.healDone = this.#now();
         return;
       }
+      case "join":
+      case "decommission":
+      case "remove":
+        // Changes run beside the schedule (#startChange), never as a fault of their own.
+        throw new Error(`${kind} is a membership change, not a fault`);
       case "delay": {
         const base = 20 + rng.int(150);
         const r = record([...ids], `${base}-${base * 2} ms of latency on every link`);

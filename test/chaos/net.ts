@@ -131,7 +131,8 @@ interface Tunnel {
 }
 
 export class FaultNet {
-  readonly nodes: readonly NetNode[];
+  /** Every node the network has carried, in the order added (a node added later joins them). */
+  readonly #nodes: NetNode[];
   readonly stats: NetStats = {
     connections: 0,
     refused: 0,
@@ -142,8 +143,8 @@ export class FaultNet {
   };
   readonly #rules = new Map<string, LinkRule>();
   readonly #rng: Rng;
-  readonly #proxies: Server[] = [];
-  readonly #relays: TcpServer[] = [];
+  readonly #proxies = new Map<string, Server>();
+  readonly #relays = new Map<string, TcpServer>();
   readonly #udp = new Map<string, UdpSocket>();
   /** Side sockets: `${from}>${to}` sends to `to`'s real port on behalf of `from`. */
   readonly #side = new Map<string, UdpSocket>();
@@ -154,8 +155,12 @@ export class FaultNet {
   #closed = false;
 
   private constructor(nodes: readonly NetNode[], rng: Rng) {
-    this.nodes = nodes;
+    this.#nodes = [...nodes];
     this.#rng = rng;
+  }
+
+  get nodes(): readonly NetNode[] {
+    return this.#nodes;
   }
 
   static async start(nodes: readonly NetNode[], rng: Rng): Promise<FaultNet> {
@@ -168,6 +173,21 @@ export class FaultNet {
       throw err;
     }
     return net;
+  }
+
+  /**
+   * Carries one more node (a node joining the cluster): its proxy, relay and datagrams from
+   * now on. When a port is taken, nothing of the node stays bound and the error is thrown.
+   */
+  async add(n: NetNode): Promise<void> {
+    if (this.#closed) throw new Error("the network is closed");
+    if (this.#nodes.some((x) => x.id === n.id))
+      throw new Error(`${n.id} is already on the network`);
+    await this.#listen(n).catch(async (err: unknown) => {
+      await this.#unlisten(n);
+      throw err;
+    });
+    this.#nodes.push(n);
   }
 
   rule(from: string, to: string): LinkRule {
@@ -216,7 +236,7 @@ export class FaultNet {
   }
 
   #byPort(port: number): NetNode | undefined {
-    return this.nodes.find((n) => n.relayPort === port || n.realPort === port);
+    return this.#nodes.find((n) => n.relayPort === port || n.realPort === port);
   }
 
   #track(s: Socket): void {
@@ -233,7 +253,7 @@ export class FaultNet {
     proxy.on("connect", (req: IncomingMessage, socket: Socket, head: Buffer) =>
       this.#connect(n, req, socket, head),
     );
-    this.#proxies.push(proxy);
+    this.#proxies.set(n.id, proxy);
     await new Promise<void>((resolve, reject) => {
       proxy.once("error", reject);
       proxy.listen(n.proxyPort, "127.0.0.1", () => resolve());
@@ -249,7 +269,7 @@ export class FaultNet {
       socket.once("close", () => up.destroy());
       up.once("close", () => socket.destroy());
     });
-    this.#relays.push(relay);
+    this.#relays.set(n.id, relay);
     await new Promise<void>((resolve, reject) => {
       relay.once("error", reject);
       relay.listen(n.relayPort, "127.0.0.1", () => resolve());
@@ -263,6 +283,29 @@ export class FaultNet {
     });
     udp.on("message", (msg, rinfo) => this.#datagramIn(n, msg, rinfo));
     udp.on("error", () => undefined);
+  }
+
+  /** Closes what #listen bound for `n` (after a failed listen). */
+  async #unlisten(n: NetNode): Promise<void> {
+    const servers = [this.#proxies.get(n.id), this.#relays.get(n.id)];
+    this.#proxies.delete(n.id);
+    this.#relays.delete(n.id);
+    await Promise.all(
+      servers.map(
+        (srv) =>
+          new Promise<void>((resolve) => {
+            if (srv === undefined) resolve();
+            else srv.close(() => resolve());
+          }),
+      ),
+    );
+    const udp = this.#udp.get(n.id);
+    this.#udp.delete(n.id);
+    try {
+      udp?.close();
+    } catch {
+      // not bound
+    }
   }
 
   #connect(from: NetNode, req: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -321,7 +364,7 @@ export class FaultNet {
 
   /** A datagram for node `to`'s relay: from a node's SWIM socket (by its bound port). */
   #datagramIn(to: NetNode, msg: Buffer, rinfo: RemoteInfo): void {
-    const from = this.nodes.find((n) => n.realPort === rinfo.port);
+    const from = this.#nodes.find((n) => n.realPort === rinfo.port);
     if (from === undefined) return;
     this.#relayDatagram(from, to, msg, this.#sideSocket(from, to), to.realPort);
   }
@@ -368,7 +411,7 @@ export class FaultNet {
     for (const t of [...this.#tunnels]) this.#closeTunnel(t);
     for (const s of this.#sockets) s.destroy();
     await Promise.all(
-      [...this.#proxies, ...this.#relays].map(
+      [...this.#proxies.values(), ...this.#relays.values()].map(
         (srv) => new Promise<void>((resolve) => srv.close(() => resolve())),
       ),
     );

@@ -2,12 +2,15 @@
  * One chaos run: start a cluster behind the FaultNet, run the workload while the fault schedule
  * goes, heal everything, check, and write a report (JSON) and a one-line summary.
  *
- * After the heal:
- * - every node returns to `healthy` on GET /health;
+ * After the heal (and the membership change under way, if any, finished), on every remaining
+ * member (a retired node, decommissioned or removed, is not one):
+ * - every member returns to `healthy` on GET /health;
  * - every key is read once more, linearizably (these reads join the history: an acknowledged
- *   write lost shows as a stale final read), and every node's own replica (a serializable Get
- *   on each node) converges to that final value and version;
- * - every node's cluster view names the same replicas for each shard (no shard has two groups);
+ *   write lost shows as a stale final read), then once through each member (joined, too: every
+ *   acknowledged write is readable through every remaining node), and every replica of the key's
+ *   shard (a serializable Get on each) converges to that final value and version;
+ * - the placement (checks.ts): every shard on exactly three distinct active members, the
+ *   members of each group naming the same replicas (no shard has two groups), no move pending;
  * - no process exited unless the harness killed it.
  */
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -16,17 +19,27 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { nodeOfReplica, shardForKey } from "../../src/cluster/index.ts";
 import { seededRng } from "../../src/common/index.ts";
-import { clusterView } from "../support/cluster-process.ts";
 import type { Version } from "../support/linearizability.ts";
-import { checkLinearizable, checkSerializableReads, type Finding, lostWrites } from "./checks.ts";
+import {
+  checkLinearizable,
+  checkPlacement,
+  checkSerializableReads,
+  type Finding,
+  lostWrites,
+  type PlacementView,
+  shardGroups,
+} from "./checks.ts";
 import { ChaosCluster } from "./cluster.ts";
 import {
+  changesMembership,
   type FaultKind,
+  MEMBERSHIP_KINDS,
   type FaultRecord,
   FaultSchedule,
   SCENARIOS,
   TMPFS_SCENARIOS,
 } from "./faults.ts";
+import { memberViews } from "./membership.ts";
 import {
   type ChaosOp,
   decodeValue,
@@ -39,6 +52,15 @@ import {
 export const TOTAL_SHARDS = 16;
 const TICK_MS = 100;
 const ELECTION_TICKS = 10;
+const REPLICATION_FACTOR = 3;
+/**
+ * `cluster.dead_after_ms` in scenarios that change membership: a node killed for good is dead,
+ * and its replicas re-created, within seconds; a fault that keeps a node away longer (a crash
+ * loop, a long partition) has it marked dead and active again, which is part of the chaos.
+ */
+const DEAD_AFTER_MS = 10_000;
+/** How long the heal waits for a membership change under way to finish. */
+const SETTLE_MS = 240_000;
 
 export interface RunOptions {
   readonly seed: number;
@@ -85,6 +107,13 @@ export interface RunReport {
   };
   readonly faults: readonly FaultReport[];
   readonly faultsByKind: Record<string, number>;
+  /** The membership changes: each one's node, whether it finished, its phases (ms from start). */
+  readonly changes: readonly {
+    readonly kind: FaultKind;
+    readonly node: string;
+    readonly done: boolean;
+    readonly phases: Record<string, number>;
+  }[];
   readonly linearizability: {
     readonly status: string;
     readonly ms: number;
@@ -216,6 +245,9 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       CAIRN_STORAGE_WAL_CACHE_BYTES: "1MiB",
       CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "2000",
       CAIRN_SHARD_WORKERS: String(options.shardWorkers ?? 1),
+      ...(changesMembership(options.scenario)
+        ? { CAIRN_CLUSTER_DEAD_AFTER_MS: String(DEAD_AFTER_MS) }
+        : {}),
       ...(bugs.length > 0 ? { CAIRN_TESTING_BUGS: bugs.join(",") } : {}),
     },
   });
@@ -228,13 +260,13 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   let workloadEnd = 0;
   try {
     await cluster.startAll();
-    const ready = await eventually(60_000, async () => {
-      for (const n of cluster.nodes) {
+    const ready = await eventually(120_000, async () => {
+      for (const n of cluster.members()) {
         if ((await cluster.http(n.id, "/health/quick"))?.status !== 200) return undefined;
       }
       return true;
     });
-    if (ready === undefined) throw new Error("the cluster did not become ready within 60 s");
+    if (ready === undefined) throw new Error("the cluster did not become ready within 120 s");
     const start = now();
     log(`chaos seed=${options.seed}: cluster ready in ${Math.round(start)} ms; workload starts`);
 
@@ -265,20 +297,23 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     // ── heal ──
     const healStart = now();
     cluster.net.heal();
-    for (const n of cluster.nodes) {
+    for (const n of cluster.members()) {
       if (n.state === "paused") cluster.resume(n.id);
     }
-    for (const n of cluster.nodes) {
-      if (n.state === "down") {
-        try {
-          await cluster.start(n.id);
-        } catch (err) {
-          findings.push({ check: "heal", message: `${n.id} did not restart: ${String(err)}` });
-        }
+    for (const n of cluster.members()) {
+      try {
+        await cluster.exclusive(async () => {
+          if (n.state === "down" && !n.retired) await cluster.start(n.id);
+        });
+      } catch (err) {
+        findings.push({ check: "heal", message: `${n.id} did not restart: ${String(err)}` });
       }
     }
+    // A membership change under way finishes on the healed cluster.
+    await schedule.settle(SETTLE_MS);
+    for (const message of schedule.changeErrors) findings.push({ check: "membership", message });
     const healthy = await eventually(90_000, async () => {
-      for (const n of cluster.nodes) {
+      for (const n of cluster.members()) {
         const h = await cluster.http(n.id, "/health");
         if ((h?.body as { status?: string } | undefined)?.status !== "healthy") return undefined;
       }
@@ -286,9 +321,13 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     });
     if (healthy === undefined) {
       const states = await Promise.all(
-        cluster.nodes.map(async (n) => {
+        cluster.members().map(async (n) => {
           const h = await cluster.http(n.id, "/health");
-          return `${n.id}: ${(h?.body as { status?: string } | undefined)?.status ?? "no answer"}`;
+          const body = h?.body as
+            { status?: string; shards?: { id: number; status: string }[] } | undefined;
+          // The shards that are not healthy, and how: what a replay needs to look for.
+          const shards = (body?.shards ?? []).filter((s) => s.status !== "healthy");
+          return `${n.id}: ${body?.status ?? "no answer"}${shards.length === 0 ? "" : ` (${shards.map((s) => `shard ${s.id} ${s.status}`).join(", ")})`}`;
         }),
       );
       findings.push({
@@ -301,36 +340,41 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
 
     // ── final reads: one linearizable Get per key, joined to the history ──
     const finals = new Map<string, { value: string; version: Version } | null>();
+    const members = cluster.members();
+    /** A linearizable Get of `key` through `n`, joined to the history. */
+    const finalRead = async (n: (typeof members)[number], key: string) => {
+      const c = n.client;
+      if (c === null) return undefined;
+      const invoke = now();
+      const res = await c.call(c.kv, "Get", { key: Buffer.from(key) }, 5_000);
+      const output =
+        res["found"] === true
+          ? {
+              type: "found" as const,
+              value: decodeValue(res["value"] as Buffer),
+              version: versionOf(res["version"]) as Version,
+            }
+          : { type: "absent" as const };
+      workload?.ops.push({
+        id: workload.ops.length,
+        client: -1,
+        node: n.id,
+        incarnation: n.incarnation,
+        kind: "get",
+        key,
+        input: { type: "get" },
+        invoke,
+        returnTime: now(),
+        outcome: "ok",
+        output,
+      });
+      return output;
+    };
     let turn = 0;
     for (const key of workload.keys) {
       const got = await eventually(30_000, async () => {
-        const n = cluster.nodes[turn++ % cluster.nodes.length];
-        const c = n?.client;
-        if (n === undefined || c === null || c === undefined) return undefined;
-        const invoke = now();
-        const res = await c.call(c.kv, "Get", { key: Buffer.from(key) }, 5_000);
-        const output =
-          res["found"] === true
-            ? {
-                type: "found" as const,
-                value: decodeValue(res["value"] as Buffer),
-                version: versionOf(res["version"]) as Version,
-              }
-            : { type: "absent" as const };
-        workload?.ops.push({
-          id: workload.ops.length,
-          client: -1,
-          node: n.id,
-          incarnation: n.incarnation,
-          kind: "get",
-          key,
-          input: { type: "get" },
-          invoke,
-          returnTime: now(),
-          outcome: "ok",
-          output,
-        });
-        return output;
+        const n = members[turn++ % members.length];
+        return n === undefined ? undefined : finalRead(n, key);
       });
       if (got === undefined) {
         findings.push({
@@ -342,19 +386,51 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       finals.set(key, got.type === "found" ? { value: got.value, version: got.version } : null);
     }
 
-    // ── every replica converges to the final values (with five nodes, a shard's three) ──
-    const placement = new Map<number, readonly string[]>();
-    for (const n of cluster.nodes) {
-      if (n.client === null) continue;
-      const view = await Promise.race([clusterView(n.client), sleep(5_000).then(() => null)]).catch(
-        () => null,
-      );
-      // A node's view lists the shards it holds; a shard no view lists is checked everywhere.
-      for (const s of view?.shards ?? []) placement.set(s.id, s.replicas.map(nodeOfReplica));
+    // ── every acknowledged write reads back through every remaining member ──
+    for (const n of members) {
+      const unread: string[] = [];
+      for (const [key, want] of finals) {
+        const got = await eventually(30_000, () => finalRead(n, key));
+        const same =
+          got !== undefined &&
+          (want === null
+            ? got.type === "absent"
+            : got.type === "found" &&
+              got.value === want.value &&
+              got.version.index === want.version.index &&
+              got.version.term === want.version.term);
+        if (!same) unread.push(key);
+      }
+      if (unread.length > 0)
+        findings.push({
+          check: "read-through",
+          message: `through ${n.id}, ${unread.length} key(s) do not read their final value: ${unread.slice(0, 5).join(", ")}`,
+        });
     }
+
+    // ── the placement: three distinct active replicas a shard, one group each, no move ──
+    let views: PlacementView[] = [];
+    let placementFindings: Finding[] = [];
+    const placed = await eventually(60_000, async () => {
+      views = await memberViews(cluster);
+      placementFindings = checkPlacement(views, REPLICATION_FACTOR);
+      if (views.length < members.length)
+        placementFindings.push({
+          check: "placement",
+          message: `${members.length - views.length} member(s) gave no cluster view`,
+        });
+      return placementFindings.length === 0 ? true : undefined;
+    });
+    if (placed === undefined) findings.push(...placementFindings);
+
+    // ── every replica converges to the final values (with more than three nodes, a shard's three) ──
+    const groups = shardGroups(views);
     const holds = (node: string, key: string): boolean =>
-      placement.get(shardForKey(Buffer.from(key), TOTAL_SHARDS))?.includes(node) ?? true;
-    for (const n of cluster.nodes) {
+      groups
+        .get(shardForKey(Buffer.from(key), TOTAL_SHARDS))
+        ?.replicas.map(nodeOfReplica)
+        .includes(node) ?? true;
+    for (const n of members) {
       const pendingKeys = new Set([...finals.keys()].filter((key) => holds(n.id, key)));
       await eventually(60_000, async () => {
         const c = n.client;
@@ -386,33 +462,6 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
           message: `${n.id}'s replica does not hold the final value of ${pendingKeys.size} keys 60 s after the heal: ${[...pendingKeys].slice(0, 5).join(", ")}`,
         });
       }
-    }
-
-    // ── one group per shard: every node names the same replicas ──
-    const replicas = new Map<number, Map<string, string>>();
-    for (const n of cluster.nodes) {
-      const c = n.client;
-      if (c === null) continue;
-      try {
-        const view = await Promise.race([
-          clusterView(c),
-          sleep(5_000).then(() => Promise.reject(new Error("timeout"))),
-        ]);
-        for (const s of view.shards) {
-          const m = replicas.get(s.id) ?? new Map<string, string>();
-          m.set(n.id, [...s.replicas].sort().join(","));
-          replicas.set(s.id, m);
-        }
-      } catch (err) {
-        findings.push({ check: "views", message: `${n.id}: no cluster view (${String(err)})` });
-      }
-    }
-    for (const [shard, m] of replicas) {
-      if (new Set(m.values()).size > 1)
-        findings.push({
-          check: "views",
-          message: `shard ${shard}: nodes disagree on its replicas: ${JSON.stringify(Object.fromEntries(m))}`,
-        });
     }
 
     // ── the history ──
@@ -462,6 +511,20 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   });
   const faultsByKind: Record<string, number> = {};
   for (const f of faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+  /** The phase that ends each change (membership.ts). */
+  const lastPhase: Partial<Record<FaultKind, string>> = {
+    join: "replicas",
+    decommission: "removed",
+    remove: "removed",
+  };
+  const changes = faults
+    .filter((f) => MEMBERSHIP_KINDS.has(f.kind))
+    .map((f) => ({
+      kind: f.kind,
+      node: f.targets[0] ?? "",
+      done: f.phases[lastPhase[f.kind] ?? ""] !== undefined,
+      phases: f.phases,
+    }));
   const byKind: Record<string, number> = {};
   for (const o of ops) byKind[o.kind] = (byKind[o.kind] ?? 0) + 1;
   const errors: Record<string, number> = {};
@@ -486,6 +549,18 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
             .map(([k, n]) => `${k}×${n}`)
             .join(" ")
     };`,
+    ...(changes.length === 0
+      ? []
+      : [
+          `changes ${changes
+            .map(
+              (c) =>
+                `${c.kind} ${c.node} ${Object.entries(c.phases)
+                  .map(([k, ms]) => `${k} ${(ms / 1000).toFixed(1)}s`)
+                  .join(" ")}${c.done ? "" : " (unfinished)"}`,
+            )
+            .join(", ")};`,
+        ]),
     `longest no-write window ${faults.length === 0 ? "-" : [...worstByKind].map(([k, ms]) => `${k} ${(ms / 1000).toFixed(1)}s`).join(", ")};`,
     `linearizable ${linearizability.status} (${linearizability.ms} ms);`,
     `healthy ${healthyAfterHealMs === null ? "never" : `${(healthyAfterHealMs / 1000).toFixed(1)}s`} after heal;`,
@@ -510,6 +585,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     },
     faults,
     faultsByKind,
+    changes,
     linearizability,
     findings,
     crashes: cluster.crashes,

@@ -16,7 +16,8 @@
  * - ok: the response (a failed precondition is a response too: precondition-failed, with the
  *   current version from `cairn-current-version`);
  * - fail: a write refused with a code that proves it was not applied (NOT_LEADER,
- *   SHUTTING_DOWN, PROPOSAL_LOST, PROPOSAL_DROPPED, BACKPRESSURE, or a connection never made),
+ *   SHUTTING_DOWN, PROPOSAL_LOST, PROPOSAL_DROPPED, BACKPRESSURE, NOT_MEMBER, or a connection
+ *   never made),
  *   or a read that failed: left out of the history;
  * - info: a write whose outcome is unknown (a deadline, a broken connection, anything else):
  *   indeterminate, open-ended.
@@ -110,6 +111,8 @@ const NOT_APPLIED = new Set([
   "CAIRN_ERR_PROPOSAL_LOST",
   "CAIRN_ERR_PROPOSAL_DROPPED",
   "CAIRN_ERR_BACKPRESSURE",
+  // A node that is not an active member (joining, decommissioned) refuses before its store.
+  "CAIRN_ERR_NOT_MEMBER",
 ]);
 
 function pick<T>(rng: Rng, items: readonly T[]): T {
@@ -211,7 +214,8 @@ export class Workload {
     const suspect = new Map<string, number>();
     let seq = 0;
     while (this.#running) {
-      const targets = this.#cluster.nodes.filter((n) => n.client !== null);
+      // The members as they are now: a node that joined is asked, a retired one no more.
+      const targets = this.#cluster.members().filter((n) => n.client !== null);
       if (targets.length === 0) {
         await new Promise((r) => setTimeout(r, 50));
         continue;

@@ -281,4 +281,46 @@ describe("elastic cluster (real processes)", () => {
       });
     },
   );
+  it(
+    "nodes restarted after moves took replicas off them are healthy: a dormant replica is not counted",
+    { timeout: 480_000 },
+    async () => {
+      await withCluster("dormant", { CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "4" }, async (cluster) => {
+        const { acknowledged, put } = acknowledgedPuts();
+        for (let i = 0; i < 48; i++) await put(clientOf(cluster, "n1"), `g${i}`, `v${i}`);
+        await cluster.start("n4");
+        // 17 shards × 3 replicas over 4 nodes: a dozen moved from n1..n3 onto n4, each leaving
+        // its old replica on its old node, dormant.
+        await eventually(
+          "replicas are even",
+          async () => {
+            const counts = [...(await members(clientOf(cluster, "n1"))).replicas.values()];
+            return counts.length === 4 && Math.max(...counts) - Math.min(...counts) <= 1;
+          },
+          120_000,
+        );
+        // Each old node restarts: its dormant replicas open again, in groups that moved on
+        // without them (no leader will ever talk to them). The node serves every shard placed
+        // on it, so it is healthy.
+        for (const id of ["n1", "n2", "n3"]) {
+          await cluster.stop(id, "SIGKILL");
+          await cluster.start(id);
+        }
+        await eventually(
+          "every node is healthy after the restarts",
+          async () => {
+            for (const n of cluster.running()) {
+              const r = (await (await fetch(`http://${n.server?.http}/health`)).json()) as {
+                status: string;
+              };
+              if (r.status !== "healthy") return false;
+            }
+            return true;
+          },
+          90_000,
+        );
+        await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
+      });
+    },
+  );
 });

@@ -1,0 +1,232 @@
+/**
+ * Membership changes as chaos faults (design.md §5.2, docs/operations.md "Growing and shrinking
+ * a cluster"), driven the way an operator drives them, through the public API only:
+ *
+ * - join: a new node (a new id, data directory and ports) started with the cluster's seeds; done
+ *   once a member's view has it `active` and the meta group places replicas on it;
+ * - decommission: `Admin.DecommissionNode` of an active member, asked again until it answers
+ *   `decommissioned` (asking again is what `cairn node decommission --wait` does, and it
+ *   decommissions anew a member that was marked dead meanwhile and came back `active`); then
+ *   the node is stopped (SIGTERM) and retired, and `Admin.RemoveNode` retires its id;
+ * - remove: an active member SIGKILLed for good; once the meta group's leader has marked it
+ *   `dead` (after `cluster.dead_after_ms`), its replicas re-created on the others and no group
+ *   names it any more, `Admin.RemoveNode`.
+ *
+ * A change is slow (seconds to minutes) and the other faults go on meanwhile, on any member:
+ * the change runs beside the fault schedule, one at a time, and each step that changes a
+ * process's life (start, stop) runs under the cluster's `exclusive()`, so that a fault never
+ * restarts a node the change has retired. Each change records when it reached each phase
+ * (milliseconds from its start) in its fault record's `phases`.
+ */
+import type { ChaosCluster } from "./cluster.ts";
+import { clusterView, type ViewMessage } from "../support/cluster-process.ts";
+import { type PlacementView, shardGroups } from "./checks.ts";
+import { nodeOfReplica } from "../../src/cluster/index.ts";
+
+/** How long each phase may take before the change fails the run. */
+export const MEMBERSHIP_TIMEOUTS_MS = {
+  /**
+   * Started → active, and active → holding replicas: seconds on a quiet machine, but a crash
+   * loop of the joining node at a load average of 35 (a start took 45–80 s) outlasted 90 s.
+   */
+  join: 180_000,
+  /** Asked → decommissioned. */
+  decommission: 180_000,
+  /** Killed → dead, and dead → re-replicated. */
+  dead: 120_000,
+  /** Asked → removed. */
+  remove: 30_000,
+} as const;
+
+const POLL_MS = 250;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
+
+function timeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** A member's view with the fields of an elastic cluster (ViewMessage names the common ones). */
+type MemberViewMessage = Omit<ViewMessage, "nodes" | "shards"> & Omit<PlacementView, "node">;
+
+/** The views of every running member that answers within 3 s. */
+export async function memberViews(cluster: ChaosCluster): Promise<PlacementView[]> {
+  const views = await Promise.all(
+    cluster.members().map(async (n): Promise<PlacementView | null> => {
+      const c = n.client;
+      if (c === null || n.state !== "running") return null;
+      try {
+        const v = (await timeout(clusterView(c), 3_000)) as unknown as MemberViewMessage;
+        return { node: n.id, nodes: v.nodes, shards: v.shards };
+      } catch {
+        return null;
+      }
+    }),
+  );
+  return views.filter((v): v is PlacementView => v !== null);
+}
+
+export interface MembershipRecord {
+  /** The node the change is about (a join adds it once the node is made). */
+  readonly targets: string[];
+  detail: string;
+  /** Milliseconds from the change's start to each phase it reached. */
+  readonly phases: Record<string, number>;
+}
+
+export class MembershipChanges {
+  readonly #cluster: ChaosCluster;
+  readonly #now: () => number;
+  /** The node the change under way is about (faults pick it now and then). */
+  target: string | null = null;
+  #turn = 0;
+
+  constructor(cluster: ChaosCluster, now: () => number) {
+    this.#cluster = cluster;
+    this.#now = now;
+  }
+
+  /** Starts a new node with the cluster's seeds; resolves once it is active and holds replicas. */
+  async join(r: MembershipRecord): Promise<void> {
+    const cluster = this.#cluster;
+    const t0 = this.#now();
+    const id = await cluster.exclusive(async () => {
+      const added = await cluster.addNode();
+      this.target = added;
+      r.targets.push(added);
+      r.detail = `${added} started with the cluster's seeds and an empty data directory`;
+      await cluster.start(added);
+      return added;
+    });
+    r.phases["started"] = Math.round(this.#now() - t0);
+    await this.#until(`${id} active`, MEMBERSHIP_TIMEOUTS_MS.join, () =>
+      this.#seen(id, (m) => m.member_state === "active"),
+    );
+    r.phases["active"] = Math.round(this.#now() - t0);
+    await this.#until(`replicas placed on ${id}`, MEMBERSHIP_TIMEOUTS_MS.join, () =>
+      this.#seen(id, (m) => m.replicas > 0),
+    );
+    r.phases["replicas"] = Math.round(this.#now() - t0);
+  }
+
+  /** Decommissions `id`, stops it once decommissioned, and removes it. */
+  async decommission(id: string, r: MembershipRecord): Promise<void> {
+    this.target = id;
+    const t0 = this.#now();
+    r.targets.push(id);
+    r.detail = `Admin.DecommissionNode ${id}, stop it once decommissioned, remove it`;
+    const answers = new Set<string>();
+    const standing = await this.#until(
+      `${id} decommissioned`,
+      MEMBERSHIP_TIMEOUTS_MS.decommission,
+      async () => {
+        const s = await this.#admin("DecommissionNode", id);
+        answers.add(s.state);
+        if (s.state === "decommissioning" && r.phases["decommissioning"] === undefined)
+          r.phases["decommissioning"] = Math.round(this.#now() - t0);
+        return s.state === "decommissioned" ? s : undefined;
+      },
+      1_000,
+    );
+    r.phases["decommissioned"] = Math.round(this.#now() - t0);
+    if (standing.replicas !== 0)
+      throw new Error(`${id} is decommissioned with ${standing.replicas} replica(s) left`);
+    if (answers.has("active") || answers.has("dead"))
+      r.detail += ` (seen ${[...answers].join(", ")} on the way)`;
+    await this.#cluster.exclusive(() => this.#cluster.retire(id, "SIGTERM"));
+    r.phases["stopped"] = Math.round(this.#now() - t0);
+    await this.#remove(id);
+    r.phases["removed"] = Math.round(this.#now() - t0);
+  }
+
+  /** SIGKILLs `id` for good; once dead and re-replicated, removes it. */
+  async remove(id: string, r: MembershipRecord): Promise<void> {
+    this.target = id;
+    const t0 = this.#now();
+    r.targets.push(id);
+    r.detail = `SIGKILL of ${id} for good; once dead and re-replicated, remove it`;
+    await this.#cluster.exclusive(() => this.#cluster.retire(id, "SIGKILL"));
+    r.phases["killed"] = Math.round(this.#now() - t0);
+    await this.#until(`${id} dead`, MEMBERSHIP_TIMEOUTS_MS.dead, () =>
+      this.#seen(id, (m) => m.member_state === "dead"),
+    );
+    r.phases["dead"] = Math.round(this.#now() - t0);
+    await this.#until(`${id}'s replicas re-created`, MEMBERSHIP_TIMEOUTS_MS.dead, async () => {
+      const views = await memberViews(this.#cluster);
+      const counted = views.flatMap((v) => v.nodes.filter((n) => n.id === id));
+      if (counted.length === 0 || counted.some((n) => n.replicas !== 0)) return undefined;
+      for (const g of shardGroups(views).values()) {
+        if (g.replicas.map(nodeOfReplica).includes(id)) return undefined;
+      }
+      return true;
+    });
+    r.phases["re-replicated"] = Math.round(this.#now() - t0);
+    await this.#remove(id);
+    r.phases["removed"] = Math.round(this.#now() - t0);
+  }
+
+  async #remove(id: string): Promise<void> {
+    await this.#until(`${id} removed`, MEMBERSHIP_TIMEOUTS_MS.remove, async () => {
+      const s = await this.#admin("RemoveNode", id);
+      return s.state === "removed" ? true : undefined;
+    });
+  }
+
+  /**
+   * Whether some running member's view has member `id` as `holds` wants. A view's member
+   * states and replica counts are of the meta state its node applied, so what one view shows
+   * is committed; a view behind (a node cut off) only shows it later.
+   */
+  async #seen(
+    id: string,
+    holds: (m: PlacementView["nodes"][number]) => boolean,
+  ): Promise<true | undefined> {
+    for (const v of await memberViews(this.#cluster)) {
+      const m = v.nodes.find((n) => n.id === id);
+      if (m !== undefined && holds(m)) return true;
+    }
+    return undefined;
+  }
+
+  /** An Admin call about member `id` through a running member other than it, if there is one. */
+  async #admin(method: string, id: string): Promise<{ state: string; replicas: number }> {
+    const running = this.#cluster
+      .members()
+      .filter((n) => n.client !== null && n.state === "running");
+    const others = running.filter((n) => n.id !== id);
+    // Each call through the next one: a member cut off or paused does not hold the change.
+    const pool = others.length > 0 ? others : running;
+    const via = pool[this.#turn++ % Math.max(1, pool.length)];
+    const c = via?.client;
+    if (c === null || c === undefined) throw new Error("no running member");
+    const res = await c.call(c.admin, method, { node_id: id }, 12_000);
+    return { state: String(res["state"]), replicas: Number(res["replicas"] ?? 0) };
+  }
+
+  /** Polls `probe` (errors are retried) until it returns a value, or throws after `ms`. */
+  async #until<T>(
+    what: string,
+    ms: number,
+    probe: () => Promise<T | undefined>,
+    everyMs = POLL_MS,
+  ): Promise<T> {
+    const deadline = performance.now() + ms;
+    let last = "";
+    for (;;) {
+      try {
+        const v = await probe();
+        if (v !== undefined) return v;
+      } catch (err) {
+        last = `; last error: ${String(err).slice(0, 300)}`;
+      }
+      if (performance.now() > deadline) throw new Error(`${what}: not within ${ms} ms${last}`);
+      await sleep(everyMs);
+    }
+  }
+}
