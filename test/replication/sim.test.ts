@@ -11,6 +11,13 @@ import { driverReplayCommand } from "./sim/replay.ts";
 import { runDriverSeed } from "./sim/simulator.ts";
 
 const SEEDS = Number(process.env["DRIVER_SIM_SEEDS"] ?? "100");
+/** Seeds run with moves (four and five nodes), and their sizes. */
+const MOVE_SEEDS: readonly (readonly [seed: number, nodes: number])[] = [
+  [1, 4],
+  [2, 5],
+  [3, 4],
+  [4, 5],
+];
 
 describe("driver simulation", () => {
   it(`runs ${SEEDS} seeds without a violation`, async () => {
@@ -44,7 +51,7 @@ describe("driver simulation", () => {
       totals.wipes += r.stats.wipes;
       totals.quietStrikes += r.stats.quietStrikes;
       totals.suspicions += r.stats.suspicions;
-      if (r.nodes === 3) totals.clusters++;
+      if (r.nodes >= 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
           `${r.violation.kind}: ${r.violation.message}\n  replay: ${driverReplayCommand({ seed, nodes: r.nodes })}`,
@@ -68,6 +75,35 @@ describe("driver simulation", () => {
     // Nodes leading sleeping groups were struck, and the failure detector told the others.
     assert.ok(totals.quietStrikes > SEEDS / 2, `only ${totals.quietStrikes} strikes on sleepers`);
     assert.ok(totals.suspicions > SEEDS * 2, `only ${totals.suspicions} failure reports`);
+  });
+
+  it(`moves replicas on ${MOVE_SEEDS.length} seeds of four and five nodes: joins, decommissions, dead members, strikes mid-move`, async () => {
+    // Seeds with moves (test/replication/sim/moves.ts): the allocator, the groups' leaders'
+    // replica steps and the meta commands of the product, under the chaos; the cluster then
+    // settles on three voters per shard on active members, matching the meta record.
+    const failures: string[] = [];
+    const totals = { joins: 0, leaves: 0, moves: 0, settles: 0, strikes: 0, checks: 0 };
+    for (const [seed, nodes] of MOVE_SEEDS) {
+      const r = await runDriverSeed({ seed, nodes });
+      totals.joins += r.stats.joins;
+      totals.leaves += r.stats.leaves;
+      totals.moves += r.stats.moves;
+      totals.settles += r.stats.settles;
+      totals.strikes += r.stats.moveStrikes;
+      totals.checks += r.stats.confChecks;
+      if (r.violation !== null) {
+        failures.push(
+          `${r.violation.kind}: ${r.violation.message}\n  replay: ${driverReplayCommand({ seed, nodes })}`,
+        );
+      }
+    }
+    assert.deepEqual(failures, []);
+    assert.ok(totals.joins >= MOVE_SEEDS.length, `only ${totals.joins} joins`);
+    assert.ok(totals.leaves > 0, `only ${totals.leaves} members left`);
+    assert.ok(totals.moves > MOVE_SEEDS.length * 3, `only ${totals.moves} moves`);
+    assert.ok(totals.settles > MOVE_SEEDS.length * 3, `only ${totals.settles} moves settled`);
+    assert.ok(totals.strikes > 0, `only ${totals.strikes} strikes mid-move`);
+    assert.ok(totals.checks > MOVE_SEEDS.length * 10, `only ${totals.checks} conf changes checked`);
   });
 
   it("runs clean the seeds where a new group's founding went unsynced under an engine flush", async () => {
