@@ -138,6 +138,8 @@ export interface DriverSimStats {
   stateChanges: number;
   /** Crashes of a move's source, destination, group leader or meta leader mid-move. */
   moveStrikes: number;
+  /** Leaders that handed their group over because their own node was leaving it. */
+  leaderHandoffs: number;
   /** Conf changes a group's leader applied, checked for a quorum of caught-up voters. */
   confChecks: number;
 }
@@ -320,6 +322,7 @@ class DriverSim {
     settles: 0,
     stateChanges: 0,
     moveStrikes: 0,
+    leaderHandoffs: 0,
     confChecks: 0,
   };
   #violation: DriverSimViolation | null = null;
@@ -346,6 +349,16 @@ class DriverSim {
     this.#size = count;
     const chaosMs = options.chaosMs ?? 3000;
     this.#moves = count > FOUNDERS ? drawMoveProfile(this.#moveRng, count, chaosMs) : null;
+    if (this.#moves !== null) {
+      // A key in every shard, so that the final reads open every group: a move settles through
+      // its group's leader, and a shard no client ever touched has no group (a node creates a
+      // shard for a request, and its replicas open it then; here every shard is created first).
+      const keys = [...this.#profile.keys];
+      for (let i = 0; new Set(keys.map(shardOfKey)).size < TOTAL_SHARDS && i < 1000; i++) {
+        if (!keys.map(shardOfKey).includes(shardOfKey(`s${i}`))) keys.push(`s${i}`);
+      }
+      this.#profile = { ...this.#profile, keys };
+    }
     // Three nodes: a spare beside the three initial voters, which random membership changes add
     // to groups (as a learner, then a voter) and remove members, the leader among them. Four or
     // five: the cluster is founded on three, and the others join it (moves.ts).
@@ -410,6 +423,8 @@ class DriverSim {
   /** The moves' own stream (their schedule, delays and victims). */
   readonly #moveRng: Rng;
   readonly #ledger = new CaughtUpLedger();
+  /** Seeds with moves: nodes wiped whose new replicas may not all be back yet. */
+  readonly #wiped = new Set<string>();
   /** Members chosen to leave (decommissioned or killed), from the moment they are chosen. */
   readonly #leaving = new Set<string>();
 
@@ -652,7 +667,10 @@ class DriverSim {
         incarnation: node.diskIncarnation,
       };
       if (this.#moves === null) this.#meta = this.#meta.apply(rejoin).state;
-      else this.#commitMeta(rejoin);
+      else {
+        this.#commitMeta(rejoin);
+        this.#wiped.add(node.id);
+      }
     }
     this.#log(`wipe ${node.id}: back as ${node.replica}`);
     if (this.#options.bugs?.wipeKeepsReplica !== true) {
@@ -906,6 +924,15 @@ class DriverSim {
     for (const node of this.#nodes) {
       const { mr, proc, upkeep } = node;
       if (mr === null || proc === null || upkeep === null) continue;
+      for (const id of mr.shardIds()) {
+        const info = mr.shardInfo(id);
+        if (upkeep.changing.has(id) || info?.role !== "leader") continue;
+        const step = nextReplicaChange(node.meta, id, mr.replicaId, info, () => false);
+        if (step?.type === "transfer") {
+          this.#stats.leaderHandoffs++;
+          this.#log(`${node.id} hands shard ${id} over to ${step.to}: its node leaves the shard`);
+        }
+      }
       replaceReplicas(mr, node.meta, upkeep.changing, () => undefined, {
         settle: (shard, nodes) =>
           this.#proposeMeta(proc, { op: "settle-shard", shard, nodes: [...nodes] }),
@@ -940,8 +967,50 @@ class DriverSim {
     const meta = this.#meta;
     if (meta.stateOf(node.id) !== "active" || this.#leaving.has(node.id)) return false;
     if ([...meta.shards.keys()].some((s) => meta.isMoving(s))) return false;
-    const counts = meta.replicaCounts();
-    return !this.#nodes.some((n) => n.gone && (counts.get(n.id) ?? 0) > 0);
+    return !this.#goneHoldsReplica();
+  }
+
+  /**
+   * Whether a member stopped for good still holds a replica: one of a shard's nodes in the meta
+   * state, or a member of the group's configuration as its leader has it.
+   */
+  #goneHoldsReplica(): boolean {
+    const counts = this.#meta.replicaCounts();
+    const gone = this.#nodes.filter((n) => n.gone);
+    if (gone.some((n) => (counts.get(n.id) ?? 0) > 0)) return true;
+    for (const shard of this.#meta.shards.keys()) {
+      const leader = this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+      const info = leader?.mr?.shardInfo(shard);
+      if (info === null || info === undefined) continue;
+      const members = [...info.voters, ...info.learners];
+      if (gone.some((n) => members.includes(n.replica))) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Whether every node wiped so far has its new replica back as a voter of each group the meta
+   * state places on it, and no group keeps its retired one (seeds with moves: moves keep
+   * `#replacementsPending` busy, so a wipe's own replacement is followed here).
+   */
+  #wipesRebuilt(): boolean {
+    const meta = this.#meta;
+    for (const id of [...this.#wiped]) {
+      const node = this.#nodes.find((n) => n.id === id);
+      if (node === undefined) continue;
+      for (const shard of meta.shards.keys()) {
+        const holders = this.#nodes.filter((n) => (n.mr?.shardInfo(shard) ?? null) !== null);
+        if (holders.length === 0) continue;
+        const leader = holders.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+        const info = leader?.mr?.shardInfo(shard);
+        if (info === null || info === undefined) return false;
+        const members = [...info.voters, ...info.learners];
+        if (members.some((m) => meta.isRetired(m))) return false;
+        if (meta.nodesOf(shard).includes(id) && !info.voters.includes(node.replica)) return false;
+      }
+      this.#wiped.delete(id);
+    }
+    return true;
   }
 
   #scheduleMoves(m: MoveProfile, chaosMs: number): void {
@@ -1007,12 +1076,13 @@ class DriverSim {
       (n) => staying.includes(n.id) && n.mr !== null && n.proc !== null,
     );
     const node = candidates[this.#moveRng.int(Math.max(1, candidates.length))];
+    // A decommission loses no copy (the node serves until its replicas moved off); a member
+    // stopped for good does, so not while another copy of some shard is being rebuilt.
     const ready =
       staying.length > meta.replicationFactor &&
       node !== undefined &&
-      !this.#replacementsPending() &&
-      !this.#refillPending() &&
-      this.#mayLoseCopy(node);
+      (kind === "decommission" ||
+        (!this.#refillPending() && this.#wipesRebuilt() && !this.#goneHoldsReplica()));
     if (!ready || node === undefined) {
       this.#world.after(100, this.#clients, () => this.#leave(kind));
       return;
@@ -1687,6 +1757,10 @@ class DriverSim {
       throw new ViolationFound({ kind: "linearizability", message: verdict.report });
     }
   }
+}
+
+function shardOfKey(key: string): number {
+  return shardForKey(enc.encode(key), TOTAL_SHARDS);
 }
 
 function toOutput(input: RegisterInput, result: ApplyOutcome | StoredItem | null): RegisterOutput {
