@@ -106,6 +106,15 @@ describe("driver simulation", () => {
     assert.ok(totals.checks > MOVE_SEEDS.length * 10, `only ${totals.checks} conf changes checked`);
   });
 
+  it("runs clean the seed where a lost membership change hung while its group slept (moves)", async () => {
+    // Four nodes: a leader proposed a replica's promotion, lost its term before the entry
+    // committed, and led again with a log that never reached the entry's index. Nothing answered
+    // the proposal, and its sleeping group never ticked to time it out: the leader's replica
+    // steps (one under way a group) waited on it for ever, and the shard's move with them.
+    const r = await runDriverSeed({ seed: 1156, nodes: 4 });
+    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
+  });
+
   it("runs clean the seeds where a new group's founding went unsynced under an engine flush", async () => {
     // A round whose only duty was to make a new group's founding entries durable wrote no
     // record and so skipped its sync; the engine flushed the first of them, a power cut took the

@@ -14,7 +14,10 @@
  * meta state the simulation keeps as the cluster's committed one), and lost shard directories
  * (some seeds, from their own random stream): a node stops, one of its shard directories is
  * removed, and it starts again to have that replica refilled by its peers
- * (src/replication/refill.ts). The same seed replays the same run.
+ * (src/replication/refill.ts). One three-node seed in four (from its own random stream) runs
+ * four or five nodes instead, whose membership changes during the chaos as a cluster's does:
+ * nodes join, replicas move, members are decommissioned or die (moves.ts). The same seed replays
+ * the same run.
  *
  * Quiescence (most seeds): idle groups sleep. Clients pause now and then so that groups do go
  * idle, and a node leading sleeping groups is often crashed or cut off right then. A failure
@@ -24,7 +27,8 @@
  * Checked: every restart succeeds (a WAL that cannot reopen is a violation), the node serves
  * again after the chaos (liveness), the whole client history, reads and writes together, is
  * linearizable per key (test/support/linearizability.ts), and with quiescence on, every group
- * falls asleep once the clients are done. Final linearizable reads of every key make lost
+ * falls asleep once the clients are done; with moves, the checks of moves.ts (a quorum of
+ * caught-up voters at every conf change, one leader a term, the settled placement). Final linearizable reads of every key make lost
  * acknowledged writes visible to the checker.
  */
 import type { Rng } from "../../../src/common/rng.ts";
@@ -927,13 +931,19 @@ class DriverSim {
       for (const id of mr.shardIds()) {
         const info = mr.shardInfo(id);
         if (upkeep.changing.has(id) || info?.role !== "leader") continue;
-        const step = nextReplicaChange(node.meta, id, mr.replicaId, info, () => false);
+        const step = nextReplicaChange(node.meta, id, mr.replicaId, info, (r) =>
+          mr.isCaughtUp(id, r),
+        );
         if (step?.type === "transfer") {
           this.#stats.leaderHandoffs++;
           this.#log(`${node.id} hands shard ${id} over to ${step.to}: its node leaves the shard`);
+        } else if (step !== null) {
+          this.#log(`${mr.replicaId} (t${info.term}) shard ${id}: ${JSON.stringify(step)}`);
         }
       }
-      replaceReplicas(mr, node.meta, upkeep.changing, () => undefined, {
+      const failed = (shard: number, err: unknown): void =>
+        this.#log(`${node.id}: replica step of shard ${shard} failed: ${describe(err)}`);
+      replaceReplicas(mr, node.meta, upkeep.changing, failed, {
         settle: (shard, nodes) =>
           this.#proposeMeta(proc, { op: "settle-shard", shard, nodes: [...nodes] }),
       });
@@ -1204,9 +1214,20 @@ class DriverSim {
       problems = problemsNow();
     }
     if (problems.length === 0) return;
+    // What each moving shard's leader would do next, for the report.
+    const next = [...this.#meta.shards.keys()].flatMap((shard) => {
+      const leader = this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+      const info = leader?.mr?.shardInfo(shard);
+      if (leader?.mr == null || info == null || !this.#meta.isMoving(shard)) return [];
+      const mr = leader.mr;
+      const step = nextReplicaChange(leader.meta, shard, mr.replicaId, info, (r) =>
+        mr.isCaughtUp(shard, r),
+      );
+      return [`shard ${shard}'s leader ${leader.replica} (t${info.term}): ${JSON.stringify(step)}`];
+    });
     throw new ViolationFound({
       kind: "placement",
-      message: `${SETTLE_MS} ms after the final reads: ${problems.join("; ")}`,
+      message: `${SETTLE_MS} ms after the final reads: ${problems.join("; ")}; next: ${next.join("; ")}`,
     });
   }
 
