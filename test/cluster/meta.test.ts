@@ -583,8 +583,12 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     s = s.apply({ op: "set-state", id: "n1", state: "dead" }).state;
     // A dead member keeps the meta group's replica it has as one of its nodes, and no other.
     assert.equal(s.keepsReplica("n1", 0), true, "shard 0's nodes are n1, n2, n3 still");
-    s = s.apply({ op: "move-shard", shard: 0, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] })
-      .state;
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n4", "n2", "n3"],
+    }).state;
     assert.equal(s.keepsReplica("n1", 0), false);
   });
 

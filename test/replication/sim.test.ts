@@ -1,7 +1,7 @@
 /**
- * The simulation of the real multi-raft driver and WAL in `npm test`: many seeds (one node or
- * three, drawn from the seed) must run clean, each planted bug must be caught within 500 seeds,
- * and a seed must replay exactly.
+ * The simulation of the real multi-raft driver and WAL in `npm test`: many seeds (one node,
+ * three, or four or five whose membership changes, drawn from the seed) must run clean, each
+ * planted bug must be caught within 500 seeds, and a seed must replay exactly.
  *
  * DRIVER_SIM_SEEDS=N raises the number of seeds (default 100).
  */
@@ -11,13 +11,13 @@ import { driverReplayCommand } from "./sim/replay.ts";
 import { runDriverSeed } from "./sim/simulator.ts";
 
 const SEEDS = Number(process.env["DRIVER_SIM_SEEDS"] ?? "100");
-/** Seeds run with moves (four and five nodes), and their sizes. */
-const MOVE_SEEDS: readonly (readonly [seed: number, nodes: number])[] = [
-  [1, 4],
-  [2, 5],
-  [3, 4],
-  [4, 5],
-];
+/**
+ * Seeds run with moves, and their sizes (the 100 seeds above draw some too, and seed 1156 on
+ * four nodes is kept below): seed 9 on five nodes admits two, kills one (declared dead,
+ * re-replicated, removed) and decommissions another, with leaders handing their groups over
+ * and strikes mid-move.
+ */
+const MOVE_SEEDS: readonly (readonly [seed: number, nodes: number])[] = [[9, 5]];
 
 describe("driver simulation", () => {
   it(`runs ${SEEDS} seeds without a violation`, async () => {
@@ -77,12 +77,20 @@ describe("driver simulation", () => {
     assert.ok(totals.suspicions > SEEDS * 2, `only ${totals.suspicions} failure reports`);
   });
 
-  it(`moves replicas on ${MOVE_SEEDS.length} seeds of four and five nodes: joins, decommissions, dead members, strikes mid-move`, async () => {
+  it(`moves replicas on ${MOVE_SEEDS.length} seed(s) of four or five nodes: joins, decommissions, dead members, strikes mid-move`, async () => {
     // Seeds with moves (test/replication/sim/moves.ts): the allocator, the groups' leaders'
     // replica steps and the meta commands of the product, under the chaos; the cluster then
     // settles on three voters per shard on active members, matching the meta record.
     const failures: string[] = [];
-    const totals = { joins: 0, leaves: 0, moves: 0, settles: 0, strikes: 0, checks: 0 };
+    const totals = {
+      joins: 0,
+      leaves: 0,
+      moves: 0,
+      settles: 0,
+      strikes: 0,
+      handoffs: 0,
+      checks: 0,
+    };
     for (const [seed, nodes] of MOVE_SEEDS) {
       const r = await runDriverSeed({ seed, nodes });
       totals.joins += r.stats.joins;
@@ -90,6 +98,7 @@ describe("driver simulation", () => {
       totals.moves += r.stats.moves;
       totals.settles += r.stats.settles;
       totals.strikes += r.stats.moveStrikes;
+      totals.handoffs += r.stats.leaderHandoffs;
       totals.checks += r.stats.confChecks;
       if (r.violation !== null) {
         failures.push(
@@ -99,6 +108,7 @@ describe("driver simulation", () => {
     }
     assert.deepEqual(failures, []);
     assert.ok(totals.joins >= MOVE_SEEDS.length, `only ${totals.joins} joins`);
+    assert.ok(totals.handoffs > 0, `only ${totals.handoffs} leaders handed their group over`);
     assert.ok(totals.leaves > 0, `only ${totals.leaves} members left`);
     assert.ok(totals.moves > MOVE_SEEDS.length * 3, `only ${totals.moves} moves`);
     assert.ok(totals.settles > MOVE_SEEDS.length * 3, `only ${totals.settles} moves settled`);
