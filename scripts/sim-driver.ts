@@ -1,7 +1,8 @@
 /**
  * The seed loop of the driver simulation (test/replication/sim/), behind `npm run sim -- --driver`
- * (scripts/sim.ts parses the flags). --nodes fixes the cluster size (default: one or three voters,
- * drawn from each seed); --bug plants stale-read-after-restart,
+ * (scripts/sim.ts parses the flags). --nodes fixes the cluster size (default: one, three, or four
+ * or five nodes whose membership changes under the chaos (test/replication/sim/moves.ts), drawn
+ * from each seed); --bug plants stale-read-after-restart,
  * rotation-checkpoint-includes-batch, follower-read-without-apply or wipe-keeps-replica (3 nodes). Ends with `sim --driver: N seeds, V violations`; each
  * failure prints the command that replays it.
  */
@@ -19,8 +20,8 @@ export interface DriverSeedsOptions {
 
 /** Runs the seeds; returns the process exit code (0: no violation, 1: some, 2: bad usage). */
 export async function runDriverSeeds(o: DriverSeedsOptions): Promise<number> {
-  if (o.nodes !== undefined && o.nodes !== 1 && o.nodes !== 3) {
-    console.error("sim --driver: --nodes must be 1 or 3");
+  if (o.nodes !== undefined && ![1, 3, 4, 5].includes(o.nodes)) {
+    console.error("sim --driver: --nodes must be 1, 3, 4 or 5");
     return 2;
   }
   const bugs = o.bug === undefined ? undefined : driverBugsByName(o.bug);

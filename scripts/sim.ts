@@ -10,7 +10,7 @@
  * votes-with-lost-log) to see it caught.
  * Ends with `sim: N seeds, V violations`; each failure prints the command that replays it.
  *
- *   npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug NAME] [--trace]
+ *   npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3|4|5] [--chaos-ms T] [--bug NAME] [--trace]
  *
  * runs the simulation of the real multi-raft driver and WAL instead (scripts/sim-driver.ts).
  */
@@ -38,7 +38,7 @@ if (values.help) {
   console.log(
     [
       "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match|sleep-through-messages|votes-with-lost-log] [--trace]",
-      "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch|follower-read-without-apply|wipe-keeps-replica|lead-founding-term-again|founding-appends-before-sync] [--trace]",
+      "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3|4|5] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch|follower-read-without-apply|wipe-keeps-replica|lead-founding-term-again|founding-appends-before-sync] [--trace]",
     ].join("\n"),
   );
   process.exit(0);

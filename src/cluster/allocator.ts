@@ -18,8 +18,9 @@
  *      factor gets one more. A shard never shrinks below the factor: a 3-member cluster
  *      cannot decommission one of them (the move waits for a fourth member);
  *   3. balance: while the most loaded active member holds more than `tolerance` replicas above
- *      the least loaded, one of its shards moves to that member (shard 0, the meta group, is
- *      repaired but not balanced).
+ *      the least loaded (and at least two: one apart, a move only swaps them, so 0 acts as 1),
+ *      one of its shards moves to that member (shard 0, the meta group, is repaired but not
+ *      balanced).
  * At most `maxMoves` shards move at once (moves under way included): each move is a snapshot
  * sent, and foreground traffic keeps its share of the disk and the network.
  *
@@ -93,7 +94,10 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     const byLoad = [...load.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
     const least = byLoad[0];
     const most = byLoad[byLoad.length - 1];
-    if (least === undefined || most === undefined || most[1] - least[1] <= input.tolerance) break;
+    // One apart, a move would only swap the two (and the next pass swap them back): a
+    // tolerance of 0 acts as 1.
+    const spread = most === undefined || least === undefined ? 0 : most[1] - least[1];
+    if (least === undefined || most === undefined || spread <= Math.max(1, input.tolerance)) break;
     const shard = shards.find((s) => {
       if (s === 0 || moved.has(s) || meta.isMoving(s)) return false;
       const nodes = meta.nodesOf(s);

@@ -673,6 +673,17 @@ export class MetaState {
     return counts;
   }
 
+  /**
+   * Whether member `node` keeps a replica of `shard`: it is one of the shard's nodes, or the
+   * shard is the meta group (0) and the member keeps a copy of it (isMetaHolder: a learner
+   * when it is not a voter). A node takes a shard it holds no state for only then
+   * (MultiRaftOptions.acceptsReplica).
+   */
+  keepsReplica(node: string, shard: number): boolean {
+    if (shard === 0 && isMetaHolder(this.stateOf(node))) return true;
+    return this.nodesOf(shard).includes(node);
+  }
+
   /** Whether a move of `shard` is under way (its group's voters are not yet its nodes). */
   isMoving(shard: number): boolean {
     return this.placements.get(shard)?.moving === true;

@@ -28,7 +28,6 @@ import {
   type ClusterViewPublisher,
   encodeMetaCommand,
   type MetaCommand,
-  isMetaHolder,
   type MetaMember,
   type MetaState,
   nodeOfReplica,
@@ -291,8 +290,7 @@ export class ClusterState {
   acceptsReplica(shard: number): boolean {
     if (shard === 0 && this.clusterId === "") return true;
     // Every member but a retired one keeps a copy of the meta group (src/node/replicas.ts).
-    if (shard === 0 && isMetaHolder(this.#meta?.stateOf(this.#config.node_id))) return true;
-    return this.nodesOf(shard).includes(this.#config.node_id);
+    return this.#meta?.keepsReplica(this.#config.node_id, shard) ?? false;
   }
 
   /**

@@ -167,6 +167,16 @@ describe("allocator", () => {
     assertPlaced(back, calm.tolerance);
   });
 
+  it("with tolerance 0 stops once loads differ by one: a move then only swaps them", () => {
+    // 9 shards × 3 replicas over 4 members cannot be even: moving one replica from a member
+    // with 7 to one with 6 makes another pair 7 and 6, and the moves never ended (found by the
+    // driver simulation with moves, test/replication/sim/moves.ts).
+    let s = cluster(["n1", "n2", "n3"], 8);
+    s = apply(s, { op: "join", member: member("n4") });
+    const { s: end } = settle(s, { ...calm, tolerance: 0 });
+    assertPlaced(end, 1);
+  });
+
   it("does not shrink a shard below its factor when no member can take a replica", () => {
     let s = cluster(["n1", "n2", "n3"], 10);
     s = apply(s, { op: "set-state", id: "n3", state: "decommissioning" });

@@ -563,6 +563,35 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     assert.match(early.kind === "rejected" ? early.reason : "", /shard 0|first: 0/);
   });
 
+  it("says which members keep a replica of a shard: its nodes, and every holder of the meta group", () => {
+    let s = booted().apply({ op: "join", member: N4J }).state;
+    s = s.apply({ op: "create-shard", shard: 2, replicas: ["n1", "n2", "n3"] }).state;
+    // A joining member copies the meta group (as a learner), and nothing else yet.
+    assert.equal(s.keepsReplica("n4", 0), true);
+    assert.equal(s.keepsReplica("n4", 2), false);
+    s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+    s = s.apply({
+      op: "move-shard",
+      shard: 2,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n4", "n2", "n3"],
+    }).state;
+    // A move places the shard on its new node at once, and takes it off the old one.
+    assert.equal(s.keepsReplica("n4", 2), true);
+    assert.equal(s.keepsReplica("n1", 2), false);
+    assert.equal(s.keepsReplica("n9", 0), false);
+    s = s.apply({ op: "set-state", id: "n1", state: "dead" }).state;
+    // A dead member keeps the meta group's replica it has as one of its nodes, and no other.
+    assert.equal(s.keepsReplica("n1", 0), true, "shard 0's nodes are n1, n2, n3 still");
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n4", "n2", "n3"],
+    }).state;
+    assert.equal(s.keepsReplica("n1", 0), false);
+  });
+
   it("keeps a preferred leader only while it is a replica", () => {
     let s = booted().apply({ op: "join", member: N4J }).state;
     s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;

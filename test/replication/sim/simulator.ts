@@ -14,7 +14,10 @@
  * meta state the simulation keeps as the cluster's committed one), and lost shard directories
  * (some seeds, from their own random stream): a node stops, one of its shard directories is
  * removed, and it starts again to have that replica refilled by its peers
- * (src/replication/refill.ts). The same seed replays the same run.
+ * (src/replication/refill.ts). One three-node seed in four (from its own random stream) runs
+ * four or five nodes instead, whose membership changes during the chaos as a cluster's does:
+ * nodes join, replicas move, members are decommissioned or die (moves.ts). The same seed replays
+ * the same run.
  *
  * Quiescence (most seeds): idle groups sleep. Clients pause now and then so that groups do go
  * idle, and a node leading sleeping groups is often crashed or cut off right then. A failure
@@ -24,7 +27,8 @@
  * Checked: every restart succeeds (a WAL that cannot reopen is a violation), the node serves
  * again after the chaos (liveness), the whole client history, reads and writes together, is
  * linearizable per key (test/support/linearizability.ts), and with quiescence on, every group
- * falls asleep once the clients are done. Final linearizable reads of every key make lost
+ * falls asleep once the clients are done; with moves, the checks of moves.ts (a quorum of
+ * caught-up voters at every conf change, one leader a term, the settled placement). Final linearizable reads of every key make lost
  * acknowledged writes visible to the checker.
  */
 import type { Rng } from "../../../src/common/rng.ts";
@@ -37,13 +41,17 @@ import type {
   TermCheck,
 } from "../../../src/replication/index.ts";
 import {
+  type MetaCommand,
   type MetaMember,
+  type MetaOutcome,
   MetaState,
   nodeOfReplica,
   replicaIdOf,
   shardForKey,
 } from "../../../src/cluster/index.ts";
+import { AllocatorLoop } from "../../../src/node/allocator-loop.ts";
 import { nextReplicaChange, replaceReplicas } from "../../../src/node/replicas.ts";
+import { silentLogger } from "../../../src/ops/index.ts";
 import { type ConfChange, nodeId } from "../../../src/raft/index.ts";
 import { MultiRaft } from "../../../src/replication/index.ts";
 import { MemoryEngine } from "../../../src/replication/memory-engine.ts";
@@ -55,6 +63,15 @@ import {
   type RegisterOutput,
   type Version,
 } from "../../support/linearizability.ts";
+import {
+  CaughtUpLedger,
+  drawMoveProfile,
+  FOUNDERS,
+  type LeaderView,
+  type LeaveKind,
+  type MoveProfile,
+  placementProblems,
+} from "./moves.ts";
 import { Process, processFs, World } from "./world.ts";
 
 export interface DriverSimBugs extends DriverTestingBugs {
@@ -66,7 +83,10 @@ export interface DriverSimBugs extends DriverTestingBugs {
 
 export interface DriverSimOptions {
   readonly seed: number;
-  /** Nodes in the cluster, 1 or 3; default: drawn from the seed. */
+  /**
+   * Nodes, 1, 3, 4 or 5; default: drawn from the seed. Three found the cluster; a fourth and
+   * fifth join it during the chaos and members leave (moves.ts).
+   */
   readonly nodes?: number;
   /** Simulated milliseconds of chaos (default 3000). */
   readonly chaosMs?: number;
@@ -76,7 +96,15 @@ export interface DriverSimOptions {
 }
 
 export interface DriverSimViolation {
-  readonly kind: "restart-failed" | "liveness" | "linearizability" | "fatal" | "quiescence";
+  readonly kind:
+    | "restart-failed"
+    | "liveness"
+    | "linearizability"
+    | "fatal"
+    | "quiescence"
+    | "quorum"
+    | "placement"
+    | "two-groups";
   readonly message: string;
 }
 
@@ -102,6 +130,22 @@ export interface DriverSimStats {
   quietStrikes: number;
   /** Failure detector reports (MultiRaft.wakeGroupsLedBy calls), true and false. */
   suspicions: number;
+  /** Seeds with moves (moves.ts): nodes admitted (join committed). */
+  joins: number;
+  /** Members decommissioned or stopped for good. */
+  leaves: number;
+  /** move-shard commands committed (the allocator's). */
+  moves: number;
+  /** settle-shard commands committed (a group's leader's). */
+  settles: number;
+  /** Member state changes committed (set-state, the allocator's and the operator's). */
+  stateChanges: number;
+  /** Crashes of a move's source, destination, group leader or meta leader mid-move. */
+  moveStrikes: number;
+  /** Leaders that handed their group over because their own node was leaving it. */
+  leaderHandoffs: number;
+  /** Conf changes a group's leader applied, checked for a quorum of caught-up voters. */
+  confChecks: number;
 }
 
 export interface DriverSimResult {
@@ -121,6 +165,8 @@ const DATA_DIR = "/data";
 const OP_TIMEOUT_MS = 1500;
 /** After the chaos: the node must serve every key within this long. */
 const LIVENESS_MS = 5000;
+/** After the final reads (seeds with moves): every shard placed as its meta record says. */
+const SETTLE_MS = 10_000;
 /** After the final reads: every group must be asleep within this long (quiescence on). */
 const QUIESCE_MS = 2000;
 
@@ -218,6 +264,13 @@ interface SimNode {
   /** Its disk's incarnation ("i0", then "w1", "w2"… after wipes) and replica id in its groups. */
   diskIncarnation: string;
   replica: string;
+  /** Stopped for good (decommissioned, or killed to be declared dead): never restarted. */
+  gone: boolean;
+  /** Seeds with moves: the meta state as this node applied it (behind the cluster's, a little). */
+  meta: MetaState;
+  metaVersion: number;
+  /** Seeds with moves: the process's upkeep (src/node/node.ts #startUpkeep). */
+  upkeep: { readonly changing: Set<number>; readonly allocator: AllocatorLoop } | null;
 }
 
 export async function runDriverSeed(options: DriverSimOptions): Promise<DriverSimResult> {
@@ -243,8 +296,6 @@ class DriverSim {
   readonly #world = new World();
   readonly #clients = new Process("clients");
   readonly #nodes: SimNode[];
-  /** The initial voters of every shard's group. */
-  readonly #voters: readonly string[];
   readonly #network = new Process("network");
   /** Links cut by the current partition, as "from>to". */
   #cut = new Set<string>();
@@ -269,6 +320,14 @@ class DriverSim {
     checkerSteps: 0,
     quietStrikes: 0,
     suspicions: 0,
+    joins: 0,
+    leaves: 0,
+    moves: 0,
+    settles: 0,
+    stateChanges: 0,
+    moveStrikes: 0,
+    leaderHandoffs: 0,
+    confChecks: 0,
   };
   #violation: DriverSimViolation | null = null;
   #valueSeq = 0;
@@ -285,12 +344,30 @@ class DriverSim {
     this.#lossRng = seededRng(options.seed ^ 0x5a4d);
     this.#loseShardEveryMs = [Infinity, Infinity, 400, 1200][this.#lossRng.int(4)] as number;
     this.#profile = pickProfile(this.#rng.fork());
-    // Drawn even when given, so that --nodes replays a seed drawn with that size exactly.
+    // Drawn even when given, so that --nodes replays a seed drawn with that size exactly. The
+    // moves draw from their own stream: the seeds without them replay as before they existed.
     const drawn = this.#rng.int(2) === 0 ? 1 : 3;
-    const count = options.nodes ?? drawn;
-    // A cluster has a spare node beside its three initial voters: membership changes add it to
-    // groups (as a learner, then a voter) and remove members, the leader among them.
-    this.#nodes = Array.from({ length: count > 1 ? count + 1 : 1 }, (_, i) => ({
+    this.#moveRng = seededRng(options.seed ^ 0x30e5);
+    const movesDrawn = this.#moveRng.int(4) === 0 ? 4 + this.#moveRng.int(2) : 0;
+    const count = options.nodes ?? (drawn === 3 && movesDrawn > 0 ? movesDrawn : drawn);
+    this.#size = count;
+    const chaosMs = options.chaosMs ?? 3000;
+    this.#moves = count > FOUNDERS ? drawMoveProfile(this.#moveRng, count, chaosMs) : null;
+    if (this.#moves !== null) {
+      // A key in every shard, so that the final reads open every group: a move settles through
+      // its group's leader, and a shard no client ever touched has no group (a node creates a
+      // shard for a request, and its replicas open it then; here every shard is created first).
+      const keys = [...this.#profile.keys];
+      for (let i = 0; new Set(keys.map(shardOfKey)).size < TOTAL_SHARDS && i < 1000; i++) {
+        if (!keys.map(shardOfKey).includes(shardOfKey(`s${i}`))) keys.push(`s${i}`);
+      }
+      this.#profile = { ...this.#profile, keys };
+    }
+    // Three nodes: a spare beside the three initial voters, which random membership changes add
+    // to groups (as a learner, then a voter) and remove members, the leader among them. Four or
+    // five: the cluster is founded on three, and the others join it (moves.ts).
+    const total = count === 1 ? 1 : count === FOUNDERS ? count + 1 : count;
+    this.#nodes = Array.from({ length: total }, (_, i) => ({
       id: `n${i + 1}`,
       disk: new MemoryFileSystem(),
       proc: null,
@@ -298,9 +375,14 @@ class DriverSim {
       incarnation: 0,
       diskIncarnation: "i0",
       replica: count > 1 ? replicaIdOf(`n${i + 1}`, "i0") : `n${i + 1}`,
+      gone: false,
+      meta: MetaState.empty(),
+      metaVersion: 0,
+      upkeep: null,
     }));
     // The cluster's committed metadata, as the meta group would hold it: the initial voters'
-    // nodes replicate every shard; the spare is a member too. Wipes apply `rejoin` here.
+    // nodes replicate every shard; the three-node cluster's spare is a member too. Wipes apply
+    // `rejoin` here.
     const ids = this.#nodes.map((n) => n.id);
     const member = (id: string): MetaMember => ({
       id,
@@ -308,30 +390,45 @@ class DriverSim {
       httpAddr: `${id}:8080`,
       incarnation: "i0",
     });
+    const founders = Math.min(count, FOUNDERS);
     let meta = MetaState.empty().apply({
       op: "bootstrap",
       clusterId: "sim",
       totalShards: TOTAL_SHARDS,
-      replicationFactor: count,
-      members: ids.slice(0, count).map(member),
+      replicationFactor: founders,
+      members: ids.slice(0, founders).map(member),
     }).state;
-    for (const id of ids.slice(count))
-      meta = meta.apply({ op: "set-member", member: member(id) }).state;
+    if (this.#moves === null) {
+      for (const id of ids.slice(count))
+        meta = meta.apply({ op: "set-member", member: member(id) }).state;
+    }
     // Each shard ranks its replicas in another order, as rendezvous hashing does: the first
     // ranked leads the new group's founding term (Groups#openShard), so each node founds
     // some groups as their leader.
-    const replicas = ids.slice(0, count);
+    const replicas = ids.slice(0, founders);
     for (let shard = 1; shard < TOTAL_SHARDS; shard++) {
-      const turn = shard % count;
+      const turn = shard % founders;
       const ranked = [...replicas.slice(turn), ...replicas.slice(0, turn)];
       meta = meta.apply({ op: "create-shard", shard, replicas: ranked }).state;
     }
     this.#meta = meta;
-    this.#voters = count > 1 ? (meta.shards.get(0) ?? []) : ["n1"];
+    for (const node of this.#nodes) node.meta = meta;
+    for (const [shard, voters] of meta.shards.entries()) this.#ledger.found(shard, voters);
   }
 
   /** The cluster's committed metadata (clusters only; see the constructor). */
   #meta: MetaState;
+  /** How many meta commands committed (each node's copy is at one of these versions). */
+  #metaVersion = 0;
+  /** Nodes, as drawn or given (the replay command's --nodes). */
+  readonly #size: number;
+  /** Seeds with moves (four or five nodes): what their membership does; else null. */
+  readonly #moves: MoveProfile | null;
+  /** The moves' own stream (their schedule, delays and victims). */
+  readonly #moveRng: Rng;
+  readonly #ledger = new CaughtUpLedger();
+  /** Members chosen to leave (decommissioned or killed), from the moment they are chosen. */
+  readonly #leaving = new Set<string>();
 
   async run(): Promise<DriverSimResult> {
     try {
@@ -346,7 +443,7 @@ class DriverSim {
     for (const node of this.#nodes) if (node.proc !== null) node.proc.alive = false;
     return {
       seed: this.#options.seed,
-      nodes: this.#voters.length,
+      nodes: this.#size,
       violation: this.#violation,
       stats: this.#stats,
       trace: this.#trace,
@@ -356,6 +453,7 @@ class DriverSim {
   async #runPhases(): Promise<void> {
     const chaosMs = this.#options.chaosMs ?? 3000;
     const world = this.#world;
+    if (this.#moves !== null) this.#log(`moves: ${JSON.stringify(this.#moves)}`);
     for (const node of this.#nodes) this.#start(node);
     await world.settle();
     this.#throwIfViolated();
@@ -374,6 +472,7 @@ class DriverSim {
     await world.runUntil(world.now + OP_TIMEOUT_MS + 10);
     this.#throwIfViolated();
     await this.#finalReads();
+    await this.#checkPlacement();
     await this.#checkQuiescence();
     this.#check();
   }
@@ -402,6 +501,7 @@ class DriverSim {
   // ── nodes ──────────────────────────────────────────────────────────────────────────────────
 
   #start(node: SimNode): void {
+    if (node.gone) return;
     const proc = new Process(`${node.id}#${++node.incarnation}`);
     node.proc = proc;
     const bugs = this.#options.bugs ?? {};
@@ -445,13 +545,28 @@ class DriverSim {
       ...(this.#nodes.length > 1
         ? {
             replicaId: node.replica,
-            replicasOf: (shard: number) => this.#meta.shards.get(shard) ?? [],
-            replicasNow: (shard: number) =>
-              this.#meta.nodesOf(shard).map((n) => this.#meta.replicaOf(n)),
-            acceptsReplica: () => true,
-            // The shard's first-ranked replica, up or not: a group created elsewhere asks it to
-            // campaign (and elects on timers when it is down).
-            firstCampaigner: (shard: number) => this.#meta.shards.get(shard)?.[0],
+            ...(this.#moves === null
+              ? {
+                  replicasOf: (shard: number) => this.#meta.shards.get(shard) ?? [],
+                  replicasNow: (shard: number) =>
+                    this.#meta.nodesOf(shard).map((n) => this.#meta.replicaOf(n)),
+                  acceptsReplica: () => true,
+                  // The shard's first-ranked replica, up or not: a group created elsewhere asks
+                  // it to campaign (and elects on timers when it is down).
+                  firstCampaigner: (shard: number) => this.#meta.shards.get(shard)?.[0],
+                }
+              : {
+                  // As a node does (src/node/cluster.ts), from the meta state it applied.
+                  replicasOf: (shard: number) => node.meta.shards.get(shard) ?? [],
+                  replicasNow: (shard: number) =>
+                    node.meta.nodesOf(shard).map((n) => node.meta.replicaOf(n)),
+                  acceptsReplica: (shard: number) => node.meta.keepsReplica(node.id, shard),
+                  firstCampaigner: (shard: number) => {
+                    const first = node.meta.preferredLeader(shard);
+                    const up = this.#nodes.some((n) => n.id === first && n.mr !== null);
+                    return first === undefined || !up ? undefined : node.meta.replicaOf(first);
+                  },
+                }),
             transport: {
               send: (to, messages, sent) => this.#deliver(node, to, messages, sent),
               // Sent messages are in the simulated network at once: nothing waits for the turn.
@@ -474,6 +589,7 @@ class DriverSim {
         ...(bugs.foundingAppendsBeforeSync === true ? { foundingAppendsBeforeSync: true } : {}),
       },
       observer: {
+        confChanged: (shard) => this.#checkConf(node, proc, shard),
         fatal: (err) => {
           if (!proc.alive) return;
           // A node that fails stops (the process exits); its supervisor restarts it.
@@ -493,6 +609,7 @@ class DriverSim {
           return;
         }
         node.mr = mr;
+        if (this.#moves !== null) node.upkeep = this.#upkeepFor(node, proc, this.#moves);
         this.#logShards(`opened ${proc.name}`, mr);
         if (mr.tornTail !== undefined) {
           this.#log(
@@ -536,7 +653,8 @@ class DriverSim {
       node.proc === null ||
       !node.proc.alive ||
       this.#replacementsPending() ||
-      this.#refillPending()
+      this.#refillPending() ||
+      !this.#mayLoseCopy(node)
     )
       return;
     this.#stats.wipes++;
@@ -545,11 +663,13 @@ class DriverSim {
     if (this.#options.bugs?.wipeKeepsReplica !== true) {
       node.diskIncarnation = `w${this.#stats.wipes}`;
       node.replica = replicaIdOf(node.id, node.diskIncarnation);
-      this.#meta = this.#meta.apply({
+      const rejoin: MetaCommand = {
         op: "rejoin",
         id: node.id,
         incarnation: node.diskIncarnation,
-      }).state;
+      };
+      if (this.#moves === null) this.#meta = this.#meta.apply(rejoin).state;
+      else this.#commitMeta(rejoin);
     }
     this.#log(`wipe ${node.id}: back as ${node.replica}`);
     if (this.#options.bugs?.wipeKeepsReplica !== true) {
@@ -582,7 +702,7 @@ class DriverSim {
     const node = this.#nodes[r.int(this.#nodes.length)] as SimNode;
     const mr = node.mr;
     if (mr === null || node.proc === null || !node.proc.alive) return;
-    if (this.#replacementsPending() || this.#refillPending()) return;
+    if (this.#replacementsPending() || this.#refillPending() || !this.#mayLoseCopy(node)) return;
     const held = mr.shardIds();
     const compacted = held.filter((id) => (mr.shardInfo(id)?.logFirstIndex ?? 0) > 1);
     const pool = compacted.length > 0 && r.int(4) !== 0 ? compacted : held;
@@ -676,6 +796,7 @@ class DriverSim {
     node.proc.alive = false;
     node.proc = null;
     node.mr = null;
+    node.upkeep = null;
     node.disk.crash(processOnly ? { processOnly } : { tornWriteBytes: torn });
     this.#detect(node.id);
     if (restart) {
@@ -685,6 +806,422 @@ class DriverSim {
         this.#start(node);
       });
     }
+  }
+
+  // ── moves (seeds with four or five nodes: moves.ts) ───────────────────────────────────────
+
+  /**
+   * Commits `cmd` to the cluster's meta state, as the meta group would, and has each node
+   * apply it a little later (its own copy, never going back). Returns what it did.
+   */
+  #commitMeta(cmd: MetaCommand): MetaOutcome {
+    const { state, outcome } = this.#meta.apply(cmd);
+    if (state === this.#meta) return outcome;
+    this.#meta = state;
+    const version = ++this.#metaVersion;
+    switch (outcome.kind) {
+      case "shard-moved":
+        this.#stats.moves++;
+        break;
+      case "shard-settled":
+        this.#stats.settles++;
+        break;
+      case "state-changed":
+        this.#stats.stateChanges++;
+        break;
+      default:
+        break;
+    }
+    this.#log(`meta ${cmd.op}: ${describeOutcome(outcome)}`);
+    const lag = this.#moves?.applyLagMs ?? 0;
+    for (const node of this.#nodes) {
+      this.#world.after(this.#moveRng.int(lag + 1), this.#network, () => {
+        if (node.metaVersion >= version) return;
+        node.meta = state;
+        node.metaVersion = version;
+        // A shard placed here now may have messages waiting (MultiRaft.receive).
+        node.mr?.replicasChanged();
+      });
+    }
+    return outcome;
+  }
+
+  /**
+   * A meta command proposed by `node`'s process: it commits once it lands (after a simulated
+   * delay), and the proposer hears of it; a proposer that died meanwhile hears nothing, and
+   * its proposal committed or not (half the time each).
+   */
+  #proposeMeta(proc: Process, cmd: MetaCommand): Promise<void> {
+    const m = this.#moves as MoveProfile;
+    return new Promise((resolve, reject) => {
+      this.#world.after(1 + this.#moveRng.int(m.commitMs), this.#network, () => {
+        if (!proc.alive) {
+          if (this.#moveRng.int(2) === 0) this.#commitMeta(cmd);
+          reject(new Error("the proposer stopped"));
+          return;
+        }
+        const outcome = this.#commitMeta(cmd);
+        if (outcome.kind === "rejected") reject(new Error(outcome.reason));
+        else resolve();
+      });
+    });
+  }
+
+  /** A node process's upkeep: its allocator loop (acting while it leads the meta group). */
+  #upkeepFor(node: SimNode, proc: Process, m: MoveProfile): SimNode["upkeep"] {
+    const allocator = new AllocatorLoop({
+      nodeId: node.id,
+      deadAfterMs: m.deadAfterMs,
+      maxMoves: m.maxMoves,
+      tolerance: m.tolerance,
+      meta: () => node.meta,
+      // The meta group is shard 0's group here.
+      leadsMeta: () => node.mr?.leads(0) === true,
+      // Gossip: the nodes whose process runs and whose messages reach this one.
+      alive: () =>
+        new Set(
+          this.#nodes
+            .filter((n) => n.mr !== null && (n === node || !this.#cut.has(`${n.id}>${node.id}`)))
+            .map((n) => n.id),
+        ),
+      metaCaughtUp: (id) => node.mr?.isCaughtUp(0, node.meta.replicaOf(id)) === true,
+      propose: (cmd) => this.#proposeMeta(proc, cmd),
+      log: silentLogger,
+    });
+    return { changing: new Set(), allocator };
+  }
+
+  /**
+   * One upkeep pass of every running node, as src/node/node.ts runs it: each group's leader
+   * takes its next replica step (settling moves through the meta group), and the allocator
+   * runs where the meta group is led. First, what every leader sees of its members' progress
+   * feeds the ledger of caught-up replicas.
+   */
+  #upkeep(): void {
+    // Election safety across every replica of a shard, the moved-off ones too: one leader a
+    // term, or the shard has two groups.
+    const leaders = new Map<string, string>();
+    for (const node of this.#nodes) {
+      const mr = node.mr;
+      if (mr === null) continue;
+      for (const id of mr.shardIds()) {
+        const info = mr.shardInfo(id);
+        if (info === null) continue;
+        if (info.refilling) this.#ledger.lost(id, node.replica);
+        if (info.role !== "leader") continue;
+        this.#ledger.note(id, info, (r) => mr.isCaughtUp(id, r));
+        const other = leaders.get(`${id}/${info.term}`);
+        if (other !== undefined) {
+          this.#violate({
+            kind: "two-groups",
+            message: `shard ${id} has two leaders in term ${info.term}: ${other} and ${node.replica}`,
+          });
+        }
+        leaders.set(`${id}/${info.term}`, node.replica);
+      }
+    }
+    for (const node of this.#nodes) {
+      const { mr, proc, upkeep } = node;
+      if (mr === null || proc === null || upkeep === null) continue;
+      for (const id of mr.shardIds()) {
+        const info = mr.shardInfo(id);
+        if (upkeep.changing.has(id) || info?.role !== "leader") continue;
+        const step = nextReplicaChange(node.meta, id, mr.replicaId, info, (r) =>
+          mr.isCaughtUp(id, r),
+        );
+        if (step?.type === "transfer") {
+          this.#stats.leaderHandoffs++;
+          this.#log(`${node.id} hands shard ${id} over to ${step.to}: its node leaves the shard`);
+        } else if (step !== null) {
+          this.#log(`${mr.replicaId} (t${info.term}) shard ${id}: ${JSON.stringify(step)}`);
+        }
+      }
+      const failed = (shard: number, err: unknown): void =>
+        this.#log(`${node.id}: replica step of shard ${shard} failed: ${describe(err)}`);
+      replaceReplicas(mr, node.meta, upkeep.changing, failed, {
+        settle: (shard, nodes) =>
+          this.#proposeMeta(proc, { op: "settle-shard", shard, nodes: [...nodes] }),
+      });
+      upkeep.allocator.pass(this.#world.now);
+    }
+  }
+
+  /**
+   * A configuration a node applied (the observer names nodes; the group's configuration, as
+   * its Raft core has it, names replicas): checked when the node leads the group (a replica
+   * replaying its log at a restart applies old ones).
+   */
+  #checkConf(node: SimNode, proc: Process, shard: number): void {
+    if (this.#moves === null || !proc.alive) return;
+    const mr = node.mr;
+    const info = mr?.shardInfo(shard);
+    if (mr === null || info === null || info === undefined || info.role !== "leader") return;
+    this.#stats.confChecks++;
+    const problem = this.#ledger.check(shard, info.term, info.voters);
+    if (problem !== null) this.#violate({ kind: "quorum", message: `${node.id}: ${problem}` });
+  }
+
+  /**
+   * Whether the simulation may take a copy of `node`'s data now (wipe its disk, remove a shard
+   * directory): always without moves; with them, only an active member not chosen to leave,
+   * while no move is under way and no member stopped for good holds a replica. Two copies of
+   * a shard lost at once may lose acknowledged writes, as in any three-replica system.
+   */
+  #mayLoseCopy(node: SimNode): boolean {
+    if (this.#moves === null) return true;
+    const meta = this.#meta;
+    if (meta.stateOf(node.id) !== "active" || this.#leaving.has(node.id)) return false;
+    if ([...meta.shards.keys()].some((s) => meta.isMoving(s))) return false;
+    return !this.#goneHoldsReplica() && this.#copiesWhole();
+  }
+
+  /**
+   * Whether a member stopped for good still holds a replica: one of a shard's nodes in the meta
+   * state, or a member of the group's configuration as its leader has it.
+   */
+  #goneHoldsReplica(): boolean {
+    const counts = this.#meta.replicaCounts();
+    const gone = this.#nodes.filter((n) => n.gone);
+    if (gone.some((n) => (counts.get(n.id) ?? 0) > 0)) return true;
+    for (const shard of this.#meta.shards.keys()) {
+      const leader = this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+      const info = leader?.mr?.shardInfo(shard);
+      if (info === null || info === undefined) continue;
+      const members = [...info.voters, ...info.learners];
+      if (gone.some((n) => members.includes(n.replica))) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Whether every group that runs has as many voters as the replication factor on nodes still
+   * in service (none retired by a wipe, none on a member stopped for good), a leader, and no
+   * replica being refilled: a copy more may be lost then (seeds with moves). A wiped node's
+   * shards may have moved off it meanwhile: what counts is the groups' voters, not the meta
+   * state (seed 2138 on five nodes killed a member while a group ran on two voters and a
+   * learner, and lost its quorum for good).
+   */
+  #copiesWhole(): boolean {
+    const meta = this.#meta;
+    for (const shard of meta.shards.keys()) {
+      const holders = this.#nodes.filter((n) => (n.mr?.shardInfo(shard) ?? null) !== null);
+      if (holders.length === 0) continue;
+      if (holders.some((n) => n.mr?.shardInfo(shard)?.refilling === true)) return false;
+      const leader = holders.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+      const info = leader?.mr?.shardInfo(shard);
+      if (info === null || info === undefined) return false;
+      const serving = info.voters.filter(
+        (v) => !meta.isRetired(v) && !this.#nodes.some((n) => n.gone && n.id === nodeOfReplica(v)),
+      );
+      if (serving.length < meta.replicationFactor) return false;
+    }
+    return true;
+  }
+
+  #scheduleMoves(m: MoveProfile, chaosMs: number): void {
+    const r = this.#moveRng;
+    for (const [i, at] of m.joinAt.entries()) {
+      const node = this.#nodes[FOUNDERS + i];
+      if (node !== undefined) this.#world.after(at, this.#clients, () => this.#join(node));
+    }
+    for (const leave of m.leaves) {
+      this.#world.after(leave.at, this.#clients, () => this.#leave(leave.kind));
+    }
+    if (Number.isFinite(m.strikeEveryMs)) {
+      const next = (): void => {
+        const delay = 1 + r.int(2 * m.strikeEveryMs);
+        if (this.#world.now + delay >= chaosMs) return;
+        this.#world.after(delay, this.#clients, () => {
+          if (this.#chaos) this.#strikeMove();
+          next();
+        });
+      };
+      next();
+    }
+  }
+
+  /** `node` asks to be admitted (a node started with the cluster's seeds); retried until it is. */
+  #join(node: SimNode): void {
+    if (this.#meta.members.has(node.id)) return;
+    const again = (): void => {
+      this.#world.after(50 + this.#moveRng.int(50), this.#clients, () => this.#join(node));
+    };
+    const proc = node.proc;
+    if (proc === null || node.mr === null) {
+      again();
+      return;
+    }
+    const member: MetaMember = {
+      id: node.id,
+      rpcAddr: `${node.id}:7447`,
+      httpAddr: `${node.id}:8080`,
+      incarnation: node.diskIncarnation,
+    };
+    this.#proposeMeta(proc, { op: "join", member }).then(
+      () => {
+        this.#stats.joins++;
+        this.#log(`${node.id} joined`);
+      },
+      () => again(),
+    );
+  }
+
+  /**
+   * An active member leaves, once the others can take its replicas (as many active members not
+   * leaving as the replication factor) and no copy of any shard is being rebuilt: decommissioned
+   * (stopped once it holds nothing), or stopped for good (the allocator declares it dead and
+   * re-replicates its shards; the operator removes it then, half the time).
+   */
+  #leave(kind: LeaveKind): void {
+    // A leave the chaos could not start in time is dropped: after it, the cluster settles.
+    if (!this.#chaos) return;
+    const meta = this.#meta;
+    const staying = meta.activeMembers().filter((id) => !this.#leaving.has(id));
+    const candidates = this.#nodes.filter(
+      (n) => staying.includes(n.id) && n.mr !== null && n.proc !== null,
+    );
+    const node = candidates[this.#moveRng.int(Math.max(1, candidates.length))];
+    // A decommission loses no copy (the node serves until its replicas moved off); a member
+    // stopped for good does, so not while another copy of some shard is being rebuilt.
+    const ready =
+      staying.length > meta.replicationFactor &&
+      node !== undefined &&
+      (kind === "decommission" ||
+        (!this.#refillPending() && this.#copiesWhole() && !this.#goneHoldsReplica()));
+    if (!ready || node === undefined) {
+      this.#world.after(100, this.#clients, () => this.#leave(kind));
+      return;
+    }
+    this.#leaving.add(node.id);
+    this.#stats.leaves++;
+    this.#log(`${kind} ${node.id}`);
+    if (kind === "decommission") {
+      const admin = (): void => {
+        // `cairn node decommission`, sent to any running member.
+        const proc = this.#nodes.find((n) => n.proc !== null && n.mr !== null)?.proc;
+        if (proc === undefined || proc === null) {
+          this.#world.after(50, this.#clients, admin);
+          return;
+        }
+        this.#proposeMeta(proc, { op: "set-state", id: node.id, state: "decommissioning" }).catch(
+          () => {
+            if (this.#meta.stateOf(node.id) === "active")
+              this.#world.after(50, this.#clients, admin);
+          },
+        );
+      };
+      admin();
+    } else {
+      this.#crash(node, false);
+      node.gone = true;
+    }
+    // The operator's part afterwards: stop a decommissioned node; remove a dead one.
+    const watch = (): void => {
+      const state = this.#meta.stateOf(node.id);
+      if (state === "decommissioned" && !node.gone) {
+        this.#log(`stop ${node.id} for good (decommissioned)`);
+        this.#crash(node, false);
+        node.gone = true;
+        return;
+      }
+      if (state === "dead" && (this.#meta.replicaCounts().get(node.id) ?? 0) === 0) {
+        if (this.#moveRng.int(2) === 0) {
+          const proc = this.#nodes.find((n) => n.proc !== null && n.mr !== null)?.proc;
+          if (proc !== undefined && proc !== null) {
+            this.#proposeMeta(proc, { op: "set-state", id: node.id, state: "removed" }).catch(
+              () => undefined,
+            );
+          }
+        }
+        return;
+      }
+      if (state === "removed" || state === "decommissioned") return;
+      this.#world.after(100, this.#clients, watch);
+    };
+    this.#world.after(100, this.#clients, watch);
+  }
+
+  /** A move under way loses a process: its source, destination, group leader or meta leader. */
+  #strikeMove(): void {
+    const r = this.#moveRng;
+    const meta = this.#meta;
+    const moving = [...meta.shards.keys()].filter((s) => meta.isMoving(s));
+    const shard = moving[r.int(Math.max(1, moving.length))];
+    if (shard === undefined) return;
+    const leader = this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+    const info = leader?.mr?.shardInfo(shard);
+    const nodes = meta.nodesOf(shard);
+    const members = info === null || info === undefined ? [] : [...info.voters, ...info.learners];
+    const roles: [string, SimNode | undefined][] = [
+      ["leader", leader],
+      ["meta leader", this.#nodes.find((n) => n.mr?.leads(0) === true)],
+      ["source", this.#nodes.find((n) => !nodes.includes(n.id) && members.includes(n.replica))],
+      [
+        "destination",
+        this.#nodes.find((n) => nodes.includes(n.id) && !(info?.voters ?? []).includes(n.replica)),
+      ],
+    ];
+    const [role, victim] = roles[r.int(roles.length)] as [string, SimNode | undefined];
+    if (victim === undefined || victim.proc === null) return;
+    this.#stats.moveStrikes++;
+    this.#log(`strike shard ${shard}'s move (to ${nodes}): crash its ${role} ${victim.id}`);
+    this.#crash(victim, true);
+  }
+
+  /**
+   * After the chaos (seeds with moves): within SETTLE_MS every shard is placed as its meta
+   * record says, on active members, with no move pending (moves.ts, placementProblems).
+   */
+  async #checkPlacement(): Promise<void> {
+    if (this.#moves === null) return;
+    const world = this.#world;
+    const deadline = world.now + SETTLE_MS;
+    const leaderOf = (shard: number): LeaderView | null => {
+      let best: LeaderView | null = null;
+      for (const n of this.#nodes) {
+        const info = n.mr?.shardInfo(shard);
+        if (info?.role === "leader" && (best === null || info.term > best.term)) best = info;
+      }
+      return best;
+    };
+    const opened = (shard: number): boolean =>
+      this.#nodes.some((n) => (n.mr?.shardInfo(shard) ?? null) !== null);
+    // Settled, a shard has one leader: a replica that leads apart from the group (a group of
+    // its own, founded again) would stay one.
+    const problemsNow = (): string[] => {
+      const out = placementProblems(this.#meta, leaderOf, opened);
+      for (const shard of this.#meta.shards.keys()) {
+        const claims = this.#nodes.filter((n) => n.mr?.shardInfo(shard)?.role === "leader");
+        if (claims.length > 1) {
+          const who = claims.map((n) => `${n.replica} (t${n.mr?.shardInfo(shard)?.term})`);
+          out.push(`shard ${shard}: ${claims.length} replicas lead: ${who.join(", ")}`);
+        }
+      }
+      return out;
+    };
+    let problems = problemsNow();
+    while (problems.length > 0 && world.now < deadline) {
+      await world.runUntil(world.now + 10 * TICK_MS);
+      this.#throwIfViolated();
+      problems = problemsNow();
+    }
+    if (problems.length === 0) return;
+    // What each moving shard's leader would do next, for the report.
+    const next = [...this.#meta.shards.keys()].flatMap((shard) => {
+      const leader = this.#nodes.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
+      const info = leader?.mr?.shardInfo(shard);
+      const mr = leader?.mr;
+      if (leader === undefined || mr === null || mr === undefined) return [];
+      if (info === null || info === undefined || !this.#meta.isMoving(shard)) return [];
+      const step = nextReplicaChange(leader.meta, shard, mr.replicaId, info, (r) =>
+        mr.isCaughtUp(shard, r),
+      );
+      return [`shard ${shard}'s leader ${leader.replica} (t${info.term}): ${JSON.stringify(step)}`];
+    });
+    throw new ViolationFound({
+      kind: "placement",
+      message: `${SETTLE_MS} ms after the final reads: ${problems.join("; ")}; next: ${next.join("; ")}`,
+    });
   }
 
   // ── faults ─────────────────────────────────────────────────────────────────────────────────
@@ -731,7 +1268,9 @@ class DriverSim {
         this.#log(`transfer shard ${shard} to ${to}`);
         mr.transferLeader(shard, to).catch(() => undefined);
       });
-      every(p.membershipEveryMs, () => this.#changeMembership());
+      // Seeds with moves change their groups' members as nodes do, and only so (moves.ts).
+      if (this.#moves === null) every(p.membershipEveryMs, () => this.#changeMembership());
+      else this.#scheduleMoves(this.#moves, chaosMs);
       every(p.wipeEveryMs, () => this.#wipe(anyNode()));
       // From the losses' own stream: the seeds without them schedule what they did before.
       if (Number.isFinite(this.#loseShardEveryMs)) {
@@ -748,7 +1287,8 @@ class DriverSim {
       // The leaders' replica replacement pass (every 2 s in a node; faster here), also after
       // the chaos, until the run ends.
       const replace = (): void => {
-        this.#replaceReplicas();
+        if (this.#moves === null) this.#replaceReplicas();
+        else this.#upkeep();
         this.#world.after(100, this.#network, replace);
       };
       this.#world.after(100, this.#network, replace);
@@ -1233,6 +1773,10 @@ class DriverSim {
   }
 }
 
+function shardOfKey(key: string): number {
+  return shardForKey(enc.encode(key), TOTAL_SHARDS);
+}
+
 function toOutput(input: RegisterInput, result: ApplyOutcome | StoredItem | null): RegisterOutput {
   if (input.type === "get") {
     const item = result as StoredItem | null;
@@ -1287,4 +1831,20 @@ function describe(err: unknown): string {
     return `${typeof code === "string" ? `${code}: ` : ""}${err.message}`;
   }
   return String(err);
+}
+
+function describeOutcome(o: MetaOutcome): string {
+  switch (o.kind) {
+    case "shard-moved":
+      return `shard ${o.shard} to ${o.nodes.join(",")}`;
+    case "shard-settled":
+      return `shard ${o.shard} settled`;
+    case "state-changed":
+      return `${o.id} ${o.from} → ${o.to}`;
+    case "member-added":
+    case "member-updated":
+      return `member ${o.member.id} (${o.member.incarnation ?? "-"}, ${o.member.state ?? "active"})`;
+    default:
+      return o.kind;
+  }
 }
