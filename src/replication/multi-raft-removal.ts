@@ -112,13 +112,13 @@ export class Removal {
     if (s === undefined) return kept("it is not open here");
     // A leader leaving its shard hands leadership over first (src/node/replicas.ts).
     if (s.raw.role === "leader") return kept("it leads its group");
-    const ended = Promise.withResolvers<void>();
+    const ended = Promise.withResolvers<undefined>();
     this.#removing.set(id, ended.promise);
     try {
       return await this.#remove(s, confirm);
     } finally {
       this.#removing.delete(id);
-      ended.resolve();
+      ended.resolve(undefined);
     }
   }
 
