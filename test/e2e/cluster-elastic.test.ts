@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
@@ -161,6 +161,18 @@ describe("elastic cluster (real processes)", () => {
         assert.equal(decommission.code, 0, decommission.err);
         assert.match(decommission.out, /n2: decommissioned, 0 replica\(s\) left/);
         assert.ok((await memberStates(c1)).includes("n2=decommissioned"));
+        // Its replicas moved off are deleted (replica GC): its shards/ directory keeps only the
+        // meta group's (shard 0), and it says so in its log.
+        const n2Shards = join(cluster.node("n2").dataDir, "shards");
+        await eventually(
+          "n2 holds no moved-off shard on disk",
+          async () => (await readdir(n2Shards)).every((name) => name === "0"),
+          60_000,
+        );
+        assert.match(
+          cluster.node("n2").server?.lines.join("\n") ?? "",
+          /replica moved off this node removed/,
+        );
         await cluster.stop("n2");
         // Nothing was lost, and the three left take writes.
         for (let i = 96; i < 112; i++) await put(c1, `k${i}`, `v${i}`);
