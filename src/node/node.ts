@@ -65,6 +65,7 @@ import {
 import { AllocatorLoop } from "./allocator-loop.ts";
 import { gateByMembership } from "./member-gate.ts";
 import { memberAdmin } from "./members-admin.ts";
+import { ReplicaGc } from "./replica-gc.ts";
 import { type ReplicaEffects, type ReplicaStep, replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { moveStepHoldMs, plantedBugs } from "./testing-bugs.ts";
@@ -402,6 +403,10 @@ export class CairnNode implements HealthSource {
             replay_to: replayedTo,
           });
         },
+        shardRemoved(shard) {
+          // Its per-shard series go with it (replica GC: src/node/replica-gc.ts logs it).
+          metrics.removeShard(shard);
+        },
         leaderChanged: (shard, leader, term) => {
           if (leader !== null) metrics.incLeaderChanges(shard);
           for (const listener of this.#leaderListeners) listener(shard, leader);
@@ -709,6 +714,17 @@ export class CairnNode implements HealthSource {
       proposed: () => upkeepSoon(),
       log: this.#log.child("allocator"),
     });
+    const cell = this.#cell;
+    // Replicas moved off this node are deleted (replica-gc.ts), a few a pass.
+    const gc = new ReplicaGc({
+      store,
+      nodeId: c.node_id,
+      meta: () => cluster.meta,
+      // A shard worker without shard 0 syncs through worker 0, which holds it.
+      syncMeta: () => (cell === null || cell.index === 0 ? store.syncMeta() : cell.meta.sync()),
+      removed: (bytes) => this.metrics.replicaRemoved(bytes),
+      log: this.#log.child("replica-gc"),
+    });
     const hold = moveStepHoldMs(process.env);
     if (hold > 0)
       this.#log.warn("replica changes held after each step (testing only)", { hold_ms: hold });
@@ -752,11 +768,13 @@ export class CairnNode implements HealthSource {
         effects,
       );
       allocator.pass();
-      if (tick) spreadLeaders(this.store, cluster, c.node_id, alive);
+      if (tick) {
+        spreadLeaders(this.store, cluster, c.node_id, alive);
+        void gc.pass();
+      }
     };
     this.#spreadTimer = setInterval(() => upkeep(true), LEADER_SPREAD_MS);
     this.#spreadTimer.unref();
-    const cell = this.#cell;
     if (cell === null) return;
     cell.watchLeaders((shard, leader) => {
       for (const listener of this.#leaderListeners) listener(shard, leader);

@@ -131,6 +131,8 @@ export class CairnMetrics {
   readonly #framesSent: Counter<"peer">;
   readonly #messagesSent: Counter<"peer">;
   readonly #heartbeatsSent: Counter<"peer">;
+  readonly #replicasRemoved: Counter;
+  readonly #replicaBytesFreed: Counter;
   readonly #awakeGroups: Gauge;
   /** Labelled children per peer (resolving labels costs more than the update). */
   readonly #peerSeries = new Map<
@@ -272,6 +274,16 @@ export class CairnMetrics {
       help: "Raft snapshot data bytes sent to peers (failed transfers included).",
       registers,
     });
+    this.#replicasRemoved = new Counter({
+      name: "cairn_replicas_removed_total",
+      help: "Replicas a move took off this node, deleted (replica GC): WAL records dropped, directory deleted.",
+      registers,
+    });
+    this.#replicaBytesFreed = new Counter({
+      name: "cairn_replica_removed_bytes_total",
+      help: "Table bytes of the replicas deleted here (replica GC).",
+      registers,
+    });
     snapshotsFailed.inc({ direction: "send" }, 0);
     snapshotsFailed.inc({ direction: "receive" }, 0);
     this.snapshotMetrics = {
@@ -389,6 +401,12 @@ export class CairnMetrics {
 
   incLeaderChanges(shardId: number): void {
     this.#shards.incLeaderChanges(shardId);
+  }
+
+  /** A replica a move took off this node was deleted (replica GC), with `bytes` of tables. */
+  replicaRemoved(bytes: number): void {
+    this.#replicasRemoved.inc();
+    this.#replicaBytesFreed.inc(bytes);
   }
 
   /** The Raft driver handed one frame to the transport for `peer`. */

@@ -16,6 +16,7 @@ export {
   type LostShard,
   MultiRaft,
   type RaftTransport,
+  type RemovalOutcome,
   type ShardMessage,
   type MultiRaftOptions,
   type ReplicationObserver,

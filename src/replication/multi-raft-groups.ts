@@ -32,6 +32,7 @@ import {
   OPEN_CONCURRENCY,
   ShuttingDownError,
 } from "./multi-raft-options.ts";
+import { removeShardDir, shardDir } from "./multi-raft-removal.ts";
 import { buildSnapshot } from "./multi-raft-snapshots.ts";
 import type { SnapshotPins } from "./snapshot-pins.ts";
 import {
@@ -97,6 +98,8 @@ export interface GroupsHost {
   replicasChanged(): void;
   /** Where snapshots for followers pin their engine's version; null: built in memory. */
   readonly snapshotPins: SnapshotPins | null;
+  /** The removal of the shard's replica under way here, if any (multi-raft-removal.ts). */
+  whenRemoved(id: number): Promise<void> | undefined;
 }
 
 export class Groups {
@@ -137,9 +140,15 @@ export class Groups {
       );
     }
     const dirs = await shardDirs(fs, options.dataDir);
+    // A replica removed here (multi-raft-removal.ts) keeps only its term and vote in the WAL and
+    // is not opened; what is left of its directory (a crash during its deletion, which follows
+    // the durable drop) is deleted again.
+    for (const id of dirs) {
+      if (owns(id) && wal.isDropped(id)) await removeShardDir(fs, shardDir(options.dataDir, id));
+    }
     // (A shard whose directory is gone, or empty, is found as its engine opens: #openShard.)
     const known = [...new Set<number>([...(single ? [0] : []), ...wal.shards(), ...dirs])].filter(
-      owns,
+      (id) => owns(id) && !wal.isDropped(id),
     );
     const beyond = known.find((id) => id >= this.#host.totalShards);
     if (beyond !== undefined) {
@@ -259,6 +268,9 @@ export class Groups {
   shard(id: number, forRequest = false): Promise<ShardReplica> {
     const s = this.#host.shards.get(id);
     if (s !== undefined) return Promise.resolve(s);
+    // Its old replica is being removed: opened (again, or put back) once that ended.
+    const removal = this.#host.whenRemoved(id);
+    if (removal !== undefined) return removal.then(() => this.shard(id, forRequest));
     this.#host.assertOpen();
     if (this.#host.options.ownsShard?.(id) === false) {
       // A request routed to the wrong shard worker: a bug, never a reason to create the shard.

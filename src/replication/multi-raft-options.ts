@@ -220,6 +220,11 @@ export interface ReplicationObserver {
    */
   metaApplied?(state: MetaState): void;
   shardOpened?(shard: number, replayedFrom: number, replayedTo: number): void;
+  /**
+   * The shard's replica here was removed (MultiRaft.removeReplica): its WAL records dropped but
+   * for its term and vote, its directory (`bytes` of tables) deleted.
+   */
+  shardRemoved?(shard: number, bytes: number): void;
   leaderChanged?(shard: number, leader: string | null, term: number): void;
   /** The shard's state was replaced by its leader's snapshot (a replica far behind, or new). */
   snapshotInstalled?(shard: number, index: number, bytes: number): void;

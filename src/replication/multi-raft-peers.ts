@@ -6,6 +6,7 @@
  */
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { Message, NodeId } from "../raft/index.ts";
+import type { Wal } from "../storage/index.ts";
 import type { Clock } from "./engine.ts";
 import type { MultiRaftOptions, ShardTable } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
@@ -24,6 +25,8 @@ const HELD_MESSAGES_MAX = 4_096;
 export interface PeersHost {
   readonly options: Pick<MultiRaftOptions, "transport" | "acceptsReplica" | "onStaleReplica">;
   readonly shards: ShardTable;
+  /** Whether a shard's replica here was removed (Wal.isDropped). */
+  readonly wal: Pick<Wal, "isDropped">;
   readonly clock: Clock;
   readonly replicaId: NodeId;
   readonly totalShards: number;
@@ -35,6 +38,8 @@ export interface PeersHost {
   replicasOf(id: number): readonly string[];
   /** The open shard `id`, opened now if needed. */
   shard(id: number): Promise<ShardReplica>;
+  /** Whether the shard's replica here is being removed (multi-raft-removal.ts). */
+  removing(id: number): boolean;
   /** The group has input for the next round. */
   markDirty(s: ShardReplica): void;
 }
@@ -79,7 +84,13 @@ export class Peers {
         this.#host.markDirty(s);
         continue;
       }
-      if (!Number.isInteger(id) || id < 0 || id >= this.#host.totalShards) {
+      if (
+        !Number.isInteger(id) ||
+        id < 0 ||
+        id >= this.#host.totalShards ||
+        // For the replica being removed (lost, as on a network blip, if it stays).
+        this.#host.removing(id)
+      ) {
         releaseSnapshot(message);
         continue;
       }
@@ -110,6 +121,10 @@ export class Peers {
   }
 
   #replicatesHere(id: number): boolean {
+    // A replica removed here (multi-raft-removal.ts) is created again only where the meta
+    // state places the shard now: the initial voters say nothing after a move, and a stray
+    // message of the old group must not bring back what was deleted.
+    if (this.#host.wal.isDropped(id)) return this.#host.options.acceptsReplica?.(id) === true;
     return (
       this.#host.replicasOf(id).includes(this.#host.replicaId) ||
       this.#host.options.acceptsReplica?.(id) === true

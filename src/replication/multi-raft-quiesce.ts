@@ -79,7 +79,8 @@ export class Quiesce {
   }
 
   setTicking(s: ShardReplica, ticking: boolean): void {
-    if (s.ticking === ticking) return;
+    // A replica being removed ticks no more (multi-raft-removal.ts).
+    if (s.ticking === ticking || (ticking && s.removed)) return;
     s.ticking = ticking;
     if (!ticking) {
       this.#tickingCount--;

@@ -134,7 +134,7 @@ export class RoundLoop {
   }
 
   mark(s: ShardReplica): void {
-    if (s.marked) return;
+    if (s.marked || s.removed) return;
     s.marked = true;
     this.#dirty.push(s);
   }
@@ -247,7 +247,7 @@ export class RoundLoop {
     for (const s of dirty) {
       // A shard still applying its last Ready sits this round out (its apply marks it dirty
       // again when done): one slow engine must not hold every other shard's round.
-      if (s.applying !== null) continue;
+      if (s.applying !== null || s.removed) continue;
       const ask = s.maybeCampaign();
       if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
       if (s.refill !== null) asks = this.#askToRefill(s, now, asks);

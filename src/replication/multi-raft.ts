@@ -70,6 +70,7 @@ import { Scanner } from "./multi-raft-scan.ts";
 import { Peers } from "./multi-raft-peers.ts";
 import { Quiesce } from "./multi-raft-quiesce.ts";
 import { Reads } from "./multi-raft-reads.ts";
+import { Removal, type RemovalOutcome } from "./multi-raft-removal.ts";
 import { Writes } from "./multi-raft-writes.ts";
 import { RequestBudget } from "./request-budget.ts";
 import { SnapshotPins } from "./snapshot-pins.ts";
@@ -92,6 +93,7 @@ export {
   QUIESCE_AFTER_HEARTBEATS,
 } from "./multi-raft-groups.ts";
 export type { RaftTransport, ShardMessage } from "./raft-transport.ts";
+export type { RemovalOutcome } from "./multi-raft-removal.ts";
 
 export class MultiRaft {
   readonly nodeId: NodeId;
@@ -120,6 +122,7 @@ export class MultiRaft {
   readonly #quiesce: Quiesce;
   readonly #applier: Applier;
   readonly #rounds: RoundLoop;
+  readonly #removal: Removal;
   /** The engine versions pinned by snapshots not read yet, with a streaming transport. */
   readonly #snapshotPins: SnapshotPins | null;
 
@@ -165,6 +168,7 @@ export class MultiRaft {
       shardOf: (key: Uint8Array): number => this.shardOf(key),
       shard: (id: number): Promise<ShardReplica> => this.#groups.shard(id),
       opening: (id: number): boolean => this.#groups.opening(id),
+      removing: (id: number): boolean => this.#removal.removing(id) !== undefined,
       markDirty: (s: ShardReplica): void => this.#rounds.markDirty(s),
       report: (shard: number, report: PeerReport): void => this.#peers.report(shard, report),
       nodeId: this.nodeId,
@@ -179,7 +183,13 @@ export class MultiRaft {
     this.#reads = new Reads(host);
     this.#peers = new Peers(host);
     this.#quiesce = new Quiesce(host);
-    this.#groups = new Groups({ ...host, openEngine, rng, sleep: this.#quiesce });
+    this.#groups = new Groups({
+      ...host,
+      openEngine,
+      rng,
+      sleep: this.#quiesce,
+      whenRemoved: (id: number): Promise<void> | undefined => this.#removal.removing(id),
+    });
     this.#applier = new Applier({ ...host, sleep: this.#quiesce });
     this.#rounds = new RoundLoop({
       ...host,
@@ -188,6 +198,11 @@ export class MultiRaft {
       sleep: this.#quiesce,
       peers: this.#peers,
       applier: this.#applier,
+    });
+    this.#removal = new Removal({
+      ...host,
+      sleep: this.#quiesce,
+      whenRoundsIdle: (): Promise<void> => this.#rounds.whenIdle(),
     });
     this.#scanner = new Scanner(host);
     this.#maintenance = new Maintenance(host);
@@ -385,6 +400,24 @@ export class MultiRaft {
     return this.#maintenance.snapshotShard(id);
   }
 
+  /**
+   * Removes shard `id`'s replica here, one a move took off this node (replica GC,
+   * multi-raft-removal.ts): closed, its WAL records dropped but for its term and vote (durably),
+   * its directory deleted. `confirm()` is asked once the replica is out of the table and
+   * answers nothing: whether it may still go (the caller's meta state, synced now, still places
+   * the shard elsewhere). Kept, and said why, when it leads its group, is shard 0, is being
+   * opened, or is not confirmed.
+   */
+  removeReplica(id: number, confirm: () => Promise<boolean>): Promise<RemovalOutcome> {
+    this.#groups.checkShardId(id);
+    return this.#removal.remove(id, confirm);
+  }
+
+  /** Whether shard `id`'s replica here was removed (its WAL holds its term and vote only). */
+  isRemoved(id: number): boolean {
+    return this.#wal.isDropped(id);
+  }
+
   // ── state for health, metrics and the cluster view ──────────────────────────────────────────
 
   shardIds(): number[] {
@@ -475,6 +508,7 @@ export class MultiRaft {
     this.#stopTicker?.();
     this.#stopMaintenance?.();
     await this.#groups.whenOpened();
+    await this.#removal.whenIdle();
     await this.#rounds.whenIdle();
     await this.#applier.whenIdle();
     const err = new ShuttingDownError();

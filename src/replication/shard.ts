@@ -121,6 +121,11 @@ export class ShardReplica {
   /** In the driver's list of ticking groups (which drops those that stopped at its next tick). */
   listedTicking = false;
   /**
+   * Taken out of the driver's table for removal (multi-raft-removal.ts): never marked, ticked
+   * or collected into a round again (unless put back, the removal not confirmed).
+   */
+  removed = false;
+  /**
    * The commit index found at open: until the state machine has applied it, the replica holds
    * state older than writes it may already have acknowledged, so it neither campaigns nor
    * serves (see MultiRaft#readBarrier).

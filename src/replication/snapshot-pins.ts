@@ -23,8 +23,8 @@ export const DEFAULT_SNAPSHOT_PIN_TIMEOUT_MS = 120_000;
 
 export class SnapshotPins {
   readonly #unreadTimeoutMs: number;
-  /** The pins not released yet, each with its release(). */
-  readonly #live = new Set<() => void>();
+  /** The pins not released yet, each release() with the engine it pins. */
+  readonly #live = new Map<() => void, ShardEngine>();
 
   constructor(unreadTimeoutMs = DEFAULT_SNAPSHOT_PIN_TIMEOUT_MS) {
     this.#unreadTimeoutMs = unreadTimeoutMs;
@@ -63,7 +63,7 @@ export class SnapshotPins {
       if (state === "pinned") release();
     }, this.#unreadTimeoutMs);
     timer.unref();
-    this.#live.add(release);
+    this.#live.set(release, engine);
 
     // A function, not a comparison: release() changes the state between the reader's steps.
     const isReleased = (): boolean => state === "released";
@@ -103,7 +103,12 @@ export class SnapshotPins {
 
   /** Releases every pin (the driver closing, before its engines do). */
   releaseAll(): void {
-    for (const release of [...this.#live]) release();
+    for (const release of [...this.#live.keys()]) release();
+  }
+
+  /** Releases the pins of `engine` (its replica removed, before the engine closes). */
+  releaseEngine(engine: ShardEngine): void {
+    for (const [release, pinned] of [...this.#live]) if (pinned === engine) release();
   }
 }
 

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
@@ -161,6 +161,18 @@ describe("elastic cluster (real processes)", () => {
         assert.equal(decommission.code, 0, decommission.err);
         assert.match(decommission.out, /n2: decommissioned, 0 replica\(s\) left/);
         assert.ok((await memberStates(c1)).includes("n2=decommissioned"));
+        // Its replicas moved off are deleted (replica GC): it says so in its log, and its
+        // shards/ directory keeps only the meta group's (shard 0). (An engine makes its
+        // directory at its first flush: with this little data there may be none at all.)
+        const n2Shards = join(cluster.node("n2").dataDir, "shards");
+        const n2Log = (): string => cluster.node("n2").server?.lines.join("\n") ?? "";
+        await eventually(
+          "n2 removed its moved-off replicas",
+          async () =>
+            /replica moved off this node removed/.test(n2Log()) &&
+            (await readdir(n2Shards).catch(() => [])).every((name) => name === "0"),
+          60_000,
+        );
         await cluster.stop("n2");
         // Nothing was lost, and the three left take writes.
         for (let i = 96; i < 112; i++) await put(c1, `k${i}`, `v${i}`);

@@ -47,10 +47,16 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
   const dirty: number[] = [];
   const stale: [string, string][] = [];
   let now = 0;
+  /** Shards whose replica here was removed (Wal.isDropped), and those being removed. */
+  const dropped = new Set<number>();
+  const removing = new Set<number>();
+  /** Shards the placement now puts on this node (acceptsReplica). */
+  const accepts = new Set<number>();
   const peers = new Peers({
     options: {
       ...(options.transport === false ? {} : { transport: { send() {}, flush() {} } }),
       onStaleReplica: (from, to) => stale.push([from, to]),
+      acceptsReplica: (id) => accepts.has(id),
     },
     shards: table as unknown as ShardTable,
     clock: { ...systemClock, now: () => now },
@@ -59,6 +65,8 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
     stopped: () => false,
     closed: () => false,
     replicasOf: (id) => (replicates.has(id) ? ["n1", "n2"] : ["n2", "n3"]),
+    wal: { isDropped: (id) => dropped.has(id) },
+    removing: (id) => removing.has(id),
     // As the driver's: one opening per shard, in the table once opened.
     shard: (id) => {
       let p = opening.get(id);
@@ -74,7 +82,17 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
     },
     markDirty: (s) => dirty.push(s.id),
   });
-  return { peers, table, dirty, stale, replicates, advance: (ms: number) => (now += ms) };
+  return {
+    peers,
+    table,
+    dirty,
+    stale,
+    replicates,
+    dropped,
+    removing,
+    accepts,
+    advance: (ms: number) => (now += ms),
+  };
 }
 
 const settle = () => new Promise((r) => setImmediate(r));
@@ -101,6 +119,30 @@ describe("Peers", () => {
       [1, 2],
       "in the order they came",
     );
+  });
+
+  it("a shard whose replica was removed here opens again only where the placement puts it now", async () => {
+    // An initial voter of shard 4 whose replica a move took away and replica GC removed: a
+    // stray message of the old group does not bring it back; a move back onto this node does.
+    const h = harness({ replicates: new Set([4]) });
+    h.dropped.add(4);
+    h.peers.receive("n2", [{ shard: 4, message: msg("n1") }]);
+    await settle();
+    assert.equal(h.table.has(4), false, "held, not opened");
+    h.accepts.add(4);
+    h.peers.replicasChanged();
+    await settle();
+    assert.equal(h.table.get(4)?.steps.length, 1);
+    // While a replica is being removed its messages are dropped (lost, as on a network blip).
+    h.removing.add(5);
+    h.replicates.add(5);
+    h.peers.receive("n2", [{ shard: 5, message: msg("n1") }]);
+    await settle();
+    assert.equal(h.table.has(5), false);
+    h.removing.delete(5);
+    h.peers.replicasChanged();
+    await settle();
+    assert.equal(h.table.has(5), false, "dropped, not held");
   });
 
   it("drops messages addressed to another incarnation of this node, and says so", () => {

@@ -15,6 +15,8 @@ export interface WalLike {
     >,
   ): void;
   compact(shard: number, index: number): void;
+  /** Wal.drop: the shard's replica deleted, its term and vote kept. */
+  drop(shard: number): void;
 }
 
 export function walStep(wal: WalLike, step: number): void {
@@ -43,6 +45,9 @@ export function walStep(wal: WalLike, step: number): void {
     const target = wal.lastIndex(shard) - 4;
     if (target >= wal.firstIndex(shard)) wal.compact(shard, target);
   }
+  // Now and then a shard's replica is deleted (replica GC), in the batch of its last writes; the
+  // shard's next step writes its log again from index 1 (a replica created again).
+  if (step % 13 === 0) wal.drop(shard);
 }
 
 /** An in-memory model of the same workload. */
@@ -86,6 +91,12 @@ export class WalModel implements WalLike {
     const log = this.#log(shard);
     for (const i of [...log.entries.keys()]) if (i <= index) log.entries.delete(i);
     log.first = index + 1;
+  }
+
+  drop(shard: number): void {
+    const hard = this.hard.get(shard);
+    this.logs.set(shard, { first: 1, entries: new Map() });
+    this.hard.set(shard, { term: hard?.term ?? 0, vote: hard?.vote ?? null, commit: 0 });
   }
 }
 
@@ -141,6 +152,10 @@ export function modelSignature(steps: number, records?: number): string {
         compact(shard, index) {
           ahead.compact(shard, index);
           parts.push(() => model.compact(shard, index));
+        },
+        drop(shard) {
+          ahead.drop(shard);
+          parts.push(() => model.drop(shard));
         },
       },
       steps + 1,

@@ -8,8 +8,14 @@
  *     u8 kind | u8 entryType | u16 flags | u32 shard | u64 term | u64 index | payload
  *
  * All integers little-endian; u64 fields hold values below 2^53 (JavaScript safe integers).
- * `flags` bit 0 on a hard state means "has a vote" (the payload is the UTF-8 vote); bit 1 on a
- * snapshot marks a checkpoint copy.
+ * `flags` bit 0 on a hard state or a drop means "has a vote" (the payload is the UTF-8 vote);
+ * bit 1 on a snapshot marks a checkpoint copy.
+ *
+ * Kinds: 1 entry, 2 hard state (index: the commit), 3 snapshot (payload: its metadata's data),
+ * 4 compaction mark, 5 drop: the shard's replica here was deleted (replica GC): its entries,
+ * snapshot and compaction mark are gone, and only its term and vote stay (index 0), so that a
+ * replica created again later never votes twice in a term. Kind 5 is newer than the others: a
+ * WAL holding one cannot be read by a version before it (its recovery stops on "bad-header").
  */
 import { crc32c } from "../common/index.ts";
 
@@ -22,6 +28,9 @@ export const KIND_ENTRY = 1;
 export const KIND_HARD_STATE = 2;
 export const KIND_SNAPSHOT = 3;
 export const KIND_COMPACT = 4;
+export const KIND_DROP = 5;
+/** The highest kind this version writes and reads. */
+const KIND_LAST = KIND_DROP;
 
 export const FLAG_HAS_VOTE = 1;
 /** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */
@@ -98,7 +107,7 @@ export function decodeRecord(buf: Uint8Array, view: DataView, at: number): Decod
     return { ok: false, failure: "bad-checksum" };
   }
   const kind = view.getUint8(body);
-  if (kind < KIND_ENTRY || kind > KIND_COMPACT) return { ok: false, failure: "bad-header" };
+  if (kind < KIND_ENTRY || kind > KIND_LAST) return { ok: false, failure: "bad-header" };
   return {
     ok: true,
     next: body + bodyLength,
@@ -144,7 +153,7 @@ function plausibleLength(buf: Uint8Array, view: DataView, at: number): number {
   const body = at + FRAME_HEADER_BYTES;
   if (body + BODY_HEADER_BYTES > buf.length) return 0;
   const kind = buf[body] as number;
-  if (kind < KIND_ENTRY || kind > KIND_COMPACT) return 0;
+  if (kind < KIND_ENTRY || kind > KIND_LAST) return 0;
   if (kind !== KIND_ENTRY && buf[body + 1] !== 0) return 0;
   if (view.getUint16(body + 2, true) > (FLAG_HAS_VOTE | FLAG_CHECKPOINT)) return 0;
   if (
@@ -189,7 +198,7 @@ export function hasValidRecordAfter(
     // Two byte checks inline first (the kind, the flags' high byte): they rule out all but one
     // offset in 16384 of random bytes before the full header check.
     const body = at + FRAME_HEADER_BYTES;
-    if (((buf[body] as number) - KIND_ENTRY) >>> 0 > KIND_COMPACT - KIND_ENTRY) continue;
+    if (((buf[body] as number) - KIND_ENTRY) >>> 0 > KIND_LAST - KIND_ENTRY) continue;
     if (buf[body + 3] !== 0) continue;
     const length = plausibleLength(buf, view, at);
     if (length === 0) continue;

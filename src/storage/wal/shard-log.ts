@@ -67,6 +67,11 @@ export class ShardLog {
    * segment); a later compaction record must cover the hole or recovery fails.
    */
   holeBelow = 0;
+  /**
+   * The shard's replica here was deleted (drop()): only its term and vote are kept, in
+   * `hardState`. Cleared by the next record of the shard (a replica created here again).
+   */
+  dropped = false;
 
   /** The slot of the entry at compactIndex + 1, and how many entries there are. */
   #first = 0;
@@ -89,6 +94,7 @@ export class ShardLog {
    * (Raft's log-matching overwrite of a conflicting suffix). `e.data` is copied.
    */
   append(e: WalEntry, recovering: boolean): void {
+    this.dropped = false;
     if (e.index <= this.compactIndex) return;
     if (e.index > this.lastIndex + 1) {
       if (!recovering) {
@@ -115,6 +121,7 @@ export class ShardLog {
 
   /** Drops entries up to `index` (inclusive); `term` is the term of the entry at `index`. */
   compact(index: number, term: number): void {
+    this.dropped = false;
     if (this.holeBelow !== 0 && index >= this.holeBelow - 1) {
       // Recovery met this shard's first surviving entry before the compaction record that
       // covers what came before it (that record sits in a later segment): the hole is filled,
@@ -146,11 +153,27 @@ export class ShardLog {
 
   /** Installs a snapshot: the whole log is replaced by the snapshot's position. */
   applySnapshot(meta: WalSnapshotMeta): void {
+    this.dropped = false;
     this.#clear();
     this.compactIndex = meta.index;
     this.compactTerm = meta.term;
     this.snapshot = meta;
     this.holeBelow = 0;
+  }
+
+  /**
+   * The replica was deleted (replica GC): entries, snapshot and compaction mark go, and the hard
+   * state keeps its term and vote with commit 0. A replica created here again starts from that
+   * term and vote, as if new, so a vote it gave is never given again in the same term.
+   */
+  drop(term: number, vote: string | null): void {
+    this.#clear();
+    this.compactIndex = 0;
+    this.compactTerm = 0;
+    this.snapshot = undefined;
+    this.hardState = { term, vote, commit: 0 };
+    this.holeBelow = 0;
+    this.dropped = true;
   }
 
   term(index: number): number | undefined {

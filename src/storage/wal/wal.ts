@@ -16,6 +16,7 @@ import {
   FLAG_CHECKPOINT,
   FLAG_HAS_VOTE,
   KIND_COMPACT,
+  KIND_DROP,
   KIND_ENTRY,
   KIND_HARD_STATE,
   KIND_SNAPSHOT,
@@ -72,7 +73,11 @@ type Change =
       readonly shard: number;
       readonly index: number;
       readonly term: number;
-    };
+    }
+  /** The shard's replica was deleted: only its term and vote stay (Wal.drop). */
+  | { readonly kind: "drop"; readonly shard: number; readonly state: WalHardState }
+  /** The first entries of a dropped shard's replica created again (its other records do too). */
+  | { readonly kind: "undrop"; readonly shard: number };
 
 /**
  * What a checkpoint records of a shard: the state on disk, not the in-memory state that may
@@ -83,6 +88,19 @@ interface ShardCheckpoint {
   snapshot: WalSnapshotMeta | undefined;
   compactIndex: number;
   compactTerm: number;
+  /** Dropped (Wal.drop): a checkpoint records it as a drop record, the term and vote only. */
+  dropped: boolean;
+}
+
+/** A ShardCheckpoint with nothing in it. */
+function emptyCheckpoint(): ShardCheckpoint {
+  return {
+    hardState: undefined,
+    snapshot: undefined,
+    compactIndex: 0,
+    compactTerm: 0,
+    dropped: false,
+  };
 }
 
 function segmentName(seq: number): string {
@@ -303,7 +321,10 @@ export class Wal {
       const segment = segments[i] as Segment;
       const isLast = i === segments.length - 1;
       const buf = await fs.readFile(segment.path);
-      const { valid, torn } = replaySegment(segment, buf, isLast, shardLog);
+      const { valid, torn } = replaySegment(segment, buf, isLast, shardLog, (shard) => {
+        // A drop voids the shard's entries in every segment up to here: no longer needed.
+        for (let j = 0; j <= i; j++) (segments[j] as Segment).maxIndex.delete(shard);
+      });
       if (torn) {
         tornTail = { file: segment.path, offset: valid, droppedBytes: nonZeroEnd(buf) - valid };
         const handle = await fs.open(segment.path, {});
@@ -368,6 +389,7 @@ export class Wal {
         snapshot: log.snapshot,
         compactIndex: log.compactIndex,
         compactTerm: log.compactTerm,
+        dropped: log.dropped,
       });
     }
     if (fresh) {
@@ -403,6 +425,11 @@ export class Wal {
                 `WAL append: shard ${r.shard} entry ${e.index} does not follow [${log.compactIndex + 1}, ${log.lastIndex}]`,
               );
             }
+            if (log.dropped) {
+              // A replica created again after a drop: its checkpoints stop recording the drop
+              // once this is durable (the other records' changes do that themselves).
+              this.#pendingChanges.push({ kind: "undrop", shard: r.shard });
+            }
             writer.put(KIND_ENTRY, e.type, 0, r.shard, e.term, e.index, e.data);
             this.#memoryBytes -= log.bytes;
             log.append(e, false);
@@ -415,6 +442,7 @@ export class Wal {
         case "hard-state":
           this.#putHardState(writer, r.shard, r.state);
           log.hardState = r.state;
+          log.dropped = false;
           // The record itself (records are never changed once appended).
           this.#pendingChanges.push(r);
           break;
@@ -454,6 +482,39 @@ export class Wal {
     this.#memoryBytes += log.bytes;
     this.#pendingChanges.push({ kind: "compact", shard, index, term });
     this.#recordsAppended++;
+  }
+
+  /**
+   * Drops every record of `shard` but its term and vote (a drop record, KIND_DROP): its replica
+   * here is being deleted (replica GC, docs/architecture.md "An elastic cluster"). Its entries,
+   * snapshot and compaction mark are gone from memory at once; once durable, no segment is kept
+   * for its entries any more, and checkpoints carry the drop. Its hard state keeps the term and
+   * vote (commit 0): a replica created here again starts from them (Raft must never forget a
+   * vote). Durable with the next `sync()`: the caller deletes the replica's files only after.
+   * Records of the shard appended later belong to a replica created again.
+   */
+  drop(shard: number): void {
+    this.#assertWritable();
+    const log = this.#shardLog(shard);
+    const hs = log.hardState;
+    // The term never goes back: a snapshot's or an entry's term is at most the hard state's in
+    // Raft, but the hard state may be missing (a log written before any vote).
+    const term = Math.max(hs?.term ?? 0, log.compactTerm, log.term(log.lastIndex) ?? 0);
+    const vote = hs !== undefined && hs.term === term ? hs.vote : null;
+    const before = this.#writer.length;
+    this.#putRecordWithVote(this.#writer, KIND_DROP, shard, term, 0, vote);
+    this.#appendedBytes += this.#writer.length - before;
+    this.#memoryBytes -= log.bytes;
+    log.drop(term, vote);
+    // The segments' marks of the shard go when the write starts (#flush): -1 marks the drop.
+    this.#pendingMax.push(shard, -1);
+    this.#pendingChanges.push({ kind: "drop", shard, state: { term, vote, commit: 0 } });
+    this.#recordsAppended++;
+  }
+
+  /** Whether `shard`'s replica here was dropped (drop()) and not created again since. */
+  isDropped(shard: number): boolean {
+    return this.#shards.get(shard)?.dropped === true;
   }
 
   /**
@@ -617,26 +678,30 @@ export class Wal {
   readonly #voteBytes = new Map<string, Uint8Array>();
 
   #putHardState(writer: RecordWriter, shard: number, state: WalHardState): void {
-    let vote: Uint8Array = EMPTY;
-    if (state.vote !== null) {
-      const cached = this.#voteBytes.get(state.vote);
+    this.#putRecordWithVote(writer, KIND_HARD_STATE, shard, state.term, state.commit, state.vote);
+  }
+
+  /** A hard state or a drop record: `vote` as its payload (flag FLAG_HAS_VOTE) when not null. */
+  #putRecordWithVote(
+    writer: RecordWriter,
+    kind: number,
+    shard: number,
+    term: number,
+    index: number,
+    vote: string | null,
+  ): void {
+    let bytes: Uint8Array = EMPTY;
+    if (vote !== null) {
+      const cached = this.#voteBytes.get(vote);
       if (cached !== undefined) {
-        vote = cached;
+        bytes = cached;
       } else {
         if (this.#voteBytes.size >= VOTE_CACHE_LIMIT) this.#voteBytes.clear();
-        vote = utf8.encode(state.vote);
-        this.#voteBytes.set(state.vote, vote);
+        bytes = utf8.encode(vote);
+        this.#voteBytes.set(vote, bytes);
       }
     }
-    writer.put(
-      KIND_HARD_STATE,
-      0,
-      state.vote === null ? 0 : FLAG_HAS_VOTE,
-      shard,
-      state.term,
-      state.commit,
-      vote,
-    );
+    writer.put(kind, 0, vote === null ? 0 : FLAG_HAS_VOTE, shard, term, index, bytes);
   }
 
   #assertWritable(): void {
@@ -672,6 +737,12 @@ export class Wal {
     const source =
       this.#testingBugs.rotationCheckpointIncludesBatch === true ? this.#shards : this.#durable;
     for (const [shard, state] of source) {
+      if (state.dropped) {
+        // Nothing else is left of it (Wal.drop).
+        const hs = state.hardState;
+        this.#putRecordWithVote(writer, KIND_DROP, shard, hs?.term ?? 0, 0, hs?.vote ?? null);
+        continue;
+      }
       if (state.snapshot !== undefined) {
         const m = state.snapshot;
         writer.put(KIND_SNAPSHOT, 0, FLAG_CHECKPOINT, shard, m.term, m.index, m.data);
@@ -689,13 +760,25 @@ export class Wal {
     for (const c of changes) {
       let state = this.#durable.get(c.shard);
       if (state === undefined) {
-        state = { hardState: undefined, snapshot: undefined, compactIndex: 0, compactTerm: 0 };
+        state = emptyCheckpoint();
         this.#durable.set(c.shard, state);
       }
       let index: number;
       switch (c.kind) {
         case "hard-state":
           state.hardState = c.state;
+          state.dropped = false;
+          continue;
+        case "drop":
+          // As ShardLog.drop (the segments' marks went when the write started: #flush).
+          state.hardState = c.state;
+          state.snapshot = undefined;
+          state.compactIndex = 0;
+          state.compactTerm = 0;
+          state.dropped = true;
+          continue;
+        case "undrop":
+          state.dropped = false;
           continue;
         case "snapshot":
           // As ShardLog.applySnapshot: the log now starts after the snapshot. Below the
@@ -705,10 +788,12 @@ export class Wal {
           state.snapshot = c.meta;
           state.compactIndex = c.meta.index;
           state.compactTerm = c.meta.term;
+          state.dropped = false;
           this.#durableCompact.set(c.shard, c.meta.index);
           continue;
         case "compact":
           // As ShardLog.compact: a compaction mark never moves back.
+          state.dropped = false;
           if (c.index > state.compactIndex) {
             state.compactIndex = c.index;
             state.compactTerm = c.term;
@@ -808,6 +893,14 @@ export class Wal {
       for (let i = 0; i < maxIndex.length; i += 2) {
         const shard = maxIndex[i] as number;
         const index = maxIndex[i + 1] as number;
+        if (index < 0) {
+          // A drop (Wal.drop): the shard's entries written so far, in any segment, are void.
+          // Safe before the write: segments are deleted only after a write succeeds, and a
+          // failed one fails the WAL. Entries after the drop in this batch mark it again.
+          for (const s of this.#segments) s.maxIndex.delete(shard);
+          this.#durableCompact.delete(shard);
+          continue;
+        }
         if ((segment.maxIndex.get(shard) ?? 0) < index) segment.maxIndex.set(shard, index);
       }
       const data = writer.finish();
@@ -1001,6 +1094,7 @@ function replaySegment(
   buf: Buffer,
   isLast: boolean,
   shardLog: (id: number) => ShardLog,
+  onDrop: (shard: number) => void,
 ): { readonly valid: number; readonly torn: boolean } {
   if (buf.length < SEGMENT_HEADER_BYTES) {
     if (isLast) return { valid: 0, torn: buf.length > 0 };
@@ -1019,6 +1113,7 @@ function replaySegment(
       throw new CorruptionError(segment.path, at, `WAL record ${result.failure}`);
     }
     applyRecord(segment, result.record, shardLog(result.record.shard));
+    if (result.record.kind === KIND_DROP) onDrop(result.record.shard);
     at = result.next;
   }
   return { valid: at, torn: false };
@@ -1037,9 +1132,14 @@ function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
         commit: r.index,
         vote: (r.flags & FLAG_HAS_VOTE) !== 0 ? fromUtf8.decode(r.payload) : null,
       };
+      log.dropped = false;
+      break;
+    case KIND_DROP:
+      log.drop(r.term, (r.flags & FLAG_HAS_VOTE) !== 0 ? fromUtf8.decode(r.payload) : null);
       break;
     case KIND_SNAPSHOT: {
       const meta = { term: r.term, index: r.index, data: new Uint8Array(r.payload) };
+      log.dropped = false;
       if ((r.flags & FLAG_CHECKPOINT) !== 0) log.snapshot = meta;
       else log.applySnapshot(meta);
       break;

@@ -1,0 +1,278 @@
+/**
+ * Replica removal (replica GC, multi-raft-removal.ts) with real drivers over real sockets: four
+ * MultiRaft nodes on loopback, each with its own data directory and WAL. A shard's replica is
+ * moved from n3 to n4 (learner, promotion, removal, as src/node/replicas.ts does it), then n3's
+ * replica is removed: its directory is gone, its WAL holds only its term and vote, a restart does
+ * not reopen it, and a later move back onto n3 creates it again from that term and refills it.
+ * The placement the meta group would hold is a map of the test (`placement`).
+ */
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { CairnError } from "../../src/common/errors.ts";
+import { nodeId } from "../../src/raft/index.ts";
+import { GrpcTransport, MultiRaft, type ShardMessage } from "../../src/replication/index.ts";
+import { Wal } from "../../src/storage/index.ts";
+import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const CLUSTER = "removal-cluster";
+const TOTAL_SHARDS = 4;
+const SHARD = 1;
+
+interface TestNode {
+  readonly id: string;
+  readonly dataDir: string;
+  readonly mr: MultiRaft;
+  readonly transport: GrpcTransport;
+  readonly server: RaftServer;
+}
+
+class Nodes {
+  readonly nodes = new Map<string, TestNode>();
+  readonly fatals: unknown[] = [];
+  /** Where the "meta group" places each shard now (every shard starts on n1, n2, n3). */
+  readonly placement = new Map<number, string[]>();
+  readonly #addresses = new Map<string, string>();
+  readonly #dir: string;
+
+  constructor(dir: string) {
+    this.#dir = dir;
+  }
+
+  placedOn(shard: number): string[] {
+    return this.placement.get(shard) ?? ["n1", "n2", "n3"];
+  }
+
+  async start(id: string): Promise<TestNode> {
+    const dataDir = join(this.#dir, id);
+    let mr: MultiRaft | null = null;
+    const server = await startRaftServer(
+      (from: string, messages: ShardMessage[]) => mr?.receive(from, messages),
+      {
+        clusterId: CLUSTER,
+        nodeId: id,
+        snapshotDir: join(dataDir, "incoming-snapshots"),
+        confirmTerms: (checks) => mr?.confirmTerms(checks) ?? checks.map(() => false),
+        readIndex: (shard, voucher) =>
+          mr === null
+            ? Promise.reject(new Error("not open"))
+            : mr.readIndexAsLeader(shard, voucher),
+      },
+    );
+    this.#addresses.set(id, server.address);
+    const transport = new GrpcTransport({
+      clusterId: CLUSTER,
+      nodeId: id,
+      replicaId: id,
+      peers: (peer) => this.#addresses.get(peer) ?? null,
+      initialBackoffMs: 10,
+      maxBackoffMs: 200,
+      snapshotChunkBytes: 4 * 1024,
+    });
+    try {
+      mr = await MultiRaft.open({
+        nodeId: id,
+        dataDir,
+        totalShards: TOTAL_SHARDS,
+        tickMs: 10,
+        electionTicks: 10,
+        heartbeatTicks: 1,
+        memtableBytes: 256 * 1024,
+        blockCacheBytes: 4 * 1024 * 1024,
+        transport,
+        confirmTerms: (node, checks) => transport.confirmTerms(nodeId(node), checks, 2_000),
+        replicaId: id,
+        replicasOf: () => ["n1", "n2", "n3"],
+        replicasNow: (shard) => this.placedOn(shard),
+        acceptsReplica: (shard) => this.placedOn(shard).includes(id),
+        observer: { fatal: (err) => this.fatals.push(err) },
+      });
+    } catch (err) {
+      server.stop();
+      await transport.close();
+      throw err;
+    }
+    const node = { id, dataDir, mr, transport, server };
+    this.nodes.set(id, node);
+    return node;
+  }
+
+  get(id: string): TestNode {
+    const node = this.nodes.get(id);
+    assert.ok(node !== undefined, `${id} is not running`);
+    return node;
+  }
+
+  async stop(id: string): Promise<void> {
+    const node = this.nodes.get(id);
+    if (node === undefined) return;
+    this.nodes.delete(id);
+    this.#addresses.delete(id);
+    node.server.stop();
+    await node.transport.close();
+    await node.mr.close();
+  }
+
+  async stopAll(): Promise<void> {
+    for (const id of [...this.nodes.keys()]) await this.stop(id);
+    assert.deepEqual(this.fatals, []);
+  }
+
+  leaderOf(shard: number): TestNode | undefined {
+    return [...this.nodes.values()].find((n) => n.mr.shardInfo(shard)?.role === "leader");
+  }
+
+  /** Writes through the shard's leader, waiting out elections (bounded). */
+  async put(key: string, value: string): Promise<void> {
+    const deadline = performance.now() + 10_000;
+    for (;;) {
+      const target = this.leaderOf(SHARD) ?? this.get("n1");
+      try {
+        const out = await target.mr.put(enc.encode(key), enc.encode(value));
+        assert.equal(out.type, "written");
+        return;
+      } catch (err) {
+        const code = (err as CairnError).code;
+        const retry = code === "CAIRN_ERR_NOT_LEADER" || code === "CAIRN_ERR_PROPOSAL_LOST";
+        if (!retry || performance.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
+  }
+
+  /** The shard's leader, made n1 (the test moves the other replicas). */
+  async leaderN1(): Promise<TestNode> {
+    await eventually("a leader", () => this.leaderOf(SHARD) !== undefined);
+    const leader = this.leaderOf(SHARD) as TestNode;
+    if (leader.id !== "n1") await leader.mr.transferLeader(SHARD, "n1");
+    await eventually("n1 leads", () => this.leaderOf(SHARD)?.id === "n1");
+    return this.get("n1");
+  }
+
+  /** Moves the shard's replica from node `from` to node `to` (learner, promote, remove). */
+  async move(from: string, to: string): Promise<void> {
+    this.placement.set(
+      SHARD,
+      this.placedOn(SHARD).map((n) => (n === from ? to : n)),
+    );
+    const leader = await this.leaderN1();
+    await leader.mr.changeMembership(SHARD, { type: "add-learner", node: nodeId(to) });
+    await eventually(`${to} caught up`, () => leader.mr.isCaughtUp(SHARD, to));
+    await leader.mr.changeMembership(SHARD, { type: "add-voter", node: nodeId(to) });
+    await leader.mr.changeMembership(SHARD, { type: "remove", node: nodeId(from) });
+  }
+}
+
+function keysOfShard(mr: MultiRaft, n: number): string[] {
+  const keys: string[] = [];
+  for (let i = 0; keys.length < n; i++) {
+    const key = `key-${i}`;
+    if (mr.shardOf(enc.encode(key)) === SHARD) keys.push(key);
+  }
+  return keys;
+}
+
+describe("replica removal (replica GC)", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "cairn-removal-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("a replica moved off a node is removed, stays removed across a restart, and comes back by a move from its kept term", async () => {
+    const nodes = new Nodes(join(dir, "move"));
+    try {
+      for (const id of ["n1", "n2", "n3", "n4"]) await nodes.start(id);
+      const n1 = nodes.get("n1");
+      const [extra, ...keys] = keysOfShard(n1.mr, 21) as [string, ...string[]];
+      for (const key of keys) await nodes.put(key, `v-${key}`);
+      const n3 = nodes.get("n3");
+      await eventually("n3 holds the shard", () => n3.mr.shardIds().includes(SHARD));
+      const shardDir = join(n3.dataDir, "shards", String(SHARD));
+      // Flushed, so that the directory holds tables to free.
+      await n3.mr.snapshotShard(SHARD);
+      assert.ok(existsSync(shardDir));
+
+      await nodes.move("n3", "n4");
+      const n4 = nodes.get("n4");
+      await eventually("n4 is a voter", () =>
+        (n4.mr.shardInfo(SHARD)?.voters ?? []).includes(nodeId("n4")),
+      );
+      // A leader is never removed, nor the meta group.
+      const leaderKept = await n1.mr.removeReplica(SHARD, () => Promise.resolve(true));
+      assert.equal(leaderKept.kind, "kept");
+      assert.equal((await n3.mr.removeReplica(0, () => Promise.resolve(true))).kind, "kept");
+      // Not confirmed once closed: put back, open and whole.
+      const unconfirmed = await n3.mr.removeReplica(SHARD, () => Promise.resolve(false));
+      assert.equal(unconfirmed.kind, "kept");
+      assert.ok(n3.mr.shardIds().includes(SHARD));
+      assert.ok(existsSync(shardDir));
+      assert.equal(n3.mr.isRemoved(SHARD), false);
+
+      const term = n3.mr.shardInfo(SHARD)?.term ?? 0;
+      assert.ok(term > 0);
+      const removed = await n3.mr.removeReplica(SHARD, () => Promise.resolve(true));
+      assert.equal(removed.kind, "removed");
+      assert.ok(removed.kind === "removed" && removed.bytes > 0, "its tables' bytes are reported");
+      assert.equal(n3.mr.shardIds().includes(SHARD), false);
+      assert.equal(n3.mr.shardInfo(SHARD), null);
+      assert.equal(n3.mr.isRemoved(SHARD), true);
+      assert.equal(existsSync(shardDir), false, "its directory is deleted");
+      // Requests for it go to the shard's replicas now.
+      await assert.rejects(n3.mr.get(enc.encode(keys[0] as string), true), {
+        code: "CAIRN_ERR_NOT_LEADER",
+      });
+      // The shard keeps serving on n1, n2, n4.
+      await nodes.put(extra, "after the removal");
+
+      // A restart does not reopen it; its WAL holds its term and vote, nothing else.
+      await nodes.stop("n3");
+      const wal = await Wal.open(join(n3.dataDir, "wal"));
+      assert.equal(wal.isDropped(SHARD), true);
+      const hs = wal.hardState(SHARD);
+      assert.equal(hs?.term, term);
+      assert.equal(hs?.commit, 0);
+      assert.equal(wal.lastIndex(SHARD), 0);
+      assert.equal(wal.snapshot(SHARD), undefined);
+      await wal.close();
+      // A crash after the drop, in the middle of the directory's deletion: what is left of it
+      // is deleted at start, and the shard is not opened.
+      mkdirSync(shardDir, { recursive: true });
+      writeFileSync(join(shardDir, "MANIFEST-000001"), "left over");
+      const again = await nodes.start("n3");
+      assert.equal(again.mr.shardIds().includes(SHARD), false);
+      assert.equal(existsSync(shardDir), false);
+
+      // Moved back onto n3 (from n2): created again from its kept term, refilled by the leader.
+      await nodes.move("n2", "n3");
+      await eventually("n3's replica is a voter again", () =>
+        (again.mr.shardInfo(SHARD)?.voters ?? []).includes(nodeId("n3")),
+      );
+      const info = again.mr.shardInfo(SHARD);
+      assert.ok(info !== null && info.term >= term, `term ${info?.term} is below ${term}`);
+      assert.equal(again.mr.isRemoved(SHARD), false);
+      const leader = nodes.get("n1");
+      await eventually(
+        "n3 applied the whole log",
+        () =>
+          (again.mr.shardInfo(SHARD)?.applied ?? 0) >=
+          (leader.mr.shardInfo(SHARD)?.commit ?? Infinity),
+      );
+      await leader.mr.transferLeader(SHARD, "n3");
+      await eventually("n3 leads", () => nodes.leaderOf(SHARD)?.id === "n3");
+      for (const key of keys) {
+        const item = await again.mr.get(enc.encode(key), true);
+        assert.equal(item === null ? null : dec.decode(item.value), `v-${key}`);
+      }
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+});
