@@ -7,6 +7,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createSocket } from "node:dgram";
 import { accessSync, constants, createWriteStream } from "node:fs";
+import { rm } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { cpus, loadavg, release, totalmem } from "node:os";
 import { join } from "node:path";
@@ -331,3 +332,52 @@ export const load = (): string =>
   loadavg()
     .map((x) => x.toFixed(2))
     .join(", ");
+
+/**
+ * A benchmark's end, whatever happened: its nodes stopped, those that did not exit 0 named, the
+ * log closed, and its directory removed unless asked to keep it or something needs looking at.
+ */
+export async function finishNodes(o: {
+  readonly nodes: readonly Node[];
+  readonly stopping: Promise<void> | null;
+  readonly log: { end(): void };
+  readonly baseDir: string;
+  readonly keep: boolean;
+  readonly failed: boolean;
+  readonly interrupted: boolean;
+}): Promise<void> {
+  stopCurrentChild();
+  await (o.stopping ?? stopNodes(o.nodes));
+  const unclean = o.nodes.filter((n) => n.exit?.code !== 0);
+  if (unclean.length > 0)
+    out(
+      `nodes that did not exit 0: ${unclean.map((n) => `${n.id} (${n.exit?.code ?? n.exit?.signal})`).join(", ")}`,
+    );
+  o.log.end();
+  if (o.keep || (o.failed && !o.interrupted) || unclean.length > 0)
+    out(`data directories and logs kept in ${o.baseDir}`);
+  else await rm(o.baseDir, { recursive: true, force: true });
+}
+
+/**
+ * Runs a benchmark's `main` and exits with its code: 2 with the usage hint for a bad argument,
+ * 1 with the stack for anything else thrown.
+ */
+export function runBench(name: string, main: (argv: string[]) => Promise<number>): void {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err: unknown) => {
+      if (
+        err instanceof UsageError ||
+        (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
+      ) {
+        process.stderr.write(`${name}: ${(err as Error).message}\nRun with --help for usage.\n`);
+        process.exit(2);
+      }
+      process.stderr.write(
+        `${name}: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+      );
+      process.exit(1);
+    },
+  );
+}

@@ -21,7 +21,7 @@
  * node (CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC, CAIRN_CLUSTER_REBALANCE_MAX_MOVES, ...).
  */
 import { createWriteStream, readdirSync, statSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -32,6 +32,7 @@ import {
   checkGrpcLoad,
   DEFAULT_GRPC_LOAD,
   describeLeaders,
+  finishNodes,
   freePorts,
   httpGet,
   leaderCounts,
@@ -39,6 +40,7 @@ import {
   machine,
   type Node,
   out,
+  runBench,
   runChild,
   startNode,
   stopCurrentChild,
@@ -463,36 +465,17 @@ async function main(argv: readonly string[]): Promise<number> {
     if (!interrupted) out(`bench:rebalance failed: ${(err as Error).message}`);
     return interrupted ? 130 : 1;
   } finally {
-    stopCurrentChild();
     await follower?.close();
-    await (stopping ?? stopNodes(nodes));
-    const unclean = nodes.filter((n) => n.exit?.code !== 0);
-    if (unclean.length > 0)
-      out(
-        `nodes that did not exit 0: ${unclean.map((n) => `${n.id} (${n.exit?.code ?? n.exit?.signal})`).join(", ")}`,
-      );
-    log.end();
-    if (opts.keep || (failed && !interrupted) || unclean.length > 0)
-      out(`data directories and logs kept in ${baseDir}`);
-    else await rm(baseDir, { recursive: true, force: true });
+    await finishNodes({
+      nodes,
+      stopping,
+      log,
+      baseDir,
+      keep: opts.keep,
+      failed,
+      interrupted,
+    });
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    if (
-      err instanceof UsageError ||
-      (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
-    ) {
-      process.stderr.write(
-        `bench:rebalance: ${(err as Error).message}\nRun with --help for usage.\n`,
-      );
-      process.exit(2);
-    }
-    process.stderr.write(
-      `bench:rebalance: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
-    );
-    process.exit(1);
-  },
-);
+runBench("bench:rebalance", main);

@@ -37,6 +37,7 @@ import {
   machine,
   type Node,
   out,
+  runBench,
   runChild,
   sleep,
   startNode,
@@ -345,21 +346,4 @@ async function main(argv: readonly string[]): Promise<number> {
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    if (
-      err instanceof UsageError ||
-      (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
-    ) {
-      process.stderr.write(
-        `bench:scale-out: ${(err as Error).message}\nRun with --help for usage.\n`,
-      );
-      process.exit(2);
-    }
-    process.stderr.write(
-      `bench:scale-out: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
-    );
-    process.exit(1);
-  },
-);
+runBench("bench:scale-out", main);
