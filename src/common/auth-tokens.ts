@@ -19,9 +19,9 @@
  * is reported and the table before is kept.
  */
 import { createHash } from "node:crypto";
-import { readFileSync, statSync } from "node:fs";
-import { stat } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { parse } from "yaml";
+import { FileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
 /** A client's role (src/api/authz.ts says what each may call), each including the ones before. */
@@ -176,17 +176,9 @@ export function readTokensFile(file: string): TokenTable {
   return parseTokens(file, text);
 }
 
-function stampOf(s: { ino: number; size: number; mtimeMs: number; ctimeMs: number }): string {
-  return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
-}
-
 /** The file's stamp now (taken before it is read, so a change in between is seen). */
 export function stampTokensFile(file: string): string {
-  try {
-    return stampOf(statSync(file));
-  } catch (err) {
-    return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
-  }
+  return stampFiles([file]);
 }
 
 /** How often TokensFileWatch looks at the file. */
@@ -198,9 +190,7 @@ export const TOKENS_RELOAD_INTERVAL_MS = 1000;
  * caller keeps its table; the watch tries again at the next change).
  */
 export class TokensFileWatch {
-  readonly #timer: NodeJS.Timeout;
-  #stamp: string;
-  #busy = false;
+  readonly #watch: FileWatch;
 
   constructor(
     file: string,
@@ -209,16 +199,7 @@ export class TokensFileWatch {
     onError: (err: TokensFileError) => void,
     intervalMs = TOKENS_RELOAD_INTERVAL_MS,
   ) {
-    this.#stamp = readAt;
-    const look = async (): Promise<void> => {
-      let now: string;
-      try {
-        now = stampOf(await stat(file));
-      } catch (err) {
-        now = `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
-      }
-      if (now === this.#stamp) return;
-      this.#stamp = now;
+    const reload = (): void => {
       try {
         onReload(readTokensFile(file));
       } catch (err) {
@@ -226,15 +207,10 @@ export class TokensFileWatch {
         else throw err;
       }
     };
-    this.#timer = setInterval(() => {
-      if (this.#busy) return;
-      this.#busy = true;
-      void look().finally(() => (this.#busy = false));
-    }, intervalMs);
-    this.#timer.unref();
+    this.#watch = new FileWatch([file], readAt, reload, intervalMs);
   }
 
   close(): void {
-    clearInterval(this.#timer);
+    this.#watch.close();
   }
 }

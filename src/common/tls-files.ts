@@ -7,9 +7,9 @@
  * read before.
  */
 import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
-import { readFileSync, type Stats, statSync } from "node:fs";
-import { stat } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
+import { FileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
 /** The paths of a node's TLS files. */
@@ -146,19 +146,6 @@ export function readTlsFiles(files: TlsFiles, now: number = Date.now()): TlsMate
   return { cert, key, clientCa, peerCa, notAfter: leaf.validToDate };
 }
 
-/** A file's identity and version as stat sees it: a rename over it or a rewrite changes it. */
-async function stamp(file: string): Promise<string> {
-  try {
-    return stampOf(await stat(file));
-  } catch (err) {
-    return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
-  }
-}
-
-function stampOf(s: Stats): string {
-  return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
-}
-
 function pathsOf(files: TlsFiles): string[] {
   return [files.certFile, files.keyFile, files.clientCaFile, files.peerCaFile].filter(
     (p): p is string => p !== undefined,
@@ -170,15 +157,7 @@ function pathsOf(files: TlsFiles): string[] {
  * between this and the read is then seen as a change, never missed.
  */
 export function stampTlsFiles(files: TlsFiles): string {
-  return pathsOf(files)
-    .map((p) => {
-      try {
-        return stampOf(statSync(p));
-      } catch (err) {
-        return `missing:${(err as NodeJS.ErrnoException).code ?? ""}`;
-      }
-    })
-    .join("|");
+  return stampFiles(pathsOf(files));
 }
 
 /** How often TlsFileWatch looks at the files. */
@@ -191,10 +170,7 @@ export const TLS_RELOAD_INTERVAL_MS = 1000;
  * watch tries again at the next change).
  */
 export class TlsFileWatch {
-  readonly #files: TlsFiles;
-  readonly #timer: NodeJS.Timeout;
-  #stamps: string;
-  #busy = false;
+  readonly #watch: FileWatch;
 
   constructor(
     files: TlsFiles,
@@ -204,29 +180,18 @@ export class TlsFileWatch {
     onError: (err: TlsFileError) => void,
     intervalMs = TLS_RELOAD_INTERVAL_MS,
   ) {
-    this.#files = files;
-    this.#stamps = readAt;
-    const paths = pathsOf(files);
-    const look = async (): Promise<void> => {
-      const stamps = (await Promise.all(paths.map(stamp))).join("|");
-      if (stamps === this.#stamps) return;
-      this.#stamps = stamps;
+    const reload = (): void => {
       try {
-        onReload(readTlsFiles(this.#files));
+        onReload(readTlsFiles(files));
       } catch (err) {
         if (err instanceof TlsFileError) onError(err);
         else throw err;
       }
     };
-    this.#timer = setInterval(() => {
-      if (this.#busy) return;
-      this.#busy = true;
-      void look().finally(() => (this.#busy = false));
-    }, intervalMs);
-    this.#timer.unref();
+    this.#watch = new FileWatch(pathsOf(files), readAt, reload, intervalMs);
   }
 
   close(): void {
-    clearInterval(this.#timer);
+    this.#watch.close();
   }
 }
