@@ -6,7 +6,7 @@
  */
 import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { CairnError } from "../common/errors.ts";
-import type { Logger } from "../ops/index.ts";
+import { type Logger, LogWindow } from "../ops/index.ts";
 import { type NodeId, NotLeaderError } from "../raft/index.ts";
 import type { Version } from "../replication/index.ts";
 
@@ -131,40 +131,24 @@ export function metricStatusOf(err: unknown): "not_leader" | "invalid" | "confli
  */
 export class InternalErrorLog {
   readonly #log: Logger;
-  readonly #perWindow: number;
-  readonly #windowMs: number;
-  readonly #now: () => number;
-  #windowStart = -Infinity;
-  #logged = 0;
-  #suppressed = 0;
+  readonly #window: LogWindow;
 
   constructor(
     log: Logger,
     options: { perWindow?: number; windowMs?: number; now?: () => number } = {},
   ) {
     this.#log = log;
-    this.#perWindow = options.perWindow ?? 10;
-    this.#windowMs = options.windowMs ?? 10_000;
-    this.#now = options.now ?? (() => performance.now());
+    this.#window = new LogWindow(options.perWindow, options.windowMs, options.now);
   }
 
   /** `answer` is what toServiceError made of `err`; logged only when it is INTERNAL. */
   maybeLog(method: string, err: unknown, answer: Partial<ServiceError>): void {
     if (answer.code !== status.INTERNAL) return;
-    const now = this.#now();
-    if (now - this.#windowStart >= this.#windowMs) {
-      this.#windowStart = now;
-      this.#logged = 0;
-    }
-    if (this.#logged >= this.#perWindow) {
-      this.#suppressed++;
-      return;
-    }
-    this.#logged++;
+    const skipped = this.#window.admit();
+    if (skipped === null) return;
     const code = err instanceof CairnError ? err.code : "CAIRN_ERR_INTERNAL";
     const fields: Record<string, unknown> = { method, code, err };
-    if (this.#suppressed > 0) fields["not_logged_before"] = this.#suppressed;
-    this.#suppressed = 0;
+    if (skipped > 0) fields["not_logged_before"] = skipped;
     this.#log.error("request failed with an internal error", fields);
   }
 }

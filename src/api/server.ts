@@ -14,7 +14,13 @@ import type { ClusterViewPublisher } from "../cluster/index.ts";
 import { CairnError } from "../common/index.ts";
 import type { TlsFiles } from "../common/tls-files.ts";
 import { type HostPort, parseHostPort } from "../config/index.ts";
-import { bindErrorFor, type CairnMetrics, type KvOperation, type Logger } from "../ops/index.ts";
+import {
+  bindErrorFor,
+  type CairnMetrics,
+  type KvOperation,
+  type Logger,
+  LogWindow,
+} from "../ops/index.ts";
 import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
 import { adminService, type LeadershipTransfer, type MemberAdmin } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
@@ -108,37 +114,22 @@ const KV_OPERATION_BY_PATH: ReadonlyMap<string, KvOperation> = new Map([
  */
 class RefusalLog {
   readonly #log: Logger;
-  readonly #perWindow: number;
-  readonly #windowMs: number;
-  #windowStart = -Infinity;
-  #logged = 0;
-  #suppressed = 0;
+  readonly #window = new LogWindow();
 
-  constructor(log: Logger, perWindow = 10, windowMs = 10_000) {
+  constructor(log: Logger) {
     this.#log = log;
-    this.#perWindow = perWindow;
-    this.#windowMs = windowMs;
   }
 
   maybeLog(event: FrontEndEvent): void {
-    const now = performance.now();
-    if (now - this.#windowStart >= this.#windowMs) {
-      this.#windowStart = now;
-      this.#logged = 0;
-    }
-    if (this.#logged >= this.#perWindow) {
-      this.#suppressed++;
-      return;
-    }
-    this.#logged++;
+    const skipped = this.#window.admit();
+    if (skipped === null) return;
     const fields: Record<string, unknown> = {
       code: event.code,
       peer: event.peer,
       method: event.method,
       reason: event.message,
     };
-    if (this.#suppressed > 0) fields["not_logged_before"] = this.#suppressed;
-    this.#suppressed = 0;
+    if (skipped > 0) fields["not_logged_before"] = skipped;
     this.#log.warn("a call was refused: its caller may not make it", fields);
   }
 }

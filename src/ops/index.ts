@@ -14,6 +14,7 @@ export {
   type LoggerOptions,
   type LogLevel,
   type LogSink,
+  LogWindow,
   silentLogger,
 } from "./log.ts";
 

@@ -221,3 +221,41 @@ export const silentLogger: Logger = {
   error: () => {},
   child: () => silentLogger,
 };
+
+/**
+ * A budget of log lines for one kind of event that a client can cause at will (a refused call,
+ * an internal error on every request): at most `perWindow` lines every `windowMs`, so that a
+ * loop cannot flood the log. `admit()` says whether a line may be written now and, if so, how
+ * many were left out since the last one written (to say so on that line).
+ */
+export class LogWindow {
+  readonly #perWindow: number;
+  readonly #windowMs: number;
+  readonly #now: () => number;
+  #windowStart = -Infinity;
+  #logged = 0;
+  #suppressed = 0;
+
+  constructor(perWindow = 10, windowMs = 10_000, now: () => number = () => performance.now()) {
+    this.#perWindow = perWindow;
+    this.#windowMs = windowMs;
+    this.#now = now;
+  }
+
+  /** Null: leave this one out. Otherwise the lines left out before it (0 or more). */
+  admit(): number | null {
+    const now = this.#now();
+    if (now - this.#windowStart >= this.#windowMs) {
+      this.#windowStart = now;
+      this.#logged = 0;
+    }
+    if (this.#logged >= this.#perWindow) {
+      this.#suppressed++;
+      return null;
+    }
+    this.#logged++;
+    const skipped = this.#suppressed;
+    this.#suppressed = 0;
+    return skipped;
+  }
+}
