@@ -32,8 +32,6 @@ import type { AuthSetup, FrontEndEvent } from "./handoff.ts";
 interface ConnectionAuth {
   /** Its certificate's identity, or ANONYMOUS. */
   readonly cert: Identity;
-  /** Its certificate was signed by the peer CA (tls.peer_ca_file). */
-  readonly peerCert: boolean;
   /** The last `authorization` value seen and what it meant under `table`. */
   header: string | null;
   table: TokenTable | null;
@@ -81,9 +79,8 @@ export class CallGate {
    * A connection starts being served on `socket` (a TLSSocket when it came over TLS); `tls` is
    * what its verified certificate says (tls-front.ts, peer-tls.ts), null without one. A
    * certificate of the client CA is a client (its role from its OU); one of the peer CA only is a
-   * peer, named by its first name (front-end.ts then checks that name against the node a peer
-   * call says it comes from). With one CA for both, a certificate is both: a client for client
-   * methods, and a peer for peer methods.
+   * peer, named by its first name. Peer methods under peer TLS are not asked here: front-end.ts
+   * checks their certificate names the node the call says it comes from.
    */
   connected(connection: object, socket: Socket, tls: TlsIdentity | null = null): void {
     let cert: Identity = ANONYMOUS;
@@ -98,13 +95,7 @@ export class CallGate {
     } else if (peerCert && tls !== null) {
       cert = { kind: "peer", name: tls.names[0] ?? "", via: "cert" };
     }
-    this.#byConnection.set(connection, {
-      cert,
-      peerCert,
-      header: null,
-      table: null,
-      result: cert,
-    });
+    this.#byConnection.set(connection, { cert, header: null, table: null, result: cert });
   }
 
   /** Why a call of `path` (class `cls`) on `connection` is refused, or null when it may run. */
@@ -116,8 +107,6 @@ export class CallGate {
   ): Refusal | null {
     if (cls === "open") return null;
     const state = this.#byConnection.get(connection);
-    // A peer CA's certificate on a peer method: the front end checks it names the calling node.
-    if (cls === "peer" && state?.peerCert === true) return null;
     let who: Identity = state?.cert ?? ANONYMOUS;
     const tokens = this.#tokens;
     // Without a tokens file the header means nothing here (a proxy may add one).

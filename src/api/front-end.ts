@@ -806,7 +806,9 @@ export function serveFrontEnd(
     }
     const path = stream.path;
     const method = methods.get(path);
-    if (gate !== null && refused(gate, stream, path, method?.cls ?? methodClassOf(path))) {
+    const cls = method?.cls ?? methodClassOf(path);
+    // With peer TLS, a peer method's caller is checked by its certificate below (refusedPeer).
+    if (gate !== null && !(cls === "peer" && peerTls) && refused(gate, stream, path, cls)) {
       // Answered, before anything else (an unknown method too: no credentials, no answer that
       // tells which methods exist); the call never reaches a handler.
     } else if (method === undefined) {

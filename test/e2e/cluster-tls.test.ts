@@ -97,7 +97,7 @@ describe("a 3-node cluster with peer TLS", () => {
       const clients = join(dir, "clients");
       must(["create-ca", "--certs-dir", peers]);
       must(["create-ca", "--certs-dir", clients]);
-      must(["create-client", "alice", "--certs-dir", clients]);
+      must(["create-client", "alice", "--role", "admin", "--certs-dir", clients]);
       const peerCa = join(peers, "ca.crt");
       const certs = new Map(["n1", "n2", "n3"].map((id) => [id, nodeCert(peers, id)]));
       const impostor = nodeCert(peers, "n9");
