@@ -88,7 +88,7 @@ describe("shard workers (real server process)", () => {
       // Every series of the summed histogram: ordered buckets, cumulative, _count = +Inf.
       assert.equal(
         checkHistogram(text, "kv_request_duration_ms", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]),
-        21, // 4 operations × 5 statuses, found and not_found on successful gets
+        29, // 4 operations × 7 statuses, found and not_found on successful gets
       );
       // Each worker counted the calls it served; the scrape sums them.
       const puts = await metric(server.http, 'kv_requests_total{operation="put",status="success"}');
