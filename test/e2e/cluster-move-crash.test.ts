@@ -57,7 +57,7 @@ describe("a move's crash points (real processes)", () => {
         CAIRN_CLUSTER_TOTAL_SHARDS: "16",
         CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
         CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "1",
-        CAIRN_TESTING_MOVE_STEP_HOLD_MS: "1500",
+        CAIRN_TESTING_MOVE_STEP_HOLD_MS: "800",
       });
       const { acknowledged, put } = acknowledgedPuts();
       let writing = true;
