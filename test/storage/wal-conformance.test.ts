@@ -6,23 +6,12 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { MemoryFileSystem } from "../../src/storage/common/index.ts";
-import { Wal, type WalEntry, type WalOptions } from "../../src/storage/wal/index.ts";
+import { Wal, type WalOptions } from "../../src/storage/wal/index.ts";
 import { CrashingFileSystem } from "../support/crashing-fs.ts";
-import { bytes } from "./helpers.ts";
+import { bytes, entry, texts } from "./helpers.ts";
 import { modelSignature, walSignature, walStep } from "./wal-workload.ts";
 
 const DIR = "/data/wal";
-
-function entry(index: number, term: number, text = `e${index}`): WalEntry {
-  return { index, term, type: 0, data: bytes(text) };
-}
-
-function texts(wal: Wal, shard: number): string[] {
-  const decoder = new TextDecoder();
-  return wal
-    .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
-    .map((e) => `${e.index}@${e.term}:${decoder.decode(e.data)}`);
-}
 
 async function segments(fs: MemoryFileSystem): Promise<string[]> {
   return (await fs.readdir(DIR)).filter((n) => n.endsWith(".wal")).sort();

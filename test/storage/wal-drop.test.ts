@@ -5,29 +5,10 @@
  * with drops: wal-conformance.test.ts, whose workload drops a shard every 13 steps.)
  */
 import assert from "node:assert/strict";
-import { readdirSync, statSync, truncateSync } from "node:fs";
-import { join } from "node:path";
+import { statSync, truncateSync } from "node:fs";
 import { describe, it } from "node:test";
-import { Wal, type WalEntry } from "../../src/storage/wal/index.ts";
-import { bytes, tempDir } from "./helpers.ts";
-
-function entry(index: number, term: number, text = `e${index}`): WalEntry {
-  return { index, term, type: 0, data: bytes(text) };
-}
-
-function segmentFiles(dir: string): string[] {
-  return readdirSync(dir)
-    .filter((n) => n.endsWith(".wal"))
-    .sort()
-    .map((n) => join(dir, n));
-}
-
-function texts(wal: Wal, shard: number): string[] {
-  const decoder = new TextDecoder();
-  return wal
-    .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
-    .map((e) => `${e.index}@${e.term}:${decoder.decode(e.data)}`);
-}
+import { Wal } from "../../src/storage/wal/index.ts";
+import { bytes, entry, segmentFiles, tempDir, texts } from "./helpers.ts";
 
 /** Shards 1 and 2 each write `n` entries of 40 bytes at term 3, a sync each. */
 async function fill(wal: Wal, n: number, from = 1): Promise<void> {

@@ -1,32 +1,14 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
 import { powerCut } from "./crash-shim.ts";
-import { bytes, tempDir } from "./helpers.ts";
+import { bytes, entry, segmentFiles, tempDir, texts } from "./helpers.ts";
 import { modelSignature, walSignature } from "./wal-workload.ts";
-
-function entry(index: number, term: number, text = `e${index}`): WalEntry {
-  return { index, term, type: 0, data: bytes(text) };
-}
-
-function segmentFiles(dir: string): string[] {
-  return readdirSync(dir)
-    .filter((n) => n.endsWith(".wal"))
-    .sort()
-    .map((n) => join(dir, n));
-}
-
-function texts(wal: Wal, shard: number): string[] {
-  const decoder = new TextDecoder();
-  return wal
-    .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
-    .map((e) => `${e.index}@${e.term}:${decoder.decode(e.data)}`);
-}
 
 describe("WAL", () => {
   it("recovers each shard's vote among more distinct votes than it keeps encoded", async () => {
