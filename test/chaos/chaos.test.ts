@@ -1,7 +1,11 @@
 /**
- * The chaos smoke (issue 11): two short runs of the chaos harness on real processes, with mixed
- * faults and fixed seeds; each must pass every check (linearizability, serializable reads,
- * acknowledged writes, replicas, health, views, no crash). `npm run chaos` runs the long ones.
+ * The chaos smoke (issue 11): two short runs of the chaos harness on real processes, with fixed
+ * seeds: one of mixed faults, and one of the scripted "grow-shrink" membership changes (3 → 5
+ * nodes by joins, back to 3 by decommissions, a member lost for good and replaced by a new
+ * identity; test/chaos/faults.ts SCRIPTS) under the workload. Each must pass every check
+ * (linearizability, serializable reads, acknowledged writes read back through every member,
+ * placement: every shard on exactly three distinct active members and one group, health, views,
+ * no crash). `npm run chaos` runs the long ones.
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -9,10 +13,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { NetStats } from "./net.ts";
+import { SCRIPTS } from "./faults.ts";
 import { runChaos } from "./run.ts";
 
-const SEEDS = [11, 12];
-const DURATION_MS = 28_000;
+/** Seed, scenario and duration (a scripted scenario runs until its script ends). */
+const RUNS = [
+  { seed: 11, scenario: "mixed", durationMs: 28_000 },
+  { seed: 12, scenario: "grow-shrink", durationMs: 10_000 },
+] as const;
 
 describe("chaos smoke: mixed faults on a three-node cluster (real processes)", () => {
   let out: string;
@@ -23,15 +31,15 @@ describe("chaos smoke: mixed faults on a three-node cluster (real processes)", (
     await rm(out, { recursive: true, force: true });
   });
 
-  for (const seed of SEEDS) {
+  for (const { seed, scenario, durationMs } of RUNS) {
     it(
-      `seed ${seed}: linearizable, nothing acknowledged lost, healthy after the heal`,
+      `${scenario} seed ${seed}: linearizable, nothing acknowledged lost, healthy after the heal`,
       { timeout: 240_000 },
       async () => {
         const report = await runChaos({
           seed,
-          scenario: "mixed",
-          durationMs: DURATION_MS,
+          scenario,
+          durationMs,
           outDir: out,
           log: () => undefined,
         });
@@ -42,6 +50,13 @@ describe("chaos smoke: mixed faults on a three-node cluster (real processes)", (
           `${report.summary}\n${report.findings.map((f) => `[${f.check}] ${f.message}`).join("\n")}`,
         );
         assert.ok(report.faults.length >= 2, `only ${report.faults.length} faults injected`);
+        if (scenario === "grow-shrink") {
+          // The whole script ran: 3 → 5 → 3 with a replacement, every change finished.
+          assert.deepEqual(
+            report.changes.map((c) => `${c.kind}:${c.done}`),
+            SCRIPTS[scenario]?.map((k) => `${k}:true`),
+          );
+        }
         // A node that reached a peer around its proxy would escape the network's faults.
         const net = report.net as NetStats;
         assert.ok(net.connections > 0, "no peer connection went through the proxies");

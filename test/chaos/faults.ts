@@ -33,6 +33,12 @@
  *   that the replicas have somewhere to go), else the draw falls back to another change, or to
  *   a fault of another kind. While a change is under way, a kill, pause or partition hits the
  *   node it is about one time in four, and the meta group's leader one time in four.
+ *
+ * A scripted scenario (SCRIPTS) draws nothing: it runs its membership changes in order, each
+ * one after the one before finished, with no other fault, and ends when the last one ends (the
+ * run's duration is then a minimum). "grow-shrink" grows three nodes to five, decommissions one,
+ * loses one for good and replaces it by a new identity, and decommissions one more: three
+ * members at the end, none of them necessarily a founder.
  */
 import { appendFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -94,7 +100,17 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
     "partition-reset",
     "asymmetric",
   ],
+  "grow-shrink": ["join", "decommission", "remove"],
   none: [],
+};
+
+/**
+ * Scripted scenarios: the membership changes they run, in order (see the file comment). Each
+ * change is allowed where it stands: a join below founding + 2 members, a decommission or a
+ * removal above the replication factor.
+ */
+export const SCRIPTS: Readonly<Record<string, readonly FaultKind[]>> = {
+  "grow-shrink": ["join", "join", "decommission", "remove", "join", "decommission"],
 };
 
 /** Whether `scenario` changes the cluster's membership (its nodes then run a short dead_after). */
@@ -127,6 +143,8 @@ export interface ScheduleOptions {
   readonly quietMs: readonly [number, number];
   /** Milliseconds of one election timeout (tick × election ticks): pauses last longer. */
   readonly electionMs: number;
+  /** A scripted scenario's changes (SCRIPTS): run in order instead of drawn. */
+  readonly script?: readonly FaultKind[];
 }
 
 function between(rng: Rng, [lo, hi]: readonly [number, number]): number {
@@ -261,6 +279,7 @@ export class FaultSchedule {
   async run(): Promise<void> {
     const o = this.#options;
     await sleep(o.from - this.#now());
+    if (o.script !== undefined) return this.#runScript(o.script);
     while (!this.#stopped && o.kinds.length > 0) {
       const hold = between(this.#rng, o.holdMs);
       // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell.
@@ -282,6 +301,21 @@ export class FaultSchedule {
       }
       await this.#cluster.exclusive(() => this.#inject(kind, hold));
       await sleep(between(this.#rng, o.quietMs));
+    }
+  }
+
+  /** Runs `script`'s changes one after another; a change that fails ends the script. */
+  async #runScript(script: readonly FaultKind[]): Promise<void> {
+    for (const kind of script) {
+      if (this.#stopped) return;
+      if (this.#allowedChange(kind, false) !== kind)
+        throw new Error(
+          `the script's ${kind} is not allowed with ${this.#cluster.members().length} members`,
+        );
+      this.#startChange(kind);
+      await this.#change;
+      if (this.changeErrors.length > 0) return;
+      await sleep(between(this.#rng, this.#options.quietMs));
     }
   }
 
@@ -308,9 +342,9 @@ export class FaultSchedule {
    * `kind`, or another change the cluster allows now (see the file comment), or null (a change
    * is under way, or too little of the run is left for one).
    */
-  #allowedChange(kind: FaultKind): FaultKind | null {
+  #allowedChange(kind: FaultKind, timed = true): FaultKind | null {
     if (this.#changes === null || this.#change !== null) return null;
-    if (this.#now() + 15_000 > this.#options.until) return null;
+    if (timed && this.#now() + 15_000 > this.#options.until) return null;
     const members = this.#cluster.members().length;
     const allowed = (k: FaultKind): boolean =>
       this.#options.kinds.includes(k) &&

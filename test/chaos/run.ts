@@ -37,6 +37,7 @@ import {
   type FaultRecord,
   FaultSchedule,
   SCENARIOS,
+  SCRIPTS,
   TMPFS_SCENARIOS,
 } from "./faults.ts";
 import { memberViews } from "./membership.ts";
@@ -59,6 +60,8 @@ const REPLICATION_FACTOR = 3;
  * loop, a long partition) has it marked dead and active again, which is part of the chaos.
  */
 const DEAD_AFTER_MS = 10_000;
+/** The same in a scripted scenario: no other fault keeps a node away, so a short one is safe. */
+const SCRIPTED_DEAD_AFTER_MS = 3_000;
 /** How long the heal waits for a membership change under way to finish. */
 const SETTLE_MS = 240_000;
 
@@ -246,7 +249,11 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "2000",
       CAIRN_SHARD_WORKERS: String(options.shardWorkers ?? 1),
       ...(changesMembership(options.scenario)
-        ? { CAIRN_CLUSTER_DEAD_AFTER_MS: String(DEAD_AFTER_MS) }
+        ? {
+            CAIRN_CLUSTER_DEAD_AFTER_MS: String(
+              SCRIPTS[options.scenario] === undefined ? DEAD_AFTER_MS : SCRIPTED_DEAD_AFTER_MS,
+            ),
+          }
         : {}),
       ...(bugs.length > 0 ? { CAIRN_TESTING_BUGS: bugs.join(",") } : {}),
     },
@@ -276,8 +283,10 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       from: start + 3_000,
       until: start + options.durationMs - 2_000,
       holdMs: [2_000, 6_000],
-      quietMs: [1_500, 3_500],
+      // A script's changes follow each other closely: the workload runs all along.
+      quietMs: SCRIPTS[options.scenario] === undefined ? [1_500, 3_500] : [500, 1_000],
       electionMs: TICK_MS * ELECTION_TICKS,
+      ...(SCRIPTS[options.scenario] === undefined ? {} : { script: SCRIPTS[options.scenario] }),
     });
     workload.start();
     let scheduleError: unknown = null;

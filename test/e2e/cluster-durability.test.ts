@@ -6,7 +6,7 @@
  * be the key's value, read linearizably, and on every replica (each node's own copy, read with a
  * serializable Get).
  *
- * DURABILITY_CYCLES=N runs N cycles (default 3 here; 10 for the single-node test), and
+ * DURABILITY_CYCLES=N runs N cycles (default 3 here; 6 for the single-node test), and
  * DURABILITY_SEED=S replays a run; DURABILITY_BUG=NAME plants a bug of src/node/testing-bugs.ts
  * in the nodes (e.g. ack-before-wal-sync), to see the test fail. The keys fall in 16 shards, so several writes are in flight
  * in each group when the kill comes.

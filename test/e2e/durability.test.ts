@@ -2,7 +2,7 @@
  * Durability, end to end: clients write keys and record every acknowledged write; the server is
  * killed with SIGKILL at a random moment (after a random number of acknowledgements, with writes
  * in flight); after a restart every acknowledged write must be there with its version.
- * DURABILITY_CYCLES=N runs more cycles (default 10; half as many with shard workers, whose
+ * DURABILITY_CYCLES=N runs more cycles (default 6; half as many with shard workers, whose
  * node keeps one WAL per worker and answers a call through another worker than its shard's).
  */
 import assert from "node:assert/strict";
@@ -14,7 +14,7 @@ import { seededRng } from "../../src/common/rng.ts";
 import { connect } from "../support/grpc-client.ts";
 import { startServer } from "../support/server-process.ts";
 
-const CYCLES = Number(process.env.DURABILITY_CYCLES ?? "10");
+const CYCLES = Number(process.env.DURABILITY_CYCLES ?? "6");
 const SEED = Number(process.env.DURABILITY_SEED ?? String(Date.now() % 1_000_000));
 let dir: string;
 

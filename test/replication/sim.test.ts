@@ -3,14 +3,14 @@
  * three, or four or five whose membership changes, drawn from the seed) must run clean, each
  * planted bug must be caught within 500 seeds, and a seed must replay exactly.
  *
- * DRIVER_SIM_SEEDS=N raises the number of seeds (default 60).
+ * DRIVER_SIM_SEEDS=N raises the number of seeds (default 40).
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { driverReplayCommand } from "./sim/replay.ts";
 import { runDriverSeed } from "./sim/simulator.ts";
 
-const SEEDS = Number(process.env["DRIVER_SIM_SEEDS"] ?? "60");
+const SEEDS = Number(process.env["DRIVER_SIM_SEEDS"] ?? "40");
 /**
  * Seeds run with moves, and their sizes (the seeds above draw some too, and seed 1156 on
  * four nodes is kept below): seed 9 on five nodes admits two, kills one (declared dead,
