@@ -93,6 +93,11 @@ export interface CairnClientOptions {
    * (PEM) that signed the nodes' (default: the system's roots); `cert` and `key`: this client's
    * certificate and key (PEM), for a node with `tls.client_ca_file` (mutual TLS). The node's
    * certificate must name the host of the endpoint dialled (`cairn cert create-node --host`).
+   * grpc-js sends that host as the TLS server name, an IP address too (the endpoints given, and
+   * the members' addresses followed for routing), which Node warns about once per process
+   * (DEP0123; harmless, the certificate's IP names are checked all the same). The `cairn` CLI
+   * hides that warning; a program that minds it can name the nodes by a name their certificate
+   * carries (`channelOptions: {"grpc.ssl_target_name_override": NAME}`).
    */
   readonly tls?: TlsOptions;
   /**

@@ -10,7 +10,10 @@
  *   snapshots, the join probe) present the node's certificate and accept the peer's only when
  *   the peer CA signed it and it names the node id dialed (`checkPeerName`): a node that answers
  *   at a peer's address with another node's certificate is not that peer. The files are looked at
- *   every second, as the front end's are; new connections use what was read last.
+ *   every second, as the front end's are; every new connection uses what was read last, on
+ *   either client: `dial` is asked per connection, and grpc-js's channels take PeerTls as their
+ *   certificate provider (`credentials`), which it asks per connection too. A channel made before
+ *   a reload is not rebuilt and its calls in flight are not cut: only its next connection changes.
  * - **Accepting** (identityOf): the front end records, on each TLS connection whose certificate
  *   it verified, which of the node's CAs it chains to (`client`, `peer`, or both when one CA
  *   signs both kinds) and the names it carries (TlsIdentity). The peers' methods then take a call
@@ -26,6 +29,7 @@ import {
 } from "node:tls";
 import { X509Certificate } from "node:crypto";
 import { isIP } from "node:net";
+import { type ChannelCredentials, type ChannelOptions, experimental } from "@grpc/grpc-js";
 import {
   readTlsFiles,
   stampTlsFiles,
@@ -167,22 +171,24 @@ export interface PeerDial {
   readonly checkServerIdentity: (host: string, cert: PeerCertificate) => Error | undefined;
 }
 
-/** The files' content for grpc-js's credentials (createSsl): the peer CA, key, certificate. */
-export interface PeerTlsPems {
-  readonly ca: Buffer;
-  readonly key: Buffer;
-  readonly cert: Buffer;
-}
+type CaListener = experimental.CaCertificateUpdateListener;
+type IdentityListener = experimental.IdentityCertificateUpdateListener;
 
 /**
  * A node's side of dialing its peers over TLS: its certificate and key, and the peer CA, read
  * from the files and reloaded when they change (TlsFileWatch). `onError` hears a reload that
  * failed (the files read before are kept).
+ *
+ * It is also grpc-js's certificate provider for the node's channels to its peers (`credentials`):
+ * grpc-js keeps the latest material it was handed and builds each new connection's context from
+ * it, so a reload reaches every channel, old ones too.
  */
-export class PeerTls {
+export class PeerTls implements experimental.CertificateProvider {
   #material: TlsMaterial;
   #context: SecureContext;
   readonly #watch: TlsFileWatch;
+  readonly #caListeners = new Set<CaListener>();
+  readonly #identityListeners = new Set<IdentityListener>();
 
   constructor(files: TlsFiles, onError: (err: Error) => void = () => undefined) {
     if (files.peerCaFile === undefined) throw new Error("PeerTls needs tls.peer_ca_file");
@@ -193,8 +199,11 @@ export class PeerTls {
       files,
       readAt,
       (m) => {
+        const context = PeerTls.#contextOf(m);
         this.#material = m;
-        this.#context = PeerTls.#contextOf(m);
+        this.#context = context;
+        for (const l of this.#caListeners) l(PeerTls.#caOf(m));
+        for (const l of this.#identityListeners) l(PeerTls.#identityOf(m));
       },
       onError,
     );
@@ -209,6 +218,14 @@ export class PeerTls {
     });
   }
 
+  static #caOf(m: TlsMaterial): experimental.CaCertificateUpdate {
+    return { caCertificate: m.peerCa as Buffer };
+  }
+
+  static #identityOf(m: TlsMaterial): experimental.IdentityCertificateUpdate {
+    return { certificate: m.cert, privateKey: m.key };
+  }
+
   /** How to dial node `nodeId` now. */
   dial(nodeId: string): PeerDial {
     return {
@@ -220,10 +237,38 @@ export class PeerTls {
     };
   }
 
-  /** The PEM files as read last, for grpc-js's credentials. */
-  pems(): PeerTlsPems {
-    const m = this.#material;
-    return { ca: m.peerCa as Buffer, key: m.key, cert: m.cert };
+  /**
+   * grpc-js credentials to dial node `nodeId` with the files as read at each connection, and
+   * the channel options that go with them (the node id as the TLS server name, unless it is an
+   * address).
+   */
+  credentials(nodeId: string): { credentials: ChannelCredentials; options: ChannelOptions } {
+    return {
+      credentials: experimental.createCertificateProviderChannelCredentials(this, this, {
+        checkServerIdentity: checkPeerName(nodeId),
+      }),
+      options: isIP(nodeId) === 0 ? { "grpc.ssl_target_name_override": nodeId } : {},
+    };
+  }
+
+  // experimental.CertificateProvider: a listener hears the material at once, then each reload.
+
+  addCaCertificateListener(listener: CaListener): void {
+    this.#caListeners.add(listener);
+    listener(PeerTls.#caOf(this.#material));
+  }
+
+  removeCaCertificateListener(listener: CaListener): void {
+    this.#caListeners.delete(listener);
+  }
+
+  addIdentityCertificateListener(listener: IdentityListener): void {
+    this.#identityListeners.add(listener);
+    listener(PeerTls.#identityOf(this.#material));
+  }
+
+  removeIdentityCertificateListener(listener: IdentityListener): void {
+    this.#identityListeners.delete(listener);
   }
 
   close(): void {

@@ -397,7 +397,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_TLS_PEER_CA_FILE",
     flag: "tls-peer-ca-file",
     expect: "must be a non-empty path",
-    doc: "Peer TLS: CA certificates (PEM) of the cluster's node certificates; required in a cluster with TLS (cluster.seed_nodes set). A peer's calls are taken only over a connection whose certificate it signed and names the node id the call comes from; this node dials its peers over TLS, presenting tls.cert_file and checking that their certificate names the node id dialed. Needs tls.cert_file. Reloaded when the file changes.",
+    doc: "Peer TLS: CA certificates (PEM) of the cluster's node certificates; required in a cluster with TLS (cluster.seed_nodes set). A peer's calls are taken only over a connection whose certificate it signed and names the node id the call comes from; this node dials its peers over TLS, presenting tls.cert_file and checking that their certificate names the node id dialed. Needs tls.cert_file; ignored by a single node. Reloaded when the file changes.",
   },
   {
     key: "auth.tokens_file",

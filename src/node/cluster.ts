@@ -19,8 +19,7 @@
  * the old replica by the new one, which the log or a snapshot refills (src/node/replicas.ts).
  */
 import { randomUUID } from "node:crypto";
-import { isIP } from "node:net";
-import { checkPeerName, type PeerTls } from "../common/peer-tls.ts";
+import type { PeerTls } from "../common/peer-tls.ts";
 import { credentials, type ClientReadableStream, status } from "@grpc/grpc-js";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
@@ -798,14 +797,8 @@ export function probeMember(
     client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
   } else {
     // As a peer dials (src/common/peer-tls.ts): the member's certificate must name its node id.
-    const pems = tls.pems();
-    client = new proto.cairn.v1.Meta(
-      address,
-      credentials.createSsl(pems.ca, pems.key, pems.cert, {
-        checkServerIdentity: checkPeerName(nodeId),
-      }),
-      isIP(nodeId) === 0 ? { "grpc.ssl_target_name_override": nodeId } : {},
-    );
+    const dial = tls.credentials(nodeId);
+    client = new proto.cairn.v1.Meta(address, dial.credentials, dial.options);
   }
   return new Promise((resolve) => {
     let done = false;

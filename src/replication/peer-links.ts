@@ -28,8 +28,7 @@ import { Client, type ClientOptions, credentials, type Interceptor, status } fro
 import { loadRaftProto } from "../api/proto.ts";
 import { TUNNEL_REFUSED } from "../api/h2/client.ts";
 import { type CallResult, type ClientCall, GrpcChannel, TLS_FAILED } from "../api/grpc-channel.ts";
-import { checkPeerName, type PeerTls } from "../common/peer-tls.ts";
-import { isIP } from "node:net";
+import type { PeerTls } from "../common/peer-tls.ts";
 import { IntMap } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { encodeHandshakeFrame } from "./frame-encode.ts";
@@ -332,15 +331,13 @@ export class PeerLinks {
         "grpc.use_local_subchannel_pool": 1,
       };
       if (this.#interceptors.length > 0) options.interceptors = [...this.#interceptors];
-      const tls = this.#tls;
       let creds = credentials.createInsecure();
-      if (tls !== undefined) {
-        // The files as read now: a channel made after a reload takes the new ones.
-        const pems = tls.pems();
-        creds = credentials.createSsl(pems.ca, pems.key, pems.cert, {
-          checkServerIdentity: checkPeerName(peer.id),
-        });
-        if (isIP(peer.id) === 0) options["grpc.ssl_target_name_override"] = peer.id;
+      if (this.#tls !== undefined) {
+        // Each connection with the files as read last (PeerTls.credentials): a reload needs no
+        // new channel, and the calls in flight on this one go on.
+        const tls = this.#tls.credentials(peer.id);
+        creds = tls.credentials;
+        Object.assign(options, tls.options);
       }
       peer.client = new Client(address, creds, options);
       peer.clientAddress = address;

@@ -38,6 +38,16 @@ import { type CertSet, certCommand, expiredCert, makeCerts } from "../support/tl
 const dir = mkdtempSync(join(tmpdir(), "cairn-e2e-authz-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
+/**
+ * The test clients' channel options: connections of their own, and the name the node's
+ * certificate carries (localhost) as the TLS server name, which grpc-js otherwise takes from the
+ * address: an IP, which Node warns about (DEP0123).
+ */
+const CHANNEL = {
+  "grpc.use_local_subchannel_pool": 1,
+  "grpc.ssl_target_name_override": "localhost",
+};
+
 const READ_TOKEN = "read-token-0123456789abcdef";
 const WRITE_TOKEN = "write-token-0123456789abcdef";
 const ADMIN_TOKEN = "admin-token-0123456789abcdef";
@@ -74,7 +84,7 @@ function rawCall(
   metadata: Record<string, string>,
   creds: ChannelCredentials = credentials.createInsecure(),
 ): Promise<{ ok: true; bytes: Buffer } | { ok: false; err: ServiceError }> {
-  const client = new Client(address, creds, { "grpc.use_local_subchannel_pool": 1 });
+  const client = new Client(address, creds, CHANNEL);
   const md = new Metadata();
   for (const [k, v] of Object.entries(metadata)) md.set(k, v);
   return new Promise((resolve) => {
@@ -120,7 +130,7 @@ function tokenClient(server: ServerProcess, token: string | undefined): CairnCli
     endpoints: [server.rpc],
     timeoutMs: 3000,
     routing: false,
-    channelOptions: { "grpc.use_local_subchannel_pool": 1 },
+    channelOptions: CHANNEL,
     ...(token === undefined ? {} : { token }),
   });
 }
@@ -331,7 +341,7 @@ describe("client certificates (mutual TLS, the front end in the main thread)", (
       endpoints: [server.rpc],
       timeoutMs: 3000,
       routing: false,
-      channelOptions: { "grpc.use_local_subchannel_pool": 1 },
+      channelOptions: CHANNEL,
       tls: {
         ca: readFileSync(certs.ca),
         ...(c === undefined ? {} : { cert: readFileSync(c.cert), key: readFileSync(c.key) }),
@@ -479,7 +489,7 @@ describe("the node's certificate rotated under load (mutual TLS, two shard worke
             endpoints: [server.rpc],
             timeoutMs: 5000,
             routing: false,
-            channelOptions: { "grpc.use_local_subchannel_pool": 1 },
+            channelOptions: CHANNEL,
             tls,
           });
           try {

@@ -16,9 +16,9 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, describe, it } from "node:test";
 import { Client, credentials, Metadata, type ServiceError } from "@grpc/grpc-js";
 import { shardForKey } from "../../src/cluster/index.ts";
@@ -31,24 +31,11 @@ import {
 } from "../support/cluster-process.ts";
 import type { Clients } from "../support/grpc-client.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
-import { certCommand } from "../support/tls-certs.ts";
+import { clusterCerts, nodeCert } from "../support/tls-certs.ts";
 
 const TOTAL_SHARDS = 1024;
 const dir = mkdtempSync(join(tmpdir(), "cairn-e2e-cluster-tls-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
-
-function must(args: readonly string[]): void {
-  const r = certCommand(args);
-  if (r.code !== 0) throw new Error(`cairn cert ${args.join(" ")}: ${r.err}`);
-}
-
-/** The peers' CA and node `id`'s certificate, as <id>.crt and <id>.key in `peers`. */
-function nodeCert(peers: string, id: string): { cert: string; key: string } {
-  must(["create-node", id, "--host", "127.0.0.1", "--host", "localhost", "--certs-dir", peers]);
-  renameSync(join(peers, "node.crt"), join(peers, `${id}.crt`));
-  renameSync(join(peers, "node.key"), join(peers, `${id}.key`));
-  return { cert: join(peers, `${id}.crt`), key: join(peers, `${id}.key`) };
-}
 
 /** A unary call of the peers' service, as node `as`, over TLS with the given certificate. */
 function peerCall(
@@ -93,32 +80,11 @@ describe("a 3-node cluster with peer TLS", () => {
     "serves, forwards, snapshots and restarts over TLS; refuses impostors and cleartext nodes",
     { timeout: 300_000 },
     async () => {
-      const peers = join(dir, "peers");
-      const clients = join(dir, "clients");
-      must(["create-ca", "--certs-dir", peers]);
-      must(["create-ca", "--certs-dir", clients]);
-      must(["create-client", "alice", "--role", "admin", "--certs-dir", clients]);
-      const peerCa = join(peers, "ca.crt");
-      const certs = new Map(["n1", "n2", "n3"].map((id) => [id, nodeCert(peers, id)]));
-      const impostor = nodeCert(peers, "n9");
-      const alice = {
-        cert: join(clients, "client.alice.crt"),
-        key: join(clients, "client.alice.key"),
-      };
-
-      const cluster = await LocalCluster.create(dir, 3, {
-        CAIRN_TLS_PEER_CA_FILE: peerCa,
-        CAIRN_TLS_CLIENT_CA_FILE: join(clients, "ca.crt"),
-      });
-      cluster.nodeEnv = (id) => {
-        const c = certs.get(id);
-        return c === undefined ? {} : { CAIRN_TLS_CERT_FILE: c.cert, CAIRN_TLS_KEY_FILE: c.key };
-      };
-      cluster.credentials = credentials.createSsl(
-        readFileSync(peerCa),
-        readFileSync(alice.key),
-        readFileSync(alice.cert),
-      );
+      const certs = clusterCerts(dir, ["n1", "n2", "n3"]);
+      const { peerCa, alice } = certs;
+      const impostor = nodeCert(dirname(peerCa), "n9");
+      const cluster = await LocalCluster.create(dir, 3);
+      cluster.useTls(certs);
       try {
         // One after another: three node processes starting at once on a loaded 2-core machine
         // can take longer than a start's 30 s each.

@@ -2,19 +2,31 @@
  * A cluster whose nodes run shard workers (docs/architecture.md, "Using every core"): three real
  * processes of two workers each. Worker i of a node owns the shards with id mod 2 = i and talks
  * to worker i of every peer over connections that name it (src/api/worker-tunnel.ts); worker 0
- * holds the meta group and the others follow its state. Keys of both workers' shards are written
- * and read through every node, scanned, a leadership moved, a node killed and restarted; and a
- * member started with another number of workers is refused, with the reason in the logs.
+ * holds the meta group and the others follow its state.
+ *
+ * The first cluster runs with TLS between its peers and mutual TLS for its clients (issue 54),
+ * so that the peers' traffic into and out of each worker is TLS started inside the worker after
+ * the tunnel's cleartext CONNECT: Raft streams, forwarded calls, snapshots (a node SIGKILLed,
+ * written past, a shard of each worker compacted, restarted: it installs their snapshots),
+ * and the refusals on a worker's tunnel of an impostor (a certificate the peer CA signed for
+ * another node) and of a node with the wrong certificate. Keys of both workers' shards are
+ * written and read through every node, scanned, a leadership moved. Peer TLS without workers is
+ * cluster-tls.test.ts; cleartext tunnels are the second cluster here and
+ * test/api/worker-tunnel.test.ts. The second cluster: a member started with another number of
+ * workers is refused, with the reason in the logs.
  *
  * Every other cluster test runs with workers by hand: CLUSTER_SHARD_WORKERS=2 (LocalCluster).
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
+import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { nativeAddonMissing } from "../../src/common/index.ts";
+import { PeerTls } from "../../src/common/peer-tls.ts";
 import type { Clients } from "../support/grpc-client.ts";
 import {
   clusterView,
@@ -24,10 +36,45 @@ import {
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
+import { clusterCerts, nodeCert } from "../support/tls-certs.ts";
 
 const TOTAL_SHARDS = 1024;
 const WORKERS = { CAIRN_SHARD_WORKERS: "2" };
 const b = (s: string): Buffer => Buffer.from(s);
+
+/**
+ * A call of the peers' service as node `as`, on a connection to shard worker `index` of the node
+ * at `address` (its tunnel, then TLS with `tls`, expecting the node to be `dialed`).
+ */
+async function tunnelledPeerCall(
+  address: string,
+  index: number,
+  tls: PeerTls,
+  dialed: string,
+  as: string,
+): Promise<CallResult> {
+  const channel = new GrpcChannel(address, {
+    maxMessageBytes: 1 << 20,
+    shardWorker: { index, count: 2 },
+    tls: () => tls.dial(dialed),
+    peerId: as,
+  });
+  try {
+    return await channel.unary("/cairn.v1.Raft/ReadIndex", Buffer.alloc(0), {
+      deadline: Date.now() + 10_000,
+    });
+  } finally {
+    channel.destroy();
+  }
+}
+
+async function refusedCertificates(http: string | undefined): Promise<number> {
+  const text = await (await fetch(`http://${http}/metrics`)).text();
+  const line = text
+    .split("\n")
+    .find((l) => l.startsWith('cairn_raft_peer_calls_refused_total{reason="certificate"'));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
 
 // Shard workers in a cluster hand peers' connections between threads with the native addon
 // (dupFd), and a node refuses to start without it: where it was not built (no C compiler; the
@@ -46,11 +93,21 @@ describe("a cluster of nodes with two shard workers each (real processes)", { sk
     await rm(dir, { recursive: true, force: true });
   });
 
-  it("serves keys of both workers' shards through any node, and keeps them across a kill -9", async () => {
+  it("serves keys of both workers' shards through any node over TLS, refuses impostors on a worker's tunnel, and keeps the keys across a kill -9 and snapshots", async () => {
+    const certs = clusterCerts(join(dir, "certs"), ["n1", "n2", "n3"]);
+    const impostor = nodeCert(dirname(certs.peerCa), "n9");
     const cluster = await LocalCluster.create(join(dir, "basic"), 3, WORKERS);
+    cluster.useTls(certs);
+    const impostorTls = new PeerTls({
+      certFile: impostor.cert,
+      keyFile: impostor.key,
+      peerCaFile: certs.peerCa,
+    });
     try {
-      await cluster.startAll();
-      await cluster.ready();
+      // One after another: three TLS nodes of two workers starting at once on a loaded 2-core
+      // machine can take longer than a start's 30 s each.
+      for (const n of cluster.nodes) await cluster.start(n.id);
+      await cluster.ready(60_000);
       const clients = cluster.nodes.map((n) => n.client as Clients);
       const keys = Array.from({ length: 40 }, (_, i) => `key-${i}`);
       const shards = new Set(keys.map((k) => shardForKey(b(k), TOTAL_SHARDS) % 2));
@@ -112,7 +169,23 @@ describe("a cluster of nodes with two shard workers each (real processes)", { sk
       });
       assert.equal(reply["leader"], target);
 
-      // SIGKILL the node that leads the most shards, write on, restart it: nothing is lost.
+      // On each worker's tunnel of n1: an impostor (n9's certificate) calling as n2 is refused,
+      // and a node dialing n2 there refuses n1's certificate.
+      const n1 = cluster.node("n1");
+      const refusedBefore = await refusedCertificates(n1.server?.http);
+      for (const index of [0, 1]) {
+        const asN2 = await tunnelledPeerCall(n1.rpc, index, impostorTls, "n1", "n2");
+        assert.equal(asN2.code, status.PERMISSION_DENIED, `worker ${index}: ${asN2.details}`);
+        assert.match(asN2.details, /names \["n9".*not node "n2"/);
+        const wrong = await tunnelledPeerCall(n1.rpc, index, impostorTls, "n2", "n9");
+        assert.equal(wrong.code, status.UNAVAILABLE, `worker ${index}: ${wrong.details}`);
+        assert.match(wrong.details, /names \["n1".*not node "n2" that was dialed/);
+      }
+      assert.equal(await refusedCertificates(n1.server?.http), refusedBefore + 2);
+
+      // SIGKILL the node that leads the most shards, write on, compact the logs of one written
+      // shard of each worker on the others, restart it: it catches up on those by snapshot, in
+      // both workers, and on the rest by log; nothing is lost.
       const leads = new Map<string, number>();
       for (const s of (await clusterView(clients[0] as Clients)).shards) {
         leads.set(s.leader, (leads.get(s.leader) ?? 0) + 1);
@@ -127,11 +200,28 @@ describe("a cluster of nodes with two shard workers each (real processes)", { sk
         });
         acknowledged.set(key, `after-${i}`);
       }
-      await cluster.start(victim);
+      const compacted = [0, 1].map((w) => written.find((id) => id % 2 === w) as number);
+      for (const c of survivors) {
+        for (const id of compacted) await c.call(c.admin, "SnapshotShard", { shard_id: id });
+      }
+      const back = await cluster.start(victim);
       await cluster.ready();
+      await eventually(`${victim} installs snapshots in both workers`, async () => {
+        const installed = new Set<number>();
+        for (const l of back.server?.lines ?? []) {
+          const m = /installed from the leader's snapshot.*"shard_id":(\d+)/.exec(l);
+          if (m !== null) installed.add(Number(m[1]));
+        }
+        return compacted.every((id) => installed.has(id));
+      });
       await everyReplicaHolds(cluster, acknowledged);
+      for (const n of cluster.nodes) {
+        const errors = (n.server?.lines ?? []).filter((l) => l.includes('"level":"ERROR"'));
+        assert.deepEqual(errors, [], `${n.id} logged no error`);
+      }
       await cluster.stopAll();
     } finally {
+      impostorTls.close();
       await cluster.killAll();
     }
   });

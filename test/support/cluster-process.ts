@@ -9,9 +9,10 @@ import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:f
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { ChannelCredentials, ClientReadableStream } from "@grpc/grpc-js";
+import { type ChannelCredentials, type ClientReadableStream, credentials } from "@grpc/grpc-js";
 import { type Clients, connect, grpcError, type Reply } from "./grpc-client.ts";
 import { type ServerProcess, startServer } from "./server-process.ts";
+import type { ClusterCerts } from "./tls-certs.ts";
 
 /**
  * A port free for both TCP (gRPC, HTTP) and UDP (SWIM shares the RPC port) on `host` right now
@@ -146,6 +147,12 @@ export class LocalCluster {
   nodeEnv: (id: string) => Readonly<Record<string, string>> = () => ({});
   /** The credentials of the nodes' test clients (`client`); cleartext when unset. */
   credentials: ChannelCredentials | undefined = undefined;
+  /**
+   * The name the nodes' certificates carry for their test clients (TLS SNI and the check of the
+   * certificate), when `credentials` are TLS: grpc-js would otherwise send the address's IP as
+   * the server name, which Node warns about (DEP0123).
+   */
+  tlsName: string | undefined = undefined;
 
   private constructor(nodes: ClusterNode[], env: Readonly<Record<string, string>>) {
     this.nodes = nodes;
@@ -179,6 +186,30 @@ export class LocalCluster {
     return new LocalCluster(nodes, env);
   }
 
+  /**
+   * Runs the nodes with TLS between them and mutual TLS for clients (`certs`), and connects the
+   * test clients as admin alice; a node without a certificate in `certs` runs in cleartext.
+   */
+  useTls(certs: ClusterCerts): void {
+    this.nodeEnv = (id) => {
+      const c = certs.nodes.get(id);
+      return c === undefined
+        ? {}
+        : {
+            CAIRN_TLS_CERT_FILE: c.cert,
+            CAIRN_TLS_KEY_FILE: c.key,
+            CAIRN_TLS_PEER_CA_FILE: certs.peerCa,
+            CAIRN_TLS_CLIENT_CA_FILE: certs.clientCa,
+          };
+    };
+    this.credentials = credentials.createSsl(
+      readFileSync(certs.peerCa),
+      readFileSync(certs.alice.key),
+      readFileSync(certs.alice.cert),
+    );
+    this.tlsName = "localhost";
+  }
+
   get seeds(): string {
     return this.nodes.map((n) => n.rpc).join(",");
   }
@@ -197,7 +228,11 @@ export class LocalCluster {
       args: ["--node-id", n.id, "--rpc-addr", n.rpc, "--seed-nodes", this.seeds],
       env: { ...this.#env, ...this.nodeEnv(n.id), ...env },
     });
-    n.client = connect(n.rpc, {}, ...(this.credentials === undefined ? [] : [this.credentials]));
+    n.client = connect(
+      n.rpc,
+      this.tlsName === undefined ? {} : { "grpc.ssl_target_name_override": this.tlsName },
+      ...(this.credentials === undefined ? [] : [this.credentials]),
+    );
     return n;
   }
 

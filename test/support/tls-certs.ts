@@ -4,7 +4,7 @@
  * (`openssl ca` with dates in the past).
  */
 import { spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PassThrough, Writable } from "node:stream";
 import { cert } from "../../src/cli/cert-commands.ts";
@@ -68,6 +68,38 @@ export function makeCerts(dir: string): CertSet {
     nodeKey: join(dir, "node.key"),
     clientCert: join(dir, "client.alice.crt"),
     clientKey: join(dir, "client.alice.key"),
+  };
+}
+
+/** Node `id`'s certificate (for 127.0.0.1 and localhost) by the CA in `dir`, as <id>.crt, <id>.key there. */
+export function nodeCert(dir: string, id: string): { cert: string; key: string } {
+  must(["create-node", id, "--host", "127.0.0.1", "--host", "localhost", "--certs-dir", dir]);
+  renameSync(join(dir, "node.crt"), join(dir, `${id}.crt`));
+  renameSync(join(dir, "node.key"), join(dir, `${id}.key`));
+  return { cert: join(dir, `${id}.crt`), key: join(dir, `${id}.key`) };
+}
+
+/** A cluster's certificates: the peers' CA and its nodes', the clients' CA and admin alice's. */
+export interface ClusterCerts {
+  /** The peers' CA (tls.peer_ca_file); it also signed the nodes' certificates clients check. */
+  readonly peerCa: string;
+  readonly clientCa: string;
+  readonly nodes: ReadonlyMap<string, { readonly cert: string; readonly key: string }>;
+  readonly alice: { readonly cert: string; readonly key: string };
+}
+
+/** The peers' CA in `dir`/peers with a certificate for each of `ids`; the clients' in `dir`/clients. */
+export function clusterCerts(dir: string, ids: readonly string[]): ClusterCerts {
+  const peers = join(dir, "peers");
+  const clients = join(dir, "clients");
+  must(["create-ca", "--certs-dir", peers]);
+  must(["create-ca", "--certs-dir", clients]);
+  must(["create-client", "alice", "--role", "admin", "--certs-dir", clients]);
+  return {
+    peerCa: join(peers, "ca.crt"),
+    clientCa: join(clients, "ca.crt"),
+    nodes: new Map(ids.map((id) => [id, nodeCert(peers, id)])),
+    alice: { cert: join(clients, "client.alice.crt"), key: join(clients, "client.alice.key") },
   };
 }
 
