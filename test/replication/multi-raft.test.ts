@@ -11,12 +11,28 @@ import {
   type StoredItem,
 } from "../../src/replication/index.ts";
 import type { CairnError } from "../../src/common/errors.ts";
+import { seededRng } from "../../src/common/rng.ts";
+import {
+  type Entry,
+  logIndex,
+  MemoryStorage,
+  type Message,
+  nodeId,
+  RawNode,
+  term,
+} from "../../src/raft/index.ts";
+import { MemoryEngine } from "../../src/replication/memory-engine.ts";
+import { ShardReplica } from "../../src/replication/shard.ts";
+import { KvStateMachine } from "../../src/replication/state-machine.ts";
+import { WalRaftStorage } from "../../src/replication/wal-storage.ts";
 import {
   type Backpressure,
   LsmEngine,
   LsmEnvironment,
   type LsmSnapshot,
   type ScanOptions,
+  MemoryFileSystem,
+  Wal,
   type WriteOp,
 } from "../../src/storage/index.ts";
 
@@ -515,5 +531,75 @@ describe("MultiRaft log compaction", () => {
     } finally {
       await mr.close();
     }
+  });
+});
+
+describe("a shard's membership change lost with its leader's term", () => {
+  it("fails as lost once another entry applies at its index, not at its deadline", async () => {
+    // Replica a of a three-voter group leads term 2 and proposes a change at index 5; b, which
+    // led term 3 without it, puts its own entry there and commits it. Only the apply of index 5
+    // can tell a's caller (the change never comes back): a group's leader waits on its change
+    // before its next replica step (src/node/replicas.ts), and a move with it.
+    const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
+    const log = MemoryStorage.bootstrap([a, b, c]);
+    const raw = new RawNode({ id: a, storage: log, rng: seededRng(1) });
+    const fs = new MemoryFileSystem();
+    const wal = await Wal.open("/wal", { fs, segmentBytes: 4096 });
+    const sm = new KvStateMachine(await MemoryEngine.open(fs, "/shard"));
+    const shard = new ShardReplica(1, raw, sm, new WalRaftStorage(wal, 1), false, 0);
+    const sent: Message[] = [];
+    const drain = async (): Promise<void> => {
+      for (let i = 0; i < 100 && raw.hasReady(); i++) {
+        const rd = raw.ready();
+        log.append(rd.entries);
+        if (rd.hardState !== null) log.setHardState(rd.hardState);
+        sent.push(...rd.messages);
+        await shard.applyCommitted(rd.committedEntries);
+        raw.advance();
+      }
+    };
+    await drain();
+    raw.campaign();
+    // b grants every (pre-)vote a asks of it.
+    for (let round = 0; round < 4 && raw.role !== "leader"; round++) {
+      await drain();
+      for (const m of sent.splice(0)) {
+        if ((m.type === "prevote" || m.type === "vote") && m.to === b) {
+          raw.step({ type: `${m.type}-resp`, from: b, to: a, term: m.term, reject: false });
+        }
+      }
+    }
+    assert.equal(raw.role, "leader");
+    assert.equal(raw.term, 2);
+    const change = shard.enqueueConfChange({ type: "add-learner", node: nodeId("d") }, 0);
+    let outcome: unknown = "pending";
+    change.then(
+      () => (outcome = "applied"),
+      (err: unknown) => (outcome = err),
+    );
+    shard.drainInbox(0, 1000);
+    await drain();
+    assert.equal(raw.basicStatus().lastIndex, 5);
+    const other: Entry = {
+      term: term(3),
+      index: logIndex(5),
+      type: "normal",
+      data: new Uint8Array(0),
+    };
+    raw.step({
+      type: "append",
+      from: b,
+      to: a,
+      term: term(3),
+      prevIndex: logIndex(4),
+      prevTerm: term(2),
+      entries: [other],
+      commit: logIndex(5),
+      noReply: false,
+    });
+    await drain();
+    assert.equal(sm.appliedIndex, 5);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal((outcome as CairnError).code, "CAIRN_ERR_PROPOSAL_LOST", String(outcome));
   });
 });
