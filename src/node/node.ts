@@ -638,10 +638,10 @@ export class CairnNode implements HealthSource {
           String(this.#cell?.index ?? 0),
         ),
         // The members the meta group records (rejoined ones keep their id); a removed one
-        // is gone for good.
-        isMember: (node) => {
+        // is gone for good; one not recorded here may have joined since (handshake.ts).
+        membership: (node) => {
           const state = cluster.meta?.stateOf(node);
-          return state !== undefined && state !== "removed";
+          return state === undefined ? "unknown" : state === "removed" ? "removed" : "member";
         },
         refused: (kind) => this.metrics.peerCallRefused(kind),
         logger: this.#log.child("peers"),
