@@ -33,6 +33,14 @@
  *   that the replicas have somewhere to go), else the draw falls back to another change, or to
  *   a fault of another kind. While a change is under way, a kill, pause or partition hits the
  *   node it is about one time in four, and the meta group's leader one time in four.
+ *
+ * Every kind of change a scenario names happens in each of its runs: the schedule draws a plan
+ * at the start (planChanges: each kind once, in a seeded order each step of which the cluster
+ * allows, with a join put before a decommission or removal that needs one) and runs it first,
+ * one change after another, while the other faults are drawn beside it; a membership draw only
+ * starts a change of its own once the plan is done. A plan outlasts the run's duration on a slow
+ * machine (a change takes seconds to minutes): the faults then go on, and the workload with
+ * them, until the plan ends (the duration is a minimum), for at most PLAN_OVERRUN_MS more.
  */
 import { appendFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -67,6 +75,35 @@ export const MEMBERSHIP_KINDS: ReadonlySet<FaultKind> = new Set(["join", "decomm
 
 /** The replication factor of the chaos clusters (the default). */
 const REPLICATION_FACTOR = 3;
+
+/** How long past the run's fault window the faults go on for a plan of changes to finish. */
+const PLAN_OVERRUN_MS = 300_000;
+
+/**
+ * The membership changes a run makes first (see the file comment): every kind of `kinds` that
+ * is a change, once, in an order drawn from `rng` in which the cluster allows each step (a join
+ * below `founding` + 2 members, a decommission or removal above the replication factor); a join
+ * is put in first when a decommission or removal is due and too few members are left for it.
+ */
+export function planChanges(kinds: readonly FaultKind[], founding: number, rng: Rng): FaultKind[] {
+  const due = [...MEMBERSHIP_KINDS].filter((k) => kinds.includes(k));
+  const plan: FaultKind[] = [];
+  let members = founding;
+  const allowed = (k: FaultKind): boolean =>
+    k === "join" ? members < founding + 2 : members > REPLICATION_FACTOR;
+  while (due.length > 0) {
+    const now = due.filter(allowed);
+    let kind: FaultKind;
+    if (now.length > 0) {
+      kind = now[rng.int(now.length)] as FaultKind;
+      due.splice(due.indexOf(kind), 1);
+    } else if (kinds.includes("join") && allowed("join")) kind = "join";
+    else break;
+    plan.push(kind);
+    members += kind === "join" ? 1 : -1;
+  }
+  return plan;
+}
 
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
@@ -240,6 +277,8 @@ export class FaultSchedule {
   #change: Promise<void> | null = null;
   /** Members at the founding: joins stop at two more. */
   readonly #founding: number;
+  /** The changes every run makes, in order (planChanges); shifted as each starts. */
+  readonly #plan: FaultKind[];
   #stopped = false;
 
   constructor(cluster: ChaosCluster, rng: Rng, now: () => number, options: ScheduleOptions) {
@@ -251,6 +290,8 @@ export class FaultSchedule {
     this.#changes = options.kinds.some((k) => MEMBERSHIP_KINDS.has(k))
       ? new MembershipChanges(cluster, now)
       : null;
+    // No draw without changes: the seeds of the other scenarios replay as before.
+    this.#plan = this.#changes === null ? [] : planChanges(options.kinds, this.#founding, rng);
   }
 
   stop(): void {
@@ -263,9 +304,33 @@ export class FaultSchedule {
     await sleep(o.from - this.#now());
     while (!this.#stopped && o.kinds.length > 0) {
       const hold = between(this.#rng, o.holdMs);
-      // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell.
-      if (this.#now() + hold + 3_000 > o.until) break;
+      // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell; a plan
+      // of changes not done yet keeps the faults going (bounded).
+      const until = this.#planDone() ? o.until : o.until + PLAN_OVERRUN_MS;
+      if (this.#now() + hold + 3_000 > until) break;
+      // A change that failed fails the run: the rest of the plan is dropped.
+      if (this.changeErrors.length > 0) this.#plan.length = 0;
+      const next = this.#plan[0];
+      if (next !== undefined && this.#change === null) {
+        if (this.#allowedChange(next, false) !== next)
+          throw new Error(
+            `the planned ${next} is not allowed with ${this.#cluster.members().length} members`,
+          );
+        this.#plan.shift();
+        this.#startChange(next);
+        await sleep(between(this.#rng, o.quietMs));
+        continue;
+      }
       let kind = o.kinds[this.#rng.int(o.kinds.length)] as FaultKind;
+      if (MEMBERSHIP_KINDS.has(kind) && !this.#planDone()) {
+        // The plan's changes come first, one at a time: a fault of another kind instead.
+        const others = o.kinds.filter((k) => !MEMBERSHIP_KINDS.has(k));
+        if (others.length === 0) {
+          await sleep(between(this.#rng, o.quietMs));
+          continue;
+        }
+        kind = others[this.#rng.int(others.length)] as FaultKind;
+      }
       if (MEMBERSHIP_KINDS.has(kind)) {
         const change = this.#allowedChange(kind);
         if (change !== null) {
@@ -285,11 +350,18 @@ export class FaultSchedule {
     }
   }
 
+  /** Whether every planned change started, and none is under way. */
+  #planDone(): boolean {
+    return this.#plan.length === 0 && this.#change === null;
+  }
+
   /**
    * Waits (at most `timeoutMs`) for the membership change under way, if any; one that does not
    * finish is an error of the run.
    */
   async settle(timeoutMs: number): Promise<void> {
+    if (this.#plan.length > 0 && this.changeErrors.length === 0)
+      this.changeErrors.push(`the planned ${this.#plan.join(", ")} never started`);
     const change = this.#change;
     if (change === null) return;
     let timer: NodeJS.Timeout | undefined;
@@ -308,9 +380,9 @@ export class FaultSchedule {
    * `kind`, or another change the cluster allows now (see the file comment), or null (a change
    * is under way, or too little of the run is left for one).
    */
-  #allowedChange(kind: FaultKind): FaultKind | null {
+  #allowedChange(kind: FaultKind, timed = true): FaultKind | null {
     if (this.#changes === null || this.#change !== null) return null;
-    if (this.#now() + 15_000 > this.#options.until) return null;
+    if (timed && this.#now() + 15_000 > this.#options.until) return null;
     const members = this.#cluster.members().length;
     const allowed = (k: FaultKind): boolean =>
       this.#options.kinds.includes(k) &&
