@@ -300,9 +300,15 @@ export class CairnNode implements HealthSource {
         clusterId: () => cluster.clusterId,
         nodeId: config.node_id,
         replicaId: cluster.replicaId,
-        // The gossip view's address of a live member, else the one the meta group recorded.
+        // The gossip view's address of a live member, else the one the meta group recorded,
+        // else the one gossip has for a node the meta state here does not record: a member
+        // that joined while this node was away, which this node must answer to catch up on
+        // the meta group it may lead (the view lists members only; handshake.ts takes its
+        // calls).
         peers: (id) =>
-          rpcAddressOf(this.views.current(), id) ?? cluster.meta?.members.get(id)?.rpcAddr ?? null,
+          rpcAddressOf(this.views.current(), id) ??
+          cluster.meta?.members.get(id)?.rpcAddr ??
+          this.#gossipRpcAddr(id),
         onUnreachable: (to) => opened?.reportUnreachable(to),
         logger: log.child("peers"),
         snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
@@ -668,6 +674,19 @@ export class CairnNode implements HealthSource {
         },
       },
     };
+  }
+
+  /**
+   * The address gossip has for `node` while it is alive or suspect there, or null (not known,
+   * gone, or this shard worker does not run membership).
+   */
+  #gossipRpcAddr(node: string): string | null {
+    const m = this.#membership?.members().find((x) => x.meta.id === node);
+    return m !== undefined &&
+      (m.state === "alive" || m.state === "suspect") &&
+      m.meta.rpcAddr !== ""
+      ? m.meta.rpcAddr
+      : null;
   }
 
   /**
