@@ -851,13 +851,24 @@ export class CairnNode implements HealthSource {
         .length;
     });
     // Once this node knows its cluster, only its members are listed, each with its state
-    // (design.md §5.2); before, every node gossip knows (the ones it asks to join through).
+    // (design.md §5.2); before, every node gossip knows (the ones it asks to join through). A
+    // member gossip here has not heard from since this node started (it died before, and every
+    // node that saw it die restarted since) is listed too, `dead`, at the addresses the meta
+    // group recorded: unlisted, it was in no view, and an operator could not see the member
+    // to remove (chaos seed 203).
     const publish = (members: readonly SwimMember[]): void => {
       const meta = this.#cluster?.meta ?? null;
       const known = meta !== null && meta.clusterId !== null;
       const counts = known ? meta.replicaCounts() : null;
-      this.views.setMembers(
-        members.flatMap((m) => {
+      const gossiped = new Set<string>(members.map((m) => m.meta.id));
+      const unheard =
+        known && meta !== null
+          ? [...meta.members.values()].filter(
+              (m) => !gossiped.has(m.id) && meta.stateOf(m.id) !== "removed",
+            )
+          : [];
+      this.views.setMembers([
+        ...members.flatMap((m) => {
           const state = known ? meta.stateOf(m.meta.id) : undefined;
           if (known && (state === undefined || state === "removed")) return [];
           return [
@@ -872,7 +883,15 @@ export class CairnNode implements HealthSource {
             },
           ];
         }),
-      );
+        ...unheard.map((m) => ({
+          id: m.id,
+          rpc_addr: m.rpcAddr,
+          http_addr: m.httpAddr,
+          state: "dead" as const,
+          member_state: meta?.stateOf(m.id) ?? "active",
+          replicas: counts?.get(m.id) ?? 0,
+        })),
+      ]);
     };
     membership.onEvent((e) => {
       publish(e.members);
