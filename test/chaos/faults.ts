@@ -34,9 +34,11 @@
  *   a fault of another kind. While a change is under way, a kill, pause or partition hits the
  *   node it is about one time in four, and the meta group's leader one time in four.
  *
- * Every kind of change a scenario names happens in each of its runs: the schedule draws a plan
- * at the start (planChanges: each kind once, in a seeded order each step of which the cluster
- * allows, with a join put before a decommission or removal that needs one) and runs it first,
+ * Every kind of change the membership scenario names happens in each of its runs
+ * (PLANNED_SCENARIOS; in mixed a change is drawn now and then, as any fault): the schedule
+ * draws a plan at the start (planChanges: each kind once, in a seeded order each step of which
+ * the cluster allows, with a join put before a decommission or removal that needs one) and
+ * runs it first,
  * one change after another, while the other faults are drawn beside it; a membership draw only
  * starts a change of its own once the plan is done. A plan outlasts the run's duration on a slow
  * machine (a change takes seconds to minutes): the faults then go on, and the workload with
@@ -75,6 +77,12 @@ export const MEMBERSHIP_KINDS: ReadonlySet<FaultKind> = new Set(["join", "decomm
 
 /** The replication factor of the chaos clusters (the default). */
 const REPLICATION_FACTOR = 3;
+
+/**
+ * The scenarios whose runs each make every kind of change they name (planChanges): membership.
+ * Elsewhere (mixed) a change is drawn now and then, as any fault.
+ */
+export const PLANNED_SCENARIOS: ReadonlySet<string> = new Set(["membership"]);
 
 /** How long past the run's fault window the faults go on for a plan of changes to finish. */
 const PLAN_OVERRUN_MS = 300_000;
@@ -164,6 +172,8 @@ export interface ScheduleOptions {
   readonly quietMs: readonly [number, number];
   /** Milliseconds of one election timeout (tick × election ticks): pauses last longer. */
   readonly electionMs: number;
+  /** Make every kind of change `kinds` names, first (planChanges; PLANNED_SCENARIOS). */
+  readonly planChanges?: boolean;
 }
 
 function between(rng: Rng, [lo, hi]: readonly [number, number]): number {
@@ -291,7 +301,10 @@ export class FaultSchedule {
       ? new MembershipChanges(cluster, now)
       : null;
     // No draw without changes: the seeds of the other scenarios replay as before.
-    this.#plan = this.#changes === null ? [] : planChanges(options.kinds, this.#founding, rng);
+    this.#plan =
+      this.#changes === null || options.planChanges !== true
+        ? []
+        : planChanges(options.kinds, this.#founding, rng);
   }
 
   stop(): void {

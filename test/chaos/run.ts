@@ -35,6 +35,7 @@ import {
   type FaultKind,
   MEMBERSHIP_KINDS,
   type FaultRecord,
+  PLANNED_SCENARIOS,
   FaultSchedule,
   SCENARIOS,
   TMPFS_SCENARIOS,
@@ -278,6 +279,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       holdMs: [2_000, 6_000],
       quietMs: [1_500, 3_500],
       electionMs: TICK_MS * ELECTION_TICKS,
+      planChanges: PLANNED_SCENARIOS.has(options.scenario),
     });
     workload.start();
     let scheduleError: unknown = null;
