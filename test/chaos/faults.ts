@@ -289,6 +289,8 @@ export class FaultSchedule {
   readonly #founding: number;
   /** The changes every run makes, in order (planChanges); shifted as each starts. */
   readonly #plan: FaultKind[];
+  /** A planned change is under way. */
+  #planned = false;
   #stopped = false;
 
   constructor(cluster: ChaosCluster, rng: Rng, now: () => number, options: ScheduleOptions) {
@@ -330,7 +332,7 @@ export class FaultSchedule {
             `the planned ${next} is not allowed with ${this.#cluster.members().length} members`,
           );
         this.#plan.shift();
-        this.#startChange(next);
+        this.#startChange(next, true);
         await sleep(between(this.#rng, o.quietMs));
         continue;
       }
@@ -365,7 +367,7 @@ export class FaultSchedule {
 
   /** Whether every planned change started, and none is under way. */
   #planDone(): boolean {
-    return this.#plan.length === 0 && this.#change === null;
+    return this.#plan.length === 0 && !this.#planned;
   }
 
   /**
@@ -405,7 +407,7 @@ export class FaultSchedule {
     return others.length === 0 ? null : (others[this.#rng.int(others.length)] as FaultKind);
   }
 
-  #startChange(kind: FaultKind): void {
+  #startChange(kind: FaultKind, planned = false): void {
     const changes = this.#changes;
     if (changes === null) return;
     const r = {
@@ -426,6 +428,7 @@ export class FaultSchedule {
         : kind === "decommission"
           ? changes.decommission(victim, r)
           : changes.remove(victim, r);
+    this.#planned = planned;
     this.#change = change
       .then(
         () => undefined,
@@ -439,6 +442,7 @@ export class FaultSchedule {
         r.healedAt = this.#now();
         r.healDone = r.healedAt;
         this.#change = null;
+        this.#planned = false;
         changes.target = null;
       });
   }
