@@ -300,9 +300,15 @@ export class CairnNode implements HealthSource {
         clusterId: () => cluster.clusterId,
         nodeId: config.node_id,
         replicaId: cluster.replicaId,
-        // The gossip view's address of a live member, else the one the meta group recorded.
+        // The gossip view's address of a live member, else the one the meta group recorded,
+        // else the one gossip has for a node the meta state here does not record: a member
+        // that joined while this node was away, which this node must answer to catch up on
+        // the meta group it may lead (the view lists members only; handshake.ts takes its
+        // calls).
         peers: (id) =>
-          rpcAddressOf(this.views.current(), id) ?? cluster.meta?.members.get(id)?.rpcAddr ?? null,
+          rpcAddressOf(this.views.current(), id) ??
+          cluster.meta?.members.get(id)?.rpcAddr ??
+          this.#gossipRpcAddr(id),
         onUnreachable: (to) => opened?.reportUnreachable(to),
         logger: log.child("peers"),
         snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
@@ -638,10 +644,10 @@ export class CairnNode implements HealthSource {
           String(this.#cell?.index ?? 0),
         ),
         // The members the meta group records (rejoined ones keep their id); a removed one
-        // is gone for good.
-        isMember: (node) => {
+        // is gone for good; one not recorded here may have joined since (handshake.ts).
+        membership: (node) => {
           const state = cluster.meta?.stateOf(node);
-          return state !== undefined && state !== "removed";
+          return state === undefined ? "unknown" : state === "removed" ? "removed" : "member";
         },
         refused: (kind) => this.metrics.peerCallRefused(kind),
         logger: this.#log.child("peers"),
@@ -668,6 +674,19 @@ export class CairnNode implements HealthSource {
         },
       },
     };
+  }
+
+  /**
+   * The address gossip has for `node` while it is alive or suspect there, or null (not known,
+   * gone, or this shard worker does not run membership).
+   */
+  #gossipRpcAddr(node: string): string | null {
+    const m = this.#membership?.members().find((x) => x.meta.id === node);
+    return m !== undefined &&
+      (m.state === "alive" || m.state === "suspect") &&
+      m.meta.rpcAddr !== ""
+      ? m.meta.rpcAddr
+      : null;
   }
 
   /**
@@ -832,13 +851,24 @@ export class CairnNode implements HealthSource {
         .length;
     });
     // Once this node knows its cluster, only its members are listed, each with its state
-    // (design.md §5.2); before, every node gossip knows (the ones it asks to join through).
+    // (design.md §5.2); before, every node gossip knows (the ones it asks to join through). A
+    // member gossip here has not heard from since this node started (it died before, and every
+    // node that saw it die restarted since) is listed too, `dead`, at the addresses the meta
+    // group recorded: unlisted, it was in no view, and an operator could not see the member
+    // to remove (chaos seed 203).
     const publish = (members: readonly SwimMember[]): void => {
       const meta = this.#cluster?.meta ?? null;
       const known = meta !== null && meta.clusterId !== null;
       const counts = known ? meta.replicaCounts() : null;
-      this.views.setMembers(
-        members.flatMap((m) => {
+      const gossiped = new Set<string>(members.map((m) => m.meta.id));
+      const unheard =
+        known && meta !== null
+          ? [...meta.members.values()].filter(
+              (m) => !gossiped.has(m.id) && meta.stateOf(m.id) !== "removed",
+            )
+          : [];
+      this.views.setMembers([
+        ...members.flatMap((m) => {
           const state = known ? meta.stateOf(m.meta.id) : undefined;
           if (known && (state === undefined || state === "removed")) return [];
           return [
@@ -853,7 +883,15 @@ export class CairnNode implements HealthSource {
             },
           ];
         }),
-      );
+        ...unheard.map((m) => ({
+          id: m.id,
+          rpc_addr: m.rpcAddr,
+          http_addr: m.httpAddr,
+          state: "dead" as const,
+          member_state: meta?.stateOf(m.id) ?? "active",
+          replicas: counts?.get(m.id) ?? 0,
+        })),
+      ]);
     };
     membership.onEvent((e) => {
       publish(e.members);

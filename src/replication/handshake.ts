@@ -5,7 +5,8 @@
  *
  * Not authentication by itself: a cluster's id and its members' ids are given to any client by
  * Meta.WatchCluster, so anyone who asks can pass. What it keeps out is a stock client, a node of
- * another cluster, and a node that is not a member. With peer TLS (`tls.peer_ca_file`) the front
+ * another cluster, a member removed for good, and a node unknown here that names no cluster (one
+ * unknown that names it may have joined while this node was away: peerRefusal). With peer TLS (`tls.peer_ca_file`) the front
  * end takes a peer's call only on a connection whose certificate names the node its `cairn-peer`
  * metadata names (src/common/peer-tls.ts), and a handshake must name that same node as its
  * sender (senderRefusal): the sender is then the certificate's.
@@ -45,6 +46,14 @@ export function ownHandshake(
   };
 }
 
+/**
+ * What this node's meta state says of a node: a current member, a member removed for good, or
+ * a node it does not know. A node it does not know may be a member that joined after the state
+ * here was applied (this node was down or cut off meanwhile), and the meta group's log that
+ * would tell may be that member's to send: it may lead the meta group now.
+ */
+export type PeerMembership = "member" | "removed" | "unknown";
+
 /** What a node checks a peer's call against. */
 export interface PeerCheck {
   /**
@@ -55,10 +64,10 @@ export interface PeerCheck {
   readonly clusterId: string;
   readonly self: NodeId;
   /**
-   * Whether `node` is a current member of this node's cluster (its meta state), asked only once
-   * the cluster id is known. Absent: every node is (a service with no meta state, in tests).
+   * What this node's meta state says of `node` (PeerMembership), asked only once the cluster id
+   * is known. Absent: every node is a member (a service with no meta state, in tests).
    */
-  readonly isMember?: (node: string) => boolean;
+  readonly membership?: (node: string) => PeerMembership;
 }
 
 /** Why a peer's call is refused; `kind` labels the refusal in metrics. */
@@ -91,8 +100,13 @@ export function senderRefusal(from: string, sender: string): PeerRefusal | null 
  * (PERMISSION_DENIED), naming its cluster; a member that does not know the id yet (a founding
  * voter the bootstrap has not reached, a member whose data directory was wiped) may send ""
  * unless the call `needsClusterId` (one only a node with shards makes: ReadIndex, ConfirmTerms,
- * ScanShards). Two known cluster ids that differ are a configuration mistake
- * (FAILED_PRECONDITION, the sender says so to its operator). Reasons never carry a cluster id.
+ * ScanShards). A node this node's meta state does not know is taken when it names this
+ * cluster: it is a member that joined since (the state here is behind), and refusing it could
+ * keep the state here behind for good (a member restarted after a join in its absence refused
+ * the new member, which led the meta group, and so never learnt of it: chaos seed 103). A node
+ * removed for good, or unknown and naming no cluster, is refused. Two known cluster ids that
+ * differ are a configuration mistake (FAILED_PRECONDITION, the sender says so to its
+ * operator). Reasons never carry a cluster id.
  */
 export function peerRefusal(
   from: string,
@@ -116,7 +130,8 @@ export function peerRefusal(
       kind: "other_cluster",
     };
   }
-  if (check.isMember !== undefined && !check.isMember(from)) {
+  const membership = check.membership?.(from) ?? "member";
+  if (membership === "removed" || (membership === "unknown" && theirs !== ours)) {
     return {
       code: status.PERMISSION_DENIED,
       reason: `node ${JSON.stringify(from)} is not a member of this node's cluster`,

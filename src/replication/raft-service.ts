@@ -34,6 +34,7 @@ import {
   type ClusterIdSource,
   currentClusterId,
   type PeerCheck,
+  type PeerMembership,
   peerRefusal,
   type PeerRefusalKind,
 } from "./handshake.ts";
@@ -117,10 +118,11 @@ export interface RaftServiceOptions {
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   /**
-   * Whether `node` is a current member of this node's cluster (PeerCheck.isMember): once the
-   * cluster id is known, only members' calls are taken (PERMISSION_DENIED otherwise).
+   * What this node's meta state says of `node` (PeerCheck.membership): once the cluster id is
+   * known, only members' calls are taken (PERMISSION_DENIED otherwise), and those of a node not
+   * known here that names this cluster (a member that joined since).
    */
-  readonly isMember?: (node: string) => boolean;
+  readonly membership?: (node: string) => PeerMembership;
   /** A peer's call or stream was refused (handshake.ts), by kind: for a counter. */
   readonly refused?: (kind: PeerRefusalKind) => void;
   readonly logger?: PeerLogger;
@@ -175,7 +177,7 @@ export function createRaftService(
   const peerCheck = (): PeerCheck => ({
     clusterId: currentClusterId(options.clusterId),
     self,
-    ...(options.isMember === undefined ? {} : { isMember: options.isMember }),
+    ...(options.membership === undefined ? {} : { membership: options.membership }),
   });
 
   /**

@@ -66,6 +66,29 @@ export interface ChaosClusterOptions {
 
 const run = promisify(execFile);
 
+/**
+ * The harness's client of one node process (a new one each start): grpc-js channels with a
+ * subchannel pool of their own and a reconnect backoff of at most a second.
+ *
+ * With grpc-js's default, the global subchannel pool, every channel to an address shares one
+ * subchannel, and with it that subchannel's reconnect backoff (1 s growing ×1.6 to 120 s). A
+ * channel closed in the same turn of the event loop as its first call (a kill queued behind the
+ * start that made the client, while a poll already called through it) leaks its subchannel:
+ * the name resolution's answer arrives after the close and makes one that nothing unrefs, which
+ * then retries the address for good, its backoff growing while the node is down. The client of
+ * the node's next start, on the same address, took that subchannel over in its backoff: every
+ * call failed at once ("No connection established. Last error: null") until the backoff ended,
+ * up to two minutes after the node was back (chaos seed 101: 2 keys "did not read back" through
+ * a joined node that was serving all along). Each client here starts from its own pool.
+ */
+export function nodeClient(address: string): Clients {
+  return connect(address, {
+    "grpc.use_local_subchannel_pool": 1,
+    "grpc.initial_reconnect_backoff_ms": 200,
+    "grpc.max_reconnect_backoff_ms": 1_000,
+  });
+}
+
 export class ChaosCluster {
   readonly nodes: ChaosNode[];
   readonly net: FaultNet;
@@ -267,7 +290,7 @@ export class ChaosCluster {
     n.incarnation++;
     const incarnation = n.incarnation;
     n.server = server;
-    n.client = connect(n.rpc);
+    n.client = nodeClient(n.rpc);
     n.state = "running";
     this.#watch(n, server, incarnation);
   }

@@ -39,6 +39,15 @@
  * run's duration is then a minimum). "grow-shrink" grows three nodes to five, decommissions one,
  * loses one for good and replaces it by a new identity, and decommissions one more: three
  * members at the end, none of them necessarily a founder.
+ *
+ * Every kind of change the membership scenario names happens in each of its runs
+ * (PLANNED_SCENARIOS; in mixed a change is drawn now and then, as any fault): the schedule
+ * draws a plan at the start (planChanges: each kind once, in a seeded order each step of which
+ * the cluster allows, with a join put before a decommission or removal that needs one) and
+ * runs it first, one change after another, while the other faults are drawn beside it; a membership draw only
+ * starts a change of its own once the plan is done. A plan outlasts the run's duration on a slow
+ * machine (a change takes seconds to minutes): the faults then go on, and the workload with
+ * them, until the plan ends (the duration is a minimum), for at most PLAN_OVERRUN_MS more.
  */
 import { appendFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -73,6 +82,41 @@ export const MEMBERSHIP_KINDS: ReadonlySet<FaultKind> = new Set(["join", "decomm
 
 /** The replication factor of the chaos clusters (the default). */
 const REPLICATION_FACTOR = 3;
+
+/**
+ * The scenarios whose runs each make every kind of change they name (planChanges): membership.
+ * Elsewhere (mixed) a change is drawn now and then, as any fault.
+ */
+export const PLANNED_SCENARIOS: ReadonlySet<string> = new Set(["membership"]);
+
+/** How long past the run's fault window the faults go on for a plan of changes to finish. */
+const PLAN_OVERRUN_MS = 300_000;
+
+/**
+ * The membership changes a run makes first (see the file comment): every kind of `kinds` that
+ * is a change, once, in an order drawn from `rng` in which the cluster allows each step (a join
+ * below `founding` + 2 members, a decommission or removal above the replication factor); a join
+ * is put in first when a decommission or removal is due and too few members are left for it.
+ */
+export function planChanges(kinds: readonly FaultKind[], founding: number, rng: Rng): FaultKind[] {
+  const due = [...MEMBERSHIP_KINDS].filter((k) => kinds.includes(k));
+  const plan: FaultKind[] = [];
+  let members = founding;
+  const allowed = (k: FaultKind): boolean =>
+    k === "join" ? members < founding + 2 : members > REPLICATION_FACTOR;
+  while (due.length > 0) {
+    const now = due.filter(allowed);
+    let kind: FaultKind;
+    if (now.length > 0) {
+      kind = now[rng.int(now.length)] as FaultKind;
+      due.splice(due.indexOf(kind), 1);
+    } else if (kinds.includes("join") && allowed("join")) kind = "join";
+    else break;
+    plan.push(kind);
+    members += kind === "join" ? 1 : -1;
+  }
+  return plan;
+}
 
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
@@ -145,6 +189,8 @@ export interface ScheduleOptions {
   readonly electionMs: number;
   /** A scripted scenario's changes (SCRIPTS): run in order instead of drawn. */
   readonly script?: readonly FaultKind[];
+  /** Make every kind of change `kinds` names, first (planChanges; PLANNED_SCENARIOS). */
+  readonly planChanges?: boolean;
 }
 
 function between(rng: Rng, [lo, hi]: readonly [number, number]): number {
@@ -258,6 +304,10 @@ export class FaultSchedule {
   #change: Promise<void> | null = null;
   /** Members at the founding: joins stop at two more. */
   readonly #founding: number;
+  /** The changes every run makes, in order (planChanges); shifted as each starts. */
+  readonly #plan: FaultKind[];
+  /** A planned change is under way. */
+  #planned = false;
   #stopped = false;
 
   constructor(cluster: ChaosCluster, rng: Rng, now: () => number, options: ScheduleOptions) {
@@ -269,6 +319,11 @@ export class FaultSchedule {
     this.#changes = options.kinds.some((k) => MEMBERSHIP_KINDS.has(k))
       ? new MembershipChanges(cluster, now)
       : null;
+    // No draw without changes: the seeds of the other scenarios replay as before.
+    this.#plan =
+      this.#changes === null || options.planChanges !== true
+        ? []
+        : planChanges(options.kinds, this.#founding, rng);
   }
 
   stop(): void {
@@ -282,9 +337,33 @@ export class FaultSchedule {
     if (o.script !== undefined) return this.#runScript(o.script);
     while (!this.#stopped && o.kinds.length > 0) {
       const hold = between(this.#rng, o.holdMs);
-      // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell.
-      if (this.#now() + hold + 3_000 > o.until) break;
+      // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell; a plan
+      // of changes not done yet keeps the faults going (bounded).
+      const until = this.#planDone() ? o.until : o.until + PLAN_OVERRUN_MS;
+      if (this.#now() + hold + 3_000 > until) break;
+      // A change that failed fails the run: the rest of the plan is dropped.
+      if (this.changeErrors.length > 0) this.#plan.length = 0;
+      const next = this.#plan[0];
+      if (next !== undefined && this.#change === null) {
+        if (this.#allowedChange(next, false) !== next)
+          throw new Error(
+            `the planned ${next} is not allowed with ${this.#cluster.members().length} members`,
+          );
+        this.#plan.shift();
+        this.#startChange(next, true);
+        await sleep(between(this.#rng, o.quietMs));
+        continue;
+      }
       let kind = o.kinds[this.#rng.int(o.kinds.length)] as FaultKind;
+      if (MEMBERSHIP_KINDS.has(kind) && !this.#planDone()) {
+        // The plan's changes come first, one at a time: a fault of another kind instead.
+        const others = o.kinds.filter((k) => !MEMBERSHIP_KINDS.has(k));
+        if (others.length === 0) {
+          await sleep(between(this.#rng, o.quietMs));
+          continue;
+        }
+        kind = others[this.#rng.int(others.length)] as FaultKind;
+      }
       if (MEMBERSHIP_KINDS.has(kind)) {
         const change = this.#allowedChange(kind);
         if (change !== null) {
@@ -319,11 +398,18 @@ export class FaultSchedule {
     }
   }
 
+  /** Whether every planned change started, and none is under way. */
+  #planDone(): boolean {
+    return this.#plan.length === 0 && !this.#planned;
+  }
+
   /**
    * Waits (at most `timeoutMs`) for the membership change under way, if any; one that does not
    * finish is an error of the run.
    */
   async settle(timeoutMs: number): Promise<void> {
+    if (this.#plan.length > 0 && this.changeErrors.length === 0)
+      this.changeErrors.push(`the planned ${this.#plan.join(", ")} never started`);
     const change = this.#change;
     if (change === null) return;
     let timer: NodeJS.Timeout | undefined;
@@ -354,7 +440,7 @@ export class FaultSchedule {
     return others.length === 0 ? null : (others[this.#rng.int(others.length)] as FaultKind);
   }
 
-  #startChange(kind: FaultKind): void {
+  #startChange(kind: FaultKind, planned = false): void {
     const changes = this.#changes;
     if (changes === null) return;
     const r = {
@@ -375,6 +461,7 @@ export class FaultSchedule {
         : kind === "decommission"
           ? changes.decommission(victim, r)
           : changes.remove(victim, r);
+    this.#planned = planned;
     this.#change = change
       .then(
         () => undefined,
@@ -388,6 +475,7 @@ export class FaultSchedule {
         r.healedAt = this.#now();
         r.healDone = r.healedAt;
         this.#change = null;
+        this.#planned = false;
         changes.target = null;
       });
   }

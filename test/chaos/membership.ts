@@ -32,8 +32,14 @@ export const MEMBERSHIP_TIMEOUTS_MS = {
   join: 180_000,
   /** Asked → decommissioned. */
   decommission: 180_000,
-  /** Killed → dead, and dead → re-replicated. */
-  dead: 120_000,
+  /**
+   * Killed → dead, and dead → re-replicated. Each new leader of the meta group waits a whole
+   * `dead_after_ms` before it marks a member dead (src/node/allocator-loop.ts): with the meta
+   * group one member down for good, faults on its other members every 10–20 s (kill-flap,
+   * kill-leader, pauses) moved its leadership on and on, and n1 was marked dead 131 s after
+   * its kill (seed 206).
+   */
+  dead: 240_000,
   /** Asked → removed. */
   remove: 30_000,
 } as const;

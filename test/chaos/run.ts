@@ -35,6 +35,7 @@ import {
   type FaultKind,
   MEMBERSHIP_KINDS,
   type FaultRecord,
+  PLANNED_SCENARIOS,
   FaultSchedule,
   SCENARIOS,
   SCRIPTS,
@@ -287,6 +288,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       quietMs: SCRIPTS[options.scenario] === undefined ? [1_500, 3_500] : [500, 1_000],
       electionMs: TICK_MS * ELECTION_TICKS,
       ...(SCRIPTS[options.scenario] === undefined ? {} : { script: SCRIPTS[options.scenario] }),
+      planChanges: PLANNED_SCENARIOS.has(options.scenario),
     });
     workload.start();
     let scheduleError: unknown = null;
@@ -398,8 +400,16 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     // ── every acknowledged write reads back through every remaining member ──
     for (const n of members) {
       const unread: string[] = [];
+      /** Why the first unread key did not read back: its last error or the value it read. */
+      let why = "";
       for (const [key, want] of finals) {
-        const got = await eventually(30_000, () => finalRead(n, key));
+        let lastError = "";
+        const got = await eventually(30_000, () =>
+          finalRead(n, key).catch((err: unknown) => {
+            lastError = String(err).slice(0, 300);
+            throw err;
+          }),
+        );
         const same =
           got !== undefined &&
           (want === null
@@ -408,12 +418,19 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
               got.value === want.value &&
               got.version.index === want.version.index &&
               got.version.term === want.version.term);
-        if (!same) unread.push(key);
+        if (!same) {
+          if (unread.length === 0)
+            why =
+              got === undefined
+                ? `no answer within 30 s (last error at ${Math.round(now())} ms: ${lastError || "none"})`
+                : `read ${JSON.stringify(got)}, final ${JSON.stringify(want)}`;
+          unread.push(key);
+        }
       }
       if (unread.length > 0)
         findings.push({
           check: "read-through",
-          message: `through ${n.id}, ${unread.length} key(s) do not read their final value: ${unread.slice(0, 5).join(", ")}`,
+          message: `through ${n.id}, ${unread.length} key(s) do not read their final value: ${unread.slice(0, 5).join(", ")}; ${unread[0]}: ${why}`,
         });
     }
 

@@ -9,7 +9,12 @@ import { describe, it } from "node:test";
 import { type ServiceError, status } from "@grpc/grpc-js";
 import { nodeId } from "../../src/raft/index.ts";
 import { GrpcTransport } from "../../src/replication/index.ts";
-import { handshakeRefusal, ownHandshake, peerRefusal } from "../../src/replication/handshake.ts";
+import {
+  handshakeRefusal,
+  ownHandshake,
+  type PeerMembership,
+  peerRefusal,
+} from "../../src/replication/handshake.ts";
 import {
   countingServer,
   eventually,
@@ -22,10 +27,12 @@ import {
 } from "./peer-support.ts";
 
 const MEMBERS = new Set(["n1", "n2", "n3"]);
-const isMember = (node: string): boolean => MEMBERS.has(node);
+/** n1–n3 are members, n9 was removed for good, any other node is not known here. */
+const membership = (node: string): PeerMembership =>
+  MEMBERS.has(node) ? "member" : node === "n9" ? "removed" : "unknown";
 
 describe("peerRefusal", () => {
-  const check = { clusterId: "c1", self: N2, isMember };
+  const check = { clusterId: "c1", self: N2, membership };
   it("accepts a member naming this cluster", () => {
     assert.equal(peerRefusal("n1", "c1", check, true), null);
   });
@@ -33,13 +40,21 @@ describe("peerRefusal", () => {
     assert.equal(peerRefusal("", "c1", check, false)?.code, status.PERMISSION_DENIED);
     assert.equal(peerRefusal("n2", "c1", check, false)?.code, status.PERMISSION_DENIED);
   });
-  it("refuses a node that is not a member, with or without the cluster id (PERMISSION_DENIED)", () => {
+  it("refuses a node removed for good, with or without the cluster id (PERMISSION_DENIED)", () => {
     for (const theirs of ["c1", ""]) {
       const refusal = peerRefusal("n9", theirs, check, false);
       assert.equal(refusal?.code, status.PERMISSION_DENIED);
       assert.match(refusal?.reason ?? "", /not a member/);
       assert.equal(refusal?.kind, "not_member");
     }
+  });
+  it("accepts a node not known here that names this cluster: a member that joined since (chaos seed 103)", () => {
+    // This node's meta state is behind (it was down while n4 joined), and n4 may be the meta
+    // group's leader now: refusing it kept this node from ever learning of it.
+    assert.equal(peerRefusal("n4", "c1", check, true), null);
+    const refusal = peerRefusal("n4", "", check, false);
+    assert.equal(refusal?.code, status.PERMISSION_DENIED, "unknown, and naming no cluster");
+    assert.equal(refusal?.kind, "not_member");
   });
   it("refuses a member without the cluster id where the call needs one", () => {
     assert.equal(peerRefusal("n1", "", check, false), null, "a stream, a rejoin");
@@ -54,7 +69,7 @@ describe("peerRefusal", () => {
     assert.doesNotMatch(refusal?.reason ?? "", /c1|c2/);
   });
   it("accepts any other node while this node does not know its cluster (founding, rejoining)", () => {
-    const fresh = { clusterId: "", self: N2, isMember: () => false };
+    const fresh = { clusterId: "", self: N2, membership: (): PeerMembership => "removed" };
     assert.equal(peerRefusal("n9", "", fresh, true), null);
     assert.equal(peerRefusal("n9", "c7", fresh, true), null);
     assert.equal(peerRefusal("n2", "", fresh, true)?.code, status.PERMISSION_DENIED);
@@ -78,7 +93,7 @@ describe("ownHandshake", () => {
     id = "c1";
     const hs = ownHandshake(source, nodeId("n1"), nodeId("n1@ab"), N2);
     assert.equal(hs.cluster_id, "c1");
-    assert.equal(handshakeRefusal(hs, { clusterId: "c1", self: N2, isMember }), null);
+    assert.equal(handshakeRefusal(hs, { clusterId: "c1", self: N2, membership }), null);
   });
 });
 
@@ -90,7 +105,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       const server = await startRaftServer(() => delivered++, {
         clusterId: "c1",
         nodeId: "n2",
-        isMember,
+        membership,
         logger: recordingLogger(serverLines),
       });
       const lines: LogLine[] = [];
@@ -134,7 +149,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       const server = await startRaftServer(() => undefined, {
         clusterId: "c1",
         nodeId: "n2",
-        isMember,
+        membership,
         confirmTerms: (checks) => {
           asked.push("confirm");
           return checks.map(() => true);
@@ -177,7 +192,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
     });
 
     it("refuses a unary call without cairn-peer metadata (PERMISSION_DENIED)", async () => {
-      const server = await countingServer(startRaftServer, { isMember });
+      const server = await countingServer(startRaftServer, { membership });
       try {
         const err = await rawUnary(
           server.address,

@@ -63,7 +63,11 @@ function open(options: { handlerThrows?: boolean; callsThrow?: boolean; sender?:
     },
     {
       self: N2,
-      peerCheck: () => ({ clusterId: "c1", self: N2, isMember: (n) => n !== "n9" }),
+      peerCheck: () => ({
+        clusterId: "c1",
+        self: N2,
+        membership: (n) => (n === "n9" ? "removed" : "member"),
+      }),
       refused: (kind) => refused.push(kind),
       calls: {
         serve(from, call) {
@@ -132,7 +136,7 @@ describe("streamReceiver", () => {
       "other_cluster",
     ],
     ["a misaddressed", handshake({ to: "n3" }), status.FAILED_PRECONDITION, "misaddressed"],
-    ["a non-member's", handshake({ from: "n9" }), status.PERMISSION_DENIED, "not_member"],
+    ["a removed member's", handshake({ from: "n9" }), status.PERMISSION_DENIED, "not_member"],
   ] as const) {
     it(`refuses ${what} handshake (${status[code]}), counted by kind, and delivers nothing after`, () => {
       const c = open();
