@@ -13,10 +13,10 @@ import { runDriverSeed } from "./sim/simulator.ts";
 const SEEDS = Number(process.env["DRIVER_SIM_SEEDS"] ?? "40");
 /**
  * Seeds run with moves, and their sizes (the seeds above draw some too, and seeds 1156 on
- * four nodes and 3277 on five are kept below): seed 9 on five nodes admits two, kills one (declared dead,
- * re-replicated, removed) and decommissions another, with leaders handing their groups over
- * and strikes mid-move; seed 2138 once killed a member while a wiped node's group ran on two
- * voters (the simulation's own rule was wrong: it lost a second copy).
+ * four nodes and 3277 and 41820 on five are kept below): seed 9 on five nodes admits two,
+ * kills one (declared dead, re-replicated, removed) and decommissions another, with leaders
+ * handing their groups over and strikes mid-move; seed 2138 once killed a member while a wiped
+ * node's group ran on two voters (the simulation's own rule was wrong: it lost a second copy).
  */
 const MOVE_SEEDS: readonly (readonly [seed: number, nodes: number])[] = [
   [9, 5],
@@ -136,6 +136,15 @@ describe("driver simulation", () => {
     // deadline; the move's old leader, placed elsewhere, refused the shard's reads meanwhile
     // (naming the new first replica, still a learner): no read of the shard for 10 s.
     const r = await runDriverSeed({ seed: 3277, nodes: 5 });
+    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
+  });
+
+  it("runs clean the seed where a final read was asked of a leader that died (moves)", async () => {
+    // Five nodes: the final read of k0 went to shard 3's leader, whose engine had failed (an
+    // injected write error under a flush); its next apply made the node fatal and the read was
+    // never answered. The simulation's client waited on it until the liveness deadline, not
+    // noticing the death; a new leader served the key about 200 ms later.
+    const r = await runDriverSeed({ seed: 41820, nodes: 5 });
     assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
   });
 

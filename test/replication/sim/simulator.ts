@@ -1709,7 +1709,9 @@ class DriverSim {
             this.#log(`final read of ${key} failed: ${describe(err)}`);
           },
         );
-        while (result === undefined && !failed && world.now <= deadline) {
+        // A read asked of a process that dies is never answered (its callbacks die with it): the
+        // client, as a real one whose connection breaks, asks again, not waiting out the deadline.
+        while (result === undefined && !failed && proc.alive && world.now <= deadline) {
           await world.step(world.now + TICK_MS);
         }
         if (result === undefined || !proc.alive) continue;
