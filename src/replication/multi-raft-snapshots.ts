@@ -23,9 +23,12 @@ export interface LogTerms {
   term(shard: number, index: number): number | undefined;
 }
 
-/** Replaces a follower's state with a snapshot from its leader, and releases its stream. */
+/**
+ * Replaces a follower's state with a snapshot from its leader, and releases its stream; the
+ * proposals waiting on the entries it replaced are answered (ShardReplica.overtakenBySnapshot).
+ */
 export async function installSnapshot(
-  s: SnapshotGroup,
+  s: SnapshotGroup & Pick<ShardReplica, "overtakenBySnapshot">,
   snap: Snapshot,
   observer: ReplicationObserver | undefined,
   bugs: DriverTestingBugs,
@@ -57,6 +60,7 @@ export async function installSnapshot(
   observer?.snapshotInstalled?.(s.id, snap.meta.index, bytes);
   // The meta group's state came with the snapshot.
   if (s.id === 0) s.sm.reloadMeta();
+  s.overtakenBySnapshot(snap.meta.index);
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
  * How a shard's waiting requests fail when they cannot succeed: past the driver's request
- * deadline, or superseded in the log by a new leader's entries (shard.ts).
+ * deadline, superseded in the log by a new leader's entries, or overtaken by a snapshot that
+ * replaced the log under them (shard.ts).
  */
 import { CairnError } from "../common/errors.ts";
 
@@ -33,5 +34,22 @@ export class ProposalLostError extends CairnError {
       },
     );
     this.name = "ProposalLostError";
+  }
+}
+
+/**
+ * A snapshot from the leader replaced this replica's log under the proposal's entry before it
+ * applied here: whether the entry committed is not known here (the snapshot may hold it, or
+ * another leader's entry took its index). For a client this is a deadline come early: the same
+ * code, the outcome unknown.
+ */
+export class ProposalOvertakenError extends CairnError {
+  constructor(what: "write" | "membership change", index: number, snapshotIndex: number) {
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      `the ${what} at log index ${index} was overtaken by a snapshot of the log through index ${snapshotIndex} before it applied here; its outcome is unknown: it may have been applied`,
+      { retryable: false },
+    );
+    this.name = "ProposalOvertakenError";
   }
 }

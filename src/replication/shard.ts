@@ -35,7 +35,11 @@ import {
 import { releaseSnapshot } from "./snapshot-pins.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 import type { LostLog } from "./refill.ts";
-import { ProposalLostError, RequestTimeoutError } from "./request-errors.ts";
+import {
+  ProposalLostError,
+  ProposalOvertakenError,
+  RequestTimeoutError,
+} from "./request-errors.ts";
 
 /** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
 const MAX_TICKS_PER_ROUND = 2;
@@ -590,6 +594,32 @@ export class ShardReplica {
     this.#confProposals.delete(e.index);
     if (pending.term === e.term) pending.resolve();
     else pending.reject(new ProposalLostError(e.index));
+  }
+
+  /**
+   * A snapshot from the leader replaced this replica's log through `index` (installed by the
+   * round, multi-raft-snapshots.ts): the entries there never apply here one by one, so nothing
+   * else answers the proposals waiting on them. Whether each committed is not known here: they
+   * fail at once with an unknown outcome rather than at their deadline. A membership change left
+   * so, proposed by a leader cut off before it committed, held the group's replica steps
+   * (src/node/replicas.ts: one under way a group) until its deadline while the move's old
+   * leader refused the shard's reads (driver simulation seed 45904 on five nodes). Reads
+   * confirmed at an index the snapshot reaches are served.
+   */
+  overtakenBySnapshot(index: number): void {
+    if (this.#proposals.size > 0) {
+      for (const [i, p] of this.#proposals.entries()) {
+        if (i > index) continue;
+        this.#proposals.delete(i);
+        p.reject(new ProposalOvertakenError("write", i, index));
+      }
+    }
+    for (const [i, c] of this.#confProposals) {
+      if (i > index) continue;
+      this.#confProposals.delete(i);
+      c.reject(new ProposalOvertakenError("membership change", i, index));
+    }
+    this.#serveReads();
   }
 
   /** ReadIndex answers: each read may be served once the state machine reaches its index. */

@@ -22,6 +22,7 @@ import {
   term,
 } from "../../src/raft/index.ts";
 import { MemoryEngine } from "../../src/replication/memory-engine.ts";
+import { installSnapshot } from "../../src/replication/multi-raft-snapshots.ts";
 import { ShardReplica } from "../../src/replication/shard.ts";
 import { KvStateMachine } from "../../src/replication/state-machine.ts";
 import { WalRaftStorage } from "../../src/replication/wal-storage.ts";
@@ -31,6 +32,7 @@ import {
   LsmEnvironment,
   type LsmSnapshot,
   type ScanOptions,
+  encodeSnapshotFrames,
   MemoryFileSystem,
   Wal,
   type WriteOp,
@@ -534,50 +536,69 @@ describe("MultiRaft log compaction", () => {
   });
 });
 
-describe("a shard's membership change lost with its leader's term", () => {
-  it("fails as lost once another entry applies at its index, not at its deadline", async () => {
-    // Replica a of a three-voter group leads term 2 and proposes a change at index 5; b, which
-    // led term 3 without it, puts its own entry there and commits it. Only the apply of index 5
-    // can tell a's caller (the change never comes back): a group's leader waits on its change
-    // before its next replica step (src/node/replicas.ts), and a move with it.
-    const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
-    const log = MemoryStorage.bootstrap([a, b, c]);
-    const raw = new RawNode({ id: a, storage: log, rng: seededRng(1) });
-    const fs = new MemoryFileSystem();
-    const wal = await Wal.open("/wal", { fs, segmentBytes: 4096 });
-    const sm = new KvStateMachine(await MemoryEngine.open(fs, "/shard"));
-    const shard = new ShardReplica(1, raw, sm, new WalRaftStorage(wal, 1), false, 0);
-    const sent: Message[] = [];
-    const drain = async (): Promise<void> => {
-      for (let i = 0; i < 100 && raw.hasReady(); i++) {
-        const rd = raw.ready();
-        log.append(rd.entries);
-        if (rd.hardState !== null) log.setHardState(rd.hardState);
-        sent.push(...rd.messages);
-        await shard.applyCommitted(rd.committedEntries);
-        raw.advance();
+/**
+ * Replica a of a three-voter group {a, b, c}, made leader of term 2 by b's votes, driven by hand
+ * as the round drives it: its Ready's snapshot installed, its entries appended, its committed
+ * entries applied; `sent` collects its messages.
+ */
+async function leaderOfTermTwo() {
+  const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
+  const log = MemoryStorage.bootstrap([a, b, c]);
+  const raw = new RawNode({ id: a, storage: log, rng: seededRng(1) });
+  const fs = new MemoryFileSystem();
+  const wal = await Wal.open("/wal", { fs, segmentBytes: 4096 });
+  const sm = new KvStateMachine(await MemoryEngine.open(fs, "/shard"));
+  const shard = new ShardReplica(1, raw, sm, new WalRaftStorage(wal, 1), false, 0);
+  const sent: Message[] = [];
+  const drain = async (): Promise<void> => {
+    for (let i = 0; i < 100 && raw.hasReady(); i++) {
+      const rd = raw.ready();
+      if (rd.snapshot !== null) {
+        await installSnapshot(shard, rd.snapshot, undefined, {});
+        log.applySnapshot(rd.snapshot);
       }
-    };
+      log.append(rd.entries);
+      if (rd.hardState !== null) log.setHardState(rd.hardState);
+      sent.push(...rd.messages);
+      await shard.applyCommitted(rd.committedEntries);
+      raw.advance();
+    }
+  };
+  await drain();
+  raw.campaign();
+  // b grants every (pre-)vote a asks of it.
+  for (let round = 0; round < 4 && raw.role !== "leader"; round++) {
     await drain();
-    raw.campaign();
-    // b grants every (pre-)vote a asks of it.
-    for (let round = 0; round < 4 && raw.role !== "leader"; round++) {
-      await drain();
-      for (const m of sent.splice(0)) {
-        if ((m.type === "prevote" || m.type === "vote") && m.to === b) {
-          raw.step({ type: `${m.type}-resp`, from: b, to: a, term: m.term, reject: false });
-        }
+    for (const m of sent.splice(0)) {
+      if ((m.type === "prevote" || m.type === "vote") && m.to === b) {
+        raw.step({ type: `${m.type}-resp`, from: b, to: a, term: m.term, reject: false });
       }
     }
-    assert.equal(raw.role, "leader");
-    assert.equal(raw.term, 2);
-    const change = shard.enqueueConfChange({ type: "add-learner", node: nodeId("d") }, 0);
-    let outcome: unknown = "pending";
-    change.then(
-      () => (outcome = "applied"),
-      (err: unknown) => (outcome = err),
-    );
-    shard.drainInbox(0, 1000);
+  }
+  assert.equal(raw.role, "leader");
+  assert.equal(raw.term, 2);
+  return { a, b, c, raw, sm, shard, drain };
+}
+
+/** Proposes a change on the leader `shard`; the returned box holds its outcome once known. */
+function proposeChange(shard: ShardReplica): { outcome: unknown } {
+  const box: { outcome: unknown } = { outcome: "pending" };
+  shard.enqueueConfChange({ type: "add-learner", node: nodeId("d") }, 0).then(
+    () => (box.outcome = "applied"),
+    (err: unknown) => (box.outcome = err),
+  );
+  shard.drainInbox(0, 1000);
+  return box;
+}
+
+describe("a shard's membership change lost with its leader's term", () => {
+  it("fails as lost once another entry applies at its index, not at its deadline", async () => {
+    // a leads term 2 and proposes a change at index 5; b, which led term 3 without it, puts its
+    // own entry there and commits it. Only the apply of index 5 can tell a's caller (the change
+    // never comes back): a group's leader waits on its change before its next replica step
+    // (src/node/replicas.ts), and a move with it.
+    const { a, b, raw, sm, shard, drain } = await leaderOfTermTwo();
+    const change = proposeChange(shard);
     await drain();
     assert.equal(raw.basicStatus().lastIndex, 5);
     const other: Entry = {
@@ -600,6 +621,38 @@ describe("a shard's membership change lost with its leader's term", () => {
     await drain();
     assert.equal(sm.appliedIndex, 5);
     await new Promise((resolve) => setImmediate(resolve));
-    assert.equal((outcome as CairnError).code, "CAIRN_ERR_PROPOSAL_LOST", String(outcome));
+    assert.equal(
+      (change.outcome as CairnError).code,
+      "CAIRN_ERR_PROPOSAL_LOST",
+      String(change.outcome),
+    );
+  });
+
+  it("fails with an unknown outcome once a snapshot replaces its index, not at its deadline", async () => {
+    // a proposes a change at index 5 in term 2 and is cut off; b leads term 3, and its log is
+    // compacted past index 5 before a is back, so a gets a snapshot through index 6: index 5
+    // never applies here one by one, and whether it held the change is not known here. Before,
+    // the change waited out its 10 s deadline, and with it the group's replica steps (driver
+    // simulation seed 45904 on five nodes: a move's old leader refused the shard's reads).
+    const { a, b, c, raw, sm, shard, drain } = await leaderOfTermTwo();
+    const change = proposeChange(shard);
+    await drain();
+    assert.equal(raw.basicStatus().lastIndex, 5);
+    raw.step({
+      type: "snapshot",
+      from: b,
+      to: a,
+      term: term(3),
+      snapshot: {
+        meta: { index: logIndex(6), term: term(3), conf: { voters: [a, b, c], learners: [] } },
+        data: Buffer.concat([...encodeSnapshotFrames(6, [])]),
+      },
+    });
+    await drain();
+    assert.equal(sm.appliedIndex, 6);
+    await new Promise((resolve) => setImmediate(resolve));
+    const err = change.outcome as CairnError;
+    assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(change.outcome));
+    assert.match(err.message, /overtaken by a snapshot .* its outcome is unknown/);
   });
 });

@@ -709,8 +709,18 @@ class DriverSim {
     const shard = pool[r.int(Math.max(1, pool.length))];
     if (shard === undefined) return;
     const proc = node.proc;
+    // The guard again when the strike comes: a shard whose log is whole here is compacted
+    // first, and a wipe may take another copy meanwhile (seed 45791 on five nodes: n1 was wiped
+    // while n3 compacted shard 2, then n3's directory of it was removed; the group, two copies
+    // short, never elected a leader again).
+    const mayStrike = (): boolean =>
+      node.proc === proc &&
+      proc.alive &&
+      !this.#replacementsPending() &&
+      !this.#refillPending() &&
+      this.#mayLoseCopy(node);
     const strike = (): void => {
-      if (node.proc !== proc || !proc.alive || this.#refillPending()) return;
+      if (!mayStrike()) return;
       this.#stats.lostShards++;
       // Half the time the shard's leader crashes with it: what the two of them committed is
       // then on the leader alone, and the third replica may lack it.
@@ -996,23 +1006,30 @@ class DriverSim {
   /**
    * Whether every group that runs has as many voters as the replication factor on nodes still
    * in service (none retired by a wipe, none on a member stopped for good), a leader, and no
-   * replica being refilled: a copy more may be lost then (seeds with moves). A wiped node's
-   * shards may have moved off it meanwhile: what counts is the groups' voters, not the meta
-   * state (seed 2138 on five nodes killed a member while a group ran on two voters and a
-   * learner, and lost its quorum for good).
+   * replica being refilled, and every group not running anywhere yet as many such initial
+   * voters: a copy more may be lost then (seeds with moves). A wiped node's shards may have
+   * moved off it meanwhile: what counts is the groups' voters, not the meta state (seed 2138 on
+   * five nodes killed a member while a group ran on two voters and a learner, and lost its
+   * quorum for good). A group no node has opened yet starts from its recorded voters, retired
+   * ones too (seed 45896 on five nodes killed for good a member such a group was recorded on
+   * with a wiped node's old replica: it never elected a leader).
    */
   #copiesWhole(): boolean {
     const meta = this.#meta;
-    for (const shard of meta.shards.keys()) {
+    const inService = (replica: string): boolean =>
+      !meta.isRetired(replica) &&
+      !this.#nodes.some((n) => n.gone && n.id === nodeOfReplica(replica));
+    for (const [shard, recorded] of meta.shards) {
       const holders = this.#nodes.filter((n) => (n.mr?.shardInfo(shard) ?? null) !== null);
-      if (holders.length === 0) continue;
+      if (holders.length === 0) {
+        if (recorded.filter(inService).length < meta.replicationFactor) return false;
+        continue;
+      }
       if (holders.some((n) => n.mr?.shardInfo(shard)?.refilling === true)) return false;
       const leader = holders.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
       const info = leader?.mr?.shardInfo(shard);
       if (info === null || info === undefined) return false;
-      const serving = info.voters.filter(
-        (v) => !meta.isRetired(v) && !this.#nodes.some((n) => n.gone && n.id === nodeOfReplica(v)),
-      );
+      const serving = info.voters.filter(inService);
       if (serving.length < meta.replicationFactor) return false;
     }
     return true;
