@@ -31,7 +31,7 @@ import {
 } from "../support/cluster-process.ts";
 import type { Clients } from "../support/grpc-client.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
-import { clusterCerts, nodeCert } from "../support/tls-certs.ts";
+import { clusterCerts, nodeCert, refusedCertificates } from "../support/tls-certs.ts";
 
 const TOTAL_SHARDS = 1024;
 const dir = mkdtempSync(join(tmpdir(), "cairn-e2e-cluster-tls-"));
@@ -65,14 +65,6 @@ function peerCall(
       },
     );
   });
-}
-
-async function refusedCertificates(http: string | undefined): Promise<number> {
-  const text = await (await fetch(`http://${http}/metrics`)).text();
-  const line = text
-    .split("\n")
-    .find((l) => l.startsWith('cairn_raft_peer_calls_refused_total{reason="certificate"'));
-  return line === undefined ? 0 : Number(line.split(" ").pop());
 }
 
 describe("a 3-node cluster with peer TLS", () => {

@@ -36,7 +36,7 @@ import {
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
-import { clusterCerts, nodeCert } from "../support/tls-certs.ts";
+import { clusterCerts, nodeCert, refusedCertificates } from "../support/tls-certs.ts";
 
 const TOTAL_SHARDS = 1024;
 const WORKERS = { CAIRN_SHARD_WORKERS: "2" };
@@ -66,14 +66,6 @@ async function tunnelledPeerCall(
   } finally {
     channel.destroy();
   }
-}
-
-async function refusedCertificates(http: string | undefined): Promise<number> {
-  const text = await (await fetch(`http://${http}/metrics`)).text();
-  const line = text
-    .split("\n")
-    .find((l) => l.startsWith('cairn_raft_peer_calls_refused_total{reason="certificate"'));
-  return line === undefined ? 0 : Number(line.split(" ").pop());
 }
 
 // Shard workers in a cluster hand peers' connections between threads with the native addon

@@ -23,6 +23,68 @@ const MOVE_SEEDS: readonly (readonly [seed: number, nodes: number])[] = [
   [2138, 5],
 ];
 
+/**
+ * Seeds that once failed, each kept as a regression of what it found (docs/raft.md, "The
+ * simulation of the real driver"; docs/perf-log/simulation.md).
+ */
+const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string }[] = [
+  // A leader proposed a replica's promotion, lost its term before the entry committed, and led
+  // again with a log that never reached the entry's index. Nothing answered the proposal, and
+  // its sleeping group never ticked to time it out: the leader's replica steps (one under way a
+  // group) waited on it for ever, and the shard's move with them.
+  { seeds: [1156], nodes: 4, what: "a lost membership change hung while its group slept (moves)" },
+  // A leader proposed a learner's promotion, was cut off before it committed, and led again
+  // later, its log's index of the change now holding another leader's entry. The change was
+  // answered only when that index applied as itself, so it waited out its 10 s deadline; the
+  // move's old leader, placed elsewhere, refused the shard's reads meanwhile (naming the new
+  // first replica, still a learner): no read of the shard for 10 s.
+  { seeds: [3277], nodes: 5, what: "a lost membership change waited out its deadline (moves)" },
+  // The final read of k0 went to shard 3's leader, whose engine had failed (an injected write
+  // error under a flush); its next apply made the node fatal and the read was never answered.
+  // The simulation's client waited on it until the liveness deadline, not noticing the death;
+  // a new leader served the key about 200 ms later.
+  { seeds: [41820], nodes: 5, what: "a final read was asked of a leader that died (moves)" },
+  // A round whose only duty was to make a new group's founding entries durable wrote no record
+  // and so skipped its sync; the engine flushed the first of them, a power cut took the WAL's
+  // copy, and the replica came back as a group with one voter, itself.
+  {
+    seeds: [145, 263],
+    nodes: 3,
+    what: "a new group's founding went unsynced under an engine flush",
+  },
+  // With the commit broadcast deferred for every entry, a leader applied the conf change that
+  // promoted a replica and was wiped before the followers learnt it was committed: they kept
+  // the configuration before it, whose other voter was the wiped replica, and never elected.
+  {
+    seeds: [9365],
+    nodes: 3,
+    what: "a replaced replica's promotion reached no follower before its leader was wiped",
+  },
+  // One node: shard 2's founding write lost its hard state record to a torn tail and kept its
+  // conf change. The group reopened with a log, no commit and no configuration, and never
+  // elected itself: reads of its keys failed NOT_LEADER for ever after.
+  {
+    seeds: [2822],
+    nodes: 1,
+    what: "a power cut kept a new group's founding entries but not its hard state",
+  },
+  // Shard 1's leader proposed a learner, was cut off before it committed, and got a snapshot
+  // past the change's index from the next leader; nothing answered the change until its 10 s
+  // deadline, and the group's replica steps waited on it. Leading again, that node, placed off
+  // the shard by a move, refused the shard's reads naming the new first replica, still a
+  // learner.
+  { seeds: [45904], nodes: 5, what: "a membership change was overtaken by a snapshot (moves)" },
+  // The simulation's own rules: seed 45791 removed a shard's directory, decided before a wipe
+  // took another replica of that shard, after it (the guard was not asked again at the
+  // strike); seed 45896 killed for good a member recorded as an initial voter of a group no
+  // node had opened yet, whose other recorded voter was a wiped node's old replica.
+  {
+    seeds: [45791, 45896],
+    nodes: 5,
+    what: "the simulation took a second copy of a shard (moves)",
+  },
+];
+
 describe("driver simulation", () => {
   it(`runs ${SEEDS} seeds without a violation`, async () => {
     const failures: string[] = [];
@@ -120,88 +182,18 @@ describe("driver simulation", () => {
     assert.ok(totals.checks > MOVE_SEEDS.length * 10, `only ${totals.checks} conf changes checked`);
   });
 
-  it("runs clean the seed where a lost membership change hung while its group slept (moves)", async () => {
-    // Four nodes: a leader proposed a replica's promotion, lost its term before the entry
-    // committed, and led again with a log that never reached the entry's index. Nothing answered
-    // the proposal, and its sleeping group never ticked to time it out: the leader's replica
-    // steps (one under way a group) waited on it for ever, and the shard's move with them.
-    const r = await runDriverSeed({ seed: 1156, nodes: 4 });
-    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
-  });
-
-  it("runs clean the seed where a lost membership change waited out its deadline (moves)", async () => {
-    // Five nodes: a leader proposed a learner's promotion, was cut off before it committed, and
-    // led again later, its log's index of the change now holding another leader's entry. The
-    // change was answered only when that index applied as itself, so it waited out its 10 s
-    // deadline; the move's old leader, placed elsewhere, refused the shard's reads meanwhile
-    // (naming the new first replica, still a learner): no read of the shard for 10 s.
-    const r = await runDriverSeed({ seed: 3277, nodes: 5 });
-    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
-  });
-
-  it("runs clean the seed where a final read was asked of a leader that died (moves)", async () => {
-    // Five nodes: the final read of k0 went to shard 3's leader, whose engine had failed (an
-    // injected write error under a flush); its next apply made the node fatal and the read was
-    // never answered. The simulation's client waited on it until the liveness deadline, not
-    // noticing the death; a new leader served the key about 200 ms later.
-    const r = await runDriverSeed({ seed: 41820, nodes: 5 });
-    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
-  });
-
-  it("runs clean the seeds where a new group's founding went unsynced under an engine flush", async () => {
-    // A round whose only duty was to make a new group's founding entries durable wrote no
-    // record and so skipped its sync; the engine flushed the first of them, a power cut took the
-    // WAL's copy, and the replica came back as a group with one voter, itself.
-    for (const seed of [145, 263]) {
-      const r = await runDriverSeed({ seed, nodes: 3 });
-      assert.equal(
-        r.violation,
-        null,
-        `seed ${seed}: ${r.violation?.kind}: ${r.violation?.message}`,
-      );
-    }
-  });
-
-  it("runs clean the seed where a replaced replica's promotion reached no follower before its leader was wiped", async () => {
-    // With the commit broadcast deferred for every entry, a leader applied the conf change that
-    // promoted a replica and was wiped before the followers learnt it was committed: they kept
-    // the configuration before it, whose other voter was the wiped replica, and never elected.
-    const r = await runDriverSeed({ seed: 9365, nodes: 3 });
-    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
-  });
-
-  it("runs clean the seed where a power cut kept a new group's founding entries but not its hard state", async () => {
-    // One node: shard 2's founding write lost its hard state record to a torn tail and kept
-    // its conf change. The group reopened with a log, no commit and no configuration, and never
-    // elected itself: reads of its keys failed NOT_LEADER for ever after.
-    const r = await runDriverSeed({ seed: 2822, nodes: 1 });
-    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
-  });
-
-  it("runs clean the seed where a membership change was overtaken by a snapshot (moves)", async () => {
-    // Five nodes: shard 1's leader proposed a learner, was cut off before it committed, and got
-    // a snapshot past the change's index from the next leader; nothing answered the change until
-    // its 10 s deadline, and the group's replica steps waited on it. Leading again, that node,
-    // placed off the shard by a move, refused the shard's reads naming the new first replica,
-    // still a learner.
-    const r = await runDriverSeed({ seed: 45904, nodes: 5 });
-    assert.equal(r.violation, null, `${r.violation?.kind}: ${r.violation?.message}`);
-  });
-
-  it("runs clean the seeds where the simulation took a second copy of a shard (moves)", async () => {
-    // The simulation's own rules: seed 45791 removed a shard's directory, decided before a wipe
-    // took another replica of that shard, after it (the guard was not asked again at the
-    // strike); seed 45896 killed for good a member recorded as an initial voter of a group no
-    // node had opened yet, whose other recorded voter was a wiped node's old replica.
-    for (const seed of [45791, 45896]) {
-      const r = await runDriverSeed({ seed, nodes: 5 });
-      assert.equal(
-        r.violation,
-        null,
-        `seed ${seed}: ${r.violation?.kind}: ${r.violation?.message}`,
-      );
-    }
-  });
+  for (const { seeds, nodes, what } of REGRESSION_SEEDS) {
+    it(`runs clean the seed${seeds.length > 1 ? "s" : ""} where ${what}`, async () => {
+      for (const seed of seeds) {
+        const r = await runDriverSeed({ seed, nodes });
+        assert.equal(
+          r.violation,
+          null,
+          `seed ${seed}: ${r.violation?.kind}: ${r.violation?.message}`,
+        );
+      }
+    });
+  }
 
   it("catches the restart stale read (issue 9, bug 1) within 500 seeds", async () => {
     let caught: number | null = null;

@@ -173,3 +173,12 @@ export function expiredCert(
 export function read(path: string): Buffer {
   return readFileSync(path);
 }
+
+/** The peer calls node `http` (its HTTP address) refused for their certificate, from /metrics. */
+export async function refusedCertificates(http: string | undefined): Promise<number> {
+  const text = await (await fetch(`http://${http}/metrics`)).text();
+  const line = text
+    .split("\n")
+    .find((l) => l.startsWith('cairn_raft_peer_calls_refused_total{reason="certificate"'));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
