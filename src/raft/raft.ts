@@ -377,7 +377,7 @@ export class Raft {
   hup(kind: "normal" | "transfer" = "normal"): void {
     // A recovering member would vote for itself with a log that lacks what it acknowledged.
     if (this.role === "leader" || !this.isPromotable() || this.recovering) return;
-    if (this.#hasUnappliedConfChange()) return; // our configuration may be stale
+    if (this.hasUnappliedConfChange()) return; // our configuration may be stale
     // Its vote requests wake the others.
     if (this.#quiesced) this.#wake();
     if (kind === "transfer") this.#campaign("transfer");
@@ -400,7 +400,7 @@ export class Raft {
         `raft: ${this.id} may lead term ${this.term} only as its founding leader (role ${this.role}, vote ${this.vote ?? "none"}, leader ${this.lead ?? "none"})`,
       );
     }
-    if (!this.isPromotable() || this.#hasUnappliedConfChange() || this.recovering) {
+    if (!this.isPromotable() || this.hasUnappliedConfChange() || this.recovering) {
       throw new InvalidRaftRequestError(
         `raft: ${this.id} may lead only once the founding configuration is applied`,
       );
@@ -821,7 +821,11 @@ export class Raft {
     }
   }
 
-  #hasUnappliedConfChange(): boolean {
+  /**
+   * Whether a committed conf change is not applied yet: the configuration this member acts on
+   * may be stale (it neither campaigns nor leads on it).
+   */
+  hasUnappliedConfChange(): boolean {
     // Those up to #confIndex took effect at construction.
     const from = Math.max(this.log.applied, this.#confIndex) + 1;
     if (this.log.committed < from) return false;

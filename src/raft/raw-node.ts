@@ -175,6 +175,15 @@ export class RawNode {
     return voters.size === 1 && voters.has(this.#raft.id);
   }
 
+  /**
+   * Whether a committed conf change is not applied yet, so the configuration (voters, learners,
+   * isSoleVoter) may be stale: a replica replaying after a restart knows its group only as far
+   * as it has applied. It does not campaign until the change is applied.
+   */
+  hasUnappliedConfChange(): boolean {
+    return this.#raft.hasUnappliedConfChange();
+  }
+
   /** Advance logical time by one tick (the driver's timer; e.g. every 100 ms). Quiesced: no-op. */
   tick(): void {
     this.#assertNoOutstanding("tick");

@@ -83,6 +83,15 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
     nodes: 5,
     what: "the simulation took a second copy of a shard (moves)",
   },
+  // n1 restarted with shard 1's founding conf changes applied to index 1 of 3 (its engine had
+  // flushed only the first): until its replay applied the other two, its configuration had one
+  // voter, itself. The founding leader's heartbeat reached it first, and its answer tripped the
+  // driver's check that a sole voter sends nothing: the node went fatal.
+  {
+    seeds: [63342],
+    nodes: 4,
+    what: "a restarted follower answered its leader before its replay applied the founding voters",
+  },
 ];
 
 describe("driver simulation", () => {
