@@ -960,15 +960,27 @@ class DriverSim {
    * A configuration a node applied (the observer names nodes; the group's configuration, as
    * its Raft core has it, names replicas): checked when the node leads the group (a replica
    * replaying its log at a restart applies old ones).
+   *
+   * The observer is called as the entries are applied, before RawNode.advance() hands their
+   * conf changes to the Raft core, whose configuration shardInfo reports: the voters are read
+   * once the apply is done (the rest of it runs synchronously), the role and term now (a leader
+   * that applied its own removal is a follower then). Read at the call, the check counted the
+   * configuration before the change (seed 62479 on four nodes: a replica removed from shard 3,
+   * not knowing it, led the next term and applied its removal; the check counted the voters
+   * before it, the removed replica among them).
    */
   #checkConf(node: SimNode, proc: Process, shard: number): void {
     if (this.#moves === null || !proc.alive) return;
     const mr = node.mr;
-    const info = mr?.shardInfo(shard);
-    if (mr === null || info === null || info === undefined || info.role !== "leader") return;
-    this.#stats.confChecks++;
-    const problem = this.#ledger.check(shard, info.term, info.voters);
-    if (problem !== null) this.#violate({ kind: "quorum", message: `${node.id}: ${problem}` });
+    const led = mr?.shardInfo(shard);
+    if (mr === null || led === null || led === undefined || led.role !== "leader") return;
+    queueMicrotask(() => {
+      const info = mr.shardInfo(shard);
+      if (!proc.alive || node.mr !== mr || info === null) return;
+      this.#stats.confChecks++;
+      const problem = this.#ledger.check(shard, led.term, info.voters);
+      if (problem !== null) this.#violate({ kind: "quorum", message: `${node.id}: ${problem}` });
+    });
   }
 
   /**
