@@ -141,19 +141,7 @@ describe("elastic cluster (real processes)", () => {
           90_000,
         );
         // Every node is healthy: a replica moved away (dormant on its old node) is not counted.
-        await eventually(
-          "every node is healthy",
-          async () => {
-            for (const n of cluster.running()) {
-              const r = (await (await fetch(`http://${n.server?.http}/health`)).json()) as {
-                status: string;
-              };
-              if (r.status !== "healthy") return false;
-            }
-            return true;
-          },
-          30_000,
-        );
+        await eventually("every node is healthy", () => cluster.allHealthy(), 30_000);
         // Writes go on, through the new node too; every acknowledged key reads back everywhere.
         for (let i = 64; i < 96; i++) await put(n4.client, `k${i}`, `v${i}`);
         await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
@@ -338,15 +326,7 @@ describe("elastic cluster (real processes)", () => {
         }
         await eventually(
           "every node is healthy after the restarts",
-          async () => {
-            for (const n of cluster.running()) {
-              const r = (await (await fetch(`http://${n.server?.http}/health`)).json()) as {
-                status: string;
-              };
-              if (r.status !== "healthy") return false;
-            }
-            return true;
-          },
+          () => cluster.allHealthy(),
           90_000,
         );
         await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);

@@ -197,19 +197,7 @@ describe(
           writing = false;
           await writing1;
           assert.ok(written > 0, "writes were acknowledged during the moves");
-          await eventually(
-            "every node is healthy",
-            async () => {
-              for (const n of cluster.running()) {
-                const r = (await (await fetch(`http://${n.server?.http}/health`)).json()) as {
-                  status: string;
-                };
-                if (r.status !== "healthy") return false;
-              }
-              return true;
-            },
-            60_000,
-          );
+          await eventually("every node is healthy", () => cluster.allHealthy(), 60_000);
           for (const n of cluster.running()) {
             const c = n.client;
             assert.ok(c !== null);

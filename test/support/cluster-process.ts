@@ -273,6 +273,14 @@ export class LocalCluster {
     return this.nodes.filter((n) => n.server !== null);
   }
 
+  /** Whether every running node's /health says `healthy` (for `eventually`). */
+  async allHealthy(): Promise<boolean> {
+    for (const n of this.running()) {
+      if ((await healthReport(n.server?.http)).status !== "healthy") return false;
+    }
+    return true;
+  }
+
   async stop(id: string, signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
     const n = this.node(id);
     n.client?.close();
