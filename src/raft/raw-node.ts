@@ -169,6 +169,11 @@ export class RawNode {
     return log.term(log.committed) === this.#raft.term;
   }
 
+  /** The learners of the group's configuration as this member knows it (do not modify). */
+  get learners(): ReadonlySet<NodeId> {
+    return this.#raft.learners;
+  }
+
   /** Whether this member is the group's only voter. */
   isSoleVoter(): boolean {
     const voters = this.#raft.voters;

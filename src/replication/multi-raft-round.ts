@@ -307,13 +307,17 @@ export class RoundLoop {
       if (rd.messages.length > 0) {
         if (
           this.#host.options.transport === undefined ||
-          (s.raw.isSoleVoter() && !s.raw.hasUnappliedConfChange())
+          (s.raw.isSoleVoter() &&
+            !s.raw.hasUnappliedConfChange() &&
+            rd.messages.some((m) => !s.raw.learners.has(m.to)))
         ) {
-          // A sole voter has no one to talk to: a message means the group's configuration
-          // is not what this driver believes. Not while a committed conf change is unapplied:
-          // a replica replaying after a restart knows only the voters it has applied (the
-          // first founding voter, itself, when its engine kept the first of the founding conf
-          // changes), and answers its leader meanwhile (driver simulation seed 63342).
+          // A sole voter talks only to its learners (a replica moving with replication_factor
+          // 1, the meta group of a one-node cluster adding a member): a message to anyone else
+          // means the group's configuration is not what this driver believes. Not while a
+          // committed conf change is unapplied: a replica replaying after a restart knows only
+          // the voters it has applied (the first founding voter, itself, when its engine kept
+          // the first of the founding conf changes), and answers its leader meanwhile (driver
+          // simulation seed 63342).
           throw new CairnError(
             "CAIRN_ERR_INVARIANT",
             `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,

@@ -39,13 +39,16 @@ class Nodes {
   readonly placement = new Map<number, string[]>();
   readonly #addresses = new Map<string, string>();
   readonly #dir: string;
+  readonly #founding: readonly string[];
 
-  constructor(dir: string) {
+  /** `founding`: the replicas every shard is created on (the replication factor's nodes). */
+  constructor(dir: string, founding: readonly string[] = ["n1", "n2", "n3"]) {
     this.#dir = dir;
+    this.#founding = founding;
   }
 
   placedOn(shard: number): string[] {
-    return this.placement.get(shard) ?? ["n1", "n2", "n3"];
+    return this.placement.get(shard) ?? [...this.#founding];
   }
 
   async start(id: string): Promise<TestNode> {
@@ -87,7 +90,7 @@ class Nodes {
         transport,
         confirmTerms: (node, checks) => transport.confirmTerms(nodeId(node), checks, 2_000),
         replicaId: id,
-        replicasOf: () => ["n1", "n2", "n3"],
+        replicasOf: () => [...this.#founding],
         replicasNow: (shard) => this.placedOn(shard),
         acceptsReplica: (shard) => this.placedOn(shard).includes(id),
         observer: { fatal: (err) => this.fatals.push(err) },
@@ -271,6 +274,30 @@ describe("replica removal (replica GC)", () => {
         const item = await again.mr.get(enc.encode(key), true);
         assert.equal(item === null ? null : dec.decode(item.value), `v-${key}`);
       }
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+
+  it("a sole voter moves its replica through a learner (replication_factor 1)", async () => {
+    const nodes = new Nodes(join(dir, "sole"), ["n1"]);
+    try {
+      for (const id of ["n1", "n2"]) await nodes.start(id);
+      const n1 = nodes.get("n1");
+      const keys = keysOfShard(n1.mr, 10);
+      for (const key of keys) await nodes.put(key, `v-${key}`);
+      // The sole voter sends its learner appends: no invariant trips, no node goes fatal.
+      await nodes.move("n1", "n2");
+      const n2 = nodes.get("n2");
+      await eventually("n2 leads the shard alone", () => {
+        const info = n2.mr.shardInfo(SHARD);
+        return info?.role === "leader" && info.voters.length === 1;
+      });
+      for (const key of keys) {
+        const item = await n2.mr.get(enc.encode(key), true);
+        assert.equal(item === null ? null : dec.decode(item.value), `v-${key}`);
+      }
+      assert.deepEqual(nodes.fatals, []);
     } finally {
       await nodes.stopAll();
     }
