@@ -57,7 +57,9 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // Active members only: a replica on any other is a repair's to move, not a load to even.
   const counts = meta.replicaCounts();
   const load = new Map(active.map((id) => [id, counts.get(id) ?? 0]));
-  const factor0 = meta.shards.get(0)?.length ?? 1;
+  // The meta group keeps the voters it was founded with (more than the factor when founded on
+  // more members) and grows to the factor when founded on fewer.
+  const factor0 = Math.max(meta.shards.get(0)?.length ?? 1, meta.replicationFactor);
 
   // 2. Repairs.
   for (const shard of shards) {

@@ -634,7 +634,9 @@ export class ClusterState {
               op: "bootstrap",
               clusterId,
               totalShards: c.cluster.total_shards,
-              replicationFactor: Math.min(c.cluster.replication_factor, voters.length),
+              // Uncapped: a cluster founded on fewer members grows its shards' replicas to
+              // the factor as members join (the allocator's repairs).
+              replicationFactor: c.cluster.replication_factor,
               members: voters,
             }),
           ],

@@ -74,7 +74,7 @@ function assertPlaced(s: MetaState, tolerance: number): void {
   const active = new Set(s.activeMembers());
   for (const shard of s.shards.keys()) {
     const nodes = s.nodesOf(shard);
-    const factor = shard === 0 ? (s.shards.get(0)?.length ?? 1) : 3;
+    const factor = shard === 0 ? Math.max(s.shards.get(0)?.length ?? 1, 3) : 3;
     const want = Math.min(factor, active.size);
     assert.equal(nodes.length, want, `shard ${shard}: ${nodes.join(",")}`);
     assert.equal(new Set(nodes).size, nodes.length, `shard ${shard} has a node twice`);
@@ -104,6 +104,21 @@ describe("allocator", () => {
     assertPlaced(end, calm.tolerance);
     // 61 shards × 3 replicas over 5 nodes: about 2/5 of the replicas had to move, not many more.
     assert.ok(moves >= 60 && moves <= 80, `moves ${moves}`);
+  });
+
+  it("a cluster founded on one member grows every shard, the meta group too, to the factor as members join", () => {
+    let s = cluster(["n1"], 12);
+    assert.deepEqual(s.nodesOf(0), ["n1"]);
+    assert.deepEqual(s.nodesOf(5), ["n1"]);
+    s = apply(s, { op: "join", member: member("n2") });
+    const two = settle(s, calm).s;
+    for (const shard of two.shards.keys()) assert.equal(two.nodesOf(shard).length, 2);
+    let three = apply(two, { op: "join", member: member("n3") });
+    three = apply(three, { op: "join", member: member("n4") });
+    const { s: end } = settle(three, calm);
+    assert.deepEqual(end.nodesOf(0).length, 3, "the meta group has three voters");
+    assertPlaced(end, calm.tolerance);
+    for (const shard of end.shards.keys()) assert.equal(end.nodesOf(shard).length, 3);
   });
 
   it("never moves more than maxMoves shards at once", () => {
