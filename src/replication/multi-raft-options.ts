@@ -233,7 +233,12 @@ export interface ReplicationObserver {
    * is as up to date as the one it lost, and it has applied what that log had committed.
    */
   shardRefilled?(shard: number): void;
-  /** The group's configuration changed here (a conf change applied, or a snapshot installed). */
+  /**
+   * The group's configuration changed here (a conf change applied, or a snapshot installed):
+   * `voters` is the new one. For a conf change, called once its entry is applied and before the
+   * Raft core takes it in (`advance`): `shardInfo()` and the core's status may still show the
+   * old configuration here.
+   */
   confChanged?(shard: number, voters: readonly string[]): void;
   raftState?(shard: number, term: number, commit: number): void;
   /** How many groups of this node are awake (ticking), when that changed; at most once a tick. */
