@@ -4,11 +4,11 @@
  * inherit `NODE_COMPILE_CACHE` from this process's environment.
  *
  * Much of a child's start is Node.js compiling Cairn's modules and its dependencies (type
- * stripping, then V8 parsing): a `cairn serve` start to "node started" took 1.5–2.2 s of CPU
- * without the cache, 1.0–1.5 s with it (four starts each, a 2-core machine), and the default
- * suite starts hundreds of processes. With the cache a start reuses the code the first one
- * compiled; each entry is checked against its source's hash, so an edited file is simply
- * compiled again. What a process does once it runs is unchanged.
+ * stripping, then V8 parsing): four `cairn serve` starts to "node started" took 8.0–8.7 s of CPU
+ * without the cache, 5.6–6.1 s with it (the measuring process included; a 2-core machine); the
+ * default suite starts hundreds of processes. With the cache a start reuses the code the first
+ * one compiled; each entry is checked against its source's hash, so an edited file is
+ * simply compiled again. What a process does once it runs is unchanged.
  *
  * `NODE_COMPILE_CACHE` from the caller's shell wins; `NODE_DISABLE_COMPILE_CACHE=1` turns it off.
  */
