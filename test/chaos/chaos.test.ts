@@ -18,7 +18,7 @@ import { runChaos } from "./run.ts";
 
 /** Seed, scenario and duration (a scripted scenario runs until its script ends). */
 const RUNS = [
-  { seed: 11, scenario: "mixed", durationMs: 28_000 },
+  { seed: 11, scenario: "mixed", durationMs: 20_000 },
   { seed: 12, scenario: "grow-shrink", durationMs: 10_000 },
 ] as const;
 

@@ -59,14 +59,24 @@ function assertLost(failed: FailedStart, pattern: RegExp): void {
   assert.match(failed.stderr, pattern);
 }
 
-/** A directory with tables (flushed keys `a-*`) and keys only in the WAL (`b-*`). */
+/**
+ * A directory with tables (flushed keys `a-*`) and keys only in the WAL (`b-*`): a copy of one
+ * written once for the cases that start from it (a stopped node's directory, copied as an
+ * operator's backup would be).
+ */
+let template: Promise<string> | undefined;
 async function written(): Promise<string> {
+  template ??= (async () => {
+    const dir = await mkdtemp(join(root, "template-"));
+    await withServer(dir, async (c) => {
+      await put(c, keys("a", 40));
+      await snapshotAll(c);
+      await put(c, keys("b", 5));
+    });
+    return dir;
+  })();
   const dir = await mkdtemp(join(root, "d-"));
-  await withServer(dir, async (c) => {
-    await put(c, keys("a", 40));
-    await snapshotAll(c);
-    await put(c, keys("b", 5));
-  });
+  await cp(await template, dir, { recursive: true });
   return dir;
 }
 
@@ -147,11 +157,7 @@ describe("a single node's lost WAL or shard directory", () => {
   });
 
   it("refuses a shard directory older than the WAL (restored from an older copy)", async () => {
-    const dir = await mkdtemp(join(root, "d-"));
-    await withServer(dir, async (c) => {
-      await put(c, keys("a", 40));
-      await snapshotAll(c);
-    });
+    const dir = await written();
     const [shard] = await readdir(join(dir, "shards"));
     assert.ok(shard !== undefined);
     const shardDir = join(dir, "shards", shard);

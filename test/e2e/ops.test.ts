@@ -343,42 +343,49 @@ describe("configuration, end to end", () => {
     const c = connect(first.rpc);
     try {
       await c.call(c.kv, "Put", { key: Buffer.from("mine"), value: Buffer.from("1") });
-      for (const workers of ["1", "2"]) {
-        const second = await run(
-          [
-            "serve",
-            "--rpc-addr",
-            first.rpc,
-            "--http-addr",
-            "127.0.0.1:0",
-            "--data-dir",
-            join(dir, `intruder-${workers}`),
-          ],
-          { CAIRN_SHARD_WORKERS: workers },
-        );
-        assert.equal(second.code, 1, second.stderr);
-        assert.match(
-          second.stderr,
-          new RegExp(`address ${first.rpc.replace(/\./g, "\\.")} is already in use \\(rpc_addr\\)`),
-        );
-      }
-      // The first node still serves on its address.
-      const got = await c.call(c.kv, "Get", { key: Buffer.from("mine") });
-      assert.equal((got["value"] as Buffer).toString(), "1");
       // SWIM's UDP socket on the same port number, taken by another process: named too.
       const udp = createSocket("udp4");
       await new Promise<void>((resolve) => udp.bind(0, "127.0.0.1", resolve));
       const udpPort = udp.address().port;
       try {
-        const third = await run([
-          "serve",
-          "--rpc-addr",
-          `127.0.0.1:${udpPort}`,
-          "--http-addr",
-          "127.0.0.1:0",
-          "--data-dir",
-          join(dir, "intruder-udp"),
+        // The three intruders at once: each refusal stands alone (its own data directory; the
+        // first node holds the rpc port, the socket above the other).
+        const [one, two, third] = await Promise.all([
+          ...["1", "2"].map((workers) =>
+            run(
+              [
+                "serve",
+                "--rpc-addr",
+                first.rpc,
+                "--http-addr",
+                "127.0.0.1:0",
+                "--data-dir",
+                join(dir, `intruder-${workers}`),
+              ],
+              { CAIRN_SHARD_WORKERS: workers },
+            ),
+          ),
+          run([
+            "serve",
+            "--rpc-addr",
+            `127.0.0.1:${udpPort}`,
+            "--http-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            join(dir, "intruder-udp"),
+          ]),
         ]);
+        for (const second of [one, two]) {
+          assert.ok(second !== undefined);
+          assert.equal(second.code, 1, second.stderr);
+          assert.match(
+            second.stderr,
+            new RegExp(
+              `address ${first.rpc.replace(/\./g, "\\.")} is already in use \\(rpc_addr\\)`,
+            ),
+          );
+        }
+        assert.ok(third !== undefined);
         assert.equal(third.code, 1, third.stderr);
         assert.match(
           third.stderr,
@@ -387,6 +394,9 @@ describe("configuration, end to end", () => {
       } finally {
         udp.close();
       }
+      // The first node still serves on its address.
+      const got = await c.call(c.kv, "Get", { key: Buffer.from("mine") });
+      assert.equal((got["value"] as Buffer).toString(), "1");
     } finally {
       c.close();
       assert.deepEqual(await first.stop("SIGTERM"), { code: 0, signal: null });
