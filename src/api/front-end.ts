@@ -129,8 +129,9 @@ function sendOkTrailers(stream: ServerStream): void {
 /**
  * The OK trailers of a Put, Get or Delete, which carry `cairn-served-by` and nothing else
  * (kv-service.ts), per node id named: encoded once, and with their own HpackEncoder.cached slot
- * (after OK_SLOT) so that they cost a connection what a plain OK's do plus the id's literal. At
- * most SERVED_BY_SLOTS ids (a cluster has few nodes); another is encoded each time.
+ * (after OK_SLOT), the id indexed too (hpack.ts INDEXED_NAMES): after a connection's first such
+ * answer they cost it 3 bytes, against 2 for a plain OK. At most SERVED_BY_SLOTS ids (a cluster
+ * has few nodes); the trailers naming another are encoded each time, without indexing.
  */
 const servedByTrailers = new Map<
   string,
