@@ -3,7 +3,9 @@
  *
  * A Put, Delete or linearizable Get refused here with NotLeaderError is sent again, unchanged, to
  * the leader's `cairn.v1.KV` service, and the leader's answer (response or status, and trailing
- * metadata) goes back to the caller as is. What must stay true:
+ * metadata) goes back to the caller as is: a response's `cairn-served-by` names the node that
+ * served it, not this one (set here to the node forwarded to when its answer lacks it). What
+ * must stay true:
  *
  * - **One hop.** A forwarded call carries `cairn-forwarded`; a node that receives one answers
  *   NOT_LEADER itself instead of forwarding again, so two nodes with stale views cannot bounce a
@@ -59,7 +61,7 @@ import { type NodeId, nodeId, NotLeaderError } from "../raft/index.ts";
 import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./errors.ts";
 
 export { LeaderChangedError, LeaderUnreachableError };
-import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY } from "./wire.ts";
+import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY, SERVED_BY_KEY } from "./wire.ts";
 import { CallCut, IntMap } from "../common/index.ts";
 import type { PeerTls } from "../common/peer-tls.ts";
 
@@ -356,7 +358,12 @@ function reply<Res>(
       };
     }
     try {
-      return { ok: true, response: decode(r.message), trailer: metadataOf(r.trailers) };
+      const response = decode(r.message);
+      // The node that answered named itself (kv-service.ts); one that did not (an older
+      // version) is still the one this call reached: a forwarded call is never forwarded again.
+      const trailer = metadataOf(r.trailers);
+      if (trailer.get(SERVED_BY_KEY).length === 0) trailer.set(SERVED_BY_KEY, leader);
+      return { ok: true, response, trailer };
     } catch (err) {
       return { ok: false, error: toServiceError(err) };
     }

@@ -27,4 +27,4 @@ export { RpcServer, type RpcServerOptions } from "./server.ts";
 export type { WorkerTunnels } from "./front-end.ts";
 export type { AdminStore, KvStore } from "./store.ts";
 export type { Limits } from "./validate.ts";
-export { FORWARDED_KEY } from "./wire.ts";
+export { FORWARDED_KEY, SERVED_BY_KEY } from "./wire.ts";

@@ -3,8 +3,21 @@
  * catalogue metrics, and answers with a value or a mapped gRPC status. With a Forwarder, a Put,
  * Delete or linearizable Get refused because another node leads the shard is forwarded there and
  * the leader's answer relayed (forward.ts); this node records it as `not_leader`.
+ *
+ * Every Put, Get and Delete answered OK names the node that served it in `cairn-served-by`
+ * (SERVED_BY_KEY): this node when its store answered, the node a forward reached when it was
+ * forwarded (its trailer relayed). A serializable Get's promises hold per serving node, not per
+ * node called (docs/operations.md), so a client that checks them needs this. The trailer is one
+ * Metadata made once and handed to every answer (grpc-js clones a status's metadata before it
+ * sends it; the front end only reads it), so it costs no allocation per call here. Scan names
+ * no node: a page may be read from replicas on several nodes (MultiRaft remoteScan).
  */
-import type { sendUnaryData, ServerUnaryCall, UntypedServiceImplementation } from "@grpc/grpc-js";
+import {
+  Metadata,
+  type sendUnaryData,
+  type ServerUnaryCall,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
 import { type CairnMetrics, type KvOperation, type KvResult, silentLogger } from "../ops/index.ts";
 import type { Logger } from "../ops/index.ts";
 import {
@@ -25,6 +38,7 @@ import type { PutResponse } from "./generated/cairn/v1/PutResponse.ts";
 import type { ScanRequest__Output } from "./generated/cairn/v1/ScanRequest.ts";
 import type { ScanResponse } from "./generated/cairn/v1/ScanResponse.ts";
 import type { KvStore } from "./store.ts";
+import { SERVED_BY_KEY } from "./wire.ts";
 import {
   checkEnum,
   checkExpected,
@@ -38,18 +52,29 @@ const DEFAULT_SCAN_LIMIT = 1000;
 const MAX_SCAN_LIMIT = 10_000;
 const PAGE_TOKEN_VERSION = 1;
 
-/**
- * Without a forwarder (single node), a refusal is answered here: NOT_LEADER with the hint. Every
- * call answered INTERNAL is logged at ERROR on `log` (rate-limited, InternalErrorLog).
- */
+export interface KvServiceOptions {
+  /** Forwards refused calls to the shard's leader; absent (single node), NOT_LEADER is answered. */
+  readonly forwarder?: Forwarder;
+  /** Where a call answered INTERNAL is logged at ERROR (rate-limited, InternalErrorLog). */
+  readonly log?: Logger;
+  /** This node's id, named in `cairn-served-by` of what it serves; absent, no such trailer. */
+  readonly nodeId?: string;
+}
+
+/** The KV service's handlers over `store` (see the module comment). */
 export function kvService(
   store: KvStore,
   metrics: CairnMetrics,
   limits: Limits,
-  forwarder?: Forwarder,
-  log: Logger = silentLogger,
+  { forwarder, log = silentLogger, nodeId: self }: KvServiceOptions = {},
 ): UntypedServiceImplementation {
   const internalErrors = new InternalErrorLog(log);
+  /** The trailer of every Put, Get and Delete served here (see the module comment). */
+  let servedHere: Metadata | undefined;
+  if (self !== undefined) {
+    servedHere = new Metadata();
+    servedHere.set(SERVED_BY_KEY, self);
+  }
 
   /**
    * Runs a handler, answering the call and recording kv_requests_total / kv_request_duration_ms.
@@ -60,6 +85,7 @@ export function kvService(
     call: ServerUnaryCall<Req, Res>,
     callback: sendUnaryData<Res>,
     handle: (req: Req) => Promise<{ response: Res; result?: KvResult }>,
+    trailer: Metadata | undefined,
     forwardAs?: ForwardedMethod,
     leaderOf?: (req: Req) => string | null,
   ): void {
@@ -86,7 +112,7 @@ export function kvService(
     handle(call.request).then(
       ({ response, result }) => {
         metrics.recordKv(op, "success", performance.now() - started, result);
-        callback(null, response);
+        callback(null, response, trailer);
       },
       (err: unknown) => {
         const forwarded =
@@ -137,6 +163,7 @@ export function kvService(
           if (outcome.type !== "written") throw new Error(`unexpected put outcome ${outcome.type}`);
           return { response: { version: outcome.version } };
         },
+        servedHere,
         "Put",
         (req) =>
           writeLeader(req.key, () => {
@@ -165,6 +192,7 @@ export function kvService(
             result: "found",
           };
         },
+        servedHere,
         // A serializable read is served from this node's replica; only a node that holds none
         // (five nodes, three replicas a shard) refuses it, and then it goes to the leader.
         "Get",
@@ -193,6 +221,7 @@ export function kvService(
               throw new Error("unexpected delete outcome");
           }
         },
+        servedHere,
         "Delete",
         (req) =>
           writeLeader(req.key, () => {
@@ -208,30 +237,37 @@ export function kvService(
       call: ServerUnaryCall<ScanRequest__Output, ScanResponse>,
       callback: sendUnaryData<ScanResponse>,
     ) {
-      serve("scan", call, callback, async (req) => {
-        const { start, end } = scanRange(req, limits);
-        const limit = req.limit === 0 ? DEFAULT_SCAN_LIMIT : req.limit;
-        if (limit > MAX_SCAN_LIMIT) {
-          throw new InvalidArgumentError(
-            `limit is ${limit}; at most ${MAX_SCAN_LIMIT} items per page`,
-          );
-        }
-        const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
-        const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
-        const { items, more } = await store.scan({
-          start: from,
-          end,
-          limit,
-          linearizable: consistency !== "SERIALIZABLE",
-        });
-        const last = items[items.length - 1];
-        return {
-          response: {
-            items: items.map((i) => ({ key: i.key, value: i.value, version: i.version })),
-            next_page_token: more && last !== undefined ? encodeToken(last.key) : new Uint8Array(0),
-          },
-        };
-      });
+      serve(
+        "scan",
+        call,
+        callback,
+        async (req) => {
+          const { start, end } = scanRange(req, limits);
+          const limit = req.limit === 0 ? DEFAULT_SCAN_LIMIT : req.limit;
+          if (limit > MAX_SCAN_LIMIT) {
+            throw new InvalidArgumentError(
+              `limit is ${limit}; at most ${MAX_SCAN_LIMIT} items per page`,
+            );
+          }
+          const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
+          const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
+          const { items, more } = await store.scan({
+            start: from,
+            end,
+            limit,
+            linearizable: consistency !== "SERIALIZABLE",
+          });
+          const last = items[items.length - 1];
+          return {
+            response: {
+              items: items.map((i) => ({ key: i.key, value: i.value, version: i.version })),
+              next_page_token:
+                more && last !== undefined ? encodeToken(last.key) : new Uint8Array(0),
+            },
+          };
+        },
+        undefined, // no serving node: see the module comment
+      );
     },
   };
 }

@@ -53,6 +53,11 @@ export interface RpcServerOptions {
   readonly limits: Limits;
   readonly maxMessageBytes: number;
   /**
+   * This node's id, named in the `cairn-served-by` trailer of the Puts, Gets and Deletes it
+   * serves (kv-service.ts); `forward.nodeId` when absent. Without either, no such trailer.
+   */
+  readonly nodeId?: string;
+  /**
    * The peer service (cairn.v1.Raft, createRaftService), served beside the others when given.
    * Its frames may be as large as RAFT_SERVER_OPTIONS allows (a round's messages for one peer;
    * snapshots come in chunks): with it, the server's receive limit is raised to that.
@@ -174,13 +179,18 @@ export class RpcServer {
     const { definition, proto } = loadCairnProto();
     const v1 = proto.cairn.v1;
     const kv = withFastKvCodecs(v1.KV.service);
+    const servedBy = options.nodeId ?? options.forward?.nodeId;
     this.#forwarder =
       options.forward === undefined
         ? undefined
         : new Forwarder(options.forward, kv, options.maxMessageBytes);
     recorder.addService(
       kv,
-      kvService(options.store, options.metrics, options.limits, this.#forwarder, options.logger),
+      kvService(options.store, options.metrics, options.limits, {
+        log: options.logger,
+        ...(this.#forwarder === undefined ? {} : { forwarder: this.#forwarder }),
+        ...(servedBy === undefined ? {} : { nodeId: servedBy }),
+      }),
     );
     this.#meta = metaService(options.views);
     recorder.addService(v1.Meta.service, this.#meta.implementation);

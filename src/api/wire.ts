@@ -7,6 +7,13 @@ export const LEADER_HINT_KEY = "cairn-leader";
 export const CURRENT_VERSION_KEY = "cairn-current-version";
 export const ERROR_CODE_KEY = "cairn-error-code";
 /**
+ * Trailing metadata of every successful Put, Get and Delete: the id of the node whose state
+ * machine answered it. That is the node called, or, when the call was forwarded (forward.ts),
+ * the node it was forwarded to: the forwarding node relays that node's trailer. A client that
+ * checks what serializable reads promise per node (docs/operations.md) keys them on this id.
+ */
+export const SERVED_BY_KEY = "cairn-served-by";
+/**
  * Request metadata set by a node that forwards a KV call to the shard's leader (forward.ts). A
  * node that receives a call carrying it never forwards it again: forwarding takes one hop.
  */

@@ -533,6 +533,7 @@ export class CairnNode implements HealthSource {
     const routed = cell?.route(store, transferHere, proposer) ?? null;
     this.#rpc = new RpcServer({
       address,
+      nodeId: c.node_id,
       store:
         cluster === null
           ? (routed?.store ?? this.store)

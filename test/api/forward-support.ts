@@ -3,9 +3,20 @@
  * naming a leader, and promise wrappers around grpc-js's unary calls.
  */
 import assert from "node:assert/strict";
-import type { CallOptions, Metadata, ServiceError } from "@grpc/grpc-js";
+import type {
+  CallOptions,
+  ClientUnaryCall,
+  Metadata,
+  ServiceError,
+  StatusObject,
+} from "@grpc/grpc-js";
 import { Metadata as GrpcMetadata } from "@grpc/grpc-js";
-import { type AdminStore, type KvStore, loadCairnProto } from "../../src/api/index.ts";
+import {
+  type AdminStore,
+  type KvStore,
+  loadCairnProto,
+  SERVED_BY_KEY,
+} from "../../src/api/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
 import { MultiRaft } from "../../src/replication/index.ts";
 
@@ -89,6 +100,32 @@ export function call<Res>(
   return new Promise((resolve, reject) =>
     invoke(md, opts, (err, res) => (err === null ? resolve(res as Res) : reject(err))),
   );
+}
+
+/**
+ * `call`, with the answer's `cairn-served-by` trailer (the node that served it): `invoke` must
+ * return the grpc-js call, whose status carries the trailers.
+ */
+export function callServed<Res>(
+  invoke: (
+    md: Metadata,
+    opts: CallOptions,
+    cb: (err: ServiceError | null, res?: Res) => void,
+  ) => ClientUnaryCall,
+): Promise<{ res: Res; servedBy: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    let res: Res | undefined;
+    const c = invoke(new GrpcMetadata(), {}, (err, r) => {
+      if (err === null) res = r as Res;
+      else reject(err);
+    });
+    // grpc-js calls back, then emits the status (with the trailers) at once.
+    c.on("status", (s: StatusObject) => {
+      if (res === undefined) return;
+      const v = s.metadata.get(SERVED_BY_KEY)[0];
+      resolve({ res, servedBy: v === undefined ? undefined : String(v) });
+    });
+  });
 }
 
 export function failure(p: Promise<unknown>): Promise<ServiceError> {

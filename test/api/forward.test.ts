@@ -33,6 +33,7 @@ import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
 import type { MultiRaft } from "../../src/replication/index.ts";
 import {
   call,
+  callServed,
   failure,
   FollowerStore,
   key,
@@ -60,10 +61,12 @@ async function startNode(
   store: KvStore & AdminStore,
   forward: boolean | Omit<ForwardOptions, "nodeId" | "addressOf"> = true,
   bind = "127.0.0.1:0",
+  named = true,
 ): Promise<Node> {
   const metrics = new CairnMetrics({ nodeId: id });
   const server = new RpcServer({
     address: bind,
+    ...(named ? { nodeId: id } : {}),
     store,
     metrics,
     views: new ClusterViewPublisher(TOTAL_SHARDS),
@@ -373,6 +376,90 @@ describe("forwarding to the shard's leader", () => {
     } finally {
       client.close();
     }
+  });
+});
+
+describe("the node that served a call: cairn-served-by", () => {
+  type Got = { found: boolean; value: Buffer };
+  const LIN = "LINEARIZABLE";
+  const SER = "SERIALIZABLE";
+
+  it("names the leader for a forwarded call and the node called for one it served", async () => {
+    const put = await callServed((md, o, cb) =>
+      leader.kv.Put({ key: key("sb"), value: key("1") }, md, o, cb),
+    );
+    assert.equal(put.servedBy, "n1");
+    const forwarded = await callServed<Got>((md, o, cb) =>
+      follower.kv.Get({ key: key("sb"), consistency: LIN }, md, o, cb),
+    );
+    assert.equal(forwarded.res.value.toString(), "1");
+    assert.equal(forwarded.servedBy, "n1", "forwarded to the leader: the leader served it");
+    const local = await callServed<Got>((md, o, cb) =>
+      follower.kv.Get({ key: key("sb"), consistency: SER }, md, o, cb),
+    );
+    assert.equal(local.res.found, false, "the follower's own (empty) state");
+    assert.equal(local.servedBy, "n2");
+    const atLeader = await callServed<Got>((md, o, cb) =>
+      leader.kv.Get({ key: key("sb"), consistency: SER }, md, o, cb),
+    );
+    assert.equal(atLeader.servedBy, "n1");
+    for (const write of [
+      (md: Metadata, o: object, cb: (e: ServiceError | null) => void) =>
+        follower.kv.Put({ key: key("sb"), value: key("2") }, md, o, cb),
+      (md: Metadata, o: object, cb: (e: ServiceError | null) => void) =>
+        follower.kv.Delete({ key: key("sb") }, md, o, cb),
+    ]) {
+      assert.equal((await callServed(write)).servedBy, "n1");
+    }
+    // A scan may be read from several nodes' replicas: it names none.
+    const scan = await callServed((md, o, cb) => leader.kv.Scan({ limit: 10 }, md, o, cb));
+    assert.equal(scan.servedBy, undefined);
+  });
+
+  it("names the same nodes through the grpc-js server (the node's internal port)", async () => {
+    await call((md, o, cb) => leader.kv.Put({ key: key("sg"), value: key("1") }, md, o, cb));
+    const viaLeader = new proto.cairn.v1.KV(
+      leader.server.internalAddress,
+      credentials.createInsecure(),
+    );
+    const viaFollower = new proto.cairn.v1.KV(
+      follower.server.internalAddress,
+      credentials.createInsecure(),
+    );
+    try {
+      const here = await callServed<Got>((md, o, cb) =>
+        viaLeader.Get({ key: key("sg"), consistency: SER }, md, o, cb),
+      );
+      assert.equal(here.res.value.toString(), "1");
+      assert.equal(here.servedBy, "n1");
+      const forwarded = await callServed<Got>((md, o, cb) =>
+        viaFollower.Get({ key: key("sg"), consistency: LIN }, md, o, cb),
+      );
+      assert.equal(forwarded.res.value.toString(), "1");
+      assert.equal(forwarded.servedBy, "n1");
+      const local = await callServed<Got>((md, o, cb) =>
+        viaFollower.Get({ key: key("sg"), consistency: SER }, md, o, cb),
+      );
+      assert.equal(local.servedBy, "n2");
+    } finally {
+      viaLeader.close();
+      viaFollower.close();
+    }
+  });
+
+  it("names the node forwarded to when its answer does not name itself (an older version)", async () => {
+    const quiet = await startNode("n1q", store, false, "127.0.0.1:0", false);
+    const via = await startNode("n2q", new FollowerStore("n1q", false));
+    await call((md, o, cb) => quiet.kv.Put({ key: key("sq"), value: key("1") }, md, o, cb));
+    const own = await callServed<Got>((md, o, cb) =>
+      quiet.kv.Get({ key: key("sq"), consistency: SER }, md, o, cb),
+    );
+    assert.equal(own.servedBy, undefined, "a node without an id names nobody");
+    const forwarded = await callServed<Got>((md, o, cb) =>
+      via.kv.Get({ key: key("sq"), consistency: SER }, md, o, cb),
+    );
+    assert.equal(forwarded.res.value.toString(), "1");
+    assert.equal(forwarded.servedBy, "n1q");
   });
 });
 

@@ -110,6 +110,21 @@ describe("HPACK", () => {
     assert.throws(() => d().decode(Buffer.from(big)), HpackHeaderListTooLarge);
   });
 
+  it("indexes a served-by trailer: after its first block it costs a connection 3 bytes", () => {
+    const encoder = new HpackEncoder();
+    const decoder = new HpackDecoder(4096);
+    const fields: [string, string][] = [
+      ["grpc-status", "0"],
+      ["grpc-message", "OK"],
+      ["cairn-served-by", "n1"],
+    ];
+    const first = encoder.cached(2, fields);
+    assert.deepEqual(pairs(decoder.decode(first)), fields);
+    const again = encoder.cached(2, fields);
+    assert.equal(again.length, 3, "three references to the dynamic table");
+    assert.deepEqual(pairs(decoder.decode(again)), fields);
+  });
+
   it("encodes literals without indexing that a decoder reads back, leaving its table alone", () => {
     const fields: [string, string][] = [
       [":status", "200"],
@@ -142,6 +157,9 @@ describe("HPACK", () => {
       ["grpc-status", "5"],
       ["grpc-message", "not found"],
     ];
+    // A KV answer's trailers name the node that served it (indexed whatever the id).
+    const servedBy = (id: string): [string, string][] => [...ok, ["cairn-served-by", id]];
+    const lists = [response, ok, error, servedBy("n1"), servedBy("node-with-a-long-id-7")];
     // A seeded sequence of blocks, cached or not, and table size changes between them.
     let seed = 7;
     const next = (n: number): number => {
@@ -151,8 +169,8 @@ describe("HPACK", () => {
     const sizes = [4096, 0, 100, 150, 4096, 64, 8192];
     for (let i = 0; i < 2000; i++) {
       if (next(20) === 0) encoder.setPeerTableSize(sizes[next(sizes.length)] as number);
-      const which = next(3);
-      const fields = which === 0 ? response : which === 1 ? ok : error;
+      const which = next(lists.length);
+      const fields = lists[which] as [string, string][];
       const body = next(2) === 0 ? encoder.cached(which, fields) : encoder.encode(fields);
       const update = encoder.takeSizeUpdate();
       const block = update === null ? body : Buffer.concat([update, body]);

@@ -52,7 +52,7 @@ function harness(): Harness {
     sink: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) },
   });
   const s = store();
-  const impl = kvService(s, metrics, LIMITS, undefined, log) as Record<
+  const impl = kvService(s, metrics, LIMITS, { log }) as Record<
     string,
     (call: unknown, cb: (err: ServiceError | null) => void) => void
   >;

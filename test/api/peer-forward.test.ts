@@ -26,6 +26,7 @@ import { createRaftService, GrpcTransport, type PeerCall } from "../../src/repli
 import { eventually } from "../replication/peer-support.ts";
 import {
   call,
+  callServed,
   failure,
   RoutingFollowerStore as FollowerStore,
   key,
@@ -151,6 +152,21 @@ describe("forwarding over the peer streams", () => {
     assert.equal(followerStore.calls, 1, "the Get asked the store first; the writes went at once");
     const stats = follower.transport.stats()["n1"];
     assert.ok(stats !== undefined && stats.framesSent >= 4, "handshake and three calls");
+  });
+
+  it("a forwarded call names the leader that served it; one served here names this node", async () => {
+    await call((md, o, cb) => follower.kv.Put({ key: key("sb"), value: key("1") }, md, o, cb));
+    const before = leader.received.length;
+    const forwarded = await callServed<{ value: Buffer }>((md, o, cb) =>
+      follower.kv.Get({ key: key("sb") }, md, o, cb),
+    );
+    assert.equal(forwarded.res.value.toString(), "1");
+    assert.equal(forwarded.servedBy, "n1");
+    assert.equal(leader.received.length, before + 1, "it went on the stream to the leader");
+    const local = await callServed((md, o, cb) =>
+      follower.kv.Get({ key: key("sb"), consistency: "SERIALIZABLE" }, md, o, cb),
+    );
+    assert.equal(local.servedBy, "n2");
   });
 
   it("relays the leader's refusal with its status, details and trailing metadata", async () => {

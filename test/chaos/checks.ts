@@ -15,7 +15,11 @@
  * is a prefix of the shard's log, applied in order): the value read was written by some write
  * invoked before the read returned, with the version that write got (when it answered), never by
  * a write reported not applied; one value is only ever seen with one version; and on one node
- * process, reads of a key that do not overlap never go back to an older version.
+ * process, reads of a key that do not overlap never go back to an older version. "One node" is
+ * the node that served the read (its `cairn-served-by` trailer, ChaosOp.served), not the node
+ * called: a node that holds no replica of the key's shard (its replica moved away) forwards
+ * the read, and the node that answers may be behind the one called (docs/operations.md). A read
+ * whose serving node is not known is left out of that check (and only of that one).
  *
  * **Placement** (after the heal, from every remaining member's cluster view): every shard has
  * exactly the replication factor of replicas, on distinct members that are all `active`; the
@@ -90,7 +94,12 @@ function describe(op: ChaosOp): string {
     op.outcome === "ok"
       ? JSON.stringify(op.output)
       : `${op.outcome}${op.error === undefined ? "" : ` (${op.error})`}`;
-  return `#${op.id} c${op.client}@${op.node}#${op.incarnation} [${op.invoke.toFixed(1)}, ${op.returnTime?.toFixed(1) ?? "…"}] ${op.kind} ${op.key ?? ""} ${JSON.stringify(op.input)} → ${out}`;
+  const served =
+    op.served === undefined ||
+    (op.served.node === op.node && op.served.incarnation === op.incarnation)
+      ? ""
+      : ` (served by ${op.served.node}#${op.served.incarnation})`;
+  return `#${op.id} c${op.client}@${op.node}#${op.incarnation}${served} [${op.invoke.toFixed(1)}, ${op.returnTime?.toFixed(1) ?? "…"}] ${op.kind} ${op.key ?? ""} ${JSON.stringify(op.input)} → ${out}`;
 }
 
 /** The serializable reads' promises (see the file comment). */
@@ -149,7 +158,8 @@ export function checkSerializableReads(ops: readonly ChaosOp[]): Finding[] {
         ops: [describe(w), describe(op)],
       });
     }
-    const k = `${op.node}#${op.incarnation}/${op.key}`;
+    if (op.served === undefined) continue;
+    const k = `${op.served.node}#${op.served.incarnation}/${op.key}`;
     const prev = lastOnNode.get(k);
     if (
       prev !== undefined &&
@@ -159,7 +169,7 @@ export function checkSerializableReads(ops: readonly ChaosOp[]): Finding[] {
     ) {
       findings.push({
         check: "serializable",
-        message: `a replica went back in time (node ${op.node}, key ${op.key})`,
+        message: `a replica went back in time (node ${op.served.node}, key ${op.key})`,
         ops: [describe(prev), describe(op)],
       });
     }

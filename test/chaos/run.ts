@@ -568,6 +568,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   const summary = [
     `chaos seed=${options.seed} scenario=${options.scenario}${bugs.length > 0 ? ` bugs=${bugs.join(",")}` : ""}:`,
     `${ops.length} ops (${ops.filter((o) => o.outcome === "ok").length} ok, ${ops.filter((o) => o.outcome === "info").length} indeterminate, ${ops.filter((o) => o.outcome === "fail").length} failed), ${checked} checked;`,
+    serializableLine(ops),
     `faults ${
       faults.length === 0
         ? "none"
@@ -631,4 +632,15 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   await rm(dataDir, { recursive: true, force: true });
   log(summary);
   return report;
+}
+
+/**
+ * How many serializable Gets answered, and how many of them another node than the one called
+ * served (forwarded: the node called held no replica of the key's shard), or an unknown one.
+ */
+function serializableLine(ops: readonly ChaosOp[]): string {
+  const answered = ops.filter((o) => o.kind === "get-serializable" && o.outcome === "ok");
+  const elsewhere = answered.filter((o) => o.served !== undefined && o.served.node !== o.node);
+  const unknown = answered.filter((o) => o.served === undefined);
+  return `serializable gets ${answered.length} ok, ${elsewhere.length} served by another node, ${unknown.length} by an unknown one;`;
 }

@@ -23,7 +23,7 @@
  *   indeterminate, open-ended.
  */
 import { status } from "@grpc/grpc-js";
-import { CONNECT_FAILURE_DETAILS } from "../../src/api/wire.ts";
+import { CONNECT_FAILURE_DETAILS, SERVED_BY_KEY } from "../../src/api/wire.ts";
 import type { Rng } from "../../src/common/index.ts";
 import { grpcError, type Reply } from "../support/grpc-client.ts";
 import type { RegisterInput, RegisterOutput, Version } from "../support/linearizability.ts";
@@ -57,6 +57,13 @@ export interface ChaosOp {
   outcome: "ok" | "fail" | "info" | "pending";
   output: RegisterOutput | null;
   scan?: ScanPage;
+  /**
+   * A Get answered OK: the node that served it (its `cairn-served-by` trailer: the node called,
+   * or the one the call was forwarded to) and that node's process incarnation. Absent when not
+   * known for sure: no trailer, a node the harness does not know, or one that restarted while
+   * the call was in flight.
+   */
+  served?: { readonly node: string; readonly incarnation: number };
   error?: string;
 }
 
@@ -296,13 +303,17 @@ export class Workload {
                 ? { type: "deleted", version: versionOf(res["version"]) as Version }
                 : { type: "not-found" };
             break;
-          case "get":
-            res = await client.call(
+          case "get": {
+            const before = this.#incarnations();
+            const answer = await client.callWithTrailer(
               client.kv,
               "Get",
               { key: k, consistency: kind === "get" ? "LINEARIZABLE" : "SERIALIZABLE" },
               this.#options.readDeadlineMs,
             );
+            res = answer.reply;
+            const served = this.#served(op, answer.trailer.get(SERVED_BY_KEY)[0], before);
+            if (served !== null) op.served = served;
             op.output =
               res["found"] === true
                 ? {
@@ -312,6 +323,7 @@ export class Workload {
                   }
                 : { type: "absent" };
             break;
+          }
         }
         op.returnTime = this.#now();
         op.outcome = "ok";
@@ -354,6 +366,28 @@ export class Workload {
         await new Promise((r) => setTimeout(r, 10 + rng.int(40)));
       }
     }
+  }
+
+  /** Every node's process incarnation now. */
+  #incarnations(): Map<string, number> {
+    return new Map(this.#cluster.nodes.map((n) => [n.id, n.incarnation]));
+  }
+
+  /**
+   * The node that served `op` and its incarnation, from the answer's `cairn-served-by`; null
+   * unless sure: the node is known and was the same process when the call was sent (`before`)
+   * as now. The node called is the process the call was sent to (a restart breaks the call).
+   */
+  #served(
+    op: ChaosOp,
+    servedBy: string | Buffer | undefined,
+    before: ReadonlyMap<string, number>,
+  ): { node: string; incarnation: number } | null {
+    if (typeof servedBy !== "string") return null;
+    if (servedBy === op.node) return { node: op.node, incarnation: op.incarnation };
+    const then = before.get(servedBy);
+    const now = this.#cluster.nodes.find((n) => n.id === servedBy)?.incarnation;
+    return then === undefined || then !== now ? null : { node: servedBy, incarnation: now };
   }
 
   #record(

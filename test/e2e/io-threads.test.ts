@@ -65,8 +65,10 @@ describe("gRPC I/O threads (real server process)", () => {
         }),
       );
       for (const [i, c] of clients.entries()) {
-        const got = await c.call(c.kv, "Get", { key: b(`k-${i}-9`) });
-        assert.equal((got["value"] as Buffer).toString(), `v-${i}-9`);
+        const got = await c.callWithTrailer(c.kv, "Get", { key: b(`k-${i}-9`) });
+        assert.equal((got.reply["value"] as Buffer).toString(), `v-${i}-9`);
+        // The trailer naming the node crossed from the main thread to the connection's thread.
+        assert.deepEqual(got.trailer.get("cairn-served-by"), ["n1"]);
         const view = await firstView(c);
         assert.equal(view["total_shards"], 1024);
       }

@@ -11,7 +11,9 @@ import {
   type Metadata,
   type MethodDefinition,
   type ServiceError,
+  type StatusObject,
 } from "@grpc/grpc-js";
+import type { EventEmitter } from "node:events";
 import { loadSync } from "@grpc/proto-loader";
 import { join } from "node:path";
 import { ROOT } from "./server-process.ts";
@@ -32,6 +34,13 @@ export interface Clients {
   readonly meta: Client;
   readonly admin: Client;
   call(client: Client, method: string, request: Reply, deadlineMs?: number): Promise<Reply>;
+  /** `call`, with the trailing metadata of the answer (e.g. `cairn-served-by`). */
+  callWithTrailer(
+    client: Client,
+    method: string,
+    request: Reply,
+    deadlineMs?: number,
+  ): Promise<{ reply: Reply; trailer: Metadata }>;
   close(): void;
 }
 
@@ -62,6 +71,26 @@ export function connect(
           { deadline: Date.now() + deadlineMs },
           (err: ServiceError | null, res: Reply) => (err === null ? resolve(res) : reject(err)),
         );
+      });
+    },
+    callWithTrailer(client, method, request, deadlineMs = 10_000) {
+      return new Promise((resolve, reject) => {
+        const fn = (client as unknown as Record<string, (...a: unknown[]) => EventEmitter>)[method];
+        if (fn === undefined) throw new Error(`no method ${method}`);
+        let reply: Reply | undefined;
+        const call = fn.call(
+          client,
+          request,
+          { deadline: Date.now() + deadlineMs },
+          (err: ServiceError | null, res: Reply) => {
+            if (err === null) reply = res;
+            else reject(err);
+          },
+        );
+        // grpc-js calls back, then emits the status (with the trailers) at once.
+        call.on("status", (s: StatusObject) => {
+          if (reply !== undefined) resolve({ reply, trailer: s.metadata });
+        });
       });
     },
     close() {

@@ -430,7 +430,9 @@ function pushString(out: number[], s: string): void {
 /**
  * The fields a server's responses repeat, which HpackEncoder indexes: the headers of every
  * response with a message and the trailers of a plain OK (grpc-wire.ts RESPONSE_FIELDS,
- * statusFields). Every other field is sent as a literal without indexing.
+ * statusFields), and the `cairn-served-by` trailer of a Put, Get or Delete answered OK, whatever
+ * its value (a node id: a cluster has few; src/api/wire.ts). Every other field is sent as a
+ * literal without indexing.
  */
 const INDEXED_FIELDS: readonly (readonly [string, string])[] = [
   ["content-type", "application/grpc+proto"],
@@ -438,13 +440,14 @@ const INDEXED_FIELDS: readonly (readonly [string, string])[] = [
   ["grpc-status", "0"],
   ["grpc-message", "OK"],
 ];
+const INDEXED_NAMES: ReadonlySet<string> = new Set(["cairn-served-by"]);
 
 /** The table size this encoder uses at most (the protocol's default). */
 const ENCODER_MAX_TABLE = 4096;
 
 /**
  * A connection's HPACK encoder, as nghttp2's indexes: the first block that carries one of
- * INDEXED_FIELDS inserts it into the peer's dynamic table (a literal with incremental indexing),
+ * INDEXED_FIELDS (or a field named in INDEXED_NAMES) inserts it into the peer's dynamic table (a literal with incremental indexing),
  * later ones reference it (one byte). It follows the peer's SETTINGS_HEADER_TABLE_SIZE
  * (`setPeerTableSize`): a lower size evicts entries here at once and is signalled at the start
  * of the next header block sent (`takeSizeUpdate`, which the connection prepends to whichever
@@ -456,8 +459,8 @@ const ENCODER_MAX_TABLE = 4096;
  * which never touches the dynamic table.
  */
 export class HpackEncoder {
-  /** The indexed fields in the peer's table (INDEXED_FIELDS positions), oldest first. */
-  readonly #entries: number[] = [];
+  /** The indexed fields in the peer's table, oldest first. */
+  readonly #entries: (readonly [string, string])[] = [];
   #size = 0;
   #limit = ENCODER_MAX_TABLE;
   /** A size change not yet signalled: the smallest limit since the last signal, and the last. */
@@ -502,7 +505,7 @@ export class HpackEncoder {
     return block;
   }
 
-  /** Encodes `fields`, indexing those of INDEXED_FIELDS (see the class). */
+  /** Encodes `fields`, indexing those of INDEXED_FIELDS and INDEXED_NAMES (see the class). */
   encode(fields: readonly (readonly [string, string])[]): Buffer {
     const parts: number[] = [];
     for (const [name, value] of fields) {
@@ -510,9 +513,8 @@ export class HpackEncoder {
         parts.push(0x88);
         continue;
       }
-      const id = indexedField(name, value);
-      if (id >= 0) {
-        const at = this.#entries.lastIndexOf(id);
+      if (isIndexed(name, value)) {
+        const at = this.#lastIndexOf(name, value);
         if (at >= 0) {
           pushInt(parts, 0x80, 7, STATIC_TABLE.length + this.#entries.length - at);
           continue;
@@ -521,7 +523,7 @@ export class HpackEncoder {
         if (size <= this.#limit) {
           pushLiteral(parts, name, value, true);
           this.#evict(size);
-          this.#entries.push(id);
+          this.#entries.push([name, value]);
           this.#size += size;
           this.#generation++;
           continue;
@@ -532,20 +534,27 @@ export class HpackEncoder {
     return Buffer.from(parts);
   }
 
+  /** The position of (name, value) in #entries (the newest when twice), or -1. */
+  #lastIndexOf(name: string, value: string): number {
+    for (let i = this.#entries.length - 1; i >= 0; i--) {
+      const e = this.#entries[i] as readonly [string, string];
+      if (e[0] === name && e[1] === value) return i;
+    }
+    return -1;
+  }
+
   /** Evicts the oldest entries until `incoming` more octets fit (as the peer's decoder does). */
   #evict(incoming: number): void {
     while (this.#entries.length > 0 && this.#size + incoming > this.#limit) {
-      const [name, value] = INDEXED_FIELDS[this.#entries.shift() as number] as [string, string];
+      const [name, value] = this.#entries.shift() as readonly [string, string];
       this.#size -= name.length + value.length + ENTRY_OVERHEAD;
     }
   }
 }
 
-/** The position of (name, value) in INDEXED_FIELDS, or -1. */
-function indexedField(name: string, value: string): number {
-  for (let i = 0; i < INDEXED_FIELDS.length; i++) {
-    const f = INDEXED_FIELDS[i] as readonly [string, string];
-    if (f[0] === name && f[1] === value) return i;
-  }
-  return -1;
+/** Whether HpackEncoder indexes (name, value): INDEXED_FIELDS, INDEXED_NAMES. */
+function isIndexed(name: string, value: string): boolean {
+  if (INDEXED_NAMES.has(name)) return true;
+  for (const f of INDEXED_FIELDS) if (f[0] === name && f[1] === value) return true;
+  return false;
 }
