@@ -132,7 +132,7 @@ export function replaceReplicas(
     else if (step.type === "settle") {
       if (effects === undefined) continue;
       work = effects.settle(id, step.nodes);
-    } else work = store.changeMembership(id, step);
+    } else work = store.changeMembership(id, step, info); // refused if `info` is stale by then
     started++;
     underWay.add(id);
     const hold = effects?.holdAfterStepMs ?? 0;

@@ -12,7 +12,7 @@ import { encodeCommand, encodeMetaEntry } from "./commands.ts";
 import type { Clock } from "./engine.ts";
 import { leaderNode, type ShardTable } from "./multi-raft-options.ts";
 import { REQUEST_OVERHEAD_BYTES, type RequestBudget } from "./request-budget.ts";
-import type { ProposalOutcome, ShardReplica } from "./shard.ts";
+import type { GroupConfig, ProposalOutcome, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome } from "./state-machine.ts";
 
 /** What writes need of the driver. */
@@ -172,11 +172,11 @@ export class Writes {
    * Proposes a change of a shard's group (add a learner, add or promote a voter, remove a
    * member), one at a time; resolves once the change is applied on this node, the leader.
    */
-  async changeMembership(id: number, cc: ConfChange): Promise<void> {
+  async changeMembership(id: number, cc: ConfChange, expected?: GroupConfig): Promise<void> {
     this.#host.checkShardId(id);
     const shard = await this.#host.shard(id);
     this.#host.assertOpen();
-    const done = shard.enqueueConfChange(cc, this.#host.clock.now());
+    const done = shard.enqueueConfChange(cc, this.#host.clock.now(), expected);
     this.#host.markDirty(shard);
     await done;
   }

@@ -50,7 +50,7 @@ import { nodeId } from "../raft/index.ts";
 import { LsmEnvironment, nodeFileSystem, Wal } from "../storage/index.ts";
 import { type Clock, lsmOpener, systemClock } from "./engine.ts";
 import type { Version } from "./commands.ts";
-import type { PeerReport, ShardReplica } from "./shard.ts";
+import type { GroupConfig, PeerReport, ShardReplica } from "./shard.ts";
 import type { ApplyOutcome, StoredItem } from "./state-machine.ts";
 import type { ReadVoucher, TermCheck } from "./term-confirm.ts";
 import {
@@ -341,9 +341,17 @@ export class MultiRaft {
     return this.#writes.proposeMeta(cmd);
   }
 
-  /** Proposes a change of a shard's group; resolves once applied on this node, the leader. */
-  changeMembership(id: number, cc: ConfChange): Promise<void> {
-    return this.#writes.changeMembership(id, cc);
+  /**
+   * Proposes a change of a shard's group; resolves once applied on this node, the leader. With
+   * `expected`, the configuration the change was chosen against (its voters and learners, as
+   * `shardInfo` gave them): refused with ProposalDroppedError, nothing proposed, when the group's
+   * configuration is another by the time the group takes the change (a committed change applied
+   * meanwhile), as CockroachDB's ChangeReplicas compares its expected descriptor. A step chosen
+   * against the old configuration may be wrong against the new: driver simulation seed 83474
+   * removed a live voter before adding its replacement, leaving two voters, one of them gone.
+   */
+  changeMembership(id: number, cc: ConfChange, expected?: GroupConfig): Promise<void> {
+    return this.#writes.changeMembership(id, cc, expected);
   }
 
   /** Hands leadership of `id` to `to`: a member's replica id, or a node (its replica there). */

@@ -41,6 +41,12 @@ import {
   RequestTimeoutError,
 } from "./request-errors.ts";
 
+/** A group's configuration: its voters' and learners' replica ids (ShardInfo has them too). */
+export interface GroupConfig {
+  readonly voters: readonly string[];
+  readonly learners: readonly string[];
+}
+
 /** Ticks delivered to a group in one round, however many the timer counted meanwhile. */
 const MAX_TICKS_PER_ROUND = 2;
 
@@ -75,6 +81,8 @@ type InboxItem = (
   | {
       readonly kind: "conf";
       readonly cc: ConfChange;
+      /** The configuration the change was chosen against (MultiRaft.changeMembership). */
+      readonly expected: GroupConfig | undefined;
       readonly done: { resolve: () => void; reject: (err: unknown) => void };
     }
   | {
@@ -331,9 +339,20 @@ export class ShardReplica {
   }
 
   /** A membership change of this group; resolves once the change is applied here. */
-  enqueueConfChange(cc: ConfChange, since: number): Promise<void> {
+  enqueueConfChange(cc: ConfChange, since: number, expected?: GroupConfig): Promise<void> {
     return new Promise((resolve, reject) =>
-      this.#inbox.push({ kind: "conf", cc, done: { resolve, reject }, since }),
+      this.#inbox.push({ kind: "conf", cc, expected, done: { resolve, reject }, since }),
+    );
+  }
+
+  /** Whether the group's configuration, as this replica applied it, is `c`. */
+  #configIs(c: GroupConfig): boolean {
+    const { voters, learners } = this.raw;
+    return (
+      c.voters.length === voters.size &&
+      c.learners.length === learners.size &&
+      c.voters.every((v) => voters.has(v as NodeId)) &&
+      c.learners.every((l) => learners.has(l as NodeId))
     );
   }
 
@@ -435,6 +454,12 @@ export class ShardReplica {
             this.#reads.set(item.id, item.read);
             break;
           case "conf": {
+            // Chosen against a configuration the group has left since (a conf change applied
+            // between the choice and now): what it would do is no longer what was meant.
+            if (item.expected !== undefined && !this.#configIs(item.expected))
+              throw new ProposalDroppedError(
+                "the group's configuration changed since the change was chosen",
+              );
             const { index, term } = this.raw.proposeConfChange(item.cc);
             this.#confProposals.get(index)?.reject(new ProposalLostError(index));
             this.#confProposals.delete(index);

@@ -164,7 +164,9 @@ class Nodes {
       this.placedOn(SHARD).map((n) => (n === from ? to : n)),
     );
     const leader = await this.leaderN1();
-    await leader.mr.changeMembership(SHARD, { type: "add-learner", node: nodeId(to) });
+    const before = leader.mr.shardInfo(SHARD);
+    assert.ok(before !== null);
+    await leader.mr.changeMembership(SHARD, { type: "add-learner", node: nodeId(to) }, before);
     await eventually(`${to} caught up`, () => leader.mr.isCaughtUp(SHARD, to));
     await leader.mr.changeMembership(SHARD, { type: "add-voter", node: nodeId(to) });
     await leader.mr.changeMembership(SHARD, { type: "remove", node: nodeId(from) });
@@ -286,6 +288,16 @@ describe("replica removal (replica GC)", () => {
       const n1 = nodes.get("n1");
       const keys = keysOfShard(n1.mr, 10);
       for (const key of keys) await nodes.put(key, `v-${key}`);
+      // A change chosen against another configuration than the group's is refused, unproposed.
+      await assert.rejects(
+        n1.mr.changeMembership(
+          SHARD,
+          { type: "add-learner", node: nodeId("n2") },
+          { voters: ["n1", "n3"], learners: [] },
+        ),
+        { code: "CAIRN_ERR_PROPOSAL_DROPPED" },
+      );
+      assert.deepEqual(n1.mr.shardInfo(SHARD)?.learners, []);
       // The sole voter sends its learner appends: no invariant trips, no node goes fatal.
       await nodes.move("n1", "n2");
       const n2 = nodes.get("n2");

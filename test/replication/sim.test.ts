@@ -97,6 +97,12 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // known to it) led the next term and applied its own removal; the check counted the voters
   // before it, among them the removed replica itself, no longer in the caught-up ledger.
   { seeds: [62479], nodes: 4, what: "a leader applied its own removal (moves)" },
+  // Shard 1's leader chose its next replica step against voters n1 n2 n3 n4 while the removal
+  // of n3 was committed but not yet applied (commit 12, applied 10): "remove n4", the move's
+  // old replica, since every node of the shard (n2 n3 n1) had a voter. By the time the group
+  // took the step the removal of n3 had applied: it left n1 and n2, n2 gone for good, and the
+  // shard never had a leader again. A step now names the configuration it was chosen against.
+  { seeds: [83474], nodes: 4, what: "a replica step chosen against a stale configuration (moves)" },
 ];
 
 describe("driver simulation", () => {
