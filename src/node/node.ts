@@ -786,6 +786,7 @@ export class CairnNode implements HealthSource {
             error: describeError(err),
           }),
         effects,
+        (node) => node === c.node_id || alive.has(node),
       );
       allocator.pass();
       if (tick) {

@@ -10,7 +10,10 @@
  *   3. promote a learner once it holds the whole committed log;
  *   4. once every node of the shard has a voter, remove the members the shard no longer has
  *      (a move's old replica): learners first, then voters. The leader never removes itself:
- *      it hands leadership to the shard's first node, which removes it. The group never has
+ *      it hands leadership to the first of the shard's nodes whose voter holds the whole log
+ *      (and is alive, when the caller knows), which removes it; with none such it keeps leading
+ *      and serving (a handover to a dead node would refuse the shard's requests until the meta
+ *      group redirects the move, up to `cluster.dead_after_ms`). The group never has
  *      fewer caught-up voters than the shard has nodes, so a move never drops below a quorum;
  *   5. the meta group (shard 0) also keeps a learner on every other member that is joining,
  *      active or decommissioning: a member learns the cluster's state from its log;
@@ -46,7 +49,8 @@ export type ReplicaStep =
 /**
  * The next step shard `shard`'s group needs so that its voters are the current replicas of the
  * shard's nodes, or null when none (or when this meta state is behind the group). `self` is the
- * leader's replica; `caughtUp` tells whether a learner holds the whole committed log.
+ * leader's replica; `caughtUp` tells whether a member holds the whole committed log; `alive`,
+ * whether a node is alive by gossip (unknown: taken as alive).
  */
 export function nextReplicaChange(
   meta: MetaState,
@@ -54,6 +58,7 @@ export function nextReplicaChange(
   self: string,
   group: GroupMembers,
   caughtUp: (replica: string) => boolean,
+  alive: (node: string) => boolean = () => true,
 ): ReplicaStep | null {
   const nodes = meta.nodesOf(shard);
   if (nodes.length === 0) return null;
@@ -77,7 +82,11 @@ export function nextReplicaChange(
   const oldVoter = group.voters.find((v) => !targets.includes(v));
   if (oldVoter !== undefined) {
     if (oldVoter !== self) return { type: "remove", node: nodeId(oldVoter) };
-    const to = targets[0];
+    // (Driver simulation seed 90199: the first node died for good mid-move; its replica, still
+    // a voter, was asked to lead again and again while the leader refused the shard's reads.)
+    const to = targets.find(
+      (t) => group.voters.includes(t) && caughtUp(t) && alive(nodeOfReplica(t)),
+    );
     return to === undefined ? null : { type: "transfer", to };
   }
   if (shard === 0) {
@@ -117,6 +126,7 @@ export function replaceReplicas(
   underWay: Set<number>,
   onError: (shard: number, err: unknown) => void,
   effects?: ReplicaEffects,
+  alive?: (node: string) => boolean,
 ): number {
   if (meta === null || meta.clusterId === null) return 0;
   let started = 0;
@@ -125,7 +135,14 @@ export function replaceReplicas(
     if (underWay.has(id) || !store.leads(id)) continue;
     const info = store.shardInfo(id);
     if (info === null || info.role !== "leader") continue;
-    const step = nextReplicaChange(meta, id, store.replicaId, info, (r) => store.isCaughtUp(id, r));
+    const step = nextReplicaChange(
+      meta,
+      id,
+      store.replicaId,
+      info,
+      (r) => store.isCaughtUp(id, r),
+      alive,
+    );
     if (step === null) continue;
     let work: Promise<void>;
     if (step.type === "transfer") work = store.transferLeader(id, step.to);

@@ -131,6 +131,23 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
     });
   });
 
+  it("a leader leaving the shard hands leadership only to a caught-up, live voter, else keeps leading", () => {
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3", "n4@i4"], learners: [] };
+    // The first node (n4) is behind or dead: the next of the shard's nodes takes over.
+    const behind = (r: string): boolean => r !== "n4@i4";
+    assert.deepEqual(nextReplicaChange(moving, 4, "n1@old1", group, behind), {
+      type: "transfer",
+      to: "n2@old2",
+    });
+    const dead = (n: string): boolean => n !== "n4";
+    assert.deepEqual(nextReplicaChange(moving, 4, "n1@old1", group, always, dead), {
+      type: "transfer",
+      to: "n2@old2",
+    });
+    // None can take it: the leader stays (and serves) until one can.
+    assert.equal(nextReplicaChange(moving, 4, "n1@old1", group, never), null);
+  });
+
   it("the meta group keeps a learner on a joining member, and never promotes it", () => {
     const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] as string[] };
     assert.deepEqual(nextReplicaChange(joined, 0, "n1@old1", group, always), {
