@@ -60,6 +60,18 @@ function op(
   };
 }
 
+/** An acknowledged Put of `value` to key "k", at version `version`, invoked at `at` (ends at+1). */
+function written(value: string, version: number, at: number): ChaosOp {
+  return op(
+    "put",
+    "k",
+    at,
+    at + 1,
+    { type: "put", value },
+    { type: "written", version: v(version) },
+  );
+}
+
 const v = (index: number) => ({ index, term: 1 });
 
 describe("chaos checks", () => {
@@ -119,22 +131,8 @@ describe("chaos checks", () => {
   });
 
   it("accepts stale serializable reads, but not invented, misversioned or regressing ones", () => {
-    const w1 = op(
-      "put",
-      "k",
-      0,
-      1,
-      { type: "put", value: "a" },
-      { type: "written", version: v(1) },
-    );
-    const w2 = op(
-      "put",
-      "k",
-      2,
-      3,
-      { type: "put", value: "b" },
-      { type: "written", version: v(2) },
-    );
+    const w1 = written("a", 1, 0);
+    const w2 = written("b", 2, 2);
     const stale = op(
       "get-serializable",
       "k",
@@ -205,22 +203,8 @@ describe("chaos checks", () => {
   it("keys 'never back in time' on the node that served a read, not the node called (seed 207)", () => {
     // Seed 207: serializable Gets sent to n3 read version 340, then 329. Between the two, n3's
     // replica moved away; the second read was forwarded to n4, which was behind: allowed.
-    const w1 = op(
-      "put",
-      "k",
-      0,
-      1,
-      { type: "put", value: "a" },
-      { type: "written", version: v(329) },
-    );
-    const w2 = op(
-      "put",
-      "k",
-      2,
-      3,
-      { type: "put", value: "b" },
-      { type: "written", version: v(340) },
-    );
+    const w1 = written("a", 329, 0);
+    const w2 = written("b", 340, 2);
     const read = (value: string, index: number, at: number, servedBy: string | null): ChaosOp =>
       op(
         "get-serializable",
@@ -255,22 +239,8 @@ describe("chaos checks", () => {
   });
 
   it("names acknowledged writes the final reads do not show", () => {
-    const w1 = op(
-      "put",
-      "k",
-      0,
-      1,
-      { type: "put", value: "a" },
-      { type: "written", version: v(1) },
-    );
-    const w2 = op(
-      "put",
-      "k",
-      2,
-      3,
-      { type: "put", value: "b" },
-      { type: "written", version: v(2) },
-    );
+    const w1 = written("a", 1, 0);
+    const w2 = written("b", 2, 2);
     assert.deepEqual(lostWrites([w1, w2], new Map([["k", { value: "b", version: v(2) }]])), []);
     assert.equal(lostWrites([w1, w2], new Map([["k", { value: "a", version: v(1) }]])).length, 1);
     assert.equal(lostWrites([w1, w2], new Map([["k", null]])).length, 1);
