@@ -5,12 +5,20 @@
  * under way does nothing, so at most one batch is in flight.
  *
  * `cluster.dead_after_ms` is counted from the last time this node's gossip had the member
- * alive, and never from before this node took the meta group's leadership or first saw the
- * member: a new leader does not inherit its predecessor's clocks, so it waits a whole
- * `dead_after_ms` before it marks any member dead (a member marked dead too late costs time;
- * too early, a needless move), and a member just admitted gets as long to show up alive.
+ * alive. Every node keeps these clocks at every pass, whether it leads the meta group or not,
+ * so a node that takes the leadership acts on what it saw as a follower: under faults that keep
+ * moving the meta group's leadership (the predecessor killed, paused or cut off again and
+ * again), a dead member is still marked dead `dead_after_ms` after it died, and not only once
+ * one leader has held on for `dead_after_ms` in a row (chaos seed 616: four minutes late).
+ *
+ * A clock never counts from before this node first saw the member (a member just admitted gets
+ * a whole `dead_after_ms` to show up alive; so does every member after this node starts), nor
+ * from before this node last saw fewer than half of the members alive: a node cut off from the
+ * others sees them all unreachable, and its gossip may still show some of them unreachable for a
+ * moment after the cut heals; the time it was cut off is not time they were dead (a member
+ * marked dead too late costs time; too early, a needless move).
  */
-import { allocate, type MetaCommand, type MetaState } from "../cluster/index.ts";
+import { allocate, isMetaHolder, type MetaCommand, type MetaState } from "../cluster/index.ts";
 import type { Logger } from "../ops/index.ts";
 
 export interface AllocatorHost {
@@ -33,8 +41,10 @@ export interface AllocatorHost {
 
 export class AllocatorLoop {
   readonly #host: AllocatorHost;
-  /** When gossip last had each member alive (performance.now()), since this node leads. */
+  /** When gossip last had each member alive (performance.now()), since this node first saw it. */
   readonly #lastAlive = new Map<string, number>();
+  /** The last pass at which this node saw fewer than half of the members alive. */
+  #cutOffAt: number | null = null;
   #busy = false;
 
   constructor(host: AllocatorHost) {
@@ -45,20 +55,26 @@ export class AllocatorLoop {
   pass(now = performance.now()): void {
     const host = this.#host;
     const meta = host.meta();
-    if (meta === null || meta.clusterId === null || !host.leadsMeta()) {
-      this.#lastAlive.clear();
-      return;
-    }
+    if (meta === null || meta.clusterId === null) return;
     const alive = host.alive();
+    let running = 0;
+    let seen = 0;
     for (const id of meta.members.keys()) {
-      // A member's clock starts when this leader first sees it (a new leader, a new member).
-      if (alive.has(id) || id === host.nodeId || !this.#lastAlive.has(id))
-        this.#lastAlive.set(id, now);
+      const here = alive.has(id) || id === host.nodeId;
+      // The members that should be running: joining, active or decommissioning.
+      if (isMetaHolder(meta.stateOf(id))) {
+        running++;
+        if (here) seen++;
+      }
+      // A member's clock starts when this node first sees it (this node started, a new member).
+      if (here || !this.#lastAlive.has(id)) this.#lastAlive.set(id, now);
     }
+    if (seen * 2 < running) this.#cutOffAt = now;
+    if (!host.leadsMeta()) return;
+    const since = (id: string): number =>
+      Math.max(this.#lastAlive.get(id) ?? now, this.#cutOffAt ?? -Infinity);
     const unreachableLong = new Set(
-      [...meta.members.keys()].filter(
-        (id) => now - (this.#lastAlive.get(id) ?? now) >= host.deadAfterMs,
-      ),
+      [...meta.members.keys()].filter((id) => now - since(id) >= host.deadAfterMs),
     );
     if (this.#busy) return;
     const cmds = allocate({

@@ -1,7 +1,8 @@
 /**
  * The allocator's driver on the meta leader (src/node/allocator-loop.ts): when a member is
- * declared dead, that one batch of proposals is in flight at a time, and that a batch with a
- * committed proposal asks for the next pass at once (`proposed`).
+ * declared dead (clocks kept as a follower too, restarted by a cut-off), that one batch of
+ * proposals is in flight at a time, and that a batch with a committed proposal asks for the
+ * next pass at once (`proposed`).
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -43,6 +44,8 @@ interface Harness {
   readonly batches: { proposed: number };
   alive: Set<string>;
   state: MetaState;
+  /** Whether this node leads the meta group. */
+  leads: boolean;
 }
 
 function harness(deadAfterMs: number): Harness {
@@ -52,6 +55,7 @@ function harness(deadAfterMs: number): Harness {
     batches: { proposed: 0 },
     alive: new Set(["n1", "n2", "n3", "n4"]),
     state: fourMembers(),
+    leads: true,
     async settle(ok) {
       while (pending.length > 0) {
         const p = pending.shift();
@@ -73,7 +77,7 @@ function harness(deadAfterMs: number): Harness {
     maxMoves: 2,
     tolerance: 1,
     meta: () => h.state,
-    leadsMeta: () => true,
+    leadsMeta: () => h.leads,
     alive: () => h.alive,
     metaCaughtUp: () => true,
     propose: (cmd) => {
@@ -117,6 +121,50 @@ describe("AllocatorLoop", () => {
     h.loop.pass(110_000);
     await h.settle(true);
     assert.ok(dead(), JSON.stringify(h.proposals));
+  });
+
+  it("a node that takes the meta leadership counts from when it saw the member alive as a follower (chaos seed 616)", async () => {
+    const h = harness(10_000);
+    h.leads = false;
+    h.loop.pass(0); // a follower: n3 alive
+    h.alive.delete("n3");
+    h.loop.pass(4_000);
+    h.loop.pass(8_000);
+    assert.equal(h.proposals.length, 0, "a follower proposes nothing");
+    h.leads = true; // the leader was killed: this node leads now
+    h.loop.pass(9_999);
+    await h.settle(true);
+    const dead = (): boolean =>
+      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead");
+    assert.ok(!dead(), JSON.stringify(h.proposals));
+    h.loop.pass(10_000);
+    await h.settle(true);
+    assert.ok(dead(), "dead 10 s after it was last seen, not 10 s after this node took over");
+  });
+
+  it("a node cut off from the others restarts its clocks: the time it was cut off is not time they were dead", async () => {
+    const h = harness(10_000);
+    h.leads = false;
+    h.loop.pass(0);
+    h.alive = new Set(["n1"]); // cut off: it sees none of the other three
+    h.loop.pass(5_000);
+    h.loop.pass(8_000);
+    // The cut heals, and this node wins the meta group's election at once; its gossip has n2
+    // and n4 alive again, n3 not yet.
+    h.alive = new Set(["n1", "n2", "n4"]);
+    h.leads = true;
+    const dead = (): boolean => h.proposals.some((c) => c.op === "set-state" && c.state === "dead");
+    h.loop.pass(12_000);
+    await h.settle(true);
+    h.loop.pass(17_999);
+    await h.settle(true);
+    assert.ok(!dead(), JSON.stringify(h.proposals));
+    h.loop.pass(18_000); // 10 s after the last pass that saw it cut off
+    await h.settle(true);
+    assert.ok(
+      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead"),
+      JSON.stringify(h.proposals),
+    );
   });
 
   it("keeps one batch in flight, and asks for the next pass once a batch commits", async () => {
