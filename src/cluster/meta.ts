@@ -511,6 +511,7 @@ export class MetaState {
   readonly leaders: ReadonlyMap<number, string>;
   /** The shards a move placed elsewhere than their initial voters (move-shard), by shard. */
   readonly placements: ReadonlyMap<number, ShardPlacement>;
+  #movingCount: number | undefined;
 
   private constructor(
     clusterId: string | null,
@@ -687,6 +688,16 @@ export class MetaState {
   /** Whether a move of `shard` is under way (its group's voters are not yet its nodes). */
   isMoving(shard: number): boolean {
     return this.placements.get(shard)?.moving === true;
+  }
+
+  /** How many shards are moving (isMoving), counted once for this state. */
+  movingCount(): number {
+    if (this.#movingCount === undefined) {
+      let n = 0;
+      for (const p of this.placements.values()) if (p.moving) n++;
+      this.#movingCount = n;
+    }
+    return this.#movingCount;
   }
 
   /** The replica id member `node` has now (its node id when it is not a member). */

@@ -328,6 +328,12 @@ export class ClusterState {
   /** Called after each state the meta group applied here (the cluster view follows it). */
   onMetaChanged: () => void = () => undefined;
 
+  /**
+   * Called after a state that started or settled a move (move-shard, settle-shard): a group's
+   * leader may take the move's first step, the allocator may start the next move.
+   */
+  onMovesChanged: () => void = () => undefined;
+
   /** Shard 0 applied a meta command (or reloaded its state after a restart or a snapshot). */
   applied(state: MetaState): void {
     const before = this.clusterId;
@@ -360,6 +366,7 @@ export class ClusterState {
       });
     }
     this.onMetaChanged();
+    if (previous !== null && previous.movingCount() !== state.movingCount()) this.onMovesChanged();
   }
 
   /**

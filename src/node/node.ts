@@ -758,17 +758,23 @@ export class CairnNode implements HealthSource {
         this.#log.info("replica change", { shard_id: shard, ...describeStep(step) });
         upkeepSoon();
       },
+      // A learner catching up is promoted once it has: look again shortly.
+      waiting: () => upkeepSoon(MOVE_POLL_MS),
       ...(hold > 0 ? { holdAfterStepMs: hold } : {}),
     };
     let soon: NodeJS.Timeout | null = null;
-    const upkeepSoon = (): void => {
+    const upkeepSoon = (delayMs = UPKEEP_SOON_MS): void => {
       if (soon !== null || this.#stopping !== null) return;
       soon = setTimeout(() => {
         soon = null;
         if (this.#stopping === null) upkeep(false);
-      }, UPKEEP_SOON_MS);
+      }, delayMs);
       soon.unref();
     };
+    // A move started (its group's leader takes the first step) or settled (the allocator on
+    // the meta leader may start the next one): without this, each would wait for a tick, and a
+    // move slot would stand empty most of the time (bench:rebalance: 1.2 moves/s of 4 slots).
+    cluster.onMovesChanged = () => upkeepSoon();
     const upkeep = (tick: boolean): void => {
       const alive = new Set(
         this.views
@@ -1113,6 +1119,8 @@ function describeStep(step: ReplicaStep): Record<string, string> {
 const LEADER_SPREAD_MS = 2_000;
 /** The upkeep pass after a replica change or an allocator batch succeeded (see #startUpkeep). */
 const UPKEEP_SOON_MS = 50;
+/** How soon the upkeep looks again while a shard led here waits for its learner to catch up. */
+const MOVE_POLL_MS = 200;
 
 /** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
 const REQUEST_TIMEOUT_MS = 10_000;

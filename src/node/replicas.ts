@@ -110,6 +110,11 @@ export interface ReplicaEffects {
    */
   stepped?(shard: number, step: ReplicaStep): void;
   /**
+   * `shard`, led here, is moving but has no step to take now (its learner is catching up): the
+   * caller may pass again shortly to promote it once it has, rather than at its next tick.
+   */
+  waiting?(shard: number): void;
+  /**
    * Tests only (CAIRN_TESTING_MOVE_STEP_HOLD_MS): a group waits this long after each step
    * before its next one, so that a test can crash a node at a chosen step of a move.
    */
@@ -143,7 +148,11 @@ export function replaceReplicas(
       (r) => store.isCaughtUp(id, r),
       alive,
     );
-    if (step === null) continue;
+    if (step === null) {
+      // A move waits here for its learner to catch up (or for a node to come back).
+      if (meta.isMoving(id)) effects?.waiting?.(id);
+      continue;
+    }
     let work: Promise<void>;
     if (step.type === "transfer") work = store.transferLeader(id, step.to);
     else if (step.type === "settle") {
