@@ -51,7 +51,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   const out: MetaCommand[] = [];
   out.push(...lives(input));
   const shards = [...meta.shards.keys()].sort((a, b) => a - b);
-  let budget = input.maxMoves - shards.filter((s) => meta.isMoving(s)).length;
+  let budget = input.maxMoves - meta.movingCount();
   const active = meta.activeMembers();
   if (active.length === 0) return out;
   // Active members only: a replica on any other is a repair's to move, not a load to even.
@@ -71,6 +71,8 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     if (moving && bad === undefined) continue;
     if (budget <= 0 && !moving) continue;
     const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
+    // A shard on active members only, at its factor, needs no repair (the common case).
+    if (bad === undefined && nodes.length >= want) continue;
     const spare = bestSpare(shard, nodes, active, load);
     let next: string[] | null = null;
     if (bad !== undefined && spare !== undefined) {
@@ -125,7 +127,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
 function lives(input: AllocatorInput): MetaCommand[] {
   const { meta } = input;
   const out: MetaCommand[] = [];
-  const anyMoving = [...meta.shards.keys()].some((s) => meta.isMoving(s));
+  const anyMoving = meta.movingCount() > 0;
   const counts = meta.replicaCounts();
   for (const id of [...meta.members.keys()].sort(cmp)) {
     const state = meta.stateOf(id);

@@ -511,7 +511,8 @@ export class MetaState {
   readonly leaders: ReadonlyMap<number, string>;
   /** The shards a move placed elsewhere than their initial voters (move-shard), by shard. */
   readonly placements: ReadonlyMap<number, ShardPlacement>;
-  #movingCount: number | undefined;
+  #moving: readonly number[] | undefined;
+  #replicaCounts: ReadonlyMap<string, number> | undefined;
 
   private constructor(
     clusterId: string | null,
@@ -665,13 +666,19 @@ export class MetaState {
       .sort(compareIds);
   }
 
-  /** How many shards the meta group places on each member (every member listed, 0 or more). */
-  replicaCounts(): Map<string, number> {
-    const counts = new Map([...this.members.keys()].map((id) => [id, 0]));
-    for (const shard of this.shards.keys()) {
-      for (const n of this.nodesOf(shard)) counts.set(n, (counts.get(n) ?? 0) + 1);
+  /**
+   * How many shards the meta group places on each member (every member listed, 0 or more),
+   * counted once for this state (the allocator asks at every pass).
+   */
+  replicaCounts(): ReadonlyMap<string, number> {
+    if (this.#replicaCounts === undefined) {
+      const counts = new Map([...this.members.keys()].map((id) => [id, 0]));
+      for (const shard of this.shards.keys()) {
+        for (const n of this.nodesOf(shard)) counts.set(n, (counts.get(n) ?? 0) + 1);
+      }
+      this.#replicaCounts = counts;
     }
-    return counts;
+    return this.#replicaCounts;
   }
 
   /**
@@ -690,14 +697,18 @@ export class MetaState {
     return this.placements.get(shard)?.moving === true;
   }
 
-  /** How many shards are moving (isMoving), counted once for this state. */
+  /** The shards moving (isMoving), in id order, found once for this state. */
+  movingShards(): readonly number[] {
+    this.#moving ??= [...this.placements]
+      .filter(([, p]) => p.moving)
+      .map(([shard]) => shard)
+      .sort((a, b) => a - b);
+    return this.#moving;
+  }
+
+  /** How many shards are moving (isMoving). */
   movingCount(): number {
-    if (this.#movingCount === undefined) {
-      let n = 0;
-      for (const p of this.placements.values()) if (p.moving) n++;
-      this.#movingCount = n;
-    }
-    return this.#movingCount;
+    return this.movingShards().length;
   }
 
   /** The replica id member `node` has now (its node id when it is not a member). */

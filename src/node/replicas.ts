@@ -122,8 +122,8 @@ export interface ReplicaEffects {
 }
 
 /**
- * One pass over the groups led here: starts the next step of each that needs one (at most one
- * under way per group). Returns how many it started.
+ * One pass over the groups led here (or over `only` of them): starts the next step of each that
+ * needs one (at most one under way per group). Returns how many it started.
  */
 export function replaceReplicas(
   store: MultiRaft,
@@ -132,10 +132,11 @@ export function replaceReplicas(
   onError: (shard: number, err: unknown) => void,
   effects?: ReplicaEffects,
   alive?: (node: string) => boolean,
+  only?: Iterable<number>,
 ): number {
   if (meta === null || meta.clusterId === null) return 0;
   let started = 0;
-  for (const id of store.shardIds()) {
+  for (const id of only ?? store.shardIds()) {
     if (started >= CHANGES_PER_PASS) break;
     if (underWay.has(id) || !store.leads(id)) continue;
     const info = store.shardInfo(id);
