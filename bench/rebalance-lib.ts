@@ -163,10 +163,11 @@ const fmt = (n: number, digits = 0): string =>
 
 const MIB = 1024 * 1024;
 
-/** One row a window: steady first, then the rebalance's, each against the steady rate. */
+/** One row a window: steady, the rebalance's, then after it; each against the steady rate. */
 export function rebalanceTable(
   steady: readonly LoadWindow[],
   rebalance: readonly LoadWindow[],
+  after: readonly LoadWindow[] = [],
 ): string {
   const s = summarize(steady, rebalance);
   const lines = [
@@ -177,6 +178,7 @@ export function rebalanceTable(
     `| ${phase} | ${fmt(w.startS)} | ${fmt(w.opsPerSec)} | ${fmt(s.steadyOpsPerSec === 0 ? 0 : w.opsPerSec / s.steadyOpsPerSec, 2)} | ${fmt(w.p50, 2)} | ${fmt(w.p99, 2)} | ${fmt(w.errors)} | ${fmt(w.snapshotBytes / MIB / w.seconds, 1)} | ${w.cpuCores.map((c) => fmt(c, 2)).join(" + ")} | ${fmt(w.newNodeReplicas)} | ${fmt(w.moving)} | ${fmt(w.loadAvg, 1)} |`;
   for (const w of steady) lines.push(row("steady", w));
   for (const w of rebalance) lines.push(row("rebalance", w));
+  for (const w of after) lines.push(row("after", w));
   return `${lines.join("\n")}\n`;
 }
 

@@ -15,6 +15,8 @@
  *    cluster is even: n4 active, every active member within `cluster.rebalance.tolerance`
  *    replicas of the others, no shard moving (a shard's replicas above the factor), held for
  *    6 s (three allocator passes), as node 1's cluster view (Meta.WatchCluster) shows it.
+ * 5. Once even, `--after` seconds more of the same windows: the four nodes' rate with nothing
+ *    moving, which tells what the moves cost from what a fourth process on the same cores does.
  *
  * Each window reports the Put rate against the steady one, its p50 and p99, the snapshot bytes
  * the nodes sent, every node's CPU and where the move stands. CAIRN_* variables reach every
@@ -78,6 +80,9 @@ Options:
   --window S            seconds a window (default 10)
   --steady S            steady seconds before the 4th node starts (default 30)
   --max-wait S          give up when not even after this long (default 1800)
+  --after S             once even, go on measuring this long: the four nodes' own rate with
+                        nothing moving, to tell the moves' cost from the fourth process's
+                        (default 30; 0 skips)
   --tolerance N         the nodes' cluster.rebalance.tolerance (default: env
                         CAIRN_CLUSTER_REBALANCE_TOLERANCE, else 2)
   --grpc-load PATH      the generator (default: env CAIRN_GRPC_LOAD, else
@@ -98,6 +103,7 @@ interface Options {
   readonly windowS: number;
   readonly steadyS: number;
   readonly maxWaitS: number;
+  readonly afterS: number;
   readonly tolerance: number;
   readonly grpcLoad: string;
   readonly keep: boolean;
@@ -116,6 +122,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       window: { type: "string", default: "10" },
       steady: { type: "string", default: "30" },
       "max-wait": { type: "string", default: "1800" },
+      after: { type: "string", default: "30" },
       tolerance: {
         type: "string",
         default: process.env["CAIRN_CLUSTER_REBALANCE_TOLERANCE"] ?? "2",
@@ -149,6 +156,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       windowS,
       steadyS: Math.max(windowS, int("steady", values.steady, 1)),
       maxWaitS: int("max-wait", values["max-wait"], 1),
+      afterS: int("after", values.after, 0),
       tolerance: int("tolerance", values.tolerance, 0),
       grpcLoad: resolve(values["grpc-load"] ?? process.env["CAIRN_GRPC_LOAD"] ?? DEFAULT_GRPC_LOAD),
       keep: values.keep,
@@ -349,7 +357,10 @@ async function main(argv: readonly string[]): Promise<number> {
     let joinedAt: number | null = null;
     const members = Array.from({ length: all }, (_, k) => placement.nodeId(k + 1));
     /** One window; `startS` is its start, in seconds from the join (negative: before it). */
-    const window = async (steadyStartS: number | null): Promise<LoadWindow> => {
+    const window = async (
+      phase: "steady" | "rebalance" | "after",
+      steadyStartS: number | null,
+    ): Promise<LoadWindow> => {
       const loadAvg = loadavg()[0] ?? 0;
       const before = await scrape();
       const started = performance.now();
@@ -377,7 +388,7 @@ async function main(argv: readonly string[]): Promise<number> {
         loadAvg,
       };
       out(
-        `${joinedAt === null ? "steady   " : "rebalance"} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
+        `${phase.padEnd(9)} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
       );
       return w;
     };
@@ -386,7 +397,7 @@ async function main(argv: readonly string[]): Promise<number> {
     const steadyWindows = Math.max(1, Math.round(opts.steadyS / opts.windowS));
     for (let i = 0; i < steadyWindows; i++) {
       if (interrupted) throw new Error("interrupted");
-      steady.push(await window(-opts.windowS * (steadyWindows - i)));
+      steady.push(await window("steady", -opts.windowS * (steadyWindows - i)));
     }
 
     // The fourth node joins through the three seeds.
@@ -419,12 +430,17 @@ async function main(argv: readonly string[]): Promise<number> {
         const gone = nodes.find((n) => n.exit !== null);
         if (gone !== undefined)
           throw new Error(`${gone.id} exited (${gone.exit?.code ?? gone.exit?.signal})`);
-        rebalance.push(await window(null));
+        rebalance.push(await window("rebalance", null));
       }
     } finally {
       clearInterval(ticker);
     }
     const after = await scrape();
+    // The four nodes with nothing moving: what the cluster does without the moves.
+    const settledWindows: LoadWindow[] = [];
+    const afterWindows = evenAt === null ? 0 : Math.round(opts.afterS / opts.windowS);
+    for (let i = 0; i < afterWindows && !interrupted; i++)
+      settledWindows.push(await window("after", null));
     const joined = joinedAt;
     const seconds = (at: number | null): string =>
       at === null ? "never" : `${((at - joined) / 1000).toFixed(1)} s`;
@@ -439,10 +455,11 @@ async function main(argv: readonly string[]): Promise<number> {
     const view = follower.latest;
     const ev = view === null ? null : evenness(view, members, opts.tolerance, REPLICATION_FACTOR);
     const s = summarize(steady, rebalance);
+    const a = summarize(settledWindows, rebalance);
 
     out(`\nbench:rebalance — ${new Date().toISOString()}; load average at the end: ${load()}`);
     out(`machine: ${machine()}\n`);
-    out(rebalanceTable(steady, rebalance));
+    out(rebalanceTable(steady, rebalance, settledWindows));
     out(
       `- n${all} active after ${seconds(activeAt)}; even after ${seconds(evenAt)}` +
         `${evenAt === null ? ` (gave up after ${opts.maxWaitS} s)` : ""}; replicas at the end: ` +
@@ -454,11 +471,21 @@ async function main(argv: readonly string[]): Promise<number> {
     out(
       `- p99: steady ${s.steadyP99.toFixed(1)} ms (median of the windows); during the rebalance median ${s.medianP99.toFixed(1)} ms, worst window ${s.worstP99.toFixed(1)} ms = **${s.p99Ratio.toFixed(2)}×** steady (goal ≤ 2×)`,
     );
+    if (settledWindows.length > 0)
+      out(
+        `- after the rebalance (${all} nodes, nothing moving): ${Math.round(a.steadyOpsPerSec)} Puts/s = ${(100 * (s.steadyOpsPerSec === 0 ? 0 : a.steadyOpsPerSec / s.steadyOpsPerSec)).toFixed(0)} % of the ${FIRST_NODES}-node steady rate, p99 ${a.steadyP99.toFixed(1)} ms; the rebalance against it: Puts **${(100 * a.rateRatio).toFixed(0)} %**, worst p99 **${a.p99Ratio.toFixed(2)}×**`,
+      );
     out(
       `- snapshot data sent from the join to the end: ${(snapshotBytes / MIB).toFixed(0)} MiB; n${all} received ${received} snapshots for ${ev?.replicas.get(`n${all}`) ?? "?"} replicas (the others were refilled from the log); its data directory: ${(diskBytes(placement.dataDir(all)) / MIB).toFixed(0)} MiB`,
     );
     if (opts.json)
-      out(JSON.stringify({ machine: machine(), steady, rebalance, summary: s }, null, 2));
+      out(
+        JSON.stringify(
+          { machine: machine(), steady, rebalance, after: settledWindows, summary: s },
+          null,
+          2,
+        ),
+      );
     return 0;
   } catch (err) {
     failed = true;

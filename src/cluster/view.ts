@@ -133,16 +133,28 @@ export class ClusterViewPublisher {
     this.#changed();
   }
 
-  setShard(shard: ShardView): void {
+  /** Shard `id`'s view as last set (before subscribers get it), or undefined when never set. */
+  shard(id: number): ShardView | undefined {
+    const s = this.#shards[this.#position(id)];
+    return s?.id === id ? s : undefined;
+  }
+
+  /** The first position in #shards whose id is not below `id`. */
+  #position(id: number): number {
     const shards = this.#shards;
-    // The first position whose id is not below shard.id.
     let lo = 0;
     let hi = shards.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if ((shards[mid] as ShardView).id < shard.id) lo = mid + 1;
+      if ((shards[mid] as ShardView).id < id) lo = mid + 1;
       else hi = mid;
     }
+    return lo;
+  }
+
+  setShard(shard: ShardView): void {
+    const shards = this.#shards;
+    const lo = this.#position(shard.id);
     const prev = shards[lo];
     if (prev?.id !== shard.id) {
       shards.splice(lo, 0, shard);

@@ -366,7 +366,39 @@ export class ClusterState {
       });
     }
     this.onMetaChanged();
-    if (previous !== null && previous.movingCount() !== state.movingCount()) this.onMovesChanged();
+    const wasMoving = previous?.movingShards() ?? [];
+    const moving = state.movingShards();
+    if (
+      previous !== null &&
+      (wasMoving.length !== moving.length || wasMoving.some((s, i) => s !== moving[i]))
+    ) {
+      this.#settledHere(previous, state);
+      this.onMovesChanged();
+    }
+  }
+
+  /**
+   * A move that took `shard` off this node settled: this node's view of the shard shows where the
+   * meta group places it now. Its old replica here may never apply the change that removed it
+   * (the group's leader stops sending to a replica it removed), and would show the move's
+   * configuration until replica GC deletes it, a minute or more later: `cairn cluster` would
+   * list the shard with four replicas.
+   */
+  #settledHere(previous: MetaState, state: MetaState): void {
+    const still = new Set(state.movingShards());
+    for (const shard of previous.movingShards()) {
+      if (still.has(shard)) continue;
+      const nodes = state.nodesOf(shard);
+      if (nodes.includes(this.#config.node_id)) continue;
+      const was = this.#views.shard(shard);
+      if (was === undefined) continue;
+      this.#views.setShard({
+        id: shard,
+        leader: nodes.includes(was.leader) ? was.leader : "",
+        replicas: nodes,
+        term: was.term,
+      });
+    }
   }
 
   /**

@@ -117,6 +117,32 @@ describe("ClusterState", () => {
     assert.equal(old.lost.length, 1, "reported once");
   });
 
+  it("shows a shard moved off this node where the meta group places it once the move settles, and calls onMovesChanged", async () => {
+    const views = new ClusterViewPublisher(1024);
+    const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
+    let movesChanged = 0;
+    cs.onMovesChanged = () => movesChanged++;
+    const four = { ...BOOT, members: [...members, member(4)] };
+    const created = { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] } as const;
+    const move: MetaCommand = {
+      op: "move-shard",
+      shard: 5,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n4", "n3"],
+    };
+    const settle: MetaCommand = { op: "settle-shard", shard: 5, nodes: ["n1", "n4", "n3"] };
+    cs.applied(state(four, created));
+    // n2's replica saw the move's configuration (n4 added, n2 not yet removed), and no more.
+    views.setShard({ id: 5, leader: "n2", replicas: ["n1", "n2", "n3", "n4"], term: 3 });
+    cs.applied(state(four, created, move));
+    assert.equal(movesChanged, 1, "a move started");
+    cs.applied(state(four, created, move, settle));
+    assert.equal(movesChanged, 2, "a move settled");
+    await new Promise((resolve) => setImmediate(resolve));
+    const shown = views.current().shards.find((v) => v.id === 5);
+    assert.deepEqual(shown, { id: 5, leader: "", replicas: ["n1", "n4", "n3"], term: 3 });
+  });
+
   it(
     "ends its rejoin loop at once when closed (a stopping node waits for it)",
     { timeout: 5000 },
