@@ -90,6 +90,13 @@ function harness(deadAfterMs: number): Harness {
   return Object.assign(h, { loop: new AllocatorLoop(host) });
 }
 
+/** Whether the loop proposed marking `id` (any member when omitted) dead. */
+function markedDead(h: Harness, id?: string): boolean {
+  return h.proposals.some(
+    (c) => c.op === "set-state" && c.state === "dead" && (id === undefined || c.id === id),
+  );
+}
+
 describe("AllocatorLoop", () => {
   it("declares a member dead once unseen for dead_after_ms, counted from when this leader last saw it alive", async () => {
     const h = harness(10_000);
@@ -100,8 +107,7 @@ describe("AllocatorLoop", () => {
     h.alive.delete("n3");
     h.loop.pass(14_999);
     await h.settle(true);
-    const dead = (): boolean =>
-      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead");
+    const dead = (): boolean => markedDead(h, "n3");
     assert.ok(!dead(), JSON.stringify(h.proposals));
     h.loop.pass(15_000);
     await h.settle(true);
@@ -115,8 +121,7 @@ describe("AllocatorLoop", () => {
     await h.settle(true);
     h.loop.pass(109_999);
     await h.settle(true);
-    const dead = (): boolean =>
-      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead");
+    const dead = (): boolean => markedDead(h, "n3");
     assert.ok(!dead(), JSON.stringify(h.proposals));
     h.loop.pass(110_000);
     await h.settle(true);
@@ -134,8 +139,7 @@ describe("AllocatorLoop", () => {
     h.leads = true; // the leader was killed: this node leads now
     h.loop.pass(9_999);
     await h.settle(true);
-    const dead = (): boolean =>
-      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead");
+    const dead = (): boolean => markedDead(h, "n3");
     assert.ok(!dead(), JSON.stringify(h.proposals));
     h.loop.pass(10_000);
     await h.settle(true);
@@ -153,18 +157,14 @@ describe("AllocatorLoop", () => {
     // and n4 alive again, n3 not yet.
     h.alive = new Set(["n1", "n2", "n4"]);
     h.leads = true;
-    const dead = (): boolean => h.proposals.some((c) => c.op === "set-state" && c.state === "dead");
     h.loop.pass(12_000);
     await h.settle(true);
     h.loop.pass(17_999);
     await h.settle(true);
-    assert.ok(!dead(), JSON.stringify(h.proposals));
+    assert.ok(!markedDead(h), JSON.stringify(h.proposals));
     h.loop.pass(18_000); // 10 s after the last pass that saw it cut off
     await h.settle(true);
-    assert.ok(
-      h.proposals.some((c) => c.op === "set-state" && c.id === "n3" && c.state === "dead"),
-      JSON.stringify(h.proposals),
-    );
+    assert.ok(markedDead(h, "n3"), JSON.stringify(h.proposals));
   });
 
   it("keeps one batch in flight, and asks for the next pass once a batch commits", async () => {
