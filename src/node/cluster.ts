@@ -32,6 +32,7 @@ import {
   nodeOfReplica,
   rendezvousReplicas,
   replicaIdOf,
+  type ShardView,
   shouldBootstrap,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
@@ -379,26 +380,42 @@ export class ClusterState {
 
   /**
    * A move that took `shard` off this node settled: this node's view of the shard shows where the
-   * meta group places it now. Its old replica here may never apply the change that removed it
-   * (the group's leader stops sending to a replica it removed), and would show the move's
-   * configuration until replica GC deletes it, a minute or more later: `cairn cluster` would
-   * list the shard with four replicas.
+   * meta group places it now (placedView).
    */
   #settledHere(previous: MetaState, state: MetaState): void {
     const still = new Set(state.movingShards());
     for (const shard of previous.movingShards()) {
       if (still.has(shard)) continue;
-      const nodes = state.nodesOf(shard);
-      if (nodes.includes(this.#config.node_id)) continue;
       const was = this.#views.shard(shard);
-      if (was === undefined) continue;
-      this.#views.setShard({
-        id: shard,
-        leader: nodes.includes(was.leader) ? was.leader : "",
-        replicas: nodes,
-        term: was.term,
-      });
+      if (was !== undefined) this.#views.setShard(this.placedView(was));
     }
+  }
+
+  /**
+   * `view` of a shard as this node's replica sees it, or, when a move took the shard off this
+   * node and settled, where the meta group places it. A replica moved off may never apply the
+   * change that removed it (the group's leader stops sending to a replica it removed): it keeps
+   * the move's configuration, loses its leader after an election timeout, and would show both
+   * until replica GC deletes it, and then for good (bench:rebalance: `cairn cluster` listing a
+   * shard with four replicas and no leader, minutes after the move). The leader shown is the
+   * replica's or the last one shown, when it is one of the shard's nodes.
+   */
+  placedView(view: ShardView): ShardView {
+    const meta = this.meta;
+    if (meta === null || meta.isMoving(view.id)) return view;
+    const nodes = meta.nodesOf(view.id);
+    if (nodes.length === 0 || nodes.includes(this.#config.node_id)) return view;
+    const was = this.#views.shard(view.id);
+    let leader = "";
+    if (nodes.includes(view.leader)) leader = view.leader;
+    else if (was !== undefined && nodes.includes(was.leader)) leader = was.leader;
+    return { id: view.id, leader, replicas: nodes, term: Math.max(view.term, was?.term ?? 0) };
+  }
+
+  /** Replica GC deleted this node's replica of `shard`: its view is the meta group's placement. */
+  replicaRemoved(shard: number): void {
+    const was = this.#views.shard(shard);
+    if (was !== undefined) this.#views.setShard(this.placedView(was));
   }
 
   /**

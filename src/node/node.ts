@@ -17,6 +17,7 @@ import {
   nodeOfReplica,
   rpcAddressOf,
   shardForKey,
+  type ShardView,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { PeerTls } from "../common/peer-tls.ts";
@@ -323,6 +324,9 @@ export class CairnNode implements HealthSource {
     }
     const replicas = (shard: number): string[] =>
       opened?.shardInfo(shard)?.voters.map(nodeOfReplica) ?? [config.node_id];
+    // A replica moved off this node shows where the meta group places its shard instead.
+    const showShard = (view: ShardView): void =>
+      views.setShard(cluster === null ? view : cluster.placedView(view));
     // The node's memory budgets are shared by its shard workers.
     const share = (bytes: number): number => Math.floor(bytes / (cell?.count ?? 1));
     const planted = plantedBugs(process.env);
@@ -402,7 +406,7 @@ export class CairnNode implements HealthSource {
         },
         shardOpened(shard, replayedFrom, replayedTo) {
           metrics.initShard(shard);
-          views.setShard({ id: shard, leader: "", replicas: replicas(shard), term: 0 });
+          showShard({ id: shard, leader: "", replicas: replicas(shard), term: 0 });
           storageLog.debug("shard opened", {
             shard_id: shard,
             replay_from: replayedFrom,
@@ -412,11 +416,12 @@ export class CairnNode implements HealthSource {
         shardRemoved(shard) {
           // Its per-shard series go with it (replica GC: src/node/replica-gc.ts logs it).
           metrics.removeShard(shard);
+          cluster?.replicaRemoved(shard);
         },
         leaderChanged: (shard, leader, term) => {
           if (leader !== null) metrics.incLeaderChanges(shard);
           for (const listener of this.#leaderListeners) listener(shard, leader);
-          views.setShard({ id: shard, leader: leader ?? "", replicas: replicas(shard), term });
+          showShard({ id: shard, leader: leader ?? "", replicas: replicas(shard), term });
           raftLog.debug("shard leader changed", {
             shard_id: shard,
             leader: leader ?? "none",
@@ -442,7 +447,7 @@ export class CairnNode implements HealthSource {
         confChanged(shard, voters) {
           // A replica learns its group's configuration from the log: the view follows it.
           const info = opened?.shardInfo(shard);
-          views.setShard({
+          showShard({
             id: shard,
             leader: info?.leader ?? "",
             replicas: [...voters],

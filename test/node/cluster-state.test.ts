@@ -143,6 +143,45 @@ describe("ClusterState", () => {
     assert.deepEqual(shown, { id: 5, leader: "", replicas: ["n1", "n4", "n3"], term: 3 });
   });
 
+  it("keeps showing a settled shard where the meta group places it when the replica moved off speaks again or is deleted", async () => {
+    const views = new ClusterViewPublisher(1024);
+    const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
+    const four = { ...BOOT, members: [...members, member(4)] };
+    const created = { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] } as const;
+    const move: MetaCommand = {
+      op: "move-shard",
+      shard: 5,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n4", "n3"],
+    };
+    const settle: MetaCommand = { op: "settle-shard", shard: 5, nodes: ["n1", "n4", "n3"] };
+    const shown = async (): Promise<unknown> => {
+      await new Promise((resolve) => setImmediate(resolve));
+      return views.current().shards.find((v) => v.id === 5);
+    };
+    cs.applied(state(four, created));
+    const during = { id: 5, leader: "n4", replicas: ["n1", "n2", "n3", "n4"], term: 3 };
+    // While the move is under way, the replica here is what the view shows.
+    cs.applied(state(four, created, move));
+    assert.deepEqual(cs.placedView(during), during);
+    views.setShard(cs.placedView(during));
+    cs.applied(state(four, created, move, settle));
+    const settled = { id: 5, leader: "n4", replicas: ["n1", "n4", "n3"], term: 3 };
+    assert.deepEqual(await shown(), settled);
+    // The replica moved off n2 never learnt it was removed: its election timeout fires, it has
+    // no leader and still the move's four voters. The view keeps the placement and the leader.
+    const lost = { id: 5, leader: "", replicas: ["n1", "n2", "n3", "n4"], term: 3 };
+    views.setShard(cs.placedView(lost));
+    assert.deepEqual(await shown(), settled);
+    // A shard still placed here shows its replica's own view, unchanged.
+    const other = { id: 0, leader: "", replicas: ["n1", "n2", "n3"], term: 7 };
+    assert.equal(cs.placedView(other), other);
+    // Replica GC deletes the old replica after a view that was not set through placedView.
+    views.setShard(lost);
+    cs.replicaRemoved(5);
+    assert.deepEqual(await shown(), { ...settled, leader: "" });
+  });
+
   it(
     "ends its rejoin loop at once when closed (a stopping node waits for it)",
     { timeout: 5000 },
