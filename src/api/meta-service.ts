@@ -1,7 +1,10 @@
-/** The Meta service: WatchCluster streams the full cluster view, then every new one. */
+/**
+ * The Meta service: WatchCluster streams the full cluster view, then every new one. Its
+ * definition must be `withSharedViewEncoder`'s (src/api/view-codec.ts): the handler writes the
+ * publisher's views themselves, encoded once for all watchers.
+ */
 import type { ServerWritableStream, UntypedServiceImplementation } from "@grpc/grpc-js";
-import type { ClusterViewPublisher } from "../cluster/index.ts";
-import type { ClusterView } from "./generated/cairn/v1/ClusterView.ts";
+import type { ClusterView, ClusterViewPublisher } from "../cluster/index.ts";
 import type { WatchClusterRequest__Output } from "./generated/cairn/v1/WatchClusterRequest.ts";
 
 export interface MetaService {
@@ -14,16 +17,7 @@ export function metaService(views: ClusterViewPublisher): MetaService {
   const open = new Set<() => void>();
   const implementation: UntypedServiceImplementation = {
     WatchCluster(call: ServerWritableStream<WatchClusterRequest__Output, ClusterView>) {
-      const unsubscribe = views.subscribe((view) => {
-        call.write({
-          epoch: view.epoch,
-          nodes: view.nodes.map((n) => ({ ...n })),
-          shards: view.shards.map((s) => ({ ...s, replicas: [...s.replicas] })),
-          total_shards: view.total_shards,
-          cluster_id: view.cluster_id,
-          incarnation: view.incarnation,
-        });
-      });
+      const unsubscribe = views.subscribe((view) => call.write(view));
       const finish = (): void => {
         unsubscribe();
         open.delete(end);

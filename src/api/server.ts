@@ -37,6 +37,7 @@ import { kvService } from "./kv-service.ts";
 import { servePeerCall } from "./peer-calls.ts";
 import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { withFastKvCodecs } from "./kv-codec.ts";
+import { withSharedViewEncoder } from "./view-codec.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto } from "./proto.ts";
 import type { AdminStore, KvStore } from "./store.ts";
@@ -193,7 +194,7 @@ export class RpcServer {
       }),
     );
     this.#meta = metaService(options.views);
-    recorder.addService(v1.Meta.service, this.#meta.implementation);
+    recorder.addService(withSharedViewEncoder(v1.Meta.service), this.#meta.implementation);
     recorder.addService(
       v1.Admin.service,
       adminService(options.store, options.logger, options.transferLeader, options.memberAdmin),
