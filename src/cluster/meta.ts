@@ -937,8 +937,10 @@ export class MetaState {
     const placement = { nodes: [...nodes], moving: true };
     placements.set(shard, placement);
     const replicas = this.shards.get(shard) ?? [];
+    const state = this.#with(this.members, this.shards, this.leaders, placements);
+    state.#derive(this, shard, now, placement.nodes, true);
     return {
-      state: this.#with(this.members, this.shards, this.leaders, placements),
+      state,
       outcome: { kind: "shard-moved", shard, nodes: placement.nodes },
       records: [shardRecord(shard, replicas, placement)],
     };
@@ -952,11 +954,45 @@ export class MetaState {
     const placements = new Map(this.placements);
     const placement = { nodes: placed.nodes, moving: false };
     placements.set(shard, placement);
+    const state = this.#with(this.members, this.shards, this.leaders, placements);
+    state.#derive(this, shard, placed.nodes, placed.nodes, false);
     return {
-      state: this.#with(this.members, this.shards, this.leaders, placements),
+      state,
       outcome: { kind: "shard-settled", shard },
       records: [shardRecord(shard, this.shards.get(shard) ?? [], placement)],
     };
+  }
+
+  /**
+   * This state is `previous` with `shard` moved from nodes `was` to `now`, moving or not, and
+   * nothing else changed: what `previous` counted (replicaCounts, movingShards) is updated here
+   * rather than counted again over every shard. A move or its settling is applied on every
+   * node a few times a second during a rebalance, and each state was counted whole (1,024
+   * shards) by the member view and the allocator.
+   */
+  #derive(
+    previous: MetaState,
+    shard: number,
+    was: readonly string[],
+    now: readonly string[],
+    moving: boolean,
+  ): void {
+    const counts = previous.#replicaCounts;
+    if (counts !== undefined) {
+      const next = new Map(counts);
+      for (const n of was) next.set(n, (next.get(n) ?? 0) - 1);
+      for (const n of now) next.set(n, (next.get(n) ?? 0) + 1);
+      this.#replicaCounts = next;
+    }
+    const list = previous.#moving;
+    if (list !== undefined) {
+      const without = list.filter((s) => s !== shard);
+      if (moving) {
+        const at = without.findIndex((s) => s > shard);
+        without.splice(at < 0 ? without.length : at, 0, shard);
+      }
+      this.#moving = without;
+    }
   }
 
   #with(

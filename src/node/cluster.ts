@@ -185,6 +185,31 @@ export class ClusterState {
   }
 
   /**
+   * Drops what replicasNow kept that `state` may have changed: the shards whose placement is not
+   * `previous`'s when only placements changed (a move, its settling: a few a second during a
+   * rebalance, where clearing all made every write work its shard's replicas out again), else
+   * everything.
+   */
+  #forgetReplicasNow(previous: MetaState | null, state: MetaState): void {
+    if (
+      previous === null ||
+      previous.clusterId !== state.clusterId ||
+      previous.members !== state.members ||
+      previous.shards !== state.shards
+    ) {
+      this.#replicasNow.clear();
+      return;
+    }
+    if (previous.placements === state.placements) return;
+    for (const [shard, placement] of state.placements) {
+      if (previous.placements.get(shard) !== placement) this.#replicasNow.delete(shard);
+    }
+    for (const shard of previous.placements.keys()) {
+      if (!state.placements.has(shard)) this.#replicasNow.delete(shard);
+    }
+  }
+
+  /**
    * The replica that should start `shard`'s first election (MultiRaftOptions.firstCampaigner):
    * its preferred leader's, while `alive` says that node is; else undefined (whoever creates
    * the group campaigns).
@@ -340,7 +365,7 @@ export class ClusterState {
     const before = this.clusterId;
     const previous = this.#meta;
     this.#meta = state;
-    this.#replicasNow.clear();
+    this.#forgetReplicasNow(previous, state);
     for (const [id, m] of state.members) {
       const was = previous?.members.get(id);
       if (id !== this.#config.node_id && was !== undefined && was.incarnation !== m.incarnation)

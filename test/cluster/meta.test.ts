@@ -462,6 +462,21 @@ describe("meta state: load", () => {
         assert.deepEqual(MetaState.load(state.records()).view(), state.view());
         // Order of the records does not matter.
         assert.ok(MetaState.load([...stored].reverse()).equals(state));
+        // What a state counts once and the next derives (replicaCounts, movingShards) is what
+        // a state loaded afresh counts, at every step.
+        let step = MetaState.empty();
+        for (const cmd of cmds) {
+          step.replicaCounts();
+          step.movingShards();
+          step = step.apply(cmd).state;
+          const fresh = MetaState.load(step.records());
+          assert.deepEqual(
+            [...step.replicaCounts()].sort(),
+            [...fresh.replicaCounts()].sort(),
+            "replica counts",
+          );
+          assert.deepEqual(step.movingShards(), fresh.movingShards(), "moving shards");
+        }
         // And the loaded state goes on exactly like the original.
         for (const cmd of cmds) {
           const a = state.apply(cmd);
@@ -498,6 +513,39 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
       s.apply({ op: "create-shard", shard: 3, replicas: ["n1", "n2", "n4"] }).outcome.kind,
       "shard-created",
     );
+  });
+
+  it("updates the replica counts and moving shards of the state it moves from, as a fresh count gives", () => {
+    let s = MetaState.empty().apply({ ...BOOT, members: [N1, N2, N3, N4] }).state;
+    for (let shard = 1; shard < 8; shard++) {
+      s = s.apply({ op: "create-shard", shard, replicas: ["n1", "n2", "n3"] }).state;
+    }
+    const check = (): void => {
+      const fresh = MetaState.load(s.records());
+      assert.deepEqual(new Map(s.replicaCounts()), new Map(fresh.replicaCounts()));
+      assert.deepEqual(s.movingShards(), fresh.movingShards());
+    };
+    check();
+    // Moves of shards 5, 2 and 7 (n1 or n3 to n4), settled in another order; one move refused.
+    const steps: MetaCommand[] = [
+      { op: "move-shard", shard: 5, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+      { op: "move-shard", shard: 2, from: ["n1", "n2", "n3"], nodes: ["n1", "n2", "n4"] },
+      { op: "move-shard", shard: 7, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+      { op: "move-shard", shard: 7, from: ["n1", "n2", "n3"], nodes: ["n1", "n4", "n3"] },
+      { op: "settle-shard", shard: 2, nodes: ["n1", "n2", "n4"] },
+      { op: "settle-shard", shard: 7, nodes: ["n4", "n2", "n3"] },
+      { op: "move-shard", shard: 5, from: ["n4", "n2", "n3"], nodes: ["n4", "n1", "n3"] },
+      { op: "settle-shard", shard: 5, nodes: ["n4", "n1", "n3"] },
+    ];
+    for (const cmd of steps) {
+      s = s.apply(cmd).state;
+      check();
+    }
+    assert.equal(
+      [...s.replicaCounts().values()].reduce((a, b) => a + b),
+      7 * 3 + s.nodesOf(0).length,
+    );
+    assert.deepEqual(s.movingShards(), []);
   });
 
   it("moves states only along a member's life, and never back from removed", () => {

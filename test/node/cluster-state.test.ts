@@ -182,6 +182,50 @@ describe("ClusterState", () => {
     assert.deepEqual(await shown(), { ...settled, leader: "" });
   });
 
+  it("works a shard's current replicas out again only when its placement or a member changed", () => {
+    const { cs } = cluster("inc-2");
+    const inc = (i: number): string => `inc-${i}`;
+    const four: MetaCommand = {
+      ...BOOT,
+      members: [...members, member(4)].map((m, i) => ({ ...m, incarnation: inc(i + 1) })),
+    };
+    const shards: MetaCommand[] = [5, 6].map((shard) => ({
+      op: "create-shard",
+      shard,
+      replicas: ["n1", "n2", "n3"],
+    }));
+    const move: MetaCommand = {
+      op: "move-shard",
+      shard: 5,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n4", "n3"],
+    };
+    // Each state derives from the one before, as the meta group applies them.
+    const created = state(four, ...shards);
+    const moved = created.apply(move).state;
+    const settled = moved.apply({ op: "settle-shard", shard: 5, nodes: ["n1", "n4", "n3"] }).state;
+    const back = settled.apply({
+      op: "move-shard",
+      shard: 5,
+      from: ["n1", "n4", "n3"],
+      nodes: ["n1", "n4", "n2"],
+    }).state;
+    const rejoined = back.apply({ op: "rejoin", id: "n3", incarnation: "inc-9" }).state;
+    cs.applied(created);
+    const five = cs.replicasNow(5);
+    const six = cs.replicasNow(6);
+    assert.deepEqual(five, ["n1@inc1", "n2@inc2", "n3@inc3"]);
+    cs.applied(moved);
+    assert.deepEqual(cs.replicasNow(5), ["n1@inc1", "n4@inc4", "n3@inc3"], "moved");
+    assert.equal(cs.replicasNow(6), six, "kept: its placement did not change");
+    cs.applied(settled);
+    cs.applied(back);
+    assert.deepEqual(cs.replicasNow(5), ["n1@inc1", "n4@inc4", "n2@inc2"], "moved again");
+    cs.applied(rejoined);
+    assert.deepEqual(cs.replicasNow(6), ["n1@inc1", "n2@inc2", "n3@inc9"], "n3 rejoined");
+    assert.deepEqual(cs.replicasNow(5), ["n1@inc1", "n4@inc4", "n2@inc2"]);
+  });
+
   it(
     "ends its rejoin loop at once when closed (a stopping node waits for it)",
     { timeout: 5000 },
