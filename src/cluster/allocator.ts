@@ -61,8 +61,14 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // more members) and grows to the factor when founded on fewer.
   const factor0 = Math.max(meta.shards.get(0)?.length ?? 1, meta.replicationFactor);
 
-  // 2. Repairs.
-  for (const shard of shards) {
+  // 2. Repairs. None is needed (the common case, looked at without going over every shard)
+  // when every member holding a replica is active and every shard is placed on its factor.
+  const wantMost = Math.min(meta.replicationFactor, active.length);
+  const needsRepair =
+    [...counts].some(([id, n]) => n > 0 && meta.stateOf(id) !== "active") ||
+    meta.fewestReplicas() < wantMost ||
+    (meta.shards.has(0) && meta.nodesOf(0).length < Math.min(factor0, active.length));
+  for (const shard of needsRepair ? shards : []) {
     const nodes = meta.nodesOf(shard);
     const bad = nodes.find((n) => meta.stateOf(n) !== "active");
     // A move under way is left to finish, unless its new node is gone too (a learner that

@@ -513,6 +513,7 @@ export class MetaState {
   readonly placements: ReadonlyMap<number, ShardPlacement>;
   #moving: readonly number[] | undefined;
   #replicaCounts: ReadonlyMap<string, number> | undefined;
+  #fewestReplicas: number | undefined;
 
   private constructor(
     clusterId: string | null,
@@ -690,6 +691,22 @@ export class MetaState {
   keepsReplica(node: string, shard: number): boolean {
     if (shard === 0 && isMetaHolder(this.stateOf(node))) return true;
     return this.nodesOf(shard).includes(node);
+  }
+
+  /**
+   * The fewest nodes any created shard but the meta group (0) is placed on (Infinity when
+   * there is none), found once for this state: the allocator's test for a shard below its
+   * factor, on every pass.
+   */
+  fewestReplicas(): number {
+    if (this.#fewestReplicas === undefined) {
+      let fewest = Number.POSITIVE_INFINITY;
+      for (const shard of this.shards.keys()) {
+        if (shard !== 0) fewest = Math.min(fewest, this.nodesOf(shard).length);
+      }
+      this.#fewestReplicas = fewest;
+    }
+    return this.#fewestReplicas;
   }
 
   /** Whether a move of `shard` is under way (its group's voters are not yet its nodes). */
@@ -965,7 +982,8 @@ export class MetaState {
 
   /**
    * This state is `previous` with `shard` moved from nodes `was` to `now`, moving or not, and
-   * nothing else changed: what `previous` counted (replicaCounts, movingShards) is updated here
+   * nothing else changed: what `previous` counted (replicaCounts, movingShards, fewestReplicas,
+   * while the shard keeps as many nodes) is updated here
    * rather than counted again over every shard. A move or its settling is applied on every
    * node a few times a second during a rebalance, and each state was counted whole (1,024
    * shards) by the member view and the allocator.
@@ -984,6 +1002,8 @@ export class MetaState {
       for (const n of now) next.set(n, (next.get(n) ?? 0) + 1);
       this.#replicaCounts = next;
     }
+    if (previous.#fewestReplicas !== undefined && was.length === now.length)
+      this.#fewestReplicas = previous.#fewestReplicas;
     const list = previous.#moving;
     if (list !== undefined) {
       const without = list.filter((s) => s !== shard);
