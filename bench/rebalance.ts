@@ -10,7 +10,8 @@
  *    values, so that the fill is quick and the data is what a move carries.
  * 3. Steady: Puts of 100-byte values over `--keyspace` other keys (`key-…`) at a fixed
  *    concurrency, routing-blind over the three nodes (grpc-load), in windows of `--window`
- *    seconds, `--steady` seconds in all.
+ *    seconds, `--steady` seconds in all, after `--warmup` seconds of the same load that do not
+ *    count (the fill's flushes and compactions).
  * 4. Starts n4 with the three nodes as its seeds and goes on with the same windows until the
  *    cluster is even: n4 active, every active member within `cluster.rebalance.tolerance`
  *    replicas of the others, no shard moving (a shard's replicas above the factor), held for
@@ -78,6 +79,7 @@ Options:
   --keyspace N          foreground keys (default 20000; 16-byte keys, 100-byte values)
   --channels N          grpc-load connections over the three nodes (default 6)
   --window S            seconds a window (default 10)
+  --warmup S            seconds of load after the fill, not counted (default 15; 0 skips)
   --steady S            steady seconds before the 4th node starts (default 30)
   --max-wait S          give up when not even after this long (default 1800)
   --after S             once even, go on measuring this long: the four nodes' own rate with
@@ -101,6 +103,7 @@ interface Options {
   readonly keyspace: number;
   readonly channels: number;
   readonly windowS: number;
+  readonly warmupS: number;
   readonly steadyS: number;
   readonly maxWaitS: number;
   readonly afterS: number;
@@ -120,6 +123,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       keyspace: { type: "string", default: "20000" },
       channels: { type: "string", default: "6" },
       window: { type: "string", default: "10" },
+      warmup: { type: "string", default: "15" },
       steady: { type: "string", default: "30" },
       "max-wait": { type: "string", default: "1800" },
       after: { type: "string", default: "30" },
@@ -154,6 +158,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       keyspace: int("keyspace", values.keyspace, 1),
       channels: int("channels", values.channels, 1),
       windowS,
+      warmupS: int("warmup", values.warmup, 0),
       steadyS: Math.max(windowS, int("steady", values.steady, 1)),
       maxWaitS: int("max-wait", values["max-wait"], 1),
       afterS: int("after", values.after, 0),
@@ -393,6 +398,17 @@ async function main(argv: readonly string[]): Promise<number> {
       return w;
     };
 
+    // The fill leaves flushes and compactions behind: the load runs a while before the steady
+    // windows count (without it, the first steady window measured them and lowered the rate
+    // every later window was compared with).
+    if (opts.warmupS > 0) {
+      const r = parseGrpcLoad(
+        await runChild(opts.grpcLoad, putArgs(opts.warmupS, 0), opts.warmupS * 3000 + 60_000, log),
+        "put",
+        opts.concurrency,
+      );
+      out(`warm-up   ${opts.warmupS} s, not counted: ${Math.round(r.opsPerSec)} Puts/s`);
+    }
     const steady: LoadWindow[] = [];
     const steadyWindows = Math.max(1, Math.round(opts.steadyS / opts.windowS));
     for (let i = 0; i < steadyWindows; i++) {
