@@ -35,6 +35,14 @@ const BOOT: MetaCommand = {
   members,
 };
 
+/** Shard 5 created on n1..n3, then moved from n2 to n4 (a fourth member), then settled. */
+const MOVE_N2_TO_N4: Record<"four" | "created" | "move" | "settle", MetaCommand> = {
+  four: { ...BOOT, members: [...members, member(4)] },
+  created: { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] },
+  move: { op: "move-shard", shard: 5, from: ["n1", "n2", "n3"], nodes: ["n1", "n4", "n3"] },
+  settle: { op: "settle-shard", shard: 5, nodes: ["n1", "n4", "n3"] },
+};
+
 function state(...cmds: MetaCommand[]): MetaState {
   let s = MetaState.empty();
   for (const c of cmds) s = s.apply(c).state;
@@ -122,15 +130,7 @@ describe("ClusterState", () => {
     const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
     let movesChanged = 0;
     cs.onMovesChanged = () => movesChanged++;
-    const four = { ...BOOT, members: [...members, member(4)] };
-    const created = { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] } as const;
-    const move: MetaCommand = {
-      op: "move-shard",
-      shard: 5,
-      from: ["n1", "n2", "n3"],
-      nodes: ["n1", "n4", "n3"],
-    };
-    const settle: MetaCommand = { op: "settle-shard", shard: 5, nodes: ["n1", "n4", "n3"] };
+    const { four, created, move, settle } = MOVE_N2_TO_N4;
     cs.applied(state(four, created));
     // n2's replica saw the move's configuration (n4 added, n2 not yet removed), and no more.
     views.setShard({ id: 5, leader: "n2", replicas: ["n1", "n2", "n3", "n4"], term: 3 });
@@ -146,15 +146,7 @@ describe("ClusterState", () => {
   it("keeps showing a settled shard where the meta group places it when the replica moved off speaks again or is deleted", async () => {
     const views = new ClusterViewPublisher(1024);
     const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
-    const four = { ...BOOT, members: [...members, member(4)] };
-    const created = { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] } as const;
-    const move: MetaCommand = {
-      op: "move-shard",
-      shard: 5,
-      from: ["n1", "n2", "n3"],
-      nodes: ["n1", "n4", "n3"],
-    };
-    const settle: MetaCommand = { op: "settle-shard", shard: 5, nodes: ["n1", "n4", "n3"] };
+    const { four, created, move, settle } = MOVE_N2_TO_N4;
     const shown = async (): Promise<unknown> => {
       await new Promise((resolve) => setImmediate(resolve));
       return views.current().shards.find((v) => v.id === 5);
