@@ -24,17 +24,6 @@ export function nodeOfReplica(replica: string): string {
   return at < 0 ? replica : replica.slice(0, at);
 }
 
-/** Tags made, by incarnation: asked on every write after a meta change (replicasNow). */
-const tags = new Map<string, string>();
-/** A process knows a few incarnations; the memo is emptied should it ever hold more than this. */
-const MAX_TAGS = 4096;
-
 function incarnationTag(incarnation: string): string {
-  let tag = tags.get(incarnation);
-  if (tag === undefined) {
-    tag = incarnation.replace(/[^A-Za-z0-9]/g, "").slice(0, TAG_CHARS);
-    if (tags.size >= MAX_TAGS) tags.clear();
-    tags.set(incarnation, tag);
-  }
-  return tag;
+  return incarnation.replace(/[^A-Za-z0-9]/g, "").slice(0, TAG_CHARS);
 }

@@ -410,9 +410,7 @@ export class ClusterState {
   #settledHere(previous: MetaState, state: MetaState): void {
     const still = new Set(state.movingShards());
     for (const shard of previous.movingShards()) {
-      if (still.has(shard)) continue;
-      const was = this.#views.shard(shard);
-      if (was !== undefined) this.#views.setShard(this.placedView(was));
+      if (!still.has(shard)) this.#showPlaced(shard);
     }
   }
 
@@ -439,6 +437,11 @@ export class ClusterState {
 
   /** Replica GC deleted this node's replica of `shard`: its view is the meta group's placement. */
   replicaRemoved(shard: number): void {
+    this.#showPlaced(shard);
+  }
+
+  /** Sets this node's view of `shard`, when it has one, through placedView. */
+  #showPlaced(shard: number): void {
     const was = this.#views.shard(shard);
     if (was !== undefined) this.#views.setShard(this.placedView(was));
   }
