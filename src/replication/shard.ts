@@ -572,11 +572,30 @@ export class ShardReplica {
     return null;
   }
 
-  /** applyCommitted from `entries[from]` on, each entry awaited. */
+  /**
+   * applyCommitted from `entries[from]` on (which must wait): each entry that must wait awaited,
+   * the others done at once as applyCommitted does. A new replica's first batch holds the
+   * group's membership changes and then every KV entry of its log; awaiting each of those was
+   * the largest item of a receiving node's apply during a rebalance (bench:rebalance).
+   */
   async #applyFrom(entries: readonly Entry[], from: number): Promise<void> {
     for (let i = from; i < entries.length; i++) {
       const e = entries[i] as Entry;
       let outcome: ProposalOutcome | null = null;
+      if (i > from && e.type !== "conf-change") {
+        if (e.data.length === 0) {
+          if (this.sm.skipNow(e)) {
+            this.#settle(e, null);
+            continue;
+          }
+        } else {
+          const now = this.sm.applyCommandNow(e);
+          if (now !== WAIT) {
+            this.#settle(e, now);
+            continue;
+          }
+        }
+      }
       if (e.type === "conf-change") {
         // The core applies the change at advance(); record the resulting configuration now.
         const cc = decodeConfChange(e.data);
