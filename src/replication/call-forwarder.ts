@@ -12,6 +12,7 @@
  * The answers this node owes its peers go back the same way (reply), dropped, like frames, when
  * the stream is down or over its budget.
  */
+import { randomBytes } from "node:crypto";
 import { status } from "@grpc/grpc-js";
 import type { CallResult } from "../api/grpc-channel.ts";
 import { type CallCut, IntMap } from "../common/index.ts";
@@ -24,6 +25,22 @@ import type { PeerLogger } from "./peer-logger.ts";
 
 /** How often calls in flight are checked against their deadlines (ms). */
 const CALL_SWEEP_MS = 50;
+
+/**
+ * A forwarder's first call id: a random point of the lower half of the ids the wire carries
+ * exactly (2^53), so that a node's ids are not its predecessor's. A peer answers a call on its
+ * stream to the caller's *node*, whichever process runs it by then, and a reply is matched by id
+ * and node: a node restarted while a call of the process before it still waited at the peer (a
+ * write waiting for its shard's quorum) took that late answer for its own call of the same id,
+ * both counted from 1 (chaos seed 800: a Delete answered with the outcome of another key's
+ * put-if, seconds later). Two processes' ids now meet only if one's random start falls within
+ * the other's calls: about (calls a process makes) / 2^52, under one in a billion.
+ */
+function firstCallId(): number {
+  const bytes = randomBytes(7);
+  // 52 random bits: 1 + the first 20 bits × 2^32 + the next 32.
+  return 1 + (bytes.readUIntBE(0, 3) >>> 4) * 0x1_0000_0000 + bytes.readUInt32BE(3);
+}
 
 /** A forwarded call waiting for its answer. */
 interface PendingCall extends StreamCall {
@@ -51,7 +68,7 @@ export class CallForwarder {
    * entries reach (src/common/int-map.ts).
    */
   readonly #calls = new IntMap<PendingCall>();
-  #nextCallId = 1;
+  #nextCallId = firstCallId();
   #sweeper: NodeJS.Timeout | null = null;
 
   constructor(links: PeerLinks, log: PeerLogger) {

@@ -101,6 +101,38 @@ describe("CallForwarder", () => {
     }
   });
 
+  it("a restarted node never takes an answer owed to the process before it", async () => {
+    // n1 forwards a call to n2 and dies before the answer (a write waiting for its quorum);
+    // n1 restarts, a new forwarder, and forwards another call. n2 answers the old call on its
+    // stream to n1, which the new process now holds: that answer must not settle the new call
+    // (chaos seed 800: both ids were 1, and a Delete got another key's put-if outcome).
+    const before = await rig();
+    const dying = before.forwarder.call("n2", "/cairn.v1.KV/Put", Buffer.from("old"), {
+      deadline: soon(),
+    });
+    await eventually("the old call reached n2", () => before.served.length === 1);
+    const old = before.served[0];
+    assert.ok(old !== undefined);
+    await before.close();
+    assert.equal((await dying).code, status.UNAVAILABLE);
+    const after = await rig();
+    try {
+      const pending = after.forwarder.call("n2", "/cairn.v1.KV/Delete", Buffer.from("new"), {
+        deadline: soon(),
+      });
+      await eventually("the new call reached n2", () => after.served.length === 1);
+      const call = after.served[0];
+      assert.ok(call !== undefined);
+      after.forwarder.receiveReply("n2", answer(old.id, status.FAILED_PRECONDITION));
+      after.forwarder.receiveReply("n2", answer(call.id));
+      const result = await pending;
+      assert.equal(result.code, status.OK);
+      assert.deepEqual(result.message, Buffer.from(`answer ${call.id}`));
+    } finally {
+      await after.close();
+    }
+  });
+
   it("a refusal keeps its status and details, with no message", async () => {
     const r = await rig();
     try {
