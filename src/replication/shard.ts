@@ -555,21 +555,29 @@ export class ShardReplica {
    */
   applyCommitted(entries: readonly Entry[]): Promise<void> | null {
     for (let i = 0; i < entries.length; i++) {
-      const e = entries[i] as Entry;
-      if (e.type === "conf-change") return this.#applyFrom(entries, i);
-      let outcome: ApplyOutcome | null;
-      if (e.data.length === 0) {
-        if (!this.sm.skipNow(e)) return this.#applyFrom(entries, i);
-        outcome = null;
-      } else {
-        const now = this.sm.applyCommandNow(e);
-        if (now === WAIT) return this.#applyFrom(entries, i);
-        outcome = now;
-      }
-      this.#settle(e, outcome);
+      if (!this.#applyNow(entries[i] as Entry)) return this.#applyFrom(entries, i);
     }
     this.#serveReads();
     return null;
+  }
+
+  /**
+   * Applies `e` before returning and answers its proposal when it need not wait (a KV or empty
+   * entry the engine takes at once); false, with nothing done, when it must be awaited.
+   */
+  #applyNow(e: Entry): boolean {
+    if (e.type === "conf-change") return false;
+    let outcome: ApplyOutcome | null;
+    if (e.data.length === 0) {
+      if (!this.sm.skipNow(e)) return false;
+      outcome = null;
+    } else {
+      const now = this.sm.applyCommandNow(e);
+      if (now === WAIT) return false;
+      outcome = now;
+    }
+    this.#settle(e, outcome);
+    return true;
   }
 
   /**
@@ -581,21 +589,8 @@ export class ShardReplica {
   async #applyFrom(entries: readonly Entry[], from: number): Promise<void> {
     for (let i = from; i < entries.length; i++) {
       const e = entries[i] as Entry;
+      if (i > from && this.#applyNow(e)) continue;
       let outcome: ProposalOutcome | null = null;
-      if (i > from && e.type !== "conf-change") {
-        if (e.data.length === 0) {
-          if (this.sm.skipNow(e)) {
-            this.#settle(e, null);
-            continue;
-          }
-        } else {
-          const now = this.sm.applyCommandNow(e);
-          if (now !== WAIT) {
-            this.#settle(e, now);
-            continue;
-          }
-        }
-      }
       if (e.type === "conf-change") {
         // The core applies the change at advance(); record the resulting configuration now.
         const cc = decodeConfChange(e.data);
