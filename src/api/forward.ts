@@ -93,6 +93,12 @@ export interface ForwardOptions {
   readonly leaders?: {
     shardOf(key: Uint8Array): number;
     watch(listener: (shard: number, leader: string | null) => void): () => void;
+    /**
+     * What a forwarded write found about its shard's leader: `leader` served it (or a refusal
+     * named it), or null when the node tried did not (unreachable, or refused naming none).
+     * How a node learns the leaders of shards it holds no replica of (KvStore.leaderElsewhere).
+     */
+    learned?(shard: number, leader: string | null): void;
   };
   /**
    * Sends a forward over the peer streams instead of a gRPC call of its own (GrpcTransport.call:
@@ -279,8 +285,29 @@ export class Forwarder {
       if (newLeader !== null && result.code === status.CANCELLED) {
         return { ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) };
       }
+      if (shard !== null && method !== "Get") this.#learn(shard, leader, result);
       return reply(result, (bytes) => def.responseDeserialize(bytes) as Res, leader, address);
     });
+  }
+
+  /**
+   * Tells `leaders.learned` what a forwarded write to `leader` found (only a shard's leader
+   * serves a write; a linearizable Get may be served by a follower, so Gets teach nothing).
+   */
+  #learn(shard: number, leader: NodeId, result: CallResult): void {
+    const learned = this.#options.leaders?.learned;
+    if (learned === undefined) return;
+    if (result.code === status.OK) {
+      learned(shard, leader);
+      return;
+    }
+    if (!result.sent) {
+      learned(shard, null);
+      return;
+    }
+    if (trailer(result, ERROR_CODE_KEY) !== "CAIRN_ERR_NOT_LEADER") return;
+    const hint = trailer(result, LEADER_HINT_KEY);
+    learned(shard, hint !== undefined && hint !== leader ? hint : null);
   }
 
   /** The shard of a forwarded request, when leaders are followed. */
@@ -375,6 +402,12 @@ function reply<Res>(
   const metadata = metadataOf(r.trailers);
   if (metadata.get(LEADER_HINT_KEY).length === 0) metadata.set(LEADER_HINT_KEY, leader);
   return { ok: false, error: { code: r.code, details: r.details, metadata } };
+}
+
+/** The first value of trailing metadata `key` in a call's result. */
+function trailer(r: CallResult, key: string): string | undefined {
+  for (const [k, v] of r.trailers) if (k === key) return v;
+  return undefined;
 }
 
 function deadlineMs(d: Date | number): number {

@@ -21,9 +21,10 @@ export interface KvStore {
   get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null>;
   scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }>;
   /**
-   * The node that leads `key`'s shard when this node follows it and knows that leader: a Put or
-   * Delete here would be refused naming it, so the API forwards it at once rather than through
-   * the refusal. null otherwise. Optional: without it every write goes through the store.
+   * The node a Put or Delete of `key` here would be refused naming (the leader of its shard
+   * when this node follows it and knows that leader; for a shard this node holds no replica
+   * of, where it is likely led), so the API forwards it at once rather than through the
+   * refusal. null otherwise. Optional: without it every write goes through the store.
    */
   leaderElsewhere?(key: Uint8Array): string | null;
 }

@@ -677,6 +677,7 @@ export class CairnNode implements HealthSource {
             this.#leaderListeners.add(listener);
             return () => this.#leaderListeners.delete(listener);
           },
+          learned: (shard, leader) => store.noteLeader(shard, leader),
         },
       },
     };

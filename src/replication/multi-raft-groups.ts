@@ -264,6 +264,23 @@ export class Groups {
     return now !== undefined && now.length > 0 && !now.includes(this.#host.replicaId);
   }
 
+  /**
+   * Whether a request for shard `id`, not open here, would be refused naming another node
+   * (shardForRequest's NotLeaderError): the meta state records the shard on other nodes only,
+   * and this node is not taking a replica of it. False before the meta state records the shard
+   * (its creation goes through shardForRequest).
+   */
+  placedAway(id: number): boolean {
+    if (this.#host.options.transport === undefined || this.#host.shards.has(id)) return false;
+    const now = this.#host.options.replicasNow?.(id);
+    return (
+      now !== undefined &&
+      now.length > 0 &&
+      !now.includes(this.#host.replicaId) &&
+      this.#host.options.acceptsReplica?.(id) !== true
+    );
+  }
+
   /** The open shard `id`, opened now if needed; `forRequest` when a client request needs it. */
   shard(id: number, forRequest = false): Promise<ShardReplica> {
     const s = this.#host.shards.get(id);

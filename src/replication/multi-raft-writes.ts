@@ -33,6 +33,8 @@ export interface WritesHost {
   placedOn(id: number): readonly string[];
   /** A move took the shard's replica open here off this node (Groups.placedElsewhere). */
   placedElsewhere(id: number): boolean;
+  /** The shard is not open here and placed on other nodes only (Groups.placedAway). */
+  placedAway(id: number): boolean;
   /** The open shard `id`, opened now if needed. */
   shard(id: number): Promise<ShardReplica>;
   /** The group has input for the next round. */
@@ -41,6 +43,11 @@ export interface WritesHost {
 
 export class Writes {
   readonly #host: WritesHost;
+  /**
+   * For shards placed on other nodes only: the node a forward last found leading it
+   * (noteLeader). At most one entry a shard.
+   */
+  readonly #leaderHints = new Map<number, string>();
 
   constructor(host: WritesHost) {
     this.#host = host;
@@ -59,17 +66,19 @@ export class Writes {
   }
 
   /**
-   * The leader of `key`'s shard when this node's replica follows it and knows it: exactly when
-   * #write would refuse a write to that shard naming it (and, as the refusal does, a sleeping
-   * follower is woken to check on its leader). null otherwise: the shard is not open here, this
-   * node leads or an election is under way, or the node is closed or failed.
+   * The node a write of `key` goes to when #write would refuse it naming another node: the
+   * leader of the shard when this node's replica follows it and knows it (and, as the refusal
+   * does, a sleeping follower is woken to check on its leader); for a shard placed on other
+   * nodes only, the one of them a forward last found leading it (noteLeader), else its
+   * first-ranked replica, as the refusal names. null otherwise: this node leads, an election is
+   * under way, the shard is not recorded yet, or the node is closed or failed.
    */
   leaderElsewhere(key: Uint8Array): string | null {
     if (this.#host.stopped()) return null;
     const id = this.#host.shardOf(key);
     const shard = this.#host.shards.get(id);
-    if (shard === undefined) return null;
-    if (this.#host.placedElsewhere(id)) return leaderNode(this.#host.placedOn(id)[0]) ?? null;
+    if (shard === undefined) return this.#host.placedAway(id) ? this.#likelyLeader(id) : null;
+    if (this.#host.placedElsewhere(id)) return this.#likelyLeader(id);
     const raw = shard.raw;
     if (raw.role !== "follower" || raw.lead === null) return null;
     if (raw.quiesced) {
@@ -77,6 +86,31 @@ export class Writes {
       this.#host.markDirty(shard);
     }
     return leaderNode(raw.lead);
+  }
+
+  /**
+   * What a forward of a write to shard `id` found: `node` leads it (it served the write, or a
+   * replica's refusal named it), or null: the node tried did not (unreachable, or refused
+   * naming none). Kept for shards this node holds no replica of (see leaderElsewhere): without
+   * it, a write to a shard whose first-ranked replica does not lead goes there first and is
+   * sent on from its refusal, two hops for one.
+   */
+  noteLeader(id: number, node: string | null): void {
+    if (!Number.isInteger(id) || id < 0) return;
+    if (node === null) this.#leaderHints.delete(id);
+    else if (this.#host.placedAway(id) || this.#host.placedElsewhere(id))
+      this.#leaderHints.set(id, node);
+  }
+
+  /** Where a write to shard `id`, placed on other nodes only, goes (see leaderElsewhere). */
+  #likelyLeader(id: number): string | null {
+    const placed = this.#host.placedOn(id);
+    const hint = this.#leaderHints.get(id);
+    if (hint !== undefined) {
+      for (const r of placed) if (nodeOfReplica(r) === hint) return hint;
+      this.#leaderHints.delete(id); // no longer a replica of the shard
+    }
+    return leaderNode(placed[0]);
   }
 
   /**

@@ -157,6 +157,7 @@ export class MultiRaft {
       replicasOf: (id: number): readonly string[] => this.#groups.replicasOf(id),
       placedOn: (id: number): readonly string[] => this.#groups.placedOn(id),
       placedElsewhere: (id: number): boolean => this.#groups.placedElsewhere(id),
+      placedAway: (id: number): boolean => this.#groups.placedAway(id),
       shardForRequest: (id: number): Promise<ShardReplica> => this.#groups.shardForRequest(id),
       readBarrier: (s: ShardReplica): Promise<void> => this.#reads.readBarrier(s),
       syncMeta: (): Promise<void> => this.syncMeta(),
@@ -331,9 +332,17 @@ export class MultiRaft {
     return this.#writes.delete(key, expected);
   }
 
-  /** The leader of `key`'s shard when this node's replica follows it and knows it, else null. */
+  /**
+   * The node a write of `key` goes to when this node would refuse it naming another (Writes:
+   * a follower that knows its leader, or a shard placed on other nodes only), else null.
+   */
   leaderElsewhere(key: Uint8Array): string | null {
     return this.#writes.leaderElsewhere(key);
+  }
+
+  /** What a forward to shard `shard` found about its leader (Writes.noteLeader). */
+  noteLeader(shard: number, node: string | null): void {
+    this.#writes.noteLeader(shard, node);
   }
 
   /** Proposes a command to the meta group (shard 0), which this node must lead. */

@@ -294,6 +294,44 @@ describe("forwarding to the shard's leader", () => {
     }
   });
 
+  it("tells the node what a forwarded write found about its shard's leader; a get tells nothing", async () => {
+    const learnt: [number, string | null][] = [];
+    const leaders = {
+      shardOf: (k: Uint8Array) => k.length,
+      watch: () => () => {},
+      learned: (shard: number, leader: string | null) => void learnt.push([shard, leader]),
+    };
+    // n6 believes n2 leads; n2 names n1, which serves the write: the hint, then the answer.
+    const n2 = await startNode("n2e", new FollowerStore("n1"));
+    addresses.set("n2", n2.address);
+    addresses.set("ghost", await closedAddress());
+    try {
+      const n6 = await startNode("n6", new FollowerStore("n2"), { leaders });
+      await call((md, o, cb) => n6.kv.Put({ key: key("learn"), value: key("1") }, md, o, cb));
+      assert.deepEqual(learnt, [
+        [5, "n1"],
+        [5, "n1"],
+      ]);
+      learnt.length = 0;
+      await call((md, o, cb) => n6.kv.Get({ key: key("learn") }, md, o, cb));
+      assert.deepEqual(learnt, [], "a follower may serve a get: it names no leader");
+      await call((md, o, cb) => n6.kv.Delete({ key: key("learn") }, md, o, cb));
+      assert.deepEqual(learnt, [
+        [5, "n1"],
+        [5, "n1"],
+      ]);
+      // The node tried could not be reached: what was learnt of the shard is forgotten.
+      learnt.length = 0;
+      const lost = await startNode("n7", new FollowerStore("ghost"), { leaders });
+      await failure(
+        call((md, o, cb) => lost.kv.Put({ key: key("x"), value: key("1") }, md, o, cb)),
+      );
+      assert.deepEqual(learnt, [[1, null]]);
+    } finally {
+      addresses.set("n2", follower.address);
+    }
+  });
+
   it("answers UNAVAILABLE without a hint when no leader is known", async () => {
     const orphan = await startNode("n4", new FollowerStore(null));
     const err = await failure(

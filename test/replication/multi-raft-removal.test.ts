@@ -4,7 +4,8 @@
  * moved from n3 to n4 (learner, promotion, removal, as src/node/replicas.ts does it), then n3's
  * replica is removed: its directory is gone, its WAL holds only its term and vote, a restart does
  * not reopen it, and a later move back onto n3 creates it again from that term and refills it.
- * The placement the meta group would hold is a map of the test (`placement`).
+ * The placement the meta group would hold is a map of the test (`placement`). Beside it, where a
+ * node holding no replica of a shard sends its writes (leaderElsewhere, noteLeader).
  */
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
@@ -276,6 +277,37 @@ describe("replica removal (replica GC)", () => {
         const item = await again.mr.get(enc.encode(key), true);
         assert.equal(item === null ? null : dec.decode(item.value), `v-${key}`);
       }
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+
+  it("a node holding no replica of a shard sends its writes where a forward found the leader", async () => {
+    const nodes = new Nodes(join(dir, "route"));
+    try {
+      for (const id of ["n1", "n2", "n3", "n4"]) await nodes.start(id);
+      const n1 = nodes.get("n1");
+      const n4 = nodes.get("n4");
+      const [key] = keysOfShard(n1.mr, 1) as [string];
+      await nodes.put(key, "v");
+      await (await nodes.leaderN1()).mr.transferLeader(SHARD, "n2");
+      await eventually("n2 leads", () => nodes.leaderOf(SHARD)?.id === "n2");
+      const k = enc.encode(key);
+      // Nothing learnt: the first-ranked replica, as the store's refusal names.
+      assert.equal(n4.mr.leaderElsewhere(k), "n1");
+      await assert.rejects(n4.mr.put(k, enc.encode("w")), { code: "CAIRN_ERR_NOT_LEADER" });
+      n4.mr.noteLeader(SHARD, "n2");
+      assert.equal(n4.mr.leaderElsewhere(k), "n2", "where a forward found the leader");
+      // A node that is not one of the shard's replicas now is never named; nor a forgotten one.
+      n4.mr.noteLeader(SHARD, "n9");
+      assert.equal(n4.mr.leaderElsewhere(k), "n1");
+      n4.mr.noteLeader(SHARD, "n3");
+      n4.mr.noteLeader(SHARD, null);
+      assert.equal(n4.mr.leaderElsewhere(k), "n1");
+      // On a replica of the shard its own group says who leads, whatever a forward found.
+      await eventually("n1 follows n2", () => n1.mr.leaderElsewhere(k) === "n2");
+      n1.mr.noteLeader(SHARD, "n3");
+      assert.equal(n1.mr.leaderElsewhere(k), "n2");
     } finally {
       await nodes.stopAll();
     }
