@@ -509,8 +509,12 @@ export class MetaState {
   readonly shards: ReadonlyDenseMap<readonly string[]>;
   /** Preferred leaders set by prefer-leader (Admin.TransferLeader), by shard. */
   readonly leaders: ReadonlyMap<number, string>;
-  /** The shards a move placed elsewhere than their initial voters (move-shard), by shard. */
-  readonly placements: ReadonlyMap<number, ShardPlacement>;
+  /**
+   * The shards a move placed elsewhere than their initial voters (move-shard), by shard. A
+   * DenseMap, as `shards` and for the same reason: a move and its settling are applied on every
+   * node a few times a second during a rebalance, each copying this whole.
+   */
+  readonly placements: ReadonlyDenseMap<ShardPlacement>;
   #moving: readonly number[] | undefined;
   #replicaCounts: ReadonlyMap<string, number> | undefined;
   #fewestReplicas: number | undefined;
@@ -522,7 +526,7 @@ export class MetaState {
     members: ReadonlyMap<string, MetaMember>,
     shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = new Map(),
-    placements: ReadonlyMap<number, ShardPlacement> = new Map(),
+    placements: ReadonlyDenseMap<ShardPlacement> = new DenseMap(),
   ) {
     this.clusterId = clusterId;
     this.totalShards = totalShards;
@@ -613,7 +617,7 @@ export class MetaState {
       members,
       DenseMap.of(shards),
       leaders,
-      placements,
+      DenseMap.of(placements),
     );
   }
 
@@ -950,7 +954,7 @@ export class MetaState {
     if (inactive !== undefined) return this.#rejected(`node ${inactive} is not an active member`);
     const unknown = nodes.find((n) => !this.members.has(n));
     if (unknown !== undefined) return this.#rejected(`node ${unknown} is not a member`);
-    const placements = new Map(this.placements);
+    const placements = this.placements.clone();
     const placement = { nodes: [...nodes], moving: true };
     placements.set(shard, placement);
     const replicas = this.shards.get(shard) ?? [];
@@ -968,7 +972,7 @@ export class MetaState {
     const placed = this.placements.get(shard);
     if (placed === undefined || !placed.moving || !sameList(placed.nodes, nodes))
       return this.#same({ kind: "shard-unchanged", shard });
-    const placements = new Map(this.placements);
+    const placements = this.placements.clone();
     const placement = { nodes: placed.nodes, moving: false };
     placements.set(shard, placement);
     const state = this.#with(this.members, this.shards, this.leaders, placements);
@@ -1019,7 +1023,7 @@ export class MetaState {
     members: ReadonlyMap<string, MetaMember>,
     shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = this.leaders,
-    placements: ReadonlyMap<number, ShardPlacement> = this.placements,
+    placements: ReadonlyDenseMap<ShardPlacement> = this.placements,
   ): MetaState {
     return new MetaState(
       this.clusterId,
