@@ -455,8 +455,10 @@ async function main(argv: readonly string[]): Promise<number> {
     // The four nodes with nothing moving: what the cluster does without the moves.
     const settledWindows: LoadWindow[] = [];
     const afterWindows = evenAt === null ? 0 : Math.round(opts.afterS / opts.windowS);
+    if (afterWindows > 0) out(`leaders before the after windows: ${await leadersHeld(nodes)}`);
     for (let i = 0; i < afterWindows && !interrupted; i++)
       settledWindows.push(await window("after", null));
+    if (afterWindows > 0) out(`leaders after them: ${await leadersHeld(nodes)}`);
     const joined = joinedAt;
     const seconds = (at: number | null): string =>
       at === null ? "never" : `${((at - joined) / 1000).toFixed(1)} s`;
@@ -522,3 +524,22 @@ async function main(argv: readonly string[]): Promise<number> {
 }
 
 runBench("bench:rebalance", main);
+
+/**
+ * The shards each node leads, from its own /health (`is_leader`): a node's cluster view shows a
+ * shard moved off it with the leader it last knew, so the views cannot be counted after moves.
+ */
+async function leadersHeld(nodes: readonly Node[]): Promise<string> {
+  const counts = await Promise.all(
+    nodes.map(async (n) => {
+      const { body } = await httpGet(`http://${n.http}/health`);
+      try {
+        const health = JSON.parse(body) as { shards?: { is_leader?: boolean }[] };
+        return `${n.id} ${(health.shards ?? []).filter((s) => s.is_leader === true).length}`;
+      } catch {
+        return `${n.id} ?`;
+      }
+    }),
+  );
+  return counts.join(", ");
+}
