@@ -77,6 +77,65 @@ export interface LoadWindow {
   readonly moving: number;
   /** The 1-minute load average at the window's start. */
   readonly loadAvg: number;
+  /**
+   * The share of the whole machine's CPU time that was busy over the window (not idle, not
+   * waiting for the disk), from /proc/stat: every process, the generator's and the kernel's
+   * too. Null where there is no /proc/stat.
+   */
+  readonly machineBusy: number | null;
+}
+
+/**
+ * The CPU times of /proc/stat's first line (`cpu  user nice system idle iowait irq softirq
+ * steal ...`, in ticks since boot, all cores together), or null when `text` has none.
+ */
+export function machineTicks(text: string): { busy: number; total: number } | null {
+  const line = text.split("\n").find((l) => l.startsWith("cpu "));
+  if (line === undefined) return null;
+  const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number);
+  if (ticks.length < 5 || ticks.some((t) => !Number.isFinite(t))) return null;
+  const total = ticks.reduce((a, t) => a + t, 0);
+  const idle = (ticks[3] ?? 0) + (ticks[4] ?? 0);
+  return { busy: total - idle, total };
+}
+
+/** The busy share of the machine's CPU between two readings of machineTicks, or null. */
+export function busyShare(
+  before: { busy: number; total: number } | null,
+  after: { busy: number; total: number } | null,
+): number | null {
+  if (before === null || after === null || after.total <= before.total) return null;
+  return (after.busy - before.busy) / (after.total - before.total);
+}
+
+/** What a phase's windows cost: the nodes' CPU, per Put and in all, and the machine's. */
+export interface PhaseCost {
+  readonly opsPerSec: number;
+  /** All the nodes' CPU together, in cores, weighted by the windows' seconds. */
+  readonly nodeCores: number;
+  /** nodeCores over opsPerSec, in µs: the nodes' CPU a foreground Put costs, moves included. */
+  readonly nodeMicrosPerPut: number;
+  /** The machine's busy share, weighted by seconds (null when no window has one). */
+  readonly machineBusy: number | null;
+}
+
+export function phaseCost(ws: readonly LoadWindow[]): PhaseCost {
+  const secs = ws.reduce((a, w) => a + w.seconds, 0);
+  const weighted = (f: (w: LoadWindow) => number): number =>
+    secs === 0 ? 0 : ws.reduce((a, w) => a + f(w) * w.seconds, 0) / secs;
+  const opsPerSec = rateOf(ws);
+  const nodeCores = weighted((w) => w.cpuCores.reduce((a, c) => a + c, 0));
+  const busy = ws.filter((w) => w.machineBusy !== null);
+  const busySecs = busy.reduce((a, w) => a + w.seconds, 0);
+  return {
+    opsPerSec,
+    nodeCores,
+    nodeMicrosPerPut: opsPerSec === 0 ? 0 : (nodeCores * 1e6) / opsPerSec,
+    machineBusy:
+      busySecs === 0
+        ? null
+        : busy.reduce((a, w) => a + (w.machineBusy ?? 0) * w.seconds, 0) / busySecs,
+  };
 }
 
 /** The snapshot bytes and CPU of a window, from every node's /metrics before and after it. */
@@ -171,11 +230,11 @@ export function rebalanceTable(
 ): string {
   const s = summarize(steady, rebalance);
   const lines = [
-    "| phase | from s | Put/s | × steady | p50 ms | p99 ms | errors | snapshot MiB/s | nodes' CPU (cores) | new node's replicas | moving | load avg |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| phase | from s | Put/s | × steady | p50 ms | p99 ms | errors | snapshot MiB/s | nodes' CPU (cores) | machine busy | new node's replicas | moving | load avg |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ];
   const row = (phase: string, w: LoadWindow): string =>
-    `| ${phase} | ${fmt(w.startS)} | ${fmt(w.opsPerSec)} | ${fmt(s.steadyOpsPerSec === 0 ? 0 : w.opsPerSec / s.steadyOpsPerSec, 2)} | ${fmt(w.p50, 2)} | ${fmt(w.p99, 2)} | ${fmt(w.errors)} | ${fmt(w.snapshotBytes / MIB / w.seconds, 1)} | ${w.cpuCores.map((c) => fmt(c, 2)).join(" + ")} | ${fmt(w.newNodeReplicas)} | ${fmt(w.moving)} | ${fmt(w.loadAvg, 1)} |`;
+    `| ${phase} | ${fmt(w.startS)} | ${fmt(w.opsPerSec)} | ${fmt(s.steadyOpsPerSec === 0 ? 0 : w.opsPerSec / s.steadyOpsPerSec, 2)} | ${fmt(w.p50, 2)} | ${fmt(w.p99, 2)} | ${fmt(w.errors)} | ${fmt(w.snapshotBytes / MIB / w.seconds, 1)} | ${w.cpuCores.map((c) => fmt(c, 2)).join(" + ")} | ${w.machineBusy === null ? "—" : `${fmt(100 * w.machineBusy)} %`} | ${fmt(w.newNodeReplicas)} | ${fmt(w.moving)} | ${fmt(w.loadAvg, 1)} |`;
   for (const w of steady) lines.push(row("steady", w));
   for (const w of rebalance) lines.push(row("rebalance", w));
   for (const w of after) lines.push(row("after", w));

@@ -20,10 +20,11 @@
  *    moving, which tells what the moves cost from what a fourth process on the same cores does.
  *
  * Each window reports the Put rate against the steady one, its p50 and p99, the snapshot bytes
- * the nodes sent, every node's CPU and where the move stands. CAIRN_* variables reach every
+ * the nodes sent, every node's CPU, how busy the whole machine's CPU was (Linux: /proc/stat)
+ * and where the move stands; the summary gives each phase's node CPU a Put. CAIRN_* variables reach every
  * node (CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC, CAIRN_CLUSTER_REBALANCE_MAX_MOVES, ...).
  */
-import { createWriteStream, readdirSync, statSync } from "node:fs";
+import { createWriteStream, readdirSync, readFileSync, statSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -53,9 +54,13 @@ import {
   watchUntil,
 } from "./cluster-nodes.ts";
 import {
+  busyShare,
   evenness,
   type LoadWindow,
+  machineTicks,
+  type PhaseCost,
   parseSize,
+  phaseCost,
   rebalanceTable,
   summarize,
   windowServerSide,
@@ -367,6 +372,7 @@ async function main(argv: readonly string[]): Promise<number> {
       steadyStartS: number | null,
     ): Promise<LoadWindow> => {
       const loadAvg = loadavg()[0] ?? 0;
+      const ticksBefore = readMachineTicks();
       const before = await scrape();
       const started = performance.now();
       const r = parseGrpcLoad(
@@ -376,6 +382,7 @@ async function main(argv: readonly string[]): Promise<number> {
       );
       const seconds = (performance.now() - started) / 1000;
       const after = await scrape();
+      const machineBusy = busyShare(ticksBefore, readMachineTicks());
       const server = windowServerSide(before, after, seconds);
       const view = follower?.latest ?? null;
       const ev = view === null ? null : evenness(view, members, opts.tolerance, REPLICATION_FACTOR);
@@ -391,9 +398,10 @@ async function main(argv: readonly string[]): Promise<number> {
         newNodeReplicas: ev?.replicas.get(placement.nodeId(all)) ?? 0,
         moving: ev?.moving ?? 0,
         loadAvg,
+        machineBusy,
       };
       out(
-        `${phase.padEnd(9)} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
+        `${phase.padEnd(9)} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}${machineBusy === null ? "" : `  machine ${(100 * machineBusy).toFixed(0)} % busy`}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
       );
       return w;
     };
@@ -489,6 +497,15 @@ async function main(argv: readonly string[]): Promise<number> {
     out(
       `- p99: steady ${s.steadyP99.toFixed(1)} ms (median of the windows); during the rebalance median ${s.medianP99.toFixed(1)} ms, worst window ${s.worstP99.toFixed(1)} ms = **${s.p99Ratio.toFixed(2)}×** steady (goal ≤ 2×)`,
     );
+    const cost = (name: string, c: PhaseCost): string =>
+      `${name} ${Math.round(c.nodeMicrosPerPut)} µs (${c.nodeCores.toFixed(2)} cores${c.machineBusy === null ? "" : `, the machine ${(100 * c.machineBusy).toFixed(0)} % busy`})`;
+    out(
+      `- the nodes' CPU a foreground Put (moves included): ${[
+        cost("steady", phaseCost(steady)),
+        cost("rebalance", phaseCost(rebalance)),
+        ...(settledWindows.length > 0 ? [cost("after", phaseCost(settledWindows))] : []),
+      ].join("; ")}`,
+    );
     if (settledWindows.length > 0)
       out(
         `- after the rebalance (${all} nodes, nothing moving): ${Math.round(a.steadyOpsPerSec)} Puts/s = ${(100 * (s.steadyOpsPerSec === 0 ? 0 : a.steadyOpsPerSec / s.steadyOpsPerSec)).toFixed(0)} % of the ${FIRST_NODES}-node steady rate, p99 ${a.steadyP99.toFixed(1)} ms; the rebalance against it: Puts **${(100 * a.rateRatio).toFixed(0)} %**, worst p99 **${a.p99Ratio.toFixed(2)}×**`,
@@ -524,6 +541,15 @@ async function main(argv: readonly string[]): Promise<number> {
 }
 
 runBench("bench:rebalance", main);
+
+/** /proc/stat's CPU ticks now, or null off Linux. */
+function readMachineTicks(): { busy: number; total: number } | null {
+  try {
+    return machineTicks(readFileSync("/proc/stat", "utf8"));
+  } catch {
+    return null;
+  }
+}
 
 /**
  * The shards each node leads, from its own /health (`is_leader`): a node's cluster view shows a

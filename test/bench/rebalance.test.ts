@@ -6,9 +6,12 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
+  busyShare,
   evenness,
   type LoadWindow,
+  machineTicks,
   parseSize,
+  phaseCost,
   rebalanceTable,
   type ScaleRun,
   scaleOutTable,
@@ -56,6 +59,7 @@ function win(opsPerSec: number, p99: number, snapshotBytes = 0): LoadWindow {
     newNodeReplicas: 0,
     moving: 0,
     loadAvg: 1,
+    machineBusy: null,
   };
 }
 
@@ -144,6 +148,35 @@ describe("bench:rebalance's pieces", () => {
     assert.equal(s.snapshotBytes, 3072);
     const table = rebalanceTable([win(1000, 10)], [win(800, 12)]);
     assert.match(table, /\| rebalance \| 0 \| 800 \| 0\.80 \|/);
+  });
+
+  it("reads the machine's busy share from /proc/stat (idle and iowait are not busy)", () => {
+    const a = machineTicks("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n");
+    const b = machineTicks("cpu  250 0 100 850 100 0 0 0 0 0\n");
+    assert.deepEqual(a, { busy: 150, total: 1000 });
+    // 200 of 300 ticks busy: 150 user and system against 50 idle and 50 iowait.
+    assert.equal(busyShare(a, b), 200 / 300);
+    assert.equal(machineTicks("intr 1 2 3\n"), null);
+    assert.equal(busyShare(a, null), null);
+    assert.equal(busyShare(b, a), null);
+  });
+
+  it("gives each phase's node CPU a Put, weighted by the windows' seconds", () => {
+    const w = (opsPerSec: number, cores: number[], busy: number | null): LoadWindow => ({
+      ...win(opsPerSec, 10),
+      cpuCores: cores,
+      machineBusy: busy,
+    });
+    const c = phaseCost([w(1000, [0.5, 0.5], 0.9), w(3000, [0.5, 0.5, 0.5, 0.5], null)]);
+    assert.equal(c.opsPerSec, 2000);
+    assert.equal(c.nodeCores, 1.5);
+    assert.equal(c.nodeMicrosPerPut, 750);
+    assert.equal(c.machineBusy, 0.9);
+    assert.equal(phaseCost([w(1000, [1], null)]).machineBusy, null);
+    assert.match(
+      rebalanceTable([w(1000, [1], 0.95)], []),
+      /\| steady \| 0 \| 1,000 \| 1\.00 \| [^|]+\| [^|]+\| 0 \| 0\.0 \| 1\.00 \| 95 % \|/,
+    );
   });
 
   it("gives each node's share of the requests served and of the CPU, and the worst deviation from 1/n", () => {
