@@ -85,11 +85,17 @@ export interface LoadWindow {
   readonly machineBusy: number | null;
 }
 
+/** CPU ticks since boot, all cores together: the busy ones and all of them. */
+export interface MachineTicks {
+  readonly busy: number;
+  readonly total: number;
+}
+
 /**
  * The CPU times of /proc/stat's first line (`cpu  user nice system idle iowait irq softirq
- * steal ...`, in ticks since boot, all cores together), or null when `text` has none.
+ * steal ...`), or null when `text` has none; idle and iowait are not busy.
  */
-export function machineTicks(text: string): { busy: number; total: number } | null {
+export function machineTicks(text: string): MachineTicks | null {
   const line = text.split("\n").find((l) => l.startsWith("cpu "));
   if (line === undefined) return null;
   const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number);
@@ -100,10 +106,7 @@ export function machineTicks(text: string): { busy: number; total: number } | nu
 }
 
 /** The busy share of the machine's CPU between two readings of machineTicks, or null. */
-export function busyShare(
-  before: { busy: number; total: number } | null,
-  after: { busy: number; total: number } | null,
-): number | null {
+export function busyShare(before: MachineTicks | null, after: MachineTicks | null): number | null {
   if (before === null || after === null || after.total <= before.total) return null;
   return (after.busy - before.busy) / (after.total - before.total);
 }

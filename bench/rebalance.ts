@@ -21,8 +21,9 @@
  *
  * Each window reports the Put rate against the steady one, its p50 and p99, the snapshot bytes
  * the nodes sent, every node's CPU, how busy the whole machine's CPU was (Linux: /proc/stat)
- * and where the move stands; the summary gives each phase's node CPU a Put. CAIRN_* variables reach every
- * node (CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC, CAIRN_CLUSTER_REBALANCE_MAX_MOVES, ...).
+ * and where the move stands; the summary gives each phase's node CPU a Put. CAIRN_* variables
+ * reach every node (CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC, CAIRN_CLUSTER_REBALANCE_MAX_MOVES,
+ * ...).
  */
 import { createWriteStream, readdirSync, readFileSync, statSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
@@ -57,6 +58,7 @@ import {
   busyShare,
   evenness,
   type LoadWindow,
+  type MachineTicks,
   machineTicks,
   type PhaseCost,
   parseSize,
@@ -543,7 +545,7 @@ async function main(argv: readonly string[]): Promise<number> {
 runBench("bench:rebalance", main);
 
 /** /proc/stat's CPU ticks now, or null off Linux. */
-function readMachineTicks(): { busy: number; total: number } | null {
+function readMachineTicks(): MachineTicks | null {
   try {
     return machineTicks(readFileSync("/proc/stat", "utf8"));
   } catch {
