@@ -260,8 +260,7 @@ export class Groups {
    */
   placedElsewhere(id: number): boolean {
     if (this.#host.options.transport === undefined || !this.#host.shards.has(id)) return false;
-    const now = this.#host.options.replicasNow?.(id);
-    return now !== undefined && now.length > 0 && !now.includes(this.#host.replicaId);
+    return this.#onOthersOnly(id);
   }
 
   /**
@@ -272,13 +271,13 @@ export class Groups {
    */
   placedAway(id: number): boolean {
     if (this.#host.options.transport === undefined || this.#host.shards.has(id)) return false;
+    return this.#onOthersOnly(id) && this.#host.options.acceptsReplica?.(id) !== true;
+  }
+
+  /** Whether the meta state records shard `id` on other nodes only (replicasNow). */
+  #onOthersOnly(id: number): boolean {
     const now = this.#host.options.replicasNow?.(id);
-    return (
-      now !== undefined &&
-      now.length > 0 &&
-      !now.includes(this.#host.replicaId) &&
-      this.#host.options.acceptsReplica?.(id) !== true
-    );
+    return now !== undefined && now.length > 0 && !now.includes(this.#host.replicaId);
   }
 
   /** The open shard `id`, opened now if needed; `forRequest` when a client request needs it. */
