@@ -255,11 +255,18 @@ export class Groups {
 
   /**
    * Whether the shard's replica open here is one a move took off this node (design.md §5.2):
-   * the meta state places the shard on other nodes only. Such a replica serves nothing (its
-   * group no longer sends it entries): requests go to the shard's replicas now.
+   * the meta state places the shard on other nodes only, and the replica does not lead its
+   * group. Such a replica serves nothing (its group moves on without it): requests go to the
+   * shard's replicas now. One that still leads serves until it hands its group over, as the
+   * move does before removing it (src/node/replicas.ts): the meta state places the shard
+   * elsewhere from the move's start, and a leader refusing from then on named the move's
+   * learner, which named the leader back, so the shard took no write for the whole move.
+   * Serving is safe: the group commits only through a quorum of its configuration.
    */
   placedElsewhere(id: number): boolean {
-    if (this.#host.options.transport === undefined || !this.#host.shards.has(id)) return false;
+    if (this.#host.options.transport === undefined) return false;
+    const s = this.#host.shards.get(id);
+    if (s === undefined || s.raw.role === "leader") return false;
     return this.#onOthersOnly(id);
   }
 

@@ -78,7 +78,7 @@ export class Writes {
     const id = this.#host.shardOf(key);
     const shard = this.#host.shards.get(id);
     if (shard === undefined) return this.#host.placedAway(id) ? this.#likelyLeader(id) : null;
-    if (this.#host.placedElsewhere(id)) return this.#likelyLeader(id);
+    if (this.#host.placedElsewhere(id)) return this.#leaderOfMovedOff(shard);
     const raw = shard.raw;
     if (raw.role !== "follower" || raw.lead === null) return null;
     if (raw.quiesced) {
@@ -102,6 +102,22 @@ export class Writes {
       this.#leaderHints.set(id, node);
   }
 
+  /**
+   * Where a write to `shard`, whose replica here a move took off this node, goes: the leader
+   * its group follows while the replica is still in the group's configuration (the move has
+   * not removed it yet: its group still talks to it), else as for a shard not open here.
+   */
+  #leaderOfMovedOff(shard: ShardReplica): string | null {
+    const raw = shard.raw;
+    if (
+      raw.lead !== null &&
+      raw.lead !== raw.id &&
+      (raw.voters.has(raw.id) || raw.learners.has(raw.id))
+    )
+      return leaderNode(raw.lead);
+    return this.#likelyLeader(shard.id);
+  }
+
   /** Where a write to shard `id`, placed on other nodes only, goes (see leaderElsewhere). */
   #likelyLeader(id: number): string | null {
     const placed = this.#host.placedOn(id);
@@ -121,7 +137,11 @@ export class Writes {
   #write(cmd: KvCommand): Promise<ApplyOutcome> {
     const id = this.#host.shardOf(cmd.key);
     const open = this.#host.shards.get(id);
-    if (open === undefined || this.#host.placedElsewhere(id))
+    if (open !== undefined && this.#host.placedElsewhere(id)) {
+      const leader = this.#leaderOfMovedOff(open);
+      return Promise.reject(new NotLeaderError(leader === null ? null : nodeId(leader)));
+    }
+    if (open === undefined)
       return this.#host.shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
     try {
       return this.#proposeWrite(open, cmd);

@@ -313,6 +313,47 @@ describe("replica removal (replica GC)", () => {
     }
   });
 
+  it("a leader whose replica a move takes off its node serves until it hands its group over", async () => {
+    // Found by bench:rebalance: the leader refused every request from the move's start (the
+    // meta state places the shard elsewhere at once), naming the move's learner, which named
+    // the leader back; the shard took no write until the move ended.
+    const nodes = new Nodes(join(dir, "leaving"));
+    try {
+      for (const id of ["n1", "n2", "n3", "n4"]) await nodes.start(id);
+      const [key, other] = keysOfShard(nodes.get("n1").mr, 2) as [string, string];
+      const k = enc.encode(key);
+      await nodes.put(key, "before");
+      const n1 = await nodes.leaderN1();
+      const n2 = nodes.get("n2");
+      const n4 = nodes.get("n4");
+      // The move from n1 to n4 starts: the placement no longer has n1, which still leads.
+      nodes.placement.set(SHARD, ["n4", "n2", "n3"]);
+      const info = n1.mr.shardInfo(SHARD);
+      assert.ok(info !== null);
+      await n1.mr.changeMembership(SHARD, { type: "add-learner", node: nodeId("n4") }, info);
+      await eventually("n4 caught up", () => n1.mr.isCaughtUp(SHARD, "n4"));
+      assert.equal(n1.mr.leaderElsewhere(k), null, "n1 leads: it serves");
+      assert.equal((await n1.mr.put(k, enc.encode("during"))).type, "written");
+      const read = await n1.mr.get(k, true);
+      assert.equal(read === null ? null : dec.decode(read.value), "during");
+      assert.equal(n1.mr.isPlacedElsewhere(SHARD), false);
+      await eventually("n2 follows n1", () => n2.mr.leaderElsewhere(k) === "n1");
+      await eventually("n4 follows n1", () => n4.mr.leaderElsewhere(k) === "n1");
+
+      // Handed over, n1 refuses, naming the new leader; once removed it is placed elsewhere.
+      await n1.mr.changeMembership(SHARD, { type: "add-voter", node: nodeId("n4") });
+      await n1.mr.transferLeader(SHARD, "n2");
+      await eventually("n2 leads", () => nodes.leaderOf(SHARD)?.id === "n2");
+      await eventually("n1 follows n2", () => n1.mr.leaderElsewhere(k) === "n2");
+      await assert.rejects(n1.mr.put(k, enc.encode("refused")), { code: "CAIRN_ERR_NOT_LEADER" });
+      assert.equal(n1.mr.isPlacedElsewhere(SHARD), true);
+      await n2.mr.changeMembership(SHARD, { type: "remove", node: nodeId("n1") });
+      assert.equal((await n2.mr.put(enc.encode(other), enc.encode("after"))).type, "written");
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+
   it("a sole voter moves its replica through a learner (replication_factor 1)", async () => {
     const nodes = new Nodes(join(dir, "sole"), ["n1"]);
     try {
