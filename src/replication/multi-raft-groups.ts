@@ -114,6 +114,11 @@ export class Groups {
     number,
     { readonly voters: readonly string[]; readonly entries: readonly Uint8Array[] }
   >();
+  /**
+   * For shards this node does not serve (placedAway, placedElsewhere): the node a forward last
+   * found leading it (noteLeader). At most one entry a shard.
+   */
+  readonly #leaderHints = new Map<number, string>();
 
   constructor(host: GroupsHost) {
     this.#host = host;
@@ -225,23 +230,71 @@ export class Groups {
 
   /**
    * The shard a client request needs. In a cluster, a shard not open here is opened only on
-   * one of its replicas: elsewhere the request belongs to them (NotLeaderError naming the
-   * first-ranked replica, so the API forwards it), and while the meta group is not known here
-   * no node's replicas are (NotLeaderError without a hint: retry).
+   * one of its replicas: elsewhere the request belongs to them (NotLeaderError naming
+   * leaderToAsk's node, so the API forwards it), and while the meta group is not known here
+   * no node's replicas are (NotLeaderError without a hint: retry). A replica a move took off
+   * this node refuses too (placedElsewhere).
    */
   async shardForRequest(id: number): Promise<ShardReplica> {
     if (this.#host.options.transport !== undefined && !this.#host.shards.has(id)) {
       await this.#host.options.ensureShard?.(id);
-      const replicas = this.placedOn(id);
       if (
-        !replicas.includes(this.#host.replicaId) &&
+        !this.placedOn(id).includes(this.#host.replicaId) &&
         this.#host.options.acceptsReplica?.(id) !== true
       ) {
-        throw new NotLeaderError(leaderNode(replicas[0]));
+        throw this.#refusal(id);
       }
     }
-    if (this.placedElsewhere(id)) throw new NotLeaderError(leaderNode(this.placedOn(id)[0]));
+    if (this.placedElsewhere(id)) throw this.#refusal(id);
     return this.shard(id, true);
+  }
+
+  /** The refusal of a request for shard `id`, which this node does not serve. */
+  #refusal(id: number): NotLeaderError {
+    const leader = this.leaderToAsk(id);
+    return new NotLeaderError(leader === null ? null : nodeId(leader));
+  }
+
+  /**
+   * Where a request for shard `id` goes when this node does not serve it (placedAway,
+   * placedElsewhere), reads and writes alike: for a replica a move took off this node that is
+   * still in its group's configuration (the move has not removed it: its group still talks to
+   * it), the leader it follows; otherwise the one of the shard's replicas now a forward last
+   * found leading it (noteLeader), else the first-ranked. Without the leader, a follower being
+   * moved off named the first-ranked replica, often the move's learner, not caught up (a read
+   * waited there for its snapshot) or naming the leader back (a second hop, which the
+   * forwarder does not take for a call it was sent). null: no replica is known.
+   */
+  leaderToAsk(id: number): string | null {
+    const raw = this.#host.shards.get(id)?.raw;
+    if (
+      raw !== undefined &&
+      raw.lead !== null &&
+      raw.lead !== raw.id &&
+      (raw.voters.has(raw.id) || raw.learners.has(raw.id))
+    ) {
+      return leaderNode(raw.lead);
+    }
+    const placed = this.placedOn(id);
+    const hint = this.#leaderHints.get(id);
+    if (hint !== undefined) {
+      for (const r of placed) if (leaderNode(r) === hint) return hint;
+      this.#leaderHints.delete(id); // no longer a replica of the shard
+    }
+    return leaderNode(placed[0]);
+  }
+
+  /**
+   * What a forward of a request for shard `id` found: `node` leads it (it served the request,
+   * or a replica's refusal named it), or null: the node tried did not (unreachable, or refused
+   * naming none). Kept for shards this node does not serve (see leaderToAsk): without it, a
+   * request for a shard whose first-ranked replica does not lead goes there first and is sent
+   * on from its refusal, two hops for one.
+   */
+  noteLeader(id: number, node: string | null): void {
+    if (!Number.isInteger(id) || id < 0) return;
+    if (node === null) this.#leaderHints.delete(id);
+    else if (this.placedAway(id) || this.placedElsewhere(id)) this.#leaderHints.set(id, node);
   }
 
   /**

@@ -35,6 +35,8 @@ export interface WritesHost {
   placedElsewhere(id: number): boolean;
   /** The shard is not open here and placed on other nodes only (Groups.placedAway). */
   placedAway(id: number): boolean;
+  /** Where a request for a shard this node does not serve goes (Groups.leaderToAsk). */
+  leaderToAsk(id: number): string | null;
   /** The open shard `id`, opened now if needed. */
   shard(id: number): Promise<ShardReplica>;
   /** The group has input for the next round. */
@@ -43,12 +45,6 @@ export interface WritesHost {
 
 export class Writes {
   readonly #host: WritesHost;
-  /**
-   * For shards placed on other nodes only: the node a forward last found leading it
-   * (noteLeader). At most one entry a shard.
-   */
-  readonly #leaderHints = new Map<number, string>();
-
   constructor(host: WritesHost) {
     this.#host = host;
   }
@@ -68,17 +64,17 @@ export class Writes {
   /**
    * The node a write of `key` goes to when #write would refuse it naming another node: the
    * leader of the shard when this node's replica follows it and knows it (and, as the refusal
-   * does, a sleeping follower is woken to check on its leader); for a shard placed on other
-   * nodes only, the one of them a forward last found leading it (noteLeader), else its
-   * first-ranked replica, as the refusal names. null otherwise: this node leads, an election is
-   * under way, the shard is not recorded yet, or the node is closed or failed.
+   * does, a sleeping follower is woken to check on its leader); for a shard this node does not
+   * serve (placed on other nodes only, or a move took its replica here off this node), the
+   * node the refusal names (Groups.leaderToAsk). null otherwise: this node leads, an election
+   * is under way, the shard is not recorded yet, or the node is closed or failed.
    */
   leaderElsewhere(key: Uint8Array): string | null {
     if (this.#host.stopped()) return null;
     const id = this.#host.shardOf(key);
     const shard = this.#host.shards.get(id);
-    if (shard === undefined) return this.#host.placedAway(id) ? this.#likelyLeader(id) : null;
-    if (this.#host.placedElsewhere(id)) return this.#leaderOfMovedOff(shard);
+    if (shard === undefined) return this.#host.placedAway(id) ? this.#host.leaderToAsk(id) : null;
+    if (this.#host.placedElsewhere(id)) return this.#host.leaderToAsk(id);
     const raw = shard.raw;
     if (raw.role !== "follower" || raw.lead === null) return null;
     if (raw.quiesced) {
@@ -86,47 +82,6 @@ export class Writes {
       this.#host.markDirty(shard);
     }
     return leaderNode(raw.lead);
-  }
-
-  /**
-   * What a forward of a write to shard `id` found: `node` leads it (it served the write, or a
-   * replica's refusal named it), or null: the node tried did not (unreachable, or refused
-   * naming none). Kept for shards this node holds no replica of (see leaderElsewhere): without
-   * it, a write to a shard whose first-ranked replica does not lead goes there first and is
-   * sent on from its refusal, two hops for one.
-   */
-  noteLeader(id: number, node: string | null): void {
-    if (!Number.isInteger(id) || id < 0) return;
-    if (node === null) this.#leaderHints.delete(id);
-    else if (this.#host.placedAway(id) || this.#host.placedElsewhere(id))
-      this.#leaderHints.set(id, node);
-  }
-
-  /**
-   * Where a write to `shard`, whose replica here a move took off this node, goes: the leader
-   * its group follows while the replica is still in the group's configuration (the move has
-   * not removed it yet: its group still talks to it), else as for a shard not open here.
-   */
-  #leaderOfMovedOff(shard: ShardReplica): string | null {
-    const raw = shard.raw;
-    if (
-      raw.lead !== null &&
-      raw.lead !== raw.id &&
-      (raw.voters.has(raw.id) || raw.learners.has(raw.id))
-    )
-      return leaderNode(raw.lead);
-    return this.#likelyLeader(shard.id);
-  }
-
-  /** Where a write to shard `id`, placed on other nodes only, goes (see leaderElsewhere). */
-  #likelyLeader(id: number): string | null {
-    const placed = this.#host.placedOn(id);
-    const hint = this.#leaderHints.get(id);
-    if (hint !== undefined) {
-      for (const r of placed) if (nodeOfReplica(r) === hint) return hint;
-      this.#leaderHints.delete(id); // no longer a replica of the shard
-    }
-    return leaderNode(placed[0]);
   }
 
   /**
@@ -138,7 +93,7 @@ export class Writes {
     const id = this.#host.shardOf(cmd.key);
     const open = this.#host.shards.get(id);
     if (open !== undefined && this.#host.placedElsewhere(id)) {
-      const leader = this.#leaderOfMovedOff(open);
+      const leader = this.#host.leaderToAsk(id);
       return Promise.reject(new NotLeaderError(leader === null ? null : nodeId(leader)));
     }
     if (open === undefined)

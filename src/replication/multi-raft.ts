@@ -158,6 +158,7 @@ export class MultiRaft {
       placedOn: (id: number): readonly string[] => this.#groups.placedOn(id),
       placedElsewhere: (id: number): boolean => this.#groups.placedElsewhere(id),
       placedAway: (id: number): boolean => this.#groups.placedAway(id),
+      leaderToAsk: (id: number): string | null => this.#groups.leaderToAsk(id),
       shardForRequest: (id: number): Promise<ShardReplica> => this.#groups.shardForRequest(id),
       readBarrier: (s: ShardReplica): Promise<void> => this.#reads.readBarrier(s),
       syncMeta: (): Promise<void> => this.syncMeta(),
@@ -340,9 +341,9 @@ export class MultiRaft {
     return this.#writes.leaderElsewhere(key);
   }
 
-  /** What a forward to shard `shard` found about its leader (Writes.noteLeader). */
+  /** What a forward to shard `shard` found about its leader (Groups.noteLeader). */
   noteLeader(shard: number, node: string | null): void {
-    this.#writes.noteLeader(shard, node);
+    this.#groups.noteLeader(shard, node);
   }
 
   /** Proposes a command to the meta group (shard 0), which this node must lead. */

@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { CairnError } from "../../src/common/errors.ts";
-import { nodeId } from "../../src/raft/index.ts";
+import { nodeId, type NotLeaderError } from "../../src/raft/index.ts";
 import { GrpcTransport, MultiRaft, type ShardMessage } from "../../src/replication/index.ts";
 import { Wal } from "../../src/storage/index.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
@@ -349,6 +349,49 @@ describe("replica removal (replica GC)", () => {
       assert.equal(n1.mr.isPlacedElsewhere(SHARD), true);
       await n2.mr.changeMembership(SHARD, { type: "remove", node: nodeId("n1") });
       assert.equal((await n2.mr.put(enc.encode(other), enc.encode("after"))).type, "written");
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+
+  it("a replica placed elsewhere sends a linearizable read where it sends a write: to its group's leader", async () => {
+    // Reads named the placement's first node, writes the leader: a follower being moved off
+    // sent a read to the move's learner, which had not caught up (or did not know its leader
+    // yet), and a node holding no replica ignored where a forward had found the leader.
+    const nodes = new Nodes(join(dir, "reads"));
+    try {
+      for (const id of ["n1", "n2", "n3", "n4"]) await nodes.start(id);
+      const [key] = keysOfShard(nodes.get("n1").mr, 1) as [string];
+      const k = enc.encode(key);
+      await nodes.put(key, "v");
+      await nodes.leaderN1();
+      const n3 = nodes.get("n3");
+      const n4 = nodes.get("n4");
+      await eventually("n3 follows n1", () => n3.mr.leaderElsewhere(k) === "n1");
+      const refusal = async (node: TestNode): Promise<string | null> => {
+        try {
+          await node.mr.get(k, true);
+        } catch (err) {
+          assert.equal((err as CairnError).code, "CAIRN_ERR_NOT_LEADER");
+          return (err as NotLeaderError).leader;
+        }
+        assert.fail(`${node.id} served the read`);
+      };
+      // Not placed on n4 yet: a read there names the first-ranked replica, then the leader a
+      // forward found.
+      assert.equal(await refusal(n4), "n1");
+      await (await nodes.leaderN1()).mr.transferLeader(SHARD, "n2");
+      await eventually("n2 leads", () => nodes.leaderOf(SHARD)?.id === "n2");
+      n4.mr.noteLeader(SHARD, "n2");
+      assert.equal(await refusal(n4), "n2");
+      assert.equal(n4.mr.leaderElsewhere(k), "n2");
+      // The move of n3's replica to n4 starts: n4 ranks first, and n3, a follower still in its
+      // group, names the leader it follows for a read as for a write.
+      nodes.placement.set(SHARD, ["n4", "n1", "n2"]);
+      await eventually("n3 follows n2", () => n3.mr.leaderElsewhere(k) === "n2");
+      assert.equal(n3.mr.isPlacedElsewhere(SHARD), true);
+      assert.equal(await refusal(n3), "n2");
+      await assert.rejects(n3.mr.put(k, enc.encode("w")), { leader: "n2" });
     } finally {
       await nodes.stopAll();
     }
