@@ -45,9 +45,11 @@ describe("a five-node cluster, three replicas a shard (real processes)", () => {
     await cluster.startAll();
     await cluster.ready(60_000);
   });
+  let failed = false;
   after(async () => {
     await cluster.killAll();
-    await rm(dir, { recursive: true, force: true });
+    // A failure keeps the data directories and the logs (saveLogs) for its diagnosis.
+    if (!failed) await rm(dir, { recursive: true, force: true });
   });
 
   it(
@@ -56,57 +58,73 @@ describe("a five-node cluster, three replicas a shard (real processes)", () => {
       timeout: 180_000,
     },
     async () => {
-      const written: string[] = [];
-      for (let i = 0; i < KEYS; i++) {
-        const key = `five-${String(i).padStart(4, "0")}`;
-        const via = cluster.nodes[i % 5]?.client as Clients;
-        await retryingKv(via, "Put", { key: Buffer.from(key), value: Buffer.from(`v${i}`) });
-        written.push(key);
-      }
-      written.sort();
-
-      // Every node misses some of the shards these keys fall in. The meta group's leader may
-      // be moving a few replicas to even the nodes out (a move has four voters for a while):
-      // the view is read once none is under way. (Shard 0, the meta group, has every founding
-      // node as a voter.)
-      let view = await clusterView(cluster.nodes[0]?.client as Clients);
-      await eventually("no shard is being moved", async () => {
-        view = await clusterView(cluster.nodes[0]?.client as Clients);
-        return view.shards.every((s) => s.id === 0 || s.replicas.length === 3);
-      });
-      const shards = new Set(written.map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS)));
-      for (const n of cluster.nodes) {
-        const held = view.shards.filter((s) => shards.has(s.id) && s.replicas.includes(n.id));
-        assert.ok(held.length < shards.size, `${n.id} holds every shard of the keys`);
-      }
-
-      for (const n of cluster.nodes) {
-        const c = n.client as Clients;
-        assert.deepEqual(await scanAll(c, "LINEARIZABLE", 1000), written, `${n.id} linearizable`);
-        assert.deepEqual(await scanAll(c, "LINEARIZABLE", 7), written, `${n.id} in pages of 7`);
-        // A serializable scan reads each shard's replica where it runs, which may not have
-        // applied the last writes yet: it must catch up, never miss a key for good.
-        await eventually(`${n.id} serializable: every key`, async () => {
-          const got = await scanAll(c, "SERIALIZABLE", 1000);
-          return JSON.stringify(got) === JSON.stringify(written);
-        });
-      }
-
-      // A Get through a node holding no replica of the key's shard, both consistencies.
-      for (const key of written.slice(0, 20)) {
-        const shard = shardForKey(Buffer.from(key), TOTAL_SHARDS);
-        const replicas = view.shards.find((s) => s.id === shard)?.replicas ?? [];
-        const outsider = cluster.nodes.find((n) => !replicas.includes(n.id));
-        assert.ok(outsider !== undefined);
-        for (const consistency of ["LINEARIZABLE", "SERIALIZABLE"]) {
-          const got = await retryingKv(outsider.client as Clients, "Get", {
-            key: Buffer.from(key),
-            consistency,
-          });
-          assert.equal(got["found"], true, `${key} through ${outsider.id} (${consistency})`);
-        }
+      try {
+        await scansAndGets(cluster);
+      } catch (err) {
+        failed = true;
+        throw new Error(`${String(err)}\n${cluster.saveLogs(join(dir, "logs"))}`, { cause: err });
       }
       await cluster.stopAll();
     },
   );
 });
+
+/** The test's body: writes keys, then scans and Gets them through every node. */
+async function scansAndGets(cluster: LocalCluster): Promise<void> {
+  const written: string[] = [];
+  for (let i = 0; i < KEYS; i++) {
+    const key = `five-${String(i).padStart(4, "0")}`;
+    const via = cluster.nodes[i % 5];
+    await retryingKv(via?.client as Clients, "Put", {
+      key: Buffer.from(key),
+      value: Buffer.from(`v${i}`),
+    }).catch((err: unknown) => {
+      const shard = shardForKey(Buffer.from(key), TOTAL_SHARDS);
+      throw new Error(`Put ${key} (shard ${shard}) through ${via?.id}: ${String(err)}`);
+    });
+    written.push(key);
+  }
+  written.sort();
+
+  // Every node misses some of the shards these keys fall in. The meta group's leader may
+  // be moving a few replicas to even the nodes out (a move has four voters for a while):
+  // the view is read once none is under way. (Shard 0, the meta group, has every founding
+  // node as a voter.)
+  let view = await clusterView(cluster.nodes[0]?.client as Clients);
+  await eventually("no shard is being moved", async () => {
+    view = await clusterView(cluster.nodes[0]?.client as Clients);
+    return view.shards.every((s) => s.id === 0 || s.replicas.length === 3);
+  });
+  const shards = new Set(written.map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS)));
+  for (const n of cluster.nodes) {
+    const held = view.shards.filter((s) => shards.has(s.id) && s.replicas.includes(n.id));
+    assert.ok(held.length < shards.size, `${n.id} holds every shard of the keys`);
+  }
+
+  for (const n of cluster.nodes) {
+    const c = n.client as Clients;
+    assert.deepEqual(await scanAll(c, "LINEARIZABLE", 1000), written, `${n.id} linearizable`);
+    assert.deepEqual(await scanAll(c, "LINEARIZABLE", 7), written, `${n.id} in pages of 7`);
+    // A serializable scan reads each shard's replica where it runs, which may not have
+    // applied the last writes yet: it must catch up, never miss a key for good.
+    await eventually(`${n.id} serializable: every key`, async () => {
+      const got = await scanAll(c, "SERIALIZABLE", 1000);
+      return JSON.stringify(got) === JSON.stringify(written);
+    });
+  }
+
+  // A Get through a node holding no replica of the key's shard, both consistencies.
+  for (const key of written.slice(0, 20)) {
+    const shard = shardForKey(Buffer.from(key), TOTAL_SHARDS);
+    const replicas = view.shards.find((s) => s.id === shard)?.replicas ?? [];
+    const outsider = cluster.nodes.find((n) => !replicas.includes(n.id));
+    assert.ok(outsider !== undefined);
+    for (const consistency of ["LINEARIZABLE", "SERIALIZABLE"]) {
+      const got = await retryingKv(outsider.client as Clients, "Get", {
+        key: Buffer.from(key),
+        consistency,
+      });
+      assert.equal(got["found"], true, `${key} through ${outsider.id} (${consistency})`);
+    }
+  }
+}

@@ -273,6 +273,24 @@ export class LocalCluster {
     return this.nodes.filter((n) => n.server !== null);
   }
 
+  /**
+   * Each node's logs, for a failed test: written whole to `dir` (one file a node), and each
+   * node's last `tail` lines at WARN or above returned, for the failure's message (a CI log
+   * keeps no data directory).
+   */
+  saveLogs(dir: string, tail = 15): string {
+    mkdirSync(dir, { recursive: true });
+    const out: string[] = [`node logs in ${dir}`];
+    for (const n of this.nodes) {
+      const lines = n.server?.lines ?? [];
+      writeFileSync(join(dir, `${n.id}.log`), lines.join("\n") + "\n");
+      const loud = lines.filter((l) => /"level":"(WARN|ERROR|FATAL)"/.test(l)).slice(-tail);
+      out.push(`--- ${n.id}: ${lines.length} lines, the last ${loud.length} at WARN or above:`);
+      out.push(...loud);
+    }
+    return out.join("\n");
+  }
+
   /** Whether every running node's /health says `healthy` (for `eventually`). */
   async allHealthy(): Promise<boolean> {
     for (const n of this.running()) {
