@@ -4,7 +4,8 @@
  */
 import assert from "node:assert/strict";
 import http2, { type ClientHttp2Session, type IncomingHttpHeaders } from "node:http2";
-import { createServer, type Server } from "node:net";
+import { createServer, type Server, type Socket } from "node:net";
+import { Duplex } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { ErrorCode, ServerConnection, type ServerStream } from "../../src/api/h2/connection.ts";
 import { encodeHeaders } from "../../src/api/h2/hpack.ts";
@@ -433,6 +434,119 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 });
+
+describe("HTTP/2 server connection: frames cut anywhere by the socket", () => {
+  /**
+   * A socket whose reads are the chunks the test hands it (net.Socket's events and calls the
+   * connection uses), so that every cut is exactly where the test puts it: inside a frame's
+   * header, in its payload, on its boundary. What the connection writes is kept.
+   */
+  function fakeSocket(): { socket: Socket; written: Buffer[]; feed(chunk: Buffer): void } {
+    const written: Buffer[] = [];
+    const duplex = new Duplex({
+      read() {},
+      write(chunk: Buffer, _encoding, done) {
+        written.push(chunk);
+        done();
+      },
+    });
+    return {
+      socket: duplex as unknown as Socket,
+      written,
+      feed: (chunk) => duplex.emit("data", chunk),
+    };
+  }
+
+  /** A request with DATA frames of these sizes (the last one ends the stream). */
+  function request(sizes: readonly number[]): { bytes: Buffer; body: Buffer } {
+    const parts: Buffer[] = [PREFACE, frame(0x4, 0, 0), frame(0x1, 0x4, 1, REQUEST)];
+    const body: Buffer[] = [];
+    sizes.forEach((size, i) => {
+      const data = Buffer.alloc(size);
+      for (let j = 0; j < size; j++) data[j] = (i * 31 + j) & 0xff;
+      body.push(data);
+      parts.push(frame(0x0, i === sizes.length - 1 ? 0x1 : 0, 1, data));
+    });
+    return { bytes: Buffer.concat(parts), body: Buffer.concat(body) };
+  }
+
+  /** Feeds `bytes` in chunks of the sizes `cut` gives, in turn; returns the body the stream got. */
+  function deliver(bytes: Buffer, cut: (i: number) => number): { body: Buffer; ended: boolean } {
+    const { socket, feed } = fakeSocket();
+    const chunks: Buffer[] = [];
+    let ended = false;
+    new ServerConnection(socket, {
+      onStream: (stream) => {
+        stream.onData = (chunk) => chunks.push(Buffer.from(chunk));
+        stream.onEnd = () => {
+          ended = true;
+        };
+      },
+      onClose: () => undefined,
+    });
+    for (let at = 0, i = 0; at < bytes.length; i++) {
+      const n = Math.max(1, cut(i));
+      // A copy: the socket's buffer is the connection's to keep or drop.
+      feed(Buffer.from(bytes.subarray(at, at + n)));
+      at += n;
+    }
+    return { body: Buffer.concat(chunks), ended };
+  }
+
+  it("reads every frame whole whichever byte a chunk ends on", () => {
+    const { bytes, body } = request([16_384, 1, 9_000, 0, 16_384, 700]);
+    // Steady sizes 1..20 (every offset of a frame's 9-byte header is a cut), sizes around a
+    // frame's, and a seeded mix of small and large.
+    let seed = 7;
+    const random = (): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed;
+    };
+    const cuts: ((i: number) => number)[] = [
+      ...Array.from({ length: 20 }, (_, k) => () => k + 1),
+      () => 16_393,
+      () => 16_392,
+      () => 16_394,
+      () => 65_536,
+      (i) => (i % 2 === 0 ? 5 : 30_000),
+      () => (random() % 3 === 0 ? 1 + (random() % 12) : 1 + (random() % 40_000)),
+    ];
+    for (const [k, cut] of cuts.entries()) {
+      const got = deliver(bytes, cut);
+      assert.ok(got.ended, `cut ${k}: the stream ended`);
+      assert.ok(got.body.equals(body), `cut ${k}: the body arrived intact`);
+    }
+  });
+
+  it("refuses a frame over 16 KiB as soon as its header is whole, even when cut inside it", () => {
+    for (const split of [1, 4, 8]) {
+      const { socket, written, feed } = fakeSocket();
+      new ServerConnection(socket, { onStream: () => undefined, onClose: () => undefined });
+      feed(Buffer.concat([PREFACE, frame(0x4, 0, 0)]));
+      const big = frame(0x0, 0, 1, Buffer.alloc(0), 1 << 20).subarray(0, 9);
+      feed(big.subarray(0, split));
+      feed(big.subarray(split));
+      const out = Buffer.concat(written);
+      const goaway = parseFrames(out).find((f) => f.type === 0x7);
+      assert.ok(goaway !== undefined, `split at ${split}: a GOAWAY`);
+      assert.equal(goaway.payload.readUInt32BE(4), ErrorCode.FRAME_SIZE_ERROR);
+    }
+  });
+});
+
+/** The frames in `bytes` (whole ones). */
+function parseFrames(bytes: Buffer): { type: number; payload: Buffer }[] {
+  const frames: { type: number; payload: Buffer }[] = [];
+  for (let at = 0; at + 9 <= bytes.length;) {
+    const length = bytes.readUIntBE(at, 3);
+    frames.push({
+      type: bytes[at + 3] as number,
+      payload: bytes.subarray(at + 9, at + 9 + length),
+    });
+    at += 9 + length;
+  }
+  return frames;
+}
 
 /** A request's header block (HPACK without indexing: every block decodes on its own). */
 const REQUEST = encodeHeaders([

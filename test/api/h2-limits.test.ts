@@ -301,11 +301,18 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
       for (let i = 0; i < 1000; i++) {
         frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, encodeBlock(grpcRequest(UNARY))));
       }
+      const sent = performance.now();
       client.send(Buffer.concat(frames));
       assert.equal(await client.goAwayCode(), E.ENHANCE_YOUR_CALM);
+      // The budget: 100 resets, and one more for every 10 ms the node took to read the frames
+      // (its bucket refills at 100 a second: on a loaded machine a few more get through).
+      const budget = 101 + Math.floor(((performance.now() - sent) * 100) / 1000);
       await client.whenClosed;
       const refused = client.frames.filter((f) => f.type === T.RST_STREAM).length;
-      assert.ok(refused <= 101, `${refused} streams refused before the GOAWAY`);
+      assert.ok(
+        refused <= budget,
+        `${refused} streams refused before the GOAWAY (budget ${budget})`,
+      );
     } finally {
       client.destroy();
       await limited.close();

@@ -98,6 +98,11 @@ const DEFAULT_WINDOW = 65_535;
 const MAX_WINDOW = 2 ** 31 - 1;
 /** The largest frame payload this side accepts (the protocol's default; we do not raise it). */
 const MAX_FRAME_SIZE = 16_384;
+
+/** The payload length in the frame header at `at` of `buf` (24 bits). */
+function frameLength(buf: Buffer, at: number): number {
+  return ((buf[at] as number) << 16) | ((buf[at + 1] as number) << 8) | (buf[at + 2] as number);
+}
 const EMPTY = Buffer.alloc(0);
 
 /** What the core needs to know of this side's settings. */
@@ -481,10 +486,28 @@ export abstract class ConnectionCore<S extends CoreStream> {
       }
       chunk = rest;
     }
-    let buf = this.#input === null ? chunk : Buffer.concat([this.#input, chunk]);
+    let buf = chunk;
+    const partial = this.#input;
     this.#input = null;
     try {
       let at = 0;
+      if (partial !== null) {
+        if (this.#prefaceSeen) {
+          // The last chunk ended inside a frame: only that frame's missing bytes are copied
+          // to it, and the rest of this chunk is read in place. (Joining the whole chunk to
+          // it copied every chunk a stream's frames straddle: a 64-KiB buffer a socket read,
+          // which made a node receiving snapshots run a full GC several times a second.)
+          const frame = this.#completeFrame(partial, chunk);
+          if (frame === null) {
+            buf = EMPTY; // all of it kept (#input)
+          } else {
+            buf = chunk.subarray(frame.length - partial.length);
+            this.#readFrames(frame, 0);
+          }
+        } else {
+          buf = Buffer.concat([partial, chunk]);
+        }
+      }
       if (!this.#prefaceSeen) {
         if (buf.length < PREFACE.length) {
           if (!PREFACE.subarray(0, buf.length).equals(buf)) {
@@ -499,20 +522,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
         this.#prefaceSeen = true;
         at = PREFACE.length;
       }
-      while (buf.length - at >= FRAME_HEADER && !this.#closed && !this.#failed) {
-        const length =
-          ((buf[at] as number) << 16) | ((buf[at + 1] as number) << 8) | (buf[at + 2] as number);
-        if (length > MAX_FRAME_SIZE) {
-          throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, `a frame of ${length} bytes`);
-        }
-        if (buf.length - at < FRAME_HEADER + length) break;
-        const type = buf[at + 3] as number;
-        const flags = buf[at + 4] as number;
-        const streamId = buf.readUInt32BE(at + 5) & 0x7fffffff;
-        const payload = buf.subarray(at + FRAME_HEADER, at + FRAME_HEADER + length);
-        at += FRAME_HEADER + length;
-        this.#onFrame(type, flags, streamId, payload);
-      }
+      at = this.#readFrames(buf, at);
       if (at < buf.length && !this.#failed) {
         // Keep the partial frame (copied when it is a view of a larger chunk).
         buf = buf.subarray(at);
@@ -524,6 +534,55 @@ export abstract class ConnectionCore<S extends CoreStream> {
       else if (err instanceof HpackError) this.fail(ErrorCode.COMPRESSION_ERROR, err.message);
       else this.#failInternally(err);
     }
+  }
+
+  /**
+   * Handles the whole frames of `buf` from `at`; returns where the first incomplete one starts.
+   * Throws ConnectionError on a frame over MAX_FRAME_SIZE (before its payload has arrived).
+   */
+  #readFrames(buf: Buffer, at: number): number {
+    while (buf.length - at >= FRAME_HEADER && !this.#closed && !this.#failed) {
+      const length = frameLength(buf, at);
+      if (length > MAX_FRAME_SIZE) {
+        throw new ConnectionError(ErrorCode.FRAME_SIZE_ERROR, `a frame of ${length} bytes`);
+      }
+      if (buf.length - at < FRAME_HEADER + length) break;
+      const type = buf[at + 3] as number;
+      const flags = buf[at + 4] as number;
+      const streamId = buf.readUInt32BE(at + 5) & 0x7fffffff;
+      const payload = buf.subarray(at + FRAME_HEADER, at + FRAME_HEADER + length);
+      at += FRAME_HEADER + length;
+      this.#onFrame(type, flags, streamId, payload);
+    }
+    return at;
+  }
+
+  /**
+   * The frame `partial` (a prefix of one, kept from earlier chunks) completed with the first
+   * bytes of `chunk`: a new buffer holding exactly that frame. null when `chunk` does not
+   * complete it: what it had of the frame is kept for the next chunk. A header announcing a
+   * frame over MAX_FRAME_SIZE is returned as is, for #readFrames to refuse.
+   */
+  #completeFrame(partial: Buffer, chunk: Buffer): Buffer | null {
+    let head = partial;
+    let used = 0;
+    if (head.length < FRAME_HEADER) {
+      const take = Math.min(FRAME_HEADER - head.length, chunk.length);
+      head = Buffer.concat([head, chunk.subarray(0, take)]);
+      used = take;
+      if (head.length < FRAME_HEADER) {
+        this.#input = head;
+        return null;
+      }
+    }
+    const length = frameLength(head, 0);
+    if (length > MAX_FRAME_SIZE) return head;
+    const missing = FRAME_HEADER + length - head.length;
+    if (chunk.length - used < missing) {
+      this.#input = Buffer.concat([head, chunk.subarray(used)]);
+      return null;
+    }
+    return Buffer.concat([head, chunk.subarray(used, used + missing)]);
   }
 
   /**
