@@ -47,6 +47,8 @@ export class SnapshotFile implements SnapshotSink {
   /** The writes queued, in order; settles when the last is done. */
   #chain: Promise<void>;
   #queued = 0;
+  /** Bytes handed to write() so far: the file's size once closed. */
+  #size = 0;
   #failure: unknown = undefined;
   #closed = false;
   #discarded = false;
@@ -61,6 +63,7 @@ export class SnapshotFile implements SnapshotSink {
   write(bytes: Buffer): void {
     if (this.#closed) throw new Error("SnapshotFile: write after close");
     this.#queued++;
+    this.#size += bytes.length;
     this.#chain = this.#chain.then(async () => {
       if (this.#failure !== undefined) return;
       const handle = await this.#handle;
@@ -89,6 +92,7 @@ export class SnapshotFile implements SnapshotSink {
   result(): { readonly data: Uint8Array; readonly stream: SnapshotStream } {
     let state: "closed" | "reading" | "released" = "closed";
     const path = this.path;
+    const size = this.#size;
     const release = (): void => {
       if (state === "released") return;
       state = "released";
@@ -102,8 +106,11 @@ export class SnapshotFile implements SnapshotSink {
         async *chunks(): AsyncGenerator<Uint8Array> {
           if (state !== "closed") throw gone();
           state = "reading";
+          if (size === 0) return;
           // Opened now: once open, a release (which unlinks the file) does not cut the read.
-          const stream = createReadStream(path, { highWaterMark: READ_BYTES });
+          // Its end given, each read allocates what is left to read (up to READ_BYTES), not
+          // READ_BYTES and a copy of a short last read, and no read finds the end.
+          const stream = createReadStream(path, { highWaterMark: READ_BYTES, end: size - 1 });
           for await (const chunk of stream as AsyncIterable<Buffer>) yield chunk;
         },
         release,

@@ -9,7 +9,14 @@ import { CairnError } from "../../common/index.ts";
 import { CorruptionError, fsyncDir } from "../common/index.ts";
 import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
-import { BLOCK_BYTES, ByteSink, KIND_DELETE, KIND_PUT, putEntry } from "./format.ts";
+import {
+  BLOCK_BYTES,
+  ByteSink,
+  entryLength,
+  KIND_DELETE,
+  KIND_PUT,
+  writeEntry,
+} from "./format.ts";
 import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
 import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
@@ -986,11 +993,31 @@ export class LsmEngine implements BudgetMember {
       }
       const built: BuiltTable[] = [];
       let seq = -1;
-      let sink = new ByteSink(1 << 20);
+      // A table's entries (views of the stream's frames) until they reach its target size,
+      // then encoded into a buffer of exactly their size: one allocation a table, none grown
+      // (a sink grown by doubling, and a fresh one after the last table, were 3-4 MiB of
+      // buffers a 1-MiB shard, which kept a node receiving snapshots in full GCs).
+      let keys: string[] = [];
+      let values: Uint8Array[] = [];
+      let bytes = 0;
       const submit = async (): Promise<void> => {
-        if (sink.length === 0) return;
+        if (keys.length === 0) return;
+        // Not from Buffer's shared pool: the buffer is handed over (transferred) to the worker.
+        const sink = new ByteSink(bytes, Buffer.allocUnsafeSlow(bytes));
+        for (let i = 0; i < keys.length; i++) {
+          sink.length = writeEntry(
+            sink.buf,
+            sink.length,
+            keys[i] as string,
+            KIND_PUT,
+            seq,
+            values[i] as Uint8Array,
+          );
+        }
+        keys = [];
+        values = [];
+        bytes = 0;
         const data = sink.view();
-        sink = new ByteSink(1 << 20);
         const numbers = this.#allocate(1);
         await this.#madeDir();
         built.push(
@@ -1012,8 +1039,11 @@ export class LsmEngine implements BudgetMember {
           seq = item.seq;
           continue;
         }
-        putEntry(sink, keyFromBytes(item.key), KIND_PUT, seq, item.value);
-        if (sink.length >= this.#targetFileBytes) await submit();
+        const key = keyFromBytes(item.key);
+        keys.push(key);
+        values.push(item.value);
+        bytes += entryLength(key.length, item.value.length);
+        if (bytes >= this.#targetFileBytes) await submit();
       }
       await submit();
       committing = true;

@@ -14,11 +14,19 @@ const END_MAGIC = Buffer.from("CAIRNEND", "latin1");
 const VERSION = 1;
 const FRAME_TARGET = 1 << 20;
 
-function frame(body: Buffer): Uint8Array {
-  const out = Buffer.allocUnsafe(8 + body.length);
+/** A sink for one frame: its body is written after room left for the frame's header. */
+function frameSink(bodyCapacity: number): ByteSink {
+  const sink = new ByteSink(8 + bodyCapacity);
+  sink.length = 8;
+  return sink;
+}
+
+/** The frame `sink` holds (frameSink), its header written in place: no copy of the body. */
+function frame(sink: ByteSink): Uint8Array {
+  const out = sink.view();
+  const body = out.subarray(8);
   out.writeUInt32LE(body.length, 0);
   out.writeUInt32LE(crc32c(body), 4);
-  body.copy(out, 8);
   return out;
 }
 
@@ -26,12 +34,12 @@ export function* encodeSnapshotFrames(
   seq: number,
   entries: Iterable<[Uint8Array, Uint8Array]>,
 ): Generator<Uint8Array> {
-  const header = new ByteSink(32);
+  const header = frameSink(20);
   header.bytes(HEADER_MAGIC);
   header.u32(VERSION);
   header.u64(seq);
-  yield frame(header.view());
-  let body = new ByteSink(FRAME_TARGET + 4096);
+  yield frame(header);
+  let body = frameSink(FRAME_TARGET + 4096);
   let count = 0;
   for (const [key, value] of entries) {
     body.varint(key.length);
@@ -39,16 +47,16 @@ export function* encodeSnapshotFrames(
     body.varint(value.length);
     body.bytes(value);
     count++;
-    if (body.length >= FRAME_TARGET) {
-      yield frame(body.view());
-      body = new ByteSink(FRAME_TARGET + 4096);
+    if (body.length - 8 >= FRAME_TARGET) {
+      yield frame(body);
+      body = frameSink(FRAME_TARGET + 4096);
     }
   }
-  if (body.length > 0) yield frame(body.view());
-  const end = new ByteSink(16);
+  if (body.length > 8) yield frame(body);
+  const end = frameSink(16);
   end.bytes(END_MAGIC);
   end.u64(count);
-  yield frame(end.view());
+  yield frame(end);
 }
 
 export type SnapshotItem =
