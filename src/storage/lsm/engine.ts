@@ -9,14 +9,7 @@ import { CairnError } from "../../common/index.ts";
 import { CorruptionError, fsyncDir } from "../common/index.ts";
 import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
-import {
-  BLOCK_BYTES,
-  ByteSink,
-  entryLength,
-  KIND_DELETE,
-  KIND_PUT,
-  writeEntry,
-} from "./format.ts";
+import { BLOCK_BYTES, ByteSink, entryLength, KIND_DELETE, KIND_PUT, writeEntry } from "./format.ts";
 import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
 import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
