@@ -98,12 +98,12 @@ const DEFAULT_WINDOW = 65_535;
 const MAX_WINDOW = 2 ** 31 - 1;
 /** The largest frame payload this side accepts (the protocol's default; we do not raise it). */
 const MAX_FRAME_SIZE = 16_384;
+const EMPTY = Buffer.alloc(0);
 
 /** The payload length in the frame header at `at` of `buf` (24 bits). */
 function frameLength(buf: Buffer, at: number): number {
   return ((buf[at] as number) << 16) | ((buf[at + 1] as number) << 8) | (buf[at + 2] as number);
 }
-const EMPTY = Buffer.alloc(0);
 
 /** What the core needs to know of this side's settings. */
 export interface CoreOptions {

@@ -9,7 +9,7 @@ import { CairnError } from "../../common/index.ts";
 import { CorruptionError, fsyncDir } from "../common/index.ts";
 import { keyHash } from "./bloom.ts";
 import type { BudgetMember, LsmEnvironment } from "./environment.ts";
-import { BLOCK_BYTES, ByteSink, entryLength, KIND_DELETE, KIND_PUT, writeEntry } from "./format.ts";
+import { BLOCK_BYTES, entryLength, KIND_DELETE, KIND_PUT, writeEntry } from "./format.ts";
 import { MemIterator, MergingIterator, TableIterator, type InternalIterator } from "./iterators.ts";
 import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
@@ -996,21 +996,14 @@ export class LsmEngine implements BudgetMember {
       const submit = async (): Promise<void> => {
         if (keys.length === 0) return;
         // Not from Buffer's shared pool: the buffer is handed over (transferred) to the worker.
-        const sink = new ByteSink(bytes, Buffer.allocUnsafeSlow(bytes));
+        const data = Buffer.allocUnsafeSlow(bytes);
+        let at = 0;
         for (let i = 0; i < keys.length; i++) {
-          sink.length = writeEntry(
-            sink.buf,
-            sink.length,
-            keys[i] as string,
-            KIND_PUT,
-            seq,
-            values[i] as Uint8Array,
-          );
+          at = writeEntry(data, at, keys[i] as string, KIND_PUT, seq, values[i] as Uint8Array);
         }
         keys = [];
         values = [];
         bytes = 0;
-        const data = sink.view();
         const numbers = this.#allocate(1);
         await this.#madeDir();
         built.push(
