@@ -229,6 +229,34 @@ export class Groups {
   }
 
   /**
+   * Opens shard `id`'s group here if it may never have started: this node holds no state for
+   * it (no WAL record, not opened) and its replica is one of the group's initial voters. Opened
+   * that way, the group starts as a request would start it (its first-ranked initial voter leads
+   * the founding term, the others follow it or elect). Returns the open under way, or null
+   * when the group is not one to start here.
+   *
+   * For a shard the meta group moved before any replica opened its group: a group is opened by
+   * the first request or message that reaches one of its replicas, and every request then goes
+   * to the shard's first-ranked node, the move's new one, which is not an initial voter and so
+   * starts empty, waiting for a leader that no initial voter was ever asked to be. Nothing
+   * would open the group, and the shard would refuse every request for good (the five-node
+   * e2e test: a shard created and moved within the same second).
+   */
+  startGroup(id: number): Promise<ShardReplica> | null {
+    const host = this.#host;
+    if (host.options.transport === undefined || host.closed()) return null;
+    if (host.shards.has(id) || this.#opening.has(id) || host.whenRemoved(id) !== undefined) {
+      return null;
+    }
+    if (host.options.ownsShard?.(id) === false) return null;
+    if (!this.replicasOf(id).includes(host.replicaId)) return null;
+    const wal = host.wal;
+    if (wal.hardState(id) !== undefined || wal.snapshot(id) !== undefined) return null;
+    if (wal.firstIndex(id) > 1 || wal.lastIndex(id) > 0 || wal.isDropped(id)) return null;
+    return this.shard(id);
+  }
+
+  /**
    * The shard a client request needs. In a cluster, a shard not open here is opened only on
    * one of its replicas: elsewhere the request belongs to them (NotLeaderError naming
    * leaderToAsk's node, so the API forwards it), and while the meta group is not known here

@@ -401,6 +401,16 @@ export class MultiRaft {
   }
 
   /**
+   * Opens shard `id`'s group here if it may never have started (this node holds no state for it
+   * and is one of its initial voters): a move of a shard whose group no replica opened needs a
+   * leader to run it (Groups.startGroup). Resolves once open; null: not one to start here.
+   */
+  startGroup(id: number): Promise<void> | null {
+    this.#groups.checkShardId(id);
+    return this.#groups.startGroup(id)?.then(() => undefined) ?? null;
+  }
+
+  /**
    * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
    * whether keys remain after the last one returned (multi-raft-scan.ts).
    */

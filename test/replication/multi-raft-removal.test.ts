@@ -397,6 +397,52 @@ describe("replica removal (replica GC)", () => {
     }
   });
 
+  it("a shard moved before any replica opened its group is started by its initial voters (startGroup)", async () => {
+    // The five-node e2e test: a shard created for a Put and moved at once, before the Put
+    // reached an initial voter. Every request goes to the move's new node, whose replica starts
+    // empty and waits for a leader no initial voter was asked to be.
+    const nodes = new Nodes(join(dir, "unopened"));
+    try {
+      for (const id of ["n1", "n2", "n3", "n4"]) await nodes.start(id);
+      nodes.placement.set(SHARD, ["n4", "n2", "n3"]);
+      const n1 = nodes.get("n1");
+      const n4 = nodes.get("n4");
+      const [key] = keysOfShard(n1.mr, 1) as [string];
+      await assert.rejects(n4.mr.put(enc.encode(key), enc.encode("v")), {
+        code: "CAIRN_ERR_NOT_LEADER",
+      });
+      assert.equal(n4.mr.shardInfo(SHARD)?.leader, null, "n4's replica waits for a leader");
+      // Not an initial voter (n4), or already open (n4 too): nothing to start.
+      assert.equal(n4.mr.startGroup(SHARD), null);
+      assert.equal(nodes.leaderOf(SHARD), undefined);
+      // n1, the first-ranked initial voter, holds nothing of the shard: it starts the group and
+      // leads its founding term; the group's other replicas open on its messages.
+      const started = n1.mr.startGroup(SHARD);
+      assert.ok(started !== null);
+      await started;
+      assert.equal(n1.mr.startGroup(SHARD), null, "open now");
+      await eventually("n1 leads", () => nodes.leaderOf(SHARD)?.id === "n1");
+      await eventually("n2 follows", () => nodes.get("n2").mr.shardInfo(SHARD)?.leader === "n1");
+      assert.equal(nodes.get("n2").mr.startGroup(SHARD), null, "n2 holds the group's state");
+      // The move can run now: n4 holds the shard's writes as a voter.
+      await nodes.move("n1", "n4");
+      await nodes.put(key, "after the move");
+      assert.deepEqual(nodes.leaderOf(SHARD)?.mr.shardInfo(SHARD)?.voters.toSorted(), [
+        "n2",
+        "n3",
+        "n4",
+      ]);
+      const leader = nodes.leaderOf(SHARD) as TestNode;
+      await eventually("n4 applied the write", () => {
+        const info = n4.mr.shardInfo(SHARD);
+        return info !== null && info.applied >= (leader.mr.shardInfo(SHARD)?.commit ?? Infinity);
+      });
+      assert.deepEqual(nodes.fatals, []);
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+
   it("a sole voter moves its replica through a learner (replication_factor 1)", async () => {
     const nodes = new Nodes(join(dir, "sole"), ["n1"]);
     try {

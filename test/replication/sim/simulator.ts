@@ -353,16 +353,6 @@ class DriverSim {
     this.#size = count;
     const chaosMs = options.chaosMs ?? 3000;
     this.#moves = count > FOUNDERS ? drawMoveProfile(this.#moveRng, count, chaosMs) : null;
-    if (this.#moves !== null) {
-      // A key in every shard, so that the final reads open every group: a move settles through
-      // its group's leader, and a shard no client ever touched has no group (a node creates a
-      // shard for a request, and its replicas open it then; here every shard is created first).
-      const keys = [...this.#profile.keys];
-      for (let i = 0; new Set(keys.map(shardOfKey)).size < TOTAL_SHARDS && i < 1000; i++) {
-        if (!keys.map(shardOfKey).includes(shardOfKey(`s${i}`))) keys.push(`s${i}`);
-      }
-      this.#profile = { ...this.#profile, keys };
-    }
     // Three nodes: a spare beside the three initial voters, which random membership changes add
     // to groups (as a learner, then a voter) and remove members, the leader among them. Four or
     // five: the cluster is founded on three, and the others join it (moves.ts).
@@ -1802,10 +1792,6 @@ class DriverSim {
       throw new ViolationFound({ kind: "linearizability", message: verdict.report });
     }
   }
-}
-
-function shardOfKey(key: string): number {
-  return shardForKey(enc.encode(key), TOTAL_SHARDS);
 }
 
 function toOutput(input: RegisterInput, result: ApplyOutcome | StoredItem | null): RegisterOutput {
