@@ -17,6 +17,8 @@ import type { CairnError } from "../../src/common/errors.ts";
 import { nodeId, type NotLeaderError } from "../../src/raft/index.ts";
 import { GrpcTransport, MultiRaft, type ShardMessage } from "../../src/replication/index.ts";
 import { Wal } from "../../src/storage/index.ts";
+import { type MetaCommand, type MetaMember, MetaState } from "../../src/cluster/index.ts";
+import { replaceReplicas } from "../../src/node/replicas.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
 
 const enc = new TextEncoder();
@@ -397,14 +399,34 @@ describe("replica removal (replica GC)", () => {
     }
   });
 
-  it("a shard moved before any replica opened its group is started by its initial voters (startGroup)", async () => {
+  it("a shard moved before any replica opened its group is started by its initial voters and moved", async () => {
     // The five-node e2e test: a shard created for a Put and moved at once, before the Put
     // reached an initial voter. Every request goes to the move's new node, whose replica starts
-    // empty and waits for a leader no initial voter was asked to be.
+    // empty and waits for a leader no initial voter was asked to be. The upkeep pass every node
+    // runs (replaceReplicas, src/node/replicas.ts) now opens the group on its initial voters.
     const nodes = new Nodes(join(dir, "unopened"));
+    const member = (id: string): MetaMember => ({ id, rpcAddr: `${id}:1`, httpAddr: `${id}:2` });
+    let meta = MetaState.empty().apply({
+      op: "bootstrap",
+      clusterId: CLUSTER,
+      totalShards: TOTAL_SHARDS,
+      replicationFactor: 3,
+      members: ["n1", "n2", "n3"].map(member),
+    }).state;
+    const command = (cmd: MetaCommand): void => {
+      meta = meta.apply(cmd).state;
+      nodes.placement.set(SHARD, [...meta.nodesOf(SHARD)]);
+    };
+    command({ op: "set-member", member: member("n4") });
+    command({ op: "create-shard", shard: SHARD, replicas: ["n1", "n2", "n3"] });
+    command({
+      op: "move-shard",
+      shard: SHARD,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n4", "n2", "n3"],
+    });
     try {
       for (const id of ["n1", "n2", "n3", "n4"]) await nodes.start(id);
-      nodes.placement.set(SHARD, ["n4", "n2", "n3"]);
       const n1 = nodes.get("n1");
       const n4 = nodes.get("n4");
       const [key] = keysOfShard(n1.mr, 1) as [string];
@@ -412,27 +434,33 @@ describe("replica removal (replica GC)", () => {
         code: "CAIRN_ERR_NOT_LEADER",
       });
       assert.equal(n4.mr.shardInfo(SHARD)?.leader, null, "n4's replica waits for a leader");
-      // Not an initial voter (n4), or already open (n4 too): nothing to start.
+      // Not an initial voter (n4), or already open (n4 too): nothing for startGroup to start.
       assert.equal(n4.mr.startGroup(SHARD), null);
-      assert.equal(nodes.leaderOf(SHARD), undefined);
-      // n1, the first-ranked initial voter, holds nothing of the shard: it starts the group and
-      // leads its founding term; the group's other replicas open on its messages.
-      const started = n1.mr.startGroup(SHARD);
-      assert.ok(started !== null);
-      await started;
-      assert.equal(n1.mr.startGroup(SHARD), null, "open now");
-      await eventually("n1 leads", () => nodes.leaderOf(SHARD)?.id === "n1");
-      await eventually("n2 follows", () => nodes.get("n2").mr.shardInfo(SHARD)?.leader === "n1");
-      assert.equal(nodes.get("n2").mr.startGroup(SHARD), null, "n2 holds the group's state");
-      // The move can run now: n4 holds the shard's writes as a voter.
-      await nodes.move("n1", "n4");
+      // Every node's upkeep passes, until the move is settled (bounded by `eventually`).
+      const changing = new Map([...nodes.nodes.keys()].map((id) => [id, new Set<number>()]));
+      const failures: unknown[] = [];
+      await eventually("the move settled", () => {
+        for (const node of nodes.nodes.values()) {
+          replaceReplicas(
+            node.mr,
+            meta,
+            changing.get(node.id) as Set<number>,
+            (_shard, err) => failures.push(err),
+            {
+              settle: (shard, settled) => {
+                command({ op: "settle-shard", shard, nodes: [...settled] });
+                return Promise.resolve();
+              },
+            },
+          );
+        }
+        return !meta.isMoving(SHARD);
+      });
+      const leader = nodes.leaderOf(SHARD);
+      assert.ok(leader !== undefined);
+      assert.deepEqual(leader.mr.shardInfo(SHARD)?.voters.toSorted(), ["n2", "n3", "n4"]);
+      assert.equal(n1.mr.startGroup(SHARD), null, "n1 holds the group's state");
       await nodes.put(key, "after the move");
-      assert.deepEqual(nodes.leaderOf(SHARD)?.mr.shardInfo(SHARD)?.voters.toSorted(), [
-        "n2",
-        "n3",
-        "n4",
-      ]);
-      const leader = nodes.leaderOf(SHARD) as TestNode;
       await eventually("n4 applied the write", () => {
         const info = n4.mr.shardInfo(SHARD);
         return info !== null && info.applied >= (leader.mr.shardInfo(SHARD)?.commit ?? Infinity);

@@ -109,12 +109,6 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // asleep under its dead leader n2 with no failure detector in this seed, never marked n2
   // dead to redirect the move). A leader leaving hands over to a caught-up, live voter only.
   { seeds: [90199], nodes: 5, what: "a leaving leader handed over to a dead node (moves)" },
-  // Shard 7, which no client touched, moved to n2 n4 n1 before any of its replicas opened its
-  // group: a group opens on a request or message for it, and none reached an initial voter, so
-  // no leader ever ran the move (seed 7080: the move stayed pending; seed 7016: the shard had no
-  // leader). As in the five-node e2e test, where a shard created for a Put moved at once and the
-  // Put, sent to the move's new node, waited there. A moving group's initial voters now open it.
-  { seeds: [7016, 7080], nodes: 4, what: "a shard moved before its group was opened (moves)" },
 ];
 
 describe("driver simulation", () => {

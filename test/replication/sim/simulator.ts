@@ -353,6 +353,19 @@ class DriverSim {
     this.#size = count;
     const chaosMs = options.chaosMs ?? 3000;
     this.#moves = count > FOUNDERS ? drawMoveProfile(this.#moveRng, count, chaosMs) : null;
+    if (this.#moves !== null) {
+      // A key in every shard, so that the clients open every group early, as the product does:
+      // a node creates a shard for a request, which opens its group then; here every shard is
+      // created first. (Without it, seeds found a group first opened after two of its three
+      // initial voters were wiped or killed for good: never a quorum, no leader to move it.
+      // They also found a shard moved before its group was opened, now opened by its initial
+      // voters' upkeep: src/node/replicas.ts, test/replication/multi-raft-removal.test.ts.)
+      const keys = [...this.#profile.keys];
+      for (let i = 0; new Set(keys.map(shardOfKey)).size < TOTAL_SHARDS && i < 1000; i++) {
+        if (!keys.map(shardOfKey).includes(shardOfKey(`s${i}`))) keys.push(`s${i}`);
+      }
+      this.#profile = { ...this.#profile, keys };
+    }
     // Three nodes: a spare beside the three initial voters, which random membership changes add
     // to groups (as a learner, then a voter) and remove members, the leader among them. Four or
     // five: the cluster is founded on three, and the others join it (moves.ts).
@@ -1792,6 +1805,10 @@ class DriverSim {
       throw new ViolationFound({ kind: "linearizability", message: verdict.report });
     }
   }
+}
+
+function shardOfKey(key: string): number {
+  return shardForKey(enc.encode(key), TOTAL_SHARDS);
 }
 
 function toOutput(input: RegisterInput, result: ApplyOutcome | StoredItem | null): RegisterOutput {
