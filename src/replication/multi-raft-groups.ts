@@ -244,7 +244,8 @@ export class Groups {
    */
   startGroup(id: number): Promise<ShardReplica> | null {
     const host = this.#host;
-    if (host.options.transport === undefined || host.closed()) return null;
+    // The meta group is founded by one seed with its bootstrap record (foundShard), never so.
+    if (id === 0 || host.options.transport === undefined || host.closed()) return null;
     if (host.shards.has(id) || this.#opening.has(id) || host.whenRemoved(id) !== undefined) {
       return null;
     }
