@@ -251,10 +251,20 @@ export class Groups {
     }
     if (host.options.ownsShard?.(id) === false) return null;
     if (!this.replicasOf(id).includes(host.replicaId)) return null;
-    const wal = host.wal;
-    if (wal.hardState(id) !== undefined || wal.snapshot(id) !== undefined) return null;
-    if (wal.firstIndex(id) > 1 || wal.lastIndex(id) > 0 || wal.isDropped(id)) return null;
+    if (!this.#logHoldsNothing(id) || host.wal.isDropped(id)) return null;
     return this.shard(id);
+  }
+
+  /**
+   * Whether the WAL holds nothing durable of shard `id`'s group: no hard state, no snapshot,
+   * nothing compacted. (Entries without a hard state are a group's first write cut by a crash:
+   * #openShard starts such a group over.)
+   */
+  #logHoldsNothing(id: number): boolean {
+    const wal = this.#host.wal;
+    return (
+      wal.hardState(id) === undefined && wal.snapshot(id) === undefined && wal.firstIndex(id) <= 1
+    );
   }
 
   /**
@@ -425,11 +435,7 @@ export class Groups {
       // round that syncs it), and kept, a founded group would wait for ever: no commit to apply
       // its configuration, no configuration to campaign with. So the group starts over: a
       // founding rewrites its entries from index 1, a leader's first append replaces them.
-      const isNew =
-        this.#host.wal.hardState(id) === undefined &&
-        this.#host.wal.snapshot(id) === undefined &&
-        this.#host.wal.firstIndex(id) <= 1 &&
-        lsm.flushedSeq === 0;
+      const isNew = this.#logHoldsNothing(id) && lsm.flushedSeq === 0;
       const founding = this.#founding.get(id);
       if (founding !== undefined && !isNew) {
         throw new CairnError(
