@@ -1044,8 +1044,18 @@ class DriverSim {
       const leader = holders.find((n) => n.mr?.shardInfo(shard)?.role === "leader");
       const info = leader?.mr?.shardInfo(shard);
       if (info === null || info === undefined) return false;
-      const serving = info.voters.filter(inService);
-      if (serving.length < meta.replicationFactor) return false;
+      if (info.voters.filter(inService).length < meta.replicationFactor) return false;
+      // Every voter's own view too: a configuration takes effect where it is applied, so a
+      // voter that has not learnt the last change committed still counts the replica it
+      // replaced, and campaigns on the old voters (seed 182497 on four nodes: the leader had
+      // promoted a wiped node's replacement and died for good before any round told the third
+      // voter the promotion was committed; it pre-campaigned for ever on two voters, one
+      // gone). Raft (as in etcd) leaves such a group without a quorum.
+      for (const holder of holders) {
+        const own = holder.mr?.shardInfo(shard);
+        if (own === null || own === undefined || !info.voters.includes(holder.replica)) continue;
+        if (own.voters.filter(inService).length < meta.replicationFactor) return false;
+      }
     }
     return true;
   }
