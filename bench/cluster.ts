@@ -1,13 +1,14 @@
 /**
- * `npm run bench:cluster`: Put and linearizable Get against a local 3-node cluster (issue 10).
+ * `npm run bench:cluster`: Put and linearizable Get against a local 3-node cluster (issue 10), or
+ * one of `--nodes N` founding members (what a node more costs on the same cores).
  *
- * Starts three `cairn serve` processes on 127.0.0.1 (free ports, fresh data directories in a
+ * Starts the `cairn serve` processes on 127.0.0.1 (free ports, fresh data directories in a
  * temporary directory, the settings of scripts/cluster-layout.ts), waits until every node answers
  * /health/quick and the cluster has formed, fills the keyspace (which creates every shard through
  * the meta group), waits until the shards' leaders stop moving, then runs every case:
  *
  * - `grpc-load` (the C++ closed-loop generator beside the repository, ~20 µs of CPU a call):
- *   routing-blind, its connections spread over the three nodes and calls round-robin over the
+ *   routing-blind, its connections spread over the nodes and calls round-robin over the
  *   connections, so about two requests in three reach a node that does not lead the key's shard
  *   and are forwarded, as with etcd's clients;
  * - `cairn bench` (the project's generator, grpc-js): one routing client (`--channels 1`, which
@@ -67,11 +68,9 @@ import {
   serverSide,
 } from "./cluster-lib.ts";
 
-const NODES = 3;
-
 const HELP = `Usage: npm run bench:cluster -- [options]
 
-Starts 3 local cairn serve nodes and measures Put and linearizable Get at several
+Starts 3 (--nodes) local cairn serve nodes and measures Put and linearizable Get at several
 concurrencies with grpc-load (C++, routing-blind) and cairn bench (routes to leaders).
 
 Options:
@@ -85,6 +84,7 @@ Options:
   --grpc-load PATH      the generator (default: env CAIRN_GRPC_LOAD, else
                         ../shared/tools/grpc-load/build/grpc-load beside the repository)
   --settle S            most seconds to wait for the shards' leaders to stop moving (default 60)
+  --nodes N             founding members, replication factor 3 (default 3)
   --cpu-prof DIR        profile every node during each measured case; write DIR/*.cpuprofile
   --top N               functions listed per profile summary (default 25)
   --keep                keep the nodes' data directories and logs
@@ -104,6 +104,7 @@ interface Options {
   readonly channels: number;
   readonly grpcLoad: string;
   readonly settleS: number;
+  readonly nodes: number;
   readonly cpuProf: string | null;
   readonly top: number;
   readonly keep: boolean;
@@ -123,6 +124,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       channels: { type: "string", default: "6" },
       "grpc-load": { type: "string" },
       settle: { type: "string", default: "60" },
+      nodes: { type: "string", default: "3" },
       "cpu-prof": { type: "string" },
       top: { type: "string", default: "25" },
       keep: { type: "boolean", default: false },
@@ -150,6 +152,7 @@ function parseOptions(argv: readonly string[]): Options | "help" {
       channels: number("channels", values.channels, 1, true),
       grpcLoad: resolve(values["grpc-load"] ?? process.env["CAIRN_GRPC_LOAD"] ?? DEFAULT_GRPC_LOAD),
       settleS: number("settle", values.settle, 0, false),
+      nodes: number("nodes", values.nodes, 3, true),
       cpuProf: values["cpu-prof"] === undefined ? null : resolve(values["cpu-prof"]),
       top: number("top", values.top, 1, true),
       keep: values.keep,
@@ -343,8 +346,8 @@ async function main(argv: readonly string[]): Promise<number> {
 
   const baseDir = await mkdtemp(join(tmpdir(), "cairn-bench-cluster-"));
   const avoid = new Set<number>();
-  const rpcPorts = await freePorts(NODES, true, avoid);
-  const httpPorts = await freePorts(NODES, false, avoid);
+  const rpcPorts = await freePorts(opts.nodes, true, avoid);
+  const httpPorts = await freePorts(opts.nodes, false, avoid);
   const at = (ports: number[], i: number): string => `127.0.0.1:${ports[i - 1]}`;
   const placement: Placement = {
     nodeId: (i) => `n${i}`,
@@ -364,7 +367,7 @@ async function main(argv: readonly string[]): Promise<number> {
       `${opts.duration} s measured after ${opts.warmup} s warm-up; keyspace ${opts.keyspace}, 16-byte keys, 100-byte values`,
   );
   out(
-    `nodes: ${Array.from({ length: NODES }, (_, k) => `n${k + 1} ${placement.rpcAdvertise(k + 1)}`).join(", ")}; data and logs in ${baseDir}`,
+    `nodes: ${Array.from({ length: opts.nodes }, (_, k) => `n${k + 1} ${placement.rpcAdvertise(k + 1)}`).join(", ")}; data and logs in ${baseDir}`,
   );
 
   const nodes: Node[] = [];
@@ -383,21 +386,24 @@ async function main(argv: readonly string[]): Promise<number> {
   const rows: Row[] = [];
   let failed = false;
   try {
-    for (let i = 1; i <= NODES; i++)
+    for (let i = 1; i <= opts.nodes; i++)
       nodes.push(
-        startNode(i, placement, baseDir, { clusterSize: NODES, profile: opts.cpuProf !== null }),
+        startNode(i, placement, baseDir, {
+          clusterSize: opts.nodes,
+          profile: opts.cpuProf !== null,
+        }),
       );
     const t0 = performance.now();
     await waitHealthy(nodes, 60_000);
     const formed = await watchUntil(
       nodes,
       60_000,
-      (v) => v.clusterId !== "" && v.nodes.filter((n) => n.state === "alive").length === NODES,
+      (v) => v.clusterId !== "" && v.nodes.filter((n) => n.state === "alive").length === opts.nodes,
     );
     if (formed === null || formed.clusterId === "")
       throw new Error("the cluster did not form within 60 s (no cluster id in node 1's view)");
     out(
-      `cluster ${formed.clusterId} formed: ${NODES} nodes alive (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
+      `cluster ${formed.clusterId} formed: ${opts.nodes} nodes alive (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
     );
 
     const runner: Runner = { opts, nodes, log };

@@ -3,9 +3,10 @@
  * src/node/cluster.ts), one membership change at a time, each pass starting from what the
  * group's configuration is now (so a crash at any step resumes where it stood):
  *
- *   0. a moving shard whose group no replica opened yet (it was moved before any request
- *      reached one of its replicas) is opened by its initial voters: the first-ranked leads it
- *      as a request would have made it, and takes the steps below;
+ *   0. a created shard whose group no replica opened yet (the request that created it never
+ *      reached one of its replicas, or it was moved before any did) is opened by its initial
+ *      voters: the first-ranked leads it as a request would have made it, and takes the steps
+ *      below (without a leader, nothing would re-replicate it when its voters fail);
  *   1. remove a retired replica (its node rejoined with a wiped data directory; the group runs
  *      on its other voters meanwhile);
  *   2. add each of the shard's nodes' current replica that the group lacks, as a learner (the
@@ -127,7 +128,7 @@ export interface ReplicaEffects {
 /**
  * One pass over the groups led here (or over `only` of them): starts the next step of each that
  * needs one (at most one under way per group). Returns how many it started. First, opens the
- * group of a moving shard that may never have started, where this node is one of its initial
+ * group of a created shard that may never have started, where this node is one of its initial
  * voters (step 0 below).
  */
 export function replaceReplicas(
@@ -140,9 +141,11 @@ export function replaceReplicas(
   only?: Iterable<number>,
 ): number {
   if (meta === null || meta.clusterId === null) return 0;
-  // A moving shard whose group no replica opened has no leader to move it: its initial voters
-  // here open it (MultiRaft.startGroup; the next pass finds it led).
-  for (const id of meta.movingShards()) {
+  // A created shard whose group no replica opened (the request that created it never reached
+  // one) has no leader: nothing re-replicates it when its voters fail, nothing moves it. Its
+  // initial voters here open it (MultiRaft.startGroup; the next pass finds it led). A pass
+  // over `only` (the moving shards, between ticks) looks at those.
+  for (const id of only ?? meta.shards.keys()) {
     store.startGroup(id)?.catch((err: unknown) => onError(id, err));
   }
   let started = 0;

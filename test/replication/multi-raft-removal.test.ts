@@ -471,6 +471,48 @@ describe("replica removal (replica GC)", () => {
     }
   });
 
+  it("a created shard no request reached is started by its initial voters", async () => {
+    // The meta group created the shard for a request that then failed before reaching one of
+    // its replicas: without a group anywhere, nothing would replace a failed voter of it.
+    const nodes = new Nodes(join(dir, "created"));
+    const member = (id: string): MetaMember => ({ id, rpcAddr: `${id}:1`, httpAddr: `${id}:2` });
+    const meta = MetaState.empty()
+      .apply({
+        op: "bootstrap",
+        clusterId: CLUSTER,
+        totalShards: TOTAL_SHARDS,
+        replicationFactor: 3,
+        members: ["n1", "n2", "n3"].map(member),
+      })
+      .state.apply({ op: "create-shard", shard: SHARD, replicas: ["n1", "n2", "n3"] }).state;
+    try {
+      for (const id of ["n1", "n2", "n3"]) await nodes.start(id);
+      for (const node of nodes.nodes.values()) assert.equal(node.mr.shardInfo(SHARD), null);
+      const failures: unknown[] = [];
+      await eventually("the group has a leader", () => {
+        for (const node of nodes.nodes.values()) {
+          replaceReplicas(node.mr, meta, new Set(), (_shard, err) => failures.push(err));
+        }
+        return nodes.leaderOf(SHARD) !== undefined;
+      });
+      const leader = nodes.leaderOf(SHARD);
+      assert.deepEqual(leader?.mr.shardInfo(SHARD)?.voters.toSorted(), ["n1", "n2", "n3"]);
+      // A pass over other shards only (between ticks: the moving ones) starts nothing else.
+      const other = SHARD + 1;
+      const more = meta.apply({ op: "create-shard", shard: other, replicas: ["n1", "n2", "n3"] });
+      for (const node of nodes.nodes.values()) {
+        replaceReplicas(node.mr, more.state, new Set(), () => undefined, undefined, undefined, []);
+        assert.equal(node.mr.shardInfo(other), null);
+      }
+      const [key] = keysOfShard(leader?.mr ?? nodes.get("n1").mr, 1) as [string];
+      await nodes.put(key, "v");
+      assert.deepEqual(failures, []);
+      assert.deepEqual(nodes.fatals, []);
+    } finally {
+      await nodes.stopAll();
+    }
+  });
+
   it("a sole voter moves its replica through a learner (replication_factor 1)", async () => {
     const nodes = new Nodes(join(dir, "sole"), ["n1"]);
     try {
