@@ -1156,6 +1156,7 @@ class DriverSim {
     } else {
       this.#crash(node, false);
       node.gone = true;
+      this.#detectGone(node.id);
     }
     // The operator's part afterwards: stop a decommissioned node; remove a dead one.
     const watch = (): void => {
@@ -1164,6 +1165,7 @@ class DriverSim {
         this.#log(`stop ${node.id} for good (decommissioned)`);
         this.#crash(node, false);
         node.gone = true;
+        this.#detectGone(node.id);
         return;
       }
       if (state === "dead" && (this.#meta.replicaCounts().get(node.id) ?? 0) === 0) {
@@ -1388,6 +1390,21 @@ class DriverSim {
     if (roll < 5) this.#crash(victim, true);
     else if (roll < 8) this.#isolate(victim.id, false, 100 + this.#sleepRng.int(600));
     else this.#detect(victim.id);
+  }
+
+  /**
+   * A member stopped for good: SWIM declares it failed on every other node, whatever the
+   * profile's detector does for processes that come back (seed 7414 on five nodes: n3 led a
+   * sleeping group no client touched, was killed for good, and its followers slept on, each
+   * believing n3 led).
+   */
+  #detectGone(gone: string): void {
+    const delay = 1 + this.#moveRng.int(Math.max(this.#profile.detectMs, 400));
+    this.#world.after(delay, this.#network, () => {
+      this.#stats.suspicions++;
+      this.#log(`the others find ${gone} gone`);
+      for (const n of this.#nodes) if (n.id !== gone) n.mr?.wakeGroupsLedBy(gone);
+    });
   }
 
   /**
