@@ -235,12 +235,14 @@ export class Groups {
    * the founding term, the others follow it or elect). Returns the open under way, or null
    * when the group is not one to start here.
    *
-   * For a shard the meta group moved before any replica opened its group: a group is opened by
-   * the first request or message that reaches one of its replicas, and every request then goes
-   * to the shard's first-ranked node, the move's new one, which is not an initial voter and so
-   * starts empty, waiting for a leader that no initial voter was ever asked to be. Nothing
-   * would open the group, and the shard would refuse every request for good (the five-node
-   * e2e test: a shard created and moved within the same second).
+   * A group is opened by the first request or message that reaches one of its replicas; a
+   * created shard may never see one. Its creating request failed before reaching a replica:
+   * no group runs, and nothing would replace its voters when they fail. Or the meta group
+   * moved it first: every request then goes to the shard's first-ranked node, the move's new
+   * one, which is not an initial voter and so starts empty, waiting for a leader that no
+   * initial voter was ever asked to be, and the shard would refuse every request for good
+   * (the five-node e2e test: a shard created and moved within the same second). Every node's
+   * upkeep calls this for the created shards (src/node/replicas.ts).
    */
   startGroup(id: number): Promise<ShardReplica> | null {
     const host = this.#host;
