@@ -109,6 +109,20 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // asleep under its dead leader n2 with no failure detector in this seed, never marked n2
   // dead to redirect the move). A leader leaving hands over to a caught-up, live voter only.
   { seeds: [90199], nodes: 5, what: "a leaving leader handed over to a dead node (moves)" },
+  // A shard moved before any of its replicas opened its group: a group opens on a request or
+  // message for it, and none reached an initial voter, so no leader ever ran the move (seed
+  // 7080: the move stayed pending; 7016: the shard had no leader). As in the five-node e2e
+  // test. Fail with replaceReplicas' step 0 (MultiRaft.startGroup) taken out.
+  { seeds: [7016, 7080], nodes: 4, what: "a shard moved before its group was opened (moves)" },
+  // Shard 7, created and never opened (no client key in it), had no leader once its voters
+  // failed: nothing opened its group. Fail with step 0 over the moving shards only.
+  { seeds: [7477, 7992], nodes: 4, what: "a created shard no request reached (moves)" },
+  // The simulation's own model. 7134: shard 0 is an ordinary group here, which startGroup
+  // never opens: without its client key it was never opened. 7414: a member killed for good
+  // led a sleeping group no client touched; without every node finding it gone (SWIM), its
+  // followers slept on believing it led.
+  { seeds: [7134], nodes: 4, what: "shard 0 opened by its client key (moves)" },
+  { seeds: [7414], nodes: 5, what: "a member stopped for good wakes the groups it led (moves)" },
 ];
 
 describe("driver simulation", () => {
