@@ -31,7 +31,10 @@
  * (`rejoin`): its old one is retired. Each group's leader makes its voters the current replicas
  * of the shard's nodes through membership changes (src/node/replicas.ts), so the initial
  * voters say nothing about the group's voters now. A member's `state` (absent: active) follows
- * its life: joining, active, decommissioning, decommissioned, dead, removed (set-state).
+ * its life: joining, active, decommissioning, decommissioned, dead, removed (set-state). A node
+ * that joins or rejoins under a decommissioned or removed member's id with a data directory
+ * the member never had starts a new life as that member (`joining` again, its last incarnation
+ * retired): a StatefulSet's pod scaled down and up again comes back under its old name.
  *
  * Caveat: addresses are checked for shape only, not parsed.
  */
@@ -43,7 +46,8 @@ import { xxhash64 } from "./routing.ts";
 /**
  * A member's life (design.md §5.2): `joining → active → decommissioning → decommissioned`, or
  * `active → dead → removed`. Only the meta leader changes it (set-state), except `joining`,
- * which a node's own join proposes. Replicas are placed on `active` members only.
+ * which a node's own join proposes (also for a new node under a decommissioned or removed
+ * member's id: #newLife). Replicas are placed on `active` members only.
  */
 export const MEMBER_STATES = [
   "joining",
@@ -60,7 +64,10 @@ export function isMetaHolder(state: MemberState | undefined): boolean {
   return state === "joining" || state === "active" || state === "decommissioning";
 }
 
-/** The state changes set-state may make (a `removed` identity never comes back). */
+/**
+ * The state changes set-state may make (a `removed` member never comes back: a new node under
+ * its id, or a decommissioned one's, starts a new life by joining, #newLife).
+ */
 const TRANSITIONS: Readonly<Record<MemberState, readonly MemberState[]>> = {
   joining: ["active", "dead"],
   active: ["decommissioning", "dead"],
@@ -843,6 +850,7 @@ export class MetaState {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(id);
     if (previous === undefined) return this.#rejected(`${id} is not a member`);
+    if (startsNewLife(previous, incarnation)) return this.#newLife(previous, previous, incarnation);
     if (previous.state === "removed")
       return this.#same({ kind: "rejected", reason: removedReason(id), removed: true });
     if (previous.incarnation === incarnation)
@@ -885,6 +893,12 @@ export class MetaState {
   #join(m: MetaMember): MetaApplyResult {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(m.id);
+    if (
+      previous !== undefined &&
+      m.incarnation !== undefined &&
+      startsNewLife(previous, m.incarnation)
+    )
+      return this.#newLife(previous, m, m.incarnation);
     if (previous?.state === "removed")
       return this.#same({ kind: "rejected", reason: removedReason(m.id), removed: true });
     if (previous !== undefined) {
@@ -900,6 +914,37 @@ export class MetaState {
     return {
       state: this.#with(members, this.shards),
       outcome: { kind: "member-added", member },
+      records: [memberRecord(member)],
+    };
+  }
+
+  /**
+   * Member `previous`, decommissioned or removed, comes back as a new node under its id: a data
+   * directory it never had (startsNewLife). It joins again (`joining`, at `addresses`' rpc and
+   * http addresses), and its last incarnation is retired with the earlier ones, so nothing of
+   * its old life (a replica id, a copy of its data directory) ever votes or serves again: the
+   * identity the groups know is the node id and its incarnation (src/cluster/replica.ts), not
+   * the id alone. What a StatefulSet's pod needs once scaled down and up again, its name reused.
+   */
+  #newLife(
+    previous: MetaMember,
+    addresses: Pick<MetaMember, "rpcAddr" | "httpAddr">,
+    incarnation: string,
+  ): MetaApplyResult {
+    const retired = [...(previous.retired ?? []), previous.incarnation as string];
+    const member = canonicalMember({
+      id: previous.id,
+      rpcAddr: addresses.rpcAddr,
+      httpAddr: addresses.httpAddr,
+      incarnation,
+      retired,
+      state: "joining",
+    });
+    const members = new Map(this.members);
+    members.set(member.id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome: { kind: "member-updated", member, previous },
       records: [memberRecord(member)],
     };
   }
@@ -1127,7 +1172,22 @@ function shardRecord(
 }
 
 function removedReason(id: string): string {
-  return `node id ${id} was removed from the cluster for good; start the new node with another --node-id`;
+  return `node id ${id} was removed from the cluster for good, and this node's data directory is not a new one: it may not serve again. To join under this id again, start the node on an empty data directory (a new node), or use another --node-id`;
+}
+
+/**
+ * Whether a node asking to join or rejoin as member `previous` with data directory
+ * `incarnation` is a new node under a retired member's id: the member was decommissioned or
+ * removed (it holds no replica: both states require it), its incarnation is recorded (so an old
+ * copy of its data directory can be told apart), and `incarnation` is none it ever had.
+ */
+function startsNewLife(previous: MetaMember, incarnation: string): boolean {
+  return (
+    (previous.state === "decommissioned" || previous.state === "removed") &&
+    previous.incarnation !== undefined &&
+    incarnation !== previous.incarnation &&
+    previous.retired?.includes(incarnation) !== true
+  );
 }
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {

@@ -835,16 +835,14 @@ export function spreadLeaders(
 }
 
 /**
- * The cluster id a node at `address` reports in its first cluster view ("" when it has none) and
- * its data directory's incarnation; undefined when it does not answer in time.
- */
-/**
  * Refuses a `rejoin` that would retire a member's incarnation while that incarnation still runs:
  * a node started with a live member's node id (on another address, with another data directory)
- * must not evict it. The meta leader asks the member's recorded address for its incarnation; the
- * rejoin goes ahead only when that incarnation does not answer (the member is down: its data
- * directory was lost and it is being replaced). Called where peers propose meta commands, before
- * the proposal; `probe` is for tests.
+ * must not evict it. The same for a `join` under a decommissioned or removed member's id with
+ * another data directory (a new life, MetaState's #newLife): the member may not have been
+ * stopped. The meta leader asks the member's recorded address for its incarnation; the command
+ * goes ahead only when that incarnation does not answer (the member is down: its data
+ * directory was lost and it is being replaced, or it was retired and stopped). Called where
+ * peers propose meta commands, before the proposal; `probe` is for tests.
  */
 export async function checkRejoin(
   meta: MetaState | null,
@@ -854,24 +852,40 @@ export async function checkRejoin(
     nodeId: string,
   ) => Promise<{ incarnation: string } | undefined> = probeMember,
 ): Promise<void> {
-  if (cmd.op !== "rejoin" || meta === null) return;
-  const member = meta.members.get(cmd.id);
+  if (meta === null) return;
+  let id: string;
+  let incarnation: string | undefined;
+  if (cmd.op === "rejoin") {
+    ({ id, incarnation } = cmd);
+  } else if (cmd.op === "join") {
+    ({ id, incarnation } = cmd.member);
+    const state = meta.stateOf(id);
+    if (state !== "decommissioned" && state !== "removed") return;
+  } else {
+    return;
+  }
+  const member = meta.members.get(id);
   if (
+    incarnation === undefined ||
     member?.incarnation === undefined ||
-    member.incarnation === cmd.incarnation ||
-    member.retired?.includes(cmd.incarnation) === true
+    member.incarnation === incarnation ||
+    member.retired?.includes(incarnation) === true
   ) {
     return;
   }
-  const answer = await probe(member.rpcAddr, cmd.id);
+  const answer = await probe(member.rpcAddr, id);
   if (answer?.incarnation === member.incarnation) {
     throw new CairnError(
       "CAIRN_ERR_DUPLICATE_NODE_ID",
-      `node id ${cmd.id} belongs to a live member at ${member.rpcAddr} (data directory incarnation ${member.incarnation}); a node with another data directory (incarnation ${cmd.incarnation}) may not replace it: node ids must be unique. Start that node with another --node-id, or stop the member first if it is the one being replaced`,
+      `node id ${id} belongs to a live member at ${member.rpcAddr} (data directory incarnation ${member.incarnation}); a node with another data directory (incarnation ${incarnation}) may not replace it: node ids must be unique. Start that node with another --node-id, or stop the member first if it is the one being replaced`,
     );
   }
 }
 
+/**
+ * The cluster id a node at `address` reports in its first cluster view ("" when it has none) and
+ * its data directory's incarnation; undefined when it does not answer in time.
+ */
 export function probeMember(
   address: string,
   nodeId: string,

@@ -9,6 +9,7 @@ import {
   encodeMetaCommand,
   type MetaCommand,
   type MetaMember,
+  type MetaOutcome,
   type MetaRecord,
   MEMBER_STATES,
   MetaState,
@@ -575,6 +576,66 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     assert.match(refused({ op: "set-state", id: "n2", state: "active" }), /final/);
     assert.match(refused({ op: "join", member: { ...N2, incarnation: "new" } }), /removed/);
     assert.match(refused({ op: "rejoin", id: "n2", incarnation: "new" }), /removed/);
+  });
+
+  it("lets a new node under a decommissioned or removed member's id start a new life; never its old data directory", () => {
+    // n2 recorded with incarnation i2; shard 0 moved off it, so it may leave.
+    let s = MetaState.empty().apply({
+      ...BOOT,
+      members: [N1, { ...N2, incarnation: "i2" }, N3],
+    }).state;
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n3"],
+    }).state;
+    s = s.apply({ op: "set-state", id: "n2", state: "decommissioning" }).state;
+    s = s.apply({ op: "set-state", id: "n2", state: "decommissioned" }).state;
+    const refusal = (st: MetaState, cmd: MetaCommand): MetaOutcome => st.apply(cmd).outcome;
+
+    // Decommissioned: a fresh data directory (rejoin, as a node that does not know its cluster
+    // offers first) joins again; its old directory changes nothing.
+    assert.equal(
+      refusal(s, { op: "rejoin", id: "n2", incarnation: "i2" }).kind,
+      "member-unchanged",
+    );
+    const again = s.apply({ op: "rejoin", id: "n2", incarnation: "j2" });
+    assert.equal(again.outcome.kind, "member-updated");
+    assert.equal(again.state.stateOf("n2"), "joining");
+    assert.equal(again.state.replicaOf("n2"), "n2@j2");
+    assert.deepEqual(again.state.members.get("n2")?.retired, ["i2"]);
+    assert.ok(MetaState.load(again.state.records()).equals(again.state));
+
+    // Removed: the old directory is refused for good; a new one joins, at its own addresses.
+    s = s.apply({ op: "set-state", id: "n2", state: "removed" }).state;
+    const old = refusal(s, { op: "join", member: { ...N2, incarnation: "i2" } });
+    assert.ok(old.kind === "rejected" && old.removed === true, JSON.stringify(old));
+    assert.match(old.kind === "rejected" ? old.reason : "", /empty data directory/);
+    const moved = { ...N2, rpcAddr: "10.0.0.9:7447", httpAddr: "10.0.0.9:8080", incarnation: "k2" };
+    const joined = s.apply({ op: "join", member: moved });
+    assert.equal(joined.outcome.kind, "member-updated");
+    s = joined.state;
+    assert.deepEqual(s.members.get("n2"), {
+      ...moved,
+      retired: ["i2"],
+      state: "joining",
+    });
+    assert.deepEqual(s.activeMembers(), ["n1", "n3"]);
+    // Its old directory stays retired in the new life; the new one is admitted once.
+    const back = refusal(s, { op: "rejoin", id: "n2", incarnation: "i2" });
+    assert.ok(back.kind === "rejected" && back.retired === true, JSON.stringify(back));
+    assert.equal(refusal(s, { op: "join", member: moved }).kind, "member-unchanged");
+    s = s.apply({ op: "set-state", id: "n2", state: "active" }).state;
+    assert.deepEqual(s.activeMembers(), ["n1", "n2", "n3"]);
+    assert.equal(
+      refusal(s, { op: "create-shard", shard: 3, replicas: ["n1", "n2", "n3"] }).kind,
+      "shard-created",
+    );
+    assert.deepEqual(
+      s.apply({ op: "create-shard", shard: 3, replicas: ["n1", "n2", "n3"] }).state.shards.get(3),
+      ["n1", "n2@k2", "n3"],
+    );
   });
 
   it("moves a shard one node at a time, only from where it is, and settles it", () => {

@@ -2,8 +2,9 @@
  * An elastic cluster (design.md §5.2), with real processes on loopback: a cluster founded on one
  * node grows to four (each node started with the seeds joins, becomes active and takes its share;
  * every shard and the meta group grow to three replicas); a member is decommissioned through the
- * CLI (every replica moves off it, nothing acknowledged is lost), stopped, and removed for good;
- * its id can never join again. A dead member's replicas are re-created. (Moves under SIGKILL at
+ * CLI (every replica moves off it, nothing acknowledged is lost), stopped, and removed for good:
+ * its data directory never serves again, and a new node under its id (an empty data directory)
+ * joins as a new member. A dead member's replicas are re-created. (Moves under SIGKILL at
  * each of their steps: cluster-move-crash.test.ts; growing 3 → 5 and shrinking back under a
  * checked workload: the chaos smoke's grow-shrink run.)
  */
@@ -114,7 +115,7 @@ const LONG = process.env["CAIRN_ELASTIC_LONG"] === "1";
 
 describe("elastic cluster (real processes)", () => {
   it(
-    "a cluster founded on one node grows to four and evens its replicas; a member is decommissioned, stopped and removed",
+    "a cluster founded on one node grows to four and evens its replicas; a member is decommissioned, stopped and removed, and a new node takes its id",
     { timeout: 240_000 },
     async () => {
       const grow = async (cluster: LocalCluster): Promise<void> => {
@@ -192,7 +193,7 @@ describe("elastic cluster (real processes)", () => {
           "n2 is not listed",
           async () => !(await memberStates(c1)).some((m) => m.startsWith("n2=")),
         );
-        // n2 restarted on its old data directory: its id is retired, it stops.
+        // n2 restarted on its old data directory: that member is retired for good, it stops.
         const back = await cluster.start("n2");
         const exit = await back.server?.exited;
         assert.equal(exit?.code, 1);
@@ -203,6 +204,31 @@ describe("elastic cluster (real processes)", () => {
         const again = await cli(["node", "decommission", "n3", ...endpoints]);
         assert.notEqual(again.code, 0, "decommissioning would leave 2 active members");
         assert.match(again.err, /would leave 2 active member/);
+
+        // A new node under the id n2 (an empty data directory: a StatefulSet's pod scaled down
+        // and up again, its volume deleted) joins as a new member, takes its share and serves.
+        await rm(back.dataDir, { recursive: true, force: true });
+        const reborn = await cluster.start("n2");
+        await eventually(
+          "the new n2 is active and holds its share",
+          async () => {
+            const m = await members(c1);
+            const counts = [...m.replicas.values()].filter((n) => n > 0);
+            return (
+              m.states.join() === "n1=active,n2=active,n3=active,n4=active" &&
+              counts.length === 4 &&
+              Math.max(...counts) - Math.min(...counts) <= 1
+            );
+          },
+          120_000,
+        );
+        assert.match(
+          reborn.server?.lines.join("\n") ?? "",
+          /admitted this node as a joining member/,
+        );
+        assert.ok(reborn.client !== null);
+        for (let i = 112; i < 120; i++) await put(reborn.client, `k${i}`, `v${i}`);
+        await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
       };
       await withCluster("elastic", { CAIRN_CLUSTER_REBALANCE_MAX_MOVES: "4" }, grow, ["n1"]);
     },

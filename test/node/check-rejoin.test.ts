@@ -51,5 +51,22 @@ describe("checkRejoin", () => {
     await checkRejoin(state, rejoin("i2"), never);
     await checkRejoin(null, rejoin("other"), never);
     await checkRejoin(state, { op: "set-member", member: member("n4", "i4") }, never);
+    // A join under an active member's id is the meta group's to refuse (already a member).
+    await checkRejoin(state, { op: "join", member: member("n2", "other") }, never);
+  });
+
+  it("refuses a new node under a decommissioned member's id while that member still answers", async () => {
+    const decommissioned = state
+      .apply({ op: "move-shard", shard: 0, from: ["n1", "n2", "n3"], nodes: ["n1", "n3"] })
+      .state.apply({ op: "set-state", id: "n2", state: "decommissioning" })
+      .state.apply({ op: "set-state", id: "n2", state: "decommissioned" }).state;
+    assert.equal(decommissioned.stateOf("n2"), "decommissioned");
+    const join = { op: "join", member: member("n2", "fresh") } as const;
+    await assert.rejects(
+      checkRejoin(decommissioned, join, () => Promise.resolve({ incarnation: "i2" })),
+      { code: "CAIRN_ERR_DUPLICATE_NODE_ID" },
+    );
+    // Stopped (it does not answer), the new node may start the id's new life.
+    await checkRejoin(decommissioned, join, () => Promise.resolve(undefined));
   });
 });
