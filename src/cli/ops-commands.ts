@@ -390,8 +390,9 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
                       decommissioned once none is left (then stop it and remove it). Refused
                       when fewer active members than the replication factor would be left.
                       --wait follows it until then, printing the replicas left.
-  remove NODE         retires a dead or decommissioned member for good: its id never votes
-                      again (a new machine joins with a new id).
+  remove NODE         retires a dead or decommissioned member for good: its data directory
+                      never serves again (a new machine joins with a new id, or with the
+                      old id and an empty data directory, as a new member).
 
 Options:
   --wait                 decommission: wait until NODE holds no replica
