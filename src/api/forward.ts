@@ -10,8 +10,9 @@
  * - **One hop.** A forwarded call carries `cairn-forwarded`; a node that receives one answers
  *   NOT_LEADER itself instead of forwarding again, so two nodes with stale views cannot bounce a
  *   call between them. When the node forwarded to refuses NOT_LEADER naming yet another node
- *   (the group moved: a transfer or an election), this node sends the call once more, there:
- *   NOT_LEADER proves nothing was applied. At most two forwards per call.
+ *   (the group moved: a transfer or an election), this node sends the call again, there:
+ *   NOT_LEADER proves nothing was applied. To a node that already refused it, after a pause
+ *   (its leadership was being handed over). At most five forwards per call.
  * - **The caller's deadline bounds the forward**, capped at `maxDeadlineMs`; a caller that gives
  *   up (deadline, cancel) cancels the forward.
  * - **Never claim "not applied" unless it is true.** When the leader could not be reached the
@@ -67,6 +68,14 @@ import type { PeerTls } from "../common/peer-tls.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
 export const DEFAULT_FORWARD_DEADLINE_MS = 10_000;
+
+/**
+ * The most times one call is sent on (the first forward and the refusals followed), and the
+ * pauses before sending it again to a node that already refused it: a leadership handed over
+ * settles within a few round trips (#followRefusal).
+ */
+const MAX_FORWARDS = 5;
+const FOLLOW_PAUSES_MS = [20, 60, 150] as const;
 
 /** ForwardOptions.leaderChangeGraceMs unless given: the default election timeout. */
 export const DEFAULT_LEADER_CHANGE_GRACE_MS = 1_000;
@@ -202,25 +211,46 @@ export class Forwarder {
   /**
    * The node forwarded to refused the call NOT_LEADER naming another node (its group moved on:
    * a transfer or an election between this node's view and the call's arrival). NOT_LEADER
-   * proves the call was not applied, so it is sent once more, to the node named; this node
-   * sends it, never the refusing one (one hop per forward). Any other answer is final.
+   * proves the call was not applied, so it is sent again, to the node named; this node sends
+   * it, never the refusing one (one hop per forward). A node named that already refused this
+   * call (two nodes naming each other: a leadership being handed over, each view a step behind
+   * the other, as in a move's transfer) is tried again after a pause (FOLLOW_PAUSES_MS),
+   * within the caller's deadline; after MAX_FORWARDS sends the last refusal is the answer (a
+   * loop that does not resolve: the caller may retry). Any other answer is final.
    */
-  #followRefusal<Req, Res>(
+  async #followRefusal<Req, Res>(
     method: ForwardedMethod,
-    r: ForwardReply<Res>,
-    tried: NodeId,
+    first: ForwardReply<Res>,
+    firstTried: NodeId,
     call: ServerUnaryCall<Req, Res>,
-  ): ForwardReply<Res> | Promise<ForwardReply<Res>> {
-    if (r.ok || this.#closed || call.cancelled) return r;
-    const metadata = r.error.metadata;
-    if (metadata?.get(ERROR_CODE_KEY)[0] !== "CAIRN_ERR_NOT_LEADER") return r;
-    const hint = metadata.get(LEADER_HINT_KEY)[0];
-    // The node named may be this one (it was elected meanwhile): the call comes back to it,
-    // marked, and is served here.
-    if (typeof hint !== "string" || hint === tried) return r;
-    const address = this.#options.addressOf(hint);
-    if (address === null || address === "") return r;
-    return this.#send(method, nodeId(hint), address, call);
+  ): Promise<ForwardReply<Res>> {
+    let r = first;
+    let tried = firstTried;
+    const refused = new Set<string>();
+    let pauses = 0;
+    for (let sent = 1; sent < MAX_FORWARDS; sent++) {
+      if (r.ok || this.#closed || call.cancelled) return r;
+      const metadata = r.error.metadata;
+      if (metadata?.get(ERROR_CODE_KEY)[0] !== "CAIRN_ERR_NOT_LEADER") return r;
+      refused.add(tried);
+      const hint = metadata.get(LEADER_HINT_KEY)[0];
+      // The node named may be this one (it was elected meanwhile): the call comes back to it,
+      // marked, and is served here. A result naming the node just tried is final: it could
+      // not be reached (the hint is the caller's to retry) or names itself.
+      if (typeof hint !== "string" || hint === "" || hint === tried) return r;
+      const address = this.#options.addressOf(hint);
+      if (address === null || address === "") return r;
+      if (refused.has(hint)) {
+        const pause = FOLLOW_PAUSES_MS[pauses++];
+        const deadline = deadlineMs(call.getDeadline());
+        if (pause === undefined || Date.now() + pause >= deadline) return r;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+        if (this.#closed || call.cancelled) return r;
+      }
+      tried = nodeId(hint);
+      r = await this.#send(method, tried, address, call);
+    }
+    return r;
   }
 
   /** Closes every channel; later refusals are answered here (NOT_LEADER with the hint). */

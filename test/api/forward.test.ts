@@ -122,6 +122,49 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+/**
+ * A node being handed a shard's leadership: its first write is refused NOT_LEADER naming the
+ * old leader (its view a step behind), later ones are served by `leaderStore` (elected).
+ */
+class BecomingLeader implements KvStore, AdminStore {
+  readonly #old: FollowerStore;
+  readonly #store: MultiRaft;
+  refusals = 0;
+  served = 0;
+
+  constructor(oldLeader: string, leaderStore: MultiRaft) {
+    this.#old = new FollowerStore(oldLeader);
+    this.#store = leaderStore;
+  }
+
+  put(...args: Parameters<MultiRaft["put"]>): ReturnType<MultiRaft["put"]> {
+    if (this.refusals === 0) {
+      this.refusals++;
+      return this.#old.put();
+    }
+    this.served++;
+    return this.#store.put(...args);
+  }
+  delete(): Promise<never> {
+    return this.#old.delete();
+  }
+  get(key: Uint8Array, linearizable: boolean): Promise<null> {
+    return this.#old.get(key, linearizable);
+  }
+  scan(): Promise<never> {
+    return this.#old.scan();
+  }
+  snapshotShard(): Promise<never> {
+    return this.#old.snapshotShard();
+  }
+  shardInfo(): null {
+    return null;
+  }
+  transferLeader(): Promise<never> {
+    return this.#old.transferLeader();
+  }
+}
+
 describe("forwarding to the shard's leader", () => {
   it("puts, gets and deletes through a follower: the leader's answers, versions equal", async () => {
     const { version } = await call<PutResponse__Output>((md, o, cb) =>
@@ -233,7 +276,7 @@ describe("forwarding to the shard's leader", () => {
     assert.equal(routing.calls, 1);
   });
 
-  it("never forwards a forwarded call again; the forwarding node follows a refusal's hint once", async () => {
+  it("never forwards a forwarded call again; the forwarding node follows a refusal's hints, at most five sends", async () => {
     // n3 believes n2 leads; n2 believes n1 (the leader) does. n2 answers n3's forward itself,
     // NOT_LEADER naming n1 (nothing applied), and n3 sends the call there: the write lands.
     const n3 = await startNode("n3", new FollowerStore("n2"));
@@ -248,7 +291,8 @@ describe("forwarding to the shard's leader", () => {
       );
       assert.equal(atLeader.value.toString(), "1");
 
-      // Two nodes naming each other: n3 tries each once, then relays the last refusal.
+      // Two nodes naming each other for good: n3 sends the call five times in all (n2, n4,
+      // then each again after a pause), then relays the last refusal.
       const n4store = new FollowerStore("n2");
       const n4 = await startNode("n4b", n4store);
       const n2loop = new FollowerStore("n4");
@@ -260,9 +304,9 @@ describe("forwarding to the shard's leader", () => {
       );
       assert.equal(err.code, status.UNAVAILABLE);
       assert.equal(trailer(err, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
-      assert.equal(trailer(err, "cairn-leader"), "n2", "n4's hint, relayed");
-      assert.equal(n2loop.calls, 1, "n2 answered itself");
-      assert.equal(n4store.calls, 1, "n4 answered itself");
+      assert.equal(trailer(err, "cairn-leader"), "n4", "n2's hint, relayed");
+      assert.equal(n2loop.calls, 3, "n2 answered itself each time");
+      assert.equal(n4store.calls, 2, "n4 answered itself each time");
       const absent = await call<{ found: boolean }>((md, o, cb) =>
         leader.kv.Get({ key: key("loop") }, md, o, cb),
       );
@@ -277,8 +321,8 @@ describe("forwarding to the shard's leader", () => {
         call((md, o, cb) => s1.kv.Put({ key: key("self"), value: key("1") }, md, o, cb)),
       );
       assert.equal(trailer(self, "cairn-error-code"), "CAIRN_ERR_NOT_LEADER");
-      assert.equal(s2store.calls, 1);
-      assert.equal(s1store.calls, 2, "first from the client, then from itself");
+      assert.equal(s2store.calls, 3);
+      assert.equal(s1store.calls, 3, "first from the client, then from itself, twice");
 
       // A call that arrives already marked is answered where it lands.
       const marked = new Metadata();
@@ -292,6 +336,24 @@ describe("forwarding to the shard's leader", () => {
       addresses.set("n2", follower.address);
       addresses.delete("n4");
     }
+  });
+
+  it("follows a leadership being handed over: two nodes naming each other until the new leader serves", async () => {
+    // A move's transfer seen a step late on each side: h5 (the old leader) names h6, and h6,
+    // not yet leading, names h5; once elected, h6 serves. The write lands, once.
+    const h3 = await startNode("h3", new FollowerStore("h5"));
+    const old = new FollowerStore("h6");
+    await startNode("h5", old);
+    const becoming = new BecomingLeader("h5", store);
+    await startNode("h6", becoming);
+    await call((md, o, cb) => h3.kv.Put({ key: key("handover"), value: key("2") }, md, o, cb));
+    assert.equal(old.calls, 2, "the old leader refused twice (first, then after n6's refusal)");
+    assert.equal(becoming.refusals, 1);
+    assert.equal(becoming.served, 1);
+    const atLeader = await call<{ found: boolean; value: Buffer }>((md, o, cb) =>
+      leader.kv.Get({ key: key("handover") }, md, o, cb),
+    );
+    assert.equal(atLeader.value.toString(), "2");
   });
 
   it("tells the node what a forwarded write found about its shard's leader; a get tells nothing", async () => {
