@@ -44,6 +44,12 @@ function booted(): MetaState {
   return MetaState.empty().apply(BOOT).state;
 }
 
+/** `s` with shard 0 (founded on n1..n3) moved off n2, so that n2 may leave the cluster. */
+function shardZeroOffN2(s: MetaState): MetaState {
+  return s.apply({ op: "move-shard", shard: 0, from: ["n1", "n2", "n3"], nodes: ["n1", "n3"] })
+    .state;
+}
+
 function keys(records: readonly MetaRecord[]): string[] {
   return records.map((r) => dec.decode(r.key));
 }
@@ -565,12 +571,7 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     s = s.apply({ op: "set-state", id: "n2", state: "dead" }).state;
     // Shard 0 is still on n2: it cannot be removed before its replicas move off.
     assert.match(refused({ op: "set-state", id: "n2", state: "removed" }), /still holds/);
-    s = s.apply({
-      op: "move-shard",
-      shard: 0,
-      from: ["n1", "n2", "n3"],
-      nodes: ["n1", "n3"],
-    }).state;
+    s = shardZeroOffN2(s);
     s = s.apply({ op: "set-state", id: "n2", state: "removed" }).state;
     assert.equal(s.stateOf("n2"), "removed");
     assert.match(refused({ op: "set-state", id: "n2", state: "active" }), /final/);
@@ -584,12 +585,7 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
       ...BOOT,
       members: [N1, { ...N2, incarnation: "i2" }, N3],
     }).state;
-    s = s.apply({
-      op: "move-shard",
-      shard: 0,
-      from: ["n1", "n2", "n3"],
-      nodes: ["n1", "n3"],
-    }).state;
+    s = shardZeroOffN2(s);
     s = s.apply({ op: "set-state", id: "n2", state: "decommissioning" }).state;
     s = s.apply({ op: "set-state", id: "n2", state: "decommissioned" }).state;
     const refusal = (st: MetaState, cmd: MetaCommand): MetaOutcome => st.apply(cmd).outcome;
