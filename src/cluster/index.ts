@@ -17,6 +17,7 @@ export {
   MetaState,
   type MetaStateView,
   isMetaHolder,
+  startsNewLife,
   rendezvousReplicas,
   rendezvousWeight,
   type ShardPlacement,

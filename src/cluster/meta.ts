@@ -1181,7 +1181,7 @@ function removedReason(id: string): string {
  * removed (it holds no replica: both states require it), its incarnation is recorded (so an old
  * copy of its data directory can be told apart), and `incarnation` is none it ever had.
  */
-function startsNewLife(previous: MetaMember, incarnation: string): boolean {
+export function startsNewLife(previous: MetaMember, incarnation: string): boolean {
   return (
     (previous.state === "decommissioned" || previous.state === "removed") &&
     previous.incarnation !== undefined &&

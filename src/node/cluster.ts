@@ -34,6 +34,7 @@ import {
   replicaIdOf,
   type ShardView,
   shouldBootstrap,
+  startsNewLife,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
@@ -852,27 +853,14 @@ export async function checkRejoin(
     nodeId: string,
   ) => Promise<{ incarnation: string } | undefined> = probeMember,
 ): Promise<void> {
-  if (meta === null) return;
-  let id: string;
-  let incarnation: string | undefined;
-  if (cmd.op === "rejoin") {
-    ({ id, incarnation } = cmd);
-  } else if (cmd.op === "join") {
-    ({ id, incarnation } = cmd.member);
-    const state = meta.stateOf(id);
-    if (state !== "decommissioned" && state !== "removed") return;
-  } else {
-    return;
-  }
+  if (meta === null || (cmd.op !== "rejoin" && cmd.op !== "join")) return;
+  const id = cmd.op === "rejoin" ? cmd.id : cmd.member.id;
+  const incarnation = cmd.op === "rejoin" ? cmd.incarnation : cmd.member.incarnation;
   const member = meta.members.get(id);
-  if (
-    incarnation === undefined ||
-    member?.incarnation === undefined ||
-    member.incarnation === incarnation ||
-    member.retired?.includes(incarnation) === true
-  ) {
-    return;
-  }
+  if (member?.incarnation === undefined || incarnation === undefined) return;
+  // A join replaces a member only as its new life; any other the meta group refuses itself.
+  if (cmd.op === "join" && !startsNewLife(member, incarnation)) return;
+  if (member.incarnation === incarnation || member.retired?.includes(incarnation) === true) return;
   const answer = await probe(member.rpcAddr, id);
   if (answer?.incarnation === member.incarnation) {
     throw new CairnError(

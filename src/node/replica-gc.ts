@@ -53,9 +53,8 @@ export function isRemovable(meta: MetaState | null, shard: number, node: string)
  * (moves place replicas on active members only, and neither state leads back to active for
  * this data directory: a new node under the id starts a new life with another incarnation,
  * whose replicas are others), so no newer meta state can need a replica it holds, and the
- * rule needs no sync. (Such a node is
- * no member of the meta group any more either: a sync, through its own replica of it, would
- * never end.)
+ * rule needs no sync. (Such a node is no member of the meta group any more either: a sync,
+ * through its own replica of it, would never end.)
  */
 export function hasLeftForGood(meta: MetaState | null, node: string): boolean {
   const state = meta?.stateOf(node);

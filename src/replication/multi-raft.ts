@@ -403,7 +403,8 @@ export class MultiRaft {
   /**
    * Opens shard `id`'s group here if it may never have started (this node holds no state for it
    * and is one of its initial voters): a created shard whose group no replica opened has no
-   * leader to re-replicate or move it (Groups.startGroup). Resolves once open; null: not one to start here.
+   * leader to re-replicate or move it (Groups.startGroup). Resolves once open; null: not one
+   * to start here.
    */
   startGroup(id: number): Promise<void> | null {
     this.#groups.checkShardId(id);
