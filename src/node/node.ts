@@ -21,6 +21,7 @@ import {
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { PeerTls } from "../common/peer-tls.ts";
+import { SoonestTimer } from "../common/soonest-timer.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
 import {
@@ -768,14 +769,13 @@ export class CairnNode implements HealthSource {
       waiting: () => upkeepSoon(MOVE_POLL_MS),
       ...(hold > 0 ? { holdAfterStepMs: hold } : {}),
     };
-    let soon: NodeJS.Timeout | null = null;
+    // One pass between ticks, at the soonest time asked: a step that ends while a learner's
+    // poll (MOVE_POLL_MS) is pending does not wait for that poll.
+    const soon = new SoonestTimer(() => {
+      if (this.#stopping === null) upkeep(false);
+    });
     const upkeepSoon = (delayMs = UPKEEP_SOON_MS): void => {
-      if (soon !== null || this.#stopping !== null) return;
-      soon = setTimeout(() => {
-        soon = null;
-        if (this.#stopping === null) upkeep(false);
-      }, delayMs);
-      soon.unref();
+      if (this.#stopping === null) soon.request(delayMs);
     };
     // A move started (its group's leader takes the first step) or settled (the allocator on
     // the meta leader may start the next one): without this, each would wait for a tick, and a
