@@ -7,14 +7,15 @@
  * relay address, and dials its peers through its own CONNECT proxy (net.ts explains why).
  *
  * Membership changes (faults.ts, membership.ts): `addNode()` gives the cluster one more node
- * slot (a new id, data directory and ports, on the FaultNet) for a node to join; `retire()`
- * stops a node for good (decommissioned, or killed to be removed). A retired node is no longer
+ * slot (a new id, data directory and ports, on the FaultNet) for a node to join, `reuseNode()`
+ * gives a retired node's slot a new life (an empty data directory under the removed member's
+ * id); `retire()` stops a node for good (decommissioned, or killed to be removed). A retired node is no longer
  * one of the `members()`: no fault picks it, the heal does not restart it, the checks do not
  * expect it. Every change of a process's life (kill, restart, pause, retire) is made under
  * `exclusive()`, so that a fault's restart and a membership change never cross on one node.
  */
 import { execFile } from "node:child_process";
-import { mkdir, open, unlink, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, rm, unlink, writeFile } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
@@ -235,6 +236,21 @@ export class ChaosCluster {
       });
       return id;
     }
+  }
+
+  /**
+   * Gives retired node `id` a new life: its data directory emptied (a new machine, or a
+   * StatefulSet's pod scaled up again with a new volume, under a removed member's id) and its
+   * slot a member again, at the same addresses. Not started (start() it: it joins as a new
+   * member under the old id). The member it was must be removed first.
+   */
+  async reuseNode(id: string): Promise<void> {
+    const n = this.node(id);
+    if (!n.retired || n.state !== "down") throw new Error(`${id} is not retired and stopped`);
+    // The directory may be a tmpfs mount point: its contents go, not the directory.
+    for (const entry of await readdir(n.dataDir).catch(() => []))
+      await rm(join(n.dataDir, entry), { recursive: true, force: true });
+    n.retired = false;
   }
 
   /**

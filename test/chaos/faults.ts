@@ -455,9 +455,16 @@ export class FaultSchedule {
     this.records.push(r);
     const members = this.#cluster.members();
     const victim = (members[this.#rng.int(members.length)] as { id: string }).id;
+    // A join takes a removed member's id one time in two when there is one (its new life:
+    // design.md §5.2, src/cluster/meta.ts); drawn only then, so runs without one replay as before.
+    const removed = this.#cluster.nodes.filter((n) => n.retired);
+    const reuse =
+      kind === "join" && removed.length > 0 && this.#rng.int(2) === 0
+        ? (removed[this.#rng.int(removed.length)] as { id: string }).id
+        : null;
     const change =
       kind === "join"
-        ? changes.join(r)
+        ? changes.join(r, reuse)
         : kind === "decommission"
           ? changes.decommission(victim, r)
           : changes.remove(victim, r);

@@ -2,8 +2,9 @@
  * Membership changes as chaos faults (design.md §5.2, docs/operations.md "Growing and shrinking
  * a cluster"), driven the way an operator drives them, through the public API only:
  *
- * - join: a new node (a new id, data directory and ports) started with the cluster's seeds; done
- *   once a member's view has it `active` and the meta group places replicas on it;
+ * - join: a new node (a new id, data directory and ports; or, now and then, the id and ports of a
+ *   member removed earlier in the run, with an empty data directory) started with the cluster's
+ *   seeds; done once a member's view has it `active` and the meta group places replicas on it;
  * - decommission: `Admin.DecommissionNode` of an active member, asked again until it answers
  *   `decommissioned` (asking again is what `cairn node decommission --wait` does, and it
  *   decommissions anew a member that was marked dead meanwhile and came back `active`); then
@@ -98,15 +99,27 @@ export class MembershipChanges {
     this.#now = now;
   }
 
-  /** Starts a new node with the cluster's seeds; resolves once it is active and holds replicas. */
-  async join(r: MembershipRecord): Promise<void> {
+  /**
+   * Starts a new node with the cluster's seeds, under a new id or, with `reuse`, under the id of
+   * a member removed earlier in the run (an empty data directory: a new member under the old
+   * id, as a StatefulSet scaled down and up again makes); resolves once it is active and holds
+   * replicas.
+   */
+  async join(r: MembershipRecord, reuse: string | null = null): Promise<void> {
     const cluster = this.#cluster;
     const t0 = this.#now();
     const id = await cluster.exclusive(async () => {
-      const added = await cluster.addNode();
+      let added: string;
+      if (reuse === null) {
+        added = await cluster.addNode();
+        r.detail = `${added} started with the cluster's seeds and an empty data directory`;
+      } else {
+        await cluster.reuseNode(reuse);
+        added = reuse;
+        r.detail = `${added}, a removed member's id, started again with an empty data directory`;
+      }
       this.target = added;
       r.targets.push(added);
-      r.detail = `${added} started with the cluster's seeds and an empty data directory`;
       await cluster.start(added);
       return added;
     });
