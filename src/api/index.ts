@@ -10,6 +10,7 @@ export {
   toServiceError,
   VersionMismatchError,
 } from "./errors.ts";
+export { CLUSTER_ID_KEY, INCARNATION_KEY } from "./wire.ts";
 export {
   type CairnProto,
   LOADER_OPTIONS,

@@ -1,10 +1,15 @@
 /**
  * The Meta service: WatchCluster streams the full cluster view, then every new one. Its
  * definition must be `withSharedViewEncoder`'s (src/api/view-codec.ts): the handler writes the
- * publisher's views themselves, encoded once for all watchers.
+ * publisher's views themselves, encoded once for all watchers. A node whose view stopped
+ * following its cluster (decommissioned: `staleViewReason`) refuses it, UNAVAILABLE
+ * (CAIRN_ERR_NOT_MEMBER), with its cluster id and incarnation in the trailers.
  */
 import type { ServerWritableStream, UntypedServiceImplementation } from "@grpc/grpc-js";
 import type { ClusterView, ClusterViewPublisher } from "../cluster/index.ts";
+import { CairnError } from "../common/errors.ts";
+import { toServiceError } from "./errors.ts";
+import { CLUSTER_ID_KEY, INCARNATION_KEY } from "./wire.ts";
 import type { WatchClusterRequest__Output } from "./generated/cairn/v1/WatchClusterRequest.ts";
 
 export interface MetaService {
@@ -13,15 +18,40 @@ export interface MetaService {
   endAll(): void;
 }
 
-export function metaService(views: ClusterViewPublisher): MetaService {
+export function metaService(
+  views: ClusterViewPublisher,
+  staleViewReason: () => string | null = () => null,
+): MetaService {
   const open = new Set<() => void>();
   const implementation: UntypedServiceImplementation = {
     WatchCluster(call: ServerWritableStream<WatchClusterRequest__Output, ClusterView>) {
-      const unsubscribe = views.subscribe((view) => call.write(view));
+      // A node that stopped following its cluster (decommissioned) refuses to stream a view
+      // that no longer changes, at the start and as soon as it stops: the client watches
+      // another node.
+      const refused = (): boolean => {
+        const why = staleViewReason();
+        if (why === null) return false;
+        const answer = toServiceError(
+          new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true }),
+        );
+        // Who runs here, as a view would say: a probe (probeMember) must still see this node.
+        const { cluster_id, incarnation } = views.current();
+        answer.metadata?.set(CLUSTER_ID_KEY, cluster_id);
+        answer.metadata?.set(INCARNATION_KEY, incarnation);
+        call.emit("error", answer);
+        return true;
+      };
+      if (refused()) return;
+      let unsubscribe: (() => void) | null = null;
       const finish = (): void => {
-        unsubscribe();
+        unsubscribe?.();
+        unsubscribe = null;
         open.delete(end);
       };
+      unsubscribe = views.subscribe((view) => {
+        if (refused()) finish();
+        else call.write(view);
+      });
       const end = (): void => {
         finish();
         call.end();

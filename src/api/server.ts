@@ -71,6 +71,11 @@ export interface RpcServerOptions {
   readonly forward?: ForwardOptions;
   /** Cluster mode: Admin.TransferLeader through the meta group (admin-service.ts). */
   readonly transferLeader?: LeadershipTransfer;
+  /**
+   * Cluster mode: why this node's cluster view has stopped following the cluster (it was
+   * decommissioned), or null; Meta.WatchCluster is refused, UNAVAILABLE, while it names one.
+   */
+  readonly staleViewReason?: () => string | null;
   /** Cluster mode: Admin.DecommissionNode and Admin.RemoveNode (src/node/members-admin.ts). */
   readonly memberAdmin?: MemberAdmin;
   /**
@@ -193,7 +198,7 @@ export class RpcServer {
         ...(servedBy === undefined ? {} : { nodeId: servedBy }),
       }),
     );
-    this.#meta = metaService(options.views);
+    this.#meta = metaService(options.views, options.staleViewReason);
     recorder.addService(withSharedViewEncoder(v1.Meta.service), this.#meta.implementation);
     recorder.addService(
       v1.Admin.service,

@@ -14,6 +14,14 @@ export const ERROR_CODE_KEY = "cairn-error-code";
  */
 export const SERVED_BY_KEY = "cairn-served-by";
 /**
+ * Trailing metadata of a Meta.WatchCluster refused by a node whose view no longer follows its
+ * cluster (decommissioned, meta-service.ts): the cluster id and the data directory incarnation
+ * its views carry, so that a node probing who runs at an address (src/node/cluster.ts,
+ * probeMember) still learns that this member runs.
+ */
+export const CLUSTER_ID_KEY = "cairn-cluster-id";
+export const INCARNATION_KEY = "cairn-incarnation";
+/**
  * Request metadata set by a node that forwards a KV call to the shard's leader (forward.ts). A
  * node that receives a call carrying it never forwards it again: forwarding takes one hop.
  */

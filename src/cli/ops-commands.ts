@@ -206,7 +206,8 @@ export const CLUSTER_HELP = `Usage: cairn cluster [--watch] [options]
 
 Prints the cluster view (Meta.WatchCluster): members and the leader of every active shard.
 --watch keeps following and prints each new view (one JSON object per line with --output json)
-until interrupted.
+until interrupted. The endpoints are tried in turn until one streams a view: a node that is
+down, or decommissioned (its view no longer follows the cluster), is skipped.
 
 Options:
   --watch                follow the view
@@ -235,14 +236,23 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
       const timer = setTimeout(stop, globals.timeoutMs);
       let seen = 0;
       try {
-        for await (const view of client({ routing: false }).watchCluster({
-          signal: controller.signal,
-        })) {
-          clearTimeout(timer);
-          seen++;
-          if (globals.output === "json") writeJson(io, jsonView(view));
-          else io.stdout.write(formatView(view, watch && seen > 1));
-          if (!watch) break;
+        // Each endpoint in turn (the client's round robin) until one streams a view: a node
+        // down, or one whose view stopped following the cluster (decommissioned), is skipped.
+        const c = client({ routing: false });
+        for (let tried = 1; ; tried++) {
+          try {
+            for await (const view of c.watchCluster({ signal: controller.signal })) {
+              clearTimeout(timer);
+              seen++;
+              if (globals.output === "json") writeJson(io, jsonView(view));
+              else io.stdout.write(formatView(view, watch && seen > 1));
+              if (!watch) break;
+            }
+            break;
+          } catch (err) {
+            if (seen > 0 || tried >= globals.endpoints.length || controller.signal.aborted)
+              throw err;
+          }
         }
       } finally {
         clearTimeout(timer);

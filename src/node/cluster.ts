@@ -20,8 +20,14 @@
  */
 import { randomUUID } from "node:crypto";
 import type { PeerTls } from "../common/peer-tls.ts";
-import { credentials, type ClientReadableStream, status } from "@grpc/grpc-js";
-import { ERROR_CODE_KEY, LEADER_HINT_KEY, loadCairnProto } from "../api/index.ts";
+import { credentials, type ClientReadableStream, type ServiceError, status } from "@grpc/grpc-js";
+import {
+  CLUSTER_ID_KEY,
+  ERROR_CODE_KEY,
+  INCARNATION_KEY,
+  LEADER_HINT_KEY,
+  loadCairnProto,
+} from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
 import {
   type ClusterViewPublisher,
@@ -344,6 +350,21 @@ export class ClusterState {
       default:
         return null;
     }
+  }
+
+  /**
+   * Why this node's cluster view no longer follows the cluster, or null: a member decommissioned
+   * (or removed) is no longer in the meta group, so its view stays as it was when it left, and
+   * a client following it would route on placements and leaders that have moved since.
+   */
+  staleViewReason(): string | null {
+    const meta = this.#meta;
+    if (meta === null || meta.clusterId === null) return null;
+    const id = this.#config.node_id;
+    const state = meta.stateOf(id);
+    return state === "decommissioned" || state === "removed"
+      ? `node ${id} was ${state} from cluster ${meta.clusterId}: its cluster view stopped when it left; watch another node`
+      : null;
   }
 
   /**
@@ -904,7 +925,16 @@ export function probeMember(
     call.on("data", (view: ClusterViewMessage) =>
       finish({ clusterId: view.cluster_id ?? "", incarnation: view.incarnation ?? "" }),
     );
-    call.on("error", () => finish(undefined));
+    // A member that no longer streams its view (decommissioned and still running) names itself
+    // in the refusal's trailers: it still runs there.
+    call.on("error", (err: ServiceError) => {
+      const incarnation = err.metadata?.get(INCARNATION_KEY)[0];
+      finish(
+        typeof incarnation === "string" && incarnation !== ""
+          ? { clusterId: String(err.metadata.get(CLUSTER_ID_KEY)[0] ?? ""), incarnation }
+          : undefined,
+      );
+    });
     call.on("end", () => finish(undefined));
   });
 }

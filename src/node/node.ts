@@ -598,7 +598,9 @@ export class CairnNode implements HealthSource {
         : cluster !== null
           ? { transferLeader: transferHere }
           : {}),
-      ...(cluster === null ? {} : { memberAdmin: memberAdmin(cluster) }),
+      ...(cluster === null
+        ? {}
+        : { memberAdmin: memberAdmin(cluster), staleViewReason: () => cluster.staleViewReason() }),
       ...(cell === null || cell.count === 1 ? {} : { tunnels: cell.tunnels }),
     });
     const rpc = await this.#rpc.start();

@@ -14,6 +14,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { type ClientReadableStream, Metadata } from "@grpc/grpc-js";
 import {
   acknowledgedPuts,
   clusterView,
@@ -21,6 +22,7 @@ import {
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
+import { grpcError } from "../support/grpc-client.ts";
 import { cleanEnv } from "../support/server-process.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
@@ -110,6 +112,21 @@ async function readsBack(
   }
 }
 
+/**
+ * How a Meta.WatchCluster call on `c` ends (its views read and dropped): the error it ends with,
+ * or code 0 if the node ends it cleanly.
+ */
+function watchEnd(c: Clients): Promise<ReturnType<typeof grpcError>> {
+  return new Promise((resolve) => {
+    const call = (
+      c.meta as unknown as { WatchCluster(req: object): ClientReadableStream<unknown> }
+    ).WatchCluster({});
+    call.on("data", () => undefined);
+    call.once("error", (err) => resolve(grpcError(err)));
+    call.once("end", () => resolve({ code: 0, details: "", metadata: new Metadata() }));
+  });
+}
+
 /** The long case below runs with CAIRN_ELASTIC_LONG=1 (npm run test:elastic-long). */
 const LONG = process.env["CAIRN_ELASTIC_LONG"] === "1";
 
@@ -162,12 +179,33 @@ describe("elastic cluster (real processes)", () => {
         for (let i = 64; i < 96; i++) await put(n4.client, `k${i}`, `v${i}`);
         await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
 
+        // A client watching n2's view: once n2 is decommissioned (out of the meta group, its
+        // view no longer changes), the watch ends UNAVAILABLE, CAIRN_ERR_NOT_MEMBER.
+        const n2Watch = watchEnd(clientOf(cluster, "n2"));
         // Decommission n2 through the CLI; it waits until n2 holds no replica.
         const endpoints = ["--endpoints", n1.rpc];
         const decommission = await cli(["node", "decommission", "n2", "--wait", ...endpoints]);
         assert.equal(decommission.code, 0, decommission.err);
         assert.match(decommission.out, /n2: decommissioned, 0 replica\(s\) left/);
-        assert.ok((await memberStates(c1)).includes("n2=decommissioned"));
+        // n1's view follows the meta state it applied within its publishing interval (100 ms).
+        await eventually("n1's view has n2 decommissioned", async () =>
+          (await memberStates(c1)).includes("n2=decommissioned"),
+        );
+        for (const ended of [await n2Watch, await watchEnd(clientOf(cluster, "n2"))]) {
+          assert.equal(ended.code, 14, ended.details);
+          assert.equal(ended.metadata.get("cairn-error-code")[0], "CAIRN_ERR_NOT_MEMBER");
+          assert.match(ended.details, /n2 was decommissioned .*watch another node/);
+        }
+        const staleView = await cli(["cluster", "--endpoints", cluster.node("n2").rpc]);
+        assert.notEqual(staleView.code, 0);
+        assert.match(staleView.err, /n2 was decommissioned/);
+        const nextEndpoint = await cli([
+          "cluster",
+          "--endpoints",
+          `${cluster.node("n2").rpc},${n1.rpc}`,
+        ]);
+        assert.equal(nextEndpoint.code, 0, nextEndpoint.err);
+        assert.match(nextEndpoint.out, /^n2\tdecommissioned\t/m);
         // Its replicas moved off are deleted (replica GC): it says so in its log, and its
         // shards/ directory keeps only the meta group's (shard 0). (An engine makes its
         // directory at its first flush: with this little data there may be none at all.)

@@ -1,0 +1,108 @@
+/**
+ * Meta.WatchCluster of a node whose view stopped following its cluster (decommissioned: the
+ * RpcServer's staleViewReason), over real gRPC on loopback: the watch is refused, or ended,
+ * UNAVAILABLE with CAIRN_ERR_NOT_MEMBER; and a node probing who runs at that address
+ * (probeMember: the duplicate node id check of a join under the member's id) still learns the
+ * member's incarnation from the refusal's trailers, so a running decommissioned node keeps its
+ * id from being taken.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { type ClientReadableStream, credentials, type ServiceError, status } from "@grpc/grpc-js";
+import { ERROR_CODE_KEY, RpcServer } from "../../src/api/index.ts";
+import { ClusterViewPublisher } from "../../src/cluster/index.ts";
+import { probeMember } from "../../src/node/cluster.ts";
+import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
+import { FollowerStore, LIMITS, proto, TOTAL_SHARDS } from "./forward-support.ts";
+
+const views = new ClusterViewPublisher(TOTAL_SHARDS, { minIntervalMs: 0 });
+let stale: string | null = null;
+let server: RpcServer;
+let address: string;
+
+before(async () => {
+  views.setClusterId("cluster-a");
+  views.setIncarnation("inc-1");
+  server = new RpcServer({
+    address: "127.0.0.1:0",
+    nodeId: "n2",
+    store: new FollowerStore("n1"),
+    metrics: new CairnMetrics({ nodeId: "n2" }),
+    views,
+    logger: silentLogger,
+    limits: LIMITS,
+    maxMessageBytes: 4 * 1024 * 1024,
+    staleViewReason: () => stale,
+  });
+  address = `127.0.0.1:${(await server.start()).port}`;
+});
+
+after(async () => {
+  await server.close(1000);
+});
+
+/** A watch's views (ids of their clusters) and how it ended. */
+function watch(): {
+  readonly views: string[];
+  readonly first: Promise<void>;
+  readonly ended: Promise<ServiceError>;
+  readonly cancel: () => void;
+} {
+  const client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
+  const call = client.WatchCluster({}) as ClientReadableStream<{ cluster_id: string }>;
+  const seen: string[] = [];
+  let firstView: () => void = () => undefined;
+  const first = new Promise<void>((resolve) => (firstView = resolve));
+  call.on("data", (v: { cluster_id: string }) => {
+    seen.push(v.cluster_id);
+    firstView();
+  });
+  const ended = new Promise<ServiceError>((resolve) => {
+    call.on("error", (err: ServiceError) => {
+      client.close();
+      resolve(err);
+    });
+  });
+  return { views: seen, first, ended, cancel: () => call.cancel() };
+}
+
+describe("Meta.WatchCluster of a node whose view stopped following its cluster", () => {
+  it("streams views while the node follows its cluster, and probeMember reads its incarnation", async () => {
+    const w = watch();
+    await w.first;
+    assert.deepEqual(w.views, ["cluster-a"]);
+    w.cancel();
+    assert.equal((await w.ended).code, status.CANCELLED);
+    assert.deepEqual(await probeMember(address, "n2"), {
+      clusterId: "cluster-a",
+      incarnation: "inc-1",
+    });
+  });
+
+  it(
+    "ends an open watch once the node is decommissioned, and refuses new ones, naming why",
+    { timeout: 10_000 },
+    async () => {
+      const open = watch();
+      await open.first;
+      stale = "node n2 was decommissioned from cluster cluster-a: watch another node";
+      views.setIncarnation("inc-1b"); // any change publishes a view: the watch ends on it
+      try {
+        for (const ended of [await open.ended, await watch().ended]) {
+          assert.equal(ended.code, status.UNAVAILABLE);
+          assert.equal(ended.metadata.get(ERROR_CODE_KEY)[0], "CAIRN_ERR_NOT_MEMBER");
+          assert.match(ended.details, /n2 was decommissioned/);
+        }
+        assert.deepEqual(open.views, ["cluster-a"], "no view after the node left");
+        // The member still runs here: a probe for a join under its id must see it.
+        assert.deepEqual(await probeMember(address, "n2"), {
+          clusterId: "cluster-a",
+          incarnation: "inc-1b",
+        });
+      } finally {
+        stale = null;
+        views.setIncarnation("inc-1");
+      }
+    },
+  );
+});
