@@ -15,10 +15,12 @@
 import {
   ChannelCredentials,
   type Client,
+  type ClientUnaryCall,
   InterceptingCall,
   type Interceptor,
   type ServiceError,
   status,
+  type StatusObject,
 } from "@grpc/grpc-js";
 // proto.ts, not the api index: the index pulls in the whole server, which would triple the
 // start-up time of every `cairn` client command.
@@ -28,6 +30,7 @@ import {
   CURRENT_VERSION_KEY,
   ERROR_CODE_KEY,
   LEADER_HINT_KEY,
+  SERVED_BY_KEY,
 } from "../api/wire.ts";
 import type { AdminClient } from "../api/generated/cairn/v1/Admin.ts";
 import type { ClusterView__Output } from "../api/generated/cairn/v1/ClusterView.ts";
@@ -175,6 +178,16 @@ export class CairnClient {
   #next = 0;
   #closed = false;
   #view: ClusterView | null = null;
+  /**
+   * Leaders learnt from answers, by shard: the `cairn-served-by` trailer of a write or a
+   * linearizable read names the node that served it, its shard's leader. A node's view lists
+   * the shards it holds a replica of, all of them with three nodes but about 3/n in a larger
+   * cluster: without this, every call for the others would reach a node that forwards it. At
+   * most one entry a shard; an entry goes when a call it routed fails.
+   */
+  readonly #learnt = new Map<number, string>();
+  /** The routed view's shards by id (built once per view: the view lists them in an array). */
+  #leadersOfView: { view: ClusterView; leaders: Map<number, string> } | null = null;
   #routingWatch: { cancel(): void } | null = null;
   #routingRetry: NodeJS.Timeout | null = null;
 
@@ -218,8 +231,13 @@ export class CairnClient {
   async get(key: Bytes, options: GetOptions = {}): Promise<GetResult | null> {
     const k = toBytes(key);
     const req = { key: k, consistency: consistencyOf(options.consistency) };
-    const res = await this.#call<GetResponse__Output>("read", k, options, (c, deadline, cb) =>
-      c.kv.Get(req, { deadline }, cb),
+    const res = await this.#call<GetResponse__Output>(
+      "read",
+      k,
+      options,
+      (c, deadline, cb) => c.kv.Get(req, { deadline }, cb),
+      // A serializable read may be served by any replica: its answer says nothing of the leader.
+      { servedByLeader: req.consistency === "LINEARIZABLE" },
     );
     if (!res.found) return null;
     const value = new Uint8Array(res.value);
@@ -298,7 +316,7 @@ export class CairnClient {
       null,
       options,
       (c, deadline, cb) => c.admin.SnapshotShard(req, { deadline }, cb),
-      options.endpoint,
+      options.endpoint === undefined ? {} : { endpoint: options.endpoint },
     );
     return { shardId: res.shard_id, index: res.index, term: res.term, sizeBytes: res.size_bytes };
   }
@@ -319,7 +337,7 @@ export class CairnClient {
       null,
       options,
       (c, deadline, cb) => c.admin.TransferLeader(req, { deadline }, cb),
-      options.endpoint,
+      options.endpoint === undefined ? {} : { endpoint: options.endpoint },
     );
     return res.leader;
   }
@@ -353,7 +371,7 @@ export class CairnClient {
       null,
       options,
       (c, deadline, cb) => c.admin[method]({ node_id: nodeId }, { deadline }, cb),
-      options.endpoint,
+      options.endpoint === undefined ? {} : { endpoint: options.endpoint },
     );
     return { nodeId: res.node_id, state: res.state, replicas: res.replicas };
   }
@@ -432,11 +450,29 @@ export class CairnClient {
     let leader = hint;
     if (leader === undefined && key !== null && view.totalShards > 0) {
       const shard = shardForKey(key, view.totalShards);
-      leader = view.shards.find((s) => s.id === shard)?.leader;
+      leader = this.#viewLeaders(view).get(shard) ?? this.#learnt.get(shard);
     }
     if (leader === undefined || leader === "") return undefined;
     const addr = view.nodes.find((n) => n.id === leader)?.rpcAddr;
     return addr === undefined || addr === "" ? undefined : addr;
+  }
+
+  #viewLeaders(view: ClusterView): Map<number, string> {
+    if (this.#leadersOfView?.view !== view) {
+      const leaders = new Map<number, string>();
+      for (const s of view.shards) if (s.leader !== "") leaders.set(s.id, s.leader);
+      this.#leadersOfView = { view, leaders };
+    }
+    return this.#leadersOfView.leaders;
+  }
+
+  /** Learns `shard`'s leader from the `cairn-served-by` trailer of `call`'s answer, if any. */
+  #learnLeaderFrom(call: unknown, shard: number): void {
+    (call as Partial<ClientUnaryCall>).on?.("status", (s: StatusObject) => {
+      if (s.code !== status.OK) return;
+      const served = metadataString(s.metadata, SERVED_BY_KEY);
+      if (served !== undefined && served !== "") this.#learnt.set(shard, served);
+    });
   }
 
   #startRouting(attempt: number): void {
@@ -475,8 +511,23 @@ export class CairnClient {
       deadline: number,
       cb: (err: ServiceError | null, res?: T) => void,
     ) => unknown,
-    endpoint?: string,
+    how: {
+      /** Send to this node, not routed. */
+      readonly endpoint?: string;
+      /** The answer comes from `key`'s shard leader (a write or a linearizable read, the default
+       * for a call with a key); a serializable read's does not. */
+      readonly servedByLeader?: boolean;
+    } = {},
   ): Promise<T> {
+    const endpoint = how.endpoint;
+    // The leader that serves this call, named in its answer's trailer, is learnt for its shard.
+    const learnFor =
+      key !== null &&
+      how.servedByLeader !== false &&
+      this.#view !== null &&
+      this.#view.totalShards > 0
+        ? shardForKey(key, this.#view.totalShards)
+        : null;
     this.#assertOpen();
     const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
     let hint: string | undefined;
@@ -499,7 +550,10 @@ export class CairnClient {
       const started = Date.now();
       try {
         return await new Promise<T>((resolve, reject) => {
-          invoke(conn, deadline, (err, res) => (err === null ? resolve(res as T) : reject(err)));
+          const call = invoke(conn, deadline, (err, res) =>
+            err === null ? resolve(res as T) : reject(err),
+          );
+          if (learnFor !== null) this.#learnLeaderFrom(call, learnFor);
         });
       } catch (err) {
         const e = err as ServiceError;
@@ -507,6 +561,9 @@ export class CairnClient {
         lastTook = Date.now() - started;
         if (!isRetryable(e, kind)) throw toClientError(e, kind, this.#tls);
         hint = metadataString(e.metadata, LEADER_HINT_KEY);
+        // What was learnt for the shard is stale: the node refused (the hint, if any, is newer)
+        // or could not be reached.
+        if (learnFor !== null) this.#learnt.delete(learnFor);
         const wait = this.#backoff(attempt);
         if (Date.now() + wait >= deadline) break;
         await sleep(wait, options.signal);
