@@ -4,5 +4,4 @@ export { DenseMap, type ReadonlyDenseMap } from "./dense-map.ts";
 export { IntMap } from "./int-map.ts";
 export { clearArray, dropFront } from "./arrays.ts";
 export { CallCut } from "./call-cut.ts";
-export { SoonestTimer } from "./soonest-timer.ts";
 export { crc32cNative, dupFd, mapFile, nativeAddonMissing } from "./native.ts";

@@ -48,6 +48,7 @@ import type { CairnConfig } from "../config/index.ts";
 import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
+import { hasLeftForGood } from "./replica-gc.ts";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
@@ -359,12 +360,9 @@ export class ClusterState {
    */
   staleViewReason(): string | null {
     const meta = this.#meta;
-    if (meta === null || meta.clusterId === null) return null;
     const id = this.#config.node_id;
-    const state = meta.stateOf(id);
-    return state === "decommissioned" || state === "removed"
-      ? `node ${id} was ${state} from cluster ${meta.clusterId}: its cluster view stopped when it left; watch another node`
-      : null;
+    if (meta === null || meta.clusterId === null || !hasLeftForGood(meta, id)) return null;
+    return `node ${id} was ${meta.stateOf(id)} from cluster ${meta.clusterId}: its cluster view stopped when it left; watch another node`;
   }
 
   /**
