@@ -186,8 +186,16 @@ export class CairnClient {
    * most one entry a shard; an entry goes when a call it routed fails.
    */
   readonly #learnt = new Map<number, string>();
-  /** The routed view's shards by id (built once per view: the view lists them in an array). */
-  #leadersOfView: { view: ClusterView; leaders: Map<number, string> } | null = null;
+  /**
+   * The routed view's leaders by shard id, and for a shard whose leader the view does not know,
+   * its first-ranked node (its preferred leader, which leads it most of the time; a replica
+   * that does not forwards to the one that does). Built once per view: it lists them in an array.
+   */
+  #leadersOfView: {
+    view: ClusterView;
+    leaders: Map<number, string>;
+    preferred: Map<number, string>;
+  } | null = null;
   #routingWatch: { cancel(): void } | null = null;
   #routingRetry: NodeJS.Timeout | null = null;
 
@@ -450,20 +458,28 @@ export class CairnClient {
     let leader = hint;
     if (leader === undefined && key !== null && view.totalShards > 0) {
       const shard = shardForKey(key, view.totalShards);
-      leader = this.#viewLeaders(view).get(shard) ?? this.#learnt.get(shard);
+      const known = this.#viewLeaders(view);
+      leader = known.leaders.get(shard) ?? this.#learnt.get(shard) ?? known.preferred.get(shard);
     }
     if (leader === undefined || leader === "") return undefined;
     const addr = view.nodes.find((n) => n.id === leader)?.rpcAddr;
     return addr === undefined || addr === "" ? undefined : addr;
   }
 
-  #viewLeaders(view: ClusterView): Map<number, string> {
+  #viewLeaders(view: ClusterView): {
+    leaders: Map<number, string>;
+    preferred: Map<number, string>;
+  } {
     if (this.#leadersOfView?.view !== view) {
       const leaders = new Map<number, string>();
-      for (const s of view.shards) if (s.leader !== "") leaders.set(s.id, s.leader);
-      this.#leadersOfView = { view, leaders };
+      const preferred = new Map<number, string>();
+      for (const s of view.shards) {
+        if (s.leader !== "") leaders.set(s.id, s.leader);
+        else if (s.replicas[0] !== undefined) preferred.set(s.id, s.replicas[0]);
+      }
+      this.#leadersOfView = { view, leaders, preferred };
     }
-    return this.#leadersOfView.leaders;
+    return this.#leadersOfView;
   }
 
   /** Learns `shard`'s leader from the `cairn-served-by` trailer of `call`'s answer, if any. */

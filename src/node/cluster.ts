@@ -113,6 +113,8 @@ export class ClusterState {
   #joinRefusal: string | null = null;
   #self: { rpcAddr: string; httpAddr: string } | null = null;
   readonly #peerTls: PeerTls | undefined;
+  /** listUnheld's question: whether the view lists `shard` by its placement; null: none does. */
+  #unheld: ((shard: number) => boolean) | null = null;
 
   constructor(
     config: CairnConfig,
@@ -411,6 +413,7 @@ export class ClusterState {
         total_shards: this.#config.cluster.total_shards,
       });
     }
+    this.#showUnheld(previous, state);
     this.onMetaChanged();
     const wasMoving = previous?.movingShards() ?? [];
     const moving = state.movingShards();
@@ -453,6 +456,45 @@ export class ClusterState {
     if (nodes.includes(view.leader)) leader = view.leader;
     else if (was !== undefined && nodes.includes(was.leader)) leader = was.leader;
     return { id: view.id, leader, replicas: nodes, term: Math.max(view.term, was?.term ?? 0) };
+  }
+
+  /**
+   * From now on, this node's view lists every shard the meta group records for which `unheld`
+   * answers true (a shard of this worker with no replica open here) where the meta group places
+   * it: its nodes, and its leader only when this node's view already knew it there ("" otherwise,
+   * term 0 if never known here). Without it a node's view listed only the shards it holds, about
+   * 3/n of them on n nodes: `cairn cluster` counted and showed a fraction of the shards, and a
+   * routing client knew neither the leader nor the replicas of the others.
+   */
+  listUnheld(unheld: (shard: number) => boolean): void {
+    this.#unheld = unheld;
+    if (this.#meta !== null) this.#showUnheld(null, this.#meta);
+  }
+
+  /** Sets the view of each shard listUnheld covers whose placement `state` changed (or all). */
+  #showUnheld(previous: MetaState | null, state: MetaState): void {
+    const unheld = this.#unheld;
+    if (unheld === null || state.clusterId === null) return;
+    const changed =
+      previous === null ||
+      previous.clusterId !== state.clusterId ||
+      previous.shards !== state.shards ||
+      previous.placements !== state.placements;
+    if (!changed) return;
+    for (const [id, initial] of state.shards) {
+      if (
+        previous !== null &&
+        previous.shards.get(id) === initial &&
+        previous.placements.get(id) === state.placements.get(id) &&
+        this.#views.shard(id) !== undefined
+      )
+        continue;
+      if (!unheld(id)) continue;
+      const nodes = state.nodesOf(id);
+      const was = this.#views.shard(id);
+      const leader = was !== undefined && nodes.includes(was.leader) ? was.leader : "";
+      this.#views.setShard({ id, leader, replicas: nodes, term: was?.term ?? 0 });
+    }
   }
 
   /** Replica GC deleted this node's replica of `shard`: its view is the meta group's placement. */

@@ -249,6 +249,13 @@ export class CairnNode implements HealthSource {
         const store = node.#store;
         const cluster = node.#cluster;
         cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
+        // The view lists every shard: those with no replica here where the meta group places
+        // them (a shard worker its own shards only: the node's view merges the workers').
+        cluster.listUnheld(
+          (shard) =>
+            (cell === undefined || ownerOf(shard, cell.count) === cell.index) &&
+            !store.holds(shard),
+        );
         if (cell === undefined || cell.index === 0) {
           cluster.attach(leaderProposer(store, node.#transport));
         } else {

@@ -449,6 +449,11 @@ export class MultiRaft {
 
   // ── state for health, metrics and the cluster view ──────────────────────────────────────────
 
+  /** Whether shard `id`'s group is open here (a replica this node holds). */
+  holds(id: number): boolean {
+    return this.#shards.has(id);
+  }
+
   shardIds(): number[] {
     return [...this.#shards.keys()].sort((a, b) => a - b);
   }

@@ -103,4 +103,22 @@ describe("a routing client's leaders learnt from answers", () => {
       client.close();
     }
   });
+
+  it("sends a call for a shard the view lists with no leader to its first-ranked node", async () => {
+    const client = new CairnClient({ endpoints: [addresses.get("n2") ?? ""] });
+    try {
+      const shard = shardForKey(new TextEncoder().encode("c"), TOTAL_SHARDS);
+      // As a node's view lists a shard it holds no replica of: where it is placed, no leader.
+      views.setShard({ id: shard, leader: "", replicas: ["n1", "n2"], term: 0 });
+      for (let i = 0; i < 200 && client.view?.shards.length !== 1; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      assert.equal(client.view?.shards.length, 1, "the client follows n2's view");
+      const before = far.calls;
+      await client.put("c", "1");
+      assert.equal(await client.getString("c"), "1");
+      assert.equal(far.calls, before, "straight to n1, the shard's first-ranked node");
+    } finally {
+      client.close();
+    }
+  });
 });

@@ -174,6 +174,60 @@ describe("ClusterState", () => {
     assert.deepEqual(await shown(), { ...settled, leader: "" });
   });
 
+  it("lists a shard it holds no replica of where the meta group places it, leader unknown, through its moves", async () => {
+    const views = new ClusterViewPublisher(1024);
+    const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
+    const five: MetaCommand = { ...BOOT, members: [...members, member(4), member(5)] };
+    const created: MetaCommand[] = [
+      { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] },
+      { op: "create-shard", shard: 6, replicas: ["n1", "n3", "n4"] },
+    ];
+    const shown = async (): Promise<unknown[]> => {
+      await new Promise((resolve) => setImmediate(resolve));
+      return views.current().shards.map((v) => ({ ...v }));
+    };
+    cs.applied(state(five, ...created));
+    assert.deepEqual(
+      await shown(),
+      [],
+      "nothing listed before the node says which shards it holds",
+    );
+    // n2 holds shard 0 and shard 5; its replica's own view lists them (showShard).
+    const held = new Set([0, 5]);
+    cs.listUnheld((shard) => !held.has(shard));
+    assert.deepEqual(await shown(), [{ id: 6, leader: "", replicas: ["n1", "n3", "n4"], term: 0 }]);
+    // A move among other nodes: the view follows the placement (its new nodes from its start).
+    const move: MetaCommand = {
+      op: "move-shard",
+      shard: 6,
+      from: ["n1", "n3", "n4"],
+      nodes: ["n1", "n3", "n5"],
+    };
+    cs.applied(state(five, ...created, move));
+    assert.deepEqual(await shown(), [{ id: 6, leader: "", replicas: ["n1", "n3", "n5"], term: 0 }]);
+    // A leader this node's view knew (its replica, since removed, had seen n1 lead) is kept
+    // while it is one of the shard's nodes, dropped once it is not.
+    views.setShard({ id: 6, leader: "n1", replicas: ["n1", "n3", "n5"], term: 4 });
+    const settle: MetaCommand = { op: "settle-shard", shard: 6, nodes: ["n1", "n3", "n5"] };
+    cs.applied(state(five, ...created, move, settle));
+    assert.deepEqual(await shown(), [
+      { id: 6, leader: "n1", replicas: ["n1", "n3", "n5"], term: 4 },
+    ]);
+    const again: MetaCommand[] = [
+      { op: "move-shard", shard: 6, from: ["n1", "n3", "n5"], nodes: ["n4", "n3", "n5"] },
+      { op: "settle-shard", shard: 6, nodes: ["n4", "n3", "n5"] },
+    ];
+    cs.applied(state(five, ...created, move, settle, ...again));
+    assert.deepEqual(await shown(), [{ id: 6, leader: "", replicas: ["n4", "n3", "n5"], term: 4 }]);
+    // A shard created later is listed as soon as the meta group records it.
+    const seven: MetaCommand = { op: "create-shard", shard: 7, replicas: ["n3", "n4", "n5"] };
+    cs.applied(state(five, ...created, move, settle, ...again, seven));
+    assert.deepEqual(
+      ((await shown()) as { id: number }[]).map((v) => v.id),
+      [6, 7],
+    );
+  });
+
   it("works a shard's current replicas out again only when its placement or a member changed", () => {
     const { cs } = cluster("inc-2");
     const inc = (i: number): string => `inc-${i}`;
