@@ -2,7 +2,8 @@
  * `cairn health`, `metrics`, `cluster`, `snapshot` and `transfer-leader`: what an operator asks of
  * a node.
  */
-import type { ClusterView } from "../client/index.ts";
+import type { CairnClient, ClusterView } from "../client/index.ts";
+import { type AnsweredView, leaderCounts, membersToAsk, mergeViews } from "./cluster-view.ts";
 import {
   checkHostPort,
   DEFAULT_HTTP_ENDPOINT,
@@ -204,10 +205,14 @@ export function parseSamples(text: string): Sample[] {
 
 export const CLUSTER_HELP = `Usage: cairn cluster [--watch] [options]
 
-Prints the cluster view (Meta.WatchCluster): members and the leader of every active shard.
---watch keeps following and prints each new view (one JSON object per line with --output json)
-until interrupted. The endpoints are tried in turn until one streams a view: a node that is
-down, or decommissioned (its view no longer follows the cluster), is skipped.
+Prints the cluster view (Meta.WatchCluster): members (with the replicas the cluster places on
+each and the shards each leads) and every active shard with its leader, term and replicas.
+A node knows the leaders of the shards it holds a replica of; with more nodes than the
+replication factor, the leaders it does not know are asked of the other members (those that
+do not answer in time leave a shard's leader "(none)"). --watch keeps following one node's
+view and prints each new one (one JSON object per line with --output json) until interrupted.
+The endpoints are tried in turn until one streams a view: a node that is down, or
+decommissioned (its view no longer follows the cluster), is skipped.
 
 Options:
   --watch                follow the view
@@ -236,21 +241,25 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
       const timer = setTimeout(stop, globals.timeoutMs);
       let seen = 0;
       try {
-        // Each endpoint in turn (the client's round robin) until one streams a view: a node
-        // down, or one whose view stopped following the cluster (decommissioned), is skipped.
+        // Each endpoint in turn until one streams a view: a node down, or one whose view stopped
+        // following the cluster (decommissioned), is skipped.
         const c = client({ routing: false });
-        for (let tried = 1; ; tried++) {
+        for (let tried = 0; ; tried++) {
+          const endpoint = globals.endpoints[tried] as string;
           try {
-            for await (const view of c.watchCluster({ signal: controller.signal })) {
-              clearTimeout(timer);
+            for await (const view of c.watchCluster({ signal: controller.signal, endpoint })) {
               seen++;
-              if (globals.output === "json") writeJson(io, jsonView(view));
-              else io.stdout.write(formatView(view, watch && seen > 1));
+              // Once, the leaders this node does not know are asked of the other members
+              // (within the same deadline); a watch follows this node's view alone.
+              const shown = watch ? view : await withMembersViews(c, view, endpoint, controller);
+              clearTimeout(timer);
+              if (globals.output === "json") writeJson(io, jsonView(shown));
+              else io.stdout.write(formatView(shown, watch && seen > 1));
               if (!watch) break;
             }
             break;
           } catch (err) {
-            if (seen > 0 || tried >= globals.endpoints.length || controller.signal.aborted)
+            if (seen > 0 || tried + 1 >= globals.endpoints.length || controller.signal.aborted)
               throw err;
           }
         }
@@ -270,7 +279,37 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
   );
 }
 
+/**
+ * `view` (streamed by `endpoint`) with the leaders it does not know taken from the other
+ * members' views (cluster-view.ts), those that answer before `deadline` aborts.
+ */
+async function withMembersViews(
+  c: CairnClient,
+  view: ClusterView,
+  endpoint: string,
+  deadline: AbortController,
+): Promise<ClusterView> {
+  const node = view.nodes.find((n) => n.rpcAddr === endpoint)?.id ?? "";
+  const ask = membersToAsk(view, node).filter((m) => m.rpcAddr !== endpoint);
+  const answers = await Promise.all(
+    ask.map(async (m): Promise<AnsweredView | null> => {
+      try {
+        for await (const v of c.watchCluster({ signal: deadline.signal, endpoint: m.rpcAddr }))
+          return { node: m.id, view: v };
+      } catch {
+        // Down, refusing (decommissioned) or too slow: its shards keep what `view` knows.
+      }
+      return null;
+    }),
+  );
+  return mergeViews(
+    { node, view },
+    answers.filter((a) => a !== null),
+  );
+}
+
 function jsonView(v: ClusterView): unknown {
+  const leaders = leaderCounts(v);
   return {
     epoch: v.epoch,
     total_shards: v.totalShards,
@@ -282,6 +321,7 @@ function jsonView(v: ClusterView): unknown {
       state: n.state,
       member_state: n.memberState,
       replicas: n.replicas,
+      leaders: leaders.get(n.id) ?? 0,
     })),
     shards: v.shards.map((s) => ({
       id: s.id,
@@ -295,11 +335,15 @@ function jsonView(v: ClusterView): unknown {
 function formatView(v: ClusterView, separator: boolean): string {
   let out = separator ? "---\n" : "";
   const cluster = v.clusterId === "" ? "" : `cluster ${v.clusterId}, `;
-  out += `${cluster}epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active)\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tRPC\tHTTP\n`;
+  const leaders = leaderCounts(v);
+  const unknown = v.shards.filter((s) => s.leader === "").length;
+  const noLeader = unknown === 0 ? "" : `, ${unknown} with no leader known`;
+  out += `${cluster}epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active${noLeader})\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tLEADERS\tRPC\tHTTP\n`;
   for (const n of v.nodes) {
     const state = n.memberState === "" ? "-" : n.memberState;
     const replicas = n.memberState === "" ? "-" : String(n.replicas);
-    out += `${n.id}\t${state}\t${n.state}\t${replicas}\t${n.rpcAddr}\t${n.httpAddr}\n`;
+    const led = leaders.get(n.id) ?? 0;
+    out += `${n.id}\t${state}\t${n.state}\t${replicas}\t${led}\t${n.rpcAddr}\t${n.httpAddr}\n`;
   }
   out += "\nSHARD\tLEADER\tTERM\tREPLICAS\n";
   for (const s of [...v.shards].sort((a, b) => a.id - b.id))

@@ -196,7 +196,7 @@ describe("cairn cluster, snapshot, health, metrics", () => {
     assert.equal(text.code, 0, text.err);
     assert.match(text.out, /MEMBER\tSTATE/);
     // A single node has no member state (no cluster): "-".
-    assert.match(text.out, new RegExp(`n1\\t-\\talive\\t-\\t${server.rpc}`));
+    assert.match(text.out, new RegExp(`n1\\t-\\talive\\t-\\t\\d+\\t${server.rpc}`));
     const json = await cairn(["cluster", "--output", "json"]);
     const view = JSON.parse(json.out) as {
       nodes: { id: string }[];

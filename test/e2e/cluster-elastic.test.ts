@@ -178,6 +178,29 @@ describe("elastic cluster (real processes)", () => {
         // Writes go on, through the new node too; every acknowledged key reads back everywhere.
         for (let i = 64; i < 96; i++) await put(n4.client, `k${i}`, `v${i}`);
         await readsBack(cluster, ["n1", "n2", "n3", "n4"], acknowledged);
+        // Every node's view lists every shard, those it holds no replica of (a quarter of them)
+        // where the meta group places them; `cairn cluster` names each one's leader, asking the
+        // other members for those n1 does not know, and counts each member's leaders.
+        const ids = async (id: string): Promise<string> =>
+          (await clusterView(clientOf(cluster, id))).shards.map((s) => s.id).join();
+        await eventually("every node's view lists every shard", async () => {
+          const all = await Promise.all(["n1", "n2", "n3", "n4"].map(ids));
+          return all.every((v) => v === all[0]);
+        });
+        await eventually("cairn cluster names every shard's leader", async () => {
+          const shown = await cli(["cluster", "--endpoints", n1.rpc, "--output", "json"]);
+          assert.equal(shown.code, 0, shown.err);
+          const v = JSON.parse(shown.out) as {
+            nodes: { leaders: number }[];
+            shards: { leader: string }[];
+          };
+          const led = v.nodes.reduce((sum, n) => sum + n.leaders, 0);
+          return (
+            v.shards.length === 16 &&
+            v.shards.every((s) => s.leader !== "") &&
+            led === v.shards.length
+          );
+        });
 
         // A client watching n2's view: once n2 is decommissioned (out of the meta group, its
         // view no longer changes), the watch ends UNAVAILABLE, CAIRN_ERR_NOT_MEMBER.

@@ -1,0 +1,86 @@
+/**
+ * `cairn cluster` puts the members' views together (src/cli/cluster-view.ts): each node knows the
+ * leaders of the shards it holds a replica of, and the command takes each shard from the view
+ * that knows most about it.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { leaderCounts, membersToAsk, mergeViews } from "../../src/cli/cluster-view.ts";
+import type { ClusterView, MemberInfo, ShardInfo } from "../../src/client/index.ts";
+
+const member = (id: string, memberState: string, state = "alive"): MemberInfo => ({
+  id,
+  rpcAddr: `${id}:7447`,
+  httpAddr: `${id}:8080`,
+  state,
+  memberState,
+  replicas: 3,
+});
+
+function view(shards: ShardInfo[]): ClusterView {
+  return {
+    epoch: 7,
+    totalShards: 16,
+    clusterId: "c1",
+    nodes: [
+      member("n1", "active"),
+      member("n2", "active"),
+      member("n3", "decommissioning"),
+      member("n4", "joining"),
+      member("n5", "active", "dead"),
+      member("n6", "decommissioned"),
+    ],
+    shards,
+  };
+}
+
+describe("cairn cluster's merged view", () => {
+  it("asks the members that may hold replicas only when a leader is unknown", () => {
+    const known = view([{ id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 }]);
+    assert.deepEqual(membersToAsk(known, "n1"), []);
+    const partial = view([
+      ...known.shards,
+      { id: 2, leader: "", replicas: ["n2", "n3", "n5"], term: 0 },
+    ]);
+    assert.deepEqual(
+      membersToAsk(partial, "n1").map((m) => m.id),
+      ["n2", "n3"],
+      "alive members that are active or decommissioning, not the node that answered",
+    );
+  });
+
+  it("takes each shard from the view that knows most: term, a known leader, the leader's own", () => {
+    const n1 = view([
+      { id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 },
+      { id: 2, leader: "", replicas: ["n2", "n3", "n5"], term: 0 },
+      { id: 3, leader: "n2", replicas: ["n1", "n2", "n3"], term: 4 },
+    ]);
+    const n2 = view([
+      { id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 },
+      { id: 2, leader: "n2", replicas: ["n2", "n3", "n5", "n1"], term: 3 },
+      // An election under way in a later term: no leader yet, and that is what is shown.
+      { id: 3, leader: "", replicas: ["n1", "n2", "n3"], term: 5 },
+    ]);
+    const n3 = view([
+      { id: 2, leader: "n2", replicas: ["n2", "n3", "n5"], term: 3 },
+      { id: 4, leader: "n3", replicas: ["n3", "n5", "n2"], term: 1 },
+    ]);
+    const merged = mergeViews({ node: "n1", view: n1 }, [
+      { node: "n3", view: n3 },
+      { node: "n2", view: n2 },
+    ]);
+    assert.deepEqual(merged.shards, [
+      { id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 },
+      { id: 2, leader: "n2", replicas: ["n2", "n3", "n5", "n1"], term: 3 },
+      { id: 3, leader: "", replicas: ["n1", "n2", "n3"], term: 5 },
+      { id: 4, leader: "n3", replicas: ["n3", "n5", "n2"], term: 1 },
+    ]);
+    assert.equal(merged.epoch, 7);
+    assert.equal(merged.nodes, n1.nodes, "the members are the first view's");
+    assert.deepEqual([...leaderCounts(merged)].sort(), [
+      ["n1", 1],
+      ["n2", 1],
+      ["n3", 1],
+    ]);
+  });
+});
