@@ -97,8 +97,22 @@ function hoistLeadingOptions(argv: readonly string[]): string[] {
   return [argv[i] as string, ...argv.slice(i + 1), ...leading];
 }
 
+/**
+ * A reader that stops early (`cairn scan | head`) closes the pipe: a client command then stops
+ * quietly, exit code 0, as a Unix tool stopped by SIGPIPE would, instead of dying on an unhandled
+ * EPIPE with its stack (Node.js ignores SIGPIPE and reports the failed write as an error event).
+ * Not for `serve`, whose stdout is its log.
+ */
+function stopQuietlyOnClosedStdout(): void {
+  process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code !== "EPIPE") throw err;
+    process.exit(0);
+  });
+}
+
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = hoistLeadingOptions(argv);
+  if (command !== "serve") stopQuietlyOnClosedStdout();
   switch (command) {
     case undefined:
     case "-h":

@@ -117,6 +117,30 @@ describe("cairn put/get/delete", () => {
     assert.equal((await cairn(["get", "filed"])).out, "from a file");
   });
 
+  it("stops quietly when its reader closes the pipe early (cairn get | head -c 1)", async () => {
+    const big = Buffer.alloc(900 * 1024, "x");
+    const put = await cairn(["put", "big", "-"], { stdin: big });
+    assert.equal(put.code, 0, put.err);
+    const env = cleanEnv({ CAIRN_ENDPOINTS: server.rpc });
+    const proc = spawn(CAIRN, ["get", "big"], {
+      cwd: ROOT,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let err = "";
+    let read = 0;
+    proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    // As `head` does: read the first bytes, then close the pipe while the value is being written.
+    proc.stdout.once("data", (d: Buffer) => {
+      read = d.length;
+      proc.stdout.destroy();
+    });
+    const code = await new Promise((resolve) => proc.once("close", resolve));
+    assert.ok(read > 0 && read < big.length, `read ${read} bytes before closing`);
+    assert.equal(err, "", "no EPIPE error, no stack trace");
+    assert.equal(code, 0);
+  });
+
   it("exits 1 for a missing key, in text and JSON", async () => {
     const get = await cairn(["get", "nope"]);
     assert.equal(get.code, 1);
