@@ -14,11 +14,10 @@ export interface AnsweredView {
 }
 
 /**
- * The members whose views know leaders `view` does not: every other member that may hold
- * replicas (active or decommissioning) and gossip has alive; none when `view` knows every leader.
+ * The members other than `answered` whose views may know leaders: those that may hold replicas
+ * (active or decommissioning) and gossip has alive.
  */
-export function membersToAsk(view: ClusterView, answered: string): MemberInfo[] {
-  if (view.shards.every((s) => s.leader !== "")) return [];
+export function replicaHolders(view: ClusterView, answered: string): MemberInfo[] {
   return view.nodes.filter(
     (n) =>
       n.id !== answered &&
@@ -26,6 +25,12 @@ export function membersToAsk(view: ClusterView, answered: string): MemberInfo[] 
       n.state === "alive" &&
       (n.memberState === "active" || n.memberState === "decommissioning"),
   );
+}
+
+/** The members to ask for the leaders `view` does not know (replicaHolders); none if it knows all. */
+export function membersToAsk(view: ClusterView, answered: string): MemberInfo[] {
+  if (view.shards.every((s) => s.leader !== "")) return [];
+  return replicaHolders(view, answered);
 }
 
 /**
@@ -53,4 +58,128 @@ export function leaderCounts(view: ClusterView): Map<string, number> {
     if (s.leader !== "") counts.set(s.leader, (counts.get(s.leader) ?? 0) + 1);
   }
   return counts;
+}
+
+/** Opens one node's view stream (CairnClient.watchCluster on `endpoint`), ended by `signal`. */
+export type WatchOne = (endpoint: string, signal: AbortSignal) => AsyncIterable<ClusterView>;
+
+/** How long the first view printed waits for the other members' first views, at most. */
+const FIRST_VIEW_WAIT_MS = 1_000;
+/** After a member's watch failed, it is opened again no sooner than this. */
+const REFOLLOW_MS = 2_000;
+
+/**
+ * Follows `endpoint`'s view and, beside it, the views of the members it lists that may hold
+ * replicas (membersToAsk's, followed as they appear, dropped as they leave the list, opened again
+ * at most every 2 s after a failure); yields `endpoint`'s view with each shard taken from the view
+ * that knows most about it (mergeViews), after each change of any of them. Returns when
+ * `endpoint`'s stream ends or `signal` aborts; throws when `endpoint`'s stream fails (another
+ * member's failure only leaves its leaders to the others).
+ */
+export async function* watchMerged(
+  watch: WatchOne,
+  endpoint: string,
+  signal: AbortSignal,
+  now: () => number = () => performance.now(),
+): AsyncGenerator<ClusterView> {
+  interface Followed {
+    readonly addr: string;
+    readonly stop: AbortController;
+    view: ClusterView | null;
+  }
+  const followed = new Map<string, Followed>();
+  const failedAt = new Map<string, number>();
+  /** `endpoint`'s latest view (a holder: the stream's loop below sets it). */
+  const own: { view: ClusterView | null } = { view: null };
+  let failure: unknown = null;
+  let ended = false;
+  let changed = false;
+  let last = "";
+  let firstWait: NodeJS.Timeout | null = null;
+  let firstWaitOver = false;
+  let wake: () => void = () => {};
+  const notify = (): void => {
+    changed = true;
+    wake();
+  };
+  signal.addEventListener("abort", notify, { once: true });
+  void (async () => {
+    try {
+      for await (const v of watch(endpoint, signal)) {
+        own.view = v;
+        notify();
+      }
+    } catch (err) {
+      failure = err;
+    }
+    ended = true;
+    notify();
+  })();
+  const follow = (id: string, addr: string): void => {
+    const f: Followed = { addr, stop: new AbortController(), view: null };
+    followed.set(id, f);
+    void (async () => {
+      try {
+        for await (const v of watch(addr, f.stop.signal)) {
+          f.view = v;
+          notify();
+        }
+      } catch {
+        // Down, refusing (decommissioned) or cut: its shards keep what the others know.
+      }
+      if (followed.get(id) !== f) return;
+      followed.delete(id);
+      if (!f.stop.signal.aborted) failedAt.set(id, now());
+      notify();
+    })();
+  };
+  try {
+    for (;;) {
+      if (!changed) await new Promise<void>((resolve) => (wake = resolve));
+      changed = false;
+      if (failure !== null) throw failure;
+      if (ended || signal.aborted) return;
+      const view = own.view;
+      if (view === null) continue;
+      const node = view.nodes.find((n) => n.rpcAddr === endpoint)?.id ?? "";
+      const wanted = new Map(
+        replicaHolders(view, node)
+          .filter((m) => m.rpcAddr !== endpoint)
+          .map((m) => [m.id, m.rpcAddr]),
+      );
+      for (const [id, f] of followed) {
+        if (wanted.get(id) !== f.addr) {
+          f.stop.abort();
+          followed.delete(id);
+        }
+      }
+      for (const [id, addr] of wanted) {
+        const failed = failedAt.get(id);
+        if (followed.has(id) || (failed !== undefined && now() - failed < REFOLLOW_MS)) continue;
+        failedAt.delete(id);
+        follow(id, addr);
+      }
+      // The first view waits (up to FIRST_VIEW_WAIT_MS) for the members' first views: printed
+      // at once, it would show "(none)" for the leaders they are about to tell.
+      if (last === "" && [...followed.values()].some((f) => f.view === null)) {
+        firstWait ??= setTimeout(() => {
+          firstWaitOver = true;
+          notify();
+        }, FIRST_VIEW_WAIT_MS);
+        if (!firstWaitOver) continue;
+      }
+      const others: AnsweredView[] = [];
+      for (const [id, f] of followed) if (f.view !== null) others.push({ node: id, view: f.view });
+      const merged = mergeViews({ node, view }, others);
+      // A member's stream opening, failing or repeating what is known changes nothing shown.
+      const shown = JSON.stringify(merged);
+      if (shown === last) continue;
+      last = shown;
+      yield merged;
+    }
+  } finally {
+    signal.removeEventListener("abort", notify);
+    if (firstWait !== null) clearTimeout(firstWait);
+    for (const f of followed.values()) f.stop.abort();
+  }
 }

@@ -3,7 +3,13 @@
  * a node.
  */
 import type { CairnClient, ClusterView } from "../client/index.ts";
-import { type AnsweredView, leaderCounts, membersToAsk, mergeViews } from "./cluster-view.ts";
+import {
+  type AnsweredView,
+  leaderCounts,
+  membersToAsk,
+  mergeViews,
+  watchMerged,
+} from "./cluster-view.ts";
 import {
   checkHostPort,
   DEFAULT_HTTP_ENDPOINT,
@@ -209,10 +215,11 @@ Prints the cluster view (Meta.WatchCluster): members (with the replicas the clus
 each and the shards each leads) and every active shard with its leader, term and replicas.
 A node knows the leaders of the shards it holds a replica of; with more nodes than the
 replication factor, the leaders it does not know are asked of the other members (those that
-do not answer in time leave a shard's leader "(none)"). --watch keeps following one node's
-view and prints each new one (one JSON object per line with --output json) until interrupted.
-The endpoints are tried in turn until one streams a view: a node that is down, or
-decommissioned (its view no longer follows the cluster), is skipped.
+do not answer in time leave a shard's leader "(none)"). --watch keeps following the view, the
+other members' beside it, and prints it again after each change (one JSON object per line with
+--output json) until interrupted; it ends when the node it follows does. The endpoints are
+tried in turn until one streams a view: a node that is down, or decommissioned (its view no
+longer follows the cluster), is skipped.
 
 Options:
   --watch                follow the view
@@ -247,10 +254,17 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
         for (let tried = 0; ; tried++) {
           const endpoint = globals.endpoints[tried] as string;
           try {
-            for await (const view of c.watchCluster({ signal: controller.signal, endpoint })) {
+            // The leaders this node does not know come from the other members: asked once
+            // (within the same deadline), or followed beside it by a watch.
+            const views = watch
+              ? watchMerged(
+                  (at, signal) => c.watchCluster({ signal, endpoint: at }),
+                  endpoint,
+                  controller.signal,
+                )
+              : c.watchCluster({ signal: controller.signal, endpoint });
+            for await (const view of views) {
               seen++;
-              // Once, the leaders this node does not know are asked of the other members
-              // (within the same deadline); a watch follows this node's view alone.
               const shown = watch ? view : await withMembersViews(c, view, endpoint, controller);
               clearTimeout(timer);
               if (globals.output === "json") writeJson(io, jsonView(shown));

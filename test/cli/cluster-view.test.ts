@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { leaderCounts, membersToAsk, mergeViews } from "../../src/cli/cluster-view.ts";
+import { leaderCounts, membersToAsk, mergeViews, watchMerged } from "../../src/cli/cluster-view.ts";
 import type { ClusterView, MemberInfo, ShardInfo } from "../../src/client/index.ts";
 
 const member = (id: string, memberState: string, state = "alive"): MemberInfo => ({
@@ -82,5 +82,99 @@ describe("cairn cluster's merged view", () => {
       ["n2", 1],
       ["n3", 1],
     ]);
+  });
+});
+
+/** A node's view stream a test feeds: views, then an end (null) or a failure. */
+class FakeStream {
+  readonly #queue: (ClusterView | Error | null)[] = [];
+  #wake: (() => void) | null = null;
+  signal: AbortSignal | null = null;
+  opened = 0;
+
+  push(item: ClusterView | Error | null): void {
+    this.#queue.push(item);
+    this.#wake?.();
+  }
+
+  async *open(signal: AbortSignal): AsyncGenerator<ClusterView> {
+    this.opened++;
+    this.signal = signal;
+    const onAbort = (): void => this.#wake?.();
+    signal.addEventListener("abort", onAbort);
+    try {
+      for (;;) {
+        if (signal.aborted) return;
+        const next = this.#queue.shift();
+        if (next === undefined) {
+          await new Promise<void>((resolve) => (this.#wake = resolve));
+          continue;
+        }
+        if (next === null) return;
+        if (next instanceof Error) throw next;
+        yield next;
+      }
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+}
+
+describe("cairn cluster --watch's merged view", () => {
+  it("follows the members beside its node, drops one that leaves, and fails with its node", async () => {
+    const streams = new Map([
+      ["n1:7447", new FakeStream()],
+      ["n2:7447", new FakeStream()],
+    ]);
+    const [n1, n2] = [streams.get("n1:7447"), streams.get("n2:7447")] as FakeStream[];
+    const controller = new AbortController();
+    const views = watchMerged(
+      (endpoint, signal) => {
+        const s = streams.get(endpoint);
+        if (s === undefined) throw new Error(`no stream at ${endpoint}`);
+        return s.open(signal);
+      },
+      "n1:7447",
+      controller.signal,
+    );
+    const members = (n2State: string): MemberInfo[] => [
+      member("n1", "active"),
+      member("n2", "active", n2State),
+    ];
+    const own = (n2State: string): ClusterView => ({
+      ...view([
+        { id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 },
+        { id: 2, leader: "", replicas: ["n2", "n3", "n4"], term: 0 },
+      ]),
+      nodes: members(n2State),
+    });
+    const leaderOf2 = (v: ClusterView): string | undefined =>
+      v.shards.find((s) => s.id === 2)?.leader;
+
+    n1?.push(own("alive"));
+    // The first view waits for n2's, which comes after n1's.
+    const first = views.next();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(n2?.opened, 1, "n2 is followed beside n1");
+    n2?.push({
+      ...view([{ id: 2, leader: "n2", replicas: ["n2", "n3", "n4"], term: 3 }]),
+      nodes: members("alive"),
+    });
+    assert.equal(leaderOf2((await first).value as ClusterView), "n2");
+
+    n2?.push({
+      ...view([{ id: 2, leader: "n3", replicas: ["n2", "n3", "n4"], term: 4 }]),
+      nodes: members("alive"),
+    });
+    assert.equal(leaderOf2((await views.next()).value as ClusterView), "n3", "n2's next view");
+
+    // n2 is dead by gossip in n1's next view: no longer followed, its leaders no longer shown.
+    n1?.push(own("dead"));
+    assert.equal(leaderOf2((await views.next()).value as ClusterView), "");
+    assert.equal(n2?.signal?.aborted, true, "n2's watch is cut");
+
+    n1?.push(new Error("n1 went away"));
+    await assert.rejects(views.next(), /n1 went away/);
+    controller.abort();
   });
 });

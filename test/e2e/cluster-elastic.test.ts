@@ -45,6 +45,22 @@ async function memberStates(c: Parameters<typeof clusterView>[0]): Promise<strin
   return (await members(c)).states;
 }
 
+/** The first line `cairn ARGS` prints (a watch's first view), then the process is stopped. */
+function firstLine(args: readonly string[]): Promise<string> {
+  const proc = spawn(CAIRN, [...args], { cwd: ROOT, env: cleanEnv({}) });
+  let out = "";
+  return new Promise((resolve, reject) => {
+    proc.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+      const end = out.indexOf("\n");
+      if (end < 0) return;
+      proc.kill();
+      resolve(out.slice(0, end));
+    });
+    proc.once("exit", (code) => reject(new Error(`cairn ${args.join(" ")} exited ${code}`)));
+  });
+}
+
 function cli(args: readonly string[]): Promise<{ code: number | null; out: string; err: string }> {
   const proc = spawn(CAIRN, [...args], { cwd: ROOT, env: cleanEnv({}) });
   let out = "";
@@ -200,6 +216,12 @@ describe("elastic cluster (real processes)", () => {
             v.shards.every((s) => s.leader !== "") &&
             led === v.shards.length
           );
+        });
+        // A watch follows the other members beside n1: its first view names every leader too.
+        await eventually("cairn cluster --watch names every shard's leader", async () => {
+          const line = await firstLine(["cluster", "--watch", "--endpoints", n1.rpc, "-w", "json"]);
+          const v = JSON.parse(line) as { shards: { leader: string }[] };
+          return v.shards.length === 16 && v.shards.every((s) => s.leader !== "");
         });
 
         // A client watching n2's view: once n2 is decommissioned (out of the meta group, its
