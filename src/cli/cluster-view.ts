@@ -70,8 +70,8 @@ const REFOLLOW_MS = 2_000;
 
 /**
  * Follows `endpoint`'s view and, beside it, the views of the members it lists that may hold
- * replicas (membersToAsk's, followed as they appear, dropped as they leave the list, opened again
- * at most every 2 s after a failure); yields `endpoint`'s view with each shard taken from the view
+ * replicas (replicaHolders', followed as they appear, dropped as they leave the list, opened again
+ * no sooner than 2 s after a failure); yields `endpoint`'s view with each shard taken from the view
  * that knows most about it (mergeViews), after each change of any of them. Returns when
  * `endpoint`'s stream ends or `signal` aborts; throws when `endpoint`'s stream fails (another
  * member's failure only leaves its leaders to the others).
@@ -102,10 +102,17 @@ export async function* watchMerged(
     changed = true;
     wake();
   };
-  signal.addEventListener("abort", notify, { once: true });
+  // Ends the streams of `endpoint` and of the members followed when `signal` aborts or the
+  // caller stops iterating.
+  const done = new AbortController();
+  const abort = (): void => {
+    done.abort();
+    notify();
+  };
+  signal.addEventListener("abort", abort, { once: true });
   void (async () => {
     try {
-      for await (const v of watch(endpoint, signal)) {
+      for await (const v of watch(endpoint, done.signal)) {
         own.view = v;
         notify();
       }
@@ -118,6 +125,8 @@ export async function* watchMerged(
   const follow = (id: string, addr: string): void => {
     const f: Followed = { addr, stop: new AbortController(), view: null };
     followed.set(id, f);
+    const cut = (): void => f.stop.abort();
+    done.signal.addEventListener("abort", cut, { once: true });
     void (async () => {
       try {
         for await (const v of watch(addr, f.stop.signal)) {
@@ -127,6 +136,7 @@ export async function* watchMerged(
       } catch {
         // Down, refusing (decommissioned) or cut: its shards keep what the others know.
       }
+      done.signal.removeEventListener("abort", cut);
       if (followed.get(id) !== f) return;
       followed.delete(id);
       if (!f.stop.signal.aborted) failedAt.set(id, now());
@@ -138,7 +148,7 @@ export async function* watchMerged(
       if (!changed) await new Promise<void>((resolve) => (wake = resolve));
       changed = false;
       if (failure !== null) throw failure;
-      if (ended || signal.aborted) return;
+      if (ended || done.signal.aborted) return;
       const view = own.view;
       if (view === null) continue;
       const node = view.nodes.find((n) => n.rpcAddr === endpoint)?.id ?? "";
@@ -178,8 +188,8 @@ export async function* watchMerged(
       yield merged;
     }
   } finally {
-    signal.removeEventListener("abort", notify);
+    signal.removeEventListener("abort", abort);
     if (firstWait !== null) clearTimeout(firstWait);
-    for (const f of followed.values()) f.stop.abort();
+    done.abort();
   }
 }
