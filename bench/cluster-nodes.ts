@@ -13,7 +13,7 @@ import { cpus, loadavg, release, totalmem } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { CairnClient, type ClusterView } from "../src/client/index.ts";
-import { mergeViews } from "../src/cli/cluster-view.ts";
+import { watchMerged } from "../src/cli/cluster-view.ts";
 import { nodeEnvironment, type Placement } from "../scripts/cluster-layout.ts";
 
 export const ROOT = join(import.meta.dirname, "..");
@@ -218,10 +218,10 @@ export async function waitHealthy(nodes: readonly Node[], deadlineMs: number): P
 }
 
 /**
- * Follows every node's cluster view until `done` holds for them put together (each shard as the
- * view that knows most about it shows it, the members as node 1 sees them: a node knows the
- * leaders of the shards it holds a replica of only), or the deadline passes. Returns the last
- * view put together (null if node 1 never sent one); throws if node 1's watch fails.
+ * Follows the cluster view from node 1, with the leaders it does not know from the other nodes'
+ * views (`cairn cluster --watch`'s watchMerged: a node knows the leaders of the shards it holds a
+ * replica of only), until `done(view)` holds, or the deadline passes. Returns the last view (null
+ * if none came); throws if node 1's watch fails.
  */
 export async function watchUntil(
   nodes: readonly Node[],
@@ -230,43 +230,34 @@ export async function watchUntil(
 ): Promise<ClusterView | null> {
   const client = new CairnClient({ endpoints: nodes.map((n) => n.rpc), routing: false });
   const controller = new AbortController();
-  const latest = new Map<string, ClusterView>();
+  const views = watchMerged(
+    (endpoint, signal) => client.watchCluster({ signal, endpoint }),
+    nodes[0]?.rpc ?? "",
+    controller.signal,
+  );
   let last: ClusterView | null = null;
-  let failure: unknown = null;
-  // Woken by each view, and on a timer too, for conditions that hold after quiet time.
-  let wake: () => void = () => {};
-  const following = nodes.map(async (n, i) => {
-    try {
-      for await (const v of client.watchCluster({ signal: controller.signal, endpoint: n.rpc })) {
-        latest.set(n.id, v);
-        wake();
-      }
-    } catch (err) {
-      if (i === 0 && !controller.signal.aborted) failure = err;
-      wake();
-    }
-  });
   const timer = setTimeout(() => controller.abort(), deadlineMs);
-  const ticker = setInterval(() => wake(), 250);
+  // A change-driven stream: re-check on a timer too, for conditions that hold after quiet time.
+  let resolveTick: () => void = () => {};
+  const ticker = setInterval(() => resolveTick(), 250);
   try {
-    const first = nodes[0];
-    while (first !== undefined && !controller.signal.aborted) {
-      await new Promise<void>((resolve) => (wake = resolve));
-      if (failure !== null) throw failure;
-      const own = latest.get(first.id);
-      if (own === undefined) continue;
-      const others = nodes.slice(1).flatMap((n) => {
-        const view = latest.get(n.id);
-        return view === undefined ? [] : [{ node: n.id, view }];
-      });
-      last = mergeViews({ node: first.id, view: own }, others);
-      if (done(last, performance.now())) return last;
+    let pending = views.next();
+    for (;;) {
+      const tick = new Promise<"tick">((r) => (resolveTick = () => r("tick")));
+      const next = await Promise.race([pending, tick]);
+      if (next !== "tick") {
+        if (next.done === true) break;
+        last = next.value;
+        pending = views.next();
+      }
+      if (last !== null && done(last, performance.now())) return last;
+      if (controller.signal.aborted) break;
     }
   } finally {
     clearTimeout(timer);
     clearInterval(ticker);
     controller.abort();
-    await Promise.all(following);
+    await views.return(undefined);
     client.close();
   }
   return last;

@@ -69,12 +69,13 @@ const FIRST_VIEW_WAIT_MS = 1_000;
 const REFOLLOW_MS = 2_000;
 
 /**
- * Follows `endpoint`'s view and, beside it, the views of the members it lists that may hold
- * replicas (replicaHolders', followed as they appear, dropped as they leave the list, opened again
- * no sooner than 2 s after a failure); yields `endpoint`'s view with each shard taken from the view
- * that knows most about it (mergeViews), after each change of any of them. Returns when
- * `endpoint`'s stream ends or `signal` aborts; throws when `endpoint`'s stream fails (another
- * member's failure only leaves its leaders to the others).
+ * Follows `endpoint`'s view and, once it lacks a leader, beside it the views of the members it
+ * lists that may hold replicas (membersToAsk's: followed as they appear, dropped as they leave the
+ * list, opened again no sooner than 2 s after a failure); yields `endpoint`'s view with each shard
+ * taken from the view that knows most about it (mergeViews), after each change of any of them,
+ * the first once the members followed sent theirs (1 s at most). Returns when `endpoint`'s stream
+ * ends, `signal` aborts or the caller stops iterating; throws when `endpoint`'s stream fails
+ * (another member's failure only leaves its leaders to the others).
  */
 export async function* watchMerged(
   watch: WatchOne,
@@ -152,22 +153,20 @@ export async function* watchMerged(
       const view = own.view;
       if (view === null) continue;
       const node = view.nodes.find((n) => n.rpcAddr === endpoint)?.id ?? "";
-      const wanted = new Map(
-        replicaHolders(view, node)
-          .filter((m) => m.rpcAddr !== endpoint)
-          .map((m) => [m.id, m.rpcAddr]),
-      );
+      const holders = new Map(replicaHolders(view, node).map((m) => [m.id, m.rpcAddr]));
       for (const [id, f] of followed) {
-        if (wanted.get(id) !== f.addr) {
+        if (holders.get(id) !== f.addr) {
           f.stop.abort();
           followed.delete(id);
         }
       }
-      for (const [id, addr] of wanted) {
-        const failed = failedAt.get(id);
-        if (followed.has(id) || (failed !== undefined && now() - failed < REFOLLOW_MS)) continue;
-        failedAt.delete(id);
-        follow(id, addr);
+      // Followed from the first view that lacks a leader (with three nodes, none usually does).
+      for (const m of membersToAsk(view, node)) {
+        const failed = failedAt.get(m.id);
+        if (m.rpcAddr === endpoint || followed.has(m.id)) continue;
+        if (failed !== undefined && now() - failed < REFOLLOW_MS) continue;
+        failedAt.delete(m.id);
+        follow(m.id, m.rpcAddr);
       }
       // The first view waits (up to FIRST_VIEW_WAIT_MS) for the members' first views: printed
       // at once, it would show "(none)" for the leaders they are about to tell.

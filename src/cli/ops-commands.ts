@@ -2,14 +2,8 @@
  * `cairn health`, `metrics`, `cluster`, `snapshot` and `transfer-leader`: what an operator asks of
  * a node.
  */
-import type { CairnClient, ClusterView } from "../client/index.ts";
-import {
-  type AnsweredView,
-  leaderCounts,
-  membersToAsk,
-  mergeViews,
-  watchMerged,
-} from "./cluster-view.ts";
+import type { ClusterView } from "../client/index.ts";
+import { leaderCounts, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
   DEFAULT_HTTP_ENDPOINT,
@@ -215,7 +209,7 @@ Prints the cluster view (Meta.WatchCluster): members (with the replicas the clus
 each and the shards each leads) and every active shard with its leader, term and replicas.
 A node knows the leaders of the shards it holds a replica of; with more nodes than the
 replication factor, the leaders it does not know are asked of the other members (those that
-do not answer in time leave a shard's leader "(none)"). --watch keeps following the view, the
+do not answer within a second leave a shard's leader "(none)"). --watch keeps following the view, the
 other members' beside it, and prints it again after each change (one JSON object per line with
 --output json) until interrupted; it ends when the node it follows does. The endpoints are
 tried in turn until one streams a view: a node that is down, or decommissioned (its view no
@@ -254,21 +248,17 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
         for (let tried = 0; ; tried++) {
           const endpoint = globals.endpoints[tried] as string;
           try {
-            // The leaders this node does not know come from the other members: asked once
-            // (within the same deadline), or followed beside it by a watch.
-            const views = watch
-              ? watchMerged(
-                  (at, signal) => c.watchCluster({ signal, endpoint: at }),
-                  endpoint,
-                  controller.signal,
-                )
-              : c.watchCluster({ signal: controller.signal, endpoint });
+            // The leaders this node does not know come from the other members' views.
+            const views = watchMerged(
+              (at, signal) => c.watchCluster({ signal, endpoint: at }),
+              endpoint,
+              controller.signal,
+            );
             for await (const view of views) {
               seen++;
-              const shown = watch ? view : await withMembersViews(c, view, endpoint, controller);
               clearTimeout(timer);
-              if (globals.output === "json") writeJson(io, jsonView(shown));
-              else io.stdout.write(formatView(shown, watch && seen > 1));
+              if (globals.output === "json") writeJson(io, jsonView(view));
+              else io.stdout.write(formatView(view, watch && seen > 1));
               if (!watch) break;
             }
             break;
@@ -290,35 +280,6 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
       }
       return EXIT.ok;
     },
-  );
-}
-
-/**
- * `view` (streamed by `endpoint`) with the leaders it does not know taken from the other
- * members' views (cluster-view.ts), those that answer before `deadline` aborts.
- */
-async function withMembersViews(
-  c: CairnClient,
-  view: ClusterView,
-  endpoint: string,
-  deadline: AbortController,
-): Promise<ClusterView> {
-  const node = view.nodes.find((n) => n.rpcAddr === endpoint)?.id ?? "";
-  const ask = membersToAsk(view, node).filter((m) => m.rpcAddr !== endpoint);
-  const answers = await Promise.all(
-    ask.map(async (m): Promise<AnsweredView | null> => {
-      try {
-        for await (const v of c.watchCluster({ signal: deadline.signal, endpoint: m.rpcAddr }))
-          return { node: m.id, view: v };
-      } catch {
-        // Down, refusing (decommissioned) or too slow: its shards keep what `view` knows.
-      }
-      return null;
-    }),
-  );
-  return mergeViews(
-    { node, view },
-    answers.filter((a) => a !== null),
   );
 }
 

@@ -162,6 +162,12 @@ const CHANNEL_OPTIONS = {
   "grpc.keepalive_time_ms": 30_000,
 };
 
+/** A view's known leaders by shard, and its first-ranked node for a shard with none known. */
+interface ViewLeaders {
+  readonly leaders: Map<number, string>;
+  readonly preferred: Map<number, string>;
+}
+
 export class CairnClient {
   readonly #endpoints: readonly string[];
   readonly #timeoutMs: number;
@@ -180,10 +186,10 @@ export class CairnClient {
   #view: ClusterView | null = null;
   /**
    * Leaders learnt from answers, by shard: the `cairn-served-by` trailer of a write or a
-   * linearizable read names the node that served it, its shard's leader. A node's view lists
-   * the shards it holds a replica of, all of them with three nodes but about 3/n in a larger
-   * cluster: without this, every call for the others would reach a node that forwards it. At
-   * most one entry a shard; an entry goes when a call it routed fails.
+   * linearizable read names the node that served it, its shard's leader. A node's view knows
+   * the leaders of the shards it holds a replica of, all of them with three nodes but about 3/n
+   * in a larger cluster: without this, a call for the others would often reach a node that
+   * forwards it. At most one entry a shard; an entry goes when a call it routed fails.
    */
   readonly #learnt = new Map<number, string>();
   /**
@@ -191,11 +197,7 @@ export class CairnClient {
    * its first-ranked node (its preferred leader, which leads it most of the time; a replica
    * that does not forwards to the one that does). Built once per view: it lists them in an array.
    */
-  #leadersOfView: {
-    view: ClusterView;
-    leaders: Map<number, string>;
-    preferred: Map<number, string>;
-  } | null = null;
+  #leadersOfView: ({ view: ClusterView } & ViewLeaders) | null = null;
   #routingWatch: { cancel(): void } | null = null;
   #routingRetry: NodeJS.Timeout | null = null;
 
@@ -466,10 +468,7 @@ export class CairnClient {
     return addr === undefined || addr === "" ? undefined : addr;
   }
 
-  #viewLeaders(view: ClusterView): {
-    leaders: Map<number, string>;
-    preferred: Map<number, string>;
-  } {
+  #viewLeaders(view: ClusterView): ViewLeaders {
     if (this.#leadersOfView?.view !== view) {
       const leaders = new Map<number, string>();
       const preferred = new Map<number, string>();
