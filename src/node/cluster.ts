@@ -201,6 +201,11 @@ export class ClusterState {
    * everything.
    */
   #forgetReplicasNow(previous: MetaState | null, state: MetaState): void {
+    const changed = previous === null ? null : state.shardsChangedSince(previous);
+    if (changed !== null) {
+      for (const shard of changed) this.#replicasNow.delete(shard);
+      return;
+    }
     if (
       previous === null ||
       previous.clusterId !== state.clusterId ||
@@ -481,6 +486,11 @@ export class ClusterState {
       previous.shards !== state.shards ||
       previous.placements !== state.placements;
     if (!changed) return;
+    const step = previous === null ? null : state.shardsChangedSince(previous);
+    if (step !== null) {
+      for (const id of step) if (unheld(id)) this.#showPlacement(state, id);
+      return;
+    }
     for (const [id, initial] of state.shards) {
       if (
         previous !== null &&
@@ -489,12 +499,16 @@ export class ClusterState {
         this.#views.shard(id) !== undefined
       )
         continue;
-      if (!unheld(id)) continue;
-      const nodes = state.nodesOf(id);
-      const was = this.#views.shard(id);
-      const leader = was !== undefined && nodes.includes(was.leader) ? was.leader : "";
-      this.#views.setShard({ id, leader, replicas: nodes, term: was?.term ?? 0 });
+      if (unheld(id)) this.#showPlacement(state, id);
     }
+  }
+
+  /** Sets the view of `id`, which no replica here drives, to where `state` places it. */
+  #showPlacement(state: MetaState, id: number): void {
+    const nodes = state.nodesOf(id);
+    const was = this.#views.shard(id);
+    const leader = was !== undefined && nodes.includes(was.leader) ? was.leader : "";
+    this.#views.setShard({ id, leader, replicas: nodes, term: was?.term ?? 0 });
   }
 
   /** Replica GC deleted this node's replica of `shard`: its view is the meta group's placement. */

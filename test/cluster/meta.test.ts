@@ -560,6 +560,47 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     assert.deepEqual(s.movingShards(), [3]);
   });
 
+  it("says which shards a create, a move or a settling changed; null for anything else", () => {
+    let s = MetaState.empty().apply({ ...BOOT, members: [N1, N2, N3, N4] }).state;
+    const cmds: MetaCommand[] = [
+      { op: "create-shard", shard: 1, replicas: ["n1", "n2", "n3"] },
+      { op: "create-shard", shard: 2, replicas: ["n2", "n3", "n4"] },
+      { op: "move-shard", shard: 1, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+      { op: "settle-shard", shard: 1, nodes: ["n4", "n2", "n3"] },
+      { op: "prefer-leader", shard: 2, node: "n3" },
+      { op: "move-shard", shard: 2, from: ["n2", "n3", "n4"], nodes: ["n2", "n3", "n1"] },
+      { op: "set-state", id: "n4", state: "decommissioning" },
+      { op: "settle-shard", shard: 2, nodes: ["n2", "n3", "n1"] },
+      { op: "create-shard", shard: 2, replicas: ["n1", "n2", "n3"] },
+    ];
+    const expected: (readonly number[] | null)[] = [[1], [2], [1], [1], null, [2], null, [2], []];
+    const seen: (readonly number[] | null)[] = [];
+    let older: MetaState | null = null;
+    for (const cmd of cmds) {
+      const next = s.apply(cmd).state;
+      const changed = next.shardsChangedSince(s);
+      seen.push(changed);
+      // Whatever it names, every other shard is the same in both states.
+      for (const shard of [0, 1, 2, 3]) {
+        if (changed === null || changed.includes(shard)) continue;
+        assert.equal(next.shards.get(shard), s.shards.get(shard));
+        assert.equal(next.placements.get(shard), s.placements.get(shard));
+        assert.deepEqual(next.nodesOf(shard), s.nodesOf(shard));
+      }
+      if (changed !== null) {
+        assert.equal(next.members, s.members);
+        assert.equal(next.leaders, s.leaders);
+      }
+      // Against any state but the one it was made from: unknown.
+      if (older !== null && next !== s) assert.equal(next.shardsChangedSince(older), null);
+      older = s;
+      s = next;
+    }
+    assert.deepEqual(seen, expected);
+    // A state loaded from records knows nothing of where it came from.
+    assert.equal(MetaState.load(s.records()).shardsChangedSince(s), null);
+  });
+
   it("moves states only along a member's life, and never back from removed", () => {
     let s = booted();
     const refused = (cmd: MetaCommand): string => {
