@@ -199,23 +199,29 @@ describe("elastic cluster (real processes)", () => {
         // other members for those n1 does not know, and counts each member's leaders.
         const ids = async (id: string): Promise<string> =>
           (await clusterView(clientOf(cluster, id))).shards.map((s) => s.id).join();
+        // (Asserted rather than answered false, so that a timeout says what each node listed.)
         await eventually("every node's view lists every shard", async () => {
           const all = await Promise.all(["n1", "n2", "n3", "n4"].map(ids));
-          return all.every((v) => v === all[0]);
+          assert.ok(
+            all.every((v) => v === all[0]),
+            `views' shards: ${all.map((v, i) => `n${i + 1} [${v}]`).join("; ")}`,
+          );
+          return true;
         });
         await eventually("cairn cluster names every shard's leader", async () => {
           const shown = await cli(["cluster", "--endpoints", n1.rpc, "--output", "json"]);
           assert.equal(shown.code, 0, shown.err);
           const v = JSON.parse(shown.out) as {
             nodes: { leaders: number }[];
-            shards: { leader: string }[];
+            shards: { id: number; leader: string }[];
           };
           const led = v.nodes.reduce((sum, n) => sum + n.leaders, 0);
-          return (
-            v.shards.length === 16 &&
-            v.shards.every((s) => s.leader !== "") &&
-            led === v.shards.length
+          const unled = v.shards.filter((s) => s.leader === "").map((s) => s.id);
+          assert.ok(
+            v.shards.length === 16 && unled.length === 0 && led === v.shards.length,
+            `${v.shards.length} shards, no leader: [${unled.join()}], members' leaders ${led}`,
           );
+          return true;
         });
         // A watch follows the other members beside n1: its first view names every leader too.
         await eventually("cairn cluster --watch names every shard's leader", async () => {
