@@ -213,9 +213,9 @@ export const META_KEY_PREFIX = "meta/";
 const CLUSTER_KEY = "meta/cluster";
 const MEMBER_KEY = "meta/member/";
 const SHARD_KEY = "meta/shard/";
+const LEADER_KEY = "meta/leader/";
 /** The last MetaState's serial (MetaState.shardsChangedSince). */
 let stateSerial = 0;
-const LEADER_KEY = "meta/leader/";
 
 // ---------------------------------------------------------------------------------------------
 // Commands
@@ -526,6 +526,7 @@ export class MetaState {
   readonly placements: ReadonlyDenseMap<ShardPlacement>;
   #moving: readonly number[] | undefined;
   #replicaCounts: ReadonlyMap<string, number> | undefined;
+  #fewestReplicas: number | undefined;
   /** This state's number in the process, for shardsChangedSince (not a pointer: states chain). */
   readonly #serial = ++stateSerial;
   /**
@@ -533,7 +534,6 @@ export class MetaState {
    * create-shard, a move, a settling): that state's serial and the shard.
    */
   #step: { readonly from: number; readonly shard: number } | undefined;
-  #fewestReplicas: number | undefined;
 
   private constructor(
     clusterId: string | null,

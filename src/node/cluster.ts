@@ -198,10 +198,13 @@ export class ClusterState {
    * Drops what replicasNow kept that `state` may have changed: the shards whose placement is not
    * `previous`'s when only placements changed (a move, its settling: a few a second during a
    * rebalance, where clearing all made every write work its shard's replicas out again), else
-   * everything.
+   * everything; only `changed` when it names the shards (MetaState.shardsChangedSince).
    */
-  #forgetReplicasNow(previous: MetaState | null, state: MetaState): void {
-    const changed = previous === null ? null : state.shardsChangedSince(previous);
+  #forgetReplicasNow(
+    previous: MetaState | null,
+    state: MetaState,
+    changed: readonly number[] | null,
+  ): void {
     if (changed !== null) {
       for (const shard of changed) this.#replicasNow.delete(shard);
       return;
@@ -392,7 +395,9 @@ export class ClusterState {
     const before = this.clusterId;
     const previous = this.#meta;
     this.#meta = state;
-    this.#forgetReplicasNow(previous, state);
+    // The one shard a create, a move or a settling changed; null: any may have.
+    const changed = previous === null ? null : state.shardsChangedSince(previous);
+    this.#forgetReplicasNow(previous, state, changed);
     for (const [id, m] of state.members) {
       const was = previous?.members.get(id);
       if (id !== this.#config.node_id && was !== undefined && was.incarnation !== m.incarnation)
@@ -418,7 +423,7 @@ export class ClusterState {
         total_shards: this.#config.cluster.total_shards,
       });
     }
-    this.#showUnheld(previous, state);
+    this.#showUnheld(previous, state, changed);
     this.onMetaChanged();
     const wasMoving = previous?.movingShards() ?? [];
     const moving = state.movingShards();
@@ -476,8 +481,15 @@ export class ClusterState {
     if (this.#meta !== null) this.#showUnheld(null, this.#meta);
   }
 
-  /** Sets the view of each shard listUnheld covers whose placement `state` changed (or all). */
-  #showUnheld(previous: MetaState | null, state: MetaState): void {
+  /**
+   * Sets the view of each shard listUnheld covers whose placement `state` changed (or all); only
+   * those of `step` when it names them (MetaState.shardsChangedSince).
+   */
+  #showUnheld(
+    previous: MetaState | null,
+    state: MetaState,
+    step: readonly number[] | null = null,
+  ): void {
     const unheld = this.#unheld;
     if (unheld === null || state.clusterId === null) return;
     const changed =
@@ -486,7 +498,6 @@ export class ClusterState {
       previous.shards !== state.shards ||
       previous.placements !== state.placements;
     if (!changed) return;
-    const step = previous === null ? null : state.shardsChangedSince(previous);
     if (step !== null) {
       for (const id of step) if (unheld(id)) this.#showPlacement(state, id);
       return;
