@@ -975,7 +975,9 @@ export class CairnNode implements HealthSource {
   /**
    * Shard 0 is served and the node has finished starting: a probe that sees 200 may stop it
    * with SIGTERM and have it drain (the HTTP server answers from the start of start(), before
-   * the gRPC threads are up and before `cairn serve` handles signals).
+   * the gRPC threads are up and before `cairn serve` handles signals). In a cluster the node
+   * also serves clients: a member still joining, or decommissioned, refuses every request
+   * (ClusterState.notServingReason), so a readiness probe must not send it any.
    */
   isQuickHealthy(): boolean {
     const cell = this.#cell;
@@ -983,6 +985,7 @@ export class CairnNode implements HealthSource {
       this.#serving &&
       this.#stopping === null &&
       this.#store !== null &&
+      (this.#cluster === null || this.#cluster.notServingReason() === null) &&
       // A shard worker that does not own shard 0: its driver has not failed.
       (cell === null || cell.index === 0
         ? this.#store.isShardReady(0)

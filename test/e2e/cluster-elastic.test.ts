@@ -247,6 +247,9 @@ describe("elastic cluster (real processes)", () => {
           assert.equal(ended.metadata.get("cairn-error-code")[0], "CAIRN_ERR_NOT_MEMBER");
           assert.match(ended.details, /n2 was decommissioned .*watch another node/);
         }
+        // It serves nothing, so its readiness probe says so (a StatefulSet stops routing to it).
+        const n2Quick = await fetch(`http://${cluster.node("n2").server?.http}/health/quick`);
+        assert.equal(n2Quick.status, 503, "a decommissioned node's /health/quick");
         const staleView = await cli(["cluster", "--endpoints", cluster.node("n2").rpc]);
         assert.notEqual(staleView.code, 0);
         assert.match(staleView.err, /n2 was decommissioned/);
