@@ -27,7 +27,8 @@ Commands:
   transfer-leader SHARD NODE
                     move a shard's leadership to one of its replicas
   node decommission|remove NODE
-                    move every replica off a member, or retire a dead one for good
+                    move every replica off a member, or retire a dead or
+                    decommissioned one for good
   bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
   cert SUBCOMMAND   create TLS certificates: create-ca, create-node ID, create-client NAME
   serve             run a node
