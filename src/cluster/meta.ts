@@ -527,6 +527,7 @@ export class MetaState {
   #moving: readonly number[] | undefined;
   #replicaCounts: ReadonlyMap<string, number> | undefined;
   #fewestReplicas: number | undefined;
+  #underReplicated: number | undefined;
   /** This state's number in the process, for shardsChangedSince (not a pointer: states chain). */
   readonly #serial = ++stateSerial;
   /**
@@ -746,6 +747,26 @@ export class MetaState {
   /** How many shards are moving (isMoving). */
   movingCount(): number {
     return this.movingShards().length;
+  }
+
+  /**
+   * How many created shards, the meta group (0) included, are not yet placed on
+   * `replication_factor` active members (capped at the active members): one of its nodes is
+   * dead, decommissioning, decommissioned or removed, or it has fewer nodes. A repair or a
+   * decommission's move that has started places the shard on its new nodes: it counts as
+   * moving (movingCount) until its group has them. Counted once for this state.
+   */
+  underReplicatedCount(): number {
+    if (this.#underReplicated === undefined) {
+      const want = Math.min(this.replicationFactor, this.activeMembers().length);
+      let count = 0;
+      for (const shard of this.shards.keys()) {
+        const nodes = this.nodesOf(shard);
+        if (nodes.length < want || nodes.some((n) => this.stateOf(n) !== "active")) count++;
+      }
+      this.#underReplicated = count;
+    }
+    return this.#underReplicated;
   }
 
   /** The replica id member `node` has now (its node id when it is not a member). */

@@ -876,6 +876,11 @@ export class CairnNode implements HealthSource {
         .filter((m) => (m.state === "alive" || m.state === "suspect") && members.has(m.meta.id))
         .length;
     });
+    this.metrics.setPlacementSource(() => {
+      const meta = this.#cluster?.meta;
+      if (meta === undefined || meta === null || meta.clusterId === null) return null;
+      return { moving: meta.movingCount(), underReplicated: meta.underReplicatedCount() };
+    });
     // Once this node knows its cluster, only its members are listed, each with its state
     // (design.md §5.2); before, every node gossip knows (the ones it asks to join through). A
     // member gossip here has not heard from since this node started (it died before, and every

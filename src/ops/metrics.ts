@@ -109,6 +109,12 @@ function realProcessStats(): { cpuSeconds: number; residentBytes: number } {
   return { cpuSeconds: (cpu.user + cpu.system) / 1e6, residentBytes: process.memoryUsage.rss() };
 }
 
+/** What the meta group's placement has left to do (MetaState.movingCount, underReplicatedCount). */
+export interface PlacementWork {
+  readonly moving: number;
+  readonly underReplicated: number;
+}
+
 export class CairnMetrics {
   readonly registry: Registry;
   readonly nodeId: string;
@@ -145,6 +151,8 @@ export class CairnMetrics {
   >();
   /** The cluster's live members now, read at each scrape (setClusterSizeSource). */
   #clusterSizeSource: (() => number | null) | null = null;
+  /** The meta group's placement work left, read at each scrape (setPlacementSource). */
+  #placementSource: (() => PlacementWork | null) | null = null;
   /** raft_*, lsm_memtable_size_bytes and lsm_sstable_count: text kept per series. */
   readonly #shards: ShardMetrics;
   /** The registered families that render their own text, and how. */
@@ -315,6 +323,26 @@ export class CairnMetrics {
       help: "Raft groups of this node that are awake (ticking); the others are quiesced.",
       registers,
     });
+    // The meta state is the same in every shard worker: "max", as swim_cluster_size.
+    const placement = (): PlacementWork | null => this.#placementSource?.() ?? null;
+    new Gauge({
+      name: "cairn_cluster_shards_moving",
+      aggregator: "max",
+      help: "Shards whose move (rebalancing, a repair, a decommission) is under way, as the meta state applied on this node records it: the group's voters are not yet the shard's nodes. 0 on a single node.",
+      registers,
+      collect(this: Gauge) {
+        this.set(placement()?.moving ?? 0);
+      },
+    });
+    new Gauge({
+      name: "cairn_cluster_shards_underreplicated",
+      aggregator: "max",
+      help: "Shards placed on a member that is not active (dead, decommissioning) or on fewer than cluster.replication_factor members, as the meta state applied on this node records it; a repair that has started counts in cairn_cluster_shards_moving instead. 0 on a single node.",
+      registers,
+      collect(this: Gauge) {
+        this.set(placement()?.underReplicated ?? 0);
+      },
+    });
 
     for (let level = 0; level < COMPACTION_INPUT_LEVELS; level++) {
       this.#compaction.zero({ level: `L${level}`, result: "success" });
@@ -392,6 +420,14 @@ export class CairnMetrics {
    */
   setClusterSizeSource(source: () => number | null): void {
     this.#clusterSizeSource = source;
+  }
+
+  /**
+   * Where a scrape reads cairn_cluster_shards_moving and cairn_cluster_shards_underreplicated:
+   * the meta state applied on this node; null (or no source) exports 0.
+   */
+  setPlacementSource(source: () => PlacementWork | null): void {
+    this.#placementSource = source;
   }
 
   /** Called every Raft round of a shard: recorded here, exported at the next scrape. */

@@ -601,6 +601,33 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     assert.equal(MetaState.load(s.records()).shardsChangedSince(s), null);
   });
 
+  it("counts the shards moving and those not yet on enough active members", () => {
+    let s = MetaState.empty().apply({ ...BOOT, members: [N1, N2, N3, N4] }).state;
+    const after = (cmd: MetaCommand): [number, number] => {
+      s = s.apply(cmd).state;
+      return [s.movingCount(), s.underReplicatedCount()];
+    };
+    // Shard 0 (the meta group, on its four founders) and the shards created are placed in full.
+    assert.deepEqual(after({ op: "create-shard", shard: 1, replicas: ["n1", "n2", "n3"] }), [0, 0]);
+    assert.deepEqual(after({ op: "create-shard", shard: 2, replicas: ["n2", "n3", "n4"] }), [0, 0]);
+    // n4 dies: the meta group and shard 2 have a replica on it.
+    assert.deepEqual(after({ op: "set-state", id: "n4", state: "dead" }), [0, 2]);
+    // Shard 2's repair starts: placed on active members, it is moving until it settles.
+    const repair: MetaCommand = {
+      op: "move-shard",
+      shard: 2,
+      from: ["n2", "n3", "n4"],
+      nodes: ["n2", "n3", "n1"],
+    };
+    assert.deepEqual(after(repair), [1, 1]);
+    assert.deepEqual(after({ op: "settle-shard", shard: 2, nodes: ["n2", "n3", "n1"] }), [0, 1]);
+    // A decommissioning member's replicas count too, until they move.
+    assert.deepEqual(after({ op: "set-state", id: "n3", state: "decommissioning" }), [0, 3]);
+    // Loaded from its records, a state counts the same.
+    const loaded = MetaState.load(s.records());
+    assert.deepEqual([loaded.movingCount(), loaded.underReplicatedCount()], [0, 3]);
+  });
+
   it("moves states only along a member's life, and never back from removed", () => {
     let s = booted();
     const refused = (cmd: MetaCommand): string => {

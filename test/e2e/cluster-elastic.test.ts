@@ -76,6 +76,22 @@ async function activeShards(http: string | undefined): Promise<number> {
   return report.active_shards;
 }
 
+/** A node's cairn_cluster_shards_moving and cairn_cluster_shards_underreplicated. */
+async function placementWork(
+  http: string | undefined,
+): Promise<{ moving: number; underReplicated: number }> {
+  const text = await (await fetch(`http://${http}/metrics`)).text();
+  const gauge = (name: string): number => {
+    const m = new RegExp(`^${name} (\\S+)$`, "m").exec(text);
+    assert.ok(m !== null, `${name} is exported`);
+    return Number(m[1]);
+  };
+  return {
+    moving: gauge("cairn_cluster_shards_moving"),
+    underReplicated: gauge("cairn_cluster_shards_underreplicated"),
+  };
+}
+
 type Clients = NonNullable<LocalCluster["nodes"][number]["client"]>;
 
 /** The client of running node `id`. */
@@ -370,6 +386,9 @@ describe("elastic cluster (real processes)", () => {
               );
               if (view.shards.length === 0 || !repaired) return false;
               listed.add(view.shards.length);
+              // The nodes' metrics say the same: no move under way, no shard left to repair.
+              const work = await placementWork(cluster.node(id).server?.http);
+              if (work.moving !== 0 || work.underReplicated !== 0) return false;
             }
             return listed.size === 1;
           },
@@ -395,6 +414,20 @@ describe("elastic cluster (real processes)", () => {
         await cluster.stop("n3", "SIGKILL");
         for (let i = 48; i < 64; i++) await put(c1(), `d${i}`, `v${i}`);
         await readsBack(cluster, ["n1", "n2"], acknowledged);
+        // Once n3 is dead too, no third active member can take its replicas: every shard, the
+        // meta group included, stays under-replicated, and n1's and n2's metrics say so.
+        await eventually(
+          "n1 and n2 count every shard under-replicated",
+          async () => {
+            for (const id of ["n1", "n2"]) {
+              const shards = (await clusterView(clientOf(cluster, id))).shards.length;
+              const work = await placementWork(cluster.node(id).server?.http);
+              if (work.moving !== 0 || work.underReplicated !== shards) return false;
+            }
+            return true;
+          },
+          60_000,
+        );
         const removed = await cli(["node", "remove", "n4", "--endpoints", cluster.node("n1").rpc]);
         assert.equal(removed.code, 0, removed.err);
         assert.match(removed.out, /n4: removed, 0 replica\(s\) left/);

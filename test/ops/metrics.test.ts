@@ -213,6 +213,21 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "raft_term", { shard_id: "0" }), 0);
   });
 
+  it("exports the meta state's placement work left: 0 without a cluster, then its counts", async () => {
+    const m = fresh();
+    let all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_cluster_shards_moving"), 0);
+    assert.equal(valueOf(all, "cairn_cluster_shards_underreplicated"), 0);
+    let work: { moving: number; underReplicated: number } | null = null;
+    m.setPlacementSource(() => work);
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_cluster_shards_moving"), 0);
+    work = { moving: 4, underReplicated: 250 };
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_cluster_shards_moving"), 4);
+    assert.equal(valueOf(all, "cairn_cluster_shards_underreplicated"), 250);
+  });
+
   it("feeds the SWIM families from the membership hooks", async () => {
     const m = fresh();
     m.membershipMetrics.onClusterSize(3);
