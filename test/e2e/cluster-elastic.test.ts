@@ -22,6 +22,7 @@ import {
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
+import { samples } from "../ops/prom-text.ts";
 import { grpcError } from "../support/grpc-client.ts";
 import { cleanEnv } from "../support/server-process.ts";
 
@@ -80,11 +81,11 @@ async function activeShards(http: string | undefined): Promise<number> {
 async function placementWork(
   http: string | undefined,
 ): Promise<{ moving: number; underReplicated: number }> {
-  const text = await (await fetch(`http://${http}/metrics`)).text();
+  const all = samples(await (await fetch(`http://${http}/metrics`)).text());
   const gauge = (name: string): number => {
-    const m = new RegExp(`^${name} (\\S+)$`, "m").exec(text);
-    assert.ok(m !== null, `${name} is exported`);
-    return Number(m[1]);
+    const sample = all.find((x) => x.name === name);
+    assert.ok(sample !== undefined, `${name} is exported`);
+    return sample.value;
   };
   return {
     moving: gauge("cairn_cluster_shards_moving"),
