@@ -34,11 +34,24 @@ export function membersToAsk(view: ClusterView, answered: string): MemberInfo[] 
 }
 
 /**
+ * A picture `cairn cluster` shows: the answering node's view (its `epoch`, members and cluster)
+ * with each shard taken from the view that knows most about it. The epoch counts that node's
+ * changes only: two pictures may differ in what the other members' views told (`others`) and
+ * still show the same epoch.
+ */
+export interface MergedView extends ClusterView {
+  /** The member that answered ("" when the answering node is not known). */
+  readonly node: string;
+  /** The other members' views it was merged with, and their epochs. */
+  readonly others: readonly { readonly node: string; readonly epoch: number }[];
+}
+
+/**
  * `first` with each shard taken from the view that knows most about it: the highest term, then a
  * known leader over none, then the leader's own view (its replicas are the group's latest).
  * Members and the rest are `first`'s.
  */
-export function mergeViews(first: AnsweredView, others: readonly AnsweredView[]): ClusterView {
+export function mergeViews(first: AnsweredView, others: readonly AnsweredView[]): MergedView {
   const best = new Map<number, { shard: ShardInfo; rank: number }>();
   for (const { node, view } of [first, ...others]) {
     for (const s of view.shards) {
@@ -48,7 +61,12 @@ export function mergeViews(first: AnsweredView, others: readonly AnsweredView[])
     }
   }
   const shards = [...best.values()].map((b) => b.shard).sort((a, b) => a.id - b.id);
-  return { ...first.view, shards };
+  return {
+    ...first.view,
+    shards,
+    node: first.node,
+    others: others.map(({ node, view }) => ({ node, epoch: view.epoch })),
+  };
 }
 
 /** How many of `view`'s shards each member leads, as the view knows it. */
@@ -82,7 +100,7 @@ export async function* watchMerged(
   endpoint: string,
   signal: AbortSignal,
   now: () => number = () => performance.now(),
-): AsyncGenerator<ClusterView> {
+): AsyncGenerator<MergedView> {
   interface Followed {
     readonly addr: string;
     readonly stop: AbortController;
@@ -180,8 +198,9 @@ export async function* watchMerged(
       const others: AnsweredView[] = [];
       for (const [id, f] of followed) if (f.view !== null) others.push({ node: id, view: f.view });
       const merged = mergeViews({ node, view }, others);
-      // A member's stream opening, failing or repeating what is known changes nothing shown.
-      const shown = JSON.stringify(merged);
+      // A member's stream opening, failing or repeating what is known changes nothing shown
+      // (nor does another member's epoch alone: only what its view tells).
+      const shown = JSON.stringify({ ...merged, others: merged.others.map((o) => o.node) });
       if (shown === last) continue;
       last = shown;
       yield merged;

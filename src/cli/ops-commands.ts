@@ -2,8 +2,7 @@
  * `cairn health`, `metrics`, `cluster`, `snapshot` and `transfer-leader`: what an operator asks of
  * a node.
  */
-import type { ClusterView } from "../client/index.ts";
-import { leaderCounts, watchMerged } from "./cluster-view.ts";
+import { leaderCounts, type MergedView, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
   DEFAULT_HTTP_ENDPOINT,
@@ -209,9 +208,11 @@ Prints the cluster view (Meta.WatchCluster): members (with the replicas the clus
 each and the shards each leads) and every active shard with its leader, term and replicas.
 A node knows the leaders of the shards it holds a replica of; with more nodes than the
 replication factor, the leaders it does not know are asked of the other members (those that
-do not answer within a second leave a shard's leader "(none)"). --watch keeps following the view, the
-other members' beside it, and prints it again after each change (one JSON object per line with
---output json) until interrupted; it ends when the node it follows does. The endpoints are
+do not answer within a second leave a shard's leader "(none)"). The epoch printed is the first
+node's view's (JSON: "epoch" and "node"; the other members' in "merged_from"), which their
+leaders do not move. --watch keeps following the view, the other members' beside it, and
+prints it again after each change (one JSON object per line with --output json) until
+interrupted; it ends when the node it follows does. The endpoints are
 tried in turn until one streams a view: a node that is down, or decommissioned (its view no
 longer follows the cluster), is skipped.
 
@@ -283,10 +284,12 @@ export function cluster(argv: readonly string[], io: Io): Promise<number> {
   );
 }
 
-function jsonView(v: ClusterView): unknown {
+function jsonView(v: MergedView): unknown {
   const leaders = leaderCounts(v);
   return {
     epoch: v.epoch,
+    node: v.node,
+    merged_from: v.others.map((o) => ({ node: o.node, epoch: o.epoch })),
     total_shards: v.totalShards,
     cluster_id: v.clusterId,
     nodes: v.nodes.map((n) => ({
@@ -307,13 +310,19 @@ function jsonView(v: ClusterView): unknown {
   };
 }
 
-function formatView(v: ClusterView, separator: boolean): string {
+function formatView(v: MergedView, separator: boolean): string {
   let out = separator ? "---\n" : "";
   const cluster = v.clusterId === "" ? "" : `cluster ${v.clusterId}, `;
+  // The epoch is the answering node's; leaders told by the other members' views do not move it.
+  const from = v.node === "" ? [] : [`${v.node}'s view`];
+  const others = v.others.length;
+  if (others === 1) from.push("leaders also from 1 other member's view");
+  else if (others > 1) from.push(`leaders also from ${others} other members' views`);
+  const about = from.length === 0 ? "" : ` (${from.join(", ")})`;
   const leaders = leaderCounts(v);
   const unknown = v.shards.filter((s) => s.leader === "").length;
   const noLeader = unknown === 0 ? "" : `, ${unknown} with no leader known`;
-  out += `${cluster}epoch ${v.epoch}, ${v.totalShards} shards (${v.shards.length} active${noLeader})\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tLEADERS\tRPC\tHTTP\n`;
+  out += `${cluster}epoch ${v.epoch}${about}, ${v.totalShards} shards (${v.shards.length} active${noLeader})\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tLEADERS\tRPC\tHTTP\n`;
   for (const n of v.nodes) {
     const state = n.memberState === "" ? "-" : n.memberState;
     const replicas = n.memberState === "" ? "-" : String(n.replicas);

@@ -219,14 +219,20 @@ describe("cairn cluster, snapshot, health, metrics", () => {
     const text = await cairn(["cluster"]);
     assert.equal(text.code, 0, text.err);
     assert.match(text.out, /MEMBER\tSTATE/);
+    // The epoch is the answering node's view's (a single node: no other view to merge).
+    assert.match(text.out, /^epoch \d+ \(n1's view\), \d+ shards/);
     // A single node has no member state (no cluster): "-".
     assert.match(text.out, new RegExp(`n1\\t-\\talive\\t-\\t\\d+\\t${server.rpc}`));
     const json = await cairn(["cluster", "--output", "json"]);
     const view = JSON.parse(json.out) as {
+      node: string;
+      merged_from: unknown[];
       nodes: { id: string }[];
       shards: { id: number; leader: string }[];
       total_shards: number;
     };
+    assert.equal(view.node, "n1");
+    assert.deepEqual(view.merged_from, []);
     assert.equal(view.nodes[0]?.id, "n1");
     assert.equal(view.shards.find((s) => s.id === 0)?.leader, "n1");
     assert.ok(view.total_shards > 0);

@@ -5,7 +5,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { leaderCounts, membersToAsk, mergeViews, watchMerged } from "../../src/cli/cluster-view.ts";
+import {
+  leaderCounts,
+  type MergedView,
+  membersToAsk,
+  mergeViews,
+  watchMerged,
+} from "../../src/cli/cluster-view.ts";
 import type { ClusterView, MemberInfo, ShardInfo } from "../../src/client/index.ts";
 
 const member = (id: string, memberState: string, state = "alive"): MemberInfo => ({
@@ -66,8 +72,8 @@ describe("cairn cluster's merged view", () => {
       { id: 4, leader: "n3", replicas: ["n3", "n5", "n2"], term: 1 },
     ]);
     const merged = mergeViews({ node: "n1", view: n1 }, [
-      { node: "n3", view: n3 },
-      { node: "n2", view: n2 },
+      { node: "n3", view: { ...n3, epoch: 40 } },
+      { node: "n2", view: { ...n2, epoch: 12 } },
     ]);
     assert.deepEqual(merged.shards, [
       { id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 },
@@ -75,7 +81,12 @@ describe("cairn cluster's merged view", () => {
       { id: 3, leader: "", replicas: ["n1", "n2", "n3"], term: 5 },
       { id: 4, leader: "n3", replicas: ["n3", "n5", "n2"], term: 1 },
     ]);
-    assert.equal(merged.epoch, 7);
+    assert.equal(merged.epoch, 7, "the epoch is the answering node's");
+    assert.equal(merged.node, "n1");
+    assert.deepEqual(merged.others, [
+      { node: "n3", epoch: 40 },
+      { node: "n2", epoch: 12 },
+    ]);
     assert.equal(merged.nodes, n1.nodes, "the members are the first view's");
     assert.deepEqual([...leaderCounts(merged)].sort(), [
       ["n1", 1],
@@ -167,6 +178,20 @@ describe("cairn cluster --watch's merged view", () => {
       nodes: members("alive"),
     });
     assert.equal(leaderOf2((await views.next()).value as ClusterView), "n3", "n2's next view");
+
+    // n2's epoch moves with nothing else new (a change of a shard its view knows less about
+    // than n1's): nothing to show. Then n1's own view moves on, and the view shown has n2's
+    // latest epoch beside n1's.
+    n2?.push({
+      ...view([{ id: 2, leader: "n3", replicas: ["n2", "n3", "n4"], term: 4 }]),
+      epoch: 8,
+      nodes: members("alive"),
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    n1?.push({ ...own("alive"), epoch: 9 });
+    const next = (await views.next()).value as MergedView;
+    assert.equal(next.epoch, 9, "n1's epoch: the view after n2's epoch-only change is n1's next");
+    assert.deepEqual(next.others, [{ node: "n2", epoch: 8 }]);
 
     // n2 is dead by gossip in n1's next view: no longer followed, its leaders no longer shown.
     n1?.push(own("dead"));

@@ -229,9 +229,14 @@ describe("elastic cluster (real processes)", () => {
           const shown = await cli(["cluster", "--endpoints", n1.rpc, "--output", "json"]);
           assert.equal(shown.code, 0, shown.err);
           const v = JSON.parse(shown.out) as {
+            node: string;
+            merged_from: { node: string; epoch: number }[];
             nodes: { leaders: number }[];
             shards: { id: number; leader: string }[];
           };
+          // n1's view (its epoch), with the leaders it does not know from the others' views.
+          assert.equal(v.node, "n1");
+          assert.ok(v.merged_from.every((m) => m.node !== "n1" && m.epoch > 0));
           const led = v.nodes.reduce((sum, n) => sum + n.leaders, 0);
           const unled = v.shards.filter((s) => s.leader === "").map((s) => s.id);
           assert.ok(
