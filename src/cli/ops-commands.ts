@@ -299,6 +299,7 @@ function jsonView(v: MergedView): unknown {
       state: n.state,
       member_state: n.memberState,
       replicas: n.replicas,
+      disk_full: n.diskFull,
       leaders: leaders.get(n.id) ?? 0,
     })),
     shards: v.shards.map((s) => ({
@@ -324,7 +325,7 @@ function formatView(v: MergedView, separator: boolean): string {
   const noLeader = unknown === 0 ? "" : `, ${unknown} with no leader known`;
   out += `${cluster}epoch ${v.epoch}${about}, ${v.totalShards} shards (${v.shards.length} active${noLeader})\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tLEADERS\tRPC\tHTTP\n`;
   for (const n of v.nodes) {
-    const state = n.memberState === "" ? "-" : n.memberState;
+    const state = n.memberState === "" ? "-" : `${n.memberState}${n.diskFull ? ",disk-full" : ""}`;
     const replicas = n.memberState === "" ? "-" : String(n.replicas);
     const led = leaders.get(n.id) ?? 0;
     out += `${n.id}\t${state}\t${n.state}\t${replicas}\t${led}\t${n.rpcAddr}\t${n.httpAddr}\n`;

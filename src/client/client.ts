@@ -707,6 +707,7 @@ function fromView(v: ClusterView__Output): ClusterView {
       state: n.state,
       memberState: n.member_state,
       replicas: n.replicas,
+      diskFull: n.disk_full,
     })),
     shards: v.shards.map((s) => ({
       id: s.id,

@@ -47,6 +47,8 @@ export interface MemberInfo {
   readonly memberState: string;
   /** Shards the cluster places on the member (0 from a node that does not know its cluster). */
   readonly replicas: number;
+  /** It reported its disk nearly full (`cluster.disk_full_percent`): it takes no new replica. */
+  readonly diskFull: boolean;
 }
 
 /** A member's standing as Admin.DecommissionNode and Admin.RemoveNode answer it. */

@@ -21,6 +21,9 @@
  *      the least loaded (and at least two: one apart, a move only swaps them, so 0 acts as 1),
  *      one of its shards moves to that member (shard 0, the meta group, is repaired but not
  *      balanced).
+ * A member whose disk is nearly full (`diskFull`, which it reports itself) is no repair's or
+ * balancing move's target, nor the "least loaded" of step 3; its replicas stay, and it may
+ * still be the most loaded one, which gives some away.
  * At most `maxMoves` shards move at once (moves under way included): each move is a snapshot
  * sent, and foreground traffic keeps its share of the disk and the network.
  *
@@ -54,6 +57,8 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   let budget = input.maxMoves - meta.movingCount();
   const active = meta.activeMembers();
   if (active.length === 0) return out;
+  // A member whose disk is nearly full takes no new replica (it may still give some away).
+  const roomy = meta.roomyMembers();
   // Active members only: a replica on any other is a repair's to move, not a load to even.
   const counts = meta.replicaCounts();
   const load = new Map(active.map((id) => [id, counts.get(id) ?? 0]));
@@ -79,7 +84,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
     // A shard on active members only, at its factor, needs no repair (the common case).
     if (bad === undefined && nodes.length >= want) continue;
-    const spare = bestSpare(shard, nodes, active, load);
+    const spare = bestSpare(shard, nodes, roomy, load);
     let next: string[] | null = null;
     if (bad !== undefined && spare !== undefined) {
       next = nodes.map((n) => (n === bad ? spare : n));
@@ -100,9 +105,10 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // 3. Balance, only once nothing needs repair (a repair already moves toward balance).
   if (out.some((c) => c.op === "move-shard")) return out;
   const moved = new Set<number>();
+  const roomySet = new Set(roomy);
   while (budget > 0) {
     const byLoad = [...load.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
-    const least = byLoad[0];
+    const least = byLoad.find(([id]) => roomySet.has(id));
     const most = byLoad[byLoad.length - 1];
     // One apart, a move would only swap the two (and the next pass swap them back): a
     // tolerance of 0 acts as 1.
@@ -152,17 +158,18 @@ function lives(input: AllocatorInput): MetaCommand[] {
 }
 
 /**
- * The active member to add to `shard`: not one of its nodes, the fewest replicas, then the
- * highest rendezvous weight for the shard (so equal loads spread alike on every pass).
+ * The member of `candidates` (active, with room) to add to `shard`: not one of its nodes, the
+ * fewest replicas, then the highest rendezvous weight for the shard (so equal loads spread
+ * alike on every pass).
  */
 function bestSpare(
   shard: number,
   nodes: readonly string[],
-  active: readonly string[],
+  candidates: readonly string[],
   load: ReadonlyMap<string, number>,
 ): string | undefined {
   let best: { id: string; load: number; weight: bigint } | undefined;
-  for (const id of active) {
+  for (const id of candidates) {
     if (nodes.includes(id)) continue;
     const l = load.get(id) ?? 0;
     const weight = rendezvousWeight(shard, id);

@@ -94,6 +94,11 @@ export interface MetaMember {
   readonly retired?: readonly string[];
   /** Where the member stands in its life; absent: `active` (every founding member). */
   readonly state?: MemberState;
+  /**
+   * The member's data directory's file system is nearly full (`cluster.disk_full_percent`, set
+   * by the member itself: set-disk): no new replica is placed on it. Absent: it has room.
+   */
+  readonly diskFull?: true;
 }
 
 /** Where a shard's replicas are now, once a move changed them from its initial voters. */
@@ -122,6 +127,8 @@ export type MetaCommand =
   | { readonly op: "join"; readonly member: MetaMember }
   /** The meta leader moves member `id` along its life (TRANSITIONS). */
   | { readonly op: "set-state"; readonly id: string; readonly state: MemberState }
+  /** Member `id` reports its data directory's disk nearly full (or no longer). */
+  | { readonly op: "set-disk"; readonly id: string; readonly full: boolean }
   /**
    * Shard `shard`'s nodes become `nodes`, if they are `from` now (so two allocators never
    * both move it): one node added, one removed, or both (a replacement).
@@ -153,6 +160,8 @@ export type MetaOutcome =
       readonly to: MemberState;
     }
   | { readonly kind: "state-unchanged"; readonly id: string; readonly state: MemberState }
+  | { readonly kind: "disk-changed"; readonly id: string; readonly full: boolean }
+  | { readonly kind: "disk-unchanged"; readonly id: string; readonly full: boolean }
   | { readonly kind: "shard-moved"; readonly shard: number; readonly nodes: readonly string[] }
   | { readonly kind: "shard-settled"; readonly shard: number }
   | { readonly kind: "shard-unchanged"; readonly shard: number }
@@ -263,11 +272,20 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
       return { op: cmd.op, member: canonicalMember(cmd.member) };
     case "set-state":
       return { op: cmd.op, id: cmd.id, state: cmd.state };
+    case "set-disk":
+      return { op: cmd.op, id: cmd.id, full: cmd.full };
     case "move-shard":
       return { op: cmd.op, shard: cmd.shard, from: [...cmd.from], nodes: [...cmd.nodes] };
     case "settle-shard":
       return { op: cmd.op, shard: cmd.shard, nodes: [...cmd.nodes] };
   }
+}
+
+/** `m` without its full-disk mark. */
+function withRoom(m: MetaMember): MetaMember {
+  const copy: { -readonly [K in keyof MetaMember]: MetaMember[K] } = { ...m };
+  delete copy.diskFull;
+  return copy;
 }
 
 function canonicalMember(m: MetaMember): MetaMember {
@@ -278,9 +296,11 @@ function canonicalMember(m: MetaMember): MetaMember {
     m.retired === undefined || m.retired.length === 0
       ? withIncarnation
       : { ...withIncarnation, retired: [...m.retired] };
-  return m.state === undefined || m.state === "active"
-    ? withRetired
-    : { ...withRetired, state: m.state };
+  const withState =
+    m.state === undefined || m.state === "active"
+      ? withRetired
+      : { ...withRetired, state: m.state };
+  return m.diskFull === true ? { ...withState, diskFull: true } : withState;
 }
 
 /** Shape of untrusted JSON into a command, or why it is not one. */
@@ -354,6 +374,14 @@ function parseCommand(raw: unknown): MetaCommand | string {
         return "a set-state's id must be a string and its state a member state";
       return { op: "set-state", id, state };
     }
+    case "set-disk": {
+      const bad = unknownFields(raw, ["op", "id", "full"]);
+      if (bad !== null) return bad;
+      const { id, full } = raw;
+      if (typeof id !== "string" || typeof full !== "boolean")
+        return "a set-disk's id must be a string and full a boolean";
+      return { op: "set-disk", id, full };
+    }
     case "move-shard": {
       const bad = unknownFields(raw, ["op", "shard", "from", "nodes"]);
       if (bad !== null) return bad;
@@ -377,9 +405,17 @@ function parseCommand(raw: unknown): MetaCommand | string {
 
 function parseMember(raw: unknown): MetaMember | string {
   if (!isObject(raw)) return "a member is not an object";
-  const bad = unknownFields(raw, ["id", "rpcAddr", "httpAddr", "incarnation", "retired", "state"]);
+  const bad = unknownFields(raw, [
+    "id",
+    "rpcAddr",
+    "httpAddr",
+    "incarnation",
+    "retired",
+    "state",
+    "diskFull",
+  ]);
   if (bad !== null) return bad;
-  const { id, rpcAddr, httpAddr, incarnation, retired, state } = raw;
+  const { id, rpcAddr, httpAddr, incarnation, retired, state, diskFull } = raw;
   if (typeof id !== "string" || typeof rpcAddr !== "string" || typeof httpAddr !== "string")
     return "a member's id, rpcAddr and httpAddr must be strings";
   if (incarnation !== undefined && typeof incarnation !== "string")
@@ -390,6 +426,7 @@ function parseMember(raw: unknown): MetaMember | string {
   )
     return "a member's retired incarnations must be strings";
   if (state !== undefined && !isMemberState(state)) return "a member's state is not a state";
+  if (diskFull !== undefined && diskFull !== true) return "a member's diskFull must be true";
   return canonicalMember({
     id,
     rpcAddr,
@@ -397,6 +434,7 @@ function parseMember(raw: unknown): MetaMember | string {
     ...(incarnation === undefined ? {} : { incarnation }),
     ...(retired === undefined ? {} : { retired: retired as string[] }),
     ...(state === undefined ? {} : { state }),
+    ...(diskFull === true ? { diskFull } : {}),
   });
 }
 
@@ -427,6 +465,8 @@ function checkCommand(cmd: MetaCommand): string | null {
     case "set-member":
       if (cmd.member.retired !== undefined) return "set-member cannot retire incarnations";
       if (cmd.member.state !== undefined) return "set-member cannot set a state (set-state does)";
+      if (cmd.member.diskFull !== undefined)
+        return "set-member cannot set diskFull (set-disk does)";
       return checkMember(cmd.member);
     case "rejoin":
       if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
@@ -439,11 +479,16 @@ function checkCommand(cmd: MetaCommand): string | null {
       if (!NODE_ID.test(cmd.node)) return `bad node id ${JSON.stringify(cmd.node)}`;
       return null;
     case "join":
-      if (cmd.member.retired !== undefined || cmd.member.state !== undefined)
-        return "a join names neither retired incarnations nor a state";
+      if (
+        cmd.member.retired !== undefined ||
+        cmd.member.state !== undefined ||
+        cmd.member.diskFull !== undefined
+      )
+        return "a join names neither retired incarnations, a state nor a full disk";
       if (cmd.member.incarnation === undefined) return "a join must name its incarnation";
       return checkMember(cmd.member);
     case "set-state":
+    case "set-disk":
       if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
       return null;
     case "move-shard":
@@ -481,6 +526,8 @@ function checkMember(m: MetaMember): string | null {
     return `bad incarnation ${JSON.stringify(m.incarnation)} of ${m.id}`;
   if (m.state !== undefined && !isMemberState(m.state))
     return `bad state ${JSON.stringify(m.state)} of ${m.id}`;
+  if (m.diskFull !== undefined && m.diskFull !== true)
+    return `bad diskFull ${JSON.stringify(m.diskFull)} of ${m.id}`;
   for (const r of m.retired ?? []) {
     if (!CLUSTER_ID.test(r) || r === m.incarnation)
       return `bad retired incarnation ${JSON.stringify(r)} of ${m.id}`;
@@ -657,6 +704,8 @@ export class MetaState {
         return this.#join(cmd.member);
       case "set-state":
         return this.#setState(cmd.id, cmd.state);
+      case "set-disk":
+        return this.#setDisk(cmd.id, cmd.full);
       case "move-shard":
         return this.#moveShard(cmd.shard, cmd.from, cmd.nodes);
       case "settle-shard":
@@ -686,6 +735,14 @@ export class MetaState {
       .filter((m) => (m.state ?? "active") === "active")
       .map((m) => m.id)
       .sort(compareIds);
+  }
+
+  /**
+   * The active members with room for a new replica (their disk not reported full: set-disk),
+   * in id order: where a new shard, a repair or a rebalancing move puts one.
+   */
+  roomyMembers(): string[] {
+    return this.activeMembers().filter((id) => this.members.get(id)?.diskFull !== true);
   }
 
   /**
@@ -858,6 +915,7 @@ export class MetaState {
       ...(incarnation === undefined ? {} : { incarnation }),
       ...(previous?.retired === undefined ? {} : { retired: previous.retired }),
       ...(previous?.state === undefined ? {} : { state: previous.state }),
+      ...(previous?.diskFull === undefined ? {} : { diskFull: previous.diskFull }),
     });
     if (
       previous !== undefined &&
@@ -892,8 +950,9 @@ export class MetaState {
       const reason = `incarnation ${incarnation} of ${id} is retired`;
       return this.#same({ kind: "rejected", reason, retired: true });
     }
+    // A new data directory (the old one was lost): its disk reports afresh.
     const member = canonicalMember({
-      ...previous,
+      ...withRoom(previous),
       incarnation,
       retired: previous.incarnation === undefined ? retired : [...retired, previous.incarnation],
     });
@@ -1007,6 +1066,24 @@ export class MetaState {
     return {
       state: this.#with(members, this.shards),
       outcome: { kind: "state-changed", id, from, to },
+      records: [memberRecord(member)],
+    };
+  }
+
+  #setDisk(id: string, full: boolean): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const previous = this.members.get(id);
+    if (previous === undefined) return this.#rejected(`${id} is not a member`);
+    if (previous.state === "removed")
+      return this.#same({ kind: "rejected", reason: removedReason(id), removed: true });
+    if ((previous.diskFull === true) === full)
+      return this.#same({ kind: "disk-unchanged", id, full });
+    const member = canonicalMember(full ? { ...previous, diskFull: true } : withRoom(previous));
+    const members = new Map(this.members);
+    members.set(id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome: { kind: "disk-changed", id, full },
       records: [memberRecord(member)],
     };
   }

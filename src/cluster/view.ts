@@ -22,6 +22,11 @@ export interface MemberView {
   readonly member_state?: string;
   /** Shards the meta group places on the member; absent with member_state. */
   readonly replicas?: number;
+  /**
+   * The member reported its data directory's disk nearly full (`cluster.disk_full_percent`): no
+   * new replica goes to it. Present (true) only then.
+   */
+  readonly disk_full?: boolean;
 }
 
 export interface ShardView {

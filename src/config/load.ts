@@ -37,6 +37,7 @@ export interface CairnConfig {
     readonly replication_factor: number;
     readonly bootstrap_expect: number;
     readonly dead_after_ms: number;
+    readonly disk_full_percent: number;
     readonly rebalance: {
       readonly max_moves: number;
       readonly tolerance: number;

@@ -179,6 +179,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "A member gossip has had unreachable this long is marked dead by the meta group's leader, and its replicas are re-created on the other active members (CockroachDB's server.time_until_store_dead). Read by the meta group's leader.",
   },
   {
+    key: "cluster.disk_full_percent",
+    kind: "int",
+    schema: intBetween(50, 100),
+    default: 95,
+    env: "CAIRN_CLUSTER_DISK_FULL_PERCENT",
+    expect: "must be an integer between 50 and 100",
+    doc: "A member whose data directory's file system is this full (used share, as df's Use%) reports it to the meta group and takes no new replica (no new shard, repair or rebalancing move) until it is 5 points below; the replicas it holds stay. 100 turns the report off. Read by every member for itself.",
+  },
+  {
     key: "cluster.rebalance.max_moves",
     kind: "int",
     schema: intBetween(0, 256),

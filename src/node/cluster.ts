@@ -290,8 +290,13 @@ export class ClusterState {
         retryable: true,
       });
     }
-    // Only active members take replicas (a joining one first catches up on the meta group).
-    const replicas = rendezvousReplicas(id, meta.activeMembers(), meta.replicationFactor);
+    // Only active members take replicas (a joining one first catches up on the meta group),
+    // those with room on their disk first: one whose disk is full only when too few have room.
+    const active = meta.activeMembers();
+    const want = Math.min(meta.replicationFactor, active.length);
+    const roomy = rendezvousReplicas(id, meta.roomyMembers(), want);
+    const full = active.filter((n) => !roomy.includes(n));
+    const replicas = [...roomy, ...rendezvousReplicas(id, full, want - roomy.length)];
     try {
       await this.propose({ op: "create-shard", shard: id, replicas }, timeoutMs);
     } catch (err) {

@@ -8,6 +8,7 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
+import { statfs } from "node:fs/promises";
 import { join } from "node:path";
 import {
   ClusterViewPublisher,
@@ -70,7 +71,14 @@ import { memberAdmin } from "./members-admin.ts";
 import { ReplicaGc } from "./replica-gc.ts";
 import { type ReplicaEffects, type ReplicaStep, replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
-import { moveStepHoldMs, plantedBugs } from "./testing-bugs.ts";
+import {
+  diskUsedFile,
+  DISK_USED_FILE_ENV,
+  moveStepHoldMs,
+  plantedBugs,
+  readDiskUsedFile,
+} from "./testing-bugs.ts";
+import { DiskWatch, usedPercentOf } from "./disk-watch.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
@@ -761,6 +769,27 @@ export class CairnNode implements HealthSource {
       removed: (bytes) => this.metrics.replicaRemoved(bytes),
       log: this.#log.child("replica-gc"),
     });
+    // This node's disk, reported to the meta group when nearly full (once a node: worker 0).
+    const usedFile = diskUsedFile(process.env);
+    if (usedFile !== null)
+      this.#log.warn("disk usage read from a file (testing only)", {
+        env: DISK_USED_FILE_ENV,
+        file: usedFile,
+      });
+    const disk =
+      cell === null || cell.index === 0
+        ? new DiskWatch({
+            nodeId: c.node_id,
+            fullPercent: c.cluster.disk_full_percent,
+            meta: () => cluster.meta,
+            usedPercent: async () =>
+              usedFile !== null
+                ? readDiskUsedFile(usedFile)
+                : usedPercentOf(await statfs(c.data_dir)),
+            propose: (cmd) => cluster.propose(cmd, REQUEST_TIMEOUT_MS),
+            log: this.#log.child("disk"),
+          })
+        : null;
     const hold = moveStepHoldMs(process.env);
     if (hold > 0)
       this.#log.warn("replica changes held after each step (testing only)", { hold_ms: hold });
@@ -816,6 +845,7 @@ export class CairnNode implements HealthSource {
       if (tick) {
         spreadLeaders(this.store, cluster, c.node_id, alive);
         void gc.pass();
+        disk?.maybeCheck();
       }
     };
     this.#spreadTimer = setInterval(() => upkeep(true), LEADER_SPREAD_MS);
@@ -879,7 +909,13 @@ export class CairnNode implements HealthSource {
     this.metrics.setPlacementSource(() => {
       const meta = this.#cluster?.meta;
       if (meta === undefined || meta === null || meta.clusterId === null) return null;
-      return { moving: meta.movingCount(), underReplicated: meta.underReplicatedCount() };
+      let diskFull = 0;
+      for (const m of meta.members.values()) if (m.diskFull === true) diskFull++;
+      return {
+        moving: meta.movingCount(),
+        underReplicated: meta.underReplicatedCount(),
+        diskFull,
+      };
     });
     // Once this node knows its cluster, only its members are listed, each with its state
     // (design.md §5.2); before, every node gossip knows (the ones it asks to join through). A
@@ -902,6 +938,7 @@ export class CairnNode implements HealthSource {
         ...members.flatMap((m) => {
           const state = known ? meta.stateOf(m.meta.id) : undefined;
           if (known && (state === undefined || state === "removed")) return [];
+          const full = known && meta.members.get(m.meta.id)?.diskFull === true;
           return [
             {
               id: m.meta.id,
@@ -911,6 +948,7 @@ export class CairnNode implements HealthSource {
               ...(state === undefined
                 ? {}
                 : { member_state: state, replicas: counts?.get(m.meta.id) ?? 0 }),
+              ...(full ? { disk_full: true } : {}),
             },
           ];
         }),
@@ -921,6 +959,7 @@ export class CairnNode implements HealthSource {
           state: "dead" as const,
           member_state: meta?.stateOf(m.id) ?? "active",
           replicas: counts?.get(m.id) ?? 0,
+          ...(m.diskFull === true ? { disk_full: true } : {}),
         })),
       ]);
     };

@@ -5,6 +5,7 @@
  * not a configuration key, no documented setting reaches it, and a node started with it logs a
  * warning naming each bug. Never set it outside tests.
  */
+import { readFile } from "node:fs/promises";
 import { CairnError } from "../common/index.ts";
 import type { DriverTestingBugs } from "../replication/index.ts";
 import { type FileSystem, type FsFile, nodeFileSystem } from "../storage/index.ts";
@@ -106,4 +107,30 @@ export function moveStepHoldMs(env: Readonly<Record<string, string | undefined>>
     );
   }
   return ms;
+}
+
+/**
+ * Tests only: the share of the data directory's file system in use is read from this file (a
+ * whole percent, 0 to 100) instead of the file system (DiskWatch, src/node/disk-watch.ts), so
+ * that a test can make a node's disk look full and then roomy again
+ * (test/e2e/cluster-elastic.test.ts). Read from the environment only, like the planted bugs;
+ * a node started with it logs a warning.
+ */
+export const DISK_USED_FILE_ENV = "CAIRN_TESTING_DISK_USED_PERCENT_FILE";
+
+/** The file CAIRN_TESTING_DISK_USED_PERCENT_FILE names, or null. */
+export function diskUsedFile(env: Readonly<Record<string, string | undefined>>): string | null {
+  const raw = env[DISK_USED_FILE_ENV];
+  return raw === undefined || raw.trim() === "" ? null : raw;
+}
+
+/** The percent written in `file` (DISK_USED_FILE_ENV); throws on anything but 0 to 100. */
+export async function readDiskUsedFile(file: string): Promise<number> {
+  const text = (await readFile(file, "utf8")).trim();
+  const percent = Number(text);
+  if (!/^\d{1,3}$/.test(text) || percent > 100)
+    throw new Error(
+      `${DISK_USED_FILE_ENV} ${file}: expected a percent 0-100, got ${JSON.stringify(text)}`,
+    );
+  return percent;
 }

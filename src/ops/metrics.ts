@@ -113,6 +113,8 @@ function realProcessStats(): { cpuSeconds: number; residentBytes: number } {
 export interface PlacementWork {
   readonly moving: number;
   readonly underReplicated: number;
+  /** Members whose disk the meta state records nearly full. */
+  readonly diskFull: number;
 }
 
 export class CairnMetrics {
@@ -332,6 +334,15 @@ export class CairnMetrics {
       registers,
       collect(this: Gauge) {
         this.set(placement()?.moving ?? 0);
+      },
+    });
+    new Gauge({
+      name: "cairn_cluster_members_disk_full",
+      aggregator: "max",
+      help: "Members that reported their data directory's disk nearly full (cluster.disk_full_percent), as the meta state applied on this node records it: no new replica is placed on them. 0 on a single node.",
+      registers,
+      collect(this: Gauge) {
+        this.set(placement()?.diskFull ?? 0);
       },
     });
     new Gauge({

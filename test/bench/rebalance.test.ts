@@ -36,6 +36,7 @@ function view(
       state: "alive",
       memberState,
       replicas,
+      diskFull: false,
     })),
     shards: shardReplicas.map((n, id) => ({
       id,

@@ -21,6 +21,7 @@ const member = (id: string, memberState: string, state = "alive"): MemberInfo =>
   state,
   memberState,
   replicas: 3,
+  diskFull: false,
 });
 
 function view(shards: ShardInfo[]): ClusterView {

@@ -192,6 +192,42 @@ describe("allocator", () => {
     assertPlaced(end, 1);
   });
 
+  it("moves no replica onto a member whose disk is full; it may give some away, and takes its share once it has room", () => {
+    let s = cluster(["n1", "n2", "n3"], 60);
+    s = apply(s, { op: "join", member: member("n4") });
+    s = apply(s, { op: "set-disk", id: "n4", full: true });
+    // Admitted (active), but no move targets it: the three others are even already.
+    const { s: full, moves } = settle(s, calm);
+    assert.equal(full.stateOf("n4"), "active");
+    assert.equal(loads(full).get("n4"), 0);
+    assert.equal(moves, 0);
+    // A repair does not pick it either: n3 dies, and with n4 full no member can take n3's
+    // replicas (the shards keep their factor: nothing shrinks).
+    const dying: World = {
+      ...calm,
+      unreachableLong: new Set(["n3"]),
+      alive: new Set(["n1", "n2", "n4"]),
+    };
+    const dead = settle(full, dying).s;
+    assert.equal(dead.stateOf("n3"), "dead");
+    assert.equal(loads(dead).get("n4"), 0, "no repair onto a full disk");
+    assert.ok(dead.underReplicatedCount() > 0);
+    // Room again: the repairs and the balancing place replicas on n4.
+    const roomy = settle(apply(dead, { op: "set-disk", id: "n4", full: false }), dying).s;
+    assert.equal(roomy.underReplicatedCount(), 0);
+    assertPlaced(roomy, calm.tolerance);
+    // The most loaded member's disk fills: it keeps what it holds, but no move brings it more,
+    // and a newcomer's share comes from the others and from it alike.
+    let busy = settle(roomy, calm).s;
+    const top = [...loads(busy)].sort((a, b) => b[1] - a[1])[0]?.[0] as string;
+    busy = apply(busy, { op: "set-disk", id: top, full: true });
+    const before = loads(busy).get(top) ?? 0;
+    busy = apply(busy, { op: "join", member: member("n5") });
+    const grown = settle(busy, calm).s;
+    assert.ok((loads(grown).get(top) ?? 0) <= before, "a full member never gains replicas");
+    assert.ok((loads(grown).get("n5") ?? 0) > 0);
+  });
+
   it("does not shrink a shard below its factor when no member can take a replica", () => {
     let s = cluster(["n1", "n2", "n3"], 10);
     s = apply(s, { op: "set-state", id: "n3", state: "decommissioning" });

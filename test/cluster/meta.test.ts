@@ -76,6 +76,8 @@ describe("meta commands: encoding", () => {
       BOOT,
       { op: "create-shard", shard: 5, replicas: ["n2", "n1", "n3"] },
       { op: "set-member", member: { id: "n9", rpcAddr: "[::1]:7447", httpAddr: "10.0.0.9:80" } },
+      { op: "set-disk", id: "n2", full: true },
+      { op: "set-disk", id: "n2", full: false },
     ];
     for (const cmd of cmds) assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
   });
@@ -103,6 +105,16 @@ describe("meta commands: encoding", () => {
       withVersion('{"op":"create-shard","shard":3,"replicas":["n1"],"extra":1}'),
       withVersion('{"op":"set-member","member":{"id":"","rpcAddr":"a:1","httpAddr":"a:2"}}'),
       withVersion('{"op":"set-member","member":{"id":"n1","rpcAddr":"a b:1","httpAddr":"a:2"}}'),
+      withVersion('{"op":"set-disk","id":"n1","full":"yes"}'),
+      withVersion('{"op":"set-disk","id":"","full":true}'),
+      withVersion('{"op":"set-disk","id":"n1"}'),
+      // A member's own record says set-disk's: never through set-member, never false.
+      withVersion(
+        '{"op":"set-member","member":{"id":"n1","rpcAddr":"a:1","httpAddr":"a:2","diskFull":true}}',
+      ),
+      withVersion(
+        '{"op":"set-member","member":{"id":"n1","rpcAddr":"a:1","httpAddr":"a:2","diskFull":false}}',
+      ),
       withVersion(
         '{"op":"bootstrap","clusterId":"c","totalShards":0,"replicationFactor":3,"members":[]}',
       ),
@@ -447,6 +459,11 @@ describe("meta state: load", () => {
         id: fc.constantFrom(...ids),
         state: fc.constantFrom(...MEMBER_STATES),
       }),
+      fc.record({
+        op: fc.constant("set-disk" as const),
+        id: fc.constantFrom(...ids),
+        full: fc.boolean(),
+      }),
       // Moves from a short list of placements, so that some match the shard's nodes.
       fc.record({
         op: fc.constant("move-shard" as const),
@@ -626,6 +643,45 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     // Loaded from its records, a state counts the same.
     const loaded = MetaState.load(s.records());
     assert.deepEqual([loaded.movingCount(), loaded.underReplicatedCount()], [0, 3]);
+  });
+
+  it("records a member's full disk, keeps it through an address change, drops it with its data directory", () => {
+    let s = booted();
+    const r = s.apply({ op: "set-disk", id: "n2", full: true });
+    assert.deepEqual(r.outcome, { kind: "disk-changed", id: "n2", full: true });
+    assert.deepEqual(keys(r.records), ["meta/member/n2"]);
+    assert.deepEqual(JSON.parse(dec.decode(r.records[0]?.value.subarray(1))), {
+      ...N2,
+      diskFull: true,
+    });
+    s = r.state;
+    assert.deepEqual(s.activeMembers(), ["n1", "n2", "n3"], "still active: it keeps its replicas");
+    assert.deepEqual(s.roomyMembers(), ["n1", "n3"]);
+    const again = s.apply({ op: "set-disk", id: "n2", full: true });
+    assert.deepEqual(again.outcome, { kind: "disk-unchanged", id: "n2", full: true });
+    assert.equal(again.state, s);
+    assert.deepEqual(again.records, []);
+    // The node restarts at new addresses (set-member): its disk is still full.
+    s = s.apply({ op: "set-member", member: { ...N2, rpcAddr: "n2.other:7447" } }).state;
+    assert.equal(s.members.get("n2")?.diskFull, true);
+    assert.equal(s.members.get("n2")?.rpcAddr, "n2.other:7447");
+    // Room again.
+    const room = s.apply({ op: "set-disk", id: "n2", full: false });
+    assert.deepEqual(room.outcome, { kind: "disk-changed", id: "n2", full: false });
+    assert.equal(room.state.members.get("n2")?.diskFull, undefined);
+    assert.deepEqual(room.state.roomyMembers(), ["n1", "n2", "n3"]);
+    // A node that lost its data directory (rejoin) reports its new one afresh.
+    s = s.apply({ op: "set-member", member: { ...N2, incarnation: "inc-1" } }).state;
+    s = s.apply({ op: "set-disk", id: "n2", full: true }).state;
+    s = s.apply({ op: "rejoin", id: "n2", incarnation: "inc-2" }).state;
+    assert.equal(s.members.get("n2")?.diskFull, undefined);
+    // Only members, and never a removed one.
+    const refused = s.apply({ op: "set-disk", id: "n9", full: true }).outcome;
+    assert.equal(refused.kind, "rejected");
+    s = shardZeroOffN2(s.apply({ op: "set-state", id: "n2", state: "dead" }).state);
+    s = s.apply({ op: "set-state", id: "n2", state: "removed" }).state;
+    const gone = s.apply({ op: "set-disk", id: "n2", full: true }).outcome;
+    assert.ok(gone.kind === "rejected" && gone.removed === true);
   });
 
   it("moves states only along a member's life, and never back from removed", () => {

@@ -54,6 +54,7 @@ describe("loadConfig", () => {
       replication_factor: 3,
       bootstrap_expect: 3,
       dead_after_ms: 300_000,
+      disk_full_percent: 95,
       rebalance: { max_moves: 4, tolerance: 2, rate_bytes_per_sec: 4 * 1024 * 1024 },
     });
     assert.equal(c.telemetry.prometheus.enabled, true);
@@ -199,7 +200,7 @@ describe("loadConfig", () => {
     );
     assert.match(
       err.message,
-      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, rebalance/,
+      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, disk_full_percent, rebalance/,
     );
   });
 

@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
@@ -437,6 +437,72 @@ describe("elastic cluster (real processes)", () => {
         const removed = await cli(["node", "remove", "n4", "--endpoints", cluster.node("n1").rpc]);
         assert.equal(removed.code, 0, removed.err);
         assert.match(removed.out, /n4: removed, 0 replica\(s\) left/);
+      });
+    },
+  );
+  it(
+    "a node whose disk is nearly full takes no new replica until it has room again",
+    { timeout: 180_000 },
+    async () => {
+      await withCluster("disk", {}, async (cluster) => {
+        const c1 = clientOf(cluster, "n1");
+        const http1 = cluster.node("n1").server?.http;
+        // n4's disk reads 97 % used (a file stands in for statfs: testing only).
+        const usage = join(cluster.node("n4").dataDir, "..", "n4-disk-used");
+        await writeFile(usage, "97\n");
+        const n4 = await cluster.start("n4", { CAIRN_TESTING_DISK_USED_PERCENT_FILE: usage });
+        assert.ok(n4.client !== null);
+        type Node = { id: string; member_state: string; replicas: number; disk_full?: boolean };
+        const n4Seen = async (): Promise<Node | undefined> =>
+          ((await clusterView(c1)) as unknown as { nodes: Node[] }).nodes.find(
+            (n) => n.id === "n4",
+          );
+        await eventually(
+          "n4 active, its disk recorded full",
+          async () => {
+            const m = await n4Seen();
+            return m?.member_state === "active" && m.disk_full === true;
+          },
+          60_000,
+        );
+        assert.match(n4.server?.lines.join("\n") ?? "", /disk usage read from a file/);
+        // Shown in /health's nodes[], the metric, and `cairn cluster`'s STATE.
+        const health = (await (await fetch(`http://${http1}/health`)).json()) as { nodes: Node[] };
+        assert.equal(health.nodes.find((n) => n.id === "n4")?.disk_full, true);
+        assert.equal(health.nodes.find((n) => n.id === "n2")?.disk_full, undefined);
+        const metric = samples(await (await fetch(`http://${http1}/metrics`)).text()).find(
+          (x) => x.name === "cairn_cluster_members_disk_full",
+        );
+        assert.equal(metric?.value, 1);
+        const shown = await cli(["cluster", "--endpoints", cluster.node("n1").rpc]);
+        assert.match(shown.out, /\nn4\tactive,disk-full\talive\t0\t/);
+        // Every shard created now goes on the three members with room (there were none but the
+        // meta group's before: nothing could move onto n4 before its report).
+        const { acknowledged, put } = acknowledgedPuts();
+        for (let i = 0; i < 64; i++) await put(c1, `k${i}`, `v${i}`);
+        const created = (await clusterView(c1)).shards.filter((s) => s.id !== 0);
+        assert.ok(created.length >= 12, `${created.length} shards`);
+        for (const s of created) assert.ok(!s.replicas.includes("n4"), `shard ${s.id} on n4`);
+        // (That no move picks it either is the allocator's, test/cluster/allocator.test.ts.)
+        assert.equal((await n4Seen())?.replicas, 0);
+        // Room again: n4 reports it, and takes its share (48 replicas over 4, tolerance 1).
+        await writeFile(usage, "40\n");
+        await eventually(
+          "n4 has room and holds its share",
+          async () => {
+            const m = await n4Seen();
+            const work = await placementWork(http1);
+            return (
+              m !== undefined &&
+              m.disk_full !== true &&
+              m.replicas >= 11 &&
+              work.moving === 0 &&
+              work.underReplicated === 0
+            );
+          },
+          120_000,
+        );
+        await readsBack(cluster, ["n4"], acknowledged);
       });
     },
   );

@@ -218,14 +218,16 @@ describe("CairnMetrics", () => {
     let all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_cluster_shards_moving"), 0);
     assert.equal(valueOf(all, "cairn_cluster_shards_underreplicated"), 0);
-    let work: { moving: number; underReplicated: number } | null = null;
+    assert.equal(valueOf(all, "cairn_cluster_members_disk_full"), 0);
+    let work: { moving: number; underReplicated: number; diskFull: number } | null = null;
     m.setPlacementSource(() => work);
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_cluster_shards_moving"), 0);
-    work = { moving: 4, underReplicated: 250 };
+    work = { moving: 4, underReplicated: 250, diskFull: 1 };
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_cluster_shards_moving"), 4);
     assert.equal(valueOf(all, "cairn_cluster_shards_underreplicated"), 250);
+    assert.equal(valueOf(all, "cairn_cluster_members_disk_full"), 1);
   });
 
   it("feeds the SWIM families from the membership hooks", async () => {

@@ -8,6 +8,7 @@ export interface Member {
   'state'?: (string);
   'member_state'?: (string);
   'replicas'?: (number);
+  'disk_full'?: (boolean);
 }
 
 export interface Member__Output {
@@ -17,4 +18,5 @@ export interface Member__Output {
   'state': (string);
   'member_state': (string);
   'replicas': (number);
+  'disk_full': (boolean);
 }
