@@ -427,7 +427,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
 
   decommission NODE   moves every replica and leadership off NODE; the cluster marks it
                       decommissioned once none is left (then stop it and remove it). Refused
-                      when fewer active members than the replication factor would be left.
+                      when fewer active members than the replication factor, or fewer with
+                      room on their disk, would be left.
                       --wait follows it until then, printing the replicas left.
   remove NODE         retires a dead or decommissioned member for good: its data directory
                       never serves again (a new machine joins with a new id, or with the

@@ -2,8 +2,9 @@
  * Admin.DecommissionNode and Admin.RemoveNode in cluster mode (design.md §5.2): each proposes
  * the member's next state to the meta group, which refuses a change a member's life does not
  * allow (CAIRN_ERR_INVALID_ARGUMENT naming why). Decommissioning is refused up front when it
- * would leave fewer active members than the replication factor: its replicas would have
- * nowhere to go, and the move would wait forever.
+ * would leave fewer active members than the replication factor, or fewer with room on their
+ * disk (`set-disk`): its replicas would have nowhere to go, and the move would wait until a
+ * member is added or a disk freed.
  */
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MetaState } from "../cluster/index.ts";
@@ -47,6 +48,17 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
           throw new CairnError(
             "CAIRN_ERR_PRECONDITION",
             `decommissioning ${node} would leave ${left} active member(s) for replication factor ${meta.replicationFactor}: its replicas would have nowhere to go; add a member first`,
+          );
+        }
+        const roomy = meta.roomyMembers().filter((n) => n !== node);
+        if (roomy.length < meta.replicationFactor) {
+          const full = meta
+            .activeMembers()
+            .filter((n) => n !== node && !roomy.includes(n))
+            .join(", ");
+          throw new CairnError(
+            "CAIRN_ERR_PRECONDITION",
+            `decommissioning ${node} would leave ${roomy.length} active member(s) with room on their disk for replication factor ${meta.replicationFactor} (full: ${full}; cluster.disk_full_percent): its replicas would have nowhere to go; free disk or add a member first`,
           );
         }
         await cluster.propose(

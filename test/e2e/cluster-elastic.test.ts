@@ -476,6 +476,13 @@ describe("elastic cluster (real processes)", () => {
         assert.equal(metric?.value, 1);
         const shown = await cli(["cluster", "--endpoints", cluster.node("n1").rpc]);
         assert.match(shown.out, /\nn4\tactive,disk-full\talive\t0\t/);
+        // A decommission whose replicas could only go to n4 is refused, naming why.
+        const stuck = await cli(["node", "decommission", "n2", "--endpoints", n4.rpc]);
+        assert.notEqual(stuck.code, 0);
+        assert.match(
+          stuck.err,
+          /would leave 2 active member\(s\) with room on their disk .*full: n4/,
+        );
         // Every shard created now goes on the three members with room (there were none but the
         // meta group's before: nothing could move onto n4 before its report).
         const { acknowledged, put } = acknowledgedPuts();
