@@ -429,7 +429,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
                       decommissioned once none is left (then stop it and remove it). Refused
                       when fewer active members than the replication factor, or fewer with
                       room on their disk, would be left.
-                      --wait follows it until then, printing the replicas left.
+                      --wait follows it until then, printing the replicas left (and,
+                      after a minute with none leaving, what a move needs).
   remove NODE         retires a dead or decommissioned member for good: its data directory
                       never serves again (a new machine joins with a new id, or with the
                       old id and an empty data directory, as a new member).
@@ -445,6 +446,51 @@ Examples:
 
 /** How often \`node decommission --wait\` asks how many replicas are left. */
 const DECOMMISSION_POLL_MS = 1_000;
+/** How long \`--wait\` sees no replica leave before it says what a move needs. */
+export const DECOMMISSION_STALL_MS = 60_000;
+
+/** A member's standing, as Admin.DecommissionNode answers it. */
+export interface Standing {
+  readonly nodeId: string;
+  readonly state: string;
+  readonly replicas: number;
+}
+
+/**
+ * \`node decommission --wait\`: asks for the standing every \`everyMs\` until the member is
+ * decommissioned, printing each change; once \`stallMs\` pass with no replica leaving, says so
+ * once (again after the next replica leaves and another stall). Resolves to the last standing.
+ */
+export async function followDecommission(
+  first: Standing,
+  o: {
+    readonly poll: () => Promise<Standing>;
+    readonly print: (s: Standing) => void;
+    readonly stalled: (s: Standing, ms: number) => void;
+    readonly everyMs: number;
+    readonly stallMs: number;
+    readonly sleep: (ms: number) => Promise<void>;
+    readonly now: () => number;
+  },
+): Promise<Standing> {
+  let standing = first;
+  let since = o.now();
+  let warned = false;
+  while (standing.state !== "decommissioned") {
+    await o.sleep(o.everyMs);
+    const next = await o.poll();
+    if (next.replicas !== standing.replicas || next.state === "decommissioned") {
+      o.print(next);
+      since = o.now();
+      warned = false;
+    } else if (!warned && o.now() - since >= o.stallMs) {
+      o.stalled(next, o.now() - since);
+      warned = true;
+    }
+    standing = next;
+  }
+  return standing;
+}
 
 export function node(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
@@ -476,13 +522,18 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
           : await c.decommissionNode(id, { endpoint });
       print(standing);
       if (action === "decommission" && values["wait"] === true) {
-        let last = standing.replicas;
-        while (standing.state !== "decommissioned") {
-          await new Promise((resolve) => setTimeout(resolve, DECOMMISSION_POLL_MS));
-          standing = await c.decommissionNode(id, { endpoint });
-          if (standing.replicas !== last || standing.state === "decommissioned") print(standing);
-          last = standing.replicas;
-        }
+        standing = await followDecommission(standing, {
+          poll: () => c.decommissionNode(id, { endpoint }),
+          print,
+          stalled: (s, ms) =>
+            io.stderr.write(
+              `cairn node: no replica has left ${s.nodeId} in ${Math.round(ms / 1000)} s (${s.replicas} left): a move needs an active member that has room on its disk and does not hold the shard yet (cairn cluster: STATE), and cluster.rebalance.max_moves above 0; still waiting\n`,
+            ),
+          everyMs: DECOMMISSION_POLL_MS,
+          stallMs: DECOMMISSION_STALL_MS,
+          sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+          now: () => performance.now(),
+        });
       }
       return EXIT.ok;
     },
