@@ -295,8 +295,8 @@ export class ClusterState {
     const active = meta.activeMembers();
     const want = Math.min(meta.replicationFactor, active.length);
     const roomy = rendezvousReplicas(id, meta.roomyMembers(), want);
-    const full = active.filter((n) => !roomy.includes(n));
-    const replicas = [...roomy, ...rendezvousReplicas(id, full, want - roomy.length)];
+    const rest = active.filter((n) => !roomy.includes(n));
+    const replicas = [...roomy, ...rendezvousReplicas(id, rest, want - roomy.length)];
     try {
       await this.propose({ op: "create-shard", shard: id, replicas }, timeoutMs);
     } catch (err) {

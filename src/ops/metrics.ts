@@ -109,7 +109,10 @@ function realProcessStats(): { cpuSeconds: number; residentBytes: number } {
   return { cpuSeconds: (cpu.user + cpu.system) / 1e6, residentBytes: process.memoryUsage.rss() };
 }
 
-/** What the meta group's placement has left to do (MetaState.movingCount, underReplicatedCount). */
+/**
+ * What the meta group's placement has left to do (MetaState.movingCount, underReplicatedCount),
+ * and the members it may not place replicas on for their full disk.
+ */
 export interface PlacementWork {
   readonly moving: number;
   readonly underReplicated: number;
@@ -434,8 +437,9 @@ export class CairnMetrics {
   }
 
   /**
-   * Where a scrape reads cairn_cluster_shards_moving and cairn_cluster_shards_underreplicated:
-   * the meta state applied on this node; null (or no source) exports 0.
+   * Where a scrape reads cairn_cluster_shards_moving, cairn_cluster_shards_underreplicated and
+   * cairn_cluster_members_disk_full: the meta state applied on this node; null (or no source)
+   * exports 0.
    */
   setPlacementSource(source: () => PlacementWork | null): void {
     this.#placementSource = source;
