@@ -22,8 +22,9 @@
  *      one of its shards moves to that member (shard 0, the meta group, is repaired but not
  *      balanced).
  * A member whose disk is nearly full (`diskFull`, which it reports itself) is no repair's or
- * balancing move's target, nor the "least loaded" of step 3; its replicas stay, and it may
- * still be the most loaded one, which gives some away.
+ * balancing move's target, nor the "least loaded" of step 3 (and the meta group refuses a
+ * move onto it proposed before its mark committed); its replicas stay, and it may still be
+ * the most loaded one, which gives some away.
  * At most `maxMoves` shards move at once (moves under way included): each move is a snapshot
  * sent, and foreground traffic keeps its share of the disk and the network.
  *

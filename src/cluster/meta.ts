@@ -1106,6 +1106,11 @@ export class MetaState {
     }
     const inactive = added.find((n) => this.stateOf(n) !== "active");
     if (inactive !== undefined) return this.#rejected(`node ${inactive} is not an active member`);
+    // The allocator targets no full member; a move it chose before the member's set-disk
+    // committed is refused here, so that no move lands on a full member (it retries elsewhere).
+    const full = added.find((n) => this.members.get(n)?.diskFull === true);
+    if (full !== undefined)
+      return this.#rejected(`node ${full}'s disk is nearly full: it takes no new replica`);
     const unknown = nodes.find((n) => !this.members.has(n));
     if (unknown !== undefined) return this.#rejected(`node ${unknown} is not a member`);
     const placements = this.placements.clone();
