@@ -10,7 +10,7 @@
  * availability p50/p99 per fault kind). Exit code 1 when a run failed.
  *
  * Scenarios: mixed (default), membership, kill, kill-all, crash, pause, partition, network,
- * udp-loss, delay, wipe, disk, none. The totals of a run with membership changes (join,
+ * udp-loss, delay, wipe, disk, disk-guard, none. The totals of a run with membership changes (join,
  * decommission, remove) also give how long each took: join → active, decommission →
  * decommissioned, killed → dead → re-replicated (p50 and max). --bug plants a known bug in the nodes (follower-read-without-apply,
  * ack-before-wal-sync, snapshot-install-not-durable; repeatable) to see it caught.

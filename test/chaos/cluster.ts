@@ -15,7 +15,7 @@
  * `exclusive()`, so that a fault's restart and a membership change never cross on one node.
  */
 import { execFile } from "node:child_process";
-import { mkdir, open, readdir, rm, unlink, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, rm, statfs, unlink, writeFile } from "node:fs/promises";
 import { promisify } from "node:util";
 import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
@@ -430,6 +430,38 @@ export class ChaosCluster {
       await file.close();
     }
     return bytes;
+  }
+
+  /**
+   * Fills the node's data directory (a tmpfs) with a ballast file until its file system is
+   * `percent` full as `df` counts it (used / (used + available), rounded up), short of ENOSPC;
+   * returns the share reached. The node may still stop on a full disk (its own writes take the
+   * rest) until freeDisk().
+   */
+  async fillDiskTo(id: string, percent: number): Promise<number> {
+    const n = this.node(id);
+    this.#mayExit.add(id);
+    const usedShare = async (): Promise<{ used: number; room: number }> => {
+      const st = await statfs(n.dataDir);
+      const used = (st.blocks - st.bfree) * st.bsize;
+      return { used, room: used + st.bavail * st.bsize };
+    };
+    const before = await usedShare();
+    let left = Math.ceil((percent / 100) * before.room) - before.used;
+    const file = await open(join(n.dataDir, "ballast"), "w");
+    const chunk = Buffer.alloc(1 << 20, 0x5a);
+    try {
+      while (left > 0) {
+        const { bytesWritten } = await file.write(chunk.subarray(0, Math.min(chunk.length, left)));
+        left -= bytesWritten;
+      }
+    } catch (err) {
+      if ((err as { code?: string }).code !== "ENOSPC") throw err;
+    } finally {
+      await file.close();
+    }
+    const after = await usedShare();
+    return Math.ceil((100 * after.used) / after.room);
   }
 
   async freeDisk(id: string): Promise<void> {

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/index.ts";
-import { type FaultKind, planChanges, SCENARIOS } from "./faults.ts";
+import { type DiskSample, type FaultKind, guardBreach, planChanges, SCENARIOS } from "./faults.ts";
 
 describe("chaos faults: the plan of membership changes", () => {
   const kinds = SCENARIOS["membership"] as readonly FaultKind[];
@@ -32,5 +32,42 @@ describe("chaos faults: the plan of membership changes", () => {
 
   it("is empty for a scenario without changes", () => {
     assert.deepEqual(planChanges(SCENARIOS["kill"] as readonly FaultKind[], 3, seededRng(1)), []);
+  });
+});
+
+describe("chaos faults: the disk guard's judge", () => {
+  const sample = (over: Partial<DiskSample>): DiskSample => ({
+    via: "n1",
+    full: true,
+    replicas: 10,
+    shards: 16,
+    roomy: 3,
+    ...over,
+  });
+
+  it("finds a member marked full gaining replicas while others have room", () => {
+    assert.match(
+      guardBreach("n4", sample({}), sample({ replicas: 11 })) ?? "",
+      /n4, marked nearly full in n1's view, went from 10 to 11 replicas/,
+    );
+    // A new shard does not excuse it while three members have room for it.
+    assert.notEqual(guardBreach("n4", sample({}), sample({ replicas: 11, shards: 17 })), null);
+  });
+
+  it("lets a new shard land on it when too few members have room", () => {
+    const before = sample({ roomy: 2 });
+    assert.equal(guardBreach("n4", before, sample({ replicas: 11, shards: 17, roomy: 2 })), null);
+    // More placements than new shards: a move.
+    assert.notEqual(
+      guardBreach("n4", before, sample({ replicas: 12, shards: 17, roomy: 2 })),
+      null,
+    );
+  });
+
+  it("judges only two samples of one view, both marked", () => {
+    assert.equal(guardBreach("n4", sample({}), sample({ replicas: 11, via: "n2" })), null);
+    assert.equal(guardBreach("n4", sample({ full: false }), sample({ replicas: 11 })), null);
+    assert.equal(guardBreach("n4", sample({}), sample({ replicas: 11, full: false })), null);
+    assert.equal(guardBreach("n4", sample({}), sample({ replicas: 9 })), null);
   });
 });

@@ -26,6 +26,14 @@
  *   acknowledged: the torn bytes stand for a write that was never synced, so never acknowledged;
  * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
  *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal;
+ * - disk-nearly-full: one node's data directory (a tmpfs, scenario "disk-guard" only) filled to
+ *   97 %, past `cluster.disk_full_percent` (95) but not to ENOSPC, for at least 30 s (three of
+ *   the node's 10-s disk checks), then freed. Sampled every second through one running member's
+ *   view, what the guard promises (`guardErrors`, each a finding): the member is marked full
+ *   within that time, the replicas placed on it never grow while it is marked (but by a new
+ *   shard when fewer than the factor of active members have room), and it is marked as having
+ *   room again within 30 s of the space freed. A member down meanwhile is judged on nothing it
+ *   could not do;
  * - join, decommission, remove: membership changes (membership.ts). They run beside the
  *   schedule, one at a time, while the other faults go on: a drawn change starts when none is
  *   under way and the cluster allows it (a join while there are fewer than its founding size + 2
@@ -68,6 +76,7 @@ export const FAULT_KINDS = [
   "udp-loss",
   "delay",
   "disk-full",
+  "disk-nearly-full",
   "wipe",
   "torn-write",
   "join",
@@ -87,7 +96,7 @@ const REPLICATION_FACTOR = 3;
  * The scenarios whose runs each make every kind of change they name (planChanges): membership.
  * Elsewhere (mixed) a change is drawn now and then, as any fault.
  */
-export const PLANNED_SCENARIOS: ReadonlySet<string> = new Set(["membership"]);
+export const PLANNED_SCENARIOS: ReadonlySet<string> = new Set(["membership", "disk-guard"]);
 
 /** How long past the run's fault window the faults go on for a plan of changes to finish. */
 const PLAN_OVERRUN_MS = 300_000;
@@ -120,7 +129,8 @@ export function planChanges(kinds: readonly FaultKind[], founding: number, rng: 
 
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
-  mixed: FAULT_KINDS.filter((k) => k !== "disk-full"),
+  // Not the disk faults: they need a tmpfs (TMPFS_SCENARIOS).
+  mixed: FAULT_KINDS.filter((k) => k !== "disk-full" && k !== "disk-nearly-full"),
   kill: ["kill-leader", "kill-random", "kill-flap"],
   "kill-all": ["kill-all"],
   crash: ["kill-leader", "kill-random", "kill-flap", "kill-all", "torn-write"],
@@ -131,6 +141,8 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   "udp-loss": ["udp-loss"],
   delay: ["delay"],
   disk: ["disk-full", "kill-random"],
+  // A member nearly full while members join, leave and are lost: moves must avoid it.
+  "disk-guard": ["disk-nearly-full", "join", "decommission", "remove", "kill-random"],
   wipe: ["wipe", "kill-random"],
   membership: [
     "join",
@@ -163,7 +175,7 @@ export function changesMembership(scenario: string): boolean {
 }
 
 /** Scenarios whose nodes keep their data on a tmpfs each (a disk that can fill up). */
-export const TMPFS_SCENARIOS: ReadonlySet<string> = new Set(["disk"]);
+export const TMPFS_SCENARIOS: ReadonlySet<string> = new Set(["disk", "disk-guard"]);
 
 export interface FaultRecord {
   readonly kind: FaultKind;
@@ -246,6 +258,79 @@ async function metaLeader(cluster: ChaosCluster): Promise<string | null> {
   return null;
 }
 
+/** How full the disk-nearly-full fault makes a disk: past the default threshold of 95 %. */
+const NEARLY_FULL_PERCENT = 97;
+/** How long it holds at least: three of a node's 10-s disk checks (src/node/disk-watch.ts). */
+const NEARLY_FULL_HOLD_MS = 30_000;
+/** How long after the space is freed the member must be marked as having room again. */
+const ROOM_AGAIN_MS = 30_000;
+
+/** One member's view of a member's disk (Meta.WatchCluster). */
+export interface DiskSample {
+  /** The member whose view it is. */
+  readonly via: string;
+  readonly full: boolean;
+  /** Shards the metadata places on the member. */
+  readonly replicas: number;
+  /** Shards the cluster has. */
+  readonly shards: number;
+  /** Active members not marked full. */
+  readonly roomy: number;
+}
+
+/**
+ * What two samples of `victim`'s disk in a row show the guard break, or null: seen through one
+ * member's view and marked full in both, its placements may grow only by new shards, and only
+ * when fewer than the factor of active members have room for them.
+ */
+export function guardBreach(victim: string, before: DiskSample, now: DiskSample): string | null {
+  if (before.via !== now.via || !before.full || !now.full) return null;
+  const gained = now.replicas - before.replicas;
+  if (gained <= 0) return null;
+  const created = now.shards - before.shards;
+  if (gained <= created && Math.min(before.roomy, now.roomy) < REPLICATION_FACTOR) return null;
+  return `${victim}, marked nearly full in ${now.via}'s view, went from ${before.replicas} to ${now.replicas} replicas (${Math.max(0, created)} new shard(s), ${now.roomy} active members with room)`;
+}
+
+/**
+ * `victim`'s disk as a running member sees it: `via` when it answers, else the first other one
+ * that does within 2 s (null when none does).
+ */
+async function diskSample(
+  cluster: ChaosCluster,
+  victim: string,
+  via: string | null,
+): Promise<DiskSample | null> {
+  const running = cluster.members().filter((n) => n.state === "running" && n.client !== null);
+  running.sort((a, b) => Number(b.id === via) - Number(a.id === via));
+  for (const n of running) {
+    const c = n.client;
+    if (c === null) continue;
+    try {
+      const view = (await Promise.race([
+        clusterView(c),
+        sleep(2_000).then(() => Promise.reject(new Error("no view"))),
+      ])) as unknown as {
+        nodes: { id: string; member_state?: string; replicas?: number; disk_full?: boolean }[];
+        shards: unknown[];
+      };
+      const m = view.nodes.find((x) => x.id === victim);
+      if (m === undefined) continue;
+      const roomy = view.nodes.filter((x) => x.member_state === "active" && x.disk_full !== true);
+      return {
+        via: n.id,
+        full: m.disk_full === true,
+        replicas: Number(m.replicas ?? 0),
+        shards: view.shards.length,
+        roomy: roomy.length,
+      };
+    } catch {
+      // the next member
+    }
+  }
+  return null;
+}
+
 /** The WAL's framing (src/storage/wal/record.ts): u32 body length, u32 crc32c(body), body. */
 const WAL_FRAME_HEADER_BYTES = 8;
 const WAL_BODY_HEADER_BYTES = 24;
@@ -294,6 +379,8 @@ export class FaultSchedule {
   readonly records: FaultRecord[] = [];
   /** Membership changes that failed or did not finish (each fails the run). */
   readonly changeErrors: string[] = [];
+  /** What a disk-nearly-full fault saw the disk guard break (each fails the run). */
+  readonly guardErrors: string[] = [];
   readonly #cluster: ChaosCluster;
   readonly #rng: Rng;
   readonly #now: () => number;
@@ -505,6 +592,76 @@ export class FaultSchedule {
     return null;
   }
 
+  /**
+   * The disk-nearly-full fault (see the file comment): fills `victim`'s tmpfs to
+   * NEARLY_FULL_PERCENT for at least NEARLY_FULL_HOLD_MS, watching the guard, then frees it and
+   * waits for the member to be marked as having room again.
+   */
+  async #nearlyFull(
+    victim: string,
+    hold: number,
+    record: (targets: string[], detail: string) => FaultRecord,
+  ): Promise<void> {
+    const cluster = this.#cluster;
+    const r = record([victim], `${victim}'s disk nearly full`);
+    const percent = await cluster.fillDiskTo(victim, NEARLY_FULL_PERCENT);
+    r.detail = `${victim}'s disk ${percent}% full`;
+    const t0 = this.#now();
+    const until = t0 + Math.max(hold, NEARLY_FULL_HOLD_MS);
+    /** The victim was not running at some sample (stopped on ENOSPC, killed by a change). */
+    let away = false;
+    let markedAt: number | null = null;
+    let before: DiskSample | null = null;
+    while (this.#now() < until) {
+      if (cluster.node(victim).state !== "running") away = true;
+      const now = await diskSample(cluster, victim, before?.via ?? null);
+      if (now !== null) {
+        if (now.full && markedAt === null) markedAt = this.#now() - t0;
+        if (before !== null) {
+          const breach = guardBreach(victim, before, now);
+          if (breach !== null) this.guardErrors.push(breach);
+        }
+        before = now;
+      }
+      await sleep(1_000);
+    }
+    r.healedAt = this.#now();
+    r.detail +=
+      markedAt === null ? "; never marked" : `; marked after ${(markedAt / 1000).toFixed(1)} s`;
+    if (markedAt === null && !away) {
+      this.guardErrors.push(
+        `${victim}'s disk was ${percent}% full for ${Math.round((r.healedAt - t0) / 1000)} s and no member's view marked it full`,
+      );
+    }
+    await cluster.freeDisk(victim);
+    if (cluster.node(victim).state === "down" && !cluster.node(victim).retired) {
+      r.detail += "; it stopped, restarted";
+      await cluster.start(victim);
+    }
+    if (markedAt !== null) {
+      const freed = this.#now();
+      let room: number | null = null;
+      let via: string | null = null;
+      while (this.#now() - freed < ROOM_AGAIN_MS) {
+        if (cluster.node(victim).state !== "running") away = true;
+        const now = await diskSample(cluster, victim, via);
+        if (now !== null && !now.full) {
+          room = this.#now() - freed;
+          break;
+        }
+        via = now?.via ?? null;
+        await sleep(1_000);
+      }
+      if (room !== null)
+        r.detail += `, room again ${(room / 1000).toFixed(1)} s after the space was freed`;
+      else if (!away)
+        this.guardErrors.push(
+          `${victim} was still marked nearly full ${ROOM_AGAIN_MS / 1000} s after its disk was freed`,
+        );
+    }
+    r.healDone = this.#now();
+  }
+
   async #inject(kind: FaultKind, hold: number): Promise<void> {
     const cluster = this.#cluster;
     const rng = this.#rng;
@@ -694,6 +851,9 @@ export class FaultSchedule {
         r.healDone = this.#now();
         return;
       }
+      case "disk-nearly-full":
+        await this.#nearlyFull(random(), hold, record);
+        return;
       case "join":
       case "decommission":
       case "remove":

@@ -323,6 +323,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     // A membership change under way finishes on the healed cluster.
     await schedule.settle(SETTLE_MS);
     for (const message of schedule.changeErrors) findings.push({ check: "membership", message });
+    for (const message of schedule.guardErrors) findings.push({ check: "disk-guard", message });
     const healthy = await eventually(90_000, async () => {
       for (const n of cluster.members()) {
         const h = await cluster.http(n.id, "/health");
