@@ -399,7 +399,8 @@ function parseCommand(raw: unknown): MetaCommand | string {
       return { op: "settle-shard", shard, nodes };
     }
     default:
-      return `unknown op ${JSON.stringify(raw["op"])}`;
+      // An op of a newer build (a member runs an older one): see docs/operations.md, "Upgrading".
+      return `unknown op ${JSON.stringify(raw["op"])} (written by a newer Cairn build? every member must run the same build: docs/operations.md, "Upgrading")`;
   }
 }
 
@@ -1506,7 +1507,10 @@ function encodeJson(value: unknown): Uint8Array {
 
 function decodeJson(data: Uint8Array): unknown {
   if (data.length === 0) throw new Error("empty");
-  if (data[0] !== FORMAT_VERSION) throw new Error(`unknown format version ${data[0]}`);
+  if (data[0] !== FORMAT_VERSION)
+    throw new Error(
+      `unknown format version ${data[0]} (written by a newer Cairn build? every member must run the same build: docs/operations.md, "Upgrading")`,
+    );
   return JSON.parse(dec.decode(data.subarray(1)));
 }
 

@@ -70,6 +70,17 @@ describe("meta log entries", () => {
     const { lsm, sm } = await open(tempDir("meta-sm"));
     await assert.rejects(sm.applyCommand(entry(1, new Uint8Array([3, 0, 1, 0x7b]))), malformed);
     assert.equal(sm.appliedIndex, 0);
+    // An op of a newer build stops this one, which says what to suspect (docs/operations.md,
+    // "Upgrading"), and applies nothing.
+    const newer = enc.encode(JSON.stringify({ op: "set-colour", id: "n1", colour: "teal" }));
+    const newerEntry = new Uint8Array([3, 0, 1, ...newer]);
+    await assert.rejects(
+      sm.applyCommand(entry(1, newerEntry)),
+      (err: unknown) =>
+        malformed(err) &&
+        /unknown op "set-colour" \(written by a newer Cairn build\?/.test(String(err)),
+    );
+    assert.equal(sm.appliedIndex, 0);
     await lsm.close();
   });
 });
