@@ -40,7 +40,7 @@ describe("chaos faults: the disk guard's judge", () => {
     via: "n1",
     full: true,
     replicas: 10,
-    shards: 16,
+    placed: 48,
     roomy: 3,
     ...over,
   });
@@ -51,15 +51,18 @@ describe("chaos faults: the disk guard's judge", () => {
       /n4, marked nearly full in n1's view, went from 10 to 11 replicas/,
     );
     // A new shard does not excuse it while three members have room for it.
-    assert.notEqual(guardBreach("n4", sample({}), sample({ replicas: 11, shards: 17 })), null);
+    assert.notEqual(guardBreach("n4", sample({}), sample({ replicas: 11, placed: 51 })), null);
+    // Nor does a shard under its factor given one more (one more placement, not three).
+    const short = sample({ roomy: 2 });
+    assert.notEqual(guardBreach("n4", short, sample({ replicas: 11, placed: 49, roomy: 2 })), null);
   });
 
   it("lets a new shard land on it when too few members have room", () => {
     const before = sample({ roomy: 2 });
-    assert.equal(guardBreach("n4", before, sample({ replicas: 11, shards: 17, roomy: 2 })), null);
+    assert.equal(guardBreach("n4", before, sample({ replicas: 11, placed: 51, roomy: 2 })), null);
     // More placements than new shards: a move.
     assert.notEqual(
-      guardBreach("n4", before, sample({ replicas: 12, shards: 17, roomy: 2 })),
+      guardBreach("n4", before, sample({ replicas: 12, placed: 51, roomy: 2 })),
       null,
     );
   });

@@ -272,24 +272,29 @@ export interface DiskSample {
   readonly full: boolean;
   /** Shards the metadata places on the member. */
   readonly replicas: number;
-  /** Shards the cluster has. */
-  readonly shards: number;
+  /**
+   * Shards the metadata places on every member, summed (the same meta state as `replicas`):
+   * a new shard adds the factor, a move adds nothing (a node replaced by another) or one (a
+   * shard under its factor given one more). Not the view's shard list: that lists a new shard
+   * only once a replica here opened it, after the meta state that counts it.
+   */
+  readonly placed: number;
   /** Active members not marked full. */
   readonly roomy: number;
 }
 
 /**
  * What two samples of `victim`'s disk in a row show the guard break, or null: seen through one
- * member's view and marked full in both, its placements may grow only by new shards, and only
- * when fewer than the factor of active members have room for them.
+ * member's view and marked full in both, its placements may grow only by new shards (each adds
+ * the factor to `placed`), and only when fewer than the factor of active members have room.
  */
 export function guardBreach(victim: string, before: DiskSample, now: DiskSample): string | null {
   if (before.via !== now.via || !before.full || !now.full) return null;
   const gained = now.replicas - before.replicas;
   if (gained <= 0) return null;
-  const created = now.shards - before.shards;
+  const created = Math.max(0, Math.floor((now.placed - before.placed) / REPLICATION_FACTOR));
   if (gained <= created && Math.min(before.roomy, now.roomy) < REPLICATION_FACTOR) return null;
-  return `${victim}, marked nearly full in ${now.via}'s view, went from ${before.replicas} to ${now.replicas} replicas (${Math.max(0, created)} new shard(s), ${now.roomy} active members with room)`;
+  return `${victim}, marked nearly full in ${now.via}'s view, went from ${before.replicas} to ${now.replicas} replicas (placements of every member ${before.placed} → ${now.placed}: ${created} new shard(s); ${now.roomy} active members with room)`;
 }
 
 /**
@@ -312,7 +317,6 @@ async function diskSample(
         sleep(2_000).then(() => Promise.reject(new Error("no view"))),
       ])) as unknown as {
         nodes: { id: string; member_state?: string; replicas?: number; disk_full?: boolean }[];
-        shards: unknown[];
       };
       const m = view.nodes.find((x) => x.id === victim);
       if (m === undefined) continue;
@@ -321,7 +325,7 @@ async function diskSample(
         via: n.id,
         full: m.disk_full === true,
         replicas: Number(m.replicas ?? 0),
-        shards: view.shards.length,
+        placed: view.nodes.reduce((sum, x) => sum + Number(x.replicas ?? 0), 0),
         roomy: roomy.length,
       };
     } catch {
@@ -612,6 +616,8 @@ export class FaultSchedule {
     let away = false;
     let markedAt: number | null = null;
     let before: DiskSample | null = null;
+    /** Replicas it gained while marked, with new shards when too few members had room. */
+    let newShards = 0;
     while (this.#now() < until) {
       if (cluster.node(victim).state !== "running") away = true;
       const now = await diskSample(cluster, victim, before?.via ?? null);
@@ -620,6 +626,8 @@ export class FaultSchedule {
         if (before !== null) {
           const breach = guardBreach(victim, before, now);
           if (breach !== null) this.guardErrors.push(breach);
+          else if (before.via === now.via && now.full && now.replicas > before.replicas)
+            newShards += now.replicas - before.replicas;
         }
         before = now;
       }
@@ -628,6 +636,8 @@ export class FaultSchedule {
     r.healedAt = this.#now();
     r.detail +=
       markedAt === null ? "; never marked" : `; marked after ${(markedAt / 1000).toFixed(1)} s`;
+    if (newShards > 0)
+      r.detail += ` (took ${newShards} new shard(s) while marked: too few members had room)`;
     if (markedAt === null && !away) {
       this.guardErrors.push(
         `${victim}'s disk was ${percent}% full for ${Math.round((r.healedAt - t0) / 1000)} s and no member's view marked it full`,
