@@ -798,36 +798,27 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
   });
 
   it("refuses a move onto a member whose disk is nearly full, not one off it or within it", () => {
+    const move = (shard: number, from: string[], nodes: string[]): MetaCommand => ({
+      op: "move-shard",
+      shard,
+      from,
+      nodes,
+    });
     let s = booted().apply({ op: "join", member: N4J }).state;
     s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
     s = s.apply({ op: "create-shard", shard: 2, replicas: ["n1", "n2", "n3"] }).state;
     s = s.apply({ op: "create-shard", shard: 5, replicas: ["n2", "n3", "n4"] }).state;
     // The allocator decided this move before n4 marked its disk full; the mark committed first.
     s = s.apply({ op: "set-disk", id: "n4", full: true }).state;
-    const onto = s.apply({
-      op: "move-shard",
-      shard: 2,
-      from: ["n1", "n2", "n3"],
-      nodes: ["n4", "n2", "n3"],
-    });
+    const onto = s.apply(move(2, ["n1", "n2", "n3"], ["n4", "n2", "n3"]));
     assert.equal(onto.state, s);
     assert.match(onto.outcome.kind === "rejected" ? onto.outcome.reason : "", /n4.*disk/);
     // A full member still gives replicas away, and a shard it holds may move elsewhere.
-    const off = s.apply({
-      op: "move-shard",
-      shard: 5,
-      from: ["n2", "n3", "n4"],
-      nodes: ["n2", "n3", "n1"],
-    });
+    const off = s.apply(move(5, ["n2", "n3", "n4"], ["n2", "n3", "n1"]));
     assert.equal(off.outcome.kind, "shard-moved");
     // With room again, it takes replicas.
     s = s.apply({ op: "set-disk", id: "n4", full: false }).state;
-    const later = s.apply({
-      op: "move-shard",
-      shard: 2,
-      from: ["n1", "n2", "n3"],
-      nodes: ["n4", "n2", "n3"],
-    });
+    const later = s.apply(move(2, ["n1", "n2", "n3"], ["n4", "n2", "n3"]));
     assert.equal(later.outcome.kind, "shard-moved");
   });
 
