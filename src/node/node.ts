@@ -460,6 +460,7 @@ export class CairnNode implements HealthSource {
           metrics.setRaftState(shard, config.node_id, term, commit);
         },
         awakeGroups: (count) => metrics.setAwakeGroups(count),
+        walWritten: (ms, bytes) => metrics.walWritten(ms, bytes),
         confChanged(shard, voters) {
           // A replica learns its group's configuration from the log: the view follows it.
           const info = opened?.shardInfo(shard);

@@ -243,6 +243,8 @@ export interface ReplicationObserver {
   raftState?(shard: number, term: number, commit: number): void;
   /** How many groups of this node are awake (ticking), when that changed; at most once a tick. */
   awakeGroups?(count: number): void;
+  /** The node's WAL wrote a batch durably, in `ms` (WalOptions.onBatchWritten). */
+  walWritten?(ms: number, bytes: number): void;
   /** The node cannot go on safely (I/O failure, invariant broken): it must stop. */
   fatal?(err: unknown): void;
 }

@@ -229,6 +229,9 @@ export class MultiRaft {
         transport?.flush();
         flushOutputs?.();
       },
+      ...(options.observer?.walWritten === undefined
+        ? {}
+        : { onBatchWritten: options.observer.walWritten.bind(options.observer) }),
     });
     const env =
       options.openEngine !== undefined

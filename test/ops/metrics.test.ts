@@ -264,13 +264,19 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_raft_snapshots_failed_total", { direction: "receive" }), 2);
   });
 
-  it("counts the Raft frames, messages and heartbeats sent per peer, and the awake groups", async () => {
+  it("counts the Raft frames, messages and heartbeats sent per peer, the awake groups and the WAL's writes", async () => {
     const m = fresh();
     m.raftFrameSent("n2", 40, 38);
     m.raftFrameSent("n2", 3, 0);
     m.raftFrameSent("n3", 1, 1);
     m.setAwakeGroups(7);
+    m.walWritten(0.3, 1000);
+    m.walWritten(40, 24);
     const all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_wal_write_duration_ms_count"), 2);
+    assert.equal(valueOf(all, "cairn_wal_write_duration_ms_bucket", { le: "0.5" }), 1);
+    assert.equal(valueOf(all, "cairn_wal_write_duration_ms_bucket", { le: "50" }), 2);
+    assert.equal(valueOf(all, "cairn_wal_written_bytes_total"), 1024);
     assert.equal(valueOf(all, "cairn_raft_frames_sent_total", { peer: "n2" }), 2);
     assert.equal(valueOf(all, "cairn_raft_messages_sent_total", { peer: "n2" }), 43);
     assert.equal(valueOf(all, "cairn_raft_heartbeats_sent_total", { peer: "n2" }), 38);

@@ -126,3 +126,35 @@ describe("WAL blocking writes", () => {
     await wal.close();
   });
 });
+
+describe("WAL write reports", () => {
+  it("reports every durable batch, blocking or through the thread pool, with its time and bytes", async () => {
+    const dir = tempDir("wal");
+    const reports: { ms: number; bytes: number }[] = [];
+    // Every blocking write takes at least 20 ms: its report says so.
+    const wal = await Wal.open(dir, {
+      blockingWriteMaxBytes: 4096,
+      blockingWriteSlowMs: Infinity,
+      fs: slowBlockingWrites(() => 20),
+      onBatchWritten: (ms, bytes) => reports.push({ ms, bytes }),
+    });
+    const before = wal.stats().bytesWritten;
+    const opened = reports.length;
+    await appendAndSync(wal, 1, 1, 100);
+    await appendAndSync(wal, 1, 2, 100);
+    await appendAndSync(wal, 1, 3, 10_000); // past blockingWriteMaxBytes: the thread pool
+    const mine = reports.slice(opened);
+    assert.equal(mine.length, 3);
+    assert.equal(
+      mine.reduce((sum, r) => sum + r.bytes, 0),
+      wal.stats().bytesWritten - before,
+    );
+    assert.ok((mine[2]?.bytes ?? 0) > 10_000);
+    assert.ok((mine[0]?.ms ?? 0) >= 20 && (mine[1]?.ms ?? 0) >= 20, JSON.stringify(mine));
+    assert.ok((mine[2]?.ms ?? -1) >= 0);
+    // Nothing appended: no batch, no report.
+    await wal.sync();
+    assert.equal(reports.length, opened + 3);
+    await wal.close();
+  });
+});

@@ -90,6 +90,12 @@ export interface WalOptions {
    */
   readonly beforeBlockingWrite?: () => void;
   /**
+   * Called once per batch written and durable (an O_DSYNC write): how long the write took, in
+   * milliseconds (from the write's start to its return, a thread-pool hop included), and its
+   * bytes. What an operator watches for a slow disk (the node's cairn_wal_write_duration_ms).
+   */
+  readonly onBatchWritten?: (ms: number, bytes: number) => void;
+  /**
    * A file outside the WAL's directory that records that this WAL was created (the driver keeps
    * it beside the directory: `<data_dir>/wal.created`). Written durably once the WAL holds a
    * segment. When it exists and the directory holds no segment with a header (deleted, or

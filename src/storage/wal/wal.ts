@@ -205,6 +205,7 @@ export class Wal {
   readonly #blockingWriteMaxBytes: number;
   readonly #blockingWriteSlowMs: number;
   readonly #beforeBlockingWrite: (() => void) | undefined;
+  readonly #onBatchWritten: ((ms: number, bytes: number) => void) | undefined;
   /** Batches still to write asynchronously after a blocking write was slow (see #flush). */
   #asyncAfterSlowWrites = 0;
   /** The latest blocking writes, in a row, that took longer than #blockingWriteSlowMs. */
@@ -283,6 +284,7 @@ export class Wal {
     this.#blockingWriteMaxBytes = options.blockingWriteMaxBytes ?? BLOCKING_WRITE_MAX_BYTES;
     this.#blockingWriteSlowMs = options.blockingWriteSlowMs ?? BLOCKING_WRITE_SLOW_MS;
     this.#beforeBlockingWrite = options.beforeBlockingWrite;
+    this.#onBatchWritten = options.onBatchWritten;
     this.#segments = segments;
     this.#handle = handle;
     this.#segmentSize = segmentSize;
@@ -906,9 +908,10 @@ export class Wal {
       const data = writer.finish();
       let written = 0;
       const handle = this.#handle;
+      let start: number;
       if (handle.writeNow !== undefined && this.#writesNow(data.length)) {
         this.#beforeBlockingWrite?.();
-        const start = performance.now();
+        start = performance.now();
         while (written < data.length) {
           written += handle.writeNow(
             data,
@@ -924,6 +927,8 @@ export class Wal {
           this.#asyncAfterSlowWrites = ASYNC_BATCHES_AFTER_SLOW_WRITES;
           this.#slowWritesInARow = 0;
         }
+      } else {
+        start = performance.now();
       }
       while (written < data.length) {
         const bytesWritten = await this.#handle.write(
@@ -934,6 +939,7 @@ export class Wal {
         );
         written += bytesWritten;
       }
+      this.#onBatchWritten?.(performance.now() - start, data.length);
       if (rotated) await this.#fs.fsyncDir(this.dir);
       this.#segmentSize += data.length;
       this.#bytesWritten += data.length;
