@@ -30,7 +30,7 @@
  * `cairn_raft_heartbeats_sent_total{peer}` (the Raft messages in them, and the heartbeats among
  * those), which show that heartbeats travel in one frame per peer and tick, and stop once the
  * groups sleep; `cairn_raft_awake_groups`, the groups of this node that are not quiesced; and
- * the WAL's durable writes, `cairn_wal_write_duration_ms` (one observation a batch: a slow disk
+ * the WAL's durable writes, `cairn_wal_write_duration_seconds` (one observation a batch: a slow disk
  * shows here first, as etcd's wal_fsync_duration_seconds) and `cairn_wal_written_bytes_total`.
  *
  * Decisions:
@@ -62,11 +62,12 @@ import type { SnapshotMetrics } from "../replication/index.ts";
 import { COMPACTION_DURATION_BUCKETS_MS, type LsmMetrics } from "../storage/index.ts";
 
 /**
- * Buckets of cairn_wal_write_duration_ms: an O_DSYNC write of a small batch takes 0.1–0.5 ms on
- * a local SSD, a few ms on network storage; past 100 ms every write of the node waits that long.
+ * Buckets of cairn_wal_write_duration_seconds: an O_DSYNC write of a small batch takes 0.1–0.5 ms
+ * on a local SSD, a few ms on network storage; past 100 ms every write of the node waits that
+ * long. In seconds, as Prometheus names units (the contract's own families keep their `_ms`).
  */
-export const WAL_WRITE_BUCKETS_MS = [
-  0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500,
+export const WAL_WRITE_BUCKETS_SECONDS = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 ] as const;
 
 export type KvOperation = "put" | "get" | "delete" | "scan";
@@ -341,9 +342,9 @@ export class CairnMetrics {
       registers,
     });
     this.#walWrite = new Histogram({
-      name: "cairn_wal_write_duration_ms",
-      help: "Durable (O_DSYNC) writes of the WAL's batches: how long each took, in ms. Every acknowledged write waits for one.",
-      buckets: [...WAL_WRITE_BUCKETS_MS],
+      name: "cairn_wal_write_duration_seconds",
+      help: "Durable (O_DSYNC) writes of the WAL's batches: how long each took, in seconds. Every acknowledged write waits for one.",
+      buckets: [...WAL_WRITE_BUCKETS_SECONDS],
       registers,
     });
     this.#walBytes = new Counter({
@@ -515,7 +516,7 @@ export class CairnMetrics {
 
   /** The WAL wrote a batch of `bytes` durably in `ms`. */
   walWritten(ms: number, bytes: number): void {
-    this.#walWrite.observe(ms);
+    this.#walWrite.observe(ms / 1000);
     this.#walBytes.inc(bytes);
   }
 

@@ -122,7 +122,7 @@ describe("operators' HTTP interface, end to end", () => {
       );
       checkHistogram(text, "kv_request_duration_ms", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]);
       // Every acknowledged Put waited for a durable WAL write: the node counts them.
-      assert.ok(count("cairn_wal_write_duration_ms_count", {}) >= 1);
+      assert.ok(count("cairn_wal_write_duration_seconds_count", {}) >= 1);
       assert.ok(count("cairn_wal_written_bytes_total", {}) > 20 * 10);
       assert.ok(count("raft_term", { shard_id: "0" }) >= 1);
       assert.ok(count("raft_commit_index", { shard_id: "0", node_id: "n1" }) >= 1);

@@ -273,9 +273,10 @@ describe("CairnMetrics", () => {
     m.walWritten(0.3, 1000);
     m.walWritten(40, 24);
     const all = samples(await m.expose());
-    assert.equal(valueOf(all, "cairn_wal_write_duration_ms_count"), 2);
-    assert.equal(valueOf(all, "cairn_wal_write_duration_ms_bucket", { le: "0.5" }), 1);
-    assert.equal(valueOf(all, "cairn_wal_write_duration_ms_bucket", { le: "50" }), 2);
+    assert.equal(valueOf(all, "cairn_wal_write_duration_seconds_count"), 2);
+    assert.equal(valueOf(all, "cairn_wal_write_duration_seconds_bucket", { le: "0.0005" }), 1);
+    assert.equal(valueOf(all, "cairn_wal_write_duration_seconds_bucket", { le: "0.05" }), 2);
+    assert.equal(valueOf(all, "cairn_wal_write_duration_seconds_sum"), 0.0403);
     assert.equal(valueOf(all, "cairn_wal_written_bytes_total"), 1024);
     assert.equal(valueOf(all, "cairn_raft_frames_sent_total", { peer: "n2" }), 2);
     assert.equal(valueOf(all, "cairn_raft_messages_sent_total", { peer: "n2" }), 43);

@@ -92,7 +92,7 @@ export interface WalOptions {
   /**
    * Called once per batch written and durable (an O_DSYNC write): how long the write took, in
    * milliseconds (from the write's start to its return, a thread-pool hop included), and its
-   * bytes. What an operator watches for a slow disk (the node's cairn_wal_write_duration_ms).
+   * bytes. What an operator watches for a slow disk (the node's cairn_wal_write_duration_seconds).
    */
   readonly onBatchWritten?: (ms: number, bytes: number) => void;
   /**
