@@ -62,7 +62,7 @@ import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
-import { MembershipChanges } from "./membership.ts";
+import { MembershipChanges, timeout } from "./membership.ts";
 
 export const FAULT_KINDS = [
   "kill-leader",
@@ -222,10 +222,7 @@ async function busiestLeader(cluster: ChaosCluster, rng: Rng): Promise<string | 
     try {
       const c = n.client;
       if (c === null) continue;
-      const view = await Promise.race([
-        clusterView(c),
-        sleep(2_000).then(() => Promise.reject(new Error("no view"))),
-      ]);
+      const view = await timeout(clusterView(c), 2_000);
       for (const s of view.shards) {
         if (s.leader !== "") counts.set(s.leader, (counts.get(s.leader) ?? 0) + 1);
       }
@@ -245,10 +242,7 @@ async function metaLeader(cluster: ChaosCluster): Promise<string | null> {
     const c = n.client;
     if (c === null || n.state !== "running") continue;
     try {
-      const view = await Promise.race([
-        clusterView(c),
-        sleep(2_000).then(() => Promise.reject(new Error("no view"))),
-      ]);
+      const view = await timeout(clusterView(c), 2_000);
       const leader = view.shards.find((s) => s.id === 0)?.leader ?? "";
       if (leader !== "") return leader;
     } catch {
@@ -312,10 +306,7 @@ async function diskSample(
     const c = n.client;
     if (c === null) continue;
     try {
-      const view = (await Promise.race([
-        clusterView(c),
-        sleep(2_000).then(() => Promise.reject(new Error("no view"))),
-      ])) as unknown as {
+      const view = (await timeout(clusterView(c), 2_000)) as unknown as {
         nodes: { id: string; member_state?: string; replicas?: number; disk_full?: boolean }[];
       };
       const m = view.nodes.find((x) => x.id === victim);
