@@ -5,7 +5,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { nodeFileSystem, type FileSystem, type FsFile } from "../../src/storage/common/index.ts";
+import {
+  nodeFileSystem,
+  threadRunDelayClock,
+  type FileSystem,
+  type FsFile,
+} from "../../src/storage/common/index.ts";
+import { parseSecondField } from "../../src/storage/common/run-delay.ts";
 import { Wal, type WalEntry } from "../../src/storage/wal/index.ts";
 import { bytes, tempDir } from "./helpers.ts";
 
@@ -104,8 +110,13 @@ describe("WAL blocking writes", () => {
 
   it("goes back to the thread pool on a slow disk", async () => {
     const dir = tempDir("wal");
-    // Every write takes 30 ms: the eighth in a row marks the disk slow.
-    const wal = await Wal.open(dir, { fs: slowBlockingWrites(() => 30), blockingWriteSlowMs: 2 });
+    // Every write takes 30 ms: the eighth in a row marks the disk slow. (No run-queue clock:
+    // on a loaded machine the busy-wait that stands in for the disk may itself wait for a core.)
+    const wal = await Wal.open(dir, {
+      fs: slowBlockingWrites(() => 30),
+      blockingWriteSlowMs: 2,
+      runDelay: null,
+    });
     for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
     assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [20, 8]);
     await wal.close();
@@ -120,11 +131,68 @@ describe("WAL blocking writes", () => {
     const wal = await Wal.open(tempDir("wal"), {
       fs: slowBlockingWrites((i) => (i === 2 ? 300 : i >= 5 && i <= 11 ? 40 : 0)),
       blockingWriteSlowMs: 20,
+      runDelay: null,
     });
     for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
     assert.deepEqual([wal.stats().syncs, wal.stats().blockingWrites], [20, 20]);
     await wal.close();
   });
+});
+
+describe("WAL blocking writes on a loaded machine", () => {
+  // Each write takes 30 ms of wall time, of which the thread waited `waitMs` for a core (the
+  // clock WalOptions.runDelay reads, advanced while the write runs).
+  async function blockingWritesOf(waitMs: number): Promise<number> {
+    let waited = 0;
+    const wal = await Wal.open(tempDir("wal"), {
+      fs: slowBlockingWrites(() => {
+        waited += waitMs;
+        return 30;
+      }),
+      blockingWriteSlowMs: 2,
+      runDelay: () => waited,
+    });
+    for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
+    assert.equal(wal.stats().syncs, 20);
+    const blocking = wal.stats().blockingWrites;
+    await wal.close();
+    return blocking;
+  }
+
+  it("keeps blocking writes when what made them late was waiting for a core", async () => {
+    // 29 of each write's 30 ms in the run queue: the disk took ~1 ms, under the 2-ms threshold.
+    assert.equal(await blockingWritesOf(29), 20);
+  });
+
+  it("still finds a slow disk behind the waits for a core", async () => {
+    // 10 of 30 ms waiting for a core, ~20 ms in the disk: the eighth such write marks it slow.
+    assert.equal(await blockingWritesOf(10), 8);
+  });
+});
+
+describe("the thread's run-queue clock", () => {
+  it("reads the second field of schedstat", () => {
+    const text = new TextEncoder().encode("82781948 133104 8\n");
+    assert.equal(parseSecondField(text, text.length), 133104);
+    assert.equal(parseSecondField(text, 9), null);
+    assert.equal(parseSecondField(new TextEncoder().encode("123"), 3), null);
+  });
+
+  it(
+    "counts milliseconds that never go back, on Linux",
+    { skip: process.platform !== "linux" },
+    () => {
+      const clock = threadRunDelayClock();
+      assert.ok(clock !== null, "Linux gives /proc/thread-self/schedstat");
+      let last = clock();
+      assert.ok(Number.isFinite(last) && last >= 0);
+      for (let i = 0; i < 1000; i++) {
+        const now = clock();
+        assert.ok(now >= last);
+        last = now;
+      }
+    },
+  );
 });
 
 describe("WAL write reports", () => {

@@ -2,7 +2,7 @@
  * What the WAL stores, in its own vocabulary: it knows shards, terms and indexes, never Raft's
  * types. The replication driver converts between the two.
  */
-import type { FileSystem } from "../common/index.ts";
+import type { FileSystem, RunDelayClock } from "../common/index.ts";
 
 /** One log entry of one shard. `type` is an opaque tag (0..255) kept for the caller. */
 export interface WalEntry {
@@ -79,10 +79,18 @@ export interface WalOptions {
   readonly blockingWriteMaxBytes?: number;
   /**
    * Eight blocking writes in a row that each take longer than this (ms) mark the disk slow (one
-   * late write is a disk's tail, or a loaded machine's wait for a core): the next 1,000 batches
-   * are written asynchronously, then blocking writes are tried again. Default 2.
+   * late write is a disk's tail): the next 1,000 batches are written asynchronously, then
+   * blocking writes are tried again. A write's time is its wall time less what its thread waited
+   * for a core meanwhile (runDelay). Default 2.
    */
   readonly blockingWriteSlowMs?: number;
+  /**
+   * How long the writing thread has waited for a core, in all (ms), or null when unknown: a
+   * blocking write's wall time less this one's growth over it is what the disk took. Default:
+   * Linux's scheduler statistics of the thread that makes the first blocking write
+   * (threadRunDelayClock); tests pass their own.
+   */
+  readonly runDelay?: RunDelayClock | null;
   /**
    * Called right before a blocking write stops the thread: the caller hands what it has
    * framed for its sockets (answers, peer messages) to the kernel now, so that it travels
