@@ -12,13 +12,21 @@ export type RunDelayClock = () => number;
 
 const SCHEDSTAT = "/proc/thread-self/schedstat";
 
+/** This thread's clock, once made (module state is per thread: a worker has its own). */
+let threadClock: RunDelayClock | null | undefined;
+
 /**
  * A clock of the calling thread's run-queue wait, or null where the kernel does not give one
  * (not Linux, no `/proc`, a kernel without scheduler statistics). Reads the thread it is made
- * on: make it on the thread that will read it. One `pread` a call (~3 µs); the file stays open
- * for the process's life.
+ * on: call it on the thread that will read it. One clock a thread, whose file stays open for
+ * the thread's life; one `pread` a reading (~3 µs).
  */
 export function threadRunDelayClock(): RunDelayClock | null {
+  if (threadClock === undefined) threadClock = openRunDelayClock();
+  return threadClock;
+}
+
+function openRunDelayClock(): RunDelayClock | null {
   if (process.platform !== "linux") return null;
   let fd: number;
   try {
