@@ -2,7 +2,7 @@
  * How long the calling thread has waited for a core: Linux's scheduler statistics
  * (`/proc/thread-self/schedstat`, its second field: nanoseconds runnable but not running, since
  * the thread started). The WAL subtracts it from a blocking write's wall time to judge the disk
- * (Wal#writesNow): on a loaded machine a write whose disk was done in 0.3 ms returns 3 ms later,
+ * (Wal#judgeBlockingWrite): on a loaded machine a write whose disk was done in 0.3 ms returns 3 ms later,
  * once its thread gets a core back, and that is not a slow disk.
  */
 import { closeSync, openSync, readSync } from "node:fs";
@@ -35,30 +35,24 @@ function openRunDelayClock(): RunDelayClock | null {
     return null;
   }
   const buf = Buffer.alloc(96);
-  const read = (): number | null => {
-    const n = readSync(fd, buf, 0, buf.length, 0);
-    return parseSecondField(buf, n);
+  // Nanoseconds so far, or null: a failed read (it never should, once one worked) reads as no
+  // wait since the last one.
+  const readNs = (): number | null => {
+    try {
+      return parseSecondField(buf, readSync(fd, buf, 0, buf.length, 0));
+    } catch {
+      return null;
+    }
   };
-  let first: number | null;
-  try {
-    first = read();
-  } catch {
-    first = null;
-  }
+  const first = readNs();
   if (first === null) {
     closeSync(fd);
     return null;
   }
   let last = first;
   return () => {
-    // A failed read (it never should, once one worked) reads as no wait since the last one.
-    let ns: number | null = null;
-    try {
-      ns = read();
-    } catch {
-      // Fall through.
-    }
-    if (ns !== null && ns >= last) last = ns;
+    const ns = readNs();
+    if (ns !== null && ns > last) last = ns;
     return last / 1e6;
   };
 }

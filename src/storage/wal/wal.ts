@@ -864,9 +864,10 @@ export class Wal {
    * SLOW_WRITES_IN_A_ROW blocking writes in a row each took longer than blockingWriteSlowMs,
    * less what their thread waited for a core (#judgeBlockingWrite): a slow disk is slow on every
    * write, while a fast one has tails (one write of 20 ms among writes of 0.3), and on a loaded
-   * machine a write's thread waits for a core after the disk is done. (A moving average did not: one write of 20 ms sent the next 1,000 batches to
-   * the thread pool, a node's two seconds of lone Puts, each then costing a hop to a pool thread
-   * and back; BENCHMARKS.md, three-node cluster, 2026-11-29.)
+   * machine a write's thread waits for a core after the disk is done. (A moving average did not:
+   * one write of 20 ms sent the next 1,000 batches to the thread pool, a node's two seconds of
+   * lone Puts, each then costing a hop to a pool thread and back; BENCHMARKS.md, three-node
+   * cluster, 2026-11-29.)
    */
   #writesNow(bytes: number): boolean {
     if (bytes > this.#blockingWriteMaxBytes) return false;
@@ -882,7 +883,8 @@ export class Wal {
    * What its thread spent waiting for a core meanwhile (runDelay's growth since `waitedBefore`)
    * is not the disk's: with four nodes on two cores, a write the disk served in 0.3 ms returned
    * after 2 ms often enough, eight in a row, to send a node's WAL to the thread pool, whose hops
-   * cost more CPU on the same cores (bench:cluster --nodes 4: 14 % fewer Puts).
+   * cost more CPU on the same cores (bench:cluster --nodes 4: 7 % fewer Puts, three pairs;
+   * docs/perf-log/elastic.md, 2026-12-01 eleventh).
    */
   #judgeBlockingWrite(ms: number, waitedBefore: number): void {
     const runDelay = this.#runDelay;
