@@ -63,7 +63,11 @@ export interface SnapshotMeta {
  * drops it) releases it, whatever the outcome.
  */
 export interface SnapshotStream {
-  /** The image's bytes, in chunks; read at most once. Throws once released. */
+  /**
+   * The image's bytes, in chunks; read at most once. Throws once released. A chunk may be a view
+   * of memory the stream reuses for the next one: a reader that keeps bytes past asking for the
+   * next chunk copies them.
+   */
   chunks(): AsyncIterable<Uint8Array>;
   /** Frees what the image holds (a pinned version, a file). Idempotent; fails a read under way. */
   release(): void;

@@ -204,7 +204,8 @@ export class MemoryEngine implements ShardEngine {
     let seq = -1;
     for await (const item of decodeSnapshotStream(chunks)) {
       if (item.kind === "header") seq = item.seq;
-      else entries.push([Buffer.from(item.key).toString("latin1"), item.value]);
+      // Copied: an entry is a view valid until the next item is asked for.
+      else entries.push([Buffer.from(item.key).toString("latin1"), Buffer.from(item.value)]);
     }
     // A follower takes a snapshot only beyond what it applied: seq is above every image.
     await this.#flushing;

@@ -21,10 +21,11 @@ export async function installSnapshotNotDurably(
   const items = new Map<string, WriteOp>();
   for await (const item of decodeSnapshotStream(frames)) {
     if (item.kind === "entry") {
+      // Copied: an entry is a view valid until the next item is asked for.
       items.set(Buffer.from(item.key).toString("hex"), {
         type: "put",
-        key: item.key,
-        value: item.value,
+        key: Buffer.from(item.key),
+        value: Buffer.from(item.value),
       });
     }
   }

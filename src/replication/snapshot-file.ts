@@ -11,11 +11,12 @@
  * - MemorySink keeps the chunks in memory (a service without a directory: tests of the service).
  */
 import { randomBytes } from "node:crypto";
-import { createReadStream, mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { type FileHandle, mkdir, open, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import type { SnapshotStream } from "../raft/index.ts";
+import { SNAPSHOT_BUFFERS } from "../storage/index.ts";
 
 /** The data of a snapshot as it arrives, and what it becomes once whole. */
 export interface SnapshotSink {
@@ -108,10 +109,27 @@ export class SnapshotFile implements SnapshotSink {
           state = "reading";
           if (size === 0) return;
           // Opened now: once open, a release (which unlinks the file) does not cut the read.
-          // Its end given, each read allocates what is left to read (up to READ_BYTES), not
-          // READ_BYTES and a copy of a short last read, and no read finds the end.
-          const stream = createReadStream(path, { highWaterMark: READ_BYTES, end: size - 1 });
-          for await (const chunk of stream as AsyncIterable<Buffer>) yield chunk;
+          // Every read goes into the same buffer, from the pool the decoder also draws on: a
+          // chunk is a view of it, valid until the next is asked for (SnapshotStream.chunks).
+          const handle = await open(path, "r");
+          const buf = SNAPSHOT_BUFFERS.take(Math.min(READ_BYTES, size));
+          try {
+            for (let at = 0; at < size;) {
+              const want = Math.min(buf.length, size - at);
+              const { bytesRead } = await handle.read(buf, 0, want, at);
+              if (bytesRead === 0) {
+                throw new CairnError(
+                  "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
+                  `the snapshot file ${path} ended at ${at} of its ${size} bytes`,
+                );
+              }
+              at += bytesRead;
+              yield buf.subarray(0, bytesRead);
+            }
+          } finally {
+            SNAPSHOT_BUFFERS.give(buf);
+            await handle.close();
+          }
         },
         release,
       },

@@ -8,7 +8,8 @@
  * when the service starts.
  */
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, writeFileSync, mkdirSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, readdirSync, truncateSync, writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { InterceptingCall, type Interceptor, status } from "@grpc/grpc-js";
@@ -20,6 +21,7 @@ import {
   type GrpcTransportOptions,
   type ShardMessage,
 } from "../../src/replication/index.ts";
+import { SnapshotFile } from "../../src/replication/snapshot-file.ts";
 import { SnapshotPins } from "../../src/replication/snapshot-pins.ts";
 import { LsmEngine, LsmEnvironment, type LsmOptions } from "../../src/storage/lsm/index.ts";
 import { tempDir } from "../storage/helpers.ts";
@@ -268,6 +270,37 @@ describe("snapshots streamed from disk", () => {
     } finally {
       await source.close();
     }
+  });
+
+  it("reads a snapshot file back into one buffer, reused for every chunk; a file cut short fails the read", async () => {
+    const dir = tempDir("snap-file");
+    const bytes = randomBytes(3 * 1024 * 1024 + 12_345);
+    const file = new SnapshotFile(dir);
+    for (let at = 0; at < bytes.length; at += 100_000) file.write(bytes.subarray(at, at + 100_000));
+    await file.close();
+    const stream = file.result().stream;
+    const memory = new Set<ArrayBufferLike>();
+    const parts: Buffer[] = [];
+    for await (const chunk of stream.chunks()) {
+      memory.add(chunk.buffer);
+      parts.push(Buffer.from(chunk)); // copied: the next read overwrites the chunk
+    }
+    assert.ok(parts.length >= 4, `${parts.length} chunks`);
+    assert.equal(memory.size, 1, "every chunk a view of the same buffer");
+    assert.ok(Buffer.concat(parts).equals(bytes));
+    stream.release();
+
+    const short = new SnapshotFile(dir);
+    short.write(bytes);
+    await short.close();
+    truncateSync(short.path, 1000);
+    const cut = short.result().stream;
+    await assert.rejects(collect(cut.chunks()), {
+      code: "CAIRN_ERR_SNAPSHOT_UNAVAILABLE",
+      message: /ended at 1000 of its/,
+    });
+    cut.release();
+    await eventually("both files are removed", () => readdirSync(dir).length === 0);
   });
 
   it("removes what a previous run left in its snapshot directory when the service starts", async () => {

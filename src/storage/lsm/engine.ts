@@ -105,6 +105,8 @@ const RESOLVED = Promise.resolve();
  * machine, about as long as filling the next one at 400k keys/s).
  */
 const MAX_CONCURRENT_FLUSHES = 2;
+/** An imported snapshot's tables are built in buffers of at most this (plus an entry). */
+const MAX_IMPORT_TABLE_BYTES = 64 * 1024 * 1024;
 
 export class LsmEngine implements BudgetMember {
   readonly dir: string;
@@ -986,50 +988,44 @@ export class LsmEngine implements BudgetMember {
       }
       const built: BuiltTable[] = [];
       let seq = -1;
-      // A table's entries (views of the stream's frames) until they reach its target size,
-      // then encoded into a buffer of exactly their size: one allocation a table, none grown
-      // (a sink grown by doubling, and a fresh one after the last table, were 3-4 MiB of
-      // buffers a 1-MiB shard, which kept a node receiving snapshots in full GCs).
-      let keys: string[] = [];
-      let values: Uint8Array[] = [];
-      let bytes = 0;
+      // The table being encoded: each entry is written, as it comes (the stream's entries are
+      // views valid until the next), into a shared buffer from the environment's pool, handed to
+      // a worker once it reaches the target size, and back in the pool for the next table.
+      const pool = this.#env.importBuffers;
+      const room = Math.min(this.#targetFileBytes, MAX_IMPORT_TABLE_BYTES) + 65_536;
+      let table: Buffer | null = null;
+      let at = 0;
       const submit = async (): Promise<void> => {
-        if (keys.length === 0) return;
-        // Not from Buffer's shared pool: the buffer is handed over (transferred) to the worker.
-        const data = Buffer.allocUnsafeSlow(bytes);
-        let at = 0;
-        for (let i = 0; i < keys.length; i++) {
-          at = writeEntry(data, at, keys[i] as string, KIND_PUT, seq, values[i] as Uint8Array);
-        }
-        keys = [];
-        values = [];
-        bytes = 0;
+        if (table === null) return;
+        const data = table;
+        const length = at;
+        table = null;
+        at = 0;
         const numbers = this.#allocate(1);
         await this.#madeDir();
         built.push(
-          ...(await this.#env.pool.run(
-            {
-              type: "build",
-              dir: this.dir,
-              numbers,
-              data,
-              targetFileBytes: Infinity,
-              blockBytes: this.#blockBytes,
-            },
-            [data.buffer as ArrayBuffer],
-          )),
+          ...(await this.#env.pool.run({
+            type: "build",
+            dir: this.dir,
+            numbers,
+            data: data.subarray(0, length),
+            targetFileBytes: Infinity,
+            blockBytes: this.#blockBytes,
+          })),
         );
+        // Only once the worker is done with it (a failed job's buffer is left to the collector).
+        pool.give(data);
       };
       for await (const item of decodeSnapshotStream(chunks)) {
         if (item.kind === "header") {
           seq = item.seq;
           continue;
         }
-        const key = keyFromBytes(item.key);
-        keys.push(key);
-        values.push(item.value);
-        bytes += entryLength(key.length, item.value.length);
-        if (bytes >= this.#targetFileBytes) await submit();
+        const length = entryLength(item.key.length, item.value.length);
+        if (table !== null && at + length > table.length) await submit();
+        table ??= pool.take(Math.max(room, length));
+        at = writeEntry(table, at, item.key, KIND_PUT, seq, item.value);
+        if (at >= this.#targetFileBytes) await submit();
       }
       await submit();
       committing = true;

@@ -4,6 +4,7 @@
  * last.
  */
 import { cpus } from "node:os";
+import { BufferPool } from "./buffer-pool.ts";
 import { BlockCache, FileCache, TableCache } from "./caches.ts";
 import { NO_METRICS, type LsmMetrics } from "./metrics.ts";
 import { WorkerPool } from "./worker-pool.ts";
@@ -50,6 +51,12 @@ export class LsmEnvironment {
   readonly pool: WorkerPool;
   readonly metrics: LsmMetrics;
   readonly memtableBudgetBytes: number;
+  /**
+   * Shared buffers an imported snapshot's tables are encoded in for a worker to build
+   * (LsmEngine.importSnapshot): reused from one table and import to the next rather than
+   * allocated for each (buffer-pool.ts says why); at most 16 MiB kept free.
+   */
+  readonly importBuffers = new BufferPool(16 << 20, (n) => Buffer.from(new SharedArrayBuffer(n)));
   readonly #members = new Set<BudgetMember>();
   #activeBytes = 0;
   #totalBytes = 0;

@@ -7,6 +7,6 @@ export {
   type ScanOptions,
   type WriteOp,
 } from "./engine.ts";
-export { decodeSnapshotStream, encodeSnapshotFrames } from "./snapshot-stream.ts";
+export { decodeSnapshotStream, encodeSnapshotFrames, SNAPSHOT_BUFFERS } from "./snapshot-stream.ts";
 export { LsmEnvironment, type LsmEnvironmentOptions } from "./environment.ts";
 export { COMPACTION_DURATION_BUCKETS_MS, NO_METRICS, type LsmMetrics } from "./metrics.ts";

@@ -7,6 +7,7 @@
  */
 import { CairnError } from "../../common/index.ts";
 import { crc32c } from "../common/index.ts";
+import { BufferPool } from "./buffer-pool.ts";
 import { ByteSink, readU64 } from "./format.ts";
 
 const HEADER_MAGIC = Buffer.from("CAIRNSNP", "latin1");
@@ -80,113 +81,171 @@ function readVarint(buf: Buffer, at: number): [number, number] {
 }
 
 /**
- * Bytes received and not yet parsed, as the chunks they came in: a frame is copied out once,
- * when all of it has arrived. (Concatenating the pending bytes with each chunk copied a frame
- * once per chunk: 32 MiB in 4 KiB chunks took seconds, an unterminated frame minutes.)
+ * Free buffers the snapshots a node receives are read back (SnapshotFile) and decoded in (a
+ * frame cut across two chunks): reused from one snapshot to the next rather than allocated for
+ * each (buffer-pool.ts says why). At most this much is kept free.
  */
-class PendingBytes {
-  readonly #chunks: Buffer[] = [];
-  /** Where the unread bytes of the first chunk start. */
-  #head = 0;
+export const SNAPSHOT_BUFFERS = new BufferPool(16 << 20);
+
+/** A frame cut across chunks gets room for all of it at once up to this length (FRAME_TARGET+). */
+const CARRY_UPFRONT_BYTES = 4 << 20;
+
+/** A frame cut across chunks: its bytes so far, kept until the rest arrives. */
+class FrameCarry {
+  /** The frame's bytes so far, in a buffer from SNAPSHOT_BUFFERS (null: none carried). */
+  #buf: Buffer | null = null;
   length = 0;
 
-  push(chunk: Uint8Array): void {
-    if (chunk.length === 0) return;
-    this.#chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length));
-    this.length += chunk.length;
+  /**
+   * Appends the bytes of `chunk` from `at` this frame still lacks: its header's, then its
+   * body's; returns the position after them. Room for the whole frame is taken once its header
+   * is here, unless it claims more than CARRY_UPFRONT_BYTES: then the buffer grows as the bytes
+   * arrive, so a damaged length costs no more memory than the bytes that came.
+   */
+  add(chunk: Buffer, at: number): number {
+    at = this.#append(chunk, at, 8);
+    if (this.length >= 8) at = this.#append(chunk, at, this.#frameLength());
+    return at;
   }
 
-  /** The u32 at `at` bytes from the start (the caller checked that 4 bytes are there). */
-  u32(at: number): number {
-    let n = 0;
-    for (let i = 3; i >= 0; i--) n = n * 256 + this.#byte(at + i);
-    return n;
+  /** The whole frame once every byte has come (valid until the next add), else null. */
+  frame(): Buffer | null {
+    if (this.length < 8 || this.length < this.#frameLength()) return null;
+    return (this.#buf as Buffer).subarray(0, this.length);
   }
 
-  #byte(at: number): number {
-    let p = this.#head + at;
-    for (const c of this.#chunks) {
-      if (p < c.length) return c[p] as number;
-      p -= c.length;
-    }
-    throw new RangeError("PendingBytes: read past the end");
+  /** Forgets the frame (its buffer is kept for the next one). */
+  reset(): void {
+    this.length = 0;
   }
 
-  /** Removes the first `n` bytes (the caller checked that they are there), as a new buffer. */
-  take(n: number): Buffer {
-    const out = Buffer.allocUnsafe(n);
-    let filled = 0;
-    while (filled < n) {
-      const c = this.#chunks[0] as Buffer;
-      const m = Math.min(c.length - this.#head, n - filled);
-      c.copy(out, filled, this.#head, this.#head + m);
-      filled += m;
-      this.#head += m;
-      if (this.#head === c.length) {
-        this.#chunks.shift();
-        this.#head = 0;
+  release(): void {
+    if (this.#buf !== null) SNAPSHOT_BUFFERS.give(this.#buf);
+    this.#buf = null;
+    this.length = 0;
+  }
+
+  #frameLength(): number {
+    return 8 + (this.#buf as Buffer).readUInt32LE(0);
+  }
+
+  #append(chunk: Buffer, at: number, upTo: number): number {
+    const n = Math.min(upTo - this.length, chunk.length - at);
+    if (n <= 0) return at;
+    let buf = this.#buf;
+    if (buf === null || buf.length < this.length + n) {
+      const room = upTo <= CARRY_UPFRONT_BYTES ? upTo : Math.max(this.length + n, 2 * this.length);
+      const grown = SNAPSHOT_BUFFERS.take(Math.max(room, 8));
+      if (buf !== null) {
+        buf.copy(grown, 0, 0, this.length);
+        SNAPSHOT_BUFFERS.give(buf);
       }
+      buf = this.#buf = grown;
     }
-    this.length -= n;
-    return out;
+    chunk.copy(buf, this.length, at, at + n);
+    this.length += n;
+    return at + n;
+  }
+}
+
+/** What decoding has seen so far, across frames. */
+interface DecodeState {
+  frames: number;
+  count: number;
+  ended: boolean;
+  /** A copy of the last entry's key (the entries are views the caller may let go of). */
+  lastKey: Buffer;
+  lastKeyLength: number;
+}
+
+/** The items of one whole frame (header and checksum included); views of it. */
+function* frameItems(frame: Buffer, state: DecodeState): Generator<SnapshotItem> {
+  const len = frame.readUInt32LE(0);
+  const body = frame.subarray(8, 8 + len);
+  if (crc32c(body) !== frame.readUInt32LE(4)) throw bad(`frame ${state.frames} checksum mismatch`);
+  if (state.ended) throw bad("data after the end frame");
+  if (state.frames === 0) {
+    if (len !== 20 || !body.subarray(0, 8).equals(HEADER_MAGIC)) throw bad("bad header");
+    if (body.readUInt32LE(8) !== VERSION) throw bad("unsupported version");
+    state.frames++;
+    yield { kind: "header", seq: readU64(body, 12) };
+    return;
+  }
+  state.frames++;
+  if (len === 16 && body.subarray(0, 8).equals(END_MAGIC)) {
+    if (readU64(body, 8) !== state.count) throw bad("entry count mismatch");
+    state.ended = true;
+    return;
+  }
+  let at = 0;
+  while (at < body.length) {
+    let keyLen: number;
+    [keyLen, at] = readVarint(body, at);
+    if (at + keyLen > body.length) throw bad("entry truncated");
+    const key = body.subarray(at, at + keyLen);
+    at += keyLen;
+    let valueLen: number;
+    [valueLen, at] = readVarint(body, at);
+    if (at + valueLen > body.length) throw bad("entry truncated");
+    const value = body.subarray(at, at + valueLen);
+    at += valueLen;
+    if (
+      state.count > 0 &&
+      Buffer.compare(key, state.lastKey.subarray(0, state.lastKeyLength)) <= 0
+    ) {
+      throw bad(`entry ${state.count}: key not above the one before (keys must ascend)`);
+    }
+    if (state.lastKey.length < keyLen) state.lastKey = Buffer.allocUnsafe(Math.max(64, 2 * keyLen));
+    key.copy(state.lastKey);
+    state.lastKeyLength = keyLen;
+    state.count++;
+    yield { kind: "entry", key, value };
   }
 }
 
 /**
  * Parses frames from chunks cut anywhere; throws CAIRN_ERR_SNAPSHOT_INVALID on any damage, and
  * on keys that are not strictly ascending (an exported image lists each live key once, in order:
- * tables built from anything else would answer reads wrong). Each frame is copied once (out of
- * the caller's chunks, which it may reuse), and entries are views of that copy.
+ * tables built from anything else would answer reads wrong).
+ *
+ * Nothing is copied but what must outlive a chunk: an entry's key and value are views of the
+ * chunk (or, for a frame cut across chunks, of a buffer reused for the next such frame), valid
+ * until the caller asks for the next item; a caller that keeps them copies them. In turn the
+ * source may reuse a chunk's memory once the next chunk is asked for (SnapshotFile reads each
+ * into the same buffer): the bytes of a frame it cut are copied out before that.
  */
 export async function* decodeSnapshotStream(
   chunks: AsyncIterable<Uint8Array>,
 ): AsyncGenerator<SnapshotItem> {
-  const pending = new PendingBytes();
-  let frames = 0;
-  let count = 0;
-  let ended = false;
-  let lastKey: Buffer | undefined;
-  for await (const chunk of chunks) {
-    pending.push(chunk);
-    for (;;) {
-      if (pending.length < 8) break;
-      const len = pending.u32(0);
-      if (pending.length < 8 + len) break;
-      const crc = pending.u32(4);
-      const frame = pending.take(8 + len);
-      const body = frame.subarray(8);
-      if (crc32c(body) !== crc) throw bad(`frame ${frames} checksum mismatch`);
-      if (ended) throw bad("data after the end frame");
-      if (frames === 0) {
-        if (len !== 20 || !body.subarray(0, 8).equals(HEADER_MAGIC)) throw bad("bad header");
-        if (body.readUInt32LE(8) !== VERSION) throw bad("unsupported version");
-        yield { kind: "header", seq: readU64(body, 12) };
-      } else if (len === 16 && body.subarray(0, 8).equals(END_MAGIC)) {
-        if (readU64(body, 8) !== count) throw bad("entry count mismatch");
-        ended = true;
-      } else {
-        let at = 0;
-        while (at < body.length) {
-          let keyLen: number;
-          [keyLen, at] = readVarint(body, at);
-          if (at + keyLen > body.length) throw bad("entry truncated");
-          const key = body.subarray(at, at + keyLen);
-          at += keyLen;
-          let valueLen: number;
-          [valueLen, at] = readVarint(body, at);
-          if (at + valueLen > body.length) throw bad("entry truncated");
-          const value = body.subarray(at, at + valueLen);
-          at += valueLen;
-          if (lastKey !== undefined && Buffer.compare(key, lastKey) <= 0) {
-            throw bad(`entry ${count}: key not above the one before (keys must ascend)`);
-          }
-          lastKey = key;
-          count++;
-          yield { kind: "entry", key, value };
-        }
+  const state: DecodeState = {
+    frames: 0,
+    count: 0,
+    ended: false,
+    lastKey: Buffer.allocUnsafe(64),
+    lastKeyLength: 0,
+  };
+  const carry = new FrameCarry();
+  try {
+    for await (const c of chunks) {
+      const chunk = Buffer.from(c.buffer, c.byteOffset, c.length);
+      let at = 0;
+      if (carry.length > 0) {
+        at = carry.add(chunk, at);
+        const frame = carry.frame();
+        if (frame === null) continue;
+        for (const item of frameItems(frame, state)) yield item;
+        carry.reset();
       }
-      frames++;
+      while (chunk.length - at >= 8) {
+        const end = at + 8 + chunk.readUInt32LE(at);
+        if (end > chunk.length) break;
+        for (const item of frameItems(chunk.subarray(at, end), state)) yield item;
+        at = end;
+      }
+      if (at < chunk.length) carry.add(chunk, at);
     }
+    if (!state.ended || carry.length > 0) throw bad("stream ended before its end frame");
+  } finally {
+    carry.release();
   }
-  if (!ended || pending.length > 0) throw bad("stream ended before its end frame");
 }
