@@ -140,16 +140,18 @@ describe("WAL blocking writes", () => {
 });
 
 describe("WAL blocking writes on a loaded machine", () => {
-  // Each write takes 30 ms of wall time, of which the thread waited `waitMs` for a core (the
-  // clock WalOptions.runDelay reads, advanced while the write runs).
+  // Each write takes 50 ms of wall time before the real write, of which the thread waited
+  // `waitMs` for a core (the clock WalOptions.runDelay reads, advanced while the write runs).
+  // The threshold leaves the real write 20 ms: with 2 ms, a write that waited 49 of its 50 ms
+  // had 1 ms left for the disk, and a loaded disk (the whole suite's, or dd's) took more.
   async function blockingWritesOf(waitMs: number): Promise<number> {
     let waited = 0;
     const wal = await Wal.open(tempDir("wal"), {
       fs: slowBlockingWrites(() => {
         waited += waitMs;
-        return 30;
+        return 50;
       }),
-      blockingWriteSlowMs: 2,
+      blockingWriteSlowMs: 20,
       runDelay: () => waited,
     });
     for (let i = 1; i <= 20; i++) await appendAndSync(wal, 1, i, 10);
@@ -160,12 +162,12 @@ describe("WAL blocking writes on a loaded machine", () => {
   }
 
   it("keeps blocking writes when what made them late was waiting for a core", async () => {
-    // 29 of each write's 30 ms in the run queue: the disk took ~1 ms, under the 2-ms threshold.
-    assert.equal(await blockingWritesOf(29), 20);
+    // All of each write's 50 ms in the run queue: what is left is the real write's time.
+    assert.equal(await blockingWritesOf(50), 20);
   });
 
   it("still finds a slow disk behind the waits for a core", async () => {
-    // 10 of 30 ms waiting for a core, ~20 ms in the disk: the eighth such write marks it slow.
+    // 10 of 50 ms waiting for a core, 40 ms in the "disk": the eighth such write marks it slow.
     assert.equal(await blockingWritesOf(10), 8);
   });
 });
