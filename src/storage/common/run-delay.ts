@@ -2,8 +2,8 @@
  * How long the calling thread has waited for a core: Linux's scheduler statistics
  * (`/proc/thread-self/schedstat`, its second field: nanoseconds runnable but not running, since
  * the thread started). The WAL subtracts it from a blocking write's wall time to judge the disk
- * (Wal#judgeBlockingWrite): on a loaded machine a write whose disk was done in 0.3 ms returns 3 ms later,
- * once its thread gets a core back, and that is not a slow disk.
+ * (Wal#judgeBlockingWrite): on a loaded machine a write whose disk was done in 0.3 ms returns
+ * 3 ms later, once its thread gets a core back, and that is not a slow disk.
  */
 import { closeSync, openSync, readSync } from "node:fs";
 

@@ -135,7 +135,7 @@ class FrameCarry {
     let buf = this.#buf;
     if (buf === null || buf.length < this.length + n) {
       const room = upTo <= CARRY_UPFRONT_BYTES ? upTo : Math.max(this.length + n, 2 * this.length);
-      const grown = SNAPSHOT_BUFFERS.take(Math.max(room, 8));
+      const grown = SNAPSHOT_BUFFERS.take(room);
       if (buf !== null) {
         buf.copy(grown, 0, 0, this.length);
         SNAPSHOT_BUFFERS.give(buf);
