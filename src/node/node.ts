@@ -658,6 +658,9 @@ export class CairnNode implements HealthSource {
                   this.#rpc?.servePeerCall(from, call, (reply) => transport.reply(from, reply)),
                 replied: (from, reply) => transport.receiveReply(from, reply),
               },
+              // A peer that reached this node is up: this node's stream back to it stops
+              // backing off (the answers above go back on it).
+              connected: (from) => transport.heardFrom(from),
             }),
         confirmTerms: (checks) => store.confirmTerms(checks),
         scanShards: (shards, req) => store.scanShards(shards, req),

@@ -298,6 +298,11 @@ export class GrpcTransport implements RaftTransport {
     return null;
   }
 
+  /** A stream from node `from` was accepted here (RaftServiceOptions.connected): PeerLinks.heardFrom. */
+  heardFrom(from: string): void {
+    this.#links.heardFrom(toNodeId(from));
+  }
+
   /**
    * Forwards a client's unary KV call to node `to` on the stream to it and resolves with its
    * answer; never rejects. What each outcome means: CallForwarder.call (call-forwarder.ts).

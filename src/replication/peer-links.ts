@@ -373,6 +373,22 @@ export class PeerLinks {
     for (const p of this.#links.values()) p.channel?.flush();
   }
 
+  /**
+   * A stream from node `id` was accepted here: it is up now. A stream to it that failed waits
+   * out no more backoff (the next frame opens a new one at once), and the next failure backs
+   * off from the start. What this node owes a peer that just reached it (the answers to the
+   * calls it forwards, its Raft messages' answers) goes back on this node's own stream to it:
+   * dropped for up to `maxBackoffMs` after the peer restarted, a forwarded call waited for its
+   * deadline. One reset per stream the peer opens, not per frame: a peer this node cannot
+   * reach, though it reaches this node, costs one more attempt each time.
+   */
+  heardFrom(id: NodeId): void {
+    const peer = this.#links.get(id);
+    if (peer === undefined || peer.stream !== null) return;
+    peer.retryAt = 0;
+    peer.backoffMs = this.#initialBackoff;
+  }
+
   /** The connection's counters and state of `peer`, for PeerStats. */
   stats(peer: PeerLink): LinkStats {
     return {

@@ -29,7 +29,7 @@ import type { ScanShardsRequest__Output } from "../api/generated/cairn/v1/ScanSh
 import { ERROR_CODE_KEY, LEADER_HINT_KEY, PEER_KEY } from "../api/wire.ts";
 import { decodeMetaCommand } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
-import { NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
+import { type NodeId, NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
 import {
   type ClusterIdSource,
   currentClusterId,
@@ -115,6 +115,12 @@ export interface RaftServiceOptions {
    * their deadlines.
    */
   readonly calls?: ForwardedCalls;
+  /**
+   * A peer's stream was accepted: the peer is up now, whatever this node's own stream to it
+   * last met (GrpcTransport.heardFrom ends that stream's backoff, so that the answers to the
+   * calls the peer forwards here, which go back on that stream, are not dropped).
+   */
+  readonly connected?: (from: NodeId) => void;
   /** This node: streams addressed to another node are refused. */
   readonly nodeId: string;
   /**
@@ -223,6 +229,7 @@ export function createRaftService(
     peerCheck,
     refused: options.refused,
     calls: options.calls,
+    connected: options.connected,
     log,
     open,
   });

@@ -60,6 +60,8 @@ export interface StreamReceiverOptions {
   readonly refused?: ((kind: PeerRefusalKind) => void) | undefined;
   /** Without it, forwarded calls and replies are dropped. */
   readonly calls?: ForwardedCalls | undefined;
+  /** A peer's stream was accepted: the peer is up now (RaftServiceOptions.connected). */
+  readonly connected?: ((from: NodeId) => void) | undefined;
   readonly log: PeerLogger;
   /** The calls open now: each is added while open, and ended by the service's endAll(). */
   readonly open: Set<EndCall>;
@@ -114,6 +116,7 @@ export function streamReceiver(
       // Response headers tell the sender its handshake was accepted.
       call.sendHeaders();
       log.debug("raft stream accepted", fields);
+      options.connected?.(from);
     };
     return {
       message(bytes) {

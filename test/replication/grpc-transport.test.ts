@@ -413,6 +413,90 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       }
     });
 
+    it("answers a restarted peer's forwarded call at once, though its stream back was backing off", async () => {
+      // n1 forwards calls to n2; n2 answers each on its own stream back to n1. n1 restarts:
+      // n2's stream to it fails, and one more frame meets the dead port, so n2 backs off. The
+      // restarted n1 forwards a call at once. Its stream reaching n2 proves it is up again: n2
+      // must answer now, not drop the answer while its backoff runs (the caller then waits for
+      // its deadline: a Put through a restarted node ended DEADLINE_EXCEEDED after 10 s in CI).
+      const port = await freePort();
+      const n2Port = await freePort();
+      const n2 = new GrpcTransport({
+        clusterId: "c1",
+        nodeId: "n2",
+        peers: () => `127.0.0.1:${port}`,
+        // Far longer than the test: only the peer's stream can end the backoff.
+        initialBackoffMs: 60_000,
+        maxBackoffMs: 60_000,
+      });
+      const n2Server = await startRaftServer(
+        () => undefined,
+        {
+          clusterId: "c1",
+          nodeId: "n2",
+          calls: {
+            serve: (from, call) =>
+              n2.reply(from, {
+                id: call.id,
+                code: 0,
+                details: "",
+                response: Buffer.from(`answer to ${Buffer.from(call.request).toString()}`),
+                trailers: [],
+              }),
+            replied: () => undefined,
+          },
+          connected: (from) => n2.heardFrom(from),
+        },
+        `127.0.0.1:${n2Port}`,
+      );
+      /** Node n1, its server on `port` and its transport to n2. */
+      const startN1 = async (): Promise<{ t: GrpcTransport; server: RaftServer }> => {
+        const t = new GrpcTransport({
+          clusterId: "c1",
+          nodeId: "n1",
+          peers: () => n2Server.address,
+        });
+        const server = await startRaftServer(
+          () => undefined,
+          {
+            clusterId: "c1",
+            nodeId: "n1",
+            calls: {
+              serve: () => undefined,
+              replied: (from, reply) => t.receiveReply(from, reply),
+            },
+          },
+          `127.0.0.1:${port}`,
+        );
+        return { t, server };
+      };
+      const call = (t: GrpcTransport, what: string): ReturnType<GrpcTransport["call"]> =>
+        t.call("n2", "/cairn.v1.KV/Put", Buffer.from(what), { deadline: Date.now() + 5_000 });
+      let n1 = await startN1();
+      try {
+        const first = await call(n1.t, "first");
+        assert.equal(first.code, 0);
+        assert.deepEqual(first.message, Buffer.from("answer to first"));
+        // n1 goes away: n2's stream to it fails, and a frame sent to the dead port fails too.
+        await n1.t.close();
+        n1.server.stop();
+        await eventually("n2's stream to n1 lost", () => n2.stats()["n1"]?.state !== "connected");
+        n2.send(N1, [heartbeat(1, N1)]);
+        await eventually("n2 backs off from n1", () => n2.stats()["n1"]?.state === "backoff");
+        n1 = await startN1();
+        const started = performance.now();
+        const second = await call(n1.t, "second");
+        assert.equal(second.code, 0, `answered, not ${second.details}`);
+        assert.deepEqual(second.message, Buffer.from("answer to second"));
+        assert.ok(performance.now() - started < 4_000, "answered before the call's deadline");
+      } finally {
+        await n1.t.close();
+        n1.server.stop();
+        await n2.close();
+        n2Server.stop();
+      }
+    });
+
     it("close() ends the streams cleanly and drops what is sent after", async () => {
       const server = await collectingServer(startRaftServer);
       const t = transportTo(server.address);
