@@ -120,13 +120,19 @@ async function withCluster(
     CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(founders.length),
     ...env,
   });
+  let failed = false;
   try {
     await Promise.all(founders.map((id) => cluster.start(id)));
     await cluster.ready();
     await body(cluster);
+  } catch (err) {
+    // The running nodes' logs, for the diagnosis of a failure seen once in CI only.
+    failed = true;
+    throw new Error(`${String(err)}\n${cluster.saveLogs(join(dir, "logs"))}`, { cause: err });
   } finally {
     await cluster.killAll();
-    await rm(dir, { recursive: true, force: true });
+    // A failure keeps the data directories and the logs.
+    if (!failed) await rm(dir, { recursive: true, force: true });
   }
 }
 

@@ -138,6 +138,8 @@ export interface ClusterNode {
   readonly dataDir: string;
   server: ServerProcess | null;
   client: Clients | null;
+  /** The log lines of this node's processes stopped so far, oldest first (saveLogs). */
+  readonly pastLines: string[];
 }
 
 export class LocalCluster {
@@ -180,6 +182,7 @@ export class LocalCluster {
         rpc: `127.0.0.1:${port}`,
         dataDir: join(dir, `n${i}`),
         server: null,
+        pastLines: [],
         client: null,
       });
     }
@@ -274,15 +277,15 @@ export class LocalCluster {
   }
 
   /**
-   * Each node's logs, for a failed test: written whole to `dir` (one file a node), and each
-   * node's last `tail` lines at WARN or above returned, for the failure's message (a CI log
-   * keeps no data directory).
+   * Each node's logs, for a failed test (its processes stopped so far, then the running one):
+   * written whole to `dir` (one file a node), and each node's last `tail` lines at WARN or above
+   * returned, for the failure's message (a CI log keeps no data directory).
    */
   saveLogs(dir: string, tail = 15): string {
     mkdirSync(dir, { recursive: true });
     const out: string[] = [`node logs in ${dir}`];
     for (const n of this.nodes) {
-      const lines = n.server?.lines ?? [];
+      const lines = [...n.pastLines, ...(n.server?.lines ?? [])];
       writeFileSync(join(dir, `${n.id}.log`), lines.join("\n") + "\n");
       const loud = lines.filter((l) => /"level":"(WARN|ERROR|FATAL)"/.test(l)).slice(-tail);
       out.push(`--- ${n.id}: ${lines.length} lines, the last ${loud.length} at WARN or above:`);
@@ -307,6 +310,7 @@ export class LocalCluster {
     n.server = null;
     if (server !== null) {
       const exit = await server.stop(signal);
+      n.pastLines.push(...server.lines, `--- ${id} stopped (${signal})`);
       if (signal === "SIGTERM") {
         assert.equal(exit.code, 0, `${id} exited cleanly; stderr: ${server.stderr()}`);
       }
