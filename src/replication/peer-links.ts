@@ -378,9 +378,10 @@ export class PeerLinks {
    * out no more backoff (the next frame opens a new one at once), and the next failure backs
    * off from the start. What this node owes a peer that just reached it (the answers to the
    * calls it forwards, its Raft messages' answers) goes back on this node's own stream to it:
-   * dropped for up to `maxBackoffMs` after the peer restarted, a forwarded call waited for its
-   * deadline. One reset per stream the peer opens, not per frame: a peer this node cannot
-   * reach, though it reaches this node, costs one more attempt each time.
+   * without this, a peer that restarted had those dropped until the backoff passed (up to
+   * `maxBackoffMs`), and a forwarded call whose answer was dropped waited for its deadline.
+   * One reset per stream the peer opens, not per frame: a peer this node cannot reach, though
+   * it reaches this node, costs one more attempt each time.
    */
   heardFrom(id: NodeId): void {
     const peer = this.#links.get(id);
