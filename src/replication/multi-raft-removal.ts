@@ -182,6 +182,8 @@ export function shardDir(dataDir: string, id: number): string {
  * Deletes a shard's directory and what it holds, then syncs its parent so that the deletion is
  * durable. On the real file system, recursively; on another (`MultiRaftOptions.fs`, a
  * simulation's memory file system, whose engines keep their files flat) the files it lists.
+ * A replica that never flushed a table has no directory, and a node none of whose replicas did
+ * has no parent either (`<data_dir>/shards`): then there is nothing to delete or to sync.
  */
 export async function removeShardDir(fs: FileSystem | undefined, dir: string): Promise<void> {
   const files = fs ?? nodeFileSystem;
@@ -197,5 +199,9 @@ export async function removeShardDir(fs: FileSystem | undefined, dir: string): P
     }
     for (const name of names) await files.unlink(join(dir, name));
   }
-  await files.fsyncDir(dirname(dir));
+  try {
+    await files.fsyncDir(dirname(dir));
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== "ENOENT") throw err;
+  }
 }

@@ -16,6 +16,7 @@ import { after, before, describe, it } from "node:test";
 import type { CairnError } from "../../src/common/errors.ts";
 import { nodeId, type NotLeaderError } from "../../src/raft/index.ts";
 import { GrpcTransport, MultiRaft, type ShardMessage } from "../../src/replication/index.ts";
+import { removeShardDir, shardDir } from "../../src/replication/multi-raft-removal.ts";
 import { Wal } from "../../src/storage/index.ts";
 import { type MetaCommand, type MetaMember, MetaState } from "../../src/cluster/index.ts";
 import { replaceReplicas } from "../../src/node/replicas.ts";
@@ -229,6 +230,7 @@ describe("replica removal (replica GC)", () => {
       const removed = await n3.mr.removeReplica(SHARD, () => Promise.resolve(true));
       assert.equal(removed.kind, "removed");
       assert.ok(removed.kind === "removed" && removed.bytes > 0, "its tables' bytes are reported");
+      assert.equal(removed.directoryError, undefined);
       assert.equal(n3.mr.shardIds().includes(SHARD), false);
       assert.equal(n3.mr.shardInfo(SHARD), null);
       assert.equal(n3.mr.isRemoved(SHARD), true);
@@ -544,6 +546,31 @@ describe("replica removal (replica GC)", () => {
       assert.deepEqual(nodes.fatals, []);
     } finally {
       await nodes.stopAll();
+    }
+  });
+});
+
+describe("removeShardDir", () => {
+  it("deletes a shard's directory, and is done when the node never made one", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-remove-dir-"));
+    try {
+      // A replica that never flushed a table has no directory, and on a node none of whose
+      // shards did, `shards/` does not exist either: nothing to delete, nothing to sync. (Every
+      // removal on a young cluster's nodes logged `directory_error: ENOENT` for it.)
+      await removeShardDir(undefined, shardDir(dataDir, 7));
+      assert.equal(existsSync(join(dataDir, "shards")), false, "nothing is created");
+      const dir = shardDir(dataDir, 7);
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, "000001.sst"), "table");
+      await removeShardDir(undefined, dir);
+      assert.equal(existsSync(dir), false);
+      assert.equal(
+        existsSync(join(dataDir, "shards")),
+        true,
+        "only the shard's own directory goes",
+      );
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
     }
   });
 });
