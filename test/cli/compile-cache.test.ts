@@ -1,0 +1,64 @@
+/**
+ * `bin/cairn` keeps Node's module compile cache in the temporary directory (src/cli/main.ts,
+ * cacheCompiledModules), and starts whatever that directory is: missing, read-only, or a path
+ * where a directory cannot be made although its parent exists (Node's own recursive mkdir loops
+ * for ever there).
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { CAIRN, cleanEnv, ROOT } from "../support/server-process.ts";
+
+/**
+ * `cairn version` with TMPDIR `tmp` (Node's own compile cache settings left out): its exit
+ * code, or "hung" when it has not exited after 20 s.
+ */
+function versionWithTmpdir(tmp: string): Promise<number | null | "hung"> {
+  const env = cleanEnv({ TMPDIR: tmp });
+  delete env["NODE_COMPILE_CACHE"];
+  delete env["NODE_DISABLE_COMPILE_CACHE"];
+  const proc = spawn(CAIRN, ["version"], { cwd: ROOT, env, stdio: "ignore" });
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      proc.kill("SIGKILL");
+      resolve("hung");
+    }, 20_000);
+    proc.once("exit", (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+  });
+}
+
+describe("the module compile cache", () => {
+  it("is kept under the temporary directory", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-compile-cache-"));
+    try {
+      assert.equal(await versionWithTmpdir(dir), 0);
+      const cache = join(dir, "node-compile-cache");
+      assert.ok(existsSync(cache), "the cache directory was made");
+      // One directory per Node.js version and V8 flags, holding the modules compiled.
+      assert.ok(readdirSync(cache).length > 0, "something was cached");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("is left out, and the command runs, where its directory cannot be made", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-compile-cache-"));
+    try {
+      const file = join(dir, "a-file");
+      writeFileSync(file, "");
+      // Under /proc a directory's parent exists but takes no new entry: mkdir says ENOENT, and
+      // a recursive mkdir that retries the parent (EEXIST) and the child again never ends.
+      for (const tmp of ["/proc/cairn-no-such-dir", "/proc", join(dir, "missing"), file]) {
+        assert.equal(await versionWithTmpdir(tmp), 0, `TMPDIR=${tmp}`);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
