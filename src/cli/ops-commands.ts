@@ -433,7 +433,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
                       after a minute with none leaving, what a move needs).
   remove NODE         retires a dead or decommissioned member for good: its data directory
                       never serves again (a new machine joins with a new id, or with the
-                      old id and an empty data directory, as a new member).
+                      old id and an empty data directory, as a new member). A removed node
+                      still running stops by itself within seconds.
 
 Options:
   --wait                 decommission: wait until NODE holds no replica

@@ -49,6 +49,7 @@ import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
+import { peersToAsk, REMOVAL_CHECK_MS, removedByViews } from "./removal-watch.ts";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
@@ -105,6 +106,8 @@ export class ClusterState {
   #closed = false;
   /** Ends rejoinLoop's wait (close). */
   #wake: (() => void) | null = null;
+  /** Ends removalLoop's wait (close). */
+  #wakeRemoval: (() => void) | null = null;
   /** replicasNow's answers for the meta state here (cleared when it changes). */
   readonly #replicasNow = new Map<number, readonly string[]>();
   /** A join proposal is under way (#join). */
@@ -145,6 +148,7 @@ export class ClusterState {
   close(): void {
     this.#closed = true;
     this.#wake?.();
+    this.#wakeRemoval?.();
   }
 
   /** Proposes `cmd` to the meta group (MetaProposer.propose); fails before attach(). */
@@ -748,6 +752,54 @@ export class ClusterState {
   }
 
   /**
+   * While this node is decommissioned (it no longer follows the meta group), reads a few live
+   * peers' views every `intervalMs`; once they show it removed (removedByViews), it stops
+   * (CAIRN_ERR_NODE_REMOVED), as a restart on its data directory would. `probe` is for tests.
+   */
+  async removalLoop(
+    membership: Pick<Membership, "members">,
+    stopped: () => boolean,
+    {
+      probe = (a, n) => probeMember(a, n, this.#peerTls),
+      intervalMs = REMOVAL_CHECK_MS,
+    }: {
+      probe?: (address: string, nodeId: string) => Promise<MemberProbe | undefined>;
+      intervalMs?: number;
+    } = {},
+  ): Promise<void> {
+    const id = this.#config.node_id;
+    const running = (): boolean => !stopped() && !this.#closed && !this.#lost;
+    while (running()) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, intervalMs);
+        timer.unref();
+        this.#wakeRemoval = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wakeRemoval = null;
+      const meta = this.#meta;
+      if (!running() || meta === null || meta.clusterId === null || !hasLeftForGood(meta, id)) {
+        continue;
+      }
+      const clusterId = meta.clusterId;
+      const peers = peersToAsk(id, membership.members());
+      if (peers.length === 0) continue;
+      const answers = await Promise.all(peers.map((p) => probe(p.rpcAddr, p.id)));
+      if (!running() || !removedByViews(id, clusterId, peers.length, answers)) continue;
+      this.#lost = true;
+      const asked = peers.filter((_, i) => answers[i]?.members !== undefined).map((p) => p.id);
+      this.#onLostState(
+        new CairnError(
+          "CAIRN_ERR_NODE_REMOVED",
+          `member ${id} was removed from cluster ${clusterId} (the views of ${asked.join(", ")} no longer list it): a removed member never serves again`,
+        ),
+      );
+    }
+  }
+
+  /**
    * The first seed founds the meta group once: when it sees `bootstrap_expect` members alive
    * and none of them (nor itself) carries a cluster id. Runs until this node knows its cluster
    * (founded here, or reached by the founder's log) or `stopped()` says so.
@@ -961,15 +1013,29 @@ export async function checkRejoin(
   }
 }
 
+/** What a node's first cluster view says (probeMember). */
+export interface MemberProbe {
+  /** Its cluster's id, "" when it has none. */
+  readonly clusterId: string;
+  /** Its data directory's incarnation. */
+  readonly incarnation: string;
+  /**
+   * The member ids its view lists; absent when it streams no view (decommissioned: it names
+   * itself in its refusal).
+   */
+  readonly members?: readonly string[];
+}
+
 /**
- * The cluster id a node at `address` reports in its first cluster view ("" when it has none) and
- * its data directory's incarnation; undefined when it does not answer in time.
+ * The cluster id a node at `address` reports in its first cluster view ("" when it has none),
+ * its data directory's incarnation and the members the view lists; undefined when it does not
+ * answer in time.
  */
 export function probeMember(
   address: string,
   nodeId: string,
   tls?: PeerTls,
-): Promise<{ clusterId: string; incarnation: string } | undefined> {
+): Promise<MemberProbe | undefined> {
   const { proto } = loadCairnProto();
   let client: InstanceType<typeof proto.cairn.v1.Meta>;
   if (tls === undefined) {
@@ -985,7 +1051,7 @@ export function probeMember(
       {},
       { deadline: Date.now() + PROBE_TIMEOUT_MS },
     );
-    const finish = (answer: { clusterId: string; incarnation: string } | undefined): void => {
+    const finish = (answer: MemberProbe | undefined): void => {
       if (done) return;
       done = true;
       call.cancel();
@@ -993,7 +1059,11 @@ export function probeMember(
       resolve(answer);
     };
     call.on("data", (view: ClusterViewMessage) =>
-      finish({ clusterId: view.cluster_id ?? "", incarnation: view.incarnation ?? "" }),
+      finish({
+        clusterId: view.cluster_id ?? "",
+        incarnation: view.incarnation ?? "",
+        members: (view.nodes ?? []).map((m) => m.id ?? ""),
+      }),
     );
     // A member that no longer streams its view (decommissioned and still running) names itself
     // in the refusal's trailers: it still runs there.

@@ -173,6 +173,8 @@ export class CairnNode implements HealthSource {
   #peerTls: PeerTls | null = null;
   #bootstrap: Promise<void> | null = null;
   #rejoin: Promise<void> | null = null;
+  /** ClusterState.removalLoop: a decommissioned node learns it was removed, and stops. */
+  #removal: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
   #unfollowMembers: (() => void) | null = null;
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
@@ -1007,6 +1009,9 @@ export class CairnNode implements HealthSource {
       this.#rejoin = cluster
         .rejoinLoop(membership, () => this.#stopping !== null)
         .catch(() => undefined);
+      this.#removal = cluster
+        .removalLoop(membership, () => this.#stopping !== null)
+        .catch(() => undefined);
     }
     membership.join().catch((err: unknown) => {
       if (err instanceof ShardCountMismatchError) {
@@ -1144,6 +1149,7 @@ export class CairnNode implements HealthSource {
     await this.#http?.close(left);
     await this.#bootstrap;
     await this.#rejoin;
+    await this.#removal;
     await this.#transport?.close();
     this.#peerTls?.close();
     await this.#store?.close();

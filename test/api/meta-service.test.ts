@@ -23,6 +23,9 @@ let address: string;
 before(async () => {
   views.setClusterId("cluster-a");
   views.setIncarnation("inc-1");
+  views.setMembers(
+    ["n1", "n2"].map((id) => ({ id, rpc_addr: `${id}:1`, http_addr: `${id}:2`, state: "alive" })),
+  );
   server = new RpcServer({
     address: "127.0.0.1:0",
     nodeId: "n2",
@@ -76,6 +79,7 @@ describe("Meta.WatchCluster of a node whose view stopped following its cluster",
     assert.deepEqual(await probeMember(address, "n2"), {
       clusterId: "cluster-a",
       incarnation: "inc-1",
+      members: ["n1", "n2"],
     });
   });
 

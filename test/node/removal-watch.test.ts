@@ -1,0 +1,186 @@
+/**
+ * A decommissioned member still running learns from its peers' views that it was removed, and
+ * stops (src/node/removal-watch.ts, ClusterState.removalLoop). The real processes' case is in
+ * test/e2e/cluster-elastic.test.ts.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { CairnError } from "../../src/common/errors.ts";
+import {
+  ClusterViewPublisher,
+  type MetaCommand,
+  type MetaMember,
+  MetaState,
+} from "../../src/cluster/index.ts";
+import { loadConfig } from "../../src/config/index.ts";
+import type { MemberView } from "../../src/membership/index.ts";
+import { incarnation, memberId } from "../../src/membership/core/index.ts";
+import { ClusterState, type MemberProbe } from "../../src/node/cluster.ts";
+import { peersToAsk, REMOVAL_PROBES, removedByViews } from "../../src/node/removal-watch.ts";
+import { silentLogger } from "../../src/ops/index.ts";
+
+const view = (...members: string[]): MemberProbe => ({
+  clusterId: "c1",
+  incarnation: "i",
+  members,
+});
+
+describe("removedByViews", () => {
+  it("says removed only when the views that answered leave the member out, two of them at least", () => {
+    assert.equal(removedByViews("n2", "c1", 3, [view("n1", "n3"), view("n1", "n3")]), true);
+    assert.equal(removedByViews("n2", "c1", 3, [view("n1", "n3"), undefined, view("n3")]), true);
+    // One view of three asked is not enough; one of one is.
+    assert.equal(removedByViews("n2", "c1", 3, [view("n1", "n3"), undefined, undefined]), false);
+    assert.equal(removedByViews("n2", "c1", 1, [view("n1")]), true);
+    // A view that lists it wins.
+    assert.equal(
+      removedByViews("n2", "c1", 3, [view("n1", "n3"), view("n1", "n3"), view("n2")]),
+      false,
+    );
+    // Views of another cluster, none yet, and peers that stream none say nothing.
+    assert.equal(
+      removedByViews("n2", "c1", 2, [
+        { clusterId: "c2", members: [] },
+        { clusterId: "", members: [] },
+      ]),
+      false,
+    );
+    assert.equal(removedByViews("n2", "c1", 2, [{ clusterId: "c1" }, { clusterId: "c1" }]), false);
+    assert.equal(removedByViews("n2", "c1", 0, []), false);
+  });
+
+  it("asks live peers only, a few at most", () => {
+    const m = (id: string, state: MemberView["state"]): MemberView => ({
+      meta: { id: memberId(id), rpcAddr: `addr-${id}`, httpAddr: "", totalShards: 1024 },
+      state,
+      incarnation: incarnation(1),
+    });
+    const peers = peersToAsk("n2", [
+      m("n1", "alive"),
+      m("n2", "alive"),
+      m("n3", "dead"),
+      m("n4", "suspect"),
+      m("n5", "alive"),
+      m("n6", "alive"),
+      m("n7", "alive"),
+    ]);
+    assert.equal(REMOVAL_PROBES, 3);
+    assert.deepEqual(peers, [
+      { id: "n1", rpcAddr: "addr-n1" },
+      { id: "n5", rpcAddr: "addr-n5" },
+      { id: "n6", rpcAddr: "addr-n6" },
+    ]);
+  });
+});
+
+describe("ClusterState.removalLoop", () => {
+  const member = (i: number): MetaMember => ({
+    id: `n${i}`,
+    rpcAddr: `127.0.0.1:700${i}`,
+    httpAddr: `127.0.0.1:800${i}`,
+  });
+  const boot: MetaCommand = {
+    op: "bootstrap",
+    clusterId: "c1",
+    totalShards: 1024,
+    replicationFactor: 3,
+    members: [member(1), member(3), member(4)],
+  };
+  // n2 joined after the founding: it holds no replica of the meta group (shard 0).
+  const joined: MetaCommand[] = [
+    { op: "join", member: { ...member(2), incarnation: "inc-a" } },
+    { op: "set-state", id: "n2", state: "active" },
+  ];
+  const config = loadConfig({
+    env: { CAIRN_NODE_ID: "n2", CAIRN_SEED_NODES: "127.0.0.1:7001" },
+  });
+  const gossip = {
+    members: (): MemberView[] =>
+      [1, 2, 3, 4].map((i) => ({
+        meta: {
+          id: memberId(`n${i}`),
+          rpcAddr: `127.0.0.1:700${i}`,
+          httpAddr: `127.0.0.1:800${i}`,
+          totalShards: 1024,
+        },
+        state: "alive",
+        incarnation: incarnation(1),
+      })),
+  };
+  function state(...cmds: MetaCommand[]): MetaState {
+    let s = MetaState.empty();
+    for (const c of cmds) {
+      const r = s.apply(c);
+      assert.notEqual(r.outcome.kind, "rejected", JSON.stringify(r.outcome));
+      s = r.state;
+    }
+    return s;
+  }
+  function node(): { cs: ClusterState; lost: CairnError[] } {
+    const lost: CairnError[] = [];
+    const cs = new ClusterState(
+      config,
+      silentLogger,
+      new ClusterViewPublisher(1024),
+      "inc-a",
+      (err) => lost.push(err),
+    );
+    return { cs, lost };
+  }
+
+  it("asks nobody while the node is a member that follows its cluster", async () => {
+    const { cs, lost } = node();
+    cs.applied(state(boot, ...joined));
+    let probes = 0;
+    let passes = 0;
+    await cs.removalLoop(gossip, () => ++passes > 5, {
+      intervalMs: 1,
+      probe: () => {
+        probes++;
+        return Promise.resolve(view("n1", "n2", "n3", "n4"));
+      },
+    });
+    assert.equal(probes, 0);
+    assert.deepEqual(lost, []);
+  });
+
+  it("stops a decommissioned node once its peers' views no longer list it, once", async () => {
+    const { cs, lost } = node();
+    cs.applied(
+      state(
+        boot,
+        ...joined,
+        { op: "set-state", id: "n2", state: "decommissioning" },
+        { op: "set-state", id: "n2", state: "decommissioned" },
+      ),
+    );
+    const asked: string[][] = [];
+    let pass = 0;
+    const answers: Record<string, MemberProbe | undefined>[] = [
+      // Decommissioned, not removed: listed.
+      { n1: view("n1", "n2", "n3", "n4"), n3: view("n1", "n2", "n3", "n4"), n4: undefined },
+      // One view without it, the others silent: not enough.
+      { n1: view("n1", "n3", "n4"), n3: undefined, n4: undefined },
+      // Removed.
+      { n1: view("n1", "n3", "n4"), n3: view("n1", "n3", "n4"), n4: undefined },
+    ];
+    await cs.removalLoop(gossip, () => pass > 10, {
+      intervalMs: 1,
+      probe: (address, id) => {
+        if (id === "n1") asked.push([]);
+        asked.at(-1)?.push(`${id}@${address}`);
+        const round = answers[Math.min(asked.length - 1, answers.length - 1)];
+        if (id === "n4") pass++;
+        return Promise.resolve(round?.[id]);
+      },
+    });
+    assert.equal(asked.length, 3, "it stopped asking once it knew");
+    assert.deepEqual(asked[0], ["n1@127.0.0.1:7001", "n3@127.0.0.1:7003", "n4@127.0.0.1:7004"]);
+    assert.equal(lost.length, 1);
+    assert.equal(lost[0]?.code, "CAIRN_ERR_NODE_REMOVED");
+    assert.match(
+      lost[0]?.message ?? "",
+      /member n2 was removed from cluster c1 \(the views of n1, n3/,
+    );
+  });
+});
