@@ -62,7 +62,7 @@ import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
-import { MembershipChanges, timeout } from "./membership.ts";
+import { everyNodeHealthy, MembershipChanges, timeout } from "./membership.ts";
 
 export const FAULT_KINDS = [
   "kill-leader",
@@ -362,9 +362,7 @@ async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
 async function allHealthy(cluster: ChaosCluster, timeoutMs: number): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
-    const reports = await Promise.all(cluster.members().map((n) => cluster.http(n.id, "/health")));
-    if (reports.every((h) => (h?.body as { status?: string } | undefined)?.status === "healthy"))
-      return true;
+    if (await everyNodeHealthy(cluster)) return true;
     if (performance.now() > deadline) return false;
     await sleep(500);
   }

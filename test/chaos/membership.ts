@@ -9,9 +9,9 @@
  *   `decommissioned` (asking again is what `cairn node decommission --wait` does, and it
  *   decommissions anew a member that was marked dead meanwhile and came back `active`); then
  *   the node is stopped (SIGTERM) and retired, and `Admin.RemoveNode` retires its id;
- * - remove: an active member SIGKILLed for good; once the meta group's leader has marked it
- *   `dead` (after `cluster.dead_after_ms`), its replicas re-created on the others and no group
- *   names it any more, `Admin.RemoveNode`.
+ * - remove: once every node is healthy, an active member SIGKILLed for good; once the meta
+ *   group's leader has marked it `dead` (after `cluster.dead_after_ms`), its replicas
+ *   re-created on the others and no group names it any more, `Admin.RemoveNode`.
  *
  * A change is slow (seconds to minutes) and the other faults go on meanwhile, on any member:
  * the change runs beside the fault schedule, one at a time, and each step that changes a
@@ -46,6 +46,15 @@ export const MEMBERSHIP_TIMEOUTS_MS = {
 } as const;
 
 const POLL_MS = 250;
+
+/**
+ * Whether every running member answers GET /health with `healthy` now: no shard short of a
+ * leader or of a voter, no replica being refilled.
+ */
+export async function everyNodeHealthy(cluster: ChaosCluster): Promise<boolean> {
+  const reports = await Promise.all(cluster.members().map((n) => cluster.http(n.id, "/health")));
+  return reports.every((h) => (h?.body as { status?: string } | undefined)?.status === "healthy");
+}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
@@ -171,6 +180,17 @@ export class MembershipChanges {
     const t0 = this.#now();
     r.targets.push(id);
     r.detail = `SIGKILL of ${id} for good; once dead and re-replicated, remove it`;
+    // A member lost for good while a replica of another is still refilled (after a wipe) or
+    // replaced leaves some shard two voters short, as in any three-replica system (seed 3201:
+    // n2, the leader of four shards whose wiped n1 was a learner again, was killed 5 s after
+    // the wipe, and those shards never had a quorum again). As a wipe does, the kill waits
+    // for every node to be healthy.
+    await this.#until(
+      "every node healthy before the kill",
+      MEMBERSHIP_TIMEOUTS_MS.dead,
+      async () => ((await everyNodeHealthy(this.#cluster)) ? true : undefined),
+    );
+    r.phases["healthy"] = Math.round(this.#now() - t0);
     await this.#cluster.exclusive(() => this.#cluster.retire(id, "SIGKILL"));
     r.phases["killed"] = Math.round(this.#now() - t0);
     await this.#until(`${id} dead`, MEMBERSHIP_TIMEOUTS_MS.dead, () =>
