@@ -166,9 +166,12 @@ describe("driver simulation", () => {
     }
     assert.deepEqual(failures, []);
     // The runs did real work: hundreds of writes and reads a seed, crashes, faults, snapshots.
-    assert.ok(totals.acknowledged > SEEDS * 100, `only ${totals.acknowledged} acknowledged writes`);
+    // (Seeds 1–40 acknowledge 3,979 writes and complete 3,036 reads since a rejected vote no
+    // longer restarts the election timer, 4,336 and 3,265 before: other fault schedules, drawn
+    // as the runs diverge; seeds 41–240, 31,902 and 24,470 against 32,180 and 24,653.)
+    assert.ok(totals.acknowledged > SEEDS * 90, `only ${totals.acknowledged} acknowledged writes`);
     // (Client pauses for quiescence and wipes leave fewer reads than writes in some seeds.)
-    assert.ok(totals.reads > SEEDS * 80, `only ${totals.reads} completed reads`);
+    assert.ok(totals.reads > SEEDS * 70, `only ${totals.reads} completed reads`);
     assert.ok(totals.crashes > SEEDS, `only ${totals.crashes} crashes`);
     assert.ok(totals.restarts > SEEDS / 2, `only ${totals.restarts} restarts`);
     assert.ok(totals.snapshots > SEEDS, `only ${totals.snapshots} snapshots`);
