@@ -796,6 +796,11 @@ export class CairnNode implements HealthSource {
             log: this.#log.child("disk"),
           })
         : null;
+    // Shards not moving whose group takes steps here (a wiped node's replica replaced: remove
+    // the old, add the new as a learner, promote it): between ticks too, as a move's, so that
+    // the group runs short of a voter for a snapshot's time rather than for two ticks (a second
+    // failure meanwhile leaves it without a quorum: chaos seed 3201).
+    const hurried = new Set<number>();
     const hold = moveStepHoldMs(process.env);
     if (hold > 0)
       this.#log.warn("replica changes held after each step (testing only)", { hold_ms: hold });
@@ -807,10 +812,15 @@ export class CairnNode implements HealthSource {
       // cluster of 1,024 shards would take minutes of ticks alone).
       stepped: (shard: number, step: ReplicaStep) => {
         this.#log.info("replica change", { shard_id: shard, ...describeStep(step) });
+        hurried.add(shard);
         upkeepSoon();
       },
       // A learner catching up is promoted once it has: look again shortly.
-      waiting: () => upkeepSoon(MOVE_POLL_MS),
+      waiting: (shard: number) => {
+        hurried.add(shard);
+        upkeepSoon(MOVE_POLL_MS);
+      },
+      idle: (shard: number) => hurried.delete(shard),
       ...(hold > 0 ? { holdAfterStepMs: hold } : {}),
     };
     // One pass between ticks, at the soonest time asked: a step that ends while a learner's
@@ -843,9 +853,10 @@ export class CairnNode implements HealthSource {
           }),
         effects,
         (node) => node === c.node_id || alive.has(node),
-        // Between ticks, only the moves and the meta group's learners have steps to hurry: a
-        // pass over every group led here was a tenth of a node's CPU during a rebalance.
-        tick ? undefined : new Set([0, ...(cluster.meta?.movingShards() ?? [])]),
+        // Between ticks, only the moves, the meta group's learners and the groups replacing a
+        // replica have steps to hurry: a pass over every group led here was a tenth of a
+        // node's CPU during a rebalance.
+        tick ? undefined : new Set([0, ...(cluster.meta?.movingShards() ?? []), ...hurried]),
       );
       allocator.pass();
       if (tick) {

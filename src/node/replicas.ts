@@ -114,10 +114,13 @@ export interface ReplicaEffects {
    */
   stepped?(shard: number, step: ReplicaStep): void;
   /**
-   * `shard`, led here, is moving but has no step to take now (its learner is catching up): the
-   * caller may pass again shortly to promote it once it has, rather than at its next tick.
+   * `shard`, led here, has no step to take now but a learner to promote once it catches up (a
+   * move's, or a wiped node's new replica): the caller may pass again shortly to promote it
+   * once it has, rather than at its next tick.
    */
   waiting?(shard: number): void;
+  /** `shard` has nothing under way here: no step to take, no learner to wait for, or no lead. */
+  idle?(shard: number): void;
   /**
    * Tests only (CAIRN_TESTING_MOVE_STEP_HOLD_MS): a group waits this long after each step
    * before its next one, so that a test can crash a node at a chosen step of a move.
@@ -151,9 +154,12 @@ export function replaceReplicas(
   let started = 0;
   for (const id of only ?? store.shardIds()) {
     if (started >= CHANGES_PER_PASS) break;
-    if (underWay.has(id) || !store.leads(id)) continue;
-    const info = store.shardInfo(id);
-    if (info === null || info.role !== "leader") continue;
+    if (underWay.has(id)) continue;
+    const info = store.leads(id) ? store.shardInfo(id) : null;
+    if (info === null || info.role !== "leader") {
+      effects?.idle?.(id);
+      continue;
+    }
     const step = nextReplicaChange(
       meta,
       id,
@@ -163,8 +169,10 @@ export function replaceReplicas(
       alive,
     );
     if (step === null) {
-      // A move waits here for its learner to catch up (or for a node to come back).
-      if (meta.isMoving(id)) effects?.waiting?.(id);
+      // A move, or the replacement of a wiped node's replica, waits here for its learner to
+      // catch up (or for a node to come back).
+      if (meta.isMoving(id) || hasLearnerToPromote(meta, id, info)) effects?.waiting?.(id);
+      else effects?.idle?.(id);
       continue;
     }
     let work: Promise<void>;
@@ -191,4 +199,10 @@ export function replaceReplicas(
       .catch((err: unknown) => onError(id, err));
   }
   return started;
+}
+
+/** Whether `group` has a learner that is one of `shard`'s placed replicas (to be promoted). */
+function hasLearnerToPromote(meta: MetaState, shard: number, group: GroupMembers): boolean {
+  if (group.learners.length === 0) return false;
+  return meta.nodesOf(shard).some((n) => group.learners.includes(meta.replicaOf(n)));
 }

@@ -6,7 +6,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { type MetaCommand, MetaState } from "../../src/cluster/index.ts";
-import { nextReplicaChange } from "../../src/node/replicas.ts";
+import {
+  nextReplicaChange,
+  type ReplicaEffects,
+  replaceReplicas,
+} from "../../src/node/replicas.ts";
 
 const members = [1, 2, 3].map((i) => ({
   id: `n${i}`,
@@ -158,5 +162,64 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
     assert.equal(nextReplicaChange(joined, 0, "n1@old1", withLearner, always), null);
     // Other shards do not take it.
     assert.equal(nextReplicaChange(joined, 4, "n1@old1", group, always), null);
+  });
+});
+
+describe("replaceReplicas", () => {
+  /**
+   * A stand-in for the driver of a node leading shard 4 (what replaceReplicas asks of it):
+   * the pass's calls and callbacks are the point here, the groups' own work is the driver's
+   * (test/replication/multi-raft-removal.test.ts runs real ones).
+   */
+  function leaderOf4(group: { voters: string[]; learners: string[] }, caughtUp: () => boolean) {
+    return {
+      replicaId: "n2@old2",
+      startGroup: () => null,
+      shardIds: () => [4, 7],
+      leads: (id: number) => id === 4,
+      shardInfo: (id: number) => (id === 4 ? { role: "leader", ...group } : null),
+      isCaughtUp: caughtUp,
+      changeMembership: (_id: number, cc: { type: string; node: string }) => {
+        if (cc.type === "remove") group.voters = group.voters.filter((v) => v !== cc.node);
+        if (cc.type === "add-learner") group.learners = [...group.learners, cc.node];
+        if (cc.type === "add-voter") {
+          group.learners = group.learners.filter((l) => l !== cc.node);
+          group.voters = [...group.voters, cc.node];
+        }
+        return Promise.resolve();
+      },
+      transferLeader: () => Promise.resolve(),
+    } as unknown as Parameters<typeof replaceReplicas>[0];
+  }
+
+  it("tells the caller of a wiped node's replica being replaced, not only of moves, so that it passes again soon", async () => {
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] as string[] };
+    let caughtUp = false;
+    const store = leaderOf4(group, () => caughtUp);
+    const calls: string[] = [];
+    const effects: ReplicaEffects = {
+      settle: () => Promise.resolve(),
+      stepped: (shard, step) => calls.push(`stepped ${shard} ${step.type}`),
+      waiting: (shard) => calls.push(`waiting ${shard}`),
+      idle: (shard) => calls.push(`idle ${shard}`),
+    };
+    const underWay = new Set<number>();
+    const pass = async (): Promise<void> => {
+      replaceReplicas(store, after, underWay, (_s, err) => assert.fail(String(err)), effects);
+      await new Promise((resolve) => setImmediate(resolve)); // the step's promise settles
+    };
+    assert.equal(after.isMoving(4), false, "a replacement is not a move");
+    await pass();
+    assert.deepEqual(calls.splice(0).sort(), ["idle 7", "stepped 4 remove"]);
+    await pass();
+    assert.deepEqual(calls.splice(0).sort(), ["idle 7", "stepped 4 add-learner"]);
+    await pass();
+    assert.deepEqual(calls.splice(0).sort(), ["idle 7", "waiting 4"], "the new replica catches up");
+    caughtUp = true;
+    await pass();
+    assert.deepEqual(calls.splice(0).sort(), ["idle 7", "stepped 4 add-voter"]);
+    await pass();
+    assert.deepEqual(calls.splice(0).sort(), ["idle 4", "idle 7"], "done");
+    assert.deepEqual(group, { voters: ["n2@old2", "n3@old3", "n1@new1"], learners: [] });
   });
 });
