@@ -49,7 +49,7 @@ import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
-import { peersToAsk, REMOVAL_CHECK_MS, removedByViews } from "./removal-watch.ts";
+import { peersToAsk, REMOVAL_CHECK_MS, removedByViews, type ViewAnswer } from "./removal-watch.ts";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
@@ -104,10 +104,8 @@ export class ClusterState {
   #lost = false;
   /** The node is stopping: no more rejoin attempts. */
   #closed = false;
-  /** Ends rejoinLoop's wait (close). */
-  #wake: (() => void) | null = null;
-  /** Ends removalLoop's wait (close). */
-  #wakeRemoval: (() => void) | null = null;
+  /** Ends the loops' waits (#pause) at close. */
+  readonly #wakers = new Set<() => void>();
   /** replicasNow's answers for the meta state here (cleared when it changes). */
   readonly #replicasNow = new Map<number, readonly string[]>();
   /** A join proposal is under way (#join). */
@@ -147,8 +145,7 @@ export class ClusterState {
   /** The node is stopping: rejoin attempts stop (one in flight finishes on its own). */
   close(): void {
     this.#closed = true;
-    this.#wake?.();
-    this.#wakeRemoval?.();
+    for (const wake of [...this.#wakers]) wake();
   }
 
   /** Proposes `cmd` to the meta group (MetaProposer.propose); fails before attach(). */
@@ -735,14 +732,7 @@ export class ClusterState {
       !this.#lost &&
       (restarted || this.clusterId === "");
     while (waiting()) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, REJOIN_CHECK_MS);
-        this.#wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.#wake = null;
+      await this.#pause(REJOIN_CHECK_MS);
       if (!waiting() || this.#rejoining) continue;
       const peer = membership
         .members()
@@ -770,15 +760,7 @@ export class ClusterState {
     const id = this.#config.node_id;
     const running = (): boolean => !stopped() && !this.#closed && !this.#lost;
     while (running()) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, intervalMs);
-        timer.unref();
-        this.#wakeRemoval = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.#wakeRemoval = null;
+      await this.#pause(intervalMs);
       const meta = this.#meta;
       if (!running() || meta === null || meta.clusterId === null || !hasLeftForGood(meta, id)) {
         continue;
@@ -797,6 +779,19 @@ export class ClusterState {
         ),
       );
     }
+  }
+
+  /** Waits `ms`, or until close(). */
+  #pause(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        this.#wakers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.#wakers.add(wake);
+    });
   }
 
   /**
@@ -1014,16 +1009,9 @@ export async function checkRejoin(
 }
 
 /** What a node's first cluster view says (probeMember). */
-export interface MemberProbe {
-  /** Its cluster's id, "" when it has none. */
-  readonly clusterId: string;
+export interface MemberProbe extends ViewAnswer {
   /** Its data directory's incarnation. */
   readonly incarnation: string;
-  /**
-   * The member ids its view lists; absent when it streams no view (decommissioned: it names
-   * itself in its refusal).
-   */
-  readonly members?: readonly string[];
 }
 
 /**

@@ -17,10 +17,14 @@ export const REMOVAL_CHECK_MS = 5_000;
 /** Peers asked per check at most. */
 export const REMOVAL_PROBES = 3;
 
-/** What a probe of a peer's view gave (probeMember): undefined when it did not answer. */
+/** What a probe of a peer's view tells of its cluster (MemberProbe, from probeMember). */
 export interface ViewAnswer {
+  /** Its cluster's id, "" when it has none. */
   readonly clusterId: string;
-  /** The member ids its view lists; undefined when it streams no view (not a member here). */
+  /**
+   * The member ids its view lists; absent when it streams no view (joining, or decommissioned:
+   * it names itself in its refusal).
+   */
   readonly members?: readonly string[];
 }
 
