@@ -49,6 +49,9 @@ export interface CaseResult {
   readonly p50: number;
   readonly p90: number;
   readonly p99: number;
+  readonly p999: number;
+  /** The slowest call of the window (ms): a request stalled for seconds shows here first. */
+  readonly max: number;
   readonly errors: number;
   readonly errorsByCode: Readonly<Record<string, number>>;
   /** The generator's own CPU over the measured window, in % of one core. */
@@ -118,6 +121,8 @@ export function parseGrpcLoad(stdout: string, op: Op, concurrency: number): Case
     p50: ms("p50"),
     p90: ms("p90"),
     p99: ms("p99"),
+    p999: ms("p999"),
+    max: ms("max"),
     errors: num(o, "errors", what, stdout),
     errorsByCode: counts(obj(o, "errors_by_code", what, stdout)),
     clientCpuPercent: num(o, "loadgen_cpu_cores", what, stdout) * 100,
@@ -146,6 +151,8 @@ export function parseCairnBench(stdout: string, op: Op, concurrency: number): Ca
     p50: num(lat, "p50", what, stdout),
     p90: num(lat, "p90", what, stdout),
     p99: num(lat, "p99", what, stdout),
+    p999: num(lat, "p999", what, stdout),
+    max: num(lat, "max", what, stdout),
     errors: num(o, "error_count", what, stdout),
     errorsByCode: counts(obj(o, "errors", what, stdout)),
     clientCpuPercent: num(o, "client_cpu_percent", what, stdout),

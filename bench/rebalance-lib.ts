@@ -67,6 +67,9 @@ export interface LoadWindow {
   readonly opsPerSec: number;
   readonly p50: number;
   readonly p99: number;
+  readonly p999: number;
+  /** The window's slowest Put (ms). */
+  readonly max: number;
   readonly errors: number;
   /** Snapshot data the nodes sent during the window, all of them, bytes. */
   readonly snapshotBytes: number;

@@ -394,6 +394,8 @@ async function main(argv: readonly string[]): Promise<number> {
         opsPerSec: r.opsPerSec,
         p50: r.p50,
         p99: r.p99,
+        p999: r.p999,
+        max: r.max,
         errors: r.errors,
         snapshotBytes: server.snapshotBytes,
         cpuCores: server.cpuCores,
@@ -403,7 +405,7 @@ async function main(argv: readonly string[]): Promise<number> {
         machineBusy,
       };
       out(
-        `${phase.padEnd(9)} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}${machineBusy === null ? "" : `  machine ${(100 * machineBusy).toFixed(0)} % busy`}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
+        `${phase.padEnd(9)} ${w.startS.toFixed(0).padStart(5)} s  ${Math.round(w.opsPerSec)} Puts/s  p50 ${w.p50.toFixed(2)} ms  p99 ${w.p99.toFixed(2)} ms  p999 ${w.p999.toFixed(0)} ms  max ${w.max.toFixed(0)} ms  errors ${w.errors}${w.errors > 0 ? ` ${JSON.stringify(r.errorsByCode)} (first: ${r.firstError ?? "?"})` : ""}  snapshots ${(w.snapshotBytes / MIB / w.seconds).toFixed(1)} MiB/s  CPU ${w.cpuCores.map((c) => c.toFixed(2)).join("+")}${machineBusy === null ? "" : `  machine ${(100 * machineBusy).toFixed(0)} % busy`}  n4 replicas ${w.newNodeReplicas}  moving ${w.moving}  load ${loadAvg.toFixed(1)}`,
       );
       return w;
     };

@@ -54,6 +54,8 @@ function win(opsPerSec: number, p99: number, snapshotBytes = 0): LoadWindow {
     opsPerSec,
     p50: p99 / 4,
     p99,
+    p999: p99 * 2,
+    max: p99 * 4,
     errors: 0,
     snapshotBytes,
     cpuCores: [0.5, 0.5, 0.5],
