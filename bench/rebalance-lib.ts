@@ -236,11 +236,11 @@ export function rebalanceTable(
 ): string {
   const s = summarize(steady, rebalance);
   const lines = [
-    "| phase | from s | Put/s | × steady | p50 ms | p99 ms | errors | snapshot MiB/s | nodes' CPU (cores) | machine busy | new node's replicas | moving | load avg |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| phase | from s | Put/s | × steady | p50 ms | p99 ms | p999 ms | slowest ms | errors | snapshot MiB/s | nodes' CPU (cores) | machine busy | new node's replicas | moving | load avg |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ];
   const row = (phase: string, w: LoadWindow): string =>
-    `| ${phase} | ${fmt(w.startS)} | ${fmt(w.opsPerSec)} | ${fmt(s.steadyOpsPerSec === 0 ? 0 : w.opsPerSec / s.steadyOpsPerSec, 2)} | ${fmt(w.p50, 2)} | ${fmt(w.p99, 2)} | ${fmt(w.errors)} | ${fmt(w.snapshotBytes / MIB / w.seconds, 1)} | ${w.cpuCores.map((c) => fmt(c, 2)).join(" + ")} | ${w.machineBusy === null ? "—" : `${fmt(100 * w.machineBusy)} %`} | ${fmt(w.newNodeReplicas)} | ${fmt(w.moving)} | ${fmt(w.loadAvg, 1)} |`;
+    `| ${phase} | ${fmt(w.startS)} | ${fmt(w.opsPerSec)} | ${fmt(s.steadyOpsPerSec === 0 ? 0 : w.opsPerSec / s.steadyOpsPerSec, 2)} | ${fmt(w.p50, 2)} | ${fmt(w.p99, 2)} | ${fmt(w.p999)} | ${fmt(w.max)} | ${fmt(w.errors)} | ${fmt(w.snapshotBytes / MIB / w.seconds, 1)} | ${w.cpuCores.map((c) => fmt(c, 2)).join(" + ")} | ${w.machineBusy === null ? "—" : `${fmt(100 * w.machineBusy)} %`} | ${fmt(w.newNodeReplicas)} | ${fmt(w.moving)} | ${fmt(w.loadAvg, 1)} |`;
   for (const w of steady) lines.push(row("steady", w));
   for (const w of rebalance) lines.push(row("rebalance", w));
   for (const w of after) lines.push(row("after", w));

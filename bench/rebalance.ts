@@ -501,6 +501,11 @@ async function main(argv: readonly string[]): Promise<number> {
     out(
       `- p99: steady ${s.steadyP99.toFixed(1)} ms (median of the windows); during the rebalance median ${s.medianP99.toFixed(1)} ms, worst window ${s.worstP99.toFixed(1)} ms = **${s.p99Ratio.toFixed(2)}×** steady (goal ≤ 2×)`,
     );
+    const slowest = (ws: readonly LoadWindow[]): string =>
+      `${Math.round(Math.max(0, ...ws.map((w) => w.max)))} ms`;
+    out(
+      `- the slowest Put: steady ${slowest(steady)}, during the rebalance ${slowest(rebalance)}${settledWindows.length > 0 ? `, after it ${slowest(settledWindows)}` : ""} (a request stuck behind a move would show here)`,
+    );
     const cost = (name: string, c: PhaseCost): string =>
       `${name} ${Math.round(c.nodeMicrosPerPut)} µs (${c.nodeCores.toFixed(2)} cores${c.machineBusy === null ? "" : `, the machine ${(100 * c.machineBusy).toFixed(0)} % busy`})`;
     out(
