@@ -19,7 +19,8 @@
  * 5. Once even, `--after` seconds more of the same windows: the four nodes' rate with nothing
  *    moving, which tells what the moves cost from what a fourth process on the same cores does.
  *
- * Each window reports the Put rate against the steady one, its p50 and p99, the snapshot bytes
+ * Each window reports the Put rate against the steady one, its p50, p99, p999 and slowest Put (a
+ * request held up by a move's step would show in the last), the snapshot bytes
  * the nodes sent, every node's CPU, how busy the whole machine's CPU was (Linux: /proc/stat)
  * and where the move stands; the summary gives each phase's node CPU a Put. CAIRN_* variables
  * reach every node (CAIRN_CLUSTER_REBALANCE_RATE_BYTES_PER_SEC, CAIRN_CLUSTER_REBALANCE_MAX_MOVES,
