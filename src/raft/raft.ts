@@ -542,12 +542,16 @@ export class Raft {
         // Pre-votes and their grants speak of a future term; nobody changes term for them.
       } else if (m.type === "append" || m.type === "heartbeat" || m.type === "snapshot") {
         this.becomeFollower(m.term, m.from);
-      } else if (m.type === "vote") {
-        // The candidate's term, but not a restart of the election timer: that restarts on
+      } else if (m.type === "vote" || m.type === "vote-resp" || m.type === "prevote-resp") {
+        // The other member's term, but not a restart of the election timer: that restarts on
         // hearing from a leader or granting a vote (#handleVote), as the Raft paper's Figure 2
         // has it. A candidate whose log is behind would otherwise restart, with every campaign
         // it loses, the timer of the one member that can win, and with PreVote off the two can
-        // take turns for ever (the simulation, seed 7104392 with 5 nodes).
+        // take turns for ever (the simulation, seed 7104392 with 5 nodes). And the one that can
+        // win, refused by that candidate's higher term, would campaign a whole new timeout
+        // after each refusal, always after the other, which campaigns a timeout after its
+        // last campaign and sends it no vote request to learn from (its configuration is
+        // stale): the simulation's seed 7605952, 3 nodes.
         const elapsed = this.#electionElapsed;
         const timeout = this.#randomizedElectionTimeout;
         this.becomeFollower(m.term, null);

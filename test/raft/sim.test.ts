@@ -131,9 +131,13 @@ describe("raft simulation", () => {
     // 7104392 (5 members, PreVote off, two voters left): the member behind kept campaigning and
     // each of its lost campaigns restarted the election timer of the one that could win; a
     // vote request restarts it now only when granted.
+    // 7605952 (3 members, PreVote off, two voters left): the member that could win restarted its
+    // timer at every refusal by the other's higher term, so the other always campaigned first;
+    // a refusal now keeps the timer.
     for (const [seed, nodes] of [
       [6500, 3],
       [7104392, 5],
+      [7605952, 3],
     ] as const) {
       const r = runSeed({ seed, nodes });
       assert.equal(r.violation, null, replayCommand({ seed, nodes }));
