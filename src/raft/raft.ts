@@ -587,6 +587,7 @@ export class Raft {
           term: this.term,
           reject: true,
         });
+        if (m.type === "vote") this.#yieldToBetterCandidate(m);
       }
       return;
     }
@@ -833,7 +834,29 @@ export class Raft {
       }
     } else {
       this.#send({ type: respType, from: this.id, to: m.from, term: this.term, reject: true });
+      if (m.type === "vote" && holdsLost) this.#yieldToBetterCandidate(m);
     }
+  }
+
+  /**
+   * A vote request this member refused (its term is behind ours, or we voted in it already)
+   * came from a candidate whose log is ahead of ours: with no leader to follow, we draw a new
+   * election timeout, so that the candidate, which learns our term from the refusal, campaigns
+   * again before we do. We cannot get its vote, and its log is the better one to elect. Without
+   * it, a member whose configuration is stale (it sends that candidate no vote request, so the
+   * candidate hears of our terms only from refusals) campaigns at its own pace, and the two
+   * take turns in which we always come first, for as long as the phases of their timers hold
+   * (the core simulation's seed 7705622, 3 nodes, PreVote off: 14 refusals in a row). A
+   * pre-vote does not: pre-votes change no term.
+   */
+  #yieldToBetterCandidate(m: VoteMessage): void {
+    if (this.lead !== null) return;
+    const myTerm = this.log.lastTerm();
+    const ahead =
+      m.lastTerm > myTerm || (m.lastTerm === myTerm && m.lastIndex > this.log.lastIndex());
+    if (!ahead) return;
+    this.#electionElapsed = 0;
+    this.#randomizedElectionTimeout = this.#electionTimeout + this.#rng.int(this.#electionTimeout);
   }
 
   /**

@@ -134,10 +134,15 @@ describe("raft simulation", () => {
     // 7605952 (3 members, PreVote off, two voters left): the member that could win restarted its
     // timer at every refusal by the other's higher term, so the other always campaigned first;
     // a refusal now keeps the timer.
+    // 7705622 and 7703336 (3 members, PreVote off): the same two, the phases of their timers
+    // left the one behind first for 14 rounds; a member that refuses a candidate whose log is
+    // ahead of its own now draws a new timeout.
     for (const [seed, nodes] of [
       [6500, 3],
       [7104392, 5],
       [7605952, 3],
+      [7703336, 3],
+      [7705622, 3],
     ] as const) {
       const r = runSeed({ seed, nodes });
       assert.equal(r.violation, null, replayCommand({ seed, nodes }));
