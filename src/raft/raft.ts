@@ -694,9 +694,8 @@ export class Raft {
     this.lead = null;
     this.#quiesced = false;
     this.#idleTicks = 0;
-    this.#electionElapsed = 0;
+    this.#restartElectionTimer();
     this.#heartbeatElapsed = 0;
-    this.#randomizedElectionTimeout = this.#electionTimeout + this.#rng.int(this.#electionTimeout);
     this.leadTransferee = null;
     this.#votes = new Map();
     this.#readSeq = 0;
@@ -820,12 +819,7 @@ export class Raft {
       this.vote === m.from ||
       (this.vote === null && this.lead === null) ||
       (m.type === "prevote" && m.term > this.term);
-    const lost = this.bugs.votesWithLostLog === true ? null : this.#lostLast;
-    const holdsLost =
-      lost === null ||
-      m.lastTerm > lost.term ||
-      (m.lastTerm === lost.term && m.lastIndex >= lost.index);
-    if (canVote && holdsLost && this.log.isUpToDate(m.lastIndex, m.lastTerm)) {
+    if (canVote && this.#holdsLost(m) && this.log.isUpToDate(m.lastIndex, m.lastTerm)) {
       // A granted pre-vote answers with the term it was asked about, so the pre-candidate counts it.
       this.#send({ type: respType, from: this.id, to: m.from, term: m.term, reject: false });
       if (m.type === "vote") {
@@ -834,8 +828,18 @@ export class Raft {
       }
     } else {
       this.#send({ type: respType, from: this.id, to: m.from, term: this.term, reject: true });
-      if (m.type === "vote" && holdsLost) this.#yieldToBetterCandidate(m);
+      if (m.type === "vote") this.#yieldToBetterCandidate(m);
     }
+  }
+
+  /** Whether a candidate's log holds what this member lost with its log (if it lost any). */
+  #holdsLost(m: VoteMessage): boolean {
+    const lost = this.bugs.votesWithLostLog === true ? null : this.#lostLast;
+    return (
+      lost === null ||
+      m.lastTerm > lost.term ||
+      (m.lastTerm === lost.term && m.lastIndex >= lost.index)
+    );
   }
 
   /**
@@ -854,7 +858,12 @@ export class Raft {
     const myTerm = this.log.lastTerm();
     const ahead =
       m.lastTerm > myTerm || (m.lastTerm === myTerm && m.lastIndex > this.log.lastIndex());
-    if (!ahead) return;
+    if (!ahead || !this.#holdsLost(m)) return;
+    this.#restartElectionTimer();
+  }
+
+  /** Election time starts over, against a newly drawn timeout in [timeout, 2 × timeout). */
+  #restartElectionTimer(): void {
     this.#electionElapsed = 0;
     this.#randomizedElectionTimeout = this.#electionTimeout + this.#rng.int(this.#electionTimeout);
   }
