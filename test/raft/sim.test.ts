@@ -135,7 +135,7 @@ describe("raft simulation", () => {
     // timer at every refusal by the other's higher term, so the other always campaigned first;
     // a refusal now keeps the timer.
     // 7705622 and 7703336 (3 members, PreVote off): the same two, the phases of their timers
-    // left the one behind first for 14 rounds; a member that refuses a candidate whose log is
+    // left the one behind first for 18 rounds; a member that refuses a candidate whose log is
     // ahead of its own now draws a new timeout.
     for (const [seed, nodes] of [
       [6500, 3],
