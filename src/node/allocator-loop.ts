@@ -13,12 +13,15 @@
  *
  * A clock never counts from before this node first saw the member (a member just admitted gets
  * a whole `dead_after_ms` to show up alive; so does every member after this node starts), nor
- * from before this node last saw fewer than half of the members alive: a node cut off from the
- * others sees them all unreachable, and its gossip may still show some of them unreachable for a
- * moment after the cut heals; the time it was cut off is not time they were dead (a member
- * marked dead too late costs time; too early, a needless move).
+ * from before this node last saw fewer than half of the active and decommissioning members alive:
+ * a node cut off from the others sees them all unreachable, and its gossip may still show some
+ * of them unreachable for a moment after the cut heals; the time it was cut off is not time they
+ * were dead (a member marked dead too late costs time; too early, a needless move). Joining
+ * members are not counted there: they may never show up (a node that crashed right after asking
+ * to join, or a flood of join requests), and as many of them as there were members kept every
+ * node "cut off" at every pass, so that nobody, dead or joining, was ever marked dead.
  */
-import { allocate, isMetaHolder, type MetaCommand, type MetaState } from "../cluster/index.ts";
+import { allocate, type MetaCommand, type MetaState } from "../cluster/index.ts";
 import type { Logger } from "../ops/index.ts";
 
 export interface AllocatorHost {
@@ -61,8 +64,10 @@ export class AllocatorLoop {
     let seen = 0;
     for (const id of meta.members.keys()) {
       const here = alive.has(id) || id === host.nodeId;
-      // The members that should be running: joining, active or decommissioning.
-      if (isMetaHolder(meta.stateOf(id))) {
+      // The members that should be running: active or decommissioning (not the joining ones,
+      // which may never show up: see the module comment).
+      const state = meta.stateOf(id);
+      if (state === "active" || state === "decommissioning") {
         running++;
         if (here) seen++;
       }

@@ -79,7 +79,8 @@ function harness(deadAfterMs: number): Harness {
     meta: () => h.state,
     leadsMeta: () => h.leads,
     alive: () => h.alive,
-    metaCaughtUp: () => true,
+    // Members p1, p2, ... asked to join and never came: they never catch up.
+    metaCaughtUp: (node) => !node.startsWith("p"),
     propose: (cmd) => {
       h.proposals.push(cmd);
       return new Promise<void>((resolve, reject) => pending.push({ cmd, resolve, reject }));
@@ -165,6 +166,26 @@ describe("AllocatorLoop", () => {
     h.loop.pass(18_000); // 10 s after the last pass that saw it cut off
     await h.settle(true);
     assert.ok(markedDead(h, "n3"), JSON.stringify(h.proposals));
+  });
+
+  it("members joining that never show up do not make it cut off: they and a dead member are marked dead", async () => {
+    const h = harness(10_000);
+    // Five nodes asked to join and never came (crashed at once, or a flood of join requests):
+    // counted as members to see, four of nine in sight looked like this node being cut off.
+    for (const id of ["p1", "p2", "p3", "p4", "p5"]) {
+      h.state = h.state.apply({ op: "join", member: member(id) }).state;
+    }
+    h.loop.pass(0);
+    await h.settle(true);
+    h.alive.delete("n3");
+    h.proposals.length = 0;
+    h.loop.pass(9_999);
+    await h.settle(true);
+    assert.ok(!markedDead(h), JSON.stringify(h.proposals));
+    h.loop.pass(10_000);
+    await h.settle(true);
+    for (const id of ["n3", "p1", "p5"])
+      assert.ok(markedDead(h, id), `${id} marked dead: ${JSON.stringify(h.proposals)}`);
   });
 
   it("keeps one batch in flight, and asks for the next pass once a batch commits", async () => {
