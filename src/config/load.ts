@@ -38,6 +38,7 @@ export interface CairnConfig {
     readonly bootstrap_expect: number;
     readonly dead_after_ms: number;
     readonly disk_full_percent: number;
+    readonly max_joining: number;
     readonly rebalance: {
       readonly max_moves: number;
       readonly tolerance: number;

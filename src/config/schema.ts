@@ -188,6 +188,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "A member whose data directory's file system is this full (used share, as df's Use%) reports it to the meta group and takes no new replica (no new shard, repair or rebalancing move) until it is 5 points below; the replicas it holds stay. 100 turns the report off. Read by every member for itself.",
   },
   {
+    key: "cluster.max_joining",
+    kind: "int",
+    schema: intBetween(1, 1024),
+    default: 8,
+    env: "CAIRN_CLUSTER_MAX_JOINING",
+    expect: "must be an integer between 1 and 1024",
+    doc: "Nodes that may be joining the cluster at once (each a learner of the meta group until it is active); a node asking to join past it is refused, CAIRN_ERR_MEMBER_LIMIT, and asks again every 2 s. A cluster records at most 1024 members, removed ones aside. Read by the meta group's leader.",
+  },
+  {
     key: "cluster.rebalance.max_moves",
     kind: "int",
     schema: intBetween(0, 256),

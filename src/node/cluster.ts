@@ -48,6 +48,7 @@ import type { CairnConfig } from "../config/index.ts";
 import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
+import { MEMBER_LIMIT } from "./join-admission.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
 import { peersToAsk, REMOVAL_CHECK_MS, removedByViews, type ViewAnswer } from "./removal-watch.ts";
 
@@ -642,10 +643,12 @@ export class ClusterState {
             return;
           }
           // A refusal by the peer (another cluster, another number of shard workers, not a
-          // member) is a configuration mistake an operator must see; the rest is the cluster
-          // being busy.
+          // member) is a configuration mistake an operator must see, and so is a cluster with
+          // no room for another node (join-admission.ts); the rest is the cluster being busy.
           const refused =
-            grpcCode === status.FAILED_PRECONDITION || grpcCode === status.PERMISSION_DENIED;
+            grpcCode === status.FAILED_PRECONDITION ||
+            grpcCode === status.PERMISSION_DENIED ||
+            errorCodeOf(err) === MEMBER_LIMIT;
           if (isTlsMismatch(err)) {
             this.#log.error(TLS_MISMATCH, { error: describe(err) });
           } else {
@@ -692,6 +695,18 @@ export class ClusterState {
         if (errorCodeOf(err) === "CAIRN_ERR_NODE_REMOVED" && !this.#lost) {
           this.#lost = true;
           this.#onLostState(new CairnError("CAIRN_ERR_NODE_REMOVED", describe(err)));
+          return;
+        }
+        if (errorCodeOf(err) === MEMBER_LIMIT) {
+          // No room yet (cluster.max_joining, or the members' bound): asked again on the next
+          // pass, and said once per reason, not every 2 s.
+          const why = describe(err);
+          if (this.#joinRefusal !== why) {
+            this.#log.warn("the cluster has no room for this node yet; asking again", {
+              error: why,
+            });
+          }
+          this.#joinRefusal = why;
           return;
         }
         const refused = errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT";
@@ -1103,6 +1118,7 @@ async function proposeViaLeader(
         code === "CAIRN_ERR_LOST_STATE" ||
         code === "CAIRN_ERR_NODE_REMOVED" ||
         code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
+        code === MEMBER_LIMIT ||
         grpcCode === status.FAILED_PRECONDITION ||
         grpcCode === status.PERMISSION_DENIED ||
         isTlsMismatch(err)

@@ -55,6 +55,7 @@ import {
   transferInPlace,
   type WorkerTunnels,
 } from "../api/index.ts";
+import { JoinAdmission } from "./join-admission.ts";
 import {
   checkRejoin,
   probeMember,
@@ -158,6 +159,8 @@ export class CairnNode implements HealthSource {
   #store: MultiRaft | null = null;
   readonly views: ClusterViewPublisher;
   readonly #started = performance.now();
+  /** The bounds on nodes let into the cluster, checked while this node leads the meta group. */
+  readonly #joins: JoinAdmission;
   /** Set once start() has finished: every server up (the gRPC one last but SWIM). */
   #serving = false;
   #rpc: RpcServer | null = null;
@@ -195,6 +198,7 @@ export class CairnNode implements HealthSource {
     this.views = cell?.views ?? new ClusterViewPublisher(config.cluster.total_shards);
     this.#onFatal = onFatal;
     this.#cell = cell;
+    this.#joins = new JoinAdmission(config.cluster.max_joining);
   }
 
   /** The multi-raft driver; throws before storage recovery has finished. */
@@ -642,11 +646,20 @@ export class CairnNode implements HealthSource {
           if (cmd.op === "bootstrap") {
             throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
           }
-          // A node with a live member's id must not evict it as its "new incarnation".
-          const peerTls = this.#peerTls ?? undefined;
-          await checkRejoin(cluster.meta, cmd, (address, id) => probeMember(address, id, peerTls));
-          const outcome = await store.proposeMeta(cmd);
-          if (outcome.kind === "rejected") throw metaRefusal(outcome);
+          // Room for a node let in (the members table is fed by the network), while this node
+          // leads the meta group: a follower's refusal would name no leader to ask.
+          const release = store.leads(0) ? this.#joins.admit(cluster.meta, cmd) : null;
+          try {
+            // A node with a live member's id must not evict it as its "new incarnation".
+            const peerTls = this.#peerTls ?? undefined;
+            await checkRejoin(cluster.meta, cmd, (address, id) =>
+              probeMember(address, id, peerTls),
+            );
+            const outcome = await store.proposeMeta(cmd);
+            if (outcome.kind === "rejected") throw metaRefusal(outcome);
+          } finally {
+            release?.();
+          }
         },
         readIndex: (shard, voucher) => store.readIndexAsLeader(shard, voucher),
         // KV calls forwarded over the streams (forward.ts): served by the KV handlers here, the

@@ -55,6 +55,7 @@ describe("loadConfig", () => {
       bootstrap_expect: 3,
       dead_after_ms: 300_000,
       disk_full_percent: 95,
+      max_joining: 8,
       rebalance: { max_moves: 4, tolerance: 2, rate_bytes_per_sec: 4 * 1024 * 1024 },
     });
     assert.equal(c.telemetry.prometheus.enabled, true);
@@ -200,7 +201,7 @@ describe("loadConfig", () => {
     );
     assert.match(
       err.message,
-      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, disk_full_percent, rebalance/,
+      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, disk_full_percent, max_joining, rebalance/,
     );
   });
 
