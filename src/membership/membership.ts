@@ -90,6 +90,15 @@ const DNS_TTL_MS = 30_000;
 /** How long a ping's send time is kept waiting for its ack. */
 const RTT_WINDOW_MS = 5_000;
 
+/**
+ * A problem the gossip reports (another shard count, a node id used twice) is logged once per
+ * kind and sender this often at most: it comes from unauthenticated UDP, one per datagram, and a
+ * flood of datagrams must not become a flood of ERROR lines. At most MAX_REPORTED problems are
+ * remembered, so at most that many lines a period, however many senders.
+ */
+const REPORT_EVERY_MS = 60_000;
+const MAX_REPORTED = 256;
+
 export class Membership {
   readonly #socket: dgram.Socket;
   readonly #swim: Swim;
@@ -113,6 +122,10 @@ export class Membership {
   readonly #family: 4 | 6;
   #closed = false;
   #inFlight = 0;
+  /** When each problem (kind and sender) was last logged (REPORT_EVERY_MS). */
+  readonly #reported = new Map<string, number>();
+  /** SWIM's refusedMembers when last logged. */
+  #refusedLogged = 0;
   #drained: (() => void) | null = null;
   #stats = {
     datagramsReceived: 0,
@@ -357,11 +370,37 @@ export class Membership {
       });
     }
     for (const err of ready.errors) {
-      this.#log.error(err.message, { code: err.code, peer: err.peer });
+      if (this.#shouldReport(`${err.code} ${err.peer}`)) {
+        this.#log.error(err.message, { code: err.code, peer: err.peer });
+      }
       if (err instanceof ShardCountMismatchError) for (const r of [...this.#refusals]) r(err);
+    }
+    const refused = this.#swim.refusedMembers;
+    if (refused > this.#refusedLogged && this.#shouldReport("refused-members")) {
+      this.#log.warn(
+        "gossip named more members than this node remembers; updates about new ones ignored (is a host flooding the gossip port?)",
+        { ignored: refused - this.#refusedLogged, remembered: this.#swim.members().length - 1 },
+      );
+      this.#refusedLogged = refused;
     }
     if (ready.events.length > 0) this.#report(ready.events);
     for (const w of [...this.#replyWaiters]) w();
+  }
+
+  /** Whether problem `key` may be logged now (REPORT_EVERY_MS); records it when so. */
+  #shouldReport(key: string): boolean {
+    const now = performance.now();
+    const last = this.#reported.get(key);
+    if (last !== undefined && now - last < REPORT_EVERY_MS) return false;
+    if (last === undefined && this.#reported.size >= MAX_REPORTED) {
+      // Full: forget the problems not logged within the period; with none to forget, this one
+      // is not logged (at most MAX_REPORTED lines a period, however many senders).
+      for (const [k, at] of this.#reported)
+        if (now - at >= REPORT_EVERY_MS) this.#reported.delete(k);
+      if (this.#reported.size >= MAX_REPORTED) return false;
+    }
+    this.#reported.set(key, now);
+    return true;
   }
 
   #report(events: readonly MemberEvent[]): void {

@@ -4,6 +4,7 @@ import { seededRng } from "../../src/common/index.ts";
 import {
   describeMessage,
   incarnation,
+  MAX_RELAYS,
   type Message,
   memberId,
   MembershipConfigError,
@@ -268,6 +269,64 @@ describe("SWIM core", () => {
       () => new Swim({ self: metaOf("a"), rng: seededRng(1), config: { ackTimeoutTicks: 10 } }),
       MembershipConfigError,
     );
+  });
+});
+
+describe("SWIM core against a flood (unauthenticated UDP)", () => {
+  const alive = (id: string, inc = 0): Update => ({
+    kind: "alive",
+    incarnation: incarnation(inc),
+    meta: metaOf(id),
+  });
+
+  it("remembers at most maxMembers members: updates naming more are ignored and counted", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1), config: { maxMembers: 50 } });
+    // 5,000 made-up members, in gossip datagrams of 20 updates.
+    for (let d = 0; d < 250; d++) {
+      swim.handle("x.test:7447", {
+        type: "gossip",
+        from: memberId("x"),
+        totalShards: 1024,
+        gossip: Array.from({ length: 20 }, (_, i) => alive(`fake-${d * 20 + i}`)),
+      });
+    }
+    swim.takeReady();
+    assert.equal(swim.members().length, 51, "itself and 50 others");
+    assert.equal(swim.refusedMembers, 5000 - 50);
+    // Members it remembers still change: fake-0 refutes at a higher incarnation.
+    swim.handle("x.test:7447", {
+      type: "gossip",
+      from: memberId("x"),
+      totalShards: 1024,
+      gossip: [alive("fake-0", 7)],
+    });
+    assert.equal(swim.member(memberId("fake-0"))?.incarnation, 7);
+  });
+
+  it(`relays at most ${MAX_RELAYS} ping-reqs at once`, () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    const pings = (): number =>
+      swim.takeReady().messages.filter((o) => o.message.type === "ping").length;
+    const flood = (from: number): void => {
+      for (let i = from; i < from + 1000; i++) {
+        swim.handle("x.test:7447", {
+          type: "ping-req",
+          from: memberId("x"),
+          totalShards: 1024,
+          seq: i,
+          target: memberId(`victim-${i}`),
+          targetAddr: `victim-${i}.test:7447`,
+          gossip: [],
+        });
+      }
+    };
+    flood(0);
+    assert.equal(pings(), MAX_RELAYS, "one ping a relay, the rest not relayed");
+    // Relays expire after a probe period (no ack came): then there is room again.
+    for (let t = 0; t < 10; t++) swim.tick();
+    swim.takeReady();
+    flood(1000);
+    assert.equal(pings(), MAX_RELAYS);
   });
 });
 

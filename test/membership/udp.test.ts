@@ -13,6 +13,7 @@ import { after, describe, it } from "node:test";
 import {
   decodeMessage,
   encodeMessage,
+  incarnation,
   memberId,
   type Message,
 } from "../../src/membership/core/index.ts";
@@ -311,6 +312,93 @@ describe("membership drops malformed datagrams", () => {
 
 describe("membership join", () => {
   const base = { advertiseHttpAddr: "127.0.0.1:8080", totalShards: 16, tickMs: 20 };
+
+  it("a flood of made-up members and of datagrams with another shard count: the table and the ERROR lines stay bounded", async () => {
+    const lines: { level: string; message: string }[] = [];
+    const logger = {
+      info: () => {},
+      warn: (message: string) => lines.push({ level: "warn", message }),
+      error: (message: string) => lines.push({ level: "error", message }),
+    };
+    const m1 = await Membership.start({
+      nodeId: "m1",
+      bindAddr: "127.0.0.1:0",
+      advertiseHttpAddr: "127.0.0.1:8080",
+      totalShards: 16,
+      seeds: [],
+      tickMs: 20,
+      config: { maxMembers: 100 },
+      logger,
+    });
+    const raw = dgram.createSocket("udp4");
+    try {
+      await m1.join();
+      const { port } = new URL(`udp://${m1.boundAddr}`);
+      const send = (m: Message): Promise<void> =>
+        new Promise((resolve, reject) =>
+          raw.send(encodeMessage(m), Number(port), "127.0.0.1", (err) =>
+            err ? reject(err) : resolve(),
+          ),
+        );
+      // 2,000 made-up members in 100 gossip datagrams.
+      for (let d = 0; d < 100; d++) {
+        await send({
+          type: "gossip",
+          from: memberId("flooder"),
+          totalShards: 16,
+          gossip: Array.from({ length: 20 }, (_, i) => ({
+            kind: "alive" as const,
+            incarnation: incarnation(0),
+            meta: {
+              id: memberId(`fake-${d * 20 + i}`),
+              rpcAddr: "127.0.0.1:9",
+              httpAddr: "127.0.0.1:9",
+              totalShards: 16,
+            },
+          })),
+        });
+      }
+      // 300 datagrams with another shard count from one sender, then from 600 made-up ones.
+      const mismatched = (from: string, seq: number): Message => ({
+        type: "ping",
+        from: memberId(from),
+        totalShards: 32,
+        seq,
+        target: memberId("m1"),
+        gossip: [],
+      });
+      for (let i = 0; i < 300; i++) await send(mismatched("other-cluster", i));
+      for (let i = 0; i < 600; i++) await send(mismatched(`other-${i}`, i));
+
+      // The member still answers a valid probe, which proves the flood went first.
+      const acked = new Promise<void>((resolve) => {
+        raw.on("message", (msg: Buffer) => {
+          const d = decodeMessage(msg);
+          if (d.ok && d.message.type === "ack" && d.message.seq === 4242) resolve();
+        });
+      });
+      // (Sent again until answered: the flood may overrun the socket's receive buffer.)
+      const probe = (): Promise<void> => send({ ...mismatched("probe", 4242), totalShards: 16 });
+      const again = setInterval(() => void probe(), 200);
+      try {
+        await probe();
+        await withTimeout(acked, 10_000, "the ack of a valid ping");
+      } finally {
+        clearInterval(again);
+      }
+
+      assert.ok(m1.members().length <= 101, `${m1.members().length} members remembered`);
+      const warned = lines.filter((l) => l.message.startsWith("gossip named more members"));
+      assert.equal(warned.length, 1, JSON.stringify(warned));
+      const errors = lines.filter((l) => l.level === "error");
+      const fromOne = errors.filter((l) => l.message.includes("other-cluster at"));
+      assert.equal(fromOne.length, 1, "one sender: one line a minute");
+      assert.ok(errors.length <= 257, `${errors.length} ERROR lines for 900 datagrams`);
+    } finally {
+      raw.close();
+      await m1.close();
+    }
+  });
 
   it("resolves at once without seeds; refuses a port that is already bound", async () => {
     const alone = await Membership.start({

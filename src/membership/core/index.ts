@@ -19,6 +19,7 @@ export {
 } from "./messages.ts";
 export {
   isWildcardHost,
+  MAX_RELAYS,
   type Outgoing,
   parseHostPort,
   type Ready,

@@ -142,6 +142,11 @@ interface Relay {
 
 const isLive = (s: MemberState): boolean => s === "alive" || s === "suspect";
 
+/** Ping-reqs relayed at once (#relays): past it, a ping-req is not relayed. */
+export const MAX_RELAYS = 256;
+/** Other addresses claiming this node's id that are counted (#claims). */
+const MAX_CLAIMS = 64;
+
 export class Swim {
   readonly #self: MemberMeta;
   readonly #rng: Rng;
@@ -165,6 +170,7 @@ export class Swim {
   #nextPushPullAt: Ticks;
   #nextReconnectAt: Ticks;
   #seq = 0;
+  /** Probes asked for by ping-reqs, awaiting the target's ack (at most MAX_RELAYS). */
   readonly #relays = new Map<number, Relay>();
   #pushPullReplies = 0;
   /** Senders recently answered with a push-pull because we did not know them as live. */
@@ -184,6 +190,8 @@ export class Swim {
    * means the claimant answered the first (a live duplicate), reported once (#errors).
    */
   readonly #claims = new Map<string, number>();
+  /** Updates naming a new member ignored because the table was full (SwimConfig.maxMembers). */
+  #refusedMembers = 0;
   /** Other ids found claimed by two live nodes, reported once each. */
   readonly #duplicates = new Set<MemberId>();
 
@@ -217,6 +225,13 @@ export class Swim {
   /** Push-pull replies received so far: a joining driver waits for this to grow. */
   get pushPullReplies(): number {
     return this.#pushPullReplies;
+  }
+  /**
+   * Updates naming a new member ignored so far because maxMembers were remembered already: a
+   * host flooding the gossip port with made-up members (the driver reports when it grows).
+   */
+  get refusedMembers(): number {
+    return this.#refusedMembers;
   }
   /** Live members (alive or suspect), this one included. */
   get liveCount(): number {
@@ -370,6 +385,9 @@ export class Swim {
       }
       case "ping-req": {
         this.#handleGossip(m.gossip);
+        // Each relay is a ping sent for someone else: a flood of ping-reqs must not make this
+        // member keep (and send) one for every one of them.
+        if (this.#relays.size >= MAX_RELAYS) return;
         const seq = this.#nextSeq();
         const expiresAt = ticks(this.#now + this.#config.probeIntervalTicks);
         this.#relays.set(seq, { to: fromAddr, seq: m.seq, expiresAt, target: m.target });
@@ -701,6 +719,10 @@ export class Swim {
     if (u.meta.totalShards !== this.#self.totalShards) return;
     const e = this.#members.get(id);
     if (e === undefined) {
+      if (this.#members.size >= this.#config.maxMembers) {
+        this.#refusedMembers++;
+        return;
+      }
       this.#members.set(id, {
         meta: u.meta,
         state: "alive",
@@ -817,6 +839,8 @@ export class Swim {
   /** Another address claims this node's id at an incarnation this node must outbid. */
   #noticeClaim(addr: string): void {
     const refuted = (this.#claims.get(addr) ?? 0) + 1;
+    // Bounded like #introduced: past it, a new address is refuted but not counted.
+    if (refuted === 1 && this.#claims.size >= MAX_CLAIMS) return;
     this.#claims.set(addr, refuted);
     if (refuted === 2) {
       this.#errors.push(

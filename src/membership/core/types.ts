@@ -81,6 +81,13 @@ export interface SwimConfig {
   readonly reconnectIntervalTicks: number;
   /** Ticks a dead or left member is remembered before it is forgotten. */
   readonly tombstoneTicks: number;
+  /**
+   * Other members remembered at most (any state): an update naming a new member past it is
+   * ignored. Gossip is unauthenticated UDP, and a host flooding the port with made-up members
+   * must not grow the table (and the probe order, which every member waits its turn in) without
+   * end. Far above any cluster's size (a cluster records at most 1,024 members).
+   */
+  readonly maxMembers: number;
 }
 
 /** The tick length the default configuration is written for. */
@@ -98,6 +105,7 @@ export const DEFAULT_SWIM_CONFIG: SwimConfig = {
   pushPullIntervalTicks: 300,
   reconnectIntervalTicks: 20,
   tombstoneTicks: 3000,
+  maxMembers: 2048,
 };
 
 export class MembershipConfigError extends CairnError {
