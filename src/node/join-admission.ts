@@ -12,7 +12,7 @@
  *
  * - at most `cluster.max_joining` members `joining` at once (etcd's `--max-learners`): a join past
  *   it is refused, retryably, and the node asks again (every 2 s) until one of those before it is
- *   `active` (or, never caught up, `dead`);
+ *   `active` (or, stopped before that, `dead`);
  * - at most MAX_MEMBERS members recorded, removed ones aside: a join of a new id past it is
  *   refused until the operator removes members.
  *
