@@ -20,6 +20,7 @@ import {
 import {
   Membership,
   type MembershipEvent,
+  type MembershipOptions,
   noopMembershipMetrics,
 } from "../../src/membership/index.ts";
 
@@ -186,14 +187,7 @@ describe("membership over real UDP", () => {
 describe("membership drops malformed datagrams", () => {
   it("random bytes, truncated, wrong version and oversized datagrams change nothing", async () => {
     const fast = { tickMs: 20 };
-    const m1 = await Membership.start({
-      nodeId: "m1",
-      bindAddr: "127.0.0.1:0",
-      advertiseHttpAddr: "127.0.0.1:8080",
-      totalShards: 16,
-      seeds: [],
-      ...fast,
-    });
+    const m1 = await loneMember();
     const m2 = await Membership.start({
       nodeId: "m2",
       bindAddr: "127.0.0.1:0",
@@ -320,16 +314,7 @@ describe("membership join", () => {
       warn: (message: string) => lines.push({ level: "warn", message }),
       error: (message: string) => lines.push({ level: "error", message }),
     };
-    const m1 = await Membership.start({
-      nodeId: "m1",
-      bindAddr: "127.0.0.1:0",
-      advertiseHttpAddr: "127.0.0.1:8080",
-      totalShards: 16,
-      seeds: [],
-      tickMs: 20,
-      config: { maxMembers: 100 },
-      logger,
-    });
+    const m1 = await loneMember({ config: { maxMembers: 100 }, logger });
     const raw = dgram.createSocket("udp4");
     try {
       await m1.join();
@@ -505,6 +490,19 @@ async function freeUdpPort(): Promise<number> {
   const port = probe.address().port;
   await new Promise<void>((resolve) => probe.close(() => resolve()));
   return port;
+}
+
+/** Member m1 on 127.0.0.1 (a free port), 16 shards, no seeds, a tick every 20 ms. */
+function loneMember(extra: Partial<MembershipOptions> = {}): Promise<Membership> {
+  return Membership.start({
+    nodeId: "m1",
+    bindAddr: "127.0.0.1:0",
+    advertiseHttpAddr: "127.0.0.1:8080",
+    totalShards: 16,
+    seeds: [],
+    tickMs: 20,
+    ...extra,
+  });
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
