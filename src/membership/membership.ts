@@ -124,8 +124,9 @@ export class Membership {
   #inFlight = 0;
   /** When each problem (kind and sender) was last logged (REPORT_EVERY_MS). */
   readonly #reported = new Map<string, number>();
-  /** SWIM's refusedMembers when last logged. */
+  /** SWIM's refusedMembers when last logged, and when (its own clock: #reported may be full). */
   #refusedLogged = 0;
+  #refusedLoggedAt = -Infinity;
   #drained: (() => void) | null = null;
   #stats = {
     datagramsReceived: 0,
@@ -376,12 +377,14 @@ export class Membership {
       if (err instanceof ShardCountMismatchError) for (const r of [...this.#refusals]) r(err);
     }
     const refused = this.#swim.refusedMembers;
-    if (refused > this.#refusedLogged && this.#shouldReport("refused-members")) {
+    const now = performance.now();
+    if (refused > this.#refusedLogged && now - this.#refusedLoggedAt >= REPORT_EVERY_MS) {
       this.#log.warn(
         "gossip named more members than this node remembers; updates about new ones ignored (is a host flooding the gossip port?)",
         { ignored: refused - this.#refusedLogged, remembered: this.#swim.members().length - 1 },
       );
       this.#refusedLogged = refused;
+      this.#refusedLoggedAt = now;
     }
     if (ready.events.length > 0) this.#report(ready.events);
     for (const w of [...this.#replyWaiters]) w();
