@@ -377,14 +377,16 @@ export class Membership {
       if (err instanceof ShardCountMismatchError) for (const r of [...this.#refusals]) r(err);
     }
     const refused = this.#swim.refusedMembers;
-    const now = performance.now();
-    if (refused > this.#refusedLogged && now - this.#refusedLoggedAt >= REPORT_EVERY_MS) {
+    if (
+      refused > this.#refusedLogged &&
+      performance.now() - this.#refusedLoggedAt >= REPORT_EVERY_MS
+    ) {
       this.#log.warn(
         "gossip named more members than this node remembers; updates about new ones ignored (is a host flooding the gossip port?)",
         { ignored: refused - this.#refusedLogged, remembered: this.#swim.members().length - 1 },
       );
       this.#refusedLogged = refused;
-      this.#refusedLoggedAt = now;
+      this.#refusedLoggedAt = performance.now();
     }
     if (ready.events.length > 0) this.#report(ready.events);
     for (const w of [...this.#replyWaiters]) w();

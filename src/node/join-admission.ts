@@ -42,7 +42,7 @@ export class JoinAdmission {
     this.#maxMembers = maxMembers;
   }
 
-  /** Admissions being proposed now (for tests and metrics). */
+  /** Admissions being proposed now (for tests). */
   get pending(): number {
     return this.#pending.size;
   }
@@ -56,24 +56,15 @@ export class JoinAdmission {
   admit(meta: MetaState | null, cmd: MetaCommand): () => void {
     const pass = (): void => undefined;
     if (meta === null || meta.clusterId === null) return pass;
-    let id: string;
-    let adds: boolean;
-    if (cmd.op === "join") {
-      id = cmd.member.id;
-      const previous = meta.members.get(id);
-      const incarnation = cmd.member.incarnation;
-      adds = previous === undefined;
-      const newLife =
-        previous !== undefined && incarnation !== undefined && startsNewLife(previous, incarnation);
-      if (!adds && !newLife) return pass;
-    } else if (cmd.op === "rejoin") {
-      id = cmd.id;
-      const previous = meta.members.get(id);
-      if (previous === undefined || !startsNewLife(previous, cmd.incarnation)) return pass;
-      adds = false;
-    } else {
-      return pass;
-    }
+    if (cmd.op !== "join" && cmd.op !== "rejoin") return pass;
+    const id = cmd.op === "join" ? cmd.member.id : cmd.id;
+    const incarnation = cmd.op === "join" ? cmd.member.incarnation : cmd.incarnation;
+    const previous = meta.members.get(id);
+    // A new id (a join only: the meta group refuses a rejoin of one), or a new life.
+    const adds = previous === undefined && cmd.op === "join";
+    const newLife =
+      previous !== undefined && incarnation !== undefined && startsNewLife(previous, incarnation);
+    if (!adds && !newLife) return pass;
     // The same node asking again while its first offer is still being proposed.
     if (this.#pending.has(id)) return pass;
     let joining = this.#pending.size;
