@@ -22,7 +22,7 @@ import type { Clients } from "../support/grpc-client.ts";
 import {
   type ClusterNode,
   clusterView,
-  eventually,
+  everyReplicaHolds,
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
@@ -104,25 +104,8 @@ describe("durability of a three-node cluster across SIGKILL (real processes)", (
         for (const key of new Set([...acked.keys(), ...maybe.keys()])) {
           truth.set(key, await settle(first, key, when));
         }
-        for (const n of cluster.nodes) {
-          const c = n.client;
-          assert.ok(c !== null, `${n.id} is running`);
-          await eventually(
-            `${when}: ${n.id} holds every acknowledged write`,
-            async () => {
-              for (const [key, want] of truth) {
-                const got = await c.call(c.kv, "Get", {
-                  key: Buffer.from(key),
-                  consistency: "SERIALIZABLE",
-                });
-                const value = got["found"] === true ? (got["value"] as Buffer).toString() : null;
-                if (value !== want) return false;
-              }
-              return true;
-            },
-            60_000,
-          );
-        }
+        for (const n of cluster.nodes) assert.ok(n.client !== null, `${n.id} is running`);
+        await everyReplicaHolds(cluster, truth, when);
       };
 
       /** The node leading the most shards, as node 1 (or the first running node) sees it. */

@@ -20,7 +20,7 @@ import {
   clusterView,
   eventually,
   LocalCluster,
-  retryingKv,
+  readBackDifference,
 } from "../support/cluster-process.ts";
 import { samples } from "../ops/prom-text.ts";
 import { grpcError } from "../support/grpc-client.ts";
@@ -143,11 +143,11 @@ async function readsBack(
   acknowledged: ReadonlyMap<string, string>,
 ): Promise<void> {
   for (const id of ids) {
-    const c = clientOf(cluster, id);
-    for (const [key, value] of acknowledged) {
-      const got = await retryingKv(c, "Get", { key: Buffer.from(key) });
-      assert.equal((got["value"] as Buffer).toString(), value, `${key} through ${id}`);
-    }
+    assert.equal(
+      await readBackDifference(clientOf(cluster, id), acknowledged),
+      null,
+      `through ${id}`,
+    );
   }
 }
 

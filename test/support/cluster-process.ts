@@ -397,29 +397,55 @@ export function acknowledgedPuts(): {
   };
 }
 
+/** Gets a read-back keeps in flight on one node. */
+const READ_BACK_CONCURRENCY = 16;
+
+/**
+ * Reads every key of `want` back through `c`, READ_BACK_CONCURRENCY Gets in flight: linearizable
+ * Gets retried while the cluster answers UNAVAILABLE (retryingKv), or, with `serializable`, one
+ * serializable Get each (the node's own copy, not retried). A null value wants the key absent.
+ * Resolves with the first difference found, described, or null when every key reads back.
+ */
+export async function readBackDifference(
+  c: Clients,
+  want: ReadonlyMap<string, string | null>,
+  serializable = false,
+): Promise<string | null> {
+  const entries = [...want];
+  let next = 0;
+  let difference: string | null = null;
+  const reader = async (): Promise<void> => {
+    while (difference === null) {
+      const entry = entries[next++];
+      if (entry === undefined) return;
+      const [key, value] = entry;
+      const got = serializable
+        ? await c.call(c.kv, "Get", { key: Buffer.from(key), consistency: "SERIALIZABLE" })
+        : await retryingKv(c, "Get", { key: Buffer.from(key) });
+      const read = got["found"] === true ? (got["value"] as Buffer).toString() : null;
+      if (read !== value) difference ??= `${key}: read ${read}, want ${value}`;
+    }
+  };
+  await Promise.all(Array.from({ length: READ_BACK_CONCURRENCY }, reader));
+  return difference;
+}
+
 /**
  * Waits (up to 60 s) until every running node of `cluster` holds every acknowledged write in
- * its own copy: a serializable Get on each node returns the acknowledged value of each key.
+ * its own copy: a serializable Get on each node returns the wanted value of each key (null:
+ * absent). `when` names the moment in the failure's message.
  */
 export async function everyReplicaHolds(
   cluster: LocalCluster,
-  acknowledged: ReadonlyMap<string, string>,
+  acknowledged: ReadonlyMap<string, string | null>,
+  when?: string,
 ): Promise<void> {
   for (const n of cluster.running()) {
     const c = n.client;
     assert.ok(c !== null, `${n.id} has no client`);
     await eventually(
-      `${n.id} holds every acknowledged write`,
-      async () => {
-        for (const [key, value] of acknowledged) {
-          const got = await c.call(c.kv, "Get", {
-            key: Buffer.from(key),
-            consistency: "SERIALIZABLE",
-          });
-          if (got["found"] !== true || (got["value"] as Buffer).toString() !== value) return false;
-        }
-        return true;
-      },
+      `${when === undefined ? "" : `${when}: `}${n.id} holds every acknowledged write`,
+      async () => (await readBackDifference(c, acknowledged, true)) === null,
       60_000,
     );
   }
