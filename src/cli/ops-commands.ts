@@ -208,8 +208,9 @@ Prints the cluster view (Meta.WatchCluster): members (with the replicas the clus
 each and the shards each leads) and every active shard with its leader, term and replicas.
 A node knows the leaders of the shards it holds a replica of; with more nodes than the
 replication factor, the leaders it does not know are asked of the other members (those that
-do not answer within a second leave a shard's leader "(none)"). The epoch printed is the first
-node's view's (JSON: "epoch" and "node"; the other members' in "merged_from"), which their
+do not answer within a second leave a shard's leader "(none)"). The first line names the
+cluster and its version (JSON: "cluster_version"; each member's "build" is the highest version
+its build runs: docs/operations.md, "Upgrading"). The epoch printed is the first node's view's (JSON: "epoch" and "node"; the other members' in "merged_from"), which their
 leaders do not move. --watch keeps following the view, the other members' beside it, and
 prints it again after each change (one JSON object per line with --output json) until
 interrupted; it ends when the node it follows does. The endpoints are
@@ -292,6 +293,7 @@ function jsonView(v: MergedView): unknown {
     merged_from: v.others.map((o) => ({ node: o.node, epoch: o.epoch })),
     total_shards: v.totalShards,
     cluster_id: v.clusterId,
+    cluster_version: v.clusterVersion,
     nodes: v.nodes.map((n) => ({
       id: n.id,
       rpc_addr: n.rpcAddr,
@@ -300,6 +302,7 @@ function jsonView(v: MergedView): unknown {
       member_state: n.memberState,
       replicas: n.replicas,
       disk_full: n.diskFull,
+      build: n.build,
       leaders: leaders.get(n.id) ?? 0,
     })),
     shards: v.shards.map((s) => ({
@@ -313,7 +316,8 @@ function jsonView(v: MergedView): unknown {
 
 function formatView(v: MergedView, separator: boolean): string {
   let out = separator ? "---\n" : "";
-  const cluster = v.clusterId === "" ? "" : `cluster ${v.clusterId}, `;
+  const cluster =
+    v.clusterId === "" ? "" : `cluster ${v.clusterId} (version ${v.clusterVersion}), `;
   // The epoch is the answering node's; leaders told by the other members' views do not move it.
   const from = v.node === "" ? [] : [`${v.node}'s view`];
   const others = v.others.length;

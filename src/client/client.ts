@@ -700,6 +700,7 @@ function fromView(v: ClusterView__Output): ClusterView {
     epoch: Number(v.epoch),
     totalShards: v.total_shards,
     clusterId: v.cluster_id,
+    clusterVersion: v.cluster_version,
     nodes: v.nodes.map((n) => ({
       id: n.id,
       rpcAddr: n.rpc_addr,
@@ -708,6 +709,7 @@ function fromView(v: ClusterView__Output): ClusterView {
       memberState: n.member_state,
       replicas: n.replicas,
       diskFull: n.disk_full,
+      build: n.build,
     })),
     shards: v.shards.map((s) => ({
       id: s.id,

@@ -49,6 +49,11 @@ export interface MemberInfo {
   readonly replicas: number;
   /** It reported its disk nearly full (`cluster.disk_full_percent`): it takes no new replica. */
   readonly diskFull: boolean;
+  /**
+   * The highest cluster version the member's build runs; 0 from a node that does not know its
+   * cluster yet.
+   */
+  readonly build: number;
 }
 
 /** A member's standing as Admin.DecommissionNode and Admin.RemoveNode answer it. */
@@ -72,6 +77,11 @@ export interface ClusterView {
   readonly totalShards: number;
   /** The node's cluster id; "" before it joined one, and on a single node. */
   readonly clusterId: string;
+  /**
+   * The cluster version (docs/operations.md, "Upgrading"); 0 before the node joined a cluster,
+   * and on a single node.
+   */
+  readonly clusterVersion: number;
   readonly nodes: readonly MemberInfo[];
   readonly shards: readonly ShardInfo[];
 }

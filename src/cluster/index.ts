@@ -4,6 +4,7 @@ export { jumpConsistentHash, shardForKey, xxhash64 } from "./routing.ts";
 export {
   type BootstrapDecision,
   type BootstrapInput,
+  BUILD_VERSION,
   decodeMetaCommand,
   encodeMetaCommand,
   MEMBER_STATES,

@@ -59,6 +59,18 @@ export const MEMBER_STATES = [
 ] as const;
 export type MemberState = (typeof MEMBER_STATES)[number];
 
+/**
+ * The highest cluster version this build runs (docs/operations.md, "Upgrading"). A cluster
+ * version names a set of formats and rules every member applies alike; a build that brings in a
+ * new one (a meta command, a record field, an apply rule) raises this number and uses what it
+ * brings only once the cluster's version (MetaState.version) has reached it, which the meta
+ * leader raises once every member that may serve again runs a build that has it (set-build,
+ * set-version). Builds before the cluster version ran version 1 and wrote the same records.
+ */
+export const BUILD_VERSION = 1;
+/** The highest cluster version a command or record may name. */
+const MAX_VERSION = 0x7fff_ffff;
+
 /** Whether a member in `state` keeps a copy of the meta group (a learner when not a voter). */
 export function isMetaHolder(state: MemberState | undefined): boolean {
   return state === "joining" || state === "active" || state === "decommissioning";
@@ -99,6 +111,11 @@ export interface MetaMember {
    * by the member itself: set-disk): no new replica is placed on it. Absent: it has room.
    */
   readonly diskFull?: true;
+  /**
+   * The highest cluster version the member's build runs (BUILD_VERSION), reported by the member
+   * itself (set-build, or its join). Absent: 1.
+   */
+  readonly build?: number;
 }
 
 /** Where a shard's replicas are now, once a move changed them from its initial voters. */
@@ -140,7 +157,11 @@ export type MetaCommand =
       readonly nodes: readonly string[];
     }
   /** Shard `shard`'s group has `nodes` as its voters: its move is done. */
-  | { readonly op: "settle-shard"; readonly shard: number; readonly nodes: readonly string[] };
+  | { readonly op: "settle-shard"; readonly shard: number; readonly nodes: readonly string[] }
+  /** Member `id` runs a build whose highest cluster version is `build` (BUILD_VERSION). */
+  | { readonly op: "set-build"; readonly id: string; readonly build: number }
+  /** The meta leader raises the cluster version: every member that may serve again runs it. */
+  | { readonly op: "set-version"; readonly version: number };
 
 /** What applying one MetaCommand did. Every kind but the first of each pair changes nothing. */
 export type MetaOutcome =
@@ -165,6 +186,8 @@ export type MetaOutcome =
   | { readonly kind: "shard-moved"; readonly shard: number; readonly nodes: readonly string[] }
   | { readonly kind: "shard-settled"; readonly shard: number }
   | { readonly kind: "shard-unchanged"; readonly shard: number }
+  | { readonly kind: "version-changed"; readonly from: number; readonly to: number }
+  | { readonly kind: "version-unchanged"; readonly version: number }
   /**
    * The command can never apply as written (bad shard, unknown replica, not bootstrapped…);
    * `retired`: a `rejoin` with an incarnation the member left behind (an old copy of its data).
@@ -175,6 +198,11 @@ export type MetaOutcome =
       readonly retired?: true;
       /** The command names a member that was removed for good (its node must stop). */
       readonly removed?: true;
+      /**
+       * A member's build is older than the cluster's version (a join or a set-build): the node
+       * must run a newer build (CAIRN_ERR_CLUSTER_VERSION).
+       */
+      readonly tooOld?: true;
     };
 
 /** One stored record: `key` without the engine's internal prefix byte. */
@@ -196,6 +224,8 @@ export interface MetaStateView {
   readonly clusterId: string | null;
   readonly totalShards: number;
   readonly replicationFactor: number;
+  /** The cluster version (1 until the meta leader raised it). */
+  readonly version: number;
   readonly members: readonly MetaMember[];
   readonly shards: readonly { readonly shard: number; readonly replicas: readonly string[] }[];
   readonly leaders: readonly { readonly shard: number; readonly node: string }[];
@@ -278,6 +308,10 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
       return { op: cmd.op, shard: cmd.shard, from: [...cmd.from], nodes: [...cmd.nodes] };
     case "settle-shard":
       return { op: cmd.op, shard: cmd.shard, nodes: [...cmd.nodes] };
+    case "set-build":
+      return { op: cmd.op, id: cmd.id, build: cmd.build };
+    case "set-version":
+      return { op: cmd.op, version: cmd.version };
   }
 }
 
@@ -300,7 +334,9 @@ function canonicalMember(m: MetaMember): MetaMember {
     m.state === undefined || m.state === "active"
       ? withRetired
       : { ...withRetired, state: m.state };
-  return m.diskFull === true ? { ...withState, diskFull: true } : withState;
+  const withDisk = m.diskFull === true ? { ...withState, diskFull: true as const } : withState;
+  // Version 1 is not written: a version-1 record is the one a build before versions wrote.
+  return m.build === undefined || m.build <= 1 ? withDisk : { ...withDisk, build: m.build };
 }
 
 /** Shape of untrusted JSON into a command, or why it is not one. */
@@ -398,6 +434,21 @@ function parseCommand(raw: unknown): MetaCommand | string {
         return "a settle-shard's shard must be a number and its nodes an array of strings";
       return { op: "settle-shard", shard, nodes };
     }
+    case "set-build": {
+      const bad = unknownFields(raw, ["op", "id", "build"]);
+      if (bad !== null) return bad;
+      const { id, build } = raw;
+      if (typeof id !== "string" || typeof build !== "number")
+        return "a set-build's id must be a string and its build a number";
+      return { op: "set-build", id, build };
+    }
+    case "set-version": {
+      const bad = unknownFields(raw, ["op", "version"]);
+      if (bad !== null) return bad;
+      const { version } = raw;
+      if (typeof version !== "number") return "a set-version's version must be a number";
+      return { op: "set-version", version };
+    }
     default:
       // An op of a newer build (a member runs an older one): see docs/operations.md, "Upgrading".
       return `unknown op ${JSON.stringify(raw["op"])} (written by a newer Cairn build? every member must run the same build: docs/operations.md, "Upgrading")`;
@@ -414,9 +465,10 @@ function parseMember(raw: unknown): MetaMember | string {
     "retired",
     "state",
     "diskFull",
+    "build",
   ]);
   if (bad !== null) return bad;
-  const { id, rpcAddr, httpAddr, incarnation, retired, state, diskFull } = raw;
+  const { id, rpcAddr, httpAddr, incarnation, retired, state, diskFull, build } = raw;
   if (typeof id !== "string" || typeof rpcAddr !== "string" || typeof httpAddr !== "string")
     return "a member's id, rpcAddr and httpAddr must be strings";
   if (incarnation !== undefined && typeof incarnation !== "string")
@@ -428,6 +480,7 @@ function parseMember(raw: unknown): MetaMember | string {
     return "a member's retired incarnations must be strings";
   if (state !== undefined && !isMemberState(state)) return "a member's state is not a state";
   if (diskFull !== undefined && diskFull !== true) return "a member's diskFull must be true";
+  if (build !== undefined && typeof build !== "number") return "a member's build must be a number";
   return canonicalMember({
     id,
     rpcAddr,
@@ -436,6 +489,7 @@ function parseMember(raw: unknown): MetaMember | string {
     ...(retired === undefined ? {} : { retired: retired as string[] }),
     ...(state === undefined ? {} : { state }),
     ...(diskFull === true ? { diskFull } : {}),
+    ...(build === undefined ? {} : { build }),
   });
 }
 
@@ -468,6 +522,7 @@ function checkCommand(cmd: MetaCommand): string | null {
       if (cmd.member.state !== undefined) return "set-member cannot set a state (set-state does)";
       if (cmd.member.diskFull !== undefined)
         return "set-member cannot set diskFull (set-disk does)";
+      if (cmd.member.build !== undefined) return "set-member cannot set a build (set-build does)";
       return checkMember(cmd.member);
     case "rejoin":
       if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
@@ -492,6 +547,11 @@ function checkCommand(cmd: MetaCommand): string | null {
     case "set-disk":
       if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
       return null;
+    case "set-build":
+      if (!NODE_ID.test(cmd.id)) return `bad member id ${JSON.stringify(cmd.id)}`;
+      return checkVersion(cmd.build, "build");
+    case "set-version":
+      return checkVersion(cmd.version, "version");
     case "move-shard":
     case "settle-shard": {
       if (!Number.isInteger(cmd.shard) || cmd.shard < 0 || cmd.shard >= MAX_SHARDS)
@@ -519,6 +579,12 @@ function checkCluster(clusterId: string, totalShards: number, factor: number): s
   return null;
 }
 
+function checkVersion(v: number, what: string): string | null {
+  return Number.isInteger(v) && v >= 1 && v <= MAX_VERSION
+    ? null
+    : `${what} ${v} is not an integer in [1, ${MAX_VERSION}]`;
+}
+
 function checkMember(m: MetaMember): string | null {
   if (!NODE_ID.test(m.id)) return `bad member id ${JSON.stringify(m.id)}`;
   if (!ADDRESS.test(m.rpcAddr)) return `bad rpcAddr ${JSON.stringify(m.rpcAddr)} of ${m.id}`;
@@ -529,6 +595,8 @@ function checkMember(m: MetaMember): string | null {
     return `bad state ${JSON.stringify(m.state)} of ${m.id}`;
   if (m.diskFull !== undefined && m.diskFull !== true)
     return `bad diskFull ${JSON.stringify(m.diskFull)} of ${m.id}`;
+  if (m.build !== undefined && checkVersion(m.build, "build") !== null)
+    return `bad build ${JSON.stringify(m.build)} of ${m.id}`;
   for (const r of m.retired ?? []) {
     if (!CLUSTER_ID.test(r) || r === m.incarnation)
       return `bad retired incarnation ${JSON.stringify(r)} of ${m.id}`;
@@ -555,6 +623,11 @@ export class MetaState {
   readonly totalShards: number;
   /** 0 until bootstrapped. */
   readonly replicationFactor: number;
+  /**
+   * The cluster version (BUILD_VERSION): what every member that may serve again runs, so what
+   * the meta group's rules and formats may use. 1 until set-version raises it; never lowered.
+   */
+  readonly version: number;
   readonly members: ReadonlyMap<string, MetaMember>;
   /**
    * Created shards (shard 0 from the bootstrap on) and their groups' initial voters, as replica
@@ -592,10 +665,12 @@ export class MetaState {
     shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = new Map(),
     placements: ReadonlyDenseMap<ShardPlacement> = new DenseMap(),
+    version = 1,
   ) {
     this.clusterId = clusterId;
     this.totalShards = totalShards;
     this.replicationFactor = replicationFactor;
+    this.version = version;
     this.members = members;
     this.shards = shards;
     this.leaders = leaders;
@@ -612,8 +687,7 @@ export class MetaState {
    * image of a state (members or shards without a cluster record, an unknown replica).
    */
   static load(records: Iterable<MetaRecord>): MetaState {
-    let cluster: { clusterId: string; totalShards: number; replicationFactor: number } | null =
-      null;
+    let cluster: ClusterRecord | null = null;
     const members = new Map<string, MetaMember>();
     const shards = new Map<number, readonly string[]>();
     const leaders = new Map<number, string>();
@@ -683,6 +757,7 @@ export class MetaState {
       DenseMap.of(shards),
       leaders,
       DenseMap.of(placements),
+      cluster.version,
     );
   }
 
@@ -711,6 +786,10 @@ export class MetaState {
         return this.#moveShard(cmd.shard, cmd.from, cmd.nodes);
       case "settle-shard":
         return this.#settleShard(cmd.shard, cmd.nodes);
+      case "set-build":
+        return this.#setBuild(cmd.id, cmd.build);
+      case "set-version":
+        return this.#setVersion(cmd.version);
     }
   }
 
@@ -917,6 +996,7 @@ export class MetaState {
       ...(previous?.retired === undefined ? {} : { retired: previous.retired }),
       ...(previous?.state === undefined ? {} : { state: previous.state }),
       ...(previous?.diskFull === undefined ? {} : { diskFull: previous.diskFull }),
+      ...(previous?.build === undefined ? {} : { build: previous.build }),
     });
     if (
       previous !== undefined &&
@@ -984,6 +1064,8 @@ export class MetaState {
 
   #join(m: MetaMember): MetaApplyResult {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const tooOld = this.#tooOld(m.id, m.build ?? 1);
+    if (tooOld !== null) return this.#same(tooOld);
     const previous = this.members.get(m.id);
     if (
       previous !== undefined &&
@@ -1020,10 +1102,11 @@ export class MetaState {
    */
   #newLife(
     previous: MetaMember,
-    addresses: Pick<MetaMember, "rpcAddr" | "httpAddr">,
+    addresses: Pick<MetaMember, "rpcAddr" | "httpAddr" | "build">,
     incarnation: string,
   ): MetaApplyResult {
     const retired = [...(previous.retired ?? []), previous.incarnation as string];
+    // A new node: its build is the one its join names (a rejoin names none: 1 until it reports).
     const member = canonicalMember({
       id: previous.id,
       rpcAddr: addresses.rpcAddr,
@@ -1031,6 +1114,9 @@ export class MetaState {
       incarnation,
       retired,
       state: "joining",
+      ...(addresses === previous || addresses.build === undefined
+        ? {}
+        : { build: addresses.build }),
     });
     const members = new Map(this.members);
     members.set(member.id, member);
@@ -1086,6 +1172,84 @@ export class MetaState {
       state: this.#with(members, this.shards),
       outcome: { kind: "disk-changed", id, full },
       records: [memberRecord(member)],
+    };
+  }
+
+  /** Member `id` reports its build's highest cluster version. */
+  #setBuild(id: string, build: number): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    const previous = this.members.get(id);
+    if (previous === undefined) return this.#rejected(`${id} is not a member`);
+    if (previous.state === "removed")
+      return this.#same({ kind: "rejected", reason: removedReason(id), removed: true });
+    const tooOld = this.#tooOld(id, build);
+    if (tooOld !== null) return this.#same(tooOld);
+    if ((previous.build ?? 1) === build)
+      return this.#same({ kind: "member-unchanged", member: previous });
+    const member = canonicalMember({ ...previous, build });
+    const members = new Map(this.members);
+    members.set(id, member);
+    return {
+      state: this.#with(members, this.shards),
+      outcome: { kind: "member-updated", member, previous },
+      records: [memberRecord(member)],
+    };
+  }
+
+  /**
+   * The cluster version becomes `version`, if every member that may serve again runs a build
+   * that has it (lowestBuild): never lowered, so a stale raise changes nothing.
+   */
+  #setVersion(version: number): MetaApplyResult {
+    if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
+    if (version <= this.version)
+      return this.#same({ kind: "version-unchanged", version: this.version });
+    const lowest = this.lowestBuild();
+    if (version > lowest.build)
+      return this.#rejected(
+        `member ${lowest.id} runs cluster versions up to ${lowest.build}: the cluster cannot run version ${version} yet`,
+      );
+    const state = new MetaState(
+      this.clusterId,
+      this.totalShards,
+      this.replicationFactor,
+      this.members,
+      this.shards,
+      this.leaders,
+      this.placements,
+      version,
+    );
+    return {
+      state,
+      outcome: { kind: "version-changed", from: this.version, to: version },
+      records: [state.#clusterRecord()],
+    };
+  }
+
+  /**
+   * The lowest build among the members that may serve again (all but decommissioned and
+   * removed ones: a new node under one's id joins with its own build), and one member that runs
+   * it; the cluster version may be raised to `build`. A cluster without such a member: this
+   * state's version.
+   */
+  lowestBuild(): { readonly id: string; readonly build: number } {
+    let lowest: { id: string; build: number } | null = null;
+    for (const m of this.members.values()) {
+      if (m.state === "decommissioned" || m.state === "removed") continue;
+      const build = m.build ?? 1;
+      if (lowest === null || build < lowest.build || (build === lowest.build && m.id < lowest.id))
+        lowest = { id: m.id, build };
+    }
+    return lowest ?? { id: "", build: this.version };
+  }
+
+  /** A refusal when a build running versions up to `build` is older than the cluster's version. */
+  #tooOld(id: string, build: number): MetaOutcome | null {
+    if (build >= this.version) return null;
+    return {
+      kind: "rejected",
+      reason: `${id} runs a build with cluster versions up to ${build}, and the cluster runs version ${this.version}: run a build that has it (docs/operations.md, "Upgrading")`,
+      tooOld: true,
     };
   }
 
@@ -1207,6 +1371,7 @@ export class MetaState {
       shards,
       leaders,
       placements,
+      this.version,
     );
   }
 
@@ -1221,10 +1386,12 @@ export class MetaState {
   #clusterRecord(): MetaRecord {
     return {
       key: enc.encode(CLUSTER_KEY),
+      // Version 1 is not written: the record a build before versions wrote.
       value: encodeJson({
         clusterId: this.clusterId,
         totalShards: this.totalShards,
         replicationFactor: this.replicationFactor,
+        ...(this.version > 1 ? { version: this.version } : {}),
       }),
     };
   }
@@ -1246,6 +1413,7 @@ export class MetaState {
       clusterId: this.clusterId,
       totalShards: this.totalShards,
       replicationFactor: this.replicationFactor,
+      version: this.version,
       members: [...this.members.values()]
         .sort((a, b) => compareIds(a.id, b.id))
         .map(canonicalMember),
@@ -1323,25 +1491,31 @@ function sameList(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
-function parseClusterRecord(
-  key: string,
-  raw: unknown,
-): { clusterId: string; totalShards: number; replicationFactor: number } {
+interface ClusterRecord {
+  readonly clusterId: string;
+  readonly totalShards: number;
+  readonly replicationFactor: number;
+  readonly version: number;
+}
+
+function parseClusterRecord(key: string, raw: unknown): ClusterRecord {
   if (
     !isObject(raw) ||
-    unknownFields(raw, ["clusterId", "totalShards", "replicationFactor"]) !== null
+    unknownFields(raw, ["clusterId", "totalShards", "replicationFactor", "version"]) !== null
   )
     throw malformedRecord(key, "not a cluster record");
-  const { clusterId, totalShards, replicationFactor } = raw;
+  const { clusterId, totalShards, replicationFactor, version = 1 } = raw;
   if (
     typeof clusterId !== "string" ||
     typeof totalShards !== "number" ||
-    typeof replicationFactor !== "number"
+    typeof replicationFactor !== "number" ||
+    typeof version !== "number"
   )
     throw malformedRecord(key, "bad field types");
-  const problem = checkCluster(clusterId, totalShards, replicationFactor);
+  const problem =
+    checkCluster(clusterId, totalShards, replicationFactor) ?? checkVersion(version, "version");
   if (problem !== null) throw malformedRecord(key, problem);
-  return { clusterId, totalShards, replicationFactor };
+  return { clusterId, totalShards, replicationFactor, version };
 }
 
 function parseShardRecord(

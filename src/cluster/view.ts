@@ -27,6 +27,11 @@ export interface MemberView {
    * new replica goes to it. Present (true) only then.
    */
   readonly disk_full?: boolean;
+  /**
+   * The highest cluster version the member's build runs (MetaMember.build); absent with
+   * member_state.
+   */
+  readonly build?: number;
 }
 
 export interface ShardView {
@@ -46,6 +51,8 @@ export interface ClusterView {
   readonly cluster_id: string;
   /** This node's data directory incarnation ("" on a single node). */
   readonly incarnation: string;
+  /** The cluster version (MetaState.version); 0 until the node learnt its cluster. */
+  readonly cluster_version: number;
 }
 
 /**
@@ -94,6 +101,7 @@ export class ClusterViewPublisher {
   #publishScheduled = false;
   #clusterId = "";
   #incarnation = "";
+  #clusterVersion = 0;
   readonly #clock: ViewClock;
   readonly #minIntervalMs: number;
   /** When subscribers last got a view (clock ms), and whether a later one waits for its turn. */
@@ -129,6 +137,12 @@ export class ClusterViewPublisher {
   setClusterId(id: string): void {
     if (id === this.#clusterId) return;
     this.#clusterId = id;
+    this.#changed();
+  }
+
+  setClusterVersion(version: number): void {
+    if (version === this.#clusterVersion) return;
+    this.#clusterVersion = version;
     this.#changed();
   }
 
@@ -211,6 +225,7 @@ export class ClusterViewPublisher {
       total_shards: this.#totalShards,
       cluster_id: this.#clusterId,
       incarnation: this.#incarnation,
+      cluster_version: this.#clusterVersion,
     };
   }
 }

@@ -30,6 +30,7 @@ import {
 } from "../api/index.ts";
 import type { ClusterView as ClusterViewMessage } from "../api/generated/cairn/v1/ClusterView.ts";
 import {
+  BUILD_VERSION,
   type ClusterViewPublisher,
   encodeMetaCommand,
   type MetaCommand,
@@ -51,6 +52,12 @@ import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replicat
 import { MEMBER_LIMIT } from "./join-admission.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
 import { peersToAsk, REMOVAL_CHECK_MS, removedByViews, type ViewAnswer } from "./removal-watch.ts";
+
+/**
+ * A build older than the cluster's version: it may not join, and a member running it stops
+ * (#checkVersion). Not retryable: only another build mends it.
+ */
+export const CLUSTER_VERSION = "CAIRN_ERR_CLUSTER_VERSION";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
@@ -115,6 +122,8 @@ export class ClusterState {
   #joinRefusal: string | null = null;
   #self: { rpcAddr: string; httpAddr: string } | null = null;
   readonly #peerTls: PeerTls | undefined;
+  /** The highest cluster version this node's build runs (BUILD_VERSION, or a test's). */
+  readonly build: number;
   /** listUnheld's question: whether the view lists `shard` by its placement; null: none does. */
   #unheld: ((shard: number) => boolean) | null = null;
 
@@ -126,8 +135,10 @@ export class ClusterState {
     onLostState: (err: CairnError) => void,
     /** Peer TLS: how this node dials its peers (src/common/peer-tls.ts); undefined: cleartext. */
     peerTls?: PeerTls,
+    build = BUILD_VERSION,
   ) {
     this.#peerTls = peerTls;
+    this.build = build;
     this.#config = config;
     this.#log = log;
     this.#views = views;
@@ -413,7 +424,10 @@ export class ClusterState {
     for (const [id, resolve] of this.#waiters) {
       if (state.shards.has(id)) resolve();
     }
-    if (state.clusterId !== null) this.#views.setClusterId(state.clusterId);
+    if (state.clusterId !== null) {
+      this.#views.setClusterId(state.clusterId);
+      this.#views.setClusterVersion(state.version);
+    }
     if (before === "" && state.clusterId !== null) {
       this.#log.info("member of cluster", {
         cluster_id: state.clusterId,
@@ -422,6 +436,7 @@ export class ClusterState {
       });
     }
     this.#checkIncarnation(state);
+    this.#checkVersion(previous, state);
     if (state.totalShards !== 0 && state.totalShards !== this.#config.cluster.total_shards) {
       // MultiRaft refuses a data directory with more shards; a committed meta record that
       // disagrees with the configuration is the same mistake, found later.
@@ -556,6 +571,28 @@ export class ClusterState {
     if (state.replicaOf(me.id) !== this.replicaId) this.#rejoin(null);
   }
 
+  /**
+   * The cluster's version against this build's: a cluster running a version this build does
+   * not have (raised while this node ran a newer build, or found on a data directory it left
+   * behind) holds meta records and follows rules this build does not know: the node stops,
+   * once, saying which build it needs. A raise is logged.
+   */
+  #checkVersion(previous: MetaState | null, state: MetaState): void {
+    if (previous !== null && previous.clusterId !== null && previous.version !== state.version)
+      this.#log.info("the cluster's version was raised", {
+        from: previous.version,
+        to: state.version,
+      });
+    if (state.version <= this.build || this.#lost) return;
+    this.#lost = true;
+    this.#onLostState(
+      new CairnError(
+        CLUSTER_VERSION,
+        `cluster ${state.clusterId ?? "?"} runs cluster version ${state.version}, and this build runs versions up to ${this.build}: run a build that has version ${state.version} (docs/operations.md, "Upgrading")`,
+      ),
+    );
+  }
+
   /** This data directory is an old copy of its member's state: the node stops, once. */
   #stopOnLostState(clusterId: string): void {
     if (this.#lost) return;
@@ -682,6 +719,7 @@ export class ClusterState {
         rpcAddr: this.#self?.rpcAddr ?? c.rpc_addr,
         httpAddr: this.#self?.httpAddr ?? c.http_addr,
         incarnation: this.incarnation,
+        ...(this.build > 1 ? { build: this.build } : {}),
       },
     };
     this.propose(cmd, 10_000, hint)
@@ -692,9 +730,10 @@ export class ClusterState {
         });
       })
       .catch((err: unknown) => {
-        if (errorCodeOf(err) === "CAIRN_ERR_NODE_REMOVED" && !this.#lost) {
+        const code = errorCodeOf(err);
+        if ((code === "CAIRN_ERR_NODE_REMOVED" || code === CLUSTER_VERSION) && !this.#lost) {
           this.#lost = true;
-          this.#onLostState(new CairnError("CAIRN_ERR_NODE_REMOVED", describe(err)));
+          this.#onLostState(new CairnError(code, describe(err)));
           return;
         }
         if (errorCodeOf(err) === MEMBER_LIMIT) {
@@ -1119,6 +1158,7 @@ async function proposeViaLeader(
         code === "CAIRN_ERR_NODE_REMOVED" ||
         code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
         code === MEMBER_LIMIT ||
+        code === CLUSTER_VERSION ||
         grpcCode === status.FAILED_PRECONDITION ||
         grpcCode === status.PERMISSION_DENIED ||
         isTlsMismatch(err)
@@ -1137,20 +1177,24 @@ async function proposeViaLeader(
 
 /**
  * Why the meta group refused a command, as an error: CAIRN_ERR_LOST_STATE for a `rejoin` with a
- * retired incarnation, else CAIRN_ERR_INVALID_ARGUMENT. The same on the meta leader's node and,
+ * retired incarnation, CAIRN_ERR_NODE_REMOVED for a member removed for good, CLUSTER_VERSION for
+ * a build older than the cluster's version, else CAIRN_ERR_INVALID_ARGUMENT. The same on the meta leader's node and,
  * through cairn.v1.Raft ProposeMeta, on the proposing one (errorCodeOf reads it there).
  */
 export function metaRefusal(outcome: {
   reason: string;
   retired?: true;
   removed?: true;
+  tooOld?: true;
 }): CairnError {
   const code =
     outcome.retired === true
       ? "CAIRN_ERR_LOST_STATE"
       : outcome.removed === true
         ? "CAIRN_ERR_NODE_REMOVED"
-        : "CAIRN_ERR_INVALID_ARGUMENT";
+        : outcome.tooOld === true
+          ? CLUSTER_VERSION
+          : "CAIRN_ERR_INVALID_ARGUMENT";
   return new CairnError(code, `meta command refused: ${outcome.reason}`);
 }
 

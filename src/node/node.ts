@@ -11,6 +11,7 @@
 import { statfs } from "node:fs/promises";
 import { join } from "node:path";
 import {
+  BUILD_VERSION,
   ClusterViewPublisher,
   VIEW_MIN_INTERVAL_MS,
   decodeMetaCommand,
@@ -58,6 +59,7 @@ import {
 import { JoinAdmission } from "./join-admission.ts";
 import {
   checkRejoin,
+  CLUSTER_VERSION,
   probeMember,
   ClusterState,
   leaderProposer,
@@ -73,13 +75,16 @@ import { ReplicaGc } from "./replica-gc.ts";
 import { type ReplicaEffects, type ReplicaStep, replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import {
+  BUILD_VERSION_ENV,
   diskUsedFile,
   DISK_USED_FILE_ENV,
   moveStepHoldMs,
   plantedBugs,
   readDiskUsedFile,
+  testingBuildVersion,
 } from "./testing-bugs.ts";
 import { DiskWatch, usedPercentOf } from "./disk-watch.ts";
+import { VersionUpkeep } from "./version-upkeep.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
@@ -239,6 +244,12 @@ export class CairnNode implements HealthSource {
           );
         }
         const peerTls = node.#peerTls ?? undefined;
+        const build = testingBuildVersion(process.env) ?? BUILD_VERSION;
+        if (build !== BUILD_VERSION)
+          log.warn("this build's cluster version claimed by a test (testing only)", {
+            env: BUILD_VERSION_ENV,
+            build,
+          });
         node.#cluster = new ClusterState(
           config,
           log,
@@ -250,12 +261,15 @@ export class CairnNode implements HealthSource {
                 ? "another node runs as this node id; this one stops"
                 : err.code === "CAIRN_ERR_NODE_REMOVED"
                   ? "this node was removed from its cluster; it stops"
-                  : "this data directory is an earlier copy of a member's state; it stops",
+                  : err.code === CLUSTER_VERSION
+                    ? "this build is older than the cluster's version; it stops"
+                    : "this data directory is an earlier copy of a member's state; it stops",
               { error: err.message, code: err.code },
             );
             onFatal(err);
           },
           peerTls,
+          build,
         );
       }
       node.#store = await node.#openStore();
@@ -809,6 +823,19 @@ export class CairnNode implements HealthSource {
             log: this.#log.child("disk"),
           })
         : null;
+    // The cluster version: this node's build reported, and raised by the meta leader once every
+    // member runs it (once a node: worker 0, as the disk).
+    const versions =
+      cell === null || cell.index === 0
+        ? new VersionUpkeep({
+            nodeId: c.node_id,
+            build: cluster.build,
+            meta: () => cluster.meta,
+            leadsMeta: () => store.leads(0),
+            propose: (cmd) => cluster.propose(cmd, REQUEST_TIMEOUT_MS),
+            log: this.#log.child("version"),
+          })
+        : null;
     // Shards not moving whose group takes steps here (a wiped node's replica replaced: remove
     // the old, add the new as a learner, promote it): between ticks too, as a move's, so that
     // the group runs short of a voter for a snapshot's time rather than for two ticks (a second
@@ -876,6 +903,7 @@ export class CairnNode implements HealthSource {
         spreadLeaders(this.store, cluster, c.node_id, alive);
         void gc.pass();
         disk?.maybeCheck();
+        void versions?.pass();
       }
     };
     this.#spreadTimer = setInterval(() => upkeep(true), LEADER_SPREAD_MS);
@@ -977,7 +1005,11 @@ export class CairnNode implements HealthSource {
               state: m.state,
               ...(state === undefined
                 ? {}
-                : { member_state: state, replicas: counts?.get(m.meta.id) ?? 0 }),
+                : {
+                    member_state: state,
+                    replicas: counts?.get(m.meta.id) ?? 0,
+                    build: meta?.members.get(m.meta.id)?.build ?? 1,
+                  }),
               ...(full ? { disk_full: true } : {}),
             },
           ];
@@ -989,6 +1021,7 @@ export class CairnNode implements HealthSource {
           state: "dead" as const,
           member_state: meta?.stateOf(m.id) ?? "active",
           replicas: counts?.get(m.id) ?? 0,
+          build: m.build ?? 1,
           ...(m.diskFull === true ? { disk_full: true } : {}),
         })),
       ]);
@@ -1149,6 +1182,9 @@ export class CairnNode implements HealthSource {
       active_shards: shards.length,
       shards,
       nodes: this.views.current().nodes.map((n) => ({ ...n })),
+      ...(this.views.current().cluster_version > 0
+        ? { cluster_version: this.views.current().cluster_version }
+        : {}),
     };
   }
 

@@ -110,6 +110,30 @@ export function moveStepHoldMs(env: Readonly<Record<string, string | undefined>>
 }
 
 /**
+ * Tests only: the highest cluster version this node's build claims to run, instead of
+ * BUILD_VERSION (src/cluster/meta.ts), so that a test can run a cluster of "builds" of several
+ * versions (test/e2e/cluster-version.test.ts). Read from the environment only, like the planted
+ * bugs; a node started with it logs a warning.
+ */
+export const BUILD_VERSION_ENV = "CAIRN_TESTING_BUILD_VERSION";
+
+/** The version CAIRN_TESTING_BUILD_VERSION claims, or null. Throws on a bad value. */
+export function testingBuildVersion(
+  env: Readonly<Record<string, string | undefined>>,
+): number | null {
+  const raw = env[BUILD_VERSION_ENV];
+  if (raw === undefined || raw.trim() === "") return null;
+  const version = Number(raw);
+  if (!Number.isInteger(version) || version < 1 || version > 1000) {
+    throw new CairnError(
+      "CAIRN_ERR_CONFIG",
+      `${BUILD_VERSION_ENV}: expected a whole number from 1 to 1000, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return version;
+}
+
+/**
  * Tests only: the share of the data directory's file system in use is read from this file (a
  * whole percent, 0 to 100) instead of the file system (DiskWatch, src/node/disk-watch.ts), so
  * that a test can make a node's disk look full and then roomy again

@@ -30,6 +30,11 @@ export interface HealthReport {
   active_shards: number;
   shards: ShardHealth[];
   nodes: MemberHealth[];
+  /**
+   * Cluster mode, once the node knows its cluster: the cluster version (docs/operations.md,
+   * "Upgrading"). Each entry of `nodes` names its member's build.
+   */
+  cluster_version?: number;
 }
 
 export interface HealthSource {

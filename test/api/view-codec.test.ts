@@ -30,6 +30,7 @@ const member: fc.Arbitrary<MemberView> = fc.record(
     state: fc.constantFrom("alive", "suspect", "dead", "left"),
     member_state: fc.constantFrom("joining", "active", "decommissioning", "dead", ""),
     replicas: fc.nat(1024),
+    build: fc.nat(5),
   },
   { requiredKeys: ["id", "rpc_addr", "http_addr", "state"] },
 );
@@ -46,6 +47,7 @@ const view: fc.Arbitrary<ClusterView> = fc.record({
   total_shards: fc.nat(4096),
   cluster_id: text,
   incarnation: text,
+  cluster_version: fc.nat(5),
 });
 
 describe("WatchCluster's shared view encoder", () => {

@@ -29,6 +29,7 @@ function view(
     epoch: 1,
     totalShards: shardReplicas.length,
     clusterId: "c1",
+    clusterVersion: 1,
     nodes: Object.entries(members).map(([id, [memberState, replicas]]) => ({
       id,
       rpcAddr: "",
@@ -37,6 +38,7 @@ function view(
       memberState,
       replicas,
       diskFull: false,
+      build: 1,
     })),
     shards: shardReplicas.map((n, id) => ({
       id,

@@ -22,6 +22,7 @@ const member = (id: string, memberState: string, state = "alive"): MemberInfo =>
   memberState,
   replicas: 3,
   diskFull: false,
+  build: 1,
 });
 
 function view(shards: ShardInfo[]): ClusterView {
@@ -29,6 +30,7 @@ function view(shards: ShardInfo[]): ClusterView {
     epoch: 7,
     totalShards: 16,
     clusterId: "c1",
+    clusterVersion: 1,
     nodes: [
       member("n1", "active"),
       member("n2", "active"),

@@ -78,6 +78,9 @@ describe("meta commands: encoding", () => {
       { op: "set-member", member: { id: "n9", rpcAddr: "[::1]:7447", httpAddr: "10.0.0.9:80" } },
       { op: "set-disk", id: "n2", full: true },
       { op: "set-disk", id: "n2", full: false },
+      { op: "set-build", id: "n2", build: 3 },
+      { op: "set-version", version: 2 },
+      { op: "join", member: { ...N4, incarnation: "i4", build: 2 } },
     ];
     for (const cmd of cmds) assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
   });
@@ -108,6 +111,17 @@ describe("meta commands: encoding", () => {
       withVersion('{"op":"set-disk","id":"n1","full":"yes"}'),
       withVersion('{"op":"set-disk","id":"","full":true}'),
       withVersion('{"op":"set-disk","id":"n1"}'),
+      withVersion('{"op":"set-build","id":"n1","build":0}'),
+      withVersion('{"op":"set-build","id":"n1","build":2.5}'),
+      withVersion('{"op":"set-build","id":"n1","build":"2"}'),
+      withVersion('{"op":"set-build","id":"","build":2}'),
+      withVersion('{"op":"set-version","version":0}'),
+      withVersion('{"op":"set-version","version":2147483648}'),
+      withVersion('{"op":"set-version","version":2,"id":"n1"}'),
+      // A member's build is its own report (set-build, or its join), never set-member's.
+      withVersion(
+        '{"op":"set-member","member":{"id":"n1","rpcAddr":"a:1","httpAddr":"a:2","build":2}}',
+      ),
       // A member's own record says set-disk's: never through set-member, never false.
       withVersion(
         '{"op":"set-member","member":{"id":"n1","rpcAddr":"a:1","httpAddr":"a:2","diskFull":true}}',
@@ -447,12 +461,25 @@ describe("meta state: load", () => {
       }),
       fc.record({
         op: fc.constant("join" as const),
-        member: fc.record({
-          id: fc.constantFrom(...ids),
-          rpcAddr: fc.constant("j:1"),
-          httpAddr: fc.constant("j:2"),
-          incarnation: fc.constantFrom("inc-a", "inc-j"),
-        }),
+        member: fc.record(
+          {
+            id: fc.constantFrom(...ids),
+            rpcAddr: fc.constant("j:1"),
+            httpAddr: fc.constant("j:2"),
+            incarnation: fc.constantFrom("inc-a", "inc-j"),
+            build: fc.integer({ min: 1, max: 3 }),
+          },
+          { requiredKeys: ["id", "rpcAddr", "httpAddr", "incarnation"] },
+        ),
+      }),
+      fc.record({
+        op: fc.constant("set-build" as const),
+        id: fc.constantFrom(...ids),
+        build: fc.integer({ min: 1, max: 3 }),
+      }),
+      fc.record({
+        op: fc.constant("set-version" as const),
+        version: fc.integer({ min: 1, max: 3 }),
       }),
       fc.record({
         op: fc.constant("set-state" as const),
@@ -919,6 +946,128 @@ function makeVectors(): RendezvousVectors {
     replicas,
   };
 }
+
+describe("meta state: the cluster version", () => {
+  const recordsAsJson = (state: MetaState): Record<string, unknown> =>
+    Object.fromEntries(
+      state.records().map((r) => [dec.decode(r.key), JSON.parse(dec.decode(r.value.subarray(1)))]),
+    );
+
+  it("writes at version 1 exactly the records a build before cluster versions wrote", () => {
+    let s = booted();
+    s = s.apply({ op: "set-build", id: "n2", build: 1 }).state;
+    s = s.apply({ op: "join", member: { ...N4, incarnation: "i4", build: 1 } }).state;
+    assert.equal(s.version, 1);
+    const json = recordsAsJson(s);
+    assert.deepEqual(json["meta/cluster"], {
+      clusterId: "c-1",
+      totalShards: 16,
+      replicationFactor: 3,
+    });
+    for (const [key, value] of Object.entries(json)) {
+      if (key.startsWith("meta/member/")) assert.ok(!("build" in (value as object)), key);
+    }
+    // And such records load as version 1, every member's build 1.
+    const loaded = MetaState.load(s.records());
+    assert.equal(loaded.version, 1);
+    assert.deepEqual(loaded.lowestBuild(), { id: "n1", build: 1 });
+  });
+
+  it("is raised only once every member that may serve again runs a build that has it", () => {
+    let s = booted();
+    const refused = s.apply({ op: "set-version", version: 2 }).outcome;
+    assert.equal(refused.kind, "rejected");
+    assert.match(
+      refused.kind === "rejected" ? refused.reason : "",
+      /member n1 runs cluster versions up to 1/,
+    );
+    for (const id of ["n1", "n2"]) {
+      const r = s.apply({ op: "set-build", id, build: 3 });
+      assert.equal(r.outcome.kind, "member-updated");
+      s = r.state;
+    }
+    assert.deepEqual(s.lowestBuild(), { id: "n3", build: 1 });
+    assert.equal(s.apply({ op: "set-version", version: 2 }).outcome.kind, "rejected");
+    s = s.apply({ op: "set-build", id: "n3", build: 2 }).state;
+    assert.equal(s.apply({ op: "set-build", id: "n3", build: 2 }).outcome.kind, "member-unchanged");
+    assert.equal(s.apply({ op: "set-version", version: 3 }).outcome.kind, "rejected");
+    const raised = s.apply({ op: "set-version", version: 2 });
+    assert.deepEqual(raised.outcome, { kind: "version-changed", from: 1, to: 2 });
+    s = raised.state;
+    assert.equal(s.version, 2);
+    assert.deepEqual(recordsAsJson(s)["meta/cluster"], {
+      clusterId: "c-1",
+      totalShards: 16,
+      replicationFactor: 3,
+      version: 2,
+    });
+    // Never lowered; a raise seen again changes nothing.
+    for (const version of [1, 2]) {
+      const again = s.apply({ op: "set-version", version });
+      assert.deepEqual(again.outcome, { kind: "version-unchanged", version: 2 });
+      assert.equal(again.state, s);
+    }
+    // What a node loads after a restart.
+    const loaded = MetaState.load(s.records());
+    assert.equal(loaded.version, 2);
+    assert.ok(loaded.equals(s));
+  });
+
+  it("does not wait for decommissioned or removed members, and a new node under one's id brings its own build", () => {
+    let s = booted();
+    s = s.apply({ op: "set-member", member: { ...N3, incarnation: "i3" } }).state;
+    s = s.apply({ op: "join", member: { ...N4, incarnation: "i4", build: 2 } }).state;
+    s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+    for (const id of ["n1", "n2"]) s = s.apply({ op: "set-build", id, build: 2 }).state;
+    // n3 (build 1) leaves: decommissioned, it holds no replica (shard 0 moves off it first).
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3"],
+      nodes: ["n1", "n2", "n4"],
+    }).state;
+    s = s.apply({ op: "settle-shard", shard: 0, nodes: ["n1", "n2", "n4"] }).state;
+    s = s.apply({ op: "set-state", id: "n3", state: "decommissioning" }).state;
+    assert.equal(s.apply({ op: "set-version", version: 2 }).outcome.kind, "rejected");
+    s = s.apply({ op: "set-state", id: "n3", state: "decommissioned" }).state;
+    assert.deepEqual(s.lowestBuild(), { id: "n1", build: 2 });
+    s = s.apply({ op: "set-version", version: 2 }).state;
+    assert.equal(s.version, 2);
+    // A new node under n3's id: a build without version 2 is refused, one with it joins.
+    const old = s.apply({ op: "join", member: { ...N3, incarnation: "new3" } }).outcome;
+    assert.equal(old.kind, "rejected");
+    assert.equal(old.kind === "rejected" && old.tooOld, true);
+    const joined = s.apply({ op: "join", member: { ...N3, incarnation: "new3", build: 2 } });
+    assert.equal(joined.outcome.kind, "member-updated");
+    assert.equal(joined.state.members.get("n3")?.build, 2);
+    assert.equal(joined.state.stateOf("n3"), "joining");
+  });
+
+  it("refuses a join or a build report older than the cluster's version (CAIRN_ERR_CLUSTER_VERSION's outcome)", () => {
+    let s = booted();
+    for (const id of ["n1", "n2", "n3"]) s = s.apply({ op: "set-build", id, build: 2 }).state;
+    s = s.apply({ op: "set-version", version: 2 }).state;
+    for (const cmd of [
+      { op: "join", member: { ...N4, incarnation: "i4" } },
+      { op: "join", member: { ...N4, incarnation: "i4", build: 1 } },
+      { op: "set-build", id: "n2", build: 1 },
+    ] satisfies MetaCommand[]) {
+      const r = s.apply(cmd);
+      assert.equal(r.state, s, cmd.op);
+      assert.equal(r.outcome.kind, "rejected");
+      assert.equal(r.outcome.kind === "rejected" && r.outcome.tooOld, true);
+      assert.match(
+        r.outcome.kind === "rejected" ? r.outcome.reason : "",
+        /cluster versions up to 1, and the cluster runs version 2/,
+      );
+    }
+    // A member's build outlives an address change (set-member) and a wiped data directory.
+    s = s.apply({ op: "set-member", member: { ...N2, rpcAddr: "10.0.0.2:7447" } }).state;
+    assert.equal(s.members.get("n2")?.build, 2);
+    s = s.apply({ op: "rejoin", id: "n2", incarnation: "again" }).state;
+    assert.equal(s.members.get("n2")?.build, 2);
+  });
+});
 
 describe("rendezvous placement", () => {
   it("matches the checked-in vectors (deterministic across processes and platforms)", () => {

@@ -334,6 +334,7 @@ export class LocalCluster {
 export interface HealthReport {
   status: string;
   shards: { id: number; status: string }[];
+  cluster_version?: number;
 }
 
 /** GET /health of the node whose HTTP address is `http`. */

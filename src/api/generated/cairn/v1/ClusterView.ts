@@ -11,6 +11,7 @@ export interface ClusterView {
   'total_shards'?: (number);
   'cluster_id'?: (string);
   'incarnation'?: (string);
+  'cluster_version'?: (number);
 }
 
 export interface ClusterView__Output {
@@ -20,4 +21,5 @@ export interface ClusterView__Output {
   'total_shards': (number);
   'cluster_id': (string);
   'incarnation': (string);
+  'cluster_version': (number);
 }

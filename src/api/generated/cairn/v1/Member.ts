@@ -9,6 +9,7 @@ export interface Member {
   'member_state'?: (string);
   'replicas'?: (number);
   'disk_full'?: (boolean);
+  'build'?: (number);
 }
 
 export interface Member__Output {
@@ -19,4 +20,5 @@ export interface Member__Output {
   'member_state': (string);
   'replicas': (number);
   'disk_full': (boolean);
+  'build': (number);
 }
