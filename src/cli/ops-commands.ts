@@ -210,7 +210,9 @@ A node knows the leaders of the shards it holds a replica of; with more nodes th
 replication factor, the leaders it does not know are asked of the other members (those that
 do not answer within a second leave a shard's leader "(none)"). The first line names the
 cluster and its version (JSON: "cluster_version"; each member's "build" is the highest version
-its build runs: docs/operations.md, "Upgrading"). The epoch printed is the first node's view's (JSON: "epoch" and "node"; the other members' in "merged_from"), which their
+its build runs: docs/operations.md, "Upgrading"; STATE adds ",build-N" to a member whose build
+runs another version than the cluster's, and ",disk-full" to one whose disk is nearly full).
+The epoch printed is the first node's view's (JSON: "epoch" and "node"; the other members' in "merged_from"), which their
 leaders do not move. --watch keeps following the view, the other members' beside it, and
 prints it again after each change (one JSON object per line with --output json) until
 interrupted; it ends when the node it follows does. The endpoints are
@@ -329,7 +331,14 @@ function formatView(v: MergedView, separator: boolean): string {
   const noLeader = unknown === 0 ? "" : `, ${unknown} with no leader known`;
   out += `${cluster}epoch ${v.epoch}${about}, ${v.totalShards} shards (${v.shards.length} active${noLeader})\n\nMEMBER\tSTATE\tGOSSIP\tREPLICAS\tLEADERS\tRPC\tHTTP\n`;
   for (const n of v.nodes) {
-    const state = n.memberState === "" ? "-" : `${n.memberState}${n.diskFull ? ",disk-full" : ""}`;
+    // A member whose build runs another version than the cluster's (a rolling upgrade under
+    // way, or a rollback) says so beside its state, as a full disk does.
+    const build =
+      n.memberState === "" || n.build === 0 || n.build === v.clusterVersion
+        ? ""
+        : `,build-${n.build}`;
+    const state =
+      n.memberState === "" ? "-" : `${n.memberState}${n.diskFull ? ",disk-full" : ""}${build}`;
     const replicas = n.memberState === "" ? "-" : String(n.replicas);
     const led = leaders.get(n.id) ?? 0;
     out += `${n.id}\t${state}\t${n.state}\t${replicas}\t${led}\t${n.rpcAddr}\t${n.httpAddr}\n`;

@@ -24,7 +24,7 @@ import {
 } from "../support/cluster-process.ts";
 import { samples } from "../ops/prom-text.ts";
 import { grpcError } from "../support/grpc-client.ts";
-import { cleanEnv } from "../support/server-process.ts";
+import { cleanEnv, runCairn } from "../support/server-process.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const CAIRN = join(ROOT, "bin", "cairn");
@@ -60,15 +60,6 @@ function firstLine(args: readonly string[]): Promise<string> {
     });
     proc.once("exit", (code) => reject(new Error(`cairn ${args.join(" ")} exited ${code}`)));
   });
-}
-
-function cli(args: readonly string[]): Promise<{ code: number | null; out: string; err: string }> {
-  const proc = spawn(CAIRN, [...args], { cwd: ROOT, env: cleanEnv({}) });
-  let out = "";
-  let err = "";
-  proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
-  return new Promise((resolve) => proc.once("exit", (code) => resolve({ code, out, err })));
 }
 
 /** The /health active shards of the node at `http`: the replicas it holds. */
@@ -232,7 +223,7 @@ describe("elastic cluster (real processes)", () => {
           return true;
         });
         await eventually("cairn cluster names every shard's leader", async () => {
-          const shown = await cli(["cluster", "--endpoints", n1.rpc, "--output", "json"]);
+          const shown = await runCairn(["cluster", "--endpoints", n1.rpc, "--output", "json"]);
           assert.equal(shown.code, 0, shown.err);
           const v = JSON.parse(shown.out) as {
             node: string;
@@ -263,7 +254,7 @@ describe("elastic cluster (real processes)", () => {
         const n2Watch = watchEnd(clientOf(cluster, "n2"));
         // Decommission n2 through the CLI; it waits until n2 holds no replica.
         const endpoints = ["--endpoints", n1.rpc];
-        const decommission = await cli(["node", "decommission", "n2", "--wait", ...endpoints]);
+        const decommission = await runCairn(["node", "decommission", "n2", "--wait", ...endpoints]);
         assert.equal(decommission.code, 0, decommission.err);
         assert.match(decommission.out, /n2: decommissioned, 0 replica\(s\) left/);
         // n1's view follows the meta state it applied within its publishing interval (100 ms).
@@ -278,10 +269,10 @@ describe("elastic cluster (real processes)", () => {
         // It serves nothing, so its readiness probe says so (a StatefulSet stops routing to it).
         const n2Quick = await fetch(`http://${cluster.node("n2").server?.http}/health/quick`);
         assert.equal(n2Quick.status, 503, "a decommissioned node's /health/quick");
-        const staleView = await cli(["cluster", "--endpoints", cluster.node("n2").rpc]);
+        const staleView = await runCairn(["cluster", "--endpoints", cluster.node("n2").rpc]);
         assert.notEqual(staleView.code, 0);
         assert.match(staleView.err, /n2 was decommissioned/);
-        const nextEndpoint = await cli([
+        const nextEndpoint = await runCairn([
           "cluster",
           "--endpoints",
           `${cluster.node("n2").rpc},${n1.rpc}`,
@@ -303,7 +294,7 @@ describe("elastic cluster (real processes)", () => {
         // Removed for good while it still runs (the operator skipped "stop it first"): not
         // listed, and n2 learns it from its peers' views and stops by itself, as etcd's
         // removed member does.
-        const remove = await cli(["node", "remove", "n2", ...endpoints, "--output", "json"]);
+        const remove = await runCairn(["node", "remove", "n2", ...endpoints, "--output", "json"]);
         assert.equal(remove.code, 0, remove.err);
         assert.equal((JSON.parse(remove.out) as { state: string }).state, "removed");
         await eventually(
@@ -332,7 +323,7 @@ describe("elastic cluster (real processes)", () => {
         back.server = null;
         back.client?.close();
         back.client = null;
-        const again = await cli(["node", "decommission", "n3", ...endpoints]);
+        const again = await runCairn(["node", "decommission", "n3", ...endpoints]);
         assert.notEqual(again.code, 0, "decommissioning would leave 2 active members");
         assert.match(again.err, /would leave 2 active member/);
 
@@ -451,7 +442,13 @@ describe("elastic cluster (real processes)", () => {
           },
           60_000,
         );
-        const removed = await cli(["node", "remove", "n4", "--endpoints", cluster.node("n1").rpc]);
+        const removed = await runCairn([
+          "node",
+          "remove",
+          "n4",
+          "--endpoints",
+          cluster.node("n1").rpc,
+        ]);
         assert.equal(removed.code, 0, removed.err);
         assert.match(removed.out, /n4: removed, 0 replica\(s\) left/);
       });
@@ -491,10 +488,10 @@ describe("elastic cluster (real processes)", () => {
           (x) => x.name === "cairn_cluster_members_disk_full",
         );
         assert.equal(metric?.value, 1);
-        const shown = await cli(["cluster", "--endpoints", cluster.node("n1").rpc]);
+        const shown = await runCairn(["cluster", "--endpoints", cluster.node("n1").rpc]);
         assert.match(shown.out, /\nn4\tactive,disk-full\talive\t0\t/);
         // A decommission whose replicas could only go to n4 is refused, naming why.
-        const stuck = await cli(["node", "decommission", "n2", "--endpoints", n4.rpc]);
+        const stuck = await runCairn(["node", "decommission", "n2", "--endpoints", n4.rpc]);
         assert.notEqual(stuck.code, 0);
         assert.match(
           stuck.err,

@@ -20,6 +20,7 @@ import {
   readBackDifference,
 } from "../support/cluster-process.ts";
 import type { Clients } from "../support/grpc-client.ts";
+import { runCairn } from "../support/server-process.ts";
 
 const NEW = { CAIRN_TESTING_BUILD_VERSION: "2" };
 
@@ -76,6 +77,12 @@ describe("the cluster version (real processes)", () => {
           "n1 and n2 report build 2",
           async () => (await versions(c1)) === "v1 n1=2 n2=2 n3=1",
         );
+        // `cairn cluster` shows the version, and which members run another one.
+        const shown = await runCairn(["--endpoints", cluster.node("n1").rpc, "cluster"]);
+        assert.equal(shown.code, 0, shown.err);
+        assert.match(shown.out, /^cluster \S+ \(version 1\), epoch/);
+        assert.match(shown.out, /^n1\tactive,build-2\t/m);
+        assert.match(shown.out, /^n3\tactive\talive\t/m);
 
         // The rolling restart's last step: n3 on the new build. Every node then runs version 2.
         await cluster.stop("n3");

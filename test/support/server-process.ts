@@ -49,6 +49,18 @@ export function spawnCairn(
   return spawn(CAIRN, [...args], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
 }
 
+/** Runs `cairn args` (a clean environment) to its end: its exit code, stdout and stderr. */
+export function runCairn(
+  args: readonly string[],
+): Promise<{ code: number | null; out: string; err: string }> {
+  const proc = spawnCairn(args);
+  let out = "";
+  let err = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+  return new Promise((resolve) => proc.once("exit", (code) => resolve({ code, out, err })));
+}
+
 /**
  * How long a start may take unless the caller says: 30 s, or `TEST_START_TIMEOUT_MS` from the
  * test's environment (a machine shared with heavy work: at a load average of 20–35 on two
