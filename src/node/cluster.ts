@@ -1178,8 +1178,9 @@ async function proposeViaLeader(
 /**
  * Why the meta group refused a command, as an error: CAIRN_ERR_LOST_STATE for a `rejoin` with a
  * retired incarnation, CAIRN_ERR_NODE_REMOVED for a member removed for good, CLUSTER_VERSION for
- * a build older than the cluster's version, else CAIRN_ERR_INVALID_ARGUMENT. The same on the meta leader's node and,
- * through cairn.v1.Raft ProposeMeta, on the proposing one (errorCodeOf reads it there).
+ * a build older than the cluster's version, else CAIRN_ERR_INVALID_ARGUMENT. The same on the
+ * meta leader's node and, through cairn.v1.Raft ProposeMeta, on the proposing one (errorCodeOf
+ * reads it there).
  */
 export function metaRefusal(outcome: {
   reason: string;
