@@ -212,11 +212,11 @@ do not answer within a second leave a shard's leader "(none)"). The first line n
 cluster and its version (JSON: "cluster_version"; each member's "build" is the highest version
 its build runs: docs/operations.md, "Upgrading"; STATE adds ",build-N" to a member whose build
 runs another version than the cluster's, and ",disk-full" to one whose disk is nearly full).
-The epoch printed is the first node's view's (JSON: "epoch" and "node"; the other members' in "merged_from"), which their
-leaders do not move. --watch keeps following the view, the other members' beside it, and
-prints it again after each change (one JSON object per line with --output json) until
-interrupted; it ends when the node it follows does. The endpoints are
-tried in turn until one streams a view: a node that is down, or decommissioned (its view no
+The epoch printed is the first node's view's (JSON: "epoch" and "node"; the other members'
+in "merged_from"), which their leaders do not move. --watch keeps following the view, the
+other members' beside it, and prints it again after each change (one JSON object per line
+with --output json) until interrupted; it ends when the node it follows does. The endpoints
+are tried in turn until one streams a view: a node that is down, or decommissioned (its view no
 longer follows the cluster), is skipped.
 
 Options:

@@ -1021,7 +1021,11 @@ export class MetaState {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(id);
     if (previous === undefined) return this.#rejected(`${id} is not a member`);
-    if (startsNewLife(previous, incarnation)) return this.#newLife(previous, previous, incarnation);
+    // A rejoin names no build: the new node's is 1 until it reports its own.
+    if (startsNewLife(previous, incarnation)) {
+      const addresses = { rpcAddr: previous.rpcAddr, httpAddr: previous.httpAddr };
+      return this.#newLife(previous, addresses, incarnation);
+    }
     if (previous.state === "removed")
       return this.#same({ kind: "rejected", reason: removedReason(id), removed: true });
     if (previous.incarnation === incarnation)
@@ -1106,7 +1110,6 @@ export class MetaState {
     incarnation: string,
   ): MetaApplyResult {
     const retired = [...(previous.retired ?? []), previous.incarnation as string];
-    // A new node: its build is the one its join names (a rejoin names none: 1 until it reports).
     const member = canonicalMember({
       id: previous.id,
       rpcAddr: addresses.rpcAddr,
@@ -1114,9 +1117,7 @@ export class MetaState {
       incarnation,
       retired,
       state: "joining",
-      ...(addresses === previous || addresses.build === undefined
-        ? {}
-        : { build: addresses.build }),
+      ...(addresses.build === undefined ? {} : { build: addresses.build }),
     });
     const members = new Map(this.members);
     members.set(member.id, member);
@@ -1209,16 +1210,7 @@ export class MetaState {
       return this.#rejected(
         `member ${lowest.id} runs cluster versions up to ${lowest.build}: the cluster cannot run version ${version} yet`,
       );
-    const state = new MetaState(
-      this.clusterId,
-      this.totalShards,
-      this.replicationFactor,
-      this.members,
-      this.shards,
-      this.leaders,
-      this.placements,
-      version,
-    );
+    const state = this.#with(this.members, this.shards, this.leaders, this.placements, version);
     return {
       state,
       outcome: { kind: "version-changed", from: this.version, to: version },
@@ -1362,6 +1354,7 @@ export class MetaState {
     shards: ReadonlyDenseMap<readonly string[]>,
     leaders: ReadonlyMap<number, string> = this.leaders,
     placements: ReadonlyDenseMap<ShardPlacement> = this.placements,
+    version: number = this.version,
   ): MetaState {
     return new MetaState(
       this.clusterId,
@@ -1371,7 +1364,7 @@ export class MetaState {
       shards,
       leaders,
       placements,
-      this.version,
+      version,
     );
   }
 

@@ -1174,6 +1174,7 @@ export class CairnNode implements HealthSource {
         : shards.every((s) => s.status === "healthy")
           ? "healthy"
           : "degraded";
+    const view = this.views.current();
     return {
       status,
       node_id: this.config.node_id,
@@ -1181,10 +1182,8 @@ export class CairnNode implements HealthSource {
       total_shards: this.config.cluster.total_shards,
       active_shards: shards.length,
       shards,
-      nodes: this.views.current().nodes.map((n) => ({ ...n })),
-      ...(this.views.current().cluster_version > 0
-        ? { cluster_version: this.views.current().cluster_version }
-        : {}),
+      nodes: view.nodes.map((n) => ({ ...n })),
+      ...(view.cluster_version > 0 ? { cluster_version: view.cluster_version } : {}),
     };
   }
 

@@ -10,8 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { type ClientReadableStream, Metadata } from "@grpc/grpc-js";
@@ -19,8 +18,9 @@ import {
   acknowledgedPuts,
   clusterView,
   eventually,
-  LocalCluster,
+  type LocalCluster,
   readBackDifference,
+  withLocalCluster,
 } from "../support/cluster-process.ts";
 import { samples } from "../ops/prom-text.ts";
 import { grpcError } from "../support/grpc-client.ts";
@@ -104,27 +104,17 @@ async function withCluster(
   body: (cluster: LocalCluster) => Promise<void>,
   founders: readonly string[] = ["n1", "n2", "n3"],
 ): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), `cairn-e2e-${name}-`));
-  const cluster = await LocalCluster.create(dir, 4, {
+  const clusterEnv = {
     CAIRN_CLUSTER_TOTAL_SHARDS: "16",
     CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
     CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(founders.length),
     ...env,
-  });
-  let failed = false;
-  try {
+  };
+  await withLocalCluster(name, 4, clusterEnv, async (cluster) => {
     await Promise.all(founders.map((id) => cluster.start(id)));
     await cluster.ready();
     await body(cluster);
-  } catch (err) {
-    // The running nodes' logs, for the diagnosis of a failure seen once in CI only.
-    failed = true;
-    throw new Error(`${String(err)}\n${cluster.saveLogs(join(dir, "logs"))}`, { cause: err });
-  } finally {
-    await cluster.killAll();
-    // A failure keeps the data directories and the logs.
-    if (!failed) await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 /** Every acknowledged write reads back through each of nodes `ids`. */

@@ -7,17 +7,15 @@
  * serves on a member's data directory nor joins; every acknowledged write reads back throughout.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, it } from "node:test";
 import {
   acknowledgedPuts,
   clusterView,
   eventually,
   healthReport,
-  LocalCluster,
+  type LocalCluster,
   readBackDifference,
+  withLocalCluster,
 } from "../support/cluster-process.ts";
 import type { Clients } from "../support/grpc-client.ts";
 import { runCairn } from "../support/server-process.ts";
@@ -59,90 +57,86 @@ describe("the cluster version (real processes)", () => {
     "is raised once the last member runs the new build, and then a node of the old build neither serves a member's data nor joins",
     { timeout: 240_000 },
     async () => {
-      const dir = await mkdtemp(join(tmpdir(), "cairn-e2e-version-"));
-      const cluster = await LocalCluster.create(dir, 4, { CAIRN_CLUSTER_TOTAL_SHARDS: "16" });
       const { acknowledged, put } = acknowledgedPuts();
-      let failed = false;
-      try {
-        // n1 and n2 run the new build, n3 the old one: the cluster stays at version 1.
-        await Promise.all([
-          cluster.start("n1", NEW),
-          cluster.start("n2", NEW),
-          cluster.start("n3"),
-        ]);
-        await cluster.ready();
-        const c1 = cluster.node("n1").client as Clients;
-        for (let i = 0; i < 32; i++) await put(c1, `k${i}`, `v${i}`);
-        await eventually(
-          "n1 and n2 report build 2",
-          async () => (await versions(c1)) === "v1 n1=2 n2=2 n3=1",
-        );
-        // `cairn cluster` shows the version, and which members run another one.
-        const shown = await runCairn(["--endpoints", cluster.node("n1").rpc, "cluster"]);
-        assert.equal(shown.code, 0, shown.err);
-        assert.match(shown.out, /^cluster \S+ \(version 1\), epoch/);
-        assert.match(shown.out, /^n1\tactive,build-2\t/m);
-        assert.match(shown.out, /^n3\tactive\talive\t/m);
+      await withLocalCluster(
+        "version",
+        4,
+        { CAIRN_CLUSTER_TOTAL_SHARDS: "16" },
+        async (cluster) => {
+          // n1 and n2 run the new build, n3 the old one: the cluster stays at version 1.
+          await Promise.all([
+            cluster.start("n1", NEW),
+            cluster.start("n2", NEW),
+            cluster.start("n3"),
+          ]);
+          await cluster.ready();
+          const c1 = cluster.node("n1").client as Clients;
+          for (let i = 0; i < 32; i++) await put(c1, `k${i}`, `v${i}`);
+          await eventually(
+            "n1 and n2 report build 2",
+            async () => (await versions(c1)) === "v1 n1=2 n2=2 n3=1",
+          );
+          // `cairn cluster` shows the version, and which members run another one.
+          const shown = await runCairn(["--endpoints", cluster.node("n1").rpc, "cluster"]);
+          assert.equal(shown.code, 0, shown.err);
+          assert.match(shown.out, /^cluster \S+ \(version 1\), epoch/);
+          assert.match(shown.out, /^n1\tactive,build-2\t/m);
+          assert.match(shown.out, /^n3\tactive\talive\t/m);
 
-        // The rolling restart's last step: n3 on the new build. Every node then runs version 2.
-        await cluster.stop("n3");
-        await cluster.start("n3", NEW);
-        for (const id of ["n1", "n2", "n3"]) {
-          const c = cluster.node(id).client as Clients;
-          await eventually(`${id}'s view says version 2`, async () => {
-            try {
-              return (await versions(c)) === "v2 n1=2 n2=2 n3=2";
-            } catch {
-              return false; // n3 still starting
-            }
-          });
-        }
-        const health = await healthReport(cluster.node("n1").server?.http);
-        assert.equal(health.cluster_version, 2);
-        assert.match(
-          cluster.node("n2").server?.lines.join("\n") ?? "",
-          /the cluster's version was raised.*"from":1,"to":2/,
-        );
-        for (let i = 32; i < 48; i++) await put(c1, `k${i}`, `v${i}`);
+          // The rolling restart's last step: n3 on the new build. Every node then runs version 2.
+          await cluster.stop("n3");
+          await cluster.start("n3", NEW);
+          for (const id of ["n1", "n2", "n3"]) {
+            const c = cluster.node(id).client as Clients;
+            await eventually(`${id}'s view says version 2`, async () => {
+              try {
+                return (await versions(c)) === "v2 n1=2 n2=2 n3=2";
+              } catch {
+                return false; // n3 still starting
+              }
+            });
+          }
+          const health = await healthReport(cluster.node("n1").server?.http);
+          assert.equal(health.cluster_version, 2);
+          assert.match(
+            cluster.node("n2").server?.lines.join("\n") ?? "",
+            /the cluster's version was raised.*"from":1,"to":2/,
+          );
+          for (let i = 32; i < 48; i++) await put(c1, `k${i}`, `v${i}`);
 
-        // Rolled back onto the old build, n2 stops rather than serve (its data stays).
-        await cluster.stop("n2");
-        await cluster.start("n2");
-        const rolledBack = await exitOf(cluster, "n2");
-        assert.equal(rolledBack.code, 1);
-        assert.match(
-          rolledBack.log,
-          /this build is older than the cluster's version; it stops.*runs cluster version 2, and this build runs versions up to 1.*CAIRN_ERR_CLUSTER_VERSION/,
-        );
-        await cluster.stop("n2", "SIGKILL"); // exited already: keeps its log lines
+          // Rolled back onto the old build, n2 stops rather than serve (its data stays).
+          await cluster.stop("n2");
+          await cluster.start("n2");
+          const rolledBack = await exitOf(cluster, "n2");
+          assert.equal(rolledBack.code, 1);
+          assert.match(
+            rolledBack.log,
+            /this build is older than the cluster's version; it stops.*runs cluster version 2, and this build runs versions up to 1.*CAIRN_ERR_CLUSTER_VERSION/,
+          );
+          await cluster.stop("n2", "SIGKILL"); // exited already: keeps its log lines
 
-        // A new node of the old build is refused, and stops; of the new build, it joins.
-        await cluster.start("n4");
-        const refused = await exitOf(cluster, "n4");
-        assert.equal(refused.code, 1);
-        assert.match(
-          refused.log,
-          /n4 runs a build with cluster versions up to 1, and the cluster runs version 2/,
-        );
-        assert.match(refused.log, /CAIRN_ERR_CLUSTER_VERSION/);
-        await cluster.stop("n4", "SIGKILL");
-        await cluster.start("n4", NEW);
-        await eventually("n4 joins", async () => (await versions(c1)).includes("n4=2"));
+          // A new node of the old build is refused, and stops; of the new build, it joins.
+          await cluster.start("n4");
+          const refused = await exitOf(cluster, "n4");
+          assert.equal(refused.code, 1);
+          assert.match(
+            refused.log,
+            /n4 runs a build with cluster versions up to 1, and the cluster runs version 2/,
+          );
+          assert.match(refused.log, /CAIRN_ERR_CLUSTER_VERSION/);
+          await cluster.stop("n4", "SIGKILL");
+          await cluster.start("n4", NEW);
+          await eventually("n4 joins", async () => (await versions(c1)).includes("n4=2"));
 
-        // n2 back on the new build: it serves again, and nothing was lost.
-        await cluster.start("n2", NEW);
-        await eventually("every node is healthy", () => cluster.allHealthy(), 60_000);
-        for (const id of ["n1", "n2", "n3", "n4"]) {
-          const c = cluster.node(id).client as Clients;
-          assert.equal(await readBackDifference(c, acknowledged), null, `through ${id}`);
-        }
-      } catch (err) {
-        failed = true;
-        throw new Error(`${String(err)}\n${cluster.saveLogs(join(dir, "logs"))}`, { cause: err });
-      } finally {
-        await cluster.killAll();
-        if (!failed) await rm(dir, { recursive: true, force: true });
-      }
+          // n2 back on the new build: it serves again, and nothing was lost.
+          await cluster.start("n2", NEW);
+          await eventually("every node is healthy", () => cluster.allHealthy(), 60_000);
+          for (const id of ["n1", "n2", "n3", "n4"]) {
+            const c = cluster.node(id).client as Clients;
+            assert.equal(await readBackDifference(c, acknowledged), null, `through ${id}`);
+          }
+        },
+      );
     },
   );
 });

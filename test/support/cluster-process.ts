@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { createSocket } from "node:dgram";
 import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -327,6 +328,32 @@ export class LocalCluster {
   /** Kills every node still running (for `finally` blocks after a failure). */
   async killAll(): Promise<void> {
     await Promise.all(this.running().map((n) => this.stop(n.id, "SIGKILL")));
+  }
+}
+
+/**
+ * Runs `body` on a LocalCluster of `size` node slots (none started, `env` for every node) in a
+ * new directory named after `name`, then kills every node. A failure keeps the data directories
+ * and the nodes' logs, and names their last WARN lines in its message (saveLogs: for a failure
+ * seen in CI only); a success removes the directory.
+ */
+export async function withLocalCluster(
+  name: string,
+  size: number,
+  env: Readonly<Record<string, string>>,
+  body: (cluster: LocalCluster) => Promise<void>,
+): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), `cairn-e2e-${name}-`));
+  const cluster = await LocalCluster.create(dir, size, env);
+  let failed = false;
+  try {
+    await body(cluster);
+  } catch (err) {
+    failed = true;
+    throw new Error(`${String(err)}\n${cluster.saveLogs(join(dir, "logs"))}`, { cause: err });
+  } finally {
+    await cluster.killAll();
+    if (!failed) await rm(dir, { recursive: true, force: true });
   }
 }
 
