@@ -51,6 +51,19 @@ import {
 const DEFAULT_SCAN_LIMIT = 1000;
 const MAX_SCAN_LIMIT = 10_000;
 const PAGE_TOKEN_VERSION = 1;
+/**
+ * A scan page's items are cut to fit a message of this size at most (grpc-js's default receive
+ * limit, which a client may keep), or of the node's limits.max_message_bytes when smaller.
+ */
+const SCAN_PAGE_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The bytes a scan page's items may take (scan-merge.ts counts them): the message, less the
+ * page token (a key and a byte) and the response's own framing.
+ */
+export function scanPageBytes(maxMessageBytes: number, limits: Limits): number {
+  return Math.min(maxMessageBytes, SCAN_PAGE_MESSAGE_BYTES) - limits.maxKeyBytes - 1024;
+}
 
 export interface KvServiceOptions {
   /** Forwards refused calls to the shard's leader; absent (single node), NOT_LEADER is answered. */
@@ -59,6 +72,8 @@ export interface KvServiceOptions {
   readonly log?: Logger;
   /** This node's id, named in `cairn-served-by` of what it serves; absent, no such trailer. */
   readonly nodeId?: string;
+  /** The bytes of a scan page's items (scanPageBytes); default: for a 4 MiB message. */
+  readonly scanPageBytes?: number;
 }
 
 /** The KV service's handlers over `store` (see the module comment). */
@@ -66,7 +81,12 @@ export function kvService(
   store: KvStore,
   metrics: CairnMetrics,
   limits: Limits,
-  { forwarder, log = silentLogger, nodeId: self }: KvServiceOptions = {},
+  {
+    forwarder,
+    log = silentLogger,
+    nodeId: self,
+    scanPageBytes: pageBytes = scanPageBytes(SCAN_PAGE_MESSAGE_BYTES, limits),
+  }: KvServiceOptions = {},
 ): UntypedServiceImplementation {
   const internalErrors = new InternalErrorLog(log);
   /** The trailer of every Put, Get and Delete served here (see the module comment). */
@@ -255,6 +275,7 @@ export function kvService(
             start: from,
             end,
             limit,
+            maxBytes: pageBytes,
             linearizable: consistency !== "SERIALIZABLE",
           });
           const last = items[items.length - 1];

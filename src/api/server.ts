@@ -33,7 +33,7 @@ import {
   IoThreads,
   MethodTable,
 } from "./io-threads.ts";
-import { kvService } from "./kv-service.ts";
+import { kvService, scanPageBytes } from "./kv-service.ts";
 import { servePeerCall } from "./peer-calls.ts";
 import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { withFastKvCodecs } from "./kv-codec.ts";
@@ -194,6 +194,7 @@ export class RpcServer {
       kv,
       kvService(options.store, options.metrics, options.limits, {
         log: options.logger,
+        scanPageBytes: scanPageBytes(options.maxMessageBytes, options.limits),
         ...(this.#forwarder === undefined ? {} : { forwarder: this.#forwarder }),
         ...(servedBy === undefined ? {} : { nodeId: servedBy }),
       }),

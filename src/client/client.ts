@@ -281,36 +281,63 @@ export class CairnClient {
    */
   async scan(range: ScanRange = {}, options: ScanOptions = {}): Promise<ScanResult> {
     const limit = options.limit ?? 0;
-    const pageSize = options.pageSize ?? 1000;
     const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
     const items: KeyValue[] = [];
+    for await (const page of this.#pages(range, options, () => deadline - Date.now())) {
+      for (const it of page.items) items.push(it);
+      if (limit > 0 && items.length >= limit) return { items, more: page.more };
+    }
+    return { items, more: false };
+  }
+
+  /**
+   * The items of a range (as `scan`) a page at a time, for a range too large to hold at once
+   * (`cairn backup` reads every key through it). Each page is a call of its own, with its own
+   * deadline (`timeoutMs`) and retries; `pageSize` items a page (default 1000), at most `limit`
+   * in all when given. Pages are separate reads, as `scan`'s are.
+   */
+  async *scanPages(range: ScanRange = {}, options: ScanOptions = {}): AsyncGenerator<KeyValue[]> {
+    const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
+    for await (const page of this.#pages(range, options, () => timeoutMs)) yield page.items;
+  }
+
+  /** The pages of a scan; `timeoutMs` gives each page's time left (at least 1 ms is asked). */
+  async *#pages(
+    range: ScanRange,
+    options: ScanOptions,
+    timeoutMs: () => number,
+  ): AsyncGenerator<{ readonly items: KeyValue[]; readonly more: boolean }> {
+    const limit = options.limit ?? 0;
+    const pageSize = options.pageSize ?? 1000;
+    const base = {
+      start: "start" in range && range.start !== undefined ? toBytes(range.start) : EMPTY,
+      end: "end" in range && range.end !== undefined ? toBytes(range.end) : EMPTY,
+      prefix: "prefix" in range ? toBytes(range.prefix) : EMPTY,
+      consistency: consistencyOf(options.consistency),
+    };
     let pageToken: Uint8Array = EMPTY;
+    let got = 0;
     for (;;) {
-      const want = limit > 0 ? Math.min(pageSize, limit - items.length) : pageSize;
       const req = {
-        start: "start" in range && range.start !== undefined ? toBytes(range.start) : EMPTY,
-        end: "end" in range && range.end !== undefined ? toBytes(range.end) : EMPTY,
-        prefix: "prefix" in range ? toBytes(range.prefix) : EMPTY,
-        limit: want,
+        ...base,
+        limit: limit > 0 ? Math.min(pageSize, limit - got) : pageSize,
         page_token: pageToken,
-        consistency: consistencyOf(options.consistency),
       };
       const res = await this.#call<ScanResponse__Output>(
         "read",
         null,
-        { timeoutMs: Math.max(1, deadline - Date.now()), ...signalOf(options) },
+        { timeoutMs: Math.max(1, timeoutMs()), ...signalOf(options) },
         (c, d, cb) => c.kv.Scan(req, { deadline: d }, cb),
       );
-      for (const it of res.items) {
-        items.push({
-          key: new Uint8Array(it.key),
-          value: new Uint8Array(it.value),
-          version: version(it.version),
-        });
-      }
+      const items = res.items.map((it) => ({
+        key: new Uint8Array(it.key),
+        value: new Uint8Array(it.value),
+        version: version(it.version),
+      }));
+      got += items.length;
       const more = res.next_page_token.length > 0;
-      if (!more) return { items, more: false };
-      if (limit > 0 && items.length >= limit) return { items, more: true };
+      yield { items, more };
+      if (!more || (limit > 0 && got >= limit)) return;
       pageToken = new Uint8Array(res.next_page_token);
     }
   }

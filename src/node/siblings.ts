@@ -27,7 +27,9 @@ import { NotLeaderError, nodeId } from "../raft/index.ts";
 import type { MetaProposer } from "./cluster.ts";
 import {
   type ApplyOutcome,
+  mergePages,
   type MultiRaft,
+  type ScanPage,
   type ScanRequest,
   type ShardInfo,
   ShuttingDownError,
@@ -333,8 +335,10 @@ export function serveSibling(
         const item = await local.get(call.key, call.linearizable);
         return item === null ? null : ownItem(item);
       }
-      case "scan":
-        return (await local.scan(call.req)).items.map(ownItem);
+      case "scan": {
+        const page = await local.scan(call.req);
+        return { items: page.items.map(ownItem), more: page.more };
+      }
       case "snapshot":
         return local.snapshotShard(call.shard);
       case "transfer":
@@ -407,18 +411,14 @@ export class RoutedStore implements KvStore, AdminStore {
     return owner.call({ op: "get", key: own(key), linearizable }) as Promise<StoredItem | null>;
   }
 
-  /** Every worker's keys in the range, merged: each gives at most limit + 1, as shards do. */
-  async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
-    const wider: ScanRequest = { ...req, limit: req.limit + 1 };
-    const lists = await Promise.all(
+  /** Every worker's page of keys in the range, merged (scan-merge.ts). */
+  async scan(req: ScanRequest): Promise<ScanPage> {
+    const pages = await Promise.all(
       this.#siblings.map((s) =>
-        s === null
-          ? this.#local.scan(wider).then((r) => r.items)
-          : (s.call({ op: "scan", req: wider }) as Promise<StoredItem[]>),
+        s === null ? this.#local.scan(req) : (s.call({ op: "scan", req }) as Promise<ScanPage>),
       ),
     );
-    const merged = lists.flat().sort((a, b) => Buffer.compare(a.key, b.key));
-    return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
+    return mergePages(pages, req.limit, req.maxBytes);
   }
 
   snapshotShard(id: number): Promise<SnapshotResult> {

@@ -47,8 +47,8 @@ import { PeerRpcs } from "./peer-rpcs.ts";
 import { RAFT_SERVER_OPTIONS } from "./raft-service.ts";
 import { ReadIndexBatcher } from "./read-index.ts";
 import type { RaftTransport, ScanRequest, ShardMessage } from "./multi-raft.ts";
+import type { ScanPage } from "./scan-merge.ts";
 import type { TermCheck } from "./term-confirm.ts";
-import type { StoredItem } from "./state-machine.ts";
 import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
 import { releaseSnapshot } from "./snapshot-pins.ts";
 import { type OutgoingSnapshot, SnapshotSender, type SnapshotStats } from "./snapshot-sender.ts";
@@ -390,16 +390,16 @@ export class GrpcTransport implements RaftTransport {
 
   /**
    * Asks node `to`, a replica of every shard in `shards`, for its share of a scan
-   * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, at
-   * most `req.limit`. Rejects with the call's error (NotLeaderError's code in the trailers when
-   * `to` does not replicate one of them).
+   * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, a
+   * page of at most `req.limit` items within `req.maxBytes`. Rejects with the call's error
+   * (NotLeaderError's code in the trailers when `to` does not replicate one of them).
    */
   scanShards(
     to: NodeId,
     shards: readonly number[],
     req: ScanRequest,
     timeoutMs: number,
-  ): Promise<StoredItem[]> {
+  ): Promise<ScanPage> {
     return this.#rpcs.scanShards(to, shards, req, timeoutMs);
   }
 }

@@ -9,7 +9,7 @@ import { CairnError } from "../common/errors.ts";
 import type { FileSystem, LsmMetrics, WalOptions } from "../storage/index.ts";
 import type { Clock, EngineOpener } from "./engine.ts";
 import type { RaftTransport } from "./raft-transport.ts";
-import type { StoredItem } from "./state-machine.ts";
+import type { ScanPage } from "./scan-merge.ts";
 import type { ConfirmTerms } from "./term-confirm.ts";
 import type { DenseMap } from "../common/index.ts";
 import type { ShardReplica } from "./shard.ts";
@@ -160,7 +160,7 @@ export interface MultiRaftOptions {
     node: string,
     shards: readonly number[],
     req: ScanRequest,
-  ) => Promise<StoredItem[]>;
+  ) => Promise<ScanPage>;
   /**
    * Idle groups sleep (no ticks, no heartbeats) after QUIESCE_AFTER_HEARTBEATS heartbeat
    * intervals with nothing to do. Default true.
@@ -278,6 +278,11 @@ export interface ScanRequest {
   /** Exclusive; null for "to the last key". */
   readonly end: Uint8Array | null;
   readonly limit: number;
+  /**
+   * The page's bytes at most (keys, values and ITEM_OVERHEAD_BYTES an item, scan-merge.ts);
+   * a page holds one item past it when it would hold none.
+   */
+  readonly maxBytes: number;
   readonly linearizable: boolean;
 }
 

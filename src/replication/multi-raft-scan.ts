@@ -13,8 +13,8 @@ import {
   type ShardTable,
 } from "./multi-raft-options.ts";
 import { assertServesSerializable } from "./multi-raft-reads.ts";
+import { mergeCursors, mergePages, type ScanPage } from "./scan-merge.ts";
 import type { ShardReplica } from "./shard.ts";
-import type { StoredItem } from "./state-machine.ts";
 
 /** What scans need of the driver. */
 export interface ScanHost {
@@ -49,29 +49,26 @@ export class Scanner {
   }
 
   /**
-   * Keys in [start, end) across every shard, in key order, at most `limit`. Keys are hashed over
-   * shards, so every active shard is read (a shard never accessed holds no keys) and the results
-   * merged; `more` tells whether keys remain after the last one returned.
+   * Keys in [start, end) across every shard, in key order, at most `limit` within `maxBytes`.
+   * Keys are hashed over shards, so every active shard is read (a shard never accessed holds no
+   * keys) and the results merged (scan-merge.ts); `more` tells whether keys may remain after the
+   * last one returned.
    */
-  async scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
+  async scan(req: ScanRequest): Promise<ScanPage> {
     const { local, remote } = await this.#plan(req.linearizable);
-    // Each source (a shard here, a replica node for the shards this node does not replicate)
-    // contributes at most limit + 1 items; merging them in order gives the page.
-    const wider: ScanRequest = { ...req, limit: req.limit + 1 };
-    const lists = await Promise.all([
-      this.#scanLocal(local, wider),
-      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, wider)),
+    const pages = await Promise.all([
+      this.#scanLocal(local, req),
+      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req)),
     ]);
-    const merged = mergeSorted(lists);
-    return { items: merged.slice(0, req.limit), more: merged.length > req.limit };
+    return mergePages(pages, req.limit, req.maxBytes);
   }
 
   /**
    * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
    * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
-   * at most `req.limit`; linearizable reads confirmed as for this node's own scans.
+   * a page as `scan` gives; linearizable reads confirmed as for this node's own scans.
    */
-  async scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+  async scanShards(ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
     this.#host.assertOpen();
     for (const id of ids) this.#host.checkShardId(id);
     const shards = await Promise.all(ids.map((id) => this.#host.shardForRequest(id)));
@@ -80,19 +77,22 @@ export class Scanner {
     return this.#scanLocal(shards, req);
   }
 
-  /** Keys of `shards` (open here) in the range, merged, at most `req.limit`. */
-  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<StoredItem[]> {
+  /**
+   * Keys of `shards` (open here) in the range, merged: each shard read at a snapshot pinned at
+   * once, as far as the page needs.
+   */
+  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<ScanPage> {
     if (req.linearizable) await Promise.all(shards.map((s) => this.#host.readBarrier(s)));
     else this.#host.assertOpen();
-    const lists = shards.map((s) => {
-      const snap = s.sm.lsm.snapshot();
-      try {
-        return s.sm.scan(req.start, req.end, req.limit, snap);
-      } finally {
-        snap.release();
-      }
-    });
-    return mergeSorted(lists).slice(0, req.limit);
+    const snaps = shards.map((s) => s.sm.lsm.snapshot());
+    try {
+      const cursors = shards.map((s, i) =>
+        s.sm.scan(req.start, req.end, snaps[i] as ReturnType<typeof s.sm.lsm.snapshot>),
+      );
+      return mergeCursors(cursors, req.limit, req.maxBytes);
+    } finally {
+      for (const snap of snaps) snap.release();
+    }
   }
 
   /**
@@ -100,7 +100,7 @@ export class Scanner {
    * from `node` first; the shards of a node that fails from their next replica in rank order,
    * until one answers or every replica failed (the last error).
    */
-  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
     const remote = this.#host.options.remoteScan;
     if (remote === undefined) {
       throw new NotLeaderError(leaderNode(this.#host.placedOn(ids[0] ?? 0)[0]));
@@ -117,10 +117,10 @@ export class Scanner {
         if (after === undefined || nodes.indexOf(node) < 0) throw err;
         next.set(after, [...(next.get(after) ?? []), id]);
       }
-      const lists = await Promise.all(
+      const pages = await Promise.all(
         [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
       );
-      return mergeSorted(lists).slice(0, req.limit);
+      return mergePages(pages, req.limit, req.maxBytes);
     }
   }
 
@@ -205,11 +205,4 @@ export class Scanner {
     await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
     return { local, remote };
   }
-}
-
-/** Merges per-shard key-ordered lists into one key-ordered list. */
-export function mergeSorted(lists: StoredItem[][]): StoredItem[] {
-  const all = lists.flat();
-  all.sort((a, b) => Buffer.compare(a.key, b.key));
-  return all;
 }

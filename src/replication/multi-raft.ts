@@ -73,6 +73,7 @@ import { Reads } from "./multi-raft-reads.ts";
 import { Removal, type RemovalOutcome } from "./multi-raft-removal.ts";
 import { Writes } from "./multi-raft-writes.ts";
 import { RequestBudget } from "./request-budget.ts";
+import type { ScanPage } from "./scan-merge.ts";
 import { SnapshotPins } from "./snapshot-pins.ts";
 
 // The driver's types, where they have always been imported from (src/node, the transport, the
@@ -418,12 +419,12 @@ export class MultiRaft {
    * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
    * whether keys remain after the last one returned (multi-raft-scan.ts).
    */
-  scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }> {
+  scan(req: ScanRequest): Promise<ScanPage> {
     return this.#scanner.scan(req);
   }
 
   /** A peer's share of a scan (cairn.v1.Raft ScanShards; multi-raft-scan.ts). */
-  scanShards(ids: readonly number[], req: ScanRequest): Promise<StoredItem[]> {
+  scanShards(ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
     return this.#scanner.scanShards(ids, req);
   }
 

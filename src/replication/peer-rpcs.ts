@@ -16,7 +16,7 @@ import { nodeId as toNodeId } from "../raft/index.ts";
 import { type ClusterIdSource, currentClusterId } from "./handshake.ts";
 import type { ScanRequest } from "./multi-raft.ts";
 import type { PeerLinks } from "./peer-links.ts";
-import type { StoredItem } from "./state-machine.ts";
+import type { ScanPage } from "./scan-merge.ts";
 import type { TermCheck } from "./term-confirm.ts";
 
 export class PeerRpcs {
@@ -111,16 +111,16 @@ export class PeerRpcs {
 
   /**
    * Asks node `to`, a replica of every shard in `shards`, for its share of a scan
-   * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, at
-   * most `req.limit`. Rejects with the call's error (NotLeaderError's code in the trailers when
-   * `to` does not replicate one of them).
+   * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, a
+   * page of at most `req.limit` items within `req.maxBytes`. Rejects with the call's error
+   * (NotLeaderError's code in the trailers when `to` does not replicate one of them).
    */
   async scanShards(
     to: NodeId,
     shards: readonly number[],
     req: ScanRequest,
     timeoutMs: number,
-  ): Promise<StoredItem[]> {
+  ): Promise<ScanPage> {
     const method = loadRaftProto().cairn.v1.Raft.service.ScanShards;
     const reply = await this.#unary(
       to,
@@ -133,14 +133,17 @@ export class PeerRpcs {
         has_end: req.end !== null,
         limit: req.limit,
         linearizable: req.linearizable,
+        max_bytes: req.maxBytes,
       },
       timeoutMs,
     );
-    return reply.items.map((i) => ({
+    const items = reply.items.map((i) => ({
       key: i.key,
       value: i.value,
       version: { index: Number(i.index), term: Number(i.term) },
     }));
+    // A peer of an earlier build says nothing of `more`; a full page of its may have been cut.
+    return { items, more: reply.more || items.length >= req.limit };
   }
 
   #unary<Req, Res>(

@@ -44,7 +44,7 @@ import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
 import { clearSnapshotDir } from "./snapshot-file.ts";
 import { snapshotReceiver } from "./snapshot-receiver.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
-import type { StoredItem } from "./state-machine.ts";
+import type { ScanPage } from "./scan-merge.ts";
 import {
   type EndCall,
   type ForwardedCalls,
@@ -83,6 +83,11 @@ const PROPOSE_META = "/cairn.v1.Raft/ProposeMeta";
 
 /** Checks one ConfirmTerms call may carry (a leader sends one per shard, term and replica). */
 const MAX_TERM_CHECKS = 65_536;
+/**
+ * The most bytes of keys and values a ScanShards reply carries (scan-merge.ts counts them),
+ * well inside the 64 MiB the peers' unary calls receive (peer-links.ts).
+ */
+const PEER_SCAN_MAX_BYTES = 16 * MIB;
 
 export interface RaftServiceOptions {
   readonly clusterId: ClusterIdSource;
@@ -104,9 +109,10 @@ export interface RaftServiceOptions {
   readonly confirmTerms?: (checks: readonly TermCheck[]) => boolean[];
   /**
    * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
-   * at most `req.limit` (MultiRaft.scanShards). Without it, ScanShards answers UNIMPLEMENTED.
+   * a page of at most `req.limit` items within `req.maxBytes` (MultiRaft.scanShards). Without
+   * it, ScanShards answers UNIMPLEMENTED.
    */
-  readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<StoredItem[]>;
+  readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<ScanPage>;
   /**
    * KV calls forwarded over the streams (RaftFrame.call and .reply; src/api/forward.ts):
    * `serve` runs a call peer `from` sent, and answers it on this node's own stream to `from`
@@ -345,15 +351,19 @@ export function createRaftService(
           callback(refusal);
           return;
         }
+        const maxBytes = Number(r.max_bytes);
         const req: ScanRequest = {
           start: r.start,
           end: r.has_end ? r.end : null,
           limit: r.limit,
+          // A reply fits the peers' unary message limit, whatever the asker asked.
+          maxBytes: maxBytes > 0 ? Math.min(maxBytes, PEER_SCAN_MAX_BYTES) : PEER_SCAN_MAX_BYTES,
           linearizable: r.linearizable,
         };
         scan(r.shard_ids, req).then(
-          (items) =>
+          ({ items, more }) =>
             callback(null, {
+              more,
               items: items.map((i) => ({
                 key: i.key,
                 value: i.value,

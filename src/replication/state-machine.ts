@@ -259,28 +259,20 @@ export class KvStateMachine {
   }
 
   /**
-   * User keys in order from `start` (inclusive) to `end` (exclusive, or the last key), at most
-   * `limit`, as of `snapshot`.
+   * User keys in order from `start` (inclusive) to `end` (exclusive, or the last key), as of
+   * `snapshot`, read as they are asked for (scan-merge.ts takes what a page needs). The tables
+   * the read pins are released when it ends: finish it or call `return()`.
    */
-  scan(
-    start: Uint8Array,
-    end: Uint8Array | null,
-    limit: number,
-    snapshot: LsmSnapshot,
-  ): StoredItem[] {
-    const out: StoredItem[] = [];
-    if (limit <= 0) return out;
+  *scan(start: Uint8Array, end: Uint8Array | null, snapshot: LsmSnapshot): Generator<StoredItem> {
     const it = this.lsm.scan({
       start: storageKey(start),
       end: end === null ? USER_KEYS_END : storageKey(end),
       snapshot,
-      limit,
     });
     for (const [k, raw] of it) {
       const { version, value } = decodeStoredValue(raw);
-      out.push({ key: userKey(k), value, version });
+      yield { key: userKey(k), value, version };
     }
-    return out;
   }
 
   #version(skey: Uint8Array): Version | null {

@@ -234,7 +234,7 @@ describe("meta commands in shard 0's state machine", () => {
     // A full client scan lists client keys only.
     const k = enc.encode("meta/cluster");
     await sm.applyCommand(entry(next(), encodeCommand({ op: "put", key: k, value: k })));
-    const listed = sm.scan(new Uint8Array(), null, 100, lsm.snapshot());
+    const listed = [...sm.scan(new Uint8Array(), null, lsm.snapshot())];
     assert.deepEqual(
       listed.map((i) => Buffer.from(i.key)),
       [Buffer.from(k)],

@@ -115,7 +115,13 @@ describe("MultiRaft on one node", () => {
       const seen: string[] = [];
       let start = new Uint8Array(0);
       for (let page = 0; page < 10; page++) {
-        const { items, more } = await mr.scan({ start, end: null, limit: 15, linearizable: true });
+        const { items, more } = await mr.scan({
+          start,
+          end: null,
+          limit: 15,
+          maxBytes: Infinity,
+          linearizable: true,
+        });
         seen.push(...items.map((i) => dec.decode(i.key)));
         if (!more) break;
         const last = items[items.length - 1]?.key ?? new Uint8Array(0);
@@ -126,6 +132,7 @@ describe("MultiRaft on one node", () => {
         start: enc.encode("key-010"),
         end: enc.encode("key-013"),
         limit: 100,
+        maxBytes: Infinity,
         linearizable: false,
       });
       assert.deepEqual(

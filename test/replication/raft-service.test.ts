@@ -32,6 +32,7 @@ describe("createRaftService", () => {
       start: new Uint8Array(0),
       end: null,
       limit: 10,
+      maxBytes: 1000,
       linearizable: false,
     };
     try {
@@ -119,17 +120,24 @@ describe("createRaftService", () => {
     }
   });
 
-  it("carries a scan's share both ways: the range, its open end, the limit and each version", async () => {
+  it("carries a scan's share both ways: the range, its open end, the bounds, each version and whether it was cut", async () => {
     const asked: [readonly number[], ScanRequest][] = [];
     const server = await startRaftServer(() => undefined, {
       clusterId: "c1",
       nodeId: "n2",
       scanShards: (shards, req) => {
         asked.push([shards, req]);
-        return Promise.resolve([
-          { key: Buffer.from("a"), value: Buffer.from("1"), version: { index: 2 ** 40, term: 3 } },
-          { key: Buffer.from("b"), value: Buffer.alloc(0), version: { index: 5, term: 1 } },
-        ]);
+        return Promise.resolve({
+          items: [
+            {
+              key: Buffer.from("a"),
+              value: Buffer.from("1"),
+              version: { index: 2 ** 40, term: 3 },
+            },
+            { key: Buffer.from("b"), value: Buffer.alloc(0), version: { index: 5, term: 1 } },
+          ],
+          more: asked.length === 1,
+        });
       },
     });
     const t = transportTo(server.address);
@@ -138,9 +146,11 @@ describe("createRaftService", () => {
         start: Buffer.from("a"),
         end: null,
         limit: 7,
+        maxBytes: 1000,
         linearizable: true,
       };
-      const items = await t.scanShards(N2, [4, 9], open, 5_000);
+      const { items, more } = await t.scanShards(N2, [4, 9], open, 5_000);
+      assert.equal(more, true, "the page was cut");
       assert.deepEqual(
         items.map((i) => [
           Buffer.from(i.key).toString(),
@@ -155,17 +165,23 @@ describe("createRaftService", () => {
       const closed = {
         start: Buffer.from("a"),
         end: Buffer.alloc(0),
-        limit: 1,
+        limit: 3,
+        maxBytes: 2 ** 40,
         linearizable: false,
       };
-      await t.scanShards(N2, [4], closed, 5_000);
+      assert.equal((await t.scanShards(N2, [4], closed, 5_000)).more, false);
       assert.deepEqual(
-        asked.map(([shards, req]) => [shards, req.end === null ? null : req.end.length, req.limit]),
+        asked.map(([shards, req]) => [
+          shards,
+          req.end === null ? null : req.end.length,
+          req.limit,
+          req.maxBytes,
+        ]),
         [
-          [[4, 9], null, 7],
-          [[4], 0, 1],
+          [[4, 9], null, 7, 1000],
+          [[4], 0, 3, 16 * 1024 * 1024],
         ],
-        "an empty end is not an open end",
+        "an empty end is not an open end; a reply fits the peers' message limit",
       );
       assert.equal(asked[0]?.[1].linearizable, true);
     } finally {

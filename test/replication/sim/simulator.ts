@@ -1705,7 +1705,13 @@ class DriverSim {
       next();
     };
     this.#world.after(OP_TIMEOUT_MS, this.#clients, () => done(null));
-    mr.scan({ start: new Uint8Array(0), end: null, limit: 10_000, linearizable: true }).then(
+    mr.scan({
+      start: new Uint8Array(0),
+      end: null,
+      limit: 10_000,
+      maxBytes: Infinity,
+      linearizable: true,
+    }).then(
       (r) => done(r.items),
       () => done(null),
     );

@@ -4,8 +4,10 @@ import type { ScannedItem as _cairn_v1_ScannedItem, ScannedItem__Output as _cair
 
 export interface ScanShardsReply {
   'items'?: (_cairn_v1_ScannedItem)[];
+  'more'?: (boolean);
 }
 
 export interface ScanShardsReply__Output {
   'items': (_cairn_v1_ScannedItem__Output)[];
+  'more': (boolean);
 }

@@ -1,5 +1,6 @@
 // Original file: proto/cairn/v1/raft.proto
 
+import type { Long } from '@grpc/proto-loader';
 
 export interface ScanShardsRequest {
   'cluster_id'?: (string);
@@ -9,6 +10,7 @@ export interface ScanShardsRequest {
   'has_end'?: (boolean);
   'limit'?: (number);
   'linearizable'?: (boolean);
+  'max_bytes'?: (number | string | Long);
 }
 
 export interface ScanShardsRequest__Output {
@@ -19,4 +21,5 @@ export interface ScanShardsRequest__Output {
   'has_end': (boolean);
   'limit': (number);
   'linearizable': (boolean);
+  'max_bytes': (number);
 }
