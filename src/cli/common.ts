@@ -67,6 +67,14 @@ export class UsageError extends Error {
   }
 }
 
+/** Input that is not what the command needs (a file that is not a backup): exit 2, no usage hint. */
+export class InputError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "InputError";
+  }
+}
+
 export type OutputMode = "text" | "json";
 
 export interface Globals {
@@ -243,6 +251,10 @@ export function reportError(io: Io, command: string, err: unknown): number {
   };
   if (err instanceof UsageError) {
     say(`${err.message}\nRun 'cairn ${command} --help' for usage.`);
+    return EXIT.usage;
+  }
+  if (err instanceof InputError) {
+    say(err.message);
     return EXIT.usage;
   }
   if (err instanceof VersionConflictError) {

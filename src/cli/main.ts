@@ -6,6 +6,7 @@ import { enableCompileCache } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PROCESS_IO } from "./io.ts";
+import type * as BackupCommands from "./backup-commands.ts";
 import type * as KvCommands from "./kv-commands.ts";
 import type * as OpsCommands from "./ops-commands.ts";
 
@@ -14,6 +15,7 @@ cacheCompiledModules();
 // Commands are imported when run: the server's modules would slow every client command.
 const kv = (): Promise<typeof KvCommands> => import("./kv-commands.ts");
 const ops = (): Promise<typeof OpsCommands> => import("./ops-commands.ts");
+const backups = (): Promise<typeof BackupCommands> => import("./backup-commands.ts");
 
 const HELP = `Usage: cairn <command> [options]
 
@@ -24,6 +26,8 @@ Commands:
   get KEY           print a value
   delete KEY        delete a key
   scan              list keys in order (--prefix P | --from A --to B, --limit N)
+  backup FILE       write every key (or a range's) and its value to a checksummed file
+  restore FILE      write a backup's keys into the cluster (checked whole first)
   cluster           members and shard leaders (--watch to follow)
   health            a node's health report (HTTP)
   metrics           a node's Prometheus metrics (HTTP)
@@ -141,6 +145,10 @@ async function main(argv: readonly string[]): Promise<number> {
       return (await kv()).del(rest, PROCESS_IO);
     case "scan":
       return (await kv()).scan(rest, PROCESS_IO);
+    case "backup":
+      return (await backups()).backup(rest, PROCESS_IO);
+    case "restore":
+      return (await backups()).restore(rest, PROCESS_IO);
     case "cluster":
       return (await ops()).cluster(rest, PROCESS_IO);
     case "health":

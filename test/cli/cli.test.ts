@@ -371,6 +371,8 @@ describe("cairn errors and help", () => {
       "get",
       "delete",
       "scan",
+      "backup",
+      "restore",
       "cluster",
       "health",
       "metrics",

@@ -1,0 +1,321 @@
+/**
+ * `cairn backup` and `cairn restore`: every key of a range, with its value, to a checksummed file
+ * (backup-file.ts) and back into a cluster, through the KV service like any client.
+ */
+import { type CairnClient, IndeterminateWriteError, type ScanRange } from "../client/index.ts";
+import {
+  BackupDamagedError,
+  type BackupEntry,
+  type BackupHeader,
+  type BackupReader,
+  BackupWriter,
+  openBackup,
+} from "./backup-file.ts";
+import {
+  b64,
+  EXIT,
+  expectPositionals,
+  GLOBAL_HELP,
+  InputError,
+  printable,
+  runCommand,
+  str,
+  UsageError,
+  writeJson,
+} from "./common.ts";
+import type { Io } from "./io.ts";
+
+/** How often a long command says how far it got (stderr). */
+const PROGRESS_MS = 2_000;
+/** Attempts of a restore's write whose outcome was unknown (rewriting the same value is safe). */
+const RESTORE_ATTEMPTS = 3;
+
+export const BACKUP_HELP = `Usage: cairn backup FILE [--prefix P | --from A --to B] [options]
+
+Writes every key (or those of a range) with its value to FILE, a checksummed file that
+'cairn restore' loads into any cluster (any size, shard count or build). FILE must not exist:
+the backup goes to FILE.partial, which is synced and renamed FILE once whole, and removed if
+the backup fails. Progress goes to stderr every 2 s.
+
+What a backup holds: every write acknowledged before it started, and no deleted key; the
+keys are read a page at a time (each page a linearizable scan), so a write made while it runs
+may or may not be in it, key by key: it is not one point in time. For a point-in-time copy,
+stop the writers while it runs.
+
+Options:
+  --prefix P             keys starting with P
+  --from A               first key (inclusive)
+  --to B                 end key (exclusive)
+  --serializable         read the local replicas without a quorum check (may be stale)
+  --page-size N          keys a page (default 1000, 1–10000)
+${GLOBAL_HELP}
+--timeout bounds each page's read (retries included), not the whole backup.
+
+Examples:
+  cairn backup /backups/cairn-2026-12-02.bak
+  cairn backup users.bak --prefix user/
+`;
+
+export const RESTORE_HELP = `Usage: cairn restore FILE [--overwrite] [--concurrency N] [options]
+
+Writes every key of a backup made by 'cairn backup' into the cluster (each key gets a new
+version). The whole file is checked first (every record's checksum, the key order, the end
+record that counts them): a damaged or cut-short file is refused before anything is written.
+Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
+a new cluster, or a range emptied first. Progress goes to stderr every 2 s.
+
+A restore that stops (a node unavailable, a key or value larger than this cluster's limits)
+says how many keys it wrote and exits with the error's code; run it again with --overwrite to
+finish: writing a key's value again is harmless.
+
+Options:
+  --overwrite            write even where the range holds keys: a key in the backup gets its
+                         value; keys that are not in the backup are left as they are
+  --concurrency N        writes in flight (default 16, 1–256)
+${GLOBAL_HELP}
+--timeout bounds each write (retries included), not the whole restore.
+
+Examples:
+  cairn restore /backups/cairn-2026-12-02.bak --endpoints 10.0.0.5:7447
+  cairn restore users.bak --overwrite
+`;
+
+export function backup(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "backup",
+    BACKUP_HELP,
+    {
+      prefix: { type: "string" },
+      from: { type: "string" },
+      to: { type: "string" },
+      serializable: { type: "boolean" },
+      "page-size": { type: "string" },
+    },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, ["FILE"]);
+      const path = positionals[0] as string;
+      const prefix = str(values, "prefix");
+      const from = str(values, "from");
+      const to = str(values, "to");
+      if (prefix !== undefined && (from !== undefined || to !== undefined))
+        throw new UsageError("--prefix cannot be combined with --from/--to");
+      const pageSize = intFlag(str(values, "page-size"), "--page-size", 1000, 1, 10_000);
+      const consistency = values["serializable"] === true ? "serializable" : "linearizable";
+      const enc = (s: string): string => b64(new TextEncoder().encode(s));
+      const range: BackupHeader["range"] =
+        prefix !== undefined
+          ? { prefix: enc(prefix) }
+          : {
+              ...(from === undefined ? {} : { start: enc(from) }),
+              ...(to === undefined ? {} : { end: enc(to) }),
+            };
+      const started = Date.now();
+      const writer = await BackupWriter.create(path, {
+        created: new Date(started).toISOString(),
+        range,
+        consistency,
+      }).catch((e: Error) => {
+        throw new InputError(e.message);
+      });
+      const progress = every(PROGRESS_MS, () => {
+        io.stderr.write(
+          `cairn backup: ${writer.records} keys, ${mib(writer.bytes)} so far (${secondsSince(started)} s)\n`,
+        );
+      });
+      let totals: { records: number; bytes: number };
+      try {
+        for await (const page of client().scanPages(scanRangeOf(range), {
+          pageSize,
+          consistency,
+        })) {
+          for (const it of page) await writer.add(it.key, it.value);
+          progress();
+        }
+        totals = await writer.finish();
+      } catch (err) {
+        await writer.abort();
+        throw err;
+      }
+      const took = secondsSince(started);
+      if (globals.output === "json")
+        writeJson(io, { file: path, keys: totals.records, bytes: totals.bytes, seconds: took });
+      else
+        io.stdout.write(
+          `backed up ${totals.records} keys (${mib(totals.bytes)}) to ${path} in ${took} s\n`,
+        );
+      return EXIT.ok;
+    },
+  );
+}
+
+export function restore(argv: readonly string[], io: Io): Promise<number> {
+  return runCommand(
+    "restore",
+    RESTORE_HELP,
+    { overwrite: { type: "boolean" }, concurrency: { type: "string" } },
+    argv,
+    io,
+    async ({ values, positionals, globals, client }) => {
+      expectPositionals(positionals, ["FILE"]);
+      const path = positionals[0] as string;
+      const concurrency = intFlag(str(values, "concurrency"), "--concurrency", 16, 1, 256);
+      const started = Date.now();
+      // The whole file is read and checked before the first write.
+      const checked = await readable(path, async (reader) => {
+        for await (const batch of reader.entries()) void batch;
+        return { header: reader.header, totals: reader.totals ?? { records: 0, bytes: 0 } };
+      });
+      const { header, totals } = checked;
+      if (values["overwrite"] !== true) {
+        const held = await client().scan(scanRangeOf(header.range), { limit: 1 });
+        const first = held.items[0];
+        if (first !== undefined) {
+          io.stderr.write(
+            `cairn restore: the cluster holds keys in the backup's range (the first: ${printable(first.key)}); nothing was written. Restore into an empty cluster, or pass --overwrite\n`,
+          );
+          return EXIT.conflict;
+        }
+      }
+      let written = 0;
+      let bytes = 0;
+      const progress = every(PROGRESS_MS, () => {
+        io.stderr.write(
+          `cairn restore: ${written} of ${totals.records} keys, ${mib(bytes)} (${secondsSince(started)} s)\n`,
+        );
+      });
+      const c = client();
+      try {
+        await readable(path, (reader) =>
+          inParallel(reader, concurrency, async (e) => {
+            await putAgainIfUnknown(c, e);
+            written++;
+            bytes += e.key.length + e.value.length;
+            progress();
+          }),
+        );
+      } catch (err) {
+        io.stderr.write(
+          `cairn restore: stopped after writing ${written} of ${totals.records} keys; run it again with --overwrite to finish\n`,
+        );
+        throw err;
+      }
+      const took = secondsSince(started);
+      if (globals.output === "json")
+        writeJson(io, { file: path, keys: written, bytes, seconds: took });
+      else io.stdout.write(`restored ${written} keys (${mib(bytes)}) from ${path} in ${took} s\n`);
+      return EXIT.ok;
+    },
+  );
+}
+
+/** Opens the backup for `body`, and closes it; an unreadable or damaged file is a usage error. */
+async function readable<T>(path: string, body: (reader: BackupReader) => Promise<T>): Promise<T> {
+  const reader = await openBackup(path).catch((e: Error) => {
+    throw new InputError(describe(e, path));
+  });
+  try {
+    return await body(reader);
+  } catch (err) {
+    if (err instanceof BackupDamagedError)
+      throw new InputError(`${err.message}; nothing was written`);
+    throw err;
+  } finally {
+    await reader.close();
+  }
+}
+
+function describe(e: Error, path: string): string {
+  if (e instanceof BackupDamagedError) return `${e.message}; nothing was written`;
+  const code = (e as NodeJS.ErrnoException).code;
+  return code === undefined ? e.message : `${path} cannot be read: ${code}`;
+}
+
+/**
+ * Writes an entry; a write whose outcome is unknown (a timeout after it was sent, a broken
+ * connection) is written again: the same value under the same key, so applying it twice leaves
+ * what applying it once would.
+ */
+async function putAgainIfUnknown(c: CairnClient, e: BackupEntry): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await c.put(e.key, e.value);
+      return;
+    } catch (err) {
+      if (!(err instanceof IndeterminateWriteError) || attempt >= RESTORE_ATTEMPTS) throw err;
+    }
+  }
+}
+
+/**
+ * Runs `work` on every entry of the backup with at most `limit` in flight; the first failure
+ * stops new work, and is thrown once the work in flight has ended.
+ */
+async function inParallel(
+  reader: BackupReader,
+  limit: number,
+  work: (e: BackupEntry) => Promise<void>,
+): Promise<void> {
+  // An async generator hands each of the workers' concurrent next() calls its own entry, in order.
+  const entries = (async function* () {
+    for await (const batch of reader.entries()) yield* batch;
+  })();
+  let failure: { err: unknown } | null = null;
+  const worker = async (): Promise<void> => {
+    while (failure === null) {
+      try {
+        const r = await entries.next();
+        if (r.done === true || failure !== null) return;
+        await work(r.value);
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: limit }, worker));
+  if (failure !== null) throw (failure as { err: unknown }).err;
+}
+
+function scanRangeOf(range: BackupHeader["range"]): ScanRange {
+  const dec = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, "base64"));
+  if (range.prefix !== undefined) return { prefix: dec(range.prefix) };
+  return {
+    ...(range.start === undefined ? {} : { start: dec(range.start) }),
+    ...(range.end === undefined ? {} : { end: dec(range.end) }),
+  };
+}
+
+function intFlag(
+  text: string | undefined,
+  flag: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  if (text === undefined) return fallback;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new UsageError(`${flag} must be an integer from ${min} to ${max}, not ${text}`);
+  return n;
+}
+
+/** A function that runs `f` when at least `ms` passed since it last did. */
+function every(ms: number, f: () => void): () => void {
+  let last = Date.now();
+  return () => {
+    const now = Date.now();
+    if (now - last < ms) return;
+    last = now;
+    f();
+  };
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
+}
+
+/** Seconds since `since`, to a tenth. */
+function secondsSince(since: number): number {
+  return Math.round((Date.now() - since) / 100) / 10;
+}

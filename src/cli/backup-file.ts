@@ -1,0 +1,378 @@
+/**
+ * The file `cairn backup` writes and `cairn restore` reads: every key of a range with its value,
+ * in key order, each record checksummed, and an end record that counts them.
+ *
+ *     file   = "CAIRNBAK" | u32 format (1) | u32 n | header (n bytes of JSON) | u32 crc32c(header)
+ *              | record* | end
+ *     record = u8 1 | u32 key length | u32 value length | key | value | u32 crc
+ *     end    = u8 2 | u64 records | u64 key and value bytes | u32 crc
+ *
+ * Integers are big-endian. A record's crc is CRC32C of its bytes from the type byte on, seeded
+ * with the previous record's crc (the header's for the first): a record damaged, dropped, moved
+ * or repeated fails a check, and so does a file cut short (no end record) or with bytes after
+ * its end. Keys are strictly ascending. A reader bounds every length before it allocates
+ * (keys 1..65,535 bytes, values up to 64 MiB: the most a node accepts), so a hostile file costs
+ * a bounded amount of memory.
+ *
+ * The format is logical (keys and values, no versions, no shard numbers): a backup restores
+ * into a cluster of any size, shard count or build.
+ */
+import { constants } from "node:fs";
+import { type FileHandle, link, open, unlink } from "node:fs/promises";
+import { dirname } from "node:path";
+import { crc32c } from "../storage/common/crc32c.ts";
+
+const MAGIC = Buffer.from("CAIRNBAK", "latin1");
+export const BACKUP_FORMAT = 1;
+const RECORD = 1;
+const END = 2;
+/** Largest key and value a node accepts (limits.max_key_bytes, limits.max_value_bytes maxima). */
+const MAX_KEY_BYTES = 65_535;
+const MAX_VALUE_BYTES = 64 * 1024 * 1024;
+const MAX_HEADER_BYTES = 64 * 1024;
+/** Bytes gathered before a write, and read at a time. */
+const CHUNK_BYTES = 1024 * 1024;
+
+/** What a backup says about itself. */
+export interface BackupHeader {
+  /** When the backup started (ISO 8601). */
+  readonly created: string;
+  /** The range backed up: a prefix, or start/end (end exclusive), base64; {} for every key. */
+  readonly range: { readonly prefix?: string; readonly start?: string; readonly end?: string };
+  readonly consistency: "linearizable" | "serializable";
+}
+
+export interface BackupEntry {
+  readonly key: Uint8Array;
+  readonly value: Uint8Array;
+}
+
+/** A backup file that is not one, is damaged, or is cut short; the message says where. */
+export class BackupDamagedError extends Error {
+  constructor(path: string, offset: number, what: string) {
+    super(`${path} is not a whole backup: ${what} (at byte ${offset})`);
+    this.name = "BackupDamagedError";
+  }
+}
+
+/**
+ * Writes a backup to `<path>.partial`, and on `finish` makes it `path`: synced, then linked
+ * (which never replaces an existing file), then the partial name removed. `abort` removes the
+ * partial file.
+ */
+export class BackupWriter {
+  readonly #path: string;
+  readonly #partial: string;
+  readonly #file: FileHandle;
+  #chunks: Buffer[] = [];
+  #buffered = 0;
+  #crc: number;
+  #lastKey: Uint8Array | null = null;
+  #records = 0;
+  #bytes = 0;
+
+  private constructor(path: string, file: FileHandle, header: Buffer) {
+    this.#path = path;
+    this.#partial = `${path}.partial`;
+    this.#file = file;
+    const head = Buffer.alloc(16);
+    MAGIC.copy(head, 0);
+    head.writeUInt32BE(BACKUP_FORMAT, 8);
+    head.writeUInt32BE(header.length, 12);
+    this.#crc = crc32c(header);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(this.#crc);
+    this.#push(head, header, crc);
+  }
+
+  /**
+   * Starts a backup to `path`, which must not exist (nor `<path>.partial`, left by a backup
+   * that did not finish: remove it).
+   */
+  static async create(path: string, header: BackupHeader): Promise<BackupWriter> {
+    await refuseExisting(path);
+    const file = await open(
+      `${path}.partial`,
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL,
+      0o600,
+    );
+    return new BackupWriter(path, file, Buffer.from(JSON.stringify(header), "utf8"));
+  }
+
+  /** Keys and value bytes written so far. */
+  get records(): number {
+    return this.#records;
+  }
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  /** Adds a key (above every key added before) and its value. */
+  async add(key: Uint8Array, value: Uint8Array): Promise<void> {
+    if (this.#lastKey !== null && Buffer.compare(key, this.#lastKey) <= 0)
+      throw new Error("backup keys must be added in strictly ascending order");
+    if (key.length === 0 || key.length > MAX_KEY_BYTES || value.length > MAX_VALUE_BYTES)
+      throw new Error(`a key of ${key.length} bytes or a value of ${value.length} bytes`);
+    this.#lastKey = key;
+    const head = Buffer.alloc(9);
+    head[0] = RECORD;
+    head.writeUInt32BE(key.length, 1);
+    head.writeUInt32BE(value.length, 5);
+    let crc = crc32c(head, this.#crc);
+    crc = crc32c(key, crc);
+    crc = crc32c(value, crc);
+    this.#crc = crc;
+    const tail = Buffer.alloc(4);
+    tail.writeUInt32BE(crc);
+    this.#push(head, Buffer.from(key), Buffer.from(value), tail);
+    this.#records++;
+    this.#bytes += key.length + value.length;
+    if (this.#buffered >= CHUNK_BYTES) await this.#flush();
+  }
+
+  /** Ends the file and makes it `path`; returns the records and bytes it holds. */
+  async finish(): Promise<{ records: number; bytes: number }> {
+    const end = Buffer.alloc(17);
+    end[0] = END;
+    end.writeBigUInt64BE(BigInt(this.#records), 1);
+    end.writeBigUInt64BE(BigInt(this.#bytes), 9);
+    const tail = Buffer.alloc(4);
+    tail.writeUInt32BE(crc32c(end, this.#crc));
+    this.#push(end, tail);
+    await this.#flush();
+    await this.#file.sync();
+    await this.#file.close();
+    await link(this.#partial, this.#path);
+    await unlink(this.#partial);
+    await syncDirectory(dirname(this.#path));
+    return { records: this.#records, bytes: this.#bytes };
+  }
+
+  /** Stops a backup that will not finish: its partial file is removed. */
+  async abort(): Promise<void> {
+    await this.#file.close().catch(() => undefined);
+    await unlink(this.#partial).catch(() => undefined);
+  }
+
+  #push(...parts: Buffer[]): void {
+    for (const p of parts) {
+      this.#chunks.push(p);
+      this.#buffered += p.length;
+    }
+  }
+
+  async #flush(): Promise<void> {
+    const data = Buffer.concat(this.#chunks, this.#buffered);
+    this.#chunks = [];
+    this.#buffered = 0;
+    let at = 0;
+    while (at < data.length) at += (await this.#file.write(data, at)).bytesWritten;
+  }
+}
+
+async function refuseExisting(path: string): Promise<void> {
+  for (const p of [path, `${path}.partial`]) {
+    const exists = await open(p, constants.O_RDONLY).then(
+      async (f) => {
+        await f.close();
+        return true;
+      },
+      (e: NodeJS.ErrnoException) => {
+        if (e.code === "ENOENT") return false;
+        throw e;
+      },
+    );
+    if (exists)
+      throw new Error(
+        p === path
+          ? `${path} exists; a backup never replaces a file`
+          : `${p} exists, left by a backup that did not finish; remove it first`,
+      );
+  }
+}
+
+async function syncDirectory(dir: string): Promise<void> {
+  const d = await open(dir, constants.O_RDONLY);
+  try {
+    await d.sync();
+  } finally {
+    await d.close();
+  }
+}
+
+/** An open backup: its header, then its entries, read and checked a chunk at a time. */
+export interface BackupReader {
+  readonly header: BackupHeader;
+  /**
+   * The entries in key order, in batches of up to `batch`; throws BackupDamagedError at the
+   * first check that fails, once the entries before it were given.
+   */
+  entries(batch?: number): AsyncGenerator<BackupEntry[]>;
+  /** Records and key and value bytes, known once `entries` reached the end record. */
+  readonly totals: { records: number; bytes: number } | null;
+  close(): Promise<void>;
+}
+
+/** Opens a backup and checks its header (BackupDamagedError if it is not a backup). */
+export async function openBackup(path: string): Promise<BackupReader> {
+  const file = await open(path, constants.O_RDONLY);
+  try {
+    const src = new ChunkSource(path, file);
+    const head = await src.take(16);
+    if (!head.subarray(0, 8).equals(MAGIC)) throw src.damaged(0, "not a Cairn backup");
+    const format = head.readUInt32BE(8);
+    if (format !== BACKUP_FORMAT)
+      throw src.damaged(8, `format ${format}; this build reads format ${BACKUP_FORMAT}`);
+    const n = head.readUInt32BE(12);
+    if (n > MAX_HEADER_BYTES) throw src.damaged(12, `a header of ${n} bytes`);
+    const headerBytes = Buffer.from(await src.take(n));
+    const seed = crc32c(headerBytes);
+    if ((await src.take(4)).readUInt32BE(0) !== seed)
+      throw src.damaged(16 + n, "the header's checksum does not match");
+    const header = parseHeader(headerBytes, () => src.damaged(16, "the header is not valid"));
+    return new Reader(src, header, seed);
+  } catch (err) {
+    await file.close();
+    throw err;
+  }
+}
+
+class Reader implements BackupReader {
+  readonly header: BackupHeader;
+  totals: { records: number; bytes: number } | null = null;
+  readonly #src: ChunkSource;
+  #crc: number;
+
+  constructor(src: ChunkSource, header: BackupHeader, seed: number) {
+    this.#src = src;
+    this.header = header;
+    this.#crc = seed;
+  }
+
+  async *entries(batch = 256): AsyncGenerator<BackupEntry[]> {
+    const src = this.#src;
+    let records = 0;
+    let bytes = 0;
+    let last: Buffer | null = null;
+    let out: BackupEntry[] = [];
+    for (;;) {
+      const at = src.offset;
+      const type = (await src.take(1))[0];
+      if (type === END) {
+        const rest = Buffer.from(await src.take(20));
+        const end = Buffer.concat([Buffer.from([END]), rest.subarray(0, 16)]);
+        if (rest.readUInt32BE(16) !== crc32c(end, this.#crc))
+          throw src.damaged(at, "the end record's checksum does not match");
+        const wantRecords = rest.readBigUInt64BE(0);
+        const wantBytes = rest.readBigUInt64BE(8);
+        if (wantRecords !== BigInt(records) || wantBytes !== BigInt(bytes))
+          throw src.damaged(at, `the end counts ${wantRecords} records; the file has ${records}`);
+        if (!(await src.atEnd())) throw src.damaged(src.offset, "bytes after the end record");
+        if (out.length > 0) yield out;
+        this.totals = { records, bytes };
+        return;
+      }
+      if (type !== RECORD) throw src.damaged(at, `a record of unknown type ${type}`);
+      const lengths = Buffer.from(await src.take(8));
+      const keyLength = lengths.readUInt32BE(0);
+      const valueLength = lengths.readUInt32BE(4);
+      if (keyLength === 0 || keyLength > MAX_KEY_BYTES || valueLength > MAX_VALUE_BYTES)
+        throw src.damaged(at, `a record of a ${keyLength}-byte key, a ${valueLength}-byte value`);
+      const key = Buffer.from(await src.take(keyLength));
+      const value = Buffer.from(await src.take(valueLength));
+      let crc = crc32c(Buffer.from([RECORD]), this.#crc);
+      crc = crc32c(lengths, crc);
+      crc = crc32c(key, crc);
+      crc = crc32c(value, crc);
+      if ((await src.take(4)).readUInt32BE(0) !== crc)
+        throw src.damaged(at, `record ${records + 1}'s checksum does not match`);
+      if (last !== null && Buffer.compare(key, last) <= 0)
+        throw src.damaged(at, `record ${records + 1}'s key is not above the one before`);
+      this.#crc = crc;
+      last = key;
+      records++;
+      bytes += keyLength + valueLength;
+      out.push({ key, value });
+      if (out.length >= batch) {
+        yield out;
+        out = [];
+      }
+    }
+  }
+
+  close(): Promise<void> {
+    return this.#src.close();
+  }
+}
+
+function parseHeader(bytes: Buffer, damaged: () => Error): BackupHeader {
+  let h: unknown;
+  try {
+    h = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    throw damaged();
+  }
+  if (typeof h !== "object" || h === null) throw damaged();
+  const { created, range, consistency } = h as Record<string, unknown>;
+  if (typeof created !== "string" || typeof range !== "object" || range === null) throw damaged();
+  if (consistency !== "linearizable" && consistency !== "serializable") throw damaged();
+  const r = range as Record<string, unknown>;
+  for (const k of ["prefix", "start", "end"])
+    if (r[k] !== undefined && typeof r[k] !== "string") throw damaged();
+  return { created, range: r as BackupHeader["range"], consistency };
+}
+
+/** A file read a chunk at a time; `take(n)` returns its next n bytes (a view, valid until the next take). */
+class ChunkSource {
+  readonly #path: string;
+  readonly #file: FileHandle;
+  #buf = Buffer.alloc(0);
+  #at = 0;
+  #base = 0;
+  #eof = false;
+
+  constructor(path: string, file: FileHandle) {
+    this.#path = path;
+    this.#file = file;
+  }
+
+  /** Bytes of the file taken so far. */
+  get offset(): number {
+    return this.#base + this.#at;
+  }
+
+  damaged(offset: number, what: string): BackupDamagedError {
+    return new BackupDamagedError(this.#path, offset, what);
+  }
+
+  async take(n: number): Promise<Buffer> {
+    while (this.#buf.length - this.#at < n) {
+      if (this.#eof) throw this.damaged(this.offset, "the file ends inside a record (cut short)");
+      await this.#fill(n);
+    }
+    const out = this.#buf.subarray(this.#at, this.#at + n);
+    this.#at += n;
+    return out;
+  }
+
+  async atEnd(): Promise<boolean> {
+    if (this.#buf.length > this.#at) return false;
+    if (!this.#eof) await this.#fill(1);
+    return this.#buf.length === this.#at;
+  }
+
+  async #fill(need: number): Promise<void> {
+    const left = this.#buf.subarray(this.#at);
+    const next = Buffer.allocUnsafe(Math.max(CHUNK_BYTES, need) + left.length);
+    left.copy(next, 0);
+    const { bytesRead } = await this.#file.read(next, left.length, next.length - left.length, null);
+    if (bytesRead === 0) this.#eof = true;
+    this.#base += this.#at;
+    this.#buf = next.subarray(0, left.length + bytesRead);
+    this.#at = 0;
+  }
+
+  close(): Promise<void> {
+    return this.#file.close();
+  }
+}

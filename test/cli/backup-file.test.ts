@@ -1,0 +1,182 @@
+/**
+ * The backup file (src/cli/backup-file.ts): what is written reads back byte for byte, and a file
+ * damaged anywhere — a flipped byte, a cut, records dropped or repeated, bytes appended, a
+ * hostile length — is refused with where, without reading past its bounds.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import fc from "fast-check";
+import {
+  BackupDamagedError,
+  type BackupEntry,
+  type BackupHeader,
+  BackupWriter,
+  openBackup,
+} from "../../src/cli/backup-file.ts";
+
+let dir: string;
+let n = 0;
+const fresh = (): string => join(dir, `b${n++}.bak`);
+const HEADER: BackupHeader = {
+  created: "2026-12-02T00:00:00.000Z",
+  range: { prefix: Buffer.from("p/").toString("base64") },
+  consistency: "linearizable",
+};
+
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), "cairn-backup-file-"));
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+async function write(path: string, entries: readonly BackupEntry[]): Promise<void> {
+  const w = await BackupWriter.create(path, HEADER);
+  for (const e of entries) await w.add(e.key, e.value);
+  assert.deepEqual(await w.finish(), {
+    records: entries.length,
+    bytes: entries.reduce((s, e) => s + e.key.length + e.value.length, 0),
+  });
+}
+
+async function read(path: string): Promise<{ header: BackupHeader; entries: BackupEntry[] }> {
+  const r = await openBackup(path);
+  try {
+    const entries: BackupEntry[] = [];
+    for await (const batch of r.entries(7)) entries.push(...batch);
+    return { header: r.header, entries };
+  } finally {
+    await r.close();
+  }
+}
+
+const sorted = (keys: Uint8Array[]): BackupEntry[] =>
+  keys
+    .map((k, i) => ({ key: k, value: Buffer.alloc(i % 5 === 0 ? 0 : 1 + (i % 300), i) }))
+    .sort((a, b) => Buffer.compare(a.key, b.key));
+
+describe("the backup file", () => {
+  it("reads back what was written, header and entries, byte for byte", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(fc.uint8Array({ minLength: 1, maxLength: 40 }), {
+          maxLength: 60,
+          selector: (k) => Buffer.from(k).toString("hex"),
+        }),
+        async (keys) => {
+          const path = fresh();
+          const entries = sorted(keys);
+          await write(path, entries);
+          const got = await read(path);
+          assert.deepEqual(got.header, HEADER);
+          assert.deepEqual(
+            got.entries.map((e) => [Buffer.from(e.key), Buffer.from(e.value)]),
+            entries.map((e) => [Buffer.from(e.key), Buffer.from(e.value)]),
+          );
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
+  it("holds values larger than its read chunk", async () => {
+    const path = fresh();
+    const big = Buffer.alloc(3 * 1024 * 1024 + 17, 9);
+    await write(path, [
+      { key: Buffer.from("a"), value: big },
+      { key: Buffer.from("b"), value: Buffer.from("x") },
+    ]);
+    const got = await read(path);
+    assert.deepEqual(Buffer.from(got.entries[0]?.value ?? []), big);
+    assert.equal(got.entries.length, 2);
+  });
+
+  it("never replaces a file, and leaves no partial file when aborted", async () => {
+    const path = fresh();
+    await write(path, []);
+    await assert.rejects(BackupWriter.create(path, HEADER), /exists; a backup never replaces/);
+    const other = fresh();
+    const w = await BackupWriter.create(other, HEADER);
+    await assert.rejects(
+      BackupWriter.create(other, HEADER),
+      /left by a backup that did not finish/,
+    );
+    await w.add(Buffer.from("k"), Buffer.from("v"));
+    await w.abort();
+    assert.equal(existsSync(`${other}.partial`), false);
+    assert.equal(existsSync(other), false);
+  });
+
+  it("refuses keys out of order at write time", async () => {
+    const w = await BackupWriter.create(fresh(), HEADER);
+    await w.add(Buffer.from("b"), Buffer.from("1"));
+    await assert.rejects(w.add(Buffer.from("a"), Buffer.from("2")), /strictly ascending/);
+    await assert.rejects(w.add(Buffer.from("b"), Buffer.from("2")), /strictly ascending/);
+    await w.abort();
+  });
+
+  it("refuses a file damaged anywhere: every byte flipped, every cut, bytes appended", async () => {
+    const path = fresh();
+    await write(path, sorted(["a", "bb", "ccc", "dddd"].map((k) => Buffer.from(k))));
+    const whole = readFileSync(path);
+    const damaged = join(dir, "damaged.bak");
+    const refused = async (bytes: Buffer, what: string): Promise<void> => {
+      writeFileSync(damaged, bytes);
+      await assert.rejects(read(damaged), BackupDamagedError, what);
+    };
+    for (let i = 0; i < whole.length; i++) {
+      const b = Buffer.from(whole);
+      b[i] = (b[i] as number) ^ 0x01;
+      await refused(b, `byte ${i} flipped`);
+    }
+    for (let cut = 0; cut < whole.length; cut++)
+      await refused(whole.subarray(0, cut), `cut at ${cut}`);
+    await refused(Buffer.concat([whole, Buffer.from([0])]), "a byte appended");
+  });
+
+  it("refuses records dropped, repeated or swapped, though each record is whole", async () => {
+    const entries = sorted(["a", "b", "c"].map((k) => Buffer.from(k)));
+    const path = fresh();
+    await write(path, entries);
+    const whole = readFileSync(path);
+    // Each record here: 1 + 4 + 4 + 1-byte key + value + 4.
+    const headerEnd = 16 + whole.readUInt32BE(12) + 4;
+    const records: Buffer[] = [];
+    let at = headerEnd;
+    for (let i = 0; i < 3; i++) {
+      const len = 13 + whole.readUInt32BE(at + 1) + whole.readUInt32BE(at + 5);
+      records.push(whole.subarray(at, at + len));
+      at += len;
+    }
+    const [r0, r1, r2] = records as [Buffer, Buffer, Buffer];
+    const head = whole.subarray(0, headerEnd);
+    const end = whole.subarray(at);
+    const damaged = join(dir, "reordered.bak");
+    for (const [what, body] of [
+      ["dropped", [r0, r2]],
+      ["repeated", [r0, r1, r1, r2]],
+      ["swapped", [r1, r0, r2]],
+    ] as const) {
+      writeFileSync(damaged, Buffer.concat([head, ...body, end]));
+      await assert.rejects(read(damaged), BackupDamagedError, what);
+    }
+  });
+
+  it("refuses a hostile length before allocating it", async () => {
+    const path = fresh();
+    await write(path, [{ key: Buffer.from("k"), value: Buffer.from("v") }]);
+    const whole = readFileSync(path);
+    const at = 16 + whole.readUInt32BE(12) + 4;
+    const huge = Buffer.from(whole);
+    huge.writeUInt32BE(0xffffffff, at + 5); // a 4 GiB value
+    writeFileSync(path + ".huge", huge);
+    await assert.rejects(read(path + ".huge"), /a 1-byte key, a 4294967295-byte value/);
+    const header = Buffer.from(whole);
+    header.writeUInt32BE(0x7fffffff, 12); // a 2 GiB header
+    writeFileSync(path + ".header", header);
+    await assert.rejects(read(path + ".header"), /a header of 2147483647 bytes/);
+    writeFileSync(path + ".other", Buffer.from("PK\x03\x04 not a backup at all"));
+    await assert.rejects(read(path + ".other"), /not a Cairn backup/);
+  });
+});

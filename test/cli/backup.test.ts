@@ -1,0 +1,172 @@
+/**
+ * `cairn backup` and `cairn restore` end to end, between real server processes: a store's keys
+ * (binary, empty and large values) go to a file and into a new node byte for byte; a damaged
+ * file, a non-empty target and a cluster whose limits refuse a value are refused with what was
+ * written said, and nothing changed where nothing may change.
+ */
+import assert from "node:assert/strict";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { CairnClient, type KeyValue } from "../../src/client/index.ts";
+import { runCairn, type ServerProcess, startServer } from "../support/server-process.ts";
+
+let dir: string;
+let source: ServerProcess;
+let target: ServerProcess;
+let small: ServerProcess;
+
+const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
+const LARGE = Buffer.alloc(512 * 1024, 0xab);
+/** What the source holds: 30 keys under bk/ (one binary, one empty value, one large), one outside. */
+const STORED: ReadonlyArray<[Uint8Array, Uint8Array]> = [
+  ...Array.from({ length: 27 }, (_, i): [Uint8Array, Uint8Array] => [
+    enc(`bk/${String(i).padStart(2, "0")}`),
+    enc(`value ${i}`),
+  ]),
+  [new Uint8Array([0x62, 0x6b, 0x2f, 0xff, 0x00, 0x01]), new Uint8Array([0, 1, 2, 255])],
+  [enc("bk/empty"), new Uint8Array(0)],
+  [enc("bk/large"), LARGE],
+  [enc("other"), enc("outside the prefix")],
+];
+
+const cli = (server: ServerProcess, args: readonly string[]) =>
+  runCairn(["--endpoints", server.rpc, ...args]);
+
+async function everything(server: ServerProcess): Promise<Array<[string, string]>> {
+  const c = new CairnClient({ endpoints: [server.rpc] });
+  try {
+    const { items } = await c.scan({});
+    return items.map((kv: KeyValue) => [
+      Buffer.from(kv.key).toString("hex"),
+      Buffer.from(kv.value).toString("hex"),
+    ]);
+  } finally {
+    c.close();
+  }
+}
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "cairn-backup-"));
+  [source, target, small] = await Promise.all([
+    startServer({ dataDir: join(dir, "source") }),
+    startServer({ dataDir: join(dir, "target") }),
+    startServer({
+      dataDir: join(dir, "small"),
+      env: { CAIRN_LIMITS_MAX_VALUE_BYTES: String(256 * 1024) },
+    }),
+  ]);
+  const c = new CairnClient({ endpoints: [source.rpc] });
+  try {
+    for (const [k, v] of STORED) await c.put(k, v);
+  } finally {
+    c.close();
+  }
+});
+
+after(async () => {
+  await Promise.all([source.stop(), target.stop(), small.stop()]);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("cairn backup and restore", () => {
+  it("backs up every key, refuses to replace a file, and restores into a new node byte for byte", async () => {
+    const file = join(dir, "all.bak");
+    const backup = await cli(source, ["backup", file]);
+    assert.equal(backup.code, 0, backup.err);
+    assert.match(backup.out, /^backed up 31 keys \(0\.5 MiB\) to .*all\.bak in [\d.]+ s\n$/);
+
+    const again = await cli(source, ["backup", file]);
+    assert.equal(again.code, 2);
+    assert.match(again.err, /exists; a backup never replaces a file/);
+
+    // A damaged copy is refused before anything is written.
+    const damaged = join(dir, "damaged.bak");
+    copyFileSync(file, damaged);
+    const bytes = readFileSync(damaged);
+    bytes[bytes.length - 100] = (bytes[bytes.length - 100] as number) ^ 0xff;
+    writeFileSync(damaged, bytes);
+    const refused = await cli(target, ["restore", damaged]);
+    assert.equal(refused.code, 2);
+    assert.match(
+      refused.err,
+      /is not a whole backup: .*checksum does not match.*nothing was written/,
+    );
+    assert.deepEqual(await everything(target), [], "the target is still empty");
+
+    const restore = await cli(target, ["restore", file, "--output", "json"]);
+    assert.equal(restore.code, 0, restore.err);
+    const summary = JSON.parse(restore.out) as { keys: number; bytes: number };
+    assert.equal(summary.keys, 31);
+    assert.deepEqual(await everything(target), await everything(source));
+  });
+
+  it("restores only into an empty range unless --overwrite, which puts the backup's values back", async () => {
+    const file = join(dir, "prefix.bak");
+    const backup = await cli(source, ["backup", file, "--prefix", "bk/", "--output", "json"]);
+    assert.equal(backup.code, 0, backup.err);
+    assert.equal((JSON.parse(backup.out) as { keys: number }).keys, 30);
+
+    // The target holds the keys already (the test before): refused, nothing changed.
+    const c = new CairnClient({ endpoints: [target.rpc] });
+    try {
+      await c.put("bk/05", "changed on the target");
+      await c.put("bk/zz", "only on the target");
+      const before = await everything(target);
+      const refused = await cli(target, ["restore", file]);
+      assert.equal(refused.code, 4);
+      assert.match(
+        refused.err,
+        /holds keys in the backup's range \(the first: bk\/00\); nothing was written/,
+      );
+      assert.deepEqual(await everything(target), before);
+
+      const overwrite = await cli(target, ["restore", file, "--overwrite", "--concurrency", "3"]);
+      assert.equal(overwrite.code, 0, overwrite.err);
+      assert.match(overwrite.out, /^restored 30 keys/);
+      assert.equal(await c.getString("bk/05"), "value 5");
+      assert.equal(await c.getString("bk/zz"), "only on the target", "keys not in the backup stay");
+    } finally {
+      c.close();
+    }
+  });
+
+  it("a restore that a write stops says how far it got; keys before the refused one are written", async () => {
+    const file = join(dir, "all.bak");
+    const r = await cli(small, ["restore", file, "--concurrency", "1"]);
+    assert.equal(r.code, 2, r.err);
+    assert.match(r.err, /value is 524288 bytes; the limit is 262144 bytes/);
+    assert.match(r.err, /stopped after writing 28 of 31 keys; run it again with --overwrite/);
+    const c = new CairnClient({ endpoints: [small.rpc] });
+    try {
+      assert.equal(await c.getString("bk/empty"), "");
+      assert.equal(await c.get("bk/large"), null);
+    } finally {
+      c.close();
+    }
+  });
+
+  it("bad arguments are usage errors, naming the problem", async () => {
+    for (const [args, want] of [
+      [["backup"], /missing FILE/],
+      [
+        ["backup", join(dir, "x.bak"), "--prefix", "a", "--from", "b"],
+        /--prefix cannot be combined/,
+      ],
+      [
+        ["backup", join(dir, "x.bak"), "--page-size", "0"],
+        /--page-size must be an integer from 1 to 10000/,
+      ],
+      [["restore", join(dir, "missing.bak")], /missing\.bak cannot be read: ENOENT/],
+      [
+        ["restore", join(dir, "all.bak"), "--concurrency", "1000"],
+        /--concurrency must be an integer from 1 to 256/,
+      ],
+    ] as const) {
+      const r = await cli(source, args);
+      assert.equal(r.code, 2, `${args.join(" ")}: ${r.err}`);
+      assert.match(r.err, want);
+    }
+  });
+});
