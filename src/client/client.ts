@@ -160,6 +160,9 @@ const CHANNEL_OPTIONS = {
   "grpc.initial_reconnect_backoff_ms": 100,
   "grpc.max_reconnect_backoff_ms": 1000,
   "grpc.keepalive_time_ms": 30_000,
+  // The most a node may be configured to send (limits.max_message_bytes at its maximum): the
+  // node bounds its answers, and a value it took must come back (grpc-js's default is 4 MiB).
+  "grpc.max_receive_message_length": 256 * 1024 * 1024,
 };
 
 /** A view's known leaders by shard, and its first-ranked node for a shard with none known. */

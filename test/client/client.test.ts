@@ -146,3 +146,27 @@ describe("CairnClient", () => {
     }
   });
 });
+
+describe("CairnClient against a node with larger limits", () => {
+  it("reads back a value larger than gRPC's default 4 MiB message that the node took", async () => {
+    const big = mkdtempSync(join(tmpdir(), "cairn-client-big-"));
+    const node = await startServer({
+      dataDir: big,
+      env: { CAIRN_LIMITS_MAX_VALUE_BYTES: "8MiB", CAIRN_LIMITS_MAX_MESSAGE_BYTES: "12MiB" },
+    });
+    const c = new CairnClient({ endpoints: [node.rpc] });
+    try {
+      const value = new Uint8Array(6_000_000).map((_, i) => i % 251);
+      await c.put("six-megabytes", value);
+      const got = await c.get("six-megabytes");
+      assert.ok(got !== null);
+      assert.deepEqual(got.value, value);
+      const page = await c.scan({ prefix: "six" });
+      assert.deepEqual(page.items[0]?.value, value, "a page of one item larger than 4 MiB");
+    } finally {
+      c.close();
+      await node.stop();
+      rmSync(big, { recursive: true, force: true });
+    }
+  });
+});
