@@ -163,7 +163,7 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
       const concurrency = intFlag(str(values, "concurrency"), "--concurrency", 16, 1, 256);
       const started = Date.now();
       // The whole file is read and checked before the first write.
-      const checked = await readable(path, async (reader) => {
+      const checked = await readable(path, true, async (reader) => {
         for await (const batch of reader.entries()) void batch;
         return { header: reader.header, totals: reader.totals ?? { records: 0, bytes: 0 } };
       });
@@ -187,7 +187,8 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
       });
       const c = client();
       try {
-        await readable(path, (reader) =>
+        // A file changed since it was checked is refused where it differs, keys written by then.
+        await readable(path, false, (reader) =>
           inParallel(reader, concurrency, async (e) => {
             await putAgainIfUnknown(c, e);
             written++;
@@ -210,26 +211,29 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
   );
 }
 
-/** Opens the backup for `body`, and closes it; an unreadable or damaged file is a usage error. */
-async function readable<T>(path: string, body: (reader: BackupReader) => Promise<T>): Promise<T> {
+/**
+ * Opens the backup for `body`, and closes it; an unreadable or damaged file is an input error
+ * (exit 2). `checking`: nothing was written yet (the first pass), which the message says.
+ */
+async function readable<T>(
+  path: string,
+  checking: boolean,
+  body: (reader: BackupReader) => Promise<T>,
+): Promise<T> {
+  const damaged = (e: BackupDamagedError): InputError =>
+    new InputError(checking ? `${e.message}; nothing was written` : e.message);
   const reader = await openBackup(path).catch((e: Error) => {
-    throw new InputError(describe(e, path));
+    if (e instanceof BackupDamagedError) throw damaged(e);
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new InputError(code === undefined ? e.message : `${path} cannot be read: ${code}`);
   });
   try {
     return await body(reader);
   } catch (err) {
-    if (err instanceof BackupDamagedError)
-      throw new InputError(`${err.message}; nothing was written`);
-    throw err;
+    throw err instanceof BackupDamagedError ? damaged(err) : err;
   } finally {
     await reader.close();
   }
-}
-
-function describe(e: Error, path: string): string {
-  if (e instanceof BackupDamagedError) return `${e.message}; nothing was written`;
-  const code = (e as NodeJS.ErrnoException).code;
-  return code === undefined ? e.message : `${path} cannot be read: ${code}`;
 }
 
 /**
