@@ -18,6 +18,8 @@ import {
   GLOBAL_HELP,
   InputError,
   printable,
+  RANGE_OPTIONS,
+  rangeOf,
   runCommand,
   str,
   UsageError,
@@ -84,33 +86,18 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "backup",
     BACKUP_HELP,
-    {
-      prefix: { type: "string" },
-      from: { type: "string" },
-      to: { type: "string" },
-      serializable: { type: "boolean" },
-      "page-size": { type: "string" },
-    },
+    { ...RANGE_OPTIONS, serializable: { type: "boolean" }, "page-size": { type: "string" } },
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["FILE"]);
       const path = positionals[0] as string;
-      const prefix = str(values, "prefix");
-      const from = str(values, "from");
-      const to = str(values, "to");
-      if (prefix !== undefined && (from !== undefined || to !== undefined))
-        throw new UsageError("--prefix cannot be combined with --from/--to");
       const pageSize = intFlag(str(values, "page-size"), "--page-size", 1000, 1, 10_000);
       const consistency = values["serializable"] === true ? "serializable" : "linearizable";
-      const enc = (s: string): string => b64(new TextEncoder().encode(s));
-      const range: BackupHeader["range"] =
-        prefix !== undefined
-          ? { prefix: enc(prefix) }
-          : {
-              ...(from === undefined ? {} : { start: enc(from) }),
-              ...(to === undefined ? {} : { end: enc(to) }),
-            };
+      // The header keeps the range as base64: keys are bytes.
+      const range = Object.fromEntries(
+        Object.entries(rangeOf(values)).map(([k, v]) => [k, b64(new TextEncoder().encode(v))]),
+      ) as BackupHeader["range"];
       const started = Date.now();
       const writer = await BackupWriter.create(path, {
         created: new Date(started).toISOString(),

@@ -195,6 +195,29 @@ export function clientFor(g: Globals, routing = true): CairnClient {
   });
 }
 
+/** The flags of a command that reads a range of keys (scan, backup). */
+export const RANGE_OPTIONS = {
+  prefix: { type: "string" },
+  from: { type: "string" },
+  to: { type: "string" },
+} as const satisfies NonNullable<ParseArgsConfig["options"]>;
+
+/** The range RANGE_OPTIONS give: a prefix, or start and end (either may be absent). */
+export function rangeOf(
+  values: Values,
+): { readonly prefix: string } | { readonly start?: string; readonly end?: string } {
+  const prefix = str(values, "prefix");
+  const from = str(values, "from");
+  const to = str(values, "to");
+  if (prefix !== undefined && (from !== undefined || to !== undefined))
+    throw new UsageError("--prefix cannot be combined with --from/--to");
+  if (prefix !== undefined) return { prefix };
+  return {
+    ...(from === undefined ? {} : { start: from }),
+    ...(to === undefined ? {} : { end: to }),
+  };
+}
+
 /** "INDEX/TERM" → version. */
 export function parseVersionFlag(
   text: string | undefined,

@@ -8,6 +8,8 @@ import {
   GLOBAL_HELP,
   parseVersionFlag,
   printable,
+  RANGE_OPTIONS,
+  rangeOf,
   runCommand,
   str,
   UsageError,
@@ -190,9 +192,7 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
     "scan",
     SCAN_HELP,
     {
-      prefix: { type: "string" },
-      from: { type: "string" },
-      to: { type: "string" },
+      ...RANGE_OPTIONS,
       limit: { type: "string" },
       "keys-only": { type: "boolean" },
       serializable: { type: "boolean" },
@@ -201,22 +201,11 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
     io,
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, []);
-      const prefix = str(values, "prefix");
-      const from = str(values, "from");
-      const to = str(values, "to");
-      if (prefix !== undefined && (from !== undefined || to !== undefined))
-        throw new UsageError("--prefix cannot be combined with --from/--to");
+      const range = rangeOf(values);
       const limitText = str(values, "limit") ?? "0";
       const limit = Number(limitText);
       if (!Number.isInteger(limit) || limit < 0)
         throw new UsageError(`--limit must be a non-negative integer, not ${limitText}`);
-      const range =
-        prefix !== undefined
-          ? { prefix }
-          : {
-              ...(from === undefined ? {} : { start: from }),
-              ...(to === undefined ? {} : { end: to }),
-            };
       const res = await client().scan(range, {
         limit,
         consistency: values["serializable"] === true ? "serializable" : "linearizable",
