@@ -356,8 +356,10 @@ export function createRaftService(
           start: r.start,
           end: r.has_end ? r.end : null,
           limit: r.limit,
-          // A reply fits the peers' unary message limit, whatever the asker asked.
-          maxBytes: maxBytes > 0 ? Math.min(maxBytes, PEER_SCAN_MAX_BYTES) : PEER_SCAN_MAX_BYTES,
+          // A reply fits the peers' unary message limit, whatever the asker asked. An asker of
+          // an earlier build (no max_bytes) reads no `more`: its reply is cut at its limit only,
+          // as that build's own replies were.
+          maxBytes: maxBytes > 0 ? Math.min(maxBytes, PEER_SCAN_MAX_BYTES) : Infinity,
           linearizable: r.linearizable,
         };
         scan(r.shard_ids, req).then(

@@ -170,6 +170,8 @@ describe("createRaftService", () => {
         linearizable: false,
       };
       assert.equal((await t.scanShards(N2, [4], closed, 5_000)).more, false);
+      // As an earlier build asks (no max_bytes): cut at the limit only, as its replies were.
+      await t.scanShards(N2, [5], { ...closed, maxBytes: 0 }, 5_000);
       assert.deepEqual(
         asked.map(([shards, req]) => [
           shards,
@@ -180,6 +182,7 @@ describe("createRaftService", () => {
         [
           [[4, 9], null, 7, 1000],
           [[4], 0, 3, 16 * 1024 * 1024],
+          [[5], 0, 3, Infinity],
         ],
         "an empty end is not an open end; a reply fits the peers' message limit",
       );
