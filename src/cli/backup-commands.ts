@@ -58,7 +58,7 @@ Examples:
   cairn backup users.bak --prefix user/
 `;
 
-export const RESTORE_HELP = `Usage: cairn restore FILE [--overwrite] [--concurrency N] [options]
+export const RESTORE_HELP = `Usage: cairn restore FILE [--overwrite] [--concurrency N] [--check] [options]
 
 Writes every key of a backup made by 'cairn backup' into the cluster (each key gets a new
 version). The whole file is checked first (every record's checksum, the key order, the end
@@ -74,12 +74,15 @@ Options:
   --overwrite            write even where the range holds keys: a key in the backup gets its
                          value; keys that are not in the backup are left as they are
   --concurrency N        writes in flight (default 16, 1–256)
+  --check                only read and check the file, and say what it holds: no node is
+                         reached, nothing is written (exit 2 if it is damaged)
 ${GLOBAL_HELP}
 --timeout bounds each write (retries included), not the whole restore.
 
 Examples:
   cairn restore /backups/cairn-2026-12-02.bak --endpoints 10.0.0.5:7447
   cairn restore users.bak --overwrite
+  cairn restore --check /backups/cairn-2026-12-02.bak
 `;
 
 export function backup(argv: readonly string[], io: Io): Promise<number> {
@@ -141,7 +144,11 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "restore",
     RESTORE_HELP,
-    { overwrite: { type: "boolean" }, concurrency: { type: "string" } },
+    {
+      overwrite: { type: "boolean" },
+      concurrency: { type: "string" },
+      check: { type: "boolean" },
+    },
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -155,6 +162,14 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
         return { header: reader.header, totals: reader.totals ?? { records: 0, bytes: 0 } };
       });
       const { header, totals } = checked;
+      if (values["check"] === true) {
+        if (globals.output === "json") writeJson(io, { file: path, ...header, ...totals });
+        else
+          io.stdout.write(
+            `${path}: a whole backup of ${totals.records} keys (${mib(totals.bytes)}), ${describeRange(header)}, made ${header.created}\n`,
+          );
+        return EXIT.ok;
+      }
       if (values["overwrite"] !== true) {
         const held = await client().scan(scanRangeOf(header.range), { limit: 1 });
         const first = held.items[0];
@@ -266,6 +281,20 @@ async function inParallel(
   };
   await Promise.all(Array.from({ length: limit }, worker));
   if (failure !== null) throw (failure as { err: unknown }).err;
+}
+
+/** The backup's range and how it was read, for a person. */
+function describeRange(header: BackupHeader): string {
+  const show = (base64: string | undefined, otherwise: string): string =>
+    base64 === undefined ? otherwise : printable(Buffer.from(base64, "base64"));
+  const { prefix, start, end } = header.range;
+  const range =
+    prefix !== undefined
+      ? `keys starting with ${show(prefix, "")}`
+      : start !== undefined || end !== undefined
+        ? `keys from ${show(start, "the first")} up to ${show(end, "the last")}`
+        : "every key";
+  return `${range}, read ${header.consistency}`;
 }
 
 function scanRangeOf(range: BackupHeader["range"]): ScanRange {

@@ -87,6 +87,15 @@ describe("cairn backup and restore", () => {
     const bytes = readFileSync(damaged);
     bytes[bytes.length - 100] = (bytes[bytes.length - 100] as number) ^ 0xff;
     writeFileSync(damaged, bytes);
+    const check = await runCairn(["restore", "--check", file]);
+    assert.equal(check.code, 0, check.err);
+    assert.match(
+      check.out,
+      /all\.bak: a whole backup of 31 keys \(0\.5 MiB\), every key, read linearizable, made 20\d\d-/,
+    );
+    const checkDamaged = await runCairn(["restore", "--check", damaged]);
+    assert.equal(checkDamaged.code, 2);
+    assert.match(checkDamaged.err, /checksum does not match/);
     const refused = await cli(target, ["restore", damaged]);
     assert.equal(refused.code, 2);
     assert.match(
@@ -107,6 +116,11 @@ describe("cairn backup and restore", () => {
     const backup = await cli(source, ["backup", file, "--prefix", "bk/", "--output", "json"]);
     assert.equal(backup.code, 0, backup.err);
     assert.equal((JSON.parse(backup.out) as { keys: number }).keys, 30);
+    const check = await runCairn(["restore", "--check", file]);
+    assert.match(
+      check.out,
+      /a whole backup of 30 keys .*, keys starting with bk\/, read linearizable/,
+    );
 
     // The target holds the keys already (the test before): refused, nothing changed.
     const c = new CairnClient({ endpoints: [target.rpc] });
