@@ -73,7 +73,7 @@ finish: writing a key's value again is harmless.
 Options:
   --overwrite            write even where the range holds keys: a key in the backup gets its
                          value; keys that are not in the backup are left as they are
-  --concurrency N        writes in flight (default 16, 1–256)
+  --concurrency N        writes in flight (default 64, 1–256)
   --check                only read and check the file, and say what it holds: no node is
                          reached, nothing is written (exit 2 if it is damaged)
 ${GLOBAL_HELP}
@@ -154,7 +154,7 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["FILE"]);
       const path = positionals[0] as string;
-      const concurrency = intFlag(str(values, "concurrency"), "--concurrency", 16, 1, 256);
+      const concurrency = intFlag(str(values, "concurrency"), "--concurrency", 64, 1, 256);
       const started = Date.now();
       // The whole file is read and checked before the first write.
       const checked = await readable(path, true, async (reader) => {
