@@ -84,14 +84,12 @@ export class Scanner {
   async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<ScanPage> {
     if (req.linearizable) await Promise.all(shards.map((s) => this.#host.readBarrier(s)));
     else this.#host.assertOpen();
-    const snaps = shards.map((s) => s.sm.lsm.snapshot());
+    const reads = shards.map((s) => ({ sm: s.sm, snap: s.sm.lsm.snapshot() }));
     try {
-      const cursors = shards.map((s, i) =>
-        s.sm.scan(req.start, req.end, snaps[i] as ReturnType<typeof s.sm.lsm.snapshot>),
-      );
+      const cursors = reads.map(({ sm, snap }) => sm.scan(req.start, req.end, snap));
       return mergeCursors(cursors, req.limit, req.maxBytes);
     } finally {
-      for (const snap of snaps) snap.release();
+      for (const { snap } of reads) snap.release();
     }
   }
 
