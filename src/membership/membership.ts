@@ -213,6 +213,14 @@ export class Membership {
     return this.#swim.members();
   }
 
+  /**
+   * The cluster's members (the meta state's ids): a table full of made-up members makes room
+   * for them (Swim.reserve).
+   */
+  reserve(ids: ReadonlySet<string>): void {
+    this.#swim.reserve(ids);
+  }
+
   stats(): MembershipStats {
     return { ...this.#stats, dropped: { ...this.#stats.dropped } };
   }

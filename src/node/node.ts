@@ -1051,9 +1051,13 @@ export class CairnNode implements HealthSource {
         republishing = true;
         setTimeout(() => {
           republishing = false;
+          membership.reserve(retainedMembers(cluster.meta));
           publish(membership.members());
         }, VIEW_MIN_INTERVAL_MS).unref();
       };
+      // A full gossip table makes room for the members (a flood of made-up ones cannot keep
+      // them out): those of the meta state loaded at the start, then of each state applied.
+      membership.reserve(retainedMembers(cluster.meta));
       this.#bootstrap = cluster
         .bootstrapLoop(this.store, membership, self, () => this.#stopping !== null)
         .catch((err: unknown) => {
@@ -1277,4 +1281,11 @@ function describeError(err: unknown): string {
   if (err instanceof Error)
     return err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message;
   return String(err);
+}
+
+/** The meta state's members that may gossip again: every one but those removed for good. */
+function retainedMembers(meta: MetaState | null): Set<string> {
+  const ids = new Set<string>();
+  for (const [id, m] of meta?.members ?? []) if (m.state !== "removed") ids.add(id);
+  return ids;
 }

@@ -303,6 +303,54 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
     assert.equal(swim.member(memberId("fake-0"))?.incarnation, 7);
   });
 
+  it("a full table makes room for the cluster's members: the longest dead fake goes first, then a live one", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1), config: { maxMembers: 50 } });
+    const gossip = (updates: Update[]): void =>
+      swim.handle("x.test:7447", {
+        type: "gossip",
+        from: memberId("x"),
+        totalShards: 1024,
+        gossip: updates,
+      });
+    gossip(Array.from({ length: 60 }, (_, i) => alive(`fake-${i}`)));
+    // Two of the fakes die (fake-3 first), as fakes that never answer do.
+    gossip([
+      { kind: "dead", id: memberId("fake-3"), incarnation: incarnation(0), from: memberId("x") },
+    ]);
+    swim.tick();
+    gossip([
+      { kind: "dead", id: memberId("fake-7"), incarnation: incarnation(0), from: memberId("x") },
+    ]);
+    swim.takeReady();
+    assert.equal(swim.members().length, 51);
+
+    // Before the node's meta state names it, a real member is kept out like any other.
+    gossip([alive("n5")]);
+    assert.equal(swim.member(memberId("n5")), undefined);
+    const refused = swim.refusedMembers;
+
+    swim.reserve(new Set(["n2", "n5", "n6"]));
+    gossip([alive("n5")]);
+    assert.equal(swim.member(memberId("n5"))?.state, "alive", "n5 takes a fake's place");
+    assert.equal(swim.member(memberId("fake-3")), undefined, "the longest dead fake went");
+    assert.ok(swim.member(memberId("fake-7")) !== undefined);
+    gossip([alive("n6")]);
+    assert.equal(swim.member(memberId("fake-7")), undefined, "then the other dead one");
+    assert.equal(swim.members().length, 51, "still at most maxMembers others");
+    assert.equal(swim.refusedMembers, refused);
+
+    // No dead fake left: a live one goes, reported dead; a new fake is still refused.
+    swim.reserve(new Set(["n2", "n5", "n6", "n7"]));
+    gossip([alive("n7")]);
+    assert.equal(swim.member(memberId("n7"))?.state, "alive");
+    const events = swim.takeReady().events;
+    assert.equal(events.filter((e) => e.kind === "dead").length, 1);
+    gossip([alive("fake-999")]);
+    assert.equal(swim.member(memberId("fake-999")), undefined);
+    assert.equal(swim.refusedMembers, refused + 1);
+    assert.equal(swim.members().length, 51);
+  });
+
   it(`relays at most ${MAX_RELAYS} ping-reqs at once`, () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
     const pings = (): number =>

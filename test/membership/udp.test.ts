@@ -398,6 +398,34 @@ describe("membership join", () => {
       const fromOne = errors.filter((l) => l.message.includes("other-cluster at"));
       assert.equal(fromOne.length, 1, "one sender: one line a minute");
       assert.ok(errors.length <= 257, `${errors.length} ERROR lines for 900 datagrams`);
+
+      // A real member joining now is kept out of the full table like the fakes, until m1's
+      // meta state names it a member (reserve): then it takes a fake's place.
+      const m2 = await Membership.start({
+        ...base,
+        nodeId: "m2",
+        bindAddr: "127.0.0.1:0",
+        seeds: [m1.boundAddr],
+      });
+      try {
+        const joined = new Promise<void>((resolve) =>
+          m1.onEvent((e) => {
+            if (e.member.meta.id === "m2" && e.member.state === "alive") resolve();
+          }),
+        );
+        await m2.join();
+        await settle();
+        assert.equal(
+          m1.members().some((m) => m.meta.id === "m2"),
+          false,
+          "not a member yet: refused as the fakes are",
+        );
+        m1.reserve(new Set(["m1", "m2"]));
+        await withTimeout(joined, 10_000, "m1 to take m2 in");
+        assert.ok(m1.members().length <= 101, `${m1.members().length} members remembered`);
+      } finally {
+        await m2.close();
+      }
     } finally {
       raw.close();
       await m1.close();

@@ -39,6 +39,11 @@ export class BroadcastQueue {
     });
   }
 
+  /** Drops the pending update about `id` (a member forgotten to make room). */
+  forget(id: MemberId): void {
+    this.#pending.delete(id);
+  }
+
   /**
    * Takes updates for one message within `budget` bytes and counts them as sent once more.
    * Updates for which `skip` is true stay queued without counting a send.

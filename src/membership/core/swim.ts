@@ -192,6 +192,8 @@ export class Swim {
   readonly #claims = new Map<string, number>();
   /** Updates naming a new member ignored because the table was full (SwimConfig.maxMembers). */
   #refusedMembers = 0;
+  /** Ids a full table makes room for (reserve()): the cluster's members. */
+  #reserved: ReadonlySet<string> = new Set();
   /** Other ids found claimed by two live nodes, reported once each. */
   readonly #duplicates = new Set<MemberId>();
 
@@ -233,6 +235,16 @@ export class Swim {
   get refusedMembers(): number {
     return this.#refusedMembers;
   }
+  /**
+   * The ids of the cluster's members, as the node's meta state records them: when the table is
+   * full (a flood of made-up members), an update naming one of them takes the place of a member
+   * that is not one (the longest dead, else suspect, else alive), so a flood cannot keep a real
+   * member out of this member's gossip. Replaces the ids given before.
+   */
+  reserve(ids: ReadonlySet<string>): void {
+    this.#reserved = ids;
+  }
+
   /** Live members (alive or suspect), this one included. */
   get liveCount(): number {
     return this.#liveOthers + (this.#leaving ? 0 : 1);
@@ -719,7 +731,7 @@ export class Swim {
     if (u.meta.totalShards !== this.#self.totalShards) return;
     const e = this.#members.get(id);
     if (e === undefined) {
-      if (this.#members.size >= this.#config.maxMembers) {
+      if (this.#members.size >= this.#config.maxMembers && !this.#makeRoomFor(id)) {
         this.#refusedMembers++;
         return;
       }
@@ -813,6 +825,36 @@ export class Swim {
     this.#setState(u.id, e, "left");
     this.#broadcasts.enqueue(u);
     this.#emit("left", u.id);
+  }
+
+  /**
+   * Forgets a member that is not reserved to make room for `id` when `id` is (reserve()): the
+   * dead or left one longest in that state, else the suspect, else the alive one. False when
+   * `id` is not reserved or every member is.
+   */
+  #makeRoomFor(id: MemberId): boolean {
+    if (!this.#reserved.has(id)) return false;
+    const rank = (e: Entry): number => (!isLive(e.state) ? 0 : e.state === "suspect" ? 1 : 2);
+    let victim: Entry | null = null;
+    for (const e of this.#members.values()) {
+      if (this.#reserved.has(e.meta.id)) continue;
+      if (
+        victim === null ||
+        rank(e) < rank(victim) ||
+        (rank(e) === rank(victim) && e.stateChangedAt < victim.stateChangedAt)
+      )
+        victim = e;
+    }
+    if (victim === null) return false;
+    const gone = victim.meta.id;
+    if (isLive(victim.state)) {
+      this.#setState(gone, victim, "dead");
+      this.#emit("dead", gone);
+    }
+    this.#tombstones.delete(gone);
+    this.#members.delete(gone);
+    this.#broadcasts.forget(gone);
+    return true;
   }
 
   /** A claim against `e` at incarnation `heard` is outdated if we know `e` alive since. */
