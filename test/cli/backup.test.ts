@@ -9,13 +9,13 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { BackupWriter } from "../../src/cli/backup-file.ts";
 import { CairnClient, type KeyValue } from "../../src/client/index.ts";
 import { runCairn, type ServerProcess, startServer } from "../support/server-process.ts";
 
 let dir: string;
 let source: ServerProcess;
 let target: ServerProcess;
-let small: ServerProcess;
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
 const LARGE = Buffer.alloc(512 * 1024, 0xab);
@@ -49,13 +49,9 @@ async function everything(server: ServerProcess): Promise<Array<[string, string]
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "cairn-backup-"));
-  [source, target, small] = await Promise.all([
+  [source, target] = await Promise.all([
     startServer({ dataDir: join(dir, "source") }),
     startServer({ dataDir: join(dir, "target") }),
-    startServer({
-      dataDir: join(dir, "small"),
-      env: { CAIRN_LIMITS_MAX_VALUE_BYTES: String(256 * 1024) },
-    }),
   ]);
   const c = new CairnClient({ endpoints: [source.rpc] });
   try {
@@ -66,7 +62,7 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all([source.stop(), target.stop(), small.stop()]);
+  await Promise.all([source.stop(), target.stop()]);
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -147,15 +143,27 @@ describe("cairn backup and restore", () => {
   });
 
   it("a restore that a write stops says how far it got; keys before the refused one are written", async () => {
-    const file = join(dir, "all.bak");
-    const r = await cli(small, ["restore", file, "--concurrency", "1"]);
+    // A backup of another cluster, whose limits took a 2 MiB value this one refuses (1 MiB).
+    const file = join(dir, "larger-limits.bak");
+    const w = await BackupWriter.create(file, {
+      created: new Date().toISOString(),
+      range: { prefix: Buffer.from("stop/").toString("base64") },
+      consistency: "linearizable",
+    });
+    await w.add(enc("stop/a"), enc("1"));
+    await w.add(enc("stop/b"), enc("2"));
+    await w.add(enc("stop/c"), Buffer.alloc(2 * 1024 * 1024, 1));
+    await w.add(enc("stop/d"), enc("4"));
+    await w.finish();
+    const r = await cli(target, ["restore", file, "--concurrency", "1"]);
     assert.equal(r.code, 2, r.err);
-    assert.match(r.err, /value is 524288 bytes; the limit is 262144 bytes/);
-    assert.match(r.err, /stopped after writing 28 of 31 keys; run it again with --overwrite/);
-    const c = new CairnClient({ endpoints: [small.rpc] });
+    assert.match(r.err, /value is 2097152 bytes; the limit is 1048576 bytes/);
+    assert.match(r.err, /stopped after writing 2 of 4 keys; run it again with --overwrite/);
+    const c = new CairnClient({ endpoints: [target.rpc] });
     try {
-      assert.equal(await c.getString("bk/empty"), "");
-      assert.equal(await c.get("bk/large"), null);
+      assert.equal(await c.getString("stop/b"), "2");
+      assert.equal(await c.get("stop/c"), null);
+      assert.equal(await c.get("stop/d"), null);
     } finally {
       c.close();
     }
