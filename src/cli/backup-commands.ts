@@ -120,7 +120,7 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
           pageSize,
           consistency,
         })) {
-          for (const it of page) await writer.add(it.key, it.value);
+          for (const it of page.items) await writer.add(it.key, it.value);
           progress();
         }
         totals = await writer.finish();

@@ -3,6 +3,7 @@
  * and the one mapping of client errors to exit codes.
  */
 import { status } from "@grpc/grpc-js";
+import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { Io } from "./io.ts";
@@ -34,7 +35,8 @@ export const DEFAULT_HTTP_ENDPOINT = "127.0.0.1:8080";
 export const GLOBAL_HELP = `Global options:
   --endpoints LIST       comma-separated gRPC HOST:PORT (env CAIRN_ENDPOINTS, default ${DEFAULT_ENDPOINT})
   --output FORMAT        text (default) or json; alias -w/--write-out (env CAIRN_OUTPUT)
-  --timeout MS           deadline of the command, retries included (default 5000)
+  --timeout MS           deadline of the command, retries included (default 5000; scan,
+                         backup, restore: of each page read or key written)
   --cacert FILE          TLS: the CA certificate (PEM) that signed the nodes' (env CAIRN_CACERT);
                          without it, cleartext
   --cert FILE, --key FILE
@@ -243,6 +245,12 @@ export function printable(bytes: Uint8Array): string {
   }
   // eslint-disable-next-line no-control-regex
   return /[\u0000-\u001f\u007f]/.test(text) ? JSON.stringify(text) : text;
+}
+
+/** Writes `text` to stdout, and waits for it to drain when its buffer is full (a long output). */
+export async function writeOut(io: Io, text: string): Promise<void> {
+  if (text === "" || io.stdout.write(text)) return;
+  await once(io.stdout, "drain");
 }
 
 export function writeJson(io: Io, value: unknown): void {

@@ -14,6 +14,7 @@ import {
   str,
   UsageError,
   writeJson,
+  writeOut,
 } from "./common.ts";
 import type { Io } from "./io.ts";
 
@@ -170,7 +171,10 @@ export const SCAN_HELP = `Usage: cairn scan [--prefix P | --from A --to B] [--li
 
 Lists keys in key order with their values: every key, those starting with P, or those in
 [A, B) (either bound may be left out). Text output is one "KEY<TAB>VALUE" line per key; keys or
-values that are not printable UTF-8 are shown JSON-quoted or as base64:... .
+values that are not printable UTF-8 are shown JSON-quoted or as base64:... . Keys are read
+and printed a page (up to 1,000 keys) at a time, so a scan of any size runs in bounded memory;
+--timeout bounds each page's read. A scan that fails part-way exits non-zero after printing
+the pages it read.
 
 Options:
   --prefix P             keys starting with P
@@ -206,22 +210,33 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
       const limit = Number(limitText);
       if (!Number.isInteger(limit) || limit < 0)
         throw new UsageError(`--limit must be a non-negative integer, not ${limitText}`);
-      const res = await client().scan(range, {
+      const pages = client().scanPages(range, {
         limit,
         consistency: values["serializable"] === true ? "serializable" : "linearizable",
       });
-      if (globals.output === "json") {
-        writeJson(io, { items: res.items.map(jsonItem), more: res.more });
-      } else {
-        const keysOnly = values["keys-only"] === true;
-        let out = "";
-        for (const it of res.items)
-          out += keysOnly
-            ? `${printable(it.key)}\n`
-            : `${printable(it.key)}\t${printable(it.value)}\n`;
-        io.stdout.write(out);
-        if (res.more) io.stderr.write(`cairn scan: more keys beyond --limit ${limit}\n`);
+      const json = globals.output === "json";
+      const keysOnly = values["keys-only"] === true;
+      // JSON: the one object of before, {"items":[...],"more":...}, written a page at a time.
+      let out = json ? '{"items":[' : "";
+      let first = true;
+      let more = false;
+      for await (const page of pages) {
+        for (const it of page.items) {
+          if (json) {
+            out += `${first ? "" : ","}${JSON.stringify(jsonItem(it))}`;
+            first = false;
+          } else {
+            out += keysOnly
+              ? `${printable(it.key)}\n`
+              : `${printable(it.key)}\t${printable(it.value)}\n`;
+          }
+        }
+        await writeOut(io, out);
+        out = "";
+        more = page.more;
       }
+      if (json) await writeOut(io, `${out}],"more":${more}}\n`);
+      else if (more) io.stderr.write(`cairn scan: more keys beyond --limit ${limit}\n`);
       return EXIT.ok;
     },
   );

@@ -283,25 +283,26 @@ export class CairnClient {
    * scan shares one deadline.
    */
   async scan(range: ScanRange = {}, options: ScanOptions = {}): Promise<ScanResult> {
-    const limit = options.limit ?? 0;
     const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
     const items: KeyValue[] = [];
+    let more = false;
     for await (const page of this.#pages(range, options, () => deadline - Date.now())) {
       for (const it of page.items) items.push(it);
-      if (limit > 0 && items.length >= limit) return { items, more: page.more };
+      more = page.more;
     }
-    return { items, more: false };
+    return { items, more };
   }
 
   /**
    * The items of a range (as `scan`) a page at a time, for a range too large to hold at once
-   * (`cairn backup` reads every key through it). Each page is a call of its own, with its own
-   * deadline (`timeoutMs`) and retries; `pageSize` items a page (default 1000), at most `limit`
-   * in all when given. Pages are separate reads, as `scan`'s are.
+   * (`cairn scan` and `cairn backup` read through it). Each page is a call of its own, with its
+   * own deadline (`timeoutMs`) and retries; `pageSize` items a page (default 1000), at most
+   * `limit` in all when given. A page's `more` says whether keys follow it (on the last page:
+   * beyond `limit`). Pages are separate reads, as `scan`'s are.
    */
-  async *scanPages(range: ScanRange = {}, options: ScanOptions = {}): AsyncGenerator<KeyValue[]> {
+  scanPages(range: ScanRange = {}, options: ScanOptions = {}): AsyncGenerator<ScanResult> {
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
-    for await (const page of this.#pages(range, options, () => timeoutMs)) yield page.items;
+    return this.#pages(range, options, () => timeoutMs);
   }
 
   /** The pages of a scan; `timeoutMs` gives each page's time left (at least 1 ms is asked). */
@@ -309,7 +310,7 @@ export class CairnClient {
     range: ScanRange,
     options: ScanOptions,
     timeoutMs: () => number,
-  ): AsyncGenerator<{ readonly items: KeyValue[]; readonly more: boolean }> {
+  ): AsyncGenerator<ScanResult> {
     const limit = options.limit ?? 0;
     const pageSize = options.pageSize ?? 1000;
     const base = {

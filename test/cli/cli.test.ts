@@ -9,6 +9,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { CairnClient } from "../../src/client/index.ts";
 import {
   CAIRN,
   cleanEnv,
@@ -211,6 +212,44 @@ describe("cairn scan", () => {
     const limited = await cairn(["scan", "--prefix", "s/", "--limit", "2", "--keys-only"]);
     assert.equal(limited.out, "s/a\ns/b\n");
     assert.match(limited.err, /more keys/);
+
+    const empty = await cairn(["scan", "--prefix", "nothing/", "--output", "json"]);
+    assert.deepEqual(JSON.parse(empty.out), { items: [], more: false });
+  });
+
+  it("prints a scan of several pages in full, text and JSON, and a limit past the first page", async () => {
+    // 2,345 keys: three pages of the server's 1,000.
+    const c = new CairnClient({ endpoints: [server.rpc] });
+    const keys = Array.from({ length: 2345 }, (_, i) => `many/${String(i).padStart(5, "0")}`);
+    try {
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 32 }, async () => {
+          for (let i = next++; i < keys.length; i = next++) await c.put(keys[i] as string, "v");
+        }),
+      );
+    } finally {
+      c.close();
+    }
+    const text = await cairn(["scan", "--prefix", "many/", "--keys-only"]);
+    assert.equal(text.code, 0, text.err);
+    assert.equal(text.out, keys.map((k) => `${k}\n`).join(""));
+    const json = await cairn(["scan", "--prefix", "many/", "--output", "json"]);
+    const parsed = JSON.parse(json.out) as { items: { key: string }[]; more: boolean };
+    assert.deepEqual(
+      parsed.items.map((i) => Buffer.from(i.key, "base64").toString()),
+      keys,
+    );
+    assert.equal(parsed.more, false);
+    const limited = await cairn(["scan", "--prefix", "many/", "--keys-only", "--limit", "1500"]);
+    assert.equal(
+      limited.out,
+      keys
+        .slice(0, 1500)
+        .map((k) => `${k}\n`)
+        .join(""),
+    );
+    assert.match(limited.err, /more keys beyond --limit 1500/);
   });
 });
 

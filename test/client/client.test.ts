@@ -84,7 +84,7 @@ describe("CairnClient", () => {
       for (const [i, k] of keys.entries()) await c.put(k, value(i));
       const pages: string[][] = [];
       for await (const page of c.scanPages({ prefix: "large/" }))
-        pages.push(page.map((kv) => new TextDecoder().decode(kv.key)));
+        pages.push(page.items.map((kv) => new TextDecoder().decode(kv.key)));
       assert.deepEqual(pages.flat(), keys);
       assert.ok(pages.length >= 2, `${pages.length} page(s)`);
       const all = await c.scan({ prefix: "large/" });
