@@ -2,6 +2,11 @@
  * `cairn backup` and `cairn restore`: every key of a range, with its value, to a checksummed file
  * (backup-file.ts) and back into a cluster, through the KV service like any client.
  */
+import { createWriteStream } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pipeline } from "node:stream/promises";
 import { type CairnClient, IndeterminateWriteError, type ScanRange } from "../client/index.ts";
 import {
   BackupDamagedError,
@@ -9,7 +14,9 @@ import {
   type BackupHeader,
   type BackupReader,
   BackupWriter,
+  fileSink,
   openBackup,
+  streamSink,
 } from "./backup-file.ts";
 import {
   b64,
@@ -32,12 +39,14 @@ const PROGRESS_MS = 2_000;
 /** Attempts of a restore's write whose outcome was unknown (rewriting the same value is safe). */
 const RESTORE_ATTEMPTS = 3;
 
-export const BACKUP_HELP = `Usage: cairn backup FILE [--prefix P | --from A --to B] [options]
+export const BACKUP_HELP = `Usage: cairn backup FILE|- [--prefix P | --from A --to B] [options]
 
 Writes every key (or those of a range) with its value to FILE, a checksummed file that
 'cairn restore' loads into any cluster (any size, shard count or build). FILE must not exist:
 the backup goes to FILE.partial, which is synced and renamed FILE once whole, and removed if
-the backup fails. Progress goes to stderr every 2 s.
+the backup fails. "-" writes it to standard output instead (to compress it or send it on; a
+backup cut short there lacks its end record, which restore refuses), and the summary to
+standard error. Progress goes to stderr every 2 s.
 
 What a backup holds: every write acknowledged before it started, and no deleted key; the
 keys are read a page at a time (each page a linearizable scan), so a write made while it runs
@@ -56,13 +65,16 @@ ${GLOBAL_HELP}
 Examples:
   cairn backup /backups/cairn-2026-12-02.bak
   cairn backup users.bak --prefix user/
+  cairn backup - | gzip > /backups/cairn.bak.gz
 `;
 
-export const RESTORE_HELP = `Usage: cairn restore FILE [--overwrite] [--concurrency N] [--check] [options]
+export const RESTORE_HELP = `Usage: cairn restore FILE|- [--overwrite] [--concurrency N] [--check] [options]
 
 Writes every key of a backup made by 'cairn backup' into the cluster (each key gets a new
 version). The whole file is checked first (every record's checksum, the key order, the end
 record that counts them): a damaged or cut-short file is refused before anything is written.
+"-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
+after) so that it can be checked whole before the first write.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
 a new cluster, or a range emptied first. Progress goes to stderr every 2 s.
 
@@ -83,6 +95,7 @@ Examples:
   cairn restore /backups/cairn-2026-12-02.bak --endpoints 10.0.0.5:7447
   cairn restore users.bak --overwrite
   cairn restore --check /backups/cairn-2026-12-02.bak
+  gunzip -c /backups/cairn.bak.gz | cairn restore -
 `;
 
 export function backup(argv: readonly string[], io: Io): Promise<number> {
@@ -102,12 +115,17 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
         Object.entries(rangeOf(values)).map(([k, v]) => [k, b64(new TextEncoder().encode(v))]),
       ) as BackupHeader["range"];
       const started = Date.now();
-      const writer = await BackupWriter.create(path, {
+      // "-": the backup goes to standard output, and what is said of it to standard error.
+      const toStdout = path === "-";
+      const sink = toStdout
+        ? streamSink(io.stdout)
+        : await fileSink(path).catch((e: Error) => {
+            throw new InputError(e.message);
+          });
+      const writer = new BackupWriter(sink, {
         created: new Date(started).toISOString(),
         range,
         consistency,
-      }).catch((e: Error) => {
-        throw new InputError(e.message);
       });
       const progress = every(PROGRESS_MS, () => {
         io.stderr.write(
@@ -129,12 +147,11 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
         throw err;
       }
       const took = secondsSince(started);
-      if (globals.output === "json")
-        writeJson(io, { file: path, keys: totals.records, bytes: totals.bytes, seconds: took });
-      else
-        io.stdout.write(
-          `backed up ${totals.records} keys (${mib(totals.bytes)}) to ${path} in ${took} s\n`,
-        );
+      const summary =
+        globals.output === "json"
+          ? `${JSON.stringify({ file: path, keys: totals.records, bytes: totals.bytes, seconds: took })}\n`
+          : `backed up ${totals.records} keys (${mib(totals.bytes)}) to ${toStdout ? "standard output" : path} in ${took} s\n`;
+      (toStdout ? io.stderr : io.stdout).write(summary);
       return EXIT.ok;
     },
   );
@@ -153,64 +170,87 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
     io,
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["FILE"]);
-      const path = positionals[0] as string;
       const concurrency = intFlag(str(values, "concurrency"), "--concurrency", 64, 1, 256);
-      const started = Date.now();
-      // The whole file is read and checked before the first write.
-      const checked = await readable(path, true, async (reader) => {
-        for await (const batch of reader.entries()) void batch;
-        return { header: reader.header, totals: reader.totals ?? { records: 0, bytes: 0 } };
-      });
-      const { header, totals } = checked;
-      if (values["check"] === true) {
-        if (globals.output === "json") writeJson(io, { file: path, ...header, ...totals });
-        else
-          io.stdout.write(
-            `${path}: a whole backup of ${totals.records} keys (${mib(totals.bytes)}), ${describeRange(header)}, made ${header.created}\n`,
-          );
-        return EXIT.ok;
-      }
-      if (values["overwrite"] !== true) {
-        const held = await client().scan(scanRangeOf(header.range), { limit: 1 });
-        const first = held.items[0];
-        if (first !== undefined) {
-          io.stderr.write(
-            `cairn restore: the cluster holds keys in the backup's range (the first: ${printable(first.key)}); nothing was written. Restore into an empty cluster, or pass --overwrite\n`,
-          );
-          return EXIT.conflict;
+      return fromFileOrStdin(positionals[0] as string, io, async (path, name) => {
+        const started = Date.now();
+        // The whole file is read and checked before the first write.
+        const checked = await readable(path, name, true, async (reader) => {
+          for await (const batch of reader.entries()) void batch;
+          return { header: reader.header, totals: reader.totals ?? { records: 0, bytes: 0 } };
+        });
+        const { header, totals } = checked;
+        if (values["check"] === true) {
+          if (globals.output === "json") writeJson(io, { file: name, ...header, ...totals });
+          else
+            io.stdout.write(
+              `${name}: a whole backup of ${totals.records} keys (${mib(totals.bytes)}), ${describeRange(header)}, made ${header.created}\n`,
+            );
+          return EXIT.ok;
         }
-      }
-      let written = 0;
-      let bytes = 0;
-      const progress = every(PROGRESS_MS, () => {
-        io.stderr.write(
-          `cairn restore: ${written} of ${totals.records} keys, ${mib(bytes)} (${secondsSince(started)} s)\n`,
-        );
+        if (values["overwrite"] !== true) {
+          const held = await client().scan(scanRangeOf(header.range), { limit: 1 });
+          const first = held.items[0];
+          if (first !== undefined) {
+            io.stderr.write(
+              `cairn restore: the cluster holds keys in the backup's range (the first: ${printable(first.key)}); nothing was written. Restore into an empty cluster, or pass --overwrite\n`,
+            );
+            return EXIT.conflict;
+          }
+        }
+        let written = 0;
+        let bytes = 0;
+        const progress = every(PROGRESS_MS, () => {
+          io.stderr.write(
+            `cairn restore: ${written} of ${totals.records} keys, ${mib(bytes)} (${secondsSince(started)} s)\n`,
+          );
+        });
+        const c = client();
+        try {
+          // A file changed since it was checked is refused where it differs, keys written by then.
+          await readable(path, name, false, (reader) =>
+            inParallel(reader, concurrency, async (e) => {
+              await putAgainIfUnknown(c, e);
+              written++;
+              bytes += e.key.length + e.value.length;
+              progress();
+            }),
+          );
+        } catch (err) {
+          io.stderr.write(
+            `cairn restore: stopped after writing ${written} of ${totals.records} keys; run it again with --overwrite to finish\n`,
+          );
+          throw err;
+        }
+        const took = secondsSince(started);
+        if (globals.output === "json")
+          writeJson(io, { file: name, keys: written, bytes, seconds: took });
+        else
+          io.stdout.write(`restored ${written} keys (${mib(bytes)}) from ${name} in ${took} s\n`);
+        return EXIT.ok;
       });
-      const c = client();
-      try {
-        // A file changed since it was checked is refused where it differs, keys written by then.
-        await readable(path, false, (reader) =>
-          inParallel(reader, concurrency, async (e) => {
-            await putAgainIfUnknown(c, e);
-            written++;
-            bytes += e.key.length + e.value.length;
-            progress();
-          }),
-        );
-      } catch (err) {
-        io.stderr.write(
-          `cairn restore: stopped after writing ${written} of ${totals.records} keys; run it again with --overwrite to finish\n`,
-        );
-        throw err;
-      }
-      const took = secondsSince(started);
-      if (globals.output === "json")
-        writeJson(io, { file: path, keys: written, bytes, seconds: took });
-      else io.stdout.write(`restored ${written} keys (${mib(bytes)}) from ${path} in ${took} s\n`);
-      return EXIT.ok;
     },
   );
+}
+
+/**
+ * Runs `body` on the backup `arg` names: a file, or for "-" standard input, first copied to a
+ * temporary file (a restore reads its backup twice: to check it, then to write it), removed
+ * after. `name` is what messages call it.
+ */
+async function fromFileOrStdin<T>(
+  arg: string,
+  io: Io,
+  body: (path: string, name: string) => Promise<T>,
+): Promise<T> {
+  if (arg !== "-") return body(arg, arg);
+  const dir = await mkdtemp(join(tmpdir(), "cairn-restore-"));
+  try {
+    const path = join(dir, "stdin.bak");
+    await pipeline(io.stdin, createWriteStream(path, { mode: 0o600 }));
+    return await body(path, "standard input");
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /**
@@ -219,15 +259,16 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
  */
 async function readable<T>(
   path: string,
+  name: string,
   checking: boolean,
   body: (reader: BackupReader) => Promise<T>,
 ): Promise<T> {
   const damaged = (e: BackupDamagedError): InputError =>
     new InputError(checking ? `${e.message}; nothing was written` : e.message);
-  const reader = await openBackup(path).catch((e: Error) => {
+  const reader = await openBackup(path, name).catch((e: Error) => {
     if (e instanceof BackupDamagedError) throw damaged(e);
     const code = (e as NodeJS.ErrnoException).code;
-    throw new InputError(code === undefined ? e.message : `${path} cannot be read: ${code}`);
+    throw new InputError(code === undefined ? e.message : `${name} cannot be read: ${code}`);
   });
   try {
     return await body(reader);

@@ -17,6 +17,7 @@
  * The format is logical (keys and values, no versions, no shard numbers): a backup restores
  * into a cluster of any size, shard count or build.
  */
+import { once } from "node:events";
 import { constants } from "node:fs";
 import { type FileHandle, link, open, unlink } from "node:fs/promises";
 import { dirname } from "node:path";
@@ -55,15 +56,64 @@ export class BackupDamagedError extends Error {
   }
 }
 
+/** Where a backup's bytes go: a file (fileSink) or a stream (streamSink). */
+export interface BackupSink {
+  write(data: Buffer): Promise<void>;
+  /** Every byte written: make the backup whole where it goes. */
+  finish(): Promise<void>;
+  /** The backup will not finish: leave nothing that looks like one. */
+  abort(): Promise<void>;
+}
+
 /**
- * Writes a backup to `<path>.partial`, and on `finish` makes it `path`: synced, then linked
- * (which never replaces an existing file), then the partial name removed. `abort` removes the
- * partial file.
+ * A sink to `<path>.partial` that `finish` makes `path`: synced, then linked (which never
+ * replaces an existing file), then the partial name removed. `abort` removes the partial file.
+ * Refuses a `path` that exists, and a `<path>.partial` left by a backup that did not finish.
  */
+export async function fileSink(path: string): Promise<BackupSink> {
+  await refuseExisting(path);
+  const partial = `${path}.partial`;
+  const file = await open(
+    partial,
+    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL,
+    0o600,
+  );
+  return {
+    async write(data) {
+      let at = 0;
+      while (at < data.length) at += (await file.write(data, at)).bytesWritten;
+    },
+    async finish() {
+      await file.sync();
+      await file.close();
+      await link(partial, path);
+      await unlink(partial);
+      await syncDirectory(dirname(path));
+    },
+    async abort() {
+      await file.close().catch(() => undefined);
+      await unlink(partial).catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * A sink to a stream (`cairn backup -`: standard output), waiting for it to drain. A backup cut
+ * short there has no end record, which a restore refuses.
+ */
+export function streamSink(stream: NodeJS.WritableStream): BackupSink {
+  return {
+    async write(data) {
+      if (!stream.write(data)) await once(stream, "drain");
+    },
+    finish: () => Promise.resolve(),
+    abort: () => Promise.resolve(),
+  };
+}
+
+/** Writes a backup, record by record, to a sink (see the module comment for the format). */
 export class BackupWriter {
-  readonly #path: string;
-  readonly #partial: string;
-  readonly #file: FileHandle;
+  readonly #sink: BackupSink;
   #chunks: Buffer[] = [];
   #buffered = 0;
   #crc: number;
@@ -71,32 +121,22 @@ export class BackupWriter {
   #records = 0;
   #bytes = 0;
 
-  private constructor(path: string, file: FileHandle, header: Buffer) {
-    this.#path = path;
-    this.#partial = `${path}.partial`;
-    this.#file = file;
+  constructor(sink: BackupSink, header: BackupHeader) {
+    this.#sink = sink;
+    const json = Buffer.from(JSON.stringify(header), "utf8");
     const head = Buffer.alloc(16);
     MAGIC.copy(head, 0);
     head.writeUInt32BE(BACKUP_FORMAT, 8);
-    head.writeUInt32BE(header.length, 12);
-    this.#crc = crc32c(header);
+    head.writeUInt32BE(json.length, 12);
+    this.#crc = crc32c(json);
     const crc = Buffer.alloc(4);
     crc.writeUInt32BE(this.#crc);
-    this.#push(head, header, crc);
+    this.#push(head, json, crc);
   }
 
-  /**
-   * Starts a backup to `path`, which must not exist (nor `<path>.partial`, left by a backup
-   * that did not finish: remove it).
-   */
+  /** A backup to the file `path` (fileSink: it must not exist). */
   static async create(path: string, header: BackupHeader): Promise<BackupWriter> {
-    await refuseExisting(path);
-    const file = await open(
-      `${path}.partial`,
-      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL,
-      0o600,
-    );
-    return new BackupWriter(path, file, Buffer.from(JSON.stringify(header), "utf8"));
+    return new BackupWriter(await fileSink(path), header);
   }
 
   /** Keys and value bytes written so far. */
@@ -130,7 +170,7 @@ export class BackupWriter {
     if (this.#buffered >= CHUNK_BYTES) await this.#flush();
   }
 
-  /** Ends the file and makes it `path`; returns the records and bytes it holds. */
+  /** Ends the backup and makes it whole where it goes; returns the records and bytes it holds. */
   async finish(): Promise<{ records: number; bytes: number }> {
     const end = Buffer.alloc(17);
     end[0] = END;
@@ -140,18 +180,13 @@ export class BackupWriter {
     tail.writeUInt32BE(crc32c(end, this.#crc));
     this.#push(end, tail);
     await this.#flush();
-    await this.#file.sync();
-    await this.#file.close();
-    await link(this.#partial, this.#path);
-    await unlink(this.#partial);
-    await syncDirectory(dirname(this.#path));
+    await this.#sink.finish();
     return { records: this.#records, bytes: this.#bytes };
   }
 
-  /** Stops a backup that will not finish: its partial file is removed. */
-  async abort(): Promise<void> {
-    await this.#file.close().catch(() => undefined);
-    await unlink(this.#partial).catch(() => undefined);
+  /** Stops a backup that will not finish (a file sink's partial file is removed). */
+  abort(): Promise<void> {
+    return this.#sink.abort();
   }
 
   #push(...parts: Buffer[]): void {
@@ -165,8 +200,7 @@ export class BackupWriter {
     const data = Buffer.concat(this.#chunks, this.#buffered);
     this.#chunks = [];
     this.#buffered = 0;
-    let at = 0;
-    while (at < data.length) at += (await this.#file.write(data, at)).bytesWritten;
+    await this.#sink.write(data);
   }
 }
 
@@ -213,11 +247,14 @@ export interface BackupReader {
   close(): Promise<void>;
 }
 
-/** Opens a backup and checks its header (BackupDamagedError if it is not a backup). */
-export async function openBackup(path: string): Promise<BackupReader> {
+/**
+ * Opens a backup and checks its header (BackupDamagedError if it is not a backup); errors name
+ * it `name` (default: its path).
+ */
+export async function openBackup(path: string, name = path): Promise<BackupReader> {
   const file = await open(path, constants.O_RDONLY);
   try {
-    const src = new ChunkSource(path, file);
+    const src = new ChunkSource(name, file);
     const head = await src.take(16);
     if (!head.subarray(0, 8).equals(MAGIC)) throw src.damaged(0, "not a Cairn backup");
     const format = head.readUInt32BE(8);

@@ -5,13 +5,21 @@
  * written said, and nothing changed where nothing may change.
  */
 import assert from "node:assert/strict";
+import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { BackupWriter } from "../../src/cli/backup-file.ts";
 import { CairnClient, type KeyValue } from "../../src/client/index.ts";
-import { runCairn, type ServerProcess, startServer } from "../support/server-process.ts";
+import {
+  CAIRN,
+  cleanEnv,
+  ROOT,
+  runCairn,
+  type ServerProcess,
+  startServer,
+} from "../support/server-process.ts";
 
 let dir: string;
 let source: ServerProcess;
@@ -30,6 +38,22 @@ const STORED: ReadonlyArray<[Uint8Array, Uint8Array]> = [
   [enc("bk/large"), LARGE],
   [enc("other"), enc("outside the prefix")],
 ];
+
+/** `cairn args` with a pipe to its standard input: the process, and its end. */
+function spawnWithStdin(args: readonly string[]): {
+  proc: ChildProcessWithoutNullStreams;
+  done: Promise<{ code: number | null; out: string; err: string }>;
+} {
+  const proc = spawn(CAIRN, [...args], { cwd: ROOT, env: cleanEnv(), stdio: "pipe" });
+  let out = "";
+  let err = "";
+  proc.stdout.on("data", (d: Buffer) => (out += d.toString("latin1")));
+  proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+  const done = new Promise<{ code: number | null; out: string; err: string }>((resolve) =>
+    proc.once("close", (code) => resolve({ code, out, err })),
+  );
+  return { proc, done };
+}
 
 const cli = (server: ServerProcess, args: readonly string[]) =>
   runCairn(["--endpoints", server.rpc, ...args]);
@@ -167,6 +191,29 @@ describe("cairn backup and restore", () => {
     } finally {
       c.close();
     }
+  });
+
+  it("backs up to standard output and restores from standard input (a pipe); a cut stream is refused", async () => {
+    const backup = spawnWithStdin(["--endpoints", source.rpc, "backup", "-", "--prefix", "bk/"]);
+    const restore = spawnWithStdin(["--endpoints", target.rpc, "restore", "-", "--overwrite"]);
+    const bytes: Buffer[] = [];
+    backup.proc.stdout.on("data", (d: Buffer) => bytes.push(d));
+    backup.proc.stdout.pipe(restore.proc.stdin);
+    const [b, r] = await Promise.all([backup.done, restore.done]);
+    assert.equal(b.code, 0, b.err);
+    assert.match(b.err, /backed up 30 keys \(0\.5 MiB\) to standard output/);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, /^restored 30 keys \(0\.5 MiB\) from standard input/);
+
+    const whole = Buffer.concat(bytes);
+    const cut = spawnWithStdin(["--endpoints", target.rpc, "restore", "-", "--overwrite"]);
+    cut.proc.stdin.end(whole.subarray(0, whole.length - 10));
+    const refused = await cut.done;
+    assert.equal(refused.code, 2);
+    assert.match(
+      refused.err,
+      /standard input is not a whole backup: .*cut short.*nothing was written/,
+    );
   });
 
   it("bad arguments are usage errors, naming the problem", async () => {
