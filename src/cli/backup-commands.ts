@@ -117,6 +117,8 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
       const started = Date.now();
       // "-": the backup goes to standard output, and what is said of it to standard error.
       const toStdout = path === "-";
+      if (toStdout && io.stdout.isTTY === true)
+        throw new UsageError("a backup is binary: redirect standard output, or name a FILE");
       const sink = toStdout
         ? streamSink(io.stdout)
         : await fileSink(path).catch((e: Error) => {
