@@ -82,9 +82,8 @@ export function mergePages(pages: readonly ScanPage[], limit: number, maxBytes: 
     if (last === undefined) return { items: [], more: true };
     if (bound === null || Buffer.compare(last.key, bound) < 0) bound = last.key;
   }
-  const cursors = pages.map((p) => p.items[Symbol.iterator]());
   const merged = mergeCursors(
-    cursors.map((c) => upTo(c, bound)),
+    pages.map((p) => upTo(p.items[Symbol.iterator](), bound)),
     limit,
     maxBytes,
   );
@@ -99,8 +98,9 @@ function* upTo(c: Iterator<StoredItem>, bound: Uint8Array | null): Generator<Sto
   }
 }
 
+/** A cursor and its next item; the heap moves the item on in place (no object an item). */
 interface Head {
-  readonly item: StoredItem;
+  item: StoredItem;
   readonly cursor: Iterator<StoredItem>;
 }
 
@@ -130,7 +130,7 @@ class HeadHeap {
       if (this.#heads.length === 0) return;
       this.#heads[0] = last;
     } else {
-      this.#heads[0] = { item: r.value, cursor: top.cursor };
+      top.item = r.value;
     }
     this.#down(0);
   }
