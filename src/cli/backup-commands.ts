@@ -24,11 +24,11 @@ import {
   expectPositionals,
   GLOBAL_HELP,
   InputError,
+  intFlag,
   printable,
   RANGE_OPTIONS,
   rangeOf,
   runCommand,
-  str,
   UsageError,
   writeJson,
 } from "./common.ts";
@@ -108,7 +108,7 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["FILE"]);
       const path = positionals[0] as string;
-      const pageSize = intFlag(str(values, "page-size"), "--page-size", 1000, 1, 10_000);
+      const pageSize = intFlag(values, "page-size", 1000, 1, 10_000);
       const consistency = values["serializable"] === true ? "serializable" : "linearizable";
       // The header keeps the range as base64: keys are bytes.
       const range = Object.fromEntries(
@@ -172,7 +172,7 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
     io,
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["FILE"]);
-      const concurrency = intFlag(str(values, "concurrency"), "--concurrency", 64, 1, 256);
+      const concurrency = intFlag(values, "concurrency", 64, 1, 256);
       return fromFileOrStdin(positionals[0] as string, io, async (path, name) => {
         const started = Date.now();
         // The whole file is read and checked before the first write.
@@ -347,20 +347,6 @@ function scanRangeOf(range: BackupHeader["range"]): ScanRange {
     ...(range.start === undefined ? {} : { start: dec(range.start) }),
     ...(range.end === undefined ? {} : { end: dec(range.end) }),
   };
-}
-
-function intFlag(
-  text: string | undefined,
-  flag: string,
-  fallback: number,
-  min: number,
-  max: number,
-): number {
-  if (text === undefined) return fallback;
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new UsageError(`${flag} must be an integer from ${min} to ${max}, not ${text}`);
-  return n;
 }
 
 /** A function that runs `f` when at least `ms` passed since it last did. */

@@ -197,6 +197,27 @@ export function clientFor(g: Globals, routing = true): CairnClient {
   });
 }
 
+/**
+ * The integer flag `--name`: `fallback` when absent, else a whole number from `min` up to `max`
+ * (when given), or a UsageError naming the flag and its bounds.
+ */
+export function intFlag(
+  values: Values,
+  name: string,
+  fallback: number,
+  min: number,
+  max?: number,
+): number {
+  const text = str(values, name);
+  if (text === undefined) return fallback;
+  const n = Number(text);
+  if (!Number.isSafeInteger(n) || n < min || (max !== undefined && n > max))
+    throw new UsageError(
+      `--${name} must be an integer ${max === undefined ? `≥ ${min}` : `from ${min} to ${max}`}, not ${text}`,
+    );
+  return n;
+}
+
 /** The flags of a command that reads a range of keys (scan, backup). */
 export const RANGE_OPTIONS = {
   prefix: { type: "string" },

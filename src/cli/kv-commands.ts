@@ -6,6 +6,7 @@ import {
   EXIT,
   expectPositionals,
   GLOBAL_HELP,
+  intFlag,
   parseVersionFlag,
   printable,
   RANGE_OPTIONS,
@@ -206,10 +207,7 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, []);
       const range = rangeOf(values);
-      const limitText = str(values, "limit") ?? "0";
-      const limit = Number(limitText);
-      if (!Number.isInteger(limit) || limit < 0)
-        throw new UsageError(`--limit must be a non-negative integer, not ${limitText}`);
+      const limit = intFlag(values, "limit", 0, 0);
       const pages = client().scanPages(range, {
         limit,
         consistency: values["serializable"] === true ? "serializable" : "linearizable",
