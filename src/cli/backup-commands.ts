@@ -7,7 +7,13 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import { type CairnClient, IndeterminateWriteError, type ScanRange } from "../client/index.ts";
+import {
+  type CairnClient,
+  DeadlineExceededError,
+  IndeterminateWriteError,
+  type ScanRange,
+  UnavailableError,
+} from "../client/index.ts";
 import {
   BackupDamagedError,
   type BackupEntry,
@@ -57,7 +63,9 @@ Options:
   --prefix P             keys starting with P
   --from A               first key (inclusive)
   --to B                 end key (exclusive)
-  --serializable         read the local replicas without a quorum check (may be stale)
+  --serializable         read one replica of each shard without a quorum check (may be
+                         stale; still works when a shard lost its quorum: docs/operations.md,
+                         "Lost a quorum")
   --page-size N          keys a page (default 1000, 1–10000)
 ${GLOBAL_HELP}
 --timeout bounds each page's read (retries included), not the whole backup.
@@ -146,6 +154,14 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
         totals = await writer.finish();
       } catch (err) {
         await writer.abort();
+        // A shard without a quorum fails every linearizable read of it, for good if its
+        // replicas are lost; what survives is still readable from one replica.
+        const hint =
+          'a shard may have lost its quorum: if its replicas are lost for good, --serializable reads what the surviving replicas hold (docs/operations.md, "Lost a quorum")';
+        if (consistency === "linearizable" && err instanceof UnavailableError)
+          throw new UnavailableError(`${err.message}; ${hint}`, err.grpcCode, err);
+        if (consistency === "linearizable" && err instanceof DeadlineExceededError)
+          throw new DeadlineExceededError(`${err.message}; ${hint}`, err);
         throw err;
       }
       const took = secondsSince(started);

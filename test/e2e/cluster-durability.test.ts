@@ -6,16 +6,22 @@
  * be the key's value, read linearizably, and on every replica (each node's own copy, read with a
  * serializable Get).
  *
+ * Then two of the three nodes are lost for good (docs/operations.md, "Lost a quorum"): a
+ * linearizable backup through the survivor fails and names --serializable, a serializable one
+ * holds every key, and a new node restored from it serves them all.
+ *
  * DURABILITY_CYCLES=N runs N cycles (default 3 here; 6 for the single-node test), and
  * DURABILITY_SEED=S replays a run; DURABILITY_BUG=NAME plants a bug of src/node/testing-bugs.ts
  * in the nodes (e.g. ack-before-wal-sync), to see the test fail. The keys fall in 16 shards, so several writes are in flight
  * in each group when the kill comes.
  */
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { CairnClient } from "../../src/client/index.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { seededRng } from "../../src/common/rng.ts";
 import type { Clients } from "../support/grpc-client.ts";
@@ -26,6 +32,7 @@ import {
   LocalCluster,
   retryingKv,
 } from "../support/cluster-process.ts";
+import { runCairn, startServer } from "../support/server-process.ts";
 
 const CYCLES = Number(process.env.DURABILITY_CYCLES ?? "3");
 const SEED = Number(process.env.DURABILITY_SEED ?? String(Date.now() % 1_000_000));
@@ -51,6 +58,49 @@ function writerKeys(): string[][] {
 
 type Fault = "kill-leader" | "kill-random" | "kill-all";
 
+/**
+ * n2 and n3 lost for good, their data with them: every shard has lost its quorum. A
+ * linearizable backup through n1 fails and points to --serializable; a serializable one holds
+ * what n1's replicas hold (here every key: `truth` was read on every replica), and a new node
+ * restored from it serves exactly `truth`.
+ */
+async function recoverFromSurvivor(
+  cluster: LocalCluster,
+  truth: ReadonlyMap<string, string | null>,
+  dir: string,
+): Promise<void> {
+  await Promise.all(["n2", "n3"].map((id) => cluster.stop(id, "SIGKILL")));
+  const survivor = ["--endpoints", cluster.node("n1").rpc];
+  const refused = join(dir, "linearizable.bak");
+  const lin = await runCairn([...survivor, "--timeout", "2000", "backup", refused]);
+  assert.equal(lin.code, 3, lin.err);
+  assert.match(
+    lin.err,
+    /lost its quorum: .* --serializable reads what the surviving replicas hold/,
+  );
+  assert.equal(existsSync(refused) || existsSync(`${refused}.partial`), false);
+
+  const file = join(dir, "survivor.bak");
+  const saved = await runCairn([...survivor, "backup", "--serializable", file]);
+  assert.equal(saved.code, 0, saved.err);
+  const fresh = await startServer({ dataDir: join(dir, "new-cluster") });
+  const c = new CairnClient({ endpoints: [fresh.rpc] });
+  try {
+    const restored = await runCairn(["--endpoints", fresh.rpc, "restore", file]);
+    assert.equal(restored.code, 0, restored.err);
+    const { items } = await c.scan({});
+    const got = new Map(
+      items.map((kv) => [Buffer.from(kv.key).toString(), Buffer.from(kv.value).toString()]),
+    );
+    const want = new Map([...truth].filter((e): e is [string, string] => e[1] !== null));
+    assert.ok(want.size > 100, `only ${want.size} keys to recover`);
+    assert.deepEqual(got, want, "the new node holds exactly what the cluster held");
+  } finally {
+    c.close();
+    await fresh.stop();
+  }
+}
+
 describe("durability of a three-node cluster across SIGKILL (real processes)", () => {
   let dir: string;
   before(async () => {
@@ -61,7 +111,7 @@ describe("durability of a three-node cluster across SIGKILL (real processes)", (
   });
 
   it(
-    `keeps every acknowledged write on every replica through ${CYCLES} kill -9 cycles (seed ${SEED})`,
+    `keeps every acknowledged write on every replica through ${CYCLES} kill -9 cycles, then restores them from the one node left (seed ${SEED})`,
     { timeout: 120_000 + CYCLES * 60_000 },
     async () => {
       const rng = seededRng(SEED);
@@ -97,7 +147,7 @@ describe("durability of a three-node cluster across SIGKILL (real processes)", (
       };
 
       /** Each node's own copy of every written key equals the linearizable value. */
-      const verify = async (when: string): Promise<void> => {
+      const verify = async (when: string): Promise<Map<string, string | null>> => {
         const first = cluster.nodes[0]?.client;
         assert.ok(first);
         const truth = new Map<string, string | null>();
@@ -106,6 +156,7 @@ describe("durability of a three-node cluster across SIGKILL (real processes)", (
         }
         for (const n of cluster.nodes) assert.ok(n.client !== null, `${n.id} is running`);
         await everyReplicaHolds(cluster, truth, when);
+        return truth;
       };
 
       /** The node leading the most shards, as node 1 (or the first running node) sees it. */
@@ -120,6 +171,7 @@ describe("durability of a three-node cluster across SIGKILL (real processes)", (
         return cluster.node(id ?? "n1");
       };
 
+      let truth = new Map<string, string | null>();
       try {
         await cluster.startAll();
         await cluster.ready();
@@ -179,13 +231,14 @@ describe("durability of a three-node cluster across SIGKILL (real processes)", (
           await killing;
           for (const v of victims) await cluster.start(v.id);
           await cluster.ready();
-          await verify(`cycle ${cycle} (${fault} ${victims.map((v) => v.id).join(",")})`);
+          truth = await verify(`cycle ${cycle} (${fault} ${victims.map((v) => v.id).join(",")})`);
         }
         assert.ok(acked.size > 100, `only ${acked.size} keys were acknowledged`);
         const count = (f: Fault): number => faults.filter((x) => x === f).length;
         console.log(
           `cluster durability: ${CYCLES} cycles (kill-all ${count("kill-all")}, kill-leader ${count("kill-leader")}, kill-random ${count("kill-random")}), ${writes} writes issued, ${acked.size} keys checked on every replica, seed ${SEED}`,
         );
+        await recoverFromSurvivor(cluster, truth, dir);
         await cluster.stopAll();
       } finally {
         await cluster.killAll();
