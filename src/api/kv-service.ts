@@ -270,13 +270,20 @@ export function kvService(
             );
           }
           const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
+          const skip = req.skip_unavailable_shards;
+          if (skip && consistency !== "SERIALIZABLE") {
+            throw new InvalidArgumentError(
+              "skip_unavailable_shards needs consistency SERIALIZABLE: a linearizable scan reads every shard",
+            );
+          }
           const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
-          const { items, more } = await store.scan({
+          const { items, more, skipped } = await store.scan({
             start: from,
             end,
             limit,
             maxBytes: pageBytes,
             linearizable: consistency !== "SERIALIZABLE",
+            ...(skip ? { skipUnavailable: true } : {}),
           });
           const last = items[items.length - 1];
           return {
@@ -284,6 +291,7 @@ export function kvService(
               items: items.map((i) => ({ key: i.key, value: i.value, version: i.version })),
               next_page_token:
                 more && last !== undefined ? encodeToken(last.key) : new Uint8Array(0),
+              skipped_shards: skipped === undefined ? [] : [...skipped],
             },
           };
         },

@@ -4,6 +4,7 @@
  */
 import type {
   ApplyOutcome,
+  ScanPage,
   ScanRequest,
   ShardInfo,
   SnapshotResult,
@@ -19,7 +20,7 @@ export interface KvStore {
   put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
   delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
   get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null>;
-  scan(req: ScanRequest): Promise<{ items: StoredItem[]; more: boolean }>;
+  scan(req: ScanRequest): Promise<ScanPage>;
   /**
    * The node a Put or Delete of `key` here would be refused naming (the leader of its shard
    * when this node follows it and knows that leader; for a shard this node holds no replica

@@ -19,6 +19,7 @@ import {
   type BackupEntry,
   type BackupHeader,
   type BackupReader,
+  type BackupTotals,
   BackupWriter,
   fileSink,
   openBackup,
@@ -66,6 +67,9 @@ Options:
   --serializable         read one replica of each shard without a quorum check (may be
                          stale; still works when a shard lost its quorum: docs/operations.md,
                          "Lost a quorum")
+  --skip-unavailable     with --serializable: a shard none of whose replicas answers is left
+                         out instead of failing the backup; the file records which (a partial
+                         backup: 'cairn restore --check' names them) and a warning says so
   --page-size N          keys a page (default 1000, 1–10000)
 ${GLOBAL_HELP}
 --timeout bounds each page's read (retries included), not the whole backup.
@@ -110,7 +114,12 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "backup",
     BACKUP_HELP,
-    { ...RANGE_OPTIONS, serializable: { type: "boolean" }, "page-size": { type: "string" } },
+    {
+      ...RANGE_OPTIONS,
+      serializable: { type: "boolean" },
+      "skip-unavailable": { type: "boolean" },
+      "page-size": { type: "string" },
+    },
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -118,6 +127,11 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
       const path = positionals[0] as string;
       const pageSize = intFlag(values, "page-size", 1000, 1, 10_000);
       const consistency = values["serializable"] === true ? "serializable" : "linearizable";
+      const skipUnavailable = values["skip-unavailable"] === true;
+      if (skipUnavailable && consistency !== "serializable")
+        throw new UsageError(
+          "--skip-unavailable needs --serializable: a linearizable backup reads every shard",
+        );
       // The header keeps the range as base64: keys are bytes.
       const range = Object.fromEntries(
         Object.entries(rangeOf(values)).map(([k, v]) => [k, b64(new TextEncoder().encode(v))]),
@@ -142,16 +156,20 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
           `cairn backup: ${writer.records} keys, ${mib(writer.bytes)} so far (${secondsSince(started)} s)\n`,
         );
       });
-      let totals: { records: number; bytes: number };
+      let totals: BackupTotals;
+      // The shards any page left out: a key of one may be missing from all of the backup.
+      const skipped = new Set<number>();
       try {
         for await (const page of client().scanPages(scanRangeOf(range), {
           pageSize,
           consistency,
+          ...(skipUnavailable ? { skipUnavailableShards: true } : {}),
         })) {
           for (const it of page.items) await writer.add(it.key, it.value);
+          for (const id of page.skippedShards) skipped.add(id);
           progress();
         }
-        totals = await writer.finish();
+        totals = await writer.finish([...skipped].sort((a, b) => a - b));
       } catch (err) {
         await writer.abort();
         // A shard without a quorum fails every linearizable read of it, for good if its
@@ -162,13 +180,24 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
           throw new UnavailableError(`${err.message}; ${hint}`, err.grpcCode, err);
         if (consistency === "linearizable" && err instanceof DeadlineExceededError)
           throw new DeadlineExceededError(`${err.message}; ${hint}`, err);
+        if (!skipUnavailable && err instanceof UnavailableError)
+          throw new UnavailableError(
+            `${err.message}; if a shard's replicas are lost for good, --skip-unavailable backs up the others (docs/operations.md, "Lost a quorum")`,
+            err.grpcCode,
+            err,
+          );
         throw err;
       }
       const took = secondsSince(started);
+      const left = totals.skippedShards;
+      if (left.length > 0)
+        io.stderr.write(
+          `cairn backup: WARNING: a partial backup, without the keys of ${describeSkipped(left)}: no replica of them answered (their keys are lost unless a node holding them comes back)\n`,
+        );
       const summary =
         globals.output === "json"
-          ? `${JSON.stringify({ file: path, keys: totals.records, bytes: totals.bytes, seconds: took })}\n`
-          : `backed up ${totals.records} keys (${mib(totals.bytes)}) to ${toStdout ? "standard output" : path} in ${took} s\n`;
+          ? `${JSON.stringify({ file: path, keys: totals.records, bytes: totals.bytes, seconds: took, skipped_shards: left })}\n`
+          : `backed up ${totals.records} keys (${mib(totals.bytes)}) to ${toStdout ? "standard output" : path} in ${took} s${left.length > 0 ? `; ${left.length} shards left out` : ""}\n`;
       (toStdout ? io.stderr : io.stdout).write(summary);
       return EXIT.ok;
     },
@@ -194,17 +223,32 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
         // The whole file is read and checked before the first write.
         const checked = await readable(path, name, true, async (reader) => {
           for await (const batch of reader.entries()) void batch;
-          return { header: reader.header, totals: reader.totals ?? { records: 0, bytes: 0 } };
+          return {
+            header: reader.header,
+            totals: reader.totals ?? { records: 0, bytes: 0, skippedShards: [] },
+          };
         });
         const { header, totals } = checked;
+        const left = totals.skippedShards;
         if (values["check"] === true) {
-          if (globals.output === "json") writeJson(io, { file: name, ...header, ...totals });
+          if (globals.output === "json")
+            writeJson(io, {
+              file: name,
+              ...header,
+              records: totals.records,
+              bytes: totals.bytes,
+              skipped_shards: left,
+            });
           else
             io.stdout.write(
-              `${name}: a whole backup of ${totals.records} keys (${mib(totals.bytes)}), ${describeRange(header)}, made ${header.created}\n`,
+              `${name}: ${left.length > 0 ? "a partial" : "a whole"} backup of ${totals.records} keys (${mib(totals.bytes)}), ${describeRange(header)}, made ${header.created}${left.length > 0 ? `; without the keys of ${describeSkipped(left)} of the cluster it was made from (no replica of them answered)` : ""}\n`,
             );
           return EXIT.ok;
         }
+        if (left.length > 0)
+          io.stderr.write(
+            `cairn restore: WARNING: ${name} is a partial backup, without the keys of ${describeSkipped(left)} of the cluster it was made from\n`,
+          );
         if (values["overwrite"] !== true) {
           const held = await client().scan(scanRangeOf(header.range), { limit: 1 });
           const first = held.items[0];
@@ -248,6 +292,13 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
       });
     },
   );
+}
+
+/** "shard 7" or "3 shards (5, 17, 900)"; the first 20 ids of a longer list, and how many more. */
+function describeSkipped(ids: readonly number[]): string {
+  if (ids.length === 1) return `shard ${ids[0]}`;
+  const shown = ids.slice(0, 20).join(", ");
+  return `${ids.length} shards (${shown}${ids.length > 20 ? `, and ${ids.length - 20} more` : ""})`;
 }
 
 /**

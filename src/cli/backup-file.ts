@@ -2,10 +2,11 @@
  * The file `cairn backup` writes and `cairn restore` reads: every key of a range with its value,
  * in key order, each record checksummed, and an end record that counts them.
  *
- *     file   = "CAIRNBAK" | u32 format (1) | u32 n | header (n bytes of JSON) | u32 crc32c(header)
- *              | record* | end
- *     record = u8 1 | u32 key length | u32 value length | key | value | u32 crc
- *     end    = u8 2 | u64 records | u64 key and value bytes | u32 crc
+ *     file    = "CAIRNBAK" | u32 format (1) | u32 n | header (n bytes of JSON) | u32 crc32c(header)
+ *               | record* | [skipped] | end
+ *     record  = u8 1 | u32 key length | u32 value length | key | value | u32 crc
+ *     skipped = u8 3 | u32 n | n bytes of JSON, the shards left out (ascending ids) | u32 crc
+ *     end     = u8 2 | u64 records | u64 key and value bytes | u32 crc
  *
  * Integers are big-endian. A record's crc is CRC32C of its bytes from the type byte on, seeded
  * with the previous record's crc (the header's for the first): a record damaged, dropped, moved
@@ -14,8 +15,11 @@
  * (keys 1..65,535 bytes, values up to 64 MiB: the most a node accepts), so a hostile file costs
  * a bounded amount of memory.
  *
- * The format is logical (keys and values, no versions, no shard numbers): a backup restores
- * into a cluster of any size, shard count or build.
+ * The format is logical (keys and values, no versions): a backup restores into a cluster of any
+ * size, shard count or build. The one mention of shards is the `skipped` record, only in a
+ * partial backup (`cairn backup --skip-unavailable`): the shards of the source cluster none of
+ * whose replicas answered, whose keys it lacks (a build before it refuses such a file, as a
+ * record of unknown type).
  */
 import { once } from "node:events";
 import { constants } from "node:fs";
@@ -27,10 +31,14 @@ const MAGIC = Buffer.from("CAIRNBAK", "latin1");
 export const BACKUP_FORMAT = 1;
 const RECORD = 1;
 const END = 2;
+const SKIPPED = 3;
 /** Largest key and value a node accepts (limits.max_key_bytes, limits.max_value_bytes maxima). */
 const MAX_KEY_BYTES = 65_535;
 const MAX_VALUE_BYTES = 64 * 1024 * 1024;
 const MAX_HEADER_BYTES = 64 * 1024;
+/** The skipped shards' record: shard ids below 65,536, as JSON (6 bytes an id at most). */
+const MAX_SHARD_ID = 65_535;
+const MAX_SKIPPED_BYTES = 6 * (MAX_SHARD_ID + 1) + 2;
 /** Bytes gathered before a write, and read at a time. */
 const CHUNK_BYTES = 1024 * 1024;
 
@@ -41,6 +49,15 @@ export interface BackupHeader {
   /** The range backed up: a prefix, or start/end (end exclusive), base64; {} for every key. */
   readonly range: { readonly prefix?: string; readonly start?: string; readonly end?: string };
   readonly consistency: "linearizable" | "serializable";
+}
+
+/** What a backup holds, counted by its end record. */
+export interface BackupTotals {
+  /** Keys, and their key and value bytes. */
+  readonly records: number;
+  readonly bytes: number;
+  /** The shards left out of a partial backup (none of their replicas answered); [] when whole. */
+  readonly skippedShards: readonly number[];
 }
 
 export interface BackupEntry {
@@ -170,8 +187,21 @@ export class BackupWriter {
     if (this.#buffered >= CHUNK_BYTES) await this.#flush();
   }
 
-  /** Ends the backup and makes it whole where it goes; returns the records and bytes it holds. */
-  async finish(): Promise<{ records: number; bytes: number }> {
+  /**
+   * Ends the backup and makes it whole where it goes; returns what it holds. `skippedShards`:
+   * the shards the scan left out (a partial backup), recorded before the end.
+   */
+  async finish(skippedShards: readonly number[] = []): Promise<BackupTotals> {
+    if (skippedShards.length > 0) {
+      const json = Buffer.from(JSON.stringify(skippedShards), "utf8");
+      const head = Buffer.alloc(5);
+      head[0] = SKIPPED;
+      head.writeUInt32BE(json.length, 1);
+      this.#crc = crc32c(json, crc32c(head, this.#crc));
+      const tail = Buffer.alloc(4);
+      tail.writeUInt32BE(this.#crc);
+      this.#push(head, json, tail);
+    }
     const end = Buffer.alloc(17);
     end[0] = END;
     end.writeBigUInt64BE(BigInt(this.#records), 1);
@@ -181,7 +211,7 @@ export class BackupWriter {
     this.#push(end, tail);
     await this.#flush();
     await this.#sink.finish();
-    return { records: this.#records, bytes: this.#bytes };
+    return { records: this.#records, bytes: this.#bytes, skippedShards };
   }
 
   /** Stops a backup that will not finish (a file sink's partial file is removed). */
@@ -242,8 +272,8 @@ export interface BackupReader {
    * first check that fails, once the entries before it were given.
    */
   entries(batch?: number): AsyncGenerator<BackupEntry[]>;
-  /** Records and key and value bytes, known once `entries` reached the end record. */
-  readonly totals: { records: number; bytes: number } | null;
+  /** What it holds, known once `entries` reached the end record. */
+  readonly totals: BackupTotals | null;
   close(): Promise<void>;
 }
 
@@ -276,7 +306,7 @@ export async function openBackup(path: string, name = path): Promise<BackupReade
 
 class Reader implements BackupReader {
   readonly header: BackupHeader;
-  totals: { records: number; bytes: number } | null = null;
+  totals: BackupTotals | null = null;
   readonly #src: ChunkSource;
   #crc: number;
 
@@ -292,9 +322,26 @@ class Reader implements BackupReader {
     let bytes = 0;
     let last: Buffer | null = null;
     let out: BackupEntry[] = [];
+    let skippedShards: readonly number[] | null = null;
     for (;;) {
       const at = src.offset;
       const type = (await src.take(1))[0];
+      if (skippedShards !== null && type !== END)
+        throw src.damaged(at, "the skipped shards' record is not the last before the end");
+      if (type === SKIPPED) {
+        const head = Buffer.from([SKIPPED, ...(await src.take(4))]);
+        const n = head.readUInt32BE(1);
+        if (n > MAX_SKIPPED_BYTES) throw src.damaged(at, `a skipped shards' record of ${n} bytes`);
+        const json = Buffer.from(await src.take(n));
+        const crc = crc32c(json, crc32c(head, this.#crc));
+        if ((await src.take(4)).readUInt32BE(0) !== crc)
+          throw src.damaged(at, "the skipped shards' record's checksum does not match");
+        skippedShards = parseSkipped(json, () =>
+          src.damaged(at, "the skipped shards' record is not valid"),
+        );
+        this.#crc = crc;
+        continue;
+      }
       if (type === END) {
         const rest = Buffer.from(await src.take(20));
         const end = Buffer.concat([Buffer.from([END]), rest.subarray(0, 16)]);
@@ -306,7 +353,7 @@ class Reader implements BackupReader {
           throw src.damaged(at, `the end counts ${wantRecords} records; the file has ${records}`);
         if (!(await src.atEnd())) throw src.damaged(src.offset, "bytes after the end record");
         if (out.length > 0) yield out;
-        this.totals = { records, bytes };
+        this.totals = { records, bytes, skippedShards: skippedShards ?? [] };
         return;
       }
       if (type !== RECORD) throw src.damaged(at, `a record of unknown type ${type}`);
@@ -357,6 +404,24 @@ function parseHeader(bytes: Buffer, damaged: () => Error): BackupHeader {
   for (const k of ["prefix", "start", "end"])
     if (r[k] !== undefined && typeof r[k] !== "string") throw damaged();
   return { created, range: r as BackupHeader["range"], consistency };
+}
+
+/** The skipped shards' record's ids: ascending shard numbers (a shard count is below 2^16). */
+function parseSkipped(bytes: Buffer, damaged: () => Error): readonly number[] {
+  let ids: unknown;
+  try {
+    ids = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    throw damaged();
+  }
+  if (!Array.isArray(ids) || ids.length === 0) throw damaged();
+  let prev = -1;
+  for (const id of ids as unknown[]) {
+    if (!Number.isSafeInteger(id) || (id as number) <= prev || (id as number) > MAX_SHARD_ID)
+      throw damaged();
+    prev = id as number;
+  }
+  return ids as number[];
 }
 
 /** A file read a chunk at a time; `take(n)` returns its next n bytes (a view, valid until the next take). */

@@ -142,6 +142,12 @@ export interface ScanOptions extends GetOptions {
   readonly limit?: number;
   /** Items asked of the server per page. Default 1000. */
   readonly pageSize?: number;
+  /**
+   * With `consistency: "serializable"` only: a shard none of whose replicas answers is left out
+   * (named in the result's `skippedShards`) instead of failing the scan. For reading what
+   * survives when a shard's replicas are lost for good.
+   */
+  readonly skipUnavailableShards?: boolean;
 }
 
 interface Connection {
@@ -285,12 +291,14 @@ export class CairnClient {
   async scan(range: ScanRange = {}, options: ScanOptions = {}): Promise<ScanResult> {
     const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
     const items: KeyValue[] = [];
+    const skipped = new Set<number>();
     let more = false;
     for await (const page of this.#pages(range, options, () => deadline - Date.now())) {
       for (const it of page.items) items.push(it);
+      for (const id of page.skippedShards) skipped.add(id);
       more = page.more;
     }
-    return { items, more };
+    return { items, more, skippedShards: [...skipped].sort((a, b) => a - b) };
   }
 
   /**
@@ -318,6 +326,7 @@ export class CairnClient {
       end: "end" in range && range.end !== undefined ? toBytes(range.end) : EMPTY,
       prefix: "prefix" in range ? toBytes(range.prefix) : EMPTY,
       consistency: consistencyOf(options.consistency),
+      skip_unavailable_shards: options.skipUnavailableShards === true,
     };
     let pageToken: Uint8Array = EMPTY;
     let got = 0;
@@ -340,7 +349,7 @@ export class CairnClient {
       }));
       got += items.length;
       const more = res.next_page_token.length > 0;
-      yield { items, more };
+      yield { items, more, skippedShards: res.skipped_shards };
       if (!more || (limit > 0 && got >= limit)) return;
       pageToken = new Uint8Array(res.next_page_token);
     }

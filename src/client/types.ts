@@ -32,6 +32,11 @@ export interface ScanResult {
   readonly items: readonly KeyValue[];
   /** True when the range holds more items than were returned (the limit was reached). */
   readonly more: boolean;
+  /**
+   * The shards left out (ScanOptions.skipUnavailableShards: none of their replicas answered),
+   * ascending; their keys in the range are missing. Empty otherwise.
+   */
+  readonly skippedShards: readonly number[];
 }
 
 export interface MemberInfo {

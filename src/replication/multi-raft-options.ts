@@ -284,6 +284,12 @@ export interface ScanRequest {
    */
   readonly maxBytes: number;
   readonly linearizable: boolean;
+  /**
+   * Serializable scans only: a shard none of whose replicas answers is left out of the page
+   * (ScanPage.skipped) instead of failing the scan. Never sent to a peer: a peer's share fails
+   * whole, and the asker tries the shards' next replicas.
+   */
+  readonly skipUnavailable?: boolean;
 }
 
 export interface SnapshotResult {

@@ -16,6 +16,16 @@ import { assertServesSerializable } from "./multi-raft-reads.ts";
 import { mergeCursors, mergePages, type ScanPage } from "./scan-merge.ts";
 import type { ShardReplica } from "./shard.ts";
 
+/**
+ * The error of a scan none of whose asked replicas of shard `id` answered (UNAVAILABLE, as
+ * NotLeaderError: the client retries, through another node too), naming the shard and them.
+ */
+function noReplicaAnswered(id: number, nodes: readonly string[], err: unknown): NotLeaderError {
+  const e = new NotLeaderError(err instanceof NotLeaderError ? err.leader : null);
+  e.message = `no replica of shard ${id} answered (its replicas: ${nodes.join(", ")})`;
+  return e;
+}
+
 /** What scans need of the driver. */
 export interface ScanHost {
   readonly options: Pick<
@@ -107,17 +117,25 @@ export class Scanner {
       return await remote(node, ids, req);
     } catch (err) {
       if (ids.length === 0) throw err;
-      // Each shard to its next replica after `node`, grouped again by node.
+      // Each shard to its next replica after `node`, grouped again by node; one with none
+      // left fails the scan, or, when the scan skips them, is left out of it.
+      const skip = req.skipUnavailable === true && !req.linearizable;
       const next = new Map<string, number[]>();
+      const skipped: number[] = [];
       for (const id of ids) {
         const nodes = this.#host.placedOn(id).map(nodeOfReplica);
         const after = nodes[nodes.indexOf(node) + 1];
-        if (after === undefined || nodes.indexOf(node) < 0) throw err;
+        if (after === undefined || nodes.indexOf(node) < 0) {
+          if (!skip) throw noReplicaAnswered(id, nodes, err);
+          skipped.push(id);
+          continue;
+        }
         next.set(after, [...(next.get(after) ?? []), id]);
       }
       const pages = await Promise.all(
         [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
       );
+      if (skipped.length > 0) pages.push({ items: [], more: false, skipped });
       return mergePages(pages, req.limit, req.maxBytes);
     }
   }

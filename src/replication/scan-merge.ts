@@ -20,10 +20,14 @@
  */
 import type { StoredItem } from "./state-machine.ts";
 
-/** A key-ordered run of items, and whether keys may follow its last one. */
+/**
+ * A key-ordered run of items, and whether keys may follow its last one; `skipped`, the shards
+ * left out of it (ScanRequest.skipUnavailable), when there are any.
+ */
 export interface ScanPage {
   readonly items: StoredItem[];
   readonly more: boolean;
+  readonly skipped?: readonly number[];
 }
 
 /**
@@ -69,9 +73,11 @@ export function mergeCursors(
 
 /**
  * The sources' pages merged: items up to the lowest last key of the pages that were cut, at
- * most `limit` of them, within `maxBytes`. `more` when the merge cut anything or a page was cut.
+ * most `limit` of them, within `maxBytes`. `more` when the merge cut anything or a page was cut;
+ * `skipped`, every page's, ascending.
  */
 export function mergePages(pages: readonly ScanPage[], limit: number, maxBytes: number): ScanPage {
+  const skipped = skippedOf(pages);
   let bound: Uint8Array | null = null;
   let cut = false;
   for (const p of pages) {
@@ -79,7 +85,7 @@ export function mergePages(pages: readonly ScanPage[], limit: number, maxBytes: 
     cut = true;
     const last = p.items[p.items.length - 1];
     // A page cut before its first item: nothing past the start is known.
-    if (last === undefined) return { items: [], more: true };
+    if (last === undefined) return { items: [], more: true, ...skipped };
     if (bound === null || Buffer.compare(last.key, bound) < 0) bound = last.key;
   }
   const merged = mergeCursors(
@@ -87,7 +93,15 @@ export function mergePages(pages: readonly ScanPage[], limit: number, maxBytes: 
     limit,
     maxBytes,
   );
-  return { items: merged.items, more: merged.more || cut };
+  return { items: merged.items, more: merged.more || cut, ...skipped };
+}
+
+/** The shards the pages left out, ascending, as a ScanPage's `skipped` (absent when none). */
+function skippedOf(pages: readonly ScanPage[]): { skipped?: readonly number[] } {
+  if (pages.every((p) => p.skipped === undefined || p.skipped.length === 0)) return {};
+  const ids = new Set<number>();
+  for (const p of pages) for (const id of p.skipped ?? []) ids.add(id);
+  return { skipped: [...ids].sort((a, b) => a - b) };
 }
 
 /** The items of `c` up to and including `bound` (all of them when null). */

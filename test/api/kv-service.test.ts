@@ -9,6 +9,7 @@ import { type ServiceError, status } from "@grpc/grpc-js";
 import { InternalErrorLog } from "../../src/api/errors.ts";
 import { kvService } from "../../src/api/kv-service.ts";
 import type { KvStore } from "../../src/api/store.ts";
+import type { ScanRequest } from "../../src/replication/index.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { samples } from "../ops/prom-text.ts";
 
@@ -84,6 +85,7 @@ const SCAN = {
   page_token: Buffer.alloc(0),
   limit: 0,
   consistency: "LINEARIZABLE",
+  skip_unavailable_shards: false,
 };
 
 describe("KV service", () => {
@@ -129,6 +131,42 @@ describe("KV service", () => {
     assert.deepEqual(h.store.gets, [], "nothing was read");
     assert.equal((await h.call("Get", { ...GET, consistency: "SERIALIZABLE" }))?.code, undefined);
     assert.deepEqual(h.store.gets, [false]);
+  });
+
+  it("skips unavailable shards in a serializable scan only, and names them in the page", async () => {
+    const asked: ScanRequest[] = [];
+    const s: KvStore = {
+      ...store(),
+      scan: (req) => {
+        asked.push(req);
+        return Promise.resolve({ items: [], more: false, skipped: [4, 9] });
+      },
+    };
+    const impl = kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS, {}) as Record<
+      string,
+      (call: unknown, cb: (err: ServiceError | null, res?: Record<string, unknown>) => void) => void
+    >;
+    const scan = (request: Record<string, unknown>) =>
+      new Promise<{ err: ServiceError | null; res?: Record<string, unknown> }>((resolve) =>
+        impl["Scan"]?.({ request }, (err, res) => resolve({ err, ...(res ? { res } : {}) })),
+      );
+    const refused = await scan({ ...SCAN, skip_unavailable_shards: true });
+    assert.equal(refused.err?.code, status.INVALID_ARGUMENT);
+    assert.match(
+      refused.err?.details ?? "",
+      /skip_unavailable_shards needs consistency SERIALIZABLE/,
+    );
+    assert.equal(asked.length, 0, "nothing was read");
+    const page = await scan({
+      ...SCAN,
+      consistency: "SERIALIZABLE",
+      skip_unavailable_shards: true,
+    });
+    assert.equal(page.err, null);
+    assert.equal(asked[0]?.skipUnavailable, true);
+    assert.deepEqual(page.res?.["skipped_shards"], [4, 9]);
+    await scan({ ...SCAN, consistency: "SERIALIZABLE" });
+    assert.equal(asked[1]?.skipUnavailable, undefined, "not asked: not skipped");
   });
 
   it("logs each INTERNAL answer at ERROR with its code, and nothing for a client's mistake", async () => {

@@ -13,9 +13,11 @@ import {
   BackupDamagedError,
   type BackupEntry,
   type BackupHeader,
+  type BackupTotals,
   BackupWriter,
   openBackup,
 } from "../../src/cli/backup-file.ts";
+import { crc32c } from "../../src/storage/common/crc32c.ts";
 
 let dir: string;
 let n = 0;
@@ -31,21 +33,28 @@ before(() => {
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-async function write(path: string, entries: readonly BackupEntry[]): Promise<void> {
+async function write(
+  path: string,
+  entries: readonly BackupEntry[],
+  skippedShards: readonly number[] = [],
+): Promise<void> {
   const w = await BackupWriter.create(path, HEADER);
   for (const e of entries) await w.add(e.key, e.value);
-  assert.deepEqual(await w.finish(), {
+  assert.deepEqual(await w.finish(skippedShards), {
     records: entries.length,
     bytes: entries.reduce((s, e) => s + e.key.length + e.value.length, 0),
+    skippedShards,
   });
 }
 
-async function read(path: string): Promise<{ header: BackupHeader; entries: BackupEntry[] }> {
+async function read(
+  path: string,
+): Promise<{ header: BackupHeader; entries: BackupEntry[]; totals: BackupTotals | null }> {
   const r = await openBackup(path);
   try {
     const entries: BackupEntry[] = [];
     for await (const batch of r.entries(7)) entries.push(...batch);
-    return { header: r.header, entries };
+    return { header: r.header, entries, totals: r.totals };
   } finally {
     await r.close();
   }
@@ -64,12 +73,15 @@ describe("the backup file", () => {
           maxLength: 60,
           selector: (k) => Buffer.from(k).toString("hex"),
         }),
-        async (keys) => {
+        fc.uniqueArray(fc.integer({ min: 0, max: 65_535 }), { maxLength: 30 }),
+        async (keys, skipped) => {
           const path = fresh();
           const entries = sorted(keys);
-          await write(path, entries);
+          const skippedShards = skipped.sort((a, b) => a - b);
+          await write(path, entries, skippedShards);
           const got = await read(path);
           assert.deepEqual(got.header, HEADER);
+          assert.deepEqual(got.totals?.skippedShards, skippedShards);
           assert.deepEqual(
             got.entries.map((e) => [Buffer.from(e.key), Buffer.from(e.value)]),
             entries.map((e) => [Buffer.from(e.key), Buffer.from(e.value)]),
@@ -118,7 +130,8 @@ describe("the backup file", () => {
 
   it("refuses a file damaged anywhere: every byte flipped, every cut, bytes appended", async () => {
     const path = fresh();
-    await write(path, sorted(["a", "bb", "ccc", "dddd"].map((k) => Buffer.from(k))));
+    // A partial backup, so the skipped shards' record is attacked too.
+    await write(path, sorted(["a", "bb", "ccc", "dddd"].map((k) => Buffer.from(k))), [3, 700]);
     const whole = readFileSync(path);
     const damaged = join(dir, "damaged.bak");
     const refused = async (bytes: Buffer, what: string): Promise<void> => {
@@ -161,6 +174,72 @@ describe("the backup file", () => {
       writeFileSync(damaged, Buffer.concat([head, ...body, end]));
       await assert.rejects(read(damaged), BackupDamagedError, what);
     }
+  });
+
+  it("records the shards a partial backup left out; refuses that record dropped, moved or invalid", async () => {
+    const entries = sorted(["a", "b"].map((k) => Buffer.from(k)));
+    const whole = fresh();
+    await write(whole, entries);
+    const partial = fresh();
+    await write(partial, entries, [5, 17, 1023]);
+    assert.deepEqual((await read(whole)).totals?.skippedShards, []);
+    assert.deepEqual((await read(partial)).totals?.skippedShards, [5, 17, 1023]);
+    // The partial file is the whole one with the record inserted before the end record.
+    const w = readFileSync(whole);
+    const p = readFileSync(partial);
+    const endAt = w.length - 21;
+    const record = p.subarray(endAt, p.length - 21);
+    assert.equal(record[0], 3);
+    assert.deepEqual(JSON.parse(record.subarray(5, record.length - 4).toString()), [5, 17, 1023]);
+    const damaged = join(dir, "skipped.bak");
+    const refused = async (bytes: Buffer, what: RegExp): Promise<void> => {
+      writeFileSync(damaged, bytes);
+      await assert.rejects(read(damaged), what);
+    };
+    // Dropped: the end record's checksum chains through it.
+    await refused(
+      Buffer.concat([p.subarray(0, endAt), p.subarray(p.length - 21)]),
+      /the end record's checksum does not match/,
+    );
+    // Before a record: its checksum chains from the record before it, and it must be the last.
+    const headerEnd = 16 + p.readUInt32BE(12) + 4;
+    await refused(
+      Buffer.concat([
+        p.subarray(0, headerEnd),
+        record,
+        p.subarray(headerEnd, endAt),
+        p.subarray(p.length - 21),
+      ]),
+      /the skipped shards' record's checksum does not match/,
+    );
+    // Ids that are not ascending shard numbers, under a checksum that matches.
+    const withIds = async (json: string): Promise<Buffer> => {
+      const path = fresh();
+      const out = await BackupWriter.create(path, HEADER);
+      for (const e of entries) await out.add(e.key, e.value);
+      await out.finish([0]);
+      const b = readFileSync(path);
+      const body = Buffer.from(json);
+      const head = Buffer.from([3, 0, 0, 0, 0]);
+      head.writeUInt32BE(body.length, 1);
+      const before = b.subarray(0, b.length - 21 - (5 + "[0]".length + 4));
+      const seed = before.readUInt32BE(before.length - 4);
+      const crc = Buffer.alloc(4);
+      crc.writeUInt32BE(crc32c(body, crc32c(head, seed)));
+      const end = Buffer.from(b.subarray(b.length - 21, b.length - 4));
+      const endCrc = Buffer.alloc(4);
+      endCrc.writeUInt32BE(crc32c(end, crc.readUInt32BE(0)));
+      return Buffer.concat([before, head, body, crc, end, endCrc]);
+    };
+    // The forged record is read as valid when its ids are (the forgery is right).
+    writeFileSync(damaged, await withIds("[2,9]"));
+    assert.deepEqual((await read(damaged)).totals?.skippedShards, [2, 9]);
+    for (const json of ["[9,2]", "[1,1]", "[-1]", "[65536]", "[]", "{}", '["1"]', "[1.5]", "nope"])
+      await refused(await withIds(json), /the skipped shards' record is not valid/);
+    // A hostile length, refused before it is allocated.
+    const huge = Buffer.from(p);
+    huge.writeUInt32BE(0x7fffffff, endAt + 1);
+    await refused(huge, /a skipped shards' record of 2147483647 bytes/);
   });
 
   it("refuses a hostile length before allocating it", async () => {

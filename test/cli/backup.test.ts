@@ -227,6 +227,10 @@ describe("cairn backup and restore", () => {
         ["backup", join(dir, "x.bak"), "--page-size", "0"],
         /--page-size must be an integer from 1 to 10000/,
       ],
+      [
+        ["backup", join(dir, "x.bak"), "--skip-unavailable"],
+        /--skip-unavailable needs --serializable/,
+      ],
       [["restore", join(dir, "missing.bak")], /missing\.bak cannot be read: ENOENT/],
       [
         ["restore", join(dir, "all.bak"), "--concurrency", "1000"],

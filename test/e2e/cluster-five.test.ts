@@ -3,15 +3,27 @@
  * through any node reads the shards it does not replicate through their replicas
  * (cairn.v1.Raft ScanShards), linearizable and serializable, page by page; and a Get through
  * a node that holds no replica of the key's shard is forwarded to its leader.
+ *
+ * Then three of the five nodes are lost for good: the shards all of whose replicas were on them
+ * are gone, and a serializable backup fails on them; with --skip-unavailable it holds every key
+ * of the other shards and records the lost ones (docs/operations.md, "Lost a quorum").
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { openBackup } from "../../src/cli/backup-file.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import type { Clients, Reply } from "../support/grpc-client.ts";
-import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
+import {
+  clusterView,
+  eventually,
+  LocalCluster,
+  retryingKv,
+  type ViewMessage,
+} from "../support/cluster-process.ts";
+import { runCairn } from "../support/server-process.ts";
 
 const TOTAL_SHARDS = 1024;
 const KEYS = 150;
@@ -59,7 +71,8 @@ describe("a five-node cluster, three replicas a shard (real processes)", () => {
     },
     async () => {
       try {
-        await scansAndGets(cluster);
+        const { view, written } = await scansAndGets(cluster);
+        await backupAfterLosingThree(cluster, view, written, dir);
       } catch (err) {
         failed = true;
         throw new Error(`${String(err)}\n${cluster.saveLogs(join(dir, "logs"))}`, { cause: err });
@@ -69,8 +82,13 @@ describe("a five-node cluster, three replicas a shard (real processes)", () => {
   );
 });
 
-/** The test's body: writes keys, then scans and Gets them through every node. */
-async function scansAndGets(cluster: LocalCluster): Promise<void> {
+/**
+ * The test's body: writes keys, then scans and Gets them through every node. Returns the keys
+ * and a view read while no shard was being moved.
+ */
+async function scansAndGets(
+  cluster: LocalCluster,
+): Promise<{ view: ViewMessage; written: string[] }> {
   const written: string[] = [];
   for (let i = 0; i < KEYS; i++) {
     const key = `five-${String(i).padStart(4, "0")}`;
@@ -127,4 +145,78 @@ async function scansAndGets(cluster: LocalCluster): Promise<void> {
       assert.equal(got["found"], true, `${key} through ${outsider.id} (${consistency})`);
     }
   }
+  return { view, written };
+}
+
+/**
+ * n3, n4 and n5 killed for good (with the meta group's quorum, so no replica moves after):
+ * a shard whose three replicas were on them is lost. A serializable backup through n1 fails on
+ * it; with --skip-unavailable it holds exactly the written keys of the other shards, and the file
+ * names the lost ones, as `cairn restore --check` says.
+ */
+async function backupAfterLosingThree(
+  cluster: LocalCluster,
+  view: ViewMessage,
+  written: readonly string[],
+  dir: string,
+): Promise<void> {
+  const dead = ["n3", "n4", "n5"];
+  await Promise.all(dead.map((id) => cluster.stop(id, "SIGKILL")));
+  const lostForGood = (id: number): boolean =>
+    view.shards.find((s) => s.id === id)?.replicas.every((r) => dead.includes(r)) === true;
+  const keyShards = [...new Set(written.map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS)))];
+  const lost = keyShards.filter(lostForGood).sort((a, b) => a - b);
+  // 150 keys over 1,024 shards: each key's shard is on n3–n5 only with odds 1 in 10.
+  assert.ok(lost.length > 0, "no shard of the keys had all its replicas on n3, n4 and n5");
+  const via = ["--endpoints", cluster.node("n1").rpc];
+
+  const failed = await runCairn([
+    ...via,
+    "backup",
+    "--prefix",
+    "five-",
+    "--serializable",
+    join(dir, "failed.bak"),
+  ]);
+  assert.equal(failed.code, 3, failed.err);
+  assert.match(
+    failed.err,
+    /no replica of shard (\d+) answered \(its replicas: n\d, n\d, n\d\).*--skip-unavailable backs up the others/,
+  );
+  const named = Number(/no replica of shard (\d+)/.exec(failed.err)?.[1]);
+  assert.ok(lostForGood(named), `shard ${named} named, which was not lost`);
+
+  const file = join(dir, "partial.bak");
+  const partial = await runCairn([
+    ...via,
+    "--output",
+    "json",
+    "backup",
+    "--prefix",
+    "five-",
+    "--serializable",
+    "--skip-unavailable",
+    file,
+  ]);
+  assert.equal(partial.code, 0, partial.err);
+  assert.match(partial.err, /WARNING: a partial backup, without the keys of/);
+  const summary = JSON.parse(partial.out) as { skipped_shards: number[]; keys: number };
+  // Every lost shard of the keys is named; any other named one is a shard no key fell in.
+  for (const id of lost) assert.ok(summary.skipped_shards.includes(id), `shard ${id} not named`);
+  for (const id of summary.skipped_shards) assert.ok(lostForGood(id), `shard ${id} was not lost`);
+
+  const kept = written.filter((k) => !lost.includes(shardForKey(Buffer.from(k), TOTAL_SHARDS)));
+  const reader = await openBackup(file);
+  const got: string[] = [];
+  try {
+    for await (const batch of reader.entries()) for (const e of batch) got.push(e.key.toString());
+    assert.deepEqual(reader.totals?.skippedShards, summary.skipped_shards);
+  } finally {
+    await reader.close();
+  }
+  assert.deepEqual(got, kept, "the backup holds every key of the shards that survived");
+
+  const check = await runCairn(["restore", "--check", file]);
+  assert.equal(check.code, 0, check.err);
+  assert.match(check.out, /a partial backup of \d+ keys .*; without the keys of /);
 }

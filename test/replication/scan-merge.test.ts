@@ -82,6 +82,24 @@ describe("mergeCursors", () => {
 });
 
 describe("mergePages", () => {
+  it("names every shard a page left out, once, ascending", () => {
+    const page = mergePages(
+      [
+        { items: [item("a")], more: false, skipped: [9, 2] },
+        { items: [item("b")], more: true, skipped: [2, 5] },
+        { items: [], more: false },
+      ],
+      100,
+      Infinity,
+    );
+    assert.deepEqual(page.skipped, [2, 5, 9]);
+    assert.deepEqual(keys(page.items), ["a", "b"]);
+    const cutEarly = mergePages([{ items: [], more: true, skipped: [7] }], 100, Infinity);
+    assert.deepEqual(cutEarly.skipped, [7]);
+    const none = mergePages([{ items: [item("a")], more: false }], 100, Infinity);
+    assert.equal(none.skipped, undefined);
+  });
+
   it("gives no key past the lowest last key of a page that was cut", () => {
     const page = mergePages(
       [

@@ -9,6 +9,7 @@ export interface ScanRequest {
   'limit'?: (number);
   'page_token'?: (Buffer | Uint8Array | string);
   'consistency'?: (_cairn_v1_Consistency);
+  'skip_unavailable_shards'?: (boolean);
 }
 
 export interface ScanRequest__Output {
@@ -18,4 +19,5 @@ export interface ScanRequest__Output {
   'limit': (number);
   'page_token': (Buffer);
   'consistency': (_cairn_v1_Consistency__Output);
+  'skip_unavailable_shards': (boolean);
 }
