@@ -183,7 +183,10 @@ Options:
   --to B                 end key (exclusive)
   --limit N              at most N keys (default: all)
   --keys-only            print only the keys
-  --serializable         read the local replicas without a quorum check (may be stale)
+  --serializable         read one replica of each shard without a quorum check (may be stale)
+  --skip-unavailable     with --serializable: leave out a shard none of whose replicas
+                         answers instead of failing, and name it (stderr; JSON:
+                         "skipped_shards"): for a cluster that lost a shard's replicas
 ${GLOBAL_HELP}
 
 Examples:
@@ -201,6 +204,7 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
       limit: { type: "string" },
       "keys-only": { type: "boolean" },
       serializable: { type: "boolean" },
+      "skip-unavailable": { type: "boolean" },
     },
     argv,
     io,
@@ -208,10 +212,18 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
       expectPositionals(positionals, []);
       const range = rangeOf(values);
       const limit = intFlag(values, "limit", 0, 0);
+      const serializable = values["serializable"] === true;
+      const skip = values["skip-unavailable"] === true;
+      if (skip && !serializable)
+        throw new UsageError(
+          "--skip-unavailable needs --serializable: a linearizable scan reads every shard",
+        );
       const pages = client().scanPages(range, {
         limit,
-        consistency: values["serializable"] === true ? "serializable" : "linearizable",
+        consistency: serializable ? "serializable" : "linearizable",
+        ...(skip ? { skipUnavailableShards: true } : {}),
       });
+      const skipped = new Set<number>();
       const json = globals.output === "json";
       const keysOnly = values["keys-only"] === true;
       // JSON: the one object of before, {"items":[...],"more":...}, written a page at a time.
@@ -232,9 +244,19 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
         await writeOut(io, out);
         out = "";
         more = page.more;
+        for (const id of page.skippedShards) skipped.add(id);
       }
-      if (json) await writeOut(io, `${out}],"more":${more}}\n`);
+      const left = [...skipped].sort((a, b) => a - b);
+      if (json)
+        await writeOut(
+          io,
+          `${out}],"more":${more}${skip ? `,"skipped_shards":${JSON.stringify(left)}` : ""}}\n`,
+        );
       else if (more) io.stderr.write(`cairn scan: more keys beyond --limit ${limit}\n`);
+      if (left.length > 0)
+        io.stderr.write(
+          `cairn scan: WARNING: no replica of ${left.length === 1 ? "shard" : "shards"} ${left.join(", ")} answered: their keys are missing\n`,
+        );
       return EXIT.ok;
     },
   );

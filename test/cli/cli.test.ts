@@ -215,6 +215,13 @@ describe("cairn scan", () => {
 
     const empty = await cairn(["scan", "--prefix", "nothing/", "--output", "json"]);
     assert.deepEqual(JSON.parse(empty.out), { items: [], more: false });
+    // A single node holds every shard: none is skipped, and the JSON says so.
+    const skipping = ["scan", "--prefix", "s/", "--serializable", "--skip-unavailable"];
+    const all = await cairn([...skipping, "--keys-only"]);
+    assert.equal(all.out, "s/a\ns/b\ns/c\ns/d\n");
+    assert.equal(all.err, "");
+    const allJson = await cairn([...skipping, "--output", "json"]);
+    assert.deepEqual((JSON.parse(allJson.out) as { skipped_shards: unknown }).skipped_shards, []);
   });
 
   it("prints a scan of several pages in full, text and JSON, and a limit past the first page", async () => {
@@ -390,6 +397,7 @@ describe("cairn errors and help", () => {
       [["get", "a", "b"], /unexpected argument "b"/],
       [["scan", "--prefix", "a", "--from", "b"], /cannot be combined/],
       [["scan", "--limit", "x"], /--limit/],
+      [["scan", "--skip-unavailable"], /--skip-unavailable needs --serializable/],
       [["put", "k", "v", "--expected-version", "7"], /INDEX\/TERM/],
       [["get", "k", "--endpoints", "nohostport"], /not HOST:PORT/],
       [["get", "k", "--output", "yaml"], /text or json/],

@@ -216,6 +216,22 @@ async function backupAfterLosingThree(
   }
   assert.deepEqual(got, kept, "the backup holds every key of the shards that survived");
 
+  const listed = await runCairn([
+    ...via,
+    "scan",
+    "--prefix",
+    "five-",
+    "--keys-only",
+    "--serializable",
+    "--skip-unavailable",
+  ]);
+  assert.equal(listed.code, 0, listed.err);
+  assert.deepEqual(listed.out.split("\n").filter(Boolean), kept, "cairn scan --skip-unavailable");
+  assert.match(
+    listed.err,
+    /WARNING: no replica of shards? [\d, ]+ answered: their keys are missing/,
+  );
+
   const check = await runCairn(["restore", "--check", file]);
   assert.equal(check.code, 0, check.err);
   assert.match(check.out, /a partial backup of \d+ keys .*; without the keys of /);
