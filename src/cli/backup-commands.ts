@@ -58,7 +58,8 @@ standard error. Progress goes to stderr every 2 s.
 What a backup holds: every write acknowledged before it started, and no deleted key; the
 keys are read a page at a time (each page a linearizable scan), so a write made while it runs
 may or may not be in it, key by key: it is not one point in time. For a point-in-time copy,
-stop the writers while it runs.
+stop the writers while it runs. With --serializable it holds what one replica of each shard
+had applied, which may lag the last writes.
 
 Options:
   --prefix P             keys starting with P
