@@ -429,7 +429,10 @@ export class CairnNode implements HealthSource {
                 .scanShards(nodeId(node), shards, req, REQUEST_TIMEOUT_MS)
                 .catch((err: unknown) => {
                   // That replica is down or cut off: another is asked, or the caller retries.
-                  throw err instanceof NotLeaderError ? err : new NotLeaderError(null);
+                  if (err instanceof NotLeaderError) throw err;
+                  const down = new NotLeaderError(null);
+                  down.message = `${node} did not answer: ${err instanceof Error ? err.message : String(err)}`;
+                  throw down;
                 });
             },
             requestTimeoutMs: REQUEST_TIMEOUT_MS,

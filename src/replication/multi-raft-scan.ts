@@ -22,7 +22,8 @@ import type { ShardReplica } from "./shard.ts";
  */
 function noReplicaAnswered(id: number, nodes: readonly string[], err: unknown): NotLeaderError {
   const e = new NotLeaderError(err instanceof NotLeaderError ? err.leader : null);
-  e.message = `no replica of shard ${id} answered (its replicas: ${nodes.join(", ")})`;
+  const last = err instanceof Error ? err.message : String(err);
+  e.message = `no replica of shard ${id} answered (its replicas: ${nodes.join(", ")}; the last: ${last})`;
   return e;
 }
 
