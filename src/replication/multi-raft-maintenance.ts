@@ -77,8 +77,13 @@ export class Maintenance {
 
   /**
    * The maintenance pass, run every second: compacts WAL entries already in SSTables (keeping
-   * what members behind a leader still need, retainedFrom) and flushes shards when the WAL
-   * holds too much.
+   * what members behind a leader still need, retainedFrom), flushes shards when the WAL holds
+   * too much, and syncs what rounds appended without a sync. Those are commit indexes that
+   * moved alone (needsSync): a round does not wait for them, but left in memory until the next
+   * round that syncs, which an idle group may never run, a crash took them, and a follower
+   * restarted without its peers (the one replica left of a shard that lost its quorum,
+   * docs/operations.md "Lost a quorum") served none of the writes it had applied since its
+   * last sync. Now they are on disk within a pass.
    */
   async maintain(): Promise<void> {
     if (this.#maintaining || this.#host.stopped()) return;
@@ -122,6 +127,9 @@ export class Maintenance {
           : retainedFrom(s.raw, s.storage.conf, this.#host.replicaId, flushed);
         if (upTo >= this.#host.wal.firstIndex(s.id)) this.#host.wal.compact(s.id, upTo);
       }
+      // Nothing to write: resolved at once. Under load rounds sync all the time, and this one
+      // joins the next batch's write (group commit).
+      await this.#host.wal.sync();
     } catch (err) {
       this.#host.fail(err);
     } finally {

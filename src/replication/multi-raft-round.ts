@@ -77,7 +77,8 @@ export interface DurableHardStates {
  * its engine already holds are skipped when they apply again. Two exceptions keep the commit
  * durable at once: a sole voter (its linearizable reads are served at its own commit index
  * after a restart, multi-raft-reads.ts) and a commit that covers a configuration change (a
- * node restarting without it could wait for votes of members already removed).
+ * node restarting without it could wait for votes of members already removed). The others are
+ * made durable by the next round that syncs or, at the latest, the next maintenance pass.
  *
  * `durable` and `group` are asked only when the answer depends on them (no object per call).
  */
@@ -347,7 +348,8 @@ export class RoundLoop {
    */
   #persist(mustSync: boolean): Promise<void> | null {
     const records = this.#roundRecords;
-    // Without mustSync only commit indexes moved: durable with the next round that syncs.
+    // Without mustSync only commit indexes moved: durable with the next round that syncs, or
+    // the next maintenance pass (multi-raft-maintenance.ts), whichever comes first.
     if (records.length > 0) this.#host.wal.append(records);
     // With no record of its own a round may still have to sync: a new group's founding
     // entries, appended at open and applied by this round (foundingUnsynced). Skipping that

@@ -1,7 +1,8 @@
 /**
  * retainedFrom: how far a group's log may be compacted. Each case names the rule that decides:
  * a follower compacts to what its engine holds; a leader keeps what its slowest member still
- * needs, but never more than RETAINED_ENTRIES beyond what its engine holds.
+ * needs, but never more than RETAINED_ENTRIES beyond what its engine holds. And the pass itself
+ * makes durable what rounds appended without a sync.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
@@ -13,7 +14,13 @@ import {
   type NodeId,
   type Role,
 } from "../../src/raft/index.ts";
-import { RETAINED_ENTRIES, retainedFrom } from "../../src/replication/multi-raft-maintenance.ts";
+import {
+  Maintenance,
+  RETAINED_ENTRIES,
+  retainedFrom,
+} from "../../src/replication/multi-raft-maintenance.ts";
+import { MemoryFileSystem, Wal } from "../../src/storage/index.ts";
+import { DenseMap } from "../../src/common/dense-map.ts";
 
 const conf = (voters: string[], learners: string[] = []): ConfState =>
   ({ voters: voters.map(nodeId), learners: learners.map(nodeId) }) as unknown as ConfState;
@@ -64,5 +71,38 @@ describe("retainedFrom", () => {
 
   it("a leader alone compacts to what its engine holds", () => {
     assert.equal(retainedFrom(group("leader", { a: 42 }), conf(["a"]), self, 500), 500);
+  });
+});
+
+describe("the maintenance pass", () => {
+  it("makes durable a commit index a round appended without a sync: it survives a crash", async () => {
+    // A follower learns a commit index alone (no new entry): its round appends the hard state
+    // without a sync (needsSync). An idle group runs no round after it, so without the pass
+    // a crash lost it, and a follower restarted without its peers never applied the writes
+    // it had applied before (docs/operations.md, "Lost a quorum").
+    const fs = new MemoryFileSystem();
+    const wal = await Wal.open("/wal", { fs, segmentBytes: 64 * 1024 });
+    const entry = { term: 1, index: 1, type: 0, data: new Uint8Array([1]) };
+    wal.append([
+      { kind: "entries", shard: 3, entries: [entry] },
+      { kind: "hard-state", shard: 3, state: { term: 1, vote: "a", commit: 0 } },
+    ]);
+    await wal.sync();
+    wal.append([{ kind: "hard-state", shard: 3, state: { term: 1, vote: "a", commit: 1 } }]);
+    const failures: unknown[] = [];
+    const pass = new Maintenance({
+      shards: new DenseMap(),
+      wal,
+      replicaId: nodeId("a"),
+      stopped: () => false,
+      fail: (err) => failures.push(err),
+      checkShardId: () => undefined,
+    });
+    await pass.maintain();
+    assert.deepEqual(failures, []);
+    fs.crash(); // a power cut: only what was synced survives
+    const after = await Wal.open("/wal", { fs });
+    assert.equal(after.hardState(3)?.commit, 1);
+    await after.close();
   });
 });
