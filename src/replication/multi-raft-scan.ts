@@ -23,7 +23,7 @@ import type { ShardReplica } from "./shard.ts";
 function noReplicaAnswered(id: number, nodes: readonly string[], err: unknown): NotLeaderError {
   const e = new NotLeaderError(err instanceof NotLeaderError ? err.leader : null);
   const last = err instanceof Error ? err.message : String(err);
-  e.message = `no replica of shard ${id} answered (its replicas: ${nodes.join(", ")}; the last: ${last})`;
+  e.message = `no replica of shard ${id} answered (asked: ${nodes.join(", ")}; the last: ${last})`;
   return e;
 }
 
@@ -105,9 +105,10 @@ export class Scanner {
   }
 
   /**
-   * Keys of `ids`, shards this node does not replicate, through their replicas: all of them
-   * from `node` first; the shards of a node that fails from their next replica in rank order,
-   * until one answers or every replica failed (the last error).
+   * Keys of `ids`, shards this node does not replicate or holds nothing of, through their other
+   * replicas: all of them from `node` first; the shards of a node that fails from their next
+   * replica in rank order, until one answers or every replica failed (the last error), or with
+   * `skipUnavailable` (serializable) left out and named in the page.
    */
   async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
     const remote = this.#host.options.remoteScan;
@@ -123,8 +124,14 @@ export class Scanner {
       const skip = req.skipUnavailable === true && !req.linearizable;
       const next = new Map<string, number[]>();
       const skipped: number[] = [];
+      const self = nodeOfReplica(this.#host.replicaId);
       for (const id of ids) {
-        const nodes = this.#host.placedOn(id).map(nodeOfReplica);
+        // Never this node: it is asked for shards it holds nothing of (being refilled, or never
+        // opened here), where it would answer with none of their keys.
+        const nodes = this.#host
+          .placedOn(id)
+          .map(nodeOfReplica)
+          .filter((n) => n !== self);
         const after = nodes[nodes.indexOf(node) + 1];
         if (after === undefined || nodes.indexOf(node) < 0) {
           if (!skip) throw noReplicaAnswered(id, nodes, err);
@@ -149,8 +156,8 @@ export class Scanner {
    * hearing of it, or is not one of its replicas): a linearizable scan reads every shard created
    * cluster-wide (`createdShards`, after syncing the meta state), opening those it replicates
    * and not open yet through their groups; without `createdShards` (the simulation), every
-   * shard this node replicates. A serializable scan reads the shards open here, and those the
-   * meta state here records on other nodes only.
+   * shard this node replicates. A serializable scan reads the shards open here, and through
+   * their other replicas those the meta state here records as created and not open here.
    */
   async #plan(
     linearizable: boolean,
@@ -170,11 +177,27 @@ export class Scanner {
       remote.set(node, [...(remote.get(node) ?? []), id]);
     };
     if (this.#host.options.transport === undefined || !linearizable) {
+      const self = nodeOfReplica(this.#host.replicaId);
       if (this.#host.options.transport !== undefined && created !== undefined) {
-        for (const id of created()) if (!this.#host.shards.has(id) && elsewhere(id)) place(id);
+        for (const id of created()) {
+          if (this.#host.shards.has(id)) continue;
+          if (elsewhere(id)) {
+            place(id);
+            continue;
+          }
+          // Placed here but not open: this node never heard of the shard (down when it was
+          // created, or behind), so it holds none of its keys. Its other replicas are read, as
+          // for a replica being refilled; a shard with none is one this node alone replicates,
+          // never opened, so empty. Leaving it out hid a shard whose other replicas are lost
+          // for good: a backup of what survives came out whole.
+          const other = this.#host
+            .placedOn(id)
+            .map(nodeOfReplica)
+            .find((n) => n !== self);
+          if (other !== undefined) remote.set(other, [...(remote.get(other) ?? []), id]);
+        }
       }
       const local: ShardReplica[] = [];
-      const self = nodeOfReplica(this.#host.replicaId);
       for (const s of this.#host.shards.values()) {
         if (this.#host.placedElsewhere(s.id)) {
           place(s.id);

@@ -181,7 +181,7 @@ async function backupAfterLosingThree(
   assert.equal(failed.code, 3, failed.err);
   assert.match(
     failed.err,
-    /no replica of shard (\d+) answered \(its replicas: n\d, n\d, n\d; the last: n\d did not answer: .+\).*--skip-unavailable backs up the others/,
+    /no replica of shard (\d+) answered \(asked: n\d, n\d, n\d; the last: n\d did not answer: .+\).*--skip-unavailable backs up the others/,
   );
   const named = Number(/no replica of shard (\d+)/.exec(failed.err)?.[1]);
   assert.ok(lostForGood(named), `shard ${named} named, which was not lost`);
