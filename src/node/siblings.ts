@@ -337,7 +337,12 @@ export function serveSibling(
       }
       case "scan": {
         const page = await local.scan(call.req);
-        return { items: page.items.map(ownItem), more: page.more };
+        const items = page.items.map(ownItem);
+        // The shards it left out go with the page: dropped here, a lost shard of this worker's
+        // was missing from a scan that skips them without being named.
+        return page.skipped === undefined
+          ? { items, more: page.more }
+          : { items, more: page.more, skipped: [...page.skipped] };
       }
       case "snapshot":
         return local.snapshotShard(call.shard);

@@ -12,12 +12,15 @@ import { MetaState } from "../../src/cluster/index.ts";
 import {
   fromWireError,
   MetaShare,
+  RoutedStore,
+  serveSibling,
   Sibling,
   type SiblingCall,
   type SiblingHandlers,
   type SiblingServer,
   toWireError,
 } from "../../src/node/siblings.ts";
+import type { MultiRaft, ScanPage } from "../../src/replication/index.ts";
 
 /** A sibling's handlers that serve calls with `serve` and ignore the rest. */
 function handlers(serve: SiblingServer): SiblingHandlers {
@@ -83,6 +86,55 @@ describe("shard worker siblings", () => {
     } finally {
       asker.close();
       owner.close();
+    }
+  });
+
+  it("a scan merges every worker's page, the shards each left out included", async () => {
+    // Two workers, each skipping the lost shards it owns (ScanRequest.skipUnavailable). The
+    // other worker's were dropped on the way: its lost shards went missing without a name.
+    const item = (k: string) => ({
+      key: new TextEncoder().encode(k),
+      value: new Uint8Array(0),
+      version: { index: 1, term: 1 },
+    });
+    const driver = (page: ScanPage) =>
+      ({ scan: () => Promise.resolve(page) }) as unknown as MultiRaft;
+    const { port1, port2 } = new MessageChannel();
+    const other = new Sibling(
+      port2,
+      handlers(
+        serveSibling(
+          driver({ items: [item("b")], more: false, skipped: [9, 379] }),
+          () => Promise.reject(new Error("no transfer here")),
+          null,
+        ),
+      ),
+    );
+    const asker = new Sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+    );
+    try {
+      const store = new RoutedStore(driver({ items: [item("a")], more: false, skipped: [26] }), [
+        null,
+        asker,
+      ]);
+      const page = await store.scan({
+        start: new Uint8Array(0),
+        end: null,
+        limit: 10,
+        maxBytes: Infinity,
+        linearizable: false,
+        skipUnavailable: true,
+      });
+      assert.deepEqual(
+        page.items.map((i) => new TextDecoder().decode(i.key)),
+        ["a", "b"],
+      );
+      assert.deepEqual(page.skipped, [9, 26, 379]);
+    } finally {
+      asker.close();
+      other.close();
     }
   });
 
