@@ -27,6 +27,7 @@ import {
 } from "./backup-file.ts";
 import {
   b64,
+  describeSkipped,
   EXIT,
   expectPositionals,
   GLOBAL_HELP,
@@ -293,13 +294,6 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
       });
     },
   );
-}
-
-/** "shard 7" or "3 shards (5, 17, 900)"; the first 20 ids of a longer list, and how many more. */
-function describeSkipped(ids: readonly number[]): string {
-  if (ids.length === 1) return `shard ${ids[0]}`;
-  const shown = ids.slice(0, 20).join(", ");
-  return `${ids.length} shards (${shown}${ids.length > 20 ? `, and ${ids.length - 20} more` : ""})`;
 }
 
 /**

@@ -256,6 +256,16 @@ export function b64(bytes: Uint8Array): string {
   return Buffer.from(bytes).toString("base64");
 }
 
+/**
+ * Shards a scan left out, for a human (scan, backup, restore): "shard 7" or "3 shards (5, 17,
+ * 900)"; the first 20 ids of a longer list, and how many more.
+ */
+export function describeSkipped(ids: readonly number[]): string {
+  if (ids.length === 1) return `shard ${ids[0]}`;
+  const shown = ids.slice(0, 20).join(", ");
+  return `${ids.length} shards (${shown}${ids.length > 20 ? `, and ${ids.length - 20} more` : ""})`;
+}
+
 /** Bytes for a human: the UTF-8 text when it is printable, else a JSON-quoted escape. */
 export function printable(bytes: Uint8Array): string {
   let text: string;

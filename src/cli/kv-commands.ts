@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import type { KeyValue, Version } from "../client/index.ts";
 import {
   b64,
+  describeSkipped,
   EXIT,
   expectPositionals,
   GLOBAL_HELP,
@@ -255,7 +256,7 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
       else if (more) io.stderr.write(`cairn scan: more keys beyond --limit ${limit}\n`);
       if (left.length > 0)
         io.stderr.write(
-          `cairn scan: WARNING: no replica of ${left.length === 1 ? "shard" : "shards"} ${left.join(", ")} answered: their keys are missing\n`,
+          `cairn scan: WARNING: no replica of ${describeSkipped(left)} answered: their keys are missing\n`,
         );
       return EXIT.ok;
     },

@@ -124,14 +124,8 @@ export class Scanner {
       const skip = req.skipUnavailable === true && !req.linearizable;
       const next = new Map<string, number[]>();
       const skipped: number[] = [];
-      const self = nodeOfReplica(this.#host.replicaId);
       for (const id of ids) {
-        // Never this node: it is asked for shards it holds nothing of (being refilled, or never
-        // opened here), where it would answer with none of their keys.
-        const nodes = this.#host
-          .placedOn(id)
-          .map(nodeOfReplica)
-          .filter((n) => n !== self);
+        const nodes = this.#otherReplicas(id);
         const after = nodes[nodes.indexOf(node) + 1];
         if (after === undefined || nodes.indexOf(node) < 0) {
           if (!skip) throw noReplicaAnswered(id, nodes, err);
@@ -146,6 +140,19 @@ export class Scanner {
       if (skipped.length > 0) pages.push({ items: [], more: false, skipped });
       return mergePages(pages, req.limit, req.maxBytes);
     }
+  }
+
+  /**
+   * The shard's replica nodes in rank order, this one left out: a scan asks them for shards
+   * this node holds nothing of (being refilled, never opened here), where it would answer with
+   * none of their keys.
+   */
+  #otherReplicas(id: number): string[] {
+    const self = nodeOfReplica(this.#host.replicaId);
+    return this.#host
+      .placedOn(id)
+      .map(nodeOfReplica)
+      .filter((n) => n !== self);
   }
 
   /**
@@ -172,12 +179,18 @@ export class Scanner {
       this.#host.placedElsewhere(id) ||
       (!this.#host.placedOn(id).includes(this.#host.replicaId) &&
         this.#host.options.acceptsReplica?.(id) !== true);
-    const place = (id: number): void => {
-      const node = nodeOfReplica(this.#host.placedOn(id)[0] ?? this.#host.replicaId);
+    const ask = (node: string, id: number): void => {
       remote.set(node, [...(remote.get(node) ?? []), id]);
     };
+    const place = (id: number): void =>
+      ask(nodeOfReplica(this.#host.placedOn(id)[0] ?? this.#host.replicaId), id);
+    /** A shard this node holds nothing of, from its first other replica; false: it has none. */
+    const placeOther = (id: number): boolean => {
+      const other = this.#otherReplicas(id)[0];
+      if (other !== undefined) ask(other, id);
+      return other !== undefined;
+    };
     if (this.#host.options.transport === undefined || !linearizable) {
-      const self = nodeOfReplica(this.#host.replicaId);
       if (this.#host.options.transport !== undefined && created !== undefined) {
         for (const id of created()) {
           if (this.#host.shards.has(id)) continue;
@@ -190,11 +203,7 @@ export class Scanner {
           // for a replica being refilled; a shard with none is one this node alone replicates,
           // never opened, so empty. Leaving it out hid a shard whose other replicas are lost
           // for good: a backup of what survives came out whole.
-          const other = this.#host
-            .placedOn(id)
-            .map(nodeOfReplica)
-            .find((n) => n !== self);
-          if (other !== undefined) remote.set(other, [...(remote.get(other) ?? []), id]);
+          placeOther(id);
         }
       }
       const local: ShardReplica[] = [];
@@ -209,12 +218,7 @@ export class Scanner {
         }
         // Being refilled here (refill.ts): read from another replica (the first-ranked other
         // than this node, then the next ones: #scanRemote).
-        const node = this.#host
-          .placedOn(s.id)
-          .map(nodeOfReplica)
-          .find((n) => n !== self);
-        if (node === undefined) throw new NotLeaderError(leaderNode(s.raw.lead));
-        remote.set(node, [...(remote.get(node) ?? []), s.id]);
+        if (!placeOther(s.id)) throw new NotLeaderError(leaderNode(s.raw.lead));
       }
       return { local, remote };
     }
