@@ -16,7 +16,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { isRole } from "../common/auth-tokens.ts";
 import { EXIT, UsageError } from "./common.ts";
@@ -38,6 +38,7 @@ Creates TLS certificates with the openssl binary (on the PATH) in a certificates
 Options:
   --certs-dir DIR   where the files go (default certs); created if missing
   --ca-key FILE     the CA's key (default DIR/ca.key; create-ca writes it there)
+  --ca-cert FILE    the CA's certificate (default DIR/ca.crt; create-ca writes it there)
   --host HOST       create-node: a name or address the node is reached at (repeat; at least one)
   --days N          validity in days (default 3650 for the CA, 365 for the others)
   --role ROLE       create-client: what the client may call, written as the certificate's OU:
@@ -131,6 +132,7 @@ function create(
       "-out",
       crt,
     ]);
+    for (const f of [files.key, files.crt]) mkdirSync(dirname(f), { recursive: true });
     writeFileSync(files.key, readFileSync(key), { mode: 0o600 });
     writeFileSync(files.crt, readFileSync(crt), { mode: 0o644 });
   } finally {
@@ -184,7 +186,7 @@ export function cert(argv: readonly string[], io: Io): number {
     if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
     const dir = values["certs-dir"] ?? "certs";
     const ca: Files = {
-      crt: join(dir, "ca.crt"),
+      crt: values["ca-cert"] ?? join(dir, "ca.crt"),
       key: values["ca-key"] ?? join(dir, "ca.key"),
     };
     const overwrite = values.overwrite === true;
@@ -202,7 +204,6 @@ export function cert(argv: readonly string[], io: Io): number {
         if (name !== undefined) throw new UsageError(`unexpected argument ${JSON.stringify(name)}`);
         files = ca;
         refuseExisting(files, overwrite);
-        mkdirSync(dir, { recursive: true });
         // A name of its own, so that a certificate of another CA is told apart in errors.
         create(
           files,
@@ -266,10 +267,14 @@ export function cert(argv: readonly string[], io: Io): number {
 }
 
 function requireCa(ca: Files): void {
-  for (const f of [ca.crt, ca.key]) {
-    if (!existsSync(f))
+  const what = [
+    [ca.crt, "certificate", "--ca-cert"],
+    [ca.key, "key", "--ca-key"],
+  ] as const;
+  for (const [file, part, flag] of what) {
+    if (!existsSync(file))
       throw new UsageError(
-        `${f} does not exist: run 'cairn cert create-ca' first (or pass --ca-key)`,
+        `the CA's ${part} ${file} does not exist: run 'cairn cert create-ca' first, or pass ${flag} FILE where it is kept`,
       );
   }
 }
@@ -280,6 +285,7 @@ function parseCertArgs(argv: readonly string[]): {
     overwrite?: boolean;
     "certs-dir"?: string;
     "ca-key"?: string;
+    "ca-cert"?: string;
     days?: string;
     host?: string[];
     role?: string;
@@ -292,6 +298,7 @@ function parseCertArgs(argv: readonly string[]): {
       options: {
         "certs-dir": { type: "string" },
         "ca-key": { type: "string" },
+        "ca-cert": { type: "string" },
         host: { type: "string", multiple: true },
         days: { type: "string" },
         role: { type: "string" },

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { X509Certificate } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -144,7 +144,10 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     const certs = join(dir, "bad");
     const noCa = certCommand(["create-node", "n1", "--host", "127.0.0.1", "--certs-dir", certs]);
     assert.equal(noCa.code, 2);
-    assert.match(noCa.err, /ca\.crt does not exist: run 'cairn cert create-ca' first/);
+    assert.match(
+      noCa.err,
+      /the CA's certificate \S*ca\.crt does not exist: run 'cairn cert create-ca' first, or pass --ca-cert FILE/,
+    );
     assert.equal(certCommand(["create-ca", "--certs-dir", certs]).code, 0);
     const again = certCommand(["create-ca", "--certs-dir", certs]);
     assert.equal(again.code, 2);
@@ -153,6 +156,48 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     const noHost = certCommand(["create-node", "n1", "--certs-dir", certs]);
     assert.equal(noHost.code, 2);
     assert.match(noHost.err, /at least one --host/);
+    // A new node's files in a directory of their own, the CA kept elsewhere: both CA files named.
+    const apart = join(dir, "apart", "n4");
+    const keyOnly = certCommand([
+      "create-node",
+      "n4",
+      "--host",
+      "127.0.0.4",
+      "--certs-dir",
+      apart,
+    ]).err;
+    assert.match(keyOnly, /ca\.crt does not exist/);
+    const noKey = certCommand([
+      "create-node",
+      "n4",
+      "--host",
+      "127.0.0.4",
+      "--certs-dir",
+      apart,
+      "--ca-cert",
+      join(certs, "ca.crt"),
+      "--ca-key",
+      join(certs, "missing.key"),
+    ]);
+    assert.equal(noKey.code, 2);
+    assert.match(noKey.err, /the CA's key \S*missing\.key does not exist: .*or pass --ca-key FILE/);
+    const apartNode = certCommand([
+      "create-node",
+      "n4",
+      "--host",
+      "127.0.0.4",
+      "--certs-dir",
+      apart,
+      "--ca-cert",
+      join(certs, "ca.crt"),
+      "--ca-key",
+      join(certs, "ca.key"),
+    ]);
+    assert.equal(apartNode.code, 0, apartNode.err);
+    assert.ok(existsSync(join(apart, "node.key")));
+    const signed = new X509Certificate(readFileSync(join(apart, "node.crt")));
+    const ca = new X509Certificate(readFileSync(join(certs, "ca.crt")));
+    assert.ok(signed.verify(ca.publicKey), "the node certificate is signed by the CA named");
     const badName = certCommand(["create-client", "a/b", "--certs-dir", certs]);
     assert.equal(badName.code, 2);
     assert.match(badName.err, /the client NAME "a\/b" must be/);
