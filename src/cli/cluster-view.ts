@@ -27,9 +27,14 @@ export function replicaHolders(view: ClusterView, answered: string): MemberInfo[
   );
 }
 
-/** The members to ask for the leaders `view` does not know (replicaHolders); none if it knows all. */
+/**
+ * The members to ask for the leaders `view` does not know first-hand (replicaHolders): none when
+ * the answering node holds a replica of every shard and knows its leader. A leader of a shard it
+ * holds no replica of is second-hand (it learnt it before a move took its replica off) and may
+ * have changed since: a dead member was shown leading a third of them.
+ */
 export function membersToAsk(view: ClusterView, answered: string): MemberInfo[] {
-  if (view.shards.every((s) => s.leader !== "")) return [];
+  if (view.shards.every((s) => s.leader !== "" && s.replicas.includes(answered))) return [];
   return replicaHolders(view, answered);
 }
 
@@ -87,7 +92,7 @@ const FIRST_VIEW_WAIT_MS = 1_000;
 const REFOLLOW_MS = 2_000;
 
 /**
- * Follows `endpoint`'s view and, once it lacks a leader, beside it the views of the members it
+ * Follows `endpoint`'s view and, once it lacks a first-hand leader, beside it the views of the members it
  * lists that may hold replicas (membersToAsk's: followed as they appear, dropped as they leave the
  * list, opened again no sooner than 2 s after a failure); yields `endpoint`'s view with each shard
  * taken from the view that knows most about it (mergeViews), after each change of any of them,
@@ -178,7 +183,8 @@ export async function* watchMerged(
           followed.delete(id);
         }
       }
-      // Followed from the first view that lacks a leader (with three nodes, none usually does).
+      // Followed from the first view that lacks a first-hand leader (with three nodes, none
+      // usually does).
       for (const m of membersToAsk(view, node)) {
         const failed = failedAt.get(m.id);
         if (m.rpcAddr === endpoint || followed.has(m.id)) continue;

@@ -544,6 +544,26 @@ export class ClusterState {
     this.#views.setShard({ id, leader, replicas: nodes, term: was?.term ?? 0 });
   }
 
+  /**
+   * Member `node` is gone (gossip: dead or left): the shards whose leader this node knows only
+   * second-hand stop naming it. Such a leader was learnt while a replica was here, before a move
+   * took it off; the replicas elsewhere elect another, which this node does not see. Named on, a
+   * dead member led a third of them in `cairn cluster` (which asked no other member: every leader
+   * seemed known) and routing clients sent their calls to it first. Unknown (""), a reader asks
+   * a replica. A shard with a replica here is its replica's say.
+   */
+  forgetLeader(node: string): void {
+    const meta = this.meta;
+    if (meta === null) return;
+    const self = this.#config.node_id;
+    for (const id of meta.shards.keys()) {
+      const view = this.#views.shard(id);
+      if (view === undefined || view.leader !== node) continue;
+      if (meta.nodesOf(id).includes(self)) continue;
+      this.#views.setShard({ ...view, leader: "" });
+    }
+  }
+
   /** Replica GC deleted this node's replica of `shard`: its view is the meta group's placement. */
   replicaRemoved(shard: number): void {
     this.#showPlaced(shard);

@@ -922,6 +922,9 @@ export class CairnNode implements HealthSource {
         const was = states.get(n.id);
         states.set(n.id, n.state);
         if (was === "alive" && n.state !== "alive") this.#store?.wakeGroupsLedBy(n.id);
+        if (was !== n.state && (n.state === "dead" || n.state === "left")) {
+          this.#cluster?.forgetLeader(n.id);
+        }
       }
     });
   }
@@ -1036,6 +1039,7 @@ export class CairnNode implements HealthSource {
       if (e.kind === "suspect" || e.kind === "dead" || e.kind === "left") {
         this.#store?.wakeGroupsLedBy(e.member.meta.id);
       }
+      if (e.kind === "dead" || e.kind === "left") this.#cluster?.forgetLeader(e.member.meta.id);
     });
     publish(membership.members());
     const cluster = this.#cluster;

@@ -44,9 +44,19 @@ function view(shards: ShardInfo[]): ClusterView {
 }
 
 describe("cairn cluster's merged view", () => {
-  it("asks the members that may hold replicas only when a leader is unknown", () => {
+  it("asks the members that may hold replicas only when a leader is not known first-hand", () => {
     const known = view([{ id: 1, leader: "n1", replicas: ["n1", "n2", "n3"], term: 2 }]);
     assert.deepEqual(membersToAsk(known, "n1"), []);
+    // n1 holds no replica of shard 2: the leader it names was learnt before a move took its
+    // replica off, and may be gone (a dead member was shown leading a third of such shards).
+    const secondHand = view([
+      ...known.shards,
+      { id: 2, leader: "n5", replicas: ["n2", "n3", "n5"], term: 3 },
+    ]);
+    assert.deepEqual(
+      membersToAsk(secondHand, "n1").map((m) => m.id),
+      ["n2", "n3"],
+    );
     const partial = view([
       ...known.shards,
       { id: 2, leader: "", replicas: ["n2", "n3", "n5"], term: 0 },

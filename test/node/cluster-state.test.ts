@@ -231,6 +231,33 @@ describe("ClusterState", () => {
     );
   });
 
+  it("forgets a gone member's leaderships of the shards it knows second-hand, not of its own", async () => {
+    const views = new ClusterViewPublisher(1024);
+    const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
+    const five: MetaCommand = { ...BOOT, members: [...members, member(4), member(5)] };
+    cs.applied(
+      state(
+        five,
+        { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] },
+        { op: "create-shard", shard: 6, replicas: ["n3", "n4", "n5"] },
+        { op: "create-shard", shard: 7, replicas: ["n1", "n4", "n5"] },
+      ),
+    );
+    cs.listUnheld((shard) => shard !== 0 && shard !== 5);
+    // n2 (this node) learnt n3 and n1 leading shards 6 and 7 while it held replicas of them.
+    views.setShard({ id: 5, leader: "n3", replicas: ["n1", "n2", "n3"], term: 2 });
+    views.setShard({ id: 6, leader: "n3", replicas: ["n3", "n4", "n5"], term: 4 });
+    views.setShard({ id: 7, leader: "n1", replicas: ["n1", "n4", "n5"], term: 3 });
+    cs.forgetLeader("n3");
+    await new Promise((resolve) => setImmediate(resolve));
+    const leaders = views.current().shards.map((v) => [v.id, v.leader, v.term]);
+    assert.deepEqual(leaders, [
+      [5, "n3", 2], // its replica here says who leads: Raft finds out, not gossip
+      [6, "", 4], // the others elect a leader this node does not see
+      [7, "n1", 3],
+    ]);
+  });
+
   it("works a shard's current replicas out again only when its placement or a member changed", () => {
     const { cs } = cluster("inc-2");
     const inc = (i: number): string => `inc-${i}`;
