@@ -198,7 +198,11 @@ export class CairnClient {
    * linearizable read names the node that served it, its shard's leader. A node's view knows
    * the leaders of the shards it holds a replica of, all of them with three nodes but about 3/n
    * in a larger cluster: without this, a call for the others would often reach a node that
-   * forwards it. At most one entry a shard; an entry goes when a call it routed fails.
+   * forwards it. It comes before the view's leader: a view names the leader of a shard it holds
+   * no replica of as it was when a move took its replica off, and keeps naming it after the
+   * leadership moved on (every call then went through a node that forwarded it); a leader that
+   * moves on answers, or forwards, and the trailer tells the new one. At most one entry a
+   * shard; an entry goes when a call it routed fails.
    */
   readonly #learnt = new Map<number, string>();
   /**
@@ -501,7 +505,7 @@ export class CairnClient {
     if (leader === undefined && key !== null && view.totalShards > 0) {
       const shard = shardForKey(key, view.totalShards);
       const known = this.#viewLeaders(view);
-      leader = known.leaders.get(shard) ?? this.#learnt.get(shard) ?? known.preferred.get(shard);
+      leader = this.#learnt.get(shard) ?? known.leaders.get(shard) ?? known.preferred.get(shard);
     }
     if (leader === undefined || leader === "") return undefined;
     const addr = view.nodes.find((n) => n.id === leader)?.rpcAddr;
