@@ -158,41 +158,18 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     assert.match(noHost.err, /at least one --host/);
     // A new node's files in a directory of their own, the CA kept elsewhere: both CA files named.
     const apart = join(dir, "apart", "n4");
-    const keyOnly = certCommand([
-      "create-node",
-      "n4",
-      "--host",
-      "127.0.0.4",
-      "--certs-dir",
-      apart,
-    ]).err;
-    assert.match(keyOnly, /ca\.crt does not exist/);
-    const noKey = certCommand([
-      "create-node",
-      "n4",
-      "--host",
-      "127.0.0.4",
-      "--certs-dir",
-      apart,
-      "--ca-cert",
-      join(certs, "ca.crt"),
-      "--ca-key",
-      join(certs, "missing.key"),
-    ]);
+    const createN4 = (...ca: string[]): ReturnType<typeof certCommand> =>
+      certCommand(["create-node", "n4", "--host", "127.0.0.4", "--certs-dir", apart, ...ca]);
+    assert.match(createN4().err, /ca\.crt does not exist/);
+    const noKey = createN4("--ca-cert", join(certs, "ca.crt"), "--ca-key", join(certs, "no.key"));
     assert.equal(noKey.code, 2);
-    assert.match(noKey.err, /the CA's key \S*missing\.key does not exist: .*or pass --ca-key FILE/);
-    const apartNode = certCommand([
-      "create-node",
-      "n4",
-      "--host",
-      "127.0.0.4",
-      "--certs-dir",
-      apart,
+    assert.match(noKey.err, /the CA's key \S*no\.key does not exist: .*or pass --ca-key FILE/);
+    const apartNode = createN4(
       "--ca-cert",
       join(certs, "ca.crt"),
       "--ca-key",
       join(certs, "ca.key"),
-    ]);
+    );
     assert.equal(apartNode.code, 0, apartNode.err);
     assert.ok(existsSync(join(apart, "node.key")));
     const signed = new X509Certificate(readFileSync(join(apart, "node.crt")));

@@ -76,6 +76,16 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+/** Waits (2 s at most) until `client`'s view, n2's, lists `shard`. */
+async function listed(client: CairnClient, shard: number): Promise<void> {
+  for (let i = 0; i < 200 && !client.view?.shards.some((s) => s.id === shard); i++)
+    await new Promise((r) => setTimeout(r, 10));
+  assert.ok(
+    client.view?.shards.some((s) => s.id === shard),
+    "the client follows n2's view",
+  );
+}
+
 describe("a routing client's leaders learnt from answers", () => {
   it("sends a shard's calls to the leader that served the last one, not through the forwarding node", async () => {
     const client = new CairnClient({ endpoints: [addresses.get("n2") ?? ""] });
@@ -111,12 +121,7 @@ describe("a routing client's leaders learnt from answers", () => {
       // As a node's view names the leader of a shard it no longer holds a replica of: as it was
       // when the replica moved off (here n2, which forwards), after the leadership moved on.
       views.setShard({ id: shard, leader: "n2", replicas: ["n1", "n2"], term: 3 });
-      for (let i = 0; i < 200 && !client.view?.shards.some((s) => s.id === shard); i++)
-        await new Promise((r) => setTimeout(r, 10));
-      assert.ok(
-        client.view?.shards.some((s) => s.id === shard),
-        "the client follows n2's view",
-      );
+      await listed(client, shard);
       const before = far.calls;
       await client.put("d", "1"); // to n2 as the view says, forwarded to n1, which says so
       assert.equal(far.calls, before + 1);
@@ -134,12 +139,7 @@ describe("a routing client's leaders learnt from answers", () => {
       const shard = shardForKey(new TextEncoder().encode("c"), TOTAL_SHARDS);
       // As a node's view lists a shard it holds no replica of: where it is placed, no leader.
       views.setShard({ id: shard, leader: "", replicas: ["n1", "n2"], term: 0 });
-      for (let i = 0; i < 200 && !client.view?.shards.some((s) => s.id === shard); i++)
-        await new Promise((r) => setTimeout(r, 10));
-      assert.ok(
-        client.view?.shards.some((s) => s.id === shard),
-        "the client follows n2's view",
-      );
+      await listed(client, shard);
       const before = far.calls;
       await client.put("c", "1");
       assert.equal(await client.getString("c"), "1");
