@@ -1,6 +1,6 @@
 /**
  * The Admin service: shard snapshots (with log compaction), leadership transfer, and in cluster
- * mode a member's decommission and removal.
+ * mode a member's decommission (and its cancelling), removal and standing.
  */
 import type {
   sendUnaryData,
@@ -26,7 +26,7 @@ import type { AdminStore } from "./store.ts";
  */
 export type LeadershipTransfer = (id: number, to: string) => Promise<string>;
 
-/** A member's standing, as Admin.DecommissionNode and Admin.RemoveNode answer it. */
+/** A member's standing, as Admin's member calls answer it. */
 export interface NodeStanding {
   readonly state: string;
   /** Shards the meta group still places on the node. */
@@ -37,6 +37,9 @@ export interface NodeStanding {
 export interface MemberAdmin {
   decommission(node: string): Promise<NodeStanding>;
   remove(node: string): Promise<NodeStanding>;
+  recommission(node: string): Promise<NodeStanding>;
+  /** Changes nothing. */
+  standing(node: string): Promise<NodeStanding>;
 }
 
 export function adminService(
@@ -106,6 +109,20 @@ export function adminService(
     ) {
       memberCall("RemoveNode", call.request.node_id, (m, id) => m.remove(id), callback);
     },
+
+    RecommissionNode(
+      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
+      callback: sendUnaryData<NodeStatus>,
+    ) {
+      memberCall("RecommissionNode", call.request.node_id, (m, id) => m.recommission(id), callback);
+    },
+
+    GetNode(
+      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
+      callback: sendUnaryData<NodeStatus>,
+    ) {
+      memberCall("GetNode", call.request.node_id, (m, id) => m.standing(id), callback, false);
+    },
   };
 
   function memberCall(
@@ -113,21 +130,23 @@ export function adminService(
     node: string,
     run: (m: MemberAdmin, node: string) => Promise<NodeStanding>,
     callback: sendUnaryData<NodeStatus>,
+    logged = true,
   ): void {
     const answer = async (): Promise<NodeStatus> => {
       if (members === undefined) {
         throw new CairnError(
           "CAIRN_ERR_PRECONDITION",
-          "a single node has no members to decommission or remove (this node runs without seed nodes)",
+          "a single node has no members to decommission, recommission, remove or look up (this node runs without seed nodes)",
         );
       }
       if (node === "") throw new InvalidArgumentError("node_id must name a member");
       const standing = await run(members, node);
-      log.info(`${method}: ${node} is ${standing.state}`, {
-        node,
-        state: standing.state,
-        replicas: standing.replicas,
-      });
+      if (logged)
+        log.info(`${method}: ${node} is ${standing.state}`, {
+          node,
+          state: standing.state,
+          replicas: standing.replicas,
+        });
       return { node_id: node, state: standing.state, replicas: standing.replicas };
     };
     answer().then(

@@ -34,9 +34,9 @@ Commands:
   snapshot SHARD    snapshot a shard and compact its Raft log
   transfer-leader SHARD NODE
                     move a shard's leadership to one of its replicas
-  node decommission|remove NODE
-                    move every replica off a member, or retire a dead or
-                    decommissioned one for good
+  node decommission|recommission|remove|status NODE
+                    move every replica off a member (or cancel that), retire a
+                    dead or decommissioned one for good, or show its standing
   bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
   cert SUBCOMMAND   create TLS certificates: create-ca, create-node ID, create-client NAME
   serve             run a node

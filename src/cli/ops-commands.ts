@@ -1,7 +1,9 @@
 /**
- * `cairn health`, `metrics`, `cluster`, `snapshot` and `transfer-leader`: what an operator asks of
- * a node.
+ * `cairn health`, `metrics`, `cluster`, `snapshot`, `transfer-leader` and `node`: what an operator
+ * asks of a node.
  */
+import { status } from "@grpc/grpc-js";
+import { type CairnClient, ServerError } from "../client/index.ts";
 import { leaderCounts, type MergedView, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
@@ -433,7 +435,9 @@ export function snapshot(argv: readonly string[], io: Io): Promise<number> {
 }
 
 export const NODE_HELP = `Usage: cairn node decommission NODE [--wait] [options]
+       cairn node recommission NODE [options]
        cairn node remove NODE [options]
+       cairn node status NODE [options]
 
 Changes a member's standing in the cluster (cluster mode), through the node at the first of
 --endpoints:
@@ -443,11 +447,19 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
                       when fewer active members than the replication factor, or fewer with
                       room on their disk, would be left.
                       --wait follows it until then, printing the replicas left (and,
-                      after a minute with none leaving, what a move needs).
+                      after a minute with none leaving, what a move needs); it ends with
+                      exit code 5 if NODE stops decommissioning otherwise (recommissioned,
+                      or dead: unreachable for cluster.dead_after).
+  recommission NODE   cancels NODE's decommission under way: it is active again, and the
+                      cluster evens replicas back onto it (those already moved off it are
+                      not brought back at once). Refused once it is decommissioned: it has
+                      left the cluster's metadata group, and comes back only as a new
+                      member (an empty data directory).
   remove NODE         retires a dead or decommissioned member for good: its data directory
                       never serves again (a new machine joins with a new id, or with the
                       old id and an empty data directory, as a new member). A removed node
                       still running stops by itself within seconds.
+  status NODE         NODE's state and the replicas placed on it; changes nothing.
 
 Options:
   --wait                 decommission: wait until NODE holds no replica
@@ -455,6 +467,7 @@ ${GLOBAL_HELP}
 
 Examples:
   cairn node decommission n2 --wait
+  cairn node recommission n2
   cairn node remove n3 --output json
 `;
 
@@ -471,9 +484,10 @@ export interface Standing {
 }
 
 /**
- * \`node decommission --wait\`: asks for the standing every \`everyMs\` until the member is
- * decommissioned, printing each change; once \`stallMs\` pass with no replica leaving, says so
- * once (again after the next replica leaves and another stall). Resolves to the last standing.
+ * \`node decommission --wait\`: asks for the standing every \`everyMs\` while the member is
+ * decommissioning, printing each change; once \`stallMs\` pass with no replica leaving, says so
+ * once (again after the next replica leaves and another stall). Resolves to the last standing:
+ * decommissioned, or whatever else ended the decommission (recommissioned: active; dead; removed).
  */
 export async function followDecommission(
   first: Standing,
@@ -490,10 +504,10 @@ export async function followDecommission(
   let standing = first;
   let since = o.now();
   let warned = false;
-  while (standing.state !== "decommissioned") {
+  while (standing.state === "decommissioning") {
     await o.sleep(o.everyMs);
     const next = await o.poll();
-    if (next.replicas !== standing.replicas || next.state === "decommissioned") {
+    if (next.replicas !== standing.replicas || next.state !== standing.state) {
       o.print(next);
       since = o.now();
       warned = false;
@@ -504,6 +518,31 @@ export async function followDecommission(
     standing = next;
   }
   return standing;
+}
+
+/** \`cairn node\`'s actions, and the client call each makes. */
+const NODE_ACTIONS = {
+  decommission: (c: CairnClient, id: string, endpoint: string) =>
+    c.decommissionNode(id, { endpoint }),
+  recommission: (c: CairnClient, id: string, endpoint: string) =>
+    c.recommissionNode(id, { endpoint }),
+  remove: (c: CairnClient, id: string, endpoint: string) => c.removeNode(id, { endpoint }),
+  status: (c: CairnClient, id: string, endpoint: string) => c.getNode(id, { endpoint }),
+} as const;
+
+/**
+ * A member's standing for \`--wait\`, changing nothing (Admin.GetNode). A node of an earlier
+ * build does not have GetNode (UNIMPLEMENTED): DecommissionNode answers the standing there, and
+ * proposes nothing while the member is decommissioning.
+ */
+async function standingNow(c: CairnClient, id: string, endpoint: string): Promise<Standing> {
+  try {
+    return await c.getNode(id, { endpoint });
+  } catch (err) {
+    if (err instanceof ServerError && err.grpcCode === status.UNIMPLEMENTED)
+      return c.decommissionNode(id, { endpoint });
+    throw err;
+  }
 }
 
 export function node(argv: readonly string[], io: Io): Promise<number> {
@@ -517,39 +556,52 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       expectPositionals(positionals, ["ACTION", "NODE"]);
       const action = positionals[0] as string;
       const id = positionals[1] as string;
-      if (action !== "decommission" && action !== "remove")
+      if (!Object.hasOwn(NODE_ACTIONS, action))
         throw new UsageError(
-          `ACTION must be decommission or remove, not ${JSON.stringify(action)}`,
+          `ACTION must be ${Object.keys(NODE_ACTIONS).join(", ")}, not ${JSON.stringify(action)}`,
         );
-      if (action === "remove" && values["wait"] === true)
-        throw new UsageError("--wait goes with decommission");
+      const wait = values["wait"] === true;
+      if (action !== "decommission" && wait) throw new UsageError("--wait goes with decommission");
       const c = client({ routing: false });
       const endpoint = globals.endpoints[0] as string;
-      const print = (s: { nodeId: string; state: string; replicas: number }): void => {
+      // What decommission and remove print is what is left to move off the member.
+      const left = action === "decommission" || action === "remove" ? " left" : "";
+      const print = (s: Standing): void => {
         if (globals.output === "json")
           writeJson(io, { node_id: s.nodeId, state: s.state, replicas: s.replicas });
-        else io.stdout.write(`${s.nodeId}: ${s.state}, ${s.replicas} replica(s) left\n`);
+        else io.stdout.write(`${s.nodeId}: ${s.state}, ${s.replicas} replica(s)${left}\n`);
       };
-      let standing =
-        action === "remove"
-          ? await c.removeNode(id, { endpoint })
-          : await c.decommissionNode(id, { endpoint });
+      let standing = await NODE_ACTIONS[action as keyof typeof NODE_ACTIONS](c, id, endpoint);
       print(standing);
-      if (action === "decommission" && values["wait"] === true) {
-        standing = await followDecommission(standing, {
-          poll: () => c.decommissionNode(id, { endpoint }),
-          print,
-          stalled: (s, ms) =>
-            io.stderr.write(
-              `cairn node: no replica has left ${s.nodeId} in ${Math.round(ms / 1000)} s (${s.replicas} left): a move needs an active member that has room on its disk and does not hold the shard yet (cairn cluster: STATE), and cluster.rebalance.max_moves above 0; still waiting\n`,
-            ),
-          everyMs: DECOMMISSION_POLL_MS,
-          stallMs: DECOMMISSION_STALL_MS,
-          sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-          now: () => performance.now(),
-        });
-      }
-      return EXIT.ok;
+      if (!wait) return EXIT.ok;
+      standing = await followDecommission(standing, {
+        poll: () => standingNow(c, id, endpoint),
+        print,
+        stalled: (s, ms) =>
+          io.stderr.write(
+            `cairn node: no replica has left ${s.nodeId} in ${Math.round(ms / 1000)} s (${s.replicas} left): a move needs an active member that has room on its disk and does not hold the shard yet (cairn cluster: STATE), and cluster.rebalance.max_moves above 0; still waiting\n`,
+          ),
+        everyMs: DECOMMISSION_POLL_MS,
+        stallMs: DECOMMISSION_STALL_MS,
+        sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+        now: () => performance.now(),
+      });
+      if (standing.state === "decommissioned" || standing.state === "removed") return EXIT.ok;
+      io.stderr.write(`cairn node: ${decommissionEnded(standing)}\n`);
+      return EXIT.failed;
     },
   );
+}
+
+/** What \`--wait\` says when the member stopped decommissioning otherwise than by finishing. */
+function decommissionEnded(s: Standing): string {
+  const node = s.nodeId;
+  switch (s.state) {
+    case "active":
+      return `${node} is active again: its decommission was cancelled (cairn node recommission); the replicas already moved off it stay moved`;
+    case "dead":
+      return `${node} is dead (unreachable for cluster.dead_after) before its decommission ended: its replicas are re-created on the other members; once it holds none, retire it with cairn node remove ${node}`;
+    default:
+      return `${node} is ${s.state}: its decommission ended unfinished`;
+  }
 }

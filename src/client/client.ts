@@ -415,13 +415,32 @@ export class CairnClient {
     return this.#memberCall("RemoveNode", nodeId, options);
   }
 
+  /**
+   * Cancels member `nodeId`'s decommission under way (Admin RecommissionNode): it is active
+   * again, and the cluster evens replicas back onto it. Refused once it is decommissioned.
+   */
+  recommissionNode(
+    nodeId: string,
+    options: CallOptions & { endpoint?: string } = {},
+  ): Promise<NodeStanding> {
+    return this.#memberCall("RecommissionNode", nodeId, options);
+  }
+
+  /** Member `nodeId`'s standing (Admin GetNode): its state and the replicas placed on it. */
+  getNode(
+    nodeId: string,
+    options: CallOptions & { endpoint?: string } = {},
+  ): Promise<NodeStanding> {
+    return this.#memberCall("GetNode", nodeId, options);
+  }
+
   async #memberCall(
-    method: "DecommissionNode" | "RemoveNode",
+    method: "DecommissionNode" | "RemoveNode" | "RecommissionNode" | "GetNode",
     nodeId: string,
     options: CallOptions & { endpoint?: string },
   ): Promise<NodeStanding> {
     const res = await this.#call<NodeStatus__Output>(
-      "write",
+      method === "GetNode" ? "read" : "write",
       null,
       options,
       (c, deadline, cb) => c.admin[method]({ node_id: nodeId }, { deadline }, cb),

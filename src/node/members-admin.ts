@@ -1,10 +1,14 @@
 /**
- * Admin.DecommissionNode and Admin.RemoveNode in cluster mode (design.md §5.2): each proposes
- * the member's next state to the meta group, which refuses a change a member's life does not
- * allow (CAIRN_ERR_INVALID_ARGUMENT naming why). Decommissioning is refused up front when it
- * would leave fewer active members than the replication factor, or fewer with room on their
- * disk (`set-disk`): its replicas would have nowhere to go, and the move would wait until a
- * member is added or a disk freed.
+ * Admin's member calls in cluster mode (design.md §5.2). DecommissionNode, RecommissionNode and
+ * RemoveNode each propose the member's next state to the meta group, which refuses a change a
+ * member's life does not allow (CAIRN_ERR_INVALID_ARGUMENT naming why); GetNode answers the
+ * standing and changes nothing. Decommissioning is refused up front when it would leave fewer
+ * active members than the replication factor, or fewer with room on their disk (`set-disk`): its
+ * replicas would have nowhere to go, and the move would wait until a member is added or a disk
+ * freed. Recommissioning cancels a decommission under way (CockroachDB's `node recommission`):
+ * the member is active again, the moves that already took replicas off it stand, and the
+ * allocator evens replicas back onto it; once the member is decommissioned it has left the meta
+ * group and comes back only as a new member (an empty data directory, under its id or another).
  */
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MetaState } from "../cluster/index.ts";
@@ -24,7 +28,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
     }
     return meta;
   };
-  const standing = (node: string): NodeStanding => {
+  const standingOf = (node: string): NodeStanding => {
     const meta = metaNow();
     return { state: meta.stateOf(node) ?? "", replicas: meta.replicaCounts().get(node) ?? 0 };
   };
@@ -71,7 +75,22 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
           `member ${node} is ${state ?? "unknown"}: only an active member can be decommissioned`,
         );
       }
-      return standing(node);
+      return standingOf(node);
+    },
+    async recommission(node) {
+      const meta = metaNow();
+      known(meta, node);
+      const state = meta.stateOf(node);
+      if (state === "decommissioning") {
+        await cluster.propose({ op: "set-state", id: node, state: "active" }, PROPOSE_TIMEOUT_MS);
+      } else if (state !== "active") {
+        throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", notRecommissioned(node, state));
+      }
+      return standingOf(node);
+    },
+    async standing(node) {
+      known(metaNow(), node);
+      return standingOf(node);
     },
     async remove(node) {
       const meta = metaNow();
@@ -79,7 +98,22 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       if (meta.stateOf(node) !== "removed") {
         await cluster.propose({ op: "set-state", id: node, state: "removed" }, PROPOSE_TIMEOUT_MS);
       }
-      return standing(node);
+      return standingOf(node);
     },
   };
+}
+
+/** Why member `node`, in `state` (not decommissioning or active), cannot be recommissioned. */
+function notRecommissioned(node: string, state: string | undefined): string {
+  const why =
+    state === "decommissioned"
+      ? "its decommission is complete and it has left the meta group; start it on an empty data directory to join again as a new member under its id (or retire it: cairn node remove)"
+      : state === "dead"
+        ? "it becomes active again by itself once it is reachable (before cairn node remove)"
+        : state === "joining"
+          ? "it becomes active by itself once it has caught up on the meta group"
+          : state === "removed"
+            ? "it was retired for good; a node on an empty data directory may join under its id as a new member"
+            : "only a decommissioning member can be recommissioned";
+  return `member ${node} is ${state ?? "unknown"}: ${why}`;
 }

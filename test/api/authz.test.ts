@@ -57,6 +57,8 @@ describe("authorize", () => {
     assert.equal(methodClassOf("/cairn.v1.KV/Put"), "write");
     assert.equal(methodClassOf("/cairn.v1.KV/Delete"), "write");
     assert.equal(methodClassOf("/cairn.v1.Admin/RemoveNode"), "admin");
+    assert.equal(methodClassOf("/cairn.v1.Admin/RecommissionNode"), "admin");
+    assert.equal(methodClassOf("/cairn.v1.Admin/GetNode"), "admin");
     assert.equal(methodClassOf("/cairn.v1.Raft/ReadIndex"), "peer");
     assert.equal(methodClassOf("/some.Other/Method"), "admin");
   });

@@ -284,13 +284,18 @@ describe("cairn cluster, snapshot, health, metrics", () => {
     assert.ok(view.total_shards > 0);
   });
 
-  it("node decommission on a single node is refused, naming why", async () => {
-    const run = await cairn(["node", "decommission", "n1"]);
-    assert.notEqual(run.code, 0);
-    assert.match(run.err, /single node has no members to decommission/);
+  it("node decommission, recommission and status on a single node are refused, naming why", async () => {
+    for (const action of ["decommission", "recommission", "status"]) {
+      const run = await cairn(["node", action, "n1"]);
+      assert.equal(run.code, 5, `${action}: ${run.err}`);
+      assert.match(run.err, /single node has no members to decommission, recommission/);
+    }
     const usage = await cairn(["node", "evict", "n1"]);
     assert.equal(usage.code, 2);
-    assert.match(usage.err, /ACTION must be decommission or remove/);
+    assert.match(usage.err, /ACTION must be decommission, recommission, remove, status/);
+    const wait = await cairn(["node", "recommission", "n1", "--wait"]);
+    assert.equal(wait.code, 2);
+    assert.match(wait.err, /--wait goes with decommission/);
   });
 
   it("cluster --watch prints the first view and follows until interrupted", async () => {

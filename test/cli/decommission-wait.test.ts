@@ -62,4 +62,22 @@ describe("cairn node decommission --wait", () => {
     assert.deepEqual(r.stalls, ["5s 12 left, 5s", "14s 11 left, 5s"]);
     assert.deepEqual(r.printed, ["9s decommissioning 11", "16s decommissioned 0"]);
   });
+
+  it("ends when the member stops decommissioning otherwise: recommissioned, or dead", async () => {
+    // Recommissioned with replicas still on it: the wait ends there (it used to poll with
+    // DecommissionNode, which decommissioned the member again).
+    const back = await follow([
+      ["decommissioning", 9],
+      ["active", 9],
+    ]);
+    assert.deepEqual(back.printed, ["1s decommissioning 9", "2s active 9"]);
+    assert.equal(back.last.state, "active");
+    assert.equal(back.polls, 2);
+    // Dead while decommissioning: its replicas are repaired off it, and it never becomes
+    // decommissioned; the wait ends at once.
+    const dead = await follow([["dead", 12]]);
+    assert.deepEqual(dead.printed, ["1s dead 12"]);
+    assert.equal(dead.last.state, "dead");
+    assert.equal(dead.polls, 1);
+  });
 });

@@ -177,19 +177,20 @@ describe("elastic cluster (real processes)", () => {
         // 16 shards × 3 replicas over 4 nodes, within the tolerance (1): 12 or 13 each, in
         // every node's view: a node a shard moved off shows it where the meta group places it
         // (its old replica, removed, may lose its leader and keep the move's configuration).
+        const evenEverywhere = async (): Promise<boolean> => {
+          const counts = [...(await members(c1)).replicas.values()];
+          for (const id of ["n1", "n2", "n3", "n4"]) {
+            const shards = (await clusterView(clientOf(cluster, id))).shards;
+            const three = shards.every(
+              (s) => s.replicas.length === 3 && new Set(s.replicas).size === 3,
+            );
+            if (!shards.some((s) => s.id === 0) || !three) return false;
+          }
+          return counts.length === 4 && Math.max(...counts) - Math.min(...counts) <= 1;
+        };
         await eventually(
           "every shard on three distinct nodes, replicas even, in every node's view",
-          async () => {
-            const counts = [...(await members(c1)).replicas.values()];
-            for (const id of ["n1", "n2", "n3", "n4"]) {
-              const shards = (await clusterView(clientOf(cluster, id))).shards;
-              const three = shards.every(
-                (s) => s.replicas.length === 3 && new Set(s.replicas).size === 3,
-              );
-              if (!shards.some((s) => s.id === 0) || !three) return false;
-            }
-            return counts.length === 4 && Math.max(...counts) - Math.min(...counts) <= 1;
-          },
+          evenEverywhere,
           120_000,
         );
         assert.ok((await activeShards(n4.server?.http)) >= 8, "n4's /health counts its replicas");
@@ -239,6 +240,22 @@ describe("elastic cluster (real processes)", () => {
           return v.shards.length === 16 && v.shards.every((s) => s.leader !== "");
         });
 
+        // A decommission cancelled: n3 decommissioning, then active again. (Through the Admin
+        // API, one call after the other: the recommission commits long before n3's dozen
+        // replicas could all have moved, four at a time, each a learner caught up and promoted.)
+        const decommissioning = await c1.call(c1.admin, "DecommissionNode", { node_id: "n3" });
+        assert.equal(decommissioning["state"], "decommissioning");
+        const recommissioned = await c1.call(c1.admin, "RecommissionNode", { node_id: "n3" });
+        assert.equal(recommissioned["state"], "active");
+        // Asked again, or its standing asked, nothing changes.
+        for (const action of ["recommission", "status"]) {
+          const run = await runCairn(["node", action, "n3", "--endpoints", n1.rpc, "-w", "json"]);
+          assert.equal(run.code, 0, run.err);
+          assert.equal((JSON.parse(run.out) as { state: string }).state, "active");
+        }
+        // The replicas moved off it meanwhile even out again.
+        await eventually("n3 active, replicas even again", evenEverywhere, 120_000);
+
         // A client watching n2's view: once n2 is decommissioned (out of the meta group, its
         // view no longer changes), the watch ends UNAVAILABLE, CAIRN_ERR_NOT_MEMBER.
         const n2Watch = watchEnd(clientOf(cluster, "n2"));
@@ -269,6 +286,10 @@ describe("elastic cluster (real processes)", () => {
         ]);
         assert.equal(nextEndpoint.code, 0, nextEndpoint.err);
         assert.match(nextEndpoint.out, /^n2\tdecommissioned\t/m);
+        // Too late to cancel: it has left the meta group, and comes back only as a new member.
+        const late = await runCairn(["node", "recommission", "n2", ...endpoints]);
+        assert.notEqual(late.code, 0);
+        assert.match(late.err, /member n2 is decommissioned: its decommission is complete/);
         // Its replicas moved off are deleted (replica GC): it says so in its log, and its
         // shards/ directory keeps only the meta group's (shard 0). (An engine makes its
         // directory at its first flush: with this little data there may be none at all.)

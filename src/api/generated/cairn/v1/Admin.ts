@@ -19,6 +19,24 @@ export interface AdminClient extends grpc.Client {
   decommissionNode(argument: _cairn_v1_NodeRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
   decommissionNode(argument: _cairn_v1_NodeRequest, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
   
+  GetNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  GetNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  GetNode(argument: _cairn_v1_NodeRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  GetNode(argument: _cairn_v1_NodeRequest, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  getNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  getNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  getNode(argument: _cairn_v1_NodeRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  getNode(argument: _cairn_v1_NodeRequest, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  
+  RecommissionNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  RecommissionNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  RecommissionNode(argument: _cairn_v1_NodeRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  RecommissionNode(argument: _cairn_v1_NodeRequest, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  recommissionNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  recommissionNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  recommissionNode(argument: _cairn_v1_NodeRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  recommissionNode(argument: _cairn_v1_NodeRequest, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
+  
   RemoveNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
   RemoveNode(argument: _cairn_v1_NodeRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
   RemoveNode(argument: _cairn_v1_NodeRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_cairn_v1_NodeStatus__Output>): grpc.ClientUnaryCall;
@@ -51,6 +69,10 @@ export interface AdminClient extends grpc.Client {
 export interface AdminHandlers extends grpc.UntypedServiceImplementation {
   DecommissionNode: grpc.handleUnaryCall<_cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus>;
   
+  GetNode: grpc.handleUnaryCall<_cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus>;
+  
+  RecommissionNode: grpc.handleUnaryCall<_cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus>;
+  
   RemoveNode: grpc.handleUnaryCall<_cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus>;
   
   SnapshotShard: grpc.handleUnaryCall<_cairn_v1_SnapshotShardRequest__Output, _cairn_v1_SnapshotShardResponse>;
@@ -61,6 +83,8 @@ export interface AdminHandlers extends grpc.UntypedServiceImplementation {
 
 export interface AdminDefinition extends grpc.ServiceDefinition {
   DecommissionNode: MethodDefinition<_cairn_v1_NodeRequest, _cairn_v1_NodeStatus, _cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus__Output>
+  GetNode: MethodDefinition<_cairn_v1_NodeRequest, _cairn_v1_NodeStatus, _cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus__Output>
+  RecommissionNode: MethodDefinition<_cairn_v1_NodeRequest, _cairn_v1_NodeStatus, _cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus__Output>
   RemoveNode: MethodDefinition<_cairn_v1_NodeRequest, _cairn_v1_NodeStatus, _cairn_v1_NodeRequest__Output, _cairn_v1_NodeStatus__Output>
   SnapshotShard: MethodDefinition<_cairn_v1_SnapshotShardRequest, _cairn_v1_SnapshotShardResponse, _cairn_v1_SnapshotShardRequest__Output, _cairn_v1_SnapshotShardResponse__Output>
   TransferLeader: MethodDefinition<_cairn_v1_TransferLeaderRequest, _cairn_v1_TransferLeaderResponse, _cairn_v1_TransferLeaderRequest__Output, _cairn_v1_TransferLeaderResponse__Output>
