@@ -678,6 +678,8 @@ const NOT_APPLIED_CODES = new Set([
   "CAIRN_ERR_BACKPRESSURE",
   // A node that is not an active member refuses before the store sees the request.
   "CAIRN_ERR_NOT_MEMBER",
+  // The request's shard could not be created (its first request): nothing was proposed to it.
+  "CAIRN_ERR_SHARD_CREATION",
 ]);
 
 /** grpc-js reports "never connected" with these details; the request was not sent. */

@@ -97,6 +97,8 @@ export class ClusterState {
   /** Shard creations under way here (one per shard), each waiting for its assignment here. */
   readonly #creating = new Map<number, Promise<void>>();
   readonly #waiters = new Map<number, () => void>();
+  /** #nextState's: called once each, at the next state applied. */
+  readonly #stateWaiters = new Set<() => void>();
 
   /** This data directory's incarnation (src/node/incarnation.ts). */
   readonly incarnation: string;
@@ -297,27 +299,37 @@ export class ClusterState {
 
   async #create(id: number, timeoutMs: number): Promise<void> {
     const deadline = performance.now() + timeoutMs;
-    const meta = this.#meta;
-    if (meta === null || meta.clusterId === null) {
-      throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
-        retryable: true,
-      });
-    }
-    // Only active members take replicas (a joining one first catches up on the meta group),
-    // those with room on their disk first: one whose disk is full only when too few have room.
-    const active = meta.activeMembers();
-    const want = Math.min(meta.replicationFactor, active.length);
-    const roomy = rendezvousReplicas(id, meta.roomyMembers(), want);
-    const rest = active.filter((n) => !roomy.includes(n));
-    const replicas = [...roomy, ...rendezvousReplicas(id, rest, want - roomy.length)];
-    try {
-      await this.propose({ op: "create-shard", shard: id, replicas }, timeoutMs);
-    } catch (err) {
-      throw new CairnError(
-        "CAIRN_ERR_SHARD_CREATION",
-        `shard ${id} could not be created: ${err instanceof Error ? err.message : String(err)}`,
-        { retryable: true, cause: err },
-      );
+    for (;;) {
+      const meta = this.#meta;
+      if (meta === null || meta.clusterId === null) {
+        throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
+          retryable: true,
+        });
+      }
+      const replicas = placement(meta, id);
+      try {
+        await this.propose(
+          { op: "create-shard", shard: id, replicas },
+          Math.max(1, deadline - performance.now()),
+        );
+        break;
+      } catch (err) {
+        // The meta group refuses (metaRefusal) a placement on a member no longer active, or on
+        // too few or too many (a member decommissioned, dead or joined since the state this
+        // node applied): the shard is placed again from the next state applied here, while
+        // time is left. (It had failed the client's write: a decommission failed a Put now and
+        // then, answered UNAVAILABLE, which a client takes for a write's unknown outcome.)
+        if (this.#meta?.shards.has(id) === true) return;
+        const refused = errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT";
+        if (!refused || !(await this.#nextState(deadline))) {
+          throw new CairnError(
+            "CAIRN_ERR_SHARD_CREATION",
+            `shard ${id} could not be created: ${err instanceof Error ? err.message : String(err)}`,
+            { retryable: true, cause: err },
+          );
+        }
+        if (this.#meta?.shards.has(id) === true) return;
+      }
     }
     // Applied on the meta leader; here once this node's replica of the meta group catches up.
     if (this.#meta?.shards.has(id) === true) return;
@@ -408,11 +420,29 @@ export class ClusterState {
    */
   onMovesChanged: () => void = () => undefined;
 
+  /**
+   * Resolves true once the meta group applies its next state here, false at `deadline` (a
+   * performance.now() time) if it has not.
+   */
+  #nextState(deadline: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const done = (applied: boolean): void => {
+        clearTimeout(timer);
+        this.#stateWaiters.delete(onApplied);
+        resolve(applied);
+      };
+      const onApplied = (): void => done(true);
+      const timer = setTimeout(() => done(false), Math.max(0, deadline - performance.now()));
+      this.#stateWaiters.add(onApplied);
+    });
+  }
+
   /** Shard 0 applied a meta command (or reloaded its state after a restart or a snapshot). */
   applied(state: MetaState): void {
     const before = this.clusterId;
     const previous = this.#meta;
     this.#meta = state;
+    for (const resolve of [...this.#stateWaiters]) resolve();
     // The one shard a create, a move or a settling changed; null: any may have.
     const changed = previous === null ? null : state.shardsChangedSince(previous);
     this.#forgetReplicasNow(previous, state, changed);
@@ -1193,6 +1223,19 @@ async function proposeViaLeader(
       );
     }
   }
+}
+
+/**
+ * Where a new shard `id` goes, by the meta state here: only active members take replicas (a
+ * joining one first catches up on the meta group), those with room on their disk first, one
+ * whose disk is full only when too few have room.
+ */
+function placement(meta: MetaState, id: number): string[] {
+  const active = meta.activeMembers();
+  const want = Math.min(meta.replicationFactor, active.length);
+  const roomy = rendezvousReplicas(id, meta.roomyMembers(), want);
+  const rest = active.filter((n) => !roomy.includes(n));
+  return [...roomy, ...rendezvousReplicas(id, rest, want - roomy.length)];
 }
 
 /**

@@ -16,8 +16,8 @@
  * - ok: the response (a failed precondition is a response too: precondition-failed, with the
  *   current version from `cairn-current-version`);
  * - fail: a write refused with a code that proves it was not applied (NOT_LEADER,
- *   SHUTTING_DOWN, PROPOSAL_LOST, PROPOSAL_DROPPED, BACKPRESSURE, NOT_MEMBER, or a connection
- *   never made),
+ *   SHUTTING_DOWN, PROPOSAL_LOST, PROPOSAL_DROPPED, BACKPRESSURE, NOT_MEMBER, SHARD_CREATION, or
+ *   a connection never made),
  *   or a read that failed: left out of the history;
  * - info: a write whose outcome is unknown (a deadline, a broken connection, anything else):
  *   indeterminate, open-ended.
@@ -120,6 +120,8 @@ const NOT_APPLIED = new Set([
   "CAIRN_ERR_BACKPRESSURE",
   // A node that is not an active member (joining, decommissioned) refuses before its store.
   "CAIRN_ERR_NOT_MEMBER",
+  // The key's shard could not be created (its first request): nothing was proposed to it.
+  "CAIRN_ERR_SHARD_CREATION",
 ]);
 
 function pick<T>(rng: Rng, items: readonly T[]): T {

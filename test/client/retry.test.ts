@@ -89,15 +89,16 @@ function client(timeoutMs = 2000): CairnClient {
 }
 
 describe("client retries", () => {
-  it("retries a put refused before apply (not leader, proposal lost, backpressure)", async () => {
+  it("retries a put refused before apply (not leader, proposal lost, backpressure, shard not created)", async () => {
     scripts.set("k1", [
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_LEADER" },
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_PROPOSAL_LOST" },
       { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_BACKPRESSURE" },
+      { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_SHARD_CREATION" },
     ]);
     const c = client();
     assert.deepEqual(await c.put("k1", "v"), { index: 7, term: 2 });
-    assert.equal(calls.get("k1"), 4);
+    assert.equal(calls.get("k1"), 5);
     c.close();
   });
 

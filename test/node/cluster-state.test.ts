@@ -11,9 +11,10 @@ import {
   type MetaCommand,
   type MetaMember,
   MetaState,
+  rendezvousReplicas,
 } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
-import { ClusterState, leaderProposer } from "../../src/node/cluster.ts";
+import { ClusterState, leaderProposer, metaRefusal } from "../../src/node/cluster.ts";
 import { silentLogger } from "../../src/ops/index.ts";
 import type { Membership } from "../../src/membership/index.ts";
 import type { GrpcTransport, MultiRaft } from "../../src/replication/index.ts";
@@ -317,6 +318,39 @@ describe("ClusterState", () => {
       assert.ok(performance.now() - started < 1000, "not after the loop's 2 s wait");
     },
   );
+
+  it("places a shard again when the meta group refused a placement on a member no longer active", async () => {
+    const { cs } = cluster("inc2");
+    const four = state(MOVE_N2_TO_N4.four);
+    cs.applied(four);
+    // The meta group has n1 decommissioning; this node has not applied that yet, and places a
+    // shard of n1's on it.
+    let leader = four.apply({ op: "set-state", id: "n1", state: "decommissioning" }).state;
+    const ids = ["n1", "n2", "n3", "n4"];
+    const shard = [...Array(64).keys()].find(
+      (id) => id > 0 && rendezvousReplicas(id, ids, 3).includes("n1"),
+    ) as number;
+    const proposed: MetaCommand[] = [];
+    cs.attach({
+      propose: (cmd) => {
+        if (cmd.op === "create-shard") proposed.push(cmd);
+        const r = leader.apply(cmd);
+        if (r.outcome.kind === "rejected") {
+          // Refused; this node applies the meta group's state a moment later.
+          setTimeout(() => cs.applied(leader), 5);
+          return Promise.reject(metaRefusal(r.outcome));
+        }
+        leader = r.state;
+        setTimeout(() => cs.applied(leader), 5);
+        return Promise.resolve();
+      },
+    });
+    await cs.ensureShard(shard, 5_000);
+    assert.equal(proposed.length, 2, "proposed again once refused");
+    assert.ok(JSON.stringify(proposed[0]).includes('"n1"'), "the first placement names n1");
+    assert.equal(cs.nodesOf(shard).length, 3);
+    assert.ok(!cs.nodesOf(shard).includes("n1"), `placed on ${cs.nodesOf(shard).join()}`);
+  });
 
   it("fails a shard's creation at once, with no timer set in the past, when proposing it took the whole timeout", async () => {
     const { cs } = cluster("inc2");
