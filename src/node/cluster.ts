@@ -1263,7 +1263,7 @@ export function metaRefusal(outcome: {
 }
 
 /** A local CairnError's code, or the one a failed peer call carries in its trailers. */
-function errorCodeOf(err: unknown): string | null {
+export function errorCodeOf(err: unknown): string | null {
   if (err instanceof CairnError) return err.code;
   const metadata = (err as { metadata?: { get(key: string): unknown[] } }).metadata;
   const value = metadata?.get(ERROR_CODE_KEY)[0];

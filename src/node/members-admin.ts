@@ -13,7 +13,7 @@
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MetaState } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
-import type { ClusterState } from "./cluster.ts";
+import { type ClusterState, errorCodeOf } from "./cluster.ts";
 
 /** How long a member call waits for the meta group. */
 const PROPOSE_TIMEOUT_MS = 10_000;
@@ -96,7 +96,19 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       const meta = metaNow();
       known(meta, node);
       if (meta.stateOf(node) !== "removed") {
-        await cluster.propose({ op: "set-state", id: node, state: "removed" }, PROPOSE_TIMEOUT_MS);
+        try {
+          await cluster.propose(
+            { op: "set-state", id: node, state: "removed" },
+            PROPOSE_TIMEOUT_MS,
+          );
+        } catch (err) {
+          // Refused by the meta group (whose state this node's may trail by a moment): what to
+          // do, by the state here, in place of the meta group's words.
+          const now = metaNow();
+          const why = notRemovable(node, now.stateOf(node), now.replicaCounts().get(node) ?? 0);
+          if (errorCodeOf(err) !== "CAIRN_ERR_INVALID_ARGUMENT" || why === null) throw err;
+          throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", why, { cause: err });
+        }
       }
       return standingOf(node);
     },
@@ -116,4 +128,26 @@ function notRecommissioned(node: string, state: string | undefined): string {
             ? "it was retired for good; a node on an empty data directory may join under its id as a new member"
             : "only a decommissioning member can be recommissioned";
   return `member ${node} is ${state ?? "unknown"}: ${why}`;
+}
+
+/**
+ * Why member `node`, in `state` with `replicas` placed on it, cannot be removed yet, or null when
+ * it can (decommissioned, or dead and holding none). The meta group refused it in its own words
+ * (TRANSITIONS, and no replica left); these say what to do.
+ */
+function notRemovable(node: string, state: string | undefined, replicas: number): string | null {
+  switch (state) {
+    case "active":
+      return `member ${node} is active: decommission it first (cairn node decommission ${node} --wait), or, if its machine is gone for good, it becomes dead once unreachable for cluster.dead_after and can be removed once its replicas are re-created elsewhere`;
+    case "joining":
+      return `member ${node} is joining: stop it; once unreachable for cluster.dead_after it is dead, and can be removed`;
+    case "decommissioning":
+      return `member ${node} is still decommissioning, ${replicas} replica(s) left: remove it once it is decommissioned (cairn node decommission ${node} --wait)`;
+    case "dead":
+      return replicas === 0
+        ? null
+        : `member ${node} is dead and ${replicas} shard(s) are still placed on it, being re-created on the other members (cairn_cluster_shards_underreplicated): remove it once none is left (a shard never shrinks below its replication factor: with no active member to take them, add one)`;
+    default:
+      return null;
+  }
 }

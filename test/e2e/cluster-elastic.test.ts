@@ -253,6 +253,10 @@ describe("elastic cluster (real processes)", () => {
           assert.equal(run.code, 0, run.err);
           assert.equal((JSON.parse(run.out) as { state: string }).state, "active");
         }
+        // An active member is not removed: the refusal says what to do first.
+        const early = await runCairn(["node", "remove", "n3", "--endpoints", n1.rpc]);
+        assert.notEqual(early.code, 0);
+        assert.match(early.err, /member n3 is active: decommission it first/);
         // The replicas moved off it meanwhile even out again.
         await eventually("n3 active, replicas even again", evenEverywhere, 120_000);
 
