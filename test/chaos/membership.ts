@@ -6,8 +6,9 @@
  *   member removed earlier in the run, with an empty data directory) started with the cluster's
  *   seeds; done once a member's view has it `active` and the meta group places replicas on it;
  * - decommission: `Admin.DecommissionNode` of an active member, asked again until it answers
- *   `decommissioned` (asking again is what `cairn node decommission --wait` does, and it
- *   decommissions anew a member that was marked dead meanwhile and came back `active`); then
+ *   `decommissioned` (asking again decommissions anew a member that was marked dead meanwhile
+ *   and came back `active`, as an operator does when `cairn node decommission --wait` ends
+ *   saying so); then
  *   the node is stopped (SIGTERM) and retired, and `Admin.RemoveNode` retires its id;
  * - remove: once every node is healthy, an active member SIGKILLed for good; once the meta
  *   group's leader has marked it `dead` (after `cluster.dead_after_ms`), its replicas
