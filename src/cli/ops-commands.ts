@@ -448,8 +448,9 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
                       room on their disk, would be left.
                       --wait follows it until then, printing the replicas left (and,
                       after a minute with none leaving, what a move needs); it ends with
-                      exit code 5 if NODE stops decommissioning otherwise (recommissioned,
-                      or dead: unreachable for cluster.dead_after).
+                      exit code 5 if NODE stops decommissioning otherwise (recommissioned).
+                      NODE down meanwhile stays decommissioning: its replicas move off
+                      it without it.
   recommission NODE   cancels NODE's decommission under way: it is active again, and the
                       cluster evens replicas back onto it (those already moved off it are
                       not brought back at once). Refused once it is decommissioned: it has

@@ -7,10 +7,14 @@
  *
  * One pass, in order:
  *   1. members' lives: a `joining` member whose copy of the meta group caught up becomes
- *      `active`; a member gossip has had unreachable for `cluster.dead_after_ms` becomes `dead`,
- *      and a `dead` one seen alive again `active` (it comes back empty of moved replicas); a
- *      `decommissioning` member that holds no replica, once no move is under way, becomes
- *      `decommissioned`;
+ *      `active`; a `joining` or `active` member gossip has had unreachable for
+ *      `cluster.dead_after_ms` becomes `dead`, and a `dead` one seen alive again `active` (it
+ *      comes back empty of moved replicas); a `decommissioning` member that holds no replica,
+ *      once no move is under way, becomes `decommissioned`. A `decommissioning` member stays
+ *      so however long it is unreachable (CockroachDB keeps a node's decommissioning apart from
+ *      its liveness): its replicas move off it all the same, it is decommissioned once none is
+ *      left, and should it come back first, its decommission goes on (as `dead`, it came back
+ *      `active`, the operator's decommission forgotten);
  *   2. repairs: a shard with a replica on a member that is not active (dead, decommissioning,
  *      decommissioned, removed) gets an active member in its place, at the same rank (or loses
  *      it, when no member can take it and the shard keeps `replication_factor` replicas
@@ -147,7 +151,7 @@ function lives(input: AllocatorInput): MetaCommand[] {
     const gone = input.unreachableLong.has(id);
     if (state === "joining" && !gone && input.caughtUp(id)) {
       out.push({ op: "set-state", id, state: "active" });
-    } else if ((state === "joining" || state === "active" || state === "decommissioning") && gone) {
+    } else if ((state === "joining" || state === "active") && gone) {
       out.push({ op: "set-state", id, state: "dead" });
     } else if (state === "dead" && input.alive.has(id) && !gone) {
       out.push({ op: "set-state", id, state: "active" });

@@ -165,6 +165,33 @@ describe("allocator", () => {
     );
   });
 
+  it("keeps a decommissioning member unreachable for dead_after decommissioning: drained, decommissioned, or back and still leaving", () => {
+    let s = cluster(["n1", "n2", "n3", "n4"], 50);
+    s = settle(s, calm).s;
+    s = apply(s, { op: "set-state", id: "n2", state: "decommissioning" });
+    const away: World = {
+      ...calm,
+      unreachableLong: new Set(["n2"]),
+      alive: new Set(["n1", "n3", "n4"]),
+    };
+    // Some passes while it is away: not dead (a dead member seen again came back active, its
+    // decommission forgotten).
+    let mid = s;
+    for (let pass = 0; pass < 3; pass++) {
+      for (const cmd of allocate({ meta: mid, ...away })) mid = apply(mid, cmd);
+    }
+    assert.equal(mid.stateOf("n2"), "decommissioning");
+    assert.ok(mid.movingCount() > 0, "its replicas move off it meanwhile");
+    // Back before it is drained: still decommissioning, and drained as asked.
+    const back = settle(mid, calm).s;
+    assert.equal(back.stateOf("n2"), "decommissioned");
+    // Never back: drained without it, and decommissioned all the same.
+    const gone = settle(s, away).s;
+    assert.equal(gone.stateOf("n2"), "decommissioned");
+    for (const shard of gone.shards.keys()) assert.ok(!gone.nodesOf(shard).includes("n2"));
+    assertPlaced(gone, calm.tolerance);
+  });
+
   it("marks a member long unreachable dead and re-creates its replicas elsewhere", () => {
     let s = cluster(["n1", "n2", "n3", "n4", "n5"], 50);
     s = settle(s, calm).s;
