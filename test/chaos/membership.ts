@@ -6,9 +6,8 @@
  *   member removed earlier in the run, with an empty data directory) started with the cluster's
  *   seeds; done once a member's view has it `active` and the meta group places replicas on it;
  * - decommission: `Admin.DecommissionNode` of an active member, asked again until it answers
- *   `decommissioned` (asking again decommissions anew a member that was marked dead meanwhile
- *   and came back `active`, as an operator does when `cairn node decommission --wait` ends
- *   saying so); then
+ *   `decommissioned` (a decommissioning member answers its standing; the run's first
+ *   decommission is cancelled first, `Admin.RecommissionNode`, and asked anew); then
  *   the node is stopped (SIGTERM) and retired, and `Admin.RemoveNode` retires its id;
  * - remove: once every node is healthy, an active member SIGKILLed for good; once the meta
  *   group's leader has marked it `dead` (after `cluster.dead_after_ms`), its replicas
@@ -104,6 +103,8 @@ export class MembershipChanges {
   /** The node the change under way is about (faults pick it now and then). */
   target: string | null = null;
   #turn = 0;
+  /** Whether this run cancelled a decommission already (#cancelledDecommission). */
+  #cancelledOne = false;
 
   constructor(cluster: ChaosCluster, now: () => number) {
     this.#cluster = cluster;
@@ -150,7 +151,12 @@ export class MembershipChanges {
     this.target = id;
     const t0 = this.#now();
     r.targets.push(id);
-    r.detail = `Admin.DecommissionNode ${id}, stop it once decommissioned, remove it`;
+    r.detail = `Admin.DecommissionNode ${id}, cancelled (Admin.RecommissionNode) and asked again; stop it once decommissioned, remove it`;
+    // The run's first decommission is cancelled first (one a run: each costs seconds).
+    if (!this.#cancelledOne) {
+      this.#cancelledOne = true;
+      await this.#cancelledDecommission(id, r, t0);
+    } else r.detail = `Admin.DecommissionNode ${id}, stop it once decommissioned, remove it`;
     const answers = new Set<string>();
     const standing = await this.#until(
       `${id} decommissioned`,
@@ -173,6 +179,43 @@ export class MembershipChanges {
     r.phases["stopped"] = Math.round(this.#now() - t0);
     await this.#remove(id);
     r.phases["removed"] = Math.round(this.#now() - t0);
+  }
+
+  /**
+   * A decommission of `id` cancelled (`cairn node recommission`) once a replica has left it (or
+   * after 5 s): it is active again, the moves under way finish and the allocator evens replicas
+   * back onto it, all beside the other faults. Too late when it is decommissioned already
+   * (a fast drain): the change goes on from there.
+   */
+  async #cancelledDecommission(id: string, r: MembershipRecord, t0: number): Promise<void> {
+    const first = await this.#until(
+      `${id} decommissioning`,
+      MEMBERSHIP_TIMEOUTS_MS.decommission,
+      async () => {
+        const s = await this.#admin("DecommissionNode", id);
+        return s.state === "decommissioning" || s.state === "decommissioned" ? s : undefined;
+      },
+    );
+    if (first.state !== "decommissioning") return;
+    try {
+      await this.#until(`a replica leaves ${id}`, 5_000, async () => {
+        const s = await this.#admin("GetNode", id);
+        return s.replicas < first.replicas || s.state !== "decommissioning" ? s : undefined;
+      });
+    } catch {
+      // None left within 5 s (the moves held up by the faults): recommissioned all the same.
+    }
+    const back = await this.#until(
+      `${id} recommissioned`,
+      MEMBERSHIP_TIMEOUTS_MS.remove,
+      async () => {
+        const now = await this.#admin("GetNode", id);
+        if (now.state !== "decommissioning") return now;
+        return this.#admin("RecommissionNode", id);
+      },
+    );
+    if (back.state === "active") r.phases["recommissioned"] = Math.round(this.#now() - t0);
+    else r.detail += ` (${back.state} before the recommission)`;
   }
 
   /** SIGKILLs `id` for good; once dead and re-replicated, removes it. */
