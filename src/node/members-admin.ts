@@ -11,7 +11,7 @@
  * group and comes back only as a new member (an empty data directory, under its id or another).
  */
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
-import type { MetaState } from "../cluster/index.ts";
+import type { MemberState, MetaState } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { type ClusterState, errorCodeOf } from "./cluster.ts";
 
@@ -31,6 +31,15 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
   const standingOf = (node: string): NodeStanding => {
     const meta = metaNow();
     return { state: meta.stateOf(node) ?? "", replicas: meta.replicaCounts().get(node) ?? 0 };
+  };
+  /**
+   * Proposes member `node`'s state `to`, and answers its standing with it: the proposal resolves
+   * once the meta leader applied it, which this node's copy of the meta group may not have yet
+   * (it answered a recommission through another node "decommissioning").
+   */
+  const setState = async (node: string, to: MemberState): Promise<NodeStanding> => {
+    await cluster.propose({ op: "set-state", id: node, state: to }, PROPOSE_TIMEOUT_MS);
+    return { ...standingOf(node), state: to };
   };
   const known = (meta: MetaState, node: string): void => {
     if (meta.stateOf(node) === undefined) {
@@ -65,10 +74,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
             `decommissioning ${node} would leave ${roomy.length} active member(s) with room on their disk for replication factor ${meta.replicationFactor} (full: ${full}; cluster.disk_full_percent): its replicas would have nowhere to go; free disk or add a member first`,
           );
         }
-        await cluster.propose(
-          { op: "set-state", id: node, state: "decommissioning" },
-          PROPOSE_TIMEOUT_MS,
-        );
+        return setState(node, "decommissioning");
       } else if (state !== "decommissioning" && state !== "decommissioned") {
         throw new CairnError(
           "CAIRN_ERR_INVALID_ARGUMENT",
@@ -82,7 +88,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       known(meta, node);
       const state = meta.stateOf(node);
       if (state === "decommissioning") {
-        await cluster.propose({ op: "set-state", id: node, state: "active" }, PROPOSE_TIMEOUT_MS);
+        return setState(node, "active");
       } else if (state !== "active") {
         throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", notRecommissioned(node, state));
       }
@@ -97,10 +103,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       known(meta, node);
       if (meta.stateOf(node) !== "removed") {
         try {
-          await cluster.propose(
-            { op: "set-state", id: node, state: "removed" },
-            PROPOSE_TIMEOUT_MS,
-          );
+          return await setState(node, "removed");
         } catch (err) {
           // Refused by the meta group (whose state this node's may trail by a moment): what to
           // do, by the state here, in place of the meta group's words.

@@ -1,0 +1,83 @@
+/**
+ * Admin's member calls (src/node/members-admin.ts) on a node whose copy of the meta group trails
+ * its leader: each answers the state its proposal set, and each refusal says what to do.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  ClusterViewPublisher,
+  type MetaCommand,
+  type MetaMember,
+  MetaState,
+} from "../../src/cluster/index.ts";
+import type { CairnError } from "../../src/common/errors.ts";
+import { loadConfig } from "../../src/config/index.ts";
+import { ClusterState, metaRefusal } from "../../src/node/cluster.ts";
+import { memberAdmin } from "../../src/node/members-admin.ts";
+import { silentLogger } from "../../src/ops/index.ts";
+
+const config = loadConfig({
+  env: { CAIRN_NODE_ID: "n1", CAIRN_SEED_NODES: "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003" },
+});
+const member = (i: number): MetaMember => ({
+  id: `n${i}`,
+  rpcAddr: `127.0.0.1:700${i}`,
+  httpAddr: `127.0.0.1:800${i}`,
+});
+
+/** Five members, n4 decommissioning; this node's state and the meta leader's start alike. */
+function setup(): { cs: ClusterState; leader: () => MetaState } {
+  let s = MetaState.empty();
+  const cmds: MetaCommand[] = [
+    {
+      op: "bootstrap",
+      clusterId: "c1",
+      totalShards: 64,
+      replicationFactor: 3,
+      members: [1, 2, 3, 4, 5].map(member),
+    },
+    { op: "set-state", id: "n4", state: "decommissioning" },
+  ];
+  for (const c of cmds) s = s.apply(c).state;
+  const cs = new ClusterState(config, silentLogger, new ClusterViewPublisher(64), "inc", () => {});
+  cs.applied(s);
+  let leader = s;
+  // The meta leader is another node: a proposal resolves once applied there, not here.
+  cs.attach({
+    propose: (cmd) => {
+      const r = leader.apply(cmd);
+      if (r.outcome.kind === "rejected") return Promise.reject(metaRefusal(r.outcome));
+      leader = r.state;
+      return Promise.resolve();
+    },
+  });
+  return { cs, leader: () => leader };
+}
+
+describe("memberAdmin", () => {
+  it("answers the state a change set, before this node applied it", async () => {
+    const { cs, leader } = setup();
+    const admin = memberAdmin(cs);
+    assert.equal((await admin.recommission("n4")).state, "active");
+    assert.equal(leader().stateOf("n4"), "active");
+    assert.equal((await admin.decommission("n3")).state, "decommissioning");
+    assert.equal(leader().stateOf("n3"), "decommissioning");
+    // Its own copy still has the states before: GetNode answers what this node knows.
+    assert.equal((await admin.standing("n4")).state, "decommissioning");
+  });
+
+  it("refuses what a member's life does not allow, saying what to do", async () => {
+    const { cs } = setup();
+    const admin = memberAdmin(cs);
+    const refused = async (p: Promise<unknown>, re: RegExp): Promise<void> =>
+      assert.rejects(
+        p,
+        (e: CairnError) => e.code === "CAIRN_ERR_INVALID_ARGUMENT" && re.test(e.message),
+      );
+    await refused(admin.remove("n2"), /member n2 is active: decommission it first/);
+    await refused(admin.remove("n4"), /still decommissioning, 1 replica\(s\) left/);
+    await refused(admin.recommission("n9"), /"n9" is not a member/);
+    // An active member: recommissioning it changes nothing.
+    assert.equal((await admin.recommission("n2")).state, "active");
+  });
+});
