@@ -18,7 +18,16 @@ import { type ClusterState, errorCodeOf } from "./cluster.ts";
 /** How long a member call waits for the meta group. */
 const PROPOSE_TIMEOUT_MS = 10_000;
 
-export function memberAdmin(cluster: ClusterState): MemberAdmin {
+/**
+ * `syncMeta` brings this node's copy of the meta group up to the group's commit (a ReadIndex of
+ * shard 0, MultiRaft.syncMeta): every call decides on the meta state as committed, not as this
+ * node applied it so far. (On a node that trailed, RecommissionNode right after a decommission
+ * found the member still `active` and answered so, changing nothing: chaos seeds 6005–6007.)
+ */
+export function memberAdmin(
+  cluster: ClusterState,
+  syncMeta: () => Promise<void> = () => Promise.resolve(),
+): MemberAdmin {
   const metaNow = (): MetaState => {
     const meta = cluster.meta;
     if (meta === null || meta.clusterId === null) {
@@ -27,6 +36,29 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       });
     }
     return meta;
+  };
+  const synced = async (): Promise<MetaState> => {
+    metaNow();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new CairnError(
+              "CAIRN_ERR_TIMEOUT",
+              `the meta group did not confirm its state within ${PROPOSE_TIMEOUT_MS} ms`,
+              { retryable: true },
+            ),
+          ),
+        PROPOSE_TIMEOUT_MS,
+      );
+    });
+    try {
+      await Promise.race([syncMeta(), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return metaNow();
   };
   const standingOf = (node: string): NodeStanding => {
     const meta = metaNow();
@@ -52,7 +84,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
   };
   return {
     async decommission(node) {
-      const meta = metaNow();
+      const meta = await synced();
       known(meta, node);
       const state = meta.stateOf(node);
       if (state === "active") {
@@ -84,7 +116,7 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       return standingOf(node);
     },
     async recommission(node) {
-      const meta = metaNow();
+      const meta = await synced();
       known(meta, node);
       const state = meta.stateOf(node);
       if (state === "decommissioning") {
@@ -95,11 +127,11 @@ export function memberAdmin(cluster: ClusterState): MemberAdmin {
       return standingOf(node);
     },
     async standing(node) {
-      known(metaNow(), node);
+      known(await synced(), node);
       return standingOf(node);
     },
     async remove(node) {
-      const meta = metaNow();
+      const meta = await synced();
       known(meta, node);
       if (meta.stateOf(node) !== "removed") {
         try {

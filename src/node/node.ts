@@ -639,7 +639,13 @@ export class CairnNode implements HealthSource {
           : {}),
       ...(cluster === null
         ? {}
-        : { memberAdmin: memberAdmin(cluster), staleViewReason: () => cluster.staleViewReason() }),
+        : {
+            // A shard worker without shard 0 syncs through worker 0, which holds it.
+            memberAdmin: memberAdmin(cluster, () =>
+              cell === null || cell.index === 0 ? store.syncMeta() : cell.meta.sync(),
+            ),
+            staleViewReason: () => cluster.staleViewReason(),
+          }),
       ...(cell === null || cell.count === 1 ? {} : { tunnels: cell.tunnels }),
     });
     const rpc = await this.#rpc.start();

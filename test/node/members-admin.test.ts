@@ -26,7 +26,7 @@ const member = (i: number): MetaMember => ({
 });
 
 /** Five members, n4 decommissioning; this node's state and the meta leader's start alike. */
-function setup(): { cs: ClusterState; leader: () => MetaState } {
+function setup(): { cs: ClusterState; leader: () => MetaState; founded: MetaState } {
   let s = MetaState.empty();
   const cmds: MetaCommand[] = [
     {
@@ -39,6 +39,7 @@ function setup(): { cs: ClusterState; leader: () => MetaState } {
     { op: "set-state", id: "n4", state: "decommissioning" },
   ];
   for (const c of cmds) s = s.apply(c).state;
+  const founded = MetaState.empty().apply(cmds[0] as MetaCommand).state;
   const cs = new ClusterState(config, silentLogger, new ClusterViewPublisher(64), "inc", () => {});
   cs.applied(s);
   let leader = s;
@@ -51,7 +52,7 @@ function setup(): { cs: ClusterState; leader: () => MetaState } {
       return Promise.resolve();
     },
   });
-  return { cs, leader: () => leader };
+  return { cs, leader: () => leader, founded };
 }
 
 describe("memberAdmin", () => {
@@ -64,6 +65,22 @@ describe("memberAdmin", () => {
     assert.equal(leader().stateOf("n3"), "decommissioning");
     // Its own copy still has the states before: GetNode answers what this node knows.
     assert.equal((await admin.standing("n4")).state, "decommissioning");
+  });
+
+  it("decides on the state the meta group committed, not the one this node applied so far", async () => {
+    const { cs, leader, founded } = setup();
+    cs.applied(founded); // this node trails: n4 still active here, decommissioning at the leader
+    let syncs = 0;
+    const admin = memberAdmin(cs, () => {
+      syncs++;
+      cs.applied(leader());
+      return Promise.resolve();
+    });
+    assert.equal((await admin.standing("n4")).state, "decommissioning");
+    // Recommissioning found n4 active here and changed nothing; it is active again now.
+    assert.equal((await admin.recommission("n4")).state, "active");
+    assert.equal(leader().stateOf("n4"), "active");
+    assert.equal(syncs, 2);
   });
 
   it("refuses what a member's life does not allow, saying what to do", async () => {
