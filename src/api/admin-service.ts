@@ -96,34 +96,23 @@ export function adminService(
       );
     },
 
-    DecommissionNode(
-      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
-      callback: sendUnaryData<NodeStatus>,
-    ) {
-      memberCall("DecommissionNode", call.request.node_id, (m, id) => m.decommission(id), callback);
-    },
-
-    RemoveNode(
-      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
-      callback: sendUnaryData<NodeStatus>,
-    ) {
-      memberCall("RemoveNode", call.request.node_id, (m, id) => m.remove(id), callback);
-    },
-
-    RecommissionNode(
-      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
-      callback: sendUnaryData<NodeStatus>,
-    ) {
-      memberCall("RecommissionNode", call.request.node_id, (m, id) => m.recommission(id), callback);
-    },
-
-    GetNode(
-      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
-      callback: sendUnaryData<NodeStatus>,
-    ) {
-      memberCall("GetNode", call.request.node_id, (m, id) => m.standing(id), callback, false);
-    },
+    DecommissionNode: memberHandler("DecommissionNode", (m, id) => m.decommission(id)),
+    RemoveNode: memberHandler("RemoveNode", (m, id) => m.remove(id)),
+    RecommissionNode: memberHandler("RecommissionNode", (m, id) => m.recommission(id)),
+    GetNode: memberHandler("GetNode", (m, id) => m.standing(id), false),
   };
+
+  /** A member call's handler: `run` on the member named by the request (memberCall). */
+  function memberHandler(
+    method: string,
+    run: (m: MemberAdmin, node: string) => Promise<NodeStanding>,
+    logged = true,
+  ) {
+    return (
+      call: ServerUnaryCall<NodeRequest__Output, NodeStatus>,
+      callback: sendUnaryData<NodeStatus>,
+    ): void => memberCall(method, call.request.node_id, run, callback, logged);
+  }
 
   function memberCall(
     method: string,
