@@ -13,6 +13,15 @@ export {
   type MembershipStats,
 } from "./membership.ts";
 
+// Sealed gossip (cluster.gossip_key_file).
+export {
+  GossipSeal,
+  type GossipPlaintext,
+  MAX_SEALED_BYTES,
+  SEAL_OVERHEAD,
+  type SealFailureReason,
+} from "./seal.ts";
+
 // Metrics the driver feeds.
 export {
   type DropReason,

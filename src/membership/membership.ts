@@ -5,7 +5,8 @@
  * is the pure core's (core/swim.ts).
  *
  * Datagrams that do not decode (random bytes, truncated, wrong version, oversized) are counted
- * by reason and dropped; they never reach the core and never throw.
+ * by reason and dropped; they never reach the core and never throw. With gossip keys (`seal`,
+ * seal.ts) every datagram is sealed on its way out and must open on its way in.
  */
 import { randomInt } from "node:crypto";
 import dgram from "node:dgram";
@@ -16,7 +17,6 @@ import { CairnError, seededRng, type Rng } from "../common/index.ts";
 import {
   decodeMessage,
   DEFAULT_TICK_MS,
-  type DecodeFailureReason,
   encodeMessage,
   type MemberEvent,
   type MemberEventKind,
@@ -30,7 +30,17 @@ import {
   type SwimConfig,
   validateMeta,
 } from "./core/index.ts";
-import { type MembershipMetrics, noopMembershipMetrics } from "./metrics.ts";
+import { type DropReason, type MembershipMetrics, noopMembershipMetrics } from "./metrics.ts";
+import { type GossipSeal, isSealed, type SealFailureReason } from "./seal.ts";
+
+/** What each reason a datagram did not open means, for the log line that reports it. */
+const SEAL_FAILURES: Readonly<Record<SealFailureReason, string>> = {
+  "no-key": "sealed, and this node has no cluster.gossip_key_file",
+  "unknown-key": "sealed with a key cluster.gossip_key_file does not list",
+  "bad-seal": "does not open: forged, altered or cut short",
+  unsealed: "cleartext, and cluster.gossip_plaintext is refuse",
+  oversized: "longer than any sealed datagram",
+};
 
 export interface MembershipLogger {
   info(message: string, fields?: Record<string, unknown>): void;
@@ -60,6 +70,8 @@ export interface MembershipOptions {
   readonly joinBackoffMs?: { readonly initial: number; readonly max: number };
   /** How often seeds that are not live members are contacted again (0: never). */
   readonly seedRecontactMs?: number;
+  /** `cluster.gossip_key_file`: seals what is sent and opens what arrives (seal.ts). */
+  readonly seal?: GossipSeal;
 }
 
 /** A membership change with the member list as it is right after it. */
@@ -73,7 +85,7 @@ export interface MembershipStats {
   readonly datagramsReceived: number;
   readonly datagramsSent: number;
   readonly sendErrors: number;
-  readonly dropped: Readonly<Partial<Record<DecodeFailureReason, number>>>;
+  readonly dropped: Readonly<Partial<Record<DropReason, number>>>;
 }
 
 /** join() gave up because the membership was closed first. */
@@ -132,7 +144,7 @@ export class Membership {
     datagramsReceived: 0,
     datagramsSent: 0,
     sendErrors: 0,
-    dropped: {} as Partial<Record<DecodeFailureReason, number>>,
+    dropped: {} as Partial<Record<DropReason, number>>,
   };
 
   /** Binds the socket and starts the protocol. Call join() to find the cluster. */
@@ -331,12 +343,17 @@ export class Membership {
   #receive(msg: Buffer, rinfo: dgram.RemoteInfo): void {
     if (this.#closed) return;
     this.#stats.datagramsReceived += 1;
-    const decoded = decodeMessage(msg);
-    if (!decoded.ok) {
-      this.#stats.dropped[decoded.reason] = (this.#stats.dropped[decoded.reason] ?? 0) + 1;
-      this.#metrics.onDatagramDropped(decoded.reason);
-      return;
+    const seal = this.#options.seal;
+    let bytes: Uint8Array = msg;
+    if (seal !== undefined) {
+      const opened = seal.unwrap(msg);
+      if (!opened.ok) return this.#dropUnopened(opened.reason, rinfo);
+      bytes = opened.bytes;
+    } else if (isSealed(msg)) {
+      return this.#dropUnopened("no-key", rinfo);
     }
+    const decoded = decodeMessage(bytes);
+    if (!decoded.ok) return this.#drop(decoded.reason);
     const m = decoded.message;
     if (m.type === "ack") {
       const sentAt = this.#pingSentAt.get(m.seq);
@@ -349,6 +366,26 @@ export class Membership {
     this.#flush();
   }
 
+  /**
+   * A datagram the keys do not open (or that has none): counted, and logged once a period per
+   * reason and sender, so that an operator sees a member on other keys, or an intruder.
+   */
+  #dropUnopened(reason: SealFailureReason, rinfo: dgram.RemoteInfo): void {
+    this.#drop(reason);
+    const from = formatAddr(rinfo.address, rinfo.port);
+    if (!this.#shouldReport(`seal ${reason} ${from}`)) return;
+    this.#log.warn("gossip datagram dropped: not sealed with this node's gossip keys", {
+      reason,
+      from,
+      why: SEAL_FAILURES[reason],
+    });
+  }
+
+  #drop(reason: DropReason): void {
+    this.#stats.dropped[reason] = (this.#stats.dropped[reason] ?? 0) + 1;
+    this.#metrics.onDatagramDropped(reason);
+  }
+
   /** Carries out what the core asks: send, then report. */
   #flush(): void {
     const ready = this.#swim.takeReady();
@@ -359,6 +396,7 @@ export class Membership {
       let bytes: Uint8Array;
       try {
         bytes = encodeMessage(out.message);
+        if (this.#options.seal !== undefined) bytes = this.#options.seal.wrap(bytes);
       } catch (e) {
         this.#log.error("membership could not encode a message (a bug)", { error: String(e) });
         continue;

@@ -11,6 +11,7 @@
  * "Live" counts alive and suspect members: a suspect member is still a member until declared dead.
  */
 import type { DecodeFailureReason } from "./core/index.ts";
+import type { SealFailureReason } from "./seal.ts";
 
 /**
  * Upper bounds (ms) of the `swim_gossip_latency_ms` buckets: exponential, factor 2, from 1 ms to
@@ -21,8 +22,8 @@ export const GOSSIP_LATENCY_BUCKETS_MS: readonly number[] = [
   1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
 ];
 
-/** Why a datagram was dropped: the decoder's verdict (see core/codec.ts). */
-export type DropReason = DecodeFailureReason;
+/** Why a datagram was dropped: the seal's verdict (seal.ts), then the decoder's (core/codec.ts). */
+export type DropReason = SealFailureReason | DecodeFailureReason;
 
 export interface MembershipMetrics {
   onClusterSize(liveMembers: number): void;
