@@ -61,8 +61,9 @@ Options:
   --logs WHERE          stdout (default: every line prefixed with the node id) or files
                         (<base-dir>/n<i>.log)
   --wait-ms MS          how long to wait for every /health/quick to answer 200 (default 60000)
-  --tls                 TLS between clients and nodes and between the nodes: a CA and each
-                        node's certificate are made in <base-dir>/certs (cairn cert, once; kept)
+  --tls                 TLS between clients and nodes and between the nodes, and sealed gossip:
+                        a CA, each node's certificate and a gossip key are made in
+                        <base-dir>/certs (cairn cert, once; kept)
   -h, --help            show this help
 
 CAIRN_* variables of the environment reach every node (e.g. CAIRN_LOG_LEVEL=debug); the
@@ -170,7 +171,8 @@ function certCommand(args: readonly string[]): void {
 
 /**
  * A TLS cluster's certificates in `<base-dir>/certs`: a CA (once), and for node n<i> n<i>.crt
- * and n<i>.key (once), naming its id and its rpc host; each node's tls.* settings.
+ * and n<i>.key (once), naming its id and its rpc host; a gossip key (once); each node's tls.*
+ * and cluster.gossip_key_file settings.
  */
 function tlsSettings(
   opts: Options,
@@ -180,6 +182,8 @@ function tlsSettings(
   const dir = join(opts.baseDir, "certs");
   const ca = join(dir, "ca.crt");
   if (!existsSync(ca)) certCommand(["create-ca", "--certs-dir", dir]);
+  const gossipKey = join(dir, "gossip.key");
+  if (!existsSync(gossipKey)) certCommand(["create-gossip-key", "--certs-dir", dir]);
   ids.forEach((id, k) => {
     if (existsSync(join(dir, `${id}.crt`))) return;
     const hosts = [...new Set([hostOf(k + 1), "localhost"])].flatMap((h) => ["--host", h]);
@@ -193,6 +197,7 @@ function tlsSettings(
       CAIRN_TLS_CERT_FILE: join(dir, `${ids[k - 1]}.crt`),
       CAIRN_TLS_KEY_FILE: join(dir, `${ids[k - 1]}.key`),
       CAIRN_TLS_PEER_CA_FILE: ca,
+      CAIRN_CLUSTER_GOSSIP_KEY_FILE: gossipKey,
     }),
   };
 }

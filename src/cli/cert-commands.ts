@@ -1,13 +1,15 @@
 /**
- * `cairn cert create-ca | create-node ID --host H... | create-client NAME`: the certificates of
- * TLS and mutual TLS (docs/operations.md, "Security"), made with the `openssl` binary in a
- * certificates directory, as `cockroach cert` does:
+ * `cairn cert create-ca | create-node ID --host H... | create-client NAME | create-gossip-key`:
+ * the certificates of TLS and mutual TLS (docs/operations.md, "Security"), made with the
+ * `openssl` binary in a certificates directory, as `cockroach cert` does, and the key that seals
+ * SWIM's gossip (made with node:crypto):
  *
  *   ca.crt, ca.key                  the CA (keep ca.key off the nodes)
  *   node.crt, node.key              a node: CN = its node id, the id and the --host names and
  *                                   addresses as subject alternative names, for server and
  *                                   client use (its peers check the id: src/common/peer-tls.ts)
  *   client.NAME.crt, client.NAME.key  a client: CN = NAME, OU = its role (--role), for client use
+ *   gossip.key                      cluster.gossip_key_file: one random key (src/common/gossip-keys.ts)
  *
  * Keys are ECDSA P-256, written 0600; an existing file is never overwritten without --overwrite.
  */
@@ -19,12 +21,14 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { isRole } from "../common/auth-tokens.ts";
+import { GOSSIP_KEY_BYTES } from "../common/gossip-keys.ts";
 import { EXIT, UsageError } from "./common.ts";
 import type { Io } from "./io.ts";
 
-export const CERT_HELP = `Usage: cairn cert <create-ca | create-node ID --host HOST... | create-client NAME> [options]
+export const CERT_HELP = `Usage: cairn cert <create-ca | create-node ID --host HOST... | create-client NAME | create-gossip-key> [options]
 
-Creates TLS certificates with the openssl binary (on the PATH) in a certificates directory:
+Creates TLS certificates with the openssl binary (on the PATH) in a certificates directory, and
+the key that seals the nodes' gossip:
 
   create-ca                 ca.crt and ca.key: the CA that signs the others (keep ca.key safe,
                             off the nodes)
@@ -34,6 +38,8 @@ Creates TLS certificates with the openssl binary (on the PATH) in a certificates
                             files away before the next
   create-client NAME        client.NAME.crt and client.NAME.key (CN NAME, OU its --role), for
                             mutual TLS
+  create-gossip-key         gossip.key: a new random key for cluster.gossip_key_file (the same
+                            file on every node; to rotate, list a second key: docs/operations.md)
 
 Options:
   --certs-dir DIR   where the files go (default certs); created if missing
@@ -48,14 +54,22 @@ Options:
   -h, --help        show this help
 
 A node serves TLS with tls.cert_file DIR/node.crt and tls.key_file DIR/node.key; with
-tls.client_ca_file DIR/ca.crt it asks clients for a certificate (mutual TLS). Clients:
+tls.client_ca_file DIR/ca.crt it asks clients for a certificate (mutual TLS), and with
+cluster.gossip_key_file DIR/gossip.key it seals its gossip. Clients:
 cairn --cacert DIR/ca.crt [--cert DIR/client.NAME.crt --key DIR/client.NAME.key] ...
 
 Examples:
   cairn cert create-ca --certs-dir certs
   cairn cert create-node n1 --host localhost --host 127.0.0.1 --certs-dir certs
   cairn cert create-client alice --certs-dir certs
+  cairn cert create-gossip-key --certs-dir certs
 `;
+
+/** The comment a new gossip key file starts with. */
+const GOSSIP_KEY_FILE_HEADER =
+  "# cluster.gossip_key_file: the first key seals what a node sends, every key opens what it\n" +
+  "# receives. To rotate: add a new key (cairn cert create-gossip-key) as a second line on every\n" +
+  "# node, then move it first on every node, then remove the old one.\n";
 
 class CertError extends Error {}
 
@@ -246,8 +260,22 @@ export function cert(argv: readonly string[], io: Io): number {
         );
         break;
       }
+      case "create-gossip-key": {
+        if (name !== undefined) throw new UsageError(`unexpected argument ${JSON.stringify(name)}`);
+        if (values.days !== undefined) throw new UsageError("--days is for certificates only");
+        const file = join(dir, "gossip.key");
+        if (!overwrite && existsSync(file))
+          throw new UsageError(`${file} exists; pass --overwrite to replace it`);
+        mkdirSync(dir, { recursive: true });
+        const key = randomBytes(GOSSIP_KEY_BYTES).toString("base64");
+        writeFileSync(file, `${GOSSIP_KEY_FILE_HEADER}${key}\n`, { mode: 0o600 });
+        io.stdout.write(`wrote ${file}\n`);
+        return EXIT.ok;
+      }
       case undefined:
-        throw new UsageError("missing the subcommand: create-ca, create-node or create-client");
+        throw new UsageError(
+          "missing the subcommand: create-ca, create-node, create-client or create-gossip-key",
+        );
       default:
         throw new UsageError(`unknown subcommand ${JSON.stringify(sub)}`);
     }

@@ -38,7 +38,8 @@ Commands:
                     move every replica off a member (or cancel that), retire a
                     dead or decommissioned one for good, or show its standing
   bench WORKLOAD    load-test: put, get or mixed (throughput, latency percentiles)
-  cert SUBCOMMAND   create TLS certificates: create-ca, create-node ID, create-client NAME
+  cert SUBCOMMAND   create TLS certificates: create-ca, create-node ID, create-client NAME;
+                    and create-gossip-key (cluster.gossip_key_file)
   serve             run a node
   version           print the version
 

@@ -12,6 +12,7 @@
 import { readFileSync } from "node:fs";
 import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
+import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
 import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
 import { readTokensFile, TokensFileError } from "../common/auth-tokens.ts";
 import { isUnspecifiedHost, parseHostPort } from "./address.ts";
@@ -39,6 +40,8 @@ export interface CairnConfig {
     readonly dead_after_ms: number;
     readonly disk_full_percent: number;
     readonly max_joining: number;
+    readonly gossip_key_file: string | undefined;
+    readonly gossip_plaintext: "refuse" | "accept" | "send";
     readonly rebalance: {
       readonly max_moves: number;
       readonly tolerance: number;
@@ -408,6 +411,7 @@ function checkAcrossKeys(
 
   checkTls(values, sourceOf, issues);
   checkAuth(values, sourceOf, issues);
+  checkGossipKeys(values, sourceOf, issues);
 
   const maxKey = values.get("limits.max_key_bytes");
   const maxValue = values.get("limits.max_value_bytes");
@@ -546,6 +550,43 @@ function checkAuth(
   } catch (err) {
     if (!(err instanceof TokensFileError)) throw err;
     issues.push(issue("auth.tokens_file", sourceOf("auth.tokens_file"), `${file}: ${err.reason}`));
+  }
+}
+
+/**
+ * `cluster.gossip_key_file` reads well (readGossipKeyFile: one base64 key of 32 bytes a line, at
+ * most MAX_GOSSIP_KEYS), and `cluster.gossip_plaintext` is set only with it.
+ */
+function checkGossipKeys(
+  values: Map<string, unknown>,
+  sourceOf: (key: string) => string,
+  issues: ConfigIssue[],
+): void {
+  const file = values.get("cluster.gossip_key_file");
+  if (typeof file !== "string") {
+    const source = sourceOf("cluster.gossip_plaintext");
+    if (source !== "default") {
+      issues.push(
+        issue(
+          "cluster.gossip_plaintext",
+          source,
+          `needs cluster.gossip_key_file: without gossip keys every datagram is cleartext, got ${show(values.get("cluster.gossip_plaintext"))}`,
+        ),
+      );
+    }
+    return;
+  }
+  try {
+    readGossipKeyFile(file);
+  } catch (err) {
+    if (!(err instanceof GossipKeyFileError)) throw err;
+    issues.push(
+      issue(
+        "cluster.gossip_key_file",
+        sourceOf("cluster.gossip_key_file"),
+        `${file}: ${err.reason}`,
+      ),
+    );
   }
 }
 

@@ -22,6 +22,11 @@ import {
   type ShardView,
 } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
+import {
+  GossipKeyFileWatch,
+  readGossipKeyFile,
+  stampGossipKeyFile,
+} from "../common/gossip-keys.ts";
 import { PeerTls } from "../common/peer-tls.ts";
 import { SoonestTimer } from "../common/soonest-timer.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
@@ -36,6 +41,7 @@ import {
   type ShardHealth,
 } from "../ops/index.ts";
 import {
+  GossipSeal,
   Membership,
   type MemberView as SwimMember,
   ShardCountMismatchError,
@@ -171,6 +177,7 @@ export class CairnNode implements HealthSource {
   #rpc: RpcServer | null = null;
   #http: OpsHttpServer | null = null;
   #membership: Membership | null = null;
+  #gossipKeysWatch: GossipKeyFileWatch | null = null;
   #addresses: NodeAddresses = { rpc: "", http: "" };
   #stopping: Promise<void> | null = null;
   readonly #onFatal: (err: unknown) => void;
@@ -936,6 +943,44 @@ export class CairnNode implements HealthSource {
   }
 
   /**
+   * The seal of SWIM's datagrams when `cluster.gossip_key_file` is set in a cluster (its keys
+   * read again when the file changes: a file that no longer reads well is reported and the keys
+   * before kept), or null. The configuration checked the file at start.
+   */
+  #gossipSeal(): GossipSeal | null {
+    const c = this.config.cluster;
+    const log = this.#log.child("membership");
+    if (c.seed_nodes.length === 0) return null; // a single node: no one to gossip with
+    if (c.gossip_key_file === undefined) {
+      if (this.config.tls.cert_file !== undefined) {
+        log.warn(
+          "SWIM gossip is cleartext beside TLS: a host that reaches the UDP port can make it believe a member dead (set cluster.gossip_key_file)",
+        );
+      }
+      return null;
+    }
+    const file = c.gossip_key_file;
+    const readAt = stampGossipKeyFile(file);
+    const seal = new GossipSeal(readGossipKeyFile(file), c.gossip_plaintext);
+    log.info("gossip sealed", { keys: seal.keyCount, plaintext: seal.plaintext });
+    this.#gossipKeysWatch = new GossipKeyFileWatch(
+      file,
+      readAt,
+      (keys) => {
+        seal.setKeys(keys);
+        log.info("gossip keys reloaded", { file, keys: keys.length });
+      },
+      (err) =>
+        log.error("gossip keys not reloaded: the keys before are kept", {
+          file,
+          reason: err.reason,
+          code: err.code,
+        }),
+    );
+    return seal;
+  }
+
+  /**
    * Starts SWIM on the RPC port number (UDP) and joins through the seeds in the background; the
    * cluster view, `/health`'s `nodes` and the swim_* metrics follow its events. A seed that
    * refuses this node's total_shards is fatal: the node must not serve a cluster it disagrees with.
@@ -950,6 +995,7 @@ export class CairnNode implements HealthSource {
       host: bindHost.ok ? bindHost.value.host : rpc.value.host,
       port: rpc.value.port,
     });
+    const seal = this.#gossipSeal();
     // SWIM's UDP socket on the gRPC port's number: a failure to bind names rpc_addr.
     const membership = await Membership.start({
       nodeId: c.node_id,
@@ -960,6 +1006,7 @@ export class CairnNode implements HealthSource {
       seeds: c.cluster.seed_nodes,
       metrics: this.metrics.membershipMetrics,
       logger: this.#log.child("membership"),
+      ...(seal === null ? {} : { seal }),
     }).catch((err: unknown) => {
       throw (err as NodeJS.ErrnoException).syscall === "bind"
         ? bindErrorFor(err, bindAddr, "rpc_addr")
@@ -1219,6 +1266,7 @@ export class CairnNode implements HealthSource {
     this.#cluster?.close();
     // Tell the cluster first, so peers stop routing here while we drain.
     await this.#membership?.leave().catch(() => undefined);
+    this.#gossipKeysWatch?.close();
     await this.#rpc?.close(drainMs);
     if (this.#cell !== null && this.#serving) await this.#cell.drained();
     const left = Math.max(0, drainMs - (performance.now() - started));

@@ -263,7 +263,7 @@ export class CairnMetrics {
     });
     this.#droppedDatagrams = new Counter({
       name: "cairn_swim_dropped_datagrams_total",
-      help: "SWIM datagrams dropped by the decoder, by reason.",
+      help: "SWIM datagrams dropped, by reason: the decoder's, or with gossip keys the seal's (unsealed, unknown-key, bad-seal, no-key).",
       labelNames: ["reason"],
       registers,
     });

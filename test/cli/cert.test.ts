@@ -13,6 +13,7 @@ import { after, describe, it } from "node:test";
 import { credentials } from "@grpc/grpc-js";
 import { connect, type Reply } from "../support/grpc-client.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
+import { readGossipKeyFile } from "../../src/common/gossip-keys.ts";
 import { certCommand } from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-cli-cert-"));
@@ -179,6 +180,30 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     assert.equal(badName.code, 2);
     assert.match(badName.err, /the client NAME "a\/b" must be/);
     assert.equal(certCommand(["create-thing"]).code, 2);
+  });
+
+  it("creates a gossip key the configuration takes, 0600, once; without openssl", () => {
+    const certs = join(dir, "gossip");
+    const path = process.env["PATH"];
+    process.env["PATH"] = join(dir, "no-such-bin"); // node:crypto makes it, not openssl
+    try {
+      const made = certCommand(["create-gossip-key", "--certs-dir", certs]);
+      assert.equal(made.code, 0, made.err);
+      assert.match(made.out, /wrote \S*gossip\.key/);
+    } finally {
+      process.env["PATH"] = path;
+    }
+    const file = join(certs, "gossip.key");
+    assert.equal(statSync(file).mode & 0o777, 0o600);
+    const keys = readGossipKeyFile(file);
+    assert.equal(keys.length, 1);
+    assert.equal(keys[0].key.length, 32);
+    const again = certCommand(["create-gossip-key", "--certs-dir", certs]);
+    assert.equal(again.code, 2);
+    assert.match(again.err, /gossip\.key exists; pass --overwrite/);
+    assert.equal(certCommand(["create-gossip-key", "--certs-dir", certs, "--overwrite"]).code, 0);
+    assert.ok(!readGossipKeyFile(file)[0].key.equals(keys[0].key), "a new key");
+    assert.equal(certCommand(["create-gossip-key", "extra", "--certs-dir", certs]).code, 2);
   });
 
   it("says so when the openssl binary is missing", () => {

@@ -56,6 +56,8 @@ describe("loadConfig", () => {
       dead_after_ms: 300_000,
       disk_full_percent: 95,
       max_joining: 8,
+      gossip_key_file: undefined,
+      gossip_plaintext: "refuse",
       rebalance: { max_moves: 4, tolerance: 2, rate_bytes_per_sec: 4 * 1024 * 1024 },
     });
     assert.equal(c.telemetry.prometheus.enabled, true);
@@ -201,7 +203,7 @@ describe("loadConfig", () => {
     );
     assert.match(
       err.message,
-      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, disk_full_percent, max_joining, rebalance/,
+      /cluster\.total_shard \(from .*\): unknown key; cluster accepts seed_nodes, total_shards, replication_factor, bootstrap_expect, dead_after_ms, disk_full_percent, max_joining, gossip_key_file, gossip_plaintext, rebalance/,
     );
   });
 
@@ -339,6 +341,7 @@ describe("loadConfig", () => {
       "auth-tokens-file",
       "config",
       "data-dir",
+      "gossip-key-file",
       "http-addr",
       "log-level",
       "node-id",

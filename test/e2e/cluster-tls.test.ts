@@ -8,6 +8,11 @@
  * - a peer's call whose certificate names another node (an impostor with a certificate the peer
  *   CA signed for n9, calling as n2) is refused PERMISSION_DENIED, and one with a client's
  *   certificate too; both counted as refused peer calls;
+ * - the gossip is sealed (cluster.gossip_key_file): a forged cleartext datagram declaring n2 dead
+ *   and one sealed under another key are dropped, counted and logged, and n2 stays alive; the key
+ *   is rotated by rewriting the file three times under the running nodes (no restart), after which
+ *   n1 seals with the new key and drops the old one's datagrams, and the rest of the test runs on
+ *   the new key;
  * - a node SIGKILLed, written past and its shards' logs compacted, then restarted: it catches up
  *   by snapshot (over TLS), and every replica holds every acknowledged write;
  * - a cleartext node joining the TLS cluster is refused with a clear error on its side (the TLS
@@ -16,12 +21,22 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import dgram from "node:dgram";
+import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, describe, it } from "node:test";
 import { Client, credentials, Metadata, type ServiceError } from "@grpc/grpc-js";
 import { shardForKey } from "../../src/cluster/index.ts";
+import { parseGossipKeys, readGossipKeyFile } from "../../src/common/gossip-keys.ts";
+import {
+  decodeMessage,
+  encodeMessage,
+  incarnation,
+  memberId,
+} from "../../src/membership/core/index.ts";
+import { GossipSeal } from "../../src/membership/index.ts";
 import {
   acknowledgedPuts,
   eventually,
@@ -65,6 +80,107 @@ function peerCall(
       },
     );
   });
+}
+
+/** `cairn_swim_dropped_datagrams_total{reason}` of the node serving `/metrics` at `http`. */
+async function droppedDatagrams(http: string | undefined, reason: string): Promise<number> {
+  const text = await (await fetch(`http://${http}/metrics`)).text();
+  const line = text
+    .split("\n")
+    .find((l) => l.startsWith(`cairn_swim_dropped_datagrams_total{reason="${reason}"}`));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
+
+/**
+ * Forged gossip sent to n1's UDP port is dropped and n2 stays alive in n1's view; then the gossip
+ * key is rotated in three rewrites of the shared key file (each waited for in every node's log),
+ * and n1 answers a ping sealed under the new key, sealed under it, and drops the old key's.
+ */
+async function gossipForgeriesDropped(cluster: LocalCluster, keyFile: string): Promise<void> {
+  const n1 = cluster.node("n1");
+  const port = Number(n1.rpc.split(":").pop());
+  const raw = dgram.createSocket("udp4");
+  const received: Buffer[] = [];
+  raw.on("message", (msg: Buffer) => received.push(msg));
+  const send = (bytes: Uint8Array): Promise<void> =>
+    new Promise((resolve, reject) =>
+      raw.send(bytes, port, "127.0.0.1", (err) => (err ? reject(err) : resolve())),
+    );
+  const oldKey = readGossipKeyFile(keyFile);
+  const newKey = randomBytes(32).toString("base64");
+  const oldLine = oldKey[0].key.toString("base64");
+  try {
+    const forged = encodeMessage({
+      type: "gossip",
+      from: memberId("intruder"),
+      totalShards: TOTAL_SHARDS,
+      gossip: [
+        {
+          kind: "dead",
+          id: memberId("n2"),
+          incarnation: incarnation(1_000_000),
+          from: memberId("intruder"),
+        },
+      ],
+    });
+    await send(forged);
+    await send(new GossipSeal(parseGossipKeys("other", newKey)).wrap(forged));
+    await eventually(
+      "n1 counts both forgeries",
+      async () =>
+        (await droppedDatagrams(n1.server?.http, "unsealed")) === 1 &&
+        (await droppedDatagrams(n1.server?.http, "unknown-key")) === 1,
+    );
+    assert.ok(
+      n1.server?.lines.some(
+        (l) => l.includes("gossip datagram dropped") && l.includes('"reason":"unsealed"'),
+      ),
+      "n1 logs the cleartext datagram",
+    );
+    const health = (await (await fetch(`http://${n1.server?.http}/health`)).json()) as {
+      nodes: { id: string; state: string }[];
+    };
+    assert.equal(health.nodes.find((m) => m.id === "n2")?.state, "alive");
+
+    // The rotation: the new key second, then first, then alone; every node reloads each step.
+    const steps = [`${oldLine}\n${newKey}\n`, `${newKey}\n${oldLine}\n`, `${newKey}\n`];
+    for (const [i, text] of steps.entries()) {
+      // Replaced whole by a rename, as an operator should: no node reads it half written.
+      writeFileSync(`${keyFile}.new`, text);
+      renameSync(`${keyFile}.new`, keyFile);
+      await eventually(`every node reloads the key file (step ${i + 1})`, async () =>
+        cluster
+          .running()
+          .every(
+            (n) =>
+              (n.server?.lines.filter((l) => l.includes("gossip keys reloaded")).length ?? 0) >=
+              i + 1,
+          ),
+      );
+    }
+    const ping = encodeMessage({
+      type: "ping",
+      from: memberId("probe"),
+      totalShards: TOTAL_SHARDS,
+      seq: 4242,
+      target: memberId("n1"),
+      gossip: [],
+    });
+    await send(new GossipSeal(oldKey).wrap(ping));
+    const fresh = new GossipSeal(parseGossipKeys("new", newKey));
+    await send(fresh.wrap(ping));
+    await eventually("n1 acks a ping sealed under the new key, sealed under it", async () =>
+      received.some((msg) => {
+        const opened = fresh.unwrap(msg);
+        if (!opened.ok) return false;
+        const d = decodeMessage(opened.bytes);
+        return d.ok && d.message.type === "ack" && d.message.seq === 4242;
+      }),
+    );
+    assert.equal(await droppedDatagrams(n1.server?.http, "unknown-key"), 2, "the old key's ping");
+  } finally {
+    raw.close();
+  }
 }
 
 describe("a 3-node cluster with peer TLS", () => {
@@ -141,6 +257,9 @@ describe("a 3-node cluster with peer TLS", () => {
         const asN9 = await peerCall(n1.rpc, peerCa, impostor, "n9");
         assert.doesNotMatch(asN9?.details ?? "", /certificate/);
 
+        // Sealed gossip: forgeries dropped, then the key rotated under the running nodes.
+        await gossipForgeriesDropped(cluster, certs.gossipKey);
+
         // n3 killed, writes past it, its shards' logs compacted: it catches up by snapshot.
         await cluster.stop("n3", "SIGKILL");
         const c1 = cluster.node("n1").client as Clients;
@@ -167,6 +286,8 @@ describe("a 3-node cluster with peer TLS", () => {
         // A cleartext node joining: refused with a clear error on its side, the cluster unharmed.
         const port = await freePort();
         const plain = await startServer({
+          // The gossip key, so that n4 finds the members and tries to join them over cleartext.
+          env: { CAIRN_CLUSTER_GOSSIP_KEY_FILE: certs.gossipKey },
           dataDir: join(dir, "n4"),
           args: [
             "--node-id",

@@ -191,8 +191,9 @@ export class LocalCluster {
   }
 
   /**
-   * Runs the nodes with TLS between them and mutual TLS for clients (`certs`), and connects the
-   * test clients as admin alice; a node without a certificate in `certs` runs in cleartext.
+   * Runs the nodes with TLS between them, mutual TLS for clients and sealed gossip (`certs`), and
+   * connects the test clients as admin alice; a node without a certificate in `certs` runs in
+   * cleartext.
    */
   useTls(certs: ClusterCerts): void {
     this.nodeEnv = (id) => {
@@ -204,6 +205,7 @@ export class LocalCluster {
             CAIRN_TLS_KEY_FILE: c.key,
             CAIRN_TLS_PEER_CA_FILE: certs.peerCa,
             CAIRN_TLS_CLIENT_CA_FILE: certs.clientCa,
+            CAIRN_CLUSTER_GOSSIP_KEY_FILE: certs.gossipKey,
           };
     };
     this.credentials = credentials.createSsl(

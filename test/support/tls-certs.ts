@@ -86,16 +86,23 @@ export interface ClusterCerts {
   readonly clientCa: string;
   readonly nodes: ReadonlyMap<string, { readonly cert: string; readonly key: string }>;
   readonly alice: { readonly cert: string; readonly key: string };
+  /** cluster.gossip_key_file: one key (`cairn cert create-gossip-key`), the same for every node. */
+  readonly gossipKey: string;
 }
 
-/** The peers' CA in `dir`/peers with a certificate for each of `ids`; the clients' in `dir`/clients. */
+/**
+ * The peers' CA in `dir`/peers with a certificate for each of `ids`; the clients' in `dir`/clients;
+ * a gossip key in `dir`/peers/gossip.key.
+ */
 export function clusterCerts(dir: string, ids: readonly string[]): ClusterCerts {
   const peers = join(dir, "peers");
   const clients = join(dir, "clients");
   must(["create-ca", "--certs-dir", peers]);
   must(["create-ca", "--certs-dir", clients]);
   must(["create-client", "alice", "--role", "admin", "--certs-dir", clients]);
+  must(["create-gossip-key", "--certs-dir", peers]);
   return {
+    gossipKey: join(peers, "gossip.key"),
     peerCa: join(peers, "ca.crt"),
     clientCa: join(clients, "ca.crt"),
     nodes: new Map(ids.map((id) => [id, nodeCert(peers, id)])),
