@@ -21,7 +21,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { parse } from "yaml";
-import { FileWatch, stampFiles } from "./file-watch.ts";
+import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
 /** A client's role (src/api/authz.ts says what each may call), each including the ones before. */
@@ -189,9 +189,7 @@ export const TOKENS_RELOAD_INTERVAL_MS = 1000;
  * it changed reads it again: `onReload` gets the new table, `onError` why it was refused (the
  * caller keeps its table; the watch tries again at the next change).
  */
-export class TokensFileWatch {
-  readonly #watch: FileWatch;
-
+export class TokensFileWatch extends ReadingFileWatch<TokenTable, TokensFileError> {
   constructor(
     file: string,
     readAt: string,
@@ -199,18 +197,14 @@ export class TokensFileWatch {
     onError: (err: TokensFileError) => void,
     intervalMs = TOKENS_RELOAD_INTERVAL_MS,
   ) {
-    const reload = (): void => {
-      try {
-        onReload(readTokensFile(file));
-      } catch (err) {
-        if (err instanceof TokensFileError) onError(err);
-        else throw err;
-      }
-    };
-    this.#watch = new FileWatch([file], readAt, reload, intervalMs);
-  }
-
-  close(): void {
-    this.#watch.close();
+    super(
+      [file],
+      readAt,
+      () => readTokensFile(file),
+      (err) => err instanceof TokensFileError,
+      onReload,
+      onError,
+      intervalMs,
+    );
   }
 }

@@ -71,3 +71,38 @@ export class FileWatch {
     clearInterval(this.#timer);
   }
 }
+
+/**
+ * A FileWatch that reads the files again with `read` once they changed: `onReload` hears what it
+ * returned, `onError` a refusal `read` or `onReload` threw (`isRefusal`: the caller keeps what
+ * it had; the watch tries again at the next change). Anything else thrown is a bug and is not
+ * caught.
+ */
+export class ReadingFileWatch<T, E> {
+  readonly #watch: FileWatch;
+
+  constructor(
+    paths: readonly string[],
+    /** stampFiles(paths), taken before what is in use was read. */
+    readAt: string,
+    read: () => T,
+    isRefusal: (err: unknown) => err is E,
+    onReload: (value: T) => void,
+    onError: (err: E) => void,
+    intervalMs: number,
+  ) {
+    const reload = (): void => {
+      try {
+        onReload(read());
+      } catch (err) {
+        if (isRefusal(err)) onError(err);
+        else throw err;
+      }
+    };
+    this.#watch = new FileWatch(paths, readAt, reload, intervalMs);
+  }
+
+  close(): void {
+    this.#watch.close();
+  }
+}

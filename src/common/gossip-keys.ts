@@ -17,7 +17,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { CairnError } from "./errors.ts";
-import { FileWatch, stampFiles } from "./file-watch.ts";
+import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 
 /** Bytes of one key: AES-256. */
 export const GOSSIP_KEY_BYTES = 32;
@@ -117,9 +117,7 @@ export const GOSSIP_KEYS_RELOAD_INTERVAL_MS = 1000;
  * it changed reads it again: `onReload` gets the new keys, `onError` why they were refused (the
  * caller keeps its keys; the watch tries again at the next change).
  */
-export class GossipKeyFileWatch {
-  readonly #watch: FileWatch;
-
+export class GossipKeyFileWatch extends ReadingFileWatch<GossipKeys, GossipKeyFileError> {
   constructor(
     file: string,
     readAt: string,
@@ -127,18 +125,14 @@ export class GossipKeyFileWatch {
     onError: (err: GossipKeyFileError) => void,
     intervalMs = GOSSIP_KEYS_RELOAD_INTERVAL_MS,
   ) {
-    const reload = (): void => {
-      try {
-        onReload(readGossipKeyFile(file));
-      } catch (err) {
-        if (err instanceof GossipKeyFileError) onError(err);
-        else throw err;
-      }
-    };
-    this.#watch = new FileWatch([file], readAt, reload, intervalMs);
-  }
-
-  close(): void {
-    this.#watch.close();
+    super(
+      [file],
+      readAt,
+      () => readGossipKeyFile(file),
+      (err) => err instanceof GossipKeyFileError,
+      onReload,
+      onError,
+      intervalMs,
+    );
   }
 }

@@ -9,7 +9,7 @@
 import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
-import { FileWatch, stampFiles } from "./file-watch.ts";
+import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
 /** The paths of a node's TLS files. */
@@ -169,9 +169,7 @@ export const TLS_RELOAD_INTERVAL_MS = 1000;
  * hears the new material, or `onError` why it was refused (the caller keeps what it had; the
  * watch tries again at the next change).
  */
-export class TlsFileWatch {
-  readonly #watch: FileWatch;
-
+export class TlsFileWatch extends ReadingFileWatch<TlsMaterial, TlsFileError> {
   constructor(
     files: TlsFiles,
     /** stampTlsFiles(files), taken before the files in use were read. */
@@ -180,18 +178,14 @@ export class TlsFileWatch {
     onError: (err: TlsFileError) => void,
     intervalMs = TLS_RELOAD_INTERVAL_MS,
   ) {
-    const reload = (): void => {
-      try {
-        onReload(readTlsFiles(files));
-      } catch (err) {
-        if (err instanceof TlsFileError) onError(err);
-        else throw err;
-      }
-    };
-    this.#watch = new FileWatch(pathsOf(files), readAt, reload, intervalMs);
-  }
-
-  close(): void {
-    this.#watch.close();
+    super(
+      pathsOf(files),
+      readAt,
+      () => readTlsFiles(files),
+      (err) => err instanceof TlsFileError,
+      onReload,
+      onError,
+      intervalMs,
+    );
   }
 }
