@@ -23,17 +23,18 @@
  */
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { GOSSIP_KEY_ID_BYTES, type GossipKey, type GossipKeys } from "../common/gossip-keys.ts";
-import { MAX_DATAGRAM_BYTES } from "./core/index.ts";
+import { MAX_DATAGRAM_BYTES, SEAL_ROOM_BYTES } from "./core/index.ts";
 
 /** The first byte of a sealed datagram. */
 export const SEALED_VERSION = 0xc1;
 const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 const HEADER_BYTES = 1 + GOSSIP_KEY_ID_BYTES;
-/** Bytes a seal adds to a datagram. */
+/** Bytes a seal adds to a datagram: the room every message leaves for it (core/codec.ts). */
 export const SEAL_OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES;
-/** The largest sealed datagram: a plain one of MAX_DATAGRAM_BYTES sealed (still one frame). */
-export const MAX_SEALED_BYTES = MAX_DATAGRAM_BYTES + SEAL_OVERHEAD;
+if (SEAL_OVERHEAD !== SEAL_ROOM_BYTES) throw new Error("a seal must fit SEAL_ROOM_BYTES");
+/** The largest sealed datagram taken: a message of MAX_MESSAGE_BYTES sealed. */
+export const MAX_SEALED_BYTES = MAX_DATAGRAM_BYTES;
 
 /** `cluster.gossip_plaintext`: what a node with gossip keys does with plain datagrams. */
 export type GossipPlaintext = "refuse" | "accept" | "send";

@@ -6,6 +6,8 @@ import {
   encodeMessage,
   incarnation,
   MAX_DATAGRAM_BYTES,
+  MAX_MESSAGE_BYTES,
+  SEAL_ROOM_BYTES,
   memberId,
   type Message,
   type MemberMeta,
@@ -115,6 +117,42 @@ describe("SWIM wire format", () => {
         encodeMessage({ type: "ping", ...header, seq: 1, target: memberId("n2"), gossip: many }),
       RangeError,
     );
+  });
+
+  it("encodes up to MAX_MESSAGE_BYTES (room for a seal) and still decodes an older build's 1400", () => {
+    // A gossip message of `n` alive updates, laid out by hand: past MAX_MESSAGE_BYTES the
+    // encoder refuses to make it.
+    const base: Message = { type: "gossip", ...header, gossip: [] };
+    const head = encodeMessage(base);
+    const updates = Array.from({ length: 40 }, (_, i) => {
+      const u: Update = {
+        kind: "alive",
+        incarnation: incarnation(i),
+        meta: meta(`member-${String(i).padStart(2, "0")}`),
+      };
+      return { u, bytes: encodeMessage({ ...base, gossip: [u] }).subarray(head.length) };
+    });
+    const layout = (n: number): Uint8Array => {
+      const parts = [head.subarray(0, head.length - 1), Uint8Array.of(n)];
+      for (const { bytes } of updates.slice(0, n)) parts.push(bytes);
+      return Buffer.concat(parts);
+    };
+    let n = 0;
+    while (layout(n + 1).length <= MAX_MESSAGE_BYTES) n++;
+    const fits = layout(n);
+    const gossipOf = (k: number): Update[] => updates.slice(0, k).map((x) => x.u);
+    assert.deepEqual([...encodeMessage({ ...base, gossip: gossipOf(n) })], [...fits]);
+    const older = layout(n + 1);
+    assert.ok(
+      older.length > MAX_MESSAGE_BYTES && older.length <= MAX_DATAGRAM_BYTES,
+      `${older.length}`,
+    );
+    assert.throws(() => encodeMessage({ ...base, gossip: gossipOf(n + 1) }), RangeError);
+    assert.deepEqual(decodeMessage(older), {
+      ok: true,
+      message: { ...base, gossip: gossipOf(n + 1) },
+    });
+    assert.equal(MAX_MESSAGE_BYTES + SEAL_ROOM_BYTES, MAX_DATAGRAM_BYTES);
   });
 
   it("never throws on random bytes, and decodes only what re-encodes identically", () => {

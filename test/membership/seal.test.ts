@@ -19,7 +19,12 @@ import {
   readGossipKeyFile,
   stampGossipKeyFile,
 } from "../../src/common/gossip-keys.ts";
-import { encodeMessage, MAX_DATAGRAM_BYTES, memberId } from "../../src/membership/core/index.ts";
+import {
+  encodeMessage,
+  MAX_DATAGRAM_BYTES,
+  MAX_MESSAGE_BYTES,
+  memberId,
+} from "../../src/membership/core/index.ts";
 import {
   GossipSeal,
   MAX_SEALED_BYTES,
@@ -198,12 +203,13 @@ describe("a sealed datagram", () => {
     assert.equal(gone.ok ? null : gone.reason, "unknown-key");
   });
 
-  it("the largest datagram sealed is the largest taken; anything longer is dropped", () => {
+  it("the largest message sealed is the largest datagram; anything longer is dropped", () => {
     const s = new GossipSeal(keysOf(A));
-    const biggest = s.wrap(new Uint8Array(MAX_DATAGRAM_BYTES));
-    assert.equal(biggest.length, MAX_SEALED_BYTES);
+    const biggest = s.wrap(new Uint8Array(MAX_MESSAGE_BYTES));
+    assert.equal(biggest.length, MAX_DATAGRAM_BYTES);
+    assert.equal(MAX_SEALED_BYTES, MAX_DATAGRAM_BYTES);
     assert.ok(s.unwrap(biggest).ok);
-    const over = s.wrap(new Uint8Array(MAX_DATAGRAM_BYTES + 1));
+    const over = s.wrap(new Uint8Array(MAX_MESSAGE_BYTES + 1));
     const r = s.unwrap(over);
     assert.equal(r.ok ? null : r.reason, "oversized");
   });

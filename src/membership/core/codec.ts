@@ -14,7 +14,8 @@
  *   record    = state:u8 (1 alive, 2 suspect, 3 dead, 4 left) id:str8 incarnation:u32
  *               rpcAddr:str8 httpAddr:str8 totalShards:u32
  *
- * No datagram exceeds MAX_DATAGRAM_BYTES. decode() never throws: anything malformed (unknown
+ * No message is encoded past MAX_MESSAGE_BYTES, and no datagram past MAX_DATAGRAM_BYTES is
+ * decoded. decode() never throws: anything malformed (unknown
  * version, type or kind, truncated, trailing bytes, invalid UTF-8, oversized) is a DecodeFailure
  * the driver counts and drops.
  */
@@ -23,8 +24,22 @@ import type { MemberMeta, MemberState } from "./types.ts";
 import { incarnation, memberId } from "./types.ts";
 
 export const WIRE_VERSION = 1;
-/** Fits one Ethernet frame with IP and UDP headers: no fragmentation on common paths. */
+/**
+ * The largest datagram taken, and sent, sealed or not: it fits one Ethernet frame with IP and
+ * UDP headers, and an overlay network's smaller one (VXLAN's 1450): no fragmentation on common
+ * paths.
+ */
 export const MAX_DATAGRAM_BYTES = 1400;
+/**
+ * Room every message leaves for a seal (src/membership/seal.ts: a 5-byte header, a 12-byte
+ * nonce, a 16-byte tag), so that a sealed datagram fits MAX_DATAGRAM_BYTES too.
+ */
+export const SEAL_ROOM_BYTES = 33;
+/**
+ * The largest message encoded. Builds before sealed gossip encoded up to MAX_DATAGRAM_BYTES,
+ * which the decoder still takes.
+ */
+export const MAX_MESSAGE_BYTES = MAX_DATAGRAM_BYTES - SEAL_ROOM_BYTES;
 /** Longest string field (node id, address) in UTF-8 bytes. */
 export const MAX_STRING_BYTES = 255;
 
@@ -116,7 +131,7 @@ function metaTailBytes(m: MemberMeta): number {
 class EncodeOverflow extends Error {}
 
 /** Encoding is synchronous, so one scratch buffer serves every message. */
-const scratch = new Uint8Array(MAX_DATAGRAM_BYTES);
+const scratch = new Uint8Array(MAX_MESSAGE_BYTES);
 const scratchView = new DataView(scratch.buffer);
 
 class Writer {
@@ -125,7 +140,7 @@ class Writer {
   #pos = 0;
 
   #room(n: number): void {
-    if (this.#pos + n > MAX_DATAGRAM_BYTES) throw new EncodeOverflow();
+    if (this.#pos + n > MAX_MESSAGE_BYTES) throw new EncodeOverflow();
   }
   u8(v: number): void {
     this.#room(1);
@@ -153,7 +168,7 @@ class Writer {
 }
 
 /**
- * Encodes a message. Throws RangeError when it does not fit MAX_DATAGRAM_BYTES or a field is out
+ * Encodes a message. Throws RangeError when it does not fit MAX_MESSAGE_BYTES or a field is out
  * of range: the core sizes its messages so that never happens, and a throw means a bug.
  */
 export function encodeMessage(m: Message): Uint8Array {
@@ -198,7 +213,7 @@ export function encodeMessage(m: Message): Uint8Array {
     }
   } catch (e) {
     if (e instanceof EncodeOverflow) {
-      throw new RangeError(`SWIM message exceeds ${MAX_DATAGRAM_BYTES} bytes: ${m.type}`);
+      throw new RangeError(`SWIM message exceeds ${MAX_MESSAGE_BYTES} bytes: ${m.type}`);
     }
     throw e;
   }

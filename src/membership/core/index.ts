@@ -8,6 +8,8 @@ export {
   decodeMessage,
   encodeMessage,
   MAX_DATAGRAM_BYTES,
+  MAX_MESSAGE_BYTES,
+  SEAL_ROOM_BYTES,
   WIRE_VERSION,
 } from "./codec.ts";
 export {

@@ -59,7 +59,7 @@ import { BroadcastQueue, updateSubject } from "./broadcasts.ts";
 import {
   headerBytes,
   isEncodableString,
-  MAX_DATAGRAM_BYTES,
+  MAX_MESSAGE_BYTES,
   recordBytes,
   stringBytes,
   updateBytes,
@@ -345,7 +345,7 @@ export class Swim {
     if (this.#corrections.size > 0 && m.type !== "ping" && m.type !== "push-pull") {
       const gossip = fitting(
         [...this.#corrections.values()],
-        MAX_DATAGRAM_BYTES - headerBytes(this.#self.id) - 1,
+        MAX_MESSAGE_BYTES - headerBytes(this.#self.id) - 1,
       );
       this.#send(fromAddr, { type: "gossip", ...this.#header(), gossip }, m.from);
     }
@@ -387,7 +387,7 @@ export class Swim {
         this.#handleGossip(m.gossip);
         if (m.target !== this.#self.id) return; // meant for a previous owner of this address
         const ack: Ack = { type: "ack", ...this.#header(), seq: m.seq, gossip: [] };
-        const room = MAX_DATAGRAM_BYTES - messageBytesWithoutGossip(ack);
+        const room = MAX_MESSAGE_BYTES - messageBytesWithoutGossip(ack);
         this.#send(
           fromAddr,
           { ...ack, gossip: fitting([...this.#corrections.values()], room) },
@@ -676,7 +676,7 @@ export class Swim {
     for (const e of this.#members.values()) {
       records.push({ meta: e.meta, state: e.state, incarnation: e.incarnation });
     }
-    const budget = MAX_DATAGRAM_BYTES - headerBytes(this.#self.id) - 2;
+    const budget = MAX_MESSAGE_BYTES - headerBytes(this.#self.id) - 2;
     let chunk: MemberRecord[] = [];
     let used = 0;
     let first = true;
@@ -922,7 +922,7 @@ export class Swim {
     if (m.type === "ping" || m.type === "ping-req" || m.type === "ack" || m.type === "gossip") {
       const carried = m.gossip.reduce((sum, u) => sum + updateBytes(u), 0);
       const present = new Set(m.gossip.map(updateSubject));
-      const budget = MAX_DATAGRAM_BYTES - messageBytesWithoutGossip(m) - carried;
+      const budget = MAX_MESSAGE_BYTES - messageBytesWithoutGossip(m) - carried;
       const limit = this.#config.retransmitMult * Math.ceil(Math.log10(this.liveCount + 1));
       const extra = this.#broadcasts.take(
         budget,
@@ -1017,7 +1017,7 @@ function messageBytesWithoutGossip(m: Message): number {
       return header + 1;
     case "push-pull":
     case "refuse":
-      return MAX_DATAGRAM_BYTES;
+      return MAX_MESSAGE_BYTES;
   }
 }
 

@@ -16,7 +16,7 @@ import {
   decodeMessage,
   describeMessage,
   encodeMessage,
-  MAX_DATAGRAM_BYTES,
+  MAX_MESSAGE_BYTES,
   type MemberEvent,
   type MemberId,
   memberId,
@@ -367,7 +367,7 @@ class Simulation {
       this.#result.datagrams += 1;
       this.#result.bytes += bytes.length;
       this.#result.maxDatagramBytes = Math.max(this.#result.maxDatagramBytes, bytes.length);
-      if (bytes.length > MAX_DATAGRAM_BYTES)
+      if (bytes.length > MAX_MESSAGE_BYTES)
         this.#violation(`${node.id} sent ${bytes.length} bytes`);
       if (this.#o.traceMessages === true)
         this.#trace(`${node.id} → ${out.to}: ${describeMessage(out.message)}`);
