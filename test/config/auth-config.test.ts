@@ -8,23 +8,14 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
-import { ConfigError, loadConfig } from "../../src/config/index.ts";
+import { loadConfig } from "../../src/config/index.ts";
 import { makeCerts } from "../support/tls-certs.ts";
+import { configRefusal } from "../support/config-refusal.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-auth-config-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 const good = join(dir, "tokens.yaml");
 writeFileSync(good, "tokens:\n  - {name: ci, role: readwrite, token: ci-token-0123456789abc}\n");
-
-function refusal(env: Record<string, string>): string {
-  try {
-    loadConfig({ env });
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.message;
-  }
-  assert.fail("the configuration was accepted");
-}
 
 describe("auth.tokens_file configuration", () => {
   it("is unset by default, and taken from YAML, the environment and the flag", () => {
@@ -42,21 +33,21 @@ describe("auth.tokens_file configuration", () => {
   it("refuses a file that cannot be used, naming the entry and never the token", () => {
     const bad = join(dir, "bad.yaml");
     writeFileSync(bad, "tokens:\n  - {name: ci, role: root, token: secret-0123456789abcdef}\n");
-    const message = refusal({ CAIRN_AUTH_TOKENS_FILE: bad });
+    const message = configRefusal({ CAIRN_AUTH_TOKENS_FILE: bad });
     assert.match(
       message,
       /auth\.tokens_file \(from env CAIRN_AUTH_TOKENS_FILE\).*tokens\[0\] \(ci\): role/,
     );
     assert.ok(!message.includes("secret-0123456789abcdef"));
     assert.match(
-      refusal({ CAIRN_AUTH_TOKENS_FILE: join(dir, "missing.yaml") }),
+      configRefusal({ CAIRN_AUTH_TOKENS_FILE: join(dir, "missing.yaml") }),
       /cannot be read: ENOENT/,
     );
   });
 
   it("refuses tokens in cleartext off loopback, and accepts them over TLS", () => {
     assert.match(
-      refusal({
+      configRefusal({
         CAIRN_AUTH_TOKENS_FILE: good,
         CAIRN_RPC_ADDR: "0.0.0.0:7447",
         CAIRN_ADVERTISE_RPC_ADDR: "10.0.0.5:7447",

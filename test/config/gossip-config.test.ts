@@ -9,23 +9,14 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
-import { ConfigError, loadConfig } from "../../src/config/index.ts";
+import { loadConfig } from "../../src/config/index.ts";
+import { configRefusal } from "../support/config-refusal.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-gossip-config-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 const key = randomBytes(32).toString("base64");
 const good = join(dir, "gossip.key");
 writeFileSync(good, `# a comment\n${key}\n`);
-
-function refusal(env: Record<string, string>): string {
-  try {
-    loadConfig({ env });
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.message;
-  }
-  assert.fail("the configuration was accepted");
-}
 
 describe("cluster.gossip_key_file configuration", () => {
   it("is unset by default, and taken from YAML, the environment and the flag", () => {
@@ -51,25 +42,28 @@ describe("cluster.gossip_key_file configuration", () => {
   it("refuses a key file that cannot be used, naming the line and never the key", () => {
     const bad = join(dir, "bad.key");
     writeFileSync(bad, `${key}\n${key.slice(0, 40)}\n`);
-    const message = refusal({ CAIRN_CLUSTER_GOSSIP_KEY_FILE: bad });
+    const message = configRefusal({ CAIRN_CLUSTER_GOSSIP_KEY_FILE: bad });
     assert.match(
       message,
       /cluster\.gossip_key_file \(from env CAIRN_CLUSTER_GOSSIP_KEY_FILE\): .*bad\.key: line 2 is not a key/,
     );
     assert.ok(!message.includes(key.slice(0, 40)), "a key quoted");
     assert.match(
-      refusal({ CAIRN_CLUSTER_GOSSIP_KEY_FILE: join(dir, "missing.key") }),
+      configRefusal({ CAIRN_CLUSTER_GOSSIP_KEY_FILE: join(dir, "missing.key") }),
       /cluster\.gossip_key_file .*cannot be read: ENOENT/,
     );
   });
 
   it("refuses gossip_plaintext without a key file, and a value it does not know", () => {
     assert.match(
-      refusal({ CAIRN_CLUSTER_GOSSIP_PLAINTEXT: "accept" }),
+      configRefusal({ CAIRN_CLUSTER_GOSSIP_PLAINTEXT: "accept" }),
       /cluster\.gossip_plaintext \(from env CAIRN_CLUSTER_GOSSIP_PLAINTEXT\): needs cluster\.gossip_key_file/,
     );
     assert.match(
-      refusal({ CAIRN_CLUSTER_GOSSIP_KEY_FILE: good, CAIRN_CLUSTER_GOSSIP_PLAINTEXT: "maybe" }),
+      configRefusal({
+        CAIRN_CLUSTER_GOSSIP_KEY_FILE: good,
+        CAIRN_CLUSTER_GOSSIP_PLAINTEXT: "maybe",
+      }),
       /cluster\.gossip_plaintext .*must be one of refuse, accept, send/,
     );
   });

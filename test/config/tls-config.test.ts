@@ -7,8 +7,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
-import { ConfigError, loadConfig } from "../../src/config/index.ts";
+import { loadConfig } from "../../src/config/index.ts";
 import { expiredCert, makeCerts } from "../support/tls-certs.ts";
+import { configRefusal } from "../support/config-refusal.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-tls-config-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -16,17 +17,6 @@ const certs = makeCerts(join(dir, "certs"));
 const other = makeCerts(join(dir, "other"));
 
 /** The message of the ConfigError `env` makes loadConfig throw. */
-function refusal(env: Record<string, string>, flags: Record<string, string> = {}): string {
-  try {
-    loadConfig({ env, flags });
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    assert.equal(err.code, "CAIRN_ERR_CONFIG");
-    return err.message;
-  }
-  assert.fail("the configuration was accepted");
-}
-
 const TLS_ENV = { CAIRN_TLS_CERT_FILE: certs.nodeCert, CAIRN_TLS_KEY_FILE: certs.nodeKey };
 
 describe("tls.* configuration", () => {
@@ -64,11 +54,11 @@ describe("tls.* configuration", () => {
 
   it("refuses a certificate without its key, and a key without its certificate", () => {
     assert.match(
-      refusal({ CAIRN_TLS_CERT_FILE: certs.nodeCert }),
+      configRefusal({ CAIRN_TLS_CERT_FILE: certs.nodeCert }),
       /tls\.key_file .*must be set with tls\.cert_file \(from env CAIRN_TLS_CERT_FILE\)/,
     );
     assert.match(
-      refusal({}, { "tls-key-file": certs.nodeKey }),
+      configRefusal({}, { "tls-key-file": certs.nodeKey }),
       /tls\.cert_file .*must be set with tls\.key_file \(from flag --tls-key-file\)/,
     );
   });
@@ -76,13 +66,13 @@ describe("tls.* configuration", () => {
   it("refuses a file it cannot read, naming the key and the file", () => {
     const missing = join(dir, "nope.crt");
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_TLS_CERT_FILE: missing }),
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_CERT_FILE: missing }),
       new RegExp(
         `tls\\.cert_file \\(from env CAIRN_TLS_CERT_FILE\\): ${missing}: cannot be read: ENOENT`,
       ),
     );
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_TLS_CLIENT_CA_FILE: missing }),
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_CLIENT_CA_FILE: missing }),
       /tls\.client_ca_file .*nope\.crt: cannot be read: ENOENT/,
     );
   });
@@ -91,17 +81,17 @@ describe("tls.* configuration", () => {
     const junk = join(dir, "junk.pem");
     writeFileSync(junk, "not a certificate\n");
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_TLS_CERT_FILE: junk }),
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_CERT_FILE: junk }),
       /tls\.cert_file .*junk\.pem: holds no PEM certificate/,
     );
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_TLS_KEY_FILE: junk }),
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_KEY_FILE: junk }),
       /tls\.key_file .*junk\.pem: is not an unencrypted PEM private key/,
     );
   });
 
   it("refuses a key that is not the certificate's", () => {
-    const message = refusal({ ...TLS_ENV, CAIRN_TLS_KEY_FILE: other.nodeKey });
+    const message = configRefusal({ ...TLS_ENV, CAIRN_TLS_KEY_FILE: other.nodeKey });
     assert.match(message, /tls\.key_file \(from env CAIRN_TLS_KEY_FILE\)/);
     assert.ok(message.includes(other.nodeKey), message);
     assert.ok(
@@ -112,7 +102,7 @@ describe("tls.* configuration", () => {
 
   it("refuses an expired certificate, saying when it expired", () => {
     const old = expiredCert(certs, join(dir, "expired"), "n1");
-    const message = refusal({ CAIRN_TLS_CERT_FILE: old.cert, CAIRN_TLS_KEY_FILE: old.key });
+    const message = configRefusal({ CAIRN_TLS_CERT_FILE: old.cert, CAIRN_TLS_KEY_FILE: old.key });
     assert.match(
       message,
       /tls\.cert_file .*expired\.crt: its certificate \(CN=n1\) expired on 2020-01-02T00:00:00\.000Z/,
@@ -121,14 +111,14 @@ describe("tls.* configuration", () => {
 
   it("refuses a client CA without a certificate to serve TLS with", () => {
     assert.match(
-      refusal({ CAIRN_TLS_CLIENT_CA_FILE: certs.ca }),
+      configRefusal({ CAIRN_TLS_CLIENT_CA_FILE: certs.ca }),
       /tls\.client_ca_file .*needs tls\.cert_file and tls\.key_file/,
     );
   });
 
   it("in a cluster, wants the peer CA with TLS; takes it there, and not without a certificate", () => {
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_SEED_NODES: "127.0.0.2:7447" }),
+      configRefusal({ ...TLS_ENV, CAIRN_SEED_NODES: "127.0.0.2:7447" }),
       /tls\.peer_ca_file .*must be set in a cluster with TLS .*cluster\.seed_nodes from env CAIRN_SEED_NODES/,
     );
     const c = loadConfig({
@@ -136,11 +126,11 @@ describe("tls.* configuration", () => {
     });
     assert.equal(c.tls.peer_ca_file, certs.ca);
     assert.match(
-      refusal({ CAIRN_TLS_PEER_CA_FILE: certs.ca, CAIRN_SEED_NODES: "127.0.0.2:7447" }),
+      configRefusal({ CAIRN_TLS_PEER_CA_FILE: certs.ca, CAIRN_SEED_NODES: "127.0.0.2:7447" }),
       /tls\.peer_ca_file \(from env CAIRN_TLS_PEER_CA_FILE\): needs tls\.cert_file and tls\.key_file/,
     );
     assert.match(
-      refusal({ ...TLS_ENV, CAIRN_TLS_PEER_CA_FILE: join(dir, "missing.crt") }),
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_PEER_CA_FILE: join(dir, "missing.crt") }),
       /tls\.peer_ca_file \(from env CAIRN_TLS_PEER_CA_FILE\): .*missing\.crt: cannot be read: ENOENT/,
     );
   });

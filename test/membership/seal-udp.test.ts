@@ -22,6 +22,7 @@ import {
   type MembershipLogger,
   type MembershipOptions,
 } from "../../src/membership/index.ts";
+import { withTimeout } from "../support/timeout.ts";
 
 const keysOf = (...keys: Buffer[]): GossipKeys =>
   parseGossipKeys("test", keys.map((k) => k.toString("base64")).join("\n"));
@@ -39,14 +40,6 @@ function member(id: string, extra: Partial<MembershipOptions> = {}): Promise<Mem
     joinBackoffMs: { initial: 20, max: 100 },
     ...extra,
   });
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** Polls `check` every 20 ms until it holds, for at most `ms`. */

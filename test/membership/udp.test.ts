@@ -23,6 +23,7 @@ import {
   type MembershipOptions,
   noopMembershipMetrics,
 } from "../../src/membership/index.ts";
+import { withTimeout } from "../support/timeout.ts";
 
 const runner = join(import.meta.dirname, "..", "..", "scripts", "swim-member.ts");
 
@@ -550,12 +551,4 @@ function loneMember(extra: Partial<MembershipOptions> = {}): Promise<Membership>
     tickMs: 20,
     ...extra,
   });
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
