@@ -14,13 +14,7 @@ export {
 } from "./membership.ts";
 
 // Sealed gossip (cluster.gossip_key_file).
-export {
-  GossipSeal,
-  type GossipPlaintext,
-  MAX_SEALED_BYTES,
-  SEAL_OVERHEAD,
-  type SealFailureReason,
-} from "./seal.ts";
+export { GossipSeal, type GossipPlaintext, SEAL_OVERHEAD, type SealFailureReason } from "./seal.ts";
 
 // Metrics the driver feeds.
 export {

@@ -33,8 +33,6 @@ const HEADER_BYTES = 1 + GOSSIP_KEY_ID_BYTES;
 /** Bytes a seal adds to a datagram: the room every message leaves for it (core/codec.ts). */
 export const SEAL_OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES;
 if (SEAL_OVERHEAD !== SEAL_ROOM_BYTES) throw new Error("a seal must fit SEAL_ROOM_BYTES");
-/** The largest sealed datagram taken: a message of MAX_MESSAGE_BYTES sealed. */
-export const MAX_SEALED_BYTES = MAX_DATAGRAM_BYTES;
 
 /** `cluster.gossip_plaintext`: what a node with gossip keys does with plain datagrams. */
 export type GossipPlaintext = "refuse" | "accept" | "send";
@@ -101,7 +99,8 @@ export class GossipSeal {
         ? { ok: false, reason: "unsealed" }
         : { ok: true, bytes: datagram };
     }
-    if (datagram.length > MAX_SEALED_BYTES) return { ok: false, reason: "oversized" };
+    // A message of MAX_MESSAGE_BYTES sealed is the largest datagram taken.
+    if (datagram.length > MAX_DATAGRAM_BYTES) return { ok: false, reason: "oversized" };
     if (datagram.length < SEAL_OVERHEAD) return { ok: false, reason: "bad-seal" };
     const id = datagram.subarray(1, HEADER_BYTES);
     const key = this.#keys.find((k) => k.id.equals(id));
