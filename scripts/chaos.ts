@@ -2,7 +2,7 @@
  * Fault injection on real processes with a linearizability checker (test/chaos/).
  *
  *   npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME]
- *                    [--nodes 3|5] [--shard-workers N] [--out DIR]
+ *                    [--nodes 3|5] [--shard-workers N] [--tls] [--out DIR]
  *
  * Runs seeds S..S+N-1 (S defaults to 1), one three-node (or five-node) cluster each; every run writes
  * DIR/run-<seed>-<scenario>/report.json (and, when it fails, the history and the nodes' logs)
@@ -15,6 +15,8 @@
  * decommissioned, killed → dead → re-replicated (p50 and max). --bug plants a known bug in the nodes (follower-read-without-apply,
  * ack-before-wal-sync, snapshot-install-not-durable; repeatable) to see it caught.
  * --shard-workers runs every node with N shard workers (docs/architecture.md, "Using every core").
+ * --tls runs the nodes secured: TLS between the peers and for the harness's clients, and sealed
+ * gossip (test/chaos/cluster.ts).
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -30,6 +32,7 @@ const { values } = parseArgs({
     duration: { type: "string", default: "60" },
     nodes: { type: "string", default: "3" },
     "shard-workers": { type: "string", default: "1" },
+    tls: { type: "boolean", default: false },
     bug: { type: "string", multiple: true, default: [] },
     out: { type: "string", default: ".chaos" },
     "stop-on-failure": { type: "boolean", default: false },
@@ -41,7 +44,8 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     [
-      "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--nodes 3|5] [--shard-workers N] [--out DIR] [--stop-on-failure]",
+      "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--nodes 3|5] [--shard-workers N] [--tls] [--out DIR] [--stop-on-failure]",
+      "--tls: TLS between the peers and for the clients, and sealed gossip",
       `scenarios: ${Object.keys(SCENARIOS).join(", ")}`,
       "bugs: follower-read-without-apply, ack-before-wal-sync, snapshot-install-not-durable",
     ].join("\n"),
@@ -98,12 +102,13 @@ for (let seed = first; seed < first + runs; seed++) {
     bugs: values.bug,
     size: nodes,
     shardWorkers,
+    tls: values.tls,
   });
   reports.push(report);
   if (report.verdict !== "pass") {
     for (const f of report.findings.slice(0, 5)) console.log(`  [${f.check}] ${brief(f.message)}`);
     console.log(
-      `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${nodes === 3 ? "" : ` --nodes ${nodes}`}${shardWorkers === 1 ? "" : ` --shard-workers ${shardWorkers}`}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
+      `  report: ${join(report.dir, "report.json")}; replay: npm run chaos -- --runs 1 --seed ${seed} --scenario ${values.scenario} --duration ${values.duration}${nodes === 3 ? "" : ` --nodes ${nodes}`}${shardWorkers === 1 ? "" : ` --shard-workers ${shardWorkers}`}${values.tls ? " --tls" : ""}${values.bug.map((b) => ` --bug ${b}`).join("")}`,
     );
     if (values["stop-on-failure"]) break;
   }
@@ -142,7 +147,7 @@ const changeLines = (["join", "decommission", "remove"] as const).flatMap((kind)
 const failed = reports.filter((r) => r.verdict === "fail");
 const unknown = reports.filter((r) => r.verdict === "unknown");
 const lines = [
-  `chaos: ${reports.length} runs (${values.scenario}, ${nodes} nodes${shardWorkers === 1 ? "" : ` of ${shardWorkers} shard workers`}, ${values.duration} s each${values.bug.length > 0 ? `, bugs ${values.bug.join(",")}` : ""}) in ${Math.round((performance.now() - started) / 1000)} s: ${reports.length - failed.length - unknown.length} pass, ${failed.length} fail, ${unknown.length} unknown`,
+  `chaos: ${reports.length} runs (${values.scenario}, ${nodes} nodes${shardWorkers === 1 ? "" : ` of ${shardWorkers} shard workers`}${values.tls ? ", TLS and sealed gossip" : ""}, ${values.duration} s each${values.bug.length > 0 ? `, bugs ${values.bug.join(",")}` : ""}) in ${Math.round((performance.now() - started) / 1000)} s: ${reports.length - failed.length - unknown.length} pass, ${failed.length} fail, ${unknown.length} unknown`,
   `  operations: ${reports.reduce((a, r) => a + r.operations.total, 0)} issued, ${reports.reduce((a, r) => a + r.operations.checked, 0)} checked for linearizability; violations: ${reports.filter((r) => r.linearizability.status === "violation").length}; acknowledged writes lost: ${reports.reduce((a, r) => a + r.findings.filter((f) => f.check === "acknowledged-writes").length, 0)}`,
   `  faults: ${[...kinds].map(([k, l]) => `${k}×${l.length}`).join(" ") || "none"}`,
   ...[...kinds].map(([k, l]) => {
@@ -154,7 +159,7 @@ const lines = [
 for (const l of lines) console.log(l);
 await mkdir(values.out, { recursive: true });
 await writeFile(
-  join(values.out, `summary-${first}-${values.scenario}.json`),
+  join(values.out, `summary-${first}-${values.scenario}${values.tls ? "-tls" : ""}.json`),
   JSON.stringify(
     {
       runs: reports.length,
@@ -162,6 +167,7 @@ await writeFile(
       durationS: Number(values.duration),
       nodes,
       shardWorkers,
+      tls: values.tls,
       bugs: values.bug,
       summaries: reports.map((r) => r.summary),
       lines,

@@ -1,8 +1,10 @@
 /**
- * The chaos smoke (issue 11): two short runs of the chaos harness on real processes, with fixed
- * seeds: one of mixed faults, and one of the scripted "grow-shrink" membership changes (3 → 5
+ * The chaos smoke (issue 11): three short runs of the chaos harness on real processes, with fixed
+ * seeds: one of mixed faults, and two of the scripted "grow-shrink" membership changes (3 → 5
  * nodes by joins, back to 3 by decommissions, a member lost for good and replaced by a new
- * identity; test/chaos/faults.ts SCRIPTS) under the workload. Each must pass every check
+ * identity; test/chaos/faults.ts SCRIPTS) under the workload, the second on a secured cluster
+ * (TLS between the peers, through the FaultNet's proxies, mutual TLS for the clients, sealed
+ * gossip through its relays; each joining node admitted by its own certificate). Each must pass every check
  * (linearizability, serializable reads, acknowledged writes read back through every member,
  * placement: every shard on exactly three distinct active members and one group, health, views,
  * no crash). `npm run chaos` runs the long ones.
@@ -16,13 +18,14 @@ import type { NetStats } from "./net.ts";
 import { SCRIPTS } from "./faults.ts";
 import { runChaos } from "./run.ts";
 
-/** Seed, scenario and duration (a scripted scenario runs until its script ends). */
+/** Seed, scenario, duration (a scripted scenario runs until its script ends) and TLS. */
 const RUNS = [
-  { seed: 11, scenario: "mixed", durationMs: 20_000 },
-  { seed: 12, scenario: "grow-shrink", durationMs: 10_000 },
+  { seed: 11, scenario: "mixed", durationMs: 20_000, tls: false },
+  { seed: 12, scenario: "grow-shrink", durationMs: 10_000, tls: false },
+  { seed: 13, scenario: "grow-shrink", durationMs: 10_000, tls: true },
 ] as const;
 
-describe("chaos smoke: mixed faults on a three-node cluster (real processes)", () => {
+describe("chaos smoke: faults and membership changes on a cluster of real processes", () => {
   let out: string;
   before(async () => {
     out = await mkdtemp(join(tmpdir(), "cairn-chaos-smoke-"));
@@ -31,9 +34,9 @@ describe("chaos smoke: mixed faults on a three-node cluster (real processes)", (
     await rm(out, { recursive: true, force: true });
   });
 
-  for (const { seed, scenario, durationMs } of RUNS) {
+  for (const { seed, scenario, durationMs, tls } of RUNS) {
     it(
-      `${scenario} seed ${seed}: linearizable, nothing acknowledged lost, healthy after the heal`,
+      `${scenario}${tls ? " over TLS with sealed gossip" : ""} seed ${seed}: linearizable, nothing acknowledged lost, healthy after the heal`,
       { timeout: 240_000 },
       async () => {
         const report = await runChaos({
@@ -41,6 +44,7 @@ describe("chaos smoke: mixed faults on a three-node cluster (real processes)", (
           scenario,
           durationMs,
           outDir: out,
+          tls,
           log: () => undefined,
         });
         console.log(report.summary);
@@ -61,6 +65,8 @@ describe("chaos smoke: mixed faults on a three-node cluster (real processes)", (
         const net = report.net as NetStats;
         assert.ok(net.connections > 0, "no peer connection went through the proxies");
         assert.equal(net.unproxied, 0, "peer connections bypassed the proxies");
+        // On a secured cluster the harness's clients speak only TLS: nodes serving in cleartext
+        // would answer none of them.
         assert.ok(
           report.operations.checked > 500,
           `only ${report.operations.checked} operations checked`,

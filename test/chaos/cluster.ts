@@ -13,15 +13,24 @@
  * one of the `members()`: no fault picks it, the heal does not restart it, the checks do not
  * expect it. Every change of a process's life (kill, restart, pause, retire) is made under
  * `exclusive()`, so that a fault's restart and a membership change never cross on one node.
+ *
+ * With `tls`, the nodes run as an operator runs a secured cluster (docs/operations.md,
+ * "Security"): TLS between the peers (through the FaultNet's proxies: a CONNECT, then TLS end to
+ * end), mutual TLS for the harness's clients (admin `alice`, for the membership changes' Admin
+ * calls), and sealed gossip (one key for every node, through the UDP relays). Each node id gets
+ * its certificate at its first start, so a node that joins later is admitted by its own.
  */
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { mkdir, open, readdir, rm, statfs, unlink, writeFile } from "node:fs/promises";
 import { promisify } from "node:util";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { type ChannelCredentials, credentials } from "@grpc/grpc-js";
 import type { Rng } from "../../src/common/index.ts";
 import { freePort } from "../support/cluster-process.ts";
 import { connect, type Clients } from "../support/grpc-client.ts";
 import { type Exit, type ServerProcess, startServer } from "../support/server-process.ts";
+import { type ClusterCerts, clusterCerts, nodeCert } from "../support/tls-certs.ts";
 import { FaultNet, type NetNode } from "./net.ts";
 
 export type NodeState = "running" | "paused" | "down";
@@ -63,6 +72,29 @@ export interface ChaosClusterOptions {
    * fault; 0 (default): on the temporary directory's file system.
    */
   readonly tmpfsMiB?: number;
+  /** TLS between the peers and for the clients, and sealed gossip (certificates in dir/certs). */
+  readonly tls?: boolean;
+}
+
+/** A TLS cluster's certificates, and its clients' credentials (admin alice). */
+interface ChaosTls {
+  readonly certs: ClusterCerts;
+  /** Each node id's certificate (the founders' at once, a later node's at its first start). */
+  readonly nodes: Map<string, { readonly cert: string; readonly key: string }>;
+  readonly credentials: ChannelCredentials;
+}
+
+function chaosTls(dir: string, ids: readonly string[]): ChaosTls {
+  const certs = clusterCerts(join(dir, "certs"), ids);
+  return {
+    certs,
+    nodes: new Map(certs.nodes),
+    credentials: credentials.createSsl(
+      readFileSync(certs.peerCa),
+      readFileSync(certs.alice.key),
+      readFileSync(certs.alice.cert),
+    ),
+  };
 }
 
 const run = promisify(execFile);
@@ -81,13 +113,20 @@ const run = promisify(execFile);
  * call failed at once ("No connection established. Last error: null") until the backoff ended,
  * up to two minutes after the node was back (chaos seed 101: 2 keys "did not read back" through
  * a joined node that was serving all along). Each client here starts from its own pool.
+ *
+ * `tls`: the credentials of a TLS cluster's client; the nodes' certificates name `localhost`.
  */
-export function nodeClient(address: string): Clients {
-  return connect(address, {
-    "grpc.use_local_subchannel_pool": 1,
-    "grpc.initial_reconnect_backoff_ms": 200,
-    "grpc.max_reconnect_backoff_ms": 1_000,
-  });
+export function nodeClient(address: string, tls?: ChannelCredentials): Clients {
+  return connect(
+    address,
+    {
+      "grpc.use_local_subchannel_pool": 1,
+      "grpc.initial_reconnect_backoff_ms": 200,
+      "grpc.max_reconnect_backoff_ms": 1_000,
+      ...(tls === undefined ? {} : { "grpc.ssl_target_name_override": "localhost" }),
+    },
+    tls,
+  );
 }
 
 export class ChaosCluster {
@@ -95,6 +134,7 @@ export class ChaosCluster {
   readonly net: FaultNet;
   readonly crashes: Crash[] = [];
   readonly #options: ChaosClusterOptions;
+  readonly #tls: ChaosTls | null;
   /** Exits the harness caused (SIGKILL, SIGTERM at the end): not crashes. */
   readonly #expected = new Set<ServerProcess>();
   /** Every stdout line of every process so far, per node (for the report of a failed run). */
@@ -107,10 +147,16 @@ export class ChaosCluster {
   /** Set by shutdown(): no process starts any more (a change still under way fails). */
   #closed = false;
 
-  private constructor(nodes: ChaosNode[], net: FaultNet, options: ChaosClusterOptions) {
+  private constructor(
+    nodes: ChaosNode[],
+    net: FaultNet,
+    options: ChaosClusterOptions,
+    tls: ChaosTls | null,
+  ) {
     this.nodes = nodes;
     this.net = net;
     this.#options = options;
+    this.#tls = tls;
   }
 
   static async create(options: ChaosClusterOptions): Promise<ChaosCluster> {
@@ -155,7 +201,14 @@ export class ChaosCluster {
       incarnation: 0,
       retired: false,
     }));
-    const cluster = new ChaosCluster(nodes, net, options);
+    const tls =
+      options.tls === true
+        ? chaosTls(
+            options.dir,
+            netNodes.map((n) => n.id),
+          )
+        : null;
+    const cluster = new ChaosCluster(nodes, net, options, tls);
     cluster.#mounted.push(...mounted);
     return cluster;
   }
@@ -306,7 +359,7 @@ export class ChaosCluster {
     n.incarnation++;
     const incarnation = n.incarnation;
     n.server = server;
-    n.client = nodeClient(n.rpc);
+    n.client = nodeClient(n.rpc, this.#tls?.credentials);
     n.state = "running";
     this.#watch(n, server, incarnation);
   }
@@ -326,6 +379,7 @@ export class ChaosCluster {
       ],
       env: {
         ...this.#options.env,
+        ...this.#tlsEnv(n.id),
         ...extraEnv,
         grpc_proxy: `http://127.0.0.1:${n.net.proxyPort}`,
         no_grpc_proxy: "",
@@ -335,6 +389,24 @@ export class ChaosCluster {
       // at a load average of 20–25, which failed runs before any fault.
       timeoutMs: 120_000,
     });
+  }
+
+  /** A TLS cluster's settings for node `id` (none in cleartext). */
+  #tlsEnv(id: string): Readonly<Record<string, string>> {
+    if (this.#tls === null) return {};
+    const { certs, nodes } = this.#tls;
+    let own = nodes.get(id);
+    if (own === undefined) {
+      own = nodeCert(dirname(certs.peerCa), id);
+      nodes.set(id, own);
+    }
+    return {
+      CAIRN_TLS_CERT_FILE: own.cert,
+      CAIRN_TLS_KEY_FILE: own.key,
+      CAIRN_TLS_PEER_CA_FILE: certs.peerCa,
+      CAIRN_TLS_CLIENT_CA_FILE: certs.clientCa,
+      CAIRN_CLUSTER_GOSSIP_KEY_FILE: certs.gossipKey,
+    };
   }
 
   #watch(n: ChaosNode, server: ServerProcess, incarnation: number): void {

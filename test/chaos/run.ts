@@ -79,6 +79,8 @@ export interface RunOptions {
   /** Planted bugs (src/node/testing-bugs.ts), for proving the harness catches them. */
   readonly bugs?: readonly string[];
   readonly workload?: Partial<WorkloadOptions>;
+  /** TLS between the peers and for the clients, and sealed gossip (cluster.ts). */
+  readonly tls?: boolean;
   readonly log?: (line: string) => void;
 }
 
@@ -96,6 +98,8 @@ export interface RunReport {
   readonly seed: number;
   readonly scenario: string;
   readonly bugs: readonly string[];
+  /** Whether the cluster ran with TLS and sealed gossip. */
+  readonly tls: boolean;
   readonly durationMs: number;
   readonly wallMs: number;
   readonly operations: {
@@ -227,7 +231,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   const rng = seededRng(options.seed);
   const dir = join(
     options.outDir,
-    `run-${options.seed}-${options.scenario}${bugs.length > 0 ? `-${bugs.join("+")}` : ""}`,
+    `run-${options.seed}-${options.scenario}${options.tls === true ? "-tls" : ""}${bugs.length > 0 ? `-${bugs.join("+")}` : ""}`,
   );
   await mkdir(dir, { recursive: true });
   const dataDir = await mkdtemp(join(tmpdir(), "cairn-chaos-"));
@@ -238,6 +242,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     rng: rng.fork(),
     now,
     ...(TMPFS_SCENARIOS.has(options.scenario) ? { tmpfsMiB: 256 } : {}),
+    ...(options.tls === true ? { tls: true } : {}),
     env: {
       CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
       CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(options.size ?? 3),
@@ -567,7 +572,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
   for (const f of faults)
     worstByKind.set(f.kind, Math.max(worstByKind.get(f.kind) ?? 0, f.unavailableMs));
   const summary = [
-    `chaos seed=${options.seed} scenario=${options.scenario}${bugs.length > 0 ? ` bugs=${bugs.join(",")}` : ""}:`,
+    `chaos seed=${options.seed} scenario=${options.scenario}${options.tls === true ? " tls" : ""}${bugs.length > 0 ? ` bugs=${bugs.join(",")}` : ""}:`,
     `${ops.length} ops (${ops.filter((o) => o.outcome === "ok").length} ok, ${ops.filter((o) => o.outcome === "info").length} indeterminate, ${ops.filter((o) => o.outcome === "fail").length} failed), ${checked} checked;`,
     serializableLine(ops),
     `faults ${
@@ -599,6 +604,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     seed: options.seed,
     scenario: options.scenario,
     bugs,
+    tls: options.tls === true,
     durationMs: options.durationMs,
     wallMs: Math.round(now()),
     operations: {
