@@ -10,18 +10,19 @@
  * availability p50/p99 per fault kind). Exit code 1 when a run failed.
  *
  * Scenarios: mixed (default), membership, kill, kill-all, crash, pause, partition, network,
- * udp-loss, delay, wipe, disk, disk-guard, none. The totals of a run with membership changes (join,
- * decommission, remove) also give how long each took: join → active, decommission →
- * decommissioned, killed → dead → re-replicated (p50 and max). --bug plants a known bug in the nodes (follower-read-without-apply,
- * ack-before-wal-sync, snapshot-install-not-durable; repeatable) to see it caught.
- * --shard-workers runs every node with N shard workers (docs/architecture.md, "Using every core").
- * --tls runs the nodes secured: TLS between the peers and for the harness's clients, and sealed
- * gossip (test/chaos/cluster.ts).
+ * udp-loss, delay, wipe, disk, disk-guard, rotate (--tls only), none. The totals of a run with
+ * membership changes (join, decommission, remove) also give how long each took: join → active,
+ * decommission → decommissioned, killed → dead → re-replicated (p50 and max). --bug plants a
+ * known bug in the nodes (follower-read-without-apply, ack-before-wal-sync,
+ * snapshot-install-not-durable; repeatable) to see it caught. --shard-workers runs every node
+ * with N shard workers (docs/architecture.md, "Using every core"). --tls runs the nodes secured:
+ * TLS between the peers and for the harness's clients, and sealed gossip (test/chaos/cluster.ts);
+ * its runs also draw rotate-keys, the gossip key and the certificates rotated under load.
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { SCENARIOS } from "../test/chaos/faults.ts";
+import { SCENARIOS, scenarioKinds } from "../test/chaos/faults.ts";
 import { type RunReport, runChaos } from "../test/chaos/run.ts";
 
 const { values } = parseArgs({
@@ -45,7 +46,7 @@ if (values.help) {
   console.log(
     [
       "usage: npm run chaos -- --runs N [--seed S] [--scenario NAME] [--duration SECONDS] [--bug NAME] [--nodes 3|5] [--shard-workers N] [--tls] [--out DIR] [--stop-on-failure]",
-      "--tls: TLS between the peers and for the clients, and sealed gossip",
+      "--tls: TLS between the peers and for the clients, and sealed gossip (scenario rotate needs it)",
       `scenarios: ${Object.keys(SCENARIOS).join(", ")}`,
       "bugs: follower-read-without-apply, ack-before-wal-sync, snapshot-install-not-durable",
     ].join("\n"),
@@ -72,6 +73,12 @@ if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(first) || !(duratio
 }
 if (SCENARIOS[values.scenario] === undefined) {
   console.error(`unknown scenario ${values.scenario}; known: ${Object.keys(SCENARIOS).join(", ")}`);
+  process.exit(2);
+}
+if (scenarioKinds(values.scenario, values.tls) === null) {
+  console.error(
+    `scenario ${values.scenario} rotates keys and certificates: it runs only with --tls`,
+  );
   process.exit(2);
 }
 

@@ -1,10 +1,12 @@
 /**
- * The chaos smoke (issue 11): three short runs of the chaos harness on real processes, with fixed
+ * The chaos smoke (issue 11): four short runs of the chaos harness on real processes, with fixed
  * seeds: one of mixed faults, and two of the scripted "grow-shrink" membership changes (3 → 5
  * nodes by joins, back to 3 by decommissions, a member lost for good and replaced by a new
  * identity; test/chaos/faults.ts SCRIPTS) under the workload, the second on a secured cluster
  * (TLS between the peers, through the FaultNet's proxies, mutual TLS for the clients, sealed
- * gossip through its relays; each joining node admitted by its own certificate). Each must pass every check
+ * gossip through its relays; each joining node admitted by its own certificate); and a run of
+ * the "rotate" scenario on a secured cluster: the gossip key and every node's certificate
+ * rotated under load, each node checked to use the new ones. Each must pass every check
  * (linearizability, serializable reads, acknowledged writes read back through every member,
  * placement: every shard on exactly three distinct active members and one group, health, views,
  * no crash). `npm run chaos` runs the long ones.
@@ -23,6 +25,8 @@ const RUNS = [
   { seed: 11, scenario: "mixed", durationMs: 20_000, tls: false },
   { seed: 12, scenario: "grow-shrink", durationMs: 10_000, tls: false },
   { seed: 13, scenario: "grow-shrink", durationMs: 10_000, tls: true },
+  // Draws a rotation of the gossip key and the certificates, and a kill.
+  { seed: 14, scenario: "rotate", durationMs: 25_000, tls: true },
 ] as const;
 
 describe("chaos smoke: faults and membership changes on a cluster of real processes", () => {
@@ -61,6 +65,11 @@ describe("chaos smoke: faults and membership changes on a cluster of real proces
             SCRIPTS[scenario]?.map((k) => `${k}:true`),
           );
         }
+        if (scenario === "rotate")
+          assert.ok(
+            report.faults.some((f) => f.kind === "rotate-keys"),
+            "the rotate run rotated nothing",
+          );
         // A node that reached a peer around its proxy would escape the network's faults.
         const net = report.net as NetStats;
         assert.ok(net.connections > 0, "no peer connection went through the proxies");

@@ -21,12 +21,18 @@
  * its certificate at its first start, so a node that joins later is admitted by its own.
  */
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { mkdir, open, readdir, rm, statfs, unlink, writeFile } from "node:fs/promises";
+import { connect as tlsConnect } from "node:tls";
 import { promisify } from "node:util";
+import { X509Certificate } from "node:crypto";
+import { createSocket as createUdpSocket } from "node:dgram";
 import { dirname, join } from "node:path";
 import { type ChannelCredentials, credentials } from "@grpc/grpc-js";
 import type { Rng } from "../../src/common/index.ts";
+import { parseGossipKeys } from "../../src/common/gossip-keys.ts";
+import { decodeMessage, encodeMessage, memberId } from "../../src/membership/core/index.ts";
+import { GossipSeal } from "../../src/membership/index.ts";
 import { freePort } from "../support/cluster-process.ts";
 import { connect, type Clients } from "../support/grpc-client.ts";
 import { type Exit, type ServerProcess, startServer } from "../support/server-process.ts";
@@ -82,6 +88,11 @@ interface ChaosTls {
   /** Each node id's certificate (the founders' at once, a later node's at its first start). */
   readonly nodes: Map<string, { readonly cert: string; readonly key: string }>;
   readonly credentials: ChannelCredentials;
+  /**
+   * The gossip keys a node's own key file gets at its first start (each node has its own copy,
+   * as each machine has: a rotation rewrites them one at a time).
+   */
+  gossipKeys: readonly string[];
 }
 
 function chaosTls(dir: string, ids: readonly string[]): ChaosTls {
@@ -94,7 +105,23 @@ function chaosTls(dir: string, ids: readonly string[]): ChaosTls {
       readFileSync(certs.alice.key),
       readFileSync(certs.alice.cert),
     ),
+    gossipKeys: parseGossipKeyLines(readFileSync(certs.gossipKey, "utf8")),
   };
+}
+
+/** The keys of a gossip key file's text, in order (comments and blank lines left out). */
+function parseGossipKeyLines(text: string): string[] {
+  return text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !l.startsWith("#"));
+}
+
+/** Writes `text` to `path` whole: a reader sees the old file or the new one. */
+function replaceFile(path: string, text: string): void {
+  const tmp = `${path}.tmp`;
+  writeFileSync(tmp, text, { mode: 0o600 });
+  renameSync(tmp, path);
 }
 
 const run = promisify(execFile);
@@ -400,13 +427,124 @@ export class ChaosCluster {
       own = nodeCert(dirname(certs.peerCa), id);
       nodes.set(id, own);
     }
+    const gossipKeyFile = this.#gossipKeyFile(id);
+    if (!existsSync(gossipKeyFile))
+      replaceFile(gossipKeyFile, this.#tls.gossipKeys.join("\n") + "\n");
     return {
       CAIRN_TLS_CERT_FILE: own.cert,
       CAIRN_TLS_KEY_FILE: own.key,
       CAIRN_TLS_PEER_CA_FILE: certs.peerCa,
       CAIRN_TLS_CLIENT_CA_FILE: certs.clientCa,
-      CAIRN_CLUSTER_GOSSIP_KEY_FILE: certs.gossipKey,
+      CAIRN_CLUSTER_GOSSIP_KEY_FILE: gossipKeyFile,
     };
+  }
+
+  /** Node `id`'s own copy of the gossip key file (cluster.gossip_key_file). */
+  #gossipKeyFile(id: string): string {
+    return join(dirname((this.#tls as ChaosTls).certs.peerCa), `gossip-${id}.key`);
+  }
+
+  /** Whether the nodes run with TLS and sealed gossip. */
+  get secured(): boolean {
+    return this.#tls !== null;
+  }
+
+  /** The gossip keys in force: what a node's key file gets at its first start. */
+  get gossipKeys(): readonly string[] {
+    return this.#tls?.gossipKeys ?? [];
+  }
+
+  /**
+   * Rewrites node `id`'s gossip key file to `keys` (the first seals), in one rename, as an
+   * operator's configuration management does; `current` also makes them what a node started
+   * later gets. The node reads it within a second (src/common/gossip-keys.ts).
+   */
+  setGossipKeys(id: string, keys: readonly string[], current: boolean): void {
+    const tls = this.#tls;
+    if (tls === null) throw new Error("the cluster runs without TLS: it has no gossip keys");
+    if (current) tls.gossipKeys = [...keys];
+    replaceFile(this.#gossipKeyFile(id), keys.join("\n") + "\n");
+  }
+
+  /**
+   * A new certificate and key for node `id` from the cluster's CA, replacing its files (the
+   * certificate first, then the key: a reader between the two sees a pair that does not match,
+   * which a reload must refuse and keep what it had). Returns the new certificate's SHA-256
+   * fingerprint.
+   */
+  renewCertificate(id: string): string {
+    const tls = this.#tls;
+    if (tls === null) throw new Error("the cluster runs without TLS: it has no certificates");
+    const files = nodeCert(dirname(tls.certs.peerCa), id);
+    tls.nodes.set(id, files);
+    return new X509Certificate(readFileSync(files.cert)).fingerprint256;
+  }
+
+  /**
+   * Whether node `id` acks, within `waitMs`, a SWIM ping sealed under gossip key `key` (one line
+   * of a key file), with an ack sealed under that key: it opens that key and seals with it. The
+   * ping comes from an id no member has (the node asks it for a push-pull, which the harness
+   * leaves unanswered: nothing joins), sent to its bound port, not through the FaultNet.
+   */
+  async acksGossipSealedWith(id: string, key: string, waitMs: number): Promise<boolean> {
+    const seal = new GossipSeal(parseGossipKeys("chaos probe", key));
+    const port = Number(this.node(id).rpc.split(":").pop());
+    const seq = 1 + Math.floor(Math.random() * 0x7fff_fffe);
+    const ping = encodeMessage({
+      type: "ping",
+      from: memberId("chaos-probe"),
+      totalShards: Number(this.#options.env["CAIRN_CLUSTER_TOTAL_SHARDS"]),
+      seq,
+      target: memberId(id),
+      gossip: [],
+    });
+    const socket = createUdpSocket("udp4");
+    try {
+      return await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), waitMs);
+        socket.on("message", (msg: Buffer) => {
+          const opened = seal.unwrap(msg);
+          if (!opened.ok) return;
+          const d = decodeMessage(opened.bytes);
+          if (d.ok && d.message.type === "ack" && d.message.seq === seq) {
+            clearTimeout(timer);
+            resolve(true);
+          }
+        });
+        socket.send(seal.wrap(ping), port, "127.0.0.1");
+      });
+    } finally {
+      socket.close();
+    }
+  }
+
+  /**
+   * The SHA-256 fingerprint of the certificate node `id` serves on its rpc address now (a TLS
+   * handshake as admin alice), or null when it does not answer within 2 s.
+   */
+  servedCertificate(id: string): Promise<string | null> {
+    const tls = this.#tls;
+    if (tls === null) throw new Error("the cluster runs without TLS: it serves no certificate");
+    const [host, port] = this.node(id).rpc.split(":") as [string, string];
+    return new Promise((resolve) => {
+      const socket = tlsConnect({
+        host,
+        port: Number(port),
+        servername: "localhost",
+        ALPNProtocols: ["h2"],
+        ca: readFileSync(tls.certs.peerCa),
+        key: readFileSync(tls.certs.alice.key),
+        cert: readFileSync(tls.certs.alice.cert),
+      });
+      const done = (fingerprint: string | null): void => {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve(fingerprint);
+      };
+      const timer = setTimeout(() => done(null), 2_000);
+      socket.once("secureConnect", () => done(socket.getPeerCertificate().fingerprint256));
+      socket.once("error", () => done(null));
+    });
   }
 
   #watch(n: ChaosNode, server: ServerProcess, incarnation: number): void {

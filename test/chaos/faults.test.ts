@@ -5,7 +5,14 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/index.ts";
-import { type DiskSample, type FaultKind, guardBreach, planChanges, SCENARIOS } from "./faults.ts";
+import {
+  type DiskSample,
+  type FaultKind,
+  guardBreach,
+  planChanges,
+  SCENARIOS,
+  scenarioKinds,
+} from "./faults.ts";
 
 describe("chaos faults: the plan of membership changes", () => {
   const kinds = SCENARIOS["membership"] as readonly FaultKind[];
@@ -32,6 +39,39 @@ describe("chaos faults: the plan of membership changes", () => {
 
   it("is empty for a scenario without changes", () => {
     assert.deepEqual(planChanges(SCENARIOS["kill"] as readonly FaultKind[], 3, seededRng(1)), []);
+  });
+});
+
+describe("chaos faults: what a run draws from", () => {
+  it("leaves the TLS-only faults out of a cleartext run, so that its seeds draw what they drew before", () => {
+    // mixed's kinds in cleartext, as they were before rotate-keys (a seed's schedule depends on
+    // the list: the smoke's seed 11 draws a pause and a wipe from it).
+    assert.deepEqual(scenarioKinds("mixed", false), [
+      "kill-leader",
+      "kill-random",
+      "kill-flap",
+      "kill-all",
+      "pause",
+      "partition",
+      "partition-reset",
+      "asymmetric",
+      "udp-loss",
+      "delay",
+      "wipe",
+      "torn-write",
+      "join",
+      "decommission",
+      "remove",
+    ]);
+    assert.ok(scenarioKinds("mixed", true)?.includes("rotate-keys"));
+    assert.deepEqual(scenarioKinds("membership", false), SCENARIOS["membership"]);
+  });
+
+  it("refuses a TLS-only scenario in cleartext, and an unknown one", () => {
+    assert.equal(scenarioKinds("rotate", false), null);
+    assert.ok(scenarioKinds("rotate", true)?.includes("rotate-keys"));
+    assert.equal(scenarioKinds("nope", true), null);
+    assert.deepEqual(scenarioKinds("none", false), []);
   });
 });
 

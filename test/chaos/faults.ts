@@ -34,6 +34,16 @@
  *   shard when fewer than the factor of active members have room), and it is marked as having
  *   room again within 30 s of the space freed. A member down meanwhile is judged on nothing it
  *   could not do;
+ * - rotate-keys (a secured cluster only: `--tls`): what an operator's rotation does, on every
+ *   member one at a time (its own files, as on its own machine), a few hundred milliseconds
+ *   apart: the gossip key rotated in its three steps (a new key listed second, then first, then
+ *   the old one dropped), each step begun once the one before reached every member and a second
+ *   more passed (the nodes look at the file every second); then every member's certificate and
+ *   key renewed from the cluster's CA (the certificate file replaced first: a node that reads
+ *   between the two sees a pair that does not match and must keep what it had). Within
+ *   ROTATION_SEEN_MS of the last key step, each running member must ack a ping sealed under the
+ *   new key with an ack sealed under it, and leave one under the old key unanswered; within as
+ *   long of its renewal it must serve its new certificate (`rotationErrors`, each a finding);
  * - join, decommission, remove: membership changes (membership.ts). They run beside the
  *   schedule, one at a time, while the other faults go on: a drawn change starts when none is
  *   under way and the cluster allows it (a join while there are fewer than its founding size + 2
@@ -57,6 +67,7 @@
  * machine (a change takes seconds to minutes): the faults then go on, and the workload with
  * them, until the plan ends (the duration is a minimum), for at most PLAN_OVERRUN_MS more.
  */
+import { randomBytes } from "node:crypto";
 import { appendFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Rng } from "../../src/common/index.ts";
@@ -82,6 +93,7 @@ export const FAULT_KINDS = [
   "join",
   "decommission",
   "remove",
+  "rotate-keys",
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -127,6 +139,9 @@ export function planChanges(kinds: readonly FaultKind[], founding: number, rng: 
   return plan;
 }
 
+/** Faults only a secured cluster (`--tls`) has: left out of a cleartext run's draws. */
+export const TLS_KINDS: ReadonlySet<FaultKind> = new Set(["rotate-keys"]);
+
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   // Not the disk faults: they need a tmpfs (TMPFS_SCENARIOS).
@@ -157,8 +172,24 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
     "asymmetric",
   ],
   "grow-shrink": ["join", "decommission", "remove"],
+  // Keys and certificates rotated while nodes crash, pause, are cut off and join (--tls only).
+  rotate: ["rotate-keys", "kill-random", "kill-flap", "pause", "partition", "udp-loss", "join"],
   none: [],
 };
+
+/** Scenarios that run only on a secured cluster (`--tls`): their point is a TLS-only fault. */
+export const TLS_SCENARIOS: ReadonlySet<string> = new Set(["rotate"]);
+
+/**
+ * The kinds run `scenario` draws from: a cleartext run leaves out TLS_KINDS (its draws are
+ * then what they were before those kinds existed); null for an unknown scenario, or a TLS-only
+ * one (TLS_SCENARIOS) run in cleartext.
+ */
+export function scenarioKinds(scenario: string, tls: boolean): readonly FaultKind[] | null {
+  const kinds = SCENARIOS[scenario];
+  if (kinds === undefined || (TLS_SCENARIOS.has(scenario) && !tls)) return null;
+  return tls ? kinds : kinds.filter((k) => !TLS_KINDS.has(k));
+}
 
 /**
  * Scripted scenarios: the membership changes they run, in order (see the file comment). Each
@@ -254,6 +285,15 @@ async function metaLeader(cluster: ChaosCluster): Promise<string | null> {
 
 /** How full the disk-nearly-full fault makes a disk: past the default threshold of 95 %. */
 const NEARLY_FULL_PERCENT = 97;
+/**
+ * How long a running member may take to serve its renewed certificate: it looks at its TLS
+ * files every second (src/common/tls-files.ts), and a reader between the two files' renames
+ * waits for the next look.
+ */
+const ROTATION_SEEN_MS = 10_000;
+/** After a step of a gossip key rotation reached every member: their next look, and a margin. */
+const KEY_STEP_SETTLE_MS = 1_500;
+
 /** How long it holds at least: three of a node's 10-s disk checks (src/node/disk-watch.ts). */
 const NEARLY_FULL_HOLD_MS = 30_000;
 /** How long after the space is freed the member must be marked as having room again. */
@@ -374,6 +414,8 @@ export class FaultSchedule {
   readonly changeErrors: string[] = [];
   /** What a disk-nearly-full fault saw the disk guard break (each fails the run). */
   readonly guardErrors: string[] = [];
+  /** What the rotate-keys faults found: a member that did not serve its renewed certificate. */
+  readonly rotationErrors: string[] = [];
   readonly #cluster: ChaosCluster;
   readonly #rng: Rng;
   readonly #now: () => number;
@@ -661,6 +703,86 @@ export class FaultSchedule {
     r.healDone = this.#now();
   }
 
+  /** The rotate-keys fault (see the file comment) on `ids`, the members when it began. */
+  async #rotateKeys(ids: readonly string[], r: FaultRecord): Promise<void> {
+    const cluster = this.#cluster;
+    const rng = this.#rng;
+    const inTurn = (): string[] => {
+      const order = [...ids];
+      for (let i = order.length - 1; i > 0; i--) {
+        const j = rng.int(i + 1);
+        [order[i], order[j]] = [order[j] as string, order[i] as string];
+      }
+      return order;
+    };
+    const old = cluster.gossipKeys[0];
+    if (old === undefined) throw new Error("rotate-keys: the cluster has no gossip key");
+    const fresh = randomBytes(32).toString("base64");
+    for (const keys of [[old, fresh], [fresh, old], [fresh]]) {
+      for (const id of inTurn()) {
+        cluster.setGossipKeys(id, keys, true);
+        await sleep(between(rng, [100, 400]));
+      }
+      await sleep(KEY_STEP_SETTLE_MS);
+    }
+    const late: string[] = [];
+    // Each running member seals with the new key and no longer opens the old one. (A member
+    // slow to answer the old key's ping passes for one that dropped it: this side of the check
+    // is lenient; the new key's must be answered.)
+    await this.#eachRunning(ids, late, async (id) => {
+      if (!(await cluster.acksGossipSealedWith(id, fresh, 1_000))) return false;
+      return !(await cluster.acksGossipSealedWith(id, old, 1_000));
+    });
+    for (const id of late)
+      this.rotationErrors.push(
+        `${id} did not seal with the new gossip key alone within ${ROTATION_SEEN_MS / 1000} s of the rotation's last step`,
+      );
+    r.healedAt = this.#now();
+    const renewed = new Map<string, string>();
+    for (const id of inTurn()) {
+      renewed.set(id, cluster.renewCertificate(id));
+      await sleep(between(rng, [100, 400]));
+    }
+    const stale: string[] = [];
+    await this.#eachRunning(
+      ids,
+      stale,
+      async (id) => (await cluster.servedCertificate(id)) === renewed.get(id),
+    );
+    for (const id of stale)
+      this.rotationErrors.push(
+        `${id} still served its old certificate ${ROTATION_SEEN_MS / 1000} s after its files were renewed`,
+      );
+    r.detail = `gossip key rotated in three steps, then the certificates renewed, on ${ids.join(", ")} in turn${late.length > 0 ? `; ${late.join(", ")} kept the old gossip key` : ""}${stale.length > 0 ? `; ${stale.join(", ")} kept the old certificate` : ""}`;
+    r.healDone = this.#now();
+  }
+
+  /**
+   * Asks `done` of each of `ids` until it holds, every 250 ms, for ROTATION_SEEN_MS; the ids it
+   * never held for go to `late`. A node stopped, paused or retired meanwhile is judged on
+   * nothing it could not do (one started again read its new files at start).
+   */
+  async #eachRunning(
+    ids: readonly string[],
+    late: string[],
+    done: (id: string) => Promise<boolean>,
+  ): Promise<void> {
+    const cluster = this.#cluster;
+    await Promise.all(
+      ids.map(async (id) => {
+        const deadline = this.#now() + ROTATION_SEEN_MS;
+        for (;;) {
+          const n = cluster.node(id);
+          if (n.retired || n.state !== "running") return;
+          if (await done(id)) return;
+          if (this.#now() >= deadline) break;
+          await sleep(250);
+        }
+        late.push(id);
+      }),
+    );
+  }
+
   async #inject(kind: FaultKind, hold: number): Promise<void> {
     const cluster = this.#cluster;
     const rng = this.#rng;
@@ -852,6 +974,9 @@ export class FaultSchedule {
       }
       case "disk-nearly-full":
         await this.#nearlyFull(random(), hold, record);
+        return;
+      case "rotate-keys":
+        await this.#rotateKeys(ids, record([...ids], "gossip key and certificates rotated"));
         return;
       case "join":
       case "decommission":

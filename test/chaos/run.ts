@@ -38,6 +38,7 @@ import {
   PLANNED_SCENARIOS,
   FaultSchedule,
   SCENARIOS,
+  scenarioKinds,
   SCRIPTS,
   TMPFS_SCENARIOS,
 } from "./faults.ts";
@@ -223,8 +224,13 @@ function availability(ops: readonly ChaosOp[], f: FaultRecord, end: number): [nu
 
 export async function runChaos(options: RunOptions): Promise<RunReport> {
   const log = options.log ?? ((line: string) => console.log(line));
-  const kinds = SCENARIOS[options.scenario];
-  if (kinds === undefined) throw new Error(`unknown scenario ${options.scenario}`);
+  const kinds = scenarioKinds(options.scenario, options.tls === true);
+  if (kinds === null)
+    throw new Error(
+      SCENARIOS[options.scenario] === undefined
+        ? `unknown scenario ${options.scenario}`
+        : `scenario ${options.scenario} runs only with TLS (--tls)`,
+    );
   const bugs = options.bugs ?? [];
   const t0 = performance.now();
   const now = (): number => performance.now() - t0;
@@ -329,6 +335,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
     await schedule.settle(SETTLE_MS);
     for (const message of schedule.changeErrors) findings.push({ check: "membership", message });
     for (const message of schedule.guardErrors) findings.push({ check: "disk-guard", message });
+    for (const message of schedule.rotationErrors) findings.push({ check: "rotation", message });
     const healthy = await eventually(90_000, async () => {
       for (const n of cluster.members()) {
         const h = await cluster.http(n.id, "/health");
