@@ -25,7 +25,7 @@ const RUNS = [
   { seed: 11, scenario: "mixed", durationMs: 20_000, tls: false },
   { seed: 12, scenario: "grow-shrink", durationMs: 10_000, tls: false },
   { seed: 13, scenario: "grow-shrink", durationMs: 10_000, tls: true },
-  // Draws a rotation of the gossip key and the certificates, and a kill.
+  // Draws two rotations of the gossip key and the certificates.
   { seed: 14, scenario: "rotate", durationMs: 25_000, tls: true },
 ] as const;
 

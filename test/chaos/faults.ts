@@ -173,7 +173,18 @@ export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
   ],
   "grow-shrink": ["join", "decommission", "remove"],
   // Keys and certificates rotated while nodes crash, pause, are cut off and join (--tls only).
-  rotate: ["rotate-keys", "kill-random", "kill-flap", "pause", "partition", "udp-loss", "join"],
+  // Listed three times: a third of the draws (once, a run of 60 s drew it 0–1 times).
+  rotate: [
+    "rotate-keys",
+    "rotate-keys",
+    "rotate-keys",
+    "kill-random",
+    "kill-flap",
+    "pause",
+    "partition",
+    "udp-loss",
+    "join",
+  ],
   none: [],
 };
 
