@@ -296,6 +296,39 @@ describe("the placement after a run", () => {
     assert.match(checkPlacement(views, 3)[0]?.message ?? "", /not 3 on distinct nodes/);
   });
 
+  it("lets the meta group keep the voters it was founded on, down to the factor", () => {
+    // Founded on five: its five voters (the allocator keeps them), or four once one was lost.
+    const counts5 = { n1: 2, n2: 2, n3: 1, n4: 2, n5: 1 };
+    const meta5 = shard(0, "n1", ["n1", "n2", "n3", "n4", "n5"]);
+    const five = ["n1", "n2", "n3", "n4", "n5"].map((n) =>
+      view(n, n === "n5" ? [meta5] : [meta5, s1], counts5),
+    );
+    assert.deepEqual(checkPlacement(five, 3, 5), []);
+    // Founded on three, five voters is two too many (chaos seed 7400 with --nodes 5 found the
+    // check asking three of a meta group founded on five).
+    assert.match(
+      checkPlacement(five, 3)[0]?.message ?? "",
+      /shard 0 has replicas n1,n2,n3,n4,n5 .* not 3 on distinct nodes/,
+    );
+    const counts4 = { n1: 2, n2: 2, n3: 1, n4: 2 };
+    const meta4 = shard(0, "n1", ["n1", "n2", "n4", "n4@b"]);
+    assert.match(
+      checkPlacement([view("n1", [meta4], counts4)], 3, 5)[0]?.message ?? "",
+      /not 3 to 5 on distinct nodes/,
+    );
+    const meta2 = shard(0, "n1", ["n1", "n2"]);
+    assert.match(
+      checkPlacement([view("n1", [meta2], { n1: 1, n2: 1 })], 3, 5)[0]?.message ?? "",
+      /not 3 to 5 on distinct nodes/,
+    );
+    // Any other shard: the factor, whatever the founding.
+    const wide = shard(1, "n2", ["n1", "n2", "n3", "n4"], 7);
+    assert.match(
+      checkPlacement([view("n2", [wide], { n1: 1, n2: 1, n3: 1, n4: 1 })], 3, 5)[0]?.message ?? "",
+      /shard 1 .* not 3 on distinct nodes/,
+    );
+  });
+
   it("names a replica on a member that is not active, and the member", () => {
     const dead = { n4: "dead" };
     const views = clean().map((v) => view(v.node, [...v.shards], counts, dead));

@@ -22,7 +22,10 @@
  * whose serving node is not known is left out of that check (and only of that one).
  *
  * **Placement** (after the heal, from every remaining member's cluster view): every shard has
- * exactly the replication factor of replicas, on distinct members that are all `active`; the
+ * exactly the replication factor of replicas (the meta group, shard 0, from the factor to the
+ * number of members it was founded on: it keeps its founding voters, and shrinks toward the
+ * factor only when a member is lost and none can take its place; src/cluster/allocator.ts), on
+ * distinct members that are all `active`; the
  * members of a shard's group name the same replicas (no shard has two groups); and no move is
  * under way (the replicas the meta group counts on each member are the groups it is a voter
  * of). A shard's group is what its latest leader says (the view, at the highest term, of a node
@@ -291,7 +294,9 @@ export function shardGroups(
 export function checkPlacement(
   views: readonly PlacementView[],
   replicationFactor: number,
+  founding = replicationFactor,
 ): Finding[] {
+  const metaMost = Math.max(founding, replicationFactor);
   const findings: Finding[] = [];
   const placement = (message: string): void => {
     findings.push({ check: "placement", message });
@@ -316,9 +321,11 @@ export function checkPlacement(
   for (const [shard, g] of groups) {
     const nodes = g.replicas.map(nodeOfReplica);
     for (const n of nodes) held.set(n, (held.get(n) ?? 0) + 1);
-    if (nodes.length !== replicationFactor || new Set(nodes).size !== nodes.length)
+    const [fewest, most] =
+      shard === 0 ? [replicationFactor, metaMost] : [replicationFactor, replicationFactor];
+    if (nodes.length < fewest || nodes.length > most || new Set(nodes).size !== nodes.length)
       placement(
-        `shard ${shard} has replicas ${g.replicas.join(",")} (${g.by}'s view, term ${g.term}), not ${replicationFactor} on distinct nodes`,
+        `shard ${shard} has replicas ${g.replicas.join(",")} (${g.by}'s view, term ${g.term}), not ${fewest === most ? fewest : `${fewest} to ${most}`} on distinct nodes`,
       );
     const inactive = nodes.filter((n) => !active(n));
     if (inactive.length > 0)

@@ -447,12 +447,13 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
         });
     }
 
-    // ── the placement: three distinct active replicas a shard, one group each, no move ──
+    // ── the placement: three distinct active replicas a shard (the meta group: as many as it
+    // was founded on, down to three), one group each, no move ──
     let views: PlacementView[] = [];
     let placementFindings: Finding[] = [];
     const placed = await eventually(60_000, async () => {
       views = await memberViews(cluster);
-      placementFindings = checkPlacement(views, REPLICATION_FACTOR);
+      placementFindings = checkPlacement(views, REPLICATION_FACTOR, options.size ?? 3);
       if (views.length < members.length)
         placementFindings.push({
           check: "placement",
