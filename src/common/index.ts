@@ -1,5 +1,5 @@
 export { CairnError } from "./errors.ts";
-export { type Rng, seededRng } from "./rng.ts";
+export { type Rng, seededRng, shuffle } from "./rng.ts";
 export { DenseMap, type ReadonlyDenseMap } from "./dense-map.ts";
 export { IntMap } from "./int-map.ts";
 export { clearArray, dropFront } from "./arrays.ts";

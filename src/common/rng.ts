@@ -82,3 +82,16 @@ function rotl(x: number, k: number): number {
 export function seededRng(seed: number): Rng {
   return new Xoshiro128(seed);
 }
+
+/**
+ * Puts `items` in an order drawn from `rng` (Fisher–Yates, in place): one `rng.int(i + 1)` for
+ * each i from the last index down to 1, so a seed replays the same order.
+ */
+export function shuffle<T>(items: T[], rng: Rng): void {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = rng.int(i + 1);
+    const a = items[i] as T;
+    items[i] = items[j] as T;
+    items[j] = a;
+  }
+}

@@ -321,11 +321,11 @@ export function checkPlacement(
   for (const [shard, g] of groups) {
     const nodes = g.replicas.map(nodeOfReplica);
     for (const n of nodes) held.set(n, (held.get(n) ?? 0) + 1);
-    const [fewest, most] =
-      shard === 0 ? [replicationFactor, metaMost] : [replicationFactor, replicationFactor];
-    if (nodes.length < fewest || nodes.length > most || new Set(nodes).size !== nodes.length)
+    const most = shard === 0 ? metaMost : replicationFactor;
+    const rf = replicationFactor;
+    if (nodes.length < rf || nodes.length > most || new Set(nodes).size !== nodes.length)
       placement(
-        `shard ${shard} has replicas ${g.replicas.join(",")} (${g.by}'s view, term ${g.term}), not ${fewest === most ? fewest : `${fewest} to ${most}`} on distinct nodes`,
+        `shard ${shard} has replicas ${g.replicas.join(",")} (${g.by}'s view, term ${g.term}), not ${most === rf ? rf : `${rf} to ${most}`} on distinct nodes`,
       );
     const inactive = nodes.filter((n) => !active(n));
     if (inactive.length > 0)

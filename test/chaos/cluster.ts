@@ -17,11 +17,12 @@
  * With `tls`, the nodes run as an operator runs a secured cluster (docs/operations.md,
  * "Security"): TLS between the peers (through the FaultNet's proxies: a CONNECT, then TLS end to
  * end), mutual TLS for the harness's clients (admin `alice`, for the membership changes' Admin
- * calls), and sealed gossip (one key for every node, through the UDP relays). Each node id gets
- * its certificate at its first start, so a node that joins later is admitted by its own.
+ * calls), and sealed gossip (through the UDP relays). Each node id gets its certificate and its
+ * own copy of the gossip key file at its first start, so a node that joins later is admitted by
+ * its own certificate, and a rotation (faults.ts, rotate-keys) rewrites the copies in turn.
  */
 import { execFile } from "node:child_process";
-import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdir, open, readdir, rm, statfs, unlink, writeFile } from "node:fs/promises";
 import { connect as tlsConnect } from "node:tls";
 import { promisify } from "node:util";
@@ -30,9 +31,10 @@ import { createSocket as createUdpSocket } from "node:dgram";
 import { dirname, join } from "node:path";
 import { type ChannelCredentials, credentials } from "@grpc/grpc-js";
 import type { Rng } from "../../src/common/index.ts";
-import { parseGossipKeys } from "../../src/common/gossip-keys.ts";
+import { parseGossipKeys, readGossipKeyFile } from "../../src/common/gossip-keys.ts";
 import { decodeMessage, encodeMessage, memberId } from "../../src/membership/core/index.ts";
 import { GossipSeal } from "../../src/membership/index.ts";
+import { writeFileDurably } from "../../src/storage/index.ts";
 import { freePort } from "../support/cluster-process.ts";
 import { connect, type Clients } from "../support/grpc-client.ts";
 import { type Exit, type ServerProcess, startServer } from "../support/server-process.ts";
@@ -105,23 +107,13 @@ function chaosTls(dir: string, ids: readonly string[]): ChaosTls {
       readFileSync(certs.alice.key),
       readFileSync(certs.alice.cert),
     ),
-    gossipKeys: parseGossipKeyLines(readFileSync(certs.gossipKey, "utf8")),
+    gossipKeys: readGossipKeyFile(certs.gossipKey).map((k) => k.key.toString("base64")),
   };
 }
 
-/** The keys of a gossip key file's text, in order (comments and blank lines left out). */
-function parseGossipKeyLines(text: string): string[] {
-  return text
-    .split("\n")
-    .map((l) => l.trim())
-    .filter((l) => l !== "" && !l.startsWith("#"));
-}
-
-/** Writes `text` to `path` whole: a reader sees the old file or the new one. */
-function replaceFile(path: string, text: string): void {
-  const tmp = `${path}.tmp`;
-  writeFileSync(tmp, text, { mode: 0o600 });
-  renameSync(tmp, path);
+/** A gossip key file listing `keys` (base64, the first seals), replaced whole. */
+function writeKeyFile(path: string, keys: readonly string[]): Promise<void> {
+  return writeFileDurably(path, keys.join("\n") + "\n");
 }
 
 const run = promisify(execFile);
@@ -391,7 +383,8 @@ export class ChaosCluster {
     this.#watch(n, server, incarnation);
   }
 
-  #spawn(n: ChaosNode, extraEnv: Readonly<Record<string, string>>): Promise<ServerProcess> {
+  async #spawn(n: ChaosNode, extraEnv: Readonly<Record<string, string>>): Promise<ServerProcess> {
+    const tlsEnv = await this.#tlsEnv(n.id);
     return startServer({
       dataDir: n.dataDir,
       args: [
@@ -406,7 +399,7 @@ export class ChaosCluster {
       ],
       env: {
         ...this.#options.env,
-        ...this.#tlsEnv(n.id),
+        ...tlsEnv,
         ...extraEnv,
         grpc_proxy: `http://127.0.0.1:${n.net.proxyPort}`,
         no_grpc_proxy: "",
@@ -419,7 +412,7 @@ export class ChaosCluster {
   }
 
   /** A TLS cluster's settings for node `id` (none in cleartext). */
-  #tlsEnv(id: string): Readonly<Record<string, string>> {
+  async #tlsEnv(id: string): Promise<Readonly<Record<string, string>>> {
     if (this.#tls === null) return {};
     const { certs, nodes } = this.#tls;
     let own = nodes.get(id);
@@ -428,8 +421,7 @@ export class ChaosCluster {
       nodes.set(id, own);
     }
     const gossipKeyFile = this.#gossipKeyFile(id);
-    if (!existsSync(gossipKeyFile))
-      replaceFile(gossipKeyFile, this.#tls.gossipKeys.join("\n") + "\n");
+    if (!existsSync(gossipKeyFile)) await writeKeyFile(gossipKeyFile, this.#tls.gossipKeys);
     return {
       CAIRN_TLS_CERT_FILE: own.cert,
       CAIRN_TLS_KEY_FILE: own.key,
@@ -444,11 +436,6 @@ export class ChaosCluster {
     return join(dirname((this.#tls as ChaosTls).certs.peerCa), `gossip-${id}.key`);
   }
 
-  /** Whether the nodes run with TLS and sealed gossip. */
-  get secured(): boolean {
-    return this.#tls !== null;
-  }
-
   /** The gossip keys in force: what a node's key file gets at its first start. */
   get gossipKeys(): readonly string[] {
     return this.#tls?.gossipKeys ?? [];
@@ -456,14 +443,14 @@ export class ChaosCluster {
 
   /**
    * Rewrites node `id`'s gossip key file to `keys` (the first seals), in one rename, as an
-   * operator's configuration management does; `current` also makes them what a node started
-   * later gets. The node reads it within a second (src/common/gossip-keys.ts).
+   * operator's configuration management does, and makes them what a node started later gets.
+   * The node reads it within a second (src/common/gossip-keys.ts).
    */
-  setGossipKeys(id: string, keys: readonly string[], current: boolean): void {
+  async setGossipKeys(id: string, keys: readonly string[]): Promise<void> {
     const tls = this.#tls;
     if (tls === null) throw new Error("the cluster runs without TLS: it has no gossip keys");
-    if (current) tls.gossipKeys = [...keys];
-    replaceFile(this.#gossipKeyFile(id), keys.join("\n") + "\n");
+    tls.gossipKeys = [...keys];
+    await writeKeyFile(this.#gossipKeyFile(id), keys);
   }
 
   /**

@@ -70,7 +70,7 @@
 import { randomBytes } from "node:crypto";
 import { appendFile, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { Rng } from "../../src/common/index.ts";
+import { type Rng, shuffle } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
 import { everyNodeHealthy, MembershipChanges, timeout } from "./membership.ts";
@@ -720,10 +720,7 @@ export class FaultSchedule {
     const rng = this.#rng;
     const inTurn = (): string[] => {
       const order = [...ids];
-      for (let i = order.length - 1; i > 0; i--) {
-        const j = rng.int(i + 1);
-        [order[i], order[j]] = [order[j] as string, order[i] as string];
-      }
+      shuffle(order, rng);
       return order;
     };
     const old = cluster.gossipKeys[0];
@@ -731,7 +728,7 @@ export class FaultSchedule {
     const fresh = randomBytes(32).toString("base64");
     for (const keys of [[old, fresh], [fresh, old], [fresh]]) {
       for (const id of inTurn()) {
-        cluster.setGossipKeys(id, keys, true);
+        await cluster.setGossipKeys(id, keys);
         await sleep(between(rng, [100, 400]));
       }
       await sleep(KEY_STEP_SETTLE_MS);

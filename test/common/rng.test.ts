@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { seededRng } from "../../src/common/index.ts";
+import { seededRng, shuffle } from "../../src/common/index.ts";
 
 describe("seededRng", () => {
   it("replays the same sequence for the same seed", () => {
@@ -40,5 +40,28 @@ describe("seededRng", () => {
       const f = rng.float();
       assert.ok(f >= 0 && f < 1);
     }
+  });
+
+  it("shuffle puts every item somewhere, in an order the seed replays", () => {
+    const items = Array.from({ length: 20 }, (_, i) => i);
+    const a = [...items];
+    const b = [...items];
+    shuffle(a, seededRng(5));
+    shuffle(b, seededRng(5));
+    assert.deepEqual(a, b);
+    assert.notDeepEqual(a, items);
+    assert.deepEqual(
+      [...a].sort((x, y) => x - y),
+      items,
+    );
+    // Each first place about equally often.
+    const firsts = new Array<number>(4).fill(0);
+    const rng = seededRng(9);
+    for (let i = 0; i < 40_000; i++) {
+      const four = [0, 1, 2, 3];
+      shuffle(four, rng);
+      firsts[four[0] as number] = (firsts[four[0] as number] ?? 0) + 1;
+    }
+    for (const c of firsts) assert.ok(c > 9_000 && c < 11_000, `first-place count ${c}`);
   });
 });

@@ -32,7 +32,7 @@
  * Caveats: no local health multiplier (Lifeguard's LHM) and no TCP fallback probe; two live
  * processes sharing one node id will keep refuting each other.
  */
-import type { Rng } from "../../common/index.ts";
+import { type Rng, shuffle } from "../../common/index.ts";
 import type {
   Ack,
   AliveUpdate,
@@ -990,17 +990,6 @@ function pickRandom<T>(items: T[], k: number, rng: Rng): T[] {
     items[j] = a;
   }
   return items.slice(0, n);
-}
-
-function shuffle<T>(items: T[], rng: Rng): void {
-  for (let i = items.length - 1; i > 0; i--) {
-    const j = rng.int(i + 1);
-    const a = items[i];
-    const b = items[j];
-    if (a === undefined || b === undefined) continue;
-    items[i] = b;
-    items[j] = a;
-  }
 }
 
 /** Encoded size of a probe message without its gossip items (the gossip count byte included). */

@@ -39,7 +39,7 @@
  * (liveness), and every acknowledged write must be applied on every member.
  */
 import type { Rng } from "../../../src/common/rng.ts";
-import { seededRng } from "../../../src/common/rng.ts";
+import { seededRng, shuffle } from "../../../src/common/rng.ts";
 import type {
   ConfChange,
   ConfState,
@@ -1263,15 +1263,6 @@ function keepLinkOrder(due: InFlight[]): void {
     if (idx.length < 2) continue;
     const ordered = idx.map((i) => due[i] as InFlight).sort((a, b) => a.seq - b.seq);
     idx.forEach((i, k) => (due[i] = ordered[k] as InFlight));
-  }
-}
-
-function shuffle<T>(a: T[], r: Rng): void {
-  for (let i = a.length - 1; i > 0; i--) {
-    const j = r.int(i + 1);
-    const t = a[i] as T;
-    a[i] = a[j] as T;
-    a[j] = t;
   }
 }
 
