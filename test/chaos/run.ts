@@ -43,6 +43,7 @@ import {
   TMPFS_SCENARIOS,
 } from "./faults.ts";
 import { memberViews } from "./membership.ts";
+import { eventually, eventuallyEach } from "./poll.ts";
 import {
   type ChaosOp,
   decodeValue,
@@ -66,6 +67,11 @@ const DEAD_AFTER_MS = 10_000;
 const SCRIPTED_DEAD_AFTER_MS = 3_000;
 /** How long the heal waits for a membership change under way to finish. */
 const SETTLE_MS = 240_000;
+/** How long a key's final read may take, and all the final reads (poll.ts), after the heal. */
+const READ_KEY_MS = 30_000;
+const FINAL_READS_MS = 120_000;
+/** How long the reads of every key through one member may take. */
+const READ_THROUGH_MS = 60_000;
 
 export interface RunOptions {
   readonly seed: number;
@@ -142,23 +148,6 @@ const RETRY_BUDGET = 20_000_000;
 
 /** A delay already past (the fault schedule ran over the workload's end) is none. */
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
-
-async function eventually<T>(
-  timeoutMs: number,
-  probe: () => Promise<T | undefined>,
-): Promise<T | undefined> {
-  const deadline = performance.now() + timeoutMs;
-  while (performance.now() < deadline) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch {
-      // try again
-    }
-    await sleep(200);
-  }
-  return undefined;
-}
 
 function isWrite(op: ChaosOp): boolean {
   return (
@@ -395,55 +384,67 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       return output;
     };
     let turn = 0;
-    for (const key of workload.keys) {
-      const got = await eventually(30_000, async () => {
+    const read = await eventuallyEach(
+      workload.keys,
+      async (key) => {
         const n = members[turn++ % members.length];
         return n === undefined ? undefined : finalRead(n, key);
+      },
+      { perKeyMs: READ_KEY_MS, phaseMs: FINAL_READS_MS },
+    );
+    for (const key of read.late)
+      findings.push({
+        check: "final-read",
+        message: `no linearizable read of ${key} within ${READ_KEY_MS / 1000} s`,
       });
-      if (got === undefined) {
-        findings.push({
-          check: "final-read",
-          message: `no linearizable read of ${key} within 30 s`,
-        });
-        continue;
-      }
+    if (read.untried.length > 0)
+      findings.push({
+        check: "final-read",
+        message: `${read.untried.length} key(s) not read: the final reads' ${FINAL_READS_MS / 1000} s ran out first (${read.untried.slice(0, 5).join(", ")})`,
+      });
+    for (const [key, got] of read.got)
       finals.set(key, got.type === "found" ? { value: got.value, version: got.version } : null);
-    }
 
     // ── every acknowledged write reads back through every remaining member ──
     for (const n of members) {
-      const unread: string[] = [];
-      /** Why the first unread key did not read back: its last error or the value it read. */
-      let why = "";
-      for (const [key, want] of finals) {
-        let lastError = "";
-        const got = await eventually(30_000, () =>
+      let lastError = "";
+      const through = await eventuallyEach(
+        finals.keys(),
+        (key) =>
           finalRead(n, key).catch((err: unknown) => {
             lastError = String(err).slice(0, 300);
             throw err;
           }),
-        );
+        { perKeyMs: READ_KEY_MS, phaseMs: READ_THROUGH_MS },
+      );
+      const wrong: string[] = [];
+      /** Why the first key read wrong did: the value it read. */
+      let why = "";
+      for (const [key, got] of through.got) {
+        const want = finals.get(key) ?? null;
         const same =
-          got !== undefined &&
-          (want === null
+          want === null
             ? got.type === "absent"
             : got.type === "found" &&
               got.value === want.value &&
               got.version.index === want.version.index &&
-              got.version.term === want.version.term);
+              got.version.term === want.version.term;
         if (!same) {
-          if (unread.length === 0)
-            why =
-              got === undefined
-                ? `no answer within 30 s (last error at ${Math.round(now())} ms: ${lastError || "none"})`
-                : `read ${JSON.stringify(got)}, final ${JSON.stringify(want)}`;
-          unread.push(key);
+          if (wrong.length === 0)
+            why = `read ${JSON.stringify(got)}, final ${JSON.stringify(want)}`;
+          wrong.push(key);
         }
       }
+      if (wrong.length > 0)
+        findings.push({
+          check: "read-through",
+          message: `through ${n.id}, ${wrong.length} key(s) do not read their final value: ${wrong.slice(0, 5).join(", ")}; ${wrong[0]}: ${why}`,
+        });
+      const unread = [...through.late, ...through.untried];
       if (unread.length > 0)
         findings.push({
           check: "read-through",
-          message: `through ${n.id}, ${unread.length} key(s) do not read their final value: ${unread.slice(0, 5).join(", ")}; ${unread[0]}: ${why}`,
+          message: `through ${n.id}, ${unread.length} key(s) gave no answer (${through.late.length} within ${READ_KEY_MS / 1000} s each, ${through.untried.length} not tried: its ${READ_THROUGH_MS / 1000} s ran out): ${unread.slice(0, 5).join(", ")}; last error at ${Math.round(now())} ms: ${lastError || "none"}`,
         });
     }
 
