@@ -9,6 +9,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { eventually } from "../support/cluster-process.ts";
 import {
   CAIRN,
   cleanEnv,
@@ -35,20 +36,6 @@ async function metric(server: ServerProcess, name: string): Promise<number> {
   const text = await (await fetch(`http://${server.http}/metrics`)).text();
   const line = text.split("\n").find((l) => l.startsWith(`${name} `));
   return Number(line?.split(" ")[1]);
-}
-
-/** Polls `check` (bounded) until it returns true; the nodes act on their own timers meanwhile. */
-async function eventually(
-  what: string,
-  check: () => Promise<boolean>,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (performance.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.fail(`not within ${timeoutMs} ms: ${what}`);
 }
 
 describe("membership in the node, end to end", () => {
