@@ -32,7 +32,7 @@ import {
 import { CairnClient, ServerError } from "../../src/client/index.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { eventually } from "../support/cluster-process.ts";
-import { type ServerProcess, startServer } from "../support/server-process.ts";
+import { metricValue, type ServerProcess, startServer } from "../support/server-process.ts";
 import { type CertSet, certCommand, expiredCert, makeCerts } from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-e2e-authz-"));
@@ -117,12 +117,6 @@ async function refusal(p: Promise<unknown>): Promise<ServerError> {
     return err;
   }
   assert.fail("the call succeeded");
-}
-
-async function metricValue(server: ServerProcess, series: string): Promise<number> {
-  const text = await (await fetch(`http://${server.http}/metrics`)).text();
-  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
-  return line === undefined ? Number.NaN : Number(line.slice(series.length + 1));
 }
 
 function tokenClient(server: ServerProcess, token: string | undefined): CairnClient {

@@ -13,6 +13,7 @@ import { eventually } from "../support/cluster-process.ts";
 import {
   CAIRN,
   cleanEnv,
+  metricValue,
   ROOT,
   type ServerProcess,
   startServer,
@@ -30,12 +31,6 @@ async function members(server: ServerProcess): Promise<Member[]> {
     nodes: Member[];
   };
   return report.nodes;
-}
-
-async function metric(server: ServerProcess, name: string): Promise<number> {
-  const text = await (await fetch(`http://${server.http}/metrics`)).text();
-  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
-  return Number(line?.split(" ")[1]);
 }
 
 describe("membership in the node, end to end", () => {
@@ -60,7 +55,7 @@ describe("membership in the node, end to end", () => {
           const m = await members(node);
           return m.length === 2 && m.every((x) => x.state === "alive");
         });
-        assert.equal(await metric(node, "swim_cluster_size"), 2);
+        assert.equal(await metricValue(node, "swim_cluster_size"), 2);
       }
       assert.deepEqual((await members(a)).map((m) => m.id).sort(), ["a", "b"]);
 
@@ -69,8 +64,8 @@ describe("membership in the node, end to end", () => {
       await eventually("a declares b dead", async () =>
         (await members(a)).some((m) => m.id === "b" && m.state === "dead"),
       );
-      assert.equal(await metric(a, "swim_cluster_size"), 1);
-      assert.equal(await metric(a, "swim_failed_members_total"), 1);
+      assert.equal(await metricValue(a, "swim_cluster_size"), 1);
+      assert.equal(await metricValue(a, "swim_failed_members_total"), 1);
     } finally {
       await b?.stop("SIGKILL");
       await a.stop();
@@ -100,7 +95,7 @@ describe("membership in the node, end to end", () => {
       assert.equal(cluster.status, 0, cluster.stderr);
       // MEMBER, its state in the cluster, then gossip's: left.
       assert.match(cluster.stdout, /^\s*b\t\S+\tleft\t/m);
-      assert.equal(await metric(a, "swim_failed_members_total"), 0, "leaving is not failing");
+      assert.equal(await metricValue(a, "swim_failed_members_total"), 0, "leaving is not failing");
     } finally {
       await b?.stop("SIGKILL");
       await a.stop();

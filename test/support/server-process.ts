@@ -141,3 +141,13 @@ export function startServer(opts: StartOptions): Promise<ServerProcess> {
     });
   });
 }
+
+/**
+ * One series of a node's GET /metrics (a name, or a name with its labels as exported:
+ * `kv_requests_total{operation="put",status="error"}`); NaN when it is not exported.
+ */
+export async function metricValue(server: ServerProcess, series: string): Promise<number> {
+  const text = await (await fetch(`http://${server.http}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  return line === undefined ? Number.NaN : Number(line.slice(series.length + 1));
+}
