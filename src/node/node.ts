@@ -556,6 +556,7 @@ export class CairnNode implements HealthSource {
     opened = store;
     metrics.setMemtableSource(() => store.memtableSizes());
     metrics.setSstableSource(() => store.tablesPerLevel());
+    metrics.setWalSource(() => store.walUnwrittenBytes());
     return store;
   }
 

@@ -171,6 +171,8 @@ export class CairnMetrics {
   #clusterSizeSource: (() => number | null) | null = null;
   /** The meta group's placement work left, read at each scrape (setPlacementSource). */
   #placementSource: (() => PlacementWork | null) | null = null;
+  /** The WAL's bytes appended and not yet written, read at each scrape (setWalSource). */
+  #walUnwrittenSource: (() => number) | null = null;
   /** raft_*, lsm_memtable_size_bytes and lsm_sstable_count: text kept per series. */
   readonly #shards: ShardMetrics;
   /** The registered families that render their own text, and how. */
@@ -352,6 +354,15 @@ export class CairnMetrics {
       help: "Bytes the WAL wrote durably (records of every shard of this node).",
       registers,
     });
+    const unwritten = (): number => this.#walUnwrittenSource?.() ?? 0;
+    new Gauge({
+      name: "cairn_wal_unwritten_bytes",
+      help: "Bytes appended to the WAL and not yet written durably: commit indexes that moved alone, which the next write or the maintenance pass (within a second) makes durable. What a crash now would take of this node's state.",
+      registers,
+      collect() {
+        this.set(unwritten());
+      },
+    });
     // The meta state is the same in every shard worker: "max", as swim_cluster_size.
     const placement = (): PlacementWork | null => this.#placementSource?.() ?? null;
     new Gauge({
@@ -467,6 +478,11 @@ export class CairnMetrics {
    */
   setPlacementSource(source: () => PlacementWork | null): void {
     this.#placementSource = source;
+  }
+
+  /** Where a scrape reads cairn_wal_unwritten_bytes (no source: 0). */
+  setWalSource(unwritten: () => number): void {
+    this.#walUnwrittenSource = unwritten;
   }
 
   /** Called every Raft round of a shard: recorded here, exported at the next scrape. */

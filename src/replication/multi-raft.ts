@@ -499,6 +499,11 @@ export class MultiRaft {
     return match !== null && match >= s.raw.commitIndex;
   }
 
+  /** The WAL's bytes appended and not yet written (WalStats; the metrics read it at a scrape). */
+  walUnwrittenBytes(): number {
+    return this.#wal.stats().unwrittenBytes;
+  }
+
   /** Each open shard's memtable bytes, active and immutable (the metrics read it at a scrape). */
   *memtableSizes(): Generator<readonly [shard: number, bytes: number]> {
     for (const [id, s] of this.#shards) yield [id, s.sm.lsm.memtableBytes];

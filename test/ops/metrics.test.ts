@@ -285,6 +285,16 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_raft_awake_groups"), 7);
   });
 
+  it("reads the WAL's unwritten bytes at each scrape (0 without a source)", async () => {
+    const m = fresh();
+    assert.equal(valueOf(samples(await m.expose()), "cairn_wal_unwritten_bytes"), 0);
+    let unwritten = 180;
+    m.setWalSource(() => unwritten);
+    assert.equal(valueOf(samples(await m.expose()), "cairn_wal_unwritten_bytes"), 180);
+    unwritten = 0;
+    assert.equal(valueOf(samples(await m.expose()), "cairn_wal_unwritten_bytes"), 0);
+  });
+
   it("computes the process families at scrape time", async () => {
     const injected = samples(await fresh().expose());
     assert.equal(valueOf(injected, "process_cpu_seconds_total"), 1.25);

@@ -36,6 +36,24 @@ describe("WAL", () => {
     await again.close();
   });
 
+  it("counts the bytes appended and not yet written until a sync writes them", async () => {
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    assert.equal(wal.stats().unwrittenBytes, 0);
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    await wal.sync();
+    assert.equal(wal.stats().unwrittenBytes, 0);
+    // A commit index that moved alone: appended, not written until a sync (multi-raft-round.ts).
+    wal.append([{ kind: "hard-state", shard: 1, state: { term: 1, vote: "n1", commit: 1 } }]);
+    const pending = wal.stats().unwrittenBytes;
+    assert.ok(pending > 0, `${pending} bytes unwritten`);
+    const written = wal.stats().bytesWritten;
+    await wal.sync();
+    assert.equal(wal.stats().unwrittenBytes, 0);
+    assert.equal(wal.stats().bytesWritten - written, pending);
+    await wal.close();
+  });
+
   it("recovers entries, hard states and snapshots of several shards", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);

@@ -142,4 +142,9 @@ export interface WalStats {
   /** Failed unlinks of obsolete segments and failed directory fsyncs after them (retried). */
   readonly segmentDeleteFailures: number;
   readonly memoryBytes: number;
+  /**
+   * Bytes appended and not yet written (a write is durable: O_DSYNC): records no round waits
+   * for (a commit index that moved alone), until the next write or the maintenance pass.
+   */
+  readonly unwrittenBytes: number;
 }

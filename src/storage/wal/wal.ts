@@ -663,6 +663,7 @@ export class Wal {
       segmentsDeleted: this.#segmentsDeleted,
       segmentDeleteFailures: this.#segmentDeleteFailures,
       memoryBytes: this.#memoryBytes,
+      unwrittenBytes: this.#appendedBytes - this.#durableBytes,
     };
   }
 
