@@ -74,6 +74,7 @@ import { type Rng, shuffle } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
 import { everyNodeHealthy, MembershipChanges, timeout } from "./membership.ts";
+import { eventually } from "./poll.ts";
 
 export const FAULT_KINDS = [
   "kill-leader",
@@ -766,7 +767,7 @@ export class FaultSchedule {
   }
 
   /**
-   * Asks `done` of each of `ids` until it holds, every 250 ms, for ROTATION_SEEN_MS; the ids it
+   * Asks `done` of each of `ids` until it holds (poll.ts), for ROTATION_SEEN_MS; the ids it
    * never held for go to `late`. A node stopped, paused or retired meanwhile is judged on
    * nothing it could not do (one started again read its new files at start).
    */
@@ -778,15 +779,11 @@ export class FaultSchedule {
     const cluster = this.#cluster;
     await Promise.all(
       ids.map(async (id) => {
-        const deadline = this.#now() + ROTATION_SEEN_MS;
-        for (;;) {
+        const held = await eventually(ROTATION_SEEN_MS, async () => {
           const n = cluster.node(id);
-          if (n.retired || n.state !== "running") return;
-          if (await done(id)) return;
-          if (this.#now() >= deadline) break;
-          await sleep(250);
-        }
-        late.push(id);
+          return n.retired || n.state !== "running" || (await done(id)) ? true : undefined;
+        });
+        if (held === undefined) late.push(id);
       }),
     );
   }

@@ -1,6 +1,7 @@
 /**
- * Polling after the heal, with bounds that hold whatever the cluster does: each wait has its own
- * limit, and a phase that waits once per key has one more, shared by its keys. Without the
+ * Polling in a chaos run (the rotation's checks, and every check after the heal), with bounds
+ * that hold whatever the cluster does: each wait has its own limit, and a phase that waits once
+ * per key has one more, shared by its keys. Without the
  * shared one, a cluster that never answers again (a membership change that failed, a node that
  * never came back) made a run wait out every key's limit in turn, on every member: 30 s × 25
  * keys × 5 members, an hour before the run could say so.
