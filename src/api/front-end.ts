@@ -62,6 +62,7 @@ import {
   WireError,
 } from "./grpc-wire.ts";
 import { dupFd, IntMap } from "../common/index.ts";
+import { ConnectionSlots } from "./connection-slots.ts";
 import { peerIdentityRefusal, type TlsIdentity } from "../common/peer-tls.ts";
 import {
   type ConnectionOptions,
@@ -290,6 +291,11 @@ export function serveFrontEnd(
   tunnels?: WorkerTunnels,
 ): FrontEnd {
   const limits: FrontEndLimits = { ...DEFAULT_FRONT_END_LIMITS, ...setup.limits };
+  /** The node's count of open connections (`rpc.max_connections`); null: not bounded. */
+  const openConnections =
+    setup.connections === undefined
+      ? null
+      : new ConnectionSlots(setup.connections.limit, setup.connections);
   const clientMaxReceive =
     setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
   const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
@@ -1175,6 +1181,11 @@ export function serveFrontEnd(
       return;
     }
     const socket = new Socket({ fd, readable: true, writable: true });
+    // The worker that accepted it took a slot, and gave it back when it closed its copy.
+    if (openConnections !== null) {
+      openConnections.adopt();
+      socket.once("close", () => openConnections.release());
+    }
     socket.setNoDelay(true);
     socket.setKeepAlive(true, 60_000);
     socket.write(TUNNEL_OPEN);
@@ -1213,7 +1224,33 @@ export function serveFrontEnd(
     }
   }
 
+  /** When this front end last reported refused connections (at most one event a second). */
+  let fullReportedAt = -Infinity;
+
+  /** Closes a connection accepted past `rpc.max_connections` before it costs anything more. */
+  function refuse(socket: Socket, open: ConnectionSlots): void {
+    const peer = `${socket.remoteAddress ?? ""}:${socket.remotePort ?? ""}`;
+    socket.destroy();
+    const now = performance.now();
+    if (now - fullReportedAt < 1000) return;
+    fullReportedAt = now;
+    report({
+      code: "CAIRN_ERR_CONNECTIONS_FULL",
+      peer,
+      message:
+        `the node holds rpc.max_connections (${open.limit}) connections; new ones are closed ` +
+        `as they are accepted (${open.refused} refused since start)`,
+    });
+  }
+
   const listener: NetServer = createServer({ noDelay: true }, (socket) => {
+    if (openConnections !== null) {
+      if (!openConnections.take()) {
+        refuse(socket, openConnections);
+        return;
+      }
+      socket.once("close", () => openConnections.release());
+    }
     // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
     socket.setKeepAlive(true, 60_000);
     sniff(socket, tunnels, "tcp");

@@ -7,6 +7,7 @@
 import { Metadata } from "@grpc/grpc-js";
 import type { TlsFiles } from "../common/tls-files.ts";
 import type { TlsIdentity } from "../common/peer-tls.ts";
+import type { SharedConnectionSlots } from "./connection-slots.ts";
 
 /** A gRPC method as an I/O thread registers it (its serializers pass bytes through). */
 export interface MethodInfo {
@@ -34,6 +35,11 @@ export interface IoThreadSetup {
   readonly tls?: TlsFiles;
   /** Who may call what (call-auth.ts): absent when no authentication is configured (all open). */
   readonly auth?: AuthSetup;
+  /**
+   * The node's count of open connections (`rpc.max_connections`, connection-slots.ts), shared
+   * by every front end of the node; absent, connections are not bounded.
+   */
+  readonly connections?: SharedConnectionSlots;
 }
 
 /** What a front end checks callers with (call-auth.ts, authz.ts). */
@@ -86,7 +92,8 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
 
 /**
  * What a front end reports to the main thread: a connection that its own code failed on (a bug:
- * logged at ERROR), one ended for going past a limit (WARN), a client whose certificate mutual
+ * logged at ERROR), one ended for going past a limit (WARN), connections refused because the
+ * node holds `rpc.max_connections` (WARN, at most one event a second from each front end), a client whose certificate mutual
  * TLS refused (WARN), a peer's call refused for its certificate (WARN, counted as a refused
  * peer call), a connection that spoke cleartext to a TLS port or TLS to a cleartext one (WARN),
  * the TLS files or the tokens file reloaded (INFO) or changed but unusable (ERROR), a call
@@ -97,6 +104,7 @@ export interface FrontEndEvent {
   readonly code:
     | "CAIRN_ERR_CONNECTION_INTERNAL"
     | "CAIRN_ERR_CONNECTION_LIMIT"
+    | "CAIRN_ERR_CONNECTIONS_FULL"
     | "CAIRN_ERR_TLS_CLIENT_REFUSED"
     | "CAIRN_ERR_PEER_REFUSED"
     | "CAIRN_ERR_TLS_MISMATCH"

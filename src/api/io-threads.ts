@@ -45,6 +45,7 @@ import {
   type ReplyBatch,
   toMetadata,
 } from "./handoff.ts";
+import type { SharedConnectionSlots } from "./connection-slots.ts";
 
 export type { FrontEndEvent, FrontEndLimits } from "./handoff.ts";
 
@@ -187,6 +188,8 @@ export interface IoThreadsOptions {
   readonly auth?: AuthSetup;
   /** A front end reports a connection (its own failure, or a client past a limit). */
   readonly onEvent?: (event: FrontEndEvent) => void;
+  /** The node's count of open connections (`rpc.max_connections`); absent, not bounded. */
+  readonly connections?: SharedConnectionSlots;
 }
 
 /** What IoThread and IoThreads use of a Worker; InProcessFrontEnd offers the same. */
@@ -474,6 +477,7 @@ export class IoThreads {
       ...(o.limits === undefined ? {} : { limits: o.limits }),
       ...(o.tls === undefined ? {} : { tls: o.tls }),
       ...(o.auth === undefined ? {} : { auth: o.auth }),
+      ...(o.connections === undefined ? {} : { connections: o.connections }),
     };
     const inProcess = o.count === 0 ? new InProcessFrontEnd(setup, o.tunnels) : null;
     const worker: FrontEndHandle =

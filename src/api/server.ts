@@ -26,6 +26,7 @@ import { adminService, type LeadershipTransfer, type MemberAdmin } from "./admin
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import type { WorkerTunnels } from "./front-end.ts";
 import type { AuthSetup } from "./handoff.ts";
+import type { ConnectionSlots } from "./connection-slots.ts";
 import {
   type FrontEndEvent,
   type FrontEndLimits,
@@ -98,6 +99,11 @@ export interface RpcServerOptions {
   readonly tunnels?: WorkerTunnels;
   /** What one connection may make the node spend (`rpc.*`; absent fields: the defaults). */
   readonly frontEnd?: Partial<Omit<FrontEndLimits, "peerMaxReceive">>;
+  /**
+   * The node's count of connections open on `address` (`rpc.max_connections`), shared with
+   * every front end of the node, a shard worker's too; absent, connections are not bounded.
+   */
+  readonly connections?: ConnectionSlots;
   /** TLS on `address` (`tls.*`, tls-front.ts); absent, cleartext. */
   readonly tls?: TlsFiles;
   /**
@@ -248,6 +254,9 @@ export class RpcServer {
       ...(this.#options.auth === undefined ? {} : { auth: this.#options.auth }),
       ...(this.#options.joinsPort === true ? { joinsPort: true } : {}),
       ...(this.#options.tunnels === undefined ? {} : { tunnels: this.#options.tunnels }),
+      ...(this.#options.connections === undefined
+        ? {}
+        : { connections: this.#options.connections.shared }),
       onFailure: (err) => this.#options.onFatal?.(err),
     });
     try {
@@ -271,6 +280,15 @@ export class RpcServer {
   /** A connection the front end ended: its own failure (ERROR) or a client past a limit (WARN). */
   #onFrontEndEvent(event: FrontEndEvent): void {
     if (this.#onTlsEvent(event) || this.#onAuthEvent(event)) return;
+    if (event.code === "CAIRN_ERR_CONNECTIONS_FULL") {
+      // Counted where the slots are (cairn_rpc_connections_refused_total); at most one a second.
+      this.#options.logger.warn("the node holds its most connections; new ones are refused", {
+        code: event.code,
+        peer: event.peer,
+        reason: event.message,
+      });
+      return;
+    }
     const internal = event.code === "CAIRN_ERR_CONNECTION_INTERNAL";
     this.#options.metrics.rpcConnectionEnded(internal ? "internal" : "limit");
     const fields = { code: event.code, peer: event.peer, reason: event.message };

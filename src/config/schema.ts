@@ -307,6 +307,16 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Worker threads that serve rpc_addr (HTTP/2 and gRPC framing) and hand each call to the main thread, which runs Raft, the WAL and the LSM; 0 serves gRPC on the main thread itself (fastest on 2 cores; more threads help once the main thread is busy and cores are spare).",
   },
   {
+    key: "rpc.max_connections",
+    kind: "int",
+    schema: intBetween(16, 1_000_000),
+    default: 10_000,
+    env: "CAIRN_RPC_MAX_CONNECTIONS",
+    flag: "rpc-max-connections",
+    expect: "must be an integer between 16 and 1000000",
+    doc: "Connections rpc_addr may hold open at once, clients' and peers' together, across the node's threads; past it a new connection is closed as soon as it is accepted. Each holds a file descriptor, which the WAL and the tables need too: at start it is lowered, with a warning, to what the open-file limit leaves them.",
+  },
+  {
     key: "rpc.max_concurrent_streams",
     kind: "int",
     schema: intBetween(1, 1_000_000),

@@ -56,9 +56,11 @@ import {
 } from "../replication/index.ts";
 import {
   type AdminStore,
+  ConnectionSlots,
   type ForwardOptions,
   type KvStore,
   RpcServer,
+  type SharedConnectionSlots,
   transferInPlace,
   type WorkerTunnels,
 } from "../api/index.ts";
@@ -95,6 +97,7 @@ import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
+import { nodeConnectionSlots } from "./open-files.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -111,6 +114,8 @@ export interface ShardCell {
   readonly index: number;
   readonly count: number;
   readonly walDir: string;
+  /** The node's count of connections on rpc_addr, which the main thread made. */
+  readonly connections: SharedConnectionSlots;
   /** The cluster view, shared with the other workers. */
   readonly views: ClusterViewPublisher;
   /** Whether this worker runs SWIM (one does: it binds UDP on the RPC port number). */
@@ -195,6 +200,8 @@ export class CairnNode implements HealthSource {
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
   readonly #cell: ShardCell | null;
+  /** The connections open on rpc_addr, across the node's threads (`rpc.max_connections`). */
+  readonly #connections: ConnectionSlots;
   /** The data directory's lock (null in a shard worker: the main thread holds it). */
   #lock: DataDirLock | null = null;
 
@@ -211,6 +218,12 @@ export class CairnNode implements HealthSource {
     this.#onFatal = onFatal;
     this.#cell = cell;
     this.#joins = new JoinAdmission(config.cluster.max_joining);
+    // One count for the node: a shard worker shares the main thread's (open-files.ts).
+    this.#connections =
+      cell === null
+        ? nodeConnectionSlots(config, log)
+        : new ConnectionSlots(cell.connections.limit, cell.connections);
+    this.metrics.setConnectionSource(this.#connections);
   }
 
   /** The multi-raft driver; throws before storage recovery has finished. */
@@ -608,6 +621,7 @@ export class CairnNode implements HealthSource {
         goAwayGraceMs: c.rpc.goaway_grace_ms,
         maxDecompressions: c.rpc.max_decompressions_per_connection,
       },
+      connections: this.#connections,
       ...(c.tls.cert_file !== undefined && c.tls.key_file !== undefined
         ? {
             tls: {

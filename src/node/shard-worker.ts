@@ -119,6 +119,7 @@ try {
       index,
       count,
       walDir: setup.walDir,
+      connections: setup.connections,
       views,
       membership: index === 0,
       route: (local, here, proposer) => {

@@ -25,6 +25,7 @@ import type {
 import { type NodeAddresses, startOpsHttp } from "./node.ts";
 import { fromWireError } from "./siblings.ts";
 import { walDirOf } from "./worker-layout.ts";
+import { nodeConnectionSlots } from "./open-files.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { CairnError, dupFd } from "../common/index.ts";
@@ -202,6 +203,8 @@ export class ShardWorkersNode implements HealthSource {
         (ports[j] as (MessagePort | null)[])[i] = port2;
       }
     }
+    // One count of rpc_addr's connections for every worker's front end (open-files.ts).
+    const connections = nodeConnectionSlots(c, this.#log).shared;
     for (let i = 0; i < n; i++) {
       const own = ports[i] as (MessagePort | null)[];
       const setup: ShardWorkerSetup = {
@@ -211,6 +214,7 @@ export class ShardWorkersNode implements HealthSource {
         walDir: walDirOf(c.data_dir, n, i),
         ports: own,
         incarnation,
+        connections,
       };
       this.#workers.push(
         new WorkerHandle(

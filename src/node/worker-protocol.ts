@@ -2,6 +2,7 @@
 import type { MessagePort } from "node:worker_threads";
 import type { CairnConfig } from "../config/index.ts";
 import type { WireError } from "./siblings.ts";
+import type { SharedConnectionSlots } from "../api/index.ts";
 
 /** What the main thread hands a shard worker at its start. */
 export interface ShardWorkerSetup {
@@ -13,6 +14,8 @@ export interface ShardWorkerSetup {
   readonly ports: readonly (MessagePort | null)[];
   /** Cluster mode: the data directory's incarnation (src/node/incarnation.ts), read once. */
   readonly incarnation: string;
+  /** The node's count of rpc_addr's connections (`rpc.max_connections`), shared by the workers. */
+  readonly connections: SharedConnectionSlots;
 }
 
 export type Question = "quick" | "report" | "metrics";

@@ -45,6 +45,13 @@ export interface OpsHttpServerOptions {
   readonly setting?: string;
 }
 
+/**
+ * Connections the operators' server holds at once; past it a new one is closed as it is
+ * accepted (`server.maxConnections`). Probes and scrapers need a few; a flood of idle
+ * connections must not take the descriptors the storage needs (src/node/open-files.ts).
+ */
+export const OPS_HTTP_MAX_CONNECTIONS = 128;
+
 const PLAIN = "text/plain; charset=utf-8";
 const JSON_TYPE = "application/json";
 const ALLOW = "GET, HEAD";
@@ -70,6 +77,7 @@ export class OpsHttpServer {
       { requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5_000 },
       (req, res) => this.#handle(req, res),
     );
+    this.#server.maxConnections = OPS_HTTP_MAX_CONNECTIONS;
     this.#server.on("connection", (socket: Socket) => {
       this.#sockets.add(socket);
       socket.once("close", () => this.#sockets.delete(socket));

@@ -131,6 +131,12 @@ export interface PlacementWork {
   readonly diskFull: number;
 }
 
+/** The node's count of rpc_addr's connections (src/api/connection-slots.ts). */
+export interface ConnectionCount {
+  readonly open: number;
+  readonly refused: number;
+}
+
 export class CairnMetrics {
   readonly registry: Registry;
   readonly nodeId: string;
@@ -173,6 +179,8 @@ export class CairnMetrics {
   #placementSource: (() => PlacementWork | null) | null = null;
   /** The WAL's bytes appended and not yet written, read at each scrape (setWalSource). */
   #walUnwrittenSource: (() => number) | null = null;
+  /** rpc_addr's connections, read at each scrape (setConnectionSource). */
+  #connectionSource: ConnectionCount | null = null;
   /** raft_*, lsm_memtable_size_bytes and lsm_sstable_count: text kept per series. */
   readonly #shards: ShardMetrics;
   /** The registered families that render their own text, and how. */
@@ -363,6 +371,27 @@ export class CairnMetrics {
         this.set(unwritten());
       },
     });
+    // One count for the node, which every shard worker reads: "max", not the sum.
+    const connections = (): ConnectionCount | null => this.#connectionSource;
+    new Gauge({
+      name: "cairn_rpc_connections",
+      aggregator: "max",
+      help: "Connections open on rpc_addr (clients' and peers'), across the node's threads; at rpc.max_connections (as the open-file limit lowers it) new ones are refused.",
+      registers,
+      collect(this: Gauge) {
+        this.set(connections()?.open ?? 0);
+      },
+    });
+    new Counter({
+      name: "cairn_rpc_connections_refused_total",
+      aggregator: "max",
+      help: "Connections to rpc_addr closed as soon as they were accepted because the node held rpc.max_connections (as the open-file limit lowers it).",
+      registers,
+      collect(this: Counter) {
+        this.reset();
+        this.inc(connections()?.refused ?? 0);
+      },
+    });
     // The meta state is the same in every shard worker: "max", as swim_cluster_size.
     const placement = (): PlacementWork | null => this.#placementSource?.() ?? null;
     new Gauge({
@@ -478,6 +507,11 @@ export class CairnMetrics {
    */
   setPlacementSource(source: () => PlacementWork | null): void {
     this.#placementSource = source;
+  }
+
+  /** Where a scrape reads cairn_rpc_connections and its refusals (no source: 0). */
+  setConnectionSource(source: ConnectionCount): void {
+    this.#connectionSource = source;
   }
 
   /** Where a scrape reads cairn_wal_unwritten_bytes (no source: 0). */

@@ -351,6 +351,7 @@ describe("loadConfig", () => {
       "rpc-idle-timeout-ms",
       "rpc-max-concurrent-streams",
       "rpc-max-connection-output-bytes",
+      "rpc-max-connections",
       "rpc-max-continuation-frames",
       "rpc-max-decompressions-per-connection",
       "rpc-max-resets-per-second",

@@ -295,6 +295,22 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(samples(await m.expose()), "cairn_wal_unwritten_bytes"), 0);
   });
 
+  it("reads rpc_addr's open and refused connections at each scrape (0 without a source)", async () => {
+    const m = fresh();
+    let all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_rpc_connections"), 0);
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total"), 0);
+    const count = { open: 16, refused: 25 };
+    m.setConnectionSource(count);
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_rpc_connections"), 16);
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total"), 25);
+    Object.assign(count, { open: 1, refused: 30 });
+    all = samples(await m.expose());
+    assert.equal(valueOf(all, "cairn_rpc_connections"), 1);
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total"), 30);
+  });
+
   it("computes the process families at scrape time", async () => {
     const injected = samples(await fresh().expose());
     assert.equal(valueOf(injected, "process_cpu_seconds_total"), 1.25);

@@ -33,6 +33,8 @@ export interface StartOptions {
   readonly timeoutMs?: number;
   /** Resolve once the HTTP server listens instead of once the node has started. */
   readonly untilHttp?: boolean;
+  /** Start it with this open-file limit (soft and hard: `ulimit -n`), lower than the test's. */
+  readonly openFileLimit?: number;
 }
 
 /** The environment without any CAIRN_* variable of the developer's shell. */
@@ -45,8 +47,13 @@ export function cleanEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.P
 export function spawnCairn(
   args: readonly string[],
   env: NodeJS.ProcessEnv = cleanEnv(),
+  openFileLimit?: number,
 ): ChildProcess {
-  return spawn(CAIRN, [...args], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+  const stdio: ["ignore", "pipe", "pipe"] = ["ignore", "pipe", "pipe"];
+  if (openFileLimit === undefined) return spawn(CAIRN, [...args], { cwd: ROOT, env, stdio });
+  // The shell lowers the limit and becomes the server (exec): the child's pid is the server's.
+  const script = `ulimit -n ${Math.trunc(openFileLimit)} && exec "$0" "$@"`;
+  return spawn("/bin/sh", ["-c", script, CAIRN, ...args], { cwd: ROOT, env, stdio });
 }
 
 /** Runs `cairn args` (a clean environment) to its end: its exit code, stdout and stderr. */
@@ -81,7 +88,7 @@ export function startServer(opts: StartOptions): Promise<ServerProcess> {
     "n1",
     ...(opts.args ?? []),
   ];
-  const proc = spawnCairn(args, cleanEnv(opts.env));
+  const proc = spawnCairn(args, cleanEnv(opts.env), opts.openFileLimit);
   const lines: string[] = [];
   let stderr = "";
   proc.stderr?.on("data", (d: Buffer) => {

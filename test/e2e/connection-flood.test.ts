@@ -1,0 +1,248 @@
+/**
+ * A client that opens connections and holds them, against a real `cairn serve` process: every
+ * accepted connection takes a file descriptor, and a node out of descriptors cannot flush a
+ * memtable or open its next WAL segment. Before `rpc.max_connections` (src/api/connection-slots.ts,
+ * src/node/open-files.ts), 700 idle HTTP/2 connections to a node whose open-file limit was 600
+ * ended it: the next flush failed with EMFILE ("fatal storage or consistency error ...
+ * EMFILE: too many open files, open '.../shards/468/000001.sst'") and the process exited (seen
+ * on bd7e0d7, the first test below). Now the node takes what the limit leaves beside the
+ * storage's descriptors, closes the rest as they are accepted, and serves on.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { connect as connectTcp, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { connect as connectTls } from "node:tls";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { eventually } from "../support/cluster-process.ts";
+import { type Clients, connect } from "../support/grpc-client.ts";
+import { PREFACE, settings } from "../support/h2-raw.ts";
+import { metricValue, type ServerProcess, startServer } from "../support/server-process.ts";
+import { makeCerts } from "../support/tls-certs.ts";
+
+/** Sockets a test opened and holds, and how many of them the server closed. */
+interface Flood {
+  readonly opened: number;
+  /** Sockets the server closed (or reset) while the test held them. */
+  closedByServer(): number;
+  close(): void;
+}
+
+/**
+ * Opens `count` connections to `address`, `batch` at a time, each sending `hello` (if any) and
+ * then nothing more; every answer is read and dropped, so none is closed for output it leaves.
+ */
+async function flood(address: string, count: number, hello: Buffer | null): Promise<Flood> {
+  const [host, port] = [address.slice(0, address.lastIndexOf(":")), address.split(":").at(-1)];
+  const sockets: Socket[] = [];
+  let closed = 0;
+  let ending = false;
+  const open = (): Promise<void> =>
+    new Promise((resolve) => {
+      const s = connectTcp(Number(port), host, () => {
+        if (hello !== null) s.write(hello);
+        resolve();
+      });
+      s.on("data", () => {});
+      s.on("error", () => resolve());
+      s.once("close", () => {
+        if (!ending) closed++;
+        resolve();
+      });
+      sockets.push(s);
+    });
+  const batch = 50;
+  for (let i = 0; i < count; i += batch) {
+    await Promise.all(Array.from({ length: Math.min(batch, count - i) }, open));
+  }
+  return {
+    opened: sockets.length,
+    closedByServer: () => closed,
+    close: () => {
+      ending = true;
+      for (const s of sockets) s.destroy();
+    },
+  };
+}
+
+/** What an HTTP/2 client sends first: the preface and an empty SETTINGS. */
+const H2_HELLO = Buffer.concat([PREFACE, settings()]);
+
+async function get(c: Clients, key: string): Promise<Buffer | null> {
+  const r = (await c.call(c.kv, "Get", { key: Buffer.from(key) })) as {
+    found?: boolean;
+    value?: Buffer;
+  };
+  return r.found === true ? (r.value ?? Buffer.alloc(0)) : null;
+}
+
+function logLine(server: ServerProcess, code: string): Record<string, unknown> | undefined {
+  for (const line of server.lines) {
+    if (!line.includes(code)) continue;
+    return JSON.parse(line) as Record<string, unknown>;
+  }
+  return undefined;
+}
+
+describe("connections past the node's descriptors (real process)", { timeout: 180_000 }, () => {
+  const dirs: string[] = [];
+  const servers: ServerProcess[] = [];
+  const clients: Clients[] = [];
+  after(async () => {
+    for (const c of clients) c.close();
+    await Promise.all(servers.map((s) => s.stop("SIGKILL")));
+    await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
+  });
+
+  async function start(
+    args: readonly string[],
+    opts: { openFileLimit?: number; env?: Record<string, string> } = {},
+  ): Promise<ServerProcess> {
+    const dir = await mkdtemp(join(tmpdir(), "cairn-conn-flood-"));
+    dirs.push(dir);
+    const server = await startServer({ dataDir: dir, args, ...opts });
+    servers.push(server);
+    return server;
+  }
+
+  function client(server: ServerProcess): Clients {
+    const c = connect(server.rpc);
+    clients.push(c);
+    return c;
+  }
+
+  it("700 idle connections to a node limited to 600 files: it flushes and serves on", async () => {
+    // 64 KiB memtables: the writes below flush dozens of tables, each a new file.
+    const server = await start([], {
+      openFileLimit: 600,
+      env: { CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB" },
+    });
+    // 600 − 4608 is below a quarter of the limit: 150 connections (open-files.ts).
+    const warning = logLine(server, "CAIRN_ERR_OPEN_FILE_LIMIT");
+    assert.ok(warning !== undefined, "the node warns that the open-file limit is low");
+    const fields = warning["fields"] as Record<string, unknown>;
+    assert.equal(fields["open_file_limit"], 600);
+    assert.equal(fields["connections_taken"], 150);
+
+    const c = client(server);
+    await c.call(c.kv, "Put", { key: Buffer.from("warm"), value: Buffer.from("x") });
+    const attack = await flood(server.rpc, 700, H2_HELLO);
+    try {
+      await eventually("the node refuses connections past its bound", async () => {
+        return (await metricValue(server, "cairn_rpc_connections_refused_total")) >= 500;
+      });
+      assert.ok((await metricValue(server, "cairn_rpc_connections")) <= 150);
+      // 300 Puts of 16 KiB over 30 keys, on the connection made before the flood.
+      const last = new Map<string, Buffer>();
+      for (let i = 0; i < 300; i++) {
+        const key = `k-${i % 30}`;
+        const value = Buffer.alloc(16 * 1024, i & 255);
+        await c.call(c.kv, "Put", { key: Buffer.from(key), value });
+        last.set(key, value);
+      }
+      assert.equal(server.proc.exitCode, null, "the node still runs");
+      for (const [key, value] of last) assert.deepEqual(await get(c, key), value, key);
+      assert.ok(attack.closedByServer() >= 500, `closed ${attack.closedByServer()} of 700`);
+      assert.ok(
+        server.lines.some((l) => l.includes("CAIRN_ERR_CONNECTIONS_FULL")),
+        "the refusals are logged",
+      );
+    } finally {
+      attack.close();
+    }
+    // The flood gone, new clients are taken again.
+    const fresh = client(server);
+    await eventually("a new client is served after the flood", async () => {
+      return (await get(fresh, "k-29"))?.equals(Buffer.alloc(16 * 1024, 299 & 255)) === true;
+    });
+    assert.ok(!server.lines.some((l) => l.includes("fatal storage")), "no fatal storage error");
+  });
+
+  for (const [shape, args, env] of [
+    ["the main thread", [], {}],
+    ["two I/O threads", [], { CAIRN_RPC_IO_THREADS: "2" }],
+    ["two shard workers", ["--shard-workers", "2"], {}],
+  ] as const) {
+    it(`rpc.max_connections 16 holds across ${shape}: 40 more refused, then taken again`, async () => {
+      const server = await start(["--rpc-max-connections", "16", ...args], { env });
+      const c = client(server);
+      await c.call(c.kv, "Put", { key: Buffer.from("a"), value: Buffer.from("1") });
+      const attack = await flood(server.rpc, 40, H2_HELLO);
+      try {
+        // The client's connection and 15 of the flood's; the other 25 closed as accepted.
+        await eventually("25 connections refused", async () => {
+          return (await metricValue(server, "cairn_rpc_connections_refused_total")) === 25;
+        });
+        assert.equal(await metricValue(server, "cairn_rpc_connections"), 16);
+        await eventually("the server closed the 25", async () => attack.closedByServer() === 25);
+        // The connection made before the flood is served.
+        assert.deepEqual(await get(c, "a"), Buffer.from("1"));
+      } finally {
+        attack.close();
+      }
+      await eventually("the flood's connections released", async () => {
+        return (await metricValue(server, "cairn_rpc_connections")) === 1;
+      });
+      const fresh = client(server);
+      assert.deepEqual(await get(fresh, "a"), Buffer.from("1"));
+    });
+  }
+
+  it("with TLS, every connection closed gives its slot back (handshakes done, or refused)", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "cairn-conn-flood-certs-"));
+    dirs.push(dir);
+    const certs = makeCerts(dir);
+    const server = await start(["--rpc-max-connections", "16"], {
+      env: { CAIRN_TLS_CERT_FILE: certs.nodeCert, CAIRN_TLS_KEY_FILE: certs.nodeKey },
+    });
+    const port = Number(server.rpc.split(":").at(-1));
+    // 40 handshakes one after another, each closed by the client (and the next one made once
+    // the node has closed its side): a slot kept by any would leave fewer than 16 for the last.
+    for (let i = 0; i < 40; i++) {
+      await new Promise<void>((resolve, reject) => {
+        const s = connectTls(
+          {
+            host: "127.0.0.1",
+            port,
+            servername: "localhost",
+            ca: readFileSync(certs.ca),
+            ALPNProtocols: ["h2"],
+          },
+          () => s.end(),
+        );
+        s.on("data", () => {});
+        s.once("error", reject);
+        s.once("close", () => resolve());
+      });
+    }
+    // 20 cleartext HTTP/2 connections, which the TLS port closes itself.
+    const cleartext = await flood(server.rpc, 20, H2_HELLO);
+    await eventually("the node closed the cleartext ones", async () => {
+      return cleartext.closedByServer() === 20;
+    });
+    await eventually("every slot given back", async () => {
+      return (await metricValue(server, "cairn_rpc_connections")) === 0;
+    });
+    assert.equal(await metricValue(server, "cairn_rpc_connections_refused_total"), 0);
+  });
+
+  it("the operators' HTTP server holds at most 128 connections; gRPC is not affected", async () => {
+    const server = await start([]);
+    const c = client(server);
+    await c.call(c.kv, "Put", { key: Buffer.from("a"), value: Buffer.from("1") });
+    const attack = await flood(server.http, 200, null);
+    try {
+      await eventually("72 connections closed", async () => attack.closedByServer() >= 72);
+      assert.deepEqual(await get(c, "a"), Buffer.from("1"));
+    } finally {
+      attack.close();
+    }
+    await eventually("GET /health/quick answers after the flood", async () => {
+      const r = await fetch(`http://${server.http}/health/quick`);
+      await r.arrayBuffer();
+      return r.ok;
+    });
+  });
+});
