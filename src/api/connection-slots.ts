@@ -1,65 +1,108 @@
 /**
- * The node's bound on the connections `rpc_addr` holds open (`rpc.max_connections`), counted
- * across every thread that accepts them: the front end of the main thread, of each I/O thread
- * and of each shard worker (front-end.ts). Every accepted socket holds a file descriptor, and a
- * node out of descriptors cannot open its next WAL segment or write a table: an unbounded
- * number of idle connections from one client ended the node (docs/architecture.md, "The front
- * end against hostile clients"). Past the bound a new connection is closed as soon as it is
- * accepted, the way Redis's `maxclients` and Node's `server.maxConnections` do.
+ * The node's bounds on the connections `rpc_addr` holds open, counted across every thread that
+ * accepts them: the front end of the main thread, of each I/O thread and of each shard worker
+ * (front-end.ts).
  *
- * The count lives in a SharedArrayBuffer that every thread's copy of ConnectionSlots views
- * (structured cloning shares it): [0] the connections open, [1] those refused since start.
+ * - `rpc.max_connections`, for the node. Every accepted socket holds a file descriptor, and a
+ *   node out of descriptors cannot open its next WAL segment or write a table: an unbounded
+ *   number of idle connections ended the node (docs/architecture.md, "The front end against
+ *   hostile clients"). Past the bound a new connection is closed as soon as it is accepted, the
+ *   way Redis's `maxclients` and Node's `server.maxConnections` do.
+ * - `rpc.max_connections_per_ip`, for one client address (an IPv6 address by its /64, what one
+ *   host is usually given), so that one client (a leak in its connection pool, or an attacker on
+ *   one host) cannot fill the node's bound and keep every other client and peer out.
+ *
+ * The counts live in a SharedArrayBuffer that every thread's copy of ConnectionSlots views
+ * (structured cloning shares it): the connections open, those refused for each bound, and the
+ * connections open per address, counted in ADDRESS_BUCKETS buckets by the address's hash. Two
+ * addresses that share a bucket share its bound: with 65,536 buckets and a thousand client
+ * hosts, a given one has its bucket to itself with probability 0.985; a shared bucket can only
+ * refuse early, never let more in.
  */
 
 /** What a thread needs to build its ConnectionSlots (it crosses threads in workerData). */
 export interface SharedConnectionSlots {
   readonly buffer: SharedArrayBuffer;
   readonly limit: number;
+  /** 0: no bound per address. */
+  readonly perAddress: number;
 }
 
+/** Why a connection was refused: the node's bound or its address's. */
+export type Refusal = "node" | "address";
+
 const OPEN = 0;
-const REFUSED = 1;
+const REFUSED_NODE = 1;
+const REFUSED_ADDRESS = 2;
+const BUCKETS_AT = 3;
+export const ADDRESS_BUCKETS = 1 << 16;
 
 export class ConnectionSlots {
   readonly limit: number;
+  readonly perAddress: number;
   readonly #cells: Int32Array;
   readonly #buffer: SharedArrayBuffer;
 
-  /** A new count (no `shared`), or a view of one another thread made. */
-  constructor(limit: number, shared?: SharedConnectionSlots) {
+  /** A new count (no `shared`), or a view of the one `shared` names (made by another thread). */
+  constructor(limit: number, perAddress: number, shared?: SharedConnectionSlots) {
     if (!Number.isInteger(limit) || limit < 1) {
       throw new RangeError(`ConnectionSlots: the limit must be a positive integer, not ${limit}`);
     }
+    if (!Number.isInteger(perAddress) || perAddress < 0) {
+      throw new RangeError(`ConnectionSlots: the per-address limit must be ≥ 0, not ${perAddress}`);
+    }
     this.limit = limit;
-    this.#buffer = shared?.buffer ?? new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT);
+    this.perAddress = perAddress;
+    this.#buffer =
+      shared?.buffer ??
+      new SharedArrayBuffer((BUCKETS_AT + ADDRESS_BUCKETS) * Int32Array.BYTES_PER_ELEMENT);
     this.#cells = new Int32Array(this.#buffer);
+  }
+
+  /** A thread's view of the count `shared` names. */
+  static of(shared: SharedConnectionSlots): ConnectionSlots {
+    return new ConnectionSlots(shared.limit, shared.perAddress, shared);
   }
 
   /** What another thread needs to share this count. */
   get shared(): SharedConnectionSlots {
-    return { buffer: this.#buffer, limit: this.limit };
+    return { buffer: this.#buffer, limit: this.limit, perAddress: this.perAddress };
   }
 
   /**
-   * Takes a slot for a connection just accepted: false (and the refusal counted) when `limit`
-   * are open already. A true must be matched by one release().
+   * Takes a slot for a connection just accepted from `address` (the socket's remoteAddress):
+   * null, or why it is refused (the refusal counted). A null must be matched by one
+   * release(address).
    */
-  take(): boolean {
-    if (Atomics.add(this.#cells, OPEN, 1) < this.limit) return true;
-    Atomics.sub(this.#cells, OPEN, 1);
-    Atomics.add(this.#cells, REFUSED, 1);
-    return false;
+  take(address: string | undefined): Refusal | null {
+    const cells = this.#cells;
+    if (Atomics.add(cells, OPEN, 1) >= this.limit) {
+      Atomics.sub(cells, OPEN, 1);
+      Atomics.add(cells, REFUSED_NODE, 1);
+      return "node";
+    }
+    const bucket = BUCKETS_AT + addressBucket(address);
+    if (Atomics.add(cells, bucket, 1) >= this.perAddress && this.perAddress > 0) {
+      Atomics.sub(cells, bucket, 1);
+      Atomics.sub(cells, OPEN, 1);
+      Atomics.add(cells, REFUSED_ADDRESS, 1);
+      return "address";
+    }
+    return null;
   }
 
   /**
-   * Takes a slot whatever the count: for a connection another thread took one for and handed
+   * Takes a slot whatever the counts: for a connection another thread took one for and handed
    * on (a shard worker's tunnel), which released its own when it closed its copy.
    */
-  adopt(): void {
+  adopt(address: string | undefined): void {
     Atomics.add(this.#cells, OPEN, 1);
+    Atomics.add(this.#cells, BUCKETS_AT + addressBucket(address), 1);
   }
 
-  release(): void {
+  /** Gives back the slot take() or adopt() gave a connection from `address`. */
+  release(address: string | undefined): void {
+    Atomics.sub(this.#cells, BUCKETS_AT + addressBucket(address), 1);
     Atomics.sub(this.#cells, OPEN, 1);
   }
 
@@ -68,8 +111,55 @@ export class ConnectionSlots {
     return Atomics.load(this.#cells, OPEN);
   }
 
-  /** Connections refused since the node started. */
-  get refused(): number {
-    return Atomics.load(this.#cells, REFUSED);
+  /** Connections open now from `address` (and any address that shares its bucket). */
+  openFrom(address: string | undefined): number {
+    return Atomics.load(this.#cells, BUCKETS_AT + addressBucket(address));
   }
+
+  /** Connections refused since the node started, for the node's bound and for an address's. */
+  get refused(): { readonly node: number; readonly address: number } {
+    return {
+      node: Atomics.load(this.#cells, REFUSED_NODE),
+      address: Atomics.load(this.#cells, REFUSED_ADDRESS),
+    };
+  }
+}
+
+/**
+ * What an address is bounded as: an IPv4 address (also written IPv4-mapped, `::ffff:a.b.c.d`)
+ * as itself, an IPv6 address by its first 64 bits (a host is usually given a whole /64).
+ */
+export function addressKey(address: string | undefined): string {
+  if (address === undefined || address === "") return "";
+  const lower = address.toLowerCase();
+  if (lower.startsWith("::ffff:") && lower.includes(".")) return lower.slice(7);
+  if (!lower.includes(":")) return lower;
+  const zone = lower.indexOf("%");
+  const bare = zone === -1 ? lower : lower.slice(0, zone);
+  const [head = "", tail] = bare.split("::", 2);
+  const front = head === "" ? [] : head.split(":");
+  const back = tail === undefined || tail === "" ? [] : tail.split(":");
+  const groups =
+    tail === undefined
+      ? front
+      : [
+          ...front,
+          ...Array<string>(Math.max(0, 8 - front.length - back.length)).fill("0"),
+          ...back,
+        ];
+  return groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ""))
+    .join(":");
+}
+
+/** The bucket of `address` (FNV-1a over its key). */
+function addressBucket(address: string | undefined): number {
+  const key = addressKey(address);
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) & (ADDRESS_BUCKETS - 1);
 }

@@ -62,7 +62,7 @@ import {
   WireError,
 } from "./grpc-wire.ts";
 import { dupFd, IntMap } from "../common/index.ts";
-import { ConnectionSlots } from "./connection-slots.ts";
+import { ConnectionSlots, type Refusal } from "./connection-slots.ts";
 import { peerIdentityRefusal, type TlsIdentity } from "../common/peer-tls.ts";
 import {
   type ConnectionOptions,
@@ -293,9 +293,7 @@ export function serveFrontEnd(
   const limits: FrontEndLimits = { ...DEFAULT_FRONT_END_LIMITS, ...setup.limits };
   /** The node's count of open connections (`rpc.max_connections`); null: not bounded. */
   const openConnections =
-    setup.connections === undefined
-      ? null
-      : new ConnectionSlots(setup.connections.limit, setup.connections);
+    setup.connections === undefined ? null : ConnectionSlots.of(setup.connections);
   const clientMaxReceive =
     setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
   const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
@@ -1183,8 +1181,9 @@ export function serveFrontEnd(
     const socket = new Socket({ fd, readable: true, writable: true });
     // The worker that accepted it took a slot, and gave it back when it closed its copy.
     if (openConnections !== null) {
-      openConnections.adopt();
-      socket.once("close", () => openConnections.release());
+      const from = socket.remoteAddress;
+      openConnections.adopt(from);
+      socket.once("close", () => openConnections.release(from));
     }
     socket.setNoDelay(true);
     socket.setKeepAlive(true, 60_000);
@@ -1227,29 +1226,39 @@ export function serveFrontEnd(
   /** When this front end last reported refused connections (at most one event a second). */
   let fullReportedAt = -Infinity;
 
-  /** Closes a connection accepted past `rpc.max_connections` before it costs anything more. */
-  function refuse(socket: Socket, open: ConnectionSlots): void {
-    const peer = `${socket.remoteAddress ?? ""}:${socket.remotePort ?? ""}`;
+  /**
+   * Closes a connection accepted past `rpc.max_connections` (`why`: "node") or past
+   * `rpc.max_connections_per_ip` ("address") before it costs anything more.
+   */
+  function refuse(socket: Socket, open: ConnectionSlots, why: Refusal): void {
+    const address = socket.remoteAddress ?? "";
+    const peer = `${address}:${socket.remotePort ?? ""}`;
     socket.destroy();
     const now = performance.now();
     if (now - fullReportedAt < 1000) return;
     fullReportedAt = now;
+    const refused = open.refused;
     report({
       code: "CAIRN_ERR_CONNECTIONS_FULL",
       peer,
       message:
-        `the node holds rpc.max_connections (${open.limit}) connections; new ones are closed ` +
-        `as they are accepted (${open.refused} refused since start)`,
+        (why === "node"
+          ? `the node holds rpc.max_connections (${open.limit}) connections`
+          : `${address} holds rpc.max_connections_per_ip (${open.perAddress}) connections`) +
+        `; new ones are closed as they are accepted (refused since start: ${refused.node} for ` +
+        `the node's bound, ${refused.address} for an address's)`,
     });
   }
 
   const listener: NetServer = createServer({ noDelay: true }, (socket) => {
     if (openConnections !== null) {
-      if (!openConnections.take()) {
-        refuse(socket, openConnections);
+      const from = socket.remoteAddress;
+      const refusal = openConnections.take(from);
+      if (refusal !== null) {
+        refuse(socket, openConnections, refusal);
         return;
       }
-      socket.once("close", () => openConnections.release());
+      socket.once("close", () => openConnections.release(from));
     }
     // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
     socket.setKeepAlive(true, 60_000);

@@ -317,6 +317,16 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Connections rpc_addr may hold open at once, clients' and peers' together, across the node's threads; past it a new connection is closed as soon as it is accepted. Each holds a file descriptor, which the WAL and the tables need too: at start it is lowered, with a warning, to what the open-file limit leaves them.",
   },
   {
+    key: "rpc.max_connections_per_ip",
+    kind: "int",
+    schema: intBetween(0, 1_000_000),
+    default: 1000,
+    env: "CAIRN_RPC_MAX_CONNECTIONS_PER_IP",
+    flag: "rpc-max-connections-per-ip",
+    expect: "must be an integer between 0 and 1000000",
+    doc: "Connections one client address (an IPv6 address by its /64) may hold open on rpc_addr at once, so that one client cannot take all of rpc.max_connections; past it its new connections are closed as they are accepted. 0: no bound per address.",
+  },
+  {
     key: "rpc.max_concurrent_streams",
     kind: "int",
     schema: intBetween(1, 1_000_000),

@@ -220,9 +220,7 @@ export class CairnNode implements HealthSource {
     this.#joins = new JoinAdmission(config.cluster.max_joining);
     // One count for the node: a shard worker shares the main thread's (open-files.ts).
     this.#connections =
-      cell === null
-        ? nodeConnectionSlots(config, log)
-        : new ConnectionSlots(cell.connections.limit, cell.connections);
+      cell === null ? nodeConnectionSlots(config, log) : ConnectionSlots.of(cell.connections);
     this.metrics.setConnectionSource(this.#connections);
   }
 

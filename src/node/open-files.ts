@@ -74,5 +74,5 @@ export function nodeConnectionSlots(
       },
     );
   }
-  return new ConnectionSlots(bound.limit);
+  return new ConnectionSlots(bound.limit, config.rpc.max_connections_per_ip);
 }

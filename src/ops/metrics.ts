@@ -134,7 +134,8 @@ export interface PlacementWork {
 /** The node's count of rpc_addr's connections (src/api/connection-slots.ts). */
 export interface ConnectionCount {
   readonly open: number;
-  readonly refused: number;
+  /** Refused since start: for the node's bound, and for an address's. */
+  readonly refused: { readonly node: number; readonly address: number };
 }
 
 export class CairnMetrics {
@@ -385,11 +386,14 @@ export class CairnMetrics {
     new Counter({
       name: "cairn_rpc_connections_refused_total",
       aggregator: "max",
-      help: "Connections to rpc_addr closed as soon as they were accepted because the node held rpc.max_connections (as the open-file limit lowers it).",
+      help: "Connections to rpc_addr closed as soon as they were accepted, by the bound they met: node (rpc.max_connections, as the open-file limit lowers it) or address (rpc.max_connections_per_ip).",
+      labelNames: ["reason"],
       registers,
       collect(this: Counter) {
         this.reset();
-        this.inc(connections()?.refused ?? 0);
+        const refused = connections()?.refused;
+        this.inc({ reason: "node" }, refused?.node ?? 0);
+        this.inc({ reason: "address" }, refused?.address ?? 0);
       },
     });
     // The meta state is the same in every shard worker: "max", as swim_cluster_size.

@@ -1,39 +1,61 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Worker } from "node:worker_threads";
-import { ConnectionSlots } from "../../src/api/connection-slots.ts";
+import { addressKey, ConnectionSlots } from "../../src/api/connection-slots.ts";
+
+const A = "10.0.0.1";
+const B = "10.0.0.2";
 
 describe("ConnectionSlots", () => {
-  it("takes up to its limit, refuses past it and counts the refusals", () => {
-    const slots = new ConnectionSlots(3);
-    assert.deepEqual([slots.take(), slots.take(), slots.take()], [true, true, true]);
-    assert.equal(slots.take(), false);
-    assert.equal(slots.take(), false);
+  it("takes up to the node's limit, refuses past it and counts the refusals", () => {
+    const slots = new ConnectionSlots(3, 0);
+    assert.deepEqual([slots.take(A), slots.take(B), slots.take(A)], [null, null, null]);
+    assert.equal(slots.take(B), "node");
+    assert.equal(slots.take(A), "node");
     assert.equal(slots.open, 3);
-    assert.equal(slots.refused, 2);
-    slots.release();
-    assert.equal(slots.take(), true);
+    assert.deepEqual(slots.refused, { node: 2, address: 0 });
+    slots.release(A);
+    assert.equal(slots.take(B), null);
     assert.equal(slots.open, 3);
+  });
+
+  it("bounds one address's connections, whatever the node has room for", () => {
+    const slots = new ConnectionSlots(100, 2);
+    assert.deepEqual([slots.take(A), slots.take(A), slots.take(A)], [null, null, "address"]);
+    // Another address is not held back by A.
+    assert.deepEqual([slots.take(B), slots.take(B)], [null, null]);
+    assert.equal(slots.open, 4);
+    assert.equal(slots.openFrom(A), 2);
+    assert.deepEqual(slots.refused, { node: 0, address: 1 });
+    slots.release(A);
+    assert.equal(slots.take(A), null);
+    // The node's bound is checked first, and a refusal for it takes nothing of the address's.
+    const tight = new ConnectionSlots(1, 5);
+    assert.equal(tight.take(A), null);
+    assert.equal(tight.take(A), "node");
+    assert.equal(tight.openFrom(A), 1);
   });
 
   it("adopts a handed-on connection even when full", () => {
-    const slots = new ConnectionSlots(1);
-    assert.equal(slots.take(), true);
-    slots.adopt();
+    const slots = new ConnectionSlots(1, 1);
+    assert.equal(slots.take(A), null);
+    slots.adopt(A);
     assert.equal(slots.open, 2);
-    assert.equal(slots.refused, 0);
-    slots.release();
-    slots.release();
-    assert.equal(slots.take(), true);
+    assert.equal(slots.openFrom(A), 2);
+    assert.deepEqual(slots.refused, { node: 0, address: 0 });
+    slots.release(A);
+    slots.release(A);
+    assert.equal(slots.take(A), null);
   });
 
-  it("refuses a limit that is not a positive integer", () => {
-    assert.throws(() => new ConnectionSlots(0), RangeError);
-    assert.throws(() => new ConnectionSlots(2.5), RangeError);
+  it("refuses limits that are not integers in range", () => {
+    assert.throws(() => new ConnectionSlots(0, 0), RangeError);
+    assert.throws(() => new ConnectionSlots(2.5, 0), RangeError);
+    assert.throws(() => new ConnectionSlots(2, -1), RangeError);
   });
 
   it("is one count across threads: a worker's takes fill this thread's slots", async () => {
-    const slots = new ConnectionSlots(100);
+    const slots = new ConnectionSlots(100, 0);
     // The worker takes 1000 times through its own view of the shared count.
     const source = `
       const { workerData, parentPort } = require("node:worker_threads");
@@ -46,20 +68,45 @@ describe("ConnectionSlots", () => {
       parentPort.postMessage(taken);`;
     const worker = new Worker(source, { eval: true, workerData: slots.shared });
     let here = 0;
-    for (let i = 0; i < 1000; i++) if (slots.take()) here++;
+    for (let i = 0; i < 1000; i++) if (slots.take(A) === null) here++;
     const there = await new Promise<number>((resolve) => worker.once("message", resolve));
     await worker.terminate();
     assert.equal(here + there, 100);
     assert.equal(slots.open, 100);
-    assert.equal(slots.refused, 1900);
+    assert.deepEqual(slots.refused, { node: 1900, address: 0 });
   });
 
-  it("a copy made from `shared` views the same count", () => {
-    const slots = new ConnectionSlots(2);
-    const copy = new ConnectionSlots(slots.shared.limit, slots.shared);
-    assert.equal(copy.take(), true);
-    assert.equal(slots.take(), true);
-    assert.equal(copy.take(), false);
-    assert.equal(slots.refused, 1);
+  it("a view made from `shared` sees the same counts and bounds", () => {
+    const slots = new ConnectionSlots(10, 2);
+    const copy = ConnectionSlots.of(slots.shared);
+    assert.equal(copy.perAddress, 2);
+    assert.equal(copy.take(A), null);
+    assert.equal(slots.take(A), null);
+    assert.equal(copy.take(A), "address");
+    assert.deepEqual(slots.refused, { node: 0, address: 1 });
+  });
+});
+
+describe("addressKey", () => {
+  it("keeps an IPv4 address, written plainly or IPv4-mapped", () => {
+    assert.equal(addressKey("192.0.2.7"), "192.0.2.7");
+    assert.equal(addressKey("::ffff:192.0.2.7"), "192.0.2.7");
+    assert.equal(addressKey("::FFFF:192.0.2.7"), "192.0.2.7");
+  });
+
+  it("takes an IPv6 address by its /64, however it is written", () => {
+    const key = "2001:db8:0:1";
+    assert.equal(addressKey("2001:db8:0:1::1"), key);
+    assert.equal(addressKey("2001:db8:0:1:ffff:eeee:dddd:cccc"), key);
+    assert.equal(addressKey("2001:0db8:0000:0001:0:0:0:2"), key);
+    assert.equal(addressKey("2001:db8::1:0:0:0:5"), key);
+    assert.equal(addressKey("fe80::1%eth0"), "fe80:0:0:0");
+    assert.equal(addressKey("::1"), "0:0:0:0");
+    assert.notEqual(addressKey("2001:db8:0:2::1"), key);
+  });
+
+  it("is empty for an unknown address", () => {
+    assert.equal(addressKey(undefined), "");
+    assert.equal(addressKey(""), "");
   });
 });

@@ -352,6 +352,7 @@ describe("loadConfig", () => {
       "rpc-max-concurrent-streams",
       "rpc-max-connection-output-bytes",
       "rpc-max-connections",
+      "rpc-max-connections-per-ip",
       "rpc-max-continuation-frames",
       "rpc-max-decompressions-per-connection",
       "rpc-max-resets-per-second",

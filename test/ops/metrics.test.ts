@@ -298,17 +298,21 @@ describe("CairnMetrics", () => {
   it("reads rpc_addr's open and refused connections at each scrape (0 without a source)", async () => {
     const m = fresh();
     let all = samples(await m.expose());
+    const node = { reason: "node" };
+    const address = { reason: "address" };
     assert.equal(valueOf(all, "cairn_rpc_connections"), 0);
-    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total"), 0);
-    const count = { open: 16, refused: 25 };
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", node), 0);
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", address), 0);
+    const count = { open: 16, refused: { node: 25, address: 3 } };
     m.setConnectionSource(count);
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_rpc_connections"), 16);
-    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total"), 25);
-    Object.assign(count, { open: 1, refused: 30 });
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", node), 25);
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", address), 3);
+    Object.assign(count, { open: 1, refused: { node: 30, address: 3 } });
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_rpc_connections"), 1);
-    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total"), 30);
+    assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", node), 30);
   });
 
   it("computes the process families at scrape time", async () => {
