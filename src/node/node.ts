@@ -97,7 +97,7 @@ import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
-import { nodeConnectionSlots } from "./open-files.ts";
+import { planNodeDescriptors } from "./open-files.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -116,6 +116,8 @@ export interface ShardCell {
   readonly walDir: string;
   /** The node's count of connections on rpc_addr, which the main thread made. */
   readonly connections: SharedConnectionSlots;
+  /** The storage's open tables, node-wide, as the main thread planned them (open-files.ts). */
+  readonly tableFiles: number;
   /** The cluster view, shared with the other workers. */
   readonly views: ClusterViewPublisher;
   /** Whether this worker runs SWIM (one does: it binds UDP on the RPC port number). */
@@ -202,6 +204,8 @@ export class CairnNode implements HealthSource {
   readonly #cell: ShardCell | null;
   /** The connections open on rpc_addr, across the node's threads (`rpc.max_connections`). */
   readonly #connections: ConnectionSlots;
+  /** The storage's open tables, node-wide (open-files.ts); a shard worker keeps its share. */
+  readonly #tableFiles: number;
   /** The data directory's lock (null in a shard worker: the main thread holds it). */
   #lock: DataDirLock | null = null;
 
@@ -218,9 +222,15 @@ export class CairnNode implements HealthSource {
     this.#onFatal = onFatal;
     this.#cell = cell;
     this.#joins = new JoinAdmission(config.cluster.max_joining);
-    // One count for the node: a shard worker shares the main thread's (open-files.ts).
-    this.#connections =
-      cell === null ? nodeConnectionSlots(config, log) : ConnectionSlots.of(cell.connections);
+    // The open-file limit's split (open-files.ts): a shard worker shares the main thread's.
+    if (cell === null) {
+      const { slots, plan } = planNodeDescriptors(config, log);
+      this.#connections = slots;
+      this.#tableFiles = plan.tableFiles;
+    } else {
+      this.#connections = ConnectionSlots.of(cell.connections);
+      this.#tableFiles = cell.tableFiles;
+    }
     this.metrics.setConnectionSource(this.#connections);
   }
 
@@ -403,6 +413,7 @@ export class CairnNode implements HealthSource {
       quiesce: config.raft.quiesce,
       memtableBytes: config.storage.memtable_bytes,
       blockCacheBytes: share(config.storage.block_cache_bytes),
+      maxOpenFiles: Math.max(16, share(this.#tableFiles)),
       memtableBudgetBytes: share(config.storage.memtable_budget_bytes),
       wal: { memoryBudgetBytes: share(config.storage.wal_cache_bytes) },
       maxPendingBytes: share(config.limits.max_pending_bytes),

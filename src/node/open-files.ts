@@ -1,22 +1,35 @@
 /**
  * The node's file descriptors against its open-file limit (docs/operations.md, "File
- * descriptors"). The storage needs a known number of them (the tables' cache, the WAL, the
- * manifests, the compactions); what is left goes to connections, whose number `rpc.max_connections`
- * bounds (src/api/connection-slots.ts). A node out of descriptors cannot open its next WAL
- * segment, and stops: so at start the bound is lowered, with a warning, to what the limit leaves.
+ * descriptors"). A node out of descriptors cannot open its next WAL segment, flush a memtable or
+ * read a table, and stops; so at start it splits what the limit allows between its two large
+ * users, each bounded:
+ *
+ * - the tables' descriptors (the storage's cache of open table files, src/storage/lsm/caches.ts:
+ *   TABLE_FILES, shared by the shard workers; a file it closes is opened again when read, and a
+ *   mapped table is still read through its mapping);
+ * - the connections `rpc_addr` holds (`rpc.max_connections`, src/api/connection-slots.ts);
+ *
+ * beside OTHER_DESCRIPTORS for everything else. When the limit leaves room for both in full
+ * nothing changes; otherwise both are lowered, with a warning that names the limit to set.
  */
 import { readFileSync } from "node:fs";
 import { ConnectionSlots } from "../api/index.ts";
 import type { CairnConfig } from "../config/index.ts";
 import type { Logger } from "../ops/index.ts";
 
+/** The tables' descriptors the storage keeps open when the limit allows (node-wide). */
+export const TABLE_FILES = 4096;
+
 /**
- * Descriptors kept for everything but `rpc_addr`'s connections: 4096 for the tables' cache
- * (src/storage/lsm/caches.ts), and 512 for the WAL, the manifests being appended, the
- * compactions, the outgoing peer connections, the operators' HTTP connections
- * (OPS_HTTP_MAX_CONNECTIONS) and Node's own.
+ * Descriptors kept for the rest: the WAL, the manifests being appended, the compactions, the
+ * outgoing peer connections, the operators' HTTP connections (OPS_HTTP_MAX_CONNECTIONS), SWIM's
+ * socket and Node's own.
  */
-export const RESERVED_DESCRIPTORS = 4096 + 512;
+export const OTHER_DESCRIPTORS = 512;
+
+/** The fewest tables' descriptors and connections a node is given, however low the limit. */
+const MIN_TABLE_FILES = 64;
+const MIN_CONNECTIONS = 16;
 
 /**
  * This process's soft limit on open files (RLIMIT_NOFILE; Node raises it to the hard limit at
@@ -36,43 +49,55 @@ export function openFileLimit(
   return Number(soft);
 }
 
-export interface ConnectionBound {
-  /** The bound the node applies. */
-  readonly limit: number;
-  /** Whether it is below the configured one, for want of descriptors. */
+export interface DescriptorPlan {
+  /** The storage's open tables, node-wide (the shard workers share them). */
+  readonly tableFiles: number;
+  /** `rpc.max_connections` as the node applies it. */
+  readonly connections: number;
+  /** Whether either is below what it would be with descriptors to spare. */
   readonly lowered: boolean;
 }
 
 /**
- * `rpc.max_connections` as an open-file limit of `fileLimit` leaves room for it: `configured`,
- * or what is left after RESERVED_DESCRIPTORS (a quarter of the limit at least, below which the
- * storage is short anyway), never below 16.
+ * What an open-file limit of `fileLimit` leaves the tables and the connections: both in full
+ * (TABLE_FILES and `configured`) when it allows, else connections at most half of what is left
+ * beside OTHER_DESCRIPTORS and the tables the rest (never fewer than 64 tables, 16 connections).
  */
-export function connectionBound(configured: number, fileLimit: number | null): ConnectionBound {
-  if (fileLimit === null) return { limit: configured, lowered: false };
-  const room = Math.max(fileLimit - RESERVED_DESCRIPTORS, Math.floor(fileLimit / 4), 16);
-  return room < configured ? { limit: room, lowered: true } : { limit: configured, lowered: false };
+export function descriptorPlan(configured: number, fileLimit: number | null): DescriptorPlan {
+  if (fileLimit === null || fileLimit - OTHER_DESCRIPTORS >= TABLE_FILES + configured) {
+    return { tableFiles: TABLE_FILES, connections: configured, lowered: false };
+  }
+  const room = Math.max(0, fileLimit - OTHER_DESCRIPTORS);
+  const connectionsWanted = Math.min(configured, Math.floor(room / 2));
+  const tableFiles = Math.min(TABLE_FILES, Math.max(MIN_TABLE_FILES, room - connectionsWanted));
+  const connections = Math.min(configured, Math.max(MIN_CONNECTIONS, room - tableFiles));
+  return { tableFiles, connections, lowered: true };
 }
 
-/** The node's count of connections, its bound lowered (and a warning logged) as the limit asks. */
-export function nodeConnectionSlots(
+/**
+ * The node's plan (descriptorPlan) and its count of connections, with a warning logged when the
+ * limit lowers them. Called once, by the thread that starts the node.
+ */
+export function planNodeDescriptors(
   config: CairnConfig,
   log: Logger,
   fileLimit: number | null = openFileLimit(),
-): ConnectionSlots {
+): { readonly slots: ConnectionSlots; readonly plan: DescriptorPlan } {
   const configured = config.rpc.max_connections;
-  const bound = connectionBound(configured, fileLimit);
-  if (bound.lowered) {
-    log.warn(
-      "the open-file limit is too low for rpc.max_connections; fewer connections are taken",
-      {
-        code: "CAIRN_ERR_OPEN_FILE_LIMIT",
-        open_file_limit: fileLimit,
-        rpc_max_connections: configured,
-        connections_taken: bound.limit,
-        hint: `raise the open-file limit (LimitNOFILE, ulimit -n) to at least ${configured + RESERVED_DESCRIPTORS}`,
-      },
-    );
+  const plan = descriptorPlan(configured, fileLimit);
+  if (plan.lowered) {
+    log.warn("the open-file limit is too low for this node; it keeps fewer files and connections", {
+      code: "CAIRN_ERR_OPEN_FILE_LIMIT",
+      open_file_limit: fileLimit,
+      table_files: plan.tableFiles,
+      table_files_wanted: TABLE_FILES,
+      rpc_max_connections: configured,
+      connections_taken: plan.connections,
+      hint: `raise the open-file limit (LimitNOFILE, ulimit -n) to at least ${TABLE_FILES + OTHER_DESCRIPTORS + configured}`,
+    });
   }
-  return new ConnectionSlots(bound.limit, config.rpc.max_connections_per_ip);
+  return {
+    slots: new ConnectionSlots(plan.connections, config.rpc.max_connections_per_ip),
+    plan,
+  };
 }

@@ -120,6 +120,7 @@ try {
       count,
       walDir: setup.walDir,
       connections: setup.connections,
+      tableFiles: setup.tableFiles,
       views,
       membership: index === 0,
       route: (local, here, proposer) => {

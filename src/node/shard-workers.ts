@@ -25,7 +25,7 @@ import type {
 import { type NodeAddresses, startOpsHttp } from "./node.ts";
 import { fromWireError } from "./siblings.ts";
 import { walDirOf } from "./worker-layout.ts";
-import { nodeConnectionSlots } from "./open-files.ts";
+import { planNodeDescriptors } from "./open-files.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { CairnError, dupFd } from "../common/index.ts";
@@ -204,7 +204,10 @@ export class ShardWorkersNode implements HealthSource {
       }
     }
     // One count of rpc_addr's connections for every worker's front end (open-files.ts).
-    const connections = nodeConnectionSlots(c, this.#log).shared;
+    // The open-file limit's split (open-files.ts): one count of rpc_addr's connections for every
+    // worker's front end, and the tables' descriptors shared out.
+    const { slots, plan } = planNodeDescriptors(c, this.#log);
+    const connections = slots.shared;
     for (let i = 0; i < n; i++) {
       const own = ports[i] as (MessagePort | null)[];
       const setup: ShardWorkerSetup = {
@@ -215,6 +218,7 @@ export class ShardWorkersNode implements HealthSource {
         ports: own,
         incarnation,
         connections,
+        tableFiles: plan.tableFiles,
       };
       this.#workers.push(
         new WorkerHandle(

@@ -16,6 +16,8 @@ export interface ShardWorkerSetup {
   readonly incarnation: string;
   /** The node's count of rpc_addr's connections (`rpc.max_connections`), shared by the workers. */
   readonly connections: SharedConnectionSlots;
+  /** The storage's open tables, node-wide (open-files.ts); each worker keeps its share. */
+  readonly tableFiles: number;
 }
 
 export type Question = "quick" | "report" | "metrics";

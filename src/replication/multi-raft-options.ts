@@ -49,6 +49,8 @@ export interface MultiRaftOptions {
   readonly heartbeatTicks: number;
   readonly memtableBytes: number;
   readonly blockCacheBytes: number;
+  /** Open table files the storage keeps (LsmEnvironment.maxOpenFiles). Default 4096. */
+  readonly maxOpenFiles?: number;
   /** Node-wide memtable memory (LsmEnvironment). Default 512 MiB. */
   readonly memtableBudgetBytes?: number;
   /** Serve linearizable reads of single-voter groups without ReadIndex (see #readBarrier). Default true. */

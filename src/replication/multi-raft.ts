@@ -239,6 +239,7 @@ export class MultiRaft {
         ? null
         : new LsmEnvironment({
             blockCacheBytes: options.blockCacheBytes,
+            ...(options.maxOpenFiles === undefined ? {} : { maxOpenFiles: options.maxOpenFiles }),
             ...(options.memtableBudgetBytes === undefined
               ? {}
               : { memtableBudgetBytes: options.memtableBudgetBytes }),

@@ -1,12 +1,19 @@
 /**
- * A client that opens connections and holds them, against a real `cairn serve` process: every
- * accepted connection takes a file descriptor, and a node out of descriptors cannot flush a
- * memtable or open its next WAL segment. Before `rpc.max_connections` (src/api/connection-slots.ts,
- * src/node/open-files.ts), 700 idle HTTP/2 connections to a node whose open-file limit was 600
- * ended it: the next flush failed with EMFILE ("fatal storage or consistency error ...
- * EMFILE: too many open files, open '.../shards/468/000001.sst'") and the process exited (seen
- * on bd7e0d7, the first test below). Now the node takes what the limit leaves beside the
- * storage's descriptors, closes the rest as they are accepted, and serves on.
+ * A node's file descriptors against its open-file limit and against clients that open
+ * connections and hold them, on a real `cairn serve` process: every accepted connection and every
+ * table kept open takes a descriptor, and a node out of them cannot flush a memtable, read a
+ * table or open its next WAL segment. Seen failing before the bounds (src/api/connection-slots.ts,
+ * src/node/open-files.ts):
+ *
+ * - 700 idle HTTP/2 connections to a node whose open-file limit was 600 ended it: the next flush
+ *   failed with EMFILE ("fatal storage or consistency error ... EMFILE: too many open files,
+ *   open '.../shards/468/000001.sst'") and the process exited (bd7e0d7, the first test below);
+ * - with connections bounded but the tables' cache still at 4096, the same node ended with no
+ *   client but the writer, at its 557th table ("EMFILE ... open '.../shards/286/000008.sst'":
+ *   1f963b7, the second test below).
+ *
+ * Now the node splits what the limit leaves between its tables and its connections, closes
+ * connections past their bound as they are accepted, and serves on.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -128,12 +135,13 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       openFileLimit: 600,
       env: { CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB" },
     });
-    // 600 − 4608 is below a quarter of the limit: 150 connections (open-files.ts).
+    // 600 − 512 = 88 left: 44 wanted for connections, the tables' 64 at least, 24 connections.
     const warning = logLine(server, "CAIRN_ERR_OPEN_FILE_LIMIT");
     assert.ok(warning !== undefined, "the node warns that the open-file limit is low");
     const fields = warning["fields"] as Record<string, unknown>;
     assert.equal(fields["open_file_limit"], 600);
-    assert.equal(fields["connections_taken"], 150);
+    assert.equal(fields["connections_taken"], 24);
+    assert.equal(fields["table_files"], 64);
 
     const c = client(server);
     await c.call(c.kv, "Put", { key: Buffer.from("warm"), value: Buffer.from("x") });
@@ -144,7 +152,7 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
           (await metricValue(server, 'cairn_rpc_connections_refused_total{reason="node"}')) >= 500
         );
       });
-      assert.ok((await metricValue(server, "cairn_rpc_connections")) <= 150);
+      assert.ok((await metricValue(server, "cairn_rpc_connections")) <= 24);
       // 300 Puts of 16 KiB over 30 keys, on the connection made before the flood.
       const last = new Map<string, Buffer>();
       for (let i = 0; i < 300; i++) {
@@ -168,6 +176,28 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     await eventually("a new client is served after the flood", async () => {
       return (await get(fresh, "k-29"))?.equals(Buffer.alloc(16 * 1024, 299 & 255)) === true;
     });
+    assert.ok(!server.lines.some((l) => l.includes("fatal storage")), "no fatal storage error");
+  });
+
+  it("a node limited to 600 files flushes a thousand tables and reads every key back", async () => {
+    // 64 KiB memtables and 70 KB values: each Put flushes a table of its own.
+    const server = await start([], {
+      openFileLimit: 600,
+      env: { CAIRN_STORAGE_MEMTABLE_BYTES: "64KiB" },
+    });
+    const c = client(server);
+    const keys = 250;
+    const rounds = 4;
+    const valueOf = (round: number, key: number): Buffer => Buffer.alloc(70_000, round * 7 + key);
+    for (let round = 0; round < rounds; round++) {
+      for (let key = 0; key < keys; key++) {
+        await c.call(c.kv, "Put", { key: Buffer.from(`key-${key}`), value: valueOf(round, key) });
+      }
+    }
+    for (let key = 0; key < keys; key++) {
+      assert.deepEqual(await get(c, `key-${key}`), valueOf(rounds - 1, key), `key-${key}`);
+    }
+    assert.equal(server.proc.exitCode, null, "the node still runs");
     assert.ok(!server.lines.some((l) => l.includes("fatal storage")), "no fatal storage error");
   });
 

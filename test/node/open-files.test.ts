@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
-  connectionBound,
-  nodeConnectionSlots,
+  descriptorPlan,
+  OTHER_DESCRIPTORS,
   openFileLimit,
-  RESERVED_DESCRIPTORS,
+  planNodeDescriptors,
+  TABLE_FILES,
 } from "../../src/node/open-files.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import { createLogger } from "../../src/ops/index.ts";
@@ -46,59 +47,100 @@ describe("openFileLimit", () => {
   });
 });
 
-describe("connectionBound", () => {
-  it("keeps the configured bound when the limit leaves room for it", () => {
-    assert.deepEqual(connectionBound(10_000, 65_536), { limit: 10_000, lowered: false });
-    assert.deepEqual(connectionBound(10_000, 10_000 + RESERVED_DESCRIPTORS), {
-      limit: 10_000,
-      lowered: false,
-    });
-    assert.deepEqual(connectionBound(10_000, null), { limit: 10_000, lowered: false });
+describe("descriptorPlan", () => {
+  it("gives the tables and the connections all they want when the limit allows", () => {
+    const full = { tableFiles: TABLE_FILES, connections: 10_000, lowered: false };
+    assert.deepEqual(descriptorPlan(10_000, 65_536), full);
+    assert.deepEqual(descriptorPlan(10_000, 10_000 + TABLE_FILES + OTHER_DESCRIPTORS), full);
+    assert.deepEqual(descriptorPlan(10_000, null), full);
   });
 
-  it("lowers it to what the storage's descriptors leave", () => {
-    assert.deepEqual(connectionBound(10_000, 10_000 + RESERVED_DESCRIPTORS - 1), {
-      limit: 9_999,
+  it("short of descriptors, splits what is left: connections at most half", () => {
+    // 8192 − 512 = 7680: 3840 each.
+    assert.deepEqual(descriptorPlan(10_000, 8192), {
+      tableFiles: 3840,
+      connections: 3840,
       lowered: true,
     });
-    assert.deepEqual(connectionBound(20_000, 20_000), {
-      limit: 20_000 - RESERVED_DESCRIPTORS,
+    // One short of the full plan: the tables keep 4096, the connections lose one.
+    assert.deepEqual(descriptorPlan(10_000, 10_000 + TABLE_FILES + OTHER_DESCRIPTORS - 1), {
+      tableFiles: TABLE_FILES,
+      connections: 9_999,
+      lowered: true,
+    });
+    // Few connections configured: the tables take the rest.
+    assert.deepEqual(descriptorPlan(100, 1024), {
+      tableFiles: 412,
+      connections: 100,
+      lowered: true,
+    });
+    assert.deepEqual(descriptorPlan(10_000, 1024), {
+      tableFiles: 256,
+      connections: 256,
       lowered: true,
     });
   });
 
-  it("leaves a quarter of a limit below the storage's needs, and never fewer than 16", () => {
-    assert.deepEqual(connectionBound(10_000, 1024), { limit: 256, lowered: true });
-    assert.deepEqual(connectionBound(10_000, 600), { limit: 150, lowered: true });
-    assert.deepEqual(connectionBound(10_000, 40), { limit: 16, lowered: true });
-    assert.deepEqual(connectionBound(100, 1024), { limit: 100, lowered: false });
+  it("never gives fewer than 64 tables and 16 connections", () => {
+    assert.deepEqual(descriptorPlan(10_000, 600), {
+      tableFiles: 64,
+      connections: 24,
+      lowered: true,
+    });
+    assert.deepEqual(descriptorPlan(10_000, 40), {
+      tableFiles: 64,
+      connections: 16,
+      lowered: true,
+    });
+  });
+
+  it("never uses more than the limit beside the others' reserve, above the minimums", () => {
+    for (let limit = 700; limit < 20_000; limit += 97) {
+      for (const configured of [16, 500, 10_000]) {
+        const p = descriptorPlan(configured, limit);
+        assert.ok(
+          p.tableFiles + p.connections + OTHER_DESCRIPTORS <= limit,
+          `${limit} ${configured}`,
+        );
+        assert.ok(p.connections <= configured && p.tableFiles <= TABLE_FILES);
+      }
+    }
   });
 });
 
-describe("nodeConnectionSlots", () => {
+describe("planNodeDescriptors", () => {
   function capture(): { log: ReturnType<typeof createLogger>; lines: string[] } {
     const lines: string[] = [];
     const log = createLogger({ level: "info", fields: {}, sink: { write: (l) => lines.push(l) } });
     return { log, lines };
   }
 
-  it("warns, naming the limit to set, when it takes fewer than configured", () => {
-    const config = loadConfig({ flags: { "rpc-max-connections": "2000" } });
-    assert.equal(config.rpc.max_connections, 2000);
+  it("warns, naming the limit to set, when it keeps fewer than it wants", () => {
+    const config = loadConfig({
+      flags: { "rpc-max-connections": "2000", "rpc-max-connections-per-ip": "50" },
+    });
     const { log, lines } = capture();
-    const slots = nodeConnectionSlots(config, log, 1024);
+    const { slots, plan } = planNodeDescriptors(config, log, 1024);
     assert.equal(slots.limit, 256);
+    assert.equal(slots.perAddress, 50);
+    assert.equal(plan.tableFiles, 256);
     assert.equal(lines.length, 1);
     const fields = (JSON.parse(lines[0] as string) as { fields: Record<string, unknown> }).fields;
     assert.equal(fields["code"], "CAIRN_ERR_OPEN_FILE_LIMIT");
     assert.equal(fields["connections_taken"], 256);
-    assert.match(String(fields["hint"]), new RegExp(`at least ${2000 + RESERVED_DESCRIPTORS}`));
+    assert.equal(fields["table_files"], 256);
+    assert.match(
+      String(fields["hint"]),
+      new RegExp(`at least ${2000 + TABLE_FILES + OTHER_DESCRIPTORS}`),
+    );
   });
 
   it("says nothing when the limit leaves room", () => {
     const config = loadConfig();
     const { log, lines } = capture();
-    assert.equal(nodeConnectionSlots(config, log, 65_536).limit, 10_000);
+    const { slots, plan } = planNodeDescriptors(config, log, 65_536);
+    assert.equal(slots.limit, 10_000);
+    assert.equal(plan.tableFiles, TABLE_FILES);
     assert.deepEqual(lines, []);
   });
 });
