@@ -11,6 +11,10 @@
  * - `rpc.max_connections_per_ip`, for one client address (an IPv6 address by its /64, what one
  *   host is usually given), so that one client (a leak in its connection pool, or an attacker on
  *   one host) cannot fill the node's bound and keep every other client and peer out.
+ * - `rpc.max_client_streams`, for the long-lived streaming calls of clients (Meta.WatchCluster,
+ *   health Watch, reflection) the front ends proxy to the main thread: each holds ~22 KiB there
+ *   and in the front end, and the per-connection bound (`rpc.max_concurrent_streams`) times the
+ *   connections allowed is millions of them (20,000 watches took 440 MiB).
  *
  * The counts live in a SharedArrayBuffer that every thread's copy of ConnectionSlots views
  * (structured cloning shares it): the connections open, those refused for each bound, and the
@@ -26,6 +30,8 @@ export interface SharedConnectionSlots {
   readonly limit: number;
   /** 0: no bound per address. */
   readonly perAddress: number;
+  /** Clients' streaming calls open at once. */
+  readonly streams: number;
 }
 
 /** Why a connection was refused: the node's bound or its address's. */
@@ -34,25 +40,37 @@ export type Refusal = "node" | "address";
 const OPEN = 0;
 const REFUSED_NODE = 1;
 const REFUSED_ADDRESS = 2;
-const BUCKETS_AT = 3;
+const STREAMS = 3;
+const REFUSED_STREAMS = 4;
+const BUCKETS_AT = 5;
 export const ADDRESS_BUCKETS = 1 << 16;
 
 export class ConnectionSlots {
   readonly limit: number;
   readonly perAddress: number;
+  readonly streams: number;
   readonly #cells: Int32Array;
   readonly #buffer: SharedArrayBuffer;
 
   /** A new count (no `shared`), or a view of the one `shared` names (made by another thread). */
-  constructor(limit: number, perAddress: number, shared?: SharedConnectionSlots) {
+  constructor(
+    limit: number,
+    perAddress: number,
+    streams: number = Number.MAX_SAFE_INTEGER,
+    shared?: SharedConnectionSlots,
+  ) {
     if (!Number.isInteger(limit) || limit < 1) {
       throw new RangeError(`ConnectionSlots: the limit must be a positive integer, not ${limit}`);
     }
     if (!Number.isInteger(perAddress) || perAddress < 0) {
       throw new RangeError(`ConnectionSlots: the per-address limit must be ≥ 0, not ${perAddress}`);
     }
+    if (!Number.isInteger(streams) || streams < 1) {
+      throw new RangeError(`ConnectionSlots: the streams' limit must be positive, not ${streams}`);
+    }
     this.limit = limit;
     this.perAddress = perAddress;
+    this.streams = Math.min(streams, 0x7fffffff);
     this.#buffer =
       shared?.buffer ??
       new SharedArrayBuffer((BUCKETS_AT + ADDRESS_BUCKETS) * Int32Array.BYTES_PER_ELEMENT);
@@ -61,12 +79,17 @@ export class ConnectionSlots {
 
   /** A thread's view of the count `shared` names. */
   static of(shared: SharedConnectionSlots): ConnectionSlots {
-    return new ConnectionSlots(shared.limit, shared.perAddress, shared);
+    return new ConnectionSlots(shared.limit, shared.perAddress, shared.streams, shared);
   }
 
   /** What another thread needs to share this count. */
   get shared(): SharedConnectionSlots {
-    return { buffer: this.#buffer, limit: this.limit, perAddress: this.perAddress };
+    return {
+      buffer: this.#buffer,
+      limit: this.limit,
+      perAddress: this.perAddress,
+      streams: this.streams,
+    };
   }
 
   /**
@@ -104,6 +127,31 @@ export class ConnectionSlots {
   release(address: string | undefined): void {
     Atomics.sub(this.#cells, BUCKETS_AT + addressBucket(address), 1);
     Atomics.sub(this.#cells, OPEN, 1);
+  }
+
+  /**
+   * Takes a slot for a client's streaming call about to be proxied: false (and the refusal
+   * counted) when `streams` are open already. A true must be matched by one releaseStream().
+   */
+  takeStream(): boolean {
+    if (Atomics.add(this.#cells, STREAMS, 1) < this.streams) return true;
+    Atomics.sub(this.#cells, STREAMS, 1);
+    Atomics.add(this.#cells, REFUSED_STREAMS, 1);
+    return false;
+  }
+
+  releaseStream(): void {
+    Atomics.sub(this.#cells, STREAMS, 1);
+  }
+
+  /** Clients' streaming calls open now, across the node. */
+  get openStreams(): number {
+    return Atomics.load(this.#cells, STREAMS);
+  }
+
+  /** Clients' streaming calls refused since the node started. */
+  get refusedStreams(): number {
+    return Atomics.load(this.#cells, REFUSED_STREAMS);
   }
 
   /** Connections open now, across the node. */

@@ -825,9 +825,46 @@ export function serveFrontEnd(
         stream.reset(ErrorCode.INTERNAL_ERROR);
       }
     });
-    stream.onClose = () => {
+    const closed = stream.onClose;
+    stream.onClose = (complete) => {
+      closed?.(complete);
       if (!up.closed) up.close(NGHTTP2_CANCEL);
     };
+  }
+
+  /** When this front end last reported refused streams (at most one event a second). */
+  let streamsFullReportedAt = -Infinity;
+
+  /**
+   * Proxies a client's streaming call once it has one of the node's `rpc.max_client_streams`
+   * slots, given back when the stream closes; answers RESOURCE_EXHAUSTED without one. A peer's
+   * stream (bounded by the members) and a node with no bounds are proxied as they are.
+   */
+  function proxyBounded(stream: ServerStream, peer: boolean, maxReceive: number): void {
+    const bounds = openConnections;
+    if (peer || bounds === null) {
+      proxy(stream, maxReceive);
+      return;
+    }
+    if (!bounds.takeStream()) {
+      const message = `the node holds rpc.max_client_streams (${bounds.streams}) streaming calls; try again later`;
+      respondStatus(stream, status.RESOURCE_EXHAUSTED, message, [
+        [ERROR_CODE_KEY, "CAIRN_ERR_STREAMS_FULL"],
+      ]);
+      const now = performance.now();
+      if (now - streamsFullReportedAt >= 1000) {
+        streamsFullReportedAt = now;
+        report({
+          code: "CAIRN_ERR_STREAMS_FULL",
+          peer: stream.connection.peer,
+          message: `${message} (${bounds.refusedStreams} refused since start)`,
+          method: stream.path,
+        });
+      }
+      return;
+    }
+    stream.onClose = () => bounds.releaseStream();
+    proxy(stream, maxReceive);
   }
 
   // ── the server ─────────────────────────────────────────────────────────────────────────────
@@ -878,7 +915,7 @@ export function serveFrontEnd(
     } else if (method.unary) {
       unary(stream, method.index, method.maxReceive);
     } else if (!rawStream(stream, method.index, method.maxReceive)) {
-      proxy(stream, method.maxReceive);
+      proxyBounded(stream, method.peer, method.maxReceive);
     }
   }
 

@@ -60,6 +60,7 @@ export interface CairnConfig {
     readonly io_threads: number;
     readonly max_connections: number;
     readonly max_connections_per_ip: number;
+    readonly max_client_streams: number;
     readonly max_concurrent_streams: number;
     readonly max_continuation_frames: number;
     readonly max_resets_per_second: number;

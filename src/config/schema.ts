@@ -327,6 +327,16 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Connections one client address (an IPv6 address by its /64) may hold open on rpc_addr at once, so that one client cannot take all of rpc.max_connections; past it its new connections are closed as they are accepted. 0: no bound per address.",
   },
   {
+    key: "rpc.max_client_streams",
+    kind: "int",
+    schema: intBetween(16, 1_000_000),
+    default: 10_000,
+    env: "CAIRN_RPC_MAX_CLIENT_STREAMS",
+    flag: "rpc-max-client-streams",
+    expect: "must be an integer between 16 and 1000000",
+    doc: "Clients' streaming calls (Meta.WatchCluster, health Watch, reflection) open at once across the node, each ~22 KiB of memory; past it a new one is answered RESOURCE_EXHAUSTED (CAIRN_ERR_STREAMS_FULL). The peers' streams are not counted.",
+  },
+  {
     key: "rpc.max_concurrent_streams",
     kind: "int",
     schema: intBetween(1, 1_000_000),

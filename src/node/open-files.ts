@@ -97,7 +97,11 @@ export function planNodeDescriptors(
     });
   }
   return {
-    slots: new ConnectionSlots(plan.connections, config.rpc.max_connections_per_ip),
+    slots: new ConnectionSlots(
+      plan.connections,
+      config.rpc.max_connections_per_ip,
+      config.rpc.max_client_streams,
+    ),
     plan,
   };
 }

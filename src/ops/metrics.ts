@@ -136,6 +136,9 @@ export interface ConnectionCount {
   readonly open: number;
   /** Refused since start: for the node's bound, and for an address's. */
   readonly refused: { readonly node: number; readonly address: number };
+  /** Clients' streaming calls open now, and refused since start. */
+  readonly openStreams: number;
+  readonly refusedStreams: number;
 }
 
 export class CairnMetrics {
@@ -394,6 +397,25 @@ export class CairnMetrics {
         const refused = connections()?.refused;
         this.inc({ reason: "node" }, refused?.node ?? 0);
         this.inc({ reason: "address" }, refused?.address ?? 0);
+      },
+    });
+    new Gauge({
+      name: "cairn_rpc_client_streams",
+      aggregator: "max",
+      help: "Clients' streaming calls (Meta.WatchCluster, health Watch, reflection) open across the node; at rpc.max_client_streams new ones are refused.",
+      registers,
+      collect(this: Gauge) {
+        this.set(connections()?.openStreams ?? 0);
+      },
+    });
+    new Counter({
+      name: "cairn_rpc_client_streams_refused_total",
+      aggregator: "max",
+      help: "Clients' streaming calls answered RESOURCE_EXHAUSTED because the node held rpc.max_client_streams.",
+      registers,
+      collect(this: Counter) {
+        this.reset();
+        this.inc(connections()?.refusedStreams ?? 0);
       },
     });
     // The meta state is the same in every shard worker: "max", as swim_cluster_size.

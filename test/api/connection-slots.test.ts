@@ -48,10 +48,28 @@ describe("ConnectionSlots", () => {
     assert.equal(slots.take(A), null);
   });
 
+  it("bounds the clients' streams apart from the connections, across views", () => {
+    const slots = new ConnectionSlots(100, 0, 2);
+    const view = ConnectionSlots.of(slots.shared);
+    assert.equal(view.streams, 2);
+    assert.deepEqual(
+      [slots.takeStream(), view.takeStream(), slots.takeStream()],
+      [true, true, false],
+    );
+    assert.equal(view.openStreams, 2);
+    assert.equal(slots.refusedStreams, 1);
+    // Connections are not held back by the streams.
+    assert.equal(slots.take(A), null);
+    view.releaseStream();
+    assert.equal(slots.takeStream(), true);
+    assert.equal(slots.openStreams, 2);
+  });
+
   it("refuses limits that are not integers in range", () => {
     assert.throws(() => new ConnectionSlots(0, 0), RangeError);
     assert.throws(() => new ConnectionSlots(2.5, 0), RangeError);
     assert.throws(() => new ConnectionSlots(2, -1), RangeError);
+    assert.throws(() => new ConnectionSlots(2, 0, 0), RangeError);
   });
 
   it("is one count across threads: a worker's takes fill this thread's slots", async () => {

@@ -349,6 +349,7 @@ describe("loadConfig", () => {
       "rpc-goaway-grace-ms",
       "rpc-handshake-timeout-ms",
       "rpc-idle-timeout-ms",
+      "rpc-max-client-streams",
       "rpc-max-concurrent-streams",
       "rpc-max-connection-output-bytes",
       "rpc-max-connections",

@@ -21,6 +21,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { connect as connectTcp, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { connect as connectTls } from "node:tls";
+import { connect as connectH2, type ClientHttp2Session } from "node:http2";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { eventually } from "../support/cluster-process.ts";
@@ -309,6 +310,78 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       0,
     );
   });
+
+  for (const [shape, env] of [
+    ["the main thread", {}],
+    ["two I/O threads", { CAIRN_RPC_IO_THREADS: "2" }],
+  ] as const) {
+    it(`rpc.max_client_streams 16 on ${shape}: 40 WatchCluster streams, 24 refused RESOURCE_EXHAUSTED`, async () => {
+      // Unbounded, 20,000 watches (20 connections of 1000) took 440 MiB of the node.
+      const server = await start(["--rpc-max-client-streams", "16"], { env });
+      const sessions: ClientHttp2Session[] = [];
+      const outcomes: Promise<string>[] = [];
+      for (let s = 0; s < 2; s++) {
+        const session = connectH2(`http://${server.rpc}`);
+        session.on("error", () => {});
+        sessions.push(session);
+        for (let i = 0; i < 20; i++) {
+          const stream = session.request({
+            ":method": "POST",
+            ":path": "/cairn.v1.Meta/WatchCluster",
+            "content-type": "application/grpc",
+            te: "trailers",
+          });
+          stream.on("error", () => {});
+          // "view": the stream's first message came; else its status and error code.
+          outcomes.push(
+            new Promise((resolve) => {
+              stream.once("data", () => resolve("view"));
+              stream.once("response", (h) => {
+                if (h["grpc-status"] !== undefined)
+                  resolve(`${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`);
+              });
+            }),
+          );
+          stream.end(Buffer.alloc(5));
+        }
+      }
+      try {
+        const all = await Promise.all(outcomes);
+        assert.equal(all.filter((o) => o === "view").length, 16, all.join(", "));
+        assert.equal(
+          all.filter((o) => o === "8 CAIRN_ERR_STREAMS_FULL").length,
+          24,
+          all.join(", "),
+        );
+        assert.equal(await metricValue(server, "cairn_rpc_client_streams"), 16);
+        assert.equal(await metricValue(server, "cairn_rpc_client_streams_refused_total"), 24);
+        assert.ok(
+          server.lines.some((l) => l.includes("CAIRN_ERR_STREAMS_FULL")),
+          "logged",
+        );
+      } finally {
+        for (const s of sessions) s.destroy();
+      }
+      await eventually("the streams' slots given back", async () => {
+        return (await metricValue(server, "cairn_rpc_client_streams")) === 0;
+      });
+      // A watch is taken again.
+      const c = client(server);
+      const view = await new Promise<unknown>((resolve, reject) => {
+        const call = (
+          c.meta as unknown as { WatchCluster(r: object): NodeJS.EventEmitter & { cancel(): void } }
+        ).WatchCluster({});
+        call.once("data", (v: unknown) => {
+          call.cancel();
+          resolve(v);
+        });
+        call.once("error", (err: Error) =>
+          err.message.includes("Cancelled") ? undefined : reject(err),
+        );
+      });
+      assert.ok(view !== undefined);
+    });
+  }
 
   it("the operators' HTTP server holds at most 128 connections; gRPC is not affected", async () => {
     const server = await start([]);

@@ -295,7 +295,7 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(samples(await m.expose()), "cairn_wal_unwritten_bytes"), 0);
   });
 
-  it("reads rpc_addr's open and refused connections at each scrape (0 without a source)", async () => {
+  it("reads rpc_addr's open and refused connections and streams at each scrape (0 without a source)", async () => {
     const m = fresh();
     let all = samples(await m.expose());
     const node = { reason: "node" };
@@ -303,12 +303,19 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_rpc_connections"), 0);
     assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", node), 0);
     assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", address), 0);
-    const count = { open: 16, refused: { node: 25, address: 3 } };
+    const count = {
+      open: 16,
+      refused: { node: 25, address: 3 },
+      openStreams: 4,
+      refusedStreams: 2,
+    };
     m.setConnectionSource(count);
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_rpc_connections"), 16);
     assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", node), 25);
     assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", address), 3);
+    assert.equal(valueOf(all, "cairn_rpc_client_streams"), 4);
+    assert.equal(valueOf(all, "cairn_rpc_client_streams_refused_total"), 2);
     Object.assign(count, { open: 1, refused: { node: 30, address: 3 } });
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_rpc_connections"), 1);
