@@ -15,6 +15,9 @@
  *   health Watch, reflection) the front ends proxy to the main thread: each holds ~22 KiB there
  *   and in the front end, and the per-connection bound (`rpc.max_concurrent_streams`) times the
  *   connections allowed is millions of them (20,000 watches took 440 MiB).
+ * - `rpc.max_incoming_request_bytes`, for the bytes of unary requests still arriving (their
+ *   message not yet whole): a client that announces a 4 MiB message, sends 1 MiB and stalls holds
+ *   that megabyte (300 such connections took 467 MiB), and the connections allowed multiply it.
  *
  * The counts live in a SharedArrayBuffer that every thread's copy of ConnectionSlots views
  * (structured cloning shares it): the connections open, those refused for each bound, and the
@@ -32,6 +35,8 @@ export interface SharedConnectionSlots {
   readonly perAddress: number;
   /** Clients' streaming calls open at once. */
   readonly streams: number;
+  /** Bytes of unary requests still arriving, across the node. */
+  readonly incomingBytes: number;
 }
 
 /** Why a connection was refused: the node's bound or its address's. */
@@ -42,13 +47,16 @@ const REFUSED_NODE = 1;
 const REFUSED_ADDRESS = 2;
 const STREAMS = 3;
 const REFUSED_STREAMS = 4;
-const BUCKETS_AT = 5;
+const INCOMING = 5;
+const REFUSED_INCOMING = 6;
+const BUCKETS_AT = 7;
 export const ADDRESS_BUCKETS = 1 << 16;
 
 export class ConnectionSlots {
   readonly limit: number;
   readonly perAddress: number;
   readonly streams: number;
+  readonly incomingBytes: number;
   readonly #cells: Int32Array;
   readonly #buffer: SharedArrayBuffer;
 
@@ -57,6 +65,7 @@ export class ConnectionSlots {
     limit: number,
     perAddress: number,
     streams: number = Number.MAX_SAFE_INTEGER,
+    incomingBytes: number = 0x7fffffff,
     shared?: SharedConnectionSlots,
   ) {
     if (!Number.isInteger(limit) || limit < 1) {
@@ -70,7 +79,14 @@ export class ConnectionSlots {
     }
     this.limit = limit;
     this.perAddress = perAddress;
+    if (!Number.isInteger(incomingBytes) || incomingBytes < 1) {
+      throw new RangeError(
+        `ConnectionSlots: the incoming bytes must be positive, not ${incomingBytes}`,
+      );
+    }
     this.streams = Math.min(streams, 0x7fffffff);
+    // Int32 cells: a bound up to 2 GiB − 1 (the configuration allows 1 GiB).
+    this.incomingBytes = Math.min(incomingBytes, 0x7fffffff);
     this.#buffer =
       shared?.buffer ??
       new SharedArrayBuffer((BUCKETS_AT + ADDRESS_BUCKETS) * Int32Array.BYTES_PER_ELEMENT);
@@ -79,7 +95,13 @@ export class ConnectionSlots {
 
   /** A thread's view of the count `shared` names. */
   static of(shared: SharedConnectionSlots): ConnectionSlots {
-    return new ConnectionSlots(shared.limit, shared.perAddress, shared.streams, shared);
+    return new ConnectionSlots(
+      shared.limit,
+      shared.perAddress,
+      shared.streams,
+      shared.incomingBytes,
+      shared,
+    );
   }
 
   /** What another thread needs to share this count. */
@@ -89,6 +111,7 @@ export class ConnectionSlots {
       limit: this.limit,
       perAddress: this.perAddress,
       streams: this.streams,
+      incomingBytes: this.incomingBytes,
     };
   }
 
@@ -152,6 +175,34 @@ export class ConnectionSlots {
   /** Clients' streaming calls refused since the node started. */
   get refusedStreams(): number {
     return Atomics.load(this.#cells, REFUSED_STREAMS);
+  }
+
+  /**
+   * Counts `bytes` more of a request still arriving: false (nothing counted, the refusal
+   * counted) when that would take the node past `incomingBytes`. Every byte counted must be
+   * given back with releaseIncoming() once its request is whole or gone.
+   */
+  takeIncoming(bytes: number): boolean {
+    const cells = this.#cells;
+    // Compared before adding: the sum never wraps an Int32 (bytes ≤ a chunk, bound ≤ 2 GiB − 1).
+    if (Atomics.add(cells, INCOMING, bytes) + bytes <= this.incomingBytes) return true;
+    Atomics.sub(cells, INCOMING, bytes);
+    Atomics.add(cells, REFUSED_INCOMING, 1);
+    return false;
+  }
+
+  releaseIncoming(bytes: number): void {
+    if (bytes > 0) Atomics.sub(this.#cells, INCOMING, bytes);
+  }
+
+  /** Bytes of requests still arriving now, across the node. */
+  get incoming(): number {
+    return Atomics.load(this.#cells, INCOMING);
+  }
+
+  /** Requests refused since start for want of room to receive them. */
+  get refusedIncoming(): number {
+    return Atomics.load(this.#cells, REFUSED_INCOMING);
   }
 
   /** Connections open now, across the node. */

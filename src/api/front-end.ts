@@ -543,11 +543,33 @@ export function serveFrontEnd(
   function unary(stream: ServerStream, method: number, maxReceive: number): void {
     const chunks: Buffer[] = [];
     let size = 0;
+    // The bytes held while the request arrives count against the node's
+    // `rpc.max_incoming_request_bytes` (connection-slots.ts) until it is whole or gone.
+    const bounds = openConnections;
+    let counted = 0;
+    const release = (): void => {
+      bounds?.releaseIncoming(counted);
+      counted = 0;
+    };
+    stream.onClose = release;
     stream.onData = (chunk) => {
       size += chunk.length;
-      if (size <= maxReceive + 5) chunks.push(chunk);
+      if (size > maxReceive + 5) return;
+      if (bounds !== null) {
+        if (!bounds.takeIncoming(chunk.length)) {
+          release();
+          chunks.length = 0;
+          stream.onData = () => {};
+          stream.onEnd = null;
+          refuseIncoming(stream, bounds);
+          return;
+        }
+        counted += chunk.length;
+      }
+      chunks.push(chunk);
     };
     stream.onEnd = () => {
+      release();
       let framed: Buffer;
       try {
         if (size > maxReceive + 5) {
@@ -830,6 +852,28 @@ export function serveFrontEnd(
       closed?.(complete);
       if (!up.closed) up.close(NGHTTP2_CANCEL);
     };
+  }
+
+  /** When this front end last reported requests refused for their bytes (one event a second). */
+  let incomingFullReportedAt = -Infinity;
+
+  /** Answers a request the node has no room to receive (`rpc.max_incoming_request_bytes`). */
+  function refuseIncoming(stream: ServerStream, bounds: ConnectionSlots): void {
+    const message =
+      `the node holds rpc.max_incoming_request_bytes (${bounds.incomingBytes}) of requests ` +
+      `still arriving; try again later`;
+    respondStatus(stream, status.RESOURCE_EXHAUSTED, message, [
+      [ERROR_CODE_KEY, "CAIRN_ERR_BACKPRESSURE"],
+    ]);
+    const now = performance.now();
+    if (now - incomingFullReportedAt < 1000) return;
+    incomingFullReportedAt = now;
+    report({
+      code: "CAIRN_ERR_BACKPRESSURE",
+      peer: stream.connection.peer,
+      message: `${message} (${bounds.refusedIncoming} refused since start)`,
+      method: stream.path,
+    });
   }
 
   /** When this front end last reported refused streams (at most one event a second). */

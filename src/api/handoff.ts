@@ -94,7 +94,8 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
  * What a front end reports to the main thread: a connection that its own code failed on (a bug:
  * logged at ERROR), one ended for going past a limit (WARN), connections refused because the
  * node holds `rpc.max_connections` (WARN, at most one event a second from each front end),
- * clients' streaming calls refused because it holds `rpc.max_client_streams` (the same), a client whose certificate mutual
+ * clients' streaming calls refused because it holds `rpc.max_client_streams` (the same),
+ * requests refused because it holds `rpc.max_incoming_request_bytes` still arriving (the same), a client whose certificate mutual
  * TLS refused (WARN), a peer's call refused for its certificate (WARN, counted as a refused
  * peer call), a connection that spoke cleartext to a TLS port or TLS to a cleartext one (WARN),
  * the TLS files or the tokens file reloaded (INFO) or changed but unusable (ERROR), a call
@@ -107,6 +108,7 @@ export interface FrontEndEvent {
     | "CAIRN_ERR_CONNECTION_LIMIT"
     | "CAIRN_ERR_CONNECTIONS_FULL"
     | "CAIRN_ERR_STREAMS_FULL"
+    | "CAIRN_ERR_BACKPRESSURE"
     | "CAIRN_ERR_TLS_CLIENT_REFUSED"
     | "CAIRN_ERR_PEER_REFUSED"
     | "CAIRN_ERR_TLS_MISMATCH"

@@ -280,6 +280,16 @@ export class RpcServer {
   /** A connection the front end ended: its own failure (ERROR) or a client past a limit (WARN). */
   #onFrontEndEvent(event: FrontEndEvent): void {
     if (this.#onTlsEvent(event) || this.#onAuthEvent(event)) return;
+    if (event.code === "CAIRN_ERR_BACKPRESSURE") {
+      // Counted where the budget is (cairn_rpc_incoming_refused_total); at most one a second.
+      this.#options.logger.warn("the node has no room for more requests still arriving", {
+        code: event.code,
+        peer: event.peer,
+        method: event.method,
+        reason: event.message,
+      });
+      return;
+    }
     if (event.code === "CAIRN_ERR_STREAMS_FULL") {
       // Counted where the slots are (cairn_rpc_client_streams_refused_total); at most one a second.
       this.#options.logger.warn("the node holds its most streaming calls; new ones are refused", {

@@ -61,6 +61,7 @@ export interface CairnConfig {
     readonly max_connections: number;
     readonly max_connections_per_ip: number;
     readonly max_client_streams: number;
+    readonly max_incoming_request_bytes: number;
     readonly max_concurrent_streams: number;
     readonly max_continuation_frames: number;
     readonly max_resets_per_second: number;
@@ -446,6 +447,21 @@ function checkAcrossKeys(
         sourceOf("rpc.max_connection_output_bytes"),
         `must be at least limits.max_message_bytes + ${OUTPUT_ROOM_BYTES} ` +
           `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest answer fits, got ${maxOutput}`,
+      ),
+    );
+  }
+  const maxIncoming = values.get("rpc.max_incoming_request_bytes");
+  if (
+    typeof maxMessage === "number" &&
+    typeof maxIncoming === "number" &&
+    maxIncoming < maxMessage + OUTPUT_ROOM_BYTES
+  ) {
+    issues.push(
+      issue(
+        "rpc.max_incoming_request_bytes",
+        sourceOf("rpc.max_incoming_request_bytes"),
+        `must be at least limits.max_message_bytes + ${OUTPUT_ROOM_BYTES} ` +
+          `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest request fits, got ${maxIncoming}`,
       ),
     );
   }

@@ -337,6 +337,16 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Clients' streaming calls (Meta.WatchCluster, health Watch, reflection) open at once across the node, each ~22 KiB of memory; past it a new one is answered RESOURCE_EXHAUSTED (CAIRN_ERR_STREAMS_FULL). The peers' streams are not counted.",
   },
   {
+    key: "rpc.max_incoming_request_bytes",
+    kind: "bytes",
+    schema: bytesBetween(MIB, GIB),
+    default: 256 * MIB,
+    env: "CAIRN_RPC_MAX_INCOMING_REQUEST_BYTES",
+    flag: "rpc-max-incoming-request-bytes",
+    expect: "must be a size between 1MiB and 1GiB",
+    doc: "Bytes of unary requests still arriving (their message not yet whole) the node holds at once, across its threads; a request whose next bytes would pass it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_BACKPRESSURE, retryable). At least limits.max_message_bytes + 64KiB, so the largest request fits.",
+  },
+  {
     key: "rpc.max_concurrent_streams",
     kind: "int",
     schema: intBetween(1, 1_000_000),

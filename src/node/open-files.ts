@@ -101,6 +101,7 @@ export function planNodeDescriptors(
       plan.connections,
       config.rpc.max_connections_per_ip,
       config.rpc.max_client_streams,
+      config.rpc.max_incoming_request_bytes,
     ),
     plan,
   };

@@ -139,6 +139,9 @@ export interface ConnectionCount {
   /** Clients' streaming calls open now, and refused since start. */
   readonly openStreams: number;
   readonly refusedStreams: number;
+  /** Bytes of requests still arriving now, and requests refused for them since start. */
+  readonly incoming: number;
+  readonly refusedIncoming: number;
 }
 
 export class CairnMetrics {
@@ -416,6 +419,25 @@ export class CairnMetrics {
       collect(this: Counter) {
         this.reset();
         this.inc(connections()?.refusedStreams ?? 0);
+      },
+    });
+    new Gauge({
+      name: "cairn_rpc_incoming_request_bytes",
+      aggregator: "max",
+      help: "Bytes of unary requests still arriving (their message not yet whole) held across the node; at rpc.max_incoming_request_bytes new bytes are refused.",
+      registers,
+      collect(this: Gauge) {
+        this.set(connections()?.incoming ?? 0);
+      },
+    });
+    new Counter({
+      name: "cairn_rpc_incoming_refused_total",
+      aggregator: "max",
+      help: "Unary requests answered RESOURCE_EXHAUSTED (CAIRN_ERR_BACKPRESSURE) because the node held rpc.max_incoming_request_bytes of requests still arriving.",
+      registers,
+      collect(this: Counter) {
+        this.reset();
+        this.inc(connections()?.refusedIncoming ?? 0);
       },
     });
     // The meta state is the same in every shard worker: "max", as swim_cluster_size.

@@ -65,11 +65,24 @@ describe("ConnectionSlots", () => {
     assert.equal(slots.openStreams, 2);
   });
 
+  it("bounds the bytes of requests still arriving, and gives back what is released", () => {
+    const slots = new ConnectionSlots(100, 0, 10, 1000);
+    assert.equal(slots.takeIncoming(600), true);
+    assert.equal(slots.takeIncoming(400), true);
+    assert.equal(slots.takeIncoming(1), false);
+    assert.equal(slots.incoming, 1000);
+    assert.equal(slots.refusedIncoming, 1);
+    slots.releaseIncoming(600);
+    assert.equal(ConnectionSlots.of(slots.shared).takeIncoming(600), true);
+    assert.equal(slots.incoming, 1000);
+  });
+
   it("refuses limits that are not integers in range", () => {
     assert.throws(() => new ConnectionSlots(0, 0), RangeError);
     assert.throws(() => new ConnectionSlots(2.5, 0), RangeError);
     assert.throws(() => new ConnectionSlots(2, -1), RangeError);
     assert.throws(() => new ConnectionSlots(2, 0, 0), RangeError);
+    assert.throws(() => new ConnectionSlots(2, 0, 1, 0), RangeError);
   });
 
   it("is one count across threads: a worker's takes fill this thread's slots", async () => {

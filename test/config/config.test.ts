@@ -356,6 +356,7 @@ describe("loadConfig", () => {
       "rpc-max-connections-per-ip",
       "rpc-max-continuation-frames",
       "rpc-max-decompressions-per-connection",
+      "rpc-max-incoming-request-bytes",
       "rpc-max-resets-per-second",
       "rpc-write-stall-timeout-ms",
       "seed-nodes",

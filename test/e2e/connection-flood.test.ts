@@ -247,7 +247,11 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       await eventually("13 refused for their address", async () => {
         return (await metricValue(server, byAddress)) === 13;
       });
-      assert.equal(await metricValue(server, "cairn_rpc_connections"), 8 + 5);
+      // The other address's five are connected on the client's side; the node may accept
+      // them a moment later.
+      await eventually("the other address's 5 taken", async () => {
+        return (await metricValue(server, "cairn_rpc_connections")) === 8 + 5;
+      });
       assert.equal(
         await metricValue(server, 'cairn_rpc_connections_refused_total{reason="node"}'),
         0,
@@ -382,6 +386,57 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       assert.ok(view !== undefined);
     });
   }
+
+  it("rpc.max_incoming_request_bytes 1 MiB: stalled half-sent requests hold no more", async () => {
+    // Unbounded, 300 connections that each announced a 4 MiB Put, sent 1 MiB and stalled took
+    // 467 MiB of the node.
+    const server = await start(["--rpc-max-incoming-request-bytes", "1MiB"], {
+      env: { CAIRN_LIMITS_MAX_VALUE_BYTES: "256KiB", CAIRN_LIMITS_MAX_MESSAGE_BYTES: "512KiB" },
+    });
+    const sessions: ClientHttp2Session[] = [];
+    const refusals: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const session = connectH2(`http://${server.rpc}`);
+      session.on("error", () => {});
+      sessions.push(session);
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/cairn.v1.KV/Put",
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
+      stream.on("error", () => {});
+      stream.once("response", (h) => {
+        refusals.push(`${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`);
+      });
+      // A 500,000-byte message announced, 200,000 bytes of it sent.
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(500_000, 1);
+      stream.write(Buffer.concat([head, Buffer.alloc(200_000, 1)]));
+    }
+    const c = client(server);
+    try {
+      await eventually("the stalled requests fill the budget", async () => {
+        const held = await metricValue(server, "cairn_rpc_incoming_request_bytes");
+        return held > 1024 * 1024 - 200_000 && refusals.length >= 2;
+      });
+      assert.ok((await metricValue(server, "cairn_rpc_incoming_request_bytes")) <= 1024 * 1024);
+      assert.ok(
+        refusals.every((r) => r === "8 CAIRN_ERR_BACKPRESSURE"),
+        refusals.join(", "),
+      );
+      assert.equal(await metricValue(server, "cairn_rpc_incoming_refused_total"), refusals.length);
+      // A small Put still fits beside them.
+      await c.call(c.kv, "Put", { key: Buffer.from("small"), value: Buffer.from("v") });
+    } finally {
+      for (const s of sessions) s.destroy();
+    }
+    await eventually("the stalled requests' bytes given back", async () => {
+      return (await metricValue(server, "cairn_rpc_incoming_request_bytes")) === 0;
+    });
+    await c.call(c.kv, "Put", { key: Buffer.from("big"), value: Buffer.alloc(200_000, 2) });
+    assert.deepEqual(await get(c, "big"), Buffer.alloc(200_000, 2));
+  });
 
   it("the operators' HTTP server holds at most 128 connections; gRPC is not affected", async () => {
     const server = await start([]);

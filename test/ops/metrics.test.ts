@@ -308,6 +308,8 @@ describe("CairnMetrics", () => {
       refused: { node: 25, address: 3 },
       openStreams: 4,
       refusedStreams: 2,
+      incoming: 7,
+      refusedIncoming: 1,
     };
     m.setConnectionSource(count);
     all = samples(await m.expose());
@@ -316,6 +318,8 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_rpc_connections_refused_total", address), 3);
     assert.equal(valueOf(all, "cairn_rpc_client_streams"), 4);
     assert.equal(valueOf(all, "cairn_rpc_client_streams_refused_total"), 2);
+    assert.equal(valueOf(all, "cairn_rpc_incoming_request_bytes"), 7);
+    assert.equal(valueOf(all, "cairn_rpc_incoming_refused_total"), 1);
     Object.assign(count, { open: 1, refused: { node: 30, address: 3 } });
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_rpc_connections"), 1);
