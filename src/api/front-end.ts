@@ -20,7 +20,9 @@
  *   long-lived, they need no batching.
  *
  * Against hostile clients (docs/architecture.md, "The front end against hostile clients"): every
- * connection gets the limits of FrontEndLimits (`rpc.*`), idle connections are swept, a call
+ * connection gets the limits of FrontEndLimits (`rpc.*`), the node's bounds (connection-slots.ts:
+ * connections, per address too, clients' streams, bytes of requests still arriving) are counted
+ * across its threads, idle connections are swept, a call
  * reset before it is dispatched never runs (`dispatchReady`, and the batch's cancels in
  * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
  * connection, each method has its receive limit (the peers' their own), a malformed
@@ -854,30 +856,42 @@ export function serveFrontEnd(
     };
   }
 
-  /** When this front end last reported requests refused for their bytes (one event a second). */
-  let incomingFullReportedAt = -Infinity;
+  /** When this front end last reported each of the node's bounds (connection-slots.ts). */
+  const boundReportedAt = new Map<FrontEndEvent["code"], number>();
+
+  /** Reports `code`'s event (made only then) at most once a second: a flood makes one a second. */
+  function reportBound(
+    code: FrontEndEvent["code"],
+    event: () => Omit<FrontEndEvent, "code">,
+  ): void {
+    const now = performance.now();
+    if (now - (boundReportedAt.get(code) ?? -Infinity) < 1000) return;
+    boundReportedAt.set(code, now);
+    report({ code, ...event() });
+  }
+
+  /** Answers a call past one of the node's bounds, RESOURCE_EXHAUSTED, and reports it. */
+  function refuseCall(
+    stream: ServerStream,
+    code: "CAIRN_ERR_BACKPRESSURE" | "CAIRN_ERR_STREAMS_FULL",
+    message: string,
+    refused: number,
+  ): void {
+    respondStatus(stream, status.RESOURCE_EXHAUSTED, message, [[ERROR_CODE_KEY, code]]);
+    reportBound(code, () => ({
+      peer: stream.connection.peer,
+      message: `${message} (${refused} refused since start)`,
+      method: stream.path,
+    }));
+  }
 
   /** Answers a request the node has no room to receive (`rpc.max_incoming_request_bytes`). */
   function refuseIncoming(stream: ServerStream, bounds: ConnectionSlots): void {
     const message =
       `the node holds rpc.max_incoming_request_bytes (${bounds.incomingBytes}) of requests ` +
       `still arriving; try again later`;
-    respondStatus(stream, status.RESOURCE_EXHAUSTED, message, [
-      [ERROR_CODE_KEY, "CAIRN_ERR_BACKPRESSURE"],
-    ]);
-    const now = performance.now();
-    if (now - incomingFullReportedAt < 1000) return;
-    incomingFullReportedAt = now;
-    report({
-      code: "CAIRN_ERR_BACKPRESSURE",
-      peer: stream.connection.peer,
-      message: `${message} (${bounds.refusedIncoming} refused since start)`,
-      method: stream.path,
-    });
+    refuseCall(stream, "CAIRN_ERR_BACKPRESSURE", message, bounds.refusedIncoming);
   }
-
-  /** When this front end last reported refused streams (at most one event a second). */
-  let streamsFullReportedAt = -Infinity;
 
   /**
    * Proxies a client's streaming call once it has one of the node's `rpc.max_client_streams`
@@ -892,19 +906,7 @@ export function serveFrontEnd(
     }
     if (!bounds.takeStream()) {
       const message = `the node holds rpc.max_client_streams (${bounds.streams}) streaming calls; try again later`;
-      respondStatus(stream, status.RESOURCE_EXHAUSTED, message, [
-        [ERROR_CODE_KEY, "CAIRN_ERR_STREAMS_FULL"],
-      ]);
-      const now = performance.now();
-      if (now - streamsFullReportedAt >= 1000) {
-        streamsFullReportedAt = now;
-        report({
-          code: "CAIRN_ERR_STREAMS_FULL",
-          peer: stream.connection.peer,
-          message: `${message} (${bounds.refusedStreams} refused since start)`,
-          method: stream.path,
-        });
-      }
+      refuseCall(stream, "CAIRN_ERR_STREAMS_FULL", message, bounds.refusedStreams);
       return;
     }
     stream.onClose = () => bounds.releaseStream();
@@ -1304,9 +1306,6 @@ export function serveFrontEnd(
     }
   }
 
-  /** When this front end last reported refused connections (at most one event a second). */
-  let fullReportedAt = -Infinity;
-
   /**
    * Closes a connection accepted past `rpc.max_connections` (`why`: "node") or past
    * `rpc.max_connections_per_ip` ("address") before it costs anything more.
@@ -1315,19 +1314,17 @@ export function serveFrontEnd(
     const address = socket.remoteAddress ?? "";
     const peer = `${address}:${socket.remotePort ?? ""}`;
     socket.destroy();
-    const now = performance.now();
-    if (now - fullReportedAt < 1000) return;
-    fullReportedAt = now;
-    const refused = open.refused;
-    report({
-      code: "CAIRN_ERR_CONNECTIONS_FULL",
-      peer,
-      message:
-        (why === "node"
-          ? `the node holds rpc.max_connections (${open.limit}) connections`
-          : `${address} holds rpc.max_connections_per_ip (${open.perAddress}) connections`) +
-        `; new ones are closed as they are accepted (refused since start: ${refused.node} for ` +
-        `the node's bound, ${refused.address} for an address's)`,
+    reportBound("CAIRN_ERR_CONNECTIONS_FULL", () => {
+      const refused = open.refused;
+      return {
+        peer,
+        message:
+          (why === "node"
+            ? `the node holds rpc.max_connections (${open.limit}) connections`
+            : `${address} holds rpc.max_connections_per_ip (${open.perAddress}) connections`) +
+          `; new ones are closed as they are accepted (refused since start: ${refused.node} for ` +
+          `the node's bound, ${refused.address} for an address's)`,
+      };
     });
   }
 

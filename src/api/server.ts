@@ -115,6 +115,13 @@ export interface RpcServerOptions {
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
 
+/** The front end's events for the node's bounds (connection-slots.ts), and their log lines. */
+const NODE_BOUND_MESSAGES: ReadonlyMap<FrontEndEvent["code"], string> = new Map([
+  ["CAIRN_ERR_CONNECTIONS_FULL", "the node holds its most connections; new ones are refused"],
+  ["CAIRN_ERR_STREAMS_FULL", "the node holds its most streaming calls; new ones are refused"],
+  ["CAIRN_ERR_BACKPRESSURE", "the node has no room for more requests still arriving"],
+] as const);
+
 /** The KV methods whose refusals count in kv_requests_total. */
 const KV_OPERATION_BY_PATH: ReadonlyMap<string, KvOperation> = new Map([
   ["/cairn.v1.KV/Put", "put"],
@@ -280,31 +287,14 @@ export class RpcServer {
   /** A connection the front end ended: its own failure (ERROR) or a client past a limit (WARN). */
   #onFrontEndEvent(event: FrontEndEvent): void {
     if (this.#onTlsEvent(event) || this.#onAuthEvent(event)) return;
-    if (event.code === "CAIRN_ERR_BACKPRESSURE") {
-      // Counted where the budget is (cairn_rpc_incoming_refused_total); at most one a second.
-      this.#options.logger.warn("the node has no room for more requests still arriving", {
+    const full = NODE_BOUND_MESSAGES.get(event.code);
+    if (full !== undefined) {
+      // Counted where the bounds are (connection-slots.ts, read by the metrics); at most one
+      // event a second from each front end.
+      this.#options.logger.warn(full, {
         code: event.code,
         peer: event.peer,
-        method: event.method,
-        reason: event.message,
-      });
-      return;
-    }
-    if (event.code === "CAIRN_ERR_STREAMS_FULL") {
-      // Counted where the slots are (cairn_rpc_client_streams_refused_total); at most one a second.
-      this.#options.logger.warn("the node holds its most streaming calls; new ones are refused", {
-        code: event.code,
-        peer: event.peer,
-        method: event.method,
-        reason: event.message,
-      });
-      return;
-    }
-    if (event.code === "CAIRN_ERR_CONNECTIONS_FULL") {
-      // Counted where the slots are (cairn_rpc_connections_refused_total); at most one a second.
-      this.#options.logger.warn("the node holds its most connections; new ones are refused", {
-        code: event.code,
-        peer: event.peer,
+        ...(event.method === undefined ? {} : { method: event.method }),
         reason: event.message,
       });
       return;

@@ -435,35 +435,26 @@ function checkAcrossKeys(
       ),
     );
   }
-  const maxOutput = values.get("rpc.max_connection_output_bytes");
-  if (
-    typeof maxMessage === "number" &&
-    typeof maxOutput === "number" &&
-    maxOutput < maxMessage + OUTPUT_ROOM_BYTES
-  ) {
-    issues.push(
-      issue(
-        "rpc.max_connection_output_bytes",
-        sourceOf("rpc.max_connection_output_bytes"),
-        `must be at least limits.max_message_bytes + ${OUTPUT_ROOM_BYTES} ` +
-          `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest answer fits, got ${maxOutput}`,
-      ),
-    );
-  }
-  const maxIncoming = values.get("rpc.max_incoming_request_bytes");
-  if (
-    typeof maxMessage === "number" &&
-    typeof maxIncoming === "number" &&
-    maxIncoming < maxMessage + OUTPUT_ROOM_BYTES
-  ) {
-    issues.push(
-      issue(
-        "rpc.max_incoming_request_bytes",
-        sourceOf("rpc.max_incoming_request_bytes"),
-        `must be at least limits.max_message_bytes + ${OUTPUT_ROOM_BYTES} ` +
-          `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest request fits, got ${maxIncoming}`,
-      ),
-    );
+  // The byte bounds a whole message must fit in.
+  for (const [key, what] of [
+    ["rpc.max_connection_output_bytes", "answer"],
+    ["rpc.max_incoming_request_bytes", "request"],
+  ] as const) {
+    const bound = values.get(key);
+    if (
+      typeof maxMessage === "number" &&
+      typeof bound === "number" &&
+      bound < maxMessage + OUTPUT_ROOM_BYTES
+    ) {
+      issues.push(
+        issue(
+          key,
+          sourceOf(key),
+          `must be at least limits.max_message_bytes + ${OUTPUT_ROOM_BYTES} ` +
+            `(${maxMessage + OUTPUT_ROOM_BYTES}) so the largest ${what} fits, got ${bound}`,
+        ),
+      );
+    }
   }
 }
 

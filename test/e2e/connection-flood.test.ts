@@ -21,7 +21,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { connect as connectTcp, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { connect as connectTls } from "node:tls";
-import { connect as connectH2, type ClientHttp2Session } from "node:http2";
+import { type ClientHttp2Session, type ClientHttp2Stream, connect as connectH2 } from "node:http2";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { eventually } from "../support/cluster-process.ts";
@@ -86,6 +86,26 @@ async function flood(
 
 /** What an HTTP/2 client sends first: the preface and an empty SETTINGS. */
 const H2_HELLO = Buffer.concat([PREFACE, settings()]);
+
+/** A node:http2 session with `server`, kept in `sessions` (for the test to destroy). */
+function h2Session(server: ServerProcess, sessions: ClientHttp2Session[]): ClientHttp2Session {
+  const session = connectH2(`http://${server.rpc}`);
+  session.on("error", () => {});
+  sessions.push(session);
+  return session;
+}
+
+/** A gRPC call's stream on `session`, its request still open. */
+function grpcStream(session: ClientHttp2Session, path: string): ClientHttp2Stream {
+  const stream = session.request({
+    ":method": "POST",
+    ":path": path,
+    "content-type": "application/grpc",
+    te: "trailers",
+  });
+  stream.on("error", () => {});
+  return stream;
+}
 
 async function get(c: Clients, key: string): Promise<Buffer | null> {
   const r = (await c.call(c.kv, "Get", { key: Buffer.from(key) })) as {
@@ -325,17 +345,9 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       const sessions: ClientHttp2Session[] = [];
       const outcomes: Promise<string>[] = [];
       for (let s = 0; s < 2; s++) {
-        const session = connectH2(`http://${server.rpc}`);
-        session.on("error", () => {});
-        sessions.push(session);
+        const session = h2Session(server, sessions);
         for (let i = 0; i < 20; i++) {
-          const stream = session.request({
-            ":method": "POST",
-            ":path": "/cairn.v1.Meta/WatchCluster",
-            "content-type": "application/grpc",
-            te: "trailers",
-          });
-          stream.on("error", () => {});
+          const stream = grpcStream(session, "/cairn.v1.Meta/WatchCluster");
           // "view": the stream's first message came; else its status and error code.
           outcomes.push(
             new Promise((resolve) => {
@@ -396,16 +408,7 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     const sessions: ClientHttp2Session[] = [];
     const refusals: string[] = [];
     for (let i = 0; i < 8; i++) {
-      const session = connectH2(`http://${server.rpc}`);
-      session.on("error", () => {});
-      sessions.push(session);
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/cairn.v1.KV/Put",
-        "content-type": "application/grpc",
-        te: "trailers",
-      });
-      stream.on("error", () => {});
+      const stream = grpcStream(h2Session(server, sessions), "/cairn.v1.KV/Put");
       stream.once("response", (h) => {
         refusals.push(`${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`);
       });
