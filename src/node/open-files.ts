@@ -5,8 +5,8 @@
  * users, each bounded:
  *
  * - the tables' descriptors (the storage's cache of open table files, src/storage/lsm/caches.ts:
- *   TABLE_FILES, shared by the shard workers; a file it closes is opened again when read, and a
- *   mapped table is still read through its mapping);
+ *   TABLE_FILES, shared by the shard workers; a file it closed for want of room is opened, and
+ *   mapped, again when a block the block cache does not hold is read from it);
  * - the connections `rpc_addr` holds (`rpc.max_connections`, src/api/connection-slots.ts);
  *
  * beside OTHER_DESCRIPTORS for everything else. When the limit leaves room for both in full

@@ -1,10 +1,12 @@
 /**
- * Starts the real `cairn serve` process (bin/cairn) for end-to-end tests, on ports the OS picks,
+ * Starts the real `cairn serve` process (bin/cairn) for end-to-end tests, on a claimed RPC port
+ * (ports.ts) and an HTTP port the OS picks,
  * and waits for its "node started" log line — no sleeps. Every stdout line is kept (JSON logs).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { freePort } from "./ports.ts";
 
 export const ROOT = join(import.meta.dirname, "..", "..");
 export const CAIRN = join(ROOT, "bin", "cairn");
@@ -75,13 +77,24 @@ export function runCairn(
  */
 const DEFAULT_START_TIMEOUT_MS = Number(process.env["TEST_START_TIMEOUT_MS"] ?? "") || 30_000;
 
-export function startServer(opts: StartOptions): Promise<ServerProcess> {
+/**
+ * Starts `cairn serve` on `opts.dataDir`: its RPC port picked by freePort (free for TCP and for
+ * SWIM's UDP socket of the same number, below the ephemeral range, claimed across the test
+ * files run at once), unless `opts.args` names `--rpc-addr`; HTTP on port 0.
+ */
+export async function startServer(opts: StartOptions): Promise<ServerProcess> {
+  const rpcAddr =
+    opts.args?.includes("--rpc-addr") === true ? "127.0.0.1:0" : `127.0.0.1:${await freePort()}`;
+  return startOn(opts, rpcAddr);
+}
+
+function startOn(opts: StartOptions, rpcAddr: string): Promise<ServerProcess> {
   const args = [
     "serve",
     "--data-dir",
     opts.dataDir,
     "--rpc-addr",
-    "127.0.0.1:0",
+    rpcAddr,
     "--http-addr",
     "127.0.0.1:0",
     "--node-id",
