@@ -51,6 +51,7 @@ const INCOMING = 5;
 const REFUSED_INCOMING = 6;
 const BUCKETS_AT = 7;
 export const ADDRESS_BUCKETS = 1 << 16;
+const INT32_MAX = 0x7fffffff;
 
 export class ConnectionSlots {
   readonly limit: number;
@@ -64,29 +65,27 @@ export class ConnectionSlots {
   constructor(
     limit: number,
     perAddress: number,
-    streams: number = Number.MAX_SAFE_INTEGER,
-    incomingBytes: number = 0x7fffffff,
+    streams: number = INT32_MAX,
+    incomingBytes: number = INT32_MAX,
     shared?: SharedConnectionSlots,
   ) {
-    if (!Number.isInteger(limit) || limit < 1) {
-      throw new RangeError(`ConnectionSlots: the limit must be a positive integer, not ${limit}`);
+    for (const [what, value, least] of [
+      ["limit", limit, 1],
+      ["per-address limit", perAddress, 0],
+      ["streams' limit", streams, 1],
+      ["incoming bytes", incomingBytes, 1],
+    ] as const) {
+      if (!Number.isInteger(value) || value < least) {
+        throw new RangeError(
+          `ConnectionSlots: the ${what} must be an integer ≥ ${least}, not ${value}`,
+        );
+      }
     }
-    if (!Number.isInteger(perAddress) || perAddress < 0) {
-      throw new RangeError(`ConnectionSlots: the per-address limit must be ≥ 0, not ${perAddress}`);
-    }
-    if (!Number.isInteger(streams) || streams < 1) {
-      throw new RangeError(`ConnectionSlots: the streams' limit must be positive, not ${streams}`);
-    }
+    // Int32 cells: bounds up to 2^31 − 1 (the configuration allows 1,000,000 and 1 GiB).
     this.limit = limit;
     this.perAddress = perAddress;
-    if (!Number.isInteger(incomingBytes) || incomingBytes < 1) {
-      throw new RangeError(
-        `ConnectionSlots: the incoming bytes must be positive, not ${incomingBytes}`,
-      );
-    }
-    this.streams = Math.min(streams, 0x7fffffff);
-    // Int32 cells: a bound up to 2 GiB − 1 (the configuration allows 1 GiB).
-    this.incomingBytes = Math.min(incomingBytes, 0x7fffffff);
+    this.streams = Math.min(streams, INT32_MAX);
+    this.incomingBytes = Math.min(incomingBytes, INT32_MAX);
     this.#buffer =
       shared?.buffer ??
       new SharedArrayBuffer((BUCKETS_AT + ADDRESS_BUCKETS) * Int32Array.BYTES_PER_ELEMENT);

@@ -293,9 +293,11 @@ export function serveFrontEnd(
   tunnels?: WorkerTunnels,
 ): FrontEnd {
   const limits: FrontEndLimits = { ...DEFAULT_FRONT_END_LIMITS, ...setup.limits };
-  /** The node's count of open connections (`rpc.max_connections`); null: not bounded. */
-  const openConnections =
-    setup.connections === undefined ? null : ConnectionSlots.of(setup.connections);
+  /**
+   * The node's bounds, counted across its threads (connection-slots.ts: its connections, per
+   * address too, clients' streams, bytes of requests still arriving); null: not bounded.
+   */
+  const nodeBounds = setup.connections === undefined ? null : ConnectionSlots.of(setup.connections);
   const clientMaxReceive =
     setup.serverOptions["grpc.max_receive_message_length"] ?? DEFAULT_MAX_MESSAGE;
   const maxSend = setup.serverOptions["grpc.max_send_message_length"] ?? DEFAULT_MAX_MESSAGE;
@@ -547,7 +549,7 @@ export function serveFrontEnd(
     let size = 0;
     // The bytes held while the request arrives count against the node's
     // `rpc.max_incoming_request_bytes` (connection-slots.ts) until it is whole or gone.
-    const bounds = openConnections;
+    const bounds = nodeBounds;
     let counted = 0;
     const release = (): void => {
       bounds?.releaseIncoming(counted);
@@ -899,7 +901,7 @@ export function serveFrontEnd(
    * stream (bounded by the members) and a node with no bounds are proxied as they are.
    */
   function proxyBounded(stream: ServerStream, peer: boolean, maxReceive: number): void {
-    const bounds = openConnections;
+    const bounds = nodeBounds;
     if (peer || bounds === null) {
       proxy(stream, maxReceive);
       return;
@@ -1263,10 +1265,10 @@ export function serveFrontEnd(
     }
     const socket = new Socket({ fd, readable: true, writable: true });
     // The worker that accepted it took a slot, and gave it back when it closed its copy.
-    if (openConnections !== null) {
+    if (nodeBounds !== null) {
       const from = socket.remoteAddress;
-      openConnections.adopt(from);
-      socket.once("close", () => openConnections.release(from));
+      nodeBounds.adopt(from);
+      socket.once("close", () => nodeBounds.release(from));
     }
     socket.setNoDelay(true);
     socket.setKeepAlive(true, 60_000);
@@ -1329,14 +1331,14 @@ export function serveFrontEnd(
   }
 
   const listener: NetServer = createServer({ noDelay: true }, (socket) => {
-    if (openConnections !== null) {
+    if (nodeBounds !== null) {
       const from = socket.remoteAddress;
-      const refusal = openConnections.take(from);
+      const refusal = nodeBounds.take(from);
       if (refusal !== null) {
-        refuse(socket, openConnections, refusal);
+        refuse(socket, nodeBounds, refusal);
         return;
       }
-      socket.once("close", () => openConnections.release(from));
+      socket.once("close", () => nodeBounds.release(from));
     }
     // Dead clients are found by TCP keepalive (grpc-js's server would send HTTP/2 pings).
     socket.setKeepAlive(true, 60_000);

@@ -95,8 +95,8 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
  * logged at ERROR), one ended for going past a limit (WARN), connections refused because the
  * node holds `rpc.max_connections` (WARN, at most one event a second from each front end),
  * clients' streaming calls refused because it holds `rpc.max_client_streams` (the same),
- * requests refused because it holds `rpc.max_incoming_request_bytes` still arriving (the same), a client whose certificate mutual
- * TLS refused (WARN), a peer's call refused for its certificate (WARN, counted as a refused
+ * requests refused because it holds `rpc.max_incoming_request_bytes` still arriving (the same),
+ * a client whose certificate mutual TLS refused (WARN), a peer's call refused for its certificate (WARN, counted as a refused
  * peer call), a connection that spoke cleartext to a TLS port or TLS to a cleartext one (WARN),
  * the TLS files or the tokens file reloaded (INFO) or changed but unusable (ERROR), a call
  * refused for its credentials (UNAUTHENTICATED) or its role (PERMISSION_DENIED; counted, logged

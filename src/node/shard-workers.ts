@@ -203,7 +203,6 @@ export class ShardWorkersNode implements HealthSource {
         (ports[j] as (MessagePort | null)[])[i] = port2;
       }
     }
-    // One count of rpc_addr's connections for every worker's front end (open-files.ts).
     // The open-file limit's split (open-files.ts): one count of rpc_addr's connections for every
     // worker's front end, and the tables' descriptors shared out.
     const { slots, plan } = planNodeDescriptors(c, this.#log);

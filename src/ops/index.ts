@@ -44,8 +44,4 @@ export {
 
 // The HTTP server and its start-up errors.
 export { AddressInUseError, BindError, bindErrorFor } from "./errors.ts";
-export {
-  OPS_HTTP_MAX_CONNECTIONS,
-  OpsHttpServer,
-  type OpsHttpServerOptions,
-} from "./http-server.ts";
+export { OpsHttpServer, type OpsHttpServerOptions } from "./http-server.ts";
