@@ -18,6 +18,8 @@
  * - `rpc.max_incoming_request_bytes`, for the bytes of unary requests still arriving (their
  *   message not yet whole): a client that announces a 4 MiB message, sends 1 MiB and stalls holds
  *   that megabyte (300 such connections took 467 MiB), and the connections allowed multiply it.
+ *   How long a request may hold them is the front end's `rpc.request_receive_timeout_ms`; the
+ *   requests it cuts are counted here, for the node's metric.
  *
  * The counts live in a SharedArrayBuffer that every thread's copy of ConnectionSlots views
  * (structured cloning shares it): the connections open, those refused for each bound, and the
@@ -49,7 +51,8 @@ const STREAMS = 3;
 const REFUSED_STREAMS = 4;
 const INCOMING = 5;
 const REFUSED_INCOMING = 6;
-const BUCKETS_AT = 7;
+const TOO_SLOW = 7;
+const BUCKETS_AT = 8;
 export const ADDRESS_BUCKETS = 1 << 16;
 const INT32_MAX = 0x7fffffff;
 
@@ -202,6 +205,16 @@ export class ConnectionSlots {
   /** Requests refused since start for want of room to receive them. */
   get refusedIncoming(): number {
     return Atomics.load(this.#cells, REFUSED_INCOMING);
+  }
+
+  /** Counts a request cut for not arriving whole in time (`rpc.request_receive_timeout_ms`). */
+  countTooSlow(): void {
+    Atomics.add(this.#cells, TOO_SLOW, 1);
+  }
+
+  /** Requests cut since start for not arriving whole in time. */
+  get tooSlow(): number {
+    return Atomics.load(this.#cells, TOO_SLOW);
   }
 
   /** Connections open now, across the node. */

@@ -551,6 +551,7 @@ export function serveFrontEnd(
     // `rpc.max_incoming_request_bytes` (connection-slots.ts) until it is whole or gone.
     const bounds = nodeBounds;
     let counted = 0;
+    stream.timedRequest = true;
     const release = (): void => {
       bounds?.releaseIncoming(counted);
       counted = 0;
@@ -875,7 +876,7 @@ export function serveFrontEnd(
   /** Answers a call past one of the node's bounds, RESOURCE_EXHAUSTED, and reports it. */
   function refuseCall(
     stream: ServerStream,
-    code: "CAIRN_ERR_BACKPRESSURE" | "CAIRN_ERR_STREAMS_FULL",
+    code: "CAIRN_ERR_BACKPRESSURE" | "CAIRN_ERR_STREAMS_FULL" | "CAIRN_ERR_REQUEST_TOO_SLOW",
     message: string,
     refused: number,
   ): void {
@@ -1098,6 +1099,47 @@ export function serveFrontEnd(
         c.goAway();
       }
     }
+  }
+
+  /**
+   * The request receive timeout (FrontEndLimits.requestReceiveTimeoutMs): a request that does
+   * not arrive whole holds its stream and its bytes (`rpc.max_incoming_request_bytes`), and its
+   * connection is never idle. A sweep every quarter of the timeout walks the open streams and
+   * notes when it first saw each unary request still arriving; one still arriving a full timeout
+   * later is answered RESOURCE_EXHAUSTED unrun (its bytes given back as the stream closes).
+   * Nothing per call: a request that arrives between two sweeps is never seen.
+   */
+  let arriving = new Map<ServerStream, number>();
+  const arrivalSweep =
+    limits.requestReceiveTimeoutMs > 0
+      ? setInterval(sweepArriving, Math.max(1, Math.floor(limits.requestReceiveTimeoutMs / 4)))
+      : null;
+  arrivalSweep?.unref();
+
+  function sweepArriving(): void {
+    const now = Date.now();
+    const seen = new Map<ServerStream, number>();
+    for (const c of connections) {
+      if (c.openStreams === 0) continue;
+      for (const stream of c.openStreamList()) {
+        if (!stream.timedRequest || stream.remoteEnded || stream.closed) continue;
+        const since = arriving.get(stream) ?? now;
+        if (now - since < limits.requestReceiveTimeoutMs) seen.set(stream, since);
+        else requestTooSlow(stream);
+      }
+    }
+    arriving = seen;
+  }
+
+  function requestTooSlow(stream: ServerStream): void {
+    const ms = limits.requestReceiveTimeoutMs;
+    nodeBounds?.countTooSlow();
+    refuseCall(
+      stream,
+      "CAIRN_ERR_REQUEST_TOO_SLOW",
+      `the request did not arrive whole within rpc.request_receive_timeout_ms (${ms} ms); it was not run`,
+      nodeBounds?.tooSlow ?? 0,
+    );
   }
 
   /** Sockets whose first bytes are awaited (a CONNECT to a shard worker, or HTTP/2). */
@@ -1371,6 +1413,7 @@ export function serveFrontEnd(
   function shutdown(deadlineMs: number): void {
     shutDown = true;
     if (idleSweep !== null) clearInterval(idleSweep);
+    if (arrivalSweep !== null) clearInterval(arrivalSweep);
     if (listener.listening) listener.close();
     tls?.close();
     gate?.close();

@@ -69,6 +69,8 @@ export interface FrontEndLimits {
   readonly handshakeTimeoutMs: number;
   /** A connection with no stream open this long gets GOAWAY and is closed (ms; 0: never). */
   readonly idleTimeoutMs: number;
+  /** A unary call's request must arrive whole within this long of its HEADERS (ms; 0: never). */
+  readonly requestReceiveTimeoutMs: number;
   /** After GOAWAY and the socket's end, how long the client has to close (ms). */
   readonly goAwayGraceMs: number;
   /** Compressed messages one connection may have inflating at once; past it, queued. */
@@ -85,6 +87,7 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
   writeStallTimeoutMs: 10_000,
   handshakeTimeoutMs: 10_000,
   idleTimeoutMs: 300_000,
+  requestReceiveTimeoutMs: 60_000,
   goAwayGraceMs: 1000,
   maxDecompressions: 2,
   peerMaxReceive: 4 * 1024 * 1024,
@@ -96,6 +99,7 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
  * node holds `rpc.max_connections` (WARN, at most one event a second from each front end),
  * clients' streaming calls refused because it holds `rpc.max_client_streams` (the same),
  * requests refused because it holds `rpc.max_incoming_request_bytes` still arriving (the same),
+ * requests that did not arrive whole within `rpc.request_receive_timeout_ms` (the same),
  * a client whose certificate mutual TLS refused (WARN), a peer's call refused for its certificate (WARN, counted as a refused
  * peer call), a connection that spoke cleartext to a TLS port or TLS to a cleartext one (WARN),
  * the TLS files or the tokens file reloaded (INFO) or changed but unusable (ERROR), a call
@@ -109,6 +113,7 @@ export interface FrontEndEvent {
     | "CAIRN_ERR_CONNECTIONS_FULL"
     | "CAIRN_ERR_STREAMS_FULL"
     | "CAIRN_ERR_BACKPRESSURE"
+    | "CAIRN_ERR_REQUEST_TOO_SLOW"
     | "CAIRN_ERR_TLS_CLIENT_REFUSED"
     | "CAIRN_ERR_PEER_REFUSED"
     | "CAIRN_ERR_TLS_MISMATCH"

@@ -120,6 +120,7 @@ const NODE_BOUND_MESSAGES: ReadonlyMap<FrontEndEvent["code"], string> = new Map(
   ["CAIRN_ERR_CONNECTIONS_FULL", "the node holds its most connections; new ones are refused"],
   ["CAIRN_ERR_STREAMS_FULL", "the node holds its most streaming calls; new ones are refused"],
   ["CAIRN_ERR_BACKPRESSURE", "the node has no room for more requests still arriving"],
+  ["CAIRN_ERR_REQUEST_TOO_SLOW", "a request did not arrive whole in time; it was answered unrun"],
 ] as const);
 
 /** The KV methods whose refusals count in kv_requests_total. */

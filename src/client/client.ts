@@ -680,6 +680,8 @@ const NOT_APPLIED_CODES = new Set([
   "CAIRN_ERR_NOT_MEMBER",
   // The request's shard could not be created (its first request): nothing was proposed to it.
   "CAIRN_ERR_SHARD_CREATION",
+  // The front end answered before the request arrived whole (rpc.request_receive_timeout_ms).
+  "CAIRN_ERR_REQUEST_TOO_SLOW",
 ]);
 
 /** grpc-js reports "never connected" with these details; the request was not sent. */

@@ -69,6 +69,7 @@ export interface CairnConfig {
     readonly write_stall_timeout_ms: number;
     readonly handshake_timeout_ms: number;
     readonly idle_timeout_ms: number;
+    readonly request_receive_timeout_ms: number;
     readonly goaway_grace_ms: number;
     readonly max_decompressions_per_connection: number;
   };

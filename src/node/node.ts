@@ -627,6 +627,7 @@ export class CairnNode implements HealthSource {
         writeStallTimeoutMs: c.rpc.write_stall_timeout_ms,
         handshakeTimeoutMs: c.rpc.handshake_timeout_ms,
         idleTimeoutMs: c.rpc.idle_timeout_ms,
+        requestReceiveTimeoutMs: c.rpc.request_receive_timeout_ms,
         goAwayGraceMs: c.rpc.goaway_grace_ms,
         maxDecompressions: c.rpc.max_decompressions_per_connection,
       },

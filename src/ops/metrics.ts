@@ -142,6 +142,8 @@ export interface ConnectionCount {
   /** Bytes of requests still arriving now, and requests refused for them since start. */
   readonly incoming: number;
   readonly refusedIncoming: number;
+  /** Requests cut since start for not arriving whole within rpc.request_receive_timeout_ms. */
+  readonly tooSlow: number;
 }
 
 export class CairnMetrics {
@@ -438,6 +440,16 @@ export class CairnMetrics {
       collect(this: Counter) {
         this.reset();
         this.inc(connections()?.refusedIncoming ?? 0);
+      },
+    });
+    new Counter({
+      name: "cairn_rpc_requests_too_slow_total",
+      aggregator: "max",
+      help: "Unary requests answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run because they did not arrive whole within rpc.request_receive_timeout_ms.",
+      registers,
+      collect(this: Counter) {
+        this.reset();
+        this.inc(connections()?.tooSlow ?? 0);
       },
     });
     // The meta state is the same in every shard worker: "max", as swim_cluster_size.

@@ -89,16 +89,17 @@ function client(timeoutMs = 2000): CairnClient {
 }
 
 describe("client retries", () => {
-  it("retries a put refused before apply (not leader, proposal lost, backpressure, shard not created)", async () => {
+  it("retries a put refused before apply (not leader, proposal lost, backpressure, shard not created, request too slow)", async () => {
     scripts.set("k1", [
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_LEADER" },
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_PROPOSAL_LOST" },
       { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_BACKPRESSURE" },
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_SHARD_CREATION" },
+      { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_REQUEST_TOO_SLOW" },
     ]);
     const c = client();
     assert.deepEqual(await c.put("k1", "v"), { index: 7, term: 2 });
-    assert.equal(calls.get("k1"), 5);
+    assert.equal(calls.get("k1"), 6);
     c.close();
   });
 

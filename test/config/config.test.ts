@@ -358,6 +358,7 @@ describe("loadConfig", () => {
       "rpc-max-decompressions-per-connection",
       "rpc-max-incoming-request-bytes",
       "rpc-max-resets-per-second",
+      "rpc-request-receive-timeout-ms",
       "rpc-write-stall-timeout-ms",
       "seed-nodes",
       "shard-workers",

@@ -26,7 +26,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { eventually } from "../support/cluster-process.ts";
 import { type Clients, connect } from "../support/grpc-client.ts";
-import { PREFACE, settings } from "../support/h2-raw.ts";
+import { grpcMessage, PREFACE, putRequest, settings } from "../support/h2-raw.ts";
 import { metricValue, type ServerProcess, startServer } from "../support/server-process.ts";
 import { makeCerts } from "../support/tls-certs.ts";
 
@@ -440,6 +440,85 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     await c.call(c.kv, "Put", { key: Buffer.from("big"), value: Buffer.alloc(200_000, 2) });
     assert.deepEqual(await get(c, "big"), Buffer.alloc(200_000, 2));
   });
+
+  for (const [shape, env] of [
+    ["the main thread", {}],
+    ["two I/O threads", { CAIRN_RPC_IO_THREADS: "2" }],
+  ] as const) {
+    it(`rpc.request_receive_timeout_ms 1 s on ${shape}: half-sent requests are answered unrun; a watch is not cut`, async () => {
+      // Before the timeout, a request that never arrived whole held its stream and its bytes
+      // for as long as its connection lived (an open stream keeps a connection from idling).
+      const server = await start(["--rpc-request-receive-timeout-ms", "1000"], { env });
+      const sessions: ClientHttp2Session[] = [];
+      const session = h2Session(server, sessions);
+      const c = client(server);
+      await c.call(c.kv, "Put", { key: Buffer.from("before"), value: Buffer.from("1") });
+      // A watch: a streaming call, which lasts longer than the timeout.
+      const watch = grpcStream(session, "/cairn.v1.Meta/WatchCluster");
+      let watchEnded = false;
+      watch.once("close", () => (watchEnded = true));
+      const viewed = new Promise<void>((resolve) => watch.once("data", () => resolve()));
+      watch.end(Buffer.alloc(5));
+      await viewed;
+
+      const started = performance.now();
+      const answered = (stream: ClientHttp2Stream): Promise<{ outcome: string; ms: number }> =>
+        new Promise((resolve) => {
+          stream.once("response", (h) => {
+            resolve({
+              outcome: `${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`,
+              ms: performance.now() - started,
+            });
+          });
+          stream.once("close", () => resolve({ outcome: "closed", ms: -1 }));
+          // Unanswered (the node before the timeout), the test fails now, not at its own timeout.
+          setTimeout(() => resolve({ outcome: "unanswered after 15 s", ms: -1 }), 15_000).unref();
+        });
+      // Headers and nothing more.
+      const silent = grpcStream(session, "/cairn.v1.KV/Put");
+      // A 500-byte message announced, 100 bytes of it sent.
+      const stalled = grpcStream(session, "/cairn.v1.KV/Put");
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(500, 1);
+      stalled.write(Buffer.concat([head, Buffer.alloc(100, 1)]));
+      // The same, sent on a byte at a time every 50 ms: it progresses, but not to the end in time.
+      const trickle = grpcStream(session, "/cairn.v1.KV/Put");
+      trickle.write(head);
+      const outcomes = [answered(silent), answered(stalled), answered(trickle)];
+      let trickling = true;
+      void outcomes[2]?.then(() => (trickling = false));
+      for (let i = 0; i < 400 && trickling; i++) {
+        trickle.write(Buffer.alloc(1, 2));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      try {
+        const all = await Promise.all(outcomes);
+        for (const { outcome, ms } of all) {
+          assert.equal(outcome, "8 CAIRN_ERR_REQUEST_TOO_SLOW", JSON.stringify(all));
+          // Cut between the timeout and 1.5 times it (a sweep every quarter), with room for a
+          // loaded box.
+          assert.ok(ms >= 1000 && ms < 10_000, `answered after ${ms} ms`);
+        }
+        assert.equal(await metricValue(server, "cairn_rpc_requests_too_slow_total"), 3);
+        assert.equal(await metricValue(server, "cairn_rpc_incoming_request_bytes"), 0);
+        assert.ok(logLine(server, "CAIRN_ERR_REQUEST_TOO_SLOW") !== undefined, "logged");
+        assert.ok(!watchEnded, "the watch is still open");
+        // The connection serves on: a whole Put on the same session.
+        const put = grpcStream(session, "/cairn.v1.KV/Put");
+        const whole = new Promise<string>((resolve) => {
+          put.on("data", () => {});
+          put.once("trailers", (t) => resolve(String(t["grpc-status"])));
+          put.once("close", () => resolve("closed"));
+        });
+        put.end(grpcMessage(putRequest(Buffer.from("k"), Buffer.from("v"))));
+        assert.equal(await whole, "0");
+        assert.deepEqual(await get(c, "k"), Buffer.from("v"));
+        assert.deepEqual(await get(c, "before"), Buffer.from("1"));
+      } finally {
+        for (const s of sessions) s.destroy();
+      }
+    });
+  }
 
   it("the operators' HTTP server holds at most 128 connections; gRPC is not affected", async () => {
     const server = await start([]);

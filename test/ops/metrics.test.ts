@@ -310,6 +310,7 @@ describe("CairnMetrics", () => {
       refusedStreams: 2,
       incoming: 7,
       refusedIncoming: 1,
+      tooSlow: 5,
     };
     m.setConnectionSource(count);
     all = samples(await m.expose());
@@ -320,6 +321,7 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_rpc_client_streams_refused_total"), 2);
     assert.equal(valueOf(all, "cairn_rpc_incoming_request_bytes"), 7);
     assert.equal(valueOf(all, "cairn_rpc_incoming_refused_total"), 1);
+    assert.equal(valueOf(all, "cairn_rpc_requests_too_slow_total"), 5);
     Object.assign(count, { open: 1, refused: { node: 30, address: 3 } });
     all = samples(await m.expose());
     assert.equal(valueOf(all, "cairn_rpc_connections"), 1);

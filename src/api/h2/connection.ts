@@ -69,6 +69,11 @@ export class ServerStream extends CoreStream {
   readonly contentLength: number;
   /** DATA bytes received (counted only against a content-length). */
   received = 0;
+  /**
+   * Its request must arrive whole within the front end's `rpc.request_receive_timeout_ms` (a
+   * unary call's: a streaming call's request may last as long as the call).
+   */
+  timedRequest = false;
 
   constructor(
     id: number,
@@ -177,6 +182,11 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
   /** Streams open now. */
   get openStreams(): number {
     return this.streams.size;
+  }
+
+  /** The streams open now (a snapshot: a front end's sweep walks it). */
+  openStreamList(): ServerStream[] {
+    return this.streams.values();
   }
 
   /** Whether the connection has ended or is ending (GOAWAY sent, or the socket gone). */
