@@ -21,6 +21,13 @@
  *   How long a request may hold them is the front end's `rpc.request_receive_timeout_ms`; the
  *   requests it cuts are counted here, for the node's metric.
  *
+ * The members' reserve: the last `memberReserve` slots of `rpc.max_connections` (a quarter of it,
+ * at most MEMBER_RESERVE) are kept for connections from the cluster's members' addresses
+ * (setMembers, from the meta state). Without it, clients on many addresses that filled the bound
+ * kept out a peer that had to connect again (it restarted, or a connection broke): every shard
+ * that needed it lost its quorum while the flood lasted. A single node (no members set) has no
+ * reserve. A client on a member's host (or, for IPv6, its /64) counts as that member.
+ *
  * The counts live in a SharedArrayBuffer that every thread's copy of ConnectionSlots views
  * (structured cloning shares it): the connections open, those refused for each bound, and the
  * connections open per address, counted in ADDRESS_BUCKETS buckets by the address's hash. Two
@@ -52,7 +59,13 @@ const REFUSED_STREAMS = 4;
 const INCOMING = 5;
 const REFUSED_INCOMING = 6;
 const TOO_SLOW = 7;
-const BUCKETS_AT = 8;
+/** How many addresses the members' table holds, then the table: each a key's 32-bit hash. */
+const MEMBER_COUNT = 8;
+const MEMBERS_AT = 9;
+export const MEMBER_SLOTS = 128;
+const BUCKETS_AT = MEMBERS_AT + MEMBER_SLOTS;
+/** The most slots of the node's bound kept for the members' addresses. */
+export const MEMBER_RESERVE = 256;
 export const ADDRESS_BUCKETS = 1 << 16;
 const INT32_MAX = 0x7fffffff;
 
@@ -61,6 +74,8 @@ export class ConnectionSlots {
   readonly perAddress: number;
   readonly streams: number;
   readonly incomingBytes: number;
+  /** The last slots of `limit`, kept for the members' addresses once they are known. */
+  readonly memberReserve: number;
   readonly #cells: Int32Array;
   readonly #buffer: SharedArrayBuffer;
 
@@ -86,6 +101,7 @@ export class ConnectionSlots {
     }
     // Int32 cells: bounds up to 2^31 − 1 (the configuration allows 1,000,000 and 1 GiB).
     this.limit = limit;
+    this.memberReserve = Math.min(MEMBER_RESERVE, Math.floor(limit / 4));
     this.perAddress = perAddress;
     this.streams = Math.min(streams, INT32_MAX);
     this.incomingBytes = Math.min(incomingBytes, INT32_MAX);
@@ -124,7 +140,13 @@ export class ConnectionSlots {
    */
   take(address: string | undefined): Refusal | null {
     const cells = this.#cells;
-    if (Atomics.add(cells, OPEN, 1) >= this.limit) {
+    const open = Atomics.add(cells, OPEN, 1);
+    if (
+      open >= this.limit ||
+      (open >= this.limit - this.memberReserve &&
+        Atomics.load(cells, MEMBER_COUNT) > 0 &&
+        !this.isMember(address))
+    ) {
       Atomics.sub(cells, OPEN, 1);
       Atomics.add(cells, REFUSED_NODE, 1);
       return "node";
@@ -137,6 +159,30 @@ export class ConnectionSlots {
       return "address";
     }
     return null;
+  }
+
+  /**
+   * Sets the members' addresses (IP addresses: what a connection's remoteAddress says), whose
+   * connections may take the reserve; the first MEMBER_SLOTS distinct ones are kept. Written by
+   * the one thread that follows the meta state; an accept on another thread during the write
+   * may see part of the old table and part of the new.
+   */
+  setMembers(addresses: readonly string[]): void {
+    const hashes = [...new Set(addresses.map(addressKey))].slice(0, MEMBER_SLOTS).map(fnv1a);
+    const cells = this.#cells;
+    Atomics.store(cells, MEMBER_COUNT, 0);
+    hashes.forEach((h, i) => Atomics.store(cells, MEMBERS_AT + i, h));
+    Atomics.store(cells, MEMBER_COUNT, hashes.length);
+  }
+
+  /** Whether `address` is one setMembers() named (or shares its key's hash with one). */
+  isMember(address: string | undefined): boolean {
+    const cells = this.#cells;
+    const count = Math.min(Atomics.load(cells, MEMBER_COUNT), MEMBER_SLOTS);
+    if (count === 0) return false;
+    const h = fnv1a(addressKey(address));
+    for (let i = 0; i < count; i++) if (Atomics.load(cells, MEMBERS_AT + i) === h) return true;
+    return false;
   }
 
   /**
@@ -264,13 +310,17 @@ export function addressKey(address: string | undefined): string {
     .join(":");
 }
 
-/** The bucket of `address` (FNV-1a over its key). */
-function addressBucket(address: string | undefined): number {
-  const key = addressKey(address);
+/** FNV-1a over `key`, as an Int32 cell holds it. */
+function fnv1a(key: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < key.length; i++) {
     h ^= key.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }
-  return (h >>> 0) & (ADDRESS_BUCKETS - 1);
+  return h | 0;
+}
+
+/** The bucket of `address` (FNV-1a over its key). */
+function addressBucket(address: string | undefined): number {
+  return fnv1a(addressKey(address)) & (ADDRESS_BUCKETS - 1);
 }

@@ -314,7 +314,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_CONNECTIONS",
     flag: "rpc-max-connections",
     expect: "must be an integer between 16 and 1000000",
-    doc: "Connections rpc_addr may hold open at once, clients' and peers' together, across the node's threads; past it a new connection is closed as soon as it is accepted. Each holds a file descriptor, which the WAL and the tables need too: at start it is lowered, with a warning, to what the open-file limit leaves them.",
+    doc: "Connections rpc_addr may hold open at once, clients' and peers' together, across the node's threads; past it a new connection is closed as soon as it is accepted. In a cluster its last quarter (at most 256) is kept for connections from the members' addresses. Each holds a file descriptor, which the WAL and the tables need too: at start it is lowered, with a warning, to what the open-file limit leaves them.",
   },
   {
     key: "rpc.max_connections_per_ip",

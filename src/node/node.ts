@@ -98,6 +98,7 @@ import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
 import { planNodeDescriptors } from "./open-files.ts";
+import { MemberAddresses } from "./member-addresses.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -204,6 +205,8 @@ export class CairnNode implements HealthSource {
   readonly #cell: ShardCell | null;
   /** The connections open on rpc_addr, across the node's threads (`rpc.max_connections`). */
   readonly #connections: ConnectionSlots;
+  /** Keeps the connections' table of the members' addresses (their reserve) current. */
+  readonly #memberAddresses: MemberAddresses;
   /** The storage's open tables, node-wide (open-files.ts); a shard worker keeps its share. */
   readonly #tableFiles: number;
   /** The data directory's lock (null in a shard worker: the main thread holds it). */
@@ -232,6 +235,7 @@ export class CairnNode implements HealthSource {
       this.#tableFiles = cell.tableFiles;
     }
     this.metrics.setConnectionSource(this.#connections);
+    this.#memberAddresses = new MemberAddresses(this.#connections);
   }
 
   /** The multi-raft driver; throws before storage recovery has finished. */
@@ -1076,6 +1080,14 @@ export class CairnNode implements HealthSource {
               (m) => !gossiped.has(m.id) && meta.stateOf(m.id) !== "removed",
             )
           : [];
+      if (known) {
+        // The members' reserve of rpc.max_connections (connection-slots.ts).
+        void this.#memberAddresses.update(
+          [...meta.members.values()]
+            .filter((m) => meta.stateOf(m.id) !== "removed")
+            .map((m) => m.rpcAddr),
+        );
+      }
       this.views.setMembers([
         ...members.flatMap((m) => {
           const state = known ? meta.stateOf(m.meta.id) : undefined;

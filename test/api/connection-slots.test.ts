@@ -36,6 +36,34 @@ describe("ConnectionSlots", () => {
     assert.equal(tight.openFrom(A), 1);
   });
 
+  it("keeps the last quarter of the bound (at most 256) for the members' addresses once set", () => {
+    const M = "10.0.0.9";
+    const slots = new ConnectionSlots(8, 0);
+    assert.equal(slots.memberReserve, 2);
+    assert.equal(new ConnectionSlots(10_000, 0).memberReserve, 256);
+    // No members (a single node): no reserve.
+    for (let i = 0; i < 8; i++) assert.equal(slots.take(A), null);
+    assert.equal(slots.take(M), "node");
+    for (let i = 0; i < 8; i++) slots.release(A);
+    // Members known: clients get 6, a member's address the last 2 too, then nobody.
+    slots.setMembers([M, "::1"]);
+    for (let i = 0; i < 6; i++) assert.equal(slots.take(B), null);
+    assert.equal(slots.take(B), "node");
+    // A member's address in another spelling (IPv4-mapped) is the member.
+    assert.equal(slots.take(`::ffff:${M}`), null);
+    assert.equal(slots.take("::1"), null);
+    assert.equal(slots.take(M), "node");
+    assert.equal(slots.open, 8);
+    assert.deepEqual(slots.refused, { node: 3, address: 0 });
+    // Another view (thread) sees the table; a new table replaces it.
+    const view = ConnectionSlots.of(slots.shared);
+    assert.ok(view.isMember(M) && view.isMember("::1") && !view.isMember(B));
+    slots.setMembers([B]);
+    assert.ok(view.isMember(B) && !view.isMember(M));
+    slots.setMembers([]);
+    assert.ok(!view.isMember(B));
+  });
+
   it("adopts a handed-on connection even when full", () => {
     const slots = new ConnectionSlots(1, 1);
     assert.equal(slots.take(A), null);

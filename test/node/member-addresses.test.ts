@@ -1,0 +1,87 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { ConnectionSlots } from "../../src/api/connection-slots.ts";
+import { MemberAddresses, RESOLVE_EVERY_MS } from "../../src/node/member-addresses.ts";
+
+/** A resolver over a table the test changes; a name missing from it fails like getaddrinfo. */
+function resolver(table: Map<string, string[]>): {
+  resolve: (host: string) => Promise<string[]>;
+  asked: string[];
+} {
+  const asked: string[] = [];
+  return {
+    asked,
+    resolve: (host) => {
+      asked.push(host);
+      const found = table.get(host);
+      return found === undefined
+        ? Promise.reject(new Error(`getaddrinfo ENOTFOUND ${host}`))
+        : Promise.resolve(found);
+    },
+  };
+}
+
+describe("MemberAddresses", () => {
+  it("writes the members' IPs, names looked up, into the connections' table", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    const dns = new Map([["cairn-1.cairn.svc", ["10.1.0.5", "fd00::5"]]]);
+    const { resolve, asked } = resolver(dns);
+    const members = new MemberAddresses(slots, resolve);
+    await members.update(["10.1.0.4:7447", "cairn-1.cairn.svc:7447", "[fd00::6]:7447", "bad"]);
+    for (const a of ["10.1.0.4", "10.1.0.5", "fd00::5", "fd00::6"]) {
+      assert.ok(slots.isMember(a), a);
+    }
+    assert.ok(!slots.isMember("10.1.0.7"));
+    assert.deepEqual(asked, ["cairn-1.cairn.svc"], "IP literals are not looked up");
+  });
+
+  it("keeps a name's last addresses when a lookup fails, and drops a member that left", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    const dns = new Map([["a.example", ["10.2.0.1"]]]);
+    let now = 0;
+    const members = new MemberAddresses(slots, resolver(dns).resolve, () => now);
+    await members.update(["a.example:1", "10.2.0.9:1"]);
+    dns.delete("a.example");
+    now += RESOLVE_EVERY_MS;
+    await members.update(["a.example:1", "10.2.0.9:1"]);
+    assert.ok(slots.isMember("10.2.0.1"), "kept through a failed lookup");
+    await members.update(["10.2.0.9:1"]);
+    assert.ok(!slots.isMember("10.2.0.1") && slots.isMember("10.2.0.9"));
+  });
+
+  it("looks the same names up again at most every RESOLVE_EVERY_MS, and follows a new IP", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    const dns = new Map([["b.example", ["10.3.0.1"]]]);
+    const { resolve, asked } = resolver(dns);
+    let now = 0;
+    const members = new MemberAddresses(slots, resolve, () => now);
+    await members.update(["b.example:1"]);
+    dns.set("b.example", ["10.3.0.2"]);
+    await members.update(["b.example:1"]);
+    assert.equal(asked.length, 1, "not again within the interval");
+    assert.ok(slots.isMember("10.3.0.1"));
+    now += RESOLVE_EVERY_MS;
+    await members.update(["b.example:1"]);
+    assert.equal(asked.length, 2);
+    assert.ok(slots.isMember("10.3.0.2") && !slots.isMember("10.3.0.1"), "the pod's new IP");
+  });
+
+  it("runs one update at a time; the newest waiting one wins", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const asked: string[] = [];
+    const members = new MemberAddresses(slots, async (host) => {
+      asked.push(host);
+      await gate;
+      return host === "slow.example" ? ["10.4.0.1"] : ["10.4.0.9"];
+    });
+    const first = members.update(["slow.example:1"]);
+    void members.update(["mid.example:1"]);
+    const last = members.update(["last.example:1"]);
+    release();
+    await Promise.all([first, last]);
+    assert.deepEqual(asked, ["slow.example", "last.example"], "mid.example was replaced");
+    assert.ok(slots.isMember("10.4.0.9") && !slots.isMember("10.4.0.1"));
+  });
+});
