@@ -53,6 +53,12 @@ describe("a flood of large Puts (real server process)", () => {
           CAIRN_STORAGE_MEMTABLE_BUDGET_BYTES: String(WAL_CACHE),
           CAIRN_LIMITS_MAX_VALUE_BYTES: String(2 * 1024 * 1024),
           CAIRN_LIMITS_MAX_MESSAGE_BYTES: String(4 * 1024 * 1024),
+          // A sweep for requests still arriving every 5 s (a quarter of it), so that sweeps
+          // run during the flood: the sweep's table once kept every request it saw alive until
+          // the next one (peak RSS +827 and +858 MiB at 20 s, against ~340), which a CI run
+          // showed at the default. Requests the flood queues on the connection longer than this
+          // are cut, retryably, as too slow.
+          CAIRN_RPC_REQUEST_RECEIVE_TIMEOUT_MS: "20000",
         },
       });
       const c = connect(server.rpc);
@@ -84,7 +90,12 @@ describe("a flood of large Puts (real server process)", () => {
         assert.ok(written > 0, "the budget admits writes during the flood");
         for (const err of refused) {
           assert.equal(err.code, status.RESOURCE_EXHAUSTED, err.details);
-          assert.equal(err.metadata.get("cairn-error-code")[0], "CAIRN_ERR_BACKPRESSURE");
+          assert.ok(
+            ["CAIRN_ERR_BACKPRESSURE", "CAIRN_ERR_REQUEST_TOO_SLOW"].includes(
+              String(err.metadata.get("cairn-error-code")[0]),
+            ),
+            err.details,
+          );
         }
         // 800 MiB offered; the node holds at most its budgets of it (4 MiB waiting, 32 MiB of
         // memtables, 32 MiB of log cache) plus gRPC's receive buffers and garbage not yet
@@ -93,7 +104,10 @@ describe("a flood of large Puts (real server process)", () => {
         // by 760 MiB: growth in proportion to the flood. The bound leaves room for a machine
         // whose runtime buffers more.
         const grew = memoryMiB(pid, "VmHWM") - before;
-        assert.ok(grew < FLOOD * 0.6, `peak RSS grew by ${grew.toFixed(0)} MiB during the flood`);
+        assert.ok(
+          grew < FLOOD * 0.6,
+          `peak RSS grew by ${grew.toFixed(0)} MiB during the flood (${refused.length} refused)`,
+        );
 
         // It still answers, and what it acknowledged is there.
         const got = await c.call(c.kv, "Get", { key: Buffer.from("warm") });
