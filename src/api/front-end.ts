@@ -108,6 +108,14 @@ const OK_TRAILERS = encodeHeaders(OK_FIELDS);
 const RESPONSE_SLOT = 0;
 const OK_SLOT = 1;
 
+/** Runs `sweep` every quarter of `timeoutMs`, not keeping the thread alive; null for 0 (off). */
+function everyQuarterOf(timeoutMs: number, sweep: () => void): NodeJS.Timeout | null {
+  if (timeoutMs <= 0) return null;
+  const timer = setInterval(sweep, Math.max(1, Math.floor(timeoutMs / 4)));
+  timer.unref();
+  return timer;
+}
+
 /**
  * Sends a response's headers, indexed on the connection (they are framed at once: see
  * HpackEncoder): ~70 bytes on a connection's first response, 3 after.
@@ -1078,11 +1086,7 @@ export function serveFrontEnd(
    * opened, then); one still so a full timeout later gets GOAWAY and ends. No timer per call.
    */
   const idle = new Map<ServerConnection, { opened: number; since: number }>();
-  const idleSweep =
-    limits.idleTimeoutMs > 0
-      ? setInterval(sweepIdle, Math.max(1, Math.floor(limits.idleTimeoutMs / 4)))
-      : null;
-  idleSweep?.unref();
+  const idleSweep = everyQuarterOf(limits.idleTimeoutMs, sweepIdle);
 
   function sweepIdle(): void {
     const now = Date.now();
@@ -1115,11 +1119,7 @@ export function serveFrontEnd(
    * the next sweep (800 MiB of a flood of 1 MiB Puts stayed reachable for 15 s).
    */
   let arriving = new WeakMap<ServerStream, number>();
-  const arrivalSweep =
-    limits.requestReceiveTimeoutMs > 0
-      ? setInterval(sweepArriving, Math.max(1, Math.floor(limits.requestReceiveTimeoutMs / 4)))
-      : null;
-  arrivalSweep?.unref();
+  const arrivalSweep = everyQuarterOf(limits.requestReceiveTimeoutMs, sweepArriving);
 
   function sweepArriving(): void {
     const now = Date.now();
