@@ -332,6 +332,8 @@ export function serveFrontEnd(
         {
           index,
           unary: !m.requestStream && !m.responseStream,
+          /** One request message (unary, server-streaming): its arrival is timed. */
+          oneRequest: !m.requestStream,
           peer,
           cls: methodClassOf(m.path) satisfies MethodClass,
           maxReceive: peer ? Math.max(limits.peerMaxReceive, clientMaxReceive) : clientMaxReceive,
@@ -974,8 +976,13 @@ export function serveFrontEnd(
       );
     } else if (method.unary) {
       unary(stream, method.index, method.maxReceive);
-    } else if (!rawStream(stream, method.index, method.maxReceive)) {
-      proxyBounded(stream, method.peer, method.maxReceive);
+    } else {
+      // A server-streaming call (Meta.WatchCluster, health Watch) starts once its one request
+      // has arrived: until then it holds a stream of the node's bound for nothing.
+      stream.timedRequest = method.oneRequest;
+      if (!rawStream(stream, method.index, method.maxReceive)) {
+        proxyBounded(stream, method.peer, method.maxReceive);
+      }
     }
   }
 
@@ -1111,7 +1118,7 @@ export function serveFrontEnd(
   /**
    * The request receive timeout (FrontEndLimits.requestReceiveTimeoutMs): a request that does
    * not arrive whole holds its stream and its bytes (`rpc.max_incoming_request_bytes`), and its
-   * connection is never idle. A sweep every quarter of the timeout walks the open streams and
+   * connection is never idle; a server-streaming call's, a slot of `rpc.max_client_streams`. A sweep every quarter of the timeout walks the open streams and
    * notes when it first saw each unary request still arriving; one still arriving a full timeout
    * later is answered RESOURCE_EXHAUSTED unrun (its bytes given back as the stream closes).
    * Nothing per call: a request that arrives between two sweeps is never seen. A WeakMap, looked
@@ -1139,12 +1146,15 @@ export function serveFrontEnd(
   function requestTooSlow(stream: ServerStream): void {
     const ms = limits.requestReceiveTimeoutMs;
     nodeBounds?.countTooSlow();
-    refuseCall(
-      stream,
-      "CAIRN_ERR_REQUEST_TOO_SLOW",
-      `the request did not arrive whole within rpc.request_receive_timeout_ms (${ms} ms); it was not run`,
-      nodeBounds?.tooSlow ?? 0,
-    );
+    // Answered already (a handler that does not wait for its request): cut.
+    if (stream.headersSent) stream.reset(ErrorCode.CANCEL);
+    else
+      refuseCall(
+        stream,
+        "CAIRN_ERR_REQUEST_TOO_SLOW",
+        `the request did not arrive whole within rpc.request_receive_timeout_ms (${ms} ms); it was not run`,
+        nodeBounds?.tooSlow ?? 0,
+      );
   }
 
   /** Sockets whose first bytes are awaited (a CONNECT to a shard worker, or HTTP/2). */

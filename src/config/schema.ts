@@ -424,7 +424,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_REQUEST_RECEIVE_TIMEOUT_MS",
     flag: "rpc-request-receive-timeout-ms",
     expect: "must be an integer between 0 and 600000",
-    doc: "A unary call's request (its headers come first) must arrive whole within this long, or it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run, and the bytes it held are given back; checked a quarter of it apart, so a request is cut between this and 1.5 times this. The default lets a 4 MiB request arrive at 70 KB/s; a request's bytes also wait for their turn on the connection, so a client that queues more on one connection than it can send in this time sees the last requests cut (retryable). Streaming calls are not timed. 0: never.",
+    doc: "A unary call's request (its headers come first) must arrive whole within this long, or it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run, and the bytes it held are given back; checked a quarter of it apart, so a request is cut between this and 1.5 times this. The default lets a 4 MiB request arrive at 70 KB/s; a request's bytes also wait for their turn on the connection, so a client that queues more on one connection than it can send in this time sees the last requests cut (retryable). A server-streaming call's one request (WatchCluster, health Watch) is timed too; client-streaming calls are not. 0: never.",
   },
   {
     key: "rpc.goaway_grace_ms",

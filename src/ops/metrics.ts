@@ -445,7 +445,7 @@ export class CairnMetrics {
     new Counter({
       name: "cairn_rpc_requests_too_slow_total",
       aggregator: "max",
-      help: "Unary requests answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run because they did not arrive whole within rpc.request_receive_timeout_ms.",
+      help: "Requests (unary, or a server-streaming call's one request) answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run because they did not arrive whole within rpc.request_receive_timeout_ms.",
       registers,
       collect(this: Counter) {
         this.reset();

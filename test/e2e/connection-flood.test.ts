@@ -445,7 +445,7 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     ["the main thread", {}],
     ["two I/O threads", { CAIRN_RPC_IO_THREADS: "2" }],
   ] as const) {
-    it(`rpc.request_receive_timeout_ms 1 s on ${shape}: half-sent requests are answered unrun; a watch is not cut`, async () => {
+    it(`rpc.request_receive_timeout_ms 1 s on ${shape}: half-sent requests (and a watch's) are answered unrun; a started watch is not cut`, async () => {
       // Before the timeout, a request that never arrived whole held its stream and its bytes
       // for as long as its connection lived (an open stream keeps a connection from idling).
       const server = await start(["--rpc-request-receive-timeout-ms", "1000"], { env });
@@ -484,7 +484,16 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       // The same, sent on a byte at a time every 50 ms: it progresses, but not to the end in time.
       const trickle = grpcStream(session, "/cairn.v1.KV/Put");
       trickle.write(head);
-      const outcomes = [answered(silent), answered(stalled), answered(trickle)];
+      // A watch whose one request is sent but never ended: it never starts, and would hold a
+      // slot of rpc.max_client_streams for nothing.
+      const unstarted = grpcStream(session, "/cairn.v1.Meta/WatchCluster");
+      unstarted.write(Buffer.alloc(5));
+      const outcomes = [
+        answered(silent),
+        answered(stalled),
+        answered(trickle),
+        answered(unstarted),
+      ];
       let trickling = true;
       void outcomes[2]?.then(() => (trickling = false));
       for (let i = 0; i < 400 && trickling; i++) {
@@ -499,8 +508,9 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
           // loaded box.
           assert.ok(ms >= 1000 && ms < 10_000, `answered after ${ms} ms`);
         }
-        assert.equal(await metricValue(server, "cairn_rpc_requests_too_slow_total"), 3);
+        assert.equal(await metricValue(server, "cairn_rpc_requests_too_slow_total"), 4);
         assert.equal(await metricValue(server, "cairn_rpc_incoming_request_bytes"), 0);
+        assert.equal(await metricValue(server, "cairn_rpc_client_streams"), 1, "the watch's");
         assert.ok(logLine(server, "CAIRN_ERR_REQUEST_TOO_SLOW") !== undefined, "logged");
         assert.ok(!watchEnded, "the watch is still open");
         // The connection serves on: a whole Put on the same session.

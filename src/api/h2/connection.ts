@@ -71,7 +71,8 @@ export class ServerStream extends CoreStream {
   received = 0;
   /**
    * Its request must arrive whole within the front end's `rpc.request_receive_timeout_ms` (a
-   * unary call's: a streaming call's request may last as long as the call).
+   * call with one request message, unary or server-streaming: a client-streaming call's request
+   * may last as long as the call).
    */
   timedRequest = false;
 
