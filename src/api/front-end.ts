@@ -1118,8 +1118,9 @@ export function serveFrontEnd(
   /**
    * The request receive timeout (FrontEndLimits.requestReceiveTimeoutMs): a request that does
    * not arrive whole holds its stream and its bytes (`rpc.max_incoming_request_bytes`), and its
-   * connection is never idle; a server-streaming call's, a slot of `rpc.max_client_streams`. A sweep every quarter of the timeout walks the open streams and
-   * notes when it first saw each unary request still arriving; one still arriving a full timeout
+   * connection is never idle; a server-streaming call's holds a slot of `rpc.max_client_streams`.
+   * A sweep every quarter of the timeout walks the open streams and notes when it first saw each
+   * timed request (ServerStream.timedRequest) still arriving; one still arriving a full timeout
    * later is answered RESOURCE_EXHAUSTED unrun (its bytes given back as the stream closes).
    * Nothing per call: a request that arrives between two sweeps is never seen. A WeakMap, looked
    * up only from the walk: a Map kept every stream it saw, and so the bytes of its request, until

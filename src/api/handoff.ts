@@ -69,7 +69,10 @@ export interface FrontEndLimits {
   readonly handshakeTimeoutMs: number;
   /** A connection with no stream open this long gets GOAWAY and is closed (ms; 0: never). */
   readonly idleTimeoutMs: number;
-  /** A unary call's request must arrive whole within this long of its HEADERS (ms; 0: never). */
+  /**
+   * A one-message request (unary, server-streaming) must arrive whole within this long of its
+   * HEADERS (ms; 0: never).
+   */
   readonly requestReceiveTimeoutMs: number;
   /** After GOAWAY and the socket's end, how long the client has to close (ms). */
   readonly goAwayGraceMs: number;

@@ -24,7 +24,7 @@ const resolveAll: Resolve = async (host) =>
 export class MemberAddresses {
   readonly #slots: ConnectionSlots;
   readonly #resolve: Resolve;
-  /** The hosts last written (sorted, joined), to skip an update that changes nothing. */
+  /** The addresses last written (sorted, joined), to skip an update that changes nothing. */
   #written = "";
   /** The hosts waiting for the update under way to end; null when none waits. */
   #next: readonly string[] | null = null;
@@ -78,8 +78,10 @@ export class MemberAddresses {
         const hosts = this.#next;
         this.#next = null;
         const addresses = await Promise.all(hosts.map((h) => this.#addressesOf(h)));
-        for (const name of this.#resolved.keys())
+        // A name no member has any more is forgotten.
+        for (const name of this.#resolved.keys()) {
           if (!hosts.includes(name)) this.#resolved.delete(name);
+        }
         const key = addresses.flat().sort().join(" ");
         if (key === this.#written) continue;
         this.#written = key;
