@@ -505,6 +505,22 @@ export class CairnNode implements HealthSource {
             shard_id: shard,
           });
         },
+        shardQuarantined(shard, into) {
+          storageLog.error(
+            "a shard's tables are corrupt: its directory was moved aside, and its peers refill the shard when the node starts again (delete the moved directory once you no longer need it)",
+            { shard_id: shard, moved_to: into },
+          );
+        },
+        shardNotQuarantined(shard, err) {
+          storageLog.error(
+            "a shard's tables are corrupt, and its directory could not be moved aside: move or delete it before starting the node again, and its peers refill the shard",
+            {
+              shard_id: shard,
+              path: join(config.data_dir, "shards", String(shard)),
+              error: describeError(err),
+            },
+          );
+        },
         snapshotInstalled(shard, index, bytes) {
           raftLog.info("shard state installed from the leader's snapshot", {
             shard_id: shard,

@@ -236,6 +236,13 @@ export interface ReplicationObserver {
    */
   shardRefilled?(shard: number): void;
   /**
+   * The node stopped on corrupt tables of `shard`, whose directory was moved to `into` as it
+   * closed: its peers refill it at the next start (corrupt-shard.ts).
+   */
+  shardQuarantined?(shard: number, into: string): void;
+  /** The directory of `shard`, whose corrupt tables stopped the node, could not be moved. */
+  shardNotQuarantined?(shard: number, err: unknown): void;
+  /**
    * The group's configuration changed here (a conf change applied, or a snapshot installed):
    * `voters` is the new one. For a conf change, called once its entry is applied and before the
    * Raft core takes it in (`advance`): `shardInfo()` and the core's status may still show the

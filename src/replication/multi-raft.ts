@@ -62,6 +62,7 @@ import {
   type SnapshotResult,
 } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
+import { corruptShardOf, explainCorruptShard, quarantineShard } from "./corrupt-shard.ts";
 import { type AcceptedLoss, Groups, type LostShard } from "./multi-raft-groups.ts";
 import { Maintenance } from "./multi-raft-maintenance.ts";
 import { RoundLoop } from "./multi-raft-round.ts";
@@ -250,7 +251,7 @@ export class MultiRaft {
       await mr.#groups.openAtStart(walDir, fs);
     } catch (err) {
       await mr.close();
-      throw err;
+      throw explainCorruptShard(err, options.dataDir, !single);
     }
     mr.#stopTicker = mr.#clock.every(options.tickMs, () => mr.#tick());
     mr.#stopMaintenance = mr.#clock.every(1000, () => void mr.maintain());
@@ -559,14 +560,40 @@ export class MultiRaft {
     for (const s of this.#shards.values()) s.failAll(err);
     // A pinned version holds its engine's tables: released before the engines close.
     this.#snapshotPins?.releaseAll();
+    const corrupt = this.#quarantinable();
     const results = await Promise.allSettled(
       [...this.#shards.values()].map((s) => s.sm.lsm.close()),
     );
     if (this.#failure === undefined) await this.#wal.close();
     else await this.#wal.destroy();
     await this.#env?.close();
+    if (corrupt !== null) await this.#quarantine(corrupt);
     const failed = results.find((r) => r.status === "rejected");
     if (failed !== undefined && this.#failure === undefined) throw failed.reason;
+  }
+
+  /**
+   * The shard whose corrupt tables failed this node, when its directory may be moved aside for
+   * its peers to refill it at the next start (corrupt-shard.ts): a cluster node, and another
+   * voter of the group holds what it committed. Null otherwise.
+   */
+  #quarantinable(): number | null {
+    if (this.#failure === undefined || this.#options.transport === undefined) return null;
+    const id = corruptShardOf(this.#failure, this.#options.dataDir);
+    if (id === null) return null;
+    const voters = this.#shards.get(id)?.raw.voters;
+    if (voters === undefined || ![...voters].some((v) => v !== this.replicaId)) return null;
+    return id;
+  }
+
+  async #quarantine(id: number): Promise<void> {
+    const observer = this.#options.observer;
+    try {
+      const into = await quarantineShard(this.#options.dataDir, id, new Date());
+      observer?.shardQuarantined?.(id, into);
+    } catch (err) {
+      observer?.shardNotQuarantined?.(id, err);
+    }
   }
 
   // ── the driver loop ─────────────────────────────────────────────────────────────────────────

@@ -1,0 +1,174 @@
+/**
+ * A shard's table found corrupt while the node runs (a block failing its checksum: bit rot, a
+ * bad sector), on real processes. The node stops, as on any storage failure. A cluster member
+ * moves the shard's directory to `<data_dir>/quarantine/` as it stops, and at its next start its
+ * peers refill the shard (src/replication/corrupt-shard.ts): restarted as it was, it would serve
+ * until the next read of the damaged block and stop again. A single node keeps its directory: its
+ * tables are its only copy.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, open, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { shardForKey } from "../../src/cluster/index.ts";
+import {
+  acknowledgedPuts,
+  eventually,
+  everyReplicaHolds,
+  healthReport,
+  LocalCluster,
+} from "../support/cluster-process.ts";
+import { type Clients, connect } from "../support/grpc-client.ts";
+import { startServer } from "../support/server-process.ts";
+
+const TOTAL_SHARDS = 8;
+let root: string;
+
+/** Overwrites a byte of every table in `dir` inside its first block, where the keys are. */
+async function corruptTables(dir: string): Promise<string[]> {
+  const tables = (await readdir(dir)).filter((n) => n.endsWith(".sst"));
+  for (const name of tables) {
+    const file = await open(join(dir, name), "r+");
+    try {
+      const byte = Buffer.alloc(1);
+      await file.read(byte, 0, 1, 8);
+      byte[0] = (byte[0] as number) ^ 0xff;
+      await file.write(byte, 0, 1, 8);
+    } finally {
+      await file.close();
+    }
+  }
+  return tables;
+}
+
+describe("a shard's table found corrupt while the node runs (real processes)", () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), "cairn-e2e-corrupt-table-"));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it("a cluster member stops, moves the shard aside, and is refilled at its next start: nothing lost", async () => {
+    const cluster = await LocalCluster.create(join(root, "cluster"), 3, {
+      CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
+    });
+    try {
+      await cluster.startAll();
+      await cluster.ready();
+      const { acknowledged, put } = acknowledgedPuts();
+      for (let i = 0; i < 60; i++) {
+        await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
+      }
+      const shard = shardForKey(Buffer.from("before-0"), TOTAL_SHARDS);
+      const ofShard = [...acknowledged.keys()].filter(
+        (k) => shardForKey(Buffer.from(k), TOTAL_SHARDS) === shard,
+      );
+      await everyReplicaHolds(cluster, acknowledged);
+
+      // n2 flushes the shard into a table and compacts its log: the table is its only copy here.
+      const victim = cluster.node("n2");
+      const server = victim.server;
+      assert.ok(server !== null);
+      const c2 = victim.client as Clients;
+      const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
+      assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
+      const dir = join(victim.dataDir, "shards", String(shard));
+      assert.ok((await corruptTables(dir)).length > 0, "n2 flushed a table");
+
+      // Its own copy, read: the damaged block is met, and the node stops.
+      await assert.rejects(
+        c2.call(c2.kv, "Get", {
+          key: Buffer.from(ofShard[0] as string),
+          consistency: "SERIALIZABLE",
+        }),
+        /corruption/,
+      );
+      const exit = await server.exited;
+      assert.equal(exit.code, 1, "the node stops on corrupt storage");
+      const moved = server.lines.find(
+        (l) =>
+          l.includes('"level":"ERROR"') &&
+          l.includes("its directory was moved aside") &&
+          l.includes(`"shard_id":${shard}`),
+      );
+      assert.ok(
+        moved !== undefined,
+        `no ERROR naming the moved shard:\n${server.lines.join("\n")}`,
+      );
+      const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
+      assert.ok(into.startsWith(join(victim.dataDir, "quarantine", `shard-${shard}-`)), into);
+      assert.ok(
+        (await readdir(into)).some((n) => n.endsWith(".sst")),
+        "the damaged tables kept",
+      );
+      await assert.rejects(readdir(dir), { code: "ENOENT" });
+      await cluster.stop("n2", "SIGKILL");
+
+      const n1 = cluster.node("n1").client as Clients;
+      for (let i = 0; i < 20; i++) await put(n1, `during-${i}`, `d${i}`);
+
+      // Started again as it is, it is refilled by its peers.
+      const back = await cluster.start("n2");
+      const again = back.server;
+      assert.ok(again !== null);
+      await cluster.ready(60_000);
+      await eventually(
+        "n2 /health is healthy (refilled)",
+        async () => (await healthReport(again.http)).status === "healthy",
+        60_000,
+      );
+      assert.ok(
+        again.lines.some((l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`)),
+        `shard ${shard} not reported refilled:\n${again.lines.join("\n")}`,
+      );
+      await everyReplicaHolds(cluster, acknowledged);
+
+      // Its own copy: with its peers stopped, n2 serves every key of the refilled shard itself.
+      await cluster.stop("n1");
+      await cluster.stop("n3");
+      const alone = back.client as Clients;
+      for (const key of ofShard) {
+        const got = await alone.call(alone.kv, "Get", {
+          key: Buffer.from(key),
+          consistency: "SERIALIZABLE",
+        });
+        assert.equal((got["value"] as Buffer | undefined)?.toString(), acknowledged.get(key), key);
+      }
+      await cluster.stopAll();
+    } finally {
+      await cluster.killAll();
+    }
+  });
+
+  it("a single node stops and keeps its directory: its tables are the only copy", async () => {
+    const dataDir = join(root, "single");
+    const server = await startServer({
+      dataDir,
+      env: { CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS) },
+    });
+    try {
+      const client = connect(server.rpc);
+      try {
+        const key = Buffer.from("k");
+        const shard = shardForKey(key, TOTAL_SHARDS);
+        await client.call(client.kv, "Put", { key, value: Buffer.from("v") });
+        await client.call(client.admin, "SnapshotShard", { shard_id: shard });
+        const dir = join(dataDir, "shards", String(shard));
+        const tables = await corruptTables(dir);
+        assert.ok(tables.length > 0);
+        await assert.rejects(client.call(client.kv, "Get", { key }), /corruption/);
+        const exit = await server.exited;
+        assert.equal(exit.code, 1, "the node stops on corrupt storage");
+        for (const name of tables) await readdir(dir).then((n) => assert.ok(n.includes(name)));
+        await assert.rejects(readdir(join(dataDir, "quarantine")), { code: "ENOENT" });
+        assert.ok(!server.lines.some((l) => l.includes("moved aside")));
+      } finally {
+        client.close();
+      }
+    } finally {
+      await server.stop("SIGKILL");
+    }
+  });
+});
