@@ -346,6 +346,27 @@ export class ChaosCluster {
   }
 
   async start(id: string, extraEnv: Readonly<Record<string, string>> = {}): Promise<void> {
+    await this.#start(id, extraEnv, false);
+  }
+
+  /**
+   * Starts node `id` as start() does, but a node that refuses to start (exits before it started)
+   * is no crash: its error is returned (null once it started).
+   */
+  async startOrRefusal(id: string): Promise<string | null> {
+    try {
+      await this.#start(id, {}, true);
+      return null;
+    } catch (err) {
+      return String(err);
+    }
+  }
+
+  async #start(
+    id: string,
+    extraEnv: Readonly<Record<string, string>>,
+    mayRefuse: boolean,
+  ): Promise<void> {
     const n = this.node(id);
     if (n.state !== "down") throw new Error(`${id} is ${n.state}`);
     if (n.retired) throw new Error(`${id} is retired`);
@@ -365,6 +386,7 @@ export class ChaosCluster {
         }
       }
     } catch (err) {
+      if (mayRefuse) throw err;
       this.crashes.push({
         node: id,
         incarnation: n.incarnation + 1,
@@ -543,7 +565,7 @@ export class ChaosCluster {
       log.push(...server.lines, `--- ${id} #${incarnation} exited ${JSON.stringify(exit)}`);
       if (this.#expected.has(server)) return;
       if (this.#mayExit.has(id) && exit.code === 1) {
-        log.push(`--- ${id} #${incarnation} stopped on the full disk (fail-stop, expected)`);
+        log.push(`--- ${id} #${incarnation} stopped on its storage (fail-stop, expected)`);
         if (n.server === server) {
           n.server = null;
           n.client?.close();
@@ -659,6 +681,45 @@ export class ChaosCluster {
     }
     const after = await usedShare();
     return Math.ceil((100 * after.used) / after.room);
+  }
+
+  /** Whether node `id` may stop on its storage (exit code 1: a fail-stop, not a crash). */
+  mayFailStop(id: string, allowed: boolean): void {
+    if (allowed) this.#mayExit.add(id);
+    else this.#mayExit.delete(id);
+  }
+
+  /**
+   * Reads node `id`'s own copy of every key (serializable Scans through it, one after another)
+   * until it exits, for at most `timeoutMs`: its log lines when it exited, else null.
+   */
+  async readUntilStopped(id: string, timeoutMs: number): Promise<string[] | null> {
+    const n = this.node(id);
+    const server = n.server;
+    const client = n.client;
+    if (server === null || client === null) return null;
+    let exited = false;
+    void server.exited.then(() => {
+      exited = true;
+    });
+    const deadline = this.#options.now() + timeoutMs;
+    while (!exited && this.#options.now() < deadline) {
+      let token: Buffer = Buffer.alloc(0);
+      try {
+        do {
+          const page = await client.call(client.kv, "Scan", {
+            limit: 10_000,
+            page_token: token,
+            consistency: "SERIALIZABLE",
+          });
+          token = page["next_page_token"] as Buffer;
+        } while (token.length > 0 && !exited);
+      } catch {
+        // Refused (the node stopping, or its copy not serving yet): again, until it exits.
+      }
+      await Promise.race([server.exited, new Promise((r) => setTimeout(r, 200))]);
+    }
+    return exited ? server.lines : null;
   }
 
   async freeDisk(id: string): Promise<void> {

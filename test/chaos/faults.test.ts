@@ -64,6 +64,9 @@ describe("chaos faults: what a run draws from", () => {
       "remove",
     ]);
     assert.ok(scenarioKinds("mixed", true)?.includes("rotate-keys"));
+    // bit-rot is its own scenario's: newer than the recorded mixed seeds.
+    assert.ok(!scenarioKinds("mixed", true)?.includes("bit-rot"));
+    assert.ok(scenarioKinds("bit-rot", false)?.includes("bit-rot"));
     assert.deepEqual(scenarioKinds("membership", false), SCENARIOS["membership"]);
   });
 

@@ -24,6 +24,14 @@
  *   short, or whole with a body that does not match its checksum), as a crash in the middle of a
  *   write leaves it; the restart must cut it off (and say so in its log) and lose nothing
  *   acknowledged: the torn bytes stand for a write that was never synced, so never acknowledged;
+ * - bit-rot: SIGKILL any node, flip a byte in the first block of one of its tables (a shard's
+ *   directory other than the meta group's, drawn), restart it and read its own copy (serializable
+ *   Scans through it) until it meets the damage: it must stop (exit code 1), logging that it
+ *   moved the shard's directory aside (src/replication/corrupt-shard.ts), within
+ *   BIT_ROT_STOP_MS; restarted, its peers refill the shard, and the run's checks find nothing
+ *   lost. A block its start reads (the engine's open) makes it refuse to start instead, naming
+ *   the shard's directory to move aside: moved, as an operator would, and restarted. Like a
+ *   wipe, it waits (bounded) for every node to be healthy first;
  * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
  *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal;
  * - disk-nearly-full: one node's data directory (a tmpfs, scenario "disk-guard" only) filled to
@@ -68,8 +76,8 @@
  * them, until the plan ends (the duration is a minimum), for at most PLAN_OVERRUN_MS more.
  */
 import { randomBytes } from "node:crypto";
-import { appendFile, readdir, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { appendFile, open, readdir, rename, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
 import { type Rng, shuffle } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
@@ -91,6 +99,7 @@ export const FAULT_KINDS = [
   "disk-nearly-full",
   "wipe",
   "torn-write",
+  "bit-rot",
   "join",
   "decommission",
   "remove",
@@ -145,12 +154,18 @@ export const TLS_KINDS: ReadonlySet<FaultKind> = new Set(["rotate-keys"]);
 
 /** Scenario name → the kinds it draws from. */
 export const SCENARIOS: Readonly<Record<string, readonly FaultKind[]>> = {
-  // Not the disk faults: they need a tmpfs (TMPFS_SCENARIOS).
-  mixed: FAULT_KINDS.filter((k) => k !== "disk-full" && k !== "disk-nearly-full"),
+  // Not the disk faults: they need a tmpfs (TMPFS_SCENARIOS); nor bit-rot, newer than the
+  // mixed seeds recorded in BENCHMARKS.md and the smoke test, whose draws it would change.
+  mixed: FAULT_KINDS.filter(
+    (k) => k !== "disk-full" && k !== "disk-nearly-full" && k !== "bit-rot",
+  ),
   kill: ["kill-leader", "kill-random", "kill-flap"],
   "kill-all": ["kill-all"],
   crash: ["kill-leader", "kill-random", "kill-flap", "kill-all", "torn-write"],
   "torn-write": ["torn-write"],
+  // A shard's table damaged on one member while members crash: it must heal from its peers.
+  // Listed twice: half the draws.
+  "bit-rot": ["bit-rot", "bit-rot", "kill-random", "kill-flap", "pause"],
   pause: ["pause"],
   partition: ["partition", "partition-reset", "asymmetric"],
   network: ["partition", "partition-reset", "asymmetric", "udp-loss", "delay"],
@@ -408,6 +423,40 @@ async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
   return cutShort
     ? `${name}/${last} ends with a frame of ${bodyLength} body bytes cut after ${written}`
     : `${name}/${last} ends with a ${bodyLength}-byte body that fails its checksum`;
+}
+
+/** How long a node given a damaged table may take to meet the damage and stop (bit-rot). */
+const BIT_ROT_STOP_MS = 30_000;
+
+/**
+ * Flips a byte inside the first block of one table of a shard directory of `dataDir`, both
+ * drawn from `rng` (not the meta group's, shard 0, which every node reads at start). Returns
+ * what it damaged, or null when no shard holds a table.
+ */
+async function rotTable(dataDir: string, rng: Rng): Promise<string | null> {
+  const shards = join(dataDir, "shards");
+  const ids = (await readdir(shards).catch(() => [] as string[]))
+    .filter((n) => /^\d+$/.test(n) && n !== "0")
+    .sort((a, b) => Number(a) - Number(b));
+  const candidates: string[] = [];
+  for (const id of ids) {
+    for (const name of (await readdir(join(shards, id))).sort()) {
+      if (name.endsWith(".sst")) candidates.push(join(id, name));
+    }
+  }
+  if (candidates.length === 0) return null;
+  const table = candidates[rng.int(candidates.length)] as string;
+  const file = await open(join(shards, table), "r+");
+  try {
+    const at = 8 + rng.int(64);
+    const byte = Buffer.alloc(1);
+    await file.read(byte, 0, 1, at);
+    byte[0] = (byte[0] as number) ^ (1 + rng.int(255));
+    await file.write(byte, 0, 1, at);
+    return `shards/${table} byte ${at}`;
+  } finally {
+    await file.close();
+  }
 }
 
 /** Whether every node answers GET /health with `healthy` within `timeoutMs`. */
@@ -851,6 +900,56 @@ export class FaultSchedule {
         if (!lines.some((l) => l.includes("the WAL ended with a torn write"))) {
           throw new Error(`${victim} restarted without reporting the torn write (${r.detail})`);
         }
+        return;
+      }
+      case "bit-rot": {
+        // Its replica is lost as with a wipe: the others must hold what it held first.
+        if (!(await allHealthy(cluster, 20_000))) return;
+        const victim = random();
+        const r = record([victim], "SIGKILL, a table's byte flipped, restart, read: it stops");
+        await cluster.kill(victim);
+        const rotted = await rotTable(cluster.node(victim).dataDir, rng);
+        r.detail = `SIGKILL, ${rotted ?? "no table to damage"}, restart`;
+        if (rotted === null) {
+          await cluster.start(victim);
+          r.healedAt = r.healDone = this.#now();
+          return;
+        }
+        cluster.mayFailStop(victim, true);
+        try {
+          const refusal = await cluster.startOrRefusal(victim);
+          if (refusal !== null) {
+            // Met as it opened the shard (a block an open reads): it refuses to start and says
+            // what to do, which is done here as an operator would.
+            const dir = /move (\S+) out of \S+ and start the node again: its peers refill/.exec(
+              refusal,
+            )?.[1];
+            if (dir === undefined) throw new Error(`${victim} refused to start: ${refusal}`);
+            await rename(dir, join(cluster.node(victim).dataDir, `quarantined-${basename(dir)}`));
+            r.detail += ", it refused to start naming the shard, moved aside by hand";
+            await sleep(hold);
+            r.healedAt = this.#now();
+            await cluster.start(victim);
+            r.healDone = this.#now();
+            return;
+          }
+          const stopped = await cluster.readUntilStopped(victim, BIT_ROT_STOP_MS);
+          if (stopped === null) {
+            throw new Error(
+              `${victim} did not meet its damaged table (${rotted}) within ${BIT_ROT_STOP_MS} ms`,
+            );
+          }
+          if (!stopped.some((l) => l.includes("its directory was moved aside"))) {
+            throw new Error(`${victim} stopped without moving the damaged shard aside (${rotted})`);
+          }
+          r.detail += ", it stopped and moved the shard aside";
+          await sleep(hold);
+        } finally {
+          cluster.mayFailStop(victim, false);
+        }
+        r.healedAt = this.#now();
+        await cluster.start(victim);
+        r.healDone = this.#now();
         return;
       }
       case "kill-flap": {
