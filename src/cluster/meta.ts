@@ -199,6 +199,11 @@ export type MetaOutcome =
       /** The command names a member that was removed for good (its node must stop). */
       readonly removed?: true;
       /**
+       * A `rejoin` confirming the incarnation of a member decommissioned meanwhile (while its
+       * node was down): the node must serve nothing (CAIRN_ERR_NODE_DECOMMISSIONED).
+       */
+      readonly decommissioned?: true;
+      /**
        * A member's build is older than the cluster's version (a join or a set-build): the node
        * must run a newer build (CAIRN_ERR_CLUSTER_VERSION).
        */
@@ -1028,6 +1033,12 @@ export class MetaState {
     }
     if (previous.state === "removed")
       return this.#same({ kind: "rejected", reason: removedReason(id), removed: true });
+    if (previous.state === "decommissioned" && previous.incarnation === incarnation) {
+      // Its node, down while it was decommissioned, restarted on its data directory: that
+      // directory's meta state still says active, and only this answer tells it otherwise.
+      const reason = `member ${id} was decommissioned (while its node was down): this data directory may not serve again. To bring the machine back, start it on an empty data directory`;
+      return this.#same({ kind: "rejected", reason, decommissioned: true });
+    }
     if (previous.incarnation === incarnation)
       return this.#same({ kind: "member-unchanged", member: previous });
     const retired = previous.retired ?? [];

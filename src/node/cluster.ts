@@ -58,6 +58,8 @@ import { peersToAsk, REMOVAL_CHECK_MS, removedByViews, type ViewAnswer } from ".
  * (#checkVersion). Not retryable: only another build mends it.
  */
 export const CLUSTER_VERSION = "CAIRN_ERR_CLUSTER_VERSION";
+/** The meta group's answer to the rejoin of a member decommissioned while its node was down. */
+export const NODE_DECOMMISSIONED = "CAIRN_ERR_NODE_DECOMMISSIONED";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
@@ -112,6 +114,8 @@ export class ClusterState {
   #rejoining = false;
   #rejoined = false;
   #lost = false;
+  /** The meta group refused this data directory's rejoin: decommissioned while it was down. */
+  #decommissionedWhileDown = false;
   /** The node is stopping: no more rejoin attempts. */
   #closed = false;
   /** Ends the loops' waits (#pause) at close. */
@@ -379,7 +383,7 @@ export class ClusterState {
         ? `node ${id} is not a member of the cluster: ${this.#joinRefusal}`
         : `node ${id} is not a member of a cluster yet: it is asking the members it reaches through its seeds to admit it`;
     }
-    const state = meta.stateOf(id);
+    const state = this.#decommissionedWhileDown ? "decommissioned" : meta.stateOf(id);
     switch (state) {
       case undefined:
         return `node ${id} is not a member of cluster ${meta.clusterId}`;
@@ -401,8 +405,9 @@ export class ClusterState {
   staleViewReason(): string | null {
     const meta = this.#meta;
     const id = this.#config.node_id;
-    if (meta === null || meta.clusterId === null || !hasLeftForGood(meta, id)) return null;
-    return `node ${id} was ${meta.stateOf(id)} from cluster ${meta.clusterId}: its cluster view stopped when it left; watch another node`;
+    if (meta === null || meta.clusterId === null || !this.#hasLeftForGood(meta)) return null;
+    const state = this.#decommissionedWhileDown ? "decommissioned" : meta.stateOf(id);
+    return `node ${id} was ${state} from cluster ${meta.clusterId}: its cluster view stopped when it left; watch another node`;
   }
 
   /**
@@ -703,6 +708,18 @@ export class ClusterState {
             this.#stopOnLostState(this.#meta?.clusterId ?? "");
             return;
           }
+          if (errorCodeOf(err) === NODE_DECOMMISSIONED) {
+            // Decommissioned while it was down: its meta state here never learns it (it left
+            // the meta group), so this answer is kept, and it serves nothing from now on.
+            this.#rejoining = false;
+            this.#rejoined = true;
+            this.#decommissionedWhileDown = true;
+            this.#log.warn(
+              "this member was decommissioned while it was down: it serves no requests, and stops once it is removed (cairn node remove); start it on an empty data directory to bring the machine back",
+              { error: describe(err) },
+            );
+            return;
+          }
           if (errorCodeOf(err) === "CAIRN_ERR_NODE_REMOVED" && !this.#lost) {
             // This node's id was retired for good (cairn node remove): it must not serve.
             this.#lost = true;
@@ -866,7 +883,7 @@ export class ClusterState {
     while (running()) {
       await this.#pause(intervalMs);
       const meta = this.#meta;
-      if (!running() || meta === null || meta.clusterId === null || !hasLeftForGood(meta, id)) {
+      if (!running() || meta === null || meta.clusterId === null || !this.#hasLeftForGood(meta)) {
         continue;
       }
       const clusterId = meta.clusterId;
@@ -883,6 +900,14 @@ export class ClusterState {
         ),
       );
     }
+  }
+
+  /**
+   * Whether this member left the meta group for good (decommissioned or removed), by its meta
+   * state or, decommissioned while its node was down, by the meta group's answer to its rejoin.
+   */
+  #hasLeftForGood(meta: MetaState): boolean {
+    return this.#decommissionedWhileDown || hasLeftForGood(meta, this.#config.node_id);
   }
 
   /** Waits `ms`, or until close(). */
@@ -1206,6 +1231,7 @@ async function proposeViaLeader(
         code === "CAIRN_ERR_INVALID_ARGUMENT" ||
         code === "CAIRN_ERR_LOST_STATE" ||
         code === "CAIRN_ERR_NODE_REMOVED" ||
+        code === NODE_DECOMMISSIONED ||
         code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
         code === MEMBER_LIMIT ||
         code === CLUSTER_VERSION ||
@@ -1240,7 +1266,8 @@ function placement(meta: MetaState, id: number): string[] {
 
 /**
  * Why the meta group refused a command, as an error: CAIRN_ERR_LOST_STATE for a `rejoin` with a
- * retired incarnation, CAIRN_ERR_NODE_REMOVED for a member removed for good, CLUSTER_VERSION for
+ * retired incarnation, CAIRN_ERR_NODE_REMOVED for a member removed for good,
+ * CAIRN_ERR_NODE_DECOMMISSIONED for a `rejoin` of a member decommissioned, CLUSTER_VERSION for
  * a build older than the cluster's version, else CAIRN_ERR_INVALID_ARGUMENT. The same on the
  * meta leader's node and, through cairn.v1.Raft ProposeMeta, on the proposing one (errorCodeOf
  * reads it there).
@@ -1249,6 +1276,7 @@ export function metaRefusal(outcome: {
   reason: string;
   retired?: true;
   removed?: true;
+  decommissioned?: true;
   tooOld?: true;
 }): CairnError {
   const code =
@@ -1256,9 +1284,11 @@ export function metaRefusal(outcome: {
       ? "CAIRN_ERR_LOST_STATE"
       : outcome.removed === true
         ? "CAIRN_ERR_NODE_REMOVED"
-        : outcome.tooOld === true
-          ? CLUSTER_VERSION
-          : "CAIRN_ERR_INVALID_ARGUMENT";
+        : outcome.decommissioned === true
+          ? NODE_DECOMMISSIONED
+          : outcome.tooOld === true
+            ? CLUSTER_VERSION
+            : "CAIRN_ERR_INVALID_ARGUMENT";
   return new CairnError(code, `meta command refused: ${outcome.reason}`);
 }
 

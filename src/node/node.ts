@@ -79,7 +79,7 @@ import {
 import { AllocatorLoop } from "./allocator-loop.ts";
 import { gateByMembership } from "./member-gate.ts";
 import { memberAdmin } from "./members-admin.ts";
-import { ReplicaGc } from "./replica-gc.ts";
+import { hasLeftForGood, ReplicaGc } from "./replica-gc.ts";
 import { type ReplicaEffects, type ReplicaStep, replaceReplicas } from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import {
@@ -1059,14 +1059,19 @@ export class CairnNode implements HealthSource {
     });
     this.#membership = membership;
     // swim_cluster_size counts the cluster's members once there is a cluster: a node that only
-    // gossips with them (started after the founding, never admitted) is not one of them.
+    // gossips with them (started after the founding, never admitted) is not one of them, nor is
+    // one that left it (decommissioned or removed, still running).
     this.metrics.setClusterSizeSource(() => {
-      const members = this.#cluster?.meta?.members;
-      if (members === undefined) return null;
+      const meta = this.#cluster?.meta;
+      if (meta === undefined || meta === null) return null;
       return membership
         .members()
-        .filter((m) => (m.state === "alive" || m.state === "suspect") && members.has(m.meta.id))
-        .length;
+        .filter(
+          (m) =>
+            (m.state === "alive" || m.state === "suspect") &&
+            meta.members.has(m.meta.id) &&
+            !hasLeftForGood(meta, m.meta.id),
+        ).length;
     });
     this.metrics.setPlacementSource(() => {
       const meta = this.#cluster?.meta;

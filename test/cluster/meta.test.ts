@@ -742,11 +742,15 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     const refusal = (st: MetaState, cmd: MetaCommand): MetaOutcome => st.apply(cmd).outcome;
 
     // Decommissioned: a fresh data directory (rejoin, as a node that does not know its cluster
-    // offers first) joins again; its old directory changes nothing.
-    assert.equal(
-      refusal(s, { op: "rejoin", id: "n2", incarnation: "i2" }).kind,
-      "member-unchanged",
+    // offers first) joins again; its old directory changes nothing, and is told it left (it
+    // may have been down while decommissioned: its own meta state still says active).
+    const stale = s.apply({ op: "rejoin", id: "n2", incarnation: "i2" });
+    assert.ok(
+      stale.outcome.kind === "rejected" && stale.outcome.decommissioned === true,
+      JSON.stringify(stale.outcome),
     );
+    assert.match(stale.outcome.reason, /n2 was decommissioned .*empty data directory/);
+    assert.equal(stale.state, s);
     const again = s.apply({ op: "rejoin", id: "n2", incarnation: "j2" });
     assert.equal(again.outcome.kind, "member-updated");
     assert.equal(again.state.stateOf("n2"), "joining");

@@ -543,6 +543,80 @@ describe("elastic cluster (real processes)", () => {
     },
   );
   it(
+    "a member decommissioned while it is down and restarted on its data directory serves nothing, is not counted, and stops once removed",
+    { timeout: 240_000 },
+    async () => {
+      await withCluster("decommissioned-down", {}, async (cluster) => {
+        const c1 = clientOf(cluster, "n1");
+        const { acknowledged, put } = acknowledgedPuts();
+        // Shards are created by their first write: then n4 joins, and takes its share.
+        for (let i = 0; i < 32; i++) await put(c1, `d${i}`, `v${i}`);
+        await cluster.start("n4");
+        await eventually(
+          "n4 is active and holds replicas",
+          async () =>
+            (await memberStates(c1)).includes("n4=active") &&
+            ((await members(c1)).replicas.get("n4") ?? 0) > 0,
+          60_000,
+        );
+        await readsBack(cluster, ["n4"], acknowledged);
+
+        // n4 goes down, and is decommissioned meanwhile: its replicas are re-created elsewhere.
+        await cluster.stop("n4", "SIGKILL");
+        const endpoints = ["--endpoints", cluster.node("n1").rpc];
+        const decommission = await runCairn(["node", "decommission", "n4", "--wait", ...endpoints]);
+        assert.equal(decommission.code, 0, decommission.err);
+        assert.match(decommission.out, /n4: decommissioned, 0 replica\(s\) left/);
+        // Writes n4's old replicas never see.
+        for (let i = 0; i < 32; i++) await put(c1, `d${i}`, `after-${i}`);
+
+        // Restarted on its data directory (which still says active), it learns from the meta
+        // group that it left, and serves nothing: not its stale copy, not a write.
+        const back = await cluster.start("n4");
+        const c4 = clientOf(cluster, "n4");
+        await eventually(
+          "n4 refuses requests: it was decommissioned",
+          async () => {
+            try {
+              await c4.call(c4.kv, "Get", { key: Buffer.from("d0"), consistency: "SERIALIZABLE" });
+              return false;
+            } catch (err) {
+              return /n4 was decommissioned/.test(grpcError(err).details);
+            }
+          },
+          30_000,
+        );
+        const log = (): string => back.server?.lines.join("\n") ?? "";
+        assert.match(log(), /decommissioned while it was down: it serves no requests/);
+        for (const method of ["Get", "Put"] as const) {
+          const err = await c4
+            .call(c4.kv, method, { key: Buffer.from("d1"), value: Buffer.from("x") })
+            .then(() => null, grpcError);
+          assert.match(err?.details ?? "served", /n4 was decommissioned/, method);
+        }
+        // It is no member: n1 does not count it though gossip sees it alive.
+        await eventually("n1 counts 3 live members", async () => {
+          const all = samples(
+            await (await fetch(`http://${cluster.node("n1").server?.http}/metrics`)).text(),
+          );
+          return all.find((x) => x.name === "swim_cluster_size")?.value === 3;
+        });
+
+        // Removed for good while it runs: it stops by itself, as one decommissioned running.
+        const remove = await runCairn(["node", "remove", "n4", ...endpoints]);
+        assert.equal(remove.code, 0, remove.err);
+        const exit = await Promise.race([
+          back.server?.exited,
+          new Promise<null>((resolve) => setTimeout(() => resolve(null), 30_000).unref()),
+        ]);
+        assert.equal(exit?.code, 1, "the removed n4 stops by itself within 30 s");
+        assert.match(log(), /CAIRN_ERR_NODE_REMOVED/);
+        await cluster.stop("n4", "SIGKILL");
+        await readsBack(cluster, ["n1", "n2", "n3"], acknowledged);
+      });
+    },
+  );
+  it(
     "a member down while a node joins, which then leads the meta group, catches up once restarted (chaos seed 103)",
     { timeout: 300_000, skip: !LONG && "long run: npm run test:elastic-long" },
     async () => {
