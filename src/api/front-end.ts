@@ -519,16 +519,22 @@ export function serveFrontEnd(
   }
 
   /** Compressed messages inflating (or queued) per connection: FrontEndLimits.maxDecompressions. */
-  const inflating = new Map<ServerConnection, { active: number; queue: (() => void)[] }>();
+  const inflating = new Map<ServerConnection, { active: number; queue: (() => boolean)[] }>();
 
-  /** Inflates a call's message off this thread, a bounded number at once per connection. */
+  /**
+   * Inflates a call's message off this thread, a bounded number at once per connection; the rest
+   * wait in the connection's queue. `inflated` hears once the message is inflated or dropped
+   * (its bytes leave the incoming budget then). Returns what drops it: a stream that closes
+   * while its message waits leaves nothing in the queue but a closure, skipped at its turn.
+   */
   function inflateThenDispatch(
     stream: ServerStream,
     method: number,
     deadline: number,
     body: Buffer,
     maxReceive: number,
-  ): void {
+    inflated: () => void,
+  ): () => void {
     const connection = stream.connection;
     let state = inflating.get(connection);
     if (state === undefined) {
@@ -536,37 +542,66 @@ export function serveFrontEnd(
       inflating.set(connection, state);
     }
     const slots = state;
-    const start = (): void => {
+    let message: Buffer | null = body;
+    const startNext = (): void => {
+      for (let next = slots.queue.shift(); next !== undefined; next = slots.queue.shift()) {
+        if (next()) return;
+      }
+      if (slots.active === 0) inflating.delete(connection);
+    };
+    const start = (): boolean => {
+      const compressed = message;
+      message = null;
+      if (compressed === null || stream.closed) return false;
       slots.active++;
-      inflateMessage(body, stream.header("grpc-encoding"), maxReceive, (err, message) => {
+      inflateMessage(compressed, stream.header("grpc-encoding"), maxReceive, (err, plain) => {
         slots.active--;
-        const next = slots.queue.shift();
-        if (next !== undefined) next();
-        else if (slots.active === 0) inflating.delete(connection);
+        inflated();
+        startNext();
         if (stream.closed) return;
         if (err !== null) respondStatus(stream, err.code, err.message, null);
-        else dispatch(stream, method, deadline, message as Buffer);
+        else dispatch(stream, method, deadline, plain as Buffer);
         dispatchReady();
         calls.schedule();
       });
+      return true;
     };
-    if (slots.active < limits.maxDecompressions) start();
-    else slots.queue.push(start);
+    if (slots.active < limits.maxDecompressions) {
+      if (!start()) startNext();
+    } else slots.queue.push(start);
+    return () => {
+      message = null;
+    };
   }
 
   function unary(stream: ServerStream, method: number, maxReceive: number): void {
     const chunks: Buffer[] = [];
     let size = 0;
     // The bytes held while the request arrives count against the node's
-    // `rpc.max_incoming_request_bytes` (connection-slots.ts) until it is whole or gone.
+    // `rpc.max_incoming_request_bytes` (connection-slots.ts), its header list (up to 64 KiB)
+    // with them, until it is whole (inflated, when compressed) or gone. Uncounted, the header
+    // lists of requests that never end filled the heap: 65,000 streams of 60 KB of metadata
+    // from one address ended a node (out of memory) in 35 s.
     const bounds = nodeBounds;
     let counted = 0;
+    if (bounds !== null) {
+      const headerBytes = headerListBytes(stream.headers);
+      if (!bounds.takeIncoming(headerBytes)) {
+        refuseIncoming(stream, bounds);
+        return;
+      }
+      counted = headerBytes;
+    }
     stream.timedRequest = true;
     const release = (): void => {
       bounds?.releaseIncoming(counted);
       counted = 0;
     };
-    stream.onClose = release;
+    let dropInflate: (() => void) | null = null;
+    stream.onClose = () => {
+      dropInflate?.();
+      release();
+    };
     stream.onData = (chunk) => {
       size += chunk.length;
       if (size > maxReceive + 5) return;
@@ -584,7 +619,6 @@ export function serveFrontEnd(
       chunks.push(chunk);
     };
     stream.onEnd = () => {
-      release();
       let framed: Buffer;
       try {
         if (size > maxReceive + 5) {
@@ -595,6 +629,7 @@ export function serveFrontEnd(
         }
         framed = unaryFramed(chunks, maxReceive);
       } catch (err) {
+        release();
         const wire = err instanceof WireError;
         respondStatus(
           stream,
@@ -610,11 +645,26 @@ export function serveFrontEnd(
       const timeout = stream.header("grpc-timeout");
       const deadline = deadlineOf(timeout);
       if (Number.isNaN(deadline)) {
+        release();
         respondStatus(stream, status.INTERNAL, invalidTimeoutDetails(timeout), null);
         return;
       }
-      if (framed[0] === 0) dispatch(stream, method, deadline, framed.subarray(5));
-      else inflateThenDispatch(stream, method, deadline, framed.subarray(5), maxReceive);
+      if (framed[0] === 0) {
+        release();
+        dispatch(stream, method, deadline, framed.subarray(5));
+      } else {
+        // Still counted while it waits for its turn to inflate (a connection's compressed
+        // requests queue behind rpc.max_decompressions), given back once inflated; dropped from
+        // the queue if its stream closes first (its bytes then given back by onClose).
+        dropInflate = inflateThenDispatch(
+          stream,
+          method,
+          deadline,
+          framed.subarray(5),
+          maxReceive,
+          release,
+        );
+      }
     };
   }
 
@@ -1478,4 +1528,14 @@ function isNodeId(value: string | undefined): boolean {
     if (!ok) return false;
   }
   return true;
+}
+
+/**
+ * A header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 §6.5.2): names and
+ * values (latin1, a byte a character) and 32 bytes a field.
+ */
+function headerListBytes(headers: HeaderList): number {
+  let bytes = 16 * headers.length;
+  for (const s of headers) bytes += s.length;
+  return bytes;
 }

@@ -344,7 +344,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_INCOMING_REQUEST_BYTES",
     flag: "rpc-max-incoming-request-bytes",
     expect: "must be a size between 1MiB and 1GiB",
-    doc: "Bytes of unary requests still arriving (their message not yet whole) the node holds at once, across its threads; a request whose next bytes would pass it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_BACKPRESSURE, retryable). At least limits.max_message_bytes + 64KiB, so the largest request fits.",
+    doc: "Bytes of unary requests still arriving (header lists, and messages not yet whole or, compressed, not yet inflated) the node holds at once, across its threads; a request whose next bytes would pass it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_BACKPRESSURE, retryable). At least limits.max_message_bytes + 64KiB, so the largest request fits.",
   },
   {
     key: "rpc.max_concurrent_streams",
@@ -374,7 +374,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_RESETS_PER_SECOND",
     flag: "rpc-max-resets-per-second",
     expect: "must be an integer between 0 and 1000000",
-    doc: "Streams one connection may reset a second, in bursts of as many (its own RST_STREAMs, the malformed requests it makes the node reset, and the streams it opens past rpc.max_concurrent_streams); past it the connection ends (GOAWAY ENHANCE_YOUR_CALM: Rapid Reset, CVE-2023-44487). 0: no limit.",
+    doc: "Streams one connection may reset a second, in bursts of as many (its own RST_STREAMs, and the resets it provokes: malformed requests, stream errors such as WINDOW_UPDATE 0 or DATA on a stream it ended, and streams opened past rpc.max_concurrent_streams); past it the connection ends (GOAWAY ENHANCE_YOUR_CALM: Rapid Reset, CVE-2023-44487). 0: no limit.",
   },
   {
     key: "rpc.max_connection_output_bytes",

@@ -95,13 +95,18 @@ function h2Session(server: ServerProcess, sessions: ClientHttp2Session[]): Clien
   return session;
 }
 
-/** A gRPC call's stream on `session`, its request still open. */
-function grpcStream(session: ClientHttp2Session, path: string): ClientHttp2Stream {
+/** A gRPC call's stream on `session`, its request still open; `extra` headers beside. */
+function grpcStream(
+  session: ClientHttp2Session,
+  path: string,
+  extra: Record<string, string> = {},
+): ClientHttp2Stream {
   const stream = session.request({
     ":method": "POST",
     ":path": path,
     "content-type": "application/grpc",
     te: "trailers",
+    ...extra,
   });
   stream.on("error", () => {});
   return stream;
@@ -439,6 +444,47 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     });
     await c.call(c.kv, "Put", { key: Buffer.from("big"), value: Buffer.alloc(200_000, 2) });
     assert.deepEqual(await get(c, "big"), Buffer.alloc(200_000, 2));
+  });
+
+  it("rpc.max_incoming_request_bytes 1 MiB: the header lists of requests still arriving count too", async () => {
+    // Uncounted, 65,000 streams that each sent 60 KB of metadata and no body, from one address,
+    // filled the node's heap in 35 s (out of memory).
+    const server = await start(["--rpc-max-incoming-request-bytes", "1MiB"], {
+      env: { CAIRN_LIMITS_MAX_VALUE_BYTES: "256KiB", CAIRN_LIMITS_MAX_MESSAGE_BYTES: "512KiB" },
+    });
+    const sessions: ClientHttp2Session[] = [];
+    const refusals: string[] = [];
+    const pad = { "x-pad": "p".repeat(40_000) };
+    for (let i = 0; i < 4; i++) {
+      const session = h2Session(server, sessions);
+      for (let j = 0; j < 10; j++) {
+        const stream = grpcStream(session, "/cairn.v1.KV/Put", pad);
+        stream.once("response", (h) => {
+          refusals.push(`${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`);
+        });
+      }
+    }
+    const c = client(server);
+    try {
+      // 40 × 40 KB: about 1.6 MB of header lists; a quarter or more past the budget.
+      await eventually("the header lists fill the budget", async () => {
+        const held = await metricValue(server, "cairn_rpc_incoming_request_bytes");
+        return held > 1024 * 1024 - 41_000 && refusals.length >= 10;
+      });
+      assert.ok((await metricValue(server, "cairn_rpc_incoming_request_bytes")) <= 1024 * 1024);
+      assert.ok(
+        refusals.every((r) => r === "8 CAIRN_ERR_BACKPRESSURE"),
+        refusals.join(", "),
+      );
+      assert.equal(await metricValue(server, "cairn_rpc_incoming_refused_total"), refusals.length);
+      // A small Put still fits beside them.
+      await c.call(c.kv, "Put", { key: Buffer.from("small"), value: Buffer.from("v") });
+    } finally {
+      for (const s of sessions) s.destroy();
+    }
+    await eventually("the header lists' bytes given back", async () => {
+      return (await metricValue(server, "cairn_rpc_incoming_request_bytes")) === 0;
+    });
   });
 
   for (const [shape, env] of [
