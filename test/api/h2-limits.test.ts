@@ -160,6 +160,26 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
     await client.whenClosed;
   });
 
+  for (const [how, provoke] of [
+    ["WINDOW_UPDATE 0", (id: number) => frame(T.WINDOW_UPDATE, 0, id, u32(0))],
+    ["DATA on a stream it ended", (id: number) => frame(T.DATA, 0, id, Buffer.alloc(1))],
+  ] as const) {
+    it(`ends a Rapid Reset by provoked resets (a call, then ${how}) with GOAWAY ENHANCE_YOUR_CALM`, async () => {
+      // Uncharged, the resets this side sent for the client's stream errors ran at 5,000 a
+      // second with every call run.
+      const client = await RawH2Client.open(fe.port, PASSIVE);
+      const frames: Buffer[] = [];
+      for (let i = 0; i < 1000; i++) {
+        const id = 1 + 2 * i;
+        frames.push(unaryCall(id, UNARY, BODY));
+        frames.push(provoke(id));
+      }
+      client.send(Buffer.concat(frames));
+      assert.equal(await client.goAwayCode(), E.ENHANCE_YOUR_CALM);
+      await client.whenClosed;
+    });
+  }
+
   it("resets malformed requests (RFC 9113 §8.2–8.3) and a method other than POST, PROTOCOL_ERROR", async () => {
     const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
@@ -481,6 +501,68 @@ describe("front end: SETTINGS cost the same whatever is open", { timeout: 120_00
     }
   });
 });
+
+describe(
+  "front end: SETTINGS that flip INITIAL_WINDOW_SIZE cost one walk a frame",
+  { timeout: 120_000 },
+  () => {
+    /** A SETTINGS frame of `n` INITIAL_WINDOW_SIZE entries, alternating `a` and `b`. */
+    const flips = (n: number, a: number, b: number): Buffer => {
+      const payload = Buffer.alloc(6 * n);
+      for (let i = 0; i < n; i++) {
+        payload.writeUInt16BE(0x4, 6 * i);
+        payload.writeUInt32BE(i % 2 === 0 ? a : b, 6 * i + 2);
+      }
+      return frame(T.SETTINGS, 0, 0, payload);
+    };
+
+    it("acknowledges frames of 2,730 flips quickly with 20,000 streams open", async () => {
+      const fe = await startFrontEnd({ hold: true, limits: { maxConcurrentStreams: 100_000 } });
+      const client = await RawH2Client.open(fe.port, PASSIVE);
+      try {
+        const block = encodeBlock(grpcRequest(UNARY));
+        const frames: Buffer[] = [];
+        for (let i = 0; i < 20_000; i++)
+          frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, block));
+        client.send(Buffer.concat(frames));
+        client.send(frame(T.PING, 0, 0, Buffer.alloc(8, 7)));
+        await client.until(
+          (fs) => fs.some((f) => f.type === T.PING && (f.flags & 0x1) !== 0),
+          "the PING's ACK",
+        );
+        const start = performance.now();
+        // 50 frames of 16 KiB: 136,500 changes of the initial window, each of which walked the
+        // 20,000 streams (2.7 billion steps: minutes of CPU, the node deaf meanwhile).
+        client.send(Buffer.concat(Array.from({ length: 50 }, () => flips(2730, 0, 65_535))));
+        await client.until(
+          (fs) => fs.filter((f) => f.type === T.SETTINGS && (f.flags & 0x1) !== 0).length >= 51,
+          "50 SETTINGS ACKs",
+        );
+        const ms = performance.now() - start;
+        assert.ok(ms < 5000, `50 SETTINGS frames took ${ms.toFixed(0)} ms`);
+        assert.equal(client.goAway, null);
+      } finally {
+        client.destroy();
+        await fe.close();
+      }
+    });
+
+    it("still ends a connection whose stream window one entry of a frame overflows, though the last entry would not", async () => {
+      const fe = await startFrontEnd({ hold: true });
+      const client = await RawH2Client.open(fe.port, PASSIVE);
+      try {
+        client.send(frame(T.HEADERS, F.END_HEADERS, 1, encodeBlock(grpcRequest(UNARY))));
+        // Stream 1's send window: 65,535 + 1,000; then the initial window to the maximum and back.
+        client.send(frame(T.WINDOW_UPDATE, 0, 1, u32(1000)));
+        client.send(flips(2, 0x7fff_ffff, 65_535));
+        assert.equal(await client.goAwayCode(), E.FLOW_CONTROL_ERROR);
+      } finally {
+        client.destroy();
+        await fe.close();
+      }
+    });
+  },
+);
 
 describe("h2 connection: what its owner throws ends that connection, not the process", () => {
   it("answers GOAWAY INTERNAL_ERROR and reports the error", async () => {

@@ -232,7 +232,7 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
       // Half-closed (remote): the client ended the stream already (RFC 9113 §5.1), a stream
       // error; its header block was decoded, so the connection's HPACK state is intact.
       if (existing.remoteEnded) {
-        this.resetStream(existing, ErrorCode.STREAM_CLOSED);
+        this.resetForFault(existing, ErrorCode.STREAM_CLOSED);
         return;
       }
       // Trailers from the client: they must end the stream; gRPC clients send none worth reading.
@@ -307,10 +307,7 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
    * charged to the client's budget as a malformed request's is.
    */
   #resetMalformed(stream: ServerStream): void {
-    if (!this.chargeReset()) {
-      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many malformed requests");
-    }
-    this.resetStream(stream, ErrorCode.PROTOCOL_ERROR);
+    this.resetForFault(stream, ErrorCode.PROTOCOL_ERROR);
   }
 
   /** Before `streamId` opens: the ids between the last one opened and it were skipped. */

@@ -748,13 +748,13 @@ export abstract class ConnectionCore<S extends CoreStream> {
       }
       // A stream this side has closed (reset, or answered): its DATA is dropped, credited back.
       this.#consumeConnection(payload.length);
-      if (stream !== undefined) this.resetStream(stream, ErrorCode.STREAM_CLOSED);
+      if (stream !== undefined) this.resetForFault(stream, ErrorCode.STREAM_CLOSED);
       return;
     }
     stream.unconsumed += payload.length;
     stream.outstanding += payload.length;
     if (stream.outstanding > this.#receiveWindow) {
-      this.resetStream(stream, ErrorCode.FLOW_CONTROL_ERROR); // its bytes are consumed at close
+      this.resetForFault(stream, ErrorCode.FLOW_CONTROL_ERROR); // its bytes are consumed at close
       return;
     }
     // Padding is consumed at once; so is everything when the owner buffers it itself.
@@ -818,7 +818,13 @@ export abstract class ConnectionCore<S extends CoreStream> {
       if (this.#handshakeTimer !== null) clearTimeout(this.#handshakeTimer);
       this.#handshakeTimer = null;
     }
-    let widened = false;
+    // INITIAL_WINDOW_SIZE is applied once a frame, after its entries: each entry walked every
+    // open stream, and a frame of 2,730 entries flipping it cost 25–40 ms of CPU with 1,000
+    // streams open. Applied in order, the entries leave each stream's window at the last value's
+    // and overflow it, if at all, at the highest one's: the same checks, one walk each.
+    const initial = this.#peerInitialWindow;
+    let lastWindow = initial;
+    let highestWindow = initial;
     for (let at = 0; at < payload.length; at += 6) {
       const id = payload.readUInt16BE(at);
       const value = payload.readUInt32BE(at + 2);
@@ -833,17 +839,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
           if (value > MAX_WINDOW) {
             throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE");
           }
-          const delta = value - this.#peerInitialWindow;
-          if (delta === 0) break;
-          // Only a change walks the streams: a SETTINGS frame costs the same whatever is open.
-          this.#peerInitialWindow = value;
-          if (delta > 0) widened = true;
-          for (const s of this.streams.values()) {
-            s.sendWindow += delta;
-            if (s.sendWindow > MAX_WINDOW) {
-              throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflow");
-            }
-          }
+          lastWindow = value;
+          if (value > highestWindow) highestWindow = value;
           break;
         }
         case Setting.MAX_FRAME_SIZE:
@@ -863,9 +860,22 @@ export abstract class ConnectionCore<S extends CoreStream> {
           break;
       }
     }
+    // Only a change walks the streams: a SETTINGS frame costs the same whatever is open.
+    const delta = lastWindow - initial;
+    if (highestWindow > initial) {
+      for (const s of this.streams.values()) {
+        if (s.sendWindow + (highestWindow - initial) > MAX_WINDOW) {
+          throw new ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflow");
+        }
+      }
+    }
+    if (delta !== 0) {
+      this.#peerInitialWindow = lastWindow;
+      for (const s of this.streams.values()) s.sendWindow += delta;
+    }
     this.#frame(FrameType.SETTINGS, FLAG_ACK, 0, EMPTY);
     // A larger initial window may unblock queued DATA.
-    if (widened) for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
+    if (delta > 0) for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
     this.settingsApplied();
   }
 
@@ -899,12 +909,12 @@ export abstract class ConnectionCore<S extends CoreStream> {
       return;
     }
     if (increment === 0) {
-      this.resetStream(stream, ErrorCode.PROTOCOL_ERROR);
+      this.resetForFault(stream, ErrorCode.PROTOCOL_ERROR);
       return;
     }
     stream.sendWindow += increment;
     if (stream.sendWindow > MAX_WINDOW) {
-      this.resetStream(stream, ErrorCode.FLOW_CONTROL_ERROR);
+      this.resetForFault(stream, ErrorCode.FLOW_CONTROL_ERROR);
       return;
     }
     this.flushStream(stream);
@@ -1009,6 +1019,18 @@ export abstract class ConnectionCore<S extends CoreStream> {
       this.#recvOutstanding -= this.#pendingCredit;
       this.#pendingCredit = 0;
     }
+  }
+
+  /**
+   * Resets `stream` for the peer's stream error (RFC 9113 §5.4.2), charged to its reset budget
+   * as its own resets are: a flood of resets it provokes (WINDOW_UPDATE 0, DATA or HEADERS on a
+   * stream it ended) is a Rapid Reset by other means, and ran at 5,000 a second unchecked.
+   */
+  protected resetForFault(stream: S, code: number): void {
+    if (!this.chargeReset()) {
+      throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many stream errors");
+    }
+    this.resetStream(stream, code);
   }
 
   /** Resets an open stream (RST_STREAM with `code`) and closes it. */
