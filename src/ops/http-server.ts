@@ -43,6 +43,11 @@ export interface OpsHttpServerOptions {
   readonly reportTimeoutMs?: number;
   /** The setting named in bind errors. Default "http_addr". */
   readonly setting?: string;
+  /**
+   * A connection that sends and receives nothing this long is closed. Default OPS_HTTP_IDLE_MS,
+   * or reportTimeoutMs + 5 s when longer, so that a report being built is never cut.
+   */
+  readonly idleTimeoutMs?: number;
 }
 
 /**
@@ -51,6 +56,16 @@ export interface OpsHttpServerOptions {
  * connections must not take the descriptors the storage needs (src/node/open-files.ts).
  */
 export const OPS_HTTP_MAX_CONNECTIONS = 128;
+
+/**
+ * A connection silent this long (no byte either way) is closed: without, 128 connections that
+ * never sent a byte held every slot for good, and the liveness probe was refused (Node's header
+ * and request timeouts start at a request's first byte).
+ */
+export const OPS_HTTP_IDLE_MS = 10_000;
+
+/** A refused request's 400 is flushed this long at most before its connection is destroyed. */
+const REFUSAL_FLUSH_MS = 1_000;
 
 const PLAIN = "text/plain; charset=utf-8";
 const JSON_TYPE = "application/json";
@@ -74,18 +89,34 @@ export class OpsHttpServer {
     this.#options = options;
     this.#log = options.logger;
     this.#server = createServer(
-      { requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5_000 },
+      {
+        requestTimeout: 30_000,
+        headersTimeout: 10_000,
+        keepAliveTimeout: 5_000,
+        // Node checks the two timeouts above this often (30 s by default): a slow-header
+        // client held its slot three times as long as headersTimeout says.
+        connectionsCheckingInterval: 1_000,
+      },
       (req, res) => this.#handle(req, res),
     );
     this.#server.maxConnections = OPS_HTTP_MAX_CONNECTIONS;
+    const idleMs =
+      options.idleTimeoutMs ??
+      Math.max(OPS_HTTP_IDLE_MS, (options.reportTimeoutMs ?? 5_000) + 5_000);
     this.#server.on("connection", (socket: Socket) => {
       this.#sockets.add(socket);
       socket.once("close", () => this.#sockets.delete(socket));
+      socket.setTimeout(idleMs, () => socket.destroy());
     });
     this.#server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => {
-      // Malformed requests and resets: answer 400 when the socket still takes it, never throw.
+      // Malformed requests, timeouts and resets: answer 400 when the socket still takes it,
+      // never throw; then the connection goes (ended only, a timed-out one stayed open).
       if (err.code !== "ECONNRESET" && socket.writable) {
-        socket.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        socket.end(
+          "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+          () => socket.destroy(),
+        );
+        setTimeout(() => socket.destroy(), REFUSAL_FLUSH_MS).unref();
       } else {
         socket.destroy();
       }

@@ -298,6 +298,34 @@ describe("lifecycle", () => {
     });
   });
 
+  it("closes connections that send nothing: the probe is served again", async () => {
+    // Before: 128 connections that never sent a byte held every slot for good, and /health/quick
+    // was refused while they stayed.
+    const h = await startServer({ idleTimeoutMs: 300 });
+    const port = Number(new URL(h.base).port);
+    const idle = await Promise.all(
+      Array.from(
+        { length: 128 },
+        () =>
+          new Promise<import("node:net").Socket>((resolve, reject) => {
+            const s = connect(port, "127.0.0.1", () => resolve(s));
+            s.once("error", reject);
+          }),
+      ),
+    );
+    const closed = idle.map(
+      (s) => new Promise<void>((resolve) => s.once("close", () => resolve())),
+    );
+    try {
+      await Promise.all(closed);
+      const res = await fetch(`${h.base}/health/quick`);
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), "OK");
+    } finally {
+      for (const s of idle) s.destroy();
+    }
+  });
+
   it("close() lets an in-flight request finish, refuses new connections", async () => {
     const h = await startServer();
     const port = h.server.address?.port ?? 0;
