@@ -201,8 +201,18 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
     if (parsed.success) {
       values.set(key, parsed.data);
     } else {
-      const custom = parsed.error.issues.find((i) => i.code === "custom" && i.message !== "");
-      const text = custom?.message ?? spec.expect;
+      const custom = parsed.error.issues.find(
+        (i) => i.code === "custom" && i.params?.["useExpect"] !== true,
+      );
+      // A size that does not parse: say how one is written (binary units only).
+      const unparsed = parsed.error.issues.some(
+        (i) => i.code === "custom" && i.params?.["unparsed"] === true,
+      );
+      const text =
+        custom?.message ??
+        (unparsed
+          ? `${spec.expect}, written as a whole number of bytes, or with B, KiB, MiB or GiB (binary units: not MB or GB)`
+          : spec.expect);
       issues.push(issue(key, setting.source, `${text}, got ${show(setting.value)}`));
     }
   }

@@ -50,7 +50,8 @@ function bytesBetween(min: number, max: number): z.ZodType<number> {
   return z.unknown().transform((v, ctx) => {
     const n = parseBytes(v);
     if (n === undefined || n < min || n > max) {
-      ctx.addIssue({ code: "custom", message: "" });
+      // The key's own `expect` says what is wanted (load.ts): zod would say "Invalid input".
+      ctx.addIssue({ code: "custom", params: { useExpect: true, unparsed: n === undefined } });
       return z.NEVER;
     }
     return n;

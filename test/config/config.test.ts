@@ -161,6 +161,20 @@ describe("loadConfig", () => {
     assert.match(slow.message, /raft\.snapshot_rate_bytes_per_sec \(from .*\): .*, got "512KiB"/);
   });
 
+  it("says what a size must be: its range, and how it is written when it does not parse", () => {
+    const far = configError(() => loadConfig({ env: { CAIRN_LIMITS_MAX_VALUE_BYTES: "65MiB" } }));
+    assert.match(
+      far.message,
+      /limits\.max_value_bytes .*: must be a size between 0 and 64MiB, got "65MiB"/,
+    );
+    const decimal = configError(() => loadConfig({ env: { CAIRN_LIMITS_MAX_VALUE_BYTES: "1MB" } }));
+    assert.match(
+      decimal.message,
+      /must be a size between 0 and 64MiB, written as a whole number of bytes, or with B, KiB, MiB or GiB \(binary units: not MB or GB\), got "1MB"/,
+    );
+    assert.doesNotMatch(far.message + decimal.message, /Invalid input/);
+  });
+
   it("names the key, the file and the bad value", () => {
     const path = yamlFile("cluster:\n  total_shards: abc\n");
     const err = configError(() => loadConfig({ configPath: path }));
