@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { connect } from "node:net";
+import { connect, type Socket } from "node:net";
 import { after, describe, it } from "node:test";
 import { Gauge } from "prom-client";
 import { CairnError } from "../../src/common/index.ts";
@@ -307,7 +307,7 @@ describe("lifecycle", () => {
       Array.from(
         { length: 128 },
         () =>
-          new Promise<import("node:net").Socket>((resolve, reject) => {
+          new Promise<Socket>((resolve, reject) => {
             const s = connect(port, "127.0.0.1", () => resolve(s));
             s.once("error", reject);
           }),
