@@ -34,6 +34,7 @@ import { CairnError } from "../common/errors.ts";
 import { lockFile as nativeLockFile } from "../common/native.ts";
 import type { Logger } from "../ops/index.ts";
 import { dataDirError, prepareDataDir } from "./data-dir.ts";
+import { checkNodeId } from "./node-id-record.ts";
 import { checkTotalShards } from "./shard-count.ts";
 import { checkShardWorkers } from "./worker-layout.ts";
 
@@ -72,12 +73,13 @@ export interface LockOptions {
 
 /**
  * What a node does with its data directory before it opens anything: makes sure it is a
- * directory, takes its lock, and checks that it was written with this shard_workers and
- * cluster.total_shards (recording them on a first start). The caller releases the lock once its
+ * directory, takes its lock, and checks that it was written with this shard_workers,
+ * cluster.total_shards and node_id (recording them on a first start). The caller releases the lock once its
  * storage is closed (or its start failed).
  */
 export async function claimDataDir(
   config: {
+    readonly node_id: string;
     readonly data_dir: string;
     readonly shard_workers: number;
     readonly cluster: { readonly total_shards: number };
@@ -107,6 +109,9 @@ export async function claimDataDir(
     });
     await checkTotalShards(dir, config.cluster.total_shards).catch((err: unknown) => {
       throw dataDirError(err, dir, "check its total_shards record");
+    });
+    await checkNodeId(dir, config.node_id).catch((err: unknown) => {
+      throw dataDirError(err, dir, "check its node-id record");
     });
   } catch (err) {
     lock.release();

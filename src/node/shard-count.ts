@@ -56,7 +56,7 @@ export async function checkTotalShards(dataDir: string, totalShards: number): Pr
 }
 
 /** Whether a WAL (`wal`, `wal-worker-<i>`) or the shards' directory holds anything. */
-async function holdsData(dataDir: string): Promise<boolean> {
+export async function holdsData(dataDir: string): Promise<boolean> {
   const names = await readdir(dataDir);
   for (const name of names) {
     if (name !== "shards" && name !== "wal" && !name.startsWith("wal-worker-")) continue;

@@ -64,6 +64,36 @@ describe("the data directory", () => {
     }
   });
 
+  it("refuses another node_id than it belongs to, naming both", async () => {
+    // Before: a single node started under another id stopped a second later on an internal
+    // invariant (CAIRN_ERR_INVARIANT, "a single-voter group emitted 1 messages").
+    const dir = await mkdtemp(join(root, "d-"));
+    const first = await startServer({ dataDir: dir, args: ["--node-id", "alpha"] });
+    const c = connect(first.rpc);
+    try {
+      await c.call(c.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
+    } finally {
+      c.close();
+      await first.stop();
+    }
+    const refused = await startExpectingExit({ dataDir: dir, args: ["--node-id", "beta"] });
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.errorCode, "CAIRN_ERR_NODE_ID_MISMATCH");
+    assert.match(
+      refused.stderr,
+      new RegExp(`data directory ${dir} belongs to node alpha, but node_id is beta`),
+    );
+    const again = await startServer({ dataDir: dir, args: ["--node-id", "alpha"] });
+    const c2 = connect(again.rpc);
+    try {
+      const got = await c2.call(c2.kv, "Get", { key: Buffer.from("k") });
+      assert.equal((got["value"] as Buffer).toString(), "v");
+    } finally {
+      c2.close();
+      await again.stop();
+    }
+  });
+
   it("names a data_dir that is a file", async () => {
     const file = join(root, "a-file");
     await writeFile(file, "not a directory\n");
