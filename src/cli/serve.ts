@@ -186,6 +186,13 @@ export async function serve(argv: readonly string[]): Promise<number> {
       signal: outcome.signal,
       drain_timeout_ms: config.shutdown.drain_timeout_ms,
     });
+  if ("error" in outcome) {
+    // Logged already; said on stderr too, as a refusal at start is: an operator who sends the
+    // JSON log to a file sees why the node stopped (a duplicate or removed node id, a lost
+    // state, a storage failure) where it ran.
+    const err = outcome.error;
+    process.stderr.write(`cairn serve: ${err instanceof Error ? err.message : String(err)}\n`);
+  }
   try {
     await node.stop();
   } catch (err) {

@@ -161,6 +161,8 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
         await assert.rejects(client.call(client.kv, "Get", { key }), /corruption/);
         const exit = await server.exited;
         assert.equal(exit.code, 1, "the node stops on corrupt storage");
+        // Said on stderr too, beside the JSON log.
+        assert.match(server.stderr(), /^cairn serve: corruption in .*\.sst at offset \d+/m);
         for (const name of tables) await readdir(dir).then((n) => assert.ok(n.includes(name)));
         await assert.rejects(readdir(join(dataDir, "quarantine")), { code: "ENOENT" });
         assert.ok(!server.lines.some((l) => l.includes("moved aside")));
