@@ -46,6 +46,7 @@ import {
   toMetadata,
 } from "./handoff.ts";
 import type { SharedConnectionSlots } from "./connection-slots.ts";
+import { ERROR_CODE_KEY } from "./wire.ts";
 
 export type { FrontEndEvent, FrontEndLimits } from "./handoff.ts";
 
@@ -331,7 +332,15 @@ class IoThread {
     try {
       request = def.requestDeserialize(bytes);
     } catch (err) {
-      this.#reply(id, status.INTERNAL, EMPTY, `error deserializing request: ${String(err)}`, null);
+      // The client's bytes are no message of the method's type: its mistake, not the server's
+      // (INTERNAL, as grpc-js answers, would say a bug here: docs/errors.md).
+      this.#reply(
+        id,
+        status.INVALID_ARGUMENT,
+        EMPTY,
+        `the request is not a valid ${def.path} message: ${String(err)}`,
+        MALFORMED_TRAILERS,
+      );
       return;
     }
     const call = new HandedCall(request, toMetadata(meta), deadline, peer, def.path, identity);
@@ -405,6 +414,9 @@ class IoThread {
 }
 
 const EMPTY = new Uint8Array(0);
+
+/** The trailers of a request whose message does not parse. */
+const MALFORMED_TRAILERS: MetadataPairs = [[ERROR_CODE_KEY, "CAIRN_ERR_INVALID_ARGUMENT"]];
 
 function metadataOrNull(md: Metadata | undefined | null): MetadataPairs | null {
   return md === undefined || md === null ? null : metadataPairs(md);

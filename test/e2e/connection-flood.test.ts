@@ -24,6 +24,7 @@ import { connect as connectTls } from "node:tls";
 import { type ClientHttp2Session, type ClientHttp2Stream, connect as connectH2 } from "node:http2";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
 import { eventually } from "../support/cluster-process.ts";
 import { type Clients, connect } from "../support/grpc-client.ts";
 import { grpcMessage, PREFACE, putRequest, settings } from "../support/h2-raw.ts";
@@ -444,6 +445,36 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     });
     await c.call(c.kv, "Put", { key: Buffer.from("big"), value: Buffer.alloc(200_000, 2) });
     assert.deepEqual(await get(c, "big"), Buffer.alloc(200_000, 2));
+  });
+
+  it("answers a request whose bytes are no message INVALID_ARGUMENT (CAIRN_ERR_INVALID_ARGUMENT), not INTERNAL", async () => {
+    // INTERNAL says a server bug (docs/errors.md); a truncated field is the client's.
+    const server = await start([]);
+    const sessions: ClientHttp2Session[] = [];
+    try {
+      const stream = grpcStream(h2Session(server, sessions), "/cairn.v1.KV/Put");
+      const trailers = new Promise<Record<string, unknown>>((resolve) => {
+        stream.once("trailers", (t) => resolve(t));
+        stream.once("response", (h) => {
+          if (h["grpc-status"] !== undefined) resolve(h);
+        });
+      });
+      stream.resume();
+      // Field 1 (key), length-delimited, its length a varint cut short.
+      const body = Buffer.from([0x0a, 0xff]);
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(body.length, 1);
+      stream.end(Buffer.concat([head, body]));
+      const t = await trailers;
+      assert.equal(t["grpc-status"], String(status.INVALID_ARGUMENT), JSON.stringify(t));
+      assert.equal(t["cairn-error-code"], "CAIRN_ERR_INVALID_ARGUMENT");
+      assert.match(
+        decodeURIComponent(String(t["grpc-message"])),
+        /not a valid \/cairn\.v1\.KV\/Put message/,
+      );
+    } finally {
+      for (const s of sessions) s.destroy();
+    }
   });
 
   it("rpc.max_incoming_request_bytes 1 MiB: the header lists of requests still arriving count too", async () => {
