@@ -875,7 +875,8 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     this.#frame(FrameType.SETTINGS, FLAG_ACK, 0, EMPTY);
     // A larger initial window may unblock queued DATA.
-    if (delta > 0) for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
+    if (delta > 0)
+      for (const s of this.streams.values()) if (s.queuedBytes > 0) this.flushStream(s);
     this.settingsApplied();
   }
 
