@@ -34,7 +34,7 @@ import { CairnError } from "../common/errors.ts";
 import { lockFile as nativeLockFile } from "../common/native.ts";
 import type { Logger } from "../ops/index.ts";
 import { dataDirError, prepareDataDir } from "./data-dir.ts";
-import { checkNodeId } from "./node-id-record.ts";
+import { checkMode, checkNodeId } from "./data-dir-owner.ts";
 import { checkTotalShards } from "./shard-count.ts";
 import { checkShardWorkers } from "./worker-layout.ts";
 
@@ -82,7 +82,7 @@ export async function claimDataDir(
     readonly node_id: string;
     readonly data_dir: string;
     readonly shard_workers: number;
-    readonly cluster: { readonly total_shards: number };
+    readonly cluster: { readonly total_shards: number; readonly seed_nodes: readonly string[] };
   },
   log: Logger,
 ): Promise<DataDirLock> {
@@ -112,6 +112,9 @@ export async function claimDataDir(
     });
     await checkNodeId(dir, config.node_id).catch((err: unknown) => {
       throw dataDirError(err, dir, "check its node-id record");
+    });
+    await checkMode(dir, config.cluster.seed_nodes.length > 0).catch((err: unknown) => {
+      throw dataDirError(err, dir, "check whether a cluster member wrote it");
     });
   } catch (err) {
     lock.release();

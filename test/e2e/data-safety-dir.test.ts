@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { startExpectingExit } from "../support/failed-start.ts";
 import { connect } from "../support/grpc-client.ts";
+import { freePort } from "../support/ports.ts";
 import { startServer } from "../support/server-process.ts";
 import { mountTmpfs, remount, tmpfsSkip, unmount } from "../support/tmpfs.ts";
 
@@ -92,6 +93,54 @@ describe("the data directory", () => {
       c2.close();
       await again.stop();
     }
+  });
+
+  it("refuses a cluster member's directory as a single node, and a single node's in a cluster", async () => {
+    // Before: the member's directory ran as a single node and stopped a second later on an
+    // internal invariant; the single node's exited 1 with nothing on stderr ("shard 0 is already
+    // open here").
+    const member = await mkdtemp(join(root, "member-"));
+    const port = await freePort();
+    const founded = await startServer({
+      dataDir: member,
+      args: [
+        "--node-id",
+        "n1",
+        "--rpc-addr",
+        `127.0.0.1:${port}`,
+        "--seed-nodes",
+        `127.0.0.1:${port}`,
+      ],
+      env: { CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1" },
+    });
+    const c = connect(founded.rpc);
+    try {
+      await c.call(c.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
+    } finally {
+      c.close();
+      await founded.stop();
+    }
+    const alone = await startExpectingExit({ dataDir: member });
+    assert.equal(alone.code, 1, alone.stderr);
+    assert.equal(alone.errorCode, "CAIRN_ERR_MODE_MISMATCH");
+    assert.match(alone.stderr, /belongs to a cluster member, but cluster.seed_nodes is empty/);
+
+    const single = await mkdtemp(join(root, "single-"));
+    const first = await startServer({ dataDir: single, args: ["--node-id", "n1"] });
+    const c2 = connect(first.rpc);
+    try {
+      await c2.call(c2.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
+    } finally {
+      c2.close();
+      await first.stop();
+    }
+    const joined = await startExpectingExit({
+      dataDir: single,
+      args: ["--seed-nodes", `127.0.0.1:${await freePort()}`],
+    });
+    assert.equal(joined.code, 1, joined.stderr);
+    assert.equal(joined.errorCode, "CAIRN_ERR_MODE_MISMATCH");
+    assert.match(joined.stderr, /was written by a single node .*cairn backup and cairn restore/);
   });
 
   it("names a data_dir that is a file", async () => {

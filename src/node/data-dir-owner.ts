@@ -1,4 +1,6 @@
 /**
+ * Whose a data directory is: which node's (its node-id record), and whether a cluster member's.
+ *
  * The node a data directory belongs to. Its WAL and its replicas are that node's: started under
  * another `node_id`, a single node failed a second later on an internal invariant (its groups'
  * only voter had another name), and a cluster member ran for good refusing its peers' streams
@@ -15,6 +17,8 @@ import { writeFileDurably } from "../storage/index.ts";
 import { holdsData } from "./shard-count.ts";
 
 const RECORD = "node-id";
+/** A cluster member's incarnation (src/node/incarnation.ts): a single node has none. */
+const INCARNATION = "incarnation";
 
 export class NodeIdMismatchError extends CairnError {
   constructor(dataDir: string, recorded: string, configured: string) {
@@ -44,4 +48,28 @@ export async function checkNodeId(dataDir: string, nodeId: string): Promise<void
     throw new NodeIdMismatchError(dataDir, recorded, nodeId);
   }
   await writeFileDurably(path, `${nodeId}\n`);
+}
+
+/**
+ * Checks that `dataDir` is started in the mode it was written in: a cluster member's (it holds
+ * an incarnation, src/node/incarnation.ts) with `cluster.seed_nodes`, a single node's without.
+ * Switched, a member's directory ran as a single node and stopped on an internal invariant (its
+ * groups' other voters unknown), and a single node's failed to found a cluster ("shard 0 is
+ * already open here"). A directory that holds no data yet may start either way.
+ */
+export async function checkMode(dataDir: string, cluster: boolean): Promise<void> {
+  const member = await readFile(join(dataDir, INCARNATION)).then(
+    () => true,
+    (err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return false;
+      throw err;
+    },
+  );
+  if (member === cluster || !(await holdsData(dataDir))) return;
+  throw new CairnError(
+    "CAIRN_ERR_MODE_MISMATCH",
+    member
+      ? `data directory ${dataDir} belongs to a cluster member, but cluster.seed_nodes is empty: start it with its cluster's seed nodes (as a single node it would wait for ever on peers it does not know)`
+      : `data directory ${dataDir} was written by a single node (no cluster.seed_nodes), which cannot join or found a cluster: start it as a single node, and move its keys into a cluster with cairn backup and cairn restore`,
+  );
 }
