@@ -469,22 +469,26 @@ describe("front end: a connection's answers and its output bound", { timeout: 60
   });
 });
 
+/** Opens `n` streams on `client` (HEADERS only, never ended) and waits until all are open. */
+async function openHeldStreams(client: RawH2Client, n: number): Promise<void> {
+  const block = encodeBlock(grpcRequest(UNARY));
+  const frames: Buffer[] = [];
+  for (let i = 0; i < n; i++) frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, block));
+  client.send(Buffer.concat(frames));
+  // A PING after them: its ACK says every stream is open.
+  client.send(frame(T.PING, 0, 0, Buffer.alloc(8, 7)));
+  await client.until(
+    (fs) => fs.some((f) => f.type === T.PING && (f.flags & 0x1) !== 0),
+    "the PING's ACK",
+  );
+}
+
 describe("front end: SETTINGS cost the same whatever is open", { timeout: 120_000 }, () => {
   it("acknowledges SETTINGS quickly on a connection with 20,000 open streams", async () => {
     const fe = await startFrontEnd({ hold: true, limits: { maxConcurrentStreams: 100_000 } });
     const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
-      const frames: Buffer[] = [];
-      const block = encodeBlock(grpcRequest(UNARY));
-      for (let i = 0; i < 20_000; i++)
-        frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, block));
-      client.send(Buffer.concat(frames));
-      // A PING after them: its ACK says every stream is open.
-      client.send(frame(T.PING, 0, 0, Buffer.alloc(8, 7)));
-      await client.until(
-        (fs) => fs.some((f) => f.type === T.PING && (f.flags & 0x1) !== 0),
-        "the PING's ACK",
-      );
+      await openHeldStreams(client, 20_000);
       const settings = frame(T.SETTINGS, 0, 0, Buffer.from([0, 0x3, 0, 0, 0, 100]));
       const start = performance.now();
       client.send(Buffer.concat(Array.from({ length: 1000 }, () => settings)));
@@ -520,16 +524,7 @@ describe(
       const fe = await startFrontEnd({ hold: true, limits: { maxConcurrentStreams: 100_000 } });
       const client = await RawH2Client.open(fe.port, PASSIVE);
       try {
-        const block = encodeBlock(grpcRequest(UNARY));
-        const frames: Buffer[] = [];
-        for (let i = 0; i < 20_000; i++)
-          frames.push(frame(T.HEADERS, F.END_HEADERS, 1 + 2 * i, block));
-        client.send(Buffer.concat(frames));
-        client.send(frame(T.PING, 0, 0, Buffer.alloc(8, 7)));
-        await client.until(
-          (fs) => fs.some((f) => f.type === T.PING && (f.flags & 0x1) !== 0),
-          "the PING's ACK",
-        );
+        await openHeldStreams(client, 20_000);
         const start = performance.now();
         // 50 frames of 16 KiB: 136,500 changes of the initial window, each of which walked the
         // 20,000 streams (2.7 billion steps: minutes of CPU, the node deaf meanwhile).

@@ -113,6 +113,39 @@ function grpcStream(
   return stream;
 }
 
+/**
+ * With `sessions` holding requests that never arrive whole on `server` (its
+ * rpc.max_incoming_request_bytes 1 MiB), and `refusals` the answers they got: waits until `what`
+ * holds more than `atLeast` bytes and `refused` requests were refused, then checks the budget
+ * held, every refusal was CAIRN_ERR_BACKPRESSURE and counted, and a small Put still fits; closes
+ * the sessions and waits until every byte is given back.
+ */
+async function budgetHolds(
+  server: ServerProcess,
+  c: Clients,
+  sessions: ClientHttp2Session[],
+  refusals: readonly string[],
+  { what, atLeast, refused }: { what: string; atLeast: number; refused: number },
+): Promise<void> {
+  const held = (): Promise<number> => metricValue(server, "cairn_rpc_incoming_request_bytes");
+  try {
+    await eventually(`${what} fill the budget`, async () => {
+      return (await held()) > atLeast && refusals.length >= refused;
+    });
+    assert.ok((await held()) <= 1024 * 1024);
+    assert.ok(
+      refusals.every((r) => r === "8 CAIRN_ERR_BACKPRESSURE"),
+      refusals.join(", "),
+    );
+    assert.equal(await metricValue(server, "cairn_rpc_incoming_refused_total"), refusals.length);
+    // A small Put still fits beside them.
+    await c.call(c.kv, "Put", { key: Buffer.from("small"), value: Buffer.from("v") });
+  } finally {
+    for (const s of sessions) s.destroy();
+  }
+  await eventually(`${what}' bytes given back`, async () => (await held()) === 0);
+}
+
 async function get(c: Clients, key: string): Promise<Buffer | null> {
   const r = (await c.call(c.kv, "Get", { key: Buffer.from(key) })) as {
     found?: boolean;
@@ -424,24 +457,10 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
       stream.write(Buffer.concat([head, Buffer.alloc(200_000, 1)]));
     }
     const c = client(server);
-    try {
-      await eventually("the stalled requests fill the budget", async () => {
-        const held = await metricValue(server, "cairn_rpc_incoming_request_bytes");
-        return held > 1024 * 1024 - 200_000 && refusals.length >= 2;
-      });
-      assert.ok((await metricValue(server, "cairn_rpc_incoming_request_bytes")) <= 1024 * 1024);
-      assert.ok(
-        refusals.every((r) => r === "8 CAIRN_ERR_BACKPRESSURE"),
-        refusals.join(", "),
-      );
-      assert.equal(await metricValue(server, "cairn_rpc_incoming_refused_total"), refusals.length);
-      // A small Put still fits beside them.
-      await c.call(c.kv, "Put", { key: Buffer.from("small"), value: Buffer.from("v") });
-    } finally {
-      for (const s of sessions) s.destroy();
-    }
-    await eventually("the stalled requests' bytes given back", async () => {
-      return (await metricValue(server, "cairn_rpc_incoming_request_bytes")) === 0;
+    await budgetHolds(server, c, sessions, refusals, {
+      what: "the stalled requests",
+      atLeast: 1024 * 1024 - 200_000,
+      refused: 2,
     });
     await c.call(c.kv, "Put", { key: Buffer.from("big"), value: Buffer.alloc(200_000, 2) });
     assert.deepEqual(await get(c, "big"), Buffer.alloc(200_000, 2));
@@ -495,26 +514,11 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
         });
       }
     }
-    const c = client(server);
-    try {
-      // 40 × 40 KB: about 1.6 MB of header lists; a quarter or more past the budget.
-      await eventually("the header lists fill the budget", async () => {
-        const held = await metricValue(server, "cairn_rpc_incoming_request_bytes");
-        return held > 1024 * 1024 - 41_000 && refusals.length >= 10;
-      });
-      assert.ok((await metricValue(server, "cairn_rpc_incoming_request_bytes")) <= 1024 * 1024);
-      assert.ok(
-        refusals.every((r) => r === "8 CAIRN_ERR_BACKPRESSURE"),
-        refusals.join(", "),
-      );
-      assert.equal(await metricValue(server, "cairn_rpc_incoming_refused_total"), refusals.length);
-      // A small Put still fits beside them.
-      await c.call(c.kv, "Put", { key: Buffer.from("small"), value: Buffer.from("v") });
-    } finally {
-      for (const s of sessions) s.destroy();
-    }
-    await eventually("the header lists' bytes given back", async () => {
-      return (await metricValue(server, "cairn_rpc_incoming_request_bytes")) === 0;
+    // 40 × 40 KB: about 1.6 MB of header lists; a quarter or more past the budget.
+    await budgetHolds(server, client(server), sessions, refusals, {
+      what: "the header lists",
+      atLeast: 1024 * 1024 - 41_000,
+      refused: 10,
     });
   });
 
