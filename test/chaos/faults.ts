@@ -925,7 +925,9 @@ export class FaultSchedule {
               refusal,
             )?.[1];
             if (dir === undefined) throw new Error(`${victim} refused to start: ${refusal}`);
-            await rename(dir, join(cluster.node(victim).dataDir, `quarantined-${basename(dir)}`));
+            // A name of its own: the same shard may be damaged again on this node in one run.
+            const aside = `quarantined-${basename(dir)}-${Math.round(this.#now())}`;
+            await rename(dir, join(cluster.node(victim).dataDir, aside));
             r.detail += ", it refused to start naming the shard, moved aside by hand";
             await sleep(hold);
             r.healedAt = this.#now();
