@@ -585,12 +585,11 @@ export function serveFrontEnd(
     const bounds = nodeBounds;
     let counted = 0;
     if (bounds !== null) {
-      const headerBytes = headerListBytes(stream.headers);
-      if (!bounds.takeIncoming(headerBytes)) {
+      if (!bounds.takeIncoming(stream.headerBytes)) {
         refuseIncoming(stream, bounds);
         return;
       }
-      counted = headerBytes;
+      counted = stream.headerBytes;
     }
     stream.timedRequest = true;
     const release = (): void => {
@@ -1528,14 +1527,4 @@ function isNodeId(value: string | undefined): boolean {
     if (!ok) return false;
   }
   return true;
-}
-
-/**
- * A header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 §6.5.2): names and
- * values (latin1, a byte a character) and 32 bytes a field.
- */
-function headerListBytes(headers: HeaderList): number {
-  let bytes = 16 * headers.length;
-  for (const s of headers) bytes += s.length;
-  return bytes;
 }

@@ -75,6 +75,8 @@ export class ServerStream extends CoreStream {
    * may last as long as the call).
    */
   timedRequest = false;
+  /** Its header list's size (names, values, 32 bytes a field), as decoded. */
+  readonly headerBytes: number;
 
   constructor(
     id: number,
@@ -84,9 +86,11 @@ export class ServerStream extends CoreStream {
     connection: ServerConnection,
     sendWindow: number,
     contentLength: number,
+    headerBytes: number,
   ) {
     super(id, sendWindow);
     this.headers = headers;
+    this.headerBytes = headerBytes;
     this.method = method;
     this.path = path;
     this.connection = connection;
@@ -292,6 +296,7 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
       this,
       this.peerInitialWindow,
       requestContentLength,
+      this.headerListSize,
     );
     this.streams.set(streamId, stream);
     this.#handler.onStream(stream);

@@ -425,6 +425,10 @@ export abstract class ConnectionCore<S extends CoreStream> {
   ): void;
   /** Whether a stream id is idle: neither side has opened it yet. */
   protected abstract isIdle(streamId: number): boolean;
+  /** The size of the header list handleHeaderBlock was last given (HpackDecoder.listSize). */
+  protected get headerListSize(): number {
+    return this.#decoder.listSize;
+  }
   /** DATA on an open stream, its bytes already counted against the windows. */
   protected abstract handleData(stream: S, data: Buffer): void;
   /** The peer ended the stream with its DATA (END_STREAM on a DATA frame). */

@@ -181,6 +181,8 @@ export class HpackDecoder {
    * table must follow the peer's); the request is malformed, a stream error, not the block.
    */
   malformed = false;
+  /** The size of the last block's header list, as SETTINGS_MAX_HEADER_LIST_SIZE counts it. */
+  listSize = 0;
   #size = 0;
   #limit: number;
   readonly #maxTableSize: number;
@@ -242,6 +244,7 @@ export class HpackDecoder {
     }
     this.#block = NO_BLOCK; // the caller's buffer is not held
     this.malformed = malformed;
+    this.listSize = listSize;
     return out;
   }
 
