@@ -10,10 +10,10 @@
  * total_shards). A directory written before the record existed is recorded with the id it is
  * started with.
  */
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { writeFileDurably } from "../storage/index.ts";
+import { readRecord } from "./data-dir.ts";
 import { holdsData } from "./shard-count.ts";
 
 const RECORD = "node-id";
@@ -37,12 +37,7 @@ export class NodeIdMismatchError extends CairnError {
  */
 export async function checkNodeId(dataDir: string, nodeId: string): Promise<void> {
   const path = join(dataDir, RECORD);
-  let recorded: string | null = null;
-  try {
-    recorded = (await readFile(path, "utf8")).trim();
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-  }
+  const recorded = (await readRecord(path))?.trim() ?? null;
   if (recorded === nodeId) return;
   if (recorded !== null && (await holdsData(dataDir))) {
     throw new NodeIdMismatchError(dataDir, recorded, nodeId);
@@ -58,13 +53,7 @@ export async function checkNodeId(dataDir: string, nodeId: string): Promise<void
  * already open here"). A directory that holds no data yet may start either way.
  */
 export async function checkMode(dataDir: string, cluster: boolean): Promise<void> {
-  const member = await readFile(join(dataDir, INCARNATION)).then(
-    () => true,
-    (err: NodeJS.ErrnoException) => {
-      if (err.code === "ENOENT") return false;
-      throw err;
-    },
-  );
+  const member = (await readRecord(join(dataDir, INCARNATION))) !== null;
   if (member === cluster || !(await holdsData(dataDir))) return;
   throw new CairnError(
     "CAIRN_ERR_MODE_MISMATCH",

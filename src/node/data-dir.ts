@@ -5,7 +5,7 @@
  * file system, a file where a directory should be), never as a bare `ENOENT … mkdir`.
  */
 import { constants } from "node:fs";
-import { access, mkdir, stat } from "node:fs/promises";
+import { access, mkdir, readFile, stat } from "node:fs/promises";
 import { dirname } from "node:path";
 import { CairnError } from "../common/errors.ts";
 
@@ -100,4 +100,17 @@ async function parentCause(dir: string, err: unknown): Promise<unknown> {
     }
   }
   return err;
+}
+
+/**
+ * The text of a small record the data directory keeps (`total-shards`, `node-id`, …), or null
+ * when it has none.
+ */
+export async function readRecord(path: string): Promise<string | null> {
+  try {
+    return await readFile(path, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw err;
+  }
 }

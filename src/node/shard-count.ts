@@ -5,10 +5,11 @@
  * in `<data_dir>/total-shards`, and a later start with another is refused before anything is
  * opened, naming both numbers (as worker-layout.ts does for shard_workers).
  */
-import { readdir, readFile } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { writeFileDurably } from "../storage/index.ts";
+import { readRecord } from "./data-dir.ts";
 
 const RECORD = "total-shards";
 
@@ -29,12 +30,7 @@ export class TotalShardsMismatchError extends CairnError {
  */
 export async function checkTotalShards(dataDir: string, totalShards: number): Promise<void> {
   const path = join(dataDir, RECORD);
-  let text: string | null = null;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-  }
+  const text = await readRecord(path);
   if (text !== null) {
     const recorded = Number(text.trim());
     if (!Number.isInteger(recorded) || recorded < 1) {

@@ -5,10 +5,11 @@
  * its own shards: a first start with N > 1 records it in `shard-workers`, and a later start with
  * another N is refused before anything is opened (unless nothing was written under the record).
  */
-import { readdir, readFile, unlink } from "node:fs/promises";
+import { readdir, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { ensureDir, fsyncDir, nodeFileSystem, writeFileDurably } from "../storage/index.ts";
+import { readRecord } from "./data-dir.ts";
 
 const MARKER = "shard-workers";
 
@@ -61,13 +62,8 @@ async function nothingWritten(dataDir: string, recorded: number): Promise<boolea
 }
 
 async function readRecorded(dataDir: string): Promise<number | null> {
-  let text: string;
-  try {
-    text = await readFile(join(dataDir, MARKER), "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw err;
-  }
+  const text = await readRecord(join(dataDir, MARKER));
+  if (text === null) return null;
   const n = Number(text.trim());
   if (!Number.isInteger(n) || n < 1) {
     throw new CairnError(

@@ -23,7 +23,7 @@ import { CairnError } from "../common/errors.ts";
 import { fsyncDir } from "../storage/index.ts";
 
 /** Where the directories of corrupt shards go, under the data directory. */
-export const QUARANTINE_DIR = "quarantine";
+const CORRUPT_SHARDS_DIR = "quarantine";
 
 /** How deep a cause chain is followed for the corruption. */
 const MAX_CAUSES = 8;
@@ -59,7 +59,7 @@ function shardOfFile(file: string, dataDir: string): number | null {
  */
 export async function quarantineShard(dataDir: string, id: number, now: Date): Promise<string> {
   const shards = join(dataDir, "shards");
-  const into = join(dataDir, QUARANTINE_DIR);
+  const into = join(dataDir, CORRUPT_SHARDS_DIR);
   const created = await mkdir(into, { recursive: true });
   const stamp = now.toISOString().replace(/[-:]/g, "");
   const target = join(into, `shard-${id}-${stamp}`);
