@@ -3,6 +3,7 @@
  * an I/O thread, serving a small test service. The tests speak to it with test/support/h2-raw.ts.
  */
 import type { ServiceDefinition } from "@grpc/grpc-js";
+import type { SharedConnectionSlots } from "../../src/api/connection-slots.ts";
 import {
   type FrontEndEvent,
   type FrontEndLimits,
@@ -51,6 +52,8 @@ export interface FrontEndOptions {
   /** Calls are answered only when the test releases them (`held`). */
   readonly hold?: boolean;
   readonly limits?: Partial<FrontEndLimits>;
+  /** The node's connection bounds (connection-slots.ts); absent, none. */
+  readonly connections?: SharedConnectionSlots;
 }
 
 /** A front end on 127.0.0.1:0 serving UNARY (echo) and PEER_UNARY (echo). */
@@ -98,6 +101,7 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
     },
     onEvent: (event) => events.push(event),
     ...(options.limits === undefined ? {} : { limits: options.limits }),
+    ...(options.connections === undefined ? {} : { connections: options.connections }),
   });
   const port = await threads.start();
   return { port, seen, events, held, whenHeld, close: () => threads.close(1000) };

@@ -4,11 +4,18 @@
  * the front end must do past its limit; none may end the process.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { closeSync, openSync } from "node:fs";
+import { mkdtemp, open, rm } from "node:fs/promises";
 import http2 from "node:http2";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { type AddressInfo, connect, createServer } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
 import { status } from "@grpc/grpc-js";
+import { ConnectionSlots } from "../../src/api/connection-slots.ts";
 import { ServerConnection } from "../../src/api/h2/connection.ts";
 import {
   E,
@@ -656,3 +663,90 @@ describe("front end: response headers indexed per connection (HPACK)", { timeout
     }
   });
 });
+
+/** Resolves once the front end has read everything sent before: its ACK of a new PING. */
+async function pingAcked(client: RawH2Client): Promise<void> {
+  const payload = randomBytes(8);
+  client.send(frame(T.PING, 0, 0, payload));
+  await client.until(
+    (fs) => fs.some((f) => f.type === T.PING && (f.flags & 0x1) !== 0 && f.payload.equals(payload)),
+    "the PING's ACK",
+  );
+}
+
+describe(
+  "front end: compressed requests waiting to inflate stay in rpc.max_incoming_request_bytes",
+  { timeout: 60_000 },
+  () => {
+    it("refuses past the budget while they wait, gives a reset one's bytes back, and runs the rest once inflated", async () => {
+      // The inflations run on libuv's thread pool, shared by this process: each of its threads
+      // is held in open(2) of a FIFO no one writes yet, so the requests' inflations wait their
+      // turn for as long as the test says. Released on the first inflation, they had queued
+      // without a bound: a probe's 4 MiB requests, slow to inflate, took a node from 952 to
+      // 3,502 MiB.
+      const dir = await mkdtemp(join(tmpdir(), "cairn-inflate-"));
+      const poolSize = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
+      const fifos = Array.from({ length: poolSize }, (_, i) => join(dir, `fifo-${i}`));
+      for (const f of fifos) execFileSync("mkfifo", [f]);
+      const held = fifos.map((f) => open(f, "r"));
+      const slots = new ConnectionSlots(100, 0, 100, 1 << 20);
+      const fe = await startFrontEnd({
+        limits: { maxDecompressions: 1 },
+        connections: slots.shared,
+      });
+      // It opens the connection's and the streams' windows to the echoed answers.
+      const client = await RawH2Client.open(fe.port, { closeOnEnd: true });
+      let released = false;
+      const release = async (): Promise<void> => {
+        if (released) return;
+        released = true;
+        for (const f of fifos) closeSync(openSync(f, "w"));
+        for (const h of held) await (await h).close();
+      };
+      try {
+        const gzip = [["grpc-encoding", "gzip"]] as [string, string][];
+        const bodies = Array.from({ length: 8 }, (_, i) => randomBytes(200_000 + i));
+        const ids = bodies.map((_, i) => 2 * i + 1);
+        for (const [i, body] of bodies.entries()) {
+          client.send(
+            requestFrames(
+              ids[i] as number,
+              grpcRequest(UNARY, gzip),
+              grpcMessage(gzipSync(body), true),
+            ),
+          );
+        }
+        // 8 × ~200 KB against 1 MiB: the first five are held, whole and waiting; the last three
+        // are refused as they arrive.
+        await pingAcked(client);
+        assert.equal(slots.refusedIncoming, 3);
+        for (const id of ids.slice(5)) {
+          const refused = await client.grpcOutcome(id);
+          assert.equal(refused.grpcStatus, status.RESOURCE_EXHAUSTED, JSON.stringify(refused));
+          assert.match(refused.message ?? "", /rpc\.max_incoming_request_bytes/);
+        }
+        const waiting = slots.incoming;
+        assert.ok(waiting > 5 * 200_000 && waiting <= 1 << 20, `${waiting} bytes held`);
+        // A waiting request's reset gives its bytes back at once.
+        client.send(frame(T.RST_STREAM, 0, ids[3] as number, u32(E.CANCEL)));
+        await pingAcked(client);
+        assert.ok(waiting - slots.incoming > 200_000, `${slots.incoming} bytes held after a reset`);
+        await release();
+        for (const i of [0, 1, 2, 4]) {
+          assert.equal((await client.grpcOutcome(ids[i] as number)).grpcStatus, status.OK);
+        }
+        const ran = fe.seen.calls.map((c) => c.request.length).sort((a, b) => a - b);
+        assert.deepEqual(
+          ran,
+          [0, 1, 2, 4].map((i) => (bodies[i] as Buffer).length),
+        );
+        assert.equal(slots.incoming, 0);
+      } finally {
+        await release();
+        client.destroy();
+        await fe.close();
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  },
+);
