@@ -4,7 +4,14 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync, type SpawnSyncReturns } from "node:child_process";
-import { readdirSync, statSync, truncateSync } from "node:fs";
+import {
+  readdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import {
@@ -287,4 +294,61 @@ describe("issue 50, bug 3: a table that shrinks under its mapping", () => {
     assert.equal(run.stdout, "ok reread\n", run.stderr);
     assert.equal(run.signal, "SIGBUS");
   });
+});
+
+describe("a table found corrupt as its engine opens", () => {
+  for (const which of [0, 1]) {
+    it(`leaves none of the engine's files in the node's caches (damaged: table ${which + 1} of 2)`, async () => {
+      // A cluster node moves such a shard's directory aside and refills it in the same process
+      // (corrupt-shard.ts): the new tables take the old ones' numbers, so their paths. A file of
+      // the old left open in the file cache under that path was read in place of the new one.
+      const dir = tempDir("lsm-open-corrupt");
+      const engine = await LsmEngine.open(dir, env, OPTIONS);
+      for (const [seq, key] of [
+        [1, "a"],
+        [2, "b"],
+      ] as const) {
+        await engine.write(seq, [{ type: "put", key: b(key), value: b(`old-${key}`.repeat(50)) }]);
+        await engine.flush();
+      }
+      await engine.close();
+      const tables = readdirSync(dir)
+        .filter((n) => n.endsWith(".sst"))
+        .sort();
+      assert.equal(tables.length, 2);
+      const damaged = join(dir, tables[which] as string);
+      // The footer's last byte: the table no longer opens.
+      const bytes = readFileSync(damaged);
+      bytes[bytes.length - 1] = (bytes[bytes.length - 1] as number) ^ 0xff;
+      writeFileSync(damaged, bytes);
+      await assert.rejects(LsmEngine.open(dir, env, OPTIONS), {
+        code: "CAIRN_ERR_CORRUPTION",
+        message: new RegExp(damaged),
+      });
+
+      renameSync(dir, `${dir}.aside`);
+      const refilled = await LsmEngine.open(dir, env, OPTIONS);
+      for (const [seq, key] of [
+        [1, "a"],
+        [2, "b"],
+      ] as const) {
+        await refilled.write(seq, [{ type: "put", key: b(key), value: b(`new-${key}`) }]);
+        await refilled.flush();
+      }
+      assert.deepEqual(
+        readdirSync(dir)
+          .filter((n) => n.endsWith(".sst"))
+          .sort(),
+        tables,
+      );
+      await refilled.close();
+      const reopened = await LsmEngine.open(dir, env, OPTIONS);
+      try {
+        assert.equal(text(reopened.get(b("a"))), "new-a");
+        assert.equal(text(reopened.get(b("b"))), "new-b");
+      } finally {
+        await reopened.close();
+      }
+    });
+  }
 });

@@ -267,46 +267,58 @@ export class LsmEngine implements BudgetMember {
       env.join(engine);
       return engine;
     }
-    for (const files of state.levels) {
-      levels.push(
-        files.map((f) => {
+    // What fails below leaves no table of this engine in the node's caches: its files stay
+    // open there under paths a table of the same number may take again (a cluster node refills
+    // a corrupt shard's directory in the same start: corrupt-shard.ts).
+    let manifest: Manifest | undefined;
+    let quarantined: string[];
+    try {
+      for (const files of state.levels) {
+        const tables: Table[] = [];
+        levels.push(tables);
+        for (const f of files) {
           const path = tablePath(dir, f.number);
           try {
-            return Table.open(f.number, path, env);
+            tables.push(Table.open(f.number, path, env));
           } catch (err) {
+            env.files.close(path);
             if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
             throw new CorruptionError(path, 0, "table named by the manifest is missing", {
               cause: err,
             });
           }
-        }),
-      );
-    }
-    state.nextFileNumber = Math.max(state.nextFileNumber, 1);
-    // Numbers of kept-aside tables are not reused: their names stay unambiguous.
-    for (const n of unaccounted) {
-      state.nextFileNumber = Math.max(state.nextFileNumber, Number(n.slice(0, -4)) + 1);
-    }
-    // A torn tail: its edit was never acknowledged, so the tables it would have added are
-    // orphans, yet they and a copy of the torn manifest are kept aside (QUARANTINE_DIR), not
-    // deleted: a tail read as torn that was not is still recoverable by hand. Done before the
-    // fresh manifest replaces the torn one, so a crash in between repeats it on the next open.
-    const quarantined =
-      tail === undefined || current === undefined
-        ? []
-        : await quarantine(dir, current, unaccounted);
-    // Without CURRENT nothing was durable: no table is live, and no manifest is needed until the
-    // first edit (#appendEdit writes it).
-    const manifest =
-      current === undefined
-        ? undefined
-        : await Manifest.create(dir, state, Number(current.slice(9)) + 1, true);
-    const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
-    for (const name of fresh ? [] : await readdir(dir)) {
-      const path = join(dir, name);
-      const orphanTable = name.endsWith(".sst") && !live.has(path);
-      const oldManifest = name.startsWith("MANIFEST-") && name !== manifest?.fileName;
-      if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
+        }
+      }
+      state.nextFileNumber = Math.max(state.nextFileNumber, 1);
+      // Numbers of kept-aside tables are not reused: their names stay unambiguous.
+      for (const n of unaccounted) {
+        state.nextFileNumber = Math.max(state.nextFileNumber, Number(n.slice(0, -4)) + 1);
+      }
+      // A torn tail: its edit was never acknowledged, so the tables it would have added are
+      // orphans, yet they and a copy of the torn manifest are kept aside (QUARANTINE_DIR), not
+      // deleted: a tail read as torn that was not is still recoverable by hand. Done before the
+      // fresh manifest replaces the torn one, so a crash in between repeats it on the next open.
+      quarantined =
+        tail === undefined || current === undefined
+          ? []
+          : await quarantine(dir, current, unaccounted);
+      // Without CURRENT nothing was durable: no table is live, and no manifest is needed until the
+      // first edit (#appendEdit writes it).
+      manifest =
+        current === undefined
+          ? undefined
+          : await Manifest.create(dir, state, Number(current.slice(9)) + 1, true);
+      const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
+      for (const name of fresh ? [] : await readdir(dir)) {
+        const path = join(dir, name);
+        const orphanTable = name.endsWith(".sst") && !live.has(path);
+        const oldManifest = name.startsWith("MANIFEST-") && name !== manifest?.fileName;
+        if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
+      }
+    } catch (err) {
+      for (const t of levels.flat()) t.evictFromCaches();
+      await manifest?.close().catch(() => undefined);
+      throw err;
     }
     const engine = new LsmEngine(dir, env, options, manifest, state, levels, fresh);
     engine.quarantined = quarantined;
