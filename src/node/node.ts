@@ -505,9 +505,11 @@ export class CairnNode implements HealthSource {
             shard_id: shard,
           });
         },
-        shardQuarantined(shard, into) {
+        shardQuarantined(shard, into, atOpen) {
           storageLog.error(
-            "a shard's tables are corrupt: its directory was moved aside, and its peers refill the shard when the node starts again (delete the moved directory once you no longer need it)",
+            atOpen
+              ? "a shard's tables are corrupt: its directory was moved aside as the node started, and its peers refill the shard (delete the moved directory once you no longer need it)"
+              : "a shard's tables are corrupt: its directory was moved aside, and its peers refill the shard when the node starts again (delete the moved directory once you no longer need it)",
             { shard_id: shard, moved_to: into },
           );
         },

@@ -24,6 +24,7 @@ import {
   term,
 } from "../raft/index.ts";
 import type { FileSystem, Wal } from "../storage/index.ts";
+import { corruptShardOf, quarantineShard } from "./corrupt-shard.ts";
 import type { EngineOpener } from "./engine.ts";
 import {
   type DriverTestingBugs,
@@ -164,10 +165,40 @@ export class Groups {
     }
     // Opening an engine is mostly waiting for fsyncs: open several at once.
     const queue = known.sort((a, b) => a - b);
+    const corrupt: { id: number; err: unknown }[] = [];
     const opener = async (): Promise<void> => {
-      for (let id = queue.shift(); id !== undefined; id = queue.shift()) await this.shard(id);
+      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+        try {
+          await this.shard(id);
+        } catch (err) {
+          if (single || corruptShardOf(err, options.dataDir) !== id) throw err;
+          corrupt.push({ id, err });
+        }
+      }
     };
     await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
+    // Decided once every other shard is open, the meta group with them: its state names the
+    // corrupt shard's replicas.
+    for (const { id, err } of corrupt) await this.#refillCorrupt(id, err);
+  }
+
+  /**
+   * Shard `id`, whose tables (or manifest) were found corrupt as its engine opened at start, is
+   * refilled from its peers in the same start when another replica of it holds what its group
+   * committed (corrupt-shard.ts): its directory moved aside to the quarantine, the shard opens
+   * as one whose directory was lost (refill.ts). Without another replica known here (a group of
+   * one, the meta group itself, a shard worker other than the one holding the meta group: it
+   * starts without the meta state), `err` is thrown: the operator decides (MultiRaft.open names
+   * the directory and what to do).
+   */
+  async #refillCorrupt(id: number, err: unknown): Promise<void> {
+    const host = this.#host;
+    const o = host.options;
+    const others = (o.replicasNow?.(id) ?? this.replicasOf(id)).filter((r) => r !== host.replicaId);
+    if (others.length === 0 || host.wal.hardState(id) === undefined) throw err;
+    const into = await quarantineShard(o.dataDir, id, new Date());
+    o.observer?.shardQuarantined?.(id, into, true);
+    await this.shard(id);
   }
 
   /**

@@ -236,10 +236,11 @@ export interface ReplicationObserver {
    */
   shardRefilled?(shard: number): void;
   /**
-   * The node stopped on corrupt tables of `shard`, whose directory was moved to `into` as it
-   * closed: its peers refill it at the next start (corrupt-shard.ts).
+   * The directory of `shard`, whose tables were found corrupt, was moved to `into`: as the node
+   * stopped on them (its peers refill the shard at the next start), or, `atOpen`, as its engine
+   * opened at start (they refill it now) (corrupt-shard.ts).
    */
-  shardQuarantined?(shard: number, into: string): void;
+  shardQuarantined?(shard: number, into: string, atOpen: boolean): void;
   /** The directory of `shard`, whose corrupt tables stopped the node, could not be moved. */
   shardNotQuarantined?(shard: number, err: unknown): void;
   /**

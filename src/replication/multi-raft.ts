@@ -590,7 +590,7 @@ export class MultiRaft {
     const observer = this.#options.observer;
     try {
       const into = await quarantineShard(this.#options.dataDir, id, new Date());
-      observer?.shardQuarantined?.(id, into);
+      observer?.shardQuarantined?.(id, into, false);
     } catch (err) {
       observer?.shardNotQuarantined?.(id, err);
     }

@@ -29,8 +29,9 @@
  *   Scans through it) until it meets the damage: it must stop (exit code 1), logging that it
  *   moved the shard's directory aside (src/replication/corrupt-shard.ts), within
  *   BIT_ROT_STOP_MS; restarted, its peers refill the shard, and the run's checks find nothing
- *   lost. A block its start reads (the engine's open) makes it refuse to start instead, naming
- *   the shard's directory to move aside: moved, as an operator would, and restarted. Like a
+ *   lost. A block its start reads (the engine's open) makes it move the directory aside in that
+ *   start (its peers refill the shard then), or, where it cannot know the shard's replicas,
+ *   refuse to start naming the directory: moved, as an operator would, and restarted. Like a
  *   wipe, it waits (bounded) for every node to be healthy first;
  * - disk-full: one node's data directory (a tmpfs, scenario "disk" only) filled to ENOSPC; the
  *   node may stop (fail-stop, exit code 1); space freed and the node restarted at the heal;
@@ -933,6 +934,14 @@ export class FaultSchedule {
             r.healedAt = this.#now();
             await cluster.start(victim);
             r.healDone = this.#now();
+            return;
+          }
+          // Met as it opened the shard, its peers holding it: moved aside and refilled in that
+          // start, the node serving.
+          const started = cluster.node(victim).server?.lines ?? [];
+          if (started.some((l) => l.includes("moved aside as the node started"))) {
+            r.detail += ", it moved the shard aside as it started";
+            r.healedAt = r.healDone = this.#now();
             return;
           }
           const stopped = await cluster.readUntilStopped(victim, BIT_ROT_STOP_MS);

@@ -3,8 +3,9 @@
  * bad sector), on real processes. The node stops, as on any storage failure. A cluster member
  * moves the shard's directory to `<data_dir>/quarantine/` as it stops, and at its next start its
  * peers refill the shard (src/replication/corrupt-shard.ts): restarted as it was, it would serve
- * until the next read of the damaged block and stop again. A single node keeps its directory: its
- * tables are its only copy.
+ * until the next read of the damaged block and stop again. One found as the node starts (its
+ * engine opens the table) is moved aside and refilled in that start. A single node keeps its
+ * directory: its tables are its only copy.
  */
 import assert from "node:assert/strict";
 import { mkdtemp, open, readdir, rm } from "node:fs/promises";
@@ -25,21 +26,45 @@ import { startServer } from "../support/server-process.ts";
 const TOTAL_SHARDS = 8;
 let root: string;
 
-/** Overwrites a byte of every table in `dir` inside its first block, where the keys are. */
-async function corruptTables(dir: string): Promise<string[]> {
+/**
+ * Overwrites a byte of every table in `dir`: inside its first block, where the keys are (met by
+ * a read), or the footer's last (met as the engine opens).
+ */
+async function corruptTables(dir: string, where: "block" | "footer" = "block"): Promise<string[]> {
   const tables = (await readdir(dir)).filter((n) => n.endsWith(".sst"));
   for (const name of tables) {
     const file = await open(join(dir, name), "r+");
     try {
+      const at = where === "block" ? 8 : (await file.stat()).size - 1;
       const byte = Buffer.alloc(1);
-      await file.read(byte, 0, 1, 8);
+      await file.read(byte, 0, 1, at);
       byte[0] = (byte[0] as number) ^ 0xff;
-      await file.write(byte, 0, 1, 8);
+      await file.write(byte, 0, 1, at);
     } finally {
       await file.close();
     }
   }
   return tables;
+}
+
+/** With its peers stopped, `node` serves every key of `keys` itself, as `acknowledged` has it. */
+async function servesAlone(
+  cluster: LocalCluster,
+  node: string,
+  keys: readonly string[],
+  acknowledged: ReadonlyMap<string, string>,
+): Promise<void> {
+  for (const other of cluster.nodes) {
+    if (other.id !== node) await cluster.stop(other.id);
+  }
+  const alone = cluster.node(node).client as Clients;
+  for (const key of keys) {
+    const got = await alone.call(alone.kv, "Get", {
+      key: Buffer.from(key),
+      consistency: "SERIALIZABLE",
+    });
+    assert.equal((got["value"] as Buffer | undefined)?.toString(), acknowledged.get(key), key);
+  }
 }
 
 describe("a shard's table found corrupt while the node runs (real processes)", () => {
@@ -126,16 +151,72 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
       await everyReplicaHolds(cluster, acknowledged);
 
       // Its own copy: with its peers stopped, n2 serves every key of the refilled shard itself.
-      await cluster.stop("n1");
-      await cluster.stop("n3");
-      const alone = back.client as Clients;
-      for (const key of ofShard) {
-        const got = await alone.call(alone.kv, "Get", {
-          key: Buffer.from(key),
-          consistency: "SERIALIZABLE",
-        });
-        assert.equal((got["value"] as Buffer | undefined)?.toString(), acknowledged.get(key), key);
+      await servesAlone(cluster, "n2", ofShard, acknowledged);
+      await cluster.stopAll();
+    } finally {
+      await cluster.killAll();
+    }
+  });
+
+  it("a cluster member that finds a shard's table corrupt as it starts moves the shard aside and is refilled in that start: nothing lost", async () => {
+    const cluster = await LocalCluster.create(join(root, "at-open"), 3, {
+      CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
+    });
+    try {
+      await cluster.startAll();
+      await cluster.ready();
+      const { acknowledged, put } = acknowledgedPuts();
+      for (let i = 0; i < 60; i++) {
+        await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
       }
+      const shard = shardForKey(Buffer.from("before-0"), TOTAL_SHARDS);
+      const ofShard = [...acknowledged.keys()].filter(
+        (k) => shardForKey(Buffer.from(k), TOTAL_SHARDS) === shard,
+      );
+      await everyReplicaHolds(cluster, acknowledged);
+      const victim = cluster.node("n2");
+      const c2 = victim.client as Clients;
+      const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
+      assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
+      await cluster.stop("n2", "SIGKILL");
+      // Damaged while the node is down: its start opens the table and finds it.
+      const dir = join(victim.dataDir, "shards", String(shard));
+      assert.ok((await corruptTables(dir, "footer")).length > 0, "n2 flushed a table");
+      const n1 = cluster.node("n1").client as Clients;
+      for (let i = 0; i < 20; i++) await put(n1, `during-${i}`, `d${i}`);
+
+      // Before, it refused to start, naming the directory for the operator to move.
+      const back = await cluster.start("n2");
+      const server = back.server;
+      assert.ok(server !== null);
+      await cluster.ready(60_000);
+      await eventually(
+        "n2 /health is healthy (refilled)",
+        async () => (await healthReport(server.http)).status === "healthy",
+        60_000,
+      );
+      const moved = server.lines.find(
+        (l) =>
+          l.includes('"level":"ERROR"') &&
+          l.includes("moved aside as the node started") &&
+          l.includes(`"shard_id":${shard}`),
+      );
+      assert.ok(
+        moved !== undefined,
+        `no ERROR naming the moved shard:\n${server.lines.join("\n")}`,
+      );
+      const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
+      assert.ok(into.startsWith(join(victim.dataDir, "quarantine", `shard-${shard}-`)), into);
+      assert.ok(
+        (await readdir(into)).some((n) => n.endsWith(".sst")),
+        "the damaged tables kept",
+      );
+      assert.ok(
+        server.lines.some((l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`)),
+        `shard ${shard} not reported refilled:\n${server.lines.join("\n")}`,
+      );
+      await everyReplicaHolds(cluster, acknowledged);
+      await servesAlone(cluster, "n2", ofShard, acknowledged);
       await cluster.stopAll();
     } finally {
       await cluster.killAll();
