@@ -1338,7 +1338,8 @@ export class CairnNode implements HealthSource {
     this.#peerTls?.close();
     await this.#store?.close();
     this.#lock?.release();
-    this.#log.info("node stopped", { node_id: this.config.node_id });
+    // A start that failed is logged once, by its caller ("node failed to start"), after this.
+    if (this.#serving) this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }
 

@@ -112,6 +112,8 @@ describe("a damaged last manifest record", () => {
     assert.ok(refusal.includes(table), refusal);
     // What to do: this single node's tables are the shard's only copy.
     assert.match(refusal, /only copy of shard \d+: restore a backup \(docs\/operations.md/);
+    // A node that never started is not said to have stopped.
+    assert.ok(!failed.lines.some((l) => l.includes('"message":"node stopped"')), refusal);
     // No table was deleted or moved anywhere, and the damaged shard's directory is as it was
     // (the other shards opened normally: each wrote a fresh manifest).
     assert.deepEqual(await tableFiles(dir), tablesBefore);
