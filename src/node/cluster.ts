@@ -469,6 +469,16 @@ export class ClusterState {
         members: [...state.members.keys()],
         replication_factor: state.replicationFactor,
       });
+      if (state.replicationFactor !== this.#config.cluster.replication_factor) {
+        // Fixed when the cluster was founded: this node's setting is not used.
+        this.#log.warn(
+          "the cluster's replication_factor, fixed at its founding, differs from this node's configuration: the cluster's applies",
+          {
+            cluster_replication_factor: state.replicationFactor,
+            replication_factor: this.#config.cluster.replication_factor,
+          },
+        );
+      }
     }
     this.#checkIncarnation(state);
     this.#checkVersion(previous, state);

@@ -166,7 +166,13 @@ describe("elastic cluster (real processes)", () => {
 
         // n2..n4 join: admitted, caught up on the meta group, active. Each shard, the meta
         // group too, grows to the replication factor (3), and the replicas even out.
-        await Promise.all(["n2", "n3", "n4"].map((id) => cluster.start(id)));
+        // n4 is configured with another replication factor: the cluster's, fixed at its
+        // founding, applies, and n4 says so.
+        await Promise.all([
+          cluster.start("n2"),
+          cluster.start("n3"),
+          cluster.start("n4", { CAIRN_CLUSTER_REPLICATION_FACTOR: "5" }),
+        ]);
         const n4 = cluster.node("n4");
         assert.ok(n4.client !== null && n4.server !== null);
         await eventually(
@@ -174,6 +180,10 @@ describe("elastic cluster (real processes)", () => {
           async () => (await memberStates(c1)).join() === "n1=active,n2=active,n3=active,n4=active",
           60_000,
         );
+        const warned = n4.server.lines.find((l) => l.includes("replication_factor, fixed at"));
+        assert.ok(warned !== undefined, n4.server.lines.join("\n"));
+        assert.match(warned, /"level":"WARN"/);
+        assert.match(warned, /"cluster_replication_factor":3,"replication_factor":5/);
         // 16 shards × 3 replicas over 4 nodes, within the tolerance (1): 12 or 13 each, in
         // every node's view: a node a shard moved off shows it where the meta group places it
         // (its old replica, removed, may lose its leader and keep the move's configuration).
