@@ -8,6 +8,7 @@ import {
   CONFIG_KEYS,
   ConfigError,
   type ConfigKeySpec,
+  formatBytes,
   loadConfig,
 } from "../config/index.ts";
 import { CairnNode, ShardWorkersNode } from "../node/index.ts";
@@ -78,7 +79,7 @@ function flagOptions(): string {
             ? k.default.length === 0
               ? ", default empty"
               : `, default ${k.default.join(",")}`
-            : `, default ${String(k.default)}`;
+            : `, default ${k.kind === "bytes" ? formatBytes(k.default as number) : String(k.default)}`;
       return option(`--${k.flag} ${placeholder(k)}`, `${k.doc} (env ${k.env}${shown})`);
     })
     .join("\n");

@@ -25,5 +25,6 @@ export {
   type KeySpec as ConfigKeySpec,
   LOG_LEVELS,
   type LogLevelName,
+  formatBytes,
   parseBytes,
 } from "./schema.ts";

@@ -42,6 +42,18 @@ export function parseBytes(value: unknown): number | undefined {
   return Number.isSafeInteger(n) ? n : undefined;
 }
 
+/** `bytes` as parseBytes reads it, in the largest binary unit that divides it: `256MiB`, `1000`. */
+export function formatBytes(bytes: number): string {
+  for (const [unit, size] of [
+    ["GiB", GIB],
+    ["MiB", MIB],
+    ["KiB", KIB],
+  ] as const) {
+    if (bytes >= size && bytes % size === 0) return `${bytes / size}${unit}`;
+  }
+  return String(bytes);
+}
+
 function intBetween(min: number, max: number): z.ZodType<number> {
   return z.int().min(min).max(max);
 }

@@ -63,7 +63,13 @@ describe("cairn serve --help, held to the configuration schema", () => {
       const text = (options.get(k.flag) ?? "").replace(/\s+/g, " ");
       assert.ok(text.includes(k.env), `--${k.flag} names ${k.env}`);
       if (k.default !== undefined && !(Array.isArray(k.default) && k.default.length === 0)) {
-        assert.ok(text.includes(`default ${String(k.default)}`), `--${k.flag} gives its default`);
+        // A size in binary units (`256MiB`), read back as the schema's number of bytes.
+        const shown = /default (\S+?)\)/.exec(text)?.[1] ?? "";
+        const same =
+          k.kind === "bytes"
+            ? parseBytes(shown) === k.default
+            : text.includes(`default ${String(k.default)}`);
+        assert.ok(same, `--${k.flag} gives its default (${shown})`);
       }
       // Its description is the schema's own: nothing said here can contradict it.
       const first = k.doc.split(/(?<=\.) /)[0] ?? k.doc;
@@ -72,6 +78,11 @@ describe("cairn serve --help, held to the configuration schema", () => {
         `--${k.flag} says the schema's "${first}"`,
       );
     }
+  });
+
+  it("gives sizes in binary units, as the configuration takes them", () => {
+    const help = helpOptions(SERVE_HELP).get("rpc-max-incoming-request-bytes") ?? "";
+    assert.match(help.replace(/\s+/g, " "), /default 256MiB\)/);
   });
 });
 
