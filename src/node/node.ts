@@ -164,6 +164,8 @@ export interface ShardCell {
     share(state: MetaState): void;
     /** The others: `listener` hears every state worker 0 shares (the latest one at once). */
     follow(listener: (state: MetaState) => void): void;
+    /** The others: the first state worker 0 shared that places `shard`, within `timeoutMs`. */
+    placing(shard: number, timeoutMs: number): Promise<MetaState | null>;
     /** The others: their meta commands go through worker 0. */
     proposer(): MetaProposer;
     /** The others: brings the state here up to the meta group's commit (MultiRaft.syncMeta). */
@@ -438,7 +440,12 @@ export class CairnNode implements HealthSource {
             ensureShard: (shard: number) => cluster.ensureShard(shard, REQUEST_TIMEOUT_MS),
             createdShards: () => cluster.createdShards(),
             // A shard worker without shard 0 syncs through worker 0, which holds it.
-            ...(cell === null || cell.index === 0 ? {} : { syncMeta: () => cell.meta.sync() }),
+            ...(cell === null || cell.index === 0
+              ? {}
+              : {
+                  syncMeta: () => cell.meta.sync(),
+                  metaAtStart: (shard: number) => cell.meta.placing(shard, META_AT_START_MS),
+                }),
             remoteReadIndex: (leader: string, shard: number, term: number) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
@@ -1391,6 +1398,12 @@ const REQUEST_TIMEOUT_MS = 10_000;
  * do not wait for it at all).
  */
 const CONFIRM_TERMS_TIMEOUT_MS = 2_000;
+/**
+ * How long a shard worker that found a shard's tables corrupt at start waits for the meta state
+ * from the worker holding shard 0, which opens alongside it: without it the node refuses to
+ * start, naming the directory (corrupt-shard.ts).
+ */
+const META_AT_START_MS = 30_000;
 
 function advertised(configured: string, bound: HostPort): string {
   const parsed = parseHostPort(configured, { allowPortZero: true });

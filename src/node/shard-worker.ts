@@ -154,6 +154,7 @@ try {
         incarnation: setup.incarnation,
         share: (state) => metaShare.share(state),
         follow: (listener) => metaShare.follow(listener),
+        placing: (shard, timeoutMs) => metaShare.placing(shard, timeoutMs),
         sync: () => metaShare.sync(),
         proposer: () => {
           const worker0 = siblings[0];

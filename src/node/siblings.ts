@@ -514,6 +514,8 @@ export class MetaShare {
   #latest: MetaState | null = null;
   #listener: ((state: MetaState) => void) | null = null;
   #waiters: { version: number; resolve(): void }[] = [];
+  /** `placing` calls waiting: each hears every state received. */
+  readonly #placingWatchers = new Set<() => void>();
 
   constructor(siblings: readonly (Sibling | null)[]) {
     this.#siblings = siblings;
@@ -544,10 +546,34 @@ export class MetaShare {
     this.#version = meta.version;
     this.#latest = MetaState.load(meta.records);
     this.#listener?.(this.#latest);
+    for (const watcher of [...this.#placingWatchers]) watcher();
     const reached = this.#waiters.filter((w) => w.version <= meta.version);
     if (reached.length === 0) return;
     this.#waiters = this.#waiters.filter((w) => w.version > meta.version);
     for (const w of reached) w.resolve();
+  }
+
+  /**
+   * The others: the latest state received once one places `shard`, or null if none does within
+   * `timeoutMs` (worker 0 shares its state as it opens and replays shard 0, alongside this
+   * worker's start).
+   */
+  placing(shard: number, timeoutMs: number): Promise<MetaState | null> {
+    const places = (): boolean => (this.#latest?.nodesOf(shard).length ?? 0) > 0;
+    if (places()) return Promise.resolve(this.#latest);
+    return new Promise((resolve) => {
+      const watcher = (): void => {
+        if (!places()) return;
+        clearTimeout(timer);
+        this.#placingWatchers.delete(watcher);
+        resolve(this.#latest);
+      };
+      const timer = setTimeout(() => {
+        this.#placingWatchers.delete(watcher);
+        resolve(null);
+      }, timeoutMs);
+      this.#placingWatchers.add(watcher);
+    });
   }
 
   /** The others: `listener` hears each state received, the latest one at once. */

@@ -15,10 +15,11 @@
  *
  * Tables found corrupt as the node starts (its engine's open reads every table's footer, index
  * and filter, and a small table's only block) are handled in that start (Groups#openAtStart):
- * once every other shard is open, the meta group's with them, the shard's directory is moved
- * aside when the meta state places the shard on another node too, and the shard opens as a lost
- * one. Without that knowledge (the meta group's own tables, a shard worker other than the one
- * holding the meta group) the node refuses to start, naming the directory to move.
+ * once every other shard is open and the meta group has replayed its log (a shard worker without
+ * it: once the worker holding it shared a state that places the shard), the shard's directory
+ * is moved aside when the meta state places the shard on another node too, and the shard opens
+ * as a lost one. Without that knowledge (the meta group's own tables) the node refuses to start,
+ * naming the directory to move.
  *
  * A single node, and a group with no other voter here (a one-replica cluster, a new replica
  * that has not heard its configuration yet), keeps its directory: its tables are its only copy,

@@ -57,6 +57,9 @@ const EMPTY = new Uint8Array(0);
  */
 export const QUIESCE_AFTER_HEARTBEATS = 2;
 
+/** How long a start waits for the meta group's replay before it decides on a corrupt shard. */
+const REPLAY_WAIT_MS = 30_000;
+
 /** What the groups need of the driver. */
 export interface GroupsHost {
   readonly options: Pick<
@@ -66,6 +69,7 @@ export interface GroupsHost {
     | "ownsShard"
     | "replicasOf"
     | "replicasNow"
+    | "metaAtStart"
     | "acceptsReplica"
     | "ensureShard"
     | "acceptLostWal"
@@ -186,19 +190,41 @@ export class Groups {
    * Shard `id`, whose tables (or manifest) were found corrupt as its engine opened at start, is
    * refilled from its peers in the same start when another replica of it holds what its group
    * committed (corrupt-shard.ts): its directory moved aside to the quarantine, the shard opens
-   * as one whose directory was lost (refill.ts). Without another replica known here (a group of
-   * one, the meta group itself, a shard worker other than the one holding the meta group: it
-   * starts without the meta state), `err` is thrown: the operator decides (MultiRaft.open names
-   * the directory and what to do).
+   * as one whose directory was lost (refill.ts). The meta state is read once the meta group
+   * replayed its log (here), or as the worker holding it shares it (a shard worker without it).
+   * Without another replica known (a group of one, the meta group itself, a state that does not
+   * place the shard), `err` is thrown: the operator decides (MultiRaft.open names the directory
+   * and what to do).
    */
   async #refillCorrupt(id: number, err: unknown): Promise<void> {
     const host = this.#host;
     const o = host.options;
-    const others = (o.replicasNow?.(id) ?? this.replicasOf(id)).filter((r) => r !== host.replicaId);
+    // The meta state as its tables hold it may predate the shard: first what its log adds.
+    const metaGroup = host.shards.get(0);
+    if (metaGroup !== undefined) await this.#replayed(metaGroup);
+    let replicas = o.replicasNow?.(id) ?? this.replicasOf(id);
+    if (replicas.length === 0 && o.metaAtStart !== undefined) {
+      // A shard worker without shard 0: the meta state comes from the worker that holds it.
+      const meta = await o.metaAtStart(id);
+      replicas = meta?.nodesOf(id).map((node) => meta.replicaOf(node)) ?? [];
+    }
+    const others = replicas.filter((r) => r !== host.replicaId);
     if (others.length === 0 || host.wal.hardState(id) === undefined) throw err;
     const into = await quarantineShard(o.dataDir, id, new Date());
     o.observer?.shardQuarantined?.(id, into, true);
     await this.shard(id);
+  }
+
+  /**
+   * Resolves once `shard` has applied what was committed before it opened (its rounds run from
+   * the event loop, without the driver's ticker), or after REPLAY_WAIT_MS.
+   */
+  async #replayed(shard: ShardReplica): Promise<void> {
+    const deadline = performance.now() + REPLAY_WAIT_MS;
+    while (!shard.isReplayed() && performance.now() < deadline) {
+      this.#host.markDirty(shard);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
   }
 
   /**

@@ -139,6 +139,13 @@ export interface MultiRaftOptions {
    */
   readonly syncMeta?: () => Promise<void>;
   /**
+   * Cluster mode, a shard worker that does not hold shard 0: the first meta state the worker
+   * that holds it shared in which `shard` is placed, waited for (bounded) while both start; null
+   * if none came. At start the driver asks it the replicas of a shard whose tables it found
+   * corrupt (corrupt-shard.ts).
+   */
+  readonly metaAtStart?: (shard: number) => Promise<MetaState | null>;
+  /**
    * Cluster mode: asks node `leader` to confirm its leadership of `shard` and answer the index
    * a read must wait for (readIndexAsLeader there). With it a follower serves linearizable
    * reads (scans) itself; without it a follower's read fails with NotLeaderError. `term` is this

@@ -158,70 +158,82 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
     }
   });
 
-  it("a cluster member that finds a shard's table corrupt as it starts moves the shard aside and is refilled in that start: nothing lost", async () => {
-    const cluster = await LocalCluster.create(join(root, "at-open"), 3, {
-      CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
-    });
-    try {
-      await cluster.startAll();
-      await cluster.ready();
-      const { acknowledged, put } = acknowledgedPuts();
-      for (let i = 0; i < 60; i++) {
-        await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
-      }
-      const shard = shardForKey(Buffer.from("before-0"), TOTAL_SHARDS);
-      const ofShard = [...acknowledged.keys()].filter(
-        (k) => shardForKey(Buffer.from(k), TOTAL_SHARDS) === shard,
-      );
-      await everyReplicaHolds(cluster, acknowledged);
-      const victim = cluster.node("n2");
-      const c2 = victim.client as Clients;
-      const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
-      assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
-      await cluster.stop("n2", "SIGKILL");
-      // Damaged while the node is down: its start opens the table and finds it.
-      const dir = join(victim.dataDir, "shards", String(shard));
-      assert.ok((await corruptTables(dir, "footer")).length > 0, "n2 flushed a table");
-      const n1 = cluster.node("n1").client as Clients;
-      for (let i = 0; i < 20; i++) await put(n1, `during-${i}`, `d${i}`);
+  // With shard workers, a shard of the second: it learns the meta state from the first, which
+  // opens shard 0 beside it.
+  for (const [shape, workers, ofWorker] of [
+    ["", 1, 0],
+    [" (two shard workers, a shard of the second)", 2, 1],
+  ] as const) {
+    it(`a cluster member that finds a shard's table corrupt as it starts moves the shard aside and is refilled in that start${shape}: nothing lost`, async () => {
+      const cluster = await LocalCluster.create(join(root, `at-open-${workers}`), 3, {
+        CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
+        CAIRN_SHARD_WORKERS: String(workers),
+      });
+      try {
+        await cluster.startAll();
+        await cluster.ready();
+        const { acknowledged, put } = acknowledgedPuts();
+        for (let i = 0; i < 60; i++) {
+          await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
+        }
+        const shard = [...acknowledged.keys()]
+          .map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS))
+          .find((id) => id !== 0 && id % workers === ofWorker) as number;
+        const ofShard = [...acknowledged.keys()].filter(
+          (k) => shardForKey(Buffer.from(k), TOTAL_SHARDS) === shard,
+        );
+        await everyReplicaHolds(cluster, acknowledged);
+        const victim = cluster.node("n2");
+        const c2 = victim.client as Clients;
+        const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
+        assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
+        await cluster.stop("n2", "SIGKILL");
+        // Damaged while the node is down: its start opens the table and finds it.
+        const dir = join(victim.dataDir, "shards", String(shard));
+        assert.ok((await corruptTables(dir, "footer")).length > 0, "n2 flushed a table");
+        const n1 = cluster.node("n1").client as Clients;
+        for (let i = 0; i < 20; i++) await put(n1, `during-${i}`, `d${i}`);
 
-      // Before, it refused to start, naming the directory for the operator to move.
-      const back = await cluster.start("n2");
-      const server = back.server;
-      assert.ok(server !== null);
-      await cluster.ready(60_000);
-      await eventually(
-        "n2 /health is healthy (refilled)",
-        async () => (await healthReport(server.http)).status === "healthy",
-        60_000,
-      );
-      const moved = server.lines.find(
-        (l) =>
-          l.includes('"level":"ERROR"') &&
-          l.includes("moved aside as the node started") &&
-          l.includes(`"shard_id":${shard}`),
-      );
-      assert.ok(
-        moved !== undefined,
-        `no ERROR naming the moved shard:\n${server.lines.join("\n")}`,
-      );
-      const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
-      assert.ok(into.startsWith(join(victim.dataDir, "quarantine", `shard-${shard}-`)), into);
-      assert.ok(
-        (await readdir(into)).some((n) => n.endsWith(".sst")),
-        "the damaged tables kept",
-      );
-      assert.ok(
-        server.lines.some((l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`)),
-        `shard ${shard} not reported refilled:\n${server.lines.join("\n")}`,
-      );
-      await everyReplicaHolds(cluster, acknowledged);
-      await servesAlone(cluster, "n2", ofShard, acknowledged);
-      await cluster.stopAll();
-    } finally {
-      await cluster.killAll();
-    }
-  });
+        // Before, it refused to start, naming the directory for the operator to move.
+        const back = await cluster.start("n2");
+        const server = back.server;
+        assert.ok(server !== null);
+        await cluster.ready(60_000);
+        await eventually(
+          "n2 /health is healthy (refilled)",
+          async () => (await healthReport(server.http)).status === "healthy",
+          60_000,
+        );
+        const moved = server.lines.find(
+          (l) =>
+            l.includes('"level":"ERROR"') &&
+            l.includes("moved aside as the node started") &&
+            l.includes(`"shard_id":${shard}`),
+        );
+        assert.ok(
+          moved !== undefined,
+          `no ERROR naming the moved shard:\n${server.lines.join("\n")}`,
+        );
+        const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
+        assert.ok(into.startsWith(join(victim.dataDir, "quarantine", `shard-${shard}-`)), into);
+        assert.ok(
+          (await readdir(into)).some((n) => n.endsWith(".sst")),
+          "the damaged tables kept",
+        );
+        assert.ok(
+          server.lines.some(
+            (l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`),
+          ),
+          `shard ${shard} not reported refilled:\n${server.lines.join("\n")}`,
+        );
+        await everyReplicaHolds(cluster, acknowledged);
+        await servesAlone(cluster, "n2", ofShard, acknowledged);
+        await cluster.stopAll();
+      } finally {
+        await cluster.killAll();
+      }
+    });
+  }
 
   it("a single node stops and keeps its directory: its tables are the only copy", async () => {
     const dataDir = join(root, "single");
