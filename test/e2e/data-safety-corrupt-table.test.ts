@@ -67,6 +67,67 @@ async function servesAlone(
   }
 }
 
+/**
+ * A running 3-node cluster, 60 keys written through every node and held by every replica, and
+ * the shard `pick` chooses flushed on n2 into a table that is its only copy there (its log
+ * compacted). Returns the writes, that shard and its keys.
+ */
+async function filledCluster(
+  cluster: LocalCluster,
+  pick: (shards: readonly number[]) => number,
+): Promise<{
+  acknowledged: Map<string, string>;
+  put: (c: Clients, key: string, value: string) => Promise<void>;
+  shard: number;
+  ofShard: string[];
+}> {
+  await cluster.startAll();
+  await cluster.ready();
+  const { acknowledged, put } = acknowledgedPuts();
+  for (let i = 0; i < 60; i++) {
+    await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
+  }
+  const shardOf = (k: string): number => shardForKey(Buffer.from(k), TOTAL_SHARDS);
+  const shard = pick([...acknowledged.keys()].map(shardOf));
+  const ofShard = [...acknowledged.keys()].filter((k) => shardOf(k) === shard);
+  await everyReplicaHolds(cluster, acknowledged);
+  const c2 = cluster.node("n2").client as Clients;
+  const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
+  assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
+  return { acknowledged, put, shard, ofShard };
+}
+
+/**
+ * The ERROR `lines` hold (`saying` in its message) that shard `shard`'s directory was moved
+ * aside, into `<dataDir>/quarantine/`, with its damaged tables: where it went.
+ */
+async function movedAside(
+  lines: readonly string[],
+  saying: string,
+  dataDir: string,
+  shard: number,
+): Promise<string> {
+  const moved = lines.find(
+    (l) => l.includes('"level":"ERROR"') && l.includes(saying) && l.includes(`"shard_id":${shard}`),
+  );
+  assert.ok(moved !== undefined, `no ERROR naming the moved shard:\n${lines.join("\n")}`);
+  const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
+  assert.ok(into.startsWith(join(dataDir, "quarantine", `shard-${shard}-`)), into);
+  assert.ok(
+    (await readdir(into)).some((n) => n.endsWith(".sst")),
+    "the damaged tables kept",
+  );
+  return into;
+}
+
+/** `lines` say shard `shard` was refilled from its peers. */
+function reportsRefilled(lines: readonly string[], shard: number): void {
+  assert.ok(
+    lines.some((l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`)),
+    `shard ${shard} not reported refilled:\n${lines.join("\n")}`,
+  );
+}
+
 describe("a shard's table found corrupt while the node runs (real processes)", () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), "cairn-e2e-corrupt-table-"));
@@ -80,25 +141,15 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
       CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
     });
     try {
-      await cluster.startAll();
-      await cluster.ready();
-      const { acknowledged, put } = acknowledgedPuts();
-      for (let i = 0; i < 60; i++) {
-        await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
-      }
-      const shard = shardForKey(Buffer.from("before-0"), TOTAL_SHARDS);
-      const ofShard = [...acknowledged.keys()].filter(
-        (k) => shardForKey(Buffer.from(k), TOTAL_SHARDS) === shard,
-      );
-      await everyReplicaHolds(cluster, acknowledged);
-
       // n2 flushes the shard into a table and compacts its log: the table is its only copy here.
+      const { acknowledged, put, shard, ofShard } = await filledCluster(
+        cluster,
+        (s) => s[0] as number,
+      );
       const victim = cluster.node("n2");
       const server = victim.server;
       assert.ok(server !== null);
       const c2 = victim.client as Clients;
-      const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
-      assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
       const dir = join(victim.dataDir, "shards", String(shard));
       assert.ok((await corruptTables(dir)).length > 0, "n2 flushed a table");
 
@@ -112,22 +163,7 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
       );
       const exit = await server.exited;
       assert.equal(exit.code, 1, "the node stops on corrupt storage");
-      const moved = server.lines.find(
-        (l) =>
-          l.includes('"level":"ERROR"') &&
-          l.includes("its directory was moved aside") &&
-          l.includes(`"shard_id":${shard}`),
-      );
-      assert.ok(
-        moved !== undefined,
-        `no ERROR naming the moved shard:\n${server.lines.join("\n")}`,
-      );
-      const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
-      assert.ok(into.startsWith(join(victim.dataDir, "quarantine", `shard-${shard}-`)), into);
-      assert.ok(
-        (await readdir(into)).some((n) => n.endsWith(".sst")),
-        "the damaged tables kept",
-      );
+      await movedAside(server.lines, "its directory was moved aside", victim.dataDir, shard);
       await assert.rejects(readdir(dir), { code: "ENOENT" });
       await cluster.stop("n2", "SIGKILL");
 
@@ -144,10 +180,7 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
         async () => (await healthReport(again.http)).status === "healthy",
         60_000,
       );
-      assert.ok(
-        again.lines.some((l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`)),
-        `shard ${shard} not reported refilled:\n${again.lines.join("\n")}`,
-      );
+      reportsRefilled(again.lines, shard);
       await everyReplicaHolds(cluster, acknowledged);
 
       // Its own copy: with its peers stopped, n2 serves every key of the refilled shard itself.
@@ -170,23 +203,11 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
         CAIRN_SHARD_WORKERS: String(workers),
       });
       try {
-        await cluster.startAll();
-        await cluster.ready();
-        const { acknowledged, put } = acknowledgedPuts();
-        for (let i = 0; i < 60; i++) {
-          await put(cluster.nodes[i % 3]?.client as Clients, `before-${i}`, `v${i}`);
-        }
-        const shard = [...acknowledged.keys()]
-          .map((k) => shardForKey(Buffer.from(k), TOTAL_SHARDS))
-          .find((id) => id !== 0 && id % workers === ofWorker) as number;
-        const ofShard = [...acknowledged.keys()].filter(
-          (k) => shardForKey(Buffer.from(k), TOTAL_SHARDS) === shard,
+        const { acknowledged, put, shard, ofShard } = await filledCluster(
+          cluster,
+          (shards) => shards.find((id) => id !== 0 && id % workers === ofWorker) as number,
         );
-        await everyReplicaHolds(cluster, acknowledged);
         const victim = cluster.node("n2");
-        const c2 = victim.client as Clients;
-        const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
-        assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
         await cluster.stop("n2", "SIGKILL");
         // Damaged while the node is down: its start opens the table and finds it.
         const dir = join(victim.dataDir, "shards", String(shard));
@@ -204,28 +225,8 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
           async () => (await healthReport(server.http)).status === "healthy",
           60_000,
         );
-        const moved = server.lines.find(
-          (l) =>
-            l.includes('"level":"ERROR"') &&
-            l.includes("moved aside as the node started") &&
-            l.includes(`"shard_id":${shard}`),
-        );
-        assert.ok(
-          moved !== undefined,
-          `no ERROR naming the moved shard:\n${server.lines.join("\n")}`,
-        );
-        const into = (JSON.parse(moved) as { fields: { moved_to: string } }).fields.moved_to;
-        assert.ok(into.startsWith(join(victim.dataDir, "quarantine", `shard-${shard}-`)), into);
-        assert.ok(
-          (await readdir(into)).some((n) => n.endsWith(".sst")),
-          "the damaged tables kept",
-        );
-        assert.ok(
-          server.lines.some(
-            (l) => l.includes("shard refilled") && l.includes(`"shard_id":${shard}`),
-          ),
-          `shard ${shard} not reported refilled:\n${server.lines.join("\n")}`,
-        );
+        await movedAside(server.lines, "moved aside as the node started", victim.dataDir, shard);
+        reportsRefilled(server.lines, shard);
         await everyReplicaHolds(cluster, acknowledged);
         await servesAlone(cluster, "n2", ofShard, acknowledged);
         await cluster.stopAll();
