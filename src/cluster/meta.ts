@@ -916,6 +916,11 @@ export class MetaState {
     return replicaIdOf(node, this.members.get(node)?.incarnation);
   }
 
+  /** The replica ids of shard `shard`'s replicas now (each node's current one), in rank order. */
+  replicasNow(shard: number): string[] {
+    return this.nodesOf(shard).map((node) => this.replicaOf(node));
+  }
+
   /** The nodes of shard `shard`'s replicas, in rank order; empty when it is not created. */
   nodesOf(shard: number): string[] {
     const placed = this.placements.get(shard);

@@ -207,7 +207,7 @@ export class ClusterState {
     // Asked on every write (Groups.placedElsewhere): kept until the meta state changes.
     let now = this.#replicasNow.get(shard);
     if (now === undefined) {
-      now = meta.nodesOf(shard).map((node) => meta.replicaOf(node));
+      now = meta.replicasNow(shard);
       this.#replicasNow.set(shard, now);
     }
     return now;

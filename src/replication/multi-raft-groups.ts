@@ -206,7 +206,7 @@ export class Groups {
     if (replicas.length === 0 && o.metaAtStart !== undefined) {
       // A shard worker without shard 0: the meta state comes from the worker that holds it.
       const meta = await o.metaAtStart(id);
-      replicas = meta?.nodesOf(id).map((node) => meta.replicaOf(node)) ?? [];
+      replicas = meta?.replicasNow(id) ?? [];
     }
     const others = replicas.filter((r) => r !== host.replicaId);
     if (others.length === 0 || host.wal.hardState(id) === undefined) throw err;
