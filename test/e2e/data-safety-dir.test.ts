@@ -18,6 +18,22 @@ import { mountTmpfs, remount, tmpfsSkip, unmount } from "../support/tmpfs.ts";
 let root: string;
 const mounts: string[] = [];
 
+/** Starts a node on `dataDir` with `args` and `env`, writes k = v through it, and stops it. */
+async function writeK(
+  dataDir: string,
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<void> {
+  const server = await startServer({ dataDir, args, env });
+  const c = connect(server.rpc);
+  try {
+    await c.call(c.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
+  } finally {
+    c.close();
+    await server.stop();
+  }
+}
+
 describe("the data directory", () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), "cairn-e2e-dir-"));
@@ -69,14 +85,7 @@ describe("the data directory", () => {
     // Before: a single node started under another id stopped a second later on an internal
     // invariant (CAIRN_ERR_INVARIANT, "a single-voter group emitted 1 messages").
     const dir = await mkdtemp(join(root, "d-"));
-    const first = await startServer({ dataDir: dir, args: ["--node-id", "alpha"] });
-    const c = connect(first.rpc);
-    try {
-      await c.call(c.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
-    } finally {
-      c.close();
-      await first.stop();
-    }
+    await writeK(dir, ["--node-id", "alpha"]);
     const refused = await startExpectingExit({ dataDir: dir, args: ["--node-id", "beta"] });
     assert.equal(refused.code, 1, refused.stderr);
     assert.equal(refused.errorCode, "CAIRN_ERR_NODE_ID_MISMATCH");
@@ -101,39 +110,18 @@ describe("the data directory", () => {
     // open here").
     const member = await mkdtemp(join(root, "member-"));
     const port = await freePort();
-    const founded = await startServer({
-      dataDir: member,
-      args: [
-        "--node-id",
-        "n1",
-        "--rpc-addr",
-        `127.0.0.1:${port}`,
-        "--seed-nodes",
-        `127.0.0.1:${port}`,
-      ],
-      env: { CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1" },
-    });
-    const c = connect(founded.rpc);
-    try {
-      await c.call(c.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
-    } finally {
-      c.close();
-      await founded.stop();
-    }
+    await writeK(
+      member,
+      ["--node-id", "n1", "--rpc-addr", `127.0.0.1:${port}`, "--seed-nodes", `127.0.0.1:${port}`],
+      { CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1" },
+    );
     const alone = await startExpectingExit({ dataDir: member });
     assert.equal(alone.code, 1, alone.stderr);
     assert.equal(alone.errorCode, "CAIRN_ERR_MODE_MISMATCH");
     assert.match(alone.stderr, /belongs to a cluster member, but cluster.seed_nodes is empty/);
 
     const single = await mkdtemp(join(root, "single-"));
-    const first = await startServer({ dataDir: single, args: ["--node-id", "n1"] });
-    const c2 = connect(first.rpc);
-    try {
-      await c2.call(c2.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
-    } finally {
-      c2.close();
-      await first.stop();
-    }
+    await writeK(single, ["--node-id", "n1"]);
     const joined = await startExpectingExit({
       dataDir: single,
       args: ["--seed-nodes", `127.0.0.1:${await freePort()}`],
