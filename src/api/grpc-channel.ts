@@ -678,6 +678,16 @@ abstract class Call implements ClientStreamHandler {
         this.conclude(status.UNAVAILABLE, `the connection was lost: ${reason ?? "closed"}`, true);
         return;
       case "cancelled": // by the connection, for a malformed response
+        if (stream.resetCode === ErrorCode.ENHANCE_YOUR_CALM) {
+          this.conclude(
+            status.RESOURCE_EXHAUSTED,
+            "the response's metadata is larger than this side's SETTINGS_MAX_HEADER_LIST_SIZE",
+            true,
+          );
+          return;
+        }
+        this.conclude(status.INTERNAL, `HTTP/2 stream error ${stream.resetCode}`, true);
+        return;
       case "complete": // without onRemoteEnd: cannot happen
         this.conclude(status.INTERNAL, `HTTP/2 stream error ${stream.resetCode}`, true);
         return;

@@ -488,7 +488,7 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
 
   it("against node:http2: its own deadline, compressed or extra answers, HTTP errors", async () => {
     const hung = Promise.withResolvers<{ timeout: string | undefined; rstCode: Promise<number> }>();
-    const server = http2.createServer();
+    const server = http2.createServer({ maxSendHeaderBlockLength: 1 << 20 });
     server.on("stream", (stream, headers) => {
       stream.on("error", () => undefined);
       switch (headers[":path"]) {
@@ -511,6 +511,15 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
         case "/test.Peer/Http":
           stream.respond({ ":status": 503 });
           stream.end("<html>unavailable</html>");
+          return;
+        case "/test.Peer/Wide":
+          // 70 KB of metadata (a 44 KB block, Huffman-coded): past the channel's 64 KiB.
+          stream.respond({
+            ":status": 200,
+            "content-type": "application/grpc",
+            "x-wide": "a".repeat(70_000),
+          });
+          stream.end(Buffer.from([0, 0, 0, 0, 0]));
           return;
         default:
           stream.respond({
@@ -543,6 +552,12 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
       const h = await c.unary("/test.Peer/Http", Buffer.from("x"), { deadline: soon() });
       assert.equal(h.code, status.UNAVAILABLE);
       assert.ok(h.sent);
+      const wide = await c.unary("/test.Peer/Wide", Buffer.from("x"), { deadline: soon() });
+      assert.equal(wide.code, status.RESOURCE_EXHAUSTED, wide.details);
+      assert.match(wide.details, /metadata is larger/);
+      assert.ok(wide.sent);
+      const after = await c.unary("/test.Peer/Two", Buffer.from("x"), { deadline: soon() });
+      assert.equal(after.code, status.UNIMPLEMENTED, "the connection serves on");
     } finally {
       c.destroy();
       server.close();

@@ -488,6 +488,43 @@ describe("HTTP/2 client connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("refuses a response whose header list is past its limit: that stream reset, the connection serving on", async () => {
+    const peer = await rawServer([]);
+    const c = client(peer.port, { ...DEFAULT_CLIENT_OPTIONS, maxHeaderListSize: 4096 });
+    try {
+      const big = exchange(c.connection, Buffer.from("x"));
+      const next = exchange(c.connection, Buffer.from("x"));
+      const raw = await peer.accepted;
+      await raw.until((f) => f.filter((x) => x.type === 0x1).length === 2, "both HEADERS");
+      // 5 KB of headers over HEADERS and a CONTINUATION, then the next answer on the same
+      // table: the refused block was still decoded whole.
+      const block = encodeHeaders([
+        [":status", "200"],
+        ["x-big", "b".repeat(5000)],
+      ]);
+      raw.send(
+        frame(0x1, 0, 1, block.subarray(0, 3000)),
+        frame(0x9, 0x4, 1, block.subarray(3000)),
+        frame(0x1, 0x4, 3, encodeHeaders([[":status", "200"]])),
+        frame(0x0, 0x1, 3, Buffer.from("whole")),
+      );
+      const [a, b] = await Promise.all([big.outcome, next.outcome]);
+      assert.equal(a.end, "cancelled");
+      assert.equal(a.resetCode, ErrorCode.ENHANCE_YOUR_CALM);
+      assert.equal(a.response, null, "no part of the refused response is passed on");
+      await raw.until(
+        (f) => f.some((x) => x.type === 0x3 && x.streamId === 1),
+        "the client's RST_STREAM",
+      );
+      assert.equal(b.end, "complete");
+      assert.equal(b.body.toString(), "whole");
+      assert.ok(c.connection.isOpen);
+    } finally {
+      c.connection.destroy();
+      peer.server.close();
+    }
+  });
+
   it("ends the connection with GOAWAY on a server's protocol error; its streams are lost", async () => {
     const peer = await rawServer([]);
     const c = client(peer.port);

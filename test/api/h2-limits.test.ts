@@ -103,6 +103,42 @@ describe("front end: a request's metadata never ends the process", { timeout: 30
           client.destroy();
         }
       });
+
+      it("resets a stream whose metadata is past 64 KiB (ENHANCE_YOUR_CALM), its connection serving on", async () => {
+        // Before, the connection ended (GOAWAY COMPRESSION_ERROR), and every call on it with it.
+        const client = await RawH2Client.open(fe.port, PASSIVE);
+        try {
+          client.send(unaryCall(1, UNARY, BODY)); // a call in flight on the same connection
+          // 70 KB of metadata over HEADERS and CONTINUATIONs, then a field the block adds to the
+          // table (a literal with incremental indexing): the next block names it by index.
+          const indexed = Buffer.from([0x40, 0x07, ...Buffer.from("x-later"), 0x01, 0x76]);
+          const block = Buffer.concat([
+            encodeBlock(grpcRequest(UNARY, [["x-big", "b".repeat(70_000)]])),
+            indexed,
+          ]);
+          const frames = [frame(T.HEADERS, 0, 3, block.subarray(0, 16_384))];
+          for (let at = 16_384; at < block.length; at += 16_384) {
+            const last = at + 16_384 >= block.length;
+            frames.push(
+              frame(T.CONTINUATION, last ? F.END_HEADERS : 0, 3, block.subarray(at, at + 16_384)),
+            );
+          }
+          client.send(
+            Buffer.concat([...frames, frame(T.DATA, F.END_STREAM, 3, grpcMessage(BODY))]),
+          );
+          assert.deepEqual(await client.grpcOutcome(3), { reset: E.ENHANCE_YOUR_CALM });
+          assert.equal((await client.grpcOutcome(1)).grpcStatus, status.OK);
+          // Index 62: the newest entry of the table, the one the refused block added.
+          const next = Buffer.concat([encodeBlock(grpcRequest(UNARY)), Buffer.from([0xbe])]);
+          client.send(frame(T.HEADERS, F.END_HEADERS, 5, next));
+          client.send(frame(T.DATA, F.END_STREAM, 5, grpcMessage(BODY)));
+          assert.equal((await client.grpcOutcome(5)).grpcStatus, status.OK);
+          assert.equal(fe.seen.calls.at(-1)?.metadata["x-later"], "v");
+          assert.equal(client.goAway, null);
+        } finally {
+          client.destroy();
+        }
+      });
     });
   }
 });

@@ -6,7 +6,6 @@ import {
   HpackDecoder,
   HpackEncoder,
   HpackError,
-  HpackHeaderListTooLarge,
   huffmanDecode,
 } from "../../src/api/h2/hpack.ts";
 
@@ -105,9 +104,25 @@ describe("HPACK", () => {
     for (const [what, bytes] of bad) {
       assert.throws(() => d().decode(Buffer.from(bytes)), HpackError, what);
     }
-    // A list beyond the limit (1024 octets counted as the setting counts them).
-    const big = [0x00, 0x01, 0x61, 0x7f, 0xe9, 0x06, ...Buffer.alloc(1000, 0x62)];
-    assert.throws(() => d().decode(Buffer.from(big)), HpackHeaderListTooLarge);
+  });
+
+  it("decodes a list past its limit to the end, keeping the table in step, and flags it", () => {
+    const decoder = new HpackDecoder(4096, 1024);
+    const encoder = new HpackEncoder();
+    // 40 octets (as the setting counts them), then 1,033 (past the limit of 1,024), then a field
+    // the encoder indexes: the next block names it by index alone.
+    const big = encoder.encode([
+      ["x-first", "1"],
+      ["a", "b".repeat(1000)],
+      ["cairn-served-by", "n1"],
+    ]);
+    assert.deepEqual(pairs(decoder.decode(big)), [["x-first", "1"]], "the fields past it dropped");
+    assert.equal(decoder.tooLarge, true);
+    assert.equal(decoder.listSize, 40 + 1033 + 49);
+    const next = encoder.encode([["cairn-served-by", "n1"]]);
+    assert.equal(next.length, 1, "the field went into both tables");
+    assert.deepEqual(pairs(decoder.decode(next)), [["cairn-served-by", "n1"]]);
+    assert.equal(decoder.tooLarge, false);
   });
 
   it("indexes a served-by trailer: after its first block it costs a connection 3 bytes", () => {

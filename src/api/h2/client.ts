@@ -347,7 +347,12 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
 
   // ── the core's hooks ─────────────────────────────────────────────────────────────────────
 
-  protected handleHeaderBlock(streamId: number, headers: HeaderList, endStream: boolean): void {
+  protected handleHeaderBlock(
+    streamId: number,
+    headers: HeaderList,
+    endStream: boolean,
+    fault: number,
+  ): void {
     if (this.isIdle(streamId)) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, `HEADERS on idle stream ${streamId}`);
     }
@@ -356,6 +361,12 @@ export class ClientConnection extends ConnectionCore<ClientStream> {
     if (stream === undefined) return;
     if (stream.remoteEnded) {
       this.resetStream(stream, ErrorCode.STREAM_CLOSED);
+      return;
+    }
+    // A response whose header list is past this side's limit is refused, not read in part. (A
+    // field HTTP/2 calls malformed is let through: its value is the owner's to judge.)
+    if (fault === ErrorCode.ENHANCE_YOUR_CALM) {
+      this.resetStream(stream, fault);
       return;
     }
     if (!stream.responseSeen) {

@@ -229,7 +229,7 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
     streamId: number,
     headers: HeaderList,
     endStream: boolean,
-    malformed: boolean,
+    fault: number,
   ): void {
     const existing = this.streams.get(streamId);
     if (existing !== undefined) {
@@ -243,8 +243,12 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
       if (!endStream) {
         throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "HEADERS in the middle of a stream");
       }
+      if (fault !== ErrorCode.NO_ERROR) {
+        this.resetForFault(existing, fault);
+        return;
+      }
       // Trailers hold no pseudo-header (RFC 9113 §8.1): else the request is malformed.
-      if (malformed || hasPseudoHeader(headers)) {
+      if (hasPseudoHeader(headers)) {
         this.#resetMalformed(existing);
         return;
       }
@@ -278,13 +282,14 @@ export class ServerConnection extends ConnectionCore<ServerStream> {
       this.sendReset(streamId, ErrorCode.REFUSED_STREAM);
       return;
     }
-    if (malformed || !readRequestLine(headers)) {
-      // A malformed request (RFC 9113 §8.1.1): a stream error. The resets a client makes this
-      // side send count against its budget, like its own (a flood of them is the same attack).
+    if (fault !== ErrorCode.NO_ERROR || !readRequestLine(headers)) {
+      // A malformed request (RFC 9113 §8.1.1), or one whose header list is past the limit: a
+      // stream error. The resets a client makes this side send count against its budget, like
+      // its own (a flood of them is the same attack).
       if (!this.chargeReset()) {
         throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many malformed requests");
       }
-      this.sendReset(streamId, ErrorCode.PROTOCOL_ERROR);
+      this.sendReset(streamId, fault !== ErrorCode.NO_ERROR ? fault : ErrorCode.PROTOCOL_ERROR);
       return;
     }
     this.streamsOpened++;

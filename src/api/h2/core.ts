@@ -414,14 +414,18 @@ export abstract class ConnectionCore<S extends CoreStream> {
   // ── hooks: what the frames mean to one side ──────────────────────────────────────────────
 
   /**
-   * A complete header block, decoded (for any stream id but 0); `malformed`: it holds a field
-   * RFC 9113 §8.2.1 forbids (HpackDecoder.malformed), which makes a request malformed.
+   * A complete header block, decoded (for any stream id but 0). `fault`: NO_ERROR, or the code
+   * its stream is to be reset with, whatever else the block says: PROTOCOL_ERROR when it holds a
+   * field RFC 9113 §8.2.1 forbids (HpackDecoder.malformed: the request is malformed), or
+   * ENHANCE_YOUR_CALM when its list is past SETTINGS_MAX_HEADER_LIST_SIZE (HpackDecoder.tooLarge:
+   * `headers` lacks its last fields), as node:http2 resets it and gRPC clients read as
+   * RESOURCE_EXHAUSTED.
    */
   protected abstract handleHeaderBlock(
     streamId: number,
     headers: HeaderList,
     end: boolean,
-    malformed: boolean,
+    fault: number,
   ): void;
   /** Whether a stream id is idle: neither side has opened it yet. */
   protected abstract isIdle(streamId: number): boolean;
@@ -713,7 +717,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     // Decoded first, whatever happens to the stream (invariant 4).
     const headers = this.#decoder.decode(block);
-    this.handleHeaderBlock(streamId, headers, endStream, this.#decoder.malformed);
+    this.handleHeaderBlock(streamId, headers, endStream, this.#blockFault());
   }
 
   #onContinuation(flags: number, streamId: number, payload: Buffer): void {
@@ -734,7 +738,13 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if ((flags & FLAG_END_HEADERS) === 0) return;
     this.#headerBlock = null;
     const headers = this.#decoder.decode(Buffer.concat(pending.chunks));
-    this.handleHeaderBlock(streamId, headers, pending.endStream, this.#decoder.malformed);
+    this.handleHeaderBlock(streamId, headers, pending.endStream, this.#blockFault());
+  }
+
+  /** What makes the block just decoded a stream error (see handleHeaderBlock), or NO_ERROR. */
+  #blockFault(): number {
+    if (this.#decoder.tooLarge) return ErrorCode.ENHANCE_YOUR_CALM;
+    return this.#decoder.malformed ? ErrorCode.PROTOCOL_ERROR : ErrorCode.NO_ERROR;
   }
 
   #onDataFrame(flags: number, streamId: number, payload: Buffer): void {

@@ -181,6 +181,12 @@ export class HpackDecoder {
    * table must follow the peer's); the request is malformed, a stream error, not the block.
    */
   malformed = false;
+  /**
+   * Whether the last block's header list was larger than `maxListSize`. It was still decoded
+   * whole, so the table follows the peer's, but the fields past the limit were dropped: the
+   * request (or response) is refused, a stream error, not the connection's.
+   */
+  tooLarge = false;
   /** The size of the last block's header list, as SETTINGS_MAX_HEADER_LIST_SIZE counts it. */
   listSize = 0;
   #size = 0;
@@ -194,7 +200,11 @@ export class HpackDecoder {
     this.#maxListSize = maxListSize;
   }
 
-  /** Decodes one complete header block; throws HpackError (a connection error) when invalid. */
+  /**
+   * Decodes one complete header block; throws HpackError (a connection error) when invalid. The
+   * block's size is the caller's to bound (the core refuses one past twice the list limit): a
+   * list past the limit is decoded to its end, its fields past the limit not kept (`tooLarge`).
+   */
   decode(block: Uint8Array): HeaderList {
     const out: HeaderList = [];
     let listSize = 0;
@@ -239,11 +249,11 @@ export class HpackDecoder {
       }
       fieldsSeen = true;
       listSize += name.length + value.length + ENTRY_OVERHEAD;
-      if (listSize > this.#maxListSize) throw new HpackHeaderListTooLarge();
-      out.push(name, value);
+      if (listSize <= this.#maxListSize) out.push(name, value);
     }
     this.#block = NO_BLOCK; // the caller's buffer is not held
     this.malformed = malformed;
+    this.tooLarge = listSize > this.#maxListSize;
     this.listSize = listSize;
     return out;
   }
@@ -325,16 +335,6 @@ export class HpackDecoder {
       this.#values.splice(0, drop);
       this.#malformed.splice(0, drop);
     }
-  }
-}
-
-/**
- * A header list beyond SETTINGS_MAX_HEADER_LIST_SIZE. The block was not fully decoded, so the
- * decoder's table may be out of step with the peer's: the connection must end.
- */
-export class HpackHeaderListTooLarge extends HpackError {
-  constructor() {
-    super("a header list larger than the limit");
   }
 }
 
