@@ -262,6 +262,12 @@ export interface ScheduleOptions {
   readonly script?: readonly FaultKind[];
   /** Make every kind of change `kinds` names, first (planChanges; PLANNED_SCENARIOS). */
   readonly planChanges?: boolean;
+  /**
+   * Faults to inject at the least (default 0): the faults go on past `until` until as many were
+   * (for at most PLAN_OVERRUN_MS more), as for a plan of changes. A short run on a loaded
+   * machine otherwise fits fewer faults than the same seed draws on an idle one.
+   */
+  readonly minFaults?: number;
 }
 
 function between(rng: Rng, [lo, hi]: readonly [number, number]): number {
@@ -522,8 +528,10 @@ export class FaultSchedule {
     while (!this.#stopped && o.kinds.length > 0) {
       const hold = between(this.#rng, o.holdMs);
       // Room for the fault, its heal (a restart takes a few seconds) and a quiet spell; a plan
-      // of changes not done yet keeps the faults going (bounded).
-      const until = this.#planDone() ? o.until : o.until + PLAN_OVERRUN_MS;
+      // of changes not done yet, or fewer faults than minFaults, keeps the faults going
+      // (bounded).
+      const owed = !this.#planDone() || this.records.length < (o.minFaults ?? 0);
+      const until = owed ? o.until + PLAN_OVERRUN_MS : o.until;
       if (this.#now() + hold + 3_000 > until) break;
       // A change that failed fails the run: the rest of the plan is dropped.
       if (this.changeErrors.length > 0) this.#plan.length = 0;

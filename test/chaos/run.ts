@@ -88,6 +88,8 @@ export interface RunOptions {
   readonly workload?: Partial<WorkloadOptions>;
   /** TLS between the peers and for the clients, and sealed gossip (cluster.ts). */
   readonly tls?: boolean;
+  /** Faults to inject at the least, past the duration if need be (ScheduleOptions.minFaults). */
+  readonly minFaults?: number;
   readonly log?: (line: string) => void;
 }
 
@@ -289,6 +291,7 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       electionMs: TICK_MS * ELECTION_TICKS,
       ...(SCRIPTS[options.scenario] === undefined ? {} : { script: SCRIPTS[options.scenario] }),
       planChanges: PLANNED_SCENARIOS.has(options.scenario),
+      ...(options.minFaults === undefined ? {} : { minFaults: options.minFaults }),
     });
     workload.start();
     let scheduleError: unknown = null;
