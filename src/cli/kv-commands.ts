@@ -182,7 +182,7 @@ Options:
   --prefix P             keys starting with P
   --from A               first key (inclusive)
   --to B                 end key (exclusive)
-  --limit N              at most N keys (default: all)
+  --limit N              at most N keys (default 0: all of them)
   --keys-only            print only the keys
   --serializable         read one replica of each shard without a quorum check (may be stale)
   --skip-unavailable     with --serializable: leave out a shard none of whose replicas

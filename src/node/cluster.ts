@@ -35,6 +35,7 @@ import {
   encodeMetaCommand,
   type MetaCommand,
   type MetaMember,
+  type MemberState,
   type MetaState,
   nodeOfReplica,
   rendezvousReplicas,
@@ -126,6 +127,11 @@ export class ClusterState {
   #joining = false;
   /** Why the meta group refused this node's last join, null when it did not. */
   #joinRefusal: string | null = null;
+  /**
+   * The first seed, before it founds the cluster (bootstrapLoop): why it has not yet, e.g.
+   * "waiting for members: 1 of bootstrap_expect 3 seen". Null on every other node.
+   */
+  #foundingWait: string | null = null;
   #self: { rpcAddr: string; httpAddr: string } | null = null;
   readonly #peerTls: PeerTls | undefined;
   /** The highest cluster version this node's build runs (BUILD_VERSION, or a test's). */
@@ -379,11 +385,14 @@ export class ClusterState {
     const id = this.#config.node_id;
     const meta = this.#meta;
     if (meta === null || meta.clusterId === null) {
+      if (this.#foundingWait !== null) {
+        return `node ${id} is not a member of a cluster yet: it is the first seed, which founds the cluster, and has not yet: ${this.#foundingWait}`;
+      }
       return this.#joinRefusal !== null
         ? `node ${id} is not a member of the cluster: ${this.#joinRefusal}`
         : `node ${id} is not a member of a cluster yet: it is asking the members it reaches through its seeds to admit it`;
     }
-    const state = this.#decommissionedWhileDown ? "decommissioned" : meta.stateOf(id);
+    const state = this.#stateOf(meta);
     switch (state) {
       case undefined:
         return `node ${id} is not a member of cluster ${meta.clusterId}`;
@@ -406,7 +415,7 @@ export class ClusterState {
     const meta = this.#meta;
     const id = this.#config.node_id;
     if (meta === null || meta.clusterId === null || !this.#hasLeftForGood(meta)) return null;
-    const state = this.#decommissionedWhileDown ? "decommissioned" : meta.stateOf(id);
+    const state = this.#stateOf(meta);
     return `node ${id} was ${state} from cluster ${meta.clusterId}: its cluster view stopped when it left; watch another node`;
   }
 
@@ -913,6 +922,14 @@ export class ClusterState {
   }
 
   /**
+   * This member's state: the meta state's, or "decommissioned" when the meta group answered its
+   * rejoin so (it was decommissioned while its node was down: its own copy still says active).
+   */
+  #stateOf(meta: MetaState): MemberState | undefined {
+    return this.#decommissionedWhileDown ? "decommissioned" : meta.stateOf(this.#config.node_id);
+  }
+
+  /**
    * Whether this member left the meta group for good (decommissioned or removed), by its meta
    * state or, decommissioned while its node was down, by the meta group's answer to its rejoin.
    */
@@ -945,6 +962,7 @@ export class ClusterState {
     stopped: () => boolean,
   ): Promise<void> {
     const c = this.#config;
+    const isFirstSeed = c.cluster.seed_nodes[0]?.trim() === self.rpcAddr.trim();
     let lastReason = "";
     while (!stopped() && this.clusterId === "") {
       const alive = membership
@@ -1013,6 +1031,7 @@ export class ClusterState {
         this.#log.info("not founding the cluster", { reason: decision.reason });
         lastReason = decision.reason;
       }
+      if (isFirstSeed) this.#foundingWait = decision.reason;
       await new Promise((resolve) => setTimeout(resolve, BOOTSTRAP_CHECK_MS));
     }
   }

@@ -1,14 +1,16 @@
 /**
  * swim_cluster_size counts the cluster's members: a node started after the founding counts
  * once the meta group has admitted it (design.md §5.2), and /health lists each member with its
- * state in the cluster.
+ * state in the cluster. Before the founding, the first seed tells clients why it serves nothing.
  */
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
 import { eventually, LocalCluster } from "../support/cluster-process.ts";
+import { grpcError } from "../support/grpc-client.ts";
 
 async function gauge(http: string, name: string): Promise<number> {
   const text = await (await fetch(`http://${http}/metrics`)).text();
@@ -25,7 +27,25 @@ describe("swim_cluster_size (real processes)", () => {
       // Four addresses; the first three found the cluster (bootstrap_expect 3), n4 comes later.
       const cluster = await LocalCluster.create(dir, 4);
       try {
-        await Promise.all(["n1", "n2", "n3"].map((id) => cluster.start(id)));
+        // The first seed alone says why it serves nothing: it waits to found the cluster (it
+        // used to say it was asking to be admitted).
+        const first = await cluster.start("n1");
+        const c = first.client;
+        assert.ok(c !== null);
+        await eventually("n1 says it waits to found the cluster", async () => {
+          try {
+            await c.call(c.kv, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });
+            return false;
+          } catch (err) {
+            const e = grpcError(err);
+            assert.equal(e.code, status.UNAVAILABLE, e.details);
+            assert.equal(e.metadata.get("cairn-error-code")[0], "CAIRN_ERR_NOT_MEMBER");
+            return /the first seed, which founds the cluster, and has not yet: waiting for members: 1 of bootstrap_expect 3 seen/.test(
+              e.details,
+            );
+          }
+        });
+        await Promise.all(["n2", "n3"].map((id) => cluster.start(id)));
         await cluster.ready();
         await cluster.start("n4");
         const n1 = cluster.node("n1").server;
