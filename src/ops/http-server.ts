@@ -51,9 +51,12 @@ export interface OpsHttpServerOptions {
 }
 
 /**
- * Connections the operators' server holds at once; past it a new one is closed as it is
- * accepted (`server.maxConnections`). Probes and scrapers need a few; a flood of idle
- * connections must not take the descriptors the storage needs (src/node/open-files.ts).
+ * Connections the operators' server holds at once. Probes and scrapers need a few; a flood of
+ * idle connections must not take the descriptors the storage needs (src/node/open-files.ts).
+ * Past it a new connection takes the place of the one that has waited longest without a request
+ * in flight (accepted, or its last request begun, longest ago): a flood of connections that send
+ * nothing, or trickle their headers, no longer keeps a probe out until they time out. Only when
+ * every one has a request in flight is the new one closed as it is accepted.
  */
 export const OPS_HTTP_MAX_CONNECTIONS = 128;
 
@@ -78,7 +81,12 @@ export class OpsHttpServer {
   readonly #options: OpsHttpServerOptions;
   readonly #log: Logger;
   readonly #server: Server;
+  /** The open connections, least recently used first (accepted, or a request begun). */
   readonly #sockets = new Set<Socket>();
+  /** The connections with a request in flight, and how many (HTTP/1.1 pipelining: one). */
+  readonly #busy = new Map<Socket, number>();
+  /** Connections closed to make room for a newer one (#admit). */
+  #evicted = 0;
   #inFlight = 0;
   #closing = false;
   #started = false;
@@ -99,13 +107,19 @@ export class OpsHttpServer {
       },
       (req, res) => this.#handle(req, res),
     );
-    this.#server.maxConnections = OPS_HTTP_MAX_CONNECTIONS;
     const idleMs =
       options.idleTimeoutMs ??
       Math.max(OPS_HTTP_IDLE_MS, (options.reportTimeoutMs ?? 5_000) + 5_000);
     this.#server.on("connection", (socket: Socket) => {
+      if (!this.#admit()) {
+        socket.destroy();
+        return;
+      }
       this.#sockets.add(socket);
-      socket.once("close", () => this.#sockets.delete(socket));
+      socket.once("close", () => {
+        this.#sockets.delete(socket);
+        this.#busy.delete(socket);
+      });
       socket.setTimeout(idleMs, () => socket.destroy());
     });
     this.#server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => {
@@ -195,6 +209,27 @@ export class OpsHttpServer {
     return closed;
   }
 
+  /**
+   * Whether a new connection may be held: there is room, or room was made by closing the open
+   * connection without a request in flight that was used least recently (OPS_HTTP_MAX_CONNECTIONS).
+   */
+  #admit(): boolean {
+    if (this.#sockets.size < OPS_HTTP_MAX_CONNECTIONS) return true;
+    for (const socket of this.#sockets) {
+      if (this.#busy.has(socket)) continue;
+      this.#sockets.delete(socket);
+      socket.destroy();
+      this.#evicted++;
+      return true;
+    }
+    return false;
+  }
+
+  /** Connections closed so far to make room for newer ones (for tests). */
+  get evicted(): number {
+    return this.#evicted;
+  }
+
   #destroySockets(): void {
     this.#server.closeAllConnections();
     for (const socket of this.#sockets) socket.destroy();
@@ -204,8 +239,15 @@ export class OpsHttpServer {
     const started = performance.now();
     const path = (req.url ?? "/").split("?", 1)[0] ?? "/";
     this.#inFlight++;
+    // Busy, and now the most recently used: the last a newer connection would replace.
+    const socket = req.socket;
+    if (this.#sockets.delete(socket)) this.#sockets.add(socket);
+    this.#busy.set(socket, (this.#busy.get(socket) ?? 0) + 1);
     res.once("close", () => {
       this.#inFlight--;
+      const left = (this.#busy.get(socket) ?? 1) - 1;
+      if (left > 0) this.#busy.set(socket, left);
+      else this.#busy.delete(socket);
       if (this.#closing) this.#server.closeIdleConnections();
       if (this.#log.isLevelEnabled("debug")) {
         this.#log.debug("http request", {

@@ -326,6 +326,72 @@ describe("lifecycle", () => {
     }
   });
 
+  it("a flood of connections that send nothing does not keep the probe out: the oldest idle one makes room", async () => {
+    // Before: past 128 connections a new one was closed as it was accepted, so the probe was
+    // refused until the flood's connections timed out (10 s).
+    const h = await startServer();
+    const port = Number(new URL(h.base).port);
+    const idle: Socket[] = [];
+    const closedAt: number[] = [];
+    for (let i = 0; i < 128; i++) {
+      // One at a time: the server accepts them in this order.
+      const s = await new Promise<Socket>((resolve, reject) => {
+        const c = connect(port, "127.0.0.1", () => resolve(c));
+        c.once("error", reject);
+      });
+      s.once("close", () => closedAt.push(i));
+      idle.push(s);
+    }
+    try {
+      const res = await fetch(`${h.base}/health/quick`);
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), "OK");
+      await new Promise<void>((resolve) => {
+        const first = idle[0] as Socket;
+        if (first.closed) resolve();
+        else first.once("close", () => resolve());
+      });
+      assert.deepEqual(closedAt, [0], "only the oldest idle connection was closed");
+      assert.equal(h.server.evicted, 1);
+    } finally {
+      for (const s of idle) s.destroy();
+    }
+  });
+
+  it("with every connection's request in flight, a new connection is closed as it is accepted", async () => {
+    const h = await startServer();
+    const port = Number(new URL(h.base).port);
+    const pending = deferred<HealthReport>();
+    let entered = 0;
+    const allIn = deferred<void>();
+    h.health.report = () => {
+      if (++entered === 128) allIn.resolve();
+      return pending.promise;
+    };
+    const busy = Array.from({ length: 128 }, () => {
+      const s = connect(port, "127.0.0.1");
+      s.on("error", () => undefined);
+      s.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+      const answer = new Promise<string>((resolve) => {
+        let text = "";
+        s.on("data", (d: Buffer) => {
+          text += d.toString("latin1");
+          if (text.includes("\r\n\r\n")) resolve(text);
+        });
+      });
+      return { s, answer };
+    });
+    try {
+      await allIn.promise;
+      await assert.rejects(fetch(`${h.base}/health/quick`));
+      assert.equal(h.server.evicted, 0);
+      pending.resolve(REPORT);
+      for (const { answer } of busy) assert.match(await answer, /^HTTP\/1\.1 200 /);
+    } finally {
+      for (const { s } of busy) s.destroy();
+    }
+  });
+
   it("close() lets an in-flight request finish, refuses new connections", async () => {
     const h = await startServer();
     const port = h.server.address?.port ?? 0;
