@@ -363,9 +363,9 @@ describe("lifecycle", () => {
     const port = Number(new URL(h.base).port);
     const pending = deferred<HealthReport>();
     let entered = 0;
-    const allIn = deferred<void>();
+    const allIn = deferred<true>();
     h.health.report = () => {
-      if (++entered === 128) allIn.resolve();
+      if (++entered === 128) allIn.resolve(true);
       return pending.promise;
     };
     const busy = Array.from({ length: 128 }, () => {
