@@ -59,9 +59,10 @@ const REFUSED_STREAMS = 4;
 const INCOMING = 5;
 const REFUSED_INCOMING = 6;
 const TOO_SLOW = 7;
+const PARTIAL_HEADERS = 8;
 /** How many addresses the members' table holds, then the table: each a key's 32-bit hash. */
-const MEMBER_COUNT = 8;
-const MEMBERS_AT = 9;
+const MEMBER_COUNT = 9;
+const MEMBERS_AT = 10;
 export const MEMBER_SLOTS = 128;
 const BUCKETS_AT = MEMBERS_AT + MEMBER_SLOTS;
 /** The most slots of the node's bound kept for the members' addresses. */
@@ -241,6 +242,35 @@ export class ConnectionSlots {
 
   releaseIncoming(bytes: number): void {
     if (bytes > 0) Atomics.sub(this.#cells, INCOMING, bytes);
+  }
+
+  /**
+   * The most bytes of header blocks still arriving (a block waiting for its last CONTINUATION,
+   * up to 144 KiB a connection) the node holds: a quarter of `incomingBytes`, apart from it. A
+   * gRPC client sends a block's frames together, so a block waits only while they arrive; one
+   * that stalls is a client's choice, and the 10,000 connections a node allows, each stalled in
+   * one, could hold 1.4 GiB unbounded. Apart, so that a budget full of requests' bytes never ends the connection of a
+   * client whose metadata takes more than one frame.
+   */
+  get partialHeaderBytes(): number {
+    return Math.floor(this.incomingBytes / 4);
+  }
+
+  /** Counts `bytes` more of a header block still arriving: false (nothing counted) past the bound. */
+  takePartialHeaders(bytes: number): boolean {
+    const cells = this.#cells;
+    if (Atomics.add(cells, PARTIAL_HEADERS, bytes) + bytes <= this.partialHeaderBytes) return true;
+    Atomics.sub(cells, PARTIAL_HEADERS, bytes);
+    return false;
+  }
+
+  releasePartialHeaders(bytes: number): void {
+    if (bytes > 0) Atomics.sub(this.#cells, PARTIAL_HEADERS, bytes);
+  }
+
+  /** Bytes of header blocks still arriving now, across the node. */
+  get partialHeaders(): number {
+    return Atomics.load(this.#cells, PARTIAL_HEADERS);
   }
 
   /** Bytes of requests still arriving now, across the node. */

@@ -319,6 +319,14 @@ export function serveFrontEnd(
     writeStallTimeoutMs: limits.writeStallTimeoutMs,
     handshakeTimeoutMs: limits.handshakeTimeoutMs,
     goAwayGraceMs: limits.goAwayGraceMs,
+    ...(nodeBounds === null
+      ? {}
+      : {
+          headerBlockBudget: {
+            take: (bytes: number) => nodeBounds.takePartialHeaders(bytes),
+            release: (bytes: number) => nodeBounds.releasePartialHeaders(bytes),
+          },
+        }),
   };
   /**
    * Path → the method's index in setup.methods, whether it is unary, its receive limit (the

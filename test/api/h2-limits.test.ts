@@ -700,6 +700,70 @@ describe("front end: response headers indexed per connection (HPACK)", { timeout
   });
 });
 
+describe(
+  "front end: header blocks still arriving are bounded across the node",
+  { timeout: 60_000 },
+  () => {
+    it("counts a stalled block's bytes, ends the connection whose next CONTINUATION finds no room, and gives them back as connections close", async () => {
+      // A block is decoded whole, so it is held until its last CONTINUATION: up to 144 KiB a
+      // connection, uncounted before. Bound: a quarter of rpc.max_incoming_request_bytes.
+      const slots = new ConnectionSlots(100, 0, 100, 1 << 20);
+      assert.equal(slots.partialHeaderBytes, 256 * 1024);
+      const fe = await startFrontEnd({ connections: slots.shared });
+      const clients: RawH2Client[] = [];
+      /** Polls (bounded) until `cond` holds: the front end reads in this process. */
+      const until = async (cond: () => boolean, what: string): Promise<void> => {
+        const end = performance.now() + 5_000;
+        while (!cond()) {
+          if (performance.now() > end) assert.fail(`not within 5 s: ${what}`);
+          await new Promise((resolve) => setTimeout(resolve, 1));
+        }
+      };
+      try {
+        const block = encodeBlock(grpcRequest(UNARY, [["x-pad", "p".repeat(120_000)]]));
+        const piece = (i: number): Buffer => block.subarray(i * 16_384, (i + 1) * 16_384);
+        // Six frames of 16 KiB, the block unfinished: 96 KiB held by each connection.
+        const stalled = (): Buffer =>
+          Buffer.concat([
+            frame(T.HEADERS, 0, 1, piece(0)),
+            ...[1, 2, 3, 4, 5].map((i) => frame(T.CONTINUATION, 0, 1, piece(i))),
+          ]);
+        for (let i = 0; i < 2; i++) {
+          const client = await RawH2Client.open(fe.port, PASSIVE);
+          clients.push(client);
+          client.send(stalled());
+          await until(
+            () => slots.partialHeaders === (i + 1) * 6 * 16_384,
+            `connection ${i} counted`,
+          );
+        }
+        // 192 KiB held: the third connection's fifth frame would pass 256 KiB.
+        const third = await RawH2Client.open(fe.port, PASSIVE);
+        clients.push(third);
+        third.send(stalled());
+        assert.equal(await third.goAwayCode(), E.ENHANCE_YOUR_CALM);
+        await third.whenClosed;
+        await until(() => slots.partialHeaders === 2 * 6 * 16_384, "the third's bytes given back");
+        // The first two end their blocks (the list past 64 KiB: their streams are reset) and
+        // serve on; a call of their own fits.
+        for (const client of clients.slice(0, 2)) {
+          client.send(frame(T.CONTINUATION, 0, 1, piece(6)));
+          client.send(frame(T.CONTINUATION, F.END_HEADERS, 1, block.subarray(7 * 16_384)));
+          assert.deepEqual(await client.grpcOutcome(1), { reset: E.ENHANCE_YOUR_CALM });
+          client.send(unaryCall(3, UNARY, BODY));
+          assert.equal((await client.grpcOutcome(3)).grpcStatus, status.OK);
+          assert.equal(client.goAway, null);
+        }
+        assert.equal(slots.partialHeaders, 0);
+        assert.equal(slots.incoming, 0, "the requests' own budget was not touched");
+      } finally {
+        for (const client of clients) client.destroy();
+        await fe.close();
+      }
+    });
+  },
+);
+
 /** Resolves once the front end has read everything sent before: its ACK of a new PING. */
 async function pingAcked(client: RawH2Client): Promise<void> {
   const payload = randomBytes(8);

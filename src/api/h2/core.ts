@@ -147,6 +147,18 @@ export interface CoreOptions {
    */
   readonly maxOutputBytes?: number;
   readonly writeStallTimeoutMs?: number;
+  /**
+   * A budget the bytes of header blocks still arriving (a HEADERS frame without END_HEADERS,
+   * then its CONTINUATIONs: a block is decoded whole, so it is held until it ends, up to
+   * 2 × maxHeaderListSize + 16 KiB) are taken from, and given back to when the block ends or
+   * the connection goes (the server's: shared by the node's connections). A block whose next
+   * frame finds no room ends the connection (GOAWAY ENHANCE_YOUR_CALM): its decoding cannot be
+   * skipped. Absent: not counted.
+   */
+  readonly headerBlockBudget?: {
+    take(bytes: number): boolean;
+    release(bytes: number): void;
+  };
 }
 
 export const DEFAULT_MAX_CONTINUATION_FRAMES = 16;
@@ -253,7 +265,10 @@ export abstract class ConnectionCore<S extends CoreStream> {
   readonly #onSocketDrain = (): void => this.#onDrain();
   readonly #onSocketClosed = (): void => this.#onSocketClose();
   #settingsSeen = false;
-  /** A header block in progress (HEADERS without END_HEADERS, then CONTINUATIONs). */
+  /**
+   * A header block in progress (HEADERS without END_HEADERS, then CONTINUATIONs): `size` bytes
+   * held, taken from #headerBlockBudget (#dropHeaderBlock gives them back).
+   */
   #headerBlock: {
     streamId: number;
     chunks: Buffer[];
@@ -261,6 +276,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     frames: number;
     endStream: boolean;
   } | null = null;
+  readonly #headerBlockBudget: CoreOptions["headerBlockBudget"];
   readonly #maxContinuationFrames: number;
   readonly #goAwayGraceMs: number;
   /** Rapid Reset's budget: tokens left, refilled at #resetRate a second since #resetsAt. */
@@ -330,6 +346,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     this.#maxHeaderListSize = options.maxHeaderListSize;
     this.#decoder = new HpackDecoder(4096, options.maxHeaderListSize);
     this.#maxContinuationFrames = options.maxContinuationFrames ?? DEFAULT_MAX_CONTINUATION_FRAMES;
+    this.#headerBlockBudget = options.headerBlockBudget;
     this.#goAwayGraceMs = options.goAwayGraceMs ?? DEFAULT_GOAWAY_GRACE_MS;
     this.#resetRate = options.maxResetsPerSecond ?? 0;
     this.#resetTokens = this.#resetRate;
@@ -706,6 +723,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     const endStream = (flags & FLAG_END_STREAM) !== 0;
     if ((flags & FLAG_END_HEADERS) === 0) {
+      this.#takeBlockBytes(block.length);
       this.#headerBlock = {
         streamId,
         chunks: [Buffer.from(block)],
@@ -725,20 +743,44 @@ export abstract class ConnectionCore<S extends CoreStream> {
     if (pending === null || pending.streamId !== streamId) {
       throw new ConnectionError(ErrorCode.PROTOCOL_ERROR, "an unexpected CONTINUATION");
     }
-    pending.size += payload.length;
     // A header block far beyond the list limit is refused before it is all buffered, and so is
     // one in too many frames (empty CONTINUATIONs cost the peer 9 bytes each and hold nothing).
-    if (pending.size > this.#maxHeaderListSize * 2 + MAX_FRAME_SIZE) {
+    if (pending.size + payload.length > this.#maxHeaderListSize * 2 + MAX_FRAME_SIZE) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block too large");
     }
     if (++pending.frames > this.#maxContinuationFrames) {
       throw new ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block in too many frames");
     }
+    this.#takeBlockBytes(payload.length);
+    pending.size += payload.length;
     if (payload.length > 0) pending.chunks.push(Buffer.from(payload));
     if ((flags & FLAG_END_HEADERS) === 0) return;
-    this.#headerBlock = null;
-    const headers = this.#decoder.decode(Buffer.concat(pending.chunks));
+    const block = Buffer.concat(pending.chunks);
+    this.#dropHeaderBlock();
+    const headers = this.#decoder.decode(block);
     this.handleHeaderBlock(streamId, headers, pending.endStream, this.#blockFault());
+  }
+
+  /**
+   * Takes `bytes` more of the header block still arriving from headerBlockBudget, or throws the
+   * connection error that ends the connection (what the block took goes back as it closes).
+   */
+  #takeBlockBytes(bytes: number): void {
+    if (bytes === 0 || this.#headerBlockBudget === undefined) return;
+    if (!this.#headerBlockBudget.take(bytes)) {
+      throw new ConnectionError(
+        ErrorCode.ENHANCE_YOUR_CALM,
+        "no room for another header block still arriving",
+      );
+    }
+  }
+
+  /** Forgets the header block in progress, if any, and gives its bytes back to the budget. */
+  #dropHeaderBlock(): void {
+    const pending = this.#headerBlock;
+    if (pending === null) return;
+    this.#headerBlock = null;
+    this.#headerBlockBudget?.release(pending.size);
   }
 
   /** What makes the block just decoded a stream error (see handleHeaderBlock), or NO_ERROR. */
@@ -1284,6 +1326,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     }
     this.#output = [];
     this.#outStart = this.#outAt;
+    this.#dropHeaderBlock();
     // Every stream and the owner hear of the close even when one of them throws (reported).
     for (const stream of [...this.streams.values()]) {
       try {
