@@ -249,8 +249,8 @@ export class ConnectionSlots {
    * up to 144 KiB a connection) the node holds: a quarter of `incomingBytes`, apart from it. A
    * gRPC client sends a block's frames together, so a block waits only while they arrive; one
    * that stalls is a client's choice, and the 10,000 connections a node allows, each stalled in
-   * one, could hold 1.4 GiB unbounded. Apart, so that a budget full of requests' bytes never ends the connection of a
-   * client whose metadata takes more than one frame.
+   * one, could hold 1.4 GiB unbounded. Apart, so that a budget full of requests' bytes never
+   * ends the connection of a client whose metadata takes more than one frame.
    */
   get partialHeaderBytes(): number {
     return Math.floor(this.incomingBytes / 4);
