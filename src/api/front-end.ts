@@ -650,10 +650,18 @@ export function serveFrontEnd(
         chunks.length = 0;
       }
       const timeout = stream.header("grpc-timeout");
-      const deadline = deadlineOf(timeout);
+      const now = Date.now();
+      const deadline = deadlineOf(timeout, now);
       if (Number.isNaN(deadline)) {
         release();
         respondStatus(stream, status.INTERNAL, invalidTimeoutDetails(timeout), null);
+        return;
+      }
+      if (deadline <= now) {
+        // A timeout of 0 (`0n`, `0S`): the client gave up before the call arrived, so it is
+        // not run (a write it could only count as failed, its outcome unknown).
+        release();
+        respondStatus(stream, status.DEADLINE_EXCEEDED, "Deadline exceeded", null);
         return;
       }
       if (framed[0] === 0) {

@@ -266,6 +266,29 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
     }
   });
 
+  it("answers a call whose grpc-timeout is 0 DEADLINE_EXCEEDED, unrun (it was over as it arrived)", async () => {
+    const client = await RawH2Client.open(fe.port, PASSIVE);
+    try {
+      const before = fe.seen.calls.length;
+      for (const [i, value] of ["0n", "0S", "00000000m"].entries()) {
+        const id = 1 + 2 * i;
+        client.send(unaryCall(id, UNARY, BODY, [["grpc-timeout", value]]));
+        const outcome = await client.grpcOutcome(id);
+        assert.deepEqual(
+          outcome,
+          { grpcStatus: status.DEADLINE_EXCEEDED, message: "Deadline exceeded" },
+          value,
+        );
+      }
+      assert.equal(fe.seen.calls.length, before, "none ran");
+      client.send(unaryCall(7, UNARY, BODY, [["grpc-timeout", "1S"]]));
+      assert.equal((await client.grpcOutcome(7)).grpcStatus, status.OK, "1S runs");
+      assert.equal(fe.seen.calls.length, before + 1);
+    } finally {
+      client.destroy();
+    }
+  });
+
   it("refuses a malformed grpc-timeout (INTERNAL, as grpc-js does) rather than run the call without a deadline", async () => {
     const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
