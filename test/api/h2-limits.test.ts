@@ -41,6 +41,7 @@ import {
   type TestFrontEnd,
   UNARY,
 } from "./h2-limits-support.ts";
+import { eventually } from "../support/cluster-process.ts";
 
 const BODY = Buffer.from("hello");
 /** The client writes every frame the front end sees, and sees its close at once. */
@@ -735,13 +736,8 @@ describe(
       const fe = await startFrontEnd({ connections: slots.shared });
       const clients: RawH2Client[] = [];
       /** Polls (bounded) until `cond` holds: the front end reads in this process. */
-      const until = async (cond: () => boolean, what: string): Promise<void> => {
-        const end = performance.now() + 5_000;
-        while (!cond()) {
-          if (performance.now() > end) assert.fail(`not within 5 s: ${what}`);
-          await new Promise((resolve) => setTimeout(resolve, 1));
-        }
-      };
+      const until = (cond: () => boolean, what: string): Promise<void> =>
+        eventually(what, () => Promise.resolve(cond()), 5_000);
       try {
         const block = encodeBlock(grpcRequest(UNARY, [["x-pad", "p".repeat(120_000)]]));
         const piece = (i: number): Buffer => block.subarray(i * 16_384, (i + 1) * 16_384);
