@@ -326,7 +326,8 @@ describe("a table found corrupt as its engine opens", () => {
         message: new RegExp(damaged),
       });
 
-      renameSync(dir, `${dir}.aside`);
+      // Aside into a directory of the helpers' own, which they delete with the others.
+      renameSync(dir, join(tempDir("lsm-open-corrupt-aside"), "shard"));
       const refilled = await LsmEngine.open(dir, env, OPTIONS);
       for (const [seq, key] of [
         [1, "a"],
