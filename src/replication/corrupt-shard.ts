@@ -18,8 +18,10 @@
  * once every other shard is open and the meta group has replayed its log (a shard worker without
  * it: once the worker holding it shared a state that places the shard), the shard's directory
  * is moved aside when the meta state places the shard on another node too, and the shard opens
- * as a lost one. Without that knowledge (the meta group's own tables) the node refuses to start,
- * naming the directory to move.
+ * as a lost one. The meta group's own shard (shard 0), whose state is what is damaged, is moved
+ * aside when its recorded voters (meta-voters.ts) include another node. Without that knowledge
+ * (no record, a state that does not place the shard: none when shard 0 was damaged too) the
+ * node refuses to start, naming the directory to move.
  *
  * A single node, and a group with no other voter here (a one-replica cluster, a new replica
  * that has not heard its configuration yet), keeps its directory: its tables are its only copy,

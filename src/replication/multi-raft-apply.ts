@@ -7,6 +7,7 @@
 import { nodeOfReplica } from "../cluster/index.ts";
 import { IntMap } from "../common/index.ts";
 import type { ConfState, Ready } from "../raft/index.ts";
+import type { MetaVotersNote } from "./meta-voters.ts";
 import type { ReplicationObserver } from "./multi-raft-options.ts";
 import type { ShardReplica } from "./shard.ts";
 
@@ -19,6 +20,8 @@ export interface ApplyHost {
   markDirty(s: ShardReplica): void;
   /** The ticker (multi-raft-quiesce.ts): keeps its list in step with the group. */
   readonly sleep: { trackSleep(s: ShardReplica): void };
+  /** The record of the meta group's voters (meta-voters.ts); null on a single node. */
+  readonly metaVoters: MetaVotersNote | null;
 }
 
 export class Applier {
@@ -93,8 +96,11 @@ export class Applier {
   /** The rest of #applyReady once `rd`'s entries are applied (`conf`: the one before them). */
   #advance(s: ShardReplica, rd: Ready, conf: ConfState): void {
     try {
-      if (s.storage.conf !== conf)
-        this.#host.observer?.confChanged?.(s.id, s.storage.conf.voters.map(nodeOfReplica));
+      if (s.storage.conf !== conf) {
+        const voters = s.storage.conf.voters.map(nodeOfReplica);
+        this.#host.observer?.confChanged?.(s.id, voters);
+        if (s.id === 0) this.#host.metaVoters?.note(voters);
+      }
       s.confirmReads(rd);
       s.raw.advance();
       // Refilled after its directory was lost (refill.ts): serves again.

@@ -9,6 +9,7 @@
  * one that adds to it.
  */
 import { join } from "node:path";
+import { nodeOfReplica } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import type { DenseMap } from "../common/index.ts";
 import type { Rng } from "../common/rng.ts";
@@ -25,6 +26,7 @@ import {
 } from "../raft/index.ts";
 import type { FileSystem, Wal } from "../storage/index.ts";
 import { corruptShardOf, quarantineShard } from "./corrupt-shard.ts";
+import { type MetaVotersNote, readMetaVoters } from "./meta-voters.ts";
 import type { EngineOpener } from "./engine.ts";
 import {
   type DriverTestingBugs,
@@ -103,6 +105,8 @@ export interface GroupsHost {
   replicasChanged(): void;
   /** Where snapshots for followers pin their engine's version; null: built in memory. */
   readonly snapshotPins: SnapshotPins | null;
+  /** The record of the meta group's voters (meta-voters.ts); null on a single node. */
+  readonly metaVoters: MetaVotersNote | null;
   /** The removal of the shard's replica under way here, if any (multi-raft-removal.ts). */
   whenRemoved(id: number): Promise<void> | undefined;
 }
@@ -182,8 +186,9 @@ export class Groups {
     };
     await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
     // Decided once every other shard is open, the meta group with them: its state names the
-    // corrupt shard's replicas.
-    for (const { id, err } of corrupt) await this.#refillCorrupt(id, err);
+    // corrupt shard's replicas (the meta group's own, decided first, by its record).
+    corrupt.sort((a, b) => a.id - b.id);
+    for (const { id, err } of corrupt) await this.#refillCorrupt(id, err, fs);
   }
 
   /**
@@ -191,24 +196,30 @@ export class Groups {
    * refilled from its peers in the same start when another replica of it holds what its group
    * committed (corrupt-shard.ts): its directory moved aside to the quarantine, the shard opens
    * as one whose directory was lost (refill.ts). The meta state is read once the meta group
-   * replayed its log (here), or as the worker holding it shares it (a shard worker without it).
-   * Without another replica known (a group of one, the meta group itself, a state that does not
-   * place the shard), `err` is thrown: the operator decides (MultiRaft.open names the directory
-   * and what to do).
+   * replayed its log (here), or as the worker holding it shares it (a shard worker without it);
+   * the meta group's own voters, by their record (meta-voters.ts). Without another replica known
+   * (a group of one, the meta group's only voter or no record of its voters, a state that does
+   * not place the shard: none when the meta group's own tables were corrupt too), `err` is
+   * thrown: the operator decides (MultiRaft.open names the directory and what to do).
    */
-  async #refillCorrupt(id: number, err: unknown): Promise<void> {
+  async #refillCorrupt(id: number, err: unknown, fs: FileSystem): Promise<void> {
     const host = this.#host;
     const o = host.options;
-    // The meta state as its tables hold it may predate the shard: first what its log adds.
+    // The meta state as its tables hold it may predate the shard: first what its log adds (none
+    // when shard 0 was moved aside itself: it waits for its peers).
     const metaGroup = host.shards.get(0);
-    if (metaGroup !== undefined) await this.#replayed(metaGroup);
+    if (metaGroup !== undefined && metaGroup.refill === null) await this.#replayed(metaGroup);
     let replicas = o.replicasNow?.(id) ?? this.replicasOf(id);
     if (replicas.length === 0 && o.metaAtStart !== undefined) {
       // A shard worker without shard 0: the meta state comes from the worker that holds it.
       const meta = await o.metaAtStart(id);
       replicas = meta?.replicasNow(id) ?? [];
     }
-    const others = replicas.filter((r) => r !== host.replicaId);
+    let others = replicas.filter((r) => r !== host.replicaId);
+    if (id === 0 && others.length === 0) {
+      const self = nodeOfReplica(host.replicaId);
+      others = ((await readMetaVoters(fs, o.dataDir)) ?? []).filter((node) => node !== self);
+    }
     if (others.length === 0 || host.wal.hardState(id) === undefined) throw err;
     const into = await quarantineShard(o.dataDir, id, new Date());
     o.observer?.shardQuarantined?.(id, into, true);
@@ -640,6 +651,8 @@ export class Groups {
       this.#host.sleep.setTicking(shard, true);
       o.observer?.shardOpened?.(id, applied, commit);
       if (id === 0) {
+        // Its configuration as its tables hold it (a restart): the replay notes what follows.
+        this.#host.metaVoters?.note(storage.conf.voters.map(nodeOfReplica));
         const observe = o.observer?.metaApplied?.bind(o.observer);
         sm.onMeta = (state) => {
           observe?.(state);

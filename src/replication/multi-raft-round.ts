@@ -13,6 +13,7 @@ import { clearArray } from "../common/index.ts";
 import { type Message, type NodeId, nodeId, type Ready } from "../raft/index.ts";
 import type { Wal, WalHardState, WalRecord } from "../storage/index.ts";
 import type { Clock } from "./engine.ts";
+import type { MetaVotersNote } from "./meta-voters.ts";
 import {
   type DriverTestingBugs,
   leaderNode,
@@ -34,6 +35,8 @@ export interface RoundHost {
     "transport" | "tickMs" | "electionTicks" | "flushOutputs" | "replicasNow"
   >;
   readonly observer: ReplicationObserver | undefined;
+  /** The record of the meta group's voters (meta-voters.ts); null on a single node. */
+  readonly metaVoters: MetaVotersNote | null;
   /** This node's id inside its groups. */
   readonly replicaId: NodeId;
   /** The shard's replicas, first-ranked first (MultiRaftOptions.replicasOf). */
@@ -193,7 +196,7 @@ export class RoundLoop {
           await installSnapshot(
             ready[w] as ShardReplica,
             rd.snapshot,
-            this.#host.observer,
+            this.#host,
             this.#host.testingBugs,
           );
         }

@@ -8,6 +8,7 @@ import { nodeOfReplica } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { logIndex, type Snapshot, term } from "../raft/index.ts";
 import { encodeSnapshotFrames } from "../storage/index.ts";
+import type { MetaVotersNote } from "./meta-voters.ts";
 import type { DriverTestingBugs, ReplicationObserver } from "./multi-raft-options.ts";
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { ShardReplica } from "./shard.ts";
@@ -23,6 +24,12 @@ export interface LogTerms {
   term(shard: number, index: number): number | undefined;
 }
 
+/** Who hears of an installed snapshot: the observer, and the meta group's voters' record. */
+export interface SnapshotListeners {
+  readonly observer: ReplicationObserver | undefined;
+  readonly metaVoters: MetaVotersNote | null;
+}
+
 /**
  * Replaces a follower's state with a snapshot from its leader, and releases its stream; the
  * proposals waiting on the entries it replaced are answered (ShardReplica.overtakenBySnapshot).
@@ -30,7 +37,7 @@ export interface LogTerms {
 export async function installSnapshot(
   s: SnapshotGroup & Pick<ShardReplica, "overtakenBySnapshot">,
   snap: Snapshot,
-  observer: ReplicationObserver | undefined,
+  { observer, metaVoters }: SnapshotListeners,
   bugs: DriverTestingBugs,
 ): Promise<void> {
   let bytes = 0;
@@ -56,10 +63,14 @@ export async function installSnapshot(
   }
   s.sm.appliedIndex = snap.meta.index;
   s.storage.conf = snap.meta.conf;
-  observer?.confChanged?.(s.id, snap.meta.conf.voters.map(nodeOfReplica));
+  const voters = snap.meta.conf.voters.map(nodeOfReplica);
+  observer?.confChanged?.(s.id, voters);
   observer?.snapshotInstalled?.(s.id, snap.meta.index, bytes);
-  // The meta group's state came with the snapshot.
-  if (s.id === 0) s.sm.reloadMeta();
+  // The meta group's state and configuration came with the snapshot.
+  if (s.id === 0) {
+    metaVoters?.note(voters);
+    s.sm.reloadMeta();
+  }
   s.overtakenBySnapshot(snap.meta.index);
 }
 

@@ -63,6 +63,7 @@ import {
 } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
 import { corruptShardOf, explainCorruptShard, quarantineShard } from "./corrupt-shard.ts";
+import { MetaVotersRecord } from "./meta-voters.ts";
 import { type AcceptedLoss, Groups, type LostShard } from "./multi-raft-groups.ts";
 import { Maintenance } from "./multi-raft-maintenance.ts";
 import { RoundLoop } from "./multi-raft-round.ts";
@@ -127,6 +128,8 @@ export class MultiRaft {
   readonly #removal: Removal;
   /** The engine versions pinned by snapshots not read yet, with a streaming transport. */
   readonly #snapshotPins: SnapshotPins | null;
+  /** A cluster node's record of the meta group's voters (meta-voters.ts); null alone. */
+  readonly #metaVoters: MetaVotersRecord | null;
 
   private constructor(options: MultiRaftOptions, wal: Wal, env: LsmEnvironment | null) {
     this.#options = options;
@@ -145,6 +148,12 @@ export class MultiRaft {
       options.transport?.streamsSnapshots === true
         ? new SnapshotPins(options.snapshotPinTimeoutMs)
         : null;
+    this.#metaVoters =
+      options.transport === undefined
+        ? null
+        : new MetaVotersRecord(options.fs ?? nodeFileSystem, options.dataDir, (err) =>
+            this.#fail(err),
+          );
     // What the parts need of the driver (their *Host interfaces), one object for them all.
     const host = {
       shards: this.#shards,
@@ -182,6 +191,7 @@ export class MultiRaft {
       dropExpiredHeld: (): void => this.#peers.dropExpiredHeld(),
       replicasChanged: (): void => this.replicasChanged(),
       snapshotPins: this.#snapshotPins,
+      metaVoters: this.#metaVoters,
     };
     this.#writes = new Writes(host);
     this.#reads = new Reads(host);
@@ -556,6 +566,7 @@ export class MultiRaft {
     await this.#removal.whenIdle();
     await this.#rounds.whenIdle();
     await this.#applier.whenIdle();
+    await this.#metaVoters?.settled();
     const err = new ShuttingDownError();
     for (const s of this.#shards.values()) s.failAll(err);
     // A pinned version holds its engine's tables: released before the engines close.

@@ -8,7 +8,7 @@
  * directory: its tables are its only copy.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, open, readdir, rm } from "node:fs/promises";
+import { mkdtemp, open, readdir, readFile, rename, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -192,20 +192,29 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
   });
 
   // With shard workers, a shard of the second: it learns the meta state from the first, which
-  // opens shard 0 beside it.
-  for (const [shape, workers, ofWorker] of [
-    ["", 1, 0],
-    [" (two shard workers, a shard of the second)", 2, 1],
+  // opens shard 0 beside it. The meta group's own shard: its voters come from their record.
+  for (const [shape, workers, pick] of [
+    ["", 1, (shards: readonly number[]) => shards.find((id) => id !== 0)],
+    [
+      " (two shard workers, a shard of the second)",
+      2,
+      (s: readonly number[]) => s.find((id) => id % 2 === 1),
+    ],
+    [" (the meta group's own, shard 0)", 1, () => 0],
   ] as const) {
     it(`a cluster member that finds a shard's table corrupt as it starts moves the shard aside and is refilled in that start${shape}: nothing lost`, async () => {
-      const cluster = await LocalCluster.create(join(root, `at-open-${workers}`), 3, {
-        CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
-        CAIRN_SHARD_WORKERS: String(workers),
-      });
+      const cluster = await LocalCluster.create(
+        join(root, `at-open-${workers}${shape === "" ? "" : `-${pick([])}`}`),
+        3,
+        {
+          CAIRN_CLUSTER_TOTAL_SHARDS: String(TOTAL_SHARDS),
+          CAIRN_SHARD_WORKERS: String(workers),
+        },
+      );
       try {
         const { acknowledged, put, shard, ofShard } = await filledCluster(
           cluster,
-          (shards) => shards.find((id) => id !== 0 && id % workers === ofWorker) as number,
+          (shards) => pick(shards) as number,
         );
         const victim = cluster.node("n2");
         await cluster.stop("n2", "SIGKILL");
@@ -215,6 +224,19 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
         const n1 = cluster.node("n1").client as Clients;
         for (let i = 0; i < 20; i++) await put(n1, `during-${i}`, `d${i}`);
 
+        if (shard === 0) {
+          // The meta group's voters, recorded beside its directory: its state names no replica
+          // once its tables are damaged. Without the record (a directory older than it), the
+          // node refuses to start, naming the directory to move.
+          const record = join(victim.dataDir, "meta-voters");
+          assert.match(await readFile(record, "utf8"), /^n1\nn2\nn3\ncrc32c [0-9a-f]{8}\n$/);
+          await rename(record, `${record}.aside`);
+          await assert.rejects(
+            cluster.start("n2"),
+            new RegExp(`corruption in ${dir}/.*move ${dir} out of`),
+          );
+          await rename(`${record}.aside`, record);
+        }
         // Before, it refused to start, naming the directory for the operator to move.
         const back = await cluster.start("n2");
         const server = back.server;

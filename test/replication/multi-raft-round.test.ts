@@ -155,6 +155,7 @@ function loop() {
   const rounds = new RoundLoop({
     options: { tickMs: 100, electionTicks: 10 },
     observer: undefined,
+    metaVoters: null,
     replicaId: nodeId("n1"),
     replicasOf: () => [],
     clock: { now: () => 0, every: () => () => undefined, defer: (fn) => deferred.push(fn) },

@@ -625,7 +625,7 @@ async function leaderOfTermTwo() {
     for (let i = 0; i < 100 && raw.hasReady(); i++) {
       const rd = raw.ready();
       if (rd.snapshot !== null) {
-        await installSnapshot(shard, rd.snapshot, undefined, {});
+        await installSnapshot(shard, rd.snapshot, { observer: undefined, metaVoters: null }, {});
         log.applySnapshot(rd.snapshot);
       }
       log.append(rd.entries);
