@@ -25,7 +25,7 @@
  *   write leaves it; the restart must cut it off (and say so in its log) and lose nothing
  *   acknowledged: the torn bytes stand for a write that was never synced, so never acknowledged;
  * - bit-rot: SIGKILL any node, flip a byte in the first block of one of its tables (a shard's
- *   directory other than the meta group's, drawn), restart it and read its own copy (serializable
+ *   directory, the meta group's included, drawn), restart it and read its own copy (serializable
  *   Scans through it) until it meets the damage: it must stop (exit code 1), logging that it
  *   moved the shard's directory aside (src/replication/corrupt-shard.ts), within
  *   BIT_ROT_STOP_MS; restarted, its peers refill the shard, and the run's checks find nothing
@@ -78,7 +78,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { appendFile, open, readdir, rename, rm } from "node:fs/promises";
-import { basename, join } from "node:path";
+import { basename, join, sep } from "node:path";
 import { type Rng, shuffle } from "../../src/common/index.ts";
 import { clusterView } from "../support/cluster-process.ts";
 import type { ChaosCluster } from "./cluster.ts";
@@ -437,13 +437,14 @@ const BIT_ROT_STOP_MS = 30_000;
 
 /**
  * Flips a byte inside the first block of one table of a shard directory of `dataDir`, both
- * drawn from `rng` (not the meta group's, shard 0, which every node reads at start). Returns
- * what it damaged, or null when no shard holds a table.
+ * drawn from `rng`: the meta group's (shard 0) a third of the time when it holds a table (its
+ * voters' record, meta-voters.ts, lets the node move it aside at start). Returns what it
+ * damaged, or null when no shard holds a table.
  */
 async function rotTable(dataDir: string, rng: Rng): Promise<string | null> {
   const shards = join(dataDir, "shards");
   const ids = (await readdir(shards).catch(() => [] as string[]))
-    .filter((n) => /^\d+$/.test(n) && n !== "0")
+    .filter((n) => /^\d+$/.test(n))
     .sort((a, b) => Number(a) - Number(b));
   const candidates: string[] = [];
   for (const id of ids) {
@@ -452,7 +453,10 @@ async function rotTable(dataDir: string, rng: Rng): Promise<string | null> {
     }
   }
   if (candidates.length === 0) return null;
-  const table = candidates[rng.int(candidates.length)] as string;
+  // The meta group's tables a third of the time when it has any: one shard of many otherwise.
+  const meta = candidates.filter((c) => c.startsWith(`0${sep}`));
+  const from = meta.length > 0 && rng.int(3) === 0 ? meta : candidates;
+  const table = from[rng.int(from.length)] as string;
   const file = await open(join(shards, table), "r+");
   try {
     const at = 8 + rng.int(64);
