@@ -69,12 +69,13 @@ async function servesAlone(
 
 /**
  * A running 3-node cluster, 60 keys written through every node and held by every replica, and
- * the shard `pick` chooses flushed on n2 into a table that is its only copy there (its log
- * compacted). Returns the writes, that shard and its keys.
+ * the shard `pick` chooses flushed on node `on` (n2 unless said) into a table that is its only
+ * copy there (its log compacted). Returns the writes, that shard and its keys.
  */
 async function filledCluster(
   cluster: LocalCluster,
   pick: (shards: readonly number[]) => number,
+  on = "n2",
 ): Promise<{
   acknowledged: Map<string, string>;
   put: (c: Clients, key: string, value: string) => Promise<void>;
@@ -91,9 +92,9 @@ async function filledCluster(
   const shard = pick([...acknowledged.keys()].map(shardOf));
   const ofShard = [...acknowledged.keys()].filter((k) => shardOf(k) === shard);
   await everyReplicaHolds(cluster, acknowledged);
-  const c2 = cluster.node("n2").client as Clients;
-  const snap = await c2.call(c2.admin, "SnapshotShard", { shard_id: shard });
-  assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on n2`);
+  const c = cluster.node(on).client as Clients;
+  const snap = await c.call(c.admin, "SnapshotShard", { shard_id: shard });
+  assert.ok(Number(snap["index"]) > 1, `shard ${shard} compacted on ${on}`);
   return { acknowledged, put, shard, ofShard };
 }
 
@@ -192,15 +193,17 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
   });
 
   // With shard workers, a shard of the second: it learns the meta state from the first, which
-  // opens shard 0 beside it. The meta group's own shard: its voters come from their record.
-  for (const [shape, workers, pick] of [
-    ["", 1, (shards: readonly number[]) => shards.find((id) => id !== 0)],
+  // opens shard 0 beside it. The meta group's own shard: its voters come from their record; on
+  // n1, the first seed (which founded the cluster, and must not found another without it).
+  for (const [shape, workers, pick, victimId] of [
+    ["", 1, (shards: readonly number[]) => shards.find((id) => id !== 0), "n2"],
     [
       " (two shard workers, a shard of the second)",
       2,
       (s: readonly number[]) => s.find((id) => id % 2 === 1),
+      "n2",
     ],
-    [" (the meta group's own, shard 0)", 1, () => 0],
+    [" (the meta group's own, shard 0, on the first seed)", 1, () => 0, "n1"],
   ] as const) {
     it(`a cluster member that finds a shard's table corrupt as it starts moves the shard aside and is refilled in that start${shape}: nothing lost`, async () => {
       const cluster = await LocalCluster.create(
@@ -215,14 +218,15 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
         const { acknowledged, put, shard, ofShard } = await filledCluster(
           cluster,
           (shards) => pick(shards) as number,
+          victimId,
         );
-        const victim = cluster.node("n2");
-        await cluster.stop("n2", "SIGKILL");
+        const victim = cluster.node(victimId);
+        await cluster.stop(victimId, "SIGKILL");
         // Damaged while the node is down: its start opens the table and finds it.
         const dir = join(victim.dataDir, "shards", String(shard));
-        assert.ok((await corruptTables(dir, "footer")).length > 0, "n2 flushed a table");
-        const n1 = cluster.node("n1").client as Clients;
-        for (let i = 0; i < 20; i++) await put(n1, `during-${i}`, `d${i}`);
+        assert.ok((await corruptTables(dir, "footer")).length > 0, `${victimId} flushed a table`);
+        const n3 = cluster.node("n3").client as Clients;
+        for (let i = 0; i < 20; i++) await put(n3, `during-${i}`, `d${i}`);
 
         if (shard === 0) {
           // The meta group's voters, recorded beside its directory: its state names no replica
@@ -232,25 +236,25 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
           assert.match(await readFile(record, "utf8"), /^n1\nn2\nn3\ncrc32c [0-9a-f]{8}\n$/);
           await rename(record, `${record}.aside`);
           await assert.rejects(
-            cluster.start("n2"),
+            cluster.start(victimId),
             new RegExp(`corruption in ${dir}/.*move ${dir} out of`),
           );
           await rename(`${record}.aside`, record);
         }
         // Before, it refused to start, naming the directory for the operator to move.
-        const back = await cluster.start("n2");
+        const back = await cluster.start(victimId);
         const server = back.server;
         assert.ok(server !== null);
         await cluster.ready(60_000);
         await eventually(
-          "n2 /health is healthy (refilled)",
+          `${victimId} /health is healthy (refilled)`,
           async () => (await healthReport(server.http)).status === "healthy",
           60_000,
         );
         await movedAside(server.lines, "moved aside as the node started", victim.dataDir, shard);
         reportsRefilled(server.lines, shard);
         await everyReplicaHolds(cluster, acknowledged);
-        await servesAlone(cluster, "n2", ofShard, acknowledged);
+        await servesAlone(cluster, victimId, ofShard, acknowledged);
         await cluster.stopAll();
       } finally {
         await cluster.killAll();
