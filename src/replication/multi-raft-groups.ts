@@ -494,6 +494,10 @@ export class Groups {
         await this.#host.wal.sync();
       }
       const sm = new KvStateMachine(lsm, { metaGroup: id === 0 });
+      // The meta state is read (and its blocks checked) before the shard is in the table: a
+      // corrupt block there fails this open, which a start then handles (#refillCorrupt),
+      // rather than the shard opened with its engine closed under it.
+      if (id === 0) sm.meta();
       if (o.transport === undefined && lsm.flushedSeq > this.#host.wal.lastIndex(id)) {
         await this.#acceptLostLog(id, lsm.flushedSeq);
       }
