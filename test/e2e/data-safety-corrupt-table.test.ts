@@ -200,20 +200,20 @@ describe("a shard's table found corrupt while the node runs (real processes)", (
   // Shard 0's damage is in its first block, where the meta state starts. Of 1024 shards (the 60
   // keys create ~60), the meta state takes several blocks: the engine opens, the Raft
   // configuration (after the meta state) reads, and the meta state's load meets the damage.
-  for (const [shape, workers, pick, victimId] of [
-    ["", 1, (shards: readonly number[]) => shards.find((id) => id !== 0), "n2"],
+  for (const [shape, workers, pick, victimId, total] of [
+    ["", 1, (shards: readonly number[]) => shards.find((id) => id !== 0), "n2", TOTAL_SHARDS],
     [
       " (two shard workers, a shard of the second)",
       2,
       (s: readonly number[]) => s.find((id) => id % 2 === 1),
       "n2",
+      TOTAL_SHARDS,
     ],
-    [" (the meta group's own, shard 0, on the first seed)", 1, () => 0, "n1"],
+    [" (the meta group's own, shard 0, on the first seed)", 1, () => 0, "n1", 1024],
   ] as const) {
     it(`a cluster member that finds a shard's table corrupt as it starts moves the shard aside and is refilled in that start${shape}: nothing lost`, async () => {
-      const total = pick([]) === 0 ? 1024 : TOTAL_SHARDS;
       const cluster = await LocalCluster.create(
-        join(root, `at-open-${workers}${shape === "" ? "" : `-${pick([])}`}`),
+        join(root, `at-open-${workers}-${victimId}-${total}`),
         3,
         {
           CAIRN_CLUSTER_TOTAL_SHARDS: String(total),
