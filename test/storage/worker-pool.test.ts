@@ -66,4 +66,27 @@ describe("worker pool", () => {
     // The one worker was busy with the first compaction; the flush goes next.
     assert.deepEqual(order, ["compact 0", "flush", "compact 1", "compact 2", "compact 3"]);
   });
+
+  it("starts a thread only when a job needs one, and never more than its size", async () => {
+    const two = new WorkerPool(2);
+    try {
+      assert.equal(two.started, 0, "none at construction");
+      const dir = tempDir("pool-lazy");
+      const flush = (n: number): Job => ({
+        type: "flush",
+        dir,
+        numbers: [n],
+        arena: arena(10, `l${n}-`),
+        smallestSnapshot: 0,
+      });
+      await two.run(flush(1));
+      assert.equal(two.started, 1, "one job, one thread");
+      await two.run(flush(2));
+      assert.equal(two.started, 1, "an idle thread is used again");
+      await Promise.all([3, 4, 5, 6].map((n) => two.run(flush(n))));
+      assert.equal(two.started, 2, "four at once: the pool's two");
+    } finally {
+      await two.close();
+    }
+  });
 });

@@ -5,6 +5,10 @@
  * compaction, so a flush queued behind compactions (a second or more of work each) stalled
  * writes for all of them (LevelDB runs a pending memtable flush before any compaction; RocksDB
  * gives flushes a pool of their own). A flush waits at most for the jobs already running.
+ *
+ * Threads start when a job first needs one, not with the pool: a thread's start costs ~0.1 s of
+ * CPU, and a node that never flushes (a short-lived or idle one; most of a test suite's) would
+ * pay it for every thread of the pool.
  */
 import { Worker } from "node:worker_threads";
 import { CairnError } from "../../common/index.ts";
@@ -38,7 +42,11 @@ export class WorkerPool {
 
   constructor(size: number) {
     this.size = size;
-    for (let i = 0; i < size; i++) this.#spawn();
+  }
+
+  /** Threads started so far (at most `size`). */
+  get started(): number {
+    return this.#all.length;
   }
 
   #spawn(): void {
@@ -71,7 +79,11 @@ export class WorkerPool {
   }
 
   #dispatch(): void {
-    while (this.#idle.length > 0 && this.queued > 0) {
+    while (this.queued > 0) {
+      if (this.#idle.length === 0) {
+        if (this.#all.length >= this.size) return;
+        this.#spawn();
+      }
       const worker = this.#idle.pop() as Worker;
       const pending = (this.#flushQueue.shift() ?? this.#queue.shift()) as Pending;
       const id = this.#nextId++;
@@ -100,7 +112,7 @@ export class WorkerPool {
     this.#dispatch();
   }
 
-  /** A worker died (an error escaped a job): fail its job and replace it, keeping the pool size. */
+  /** A worker died (an error escaped a job): fail its job; the next job needing one starts another. */
   #onCrash(worker: Worker, err: unknown): void {
     for (const [id, r] of this.#running) {
       if (r.worker === worker) {
@@ -111,10 +123,7 @@ export class WorkerPool {
     this.#all.splice(this.#all.indexOf(worker), 1);
     const idle = this.#idle.indexOf(worker);
     if (idle >= 0) this.#idle.splice(idle, 1);
-    if (!this.#closed) {
-      this.#spawn();
-      this.#dispatch();
-    }
+    if (!this.#closed) this.#dispatch();
   }
 
   async close(): Promise<void> {
