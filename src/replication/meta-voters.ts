@@ -19,7 +19,10 @@
  * are gone; the moved directory is kept in the quarantine for the operator.
  */
 import { join } from "node:path";
+import { nodeOfReplica } from "../cluster/index.ts";
+import type { ConfState } from "../raft/index.ts";
 import { crc32c, type FileSystem } from "../storage/index.ts";
+import type { ReplicationObserver } from "./multi-raft-options.ts";
 
 /** The record's file name, in the data directory. */
 export const META_VOTERS_FILE = "meta-voters";
@@ -63,6 +66,19 @@ export async function readMetaVoters(fs: FileSystem, dataDir: string): Promise<s
 
 /** What the driver's parts need of the record: to note a change. */
 export type MetaVotersNote = Pick<MetaVotersRecord, "note">;
+
+/** Who hears of a group's new configuration: the observer, and the meta group's voters' record. */
+export interface ConfListeners {
+  readonly observer: ReplicationObserver | undefined;
+  readonly metaVoters: MetaVotersNote | null;
+}
+
+/** Shard `shard`'s group has configuration `conf` now (a conf change applied, a snapshot). */
+export function confChanged(listeners: ConfListeners, shard: number, conf: ConfState): void {
+  const voters = conf.voters.map(nodeOfReplica);
+  listeners.observer?.confChanged?.(shard, voters);
+  if (shard === 0) listeners.metaVoters?.note(voters);
+}
 
 /**
  * Keeps `<dataDir>/meta-voters` equal to the voters last noted: one write at a time, the newest

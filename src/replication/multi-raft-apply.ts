@@ -4,10 +4,9 @@
  * engine takes the writes at once; otherwise beside the next rounds, the shard sitting rounds
  * out until it is done (ShardReplica.applying; driver invariant 4, docs/raft.md).
  */
-import { nodeOfReplica } from "../cluster/index.ts";
 import { IntMap } from "../common/index.ts";
 import type { ConfState, Ready } from "../raft/index.ts";
-import type { MetaVotersNote } from "./meta-voters.ts";
+import { confChanged, type MetaVotersNote } from "./meta-voters.ts";
 import type { ReplicationObserver } from "./multi-raft-options.ts";
 import type { ShardReplica } from "./shard.ts";
 
@@ -96,11 +95,7 @@ export class Applier {
   /** The rest of #applyReady once `rd`'s entries are applied (`conf`: the one before them). */
   #advance(s: ShardReplica, rd: Ready, conf: ConfState): void {
     try {
-      if (s.storage.conf !== conf) {
-        const voters = s.storage.conf.voters.map(nodeOfReplica);
-        this.#host.observer?.confChanged?.(s.id, voters);
-        if (s.id === 0) this.#host.metaVoters?.note(voters);
-      }
+      if (s.storage.conf !== conf) confChanged(this.#host, s.id, s.storage.conf);
       s.confirmReads(rd);
       s.raw.advance();
       // Refilled after its directory was lost (refill.ts): serves again.

@@ -663,8 +663,8 @@ export class Groups {
           // A shard created here may have messages waiting (receive).
           this.#host.replicasChanged();
         };
-        // What the engine already holds (a restart): the replay adds what follows.
-        if (observe !== undefined) sm.reloadMeta();
+        // What the engine already holds (a restart), read above: the replay adds what follows.
+        if (observe !== undefined) sm.reportMeta();
       }
       this.#host.markDirty(shard);
       return shard;

@@ -4,12 +4,11 @@
  * snapshot is the state machine at its applied index with the configuration in force there,
  * and the engine holds it durably before the WAL records it).
  */
-import { nodeOfReplica } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 import { logIndex, type Snapshot, term } from "../raft/index.ts";
 import { encodeSnapshotFrames } from "../storage/index.ts";
-import type { MetaVotersNote } from "./meta-voters.ts";
-import type { DriverTestingBugs, ReplicationObserver } from "./multi-raft-options.ts";
+import { type ConfListeners, confChanged } from "./meta-voters.ts";
+import type { DriverTestingBugs } from "./multi-raft-options.ts";
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { ShardReplica } from "./shard.ts";
 import type { SnapshotPins } from "./snapshot-pins.ts";
@@ -24,12 +23,6 @@ export interface LogTerms {
   term(shard: number, index: number): number | undefined;
 }
 
-/** Who hears of an installed snapshot: the observer, and the meta group's voters' record. */
-export interface SnapshotListeners {
-  readonly observer: ReplicationObserver | undefined;
-  readonly metaVoters: MetaVotersNote | null;
-}
-
 /**
  * Replaces a follower's state with a snapshot from its leader, and releases its stream; the
  * proposals waiting on the entries it replaced are answered (ShardReplica.overtakenBySnapshot).
@@ -37,7 +30,7 @@ export interface SnapshotListeners {
 export async function installSnapshot(
   s: SnapshotGroup & Pick<ShardReplica, "overtakenBySnapshot">,
   snap: Snapshot,
-  { observer, metaVoters }: SnapshotListeners,
+  listeners: ConfListeners,
   bugs: DriverTestingBugs,
 ): Promise<void> {
   let bytes = 0;
@@ -63,14 +56,10 @@ export async function installSnapshot(
   }
   s.sm.appliedIndex = snap.meta.index;
   s.storage.conf = snap.meta.conf;
-  const voters = snap.meta.conf.voters.map(nodeOfReplica);
-  observer?.confChanged?.(s.id, voters);
-  observer?.snapshotInstalled?.(s.id, snap.meta.index, bytes);
-  // The meta group's state and configuration came with the snapshot.
-  if (s.id === 0) {
-    metaVoters?.note(voters);
-    s.sm.reloadMeta();
-  }
+  confChanged(listeners, s.id, snap.meta.conf);
+  listeners.observer?.snapshotInstalled?.(s.id, snap.meta.index, bytes);
+  // The meta group's state came with the snapshot.
+  if (s.id === 0) s.sm.reportMeta();
   s.overtakenBySnapshot(snap.meta.index);
 }
 

@@ -86,7 +86,7 @@ export class KvStateMachine {
   #meta: MetaState | undefined;
   /**
    * Called after each applied meta command (changed or not) with the state it left and its
-   * outcome, and by reloadMeta() (outcome null). Set by the driver; it runs inside the apply
+   * outcome, and by reportMeta() (outcome null). Set by the driver; it runs inside the apply
    * loop, so it must not throw.
    */
   onMeta?: (state: MetaState, applied: MetaApplyOutcome | null) => void;
@@ -105,7 +105,7 @@ export class KvStateMachine {
   /**
    * Set from outside only when the engine's whole content was replaced (a snapshot install): the
    * cached meta state no longer matches the engine, so it is dropped and loaded again on next
-   * use. The driver then calls reloadMeta() to be told the new state.
+   * use. The driver then calls reportMeta() to be told the new state.
    */
   set appliedIndex(index: number) {
     this.#applied = index;
@@ -120,14 +120,14 @@ export class KvStateMachine {
   }
 
   /**
-   * Reads the meta state again from the engine (after a snapshot install replaced its content)
-   * and reports it to onMeta. Null, and no call, unless this shard is the meta group.
+   * Reports the meta state to onMeta: the one held, or read from the engine when none is (a
+   * snapshot install, setting appliedIndex, dropped it). Null, and no call, unless this shard is
+   * the meta group.
    */
-  reloadMeta(): MetaState | null {
-    if (!this.#metaGroup) return null;
-    this.#meta = this.#loadMeta();
-    this.onMeta?.(this.#meta, null);
-    return this.#meta;
+  reportMeta(): MetaState | null {
+    const meta = this.meta();
+    if (meta !== null) this.onMeta?.(meta, null);
+    return meta;
   }
 
   #loadMeta(): MetaState {
