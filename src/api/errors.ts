@@ -86,6 +86,9 @@ const STATUS_BY_CODE: Readonly<Record<string, status>> = {
   CAIRN_ERR_NOT_MEMBER: status.UNAVAILABLE,
   CAIRN_ERR_SHARD_CREATION: status.UNAVAILABLE,
   CAIRN_ERR_BACKPRESSURE: status.RESOURCE_EXHAUSTED,
+  // The leader's disk is under storage.min_free_bytes: not retried (it lasts until an operator
+  // or Deletes free space), and nothing was proposed.
+  CAIRN_ERR_DISK_FULL: status.RESOURCE_EXHAUSTED,
 };
 
 /** The gRPC status for an error thrown while serving a call. */

@@ -725,6 +725,9 @@ function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
     case status.UNAVAILABLE:
     case status.RESOURCE_EXHAUSTED:
     case status.CANCELLED:
+      // The leader's disk is under its reserve: the Put was not proposed, and a retry would
+      // be refused the same until space is freed.
+      if (code === "CAIRN_ERR_DISK_FULL") return new ServerError(code, details, e.code);
       if (kind === "write" && !isProvablyNotApplied(e))
         return new IndeterminateWriteError(`write outcome unknown: ${details}`, e);
       return new UnavailableError(details, e.code, e);

@@ -93,6 +93,7 @@ export interface CairnConfig {
     readonly block_cache_bytes: number;
     readonly memtable_budget_bytes: number;
     readonly wal_cache_bytes: number;
+    readonly min_free_bytes: number;
   };
   readonly shutdown: { readonly drain_timeout_ms: number };
   readonly recovery: { readonly unsafe_accept_lost_wal: boolean };

@@ -601,6 +601,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Log entries the WAL keeps in memory until the shards' tables hold them; past it the shards with the most are flushed so their entries can be dropped.",
   },
   {
+    key: "storage.min_free_bytes",
+    kind: "bytes",
+    schema: bytesBetween(0, 1024 * GIB),
+    default: 512 * MIB,
+    env: "CAIRN_STORAGE_MIN_FREE_BYTES",
+    expect: "must be a size between 0 and 1024GiB",
+    doc: "Disk space the node keeps available on its data directory's file system: under it, Puts are refused (RESOURCE_EXHAUSTED, CAIRN_ERR_DISK_FULL) while reads and Deletes are served, until it has an eighth more than this again; the node finishes what it accepted (its log, its followers' appends, flushes and compactions) in it instead of stopping on a full disk. 0 turns it off.",
+  },
+  {
     key: "shutdown.drain_timeout_ms",
     kind: "int",
     schema: intBetween(0, 600_000),

@@ -91,6 +91,7 @@ import {
   readDiskUsedFile,
   testingBuildVersion,
 } from "./testing-bugs.ts";
+import { DiskReserve } from "./disk-reserve.ts";
 import { DiskWatch, usedPercentOf } from "./disk-watch.ts";
 import { VersionUpkeep } from "./version-upkeep.ts";
 import { countingTransport } from "./counting-transport.ts";
@@ -201,6 +202,8 @@ export class CairnNode implements HealthSource {
   /** ClusterState.removalLoop: a decommissioned node learns it was removed, and stops. */
   #removal: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
+  /** The disk space kept free (storage.min_free_bytes); null until the store opens. */
+  #diskReserve: DiskReserve | null = null;
   #unfollowMembers: (() => void) | null = null;
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
@@ -401,6 +404,20 @@ export class CairnNode implements HealthSource {
     const share = (bytes: number): number => Math.floor(bytes / (cell?.count ?? 1));
     const planted = plantedBugs(process.env);
     if (planted !== null) log.warn("planted bugs enabled (testing only)", { bugs: planted.names });
+    // The disk space kept free (storage.min_free_bytes): looked at before the shards open, so a
+    // node started on a disk under it refuses Puts from its first request.
+    const reserve = new DiskReserve({
+      minFreeBytes: config.storage.min_free_bytes,
+      dataDir: config.data_dir,
+      available: async () => {
+        const st = await statfs(config.data_dir);
+        return st.bavail * st.bsize;
+      },
+      onCheck: (available, low) => metrics.setDisk(available, low),
+      log: log.child("disk"),
+    });
+    this.#diskReserve = reserve;
+    await reserve.start();
     const store = await MultiRaft.open({
       ...(planted === null ? {} : { testingBugs: planted.bugs }),
       ...(planted === null || planted.fs === null ? {} : { fs: planted.fs }),
@@ -423,6 +440,7 @@ export class CairnNode implements HealthSource {
       memtableBudgetBytes: share(config.storage.memtable_budget_bytes),
       wal: { memoryBudgetBytes: share(config.storage.wal_cache_bytes) },
       maxPendingBytes: share(config.limits.max_pending_bytes),
+      putsRefused: () => reserve.refusal(),
       acceptLostWal: config.recovery.unsafe_accept_lost_wal && cluster === null,
       flushOutputs: () => this.#rpc?.flushNow(),
       lsmMetrics: metrics.lsmMetrics,
@@ -541,7 +559,10 @@ export class CairnNode implements HealthSource {
           metrics.setRaftState(shard, config.node_id, term, commit);
         },
         awakeGroups: (count) => metrics.setAwakeGroups(count),
-        walWritten: (ms, bytes) => metrics.walWritten(ms, bytes),
+        walWritten: (ms, bytes) => {
+          metrics.walWritten(ms, bytes);
+          reserve.wrote(bytes);
+        },
         confChanged(shard, voters) {
           // A replica learns its group's configuration from the log: the view follows it.
           const info = opened?.shardInfo(shard);
@@ -1329,6 +1350,7 @@ export class CairnNode implements HealthSource {
   async #closeAll(drainMs: number): Promise<void> {
     const started = performance.now();
     if (this.#spreadTimer !== null) clearInterval(this.#spreadTimer);
+    this.#diskReserve?.stop();
     this.#unfollowMembers?.();
     this.#cluster?.close();
     // Tell the cluster first, so peers stop routing here while we drain.

@@ -171,6 +171,8 @@ export class CairnMetrics {
   readonly #replicasRemoved: Counter;
   readonly #replicaBytesFreed: Counter;
   readonly #awakeGroups: Gauge;
+  readonly #diskAvailable: Gauge;
+  readonly #diskPutsRefused: Gauge;
   readonly #walWrite: Histogram;
   readonly #walBytes: Counter;
   /** Labelled children per peer (resolving labels costs more than the update). */
@@ -358,6 +360,19 @@ export class CairnMetrics {
     this.#awakeGroups = new Gauge({
       name: "cairn_raft_awake_groups",
       help: "Raft groups of this node that are awake (ticking); the others are quiesced.",
+      registers,
+    });
+    // Every shard worker looks at the same file system: "max", not the sum.
+    this.#diskAvailable = new Gauge({
+      name: "cairn_disk_available_bytes",
+      aggregator: "max",
+      help: "Bytes available on the data directory's file system (statfs, as df's Avail shows them), at the node's last look (every second).",
+      registers,
+    });
+    this.#diskPutsRefused = new Gauge({
+      name: "cairn_disk_puts_refused",
+      aggregator: "max",
+      help: "1 while the data directory's disk has less available than storage.min_free_bytes and this node refuses Puts (RESOURCE_EXHAUSTED, CAIRN_ERR_DISK_FULL), else 0.",
       registers,
     });
     this.#walWrite = new Histogram({
@@ -622,6 +637,12 @@ export class CairnMetrics {
 
   setAwakeGroups(count: number): void {
     this.#awakeGroups.set(count);
+  }
+
+  /** The node looked at its data directory's disk (src/node/disk-reserve.ts). */
+  setDisk(availableBytes: number, putsRefused: boolean): void {
+    this.#diskAvailable.set(availableBytes);
+    this.#diskPutsRefused.set(putsRefused ? 1 : 0);
   }
 
   /** The WAL wrote a batch of `bytes` durably in `ms`. */

@@ -63,6 +63,11 @@ export interface MultiRaftOptions {
    * Default 128 MiB.
    */
   readonly maxPendingBytes?: number;
+  /**
+   * Why a Put proposed here is refused now (the message of its CAIRN_ERR_DISK_FULL), or null:
+   * the node's disk is under its reserve (src/node/disk-reserve.ts). Deletes are not refused.
+   */
+  readonly putsRefused?: () => string | null;
   readonly lsmMetrics?: LsmMetrics;
   readonly observer?: ReplicationObserver;
   /** Opens a shard's engine; default: an LSM engine in the node's shared environment. */

@@ -22,6 +22,8 @@ export interface WritesHost {
   readonly budget: RequestBudget;
   /** MultiRaftOptions.maxPendingPerShard, its default applied. */
   readonly maxPendingPerShard: number;
+  /** MultiRaftOptions.putsRefused: why a Put is refused now (the disk's reserve), or null. */
+  putsRefused(): string | null;
   /** The node is closed or failed. */
   stopped(): boolean;
   assertOpen(): void;
@@ -96,13 +98,25 @@ export class Writes {
       const leader = this.#host.leaderToAsk(id);
       return Promise.reject(new NotLeaderError(leader === null ? null : nodeId(leader)));
     }
-    if (open === undefined)
+    if (open === undefined) {
+      // No shard is created here for a Put the disk has no room for (nor opened: the leader,
+      // when it is elsewhere, decides).
+      const refusal = this.#host.placedAway(id) ? null : this.#refusal(cmd);
+      if (refusal !== null) return Promise.reject(refusal);
       return this.#host.shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
+    }
     try {
       return this.#proposeWrite(open, cmd);
     } catch (err) {
       return Promise.reject(err as Error);
     }
+  }
+
+  /** The error a write is refused with for want of disk (a Put only), or null. */
+  #refusal(cmd: KvCommand): CairnError | null {
+    if (cmd.op !== "put") return null;
+    const why = this.#host.putsRefused();
+    return why === null ? null : new CairnError("CAIRN_ERR_DISK_FULL", why);
   }
 
   /** #write on its open shard: refuses synchronously (throws), or proposes and returns the outcome. */
@@ -121,6 +135,8 @@ export class Writes {
       }
       throw new NotLeaderError(leaderNode(raw.lead));
     }
+    const refusal = this.#refusal(cmd);
+    if (refusal !== null) throw refusal;
     const storage = shard.sm.lsm.backpressure();
     // A throttled engine still takes writes, but fewer wait on it: its queue drains slowly.
     const limit =

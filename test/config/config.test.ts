@@ -80,6 +80,7 @@ describe("loadConfig", () => {
       block_cache_bytes: 256 * 1024 * 1024,
       memtable_budget_bytes: 512 * 1024 * 1024,
       wal_cache_bytes: 512 * 1024 * 1024,
+      min_free_bytes: 512 * 1024 * 1024,
     });
     assert.equal(c.shutdown.drain_timeout_ms, 10_000);
     assert.equal(c.shard_workers, 1);

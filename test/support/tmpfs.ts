@@ -4,7 +4,7 @@
  * unmounted by `unmount` (call it in `after`).
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -30,6 +30,12 @@ export function mountTmpfs(size: string): string {
   const dir = mkdtempSync(join(tmpdir(), "cairn-tmpfs-"));
   execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir], { stdio: "ignore" });
   return dir;
+}
+
+/** Mounts a tmpfs of `size` on `dir` (made if missing), e.g. a cluster node's data directory. */
+export function mountTmpfsOn(dir: string, size: string): void {
+  mkdirSync(dir, { recursive: true });
+  execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir], { stdio: "ignore" });
 }
 
 /** Remounts the tmpfs on `dir` read-only (or read-write again). */

@@ -1,0 +1,151 @@
+/**
+ * The disk space a node keeps free (`storage.min_free_bytes`): while the file system of its
+ * data directory has less available than that, the node refuses Puts with RESOURCE_EXHAUSTED
+ * (`CAIRN_ERR_DISK_FULL`) and keeps serving reads and Deletes, instead of writing on until a WAL
+ * write fails with ENOSPC and the node stops (what etcd's NOSPACE alarm and TiKV's reserved
+ * space do). The reserve is what lets the node finish what it has accepted: the writes already
+ * in its log and its followers' appends, memtable flushes, compactions (which free space, but
+ * write their output before deleting their inputs), the meta group's entries.
+ *
+ * The disk is looked at (statfs: the bytes available to an unprivileged user, as `df` shows
+ * them) once a second, and sooner when the WAL has written an eighth of the reserve since the
+ * last look, so a fast writer cannot run through the reserve between two looks. Puts are taken
+ * again once the available space is an eighth of the reserve above it: a disk on the threshold
+ * does not make the node flip at every look.
+ *
+ * A leader decides for its shard's writes (multi-raft-writes.ts): its own disk, not its
+ * followers'. The data of a shard is on every replica, and the allocator keeps the members'
+ * replica counts within `cluster.rebalance.tolerance`, so members fill at about the same rate
+ * and reach the reserve together; a member whose disk fills for another reason (another
+ * program's files) still reaches ENOSPC as a follower, and stops as before.
+ */
+import type { Logger } from "../ops/index.ts";
+
+/** How often the disk is looked at, at most this long apart. */
+export const DISK_RESERVE_CHECK_MS = 1000;
+
+const MIB = 1024 * 1024;
+
+export interface DiskReserveOptions {
+  /** `storage.min_free_bytes`; 0 turns the reserve off. */
+  readonly minFreeBytes: number;
+  /** The data directory (for the refusal's message). */
+  readonly dataDir: string;
+  /** The bytes available on the data directory's file system now. */
+  available(): Promise<number>;
+  /** Told of each look's result (the metrics). */
+  readonly onCheck?: (available: number, low: boolean) => void;
+  readonly log: Logger;
+}
+
+export class DiskReserve {
+  readonly #o: DiskReserveOptions;
+  #low = false;
+  #available: number | null = null;
+  #busy: Promise<void> | null = null;
+  /** WAL bytes written since the last look began. */
+  #written = 0;
+  #timer: NodeJS.Timeout | null = null;
+  /** The last look failed (logged once). */
+  #failing = false;
+
+  constructor(options: DiskReserveOptions) {
+    this.#o = options;
+  }
+
+  /** The bytes available at the last look, or null before the first one. */
+  get available(): number | null {
+    return this.#available;
+  }
+
+  /** Puts are refused: the last look found less than the reserve available. */
+  get low(): boolean {
+    return this.#low;
+  }
+
+  /**
+   * Why a Put is refused now, or null when it is not: the message of its CAIRN_ERR_DISK_FULL.
+   */
+  refusal(): string | null {
+    if (!this.#low) return null;
+    const available = this.#available ?? 0;
+    return `the disk of data_dir ${this.#o.dataDir} has ${mib(available)} available, under storage.min_free_bytes (${mib(this.#o.minFreeBytes)}): Puts are refused until it has ${mib(this.#resumeAt())}; reads and Deletes are served (free disk space, delete keys, or add a member)`;
+  }
+
+  /**
+   * Looks at the disk once now, then every DISK_RESERVE_CHECK_MS until stop() (with the reserve
+   * off too: the metric shows the space available).
+   */
+  async start(): Promise<void> {
+    await this.check();
+    this.#timer = setInterval(() => void this.check(), DISK_RESERVE_CHECK_MS);
+    this.#timer.unref();
+  }
+
+  stop(): void {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  /** The WAL wrote `bytes`: a look now when an eighth of the reserve went by since the last. */
+  wrote(bytes: number): void {
+    if (this.#o.minFreeBytes === 0) return;
+    this.#written += bytes;
+    if (this.#written >= this.#o.minFreeBytes / 8) void this.check();
+  }
+
+  /** One look at the disk (one at a time: a look asked during another shares it). */
+  check(): Promise<void> {
+    this.#busy ??= this.#look().finally(() => {
+      this.#busy = null;
+    });
+    return this.#busy;
+  }
+
+  async #look(): Promise<void> {
+    const o = this.#o;
+    this.#written = 0;
+    let available: number;
+    try {
+      available = await o.available();
+    } catch (err) {
+      // Kept as it was: a disk that cannot be looked at is not taken to be full, nor to have
+      // room again. Logged once until a look succeeds.
+      if (!this.#failing) {
+        o.log.warn("data directory's available disk space unknown", {
+          data_dir: o.dataDir,
+          error: err instanceof Error ? err.message : String(err),
+        });
+      }
+      this.#failing = true;
+      return;
+    }
+    this.#failing = false;
+    this.#available = available;
+    const low =
+      o.minFreeBytes > 0 && (this.#low ? available < this.#resumeAt() : available < o.minFreeBytes);
+    const fields = {
+      available_bytes: available,
+      min_free_bytes: o.minFreeBytes,
+      data_dir: o.dataDir,
+    };
+    if (low && !this.#low) {
+      o.log.warn(
+        "data directory's disk is under storage.min_free_bytes: Puts are refused until it has room; reads and Deletes are served",
+        fields,
+      );
+    } else if (!low && this.#low) {
+      o.log.info("data directory's disk has room again: Puts are taken", fields);
+    }
+    this.#low = low;
+    o.onCheck?.(available, low);
+  }
+
+  #resumeAt(): number {
+    return this.#o.minFreeBytes + Math.floor(this.#o.minFreeBytes / 8);
+  }
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / MIB).toFixed(1)} MiB`;
+}
