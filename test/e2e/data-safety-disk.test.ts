@@ -36,11 +36,9 @@ describe("a full disk", () => {
       const ballast = join(mount, "ballast");
       writeFileSync(ballast, Buffer.alloc(8 * 1024 * 1024, 1));
       const dir = join(mount, "data");
-      const server = await startServer({
-        dataDir: dir,
-        env: { CAIRN_STORAGE_MIN_FREE_BYTES: "12MiB" },
-      });
-      const c = connect(server.rpc);
+      const env = { CAIRN_STORAGE_MIN_FREE_BYTES: "12MiB" };
+      let server = await startServer({ dataDir: dir, env });
+      let c = connect(server.rpc);
       const value = (i: number): Buffer => Buffer.alloc(16_384, i % 251);
       try {
         // Written until refused: 40 MiB less the ballast and the reserve leaves room for about
@@ -82,6 +80,18 @@ describe("a full disk", () => {
         const cli = await runCairn(["--endpoints", server.rpc, "put", "cli-key", "v"]);
         assert.equal(cli.code, 5, cli.err);
         assert.match(cli.err, /^cairn put: the disk of data_dir .* Puts are refused/);
+
+        // Restarted on that disk, it serves, and refuses Puts from the first.
+        c.close();
+        assert.equal((await server.stop()).code, 0);
+        server = await startServer({ dataDir: dir, env });
+        c = connect(server.rpc);
+        await assert.rejects(
+          c.call(c.kv, "Put", { key: Buffer.from("k1"), value: Buffer.from("x") }),
+          (err) => grpcError(err).metadata.get("cairn-error-code")[0] === "CAIRN_ERR_DISK_FULL",
+        );
+        const k1 = await c.call(c.kv, "Get", { key: Buffer.from("k1") });
+        assert.deepEqual(k1["value"], value(1));
 
         rmSync(ballast);
         await eventually(
