@@ -278,6 +278,9 @@ export class ShardWorkersNode implements HealthSource {
       shards,
       // Worker 0 runs membership; every worker's view has its members.
       nodes: reports[0]?.nodes ?? [],
+      ...(reports[0]?.cluster_version === undefined
+        ? {}
+        : { cluster_version: reports[0].cluster_version }),
     };
   }
 

@@ -147,6 +147,11 @@ describe("a cluster of nodes with two shard workers each (real processes)", { sk
           return r.status === "healthy" && written.every((id) => ids.has(id)) && ids.has(0);
         });
       }
+      // The cluster version, which worker 0 knows, is in the node's merged report.
+      for (const n of cluster.nodes) {
+        const r = await healthReport(n.server?.http);
+        assert.equal(typeof r.cluster_version, "number", `${n.id}: ${JSON.stringify(r)}`);
+      }
 
       // Admin.TransferLeader of a shard of worker 1, through a third node: it moves and stays.
       const view = await clusterView(clients[0] as Clients);
