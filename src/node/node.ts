@@ -1320,10 +1320,11 @@ export class CairnNode implements HealthSource {
         });
       }
     }
+    const putsRefused = this.#diskReserve?.low === true;
     const status =
       store === null || store.failure !== undefined || !this.isQuickHealthy()
         ? "unhealthy"
-        : shards.every((s) => s.status === "healthy")
+        : shards.every((s) => s.status === "healthy") && !putsRefused
           ? "healthy"
           : "degraded";
     const view = this.views.current();
@@ -1336,6 +1337,7 @@ export class CairnNode implements HealthSource {
       shards,
       nodes: view.nodes.map((n) => ({ ...n })),
       ...(view.cluster_version > 0 ? { cluster_version: view.cluster_version } : {}),
+      ...(putsRefused ? { puts_refused: true as const } : {}),
     };
   }
 

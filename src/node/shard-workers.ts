@@ -281,6 +281,7 @@ export class ShardWorkersNode implements HealthSource {
       ...(reports[0]?.cluster_version === undefined
         ? {}
         : { cluster_version: reports[0].cluster_version }),
+      ...(reports.some((r) => r.puts_refused === true) ? { puts_refused: true as const } : {}),
     };
   }
 

@@ -35,6 +35,11 @@ export interface HealthReport {
    * "Upgrading"). Each entry of `nodes` names its member's build.
    */
   cluster_version?: number;
+  /**
+   * Present (true) while the node's disk is under `storage.min_free_bytes` and it refuses Puts
+   * (src/node/disk-reserve.ts); the status is then `degraded` at least.
+   */
+  puts_refused?: true;
 }
 
 export interface HealthSource {

@@ -14,7 +14,7 @@ import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { startExpectingExit } from "../support/failed-start.ts";
-import { eventually, withLocalCluster } from "../support/cluster-process.ts";
+import { eventually, healthReport, withLocalCluster } from "../support/cluster-process.ts";
 import { type Clients, connect, grpcError } from "../support/grpc-client.ts";
 import { metricValue, runCairn, startServer } from "../support/server-process.ts";
 import { mountTmpfs, mountTmpfsOn, tmpfsSkip, unmount } from "../support/tmpfs.ts";
@@ -75,6 +75,9 @@ describe("a full disk", () => {
         assert.equal(gone["found"], false);
         assert.equal(await metricValue(server, "cairn_disk_puts_refused"), 1);
         assert.ok((await metricValue(server, "cairn_disk_available_bytes")) < 12 * 1024 * 1024);
+        const health = await healthReport(server.http);
+        assert.equal(health.status, "degraded");
+        assert.equal(health.puts_refused, true);
         assert.ok(server.lines.some((l) => l.includes("under storage.min_free_bytes")));
         // The command line says why, and that nothing was written.
         const cli = await runCairn(["--endpoints", server.rpc, "put", "cli-key", "v"]);
@@ -103,6 +106,9 @@ describe("a full disk", () => {
           10_000,
         );
         assert.equal(await metricValue(server, "cairn_disk_puts_refused"), 0);
+        const after = await healthReport(server.http);
+        assert.equal(after.status, "healthy");
+        assert.equal(after.puts_refused, undefined);
         assert.ok(server.lines.some((l) => l.includes("has room again: Puts are taken")));
       } finally {
         c.close();

@@ -268,6 +268,7 @@ export interface HealthReport {
   status: string;
   shards: { id: number; status: string }[];
   cluster_version?: number;
+  puts_refused?: boolean;
 }
 
 /** GET /health of the node whose HTTP address is `http`. */
