@@ -18,6 +18,7 @@ import {
   CairnClient,
   DeadlineExceededError,
   IndeterminateWriteError,
+  ServerError,
   UnavailableError,
   VersionConflictError,
 } from "../../src/client/index.ts";
@@ -108,6 +109,26 @@ describe("client retries", () => {
     const c = client();
     await assert.rejects(c.put("k2", "v"), IndeterminateWriteError);
     assert.equal(calls.get("k2"), 1);
+    c.close();
+  });
+
+  it("neither retries nor calls indeterminate a put refused for the leader's disk", async () => {
+    scripts.set("k2d", [
+      {
+        code: status.RESOURCE_EXHAUSTED,
+        cairn: "CAIRN_ERR_DISK_FULL",
+        details: "the disk of data_dir /d has 1.0 MiB available, under storage.min_free_bytes",
+      },
+    ]);
+    const c = client();
+    await assert.rejects(c.put("k2d", "v"), (err: unknown) => {
+      assert.ok(err instanceof ServerError, String(err));
+      assert.equal(err.code, "CAIRN_ERR_DISK_FULL");
+      assert.equal(err.grpcCode, status.RESOURCE_EXHAUSTED);
+      assert.match(err.message, /under storage\.min_free_bytes/);
+      return true;
+    });
+    assert.equal(calls.get("k2d"), 1);
     c.close();
   });
 
