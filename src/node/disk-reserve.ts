@@ -1,7 +1,8 @@
 /**
  * The disk space a node keeps free (`storage.min_free_bytes`): while the file system of its
  * data directory has less available than that, the node refuses Puts with RESOURCE_EXHAUSTED
- * (`CAIRN_ERR_DISK_FULL`) and keeps serving reads and Deletes, instead of writing on until a WAL
+ * (`CAIRN_ERR_DISK_FULL`) and keeps serving reads and Deletes (under a quarter of it, Deletes
+ * are refused too: a tombstone takes room until compactions drop it), instead of writing on until a WAL
  * write fails with ENOSPC and the node stops (what etcd's NOSPACE alarm and TiKV's reserved
  * space do). The reserve is what lets the node finish what it has accepted: the writes already
  * in its log and its followers' appends, memtable flushes, compactions (which free space, but
@@ -41,6 +42,8 @@ export interface DiskReserveOptions {
 export class DiskReserve {
   readonly #o: DiskReserveOptions;
   #low = false;
+  /** Deletes are refused too: the last look found less than a quarter of the reserve. */
+  #deletesRefused = false;
   #available: number | null = null;
   #busy: Promise<void> | null = null;
   /** WAL bytes written since the last look began. */
@@ -64,11 +67,16 @@ export class DiskReserve {
   }
 
   /**
-   * Why a Put is refused now, or null when it is not: the message of its CAIRN_ERR_DISK_FULL.
+   * Why a write (`op`) is refused now, or null when it is not: the message of its
+   * CAIRN_ERR_DISK_FULL. Deletes are refused only under a quarter of the reserve.
    */
-  refusal(): string | null {
+  refusal(op: "put" | "delete"): string | null {
     if (!this.#low) return null;
     const available = this.#available ?? 0;
+    if (op === "delete") {
+      if (!this.#deletesRefused) return null;
+      return `the disk of data_dir ${this.#o.dataDir} has ${mib(available)} available, under a quarter of storage.min_free_bytes (${mib(this.#o.minFreeBytes)}): Deletes are refused too (their tombstones take room until compactions drop them), until it has ${mib(this.#floor())}; reads are served (free disk space, or add a member)`;
+    }
     return `the disk of data_dir ${this.#o.dataDir} has ${mib(available)} available, under storage.min_free_bytes (${mib(this.#o.minFreeBytes)}): Puts are refused until it has ${mib(this.#resumeAt())}; reads and Deletes are served (free disk space, delete keys, or add a member)`;
   }
 
@@ -124,6 +132,7 @@ export class DiskReserve {
     this.#available = available;
     const low =
       o.minFreeBytes > 0 && (this.#low ? available < this.#resumeAt() : available < o.minFreeBytes);
+    const deletesRefused = low && available < this.#floor();
     const fields = {
       available_bytes: available,
       min_free_bytes: o.minFreeBytes,
@@ -137,8 +146,20 @@ export class DiskReserve {
     } else if (!low && this.#low) {
       o.log.info("data directory's disk has room again: Puts are taken", fields);
     }
+    if (deletesRefused && !this.#deletesRefused) {
+      o.log.warn(
+        "data directory's disk is under a quarter of storage.min_free_bytes: Deletes are refused too",
+        fields,
+      );
+    }
     this.#low = low;
+    this.#deletesRefused = deletesRefused;
     o.onCheck?.(available, low);
+  }
+
+  /** Under it, Deletes are refused too: what is left keeps room for compactions and the log. */
+  #floor(): number {
+    return Math.floor(this.#o.minFreeBytes / 4);
   }
 
   #resumeAt(): number {

@@ -440,7 +440,7 @@ export class CairnNode implements HealthSource {
       memtableBudgetBytes: share(config.storage.memtable_budget_bytes),
       wal: { memoryBudgetBytes: share(config.storage.wal_cache_bytes) },
       maxPendingBytes: share(config.limits.max_pending_bytes),
-      putsRefused: () => reserve.refusal(),
+      writeRefused: (op: "put" | "delete") => reserve.refusal(op),
       acceptLostWal: config.recovery.unsafe_accept_lost_wal && cluster === null,
       flushOutputs: () => this.#rpc?.flushNow(),
       lsmMetrics: metrics.lsmMetrics,

@@ -64,10 +64,11 @@ export interface MultiRaftOptions {
    */
   readonly maxPendingBytes?: number;
   /**
-   * Why a Put proposed here is refused now (the message of its CAIRN_ERR_DISK_FULL), or null:
-   * the node's disk is under its reserve (src/node/disk-reserve.ts). Deletes are not refused.
+   * Why a client write (`op`) proposed here is refused now (the message of its
+   * CAIRN_ERR_DISK_FULL), or null: the node's disk is under its reserve
+   * (src/node/disk-reserve.ts: Puts under it, Deletes too under a quarter of it).
    */
-  readonly putsRefused?: () => string | null;
+  readonly writeRefused?: (op: "put" | "delete") => string | null;
   readonly lsmMetrics?: LsmMetrics;
   readonly observer?: ReplicationObserver;
   /** Opens a shard's engine; default: an LSM engine in the node's shared environment. */

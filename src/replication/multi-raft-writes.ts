@@ -22,8 +22,8 @@ export interface WritesHost {
   readonly budget: RequestBudget;
   /** MultiRaftOptions.maxPendingPerShard, its default applied. */
   readonly maxPendingPerShard: number;
-  /** MultiRaftOptions.putsRefused: why a Put is refused now (the disk's reserve), or null. */
-  putsRefused(): string | null;
+  /** MultiRaftOptions.writeRefused: why a write is refused now (the disk's reserve), or null. */
+  writeRefused(op: "put" | "delete"): string | null;
   /** The node is closed or failed. */
   stopped(): boolean;
   assertOpen(): void;
@@ -99,7 +99,7 @@ export class Writes {
       return Promise.reject(new NotLeaderError(leader === null ? null : nodeId(leader)));
     }
     if (open === undefined) {
-      // No shard is created here for a Put the disk has no room for (nor opened: the leader,
+      // No shard is created here for a write the disk has no room for (nor opened: the leader,
       // when it is elsewhere, decides).
       const refusal = this.#host.placedAway(id) ? null : this.#refusal(cmd);
       if (refusal !== null) return Promise.reject(refusal);
@@ -112,10 +112,9 @@ export class Writes {
     }
   }
 
-  /** The error a write is refused with for want of disk (a Put only), or null. */
+  /** The error a write is refused with for want of disk, or null. */
   #refusal(cmd: KvCommand): CairnError | null {
-    if (cmd.op !== "put") return null;
-    const why = this.#host.putsRefused();
+    const why = this.#host.writeRefused(cmd.op);
     return why === null ? null : new CairnError("CAIRN_ERR_DISK_FULL", why);
   }
 

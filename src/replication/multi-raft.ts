@@ -177,7 +177,7 @@ export class MultiRaft {
       testingBugs: this.#testingBugs,
       budget: new RequestBudget(options.maxPendingBytes ?? 128 * 1024 * 1024),
       maxPendingPerShard: options.maxPendingPerShard ?? 100_000,
-      putsRefused: options.putsRefused ?? ((): null => null),
+      writeRefused: options.writeRefused ?? ((): null => null),
       closed: (): boolean => this.#closed,
       shardOf: (key: Uint8Array): number => this.shardOf(key),
       shard: (id: number): Promise<ShardReplica> => this.#groups.shard(id),

@@ -37,15 +37,15 @@ function reserve(min: number) {
 describe("the disk's reserve", () => {
   it("refuses Puts under storage.min_free_bytes, and takes them again an eighth above it", async () => {
     const { r, disk, lines, checks } = reserve(64 * MIB);
-    assert.equal(r.refusal(), null, "before any look");
+    assert.equal(r.refusal("put"), null, "before any look");
     disk.available = 64 * MIB; // At the reserve: not under it.
     await r.check();
-    assert.equal(r.refusal(), null);
+    assert.equal(r.refusal("put"), null);
     disk.available = 64 * MIB - 1;
     await r.check();
     assert.equal(r.low, true);
     assert.equal(
-      r.refusal(),
+      r.refusal("put"),
       "the disk of data_dir /var/lib/cairn has 64.0 MiB available, under storage.min_free_bytes (64.0 MiB): Puts are refused until it has 72.0 MiB; reads and Deletes are served (free disk space, delete keys, or add a member)",
     );
     const warn = lines.find((l) => l["level"] === "WARN");
@@ -59,7 +59,7 @@ describe("the disk's reserve", () => {
     assert.equal(lines.length, 1);
     disk.available = 72 * MIB;
     await r.check();
-    assert.equal(r.refusal(), null);
+    assert.equal(r.refusal("put"), null);
     assert.match(String(lines[1]?.["message"]), /has room again: Puts are taken/);
     assert.deepEqual(
       checks.map(([, low]) => low),
@@ -67,11 +67,31 @@ describe("the disk's reserve", () => {
     );
   });
 
+  it("serves Deletes under the reserve, and refuses them too under a quarter of it", async () => {
+    const { r, disk, lines } = reserve(64 * MIB);
+    disk.available = 16 * MIB; // A quarter: Puts refused, Deletes served.
+    await r.check();
+    assert.notEqual(r.refusal("put"), null);
+    assert.equal(r.refusal("delete"), null);
+    disk.available = 16 * MIB - 1;
+    await r.check();
+    assert.equal(
+      r.refusal("delete"),
+      "the disk of data_dir /var/lib/cairn has 16.0 MiB available, under a quarter of storage.min_free_bytes (64.0 MiB): Deletes are refused too (their tombstones take room until compactions drop them), until it has 16.0 MiB; reads are served (free disk space, or add a member)",
+    );
+    assert.ok(lines.some((l) => String(l["message"]).includes("Deletes are refused too")));
+    // Deletes again at a quarter, Puts still not (an eighth above the reserve).
+    disk.available = 20 * MIB;
+    await r.check();
+    assert.equal(r.refusal("delete"), null);
+    assert.notEqual(r.refusal("put"), null);
+  });
+
   it("0 refuses nothing, and still reports what is available", async () => {
     const { r, disk, checks } = reserve(0);
     disk.available = 0;
     await r.check();
-    assert.equal(r.refusal(), null);
+    assert.equal(r.refusal("put"), null);
     assert.equal(r.available, 0);
     assert.deepEqual(checks, [[0, false]]);
     r.wrote(1024 * MIB);

@@ -106,6 +106,46 @@ describe("MultiRaft on one node", () => {
     });
   }
 
+  it("refuses the writes its disk's reserve refuses, proposing nothing, and serves the others", async () => {
+    const refused = { put: false, delete: false };
+    const mr = await MultiRaft.open({
+      ...options(join(dir, "disk")),
+      writeRefused: (op) => (refused[op] ? `no room for a ${op}` : null),
+    });
+    const isDiskFull =
+      (message: string) =>
+      (err: unknown): boolean =>
+        (err as CairnError).code === "CAIRN_ERR_DISK_FULL" && (err as Error).message === message;
+    try {
+      await mr.put(enc.encode("kept"), enc.encode("v"));
+      refused.put = true;
+      const before = mr.shardIds().length;
+      // A shard not created yet is not created for it; an open one proposes nothing.
+      for (let i = 0; i < 20; i++) {
+        await assert.rejects(
+          mr.put(enc.encode(`new-${i}`), enc.encode("v")),
+          isDiskFull("no room for a put"),
+        );
+      }
+      await assert.rejects(
+        mr.put(enc.encode("kept"), enc.encode("w")),
+        isDiskFull("no room for a put"),
+      );
+      assert.equal(mr.shardIds().length, before);
+      assert.equal(dec.decode((await mr.get(enc.encode("kept"), true))?.value), "v");
+      // Deletes are served until they are refused too.
+      refused.put = false;
+      await mr.put(enc.encode("gone"), enc.encode("v"));
+      refused.put = true;
+      assert.equal((await mr.delete(enc.encode("gone"))).type, "deleted");
+      refused.delete = true;
+      await assert.rejects(mr.delete(enc.encode("kept")), isDiskFull("no room for a delete"));
+      assert.equal(dec.decode((await mr.get(enc.encode("kept"), true))?.value), "v");
+    } finally {
+      await mr.close();
+    }
+  });
+
   it("scans across shards in key order, in pages", async () => {
     const mr = await MultiRaft.open(options(join(dir, "b")));
     try {
