@@ -21,6 +21,7 @@
  * program's files) still reaches ENOSPC as a follower, and stops as before.
  */
 import type { Logger } from "../ops/index.ts";
+import { usedPercentOf } from "./disk-watch.ts";
 
 /** How often the disk is looked at, at most this long apart. */
 export const DISK_RESERVE_CHECK_MS = 1000;
@@ -32,11 +33,22 @@ export interface DiskReserveOptions {
   readonly minFreeBytes: number;
   /** The data directory (for the refusal's message). */
   readonly dataDir: string;
-  /** The bytes available on the data directory's file system now. */
-  available(): Promise<number>;
+  /**
+   * The data directory's file system now (statfs: sizes in blocks of `bsize` bytes). Also the
+   * node's one source of its disk's used share (usedPercent: DiskWatch's).
+   */
+  statfs(): Promise<DiskStats>;
   /** Told of each look's result (the metrics). */
   readonly onCheck?: (available: number, low: boolean) => void;
   readonly log: Logger;
+}
+
+/** What a look reads of statfs. */
+export interface DiskStats {
+  readonly bsize: number;
+  readonly blocks: number;
+  readonly bfree: number;
+  readonly bavail: number;
 }
 
 export class DiskReserve {
@@ -45,6 +57,8 @@ export class DiskReserve {
   /** Deletes are refused too: the last look found less than a quarter of the reserve. */
   #deletesRefused = false;
   #available: number | null = null;
+  /** The last look's statfs, or null before a look succeeded. */
+  #stats: DiskStats | null = null;
   #busy: Promise<void> | null = null;
   /** WAL bytes written since the last look began. */
   #written = 0;
@@ -59,6 +73,15 @@ export class DiskReserve {
   /** The bytes available at the last look, or null before the first one. */
   get available(): number | null {
     return this.#available;
+  }
+
+  /**
+   * The share of the file system in use at the last look, as df's Use% counts it (usedPercentOf):
+   * what DiskWatch reports to the meta group. Throws before a look succeeded.
+   */
+  usedPercent(): number {
+    if (this.#stats === null) throw new Error("the data directory's disk has not been looked at");
+    return usedPercentOf(this.#stats);
   }
 
   /** Puts are refused: the last look found less than the reserve available. */
@@ -113,9 +136,9 @@ export class DiskReserve {
   async #look(): Promise<void> {
     const o = this.#o;
     this.#written = 0;
-    let available: number;
+    let stats: DiskStats;
     try {
-      available = await o.available();
+      stats = await o.statfs();
     } catch (err) {
       // Kept as it was: a disk that cannot be looked at is not taken to be full, nor to have
       // room again. Logged once until a look succeeds.
@@ -129,6 +152,8 @@ export class DiskReserve {
       return;
     }
     this.#failing = false;
+    this.#stats = stats;
+    const available = stats.bavail * stats.bsize;
     this.#available = available;
     const low =
       o.minFreeBytes > 0 && (this.#low ? available < this.#resumeAt() : available < o.minFreeBytes);

@@ -92,7 +92,7 @@ import {
   testingBuildVersion,
 } from "./testing-bugs.ts";
 import { DiskReserve } from "./disk-reserve.ts";
-import { DiskWatch, usedPercentOf } from "./disk-watch.ts";
+import { DiskWatch } from "./disk-watch.ts";
 import { VersionUpkeep } from "./version-upkeep.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
@@ -409,10 +409,7 @@ export class CairnNode implements HealthSource {
     const reserve = new DiskReserve({
       minFreeBytes: config.storage.min_free_bytes,
       dataDir: config.data_dir,
-      available: async () => {
-        const st = await statfs(config.data_dir);
-        return st.bavail * st.bsize;
-      },
+      statfs: () => statfs(config.data_dir),
       onCheck: (available, low) => metrics.setDisk(available, low),
       log: log.child("disk"),
     });
@@ -906,10 +903,13 @@ export class CairnNode implements HealthSource {
             nodeId: c.node_id,
             fullPercent: c.cluster.disk_full_percent,
             meta: () => cluster.meta,
-            usedPercent: async () =>
-              usedFile !== null
-                ? readDiskUsedFile(usedFile)
-                : usedPercentOf(await statfs(c.data_dir)),
+            // The disk's reserve looks every second: its last look, not a statfs of its own.
+            usedPercent: async () => {
+              if (usedFile !== null) return readDiskUsedFile(usedFile);
+              const reserve = this.#diskReserve;
+              if (reserve === null) throw new Error("the data directory's disk is not looked at");
+              return reserve.usedPercent();
+            },
             propose: (cmd) => cluster.propose(cmd, REQUEST_TIMEOUT_MS),
             log: this.#log.child("disk"),
           })

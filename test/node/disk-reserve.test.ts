@@ -9,6 +9,7 @@ import { statfs } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { describe, it } from "node:test";
 import { DiskReserve } from "../../src/node/disk-reserve.ts";
+import { usedPercentOf } from "../../src/node/disk-watch.ts";
 import { createLogger } from "../../src/ops/index.ts";
 
 const MIB = 1024 * 1024;
@@ -21,9 +22,12 @@ function reserve(min: number) {
   const r = new DiskReserve({
     minFreeBytes: min,
     dataDir: "/var/lib/cairn",
-    available: () => {
+    // A file system of 1-byte blocks: what is available is bavail.
+    statfs: () => {
       disk.looks++;
-      return disk.error === null ? Promise.resolve(disk.available) : Promise.reject(disk.error);
+      if (disk.error !== null) return Promise.reject(disk.error);
+      const free = disk.available;
+      return Promise.resolve({ bsize: 1, blocks: 1024 * MIB, bfree: free, bavail: free });
     },
     onCheck: (available, low) => checks.push([available, low]),
     log: createLogger({
@@ -142,10 +146,7 @@ describe("the disk's reserve", () => {
     const r = new DiskReserve({
       minFreeBytes: 1,
       dataDir: tmpdir(),
-      available: async () => {
-        const s = await statfs(tmpdir());
-        return s.bavail * s.bsize;
-      },
+      statfs: () => statfs(tmpdir()),
       onCheck: (available) => {
         looked.push(available);
         seen?.();
@@ -156,6 +157,8 @@ describe("the disk's reserve", () => {
     try {
       assert.equal(looked.length, 1, "the first look is done when start() resolves");
       assert.ok(r.available !== null && r.available > 0 && r.available <= st.blocks * st.bsize);
+      // The used share DiskWatch reports comes from the same look.
+      assert.ok(Math.abs(r.usedPercent() - usedPercentOf(st)) <= 1);
       await new Promise<void>((resolve) => (seen = resolve));
       assert.equal(looked.length, 2);
     } finally {
