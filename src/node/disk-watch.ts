@@ -9,7 +9,8 @@
  * keeps the replicas it holds, and the balancing may move some off it.
  *
  * Only this node's own record is proposed, and only when the record and the disk disagree, so a
- * steady disk costs one statfs a check and no meta entry. A check while the last one's
+ * steady disk costs no meta entry (the used share is the disk reserve's last look: one statfs a
+ * second for both, src/node/disk-reserve.ts). A check while the last one's
  * proposal is under way does nothing; a proposal that fails is made again at the next check.
  */
 import type { MetaCommand, MetaMember, MetaState } from "../cluster/index.ts";
@@ -17,7 +18,7 @@ import type { Logger } from "../ops/index.ts";
 
 /** A full disk counts as having room again this many points below the threshold. */
 export const DISK_ROOM_MARGIN = 5;
-/** How often the disk is looked at (statfs), at most. */
+/** How often the disk's used share is checked against the threshold, at most. */
 export const DISK_CHECK_INTERVAL_MS = 10_000;
 
 export interface DiskWatchHost {
