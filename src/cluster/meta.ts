@@ -107,8 +107,10 @@ export interface MetaMember {
   /** Where the member stands in its life; absent: `active` (every founding member). */
   readonly state?: MemberState;
   /**
-   * The member's data directory's file system is nearly full (`cluster.disk_full_percent`, set
-   * by the member itself: set-disk): no new replica is placed on it. Absent: it has room.
+   * The member's data directory's file system is nearly full (`cluster.disk_full_percent`, or
+   * under `storage.min_free_bytes` available; set by the member itself: set-disk): no new
+   * replica is placed on it, and it leads no shard another replica of which has room
+   * (leaderWanted). Absent: it has room.
    */
   readonly diskFull?: true;
   /**
@@ -806,6 +808,25 @@ export class MetaState {
     const nodes = this.nodesOf(shard);
     const preferred = this.leaders.get(shard);
     return preferred !== undefined && nodes.includes(preferred) ? preferred : nodes[0];
+  }
+
+  /**
+   * The node that should lead `shard` now: its preferred leader, unless that member reported its
+   * disk full (set-disk) and an active member among the shard's other replicas did not; then the
+   * first of those in rank order. A member reports its disk full at `cluster.disk_full_percent`
+   * used and while it refuses Puts for `storage.min_free_bytes` (src/node/disk-watch.ts), and a
+   * leader refuses Puts by its own disk: leadership leaves a member whose disk fills by itself,
+   * and comes back once it has room. Leader spreading and a new group's first campaign follow
+   * it; prefer-leader's apply does not (preferredLeader), so builds that differ here may hand a
+   * leadership back and forth, and their meta states never diverge.
+   */
+  leaderWanted(shard: number): string | undefined {
+    const preferred = this.preferredLeader(shard);
+    if (preferred === undefined || this.members.get(preferred)?.diskFull !== true) return preferred;
+    const roomy = this.nodesOf(shard).find(
+      (n) => this.stateOf(n) === "active" && this.members.get(n)?.diskFull !== true,
+    );
+    return roomy ?? preferred;
   }
 
   /** Where member `id` stands (undefined when it is not one). */

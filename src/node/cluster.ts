@@ -254,12 +254,13 @@ export class ClusterState {
 
   /**
    * The replica that should start `shard`'s first election (MultiRaftOptions.firstCampaigner):
-   * its preferred leader's, while `alive` says that node is; else undefined (whoever creates
-   * the group campaigns).
+   * the one of the node that should lead it (MetaState.leaderWanted: its preferred leader, a
+   * member with room when that one's disk is full), while `alive` says that node is; else
+   * undefined (whoever creates the group campaigns).
    */
   firstCampaigner(shard: number, alive: (node: string) => boolean): string | undefined {
     const meta = this.#meta;
-    const node = meta?.preferredLeader(shard);
+    const node = meta?.leaderWanted(shard);
     if (meta === null || node === undefined || !alive(node)) return undefined;
     return meta.replicaOf(node);
   }
@@ -1069,6 +1070,16 @@ export async function transferLeadership(
       `shard ${id} has no replica on node ${JSON.stringify(to)}; its replicas are ${nodes.join(", ")}`,
     );
   }
+  // Leadership would leave it again at once (MetaState.leaderWanted): it would refuse Puts.
+  const roomy = nodes.filter(
+    (n) => meta.stateOf(n) === "active" && meta.members.get(n)?.diskFull !== true,
+  );
+  if (meta.members.get(to)?.diskFull === true && roomy.length > 0) {
+    throw new CairnError(
+      "CAIRN_ERR_PRECONDITION",
+      `node ${to} reported its disk full (cluster.disk_full_percent used, or under storage.min_free_bytes available): it leads no shard while another of its replicas has room (${roomy.join(", ")}); free disk space on ${to} first`,
+    );
+  }
   const deadline = performance.now() + timeoutMs;
   try {
     await cluster.propose({ op: "prefer-leader", shard: id, node: to }, timeoutMs);
@@ -1105,7 +1116,9 @@ const TRANSFERS_PER_PASS = 32;
  * Admin.TransferLeader, else its first-ranked replica) is another node, alive by gossip, hands
  * leadership over to it (the Raft core first brings the
  * target up to date, then tells it to campaign). Shards are ranked by rendezvous hashing, so
- * leaders end up spread evenly over the nodes, and a restarted node takes back its share.
+ * leaders end up spread evenly over the nodes, and a restarted node takes back its share. A
+ * member that reported its disk full hands its groups to a replica with room instead
+ * (MetaState.leaderWanted): it would refuse their Puts.
  */
 export function spreadLeaders(
   store: MultiRaft,
@@ -1117,7 +1130,7 @@ export function spreadLeaders(
   for (const id of store.shardIds()) {
     if (started >= TRANSFERS_PER_PASS) break;
     if (!store.leads(id)) continue;
-    const first = cluster.meta?.preferredLeader(id);
+    const first = cluster.meta?.leaderWanted(id);
     if (first === undefined || first === self || !alive.has(first)) continue;
     const info = store.shardInfo(id);
     if (info === null) continue;

@@ -17,8 +17,11 @@
  * A leader decides for its shard's writes (multi-raft-writes.ts): its own disk, not its
  * followers'. The data of a shard is on every replica, and the allocator keeps the members'
  * replica counts within `cluster.rebalance.tolerance`, so members fill at about the same rate
- * and reach the reserve together; a member whose disk fills for another reason (another
- * program's files) still reaches ENOSPC as a follower, and stops as before.
+ * and reach the reserve together. A member whose disk fills for another reason (another
+ * program's files) reports its disk full to the meta group as soon as it refuses Puts
+ * (disk-watch.ts), and hands the shards it leads to replicas with room
+ * (MetaState.leaderWanted), so their Puts are taken; it still reaches ENOSPC as a follower if
+ * nobody frees space, and stops then as before.
  */
 import type { Logger } from "../ops/index.ts";
 import { usedPercentOf } from "./disk-watch.ts";

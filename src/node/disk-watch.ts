@@ -1,12 +1,15 @@
 /**
  * Watches the file system of this node's data directory and tells the meta group when it is
  * nearly full (`cluster.disk_full_percent` used, as df's Use% counts: used blocks over used and
- * available ones) and when it has room again (`DISK_ROOM_MARGIN` points below), with a
- * `set-disk` command. While the meta state records a member's disk full, the allocator moves no
- * replica onto it and new shards go elsewhere when enough members have room
- * (src/cluster/allocator.ts, src/node/cluster.ts): a node filling up stops taking more (what
- * CockroachDB does for stores over 92.5 %), instead of failing every snapshot sent to it. It
- * keeps the replicas it holds, and the balancing may move some off it.
+ * available ones, or less than `storage.min_free_bytes` available: this node refuses Puts,
+ * src/node/disk-reserve.ts) and when it has room again (taking Puts, and `DISK_ROOM_MARGIN`
+ * points below the percentage), with a `set-disk` command. While the meta state records a
+ * member's disk full, the allocator moves no replica onto it and new shards go elsewhere when
+ * enough members have room (src/cluster/allocator.ts, src/node/cluster.ts): a node filling up
+ * stops taking more (what CockroachDB does for stores over 92.5 %), instead of failing every
+ * snapshot sent to it. It keeps the replicas it holds, and the balancing may move some off it;
+ * it hands its leaderships to replicas with room (MetaState.leaderWanted), so that a member
+ * whose disk fills by itself does not make the shards it leads refuse Puts.
  *
  * Only this node's own record is proposed, and only when the record and the disk disagree, so a
  * steady disk costs no meta entry (the used share is the disk reserve's last look: one statfs a
@@ -23,8 +26,10 @@ export const DISK_CHECK_INTERVAL_MS = 10_000;
 
 export interface DiskWatchHost {
   readonly nodeId: string;
-  /** `cluster.disk_full_percent`: 100 turns the watch off. */
+  /** `cluster.disk_full_percent`: 100 leaves the disk full only while Puts are refused. */
   readonly fullPercent: number;
+  /** Whether this node refuses Puts for its disk now (DiskReserve.low). */
+  putsRefused(): boolean;
   meta(): MetaState | null;
   /** The share of the data directory's file system in use, in percent (0–100). */
   usedPercent(): Promise<number>;
@@ -47,18 +52,22 @@ export class DiskWatch {
   readonly #host: DiskWatchHost;
   #busy = false;
   #nextAt = -Infinity;
+  /** putsRefused() at the last check's start. */
+  #refused = false;
 
   constructor(host: DiskWatchHost) {
     this.#host = host;
   }
 
   /**
-   * A check when the last one is at least DISK_CHECK_INTERVAL_MS old (`now`: performance.now())
-   * and this node is a member: a node that has just joined reports at its next call, before the
-   * allocator places anything on it.
+   * A check when the last one is at least DISK_CHECK_INTERVAL_MS old (`now`: performance.now()),
+   * or whether Puts are refused changed since it, and this node is a member: a node that has
+   * just joined reports at its next call, before the allocator places anything on it, and one
+   * that starts refusing Puts at once, before its leaderships refuse many.
    */
   maybeCheck(now = performance.now()): void {
-    if (this.#busy || now < this.#nextAt || this.#member() === undefined) return;
+    if (this.#busy || this.#member() === undefined) return;
+    if (now < this.#nextAt && this.#host.putsRefused() === this.#refused) return;
     this.#nextAt = now + DISK_CHECK_INTERVAL_MS;
     void this.check();
   }
@@ -80,9 +89,10 @@ export class DiskWatch {
    */
   async check(): Promise<MetaCommand | null> {
     const host = this.#host;
-    if (this.#busy || host.fullPercent >= 100) return null;
+    if (this.#busy) return null;
     this.#busy = true;
     try {
+      const refused = host.putsRefused();
       let used: number;
       try {
         used = await host.usedPercent();
@@ -93,8 +103,14 @@ export class DiskWatch {
       const me = this.#member();
       if (me === undefined) return null;
       const recorded = me.diskFull === true;
-      const full = recorded ? used > host.fullPercent - DISK_ROOM_MARGIN : used >= host.fullPercent;
-      if (full === recorded) return null;
+      const over =
+        host.fullPercent < 100 &&
+        (recorded ? used > host.fullPercent - DISK_ROOM_MARGIN : used >= host.fullPercent);
+      const full = refused || over;
+      if (full === recorded) {
+        this.#refused = refused;
+        return null;
+      }
       const cmd: MetaCommand = { op: "set-disk", id: host.nodeId, full };
       try {
         await host.propose(cmd);
@@ -105,10 +121,15 @@ export class DiskWatch {
         });
         return null;
       }
-      const fields = { used_percent: used, disk_full_percent: host.fullPercent };
+      this.#refused = refused;
+      const fields = {
+        used_percent: used,
+        disk_full_percent: host.fullPercent,
+        puts_refused: refused,
+      };
       if (full)
         host.log.warn(
-          "data directory's disk nearly full: this node takes no new replica until it has room",
+          "data directory's disk nearly full: this node takes no new replica and hands its leaderships to replicas with room until it has room",
           fields,
         );
       else host.log.info("data directory's disk has room again: this node takes replicas", fields);

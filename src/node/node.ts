@@ -902,6 +902,7 @@ export class CairnNode implements HealthSource {
         ? new DiskWatch({
             nodeId: c.node_id,
             fullPercent: c.cluster.disk_full_percent,
+            putsRefused: () => this.#diskReserve?.low === true,
             meta: () => cluster.meta,
             // The disk's reserve looks every second: its last look, not a statfs of its own.
             usedPercent: async () => {

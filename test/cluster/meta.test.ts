@@ -398,6 +398,33 @@ describe("meta state: preferred leaders", () => {
     const cmd: MetaCommand = { op: "prefer-leader", shard: 3, node: "n3" };
     assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
   });
+
+  it("wants a shard led on a replica with room while its preferred leader's disk is full", () => {
+    let s = booted().apply({ op: "create-shard", shard: 3, replicas: ["n2", "n3", "n1"] }).state;
+    s = s.apply({ op: "prefer-leader", shard: 3, node: "n3" }).state;
+    const disk = (id: string, full: boolean): void => {
+      s = s.apply({ op: "set-disk", id, full }).state;
+    };
+    assert.equal(s.leaderWanted(3), "n3", "the preferred leader");
+    disk("n3", true);
+    assert.equal(s.leaderWanted(3), "n2", "the first-ranked replica with room");
+    assert.equal(s.preferredLeader(3), "n3", "the preference stays");
+    disk("n2", true);
+    assert.equal(s.leaderWanted(3), "n1");
+    // A replica on a member that is leaving is no leader to want.
+    const leaving = s.apply({ op: "set-state", id: "n1", state: "decommissioning" }).state;
+    assert.equal(leaving.leaderWanted(3), "n3", "no replica has room: the preferred leader");
+    disk("n1", true);
+    assert.equal(s.leaderWanted(3), "n3", "no replica has room: the preferred leader");
+    disk("n3", false);
+    assert.equal(s.leaderWanted(3), "n3");
+    // Not a rule of the state machine: prefer-leader's apply goes by the preference alone.
+    assert.equal(
+      s.apply({ op: "prefer-leader", shard: 3, node: "n3" }).outcome.kind,
+      "leader-unchanged",
+    );
+    assert.equal(booted().leaderWanted(3), undefined, "a shard not created");
+  });
 });
 
 describe("meta state: load", () => {

@@ -6,15 +6,21 @@
  * leave described as such. That is with the reserve off; with it (`storage.min_free_bytes`,
  * src/node/disk-reserve.ts) the node refuses Puts before the disk is full and keeps serving
  * reads and Deletes, and takes Puts again once space is freed. In a cluster, where each leader
- * looks at its own disk and the members fill together, no node stops either.
+ * looks at its own disk and the members fill together, no node stops either; a member whose
+ * disk fills alone hands its leaderships to members with room, so that no Put is refused.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { rmSync, statfsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { startExpectingExit } from "../support/failed-start.ts";
-import { eventually, healthReport, withLocalCluster } from "../support/cluster-process.ts";
+import {
+  clusterView,
+  eventually,
+  healthReport,
+  withLocalCluster,
+} from "../support/cluster-process.ts";
 import { type Clients, connect, grpcError } from "../support/grpc-client.ts";
 import { metricValue, runCairn, startServer } from "../support/server-process.ts";
 import { mountTmpfs, mountTmpfsOn, tmpfsSkip, unmount } from "../support/tmpfs.ts";
@@ -114,6 +120,85 @@ describe("a full disk", () => {
         c.close();
       }
       assert.equal((await server.stop()).code, 0);
+    },
+  );
+
+  it(
+    "a member whose disk fills by itself hands its leaderships to members with room: no Put refused",
+    { skip: tmpfsSkip },
+    async () => {
+      const env = { CAIRN_CLUSTER_TOTAL_SHARDS: "16" };
+      await withLocalCluster("disk-alone", 3, env, async (cluster) => {
+        const [n1] = cluster.nodes;
+        assert.ok(n1);
+        cluster.nodeEnv = (id) => (id === "n1" ? { CAIRN_STORAGE_MIN_FREE_BYTES: "16MiB" } : {});
+        mountTmpfsOn(n1.dataDir, "48m");
+        try {
+          await cluster.startAll();
+          await cluster.ready();
+          const [c1, c2] = cluster.nodes.map((n) => n.client);
+          assert.ok(c1 && c2);
+          const value = Buffer.alloc(1024, 7);
+          const acked: string[] = [];
+          const put = async (c: Clients, key: string): Promise<void> => {
+            await c.call(c.kv, "Put", { key: Buffer.from(key), value });
+            acked.push(key);
+          };
+          const ledBy = async (node: string): Promise<number> =>
+            (await clusterView(c2)).shards.filter((s) => s.leader === node).length;
+          // Every shard created, n1 leading its share.
+          for (let i = 0; i < 64; i++) await put(c2, `a${i}`);
+          await eventually("n1 leads shards", async () => (await ledBy("n1")) > 0, 15_000);
+
+          // Another program's file leaves n1 under its reserve; n2 and n3 have room.
+          const ballast = join(n1.dataDir, "ballast");
+          const room = statfsSync(n1.dataDir);
+          const free = room.bavail * room.bsize;
+          writeFileSync(ballast, Buffer.alloc(free - 8 * 1024 * 1024, 1));
+          await eventually(
+            "n1 reported its disk full and leads no shard",
+            async () => {
+              const view = await clusterView(c2);
+              const me = view.nodes.find((n) => n.id === "n1");
+              return me?.disk_full === true && view.shards.every((s) => s.leader !== "n1");
+            },
+            20_000,
+          );
+          assert.ok(n1.server);
+          assert.equal(await metricValue(n1.server, "cairn_disk_puts_refused"), 1);
+          // Every Put is taken, through n1 too (each forwarded to a leader with room).
+          for (let i = 0; i < 200; i++) await put(i % 2 === 0 ? c1 : c2, `b${i}`);
+          // An operator cannot hand a leadership back to n1 while it is full.
+          const shard = (await clusterView(c2)).shards[0];
+          assert.ok(shard);
+          await assert.rejects(
+            c2.call(c2.admin, "TransferLeader", { shard_id: shard.id, node_id: "n1" }),
+            (err) => /n1 reported its disk full/.test(grpcError(err).details),
+          );
+
+          // Room again: n1 takes its leaderships back.
+          rmSync(ballast);
+          await eventually(
+            "n1 leads shards again",
+            async () => {
+              const view = await clusterView(c2);
+              return (
+                view.nodes.find((n) => n.id === "n1")?.disk_full !== true &&
+                view.shards.some((s) => s.leader === "n1")
+              );
+            },
+            20_000,
+          );
+          for (const key of acked) {
+            const got = await c1.call(c1.kv, "Get", { key: Buffer.from(key) });
+            assert.deepEqual(got["value"], value, key);
+          }
+          await cluster.stopAll();
+        } finally {
+          await cluster.killAll();
+          unmount(n1.dataDir);
+        }
+      });
     },
   );
 

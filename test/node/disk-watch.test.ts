@@ -22,12 +22,21 @@ function founded(): MetaState {
   }).state;
 }
 
+interface World {
+  meta: MetaState;
+  used: number;
+  fail?: boolean;
+  /** n2 refuses Puts (its disk's reserve, storage.min_free_bytes). */
+  refused?: boolean;
+}
+
 /** A watch of n2 over `meta`, its disk at `disk.used` percent; proposals apply to `meta`. */
-function watch(world: { meta: MetaState; used: number; fail?: boolean }, fullPercent = 95) {
+function watch(world: World, fullPercent = 95) {
   const proposed: MetaCommand[] = [];
   const w = new DiskWatch({
     nodeId: "n2",
     fullPercent,
+    putsRefused: () => world.refused === true,
     meta: () => world.meta,
     usedPercent: () => Promise.resolve(world.used),
     propose: (cmd) => {
@@ -78,12 +87,64 @@ describe("a node's disk reported to the meta group", () => {
     assert.equal(unknown.proposed.length, 0);
   });
 
+  it("reports the disk full while Puts are refused, whatever its used share", async () => {
+    for (const fullPercent of [95, 100]) {
+      const world: World = { meta: founded(), used: 60 };
+      const { w, proposed } = watch(world, fullPercent);
+      assert.equal(await w.check(), null);
+      world.refused = true;
+      assert.deepEqual(await w.check(), { op: "set-disk", id: "n2", full: true }, `${fullPercent}`);
+      assert.deepEqual(world.meta.roomyMembers(), ["n1", "n3"]);
+      assert.equal(await w.check(), null, "recorded already");
+      world.refused = false;
+      assert.deepEqual(await w.check(), { op: "set-disk", id: "n2", full: false });
+      assert.equal(proposed.length, 2);
+    }
+    // Taking Puts again is not room enough while the share is over the threshold's margin.
+    const world: World = { meta: founded(), used: 93, refused: true };
+    const { w } = watch(world);
+    assert.deepEqual(await w.check(), { op: "set-disk", id: "n2", full: true });
+    world.refused = false;
+    assert.equal(await w.check(), null);
+    world.used = 95 - DISK_ROOM_MARGIN;
+    assert.deepEqual(await w.check(), { op: "set-disk", id: "n2", full: false });
+  });
+
+  it("checks at once when Puts come to be refused or taken, within an interval", async () => {
+    const world: World = { meta: founded(), used: 50 };
+    const { w, proposed } = watch(world);
+    w.maybeCheck(0);
+    await new Promise((resolve) => setImmediate(resolve));
+    world.refused = true;
+    w.maybeCheck(1_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(proposed, [{ op: "set-disk", id: "n2", full: true }]);
+    w.maybeCheck(2_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(proposed.length, 1, "no change: the interval holds");
+    world.refused = false;
+    w.maybeCheck(3_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(proposed.at(-1), { op: "set-disk", id: "n2", full: false });
+    // A proposal that failed is made again at the next call, not an interval later.
+    world.refused = true;
+    world.fail = true;
+    w.maybeCheck(4_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    world.fail = false;
+    w.maybeCheck(5_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(proposed.length, 4);
+    assert.deepEqual(world.meta.members.get("n2")?.diskFull, true);
+  });
+
   it("checks at most once an interval", async () => {
     const world = { meta: founded(), used: 99 };
     let reads = 0;
     const w = new DiskWatch({
       nodeId: "n2",
       fullPercent: 95,
+      putsRefused: () => false,
       meta: () => world.meta,
       usedPercent: () => {
         reads++;

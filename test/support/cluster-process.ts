@@ -281,7 +281,7 @@ export async function healthReport(http: string | undefined): Promise<HealthRepo
 export interface ViewMessage {
   cluster_id: string;
   incarnation: string;
-  nodes: { id: string; state: string }[];
+  nodes: { id: string; state: string; disk_full?: boolean }[];
   shards: { id: number; leader: string; replicas: string[] }[];
 }
 

@@ -565,7 +565,7 @@ class DriverSim {
                     node.meta.nodesOf(shard).map((n) => node.meta.replicaOf(n)),
                   acceptsReplica: (shard: number) => node.meta.keepsReplica(node.id, shard),
                   firstCampaigner: (shard: number) => {
-                    const first = node.meta.preferredLeader(shard);
+                    const first = node.meta.leaderWanted(shard);
                     const up = this.#nodes.some((n) => n.id === first && n.mr !== null);
                     return first === undefined || !up ? undefined : node.meta.replicaOf(first);
                   },
