@@ -251,6 +251,10 @@ export async function runChaos(options: RunOptions): Promise<RunReport> {
       CAIRN_STORAGE_WAL_CACHE_BYTES: "1MiB",
       CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS: "2000",
       CAIRN_SHARD_WORKERS: String(options.shardWorkers ?? 1),
+      // A 256 MiB tmpfs is under the default reserve (512 MiB): every Put would be refused. A
+      // small one leaves disk-nearly-full (97 %, ~7.7 MiB left) to cluster.disk_full_percent,
+      // and disk-full fills past it to ENOSPC all the same.
+      ...(TMPFS_SCENARIOS.has(options.scenario) ? { CAIRN_STORAGE_MIN_FREE_BYTES: "4MiB" } : {}),
       ...(changesMembership(options.scenario)
         ? {
             CAIRN_CLUSTER_DEAD_AFTER_MS: String(
