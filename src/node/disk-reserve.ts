@@ -108,10 +108,12 @@ export class DiskReserve {
 
   /**
    * Looks at the disk once now, then every DISK_RESERVE_CHECK_MS until stop() (with the reserve
-   * off too: the metric shows the space available).
+   * off too: the metric shows the space available). A reserve over half the file system's size
+   * is logged at warn: on a small disk the default (512 MiB) would refuse Puts from the start.
    */
   async start(): Promise<void> {
     await this.check();
+    this.#warnIfLarge();
     this.#timer = setInterval(() => void this.check(), DISK_RESERVE_CHECK_MS);
     this.#timer.unref();
   }
@@ -183,6 +185,19 @@ export class DiskReserve {
     this.#low = low;
     this.#deletesRefused = deletesRefused;
     o.onCheck?.(available, low);
+  }
+
+  #warnIfLarge(): void {
+    const { minFreeBytes, dataDir, log } = this.#o;
+    const s = this.#stats;
+    if (s === null || minFreeBytes === 0) return;
+    // The size df shows an unprivileged user: used blocks and those available (no root reserve).
+    const size = (s.blocks - s.bfree + s.bavail) * s.bsize;
+    if (minFreeBytes * 2 <= size) return;
+    log.warn(
+      `storage.min_free_bytes (${mib(minFreeBytes)}) is over half the size of data_dir's file system (${mib(size)}): Puts are taken only while more than it is available; on a small disk set it lower (a twentieth of the size, say), or 0 to turn the reserve off`,
+      { min_free_bytes: minFreeBytes, file_system_bytes: size, data_dir: dataDir },
+    );
   }
 
   /** Under it, Deletes are refused too: what is left keeps room for compactions and the log. */

@@ -15,8 +15,8 @@ import { createLogger } from "../../src/ops/index.ts";
 const MIB = 1024 * 1024;
 
 /** A reserve of `min` over a disk whose available bytes the test sets; its log lines kept. */
-function reserve(min: number) {
-  const disk = { available: 100 * MIB, looks: 0, error: null as Error | null };
+function reserve(min: number, size = 1024 * MIB) {
+  const disk = { available: Math.min(100 * MIB, size), looks: 0, error: null as Error | null };
   const lines: Record<string, unknown>[] = [];
   const checks: [number, boolean][] = [];
   const r = new DiskReserve({
@@ -27,7 +27,7 @@ function reserve(min: number) {
       disk.looks++;
       if (disk.error !== null) return Promise.reject(disk.error);
       const free = disk.available;
-      return Promise.resolve({ bsize: 1, blocks: 1024 * MIB, bfree: free, bavail: free });
+      return Promise.resolve({ bsize: 1, blocks: size, bfree: free, bavail: free });
     },
     onCheck: (available, low) => checks.push([available, low]),
     log: createLogger({
@@ -39,6 +39,27 @@ function reserve(min: number) {
 }
 
 describe("the disk's reserve", () => {
+  it("warns at start of a reserve over half the file system's size", async () => {
+    for (const [min, size, warned] of [
+      [512 * MIB, 256 * MIB, true],
+      [128 * MIB, 256 * MIB, false],
+      [129 * MIB, 256 * MIB, true],
+      [0, 256 * MIB, false],
+    ] as const) {
+      const { r, lines } = reserve(min, size);
+      await r.start();
+      r.stop();
+      const warn = lines.find((l) => /is over half the size/.test(String(l["message"])));
+      assert.equal(warn !== undefined, warned, `${min} of ${size}`);
+      if (warn !== undefined) {
+        assert.match(
+          String(warn["message"]),
+          /^storage\.min_free_bytes \(\d+\.0 MiB\) is over half the size of data_dir's file system \(256\.0 MiB\)/,
+        );
+      }
+    }
+  });
+
   it("refuses Puts under storage.min_free_bytes, and takes them again an eighth above it", async () => {
     const { r, disk, lines, checks } = reserve(64 * MIB);
     assert.equal(r.refusal("put"), null, "before any look");
