@@ -204,6 +204,11 @@ export class CairnNode implements HealthSource {
   #spreadTimer: NodeJS.Timeout | null = null;
   /** The disk space kept free (storage.min_free_bytes); null until the store opens. */
   #diskReserve: DiskReserve | null = null;
+  /**
+   * The nodes gossip declared dead or gone (left): groups led here sleep with their replicas
+   * lagging (MultiRaftOptions.nodeDown), and wake when one is back (#noteNodeState).
+   */
+  readonly #downNodes = new Set<string>();
   #unfollowMembers: (() => void) | null = null;
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
@@ -431,6 +436,7 @@ export class CairnNode implements HealthSource {
       electionTicks: config.raft.election_ticks,
       heartbeatTicks: config.raft.heartbeat_ticks,
       quiesce: config.raft.quiesce,
+      nodeDown: (node: string) => this.#downNodes.has(node),
       memtableBytes: config.storage.memtable_bytes,
       blockCacheBytes: share(config.storage.block_cache_bytes),
       maxOpenFiles: Math.max(16, share(this.#tableFiles)),
@@ -1011,6 +1017,7 @@ export class CairnNode implements HealthSource {
         const was = states.get(n.id);
         states.set(n.id, n.state);
         if (was === "alive" && n.state !== "alive") this.#store?.wakeGroupsLedBy(n.id);
+        this.#noteNodeState(n.id, n.state);
         if (was !== n.state && (n.state === "dead" || n.state === "left")) {
           this.#cluster?.forgetLeader(n.id);
         }
@@ -1182,6 +1189,7 @@ export class CairnNode implements HealthSource {
         this.#store?.wakeGroupsLedBy(e.member.meta.id);
       }
       if (e.kind === "dead" || e.kind === "left") this.#cluster?.forgetLeader(e.member.meta.id);
+      this.#noteNodeState(e.member.meta.id, e.member.state);
     });
     publish(membership.members());
     const cluster = this.#cluster;
@@ -1350,6 +1358,15 @@ export class CairnNode implements HealthSource {
     return this.#stopping;
   }
 
+  /**
+   * Gossip's latest word on node `id`: dead or left marks it down (the groups led here may sleep
+   * with its replicas behind); anything else after that brings it back, and the groups led here
+   * with a replica there wake to bring it up to date (MultiRaft.wakeGroupsFor).
+   */
+  #noteNodeState(id: string, state: string): void {
+    if (state === "dead" || state === "left") this.#downNodes.add(id);
+    else if (this.#downNodes.delete(id)) this.#store?.wakeGroupsFor(id);
+  }
   async #closeAll(drainMs: number): Promise<void> {
     const started = performance.now();
     if (this.#spreadTimer !== null) clearInterval(this.#spreadTimer);

@@ -92,6 +92,14 @@ export interface RaftConfig {
    */
   readonly quiesceTicks?: number;
   /**
+   * The driver's failure detector: whether it declared the node of member `id` down (dead or
+   * gone, not merely suspected). A leader quiesces its group with such a member lagging
+   * (CockroachDB quiesces past non-live followers): a group that wrote while a member was
+   * down would otherwise heartbeat it until it came back. The member, back, wakes the group (its
+   * campaign, its poke, or the driver's reportMemberUp). Default: no member is down.
+   */
+  readonly memberDown?: (id: NodeId) => boolean;
+  /**
    * A leader skips a follower's tick heartbeat when it sent that follower an append since the
    * previous one and replicates to it without trouble (`replicate`, no read to confirm): the
    * append did all a heartbeat does (it resets the follower's election timer, carries the commit
@@ -223,6 +231,7 @@ export class Raft {
   readonly #maxInflight: number;
   readonly #maxMsgBytes: number;
   readonly #quiesceTicks: number;
+  readonly #memberDown: ((id: NodeId) => boolean) | undefined;
   readonly bugs: TestingBugs;
 
   #votes = new Map<NodeId, boolean>();
@@ -267,6 +276,7 @@ export class Raft {
     this.#maxInflight = config.maxInflightMsgs ?? 256;
     this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
     this.#quiesceTicks = config.quiesceTicks ?? 0;
+    this.#memberDown = config.memberDown;
     this.#skipHeartbeats = config.skipHeartbeatsAfterAppends ?? false;
     this.#omitReplies = config.omitRedundantReplies ?? false;
     this.#deferCommit = config.deferCommitBroadcast ?? false;
@@ -519,6 +529,18 @@ export class Raft {
     const lead = this.lead;
     this.#wake();
     if (lead !== null) this.#pokeLeader(lead);
+  }
+
+  /**
+   * The driver's failure detector saw member `id`'s node come back. A quiesced leader wakes if
+   * the member lags (it slept past it: memberDown), and brings it up to date.
+   */
+  reportMemberUp(id: NodeId): void {
+    if (!this.#quiesced || this.role !== "leader") return;
+    const pr = this.prs.get(id);
+    if (pr === undefined || id === this.id || pr.match === this.log.lastIndex()) return;
+    this.#wake();
+    this.#sendAppend(id);
   }
 
   step(m: Message): void {
@@ -1356,8 +1378,14 @@ export class Raft {
     }
     if (++this.#idleTicks < this.#quiesceTicks) return false;
     this.#quiesced = true;
-    // Every member holds the whole log (see #idle), so the commit index is everyone's.
+    // Every member holds the whole log (see #idle), so the commit index is everyone's, but a
+    // member whose node is down: probed afresh once it is back (its in-flight appends are lost).
     for (const id of this.#peers()) {
+      const pr = this.prs.get(id) as Progress;
+      if (pr.match !== this.log.lastIndex()) {
+        pr.becomeProbe();
+        continue;
+      }
       this.#send({
         type: "heartbeat",
         from: this.id,
@@ -1376,7 +1404,8 @@ export class Raft {
   /**
    * Leader: nothing in flight. Its whole log is committed and applied (so no proposal is
    * pending, and no conf change either), no read waits, no transfer runs, and every voter
-   * and learner holds the whole log and is in steady replication.
+   * and learner holds the whole log and is in steady replication, but those whose node the
+   * driver declared down (memberDown): a quorum holds the log all the same (it is committed).
    */
   #idle(): boolean {
     const last = this.log.lastIndex();
@@ -1384,7 +1413,8 @@ export class Raft {
     if (this.leadTransferee !== null) return false;
     if (this.#pendingReads.length > 0 || this.#readsAwaitingCommit.length > 0) return false;
     for (const [id, pr] of this.prs) {
-      if (id !== this.id && (pr.match !== last || pr.state !== "replicate")) return false;
+      if (id === this.id || (pr.match === last && pr.state === "replicate")) continue;
+      if (this.#memberDown?.(id) !== true) return false;
     }
     return true;
   }

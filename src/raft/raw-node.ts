@@ -270,6 +270,16 @@ export class RawNode {
     this.#raft.reportLeaderDown();
   }
 
+  /**
+   * The driver's failure detector saw member `id`'s node come back (RaftConfig.memberDown): a
+   * quiesced leader the member lags behind wakes and brings it up to date. Anywhere else a
+   * no-op.
+   */
+  reportMemberUp(id: NodeId): void {
+    this.#assertNoOutstanding("reportMemberUp");
+    this.#raft.reportMemberUp(id);
+  }
+
   reportSnapshot(id: NodeId, ok: boolean): void {
     this.#raft.reportSnapshot(id, ok);
   }

@@ -79,6 +79,7 @@ export interface GroupsHost {
     | "electionTicks"
     | "heartbeatTicks"
     | "quiesce"
+    | "nodeDown"
     | "maxCommittedBytesPerReady"
     | "observer"
   >;
@@ -595,6 +596,9 @@ export class Groups {
         electionTick: o.electionTicks,
         heartbeatTick: o.heartbeatTicks,
         quiesceTicks: o.quiesce === false ? 0 : QUIESCE_AFTER_HEARTBEATS * o.heartbeatTicks,
+        ...(o.nodeDown === undefined
+          ? {}
+          : { memberDown: (replica: NodeId) => o.nodeDown?.(nodeOfReplica(replica)) === true }),
         // Busy groups' appends stand in for their heartbeats: fewer messages per write.
         skipHeartbeatsAfterAppends: true,
         omitRedundantReplies: true,

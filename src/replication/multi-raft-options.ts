@@ -181,6 +181,12 @@ export interface MultiRaftOptions {
    * intervals with nothing to do. Default true.
    */
   readonly quiesce?: boolean;
+  /**
+   * Whether the failure detector declared node `node` down (SWIM: dead or left, not merely
+   * suspected): a leader's group sleeps with that node's replica lagging (RaftConfig.memberDown),
+   * and wakes when wakeGroupsFor(node) says it is back. Default: no node is down.
+   */
+  readonly nodeDown?: (node: string) => boolean;
   /** Re-planted bugs for the simulation's canaries. Never set outside tests. */
   readonly testingBugs?: DriverTestingBugs;
   /**

@@ -110,6 +110,25 @@ export class Quiesce {
     }
   }
 
+  /**
+   * Node `node` is back (the failure detector had declared it down, MultiRaftOptions.nodeDown):
+   * each group led here with a replica there is told (RawNode.reportMemberUp), and a sleeping
+   * one that slept past that replica lagging wakes to bring it up to date.
+   */
+  wakeGroupsFor(node: string): void {
+    if (this.#host.stopped() || node === this.#host.nodeId) return;
+    for (const s of this.#host.shards.values()) {
+      if (s.raw.role !== "leader") continue;
+      for (const members of [s.raw.voters, s.raw.learners]) {
+        for (const id of members) {
+          if (nodeOfReplica(id) !== node) continue;
+          s.enqueueReport({ kind: "member-up", to: id });
+          this.#host.markDirty(s);
+        }
+      }
+    }
+  }
+
   /** Groups of this node that are awake (ticking). */
   awakeGroups(): number {
     return this.#tickingCount;

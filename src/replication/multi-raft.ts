@@ -331,6 +331,14 @@ export class MultiRaft {
     this.#quiesce.wakeGroupsLedBy(node);
   }
 
+  /**
+   * The failure detector saw node `node` come back (options.nodeDown no longer holds): the
+   * groups led here that slept with its replica behind wake and bring it up to date.
+   */
+  wakeGroupsFor(node: string): void {
+    this.#quiesce.wakeGroupsFor(node);
+  }
+
   /** Groups of this node that are awake (ticking). */
   awakeGroups(): number {
     return this.#quiesce.awakeGroups();

@@ -94,7 +94,8 @@ type InboxItem = (
 
 /**
  * What the transport learnt about a peer, for the leader's view of it; what the failure
- * detector suspects of the group's leader (RawNode.reportLeaderDown); or a follower's read that
+ * detector suspects of the group's leader (RawNode.reportLeaderDown), or saw of a member's node
+ * coming back (RawNode.reportMemberUp); or a follower's read that
  * waits for its replica to apply the leader's commit index (RawNode.sendCommit; `to` null: every
  * follower).
  */
@@ -102,6 +103,7 @@ export type PeerReport =
   | { readonly kind: "unreachable"; readonly to: NodeId }
   | { readonly kind: "snapshot"; readonly to: NodeId; readonly ok: boolean }
   | { readonly kind: "leader-down" }
+  | { readonly kind: "member-up"; readonly to: NodeId }
   | { readonly kind: "commit-wanted"; readonly to: NodeId | null };
 
 interface PendingProposalCallbacks {
@@ -400,6 +402,9 @@ export class ShardReplica {
           break;
         case "leader-down":
           this.raw.reportLeaderDown();
+          break;
+        case "member-up":
+          this.raw.reportMemberUp(r.to);
           break;
         case "commit-wanted":
           this.raw.sendCommit(r.to);

@@ -3,7 +3,10 @@
  * cluster whose 1024 shards all exist costs almost no CPU once idle, the Raft traffic between
  * two nodes does not grow from 100 shards to 1024, a write after the idle spell is served at
  * once, and when the node leading a third of the sleeping groups is killed, SWIM's suspicion
- * wakes them on the two others, which elect new leaders (no request needed) and serve writes.
+ * wakes them on the two others, which elect new leaders (no request needed) and serve writes;
+ * once SWIM declared it dead, those groups sleep again with its replicas behind (before
+ * MultiRaftOptions.nodeDown they stayed awake until it came back), and when it is back they
+ * catch it up and sleep on all three.
  *
  * CPU is read from /proc/<pid>/stat (user + system time, every thread of the process), the Raft
  * traffic from each node's /metrics (cairn_raft_frames_sent_total and
@@ -219,6 +222,32 @@ describe("idle groups sleep (three real processes, 1024 shards)", () => {
           const got = await retryingKv(c1, "Get", { key: Buffer.from(keys.get(id) ?? "") });
           assert.equal((got["value"] as Buffer).toString(), "after");
         }
+
+        // The groups that wrote since (the elections' entries, the writes) sleep too, once
+        // SWIM declared the victim dead, its replicas behind: they do not heartbeat it until it
+        // is back (MultiRaftOptions.nodeDown).
+        const survivors = cluster.running();
+        const asleep = async (nodes: readonly ClusterNode[]): Promise<boolean> => {
+          for (const n of nodes)
+            if ((await metric(n, "cairn_raft_awake_groups")) !== 0) return false;
+          return true;
+        };
+        await eventually(
+          `every group asleep on the survivors, ${victim} down`,
+          () => asleep(survivors),
+          30_000,
+        );
+        const down = await measure(cluster, 3_000);
+        console.log(`idle with ${victim} down: ${show(down)}`);
+
+        // Back, the victim is caught up (a group sleeps only once every live replica holds its
+        // whole log), and it holds the writes made while it was down.
+        await cluster.start(victim);
+        await eventually(
+          "every group asleep on all three, the victim caught up",
+          () => asleep(cluster.running()),
+          60_000,
+        );
         await cluster.stopAll();
       } finally {
         await cluster.killAll();

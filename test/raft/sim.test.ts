@@ -29,6 +29,8 @@ describe("raft simulation", () => {
     let quiescences = 0;
     let sleepingLeaderFaults = 0;
     let leaderDownReports = 0;
+    let heldDown = 0;
+    let wokenForBack = 0;
     let logLosses = 0;
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = runSeed({ seed });
@@ -36,6 +38,8 @@ describe("raft simulation", () => {
       quiescences += r.stats.quiescences;
       sleepingLeaderFaults += r.stats.quiescedLeaderFaults;
       leaderDownReports += r.stats.leaderDownReports;
+      heldDown += r.stats.membersHeldDown;
+      wokenForBack += r.stats.wokenForMemberBack;
       acknowledged += r.stats.acknowledgedWrites;
       reads += r.stats.completedReads;
       crashes += r.stats.crashes;
@@ -62,6 +66,9 @@ describe("raft simulation", () => {
       `only ${sleepingLeaderFaults} sleeping leaders struck`,
     );
     assert.ok(leaderDownReports > SEEDS, `only ${leaderDownReports} leader-down reports`);
+    // Leaders slept past members held down, and woke when they came back (RaftConfig.memberDown).
+    assert.ok(heldDown > SEEDS, `only ${heldDown} members held down`);
+    assert.ok(wokenForBack > 0, "no leader woken for a member back");
     // Members lost their logs and were refilled (half the seeds draw losses).
     assert.ok(logLosses > SEEDS / 2, `only ${logLosses} lost logs`);
     // Every history got a verdict: the checker's budget is not what passes them.

@@ -142,6 +142,7 @@ describe("driver simulation", () => {
       wipes: 0,
       quietStrikes: 0,
       suspicions: 0,
+      seenBack: 0,
     };
     for (let seed = 1; seed <= SEEDS; seed++) {
       const r = await runDriverSeed({ seed });
@@ -157,6 +158,7 @@ describe("driver simulation", () => {
       totals.wipes += r.stats.wipes;
       totals.quietStrikes += r.stats.quietStrikes;
       totals.suspicions += r.stats.suspicions;
+      totals.seenBack += r.stats.seenBack;
       if (r.nodes >= 3) totals.clusters++;
       if (r.violation !== null) {
         failures.push(
@@ -184,6 +186,8 @@ describe("driver simulation", () => {
     // Nodes leading sleeping groups were struck, and the failure detector told the others.
     assert.ok(totals.quietStrikes > SEEDS / 2, `only ${totals.quietStrikes} strikes on sleepers`);
     assert.ok(totals.suspicions > SEEDS * 2, `only ${totals.suspicions} failure reports`);
+    // Nodes held down came back, and the groups that slept past them woke (nodeDown).
+    assert.ok(totals.seenBack > SEEDS, `only ${totals.seenBack} nodes seen back`);
   });
 
   it(`moves replicas on ${MOVE_SEEDS.length} seed(s) of four or five nodes: joins, decommissions, dead members, strikes mid-move`, async () => {

@@ -112,6 +112,10 @@ export interface SimStats {
   leaderDownReports: number;
   /** Leaders crashed or cut off while their group slept. */
   quiescedLeaderFaults: number;
+  /** Members a running member's failure detector came to hold down (RaftConfig.memberDown). */
+  membersHeldDown: number;
+  /** Sleeping leaders woken by a member seen back that they slept past, behind. */
+  wokenForMemberBack: number;
   /** Members whose log and state machine were lost (Host.loseLog). */
   logLosses: number;
 }
@@ -272,6 +276,8 @@ export class Simulation {
     ticks: 0,
     quiescences: 0,
     leaderDownReports: 0,
+    membersHeldDown: 0,
+    wokenForMemberBack: 0,
     quiescedLeaderFaults: 0,
     logLosses: 0,
   };
@@ -527,6 +533,7 @@ export class Simulation {
     const due = this.#suspicions.filter((s) => s.at <= this.#now);
     this.#suspicions = this.#suspicions.filter((s) => s.at > this.#now);
     for (const { suspect } of due) this.#reportLeaderDown(suspect);
+    this.#reportMembersUp();
     for (const [id, at] of this.#retireAt) {
       if (at <= this.#now) {
         this.#retireAt.delete(id);
@@ -839,8 +846,19 @@ export class Simulation {
     this.#suspicions.push({ at, suspect: victim });
   }
 
-  /** Each running member led by `suspect` hears that its leader is down. */
+  /**
+   * Each running member led by `suspect` hears that its leader is down; every running member
+   * holds `suspect`'s node down (RaftConfig.memberDown: a leader may sleep with it behind) until
+   * #reportMembersUp sees it back.
+   */
   #reportLeaderDown(suspect: NodeId): void {
+    for (const h of this.#hosts) {
+      if (this.#running(h.id) && h.id !== suspect && !h.down.has(suspect)) {
+        h.down.add(suspect);
+        this.stats.membersHeldDown++;
+        this.#record(`${h.id} holds ${suspect} down`);
+      }
+    }
     for (const h of this.#hosts) {
       if (!this.#running(h.id) || h.id === suspect || h.raw.lead !== suspect) continue;
       this.stats.leaderDownReports++;
@@ -849,6 +867,30 @@ export class Simulation {
       );
       h.raw.reportLeaderDown();
       this.#drainReady(h);
+    }
+  }
+
+  /**
+   * A member held down that runs and reaches its holder again is seen back, as SWIM would after
+   * a few probes (about one detector delay): the holder's group, if it led and slept with the
+   * member behind, wakes to catch it up (RawNode.reportMemberUp).
+   */
+  #reportMembersUp(): void {
+    const p = this.#profile;
+    for (const h of this.#hosts) {
+      if (h.down.size === 0 || !this.#running(h.id)) continue;
+      for (const m of [...h.down]) {
+        if (!this.#running(m) || this.#cut.has(`${h.id}>${m}`) || this.#cut.has(`${m}>${h.id}`))
+          continue;
+        if (this.#sleepRng.int(Math.max(1, p.detectTicks) * TICK) !== 0) continue;
+        h.down.delete(m);
+        const slept = h.raw.quiesced;
+        h.raw.reportMemberUp(m);
+        const woke = slept && !h.raw.quiesced;
+        if (woke) this.stats.wokenForMemberBack++;
+        this.#record(`${h.id} sees ${m} back${woke ? ", wakes to catch it up" : ""}`);
+        this.#drainReady(h);
+      }
     }
   }
 

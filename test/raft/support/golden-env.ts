@@ -13,6 +13,10 @@
  *                              index waits for the next append or heartbeat round
  *                              (RaftConfig.deferCommitBroadcast)
  *   report-leader-down 2       the failure detector of 2 suspects the node of 2's leader
+ *   member-down 1 3 | member-up 1 3
+ *                              the failure detector of 1 declares 3's node down (the leader
+ *                              may sleep with 3 behind: RaftConfig.memberDown), or back
+ *                              (RawNode.reportMemberUp)
  *   add-node 4                 a new, empty member (joins through conf changes)
  *   campaign 1 | tick 1 [n=5] | propose 1 data | conf-change 1 add-learner|add-voter|remove 4
  *   read-index 1 ctx | transfer-leader 1 2 | report-unreachable 1 2 | compact 1
@@ -116,6 +120,15 @@ export class GoldenEnv {
       case "report-leader-down":
         this.#host(one()).raw.reportLeaderDown();
         break;
+      case "member-down":
+        this.#host(one()).down.add(one(1));
+        break;
+      case "member-up": {
+        const host = this.#host(one());
+        host.down.delete(one(1));
+        host.raw.reportMemberUp(one(1));
+        break;
+      }
       case "send-commit":
         this.#host(one()).raw.sendCommit(cmd.args[1] === undefined ? null : one(1));
         break;

@@ -97,6 +97,8 @@ export class Host {
    * whether the log is up to date again.
    */
   lostLast: { readonly index: LogIndex; readonly term: Term } | null = null;
+  /** The members this host's failure detector declared down (RaftConfig.memberDown). */
+  readonly down = new Set<NodeId>();
 
   constructor(id: NodeId, storage: MemoryStorage, options: HostOptions, rng: Rng) {
     this.id = id;
@@ -119,6 +121,7 @@ export class Host {
       maxInflightMsgs: this.options.maxInflightMsgs ?? 256,
       maxMsgBytes: this.options.maxMsgBytes ?? 1 << 20,
       quiesceTicks: this.options.quiesceTicks ?? 0,
+      memberDown: (id) => this.down.has(id),
       skipHeartbeatsAfterAppends: this.options.skipHeartbeatsAfterAppends ?? false,
       omitRedundantReplies: this.options.omitRedundantReplies ?? false,
       deferCommitBroadcast: this.options.deferCommitBroadcast ?? false,
@@ -156,6 +159,8 @@ export class Host {
    * machine, which is rebuilt from the snapshot and replayed from the log.
    */
   restart(): void {
+    // A restarted driver's failure detector starts over.
+    this.down.clear();
     if (this.#durable !== null) this.storage = this.#durable;
     this.#durable = null;
     this.sm = new StateMachine();

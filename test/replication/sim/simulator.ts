@@ -118,6 +118,8 @@ export interface DriverSimStats {
   snapshots: number;
   restarts: number;
   partitions: number;
+  /** Nodes seen back by a node whose failure detector held them down (#seeBack). */
+  seenBack: number;
   transfers: number;
   membershipChanges: number;
   membershipApplied: number;
@@ -271,6 +273,11 @@ interface SimNode {
   metaVersion: number;
   /** Seeds with moves: the process's upkeep (src/node/node.ts #startUpkeep). */
   upkeep: { readonly changing: Set<number>; readonly allocator: AllocatorLoop } | null;
+  /**
+   * The nodes this process's failure detector holds down (MultiRaftOptions.nodeDown): set by
+   * #detect and #detectGone, cleared when the node is seen back (#seeBack) or this one restarts.
+   */
+  readonly down: Set<string>;
 }
 
 export async function runDriverSeed(options: DriverSimOptions): Promise<DriverSimResult> {
@@ -311,6 +318,7 @@ class DriverSim {
     snapshots: 0,
     restarts: 0,
     partitions: 0,
+    seenBack: 0,
     transfers: 0,
     membershipChanges: 0,
     membershipApplied: 0,
@@ -382,6 +390,7 @@ class DriverSim {
       meta: MetaState.empty(),
       metaVersion: 0,
       upkeep: null,
+      down: new Set<string>(),
     }));
     // The cluster's committed metadata, as the meta group would hold it: the initial voters'
     // nodes replicate every shard; the three-node cluster's spare is a member too. Wipes apply
@@ -525,6 +534,7 @@ class DriverSim {
       },
     );
     this.#log(`start ${proc.name}`);
+    node.down.clear();
     MultiRaft.open({
       nodeId: node.id,
       dataDir: DATA_DIR,
@@ -582,6 +592,7 @@ class DriverSim {
           }
         : {}),
       quiesce: p.quiesce,
+      nodeDown: (n: string) => node.down.has(n),
       testingBugs: {
         ...(bugs.staleReadAfterRestart === true ? { staleReadAfterRestart: true } : {}),
         ...(bugs.followerReadWithoutApply === true ? { followerReadWithoutApply: true } : {}),
@@ -1404,7 +1415,45 @@ class DriverSim {
       this.#stats.suspicions++;
       this.#log(`the others find ${gone} gone`);
       for (const n of this.#nodes) if (n.id !== gone) n.mr?.wakeGroupsLedBy(gone);
+      this.#holdDown(gone);
     });
+  }
+
+  /**
+   * Every other running node's failure detector holds `suspect` down (a leader's group may
+   * sleep with its replica behind) until #seeBack finds it running and reachable again.
+   */
+  #holdDown(suspect: string): void {
+    for (const n of this.#nodes) if (n.id !== suspect && n.proc !== null) n.down.add(suspect);
+    this.#world.after(
+      1 + this.#sleepRng.int(Math.max(this.#profile.detectMs, 100)),
+      this.#network,
+      () => this.#seeBack(suspect),
+    );
+  }
+
+  /**
+   * `node` runs and no link from or to it is cut: each node holding it down sees it back, and
+   * its groups that slept past `node`'s replica wake to catch it up (MultiRaft.wakeGroupsFor).
+   * Else another look later, while it may come back (a node gone for good never does).
+   */
+  #seeBack(id: string): void {
+    const node = this.#nodes.find((n) => n.id === id);
+    if (node === undefined || node.gone) return;
+    const cut = [...this.#cut].some((l) => l.startsWith(`${id}>`) || l.endsWith(`>${id}`));
+    if (node.proc === null || cut) {
+      this.#world.after(
+        1 + this.#sleepRng.int(Math.max(this.#profile.detectMs, 100)),
+        this.#network,
+        () => this.#seeBack(id),
+      );
+      return;
+    }
+    for (const n of this.#nodes) {
+      if (!n.down.delete(id)) continue;
+      this.#stats.seenBack++;
+      n.mr?.wakeGroupsFor(id);
+    }
   }
 
   /**
@@ -1418,6 +1467,7 @@ class DriverSim {
       this.#stats.suspicions++;
       this.#log(`the others suspect ${suspect}`);
       for (const n of this.#nodes) if (n.id !== suspect) n.mr?.wakeGroupsLedBy(suspect);
+      this.#holdDown(suspect);
     });
   }
 
