@@ -1367,6 +1367,7 @@ export class CairnNode implements HealthSource {
     if (state === "dead" || state === "left") this.#downNodes.add(id);
     else if (this.#downNodes.delete(id)) this.#store?.wakeGroupsFor(id);
   }
+
   async #closeAll(drainMs: number): Promise<void> {
     const started = performance.now();
     if (this.#spreadTimer !== null) clearInterval(this.#spreadTimer);
