@@ -697,9 +697,11 @@ export class ClusterState {
    * Proposes `rejoin` with this data directory's incarnation through the meta group's leader
    * (starting at `hint`), retrying until it goes through. Harmless when the meta group already
    * records this incarnation (nothing changes) or the cluster is not founded (refused, retried);
-   * stops the node (CAIRN_ERR_LOST_STATE) when the meta group has retired it.
+   * stops the node (CAIRN_ERR_LOST_STATE) when the meta group has retired it. With `once`
+   * (rejoinLoop's offers), a failure is not retried through the same peer: the loop's next pass
+   * asks the next live peer, since `hint` may be no member at all (another node joining).
    */
-  #rejoin(hint: string | null): void {
+  #rejoin(hint: string | null, once = false): void {
     if (this.#rejoining || this.#rejoined || this.#lost || this.#proposer === null) return;
     this.#rejoining = true;
     const cmd: MetaCommand = {
@@ -778,7 +780,12 @@ export class ClusterState {
           } else {
             this.#log[refused ? "warn" : "debug"]("rejoining failed; retrying", {
               error: err instanceof Error ? err.message : String(err),
+              ...(hint === null ? {} : { through: hint }),
             });
+          }
+          if (once) {
+            this.#rejoining = false;
+            return;
           }
           const timer = setTimeout(attempt, 1_000);
           timer.unref();
@@ -872,13 +879,19 @@ export class ClusterState {
       !this.#rejoined &&
       !this.#lost &&
       (restarted || this.clusterId === "");
+    // The live peers in turn: the first one gossip lists may be no member (another node
+    // joining, which would ask this one), and asking it forever never reached the meta group.
+    let turn = 0;
     while (waiting()) {
       await this.#pause(REJOIN_CHECK_MS);
       if (!waiting() || this.#rejoining) continue;
-      const peer = membership
+      const peers = membership
         .members()
-        .find((m) => m.state === "alive" && m.meta.id !== this.#config.node_id);
-      if (peer !== undefined) this.#rejoin(peer.meta.id);
+        .filter((m) => m.state === "alive" && m.meta.id !== this.#config.node_id)
+        .map((m) => m.meta.id)
+        .sort();
+      const peer = peers[turn++ % Math.max(1, peers.length)];
+      if (peer !== undefined) this.#rejoin(peer, true);
     }
   }
 

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
 import type { CairnError } from "../../src/common/errors.ts";
 import {
   ClusterViewPublisher,
@@ -316,6 +317,51 @@ describe("ClusterState", () => {
       cs.close();
       await loop;
       assert.ok(performance.now() - started < 1000, "not after the loop's 2 s wait");
+    },
+  );
+
+  it(
+    "asks the live peers in turn to admit it: another joining node does not hold it forever",
+    { timeout: 20_000 },
+    async () => {
+      const { cs } = cluster("inc-a");
+      // Gossip lists n3 first: a node joining too, which knows no cluster; n5 is a member.
+      const alive = (id: string) => ({ meta: { id }, state: "alive" });
+      const membership = { members: () => [alive("n3"), alive("n5")] } as unknown as Membership;
+      const asked: string[] = [];
+      let joined: (() => void) | null = null;
+      const join = new Promise<void>((resolve) => {
+        joined = resolve;
+      });
+      cs.attach({
+        propose: (cmd, _timeoutMs, first) => {
+          asked.push(`${cmd.op} via ${first ?? "-"}`);
+          if (first === "n3") {
+            return Promise.reject(
+              Object.assign(new Error("node n3 is not a member of a cluster yet"), {
+                code: status.UNAVAILABLE,
+              }),
+            );
+          }
+          if (cmd.op === "rejoin") {
+            return Promise.reject(
+              Object.assign(new Error("node n2 is not a member of cluster c1"), {
+                code: status.PERMISSION_DENIED,
+              }),
+            );
+          }
+          joined?.();
+          return Promise.resolve();
+        },
+      });
+      const loop = cs.rejoinLoop(membership, () => false);
+      // A deadline, not a wait: it passes at the loop's second offer, 2 s in.
+      let deadline: NodeJS.Timeout | undefined;
+      await Promise.race([join, new Promise((r) => (deadline = setTimeout(r, 12_000)))]);
+      clearTimeout(deadline);
+      cs.close();
+      await loop;
+      assert.deepEqual(asked.slice(0, 3), ["rejoin via n3", "rejoin via n5", "join via n5"]);
     },
   );
 
