@@ -823,10 +823,7 @@ export class MetaState {
   leaderWanted(shard: number): string | undefined {
     const preferred = this.preferredLeader(shard);
     if (preferred === undefined || this.members.get(preferred)?.diskFull !== true) return preferred;
-    const roomy = this.nodesOf(shard).find(
-      (n) => this.stateOf(n) === "active" && this.members.get(n)?.diskFull !== true,
-    );
-    return roomy ?? preferred;
+    return this.nodesOf(shard).find((n) => this.hasRoom(n)) ?? preferred;
   }
 
   /** Where member `id` stands (undefined when it is not one). */
@@ -848,7 +845,12 @@ export class MetaState {
    * in id order: where a new shard, a repair or a rebalancing move puts one.
    */
   roomyMembers(): string[] {
-    return this.activeMembers().filter((id) => this.members.get(id)?.diskFull !== true);
+    return this.activeMembers().filter((id) => this.hasRoom(id));
+  }
+
+  /** Member `id` is active and has not reported its disk full (set-disk). */
+  hasRoom(id: string): boolean {
+    return this.stateOf(id) === "active" && this.members.get(id)?.diskFull !== true;
   }
 
   /**

@@ -1084,9 +1084,7 @@ export async function transferLeadership(
     );
   }
   // Leadership would leave it again at once (MetaState.leaderWanted): it would refuse Puts.
-  const roomy = nodes.filter(
-    (n) => meta.stateOf(n) === "active" && meta.members.get(n)?.diskFull !== true,
-  );
+  const roomy = nodes.filter((n) => meta.hasRoom(n));
   if (meta.members.get(to)?.diskFull === true && roomy.length > 0) {
     throw new CairnError(
       "CAIRN_ERR_PRECONDITION",

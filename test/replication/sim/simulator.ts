@@ -1425,11 +1425,13 @@ class DriverSim {
    */
   #holdDown(suspect: string): void {
     for (const n of this.#nodes) if (n.id !== suspect && n.proc !== null) n.down.add(suspect);
-    this.#world.after(
-      1 + this.#sleepRng.int(Math.max(this.#profile.detectMs, 100)),
-      this.#network,
-      () => this.#seeBack(suspect),
-    );
+    this.#lookForBack(suspect);
+  }
+
+  /** #seeBack(`id`) about a detector delay from now. */
+  #lookForBack(id: string): void {
+    const delay = 1 + this.#sleepRng.int(Math.max(this.#profile.detectMs, 100));
+    this.#world.after(delay, this.#network, () => this.#seeBack(id));
   }
 
   /**
@@ -1442,11 +1444,7 @@ class DriverSim {
     if (node === undefined || node.gone) return;
     const cut = [...this.#cut].some((l) => l.startsWith(`${id}>`) || l.endsWith(`>${id}`));
     if (node.proc === null || cut) {
-      this.#world.after(
-        1 + this.#sleepRng.int(Math.max(this.#profile.detectMs, 100)),
-        this.#network,
-        () => this.#seeBack(id),
-      );
+      this.#lookForBack(id);
       return;
     }
     for (const n of this.#nodes) {
