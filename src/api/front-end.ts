@@ -172,6 +172,20 @@ function sendOkTrailersWith(stream: ServerStream, trailer: MetadataPairs): void 
   );
 }
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
+
+/**
+ * Whether a request's content-type is gRPC's over protobuf: `application/grpc`, or with the
+ * `+proto` subtype, either with parameters after a `;` (grpc-go's rule; in any case, as
+ * media types are). Anything else is
+ * answered 415: `application/grpcfoo` is not gRPC, and `+json` and the like are codecs this
+ * server does not speak.
+ */
+function isGrpcProto(type: string | undefined): boolean {
+  if (type === undefined) return false;
+  const semi = type.indexOf(";");
+  const media = (semi === -1 ? type : type.slice(0, semi)).trim().toLowerCase();
+  return media === "application/grpc" || media === "application/grpc+proto";
+}
 /** Bytes an answer costs beyond its message: headers, trailers, frame headers. */
 const ANSWER_OVERHEAD_BYTES = 64;
 /** A proxied stream stops reading its upstream while this much waits for the client's window. */
@@ -1002,8 +1016,7 @@ export function serveFrontEnd(
       stream.reset(ErrorCode.PROTOCOL_ERROR);
       return;
     }
-    const type = stream.header("content-type");
-    if (type === undefined || !type.startsWith("application/grpc")) {
+    if (!isGrpcProto(stream.header("content-type"))) {
       stream.sendHeaders(UNSUPPORTED_MEDIA_TYPE, true);
       return;
     }

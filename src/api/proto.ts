@@ -39,12 +39,17 @@ export function loadCairnProto(): { definition: PackageDefinition; proto: CairnP
 
 export type { RaftProto };
 
+let raftDefinition: PackageDefinition | undefined;
 let raftProto: RaftProto | undefined;
+
+/** cairn.v1.Raft's definition (its message types too), loaded once per process. */
+export function loadRaftDefinition(): PackageDefinition {
+  raftDefinition ??= loadSync([RAFT_PROTO_FILE], LOADER_OPTIONS);
+  return raftDefinition;
+}
 
 /** cairn.v1.Raft, loaded once per process (every transport and service shares it). */
 export function loadRaftProto(): RaftProto {
-  raftProto ??= loadPackageDefinition(
-    loadSync([RAFT_PROTO_FILE], LOADER_OPTIONS),
-  ) as unknown as RaftProto;
+  raftProto ??= loadPackageDefinition(loadRaftDefinition()) as unknown as RaftProto;
   return raftProto;
 }

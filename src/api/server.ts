@@ -40,7 +40,8 @@ import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { withFastKvCodecs } from "./kv-codec.ts";
 import { withSharedViewEncoder } from "./view-codec.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
-import { loadCairnProto } from "./proto.ts";
+import { loadCairnProto, loadRaftDefinition } from "./proto.ts";
+import { WireRules } from "./strict-wire.ts";
 import type { AdminStore, KvStore } from "./store.ts";
 import type { Limits } from "./validate.ts";
 
@@ -198,7 +199,10 @@ export class RpcServer {
     } as unknown as Server;
     const { definition, proto } = loadCairnProto();
     const v1 = proto.cairn.v1;
-    const kv = withFastKvCodecs(v1.KV.service);
+    // Every request is held to protobuf's wire rules before protobufjs decodes it
+    // (strict-wire.ts); Put's and Get's fast decoders take the shapes they know first.
+    const wire = new WireRules(definition, loadRaftDefinition());
+    const kv = withFastKvCodecs(wire.strictService(v1.KV.service));
     const servedBy = options.nodeId ?? options.forward?.nodeId;
     this.#forwarder =
       options.forward === undefined
@@ -214,13 +218,20 @@ export class RpcServer {
       }),
     );
     this.#meta = metaService(options.views, options.staleViewReason);
-    recorder.addService(withSharedViewEncoder(v1.Meta.service), this.#meta.implementation);
     recorder.addService(
-      v1.Admin.service,
+      withSharedViewEncoder(wire.strictService(v1.Meta.service)),
+      this.#meta.implementation,
+    );
+    recorder.addService(
+      wire.strictService(v1.Admin.service),
       adminService(options.store, options.logger, options.transferLeader, options.memberAdmin),
     );
     if (options.raft !== undefined) {
-      recorder.addService(options.raft.definition, options.raft.implementation);
+      // Stream's frames are bytes its own decoder reads (frame-decode.ts).
+      recorder.addService(
+        wire.strictService(options.raft.definition, [options.raft.rawStream.path]),
+        options.raft.implementation,
+      );
       table.addRawStream(options.raft.rawStream.path, options.raft.rawStream.handler);
     }
     this.#health = new HealthImplementation(

@@ -57,9 +57,11 @@ import {
   getRequest,
   grpcMessage,
   grpcRequest,
+  headerValue,
   grpcStatus,
   putRequest,
   RawH2Client,
+  requestFrames,
   S,
   settings,
   T,
@@ -605,6 +607,87 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
       client.destroy();
     }
     await node.assertAlive();
+  });
+
+  // protobufjs reads a field by the number its tag names, whatever its wire type says, and
+  // skips field 0: each of these Puts wrote key/value before (strict-wire.ts).
+  const BAD_WIRE: [string, Buffer][] = [
+    ["the key tagged as a varint", Buffer.from([0x08, 0x01, 0x61, 0x12, 0x01, 0x62])],
+    ["the key under wire type 6", Buffer.from([0x0e, 0x01, 0x61, 0x12, 0x01, 0x62])],
+    ["a field 0 first", Buffer.from([0x00, 0x05, 0x0a, 0x01, 0x61, 0x12, 0x01, 0x62])],
+    ["a group", Buffer.from([0x0a, 0x01, 0x61, 0x12, 0x01, 0x62, 0x1b, 0x1c])],
+    ["wire type 7", Buffer.from([0x0a, 0x01, 0x61, 0x12, 0x01, 0x62, 0x27])],
+    [
+      "expected_version's index length-delimited",
+      Buffer.from([0x0a, 0x01, 0x61, 0x12, 0x01, 0x62, 0x1a, 0x03, 0x0a, 0x01, 0x00]),
+    ],
+  ];
+
+  it("a Put whose bytes break protobuf's wire rules is refused INVALID_ARGUMENT, nothing written", async () => {
+    await node.ensure();
+    const client = await RawH2Client.open(node.port);
+    const wrong: string[] = [];
+    try {
+      const next = streamIds();
+      for (const [what, body] of BAD_WIRE) {
+        const id = next();
+        client.send(unaryCall(id, PUT, body));
+        const outcome = await client.grpcOutcome(id);
+        if (outcome.grpcStatus !== status.INVALID_ARGUMENT) {
+          wrong.push(`${what}: ${JSON.stringify(outcome)}`);
+        } else if (!/not a valid \/cairn\.v1\.KV\/Put message/.test(outcome.message ?? "")) {
+          wrong.push(`${what}: ${String(outcome.message)}`);
+        }
+      }
+      // An unknown field is skipped, as protobuf skips it: a newer client's Put is served.
+      const id = next();
+      client.send(
+        unaryCall(
+          id,
+          PUT,
+          Buffer.concat([putRequest(b("wire-ok"), b("v")), Buffer.from([0xf8, 0x06, 0x01])]),
+        ),
+      );
+      assert.equal((await client.grpcOutcome(id)).grpcStatus, status.OK);
+    } finally {
+      client.destroy();
+    }
+    assert.deepEqual(wrong, [], "every malformed Put is refused INVALID_ARGUMENT");
+    const c = await node.client();
+    const got = await c.call(c.kv, "Get", { key: b("a") });
+    assert.equal(got["found"], false, "no malformed Put wrote key a");
+    assert.equal((await c.call(c.kv, "Get", { key: b("wire-ok") }))["found"], true);
+  });
+
+  it("a content-type other than gRPC's is answered 415; application/grpc+proto and parameters are served", async () => {
+    await node.ensure();
+    const client = await RawH2Client.open(node.port);
+    const seen: string[] = [];
+    try {
+      const next = streamIds();
+      const types = [
+        ["application/grpcfoo", "415"],
+        ["application/grpc+json", "415"],
+        ["application/grpc-web", "415"],
+        ["text/plain", "415"],
+        ["application/grpc+proto", "200"],
+        ["application/grpc;charset=utf-8", "200"],
+        ["application/grpc+proto; x=1", "200"],
+      ];
+      for (const [type, want] of types) {
+        const id = next();
+        const fields = grpcRequest(GET).map(
+          ([k, v]) => (k === "content-type" ? [k, type] : [k, v]) as Field,
+        );
+        client.send(requestFrames(id, fields, grpcMessage(getRequest(b("k")))));
+        const outcome = await client.streamDone(id, ANSWER_MS);
+        const got = headerValue(outcome?.blocks[0], ":status");
+        if (got !== want) seen.push(`${type}: :status ${String(got)}, wanted ${want}`);
+      }
+    } finally {
+      client.destroy();
+    }
+    assert.deepEqual(seen, []);
   });
 
   it("a client that never reads its answers: output bounded, the connection closed", async () => {

@@ -1,0 +1,304 @@
+/**
+ * Protobuf's wire rules, checked on a request's bytes before protobufjs decodes them.
+ *
+ * protobufjs decodes a field by the number its tag names and the type the schema gives that
+ * number, whatever wire type the tag says: a PutRequest whose key (field 1) comes tagged as a
+ * varint, or as wire type 6 (which does not exist), is read as a key all the same, and a tag
+ * naming field 0 (which no message may have) is skipped. Protobuf's C++ and Go parsers refuse
+ * the first two shapes or set the field aside as unknown, and refuse field 0. So a client's
+ * malformed message could write a key nobody meant. A request is checked first, field by field
+ * and into nested messages, and refused (INVALID_ARGUMENT: io-threads.ts answers the error
+ * thrown here) when:
+ *   - a tag is cut short, longer than 5 bytes, or names field 0 or one past 2^29 − 1;
+ *   - its wire type is 6 or 7, or a group (3, 4: proto3 has none, and no cairn.v1 message uses
+ *     one);
+ *   - a field of the schema comes under another wire type than its type's (a repeated number
+ *     may also come packed: length-delimited);
+ *   - a varint runs past 10 bytes or past the message, a length or fixed-size field past it;
+ *   - a `string` field is not UTF-8 (proto3 requires it; protobufjs would decode it lossily).
+ * Unknown field numbers are skipped by their wire type, as protobuf does: a newer client's new
+ * fields reach an older server unread. Only the slow path pays: the hot Put and Get decoders
+ * (kv-codec.ts) take the shapes they know themselves and hand the rest here.
+ */
+import { isUtf8 } from "node:buffer";
+import type { MethodDefinition, ServiceDefinition } from "@grpc/grpc-js";
+import type { PackageDefinition } from "@grpc/proto-loader";
+
+/** What a protobuf field's schema says about its wire form. */
+interface FieldRule {
+  readonly name: string;
+  /** The wire type of one value: 0 varint, 1 fixed 64, 2 length-delimited, 5 fixed 32. */
+  readonly wire: 0 | 1 | 2 | 5;
+  /** A repeated number, which may come packed (wire type 2) too. */
+  readonly packable: boolean;
+  /** A `string`: its bytes must be UTF-8. */
+  readonly utf8: boolean;
+  /** A message: its bytes are checked by these rules (resolved once every type is known). */
+  readonly message: string | null;
+}
+
+/** Field number → rule, for one message type. */
+type MessageRules = ReadonlyMap<number, FieldRule>;
+
+/** The shape of proto-loader's descriptor objects this module reads. */
+interface FieldDescriptor {
+  readonly name: string;
+  readonly number: number;
+  readonly label: string;
+  readonly type: string;
+  readonly typeName: string;
+}
+interface MessageDescriptor {
+  readonly name: string;
+  readonly field: readonly FieldDescriptor[];
+  readonly nestedType?: readonly MessageDescriptor[];
+}
+
+const WIRE_OF_TYPE: Readonly<Record<string, 0 | 1 | 2 | 5>> = {
+  TYPE_DOUBLE: 1,
+  TYPE_FIXED64: 1,
+  TYPE_SFIXED64: 1,
+  TYPE_FLOAT: 5,
+  TYPE_FIXED32: 5,
+  TYPE_SFIXED32: 5,
+  TYPE_INT32: 0,
+  TYPE_INT64: 0,
+  TYPE_UINT32: 0,
+  TYPE_UINT64: 0,
+  TYPE_SINT32: 0,
+  TYPE_SINT64: 0,
+  TYPE_BOOL: 0,
+  TYPE_ENUM: 0,
+  TYPE_STRING: 2,
+  TYPE_BYTES: 2,
+  TYPE_MESSAGE: 2,
+};
+
+const WIRE_NAMES = ["varint", "64-bit", "length-delimited", "start group", "end group", "32-bit"];
+const MAX_FIELD_NUMBER = 2 ** 29 - 1;
+/** Messages nested deeper than this are refused (cairn.v1's are a few deep; no type recurses). */
+const MAX_DEPTH = 32;
+
+/** A request that breaks the wire rules; its message says where. */
+export class WireError extends Error {
+  override readonly name = "WireError";
+}
+
+/** The rules of every message type of some loaded proto files (proto-loader's definitions). */
+export class WireRules {
+  readonly #types = new Map<string, MessageRules>();
+  /** Every type name the definitions hold, gathered before any rule is built. */
+  readonly #names = new Set<string>();
+
+  /** Every message type in `definitions`, by its full name (`cairn.v1.PutRequest`). */
+  constructor(...definitions: readonly PackageDefinition[]) {
+    const all: [string, MessageDescriptor][] = [];
+    const gather = (fullName: string, type: MessageDescriptor): void => {
+      all.push([fullName, type]);
+      for (const nested of type.nestedType ?? []) gather(`${fullName}.${nested.name}`, nested);
+    };
+    for (const definition of definitions) {
+      for (const [fullName, entry] of Object.entries(definition)) {
+        const { format, type } = entry as { format?: string; type?: MessageDescriptor };
+        // Messages only ("Protocol Buffer 3 DescriptorProto"; enums are EnumDescriptorProto).
+        if (format?.endsWith(" DescriptorProto") === true && Array.isArray(type?.field)) {
+          gather(fullName, type as MessageDescriptor);
+        }
+      }
+    }
+    for (const [name] of all) this.#names.add(name);
+    for (const [name, type] of all) this.#add(name, type);
+  }
+
+  #add(fullName: string, type: MessageDescriptor): void {
+    const scope = fullName.slice(0, fullName.lastIndexOf("."));
+    const rules = new Map<number, FieldRule>();
+    for (const f of type.field) {
+      const wire = WIRE_OF_TYPE[f.type];
+      // A group, or a type this module does not know: not checked (no cairn.v1 field is one).
+      if (wire === undefined) continue;
+      rules.set(f.number, {
+        name: f.name,
+        wire,
+        packable: f.label === "LABEL_REPEATED" && wire !== 2,
+        utf8: f.type === "TYPE_STRING",
+        message: f.type === "TYPE_MESSAGE" ? this.#resolve(scope, fullName, f.typeName) : null,
+      });
+    }
+    this.#types.set(fullName, rules);
+  }
+
+  /**
+   * The full name a field's type name stands for: absolute (`.a.b.C`) as it is; relative, as
+   * protobuf resolves it, from the innermost scope out (the message itself, then its package's
+   * parents). The name is kept even when no type has it yet: `check` refuses nothing for it.
+   */
+  #resolve(scope: string, self: string, typeName: string): string {
+    if (typeName.startsWith(".")) return typeName.slice(1);
+    const candidates = [`${self}.${typeName}`];
+    for (let s = scope; s !== ""; s = s.slice(0, Math.max(0, s.lastIndexOf(".")))) {
+      candidates.push(`${s}.${typeName}`);
+      if (!s.includes(".")) break;
+    }
+    candidates.push(typeName);
+    return candidates.find((c) => this.#names.has(c)) ?? typeName;
+  }
+
+  /** The rules of `fullName`, or undefined when no definition has it. */
+  rulesOf(fullName: string): MessageRules | undefined {
+    return this.#types.get(fullName);
+  }
+
+  /**
+   * Checks `bytes` as a message of type `fullName`; throws a WireError naming the first rule
+   * broken. A type with no rules (unknown here) is not checked.
+   */
+  check(fullName: string, bytes: Uint8Array): void {
+    const rules = this.#types.get(fullName);
+    if (rules !== undefined) this.#check(rules, bytes, 0, bytes.length, fullName, 0);
+  }
+
+  #check(
+    rules: MessageRules,
+    buf: Uint8Array,
+    start: number,
+    end: number,
+    where: string,
+    depth: number,
+  ): void {
+    if (depth > MAX_DEPTH) throw new WireError(`${where}: messages nested past ${MAX_DEPTH} deep`);
+    let pos = start;
+    while (pos < end) {
+      const tagAt = pos;
+      let tag = 0;
+      let scale = 1;
+      for (let i = 0; ; i++) {
+        if (pos >= end) throw new WireError(`${where}: a tag cut short at byte ${tagAt}`);
+        if (i === 5) throw new WireError(`${where}: a tag longer than 5 bytes at byte ${tagAt}`);
+        const b = buf[pos++] as number;
+        tag += (b & 0x7f) * scale;
+        scale *= 128;
+        if (b < 0x80) break;
+      }
+      const field = Math.floor(tag / 8);
+      const wire = tag % 8;
+      if (field === 0) throw new WireError(`${where}: field number 0 at byte ${tagAt}`);
+      if (field > MAX_FIELD_NUMBER) {
+        throw new WireError(`${where}: field number ${field} past ${MAX_FIELD_NUMBER}`);
+      }
+      if (wire === 3 || wire === 4) {
+        throw new WireError(`${where}: field ${field} is a group (wire type ${wire}): not used`);
+      }
+      if (wire === 6 || wire === 7) {
+        throw new WireError(`${where}: field ${field} has wire type ${wire}, which does not exist`);
+      }
+      const rule = rules.get(field);
+      if (rule !== undefined && wire !== rule.wire && !(rule.packable && wire === 2)) {
+        throw new WireError(
+          `${where}: field ${field} (${rule.name}) comes ${WIRE_NAMES[wire]}, its type is ${WIRE_NAMES[rule.wire]}`,
+        );
+      }
+      const name = rule === undefined ? `${where} field ${field}` : `${where}.${rule.name}`;
+      switch (wire) {
+        case 0:
+          pos = skipVarint(buf, pos, end, name);
+          break;
+        case 1:
+          pos = fixed(pos, 8, end, name);
+          break;
+        case 5:
+          pos = fixed(pos, 4, end, name);
+          break;
+        default: {
+          let length = 0;
+          let lscale = 1;
+          const lengthAt = pos;
+          for (let i = 0; ; i++) {
+            if (pos >= end) throw new WireError(`${name}: a length cut short at byte ${lengthAt}`);
+            if (i === 5) throw new WireError(`${name}: a length past 2^32 at byte ${lengthAt}`);
+            const b = buf[pos++] as number;
+            length += (b & 0x7f) * lscale;
+            lscale *= 128;
+            if (b < 0x80) break;
+          }
+          if (length > end - pos) {
+            throw new WireError(`${name}: ${length} bytes announced, ${end - pos} left`);
+          }
+          const body = pos;
+          pos += length;
+          if (rule === undefined) break;
+          if (rule.packable) {
+            // A packed run: values of the element's wire type, back to back, filling it whole.
+            let p = body;
+            while (p < pos)
+              p =
+                rule.wire === 0
+                  ? skipVarint(buf, p, pos, name)
+                  : fixed(p, rule.wire === 1 ? 8 : 4, pos, name);
+          } else if (rule.utf8) {
+            if (!isUtf8(buf.subarray(body, pos))) throw new WireError(`${name}: not UTF-8`);
+          } else if (rule.message !== null) {
+            const nested = this.#types.get(rule.message);
+            if (nested !== undefined) this.#check(nested, buf, body, pos, name, depth + 1);
+          }
+        }
+      }
+    }
+  }
+
+  /** `def` with its request checked by these rules before it is decoded. */
+  strict<M extends MethodDefinition<unknown, unknown>>(def: M, requestType: string): M {
+    const decode = def.requestDeserialize;
+    const rules = this.#types.get(requestType);
+    if (rules === undefined) return def;
+    return {
+      ...def,
+      requestDeserialize: (buf: Buffer) => {
+        this.#check(rules, buf, 0, buf.length, requestType, 0);
+        return decode(buf);
+      },
+    };
+  }
+
+  /**
+   * `service` with every method's request checked by these rules first, but the methods whose
+   * paths `except` lists (their own decoders read their bytes) and those whose request type these
+   * rules do not hold.
+   */
+  strictService(service: ServiceDefinition, except: readonly string[] = []): ServiceDefinition {
+    const out: Record<string, MethodDefinition<unknown, unknown>> = {};
+    for (const [name, def] of Object.entries(service)) {
+      const m = def as MethodDefinition<unknown, unknown>;
+      const requestType = except.includes(m.path) ? null : requestTypeOf(m);
+      out[name] = requestType === null ? m : this.strict(m, requestType);
+    }
+    return out as ServiceDefinition;
+  }
+}
+
+/** `cairn.v1.PutRequest` for `/cairn.v1.KV/Put`, from the method's path and its request type. */
+function requestTypeOf(def: MethodDefinition<unknown, unknown>): string | null {
+  const type = (def as { requestType?: { type?: { name?: unknown } } }).requestType?.type?.name;
+  if (typeof type !== "string") return null;
+  const service = def.path.split("/")[1] ?? "";
+  const pkg = service.slice(0, service.lastIndexOf("."));
+  return pkg === "" ? type : `${pkg}.${type}`;
+}
+
+function skipVarint(buf: Uint8Array, pos: number, end: number, name: string): number {
+  const at = pos;
+  for (let i = 0; i < 10; i++) {
+    if (pos >= end) throw new WireError(`${name}: a varint cut short at byte ${at}`);
+    const b = buf[pos++] as number;
+    if (b < 0x80) {
+      if (i === 9 && b > 1) throw new WireError(`${name}: a varint past 64 bits at byte ${at}`);
+      return pos;
+    }
+  }
+  throw new WireError(`${name}: a varint longer than 10 bytes at byte ${at}`);
+}
+
+function fixed(pos: number, size: number, end: number, name: string): number {
+  if (end - pos < size) throw new WireError(`${name}: a ${size}-byte value cut short`);
+  return pos + size;
+}
