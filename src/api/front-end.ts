@@ -173,6 +173,11 @@ function sendOkTrailersWith(stream: ServerStream, trailer: MetadataPairs): void 
 }
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaders([[":status", "415"]]);
 
+/** A client's `:path` as an answer repeats it: at most 128 characters (it may be 64 KiB). */
+function echoed(path: string): string {
+  return path.length <= 128 ? path : `${path.slice(0, 128)}… (${path.length} characters)`;
+}
+
 /**
  * Whether a request's content-type is gRPC's over protobuf: `application/grpc`, or with the
  * `+proto` subtype, either with parameters after a `;` (grpc-go's rule; in any case, as
@@ -1031,7 +1036,7 @@ export function serveFrontEnd(
       respondStatus(
         stream,
         status.UNIMPLEMENTED,
-        `The server does not implement the method ${path}`,
+        `The server does not implement the method ${echoed(path)}`,
         null,
       );
     } else if (method.peer && !isNodeId(stream.header(PEER_KEY))) {

@@ -659,6 +659,28 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
     assert.equal((await c.call(c.kv, "Get", { key: b("wire-ok") }))["found"], true);
   });
 
+  it("an unknown method is answered UNIMPLEMENTED, its path echoed at most 128 characters", async () => {
+    await node.ensure();
+    const client = await RawH2Client.open(node.port);
+    try {
+      const path = `/cairn.v1.KV/${"x".repeat(10_000)}`;
+      client.send(unaryCall(1, path, getRequest(b("k"))));
+      const outcome = await client.grpcOutcome(1);
+      assert.equal(outcome.grpcStatus, status.UNIMPLEMENTED);
+      assert.equal(
+        outcome.message,
+        `The server does not implement the method ${path.slice(0, 128)}… (${path.length} characters)`,
+      );
+      client.send(unaryCall(3, "/cairn.v1.KV/Nope", getRequest(b("k"))));
+      assert.equal(
+        (await client.grpcOutcome(3)).message,
+        "The server does not implement the method /cairn.v1.KV/Nope",
+      );
+    } finally {
+      client.destroy();
+    }
+  });
+
   it("a content-type other than gRPC's is answered 415; application/grpc+proto and parameters are served", async () => {
     await node.ensure();
     const client = await RawH2Client.open(node.port);
