@@ -599,14 +599,20 @@ export class RawH2Client {
   async grpcOutcome(id: number): Promise<CallOutcome> {
     const statusBlock = (): string[] | undefined =>
       this.streams.get(id)?.blocks.find((b) => headerValue(b, "grpc-status") !== undefined);
+    // A GOAWAY with an error ends the connection: the stream will not end after it.
+    const failed = (): boolean => (this.goAway?.code ?? 0) !== 0;
     await this.until(
       () =>
         statusBlock() !== undefined ||
         (this.streams.get(id)?.rst ?? null) !== null ||
-        this.hpackError !== null,
+        this.hpackError !== null ||
+        failed(),
       `the end of stream ${id}`,
     );
     if (this.hpackError !== null) throw this.hpackError;
+    if (statusBlock() === undefined && (this.streams.get(id)?.rst ?? null) === null && failed()) {
+      assert.fail(`GOAWAY ${JSON.stringify(this.goAway)} before stream ${id} ended`);
+    }
     const block = statusBlock();
     if (block === undefined) return { reset: this.streams.get(id)?.rst as number };
     const message = headerValue(block, "grpc-message");
