@@ -15,6 +15,7 @@ import {
   ClusterViewPublisher,
   VIEW_MIN_INTERVAL_MS,
   decodeMetaCommand,
+  type MetaCommand,
   type MetaState,
   nodeOfReplica,
   rpcAddressOf,
@@ -750,10 +751,7 @@ export class CairnNode implements HealthSource {
         clusterId: () => cluster.clusterId,
         // Peers create shards and rejoin through the meta group's leader.
         proposeMeta: async (bytes) => {
-          const cmd = decodeMetaCommand(bytes);
-          if (cmd.op === "bootstrap") {
-            throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
-          }
+          const cmd = proposedCommand(bytes);
           // Room for a node let in (the members table is fed by the network), while this node
           // leads the meta group: a follower's refusal would name no leader to ask.
           const release = store.leads(0) ? this.#joins.admit(cluster.meta, cmd) : null;
@@ -1466,4 +1464,25 @@ function retainedMembers(meta: MetaState | null): Set<string> {
   const ids = new Set<string>();
   for (const [id, m] of meta?.members ?? []) if (m.state !== "removed") ids.add(id);
   return ids;
+}
+
+/**
+ * A peer's ProposeMeta command, decoded: bytes that are no meta command this build knows are
+ * the caller's mistake (CAIRN_ERR_INVALID_ARGUMENT, answered INVALID_ARGUMENT), not a committed
+ * entry that fails to decode (CAIRN_ERR_MALFORMED_COMMAND, which stops a node).
+ */
+function proposedCommand(bytes: Uint8Array): MetaCommand {
+  let cmd: MetaCommand;
+  try {
+    cmd = decodeMetaCommand(bytes);
+  } catch (err) {
+    throw new CairnError(
+      "CAIRN_ERR_INVALID_ARGUMENT",
+      `the proposal is not a meta command this node runs: ${describeError(err)}`,
+    );
+  }
+  if (cmd.op === "bootstrap") {
+    throw new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap");
+  }
+  return cmd;
 }

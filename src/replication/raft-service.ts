@@ -397,8 +397,10 @@ function peerCallError(err: unknown): Partial<ServiceError> {
   }
   const retryable = err instanceof CairnError && err.retryable;
   if (err instanceof CairnError) metadata.set(ERROR_CODE_KEY, err.code);
+  // A request this node refuses as malformed is the caller's mistake, not a fault here.
+  const invalid = err instanceof CairnError && err.code === "CAIRN_ERR_INVALID_ARGUMENT";
   return {
-    code: retryable ? status.UNAVAILABLE : status.INTERNAL,
+    code: retryable ? status.UNAVAILABLE : invalid ? status.INVALID_ARGUMENT : status.INTERNAL,
     details: err instanceof Error ? err.message : String(err),
     metadata,
   };

@@ -14,7 +14,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { Client, credentials, Metadata, type ServiceError } from "@grpc/grpc-js";
+import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadRaftProto } from "../../src/api/proto.ts";
 import { encodeMetaCommand } from "../../src/cluster/index.ts";
 import { clusterView, eventually, LocalCluster, retryingKv } from "../support/cluster-process.ts";
@@ -23,18 +23,14 @@ const MAX_JOINING = 3;
 const FLOOD = 40;
 const DEAD_AFTER_MS = 8_000;
 
-/** ProposeMeta of node `id`'s own join, sent as that node; resolves with the error or null. */
-function proposeJoin(address: string, clusterId: string, id: string): Promise<ServiceError | null> {
+/** ProposeMeta of `command`, sent as node `id`; resolves with the error or null. */
+function propose(
+  address: string,
+  clusterId: string,
+  id: string,
+  command: Uint8Array,
+): Promise<ServiceError | null> {
   const method = loadRaftProto().cairn.v1.Raft.service.ProposeMeta;
-  const command = encodeMetaCommand({
-    op: "join",
-    member: {
-      id,
-      rpcAddr: "127.0.0.1:9", // nothing answers there
-      httpAddr: "127.0.0.1:9",
-      incarnation: `incarnation-of-${id}`,
-    },
-  });
   const client = new Client(address, credentials.createInsecure());
   const md = new Metadata();
   md.set("cairn-peer", id);
@@ -52,6 +48,20 @@ function proposeJoin(address: string, clusterId: string, id: string): Promise<Se
       },
     );
   });
+}
+
+/** ProposeMeta of node `id`'s own join, sent as that node; resolves with the error or null. */
+function proposeJoin(address: string, clusterId: string, id: string): Promise<ServiceError | null> {
+  const command = encodeMetaCommand({
+    op: "join",
+    member: {
+      id,
+      rpcAddr: "127.0.0.1:9", // nothing answers there
+      httpAddr: "127.0.0.1:9",
+      incarnation: `incarnation-of-${id}`,
+    },
+  });
+  return propose(address, clusterId, id, command);
 }
 
 describe("a flood of join requests (real process)", () => {
@@ -102,6 +112,29 @@ describe("a flood of join requests (real process)", () => {
       assert.equal(await proposeJoin(n1.rpc, clusterId, admitted[0] as string), null);
       const late = await proposeJoin(n1.rpc, clusterId, "intruder-late");
       assert.equal(late?.metadata.get("cairn-error-code")[0], "CAIRN_ERR_MEMBER_LIMIT");
+
+      // A member's proposal that is no meta command, or one peers may not make, is the
+      // caller's mistake: INVALID_ARGUMENT (it was INTERNAL, which says a server bug).
+      const sender = admitted[0] as string;
+      const bad: [string, Uint8Array][] = [
+        ["empty", new Uint8Array(0)],
+        ["not JSON", Buffer.from("\x01garbage")],
+        [
+          "bootstrap",
+          encodeMetaCommand({
+            op: "bootstrap",
+            clusterId: "x",
+            totalShards: 16,
+            replicationFactor: 1,
+            members: [{ id: "x", rpcAddr: "127.0.0.1:9", httpAddr: "127.0.0.1:9" }],
+          }),
+        ],
+      ];
+      for (const [what, command] of bad) {
+        const err = await propose(n1.rpc, clusterId, sender, command);
+        assert.equal(err?.code, status.INVALID_ARGUMENT, `${what}: ${err?.details}`);
+        assert.equal(err?.metadata.get("cairn-error-code")[0], "CAIRN_ERR_INVALID_ARGUMENT", what);
+      }
 
       // The node serves on.
       await retryingKv(c, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });

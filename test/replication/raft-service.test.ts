@@ -84,6 +84,7 @@ describe("createRaftService", () => {
       new CairnError("CAIRN_ERR_SHUTTING_DOWN", "stopping", { retryable: true }),
       new CairnError("CAIRN_ERR_LOST_STATE", "retired incarnation"),
       new Error("a bug"),
+      new CairnError("CAIRN_ERR_INVALID_ARGUMENT", "peers may not propose bootstrap"),
     ];
     const server = await startRaftServer(() => undefined, {
       clusterId: "c1",
@@ -106,6 +107,7 @@ describe("createRaftService", () => {
         [status.UNAVAILABLE, undefined, "CAIRN_ERR_SHUTTING_DOWN"],
         [status.INTERNAL, undefined, "CAIRN_ERR_LOST_STATE"],
         [status.INTERNAL, undefined, undefined],
+        [status.INVALID_ARGUMENT, undefined, "CAIRN_ERR_INVALID_ARGUMENT"],
       ] as const;
       for (const [i, [code, leader, errorCode]] of expected.entries()) {
         const err = await refusal(i);
