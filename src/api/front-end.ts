@@ -180,10 +180,9 @@ function echoed(path: string): string {
 
 /**
  * Whether a request's content-type is gRPC's over protobuf: `application/grpc`, or with the
- * `+proto` subtype, either with parameters after a `;` (grpc-go's rule; in any case, as
- * media types are). Anything else is
- * answered 415: `application/grpcfoo` is not gRPC, and `+json` and the like are codecs this
- * server does not speak.
+ * `+proto` subtype, either with parameters after a `;` (grpc-go's rule; in any case, as media
+ * types are). Anything else is answered 415: `application/grpcfoo` is not gRPC, and `+json` and
+ * the like are codecs this server does not speak.
  */
 function isGrpcProto(type: string | undefined): boolean {
   if (type === undefined) return false;

@@ -135,18 +135,12 @@ export class WireRules {
    */
   #resolve(scope: string, self: string, typeName: string): string {
     if (typeName.startsWith(".")) return typeName.slice(1);
+    const parts = scope === "" ? [] : scope.split(".");
     const candidates = [`${self}.${typeName}`];
-    for (let s = scope; s !== ""; s = s.slice(0, Math.max(0, s.lastIndexOf(".")))) {
-      candidates.push(`${s}.${typeName}`);
-      if (!s.includes(".")) break;
+    for (let n = parts.length; n >= 0; n--) {
+      candidates.push([...parts.slice(0, n), typeName].join("."));
     }
-    candidates.push(typeName);
     return candidates.find((c) => this.#names.has(c)) ?? typeName;
-  }
-
-  /** The rules of `fullName`, or undefined when no definition has it. */
-  rulesOf(fullName: string): MessageRules | undefined {
-    return this.#types.get(fullName);
   }
 
   /**
@@ -167,19 +161,10 @@ export class WireRules {
     depth: number,
   ): void {
     if (depth > MAX_DEPTH) throw new WireError(`${where}: messages nested past ${MAX_DEPTH} deep`);
-    let pos = start;
-    while (pos < end) {
-      const tagAt = pos;
-      let tag = 0;
-      let scale = 1;
-      for (let i = 0; ; i++) {
-        if (pos >= end) throw new WireError(`${where}: a tag cut short at byte ${tagAt}`);
-        if (i === 5) throw new WireError(`${where}: a tag longer than 5 bytes at byte ${tagAt}`);
-        const b = buf[pos++] as number;
-        tag += (b & 0x7f) * scale;
-        scale *= 128;
-        if (b < 0x80) break;
-      }
+    const at = { pos: start };
+    while (at.pos < end) {
+      const tagAt = at.pos;
+      const tag = varint32(buf, at, end, where, "a tag");
       const field = Math.floor(tag / 8);
       const wire = tag % 8;
       if (field === 0) throw new WireError(`${where}: field number 0 at byte ${tagAt}`);
@@ -199,49 +184,25 @@ export class WireRules {
         );
       }
       const name = rule === undefined ? `${where} field ${field}` : `${where}.${rule.name}`;
-      switch (wire) {
-        case 0:
-          pos = skipVarint(buf, pos, end, name);
-          break;
-        case 1:
-          pos = fixed(pos, 8, end, name);
-          break;
-        case 5:
-          pos = fixed(pos, 4, end, name);
-          break;
-        default: {
-          let length = 0;
-          let lscale = 1;
-          const lengthAt = pos;
-          for (let i = 0; ; i++) {
-            if (pos >= end) throw new WireError(`${name}: a length cut short at byte ${lengthAt}`);
-            if (i === 5) throw new WireError(`${name}: a length past 2^32 at byte ${lengthAt}`);
-            const b = buf[pos++] as number;
-            length += (b & 0x7f) * lscale;
-            lscale *= 128;
-            if (b < 0x80) break;
-          }
-          if (length > end - pos) {
-            throw new WireError(`${name}: ${length} bytes announced, ${end - pos} left`);
-          }
-          const body = pos;
-          pos += length;
-          if (rule === undefined) break;
-          if (rule.packable) {
-            // A packed run: values of the element's wire type, back to back, filling it whole.
-            let p = body;
-            while (p < pos)
-              p =
-                rule.wire === 0
-                  ? skipVarint(buf, p, pos, name)
-                  : fixed(p, rule.wire === 1 ? 8 : 4, pos, name);
-          } else if (rule.utf8) {
-            if (!isUtf8(buf.subarray(body, pos))) throw new WireError(`${name}: not UTF-8`);
-          } else if (rule.message !== null) {
-            const nested = this.#types.get(rule.message);
-            if (nested !== undefined) this.#check(nested, buf, body, pos, name, depth + 1);
-          }
-        }
+      if (wire !== 2) {
+        at.pos = skipValue(buf, at.pos, end, wire, name);
+        continue;
+      }
+      const length = varint32(buf, at, end, name, "a length");
+      if (length > end - at.pos) {
+        throw new WireError(`${name}: ${length} bytes announced, ${end - at.pos} left`);
+      }
+      const body = at.pos;
+      at.pos += length;
+      if (rule === undefined) continue;
+      if (rule.packable) {
+        // A packed run: values of the element's wire type, back to back, filling it whole.
+        for (let p = body; p < at.pos;) p = skipValue(buf, p, at.pos, rule.wire, name);
+      } else if (rule.utf8) {
+        if (!isUtf8(buf.subarray(body, at.pos))) throw new WireError(`${name}: not UTF-8`);
+      } else if (rule.message !== null) {
+        const nested = this.#types.get(rule.message);
+        if (nested !== undefined) this.#check(nested, buf, body, at.pos, name, depth + 1);
       }
     }
   }
@@ -285,6 +246,38 @@ function requestTypeOf(def: MethodDefinition<unknown, unknown>): string | null {
   return pkg === "" ? type : `${pkg}.${type}`;
 }
 
+/**
+ * A varint of at most 5 bytes (a tag or a length) at `at.pos`, which moves past it; `what` names
+ * it in the error.
+ */
+function varint32(
+  buf: Uint8Array,
+  at: { pos: number },
+  end: number,
+  where: string,
+  what: string,
+): number {
+  const start = at.pos;
+  let value = 0;
+  let scale = 1;
+  for (let i = 0; i < 5; i++) {
+    if (at.pos >= end) throw new WireError(`${where}: ${what} cut short at byte ${start}`);
+    const b = buf[at.pos++] as number;
+    value += (b & 0x7f) * scale;
+    scale *= 128;
+    if (b < 0x80) return value;
+  }
+  throw new WireError(`${where}: ${what} longer than 5 bytes at byte ${start}`);
+}
+
+/** Past one value of wire type `wire` (0, 1 or 5) at `pos`: where the next begins. */
+function skipValue(buf: Uint8Array, pos: number, end: number, wire: number, name: string): number {
+  if (wire === 0) return skipVarint(buf, pos, end, name);
+  const size = wire === 1 ? 8 : 4;
+  if (end - pos < size) throw new WireError(`${name}: a ${size}-byte value cut short`);
+  return pos + size;
+}
+
 function skipVarint(buf: Uint8Array, pos: number, end: number, name: string): number {
   const at = pos;
   for (let i = 0; i < 10; i++) {
@@ -296,9 +289,4 @@ function skipVarint(buf: Uint8Array, pos: number, end: number, name: string): nu
     }
   }
   throw new WireError(`${name}: a varint longer than 10 bytes at byte ${at}`);
-}
-
-function fixed(pos: number, size: number, end: number, name: string): number {
-  if (end - pos < size) throw new WireError(`${name}: a ${size}-byte value cut short`);
-  return pos + size;
 }

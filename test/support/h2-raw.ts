@@ -610,11 +610,12 @@ export class RawH2Client {
       `the end of stream ${id}`,
     );
     if (this.hpackError !== null) throw this.hpackError;
-    if (statusBlock() === undefined && (this.streams.get(id)?.rst ?? null) === null && failed()) {
+    const block = statusBlock();
+    const rst = this.streams.get(id)?.rst ?? null;
+    if (block === undefined && rst === null) {
       assert.fail(`GOAWAY ${JSON.stringify(this.goAway)} before stream ${id} ended`);
     }
-    const block = statusBlock();
-    if (block === undefined) return { reset: this.streams.get(id)?.rst as number };
+    if (block === undefined) return { reset: rst as number };
     const message = headerValue(block, "grpc-message");
     return {
       grpcStatus: Number(headerValue(block, "grpc-status")),
