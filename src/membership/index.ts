@@ -5,6 +5,7 @@
 
 // The driver: what the node starts.
 export {
+  bindGossipSocket,
   Membership,
   MembershipClosedError,
   type MembershipEvent,

@@ -88,6 +88,27 @@ export interface MembershipStats {
   readonly dropped: Readonly<Partial<Record<DropReason, number>>>;
 }
 
+/**
+ * SWIM's UDP socket, bound on `bindAddr` (`rpc_addr`: host and port; port 0 picks one). A bind
+ * failure is the socket's error (`syscall` "bind").
+ */
+export async function bindGossipSocket(bindAddr: string): Promise<dgram.Socket> {
+  const bind = parseHostPort(bindAddr, true);
+  if (bind === null) {
+    throw new MembershipConfigError(`rpc_addr must be <host>:<port>, got "${bindAddr}"`);
+  }
+  const { address, family } = await lookup(bind.host);
+  const socket = dgram.createSocket({ type: family === 6 ? "udp6" : "udp4" });
+  await new Promise<void>((resolve, reject) => {
+    socket.once("error", reject);
+    socket.bind(bind.port, address, () => {
+      socket.off("error", reject);
+      resolve();
+    });
+  });
+  return socket;
+}
+
 /** join() gave up because the membership was closed first. */
 export class MembershipClosedError extends CairnError {
   constructor() {
@@ -147,22 +168,12 @@ export class Membership {
     dropped: {} as Partial<Record<DropReason, number>>,
   };
 
-  /** Binds the socket and starts the protocol. Call join() to find the cluster. */
-  static async start(options: MembershipOptions): Promise<Membership> {
-    const bind = parseHostPort(options.bindAddr, true);
-    if (bind === null) {
-      throw new MembershipConfigError(`rpc_addr must be <host>:<port>, got "${options.bindAddr}"`);
-    }
-    const { address, family } = await lookup(bind.host);
-    const socket = dgram.createSocket({ type: family === 6 ? "udp6" : "udp4" });
-    await new Promise<void>((resolve, reject) => {
-      socket.once("error", reject);
-      socket.bind(bind.port, address, () => {
-        socket.off("error", reject);
-        resolve();
-      });
-    });
-    return new Membership(options, socket);
+  /**
+   * Binds the socket (or takes `socket`, bound by bindGossipSocket) and starts the protocol.
+   * Call join() to find the cluster.
+   */
+  static async start(options: MembershipOptions, socket?: dgram.Socket): Promise<Membership> {
+    return new Membership(options, socket ?? (await bindGossipSocket(options.bindAddr)));
   }
 
   private constructor(options: MembershipOptions, socket: dgram.Socket) {

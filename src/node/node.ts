@@ -8,6 +8,7 @@
  * requests (gRPC, then HTTP), drain in-flight work within `shutdown.drain_timeout_ms`, close the
  * engines and the WAL.
  */
+import type dgram from "node:dgram";
 import { statfs } from "node:fs/promises";
 import { join } from "node:path";
 import {
@@ -101,6 +102,7 @@ import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
 import { planNodeDescriptors } from "./open-files.ts";
 import { MemberAddresses } from "./member-addresses.ts";
+import { reserveRpcPort } from "./rpc-port.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -338,14 +340,28 @@ export class CairnNode implements HealthSource {
           });
         }
       }
-      if (cell === undefined) {
-        await node.#startRpc(config.rpc_addr);
-      } else {
+      let rpcAddr = config.rpc_addr;
+      if (cell !== undefined) {
         const { rpc, http } = await cell.addresses();
         node.#addresses = { ...node.#addresses, http };
-        await node.#startRpc(rpc);
+        rpcAddr = rpc;
       }
-      if (cell?.membership ?? true) await node.#startMembership();
+      const gossip = cell?.membership ?? true;
+      // Port 0: SWIM's UDP socket first, on a number gRPC can take too (rpc-port.ts).
+      const zero = parseHostPort(rpcAddr, { allowPortZero: true, allowUnspecified: true });
+      const reserved =
+        gossip && zero.ok && zero.value.port === 0
+          ? await reserveRpcPort(zero.value.host).catch((err: unknown) => {
+              throw bindFailure(err, rpcAddr);
+            })
+          : null;
+      try {
+        await node.#startRpc(reserved?.address ?? rpcAddr);
+      } catch (err) {
+        reserved?.socket.close();
+        throw err;
+      }
+      if (gossip) await node.#startMembership(reserved?.socket);
       if (node.#cluster !== null) node.#startUpkeep(node.#cluster);
     } catch (err) {
       await node.#closeAll(0);
@@ -1066,7 +1082,7 @@ export class CairnNode implements HealthSource {
    * cluster view, `/health`'s `nodes` and the swim_* metrics follow its events. A seed that
    * refuses this node's total_shards is fatal: the node must not serve a cluster it disagrees with.
    */
-  async #startMembership(): Promise<void> {
+  async #startMembership(socket?: dgram.Socket): Promise<void> {
     const c = this.config;
     const rpc = parseHostPort(this.#addresses.rpc, { allowUnspecified: true });
     const http = parseHostPort(this.#addresses.http, { allowUnspecified: true });
@@ -1078,20 +1094,21 @@ export class CairnNode implements HealthSource {
     });
     const seal = this.#gossipSeal();
     // SWIM's UDP socket on the gRPC port's number: a failure to bind names rpc_addr.
-    const membership = await Membership.start({
-      nodeId: c.node_id,
-      bindAddr,
-      advertiseRpcAddr: advertised(c.advertise_rpc_addr, rpc.value),
-      advertiseHttpAddr: advertised(c.advertise_http_addr, http.value),
-      totalShards: c.cluster.total_shards,
-      seeds: c.cluster.seed_nodes,
-      metrics: this.metrics.membershipMetrics,
-      logger: this.#log.child("membership"),
-      ...(seal === null ? {} : { seal }),
-    }).catch((err: unknown) => {
-      throw (err as NodeJS.ErrnoException).syscall === "bind"
-        ? bindErrorFor(err, bindAddr, "rpc_addr")
-        : err;
+    const membership = await Membership.start(
+      {
+        nodeId: c.node_id,
+        bindAddr,
+        advertiseRpcAddr: advertised(c.advertise_rpc_addr, rpc.value),
+        advertiseHttpAddr: advertised(c.advertise_http_addr, http.value),
+        totalShards: c.cluster.total_shards,
+        seeds: c.cluster.seed_nodes,
+        metrics: this.metrics.membershipMetrics,
+        logger: this.#log.child("membership"),
+        ...(seal === null ? {} : { seal }),
+      },
+      socket,
+    ).catch((err: unknown) => {
+      throw bindFailure(err, bindAddr);
     });
     this.#membership = membership;
     // swim_cluster_size counts the cluster's members once there is a cluster: a node that only
@@ -1445,6 +1462,13 @@ const CONFIRM_TERMS_TIMEOUT_MS = 2_000;
  * start, naming the directory (corrupt-shard.ts).
  */
 const META_AT_START_MS = 30_000;
+
+/** A failure to bind SWIM's UDP socket names rpc_addr, whose port number it shares. */
+function bindFailure(err: unknown, address: string): unknown {
+  return (err as NodeJS.ErrnoException).syscall === "bind"
+    ? bindErrorFor(err, address, "rpc_addr")
+    : err;
+}
 
 function advertised(configured: string, bound: HostPort): string {
   const parsed = parseHostPort(configured, { allowPortZero: true });

@@ -37,6 +37,8 @@ export interface StartOptions {
   readonly untilHttp?: boolean;
   /** Start it with this open-file limit (soft and hard: `ulimit -n`), lower than the test's. */
   readonly openFileLimit?: number;
+  /** Start it in the network namespace of this process (netns.ts). */
+  readonly netnsPid?: number;
 }
 
 /** The environment without any CAIRN_* variable of the developer's shell. */
@@ -46,23 +48,44 @@ export function cleanEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.P
   return { ...env, ...extra };
 }
 
+/**
+ * Runs `cairn args`, with `openFileLimit` as its `ulimit -n` and in the network namespace of the
+ * process `netnsPid` (netns.ts) when given.
+ */
 export function spawnCairn(
   args: readonly string[],
   env: NodeJS.ProcessEnv = cleanEnv(),
   openFileLimit?: number,
+  netnsPid?: number,
 ): ChildProcess {
   const stdio: ["ignore", "pipe", "pipe"] = ["ignore", "pipe", "pipe"];
-  if (openFileLimit === undefined) return spawn(CAIRN, [...args], { cwd: ROOT, env, stdio });
   // The shell lowers the limit and becomes the server (exec): the child's pid is the server's.
-  const script = `ulimit -n ${Math.trunc(openFileLimit)} && exec "$0" "$@"`;
-  return spawn("/bin/sh", ["-c", script, CAIRN, ...args], { cwd: ROOT, env, stdio });
+  const argv =
+    openFileLimit === undefined
+      ? [CAIRN, ...args]
+      : [
+          "/bin/sh",
+          "-c",
+          `ulimit -n ${Math.trunc(openFileLimit)} && exec "$0" "$@"`,
+          CAIRN,
+          ...args,
+        ];
+  // nsenter becomes the command (it execs it), so the pid stays the server's too.
+  const [cmd, ...rest] = (
+    netnsPid === undefined ? argv : ["nsenter", `--net=/proc/${netnsPid}/ns/net`, "--", ...argv]
+  ) as [string, ...string[]];
+  return spawn(cmd, rest, { cwd: ROOT, env, stdio });
 }
 
-/** Runs `cairn args` (a clean environment) to its end: its exit code, stdout and stderr. */
+/**
+ * Runs `cairn args` (a clean environment; in the network namespace of the process `netnsPid`
+ * when given) to its end: its exit code, stdout and stderr.
+ */
 export function runCairn(
   args: readonly string[],
+  netnsPid?: number,
 ): Promise<{ code: number | null; out: string; err: string }> {
-  const proc = spawnCairn(args);
+  const proc = spawnCairn(args, cleanEnv(), undefined, netnsPid);
   let out = "";
   let err = "";
   proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
@@ -101,7 +124,7 @@ function startOn(opts: StartOptions, rpcAddr: string): Promise<ServerProcess> {
     "n1",
     ...(opts.args ?? []),
   ];
-  const proc = spawnCairn(args, cleanEnv(opts.env), opts.openFileLimit);
+  const proc = spawnCairn(args, cleanEnv(opts.env), opts.openFileLimit, opts.netnsPid);
   const lines: string[] = [];
   let stderr = "";
   proc.stderr?.on("data", (d: Buffer) => {
