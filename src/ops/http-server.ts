@@ -10,7 +10,9 @@
  * | other method        | 405 with `Allow: GET, HEAD`                                             |
  *
  * HEAD is answered like GET without a body (HTTP semantics; probes sometimes use it). Query
- * strings are ignored. Every handler failure is logged at ERROR and answered 500.
+ * strings are ignored. Every handler failure is logged at ERROR and answered 500. `/health` and
+ * `/metrics` are rendered for every request that arrived before the render began, and at most a
+ * tenth of the time (shared-render.ts): a flood of them waits, it does not take the node's CPU.
  *
  * Lifecycle: `start()` binds (AddressInUseError naming `http_addr` when taken); `close()` stops
  * accepting, lets in-flight requests finish and closes keep-alive connections, and destroys what
@@ -26,6 +28,7 @@ import { bindErrorFor } from "./errors.ts";
 import { healthHttpStatus, type HealthReport, type HealthSource } from "./health.ts";
 import type { Logger } from "./log.ts";
 import { type CairnMetrics, METRICS_CONTENT_TYPE } from "./metrics.ts";
+import { SharedRender } from "./shared-render.ts";
 
 export interface OpsHttpServerOptions {
   /** `http_addr`: `host:port`; port 0 picks a free port (see `address` after start). */
@@ -92,10 +95,20 @@ export class OpsHttpServer {
   #started = false;
   #bound: HostPort | undefined;
   #closed: Promise<void> | undefined;
+  readonly #healthRender: SharedRender<{ status: number; body: string }>;
+  readonly #metricsRender: SharedRender<string | Buffer>;
 
   constructor(options: OpsHttpServerOptions) {
     this.#options = options;
     this.#log = options.logger;
+    this.#healthRender = new SharedRender(async () => {
+      const report = await this.#reportWithTimeout();
+      return { status: healthHttpStatus(report.status), body: JSON.stringify(report) };
+    });
+    this.#metricsRender = new SharedRender<string | Buffer>(() => {
+      const metrics = this.#options.metrics;
+      return metrics.exposeBytes !== undefined ? metrics.exposeBytes() : metrics.expose();
+    });
     this.#server = createServer(
       {
         requestTimeout: 30_000,
@@ -225,6 +238,11 @@ export class OpsHttpServer {
     return false;
   }
 
+  /** Requests being answered now (for tests). */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
   /** Connections closed so far to make room for newer ones (for tests). */
   get evicted(): number {
     return this.#evicted;
@@ -310,9 +328,7 @@ export class OpsHttpServer {
     let body: string;
     let status: number;
     try {
-      const report = await this.#reportWithTimeout();
-      status = healthHttpStatus(report.status);
-      body = JSON.stringify(report);
+      ({ status, body } = await this.#healthRender.get());
     } catch (err) {
       this.#fail(res, "/health", err, "json");
       return;
@@ -341,9 +357,7 @@ export class OpsHttpServer {
     }
     let body: string | Buffer;
     try {
-      const metrics = this.#options.metrics;
-      body =
-        metrics.exposeBytes !== undefined ? await metrics.exposeBytes() : await metrics.expose();
+      body = await this.#metricsRender.get();
     } catch (err) {
       this.#fail(res, "/metrics", err, "plain");
       return;
