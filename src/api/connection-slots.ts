@@ -19,7 +19,11 @@
  *   message not yet whole): a client that announces a 4 MiB message, sends 1 MiB and stalls holds
  *   that megabyte (300 such connections took 467 MiB), and the connections allowed multiply it.
  *   How long a request may hold them is the front end's `rpc.request_receive_timeout_ms`; the
- *   requests it cuts are counted here, for the node's metric.
+ *   requests it cuts are counted here, for the node's metric. One client address may hold at
+ *   most `incomingPerAddress` of them (a quarter of the budget, but at least one whole request),
+ *   and in a cluster the last quarter is kept for the members' addresses: one connection could
+ *   otherwise fill the budget with 64 half-sent Puts and have every other client's request, and
+ *   the peers' unary calls (ReadIndex, ConfirmTerms, ProposeMeta), refused until they timed out.
  *
  * The members' reserve: the last `memberReserve` slots of `rpc.max_connections` (a quarter of it,
  * at most MEMBER_RESERVE) are kept for connections from the cluster's members' addresses
@@ -46,10 +50,18 @@ export interface SharedConnectionSlots {
   readonly streams: number;
   /** Bytes of unary requests still arriving, across the node. */
   readonly incomingBytes: number;
+  /** The most of them one client address may hold; 0: no bound per address. */
+  readonly incomingPerAddress: number;
 }
 
-/** Why a connection was refused: the node's bound or its address's. */
+/** Why a connection (or a request's bytes) was refused: the node's bound or its address's. */
 export type Refusal = "node" | "address";
+
+/** Whose bytes a request's are (incomingSource): its address's bucket, and whether a member's. */
+export interface IncomingSource {
+  readonly bucket: number;
+  readonly member: boolean;
+}
 
 const OPEN = 0;
 const REFUSED_NODE = 1;
@@ -68,6 +80,8 @@ const BUCKETS_AT = MEMBERS_AT + MEMBER_SLOTS;
 /** The most slots of the node's bound kept for the members' addresses. */
 export const MEMBER_RESERVE = 256;
 export const ADDRESS_BUCKETS = 1 << 16;
+/** Then the bytes of requests still arriving, per address bucket. */
+const INCOMING_BUCKETS_AT = BUCKETS_AT + ADDRESS_BUCKETS;
 const INT32_MAX = 0x7fffffff;
 
 export class ConnectionSlots {
@@ -75,6 +89,7 @@ export class ConnectionSlots {
   readonly perAddress: number;
   readonly streams: number;
   readonly incomingBytes: number;
+  readonly incomingPerAddress: number;
   /** The last slots of `limit`, kept for the members' addresses once they are known. */
   readonly memberReserve: number;
   readonly #cells: Int32Array;
@@ -86,6 +101,7 @@ export class ConnectionSlots {
     perAddress: number,
     streams: number = INT32_MAX,
     incomingBytes: number = INT32_MAX,
+    incomingPerAddress: number = 0,
     shared?: SharedConnectionSlots,
   ) {
     for (const [what, value, least] of [
@@ -93,6 +109,7 @@ export class ConnectionSlots {
       ["per-address limit", perAddress, 0],
       ["streams' limit", streams, 1],
       ["incoming bytes", incomingBytes, 1],
+      ["incoming bytes per address", incomingPerAddress, 0],
     ] as const) {
       if (!Number.isInteger(value) || value < least) {
         throw new RangeError(
@@ -106,9 +123,10 @@ export class ConnectionSlots {
     this.perAddress = perAddress;
     this.streams = Math.min(streams, INT32_MAX);
     this.incomingBytes = Math.min(incomingBytes, INT32_MAX);
+    this.incomingPerAddress = Math.min(incomingPerAddress, INT32_MAX);
     this.#buffer =
       shared?.buffer ??
-      new SharedArrayBuffer((BUCKETS_AT + ADDRESS_BUCKETS) * Int32Array.BYTES_PER_ELEMENT);
+      new SharedArrayBuffer((INCOMING_BUCKETS_AT + ADDRESS_BUCKETS) * Int32Array.BYTES_PER_ELEMENT);
     this.#cells = new Int32Array(this.#buffer);
   }
 
@@ -119,6 +137,7 @@ export class ConnectionSlots {
       shared.perAddress,
       shared.streams,
       shared.incomingBytes,
+      shared.incomingPerAddress,
       shared,
     );
   }
@@ -131,6 +150,7 @@ export class ConnectionSlots {
       perAddress: this.perAddress,
       streams: this.streams,
       incomingBytes: this.incomingBytes,
+      incomingPerAddress: this.incomingPerAddress,
     };
   }
 
@@ -226,22 +246,61 @@ export class ConnectionSlots {
     return Atomics.load(this.#cells, REFUSED_STREAMS);
   }
 
-  /**
-   * Counts `bytes` more of a request still arriving: false (nothing counted, the refusal
-   * counted) when that would take the node past `incomingBytes`. Every byte counted must be
-   * given back with releaseIncoming() once its request is whole or gone.
-   */
-  takeIncoming(bytes: number): boolean {
-    const cells = this.#cells;
-    // Compared before adding: the sum never wraps an Int32 (bytes ≤ a chunk, bound ≤ 2 GiB − 1).
-    if (Atomics.add(cells, INCOMING, bytes) + bytes <= this.incomingBytes) return true;
-    Atomics.sub(cells, INCOMING, bytes);
-    Atomics.add(cells, REFUSED_INCOMING, 1);
-    return false;
+  /** Whose bytes a request from `address` brings (for takeIncoming: once a request). */
+  incomingSource(address: string | undefined): IncomingSource {
+    return { bucket: INCOMING_BUCKETS_AT + addressBucket(address), member: this.isMember(address) };
   }
 
-  releaseIncoming(bytes: number): void {
-    if (bytes > 0) Atomics.sub(this.#cells, INCOMING, bytes);
+  /**
+   * The last quarter of `incomingBytes` (less when that would leave a client less than
+   * `incomingPerAddress`), kept for the members' addresses once they are known (none on a
+   * single node).
+   */
+  get incomingMemberReserve(): number {
+    if (Atomics.load(this.#cells, MEMBER_COUNT) === 0) return 0;
+    const quarter = Math.floor(this.incomingBytes / 4);
+    return Math.max(0, Math.min(quarter, this.incomingBytes - this.incomingPerAddress));
+  }
+
+  /**
+   * Counts `bytes` more of a request still arriving from `from` (incomingSource; none: counted
+   * for the node alone): null, or why not (nothing counted, the refusal counted) — it would take
+   * the node past `incomingBytes` (a client past all but the members' reserve), or the client's
+   * address past `incomingPerAddress`. Every byte counted must be given back with
+   * releaseIncoming(bytes, from) once its request is whole or gone.
+   */
+  takeIncoming(bytes: number, from?: IncomingSource): Refusal | null {
+    const cells = this.#cells;
+    const member = from?.member ?? false;
+    const bound = member ? this.incomingBytes : this.incomingBytes - this.incomingMemberReserve;
+    // Compared after adding: the sum never wraps an Int32 (bytes ≤ a chunk, bound ≤ 2 GiB − 1).
+    if (Atomics.add(cells, INCOMING, bytes) + bytes > bound) {
+      Atomics.sub(cells, INCOMING, bytes);
+      Atomics.add(cells, REFUSED_INCOMING, 1);
+      return "node";
+    }
+    if (from === undefined || member || this.incomingPerAddress === 0) return null;
+    if (Atomics.add(cells, from.bucket, bytes) + bytes > this.incomingPerAddress) {
+      Atomics.sub(cells, from.bucket, bytes);
+      Atomics.sub(cells, INCOMING, bytes);
+      Atomics.add(cells, REFUSED_INCOMING, 1);
+      return "address";
+    }
+    return null;
+  }
+
+  /** Gives back `bytes` takeIncoming(bytes, from) counted. */
+  releaseIncoming(bytes: number, from?: IncomingSource): void {
+    if (bytes <= 0) return;
+    Atomics.sub(this.#cells, INCOMING, bytes);
+    if (from !== undefined && !from.member && this.incomingPerAddress > 0) {
+      Atomics.sub(this.#cells, from.bucket, bytes);
+    }
+  }
+
+  /** Bytes of requests still arriving from `address` (and any address that shares its bucket). */
+  incomingFrom(address: string | undefined): number {
+    return Atomics.load(this.#cells, INCOMING_BUCKETS_AT + addressBucket(address));
   }
 
   /**

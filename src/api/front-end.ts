@@ -607,19 +607,22 @@ export function serveFrontEnd(
     // `rpc.max_incoming_request_bytes` (connection-slots.ts), its header list (up to 64 KiB)
     // with them, until it is whole (inflated, when compressed) or gone. Uncounted, the header
     // lists of requests that never end filled the heap: 65,000 streams of 60 KB of metadata
-    // from one address ended a node (out of memory) in 35 s.
+    // from one address ended a node (out of memory) in 35 s. One client address holds at most
+    // a quarter of it, and a cluster's members have the last quarter to themselves.
     const bounds = nodeBounds;
+    const from = bounds?.incomingSource(stream.connection.socket.remoteAddress);
     let counted = 0;
     if (bounds !== null) {
-      if (!bounds.takeIncoming(stream.headerBytes)) {
-        refuseIncoming(stream, bounds);
+      const refusal = bounds.takeIncoming(stream.headerBytes, from);
+      if (refusal !== null) {
+        refuseIncoming(stream, bounds, refusal);
         return;
       }
       counted = stream.headerBytes;
     }
     stream.timedRequest = true;
     const release = (): void => {
-      bounds?.releaseIncoming(counted);
+      bounds?.releaseIncoming(counted, from);
       counted = 0;
     };
     let dropInflate: (() => void) | null = null;
@@ -631,12 +634,13 @@ export function serveFrontEnd(
       size += chunk.length;
       if (size > maxReceive + 5) return;
       if (bounds !== null) {
-        if (!bounds.takeIncoming(chunk.length)) {
+        const refusal = bounds.takeIncoming(chunk.length, from);
+        if (refusal !== null) {
           release();
           chunks.length = 0;
           stream.onData = () => {};
           stream.onEnd = null;
-          refuseIncoming(stream, bounds);
+          refuseIncoming(stream, bounds, refusal);
           return;
         }
         counted += chunk.length;
@@ -985,10 +989,13 @@ export function serveFrontEnd(
   }
 
   /** Answers a request the node has no room to receive (`rpc.max_incoming_request_bytes`). */
-  function refuseIncoming(stream: ServerStream, bounds: ConnectionSlots): void {
+  function refuseIncoming(stream: ServerStream, bounds: ConnectionSlots, refusal: Refusal): void {
     const message =
-      `the node holds rpc.max_incoming_request_bytes (${bounds.incomingBytes}) of requests ` +
-      `still arriving; try again later`;
+      refusal === "address"
+        ? `this client address holds ${bounds.incomingPerAddress} bytes of requests still ` +
+          `arriving (its share of rpc.max_incoming_request_bytes); try again later`
+        : `the node holds rpc.max_incoming_request_bytes (${bounds.incomingBytes}) of requests ` +
+          `still arriving; try again later`;
     refuseCall(stream, "CAIRN_ERR_BACKPRESSURE", message, bounds.refusedIncoming);
   }
 

@@ -357,7 +357,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_INCOMING_REQUEST_BYTES",
     flag: "rpc-max-incoming-request-bytes",
     expect: "must be a size between 1MiB and 1GiB",
-    doc: "Bytes of unary requests still arriving (header lists, and messages not yet whole or, compressed, not yet inflated) the node holds at once, across its threads; a request whose next bytes would pass it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_BACKPRESSURE, retryable). At least limits.max_message_bytes + 64KiB, so the largest request fits. A quarter of it, apart, bounds the header blocks still arriving (a block waiting for its last CONTINUATION frame); a connection whose block would pass that is ended (GOAWAY ENHANCE_YOUR_CALM).",
+    doc: "Bytes of unary requests still arriving (header lists, and messages not yet whole or, compressed, not yet inflated) the node holds at once, across its threads; a request whose next bytes would pass it is answered RESOURCE_EXHAUSTED (CAIRN_ERR_BACKPRESSURE, retryable). At least limits.max_message_bytes + 64KiB, so the largest request fits. One client address holds at most a quarter of it (or one whole request, when more); in a cluster the last quarter is kept for the members' addresses. A quarter of it, apart, bounds the header blocks still arriving (a block waiting for its last CONTINUATION frame); a connection whose block would pass that is ended (GOAWAY ENHANCE_YOUR_CALM).",
   },
   {
     key: "rpc.max_concurrent_streams",

@@ -102,7 +102,19 @@ export function planNodeDescriptors(
       config.rpc.max_connections_per_ip,
       config.rpc.max_client_streams,
       config.rpc.max_incoming_request_bytes,
+      incomingPerAddress(config),
     ),
     plan,
   };
+}
+
+/**
+ * The bytes of requests still arriving one client address may hold: a quarter of
+ * `rpc.max_incoming_request_bytes`, but at least one whole request of `limits.max_message_bytes`
+ * with its headers (the configuration keeps the budget at least that).
+ */
+export function incomingPerAddress(config: CairnConfig): number {
+  const budget = config.rpc.max_incoming_request_bytes;
+  const oneRequest = config.limits.max_message_bytes + 64 * 1024;
+  return Math.min(budget, Math.max(Math.floor(budget / 4), oneRequest));
 }

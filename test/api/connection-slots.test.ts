@@ -95,14 +95,59 @@ describe("ConnectionSlots", () => {
 
   it("bounds the bytes of requests still arriving, and gives back what is released", () => {
     const slots = new ConnectionSlots(100, 0, 10, 1000);
-    assert.equal(slots.takeIncoming(600), true);
-    assert.equal(slots.takeIncoming(400), true);
-    assert.equal(slots.takeIncoming(1), false);
+    assert.equal(slots.takeIncoming(600), null);
+    assert.equal(slots.takeIncoming(400), null);
+    assert.equal(slots.takeIncoming(1), "node");
     assert.equal(slots.incoming, 1000);
     assert.equal(slots.refusedIncoming, 1);
     slots.releaseIncoming(600);
-    assert.equal(ConnectionSlots.of(slots.shared).takeIncoming(600), true);
+    assert.equal(ConnectionSlots.of(slots.shared).takeIncoming(600), null);
     assert.equal(slots.incoming, 1000);
+  });
+
+  it("one address holds its share of the incoming bytes at most; another address is not held back", () => {
+    const slots = new ConnectionSlots(100, 0, 10, 1000, 300);
+    const a = slots.incomingSource(A);
+    const b = slots.incomingSource(B);
+    assert.equal(slots.takeIncoming(200, a), null);
+    assert.equal(slots.takeIncoming(100, a), null);
+    assert.equal(slots.takeIncoming(1, a), "address");
+    assert.equal(slots.incoming, 300, "a refusal counts nothing");
+    assert.equal(slots.incomingFrom(A), 300);
+    assert.equal(slots.refusedIncoming, 1);
+    // Another thread's view shares the per-address counts.
+    const view = ConnectionSlots.of(slots.shared);
+    assert.equal(view.takeIncoming(300, view.incomingSource(B)), null);
+    assert.equal(slots.incomingFrom(B), 300);
+    slots.releaseIncoming(200, a);
+    assert.equal(slots.takeIncoming(200, a), null);
+    slots.releaseIncoming(300, b);
+    assert.equal(slots.incomingFrom(B), 0);
+    assert.equal(slots.incoming, 300);
+  });
+
+  it("keeps the last quarter of the incoming bytes for the members' addresses, once they are known", () => {
+    const slots = new ConnectionSlots(100, 0, 10, 1000, 250);
+    assert.equal(slots.incomingMemberReserve, 0, "a single node keeps none");
+    slots.setMembers(["10.0.0.9"]);
+    assert.equal(slots.incomingMemberReserve, 250);
+    const clients = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"].map((x) =>
+      slots.incomingSource(x),
+    );
+    for (const c of clients.slice(0, 3)) assert.equal(slots.takeIncoming(250, c), null);
+    // 750 held by clients: the rest is the members'.
+    assert.equal(slots.takeIncoming(1, clients[3]), "node");
+    const member = slots.incomingSource("10.0.0.9");
+    assert.equal(member.member, true);
+    // A member is held to the node's bound only, not to an address's share.
+    assert.equal(slots.takeIncoming(250, member), null);
+    assert.equal(slots.takeIncoming(1, member), "node");
+    slots.releaseIncoming(250, member);
+    assert.equal(slots.incoming, 750);
+    // A share larger than a quarter (one whole request) leaves a client room for it.
+    const tight = new ConnectionSlots(100, 0, 10, 1000, 900);
+    tight.setMembers(["10.0.0.9"]);
+    assert.equal(tight.incomingMemberReserve, 100);
   });
 
   it("refuses limits that are not integers in range", () => {

@@ -88,9 +88,25 @@ async function flood(
 /** What an HTTP/2 client sends first: the preface and an empty SETTINGS. */
 const H2_HELLO = Buffer.concat([PREFACE, settings()]);
 
-/** A node:http2 session with `server`, kept in `sessions` (for the test to destroy). */
-function h2Session(server: ServerProcess, sessions: ClientHttp2Session[]): ClientHttp2Session {
-  const session = connectH2(`http://${server.rpc}`);
+/**
+ * A node:http2 session with `server` (from `localAddress`, when given), kept in `sessions` (for
+ * the test to destroy).
+ */
+function h2Session(
+  server: ServerProcess,
+  sessions: ClientHttp2Session[],
+  localAddress?: string,
+): ClientHttp2Session {
+  const [host, port] = [
+    server.rpc.slice(0, server.rpc.lastIndexOf(":")),
+    server.rpc.split(":").at(-1),
+  ];
+  const session = connectH2(
+    `http://${server.rpc}`,
+    localAddress === undefined
+      ? {}
+      : { createConnection: () => connectTcp({ host, port: Number(port), localAddress }) },
+  );
   session.on("error", () => {});
   sessions.push(session);
   return session;
@@ -438,7 +454,7 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     });
   }
 
-  it("rpc.max_incoming_request_bytes 1 MiB: stalled half-sent requests hold no more", async () => {
+  it("rpc.max_incoming_request_bytes 1 MiB: stalled half-sent requests hold no more, one address no more than its share", async () => {
     // Unbounded, 300 connections that each announced a 4 MiB Put, sent 1 MiB and stalled took
     // 467 MiB of the node.
     const server = await start(["--rpc-max-incoming-request-bytes", "1MiB"], {
@@ -446,22 +462,53 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     });
     const sessions: ClientHttp2Session[] = [];
     const refusals: string[] = [];
-    for (let i = 0; i < 8; i++) {
-      const stream = grpcStream(h2Session(server, sessions), "/cairn.v1.KV/Put");
-      stream.once("response", (h) => {
-        refusals.push(`${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`);
+    const messages: string[] = [];
+    const stall = (localAddress: string, count: number): void => {
+      for (let i = 0; i < count; i++) {
+        const session = h2Session(server, sessions, localAddress);
+        const stream = grpcStream(session, "/cairn.v1.KV/Put");
+        stream.once("response", (h) => {
+          refusals.push(`${String(h["grpc-status"])} ${String(h["cairn-error-code"])}`);
+          messages.push(decodeURIComponent(String(h["grpc-message"])));
+        });
+        // A 500,000-byte message announced, 200,000 bytes of it sent.
+        const head = Buffer.alloc(5);
+        head.writeUInt32BE(500_000, 1);
+        stream.write(Buffer.concat([head, Buffer.alloc(200_000, 1)]));
+      }
+    };
+    const held = (): Promise<number> => metricValue(server, "cairn_rpc_incoming_request_bytes");
+    // One address holds its share at most: 576 KiB here (a quarter of the budget is less than
+    // one whole request of 512 KiB with its headers): two of its requests, the others refused.
+    stall("127.0.0.1", 8);
+    await eventually("one address's share taken", async () => refusals.length >= 6);
+    assert.ok((await held()) <= 576 * 1024, String(await held()));
+    assert.ok(
+      messages.every((m) => m.includes("this client address holds 589824 bytes")),
+      messages.join(" | "),
+    );
+    // A whole request from another address still arrives (before, the first address's stalled
+    // requests held the node's whole budget, and this one was refused).
+    const other = grpcStream(h2Session(server, sessions, "127.0.0.2"), "/cairn.v1.KV/Put");
+    const answered = new Promise<string>((resolve) => {
+      other.once("response", (h) => {
+        if (h["grpc-status"] !== undefined) resolve(String(h["grpc-status"]));
       });
-      // A 500,000-byte message announced, 200,000 bytes of it sent.
-      const head = Buffer.alloc(5);
-      head.writeUInt32BE(500_000, 1);
-      stream.write(Buffer.concat([head, Buffer.alloc(200_000, 1)]));
-    }
+      other.once("trailers", (t) => resolve(String(t["grpc-status"])));
+      other.resume();
+    });
+    other.end(grpcMessage(putRequest(Buffer.from("other"), Buffer.alloc(200_000, 3))));
+    assert.equal(await answered, "0");
+    // Two more addresses: now the node's budget is what stops them.
+    stall("127.0.0.2", 8);
+    stall("127.0.0.3", 8);
     const c = client(server);
     await budgetHolds(server, c, sessions, refusals, {
       what: "the stalled requests",
       atLeast: 1024 * 1024 - 200_000,
-      refused: 2,
+      refused: 19,
     });
+    assert.ok(messages.some((m) => m.includes("the node holds rpc.max_incoming_request_bytes")));
     await c.call(c.kv, "Put", { key: Buffer.from("big"), value: Buffer.alloc(200_000, 2) });
     assert.deepEqual(await get(c, "big"), Buffer.alloc(200_000, 2));
   });
@@ -505,8 +552,9 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     const sessions: ClientHttp2Session[] = [];
     const refusals: string[] = [];
     const pad = { "x-pad": "p".repeat(40_000) };
+    // From four addresses: one holds its share at most (576 KiB here).
     for (let i = 0; i < 4; i++) {
-      const session = h2Session(server, sessions);
+      const session = h2Session(server, sessions, `127.0.0.${i + 1}`);
       for (let j = 0; j < 10; j++) {
         const stream = grpcStream(session, "/cairn.v1.KV/Put", pad);
         stream.once("response", (h) => {
