@@ -10,9 +10,9 @@
  * | other method        | 405 with `Allow: GET, HEAD`                                             |
  *
  * HEAD is answered like GET without a body (HTTP semantics; probes sometimes use it). Query
- * strings are ignored. Every handler failure is logged at ERROR and answered 500. `/health` and
- * `/metrics` are rendered for every request that arrived before the render began, and at most a
- * tenth of the time (shared-render.ts): a flood of them waits, it does not take the node's CPU.
+ * strings are ignored. Every handler failure is logged at ERROR and answered 500. Each of the
+ * three answers is rendered for every request that arrived before the render began, and at most
+ * a tenth of the time (shared-render.ts): a flood of them waits, it does not take the node's CPU.
  *
  * Lifecycle: `start()` binds (AddressInUseError naming `http_addr` when taken); `close()` stops
  * accepting, lets in-flight requests finish and closes keep-alive connections, and destroys what
@@ -95,12 +95,15 @@ export class OpsHttpServer {
   #started = false;
   #bound: HostPort | undefined;
   #closed: Promise<void> | undefined;
+  readonly #quickRender: SharedRender<boolean>;
   readonly #healthRender: SharedRender<{ status: number; body: string }>;
   readonly #metricsRender: SharedRender<string | Buffer>;
 
   constructor(options: OpsHttpServerOptions) {
     this.#options = options;
     this.#log = options.logger;
+    // With shard workers the quick check asks every worker: shared and spaced as well.
+    this.#quickRender = new SharedRender(async () => this.#options.health.isQuickHealthy());
     this.#healthRender = new SharedRender(async () => {
       const report = await this.#reportWithTimeout();
       return { status: healthHttpStatus(report.status), body: JSON.stringify(report) };
@@ -315,7 +318,7 @@ export class OpsHttpServer {
   async #quick(res: ServerResponse): Promise<void> {
     let healthy: boolean;
     try {
-      healthy = await this.#options.health.isQuickHealthy();
+      healthy = await this.#quickRender.get();
     } catch (err) {
       this.#fail(res, "/health/quick", err, "plain");
       return;

@@ -1,6 +1,7 @@
 /**
  * A costly answer (`GET /metrics`, `GET /health`: milliseconds of the node's CPU for 1,024
- * shards) rendered for many requests at once, and at most a tenth of the time.
+ * shards; `GET /health/quick`, which asks every shard worker) rendered for many requests at
+ * once, and at most a tenth of the time.
  *
  * The operators' server takes any request (no authentication, by the contract). Rendered once a
  * request, 8 keep-alive connections asking for `/metrics` in a loop held the node's main thread

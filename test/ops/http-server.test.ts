@@ -230,6 +230,34 @@ describe("a flood of /health or /metrics", () => {
     assert.ok(requests >= 2 * renders, `${requests} requests, ${renders} renders`);
   });
 
+  it("of /health/quick shares its checks too (with shard workers each asks every worker)", async () => {
+    const h = await startServer();
+    let checks = 0;
+    h.health.isQuickHealthy = () => {
+      const until = performance.now() + 2;
+      while (performance.now() < until);
+      checks++;
+      return true;
+    };
+    const floodMs = 500;
+    const end = performance.now() + floodMs;
+    let requests = 0;
+    const loop = async (): Promise<void> => {
+      while (performance.now() < end) {
+        const res = await fetch(`${h.base}/health/quick`);
+        assert.equal(await res.text(), "OK");
+        requests++;
+      }
+    };
+    await Promise.all(Array.from({ length: 16 }, loop));
+    // Checked once a request, the flood took the whole thread (~500 checks a second).
+    assert.ok(checks <= (floodMs / 20) * 1.25 + 2, `${checks} checks in ${floodMs} ms`);
+    assert.ok(requests >= 2 * checks, `${requests} requests, ${checks} checks`);
+    // A change is seen by the next request.
+    h.health.isQuickHealthy = () => false;
+    assert.equal((await fetch(`${h.base}/health/quick`)).status, 503);
+  });
+
   it("of /metrics shares renders too, and a scrape after it sees what changed before it", async () => {
     const h = await startServer();
     let requests = 0;
