@@ -102,8 +102,11 @@ export class OpsHttpServer {
   constructor(options: OpsHttpServerOptions) {
     this.#options = options;
     this.#log = options.logger;
-    // With shard workers the quick check asks every worker: shared and spaced as well.
-    this.#quickRender = new SharedRender(async () => this.#options.health.isQuickHealthy());
+    // With shard workers the quick check asks every worker: shared and spaced as well, but a
+    // probe (Kubernetes' time out in 1–3 s) waits 100 ms at most for the gap after a slow check.
+    this.#quickRender = new SharedRender(async () => this.#options.health.isQuickHealthy(), {
+      maxGapMs: 100,
+    });
     this.#healthRender = new SharedRender(async () => {
       const report = await this.#reportWithTimeout();
       return { status: healthHttpStatus(report.status), body: JSON.stringify(report) };
