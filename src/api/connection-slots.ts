@@ -198,10 +198,13 @@ export class ConnectionSlots {
 
   /** Whether `address` is one setMembers() named (or shares its key's hash with one). */
   isMember(address: string | undefined): boolean {
+    return this.#isMemberHash(fnv1a(addressKey(address)));
+  }
+
+  /** isMember for an address key's hash `h`. */
+  #isMemberHash(h: number): boolean {
     const cells = this.#cells;
     const count = Math.min(Atomics.load(cells, MEMBER_COUNT), MEMBER_SLOTS);
-    if (count === 0) return false;
-    const h = fnv1a(addressKey(address));
     for (let i = 0; i < count; i++) if (Atomics.load(cells, MEMBERS_AT + i) === h) return true;
     return false;
   }
@@ -248,7 +251,8 @@ export class ConnectionSlots {
 
   /** Whose bytes a request from `address` brings (for takeIncoming: once a request). */
   incomingSource(address: string | undefined): IncomingSource {
-    return { bucket: INCOMING_BUCKETS_AT + addressBucket(address), member: this.isMember(address) };
+    const h = fnv1a(addressKey(address));
+    return { bucket: INCOMING_BUCKETS_AT + bucketOf(h), member: this.#isMemberHash(h) };
   }
 
   /**
@@ -411,5 +415,10 @@ function fnv1a(key: string): number {
 
 /** The bucket of `address` (FNV-1a over its key). */
 function addressBucket(address: string | undefined): number {
-  return fnv1a(addressKey(address)) & (ADDRESS_BUCKETS - 1);
+  return bucketOf(fnv1a(addressKey(address)));
+}
+
+/** The bucket of an address key's hash. */
+function bucketOf(h: number): number {
+  return h & (ADDRESS_BUCKETS - 1);
 }

@@ -31,6 +31,12 @@ import { grpcMessage, PREFACE, putRequest, settings } from "../support/h2-raw.ts
 import { metricValue, type ServerProcess, startServer } from "../support/server-process.ts";
 import { makeCerts } from "../support/tls-certs.ts";
 
+/** `host:port` split at its last colon. */
+function hostPort(address: string): { host: string; port: number } {
+  const colon = address.lastIndexOf(":");
+  return { host: address.slice(0, colon), port: Number(address.slice(colon + 1)) };
+}
+
 /** Sockets a test opened and holds, and how many of them the server closed. */
 interface Flood {
   readonly opened: number;
@@ -50,19 +56,16 @@ async function flood(
   hello: Buffer | null,
   localAddress?: string,
 ): Promise<Flood> {
-  const [host, port] = [address.slice(0, address.lastIndexOf(":")), address.split(":").at(-1)];
+  const { host, port } = hostPort(address);
   const sockets: Socket[] = [];
   let closed = 0;
   let ending = false;
   const open = (): Promise<void> =>
     new Promise((resolve) => {
-      const s = connectTcp(
-        { port: Number(port), host, ...(localAddress && { localAddress }) },
-        () => {
-          if (hello !== null) s.write(hello);
-          resolve();
-        },
-      );
+      const s = connectTcp({ port, host, ...(localAddress && { localAddress }) }, () => {
+        if (hello !== null) s.write(hello);
+        resolve();
+      });
       s.on("data", () => {});
       s.on("error", () => resolve());
       s.once("close", () => {
@@ -97,15 +100,12 @@ function h2Session(
   sessions: ClientHttp2Session[],
   localAddress?: string,
 ): ClientHttp2Session {
-  const [host, port] = [
-    server.rpc.slice(0, server.rpc.lastIndexOf(":")),
-    server.rpc.split(":").at(-1),
-  ];
+  const { host, port } = hostPort(server.rpc);
   const session = connectH2(
     `http://${server.rpc}`,
     localAddress === undefined
       ? {}
-      : { createConnection: () => connectTcp({ host, port: Number(port), localAddress }) },
+      : { createConnection: () => connectTcp({ host, port, localAddress }) },
   );
   session.on("error", () => {});
   sessions.push(session);

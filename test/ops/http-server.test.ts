@@ -199,31 +199,47 @@ describe("GET /metrics", () => {
   });
 });
 
+/** Holds this thread for `ms` (a costly render or check). */
+function busy(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+/**
+ * `loops` clients each calling `ask` (a request and the checks of its answer) one after another
+ * for `ms`: how many requests were answered.
+ */
+async function flood(loops: number, ms: number, ask: () => Promise<void>): Promise<number> {
+  const end = performance.now() + ms;
+  let requests = 0;
+  const loop = async (): Promise<void> => {
+    while (performance.now() < end) {
+      await ask();
+      requests++;
+    }
+  };
+  await Promise.all(Array.from({ length: loops }, loop));
+  return requests;
+}
+
 describe("a flood of /health or /metrics", () => {
   it("is answered by few shared renders, each begun after the requests it answers arrived", async () => {
     const h = await startServer();
     // A report costs 5 ms of this thread (1,024 shards cost a node about 3.5).
     let renders = 0;
     h.health.report = () => {
-      const until = performance.now() + 5;
-      while (performance.now() < until);
+      busy(5);
       return Promise.resolve({ ...REPORT, uptime_seconds: ++renders });
     };
     const floodMs = 1_000;
-    const end = performance.now() + floodMs;
-    let requests = 0;
-    const loop = async (): Promise<void> => {
-      while (performance.now() < end) {
-        const before = renders;
-        const res = await fetch(`${h.base}/health`);
-        const report = (await res.json()) as HealthReport;
-        assert.equal(res.status, 200);
-        // Rendered after this request was sent: not an answer it could have had before.
-        assert.ok(report.uptime_seconds > before, `${report.uptime_seconds} <= ${before}`);
-        requests++;
-      }
-    };
-    await Promise.all(Array.from({ length: 16 }, loop));
+    const requests = await flood(16, floodMs, async () => {
+      const before = renders;
+      const res = await fetch(`${h.base}/health`);
+      const report = (await res.json()) as HealthReport;
+      assert.equal(res.status, 200);
+      // Rendered after this request was sent: not an answer it could have had before.
+      assert.ok(report.uptime_seconds > before, `${report.uptime_seconds} <= ${before}`);
+    });
     // Rendered once a request, the flood took the whole thread (~200 renders a second); now
     // at most a tenth of its time: 5 ms in every 50, and fewer still on a loaded machine.
     assert.ok(renders <= (floodMs / 50) * 1.25 + 2, `${renders} renders in ${floodMs} ms`);
@@ -234,22 +250,14 @@ describe("a flood of /health or /metrics", () => {
     const h = await startServer();
     let checks = 0;
     h.health.isQuickHealthy = () => {
-      const until = performance.now() + 2;
-      while (performance.now() < until);
+      busy(2);
       checks++;
       return true;
     };
     const floodMs = 500;
-    const end = performance.now() + floodMs;
-    let requests = 0;
-    const loop = async (): Promise<void> => {
-      while (performance.now() < end) {
-        const res = await fetch(`${h.base}/health/quick`);
-        assert.equal(await res.text(), "OK");
-        requests++;
-      }
-    };
-    await Promise.all(Array.from({ length: 16 }, loop));
+    const requests = await flood(16, floodMs, async () => {
+      assert.equal(await (await fetch(`${h.base}/health/quick`)).text(), "OK");
+    });
     // Checked once a request, the flood took the whole thread (~500 checks a second).
     assert.ok(checks <= (floodMs / 20) * 1.25 + 2, `${checks} checks in ${floodMs} ms`);
     assert.ok(requests >= 2 * checks, `${requests} requests, ${checks} checks`);
@@ -260,15 +268,9 @@ describe("a flood of /health or /metrics", () => {
 
   it("of /metrics shares renders too, and a scrape after it sees what changed before it", async () => {
     const h = await startServer();
-    let requests = 0;
-    const end = performance.now() + 300;
-    const loop = async (): Promise<void> => {
-      while (performance.now() < end) {
-        assert.equal((await fetch(`${h.base}/metrics`)).status, 200);
-        requests++;
-      }
-    };
-    await Promise.all(Array.from({ length: 8 }, loop));
+    const requests = await flood(8, 300, async () => {
+      assert.equal((await fetch(`${h.base}/metrics`)).status, 200);
+    });
     assert.ok(requests > 0);
     h.metrics.recordKv("put", "success", 3);
     const puts = samples(await (await fetch(`${h.base}/metrics`)).text()).find(
