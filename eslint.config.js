@@ -17,4 +17,19 @@ export default tseslint.config(
       "prefer-const": "error",
     },
   },
+  {
+    // Durations run on the monotonic clock, call deadlines on src/common/deadline-clock.ts.
+    files: ["src/**/*.ts"],
+    rules: {
+      "no-restricted-properties": [
+        "error",
+        {
+          object: "Date",
+          property: "now",
+          message:
+            "A duration, timeout or backoff measured on the wall clock breaks when the clock is stepped: use performance.now(); a call's deadline: deadlineClock() (src/common/deadline-clock.ts).",
+        },
+      ],
+    },
+  },
 );

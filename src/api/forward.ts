@@ -63,7 +63,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY, SERVED_BY_KEY } from "./wire.ts";
-import { CallCut, IntMap } from "../common/index.ts";
+import { CallCut, deadlineClock, IntMap } from "../common/index.ts";
 import type { PeerTls } from "../common/peer-tls.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
@@ -243,7 +243,7 @@ export class Forwarder {
       if (refused.has(hint)) {
         const pause = FOLLOW_PAUSES_MS[pauses++];
         const deadline = deadlineMs(call.getDeadline());
-        if (pause === undefined || Date.now() + pause >= deadline) return r;
+        if (pause === undefined || deadlineClock() + pause >= deadline) return r;
         await new Promise((resolve) => setTimeout(resolve, pause));
         if (this.#closed || call.cancelled) return r;
       }
@@ -267,7 +267,10 @@ export class Forwarder {
     address: string,
     call: ServerUnaryCall<Req, Res>,
   ): Promise<ForwardReply<Res>> {
-    const deadline = Math.min(deadlineMs(call.getDeadline()), Date.now() + this.#maxDeadlineMs);
+    const deadline = Math.min(
+      deadlineMs(call.getDeadline()),
+      deadlineClock() + this.#maxDeadlineMs,
+    );
     const def = this.#service[method];
     let request: Buffer;
     try {

@@ -63,7 +63,7 @@ import {
   unaryFramed,
   WireError,
 } from "./grpc-wire.ts";
-import { dupFd, IntMap } from "../common/index.ts";
+import { deadlineClock, dupFd, IntMap } from "../common/index.ts";
 import { ConnectionSlots, type Refusal } from "./connection-slots.ts";
 import { peerIdentityRefusal, type TlsIdentity } from "../common/peer-tls.ts";
 import {
@@ -672,7 +672,7 @@ export function serveFrontEnd(
         chunks.length = 0;
       }
       const timeout = stream.header("grpc-timeout");
-      const now = Date.now();
+      const now = deadlineClock();
       const deadline = deadlineOf(timeout, now);
       if (Number.isNaN(deadline)) {
         release();
@@ -1185,7 +1185,7 @@ export function serveFrontEnd(
   const idleSweep = everyQuarterOf(limits.idleTimeoutMs, sweepIdle);
 
   function sweepIdle(): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const c of connections) {
       const mark = idle.get(c);
       if (
@@ -1219,7 +1219,7 @@ export function serveFrontEnd(
   const arrivalSweep = everyQuarterOf(limits.requestReceiveTimeoutMs, sweepArriving);
 
   function sweepArriving(): void {
-    const now = Date.now();
+    const now = performance.now();
     const seen = new WeakMap<ServerStream, number>();
     for (const c of connections) {
       if (c.openStreams === 0) continue;

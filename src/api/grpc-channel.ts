@@ -61,7 +61,7 @@ import {
 import { ErrorCode } from "./h2/core.ts";
 import { encodeHeaders, type HeaderList } from "./h2/hpack.ts";
 import { isProtocolHeader } from "./handoff.ts";
-import type { CallCut } from "../common/index.ts";
+import { type CallCut, deadlineClock } from "../common/index.ts";
 
 /** Request metadata: lower-case names; a `-bin` name's value is base64. */
 export type Metadata = readonly (readonly [string, string])[];
@@ -204,7 +204,7 @@ export class GrpcChannel {
   #current: ClientConnection | null = null;
   /** Every connection not yet closed, the current one and those finishing after a GOAWAY. */
   readonly #connections = new Set<ClientConnection>();
-  /** While Date.now() is below it, calls fail at once (0: no backoff). */
+  /** While performance.now() is below it, calls fail at once (0: no backoff). */
   #backoffUntil = 0;
   #connectError = "";
   #closed = false;
@@ -297,7 +297,7 @@ export class GrpcChannel {
     }
     let timeoutMs = -1;
     if (deadline !== Infinity) {
-      timeoutMs = Math.ceil(deadline - Date.now());
+      timeoutMs = Math.ceil(deadline - deadlineClock());
       if (timeoutMs <= 0) {
         call.conclude(status.DEADLINE_EXCEEDED, "Deadline exceeded", false);
         return false;
@@ -323,7 +323,7 @@ export class GrpcChannel {
     if (current !== null && current.isOpen) return current;
     if (this.#closed) return null;
     if (this.#backoffUntil !== 0) {
-      if (Date.now() < this.#backoffUntil) return null;
+      if (performance.now() < this.#backoffUntil) return null;
       this.#backoffUntil = 0;
     }
     return this.#connect();
@@ -393,7 +393,7 @@ export class GrpcChannel {
           if (this.#current === connection) this.#current = null;
           if (!ready && !this.#closed) {
             // A failed attempt: calls fail fast until the backoff expires (module doc).
-            this.#backoffUntil = Date.now() + this.#backoffMs;
+            this.#backoffUntil = performance.now() + this.#backoffMs;
             const reason = connection.closeReason ?? "closed before the server's SETTINGS";
             this.#connectError = `connecting to ${this.address} failed: ${
               dial !== undefined &&

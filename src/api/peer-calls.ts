@@ -9,6 +9,7 @@
  * it sends here reaches anything a client could not reach.
  */
 import { Metadata, type ServerErrorResponse, status } from "@grpc/grpc-js";
+import { deadlineClock } from "../common/index.ts";
 import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { metadataPairs } from "./handoff.ts";
 import { HandedCall, type MethodTable } from "./io-threads.ts";
@@ -52,7 +53,7 @@ export function servePeerCall(
   const handed = new HandedCall(
     request,
     metadata,
-    Date.now() + call.timeoutMs,
+    deadlineClock() + call.timeoutMs,
     `peer ${from}`,
     call.method,
   );

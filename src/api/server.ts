@@ -452,9 +452,9 @@ export class RpcServer {
     this.#meta.endAll();
     this.#options.raft?.endAll();
     // The I/O threads first: their calls in flight are answered by this thread meanwhile.
-    const started = Date.now();
+    const started = performance.now();
     await this.#ioThreads?.close(deadlineMs);
-    deadlineMs = Math.max(0, deadlineMs - (Date.now() - started));
+    deadlineMs = Math.max(0, deadlineMs - (performance.now() - started));
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.#server.forceShutdown();

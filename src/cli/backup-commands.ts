@@ -138,7 +138,8 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
       const range = Object.fromEntries(
         Object.entries(rangeOf(values)).map(([k, v]) => [k, b64(new TextEncoder().encode(v))]),
       ) as BackupHeader["range"];
-      const started = Date.now();
+      const created = new Date();
+      const started = performance.now();
       // "-": the backup goes to standard output, and what is said of it to standard error.
       const toStdout = path === "-";
       if (toStdout && io.stdout.isTTY === true)
@@ -149,7 +150,7 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
             throw new InputError(e.message);
           });
       const writer = new BackupWriter(sink, {
-        created: new Date(started).toISOString(),
+        created: created.toISOString(),
         range,
         consistency,
       });
@@ -221,7 +222,7 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
       expectPositionals(positionals, ["FILE"]);
       const concurrency = intFlag(values, "concurrency", 64, 1, 256);
       return fromFileOrStdin(positionals[0] as string, io, async (path, name) => {
-        const started = Date.now();
+        const started = performance.now();
         // The whole file is read and checked before the first write.
         const checked = await readable(path, name, true, async (reader) => {
           for await (const batch of reader.entries()) void batch;
@@ -413,9 +414,9 @@ function scanRangeOf(range: BackupHeader["range"]): ScanRange {
 
 /** A function that runs `f` when at least `ms` passed since it last did. */
 function every(ms: number, f: () => void): () => void {
-  let last = Date.now();
+  let last = performance.now();
   return () => {
-    const now = Date.now();
+    const now = performance.now();
     if (now - last < ms) return;
     last = now;
     f();
@@ -426,7 +427,7 @@ function mib(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 }
 
-/** Seconds since `since`, to a tenth. */
+/** Seconds since `since` (performance.now()), to a tenth. */
 function secondsSince(since: number): number {
-  return Math.round((Date.now() - since) / 100) / 10;
+  return Math.round((performance.now() - since) / 100) / 10;
 }

@@ -25,6 +25,8 @@ import {
 // proto.ts, not the api index: the index pulls in the whole server, which would triple the
 // start-up time of every `cairn` client command.
 import { loadCairnProto } from "../api/proto.ts";
+// Not through common/index.ts, which loads the native addon: the client needs none.
+import { deadlineClock } from "../common/deadline-clock.ts";
 import {
   CONNECT_FAILURE_DETAILS,
   CURRENT_VERSION_KEY,
@@ -293,11 +295,11 @@ export class CairnClient {
    * scan shares one deadline.
    */
   async scan(range: ScanRange = {}, options: ScanOptions = {}): Promise<ScanResult> {
-    const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
+    const until = performance.now() + (options.timeoutMs ?? this.#timeoutMs);
     const items: KeyValue[] = [];
     const skipped = new Set<number>();
     let more = false;
-    for await (const page of this.#pages(range, options, () => deadline - Date.now())) {
+    for await (const page of this.#pages(range, options, () => until - performance.now())) {
       for (const it of page.items) items.push(it);
       for (const id of page.skippedShards) skipped.add(id);
       more = page.more;
@@ -607,7 +609,9 @@ export class CairnClient {
         ? shardForKey(key, this.#view.totalShards)
         : null;
     this.#assertOpen();
-    const deadline = Date.now() + (options.timeoutMs ?? this.#timeoutMs);
+    // The call's time runs on the monotonic clock; each attempt's gRPC deadline is what is left
+    // of it, on the wall clock gRPC deadlines are on (a step of it moves that attempt's only).
+    const until = performance.now() + (options.timeoutMs ?? this.#timeoutMs);
     let hint: string | undefined;
     let last: ServiceError | undefined;
     // How long the last attempt took: a retry with less time left than twice that (or than
@@ -617,7 +621,7 @@ export class CairnClient {
     for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
       options.signal?.throwIfAborted();
       this.#assertOpen();
-      if (attempt > 0 && deadline - Date.now() < Math.max(MIN_ATTEMPT_MS, 2 * lastTook)) break;
+      if (attempt > 0 && until - performance.now() < Math.max(MIN_ATTEMPT_MS, 2 * lastTook)) break;
       const routed = endpoint ?? this.#leaderAddress(key, hint);
       // A routed attempt that failed to connect falls back to the endpoints next time.
       const address =
@@ -625,7 +629,8 @@ export class CairnClient {
           ? routed
           : this.#pickEndpoint();
       const conn = this.#connection(address);
-      const started = Date.now();
+      const started = performance.now();
+      const deadline = deadlineClock() + (until - started);
       try {
         return await new Promise<T>((resolve, reject) => {
           const call = invoke(conn, deadline, (err, res) =>
@@ -636,14 +641,14 @@ export class CairnClient {
       } catch (err) {
         const e = err as ServiceError;
         last = e;
-        lastTook = Date.now() - started;
+        lastTook = performance.now() - started;
         if (!isRetryable(e, kind)) throw toClientError(e, kind, this.#tls);
         hint = metadataString(e.metadata, LEADER_HINT_KEY);
         // What was learnt for the shard is stale: the node refused (the hint, if any, is newer)
         // or could not be reached.
         if (learnFor !== null) this.#learnt.delete(learnFor);
         const wait = this.#backoff(attempt);
-        if (Date.now() + wait >= deadline) break;
+        if (performance.now() + wait >= until) break;
         await sleep(wait, options.signal);
       }
     }

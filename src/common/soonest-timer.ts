@@ -7,7 +7,7 @@
 export class SoonestTimer {
   readonly #run: () => void;
   #timer: NodeJS.Timeout | null = null;
-  /** When the pending call is due (Date.now's clock); meaningless while none is pending. */
+  /** When the pending call is due (performance.now()); meaningless while none is pending. */
   #due = 0;
 
   constructor(run: () => void) {
@@ -16,7 +16,7 @@ export class SoonestTimer {
 
   /** Runs the function `delayMs` from now, or sooner if a call already pending is due sooner. */
   request(delayMs: number): void {
-    const due = Date.now() + delayMs;
+    const due = performance.now() + delayMs;
     if (this.#timer !== null) {
       if (this.#due <= due) return;
       clearTimeout(this.#timer);

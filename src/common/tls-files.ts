@@ -100,7 +100,11 @@ function checkValidity(key: string, file: string, cert: X509Certificate, now: nu
  * the key the certificate's, the client CA file's certificates parsable, and OpenSSL willing to
  * make a context of them. Throws TlsFileError.
  */
-export function readTlsFiles(files: TlsFiles, now: number = Date.now()): TlsMaterial {
+export function readTlsFiles(
+  files: TlsFiles,
+  // eslint-disable-next-line no-restricted-properties -- a certificate's validity is wall-clock time
+  now: number = Date.now(),
+): TlsMaterial {
   const cert = read("tls.cert_file", files.certFile);
   const key = read("tls.key_file", files.keyFile);
   const [leaf] = certificates("tls.cert_file", files.certFile, cert);

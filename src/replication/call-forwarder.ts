@@ -15,7 +15,7 @@
 import { randomBytes } from "node:crypto";
 import { status } from "@grpc/grpc-js";
 import type { CallResult } from "../api/grpc-channel.ts";
-import { type CallCut, IntMap } from "../common/index.ts";
+import { type CallCut, deadlineClock, IntMap } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { type PeerReply } from "./frame-codec.ts";
@@ -46,13 +46,13 @@ function firstCallId(): number {
 interface PendingCall extends StreamCall {
   readonly id: number;
   readonly peer: NodeId;
-  /** When the caller stops waiting (Date.now() clock). */
+  /** When the caller stops waiting (deadlineClock()). */
   readonly deadline: number;
   /** The stream it went out on (its end fails the call). */
   readonly stream: PeerStream;
 }
 
-/** When a forwarded call gives up: its deadline (Date.now() clock), and what cancels it. */
+/** When a forwarded call gives up: its deadline (deadlineClock()), and what cancels it. */
 export interface CallOptions {
   readonly deadline: number;
   readonly cut?: CallCut;
@@ -82,7 +82,7 @@ export class CallForwarder {
    * resolves with its answer, which `to` sends on its own stream back (receiveReply). Never
    * rejects. `sent` in the result is false only when no byte of the call can have reached `to`:
    * the stream was down, the frame over a limit, or the stream ended before the bytes left.
-   * The call fails DEADLINE_EXCEEDED at `deadline` (Date.now() clock, checked every 50 ms),
+   * The call fails DEADLINE_EXCEEDED at `deadline` (deadlineClock(), checked every 50 ms),
    * CANCELLED when `cut` is cut, and UNAVAILABLE when the stream ends first; an answer that
    * comes after is dropped. `to` never hears of a cancellation: a write it took still applies.
    */
@@ -94,7 +94,7 @@ export class CallForwarder {
     if (cut?.isCut === true) {
       return Promise.resolve(callFailure(status.CANCELLED, "cancelled before it was sent", false));
     }
-    const timeoutMs = Math.min(0xffffffff, Math.ceil(deadline - Date.now()));
+    const timeoutMs = Math.min(0xffffffff, Math.ceil(deadline - deadlineClock()));
     if (timeoutMs <= 0) {
       return Promise.resolve(
         callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded before it was sent", false),
@@ -197,7 +197,7 @@ export class CallForwarder {
   #sweep(): void {
     if (this.#sweeper !== null) return;
     this.#sweeper = setInterval(() => {
-      const now = Date.now();
+      const now = deadlineClock();
       for (const c of this.#calls.values()) {
         if (c.deadline <= now) {
           c.settle(callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded", c.left));

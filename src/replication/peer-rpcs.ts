@@ -11,6 +11,7 @@ import { loadRaftProto } from "../api/proto.ts";
 import type { ReadIndexResult__Output } from "../api/generated/cairn/v1/ReadIndexResult.ts";
 import { type CallResult, metadataOf } from "../api/grpc-channel.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
+import { deadlineClock } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { type ClusterIdSource, currentClusterId } from "./handshake.ts";
@@ -171,7 +172,7 @@ export class PeerRpcs {
     }
     return this.#links
       .channel(this.#links.link(node), address)
-      .unary(method.path, bytes, { deadline: Date.now() + timeoutMs })
+      .unary(method.path, bytes, { deadline: deadlineClock() + timeoutMs })
       .then((result) => {
         if (result.code !== status.OK || result.message === null) throw callError(result);
         return method.responseDeserialize(result.message);

@@ -845,7 +845,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
     const rate = this.#resetRate;
     if (rate === 0) return true;
     if (this.#resetTokens < 1) {
-      const now = Date.now();
+      const now = performance.now();
       this.#resetTokens = Math.min(
         rate,
         this.#resetTokens + ((now - this.#resetsAt) * rate) / 1000,
@@ -853,7 +853,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
       this.#resetsAt = now;
       if (this.#resetTokens < 1) return false;
     } else if (this.#resetTokens === rate) {
-      this.#resetsAt = Date.now();
+      this.#resetsAt = performance.now();
     }
     this.#resetTokens--;
     return true;
