@@ -4,7 +4,11 @@
  *
  *  election-safety      at most one leader per term (S1)
  *  log-matching         same (index, term) ⇒ same entry and the same log before it (S2)
- *  leader-completeness  a new leader holds every entry committed so far (S3)
+ *  leader-completeness  a new leader of term T holds every entry committed in a term before T
+ *                       (S3). Not those a later term's leader committed meanwhile: a candidate
+ *                       may count votes of term T that arrive after the voters moved on to
+ *                       T+1 and its leader committed there (seed 937841, 5 members); such a
+ *                       leader commits nothing, every voter being past its term.
  *  state-machine-safety no two members commit or apply different entries at one index (S4)
  *  commit-monotonic     a member's commit index never decreases while it runs (S5)
  *  commit-rule          a leader advances its commit index only onto an entry of its own term
@@ -23,6 +27,8 @@ import { ViolationError } from "./violation.ts";
 interface Committed {
   readonly term: number;
   readonly data: string;
+  /** The lowest current term of a member seen committing it: the term it was committed in. */
+  inTerm: number;
 }
 
 interface AckedWrite {
@@ -163,8 +169,9 @@ export class Checker {
   #registerCommitted(h: Host, e: Entry, now: number): void {
     const data = entryData(e);
     const prev = this.#committed.get(e.index);
+    const inTerm = h.raw.status().term;
     if (prev === undefined) {
-      this.#committed.set(e.index, { term: e.term, data });
+      this.#committed.set(e.index, { term: e.term, data, inTerm });
       this.#maxCommitted = Math.max(this.#maxCommitted, e.index);
     } else if (prev.term !== e.term || prev.data !== data) {
       this.#fail(
@@ -172,6 +179,8 @@ export class Checker {
         now,
         `index ${e.index} committed as ${prev.term} ${prev.data} and, at ${h.id}, as ${e.term} ${data}`,
       );
+    } else {
+      prev.inTerm = Math.min(prev.inTerm, inTerm);
     }
   }
 
@@ -179,6 +188,7 @@ export class Checker {
     const s = h.raw.status();
     for (const [index, c] of this.#committed) {
       if (index < s.firstIndex) continue; // inside the snapshot
+      if (c.inTerm >= s.term) continue; // committed by a later term's leader (see the top)
       if (index > s.lastIndex) {
         this.#fail(
           "leader-completeness",
