@@ -22,11 +22,20 @@ import {
   UnavailableError,
   VersionConflictError,
 } from "../../src/client/index.ts";
+import { stepWallClock } from "../support/wall-clock.ts";
 
 type Answer =
   | "ok"
   | "hang"
-  | { code: status; cairn?: string; details?: string; current?: string; delayMs?: number };
+  | {
+      code: status;
+      cairn?: string;
+      details?: string;
+      current?: string;
+      delayMs?: number;
+      /** Run as the call arrives. */
+      onArrival?: () => void;
+    };
 
 // Scripted answers and call counts per request key: each test uses its own key, so a late call of
 // an earlier test (its deadline passed, the server still runs it) cannot take another test's answer.
@@ -45,6 +54,7 @@ function answer(
   const a = scripts.get(key)?.shift() ?? "ok";
   if (a === "hang") return;
   if (a === "ok") return callback(null, ok);
+  a.onArrival?.();
   const metadata = new Metadata();
   if (a.cairn !== undefined) metadata.set("cairn-error-code", a.cairn);
   if (a.current !== undefined) metadata.set("cairn-current-version", a.current);
@@ -102,6 +112,28 @@ describe("client retries", () => {
     assert.deepEqual(await c.put("k1", "v"), { index: 7, term: 2 });
     assert.equal(calls.get("k1"), 6);
     c.close();
+  });
+
+  it("a wall clock stepped forward an hour during an attempt: the retry goes on within the call's time", async () => {
+    // The call's time runs on the monotonic clock; each attempt's gRPC deadline is what is left
+    // of it on the wall clock as it is then. Measured on the wall clock, the step used it up.
+    let undo = (): void => undefined;
+    scripts.set("k1s", [
+      {
+        code: status.UNAVAILABLE,
+        cairn: "CAIRN_ERR_NOT_LEADER",
+        delayMs: 100,
+        onArrival: () => (undo = stepWallClock(3_600_000)),
+      },
+    ]);
+    const c = client();
+    try {
+      assert.deepEqual(await c.put("k1s", "v"), { index: 7, term: 2 });
+      assert.equal(calls.get("k1s"), 2);
+    } finally {
+      undo();
+      c.close();
+    }
   });
 
   it("never retries a put whose failure does not prove it unapplied: indeterminate", async () => {
