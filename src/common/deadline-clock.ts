@@ -6,7 +6,8 @@
  * share. So a step of the wall clock (NTP, `date -s`) moves the deadlines of the calls in flight
  * at that moment, and nothing else: every duration a node measures across calls (timeouts,
  * budgets, backoffs, Raft's and SWIM's timers) runs on the monotonic clock
- * (`performance.now()`), and ESLint refuses `Date.now()` anywhere but here.
+ * (`performance.now()`), and ESLint refuses `Date.now()` anywhere else in `src/` (but for a TLS
+ * certificate's validity, which is wall-clock time).
  */
 export function deadlineClock(): number {
   // eslint-disable-next-line no-restricted-properties -- the one wall-clock reading of call deadlines
