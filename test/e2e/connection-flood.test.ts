@@ -145,8 +145,13 @@ async function budgetHolds(
 ): Promise<void> {
   const held = (): Promise<number> => metricValue(server, "cairn_rpc_incoming_request_bytes");
   try {
+    let last = "";
     await eventually(`${what} fill the budget`, async () => {
-      return (await held()) > atLeast && refusals.length >= refused;
+      const now = await held();
+      last = `${now} bytes held, ${refusals.length} refused`;
+      return now > atLeast && refusals.length >= refused;
+    }).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message} (last seen: ${last}: ${refusals.join(", ")})`);
     });
     assert.ok((await held()) <= 1024 * 1024);
     assert.ok(
@@ -499,9 +504,20 @@ describe("connections past the node's descriptors (real process)", { timeout: 18
     });
     other.end(grpcMessage(putRequest(Buffer.from("other"), Buffer.alloc(200_000, 3))));
     assert.equal(await answered, "0");
-    // Two more addresses: now the node's budget is what stops them.
-    stall("127.0.0.2", 8);
-    stall("127.0.0.3", 8);
+    // Two more addresses: now the node's budget is what stops them. One stream at a time, each
+    // settled (held whole, or refused) before the next: sent together, partial requests compete
+    // for the budget, and which of them it ends up holding whole (two or three) is the race's.
+    // One at a time, it holds three whole requests of the four addresses' whatever the first
+    // address's race left (one or two of its own: its share is 2.9 requests), and refuses 19.
+    for (const address of ["127.0.0.2", "127.0.0.3"]) {
+      for (let i = 0; i < 8; i++) {
+        const [before, refusedBefore] = [await held(), refusals.length];
+        stall(address, 1);
+        await eventually(`stream ${i + 1} of ${address} held whole or refused`, async () => {
+          return refusals.length > refusedBefore || (await held()) >= before + 200_000;
+        });
+      }
+    }
     const c = client(server);
     await budgetHolds(server, c, sessions, refusals, {
       what: "the stalled requests",
