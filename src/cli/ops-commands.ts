@@ -116,11 +116,25 @@ interface HealthReport {
     raft_term: number;
     commit_index: number;
   }[];
-  nodes?: { id: string; rpc_addr: string; http_addr: string; state: string }[];
+  nodes?: {
+    id: string;
+    rpc_addr: string;
+    http_addr: string;
+    state: string;
+    member_state?: string;
+    replicas?: number;
+    disk_full?: boolean;
+  }[];
+  cluster_version?: number;
 }
 
-function formatHealth(r: HealthReport): string {
-  let out = `status: ${r.status}\nnode: ${r.node_id}  uptime: ${Math.round(r.uptime_seconds)}s  shards: ${r.active_shards} active of ${r.total_shards}\n`;
+/**
+ * `cairn health`'s text: the node, the shards not healthy, and (in a cluster) each member as
+ * `cairn cluster` shows it: its standing in the cluster, gossip's view, its replicas.
+ */
+export function formatHealth(r: HealthReport): string {
+  const version = r.cluster_version === undefined ? "" : `  cluster version: ${r.cluster_version}`;
+  let out = `status: ${r.status}\nnode: ${r.node_id}  uptime: ${Math.round(r.uptime_seconds)}s  shards: ${r.active_shards} active of ${r.total_shards}${version}\n`;
   const bad = (r.shards ?? []).filter((s) => s.status !== "healthy");
   if (bad.length > 0) {
     out += "shards not healthy:\n";
@@ -128,8 +142,12 @@ function formatHealth(r: HealthReport): string {
   }
   if ((r.nodes ?? []).length > 0) {
     out += "nodes:\n";
-    for (const n of r.nodes ?? [])
-      out += `  ${n.id}\t${n.state}\trpc ${n.rpc_addr}\thttp ${n.http_addr}\n`;
+    for (const n of r.nodes ?? []) {
+      const standing = n.member_state === undefined ? "" : `${n.member_state}\t`;
+      const replicas = n.replicas === undefined ? "" : `\treplicas ${n.replicas}`;
+      const full = n.disk_full === true ? "\tdisk full" : "";
+      out += `  ${n.id}\t${standing}${n.state}\trpc ${n.rpc_addr}\thttp ${n.http_addr}${replicas}${full}\n`;
+    }
   }
   return out;
 }

@@ -1,0 +1,82 @@
+/**
+ * `cairn health`'s text (src/cli/ops-commands.ts): in a cluster each member is shown with its
+ * standing in the cluster beside gossip's view, as `cairn cluster` shows it, so an operator
+ * following a runbook sees a member decommissioned or dead from any node's /health.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { formatHealth } from "../../src/cli/ops-commands.ts";
+
+const early = {
+  status: "healthy",
+  node_id: "n1",
+  uptime_seconds: 61.4,
+  total_shards: 1024,
+  active_shards: 51,
+  shards: [
+    { id: 0, status: "healthy", is_leader: true, raft_term: 2, commit_index: 9 },
+    { id: 7, status: "no_leader", is_leader: false, raft_term: 3, commit_index: 4 },
+  ],
+  nodes: [
+    {
+      id: "n1",
+      rpc_addr: "127.0.0.1:7447",
+      http_addr: "127.0.0.1:8080",
+      state: "alive",
+      member_state: "active",
+      replicas: 51,
+    },
+    {
+      id: "n2",
+      rpc_addr: "127.0.0.2:7447",
+      http_addr: "127.0.0.2:8080",
+      state: "alive",
+      member_state: "decommissioned",
+      replicas: 0,
+    },
+    {
+      id: "n3",
+      rpc_addr: "127.0.0.3:7447",
+      http_addr: "127.0.0.3:8080",
+      state: "dead",
+      member_state: "active",
+      replicas: 51,
+      disk_full: true,
+    },
+  ],
+};
+
+const report = { ...early, cluster_version: 1 };
+
+describe("cairn health's text", () => {
+  it("shows each member's standing, gossip's view and replicas, and the cluster version", () => {
+    assert.equal(
+      formatHealth(report),
+      [
+        "status: healthy",
+        "node: n1  uptime: 61s  shards: 51 active of 1024  cluster version: 1",
+        "shards not healthy:",
+        "  7\tno_leader\tterm 3",
+        "nodes:",
+        "  n1\tactive\talive\trpc 127.0.0.1:7447\thttp 127.0.0.1:8080\treplicas 51",
+        "  n2\tdecommissioned\talive\trpc 127.0.0.2:7447\thttp 127.0.0.2:8080\treplicas 0",
+        "  n3\tactive\tdead\trpc 127.0.0.3:7447\thttp 127.0.0.3:8080\treplicas 51\tdisk full",
+        "",
+      ].join("\n"),
+    );
+  });
+
+  it("a node that does not know its cluster yet shows gossip's view alone", () => {
+    const text = formatHealth({
+      ...early,
+      nodes: [
+        { id: "n4", rpc_addr: "127.0.0.4:7447", http_addr: "127.0.0.4:8080", state: "alive" },
+      ],
+    });
+    assert.ok(
+      text.endsWith("\nnodes:\n  n4\talive\trpc 127.0.0.4:7447\thttp 127.0.0.4:8080\n"),
+      text,
+    );
+    assert.doesNotMatch(text, /cluster version/);
+  });
+});
