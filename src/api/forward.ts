@@ -63,7 +63,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY, SERVED_BY_KEY } from "./wire.ts";
-import { CallCut, deadlineClock, IntMap } from "../common/index.ts";
+import { CallCut, deadlineClock, grpcJsDeadline, IntMap } from "../common/index.ts";
 import type { PeerTls } from "../common/peer-tls.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
@@ -443,6 +443,10 @@ function trailer(r: CallResult, key: string): string | undefined {
   return undefined;
 }
 
+/**
+ * A call's deadline on deadlineClock(): a number is one already (the front end's calls); a Date
+ * is grpc-js's, on the wall clock, and is moved onto it.
+ */
 function deadlineMs(d: Date | number): number {
-  return typeof d === "number" ? d : d.getTime();
+  return typeof d === "number" ? d : deadlineClock() + (d.getTime() - grpcJsDeadline(0));
 }

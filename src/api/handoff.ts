@@ -214,7 +214,7 @@ export function toMetadata(pairs: MetadataPairs | null): Metadata {
   return md;
 }
 
-/** Numbers per call in CallBatch.head: id, method index, deadline (ms since epoch), byte length. */
+/** Numbers per call in CallBatch.head: id, method index, deadline (deadlineClock()), byte length. */
 export const CALL_FIELDS = 4;
 /** Numbers per reply in ReplyBatch.head: id, gRPC status code (0 = OK), byte length. */
 export const REPLY_FIELDS = 3;

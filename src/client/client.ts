@@ -26,7 +26,7 @@ import {
 // start-up time of every `cairn` client command.
 import { loadCairnProto } from "../api/proto.ts";
 // Not through common/index.ts, which loads the native addon: the client needs none.
-import { deadlineClock } from "../common/deadline-clock.ts";
+import { grpcJsDeadline } from "../common/deadline-clock.ts";
 import {
   CONNECT_FAILURE_DETAILS,
   CURRENT_VERSION_KEY,
@@ -630,7 +630,7 @@ export class CairnClient {
           : this.#pickEndpoint();
       const conn = this.#connection(address);
       const started = performance.now();
-      const deadline = deadlineClock() + (until - started);
+      const deadline = grpcJsDeadline(until - started);
       try {
         return await new Promise<T>((resolve, reject) => {
           const call = invoke(conn, deadline, (err, res) =>

@@ -44,7 +44,7 @@ import {
   shouldBootstrap,
   startsNewLife,
 } from "../cluster/index.ts";
-import { CairnError, deadlineClock } from "../common/index.ts";
+import { CairnError, grpcJsDeadline } from "../common/index.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
 import type { CairnConfig } from "../config/index.ts";
 import type { Membership } from "../membership/index.ts";
@@ -1219,7 +1219,7 @@ export function probeMember(
     let done = false;
     const call: ClientReadableStream<ClusterViewMessage> = client.WatchCluster(
       {},
-      { deadline: deadlineClock() + PROBE_TIMEOUT_MS },
+      { deadline: grpcJsDeadline(PROBE_TIMEOUT_MS) },
     );
     const finish = (answer: MemberProbe | undefined): void => {
       if (done) return;

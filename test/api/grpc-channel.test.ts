@@ -12,6 +12,7 @@ import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
 import { CallCut } from "../../src/common/index.ts";
 import { freePort } from "../support/cluster-process.ts";
 import { bytesMethod } from "../support/grpc-client.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 const { status } = grpc;
 const MAX = 1 << 20;
@@ -108,7 +109,7 @@ function channel(port: number, backoffMs = 1000): GrpcChannel {
   });
 }
 
-const soon = (): number => Date.now() + 10_000;
+const soon = (): number => deadlineClock() + 10_000;
 
 describe("gRPC channel", { timeout: 30_000 }, () => {
   let peer: Peer;
@@ -195,13 +196,17 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
 
   it("enforces the deadline: DEADLINE_EXCEEDED, and the server sees the call cancelled", async () => {
     const started = Date.now();
-    const r = await ch.unary("/test.Peer/Hang", Buffer.from("x"), { deadline: Date.now() + 200 });
+    const r = await ch.unary("/test.Peer/Hang", Buffer.from("x"), {
+      deadline: deadlineClock() + 200,
+    });
     assert.equal(r.code, status.DEADLINE_EXCEEDED);
     assert.ok(r.sent, "the request had gone");
     assert.ok(Date.now() - started >= 190);
     await peer.seen.hangCancelled.promise;
     // A deadline already past: nothing is sent.
-    const late = await ch.unary("/test.Peer/Echo", Buffer.from("x"), { deadline: Date.now() - 1 });
+    const late = await ch.unary("/test.Peer/Echo", Buffer.from("x"), {
+      deadline: deadlineClock() - 1,
+    });
     assert.equal(late.code, status.DEADLINE_EXCEEDED);
     assert.equal(late.sent, false);
   });
@@ -536,7 +541,7 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
     const c = channel(address.port);
     try {
       const late = await c.unary("/test.Peer/Hang", Buffer.from("x"), {
-        deadline: Date.now() + 150,
+        deadline: deadlineClock() + 150,
       });
       assert.equal(late.code, status.DEADLINE_EXCEEDED);
       assert.ok(late.sent);

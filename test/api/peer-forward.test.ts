@@ -36,6 +36,7 @@ import {
   proto,
   TOTAL_SHARDS,
 } from "./forward-support.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 interface Node {
   readonly id: string;
@@ -265,7 +266,7 @@ describe("forwarding over the peer streams", () => {
       "/cairn.v1.Admin/SnapshotShard",
       new Uint8Array(0),
       {
-        deadline: Date.now() + 5000,
+        deadline: deadlineClock() + 5000,
       },
     );
     assert.equal(r.code, status.UNIMPLEMENTED);
@@ -277,7 +278,7 @@ describe("forwarding over the peer streams", () => {
     const mute = await startNode("mute2", new FollowerStore("mute2"), { serve: false });
     const cut = new CallCut();
     const pending = follower.transport.call("mute2", "/cairn.v1.KV/Put", new Uint8Array(0), {
-      deadline: Date.now() + 30_000,
+      deadline: deadlineClock() + 30_000,
       cut,
     });
     await eventually("the call reached mute2", () => mute.received.length === 1);

@@ -9,6 +9,7 @@ import { after, before, describe, it } from "node:test";
 import * as grpc from "@grpc/grpc-js";
 import { GrpcChannel } from "../../src/api/grpc-channel.ts";
 import { proxyFor } from "../../src/api/proxy.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 describe("HTTP CONNECT proxies (environment)", () => {
   it("takes grpc_proxy, then https_proxy, then http_proxy; http URLs only, port 80 by default", () => {
@@ -151,7 +152,7 @@ describe("GrpcChannel through an HTTP CONNECT proxy", () => {
     try {
       const results = await Promise.all(
         Array.from({ length: 50 }, (_, i) =>
-          ch.unary("/test.Peer/Echo", Buffer.from(`m${i}`), { deadline: Date.now() + 5000 }),
+          ch.unary("/test.Peer/Echo", Buffer.from(`m${i}`), { deadline: deadlineClock() + 5000 }),
         ),
       );
       results.forEach((r, i) => {
@@ -171,7 +172,7 @@ describe("GrpcChannel through an HTTP CONNECT proxy", () => {
     const ch = channelVia(proxy.port);
     try {
       const r = await ch.unary("/test.Peer/Echo", Buffer.from("x"), {
-        deadline: Date.now() + 5000,
+        deadline: deadlineClock() + 5000,
       });
       assert.equal(r.code, grpc.status.UNAVAILABLE);
       assert.equal(r.sent, false);

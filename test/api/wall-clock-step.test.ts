@@ -25,6 +25,7 @@ import {
 } from "../support/h2-raw.ts";
 import { stepWallClock } from "../support/wall-clock.ts";
 import { startFrontEnd, type TestFrontEnd, UNARY } from "./h2-limits-support.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 const HOUR = 3_600_000;
 const BODY = Buffer.from("hello");
@@ -147,7 +148,7 @@ describe("a wall clock step: the channel's reconnect backoff", { timeout: 30_000
     let undo = (): void => undefined;
     try {
       const refused = await c.unary("/test.Peer/Echo", Buffer.from("x"), {
-        deadline: Date.now() + 10_000,
+        deadline: deadlineClock() + 10_000,
       });
       assert.equal(refused.code, grpc.status.UNAVAILABLE);
       assert.match(refused.details, /ECONNREFUSED/);
@@ -167,7 +168,7 @@ describe("a wall clock step: the channel's reconnect backoff", { timeout: 30_000
       // The backoff is what is tested: waiting it out is the behaviour, not a guess.
       await delay(backoff + 50);
       const back = await c.unary("/test.Peer/Echo", Buffer.from("again"), {
-        deadline: Date.now() + 10_000,
+        deadline: deadlineClock() + 10_000,
       });
       assert.equal(back.code, grpc.status.OK, back.details);
       assert.equal(String(back.message), "again");

@@ -15,6 +15,7 @@ import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
 import { readTunnelRequest, workerAuthority } from "../../src/api/worker-tunnel.ts";
 import { dupFd } from "../../src/common/index.ts";
 import { bytesMethod } from "../support/grpc-client.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 const id = (b: Buffer): Buffer => b;
 const method = (name: string, requestStream: boolean): grpc.MethodDefinition<Buffer, Buffer> =>
@@ -37,7 +38,7 @@ interface TestWorker {
 /** A Raw stream of three messages on `channel`. */
 function rawCall(channel: GrpcChannel): Promise<CallResult> {
   return new Promise((resolve) => {
-    const call = channel.clientStream("/test.Worker/Raw", { deadline: Date.now() + 5000 });
+    const call = channel.clientStream("/test.Worker/Raw", { deadline: deadlineClock() + 5000 });
     call.onEnd = resolve;
     for (let i = 0; i < 3; i++) call.write(Buffer.from("x"));
     call.end();
@@ -152,7 +153,7 @@ describe("worker tunnels", () => {
       });
       for (let call = 0; call < 3; call++) {
         const result = await channel.unary("/test.Worker/Whoami", Buffer.from(`${call}`), {
-          deadline: Date.now() + 5000,
+          deadline: deadlineClock() + 5000,
         });
         assert.equal(result.code, grpc.status.OK, result.details);
         assert.equal(result.message?.toString(), `worker ${want}: ${call}`);
@@ -175,7 +176,7 @@ describe("worker tunnels", () => {
     for (let round = 0; round < 24 && seen.size < 2; round++) {
       const channel = new GrpcChannel(`127.0.0.1:${port}`, { maxMessageBytes: 1 << 20 });
       const result = await channel.unary("/test.Worker/Whoami", Buffer.from("x"), {
-        deadline: Date.now() + 5000,
+        deadline: deadlineClock() + 5000,
       });
       assert.equal(result.code, grpc.status.OK, result.details);
       seen.add(result.message?.toString() ?? "");
@@ -190,7 +191,7 @@ describe("worker tunnels", () => {
       shardWorker: { index: 1, count: 3 },
     });
     const result = await channel.unary("/test.Worker/Whoami", Buffer.from("x"), {
-      deadline: Date.now() + 5000,
+      deadline: deadlineClock() + 5000,
     });
     assert.equal(result.code, grpc.status.UNAVAILABLE);
     assert.equal(result.sent, false);

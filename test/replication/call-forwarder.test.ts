@@ -21,6 +21,8 @@ import {
   startRaftServer,
   testLinks,
 } from "./peer-support.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
+import { stepWallClock } from "../support/wall-clock.ts";
 
 interface Rig {
   readonly forwarder: CallForwarder;
@@ -72,7 +74,8 @@ function answer(id: number, code = status.OK): PeerReply {
   };
 }
 
-const soon = (): number => Date.now() + 5_000;
+const HOUR = 3_600_000;
+const soon = (): number => deadlineClock() + 5_000;
 
 describe("CallForwarder", () => {
   it("answers a call with the reply of its id, from the node it went to only", async () => {
@@ -158,7 +161,13 @@ describe("CallForwarder", () => {
       cut.cut();
       const cases = [
         ["n2", 10, { deadline: soon(), cut }, status.CANCELLED, /cancelled before it was sent/],
-        ["n2", 10, { deadline: Date.now() - 1 }, status.DEADLINE_EXCEEDED, /before it was sent/],
+        [
+          "n2",
+          10,
+          { deadline: deadlineClock() - 1 },
+          status.DEADLINE_EXCEEDED,
+          /before it was sent/,
+        ],
         ["n9", 10, { deadline: soon() }, status.UNAVAILABLE, /no stream to n9/],
         ["n2", 300, { deadline: soon() }, status.UNAVAILABLE, /over its budget/],
       ] as const;
@@ -182,7 +191,7 @@ describe("CallForwarder", () => {
     try {
       const cut = new CallCut();
       const late = r.forwarder.call("n2", "/cairn.v1.KV/Put", Buffer.alloc(0), {
-        deadline: Date.now() + 150,
+        deadline: deadlineClock() + 150,
       });
       const cancelled = r.forwarder.call("n2", "/cairn.v1.KV/Get", Buffer.alloc(0), {
         deadline: soon(),
@@ -198,6 +207,36 @@ describe("CallForwarder", () => {
         [status.DEADLINE_EXCEEDED, "deadline exceeded", true],
       );
     } finally {
+      await r.close();
+    }
+  });
+
+  it("a step of the wall clock moves no deadline: a call in flight is answered, one due fails on time", async () => {
+    // NTP stepping the clock, `date -s`: a forwarded Put waiting for its leader's answer failed
+    // DEADLINE_EXCEEDED at the next sweep after a step forward of its time left, its outcome
+    // unknown to the client.
+    const r = await rig();
+    let undo = (): void => undefined;
+    try {
+      const waiting = r.forwarder.call("n2", "/cairn.v1.KV/Put", Buffer.alloc(0), {
+        deadline: deadlineClock() + 10_000,
+      });
+      await eventually("the call reached n2", () => r.served.length === 1);
+      undo = stepWallClock(HOUR);
+      const t0 = performance.now();
+      // A call due in 300 ms fails then, not sooner, and the sweeps that ended it saw the first.
+      const due = await r.forwarder.call("n2", "/cairn.v1.KV/Get", Buffer.alloc(0), {
+        deadline: deadlineClock() + 300,
+      });
+      assert.equal(due.code, status.DEADLINE_EXCEEDED);
+      assert.ok(performance.now() - t0 >= 290, "not ended early");
+      const id = r.served[0]?.id ?? 0;
+      r.forwarder.receiveReply("n2", answer(id));
+      const result = await waiting;
+      assert.equal(result.code, status.OK, result.details);
+      assert.deepEqual(result.message, Buffer.from(`answer ${id}`));
+    } finally {
+      undo();
       await r.close();
     }
   });

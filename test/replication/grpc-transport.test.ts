@@ -26,6 +26,7 @@ import {
   recordingLogger,
   transportTo,
 } from "./peer-support.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 function heartbeat(seq: number, to: NodeId = N2): ShardMessage {
   const message: Message = {
@@ -471,7 +472,7 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
         return { t, server };
       };
       const call = (t: GrpcTransport, what: string): ReturnType<GrpcTransport["call"]> =>
-        t.call("n2", "/cairn.v1.KV/Put", Buffer.from(what), { deadline: Date.now() + 5_000 });
+        t.call("n2", "/cairn.v1.KV/Put", Buffer.from(what), { deadline: deadlineClock() + 5_000 });
       let n1 = await startN1();
       try {
         const first = await call(n1.t, "first");

@@ -27,6 +27,7 @@ import { type Client, Metadata, type ServiceError, status } from "@grpc/grpc-js"
 import { PeerTls } from "../../src/common/peer-tls.ts";
 import { certCommand } from "../support/tls-certs.ts";
 import { N2, testLinks } from "./peer-support.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-peer-links-tls-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -143,7 +144,7 @@ describe("a node's channels to a peer when its TLS files are replaced", () => {
       const channel = links.channel(peer, address);
       assert.equal((await grpcUnary(client, "/t.T/Ping"))?.code, status.NOT_FOUND);
       const own = await channel.unary("/t.T/Ping", Buffer.alloc(0), {
-        deadline: Date.now() + 5_000,
+        deadline: deadlineClock() + 5_000,
       });
       assert.equal(own.code, status.NOT_FOUND, own.details);
 
@@ -182,7 +183,7 @@ describe("a node's channels to a peer when its TLS files are replaced", () => {
         `grpc-js's channel after the reload: ${err?.details}`,
       );
       const ownAfter = await channel.unary("/t.T/Ping", Buffer.alloc(0), {
-        deadline: Date.now() + 5_000,
+        deadline: deadlineClock() + 5_000,
       });
       assert.equal(ownAfter.code, status.NOT_FOUND, ownAfter.details);
       const rotatedN1 = new X509Certificate(readFileSync(rotated.cert("n1"))).fingerprint256;
