@@ -192,7 +192,10 @@ function isGrpcProto(type: string | undefined): boolean {
 }
 /** Bytes an answer costs beyond its message: headers, trailers, frame headers. */
 const ANSWER_OVERHEAD_BYTES = 64;
-/** A proxied stream stops reading its upstream while this much waits for the client's window. */
+/**
+ * A proxied stream stops reading its upstream while this much waits for the client's window, and
+ * passes none of the client's messages upstream meanwhile (see proxy()).
+ */
 const PROXY_HIGH_WATER = 1 << 20;
 
 /** Unary calls waiting to run in this thread, as parallel arrays (not an object per call). */
@@ -852,7 +855,8 @@ export function serveFrontEnd(
 
   /** A request's header list as node:http2 sends it upstream: pseudo-headers but :method, :path dropped. */
   function requestHeaders(list: HeaderList): OutgoingHttpHeaders {
-    const out: OutgoingHttpHeaders = {};
+    // No prototype: a header named `constructor` or `__proto__` is a header like any other.
+    const out: OutgoingHttpHeaders = Object.create(null) as OutgoingHttpHeaders;
     for (let i = 0; i < list.length; i += 2) {
       const key = list[i] as string;
       if (key.charCodeAt(0) === 58 /* : */ && key !== ":method" && key !== ":path") continue;
@@ -877,8 +881,18 @@ export function serveFrontEnd(
     return out;
   }
 
+  /**
+   * Proxies a streaming call to the server that serves it, each direction at the other side's
+   * pace. What the client sends is credited back as it is passed upstream. While the answers
+   * wait for the client's window (past PROXY_HIGH_WATER on the stream), upstream is not read and
+   * nothing more of the client's is passed to it: held here, uncredited, so the client's own
+   * window bounds it. Passed on regardless, a client that reads nothing and pipelines requests
+   * on a call that answers each (server reflection: an 18-byte request, a 2.4 KB answer) had the
+   * node's server buffer the answers without bound (1.5 GB from one connection in 24 s). Every
+   * answer's bytes count against the connection's output bound (admitOutput) as a unary
+   * answer's do.
+   */
   function proxy(stream: ServerStream, maxReceive: number): void {
-    // What the client sends is credited back as it is passed upstream: its pace is upstream's.
     stream.autoCredit = false;
     // The main thread's server takes the peers' raised limit for every method: a client's
     // message is held to the method's own limit here, before it is passed on.
@@ -893,6 +907,12 @@ export function serveFrontEnd(
     let responded = false;
     let trailersOnly = false;
     let trailers: Fields | null = null;
+    /** The client's bytes not passed upstream while its answers wait for its window. */
+    let held: Buffer[] = [];
+    let endHeld = false;
+    const pass = (chunk: Buffer): void => {
+      up.write(chunk, () => stream.consumed(chunk.length));
+    };
     up.on("error", () => undefined); // its close follows
     up.on("response", (h: IncomingHttpHeaders, flags: number) => {
       if (stream.closed) return;
@@ -905,12 +925,19 @@ export function serveFrontEnd(
     });
     // Messages both ways, each side at the other's pace.
     up.on("data", (chunk: Buffer) => {
-      if (stream.closed) return;
+      // Past the connection's output bound the connection ends, and with it this stream.
+      if (stream.closed || !stream.connection.admitOutput(chunk.length)) return;
       stream.sendData(chunk);
       if (stream.queuedBytes > PROXY_HIGH_WATER) up.pause();
     });
     stream.onDrain = () => {
-      if (up.isPaused()) up.resume();
+      if (!up.isPaused()) return;
+      up.resume();
+      if (up.closed || up.writableEnded) return;
+      const chunks = held;
+      held = [];
+      for (const chunk of chunks) pass(chunk);
+      if (endHeld) up.end();
     };
     stream.onData = (chunk) => {
       if (up.closed || up.writableEnded) {
@@ -927,10 +954,13 @@ export function serveFrontEnd(
         else respondStatus(stream, wire.code, wire.message, null);
         return;
       }
-      up.write(chunk, () => stream.consumed(chunk.length));
+      if (up.isPaused()) held.push(chunk);
+      else pass(chunk);
     };
     stream.onEnd = () => {
-      if (!up.closed) up.end();
+      if (up.closed) return;
+      if (held.length > 0) endHeld = true;
+      else up.end();
     };
     up.on("end", () => {
       if (!responded || trailersOnly || stream.closed) return;

@@ -3,7 +3,8 @@
  * definition must be `withSharedViewEncoder`'s (src/api/view-codec.ts): the handler writes the
  * publisher's views themselves, encoded once for all watchers. A node whose view stopped
  * following its cluster (decommissioned: `staleViewReason`) refuses it, UNAVAILABLE
- * (CAIRN_ERR_NOT_MEMBER), with its cluster id and incarnation in the trailers.
+ * (CAIRN_ERR_NOT_MEMBER), with its cluster id and incarnation in the trailers. A watcher that does
+ * not read gets the latest view when it does, not every one since.
  */
 import type { ServerWritableStream, UntypedServiceImplementation } from "@grpc/grpc-js";
 import type { ClusterView, ClusterViewPublisher } from "../cluster/index.ts";
@@ -48,9 +49,28 @@ export function metaService(
         unsubscribe = null;
         open.delete(end);
       };
+      // A watcher that does not read gets the latest view when it does, not every one since:
+      // each view is whole, and written regardless they piled up in the stream's buffer, a
+      // view (tens of KB) up to ten times a second while the cluster changes.
+      let waiting: ClusterView | null = null;
+      let blocked = false;
+      const send = (view: ClusterView): void => {
+        if (blocked) {
+          waiting = view;
+          return;
+        }
+        if (call.write(view)) return;
+        blocked = true;
+        call.once("drain", () => {
+          blocked = false;
+          const latest = waiting;
+          waiting = null;
+          if (latest !== null && unsubscribe !== null) send(latest);
+        });
+      };
       unsubscribe = views.subscribe((view) => {
         if (refused()) finish();
-        else call.write(view);
+        else send(view);
       });
       const end = (): void => {
         finish();

@@ -5,6 +5,7 @@
 import {
   Server,
   ServerCredentials,
+  type ServerDuplexStream,
   type ServiceDefinition,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
@@ -238,7 +239,7 @@ export class RpcServer {
       Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),
     );
     this.#health.addToServer(recorder);
-    new ReflectionService(definition).addToServer(recorder);
+    new ReflectionService(definition).addToServer(answersTaken(recorder));
   }
 
   /** Binds and starts serving; rejects with AddressInUseError / BindError naming `rpc_addr`. */
@@ -475,4 +476,48 @@ export class RpcServer {
     this.#server.forceShutdown();
     this.#forwarder?.close();
   }
+}
+
+/**
+ * A server to add services to whose two-way streaming calls read a client's next request only
+ * once the answers written so far are taken. grpc-js's server reflection writes an answer for
+ * every request whatever the stream's backpressure: a client that reads no answer and sends
+ * requests (an 18-byte request, a 2.4 KB answer) had them buffered without bound. Paused, the
+ * call stops reading (grpc-js reads a message when asked for one), and the HTTP/2 window then
+ * stops the client.
+ */
+function answersTaken(server: Server): Server {
+  return {
+    addService(d: ServiceDefinition, impl: UntypedServiceImplementation): void {
+      const paced: UntypedServiceImplementation = {};
+      for (const [name, handler] of Object.entries(impl)) {
+        const method = d[name];
+        paced[name] =
+          method?.requestStream === true && method.responseStream === true
+            ? pacedByAnswers(handler as (call: ServerDuplexStream<unknown, unknown>) => void)
+            : handler;
+      }
+      server.addService(d, paced);
+    },
+  } as unknown as Server;
+}
+
+function pacedByAnswers(
+  handler: (call: ServerDuplexStream<unknown, unknown>) => void,
+): (call: ServerDuplexStream<unknown, unknown>) => void {
+  return (call) => {
+    const write = call.write.bind(call) as (message: unknown) => boolean;
+    const resume = (): void => {
+      call.resume();
+    };
+    call.write = ((message: unknown): boolean => {
+      const taken = write(message);
+      if (!taken && !call.isPaused()) {
+        call.pause();
+        call.once("drain", resume);
+      }
+      return taken;
+    }) as typeof call.write;
+    handler(call);
+  };
 }

@@ -110,3 +110,63 @@ describe("Meta.WatchCluster of a node whose view stopped following its cluster",
     },
   );
 });
+
+describe("Meta.WatchCluster of a watcher that does not read", () => {
+  it(
+    "gets the latest view when it reads again, not every view since",
+    { timeout: 30_000 },
+    async () => {
+      // Views of ~20 KB (200 members), 300 of them while the watcher reads nothing: past the
+      // front end's 1 MiB for the stream and the windows, each view written regardless waited in
+      // the server's buffer (6 MB here; a view up to ten times a second while a cluster changes).
+      const VIEWS = 300;
+      const members = Array.from({ length: 200 }, (_, i) => ({
+        id: `member-${String(i).padStart(3, "0")}`,
+        rpc_addr: `a-rather-long-host-name-for-member-${i}.example.internal:7447`,
+        http_addr: `a-rather-long-host-name-for-member-${i}.example.internal:8080`,
+        state: "alive" as const,
+      }));
+      const client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
+      const call = client.WatchCluster({}) as ClientReadableStream<{ incarnation: string }>;
+      const seen: string[] = [];
+      let onView = (): void => undefined;
+      call.on("data", (v: { incarnation: string }) => {
+        seen.push(v.incarnation);
+        onView();
+      });
+      call.on("error", () => undefined); // cancelled below
+      try {
+        await new Promise<void>((resolve) => (onView = resolve));
+        call.pause();
+        views.setMembers(members);
+        for (let i = 1; i <= VIEWS; i++) {
+          views.setIncarnation(`burst-${i}`);
+          // One view a turn: each is published, and written, on its own.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        const before = seen.length;
+        const last = new Promise<void>((resolve) => {
+          onView = () => {
+            if (seen.at(-1) === `burst-${VIEWS}`) resolve();
+          };
+        });
+        call.resume();
+        await last;
+        const got = seen.length - before;
+        assert.ok(got < VIEWS / 2, `${got} of ${VIEWS} views delivered: none was skipped`);
+      } finally {
+        call.cancel();
+        client.close();
+        views.setMembers(
+          ["n1", "n2"].map((id) => ({
+            id,
+            rpc_addr: `${id}:1`,
+            http_addr: `${id}:2`,
+            state: "alive",
+          })),
+        );
+        views.setIncarnation("inc-1");
+      }
+    },
+  );
+});

@@ -75,6 +75,9 @@ const BOUNDS: Bounds = { p99Ms: 1000, rssGrowthMiB: 128 };
 const RSS_CEILING_MIB = BOUNDS.rssGrowthMiB + 64;
 const PUT = "/cairn.v1.KV/Put";
 const GET = "/cairn.v1.KV/Get";
+const REFLECTION = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+/** Request bytes a client that reads no answer may get taken on reflection streams (test below). */
+const MAX_TAKEN = 24 << 20;
 const b = (s: string): Buffer => Buffer.from(s, "latin1");
 /** How long a server may take to answer what a test waits for (a loaded box). */
 const ANSWER_MS = 10_000;
@@ -808,6 +811,88 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
     );
     assert.ok(result.done, "every call ended once the client granted windows");
     assert.equal(result.answered, CALLS, "every held call ran and was answered in full");
+    await assertUnharmed(node, report, BOUNDS);
+  });
+
+  it("a client that reads no answer and pipelines server reflection requests: the node stops taking them, memory bounded", async () => {
+    // Each request (18 bytes) is answered with cairn.v1's file descriptor (2.4 KB), on a
+    // two-way stream the front end proxies to the node's grpc-js server. Before the fix the
+    // node credited every request as it passed it on, and grpc-js buffered every answer: 1.5 GB
+    // of RSS from this one connection in 24 s.
+    await node.ensure();
+    const STREAMS = 10;
+    const { result, report } = await probeDuring(node, RSS_CEILING_MIB, async (abort) => {
+      const client = await RawH2Client.open(node.port, {}, settings([S.INITIAL_WINDOW_SIZE, 0]));
+      try {
+        const ids = Array.from({ length: STREAMS }, (_, i) => 1 + 2 * i);
+        for (const id of ids) {
+          client.send(frame(T.HEADERS, F.END_HEADERS, id, encodeBlock(grpcRequest(REFLECTION))));
+        }
+        const request = grpcMessage(Buffer.concat([Buffer.from([0x22, 11]), b("cairn.v1.KV")]));
+        const payload = Buffer.concat(Array.from({ length: 800 }, () => request));
+        // The windows the node grants: its SETTINGS' initial stream window (65,535 without
+        // one), the connection's 65,535, and each WINDOW_UPDATE since.
+        const initialStream = (): number => {
+          let w = 65_535;
+          for (const f of client.frames) {
+            if (f.type !== T.SETTINGS || (f.flags & 0x1) !== 0) continue;
+            for (let at = 0; at + 6 <= f.payload.length; at += 6) {
+              if (f.payload.readUInt16BE(at) === S.INITIAL_WINDOW_SIZE) {
+                w = f.payload.readUInt32BE(at + 2);
+              }
+            }
+          }
+          return w;
+        };
+        const granted = (id: number): number =>
+          client.frames
+            .filter((f) => f.type === T.WINDOW_UPDATE && f.streamId === id)
+            .reduce((a, f) => a + (f.payload.readUInt32BE(0) & 0x7fffffff), 0);
+        const sentOn = new Map<number, number>();
+        let sent = 0;
+        let lastProgress = performance.now();
+        const end = performance.now() + 60_000;
+        let reason = "deadline";
+        while (performance.now() < end) {
+          if (client.closed || client.remoteEnded) {
+            reason = "closed";
+            break;
+          }
+          if (abort.aborted) {
+            reason = `aborted: ${String(abort.reason)}`;
+            break;
+          }
+          if (sent > MAX_TAKEN) {
+            reason = "taken";
+            break;
+          }
+          // 2 s with no window to send anything: the node stopped taking requests.
+          if (performance.now() - lastProgress > 2000) {
+            reason = "stalled";
+            break;
+          }
+          let progressed = false;
+          for (const id of ids) {
+            const streamRoom = initialStream() + granted(id) - (sentOn.get(id) ?? 0);
+            const connRoom = 65_535 + granted(0) - sent;
+            if (streamRoom < payload.length || connRoom < payload.length) continue;
+            await client.write(frame(T.DATA, 0, id, payload), 250);
+            sentOn.set(id, (sentOn.get(id) ?? 0) + payload.length);
+            sent += payload.length;
+            progressed = true;
+          }
+          if (progressed) lastProgress = performance.now();
+          else await client.waitFor(() => false, 20); // a WINDOW_UPDATE may come
+        }
+        return { sent, reason };
+      } finally {
+        client.destroy();
+      }
+    });
+    assert.ok(
+      result.reason === "stalled" || result.reason === "closed",
+      `the node went on taking requests it could not answer: ${(result.sent / 2 ** 20).toFixed(1)} MiB of them (${result.reason})`,
+    );
     await assertUnharmed(node, report, BOUNDS);
   });
 
