@@ -125,6 +125,43 @@ const NODE_BOUND_MESSAGES: ReadonlyMap<FrontEndEvent["code"], string> = new Map(
   ["CAIRN_ERR_REQUEST_TOO_SLOW", "a request did not arrive whole in time; it was answered unrun"],
 ] as const);
 
+/**
+ * Logs the connections the front end ended or refused, one line each: at most `perWindow` lines
+ * of each code every `windowMs` (LogWindow), the first after a full window saying how many were
+ * left out. Any client causes them at will, one a connection: a byte of TLS to a cleartext port,
+ * a header block in too many frames. Unbounded, one client opening 1,800 such connections a
+ * second wrote as many WARN lines (0.8 MB) a second.
+ */
+class ConnectionLog {
+  readonly #log: Logger;
+  readonly #windows = new Map<FrontEndEvent["code"], LogWindow>();
+  readonly #perWindow: number;
+  readonly #windowMs: number;
+
+  constructor(log: Logger, perWindow = 10, windowMs = 10_000) {
+    this.#log = log;
+    this.#perWindow = perWindow;
+    this.#windowMs = windowMs;
+  }
+
+  log(level: "warn" | "error", message: string, event: FrontEndEvent): void {
+    let window = this.#windows.get(event.code);
+    if (window === undefined) {
+      window = new LogWindow(this.#perWindow, this.#windowMs);
+      this.#windows.set(event.code, window);
+    }
+    const skipped = window.admit();
+    if (skipped === null) return;
+    const fields: Record<string, unknown> = {
+      code: event.code,
+      peer: event.peer,
+      reason: event.message,
+    };
+    if (skipped > 0) fields["not_logged_before"] = skipped;
+    this.#log[level](message, fields);
+  }
+}
+
 /** The KV methods whose refusals count in kv_requests_total. */
 const KV_OPERATION_BY_PATH: ReadonlyMap<string, KvOperation> = new Map([
   ["/cairn.v1.KV/Put", "put"],
@@ -172,10 +209,12 @@ export class RpcServer {
   #ioThreads: IoThreads | null = null;
   #internalAddress = "";
   readonly #refusals: RefusalLog;
+  readonly #connectionLog: ConnectionLog;
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
     this.#refusals = new RefusalLog(options.logger);
+    this.#connectionLog = new ConnectionLog(options.logger);
     this.#serverOptions = {
       // A peer's frame may carry a round's appends (RAFT_SERVER_OPTIONS); client calls are
       // bounded by the key and value limits their handlers check.
@@ -314,16 +353,17 @@ export class RpcServer {
     }
     const internal = event.code === "CAIRN_ERR_CONNECTION_INTERNAL";
     this.#options.metrics.rpcConnectionEnded(internal ? "internal" : "limit");
-    const fields = { code: event.code, peer: event.peer, reason: event.message };
     if (internal) {
-      this.#options.logger.error(
+      this.#connectionLog.log(
+        "error",
         "a gRPC connection failed on the node's own code; it was ended",
-        fields,
+        event,
       );
     } else {
-      this.#options.logger.warn(
+      this.#connectionLog.log(
+        "warn",
         "a gRPC client went past a limit; its connection was ended",
-        fields,
+        event,
       );
     }
   }
@@ -340,16 +380,21 @@ export class RpcServer {
         log.error("the TLS files changed but cannot be used", fields);
         return true;
       case "CAIRN_ERR_TLS_CLIENT_REFUSED":
-        log.warn("a client's TLS certificate was refused; its connection was closed", fields);
+        this.#connectionLog.log(
+          "warn",
+          "a client's TLS certificate was refused; its connection was closed",
+          event,
+        );
         return true;
       case "CAIRN_ERR_PEER_REFUSED":
         this.#options.metrics.peerCallRefused("certificate");
-        log.warn("raft call refused", fields);
+        this.#connectionLog.log("warn", "raft call refused", event);
         return true;
       case "CAIRN_ERR_TLS_MISMATCH":
-        log.warn(
+        this.#connectionLog.log(
+          "warn",
           "a connection spoke cleartext to this TLS port, or TLS to this cleartext one; it was closed",
-          fields,
+          event,
         );
         return true;
       default:
