@@ -13,7 +13,9 @@
  *      leader refills it by log or snapshot);
  *   3. promote a learner once it holds the whole committed log;
  *   4. once every node of the shard has a voter, remove the members the shard no longer has
- *      (a move's old replica): learners first, then voters. The leader never removes itself:
+ *      (a move's old replica): learners first, then voters, a dead one first, a live one only
+ *      when the voters left keep a majority alive (another failure mid-move may otherwise leave
+ *      the group without a quorum it had). The leader never removes itself:
  *      it hands leadership to the first of the shard's nodes whose voter holds the whole log
  *      (and is alive, when the caller knows), which removes it; with none such it keeps leading
  *      and serving (a handover to a dead node would refuse the shard's requests until the meta
@@ -83,8 +85,17 @@ export function nextReplicaChange(
     shard === 0 && isMetaHolder(meta.stateOf(nodeOfReplica(replica)));
   const oldLearner = group.learners.find((l) => !targets.includes(l) && !metaLearner(l));
   if (oldLearner !== undefined) return { type: "remove", node: nodeId(oldLearner) };
-  const oldVoter = group.voters.find((v) => !targets.includes(v));
+  // A dead old voter goes first, and a live one only if the voters left keep a majority alive.
+  // (Removing the first old voter: a move redirected after its new node died had five voters,
+  // two of them down; removing a live one left two of four alive, and the group no quorum.)
+  const oldVoters = group.voters.filter((v) => !targets.includes(v));
+  const isAlive = (replica: string): boolean => alive(nodeOfReplica(replica));
+  const oldVoter = oldVoters.find((v) => v !== self && !isAlive(v)) ?? oldVoters[0];
   if (oldVoter !== undefined) {
+    if (isAlive(oldVoter)) {
+      const left = group.voters.filter((v) => v !== oldVoter);
+      if (left.filter(isAlive).length * 2 <= left.length) return null;
+    }
     if (oldVoter !== self) return { type: "remove", node: nodeId(oldVoter) };
     // (Driver simulation seed 90199: the first node died for good mid-move; its replica, still
     // a voter, was asked to lead again and again while the leader refused the shard's reads.)

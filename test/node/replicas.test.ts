@@ -152,6 +152,50 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
     assert.equal(nextReplicaChange(moving, 4, "n1@old1", group, never), null);
   });
 
+  it("removes a dead old voter first, and a live one only if the voters left keep a majority alive", () => {
+    // A move to n4 redirected to n5 after n4, promoted, died; then n1 fails too (not yet marked
+    // dead). Five voters, three alive: removing n3 (live, first) left two of four alive, and
+    // the group no quorum (an audit, 2026-12-05).
+    const n5 = {
+      id: "n5",
+      rpcAddr: "127.0.0.1:7005",
+      httpAddr: "127.0.0.1:8005",
+      incarnation: "i5",
+    };
+    const redirected = state(
+      BOOT,
+      { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+      { op: "join", member: n4 },
+      { op: "set-state", id: "n4", state: "active" },
+      { op: "join", member: n5 },
+      { op: "set-state", id: "n5", state: "active" },
+      { op: "move-shard", shard: 4, from: ["n1", "n2", "n3"], nodes: ["n1", "n2", "n4"] },
+      { op: "set-state", id: "n4", state: "dead" },
+      { op: "move-shard", shard: 4, from: ["n1", "n2", "n4"], nodes: ["n1", "n2", "n5"] },
+    );
+    assert.deepEqual(redirected.nodesOf(4), ["n1", "n2", "n5"]);
+    const voters = ["n1@old1", "n2@old2", "n3@old3", "n4@i4", "n5@i5"];
+    const down =
+      (...nodes: string[]) =>
+      (n: string) =>
+        !nodes.includes(n);
+    const group = { voters, learners: [] };
+    assert.deepEqual(nextReplicaChange(redirected, 4, "n2@old2", group, always, down("n1", "n4")), {
+      type: "remove",
+      node: "n4@i4",
+    });
+    // Both old voters alive but two others down: removing either leaves two of four alive. Wait.
+    assert.equal(
+      nextReplicaChange(redirected, 4, "n2@old2", group, always, down("n1", "n5")),
+      null,
+    );
+    // With a majority left alive, the first goes.
+    assert.deepEqual(nextReplicaChange(redirected, 4, "n2@old2", group, always, down("n1")), {
+      type: "remove",
+      node: "n3@old3",
+    });
+  });
+
   it("the meta group keeps a learner on a joining member, and never promotes it", () => {
     const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: [] as string[] };
     assert.deepEqual(nextReplicaChange(joined, 0, "n1@old1", group, always), {
