@@ -9,6 +9,14 @@
  * the member is active again, the moves that already took replicas off it stand, and the
  * allocator evens replicas back onto it; once the member is decommissioned it has left the meta
  * group and comes back only as a new member (an empty data directory, under its id or another).
+ *
+ * The up-front check reads the meta state before the proposal, and the meta group's rules do not
+ * repeat it (a rule of its own would be a new cluster version): two decommissions at once could
+ * each pass it and together leave too few active members, and neither could then finish. So a
+ * node runs its decommissions one at a time, and once one applied it checks again: if another
+ * node's decommission ran at the same time and the two leave too few, it cancels its own
+ * (recommission) and refuses, CAIRN_ERR_PRECONDITION, saying so. (Both may cancel; never
+ * neither.)
  */
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MemberState, MetaState } from "../cluster/index.ts";
@@ -73,6 +81,53 @@ export function memberAdmin(
     await cluster.propose({ op: "set-state", id: node, state: to }, PROPOSE_TIMEOUT_MS);
     return { ...standingOf(node), state: to };
   };
+  /** Why decommissioning `node` leaves too few members for its replicas, or null. */
+  const tooFewLeft = (meta: MetaState, node: string): string | null => {
+    const left = meta.activeMembers().filter((n) => n !== node).length;
+    if (left < meta.replicationFactor) {
+      return `decommissioning ${node} would leave ${left} active member(s) for replication factor ${meta.replicationFactor}: its replicas would have nowhere to go; add a member first`;
+    }
+    const roomy = meta.roomyMembers().filter((n) => n !== node);
+    if (roomy.length < meta.replicationFactor) {
+      const full = meta
+        .activeMembers()
+        .filter((n) => n !== node && !roomy.includes(n))
+        .join(", ");
+      return `decommissioning ${node} would leave ${roomy.length} active member(s) with room on their disk for replication factor ${meta.replicationFactor} (full: ${full}; cluster.disk_full_percent): its replicas would have nowhere to go; free disk or add a member first`;
+    }
+    return null;
+  };
+  /** The decommission this node is running; the next waits for it. */
+  let decommissioning: Promise<unknown> = Promise.resolve();
+  const decommission = async (node: string): Promise<NodeStanding> => {
+    const meta = await synced();
+    known(meta, node);
+    const state = meta.stateOf(node);
+    if (state === "active") {
+      const why = tooFewLeft(meta, node);
+      if (why !== null) throw new CairnError("CAIRN_ERR_PRECONDITION", why);
+      const standing = await setState(node, "decommissioning");
+      const after = await synced();
+      const others = [...after.members.keys()]
+        .filter((n) => n !== node && after.stateOf(n) === "decommissioning")
+        .join(", ");
+      const now = after.stateOf(node) === "decommissioning" ? tooFewLeft(after, node) : null;
+      if (now !== null && others !== "") {
+        await cluster.propose({ op: "set-state", id: node, state: "active" }, PROPOSE_TIMEOUT_MS);
+        throw new CairnError(
+          "CAIRN_ERR_PRECONDITION",
+          `${now} (${others} began decommissioning at the same time); ${node}'s decommission was cancelled: it is active again`,
+        );
+      }
+      return standing;
+    } else if (state !== "decommissioning" && state !== "decommissioned") {
+      throw new CairnError(
+        "CAIRN_ERR_INVALID_ARGUMENT",
+        `member ${node} is ${state ?? "unknown"}: only an active member can be decommissioned`,
+      );
+    }
+    return standingOf(node);
+  };
   const known = (meta: MetaState, node: string): void => {
     if (meta.stateOf(node) === undefined) {
       const members = [...meta.members.keys()].join(", ");
@@ -83,37 +138,13 @@ export function memberAdmin(
     }
   };
   return {
-    async decommission(node) {
-      const meta = await synced();
-      known(meta, node);
-      const state = meta.stateOf(node);
-      if (state === "active") {
-        const left = meta.activeMembers().length - 1;
-        if (left < meta.replicationFactor) {
-          throw new CairnError(
-            "CAIRN_ERR_PRECONDITION",
-            `decommissioning ${node} would leave ${left} active member(s) for replication factor ${meta.replicationFactor}: its replicas would have nowhere to go; add a member first`,
-          );
-        }
-        const roomy = meta.roomyMembers().filter((n) => n !== node);
-        if (roomy.length < meta.replicationFactor) {
-          const full = meta
-            .activeMembers()
-            .filter((n) => n !== node && !roomy.includes(n))
-            .join(", ");
-          throw new CairnError(
-            "CAIRN_ERR_PRECONDITION",
-            `decommissioning ${node} would leave ${roomy.length} active member(s) with room on their disk for replication factor ${meta.replicationFactor} (full: ${full}; cluster.disk_full_percent): its replicas would have nowhere to go; free disk or add a member first`,
-          );
-        }
-        return setState(node, "decommissioning");
-      } else if (state !== "decommissioning" && state !== "decommissioned") {
-        throw new CairnError(
-          "CAIRN_ERR_INVALID_ARGUMENT",
-          `member ${node} is ${state ?? "unknown"}: only an active member can be decommissioned`,
-        );
-      }
-      return standingOf(node);
+    decommission(node) {
+      const run = decommissioning.then(
+        () => decommission(node),
+        () => decommission(node),
+      );
+      decommissioning = run.catch(() => undefined);
+      return run;
     },
     async recommission(node) {
       const meta = await synced();

@@ -98,3 +98,77 @@ describe("memberAdmin", () => {
     assert.equal((await admin.recommission("n2")).state, "active");
   });
 });
+
+describe("memberAdmin: two decommissions at once", () => {
+  /** Four active members, replication factor 3: one may be decommissioned, not two. */
+  function four(): { leader: () => MetaState; admin: () => ReturnType<typeof memberAdmin> } {
+    let leader = MetaState.empty().apply({
+      op: "bootstrap",
+      clusterId: "c1",
+      totalShards: 64,
+      replicationFactor: 3,
+      members: [1, 2, 3, 4].map(member),
+    }).state;
+    // Each admin is another node's: its own copy of the meta group, synced from the leader's.
+    const admin = (): ReturnType<typeof memberAdmin> => {
+      const cs = new ClusterState(
+        config,
+        silentLogger,
+        new ClusterViewPublisher(64),
+        "inc",
+        () => {},
+      );
+      cs.applied(leader);
+      cs.attach({
+        propose: async (cmd) => {
+          await new Promise((resolve) => setImmediate(resolve)); // the meta group's round trip
+          const r = leader.apply(cmd);
+          if (r.outcome.kind === "rejected") throw metaRefusal(r.outcome);
+          leader = r.state;
+        },
+      });
+      return memberAdmin(cs, () => {
+        cs.applied(leader);
+        return Promise.resolve();
+      });
+    };
+    return { leader: () => leader, admin };
+  }
+
+  it("through one node: the second is refused, the first goes on", async () => {
+    // Both passed the check, made on the state before either applied: two active members were
+    // left for three replicas, and neither decommission could ever finish (an audit).
+    const { leader, admin } = four();
+    const one = admin();
+    const [first, second] = await Promise.allSettled([
+      one.decommission("n3"),
+      one.decommission("n4"),
+    ]);
+    assert.equal(first.status, "fulfilled");
+    assert.equal(second.status, "rejected");
+    assert.match(String((second as PromiseRejectedResult).reason), /would leave 2 active member/);
+    assert.deepEqual(leader().activeMembers(), ["n1", "n2", "n4"]);
+  });
+
+  it("through two nodes: a decommission that leaves too few with the other's is cancelled, and says so", async () => {
+    const { leader, admin } = four();
+    const results = await Promise.allSettled([
+      admin().decommission("n3"),
+      admin().decommission("n4"),
+    ]);
+    const refusals = results.filter((r) => r.status === "rejected");
+    assert.ok(refusals.length >= 1, "at least one refused");
+    for (const r of refusals) {
+      assert.match(
+        String(r.reason),
+        /began decommissioning at the same time\); n[34]'s decommission was cancelled/,
+      );
+    }
+    assert.ok(
+      leader().activeMembers().length >= 3,
+      `active: ${leader().activeMembers().join(", ")}`,
+    );
+    const decommissioning = ["n3", "n4"].filter((n) => leader().stateOf(n) === "decommissioning");
+    assert.equal(decommissioning.length, 2 - refusals.length, "each one not refused stands");
+  });
+});
