@@ -1661,7 +1661,8 @@ export type BootstrapDecision =
 
 /**
  * Whether this node founds the cluster now (design.md §5.1), and with which voters (every alive
- * member it sees, itself included, sorted by id). Only the node advertising the first seed
+ * member it sees, itself included, sorted by id; at most MAX_REPLICAS of them, itself and the
+ * first by id: the others join as any node does). Only the node advertising the first seed
  * address may, once it sees `bootstrapExpect` members, and never while it or any member it sees
  * carries a cluster id: a seed restarted with a wiped data directory must rejoin, not found a
  * second cluster. Addresses are compared as written (no name resolution): seed_nodes[0] must be
@@ -1692,7 +1693,15 @@ export function shouldBootstrap(input: BootstrapInput): BootstrapDecision {
       voters: null,
       reason: `waiting for members: ${seen.size} of bootstrap_expect ${input.bootstrapExpect} seen`,
     };
-  return { voters: [...seen.values()].sort((a, b) => compareIds(a.id, b.id)) };
+  // A shard's nodes number at most MAX_REPLICAS (a move's too): founded on more, the meta group
+  // could never be moved or repaired when one died (17 pods of a StatefulSet started together).
+  const others = [...seen.values()]
+    .filter((m) => m.id !== input.self.id)
+    .sort((a, b) => compareIds(a.id, b.id))
+    .slice(0, MAX_REPLICAS - 1);
+  return {
+    voters: [canonicalMember(input.self), ...others].sort((a, b) => compareIds(a.id, b.id)),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

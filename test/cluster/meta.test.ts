@@ -1190,6 +1190,43 @@ describe("shouldBootstrap", () => {
     assert.deepEqual(d.voters, [N1, N2, N3, N4]);
   });
 
+  it("founds on at most 16 members, itself and the first others by id: the rest join", () => {
+    // Founded on every member it saw, 17 pods started together gave the meta group 17 voters,
+    // and a move of it (16 nodes at most) could never replace one that died (an audit).
+    const many = Array.from({ length: 20 }, (_, i) => ({
+      ...N1,
+      id: `m${String(i).padStart(2, "0")}`,
+      rpcAddr: `m${i}.example:7447`,
+    }));
+    const self = many[19] as MetaMember;
+    const d = shouldBootstrap(input({ self, seedNodes: [self.rpcAddr], alive: alive(many) }));
+    assert.equal(d.voters?.length, 16);
+    assert.ok(
+      d.voters?.some((m) => m.id === self.id),
+      "itself among them",
+    );
+    assert.deepEqual(
+      d.voters?.map((m) => m.id),
+      [...many.slice(0, 15).map((m) => m.id), self.id],
+    );
+    const founded = MetaState.empty().apply({
+      op: "bootstrap",
+      clusterId: "c1",
+      totalShards: 64,
+      replicationFactor: 3,
+      members: [...(d.voters ?? [])],
+    });
+    assert.notEqual(founded.outcome.kind, "rejected");
+    const all = founded.state.nodesOf(0);
+    const moved = founded.state.apply({
+      op: "move-shard",
+      shard: 0,
+      from: all,
+      nodes: all.slice(1),
+    });
+    assert.notEqual(moved.outcome.kind, "rejected", "the meta group can be moved");
+  });
+
   it("says why it does not", () => {
     const cases: [BootstrapInput, RegExp][] = [
       [input({ seedNodes: [] }), /single-node/],
