@@ -104,6 +104,42 @@ describe("WAL drop (replica GC)", () => {
     await again.close();
   });
 
+  it("a compaction and a drop in one write: the replica created again keeps the segments holding its log", async () => {
+    // The compaction point the old replica's compaction set, replayed after the write, outlived
+    // the drop: the new replica's entries 1..10 counted as compacted past (10 <= 50), their
+    // segment was deleted, and they were gone after a restart (an audit, 2026-12-05).
+    const dir = tempDir("wal-drop");
+    const wal = await Wal.open(dir, { segmentBytes: 1024 });
+    for (let i = 1; i <= 50; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 3, "z".repeat(40))] }]);
+      await wal.sync();
+    }
+    wal.compact(1, 50);
+    wal.drop(1);
+    await wal.sync();
+    for (let i = 1; i <= 10; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 4, "n".repeat(40))] }]);
+      await wal.sync();
+    }
+    // Shard 2 writes past the segments holding them, compacting as it goes.
+    for (let i = 1; i <= 80; i++) {
+      wal.append([{ kind: "entries", shard: 2, entries: [entry(i, 3, "w".repeat(40))] }]);
+      wal.compact(2, i);
+      await wal.sync();
+    }
+    await wal.close();
+    const again = await Wal.open(dir, { segmentBytes: 1024 });
+    try {
+      assert.equal(again.lastIndex(1), 10, "the new replica's entries survive the restart");
+      assert.deepEqual(
+        texts(again, 1),
+        Array.from({ length: 10 }, (_, i) => `${i + 1}@4:${"n".repeat(40)}`),
+      );
+    } finally {
+      await again.close();
+    }
+  });
+
   it("a drop record torn by a crash is cut off: the shard is whole again", async () => {
     const dir = tempDir("wal-drop");
     // Not preallocated: the file ends where the records do, and the test cuts into the last.

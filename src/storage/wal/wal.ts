@@ -778,12 +778,16 @@ export class Wal {
           state.dropped = false;
           continue;
         case "drop":
-          // As ShardLog.drop (the segments' marks went when the write started: #flush).
+          // As ShardLog.drop (the segments' marks went when the write started: #flush). So
+          // does the compaction point, again here: a compaction of the old replica earlier in
+          // this batch has just set it back (it then marked the new replica's segments as
+          // compacted past, and they were deleted while their entries were still needed).
           state.hardState = c.state;
           state.snapshot = undefined;
           state.compactIndex = 0;
           state.compactTerm = 0;
           state.dropped = true;
+          this.#durableCompact.delete(c.shard);
           continue;
         case "undrop":
           state.dropped = false;
