@@ -397,6 +397,43 @@ describe("WAL", () => {
     await third.close();
   });
 
+  it("keeps every shard's hard state when a crash tore a rotation's checkpoint", async () => {
+    // Of the new segment's header and checkpoint, a prefix reached the disk, ending inside the
+    // checkpoint's record of shard 2's hard state (a vote, no entries). Recovery cut it as a torn
+    // tail and wrote on in that segment: once shard 1 compacted, the older segment holding the
+    // vote was deleted, and the vote was gone at the next open (an audit, 2026-12-05).
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 1024 });
+    wal.append([{ kind: "hard-state", shard: 2, state: { term: 7, vote: "n9", commit: 0 } }]);
+    await wal.sync();
+    for (let i = 1; segmentFiles(dir).length < 2 && i < 1000; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+      await wal.sync();
+    }
+    assert.equal(segmentFiles(dir).length, 2);
+    await wal.destroy();
+    const second = segmentFiles(dir)[1] as string;
+    const buf = readFileSync(second);
+    assert.equal(buf[16 + 8], 2, "the checkpoint's first record: a hard state");
+    assert.equal(buf.readUInt32LE(16 + 12), 2, "shard 2's");
+    truncateSync(second, 16 + 10);
+    const again = await Wal.open(dir, { segmentBytes: 1024 });
+    assert.ok(again.tornTail !== undefined, "the torn checkpoint is cut off");
+    assert.deepEqual(again.hardState(2), { term: 7, vote: "n9", commit: 0 });
+    const next = again.lastIndex(1) + 1;
+    again.append([{ kind: "entries", shard: 1, entries: [entry(next, 1, "z".repeat(40))] }]);
+    again.compact(1, next);
+    await again.sync();
+    await again.close();
+    const third = await Wal.open(dir, { segmentBytes: 1024 });
+    try {
+      assert.deepEqual(third.hardState(2), { term: 7, vote: "n9", commit: 0 }, "the vote survives");
+      assert.equal(third.lastIndex(1), next);
+    } finally {
+      await third.close();
+    }
+  });
+
   it("lowers a recovered commit past the last durable entry, and reports it", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);

@@ -405,6 +405,15 @@ export class Wal {
       await wal.#preallocateSegment(handle, head.length);
       await fs.fsyncDir(dir);
       wal.#segmentSize = head.length;
+    } else if (tornTail !== undefined && tornTail.file === (last as Segment).path) {
+      // A write torn at the end of the last segment may have been its rotation's, cut inside
+      // the checkpoint: the segment's checkpoint then lacks shards whose state only older
+      // segments hold, and those are deleted once no entry pins them (a shard with a vote and
+      // no entries lost its vote). The records go on in a new segment, whose checkpoint holds
+      // every shard's state as recovered.
+      await wal.#rotate();
+      await wal.#handle.sync();
+      await fs.fsyncDir(dir);
     }
     if (options.createdMarker !== undefined) await writeMarker(fs, options.createdMarker);
     return wal;
