@@ -434,6 +434,41 @@ describe("WAL", () => {
     }
   });
 
+  it("refuses a batch with a gap whole: nothing of it applied, nothing left visible and unwritten", async () => {
+    // Refused at its second entry, the batch's first was applied (read back) but neither counted
+    // nor marked for sync(), which resolved without writing it (an audit, 2026-12-05).
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 1024 });
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    assert.throws(
+      () =>
+        wal.append([
+          { kind: "entries", shard: 1, entries: [entry(2, 1), entry(3, 1)] },
+          { kind: "entries", shard: 2, entries: [entry(1, 1)] },
+          { kind: "entries", shard: 1, entries: [entry(5, 1)] },
+        ]),
+      /CAIRN_ERR_WAL_GAP|does not follow \[1, 3\]/,
+    );
+    assert.equal(wal.lastIndex(1), 1, "nothing of the refused batch applied");
+    assert.equal(wal.lastIndex(2), 0);
+    // A batch that follows as it goes (an overwrite, a snapshot, entries after it) is taken.
+    wal.append([
+      { kind: "entries", shard: 1, entries: [entry(2, 1), entry(3, 1)] },
+      { kind: "entries", shard: 1, entries: [entry(3, 2)] },
+      { kind: "snapshot", shard: 1, meta: { index: 10, term: 2, data: bytes("s") } },
+      { kind: "entries", shard: 1, entries: [entry(11, 2)] },
+    ]);
+    await wal.sync();
+    await wal.destroy();
+    const again = await Wal.open(dir, { segmentBytes: 1024 });
+    try {
+      assert.equal(again.lastIndex(1), 11);
+      assert.equal(again.firstIndex(1), 11);
+    } finally {
+      await again.close();
+    }
+  });
+
   it("lowers a recovered commit past the last durable entry, and reports it", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);

@@ -251,6 +251,10 @@ export class Wal {
   #closed = false;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
   readonly #durableCompact = new DenseMap<number>();
+  /** #checkFollows's scratch: a batch's shards' last and compaction indexes as it goes. */
+  readonly #batchLast = new DenseMap<number>();
+  readonly #batchCompact = new DenseMap<number>();
+  readonly #batchTouched: number[] = [];
   /** Per shard, its state as on disk: what a new segment's checkpoint may record. */
   readonly #durable = new DenseMap<ShardCheckpoint>();
   #memoryBytes = 0;
@@ -427,6 +431,7 @@ export class Wal {
    */
   append(records: readonly WalRecord[]): void {
     this.#assertWritable();
+    this.#checkFollows(records);
     const writer = this.#writer;
     const before = writer.length;
     for (const r of records) {
@@ -435,12 +440,6 @@ export class Wal {
         case "entries": {
           let max = 0;
           for (const e of r.entries) {
-            if (e.index > log.lastIndex + 1 || e.index <= log.compactIndex) {
-              throw new CairnError(
-                "CAIRN_ERR_WAL_GAP",
-                `WAL append: shard ${r.shard} entry ${e.index} does not follow [${log.compactIndex + 1}, ${log.lastIndex}]`,
-              );
-            }
             if (log.dropped) {
               // A replica created again after a drop: its checkpoints stop recording the drop
               // once this is durable (the other records' changes do that themselves).
@@ -472,6 +471,57 @@ export class Wal {
       this.#recordsAppended++;
     }
     this.#appendedBytes += writer.length - before;
+  }
+
+  /**
+   * Throws CAIRN_ERR_WAL_GAP if an entry of `records` would not follow its shard's log as the
+   * records before it in the batch leave it, before any is applied: refused part-way, the
+   * records before the bad one were applied and visible but neither counted nor marked for the
+   * next sync(), which then resolved without writing them.
+   */
+  #checkFollows(records: readonly WalRecord[]): void {
+    // What the batch's records before leave of a shard's log, for the shards they touched: the
+    // maps and list are this WAL's own, emptied again before this returns (no garbage per call).
+    const last = this.#batchLast;
+    const compact = this.#batchCompact;
+    const touched = this.#batchTouched;
+    try {
+      for (const r of records) {
+        if (r.kind === "hard-state") continue;
+        let lastIndex = last.get(r.shard);
+        let compactIndex = compact.get(r.shard) ?? 0;
+        if (lastIndex === undefined) {
+          const log = this.#shards.get(r.shard);
+          lastIndex = log?.lastIndex ?? 0;
+          compactIndex = log?.compactIndex ?? 0;
+          touched.push(r.shard);
+        }
+        if (r.kind === "snapshot") {
+          // As ShardLog.applySnapshot: the log starts after the snapshot.
+          lastIndex = r.meta.index;
+          compactIndex = r.meta.index;
+        } else {
+          for (const e of r.entries) {
+            if (e.index > lastIndex + 1 || e.index <= compactIndex) {
+              throw new CairnError(
+                "CAIRN_ERR_WAL_GAP",
+                `WAL append: shard ${r.shard} entry ${e.index} does not follow [${compactIndex + 1}, ${lastIndex}]`,
+              );
+            }
+            // An entry at an existing index replaces it and every later one.
+            lastIndex = e.index;
+          }
+        }
+        last.set(r.shard, lastIndex);
+        compact.set(r.shard, compactIndex);
+      }
+    } finally {
+      for (const shard of touched) {
+        last.delete(shard);
+        compact.delete(shard);
+      }
+      touched.length = 0;
+    }
   }
 
   /**
