@@ -353,3 +353,24 @@ describe("a table found corrupt as its engine opens", () => {
     });
   }
 });
+
+describe("flush() while the engine closes (an audit, 2026-12-05)", () => {
+  it(
+    "settles: a flush under way resolves, one asked for after close() began is refused",
+    { timeout: 10_000 },
+    async () => {
+      // close() pauses background work; a flush() asked for meanwhile rotated a memtable no flush
+      // would take, and it, with one already waiting, stayed pending after close() resolved.
+      const engine = await LsmEngine.open(tempDir("lsm-close"), env, OPTIONS);
+      await engine.write(1, [{ type: "put", key: b("a"), value: b("1") }]);
+      const first = engine.flush();
+      const closing = engine.close();
+      await engine.write(2, [{ type: "put", key: b("b"), value: b("2") }]);
+      const second = engine.flush();
+      const [one, two] = await Promise.allSettled([first, second, closing]);
+      assert.equal(one?.status, "fulfilled", "the flush under way finished before the close");
+      assert.equal(two?.status, "rejected");
+      assert.match(String((two as PromiseRejectedResult).reason), /CAIRN_ERR_LSM_CLOSED|closed/);
+    },
+  );
+});

@@ -170,6 +170,8 @@ export class LsmEngine implements BudgetMember {
   #paused = false;
   #importing = false;
   #closed = false;
+  /** close() has begun: background work is paused for good, and flush() refused. */
+  #closing = false;
   #failure: unknown = undefined;
   /** Reads that met pages a mapped table lost, and the error of the last: see #lostPage. */
   #losses = 0;
@@ -686,9 +688,12 @@ export class LsmEngine implements BudgetMember {
   /** Rotates the active memtable and resolves once every memtable is in an SSTable. */
   async flush(): Promise<void> {
     this.#assertOpen();
+    // Closing: no flush runs again, and the memtable rotated would wait for one for ever.
+    if (this.#closing) throw closedError();
     this.#rotate();
     while (this.#immutables.length > 0 || this.#flushesRunning > 0) {
       if (this.#failure !== undefined) throw this.#failedError();
+      if (this.#closed) throw closedError();
       await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
     }
     if (this.#failure !== undefined) throw this.#failedError();
@@ -796,6 +801,7 @@ export class LsmEngine implements BudgetMember {
   async compactUntilIdle(): Promise<void> {
     for (;;) {
       if (this.#failure !== undefined) throw this.#failedError();
+      if (this.#closing) throw closedError();
       this.#maybeCompact();
       if (!this.#compacting && this.#flushesRunning === 0 && this.#immutables.length === 0) return;
       await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
@@ -1105,6 +1111,7 @@ export class LsmEngine implements BudgetMember {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#paused = true;
+    this.#closing = true;
     while (this.#flushesRunning > 0 || this.#compacting) {
       await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
     }
