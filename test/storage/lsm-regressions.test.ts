@@ -7,11 +7,13 @@ import { spawnSync, type SpawnSyncReturns } from "node:child_process";
 import {
   readdirSync,
   readFileSync,
+  readlinkSync,
   renameSync,
   statSync,
   truncateSync,
   writeFileSync,
 } from "node:fs";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import {
@@ -374,3 +376,53 @@ describe("flush() while the engine closes (an audit, 2026-12-05)", () => {
     },
   );
 });
+
+describe("a manifest edit written short (an audit, 2026-12-05)", () => {
+  it("is written whole: the engine reopens with every table", async () => {
+    // write(2) may take fewer bytes than asked near a full disk. The manifest took one write's
+    // count on trust: the edit was torn while its size counted, and the next landed past a gap.
+    const dir = tempDir("lsm-short");
+    const engine = await LsmEngine.open(dir, env, OPTIONS);
+    const probe = await open(join(dir, "probe"), "w");
+    const proto = Object.getPrototypeOf(probe) as { write: (...args: unknown[]) => unknown };
+    await probe.close();
+    const real = proto.write;
+    let shortened = 0;
+    proto.write = function (this: unknown, ...args: unknown[]) {
+      const [data, offset, length, position] = args;
+      // Every write of a manifest edit takes half its bytes at first.
+      if (typeof length === "number" && length > 8 && shortened < 3 && isManifest(this)) {
+        shortened++;
+        return real.call(this, data, offset, Math.floor(length / 2), position);
+      }
+      return real.apply(this, args);
+    };
+    try {
+      for (let i = 0; i < 3; i++) {
+        await engine.write(i + 1, [{ type: "put", key: b(keyAt(i)), value: b(`v${i}`) }]);
+        await engine.flush();
+      }
+    } finally {
+      proto.write = real;
+    }
+    assert.ok(shortened > 0, "the manifest's writes were shortened");
+    await engine.close();
+    const reopened = await LsmEngine.open(dir, env, OPTIONS);
+    try {
+      for (let i = 0; i < 3; i++) assert.equal(text(await reopened.get(b(keyAt(i)))), `v${i}`);
+    } finally {
+      await reopened.close();
+    }
+  });
+});
+
+/** Whether a FileHandle is a manifest's (its descriptor's path, on Linux). */
+function isManifest(handle: unknown): boolean {
+  const fd = (handle as { fd?: number }).fd;
+  if (typeof fd !== "number") return false;
+  try {
+    return /MANIFEST-/.test(readlinkSync(`/proc/self/fd/${fd}`));
+  } catch {
+    return false;
+  }
+}

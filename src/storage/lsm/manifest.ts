@@ -14,7 +14,7 @@
  * "damaged") for the engine to refuse, never dropped. See docs/storage.md, "Manifest recovery".
  */
 import { constants } from "node:fs";
-import { open, readFile } from "node:fs/promises";
+import { type FileHandle, open, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
 import {
@@ -293,7 +293,7 @@ export class Manifest {
       nextFileNumber: state.nextFileNumber,
     });
     try {
-      await handle.write(frame, 0, frame.length, 0);
+      await writeFully(handle, frame, 0);
       await handle.sync();
     } finally {
       await handle.close();
@@ -322,7 +322,7 @@ export class Manifest {
       try {
         const handle = await open(join(this.dir, this.fileName), constants.O_WRONLY);
         try {
-          await handle.write(frame, 0, frame.length, this.#size);
+          await writeFully(handle, frame, this.#size);
           await handle.datasync();
         } finally {
           await handle.close();
@@ -353,5 +353,25 @@ export class Manifest {
   /** Waits for the appends in flight (the file is not held open between them). */
   async close(): Promise<void> {
     await this.#tail;
+  }
+}
+
+/**
+ * Writes all of `data` at `position`: a write(2) may take fewer bytes than asked (near a full
+ * disk), and the rest must follow it, or the edit is torn while its size counts as written and
+ * the next one lands past a gap.
+ */
+async function writeFully(handle: FileHandle, data: Uint8Array, position: number): Promise<void> {
+  let written = 0;
+  while (written < data.length) {
+    const { bytesWritten } = await handle.write(
+      data,
+      written,
+      data.length - written,
+      position + written,
+    );
+    if (bytesWritten <= 0)
+      throw new Error(`a write of the manifest took no bytes at ${position + written}`);
+    written += bytesWritten;
   }
 }
