@@ -184,6 +184,8 @@ export class CallEndedError extends Error {
   }
 }
 
+/** The longest a Node.js timer waits: past it setTimeout fires at once. */
+const MAX_TIMER_MS = 0x7fffffff;
 const DEFAULT_BACKOFF_MS = 1000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
 /** Messages at least this large are queued after their prefix rather than copied behind it. */
@@ -544,6 +546,11 @@ abstract class Call implements ClientStreamHandler {
   }
 
   setTimer(ms: number): void {
+    // A timer fires at once past 2^31-1 ms (24.8 days): a deadline further off waits in steps.
+    if (ms > MAX_TIMER_MS) {
+      this.#timer = setTimeout(() => this.setTimer(ms - MAX_TIMER_MS), MAX_TIMER_MS);
+      return;
+    }
     this.#timer = setTimeout(expire, ms, this);
   }
 

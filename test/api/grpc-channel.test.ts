@@ -232,6 +232,36 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
     }
   });
 
+  it("a deadline further off than a timer reaches (24.8 days) is kept, not passed at once", async () => {
+    // setTimeout fires at once past 2^31-1 ms: a call given 30 days failed DEADLINE_EXCEEDED as
+    // it was sent. (A plain HTTP/2 server that never answers: grpc-js's server has the same
+    // overflow in its own deadline timer.)
+    const server = http2.createServer();
+    const arrived = Promise.withResolvers<void>();
+    server.on("stream", () => arrived.resolve());
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const c = channel((server.address() as { port: number }).port);
+    try {
+      const cut = new CallCut();
+      let ended = false;
+      const pending = c
+        .unary("/test.Peer/Hang", Buffer.from("x"), {
+          deadline: deadlineClock() + 30 * 86_400_000,
+          cut,
+        })
+        .finally(() => (ended = true));
+      await Promise.race([arrived.promise, pending]);
+      // A call failed at once would have ended by now: its timer was due a millisecond after.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(ended, false, "the call is still waiting for its answer");
+      cut.cut();
+      assert.equal((await pending).code, status.CANCELLED);
+    } finally {
+      c.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
   it("checks message sizes both ways: RESOURCE_EXHAUSTED", async () => {
     const out = await ch.unary("/test.Peer/Echo", Buffer.alloc(MAX + 1), { deadline: soon() });
     assert.equal(out.code, status.RESOURCE_EXHAUSTED);
