@@ -94,7 +94,7 @@ import {
 } from "./tls-front.ts";
 import { methodClassOf, type MethodClass } from "./authz.ts";
 import { CallGate } from "./call-auth.ts";
-import { ERROR_CODE_KEY, PEER_KEY, SERVED_BY_KEY, SHARD_WORKER_KEY } from "./wire.ts";
+import { ERROR_CODE_KEY, INTERNAL_KEY, PEER_KEY, SERVED_BY_KEY, SHARD_WORKER_KEY } from "./wire.ts";
 import { answer as tunnelAnswer, readTunnelRequest, TUNNEL_OPEN } from "./worker-tunnel.ts";
 
 const { NGHTTP2_CANCEL, NGHTTP2_NO_ERROR, NGHTTP2_FLAG_END_STREAM } = http2.constants;
@@ -899,7 +899,10 @@ export function serveFrontEnd(
     const guard = new MessageSizeGuard(maxReceive);
     let up: ClientHttp2Stream;
     try {
-      up = upstreamSession(upstreamAddress(stream)).request(requestHeaders(stream.headers));
+      const headers = requestHeaders(stream.headers);
+      // Whatever the client sent under its name: the key is the node's to add.
+      headers[INTERNAL_KEY] = setup.internalKey;
+      up = upstreamSession(upstreamAddress(stream)).request(headers);
     } catch (err) {
       respondStatus(stream, status.UNAVAILABLE, `the node's main thread: ${String(err)}`, null);
       return;

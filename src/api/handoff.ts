@@ -23,6 +23,8 @@ export interface IoThreadSetup {
   readonly port: number;
   /** The main thread's own gRPC server on loopback, which serves the streaming methods. */
   readonly mainAddress: string;
+  /** The process's internal key, on every call proxied to mainAddress (wire.ts INTERNAL_KEY). */
+  readonly internalKey: string;
   readonly methods: readonly MethodInfo[];
   /**
    * The gRPC server's options, the same as the main thread's: `grpc.max_send_message_length`,

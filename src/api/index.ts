@@ -24,7 +24,7 @@ export {
   LeaderUnreachableError,
 } from "./forward.ts";
 export { type MemberAdmin, type NodeStanding, transferInPlace } from "./admin-service.ts";
-export { RpcServer, type RpcServerOptions } from "./server.ts";
+export { newInternalKey, RpcServer, type RpcServerOptions } from "./server.ts";
 export { ConnectionSlots, type SharedConnectionSlots } from "./connection-slots.ts";
 export type { WorkerTunnels } from "./front-end.ts";
 export type { AdminStore, KvStore } from "./store.ts";

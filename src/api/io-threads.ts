@@ -170,6 +170,7 @@ export interface IoThreadsOptions {
   readonly host: string;
   readonly port: number;
   readonly mainAddress: string;
+  readonly internalKey: string;
   readonly table: MethodTable;
   readonly serverOptions: Readonly<Record<string, number>>;
   /**
@@ -484,6 +485,7 @@ export class IoThreads {
       host: o.host,
       port,
       mainAddress: o.mainAddress,
+      internalKey: o.internalKey,
       methods: o.table.methods,
       serverOptions: o.serverOptions,
       ...(o.limits === undefined ? {} : { limits: o.limits }),

@@ -2,11 +2,17 @@
  * The node's gRPC server on `rpc_addr`: cairn.v1 KV, Meta and Admin, the standard health service
  * (grpc.health.v1, for Kubernetes probes and load balancers) and server reflection (grpcurl).
  */
+import { randomBytes, timingSafeEqual } from "node:crypto";
 import {
+  ResponderBuilder,
   Server,
   ServerCredentials,
   type ServerDuplexStream,
+  type ServerInterceptor,
+  ServerInterceptingCall,
+  ServerListenerBuilder,
   type ServiceDefinition,
+  status,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { ReflectionService } from "@grpc/reflection";
@@ -45,6 +51,7 @@ import { loadCairnProto, loadRaftDefinition } from "./proto.ts";
 import { WireRules } from "./strict-wire.ts";
 import type { AdminStore, KvStore } from "./store.ts";
 import type { Limits } from "./validate.ts";
+import { INTERNAL_KEY } from "./wire.ts";
 
 export interface RpcServerOptions {
   /** `rpc_addr`; port 0 picks a free port (see the address start() returns). */
@@ -113,6 +120,11 @@ export interface RpcServerOptions {
    * checks each call before it is dispatched. Absent, every call is open.
    */
   readonly auth?: AuthSetup;
+  /**
+   * The process's internal key (wire.ts INTERNAL_KEY), the same in every shard worker, whose
+   * front ends proxy to each other's servers; absent, this server makes its own.
+   */
+  readonly internalKey?: string;
 }
 
 const SERVICES = ["cairn.v1.KV", "cairn.v1.Meta", "cairn.v1.Admin"];
@@ -208,6 +220,7 @@ export class RpcServer {
   readonly #serverOptions: Record<string, number>;
   #ioThreads: IoThreads | null = null;
   #internalAddress = "";
+  readonly #internalKey: string;
   readonly #refusals: RefusalLog;
   readonly #connectionLog: ConnectionLog;
 
@@ -227,7 +240,11 @@ export class RpcServer {
             ),
       "grpc.max_send_message_length": options.maxMessageBytes,
     };
-    this.#server = new Server(this.#serverOptions);
+    this.#internalKey = options.internalKey ?? newInternalKey();
+    this.#server = new Server({
+      ...this.#serverOptions,
+      interceptors: [internalCallsOnly(this.#internalKey)],
+    });
     // Every service is added through the recorder, so the front end learns every method.
     const server = this.#server;
     const table = this.#table;
@@ -297,6 +314,7 @@ export class RpcServer {
       host: parsed.value.host,
       port: parsed.value.port,
       mainAddress: `127.0.0.1:${internal}`,
+      internalKey: this.#internalKey,
       table: this.#table,
       // Every method but the peers' is bounded by limits.max_message_bytes; only the peers'
       // (Raft rounds, snapshots) by the raised limit this thread's grpc-js server keeps.
@@ -445,6 +463,11 @@ export class RpcServer {
     return this.#internalAddress;
   }
 
+  /** The key a call to `internalAddress` must carry (wire.ts INTERNAL_KEY); for tests. */
+  get internalKey(): string {
+    return this.#internalKey;
+  }
+
   /** Serves a connection another shard worker accepted and handed over (WorkerTunnels). */
   adopt(fd: number, rest: Buffer | null): void {
     if (this.#ioThreads === null) throw new Error("the gRPC server has not started");
@@ -564,5 +587,47 @@ function pacedByAnswers(
       return taken;
     }) as typeof call.write;
     handler(call);
+  };
+}
+
+/** A process's internal key (wire.ts INTERNAL_KEY): 256 random bits. */
+export function newInternalKey(): string {
+  return randomBytes(32).toString("base64url");
+}
+
+/**
+ * The interceptor of a thread's own grpc-js server on loopback: a call must carry the process's
+ * internal key, which only the node's front ends add, after their own checks (TLS, tokens, a
+ * peer's certificate). Without it any local process could call the port: the KV service past
+ * `auth.*`, and the peers' service (Raft messages, snapshots) with no certificate. The key is
+ * taken out of the metadata the handlers see.
+ */
+function internalCallsOnly(key: string): ServerInterceptor {
+  const expected = Buffer.from(key);
+  return (_method, call) => {
+    const listener = new ServerListenerBuilder()
+      .withOnReceiveMetadata((metadata, next) => {
+        const got = metadata.get(INTERNAL_KEY)[0];
+        metadata.remove(INTERNAL_KEY);
+        const given = typeof got === "string" ? Buffer.from(got) : null;
+        if (
+          given !== null &&
+          given.length === expected.length &&
+          timingSafeEqual(given, expected)
+        ) {
+          next(metadata);
+          return;
+        }
+        call.sendStatus({
+          code: status.UNAUTHENTICATED,
+          details:
+            "this is the node's internal port: it takes only the calls of the node's own front end (call rpc_addr)",
+        });
+      })
+      .build();
+    return new ServerInterceptingCall(
+      call,
+      new ResponderBuilder().withStart((next) => next(listener)).build(),
+    );
   };
 }

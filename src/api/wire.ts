@@ -40,6 +40,13 @@ export const SHARD_WORKER_KEY = "cairn-shard-worker";
  * the connection's certificate names that node (src/common/peer-tls.ts).
  */
 export const PEER_KEY = "cairn-peer";
+/**
+ * Request metadata the front end puts on every call it proxies to a node thread's own grpc-js
+ * server on loopback (the streaming calls): the process's internal key, random at each start.
+ * That server refuses a call without it (UNAUTHENTICATED): its port takes only its own front
+ * end's calls, which the front end checked (TLS, tokens, peers), not a local user's.
+ */
+export const INTERNAL_KEY = "cairn-internal-key";
 
 /**
  * The details grpc-js gives an UNAVAILABLE call that never reached a server (no connection could

@@ -123,6 +123,8 @@ export interface ShardCell {
   readonly connections: SharedConnectionSlots;
   /** The storage's open tables, node-wide, as the main thread planned them (open-files.ts). */
   readonly tableFiles: number;
+  /** The process's internal key, every worker's (src/api/wire.ts INTERNAL_KEY). */
+  readonly internalKey: string;
   /** The cluster view, shared with the other workers. */
   readonly views: ClusterViewPublisher;
   /** Whether this worker runs SWIM (one does: it binds UDP on the RPC port number). */
@@ -688,6 +690,7 @@ export class CairnNode implements HealthSource {
       logger: this.#log.child("api"),
       limits: { maxKeyBytes: c.limits.max_key_bytes, maxValueBytes: c.limits.max_value_bytes },
       maxMessageBytes: c.limits.max_message_bytes,
+      ...(cell === null ? {} : { internalKey: cell.internalKey }),
       ioThreads: c.rpc.io_threads,
       frontEnd: {
         maxConcurrentStreams: c.rpc.max_concurrent_streams,

@@ -121,6 +121,7 @@ try {
       walDir: setup.walDir,
       connections: setup.connections,
       tableFiles: setup.tableFiles,
+      internalKey: setup.internalKey,
       views,
       membership: index === 0,
       route: (local, here, proposer) => {

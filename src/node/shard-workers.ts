@@ -29,6 +29,7 @@ import { planNodeDescriptors } from "./open-files.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import { CairnError, dupFd } from "../common/index.ts";
+import { newInternalKey } from "../api/index.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
 
 /** One worker thread as the main thread sees it. */
@@ -207,6 +208,7 @@ export class ShardWorkersNode implements HealthSource {
     // worker's front end, and the tables' descriptors shared out.
     const { slots, plan } = planNodeDescriptors(c, this.#log);
     const connections = slots.shared;
+    const internalKey = newInternalKey();
     for (let i = 0; i < n; i++) {
       const own = ports[i] as (MessagePort | null)[];
       const setup: ShardWorkerSetup = {
@@ -218,6 +220,7 @@ export class ShardWorkersNode implements HealthSource {
         incarnation,
         connections,
         tableFiles: plan.tableFiles,
+        internalKey,
       };
       this.#workers.push(
         new WorkerHandle(

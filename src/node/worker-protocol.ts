@@ -18,6 +18,8 @@ export interface ShardWorkerSetup {
   readonly connections: SharedConnectionSlots;
   /** The storage's open tables, node-wide (open-files.ts); each worker keeps its share. */
   readonly tableFiles: number;
+  /** The process's internal key (src/api/wire.ts INTERNAL_KEY): the workers proxy to each other. */
+  readonly internalKey: string;
 }
 
 export type Question = "quick" | "report" | "metrics";

@@ -24,6 +24,7 @@ import {
   type KvStore,
   RpcServer,
 } from "../../src/api/index.ts";
+import { INTERNAL_KEY } from "../../src/api/wire.ts";
 import type { DeleteResponse__Output } from "../../src/api/generated/cairn/v1/DeleteResponse.ts";
 import type { KVClient } from "../../src/api/generated/cairn/v1/KV.ts";
 import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutResponse.ts";
@@ -526,24 +527,70 @@ describe("the node that served a call: cairn-served-by", () => {
       follower.server.internalAddress,
       credentials.createInsecure(),
     );
+    // The node's front end puts the process's internal key on what it proxies there.
+    const keyed =
+      (server: { internalKey: string }) =>
+      (md: Metadata): Metadata => {
+        md.set(INTERNAL_KEY, server.internalKey);
+        return md;
+      };
+    const toLeader = keyed(leader.server);
+    const toFollower = keyed(follower.server);
     try {
       const here = await callServed<Got>((md, o, cb) =>
-        viaLeader.Get({ key: key("sg"), consistency: SER }, md, o, cb),
+        viaLeader.Get({ key: key("sg"), consistency: SER }, toLeader(md), o, cb),
       );
       assert.equal(here.res.value.toString(), "1");
       assert.equal(here.servedBy, "n1");
       const forwarded = await callServed<Got>((md, o, cb) =>
-        viaFollower.Get({ key: key("sg"), consistency: LIN }, md, o, cb),
+        viaFollower.Get({ key: key("sg"), consistency: LIN }, toFollower(md), o, cb),
       );
       assert.equal(forwarded.res.value.toString(), "1");
       assert.equal(forwarded.servedBy, "n1");
       const local = await callServed<Got>((md, o, cb) =>
-        viaFollower.Get({ key: key("sg"), consistency: SER }, md, o, cb),
+        viaFollower.Get({ key: key("sg"), consistency: SER }, toFollower(md), o, cb),
       );
       assert.equal(local.servedBy, "n2");
     } finally {
       viaLeader.close();
       viaFollower.close();
+    }
+  });
+
+  it("the internal port refuses a call without the process's internal key: a local user is not the front end", async () => {
+    // Any process on the host could call it: the KV service past auth.*, the peers' service
+    // (Raft messages, snapshots) with no certificate. docs/operations.md said local users were
+    // trusted (an audit, 2026-12-05).
+    const kv = new proto.cairn.v1.KV(leader.server.internalAddress, credentials.createInsecure());
+    try {
+      for (const md of [
+        new Metadata(),
+        (() => {
+          const m = new Metadata();
+          m.set(INTERNAL_KEY, "a-guess");
+          return m;
+        })(),
+        (() => {
+          const m = new Metadata();
+          m.set(INTERNAL_KEY, follower.server.internalKey); // another process's
+          return m;
+        })(),
+      ]) {
+        const err = await failure(
+          call((_md, o, cb) => kv.Put({ key: key("in"), value: key("1") }, md, o, cb)),
+        );
+        assert.equal(err.code, status.UNAUTHENTICATED);
+        assert.match(
+          err.details,
+          /internal port: it takes only the calls of the node's own front end/,
+        );
+      }
+      const got = await failure(
+        call((md, o, cb) => kv.Get({ key: key("in"), consistency: SER }, md, o, cb)),
+      );
+      assert.equal(got.code, status.UNAUTHENTICATED);
+    } finally {
+      kv.close();
     }
   });
 

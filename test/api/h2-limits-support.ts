@@ -94,6 +94,7 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
     host: "127.0.0.1",
     port: 0,
     mainAddress: "127.0.0.1:1",
+    internalKey: "test",
     table,
     serverOptions: options.serverOptions ?? {},
     onFailure: (err) => {

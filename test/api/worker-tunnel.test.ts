@@ -102,6 +102,7 @@ describe("worker tunnels", () => {
         port,
         ...(index > 0 ? { joinsPort: true } : {}),
         mainAddress: `127.0.0.1:${internalPort}`,
+        internalKey: "test",
         table,
         serverOptions: {},
         onFailure: (err) => assert.fail(err),

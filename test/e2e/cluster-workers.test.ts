@@ -24,6 +24,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
 import { type CallResult, GrpcChannel } from "../../src/api/grpc-channel.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { nativeAddonMissing } from "../../src/common/index.ts";
 import { PeerTls } from "../../src/common/peer-tls.ts";
@@ -61,7 +62,7 @@ async function tunnelledPeerCall(
   });
   try {
     return await channel.unary("/cairn.v1.Raft/ReadIndex", Buffer.alloc(0), {
-      deadline: Date.now() + 10_000,
+      deadline: deadlineClock() + 10_000,
     });
   } finally {
     channel.destroy();

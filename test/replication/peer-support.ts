@@ -92,6 +92,7 @@ export async function startRaftFrontEnd(
     host: host ?? "127.0.0.1",
     port: Number(port),
     mainAddress: inner.address,
+    internalKey: "test",
     table,
     serverOptions: RAFT_SERVER_OPTIONS,
     onFailure: (err) => assert.fail(err),
