@@ -237,8 +237,8 @@ describe("gRPC channel", { timeout: 30_000 }, () => {
     // it was sent. (A plain HTTP/2 server that never answers: grpc-js's server has the same
     // overflow in its own deadline timer.)
     const server = http2.createServer();
-    const arrived = Promise.withResolvers<void>();
-    server.on("stream", () => arrived.resolve());
+    const arrived = Promise.withResolvers<undefined>();
+    server.on("stream", () => arrived.resolve(undefined));
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const c = channel((server.address() as { port: number }).port);
     try {
