@@ -197,6 +197,8 @@ const ANSWER_OVERHEAD_BYTES = 64;
  * passes none of the client's messages upstream meanwhile (see proxy()).
  */
 const PROXY_HIGH_WATER = 1 << 20;
+/** The longest deadline passed upstream: 24 days, under the 2^31-1 ms a timer can wait. */
+const MAX_UPSTREAM_TIMEOUT_MS = 24 * 86_400_000;
 
 /** Unary calls waiting to run in this thread, as parallel arrays (not an object per call). */
 interface Held {
@@ -902,6 +904,12 @@ export function serveFrontEnd(
       const headers = requestHeaders(stream.headers);
       // Whatever the client sent under its name: the key is the node's to add.
       headers[INTERNAL_KEY] = setup.internalKey;
+      // grpc-js's server times a call's deadline with setTimeout, which fires at once past
+      // 2^31-1 ms: a watch asked to last a year (grpc-go's long timeouts) ended as it began.
+      const timeout = headers["grpc-timeout"];
+      if (typeof timeout === "string" && deadlineOf(timeout, 0) > MAX_UPSTREAM_TIMEOUT_MS) {
+        headers["grpc-timeout"] = `${MAX_UPSTREAM_TIMEOUT_MS / 1000}S`;
+      }
       up = upstreamSession(upstreamAddress(stream)).request(headers);
     } catch (err) {
       respondStatus(stream, status.UNAVAILABLE, `the node's main thread: ${String(err)}`, null);

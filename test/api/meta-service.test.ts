@@ -14,6 +14,16 @@ import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { probeMember } from "../../src/node/cluster.ts";
 import { CairnMetrics, silentLogger } from "../../src/ops/index.ts";
 import { FollowerStore, LIMITS, proto, TOTAL_SHARDS } from "./forward-support.ts";
+import {
+  encodeBlock,
+  F,
+  frame,
+  grpcMessage,
+  grpcRequest,
+  RawH2Client,
+  type StreamOutcome,
+  T,
+} from "../support/h2-raw.ts";
 
 const views = new ClusterViewPublisher(TOTAL_SHARDS, { minIntervalMs: 0 });
 let stale: string | null = null;
@@ -169,4 +179,47 @@ describe("Meta.WatchCluster of a watcher that does not read", () => {
       }
     },
   );
+});
+
+describe("Meta.WatchCluster with a deadline a year off", () => {
+  it("streams views: the deadline is kept, not passed at once", async () => {
+    // grpc-js's server timed it with setTimeout, which fires at once past 2^31-1 ms: a watch
+    // asked to last 347 days (as grpc-go sends long timeouts) ended DEADLINE_EXCEEDED at once.
+    const port = Number(address.split(":")[1]);
+    const client = await RawH2Client.open(port);
+    try {
+      client.send(
+        frame(
+          T.HEADERS,
+          F.END_HEADERS,
+          1,
+          encodeBlock(grpcRequest("/cairn.v1.Meta/WatchCluster", [["grpc-timeout", "30000000S"]])),
+        ),
+        frame(T.DATA, F.END_STREAM, 1, grpcMessage(Buffer.alloc(0))),
+      );
+      const stream = (): StreamOutcome | undefined => client.streams.get(1);
+      assert.ok(
+        await client.waitFor(
+          () => (stream()?.dataBytes ?? 0) > 0 || stream()?.ended === true,
+          10_000,
+        ),
+        "a view or an end",
+      );
+      const first = stream()?.dataBytes ?? 0;
+      assert.ok(first > 0, `the first view arrived (${JSON.stringify(stream()?.blocks)})`);
+      // The next view comes on the same stream, still open.
+      views.setIncarnation("inc-year");
+      assert.ok(
+        await client.waitFor(
+          () => (stream()?.dataBytes ?? 0) > first || stream()?.ended === true,
+          10_000,
+        ),
+        "the next view or an end",
+      );
+      assert.equal(stream()?.ended, false, `ended: ${JSON.stringify(stream()?.blocks)}`);
+    } finally {
+      client.destroy();
+      views.setIncarnation("inc-1");
+    }
+  });
 });
