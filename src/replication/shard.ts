@@ -381,10 +381,18 @@ export class ShardReplica {
     this.#spareSteps = steps;
     try {
       for (const m of steps) {
+        if (m.type !== "snapshot") {
+          this.raw.step(m);
+          continue;
+        }
+        const before = this.raw.pendingSnapshot();
         this.raw.step(m);
+        const pending = this.raw.pendingSnapshot();
         // A snapshot the core ignored (stale, or leaving this member out) is not installed:
-        // what its stream holds (the received file) goes now.
-        if (m.type === "snapshot" && this.raw.pendingSnapshot() !== m.snapshot) releaseSnapshot(m);
+        // what its stream holds (the received file) goes now. So does one pending that a newer
+        // one replaced (two leaders' snapshots in one round): its file stayed behind.
+        if (pending !== m.snapshot) releaseSnapshot(m);
+        if (before !== null && before !== pending) before.stream?.release();
       }
     } finally {
       clearArray(steps);
@@ -689,8 +697,14 @@ export class ShardReplica {
     }
   }
 
-  /** Fails everything waiting on this shard (shutdown or a fatal error). */
+  /**
+   * Fails everything waiting on this shard (shutdown, a fatal error, or its replica removed),
+   * and releases the snapshots queued for its core: no round will take them, and their files
+   * stayed behind until the next start.
+   */
   failAll(err: unknown): void {
+    for (const m of this.#steps) releaseSnapshot(m);
+    clearArray(this.#steps);
     for (const item of this.#inbox) (item.kind === "read" ? item.read : item.done).reject(err);
     this.#inbox.length = 0;
     for (const p of this.#proposals.values()) p.reject(err);
