@@ -42,7 +42,7 @@ export interface RoundHost {
   /** The shard's replicas, first-ranked first (MultiRaftOptions.replicasOf). */
   replicasOf(id: number): readonly string[];
   readonly clock: Clock;
-  readonly wal: Pick<Wal, "append" | "sync" | "hardState">;
+  readonly wal: Pick<Wal, "append" | "sync" | "hardState" | "durableCommit">;
   /** MultiRaftOptions.requestTimeoutMs, its default applied. */
   readonly requestTimeoutMs: number;
   readonly testingBugs: DriverTestingBugs;
@@ -68,6 +68,8 @@ export interface RoundHost {
 /** The hard states made durable so far, by shard (the WAL). */
 export interface DurableHardStates {
   hardState(shard: number): WalHardState | undefined;
+  /** The commit index of the shard's hard state on disk (synced), 0 if none. */
+  durableCommit(shard: number): number;
 }
 
 /**
@@ -93,11 +95,17 @@ export function needsSync(
 ): boolean {
   if (rd.entries.length > 0 || rd.snapshot !== null) return true;
   const hs = rd.hardState;
-  if (hs === null) return false;
-  const before = durable.hardState(shard);
-  if (before === undefined || before.term !== hs.term || before.vote !== hs.vote) return true;
-  if (group.isSoleVoter()) return true;
-  for (const e of rd.committedEntries) if (e.type === "conf-change") return true;
+  if (hs !== null) {
+    const before = durable.hardState(shard);
+    if (before === undefined || before.term !== hs.term || before.vote !== hs.vote) return true;
+    if (group.isSoleVoter()) return true;
+  }
+  // A configuration change applies only once a synced commit covers it. The Ready that moved
+  // the commit past it need not carry it (committed entries come in Readies of bounded size):
+  // the one that does may have no hard state of its own, and was not synced.
+  for (const e of rd.committedEntries) {
+    if (e.type === "conf-change" && e.index > durable.durableCommit(shard)) return true;
+  }
   return false;
 }
 

@@ -45,14 +45,22 @@ function ready(
   };
 }
 
-/** A WAL holding `state` for shard 7, and a group with `sole` as its sole-voter answer. */
-function facts(state: WalHardState | undefined, sole = false) {
+/**
+ * A WAL holding `state` for shard 7 (appended), synced up to commit `synced` (that of `state`
+ * unless given), and a group with `sole` as its sole-voter answer.
+ */
+function facts(state: WalHardState | undefined, sole = false, synced = state?.commit ?? 0) {
   const asked = { wal: 0, group: 0 };
   const wal = {
     hardState(shard: number): WalHardState | undefined {
       asked.wal++;
       assert.equal(shard, 7);
       return state;
+    },
+    durableCommit(shard: number): number {
+      asked.wal++;
+      assert.equal(shard, 7);
+      return synced;
     },
   };
   const group = {
@@ -116,6 +124,17 @@ describe("needsSync", () => {
       committedEntries: [entry(4), entry(5, "conf-change")],
     });
     assert.equal(needsSync(rd, f.wal, 7, f.group), true);
+  });
+
+  it("syncs a Ready with no hard state carrying a configuration change no synced commit covers", () => {
+    // The commit moved past the change in an earlier Ready (appended, not synced), which did
+    // not carry it: committed entries come in Readies of bounded size. Applied unsynced before
+    // (an audit, 2026-12-05).
+    const appended = facts({ term: 2, vote: "a", commit: 8 }, false, 3);
+    const rd = ready({ committedEntries: [entry(6), entry(7, "conf-change")] });
+    assert.equal(needsSync(rd, appended.wal, 7, appended.group), true);
+    const synced = facts({ term: 2, vote: "a", commit: 8 }, false, 8);
+    assert.equal(needsSync(rd, synced.wal, 7, synced.group), false);
   });
 });
 

@@ -636,6 +636,11 @@ export class Wal {
     return this.#shards.get(shard)?.hardState;
   }
 
+  /** The commit index of `shard`'s hard state as synced to disk (not only appended), or 0. */
+  durableCommit(shard: number): number {
+    return this.#durable.get(shard)?.hardState?.commit ?? 0;
+  }
+
   snapshot(shard: number): WalSnapshotMeta | undefined {
     return this.#shards.get(shard)?.snapshot;
   }
