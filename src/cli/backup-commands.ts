@@ -54,7 +54,8 @@ Writes every key (or those of a range) with its value to FILE, a checksummed fil
 the backup goes to FILE.partial, which is synced and renamed FILE once whole, and removed if
 the backup fails. "-" writes it to standard output instead (to compress it or send it on; a
 backup cut short there lacks its end record, which restore refuses), and the summary to
-standard error. Progress goes to stderr every 2 s.
+standard error; if the reader closes standard output before the backup is whole, it says so and
+exits 141 (as a process killed by SIGPIPE). Progress goes to stderr every 2 s.
 
 What a backup holds: every write acknowledged before it started, and no deleted key; the
 keys are read a page at a time (each page a linearizable scan), so a write made while it runs

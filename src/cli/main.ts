@@ -109,20 +109,31 @@ function hoistLeadingOptions(argv: readonly string[]): string[] {
 
 /**
  * A reader that stops early (`cairn scan | head`) closes the pipe: a client command then stops
- * quietly, exit code 0, as a Unix tool stopped by SIGPIPE would, instead of dying on an unhandled
- * EPIPE with its stack (Node.js ignores SIGPIPE and reports the failed write as an error event).
- * Not for `serve`, whose stdout is its log.
+ * quietly, exit code 0, instead of dying on an unhandled EPIPE with its stack (Node.js ignores
+ * SIGPIPE and reports the failed write as an error event). Not for `serve`, whose stdout is its
+ * log; nor for `backup -`, whose stdout is the backup: cut short, it fails (exit 141, as a tool
+ * killed by SIGPIPE, so `set -o pipefail` sees it), saying so. (It exited 0, silent, when the
+ * program reading it died: a truncated backup reported as made.)
  */
-function stopQuietlyOnClosedStdout(): void {
+function stopOnClosedStdout(command: string): void {
   process.stdout.on("error", (err: NodeJS.ErrnoException) => {
     if (err.code !== "EPIPE") throw err;
+    if (command === "backup") {
+      process.stderr.write(
+        "cairn backup: the reader of standard output closed it before the backup was whole: the backup is incomplete\n",
+      );
+      process.exit(EXIT_STDOUT_CLOSED);
+    }
     process.exit(0);
   });
 }
 
+/** A backup to standard output whose reader went away: as a process killed by SIGPIPE exits. */
+const EXIT_STDOUT_CLOSED = 128 + 13;
+
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = hoistLeadingOptions(argv);
-  if (command !== "serve") stopQuietlyOnClosedStdout();
+  if (command !== "serve") stopOnClosedStdout(command ?? "");
   switch (command) {
     case undefined:
     case "-h":

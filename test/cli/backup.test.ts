@@ -193,6 +193,16 @@ describe("cairn backup and restore", () => {
     }
   });
 
+  it("a backup to standard output whose reader closes it early fails, saying so (exit 141)", async () => {
+    // As \`cairn backup - | head -c 100\` or a compressor that died: it exited 0, silent, and the
+    // cut-short backup looked made (an audit, 2026-12-05).
+    const backup = spawnWithStdin(["--endpoints", source.rpc, "backup", "-", "--page-size", "1"]);
+    backup.proc.stdout.once("data", () => backup.proc.stdout.destroy());
+    const b = await backup.done;
+    assert.equal(b.code, 141, b.err);
+    assert.match(b.err, /closed it before the backup was whole: the backup is incomplete/);
+  });
+
   it("backs up to standard output and restores from standard input (a pipe); a cut stream is refused", async () => {
     const backup = spawnWithStdin(["--endpoints", source.rpc, "backup", "-", "--prefix", "bk/"]);
     const restore = spawnWithStdin(["--endpoints", target.rpc, "restore", "-", "--overwrite"]);
