@@ -115,6 +115,9 @@ export function str(values: Values, name: string): string | undefined {
   return typeof v === "string" ? v : undefined;
 }
 
+/** The longest --timeout: what a Node.js timer can wait. */
+const MAX_TIMEOUT_MS = 0x7fffffff;
+
 export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
   const list = str(values, "endpoints") ?? env["CAIRN_ENDPOINTS"] ?? DEFAULT_ENDPOINT;
   const endpoints = list
@@ -128,8 +131,12 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
     throw new UsageError(`--output must be text or json, not ${JSON.stringify(output)}`);
   const timeout = str(values, "timeout") ?? "5000";
   const timeoutMs = Number(timeout);
-  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
-    throw new UsageError(`--timeout must be a positive number of milliseconds, not ${timeout}`);
+  // At most what a timer can wait (2^31-1 ms, 24.8 days): past it Node.js fires at once, and
+  // health, metrics and cluster failed as they started (grpc-js threw on larger ones).
+  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS)
+    throw new UsageError(
+      `--timeout must be a whole number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (24.8 days), not ${timeout}`,
+    );
   const tls = tlsOf(values, env);
   const token =
     str(values, "token") ?? (env["CAIRN_TOKEN"] === "" ? undefined : env["CAIRN_TOKEN"]);

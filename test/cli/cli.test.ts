@@ -409,6 +409,14 @@ describe("cairn errors and help", () => {
       [["get", "k", "--bogus"], /Unknown option '--bogus'/],
       [["snapshot", "x"], /shard number/],
       [["frobnicate"], /unknown command/],
+      // Past what a timer can wait: health, metrics and cluster failed at once (exit 3), and
+      // grpc-js threw out of get (an audit, 2026-12-05).
+      [
+        ["health", "--timeout", "3000000000"],
+        /--timeout must be a whole number of milliseconds from 1 to 2147483647/,
+      ],
+      [["get", "k", "--timeout", "99999999999999999999"], /--timeout must be a whole number/],
+      [["get", "k", "--timeout", "0"], /--timeout must be a whole number/],
     ];
     const runs = await Promise.all(cases.map(([args]) => cairn(args)));
     runs.forEach((r, i) => {
