@@ -144,6 +144,8 @@ const SECTIONS: ReadonlySet<string> = new Set(
 
 function show(value: unknown): string {
   if (value === undefined) return "nothing";
+  // JSON has no Infinity or NaN (YAML's .inf, .nan): it would show them as null.
+  if (typeof value === "number" && !Number.isFinite(value)) return String(value);
   let s: string;
   try {
     s = JSON.stringify(value) ?? String(value);
@@ -253,7 +255,19 @@ function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIs
     });
     return;
   }
-  const root: unknown = doc.toJS();
+  let root: unknown;
+  try {
+    // The yaml library refuses a document whose aliases would expand past its bound (a
+    // "billion laughs"), throwing: a configuration error like any other, not a crash.
+    root = doc.toJS();
+  } catch (err) {
+    issues.push({
+      key: "config",
+      source: path,
+      message: `config error: ${path} cannot be read as a configuration: ${err instanceof Error ? err.message : String(err)}`,
+    });
+    return;
+  }
   if (root === null || root === undefined) return; // an empty file sets nothing
   walk(root, "", path, settings, issues);
 }

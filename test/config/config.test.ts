@@ -252,6 +252,24 @@ describe("loadConfig", () => {
     assert.match(configError(() => loadConfig({ configPath: dup })).message, /is not valid YAML/);
   });
 
+  it("a file of many aliases (a YAML bomb) is a configuration error, not a crash; .inf shows as Infinity", () => {
+    // yaml throws past its alias bound: serve died with a ReferenceError's stack, exit 1; and a
+    // non-finite number was shown as null (an audit, 2026-12-05).
+    const bomb = yamlFile(
+      "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n" +
+        "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
+    );
+    assert.match(
+      configError(() => loadConfig({ configPath: bomb })).message,
+      /cannot be read as a configuration: Excessive alias count/,
+    );
+    const inf = yamlFile("cluster:\n  total_shards: .inf\n");
+    assert.match(
+      configError(() => loadConfig({ configPath: inf })).message,
+      /cluster\.total_shards .*got Infinity/,
+    );
+  });
+
   it("accepts an empty file", () => {
     assert.equal(loadConfig({ configPath: yamlFile("") }).node_id, "node-1");
   });
