@@ -334,7 +334,10 @@ export class OpsHttpServer {
     let body: string;
     let status: number;
     try {
-      ({ status, body } = await this.#healthRender.get());
+      // Within reportTimeoutMs of this request's arrival, however long it waits for a render
+      // shared with others: one queued behind a stuck report waited for it, the gap, then its
+      // own (up to 11 s), and the connection's idle timeout cut it first, unanswered.
+      ({ status, body } = await this.#withinReportTimeout(this.#healthRender.get()));
     } catch (err) {
       this.#fail(res, "/health", err, "json");
       return;
@@ -342,7 +345,12 @@ export class OpsHttpServer {
     this.#send(res, status, JSON_TYPE, body);
   }
 
-  async #reportWithTimeout(): Promise<HealthReport> {
+  #reportWithTimeout(): Promise<HealthReport> {
+    return this.#withinReportTimeout(this.#options.health.report());
+  }
+
+  /** `work`'s answer, or a rejection once reportTimeoutMs has passed. */
+  async #withinReportTimeout<T>(work: Promise<T>): Promise<T> {
     const ms = this.#options.reportTimeoutMs ?? 5_000;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -350,7 +358,7 @@ export class OpsHttpServer {
       timer.unref(); // a hung report must not keep a stopping process alive
     });
     try {
-      return await Promise.race([this.#options.health.report(), timeout]);
+      return await Promise.race([work, timeout]);
     } finally {
       clearTimeout(timer);
     }

@@ -153,6 +153,25 @@ describe("GET /health", () => {
   });
 });
 
+describe("GET /health behind a report that hangs", () => {
+  it("answers a request queued behind it within the deadline too, 500, not dropped", async () => {
+    // The second waited for the hung render, its gap and its own render (about 2.2 times the
+    // deadline), and the connection's idle timeout (deadline + 5 s by default: 10 s here)
+    // closed it unanswered (an audit, 2026-12-05).
+    const h = await startServer({ reportTimeoutMs: 1_000, idleTimeoutMs: 2_000 });
+    h.health.report = () => new Promise<HealthReport>(() => {});
+    const first = fetch(`${h.base}/health`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const started = performance.now();
+    const second = await fetch(`${h.base}/health`);
+    const took = performance.now() - started;
+    assert.equal(second.status, 500);
+    assert.match(await second.text(), /timed out after 1000 ms/);
+    assert.ok(took < 1_900, `answered after ${Math.round(took)} ms`);
+    assert.equal((await first).status, 500);
+  });
+});
+
 describe("GET /metrics", () => {
   it("exports the shared registry with the exact content type and all 13 families", async () => {
     const h = await startServer();
