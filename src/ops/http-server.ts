@@ -146,7 +146,7 @@ export class OpsHttpServer {
       // never throw; then the connection goes (ended only, a timed-out one stayed open).
       if (err.code !== "ECONNRESET" && socket.writable) {
         socket.end(
-          "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+          "HTTP/1.1 400 Bad Request\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
           () => socket.destroy(),
         );
         setTimeout(() => socket.destroy(), REFUSAL_FLUSH_MS).unref();

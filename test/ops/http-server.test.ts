@@ -315,6 +315,22 @@ describe("routing", () => {
     assert.equal(await head.text(), "");
   });
 
+  it("answers a malformed request 400 with Cache-Control: no-store, as every answer", async () => {
+    // The parser's refusal lacked it (an audit, 2026-12-05).
+    const h = await startServer();
+    const port = Number(new URL(h.base).port);
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(port, "127.0.0.1");
+      let got = "";
+      socket.on("data", (d: Buffer) => (got += d.toString()));
+      socket.on("error", () => undefined);
+      socket.on("close", () => resolve(got));
+      socket.write("GET /health HTTP/1.1\r\nHost x\r\n\r\n"); // a header line without a colon
+    });
+    assert.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/);
+    assert.match(answer, /\r\nCache-Control: no-store\r\n/);
+  });
+
   it("logs each request at debug level, without the query string", async () => {
     const logs: string[] = [];
     let logged!: (line: string) => void;
