@@ -261,7 +261,7 @@ export class OpsHttpServer {
 
   #handle(req: IncomingMessage, res: ServerResponse): void {
     const started = performance.now();
-    const path = (req.url ?? "/").split("?", 1)[0] ?? "/";
+    const path = requestPath(req.url ?? "/");
     this.#inFlight++;
     // Busy, and now the most recently used: the last a newer connection would replace.
     const socket = req.socket;
@@ -406,4 +406,17 @@ export class OpsHttpServer {
 function describeCause(err: unknown): string {
   const text = err instanceof Error ? err.message : String(err);
   return text.replace(/\s*\n\s*/g, " ") || "unknown error";
+}
+
+/**
+ * The path of a request target without its query: the origin form (`/health`), or the absolute
+ * form (`http://host:8080/health`), which RFC 9112 §3.2.2 says a server must accept too.
+ */
+function requestPath(target: string): string {
+  let path = target;
+  if (!path.startsWith("/")) {
+    const match = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/[^/?#]*/.exec(path);
+    if (match !== null) path = path.slice(match[0].length) || "/";
+  }
+  return path.split("?", 1)[0] ?? "/";
 }

@@ -331,6 +331,24 @@ describe("routing", () => {
     assert.match(answer, /\r\nCache-Control: no-store\r\n/);
   });
 
+  it("serves a request target in the absolute form (RFC 9112 §3.2.2) as its path", async () => {
+    // It answered 404 (an audit, 2026-12-05).
+    const h = await startServer();
+    const port = Number(new URL(h.base).port);
+    const answer = await new Promise<string>((resolve) => {
+      const socket = connect(port, "127.0.0.1");
+      let got = "";
+      socket.on("data", (d: Buffer) => (got += d.toString()));
+      socket.on("error", () => undefined);
+      socket.on("close", () => resolve(got));
+      socket.write(
+        `GET http://127.0.0.1:${port}/health/quick?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+      );
+    });
+    assert.match(answer, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(answer, /\r\n\r\nOK$/);
+  });
+
   it("logs each request at debug level, without the query string", async () => {
     const logs: string[] = [];
     let logged!: (line: string) => void;
