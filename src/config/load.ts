@@ -10,6 +10,7 @@
  * `CAIRN_SEED_NODES` where empty means "no seeds" (single-node mode), as the contract says.
  */
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
 import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
@@ -373,7 +374,7 @@ function checkAcrossKeys(
     const b = parseHostPort(http, { allowPortZero: true });
     if (a.ok && b.ok && a.value.port !== 0 && a.value.port === b.value.port) {
       const clash =
-        a.value.host === b.value.host ||
+        sameHost(a.value.host, b.value.host) ||
         isUnspecifiedHost(a.value.host) ||
         isUnspecifiedHost(b.value.host);
       if (clash) {
@@ -658,4 +659,27 @@ function deepFreeze<T>(value: T): T {
     Object.freeze(value);
   }
   return value;
+}
+
+/**
+ * Whether two hosts as written name the same address: equal ignoring case, equal IP addresses
+ * however written (`::1`, `0:0:0:0:0:0:0:1`), or `localhost` and a loopback address it names
+ * (127.0.0.1, ::1). Other names are not resolved here. (`localhost:8080` beside
+ * `127.0.0.1:8080` passed, and the start then blamed another process for the port.)
+ */
+function sameHost(a: string, b: string): boolean {
+  const x = canonicalHost(a);
+  const y = canonicalHost(b);
+  if (x === y) return true;
+  const loopback = (h: string): boolean => h === "127.0.0.1" || h === "::1";
+  return (x === "localhost" && loopback(y)) || (y === "localhost" && loopback(x));
+}
+
+function canonicalHost(host: string): string {
+  const h = host.toLowerCase();
+  if (isIP(h) === 6) {
+    // The WHATWG URL parser writes an IPv6 address in its canonical (compressed) form.
+    return new URL(`http://[${h}]/`).hostname.slice(1, -1);
+  }
+  return h;
 }

@@ -299,6 +299,24 @@ describe("loadConfig", () => {
       same.message,
       /http_addr \(from flag --http-addr\): must not use the same port as rpc_addr/,
     );
+    // The same address written otherwise: it passed, and the start blamed another process for
+    // the port (an audit, 2026-12-05). Two loopback addresses may share a port.
+    for (const [rpc, http] of [
+      ["127.0.0.1:7447", "localhost:7447"],
+      ["LOCALHOST:7447", "[::1]:7447"],
+      ["[::1]:7447", "[0:0:0:0:0:0:0:1]:7447"],
+    ] as const) {
+      assert.match(
+        configError(() => loadConfig({ flags: { "rpc-addr": rpc, "http-addr": http } })).message,
+        /http_addr .*must not use the same port as rpc_addr/,
+        `${rpc} and ${http}`,
+      );
+    }
+    assert.equal(
+      loadConfig({ flags: { "rpc-addr": "127.0.0.2:7447", "http-addr": "127.0.0.1:7447" } })
+        .http_addr,
+      "127.0.0.1:7447",
+    );
     const ticks = yamlFile("raft:\n  election_ticks: 3\n  heartbeat_ticks: 3\n");
     assert.match(
       configError(() => loadConfig({ configPath: ticks })).message,
