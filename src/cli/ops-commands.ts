@@ -154,8 +154,9 @@ export function formatHealth(r: HealthReport): string {
 
 export const METRICS_HELP = `Usage: cairn metrics [--filter TEXT] [options]
 
-Prints a node's Prometheus metrics (GET /metrics). --output json gives
-[{"name", "labels", "value"}] samples.
+Prints a node's Prometheus metrics (GET /metrics). --output json gives one array of
+[{"name", "labels", "value", "line"}] samples ("line": the sample as the node wrote it; a
+value of +Inf or NaN is null there).
 
 Options:
 ${HTTP_HELP}
