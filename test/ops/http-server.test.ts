@@ -67,6 +67,18 @@ async function startServer(overrides: Partial<OpsHttpServerOptions> = {}): Promi
   return { server, health, metrics, logs, base: `http://127.0.0.1:${port}` };
 }
 
+/** Sends `request` on a new connection to `h` and resolves with all it got once closed. */
+function exchange(h: Harness, request: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(Number(new URL(h.base).port), "127.0.0.1");
+    let got = "";
+    socket.on("data", (d: Buffer) => (got += d.toString()));
+    socket.on("error", () => undefined);
+    socket.on("close", () => resolve(got));
+    socket.write(request);
+  });
+}
+
 function errorLines(logs: readonly string[]): Array<Record<string, unknown>> {
   return logs
     .map((l) => JSON.parse(l) as Record<string, unknown>)
@@ -318,15 +330,8 @@ describe("routing", () => {
   it("answers a malformed request 400 with Cache-Control: no-store, as every answer", async () => {
     // The parser's refusal lacked it (an audit, 2026-12-05).
     const h = await startServer();
-    const port = Number(new URL(h.base).port);
-    const answer = await new Promise<string>((resolve) => {
-      const socket = connect(port, "127.0.0.1");
-      let got = "";
-      socket.on("data", (d: Buffer) => (got += d.toString()));
-      socket.on("error", () => undefined);
-      socket.on("close", () => resolve(got));
-      socket.write("GET /health HTTP/1.1\r\nHost x\r\n\r\n"); // a header line without a colon
-    });
+    // A header line without a colon.
+    const answer = await exchange(h, "GET /health HTTP/1.1\r\nHost x\r\n\r\n");
     assert.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/);
     assert.match(answer, /\r\nCache-Control: no-store\r\n/);
   });
@@ -334,17 +339,10 @@ describe("routing", () => {
   it("serves a request target in the absolute form (RFC 9112 §3.2.2) as its path", async () => {
     // It answered 404 (an audit, 2026-12-05).
     const h = await startServer();
-    const port = Number(new URL(h.base).port);
-    const answer = await new Promise<string>((resolve) => {
-      const socket = connect(port, "127.0.0.1");
-      let got = "";
-      socket.on("data", (d: Buffer) => (got += d.toString()));
-      socket.on("error", () => undefined);
-      socket.on("close", () => resolve(got));
-      socket.write(
-        `GET http://127.0.0.1:${port}/health/quick?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
-      );
-    });
+    const answer = await exchange(
+      h,
+      `GET ${h.base}/health/quick?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+    );
     assert.match(answer, /^HTTP\/1\.1 200 OK\r\n/);
     assert.match(answer, /\r\n\r\nOK$/);
   });
