@@ -108,8 +108,12 @@ export function memberAdmin(
       if (why !== null) throw new CairnError("CAIRN_ERR_PRECONDITION", why);
       const standing = await setState(node, "decommissioning");
       const after = await synced();
+      // Those that began decommissioning since this one's check: active then.
       const others = [...after.members.keys()]
-        .filter((n) => n !== node && after.stateOf(n) === "decommissioning")
+        .filter(
+          (n) =>
+            n !== node && after.stateOf(n) === "decommissioning" && meta.stateOf(n) === "active",
+        )
         .join(", ");
       const now = after.stateOf(node) === "decommissioning" ? tooFewLeft(after, node) : null;
       if (now !== null && others !== "") {
