@@ -138,13 +138,14 @@ const NODE_BOUND_MESSAGES: ReadonlyMap<FrontEndEvent["code"], string> = new Map(
 ] as const);
 
 /**
- * Logs the connections the front end ended or refused, one line each: at most `perWindow` lines
- * of each code every `windowMs` (LogWindow), the first after a full window saying how many were
- * left out. Any client causes them at will, one a connection: a byte of TLS to a cleartext port,
- * a header block in too many frames. Unbounded, one client opening 1,800 such connections a
- * second wrote as many WARN lines (0.8 MB) a second.
+ * Logs the front end's events a client causes at will, one line each: a connection ended or
+ * refused (a byte of TLS to a cleartext port, a header block in too many frames), a call refused
+ * for its credentials. At most `perWindow` lines of each code every `windowMs` (LogWindow), the
+ * first after a full window saying how many were left out. Unbounded, one client opening 1,800
+ * such connections a second wrote as many WARN lines (0.8 MB) a second. The lines hold the
+ * reason (who, which method, which role it lacks), never a token.
  */
-class ConnectionLog {
+class ClientEventLog {
   readonly #log: Logger;
   readonly #windows = new Map<FrontEndEvent["code"], LogWindow>();
   readonly #perWindow: number;
@@ -156,7 +157,7 @@ class ConnectionLog {
     this.#windowMs = windowMs;
   }
 
-  log(level: "warn" | "error", message: string, event: FrontEndEvent): void {
+  log(level: "warn" | "error", message: string, event: FrontEndEvent, withMethod = false): void {
     let window = this.#windows.get(event.code);
     if (window === undefined) {
       window = new LogWindow(this.#perWindow, this.#windowMs);
@@ -164,11 +165,9 @@ class ConnectionLog {
     }
     const skipped = window.admit();
     if (skipped === null) return;
-    const fields: Record<string, unknown> = {
-      code: event.code,
-      peer: event.peer,
-      reason: event.message,
-    };
+    const fields: Record<string, unknown> = { code: event.code, peer: event.peer };
+    if (withMethod) fields["method"] = event.method;
+    fields["reason"] = event.message;
     if (skipped > 0) fields["not_logged_before"] = skipped;
     this.#log[level](message, fields);
   }
@@ -182,34 +181,6 @@ const KV_OPERATION_BY_PATH: ReadonlyMap<string, KvOperation> = new Map([
   ["/cairn.v1.KV/Scan", "scan"],
 ] as const);
 
-/**
- * Logs refused calls at WARN: at most `perWindow` lines every `windowMs`, so a client retrying
- * with a bad token in a loop does not flood the log; the first line after a full window says how
- * many were left out. The lines hold the reason (who, which method, which role it lacks), never
- * a token.
- */
-class RefusalLog {
-  readonly #log: Logger;
-  readonly #window = new LogWindow();
-
-  constructor(log: Logger) {
-    this.#log = log;
-  }
-
-  maybeLog(event: FrontEndEvent): void {
-    const skipped = this.#window.admit();
-    if (skipped === null) return;
-    const fields: Record<string, unknown> = {
-      code: event.code,
-      peer: event.peer,
-      method: event.method,
-      reason: event.message,
-    };
-    if (skipped > 0) fields["not_logged_before"] = skipped;
-    this.#log.warn("a call was refused: its caller may not make it", fields);
-  }
-}
-
 export class RpcServer {
   readonly #options: RpcServerOptions;
   readonly #server: Server;
@@ -221,13 +192,11 @@ export class RpcServer {
   #ioThreads: IoThreads | null = null;
   #internalAddress = "";
   readonly #internalKey: string;
-  readonly #refusals: RefusalLog;
-  readonly #connectionLog: ConnectionLog;
+  readonly #clientEvents: ClientEventLog;
 
   constructor(options: RpcServerOptions) {
     this.#options = options;
-    this.#refusals = new RefusalLog(options.logger);
-    this.#connectionLog = new ConnectionLog(options.logger);
+    this.#clientEvents = new ClientEventLog(options.logger);
     this.#serverOptions = {
       // A peer's frame may carry a round's appends (RAFT_SERVER_OPTIONS); client calls are
       // bounded by the key and value limits their handlers check.
@@ -372,13 +341,13 @@ export class RpcServer {
     const internal = event.code === "CAIRN_ERR_CONNECTION_INTERNAL";
     this.#options.metrics.rpcConnectionEnded(internal ? "internal" : "limit");
     if (internal) {
-      this.#connectionLog.log(
+      this.#clientEvents.log(
         "error",
         "a gRPC connection failed on the node's own code; it was ended",
         event,
       );
     } else {
-      this.#connectionLog.log(
+      this.#clientEvents.log(
         "warn",
         "a gRPC client went past a limit; its connection was ended",
         event,
@@ -398,7 +367,7 @@ export class RpcServer {
         log.error("the TLS files changed but cannot be used", fields);
         return true;
       case "CAIRN_ERR_TLS_CLIENT_REFUSED":
-        this.#connectionLog.log(
+        this.#clientEvents.log(
           "warn",
           "a client's TLS certificate was refused; its connection was closed",
           event,
@@ -406,10 +375,10 @@ export class RpcServer {
         return true;
       case "CAIRN_ERR_PEER_REFUSED":
         this.#options.metrics.peerCallRefused("certificate");
-        this.#connectionLog.log("warn", "raft call refused", event);
+        this.#clientEvents.log("warn", "raft call refused", event);
         return true;
       case "CAIRN_ERR_TLS_MISMATCH":
-        this.#connectionLog.log(
+        this.#clientEvents.log(
           "warn",
           "a connection spoke cleartext to this TLS port, or TLS to this cleartext one; it was closed",
           event,
@@ -447,7 +416,12 @@ export class RpcServer {
             0,
           );
         }
-        this.#refusals.maybeLog(event);
+        this.#clientEvents.log(
+          "warn",
+          "a call was refused: its caller may not make it",
+          event,
+          true,
+        );
         return true;
       }
       default:
