@@ -916,14 +916,21 @@ export class MetaState {
 
   /**
    * How many created shards, the meta group (0) included, are not yet placed on
-   * `replication_factor` active members (capped at the active members): one of its nodes is
-   * dead, decommissioning, decommissioned or removed, or it has fewer nodes. A repair or a
+   * `replication_factor` active members (capped at the active and dead members: a cluster
+   * founded on fewer members than the factor is whole, one that lost one is not): one of its
+   * nodes is dead, decommissioning, decommissioned or removed, or it has fewer nodes (a shard
+   * created while a member is dead is placed on the active ones only). A repair or a
    * decommission's move that has started places the shard on its new nodes: it counts as
    * moving (movingCount) until its group has them. Counted once for this state.
    */
   underReplicatedCount(): number {
     if (this.#underReplicated === undefined) {
-      const want = Math.min(this.replicationFactor, this.activeMembers().length);
+      let members = 0;
+      for (const m of this.members.values()) {
+        const state = m.state ?? "active";
+        if (state === "active" || state === "dead") members++;
+      }
+      const want = Math.min(this.replicationFactor, members);
       let count = 0;
       for (const shard of this.shards.keys()) {
         const nodes = this.nodesOf(shard);

@@ -490,7 +490,7 @@ export class CairnMetrics {
     new Gauge({
       name: "cairn_cluster_shards_underreplicated",
       aggregator: "max",
-      help: "Shards placed on a member that is not active (dead, decommissioning) or on fewer than cluster.replication_factor members (capped at the active members), as the meta state applied on this node records it; a repair that has started counts in cairn_cluster_shards_moving instead. 0 on a single node.",
+      help: "Shards placed on a member that is not active (dead, decommissioning) or on fewer than cluster.replication_factor members (capped at the active and dead members), as the meta state applied on this node records it; a repair that has started counts in cairn_cluster_shards_moving instead. 0 on a single node.",
       registers,
       collect(this: Gauge) {
         this.set(placement()?.underReplicated ?? 0);

@@ -699,6 +699,21 @@ describe("meta state: a member's life and shard moves (design.md §5.2)", () => 
     assert.deepEqual([loaded.movingCount(), loaded.underReplicatedCount()], [0, 3]);
   });
 
+  it("counts a shard created below its factor while a member is dead (a single node's are not)", () => {
+    // n3 dies in a cluster of three: a shard created now is placed on the two active members
+    // only, one replica short of its factor like every shard n3 held, until a member joins.
+    let s = booted().apply({ op: "create-shard", shard: 1, replicas: ["n1", "n2", "n3"] }).state;
+    s = s.apply({ op: "set-state", id: "n3", state: "dead" }).state;
+    assert.equal(s.underReplicatedCount(), 2);
+    const created = s.apply({ op: "create-shard", shard: 2, replicas: ["n1", "n2"] });
+    assert.equal(created.outcome.kind, "shard-created");
+    assert.equal(created.state.underReplicatedCount(), 3);
+    // A cluster founded on one member: its shards are on all the members there are.
+    let one = MetaState.empty().apply({ ...BOOT, members: [N1] }).state;
+    one = one.apply({ op: "create-shard", shard: 1, replicas: ["n1"] }).state;
+    assert.equal(one.underReplicatedCount(), 0);
+  });
+
   it("records a member's full disk, keeps it through an address change, drops it with its data directory", () => {
     let s = booted();
     const r = s.apply({ op: "set-disk", id: "n2", full: true });
