@@ -51,10 +51,17 @@ export async function checkTotalShards(dataDir: string, totalShards: number): Pr
   await writeFileDurably(path, `${totalShards}\n`);
 }
 
-/** Whether a WAL (`wal`, `wal-worker-<i>`) or the shards' directory holds anything. */
+/**
+ * Whether a WAL (`wal`, `wal-worker-<i>`) or the shards' directory holds anything, or a WAL was
+ * created here (its marker, `wal.created` or `wal-worker-<i>.created`, src/storage/wal/): a WAL
+ * since lost still binds the directory. Its loss is refused when the WAL opens; taken for a new
+ * directory, the records were rewritten first, and the WAL put back was then served under
+ * another total_shards, node_id or mode.
+ */
 export async function holdsData(dataDir: string): Promise<boolean> {
   const names = await readdir(dataDir);
   for (const name of names) {
+    if (isWalMarker(name)) return true;
     if (name !== "shards" && name !== "wal" && !name.startsWith("wal-worker-")) continue;
     try {
       if ((await readdir(join(dataDir, name))).length > 0) return true;
@@ -63,4 +70,9 @@ export async function holdsData(dataDir: string): Promise<boolean> {
     }
   }
   return false;
+}
+
+/** Whether `name` is a WAL's created marker (`wal.created`, `wal-worker-<i>.created`). */
+export function isWalMarker(name: string): boolean {
+  return name === "wal.created" || /^wal-worker-\d+\.created$/.test(name);
 }

@@ -5,7 +5,7 @@
  * its own shards: a first start with N > 1 records it in `shard-workers`, and a later start with
  * another N is refused before anything is opened (unless nothing was written under the record).
  */
-import { readdir, unlink } from "node:fs/promises";
+import { readdir, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../common/errors.ts";
 import { ensureDir, fsyncDir, nodeFileSystem, writeFileDurably } from "../storage/index.ts";
@@ -46,19 +46,40 @@ export async function checkShardWorkers(dataDir: string, workers: number): Promi
     await fsyncDir(dataDir);
   }
   if (workers === 1) return;
-  if ((await entries(join(dataDir, "wal"))) > 0 || (await entries(join(dataDir, "shards"))) > 0) {
+  if (
+    (await entries(join(dataDir, "wal"))) > 0 ||
+    (await entries(join(dataDir, "shards"))) > 0 ||
+    (await exists(`${join(dataDir, "wal")}.created`))
+  ) {
     throw new ShardWorkersMismatchError(dataDir, 1, workers);
   }
   await ensureDir(nodeFileSystem, dataDir);
   await writeFileDurably(join(dataDir, MARKER), `${workers}\n`);
 }
 
-/** Whether no WAL (of `recorded` workers, or of none) and no shard directory holds anything. */
+/**
+ * Whether no WAL (of `recorded` workers, or of none) and no shard directory holds anything, and
+ * no WAL was created (its `.created` marker: a WAL since lost binds the number too, and its loss
+ * is refused when it opens).
+ */
 async function nothingWritten(dataDir: string, recorded: number): Promise<boolean> {
   const dirs = [join(dataDir, "wal"), join(dataDir, "shards")];
   for (let i = 0; i < recorded; i++) dirs.push(walDirOf(dataDir, recorded, i));
   for (const dir of dirs) if ((await entries(dir)) > 0) return false;
+  const walDirs = [join(dataDir, "wal")];
+  for (let i = 0; i < recorded; i++) walDirs.push(walDirOf(dataDir, recorded, i));
+  for (const dir of walDirs) if (await exists(`${dir}.created`)) return false;
   return true;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw err;
+  }
 }
 
 async function readRecorded(dataDir: string): Promise<number | null> {

@@ -7,7 +7,7 @@
  * again (never `entry N applied without an outcome`), its health consistent.
  */
 import assert from "node:assert/strict";
-import { cp, mkdtemp, readdir, rm, truncate } from "node:fs/promises";
+import { cp, mkdtemp, readdir, rename, rm, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -24,8 +24,9 @@ async function withServer<T>(
   dir: string,
   fn: (c: Clients, s: ServerProcess) => Promise<T>,
   args: readonly string[] = [],
+  env: Readonly<Record<string, string>> = ENV,
 ): Promise<T> {
-  const server = await startServer({ dataDir: dir, env: ENV, args });
+  const server = await startServer({ dataDir: dir, env, args });
   const c = connect(server.rpc);
   try {
     return await fn(c, server);
@@ -175,6 +176,48 @@ describe("a single node's lost WAL or shard directory", () => {
         `shard ${shard}'s directory ${shardDir} holds its log entries up to \\d+, but the WAL dropped its entries up to \\d+: an older copy.*restore the newest copy`,
       ),
     );
+  });
+
+  it("a missing WAL does not unbind the directory's total_shards: put back, another number is still refused", async () => {
+    // Keys only in the WAL (nothing flushed: no shard directory holds a table).
+    const dir = await mkdtemp(join(root, "d-"));
+    await withServer(dir, (c) => put(c, keys("b", 5)));
+    const other = { ...ENV, CAIRN_CLUSTER_TOTAL_SHARDS: "8" };
+    // The WAL is moved away, and the node started with another total_shards: refused.
+    await rename(join(dir, "wal"), join(root, "aside-wal"));
+    const first = await startExpectingExit({ dataDir: dir, env: other });
+    assert.equal(first.code, 1, first.stderr);
+    // The WAL is put back (what the refusal tells the operator to do), the number unchanged:
+    // the directory was written with 4 shards, and must still be refused with 8 (with 8 most
+    // keys would be looked for in the wrong shard, and read as not found).
+    await rename(join(root, "aside-wal"), join(dir, "wal"));
+    const again = await startExpectingExit({ dataDir: dir, env: other });
+    assert.equal(again.code, 1, again.stderr);
+    assert.equal(again.errorCode, "CAIRN_ERR_SHARD_COUNT_MISMATCH", again.lines.join("\n"));
+    assert.match(
+      again.stderr,
+      /written with cluster.total_shards 4, but cluster.total_shards is 8/,
+    );
+    // With its own number it serves every key.
+    await withServer(dir, async (c) => {
+      for (const k of keys("b", 5)) {
+        const got = await c.call(c.kv, "Get", { key: Buffer.from(k) });
+        assert.equal((got["value"] as Buffer).length, VALUE.length, k);
+      }
+    });
+  });
+
+  it("refuses shard workers' lost WALs when started with one worker", async () => {
+    const dir = await mkdtemp(join(root, "d-"));
+    const workers = { ...ENV, CAIRN_SHARD_WORKERS: "2" };
+    await withServer(dir, (c) => put(c, keys("b", 8)), [], workers);
+    await rm(join(dir, "wal-worker-0"), { recursive: true });
+    await rm(join(dir, "wal-worker-1"), { recursive: true });
+    // Its writes were acknowledged and are gone: it must not start as a new, empty node.
+    const failed = await startExpectingExit({ dataDir: dir, env: ENV });
+    assert.equal(failed.code, 1, failed.stderr);
+    // With its two workers it says what was lost.
+    assertLost(await startExpectingExit({ dataDir: dir, env: workers }), /missing or empty/);
   });
 
   it("refuses a removed shard directory whose entries the WAL dropped", async () => {

@@ -37,6 +37,24 @@ describe("the data directory's total_shards", () => {
     assert.equal(recorded(dir), "32\n");
   });
 
+  it("stays bound while its WAL is missing (created, then lost): the loss is refused later, not the record rewritten", async () => {
+    const dir = tempDir("shards");
+    await checkTotalShards(dir, 16);
+    // The WAL was created (its marker, written with it), then its directory deleted.
+    writeFileSync(
+      join(dir, "wal.created"),
+      "this WAL was created; if it is missing, it was lost\n",
+    );
+    await assert.rejects(checkTotalShards(dir, 32), { code: "CAIRN_ERR_SHARD_COUNT_MISMATCH" });
+    assert.equal(recorded(dir), "16\n");
+    // A shard worker's WAL the same.
+    const workers = tempDir("shards");
+    await checkTotalShards(workers, 16);
+    writeFileSync(join(workers, "wal-worker-1.created"), "created\n");
+    await assert.rejects(checkTotalShards(workers, 32), { code: "CAIRN_ERR_SHARD_COUNT_MISMATCH" });
+    assert.equal(recorded(workers), "16\n");
+  });
+
   it("refuses a record that is not a number", async () => {
     const dir = tempDir("shards");
     writeFileSync(join(dir, "total-shards"), "many\n");

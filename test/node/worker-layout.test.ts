@@ -37,4 +37,21 @@ describe("shard workers' data directory layout", () => {
     mkdirSync(join(dir, "shards", "0"), { recursive: true });
     await assert.rejects(checkShardWorkers(dir, 2), { code: "CAIRN_ERR_SHARD_WORKERS_MISMATCH" });
   });
+
+  it("a WAL created and since lost still binds the number: its loss is refused, not taken for a new directory", async () => {
+    const dir = tempDir("layout");
+    await checkShardWorkers(dir, 2);
+    // Both workers' WALs were created (their markers), then deleted; no table was flushed.
+    for (const i of [0, 1]) writeFileSync(`${walDirOf(dir, 2, i)}.created`, "created\n");
+    await assert.rejects(checkShardWorkers(dir, 1), { code: "CAIRN_ERR_SHARD_WORKERS_MISMATCH" });
+    assert.equal(recorded(dir), "2\n");
+    await assert.rejects(checkShardWorkers(dir, 3), { code: "CAIRN_ERR_SHARD_WORKERS_MISMATCH" });
+    // A single node's lost WAL the same, started with workers.
+    const single = tempDir("layout");
+    writeFileSync(join(single, "wal.created"), "created\n");
+    await assert.rejects(checkShardWorkers(single, 2), {
+      code: "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
+    });
+    assert.equal(recorded(single), null);
+  });
 });
