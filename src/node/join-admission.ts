@@ -13,8 +13,9 @@
  * - at most `cluster.max_joining` members `joining` at once (etcd's `--max-learners`): a join past
  *   it is refused, retryably, and the node asks again (every 2 s) until one of those before it is
  *   `active` (or, stopped before that, `dead`);
- * - at most MAX_MEMBERS members recorded, removed ones aside: a join of a new id past it is
- *   refused until the operator removes members.
+ * - at most MAX_MEMBERS members recorded, removed ones aside: a join of a new id past it, or
+ *   of a removed member's new life (a member again), is refused until the operator removes
+ *   members.
  *
  * Admissions in flight count too (a flood of concurrent joins, each checked before any applies,
  * would otherwise all fit). The check is the proposer's, not the state machine's: every build
@@ -25,7 +26,10 @@
 import { type MetaCommand, type MetaState, startsNewLife } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
 
-/** The most members a cluster records (removed ones aside): a join of a new id past it is refused. */
+/**
+ * The most members a cluster records (removed ones aside): a join of a new id, or a removed
+ * member's new life, past it is refused.
+ */
 export const MAX_MEMBERS = 1024;
 
 /** The refusal's code (retryable: the node joining asks again). */
@@ -61,10 +65,13 @@ export class JoinAdmission {
     const incarnation = cmd.op === "join" ? cmd.member.incarnation : cmd.incarnation;
     const previous = meta.members.get(id);
     // A new id (a join only: the meta group refuses a rejoin of one), or a new life.
-    const adds = previous === undefined && cmd.op === "join";
+    const newId = previous === undefined && cmd.op === "join";
     const newLife =
       previous !== undefined && incarnation !== undefined && startsNewLife(previous, incarnation);
-    if (!adds && !newLife) return pass;
+    if (!newId && !newLife) return pass;
+    // Whether it adds a member to the count: a new id, or a removed member's new life (removed
+    // ones are not counted; a decommissioned one's is counted already).
+    const adds = newId || previous?.state === "removed";
     // The same node asking again while its first offer is still being proposed.
     if (this.#pending.has(id)) return pass;
     let joining = this.#pending.size;

@@ -120,4 +120,22 @@ describe("JoinAdmission", () => {
     admission.admit(state, join("n6"));
     refusal(() => admission.admit(state, join("n7")));
   });
+
+  it("counts a removed member's new life against max_members: it is a member again", () => {
+    const admission = new JoinAdmission(8, 5);
+    let state = withJoining("n4", "n5");
+    state = apply(state, { op: "set-state", id: "n5", state: "dead" });
+    state = apply(state, { op: "set-state", id: "n5", state: "removed" });
+    // n5's place taken by n6: five members again.
+    state = apply(state, join("n6"));
+    // n5 coming back on a new disk would make six.
+    const err = refusal(() => admission.admit(state, join("n5", "a-new-disk")));
+    assert.match(err.message, /the cluster has 5 members, at most 5/);
+    refusal(() => admission.admit(state, { op: "rejoin", id: "n5", incarnation: "a-new-disk" }));
+    // In flight, it counts too: with four members, n5's new life and a new id do not both fit.
+    const four = apply(state, { op: "set-state", id: "n6", state: "dead" });
+    const fewer = apply(four, { op: "set-state", id: "n6", state: "removed" });
+    admission.admit(fewer, join("n5", "a-new-disk"));
+    refusal(() => admission.admit(fewer, join("n7")));
+  });
 });
