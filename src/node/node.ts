@@ -363,7 +363,16 @@ export class CairnNode implements HealthSource {
         reserved?.socket.close();
         throw err;
       }
-      if (gossip) await node.#startMembership(reserved?.socket);
+      if (gossip) {
+        try {
+          await node.#startMembership(reserved?.socket);
+        } catch (err) {
+          // Not taken by membership (a failure before it started, e.g. its gossip keys): the
+          // socket would keep the process running after the failed start.
+          if (node.#membership === null) closeQuietly(reserved?.socket);
+          throw err;
+        }
+      }
       if (node.#cluster !== null) node.#startUpkeep(node.#cluster);
     } catch (err) {
       await node.#closeAll(0);
@@ -1465,6 +1474,15 @@ const CONFIRM_TERMS_TIMEOUT_MS = 2_000;
  * start, naming the directory (corrupt-shard.ts).
  */
 const META_AT_START_MS = 30_000;
+
+/** Closes `socket` if it is still open (Membership closes it itself when its start fails). */
+function closeQuietly(socket: dgram.Socket | undefined): void {
+  try {
+    socket?.close();
+  } catch {
+    // Closed already.
+  }
+}
 
 /** A failure to bind SWIM's UDP socket names rpc_addr, whose port number it shares. */
 function bindFailure(err: unknown, address: string): unknown {
