@@ -1,8 +1,12 @@
 /**
  * The chaos schedule's plan of membership changes (faults.ts, planChanges): every kind of
- * change a scenario names happens in each run, in an order the cluster allows at each step.
+ * change a scenario names happens in each run, in an order the cluster allows at each step;
+ * the disk guard's breach check; the torn WAL tail a torn-write fault writes.
  */
 import assert from "node:assert/strict";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/index.ts";
 import {
@@ -12,6 +16,7 @@ import {
   planChanges,
   SCENARIOS,
   scenarioKinds,
+  tearWalTail,
 } from "./faults.ts";
 
 describe("chaos faults: the plan of membership changes", () => {
@@ -115,5 +120,31 @@ describe("chaos faults: the disk guard's judge", () => {
     assert.equal(guardBreach("n4", sample({ full: false }), sample({ replicas: 11 })), null);
     assert.equal(guardBreach("n4", sample({}), sample({ replicas: 11, full: false })), null);
     assert.equal(guardBreach("n4", sample({}), sample({ replicas: 9 })), null);
+  });
+});
+
+describe("chaos faults: a torn WAL tail", () => {
+  it("tears one worker's WAL, never a WAL's created marker beside it", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "cairn-tear-"));
+    try {
+      for (const i of [0, 1]) {
+        await mkdir(join(dir, `wal-worker-${i}`));
+        await writeFile(join(dir, `wal-worker-${i}`, "00000001.wal"), "");
+        await writeFile(join(dir, `wal-worker-${i}.created`), "");
+      }
+      const torn = new Set<string>();
+      for (let seed = 1; seed <= 16; seed++) {
+        const detail = await tearWalTail(dir, seededRng(seed));
+        const name = /^(wal-worker-\d+)\/00000001\.wal /.exec(detail)?.[1];
+        assert.ok(name !== undefined, detail);
+        torn.add(name);
+      }
+      assert.deepEqual([...torn].sort(), ["wal-worker-0", "wal-worker-1"]);
+      for (const i of [0, 1]) {
+        assert.ok((await readFile(join(dir, `wal-worker-${i}`, "00000001.wal"))).length > 0);
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

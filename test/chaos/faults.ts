@@ -410,8 +410,9 @@ const WAL_BODY_HEADER_BYTES = 24;
  * frame whose checksum does not match (the sectors of its body never written). Returns what it
  * wrote, for the fault's record.
  */
-async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
-  const wals = (await readdir(dataDir)).filter((f) => f === "wal" || f.startsWith("wal-worker-"));
+export async function tearWalTail(dataDir: string, rng: Rng): Promise<string> {
+  // The WALs' directories, not their created markers beside them (`wal-worker-<i>.created`).
+  const wals = (await readdir(dataDir)).filter((f) => f === "wal" || /^wal-worker-\d+$/.test(f));
   wals.sort();
   // One WAL (no workers): no draw, so the seeds of runs without workers replay as before.
   const name = wals.length <= 1 ? "wal" : (wals[rng.int(wals.length)] as string);
