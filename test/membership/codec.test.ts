@@ -106,6 +106,25 @@ describe("SWIM wire format", () => {
     assert.deepEqual(decodeMessage(empty), { ok: false, reason: "bad-string" });
   });
 
+  it("keeps a byte-order mark in a string field: what decodes re-encodes identically", () => {
+    // A gossip datagram naming a member whose id is a bare UTF-8 BOM (EF BB BF), then one whose
+    // id is a BOM and "x". A decoder that strips the BOM hands the core an empty id (which no
+    // message can carry: every datagram piggybacking it fails to encode) or another member's id.
+    for (const id of [
+      [0xef, 0xbb, 0xbf],
+      [0xef, 0xbb, 0xbf, 0x78],
+    ]) {
+      const bytes = Uint8Array.from([
+        ...[1, 6, 0, 0, 4, 0, 2, 0x6e, 0x31], // version, gossip, total_shards 1024, from "n1"
+        1, // one update
+        ...[4, id.length, ...id, 0, 0, 0, 0], // left(id@0)
+      ]);
+      const r = decodeMessage(bytes);
+      assert.ok(r.ok, "a valid UTF-8 string field");
+      assert.deepEqual([...encodeMessage(r.message)], [...bytes]);
+    }
+  });
+
   it("refuses to encode a message that would exceed the bound", () => {
     const many: Update[] = Array.from({ length: 40 }, (_, i) => ({
       kind: "alive",

@@ -73,7 +73,10 @@ export interface DecodeFailure {
 export type DecodeResult = { readonly ok: true; readonly message: Message } | DecodeFailure;
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder("utf-8", { fatal: true });
+// ignoreBOM: a string field that starts with EF BB BF keeps its U+FEFF. Stripped, it decoded to
+// a shorter string (a bare BOM to an empty one) that does not re-encode: a forged update naming
+// such a member made every datagram carrying it fail to encode, probes of live members included.
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** UTF-8 length of `s` without encoding it (lone surrogates count as U+FFFD, 3 bytes). */
 function utf8Length(s: string): number {
