@@ -351,6 +351,51 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
     assert.equal(swim.members().length, 51);
   });
 
+  it("forgets the queued updates of a member it forgets: the queue stays within maxMembers", () => {
+    const swim = new Swim({
+      self: metaOf("a"),
+      rng: seededRng(1),
+      config: { maxMembers: 10, tombstoneTicks: 20 },
+    });
+    const gossip = (updates: Update[]): void =>
+      swim.handle("x.test:7447", {
+        type: "gossip",
+        from: memberId("x"),
+        totalShards: 1024,
+        gossip: updates,
+      });
+    // Five waves of ten made-up members, declared dead and forgotten while a has no live peer
+    // (nothing it queues about them goes out).
+    for (let wave = 0; wave < 5; wave++) {
+      const ids = Array.from({ length: 10 }, (_, i) => `fake-${wave}-${i}`);
+      gossip(ids.map((id) => alive(id)));
+      gossip(
+        ids.map((id) => ({
+          kind: "dead" as const,
+          id: memberId(id),
+          incarnation: incarnation(0),
+          from: memberId("x"),
+        })),
+      );
+      for (let t = 0; t < 20; t++) swim.tick();
+      assert.equal(swim.members().length, 1, `wave ${wave} forgotten`);
+    }
+    swim.takeReady();
+    // A real peer appears: what a gossips to it is about members it remembers, not 50 others.
+    gossip([alive("b")]);
+    const subjects = new Set<string>();
+    for (let t = 0; t < 40; t++) {
+      swim.tick();
+      for (const out of swim.takeReady().messages) {
+        const m = out.message;
+        if (m.type === "push-pull" || m.type === "refuse") continue;
+        for (const u of m.gossip) subjects.add(u.kind === "alive" ? u.meta.id : u.id);
+      }
+    }
+    const forgotten = [...subjects].filter((id) => id.startsWith("fake-"));
+    assert.deepEqual(forgotten, [], "updates about forgotten members still sent");
+  });
+
   it(`relays at most ${MAX_RELAYS} ping-reqs at once`, () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
     const pings = (): number =>

@@ -611,6 +611,9 @@ export class Swim {
       if (e !== undefined && this.#now - e.stateChangedAt < this.#config.tombstoneTicks) continue;
       this.#tombstones.delete(id);
       this.#members.delete(id);
+      // Its last update goes too (as in #makeRoomFor): the queue holds at most one update per
+      // member remembered, even on a node that has had no live peer to send them to.
+      this.#broadcasts.forget(id);
     }
   }
 
