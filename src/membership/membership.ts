@@ -312,7 +312,12 @@ export class Membership {
       const onReply = (): void => {
         if (this.#swim.pushPullReplies > before) done("answered");
       };
-      const onRefusal = (e: ShardCountMismatchError): void => done(e);
+      // Only a seed of this attempt answering with another shard count refuses the join: any
+      // other sender's datagram (a node of another cluster that still knows this address, or a
+      // forgery) is reported, not fatal.
+      const onRefusal = (e: ShardCountMismatchError): void => {
+        if (e.addr !== null && addrs.includes(e.addr)) done(e);
+      };
       const onClose = (): void => done("closed");
       const timer = setTimeout(() => done("timeout"), wait);
       this.#replyWaiters.add(onReply);

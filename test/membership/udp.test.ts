@@ -496,6 +496,83 @@ describe("membership join", () => {
     assert.ok(warnings.includes("cannot resolve a seed"));
   });
 
+  it("a datagram with another shard count from a host that is not a seed does not abort the join", async () => {
+    const bound = async (): Promise<dgram.Socket> => {
+      const s = dgram.createSocket("udp4");
+      await new Promise<void>((resolve) => s.bind(0, "127.0.0.1", resolve));
+      return s;
+    };
+    const seed = await bound(); // answers when the test says so
+    const stray = await bound(); // a node of another cluster that still pings this address
+    const seedPort = seed.address().port;
+    const m = await Membership.start({
+      ...base,
+      nodeId: "j",
+      bindAddr: "127.0.0.1:0",
+      seeds: [`127.0.0.1:${seedPort}`],
+      joinBackoffMs: { initial: 60_000, max: 60_000 },
+    });
+    const port = Number(m.boundAddr.split(":")[1]);
+    try {
+      const pushed = once(seed, "message");
+      const joining = m.join();
+      let settled: unknown = "pending";
+      joining.then(
+        () => (settled = "joined"),
+        (err: unknown) => (settled = err),
+      );
+      await withTimeout(pushed, 10_000, "the join's push-pull at the seed");
+      const answered = once(stray, "message");
+      stray.send(
+        encodeMessage({
+          type: "ping",
+          from: memberId("stray"),
+          totalShards: 32,
+          seq: 1,
+          target: memberId("j"),
+          gossip: [],
+        }),
+        port,
+        "127.0.0.1",
+      );
+      const [reply] = (await withTimeout(answered, 10_000, "j's answer to the stray")) as [Buffer];
+      const decoded = decodeMessage(reply);
+      assert.ok(decoded.ok && decoded.message.type === "refuse", "j refused the stray ping");
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(settled, "pending", "the stray's shard count aborted the join");
+      // The seed answers: the join completes.
+      seed.send(
+        encodeMessage({
+          type: "push-pull",
+          from: memberId("s"),
+          totalShards: 16,
+          reply: true,
+          join: true,
+          first: true,
+          records: [
+            {
+              meta: {
+                id: memberId("s"),
+                rpcAddr: `127.0.0.1:${seedPort}`,
+                httpAddr: "127.0.0.1:8080",
+                totalShards: 16,
+              },
+              state: "alive",
+              incarnation: incarnation(0),
+            },
+          ],
+        }),
+        port,
+        "127.0.0.1",
+      );
+      await withTimeout(joining, 10_000, "the join");
+    } finally {
+      seed.close();
+      stray.close();
+      await m.close();
+    }
+  });
+
   it("members may advertise host names", async () => {
     let acked: () => void = () => {};
     const firstAck = new Promise<void>((resolve) => (acked = resolve));

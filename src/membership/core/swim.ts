@@ -948,7 +948,7 @@ export class Swim {
   }
 
   #mismatch(theirs: number, from: MemberId, addr: string): ShardCountMismatchError {
-    return new ShardCountMismatchError(this.#self.totalShards, theirs, `${from} at ${addr}`);
+    return new ShardCountMismatchError(this.#self.totalShards, theirs, `${from} at ${addr}`, addr);
   }
 }
 

@@ -120,8 +120,10 @@ export class ShardCountMismatchError extends CairnError {
   readonly ours: number;
   readonly theirs: number;
   readonly peer: string;
+  /** The address (`host:port`) the refusing datagram came from, when one did. */
+  readonly addr: string | null;
 
-  constructor(ours: number, theirs: number, peer: string) {
+  constructor(ours: number, theirs: number, peer: string, addr: string | null = null) {
     super(
       "CAIRN_ERR_SHARD_COUNT_MISMATCH",
       `cluster.total_shards mismatch: this node has ${ours}, ${peer} has ${theirs}; ` +
@@ -131,6 +133,7 @@ export class ShardCountMismatchError extends CairnError {
     this.ours = ours;
     this.theirs = theirs;
     this.peer = peer;
+    this.addr = addr;
   }
 }
 
