@@ -153,6 +153,11 @@ export class Membership {
   readonly #boundHost: string;
   readonly #boundPort: number;
   readonly #family: 4 | 6;
+  /**
+   * The address family looked up for seeds and members: both when the socket is IPv6 bound on
+   * `::` (dual-stack: IPv4 peers are reached as `::ffff:a.b.c.d`), else the socket's.
+   */
+  readonly #lookupFamily: 0 | 4 | 6;
   #closed = false;
   #inFlight = 0;
   /** When each problem (kind and sender) was last logged (REPORT_EVERY_MS). */
@@ -186,6 +191,7 @@ export class Membership {
     this.#boundHost = bound.address;
     this.#boundPort = bound.port;
     this.#family = bound.family === "IPv6" ? 6 : 4;
+    this.#lookupFamily = this.#family === 6 && bound.address === "::" ? 0 : this.#family;
     const bindHost = options.bindAddr.slice(0, options.bindAddr.lastIndexOf(":"));
     const rpcAddr = options.advertiseRpcAddr ?? `${bindHost}:${bound.port}`;
     const self: MemberMeta = {
@@ -378,7 +384,7 @@ export class Membership {
         this.#metrics.observeGossipLatencyMs(Number(process.hrtime.bigint() - sentAt) / 1e6);
       }
     }
-    this.#swim.handle(formatAddr(rinfo.address, rinfo.port), m);
+    this.#swim.handle(formatAddr(unmapped(rinfo.address), rinfo.port), m);
     this.#flush();
   }
 
@@ -388,7 +394,7 @@ export class Membership {
    */
   #dropUnopened(reason: SealFailureReason, rinfo: dgram.RemoteInfo): void {
     this.#drop(reason);
-    const from = formatAddr(rinfo.address, rinfo.port);
+    const from = formatAddr(unmapped(rinfo.address), rinfo.port);
     if (!this.#shouldReport(`seal ${reason} ${from}`)) return;
     this.#log.warn("gossip datagram dropped: not sealed with this node's gossip keys", {
       reason,
@@ -421,7 +427,10 @@ export class Membership {
         this.#pingSentAt.set(out.message.seq, process.hrtime.bigint());
       }
       this.#inFlight += 1;
-      this.#socket.send(bytes, target.port, this.#resolveCached(target.host), (err) => {
+      const host = this.#resolveCached(target.host);
+      // An IPv6 socket cannot send to an IPv4 address as such (EINVAL): only v4-mapped.
+      const to = this.#family === 6 && isIP(host) === 4 ? `::ffff:${host}` : host;
+      this.#socket.send(bytes, target.port, to, (err) => {
         this.#inFlight -= 1;
         if (err === null) this.#stats.datagramsSent += 1;
         else this.#stats.sendErrors += 1;
@@ -501,7 +510,7 @@ export class Membership {
         refreshing: true,
       };
       this.#dnsCache.set(host, entry);
-      lookup(host, { family: this.#family }).then(
+      lookup(host, { family: this.#lookupFamily }).then(
         (r) => {
           entry.address = r.address;
           entry.refreshing = false;
@@ -525,8 +534,8 @@ export class Membership {
         continue;
       }
       try {
-        // Only addresses of the socket's family can be reached from it.
-        for (const a of await lookup(parsed.host, { all: true, family: this.#family })) {
+        // Only addresses of the socket's family can be reached from it (both on a dual-stack one).
+        for (const a of await lookup(parsed.host, { all: true, family: this.#lookupFamily })) {
           out.push(formatAddr(a.address, parsed.port));
         }
       } catch (e) {
@@ -562,6 +571,12 @@ export class Membership {
 
 function formatAddr(host: string, port: number): string {
   return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** An IPv4 sender on a dual-stack socket (`::ffff:a.b.c.d`) as its IPv4 address. */
+function unmapped(address: string): string {
+  const v4 = address.toLowerCase().startsWith("::ffff:") ? address.slice(7) : "";
+  return isIP(v4) === 4 ? v4 : address;
 }
 
 function localAddresses(): Set<string> {

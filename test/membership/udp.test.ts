@@ -18,6 +18,7 @@ import {
   type Message,
 } from "../../src/membership/core/index.ts";
 import {
+  bindGossipSocket,
   Membership,
   type MembershipEvent,
   type MembershipOptions,
@@ -570,6 +571,42 @@ describe("membership join", () => {
       seed.close();
       stray.close();
       await m.close();
+    }
+  });
+
+  it("a member bound on [::] reaches IPv4 seeds and members (dual-stack)", async () => {
+    const m1 = await loneMember();
+    const socket = await bindGossipSocket("[::]:0");
+    const port = socket.address().port;
+    let acked: () => void = () => {};
+    const firstAck = new Promise<void>((resolve) => (acked = resolve));
+    const m2 = await Membership.start(
+      {
+        ...base,
+        nodeId: "v6",
+        bindAddr: `[::]:${port}`,
+        advertiseRpcAddr: `127.0.0.1:${port}`,
+        seeds: [m1.boundAddr],
+        joinBackoffMs: { initial: 50, max: 200 },
+        // m2's only peer is m1 (127.0.0.1): a measured round trip is a probe of it acked.
+        metrics: { ...noopMembershipMetrics, observeGossipLatencyMs: () => acked() },
+      },
+      socket,
+    );
+    try {
+      await withTimeout(m2.join(), 10_000, "a join through an IPv4 seed");
+      await withTimeout(firstAck, 10_000, "an ack of m2's probe of m1");
+      assert.equal(m2.stats().sendErrors, 0);
+      assert.deepEqual(
+        m1.members().map((v) => [v.meta.id, v.state]),
+        [
+          ["m1", "alive"],
+          ["v6", "alive"],
+        ],
+      );
+    } finally {
+      await m2.close();
+      await m1.close();
     }
   });
 
