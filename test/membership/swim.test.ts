@@ -396,6 +396,39 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
     assert.deepEqual(forgotten, [], "updates about forgotten members still sent");
   });
 
+  it("a member forgotten is new when it comes back: a duplicate id in its new life is reported again", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1), config: { tombstoneTicks: 20 } });
+    const gossip = (updates: Update[]): void =>
+      swim.handle("z.test:7447", {
+        type: "gossip",
+        from: memberId("z"),
+        totalShards: 1024,
+        gossip: updates,
+      });
+    const at = (host: string, inc: number): Update => ({
+      kind: "alive",
+      incarnation: incarnation(inc),
+      meta: { ...metaOf("x"), rpcAddr: `${host}:7447` },
+    });
+    const reports = (): number =>
+      swim.takeReady().errors.filter((e) => e.code === "CAIRN_ERR_DUPLICATE_NODE_ID").length;
+    // Two live nodes claim x: its address flips back to the one it had.
+    const flips = (): void => {
+      gossip([at("x1.test", 0)]);
+      gossip([at("x2.test", 1)]);
+      gossip([at("x1.test", 2)]);
+    };
+    flips();
+    assert.equal(reports(), 1);
+    // x dies and is forgotten (what a flood of made-up ids does too: each one remembered for good).
+    gossip([{ kind: "dead", id: memberId("x"), incarnation: incarnation(2), from: memberId("z") }]);
+    for (let t = 0; t < 20; t++) swim.tick();
+    assert.equal(swim.member(memberId("x")), undefined);
+    swim.takeReady();
+    flips();
+    assert.equal(reports(), 1, "the new life's duplicate is reported");
+  });
+
   it(`relays at most ${MAX_RELAYS} ping-reqs at once`, () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
     const pings = (): number =>

@@ -194,7 +194,7 @@ export class Swim {
   #refusedMembers = 0;
   /** Ids a full table makes room for (reserve()): the cluster's members. */
   #reserved: ReadonlySet<string> = new Set();
-  /** Other ids found claimed by two live nodes, reported once each. */
+  /** Other ids found claimed by two live nodes, reported once each while remembered. */
   readonly #duplicates = new Set<MemberId>();
 
   constructor(options: SwimOptions) {
@@ -614,6 +614,9 @@ export class Swim {
       // Its last update goes too (as in #makeRoomFor): the queue holds at most one update per
       // member remembered, even on a node that has had no live peer to send them to.
       this.#broadcasts.forget(id);
+      // And whether it was reported as a duplicate: a member met again is new, and the set
+      // stays within the table (made-up ids, flipped and forgotten, no longer pile up in it).
+      this.#duplicates.delete(id);
     }
   }
 
@@ -857,6 +860,7 @@ export class Swim {
     this.#tombstones.delete(gone);
     this.#members.delete(gone);
     this.#broadcasts.forget(gone);
+    this.#duplicates.delete(gone);
     return true;
   }
 
