@@ -524,10 +524,18 @@ export class Membership {
     return (cached ?? this.#dnsCache.get(host))?.address ?? host;
   }
 
-  /** Every seed's addresses, `ip:port`; a seed that does not resolve is skipped this round. */
+  /**
+   * Every seed's addresses, `ip:port` (this node's advertised address as it is); a seed that does
+   * not resolve is skipped this round.
+   */
   async #resolveSeeds(): Promise<string[]> {
     const out: string[] = [];
     for (const seed of this.#options.seeds) {
+      // Itself, whatever the name resolves to (behind NAT, not an address of this host).
+      if (seed === this.#swim.self.rpcAddr) {
+        out.push(seed);
+        continue;
+      }
       const parsed = parseHostPort(seed);
       if (parsed === null) {
         this.#log.warn("ignoring a malformed seed", { seed });
@@ -545,8 +553,12 @@ export class Membership {
     return out;
   }
 
-  /** True when `addr` (`ip:port`) reaches this very socket. */
+  /**
+   * True when `addr` is this node: its advertised address (which the core never sends to, and
+   * which may not be one this host binds, behind NAT), or an `ip:port` reaching this very socket.
+   */
   #isSelf(addr: string): boolean {
+    if (addr === this.#swim.self.rpcAddr) return true;
     const p = parseHostPort(addr);
     if (p === null || p.port !== this.#boundPort) return false;
     if (p.host === this.#boundHost) return true;

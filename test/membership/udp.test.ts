@@ -471,6 +471,33 @@ describe("membership join", () => {
     }
   });
 
+  it("a node whose seed list names only its advertised address (not one it binds) starts a cluster of one", async () => {
+    // Behind NAT or a load balancer, the address a node advertises is not one of its sockets'.
+    const socket = await bindGossipSocket("127.0.0.1:0");
+    const port = socket.address().port;
+    const warnings: string[] = [];
+    const m = await Membership.start(
+      {
+        ...base,
+        nodeId: "first",
+        bindAddr: `127.0.0.1:${port}`,
+        advertiseRpcAddr: `127.0.0.2:${port}`,
+        seeds: [`127.0.0.2:${port}`],
+        joinBackoffMs: { initial: 20, max: 40 },
+        logger: { info: () => {}, error: () => {}, warn: (message) => warnings.push(message) },
+      },
+      socket,
+    );
+    const joining = m.join();
+    try {
+      await withTimeout(joining, 5_000, "the join of a node that is its only seed");
+      assert.deepEqual(warnings, []);
+    } finally {
+      await m.close();
+      await joining.catch(() => undefined);
+    }
+  });
+
   it("keeps retrying a silent or unresolvable seed with backoff until closed", async () => {
     const warnings: string[] = [];
     let twoRetries: () => void = () => {};
