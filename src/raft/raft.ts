@@ -544,6 +544,9 @@ export class Raft {
   }
 
   step(m: Message): void {
+    // A malformed append would be taken by position (its entries' own indexes unchecked):
+    // a log whose entries contradict their places, or a commit index past the log (a throw).
+    if (m.type === "append" && !appendIsWellFormed(m)) return;
     if (this.#quiesced && this.bugs.sleepThroughMessages !== true) {
       if (this.#isLateAnswer(m)) return;
       if (this.#wakesOn(m)) {
@@ -1611,4 +1614,20 @@ export class Raft {
     if (this.readStates === NO_READ_STATES) this.readStates = [rs];
     else this.readStates.push(rs);
   }
+}
+
+/**
+ * Whether an append is one a leader could have sent: its entries follow (prevIndex, prevTerm)
+ * one index at a time, with terms that never decrease, from prevTerm up to the leader's term.
+ * The follower's log code takes entries by position and trusts their indexes and terms.
+ */
+function appendIsWellFormed(m: AppendMessage): boolean {
+  if (m.prevTerm > m.term) return false;
+  let prevTerm = m.prevTerm;
+  for (let k = 0; k < m.entries.length; k++) {
+    const e = m.entries[k] as Entry;
+    if (e.index !== m.prevIndex + 1 + k || e.term < prevTerm || e.term > m.term) return false;
+    prevTerm = e.term;
+  }
+  return true;
 }

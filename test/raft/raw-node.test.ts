@@ -323,3 +323,77 @@ describe("RawNode.leadWithoutElection (a new group's designated first leader)", 
     });
   });
 });
+
+describe("RawNode: a peer's message is checked against the log before it is believed", () => {
+  const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
+  const enc = new TextEncoder();
+
+  /** `id`, a founding voter of (a, b, c) in term 1 that voted for a, its founding applied. */
+  function member(id: NodeId): { node: RawNode; storage: MemoryStorage } {
+    const storage = MemoryStorage.bootstrap([a, b, c]);
+    storage.setHardState({ ...storage.initialState().hardState, vote: a });
+    const node = new RawNode({ id, storage, rng: seededRng(1), confIndex: logIndex(3) });
+    drain(node, storage);
+    return { node, storage };
+  }
+
+  /** An append from leader a (term 1) after 1/3, the last founding entry. */
+  function append(entries: { index: number; term: number }[], commit: number): Message {
+    return {
+      type: "append",
+      from: a,
+      to: b,
+      term: term(1),
+      prevIndex: logIndex(3),
+      prevTerm: term(1),
+      entries: entries.map((e) => ({
+        index: logIndex(e.index),
+        term: term(e.term),
+        type: "normal",
+        data: enc.encode("x"),
+      })),
+      commit: logIndex(commit),
+      noReply: false,
+    };
+  }
+
+  it("drops an append whose entries do not follow its previous entry one by one", () => {
+    const { node, storage } = member(b);
+    // Two entries both numbered 4: taken by position, the second became index 5 while saying 4.
+    node.step(
+      append(
+        [
+          { index: 4, term: 1 },
+          { index: 4, term: 1 },
+        ],
+        0,
+      ),
+    );
+    drain(node, storage);
+    assert.equal(node.status().lastIndex, 3);
+    // An entry numbered 5 right after 3, with a commit index naming it: the member threw.
+    assert.doesNotThrow(() => node.step(append([{ index: 5, term: 1 }], 5)));
+    // An entry of a term above the leader's own (its log would outrank every real one).
+    node.step(append([{ index: 4, term: 9 }], 0));
+    drain(node, storage);
+    assert.equal(node.status().lastIndex, 3);
+    assert.equal(node.status().commit, 3);
+    // A well-formed one is taken.
+    node.step(
+      append(
+        [
+          { index: 4, term: 1 },
+          { index: 5, term: 1 },
+        ],
+        5,
+      ),
+    );
+    drain(node, storage);
+    assert.equal(node.status().lastIndex, 5);
+    assert.deepEqual(
+      (node.entries(logIndex(4), logIndex(6)) ?? []).map((e) => e.index),
+      [4, 5],
+    );
+    assert.equal(node.status().commit, 5);
+  });
+});
