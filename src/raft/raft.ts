@@ -1172,6 +1172,10 @@ export class Raft {
   #handleAppendResponse(m: AppendResponseMessage): void {
     const pr = this.prs.get(m.from);
     if (pr === undefined) return;
+    // Every answer names an index of this leader's log (its log never shrinks in its term): one
+    // beyond it is forged or corrupt, and counted as a match it would commit entries that only
+    // this leader holds once they are written.
+    if (m.index > this.log.lastIndex()) return;
     pr.recentActive = true;
     if (m.reject) {
       let next = m.hintIndex;

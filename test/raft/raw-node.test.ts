@@ -396,4 +396,28 @@ describe("RawNode: a peer's message is checked against the log before it is beli
     );
     assert.equal(node.status().commit, 5);
   });
+
+  it("a leader counts no acknowledgement of an index beyond its log", () => {
+    const { node, storage } = member(a);
+    node.leadWithoutElection(); // its empty entry is 1/4
+    drain(node, storage);
+    // b acknowledges 7, which a has not written yet (a forged or corrupt answer).
+    node.step({
+      type: "append-resp",
+      from: b,
+      to: a,
+      term: term(1),
+      index: logIndex(7),
+      reject: false,
+      hintIndex: logIndex(0),
+      hintTerm: term(0),
+      lost: false,
+    });
+    drain(node, storage);
+    for (const d of ["5", "6", "7"]) node.propose(enc.encode(d));
+    drain(node, storage);
+    // Nobody but a holds 4..7: none of them is committed.
+    assert.equal(node.status().commit, 3);
+    assert.equal(node.matchOf(b), 0);
+  });
 });
