@@ -1244,7 +1244,9 @@ export class Raft {
     } else if (pr.match < this.log.lastIndex() || pr.state === "probe") {
       this.#sendAppend(m.from);
     }
-    if (m.readSeq > pr.readAck) {
+    // A round this leader has not started yet (a forged or corrupt answer) confirms nothing: it
+    // would count as confirming every later read of the term.
+    if (m.readSeq > pr.readAck && m.readSeq <= this.#readSeq) {
       pr.readAck = m.readSeq;
       this.#releaseReads();
     }

@@ -325,7 +325,7 @@ describe("RawNode.leadWithoutElection (a new group's designated first leader)", 
 });
 
 describe("RawNode: a peer's message is checked against the log before it is believed", () => {
-  const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
+  const [a, b, c, d] = [nodeId("a"), nodeId("b"), nodeId("c"), nodeId("d")];
   const enc = new TextEncoder();
 
   /** `id`, a founding voter of (a, b, c) in term 1 that voted for a, its founding applied. */
@@ -419,5 +419,52 @@ describe("RawNode: a peer's message is checked against the log before it is beli
     // Nobody but a holds 4..7: none of them is committed.
     assert.equal(node.status().commit, 3);
     assert.equal(node.matchOf(b), 0);
+  });
+
+  it("a leader counts no confirmation of a read round it has not started", () => {
+    const ids = ["a", "b", "c", "d", "e"].map(nodeId);
+    const storage = MemoryStorage.bootstrap(ids);
+    storage.setHardState({ ...storage.initialState().hardState, vote: a });
+    const node = new RawNode({ id: a, storage, rng: seededRng(1), confIndex: logIndex(5) });
+    drain(node, storage);
+    node.leadWithoutElection(); // its empty entry is 1/6
+    const ack = (from: NodeId, index: number): Message => ({
+      type: "append-resp",
+      from,
+      to: a,
+      term: term(1),
+      index: logIndex(index),
+      reject: false,
+      hintIndex: logIndex(0),
+      hintTerm: term(0),
+      lost: false,
+    });
+    node.step(ack(b, 6));
+    node.step(ack(c, 6));
+    drain(node, storage);
+    assert.equal(node.status().commit, 6);
+    // b confirms round 99 before any read (a forged or corrupt answer)…
+    node.step({ type: "heartbeat-resp", from: b, to: a, term: term(1), readSeq: 99 });
+    node.readIndex(enc.encode("r"));
+    drain(node, storage);
+    // …then c confirms the read's round, 1: a and c are two of five, no quorum.
+    node.step({ type: "heartbeat-resp", from: c, to: a, term: term(1), readSeq: 1 });
+    assert.deepEqual(readStates(), []);
+    // d's confirmation makes three.
+    node.step({ type: "heartbeat-resp", from: d, to: a, term: term(1), readSeq: 1 });
+    assert.deepEqual(readStates(), [6]);
+
+    /** The read states of the Readies now due (handled as a driver does). */
+    function readStates(): number[] {
+      const out: number[] = [];
+      while (node.hasReady()) {
+        const rd = node.ready();
+        storage.append(rd.entries);
+        if (rd.hardState !== null) storage.setHardState(rd.hardState);
+        out.push(...rd.readStates.map((r) => r.index));
+        node.advance();
+      }
+      return out;
+    }
   });
 });
