@@ -280,6 +280,11 @@ export class Raft {
     this.#skipHeartbeats = config.skipHeartbeatsAfterAppends ?? false;
     this.#omitReplies = config.omitRedundantReplies ?? false;
     this.#deferCommit = config.deferCommitBroadcast ?? false;
+    if (!Number.isInteger(this.#maxInflight) || this.#maxInflight < 1) {
+      // 0 would pause every follower in `replicate` for good (its window always full): no entry
+      // past a probe's would ever be sent.
+      throw new InvalidRaftRequestError("raft: maxInflightMsgs must be an integer ≥ 1");
+    }
     if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
       throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
     }

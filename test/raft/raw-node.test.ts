@@ -78,6 +78,14 @@ describe("RawNode", () => {
       () => new RawNode({ id: nodeId("a"), storage, rng: seededRng(1), quiesceTicks: -1 }),
       { code: "CAIRN_ERR_INVALID_RAFT_REQUEST" },
     );
+    // An in-flight window of 0 is always full: a follower in replicate would get no entry ever.
+    for (const maxInflightMsgs of [0, -1, 0.5, Number.NaN]) {
+      assert.throws(
+        () => new RawNode({ id: nodeId("a"), storage, rng: seededRng(1), maxInflightMsgs }),
+        { code: "CAIRN_ERR_INVALID_RAFT_REQUEST" },
+        String(maxInflightMsgs),
+      );
+    }
   });
 
   it("a single voter quiesces when idle, sends nothing, and wakes on a proposal", () => {
