@@ -62,6 +62,12 @@ import type {
 } from "./types.ts";
 import { decodeConfChange, encodeConfChange, logIndex, term as toTerm } from "./types.ts";
 
+/**
+ * The highest term a message may carry: far beyond any real group (an election a millisecond
+ * for over 100,000 years), and leaving 2^52 exact terms after it.
+ */
+const MAX_TERM = 2 ** 52;
+
 /** Raft.msgs and Raft.readStates when empty since the last ready(): never written. */
 export const NO_MESSAGES: Message[] = Object.freeze([]) as unknown as Message[];
 export const NO_READ_STATES: ReadState[] = Object.freeze([]) as unknown as ReadState[];
@@ -552,6 +558,9 @@ export class Raft {
     // A malformed append would be taken by position (its entries' own indexes unchecked):
     // a log whose entries contradict their places, or a commit index past the log (a throw).
     if (m.type === "append" && !appendIsWellFormed(m)) return;
+    // A term so high that the ones after it are not exact (term + 1 === term past 2^53, and
+    // peers decode no term past it) would end the group's elections once adopted.
+    if (m.term > MAX_TERM) return;
     if (this.#quiesced && this.bugs.sleepThroughMessages !== true) {
       if (this.#isLateAnswer(m)) return;
       if (this.#wakesOn(m)) {

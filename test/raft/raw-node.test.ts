@@ -337,10 +337,10 @@ describe("RawNode: a peer's message is checked against the log before it is beli
   const enc = new TextEncoder();
 
   /** `id`, a founding voter of (a, b, c) in term 1 that voted for a, its founding applied. */
-  function member(id: NodeId): { node: RawNode; storage: MemoryStorage } {
+  function member(id: NodeId, preVote = true): { node: RawNode; storage: MemoryStorage } {
     const storage = MemoryStorage.bootstrap([a, b, c]);
     storage.setHardState({ ...storage.initialState().hardState, vote: a });
-    const node = new RawNode({ id, storage, rng: seededRng(1), confIndex: logIndex(3) });
+    const node = new RawNode({ id, storage, rng: seededRng(1), confIndex: logIndex(3), preVote });
     drain(node, storage);
     return { node, storage };
   }
@@ -474,5 +474,26 @@ describe("RawNode: a peer's message is checked against the log before it is beli
       }
       return out;
     }
+  });
+
+  it("ignores a term so high that the group could hold no election after it", () => {
+    const { node, storage } = member(b, false);
+    // Adopted, its next campaigns were at 2^53 both (term + 1 no longer exact), which no peer
+    // decodes either: the group could elect no leader again.
+    node.step({
+      type: "vote-resp",
+      from: c,
+      to: b,
+      term: term(Number.MAX_SAFE_INTEGER),
+      reject: true,
+    });
+    drain(node, storage);
+    assert.equal(node.term, 1);
+    node.campaign();
+    drain(node, storage);
+    const first = node.term;
+    node.campaign();
+    drain(node, storage);
+    assert.ok(Number.isSafeInteger(node.term) && node.term > first, `term ${node.term}`);
   });
 });
