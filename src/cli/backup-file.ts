@@ -11,9 +11,10 @@
  * Integers are big-endian. A record's crc is CRC32C of its bytes from the type byte on, seeded
  * with the previous record's crc (the header's for the first): a record damaged, dropped, moved
  * or repeated fails a check, and so does a file cut short (no end record) or with bytes after
- * its end. Keys are strictly ascending. A reader bounds every length before it allocates
- * (keys 1..65,535 bytes, values up to 64 MiB: the most a node accepts), so a hostile file costs
- * a bounded amount of memory.
+ * its end. Keys are strictly ascending, and inside the header's range (a restore checks only that
+ * range for keys already there: a record outside it would be written over live data). A reader
+ * bounds every length before it allocates (keys 1..65,535 bytes, values up to 64 MiB: the most a
+ * node accepts), so a hostile file costs a bounded amount of memory.
  *
  * The format is logical (keys and values, no versions): a backup restores into a cluster of any
  * size, shard count or build. The one mention of shards is the `skipped` record, only in a
@@ -131,6 +132,7 @@ export function streamSink(stream: NodeJS.WritableStream): BackupSink {
 /** Writes a backup, record by record, to a sink (see the module comment for the format). */
 export class BackupWriter {
   readonly #sink: BackupSink;
+  readonly #inRange: (key: Uint8Array) => boolean;
   #chunks: Buffer[] = [];
   #buffered = 0;
   #crc: number;
@@ -140,6 +142,7 @@ export class BackupWriter {
 
   constructor(sink: BackupSink, header: BackupHeader) {
     this.#sink = sink;
+    this.#inRange = rangeCheck(header.range);
     const json = Buffer.from(JSON.stringify(header), "utf8");
     const head = Buffer.alloc(16);
     MAGIC.copy(head, 0);
@@ -170,6 +173,7 @@ export class BackupWriter {
       throw new Error("backup keys must be added in strictly ascending order");
     if (key.length === 0 || key.length > MAX_KEY_BYTES || value.length > MAX_VALUE_BYTES)
       throw new Error(`a key of ${key.length} bytes or a value of ${value.length} bytes`);
+    if (!this.#inRange(key)) throw new Error("a backup key outside the backup's range");
     this.#lastKey = key;
     const head = Buffer.alloc(9);
     head[0] = RECORD;
@@ -323,6 +327,7 @@ class Reader implements BackupReader {
     let last: Buffer | null = null;
     let out: BackupEntry[] = [];
     let skippedShards: readonly number[] | null = null;
+    const inRange = rangeCheck(this.header.range);
     for (;;) {
       const at = src.offset;
       const type = (await src.take(1))[0];
@@ -372,6 +377,8 @@ class Reader implements BackupReader {
         throw src.damaged(at, `record ${records + 1}'s checksum does not match`);
       if (last !== null && Buffer.compare(key, last) <= 0)
         throw src.damaged(at, `record ${records + 1}'s key is not above the one before`);
+      if (!inRange(key))
+        throw src.damaged(at, `record ${records + 1}'s key is outside the backup's range`);
       this.#crc = crc;
       last = key;
       records++;
@@ -404,6 +411,25 @@ function parseHeader(bytes: Buffer, damaged: () => Error): BackupHeader {
   for (const k of ["prefix", "start", "end"])
     if (r[k] !== undefined && typeof r[k] !== "string") throw damaged();
   return { created, range: r as BackupHeader["range"], consistency };
+}
+
+/**
+ * Whether a key lies in a header's range: a prefix, else [start, end) (either may be absent),
+ * decoded as the restore's emptiness check decodes it (backup-commands.ts, scanRangeOf).
+ */
+function rangeCheck(range: BackupHeader["range"]): (key: Uint8Array) => boolean {
+  const dec = (s: string): Buffer => Buffer.from(s, "base64");
+  if (range.prefix !== undefined) {
+    const prefix = dec(range.prefix);
+    return (key) =>
+      key.length >= prefix.length && Buffer.compare(key.subarray(0, prefix.length), prefix) === 0;
+  }
+  const start = range.start === undefined ? null : dec(range.start);
+  // An empty end is none: the scan sends it as absent.
+  const end = range.end === undefined ? null : dec(range.end);
+  return (key) =>
+    (start === null || Buffer.compare(key, start) >= 0) &&
+    (end === null || end.length === 0 || Buffer.compare(key, end) < 0);
 }
 
 /** The skipped shards' record's ids: ascending shard numbers (a shard count is below 2^16). */

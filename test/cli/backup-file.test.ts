@@ -24,9 +24,10 @@ let n = 0;
 const fresh = (): string => join(dir, `b${n++}.bak`);
 const HEADER: BackupHeader = {
   created: "2026-12-02T00:00:00.000Z",
-  range: { prefix: Buffer.from("p/").toString("base64") },
+  range: {},
   consistency: "linearizable",
 };
+const b64 = (s: string): string => Buffer.from(s).toString("base64");
 
 before(() => {
   dir = mkdtempSync(join(tmpdir(), "cairn-backup-file-"));
@@ -240,6 +241,48 @@ describe("the backup file", () => {
     const huge = Buffer.from(p);
     huge.writeUInt32BE(0x7fffffff, endAt + 1);
     await refused(huge, /a skipped shards' record of 2147483647 bytes/);
+  });
+
+  it("refuses a key outside the header's range, written or read (a restore checks only that range)", async () => {
+    for (const range of [{ prefix: b64("p/") }, { start: b64("b"), end: b64("d") }]) {
+      const header = { ...HEADER, range };
+      const w = await BackupWriter.create(fresh(), header);
+      await assert.rejects(w.add(Buffer.from("a"), Buffer.from("1")), /outside the backup's range/);
+      await w.abort();
+    }
+    // A file whose header says "p/" and whose record does not, every checksum right: the
+    // header of a range-less backup swapped for a prefix one, and the chain recomputed.
+    const path = fresh();
+    await write(path, [{ key: Buffer.from("q/1"), value: Buffer.from("v") }]);
+    const whole = readFileSync(path);
+    const oldHeaderEnd = 16 + whole.readUInt32BE(12) + 4;
+    const json = Buffer.from(JSON.stringify({ ...HEADER, range: { prefix: b64("p/") } }));
+    const head = Buffer.from(whole.subarray(0, 16));
+    head.writeUInt32BE(json.length, 12);
+    const u32 = (n: number): Buffer => {
+      const b = Buffer.alloc(4);
+      b.writeUInt32BE(n);
+      return b;
+    };
+    let crc = crc32c(json);
+    const parts = [head, json, u32(crc)];
+    let at = oldHeaderEnd;
+    for (const len of [9 + 3 + 1, 17]) {
+      const body = whole.subarray(at, at + len);
+      crc = crc32c(body, crc);
+      parts.push(body, u32(crc));
+      at += len + 4;
+    }
+    const forged = join(dir, "outside.bak");
+    writeFileSync(forged, Buffer.concat(parts));
+    await assert.rejects(read(forged), /record 1's key is outside the backup's range/);
+    // Inside the range, and an empty end (none): read back.
+    const ok = fresh();
+    const w = await BackupWriter.create(ok, { ...HEADER, range: { start: b64("b"), end: "" } });
+    await w.add(Buffer.from("b"), Buffer.from("1"));
+    await w.add(Buffer.from("zz"), Buffer.from("2"));
+    await w.finish();
+    assert.equal((await read(ok)).entries.length, 2);
   });
 
   it("refuses a hostile length before allocating it", async () => {

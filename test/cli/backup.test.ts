@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { BackupWriter } from "../../src/cli/backup-file.ts";
 import { CairnClient, type KeyValue } from "../../src/client/index.ts";
+import { crc32c } from "../../src/storage/common/crc32c.ts";
 import {
   CAIRN,
   cleanEnv,
@@ -53,6 +54,47 @@ function spawnWithStdin(args: readonly string[]): {
     proc.once("close", (code) => resolve({ code, out, err })),
   );
   return { proc, done };
+}
+
+/**
+ * A backup file built byte by byte (the format of src/cli/backup-file.ts, every checksum right)
+ * whose records need not lie in its header's range, as BackupWriter would not write.
+ */
+function forgedBackup(
+  range: Record<string, string>,
+  entries: ReadonlyArray<[string, string]>,
+): Buffer {
+  const json = Buffer.from(
+    JSON.stringify({ created: new Date().toISOString(), range, consistency: "linearizable" }),
+  );
+  const head = Buffer.alloc(16);
+  head.write("CAIRNBAK", 0, "latin1");
+  head.writeUInt32BE(1, 8);
+  head.writeUInt32BE(json.length, 12);
+  let crc = crc32c(json);
+  const u32 = (n: number): Buffer => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(n);
+    return b;
+  };
+  const parts = [head, json, u32(crc)];
+  let bytes = 0;
+  for (const [k, v] of entries) {
+    const rec = Buffer.alloc(9);
+    rec[0] = 1;
+    rec.writeUInt32BE(Buffer.byteLength(k), 1);
+    rec.writeUInt32BE(Buffer.byteLength(v), 5);
+    const body = Buffer.concat([rec, Buffer.from(k), Buffer.from(v)]);
+    crc = crc32c(body, crc);
+    parts.push(body, u32(crc));
+    bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
+  }
+  const end = Buffer.alloc(17);
+  end[0] = 2;
+  end.writeBigUInt64BE(BigInt(entries.length), 1);
+  end.writeBigUInt64BE(BigInt(bytes), 9);
+  parts.push(end, u32(crc32c(end, crc)));
+  return Buffer.concat(parts);
 }
 
 const cli = (server: ServerProcess, args: readonly string[]) =>
@@ -224,6 +266,29 @@ describe("cairn backup and restore", () => {
       refused.err,
       /standard input is not a whole backup: .*cut short.*nothing was written/,
     );
+  });
+
+  it("a file whose records lie outside its header's range is refused: a restore without --overwrite never writes over live keys", async () => {
+    // The emptiness check reads only the header's range (here: keys under empty/, none held);
+    // the records name a key outside it that the target holds. The restore overwrote it, exit 0.
+    const c = new CairnClient({ endpoints: [target.rpc] });
+    try {
+      await c.put("live/k", "precious");
+      const file = join(dir, "outside-range.bak");
+      writeFileSync(
+        file,
+        forgedBackup({ prefix: Buffer.from("empty/").toString("base64") }, [["live/k", "forged"]]),
+      );
+      const check = await runCairn(["restore", "--check", file]);
+      assert.equal(check.code, 2, check.out);
+      assert.match(check.err, /record 1's key is outside the backup's range/);
+      const r = await cli(target, ["restore", file]);
+      assert.equal(r.code, 2, r.out);
+      assert.match(r.err, /outside the backup's range.*nothing was written/);
+      assert.equal(await c.getString("live/k"), "precious");
+    } finally {
+      c.close();
+    }
   });
 
   it("bad arguments are usage errors, naming the problem", async () => {
