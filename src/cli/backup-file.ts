@@ -42,6 +42,11 @@ const MAX_SHARD_ID = 65_535;
 const MAX_SKIPPED_BYTES = 6 * (MAX_SHARD_ID + 1) + 2;
 /** Bytes gathered before a write, and read at a time. */
 const CHUNK_BYTES = 1024 * 1024;
+/**
+ * Most key and value bytes of a batch of entries read (one entry may be larger): a batch of 256
+ * values of up to 64 MiB each held gigabytes.
+ */
+const BATCH_BYTES = 4 * 1024 * 1024;
 
 /** What a backup says about itself. */
 export interface BackupHeader {
@@ -272,8 +277,9 @@ async function syncDirectory(dir: string): Promise<void> {
 export interface BackupReader {
   readonly header: BackupHeader;
   /**
-   * The entries in key order, in batches of up to `batch`; throws BackupDamagedError at the
-   * first check that fails, once the entries before it were given.
+   * The entries in key order, in batches of up to `batch` entries and about 4 MiB (a batch ends
+   * with the entry that reaches it); throws BackupDamagedError at the first check that fails,
+   * once the entries before it were given.
    */
   entries(batch?: number): AsyncGenerator<BackupEntry[]>;
   /** What it holds, known once `entries` reached the end record. */
@@ -326,6 +332,7 @@ class Reader implements BackupReader {
     let bytes = 0;
     let last: Buffer | null = null;
     let out: BackupEntry[] = [];
+    let outBytes = 0;
     let skippedShards: readonly number[] | null = null;
     const inRange = rangeCheck(this.header.range);
     for (;;) {
@@ -384,9 +391,11 @@ class Reader implements BackupReader {
       records++;
       bytes += keyLength + valueLength;
       out.push({ key, value });
-      if (out.length >= batch) {
+      outBytes += keyLength + valueLength;
+      if (out.length >= batch || outBytes >= BATCH_BYTES) {
         yield out;
         out = [];
+        outBytes = 0;
       }
     }
   }

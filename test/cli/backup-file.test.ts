@@ -105,6 +105,36 @@ describe("the backup file", () => {
     assert.equal(got.entries.length, 2);
   });
 
+  it("reads large values a few at a time: a batch is bounded in bytes, not only in entries", async () => {
+    // A batch was 256 entries whatever their size: with values of up to 64 MiB, restore's
+    // check pass (which only reads) held up to 16 GiB. Here 24 values of 1 MiB came as one batch.
+    const path = fresh();
+    const mib = 1024 * 1024;
+    await write(
+      path,
+      Array.from({ length: 24 }, (_, i) => ({
+        key: Buffer.from(`k${String(i).padStart(2, "0")}`),
+        value: Buffer.alloc(mib, i),
+      })),
+    );
+    const r = await openBackup(path);
+    try {
+      let entries = 0;
+      for await (const batch of r.entries()) {
+        // Under 4 MiB before its last entry.
+        const bytes = batch.slice(0, -1).reduce((s, e) => s + e.key.length + e.value.length, 0);
+        assert.ok(
+          bytes < 4 * mib,
+          `a batch of ${batch.length} entries, ${bytes} bytes before its last`,
+        );
+        entries += batch.length;
+      }
+      assert.equal(entries, 24);
+    } finally {
+      await r.close();
+    }
+  });
+
   it("never replaces a file, and leaves no partial file when aborted", async () => {
     const path = fresh();
     await write(path, []);
