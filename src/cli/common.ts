@@ -277,7 +277,8 @@ export function describeSkipped(ids: readonly number[]): string {
 export function printable(bytes: Uint8Array): string {
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    // ignoreBOM: a leading U+FEFF is part of the key or value, not to be dropped.
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
     return `base64:${b64(bytes)}`;
   }

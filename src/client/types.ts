@@ -98,9 +98,12 @@ export interface SnapshotResult {
   readonly sizeBytes: number;
 }
 
-/** The first `n` UTF-8 decoded, for display. */
+/**
+ * Bytes decoded as UTF-8, every character kept: a leading byte order mark (U+FEFF) is part of
+ * the value (TextDecoder drops it unless told not to).
+ */
 export function utf8(bytes: Uint8Array): string {
-  return new TextDecoder().decode(bytes);
+  return new TextDecoder("utf-8", { ignoreBOM: true }).decode(bytes);
 }
 
 export function toBytes(b: Bytes): Uint8Array {

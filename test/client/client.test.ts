@@ -52,6 +52,18 @@ describe("CairnClient", () => {
     }
   });
 
+  it("text() and getString() keep a value's leading byte order mark", async () => {
+    // U+FEFF is a character of the value like any other: TextDecoder dropped it by default.
+    const c = new CairnClient({ endpoints: [server.rpc] });
+    try {
+      await c.put("bom", "\uFEFFhello");
+      assert.equal(await c.getString("bom"), "\uFEFFhello");
+      assert.equal((await c.get("bom"))?.text(), "\uFEFFhello");
+    } finally {
+      c.close();
+    }
+  });
+
   it("scans by prefix and range, paging up to a limit", async () => {
     const c = new CairnClient({ endpoints: [server.rpc] });
     try {
