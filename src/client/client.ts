@@ -336,6 +336,8 @@ export class CairnClient {
     };
     let pageToken: Uint8Array = EMPTY;
     let got = 0;
+    /** The last key given: every key of a later page must be above it. */
+    let after: Uint8Array | null = null;
     for (;;) {
       const req = {
         ...base,
@@ -353,8 +355,26 @@ export class CairnClient {
         value: new Uint8Array(it.value),
         version: version(it.version),
       }));
+      // Pages move on: keys ascending, each above the page before's, and a page followed by
+      // another holds at least one. A server's page that does not would be asked for again and
+      // again (each page a call of its own, scanPages with no overall deadline): a hang.
+      for (const it of items) {
+        if (after !== null && Buffer.compare(it.key, after) <= 0)
+          throw new ServerError(
+            "CAIRN_ERR_INTERNAL",
+            "the server's scan page does not move on: a key not above the one before it",
+            status.INTERNAL,
+          );
+        after = it.key;
+      }
       got += items.length;
       const more = res.next_page_token.length > 0;
+      if (more && items.length === 0)
+        throw new ServerError(
+          "CAIRN_ERR_INTERNAL",
+          "the server's scan page holds no key but names a next page",
+          status.INTERNAL,
+        );
       yield { items, more, skippedShards: res.skipped_shards };
       if (!more || (limit > 0 && got >= limit)) return;
       pageToken = new Uint8Array(res.next_page_token);

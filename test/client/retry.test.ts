@@ -80,9 +80,22 @@ before(async () => {
       cb: (e: Partial<ServiceError> | null, r?: unknown) => void,
     ) => answer(call, cb, { deleted: true, version: { index: 8, term: 2 } }),
     Scan: (
-      call: { request: { key?: Buffer } },
+      call: { request: { key?: Buffer; prefix?: Buffer } },
       cb: (e: Partial<ServiceError> | null, r?: unknown) => void,
-    ) => answer(call, cb, { items: [], next_page_token: Buffer.alloc(0) }),
+    ) => {
+      // A server whose pages do not move on: the same page and token, whatever token it is
+      // sent ("loop/"), or a token after no item ("empty/").
+      const prefix = String(call.request.prefix ?? "");
+      const token = (key: string): Buffer => Buffer.concat([Buffer.from([1]), Buffer.from(key)]);
+      const v = { index: 1, term: 1 };
+      if (prefix === "loop/")
+        return cb(null, {
+          items: [{ key: Buffer.from("loop/a"), value: Buffer.from("v"), version: v }],
+          next_page_token: token("loop/a"),
+        });
+      if (prefix === "empty/") return cb(null, { items: [], next_page_token: token("empty/") });
+      answer(call, cb, { items: [], next_page_token: Buffer.alloc(0) });
+    },
   };
   server.addService(proto.cairn.v1.KV.service, impl);
   const port = await new Promise<number>((resolve, reject) =>
@@ -251,5 +264,34 @@ describe("client retries", () => {
     assert.deepEqual(err.current, { index: 12, term: 3 });
     assert.equal(calls.get("k6"), 1);
     c.close();
+  });
+
+  it("a server whose scan pages do not move on fails the scan instead of paging forever", async () => {
+    // scanPages (cairn scan, cairn backup) asked for the next page as long as a token came
+    // back: a page that repeats the last one, or a token after no item, looped for good (each
+    // page a call with its own deadline).
+    const c = client();
+    try {
+      for (const prefix of ["loop/", "empty/"]) {
+        let pages = 0;
+        const err = await (async () => {
+          for await (const page of c.scanPages({ prefix })) {
+            pages++;
+            if (pages > 50) return `${page.items.length} items on page ${pages}`;
+          }
+          return undefined;
+        })().then(
+          (r) => r,
+          (e: unknown) => e,
+        );
+        assert.ok(err instanceof ServerError, `${prefix}: ${String(err)} after ${pages} pages`);
+        assert.equal(err.code, "CAIRN_ERR_INTERNAL");
+        assert.match(err.message, /scan page/);
+        // scan() too, within its one deadline: not a DeadlineExceededError once time runs out.
+        await assert.rejects(c.scan({ prefix }), ServerError);
+      }
+    } finally {
+      c.close();
+    }
   });
 });
