@@ -653,12 +653,30 @@ export class CairnClient {
       const deadline = grpcJsDeadline(until - started);
       try {
         return await new Promise<T>((resolve, reject) => {
-          const call = invoke(conn, deadline, (err, res) =>
-            err === null ? resolve(res as T) : reject(err),
-          );
+          const signal = options.signal;
+          // An abort ends the attempt in flight too, not only the wait between attempts.
+          const onAbort = (): void => {
+            (call as Partial<ClientUnaryCall>).cancel?.();
+            reject(new Aborted(signal?.reason));
+          };
+          const call = invoke(conn, deadline, (err, res) => {
+            signal?.removeEventListener("abort", onAbort);
+            if (err === null) resolve(res as T);
+            else reject(err);
+          });
           if (learnFor !== null) this.#learnLeaderFrom(call, learnFor);
+          signal?.addEventListener("abort", onAbort, { once: true });
         });
       } catch (err) {
+        if (err instanceof Aborted) {
+          // A write sent may have been applied: its outcome is unknown.
+          if (kind === "write")
+            throw new IndeterminateWriteError(
+              "write outcome unknown: the call was aborted after it was sent",
+              err.reason,
+            );
+          throw err.reason as Error;
+        }
         const e = err as ServiceError;
         last = e;
         lastTook = performance.now() - started;
@@ -690,6 +708,14 @@ function tlsHint(details: string | undefined, tls: boolean): string {
     )
     ? " — the node does not speak TLS on this port (a node without tls.cert_file serves cleartext)"
     : "";
+}
+
+/** An attempt ended by its call's AbortSignal; `reason` is the signal's. */
+class Aborted {
+  readonly reason: unknown;
+  constructor(reason: unknown) {
+    this.reason = reason;
+  }
 }
 
 /** The least time left for which the client starts another attempt of a call. */

@@ -294,4 +294,40 @@ describe("client retries", () => {
       c.close();
     }
   });
+
+  it("an abort ends the attempt in flight at once: a read rejects with the reason, a write is indeterminate", async () => {
+    // The signal was looked at only between attempts: an abort waited for the attempt in flight
+    // to end (its answer, or its deadline), here 3 s later with that answer's error.
+    const c = client(10_000);
+    try {
+      const read = new AbortController();
+      scripts.set("ab1", [
+        {
+          code: status.INTERNAL,
+          delayMs: 3000,
+          onArrival: () => read.abort(new Error("read aborted")),
+        },
+      ]);
+      const t0 = performance.now();
+      await assert.rejects(c.get("ab1", { signal: read.signal }), /read aborted/);
+      const write = new AbortController();
+      scripts.set("ab2", [
+        {
+          code: status.INTERNAL,
+          delayMs: 3000,
+          onArrival: () => write.abort(new Error("write aborted")),
+        },
+      ]);
+      await assert.rejects(c.put("ab2", "v", { signal: write.signal }), (err: unknown) => {
+        assert.ok(err instanceof IndeterminateWriteError, String(err));
+        assert.match(err.message, /aborted/);
+        return true;
+      });
+      assert.ok(performance.now() - t0 < 2500, "both ended before their answers came");
+      assert.equal(calls.get("ab1"), 1);
+      assert.equal(calls.get("ab2"), 1);
+    } finally {
+      c.close();
+    }
+  });
 });
