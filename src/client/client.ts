@@ -760,6 +760,15 @@ function isRetryable(e: ServiceError, kind: Kind): boolean {
 function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
   const code = metadataString(e.metadata, ERROR_CODE_KEY);
   const details = e.details ?? e.message;
+  // A Cairn server sets cairn-error-code on every error it answers: INTERNAL or UNKNOWN without
+  // one is grpc-js's own (a stream reset, a call ended without a status, an answer it could not
+  // parse), after the request may have arrived and been applied.
+  if (
+    kind === "write" &&
+    code === undefined &&
+    (e.code === status.INTERNAL || e.code === status.UNKNOWN)
+  )
+    return new IndeterminateWriteError(`write outcome unknown: ${details}`, e);
   switch (e.code) {
     case status.FAILED_PRECONDITION:
       if (code === "CAIRN_ERR_VERSION_MISMATCH") {

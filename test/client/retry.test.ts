@@ -4,6 +4,7 @@
  * indeterminate and sent exactly once.
  */
 import assert from "node:assert/strict";
+import { constants as h2, createServer as createH2Server } from "node:http2";
 import { after, before, describe, it } from "node:test";
 import {
   Metadata,
@@ -328,6 +329,40 @@ describe("client retries", () => {
       assert.equal(calls.get("ab2"), 1);
     } finally {
       c.close();
+    }
+  });
+
+  it("a write whose stream is reset after it was sent (RST_STREAM INTERNAL_ERROR) is indeterminate, not a server error", async () => {
+    // grpc-js reports such a reset as INTERNAL with no cairn-error-code (a Cairn server sets one
+    // on every answer it makes): the request had arrived, and may have been applied. It was a
+    // ServerError (cairn put: exit 5, "another server error"), read as "not written".
+    let arrived = 0;
+    const raw = createH2Server();
+    raw.on("stream", (stream) => {
+      stream.on("error", () => undefined);
+      stream.on("data", () => undefined);
+      stream.on("end", () => {
+        arrived++;
+        stream.close(h2.NGHTTP2_INTERNAL_ERROR);
+      });
+    });
+    await new Promise<void>((r) => raw.listen(0, "127.0.0.1", r));
+    const c = new CairnClient({
+      endpoints: [`127.0.0.1:${(raw.address() as { port: number }).port}`],
+      routing: false,
+      timeoutMs: 2000,
+    });
+    try {
+      await assert.rejects(c.put("rst", "v"), (err: unknown) => {
+        assert.ok(err instanceof IndeterminateWriteError, String(err));
+        return true;
+      });
+      assert.equal(arrived, 1, "sent once");
+      // A read so reset is not a write: a plain server error still.
+      await assert.rejects(c.get("rst"), ServerError);
+    } finally {
+      c.close();
+      raw.close();
     }
   });
 });
