@@ -13,6 +13,7 @@ import {
   IndeterminateWriteError,
   type ScanRange,
   UnavailableError,
+  VersionConflictError,
 } from "../client/index.ts";
 import {
   BackupDamagedError,
@@ -91,7 +92,8 @@ record that counts them): a damaged or cut-short file is refused before anything
 "-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
 after) so that it can be checked whole before the first write.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
-a new cluster, or a range emptied first. Progress goes to stderr every 2 s.
+a new cluster, or a range emptied first; each key is then written only where it is absent, so a
+key written while the restore runs is left as it is (exit 4). Progress goes to stderr every 2 s.
 
 A restore that stops (a node unavailable, a key or value larger than this cluster's limits)
 says how many keys it wrote and exits with the error's code; run it again with --overwrite to
@@ -271,11 +273,20 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
           );
         });
         const c = client();
+        const overwrite = values["overwrite"] === true;
         try {
           // A file changed since it was checked is refused where it differs, keys written by then.
           await readable(path, name, false, (reader) =>
             inParallel(reader, concurrency, async (e) => {
-              await putAgainIfUnknown(c, e);
+              try {
+                await putAgainIfUnknown(c, e, overwrite);
+              } catch (err) {
+                if (err instanceof VersionConflictError)
+                  io.stderr.write(
+                    `cairn restore: the cluster holds ${printable(e.key)} now, written since the check; it was left as it is\n`,
+                  );
+                throw err;
+              }
               written++;
               bytes += e.key.length + e.value.length;
               progress();
@@ -348,18 +359,31 @@ async function readable<T>(
 /**
  * Writes an entry; a write whose outcome is unknown (a timeout after it was sent, a broken
  * connection) is written again: the same value under the same key, so applying it twice leaves
- * what applying it once would.
+ * what applying it once would. Without `overwrite` each write is one only if the key is absent
+ * (the emptiness check comes before the writes: a key written since is not replaced), and a key
+ * that holds this very value after an attempt whose outcome was unknown is this write's own.
  */
-async function putAgainIfUnknown(c: CairnClient, e: BackupEntry): Promise<void> {
+async function putAgainIfUnknown(
+  c: CairnClient,
+  e: BackupEntry,
+  overwrite: boolean,
+): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
-      await c.put(e.key, e.value);
+      await c.put(e.key, e.value, overwrite ? {} : { expectedVersion: ABSENT });
       return;
     } catch (err) {
+      if (err instanceof VersionConflictError && attempt > 1) {
+        const held = await c.get(e.key);
+        if (held !== null && Buffer.compare(held.value, e.value) === 0) return;
+      }
       if (!(err instanceof IndeterminateWriteError) || attempt >= RESTORE_ATTEMPTS) throw err;
     }
   }
 }
+
+/** The expected version of a key that must not exist (compare-and-set). */
+const ABSENT = { index: 0, term: 0 };
 
 /**
  * Runs `work` on every entry of the backup with at most `limit` in flight; the first failure
