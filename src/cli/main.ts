@@ -104,7 +104,12 @@ function hoistLeadingOptions(argv: readonly string[]): string[] {
     }
   }
   if (leading.length === 0 || i >= argv.length) return [...argv];
-  return [argv[i] as string, ...argv.slice(i + 1), ...leading];
+  // Before a "--", after which every argument is a positional (a key that begins with "-").
+  const rest = argv.slice(i + 1);
+  const end = rest.indexOf("--");
+  return end === -1
+    ? [argv[i] as string, ...rest, ...leading]
+    : [argv[i] as string, ...rest.slice(0, end), ...leading, ...rest.slice(end)];
 }
 
 /**

@@ -234,6 +234,19 @@ describe("cairn scan", () => {
     assert.equal(text.out, "\uFEFFbom/k\t\uFEFFv\n");
   });
 
+  it("global options before the command go with a key after -- (a key that begins with -)", async () => {
+    // Options before the command were moved to the end of the arguments: after "--", where
+    // they are positionals ("unexpected argument \"--output\"", exit 2).
+    const put = await cairn(["--timeout", "5000", "put", "--", "-dash", "v"]);
+    assert.equal(put.code, 0, put.err);
+    const get = await cairn(["--output", "json", "get", "--", "-dash"]);
+    assert.equal(get.code, 0, get.err);
+    assert.equal(
+      Buffer.from((JSON.parse(get.out) as { value: string }).value, "base64").toString(),
+      "v",
+    );
+  });
+
   it("prints a scan of several pages in full, text and JSON, and a limit past the first page", async () => {
     // 2,345 keys: three pages of the server's 1,000.
     const c = new CairnClient({ endpoints: [server.rpc] });
