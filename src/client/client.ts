@@ -392,7 +392,8 @@ export class CairnClient {
       null,
       options,
       (c, deadline, cb) => c.admin.SnapshotShard(req, { deadline }, cb),
-      options.endpoint === undefined ? {} : { endpoint: options.endpoint },
+      // That node's replica: no other endpoint answers for it.
+      { endpoint: options.endpoint ?? (this.#endpoints[0] as string), only: true },
     );
     return { shardId: res.shard_id, index: res.index, term: res.term, sizeBytes: res.size_bytes };
   }
@@ -614,6 +615,9 @@ export class CairnClient {
     how: {
       /** Send to this node, not routed. */
       readonly endpoint?: string;
+      /** To `endpoint` only, never to another endpoint when it cannot be reached (a call about
+       * that node's own replica: a snapshot). */
+      readonly only?: boolean;
       /** The answer comes from `key`'s shard leader (a write or a linearizable read, the default
        * for a call with a key); a serializable read's does not. */
       readonly servedByLeader?: boolean;
@@ -643,9 +647,11 @@ export class CairnClient {
       this.#assertOpen();
       if (attempt > 0 && until - performance.now() < Math.max(MIN_ATTEMPT_MS, 2 * lastTook)) break;
       const routed = endpoint ?? this.#leaderAddress(key, hint);
-      // A routed attempt that failed to connect falls back to the endpoints next time.
+      // A routed attempt that failed to connect falls back to the endpoints next time (unless
+      // the call is for that node only).
       const address =
-        routed !== undefined && !(attempt > 0 && last !== undefined && isConnectFailure(last))
+        routed !== undefined &&
+        (how.only === true || !(attempt > 0 && last !== undefined && isConnectFailure(last)))
           ? routed
           : this.#pickEndpoint();
       const conn = this.#connection(address);

@@ -1,10 +1,11 @@
 /** CairnClient against a real `cairn serve` process: the API, routing by the cluster view, restarts. */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { CairnClient, VersionConflictError } from "../../src/client/index.ts";
+import { CairnClient, UnavailableError, VersionConflictError } from "../../src/client/index.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { type ServerProcess, startServer } from "../support/server-process.ts";
 
@@ -130,6 +131,28 @@ describe("CairnClient", () => {
       }
       assert.equal(c.view?.shards.find((x) => x.id === shard)?.leader, "n1");
       assert.equal(await c.getString(key), "x");
+    } finally {
+      c.close();
+    }
+  });
+
+  it("a call to one node (a snapshot) goes to that node only: not to another endpoint when it is down", async () => {
+    // A snapshot is of one node's replica. The endpoint's failure to connect sent the retry to
+    // the next endpoint, which took its own snapshot and answered: success, on another node.
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+    const dead = `127.0.0.1:${(probe.address() as { port: number }).port}`;
+    await new Promise((r) => probe.close(r));
+    const c = new CairnClient({ endpoints: [dead, server.rpc], routing: false, timeoutMs: 1000 });
+    try {
+      await assert.rejects(c.snapshotShard(0, { endpoint: dead }), UnavailableError);
+      // Without one: the first endpoint, as documented.
+      await assert.rejects(c.snapshotShard(0), UnavailableError);
+      assert.equal((await c.snapshotShard(0, { endpoint: server.rpc })).shardId, 0);
+      // A call about the cluster, sent to a node, still goes on to the next when it is down
+      // (which answers it: this single node is in no cluster).
+      const answer = await c.getNode("n1", { endpoint: dead }).catch((e: unknown) => e);
+      assert.ok(!(answer instanceof UnavailableError), String(answer));
     } finally {
       c.close();
     }
