@@ -53,3 +53,20 @@ export class ProposalOvertakenError extends CairnError {
     this.name = "ProposalOvertakenError";
   }
 }
+
+/**
+ * The write was in this replica's log when the replica stopped serving (its node shutting down,
+ * its replica removed, its driver failed): another replica may hold the entry and commit it
+ * under the next leader, so it is not known to have failed (a retry could apply it twice).
+ */
+export class ProposalAbandonedError extends CairnError {
+  constructor(index: number, cause: unknown) {
+    const why = cause instanceof Error ? cause.message : String(cause);
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      `the write at log index ${index} was in the log when this replica stopped (${why}); its outcome is unknown: it may still be applied`,
+      { retryable: false },
+    );
+    this.name = "ProposalAbandonedError";
+  }
+}

@@ -37,6 +37,7 @@ import type { WalRaftStorage } from "./wal-storage.ts";
 import type { LostLog } from "./refill.ts";
 import {
   ProposalLostError,
+  ProposalAbandonedError,
   ProposalOvertakenError,
   RequestTimeoutError,
 } from "./request-errors.ts";
@@ -707,7 +708,10 @@ export class ShardReplica {
     clearArray(this.#steps);
     for (const item of this.#inbox) (item.kind === "read" ? item.read : item.done).reject(err);
     this.#inbox.length = 0;
-    for (const p of this.#proposals.values()) p.reject(err);
+    // A write in the log may still commit under the next leader (another replica holds it):
+    // its outcome is unknown, not err's (a retryable refusal says it was not applied).
+    for (const [index, p] of this.#proposals.entries())
+      p.reject(new ProposalAbandonedError(index, err));
     this.#proposals.clear();
     for (const r of this.#reads.values()) r.reject(err);
     this.#reads.clear();

@@ -26,6 +26,8 @@ import { installSnapshot } from "../../src/replication/multi-raft-snapshots.ts";
 import { ShardReplica } from "../../src/replication/shard.ts";
 import { KvStateMachine } from "../../src/replication/state-machine.ts";
 import { WalRaftStorage } from "../../src/replication/wal-storage.ts";
+import { encodeCommand } from "../../src/replication/commands.ts";
+import { ShuttingDownError } from "../../src/replication/multi-raft-options.ts";
 import {
   type Backpressure,
   LsmEngine,
@@ -765,5 +767,31 @@ describe("a shard's membership change lost with its leader's term", () => {
     const err = change.outcome as CairnError;
     assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(change.outcome));
     assert.match(err.message, /overtaken by a snapshot .* its outcome is unknown/);
+  });
+});
+
+describe("a shard's writes waiting when it stops", () => {
+  it("fails a write already in its log with an unknown outcome, one never proposed as not applied", async () => {
+    // a leads term 2 and appends a Put at index 5 (sent to b and c), then stops before it
+    // commits. b or c may hold the entry and commit it under the next leader: a's caller was
+    // told CAIRN_ERR_SHUTTING_DOWN (or NOT_LEADER, its replica removed), which the client takes
+    // as proof that nothing was applied, and retried it: applied twice.
+    const { raw, shard, drain } = await leaderOfTermTwo();
+    const put = encodeCommand({ op: "put", key: enc.encode("k"), value: enc.encode("v") });
+    const outcome = (p: Promise<unknown>): Promise<unknown> =>
+      p.then(
+        () => "applied",
+        (err: unknown) => err,
+      );
+    const inLog = outcome(shard.enqueuePropose(put, 0));
+    shard.drainInbox(0, 1000);
+    await drain();
+    assert.equal(raw.basicStatus().lastIndex, 5);
+    const neverProposed = outcome(shard.enqueuePropose(put, 0));
+    shard.failAll(new ShuttingDownError());
+    const [first, second] = (await Promise.all([inLog, neverProposed])) as [CairnError, CairnError];
+    assert.equal(first.code, "CAIRN_ERR_TIMEOUT", String(first));
+    assert.match(first.message, /at log index 5 .* its outcome is unknown/);
+    assert.equal(second.code, "CAIRN_ERR_SHUTTING_DOWN", String(second));
   });
 });
