@@ -15,10 +15,18 @@
  */
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { isIP } from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { isRole } from "../common/auth-tokens.ts";
 import { GOSSIP_KEY_BYTES } from "../common/gossip-keys.ts";
@@ -97,6 +105,23 @@ function sanOf(host: string): string {
   return `DNS:${host}`;
 }
 
+/**
+ * Writes `data` to `file` as a new file of `mode` beside it, renamed over it: an existing file is
+ * replaced whole, never rewritten in place, so a key gets its 0600 even where the file it
+ * replaces was readable by others (writeFileSync's mode applies only to a file it creates), and
+ * a node watching the file never reads it half written.
+ */
+function writeReplacing(file: string, data: Buffer | string, mode: number): void {
+  const temp = join(dirname(file), `.${basename(file)}.${randomBytes(6).toString("hex")}.tmp`);
+  try {
+    writeFileSync(temp, data, { mode, flag: "wx" });
+    renameSync(temp, file);
+  } catch (err) {
+    rmSync(temp, { force: true });
+    throw err;
+  }
+}
+
 interface Files {
   readonly crt: string;
   readonly key: string;
@@ -147,8 +172,8 @@ function create(
       crt,
     ]);
     for (const f of [files.key, files.crt]) mkdirSync(dirname(f), { recursive: true });
-    writeFileSync(files.key, readFileSync(key), { mode: 0o600 });
-    writeFileSync(files.crt, readFileSync(crt), { mode: 0o644 });
+    writeReplacing(files.key, readFileSync(key), 0o600);
+    writeReplacing(files.crt, readFileSync(crt), 0o644);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -268,7 +293,7 @@ export function cert(argv: readonly string[], io: Io): number {
           throw new UsageError(`${file} exists; pass --overwrite to replace it`);
         mkdirSync(dir, { recursive: true });
         const key = randomBytes(GOSSIP_KEY_BYTES).toString("base64");
-        writeFileSync(file, `${GOSSIP_KEY_FILE_HEADER}${key}\n`, { mode: 0o600 });
+        writeReplacing(file, `${GOSSIP_KEY_FILE_HEADER}${key}\n`, 0o600);
         io.stdout.write(`wrote ${file}\n`);
         return EXIT.ok;
       }

@@ -6,7 +6,16 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { X509Certificate } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -204,6 +213,30 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     assert.equal(certCommand(["create-gossip-key", "--certs-dir", certs, "--overwrite"]).code, 0);
     assert.ok(!readGossipKeyFile(file)[0].key.equals(keys[0].key), "a new key");
     assert.equal(certCommand(["create-gossip-key", "extra", "--certs-dir", certs]).code, 2);
+  });
+
+  it("writes every key 0600 with --overwrite, even over a file others could read", () => {
+    const certs = join(dir, "loose");
+    mkdirSync(certs, { recursive: true });
+    // Keys left readable by others (copied under a umask of 022, say): replaced, not rewritten.
+    const keys = ["ca.key", "node.key", "client.bob.key", "gossip.key"];
+    for (const key of keys) {
+      writeFileSync(join(certs, key), "old\n");
+      chmodSync(join(certs, key), 0o644);
+    }
+    for (const args of [
+      ["create-ca"],
+      ["create-node", "n1", "--host", "127.0.0.1"],
+      ["create-client", "bob"],
+      ["create-gossip-key"],
+    ]) {
+      const r = certCommand([...args, "--certs-dir", certs, "--overwrite"]);
+      assert.equal(r.code, 0, r.err);
+    }
+    for (const key of keys) {
+      assert.equal(statSync(join(certs, key)).mode & 0o777, 0o600, key);
+      assert.notEqual(readFileSync(join(certs, key), "utf8"), "old\n", key);
+    }
   });
 
   it("says so when the openssl binary is missing", () => {
