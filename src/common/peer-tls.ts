@@ -114,16 +114,35 @@ export function authoritiesOf(m: TlsMaterial): Authorities {
   return { client: caCertificates(m.clientCa), peer: caCertificates(m.peerCa) };
 }
 
+/** Extended key usages a TLS server's certificate may carry: serverAuth, anyExtendedKeyUsage. */
+const SERVER_USAGES = ["1.3.6.1.5.5.7.3.1", "2.5.29.37.0"];
+
+/**
+ * Whether `cert` can be a node's: a node serves TLS with it, and its peers check it as a server
+ * certificate when they dial the node, so its extended key usage, when it has one, names
+ * serverAuth (`cairn cert create-node` writes serverAuth and clientAuth). A client's
+ * (`create-client`: clientAuth only) is not, even when the peer CA signed it: one CA may sign
+ * both (docs/operations.md), and a client's certificate must never pass for a node's.
+ */
+function nodeUsable(cert: X509Certificate): boolean {
+  // node:crypto's `keyUsage` lists the extended key usages (undefined without the extension).
+  const usages = cert.keyUsage as string[] | undefined;
+  return usages === undefined || usages.some((u) => SERVER_USAGES.includes(u));
+}
+
 /**
  * The identity of a TLS connection whose certificate OpenSSL verified against the node's CAs
- * (`socket.authorized`): which of them signed it, and its names.
+ * (`socket.authorized`): which of them signed it, and its names. `peer` only for a node's
+ * certificate (nodeUsable): a client's certificate the peer CA signed is the client CA's only.
  */
 export function identityOf(socket: TLSSocket, cas: Authorities): TlsIdentity {
   const chain = presentedChain(socket);
+  const leaf = chain[0];
   const authorities: TlsAuthority[] = [];
   if (cas.client.some((ca) => signedBy(chain, ca))) authorities.push("client");
-  if (cas.peer.some((ca) => signedBy(chain, ca))) authorities.push("peer");
-  const leaf = chain[0];
+  if (leaf !== undefined && nodeUsable(leaf) && cas.peer.some((ca) => signedBy(chain, ca))) {
+    authorities.push("peer");
+  }
   return { authorities, names: leaf === undefined ? [] : certificateNames(leaf) };
 }
 
@@ -136,7 +155,7 @@ export function peerIdentityRefusal(identity: TlsIdentity | null, nodeId: string
     return "the connection presented no certificate: a peer must present its node certificate (tls.peer_ca_file)";
   }
   if (!identity.authorities.includes("peer")) {
-    return `the connection's certificate (${identity.names[0] ?? "no name"}) is not signed by this node's tls.peer_ca_file`;
+    return `the connection's certificate (${identity.names[0] ?? "no name"}) is not a node's certificate: not signed by this node's tls.peer_ca_file, or one a client's extended key usage limits to clientAuth`;
   }
   if (!identity.names.includes(nodeId)) {
     return `the connection's certificate names ${JSON.stringify(identity.names)}, not node ${JSON.stringify(nodeId)} the call says it comes from`;

@@ -30,10 +30,17 @@ import {
   type ServiceError,
 } from "@grpc/grpc-js";
 import { CairnClient, ServerError } from "../../src/client/index.ts";
+import { loadCairnProto } from "../../src/api/proto.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
-import { eventually } from "../support/cluster-process.ts";
+import { eventually, freePort } from "../support/cluster-process.ts";
 import { metricValue, type ServerProcess, startServer } from "../support/server-process.ts";
-import { type CertSet, certCommand, expiredCert, makeCerts } from "../support/tls-certs.ts";
+import {
+  type CertSet,
+  certCommand,
+  expiredCert,
+  makeCerts,
+  refusedCertificates,
+} from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-e2e-authz-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -117,6 +124,24 @@ async function refusal(p: Promise<unknown>): Promise<ServerError> {
     return err;
   }
   assert.fail("the call succeeded");
+}
+
+/** The cluster id in the first view a Meta.WatchCluster call gets; false while it is "" or fails. */
+function firstViewClusterId(address: string, creds: ChannelCredentials): Promise<string | false> {
+  const { proto } = loadCairnProto();
+  const client = new proto.cairn.v1.Meta(address, creds, CHANNEL);
+  return new Promise((resolve) => {
+    const call = client.WatchCluster({}, { deadline: Date.now() + 5000 });
+    const finish = (id: string | false): void => {
+      call.cancel();
+      client.close();
+      resolve(id);
+    };
+    call.on("data", (view: { cluster_id?: string }) =>
+      finish(view.cluster_id === undefined || view.cluster_id === "" ? false : view.cluster_id),
+    );
+    call.on("error", () => finish(false));
+  });
 }
 
 function tokenClient(server: ServerProcess, token: string | undefined): CairnClient {
@@ -405,6 +430,92 @@ describe("client certificates (mutual TLS, the front end in the main thread)", (
     } finally {
       alice.close();
     }
+  });
+});
+
+describe("one CA for the clients and the peers (a cluster of one, peer TLS)", () => {
+  let server: ServerProcess;
+  let certs: CertSet;
+  before(async () => {
+    // docs/operations.md: clients may have a CA of their own, "or the same one".
+    certs = makeCerts(join(dir, "shared"));
+    const r = certCommand(["create-client", "carol", "--role", "read", "--certs-dir", certs.dir]);
+    assert.equal(r.code, 0, r.err);
+    const port = await freePort();
+    server = await startServer({
+      dataDir: join(dir, "shared-n1"),
+      args: ["--rpc-addr", `127.0.0.1:${port}`, "--seed-nodes", `127.0.0.1:${port}`],
+      env: {
+        CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1",
+        CAIRN_TLS_CERT_FILE: certs.nodeCert,
+        CAIRN_TLS_KEY_FILE: certs.nodeKey,
+        CAIRN_TLS_CLIENT_CA_FILE: certs.ca,
+        CAIRN_TLS_PEER_CA_FILE: certs.ca,
+      },
+    });
+  });
+  after(() => server.stop());
+
+  const creds = (c: { cert: string; key: string }): ChannelCredentials =>
+    credentials.createSsl(readFileSync(certs.ca), readFileSync(c.key), readFileSync(c.cert));
+
+  it("refuses a client certificate the peers' methods, and takes a node's", async () => {
+    const before = await refusedCertificates(server.http);
+    // carol, a read-only client, calling as herself: the CA that signed her certificate signs
+    // the nodes' too, but hers is a client's (`cairn cert create-client`), not a node's.
+    const carol = {
+      cert: join(certs.dir, "client.carol.crt"),
+      key: join(certs.dir, "client.carol.key"),
+    };
+    // The cluster id, which a reader gets from Meta.WatchCluster: with it a node unknown here is
+    // taken for a member that joined since (docs/architecture.md), past the peers' own checks.
+    let clusterId = "";
+    await eventually("the cluster founded, its id in carol's view", async () => {
+      const got = await firstViewClusterId(server.rpc, creds(carol));
+      if (got !== false) clusterId = got;
+      return got !== false;
+    });
+    const id = Buffer.from(clusterId);
+    const withId = Buffer.concat([Buffer.from([0x0a, id.length]), id]); // cluster_id = 1
+    for (const [path, request] of [
+      ["/cairn.v1.Raft/ReadIndex", Buffer.alloc(0)],
+      ["/cairn.v1.Raft/ReadIndex", withId],
+      ["/cairn.v1.Raft/ProposeMeta", Buffer.alloc(0)],
+    ] as const) {
+      const r = await rawCall(server.rpc, path, request, { "cairn-peer": "carol" }, creds(carol));
+      assert.ok(!r.ok, `${path} (${request.length} bytes) was served`);
+      assert.equal(r.err.code, 7, `${path}: ${r.err.details}`); // PERMISSION_DENIED
+      assert.match(r.err.details, /not a node's certificate/, path);
+    }
+    assert.equal(await refusedCertificates(server.http), before + 3);
+    // A node's certificate by the same CA (n2, calling as itself) passes the certificate check
+    // and meets the peers' own checks.
+    const n2dir = join(dir, "shared-n2");
+    const made = certCommand([
+      "create-node",
+      "n2",
+      "--host",
+      "127.0.0.1",
+      "--certs-dir",
+      n2dir,
+      "--ca-cert",
+      certs.ca,
+      "--ca-key",
+      join(certs.dir, "ca.key"),
+    ]);
+    assert.equal(made.code, 0, made.err);
+    const n2 = { cert: join(n2dir, "node.crt"), key: join(n2dir, "node.key") };
+    const asN2 = await rawCall(
+      server.rpc,
+      "/cairn.v1.Raft/ReadIndex",
+      Buffer.alloc(0),
+      { "cairn-peer": "n2" },
+      creds(n2),
+    );
+    assert.ok(!asN2.ok);
+    assert.doesNotMatch(asN2.err.details, /certificate/);
+    assert.equal(await refusedCertificates(server.http), before + 3);
+    assert.equal(server.proc.exitCode, null, "the node serves on");
   });
 });
 
