@@ -89,6 +89,17 @@ export function sha256Hex(token: string): string {
   return createHash("sha256").update(token, "utf8").digest("hex");
 }
 
+/**
+ * An unknown key as a refusal names it: quoted when it is a short lower-case word (a misspelt
+ * `token`, `sha256`: shorter than any plain token), else by its length only, since a key may be
+ * a token written where a key goes (a mapping of token to role, say).
+ */
+function unknownKey(key: string): string {
+  return /^[a-z][a-z0-9_]{0,11}$/.test(key)
+    ? `unknown key ${JSON.stringify(key)}`
+    : `unknown key of ${key.length} characters (not shown: it may be a token)`;
+}
+
 /** Parses the file's text; throws TokensFileError naming the entry at fault. */
 export function parseTokens(file: string, text: string): TokenTable {
   let doc: unknown;
@@ -101,7 +112,7 @@ export function parseTokens(file: string, text: string): TokenTable {
     throw new TokensFileError(file, "must be a mapping with a `tokens` list");
   }
   const extra = Object.keys(doc).filter((k) => k !== "tokens");
-  if (extra.length > 0) throw new TokensFileError(file, `unknown key ${JSON.stringify(extra[0])}`);
+  if (extra.length > 0) throw new TokensFileError(file, unknownKey(extra[0] as string));
   const list = (doc as { tokens: unknown }).tokens;
   if (!Array.isArray(list)) throw new TokensFileError(file, "`tokens` must be a list");
   const byHash = new Map<string, TokenHolder>();
@@ -114,7 +125,7 @@ export function parseTokens(file: string, text: string): TokenTable {
     const e = entry as Record<string, unknown>;
     const unknown = Object.keys(e).find((k) => !["name", "role", "sha256", "token"].includes(k));
     if (unknown !== undefined) {
-      throw new TokensFileError(file, `${at} has an unknown key ${JSON.stringify(unknown)}`);
+      throw new TokensFileError(file, `${at} has an ${unknownKey(unknown)}`);
     }
     const name = e["name"];
     if (typeof name !== "string" || !NAME.test(name)) {

@@ -124,6 +124,12 @@ describe("parseTokens", () => {
         /the same token as another/,
       ],
       ["tokens:\n  - {name: a, role: read, token: short-secret, extra: 1}", /unknown key "extra"/],
+      // A token written as a key (a mapping of token to role, say): named by its length only.
+      [
+        `tokens:\n  - {name: a, role: read, sha256: ${hex}, a-token-of-enough-length: admin}`,
+        /tokens\[0\] has an unknown key of 24 characters/,
+      ],
+      [`tokens: []\na-token-of-enough-length: admin`, /unknown key of 24 characters/],
       ["tokens: [", /is not YAML/],
     ];
     for (const [text, want] of cases) {
