@@ -44,20 +44,22 @@ async function stampFilesNow(paths: readonly string[]): Promise<string> {
 /**
  * Looks at `paths` every `intervalMs`; once they changed since `readAt` (stampFiles, taken before
  * what is in use was read), calls `reload`, which reads them again and hands on the result or
- * its refusal. One look at a time; the timer does not hold the process open.
+ * its refusal; when it answers true (a refusal that time alone may lift), it is called again at
+ * the next look, changed or not. One look at a time; the timer does not hold the process open.
  */
 export class FileWatch {
   readonly #timer: NodeJS.Timeout;
   #stamps: string;
   #busy = false;
+  #again = false;
 
-  constructor(paths: readonly string[], readAt: string, reload: () => void, intervalMs: number) {
+  constructor(paths: readonly string[], readAt: string, reload: () => boolean, intervalMs: number) {
     this.#stamps = readAt;
     const look = async (): Promise<void> => {
       const stamps = await stampFilesNow(paths);
-      if (stamps === this.#stamps) return;
+      if (stamps === this.#stamps && !this.#again) return;
       this.#stamps = stamps;
-      reload();
+      this.#again = reload() === true;
     };
     this.#timer = setInterval(() => {
       if (this.#busy) return;
@@ -75,10 +77,11 @@ export class FileWatch {
 /**
  * A FileWatch that reads the files again with `read` once they changed: `onReload` hears what it
  * returned, `onError` a refusal `read` or `onReload` threw (`isRefusal`: the caller keeps what
- * it had; the watch tries again at the next change). Anything else thrown is a bug and is not
- * caught.
+ * it had; the watch tries again at the next change, or at every look while `passes` says time
+ * alone may lift the refusal, such as a certificate not valid yet: reported once, not at each
+ * look). Anything else thrown is a bug and is not caught.
  */
-export class ReadingFileWatch<T, E> {
+export class ReadingFileWatch<T, E extends Error> {
   readonly #watch: FileWatch;
 
   constructor(
@@ -90,13 +93,20 @@ export class ReadingFileWatch<T, E> {
     onReload: (value: T) => void,
     onError: (err: E) => void,
     intervalMs: number,
+    passes: (err: E) => boolean = () => false,
   ) {
-    const reload = (): void => {
+    /** The refusal being tried again at each look (its message), reported already. */
+    let retrying: string | null = null;
+    const reload = (): boolean => {
       try {
         onReload(read());
+        retrying = null;
+        return false;
       } catch (err) {
-        if (isRefusal(err)) onError(err);
-        else throw err;
+        if (!isRefusal(err)) throw err;
+        if (err.message !== retrying) onError(err);
+        retrying = passes(err) ? err.message : null;
+        return retrying !== null;
       }
     };
     this.#watch = new FileWatch(paths, readAt, reload, intervalMs);

@@ -43,13 +43,16 @@ export class TlsFileError extends CairnError {
   readonly key: string;
   readonly file: string;
   readonly reason: string;
+  /** A certificate not valid yet: the same files may be taken later (TlsFileWatch retries). */
+  readonly notYetValid: boolean;
 
-  constructor(key: string, file: string, reason: string) {
+  constructor(key: string, file: string, reason: string, notYetValid = false) {
     super("CAIRN_ERR_TLS_FILE", `${key} (${file}): ${reason}`);
     this.name = "TlsFileError";
     this.key = key;
     this.file = file;
     this.reason = reason;
+    this.notYetValid = notYetValid;
   }
 }
 
@@ -91,6 +94,7 @@ function checkValidity(key: string, file: string, cert: X509Certificate, now: nu
       key,
       file,
       `its certificate is not valid before ${cert.validFromDate.toISOString()}`,
+      true,
     );
   }
 }
@@ -171,7 +175,9 @@ export const TLS_RELOAD_INTERVAL_MS = 1000;
  * Looks at the files every `intervalMs` (stat, not fs.watch: a file replaced by a rename, as
  * certificate managers do, is seen too) and, once any changed, reads them again: `onReload`
  * hears the new material, or `onError` why it was refused (the caller keeps what it had; the
- * watch tries again at the next change).
+ * watch tries again at the next change, and, for a certificate not valid yet, at every look
+ * until it is: a renewal issued where the clock is a little ahead is taken once it is valid,
+ * rather than the old certificate served until it expires).
  */
 export class TlsFileWatch extends ReadingFileWatch<TlsMaterial, TlsFileError> {
   constructor(
@@ -190,6 +196,7 @@ export class TlsFileWatch extends ReadingFileWatch<TlsMaterial, TlsFileError> {
       onReload,
       onError,
       intervalMs,
+      (err) => err.notYetValid,
     );
   }
 }

@@ -177,6 +177,60 @@ export function expiredCert(
   return { cert: crt, key };
 }
 
+/**
+ * A certificate for the node key of `certs` (CN n1), signed by its CA, valid from `from` for a
+ * day: a renewal issued on a host whose clock is ahead. Written as `future.crt` in `dir`.
+ */
+export function certValidFrom(certs: CertSet, dir: string, from: Date): string {
+  const work = join(dir, "future-ca");
+  mkdirSync(work, { recursive: true });
+  writeFileSync(
+    join(work, "ca.cnf"),
+    [
+      "[ca]",
+      "default_ca = later",
+      "[later]",
+      "database = index.txt",
+      "new_certs_dir = .",
+      "serial = serial",
+      "default_md = sha256",
+      "policy = any",
+      "unique_subject = no",
+      "[any]",
+      "commonName = supplied",
+      "",
+    ].join("\n"),
+  );
+  writeFileSync(join(work, "index.txt"), "");
+  writeFileSync(join(work, "serial"), "01\n");
+  const asn1 = (d: Date): string => `${d.toISOString().replace(/[-:T]/g, "").slice(0, 14)}Z`;
+  const crt = join(dir, "future.crt");
+  openssl(["req", "-new", "-key", certs.nodeKey, "-subj", "/CN=n1", "-out", "req.csr"], work);
+  openssl(
+    [
+      "ca",
+      "-batch",
+      "-config",
+      "ca.cnf",
+      "-cert",
+      certs.ca,
+      "-keyfile",
+      join(certs.dir, "ca.key"),
+      "-in",
+      "req.csr",
+      "-out",
+      crt,
+      "-startdate",
+      asn1(from),
+      "-enddate",
+      asn1(new Date(from.getTime() + 86_400_000)),
+      "-notext",
+    ],
+    work,
+  );
+  return crt;
+}
+
 export function read(path: string): Buffer {
   return readFileSync(path);
 }
