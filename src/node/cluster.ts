@@ -1141,12 +1141,16 @@ export function spreadLeaders(
   for (const id of store.shardIds()) {
     if (started >= TRANSFERS_PER_PASS) break;
     if (!store.leads(id)) continue;
-    const first = cluster.meta?.leaderWanted(id);
-    if (first === undefined || first === self || !alive.has(first)) continue;
+    const meta = cluster.meta;
+    const first = meta?.leaderWanted(id);
+    if (meta === null || first === undefined || first === self || !alive.has(first)) continue;
     const info = store.shardInfo(id);
     if (info === null) continue;
-    const target = info.voters.find((v) => nodeOfReplica(v) === first);
-    if (target === undefined) continue;
+    // The node's current replica only: a voter of an incarnation it left behind (its data
+    // directory was wiped; the group has not replaced that replica yet) is gone for good, and a
+    // transfer to it held the group's writes until abandoned, an election timeout, every pass.
+    const target = meta.replicaOf(first);
+    if (!info.voters.includes(target)) continue;
     started++;
     // Best effort: a transfer that does not finish within an election timeout is abandoned by
     // the core, and the next pass tries again.

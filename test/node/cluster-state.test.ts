@@ -15,7 +15,12 @@ import {
   rendezvousReplicas,
 } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
-import { ClusterState, leaderProposer, metaRefusal } from "../../src/node/cluster.ts";
+import {
+  ClusterState,
+  leaderProposer,
+  metaRefusal,
+  spreadLeaders,
+} from "../../src/node/cluster.ts";
 import { silentLogger } from "../../src/ops/index.ts";
 import type { Membership } from "../../src/membership/index.ts";
 import type { GrpcTransport, MultiRaft } from "../../src/replication/index.ts";
@@ -422,5 +427,45 @@ describe("ClusterState", () => {
       process.off("warning", onWarning);
     }
     assert.deepEqual(warnings, []);
+  });
+});
+
+describe("spreadLeaders", () => {
+  it("hands a group's leadership to its preferred leader's current replica, never to a retired one", () => {
+    const inc = (i: number): string => `inc-${i}`;
+    const boot: MetaCommand = {
+      ...BOOT,
+      members: members.map((m, i) => ({ ...m, incarnation: inc(i + 1) })),
+    };
+    // Shard 5's preferred leader is n1, whose data directory was wiped: the meta group records
+    // its new incarnation, and n2 leads the shard's group, which still has n1's old replica as
+    // a voter (n2's upkeep has not replaced it yet).
+    const created = state(boot, { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] });
+    const rejoined = created.apply({ op: "rejoin", id: "n1", incarnation: "inc-9" }).state;
+    const transfers: string[] = [];
+    let voters = ["n1@inc1", "n2@inc2", "n3@inc3"];
+    const store = {
+      shardIds: () => [5],
+      leads: () => true,
+      shardInfo: () => ({ leader: "n2", role: "leader", voters }),
+      transferLeader: (id: number, to: string) => {
+        transfers.push(`${id}:${to}`);
+        return Promise.resolve();
+      },
+    } as unknown as MultiRaft;
+    const { cs } = cluster("inc-2");
+    cs.applied(created);
+    assert.equal(spreadLeaders(store, cs, "n2", new Set(["n1", "n3"])), 1);
+    assert.deepEqual(transfers, ["5:n1@inc1"], "n1's current replica leads");
+    transfers.length = 0;
+    cs.applied(rejoined);
+    // n1@inc1 is gone for good: a transfer to it can only stall the group's writes until it is
+    // abandoned (an election timeout), at every pass, until the retired replica is replaced.
+    assert.equal(spreadLeaders(store, cs, "n2", new Set(["n1", "n3"])), 0);
+    assert.deepEqual(transfers, [], "no transfer to a retired replica");
+    // Once the group has n1's new replica as a voter, it gets the leadership.
+    voters = ["n2@inc2", "n3@inc3", "n1@inc9"];
+    assert.equal(spreadLeaders(store, cs, "n2", new Set(["n1", "n3"])), 1);
+    assert.deepEqual(transfers, ["5:n1@inc9"]);
   });
 });
