@@ -1016,6 +1016,23 @@ export class ClusterState {
           });
         }
       }
+      if (decision.voters !== null) {
+        // And every other seed, whether gossip shows it or not: with bootstrap_expect 1 this
+        // node sees enough members at once (itself), before gossip reached any other, and
+        // a first seed restarted on a wiped data directory founded a second cluster beside
+        // the one its seeds run, serving its own empty copy of the data. A seed that does not
+        // answer (not started yet) or carries no id holds nothing back.
+        const other = await this.#seedWithClusterId(
+          membership,
+          new Set([self.rpcAddr.trim(), ...alive.map((m) => m.rpcAddr.trim())]),
+        );
+        if (other !== null) {
+          decision = {
+            voters: null,
+            reason: `seed ${other.address} already carries cluster id ${other.clusterId}: rejoin it instead`,
+          };
+        }
+      }
       if (stopped() || this.clusterId !== "") return;
       if (decision.voters !== null) {
         const clusterId = randomUUID();
@@ -1048,6 +1065,37 @@ export class ClusterState {
       if (isFirstSeed) this.#foundingWait = decision.reason;
       await new Promise((resolve) => setTimeout(resolve, BOOTSTRAP_CHECK_MS));
     }
+  }
+
+  /**
+   * The first of this node's seeds, other than the addresses in `asked`, that answers with a
+   * cluster id (probeMember), or null. A seed's node id (which a peer's TLS certificate must
+   * name) is gossip's for that address when it knows one.
+   */
+  async #seedWithClusterId(
+    membership: Membership,
+    asked: ReadonlySet<string>,
+  ): Promise<{ address: string; clusterId: string } | null> {
+    const seeds = [...new Set(this.#config.cluster.seed_nodes.map((s) => s.trim()))].filter(
+      (s) => s !== "" && !asked.has(s),
+    );
+    if (seeds.length === 0) return null;
+    const known = membership.members();
+    const answers = await Promise.all(
+      seeds.map((address) =>
+        probeMember(
+          address,
+          known.find((m) => m.meta.rpcAddr.trim() === address)?.meta.id ?? address,
+          this.#peerTls,
+        ),
+      ),
+    );
+    for (const [i, answer] of answers.entries()) {
+      const address = seeds[i];
+      if (address !== undefined && answer !== undefined && answer.clusterId !== "")
+        return { address, clusterId: answer.clusterId };
+    }
+    return null;
   }
 }
 

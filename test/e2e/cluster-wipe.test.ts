@@ -22,6 +22,7 @@ import {
   everyReplicaHolds,
   healthReport,
   LocalCluster,
+  readBackDifference,
 } from "../support/cluster-process.ts";
 
 const TOTAL_SHARDS = 1024;
@@ -193,6 +194,51 @@ describe("a member restarted with a wiped data directory (real processes)", () =
         await cp(oldCopy, victim.dataDir, { recursive: true });
         await assertStopsOnLostState(cluster, "n2");
         await everyReplicaHolds(cluster, acknowledged);
+        await cluster.stopAll();
+      } finally {
+        await cluster.killAll();
+      }
+    },
+  );
+
+  it(
+    "the first seed, wiped, rejoins its cluster: it does not found a second one",
+    { timeout: 120_000 },
+    async () => {
+      const cluster = await LocalCluster.create(join(dir, "first-seed"));
+      try {
+        await cluster.startAll();
+        await cluster.ready();
+        const n2 = cluster.node("n2").client as Clients;
+        const { acknowledged, put } = acknowledgedPuts();
+        await put(n2, "before", "v");
+        const clusterId = (await clusterView(n2)).cluster_id;
+        assert.notEqual(clusterId, "");
+
+        const first = cluster.node("n1");
+        await cluster.stop("n1");
+        await rm(first.dataDir, { recursive: true, force: true });
+        // bootstrap_expect 1, as on a cluster founded on one node and grown by joins: the first
+        // seed sees enough members at once, itself, before gossip reached the others.
+        const back = await cluster.start("n1", { CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1" });
+        const c1 = back.client as Clients;
+        let joined = "";
+        await eventually(
+          "n1 knows a cluster",
+          async () => {
+            joined = (await clusterView(c1)).cluster_id;
+            return joined !== "";
+          },
+          60_000,
+        );
+        assert.equal(joined, clusterId, "n1 founded a second cluster beside its seeds'");
+        assert.ok(
+          !back.server?.lines.some((l) => l.includes("founded the cluster")),
+          "n1 founded a cluster again",
+        );
+        // It serves the cluster's data, not an empty copy of its own.
+        await cluster.ready(60_000);
+        assert.equal(await readBackDifference(c1, acknowledged), null);
         await cluster.stopAll();
       } finally {
         await cluster.killAll();

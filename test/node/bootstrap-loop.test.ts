@@ -1,0 +1,119 @@
+/**
+ * The first seed's founding (ClusterState.bootstrapLoop) against a cluster that already exists:
+ * a first seed restarted on a wiped (or replaced) data directory knows no cluster, and with
+ * `bootstrap_expect` 1 (a cluster founded on one node and grown by joins, docs/operations.md
+ * "Running a cluster") it sees enough members at once, itself, before gossip has reached any
+ * other. It must ask its other seeds for their cluster id first, as it asks the members gossip
+ * shows it: one that carries an id means the cluster exists, and a second one founded beside it
+ * would serve its own, empty, copy of the data (split brain). A seed that does not answer (not
+ * started yet) or carries no id holds nothing back. The other seed is a real Meta service on
+ * loopback.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { RpcServer } from "../../src/api/index.ts";
+import { ClusterViewPublisher, type MetaMember } from "../../src/cluster/index.ts";
+import { loadConfig } from "../../src/config/index.ts";
+import type { Membership } from "../../src/membership/index.ts";
+import { ClusterState } from "../../src/node/cluster.ts";
+import { CairnMetrics, type Logger, silentLogger } from "../../src/ops/index.ts";
+import type { MultiRaft } from "../../src/replication/index.ts";
+import { FollowerStore, LIMITS, TOTAL_SHARDS } from "../api/forward-support.ts";
+import { freePort } from "../support/ports.ts";
+
+const SELF: MetaMember = { id: "n1", rpcAddr: "127.0.0.1:7001", httpAddr: "127.0.0.1:8001" };
+
+/** A running seed's Meta service, its view carrying `clusterId` ("" : none yet). */
+async function seed(clusterId: string): Promise<{ address: string; server: RpcServer }> {
+  const views = new ClusterViewPublisher(TOTAL_SHARDS, { minIntervalMs: 0 });
+  views.setClusterId(clusterId);
+  views.setIncarnation("inc-n2");
+  const server = new RpcServer({
+    address: "127.0.0.1:0",
+    nodeId: "n2",
+    store: new FollowerStore(null),
+    metrics: new CairnMetrics({ nodeId: "n2" }),
+    views,
+    logger: silentLogger,
+    limits: LIMITS,
+    maxMessageBytes: 4 * 1024 * 1024,
+  });
+  return { address: `127.0.0.1:${(await server.start()).port}`, server };
+}
+
+/**
+ * Runs n1's founding loop once, as the first seed with `bootstrap_expect` 1 and `otherSeed` as
+ * its second seed, gossip showing no member yet: resolves with "founded" when it founded the
+ * cluster, else with its reason for not founding.
+ */
+async function firstPass(otherSeed: string): Promise<string> {
+  const config = loadConfig({
+    env: {
+      CAIRN_NODE_ID: "n1",
+      CAIRN_SEED_NODES: `${SELF.rpcAddr},${otherSeed}`,
+      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1",
+    },
+  });
+  let decided: (outcome: string) => void = () => undefined;
+  const decision = new Promise<string>((resolve) => (decided = resolve));
+  const log: Logger = {
+    ...silentLogger,
+    info: (message, fields) => {
+      if (message === "not founding the cluster") decided(String(fields?.["reason"]));
+    },
+    child: () => log,
+  };
+  const cs = new ClusterState(
+    config,
+    log,
+    new ClusterViewPublisher(TOTAL_SHARDS),
+    "inc-n1-wiped",
+    () => undefined,
+  );
+  const store = {
+    foundShard: () => {
+      decided("founded");
+      return Promise.resolve();
+    },
+  } as unknown as MultiRaft;
+  const membership = { members: () => [] } as unknown as Membership;
+  let stopped = false;
+  const loop = cs.bootstrapLoop(store, membership, SELF, () => stopped);
+  const outcome = await decision;
+  stopped = true;
+  await loop;
+  return outcome;
+}
+
+describe("the first seed's founding", () => {
+  let running: { address: string; server: RpcServer }[] = [];
+  before(() => {
+    running = [];
+  });
+  after(async () => {
+    await Promise.all(running.map((s) => s.server.close(1000)));
+  });
+
+  it(
+    "does not found a second cluster when another seed already carries a cluster id",
+    { timeout: 10_000 },
+    async () => {
+      const other = await seed("c-old");
+      running.push(other);
+      const outcome = await firstPass(other.address);
+      assert.notEqual(outcome, "founded", "a wiped first seed founded a second cluster");
+      assert.match(outcome, /c-old/);
+    },
+  );
+
+  it(
+    "founds when its other seeds carry no cluster id or do not answer (not started yet)",
+    { timeout: 10_000 },
+    async () => {
+      const fresh = await seed("");
+      running.push(fresh);
+      assert.equal(await firstPass(fresh.address), "founded");
+      assert.equal(await firstPass(`127.0.0.1:${await freePort()}`), "founded");
+    },
+  );
+});
