@@ -125,6 +125,8 @@ export class ClusterState {
   readonly #replicasNow = new Map<number, readonly string[]>();
   /** A join proposal is under way (#join). */
   #joining = false;
+  /** A set-member proposal of this node's addresses is under way (#checkAddresses). */
+  #reportingAddresses = false;
   /** Why the meta group refused this node's last join, null when it did not. */
   #joinRefusal: string | null = null;
   /**
@@ -163,7 +165,10 @@ export class ClusterState {
   /** What this node's own meta proposals (creations, rejoins, preferred leaders) go through. */
   attach(proposer: MetaProposer): void {
     this.#proposer = proposer;
-    if (this.#meta !== null) this.#checkIncarnation(this.#meta);
+    if (this.#meta !== null) {
+      this.#checkIncarnation(this.#meta);
+      this.#checkAddresses(this.#meta);
+    }
   }
 
   /** The node is stopping: rejoin attempts stop (one in flight finishes on its own). */
@@ -492,6 +497,7 @@ export class ClusterState {
     }
     this.#checkIncarnation(state);
     this.#checkVersion(previous, state);
+    this.#checkAddresses(state);
     if (state.totalShards !== 0 && state.totalShards !== this.#config.cluster.total_shards) {
       // MultiRaft refuses a data directory with more shards; a committed meta record that
       // disagrees with the configuration is the same mistake, found later.
@@ -860,6 +866,74 @@ export class ClusterState {
   /** This node's advertised addresses (set by the membership's start), for its join. */
   setSelf(self: { rpcAddr: string; httpAddr: string }): void {
     this.#self = self;
+    if (this.#meta !== null) this.#checkAddresses(this.#meta);
+  }
+
+  /**
+   * This node's addresses against the ones the meta group records for it: a member restarted on
+   * its data directory at other addresses (a pod whose IP changed) proposes `set-member` with
+   * the ones it advertises now, through the meta group's leader, again every few seconds until
+   * it goes through. Without it the recorded addresses stayed those of its join or founding for
+   * good, and what reads them went to the old ones: the duplicate node id probe (checkRejoin:
+   * nothing answered there, so a node started with this member's id evicted it), a peer's
+   * address while gossip holds the member dead, the members' connection reserve. Only once
+   * this data directory's incarnation is the recorded one (a wiped node rejoins first; the
+   * meta group refuses another incarnation's set-member), and not once it left for good.
+   */
+  #checkAddresses(state: MetaState): void {
+    const self = this.#self;
+    const id = this.#config.node_id;
+    const me = state.members.get(id);
+    if (
+      self === null ||
+      me === undefined ||
+      state.clusterId === null ||
+      this.#reportingAddresses ||
+      this.#lost ||
+      this.#closed ||
+      this.#proposer === null ||
+      state.replicaOf(id) !== this.replicaId ||
+      this.#hasLeftForGood(state) ||
+      (me.rpcAddr === self.rpcAddr && me.httpAddr === self.httpAddr)
+    )
+      return;
+    this.#reportingAddresses = true;
+    const cmd: MetaCommand = {
+      op: "set-member",
+      member: {
+        id,
+        rpcAddr: self.rpcAddr,
+        httpAddr: self.httpAddr,
+        ...(me.incarnation === undefined ? {} : { incarnation: me.incarnation }),
+      },
+    };
+    this.propose(cmd, 10_000).then(
+      () => {
+        this.#reportingAddresses = false;
+        this.#log.info("the cluster records this node's new addresses", {
+          rpc_addr: self.rpcAddr,
+          http_addr: self.httpAddr,
+          was_rpc_addr: me.rpcAddr,
+          was_http_addr: me.httpAddr,
+        });
+      },
+      (err: unknown) => {
+        this.#log.debug("reporting this node's addresses failed; retrying", {
+          error: describe(err),
+        });
+        if (errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT") {
+          // Refused by the meta group (its state changed under this one): asked again from the
+          // next state applied here, not every few seconds.
+          this.#reportingAddresses = false;
+          return;
+        }
+        const timer = setTimeout(() => {
+          this.#reportingAddresses = false;
+          if (this.#meta !== null) this.#checkAddresses(this.#meta);
+        }, REJOIN_CHECK_MS);
+        timer.unref();
+      },
+    );
   }
 
   /**

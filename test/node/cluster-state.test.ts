@@ -430,6 +430,55 @@ describe("ClusterState", () => {
   });
 });
 
+describe("a member's addresses", () => {
+  it("are reported to the meta group when the member restarted on others (same data directory)", () => {
+    const boot: MetaCommand = {
+      ...BOOT,
+      members: members.map((m, i) => ({ ...m, incarnation: `inc-${i + 1}` })),
+    };
+    // The meta group's state, which applies what this node proposes and hands it back.
+    let leader = state(boot);
+    const proposed: MetaCommand[] = [];
+    const { cs } = cluster("inc-2");
+    cs.applied(leader);
+    cs.attach({
+      propose: (cmd) => {
+        proposed.push(cmd);
+        leader = leader.apply(cmd).state;
+        cs.applied(leader);
+        return Promise.resolve();
+      },
+    });
+    // n2 restarted on its data directory, on other ports than the ones the meta group recorded
+    // (a pod whose IP changed): the duplicate node id probe (checkRejoin), the peers' fallback
+    // address of a member gossip holds dead and the members' connection reserve all read the
+    // recorded ones.
+    cs.setSelf({ rpcAddr: "127.0.0.1:7102", httpAddr: "127.0.0.1:8102" });
+    assert.deepEqual(proposed, [
+      {
+        op: "set-member",
+        member: {
+          id: "n2",
+          rpcAddr: "127.0.0.1:7102",
+          httpAddr: "127.0.0.1:8102",
+          incarnation: "inc-2",
+        },
+      },
+    ]);
+    assert.equal(leader.members.get("n2")?.rpcAddr, "127.0.0.1:7102");
+    assert.equal(leader.members.get("n2")?.httpAddr, "127.0.0.1:8102");
+    assert.equal(leader.members.get("n2")?.incarnation, "inc-2");
+
+    // A member on the addresses recorded proposes nothing.
+    const same = cluster("inc-2");
+    const none: MetaCommand[] = [];
+    same.cs.applied(state(boot));
+    same.cs.attach({ propose: (cmd) => (none.push(cmd), Promise.resolve()) });
+    same.cs.setSelf({ rpcAddr: "127.0.0.1:7002", httpAddr: "127.0.0.1:8002" });
+    assert.deepEqual(none, []);
+  });
+});
+
 describe("spreadLeaders", () => {
   it("hands a group's leadership to its preferred leader's current replica, never to a retired one", () => {
     const inc = (i: number): string => `inc-${i}`;
