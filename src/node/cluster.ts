@@ -1226,7 +1226,11 @@ export async function transferLeadership(
   for (;;) {
     const info = store.shardInfo(id);
     if (info?.leader === to) return to;
-    if (info?.role === "leader") store.transferLeader(id, to).catch(() => undefined);
+    // To `to`'s current replica, not the node: the group's voter of that node may be an
+    // incarnation it left behind (a wiped data directory, not replaced in the group yet), gone
+    // for good, and a transfer to it held the group's writes until abandoned.
+    if (info?.role === "leader")
+      store.transferLeader(id, cluster.meta?.replicaOf(to) ?? to).catch(() => undefined);
     if (performance.now() > deadline) {
       throw new CairnError(
         "CAIRN_ERR_TIMEOUT",

@@ -12,6 +12,7 @@ import {
   type MetaCommand,
   type MetaMember,
   MetaState,
+  nodeOfReplica,
   rendezvousReplicas,
 } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
@@ -20,6 +21,7 @@ import {
   leaderProposer,
   metaRefusal,
   spreadLeaders,
+  transferLeadership,
 } from "../../src/node/cluster.ts";
 import { silentLogger } from "../../src/ops/index.ts";
 import type { Membership } from "../../src/membership/index.ts";
@@ -516,5 +518,53 @@ describe("spreadLeaders", () => {
     voters = ["n2@inc2", "n3@inc3", "n1@inc9"];
     assert.equal(spreadLeaders(store, cs, "n2", new Set(["n1", "n3"])), 1);
     assert.deepEqual(transfers, ["5:n1@inc9"]);
+  });
+});
+
+describe("transferLeadership", () => {
+  it("never hands leadership to a retired replica still in the group", async () => {
+    const boot: MetaCommand = {
+      ...BOOT,
+      members: members.map((m, i) => ({ ...m, incarnation: `inc-${i + 1}` })),
+    };
+    // n1 rejoined on a wiped data directory; the group of shard 5, led by n2 here, still has
+    // n1's old replica as a voter (its leader has not replaced it yet). An operator asks for n1
+    // to lead shard 5.
+    let meta = state(
+      boot,
+      { op: "create-shard", shard: 5, replicas: ["n2", "n1", "n3"] },
+      { op: "rejoin", id: "n1", incarnation: "inc-9" },
+    );
+    const { cs } = cluster("inc-2");
+    cs.applied(meta);
+    cs.attach({
+      propose: (cmd) => {
+        meta = meta.apply(cmd).state;
+        cs.applied(meta);
+        return Promise.resolve();
+      },
+    });
+    const voters = ["n2@inc2", "n1@inc1", "n3@inc3"];
+    const targets: string[] = [];
+    const store = {
+      shardInfo: () => ({ leader: "n2", role: "leader", voters, learners: [] }),
+      // MultiRaft.transferLeader's choice of the replica (src/replication/multi-raft-writes.ts):
+      // the member named, else the group's voter of the node named.
+      transferLeader: (_id: number, to: string) => {
+        targets.push(
+          voters.find((m) => m === to) ?? voters.find((m) => nodeOfReplica(m) === to) ?? to,
+        );
+        return Promise.resolve();
+      },
+    } as unknown as MultiRaft;
+    await assert.rejects(
+      transferLeadership(cs, store, 5, "n1", 300),
+      (err: CairnError) => err.code === "CAIRN_ERR_TIMEOUT",
+    );
+    assert.equal(meta.preferredLeader(5), "n1", "recorded as the preferred leader");
+    assert.ok(targets.length > 0);
+    // A transfer to n1@inc1, which no node runs any more, held the group's writes until
+    // abandoned (an election timeout), asked again every 100 ms for the whole call.
+    assert.ok(!targets.includes("n1@inc1"), `transfers to ${targets.join(", ")}`);
   });
 });
