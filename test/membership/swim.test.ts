@@ -26,6 +26,17 @@ function cluster(names: string[], seed = 1): TinyNet {
   return net;
 }
 
+/** Hands `swim` a gossip message of `updates` from member `from` (at `from`.test:7447). */
+function gossipFrom(swim: Swim, from: string): (updates: Update[]) => void {
+  return (updates) =>
+    swim.handle(`${from}.test:7447`, {
+      type: "gossip",
+      from: memberId(from),
+      totalShards: 1024,
+      gossip: updates,
+    });
+}
+
 describe("SWIM core", () => {
   it("joins through a seed with one push-pull exchange", () => {
     const net = new TinyNet(1);
@@ -305,13 +316,7 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
 
   it("a full table makes room for the cluster's members: the longest dead fake goes first, then a live one", () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1), config: { maxMembers: 50 } });
-    const gossip = (updates: Update[]): void =>
-      swim.handle("x.test:7447", {
-        type: "gossip",
-        from: memberId("x"),
-        totalShards: 1024,
-        gossip: updates,
-      });
+    const gossip = gossipFrom(swim, "x");
     gossip(Array.from({ length: 60 }, (_, i) => alive(`fake-${i}`)));
     // Two of the fakes die (fake-3 first), as fakes that never answer do.
     gossip([
@@ -357,13 +362,7 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
       rng: seededRng(1),
       config: { maxMembers: 10, tombstoneTicks: 20 },
     });
-    const gossip = (updates: Update[]): void =>
-      swim.handle("x.test:7447", {
-        type: "gossip",
-        from: memberId("x"),
-        totalShards: 1024,
-        gossip: updates,
-      });
+    const gossip = gossipFrom(swim, "x");
     // Five waves of ten made-up members, declared dead and forgotten while a has no live peer
     // (nothing it queues about them goes out).
     for (let wave = 0; wave < 5; wave++) {
@@ -398,13 +397,7 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
 
   it("a member forgotten is new when it comes back: a duplicate id in its new life is reported again", () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1), config: { tombstoneTicks: 20 } });
-    const gossip = (updates: Update[]): void =>
-      swim.handle("z.test:7447", {
-        type: "gossip",
-        from: memberId("z"),
-        totalShards: 1024,
-        gossip: updates,
-      });
+    const gossip = gossipFrom(swim, "z");
     const at = (host: string, inc: number): Update => ({
       kind: "alive",
       incarnation: incarnation(inc),

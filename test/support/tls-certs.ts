@@ -116,22 +116,16 @@ function openssl(args: readonly string[], cwd: string): void {
 }
 
 /**
- * A certificate and key signed by the CA of `certs`, valid only on 1 January 2020: written as
- * `expired.crt` and `expired.key` in `dir`, with CN `name`.
+ * Signs the request `req.csr` in `work` with the CA of `certs` (`openssl ca`: it takes any dates)
+ * into `crt`, valid from `start` to `end` (ASN.1 times, `YYYYMMDDHHMMSSZ`).
  */
-export function expiredCert(
-  certs: CertSet,
-  dir: string,
-  name: string,
-): { cert: string; key: string } {
-  const work = join(dir, "expired-ca");
-  mkdirSync(work, { recursive: true });
+function signWithCa(certs: CertSet, work: string, crt: string, start: string, end: string): void {
   writeFileSync(
     join(work, "ca.cnf"),
     [
       "[ca]",
-      "default_ca = old",
-      "[old]",
+      "default_ca = test",
+      "[test]",
       "database = index.txt",
       "new_certs_dir = .",
       "serial = serial",
@@ -145,67 +139,6 @@ export function expiredCert(
   );
   writeFileSync(join(work, "index.txt"), "");
   writeFileSync(join(work, "serial"), "01\n");
-  const key = join(dir, "expired.key");
-  const crt = join(dir, "expired.crt");
-  openssl(
-    ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key],
-    work,
-  );
-  openssl(["req", "-new", "-key", key, "-subj", `/CN=${name}`, "-out", "req.csr"], work);
-  openssl(
-    [
-      "ca",
-      "-batch",
-      "-config",
-      "ca.cnf",
-      "-cert",
-      join(certs.dir, "ca.crt"),
-      "-keyfile",
-      join(certs.dir, "ca.key"),
-      "-in",
-      "req.csr",
-      "-out",
-      crt,
-      "-startdate",
-      "20200101000000Z",
-      "-enddate",
-      "20200102000000Z",
-      "-notext",
-    ],
-    work,
-  );
-  return { cert: crt, key };
-}
-
-/**
- * A certificate for the node key of `certs` (CN n1), signed by its CA, valid from `from` for a
- * day: a renewal issued on a host whose clock is ahead. Written as `future.crt` in `dir`.
- */
-export function certValidFrom(certs: CertSet, dir: string, from: Date): string {
-  const work = join(dir, "future-ca");
-  mkdirSync(work, { recursive: true });
-  writeFileSync(
-    join(work, "ca.cnf"),
-    [
-      "[ca]",
-      "default_ca = later",
-      "[later]",
-      "database = index.txt",
-      "new_certs_dir = .",
-      "serial = serial",
-      "default_md = sha256",
-      "policy = any",
-      "unique_subject = no",
-      "[any]",
-      "commonName = supplied",
-      "",
-    ].join("\n"),
-  );
-  writeFileSync(join(work, "index.txt"), "");
-  writeFileSync(join(work, "serial"), "01\n");
-  const asn1 = (d: Date): string => `${d.toISOString().replace(/[-:T]/g, "").slice(0, 14)}Z`;
-  const crt = join(dir, "future.crt");
-  openssl(["req", "-new", "-key", certs.nodeKey, "-subj", "/CN=n1", "-out", "req.csr"], work);
   openssl(
     [
       "ca",
@@ -221,13 +154,48 @@ export function certValidFrom(certs: CertSet, dir: string, from: Date): string {
       "-out",
       crt,
       "-startdate",
-      asn1(from),
+      start,
       "-enddate",
-      asn1(new Date(from.getTime() + 86_400_000)),
+      end,
       "-notext",
     ],
     work,
   );
+}
+
+/**
+ * A certificate and key signed by the CA of `certs`, valid only on 1 January 2020: written as
+ * `expired.crt` and `expired.key` in `dir`, with CN `name`.
+ */
+export function expiredCert(
+  certs: CertSet,
+  dir: string,
+  name: string,
+): { cert: string; key: string } {
+  const work = join(dir, "expired-ca");
+  mkdirSync(work, { recursive: true });
+  const key = join(dir, "expired.key");
+  const crt = join(dir, "expired.crt");
+  openssl(
+    ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key],
+    work,
+  );
+  openssl(["req", "-new", "-key", key, "-subj", `/CN=${name}`, "-out", "req.csr"], work);
+  signWithCa(certs, work, crt, "20200101000000Z", "20200102000000Z");
+  return { cert: crt, key };
+}
+
+/**
+ * A certificate for the node key of `certs` (CN n1), signed by its CA, valid from `from` for a
+ * day: a renewal issued on a host whose clock is ahead. Written as `future.crt` in `dir`.
+ */
+export function certValidFrom(certs: CertSet, dir: string, from: Date): string {
+  const work = join(dir, "future-ca");
+  mkdirSync(work, { recursive: true });
+  const asn1 = (d: Date): string => `${d.toISOString().replace(/[-:T]/g, "").slice(0, 14)}Z`;
+  const crt = join(dir, "future.crt");
+  openssl(["req", "-new", "-key", certs.nodeKey, "-subj", "/CN=n1", "-out", "req.csr"], work);
+  signWithCa(certs, work, crt, asn1(from), asn1(new Date(from.getTime() + 86_400_000)));
   return crt;
 }
 
