@@ -73,6 +73,6 @@ export async function holdsData(dataDir: string): Promise<boolean> {
 }
 
 /** Whether `name` is a WAL's created marker (`wal.created`, `wal-worker-<i>.created`). */
-export function isWalMarker(name: string): boolean {
+function isWalMarker(name: string): boolean {
   return name === "wal.created" || /^wal-worker-\d+\.created$/.test(name);
 }

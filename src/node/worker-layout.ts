@@ -63,12 +63,10 @@ export async function checkShardWorkers(dataDir: string, workers: number): Promi
  * is refused when it opens).
  */
 async function nothingWritten(dataDir: string, recorded: number): Promise<boolean> {
-  const dirs = [join(dataDir, "wal"), join(dataDir, "shards")];
-  for (let i = 0; i < recorded; i++) dirs.push(walDirOf(dataDir, recorded, i));
-  for (const dir of dirs) if ((await entries(dir)) > 0) return false;
-  const walDirs = [join(dataDir, "wal")];
-  for (let i = 0; i < recorded; i++) walDirs.push(walDirOf(dataDir, recorded, i));
-  for (const dir of walDirs) if (await exists(`${dir}.created`)) return false;
+  const wals = [join(dataDir, "wal")];
+  for (let i = 0; i < recorded; i++) wals.push(walDirOf(dataDir, recorded, i));
+  for (const dir of [...wals, join(dataDir, "shards")]) if ((await entries(dir)) > 0) return false;
+  for (const dir of wals) if (await exists(`${dir}.created`)) return false;
   return true;
 }
 
