@@ -17,6 +17,7 @@ import {
   DeadlineExceededError,
   VersionConflictError,
 } from "../client/index.ts";
+import { isLoopbackTarget } from "../client/client.ts";
 
 /** Exit codes of the client commands (README "Command line"). */
 export const EXIT = {
@@ -43,8 +44,9 @@ export const GLOBAL_HELP = `Global options:
                          mutual TLS: this client's certificate and key (PEM; env CAIRN_CERT,
                          CAIRN_KEY), for a node with tls.client_ca_file
   --token TOKEN          a bearer token of the node's auth.tokens_file, sent as
-                         authorization: Bearer on every call (env CAIRN_TOKEN; prefer the
-                         variable: a flag shows in the process list)
+                         authorization: Bearer on every call, over TLS or else to loopback
+                         endpoints only (env CAIRN_TOKEN; prefer the variable: a flag shows
+                         in the process list)
   -h, --help             show this help
 
 Exit codes: 0 ok, 1 not found, 2 usage, 3 unavailable, 4 compare-and-set conflict,
@@ -142,6 +144,12 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
     str(values, "token") ?? (env["CAIRN_TOKEN"] === "" ? undefined : env["CAIRN_TOKEN"]);
   if (token !== undefined && !/^[\x21-\x7e]+$/.test(token))
     throw new UsageError("--token (or CAIRN_TOKEN) must be visible ASCII characters, no spaces");
+  // The nodes take a token in cleartext only on loopback; it is not sent anywhere else unsealed.
+  const offHost = endpoints.find((e) => !isLoopbackTarget(e));
+  if (token !== undefined && tls === undefined && offHost !== undefined)
+    throw new UsageError(
+      `--token (or CAIRN_TOKEN) would cross the network in cleartext to ${offHost}: give --cacert (TLS), or use loopback endpoints`,
+    );
   return {
     endpoints,
     output,

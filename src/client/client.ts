@@ -107,7 +107,9 @@ export interface CairnClientOptions {
   readonly tls?: TlsOptions;
   /**
    * A bearer token of the nodes' `auth.tokens_file`, sent on every call as `authorization:
-   * Bearer TOKEN`. Send it only over TLS (the nodes accept it in cleartext on loopback only).
+   * Bearer TOKEN`. Without `tls` it goes to loopback addresses only (the nodes accept it in
+   * cleartext on loopback only): an endpoint elsewhere is refused here (TypeError), and routing
+   * does not follow a member's address elsewhere, so the token never crosses a network unsealed.
    */
   readonly token?: string;
 }
@@ -191,6 +193,8 @@ export class CairnClient {
   readonly #tls: boolean;
   /** Adds the bearer token to every call; null without one. */
   readonly #interceptors: Interceptor[] | null;
+  /** A token with no TLS: sent to loopback addresses only. */
+  readonly #cleartextToken: boolean;
   readonly #connections = new Map<string, Connection>();
   #next = 0;
   #closed = false;
@@ -228,6 +232,8 @@ export class CairnClient {
     this.#credentials = credentialsOf(options.tls);
     this.#interceptors = options.token === undefined ? null : [bearer(options.token)];
     this.#tls = options.tls !== undefined;
+    this.#cleartextToken = options.token !== undefined && options.tls === undefined;
+    for (const e of this.#endpoints) this.#checkTokenSafe(e);
     if (options.routing ?? true) this.#startRouting(0);
   }
 
@@ -517,9 +523,18 @@ export class CairnClient {
     return e;
   }
 
+  /** Refuses an address a cleartext token must not be sent to. */
+  #checkTokenSafe(address: string): void {
+    if (this.#cleartextToken && !isLoopbackTarget(address))
+      throw new TypeError(
+        `CairnClient: the token would cross the network in cleartext to ${address}: give tls, or use loopback endpoints`,
+      );
+  }
+
   #connection(address: string): Connection {
     let c = this.#connections.get(address);
     if (c === undefined) {
+      this.#checkTokenSafe(address);
       // Reconnect quickly after a node restarts: grpc-js's default backoff grows to 120 s.
       const interceptors = this.#interceptors === null ? {} : { interceptors: this.#interceptors };
       const kv = new v1.KV(address, this.#credentials, {
@@ -551,7 +566,9 @@ export class CairnClient {
     }
     if (leader === undefined || leader === "") return undefined;
     const addr = view.nodes.find((n) => n.id === leader)?.rpcAddr;
-    return addr === undefined || addr === "" ? undefined : addr;
+    if (addr === undefined || addr === "") return undefined;
+    // A cleartext token is not sent off the host: such a call goes to the endpoints.
+    return this.#cleartextToken && !isLoopbackTarget(addr) ? undefined : addr;
   }
 
   #viewLeaders(view: ClusterView): ViewLeaders {
@@ -869,6 +886,20 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
     }
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/**
+ * Whether `address` (HOST:PORT, or a `unix:` socket) stays on this host: 127.0.0.0/8, `::1`,
+ * `localhost`. Anything else, names included, may cross a network.
+ */
+export function isLoopbackTarget(address: string): boolean {
+  if (address.startsWith("unix:")) return true;
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):\d+$/.exec(address);
+  const host = m?.[1] ?? m?.[2];
+  return (
+    host !== undefined &&
+    (host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host))
+  );
 }
 
 /** Sets `authorization: Bearer TOKEN` on every call. */

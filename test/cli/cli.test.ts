@@ -9,6 +9,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { globals, UsageError } from "../../src/cli/common.ts";
 import { CairnClient } from "../../src/client/index.ts";
 import {
   CAIRN,
@@ -393,6 +394,16 @@ describe("cairn cluster, snapshot, health, metrics", () => {
 });
 
 describe("cairn errors and help", () => {
+  it("--token without TLS goes to loopback endpoints only (usage error otherwise)", () => {
+    const env = { CAIRN_TOKEN: "a-token-of-enough-length" };
+    assert.throws(
+      () => globals({ endpoints: "127.0.0.1:7447,10.1.2.3:7447" }, env),
+      (e: unknown) => e instanceof UsageError && /in cleartext to 10\.1\.2\.3:7447/.test(e.message),
+    );
+    for (const endpoints of ["127.0.0.1:7447", "localhost:7447", "[::1]:7447"])
+      assert.equal(globals({ endpoints }, env).token, env.CAIRN_TOKEN);
+  });
+
   it("exit 3 when no node answers", async () => {
     const dead = `127.0.0.1:${deadPort}`;
     const get = await cairn(["get", "k", "--endpoints", dead, "--timeout", "300"]);

@@ -148,4 +148,36 @@ describe("a routing client's leaders learnt from answers", () => {
       client.close();
     }
   });
+
+  it("sends a cleartext token to loopback addresses only, routed calls included", async () => {
+    // Without TLS the nodes take a token only on loopback: one sent off the host has already
+    // crossed the network unsealed. The client followed a member's address wherever it was.
+    assert.throws(
+      () => new CairnClient({ endpoints: ["192.0.2.1:7447"], token: "a-token-of-enough-length" }),
+      /cross the network in cleartext to 192\.0\.2\.1:7447/,
+    );
+    const n2 = addresses.get("n2") ?? "";
+    views.setMembers(
+      [
+        { id: "n1", rpc_addr: addresses.get("n1") ?? "" },
+        { id: "n2", rpc_addr: n2 },
+        { id: "n3", rpc_addr: "192.0.2.1:7447" }, // TEST-NET-1: off the host
+      ].map((m) => ({ ...m, http_addr: "", state: "alive" as const })),
+    );
+    const client = new CairnClient({
+      endpoints: [n2],
+      token: "a-token-of-enough-length",
+      maxAttempts: 1,
+      timeoutMs: 2000,
+    });
+    try {
+      const shard = shardForKey(new TextEncoder().encode("t"), TOTAL_SHARDS);
+      views.setShard({ id: shard, leader: "n3", replicas: ["n1", "n2", "n3"], term: 4 });
+      await listed(client, shard);
+      await client.put("t", "1"); // to n2, the endpoint, never to n3's address
+      assert.equal(await client.getString("t"), "1");
+    } finally {
+      client.close();
+    }
+  });
 });
