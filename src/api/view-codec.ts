@@ -7,7 +7,7 @@
  * shards that changed, the runs of 32 shards holding them, and one copy of the runs.
  *
  * The bytes are protobufjs's own: it writes ClusterView's fields in field-number order (epoch,
- * nodes, shards, total_shards, cluster_id, incarnation, cluster_version), so the view is its
+ * nodes, shards, total_shards, cluster_id, incarnation, cluster_version, first_seed), so the view is its
  * encoding of the fields before `shards`, each shard's `shards` field as protobufjs writes it
  * for a view holding only that shard, and its encoding of the fields after. `test/api/view-codec.test.ts` checks the
  * bytes against protobufjs's for the whole view.
@@ -63,6 +63,7 @@ export function sharedViewEncoder(serialize: Serialize): (view: ClusterView) => 
         cluster_id: view.cluster_id,
         incarnation: view.incarnation,
         cluster_version: view.cluster_version,
+        first_seed: view.first_seed,
       }),
     );
     const out = Buffer.concat(parts);

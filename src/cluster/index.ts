@@ -23,6 +23,7 @@ export {
   rendezvousWeight,
   type ShardPlacement,
   shouldBootstrap,
+  anotherFirstSeed,
 } from "./meta.ts";
 export { nodeOfReplica, replicaIdOf } from "./replica.ts";
 export {

@@ -1659,7 +1659,12 @@ export interface BootstrapInput {
   /** The cluster id this node stored durably, null if none. */
   readonly clusterId: string | null;
   /** The members SWIM shows alive (this node may or may not be among them). */
-  readonly alive: readonly { readonly member: MetaMember; readonly clusterId: string | null }[];
+  readonly alive: readonly {
+    readonly member: MetaMember;
+    readonly clusterId: string | null;
+    /** It advertises its own seed_nodes[0] too (its cluster view's first_seed). */
+    readonly firstSeed?: boolean;
+  }[];
 }
 
 export type BootstrapDecision =
@@ -1672,7 +1677,8 @@ export type BootstrapDecision =
  * first by id: the others join as any node does). Only the node advertising the first seed
  * address may, once it sees `bootstrapExpect` members, and never while it or any member it sees
  * carries a cluster id: a seed restarted with a wiped data directory must rejoin, not found a
- * second cluster. Addresses are compared as written (no name resolution): seed_nodes[0] must be
+ * second cluster. Nor while another member it sees is a first seed too (nodes given their seeds
+ * in different orders): each would found a cluster of its own, both on the same voters. Addresses are compared as written (no name resolution): seed_nodes[0] must be
  * exactly the first seed's advertised rpc_addr.
  */
 export function shouldBootstrap(input: BootstrapInput): BootstrapDecision {
@@ -1686,12 +1692,14 @@ export function shouldBootstrap(input: BootstrapInput): BootstrapDecision {
       reason: `not the first seed: seed_nodes[0] is ${first}, this node advertises ${input.self.rpcAddr}`,
     };
   const seen = new Map<string, MetaMember>();
-  for (const { member, clusterId } of input.alive) {
+  for (const { member, clusterId, firstSeed } of input.alive) {
     if (clusterId !== null)
       return {
         voters: null,
         reason: `member ${member.id} already carries cluster id ${clusterId}: rejoin it instead`,
       };
+    if (firstSeed === true && member.id !== input.self.id)
+      return { voters: null, reason: anotherFirstSeed(`member ${member.id} at ${member.rpcAddr}`) };
     if (member.id !== input.self.id) seen.set(member.id, canonicalMember(member));
   }
   seen.set(input.self.id, canonicalMember(input.self));
@@ -1709,6 +1717,11 @@ export function shouldBootstrap(input: BootstrapInput): BootstrapDecision {
   return {
     voters: [canonicalMember(input.self), ...others].sort((a, b) => compareIds(a.id, b.id)),
   };
+}
+
+/** Why a first seed that found another does not found the cluster (shouldBootstrap). */
+export function anotherFirstSeed(who: string): string {
+  return `${who} advertises its own seed_nodes[0] too, and would found a cluster of its own: give every node the same seed_nodes, in the same order`;
 }
 
 // ---------------------------------------------------------------------------------------------

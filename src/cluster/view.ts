@@ -53,6 +53,8 @@ export interface ClusterView {
   readonly incarnation: string;
   /** The cluster version (MetaState.version); 0 until the node learnt its cluster. */
   readonly cluster_version: number;
+  /** This node advertises its own seed_nodes[0]: it founds the cluster when none exists. */
+  readonly first_seed: boolean;
 }
 
 /**
@@ -102,6 +104,7 @@ export class ClusterViewPublisher {
   #clusterId = "";
   #incarnation = "";
   #clusterVersion = 0;
+  #firstSeed = false;
   readonly #clock: ViewClock;
   readonly #minIntervalMs: number;
   /** When subscribers last got a view (clock ms), and whether a later one waits for its turn. */
@@ -143,6 +146,12 @@ export class ClusterViewPublisher {
   setClusterVersion(version: number): void {
     if (version === this.#clusterVersion) return;
     this.#clusterVersion = version;
+    this.#changed();
+  }
+
+  setFirstSeed(firstSeed: boolean): void {
+    if (firstSeed === this.#firstSeed) return;
+    this.#firstSeed = firstSeed;
     this.#changed();
   }
 
@@ -226,6 +235,7 @@ export class ClusterViewPublisher {
       cluster_id: this.#clusterId,
       incarnation: this.#incarnation,
       cluster_version: this.#clusterVersion,
+      first_seed: this.#firstSeed,
     };
   }
 }

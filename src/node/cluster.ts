@@ -41,6 +41,7 @@ import {
   rendezvousReplicas,
   replicaIdOf,
   type ShardView,
+  anotherFirstSeed,
   shouldBootstrap,
   startsNewLife,
 } from "../cluster/index.ts";
@@ -866,6 +867,9 @@ export class ClusterState {
   /** This node's advertised addresses (set by the membership's start), for its join. */
   setSelf(self: { rpcAddr: string; httpAddr: string }): void {
     this.#self = self;
+    // Shown before bootstrapLoop probes anyone: of two first seeds, the later to show it sees
+    // the other's (bootstrapLoop), so they never both found.
+    this.#views.setFirstSeed(this.#config.cluster.seed_nodes[0]?.trim() === self.rpcAddr.trim());
     if (this.#meta !== null) this.#checkAddresses(this.#meta);
   }
 
@@ -1085,6 +1089,7 @@ export class ClusterState {
               return {
                 member: { ...member, incarnation: probe?.incarnation ?? "" },
                 clusterId: probe?.clusterId || null,
+                firstSeed: probe?.firstSeed === true,
               };
             }),
           });
@@ -1103,7 +1108,10 @@ export class ClusterState {
         if (other !== null) {
           decision = {
             voters: null,
-            reason: `seed ${other.address} already carries cluster id ${other.clusterId}: rejoin it instead`,
+            reason:
+              other.clusterId !== ""
+                ? `seed ${other.address} already carries cluster id ${other.clusterId}: rejoin it instead`
+                : anotherFirstSeed(`seed ${other.address}`),
           };
         }
       }
@@ -1143,8 +1151,9 @@ export class ClusterState {
 
   /**
    * The first of this node's seeds, other than the addresses in `asked`, that answers with a
-   * cluster id (probeMember), or null. A seed's node id (which a peer's TLS certificate must
-   * name) is gossip's for that address when it knows one.
+   * cluster id or as a first seed itself (probeMember; clusterId "" then), or null. A seed's
+   * node id (which a peer's TLS certificate must name) is gossip's for that address when it
+   * knows one.
    */
   async #seedWithClusterId(
     membership: Membership,
@@ -1166,7 +1175,11 @@ export class ClusterState {
     );
     for (const [i, answer] of answers.entries()) {
       const address = seeds[i];
-      if (address !== undefined && answer !== undefined && answer.clusterId !== "")
+      if (
+        address !== undefined &&
+        answer !== undefined &&
+        (answer.clusterId !== "" || answer.firstSeed)
+      )
         return { address, clusterId: answer.clusterId };
     }
     return null;
@@ -1324,6 +1337,8 @@ export async function checkRejoin(
 export interface MemberProbe extends ViewAnswer {
   /** Its data directory's incarnation. */
   readonly incarnation: string;
+  /** It advertises its own seed_nodes[0]: it founds the cluster when none exists. */
+  readonly firstSeed: boolean;
 }
 
 /**
@@ -1362,6 +1377,7 @@ export function probeMember(
       finish({
         clusterId: view.cluster_id ?? "",
         incarnation: view.incarnation ?? "",
+        firstSeed: view.first_seed === true,
         members: (view.nodes ?? []).map((m) => m.id ?? ""),
       }),
     );
@@ -1371,7 +1387,11 @@ export function probeMember(
       const incarnation = err.metadata?.get(INCARNATION_KEY)[0];
       finish(
         typeof incarnation === "string" && incarnation !== ""
-          ? { clusterId: String(err.metadata.get(CLUSTER_ID_KEY)[0] ?? ""), incarnation }
+          ? {
+              clusterId: String(err.metadata.get(CLUSTER_ID_KEY)[0] ?? ""),
+              incarnation,
+              firstSeed: false,
+            }
           : undefined,
       );
     });

@@ -48,6 +48,7 @@ const view: fc.Arbitrary<ClusterView> = fc.record({
   cluster_id: text,
   incarnation: text,
   cluster_version: fc.nat(5),
+  first_seed: fc.boolean(),
 });
 
 describe("WatchCluster's shared view encoder", () => {
@@ -59,6 +60,7 @@ describe("WatchCluster's shared view encoder", () => {
         assert.deepEqual(bytes, slow.responseSerialize(v));
         const decoded = slow.responseDeserialize(bytes) as ClusterView;
         assert.equal(decoded.epoch, v.epoch);
+        assert.equal(decoded.first_seed, v.first_seed);
         assert.deepEqual(
           decoded.shards.map((s) => ({ ...s })),
           v.shards.map((s) => ({ ...s, replicas: [...s.replicas] })),

@@ -1252,6 +1252,10 @@ describe("shouldBootstrap", () => {
         input({ alive: [...alive([N1, N2]), { member: N3, clusterId: "c-9" }] }),
         /n3 already carries cluster id c-9/,
       ],
+      [
+        input({ alive: [...alive([N1, N2]), { member: N3, clusterId: null, firstSeed: true }] }),
+        /n3 at .* advertises its own seed_nodes\[0\] too/,
+      ],
     ];
     for (const [inp, why] of cases) {
       const d = shouldBootstrap(inp);

@@ -14,6 +14,7 @@ describe("rpcAddressOf", () => {
     cluster_id: "c1",
     incarnation: "",
     cluster_version: 1,
+    first_seed: false,
     shards: [],
     nodes: [
       { id: "n1", rpc_addr: "10.0.0.1:7447", http_addr: "10.0.0.1:8080", state: "alive" },

@@ -6,8 +6,9 @@
  * other. It must ask its other seeds for their cluster id first, as it asks the members gossip
  * shows it: one that carries an id means the cluster exists, and a second one founded beside it
  * would serve its own, empty, copy of the data (split brain). A seed that does not answer (not
- * started yet) or carries no id holds nothing back. The other seed is a real Meta service on
- * loopback.
+ * started yet) or carries no id holds nothing back. Nor may it found while another node is a
+ * first seed too (nodes given their seeds in different orders): both would found, each its own
+ * cluster on the same voters. The other seed is a real Meta service on loopback.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -23,10 +24,17 @@ import { freePort } from "../support/ports.ts";
 
 const SELF: MetaMember = { id: "n1", rpcAddr: "127.0.0.1:7001", httpAddr: "127.0.0.1:8001" };
 
-/** A running seed's Meta service, its view carrying `clusterId` ("" : none yet). */
-async function seed(clusterId: string): Promise<{ address: string; server: RpcServer }> {
+/**
+ * A running seed's Meta service, its view carrying `clusterId` ("" : none yet) and whether it
+ * advertises its own seed_nodes[0].
+ */
+async function seed(
+  clusterId: string,
+  firstSeed = false,
+): Promise<{ address: string; server: RpcServer }> {
   const views = new ClusterViewPublisher(TOTAL_SHARDS, { minIntervalMs: 0 });
   views.setClusterId(clusterId);
+  views.setFirstSeed(firstSeed);
   views.setIncarnation("inc-n2");
   const server = new RpcServer({
     address: "127.0.0.1:0",
@@ -43,15 +51,16 @@ async function seed(clusterId: string): Promise<{ address: string; server: RpcSe
 
 /**
  * Runs n1's founding loop once, as the first seed with `bootstrap_expect` 1 and `otherSeed` as
- * its second seed, gossip showing no member yet: resolves with "founded" when it founded the
- * cluster, else with its reason for not founding.
+ * its second seed, gossip showing no member yet (or with `bootstrap_expect` 2 and gossip showing
+ * n2 alive at `otherSeed`, with `alive`): resolves with "founded" when it founded the cluster,
+ * else with its reason for not founding.
  */
-async function firstPass(otherSeed: string): Promise<string> {
+async function firstPass(otherSeed: string, alive = false): Promise<string> {
   const config = loadConfig({
     env: {
       CAIRN_NODE_ID: "n1",
       CAIRN_SEED_NODES: `${SELF.rpcAddr},${otherSeed}`,
-      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1",
+      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: alive ? "2" : "1",
     },
   });
   let decided: (outcome: string) => void = () => undefined;
@@ -63,20 +72,21 @@ async function firstPass(otherSeed: string): Promise<string> {
     },
     child: () => log,
   };
-  const cs = new ClusterState(
-    config,
-    log,
-    new ClusterViewPublisher(TOTAL_SHARDS),
-    "inc-n1-wiped",
-    () => undefined,
-  );
+  const views = new ClusterViewPublisher(TOTAL_SHARDS);
+  const cs = new ClusterState(config, log, views, "inc-n1-wiped", () => undefined);
+  cs.setSelf(SELF);
+  await Promise.resolve(); // the view is rebuilt in a microtask
+  assert.equal(views.current().first_seed, true, "n1 shows it is a first seed");
   const store = {
     foundShard: () => {
       decided("founded");
       return Promise.resolve();
     },
   } as unknown as MultiRaft;
-  const membership = { members: () => [] } as unknown as Membership;
+  const n2 = { id: "n2", rpcAddr: otherSeed, httpAddr: "127.0.0.1:8002" };
+  const membership = {
+    members: () => (alive ? [{ state: "alive", meta: n2 }] : []),
+  } as unknown as Membership;
   let stopped = false;
   const loop = cs.bootstrapLoop(store, membership, SELF, () => stopped);
   const outcome = await decision;
@@ -114,6 +124,21 @@ describe("the first seed's founding", () => {
       running.push(fresh);
       assert.equal(await firstPass(fresh.address), "founded");
       assert.equal(await firstPass(`127.0.0.1:${await freePort()}`), "founded");
+    },
+  );
+
+  it(
+    "does not found while another node is a first seed too (seeds listed in different orders)",
+    { timeout: 10_000 },
+    async () => {
+      const other = await seed("", true);
+      running.push(other);
+      // As a seed n1 asks, and as a member gossip shows alive: both would have founded.
+      for (const alive of [false, true]) {
+        const outcome = await firstPass(other.address, alive);
+        assert.notEqual(outcome, "founded", "two first seeds, two clusters");
+        assert.match(outcome, /same seed_nodes, in the same order/);
+      }
     },
   );
 });

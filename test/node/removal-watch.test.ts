@@ -22,6 +22,7 @@ import { silentLogger } from "../../src/ops/index.ts";
 const view = (...members: string[]): MemberProbe => ({
   clusterId: "c1",
   incarnation: "i",
+  firstSeed: false,
   members,
 });
 

@@ -12,6 +12,7 @@ export interface ClusterView {
   'cluster_id'?: (string);
   'incarnation'?: (string);
   'cluster_version'?: (number);
+  'first_seed'?: (boolean);
 }
 
 export interface ClusterView__Output {
@@ -22,4 +23,5 @@ export interface ClusterView__Output {
   'cluster_id': (string);
   'incarnation': (string);
   'cluster_version': (number);
+  'first_seed': (boolean);
 }
