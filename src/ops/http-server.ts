@@ -13,6 +13,7 @@
  * strings are ignored. Every handler failure is logged at ERROR and answered 500. Each of the
  * three answers is rendered for every request that arrived before the render began, and at most
  * a tenth of the time (shared-render.ts): a flood of them waits, it does not take the node's CPU.
+ * A connection holds OPS_HTTP_MAX_PIPELINED requests in flight at most.
  *
  * Lifecycle: `start()` binds (AddressInUseError naming `http_addr` when taken); `close()` stops
  * accepting, lets in-flight requests finish and closes keep-alive connections, and destroys what
@@ -64,6 +65,14 @@ export interface OpsHttpServerOptions {
 export const OPS_HTTP_MAX_CONNECTIONS = 128;
 
 /**
+ * Requests one connection may have in flight at once (HTTP/1.1 pipelining). Node's parser hands
+ * over every request a connection has sent, answered or not: without a bound, 3.4 MB of
+ * pipelined `GET /health` behind a slow report held 100,000 requests and 465 MB of heap. A
+ * connection that sends one more is closed (probes and Prometheus never pipeline).
+ */
+export const OPS_HTTP_MAX_PIPELINED = 16;
+
+/**
  * A connection silent this long (no byte either way) is closed: without, 128 connections that
  * never sent a byte held every slot for good, and the liveness probe was refused (Node's header
  * and request timeouts start at a request's first byte).
@@ -86,7 +95,7 @@ export class OpsHttpServer {
   readonly #server: Server;
   /** The open connections, least recently used first (accepted, or a request begun). */
   readonly #sockets = new Set<Socket>();
-  /** The connections with a request in flight, and how many (HTTP/1.1 pipelining: one). */
+  /** The connections with a request in flight, and how many (OPS_HTTP_MAX_PIPELINED at most). */
   readonly #busy = new Map<Socket, number>();
   /** Connections closed to make room for a newer one (#admit). */
   #evicted = 0;
@@ -260,11 +269,17 @@ export class OpsHttpServer {
   }
 
   #handle(req: IncomingMessage, res: ServerResponse): void {
+    const socket = req.socket;
+    // One request too many pipelined (or one parsed from what arrived with it): the connection
+    // goes, and its requests in flight with it.
+    if (socket.destroyed || (this.#busy.get(socket) ?? 0) >= OPS_HTTP_MAX_PIPELINED) {
+      socket.destroy();
+      return;
+    }
     const started = performance.now();
     const path = requestPath(req.url ?? "/");
     this.#inFlight++;
     // Busy, and now the most recently used: the last a newer connection would replace.
-    const socket = req.socket;
     if (this.#sockets.delete(socket)) this.#sockets.add(socket);
     this.#busy.set(socket, (this.#busy.get(socket) ?? 0) + 1);
     res.once("close", () => {
