@@ -10,7 +10,8 @@
  * | other method        | 405 with `Allow: GET, HEAD`                                             |
  *
  * HEAD is answered like GET without a body (HTTP semantics; probes sometimes use it). Query
- * strings are ignored. Every handler failure is logged at ERROR and answered 500. Each of the
+ * strings are ignored. Every handler failure is answered 500 and logged at ERROR (at most 10
+ * lines per 10 s for each route, the next one saying how many were left out). Each of the
  * three answers is rendered for every request that arrived before the render began, and at most
  * a tenth of the time (shared-render.ts): a flood of them waits, it does not take the node's CPU.
  * A connection holds OPS_HTTP_MAX_PIPELINED requests in flight at most.
@@ -27,7 +28,7 @@ import type { Socket } from "node:net";
 import { formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
 import { bindErrorFor } from "./errors.ts";
 import { healthHttpStatus, type HealthReport, type HealthSource } from "./health.ts";
-import type { Logger } from "./log.ts";
+import { type Logger, LogWindow } from "./log.ts";
 import { type CairnMetrics, METRICS_CONTENT_TYPE } from "./metrics.ts";
 import { SharedRender } from "./shared-render.ts";
 
@@ -107,6 +108,11 @@ export class OpsHttpServer {
   readonly #quickRender: SharedRender<boolean>;
   readonly #healthRender: SharedRender<{ status: number; body: string }>;
   readonly #metricsRender: SharedRender<string | Buffer>;
+  /**
+   * The budget of "http handler failed" lines, per route (and one for any other path): a client
+   * looping on an endpoint that fails must not write one ERROR line, stack and all, per request.
+   */
+  readonly #failureLogs = new Map<string, LogWindow>();
 
   constructor(options: OpsHttpServerOptions) {
     this.#options = options;
@@ -396,7 +402,16 @@ export class OpsHttpServer {
 
   #fail(res: ServerResponse, path: string, err: unknown, shape: "plain" | "json"): void {
     const message = `Internal error: ${describeCause(err)}`;
-    this.#log.error("http handler failed", { path, err });
+    // Keyed by route, never by the client's path: the map stays at four windows.
+    const route = ROUTES.has(path) ? path : "";
+    let window = this.#failureLogs.get(route);
+    if (window === undefined) this.#failureLogs.set(route, (window = new LogWindow()));
+    const skipped = window.admit();
+    if (skipped !== null) {
+      const fields: Record<string, unknown> = { path, err };
+      if (skipped > 0) fields["not_logged_before"] = skipped;
+      this.#log.error("http handler failed", fields);
+    }
     try {
       if (shape === "json") this.#send(res, 500, JSON_TYPE, JSON.stringify({ error: message }));
       else this.#send(res, 500, PLAIN, message);

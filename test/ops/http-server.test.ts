@@ -145,6 +145,20 @@ describe("GET /health", () => {
     assert.equal(errorLines(h.logs).length, 1);
   });
 
+  it("logs a few lines of a failure that every request meets, not one per request", async () => {
+    // Each request wrote its own ERROR line, stack and all: a client looping on /health while
+    // the report failed wrote as many lines as it sent requests.
+    const h = await startServer();
+    h.health.report = () => Promise.reject(new Error("shard 7: engine closed"));
+    for (let i = 0; i < 40; i++) {
+      const res = await fetch(`${h.base}/health`);
+      assert.equal(res.status, 500);
+      await res.arrayBuffer();
+    }
+    const lines = errorLines(h.logs);
+    assert.ok(lines.length >= 1 && lines.length <= 10, `${lines.length} ERROR lines`);
+  });
+
   it("answers 500 when the report cannot be serialised", async () => {
     const h = await startServer();
     h.health.report = () => Promise.resolve({ ...REPORT, uptime_seconds: 1n as unknown as number });
