@@ -144,6 +144,10 @@ export class OpsHttpServer {
     const idleMs =
       options.idleTimeoutMs ??
       Math.max(OPS_HTTP_IDLE_MS, (options.reportTimeoutMs ?? 5_000) + 5_000);
+    // Node sets a connection's timeout to the server's as each request after the first begins
+    // (turning off the keep-alive timeout): without this, 0, and a keep-alive client that did
+    // not read its second answer held its connection, busy, for good.
+    this.#server.timeout = idleMs;
     this.#server.on("connection", (socket: Socket) => {
       if (!this.#admit()) {
         socket.destroy();

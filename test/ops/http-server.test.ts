@@ -476,6 +476,38 @@ describe("lifecycle", () => {
     }
   });
 
+  it("closes a keep-alive connection silent past the idle timeout on its second request too", async () => {
+    // Node turns a connection's timeout off as each request after the first begins: a check
+    // that took longer than the idle timeout on a keep-alive connection's second request (or a
+    // second answer its client never read) held the connection for good.
+    const h = await startServer({
+      idleTimeoutMs: 300,
+      health: {
+        isQuickHealthy: () => new Promise<boolean>(() => {}),
+        report: () => Promise.resolve(REPORT),
+      },
+    });
+    const port = Number(new URL(h.base).port);
+    const s = connect(port, "127.0.0.1");
+    s.on("error", () => undefined);
+    const closed = new Promise<string>((resolve) => s.once("close", () => resolve("closed")));
+    let got = "";
+    s.on("data", (d: Buffer) => {
+      got += d.toString("latin1");
+      if (got.endsWith("}")) s.write("GET /health/quick HTTP/1.1\r\nHost: x\r\n\r\n");
+    });
+    s.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      closed,
+      new Promise<string>((resolve) => (timer = setTimeout(() => resolve("still open"), 3_000))),
+    ]);
+    clearTimeout(timer);
+    s.destroy();
+    assert.match(got, /^HTTP\/1\.1 200 /);
+    assert.equal(outcome, "closed");
+  });
+
   it("a flood of connections that send nothing does not keep the probe out: the oldest idle one makes room", async () => {
     // Before: past 128 connections a new one was closed as it was accepted, so the probe was
     // refused until the flood's connections timed out (10 s).
