@@ -1,13 +1,13 @@
 /**
  * The receiving end of cairn.v1.Raft InstallSnapshot under grpc-js: each call's chunks go to a
  * SnapshotAssembler (snapshot-transfer.ts, which holds the rules: the header's identity, the
- * length limit, the checksum), which writes the data to a file of the node's snapshot directory
- * as it arrives (`dir`; snapshot-file.ts). The call is paused while a chunk is being written, so
- * memory holds the chunks in flight, not the snapshot. Only once the sender half-closed and the
- * snapshot is whole, verified and written is its message handed to the driver, like a frame's
- * messages, with a stream that reads the file back (removed once the driver installed or
- * dropped it). The call is then answered OK: that acknowledgement is what the sender's group
- * hears as "sent".
+ * length limit, the checksum, the image), which writes the data to a file of the node's
+ * snapshot directory as it arrives (`dir`; snapshot-file.ts). The call is paused while a chunk
+ * is being written, so memory holds the chunks in flight, not the snapshot. Only once the sender
+ * half-closed and the snapshot is whole, verified and written is its message handed to the
+ * driver, like a frame's messages, with a stream that reads the file back (removed once the
+ * driver installed or dropped it). The call is then answered OK: that acknowledgement is what
+ * the sender's group hears as "sent".
  *
  * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
  * (logged at warn, counted as a failed receive); a call the sender cancels is counted and

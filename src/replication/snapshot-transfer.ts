@@ -14,10 +14,12 @@
  *   once the receiver acknowledged the whole snapshot.
  * - SnapshotAssembler holds the receiving end's rules, apart from gRPC: the header's identity
  *   (checked as a Stream handshake), the length against the node's limit, every chunk within
- *   the length announced, and the length and checksum at the trailer. The data goes to a sink
- *   as it arrives (snapshot-file.ts: a file, or memory without a directory). Only a complete,
- *   verified and stored snapshot yields its message, which the service then hands to Raft like
- *   any other.
+ *   the length announced, the length and checksum at the trailer, and the data an engine's
+ *   image at the header's index (decoded as it arrives: an image the driver could not import
+ *   would fail the whole node at the install, after Raft took the snapshot, rather than this
+ *   transfer). The data goes to a sink as it arrives (snapshot-file.ts: a file, or memory
+ *   without a directory). Only a complete, verified and stored snapshot yields its message,
+ *   which the service then hands to Raft like any other.
  *
  * Neither end holds a streamed snapshot whole: the sender a frame and a chunk, the receiver the
  * chunks not yet written.
@@ -36,7 +38,7 @@ import type { SnapshotTrailer__Output } from "../api/generated/cairn/v1/Snapshot
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { Message, NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
-import { crc32c } from "../storage/index.ts";
+import { crc32c, decodeSnapshotStream } from "../storage/index.ts";
 import { CodecError, decodeMessage, encodeMessage } from "./codec.ts";
 import {
   handshakeRefusal,
@@ -235,13 +237,81 @@ interface Header {
   /** The announced length, or null: streamed, the trailer says it. */
   readonly announced: number | null;
   readonly sink: SnapshotSink;
+  readonly image: ImageCheck;
+}
+
+/**
+ * The data decoded as it arrives, as importSnapshot will decode it (docs/storage.md, "Snapshot
+ * stream": frames, checksums, ascending keys, the end frame): done() is the image's sequence,
+ * or rejects with what is wrong. Nothing is kept but the chunks not decoded yet: the decoder
+ * takes each as soon as it is pushed (it runs in the microtasks after the push).
+ */
+class ImageCheck {
+  readonly #chunks: Uint8Array[] = [];
+  #ended = false;
+  #wake: (() => void) | null = null;
+  readonly #done: Promise<number>;
+
+  constructor() {
+    this.#done = this.#decode();
+    // A damaged image stops the decoder: what arrives after it is not kept.
+    this.#done.catch(() => this.#stop());
+  }
+
+  push(bytes: Uint8Array): void {
+    if (this.#ended) return;
+    this.#chunks.push(bytes);
+    this.#wake?.();
+  }
+
+  /** The data ended: the image's sequence, once decoded whole. */
+  done(): Promise<number> {
+    this.#ended = true;
+    this.#wake?.();
+    return this.#done;
+  }
+
+  /** The transfer is dropped: nothing more is decoded. */
+  stop(): void {
+    this.#stop();
+    this.#done.catch(() => undefined);
+  }
+
+  #stop(): void {
+    this.#chunks.length = 0;
+    this.#ended = true;
+    this.#wake?.();
+  }
+
+  async #decode(): Promise<number> {
+    let seq = -1;
+    for await (const item of decodeSnapshotStream(this.#source())) {
+      if (item.kind === "header") seq = item.seq;
+    }
+    return seq;
+  }
+
+  async *#source(): AsyncGenerator<Uint8Array> {
+    for (;;) {
+      const chunk = this.#chunks.shift();
+      if (chunk !== undefined) {
+        yield chunk;
+      } else if (this.#ended) {
+        return;
+      } else {
+        await new Promise<void>((resolve) => (this.#wake = resolve));
+        this.#wake = null;
+      }
+    }
+  }
 }
 
 /**
  * One InstallSnapshot call's chunks, checked as they arrive; push() throws SnapshotRefusal.
  * The data goes to the sink as it arrives; the caller waits for the sink's pending() writes
- * before it takes more, close()s the sink once the trailer verified the data, and then takes
- * the message (finish()); on any refusal it discard()s what arrived.
+ * before it takes more, close()s the sink once the trailer verified the data (which also
+ * checks that the data is an engine's image at the header's index), and then takes the message
+ * (finish()); on any refusal it discard()s what arrived.
  */
 export class SnapshotAssembler {
   readonly #options: SnapshotAssemblerOptions;
@@ -249,6 +319,8 @@ export class SnapshotAssembler {
   #received = 0;
   #crc = 0;
   #verified = false;
+  /** close() found the data stored and an image at the header's index. */
+  #stored = false;
 
   constructor(options: SnapshotAssemblerOptions) {
     this.#options = options;
@@ -291,28 +363,49 @@ export class SnapshotAssembler {
     }
   }
 
-  /** Once verified: every write done and the sink closed (a write failure refuses it). */
+  /**
+   * Once verified: every write done and the sink closed (a write failure refuses it), and the
+   * data an engine's image at the header's index (else refused, INVALID_ARGUMENT).
+   */
   async close(): Promise<void> {
-    this.#whole();
+    const h = this.#whole();
     try {
-      await this.#header?.sink.close();
+      await h.sink.close();
     } catch (err) {
       throw new SnapshotRefusal(
         status.INTERNAL,
         `the snapshot could not be stored: ${String(err)}`,
       );
     }
+    let seq: number;
+    try {
+      seq = await h.image.done();
+    } catch (err) {
+      throw new SnapshotRefusal(status.INVALID_ARGUMENT, `not a snapshot image: ${String(err)}`);
+    }
+    const index = h.message.snapshot.meta.index;
+    if (seq !== index) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        `the image is of index ${seq}, the header says ${index}`,
+      );
+    }
+    this.#stored = true;
   }
 
-  /** The sender half-closed: the whole snapshot message, verified (its sink closed). */
+  /** The sender half-closed: the whole snapshot message, verified (close() done). */
   finish(): ShardMessage {
     const h = this.#whole();
+    if (!this.#stored) {
+      throw new SnapshotRefusal(status.INTERNAL, "the snapshot was not stored and checked");
+    }
     const snapshot = { meta: h.message.snapshot.meta, ...h.sink.result() };
     return { shard: h.shard, message: { ...h.message, snapshot } };
   }
 
   /** Drops what arrived (a refused, broken or cancelled call). */
   discard(): void {
+    this.#header?.image.stop();
     this.#header?.sink.discard();
   }
 
@@ -377,7 +470,8 @@ export class SnapshotAssembler {
       );
     }
     const sink = this.#options.sink?.() ?? new MemorySink();
-    return { from, shard: h.shard_id, message, announced: total === 0 ? null : total, sink };
+    const image = new ImageCheck();
+    return { from, shard: h.shard_id, message, announced: total === 0 ? null : total, sink, image };
   }
 
   #append(h: Header, bytes: Buffer): void {
@@ -394,6 +488,7 @@ export class SnapshotAssembler {
           );
     }
     h.sink.write(bytes);
+    h.image.push(bytes);
     this.#crc = crc32c(bytes, this.#crc);
     this.#received += bytes.length;
   }

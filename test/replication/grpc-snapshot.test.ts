@@ -24,11 +24,12 @@ import {
   type SnapshotMetrics,
   SnapshotRefusal,
 } from "../../src/replication/index.ts";
-import { crc32c } from "../../src/storage/index.ts";
+import { crc32c, encodeSnapshotFrames } from "../../src/storage/index.ts";
 import {
   eventually,
   type LogLine,
   recordingLogger,
+  snapshotImage,
   snapshotMessage,
   startRaftServer,
 } from "./peer-support.ts";
@@ -48,7 +49,10 @@ function pattern(length: number, seed = 0): Uint8Array {
 }
 
 function snapshot(bytes: number, shard = 3, seed = 0, to: NodeId = N2): ShardMessage {
-  return { shard, message: snapshotMessage(500 + seed, pattern(bytes, seed), to) };
+  return {
+    shard,
+    message: snapshotMessage(500 + seed, snapshotImage(bytes, 500 + seed, seed), to),
+  };
 }
 
 function heartbeat(): ShardMessage {
@@ -200,14 +204,22 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
     assert.equal(r.receiverMetrics.counts["failedReceive"], 0);
   });
 
-  it("sends an empty snapshot (header and trailer only)", async () => {
+  it("sends an empty shard's image; refuses a snapshot with no data (header and trailer only), no image", async () => {
     const r = await rig();
     try {
       const outcomes: boolean[] = [];
-      r.transport.send(N2, [snapshot(0)], (delivered) => outcomes.push(delivered));
+      const frames = Buffer.concat([...encodeSnapshotFrames(500, [])]);
+      const empty = new Uint8Array(frames.buffer, frames.byteOffset, frames.length);
+      const shard: ShardMessage = { shard: 3, message: snapshotMessage(500, empty) };
+      r.transport.send(N2, [shard], (delivered) => outcomes.push(delivered));
       await eventually("the outcome", () => outcomes.length === 1);
       assert.deepEqual(outcomes, [true]);
-      assert.deepEqual(snapshotsIn(r.got), [snapshot(0)]);
+      assert.deepEqual(snapshotsIn(r.got), [shard]);
+      const none: ShardMessage = { shard: 3, message: snapshotMessage(500, new Uint8Array(0)) };
+      r.transport.send(N2, [none], (delivered) => outcomes.push(delivered));
+      await eventually("the second outcome", () => outcomes.length === 2);
+      assert.deepEqual(outcomes, [true, false]);
+      assert.equal(snapshotsIn(r.got).length, 1);
     } finally {
       await r.close();
     }
@@ -305,6 +317,26 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
       }
     });
   }
+
+  it("refuses data that is no snapshot image (INVALID_ARGUMENT): nothing reaches Raft, whose install would fail the node", async () => {
+    // The checksum covers what the sender sent, not whether it parses: bytes that are no
+    // engine image (a bug, another version's format) used to reach the driver, whose
+    // importSnapshot then failed the whole node instead of the transfer.
+    const r = await rig();
+    try {
+      const outcomes: boolean[] = [];
+      const garbage: ShardMessage = { shard: 3, message: snapshotMessage(500, pattern(CHUNK)) };
+      r.transport.send(N2, [garbage], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [false]);
+      assert.deepEqual(r.got, [], "the receiver's handler saw nothing");
+      const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+      assert.equal(refusal?.fields["code"], status[status.INVALID_ARGUMENT]);
+      assert.match(String(refusal?.fields["details"]), /snapshot stream/);
+    } finally {
+      await r.close();
+    }
+  });
 
   it("refuses a snapshot addressed to another node", async () => {
     const r = await rig();
@@ -583,9 +615,9 @@ function refusedWith(code: status, pattern: RegExp): (err: unknown) => boolean {
 }
 
 describe("SnapshotAssembler", () => {
-  const bytes = pattern(1000);
+  const bytes = snapshotImage(1000, 500);
 
-  it("assembles chunks cut anywhere into the snapshot message", () => {
+  it("assembles chunks cut anywhere into the snapshot message", async () => {
     const a = assembler();
     a.push(header(1000));
     a.push(data(bytes.subarray(0, 1)));
@@ -594,6 +626,7 @@ describe("SnapshotAssembler", () => {
     a.push(data(bytes.subarray(999)));
     a.push(trailer(crc32c(bytes)));
     assert.equal(a.from, N1);
+    await a.close();
     assert.deepEqual(a.finish(), snapshot(1000));
   });
 
@@ -667,6 +700,25 @@ describe("SnapshotAssembler", () => {
       refusedWith(status.DATA_LOSS, /checksum/),
     );
     assert.throws(() => damaged.finish(), SnapshotRefusal);
+  });
+
+  it("refuses, once stored, data that is no snapshot image, or an image at another index than the header's", async () => {
+    const garbage = pattern(1000);
+    const notImage = assembler();
+    notImage.push(header(1000));
+    notImage.push(data(garbage));
+    notImage.push(trailer(crc32c(garbage)));
+    await assert.rejects(notImage.close(), refusedWith(status.INVALID_ARGUMENT, /snapshot stream/));
+    assert.throws(() => notImage.finish(), SnapshotRefusal);
+
+    // The header says 500; the image is the engine's state at 499.
+    const other = snapshotImage(1000, 499);
+    const elsewhere = assembler();
+    elsewhere.push(header(1000));
+    elsewhere.push(data(other));
+    elsewhere.push(trailer(crc32c(other)));
+    await assert.rejects(elsewhere.close(), refusedWith(status.INVALID_ARGUMENT, /499.*500/));
+    assert.throws(() => elsewhere.finish(), SnapshotRefusal);
   });
 
   it("refuses anything after the trailer", () => {

@@ -20,6 +20,7 @@ import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
 import { loadRaftProto } from "../../src/api/proto.ts";
 import { PEER_KEY } from "../../src/api/wire.ts";
 import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
+import { encodeSnapshotFrames } from "../../src/storage/index.ts";
 import { PeerLinks, type PeerLinksOptions } from "../../src/replication/peer-links.ts";
 import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
 import {
@@ -205,6 +206,26 @@ export function heartbeat(from = "n1"): ShardMessage {
     noReply: false,
   };
   return { shard: 1, message };
+}
+
+/**
+ * An engine's snapshot image at `seq` (docs/storage.md, "Snapshot stream") of exactly `length`
+ * bytes (at least 63): one key, whose value's bytes differ from one position to the next (by
+ * `seed`), so that a misplaced chunk shows.
+ */
+export function snapshotImage(length: number, seq: number, seed = 0): Uint8Array {
+  // The header frame (28 bytes), the end frame (24), and one entry's frame: 8 bytes, the key's
+  // length and key (2), the value's length (a varint of `width` bytes) and the value.
+  for (let width = 1; width <= 4; width++) {
+    const n = length - 62 - width;
+    if (n < 0 || n >= 2 ** (7 * width) || (width > 1 && n < 2 ** (7 * (width - 1)))) continue;
+    const value = new Uint8Array(n);
+    for (let i = 0; i < n; i++) value[i] = (i * 31 + (i >>> 8) + seed) & 0xff;
+    const image = Buffer.concat([...encodeSnapshotFrames(seq, [[new Uint8Array([0x01]), value]])]);
+    assert.equal(image.length, length);
+    return new Uint8Array(image.buffer, image.byteOffset, image.length);
+  }
+  throw new RangeError(`no image of ${length} bytes`);
 }
 
 /** A snapshot from n1 to `to` at term 2, of the state at `index` (voters n1 and n2), holding `data`. */

@@ -16,13 +16,14 @@ import {
   N1,
   N2,
   recordingLogger,
+  snapshotImage,
   snapshotMessage,
   startRaftServer,
   testLinks,
 } from "./peer-support.ts";
 
 function snapshot(shard: number, bytes: number, to: NodeId = N2): OutgoingSnapshot {
-  return { shard, message: snapshotMessage(40 + shard, new Uint8Array(bytes).fill(shard), to) };
+  return { shard, message: snapshotMessage(40 + shard, snapshotImage(bytes, 40 + shard), to) };
 }
 
 function sender(
@@ -106,8 +107,8 @@ describe("SnapshotSender", () => {
     const s = sender(() => null, lines);
     try {
       const outcomes: boolean[] = [];
-      s.snapshots.enqueue(N2, [snapshot(1, 10)], (d) => outcomes.push(d));
-      s.snapshots.enqueue(N2, [snapshot(2, 10)], (d) => outcomes.push(d));
+      s.snapshots.enqueue(N2, [snapshot(1, 100)], (d) => outcomes.push(d));
+      s.snapshots.enqueue(N2, [snapshot(2, 100)], (d) => outcomes.push(d));
       await eventually("both outcomes", () => outcomes.length === 2);
       assert.deepEqual(outcomes, [false, false]);
       const failures = lines.filter((l) => l.message === "raft snapshot not sent");
