@@ -23,6 +23,7 @@ export interface MaintenanceHost {
     | "compact"
     | "sync"
     | "term"
+    | "hardState"
   >;
   readonly replicaId: NodeId;
   /** The node is closed or failed: no pass runs. */
@@ -113,14 +114,17 @@ export class Maintenance {
       }
       const overBudget = this.#host.wal.isOverMemoryBudget();
       for (const s of this.#host.shards.values()) {
-        // Never past the commit index: the WAL makes a compaction durable with everything
-        // appended before it, so the hard state recording that commit goes with it. (The
-        // engine may hold more than a restarted node's commit: a commit index moved alone is
-        // synced lazily, needsSync.)
+        // Never past the commit index the WAL records: it makes a compaction durable with
+        // everything appended before it, so the hard state recording that commit goes with it.
+        // (The engine may hold more than a restarted node's commit: a commit index moved alone
+        // is synced lazily, needsSync.) Not the Raft core's commit: a snapshot a round is still
+        // installing moved it, and the engine's flushed index, before the round records them
+        // in the WAL; compacted past the recorded commit, a crash left a log its shard could
+        // not open.
         const flushed = Math.min(
           s.sm.lsm.flushedSeq,
           this.#host.wal.lastIndex(s.id),
-          s.raw.commitIndex,
+          this.#host.wal.hardState(s.id)?.commit ?? 0,
         );
         const upTo = overBudget
           ? flushed
@@ -148,11 +152,11 @@ export class Maintenance {
       );
     }
     await shard.sm.lsm.flush();
-    // Not past the commit index (see maintain()).
+    // Not past the commit index the WAL records (see maintain()).
     const index = Math.min(
       shard.sm.lsm.flushedSeq,
       this.#host.wal.lastIndex(id),
-      shard.raw.commitIndex,
+      this.#host.wal.hardState(id)?.commit ?? 0,
     );
     this.#host.wal.compact(id, index);
     await this.#host.wal.sync();

@@ -1,0 +1,149 @@
+/**
+ * A snapshot's install in the follower's driver and its WAL (docs/raft.md, driver invariant 7):
+ * the engine takes the snapshot first, then the round records it in the WAL; nothing between
+ * may make durable a WAL that disagrees with itself. In-memory file system (crash()) and
+ * engines, the node's own driver, a transport that sends nothing.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { logIndex, type Message, nodeId, term } from "../../src/raft/index.ts";
+import { MemoryEngine } from "../../src/replication/memory-engine.ts";
+import {
+  MultiRaft,
+  type MultiRaftOptions,
+  type ShardMessage,
+} from "../../src/replication/multi-raft.ts";
+import type { ShardEngine } from "../../src/replication/engine.ts";
+import { encodeSnapshotFrames, MemoryFileSystem } from "../../src/storage/index.ts";
+import { eventually } from "./peer-support.ts";
+
+const [n1, n2, n3] = [nodeId("n1"), nodeId("n2"), nodeId("n3")];
+const conf = { voters: [n1, n2, n3], learners: [] };
+
+/** Node n2, a follower of shards 1 and 2 (replicas n1, n2, n3), over `fs`; `sent` hears it. */
+function options(
+  fs: MemoryFileSystem,
+  openEngine: NonNullable<MultiRaftOptions["openEngine"]>,
+  sent: ShardMessage[] = [],
+) {
+  return {
+    nodeId: "n2",
+    dataDir: "/data",
+    fs,
+    openEngine,
+    totalShards: 4,
+    tickMs: 1_000_000,
+    electionTicks: 10,
+    heartbeatTicks: 1,
+    memtableBytes: 64 * 1024,
+    blockCacheBytes: 1 << 20,
+    transport: {
+      send: (_to: string, messages: readonly ShardMessage[]) => void sent.push(...messages),
+      flush: () => undefined,
+    },
+    replicasOf: () => ["n1", "n2", "n3"],
+  } satisfies MultiRaftOptions;
+}
+
+/** n1's entries 4..6 (term 1) after the founding ones, its commit still at the founding's 3. */
+function append(): Message {
+  const entries = [4, 5, 6].map((i) => ({
+    term: term(1),
+    index: logIndex(i),
+    type: "normal" as const,
+    data: new Uint8Array(0),
+  }));
+  return {
+    type: "append",
+    from: n1,
+    to: n2,
+    term: term(1),
+    prevIndex: logIndex(3),
+    prevTerm: term(1),
+    entries,
+    commit: logIndex(3),
+    noReply: false,
+  };
+}
+
+function snapshot(index: number): Message {
+  const frames = Buffer.concat([...encodeSnapshotFrames(index, [])]);
+  return {
+    type: "snapshot",
+    from: n1,
+    to: n2,
+    term: term(1),
+    snapshot: { meta: { index: logIndex(index), term: term(1), conf }, data: frames },
+  };
+}
+
+describe("a snapshot's install", () => {
+  it("lets no WAL compaction past the commit the WAL records while a round installs snapshots: a crash then leaves a WAL that opens", async () => {
+    // Two snapshots in one round: shard 1's is in its engine, shard 2's still importing, and
+    // shard 1's WAL does not record it yet. A maintenance pass then compacted shard 1's log
+    // to its engine's new flushed index bounded by the Raft core's commit, which the snapshot
+    // had moved, while the WAL's hard state still said 3: past it, up to 6. Made durable by
+    // the pass's sync, a crash before the round's write left a log compacted beyond its
+    // recorded commit, which the shard refuses to open ("persisted commit outside").
+    const fs = new MemoryFileSystem();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let importing = false;
+    const held = (engine: ShardEngine): ShardEngine =>
+      new Proxy(engine, {
+        get(target, p) {
+          if (p === "importSnapshot") {
+            return async (chunks: AsyncIterable<Uint8Array>) => {
+              importing = true;
+              await gate;
+              return target.importSnapshot(chunks);
+            };
+          }
+          const v: unknown = Reflect.get(target, p, target);
+          return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        },
+      });
+    const sent: ShardMessage[] = [];
+    const mr = await MultiRaft.open(
+      options(
+        fs,
+        async (shard, dir) => {
+          const engine = await MemoryEngine.open(fs, dir);
+          return shard === 2 ? held(engine) : engine;
+        },
+        sent,
+      ),
+    );
+    try {
+      mr.receive("n1", [
+        { shard: 1, message: append() },
+        { shard: 2, message: append() },
+      ]);
+      // Acknowledged once durable.
+      await eventually("both followers hold entries 4..6", () =>
+        [1, 2].every((id) =>
+          sent.some(
+            (m) => m.shard === id && m.message.type === "append-resp" && m.message.index === 6,
+          ),
+        ),
+      );
+      mr.receive("n1", [
+        { shard: 1, message: snapshot(100) },
+        { shard: 2, message: snapshot(100) },
+      ]);
+      await eventually("shard 2's import started", () => importing);
+      await mr.maintain();
+    } finally {
+      fs.crash();
+      release();
+      await mr.close().catch(() => undefined);
+    }
+    const again = await MultiRaft.open(options(fs, (_shard, dir) => MemoryEngine.open(fs, dir)));
+    try {
+      assert.ok(again.holds(1), "shard 1 opened again");
+      assert.equal(again.failure, undefined);
+    } finally {
+      await again.close();
+    }
+  });
+});
