@@ -32,8 +32,8 @@ import { CairnError, dupFd } from "../common/index.ts";
 import { newInternalKey } from "../api/index.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
 
-/** One worker thread as the main thread sees it. */
-class WorkerHandle {
+/** One worker thread as the main thread sees it (`script`: shard-worker.ts; tests run others). */
+export class WorkerHandle {
   readonly index: number;
   readonly #worker: Worker;
   readonly #asked = new Map<number, { resolve(v: unknown): void; reject(e: unknown): void }>();
@@ -50,9 +50,10 @@ class WorkerHandle {
     setup: ShardWorkerSetup,
     transfer: MessagePort[],
     onFatal: (err: Error) => void,
+    script: URL = new URL("./shard-worker.ts", import.meta.url),
   ) {
     this.index = index;
-    this.#worker = new Worker(new URL("./shard-worker.ts", import.meta.url), {
+    this.#worker = new Worker(script, {
       workerData: setup,
       transferList: transfer,
     });
@@ -76,10 +77,7 @@ class WorkerHandle {
     });
     const died = (err: Error): void => {
       if (this.#exited !== null) return;
-      this.#exited = err;
-      for (const w of [...this.#awaited.values(), ...this.#asked.values()]) w.reject(err);
-      this.#awaited.clear();
-      this.#asked.clear();
+      this.#end(err);
       onFatal(err);
     };
     this.#worker.on("error", (err) => died(err));
@@ -109,8 +107,18 @@ class WorkerHandle {
 
   /** Ends the thread; its exit is not a failure any more. */
   async terminate(): Promise<void> {
-    this.#exited ??= new Error(`shard worker ${this.index} was stopped`);
+    // What still waits on the thread (a /metrics or /health request's question) fails now: the
+    // thread will never answer it, and its exit no longer fails it (died does nothing then).
+    if (this.#exited === null) this.#end(new Error(`shard worker ${this.index} was stopped`));
     await this.#worker.terminate();
+  }
+
+  /** Nothing more comes from the thread: what waits on it fails with `err`. */
+  #end(err: Error): void {
+    this.#exited = err;
+    for (const w of [...this.#awaited.values(), ...this.#asked.values()]) w.reject(err);
+    this.#awaited.clear();
+    this.#asked.clear();
   }
 }
 
