@@ -96,11 +96,31 @@ export class WorkerHandle {
     if (this.#exited === null) this.#worker.postMessage(m);
   }
 
+  /**
+   * The worker's answer to `what`, or a rejection once ASK_TIMEOUT_MS[what] has passed: a worker
+   * whose event loop is stuck never answers, and a question waiting on it for ever would hang
+   * every later /health/quick (they share one check) and stay in the table.
+   */
   ask(what: Question): Promise<unknown> {
     if (this.#exited !== null) return Promise.reject(this.#exited);
     const id = this.#nextId++;
+    const ms = ASK_TIMEOUT_MS[what];
     return new Promise((resolve, reject) => {
-      this.#asked.set(id, { resolve, reject });
+      const timer = setTimeout(() => {
+        this.#asked.delete(id);
+        reject(new Error(`shard worker ${this.index} did not answer (${what}) within ${ms} ms`));
+      }, ms);
+      timer.unref();
+      this.#asked.set(id, {
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      });
       this.send({ type: "ask", id, what });
     });
   }
@@ -264,7 +284,7 @@ export class ShardWorkersNode implements HealthSource {
 
   async isQuickHealthy(): Promise<boolean> {
     if (!this.#serving || this.#stopping !== null) return false;
-    // A worker that cannot answer (it died: the node is stopping) is not healthy.
+    // A worker that cannot answer (it died: the node is stopping; or it is stuck) is not healthy.
     const answers = await Promise.allSettled(this.#workers.map((w) => w.ask("quick")));
     return answers.every((a) => a.status === "fulfilled" && a.value === true);
   }
@@ -334,6 +354,17 @@ export class ShardWorkersNode implements HealthSource {
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
 }
+
+/**
+ * How long the main thread waits for a worker's answer: the quick check within a second, before
+ * the probes time out (2–3 s in deploy/k8s), so that a stuck worker makes it 503; the report
+ * within /health's own 5 s, and the metrics as long.
+ */
+const ASK_TIMEOUT_MS: Readonly<Record<Question, number>> = {
+  quick: 1_000,
+  report: 5_000,
+  metrics: 5_000,
+};
 
 /** How long past the drain deadline the workers' shards stay open for a worker still draining. */
 const CLOSE_GRACE_MS = 5_000;

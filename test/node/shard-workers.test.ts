@@ -38,4 +38,20 @@ describe("a shard worker's handle", () => {
     assert.deepEqual(fatal, [], "a stop is not a failure");
     await assert.rejects(worker.ask("quick"), /was stopped/);
   });
+
+  it("a worker that does not answer the quick check (stuck) makes it fail within a second, not hang", async () => {
+    const worker = handle(SILENT);
+    try {
+      const started = performance.now();
+      await withTimeout(
+        assert.rejects(worker.ask("quick"), /did not answer/),
+        5_000,
+        "the quick check's answer",
+      );
+      // The probes (deploy/k8s) time out after 2 s: a 503 must come before that.
+      assert.ok(performance.now() - started < 2_000);
+    } finally {
+      await worker.terminate();
+    }
+  });
 });
