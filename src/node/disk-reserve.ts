@@ -10,7 +10,8 @@
  *
  * The disk is looked at (statfs: the bytes available to an unprivileged user, as `df` shows
  * them) once a second, and sooner when the WAL has written an eighth of the reserve since the
- * last look, so a fast writer cannot run through the reserve between two looks. Puts are taken
+ * last look (with shard workers, each worker's WAL its share of that eighth), so a fast writer
+ * cannot run through the reserve between two looks. Puts are taken
  * again once the available space is an eighth of the reserve above it: a disk on the threshold
  * does not make the node flip at every look.
  *
@@ -34,6 +35,12 @@ const MIB = 1024 * 1024;
 export interface DiskReserveOptions {
   /** `storage.min_free_bytes`; 0 turns the reserve off. */
   readonly minFreeBytes: number;
+  /**
+   * The WALs writing on this disk, each with a reserve of its own that counts only its own
+   * writes (the node's shard workers). Each looks after its share of an eighth of the reserve,
+   * so that together they write no more than an eighth between looks. Default 1.
+   */
+  readonly writers?: number;
   /** The data directory (for the refusal's message). */
   readonly dataDir: string;
   /**
@@ -127,7 +134,7 @@ export class DiskReserve {
   wrote(bytes: number): void {
     if (this.#o.minFreeBytes === 0) return;
     this.#written += bytes;
-    if (this.#written >= this.#o.minFreeBytes / 8) void this.check();
+    if (this.#written >= this.#o.minFreeBytes / 8 / (this.#o.writers ?? 1)) void this.check();
   }
 
   /** One look at the disk (one at a time: a look asked during another shares it). */

@@ -441,6 +441,8 @@ export class CairnNode implements HealthSource {
     // node started on a disk under it refuses Puts from its first request.
     const reserve = new DiskReserve({
       minFreeBytes: config.storage.min_free_bytes,
+      // Each shard worker's WAL writes on the same disk, and each worker has a reserve.
+      writers: cell?.count ?? 1,
       dataDir: config.data_dir,
       statfs: () => statfs(config.data_dir),
       onCheck: (available, low) => metrics.setDisk(available, low),

@@ -15,12 +15,13 @@ import { createLogger } from "../../src/ops/index.ts";
 const MIB = 1024 * 1024;
 
 /** A reserve of `min` over a disk whose available bytes the test sets; its log lines kept. */
-function reserve(min: number, size = 1024 * MIB) {
+function reserve(min: number, size = 1024 * MIB, writers?: number) {
   const disk = { available: Math.min(100 * MIB, size), looks: 0, error: null as Error | null };
   const lines: Record<string, unknown>[] = [];
   const checks: [number, boolean][] = [];
   const r = new DiskReserve({
     minFreeBytes: min,
+    ...(writers === undefined ? {} : { writers }),
     dataDir: "/var/lib/cairn",
     // A file system of 1-byte blocks: what is available is bavail.
     statfs: () => {
@@ -137,6 +138,20 @@ describe("the disk's reserve", () => {
     await r.check();
     assert.equal(disk.looks, 2);
     assert.equal(r.low, true);
+  });
+
+  it("with shard workers, each looks once it wrote its share of the eighth: their WALs together write no more between looks", async () => {
+    const workers = 8;
+    // One reserve a worker, over one disk (each with its own WAL in data_dir).
+    const reserves = Array.from({ length: workers }, () => reserve(64 * MIB, 1024 * MIB, workers));
+    for (const { r } of reserves) await r.check();
+    // Each worker's WAL writes its share of an eighth of the reserve: the node, an eighth.
+    for (const { r } of reserves) r.wrote((8 * MIB) / workers);
+    assert.deepEqual(
+      reserves.map(({ disk }) => disk.looks),
+      Array.from({ length: workers }, () => 2),
+      "each looked again: eight eighths (the whole reserve) must not go by unseen",
+    );
   });
 
   it("keeps its verdict when a look fails, and says so once", async () => {
