@@ -151,8 +151,14 @@ export class Sibling {
   readonly #port: MessagePort;
   readonly #handlers: SiblingHandlers;
   /** Calls in flight by id (an IntMap: see its header for why not a `Map` on this path). */
-  readonly #pending = new IntMap<{ resolve(v: unknown): void; reject(e: unknown): void }>();
+  readonly #pending = new IntMap<{
+    resolve(v: unknown): void;
+    reject(e: unknown): void;
+    readonly write: boolean;
+  }>();
   #nextId = 1;
+  /** The calls up to this id have been posted to the sibling (ids are posted in order). */
+  #postedThrough = 0;
   #calls: (SiblingCall & { id: number })[] = [];
   #replies: { id: number; value?: unknown; error?: WireError }[] = [];
   #shards: ShardView[] = [];
@@ -175,8 +181,9 @@ export class Sibling {
   call(call: SiblingCall): Promise<unknown> {
     if (this.#closed) return Promise.reject(new ShuttingDownError());
     const id = this.#nextId++;
+    const write = call.op === "put" || call.op === "delete";
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
+      this.#pending.set(id, { resolve, reject, write });
       this.#calls.push({ ...call, id });
       this.#schedule();
     });
@@ -229,7 +236,12 @@ export class Sibling {
     if (this.#closed) return;
     this.#closed = true;
     this.#port.close();
-    for (const { reject } of this.#pending.values()) reject(new ShuttingDownError());
+    // A write the sibling received may be in its log (and applied, or committed by another
+    // replica): its outcome is unknown, as for a proposal its driver abandons. One that never
+    // left here, and any read, fails retryably: nothing was applied.
+    for (const [id, { reject, write }] of this.#pending.entries()) {
+      reject(write && id <= this.#postedThrough ? new SiblingGoneError() : new ShuttingDownError());
+    }
     this.#pending.clear();
     for (const c of this.#connections) closeSync(c.fd);
     this.#connections = [];
@@ -293,8 +305,25 @@ export class Sibling {
     this.#connections = [];
     this.#meta = null;
     this.#streamAddress = null;
+    this.#postedThrough = this.#nextId - 1;
     this.#port.postMessage(envelope);
   };
+}
+
+/**
+ * A write handed to the shard worker that owns its shard, which ended (its thread failed, or the
+ * node stopped) before it answered: it may be in that worker's log, so its outcome is unknown
+ * (CAIRN_ERR_TIMEOUT, as request-errors.ts's ProposalAbandonedError: a retry could apply it twice).
+ */
+export class SiblingGoneError extends CairnError {
+  constructor() {
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      "the shard worker that owns the key's shard ended before it answered; the write's outcome is unknown: it may have been applied",
+      { retryable: false },
+    );
+    this.name = "SiblingGoneError";
+  }
 }
 
 /**

@@ -22,6 +22,8 @@ import {
 } from "../../src/node/siblings.ts";
 import type { MultiRaft, ScanPage } from "../../src/replication/index.ts";
 
+const b = (s: string): Uint8Array => new TextEncoder().encode(s);
+
 /** A sibling's handlers that serve calls with `serve` and ignore the rest. */
 function handlers(serve: SiblingServer): SiblingHandlers {
   return {
@@ -148,6 +150,43 @@ describe("shard worker siblings", () => {
     const waiting = asker.call({ op: "snapshot", shard: 1 });
     port2.close();
     await assert.rejects(waiting, { code: "CAIRN_ERR_SHUTTING_DOWN", retryable: true });
+  });
+
+  it("a write the owner received before its end closed fails with its outcome unknown, not retryably", async () => {
+    const { port1, port2 } = new MessageChannel();
+    let received!: () => void;
+    const atOwner = new Promise<void>((resolve) => (received = resolve));
+    // The owner takes the writes into its log and ends (its thread failed) before it answers.
+    const owner = new Sibling(
+      port2,
+      handlers(() => {
+        received();
+        return new Promise(() => {});
+      }),
+    );
+    const asker = new Sibling(
+      port1,
+      handlers(() => Promise.resolve(null)),
+    );
+    const put = asker.call({ op: "put", key: b("k"), value: b("v"), expected: undefined });
+    const del = asker.call({ op: "delete", key: b("j"), expected: undefined });
+    await atOwner;
+    owner.close();
+    // Either may have been applied: CAIRN_ERR_SHUTTING_DOWN would tell the client it was not,
+    // and it would retry it (applied twice, or a compare-and-set that succeeded failing).
+    for (const write of [put, del]) {
+      await assert.rejects(write, (err: CairnError) => {
+        assert.notEqual(err.code, "CAIRN_ERR_SHUTTING_DOWN");
+        assert.equal(err.retryable, false);
+        assert.match(err.message, /outcome is unknown/);
+        return true;
+      });
+    }
+    // A write that never left this worker was not applied: retried safely.
+    await assert.rejects(
+      asker.call({ op: "put", key: b("k"), value: b("v"), expected: undefined }),
+      { code: "CAIRN_ERR_SHUTTING_DOWN", retryable: true },
+    );
   });
 
   it("closing fails the calls still waiting, retryably", async () => {
