@@ -192,6 +192,8 @@ export interface IoThreadsOptions {
   readonly onEvent?: (event: FrontEndEvent) => void;
   /** The node's count of open connections (`rpc.max_connections`); absent, not bounded. */
   readonly connections?: SharedConnectionSlots;
+  /** The module an I/O thread runs: io-thread.ts (tests give their own). */
+  readonly threadScript?: URL;
 }
 
 /** What IoThread and IoThreads use of a Worker; InProcessFrontEnd offers the same. */
@@ -246,6 +248,8 @@ class InProcessFrontEnd extends EventEmitter implements FrontEndHandle {
 
 class IoThread {
   readonly worker: FrontEndHandle;
+  /** The thread ended (crashed, or was terminated): its "exit" has been emitted already. */
+  exited = false;
   readonly #table: MethodTable;
   /** IntMap, not Map: a Map's churn promotes what its entries reach (src/common/int-map.ts). */
   readonly #inFlight = new IntMap<HandedCall>();
@@ -495,7 +499,10 @@ export class IoThreads {
     };
     const inProcess = o.count === 0 ? new InProcessFrontEnd(setup, o.tunnels) : null;
     const worker: FrontEndHandle =
-      inProcess ?? new Worker(new URL("./io-thread.ts", import.meta.url), { workerData: setup });
+      inProcess ??
+      new Worker(o.threadScript ?? new URL("./io-thread.ts", import.meta.url), {
+        workerData: setup,
+      });
     const thread = new IoThread(worker, o.table, inProcess?.frontEnd ?? null);
     this.#inProcess = inProcess?.frontEnd ?? null;
     if (inProcess !== null) inProcess.thread = thread;
@@ -526,6 +533,7 @@ export class IoThreads {
       if (!this.#stopping) o.onFailure(err);
     });
     worker.on("exit", (code) => {
+      thread.exited = true;
       thread.abandon();
       if (!this.#stopping) o.onFailure(new Error(`gRPC I/O thread exited with code ${code}`));
     });
@@ -540,6 +548,9 @@ export class IoThreads {
     this.#stopping = true;
     await Promise.all(
       this.#threads.map(async (t) => {
+        // A thread that ended (its failure is what stops the node) answers nothing, and its
+        // "exit" came before: waiting for either would hold the stop for ever.
+        if (t.exited) return;
         const closed = new Promise<void>((resolve) => {
           t.worker.on("message", (msg: { kind: string }) => {
             if (msg.kind === "closed") resolve();
