@@ -21,8 +21,14 @@ import { crc32c } from "../common/index.ts";
 
 export const FRAME_HEADER_BYTES = 8;
 export const BODY_HEADER_BYTES = 24;
-/** Bound on one record's body: rejects absurd lengths read from a damaged frame quickly. */
-export const MAX_BODY_BYTES = 64 * 1024 * 1024;
+/**
+ * Bound on one record's body: rejects absurd lengths read from a damaged frame quickly. It must
+ * hold the largest record the node writes: an entry of a Put of `limits.max_value_bytes` (at
+ * most 64 MiB) and `limits.max_key_bytes` (at most 65,535), 22 bytes of command around them, and
+ * the body's 24-byte header. At 64 MiB such a record was written, then read back as damage: at
+ * the end of the log it was cut off as a torn write, an acknowledged Put lost.
+ */
+export const MAX_BODY_BYTES = 65 * 1024 * 1024;
 
 export const KIND_ENTRY = 1;
 export const KIND_HARD_STATE = 2;
