@@ -426,3 +426,35 @@ function isManifest(handle: unknown): boolean {
     return false;
   }
 }
+
+describe("flush() under writes that keep rotating memtables (an audit, 2026-12-06)", () => {
+  it("resolves once the memtables it found are in tables, not once writes stop", async () => {
+    // flush() waited until no memtable at all was waiting: a write stalled on the immutable
+    // memtable was applied (and rotated a new one) by the same wake-up that told flush() its
+    // memtable was in, before flush() looked. Under writes that keep coming, it never resolved,
+    // and the driver's maintenance pass (which compacts every shard's WAL after its flushes)
+    // waited with it.
+    const engine = await LsmEngine.open(tempDir("lsm-flush-busy"), env, {
+      ...OPTIONS,
+      memtableBytes: 1024,
+      maxImmutableMemtables: 1,
+    });
+    try {
+      await engine.write(1, [{ type: "put", key: b("first"), value: b("1") }]);
+      let flushed = false;
+      const flushing = engine.flush().then(() => {
+        flushed = true;
+      });
+      let seq = 1;
+      // Each batch fills a memtable: it rotates, and the next one stalls until its flush is in.
+      for (let i = 0; i < 20 && !flushed; i++) {
+        await engine.write(++seq, [{ type: "put", key: b(keyAt(i)), value: Buffer.alloc(2048) }]);
+      }
+      assert.ok(flushed, `flush() still pending after ${seq - 1} more memtables were flushed`);
+      await flushing;
+      assert.ok(engine.flushedSeq >= 1);
+    } finally {
+      await engine.close();
+    }
+  });
+});
