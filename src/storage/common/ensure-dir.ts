@@ -15,14 +15,21 @@ const durable = new WeakMap<FileSystem, Set<string>>();
  * on the retry would leave the names undurable for good while files inside are synced and relied
  * on (found by the driver simulation: a shard directory lost after a snapshot was installed in
  * it, seeds 7151 and 8371). Every ancestor is checked, since one may have failed its fsync after
- * its children succeeded. Cost: one fsync of `shards/` per shard directory a process opens.
+ * its children succeeded. `dir` itself, and what mkdirp made now, are made durable whatever an
+ * earlier call did: a directory can be removed and made again under the same path (a shard's,
+ * when a replica deleted here by replica GC comes back), and the new one's name is covered by no
+ * fsync yet. Cost: one fsync of `shards/` per shard directory a process opens.
  */
 export async function ensureDir(fs: FileSystem, dir: string): Promise<void> {
-  await fs.mkdirp(dir);
+  const created = await fs.mkdirp(dir);
+  const first = created === undefined ? undefined : resolve(created);
   let done = durable.get(fs);
   if (done === undefined) durable.set(fs, (done = new Set()));
-  for (let d = resolve(dir); d !== dirname(d); d = dirname(d)) {
-    if (done.has(d)) continue;
+  const leaf = resolve(dir);
+  for (let d = leaf; d !== dirname(d); d = dirname(d)) {
+    // On the path from `dir` up, what mkdirp made is `first` and everything below it.
+    const fresh = d === leaf || (first !== undefined && d.length >= first.length);
+    if (!fresh && done.has(d)) continue;
     await fs.fsyncDir(dirname(d));
     done.add(d);
   }
