@@ -1175,11 +1175,9 @@ export class ClusterState {
     );
     for (const [i, answer] of answers.entries()) {
       const address = seeds[i];
-      if (
-        address !== undefined &&
-        answer !== undefined &&
-        (answer.clusterId !== "" || answer.firstSeed)
-      )
+      // A seed that is this node under another name (its incarnation) is no other first seed.
+      const other = answer !== undefined && answer.incarnation !== this.incarnation;
+      if (address !== undefined && other && (answer.clusterId !== "" || answer.firstSeed))
         return { address, clusterId: answer.clusterId };
     }
     return null;

@@ -31,11 +31,12 @@ const SELF: MetaMember = { id: "n1", rpcAddr: "127.0.0.1:7001", httpAddr: "127.0
 async function seed(
   clusterId: string,
   firstSeed = false,
+  incarnation = "inc-n2",
 ): Promise<{ address: string; server: RpcServer }> {
   const views = new ClusterViewPublisher(TOTAL_SHARDS, { minIntervalMs: 0 });
   views.setClusterId(clusterId);
   views.setFirstSeed(firstSeed);
-  views.setIncarnation("inc-n2");
+  views.setIncarnation(incarnation);
   const server = new RpcServer({
     address: "127.0.0.1:0",
     nodeId: "n2",
@@ -139,6 +140,17 @@ describe("the first seed's founding", () => {
         assert.notEqual(outcome, "founded", "two first seeds, two clusters");
         assert.match(outcome, /same seed_nodes, in the same order/);
       }
+    },
+  );
+
+  it(
+    "founds when the other first seed it reaches is itself under another address",
+    { timeout: 10_000 },
+    async () => {
+      // Its own incarnation: n1 listed twice in its seeds (a name and an address, say).
+      const self = await seed("", true, "inc-n1-wiped");
+      running.push(self);
+      assert.equal(await firstPass(self.address), "founded");
     },
   );
 });
