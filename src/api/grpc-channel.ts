@@ -164,12 +164,21 @@ export interface ClientCall {
   onEnd: ((result: CallResult) => void) | null;
 }
 
-/** Trailing metadata as grpc-js carries it, for callers that pass it on (a -bin value decoded). */
+/**
+ * Trailing metadata as grpc-js carries it, for callers that pass it on (a -bin value decoded).
+ * Never throws: the pairs come from a peer (a server's trailers, a RaftFrame.reply), and one
+ * grpc-js refuses (a key with capitals, a value with a newline) is dropped, as toMetadata
+ * (handoff.ts) drops it; thrown, it failed a forward's promise, which nothing catches.
+ */
 export function metadataOf(trailers: readonly (readonly [string, string])[]): GrpcMetadata {
   const metadata = new GrpcMetadata();
   for (const [key, value] of trailers) {
-    if (key.endsWith("-bin")) metadata.add(key, Buffer.from(value, "base64"));
-    else metadata.add(key, value);
+    try {
+      if (key.endsWith("-bin")) metadata.add(key, Buffer.from(value, "base64"));
+      else metadata.add(key, value);
+    } catch {
+      // dropped (see above)
+    }
   }
   return metadata;
 }
