@@ -7,6 +7,9 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
+import { toServiceError } from "../../src/api/errors.ts";
+import { CairnError } from "../../src/common/errors.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
@@ -33,6 +36,17 @@ function documented(): { names: Set<string>; families: string[] } {
   return { names, families };
 }
 
+/** The rows of the "What clients see (gRPC)" table: code → the gRPC status it names. */
+function grpcTable(): Map<string, string> {
+  const doc = readFileSync(join(ROOT, "docs", "errors.md"), "utf8");
+  const section = doc.split("\n## What clients see (gRPC)\n")[1]?.split("\n## ")[0] ?? "";
+  const rows = new Map<string, string>();
+  for (const m of section.matchAll(/^\| `(CAIRN_ERR_[A-Z0-9_]+)` \| `([A-Z_]+)` \|/gm)) {
+    rows.set(m[1] ?? "", m[2] ?? "");
+  }
+  return rows;
+}
+
 describe("docs/errors.md", () => {
   it("finds the codes in the source (the scan works)", () => {
     const codes = codesIn(join(ROOT, "src"));
@@ -46,5 +60,19 @@ describe("docs/errors.md", () => {
       .filter((c) => !names.has(c) && !families.some((f) => c.startsWith(f)))
       .sort();
     assert.deepEqual(missing, [], `docs/errors.md does not list ${missing.join(", ")}`);
+  });
+
+  it("lists every code a gRPC answer carries with a status of its own, under that status", () => {
+    const table = grpcTable();
+    assert.ok(table.get("CAIRN_ERR_NOT_LEADER") === "UNAVAILABLE", "the table parses");
+    const wrong: string[] = [];
+    for (const code of [...codesIn(join(ROOT, "src"))].sort()) {
+      const answer = toServiceError(new CairnError(code, "x"));
+      if (answer.code === undefined || answer.code === status.INTERNAL) continue;
+      const name = status[answer.code];
+      if (table.get(code) !== name)
+        wrong.push(`${code} is ${name}, the table says ${table.get(code) ?? "nothing"}`);
+    }
+    assert.deepEqual(wrong, []);
   });
 });
