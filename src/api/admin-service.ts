@@ -151,8 +151,16 @@ export function adminService(
  */
 export async function transferInPlace(store: AdminStore, id: number, to: string): Promise<string> {
   const info = store.shardInfo(id);
-  if (info !== null && info.leader === to) return to;
-  if (info !== null && !info.voters.includes(to)) {
+  // A shard with state here is open (reopened at start). One without has no leader to move,
+  // as in a cluster (transferLeadership); asking the store would create it on the spot.
+  if (info === null) {
+    throw new CairnError(
+      "CAIRN_ERR_SHARD_NOT_ACTIVE",
+      `shard ${id} is not active on this node (it holds no data); it has no leader to move`,
+    );
+  }
+  if (info.leader === to) return to;
+  if (!info.voters.includes(to)) {
     throw new InvalidArgumentError(
       `shard ${id} has no replica on node ${JSON.stringify(to)}; its replicas are ${info.voters.join(", ")}` +
         (info.voters.length === 1 ? " (a single-node cluster has no other replica to lead)" : ""),
