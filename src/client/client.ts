@@ -754,6 +754,9 @@ const NOT_APPLIED_CODES = new Set([
   "CAIRN_ERR_NOT_MEMBER",
   // The request's shard could not be created (its first request): nothing was proposed to it.
   "CAIRN_ERR_SHARD_CREATION",
+  // The node has not learnt its cluster's metadata, so it could not create the request's shard
+  // (src/node/cluster.ts): nothing was proposed either.
+  "CAIRN_ERR_NOT_READY",
   // The front end answered before the request arrived whole (rpc.request_receive_timeout_ms).
   "CAIRN_ERR_REQUEST_TOO_SLOW",
 ]);

@@ -114,17 +114,19 @@ function client(timeoutMs = 2000): CairnClient {
 }
 
 describe("client retries", () => {
-  it("retries a put refused before apply (not leader, proposal lost, backpressure, shard not created, request too slow)", async () => {
+  it("retries a put refused before apply (not leader, proposal lost, backpressure, shard not created, request too slow, node not ready)", async () => {
     scripts.set("k1", [
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_LEADER" },
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_PROPOSAL_LOST" },
       { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_BACKPRESSURE" },
       { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_SHARD_CREATION" },
       { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_REQUEST_TOO_SLOW" },
+      // A node that has not learnt its cluster's metadata could not create the key's shard.
+      { code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_READY" },
     ]);
     const c = client();
     assert.deepEqual(await c.put("k1", "v"), { index: 7, term: 2 });
-    assert.equal(calls.get("k1"), 6);
+    assert.equal(calls.get("k1"), 7);
     c.close();
   });
 
