@@ -117,8 +117,12 @@ export class CallForwarder {
       );
     }
     return new Promise<CallResult>((resolve) => {
-      const onAbort = (): void =>
-        pending.settle(callFailure(status.CANCELLED, "cancelled", pending.left));
+      // Cut, past its deadline or closed, the call's frame is on the stream already (written
+      // below, at once) and is never withdrawn: unless the stream ends first, its bytes leave
+      // when the peer reads again (a half-close at close() flushes them too), so the call may
+      // still apply there, whatever `left` says yet. Only the stream's end (peer-links.ts
+      // #ended, `left`) or a write that failed proves them unsent.
+      const onAbort = (): void => pending.settle(callFailure(status.CANCELLED, "cancelled", true));
       const pending: PendingCall = {
         id,
         peer: peer.id,
@@ -189,7 +193,7 @@ export class CallForwarder {
   close(): void {
     this.#closed = true;
     for (const c of this.#calls.values()) {
-      c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", c.left));
+      c.settle(callFailure(status.UNAVAILABLE, "the peer transport closed", true)); // see call()
     }
   }
 
@@ -200,7 +204,7 @@ export class CallForwarder {
       const now = deadlineClock();
       for (const c of this.#calls.values()) {
         if (c.deadline <= now) {
-          c.settle(callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded", c.left));
+          c.settle(callFailure(status.DEADLINE_EXCEEDED, "deadline exceeded", true)); // see call()
         }
       }
       if (this.#calls.size === 0 && this.#sweeper !== null) {

@@ -8,11 +8,16 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { status } from "@grpc/grpc-js";
-import { CallCut } from "../../src/common/index.ts";
+import { CallCut, IntMap } from "../../src/common/index.ts";
 import { nodeId } from "../../src/raft/index.ts";
 import { CallForwarder } from "../../src/replication/call-forwarder.ts";
 import type { PeerCall, PeerReply } from "../../src/replication/index.ts";
-import type { PeerLinksOptions } from "../../src/replication/peer-links.ts";
+import type {
+  PeerLinks,
+  PeerLinksOptions,
+  PeerStream,
+  StreamCall,
+} from "../../src/replication/peer-links.ts";
 import {
   eventually,
   type LogLine,
@@ -72,6 +77,31 @@ function answer(id: number, code = status.OK): PeerReply {
     response: Buffer.from(`answer ${id}`),
     trailers: [["cairn-leader", "n3"]],
   };
+}
+
+/**
+ * Links to n2 whose one stream is open and takes every frame, but hands none to the connection:
+ * the peer's flow-control window is used up (a paused or overloaded leader that stopped
+ * reading). A frame written stays queued on the stream and leaves once the window opens.
+ */
+function stalledLinks(): { links: PeerLinks; queued: Buffer[] } {
+  const queued: Buffer[] = [];
+  const stream = {
+    calls: new IntMap<StreamCall>(),
+    owed: new IntMap<(delivered: boolean) => void>(),
+    inFlightBytes: 0,
+    accepted: true,
+  } as unknown as PeerStream;
+  const link = { id: nodeId("n2") };
+  const links = {
+    maxFrameBytes: 1024 * 1024,
+    link: () => link,
+    stream: () => stream,
+    overBudget: () => false,
+    countDropped: () => undefined,
+    write: (_peer: unknown, _stream: unknown, frame: Buffer) => queued.push(frame),
+  } as unknown as PeerLinks;
+  return { links, queued };
 }
 
 const HOUR = 3_600_000;
@@ -208,6 +238,32 @@ describe("CallForwarder", () => {
       );
     } finally {
       await r.close();
+    }
+  });
+
+  it("a call cut or past its deadline while its frame waits on a live stream may still reach the peer: sent", async () => {
+    // Its bytes are queued on the stream, not withdrawn: they leave once the peer reads again,
+    // and a write it carries applies. "Not sent" told a forwarded Put's client NOT_LEADER, not
+    // applied, and the client's retry applied it a second time.
+    const { links, queued } = stalledLinks();
+    const forwarder = new CallForwarder(links, recordingLogger([]));
+    try {
+      const cut = new CallCut();
+      const cancelled = forwarder.call("n2", "/cairn.v1.KV/Put", Buffer.alloc(0), {
+        deadline: soon(),
+        cut,
+      });
+      const late = forwarder.call("n2", "/cairn.v1.KV/Put", Buffer.alloc(0), {
+        deadline: deadlineClock() + 100,
+      });
+      assert.equal(queued.length, 2, "both frames are on the stream");
+      cut.cut();
+      const c = await cancelled;
+      assert.deepEqual([c.code, c.sent], [status.CANCELLED, true]);
+      const l = await late;
+      assert.deepEqual([l.code, l.sent], [status.DEADLINE_EXCEEDED, true]);
+    } finally {
+      forwarder.close();
     }
   });
 
