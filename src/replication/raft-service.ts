@@ -89,6 +89,13 @@ const MAX_TERM_CHECKS = 65_536;
  */
 const PEER_SCAN_MAX_BYTES = 16 * MIB;
 
+/**
+ * Snapshots a node (or shard worker) receives at once (snapshot-receiver.ts): a peer sends one at
+ * a time to each other node, so a cluster of up to 33 nodes all sending to one stays under it;
+ * past it, a sender's group tries again later.
+ */
+export const MAX_SNAPSHOT_RECEIVES = 32;
+
 export interface RaftServiceOptions {
   readonly clusterId: ClusterIdSource;
   /**
@@ -155,6 +162,8 @@ export interface RaftServiceOptions {
    * sender gone without a word does not hold its partial snapshot here (ms). Default 60 s.
    */
   readonly snapshotIdleTimeoutMs?: number;
+  /** Snapshots received at once, past their header (more: RESOURCE_EXHAUSTED). Default 32. */
+  readonly maxSnapshotReceives?: number;
   readonly metrics?: SnapshotMetrics;
 }
 
@@ -258,6 +267,7 @@ export function createRaftService(
           (options.snapshotDir === undefined ? 4 * 1024 * MIB : Number.MAX_SAFE_INTEGER),
         dir: options.snapshotDir,
         idleMs: options.snapshotIdleTimeoutMs ?? 60_000,
+        maxReceives: options.maxSnapshotReceives ?? MAX_SNAPSHOT_RECEIVES,
         metrics: options.metrics,
         log,
         open,

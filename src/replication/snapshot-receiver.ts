@@ -9,6 +9,13 @@
  * driver installed or dropped it). The call is then answered OK: that acknowledgement is what
  * the sender's group hears as "sent".
  *
+ * At most `maxReceives` snapshots are received at once, counted from their header (a peer's,
+ * checked): a sender sends one at a time to each peer (snapshot-sender.ts), so more means a
+ * peer that does not hold to it, and each would hold a call, a file and its disk space. The next
+ * is refused RESOURCE_EXHAUSTED, and its sender's group tries again later. (Calls not past their
+ * header are the front end's to bound, and `idleMs` ends them; counted, a client that opened
+ * some could have kept the peers' snapshots out.)
+ *
  * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
  * (logged at warn, counted as a failed receive); a call the sender cancels is counted and
  * logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
@@ -42,6 +49,8 @@ export interface SnapshotReceiverOptions {
   readonly dir?: string | undefined;
   /** A call that brings no chunk for this long fails (DEADLINE_EXCEEDED), ms. */
   readonly idleMs: number;
+  /** Snapshots received at once, past their header; the next is refused RESOURCE_EXHAUSTED. */
+  readonly maxReceives: number;
   readonly metrics?: SnapshotMetrics | undefined;
   readonly log: PeerLogger;
   /** The calls open now: each is added while open, and ended by the service's endAll(). */
@@ -57,6 +66,8 @@ export function snapshotReceiver(
   callback: sendUnaryData<SnapshotAck>,
 ) => void {
   const { idleMs, log, open } = options;
+  /** Calls past their header, not yet finished. */
+  let receiving = 0;
   return (call, callback) => {
     const dir = options.dir;
     const assembler = new SnapshotAssembler({
@@ -67,6 +78,12 @@ export function snapshotReceiver(
       ...(dir === undefined ? {} : { sink: () => new SnapshotFile(dir) }),
     });
     let done = false;
+    /** This call counts in `receiving`. */
+    let counted = false;
+    const uncount = (): void => {
+      if (counted) receiving--;
+      counted = false;
+    };
     const fields = (): LogFields => ({
       peer: assembler.from ?? "",
       peer_addr: call.getPeer(),
@@ -76,6 +93,7 @@ export function snapshotReceiver(
     const finish = (err: SnapshotRefusal | null): void => {
       if (done) return;
       done = true;
+      uncount();
       open.delete(end);
       clearTimeout(idle);
       if (err === null) {
@@ -110,6 +128,19 @@ export function snapshotReceiver(
       } catch (err) {
         refuse(err);
         return;
+      }
+      if (!counted && assembler.from !== null) {
+        if (receiving >= options.maxReceives) {
+          refuse(
+            new SnapshotRefusal(
+              status.RESOURCE_EXHAUSTED,
+              `${options.maxReceives} snapshots are being received already`,
+            ),
+          );
+          return;
+        }
+        receiving++;
+        counted = true;
       }
       // Bounded memory: no more chunks are taken until this one is written.
       const writing = assembler.pending();
@@ -152,6 +183,7 @@ export function snapshotReceiver(
     call.on("cancelled", () => {
       if (done) return;
       done = true;
+      uncount();
       open.delete(end);
       clearTimeout(idle);
       assembler.discard();

@@ -106,6 +106,8 @@ function onChunks(edit: (chunk: SnapshotChunk, n: number) => SnapshotChunk | nul
 
 interface Rig {
   readonly transport: GrpcTransport;
+  /** The receiving server's address. */
+  readonly address: string;
   /** What reached the receiver's handler, per call. */
   readonly got: ShardMessage[][];
   readonly serverLines: LogLine[];
@@ -152,6 +154,7 @@ async function rig(
   });
   return {
     transport: t,
+    address: server.address,
     got,
     serverLines,
     lines,
@@ -398,6 +401,56 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
         /the answer of the snapshot waited over 200 ms/,
       );
     } finally {
+      await r.close();
+    }
+  });
+
+  it("receives a bounded number of snapshots at once; the next is refused RESOURCE_EXHAUSTED", async () => {
+    // A sender holds to one at a time per peer, but a peer that does not could open any number,
+    // each holding a call, a file and its disk space. Two senders as n1 here, the first held
+    // after its first chunk (its pacing clock never wakes until released).
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const clock: PaceClock = { now: () => 0, sleep: () => held };
+    let chunks = 0;
+    const r = await rig(
+      { snapshotClock: clock, snapshotRateBytesPerSec: CHUNK },
+      { maxSnapshotReceives: 1 },
+      (impl) => ({
+        ...impl,
+        InstallSnapshot: (call, callback) => {
+          call.on("data", () => chunks++);
+          impl.InstallSnapshot(call, callback);
+        },
+      }),
+    );
+    const other = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: () => r.address,
+      snapshotChunkBytes: CHUNK,
+    });
+    try {
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [snapshot(4 * CHUNK)], (delivered) => outcomes.push(delivered));
+      await eventually("the first snapshot's header received", () => chunks > 0);
+      const second: boolean[] = [];
+      other.send(N2, [snapshot(2 * CHUNK, 4)], (delivered) => second.push(delivered));
+      await eventually("the second's outcome", () => second.length === 1);
+      assert.deepEqual(second, [false]);
+      const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+      assert.equal(refusal?.fields["code"], "RESOURCE_EXHAUSTED");
+      assert.match(String(refusal?.fields["details"]), /1 snapshots are being received already/);
+      release();
+      await eventually("the first's outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true], "the first went through");
+      // Its slot is free again: the next is received.
+      other.send(N2, [snapshot(2 * CHUNK, 5)], (delivered) => second.push(delivered));
+      await eventually("the third's outcome", () => second.length === 2);
+      assert.deepEqual(second, [false, true]);
+    } finally {
+      release();
+      await other.close();
       await r.close();
     }
   });
