@@ -286,6 +286,11 @@ export function kvService(
             ...(skip ? { skipUnavailable: true } : {}),
           });
           const last = items[items.length - 1];
+          // A page cut before its first item (scan-merge.ts: a shard's page held none but
+          // said more) has no key to go on from, and an empty token is the end of the range:
+          // the scan fails rather than stop short without a word.
+          if (more && last === undefined)
+            throw new Error("a page of the scan held no item, yet more: it cannot go on");
           return {
             response: {
               items: items.map((i) => ({ key: i.key, value: i.value, version: i.version })),

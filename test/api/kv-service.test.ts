@@ -169,6 +169,22 @@ describe("KV service", () => {
     assert.equal(asked[1]?.skipUnavailable, undefined, "not asked: not skipped");
   });
 
+  it("fails a scan whose page holds no item but more (never an empty token: the end)", async () => {
+    // The store's merge cuts a page before its first item when a shard's page (a peer's
+    // ScanShards answer) holds none but says more: answered with an empty token, the client
+    // took it for the end of the range, and a backup ended there without a word.
+    const s: KvStore = { ...store(), scan: () => Promise.resolve({ items: [], more: true }) };
+    const impl = kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS, {}) as Record<
+      string,
+      (call: unknown, cb: (err: ServiceError | null, res?: Record<string, unknown>) => void) => void
+    >;
+    const page = await new Promise<{ err: ServiceError | null }>((resolve) =>
+      impl["Scan"]?.({ request: SCAN }, (err) => resolve({ err })),
+    );
+    assert.equal(page.err?.code, status.INTERNAL);
+    assert.match(page.err?.details ?? "", /no item, yet more/);
+  });
+
   it("logs each INTERNAL answer at ERROR with its code, and nothing for a client's mistake", async () => {
     const h = harness();
     await h.call("Put", { key: b("much-too-long"), value: b("v") });
