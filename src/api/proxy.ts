@@ -67,8 +67,10 @@ function bypassed(host: string, list: string): boolean {
 
 function cidr(entry: string): { ip: number; mask: number } | null {
   const [ip, bits, ...rest] = entry.split("/");
+  // Digits only: Number() reads "" (a trailing slash) as 0, which bypassed the proxy for all.
+  if (bits === undefined || !/^\d{1,2}$/.test(bits)) return null;
   const prefix = Number(bits);
-  if (rest.length > 0 || ip === undefined || !isIPv4(ip) || !Number.isInteger(prefix)) return null;
+  if (rest.length > 0 || ip === undefined || !isIPv4(ip)) return null;
   if (prefix < 0 || prefix > 32) return null;
   return { ip: ipv4(ip), mask: prefix === 0 ? 0 : -1 << (32 - prefix) };
 }

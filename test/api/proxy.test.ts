@@ -43,6 +43,9 @@ describe("HTTP CONNECT proxies (environment)", () => {
     assert.notEqual(proxyFor("db.external", env), null);
     assert.equal(proxyFor("10.2.2.3", { grpc_proxy: "http://p:1", no_proxy: "10.2.2.3" }), null);
     assert.equal(proxyFor("10.9.9.9", { grpc_proxy: "http://p:1", no_proxy: "0.0.0.0/0" }), null);
+    // A range without its length (or with a blank one) is no range, as grpc-js reads it: not /0.
+    for (const range of ["10.0.0.0/", "10.0.0.0/ ", "10.0.0.0/0x8"])
+      assert.notEqual(proxyFor("192.0.2.7", { grpc_proxy: "http://p:1", no_proxy: range }), null);
   });
 });
 
