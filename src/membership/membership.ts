@@ -32,6 +32,7 @@ import {
 } from "./core/index.ts";
 import { type DropReason, type MembershipMetrics, noopMembershipMetrics } from "./metrics.ts";
 import { type GossipSeal, isSealed, type SealFailureReason } from "./seal.ts";
+import { DnsCache } from "./dns-cache.ts";
 
 /** What each reason a datagram did not open means, for the log line that reports it. */
 const SEAL_FAILURES: Readonly<Record<SealFailureReason, string>> = {
@@ -117,9 +118,6 @@ export class MembershipClosedError extends CairnError {
   }
 }
 
-/** How long a resolved member host name is used before it is looked up again. */
-const DNS_TTL_MS = 30_000;
-
 /** How long a ping's send time is kept waiting for its ack. */
 const RTT_WINDOW_MS = 5_000;
 
@@ -145,10 +143,7 @@ export class Membership {
   readonly #refusals = new Set<(e: ShardCountMismatchError) => void>();
   readonly #replyWaiters = new Set<() => void>();
   readonly #closeWaiters = new Set<() => void>();
-  readonly #dnsCache = new Map<
-    string,
-    { address: string; expiresAt: number; refreshing: boolean }
-  >();
+  readonly #dnsCache: DnsCache;
   readonly #pingSentAt = new Map<number, bigint>();
   readonly #boundHost: string;
   readonly #boundPort: number;
@@ -192,6 +187,12 @@ export class Membership {
     this.#boundPort = bound.port;
     this.#family = bound.family === "IPv6" ? 6 : 4;
     this.#lookupFamily = this.#family === 6 && bound.address === "::" ? 0 : this.#family;
+    this.#dnsCache = new DnsCache({
+      lookup: (host) => lookup(host, { family: this.#lookupFamily }),
+      failed: (host, err) =>
+        this.#log.warn("cannot resolve a member address", { host, error: String(err) }),
+      now: () => Number(process.hrtime.bigint() / 1_000_000n),
+    });
     const bindHost = options.bindAddr.slice(0, options.bindAddr.lastIndexOf(":"));
     const rpcAddr = options.advertiseRpcAddr ?? `${bindHost}:${bound.port}`;
     const self: MemberMeta = {
@@ -494,34 +495,9 @@ export class Membership {
     this.#metrics.onClusterSize(this.#swim.liveCount);
   }
 
-  /**
-   * The address to send to for `host`: itself when it is an IP literal, else the cached result
-   * of a lookup (refreshed in the background every DNS_TTL_MS). Until the first lookup returns,
-   * the host name itself is used and dgram resolves it for that datagram.
-   */
+  /** The address to send to for `host`: itself when it is an IP literal, else DnsCache's. */
   #resolveCached(host: string): string {
-    if (isIP(host) !== 0) return host;
-    const now = Number(process.hrtime.bigint() / 1_000_000n);
-    const cached = this.#dnsCache.get(host);
-    if (cached === undefined || (cached.expiresAt <= now && !cached.refreshing)) {
-      const entry = {
-        address: cached?.address ?? host,
-        expiresAt: now + DNS_TTL_MS,
-        refreshing: true,
-      };
-      this.#dnsCache.set(host, entry);
-      lookup(host, { family: this.#lookupFamily }).then(
-        (r) => {
-          entry.address = r.address;
-          entry.refreshing = false;
-        },
-        (err: unknown) => {
-          entry.refreshing = false;
-          this.#log.warn("cannot resolve a member address", { host, error: String(err) });
-        },
-      );
-    }
-    return (cached ?? this.#dnsCache.get(host))?.address ?? host;
+    return isIP(host) !== 0 ? host : this.#dnsCache.addressOf(host);
   }
 
   /**
