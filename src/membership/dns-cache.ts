@@ -7,6 +7,14 @@
 /** How long a looked-up address is used before it is looked up again. */
 export const DNS_TTL_MS = 30_000;
 
+/**
+ * Host names remembered at most: twice SWIM's member table (SwimConfig.maxMembers, 2,048 by
+ * default), so that members come and go without looking up the ones that stay. The names come
+ * from gossip: a forged member under a made-up name each datagram grew the cache for good.
+ * Past it, the oldest name asked for is forgotten (looked up again when next asked for).
+ */
+export const MAX_DNS_ENTRIES = 4096;
+
 export interface DnsCacheOptions {
   /** One lookup of `host` (node:dns/promises `lookup` with the socket's family). */
   readonly lookup: (host: string) => Promise<{ address: string }>;
@@ -42,6 +50,12 @@ export class DnsCache {
         expiresAt: now + DNS_TTL_MS,
         refreshing: true,
       };
+      // Re-inserted at the end: the map is in the order the names were last looked up.
+      this.#entries.delete(host);
+      if (this.#entries.size >= MAX_DNS_ENTRIES) {
+        const oldest = this.#entries.keys().next();
+        if (oldest.done !== true) this.#entries.delete(oldest.value);
+      }
       this.#entries.set(host, entry);
       this.#o.lookup(host).then(
         (r) => {

@@ -189,8 +189,11 @@ export class Membership {
     this.#lookupFamily = this.#family === 6 && bound.address === "::" ? 0 : this.#family;
     this.#dnsCache = new DnsCache({
       lookup: (host) => lookup(host, { family: this.#lookupFamily }),
-      failed: (host, err) =>
-        this.#log.warn("cannot resolve a member address", { host, error: String(err) }),
+      // Once a period a name, MAX_REPORTED names a period at most: the names come from gossip.
+      failed: (host, err) => {
+        if (this.#shouldReport(`dns ${host}`))
+          this.#log.warn("cannot resolve a member address", { host, error: String(err) });
+      },
       now: () => Number(process.hrtime.bigint() / 1_000_000n),
     });
     const bindHost = options.bindAddr.slice(0, options.bindAddr.lastIndexOf(":"));
