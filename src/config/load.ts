@@ -298,6 +298,14 @@ function walk(
   for (const [name, value] of Object.entries(node)) {
     const key = prefix === "" ? name : `${prefix}.${name}`;
     if (KEY_BY_NAME.has(key)) {
+      // A dotted name (`cluster.total_shards:` beside `cluster: {total_shards: …}`) is another
+      // YAML key, which the parser's duplicate check does not see: the last would win silently.
+      if (settings.get(key)?.source === path) {
+        issues.push(
+          issue(key, path, "is set twice in the file (nested and as a dotted key); keep one"),
+        );
+        continue;
+      }
       settings.set(key, { value, source: path });
     } else if (SECTIONS.has(key)) {
       if (value !== null) walk(value, key, path, settings, issues);

@@ -252,6 +252,28 @@ describe("loadConfig", () => {
     assert.match(configError(() => loadConfig({ configPath: dup })).message, /is not valid YAML/);
   });
 
+  it("refuses a key the file sets twice, nested and as a dotted key", () => {
+    // YAML's own duplicate check sees two different keys here (`cluster` and
+    // `cluster.total_shards`): the last one written won, silently.
+    const twice = yamlFile("cluster:\n  total_shards: 7\ncluster.total_shards: 5\n");
+    const err = configError(() => loadConfig({ configPath: twice }));
+    assert.deepEqual(
+      err.issues.map((i) => i.key),
+      ["cluster.total_shards"],
+    );
+    assert.match(err.message, /cluster\.total_shards \(from .*\): is set twice in the file/);
+    const deeper = yamlFile("cluster:\n  rebalance.max_moves: 1\n  rebalance:\n    max_moves: 2\n");
+    assert.match(
+      configError(() => loadConfig({ configPath: deeper })).message,
+      /cluster\.rebalance\.max_moves \(from .*\): is set twice in the file/,
+    );
+    // Once, either way, is a setting.
+    assert.equal(
+      loadConfig({ configPath: yamlFile("cluster.total_shards: 5\n") }).cluster.total_shards,
+      5,
+    );
+  });
+
   it("a file of many aliases (a YAML bomb) is a configuration error, not a crash; .inf shows as Infinity", () => {
     // yaml throws past its alias bound: serve died with a ReferenceError's stack, exit 1; and a
     // non-finite number was shown as null (an audit, 2026-12-05).
