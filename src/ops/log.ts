@@ -200,11 +200,28 @@ export function isLogLevel(s: string): s is LogLevel {
   return (LEVELS as readonly string[]).includes(s);
 }
 
+/** Sinks whose 'error' events are heard already: one listener each, however many loggers. */
+const heardSinks = new WeakSet<LogSink>();
+
+/**
+ * A stream sink reports a failed write asynchronously, as an 'error' event: process.stdout on a
+ * pipe whose reader went away (`cairn serve | log-shipper`, the shipper restarted) says EPIPE
+ * so, and an event nobody heard ended the node. Its lines are lost, the node goes on.
+ */
+function hearErrors(sink: LogSink): void {
+  const on = (sink as { on?: unknown }).on;
+  if (typeof on !== "function" || heardSinks.has(sink)) return;
+  heardSinks.add(sink);
+  on.call(sink, "error", () => {});
+}
+
 /** The root logger of a node; hand `child(target, fields)` loggers to its modules. */
 export function createLogger(options: LoggerOptions = {}): Logger {
+  const sink = options.sink ?? process.stdout;
+  hearErrors(sink);
   const shared: Shared = {
     level: options.level ?? "info",
-    sink: options.sink ?? process.stdout,
+    sink,
     now: options.now ?? (() => new Date()),
   };
   return new JsonLogger(shared, options.target ?? "cairn", options.fields ?? {});

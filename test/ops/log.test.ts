@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { Writable } from "node:stream";
 import type { MembershipLogger } from "../../src/membership/index.ts";
 import { createLogger, type LogLevel, silentLogger } from "../../src/ops/index.ts";
 
@@ -134,5 +135,29 @@ describe("JSON logger", () => {
       },
     });
     assert.doesNotThrow(() => logger.error("x"));
+  });
+
+  it("survives a stream sink whose reader went away (EPIPE reported as an 'error' event)", async () => {
+    // A pipe whose reader died (`cairn serve | log-shipper`, the shipper restarted) fails the
+    // write asynchronously, as process.stdout does: an 'error' event nobody heard ended the node.
+    const sink = new Writable({
+      write(_chunk, _encoding, done) {
+        done(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }));
+      },
+    });
+    const logger = createLogger({ sink });
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown): void => void uncaught.push(err);
+    process.on("uncaughtException", onUncaught);
+    try {
+      logger.info("a");
+      logger.child("raft").info("b");
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off("uncaughtException", onUncaught);
+    }
+    assert.deepEqual(uncaught, []);
+    assert.ok(sink.destroyed, "the sink did fail");
   });
 });
