@@ -686,8 +686,11 @@ function sameHost(a: string, b: string): boolean {
 function canonicalHost(host: string): string {
   const h = host.toLowerCase();
   if (isIP(h) === 6) {
-    // The WHATWG URL parser writes an IPv6 address in its canonical (compressed) form.
-    return new URL(`http://[${h}]/`).hostname.slice(1, -1);
+    // The WHATWG URL parser writes an IPv6 address in its canonical (compressed) form. It takes
+    // no zone (`fe80::1%eth0`, which isIP accepts): it threw on one, so the zone is kept aside.
+    const zone = h.indexOf("%");
+    const address = zone < 0 ? h : h.slice(0, zone);
+    return new URL(`http://[${address}]/`).hostname.slice(1, -1) + (zone < 0 ? "" : h.slice(zone));
   }
   return h;
 }

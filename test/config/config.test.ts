@@ -339,6 +339,27 @@ describe("loadConfig", () => {
         .http_addr,
       "127.0.0.1:7447",
     );
+    // An IPv6 address with a zone (link-local, `fe80::1%eth0`) is an address like another: the
+    // comparison threw a TypeError (Invalid URL), and serve died with its stack, exit 1.
+    assert.equal(
+      loadConfig({ flags: { "rpc-addr": "[fe80::1%eth0]:7447", "http-addr": "127.0.0.1:7447" } })
+        .rpc_addr,
+      "[fe80::1%eth0]:7447",
+    );
+    assert.match(
+      configError(() =>
+        loadConfig({
+          flags: { "rpc-addr": "[fe80::1%eth0]:7447", "http-addr": "[fe80:0::1%eth0]:7447" },
+        }),
+      ).message,
+      /http_addr .*must not use the same port as rpc_addr/,
+    );
+    assert.equal(
+      loadConfig({
+        flags: { "rpc-addr": "[fe80::1%eth0]:7447", "http-addr": "[fe80::1%eth1]:7447" },
+      }).http_addr,
+      "[fe80::1%eth1]:7447",
+    );
     const ticks = yamlFile("raft:\n  election_ticks: 3\n  heartbeat_ticks: 3\n");
     assert.match(
       configError(() => loadConfig({ configPath: ticks })).message,
