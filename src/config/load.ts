@@ -231,15 +231,28 @@ function nonEmpty(s: string | undefined): string | undefined {
 }
 
 function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIssue[]): void {
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = readFileSync(path, "utf8");
+    bytes = readFileSync(path);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? String(err);
     issues.push({
       key: "config",
       source: path,
       message: `config error: cannot read the configuration file ${path}: ${code}`,
+    });
+    return;
+  }
+  let text: string;
+  try {
+    // YAML is UTF-8 here: decoded leniently, a Latin-1 `café` became `caf\uFFFD`, a path (a
+    // data_dir) the node would then create, empty, beside the one meant.
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    issues.push({
+      key: "config",
+      source: path,
+      message: `config error: ${path} is not UTF-8 text (save it as UTF-8)`,
     });
     return;
   }

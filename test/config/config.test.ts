@@ -292,6 +292,17 @@ describe("loadConfig", () => {
     );
   });
 
+  it("refuses a file that is not UTF-8 text, rather than reading its bytes as other characters", () => {
+    // A Latin-1 file's `café` was read as `caf\uFFFD`: a data_dir the node then created, empty,
+    // beside the one the operator meant.
+    const p = join(dir, "latin1.yaml");
+    writeFileSync(p, Buffer.concat([Buffer.from("data_dir: /srv/caf"), Buffer.from([0xe9, 0x0a])]));
+    assert.match(
+      configError(() => loadConfig({ configPath: p })).message,
+      /latin1\.yaml is not UTF-8 text/,
+    );
+  });
+
   it("accepts an empty file", () => {
     assert.equal(loadConfig({ configPath: yamlFile("") }).node_id, "node-1");
   });
