@@ -32,8 +32,10 @@
  * At most `maxMoves` shards move at once (moves under way included): each move is a snapshot
  * sent, and foreground traffic keeps its share of the disk and the network.
  *
+ *   4. leaders, once no replica moves: evenLeaders (below), within the same `tolerance`.
  * A replacement keeps the rank of the replica it replaces, so a shard's preferred leader (its
- * first-ranked node) moves with it, and leaders stay as even as replicas are.
+ * first-ranked node) moves with it; rendezvous ranks spread leaders only about evenly, which
+ * step 4 mends.
  */
 import type { MetaCommand, MetaState } from "./meta.ts";
 import { rendezvousWeight } from "./meta.ts";
@@ -48,7 +50,7 @@ export interface AllocatorInput {
   readonly caughtUp: (node: string) => boolean;
   /** Shards moving at once, at most (moves under way count). */
   readonly maxMoves: number;
-  /** Replicas the most loaded active member may hold above the least loaded. */
+  /** Replicas (and leaders) the most loaded active member may hold above the least loaded. */
   readonly tolerance: number;
 }
 
@@ -136,6 +138,56 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     load.set(most[0], most[1] - 1);
     load.set(least[0], least[1] + 1);
     budget--;
+  }
+
+  // 4. Leaders, once no replica moves (a leadership handed over pauses the shard's writes for a
+  // moment: not on top of a rebalance's snapshots).
+  if (out.some((c) => c.op === "move-shard") || meta.movingCount() > 0) return out;
+  out.push(...evenLeaders(input, shards));
+  return out;
+}
+
+/** prefer-leader commands a pass proposes at most (each a leadership transfer). */
+const LEADER_MOVES_PER_PASS = 16;
+
+/**
+ * Step 4: while the alive active member with room that should lead the most shards
+ * (MetaState.leaderWanted) leads more than `tolerance` above the one that leads the fewest (0
+ * acts as 1), one of its shards whose replicas include the latter records it as preferred
+ * leader; leader spreading (src/node/cluster.ts) then hands the leadership over. Not shard 0
+ * (the meta group's leader moves only with its replicas), nor a shard whose preferred leader an
+ * operator set (Admin.TransferLeader records the same prefer-leader: the choice stands, so the
+ * allocator's own are never moved again either; a shard's first-ranked replica leads the rest).
+ */
+function evenLeaders(input: AllocatorInput, shards: readonly number[]): MetaCommand[] {
+  const { meta } = input;
+  const counted = new Set(
+    meta.roomyMembers().filter((id) => input.alive.has(id) && !input.unreachableLong.has(id)),
+  );
+  const leads = new Map([...counted].map((id) => [id, 0]));
+  for (const shard of shards) {
+    const leader = meta.leaderWanted(shard);
+    if (leader !== undefined && leads.has(leader)) leads.set(leader, (leads.get(leader) ?? 0) + 1);
+  }
+  const out: MetaCommand[] = [];
+  const done = new Set<number>();
+  while (out.length < LEADER_MOVES_PER_PASS) {
+    const byCount = [...leads.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
+    const least = byCount[0];
+    const most = byCount[byCount.length - 1];
+    if (least === undefined || most === undefined) break;
+    if (most[1] - least[1] <= Math.max(1, input.tolerance)) break;
+    const shard = shards.find((s) => {
+      if (s === 0 || done.has(s) || meta.leaderWanted(s) !== most[0]) return false;
+      const nodes = meta.nodesOf(s);
+      const chosen = meta.leaders.get(s);
+      return nodes.includes(least[0]) && (chosen === undefined || !nodes.includes(chosen));
+    });
+    if (shard === undefined) break;
+    out.push({ op: "prefer-leader", shard, node: least[0] });
+    done.add(shard);
+    leads.set(most[0], most[1] - 1);
+    leads.set(least[0], least[1] + 1);
   }
   return out;
 }

@@ -244,7 +244,7 @@ export const KEYS: readonly KeySpec[] = [
     default: 2,
     env: "CAIRN_CLUSTER_REBALANCE_TOLERANCE",
     expect: "must be an integer between 0 and 65536",
-    doc: "Replicas the most loaded active member may hold above the least loaded before the meta group's leader moves one (0 acts as 1: one apart, a move would only swap them); leaders follow (a shard's first replica leads it).",
+    doc: "Replicas the most loaded active member may hold above the least loaded before the meta group's leader moves one (0 acts as 1: one apart, a move would only swap them); once no replica moves, likewise the shards the alive active member that leads the most may lead above the one that leads the fewest before a leadership moves.",
   },
   {
     key: "cluster.rebalance.rate_bytes_per_sec",

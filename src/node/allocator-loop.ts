@@ -110,6 +110,8 @@ export class AllocatorLoop {
           log.info("member state changed", { member: cmd.id, state: cmd.state });
         } else if (cmd.op === "move-shard") {
           log.info("moving a shard", { shard_id: cmd.shard, from: cmd.from, to: cmd.nodes });
+        } else if (cmd.op === "prefer-leader") {
+          log.debug("evening leaders", { shard_id: cmd.shard, leader: cmd.node });
         }
       } catch (err) {
         // A stale move (the meta state changed since the pass) or a lost leadership: the next
