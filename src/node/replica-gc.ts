@@ -42,7 +42,9 @@ export const REMOVALS_PER_PASS = 8;
 export function isRemovable(meta: MetaState | null, shard: number, node: string): boolean {
   if (meta === null || meta.clusterId === null) return false;
   if (shard === 0 || !meta.shards.has(shard) || meta.isMoving(shard)) return false;
-  // A member that is not one any more (removed) keeps what it has: it is not asked again.
+  // A node this state does not record as a member (not admitted yet here) keeps what it has. (A
+  // removed member is still recorded, `removed`: it deletes what moved off it, as a
+  // decommissioned one does.)
   if (meta.stateOf(node) === undefined) return false;
   const nodes = meta.nodesOf(shard);
   return nodes.length > 0 && !nodes.includes(node);
