@@ -3,9 +3,9 @@
  * (ShardCell) over the shards it owns and serves rpc_addr with the others, and answers the main
  * thread's questions (health, metrics) and its start and stop steps over its parentPort.
  */
-import { closeSync, writeSync } from "node:fs";
+import { closeSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { createLogger, isLogLevel } from "../ops/index.ts";
+import { createLogger, fdSink, isLogLevel } from "../ops/index.ts";
 import { CairnNode } from "./node.ts";
 import {
   RoutedStore,
@@ -30,7 +30,7 @@ const post = (m: WorkerToMain): void => port.postMessage(m);
 const log = createLogger({
   level: isLogLevel(config.log.level) ? config.log.level : "info",
   fields: { node_id: config.node_id, shard_worker: index },
-  sink: { write: (line: string) => writeSync(1, line) },
+  sink: fdSink(1),
 });
 
 // The workers start serving one after another once all have recovered: a call a sibling hands

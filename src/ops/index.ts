@@ -6,6 +6,7 @@
 // Logs (design.md §7).
 export {
   createLogger,
+  fdSink,
   formatLine,
   isLogLevel,
   LEVELS as LOG_LEVELS,

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { describe, it } from "node:test";
 import { Writable } from "node:stream";
 import type { MembershipLogger } from "../../src/membership/index.ts";
@@ -160,4 +162,39 @@ describe("JSON logger", () => {
     assert.deepEqual(uncaught, []);
     assert.ok(sink.destroyed, "the sink did fail");
   });
+});
+
+describe("a shard worker's log sink (fdSink)", () => {
+  it(
+    "writes every line whole into a pipe whose reader is slow (waits, loses none)",
+    { timeout: 20_000 },
+    async () => {
+      // A worker thread writes its lines to fd 1 itself, and a pipe's fd is non-blocking: a
+      // plain writeSync threw EAGAIN once the pipe was full (the line lost), or wrote part of it.
+      const script = [
+        `import { fdSink } from ${JSON.stringify(new URL("../../src/ops/log.ts", import.meta.url).pathname)};`,
+        // As in a node: the main thread's process.stdout makes the pipe's fd non-blocking.
+        `process.stdout.write("");`,
+        `const sink = fdSink(1);`,
+        `for (let i = 0; i < 2000; i++) sink.write(JSON.stringify({ i, pad: "x".repeat(200) }) + "\\n");`,
+      ].join("\n");
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+        stdio: ["ignore", "pipe", "inherit"],
+      });
+      const out = child.stdout;
+      out.pause(); // the reader is slow: the pipe fills
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const chunks: Buffer[] = [];
+      out.on("data", (c: Buffer) => chunks.push(c));
+      out.resume();
+      const [code] = (await once(child, "close")) as [number];
+      assert.equal(code, 0);
+      const lines = Buffer.concat(chunks)
+        .toString("utf8")
+        .split("\n")
+        .filter((l) => l !== "");
+      assert.equal(lines.length, 2000);
+      lines.forEach((l, i) => assert.equal((JSON.parse(l) as { i: number }).i, i));
+    },
+  );
 });
