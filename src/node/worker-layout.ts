@@ -37,6 +37,7 @@ export function walDirOf(dataDir: string, workers: number, index: number): strin
  */
 export async function checkShardWorkers(dataDir: string, workers: number): Promise<void> {
   const recorded = await readRecorded(dataDir);
+  if (recorded === null) await refuseUnrecordedWorkers(dataDir);
   if (recorded === workers) return;
   if (recorded !== null) {
     if (!(await nothingWritten(dataDir, recorded))) {
@@ -55,6 +56,33 @@ export async function checkShardWorkers(dataDir: string, workers: number): Promi
   }
   await ensureDir(nodeFileSystem, dataDir);
   await writeFileDurably(join(dataDir, MARKER), `${workers}\n`);
+}
+
+/**
+ * A directory without the record, but with workers' WALs (or their `.created` markers): the
+ * record was lost (deleted by hand). Taken for a directory of no workers, a start with one
+ * opened a new `wal` beside them, their writes never replayed; with more, the refusal named 1 as
+ * the number written. The number cannot be read back for sure (the last workers' WALs may be
+ * gone too): the operator writes it again.
+ */
+async function refuseUnrecordedWorkers(dataDir: string): Promise<void> {
+  let names: string[];
+  try {
+    names = await readdir(dataDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw err;
+  }
+  const indexes = names
+    .map((n) => /^wal-worker-(\d+)(?:\.created)?$/.exec(n)?.[1])
+    .filter((i) => i !== undefined)
+    .map(Number);
+  if (indexes.length === 0) return;
+  const last = Math.max(...indexes);
+  throw new CairnError(
+    "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
+    `data directory ${dataDir} holds shard workers' WALs (wal-worker-0 to wal-worker-${last}) but not its record of their number (${MARKER}, lost): write the number it was run with (at least ${last + 1}) into ${join(dataDir, MARKER)}, then start it with shard_workers that number`,
+  );
 }
 
 /**

@@ -4,7 +4,7 @@
  * it (a first start that failed before it opened its storage) binds nothing.
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { checkShardWorkers, walDirOf } from "../../src/node/worker-layout.ts";
@@ -53,5 +53,25 @@ describe("shard workers' data directory layout", () => {
       code: "CAIRN_ERR_SHARD_WORKERS_MISMATCH",
     });
     assert.equal(recorded(single), null);
+  });
+
+  it("a lost record with workers' WALs left is refused, naming them, whatever the number now", async () => {
+    // The record deleted by hand: a start with 1 opened a new `wal` beside the workers' WALs
+    // (their unflushed writes never replayed), and one with another number named 1 as recorded.
+    const dir = tempDir("layout");
+    await checkShardWorkers(dir, 3);
+    for (const i of [0, 1, 2]) {
+      mkdirSync(walDirOf(dir, 3, i), { recursive: true });
+      writeFileSync(join(walDirOf(dir, 3, i), "00000000000000000001.wal"), "x");
+    }
+    rmSync(join(dir, "shard-workers"));
+    for (const n of [1, 2, 3]) {
+      await assert.rejects(checkShardWorkers(dir, n), (err: Error & { code?: string }) => {
+        assert.equal(err.code, "CAIRN_ERR_SHARD_WORKERS_MISMATCH");
+        assert.match(err.message, /wal-worker-0 to wal-worker-2/);
+        return true;
+      });
+    }
+    assert.equal(existsSync(join(dir, "wal")), false, "no WAL of a single node made beside them");
   });
 });
