@@ -79,6 +79,12 @@ export function formatHostPort(address: HostPort): string {
 /** True for 0.0.0.0 and :: (any spelling): a bind-all address nobody can connect to. */
 export function isUnspecifiedHost(host: string): boolean {
   if (isIP(host) === 4) return host.split(".").every((part) => Number(part) === 0);
-  if (isIP(host) === 6) return /^[0:]+$/.test(host);
+  // `::`, and the v4-mapped 0.0.0.0 (`::ffff:0.0.0.0`, canonically `::ffff:0:0`), which a
+  // dual-stack socket binds as every IPv4 address: advertised, it would reach no one.
+  if (isIP(host) === 6) {
+    const address = host.split("%")[0] ?? host; // a zone (`%eth0`) is no part of the address
+    const canonical = new URL(`http://[${address}]/`).hostname.slice(1, -1);
+    return /^[0:]+$/.test(address) || canonical === "::ffff:0:0";
+  }
   return false;
 }

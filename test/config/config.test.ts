@@ -550,7 +550,9 @@ describe("addresses", () => {
   });
 
   it("recognises the unspecified addresses", () => {
-    for (const h of ["0.0.0.0", "::", "0:0::0"]) assert.equal(isUnspecifiedHost(h), true, h);
+    // A v4-mapped 0.0.0.0 too: bound, it takes every IPv4 address, and advertised it reaches none.
+    for (const h of ["0.0.0.0", "::", "0:0::0", "::ffff:0.0.0.0", "::FFFF:0:0"])
+      assert.equal(isUnspecifiedHost(h), true, h);
     for (const h of ["127.0.0.1", "::1", "localhost"]) assert.equal(isUnspecifiedHost(h), false, h);
   });
 
