@@ -5,7 +5,8 @@
  * (the meta group commits, and refuses a stale move), so a leader change or two allocators
  * racing cannot place a shard twice.
  *
- * One pass, in order:
+ * One pass, in order (a pass that changes a member's state proposes only that: the next one moves
+ * replicas on the state it made):
  *   1. members' lives: a `joining` member whose copy of the meta group caught up becomes
  *      `active`; a `joining` or `active` member gossip has had unreachable for
  *      `cluster.dead_after_ms` becomes `dead`, and a `dead` one seen alive again `active` (it
@@ -60,6 +61,9 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   if (meta.clusterId === null) return [];
   const out: MetaCommand[] = [];
   out.push(...lives(input));
+  // A member's state changes first: the moves are the next pass's, on the state they make (a
+  // move onto a member this pass marks dead, or off one it marks active, was refused or wasted).
+  if (out.length > 0) return out;
   const shards = [...meta.shards.keys()].sort((a, b) => a - b);
   let budget = input.maxMoves - meta.movingCount();
   const active = meta.activeMembers();

@@ -174,6 +174,25 @@ describe("allocator", () => {
     assert.ok(!first.some((c) => c.op === "prefer-leader"), "no leader moved beside replicas");
   });
 
+  it("moves nothing onto a member the same pass marks dead", () => {
+    // The meta group refused such a move once the member's death applied: a wasted proposal.
+    let s = cluster(["n1", "n2", "n3"], 40);
+    s = apply(s, { op: "join", member: member("n4") });
+    s = apply(s, { op: "set-state", id: "n4", state: "active" });
+    const world: World = {
+      ...calm,
+      unreachableLong: new Set(["n4"]),
+      alive: new Set(["n1", "n2", "n3"]),
+    };
+    const cmds = allocate({ meta: s, ...world });
+    assert.deepEqual(cmds[0], { op: "set-state", id: "n4", state: "dead" });
+    for (const c of cmds) s = apply(s, c);
+    assert.ok(
+      !cmds.some((c) => c.op === "move-shard" && c.nodes.includes("n4")),
+      JSON.stringify(cmds),
+    );
+  });
+
   it("never moves more than maxMoves shards at once", () => {
     let s = cluster(["n1", "n2", "n3"], 40);
     s = apply(s, { op: "join", member: member("n4") });
@@ -194,7 +213,8 @@ describe("allocator", () => {
     const stuck = [...s.shards.keys()].filter((k) => s.isMoving(k));
     assert.equal(stuck.length, 2);
     s = apply(s, { op: "set-state", id: "n4", state: "dead" });
-    const redirected = allocate({ meta: s, ...calm, maxMoves: 2 });
+    const gone = { ...calm, alive: new Set(["n1", "n2", "n3"]) };
+    const redirected = allocate({ meta: s, ...gone, maxMoves: 2 });
     assert.deepEqual(
       redirected.filter((c) => c.op === "move-shard").map((c) => c.shard),
       stuck,
