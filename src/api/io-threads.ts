@@ -510,7 +510,11 @@ export class IoThreads {
     worker.on("message", (msg: { kind: string; event?: FrontEndEvent }) => {
       if (msg.kind === "event" && msg.event !== undefined) o.onEvent?.(msg.event);
     });
-    const listening = await new Promise<number>((resolve, reject) => {
+    // Its end is heard from the start: a thread that ends at once after it listens has its
+    // "listening" and its "exit" emitted together (Worker drains the port at its exit), before
+    // a listener added once "listening" was awaited exists, and the node never learnt of it.
+    let listened = false;
+    const listening = new Promise<number>((resolve, reject) => {
       const onMessage = (msg: {
         kind: string;
         port?: number;
@@ -519,6 +523,7 @@ export class IoThreads {
       }): void => {
         if (msg.kind === "listening") {
           worker.off("message", onMessage);
+          listened = true;
           resolve(msg.port as number);
         } else if (msg.kind === "listen-error") {
           worker.off("message", onMessage);
@@ -527,17 +532,22 @@ export class IoThreads {
       };
       worker.on("message", onMessage);
       worker.once("error", reject);
+      worker.once("exit", (code) =>
+        reject(new Error(`gRPC I/O thread exited with code ${code} before it listened`)),
+      );
     });
     worker.on("error", (err) => {
       thread.abandon();
-      if (!this.#stopping) o.onFailure(err);
+      if (listened && !this.#stopping) o.onFailure(err);
     });
     worker.on("exit", (code) => {
       thread.exited = true;
       thread.abandon();
-      if (!this.#stopping) o.onFailure(new Error(`gRPC I/O thread exited with code ${code}`));
+      if (listened && !this.#stopping) {
+        o.onFailure(new Error(`gRPC I/O thread exited with code ${code}`));
+      }
     });
-    return listening;
+    return await listening;
   }
 
   /**

@@ -4,6 +4,9 @@
  * node's stop. (The real threads: test/api/h2-limits.test.ts, test/e2e/io-threads.test.ts.)
  */
 import assert from "node:assert/strict";
+import { existsSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import { IoThreads, MethodTable } from "../../src/api/io-threads.ts";
 import { withTimeout } from "../support/timeout.ts";
@@ -34,8 +37,67 @@ describe("gRPC I/O threads", () => {
       threadScript: crashing,
     });
     assert.equal(await threads.start(), 1);
-    assert.match((await failure).message, /exited with code 3/);
+    assert.match(
+      (await withTimeout(failure, 5_000, "the node hearing of its thread's end")).message,
+      /exited with code 3/,
+    );
     // The node stops after the failure: its gRPC server's close waits for the threads.
     await withTimeout(threads.close(100), 5_000, "the stop of a node whose I/O thread crashed");
+  });
+
+  it("a thread that ends at once after it listens is heard (both emitted together)", async () => {
+    // A Worker that exits before the main thread read its messages has them emitted at its
+    // exit, its "exit" right after: the exit listener added once "listening" was awaited missed
+    // it, and the node never learnt that its I/O thread was gone (seen as a CI hang).
+    const flag = join(mkdtempSync(join(tmpdir(), "cairn-io-")), "ended");
+    const crashing = script(`
+      import { parentPort } from "node:worker_threads";
+      import { writeFileSync } from "node:fs";
+      parentPort.postMessage({ kind: "listening", port: 1 });
+      writeFileSync(${JSON.stringify(flag)}, "");
+      process.exit(3);
+    `);
+    let failed!: (err: Error) => void;
+    const failure = new Promise<Error>((resolve) => (failed = resolve));
+    const threads = new IoThreads({
+      count: 1,
+      host: "127.0.0.1",
+      port: 0,
+      mainAddress: "127.0.0.1:1",
+      internalKey: "test",
+      table: new MethodTable(),
+      serverOptions: {},
+      onFailure: (err) => failed(err),
+      threadScript: crashing,
+    });
+    const started = threads.start();
+    // The main thread busy until the thread has ended: its messages wait for the exit.
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    for (let i = 0; i < 1000 && !existsSync(flag); i++) Atomics.wait(pause, 0, 0, 10);
+    Atomics.wait(pause, 0, 0, 200);
+    assert.equal(await started, 1);
+    assert.match(
+      (await withTimeout(failure, 5_000, "the node hearing of its thread's end")).message,
+      /exited with code 3/,
+    );
+    await withTimeout(threads.close(100), 5_000, "the stop");
+  });
+
+  it("a thread that ends before it listens fails the start (it waited for ever)", async () => {
+    const threads = new IoThreads({
+      count: 1,
+      host: "127.0.0.1",
+      port: 0,
+      mainAddress: "127.0.0.1:1",
+      internalKey: "test",
+      table: new MethodTable(),
+      serverOptions: {},
+      onFailure: () => undefined,
+      threadScript: script(`process.exit(4);`),
+    });
+    await assert.rejects(
+      withTimeout(threads.start(), 5_000, "the start"),
+      /exited with code 4 before it listened/,
+    );
   });
 });

@@ -89,6 +89,7 @@ describe("Meta.WatchCluster of a node whose view stopped following its cluster",
     assert.deepEqual(await probeMember(address, "n2"), {
       clusterId: "cluster-a",
       incarnation: "inc-1",
+      firstSeed: false,
       members: ["n1", "n2"],
     });
   });
@@ -112,6 +113,7 @@ describe("Meta.WatchCluster of a node whose view stopped following its cluster",
         assert.deepEqual(await probeMember(address, "n2"), {
           clusterId: "cluster-a",
           incarnation: "inc-1b",
+          firstSeed: false,
         });
       } finally {
         stale = null;
