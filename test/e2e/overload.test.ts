@@ -16,7 +16,7 @@ import { status } from "@grpc/grpc-js";
 import { connect, grpcError } from "../support/grpc-client.ts";
 import { startServer } from "../support/server-process.ts";
 
-const FLOOD = 800;
+const FLOOD = 1200;
 const VALUE = Buffer.alloc(1024 * 1024, 7);
 const BUDGET = 4 * 1024 * 1024;
 const WAL_CACHE = 32 * 1024 * 1024;
@@ -97,12 +97,13 @@ describe("a flood of large Puts (real server process)", () => {
             err.details,
           );
         }
-        // 800 MiB offered; the node holds at most its budgets of it (4 MiB waiting, 32 MiB of
+        // 1,200 MiB offered; the node holds at most its budgets of it (4 MiB waiting, 32 MiB of
         // memtables, 32 MiB of log cache) plus gRPC's receive buffers and garbage not yet
-        // collected: about 330 MiB here whether 600 or 1,200 MiB are offered. Before the byte
-        // budget (and with the default 512 MiB memtable and log budgets) 600 MiB offered grew it
-        // by 760 MiB: growth in proportion to the flood. The bound leaves room for a machine
-        // whose runtime buffers more.
+        // collected: whatever is offered, 330 MiB on one day, 440–650 MiB on another (the peak
+        // grew by 455–650 with 800 offered, 440–471 with 1,200, on 2026-12-05; a CI run failed
+        // a bound of 480 at 800 offered). Before the byte budget (and with the default 512 MiB
+        // memtable and log budgets) 600 MiB offered grew it by 760 MiB: growth in proportion to
+        // the flood, which this bound (720 MiB) still catches.
         const grew = memoryMiB(pid, "VmHWM") - before;
         assert.ok(
           grew < FLOOD * 0.6,
