@@ -15,6 +15,24 @@ import { withTimeout } from "../support/timeout.ts";
 const script = (source: string): URL =>
   new URL(`data:text/javascript,${encodeURIComponent(source)}`);
 
+/** One I/O thread running `threadScript`; `failure` is the first failure it reports. */
+function ioThreads(threadScript: URL): { threads: IoThreads; failure: Promise<Error> } {
+  let failed!: (err: Error) => void;
+  const failure = new Promise<Error>((resolve) => (failed = resolve));
+  const threads = new IoThreads({
+    count: 1,
+    host: "127.0.0.1",
+    port: 0,
+    mainAddress: "127.0.0.1:1",
+    internalKey: "test",
+    table: new MethodTable(),
+    serverOptions: {},
+    onFailure: (err) => failed(err),
+    threadScript,
+  });
+  return { threads, failure };
+}
+
 describe("gRPC I/O threads", () => {
   it("a thread that ended (crashed) before the stop does not hold the stop", async () => {
     // Listens, then ends as a crash would.
@@ -23,19 +41,7 @@ describe("gRPC I/O threads", () => {
       parentPort.postMessage({ kind: "listening", port: 1 });
       setImmediate(() => process.exit(3));
     `);
-    let failed!: (err: Error) => void;
-    const failure = new Promise<Error>((resolve) => (failed = resolve));
-    const threads = new IoThreads({
-      count: 1,
-      host: "127.0.0.1",
-      port: 0,
-      mainAddress: "127.0.0.1:1",
-      internalKey: "test",
-      table: new MethodTable(),
-      serverOptions: {},
-      onFailure: (err) => failed(err),
-      threadScript: crashing,
-    });
+    const { threads, failure } = ioThreads(crashing);
     assert.equal(await threads.start(), 1);
     assert.match(
       (await withTimeout(failure, 5_000, "the node hearing of its thread's end")).message,
@@ -57,19 +63,7 @@ describe("gRPC I/O threads", () => {
       writeFileSync(${JSON.stringify(flag)}, "");
       process.exit(3);
     `);
-    let failed!: (err: Error) => void;
-    const failure = new Promise<Error>((resolve) => (failed = resolve));
-    const threads = new IoThreads({
-      count: 1,
-      host: "127.0.0.1",
-      port: 0,
-      mainAddress: "127.0.0.1:1",
-      internalKey: "test",
-      table: new MethodTable(),
-      serverOptions: {},
-      onFailure: (err) => failed(err),
-      threadScript: crashing,
-    });
+    const { threads, failure } = ioThreads(crashing);
     const started = threads.start();
     // The main thread busy until the thread has ended: its messages wait for the exit.
     const pause = new Int32Array(new SharedArrayBuffer(4));
@@ -84,17 +78,7 @@ describe("gRPC I/O threads", () => {
   });
 
   it("a thread that ends before it listens fails the start (it waited for ever)", async () => {
-    const threads = new IoThreads({
-      count: 1,
-      host: "127.0.0.1",
-      port: 0,
-      mainAddress: "127.0.0.1:1",
-      internalKey: "test",
-      table: new MethodTable(),
-      serverOptions: {},
-      onFailure: () => undefined,
-      threadScript: script(`process.exit(4);`),
-    });
+    const { threads } = ioThreads(script(`process.exit(4);`));
     await assert.rejects(
       withTimeout(threads.start(), 5_000, "the start"),
       /exited with code 4 before it listened/,
