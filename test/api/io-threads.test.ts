@@ -4,7 +4,7 @@
  * node's stop. (The real threads: test/api/h2-limits.test.ts, test/e2e/io-threads.test.ts.)
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
@@ -51,11 +51,13 @@ describe("gRPC I/O threads", () => {
     await withTimeout(threads.close(100), 5_000, "the stop of a node whose I/O thread crashed");
   });
 
-  it("a thread that ends at once after it listens is heard (both emitted together)", async () => {
+  it("a thread that ends at once after it listens is heard (both emitted together)", async (t) => {
     // A Worker that exits before the main thread read its messages has them emitted at its
     // exit, its "exit" right after: the exit listener added once "listening" was awaited missed
     // it, and the node never learnt that its I/O thread was gone (seen as a CI hang).
-    const flag = join(mkdtempSync(join(tmpdir(), "cairn-io-")), "ended");
+    const dir = mkdtempSync(join(tmpdir(), "cairn-io-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const flag = join(dir, "ended");
     const crashing = script(`
       import { parentPort } from "node:worker_threads";
       import { writeFileSync } from "node:fs";
