@@ -47,6 +47,7 @@ import type { TransferLeaderResponse__Output } from "../api/generated/cairn/v1/T
 import type { NodeStatus__Output } from "../api/generated/cairn/v1/NodeStatus.ts";
 import type { Version__Output } from "../api/generated/cairn/v1/Version.ts";
 import { shardForKey } from "../cluster/index.ts";
+import { isLoopbackHost, parseHostPort } from "../config/address.ts";
 import {
   ClientClosedError,
   DeadlineExceededError,
@@ -897,12 +898,8 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
  */
 export function isLoopbackTarget(address: string): boolean {
   if (address.startsWith("unix:")) return true;
-  const m = /^(?:\[([^\]]+)\]|([^:]+)):\d+$/.exec(address);
-  const host = m?.[1] ?? m?.[2];
-  return (
-    host !== undefined &&
-    (host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host))
-  );
+  const parsed = parseHostPort(address);
+  return parsed.ok && isLoopbackHost(parsed.value.host);
 }
 
 /** Sets `authorization: Bearer TOKEN` on every call. */

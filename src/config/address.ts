@@ -82,9 +82,32 @@ export function isUnspecifiedHost(host: string): boolean {
   // `::`, and the v4-mapped 0.0.0.0 (`::ffff:0.0.0.0`, canonically `::ffff:0:0`), which a
   // dual-stack socket binds as every IPv4 address: advertised, it would reach no one.
   if (isIP(host) === 6) {
-    const address = host.split("%")[0] ?? host; // a zone (`%eth0`) is no part of the address
-    const canonical = new URL(`http://[${address}]/`).hostname.slice(1, -1);
-    return /^[0:]+$/.test(address) || canonical === "::ffff:0:0";
+    const address = canonicalHost(host).split("%")[0]; // a zone (`%eth0`) is no part of it
+    return address === "::" || address === "::ffff:0:0";
   }
   return false;
+}
+
+/**
+ * `host` in one spelling: lower case, an IPv6 address in its canonical (compressed) form, as the
+ * WHATWG URL parser writes it. The parser takes no zone (`fe80::1%eth0`, which isIP accepts): it
+ * threw on one, so the zone is kept aside.
+ */
+export function canonicalHost(host: string): string {
+  const h = host.toLowerCase();
+  if (isIP(h) === 6) {
+    const zone = h.indexOf("%");
+    const address = zone < 0 ? h : h.slice(0, zone);
+    return new URL(`http://[${address}]/`).hostname.slice(1, -1) + (zone < 0 ? "" : h.slice(zone));
+  }
+  return h;
+}
+
+/**
+ * Whether `host` (brackets around an IPv6 address allowed) is a loopback address, where what is
+ * sent never leaves the host: 127.0.0.0/8, `::1`, `localhost`.
+ */
+export function isLoopbackHost(host: string): boolean {
+  const h = canonicalHost(host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host);
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }

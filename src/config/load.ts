@@ -10,13 +10,12 @@
  * `CAIRN_SEED_NODES` where empty means "no seeds" (single-node mode), as the contract says.
  */
 import { readFileSync } from "node:fs";
-import { isIP } from "node:net";
 import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
 import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
 import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
 import { readTokensFile, TokensFileError } from "../common/auth-tokens.ts";
-import { isUnspecifiedHost, parseHostPort } from "./address.ts";
+import { canonicalHost, isLoopbackHost, isUnspecifiedHost, parseHostPort } from "./address.ts";
 import {
   CONFIG_FLAG_OPTIONS,
   KEYS,
@@ -648,11 +647,6 @@ function checkGossipKeys(
   }
 }
 
-function isLoopbackHost(host: string): boolean {
-  const h = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
-  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
-}
-
 /** Room beside the largest answer in a connection's output (its headers, trailers, frames). */
 const OUTPUT_ROOM_BYTES = 64 * 1024;
 
@@ -694,16 +688,4 @@ function sameHost(a: string, b: string): boolean {
   if (x === y) return true;
   const loopback = (h: string): boolean => h === "127.0.0.1" || h === "::1";
   return (x === "localhost" && loopback(y)) || (y === "localhost" && loopback(x));
-}
-
-function canonicalHost(host: string): string {
-  const h = host.toLowerCase();
-  if (isIP(h) === 6) {
-    // The WHATWG URL parser writes an IPv6 address in its canonical (compressed) form. It takes
-    // no zone (`fe80::1%eth0`, which isIP accepts): it threw on one, so the zone is kept aside.
-    const zone = h.indexOf("%");
-    const address = zone < 0 ? h : h.slice(0, zone);
-    return new URL(`http://[${address}]/`).hostname.slice(1, -1) + (zone < 0 ? "" : h.slice(zone));
-  }
-  return h;
 }
