@@ -73,7 +73,9 @@ export class Applier {
     const applying: Promise<void> = pending.finally(() => {
       this.#applies.delete(s.id);
       s.applying = null;
-      if (s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) this.#host.markDirty(s);
+      if (s.installed !== null || s.raw.hasReady() || s.hasInput() || s.campaignWhenReady) {
+        this.#host.markDirty(s);
+      }
     });
     s.applying = applying;
     this.#applies.set(s.id, applying);

@@ -2,11 +2,12 @@
  * The multi-raft driver's round loop (the round's steps, numbered: multi-raft.ts). markDirty is the one
  * way to say that a group has input; the loop runs one round at a time, from the clock's defer,
  * in phases, each a method of its own: feed each marked group its inputs and collect its Ready
- * (#collect); install the snapshots they carry; stage their WAL records and sort their messages
- * (#stage); send a leader's appends and heartbeats; persist every group's records in one WAL
- * append and one sync when any Ready needs it (#persist, needsSync); only then send the answers
- * and votes (driver invariant 6, docs/raft.md); apply (#applyAll, multi-raft-apply.ts) and hand
- * the answers to the sockets (#answer).
+ * (#collect), a Ready carrying a snapshot set aside until its install, beside the rounds, is
+ * done (#installBeside); stage their WAL records and sort their messages (#stage); send a
+ * leader's appends and heartbeats; persist every group's records in one WAL append and one sync
+ * when any Ready needs it (#persist, needsSync); only then send the answers and votes (driver
+ * invariant 6, docs/raft.md); apply (#applyAll, multi-raft-apply.ts) and hand the answers to
+ * the sockets (#answer).
  */
 import { CairnError } from "../common/errors.ts";
 import { clearArray } from "../common/index.ts";
@@ -61,6 +62,7 @@ export interface RoundHost {
   /** The apply (multi-raft-apply.ts). */
   readonly applier: {
     applyReady(s: ShardReplica, rd: Ready): Promise<void> | null;
+    /** `s` sits rounds out until `pending` settles, then is marked if it has more to do. */
     applyingUntil(s: ShardReplica, pending: Promise<void>): void;
   };
 }
@@ -178,10 +180,11 @@ export class RoundLoop {
   };
 
   /**
-   * One round, in phases: collect the marked groups' Readies (#collect); install the snapshots
-   * they carry; stage their WAL records and sort their messages (#stage); send the leaders'
-   * appends and heartbeats; persist (#persist: one WAL append, one sync if any Ready needs it);
-   * send everything else; apply (#applyAll); hand the answers to the sockets (#answer).
+   * One round, in phases: collect the marked groups' Readies (#collect), those carrying a
+   * snapshot only once it is installed (#installBeside); stage their WAL records and sort their
+   * messages (#stage); send the leaders' appends and heartbeats; persist (#persist: one WAL
+   * append, one sync if any Ready needs it); send everything else; apply (#applyAll); hand the
+   * answers to the sockets (#answer).
    */
   async #round(): Promise<void> {
     if (this.#host.failed()) {
@@ -193,22 +196,7 @@ export class RoundLoop {
       const asks = this.#collect(this.#host.clock.now());
       // Asks to campaign promise nothing about this node's state: they leave at once.
       if (asks !== null) this.#send(asks);
-      const ready = this.#roundReady;
-      const readies = this.#roundReadies;
-      if (ready.length === 0) return;
-      for (let w = 0; w < ready.length; w++) {
-        const rd = readies[w] as Ready;
-        // The engine takes the snapshot durably first: once the WAL records it (#stage), the
-        // log below is gone and only the engine holds that state.
-        if (rd.snapshot !== null) {
-          await installSnapshot(
-            ready[w] as ShardReplica,
-            rd.snapshot,
-            this.#host,
-            this.#host.testingBugs,
-          );
-        }
-      }
+      if (this.#roundReady.length === 0) return;
       // A leader's appends and heartbeats leave before this round's WAL write, everything else
       // (acknowledgements, votes, snapshots) once the round is durable: see #stage.
       const early = new Map<NodeId, ShardMessage[]>();
@@ -257,9 +245,19 @@ export class RoundLoop {
     let asks: Map<NodeId, ShardMessage[]> | null = null;
     for (const s of dirty) s.marked = false;
     for (const s of dirty) {
-      // A shard still applying its last Ready sits this round out (its apply marks it dirty
-      // again when done): one slow engine must not hold every other shard's round.
+      // A shard still applying its last Ready, or installing the snapshot of its next, sits
+      // this round out (marked dirty again when done): one slow engine must not hold every
+      // other shard's round.
       if (s.applying !== null || s.removed) continue;
+      // Its snapshot installed, the Ready set aside goes on with this round; the group takes
+      // no input before its advance (RawNode: nothing between ready() and advance()).
+      const installed = s.installed;
+      if (installed !== null) {
+        s.installed = null;
+        ready.push(s);
+        readies.push(installed);
+        continue;
+      }
       const ask = s.maybeCampaign();
       if (ask !== null) addTo((asks ??= new Map()), s.id, ask);
       if (s.refill !== null) asks = this.#askToRefill(s, now, asks);
@@ -267,12 +265,37 @@ export class RoundLoop {
       s.drainInbox(now, this.#host.options.tickMs * this.#host.options.electionTicks * 3);
       this.#host.sleep.trackSleep(s);
       if (s.raw.hasReady()) {
+        const rd = s.raw.ready();
+        if (rd.snapshot !== null) {
+          this.#installBeside(s, rd);
+          continue;
+        }
         ready.push(s);
-        readies.push(s.raw.ready());
+        readies.push(rd);
       }
     }
     clearArray(dirty);
     return asks;
+  }
+
+  /**
+   * Installs the snapshot `rd` carries in `s`'s engine beside the rounds, and sets `rd` aside
+   * for the first round after it (ShardReplica.installed). The engine takes the snapshot
+   * durably first: once the WAL records it (#stage), the log below is gone and only the engine
+   * holds that state. An install writes the shard's whole state (a gigabyte, seconds): awaited
+   * in the round, it held every other group's appends, acknowledgements and applies for as
+   * long. A failed install fails the node, as a failed apply does.
+   */
+  #installBeside(s: ShardReplica, rd: Ready): void {
+    const snap = rd.snapshot;
+    if (snap === null) return;
+    const pending = installSnapshot(s, snap, this.#host, this.#host.testingBugs).then(
+      () => {
+        s.installed = rd;
+      },
+      (err: unknown) => this.#host.fail(err),
+    );
+    this.#host.applier.applyingUntil(s, pending);
   }
 
   /**

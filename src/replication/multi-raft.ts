@@ -4,7 +4,8 @@
  *
  *   1. feed each group the inputs queued since the last round (ticks, proposals, reads) and
  *      collect its Ready (#collect);
- *   2. install the snapshots the Readies carry;
+ *   2. set aside a Ready that carries a snapshot: the snapshot is installed beside the rounds,
+ *      its group sitting them out, and the Ready goes on with the first round after;
  *   3. stage their WAL records, and sort their messages (#stage); send the leaders' appends
  *      and heartbeats at once (Raft thesis §10.2.1: a leader writes its log in parallel with
  *      replicating it);

@@ -146,8 +146,16 @@ export class ShardReplica {
    * serves (see MultiRaft#readBarrier).
    */
   readonly replayTo: number;
-  /** The apply of this shard's last Ready, while it runs: no new Ready until it is done. */
+  /**
+   * The apply of this shard's last Ready, or the install of the snapshot it carries, while it
+   * runs: no new Ready until it is done.
+   */
   applying: Promise<void> | null = null;
+  /**
+   * A Ready whose snapshot the engine holds now (installed beside the rounds, RoundLoop
+   * #installBeside): the next round stages, persists and applies it, asking no new one.
+   */
+  installed: Ready | null = null;
   /**
    * While this replica is refilled from its peers after its shard's directory was lost
    * (refill.ts): the log it lost. It serves no serializable read meanwhile.

@@ -142,6 +142,7 @@ interface Group {
   id: number;
   marked: boolean;
   applying: Promise<void> | null;
+  installed: null;
   refill: null;
   visits: number;
   raw: { hasReady(): boolean };
@@ -155,6 +156,7 @@ function group(id: number): Group {
     id,
     marked: false,
     applying: null,
+    installed: null,
     refill: null,
     visits: 0,
     raw: { hasReady: () => false },

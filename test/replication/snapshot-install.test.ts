@@ -20,6 +20,27 @@ import { eventually } from "./peer-support.ts";
 const [n1, n2, n3] = [nodeId("n1"), nodeId("n2"), nodeId("n3")];
 const conf = { voters: [n1, n2, n3], learners: [] };
 
+/** An engine whose imports wait for `gate` (`started` set once one does). */
+function heldImports(
+  engine: ShardEngine,
+  gate: Promise<void>,
+  started: { importing: boolean },
+): ShardEngine {
+  return new Proxy(engine, {
+    get(target, p) {
+      if (p === "importSnapshot") {
+        return async (chunks: AsyncIterable<Uint8Array>) => {
+          started.importing = true;
+          await gate;
+          return target.importSnapshot(chunks);
+        };
+      }
+      const v: unknown = Reflect.get(target, p, target);
+      return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
+
 /** Node n2, a follower of shards 1 and 2 (replicas n1, n2, n3), over `fs`; `sent` hears it. */
 function options(
   fs: MemoryFileSystem,
@@ -47,7 +68,12 @@ function options(
 
 /** n1's entries 4..6 (term 1) after the founding ones, its commit still at the founding's 3. */
 function append(): Message {
-  const entries = [4, 5, 6].map((i) => ({
+  return appendAfter(3, 3);
+}
+
+/** n1's three entries (term 1) after `prev`, with commit `commit`. */
+function appendAfter(prev: number, commit: number): Message {
+  const entries = [prev + 1, prev + 2, prev + 3].map((i) => ({
     term: term(1),
     index: logIndex(i),
     type: "normal" as const,
@@ -58,10 +84,10 @@ function append(): Message {
     from: n1,
     to: n2,
     term: term(1),
-    prevIndex: logIndex(3),
+    prevIndex: logIndex(prev),
     prevTerm: term(1),
     entries,
-    commit: logIndex(3),
+    commit: logIndex(commit),
     noReply: false,
   };
 }
@@ -88,28 +114,14 @@ describe("a snapshot's install", () => {
     const fs = new MemoryFileSystem();
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => (release = resolve));
-    let importing = false;
-    const held = (engine: ShardEngine): ShardEngine =>
-      new Proxy(engine, {
-        get(target, p) {
-          if (p === "importSnapshot") {
-            return async (chunks: AsyncIterable<Uint8Array>) => {
-              importing = true;
-              await gate;
-              return target.importSnapshot(chunks);
-            };
-          }
-          const v: unknown = Reflect.get(target, p, target);
-          return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        },
-      });
+    const started = { importing: false };
     const sent: ShardMessage[] = [];
     const mr = await MultiRaft.open(
       options(
         fs,
         async (shard, dir) => {
           const engine = await MemoryEngine.open(fs, dir);
-          return shard === 2 ? held(engine) : engine;
+          return shard === 2 ? heldImports(engine, gate, started) : engine;
         },
         sent,
       ),
@@ -131,7 +143,7 @@ describe("a snapshot's install", () => {
         { shard: 1, message: snapshot(100) },
         { shard: 2, message: snapshot(100) },
       ]);
-      await eventually("shard 2's import started", () => importing);
+      await eventually("shard 2's import started", () => started.importing);
       await mr.maintain();
     } finally {
       fs.crash();
@@ -141,6 +153,59 @@ describe("a snapshot's install", () => {
     const again = await MultiRaft.open(options(fs, (_shard, dir) => MemoryEngine.open(fs, dir)));
     try {
       assert.ok(again.holds(1), "shard 1 opened again");
+      assert.equal(again.failure, undefined);
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("holds no other shard's round while one installs a snapshot: theirs are acknowledged meanwhile, its own once installed, and both open again", async () => {
+    // The round awaited every install: while shard 2's engine took a snapshot (a gigabyte
+    // takes seconds), shard 1's appends were neither written nor acknowledged, nor any other
+    // group's on the node.
+    const fs = new MemoryFileSystem();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const started = { importing: false };
+    const sent: ShardMessage[] = [];
+    const acked = (id: number, index: number) =>
+      sent.some(
+        (m) => m.shard === id && m.message.type === "append-resp" && m.message.index === index,
+      );
+    const mr = await MultiRaft.open(
+      options(
+        fs,
+        async (shard, dir) => {
+          const engine = await MemoryEngine.open(fs, dir);
+          return shard === 2 ? heldImports(engine, gate, started) : engine;
+        },
+        sent,
+      ),
+    );
+    try {
+      mr.receive("n1", [
+        { shard: 1, message: append() },
+        { shard: 2, message: append() },
+      ]);
+      await eventually("both followers hold entries 4..6", () => acked(1, 6) && acked(2, 6));
+      mr.receive("n1", [{ shard: 2, message: snapshot(100) }]);
+      await eventually("shard 2's import started", () => started.importing);
+      mr.receive("n1", [{ shard: 1, message: appendAfter(6, 6) }]);
+      await eventually("shard 1 holds entries 7..9 while shard 2 imports", () => acked(1, 9));
+      assert.equal(acked(2, 100), false, "shard 2 acknowledges its snapshot only once installed");
+      release();
+      await eventually("shard 2 acknowledges its snapshot", () => acked(2, 100));
+      assert.equal(mr.failure, undefined);
+      // Shard 2 goes on from the snapshot.
+      mr.receive("n1", [{ shard: 2, message: appendAfter(100, 100) }]);
+      await eventually("shard 2 holds entries 101..103", () => acked(2, 103));
+    } finally {
+      release();
+      await mr.close();
+    }
+    const again = await MultiRaft.open(options(fs, (_shard, dir) => MemoryEngine.open(fs, dir)));
+    try {
+      assert.ok(again.holds(1) && again.holds(2), "both shards opened again");
       assert.equal(again.failure, undefined);
     } finally {
       await again.close();
