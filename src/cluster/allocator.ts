@@ -15,7 +15,9 @@
  *      so however long it is unreachable (CockroachDB keeps a node's decommissioning apart from
  *      its liveness): its replicas move off it all the same, it is decommissioned once none is
  *      left, and should it come back first, its decommission goes on (as `dead`, it came back
- *      `active`, the operator's decommission forgotten);
+ *      `active`, the operator's decommission forgotten; from cluster version 2 the meta group
+ *      refuses the `dead` this step proposed on a state where the member was still active,
+ *      should a decommission commit first: VERSION_DECOMMISSION_STAYS);
  *   2. repairs: a shard with a replica on a member that is not active (dead, decommissioning,
  *      decommissioned, removed) gets an active member in its place, at the same rank (or loses
  *      it, when no member can take it and the shard keeps `replication_factor` replicas

@@ -24,6 +24,7 @@ export {
   type ShardPlacement,
   shouldBootstrap,
   anotherFirstSeed,
+  VERSION_DECOMMISSION_STAYS,
 } from "./meta.ts";
 export { nodeOfReplica, replicaIdOf } from "./replica.ts";
 export {

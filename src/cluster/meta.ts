@@ -66,8 +66,19 @@ export type MemberState = (typeof MEMBER_STATES)[number];
  * brings only once the cluster's version (MetaState.version) has reached it, which the meta
  * leader raises once every member that may serve again runs a build that has it (set-build,
  * set-version). Builds before the cluster version ran version 1 and wrote the same records.
+ *
+ * What each version brings:
+ *   2. set-state refuses to mark a `decommissioning` member `dead` (VERSION_DECOMMISSION_STAYS).
  */
-export const BUILD_VERSION = 1;
+export const BUILD_VERSION = 2;
+/**
+ * From this cluster version on, a `decommissioning` member never becomes `dead`. The allocator
+ * proposes `dead` only for a `joining` or `active` member; a decommission committed between its
+ * pass and its proposal's apply made the operator's decommission `dead`, then `active` once the
+ * member was seen again: forgotten without a word. A rule of the apply, so a version's: a
+ * member applying the older rule would make the state diverge.
+ */
+export const VERSION_DECOMMISSION_STAYS = 2;
 /** The highest cluster version a command or record may name. */
 const MAX_VERSION = 0x7fff_ffff;
 
@@ -1184,6 +1195,11 @@ export class MetaState {
       const allowed = TRANSITIONS[from].join(", ") || "none: it is final";
       return this.#rejected(
         `member ${id} is ${from}: it cannot become ${to} (allowed: ${allowed})`,
+      );
+    }
+    if (from === "decommissioning" && to === "dead" && this.version >= VERSION_DECOMMISSION_STAYS) {
+      return this.#rejected(
+        `member ${id} is decommissioning: it stays so however long it is unreachable (its replicas move off it all the same)`,
       );
     }
     if (to === "decommissioned" || to === "removed") {

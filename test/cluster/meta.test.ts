@@ -4,7 +4,9 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import {
+  allocate,
   type BootstrapInput,
+  BUILD_VERSION,
   decodeMetaCommand,
   encodeMetaCommand,
   type MetaCommand,
@@ -16,6 +18,7 @@ import {
   rendezvousReplicas,
   rendezvousWeight,
   shouldBootstrap,
+  VERSION_DECOMMISSION_STAYS,
   xxhash64,
 } from "../../src/cluster/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
@@ -1057,6 +1060,45 @@ describe("meta state: the cluster version", () => {
     const loaded = MetaState.load(s.records());
     assert.equal(loaded.version, 2);
     assert.ok(loaded.equals(s));
+  });
+
+  it("from version 2, never marks a decommissioning member dead: a decommission committed while the allocator's pass proposed dead stands", () => {
+    // The allocator's pass sees n3 active and unreachable for cluster.dead_after, and proposes
+    // dead; the operator's decommission commits first. At version 1 the proposal then made n3
+    // dead, and active again once seen: the decommission forgotten.
+    const race = (version: number): { state: MetaState; outcome: MetaOutcome } => {
+      let s = booted();
+      s = s.apply({ op: "join", member: { ...N4, incarnation: "i4" } }).state;
+      s = s.apply({ op: "set-state", id: "n4", state: "active" }).state;
+      for (const id of ["n1", "n2", "n3", "n4"]) {
+        s = s.apply({ op: "set-build", id, build: BUILD_VERSION }).state;
+      }
+      for (let v = 2; v <= version; v++) s = s.apply({ op: "set-version", version: v }).state;
+      assert.equal(s.version, version);
+      const proposed = allocate({
+        meta: s,
+        unreachableLong: new Set(["n3"]),
+        alive: new Set(["n1", "n2", "n4"]),
+        caughtUp: () => true,
+        maxMoves: 4,
+        tolerance: 2,
+      });
+      assert.deepEqual(proposed, [{ op: "set-state", id: "n3", state: "dead" }]);
+      s = s.apply({ op: "set-state", id: "n3", state: "decommissioning" }).state;
+      const [dead] = proposed as [MetaCommand];
+      return s.apply(dead);
+    };
+    const v2 = race(VERSION_DECOMMISSION_STAYS);
+    assert.equal(v2.outcome.kind, "rejected");
+    assert.match(
+      v2.outcome.kind === "rejected" ? v2.outcome.reason : "",
+      /n3 is decommissioning: it stays so however long it is unreachable/,
+    );
+    assert.equal(v2.state.stateOf("n3"), "decommissioning");
+    // At version 1 (a member of an older build may still apply the log) the old rule holds.
+    const v1 = race(1);
+    assert.equal(v1.outcome.kind, "state-changed");
+    assert.equal(v1.state.stateOf("n3"), "dead");
   });
 
   it("does not wait for decommissioned or removed members, and a new node under one's id brings its own build", () => {

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { BUILD_VERSION } from "../../src/cluster/index.ts";
 import {
   acknowledgedPuts,
   clusterView,
@@ -20,7 +21,10 @@ import {
 import type { Clients } from "../support/grpc-client.ts";
 import { runCairn } from "../support/server-process.ts";
 
-const NEW = { CAIRN_TESTING_BUILD_VERSION: "2" };
+/** This build's version (the "old" build), and the "new" build's, one above. */
+const OLD_V = BUILD_VERSION;
+const NEW_V = BUILD_VERSION + 1;
+const NEW = { CAIRN_TESTING_BUILD_VERSION: String(NEW_V) };
 
 interface VersionedView {
   cluster_version: number;
@@ -63,7 +67,7 @@ describe("the cluster version (real processes)", () => {
         4,
         { CAIRN_CLUSTER_TOTAL_SHARDS: "16" },
         async (cluster) => {
-          // n1 and n2 run the new build, n3 the old one: the cluster stays at version 1.
+          // n1 and n2 run the new build, n3 the old one: the cluster stays at the old version.
           await Promise.all([
             cluster.start("n1", NEW),
             cluster.start("n2", NEW),
@@ -73,34 +77,35 @@ describe("the cluster version (real processes)", () => {
           const c1 = cluster.node("n1").client as Clients;
           for (let i = 0; i < 32; i++) await put(c1, `k${i}`, `v${i}`);
           await eventually(
-            "n1 and n2 report build 2",
-            async () => (await versions(c1)) === "v1 n1=2 n2=2 n3=1",
+            `n1 and n2 report build ${NEW_V}`,
+            async () => (await versions(c1)) === `v${OLD_V} n1=${NEW_V} n2=${NEW_V} n3=${OLD_V}`,
           );
           // `cairn cluster` shows the version, and which members run another one.
           const shown = await runCairn(["--endpoints", cluster.node("n1").rpc, "cluster"]);
           assert.equal(shown.code, 0, shown.err);
-          assert.match(shown.out, /^cluster \S+ \(version 1\), epoch/);
-          assert.match(shown.out, /^n1\tactive,build-2\t/m);
+          assert.match(shown.out, new RegExp(`^cluster \\S+ \\(version ${OLD_V}\\), epoch`));
+          assert.match(shown.out, new RegExp(`^n1\tactive,build-${NEW_V}\t`, "m"));
           assert.match(shown.out, /^n3\tactive\talive\t/m);
 
-          // The rolling restart's last step: n3 on the new build. Every node then runs version 2.
+          // The rolling restart's last step: n3 on the new build. Every node then runs the new
+          // version.
           await cluster.stop("n3");
           await cluster.start("n3", NEW);
           for (const id of ["n1", "n2", "n3"]) {
             const c = cluster.node(id).client as Clients;
-            await eventually(`${id}'s view says version 2`, async () => {
+            await eventually(`${id}'s view says version ${NEW_V}`, async () => {
               try {
-                return (await versions(c)) === "v2 n1=2 n2=2 n3=2";
+                return (await versions(c)) === `v${NEW_V} n1=${NEW_V} n2=${NEW_V} n3=${NEW_V}`;
               } catch {
                 return false; // n3 still starting
               }
             });
           }
           const health = await healthReport(cluster.node("n1").server?.http);
-          assert.equal(health.cluster_version, 2);
+          assert.equal(health.cluster_version, NEW_V);
           assert.match(
             cluster.node("n2").server?.lines.join("\n") ?? "",
-            /the cluster's version was raised.*"from":1,"to":2/,
+            new RegExp(`the cluster's version was raised.*"from":${OLD_V},"to":${NEW_V}`),
           );
           for (let i = 32; i < 48; i++) await put(c1, `k${i}`, `v${i}`);
 
@@ -111,7 +116,9 @@ describe("the cluster version (real processes)", () => {
           assert.equal(rolledBack.code, 1);
           assert.match(
             rolledBack.log,
-            /this build is older than the cluster's version; it stops.*runs cluster version 2, and this build runs versions up to 1.*CAIRN_ERR_CLUSTER_VERSION/,
+            new RegExp(
+              `this build is older than the cluster's version; it stops.*runs cluster version ${NEW_V}, and this build runs versions up to ${OLD_V}.*CAIRN_ERR_CLUSTER_VERSION`,
+            ),
           );
           await cluster.stop("n2", "SIGKILL"); // exited already: keeps its log lines
 
@@ -121,12 +128,14 @@ describe("the cluster version (real processes)", () => {
           assert.equal(refused.code, 1);
           assert.match(
             refused.log,
-            /n4 runs a build with cluster versions up to 1, and the cluster runs version 2/,
+            new RegExp(
+              `n4 runs a build with cluster versions up to ${OLD_V}, and the cluster runs version ${NEW_V}`,
+            ),
           );
           assert.match(refused.log, /CAIRN_ERR_CLUSTER_VERSION/);
           await cluster.stop("n4", "SIGKILL");
           await cluster.start("n4", NEW);
-          await eventually("n4 joins", async () => (await versions(c1)).includes("n4=2"));
+          await eventually("n4 joins", async () => (await versions(c1)).includes(`n4=${NEW_V}`));
 
           // n2 back on the new build: it serves again, and nothing was lost.
           await cluster.start("n2", NEW);
