@@ -19,8 +19,8 @@
  * is reported and the table before is kept.
  */
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { parse } from "yaml";
+import { FileTooLargeError, readFileBounded } from "./bounded-read.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
@@ -51,6 +51,9 @@ export class TokensFileError extends CairnError {
     this.reason = reason;
   }
 }
+
+/** The largest file read: some 10,000 entries (one is a line of about 100 bytes). */
+export const MAX_TOKENS_FILE_BYTES = 1024 * 1024;
 
 /** The shortest token accepted in its plain form. */
 export const MIN_TOKEN_LENGTH = 16;
@@ -177,8 +180,9 @@ function hashOf(file: string, at: string, name: string, sha: unknown, token: unk
 export function readTokensFile(file: string): TokenTable {
   let text: string;
   try {
-    text = readFileSync(file, "utf8");
+    text = readFileBounded(file, MAX_TOKENS_FILE_BYTES).toString("utf8");
   } catch (err) {
+    if (err instanceof FileTooLargeError) throw new TokensFileError(file, err.reason);
     throw new TokensFileError(
       file,
       `cannot be read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,

@@ -15,7 +15,7 @@
  * follow, one that does not is reported and the keys before are kept. No error names a key.
  */
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { FileTooLargeError, readFileBounded } from "./bounded-read.ts";
 import { CairnError } from "./errors.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 
@@ -25,8 +25,8 @@ export const GOSSIP_KEY_BYTES = 32;
 export const MAX_GOSSIP_KEYS = 8;
 /** Bytes of a key's id, on every sealed datagram: the first bytes of its SHA-256. */
 export const GOSSIP_KEY_ID_BYTES = 4;
-/** The largest file read. */
-const MAX_FILE_BYTES = 64 * 1024;
+/** The largest file read: eight keys are 360 bytes, the rest room for comments. */
+export const MAX_GOSSIP_KEY_FILE_BYTES = 64 * 1024;
 
 /** One key and the id a sealed datagram names it by. */
 export interface GossipKey {
@@ -91,15 +91,13 @@ export function parseGossipKeys(file: string, text: string): GossipKeys {
 export function readGossipKeyFile(file: string): GossipKeys {
   let text: Buffer;
   try {
-    text = readFileSync(file);
+    text = readFileBounded(file, MAX_GOSSIP_KEY_FILE_BYTES);
   } catch (err) {
+    if (err instanceof FileTooLargeError) throw new GossipKeyFileError(file, err.reason);
     throw new GossipKeyFileError(
       file,
       `cannot be read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,
     );
-  }
-  if (text.length > MAX_FILE_BYTES) {
-    throw new GossipKeyFileError(file, `is larger than ${MAX_FILE_BYTES} bytes`);
   }
   return parseGossipKeys(file, text.toString("utf8"));
 }

@@ -7,8 +7,8 @@
  * read before.
  */
 import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
+import { FileTooLargeError, readFileBounded } from "./bounded-read.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
@@ -56,10 +56,17 @@ export class TlsFileError extends CairnError {
   }
 }
 
+/**
+ * The largest TLS file read: a CA bundle of every root a system trusts is about 220 KB (some
+ * 150 certificates), a chain a few KB; 4 MiB leaves room for a bundle twenty times that.
+ */
+export const MAX_TLS_FILE_BYTES = 4 * 1024 * 1024;
+
 function read(key: string, file: string): Buffer {
   try {
-    return readFileSync(file);
+    return readFileBounded(file, MAX_TLS_FILE_BYTES);
   } catch (err) {
+    if (err instanceof FileTooLargeError) throw new TlsFileError(key, file, err.reason);
     const code = (err as NodeJS.ErrnoException).code ?? String(err);
     throw new TlsFileError(key, file, `cannot be read: ${code}`);
   }

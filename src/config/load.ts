@@ -9,9 +9,9 @@
  * and scripts use their own), and an empty environment variable counts as unset, except
  * `CAIRN_SEED_NODES` where empty means "no seeds" (single-node mode), as the contract says.
  */
-import { readFileSync } from "node:fs";
 import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
+import { FileTooLargeError, readFileBounded } from "../common/bounded-read.ts";
 import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
 import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
 import { readTokensFile, TokensFileError } from "../common/auth-tokens.ts";
@@ -229,11 +229,22 @@ function nonEmpty(s: string | undefined): string | undefined {
   return s === undefined || s === "" ? undefined : s;
 }
 
+/** The largest configuration file read: every key with its comment is 12 KB. */
+export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
+
 function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIssue[]): void {
   let bytes: Buffer;
   try {
-    bytes = readFileSync(path);
+    bytes = readFileBounded(path, MAX_CONFIG_FILE_BYTES);
   } catch (err) {
+    if (err instanceof FileTooLargeError) {
+      issues.push({
+        key: "config",
+        source: path,
+        message: `config error: the configuration file ${path} ${err.reason}`,
+      });
+      return;
+    }
     const code = (err as NodeJS.ErrnoException).code ?? String(err);
     issues.push({
       key: "config",

@@ -3,11 +3,12 @@
  * docs/operations.md "Checks at start, rotation"), with certificates made by `cairn cert` and
  * `openssl ca`: a renewed certificate that is not valid yet when it is first read (issued on a
  * host whose clock is a little ahead) is refused then, and taken once it is valid, without the
- * files changing again: the node must not serve the old certificate until it expires.
+ * files changing again: the node must not serve the old certificate until it expires. A file
+ * that cannot be used (here a device with no end) is refused, the files before kept.
  */
 import assert from "node:assert/strict";
 import { X509Certificate } from "node:crypto";
-import { copyFileSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -53,6 +54,37 @@ describe("TlsFileWatch", () => {
       const renewed = new X509Certificate(readFileSync(future));
       assert.deepEqual(events, [events[0], `reloaded ${renewed.serialNumber}`], events.join("; "));
       assert.ok(Date.now() >= renewed.validFromDate.getTime(), "not taken before it was valid");
+    } finally {
+      watch.close();
+    }
+  });
+
+  it("refuses a file replaced by a device with no end, keeping the files before", async () => {
+    const certs = makeCerts(join(dir, "device"));
+    const files: TlsFiles = { certFile: certs.nodeCert, keyFile: certs.nodeKey };
+    const events: string[] = [];
+    let wake: () => void = () => {};
+    const seen = new Promise<void>((resolve) => (wake = resolve));
+    const watch = new TlsFileWatch(
+      files,
+      stampTlsFiles(files),
+      () => {
+        events.push("reloaded");
+        wake();
+      },
+      (err) => {
+        events.push(`error ${err.key} ${err.reason}`);
+        wake();
+      },
+      10,
+    );
+    try {
+      // Read whole, /dev/zero was read until the memory ran out.
+      symlinkSync("/dev/zero", `${certs.nodeCert}.new`);
+      renameSync(`${certs.nodeCert}.new`, certs.nodeCert);
+      await seen;
+      assert.equal(events.length, 1, events.join("; "));
+      assert.match(events[0] ?? "", /^error tls\.cert_file is larger than 4 MiB/);
     } finally {
       watch.close();
     }

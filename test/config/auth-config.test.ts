@@ -4,7 +4,7 @@
  * off loopback.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -42,6 +42,20 @@ describe("auth.tokens_file configuration", () => {
     assert.match(
       configRefusal({ CAIRN_AUTH_TOKENS_FILE: join(dir, "missing.yaml") }),
       /cannot be read: ENOENT/,
+    );
+  });
+
+  it("refuses a file larger than 1 MiB, and a device with no end, unread", () => {
+    // Read whole, /dev/zero (a typo, a hostile mount) was read until the memory ran out.
+    assert.match(
+      configRefusal({ CAIRN_AUTH_TOKENS_FILE: "/dev/zero" }),
+      /auth\.tokens_file \(from env CAIRN_AUTH_TOKENS_FILE\): \/dev\/zero: is larger than 1 MiB/,
+    );
+    const big = join(dir, "big.yaml");
+    writeFileSync(big, `${readFileSync(good, "utf8")}${"#".repeat(1024 * 1024)}\n`);
+    assert.match(
+      configRefusal({ CAIRN_AUTH_TOKENS_FILE: big }),
+      /auth\.tokens_file .*big\.yaml: is larger than 1 MiB/,
     );
   });
 

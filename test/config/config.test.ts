@@ -303,6 +303,22 @@ describe("loadConfig", () => {
     );
   });
 
+  it("refuses a file larger than 1 MiB, and a device with no end, unread", () => {
+    // Read whole, /dev/zero (a typo, a hostile mount) was read until the memory ran out.
+    const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
+    assert.match(
+      configError(() => loadConfig({ configPath: "/dev/zero" })).message,
+      /^config error: the configuration file \/dev\/zero is larger than 1 MiB/,
+    );
+    const big = yamlFile(`node_id: n1\n${"#".repeat(MAX_CONFIG_FILE_BYTES)}\n`);
+    assert.match(
+      configError(() => loadConfig({ configPath: big })).message,
+      /^config error: the configuration file .*\.yaml is larger than 1 MiB/,
+    );
+    const atBound = yamlFile(`node_id: n1\n#`.padEnd(MAX_CONFIG_FILE_BYTES - 1, "#") + "\n");
+    assert.equal(loadConfig({ configPath: atBound }).node_id, "n1");
+  });
+
   it("accepts an empty file", () => {
     assert.equal(loadConfig({ configPath: yamlFile("") }).node_id, "node-1");
   });

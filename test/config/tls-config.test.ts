@@ -77,6 +77,25 @@ describe("tls.* configuration", () => {
     );
   });
 
+  it("refuses a file larger than 4 MiB, and a device with no end, unread", () => {
+    // Read whole, /dev/zero (a typo, a hostile mount) was read until the memory ran out.
+    assert.match(
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_CERT_FILE: "/dev/zero" }),
+      /tls\.cert_file \(from env CAIRN_TLS_CERT_FILE\): \/dev\/zero: is larger than 4 MiB/,
+    );
+    assert.match(
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_KEY_FILE: "/dev/zero" }),
+      /tls\.key_file \(from env CAIRN_TLS_KEY_FILE\): \/dev\/zero: is larger than 4 MiB/,
+    );
+    // A CA bundle padded past the bound (text around PEM blocks is allowed, and was read).
+    const big = join(dir, "big-ca.crt");
+    writeFileSync(big, `${"#".repeat(4 * 1024 * 1024)}\n${readFileSync(certs.ca, "utf8")}`);
+    assert.match(
+      configRefusal({ ...TLS_ENV, CAIRN_TLS_CLIENT_CA_FILE: big }),
+      /tls\.client_ca_file \(from env CAIRN_TLS_CLIENT_CA_FILE\): .*big-ca\.crt: is larger than 4 MiB/,
+    );
+  });
+
   it("refuses a file that is not PEM", () => {
     const junk = join(dir, "junk.pem");
     writeFileSync(junk, "not a certificate\n");

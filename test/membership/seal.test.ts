@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -84,7 +84,19 @@ describe("the gossip key file", () => {
     assert.throws(() => readGossipKeyFile(join(dir, "missing")), /cannot be read: ENOENT/);
     const big = join(dir, "big");
     writeFileSync(big, `${"#".repeat(70_000)}\n${A}\n`);
-    assert.throws(() => readGossipKeyFile(big), /is larger than 65536 bytes/);
+    assert.throws(() => readGossipKeyFile(big), /big\): is larger than 64 KiB/);
+    // Read whole, a device with no end was read until the memory ran out.
+    assert.throws(
+      () => readGossipKeyFile("/dev/zero"),
+      (err: unknown) => {
+        assert.ok(err instanceof GossipKeyFileError, String(err));
+        assert.match(
+          err.message,
+          /^cluster\.gossip_key_file \(\/dev\/zero\): is larger than 64 KiB/,
+        );
+        return true;
+      },
+    );
     const good = join(dir, "good");
     writeFileSync(good, `${A}\n`);
     assert.equal(readGossipKeyFile(good)[0].key.toString("base64"), A);
@@ -127,6 +139,22 @@ describe("the gossip key file watch", () => {
       assert.equal(events.length, 2, events.join("; "));
       assert.match(events[0] ?? "", /^error line 1 is not a key/);
       assert.equal(events[1], `keys ${A},${B}`);
+      // A path that becomes a device with no end, or a file too large, is refused as any bad
+      // file is (the keys before kept), not read until the memory runs out.
+      seen = next();
+      symlinkSync("/dev/zero", `${file}.new`);
+      renameSync(`${file}.new`, file);
+      await seen;
+      seen = next();
+      replace(`${A}\n${"#".repeat(70_000)}\n`);
+      await seen;
+      seen = next();
+      replace(`${B}\n`);
+      await seen;
+      assert.equal(events.length, 5, events.join("; "));
+      assert.match(events[2] ?? "", /^error is larger than 64 KiB/);
+      assert.match(events[3] ?? "", /^error is larger than 64 KiB/);
+      assert.equal(events[4], `keys ${B}`);
     } finally {
       watch.close();
       rmSync(dir, { recursive: true, force: true });
