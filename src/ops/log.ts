@@ -9,6 +9,10 @@
  * - **Never log a key or a value.** Callers must not pass user data in `fields`; as a safety net,
  *   every `Uint8Array`/`Buffer` in `fields` is written as `"<N bytes>"`, so a key or value passed
  *   by mistake never reaches the log. Keys are identified by their shard, never by their bytes.
+ * - A line is at most MAX_LINE_BYTES: a string a peer or a client chose (an error's message, an
+ *   address, a name) can be of any length, and a line of megabytes is one a log shipper cuts or
+ *   drops, if the node's memory and the pipe hold it first. Over the bound, long strings are cut
+ *   with a marker saying how long they were (formatLine), and the line is still one JSON object.
  *
  * Why not pino: pino's line is `{"level":30,"time":…,"msg":…}` plus top-level bindings. Getting
  * this shape needs `formatters.level`, a custom `timestamp` fragment, `messageKey`, `base: null`
@@ -119,7 +123,27 @@ class JsonLogger implements Logger {
   }
 }
 
-/** One log line, newline included. Exported for tests of the exact shape. */
+/** The longest line written, newline included (UTF-8 bytes). */
+export const MAX_LINE_BYTES = 16 * 1024;
+
+/**
+ * How a line over MAX_LINE_BYTES is cut, tried in turn until it fits: each string (the message,
+ * a field's name or value, an error's stack) to `chars` characters, each list, set, map and
+ * object to `entries` entries, each with a marker of what was left out.
+ */
+interface Cut {
+  readonly chars: number;
+  readonly entries: number;
+}
+
+const CUTS: readonly Cut[] = [
+  { chars: 4096, entries: 256 },
+  { chars: 1024, entries: 64 },
+  { chars: 256, entries: 16 },
+  { chars: 64, entries: 4 },
+];
+
+/** One log line, newline included, at most MAX_LINE_BYTES. Exported for tests of the shape. */
 export function formatLine(
   time: Date,
   level: LogLevel,
@@ -127,31 +151,98 @@ export function formatLine(
   message: string,
   fields: LogFields,
 ): string {
+  const line = render(time, level, target, message, fields, null);
+  if (fits(line)) return line;
+  for (const cut of CUTS) {
+    const shorter = render(time, level, target, message, fields, cut);
+    if (fits(shorter)) return shorter;
+  }
+  // Cut to 64 characters a string and 4 entries a list, fields of many lists within lists may
+  // still be too long: they are left out, and the line says so.
   return (
     JSON.stringify({
       timestamp: time.toISOString(),
       level: UPPER[level],
-      target,
-      message,
-      fields: sanitizeFields(fields),
+      target: cutString(target, 64),
+      message: cutString(message, 1024),
+      fields: { log_fields_cut: `left out, the line was ${Buffer.byteLength(line)} bytes` },
     }) + "\n"
   );
 }
 
+function render(
+  time: Date,
+  level: LogLevel,
+  target: string,
+  message: string,
+  fields: LogFields,
+  cut: Cut | null,
+): string {
+  return (
+    JSON.stringify({
+      timestamp: time.toISOString(),
+      level: UPPER[level],
+      target: cutString(target, cut?.chars),
+      message: cutString(message, cut?.chars),
+      fields: sanitizeFields(fields, cut),
+    }) + "\n"
+  );
+}
+
+/** Whether a line is within MAX_LINE_BYTES; a UTF-16 unit is at most 3 bytes of UTF-8. */
+function fits(line: string): boolean {
+  return line.length * 3 <= MAX_LINE_BYTES || Buffer.byteLength(line) <= MAX_LINE_BYTES;
+}
+
+/** `s` cut to `chars` characters (never within a surrogate pair), marked; `s` when shorter. */
+function cutString(s: string, chars: number | undefined): string {
+  if (chars === undefined || s.length <= chars) return s;
+  const code = s.charCodeAt(chars - 1);
+  const end = code >= 0xd800 && code <= 0xdbff ? chars - 1 : chars;
+  return `${s.slice(0, end)}…[cut: ${s.length} characters]`;
+}
+
+/** `entries` cut to `cut.entries`, with a marker of how many were left out as the last. */
+function cutEntries<T>(entries: T[], cut: Cut | null, more: (left: number) => T): T[] {
+  if (cut === null || entries.length <= cut.entries) return entries;
+  return [...entries.slice(0, cut.entries), more(entries.length - cut.entries)];
+}
+
 const MAX_DEPTH = 6;
 
-function sanitizeFields(fields: LogFields): Record<string, unknown> {
+function sanitizeFields(fields: LogFields, cut: Cut | null): Record<string, unknown> {
+  return sanitizeEntries(definedEntries(fields), 0, [], cut);
+}
+
+/** An object's entries but those whose value is undefined (JSON leaves them out too). */
+function definedEntries(value: object): Array<[string, unknown]> {
+  return Object.entries(value).filter(([, v]) => v !== undefined);
+}
+
+/** An object of `entries`, each value sanitized at `depth`. */
+function sanitizeEntries(
+  entries: Array<[string, unknown]>,
+  depth: number,
+  ancestors: object[],
+  cut: Cut | null,
+): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(fields)) {
-    if (v !== undefined) out[k] = sanitize(v, 0, []);
-  }
+  const kept = cutEntries(entries, cut, (left): [string, unknown] => [
+    "…",
+    `[cut: ${left} more entries]`,
+  ]);
+  for (const [k, v] of kept) out[cutString(k, cut?.chars)] = sanitize(v, depth, ancestors, cut);
   return out;
 }
 
-/** A JSON-safe copy: errors unpacked, bytes redacted, bigints as strings, cycles cut. */
-function sanitize(value: unknown, depth: number, ancestors: object[]): unknown {
+/**
+ * A JSON-safe copy: errors unpacked, bytes redacted, bigints as strings, cycles cut; with `cut`,
+ * long strings and collections cut too.
+ */
+function sanitize(value: unknown, depth: number, ancestors: object[], cut: Cut | null): unknown {
   switch (typeof value) {
     case "string":
+      return cutString(value, cut?.chars);
     case "boolean":
       return value;
     case "number":
@@ -162,7 +253,7 @@ function sanitize(value: unknown, depth: number, ancestors: object[]): unknown {
       return null;
     case "symbol":
     case "function":
-      return String(value);
+      return cutString(String(value), cut?.chars);
     case "object":
       break;
   }
@@ -176,25 +267,27 @@ function sanitize(value: unknown, depth: number, ancestors: object[]): unknown {
   if (depth >= MAX_DEPTH) return "[Object]";
   const next = [...ancestors, value];
   if (value instanceof Error) {
-    const e: Record<string, unknown> = { name: value.name, message: value.message };
+    const e: Record<string, unknown> = {
+      name: cutString(value.name, cut?.chars),
+      message: cutString(value.message, cut?.chars),
+    };
     const code = (value as { code?: unknown }).code;
-    if (code !== undefined) e["code"] = sanitize(code, depth + 1, next);
-    if (value.stack !== undefined) e["stack"] = value.stack;
-    if (value.cause !== undefined) e["cause"] = sanitize(value.cause, depth + 1, next);
+    if (code !== undefined) e["code"] = sanitize(code, depth + 1, next, cut);
+    if (value.stack !== undefined) e["stack"] = cutString(value.stack, cut?.chars);
+    if (value.cause !== undefined) e["cause"] = sanitize(value.cause, depth + 1, next, cut);
     return e;
   }
-  if (Array.isArray(value)) return value.map((v) => sanitize(v, depth + 1, next));
-  if (value instanceof Map) {
-    return Object.fromEntries(
-      [...value].map(([k, v]) => [String(k), sanitize(v, depth + 1, next)]),
+  const list = (items: unknown[]): unknown[] =>
+    cutEntries(items, cut, (left) => `…[cut: ${left} more entries]`).map((v) =>
+      sanitize(v, depth + 1, next, cut),
     );
+  if (Array.isArray(value)) return list(value);
+  if (value instanceof Map) {
+    const entries = [...value].map(([k, v]): [string, unknown] => [String(k), v]);
+    return sanitizeEntries(entries, depth + 1, next, cut);
   }
-  if (value instanceof Set) return [...value].map((v) => sanitize(v, depth + 1, next));
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value)) {
-    if (v !== undefined) out[k] = sanitize(v, depth + 1, next);
-  }
-  return out;
+  if (value instanceof Set) return list([...value]);
+  return sanitizeEntries(definedEntries(value), depth + 1, next, cut);
 }
 
 export function isLogLevel(s: string): s is LogLevel {

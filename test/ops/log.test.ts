@@ -121,6 +121,72 @@ describe("JSON logger", () => {
     assert.ok(!("skip" in fields));
   });
 
+  it("bounds a line: a 1 MiB string field is cut, marked, and the line stays one JSON object", () => {
+    // A peer's error message, a client's address or name: of any length, and a line of any size
+    // with it (a log shipper cuts or drops a line of megabytes).
+    const { lines, logger } = capture();
+    const huge = "x".repeat(1024 * 1024);
+    logger.warn("a peer's call failed", { peer: "n2", error: huge, shard_id: 3 });
+    assert.equal(lines.length, 1);
+    const line = lines[0] ?? "";
+    assert.ok(Buffer.byteLength(line) <= 16 * 1024, `a line of ${Buffer.byteLength(line)} bytes`);
+    const obj = parseLines(lines)[0] ?? {};
+    assert.equal(obj["message"], "a peer's call failed");
+    const fields = obj["fields"] as Record<string, unknown>;
+    assert.equal(fields["node_id"], "n1");
+    assert.equal(fields["peer"], "n2");
+    assert.equal(fields["shard_id"], 3);
+    const error = fields["error"] as string;
+    assert.match(error, /^x{1000,}…\[cut: 1048576 characters\]$/);
+  });
+
+  it("bounds a line in bytes, whatever makes it long", () => {
+    const { lines, logger } = capture();
+    const big = (n: number, s: string): string => s.repeat(n);
+    // Characters JSON escapes (6 bytes each), and 4-byte ones: never cut within a pair.
+    logger.info("control", { s: big(200_000, "\u0001") });
+    logger.info("emoji", { s: big(200_000, "😀") });
+    logger.info(big(100_000, "m"), {});
+    logger.error("an error", { err: new Error(big(100_000, "e"), { cause: big(50_000, "c") }) });
+    logger.info("many", { list: Array.from({ length: 100_000 }, (_, i) => `item-${i}`) });
+    logger.info("wide", {
+      ids: new Set(Array.from({ length: 100_000 }, (_, i) => i)),
+      byName: new Map(Array.from({ length: 10_000 }, (_, i) => [`name-${i}`, big(50, "v")])),
+    });
+    const nested = (d: number): unknown =>
+      d === 0 ? big(64, "z") : Array.from({ length: 8 }, () => nested(d - 1));
+    logger.info("deep", { tree: nested(5) });
+    logger.info(big(10, "ok"), { fine: "small" });
+    assert.equal(lines.length, 8);
+    for (const line of lines) {
+      assert.ok(Buffer.byteLength(line) <= 16 * 1024, `a line of ${Buffer.byteLength(line)} bytes`);
+    }
+    const objs = parseLines(lines);
+    const fieldsOf = (i: number): Record<string, unknown> =>
+      objs[i]?.["fields"] as Record<string, unknown>;
+    assert.match(fieldsOf(0)["s"] as string, /…\[cut: 200000 characters\]$/);
+    const emoji = fieldsOf(1)["s"] as string;
+    assert.match(emoji, /^(😀)+…\[cut: 400000 characters\]$/u);
+    assert.match(objs[2]?.["message"] as string, /^m+…\[cut: 100000 characters\]$/);
+    const err = fieldsOf(3)["err"] as Record<string, unknown>;
+    assert.match(err["message"] as string, /…\[cut: 100000 characters\]$/);
+    assert.match(err["cause"] as string, /…\[cut: 50000 characters\]$/);
+    const list = fieldsOf(4)["list"] as string[];
+    assert.equal(list[0], "item-0");
+    assert.match(list.at(-1) ?? "", /^…\[cut: \d+ more entries\]$/);
+    assert.match(JSON.stringify(fieldsOf(5)), /cut: \d+ more entries/);
+    // Cut as far as they go, fields of many lists within lists are still too long: left out.
+    assert.deepEqual(Object.keys(fieldsOf(6)), ["log_fields_cut"]);
+    assert.match(fieldsOf(6)["log_fields_cut"] as string, /^left out, the line was \d+ bytes$/);
+    assert.deepEqual(objs[7], {
+      timestamp: "2026-11-21T14:00:00.000Z",
+      level: "INFO",
+      target: "node",
+      message: big(10, "ok"),
+      fields: { node_id: "n1", fine: "small" },
+    });
+  });
+
   it("can be handed to membership as its logger", () => {
     const { lines, logger } = capture();
     const forMembership: MembershipLogger = logger.child("membership");
