@@ -893,8 +893,9 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
 }
 
 /**
- * Whether `address` (HOST:PORT, or a `unix:` socket) stays on this host: 127.0.0.0/8, `::1`,
- * `localhost`. Anything else, names included, may cross a network.
+ * Whether `address` (HOST:PORT, or a `unix:` socket) stays on this host: 127.0.0.0/8 (also
+ * IPv4-mapped, `::ffff:127.0.0.1`), `::1`, `localhost`. Anything else, names included, may cross
+ * a network.
  */
 export function isLoopbackTarget(address: string): boolean {
   if (address.startsWith("unix:")) return true;

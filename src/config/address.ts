@@ -79,18 +79,23 @@ export function formatHostPort(address: HostPort): string {
 /** True for 0.0.0.0 and :: (any spelling): a bind-all address nobody can connect to. */
 export function isUnspecifiedHost(host: string): boolean {
   if (isIP(host) === 4) return host.split(".").every((part) => Number(part) === 0);
-  // `::`, and the v4-mapped 0.0.0.0 (`::ffff:0.0.0.0`, canonically `::ffff:0:0`), which a
-  // dual-stack socket binds as every IPv4 address: advertised, it would reach no one.
+  // `::`, and the v4-mapped 0.0.0.0 (`::ffff:0.0.0.0`, canonically 0.0.0.0), which a dual-stack
+  // socket binds as every IPv4 address: advertised, it would reach no one.
   if (isIP(host) === 6) {
     const address = canonicalHost(host).split("%")[0]; // a zone (`%eth0`) is no part of it
-    return address === "::" || address === "::ffff:0:0";
+    return address === "::" || address === "0.0.0.0";
   }
   return false;
 }
 
+/** An IPv4-mapped IPv6 address as the WHATWG URL parser writes it: `::ffff:7f00:1`. */
+const V4_MAPPED = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/;
+
 /**
  * `host` in one spelling: lower case, an IPv6 address in its canonical (compressed) form, as the
- * WHATWG URL parser writes it. The parser takes no zone (`fe80::1%eth0`, which isIP accepts): it
+ * WHATWG URL parser writes it, and an IPv4-mapped one (`::ffff:127.0.0.1`, `::ffff:7f00:1`) as
+ * the IPv4 address it is: a dual-stack socket bound to it takes that address's port, and what
+ * is sent to it goes there. The parser takes no zone (`fe80::1%eth0`, which isIP accepts): it
  * threw on one, so the zone is kept aside.
  */
 export function canonicalHost(host: string): string {
@@ -98,14 +103,21 @@ export function canonicalHost(host: string): string {
   if (isIP(h) === 6) {
     const zone = h.indexOf("%");
     const address = zone < 0 ? h : h.slice(0, zone);
-    return new URL(`http://[${address}]/`).hostname.slice(1, -1) + (zone < 0 ? "" : h.slice(zone));
+    const canonical = new URL(`http://[${address}]/`).hostname.slice(1, -1);
+    const mapped = V4_MAPPED.exec(canonical);
+    if (mapped !== null && zone < 0) {
+      const word = (hex: string | undefined): number => parseInt(hex ?? "0", 16);
+      const [high, low] = [word(mapped[1]), word(mapped[2])];
+      return `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`;
+    }
+    return canonical + (zone < 0 ? "" : h.slice(zone));
   }
   return h;
 }
 
 /**
  * Whether `host` (brackets around an IPv6 address allowed) is a loopback address, where what is
- * sent never leaves the host: 127.0.0.0/8, `::1`, `localhost`.
+ * sent never leaves the host: 127.0.0.0/8 (its IPv4-mapped spelling too), `::1`, `localhost`.
  */
 export function isLoopbackHost(host: string): boolean {
   const h = canonicalHost(host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host);

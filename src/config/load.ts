@@ -689,7 +689,8 @@ function deepFreeze<T>(value: T): T {
 
 /**
  * Whether two hosts as written name the same address: equal ignoring case, equal IP addresses
- * however written (`::1`, `0:0:0:0:0:0:0:1`), or `localhost` and a loopback address it names
+ * however written (`::1`, `0:0:0:0:0:0:0:1`; an IPv4-mapped `::ffff:127.0.0.1` and 127.0.0.1,
+ * which a dual-stack socket binds as one), or `localhost` and a loopback address it names
  * (127.0.0.1, ::1). Other names are not resolved here. (`localhost:8080` beside
  * `127.0.0.1:8080` passed, and the start then blamed another process for the port.)
  */

@@ -79,7 +79,8 @@ describe("auth.tokens_file configuration", () => {
       },
     });
     assert.equal(c.auth.tokens_file, good);
-    for (const host of ["127.0.0.1", "[::1]", "localhost"]) {
+    // The IPv4-mapped loopback address is loopback too: it was refused as off the host.
+    for (const host of ["127.0.0.1", "[::1]", "localhost", "[::ffff:127.0.0.1]"]) {
       assert.equal(
         loadConfig({ env: { CAIRN_AUTH_TOKENS_FILE: good, CAIRN_RPC_ADDR: `${host}:7447` } }).auth
           .tokens_file,

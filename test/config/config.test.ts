@@ -354,6 +354,13 @@ describe("loadConfig", () => {
       ["127.0.0.1:7447", "localhost:7447"],
       ["LOCALHOST:7447", "[::1]:7447"],
       ["[::1]:7447", "[0:0:0:0:0:0:0:1]:7447"],
+      ["[::1]:7447", "[::0.0.0.1]:7447"],
+      ["[FE80::A]:7447", "[fe80:0:0:0:0:0:0:a]:7447"],
+      // An IPv4-mapped IPv6 address is the IPv4 address: bound on a dual-stack socket it takes
+      // the IPv4 address's port (EADDRINUSE), and the check let the pair pass.
+      ["[::ffff:127.0.0.1]:7447", "127.0.0.1:7447"],
+      ["127.0.0.1:7447", "[::FFFF:7F00:1]:7447"],
+      ["[0:0:0:0:0:ffff:127.0.0.1]:7447", "localhost:7447"],
     ] as const) {
       assert.match(
         configError(() => loadConfig({ flags: { "rpc-addr": rpc, "http-addr": http } })).message,
@@ -361,11 +368,18 @@ describe("loadConfig", () => {
         `${rpc} and ${http}`,
       );
     }
-    assert.equal(
-      loadConfig({ flags: { "rpc-addr": "127.0.0.2:7447", "http-addr": "127.0.0.1:7447" } })
-        .http_addr,
-      "127.0.0.1:7447",
-    );
+    for (const [rpc, http] of [
+      ["127.0.0.2:7447", "127.0.0.1:7447"],
+      ["[::ffff:127.0.0.2]:7447", "127.0.0.1:7447"],
+      // An IPv4-compatible address (::127.0.0.1, deprecated) is an IPv6 address of its own.
+      ["[::127.0.0.1]:7447", "127.0.0.1:7447"],
+    ] as const) {
+      assert.equal(
+        loadConfig({ flags: { "rpc-addr": rpc, "http-addr": http } }).http_addr,
+        http,
+        `${rpc} and ${http}`,
+      );
+    }
     // An IPv6 address with a zone (link-local, `fe80::1%eth0`) is an address like another: the
     // comparison threw a TypeError (Invalid URL), and serve died with its stack, exit 1.
     assert.equal(
@@ -569,7 +583,8 @@ describe("addresses", () => {
     // A v4-mapped 0.0.0.0 too: bound, it takes every IPv4 address, and advertised it reaches none.
     for (const h of ["0.0.0.0", "::", "0:0::0", "::ffff:0.0.0.0", "::FFFF:0:0"])
       assert.equal(isUnspecifiedHost(h), true, h);
-    for (const h of ["127.0.0.1", "::1", "localhost"]) assert.equal(isUnspecifiedHost(h), false, h);
+    for (const h of ["127.0.0.1", "::1", "localhost", "::ffff:127.0.0.1", "::ffff:0:0:0"])
+      assert.equal(isUnspecifiedHost(h), false, h);
   });
 
   it("parses sizes", () => {
