@@ -1461,8 +1461,11 @@ const UPKEEP_SOON_MS = 50;
 /** How soon the upkeep looks again while a shard led here waits for its learner to catch up. */
 const MOVE_POLL_MS = 200;
 
-/** A request unanswered this long fails (driver) and a forward to a leader is cut (api). */
-const REQUEST_TIMEOUT_MS = 10_000;
+/**
+ * A request unanswered this long fails (driver) and a forward to a leader is cut (api); with
+ * shard workers, a call handed to another worker fails a second after it (siblings.ts).
+ */
+export const REQUEST_TIMEOUT_MS = 10_000;
 
 /**
  * A peer that has not answered a leader's term checks this long counts as refusing them; the

@@ -6,7 +6,7 @@
 import { closeSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
 import { createLogger, fdSink, isLogLevel } from "../ops/index.ts";
-import { CairnNode } from "./node.ts";
+import { CairnNode, REQUEST_TIMEOUT_MS } from "./node.ts";
 import {
   RoutedStore,
   serveSibling,
@@ -46,16 +46,20 @@ const streamAddresses: string[] = [];
 const siblings = setup.ports.map((p, i) =>
   p === null
     ? null
-    : new Sibling(p, {
-        serve: (call) => (serve !== null ? serve(call) : served.then((server) => server(call))),
-        onView: (shards, members) => views.applyShared(shards, members),
-        onConnection: (fd, rest) => {
-          if (adopt !== null) adopt(fd, rest);
-          else toAdopt.push([fd, rest]);
+    : new Sibling(
+        p,
+        {
+          serve: (call) => (serve !== null ? serve(call) : served.then((server) => server(call))),
+          onView: (shards, members) => views.applyShared(shards, members),
+          onConnection: (fd, rest) => {
+            if (adopt !== null) adopt(fd, rest);
+            else toAdopt.push([fd, rest]);
+          },
+          onMeta: (meta) => metaShare.received(meta),
+          onStreamAddress: (address) => (streamAddresses[i] = address),
         },
-        onMeta: (meta) => metaShare.received(meta),
-        onStreamAddress: (address) => (streamAddresses[i] = address),
-      }),
+        { requestTimeoutMs: REQUEST_TIMEOUT_MS },
+      ),
 );
 views.attach(siblings.filter((s) => s !== null));
 // Cluster mode: the meta group's state, which worker 0 holds.

@@ -147,15 +147,44 @@ export function fromWireError(e: WireError): Error {
 /** What a worker does with a call a sibling handed it: its own driver serves it. */
 export type SiblingServer = (call: SiblingCall) => Promise<unknown>;
 
+/**
+ * How long past its own bound (the driver's request timeout, or a meta proposal's timeout) a
+ * call waits for the sibling's answer. The owner's driver fails its requests at that bound
+ * itself, a little late (its expiry scan runs 64 times a timeout), and its answer crosses back
+ * in the next turn: with a second more, that answer, which says what happened, comes first
+ * whenever the owner's event loop runs at all.
+ */
+const ANSWER_GRACE_MS = 1_000;
+
+export interface SiblingOptions {
+  /**
+   * The driver's request timeout (MultiRaftOptions.requestTimeoutMs): what the owner's driver
+   * takes at most to answer a call (a meta proposal: its own timeoutMs). A call not answered
+   * within it and ANSWER_GRACE_MS fails here (SiblingTimeoutError).
+   */
+  readonly requestTimeoutMs: number;
+}
+
 export class Sibling {
   readonly #port: MessagePort;
   readonly #handlers: SiblingHandlers;
+  readonly #requestTimeoutMs: number;
   /** Calls in flight by id (an IntMap: see its header for why not a `Map` on this path). */
   readonly #pending = new IntMap<{
     resolve(v: unknown): void;
     reject(e: unknown): void;
     readonly write: boolean;
+    /** When the call fails unanswered (performance.now()), and how long that was. */
+    readonly deadline: number;
+    readonly timeoutMs: number;
   }>();
+  /**
+   * The timer that fails the calls past their deadline: armed for the earliest deadline of a
+   * call in flight (`#expiresAt`), not one timer a call. Most calls are answered long before it
+   * fires; it then finds none due and is armed again for the earliest left.
+   */
+  #expiry: NodeJS.Timeout | null = null;
+  #expiresAt = Infinity;
   #nextId = 1;
   /** The calls up to this id have been posted to the sibling (ids are posted in order). */
   #postedThrough = 0;
@@ -169,24 +198,39 @@ export class Sibling {
   #scheduled = false;
   #closed = false;
 
-  constructor(port: MessagePort, handlers: SiblingHandlers) {
+  constructor(port: MessagePort, handlers: SiblingHandlers, options: SiblingOptions) {
     this.#port = port;
     this.#handlers = handlers;
+    this.#requestTimeoutMs = options.requestTimeoutMs;
     port.on("message", (m: Envelope) => this.#receive(m));
     // The sibling closed its end, or its thread ended: nothing waiting on it will be answered.
     port.on("close", () => this.close());
   }
 
-  /** Asks the sibling to run `call` on a shard it owns. */
+  /**
+   * Asks the sibling to run `call` on a shard it owns. Unanswered within the driver's request
+   * timeout (a meta proposal: its own) and ANSWER_GRACE_MS, it fails (SiblingTimeoutError): a
+   * sibling whose event loop is stuck never answers, and the calls handed to it would wait for
+   * ever, each holding its request's share of the node's budget.
+   */
   call(call: SiblingCall): Promise<unknown> {
     if (this.#closed) return Promise.reject(new ShuttingDownError());
     const id = this.#nextId++;
     const write = call.op === "put" || call.op === "delete";
+    const timeoutMs =
+      (call.op === "propose-meta" ? call.timeoutMs : this.#requestTimeoutMs) + ANSWER_GRACE_MS;
+    const deadline = performance.now() + timeoutMs;
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject, write });
+      this.#pending.set(id, { resolve, reject, write, deadline, timeoutMs });
       this.#calls.push({ ...call, id });
       this.#schedule();
+      if (deadline < this.#expiresAt) this.#armExpiry(deadline);
     });
+  }
+
+  /** The calls waiting for the sibling's answer. */
+  get pending(): number {
+    return this.#pending.size;
   }
 
   /** Tells the sibling of a change to one of this worker's shards in the cluster view. */
@@ -243,6 +287,8 @@ export class Sibling {
       reject(write && id <= this.#postedThrough ? new SiblingGoneError() : new ShuttingDownError());
     }
     this.#pending.clear();
+    if (this.#expiry !== null) clearTimeout(this.#expiry);
+    this.#expiry = null;
     for (const c of this.#connections) closeSync(c.fd);
     this.#connections = [];
   }
@@ -273,6 +319,39 @@ export class Sibling {
       );
     }
   }
+
+  #armExpiry(at: number): void {
+    if (this.#expiry !== null) clearTimeout(this.#expiry);
+    this.#expiresAt = at;
+    this.#expiry = setTimeout(this.#expire, Math.max(0, at - performance.now()));
+    // The port keeps the thread alive while calls wait; this timer alone must not.
+    this.#expiry.unref();
+  }
+
+  /** Fails the calls past their deadline and arms the timer for the earliest one left. */
+  readonly #expire = (): void => {
+    this.#expiry = null;
+    this.#expiresAt = Infinity;
+    if (this.#closed) return;
+    const now = performance.now();
+    let next = Infinity;
+    let unsent = false;
+    for (const [id, p] of this.#pending.entries()) {
+      if (p.deadline > now) {
+        next = Math.min(next, p.deadline);
+        continue;
+      }
+      this.#pending.delete(id);
+      // A write the sibling received may be in its log, and be applied yet: its outcome is
+      // unknown, as for a proposal past the driver's own deadline. One still here (not yet
+      // posted) is withdrawn, so it is never applied, and fails retryably as a read does.
+      const sent = id <= this.#postedThrough;
+      unsent ||= !sent;
+      p.reject(new SiblingTimeoutError(p.write && sent, p.timeoutMs));
+    }
+    if (unsent) this.#calls = this.#calls.filter((c) => this.#pending.has(c.id));
+    if (next !== Infinity) this.#armExpiry(next);
+  };
 
   #reply(reply: { id: number; value?: unknown; error?: WireError }): void {
     if (this.#closed) return;
@@ -323,6 +402,26 @@ export class SiblingGoneError extends CairnError {
       { retryable: false },
     );
     this.name = "SiblingGoneError";
+  }
+}
+
+/**
+ * A call handed to the shard worker that owns its shard, which did not answer within the
+ * driver's request timeout and a second (its event loop stuck, or too busy to answer): a write
+ * it received may be in its log, so the write's outcome is unknown (CAIRN_ERR_TIMEOUT, not
+ * retryable, as request-errors.ts's RequestTimeoutError for a write); anything else was not
+ * applied, or changes nothing applied twice, and is retried.
+ */
+export class SiblingTimeoutError extends CairnError {
+  constructor(outcomeUnknown: boolean, waitedMs: number) {
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      outcomeUnknown
+        ? `the shard worker that owns the key's shard did not answer the write within ${waitedMs} ms; its outcome is unknown: it may be applied`
+        : `the shard worker that owns the shard did not answer within ${waitedMs} ms; retry`,
+      { retryable: !outcomeUnknown },
+    );
+    this.name = "SiblingTimeoutError";
   }
 }
 

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { MessageChannel } from "node:worker_threads";
+import { MessageChannel, type MessagePort } from "node:worker_threads";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
 import { MetaState } from "../../src/cluster/index.ts";
@@ -21,6 +21,7 @@ import {
   toWireError,
 } from "../../src/node/siblings.ts";
 import type { MultiRaft, ScanPage } from "../../src/replication/index.ts";
+import { withTimeout } from "../support/timeout.ts";
 
 const b = (s: string): Uint8Array => new TextEncoder().encode(s);
 
@@ -33,6 +34,11 @@ function handlers(serve: SiblingServer): SiblingHandlers {
     onMeta: () => {},
     onStreamAddress: () => {},
   };
+}
+
+/** A sibling with the driver's request timeout of a node (10 s), or `requestTimeoutMs`. */
+function sibling(port: MessagePort, h: SiblingHandlers, requestTimeoutMs = 10_000): Sibling {
+  return new Sibling(port, h, { requestTimeoutMs });
 }
 
 describe("shard worker siblings", () => {
@@ -59,7 +65,7 @@ describe("shard worker siblings", () => {
     let messages = 0;
     port2.on("message", () => messages++);
     const served: SiblingCall[] = [];
-    const owner = new Sibling(
+    const owner = sibling(
       port2,
       handlers((call) => {
         served.push(call);
@@ -68,7 +74,7 @@ describe("shard worker siblings", () => {
           : Promise.resolve(call.op === "snapshot" ? call.shard * 10 : null);
       }),
     );
-    const asker = new Sibling(
+    const asker = sibling(
       port1,
       handlers(() => Promise.reject(new Error("not asked"))),
     );
@@ -102,7 +108,7 @@ describe("shard worker siblings", () => {
     const driver = (page: ScanPage) =>
       ({ scan: () => Promise.resolve(page) }) as unknown as MultiRaft;
     const { port1, port2 } = new MessageChannel();
-    const other = new Sibling(
+    const other = sibling(
       port2,
       handlers(
         serveSibling(
@@ -112,7 +118,7 @@ describe("shard worker siblings", () => {
         ),
       ),
     );
-    const asker = new Sibling(
+    const asker = sibling(
       port1,
       handlers(() => Promise.reject(new Error("not asked"))),
     );
@@ -143,7 +149,7 @@ describe("shard worker siblings", () => {
   it("a sibling whose end closes (its thread ended) fails the calls waiting on it", async () => {
     const { port1, port2 } = new MessageChannel();
     port2.on("message", () => {}); // never answers
-    const asker = new Sibling(
+    const asker = sibling(
       port1,
       handlers(() => Promise.resolve(null)),
     );
@@ -157,14 +163,14 @@ describe("shard worker siblings", () => {
     let received!: () => void;
     const atOwner = new Promise<void>((resolve) => (received = resolve));
     // The owner takes the writes into its log and ends (its thread failed) before it answers.
-    const owner = new Sibling(
+    const owner = sibling(
       port2,
       handlers(() => {
         received();
         return new Promise(() => {});
       }),
     );
-    const asker = new Sibling(
+    const asker = sibling(
       port1,
       handlers(() => Promise.resolve(null)),
     );
@@ -189,11 +195,47 @@ describe("shard worker siblings", () => {
     );
   });
 
+  it("a call the owner never answers (its thread stuck) fails by its deadline, a write's outcome unknown, and leaves nothing waiting", async () => {
+    const { port1, port2 } = new MessageChannel();
+    // The owner's thread is alive (its end stays open) but never answers.
+    let received = 0;
+    port2.on("message", () => received++);
+    const requestTimeoutMs = 100;
+    const asker = sibling(
+      port1,
+      handlers(() => Promise.resolve(null)),
+      requestTimeoutMs,
+    );
+    try {
+      const started = performance.now();
+      const put = asker.call({ op: "put", key: b("k"), value: b("v"), expected: undefined });
+      const get = asker.call({ op: "get", key: b("k"), linearizable: true });
+      const ended = Promise.allSettled([put, get]).then(() => performance.now() - started);
+      const waited = await withTimeout(ended, 10_000, "the calls to a stuck owner to end");
+      assert.equal(received, 1, "both calls reached the owner, in one message");
+      // The owner's driver answers by its request timeout; a second more is the sibling's.
+      assert.ok(waited >= requestTimeoutMs + 1_000 - 5, `ended after ${waited} ms`);
+      assert.ok(waited < requestTimeoutMs + 1_000 + 2_000, `ended after ${waited} ms`);
+      // The owner may have the write in its log: "not applied" would have it retried.
+      await assert.rejects(put, (err: CairnError) => {
+        assert.equal(err.code, "CAIRN_ERR_TIMEOUT");
+        assert.equal(err.retryable, false);
+        assert.match(err.message, /outcome is unknown/);
+        return true;
+      });
+      await assert.rejects(get, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
+      assert.equal(asker.pending, 0, "no call left in the table");
+    } finally {
+      asker.close();
+      port2.close();
+    }
+  });
+
   it("closing fails the calls still waiting, retryably", async () => {
     const { port1, port2 } = new MessageChannel();
     // The owner never answers.
     port2.on("message", () => {});
-    const asker = new Sibling(
+    const asker = sibling(
       port1,
       handlers(() => Promise.resolve(null)),
     );
@@ -223,7 +265,7 @@ describe("shard worker siblings", () => {
     let latest = boot;
     let shares = 0;
     let share0: MetaShare | null = null;
-    const to1 = new Sibling(port1, {
+    const to1 = sibling(port1, {
       ...handlers(async (call) => {
         assert.equal(call.op, "sync-meta");
         setTimeout(() => {
@@ -233,7 +275,7 @@ describe("shard worker siblings", () => {
         return (share0?.version ?? 0) + 1;
       }),
     });
-    const to0 = new Sibling(port2, {
+    const to0 = sibling(port2, {
       ...handlers(() => Promise.reject(new Error("worker 1 serves nothing here"))),
       onMeta: (meta) => {
         shares++;
