@@ -335,24 +335,35 @@ export class ShardWorkersNode implements HealthSource {
   async #closeAll(): Promise<void> {
     const started = performance.now();
     const drainMs = this.config.shutdown.drain_timeout_ms;
-    // A worker that died (the usual reason for a stop after a failure) neither drains nor stops:
-    // the others still do, and every thread is ended.
-    const drained = this.#workers.map((w) => w.next("drained").catch(() => undefined));
-    const stopped = this.#workers.map((w) => w.next("stopped").catch(() => undefined));
-    for (const w of this.#workers) w.send({ type: "stop" });
-    // A worker whose drain failed must not hold the others' shards open for ever.
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.all(drained),
-      new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs + CLOSE_GRACE_MS))),
-    ]).finally(() => clearTimeout(timer));
-    for (const w of this.#workers) w.send({ type: "close" });
-    await Promise.all(stopped);
-    await Promise.all(this.#workers.map((w) => w.terminate()));
+    await stopWorkers(this.#workers, drainMs);
     await this.#http?.close(Math.max(0, drainMs - (performance.now() - started)));
     this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
+}
+
+/**
+ * Stops the workers' threads: every worker drains its gRPC server (within `drainMs` and
+ * CLOSE_GRACE_MS), then every worker closes its shards. Resolves once every thread has ended.
+ */
+export async function stopWorkers(
+  workers: readonly WorkerHandle[],
+  drainMs: number,
+): Promise<void> {
+  // A worker that died (the usual reason for a stop after a failure) neither drains nor stops:
+  // the others still do, and every thread is ended.
+  const drained = workers.map((w) => w.next("drained").catch(() => undefined));
+  const stopped = workers.map((w) => w.next("stopped").catch(() => undefined));
+  for (const w of workers) w.send({ type: "stop" });
+  // A worker whose drain failed must not hold the others' shards open for ever.
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.all(drained),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs + CLOSE_GRACE_MS))),
+  ]).finally(() => clearTimeout(timer));
+  for (const w of workers) w.send({ type: "close" });
+  await Promise.all(stopped);
+  await Promise.all(workers.map((w) => w.terminate()));
 }
 
 /**
