@@ -10,7 +10,8 @@
  * Start: the data directory's layout is checked (worker-layout.ts), the HTTP server starts (503
  * until serving), every worker recovers its shards, then worker 0 binds `rpc_addr` and the others
  * the port it got. Stop: every worker drains its gRPC server, then every worker closes its
- * shards (a call handed between workers while draining still finds its shard open), then HTTP.
+ * shards (a call handed between workers while draining still finds its shard open; a worker
+ * that has not within 30 s is terminated), then HTTP.
  */
 import { type MessagePort, MessageChannel, Worker } from "node:worker_threads";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
@@ -335,7 +336,7 @@ export class ShardWorkersNode implements HealthSource {
   async #closeAll(): Promise<void> {
     const started = performance.now();
     const drainMs = this.config.shutdown.drain_timeout_ms;
-    await stopWorkers(this.#workers, drainMs);
+    await stopWorkers(this.#workers, drainMs, this.#log);
     await this.#http?.close(Math.max(0, drainMs - (performance.now() - started)));
     this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });
@@ -344,26 +345,48 @@ export class ShardWorkersNode implements HealthSource {
 
 /**
  * Stops the workers' threads: every worker drains its gRPC server (within `drainMs` and
- * CLOSE_GRACE_MS), then every worker closes its shards. Resolves once every thread has ended.
+ * CLOSE_GRACE_MS), then every worker closes its shards, within `stopGraceMs`; a worker that has
+ * not stopped by then (its event loop stuck, or a close that never ends) is terminated, and
+ * logged: a stop must end, and its shards are left as a crash leaves them (what it acknowledged
+ * is in its WAL, replayed at the next start). Resolves once every thread has ended.
  */
 export async function stopWorkers(
   workers: readonly WorkerHandle[],
   drainMs: number,
+  log: Logger,
+  stopGraceMs = STOP_GRACE_MS,
 ): Promise<void> {
   // A worker that died (the usual reason for a stop after a failure) neither drains nor stops:
   // the others still do, and every thread is ended.
   const drained = workers.map((w) => w.next("drained").catch(() => undefined));
-  const stopped = workers.map((w) => w.next("stopped").catch(() => undefined));
+  const stopping = new Set(workers);
+  const stopped = workers.map((w) =>
+    w.next("stopped").then(
+      () => void stopping.delete(w),
+      () => void stopping.delete(w),
+    ),
+  );
   for (const w of workers) w.send({ type: "stop" });
   // A worker whose drain failed must not hold the others' shards open for ever.
+  await within(Promise.all(drained), drainMs + CLOSE_GRACE_MS);
+  for (const w of workers) w.send({ type: "close" });
+  await within(Promise.all(stopped), stopGraceMs);
+  for (const w of stopping) {
+    log.error("a shard worker did not stop in time; its thread is terminated", {
+      shard_worker: w.index,
+      waited_ms: stopGraceMs,
+    });
+  }
+  await Promise.all(workers.map((w) => w.terminate()));
+}
+
+/** Resolves once `p` has, or `ms` have passed. */
+async function within(p: Promise<unknown>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
-    Promise.all(drained),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs + CLOSE_GRACE_MS))),
+    p,
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
   ]).finally(() => clearTimeout(timer));
-  for (const w of workers) w.send({ type: "close" });
-  await Promise.all(stopped);
-  await Promise.all(workers.map((w) => w.terminate()));
 }
 
 /**
@@ -379,3 +402,10 @@ const ASK_TIMEOUT_MS: Readonly<Record<Question, number>> = {
 
 /** How long past the drain deadline the workers' shards stay open for a worker still draining. */
 const CLOSE_GRACE_MS = 5_000;
+
+/**
+ * How long a worker may take to close its shards once told to: its engines wait for the flushes
+ * and compactions running (seconds each), its WAL for its last sync. Past it the thread is
+ * terminated (stopWorkers).
+ */
+const STOP_GRACE_MS = 30_000;
