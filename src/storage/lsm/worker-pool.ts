@@ -39,9 +39,12 @@ export class WorkerPool {
   readonly #running = new Map<number, { worker: Worker; pending: Pending }>();
   #nextId = 1;
   #closed = false;
+  readonly #script: URL;
 
-  constructor(size: number) {
+  /** `script`: the threads' entry point, worker.ts (tests run others). */
+  constructor(size: number, script: URL = new URL("./worker.ts", import.meta.url)) {
     this.size = size;
+    this.#script = script;
   }
 
   /** Threads started so far (at most `size`). */
@@ -50,7 +53,7 @@ export class WorkerPool {
   }
 
   #spawn(): void {
-    const worker = new Worker(new URL("./worker.ts", import.meta.url));
+    const worker = new Worker(this.#script);
     worker.on("message", (reply: Reply) => this.#onReply(worker, reply));
     worker.on("error", (err) => this.#onCrash(worker, err));
     // Idle workers must not keep the process alive; busy ones are referenced while they run.
