@@ -4,6 +4,7 @@ import { KIND_PUT } from "../../src/storage/lsm/format.ts";
 import { runFlush, tablePath, type Job } from "../../src/storage/lsm/jobs.ts";
 import { Memtable } from "../../src/storage/lsm/memtable.ts";
 import { WorkerPool } from "../../src/storage/lsm/worker-pool.ts";
+import { withTimeout } from "../support/timeout.ts";
 import { tempDir } from "./helpers.ts";
 
 const pool = new WorkerPool(1);
@@ -65,6 +66,44 @@ describe("worker pool", () => {
     await Promise.all(runs);
     // The one worker was busy with the first compaction; the flush goes next.
     assert.deepEqual(order, ["compact 0", "flush", "compact 1", "compact 2", "compact 3"]);
+  });
+
+  it("a job whose thread exits without an error (process.exit) fails, and the next job gets a new thread", async () => {
+    // A stand-in for worker.ts: it ends its thread, with no error event, on a job for "exit",
+    // and answers any other with no tables.
+    const script = new URL(
+      `data:text/javascript,${encodeURIComponent(`
+        import { parentPort } from "node:worker_threads";
+        parentPort.on("message", ({ id, job }) => {
+          if (job.dir === "exit") process.exit(3);
+          parentPort.postMessage({ id, ok: true, tables: [] });
+        });
+      `)}`,
+    );
+    const one = new WorkerPool(1, script);
+    const job = (dir: string): Job => ({
+      type: "flush",
+      dir,
+      numbers: [1],
+      arena: [],
+      smallestSnapshot: 0,
+    });
+    try {
+      await withTimeout(
+        assert.rejects(one.run(job("exit")), {
+          code: "CAIRN_ERR_LSM_JOB",
+          message: /exited \(code 3\)/,
+        }),
+        10_000,
+        "the job of the thread that exited to settle",
+      );
+      assert.equal(one.started, 0, "the thread that ended is out of the pool");
+      const tables = await withTimeout(one.run(job("table")), 10_000, "the next job");
+      assert.deepEqual(tables, []);
+      assert.equal(one.started, 1, "a new thread took it");
+    } finally {
+      await one.close();
+    }
   });
 
   it("starts a thread only when a job needs one, and never more than its size", async () => {

@@ -8,7 +8,8 @@
  *
  * Threads start when a job first needs one, not with the pool: a thread's start costs ~0.1 s of
  * CPU, and a node that never flushes (a short-lived or idle one; most of a test suite's) would
- * pay it for every thread of the pool.
+ * pay it for every thread of the pool. A thread that ends (an error escaped a job, or it exited
+ * without one) fails the job it ran; the next job needing a thread starts another.
  */
 import { Worker } from "node:worker_threads";
 import { CairnError } from "../../common/index.ts";
@@ -56,6 +57,20 @@ export class WorkerPool {
     const worker = new Worker(this.#script);
     worker.on("message", (reply: Reply) => this.#onReply(worker, reply));
     worker.on("error", (err) => this.#onCrash(worker, err));
+    // A thread can end without an error (process.exit in it, a terminate): its job would never
+    // be answered, and an idle one would take the next job and never answer it. After an
+    // 'error' it has been removed already, and this does nothing.
+    worker.on("exit", (code) =>
+      this.#onCrash(
+        worker,
+        this.#closed
+          ? closedError()
+          : new CairnError(
+              "CAIRN_ERR_LSM_JOB",
+              `an LSM worker thread exited (code ${code}) before it answered its job`,
+            ),
+      ),
+    );
     // Idle workers must not keep the process alive; busy ones are referenced while they run.
     worker.unref();
     this.#all.push(worker);
@@ -115,15 +130,20 @@ export class WorkerPool {
     this.#dispatch();
   }
 
-  /** A worker died (an error escaped a job): fail its job; the next job needing one starts another. */
+  /**
+   * A worker died (an error escaped a job, or its thread ended): fail its job; the next job
+   * needing one starts another.
+   */
   #onCrash(worker: Worker, err: unknown): void {
+    const index = this.#all.indexOf(worker);
+    if (index < 0) return; // its 'error', then its 'exit'
     for (const [id, r] of this.#running) {
       if (r.worker === worker) {
         this.#running.delete(id);
         r.pending.reject(err);
       }
     }
-    this.#all.splice(this.#all.indexOf(worker), 1);
+    this.#all.splice(index, 1);
     const idle = this.#idle.indexOf(worker);
     if (idle >= 0) this.#idle.splice(idle, 1);
     if (!this.#closed) this.#dispatch();
@@ -132,8 +152,12 @@ export class WorkerPool {
   async close(): Promise<void> {
     this.#closed = true;
     for (const p of [...this.#flushQueue.splice(0), ...this.#queue.splice(0)]) {
-      p.reject(new CairnError("CAIRN_ERR_LSM_CLOSED", "worker pool closed"));
+      p.reject(closedError());
     }
     await Promise.all(this.#all.map((w) => w.terminate()));
   }
+}
+
+function closedError(): CairnError {
+  return new CairnError("CAIRN_ERR_LSM_CLOSED", "worker pool closed");
 }
