@@ -62,7 +62,8 @@ export class TlsFileError extends CairnError {
  */
 export const MAX_TLS_FILE_BYTES = 4 * 1024 * 1024;
 
-function read(key: string, file: string): Buffer {
+/** A TLS file's bytes, read to MAX_TLS_FILE_BYTES at most; throws TlsFileError. */
+export function readTlsFile(key: string, file: string): Buffer {
   try {
     return readFileBounded(file, MAX_TLS_FILE_BYTES);
   } catch (err) {
@@ -75,7 +76,7 @@ function read(key: string, file: string): Buffer {
 const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
 /** Every certificate of a PEM file; at least one. */
-function certificates(key: string, file: string, pem: Buffer): X509Certificate[] {
+export function certificates(key: string, file: string, pem: Buffer): X509Certificate[] {
   const blocks = pem.toString("latin1").match(PEM_CERT) ?? [];
   if (blocks.length === 0) throw new TlsFileError(key, file, "holds no PEM certificate");
   return blocks.map((block) => {
@@ -116,8 +117,8 @@ export function readTlsFiles(
   // eslint-disable-next-line no-restricted-properties -- a certificate's validity is wall-clock time
   now: number = Date.now(),
 ): TlsMaterial {
-  const cert = read("tls.cert_file", files.certFile);
-  const key = read("tls.key_file", files.keyFile);
+  const cert = readTlsFile("tls.cert_file", files.certFile);
+  const key = readTlsFile("tls.key_file", files.keyFile);
   const [leaf] = certificates("tls.cert_file", files.certFile, cert);
   if (leaf === undefined) throw new TlsFileError("tls.cert_file", files.certFile, "is empty");
   checkValidity("tls.cert_file", files.certFile, leaf, now);
@@ -140,12 +141,12 @@ export function readTlsFiles(
   }
   let clientCa: Buffer | null = null;
   if (files.clientCaFile !== undefined) {
-    clientCa = read("tls.client_ca_file", files.clientCaFile);
+    clientCa = readTlsFile("tls.client_ca_file", files.clientCaFile);
     certificates("tls.client_ca_file", files.clientCaFile, clientCa);
   }
   let peerCa: Buffer | null = null;
   if (files.peerCaFile !== undefined) {
-    peerCa = read("tls.peer_ca_file", files.peerCaFile);
+    peerCa = readTlsFile("tls.peer_ca_file", files.peerCaFile);
     certificates("tls.peer_ca_file", files.peerCaFile, peerCa);
   }
   const cas = [clientCa, peerCa].filter((b): b is Buffer => b !== null);

@@ -94,6 +94,7 @@ import {
   testingBuildVersion,
 } from "./testing-bugs.ts";
 import { DiskReserve } from "./disk-reserve.ts";
+import { CertExpiryWatch } from "./cert-expiry.ts";
 import { DiskWatch } from "./disk-watch.ts";
 import { VersionUpkeep } from "./version-upkeep.ts";
 import { countingTransport } from "./counting-transport.ts";
@@ -209,6 +210,8 @@ export class CairnNode implements HealthSource {
   #spreadTimer: NodeJS.Timeout | null = null;
   /** The disk space kept free (storage.min_free_bytes); null until the store opens. */
   #diskReserve: DiskReserve | null = null;
+  /** The end of validity of tls.cert_file's certificates, watched (once a node: worker 0). */
+  #certExpiry: CertExpiryWatch | null = null;
   /**
    * The nodes gossip declared dead or gone (left): groups led here sleep with their replicas
    * lagging (MultiRaftOptions.nodeDown), and wake when one is back (#noteNodeState).
@@ -450,6 +453,17 @@ export class CairnNode implements HealthSource {
     });
     this.#diskReserve = reserve;
     await reserve.start();
+    const certFile = config.tls.cert_file;
+    if (certFile !== undefined && (cell === null || cell.index === 0)) {
+      this.#certExpiry = new CertExpiryWatch({
+        certFile,
+        onRead: (notAfter) => metrics.setCertificateExpiry(notAfter),
+        log: log.child("tls"),
+        // eslint-disable-next-line no-restricted-properties -- a certificate's validity is wall-clock time
+        now: () => Date.now(),
+      });
+      this.#certExpiry.start();
+    }
     const store = await MultiRaft.open({
       ...(planted === null ? {} : { testingBugs: planted.bugs }),
       ...(planted === null || planted.fs === null ? {} : { fs: planted.fs }),
@@ -1401,6 +1415,7 @@ export class CairnNode implements HealthSource {
     const started = performance.now();
     if (this.#spreadTimer !== null) clearInterval(this.#spreadTimer);
     this.#diskReserve?.stop();
+    this.#certExpiry?.stop();
     this.#unfollowMembers?.();
     this.#cluster?.close();
     // Tell the cluster first, so peers stop routing here while we drain.

@@ -172,6 +172,7 @@ export class CairnMetrics {
   readonly #replicaBytesFreed: Counter;
   readonly #awakeGroups: Gauge;
   readonly #diskAvailable: Gauge;
+  readonly #certExpiry: Gauge;
   readonly #diskPutsRefused: Gauge;
   readonly #walWrite: Histogram;
   readonly #walBytes: Counter;
@@ -367,6 +368,14 @@ export class CairnMetrics {
       name: "cairn_disk_available_bytes",
       aggregator: "max",
       help: "Bytes available on the data directory's file system (statfs, as df's Avail shows them), at the node's last look (every second).",
+      registers,
+    });
+    // Set by one thread only (the node's, or shard worker 0's): "max" over the others' none.
+    this.#certExpiry = new Gauge({
+      name: "cairn_tls_certificate_expiry_timestamp_seconds",
+      aggregator: "max",
+      help: "When the certificates of tls.cert_file (the node's and its chain: the earliest) stop being valid, in seconds since the epoch; absent without TLS. Read again within a minute of the file's change.",
+      labelNames: ["key"],
       registers,
     });
     this.#diskPutsRefused = new Gauge({
@@ -643,6 +652,11 @@ export class CairnMetrics {
   setDisk(availableBytes: number, putsRefused: boolean): void {
     this.#diskAvailable.set(availableBytes);
     this.#diskPutsRefused.set(putsRefused ? 1 : 0);
+  }
+
+  /** The certificates of tls.cert_file end their validity at `notAfterMs` (src/node/cert-expiry.ts). */
+  setCertificateExpiry(notAfterMs: number): void {
+    this.#certExpiry.set({ key: "tls.cert_file" }, Math.floor(notAfterMs / 1000));
   }
 
   /** The WAL wrote a batch of `bytes` durably in `ms`. */

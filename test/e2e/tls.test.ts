@@ -139,6 +139,19 @@ describe("TLS on the front end (real server process)", () => {
     }
   });
 
+  it("exports when its certificate stops being valid", async () => {
+    const notAfter = new X509Certificate(readFileSync(certs.nodeCert)).validToDate.getTime();
+    const res = await fetch(`http://${server.http}/metrics`);
+    const text = await res.text();
+    assert.match(
+      text,
+      new RegExp(
+        `^cairn_tls_certificate_expiry_timestamp_seconds\\{key="tls\\.cert_file"\\} ${Math.floor(notAfter / 1000)}$`,
+        "m",
+      ),
+    );
+  });
+
   it("refuses TLS before 1.2 and a client that does not offer h2", async () => {
     const ca = readFileSync(certs.ca);
     await assert.rejects(
