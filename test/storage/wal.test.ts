@@ -5,6 +5,7 @@ import { readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
+import { MAX_PAYLOAD_BYTES } from "../../src/storage/wal/record.ts";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
 import { powerCut } from "./crash-shim.ts";
 import { bytes, entry, segmentFiles, tempDir, texts } from "./helpers.ts";
@@ -466,6 +467,58 @@ describe("WAL", () => {
       assert.equal(again.firstIndex(1), 11);
     } finally {
       await again.close();
+    }
+  });
+
+  it("refuses a record larger than recovery reads, whole and before writing it; takes one at the bound", async () => {
+    // append wrote any record, and recovery reads none whose body is over MAX_BODY_BYTES: such
+    // a record, synced and acknowledged, was cut off at the next open as a torn write when last
+    // in the log, and made the open fail as corruption when others followed (an audit,
+    // 2026-12-06).
+    const dir = tempDir("wal");
+    let wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    await wal.sync();
+    const atBound = new Uint8Array(MAX_PAYLOAD_BYTES).fill(7);
+    const over = new Uint8Array(MAX_PAYLOAD_BYTES + 1).fill(9);
+    const overRecords: WalRecord[][] = [
+      [{ kind: "entries", shard: 1, entries: [entry(2, 1), { ...entry(3, 1), data: over }] }],
+      [{ kind: "snapshot", shard: 2, meta: { index: 5, term: 1, data: over } }],
+      [
+        {
+          kind: "hard-state",
+          shard: 3,
+          state: { term: 1, vote: "v".repeat(over.length), commit: 0 },
+        },
+      ],
+    ];
+    for (const records of overRecords) {
+      assert.throws(() => wal.append(records), { code: "CAIRN_ERR_WAL_TOO_LARGE" });
+    }
+    assert.equal(wal.lastIndex(1), 1, "nothing of the refused batches applied");
+    assert.equal(wal.snapshot(2), undefined);
+    assert.equal(wal.hardState(3), undefined);
+    assert.equal(wal.stats().unwrittenBytes, 0, "nor left to write");
+    await wal.sync();
+    await wal.close();
+    wal = await Wal.open(dir);
+    try {
+      assert.equal(wal.tornTail, undefined);
+      assert.deepEqual(texts(wal, 1), ["1@1:e1"]);
+      // One at the bound is written, and read back whole, with what follows it.
+      wal.append([{ kind: "entries", shard: 1, entries: [{ ...entry(2, 1), data: atBound }] }]);
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(3, 1)] }]);
+      await wal.sync();
+    } finally {
+      await wal.close();
+    }
+    wal = await Wal.open(dir);
+    try {
+      assert.equal(wal.tornTail, undefined);
+      assert.equal(wal.lastIndex(1), 3);
+      assert.ok(Buffer.from(wal.entries(1, 2, 3)[0]?.data ?? []).equals(atBound));
+    } finally {
+      await wal.close();
     }
   });
 

@@ -26,9 +26,16 @@ export const BODY_HEADER_BYTES = 24;
  * hold the largest record the node writes: an entry of a Put of `limits.max_value_bytes` (at
  * most 64 MiB) and `limits.max_key_bytes` (at most 65,535), 22 bytes of command around them, and
  * the body's 24-byte header. At 64 MiB such a record was written, then read back as damage: at
- * the end of the log it was cut off as a torn write, an acknowledged Put lost.
+ * the end of the log it was cut off as a torn write, an acknowledged Put lost. The writer holds
+ * to the same bound (MAX_PAYLOAD_BYTES): `Wal.append` refuses a larger record before writing it.
  */
 export const MAX_BODY_BYTES = 65 * 1024 * 1024;
+/**
+ * The largest payload a record may carry (an entry's data, a snapshot's metadata, a vote): what
+ * MAX_BODY_BYTES leaves after the body's header. `Wal.append` refuses a record carrying more, as
+ * the reader would take it for damage.
+ */
+export const MAX_PAYLOAD_BYTES = MAX_BODY_BYTES - BODY_HEADER_BYTES;
 
 export const KIND_ENTRY = 1;
 export const KIND_HARD_STATE = 2;

@@ -22,6 +22,7 @@ import {
   KIND_ENTRY,
   KIND_HARD_STATE,
   KIND_SNAPSHOT,
+  MAX_PAYLOAD_BYTES,
   decodeRecord,
   encodeRecord,
   encodedSize,
@@ -251,7 +252,7 @@ export class Wal {
   #closed = false;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
   readonly #durableCompact = new DenseMap<number>();
-  /** #checkFollows's scratch: a batch's shards' last and compaction indexes as it goes. */
+  /** #checkBatch's scratch: a batch's shards' last and compaction indexes as it goes. */
   readonly #batchLast = new DenseMap<number>();
   readonly #batchCompact = new DenseMap<number>();
   readonly #batchTouched: number[] = [];
@@ -427,11 +428,13 @@ export class Wal {
    * Adds records to the log, in order. They are visible to reads at once and durable once a
    * later `sync()` resolves: the caller must not act on them (send, acknowledge) before that.
    * Entries' `data` is copied (into the shard's in-memory log) before this returns: the caller
-   * may reuse its buffers.
+   * may reuse its buffers. A batch holding an entry that does not follow its shard's log
+   * (CAIRN_ERR_WAL_GAP) or a record larger than recovery reads back (CAIRN_ERR_WAL_TOO_LARGE) is
+   * refused whole, before anything of it is appended.
    */
   append(records: readonly WalRecord[]): void {
     this.#assertWritable();
-    this.#checkFollows(records);
+    this.#checkBatch(records);
     const writer = this.#writer;
     const before = writer.length;
     for (const r of records) {
@@ -477,9 +480,12 @@ export class Wal {
    * Throws CAIRN_ERR_WAL_GAP if an entry of `records` would not follow its shard's log as the
    * records before it in the batch leave it, before any is applied: refused part-way, the
    * records before the bad one were applied and visible but neither counted nor marked for the
-   * next sync(), which then resolved without writing them.
+   * next sync(), which then resolved without writing them. Throws CAIRN_ERR_WAL_TOO_LARGE if a
+   * record would carry more than MAX_PAYLOAD_BYTES: written, recovery would read it back as
+   * damage and, at the end of the log, cut it off as a torn write with everything after it,
+   * acknowledged records lost without a word.
    */
-  #checkFollows(records: readonly WalRecord[]): void {
+  #checkBatch(records: readonly WalRecord[]): void {
     // What the batch's records before leave of a shard's log, for the shards they touched: the
     // maps and list are this WAL's own, emptied again before this returns (no garbage per call).
     const last = this.#batchLast;
@@ -487,7 +493,14 @@ export class Wal {
     const touched = this.#batchTouched;
     try {
       for (const r of records) {
-        if (r.kind === "hard-state") continue;
+        if (r.kind === "hard-state") {
+          const vote = r.state.vote;
+          // A vote's UTF-8 is at most three bytes a UTF-16 unit: counted only when that is over.
+          if (vote !== null && vote.length * 3 > MAX_PAYLOAD_BYTES) {
+            checkPayload(r.shard, "hard state's vote", Buffer.byteLength(vote));
+          }
+          continue;
+        }
         let lastIndex = last.get(r.shard);
         let compactIndex = compact.get(r.shard) ?? 0;
         if (lastIndex === undefined) {
@@ -497,11 +510,13 @@ export class Wal {
           touched.push(r.shard);
         }
         if (r.kind === "snapshot") {
+          checkPayload(r.shard, `snapshot ${r.meta.index}'s metadata`, r.meta.data.length);
           // As ShardLog.applySnapshot: the log starts after the snapshot.
           lastIndex = r.meta.index;
           compactIndex = r.meta.index;
         } else {
           for (const e of r.entries) {
+            checkPayload(r.shard, `entry ${e.index}`, e.data.length);
             if (e.index > lastIndex + 1 || e.index <= compactIndex) {
               throw new CairnError(
                 "CAIRN_ERR_WAL_GAP",
@@ -1127,6 +1142,18 @@ export class Wal {
       this.#segmentDeleteFailures++;
     }
   }
+}
+
+/**
+ * Throws CAIRN_ERR_WAL_TOO_LARGE if a record of `shard` carrying `bytes` (`what`: which record)
+ * would be larger than recovery reads back (MAX_PAYLOAD_BYTES, record.ts).
+ */
+function checkPayload(shard: number, what: string, bytes: number): void {
+  if (bytes <= MAX_PAYLOAD_BYTES) return;
+  throw new CairnError(
+    "CAIRN_ERR_WAL_TOO_LARGE",
+    `WAL append: shard ${shard} ${what} is ${bytes} bytes, more than a WAL record holds (${MAX_PAYLOAD_BYTES}); the batch is refused, nothing of it appended`,
+  );
 }
 
 /** The WAL it should find is gone: its directory holds no segment with a header. */
