@@ -7,6 +7,7 @@ import { describe, it } from "node:test";
 import fc from "fast-check";
 import { MAX_PAYLOAD_BYTES } from "../../src/storage/wal/record.ts";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
+import { CHECKPOINT_ROOM_BYTES, SEGMENT_FILE_MAX_BYTES } from "../../src/storage/wal/wal.ts";
 import { powerCut } from "./crash-shim.ts";
 import { bytes, entry, segmentFiles, tempDir, texts } from "./helpers.ts";
 import { modelSignature, walSignature } from "./wal-workload.ts";
@@ -517,6 +518,59 @@ describe("WAL", () => {
       assert.equal(wal.tornTail, undefined);
       assert.equal(wal.lastIndex(1), 3);
       assert.ok(Buffer.from(wal.entries(1, 2, 3)[0]?.data ?? []).equals(atBound));
+    } finally {
+      await wal.close();
+    }
+  });
+
+  it("refuses a batch that would make one write larger than a segment recovery reads", async () => {
+    // A write goes whole into one segment, and recovery reads a segment whole: node's readFile
+    // refuses a file over 2 GiB - 1 bytes. A write taking its segment past that made the next
+    // open fail (ERR_FS_FILE_TOO_LARGE: every shard's log in the WAL unreadable); a write over
+    // 2 GiB itself failed the WAL (an audit, 2026-12-06). Thirty 64 MiB entries sharing one
+    // buffer: with 64 MiB segments a write may carry 2 GiB less 128 MiB, and less a byte.
+    const dir = tempDir("wal");
+    let wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    const big = new Uint8Array(64 * 1024 * 1024);
+    const entries = Array.from({ length: 30 }, (_, i) => ({ ...entry(i + 2, 1), data: big }));
+    assert.throws(() => wal.append([{ kind: "entries", shard: 1, entries }]), {
+      code: "CAIRN_ERR_WAL_TOO_LARGE",
+    });
+    assert.equal(wal.lastIndex(1), 1, "nothing of the refused batch applied");
+    await wal.sync();
+    await wal.close();
+    wal = await Wal.open(dir);
+    assert.deepEqual(texts(wal, 1), ["1@1:e1"]);
+    await wal.close();
+
+    // Segments whose size leaves room for a write of three 1 MiB entries (a small bound to try
+    // its edges without writing gigabytes): what was appended and not yet written counts.
+    const mib = new Uint8Array(1024 * 1024).fill(5);
+    const record = 8 + 24 + mib.length;
+    const options = {
+      segmentBytes: SEGMENT_FILE_MAX_BYTES - CHECKPOINT_ROOM_BYTES - 3 * record,
+      preallocate: false,
+    };
+    const small = tempDir("wal");
+    wal = await Wal.open(small, options);
+    const mibEntry = (index: number): WalEntry => ({ ...entry(index, 1), data: mib });
+    wal.append([{ kind: "entries", shard: 1, entries: [mibEntry(1), mibEntry(2)] }]);
+    assert.throws(
+      () => wal.append([{ kind: "entries", shard: 1, entries: [mibEntry(3), mibEntry(4)] }]),
+      { code: "CAIRN_ERR_WAL_TOO_LARGE" },
+    );
+    // At the bound: taken, and so is a batch as large after the write.
+    wal.append([{ kind: "entries", shard: 1, entries: [mibEntry(3)] }]);
+    await wal.sync();
+    wal.append([{ kind: "entries", shard: 1, entries: [mibEntry(4), mibEntry(5), mibEntry(6)] }]);
+    await wal.sync();
+    await wal.close();
+    wal = await Wal.open(small, options);
+    try {
+      assert.equal(wal.tornTail, undefined);
+      assert.equal(wal.lastIndex(1), 6);
+      assert.ok(wal.entries(1, 1, 7).every((e) => Buffer.from(e.data).equals(mib)));
     } finally {
       await wal.close();
     }

@@ -52,7 +52,11 @@ export interface ClampedCommit {
 }
 
 export interface WalOptions {
-  /** Rotate to a new segment once the current one holds this many bytes. Default 64 MiB. */
+  /**
+   * Rotate to a new segment once the current one holds this many bytes. Default 64 MiB. One
+   * write may carry at most 2 GiB - 1 less this and 64 MiB (a segment recovery can read):
+   * `append` refuses a batch that would make it larger.
+   */
   readonly segmentBytes?: number;
   /**
    * Make each new segment `segmentBytes` long (a sparse file) once its header is written, so

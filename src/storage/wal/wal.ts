@@ -175,6 +175,18 @@ class RecordWriter {
 /** WalOptions.segmentBytes's default. */
 const DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024;
 
+/**
+ * The largest segment file recovery reads: it reads a segment whole (FileSystem.readFile), and
+ * node's readFile refuses a file over 2 GiB - 1 bytes (ERR_FS_FILE_TOO_LARGE), as its write
+ * refuses a longer write (ERR_OUT_OF_RANGE).
+ */
+export const SEGMENT_FILE_MAX_BYTES = 2 ** 31 - 1;
+/**
+ * Room kept in a segment for its header and checkpoint (a few hundred bytes a shard: 65,536
+ * shards take ~25 MiB), and for the compaction and drop records appended without a check.
+ */
+export const CHECKPOINT_ROOM_BYTES = 64 * 1024 * 1024;
+
 /** WalOptions.blockingWriteMaxBytes's default. */
 const BLOCKING_WRITE_MAX_BYTES = 64 * 1024;
 /** WalOptions.blockingWriteSlowMs's default: a disk whose every write takes longer is slow. */
@@ -203,6 +215,14 @@ export class Wal {
 
   readonly #fs: FileSystem;
   readonly #segmentBytes: number;
+  /**
+   * The most one write may carry (everything appended between two flushes): a write goes whole
+   * into the current segment, which holds less than segmentBytes before it (or only its header
+   * and checkpoint, after a rotation), and the segment must stay readable
+   * (SEGMENT_FILE_MAX_BYTES). A write past it made the WAL unreadable at the next open (every
+   * shard's log in it), or, past 2 GiB itself, failed the WAL. append() refuses more.
+   */
+  readonly #maxWriteBytes: number;
   readonly #preallocate: boolean;
   readonly #memoryBudgetBytes: number;
   readonly #blockingWriteMaxBytes: number;
@@ -288,6 +308,7 @@ export class Wal {
     this.lost = lost;
     this.#fs = options.fs ?? nodeFileSystem;
     this.#segmentBytes = options.segmentBytes ?? DEFAULT_SEGMENT_BYTES;
+    this.#maxWriteBytes = SEGMENT_FILE_MAX_BYTES - this.#segmentBytes - CHECKPOINT_ROOM_BYTES;
     this.#preallocate = options.preallocate ?? true;
     this.#memoryBudgetBytes = options.memoryBudgetBytes ?? 512 * 1024 * 1024;
     this.#blockingWriteMaxBytes = options.blockingWriteMaxBytes ?? BLOCKING_WRITE_MAX_BYTES;
@@ -429,8 +450,10 @@ export class Wal {
    * later `sync()` resolves: the caller must not act on them (send, acknowledge) before that.
    * Entries' `data` is copied (into the shard's in-memory log) before this returns: the caller
    * may reuse its buffers. A batch holding an entry that does not follow its shard's log
-   * (CAIRN_ERR_WAL_GAP) or a record larger than recovery reads back (CAIRN_ERR_WAL_TOO_LARGE) is
-   * refused whole, before anything of it is appended.
+   * (CAIRN_ERR_WAL_GAP), or a record larger than recovery reads back, or one that would make the
+   * next write (with what was appended before it and not yet written) larger than a segment
+   * recovery reads can take (CAIRN_ERR_WAL_TOO_LARGE), is refused whole, before anything of it is
+   * appended.
    */
   append(records: readonly WalRecord[]): void {
     this.#assertWritable();
@@ -483,7 +506,8 @@ export class Wal {
    * next sync(), which then resolved without writing them. Throws CAIRN_ERR_WAL_TOO_LARGE if a
    * record would carry more than MAX_PAYLOAD_BYTES: written, recovery would read it back as
    * damage and, at the end of the log, cut it off as a torn write with everything after it,
-   * acknowledged records lost without a word.
+   * acknowledged records lost without a word. Throws it too if the batch would make the next
+   * write larger than #maxWriteBytes.
    */
   #checkBatch(records: readonly WalRecord[]): void {
     // What the batch's records before leave of a shard's log, for the shards they touched: the
@@ -491,14 +515,18 @@ export class Wal {
     const last = this.#batchLast;
     const compact = this.#batchCompact;
     const touched = this.#batchTouched;
+    /** The batch's encoded size (a vote counted at three bytes a UTF-16 unit, its most). */
+    let bytes = 0;
     try {
       for (const r of records) {
         if (r.kind === "hard-state") {
           const vote = r.state.vote;
-          // A vote's UTF-8 is at most three bytes a UTF-16 unit: counted only when that is over.
-          if (vote !== null && vote.length * 3 > MAX_PAYLOAD_BYTES) {
-            checkPayload(r.shard, "hard state's vote", Buffer.byteLength(vote));
+          const most = vote === null ? 0 : vote.length * 3;
+          // Its exact UTF-8 length only when its most is over.
+          if (most > MAX_PAYLOAD_BYTES) {
+            checkPayload(r.shard, "hard state's vote", Buffer.byteLength(vote as string));
           }
+          bytes += encodedSize(most);
           continue;
         }
         let lastIndex = last.get(r.shard);
@@ -511,12 +539,14 @@ export class Wal {
         }
         if (r.kind === "snapshot") {
           checkPayload(r.shard, `snapshot ${r.meta.index}'s metadata`, r.meta.data.length);
+          bytes += encodedSize(r.meta.data.length);
           // As ShardLog.applySnapshot: the log starts after the snapshot.
           lastIndex = r.meta.index;
           compactIndex = r.meta.index;
         } else {
           for (const e of r.entries) {
             checkPayload(r.shard, `entry ${e.index}`, e.data.length);
+            bytes += encodedSize(e.data.length);
             if (e.index > lastIndex + 1 || e.index <= compactIndex) {
               throw new CairnError(
                 "CAIRN_ERR_WAL_GAP",
@@ -536,6 +566,13 @@ export class Wal {
         compact.delete(shard);
       }
       touched.length = 0;
+    }
+    const pending = this.#writer.length;
+    if (pending + bytes > this.#maxWriteBytes) {
+      throw new CairnError(
+        "CAIRN_ERR_WAL_TOO_LARGE",
+        `WAL append: a batch of ${bytes} bytes, after ${pending} appended and not yet written, would make a write of more than ${this.#maxWriteBytes} bytes, and its segment more than recovery reads (${SEGMENT_FILE_MAX_BYTES}); the batch is refused, nothing of it appended`,
+      );
     }
   }
 
