@@ -152,6 +152,52 @@ describe("issue 50, bug 4: a rejected snapshot import", () => {
   });
 });
 
+describe("a snapshot import rejected after it built tables (an audit, 2026-12-06)", () => {
+  it("deletes them: no file of it stays until the next open", async () => {
+    // They were left for the next open to remove; a node takes many snapshots (a follower
+    // refilled again and again by a leader whose streams fail) before it restarts, and the
+    // disk filled with tables no edit names.
+    const dir = tempDir("lsm-import-rejected");
+    const engine = await LsmEngine.open(dir, env, { ...OPTIONS, targetFileBytes: 64 * 1024 });
+    try {
+      await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
+      await engine.flush();
+      const before = readdirSync(dir).filter((n) => n.endsWith(".sst"));
+      // Two frames of entries (one closes past 1 MiB); the second damaged.
+      const frames = [
+        ...encodeSnapshotFrames(
+          9,
+          Array.from({ length: 1500 }, (_, i): [Uint8Array, Uint8Array] => [
+            b(`k${String(i).padStart(4, "0")}`),
+            Buffer.alloc(1024, i),
+          ]),
+        ),
+      ];
+      assert.ok(frames.length >= 4, "a header, two frames of entries, an end");
+      const second = Buffer.from(frames[2] as Uint8Array);
+      second.writeUInt8(second.readUInt8(second.length - 1) ^ 1, second.length - 1);
+      frames[2] = second;
+      let built = false;
+      async function* source(): AsyncGenerator<Uint8Array> {
+        yield frames[0] as Uint8Array;
+        yield frames[1] as Uint8Array;
+        built = readdirSync(dir).filter((n) => n.endsWith(".sst")).length > before.length;
+        yield* frames.slice(2);
+      }
+      await assert.rejects(engine.importSnapshot(source()), {
+        code: "CAIRN_ERR_SNAPSHOT_INVALID",
+      });
+      assert.ok(built, "the import built tables of the first frame");
+      assert.deepEqual(
+        readdirSync(dir).filter((n) => n.endsWith(".sst")),
+        before,
+      );
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
 describe("issue 50, bug 5: a snapshot stream's keys", () => {
   for (const [what, keys] of [
     ["out of order", ["a", "c", "b"]],
@@ -455,6 +501,196 @@ describe("flush() under writes that keep rotating memtables (an audit, 2026-12-0
       assert.ok(engine.flushedSeq >= 1);
     } finally {
       await engine.close();
+    }
+  });
+});
+
+describe("importSnapshot while the engine closes (an audit, 2026-12-06)", () => {
+  // close() waited for flushes and compactions, not for an import: one under way, or asked for
+  // while close() waited, went on after it resolved, writing tables and a reset edit into a
+  // directory the caller may have let go (deleted, or opened again), and its files into the
+  // node's caches after the engine had left them.
+
+  // Two frames of entries (a frame closes past 1 MiB: its entries come once it is whole), in
+  // tables of 256 KiB.
+  const IMPORT_OPTIONS: LsmOptions = { ...OPTIONS, targetFileBytes: 256 * 1024 };
+  const KEYS = 2000;
+  const key4 = (i: number): string => `k${String(i).padStart(4, "0")}`;
+  const image = Buffer.concat([
+    ...encodeSnapshotFrames(
+      500,
+      Array.from({ length: KEYS }, (_, i): [Uint8Array, Uint8Array] => [
+        b(key4(i)),
+        Buffer.alloc(1024, i),
+      ]),
+    ),
+  ]);
+  /** The image in pieces of 64 KiB, as a snapshot file's reader yields it. */
+  const pieces = (): Uint8Array[] => {
+    const out: Uint8Array[] = [];
+    for (let at = 0; at < image.length; at += 65536) out.push(image.subarray(at, at + 65536));
+    return out;
+  };
+  const tables = (dir: string): string[] =>
+    readdirSync(dir)
+      .filter((n) => n.endsWith(".sst"))
+      .sort();
+
+  /** An engine in `dir` holding one key in a table: the state an import replaces. */
+  async function withState(dir: string, e: LsmEnvironment): Promise<LsmEngine> {
+    const engine = await LsmEngine.open(dir, e, IMPORT_OPTIONS);
+    await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
+    await engine.flush();
+    return engine;
+  }
+
+  /**
+   * Reopens `dir` and checks it holds the old state or the whole image, as `imported` says,
+   * and that close() left no table of the import behind: the open finds no orphan to remove.
+   */
+  async function assertState(dir: string, imported: boolean, before: string[]): Promise<void> {
+    const left = tables(dir);
+    if (!imported) assert.deepEqual(left, before, "the stopped import's tables are deleted");
+    const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    try {
+      assert.deepEqual(tables(dir), left, "nothing left that no edit names");
+      const keys = [...engine.scan()].map(([k]) => text(k));
+      if (imported) {
+        assert.equal(engine.flushedSeq, 500);
+        assert.deepEqual(
+          keys,
+          Array.from({ length: KEYS }, (_, i) => key4(i)),
+        );
+      } else {
+        assert.equal(engine.flushedSeq, 1);
+        assert.deepEqual(keys, ["mine"]);
+      }
+    } finally {
+      await engine.close();
+    }
+  }
+
+  it("refuses an import asked for once close() has begun, reading nothing of its source", async () => {
+    const dir = tempDir("lsm-import-close");
+    const engine = await withState(dir, env);
+    const before = tables(dir);
+    await engine.write(2, [{ type: "put", key: b("unflushed"), value: b("2") }]);
+    // A flush under way: close() waits for it, and the import is asked for meanwhile.
+    const flushing = engine.flush();
+    const closing = engine.close();
+    let read = false;
+    async function* source(): AsyncGenerator<Uint8Array> {
+      read = true;
+      yield* pieces();
+    }
+    const importing = engine.importSnapshot(source());
+    await assert.rejects(importing, { code: "CAIRN_ERR_LSM_CLOSED" });
+    await Promise.allSettled([flushing, closing]);
+    assert.equal(read, false, "the source was not read");
+    await assert.rejects(engine.importSnapshot(source()), { code: "CAIRN_ERR_LSM_CLOSED" });
+    // The flush under way made a table of its own.
+    const flushed = tables(dir);
+    assert.equal(flushed.length, before.length + 1);
+    const again = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    try {
+      assert.deepEqual(
+        [...again.scan()].map(([k]) => text(k)),
+        ["mine", "unflushed"],
+      );
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("stops an import waiting for its source: refused, its tables deleted, close() after it", async () => {
+    const dir = tempDir("lsm-import-close");
+    const engine = await withState(dir, env);
+    const before = tables(dir);
+    const chunks = pieces();
+    // Three quarters: past the first frame, whose entries fill tables.
+    const most = Math.floor((chunks.length * 3) / 4);
+    const atGate = Promise.withResolvers<undefined>();
+    const gate = Promise.withResolvers<undefined>();
+    async function* source(): AsyncGenerator<Uint8Array> {
+      yield* chunks.slice(0, most);
+      // Asked for more: the tables of what came are built (the import awaits each).
+      atGate.resolve(undefined);
+      await gate.promise;
+      yield* chunks.slice(most);
+    }
+    let importSettled = false;
+    const importing = engine.importSnapshot(source()).finally(() => {
+      importSettled = true;
+    });
+    await atGate.promise;
+    assert.ok(tables(dir).length > before.length, "the import built tables before the close");
+    const closing = engine.close().then(() => importSettled);
+    gate.resolve(undefined);
+    await assert.rejects(importing, { code: "CAIRN_ERR_LSM_CLOSED" });
+    assert.equal(await closing, true, "close() resolved after the import settled");
+    await assertState(dir, false, before);
+  });
+
+  it("leaves the old state or the new one, whole, whichever table close() comes after", async () => {
+    // close() is asked for once the import's k-th table is built, for every k: before the
+    // last, the import is building the next one; after the last, its reset edit is under way.
+    const local = new LsmEnvironment({ workers: 1, blockCacheBytes: 1 << 20 });
+    const pool = local.importBuffers;
+    const give = pool.give.bind(pool);
+    try {
+      let built = 0;
+      let onBuilt: (() => void) | undefined;
+      pool.give = (buf: Buffer): void => {
+        give(buf);
+        built++;
+        onBuilt?.();
+      };
+      // How many tables the image makes.
+      const probe = await LsmEngine.open(tempDir("lsm-import-close"), local, IMPORT_OPTIONS);
+      await probe.importSnapshot(chunksOf(pieces()));
+      await probe.close();
+      const count = built;
+      assert.ok(count >= 3, `the image makes ${count} tables`);
+      const outcomes = new Set<boolean>();
+      for (let k = 1; k <= count; k++) {
+        const dir = tempDir("lsm-import-close");
+        const engine = await withState(dir, local);
+        const before = tables(dir);
+        built = 0;
+        let importSettled = false;
+        const closed = Promise.withResolvers<boolean>();
+        onBuilt = () => {
+          if (built !== k) return;
+          // After the import's own continuations: a close from outside it.
+          setImmediate(() => {
+            engine.close().then(
+              () => closed.resolve(importSettled),
+              (err: unknown) => closed.reject(err),
+            );
+          });
+        };
+        const result = await engine
+          .importSnapshot(chunksOf(pieces()))
+          .then(
+            () => "imported" as const,
+            (err: unknown) => (err as { code?: unknown }).code,
+          )
+          .finally(() => {
+            importSettled = true;
+          });
+        onBuilt = undefined;
+        assert.ok(
+          result === "imported" || result === "CAIRN_ERR_LSM_CLOSED",
+          `table ${k}: ${String(result)}`,
+        );
+        assert.equal(await closed.promise, true, `table ${k}: close() resolved after the import`);
+        await assertState(dir, result === "imported", before);
+        outcomes.add(result === "imported");
+      }
+      assert.deepEqual([...outcomes].sort(), [false, true], "both kinds of close were met");
+    } finally {
+      pool.give = give;
+      await local.close();
     }
   });
 });

@@ -993,10 +993,16 @@ export class LsmEngine implements BudgetMember {
   /**
    * Replaces the whole engine by a snapshot stream from exportSnapshot (of any engine). After it
    * resolves, the engine holds exactly the snapshot, `flushedSeq` and `lastSeq` equal its sequence
-   * and the caller's log continues above it. Writes must not run concurrently.
+   * and the caller's log continues above it. Writes must not run concurrently. Refused once
+   * close() has begun; close() during an import stops it at its next step (the next item of
+   * `chunks`, or once the table being built is), before its reset edit, unless that edit is
+   * under way: then close() waits for the import to finish.
    */
   async importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void> {
     this.#assertOpen();
+    // close() has begun: it does not wait for an import that starts now, and the directory may
+    // be another's once it returns (an import after it wrote tables and a reset edit there).
+    if (this.#closing) throw closedError();
     // A queued write would land on top of the snapshot with an older sequence: refuse instead.
     if (this.#importing || this.#writeQueue.length > 0) throw importingError();
     this.#importing = true;
@@ -1004,15 +1010,18 @@ export class LsmEngine implements BudgetMember {
     /**
      * The reset edit is being made durable, or is: from then on the engine's files may be the
      * snapshot's, and only a reopen can tell. Before it nothing of the engine changed (a
-     * damaged stream, a failed source, a table build that failed leaves orphans the next open
-     * removes), so a failure then leaves the engine as it was (issue 50: a rejected stream
+     * damaged stream, a failed source, a table build that failed, a close), so a failure then
+     * leaves the engine as it was, the tables built so far deleted (issue 50: a rejected stream
      * failed it for good).
      */
     let committing = false;
+    /** The numbers of the tables this import builds (allocated, perhaps not yet written). */
+    const numbers: number[] = [];
     try {
       while (this.#flushesRunning > 0 || this.#compacting) {
         await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
       }
+      if (this.#closing) throw closedError();
       const built: BuiltTable[] = [];
       let seq = -1;
       // The table being encoded: each entry is written, as it comes (the stream's entries are
@@ -1028,13 +1037,14 @@ export class LsmEngine implements BudgetMember {
         const length = at;
         table = null;
         at = 0;
-        const numbers = this.#allocate(1);
+        const mine = this.#allocate(1);
+        numbers.push(...mine);
         await this.#madeDir();
         built.push(
           ...(await this.#env.pool.run({
             type: "build",
             dir: this.dir,
-            numbers,
+            numbers: mine,
             data: data.subarray(0, length),
             targetFileBytes: Infinity,
             blockBytes: this.#blockBytes,
@@ -1044,6 +1054,9 @@ export class LsmEngine implements BudgetMember {
         pool.give(data);
       };
       for await (const item of decodeSnapshotStream(chunks)) {
+        // close() has begun: the import stops here, the engine as it was (the snapshot is sent
+        // again: the caller's log does not record it before the import resolves).
+        if (this.#closing) throw closedError();
         if (item.kind === "header") {
           seq = item.seq;
           continue;
@@ -1055,6 +1068,7 @@ export class LsmEngine implements BudgetMember {
         if (at >= this.#targetFileBytes) await submit();
       }
       await submit();
+      if (this.#closing) throw closedError();
       committing = true;
       const edit: VersionEdit = {
         reset: true,
@@ -1073,11 +1087,21 @@ export class LsmEngine implements BudgetMember {
       this.#acceptedSeq = seq;
       this.#reportMemtable();
     } catch (err) {
-      if (committing) this.#fail(err);
+      if (committing) {
+        this.#fail(err);
+      } else {
+        // No edit names them. Deleted now, not by the next open: a node may take many
+        // snapshots, failed or stopped, before it restarts, and the directory is let go by
+        // close(), which waits for this.
+        await Promise.all(
+          numbers.map((n) => unlink(tablePath(this.dir, n)).catch(() => undefined)),
+        );
+      }
       throw err;
     } finally {
       this.#importing = false;
-      this.#paused = false;
+      // close() may have begun meanwhile: background work stays paused for it.
+      this.#paused = this.#closing;
       this.#maybeFlush();
       this.#maybeCompact();
       // Writes stalled and flush() callers that waited out the import re-check their condition.
@@ -1115,13 +1139,16 @@ export class LsmEngine implements BudgetMember {
 
   /**
    * Waits for running background jobs and closes. Memtables are dropped, not flushed: their
-   * writes are in the caller's log above `flushedSeq`. Call flush() first for a clean stop.
+   * writes are in the caller's log above `flushedSeq`. Call flush() first for a clean stop. An
+   * import under way is stopped at its next step, its tables deleted, as a memtable is dropped
+   * (the caller's log has not recorded the snapshot, which is sent again), or, once its reset
+   * edit is under way, finishes: either way nothing of it is written after this resolves.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#paused = true;
     this.#closing = true;
-    while (this.#flushesRunning > 0 || this.#compacting) {
+    while (this.#flushesRunning > 0 || this.#compacting || this.#importing) {
       await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
     }
     this.#closed = true;
