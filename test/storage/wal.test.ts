@@ -576,6 +576,32 @@ describe("WAL", () => {
     }
   });
 
+  it("refuses records appended once close() has begun; close() makes the earlier ones durable", async () => {
+    // close() awaited its sync() with the WAL still open to appends: one made meanwhile was
+    // accepted and visible, and then written after close() began, or, when its write started a
+    // segment, failed on the closed file (CAIRN_ERR_WAL_FAILED, "the node must restart") (an
+    // audit, 2026-12-06).
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 100 });
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1, "x".repeat(200))] }]);
+    const closing = wal.close();
+    assert.throws(() => wal.append([{ kind: "entries", shard: 1, entries: [entry(2, 1)] }]), {
+      code: "CAIRN_ERR_WAL_CLOSED",
+    });
+    assert.throws(() => wal.compact(1, 1), { code: "CAIRN_ERR_WAL_CLOSED" });
+    assert.throws(() => wal.drop(2), { code: "CAIRN_ERR_WAL_CLOSED" });
+    assert.equal(wal.lastIndex(1), 1, "nothing of them applied");
+    await closing;
+    await wal.sync();
+    const again = await Wal.open(dir, { segmentBytes: 100 });
+    try {
+      assert.equal(again.lastIndex(1), 1);
+      assert.equal(again.firstIndex(1), 1, "the compaction was refused");
+    } finally {
+      await again.close();
+    }
+  });
+
   it("lowers a recovered commit past the last durable entry, and reports it", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);

@@ -270,6 +270,11 @@ export class Wal {
   #next: PromiseWithResolvers<undefined> | null = null;
   #failure: unknown = undefined;
   #closed = false;
+  /**
+   * close() has begun: records are refused from then on. Taken meanwhile, one was written after
+   * close() began, or, when its write started a segment, failed on the closed file.
+   */
+  #closing = false;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
   readonly #durableCompact = new DenseMap<number>();
   /** #checkBatch's scratch: a batch's shards' last and compaction indexes as it goes. */
@@ -654,9 +659,13 @@ export class Wal {
     return promise;
   }
 
-  /** Syncs what is pending and closes the current segment. */
+  /**
+   * Syncs what is pending and closes the current segment. Records are refused
+   * (CAIRN_ERR_WAL_CLOSED) from the call on.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
+    this.#closing = true;
     if (this.#failure === undefined) await this.sync();
     this.#closed = true;
     await this.#handle.close();
@@ -829,7 +838,9 @@ export class Wal {
   }
 
   #assertWritable(): void {
-    if (this.#closed) throw new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL is closed");
+    if (this.#closed || this.#closing) {
+      throw new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL is closed, or closing");
+    }
     if (this.#failure !== undefined) throw this.#failureError();
   }
 
