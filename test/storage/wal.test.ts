@@ -602,6 +602,24 @@ describe("WAL", () => {
     }
   });
 
+  it("rejects a sync() of records a destroy() dropped, not leaving it pending for ever", async () => {
+    // destroy() drops the records not yet written, but sync() still counted them as to write:
+    // it started a flush that found nothing, and its promise never settled (an audit,
+    // 2026-12-06).
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir);
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    await wal.destroy();
+    const syncing = wal.sync().then(
+      () => "resolved",
+      (err: unknown) => (err as { code?: unknown }).code,
+    );
+    // A rejection settles within the microtasks before the next turn of the event loop; a
+    // promise still pending then waits for a write no one will start.
+    const turn = new Promise<string>((resolve) => setImmediate(() => resolve("pending")));
+    assert.equal(await Promise.race([syncing, turn]), "CAIRN_ERR_WAL_CLOSED");
+  });
+
   it("lowers a recovered commit past the last durable entry, and reports it", async () => {
     const dir = tempDir("wal");
     const wal = await Wal.open(dir);

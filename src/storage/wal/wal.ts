@@ -644,13 +644,21 @@ export class Wal {
    * Resolves once everything appended before the call is on stable storage. Concurrent calls
    * share writes: one write and one fdatasync cover every record appended while the previous
    * fdatasync was in flight (group commit). After an I/O failure every call rejects: whether the
-   * failed bytes reached the disk is unknown, so the process must restart and recover.
+   * failed bytes reached the disk is unknown, so the process must restart and recover. After
+   * destroy() a call rejects (CAIRN_ERR_WAL_CLOSED) if records it dropped were not written.
    */
   sync(): Promise<void> {
     if (this.#failure !== undefined) return Promise.reject(this.#failureError());
     if (this.#durableBytes >= this.#appendedBytes) return Promise.resolve();
     if (this.#inflight !== null && this.#appendedBytes <= this.#inflight.upTo) {
       return this.#inflight.done.promise;
+    }
+    // Destroyed with records unwritten (close() leaves none): no write will come for them, and a
+    // flush started for them finds nothing to write and settles nobody.
+    if (this.#closed) {
+      return Promise.reject(
+        new CairnError("CAIRN_ERR_WAL_CLOSED", "WAL destroyed before the sync completed"),
+      );
     }
     // Every caller until the next flush starts shares one promise: the flush takes all of them.
     this.#next ??= Promise.withResolvers<undefined>();
