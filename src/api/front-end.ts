@@ -774,20 +774,20 @@ export function serveFrontEnd(
       sendHeaders() {
         if (!finished && !stream.headersSent) sendResponseHeaders(stream);
       },
-      finish(code, details, message) {
+      finish(code, details, message, trailer = null) {
         if (finished) return;
         finished = true;
         if (stream.closed) return;
         if (!stream.headersSent) {
           if (code !== status.OK || message === null) {
-            respondStatus(stream, code, details, null);
+            respondStatus(stream, code, details, trailer);
             return;
           }
           sendResponseHeaders(stream);
         }
         if (code === status.OK && message !== null) stream.sendData(frame(message));
         if (code === status.OK) sendOkTrailers(stream);
-        else stream.sendTrailers(encodeHeaders(statusFields(code, details, null, false)));
+        else stream.sendTrailers(encodeHeaders(statusFields(code, details, trailer, false)));
       },
     };
     const sink = direct.stream(method, call);

@@ -150,8 +150,16 @@ export interface RawStreamCall {
   readonly identity: TlsIdentity | null;
   /** Sends the response headers now (the call is accepted); at most once, before finish(). */
   sendHeaders(): void;
-  /** Ends the call: OK with `message` as its answer, or a status (then `message` is null). */
-  finish(code: number, details: string, message: Uint8Array | null): void;
+  /**
+   * Ends the call: OK with `message` as its answer, or a status (then `message` is null), with
+   * `trailer` (a refusal's `cairn-error-code`) when given.
+   */
+  finish(
+    code: number,
+    details: string,
+    message: Uint8Array | null,
+    trailer?: MetadataPairs | null,
+  ): void;
 }
 
 /** The handler's side of a RawStreamCall; nothing more is delivered after finish() or cancelled(). */

@@ -46,6 +46,7 @@ import {
   toMetadata,
 } from "./handoff.ts";
 import type { SharedConnectionSlots } from "./connection-slots.ts";
+import { MALFORMED_REQUEST_CODE, malformedRequest } from "./strict-wire.ts";
 import { ERROR_CODE_KEY } from "./wire.ts";
 
 export type { FrontEndEvent, FrontEndLimits } from "./handoff.ts";
@@ -343,7 +344,7 @@ class IoThread {
         id,
         status.INVALID_ARGUMENT,
         EMPTY,
-        `the request is not a valid ${def.path} message: ${String(err)}`,
+        malformedRequest(def.path, err),
         MALFORMED_TRAILERS,
       );
       return;
@@ -421,7 +422,7 @@ class IoThread {
 const EMPTY = new Uint8Array(0);
 
 /** The trailers of a request whose message does not parse. */
-const MALFORMED_TRAILERS: MetadataPairs = [[ERROR_CODE_KEY, "CAIRN_ERR_INVALID_ARGUMENT"]];
+const MALFORMED_TRAILERS: MetadataPairs = [[ERROR_CODE_KEY, MALFORMED_REQUEST_CODE]];
 
 function metadataOrNull(md: Metadata | undefined | null): MetadataPairs | null {
   return md === undefined || md === null ? null : metadataPairs(md);

@@ -13,7 +13,8 @@ import { deadlineClock } from "../common/index.ts";
 import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { metadataPairs } from "./handoff.ts";
 import { HandedCall, type MethodTable } from "./io-threads.ts";
-import { FORWARDED_KEY } from "./wire.ts";
+import { MALFORMED_REQUEST_CODE, malformedRequest } from "./strict-wire.ts";
+import { ERROR_CODE_KEY, FORWARDED_KEY } from "./wire.ts";
 
 /** The KV methods forward.ts sends to a leader. */
 export const FORWARDED_PATHS: ReadonlySet<string> = new Set([
@@ -45,7 +46,12 @@ export function servePeerCall(
       Buffer.from(call.request.buffer, call.request.byteOffset, call.request.length),
     );
   } catch (err) {
-    fail(status.INTERNAL, `error deserializing request: ${String(err)}`);
+    // The peer's bytes are no message of the method's type (a bug of its build, or another
+    // build's): its mistake, answered as a client's unary call would be (io-threads.ts), not
+    // INTERNAL, which would say a fault here and reach the forwarding node's client as one.
+    fail(status.INVALID_ARGUMENT, malformedRequest(call.method, err), [
+      [ERROR_CODE_KEY, MALFORMED_REQUEST_CODE],
+    ]);
     return;
   }
   const metadata = new Metadata();

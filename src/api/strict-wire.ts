@@ -84,6 +84,59 @@ export class WireError extends Error {
   override readonly name = "WireError";
 }
 
+/**
+ * What a request whose bytes are no message of its method's type (they break the rules above,
+ * or protobufjs cannot decode them) is answered, however it came (a client's unary call, a KV
+ * call a peer forwarded, a peer's snapshot chunk): INVALID_ARGUMENT with this code, the
+ * caller's mistake. INTERNAL, which grpc-js answers for a decoder's throw, would say a fault of
+ * the node's own (docs/errors.md).
+ */
+export const MALFORMED_REQUEST_CODE = "CAIRN_ERR_INVALID_ARGUMENT";
+
+/** The details of that answer, naming the method and what was wrong. */
+export function malformedRequest(path: string, err: unknown): string {
+  return `the request is not a valid ${path} message: ${String(err)}`;
+}
+
+/**
+ * A message of a client-streaming call that is no message of its type, handed to the call's
+ * handler in its place (handMalformed), which refuses the call with it: grpc-js's server, which
+ * decodes a streaming call's messages, answers a decoder's throw INTERNAL without a code.
+ */
+export class MalformedMessage {
+  /** The answer's details (malformedRequest). */
+  readonly details: string;
+
+  constructor(path: string, err: unknown) {
+    this.details = malformedRequest(path, err);
+  }
+}
+
+/** Marks a method whose handler takes a MalformedMessage (handMalformed). */
+const HANDS_MALFORMED = Symbol("handsMalformed");
+
+/**
+ * `def` with a message that does not decode handed to its handler as a MalformedMessage instead
+ * of thrown; its rules' refusal too once WireRules.strict wraps it. For a client-streaming
+ * method whose handler checks each message for one.
+ */
+export function handMalformed<
+  M extends { readonly path: string; readonly requestDeserialize: (buf: Buffer) => unknown },
+>(def: M): M {
+  const decode = def.requestDeserialize;
+  return {
+    ...def,
+    [HANDS_MALFORMED]: true,
+    requestDeserialize: (buf: Buffer): unknown => {
+      try {
+        return decode(buf);
+      } catch (err) {
+        return new MalformedMessage(def.path, err);
+      }
+    },
+  };
+}
+
 /** The rules of every message type of some loaded proto files (proto-loader's definitions). */
 export class WireRules {
   readonly #types = new Map<string, MessageRules>();
@@ -212,10 +265,16 @@ export class WireRules {
     const decode = def.requestDeserialize;
     const rules = this.#types.get(requestType);
     if (rules === undefined) return def;
+    const handsMalformed = HANDS_MALFORMED in def;
     return {
       ...def,
       requestDeserialize: (buf: Buffer) => {
-        this.#check(rules, buf, 0, buf.length, requestType, 0);
+        try {
+          this.#check(rules, buf, 0, buf.length, requestType, 0);
+        } catch (err) {
+          if (handsMalformed) return new MalformedMessage(def.path, err);
+          throw err;
+        }
         return decode(buf);
       },
     };

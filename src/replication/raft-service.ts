@@ -16,6 +16,7 @@ import {
   status,
 } from "@grpc/grpc-js";
 import { loadRaftProto } from "../api/proto.ts";
+import { handMalformed } from "../api/strict-wire.ts";
 import type { RawStreamHandler } from "../api/handoff.ts";
 import type { RaftHandlers } from "../api/generated/cairn/v1/Raft.ts";
 import type { ConfirmTermsReply } from "../api/generated/cairn/v1/ConfirmTermsReply.ts";
@@ -252,9 +253,12 @@ export function createRaftService(
   const definition = loadRaftProto().cairn.v1.Raft.service;
   return {
     // Stream's frames reach the handler as bytes: frame-decode.ts decodes them.
+    // A snapshot chunk that does not decode reaches snapshotReceiver, which refuses it as the
+    // peer's mistake (grpc-js would answer its decoder's throw INTERNAL).
     definition: {
       ...definition,
       Stream: { ...definition.Stream, requestDeserialize: (frame: Buffer) => frame },
+      InstallSnapshot: handMalformed(definition.InstallSnapshot),
     },
     rawStream: { path: definition.Stream.path, handler: receiveStream },
     implementation: {

@@ -17,17 +17,20 @@
  * some could have kept the peers' snapshots out.)
  *
  * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
- * (logged at warn, counted as a failed receive); a call the sender cancels is counted and
- * logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
+ * (logged at warn, counted as a failed receive; a refusal of the sender's bytes, a chunk that
+ * is no SnapshotChunk among them, INVALID_ARGUMENT with CAIRN_ERR_INVALID_ARGUMENT); a call the
+ * sender cancels is counted and logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
  */
 import {
+  Metadata,
   type ServerReadableStream,
   type sendUnaryData,
   type ServiceError,
   status,
 } from "@grpc/grpc-js";
 import type { SnapshotAck } from "../api/generated/cairn/v1/SnapshotAck.ts";
-import { PEER_KEY } from "../api/wire.ts";
+import { MALFORMED_REQUEST_CODE, MalformedMessage } from "../api/strict-wire.ts";
+import { ERROR_CODE_KEY, PEER_KEY } from "../api/wire.ts";
 import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { PeerCheck, PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
@@ -107,7 +110,12 @@ export function snapshotReceiver(
         code: status[err.code],
         details: err.message,
       });
-      callback({ code: err.code, details: err.message });
+      // The sender's bytes refused (a chunk that is no message, a damaged header or image):
+      // its mistake, with the code a client's malformed request carries.
+      const metadata = new Metadata();
+      if (err.code === status.INVALID_ARGUMENT)
+        metadata.set(ERROR_CODE_KEY, MALFORMED_REQUEST_CODE);
+      callback({ code: err.code, details: err.message, metadata });
     };
     const end = (err: Partial<ServiceError> | null): void =>
       finish(new SnapshotRefusal(err?.code ?? status.UNAVAILABLE, err?.details ?? "ended"));
@@ -119,10 +127,14 @@ export function snapshotReceiver(
       finish(
         err instanceof SnapshotRefusal ? err : new SnapshotRefusal(status.INTERNAL, String(err)),
       );
-    call.on("data", (chunk: SnapshotChunk__Output) => {
+    call.on("data", (chunk: SnapshotChunk__Output | MalformedMessage) => {
       if (done) return;
       clearTimeout(idle);
       idle = setTimeout(expire, idleMs);
+      if (chunk instanceof MalformedMessage) {
+        refuse(new SnapshotRefusal(status.INVALID_ARGUMENT, chunk.details));
+        return;
+      }
       try {
         assembler.push(chunk);
       } catch (err) {

@@ -4,7 +4,7 @@
  * call with its status; an acceptance is answered with response headers); every later frame is
  * a batch of Raft messages, handed to the driver with the sender's node id, or a forwarded KV
  * call or its reply, handed to `calls`. A malformed frame, or one of another kind, ends the call
- * INVALID_ARGUMENT; the sender's half-close ends it OK.
+ * INVALID_ARGUMENT (CAIRN_ERR_INVALID_ARGUMENT); the sender's half-close ends it OK.
  *
  * Frames are decoded here (frame-decode.ts), straight into Raft messages: no protobuf objects on
  * a replicated write's path. `streamReceiver` serves a call however it arrives: from the node's
@@ -18,8 +18,9 @@ import {
   type ServiceError,
   status,
 } from "@grpc/grpc-js";
-import type { RawStreamHandler } from "../api/handoff.ts";
-import { PEER_KEY } from "../api/wire.ts";
+import { type MetadataPairs, type RawStreamHandler, toMetadata } from "../api/handoff.ts";
+import { MALFORMED_REQUEST_CODE } from "../api/strict-wire.ts";
+import { ERROR_CODE_KEY, PEER_KEY } from "../api/wire.ts";
 import type { RaftStreamAck } from "../api/generated/cairn/v1/RaftStreamAck.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
@@ -36,6 +37,7 @@ import type { ShardMessage } from "./multi-raft.ts";
 import type { LogFields, PeerLogger } from "./peer-logger.ts";
 
 const EMPTY_MESSAGE = new Uint8Array(0);
+const MALFORMED_TRAILER: MetadataPairs = [[ERROR_CODE_KEY, MALFORMED_REQUEST_CODE]];
 
 /**
  * Where the KV calls forwarded over the streams go (RaftFrame.call and .reply; src/api/forward.ts):
@@ -81,18 +83,20 @@ export function streamReceiver(
     /** The sender's replica id: the `from` of every message it sends. */
     let fromReplica: NodeId | null = null;
     let done = false;
-    const finish = (err: Partial<ServiceError> | null): void => {
+    const finish = (err: Partial<ServiceError> | null, trailer: MetadataPairs | null = null) => {
       if (done) return;
       done = true;
       open.delete(finish);
       // The answer, RaftStreamAck, has no fields: its encoding is empty.
       if (err === null) call.finish(status.OK, "OK", EMPTY_MESSAGE);
-      else call.finish(err.code ?? status.UNKNOWN, err.details ?? "", null);
+      else call.finish(err.code ?? status.UNKNOWN, err.details ?? "", null, trailer);
     };
     open.add(finish);
     const refuse = (code: status, details: string, fields: LogFields): void => {
       log.warn("raft stream refused", { ...fields, code: status[code], details });
-      finish({ code, details });
+      // A frame refused as malformed is the sender's mistake, with the code a client's
+      // malformed request carries.
+      finish({ code, details }, code === status.INVALID_ARGUMENT ? MALFORMED_TRAILER : null);
     };
     const onHandshake = (frame: Frame): void => {
       if (frame.kind !== "handshake") {
@@ -192,11 +196,11 @@ export function grpcStream(
       // Proxied from the front end, which checked the connection's certificate.
       identity: null,
       sendHeaders: () => call.sendMetadata(new Metadata()),
-      finish(code, details) {
+      finish(code, details, _message, trailer) {
         if (answered) return;
         answered = true;
         if (code === status.OK) callback(null, {});
-        else callback({ code, details });
+        else callback({ code, details, metadata: toMetadata(trailer ?? null) });
       },
     });
     call.on("data", (frame: Buffer) => sink.message(frame));

@@ -274,6 +274,22 @@ describe("forwarding over the peer streams", () => {
     assert.match(r.details, /not a method peers may forward/);
   });
 
+  it("refuses a forwarded call whose request is no message of its method INVALID_ARGUMENT, with its code", async () => {
+    // A length that runs past the end: a peer's bytes (a bug, or another build's) no KV request.
+    const r = await follower.transport.call(
+      "n1",
+      "/cairn.v1.KV/Put",
+      new Uint8Array([0x0a, 0xff, 0xff]),
+      { deadline: deadlineClock() + 5000 },
+    );
+    assert.equal(r.code, status.INVALID_ARGUMENT, r.details);
+    assert.match(r.details, /the request is not a valid \/cairn.v1.KV\/Put message/);
+    assert.deepEqual(
+      r.trailers.filter(([k]) => k === "cairn-error-code"),
+      [["cairn-error-code", "CAIRN_ERR_INVALID_ARGUMENT"]],
+    );
+  });
+
   it("a call cancelled by its caller fails CANCELLED at once; the leader's late answer is dropped", async () => {
     const mute = await startNode("mute2", new FollowerStore("mute2"), { serve: false });
     const cut = new CallCut();

@@ -7,10 +7,16 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type ServiceError, status } from "@grpc/grpc-js";
+import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import { RpcServer } from "../../src/api/index.ts";
+import { loadRaftProto } from "../../src/api/proto.ts";
+import { PEER_KEY } from "../../src/api/wire.ts";
+import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
+import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
-import type { ScanRequest } from "../../src/replication/index.ts";
+import { createRaftService, type ScanRequest } from "../../src/replication/index.ts";
+import { FollowerStore, LIMITS, TOTAL_SHARDS } from "../api/forward-support.ts";
 import {
   collectingServer,
   countingServer,
@@ -215,6 +221,82 @@ describe("createRaftService", () => {
     } finally {
       await t.close();
       server.stop();
+    }
+  });
+});
+
+/**
+ * A call of the peers' service made with a raw grpc-js client as node n1 would make it, each
+ * message `message` as it is (no encoding): resolves with the call's error, null when it
+ * succeeded. A client-streaming call (`stream`) sends it as its one message, then half-closes.
+ */
+function rawPeerCall(
+  address: string,
+  method: "ReadIndex" | "InstallSnapshot" | "Stream",
+  message: Buffer,
+): Promise<ServiceError | null> {
+  const path = loadRaftProto().cairn.v1.Raft.service[method].path;
+  const client = new Client(address, credentials.createInsecure());
+  const metadata = new Metadata();
+  metadata.set(PEER_KEY, "n1");
+  const bytes = (b: Buffer): Buffer => b;
+  return new Promise<ServiceError | null>((resolve) => {
+    const done = (err: ServiceError | null): void => {
+      client.close();
+      resolve(err);
+    };
+    if (method === "ReadIndex") {
+      client.makeUnaryRequest(path, bytes, bytes, message, metadata, done);
+      return;
+    }
+    const call = client.makeClientStreamRequest(path, bytes, bytes, metadata, {}, done);
+    call.write(message);
+    call.end();
+  });
+}
+
+describe("the peers' service as a node serves it (RpcServer)", () => {
+  it("refuses a peer's request whose bytes are no message of its type INVALID_ARGUMENT, CAIRN_ERR_INVALID_ARGUMENT, whichever call brings it, and logs no ERROR for it", async () => {
+    const lines: { level: string; message: string }[] = [];
+    const logger = createLogger({
+      level: "debug",
+      sink: { write: (line: string) => lines.push(JSON.parse(line) as (typeof lines)[number]) },
+    });
+    const server = new RpcServer({
+      address: "127.0.0.1:0",
+      nodeId: "n2",
+      store: new FollowerStore("n2"),
+      metrics: new CairnMetrics({ nodeId: "n2" }),
+      views: new ClusterViewPublisher(TOTAL_SHARDS),
+      logger,
+      limits: LIMITS,
+      maxMessageBytes: 4 * 1024 * 1024,
+      raft: createRaftService(() => undefined, {
+        clusterId: "c1",
+        nodeId: "n2",
+        readIndex: () => Promise.resolve(1),
+        logger: logger.child("peers"),
+      }),
+    });
+    const address = `127.0.0.1:${(await server.start()).port}`;
+    try {
+      // A length-delimited field 1 whose length runs past the end: no message of any type.
+      const garbage = Buffer.from([0x0a, 0xff, 0xff]);
+      for (const method of ["ReadIndex", "InstallSnapshot", "Stream"] as const) {
+        for (let i = 0; i < 3; i++) {
+          const err = await rawPeerCall(address, method, garbage);
+          assert.equal(err?.code, status.INVALID_ARGUMENT, `${method}: ${err?.details}`);
+          assert.equal(
+            err.metadata.get("cairn-error-code")[0],
+            "CAIRN_ERR_INVALID_ARGUMENT",
+            `${method}'s code`,
+          );
+        }
+      }
+      const errors = lines.filter((l) => l.level === "ERROR");
+      assert.deepEqual(errors, [], "no ERROR line for a peer's malformed request");
+    } finally {
+      await server.close(1000);
     }
   });
 });
