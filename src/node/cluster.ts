@@ -432,6 +432,14 @@ export class ClusterState {
    */
   onMemberRejoined: (node: string) => void = () => undefined;
 
+  /**
+   * Called with each other member that a state applied here records as having left the cluster
+   * for good (decommissioned, removed: hasLeftForGood) where the state before did not: what the
+   * node keeps of each peer (its metric series) goes with it. Not for a member only dead, which
+   * may come back.
+   */
+  onMemberLeft: (node: string) => void = () => undefined;
+
   /** Called after each state the meta group applied here (the cluster view follows it). */
   onMetaChanged: () => void = () => undefined;
 
@@ -468,9 +476,10 @@ export class ClusterState {
     const changed = previous === null ? null : state.shardsChangedSince(previous);
     this.#forgetReplicasNow(previous, state, changed);
     for (const [id, m] of state.members) {
+      if (id === this.#config.node_id) continue;
       const was = previous?.members.get(id);
-      if (id !== this.#config.node_id && was !== undefined && was.incarnation !== m.incarnation)
-        this.onMemberRejoined(id);
+      if (was !== undefined && was.incarnation !== m.incarnation) this.onMemberRejoined(id);
+      if (hasLeftForGood(state, id) && !hasLeftForGood(previous, id)) this.onMemberLeft(id);
     }
     for (const [id, resolve] of this.#waiters) {
       if (state.shards.has(id)) resolve();

@@ -327,6 +327,10 @@ export class CairnNode implements HealthSource {
         const store = node.#store;
         const cluster = node.#cluster;
         cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
+        // A member gone for good takes its per-peer series with it (its frames, stragglers to a
+        // replica it left behind, are not counted again).
+        cluster.onMemberLeft = (member) => node.metrics.removePeer(member);
+        node.metrics.setGonePeers((peer) => hasLeftForGood(cluster.meta, peer));
         // The view lists every shard: those with no replica here where the meta group places
         // them (a shard worker its own shards only: the node's view merges the workers').
         cluster.listUnheld(

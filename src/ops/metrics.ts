@@ -29,7 +29,8 @@
  * and driver round), `cairn_raft_messages_sent_total{peer}` and
  * `cairn_raft_heartbeats_sent_total{peer}` (the Raft messages in them, and the heartbeats among
  * those), which show that heartbeats travel in one frame per peer and tick, and stop once the
- * groups sleep; `cairn_raft_awake_groups`, the groups of this node that are not quiesced; and
+ * groups sleep (a peer's series go once it has left the cluster for good: removePeer,
+ * setGonePeers); `cairn_raft_awake_groups`, the groups of this node that are not quiesced; and
  * the WAL's durable writes, `cairn_wal_write_duration_seconds` (one observation a batch: a slow disk
  * shows here first, as etcd's wal_fsync_duration_seconds) and `cairn_wal_written_bytes_total`.
  *
@@ -185,6 +186,8 @@ export class CairnMetrics {
       heartbeats: { inc(n: number): void };
     }
   >();
+  /** Whether a peer has left the cluster for good (setGonePeers): its frames are not counted. */
+  #gonePeer: (peer: string) => boolean = () => false;
   /** The cluster's live members now, read at each scrape (setClusterSizeSource). */
   #clusterSizeSource: (() => number | null) | null = null;
   /** The meta group's placement work left, read at each scrape (setPlacementSource). */
@@ -622,6 +625,9 @@ export class CairnMetrics {
   raftFrameSent(peer: string, messages: number, heartbeats: number): void {
     let series = this.#peerSeries.get(peer);
     if (series === undefined) {
+      // A frame that still goes to a peer gone for good (an answer to a replica it left behind)
+      // would bring back the series removePeer took away, for good: it is not counted.
+      if (this.#gonePeer(peer)) return;
       series = {
         frames: this.#framesSent.labels({ peer }),
         messages: this.#messagesSent.labels({ peer }),
@@ -632,6 +638,27 @@ export class CairnMetrics {
     series.frames.inc();
     series.messages.inc(messages);
     series.heartbeats.inc(heartbeats);
+  }
+
+  /**
+   * Peer `peer` left the cluster for good (decommissioned, removed): its series of the peer
+   * families go, so that members that come and go (an elastic cluster, nodes replaced under new
+   * ids) do not each leave series on /metrics for ever. A peer that is only unreachable keeps
+   * them. A new node under its id starts them again at zero.
+   */
+  removePeer(peer: string): void {
+    if (!this.#peerSeries.delete(peer)) return;
+    this.#framesSent.remove({ peer });
+    this.#messagesSent.remove({ peer });
+    this.#heartbeatsSent.remove({ peer });
+  }
+
+  /**
+   * Where raftFrameSent asks whether a peer it has no series for has left the cluster for good
+   * (the meta state applied here): such a peer's frames are not counted (default: none has).
+   */
+  setGonePeers(gone: (peer: string) => boolean): void {
+    this.#gonePeer = gone;
   }
 
   /** The gRPC front end ended a connection (its own failure, or a client past a limit). */

@@ -68,6 +68,13 @@ async function activeShards(http: string | undefined): Promise<number> {
   return report.active_shards;
 }
 
+/** The peers a node's /metrics has series of (cairn_raft_*_sent_total{peer}), sorted. */
+async function peerSeries(http: string | undefined): Promise<string[]> {
+  const all = samples(await (await fetch(`http://${http}/metrics`)).text());
+  const peers = all.flatMap((s) => (s.labels["peer"] === undefined ? [] : [s.labels["peer"]]));
+  return [...new Set(peers)].sort();
+}
+
 /** A node's cairn_cluster_shards_moving and cairn_cluster_shards_underreplicated. */
 async function placementWork(
   http: string | undefined,
@@ -273,6 +280,8 @@ describe("elastic cluster (real processes)", () => {
         // The replicas moved off it meanwhile even out again.
         await eventually("n3 active, replicas even again", evenEverywhere, 120_000);
 
+        // n1 has sent n2 Raft frames: its per-peer series name n2 (until n2 leaves for good).
+        assert.ok((await peerSeries(n1.server.http)).includes("n2"), "n1's series of n2");
         // A client watching n2's view: once n2 is decommissioned (out of the meta group, its
         // view no longer changes), the watch ends UNAVAILABLE, CAIRN_ERR_NOT_MEMBER.
         const n2Watch = watchEnd(clientOf(cluster, "n2"));
@@ -340,6 +349,12 @@ describe("elastic cluster (real processes)", () => {
           /this node was removed from its cluster; it stops.*CAIRN_ERR_NODE_REMOVED/,
         );
         await cluster.stop("n2", "SIGKILL"); // exited already: keeps its log lines
+        // Gone for good, n2 left no series on the others' /metrics: members that come and go
+        // do not each leave theirs for ever.
+        for (const id of ["n1", "n3", "n4"]) {
+          const peers = await peerSeries(cluster.node(id).server?.http);
+          assert.ok(peers.length > 0 && !peers.includes("n2"), `${id}'s peers: ${peers.join()}`);
+        }
         // Nothing was lost, and the three left take writes.
         for (let i = 96; i < 112; i++) await put(c1, `k${i}`, `v${i}`);
         await readsBack(cluster, ["n1", "n3", "n4"], acknowledged);

@@ -90,6 +90,53 @@ describe("ClusterState", () => {
     assert.deepEqual(cs.createdShards().sort(), [0, 5]);
   });
 
+  it("names each other member that leaves for good (decommissioned, removed) once, as it leaves; not one only dead", () => {
+    const five = [1, 2, 3, 4, 5].map(member);
+    const { cs } = cluster("inc-a");
+    const left: string[] = [];
+    cs.onMemberLeft = (node) => left.push(node);
+    const steps: [MetaCommand, string[]][] = [
+      [{ ...BOOT, members: five }, []],
+      [{ op: "set-state", id: "n4", state: "decommissioning" }, []],
+      [
+        {
+          op: "move-shard",
+          shard: 0,
+          from: five.map((m) => m.id),
+          nodes: ["n1", "n2", "n3", "n5"],
+        },
+        [],
+      ],
+      [{ op: "settle-shard", shard: 0, nodes: ["n1", "n2", "n3", "n5"] }, []],
+      [{ op: "set-state", id: "n4", state: "decommissioned" }, ["n4"]],
+      [{ op: "set-state", id: "n4", state: "removed" }, ["n4"]],
+      [{ op: "set-state", id: "n3", state: "dead" }, ["n4"]],
+      [
+        { op: "move-shard", shard: 0, from: ["n1", "n2", "n3", "n5"], nodes: ["n1", "n2", "n5"] },
+        ["n4"],
+      ],
+      [{ op: "settle-shard", shard: 0, nodes: ["n1", "n2", "n5"] }, ["n4"]],
+      [{ op: "set-state", id: "n3", state: "removed" }, ["n4", "n3"]],
+      [{ op: "set-state", id: "n5", state: "dead" }, ["n4", "n3"]],
+      [{ op: "set-state", id: "n5", state: "active" }, ["n4", "n3"]],
+    ];
+    let meta = MetaState.empty();
+    for (const [cmd, expected] of steps) {
+      const { state: next, outcome } = meta.apply(cmd);
+      assert.notEqual(outcome.kind, "rejected", JSON.stringify(outcome));
+      meta = next;
+      cs.applied(meta);
+      assert.deepEqual(left, expected, `after ${cmd.op}`);
+    }
+    // A node that starts on a state in which they left already hears of them once.
+    const { cs: restarted } = cluster("inc-a");
+    const heard: string[] = [];
+    restarted.onMemberLeft = (node) => heard.push(node);
+    restarted.applied(meta);
+    restarted.applied(meta);
+    assert.deepEqual(heard.sort(), ["n3", "n4"]);
+  });
+
   it("takes no shard placed on other nodes", () => {
     const wide = state(
       { ...BOOT, members: [...members, member(4)] },

@@ -285,6 +285,42 @@ describe("CairnMetrics", () => {
     assert.equal(valueOf(all, "cairn_raft_awake_groups"), 7);
   });
 
+  it("removes the series of a peer that left for good, keeps the other peers', and counts no frame sent to it after", async () => {
+    const m = fresh();
+    m.raftFrameSent("n2", 4, 3);
+    m.raftFrameSent("n3", 1, 1);
+    const peers = async (): Promise<string[]> =>
+      samples(await m.expose())
+        .filter((s) => s.name.startsWith("cairn_raft_") && s.labels["peer"] !== undefined)
+        .map((s) => `${s.name}{${s.labels["peer"]}}`)
+        .sort();
+    assert.deepEqual(await peers(), [
+      "cairn_raft_frames_sent_total{n2}",
+      "cairn_raft_frames_sent_total{n3}",
+      "cairn_raft_heartbeats_sent_total{n2}",
+      "cairn_raft_heartbeats_sent_total{n3}",
+      "cairn_raft_messages_sent_total{n2}",
+      "cairn_raft_messages_sent_total{n3}",
+    ]);
+    // n2 decommissioned or removed (the node's meta state says so from now on).
+    m.setGonePeers((peer) => peer === "n2");
+    m.removePeer("n2");
+    const left = [
+      "cairn_raft_frames_sent_total{n3}",
+      "cairn_raft_heartbeats_sent_total{n3}",
+      "cairn_raft_messages_sent_total{n3}",
+    ];
+    assert.deepEqual(await peers(), left);
+    // A frame still sent to it (an answer to a replica it left behind) brings nothing back.
+    m.raftFrameSent("n2", 1, 0);
+    assert.deepEqual(await peers(), left);
+    m.raftFrameSent("n3", 2, 0);
+    assert.equal(
+      valueOf(samples(await m.expose()), "cairn_raft_messages_sent_total", { peer: "n3" }),
+      3,
+    );
+  });
+
   it("reads the WAL's unwritten bytes at each scrape (0 without a source)", async () => {
     const m = fresh();
     assert.equal(valueOf(samples(await m.expose()), "cairn_wal_unwritten_bytes"), 0);
