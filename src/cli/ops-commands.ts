@@ -386,7 +386,8 @@ export const TRANSFER_LEADER_HELP = `Usage: cairn transfer-leader SHARD NODE [op
 
 Moves SHARD's leadership to NODE, one of its replicas, through the node at the first of
 --endpoints. In a cluster NODE becomes the shard's preferred leader (recorded in the cluster's
-metadata), so leader spreading keeps it there, also after restarts. Prints the new leader.
+metadata), so leader spreading keeps it there, also after restarts; the node asked must hold a
+replica of SHARD (another refuses, naming those that do). Prints the new leader.
 
 ${GLOBAL_HELP}
 

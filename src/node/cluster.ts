@@ -1198,6 +1198,16 @@ export class ClusterState {
  * meta group (so leader spreading keeps it there, on every node and after restarts), hands
  * leadership over at once when this node leads the shard, and resolves with the leader once
  * this node sees `to` lead (the current leader's next spreading pass moves it, within ~2 s).
+ *
+ * What cannot be done is refused at once, with why, before anything is recorded; only a wait
+ * that ran out is CAIRN_ERR_TIMEOUT (each was one, after the whole wait, which told a client
+ * nothing of what to do):
+ * - `to` is no replica of the shard (INVALID_ARGUMENT), its disk is full, this node holds no
+ *   replica of the shard (it could never see leadership move: the replicas' nodes are named),
+ *   or this node leads the shard and its group has no voter on `to` yet (a move adding `to`, or
+ *   the replacement of its retired replica, is under way) (CAIRN_ERR_PRECONDITION);
+ * - the meta group refused the preference, here or at its leader (its own code);
+ * - the group here refused the transfer (CAIRN_ERR_INVALID_RAFT_REQUEST).
  */
 export async function transferLeadership(
   cluster: ClusterState,
@@ -1233,24 +1243,44 @@ export async function transferLeadership(
       `node ${to} reported its disk full (cluster.disk_full_percent used, or under storage.min_free_bytes available): it leads no shard while another of its replicas has room (${roomy.join(", ")}); free disk space on ${to} first`,
     );
   }
+  const self = nodeOfReplica(cluster.replicaId);
+  if (!nodes.includes(self)) {
+    throw new CairnError(
+      "CAIRN_ERR_PRECONDITION",
+      `node ${self} holds no replica of shard ${id}: it cannot see its leader, nor leadership move; ask one that does: ${nodes.join(", ")}`,
+    );
+  }
+  // The group's own configuration, where this node leads it: `to`'s current replica must be a
+  // voter (a learner, or none yet, while a move adds it; a retired incarnation's voter, no node
+  // runs any more, while the group replaces it: a transfer to that held the group's writes
+  // until abandoned, an election timeout).
+  const here = store.shardInfo(id);
+  const target = meta.replicaOf(to);
+  if (here?.role === "leader" && !here.voters.includes(target)) {
+    throw new CairnError(
+      "CAIRN_ERR_PRECONDITION",
+      `shard ${id}'s group has no voter on ${to} yet (its replicas are changing: a move or the replacement of a replica is under way; its voters are ${here.voters.map(nodeOfReplica).join(", ")}); ask again once it has settled`,
+    );
+  }
   const deadline = performance.now() + timeoutMs;
   try {
     await cluster.propose({ op: "prefer-leader", shard: id, node: to }, timeoutMs);
   } catch (err) {
-    throw new CairnError(
-      "CAIRN_ERR_TIMEOUT",
-      `the meta group did not record ${to} as shard ${id}'s preferred leader: ${err instanceof Error ? err.message : String(err)}`,
-      { retryable: true, cause: err },
-    );
+    throw preferenceFailure(err, id, to);
   }
+  let refused: unknown = null;
   for (;;) {
+    if (refused !== null) throw refused;
     const info = store.shardInfo(id);
     if (info?.leader === to) return to;
-    // To `to`'s current replica, not the node: the group's voter of that node may be an
-    // incarnation it left behind (a wiped data directory, not replaced in the group yet), gone
-    // for good, and a transfer to it held the group's writes until abandoned.
-    if (info?.role === "leader")
-      store.transferLeader(id, cluster.meta?.replicaOf(to) ?? to).catch(() => undefined);
+    // To `to`'s current replica, not the node (see above).
+    if (info?.role === "leader") {
+      store.transferLeader(id, cluster.meta?.replicaOf(to) ?? to).catch((err: unknown) => {
+        // A refusal the group will repeat (the configuration changed since the check above) is
+        // said now; anything else (leadership lost meanwhile) waits on.
+        if (err instanceof CairnError && !err.retryable) refused = err;
+      });
+    }
     if (performance.now() > deadline) {
       throw new CairnError(
         "CAIRN_ERR_TIMEOUT",
@@ -1261,6 +1291,45 @@ export async function transferLeadership(
     await new Promise((resolve) => setTimeout(resolve, TRANSFER_POLL_MS));
   }
 }
+
+/**
+ * How a prefer-leader proposal's failure answers Admin.TransferLeader: a refusal as itself (the
+ * meta group's, which names why, here or through its leader's ProposeMeta answer; this node not
+ * ready, or stopping); anything else, no meta leader found or answering before the deadline, as
+ * the timeout it is.
+ */
+function preferenceFailure(err: unknown, id: number, to: string): CairnError {
+  if (err instanceof CairnError && !WAITED_OUT.has(err.code)) return err;
+  const code = (err as { code?: unknown }).code;
+  if (!(err instanceof CairnError) && typeof code === "number" && REFUSALS.has(code)) {
+    // Its status as the leader answered it (a peer's refusal of this node's call, another
+    // cluster or not a member, carries no code of its own).
+    return new CairnError(
+      code === status.INVALID_ARGUMENT ? "CAIRN_ERR_INVALID_ARGUMENT" : "CAIRN_ERR_PRECONDITION",
+      `the meta group's leader refused to record ${to} as shard ${id}'s preferred leader: ${describe(err)}`,
+      { cause: err },
+    );
+  }
+  return new CairnError(
+    "CAIRN_ERR_TIMEOUT",
+    `the meta group did not record ${to} as shard ${id}'s preferred leader: ${describe(err)}`,
+    { retryable: true, cause: err },
+  );
+}
+
+/** The codes of a proposal that found no meta leader in time, or whose wait ran out. */
+const WAITED_OUT: ReadonlySet<string> = new Set([
+  "CAIRN_ERR_NOT_LEADER",
+  "CAIRN_ERR_PROPOSAL_DROPPED",
+  "CAIRN_ERR_PROPOSAL_LOST",
+  "CAIRN_ERR_TIMEOUT",
+]);
+/** The statuses of a peer's ProposeMeta answer that refuse the proposal. */
+const REFUSALS: ReadonlySet<number> = new Set([
+  status.INVALID_ARGUMENT,
+  status.FAILED_PRECONDITION,
+  status.PERMISSION_DENIED,
+]);
 
 /** How often transferLeadership looks whether leadership moved. */
 const TRANSFER_POLL_MS = 100;

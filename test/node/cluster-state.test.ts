@@ -5,14 +5,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { status } from "@grpc/grpc-js";
+import { Metadata, status } from "@grpc/grpc-js";
 import type { CairnError } from "../../src/common/errors.ts";
 import {
   ClusterViewPublisher,
   type MetaCommand,
   type MetaMember,
   MetaState,
-  nodeOfReplica,
   rendezvousReplicas,
 } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
@@ -24,6 +23,7 @@ import {
   transferLeadership,
 } from "../../src/node/cluster.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import { InvalidRaftRequestError, NotLeaderError } from "../../src/raft/index.ts";
 import type { Membership } from "../../src/membership/index.ts";
 import type { GrpcTransport, MultiRaft } from "../../src/replication/index.ts";
 
@@ -569,7 +569,93 @@ describe("spreadLeaders", () => {
 });
 
 describe("transferLeadership", () => {
-  it("never hands leadership to a retired replica still in the group", async () => {
+  /**
+   * Node n2's ClusterState on `meta`, whose prefer-leader proposals apply to it (or fail with
+   * `refuse`), those made, and a store whose shard 5 is `group` here (null: no replica here), which
+   * records the transfers asked for (refused with `transferRefusal` when given).
+   */
+  function transferSetup(
+    meta: MetaState,
+    group: { leader: string; role: string; voters: string[]; learners: string[] } | null,
+    options: { refuse?: unknown; transferRefusal?: unknown } = {},
+  ): { cs: ClusterState; store: MultiRaft; proposed: MetaCommand[]; targets: string[] } {
+    const { cs } = cluster("inc-2");
+    let now = meta;
+    cs.applied(now);
+    const proposed: MetaCommand[] = [];
+    cs.attach({
+      propose: (cmd) => {
+        // (Its own rejoin, which n2 proposes as it is attached, aside.)
+        if (cmd.op !== "prefer-leader") return Promise.resolve();
+        proposed.push(cmd);
+        if (options.refuse !== undefined) return Promise.reject(options.refuse);
+        now = now.apply(cmd).state;
+        cs.applied(now);
+        return Promise.resolve();
+      },
+    });
+    const targets: string[] = [];
+    const store = {
+      shardInfo: (id: number) => (id === 5 ? group : null),
+      transferLeader: (_id: number, to: string) => {
+        targets.push(to);
+        return options.transferRefusal === undefined
+          ? Promise.resolve()
+          : Promise.reject(options.transferRefusal);
+      },
+    } as unknown as MultiRaft;
+    return { cs, store, proposed, targets };
+  }
+
+  const refusedWith =
+    (code: string, message: RegExp) =>
+    (err: CairnError): boolean => {
+      assert.equal(err.code, code, err.message);
+      assert.match(err.message, message);
+      return true;
+    };
+
+  it("a node that holds no replica of the shard refuses at once, naming those that do, and records nothing", async () => {
+    // Four members, shard 5 on n1, n3 and n4: n2 cannot see its leader, nor leadership move.
+    const meta = state(
+      { ...BOOT, members: [...members, member(4)] },
+      { op: "create-shard", shard: 5, replicas: ["n1", "n3", "n4"] },
+    );
+    const { cs, store, proposed, targets } = transferSetup(meta, null);
+    const started = performance.now();
+    await assert.rejects(
+      transferLeadership(cs, store, 5, "n3", 10_000),
+      refusedWith(
+        "CAIRN_ERR_PRECONDITION",
+        /n2 holds no replica of shard 5.*ask one that does: n1, n3, n4/,
+      ),
+    );
+    assert.ok(performance.now() - started < 5_000, "refused, not timed out");
+    assert.deepEqual(proposed, [], "no preferred leader recorded");
+    assert.deepEqual(targets, []);
+  });
+
+  it("a leader whose group has no voter on the node yet (a move under way) refuses, and records nothing", async () => {
+    // Shard 5 moves from n1 to n4: n4 is one of its nodes, its replica a learner still.
+    const meta = state(
+      { ...BOOT, members: [...members, member(4)] },
+      { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] },
+      { op: "move-shard", shard: 5, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+    );
+    const group = { leader: "n2", role: "leader", voters: ["n1", "n2", "n3"], learners: ["n4"] };
+    const { cs, store, proposed, targets } = transferSetup(meta, group);
+    await assert.rejects(
+      transferLeadership(cs, store, 5, "n4", 10_000),
+      refusedWith(
+        "CAIRN_ERR_PRECONDITION",
+        /shard 5's group has no voter on n4 yet.*its voters are n1, n2, n3/,
+      ),
+    );
+    assert.deepEqual(proposed, []);
+    assert.deepEqual(targets, []);
+  });
+
+  it("never hands leadership to a retired replica still in the group: refused until the group has the node's current one", async () => {
     const boot: MetaCommand = {
       ...BOOT,
       members: members.map((m, i) => ({ ...m, incarnation: `inc-${i + 1}` })),
@@ -577,41 +663,79 @@ describe("transferLeadership", () => {
     // n1 rejoined on a wiped data directory; the group of shard 5, led by n2 here, still has
     // n1's old replica as a voter (its leader has not replaced it yet). An operator asks for n1
     // to lead shard 5.
-    let meta = state(
+    const meta = state(
       boot,
       { op: "create-shard", shard: 5, replicas: ["n2", "n1", "n3"] },
       { op: "rejoin", id: "n1", incarnation: "inc-9" },
     );
-    const { cs } = cluster("inc-2");
-    cs.applied(meta);
-    cs.attach({
-      propose: (cmd) => {
-        meta = meta.apply(cmd).state;
-        cs.applied(meta);
-        return Promise.resolve();
-      },
-    });
     const voters = ["n2@inc2", "n1@inc1", "n3@inc3"];
-    const targets: string[] = [];
-    const store = {
-      shardInfo: () => ({ leader: "n2", role: "leader", voters, learners: [] }),
-      // MultiRaft.transferLeader's choice of the replica (src/replication/multi-raft-writes.ts):
-      // the member named, else the group's voter of the node named.
-      transferLeader: (_id: number, to: string) => {
-        targets.push(
-          voters.find((m) => m === to) ?? voters.find((m) => nodeOfReplica(m) === to) ?? to,
-        );
-        return Promise.resolve();
-      },
-    } as unknown as MultiRaft;
-    await assert.rejects(
-      transferLeadership(cs, store, 5, "n1", 300),
-      (err: CairnError) => err.code === "CAIRN_ERR_TIMEOUT",
-    );
-    assert.equal(meta.preferredLeader(5), "n1", "recorded as the preferred leader");
-    assert.ok(targets.length > 0);
+    const { cs, store, proposed, targets } = transferSetup(meta, {
+      leader: "n2",
+      role: "leader",
+      voters,
+      learners: [],
+    });
     // A transfer to n1@inc1, which no node runs any more, held the group's writes until
-    // abandoned (an election timeout), asked again every 100 ms for the whole call.
-    assert.ok(!targets.includes("n1@inc1"), `transfers to ${targets.join(", ")}`);
+    // abandoned (an election timeout).
+    await assert.rejects(
+      transferLeadership(cs, store, 5, "n1", 10_000),
+      refusedWith("CAIRN_ERR_PRECONDITION", /shard 5's group has no voter on n1 yet/),
+    );
+    assert.deepEqual(proposed, []);
+    assert.deepEqual(targets, []);
+  });
+
+  it("the meta group's refusal of the preferred leader, here or at its leader, is said as such; only a proposal that found no meta leader in time is a timeout", async () => {
+    const meta = state(BOOT, { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] });
+    const group = { leader: "n1", role: "follower", voters: ["n1", "n2", "n3"], learners: [] };
+    // Refused by the meta group here (its state changed since n2's checks).
+    const here = transferSetup(meta, group, {
+      refuse: metaRefusal({ reason: "n3 is not a replica of shard 5" }),
+    });
+    await assert.rejects(
+      transferLeadership(here.cs, here.store, 5, "n3", 10_000),
+      refusedWith("CAIRN_ERR_INVALID_ARGUMENT", /n3 is not a replica of shard 5/),
+    );
+    // Refused by the meta leader on another node (ProposeMeta's answer).
+    const metadata = new Metadata();
+    metadata.set("cairn-error-code", "CAIRN_ERR_INVALID_ARGUMENT");
+    const remote = Object.assign(new Error("3 INVALID_ARGUMENT: n3 is not a replica of shard 5"), {
+      code: status.INVALID_ARGUMENT,
+      details: "n3 is not a replica of shard 5",
+      metadata,
+    });
+    const there = transferSetup(meta, group, { refuse: remote });
+    await assert.rejects(
+      transferLeadership(there.cs, there.store, 5, "n3", 10_000),
+      refusedWith("CAIRN_ERR_INVALID_ARGUMENT", /n3 is not a replica of shard 5/),
+    );
+    // No meta leader answered before the deadline: that is a timeout.
+    const none = transferSetup(meta, group, { refuse: new NotLeaderError(null) });
+    await assert.rejects(
+      transferLeadership(none.cs, none.store, 5, "n3", 10_000),
+      refusedWith("CAIRN_ERR_TIMEOUT", /did not record n3 as shard 5's preferred leader/),
+    );
+  });
+
+  it("a leader whose transfer the group refuses says why at once; one the group takes and that does not happen in time is a timeout", async () => {
+    const meta = state(BOOT, { op: "create-shard", shard: 5, replicas: ["n1", "n2", "n3"] });
+    const group = { leader: "n2", role: "leader", voters: ["n1", "n2", "n3"], learners: [] };
+    // The group's configuration changed between the check and the transfer.
+    const refused = transferSetup(meta, group, {
+      transferRefusal: new InvalidRaftRequestError("cannot transfer leadership to n3: not a voter"),
+    });
+    const started = performance.now();
+    await assert.rejects(
+      transferLeadership(refused.cs, refused.store, 5, "n3", 10_000),
+      refusedWith("CAIRN_ERR_INVALID_RAFT_REQUEST", /not a voter/),
+    );
+    assert.ok(performance.now() - started < 5_000, "refused, not timed out");
+    // Taken, but n3 never leads (it is down, say).
+    const slow = transferSetup(meta, group);
+    await assert.rejects(
+      transferLeadership(slow.cs, slow.store, 5, "n3", 300),
+      refusedWith("CAIRN_ERR_TIMEOUT", /leadership had not moved there within 300 ms/),
+    );
+    assert.ok(slow.targets.length > 0);
   });
 });
