@@ -48,7 +48,7 @@ import { withFastKvCodecs } from "./kv-codec.ts";
 import { withSharedViewEncoder } from "./view-codec.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
 import { loadCairnProto, loadRaftDefinition } from "./proto.ts";
-import { WireRules } from "./strict-wire.ts";
+import { refusingMalformed, WireRules } from "./strict-wire.ts";
 import type { AdminStore, KvStore } from "./store.ts";
 import type { Limits } from "./validate.ts";
 import { INTERNAL_KEY } from "./wire.ts";
@@ -217,10 +217,13 @@ export class RpcServer {
     // Every service is added through the recorder, so the front end learns every method.
     const server = this.#server;
     const table = this.#table;
+    // A streaming call's request that does not decode is refused as the client's mistake, as a
+    // unary call's is, not answered INTERNAL by grpc-js (refusingMalformed).
     const recorder = {
       addService(d: ServiceDefinition, impl: UntypedServiceImplementation): void {
-        table.add(d, impl);
-        server.addService(d, impl);
+        const { definition, implementation } = refusingMalformed(d, impl);
+        table.add(definition, implementation);
+        server.addService(definition, implementation);
       },
     } as unknown as Server;
     const { definition, proto } = loadCairnProto();

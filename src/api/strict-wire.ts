@@ -21,8 +21,18 @@
  * (kv-codec.ts) take the shapes they know themselves and hand the rest here.
  */
 import { isUtf8 } from "node:buffer";
-import type { MethodDefinition, ServiceDefinition } from "@grpc/grpc-js";
+import {
+  type MethodDefinition,
+  Metadata,
+  type ServerDuplexStream,
+  type ServerWritableStream,
+  type ServiceDefinition,
+  status,
+  type UntypedHandleCall,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
 import type { PackageDefinition } from "@grpc/proto-loader";
+import { ERROR_CODE_KEY } from "./wire.ts";
 
 /** What a protobuf field's schema says about its wire form. */
 interface FieldRule {
@@ -135,6 +145,96 @@ export function handMalformed<
       }
     },
   };
+}
+
+/**
+ * `definition` and `implementation` with the request of each server-streaming and two-way
+ * streaming method that is no message of its type refused as a client's unary call's is:
+ * INVALID_ARGUMENT with MALFORMED_REQUEST_CODE, naming the method and what was wrong. grpc-js's
+ * server decodes a streaming call's messages itself and answers a decoder's throw INTERNAL
+ * ("Error deserializing request") without a code, which says a fault of the node's: a client's
+ * garbled Meta.WatchCluster, health Watch or reflection request was answered so. The message is
+ * handed on as a MalformedMessage (handMalformed) and refused before the handler sees it; a
+ * two-way call ends after the answers to the requests before it. A client-streaming method
+ * answers through its handler's callback, out of reach here: its handler must take the
+ * MalformedMessage itself (InstallSnapshot), or read bytes (Raft.Stream), and is left as it is,
+ * as is a method already given handMalformed.
+ */
+export function refusingMalformed(
+  definition: ServiceDefinition,
+  implementation: UntypedServiceImplementation,
+): { definition: ServiceDefinition; implementation: UntypedServiceImplementation } {
+  const methods: Record<string, MethodDefinition<unknown, unknown>> = {};
+  const handlers: UntypedServiceImplementation = { ...implementation };
+  for (const [name, def] of Object.entries(definition)) {
+    const m = def as MethodDefinition<unknown, unknown>;
+    methods[name] = m;
+    // grpc-js finds a handler by the method's name, else by its name in the proto file.
+    const key = name in implementation ? name : (m.originalName ?? name);
+    const handler = implementation[key];
+    if (!m.responseStream || HANDS_MALFORMED in m || handler === undefined) continue;
+    methods[name] = handMalformed(m);
+    handlers[key] = (m.requestStream ? refusingMalformedRequests : refusingMalformedRequest)(
+      handler,
+      implementation,
+    );
+  }
+  return { definition: methods as ServiceDefinition, implementation: handlers };
+}
+
+/** The refusal of a MalformedMessage, as a stream's "error" event takes it (grpc-js). */
+function malformedAnswer(message: MalformedMessage): {
+  code: status;
+  details: string;
+  metadata: Metadata;
+} {
+  const metadata = new Metadata();
+  metadata.set(ERROR_CODE_KEY, MALFORMED_REQUEST_CODE);
+  return { code: status.INVALID_ARGUMENT, details: message.details, metadata };
+}
+
+/** A server-streaming handler that is not called for a request that did not decode. */
+function refusingMalformedRequest(
+  handler: UntypedHandleCall,
+  self: UntypedServiceImplementation,
+): UntypedHandleCall {
+  const serve = handler as (call: ServerWritableStream<unknown, unknown>) => void;
+  return ((call: ServerWritableStream<unknown, unknown>): void => {
+    if (call.request instanceof MalformedMessage) {
+      call.emit("error", malformedAnswer(call.request));
+      return;
+    }
+    serve.call(self, call);
+  }) as UntypedHandleCall;
+}
+
+/**
+ * A two-way streaming handler whose call ends at a request that did not decode: the requests
+ * before it are the handler's (answered, then the refusal), that one and any after it are not,
+ * and the handler hears the requests' end.
+ */
+function refusingMalformedRequests(
+  handler: UntypedHandleCall,
+  self: UntypedServiceImplementation,
+): UntypedHandleCall {
+  const serve = handler as (call: ServerDuplexStream<unknown, unknown>) => void;
+  return ((call: ServerDuplexStream<unknown, unknown>): void => {
+    const push = call.push.bind(call);
+    let refused = false;
+    // grpc-js pushes each decoded request into the call (a Readable) for the handler to read.
+    call.push = (chunk: unknown, encoding?: BufferEncoding): boolean => {
+      if (refused) return false;
+      if (!(chunk instanceof MalformedMessage)) return push(chunk, encoding);
+      refused = true;
+      // Refused once the handler has read the requests before it, which it may still answer
+      // (ended at once, the call took none of the answers written after, and never sent its
+      // status): the requests end here, and the refusal is the first to hear of it, before a
+      // handler's own end of the call (reflection's), which then ends with the refusal's status.
+      call.prependOnceListener("end", () => call.emit("error", malformedAnswer(chunk)));
+      return push(null);
+    };
+    serve.call(self, call);
+  }) as UntypedHandleCall;
 }
 
 /** The rules of every message type of some loaded proto files (proto-loader's definitions). */
