@@ -91,7 +91,7 @@ Runs a Cairn node. With no seed nodes it is a single-node cluster whose shards a
 Raft groups. Configuration: defaults < YAML file (--config) < CAIRN_* environment < flags.
 
 Options:
-${option("--config PATH", "YAML configuration file, at most 1 MiB (env CAIRN_CONFIG); see cairn.example.yaml")}
+${option("--config PATH", "YAML configuration file, at most 1 MiB, read once (a pipe too: /dev/stdin) (env CAIRN_CONFIG); see cairn.example.yaml")}
 ${flagOptions()}
 ${option("-h, --help", "show this help")}
 

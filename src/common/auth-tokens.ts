@@ -20,7 +20,7 @@
  */
 import { createHash } from "node:crypto";
 import { parse } from "yaml";
-import { FileTooLargeError, readFileBounded } from "./bounded-read.ts";
+import { FileRefusal, readRegularFileBounded } from "./bounded-read.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
@@ -180,9 +180,9 @@ function hashOf(file: string, at: string, name: string, sha: unknown, token: unk
 export function readTokensFile(file: string): TokenTable {
   let text: string;
   try {
-    text = readFileBounded(file, MAX_TOKENS_FILE_BYTES).toString("utf8");
+    text = readRegularFileBounded(file, MAX_TOKENS_FILE_BYTES).toString("utf8");
   } catch (err) {
-    if (err instanceof FileTooLargeError) throw new TokensFileError(file, err.reason);
+    if (err instanceof FileRefusal) throw new TokensFileError(file, err.reason);
     throw new TokensFileError(
       file,
       `cannot be read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,

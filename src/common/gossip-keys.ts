@@ -15,7 +15,7 @@
  * follow, one that does not is reported and the keys before are kept. No error names a key.
  */
 import { createHash } from "node:crypto";
-import { FileTooLargeError, readFileBounded } from "./bounded-read.ts";
+import { FileRefusal, readRegularFileBounded } from "./bounded-read.ts";
 import { CairnError } from "./errors.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 
@@ -91,9 +91,9 @@ export function parseGossipKeys(file: string, text: string): GossipKeys {
 export function readGossipKeyFile(file: string): GossipKeys {
   let text: Buffer;
   try {
-    text = readFileBounded(file, MAX_GOSSIP_KEY_FILE_BYTES);
+    text = readRegularFileBounded(file, MAX_GOSSIP_KEY_FILE_BYTES);
   } catch (err) {
-    if (err instanceof FileTooLargeError) throw new GossipKeyFileError(file, err.reason);
+    if (err instanceof FileRefusal) throw new GossipKeyFileError(file, err.reason);
     throw new GossipKeyFileError(
       file,
       `cannot be read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,

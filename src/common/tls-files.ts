@@ -8,7 +8,7 @@
  */
 import { createPrivateKey, type KeyObject, X509Certificate } from "node:crypto";
 import { createSecureContext } from "node:tls";
-import { FileTooLargeError, readFileBounded } from "./bounded-read.ts";
+import { FileRefusal, readRegularFileBounded } from "./bounded-read.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
 
@@ -65,9 +65,9 @@ export const MAX_TLS_FILE_BYTES = 4 * 1024 * 1024;
 /** A TLS file's bytes, read to MAX_TLS_FILE_BYTES at most; throws TlsFileError. */
 export function readTlsFile(key: string, file: string): Buffer {
   try {
-    return readFileBounded(file, MAX_TLS_FILE_BYTES);
+    return readRegularFileBounded(file, MAX_TLS_FILE_BYTES);
   } catch (err) {
-    if (err instanceof FileTooLargeError) throw new TlsFileError(key, file, err.reason);
+    if (err instanceof FileRefusal) throw new TlsFileError(key, file, err.reason);
     const code = (err as NodeJS.ErrnoException).code ?? String(err);
     throw new TlsFileError(key, file, `cannot be read: ${code}`);
   }

@@ -235,6 +235,9 @@ export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIssue[]): void {
   let bytes: Buffer;
   try {
+    // Any file, a pipe too (`--config /dev/stdin`, a shell's `<(…)`): read once, before anything
+    // runs, its open may wait for its writer. The files read again when they change must be
+    // regular files (readRegularFileBounded).
     bytes = readFileBounded(path, MAX_CONFIG_FILE_BYTES);
   } catch (err) {
     if (err instanceof FileTooLargeError) {

@@ -217,7 +217,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_CLUSTER_GOSSIP_KEY_FILE",
     flag: "gossip-key-file",
     expect: "must be a non-empty path",
-    doc: "Seals SWIM's UDP gossip (AES-256-GCM): a file of keys, one a line, each 32 bytes in base64 (cairn cert create-gossip-key); the first seals what this node sends, every one opens what it receives, so keys rotate by listing two. Every member needs a key of the others'. Unset, gossip is cleartext and anything a datagram says is believed. Ignored by a single node. At most 64 KiB; reloaded when the file changes.",
+    doc: "Seals SWIM's UDP gossip (AES-256-GCM): a file of keys, one a line, each 32 bytes in base64 (cairn cert create-gossip-key); the first seals what this node sends, every one opens what it receives, so keys rotate by listing two. Every member needs a key of the others'. Unset, gossip is cleartext and anything a datagram says is believed. Ignored by a single node. A regular file of at most 64 KiB; reloaded when the file changes.",
   },
   {
     key: "cluster.gossip_plaintext",
@@ -467,7 +467,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_TLS_CERT_FILE",
     flag: "tls-cert-file",
     expect: "must be a non-empty path",
-    doc: "The node's certificate (PEM, its chain may follow): with tls.key_file, rpc_addr serves TLS only (TLS 1.2 or later, ALPN h2), and in a cluster it is also the client certificate this node presents to its peers; both unset, it serves cleartext (the default). At most 4 MiB, as each tls.* file; reloaded when the file changes.",
+    doc: "The node's certificate (PEM, its chain may follow): with tls.key_file, rpc_addr serves TLS only (TLS 1.2 or later, ALPN h2), and in a cluster it is also the client certificate this node presents to its peers; both unset, it serves cleartext (the default). A regular file of at most 4 MiB, as each tls.* file; reloaded when the file changes.",
   },
   {
     key: "tls.key_file",
@@ -507,7 +507,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_AUTH_TOKENS_FILE",
     flag: "auth-tokens-file",
     expect: "must be a non-empty path",
-    doc: "Static bearer tokens (YAML: tokens: [{name, role: read|readwrite|admin, sha256 or token}]): once set, every client call needs credentials (a token, or a client certificate with tls.client_ca_file) with the role its method needs. Without TLS only on a loopback rpc_addr. At most 1 MiB; reloaded when the file changes.",
+    doc: "Static bearer tokens (YAML: tokens: [{name, role: read|readwrite|admin, sha256 or token}]): once set, every client call needs credentials (a token, or a client certificate with tls.client_ca_file) with the role its method needs. Without TLS only on a loopback rpc_addr. A regular file of at most 1 MiB; reloaded when the file changes.",
   },
   {
     key: "shard_workers",

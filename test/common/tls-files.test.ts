@@ -4,10 +4,11 @@
  * `openssl ca`: a renewed certificate that is not valid yet when it is first read (issued on a
  * host whose clock is a little ahead) is refused then, and taken once it is valid, without the
  * files changing again: the node must not serve the old certificate until it expires. A file
- * that cannot be used (here a device with no end) is refused, the files before kept.
+ * that cannot be used (here a device with no end, a FIFO) is refused, the files before kept.
  */
 import assert from "node:assert/strict";
 import { X509Certificate } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -59,12 +60,13 @@ describe("TlsFileWatch", () => {
     }
   });
 
-  it("refuses a file replaced by a device with no end, keeping the files before", async () => {
+  it("refuses a file replaced by a device with no end or by a FIFO, keeping the files before", async () => {
     const certs = makeCerts(join(dir, "device"));
     const files: TlsFiles = { certFile: certs.nodeCert, keyFile: certs.nodeKey };
     const events: string[] = [];
     let wake: () => void = () => {};
-    const seen = new Promise<void>((resolve) => (wake = resolve));
+    const next = (): Promise<void> => new Promise((resolve) => (wake = resolve));
+    let seen = next();
     const watch = new TlsFileWatch(
       files,
       stampTlsFiles(files),
@@ -83,8 +85,17 @@ describe("TlsFileWatch", () => {
       symlinkSync("/dev/zero", `${certs.nodeCert}.new`);
       renameSync(`${certs.nodeCert}.new`, certs.nodeCert);
       await seen;
-      assert.equal(events.length, 1, events.join("; "));
-      assert.match(events[0] ?? "", /^error tls\.cert_file is larger than 4 MiB/);
+      // Opened, a FIFO nobody writes to held the thread (the reload is synchronous) for ever.
+      seen = next();
+      execFileSync("mkfifo", [`${certs.nodeCert}.new`]);
+      renameSync(`${certs.nodeCert}.new`, certs.nodeCert);
+      await seen;
+      assert.equal(events.length, 2, events.join("; "));
+      assert.match(
+        events[0] ?? "",
+        /^error tls\.cert_file is not a regular file \(a character device\)/,
+      );
+      assert.match(events[1] ?? "", /^error tls\.cert_file is not a regular file \(a FIFO\)/);
     } finally {
       watch.close();
     }

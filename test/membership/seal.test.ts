@@ -4,6 +4,7 @@
  * and the key file's refusals (which never quote a key).
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -85,14 +86,15 @@ describe("the gossip key file", () => {
     const big = join(dir, "big");
     writeFileSync(big, `${"#".repeat(70_000)}\n${A}\n`);
     assert.throws(() => readGossipKeyFile(big), /big\): is larger than 64 KiB/);
-    // Read whole, a device with no end was read until the memory ran out.
+    // Read whole, a device with no end was read until the memory ran out; it is no regular
+    // file, which a file read again when it changes must be.
     assert.throws(
       () => readGossipKeyFile("/dev/zero"),
       (err: unknown) => {
         assert.ok(err instanceof GossipKeyFileError, String(err));
         assert.match(
           err.message,
-          /^cluster\.gossip_key_file \(\/dev\/zero\): is larger than 64 KiB/,
+          /^cluster\.gossip_key_file \(\/dev\/zero\): is not a regular file \(a character device\)/,
         );
         return true;
       },
@@ -140,9 +142,14 @@ describe("the gossip key file watch", () => {
       assert.match(events[0] ?? "", /^error line 1 is not a key/);
       assert.equal(events[1], `keys ${A},${B}`);
       // A path that becomes a device with no end, or a file too large, is refused as any bad
-      // file is (the keys before kept), not read until the memory runs out.
+      // file is (the keys before kept), not read until the memory runs out; one that becomes a
+      // FIFO, not opened (which waited for a writer, the thread held meanwhile).
       seen = next();
       symlinkSync("/dev/zero", `${file}.new`);
+      renameSync(`${file}.new`, file);
+      await seen;
+      seen = next();
+      execFileSync("mkfifo", [`${file}.new`]);
       renameSync(`${file}.new`, file);
       await seen;
       seen = next();
@@ -151,10 +158,11 @@ describe("the gossip key file watch", () => {
       seen = next();
       replace(`${B}\n`);
       await seen;
-      assert.equal(events.length, 5, events.join("; "));
-      assert.match(events[2] ?? "", /^error is larger than 64 KiB/);
-      assert.match(events[3] ?? "", /^error is larger than 64 KiB/);
-      assert.equal(events[4], `keys ${B}`);
+      assert.equal(events.length, 6, events.join("; "));
+      assert.match(events[2] ?? "", /^error is not a regular file \(a character device\)/);
+      assert.match(events[3] ?? "", /^error is not a regular file \(a FIFO\)/);
+      assert.match(events[4] ?? "", /^error is larger than 64 KiB/);
+      assert.equal(events[5], `keys ${B}`);
     } finally {
       watch.close();
       rmSync(dir, { recursive: true, force: true });
