@@ -123,3 +123,33 @@ export function isLoopbackHost(host: string): boolean {
   const h = canonicalHost(host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host);
   return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
+
+/**
+ * Whether two hosts as written name the same address: equal ignoring case, equal IP addresses
+ * however written (`::1`, `0:0:0:0:0:0:0:1`; an IPv4-mapped `::ffff:127.0.0.1` and 127.0.0.1,
+ * which a dual-stack socket binds as one), or `localhost` and a loopback address it names
+ * (127.0.0.1, ::1). Other names are not resolved here. (`localhost:8080` beside
+ * `127.0.0.1:8080` passed the configuration's same-port check, and the start then blamed
+ * another process for the port.)
+ */
+export function sameHost(a: string, b: string): boolean {
+  const x = canonicalHost(a);
+  const y = canonicalHost(b);
+  if (x === y) return true;
+  const loopback = (h: string): boolean => h === "127.0.0.1" || h === "::1";
+  return (x === "localhost" && loopback(y)) || (y === "localhost" && loopback(x));
+}
+
+/**
+ * Whether two `host:port` addresses as written name the same address: the same port and hosts
+ * sameHost takes for one, blanks around either ignored. One that does not parse is the same as
+ * itself only, as written.
+ */
+export function sameAddress(a: string, b: string): boolean {
+  const x = a.trim();
+  const y = b.trim();
+  if (x === y) return true;
+  const p = parseHostPort(x, { allowPortZero: true });
+  const q = parseHostPort(y, { allowPortZero: true });
+  return p.ok && q.ok && p.value.port === q.value.port && sameHost(p.value.host, q.value.host);
+}

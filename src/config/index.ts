@@ -6,10 +6,13 @@
 export {
   type AddressParseResult,
   type AddressRules,
+  canonicalHost,
   formatHostPort,
   type HostPort,
   isUnspecifiedHost,
   parseHostPort,
+  sameAddress,
+  sameHost,
 } from "./address.ts";
 export {
   type CairnConfig,

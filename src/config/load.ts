@@ -15,7 +15,7 @@ import { FileTooLargeError, readFileBounded } from "../common/bounded-read.ts";
 import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
 import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
 import { readTokensFile, TokensFileError } from "../common/auth-tokens.ts";
-import { canonicalHost, isLoopbackHost, isUnspecifiedHost, parseHostPort } from "./address.ts";
+import { isLoopbackHost, isUnspecifiedHost, parseHostPort, sameHost } from "./address.ts";
 import {
   CONFIG_FLAG_OPTIONS,
   KEYS,
@@ -688,19 +688,4 @@ function deepFreeze<T>(value: T): T {
     Object.freeze(value);
   }
   return value;
-}
-
-/**
- * Whether two hosts as written name the same address: equal ignoring case, equal IP addresses
- * however written (`::1`, `0:0:0:0:0:0:0:1`; an IPv4-mapped `::ffff:127.0.0.1` and 127.0.0.1,
- * which a dual-stack socket binds as one), or `localhost` and a loopback address it names
- * (127.0.0.1, ::1). Other names are not resolved here. (`localhost:8080` beside
- * `127.0.0.1:8080` passed, and the start then blamed another process for the port.)
- */
-function sameHost(a: string, b: string): boolean {
-  const x = canonicalHost(a);
-  const y = canonicalHost(b);
-  if (x === y) return true;
-  const loopback = (h: string): boolean => h === "127.0.0.1" || h === "::1";
-  return (x === "localhost" && loopback(y)) || (y === "localhost" && loopback(x));
 }

@@ -15,6 +15,7 @@ import {
   loadConfig,
   parseBytes,
   parseHostPort,
+  sameAddress,
 } from "../../src/config/index.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-config-"));
@@ -585,6 +586,32 @@ describe("addresses", () => {
       assert.equal(isUnspecifiedHost(h), true, h);
     for (const h of ["127.0.0.1", "::1", "localhost", "::ffff:127.0.0.1", "::ffff:0:0:0"])
       assert.equal(isUnspecifiedHost(h), false, h);
+  });
+
+  it("takes an address for itself however it is written, and no other for it", () => {
+    const same: [string, string][] = [
+      ["127.0.0.1:7447", "[::ffff:127.0.0.1]:7447"],
+      ["127.0.0.1:7447", "[::FFFF:7F00:1]:7447"],
+      ["[::1]:7447", "[0:0:0:0:0:0:0:1]:7447"],
+      ["[fe80::a]:7447", "[FE80:0::A]:7447"],
+      ["localhost:7447", "127.0.0.1:7447"],
+      ["localhost:7447", "[::1]:7447"],
+      ["DB-1.example:7447", "db-1.example:7447"],
+      [" 10.0.0.1:7447", "10.0.0.1:7447 "],
+    ];
+    for (const [a, b] of same) {
+      assert.equal(sameAddress(a, b), true, `${a} ${b}`);
+      assert.equal(sameAddress(b, a), true, `${b} ${a}`);
+    }
+    const other: [string, string][] = [
+      ["127.0.0.1:7447", "127.0.0.1:7448"],
+      ["127.0.0.1:7447", "127.0.0.2:7447"],
+      ["localhost:7447", "127.0.0.2:7447"],
+      ["[::1]:7447", "127.0.0.1:7447"],
+      ["db-1.example:7447", "db-2.example:7447"],
+      ["not an address", "not-an-address"],
+    ];
+    for (const [a, b] of other) assert.equal(sameAddress(a, b), false, `${a} ${b}`);
   });
 
   it("parses sizes", () => {
