@@ -14,6 +14,7 @@ import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
 import { CairnError, seededRng, type Rng } from "../common/index.ts";
+import { canonicalHost, isUnspecifiedHost, sameAddress, sameHost } from "../config/index.ts";
 import {
   decodeMessage,
   DEFAULT_TICK_MS,
@@ -510,8 +511,9 @@ export class Membership {
   async #resolveSeeds(): Promise<string[]> {
     const out: string[] = [];
     for (const seed of this.#options.seeds) {
-      // Itself, whatever the name resolves to (behind NAT, not an address of this host).
-      if (seed === this.#swim.self.rpcAddr) {
+      // Itself, whatever the name resolves to (behind NAT, not an address of this host), and
+      // however it is written (`Node-1` for `node-1`, `[::ffff:10.0.0.1]` for `10.0.0.1`).
+      if (sameAddress(seed, this.#swim.self.rpcAddr)) {
         out.push(seed);
         continue;
       }
@@ -535,14 +537,16 @@ export class Membership {
   /**
    * True when `addr` is this node: its advertised address (which the core never sends to, and
    * which may not be one this host binds, behind NAT), or an `ip:port` reaching this very socket.
+   * Addresses are compared as what they name, not as written (sameAddress, sameHost): a seed
+   * `[::ffff:127.0.0.1]` or `[0:0:0:0:0:0:0:1]` naming this node was taken for another, and the
+   * join sent push-pulls to itself, or to nowhere, and waited for an answer for ever.
    */
   #isSelf(addr: string): boolean {
-    if (addr === this.#swim.self.rpcAddr) return true;
+    if (sameAddress(addr, this.#swim.self.rpcAddr)) return true;
     const p = parseHostPort(addr);
     if (p === null || p.port !== this.#boundPort) return false;
-    if (p.host === this.#boundHost) return true;
-    const wildcard = this.#boundHost === "0.0.0.0" || this.#boundHost === "::";
-    return wildcard && localAddresses().has(p.host);
+    if (sameHost(p.host, this.#boundHost)) return true;
+    return isUnspecifiedHost(this.#boundHost) && localAddresses().has(canonicalHost(p.host));
   }
 
   async #recontactSeeds(): Promise<void> {
@@ -570,10 +574,11 @@ function unmapped(address: string): string {
   return isIP(v4) === 4 ? v4 : address;
 }
 
+/** This host's addresses, canonicalHost's spelling. */
 function localAddresses(): Set<string> {
   const out = new Set<string>(["127.0.0.1", "::1"]);
   for (const list of Object.values(networkInterfaces())) {
-    for (const i of list ?? []) out.add(i.address);
+    for (const i of list ?? []) out.add(canonicalHost(i.address));
   }
   return out;
 }

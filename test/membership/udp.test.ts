@@ -498,6 +498,63 @@ describe("membership join", () => {
     }
   });
 
+  it("a node whose seed list names itself in another spelling of its address starts a cluster of one", async () => {
+    // A seed that names this node as it is not written here (an IPv4-mapped address, another
+    // spelling of an IPv6 one, upper-case hex, a name's case) was taken for another node: the
+    // join sent push-pulls to itself (or to nowhere) and waited for an answer for ever.
+    const cases: { bind: string; advertise?: string; seed: (port: number) => string }[] = [
+      { bind: "127.0.0.1", seed: (port) => `[::ffff:127.0.0.1]:${port}` },
+      { bind: "127.0.0.1", seed: (port) => `[::FFFF:7F00:1]:${port}` },
+      { bind: "[::1]", seed: (port) => `[0:0:0:0:0:0:0:1]:${port}` },
+      // `localhost` names the loopback address this node binds (which a lookup of it for the
+      // socket's family may not return: many hosts files give it 127.0.0.1 only).
+      { bind: "[::1]", seed: (port) => `localhost:${port}` },
+      // Its advertised address, not one it binds (behind NAT), as it is not written here.
+      {
+        bind: "127.0.0.1",
+        advertise: "Cairn-Self.invalid",
+        seed: (port) => `cairn-self.invalid:${port}`,
+      },
+      { bind: "127.0.0.1", advertise: "127.0.0.2", seed: (port) => `[::ffff:127.0.0.2]:${port}` },
+      // An address of this host, on a socket bound to every one.
+      { bind: "0.0.0.0", advertise: "127.0.0.2", seed: (port) => `[::ffff:127.0.0.1]:${port}` },
+    ];
+    const failed: string[] = [];
+    for (const { bind, advertise, seed } of cases) {
+      const socket = await bindGossipSocket(`${bind}:0`);
+      const port = socket.address().port;
+      const warnings: string[] = [];
+      const m = await Membership.start(
+        {
+          ...base,
+          nodeId: "first",
+          bindAddr: `${bind}:${port}`,
+          ...(advertise === undefined ? {} : { advertiseRpcAddr: `${advertise}:${port}` }),
+          seeds: [seed(port)],
+          joinBackoffMs: { initial: 20, max: 40 },
+          logger: { info: () => {}, error: () => {}, warn: (message) => warnings.push(message) },
+        },
+        socket,
+      );
+      const joining = m.join();
+      try {
+        await withTimeout(joining, 3_000, "the join");
+        assert.deepEqual(warnings, []);
+        assert.deepEqual(
+          m.members().map((v) => v.meta.id),
+          ["first"],
+        );
+        assert.equal(m.stats().datagramsSent, 0, "nothing sent to itself");
+      } catch (err) {
+        failed.push(`bound ${bind}, seed ${seed(port)}: ${String(err)}`);
+      } finally {
+        await m.close();
+        await joining.catch(() => undefined);
+      }
+    }
+    assert.deepEqual(failed, []);
+  });
+
   it("keeps retrying a silent or unresolvable seed with backoff until closed", async () => {
     const warnings: string[] = [];
     let twoRetries: () => void = () => {};
