@@ -40,6 +40,7 @@
  */
 import { CairnError } from "../common/errors.ts";
 import { DenseMap, type ReadonlyDenseMap } from "../common/index.ts";
+import { sameAddress } from "../config/address.ts";
 import { nodeOfReplica, replicaIdOf } from "./replica.ts";
 import { xxhash64 } from "./routing.ts";
 
@@ -1694,15 +1695,18 @@ export type BootstrapDecision =
  * address may, once it sees `bootstrapExpect` members, and never while it or any member it sees
  * carries a cluster id: a seed restarted with a wiped data directory must rejoin, not found a
  * second cluster. Nor while another member it sees is a first seed too (nodes given their seeds
- * in different orders): each would found a cluster of its own, both on the same voters. Addresses are compared as written (no name resolution): seed_nodes[0] must be
- * exactly the first seed's advertised rpc_addr.
+ * in different orders): each would found a cluster of its own, both on the same voters.
+ * seed_nodes[0] must name the first seed's advertised rpc_addr: the same address however written
+ * (sameAddress: `[::ffff:10.0.0.1]:7447` is `10.0.0.1:7447`, `localhost` a loopback address, a
+ * name in any case), but names are not resolved. (Compared as written, a seed_nodes[0] in another
+ * spelling made no node the first seed, and the cluster was never founded.)
  */
 export function shouldBootstrap(input: BootstrapInput): BootstrapDecision {
   const first = input.seedNodes[0];
   if (first === undefined) return { voters: null, reason: "no seed nodes (single-node mode)" };
   if (input.clusterId !== null)
     return { voters: null, reason: `this node already belongs to cluster ${input.clusterId}` };
-  if (first.trim() !== input.self.rpcAddr.trim())
+  if (!sameAddress(first, input.self.rpcAddr))
     return {
       voters: null,
       reason: `not the first seed: seed_nodes[0] is ${first}, this node advertises ${input.self.rpcAddr}`,

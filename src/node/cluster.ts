@@ -47,7 +47,7 @@ import {
 } from "../cluster/index.ts";
 import { CairnError, grpcJsDeadline } from "../common/index.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
-import type { CairnConfig } from "../config/index.ts";
+import { type CairnConfig, sameAddress } from "../config/index.ts";
 import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
@@ -878,8 +878,17 @@ export class ClusterState {
     this.#self = self;
     // Shown before bootstrapLoop probes anyone: of two first seeds, the later to show it sees
     // the other's (bootstrapLoop), so they never both found.
-    this.#views.setFirstSeed(this.#config.cluster.seed_nodes[0]?.trim() === self.rpcAddr.trim());
+    this.#views.setFirstSeed(this.#isFirstSeed(self.rpcAddr));
     if (this.#meta !== null) this.#checkAddresses(this.#meta);
+  }
+
+  /**
+   * Whether seed_nodes[0] names `rpcAddr`, this node's advertised address, however it is written
+   * (sameAddress), as shouldBootstrap takes it.
+   */
+  #isFirstSeed(rpcAddr: string): boolean {
+    const first = this.#config.cluster.seed_nodes[0];
+    return first !== undefined && sameAddress(first, rpcAddr);
   }
 
   /**
@@ -1063,7 +1072,7 @@ export class ClusterState {
     stopped: () => boolean,
   ): Promise<void> {
     const c = this.#config;
-    const isFirstSeed = c.cluster.seed_nodes[0]?.trim() === self.rpcAddr.trim();
+    const isFirstSeed = this.#isFirstSeed(self.rpcAddr);
     let lastReason = "";
     while (!stopped() && this.clusterId === "") {
       const alive = membership
@@ -1112,7 +1121,7 @@ export class ClusterState {
         // answer (not started yet) or carries no id holds nothing back.
         const other = await this.#seedWithClusterId(
           membership,
-          new Set([self.rpcAddr.trim(), ...alive.map((m) => m.rpcAddr.trim())]),
+          new Set([self.rpcAddr, ...alive.map((m) => m.rpcAddr)]),
         );
         if (other !== null) {
           decision = {
@@ -1168,8 +1177,9 @@ export class ClusterState {
     membership: Membership,
     asked: ReadonlySet<string>,
   ): Promise<{ address: string; clusterId: string } | null> {
+    // Addresses as what they name, however written (sameAddress), as the first seed is known.
     const seeds = [...new Set(this.#config.cluster.seed_nodes.map((s) => s.trim()))].filter(
-      (s) => s !== "" && !asked.has(s),
+      (s) => s !== "" && ![...asked].some((a) => sameAddress(a, s)),
     );
     if (seeds.length === 0) return null;
     const known = membership.members();
@@ -1177,7 +1187,7 @@ export class ClusterState {
       seeds.map((address) =>
         probeMember(
           address,
-          known.find((m) => m.meta.rpcAddr.trim() === address)?.meta.id ?? address,
+          known.find((m) => sameAddress(m.meta.rpcAddr, address))?.meta.id ?? address,
           this.#peerTls,
         ),
       ),

@@ -1306,6 +1306,26 @@ describe("shouldBootstrap", () => {
     }
   });
 
+  it("is the first seed however seed_nodes[0] writes its address, and only then", () => {
+    // seed_nodes[0] naming the first seed in another spelling than its advertise_rpc_addr: no
+    // node took itself for the first seed, and the cluster was never founded.
+    const at = (rpcAddr: string): MetaMember => ({ ...N1, rpcAddr });
+    for (const [first, self] of [
+      ["[::ffff:10.0.0.1]:7447", at("10.0.0.1:7447")],
+      ["[::FFFF:A00:1]:7447", at("10.0.0.1:7447")],
+      ["[0:0:0:0:0:0:0:1]:7447", at("[::1]:7447")],
+      ["localhost:7447", at("127.0.0.1:7447")],
+      ["N1.Example:7447", N1],
+    ] as const) {
+      const d = shouldBootstrap(input({ self, seedNodes: [first, ...seeds.slice(1)] }));
+      assert.deepEqual(d.voters?.[0], self, `${first} is ${self.rpcAddr}: ${d.reason}`);
+    }
+    for (const first of ["[::ffff:10.0.0.2]:7447", "10.0.0.1:7448", "localhost:7447"]) {
+      const d = shouldBootstrap(input({ self: at("10.0.0.1:7447"), seedNodes: [first] }));
+      assert.match(d.reason ?? "", /not the first seed/, first);
+    }
+  });
+
   it("counts itself once, whether or not SWIM lists it", () => {
     assert.deepEqual(shouldBootstrap(input({ alive: alive([N2, N3]) })).voters, [N1, N2, N3]);
     assert.equal(shouldBootstrap(input({ alive: alive([N1, N1, N2]) })).voters, null);

@@ -54,13 +54,17 @@ async function seed(
  * Runs n1's founding loop once, as the first seed with `bootstrap_expect` 1 and `otherSeed` as
  * its second seed, gossip showing no member yet (or with `bootstrap_expect` 2 and gossip showing
  * n2 alive at `otherSeed`, with `alive`): resolves with "founded" when it founded the cluster,
- * else with its reason for not founding.
+ * else with its reason for not founding. Its seeds name it `firstSeed` (its address as written).
  */
-async function firstPass(otherSeed: string, alive = false): Promise<string> {
+async function firstPass(
+  otherSeed: string,
+  alive = false,
+  firstSeed = SELF.rpcAddr,
+): Promise<string> {
   const config = loadConfig({
     env: {
       CAIRN_NODE_ID: "n1",
-      CAIRN_SEED_NODES: `${SELF.rpcAddr},${otherSeed}`,
+      CAIRN_SEED_NODES: `${firstSeed},${otherSeed}`,
       CAIRN_CLUSTER_BOOTSTRAP_EXPECT: alive ? "2" : "1",
     },
   });
@@ -77,7 +81,7 @@ async function firstPass(otherSeed: string, alive = false): Promise<string> {
   const cs = new ClusterState(config, log, views, "inc-n1-wiped", () => undefined);
   cs.setSelf(SELF);
   await Promise.resolve(); // the view is rebuilt in a microtask
-  assert.equal(views.current().first_seed, true, "n1 shows it is a first seed");
+  assert.equal(views.current().first_seed, true, `n1 shows it is a first seed (${firstSeed})`);
   const store = {
     foundShard: () => {
       decided("founded");
@@ -125,6 +129,19 @@ describe("the first seed's founding", () => {
       running.push(fresh);
       assert.equal(await firstPass(fresh.address), "founded");
       assert.equal(await firstPass(`127.0.0.1:${await freePort()}`), "founded");
+    },
+  );
+
+  it(
+    "founds when its first seed names it in another spelling of its address",
+    { timeout: 10_000 },
+    async () => {
+      const fresh = await seed("");
+      running.push(fresh);
+      // n1 advertises 127.0.0.1:7001.
+      for (const first of ["[::ffff:127.0.0.1]:7001", "[::FFFF:7F00:1]:7001", "localhost:7001"]) {
+        assert.equal(await firstPass(fresh.address, false, first), "founded", first);
+      }
     },
   );
 
