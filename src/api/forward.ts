@@ -63,7 +63,7 @@ import { LeaderChangedError, LeaderUnreachableError, toServiceError } from "./er
 
 export { LeaderChangedError, LeaderUnreachableError };
 import { ERROR_CODE_KEY, FORWARDED_KEY, LEADER_HINT_KEY, SERVED_BY_KEY } from "./wire.ts";
-import { CallCut, deadlineClock, grpcJsDeadline, IntMap } from "../common/index.ts";
+import { CallCut, callDeadline, deadlineClock, IntMap } from "../common/index.ts";
 import type { PeerTls } from "../common/peer-tls.ts";
 
 /** A forwarded call's deadline is at most this far away unless RpcServerOptions says otherwise. */
@@ -242,7 +242,7 @@ export class Forwarder {
       if (address === null || address === "") return r;
       if (refused.has(hint)) {
         const pause = FOLLOW_PAUSES_MS[pauses++];
-        const deadline = deadlineMs(call.getDeadline());
+        const deadline = callDeadline(call.getDeadline());
         if (pause === undefined || deadlineClock() + pause >= deadline) return r;
         await new Promise((resolve) => setTimeout(resolve, pause));
         if (this.#closed || call.cancelled) return r;
@@ -268,7 +268,7 @@ export class Forwarder {
     call: ServerUnaryCall<Req, Res>,
   ): Promise<ForwardReply<Res>> {
     const deadline = Math.min(
-      deadlineMs(call.getDeadline()),
+      callDeadline(call.getDeadline()),
       deadlineClock() + this.#maxDeadlineMs,
     );
     const def = this.#service[method];
@@ -441,12 +441,4 @@ function reply<Res>(
 function trailer(r: CallResult, key: string): string | undefined {
   for (const [k, v] of r.trailers) if (k === key) return v;
   return undefined;
-}
-
-/**
- * A call's deadline on deadlineClock(): a number is one already (the front end's calls); a Date
- * is grpc-js's, on the wall clock, and is moved onto it.
- */
-function deadlineMs(d: Date | number): number {
-  return typeof d === "number" ? d : deadlineClock() + (d.getTime() - grpcJsDeadline(0));
 }

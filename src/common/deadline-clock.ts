@@ -29,6 +29,15 @@ export function grpcJsDeadline(ms: number): number {
   return Date.now() + ms;
 }
 
+/**
+ * A served call's deadline (`getDeadline()`) on deadlineClock(): a number is one already (the
+ * front end's calls, Infinity for none); a Date is grpc-js's, on the wall clock, and is moved
+ * onto it.
+ */
+export function callDeadline(d: Date | number): number {
+  return typeof d === "number" ? d : deadlineClock() + (d.getTime() - grpcJsDeadline(0));
+}
+
 function monotonicMs(): number {
   const [seconds, nanos] = process.hrtime();
   return seconds * 1000 + nanos / 1e6;
