@@ -18,6 +18,7 @@ import {
   type ServerUnaryCall,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { callDeadline } from "../common/index.ts";
 import { type CairnMetrics, type KvOperation, type KvResult, silentLogger } from "../ops/index.ts";
 import type { Logger } from "../ops/index.ts";
 import {
@@ -104,7 +105,7 @@ export function kvService(
     op: KvOperation,
     call: ServerUnaryCall<Req, Res>,
     callback: sendUnaryData<Res>,
-    handle: (req: Req) => Promise<{ response: Res; result?: KvResult }>,
+    handle: (req: Req, deadline: number) => Promise<{ response: Res; result?: KvResult }>,
     trailer: Metadata | undefined,
     forwardAs?: ForwardedMethod,
     leaderOf?: (req: Req) => string | null,
@@ -129,7 +130,8 @@ export function kvService(
         return;
       }
     }
-    handle(call.request).then(
+    // The store stops waiting on the call's behalf when its client does (KvStore).
+    handle(call.request, callDeadline(call.getDeadline())).then(
       ({ response, result }) => {
         metrics.recordKv(op, "success", performance.now() - started, result);
         callback(null, response, trailer);
@@ -174,10 +176,11 @@ export function kvService(
         "put",
         call,
         callback,
-        async (req) => {
+        async (req, deadline) => {
           const key = checkKey(req.key, limits);
           const value = checkValue(req.value, limits);
-          const outcome = await store.put(key, value, checkExpected(req.expected_version));
+          const expected = checkExpected(req.expected_version);
+          const outcome = await store.put(key, value, expected, deadline);
           if (outcome.type === "precondition-failed")
             throw new VersionMismatchError(outcome.current);
           if (outcome.type !== "written") throw new Error(`unexpected put outcome ${outcome.type}`);
@@ -202,10 +205,10 @@ export function kvService(
         "get",
         call,
         callback,
-        async (req) => {
+        async (req, deadline) => {
           const key = checkKey(req.key, limits);
           const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
-          const item = await store.get(key, consistency !== "SERIALIZABLE");
+          const item = await store.get(key, consistency !== "SERIALIZABLE", deadline);
           if (item === null) return { response: { found: false }, result: "not_found" };
           return {
             response: { found: true, value: item.value, version: item.version },
@@ -227,9 +230,9 @@ export function kvService(
         "delete",
         call,
         callback,
-        async (req) => {
+        async (req, deadline) => {
           const key = checkKey(req.key, limits);
-          const outcome = await store.delete(key, checkExpected(req.expected_version));
+          const outcome = await store.delete(key, checkExpected(req.expected_version), deadline);
           switch (outcome.type) {
             case "deleted":
               return { response: { deleted: true, version: outcome.version } };
@@ -261,7 +264,7 @@ export function kvService(
         "scan",
         call,
         callback,
-        async (req) => {
+        async (req, deadline) => {
           const { start, end } = scanRange(req, limits);
           const limit = req.limit === 0 ? DEFAULT_SCAN_LIMIT : req.limit;
           if (limit > MAX_SCAN_LIMIT) {
@@ -277,14 +280,17 @@ export function kvService(
             );
           }
           const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
-          const { items, more, skipped } = await store.scan({
-            start: from,
-            end,
-            limit,
-            maxBytes: pageBytes,
-            linearizable: consistency !== "SERIALIZABLE",
-            ...(skip ? { skipUnavailable: true } : {}),
-          });
+          const { items, more, skipped } = await store.scan(
+            {
+              start: from,
+              end,
+              limit,
+              maxBytes: pageBytes,
+              linearizable: consistency !== "SERIALIZABLE",
+              ...(skip ? { skipUnavailable: true } : {}),
+            },
+            deadline,
+          );
           const last = items[items.length - 1];
           // A page cut before its first item (scan-merge.ts: a shard's page held none but
           // said more) has no key to go on from, and an empty token is the end of the range:

@@ -15,12 +15,23 @@ import type {
 /**
  * The KV operations. In a cluster, put, delete and a linearizable get reject with NotLeaderError
  * (src/raft) on a node that does not lead the key's shard.
+ *
+ * `deadline` is the call's deadline on deadlineClock() (src/common/deadline-clock.ts), when its
+ * client gives up on it; absent or Infinity, it has none. What waits on the call's behalf stops
+ * waiting then: a call handed to the shard worker that owns the key's shard fails at it
+ * (src/node/siblings.ts; at the driver's own bound, sooner), and a write not yet proposed is
+ * never proposed after it (src/replication/shard.ts).
  */
 export interface KvStore {
-  put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
-  delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome>;
-  get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null>;
-  scan(req: ScanRequest): Promise<ScanPage>;
+  put(
+    key: Uint8Array,
+    value: Uint8Array,
+    expected?: Version,
+    deadline?: number,
+  ): Promise<ApplyOutcome>;
+  delete(key: Uint8Array, expected?: Version, deadline?: number): Promise<ApplyOutcome>;
+  get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null>;
+  scan(req: ScanRequest, deadline?: number): Promise<ScanPage>;
   /**
    * The node a Put or Delete of `key` here would be refused naming (the leader of its shard
    * when this node follows it and knows that leader; for a shard this node holds no replica

@@ -19,10 +19,10 @@ export function gateByMembership<S extends KvStore & AdminStore>(
       : Promise.reject(new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true }));
   };
   return {
-    put: (key, value, expected) => refused() ?? store.put(key, value, expected),
-    delete: (key, expected) => refused() ?? store.delete(key, expected),
-    get: (key, linearizable) => refused() ?? store.get(key, linearizable),
-    scan: (req) => refused() ?? store.scan(req),
+    put: (key, value, expected, deadline) => refused() ?? store.put(key, value, expected, deadline),
+    delete: (key, expected, deadline) => refused() ?? store.delete(key, expected, deadline),
+    get: (key, linearizable, deadline) => refused() ?? store.get(key, linearizable, deadline),
+    scan: (req, deadline) => refused() ?? store.scan(req, deadline),
     ...(store.leaderElsewhere === undefined
       ? {}
       : {

@@ -22,7 +22,7 @@ import {
   MetaState,
   type ShardView,
 } from "../cluster/index.ts";
-import { CairnError, IntMap } from "../common/index.ts";
+import { CairnError, deadlineClock, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
 import type { MetaProposer } from "./cluster.ts";
 import {
@@ -38,17 +38,31 @@ import {
   type Version,
 } from "../replication/index.ts";
 
-/** What one worker asks another to do with a shard it owns. */
+/**
+ * What one worker asks another to do with a shard it owns. A client's KV call carries its
+ * `deadline` (KvStore: on deadlineClock(), the same in every thread; absent, none).
+ */
 export type SiblingCall =
   | {
       readonly op: "put";
       readonly key: Uint8Array;
       readonly value: Uint8Array;
       readonly expected: Version | undefined;
+      readonly deadline?: number | undefined;
     }
-  | { readonly op: "delete"; readonly key: Uint8Array; readonly expected: Version | undefined }
-  | { readonly op: "get"; readonly key: Uint8Array; readonly linearizable: boolean }
-  | { readonly op: "scan"; readonly req: ScanRequest }
+  | {
+      readonly op: "delete";
+      readonly key: Uint8Array;
+      readonly expected: Version | undefined;
+      readonly deadline?: number | undefined;
+    }
+  | {
+      readonly op: "get";
+      readonly key: Uint8Array;
+      readonly linearizable: boolean;
+      readonly deadline?: number | undefined;
+    }
+  | { readonly op: "scan"; readonly req: ScanRequest; readonly deadline?: number | undefined }
   | { readonly op: "snapshot"; readonly shard: number }
   | { readonly op: "transfer"; readonly shard: number; readonly to: string }
   /** Cluster mode, to the worker that holds shard 0: propose a meta command (MetaProposer). */
@@ -160,7 +174,8 @@ export interface SiblingOptions {
   /**
    * The driver's request timeout (MultiRaftOptions.requestTimeoutMs): what the owner's driver
    * takes at most to answer a call (a meta proposal: its own timeoutMs). A call not answered
-   * within it and ANSWER_GRACE_MS fails here (SiblingTimeoutError).
+   * within it and ANSWER_GRACE_MS fails here (SiblingTimeoutError), or at its client's deadline
+   * when that comes first.
    */
   readonly requestTimeoutMs: number;
 }
@@ -177,6 +192,8 @@ export class Sibling {
     /** When the call fails unanswered (performance.now()), and how long that was. */
     readonly deadline: number;
     readonly timeoutMs: number;
+    /** That is the client's deadline (SiblingCall.deadline), not the driver's bound. */
+    readonly clients: boolean;
   }>();
   /**
    * The timer that fails the calls past their deadline: armed for the earliest deadline of a
@@ -211,17 +228,26 @@ export class Sibling {
    * Asks the sibling to run `call` on a shard it owns. Unanswered within the driver's request
    * timeout (a meta proposal: its own) and ANSWER_GRACE_MS, it fails (SiblingTimeoutError): a
    * sibling whose event loop is stuck never answers, and the calls handed to it would wait for
-   * ever, each holding its request's share of the node's budget.
+   * ever, each holding its request's share of the node's budget. A client's call fails at its
+   * deadline (SiblingCall.deadline) when that comes first: its client has given up, and a call
+   * with a 1 s deadline held its place for 11 s. One already past it is never posted.
    */
   call(call: SiblingCall): Promise<unknown> {
     if (this.#closed) return Promise.reject(new ShuttingDownError());
-    const id = this.#nextId++;
     const write = call.op === "put" || call.op === "delete";
-    const timeoutMs =
+    const bound =
       (call.op === "propose-meta" ? call.timeoutMs : this.#requestTimeoutMs) + ANSWER_GRACE_MS;
+    const left =
+      "deadline" in call && call.deadline !== undefined
+        ? call.deadline - deadlineClock()
+        : Infinity;
+    if (left <= 0) return Promise.reject(new SiblingTimeoutError(false, 0, true));
+    const clients = left < bound;
+    const timeoutMs = clients ? left : bound;
+    const id = this.#nextId++;
     const deadline = performance.now() + timeoutMs;
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject, write, deadline, timeoutMs });
+      this.#pending.set(id, { resolve, reject, write, deadline, timeoutMs, clients });
       this.#calls.push({ ...call, id });
       this.#schedule();
       if (deadline < this.#expiresAt) this.#armExpiry(deadline);
@@ -347,7 +373,7 @@ export class Sibling {
       // posted) is withdrawn, so it is never applied, and fails retryably as a read does.
       const sent = id <= this.#postedThrough;
       unsent ||= !sent;
-      p.reject(new SiblingTimeoutError(p.write && sent, p.timeoutMs));
+      p.reject(new SiblingTimeoutError(p.write && sent, p.timeoutMs, p.clients));
     }
     if (unsent) this.#calls = this.#calls.filter((c) => this.#pending.has(c.id));
     if (next !== Infinity) this.#armExpiry(next);
@@ -407,18 +433,22 @@ export class SiblingGoneError extends CairnError {
 
 /**
  * A call handed to the shard worker that owns its shard, which did not answer within the
- * driver's request timeout and a second (its event loop stuck, or too busy to answer): a write
- * it received may be in its log, so the write's outcome is unknown (CAIRN_ERR_TIMEOUT, not
- * retryable, as request-errors.ts's RequestTimeoutError for a write); anything else was not
- * applied, or changes nothing applied twice, and is retried.
+ * driver's request timeout and a second (its event loop stuck, or too busy to answer), or before
+ * the call's own deadline (`clients`): a write it received may be in its log, so the write's
+ * outcome is unknown (CAIRN_ERR_TIMEOUT, not retryable, as request-errors.ts's
+ * RequestTimeoutError for a write); anything else was not applied, or changes nothing applied
+ * twice, and is retried.
  */
 export class SiblingTimeoutError extends CairnError {
-  constructor(outcomeUnknown: boolean, waitedMs: number) {
+  constructor(outcomeUnknown: boolean, waitedMs: number, clients = false) {
+    const within = clients
+      ? `before the call's deadline (${Math.round(waitedMs)} ms)`
+      : `within ${Math.round(waitedMs)} ms`;
     super(
       "CAIRN_ERR_TIMEOUT",
       outcomeUnknown
-        ? `the shard worker that owns the key's shard did not answer the write within ${waitedMs} ms; its outcome is unknown: it may be applied`
-        : `the shard worker that owns the shard did not answer within ${waitedMs} ms; retry`,
+        ? `the shard worker that owns the key's shard did not answer the write ${within}; its outcome is unknown: it may be applied`
+        : `the shard worker that owns the shard did not answer ${within}; retry`,
       { retryable: !outcomeUnknown },
     );
     this.name = "SiblingTimeoutError";
@@ -521,7 +551,12 @@ export class RoutedStore implements KvStore, AdminStore {
     return this.#siblings[ownerOf(shard, this.#siblings.length)] ?? null;
   }
 
-  put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
+  put(
+    key: Uint8Array,
+    value: Uint8Array,
+    expected?: Version,
+    deadline?: number,
+  ): Promise<ApplyOutcome> {
     const owner = this.#owner(this.#local.shardOf(key));
     if (owner === null) return this.#local.put(key, value, expected);
     return owner.call({
@@ -529,26 +564,34 @@ export class RoutedStore implements KvStore, AdminStore {
       key: own(key),
       value: own(value),
       expected,
+      deadline,
     }) as Promise<ApplyOutcome>;
   }
 
-  delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
+  delete(key: Uint8Array, expected?: Version, deadline?: number): Promise<ApplyOutcome> {
     const owner = this.#owner(this.#local.shardOf(key));
     if (owner === null) return this.#local.delete(key, expected);
-    return owner.call({ op: "delete", key: own(key), expected }) as Promise<ApplyOutcome>;
+    return owner.call({ op: "delete", key: own(key), expected, deadline }) as Promise<ApplyOutcome>;
   }
 
-  get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
+  get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null> {
     const owner = this.#owner(this.#local.shardOf(key));
     if (owner === null) return this.#local.get(key, linearizable);
-    return owner.call({ op: "get", key: own(key), linearizable }) as Promise<StoredItem | null>;
+    return owner.call({
+      op: "get",
+      key: own(key),
+      linearizable,
+      deadline,
+    }) as Promise<StoredItem | null>;
   }
 
   /** Every worker's page of keys in the range, merged (scan-merge.ts). */
-  async scan(req: ScanRequest): Promise<ScanPage> {
+  async scan(req: ScanRequest, deadline?: number): Promise<ScanPage> {
     const pages = await Promise.all(
       this.#siblings.map((s) =>
-        s === null ? this.#local.scan(req) : (s.call({ op: "scan", req }) as Promise<ScanPage>),
+        s === null
+          ? this.#local.scan(req)
+          : (s.call({ op: "scan", req, deadline }) as Promise<ScanPage>),
       ),
     );
     return mergePages(pages, req.limit, req.maxBytes);

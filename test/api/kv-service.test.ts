@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { type ServiceError, status } from "@grpc/grpc-js";
 import { InternalErrorLog } from "../../src/api/errors.ts";
+import { deadlineClock, grpcJsDeadline } from "../../src/common/index.ts";
 import { kvService } from "../../src/api/kv-service.ts";
 import type { KvStore } from "../../src/api/store.ts";
 import type { ScanRequest } from "../../src/replication/index.ts";
@@ -64,7 +65,7 @@ function harness(): Harness {
       new Promise((resolve) => {
         const fn = impl[method];
         assert.ok(fn !== undefined, method);
-        fn({ request }, (err) => resolve(err));
+        fn({ request, getDeadline: () => Infinity }, (err) => resolve(err));
       }),
     counts: async () => {
       const out = new Map<string, number>();
@@ -115,6 +116,58 @@ describe("KV service", () => {
     assert.equal((await h.counts()).get("get/error"), 1);
   });
 
+  it("hands the store each call's deadline, on the deadline clock", async () => {
+    // Without it, what waits on a call's behalf (a call handed to another shard worker, a write
+    // queued before its proposal) went on long after its client gave up.
+    const seen: [string, number | undefined][] = [];
+    const version = { index: 1, term: 1 };
+    const s: KvStore = {
+      put: (_key, _value, _expected, deadline) => {
+        seen.push(["put", deadline]);
+        return Promise.resolve({ type: "written", version });
+      },
+      delete: (_key, _expected, deadline) => {
+        seen.push(["delete", deadline]);
+        return Promise.resolve({ type: "not-found" });
+      },
+      get: (_key, _linearizable, deadline) => {
+        seen.push(["get", deadline]);
+        return Promise.resolve(null);
+      },
+      scan: (_req, deadline) => {
+        seen.push(["scan", deadline]);
+        return Promise.resolve({ items: [], more: false });
+      },
+    };
+    const impl = kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS) as Record<
+      string,
+      (call: unknown, cb: (err: ServiceError | null) => void) => void
+    >;
+    const call = (method: string, request: unknown, deadline: Date | number) =>
+      new Promise<ServiceError | null>((resolve) =>
+        impl[method]?.({ request, getDeadline: () => deadline }, resolve),
+      );
+    const at = deadlineClock() + 1_234;
+    assert.equal(await call("Put", { key: b("k"), value: b("v") }, at), null);
+    assert.equal(await call("Delete", { key: b("k") }, at), null);
+    assert.equal(await call("Get", GET, at), null);
+    assert.equal(await call("Scan", SCAN, at), null);
+    assert.deepEqual(seen, [
+      ["put", at],
+      ["delete", at],
+      ["get", at],
+      ["scan", at],
+    ]);
+    // A grpc-js call's deadline is a Date on the wall clock; none is Infinity.
+    seen.length = 0;
+    await call("Get", GET, new Date(grpcJsDeadline(5_000)));
+    await call("Get", GET, Infinity);
+    const [fromDate, none] = seen.map(([, d]) => d);
+    const left = (fromDate ?? 0) - deadlineClock();
+    assert.ok(left > 4_000 && left <= 5_000, `${left} ms left`);
+    assert.equal(none, Infinity);
+  });
+
   it("refuses an enum value the schema does not define (consistency 7, 0xffffffff)", async () => {
     const h = harness();
     // proto-loader (enums: String) hands an undefined value over as its number.
@@ -148,7 +201,9 @@ describe("KV service", () => {
     >;
     const scan = (request: Record<string, unknown>) =>
       new Promise<{ err: ServiceError | null; res?: Record<string, unknown> }>((resolve) =>
-        impl["Scan"]?.({ request }, (err, res) => resolve({ err, ...(res ? { res } : {}) })),
+        impl["Scan"]?.({ request, getDeadline: () => Infinity }, (err, res) =>
+          resolve({ err, ...(res ? { res } : {}) }),
+        ),
       );
     const refused = await scan({ ...SCAN, skip_unavailable_shards: true });
     assert.equal(refused.err?.code, status.INVALID_ARGUMENT);
@@ -179,7 +234,7 @@ describe("KV service", () => {
       (call: unknown, cb: (err: ServiceError | null, res?: Record<string, unknown>) => void) => void
     >;
     const page = await new Promise<{ err: ServiceError | null }>((resolve) =>
-      impl["Scan"]?.({ request: SCAN }, (err) => resolve({ err })),
+      impl["Scan"]?.({ request: SCAN, getDeadline: () => Infinity }, (err) => resolve({ err })),
     );
     assert.equal(page.err?.code, status.INTERNAL);
     assert.match(page.err?.details ?? "", /no item, yet more/);

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { MessageChannel, type MessagePort } from "node:worker_threads";
+import { deadlineClock } from "../../src/common/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
 import { MetaState } from "../../src/cluster/index.ts";
@@ -24,6 +25,7 @@ import type { MultiRaft, ScanPage } from "../../src/replication/index.ts";
 import { withTimeout } from "../support/timeout.ts";
 
 const b = (s: string): Uint8Array => new TextEncoder().encode(s);
+const dec = (bytes: Uint8Array): string => new TextDecoder().decode(bytes);
 
 /** A sibling's handlers that serve calls with `serve` and ignore the rest. */
 function handlers(serve: SiblingServer): SiblingHandlers {
@@ -225,6 +227,115 @@ describe("shard worker siblings", () => {
       });
       await assert.rejects(get, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
       assert.equal(asker.pending, 0, "no call left in the table");
+    } finally {
+      asker.close();
+      port2.close();
+    }
+  });
+
+  it("a call the owner never answers fails at its client's deadline, not the driver's bound, and leaves nothing waiting", async () => {
+    // A client with a 300 ms deadline had its call wait 11 s here (the driver's request timeout
+    // and a second) after it gave up, holding its place in the table and its share of the budget.
+    const { port1, port2 } = new MessageChannel();
+    const posted: SiblingCall[][] = [];
+    port2.on("message", (m: { calls: SiblingCall[] }) => posted.push(m.calls));
+    const asker = sibling(
+      port1,
+      handlers(() => Promise.resolve(null)),
+    );
+    try {
+      const started = performance.now();
+      const deadline = deadlineClock() + 300;
+      const put = asker.call({
+        op: "put",
+        key: b("k"),
+        value: b("v"),
+        expected: undefined,
+        deadline,
+      });
+      const get = asker.call({ op: "get", key: b("k"), linearizable: true, deadline });
+      const ended = Promise.allSettled([put, get]).then(() => performance.now() - started);
+      const waited = await withTimeout(ended, 5_000, "the calls past their deadline to end");
+      assert.ok(waited >= 300 - 5 && waited < 300 + 500, `ended after ${waited} ms`);
+      // Posted to the owner, which may have the write in its log.
+      await assert.rejects(put, (err: CairnError) => {
+        assert.equal(err.code, "CAIRN_ERR_TIMEOUT");
+        assert.equal(err.retryable, false);
+        assert.match(err.message, /before the call's deadline .* outcome is unknown/);
+        return true;
+      });
+      await assert.rejects(get, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
+      assert.equal(asker.pending, 0, "no call left in the table");
+      // A call already past its deadline is never posted: it fails at once, retryably.
+      const late = asker.call({
+        op: "put",
+        key: b("late"),
+        value: b("v"),
+        expected: undefined,
+        deadline: deadlineClock(),
+      });
+      await assert.rejects(late, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
+      assert.equal(asker.pending, 0);
+      const next = asker.call({
+        op: "get",
+        key: b("next"),
+        linearizable: false,
+        deadline: deadlineClock() + 50,
+      });
+      await assert.rejects(next, { code: "CAIRN_ERR_TIMEOUT" });
+      assert.deepEqual(
+        posted.map((calls) =>
+          calls.map((c) => (c.op === "put" || c.op === "get" ? dec(c.key) : c.op)),
+        ),
+        [["k", "k"], ["next"]],
+        "the late write never left",
+      );
+    } finally {
+      asker.close();
+      port2.close();
+    }
+  });
+
+  it("a KV call the store hands to the owner carries its deadline there and fails at it", async () => {
+    const { port1, port2 } = new MessageChannel();
+    const posted: SiblingCall[] = [];
+    port2.on("message", (m: { calls: SiblingCall[] }) => posted.push(...m.calls));
+    const asker = sibling(
+      port1,
+      handlers(() => Promise.resolve(null)),
+    );
+    // Every key's shard is 1, worker 1's: the owner never answers.
+    const local = {
+      shardOf: () => 1,
+      scan: () => Promise.resolve({ items: [], more: false }),
+    } as unknown as MultiRaft;
+    const store = new RoutedStore(local, [null, asker]);
+    try {
+      const started = performance.now();
+      const deadline = deadlineClock() + 300;
+      const calls = [
+        store.put(b("k"), b("v"), undefined, deadline),
+        store.delete(b("k"), undefined, deadline),
+        store.get(b("k"), true, deadline),
+        store.scan(
+          { start: b(""), end: null, limit: 10, maxBytes: Infinity, linearizable: true },
+          deadline,
+        ),
+      ];
+      const ended = Promise.allSettled(calls).then(() => performance.now() - started);
+      const waited = await withTimeout(ended, 5_000, "the calls past their deadline to end");
+      assert.ok(waited >= 300 - 5 && waited < 300 + 500, `ended after ${waited} ms`);
+      for (const call of calls) await assert.rejects(call, { code: "CAIRN_ERR_TIMEOUT" });
+      assert.equal(asker.pending, 0, "no call left in the table");
+      assert.deepEqual(
+        posted.map((c) => [c.op, "deadline" in c ? c.deadline : null]),
+        [
+          ["put", deadline],
+          ["delete", deadline],
+          ["get", deadline],
+          ["scan", deadline],
+        ],
+      );
     } finally {
       asker.close();
       port2.close();

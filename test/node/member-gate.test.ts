@@ -1,0 +1,55 @@
+/**
+ * The member gate (src/node/member-gate.ts): a node that is not an active member refuses KV
+ * calls without reaching the store; an active member's calls reach it whole, their deadline too.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { AdminStore, KvStore } from "../../src/api/index.ts";
+import { gateByMembership } from "../../src/node/member-gate.ts";
+
+const b = (s: string): Uint8Array => new TextEncoder().encode(s);
+
+describe("the member gate", () => {
+  it("refuses KV calls while not a member, and passes each call's deadline on once one", async () => {
+    const seen: [string, number | undefined][] = [];
+    const version = { index: 1, term: 1 };
+    const store = {
+      put: (_key, _value, _expected, deadline) => {
+        seen.push(["put", deadline]);
+        return Promise.resolve({ type: "written", version });
+      },
+      delete: (_key, _expected, deadline) => {
+        seen.push(["delete", deadline]);
+        return Promise.resolve({ type: "not-found" });
+      },
+      get: (_key, _linearizable, deadline) => {
+        seen.push(["get", deadline]);
+        return Promise.resolve(null);
+      },
+      scan: (_req, deadline) => {
+        seen.push(["scan", deadline]);
+        return Promise.resolve({ items: [], more: false });
+      },
+      snapshotShard: () => Promise.reject(new Error("not asked")),
+      shardInfo: () => null,
+      transferLeader: () => Promise.reject(new Error("not asked")),
+    } satisfies KvStore & AdminStore;
+    let why: string | null = "node n1 is joining";
+    const gated = gateByMembership(store, () => why);
+    const req = { start: b(""), end: null, limit: 1, maxBytes: 1024, linearizable: true };
+    await assert.rejects(gated.put(b("k"), b("v"), undefined, 5), { code: "CAIRN_ERR_NOT_MEMBER" });
+    await assert.rejects(gated.scan(req, 5), { code: "CAIRN_ERR_NOT_MEMBER" });
+    assert.deepEqual(seen, [], "nothing reached the store");
+    why = null;
+    await gated.put(b("k"), b("v"), undefined, 1);
+    await gated.delete(b("k"), undefined, 2);
+    await gated.get(b("k"), true, 3);
+    await gated.scan(req, 4);
+    assert.deepEqual(seen, [
+      ["put", 1],
+      ["delete", 2],
+      ["get", 3],
+      ["scan", 4],
+    ]);
+  });
+});
