@@ -486,9 +486,9 @@ export function serveSibling(
   return async (call) => {
     switch (call.op) {
       case "put":
-        return local.put(call.key, call.value, call.expected);
+        return local.put(call.key, call.value, call.expected, call.deadline);
       case "delete":
-        return local.delete(call.key, call.expected);
+        return local.delete(call.key, call.expected, call.deadline);
       case "get": {
         const item = await local.get(call.key, call.linearizable);
         return item === null ? null : ownItem(item);
@@ -558,7 +558,7 @@ export class RoutedStore implements KvStore, AdminStore {
     deadline?: number,
   ): Promise<ApplyOutcome> {
     const owner = this.#owner(this.#local.shardOf(key));
-    if (owner === null) return this.#local.put(key, value, expected);
+    if (owner === null) return this.#local.put(key, value, expected, deadline);
     return owner.call({
       op: "put",
       key: own(key),
@@ -570,7 +570,7 @@ export class RoutedStore implements KvStore, AdminStore {
 
   delete(key: Uint8Array, expected?: Version, deadline?: number): Promise<ApplyOutcome> {
     const owner = this.#owner(this.#local.shardOf(key));
-    if (owner === null) return this.#local.delete(key, expected);
+    if (owner === null) return this.#local.delete(key, expected, deadline);
     return owner.call({ op: "delete", key: own(key), expected, deadline }) as Promise<ApplyOutcome>;
   }
 

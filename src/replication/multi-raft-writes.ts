@@ -5,6 +5,7 @@
  * the group for the next round (markDirty); the round proposes it.
  */
 import { CairnError } from "../common/errors.ts";
+import { deadlineClock } from "../common/deadline-clock.ts";
 import { type MetaCommand, type MetaOutcome, nodeOfReplica } from "../cluster/index.ts";
 import { type ConfChange, nodeId, NotLeaderError } from "../raft/index.ts";
 import type { KvCommand, Version } from "./commands.ts";
@@ -51,15 +52,26 @@ export class Writes {
     this.#host = host;
   }
 
-  put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
+  /**
+   * A client's put; `deadline` is its call's, on deadlineClock() (KvStore), past which the write
+   * is not proposed (shard.ts drainInbox).
+   */
+  put(
+    key: Uint8Array,
+    value: Uint8Array,
+    expected?: Version,
+    deadline = Infinity,
+  ): Promise<ApplyOutcome> {
     return this.#write(
       expected === undefined ? { op: "put", key, value } : { op: "put", key, value, expected },
+      deadline,
     );
   }
 
-  delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
+  delete(key: Uint8Array, expected?: Version, deadline = Infinity): Promise<ApplyOutcome> {
     return this.#write(
       expected === undefined ? { op: "delete", key } : { op: "delete", key, expected },
+      deadline,
     );
   }
 
@@ -91,7 +103,7 @@ export class Writes {
    * an `await` (the common case: a promise and a microtask hop less per write); a shard still to
    * be opened or created here is reached through shardForRequest first.
    */
-  #write(cmd: KvCommand): Promise<ApplyOutcome> {
+  #write(cmd: KvCommand, deadline: number): Promise<ApplyOutcome> {
     const id = this.#host.shardOf(cmd.key);
     const open = this.#host.shards.get(id);
     if (open !== undefined && this.#host.placedElsewhere(id)) {
@@ -103,10 +115,10 @@ export class Writes {
       // when it is elsewhere, decides).
       const refusal = this.#host.placedAway(id) ? null : this.#refusal(cmd);
       if (refusal !== null) return Promise.reject(refusal);
-      return this.#host.shardForRequest(id).then((s) => this.#proposeWrite(s, cmd));
+      return this.#host.shardForRequest(id).then((s) => this.#proposeWrite(s, cmd, deadline));
     }
     try {
-      return this.#proposeWrite(open, cmd);
+      return this.#proposeWrite(open, cmd, deadline);
     } catch (err) {
       return Promise.reject(err as Error);
     }
@@ -119,7 +131,7 @@ export class Writes {
   }
 
   /** #write on its open shard: refuses synchronously (throws), or proposes and returns the outcome. */
-  #proposeWrite(shard: ShardReplica, cmd: KvCommand): Promise<ApplyOutcome> {
+  #proposeWrite(shard: ShardReplica, cmd: KvCommand, deadline: number): Promise<ApplyOutcome> {
     this.#host.assertOpen();
     // A follower that knows its leader would refuse the proposal at its next round: it refuses
     // now, and the API forwards the write without waiting for a round (two writes in three
@@ -152,7 +164,10 @@ export class Writes {
     this.#host.budget.reserve(reserved);
     let done: Promise<ProposalOutcome>;
     try {
-      done = shard.enqueuePropose(data, this.#host.clock.now());
+      // The call's deadline on the driver's clock, which need not be deadlineClock().
+      const now = this.#host.clock.now();
+      const until = deadline === Infinity ? Infinity : now + (deadline - deadlineClock());
+      done = shard.enqueuePropose(data, now, until);
       this.#host.markDirty(shard);
     } catch (err) {
       this.#host.budget.unreserve(reserved);

@@ -351,12 +351,18 @@ export class MultiRaft {
 
   // ── client operations (multi-raft-writes.ts, multi-raft-reads.ts) ─────────────────────────
 
-  put(key: Uint8Array, value: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
-    return this.#writes.put(key, value, expected);
+  /** `deadline`: the call's, on deadlineClock() (KvStore); a write past it is not proposed. */
+  put(
+    key: Uint8Array,
+    value: Uint8Array,
+    expected?: Version,
+    deadline?: number,
+  ): Promise<ApplyOutcome> {
+    return this.#writes.put(key, value, expected, deadline);
   }
 
-  delete(key: Uint8Array, expected?: Version): Promise<ApplyOutcome> {
-    return this.#writes.delete(key, expected);
+  delete(key: Uint8Array, expected?: Version, deadline?: number): Promise<ApplyOutcome> {
+    return this.#writes.delete(key, expected, deadline);
   }
 
   /**

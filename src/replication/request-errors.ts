@@ -23,6 +23,22 @@ export class RequestTimeoutError extends CairnError {
   }
 }
 
+/**
+ * A write whose call's deadline passed before it was proposed (it waited for its round, or for
+ * an election or a leadership transfer to end): its client has given up, and it is never
+ * proposed, so never applied: a retry is safe.
+ */
+export class NotProposedError extends CairnError {
+  constructor(waitedMs: number) {
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      `the write was not proposed before its call's deadline (it waited ${Math.round(waitedMs)} ms); it was not applied: retry`,
+      { retryable: true },
+    );
+    this.name = "NotProposedError";
+  }
+}
+
 /** The proposal cannot succeed any more: another entry took its place in the log. */
 export class ProposalLostError extends CairnError {
   constructor(index: number) {

@@ -36,6 +36,7 @@ import { releaseSnapshot } from "./snapshot-pins.ts";
 import type { WalRaftStorage } from "./wal-storage.ts";
 import type { LostLog } from "./refill.ts";
 import {
+  NotProposedError,
   ProposalLostError,
   ProposalAbandonedError,
   ProposalOvertakenError,
@@ -77,7 +78,13 @@ interface PendingRead {
 }
 
 type InboxItem = (
-  | { readonly kind: "propose"; readonly data: Uint8Array; readonly done: PendingProposalCallbacks }
+  | {
+      readonly kind: "propose";
+      readonly data: Uint8Array;
+      readonly done: PendingProposalCallbacks;
+      /** Its call's deadline (the driver's clock; Infinity: none): not proposed from then on. */
+      readonly until: number;
+    }
   | { readonly kind: "read"; readonly id: number; readonly read: PendingRead }
   | {
       readonly kind: "conf";
@@ -326,13 +333,18 @@ export class ShardReplica {
     this.#steps.push(m);
   }
 
-  enqueuePropose(data: Uint8Array, since: number): Promise<ProposalOutcome> {
+  /**
+   * A proposal, arrived at `since` (the driver's clock); `until` is its call's deadline on the
+   * same clock (Infinity: none), past which it is never proposed (drainInbox).
+   */
+  enqueuePropose(data: Uint8Array, since: number, until = Infinity): Promise<ProposalOutcome> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "propose",
         data,
         done: { resolve, reject },
         since,
+        until,
       }),
     );
   }
@@ -439,6 +451,13 @@ export class ShardReplica {
     // API forwards them there), and when it is abandoned (an election timeout) they are
     // proposed. Moving a leader is then invisible to clients, not a burst of UNAVAILABLE.
     for (const item of inbox) {
+      // A write whose client gave up (its call's deadline passed while it waited for a round,
+      // an election or a transfer) is never proposed: applied after its client was told
+      // DEADLINE_EXCEEDED, a retry applied it twice. Never proposed, it is known not applied.
+      if (item.kind === "propose" && now >= item.until) {
+        item.done.reject(new NotProposedError(now - item.since));
+        continue;
+      }
       // (A transfer may start at an item of this inbox: asked for each item.)
       const transferring = this.raw.role === "leader" && this.raw.leadTransferee !== null;
       if (electing || (transferring && (item.kind === "propose" || item.kind === "conf"))) {

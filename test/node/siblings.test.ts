@@ -342,6 +342,35 @@ describe("shard worker siblings", () => {
     }
   });
 
+  it("a write's deadline reaches the driver that proposes it, in the owner and in the worker that owns its shard", async () => {
+    // There the driver never proposes a write past it (shard.ts), its client gone.
+    const seen: [string, number | undefined][] = [];
+    const written = { type: "written", version: { index: 1, term: 1 } };
+    const driver = {
+      shardOf: () => 0,
+      put: (_k: Uint8Array, _v: Uint8Array, _e: unknown, deadline?: number) => {
+        seen.push(["put", deadline]);
+        return Promise.resolve(written);
+      },
+      delete: (_k: Uint8Array, _e: unknown, deadline?: number) => {
+        seen.push(["delete", deadline]);
+        return Promise.resolve(written);
+      },
+    } as unknown as MultiRaft;
+    const serve = serveSibling(driver, () => Promise.reject(new Error("not asked")), null);
+    await serve({ op: "put", key: b("k"), value: b("v"), expected: undefined, deadline: 7 });
+    await serve({ op: "delete", key: b("k"), expected: undefined, deadline: 8 });
+    const store = new RoutedStore(driver, [null]);
+    await store.put(b("k"), b("v"), undefined, 9);
+    await store.delete(b("k"), undefined, 10);
+    assert.deepEqual(seen, [
+      ["put", 7],
+      ["delete", 8],
+      ["put", 9],
+      ["delete", 10],
+    ]);
+  });
+
   it("closing fails the calls still waiting, retryably", async () => {
     const { port1, port2 } = new MessageChannel();
     // The owner never answers.

@@ -11,6 +11,7 @@ import {
   type StoredItem,
 } from "../../src/replication/index.ts";
 import type { CairnError } from "../../src/common/errors.ts";
+import { deadlineClock } from "../../src/common/index.ts";
 import { seededRng } from "../../src/common/rng.ts";
 import {
   type Entry,
@@ -107,6 +108,31 @@ describe("MultiRaft on one node", () => {
       }
     });
   }
+
+  it("never proposes a write whose call's deadline passed before its round: not applied, retryably", async () => {
+    // The client gave up at its deadline; the write, still queued, was proposed and applied
+    // after that all the same (its client told DEADLINE_EXCEEDED, a retry applying it twice).
+    const mr = await MultiRaft.open(options(join(dir, "deadline")));
+    try {
+      const key = enc.encode("k");
+      await mr.put(key, enc.encode("v"));
+      const late = deadlineClock() - 1;
+      const notProposed = (err: CairnError): boolean => {
+        assert.equal(err.code, "CAIRN_ERR_TIMEOUT");
+        assert.equal(err.retryable, true);
+        assert.match(err.message, /not proposed .* deadline/);
+        return true;
+      };
+      await assert.rejects(mr.put(key, enc.encode("late"), undefined, late), notProposed);
+      await assert.rejects(mr.delete(key, undefined, late), notProposed);
+      assert.equal(dec.decode((await mr.get(key, true))?.value), "v");
+      const soon = deadlineClock() + 10_000;
+      assert.equal((await mr.put(key, enc.encode("w"), undefined, soon)).type, "written");
+      assert.equal(dec.decode((await mr.get(key, true))?.value), "w");
+    } finally {
+      await mr.close();
+    }
+  });
 
   it("refuses the writes its disk's reserve refuses, proposing nothing, and serves the others", async () => {
     const refused = { put: false, delete: false };
@@ -767,6 +793,60 @@ describe("a shard's membership change lost with its leader's term", () => {
     const err = change.outcome as CairnError;
     assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(change.outcome));
     assert.match(err.message, /overtaken by a snapshot .* its outcome is unknown/);
+  });
+});
+
+describe("a write whose call's deadline passes before its proposal", () => {
+  const put = encodeCommand({ op: "put", key: enc.encode("k"), value: enc.encode("v") });
+  /** What `p` settled with so far ("pending", "applied" or its error). */
+  const settled = (p: Promise<unknown>): (() => unknown) => {
+    let outcome: unknown = "pending";
+    p.then(
+      () => (outcome = "applied"),
+      (err: unknown) => (outcome = err),
+    );
+    return () => outcome;
+  };
+
+  it("waits for an election only until its deadline", async () => {
+    // A group with no leader yet: a write waits for one (bounded), and was proposed once one
+    // was elected, its client long gone.
+    const a = nodeId("a");
+    const raw = new RawNode({
+      id: a,
+      storage: MemoryStorage.bootstrap([a, nodeId("b"), nodeId("c")]),
+      rng: seededRng(1),
+    });
+    const fs = new MemoryFileSystem();
+    const wal = await Wal.open("/wal", { fs, segmentBytes: 4096 });
+    const sm = new KvStateMachine(await MemoryEngine.open(fs, "/shard"));
+    const shard = new ShardReplica(1, raw, sm, new WalRaftStorage(wal, 1), false, 0);
+    const write = settled(shard.enqueuePropose(put, 0, 100));
+    shard.drainInbox(50, 1000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(write(), "pending", "waits for the election");
+    shard.drainInbox(100, 1000);
+    await new Promise((resolve) => setImmediate(resolve));
+    const err = write() as CairnError;
+    assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(write()));
+    assert.equal(err.retryable, true);
+    assert.match(err.message, /not proposed/);
+  });
+
+  it("is never proposed after it, and fails as not applied", async () => {
+    const { raw, shard, drain } = await leaderOfTermTwo();
+    const before = raw.basicStatus().lastIndex;
+    // Queued at 0 with a deadline at 100; the round that drains it runs at 150 (a busy loop).
+    const write = settled(shard.enqueuePropose(put, 0, 100));
+    const inTime = settled(shard.enqueuePropose(put, 0, 200));
+    shard.drainInbox(150, 1000);
+    await drain();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(raw.basicStatus().lastIndex, before + 1, "only the write in time was proposed");
+    const err = write() as CairnError;
+    assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(write()));
+    assert.equal(err.retryable, true);
+    assert.equal(inTime(), "pending", "in the log, waiting for its commit");
   });
 });
 
