@@ -432,7 +432,9 @@ export class Membership {
         this.#pingSentAt.set(out.message.seq, process.hrtime.bigint());
       }
       this.#inFlight += 1;
-      const host = this.#resolveCached(target.host);
+      // A member advertising an IPv4-mapped address is sent to at its IPv4 address: an IPv4
+      // socket cannot send to it as written (EINVAL), and an IPv6 one has it mapped again.
+      const host = canonicalHost(this.#resolveCached(target.host));
       // An IPv6 socket cannot send to an IPv4 address as such (EINVAL): only v4-mapped.
       const to = this.#family === 6 && isIP(host) === 4 ? `::ffff:${host}` : host;
       this.#socket.send(bytes, target.port, to, (err) => {
@@ -524,8 +526,10 @@ export class Membership {
       }
       try {
         // Only addresses of the socket's family can be reached from it (both on a dual-stack one).
+        // An IP literal comes back as written: `[::ffff:10.0.0.2]` as 10.0.0.2 (canonicalHost),
+        // which an IPv4 socket can send to, and which a sender's address is reported as.
         for (const a of await lookup(parsed.host, { all: true, family: this.#lookupFamily })) {
-          out.push(formatAddr(a.address, parsed.port));
+          out.push(formatAddr(canonicalHost(a.address), parsed.port));
         }
       } catch (e) {
         this.#log.warn("cannot resolve a seed", { seed, error: String(e) });

@@ -694,6 +694,39 @@ describe("membership join", () => {
     }
   });
 
+  it("an IPv4 member reaches seeds and members written as IPv4-mapped addresses", async () => {
+    // `[::ffff:127.0.0.1]:p` is 127.0.0.1:p (canonicalHost), but an IPv4 socket cannot send to
+    // it as written (EINVAL): a join through such a seed never got an answer, and a member that
+    // advertised such an address was never probed successfully (suspected, then dead).
+    let acked: () => void = () => {};
+    const firstAck = new Promise<void>((resolve) => (acked = resolve));
+    const port1 = await freeUdpPort();
+    const m1 = await Membership.start({
+      ...base,
+      nodeId: "mapped",
+      bindAddr: `127.0.0.1:${port1}`,
+      advertiseRpcAddr: `[::ffff:127.0.0.1]:${port1}`,
+      seeds: [],
+    });
+    const m2 = await Membership.start({
+      ...base,
+      nodeId: "v4",
+      bindAddr: "127.0.0.1:0",
+      seeds: [`[::ffff:127.0.0.1]:${port1}`],
+      joinBackoffMs: { initial: 50, max: 200 },
+      // m2's only peer is m1, so a measured round trip is a ping to m1's advertised address.
+      metrics: { ...noopMembershipMetrics, observeGossipLatencyMs: () => acked() },
+    });
+    try {
+      await withTimeout(m2.join(), 5_000, "a join through an IPv4-mapped seed");
+      await withTimeout(firstAck, 5_000, "an ack from m1 at its IPv4-mapped address");
+      assert.equal(m2.stats().sendErrors, 0);
+    } finally {
+      await m2.close();
+      await m1.close();
+    }
+  });
+
   it("members may advertise host names", async () => {
     let acked: () => void = () => {};
     const firstAck = new Promise<void>((resolve) => (acked = resolve));
