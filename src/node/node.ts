@@ -328,8 +328,13 @@ export class CairnNode implements HealthSource {
         const cluster = node.#cluster;
         cluster.onMemberRejoined = (member) => store.wakeGroupsLedBy(member);
         // A member gone for good takes its per-peer series with it (its frames, stragglers to a
-        // replica it left behind, are not counted again).
-        cluster.onMemberLeft = (member) => node.metrics.removePeer(member);
+        // replica it left behind, are not counted again), and its link: its connections, its
+        // snapshots waiting (GrpcTransport.forgetPeer).
+        const transport = node.#transport;
+        cluster.onMemberLeft = (member) => {
+          node.metrics.removePeer(member);
+          transport.forgetPeer(member);
+        };
         node.metrics.setGonePeers((peer) => hasLeftForGood(cluster.meta, peer));
         // The view lists every shard: those with no replica here where the meta group places
         // them (a shard worker its own shards only: the node's view merges the workers').

@@ -340,6 +340,23 @@ export class GrpcTransport implements RaftTransport {
   }
 
   /**
+   * Node `node` left the cluster for good (decommissioned, removed: ClusterState.onMemberLeft):
+   * what the transport keeps of it goes, so that members that come and go leave nothing behind.
+   * Its stream is cut and its channels closed (PeerLinks.forget: what the stream owed is settled
+   * lost, the calls waiting on it and the unary calls in flight fail UNAVAILABLE, it is reported
+   * unreachable), its snapshot transfer in flight is cut and those waiting are reported lost,
+   * their pinned versions released (SnapshotSender.forget). Anything sent to the id later (a
+   * new member under it) starts a new link, from the start. Not for a peer only unreachable,
+   * which may come back.
+   */
+  forgetPeer(node: string): void {
+    if (this.#closed) return;
+    const id = toNodeId(node);
+    this.#snapshots.forget(id);
+    this.#links.forget(id);
+  }
+
+  /**
    * Ends every stream (half-close: frames already written still go out), waits for them to
    * finish within a second, cuts the rest and closes the channels. Snapshot transfers are cut at
    * once, and those waiting are reported lost; forwarded calls waiting fail. send() drops

@@ -18,7 +18,9 @@
  *   (false), and the calls waiting for an answer on it (StreamCall, UNAVAILABLE);
  * - unreachable reports: a dropped frame or a failed stream is reported through
  *   `onUnreachable`, later (never from inside a send), several of one peer in a turn merged;
- * - the counters of PeerStats that are the connection's.
+ * - the counters of PeerStats that are the connection's;
+ * - the end of a link: a member that left the cluster for good (decommissioned, removed) is
+ *   forgotten (forget()), and nothing of it stays; a new member under its id gets a new link.
  *
  * What to send, and when to drop instead, is the callers' (GrpcTransport's frames, the call
  * forwarder's calls and replies, the unary calls, the snapshot sender): they ask for the stream
@@ -213,7 +215,7 @@ export class PeerLinks {
     return p;
   }
 
-  /** Every link made so far, in the order they were. */
+  /** Every link kept (made and not forgotten), in the order they were made. */
   links(): IterableIterator<PeerLink> {
     return this.#links.values();
   }
@@ -390,6 +392,29 @@ export class PeerLinks {
     peer.backoffMs = this.#initialBackoff;
   }
 
+  /**
+   * Drops node `id`'s link, which left the cluster for good (decommissioned, removed): nothing
+   * of a departed member stays (its link, channels, their connections and timers, its share of
+   * the budget). Its stream is cut, which settles what it owes as any stream's end does (frames
+   * not handed over lost, calls waiting UNAVAILABLE) and reports it unreachable, without the
+   * failure's count, warning or backoff; the unary calls in flight to it fail UNAVAILABLE. A
+   * later link() of the id (a new member under it) makes a new link, from the start.
+   */
+  forget(id: NodeId): void {
+    const peer = this.#links.get(id);
+    if (peer === undefined) return;
+    this.#links.delete(id);
+    this.#log.info("raft peer left the cluster; its connections closed", {
+      peer: id,
+      address: peer.address,
+    });
+    peer.stream?.call.cancel();
+    peer.client?.close();
+    peer.client = null;
+    peer.channel?.destroy();
+    peer.channel = null;
+  }
+
   /** The connection's counters and state of `peer`, for PeerStats. */
   stats(peer: PeerLink): LinkStats {
     return {
@@ -456,6 +481,11 @@ export class PeerLinks {
       );
     }
     if (this.#closing.aborted) return;
+    if (this.#links.get(peer.id) !== peer) {
+      // Forgotten (forget()): the peer left the cluster; its stream was cut on purpose.
+      this.#reportUnreachable(peer.id);
+      return;
+    }
     peer.streamFailures++;
     const fields = {
       peer: peer.id,

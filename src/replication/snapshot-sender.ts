@@ -23,8 +23,8 @@
  * hands the snapshot to Raft before it acknowledges it, so whatever the leader sends after
  * reaches Raft after it.
  *
- * Each outcome is logged (sent at info, failed at warn, or debug when cut by close()), counted
- * per peer (PeerStats) and reported to SnapshotMetrics.
+ * Each outcome is logged (sent at info, failed at warn, or debug when cut by close() or by the
+ * peer's departure, forget()), counted per peer (PeerStats) and reported to SnapshotMetrics.
  */
 import { type ServiceError, status } from "@grpc/grpc-js";
 import type { NodeId } from "../raft/index.ts";
@@ -50,6 +50,10 @@ interface SnapshotLane {
   readonly link: PeerLink;
   /** Snapshots to send after the one in flight, in order. */
   readonly queue: QueuedSnapshot[];
+  /** Aborted when the transport closes or the peer is forgotten: cuts its transfer in flight. */
+  readonly signal: AbortSignal;
+  /** Aborts `signal`: the peer left the cluster (forget). */
+  readonly cut: AbortController;
   inFlight: boolean;
   sent: number;
   failed: number;
@@ -182,13 +186,33 @@ export class SnapshotSender {
     }
   }
 
+  /**
+   * Drops peer node `to`'s lane, which left the cluster for good (GrpcTransport.forgetPeer): its
+   * transfer in flight is cut and those waiting are reported lost, their pinned versions
+   * released at once; it reports itself, and releases its own. A later snapshot to the id (a
+   * new member under it) starts a new lane, on a new link.
+   */
+  forget(to: NodeId): void {
+    const lane = this.#lanes.get(to);
+    if (lane === undefined) return;
+    this.#lanes.delete(to);
+    lane.cut.abort();
+    for (const s of lane.queue.splice(0)) {
+      s.message.snapshot.stream?.release();
+      s.settle(false);
+    }
+  }
+
   /** Peer node `to`'s lane, made on first use (with its link). */
   #lane(to: NodeId): SnapshotLane {
     let lane = this.#lanes.get(to);
     if (lane === undefined) {
+      const cut = new AbortController();
       lane = {
         link: this.#links.link(to),
         queue: [],
+        signal: AbortSignal.any([this.#closing, cut.signal]),
+        cut,
         inFlight: false,
         sent: 0,
         failed: 0,
@@ -201,7 +225,7 @@ export class SnapshotSender {
 
   /** Starts the lane's next snapshot unless one is in flight; settles each (asynchronously). */
   #next(lane: SnapshotLane): void {
-    if (lane.inFlight || this.#closing.aborted) return;
+    if (lane.inFlight || lane.signal.aborted) return;
     const next = lane.queue.shift();
     if (next === undefined) return;
     lane.inFlight = true;
@@ -229,7 +253,7 @@ export class SnapshotSender {
         chunkBytes: this.#chunkBytes,
         limiter: toLearner(s.message) ? this.#learnerPacer : this.#limiter,
         stallTimeoutMs: this.#stallTimeoutMs,
-        signal: this.#closing,
+        signal: lane.signal,
         onBytes: (bytes) => {
           lane.bytesSent += bytes;
           this.#metrics?.bytesSent(bytes);
@@ -251,8 +275,8 @@ export class SnapshotSender {
         ...(code === undefined ? {} : { code }),
         details: e.details ?? String(err),
       };
-      // Cut by close(): the node is stopping, nothing to warn about.
-      if (this.#closing.aborted) this.#log.debug("raft snapshot not sent", failure);
+      // Cut by close() or forget(): the node is stopping, or the peer left; nothing to warn about.
+      if (lane.signal.aborted) this.#log.debug("raft snapshot not sent", failure);
       else this.#log.warn("raft snapshot not sent", failure);
       return false;
     } finally {

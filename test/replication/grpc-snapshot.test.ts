@@ -13,7 +13,14 @@ import type {
   SnapshotChunk,
   SnapshotChunk__Output,
 } from "../../src/api/generated/cairn/v1/SnapshotChunk.ts";
-import { logIndex, type Message, nodeId, type NodeId, term } from "../../src/raft/index.ts";
+import {
+  logIndex,
+  type Message,
+  nodeId,
+  type NodeId,
+  type SnapshotStream,
+  term,
+} from "../../src/raft/index.ts";
 import {
   GrpcTransport,
   type GrpcTransportOptions,
@@ -597,6 +604,65 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
     r.transport.send(N2, [snapshot(CHUNK)], (d) => outcomes.push(`after ${d}`));
     await eventually("the outcome after close", () => outcomes.length === 3);
     assert.equal(outcomes[2], "after false");
+  });
+
+  it("forgets a peer that left the cluster for good: its transfer cut, those waiting reported lost and released; a new member under its id gets a new lane", async () => {
+    let calls = 0;
+    // The first call is never answered: only the peer's departure ends it.
+    const firstSilent = (impl: RaftHandlers): RaftHandlers => ({
+      ...impl,
+      InstallSnapshot: (call, callback) => {
+        if (++calls === 1) call.on("data", () => undefined);
+        else impl.InstallSnapshot(call, callback);
+      },
+    });
+    const r = await rig({}, {}, firstSilent);
+    const released: string[] = [];
+    /** A snapshot streamed from `image`, whose release is recorded under `name`. */
+    const streamed = (name: string, shard: number): ShardMessage => {
+      const m = snapshot(CHUNK, shard, shard);
+      assert.equal(m.message.type, "snapshot");
+      const image = m.message.snapshot.data;
+      const stream: SnapshotStream = {
+        async *chunks() {
+          await Promise.resolve();
+          yield image;
+        },
+        release: () => void released.push(name),
+      };
+      return {
+        shard,
+        message: {
+          ...m.message,
+          snapshot: { ...m.message.snapshot, data: new Uint8Array(0), stream },
+        },
+      };
+    };
+    try {
+      const outcomes: string[] = [];
+      r.transport.send(N2, [streamed("a", 1)], (d) => outcomes.push(`a ${d}`));
+      r.transport.send(N2, [streamed("b", 2)], (d) => outcomes.push(`b ${d}`));
+      await eventually("the first call reached the receiver", () => calls === 1);
+      assert.equal(r.transport.stats()["n2"]?.snapshotsQueued, 1);
+
+      r.transport.forgetPeer("n2");
+      assert.deepEqual(Object.keys(r.transport.stats()), []);
+      // Cut at once, not at the stall timeout (30 s).
+      await eventually("both outcomes", () => outcomes.length === 2, 5_000);
+      assert.deepEqual(outcomes.sort(), ["a false", "b false"]);
+      await eventually("both released", () => released.length >= 2);
+      assert.deepEqual([...new Set(released)].sort(), ["a", "b"]);
+      assert.ok(!r.lines.some((l) => l.level === "warn"), "no warning for a peer that left");
+
+      // A new member under the id: a new lane and link, which deliver.
+      r.transport.send(N2, [streamed("c", 3)], (d) => outcomes.push(`c ${d}`));
+      await eventually("the new member's outcome", () => outcomes.length === 3);
+      assert.equal(outcomes[2], "c true");
+      assert.equal(calls, 2, "b was never sent");
+      assert.equal(r.transport.stats()["n2"]?.snapshotsSent, 1);
+    } finally {
+      await r.close();
+    }
   });
 });
 

@@ -4,7 +4,9 @@
  * per-peer budget, and close().
  */
 import assert from "node:assert/strict";
+import { connect, createServer, type Socket } from "node:net";
 import { describe, it } from "node:test";
+import { status } from "@grpc/grpc-js";
 import {
   logIndex,
   type Message,
@@ -55,6 +57,47 @@ function append(shard: number, bytes: number, to: NodeId = N2): ShardMessage {
       entries: [{ term: term(1), index: logIndex(1), type: "normal", data: new Uint8Array(bytes) }],
       commit: logIndex(0),
       noReply: false,
+    },
+  };
+}
+
+interface Relay {
+  readonly address: string;
+  /** The connections open through it now. */
+  readonly open: number;
+  close(): void;
+}
+
+/** A TCP relay to `target` (host:port) on 127.0.0.1: the sockets a peer sees of n1's. */
+async function relay(target: string): Promise<Relay> {
+  const [host, port] = target.split(":");
+  const sockets = new Set<Socket>();
+  const server = createServer((downstream) => {
+    const upstream = connect(Number(port), host);
+    sockets.add(downstream);
+    const end = (): void => {
+      sockets.delete(downstream);
+      downstream.destroy();
+      upstream.destroy();
+    };
+    for (const s of [downstream, upstream]) {
+      s.on("error", end);
+      s.on("close", end);
+    }
+    downstream.pipe(upstream);
+    upstream.pipe(downstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  assert.ok(address !== null && typeof address === "object");
+  return {
+    address: `127.0.0.1:${address.port}`,
+    get open() {
+      return sockets.size;
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      server.close();
     },
   };
 }
@@ -495,6 +538,55 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
         n1.server.stop();
         await n2.close();
         n2Server.stop();
+      }
+    });
+
+    it("forgets a peer that left the cluster for good: its link goes, its socket closes, what waited on it fails; a new member under its id gets a new link", async () => {
+      const server = await collectingServer(startRaftServer);
+      const through = await relay(server.address);
+      const lines: LogLine[] = [];
+      const unreachable: string[] = [];
+      const t = transportTo(through.address, {
+        logger: recordingLogger(lines),
+        onUnreachable: (peer) => unreachable.push(peer),
+      });
+      try {
+        t.send(N2, [heartbeat(1)]);
+        await eventually("connected", () => t.stats()["n2"]?.state === "connected");
+        await eventually("delivered", () => server.got.length === 1);
+        assert.equal(through.open, 1);
+        // A forwarded call the peer does not answer (it serves none) waits on the stream.
+        const waiting = t.call("n2", "/cairn.v1.KV/Get", Buffer.from("k"), {
+          deadline: deadlineClock() + 60_000,
+        });
+
+        t.forgetPeer("n2");
+        assert.deepEqual(Object.keys(t.stats()), [], "no link is kept");
+        const failed = await waiting;
+        assert.equal(failed.code, status.UNAVAILABLE);
+        await eventually("its socket closed", () => through.open === 0);
+        await eventually("reported unreachable", () => unreachable.includes("n2"));
+        assert.ok(
+          lines.some((l) => l.message === "raft peer left the cluster; its connections closed"),
+        );
+        assert.ok(
+          !lines.some((l) => l.level === "warn"),
+          `no warning: ${JSON.stringify(lines.filter((l) => l.level === "warn"))}`,
+        );
+
+        // A new member under the id: a new link, counted from the start, on a new connection.
+        t.send(N2, [heartbeat(2)]);
+        const fresh = t.stats()["n2"];
+        assert.equal(fresh?.streamsOpened, 1);
+        assert.equal(fresh.framesSent, 2, "the handshake and the frame");
+        assert.equal(fresh.streamFailures, 0);
+        await eventually("delivered again", () => server.got.length === 2);
+        await eventually("connected again", () => t.stats()["n2"]?.state === "connected");
+        assert.equal(through.open, 1);
+      } finally {
+        await t.close();
+        through.close();
+        server.stop();
       }
     });
 
