@@ -429,6 +429,9 @@ export class CairnNode implements HealthSource {
           cluster.meta?.members.get(id)?.rpcAddr ??
           this.#gossipRpcAddr(id),
         onUnreachable: (to) => opened?.reportUnreachable(to),
+        // A link made again to a member gone for good (a straggler) goes once unused
+        // (forgetDeparted); the member's departure itself drops the link (onMemberLeft, below).
+        departed: (id) => hasLeftForGood(cluster.meta, id),
         logger: log.child("peers"),
         snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
         snapshotLearnerRateBytesPerSec: config.cluster.rebalance.rate_bytes_per_sec,

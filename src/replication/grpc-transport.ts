@@ -90,7 +90,7 @@ export interface GrpcTransportOptions {
   readonly maxBackoffMs?: number;
   /** In [0, 1): the jitter's randomness. Default Math.random. */
   readonly random?: () => number;
-  /** Milliseconds, for the backoff. Default performance.now. */
+  /** Milliseconds, for the backoff and for `departedIdleMs`. Default performance.now. */
   readonly now?: () => number;
   /** Snapshot data leaving this node, to every peer together, in bytes/s. Default 64 MiB/s. */
   readonly snapshotRateBytesPerSec?: number;
@@ -116,6 +116,14 @@ export interface GrpcTransportOptions {
    * `index` of each peer (src/api/worker-tunnel.ts), whose groups are the same shards.
    */
   readonly shardWorker?: { readonly index: number; readonly count: number };
+  /**
+   * Whether node `node` has left the cluster for good (decommissioned, removed: the meta state
+   * applied here). A link to such a node that nothing used for `departedIdleMs` is forgotten
+   * (forgetDeparted). Default: none has.
+   */
+  readonly departed?: (node: NodeId) => boolean;
+  /** See `departed`; also how often links are looked at. Milliseconds (`now`'s). Default 60 s. */
+  readonly departedIdleMs?: number;
   /**
    * Peer TLS (`tls.peer_ca_file`; src/common/peer-tls.ts): every connection to a peer is TLS,
    * presenting this node's certificate and taking the peer's only when it names the node id
@@ -145,11 +153,17 @@ export class GrpcTransport implements RaftTransport {
   readonly #rpcs: PeerRpcs;
   /** Followers' reads waiting for a ReadIndex call, per leader node (see readIndex). */
   readonly #reads: ReadIndexBatcher;
+  readonly #departed: ((node: NodeId) => boolean) | undefined;
+  readonly #departedIdleMs: number;
+  readonly #now: () => number;
+  /** Runs forgetDeparted every `departedIdleMs` (with `departed` only). */
+  readonly #departedSweep: NodeJS.Timeout | undefined;
 
   constructor(options: GrpcTransportOptions) {
     this.nodeId = toNodeId(options.nodeId);
     this.#replicaId = toNodeId(options.replicaId ?? options.nodeId);
     this.#log = options.logger ?? silentLogger;
+    this.#now = options.now ?? (() => performance.now());
     this.#maxFrame =
       options.maxFrameBytes ?? RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"];
     this.#links = new PeerLinks({
@@ -165,7 +179,7 @@ export class GrpcTransport implements RaftTransport {
       initialBackoffMs: options.initialBackoffMs ?? 50,
       maxBackoffMs: options.maxBackoffMs ?? 1000,
       random: options.random ?? Math.random,
-      now: options.now ?? (() => performance.now()),
+      now: this.#now,
       interceptors: options.interceptors ?? [],
       shardWorker: options.shardWorker,
       tls: options.tls,
@@ -201,6 +215,12 @@ export class GrpcTransport implements RaftTransport {
     this.#reads = new ReadIndexBatcher((node, shards, terms, timeoutMs) =>
       this.#rpcs.readIndex(node, shards, terms, timeoutMs),
     );
+    this.#departed = options.departed;
+    this.#departedIdleMs = options.departedIdleMs ?? 60_000;
+    if (this.#departed !== undefined) {
+      this.#departedSweep = setInterval(() => this.forgetDeparted(), this.#departedIdleMs);
+      this.#departedSweep.unref();
+    }
   }
 
   /**
@@ -357,6 +377,25 @@ export class GrpcTransport implements RaftTransport {
   }
 
   /**
+   * Forgets (forgetPeer) each peer that left the cluster for good (`departed`) whose link nothing
+   * used for `departedIdleMs`, and that has no snapshot in flight or waiting. forgetPeer, when the
+   * member leaves, drops its link; this drops one made again after that by what was still sent
+   * to it: frames of a group whose move off it was still under way when it was removed (the
+   * meta group removes a dead member once no shard is placed on it, while moves off it may
+   * still be running), answers to a replica it left behind or to its last calls. Such a link
+   * stays while it is used (so that a node behind on the meta log, which takes a new member
+   * under the id for the one that left, still reaches it), and at most about twice
+   * `departedIdleMs` after. Runs every `departedIdleMs`.
+   */
+  forgetDeparted(): void {
+    const departed = this.#departed;
+    if (departed === undefined || this.#closed) return;
+    for (const id of this.#links.unusedSince(this.#now() - this.#departedIdleMs)) {
+      if (departed(id) && !this.#snapshots.busy(id)) this.forgetPeer(id);
+    }
+  }
+
+  /**
    * Ends every stream (half-close: frames already written still go out), waits for them to
    * finish within a second, cuts the rest and closes the channels. Snapshot transfers are cut at
    * once, and those waiting are reported lost; forwarded calls waiting fail. send() drops
@@ -365,6 +404,7 @@ export class GrpcTransport implements RaftTransport {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    clearInterval(this.#departedSweep);
     this.#closing.abort();
     this.#forwarder.close();
     this.#snapshots.dropQueued();

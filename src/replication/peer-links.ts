@@ -97,6 +97,8 @@ export interface PeerLink {
   bytesDropped: number;
   streamsOpened: number;
   streamFailures: number;
+  /** When the link was last asked for (link(): by a frame, a call, an answer, a snapshot). */
+  usedAt: number;
 }
 
 /** The connection's share of PeerStats (grpc-transport.ts). */
@@ -189,10 +191,11 @@ export class PeerLinks {
     this.#path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
   }
 
-  /** Peer node `to`'s link, made on first use. */
+  /** Peer node `to`'s link, made on first use; marked used now. */
   link(to: NodeId): PeerLink {
     let p = this.#links.get(to);
-    if (p === undefined) {
+    if (p !== undefined) p.usedAt = this.#now();
+    else {
       p = {
         id: to,
         address: null,
@@ -209,10 +212,18 @@ export class PeerLinks {
         bytesDropped: 0,
         streamsOpened: 0,
         streamFailures: 0,
+        usedAt: this.#now(),
       };
       this.#links.set(to, p);
     }
     return p;
+  }
+
+  /** The peers whose links were not used (link()) since `time` (now()). */
+  unusedSince(time: number): NodeId[] {
+    const out: NodeId[] = [];
+    for (const p of this.#links.values()) if (p.usedAt < time) out.push(p.id);
+    return out;
   }
 
   /** Every link kept (made and not forgotten), in the order they were made. */

@@ -173,6 +173,12 @@ export class SnapshotSender {
     };
   }
 
+  /** Whether peer node `to` has a snapshot in flight or waiting. */
+  busy(to: NodeId): boolean {
+    const lane = this.#lanes.get(to);
+    return lane !== undefined && (lane.inFlight || lane.queue.length > 0);
+  }
+
   /**
    * Reports the snapshots waiting as lost, once the transport is closing (the transfers in
    * flight are cut by `closing`, and report themselves).

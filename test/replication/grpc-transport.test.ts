@@ -590,6 +590,39 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       }
     });
 
+    it("forgets a link made again to a departed peer once unused for departedIdleMs; not one used since, nor a member's", async () => {
+      const server = await collectingServer(startRaftServer);
+      const through = await relay(server.address);
+      const gone = new Set(["n2", "n4"]);
+      let time = 1_000;
+      const t = transportTo(through.address, {
+        // n3 and n4 have no address: their links hold no channel, and the relay sees n2's only.
+        peers: (id) => (id === "n2" ? through.address : null),
+        departed: (id) => gone.has(id),
+        departedIdleMs: 20,
+        now: () => time,
+      });
+      const n3 = nodeId("n3");
+      const n4 = nodeId("n4");
+      try {
+        // A straggler to n2, which left (after forgetPeer): a link is made again, and connects.
+        t.send(N2, [heartbeat(1)]);
+        await eventually("delivered", () => server.got.length === 1);
+        assert.equal(through.open, 1);
+        t.send(n3, [heartbeat(2, n3)]);
+        time += 21;
+        // n4 left too, but its link was used just now.
+        t.send(n4, [heartbeat(3, n4)]);
+        await eventually("n2's link forgotten", () => t.stats()["n2"] === undefined);
+        assert.deepEqual(Object.keys(t.stats()).sort(), ["n3", "n4"], "in the same pass");
+        await eventually("n2's socket closed", () => through.open === 0);
+      } finally {
+        await t.close();
+        through.close();
+        server.stop();
+      }
+    });
+
     it("close() ends the streams cleanly and drops what is sent after", async () => {
       const server = await collectingServer(startRaftServer);
       const t = transportTo(server.address);
