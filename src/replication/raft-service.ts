@@ -4,8 +4,9 @@
  * (snapshot-receiver.ts), and the unary calls a peer makes of this node: ProposeMeta (a member
  * proposing to the meta group led here), ReadIndex (read-index.ts), ConfirmTerms (term-confirm.ts)
  * and ScanShards. Every call is checked against handshake.ts's rules first (the Stream's and a
- * snapshot's handshake; a unary call's `cairn-peer` metadata and cluster id). GrpcTransport is
- * the sending end.
+ * snapshot's handshake; a unary call's `cairn-peer` metadata and cluster id); a refusal is
+ * logged at warn, at most 10 lines of each message and code every 10 s (RefusalLog,
+ * peer-logger.ts), and counted, every one (`refused`). GrpcTransport is the sending end.
  */
 import {
   Metadata,
@@ -40,7 +41,7 @@ import {
   type PeerRefusalKind,
 } from "./handshake.ts";
 import type { ScanRequest, ShardMessage } from "./multi-raft.ts";
-import { type PeerLogger, silentLogger } from "./peer-logger.ts";
+import { type LogBound, type PeerLogger, RefusalLog, silentLogger } from "./peer-logger.ts";
 import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
 import { clearSnapshotDir } from "./snapshot-file.ts";
 import { snapshotReceiver } from "./snapshot-receiver.ts";
@@ -147,6 +148,12 @@ export interface RaftServiceOptions {
   readonly refused?: (kind: PeerRefusalKind) => void;
   readonly logger?: PeerLogger;
   /**
+   * The refusals' WARN lines (a stream, a call, a snapshot refused): at most 10 of each message
+   * and code every 10 s by default (RefusalLog); every refusal is still counted (`refused`, the
+   * snapshot metrics).
+   */
+  readonly refusalLog?: LogBound;
+  /**
    * Where incoming snapshots are written as they arrive (a directory of the node's own, emptied
    * here: what a previous run left is never read), then read back as a stream when the follower
    * installs them (snapshot-file.ts). Without it (tests of the service) they are assembled in
@@ -191,6 +198,8 @@ export function createRaftService(
   options: RaftServiceOptions,
 ): RaftService {
   const log = options.logger ?? silentLogger;
+  // Anything that reaches the peer port can be refused at will: one bound for the service's lines.
+  const refusals = new RefusalLog(log, options.refusalLog);
   const self = toNodeId(options.nodeId);
   const open = new Set<EndCall>();
   if (options.snapshotDir !== undefined) clearSnapshotDir(options.snapshotDir);
@@ -227,7 +236,7 @@ export function createRaftService(
     );
     if (refusal !== null) {
       options.refused?.(refusal.kind);
-      log.warn("raft call refused", {
+      refusals.warn("raft call refused", {
         peer: sender,
         peer_addr: call.getPeer(),
         method: call.getPath(),
@@ -247,6 +256,7 @@ export function createRaftService(
     calls: options.calls,
     connected: options.connected,
     log,
+    refusals,
     open,
   });
 
@@ -274,6 +284,7 @@ export function createRaftService(
         maxReceives: options.maxSnapshotReceives ?? MAX_SNAPSHOT_RECEIVES,
         metrics: options.metrics,
         log,
+        refusals,
         open,
       }),
       ProposeMeta(

@@ -17,9 +17,10 @@
  * some could have kept the peers' snapshots out.)
  *
  * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
- * (logged at warn, counted as a failed receive; a refusal of the sender's bytes, a chunk that
- * is no SnapshotChunk among them, INVALID_ARGUMENT with CAIRN_ERR_INVALID_ARGUMENT); a call the
- * sender cancels is counted and logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
+ * (logged at warn, within RefusalLog's bound: peer-logger.ts; counted as a failed receive, every
+ * one; a refusal of the sender's bytes, a chunk that is no SnapshotChunk among them,
+ * INVALID_ARGUMENT with CAIRN_ERR_INVALID_ARGUMENT); a call the sender cancels is counted and
+ * logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
  */
 import {
   Metadata,
@@ -34,7 +35,7 @@ import { ERROR_CODE_KEY, PEER_KEY } from "../api/wire.ts";
 import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotChunk.ts";
 import type { PeerCheck, PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
-import type { LogFields, PeerLogger } from "./peer-logger.ts";
+import { type LogFields, type PeerLogger, RefusalLog } from "./peer-logger.ts";
 import { SnapshotFile } from "./snapshot-file.ts";
 import { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 import type { EndCall } from "./stream-receiver.ts";
@@ -56,6 +57,11 @@ export interface SnapshotReceiverOptions {
   readonly maxReceives: number;
   readonly metrics?: SnapshotMetrics | undefined;
   readonly log: PeerLogger;
+  /**
+   * Where the refusals are logged, bounded (the service's, shared with its other calls).
+   * Default: a RefusalLog of `log`'s, of these calls alone.
+   */
+  readonly refusals?: RefusalLog | undefined;
   /** The calls open now: each is added while open, and ended by the service's endAll(). */
   readonly open: Set<EndCall>;
 }
@@ -69,6 +75,8 @@ export function snapshotReceiver(
   callback: sendUnaryData<SnapshotAck>,
 ) => void {
   const { idleMs, log, open } = options;
+  // A caller makes a refusal at will (a stranger, a damaged chunk): its lines are bounded.
+  const refusals = options.refusals ?? new RefusalLog(log);
   /** Calls past their header, not yet finished. */
   let receiving = 0;
   return (call, callback) => {
@@ -105,7 +113,7 @@ export function snapshotReceiver(
       }
       assembler.discard();
       options.metrics?.failed("receive");
-      log.warn("raft snapshot refused", {
+      refusals.warn("raft snapshot refused", {
         ...fields(),
         code: status[err.code],
         details: err.message,

@@ -4,7 +4,9 @@
  * call with its status; an acceptance is answered with response headers); every later frame is
  * a batch of Raft messages, handed to the driver with the sender's node id, or a forwarded KV
  * call or its reply, handed to `calls`. A malformed frame, or one of another kind, ends the call
- * INVALID_ARGUMENT (CAIRN_ERR_INVALID_ARGUMENT); the sender's half-close ends it OK.
+ * INVALID_ARGUMENT (CAIRN_ERR_INVALID_ARGUMENT); the sender's half-close ends it OK. Each
+ * refusal is logged at warn, within RefusalLog's bound (peer-logger.ts): a caller makes them at
+ * will.
  *
  * Frames are decoded here (frame-decode.ts), straight into Raft messages: no protobuf objects on
  * a replicated write's path. `streamReceiver` serves a call however it arrives: from the node's
@@ -34,7 +36,7 @@ import {
   senderRefusal,
 } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
-import type { LogFields, PeerLogger } from "./peer-logger.ts";
+import { type LogFields, type PeerLogger, RefusalLog } from "./peer-logger.ts";
 
 const EMPTY_MESSAGE = new Uint8Array(0);
 const MALFORMED_TRAILER: MetadataPairs = [[ERROR_CODE_KEY, MALFORMED_REQUEST_CODE]];
@@ -65,6 +67,11 @@ export interface StreamReceiverOptions {
   /** A peer's stream was accepted: the peer is up now (RaftServiceOptions.connected). */
   readonly connected?: ((from: NodeId) => void) | undefined;
   readonly log: PeerLogger;
+  /**
+   * Where the refusals are logged, bounded (the service's, shared with its other calls).
+   * Default: a RefusalLog of `log`'s, of these streams alone.
+   */
+  readonly refusals?: RefusalLog | undefined;
   /** The calls open now: each is added while open, and ended by the service's endAll(). */
   readonly open: Set<EndCall>;
 }
@@ -78,6 +85,8 @@ export function streamReceiver(
   options: StreamReceiverOptions,
 ): RawStreamHandler {
   const { self, peerCheck, log, open } = options;
+  // A caller makes a refusal at will (a stranger, a malformed frame): its lines are bounded.
+  const refusals = options.refusals ?? new RefusalLog(log);
   return (call) => {
     let from: NodeId | null = null;
     /** The sender's replica id: the `from` of every message it sends. */
@@ -93,7 +102,7 @@ export function streamReceiver(
     };
     open.add(finish);
     const refuse = (code: status, details: string, fields: LogFields): void => {
-      log.warn("raft stream refused", { ...fields, code: status[code], details });
+      refusals.warn("raft stream refused", { ...fields, code: status[code], details });
       // A frame refused as malformed is the sender's mistake, with the code a client's
       // malformed request carries.
       finish({ code, details }, code === status.INVALID_ARGUMENT ? MALFORMED_TRAILER : null);

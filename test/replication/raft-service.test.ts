@@ -16,6 +16,7 @@ import { CairnError } from "../../src/common/errors.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
 import { createRaftService, type ScanRequest } from "../../src/replication/index.ts";
+import { encodeHandshakeFrame } from "../../src/replication/frame-encode.ts";
 import { FollowerStore, LIMITS, TOTAL_SHARDS } from "../api/forward-support.ts";
 import {
   collectingServer,
@@ -234,11 +235,12 @@ function rawPeerCall(
   address: string,
   method: "ReadIndex" | "InstallSnapshot" | "Stream",
   message: Buffer,
+  peer = "n1",
 ): Promise<ServiceError | null> {
   const path = loadRaftProto().cairn.v1.Raft.service[method].path;
   const client = new Client(address, credentials.createInsecure());
   const metadata = new Metadata();
-  metadata.set(PEER_KEY, "n1");
+  metadata.set(PEER_KEY, peer);
   const bytes = (b: Buffer): Buffer => b;
   return new Promise<ServiceError | null>((resolve) => {
     const done = (err: ServiceError | null): void => {
@@ -295,6 +297,100 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
       }
       const errors = lines.filter((l) => l.level === "ERROR");
       assert.deepEqual(errors, [], "no ERROR line for a peer's malformed request");
+    } finally {
+      await server.close(1000);
+    }
+  });
+
+  it("bounds the refusals' WARN lines, 10 of each message and code every 10 s, the next saying how many were left out; every refusal counted", async () => {
+    const lines: LogLine[] = [];
+    const refused: string[] = [];
+    let failedReceives = 0;
+    let time = 0;
+    const server = new RpcServer({
+      address: "127.0.0.1:0",
+      nodeId: "n2",
+      store: new FollowerStore("n2"),
+      metrics: new CairnMetrics({ nodeId: "n2" }),
+      views: new ClusterViewPublisher(TOTAL_SHARDS),
+      logger: createLogger({ sink: { write: () => undefined } }),
+      limits: LIMITS,
+      maxMessageBytes: 4 * 1024 * 1024,
+      raft: createRaftService(() => undefined, {
+        clusterId: "c1",
+        nodeId: "n2",
+        readIndex: () => Promise.resolve(1),
+        membership: (node) => (node === "n9" ? "removed" : "member"),
+        refused: (kind) => refused.push(kind),
+        metrics: {
+          sent: () => undefined,
+          bytesSent: () => undefined,
+          received: () => undefined,
+          failed: (direction) => {
+            if (direction === "receive") failedReceives++;
+          },
+        },
+        logger: recordingLogger(lines),
+        refusalLog: { now: () => time },
+      }),
+    });
+    const address = `127.0.0.1:${(await server.start()).port}`;
+    // Node n9, removed for good, calling each way it can: every call is refused.
+    const identity = {
+      cluster_id: "c1",
+      from_node_id: "n9",
+      to_node_id: "n2",
+      from_replica_id: "",
+    };
+    const raft = loadRaftProto().cairn.v1.Raft.service;
+    const calls = [
+      [
+        "ReadIndex",
+        "raft call refused",
+        Buffer.from(raft.ReadIndex.requestSerialize({ cluster_id: "c1", shard_ids: [1] })),
+      ],
+      ["Stream", "raft stream refused", encodeHandshakeFrame(identity)],
+      [
+        "InstallSnapshot",
+        "raft snapshot refused",
+        Buffer.from(
+          raft.InstallSnapshot.requestSerialize({
+            header: { handshake: identity, shard_id: 1, total_bytes: 1 },
+          }),
+        ),
+      ],
+    ] as const;
+    const logged = (message: string, code: string): LogLine[] =>
+      lines.filter((l) => l.message === message && l.fields["code"] === code);
+    try {
+      const FLOOD = 25;
+      for (let i = 0; i < FLOOD; i++) {
+        for (const [method, , bytes] of calls) {
+          const err = await rawPeerCall(address, method, bytes, "n9");
+          assert.equal(err?.code, status.PERMISSION_DENIED, `${method}: ${err?.details}`);
+        }
+      }
+      assert.equal(refused.length, 3 * FLOOD, "every refusal counted");
+      assert.ok(refused.every((kind) => kind === "not_member"));
+      assert.equal(failedReceives, FLOOD);
+      for (const [method, message] of calls) {
+        const written = logged(message, "PERMISSION_DENIED");
+        assert.equal(written.length, 10, `${method}: ${written.length} lines`);
+        assert.ok(written.every((l) => l.level === "warn" && !("not_logged_before" in l.fields)));
+      }
+      // Another code of the same message has a window of its own: a malformed frame.
+      const garbage = Buffer.from([0x0a, 0xff, 0xff]);
+      assert.equal((await rawPeerCall(address, "Stream", garbage))?.code, status.INVALID_ARGUMENT);
+      assert.equal(logged("raft stream refused", "INVALID_ARGUMENT").length, 1);
+
+      // A window later, the next line of each says how many were left out.
+      time += 10_000;
+      for (const [method, message, bytes] of calls) {
+        await rawPeerCall(address, method, bytes, "n9");
+        const written = logged(message, "PERMISSION_DENIED");
+        assert.equal(written.length, 11, method);
+        assert.equal(written[10]?.fields["not_logged_before"], FLOOD - 10, method);
+      }
     } finally {
       await server.close(1000);
     }
