@@ -75,6 +75,18 @@ async function peerSeries(http: string | undefined): Promise<string[]> {
   return [...new Set(peers)].sort();
 }
 
+/** The messages of a node's log lines about peer `peer` (a `peer` field), in order. */
+function peerMessages(lines: readonly string[] | undefined, peer: string): string[] {
+  return (lines ?? []).flatMap((line) => {
+    try {
+      const rec = JSON.parse(line) as { message?: string; fields?: Record<string, unknown> };
+      return rec.fields?.["peer"] === peer && rec.message !== undefined ? [rec.message] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
 /** A node's cairn_cluster_shards_moving and cairn_cluster_shards_underreplicated. */
 async function placementWork(
   http: string | undefined,
@@ -294,6 +306,13 @@ describe("elastic cluster (real processes)", () => {
         await eventually("n1's view has n2 decommissioned", async () =>
           (await memberStates(c1)).includes("n2=decommissioned"),
         );
+        // Gone for good, n2 takes n1's link to it with it: its connections closed, nothing of
+        // it kept (members that come and go leave nothing behind).
+        await eventually("n1 dropped its link to n2", async () =>
+          peerMessages(n1.server?.lines, "n2").includes(
+            "raft peer left the cluster; its connections closed",
+          ),
+        );
         for (const ended of [await n2Watch, await watchEnd(clientOf(cluster, "n2"))]) {
           assert.equal(ended.code, 14, ended.details);
           assert.equal(ended.metadata.get("cairn-error-code")[0], "CAIRN_ERR_NOT_MEMBER");
@@ -390,6 +409,13 @@ describe("elastic cluster (real processes)", () => {
         assert.match(
           reborn.server?.lines.join("\n") ?? "",
           /admitted this node as a joining member/,
+        );
+        // n1 reaches the new n2 on a new link, connected after the old one was dropped.
+        const aboutN2 = peerMessages(n1.server.lines, "n2");
+        const dropped = aboutN2.lastIndexOf("raft peer left the cluster; its connections closed");
+        assert.ok(
+          dropped >= 0 && aboutN2.indexOf("raft peer connected", dropped) > dropped,
+          aboutN2.join("; "),
         );
         assert.ok(reborn.client !== null);
         for (let i = 112; i < 120; i++) await put(reborn.client, `k${i}`, `v${i}`);
