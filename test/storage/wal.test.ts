@@ -5,6 +5,7 @@ import { readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
+import { type FileSystem, type FsFile, MemoryFileSystem } from "../../src/storage/common/index.ts";
 import { MAX_PAYLOAD_BYTES } from "../../src/storage/wal/record.ts";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
 import { CHECKPOINT_ROOM_BYTES, SEGMENT_FILE_MAX_BYTES } from "../../src/storage/wal/wal.ts";
@@ -917,4 +918,65 @@ describe("WAL crash inside a segment rotation (SIGKILL at a counted operation)",
       await checkRecovered(dir, acked);
     });
   }
+});
+
+describe("WAL close", () => {
+  /** A file system whose files' writes fail once `broken.now`, counting each file's closes. */
+  function breakable() {
+    const broken = { now: false };
+    const closes: number[] = [];
+    const fs: FileSystem = new Proxy(new MemoryFileSystem(), {
+      get(target, p) {
+        if (p === "open") {
+          return async (path: string, flags: Parameters<FileSystem["open"]>[1]) => {
+            const file = await target.open(path, flags);
+            const n = closes.push(0) - 1;
+            const fail = (): never => {
+              throw Object.assign(new Error("EIO: i/o error, write"), { code: "EIO" });
+            };
+            return {
+              write: (...a: Parameters<FsFile["write"]>) =>
+                broken.now ? Promise.reject(new Error("EIO")) : file.write(...a),
+              ...(file.writeNow === undefined
+                ? {}
+                : {
+                    writeNow: (...a: Parameters<NonNullable<FsFile["writeNow"]>>) =>
+                      broken.now
+                        ? fail()
+                        : (file.writeNow as NonNullable<FsFile["writeNow"]>)(...a),
+                  }),
+              truncate: (length: number) => file.truncate(length),
+              sync: () => file.sync(),
+              datasync: () => file.datasync(),
+              close: () => {
+                closes[n] = (closes[n] ?? 0) + 1;
+                return file.close();
+              },
+            } satisfies FsFile;
+          };
+        }
+        const v: unknown = Reflect.get(target, p, target);
+        return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    return { fs, broken, closes };
+  }
+
+  it("closes its file when the last sync fails, and rejects with that failure", async () => {
+    const { fs, broken, closes } = breakable();
+    const wal = await Wal.open("/wal", { fs, preallocate: false });
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    broken.now = true;
+    await assert.rejects(wal.close());
+    assert.ok(closes.length > 0);
+    assert.equal(closes.at(-1), 1, "the segment's file closed once");
+  });
+
+  it("closes its file once when close() is called twice at once, both resolving", async () => {
+    const { fs, closes } = breakable();
+    const wal = await Wal.open("/wal", { fs, preallocate: false });
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(1, 1)] }]);
+    await Promise.all([wal.close(), wal.close()]);
+    assert.equal(closes.at(-1), 1, "the segment's file closed once");
+  });
 });

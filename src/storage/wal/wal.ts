@@ -275,6 +275,8 @@ export class Wal {
    * close() began, or, when its write started a segment, failed on the closed file.
    */
   #closing = false;
+  /** close()'s one run, shared by every caller. */
+  #closePromise: Promise<void> | null = null;
   /** Per shard, the highest index below which no entry is needed any more, as made durable. */
   readonly #durableCompact = new DenseMap<number>();
   /** #checkBatch's scratch: a batch's shards' last and compaction indexes as it goes. */
@@ -671,12 +673,22 @@ export class Wal {
    * Syncs what is pending and closes the current segment. Records are refused
    * (CAIRN_ERR_WAL_CLOSED) from the call on.
    */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    // One close for every caller: two at once each closed the file, the second failing EBADF.
+    return (this.#closePromise ??= this.#close());
+  }
+
+  async #close(): Promise<void> {
     if (this.#closed) return;
     this.#closing = true;
-    if (this.#failure === undefined) await this.sync();
-    this.#closed = true;
-    await this.#handle.close();
+    try {
+      if (this.#failure === undefined) await this.sync();
+    } finally {
+      // Closed also when the last sync failed (it rejects with that failure): the file was left
+      // open, its descriptor held until the process ended.
+      this.#closed = true;
+      await this.#handle.close();
+    }
   }
 
   /**
