@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { parse as parseYaml } from "yaml";
-import { loadConfig } from "../../src/config/index.ts";
+import { loadConfig, sameAddress } from "../../src/config/index.ts";
 import { cleanEnv, ROOT } from "../support/server-process.ts";
 import { freePort } from "../support/cluster-process.ts";
 
@@ -471,7 +471,15 @@ describe("deploy/", () => {
       assert.equal(config.rpc_addr, "0.0.0.0:7447");
       assert.equal(config.http_addr, "0.0.0.0:8080");
       assert.match(config.advertise_rpc_addr, /:7447$/);
-      assert.equal(config.cluster.seed_nodes.length, 2);
+      // Every member is given the same seeds in the same order, and only the node that
+      // seed_nodes[0] names founds the cluster: a list of "the other members" names no node's
+      // own address first, and the cluster is never founded. The example is that first node.
+      const seeds = config.cluster.seed_nodes;
+      assert.equal(seeds.length, config.cluster.bootstrap_expect, "the whole 3-node cluster");
+      assert.ok(
+        seeds[0] !== undefined && sameAddress(seeds[0], config.advertise_rpc_addr),
+        `seed_nodes[0] is this node (the first seed), got ${seeds.join(",")}`,
+      );
       const stop = /^(\d+)s$/.exec(directive("TimeoutStopSec")[0] ?? "");
       assert.ok(stop?.[1] !== undefined, "TimeoutStopSec=<n>s");
       assert.ok(
