@@ -423,6 +423,11 @@ describe("deploy/", () => {
         for (const a of t.alert_rule_test) if (a.exp_alerts.length > 0) firing.add(a.alertname);
       }
       assert.deepEqual([...firing].sort(), [...names].sort(), "a firing test for every alert");
+      // deploy/README.md, "Prometheus and Grafana", counts the rules and names each one.
+      const readme = read("README.md");
+      const count = /`alerts\.yaml` \((\d+) rules/.exec(readme);
+      assert.equal(Number(count?.[1]), names.length, "deploy/README.md: `alerts.yaml` (N rules");
+      for (const a of names) assert.ok(readme.includes(`\`${a}\``), `deploy/README.md names ${a}`);
     });
 
     it("the scrape config scrapes 3 nodes' HTTP port every 15 s and loads the rules", () => {
