@@ -153,6 +153,21 @@ describe("deploy/compose.yaml", () => {
   });
 });
 
+describe("deploy/ names", () => {
+  it("every test and script a deploy file names exists", () => {
+    const files = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)],
+      );
+    for (const file of files(DEPLOY)) {
+      const text = readFileSync(file, "utf8");
+      for (const m of text.matchAll(/\b(?:test|scripts)\/[\w./-]+\.ts\b/g)) {
+        assert.ok(existsSync(join(ROOT, m[0])), `${file} names ${m[0]}, which does not exist`);
+      }
+    }
+  });
+});
+
 // ---------------------------------------------------------------------------------------------
 
 interface Probe {
