@@ -341,4 +341,19 @@ describe("deploy/k8s/", () => {
     assert.deepEqual(container.securityContext.capabilities.drop, ["ALL"]);
     assert.ok(container.resources.requests["cpu"] && container.resources.requests["memory"]);
   });
+
+  it("gives the read-only root a writable /tmp, where `cairn restore -` in the pod keeps the backup it reads from standard input", () => {
+    const mount = (container.volumeMounts as { name: string; mountPath: string }[]).find(
+      (m) => m.mountPath === "/tmp",
+    );
+    assert.ok(mount !== undefined, "a volume mounted at /tmp");
+    const volumes = (sts.spec.template.spec.volumes ?? []) as {
+      name: string;
+      emptyDir?: object;
+    }[];
+    assert.ok(
+      volumes.some((v) => v.name === mount.name && v.emptyDir !== undefined),
+      "an emptyDir",
+    );
+  });
 });
