@@ -132,12 +132,12 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
   if (output !== "text" && output !== "json")
     throw new UsageError(`--output must be text or json, not ${JSON.stringify(output)}`);
   const timeout = str(values, "timeout") ?? "5000";
-  const timeoutMs = Number(timeout);
+  const timeoutMs = wholeNumber(timeout);
   // At most what a timer can wait (2^31-1 ms, 24.8 days): past it Node.js fires at once, and
   // health, metrics and cluster failed as they started (grpc-js threw on larger ones).
-  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS)
+  if (timeoutMs === null || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS)
     throw new UsageError(
-      `--timeout must be a whole number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (24.8 days), not ${timeout}`,
+      `--timeout must be a whole number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (24.8 days), not ${JSON.stringify(timeout)}`,
     );
   const tls = tlsOf(values, env);
   const token =
@@ -225,12 +225,23 @@ export function intFlag(
 ): number {
   const text = str(values, name);
   if (text === undefined) return fallback;
-  const n = Number(text);
-  if (!Number.isSafeInteger(n) || n < min || (max !== undefined && n > max))
+  const n = wholeNumber(text);
+  if (n === null || n < min || (max !== undefined && n > max))
     throw new UsageError(
-      `--${name} must be an integer ${max === undefined ? `≥ ${min}` : `from ${min} to ${max}`}, not ${text}`,
+      `--${name} must be an integer ${max === undefined ? `≥ ${min}` : `from ${min} to ${max}`}, not ${JSON.stringify(text)}`,
     );
   return n;
+}
+
+/**
+ * A flag's text as a whole number written in decimal digits, or null. Not Number(text) alone,
+ * which reads "" and " " as 0 (`--limit "$N"` with N unset listed every key, as no limit) and
+ * takes hexadecimal, exponents and surrounding spaces.
+ */
+function wholeNumber(text: string): number | null {
+  if (!/^[0-9]+$/.test(text)) return null;
+  const n = Number(text);
+  return Number.isSafeInteger(n) ? n : null;
 }
 
 /** The flags of a command that reads a range of keys (scan, backup). */

@@ -451,6 +451,15 @@ describe("cairn errors and help", () => {
       ],
       [["get", "k", "--timeout", "99999999999999999999"], /--timeout must be a whole number/],
       [["get", "k", "--timeout", "0"], /--timeout must be a whole number/],
+      // Number() reads "" and " " as 0, and takes hex, exponents and spaces: `--limit ""` (a
+      // script's unset variable) listed every key, as no limit, and `--timeout 0x3e8` passed.
+      [["scan", "--limit", ""], /--limit must be an integer ≥ 0, not ""/],
+      [["scan", "--limit", " "], /--limit must be an integer/],
+      [["scan", "--limit", "1e3"], /--limit must be an integer/],
+      [["scan", "--limit", "0x10"], /--limit must be an integer/],
+      [["scan", "--limit", " 5"], /--limit must be an integer/],
+      [["get", "k", "--timeout", "0x3e8"], /--timeout must be a whole number/],
+      [["get", "k", "--timeout", "1e3"], /--timeout must be a whole number/],
     ];
     const runs = await Promise.all(cases.map(([args]) => cairn(args)));
     runs.forEach((r, i) => {
