@@ -2,8 +2,8 @@
  * `cairn backup` and `cairn restore`: every key of a range, with its value, to a checksummed file
  * (backup-file.ts) and back into a cluster, through the KV service like any client.
  */
-import { createWriteStream } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { constants, createWriteStream } from "node:fs";
+import { type FileHandle, mkdtemp, open, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
@@ -90,7 +90,8 @@ Writes every key of a backup made by 'cairn backup' into the cluster (each key g
 version). The whole file is checked first (every record's checksum, the key order, the end
 record that counts them): a damaged or cut-short file is refused before anything is written.
 "-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
-after) so that it can be checked whole before the first write.
+after) so that it can be checked whole before the first write; so is a FILE that is a pipe
+(<(gunzip -c FILE.gz), /dev/stdin). FILE is opened once: what is written is what was checked.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
 a new cluster, or a range emptied first; each key is then written only where it is absent, so a
 key written while the restore runs is left as it is (exit 4). Progress goes to stderr every 2 s.
@@ -224,10 +225,10 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["FILE"]);
       const concurrency = intFlag(values, "concurrency", 64, 1, 256);
-      return fromFileOrStdin(positionals[0] as string, io, async (path, name) => {
+      return fromFileOrStdin(positionals[0] as string, io, async (file, name) => {
         const started = performance.now();
         // The whole file is read and checked before the first write.
-        const checked = await readable(path, name, true, async (reader) => {
+        const checked = await readable(file, name, true, async (reader) => {
           for await (const batch of reader.entries()) void batch;
           return {
             header: reader.header,
@@ -275,8 +276,9 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
         const c = client();
         const overwrite = values["overwrite"] === true;
         try {
-          // A file changed since it was checked is refused where it differs, keys written by then.
-          await readable(path, name, false, (reader) =>
+          // The file checked, through the same handle: one changed since it was checked is
+          // refused where it differs, keys written by then.
+          await readable(file, name, false, (reader) =>
             inParallel(reader, concurrency, async (e) => {
               try {
                 await putAgainIfUnknown(c, e, overwrite);
@@ -310,39 +312,64 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
 }
 
 /**
- * Runs `body` on the backup `arg` names: a file, or for "-" standard input, first copied to a
- * temporary file (a restore reads its backup twice: to check it, then to write it), removed
- * after. `name` is what messages call it.
+ * Runs `body` on the backup `arg` names, opened once: a restore reads it twice (to check it,
+ * then to write it), and opening its path again for the second read wrote whatever was there
+ * by then (a backup renamed over it since the check: its keys, its range never checked) and
+ * found a pipe drained (`/dev/stdin`, `<(gunzip -c …)`: a whole backup refused as cut short).
+ * A regular file is read through the one handle; standard input ("-") and any other file (a
+ * pipe, a device) are first copied to a temporary file (in TMPDIR), removed after. `name` is
+ * what messages call it.
  */
 async function fromFileOrStdin<T>(
   arg: string,
   io: Io,
-  body: (path: string, name: string) => Promise<T>,
+  body: (file: FileHandle, name: string) => Promise<T>,
 ): Promise<T> {
-  if (arg !== "-") return body(arg, arg);
-  const dir = await mkdtemp(join(tmpdir(), "cairn-restore-"));
+  const name = arg === "-" ? "standard input" : arg;
+  const given =
+    arg === "-"
+      ? null
+      : await open(arg, constants.O_RDONLY).catch((e: NodeJS.ErrnoException) => {
+          throw new InputError(`${arg} cannot be read: ${e.code ?? e.message}`);
+        });
   try {
-    const path = join(dir, "stdin.bak");
-    await pipeline(io.stdin, createWriteStream(path, { mode: 0o600 }));
-    return await body(path, "standard input");
+    if (given !== null && (await given.stat()).isFile()) return await body(given, name);
+    const dir = await mkdtemp(join(tmpdir(), "cairn-restore-"));
+    try {
+      const path = join(dir, "stdin.bak");
+      await pipeline(
+        given === null ? io.stdin : given.createReadStream({ autoClose: false }),
+        createWriteStream(path, { mode: 0o600 }),
+      ).catch((e: NodeJS.ErrnoException) => {
+        throw new InputError(`${name} cannot be read: ${e.code ?? e.message}`);
+      });
+      const copy = await open(path, constants.O_RDONLY);
+      try {
+        return await body(copy, name);
+      } finally {
+        await copy.close();
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    await given?.close();
   }
 }
 
 /**
- * Opens the backup for `body`, and closes it; an unreadable or damaged file is an input error
- * (exit 2). `checking`: nothing was written yet (the first pass), which the message says.
+ * Reads the backup for `body` from its first byte; an unreadable or damaged file is an input
+ * error (exit 2). `checking`: nothing was written yet (the first pass), which the message says.
  */
 async function readable<T>(
-  path: string,
+  file: FileHandle,
   name: string,
   checking: boolean,
   body: (reader: BackupReader) => Promise<T>,
 ): Promise<T> {
   const damaged = (e: BackupDamagedError): InputError =>
     new InputError(checking ? `${e.message}; nothing was written` : e.message);
-  const reader = await openBackup(path, name).catch((e: Error) => {
+  const reader = await openBackup(file, name).catch((e: Error) => {
     if (e instanceof BackupDamagedError) throw damaged(e);
     const code = (e as NodeJS.ErrnoException).code;
     throw new InputError(code === undefined ? e.message : `${name} cannot be read: ${code}`);

@@ -289,12 +289,18 @@ export interface BackupReader {
 
 /**
  * Opens a backup and checks its header (BackupDamagedError if it is not a backup); errors name
- * it `name` (default: its path).
+ * it `name` (default: its path). `source` is a path, or a file already open, which is read from
+ * its first byte whatever its position (a restore reads one file twice: to check it, then to
+ * write it) and which the reader's close() leaves open.
  */
-export async function openBackup(path: string, name = path): Promise<BackupReader> {
-  const file = await open(path, constants.O_RDONLY);
+export async function openBackup(
+  source: string | FileHandle,
+  name = typeof source === "string" ? source : "the backup",
+): Promise<BackupReader> {
+  const owned = typeof source === "string";
+  const file = owned ? await open(source, constants.O_RDONLY) : source;
   try {
-    const src = new ChunkSource(name, file);
+    const src = new ChunkSource(name, file, owned);
     const head = await src.take(16);
     if (!head.subarray(0, 8).equals(MAGIC)) throw src.damaged(0, "not a Cairn backup");
     const format = head.readUInt32BE(8);
@@ -309,7 +315,7 @@ export async function openBackup(path: string, name = path): Promise<BackupReade
     const header = parseHeader(headerBytes, () => src.damaged(16, "the header is not valid"));
     return new Reader(src, header, seed);
   } catch (err) {
-    await file.close();
+    if (owned) await file.close();
     throw err;
   }
 }
@@ -463,14 +469,23 @@ function parseSkipped(bytes: Buffer, damaged: () => Error): readonly number[] {
 class ChunkSource {
   readonly #path: string;
   readonly #file: FileHandle;
+  /** The file was opened for this source, which closes it. */
+  readonly #owned: boolean;
+  /**
+   * Where the next read starts: null for a file opened here, read on from its position (a pipe
+   * has no other); a file given is read from its first byte, whatever its position.
+   */
+  #position: number | null;
   #buf = Buffer.alloc(0);
   #at = 0;
   #base = 0;
   #eof = false;
 
-  constructor(path: string, file: FileHandle) {
+  constructor(path: string, file: FileHandle, owned: boolean) {
     this.#path = path;
     this.#file = file;
+    this.#owned = owned;
+    this.#position = owned ? null : 0;
   }
 
   /** Bytes of the file taken so far. */
@@ -502,7 +517,13 @@ class ChunkSource {
     const left = this.#buf.subarray(this.#at);
     const next = Buffer.allocUnsafe(Math.max(CHUNK_BYTES, need) + left.length);
     left.copy(next, 0);
-    const { bytesRead } = await this.#file.read(next, left.length, next.length - left.length, null);
+    const { bytesRead } = await this.#file.read(
+      next,
+      left.length,
+      next.length - left.length,
+      this.#position,
+    );
+    if (this.#position !== null) this.#position += bytesRead;
     if (bytesRead === 0) this.#eof = true;
     this.#base += this.#at;
     this.#buf = next.subarray(0, left.length + bytesRead);
@@ -510,6 +531,6 @@ class ChunkSource {
   }
 
   close(): Promise<void> {
-    return this.#file.close();
+    return this.#owned ? this.#file.close() : Promise.resolve();
   }
 }

@@ -268,6 +268,32 @@ describe("cairn backup and restore", () => {
     );
   });
 
+  it("restores from a path that is a pipe (/dev/stdin, <(gunzip -c …)), read once", async () => {
+    // The restore opened the path twice, to check and then to write: a pipe's second opening
+    // found it drained, and a whole backup was refused as "cut short (at byte 0)" after its
+    // check had passed.
+    // bash's process substitution: the path is /dev/fd/N, a pipe. (A child's standard input
+    // from spawn is a socket, which /dev/stdin cannot open.)
+    const r = spawn(
+      "bash",
+      [
+        "-c",
+        '"$0" --endpoints "$1" restore <(cat "$2") --overwrite',
+        CAIRN,
+        target.rpc,
+        join(dir, "prefix.bak"),
+      ],
+      { cwd: ROOT, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    let err = "";
+    r.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    r.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    const code = await new Promise((resolve) => r.once("close", resolve));
+    assert.equal(code, 0, err);
+    assert.match(out, /^restored 30 keys \(0\.5 MiB\) from \/dev\/fd\/\d+ in/);
+  });
+
   it("a file whose records lie outside its header's range is refused: a restore without --overwrite never writes over live keys", async () => {
     // The emptiness check reads only the header's range (here: keys under empty/, none held);
     // the records name a key outside it that the target holds. The restore overwrote it, exit 0.

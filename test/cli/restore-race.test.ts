@@ -4,7 +4,7 @@
  * check (the Scan) and the restore's writes. The restore must leave that key as it is.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
@@ -145,6 +145,31 @@ describe("cairn restore without --overwrite", () => {
     assert.equal(r.code, 4, r.err);
     assert.match(r.err, /race\/b/);
     assert.equal(store.get("race/a")?.value.toString(), "old");
+  });
+
+  it("writes the file it checked, not another one put at its path since the check", async () => {
+    // The restore opened the path again for its writes: a backup renamed over it after the check
+    // (a rotation script's \`mv new.bak latest.bak\`) was written instead, its range never
+    // checked, and the checked one's keys were never written, exit 0 ("restored 1 keys").
+    store.clear();
+    const backupOf = async (path: string, key: string, value: string): Promise<void> => {
+      const w = await BackupWriter.create(path, {
+        created: new Date().toISOString(),
+        range: { prefix: Buffer.from(key.slice(0, key.indexOf("/") + 1)).toString("base64") },
+        consistency: "linearizable",
+      });
+      await w.add(Buffer.from(key), Buffer.from(value));
+      await w.finish();
+    };
+    const file = join(dir, "latest.bak");
+    const other = join(dir, "other.bak");
+    await backupOf(file, "checked/a", "checked");
+    await backupOf(other, "elsewhere/x", "never checked");
+    afterScan = () => renameSync(other, file);
+    const r = await run([file]);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(store.get("checked/a")?.value.toString(), "checked");
+    assert.equal(store.has("elsewhere/x"), false, "the file put in its place was not read");
   });
 
   it("a retry of its own write that had been applied is no conflict", async () => {
