@@ -771,11 +771,31 @@ function isConnectFailure(e: ServiceError): boolean {
   );
 }
 
+/**
+ * grpc-js's DEADLINE_EXCEEDED for a call whose deadline passed before it was given a
+ * connection: its details end with the stage it was held at ("…,Waiting for LB pick" while the
+ * channel was still connecting: a node that accepts and never answers, a handshake that never
+ * ends; "waiting for name resolution"), where a call that was sent ends with its connection's
+ * "remote_addr=…". One that grpc-js retried on its own ("previous attempts: N") is left alone.
+ */
+function isNeverSentTimeout(e: ServiceError): boolean {
+  const details = e.details ?? "";
+  return (
+    e.code === status.DEADLINE_EXCEEDED &&
+    metadataString(e.metadata, ERROR_CODE_KEY) === undefined &&
+    /^Deadline exceeded after /.test(details) &&
+    /(Waiting for LB pick|waiting for name resolution|waiting for metadata filters)$/.test(
+      details,
+    ) &&
+    !details.includes("previous attempts")
+  );
+}
+
 /** True when the failure proves the write was not applied, so a retry cannot apply it twice. */
 function isProvablyNotApplied(e: ServiceError): boolean {
   const code = metadataString(e.metadata, ERROR_CODE_KEY);
   if (code !== undefined) return NOT_APPLIED_CODES.has(code);
-  return isConnectFailure(e);
+  return isConnectFailure(e) || isNeverSentTimeout(e);
 }
 
 function isRetryable(e: ServiceError, kind: Kind): boolean {
@@ -806,7 +826,8 @@ function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
     case status.INVALID_ARGUMENT:
       return new InvalidRequestError(details);
     case status.DEADLINE_EXCEEDED:
-      return kind === "write"
+      // A write whose time ran out before grpc-js had a connection for it was never sent.
+      return kind === "write" && !isNeverSentTimeout(e)
         ? new IndeterminateWriteError(`write outcome unknown: ${details}`, e)
         : new DeadlineExceededError(details, e);
     case status.UNAVAILABLE:

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { constants as h2, createServer as createH2Server } from "node:http2";
+import { createServer as createNetServer } from "node:net";
 import { after, before, describe, it } from "node:test";
 import {
   Metadata,
@@ -186,6 +187,28 @@ describe("client retries", () => {
     await assert.rejects(c.put("k3", "v"), IndeterminateWriteError);
     assert.equal(calls.get("k3"), 1);
     c.close();
+  });
+
+  it("a put whose deadline passed before it had a connection (a node that accepts and never answers) was not sent: not indeterminate", async () => {
+    // A TCP listener that never speaks HTTP/2 (a hung process, a stuck TLS handshake): grpc-js
+    // holds the call waiting for a connection, then fails it DEADLINE_EXCEEDED "…,Waiting for
+    // LB pick". Nothing was sent, and the put was called indeterminate (the CLI's exit 6, "may
+    // or may not have been applied").
+    const silent = createNetServer((socket) => socket.on("data", () => undefined));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as { port: number }).port;
+    const c = new CairnClient({ endpoints: [`127.0.0.1:${port}`], timeoutMs: 300, routing: false });
+    try {
+      const err = await c.put("never-sent", "v").then(
+        () => null,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof DeadlineExceededError, String(err));
+      assert.match(err.message, /Waiting for LB pick/);
+    } finally {
+      c.close();
+      silent.close();
+    }
   });
 
   it("retries a read on any UNAVAILABLE", async () => {
