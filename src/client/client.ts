@@ -357,7 +357,13 @@ export class CairnClient {
         { timeoutMs: Math.max(1, timeoutMs()), ...signalOf(options) },
         (c, d, cb) => c.kv.Scan(req, { deadline: d }, cb),
       );
-      const items = res.items.map((it) => ({
+      // A scan never passes its limit: of a page holding more items than were left to give (a
+      // server that ignored the page's limit), those beyond it are left out (keys follow them:
+      // `more`). A page larger than asked for but inside the limit is taken whole: leaving its
+      // tail out would lose keys, as the next page starts after them.
+      const kept = limit > 0 ? Math.min(res.items.length, limit - got) : res.items.length;
+      const cut = kept < res.items.length;
+      const items = res.items.slice(0, kept).map((it) => ({
         key: new Uint8Array(it.key),
         value: new Uint8Array(it.value),
         version: version(it.version),
@@ -375,7 +381,7 @@ export class CairnClient {
         after = it.key;
       }
       got += items.length;
-      const more = res.next_page_token.length > 0;
+      const more = res.next_page_token.length > 0 || cut;
       if (more && items.length === 0)
         throw new ServerError(
           "CAIRN_ERR_INTERNAL",

@@ -96,6 +96,16 @@ before(async () => {
           next_page_token: token("loop/a"),
         });
       if (prefix === "empty/") return cb(null, { items: [], next_page_token: token("empty/") });
+      // A server that ignores the page's limit: ten items, whatever it was asked for.
+      if (prefix === "many/")
+        return cb(null, {
+          items: Array.from({ length: 10 }, (_, i) => ({
+            key: Buffer.from(`many/${i}`),
+            value: Buffer.from("v"),
+            version: v,
+          })),
+          next_page_token: Buffer.alloc(0),
+        });
       answer(call, cb, { items: [], next_page_token: Buffer.alloc(0) });
     },
   };
@@ -316,6 +326,26 @@ describe("client retries", () => {
         // scan() too, within its one deadline: not a DeadlineExceededError once time runs out.
         await assert.rejects(c.scan({ prefix }), ServerError);
       }
+    } finally {
+      c.close();
+    }
+  });
+
+  it("a scan's limit holds against a server whose page holds more items than it was asked for", async () => {
+    // The client passed on every item of the page: scan({limit: 3}) returned 10, and so did
+    // `cairn scan --limit 3`.
+    const c = client();
+    try {
+      const all = await c.scan({ prefix: "many/" }, { limit: 3 });
+      assert.deepEqual(
+        all.items.map((it) => Buffer.from(it.key).toString()),
+        ["many/0", "many/1", "many/2"],
+      );
+      assert.equal(all.more, true, "keys beyond the limit were left out");
+      const pages = [];
+      for await (const p of c.scanPages({ prefix: "many/" }, { limit: 4 })) pages.push(p);
+      assert.equal(pages.flatMap((p) => p.items).length, 4);
+      assert.equal(pages.at(-1)?.more, true);
     } finally {
       c.close();
     }
