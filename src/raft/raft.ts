@@ -228,6 +228,11 @@ export class Raft {
   leadTransferee: NodeId | null = null;
   /** Index of the newest conf-change entry; no other may be proposed until it is applied. */
   pendingConfIndex: LogIndex = logIndex(0);
+  /**
+   * Leader: the index of an entry of its log that removes this member, 0 when none. Until that
+   * entry is applied (and the leader steps down) no proposal is taken: see propose().
+   */
+  #selfRemovalIndex: LogIndex = logIndex(0);
 
   readonly #rng: Rng;
   readonly #electionTimeout: number;
@@ -436,6 +441,19 @@ export class Raft {
     if (this.leadTransferee !== null) {
       throw new ProposalDroppedError(`leadership transfer to ${this.leadTransferee} in progress`);
     }
+    if (this.#selfRemovalIndex > this.log.applied) {
+      // This leader steps down once it applies its removal, and its log must then hold nothing
+      // the voters left lack. With two voters, the one left needs the removed member's vote
+      // until it learns that the removal committed (a configuration takes effect when applied),
+      // and the removed member grants it only to a log at least as up to date as its own: an
+      // entry appended after the removal that the other voter lacks (its append lost with the
+      // commit's) refuses it that vote for ever, and the group elects no leader again. Without
+      // entries after it, the log ends with the removal or this term's empty entry after it,
+      // and the commit that lets the leader apply its removal put the whole log on a quorum.
+      throw new ProposalDroppedError(
+        `removal of ${this.id} at ${this.#selfRemovalIndex} not yet applied`,
+      );
+    }
     const index = this.#appendEntries([{ type: "normal", data }]);
     this.#broadcastAppend();
     return { index, term: this.term };
@@ -455,6 +473,7 @@ export class Raft {
     this.#validateConfChange(cc);
     const index = this.#appendEntries([{ type: "conf-change", data: encodeConfChange(cc) }]);
     this.pendingConfIndex = index;
+    if (cc.type === "remove" && cc.node === this.id) this.#selfRemovalIndex = index;
     this.#broadcastAppend();
     return { index, term: this.term };
   }
@@ -720,6 +739,9 @@ export class Raft {
     (this.prs.get(this.id) as Progress).becomeReplicate();
     // Earlier entries may hold an unapplied conf change: allow none until they are applied.
     this.pendingConfIndex = this.log.lastIndex();
+    // One of them may remove this member, proposed by an earlier leader: no proposal until it is
+    // applied (see propose()).
+    this.#selfRemovalIndex = this.#unappliedRemovalOfSelf();
     // An entry of the new term lets the leader learn, by committing it, what is committed (§8).
     this.#appendEntries([{ type: "normal", data: new Uint8Array(0) }]);
   }
@@ -922,6 +944,19 @@ export class Raft {
         Infinity,
       ) ?? [];
     return ents.some((e) => e.type === "conf-change");
+  }
+
+  /** The index of a committed or uncommitted, unapplied entry removing this member, else 0. */
+  #unappliedRemovalOfSelf(): LogIndex {
+    const from = Math.max(this.log.applied, this.#confIndex, this.log.firstIndex() - 1) + 1;
+    const ents = this.log.slice(logIndex(from), logIndex(this.log.lastIndex() + 1), Infinity);
+    let found = logIndex(0);
+    for (const e of ents ?? []) {
+      if (e.type !== "conf-change") continue;
+      const cc = decodeConfChange(e.data);
+      if (cc.type === "remove" && cc.node === this.id) found = e.index;
+    }
+    return found;
   }
 
   // ── per-role message handling ───────────────────────────────────────────────────────────────
