@@ -41,6 +41,38 @@ function heldImports(
   });
 }
 
+/**
+ * Node n2 over `fs`, shard 2's imports held until `release()`; its shards 1 and 2 hold entries
+ * 4..6 from n1, acknowledged.
+ */
+async function followerWithHeldImports(fs: MemoryFileSystem) {
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const started = { importing: false };
+  const sent: ShardMessage[] = [];
+  const acked = (id: number, index: number): boolean =>
+    sent.some(
+      (m) => m.shard === id && m.message.type === "append-resp" && m.message.index === index,
+    );
+  const mr = await MultiRaft.open(
+    options(
+      fs,
+      async (shard, dir) => {
+        const engine = await MemoryEngine.open(fs, dir);
+        return shard === 2 ? heldImports(engine, gate, started) : engine;
+      },
+      sent,
+    ),
+  );
+  mr.receive("n1", [
+    { shard: 1, message: append() },
+    { shard: 2, message: append() },
+  ]);
+  // Acknowledged once durable.
+  await eventually("both followers hold entries 4..6", () => acked(1, 6) && acked(2, 6));
+  return { mr, started, acked, release: () => release() };
+}
+
 /** Node n2, a follower of shards 1 and 2 (replicas n1, n2, n3), over `fs`; `sent` hears it. */
 function options(
   fs: MemoryFileSystem,
@@ -105,40 +137,16 @@ function snapshot(index: number): Message {
 
 describe("a snapshot's install", () => {
   it("lets no WAL compaction past the commit the WAL records while a round installs snapshots: a crash then leaves a WAL that opens", async () => {
-    // Two snapshots in one round: shard 1's is in its engine, shard 2's still importing, and
-    // shard 1's WAL does not record it yet. A maintenance pass then compacted shard 1's log
+    // Two snapshots at once: shard 1's is in its engine, shard 2's still importing, and (when
+    // the rounds awaited installs, or between an install and the round that records it) shard
+    // 1's WAL does not record it yet. A maintenance pass then compacted shard 1's log
     // to its engine's new flushed index bounded by the Raft core's commit, which the snapshot
     // had moved, while the WAL's hard state still said 3: past it, up to 6. Made durable by
     // the pass's sync, a crash before the round's write left a log compacted beyond its
     // recorded commit, which the shard refuses to open ("persisted commit outside").
     const fs = new MemoryFileSystem();
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    const started = { importing: false };
-    const sent: ShardMessage[] = [];
-    const mr = await MultiRaft.open(
-      options(
-        fs,
-        async (shard, dir) => {
-          const engine = await MemoryEngine.open(fs, dir);
-          return shard === 2 ? heldImports(engine, gate, started) : engine;
-        },
-        sent,
-      ),
-    );
+    const { mr, started, release } = await followerWithHeldImports(fs);
     try {
-      mr.receive("n1", [
-        { shard: 1, message: append() },
-        { shard: 2, message: append() },
-      ]);
-      // Acknowledged once durable.
-      await eventually("both followers hold entries 4..6", () =>
-        [1, 2].every((id) =>
-          sent.some(
-            (m) => m.shard === id && m.message.type === "append-resp" && m.message.index === 6,
-          ),
-        ),
-      );
       mr.receive("n1", [
         { shard: 1, message: snapshot(100) },
         { shard: 2, message: snapshot(100) },
@@ -164,30 +172,8 @@ describe("a snapshot's install", () => {
     // takes seconds), shard 1's appends were neither written nor acknowledged, nor any other
     // group's on the node.
     const fs = new MemoryFileSystem();
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    const started = { importing: false };
-    const sent: ShardMessage[] = [];
-    const acked = (id: number, index: number) =>
-      sent.some(
-        (m) => m.shard === id && m.message.type === "append-resp" && m.message.index === index,
-      );
-    const mr = await MultiRaft.open(
-      options(
-        fs,
-        async (shard, dir) => {
-          const engine = await MemoryEngine.open(fs, dir);
-          return shard === 2 ? heldImports(engine, gate, started) : engine;
-        },
-        sent,
-      ),
-    );
+    const { mr, started, acked, release } = await followerWithHeldImports(fs);
     try {
-      mr.receive("n1", [
-        { shard: 1, message: append() },
-        { shard: 2, message: append() },
-      ]);
-      await eventually("both followers hold entries 4..6", () => acked(1, 6) && acked(2, 6));
       mr.receive("n1", [{ shard: 2, message: snapshot(100) }]);
       await eventually("shard 2's import started", () => started.importing);
       mr.receive("n1", [{ shard: 1, message: appendAfter(6, 6) }]);
