@@ -136,26 +136,55 @@ function snapshot(index: number): Message {
 }
 
 describe("a snapshot's install", () => {
-  it("lets no WAL compaction past the commit the WAL records while a round installs snapshots: a crash then leaves a WAL that opens", async () => {
-    // Two snapshots at once: shard 1's is in its engine, shard 2's still importing, and (when
-    // the rounds awaited installs, or between an install and the round that records it) shard
-    // 1's WAL does not record it yet. A maintenance pass then compacted shard 1's log
-    // to its engine's new flushed index bounded by the Raft core's commit, which the snapshot
-    // had moved, while the WAL's hard state still said 3: past it, up to 6. Made durable by
-    // the pass's sync, a crash before the round's write left a log compacted beyond its
-    // recorded commit, which the shard refuses to open ("persisted commit outside").
+  it("lets no WAL compaction past the commit the WAL records between a snapshot's install and the round that records it: a crash then leaves a WAL that opens", async () => {
+    // Shard 1's snapshot is in its engine, and the WAL does not record it yet: the round that
+    // does comes after the install. A maintenance pass then compacted shard 1's log to its
+    // engine's new flushed index bounded by the Raft core's commit, which the snapshot had
+    // moved, while the WAL's hard state still said 3: past it, up to 6. Made durable by the
+    // pass's sync, a crash before the round's write left a log compacted beyond its recorded
+    // commit, which the shard refuses to open ("persisted commit outside"). The pass runs
+    // exactly there: from the engine's import, once it is done.
     const fs = new MemoryFileSystem();
-    const { mr, started, release } = await followerWithHeldImports(fs);
+    const sent: ShardMessage[] = [];
+    let pass: () => Promise<void> = () => Promise.resolve();
+    let passed = false;
+    const passAfterImport = (engine: ShardEngine): ShardEngine =>
+      new Proxy(engine, {
+        get(target, p) {
+          if (p === "importSnapshot") {
+            return async (chunks: AsyncIterable<Uint8Array>) => {
+              await target.importSnapshot(chunks);
+              await pass();
+              passed = true;
+              fs.crash();
+            };
+          }
+          const v: unknown = Reflect.get(target, p, target);
+          return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        },
+      });
+    const mr = await MultiRaft.open(
+      options(
+        fs,
+        async (shard, dir) => {
+          const engine = await MemoryEngine.open(fs, dir);
+          return shard === 1 ? passAfterImport(engine) : engine;
+        },
+        sent,
+      ),
+    );
+    pass = () => mr.maintain();
     try {
-      mr.receive("n1", [
-        { shard: 1, message: snapshot(100) },
-        { shard: 2, message: snapshot(100) },
-      ]);
-      await eventually("shard 2's import started", () => started.importing);
-      await mr.maintain();
+      mr.receive("n1", [{ shard: 1, message: append() }]);
+      // Acknowledged once durable.
+      await eventually("the follower holds entries 4..6", () =>
+        sent.some(
+          (m) => m.shard === 1 && m.message.type === "append-resp" && m.message.index === 6,
+        ),
+      );
+      mr.receive("n1", [{ shard: 1, message: snapshot(100) }]);
+      await eventually("a pass ran between the install and its record", () => passed);
     } finally {
-      fs.crash();
-      release();
       await mr.close().catch(() => undefined);
     }
     const again = await MultiRaft.open(options(fs, (_shard, dir) => MemoryEngine.open(fs, dir)));
