@@ -4,6 +4,7 @@
  */
 import { status } from "@grpc/grpc-js";
 import { type CairnClient, ServerError } from "../client/index.ts";
+import { sameAddress } from "../config/index.ts";
 import { leaderCounts, type MergedView, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
@@ -483,7 +484,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
   status NODE         NODE's state and the replicas placed on it; changes nothing.
 
 Options:
-  --wait                 decommission: wait until NODE holds no replica
+  --wait                 decommission: wait until NODE holds no replica (asked through NODE
+                         itself, it follows through another member the view names)
 ${GLOBAL_HELP}
 
 Examples:
@@ -552,6 +554,36 @@ const NODE_ACTIONS = {
 } as const;
 
 /**
+ * The address to follow member \`id\`'s decommission through: \`endpoint\`, unless its view
+ * says that is \`id\` itself; then an active member's (another member's when none is active),
+ * or \`endpoint\` still when the view names none or does not come within \`timeoutMs\`.
+ */
+async function anotherMember(
+  c: CairnClient,
+  id: string,
+  endpoint: string,
+  timeoutMs: number,
+): Promise<string> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  try {
+    for await (const view of c.watchCluster({ signal: controller.signal, endpoint })) {
+      const self = view.nodes.find((n) => n.id === id);
+      if (self === undefined || !sameAddress(self.rpcAddr, endpoint)) return endpoint;
+      const others = view.nodes.filter((n) => n.id !== id && n.rpcAddr !== "");
+      const other = others.find((n) => n.memberState === "active") ?? others[0];
+      return other?.rpcAddr ?? endpoint;
+    }
+  } catch {
+    // No view: the endpoint it is.
+  } finally {
+    clearTimeout(timer);
+    controller.abort();
+  }
+  return endpoint;
+}
+
+/**
  * A member's standing for \`--wait\`, changing nothing (Admin.GetNode). A node of an earlier
  * build does not have GetNode (UNIMPLEMENTED): DecommissionNode answers the standing there, and
  * proposes nothing while the member is decommissioning.
@@ -595,8 +627,11 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       let standing = await NODE_ACTIONS[action as keyof typeof NODE_ACTIONS](c, id, endpoint);
       print(standing);
       if (!wait) return EXIT.ok;
+      // Asked through the member leaving, the wait failed once it left the meta group (its
+      // answers need the group): it asks another member, when the view names one.
+      const through = await anotherMember(c, id, endpoint, globals.timeoutMs);
       standing = await followDecommission(standing, {
-        poll: () => standingNow(c, id, endpoint),
+        poll: () => standingNow(c, id, through),
         print,
         stalled: (s, ms) =>
           io.stderr.write(
