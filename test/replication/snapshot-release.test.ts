@@ -4,10 +4,10 @@
  * ShardReplicas, WALs and SnapshotFiles (files in a temp directory).
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import { seededRng } from "../../src/common/rng.ts";
 import {
   logIndex,
@@ -73,10 +73,21 @@ async function received(
 }
 
 describe("a received snapshot's file", () => {
+  // Each test's snapshot directory, removed at the end (two were left in /tmp at every run).
+  const dirs: string[] = [];
+  const tempDir = (): string => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-snap-release-"));
+    dirs.push(dir);
+    return dir;
+  };
+  after(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+
   it("goes when a newer snapshot in the same round replaces it in the core", async () => {
     // The old leader's (term 2) and the new leader's (term 3): the core installs only the
     // newer; the older, pending until then, was neither installed nor released.
-    const dir = mkdtempSync(join(tmpdir(), "cairn-snap-release-"));
+    const dir = tempDir();
     const { raw, shard } = await follower();
     const older = await received(dir, "a", 2, 10);
     const newer = await received(dir, "c", 3, 20);
@@ -90,7 +101,7 @@ describe("a received snapshot's file", () => {
   });
 
   it("goes when the replica is removed while the snapshot waits for its round", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "cairn-snap-release-"));
+    const dir = tempDir();
     const { shard, wal, fs } = await follower();
     const { path, message } = await received(dir, "a", 2, 10);
     shard.enqueueStep(message); // as Peers.receive does, for the next round
