@@ -5,7 +5,7 @@
 import { status } from "@grpc/grpc-js";
 import { type CairnClient, ServerError } from "../client/index.ts";
 import { sameAddress } from "../config/index.ts";
-import { leaderCounts, type MergedView, watchMerged } from "./cluster-view.ts";
+import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
   DEFAULT_HTTP_ENDPOINT,
@@ -555,8 +555,9 @@ const NODE_ACTIONS = {
 
 /**
  * The address to follow member \`id\`'s decommission through: \`endpoint\`, unless its view
- * says that is \`id\` itself; then an active member's (another member's when none is active),
- * or \`endpoint\` still when the view names none or does not come within \`timeoutMs\`.
+ * says that is \`id\` itself; then another member's that holds replicas and gossip has alive
+ * (replicaHolders), or \`endpoint\` still when the view names none or does not come within
+ * \`timeoutMs\`.
  */
 async function anotherMember(
   c: CairnClient,
@@ -570,9 +571,7 @@ async function anotherMember(
     for await (const view of c.watchCluster({ signal: controller.signal, endpoint })) {
       const self = view.nodes.find((n) => n.id === id);
       if (self === undefined || !sameAddress(self.rpcAddr, endpoint)) return endpoint;
-      const others = view.nodes.filter((n) => n.id !== id && n.rpcAddr !== "");
-      const other = others.find((n) => n.memberState === "active") ?? others[0];
-      return other?.rpcAddr ?? endpoint;
+      return replicaHolders(view, id)[0]?.rpcAddr ?? endpoint;
     }
   } catch {
     // No view: the endpoint it is.
