@@ -10,6 +10,7 @@ import { InternalErrorLog } from "../../src/api/errors.ts";
 import { deadlineClock, grpcJsDeadline } from "../../src/common/index.ts";
 import { kvService } from "../../src/api/kv-service.ts";
 import type { KvStore } from "../../src/api/store.ts";
+import { deadlineRecordingStore } from "../support/deadline-store.ts";
 import type { ScanRequest } from "../../src/replication/index.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { samples } from "../ops/prom-text.ts";
@@ -119,26 +120,7 @@ describe("KV service", () => {
   it("hands the store each call's deadline, on the deadline clock", async () => {
     // Without it, what waits on a call's behalf (a call handed to another shard worker, a write
     // queued before its proposal) went on long after its client gave up.
-    const seen: [string, number | undefined][] = [];
-    const version = { index: 1, term: 1 };
-    const s: KvStore = {
-      put: (_key, _value, _expected, deadline) => {
-        seen.push(["put", deadline]);
-        return Promise.resolve({ type: "written", version });
-      },
-      delete: (_key, _expected, deadline) => {
-        seen.push(["delete", deadline]);
-        return Promise.resolve({ type: "not-found" });
-      },
-      get: (_key, _linearizable, deadline) => {
-        seen.push(["get", deadline]);
-        return Promise.resolve(null);
-      },
-      scan: (_req, deadline) => {
-        seen.push(["scan", deadline]);
-        return Promise.resolve({ items: [], more: false });
-      },
-    };
+    const { store: s, seen } = deadlineRecordingStore();
     const impl = kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS) as Record<
       string,
       (call: unknown, cb: (err: ServiceError | null) => void) => void

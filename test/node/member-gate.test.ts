@@ -6,30 +6,15 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { AdminStore, KvStore } from "../../src/api/index.ts";
 import { gateByMembership } from "../../src/node/member-gate.ts";
+import { deadlineRecordingStore } from "../support/deadline-store.ts";
 
 const b = (s: string): Uint8Array => new TextEncoder().encode(s);
 
 describe("the member gate", () => {
   it("refuses KV calls while not a member, and passes each call's deadline on once one", async () => {
-    const seen: [string, number | undefined][] = [];
-    const version = { index: 1, term: 1 };
+    const { store: kv, seen } = deadlineRecordingStore();
     const store = {
-      put: (_key, _value, _expected, deadline) => {
-        seen.push(["put", deadline]);
-        return Promise.resolve({ type: "written", version });
-      },
-      delete: (_key, _expected, deadline) => {
-        seen.push(["delete", deadline]);
-        return Promise.resolve({ type: "not-found" });
-      },
-      get: (_key, _linearizable, deadline) => {
-        seen.push(["get", deadline]);
-        return Promise.resolve(null);
-      },
-      scan: (_req, deadline) => {
-        seen.push(["scan", deadline]);
-        return Promise.resolve({ items: [], more: false });
-      },
+      ...kv,
       snapshotShard: () => Promise.reject(new Error("not asked")),
       shardInfo: () => null,
       transferLeader: () => Promise.reject(new Error("not asked")),
