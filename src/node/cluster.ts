@@ -53,7 +53,13 @@ import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
 import { MEMBER_LIMIT } from "./join-admission.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
-import { peersToAsk, REMOVAL_CHECK_MS, removedByViews, type ViewAnswer } from "./removal-watch.ts";
+import {
+  decommissionedByViews,
+  peersToAsk,
+  REMOVAL_CHECK_MS,
+  removedByViews,
+  type ViewAnswer,
+} from "./removal-watch.ts";
 
 /**
  * A build older than the cluster's version: it may not join, and a member running it stops
@@ -116,8 +122,12 @@ export class ClusterState {
   #rejoining = false;
   #rejoined = false;
   #lost = false;
-  /** The meta group refused this data directory's rejoin: decommissioned while it was down. */
-  #decommissionedWhileDown = false;
+  /**
+   * This member was decommissioned by entries its meta replica never applied: while its node
+   * was down (the meta group refused its rejoin so), or as its learner of the meta group was
+   * removed while it was cut off (its peers' views say so: removalLoop).
+   */
+  #decommissionedUnseen = false;
   /** The node is stopping: no more rejoin attempts. */
   #closed = false;
   /** Ends the loops' waits (#pause) at close. */
@@ -751,7 +761,7 @@ export class ClusterState {
             // the meta group), so this answer is kept, and it serves nothing from now on.
             this.#rejoining = false;
             this.#rejoined = true;
-            this.#decommissionedWhileDown = true;
+            this.#decommissionedUnseen = true;
             this.#log.warn(
               "this member was decommissioned while it was down: it serves no requests, and stops once it is removed (cairn node remove); start it on an empty data directory to bring the machine back",
               { error: describe(err) },
@@ -994,7 +1004,10 @@ export class ClusterState {
   /**
    * While this node is decommissioned (it no longer follows the meta group), reads a few live
    * peers' views every `intervalMs`; once they show it removed (removedByViews), it stops
-   * (CAIRN_ERR_NODE_REMOVED), as a restart on its data directory would. `probe` is for tests.
+   * (CAIRN_ERR_NODE_REMOVED), as a restart on its data directory would. While it is
+   * decommissioning, it reads them too: once they show it decommissioned
+   * (decommissionedByViews), a commit its meta replica may never apply, it serves no more.
+   * `probe` is for tests.
    */
   async removalLoop(
     membership: Pick<Membership, "members">,
@@ -1012,14 +1025,25 @@ export class ClusterState {
     while (running()) {
       await this.#pause(intervalMs);
       const meta = this.#meta;
-      if (!running() || meta === null || meta.clusterId === null || !this.#hasLeftForGood(meta)) {
-        continue;
-      }
+      if (!running() || meta === null || meta.clusterId === null) continue;
+      const left = this.#hasLeftForGood(meta);
+      if (!left && this.#stateOf(meta) !== "decommissioning") continue;
       const clusterId = meta.clusterId;
       const peers = peersToAsk(id, membership.members());
       if (peers.length === 0) continue;
       const answers = await Promise.all(peers.map((p) => probe(p.rpcAddr, p.id)));
-      if (!running() || !removedByViews(id, clusterId, peers.length, answers)) continue;
+      if (!running()) continue;
+      if (!removedByViews(id, clusterId, peers.length, answers)) {
+        if (!left && decommissionedByViews(id, clusterId, peers.length, answers)) {
+          this.#decommissionedUnseen = true;
+          this.#log.warn(
+            "this member was decommissioned, by entries its replica of the cluster's metadata left too soon to apply (its peers' views say so): it serves no requests, and stops once it is removed (cairn node remove)",
+            { cluster_id: clusterId },
+          );
+          this.onMetaChanged();
+        }
+        continue;
+      }
       this.#lost = true;
       const asked = peers.filter((_, i) => answers[i]?.members !== undefined).map((p) => p.id);
       this.#onLostState(
@@ -1032,19 +1056,19 @@ export class ClusterState {
   }
 
   /**
-   * This member's state: the meta state's, or "decommissioned" when the meta group answered its
-   * rejoin so (it was decommissioned while its node was down: its own copy still says active).
+   * This member's state: the meta state's, or "decommissioned" when the meta group or its peers'
+   * views said so in entries its own copy never applied (#decommissionedUnseen).
    */
   #stateOf(meta: MetaState): MemberState | undefined {
-    return this.#decommissionedWhileDown ? "decommissioned" : meta.stateOf(this.#config.node_id);
+    return this.#decommissionedUnseen ? "decommissioned" : meta.stateOf(this.#config.node_id);
   }
 
   /**
    * Whether this member left the meta group for good (decommissioned or removed), by its meta
-   * state or, decommissioned while its node was down, by the meta group's answer to its rejoin.
+   * state or by what the meta group or its peers said of it (#decommissionedUnseen).
    */
   #hasLeftForGood(meta: MetaState): boolean {
-    return this.#decommissionedWhileDown || hasLeftForGood(meta, this.#config.node_id);
+    return this.#decommissionedUnseen || hasLeftForGood(meta, this.#config.node_id);
   }
 
   /** Waits `ms`, or until close(). */
@@ -1465,6 +1489,9 @@ export function probeMember(
         incarnation: view.incarnation ?? "",
         firstSeed: view.first_seed === true,
         members: (view.nodes ?? []).map((m) => m.id ?? ""),
+        decommissioned: (view.nodes ?? [])
+          .filter((m) => m.member_state === "decommissioned")
+          .map((m) => m.id ?? ""),
       }),
     );
     // A member that no longer streams its view (decommissioned and still running) names itself

@@ -9,6 +9,14 @@
  * answered with a view, none of the views lists it, and, with two live peers or more, at least
  * two answered. A peer that refuses views (joining, or decommissioned itself) says nothing. A
  * mistaken verdict could only stop a decommissioned node, which serves nothing.
+ *
+ * A member still `decommissioning` in its own state asks too: the meta leader removes a
+ * decommissioned member's learner of the meta group right after it commits `decommissioned`,
+ * and a node cut off in between (a pause, a partition) never learns that commit; it would serve
+ * on, on a view frozen there, and never stop once removed. The views tell it
+ * (decommissionedByViews, by the same count of answers as removedByViews): every view that
+ * answered lists it `decommissioned`, or not at all. `decommissioned` ends a member's life
+ * (only `removed` follows), so a view from a committed state that says so cannot be undone.
  */
 import type { MemberView } from "../membership/index.ts";
 
@@ -26,6 +34,8 @@ export interface ViewAnswer {
    * it names itself in its refusal).
    */
   readonly members?: readonly string[];
+  /** The members its view lists as `decommissioned`. */
+  readonly decommissioned?: readonly string[];
 }
 
 /**
@@ -38,12 +48,41 @@ export function removedByViews(
   asked: number,
   answers: readonly (ViewAnswer | undefined)[],
 ): boolean {
+  const views = enoughViews(clusterId, asked, answers);
+  return views !== null && views.every((v) => !v.members.includes(self));
+}
+
+/**
+ * Whether `answers` (of the `asked` peers probed) show member `self` of cluster `clusterId`
+ * decommissioned (or removed): see the module's rule.
+ */
+export function decommissionedByViews(
+  self: string,
+  clusterId: string,
+  asked: number,
+  answers: readonly (ViewAnswer | undefined)[],
+): boolean {
+  const views = enoughViews(clusterId, asked, answers);
+  return (
+    views !== null &&
+    views.every((v) => !v.members.includes(self) || (v.decommissioned ?? []).includes(self))
+  );
+}
+
+/**
+ * The views of cluster `clusterId` among `answers`, or null when too few answered to judge: none,
+ * or one when two peers or more were asked.
+ */
+function enoughViews(
+  clusterId: string,
+  asked: number,
+  answers: readonly (ViewAnswer | undefined)[],
+): (ViewAnswer & { members: readonly string[] })[] | null {
   const views = answers.filter(
     (a): a is ViewAnswer & { members: readonly string[] } =>
       a !== undefined && a.clusterId === clusterId && a.members !== undefined,
   );
-  if (views.length === 0 || views.length < Math.min(2, asked)) return false;
-  return views.every((v) => !v.members.includes(self));
+  return views.length === 0 || views.length < Math.min(2, asked) ? null : views;
 }
 
 /** The live peers a check asks: up to REMOVAL_PROBES gossip members alive, other than `self`. */

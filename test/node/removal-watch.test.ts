@@ -184,4 +184,46 @@ describe("ClusterState.removalLoop", () => {
       /member n2 was removed from cluster c1 \(the views of n1, n3/,
     );
   });
+  it("learns from its peers' views a decommission it never applied (its meta replica left first), then its removal", async () => {
+    // The meta leader applied n2's `decommissioned`, then removed n2's learner of the meta
+    // group; n2, cut off meanwhile, never learnt that commit: its own state still says
+    // decommissioning, with no replica left.
+    const { cs, lost } = node();
+    cs.applied(state(boot, ...joined, { op: "set-state", id: "n2", state: "decommissioning" }));
+    assert.equal(cs.notServingReason(), null);
+    const listed = (decommissioned: string[]): MemberProbe => ({
+      ...view("n1", "n2", "n3", "n4"),
+      decommissioned,
+    });
+    const answers: MemberProbe[][] = [
+      // Still decommissioning in its peers' views: nothing changes.
+      [view("n1", "n2", "n3", "n4"), view("n1", "n2", "n3", "n4"), view("n1", "n2", "n3", "n4")],
+      // Decommissioned in one view, decommissioning in another: not yet.
+      [listed(["n2"]), view("n1", "n2", "n3", "n4"), listed(["n2"])],
+      // Decommissioned in every view that answered.
+      // (n4 streams no view: it says nothing.)
+      [listed(["n2"]), listed(["n2"]), { clusterId: "c1", incarnation: "i", firstSeed: false }],
+      // Removed.
+      [view("n1", "n3", "n4"), view("n1", "n3", "n4"), view("n1", "n3", "n4")],
+    ];
+    const refusals: (string | null)[] = [];
+    let round = -1;
+    let passes = 0;
+    await cs.removalLoop(gossip, () => lost.length > 0 || ++passes > 20, {
+      intervalMs: 1,
+      probe: (_address, id) => {
+        if (id === "n1") {
+          round++;
+          refusals.push(cs.notServingReason());
+        }
+        const i = ["n1", "n3", "n4"].indexOf(id);
+        return Promise.resolve(answers[Math.min(round, answers.length - 1)]?.[i]);
+      },
+    });
+    // The refusal as each round started: serving until the third round's views.
+    assert.deepEqual(refusals.slice(0, 3), [null, null, null]);
+    assert.match(refusals[3] ?? "", /node n2 was decommissioned from cluster c1/);
+    assert.equal(round, 3, "it stopped at the views that leave it out");
+    assert.equal(lost[0]?.code, "CAIRN_ERR_NODE_REMOVED");
+  });
 });
