@@ -1481,9 +1481,15 @@ export class Raft {
   #wake(): void {
     this.#quiesced = false;
     this.#idleTicks = 0;
+    if (this.role !== "leader") return;
     // The followers were quiet, not lost: give them a full election timeout to answer before
-    // CheckQuorum counts them.
-    if (this.role === "leader") this.#electionElapsed = 0;
+    // CheckQuorum counts them, and count only what they answer from now on. Marks set before
+    // the sleep, which may have lasted any time, say nothing of whether they can be reached
+    // now: counted, a leader cut off while asleep would lead on for a second election timeout.
+    // Unmarked, they get heartbeats that ask for an answer (see #broadcastHeartbeat's noReply),
+    // within a heartbeat interval.
+    this.#electionElapsed = 0;
+    for (const [id, pr] of this.prs) pr.recentActive = id === this.id;
   }
 
   /**
