@@ -4,7 +4,7 @@
  * - `probe`: the follower's log position is unknown; one append at a time, then wait for the
  *   answer (or a heartbeat response) before sending the next.
  * - `replicate`: the position is known; stream appends optimistically, at most `maxInflight`
- *   unacknowledged messages at once.
+ *   unacknowledged messages at once, and no more once they carry `maxInflightBytes`.
  * - `snapshot`: the follower needs entries the log no longer has; a snapshot is on its way and
  *   nothing else is sent until it is acknowledged or reported failed.
  *
@@ -15,14 +15,24 @@ import { logIndex } from "./types.ts";
 
 export type ProgressState = "probe" | "replicate" | "snapshot";
 
-/** A bounded FIFO of the last index of each unacknowledged append. */
+/**
+ * A bounded FIFO of the unacknowledged appends: the last index of each, and its entries' bytes.
+ * Full at `capacity` messages, or once they carry `maxBytes` (etcd's MaxInflightBytes): a
+ * message count alone lets a follower that catches up be sent capacity × the message size at
+ * once (256 MiB with the defaults), to be framed, buffered and queued at both ends. The last
+ * message may take it past `maxBytes`, by one message at most.
+ */
 export class Inflights {
   readonly #capacity: number;
+  readonly #maxBytes: number;
   #items: LogIndex[] = [];
+  #sizes: number[] = [];
   #start = 0;
+  #bytes = 0;
 
-  constructor(capacity: number) {
+  constructor(capacity: number, maxBytes: number) {
     this.#capacity = capacity;
+    this.#maxBytes = maxBytes;
   }
 
   get count(): number {
@@ -30,26 +40,33 @@ export class Inflights {
   }
 
   isFull(): boolean {
-    return this.count >= this.#capacity;
+    return this.count >= this.#capacity || this.#bytes >= this.#maxBytes;
   }
 
-  add(last: LogIndex): void {
+  add(last: LogIndex, bytes: number): void {
     this.#items.push(last);
+    this.#sizes.push(bytes);
+    this.#bytes += bytes;
   }
 
   /** Frees every in-flight message whose last index is ≤ `index`. */
   freeLE(index: LogIndex): void {
-    while (this.#start < this.#items.length && (this.#items[this.#start] as LogIndex) <= index)
+    while (this.#start < this.#items.length && (this.#items[this.#start] as LogIndex) <= index) {
+      this.#bytes -= this.#sizes[this.#start] as number;
       this.#start++;
+    }
     if (this.#start > 64 && this.#start * 2 > this.#items.length) {
       this.#items = this.#items.slice(this.#start);
+      this.#sizes = this.#sizes.slice(this.#start);
       this.#start = 0;
     }
   }
 
   reset(): void {
     this.#items = [];
+    this.#sizes = [];
     this.#start = 0;
+    this.#bytes = 0;
   }
 }
 
@@ -76,11 +93,16 @@ export class Progress {
   commitSent: LogIndex = logIndex(0);
   readonly inflights: Inflights;
 
-  constructor(next: LogIndex, maxInflight: number, recentActive: boolean) {
+  constructor(
+    next: LogIndex,
+    maxInflight: number,
+    maxInflightBytes: number,
+    recentActive: boolean,
+  ) {
     this.match = logIndex(0);
     this.next = next;
     this.recentActive = recentActive;
-    this.inflights = new Inflights(maxInflight);
+    this.inflights = new Inflights(maxInflight, maxInflightBytes);
   }
 
   sentCommit(index: number): void {

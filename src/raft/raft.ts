@@ -90,6 +90,13 @@ export interface RaftConfig {
   readonly checkQuorum?: boolean;
   /** Unacknowledged appends per follower in `replicate`. Default 256. */
   readonly maxInflightMsgs?: number;
+  /**
+   * Entry bytes of the unacknowledged appends per follower in `replicate` past which no more
+   * is sent (the last append may go past it). Default 8 MiB: maxInflightMsgs alone allows 256
+   * appends of maxMsgBytes each, 256 MiB to one follower catching up, for every group that
+   * catches up at once.
+   */
+  readonly maxInflightBytes?: number;
   /** Payload bytes per append message (at least one entry is always sent). Default 1 MiB. */
   readonly maxMsgBytes?: number;
   /**
@@ -240,6 +247,7 @@ export class Raft {
   readonly #preVote: boolean;
   readonly #checkQuorum: boolean;
   readonly #maxInflight: number;
+  readonly #maxInflightBytes: number;
   readonly #maxMsgBytes: number;
   readonly #quiesceTicks: number;
   readonly #memberDown: ((id: NodeId) => boolean) | undefined;
@@ -285,6 +293,7 @@ export class Raft {
     this.#preVote = config.preVote ?? true;
     this.#checkQuorum = config.checkQuorum ?? true;
     this.#maxInflight = config.maxInflightMsgs ?? 256;
+    this.#maxInflightBytes = config.maxInflightBytes ?? 8 << 20;
     this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
     this.#quiesceTicks = config.quiesceTicks ?? 0;
     this.#memberDown = config.memberDown;
@@ -295,6 +304,9 @@ export class Raft {
       // 0 would pause every follower in `replicate` for good (its window always full): no entry
       // past a probe's would ever be sent.
       throw new InvalidRaftRequestError("raft: maxInflightMsgs must be an integer ≥ 1");
+    }
+    if (!Number.isInteger(this.#maxInflightBytes) || this.#maxInflightBytes < 1) {
+      throw new InvalidRaftRequestError("raft: maxInflightBytes must be an integer ≥ 1");
     }
     if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
       throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
@@ -690,7 +702,12 @@ export class Raft {
       // New members count as active so CheckQuorum does not depose the leader before they answer.
       this.prs.set(
         cc.node,
-        new Progress(logIndex(this.log.lastIndex() + 1), this.#maxInflight, true),
+        new Progress(
+          logIndex(this.log.lastIndex() + 1),
+          this.#maxInflight,
+          this.#maxInflightBytes,
+          true,
+        ),
       );
       this.#peerList = null;
     }
@@ -764,7 +781,7 @@ export class Raft {
     this.#readsAwaitingCommit = [];
     const next = logIndex(this.log.lastIndex() + 1);
     for (const id of [...this.prs.keys()]) {
-      const fresh = new Progress(next, this.#maxInflight, id === this.id);
+      const fresh = new Progress(next, this.#maxInflight, this.#maxInflightBytes, id === this.id);
       if (id === this.id) fresh.match = this.log.lastIndex();
       this.prs.set(id, fresh);
     }
@@ -1197,7 +1214,7 @@ export class Raft {
     for (const l of conf.learners) this.learners.add(l);
     const next = logIndex(this.log.lastIndex() + 1);
     for (const id of [...conf.voters, ...conf.learners]) {
-      const pr = new Progress(next, this.#maxInflight, id === this.id);
+      const pr = new Progress(next, this.#maxInflight, this.#maxInflightBytes, id === this.id);
       if (id === this.id) pr.match = this.log.lastIndex();
       this.prs.set(id, pr);
     }
@@ -1346,7 +1363,9 @@ export class Raft {
     const last = entries[entries.length - 1];
     if (pr.state === "replicate" && last !== undefined) {
       pr.next = logIndex(last.index + 1);
-      pr.inflights.add(last.index);
+      let bytes = 0;
+      for (const e of entries) bytes += e.data.length;
+      pr.inflights.add(last.index, bytes);
     } else if (pr.state === "probe") {
       pr.probeSent = true;
     }

@@ -86,6 +86,13 @@ describe("RawNode", () => {
         String(maxInflightMsgs),
       );
     }
+    for (const maxInflightBytes of [0, -1, 0.5, Number.NaN]) {
+      assert.throws(
+        () => new RawNode({ id: nodeId("a"), storage, rng: seededRng(1), maxInflightBytes }),
+        { code: "CAIRN_ERR_INVALID_RAFT_REQUEST" },
+        String(maxInflightBytes),
+      );
+    }
   });
 
   it("a single voter quiesces when idle, sends nothing, and wakes on a proposal", () => {
@@ -495,5 +502,102 @@ describe("RawNode: a peer's message is checked against the log before it is beli
     node.campaign();
     drain(node, storage);
     assert.ok(Number.isSafeInteger(node.term) && node.term > first, `term ${node.term}`);
+  });
+});
+
+describe("RawNode: a leader's appends in flight to a follower are bounded in bytes", () => {
+  const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
+  const MIB = 1 << 20;
+
+  /** Leader a of (a, b, c), founded in term 1 (its empty entry is 1/4); b has not answered yet. */
+  function leader(config: { maxMsgBytes?: number; maxInflightBytes?: number } = {}): {
+    node: RawNode;
+    storage: MemoryStorage;
+  } {
+    const storage = MemoryStorage.bootstrap([a, b, c]);
+    storage.setHardState({ ...storage.initialState().hardState, vote: a });
+    const node = new RawNode({
+      id: a,
+      storage,
+      rng: seededRng(1),
+      confIndex: logIndex(3),
+      ...config,
+    });
+    drain(node, storage);
+    node.leadWithoutElection();
+    return { node, storage };
+  }
+
+  const ack = (from: NodeId, index: number): Message => ({
+    type: "append-resp",
+    from,
+    to: a,
+    term: term(1),
+    index: logIndex(index),
+    reject: false,
+    hintIndex: logIndex(0),
+    hintTerm: term(0),
+    lost: false,
+  });
+
+  /** Handles the Readies now due as a driver does; returns the entry bytes of b's appends. */
+  function sentToB(node: RawNode, storage: MemoryStorage): number {
+    let bytes = 0;
+    while (node.hasReady()) {
+      const rd = node.ready();
+      storage.append(rd.entries);
+      if (rd.hardState !== null) storage.setHardState(rd.hardState);
+      for (const m of rd.messages)
+        if (m.to === b && m.type === "append") for (const e of m.entries) bytes += e.data.length;
+      node.advance();
+    }
+    return bytes;
+  }
+
+  it("a follower catching up gets a window's bytes at a time, not maxInflightMsgs messages (the driver's defaults)", () => {
+    const { node, storage } = leader();
+    sentToB(node, storage);
+    node.step(ack(c, 4));
+    // 64 MiB of writes, one a round, committed with c while b is silent (one probe out).
+    const value = new Uint8Array(MIB);
+    for (let i = 0; i < 64; i++) {
+      node.propose(value);
+      sentToB(node, storage);
+      node.step(ack(c, 5 + i));
+    }
+    sentToB(node, storage);
+    assert.equal(node.status().commit, 68);
+    // b answers the probe: the leader streams the rest of the log to it. Before the byte bound
+    // the whole 64 MiB went in one burst (maxInflightMsgs is 256 appends of up to 1 MiB each:
+    // 256 MiB per follower per group).
+    node.step(ack(b, 4));
+    let inFlight = sentToB(node, storage);
+    assert.ok(inFlight <= 9 * MIB, `${inFlight / MIB} MiB in flight to b`);
+    // Each acknowledgement frees room for as much again, never more.
+    let acked = 4;
+    while (acked < 68) {
+      acked += 4;
+      node.step(ack(b, acked));
+      inFlight += sentToB(node, storage) - 4 * MIB;
+      assert.ok(inFlight <= 9 * MIB, `${inFlight / MIB} MiB in flight to b at ${acked}`);
+    }
+    assert.equal(node.matchOf(b), 68);
+  });
+
+  it("maxInflightBytes: the window is full once its appends carry that many bytes", () => {
+    const { node, storage } = leader({ maxMsgBytes: 100, maxInflightBytes: 250 });
+    sentToB(node, storage);
+    node.step(ack(b, 4));
+    node.step(ack(c, 4));
+    sentToB(node, storage);
+    // Three appends of 100 bytes fill it (300 ≥ 250); the fourth waits for an answer.
+    let sent = 0;
+    for (let i = 0; i < 4; i++) {
+      node.propose(new Uint8Array(100));
+      sent += sentToB(node, storage);
+    }
+    assert.equal(sent, 300);
+    node.step(ack(b, 5));
+    assert.equal(sentToB(node, storage), 100);
   });
 });
