@@ -16,8 +16,10 @@ import {
   ChannelCredentials,
   type Client,
   type ClientUnaryCall,
+  connectivityState,
   InterceptingCall,
   type Interceptor,
+  Metadata,
   type ServiceError,
   status,
   type StatusObject,
@@ -79,6 +81,14 @@ export interface CairnClientOptions {
   readonly endpoints: readonly string[];
   /** Default deadline of a call, retries included. Default 5000 ms. */
   readonly timeoutMs?: number;
+  /**
+   * How long one attempt waits for a connection to its node (TCP, TLS, HTTP/2 settings) before
+   * it counts as never sent and the next endpoint is tried: a node that accepts and never
+   * answers, or a black-holed address, would otherwise hold the call until its deadline. The
+   * connection goes on being set up meanwhile. Applies when shorter than the call's time left.
+   * Default 1000 ms.
+   */
+  readonly connectTimeoutMs?: number;
   /** Most attempts of one call; the deadline bounds them anyway. Default unlimited. */
   readonly maxAttempts?: number;
   /** First backoff; doubles each retry up to `maxBackoffMs`, with full jitter. Default 20 ms. */
@@ -185,6 +195,7 @@ interface ViewLeaders {
 export class CairnClient {
   readonly #endpoints: readonly string[];
   readonly #timeoutMs: number;
+  readonly #connectTimeoutMs: number;
   readonly #maxAttempts: number;
   readonly #initialBackoffMs: number;
   readonly #maxBackoffMs: number;
@@ -225,6 +236,7 @@ export class CairnClient {
     if (options.endpoints.length === 0) throw new TypeError("CairnClient: endpoints is empty");
     this.#endpoints = [...options.endpoints];
     this.#timeoutMs = options.timeoutMs ?? 5000;
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 1000;
     this.#maxAttempts = options.maxAttempts ?? Number.POSITIVE_INFINITY;
     this.#initialBackoffMs = options.initialBackoffMs ?? 20;
     this.#maxBackoffMs = options.maxBackoffMs ?? 1000;
@@ -487,14 +499,27 @@ export class CairnClient {
 
   /**
    * The cluster view from one endpoint: the full view first, then one per change. The stream ends
-   * when the loop breaks, `signal` aborts, or the client closes; a broken connection throws
-   * UnavailableError (callers that want to follow forever reconnect).
+   * when the loop breaks, `signal` aborts, or the client closes; a broken connection, or none
+   * within `connectTimeoutMs`, throws UnavailableError (callers that want to follow forever
+   * reconnect).
    */
   async *watchCluster(
     options: { signal?: AbortSignal; endpoint?: string } = {},
   ): AsyncGenerator<ClusterView> {
     this.#assertOpen();
-    const conn = this.#connection(options.endpoint ?? this.#pickEndpoint());
+    const address = options.endpoint ?? this.#pickEndpoint();
+    const conn = this.#connection(address);
+    // A node that accepts and never answers would hold the stream unopened for good, and the
+    // client's routing with it: it gets the connect budget, then the stream fails as a broken
+    // one does (the routing watch reconnects, to the next endpoint).
+    const connected = await connectedWithin(
+      conn.kv.getChannel(),
+      this.#connectTimeoutMs,
+      options.signal,
+    ).catch(() => null);
+    if (connected === null || this.#closed) return;
+    if (!connected)
+      throw toClientError(neverConnected(address, this.#connectTimeoutMs), "read", this.#tls);
     const call = conn.meta.WatchCluster({});
     const abort = (): void => call.cancel();
     options.signal?.addEventListener("abort", abort, { once: true });
@@ -679,9 +704,20 @@ export class CairnClient {
           ? routed
           : this.#pickEndpoint();
       const conn = this.#connection(address);
+      // A node that accepts and never answers (or a handshake that never ends, a SYN dropped)
+      // would hold the call, waiting for its connection, until the deadline: the attempt waits
+      // for one for its connect budget only, then counts as never sent (nothing was) and the
+      // next goes to another endpoint. With less time left than that, grpc-js's wait is the same.
+      const connected =
+        this.#connectTimeoutMs < until - performance.now()
+          ? await connectedWithin(conn.kv.getChannel(), this.#connectTimeoutMs, options.signal)
+          : true;
+      this.#assertOpen();
+      // Measured from here: the retry rule below is about how long a sent attempt takes.
       const started = performance.now();
       const deadline = grpcJsDeadline(until - started);
       try {
+        if (!connected) throw neverConnected(address, this.#connectTimeoutMs);
         return await new Promise<T>((resolve, reject) => {
           const signal = options.signal;
           // An abort ends the attempt in flight too, not only the wait between attempts.
@@ -767,6 +803,48 @@ const NOT_APPLIED_CODES = new Set([
   // The front end answered before the request arrived whole (rpc.request_receive_timeout_ms).
   "CAIRN_ERR_REQUEST_TOO_SLOW",
 ]);
+
+/**
+ * Whether `channel` is connected within `ms` (it is asked to connect): false when it is still
+ * connecting then. A channel whose connection failed (TRANSIENT_FAILURE) counts as connected
+ * here: a call on it fails at once, "No connection established", as a refused one does. Rejects
+ * with `signal`'s reason on abort.
+ */
+async function connectedWithin(
+  // The Channel interface getChannel() returns (the package exports the class by that name).
+  channel: ReturnType<Client["getChannel"]>,
+  ms: number,
+  signal: AbortSignal | undefined,
+): Promise<boolean> {
+  const until = performance.now() + ms;
+  for (;;) {
+    signal?.throwIfAborted();
+    const state = channel.getConnectivityState(true);
+    if (state !== connectivityState.IDLE && state !== connectivityState.CONNECTING) return true;
+    const left = until - performance.now();
+    if (left <= 0) return false;
+    // The watch ends at a change of state or at its deadline (on the wall clock: a step of it
+    // ends it early, and the loop watches again for what is left on the monotonic clock).
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => reject(signal?.reason as Error);
+      channel.watchConnectivityState(state, grpcJsDeadline(left), () => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+}
+
+/** The failure of an attempt whose node gave it no connection in time: it was never sent. */
+function neverConnected(address: string, ms: number): ServiceError {
+  const details = `No connection established to ${address} within ${ms} ms (connectTimeoutMs)`;
+  return Object.assign(new Error(`${status.UNAVAILABLE} UNAVAILABLE: ${details}`), {
+    code: status.UNAVAILABLE,
+    details,
+    metadata: new Metadata(),
+  });
+}
 
 /** grpc-js reports "never connected" with these details; the request was not sent. */
 function isConnectFailure(e: ServiceError): boolean {

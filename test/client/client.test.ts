@@ -136,6 +136,26 @@ describe("CairnClient", () => {
     }
   });
 
+  it("an endpoint that accepts and never answers, first of the endpoints, neither holds a call to its deadline nor keeps the client from routing", async () => {
+    // The call waited there for a connection until its deadline passed, and the cluster watch
+    // (opened to the first endpoint, with no deadline) waited for good: no view, no routing.
+    const silent = createServer((socket) => socket.on("data", () => undefined));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const first = `127.0.0.1:${(silent.address() as { port: number }).port}`;
+    const c = new CairnClient({ endpoints: [first, server.rpc], connectTimeoutMs: 200 });
+    try {
+      const t0 = performance.now();
+      await c.put("silent-first", "x", { timeoutMs: 10_000 });
+      assert.equal(await c.getString("silent-first", { timeoutMs: 10_000 }), "x");
+      assert.ok(performance.now() - t0 < 5000, "no call waited out its deadline");
+      for (let i = 0; i < 300 && c.view === null; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(c.view?.nodes[0]?.rpcAddr, server.rpc, "the client routes with the view");
+    } finally {
+      c.close();
+      silent.close();
+    }
+  });
+
   it("a call to one node (a snapshot) goes to that node only: not to another endpoint when it is down", async () => {
     // A snapshot is of one node's replica. The endpoint's failure to connect sent the retry to
     // the next endpoint, which took its own snapshot and answered: success, on another node.

@@ -221,6 +221,38 @@ describe("client retries", () => {
     }
   });
 
+  it("an endpoint that accepts and never answers costs an attempt its connect budget, not the call its deadline: the next endpoint serves the call", async () => {
+    // A node that accepts TCP connections and never speaks (a hung process, a TLS handshake
+    // that never ends), first of the endpoints: the call waited there for a connection until
+    // its whole deadline passed (a read DeadlineExceededError, a put too), while the next
+    // endpoint would have answered at once.
+    const silent = createNetServer((socket) => socket.on("data", () => undefined));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const first = `127.0.0.1:${(silent.address() as { port: number }).port}`;
+    const fresh = (): CairnClient =>
+      new CairnClient({
+        endpoints: [first, address],
+        timeoutMs: 4000,
+        connectTimeoutMs: 200,
+        routing: false,
+        initialBackoffMs: 1,
+      });
+    const reader = fresh();
+    const writer = fresh();
+    try {
+      const t0 = performance.now();
+      assert.equal(await reader.getString("silent-first-get"), "v");
+      // Nothing reached the silent node, so the put is retried: it was never sent.
+      assert.deepEqual(await writer.put("silent-first-put", "v"), { index: 7, term: 2 });
+      assert.equal(calls.get("silent-first-put"), 1, "applied once");
+      assert.ok(performance.now() - t0 < 3000, "neither call waited out its deadline");
+    } finally {
+      reader.close();
+      writer.close();
+      silent.close();
+    }
+  });
+
   it("retries a read on any UNAVAILABLE", async () => {
     scripts.set("k4", [
       { code: status.UNAVAILABLE, details: "Connection dropped" },
