@@ -8,9 +8,10 @@
  *
  * Every call has a deadline (per call `timeoutMs`, default from the options); retries happen inside
  * it, with exponential backoff and full jitter, and only when retrying cannot apply a write twice:
- * reads retry on UNAVAILABLE and RESOURCE_EXHAUSTED; writes retry only when the failure proves the
- * write was not applied (see `isProvablyNotApplied`). A write that timed out or lost its connection
- * after being sent is reported as `IndeterminateWriteError` and never retried.
+ * reads retry on UNAVAILABLE and on Cairn's RESOURCE_EXHAUSTED (not gRPC's own, a size limit: see
+ * `isLimitExceeded`); writes retry only when the failure proves the write was not applied (see
+ * `isProvablyNotApplied`). A write that timed out or lost its connection after being sent is
+ * reported as `IndeterminateWriteError` and never retried.
  */
 import {
   ChannelCredentials,
@@ -875,6 +876,18 @@ function isNeverSentTimeout(e: ServiceError): boolean {
   );
 }
 
+/**
+ * RESOURCE_EXHAUSTED without a Cairn code is gRPC's own: a message past a size limit (an answer
+ * past the client's receive limit, a node's past limits.max_message_bytes), a stream reset for
+ * metadata past the node's limit. The same request meets the same limit again: not retried.
+ * Cairn's own (BACKPRESSURE, REQUEST_TOO_SLOW) carry their code.
+ */
+function isLimitExceeded(e: ServiceError): boolean {
+  return (
+    e.code === status.RESOURCE_EXHAUSTED && metadataString(e.metadata, ERROR_CODE_KEY) === undefined
+  );
+}
+
 /** True when the failure proves the write was not applied, so a retry cannot apply it twice. */
 function isProvablyNotApplied(e: ServiceError): boolean {
   const code = metadataString(e.metadata, ERROR_CODE_KEY);
@@ -884,6 +897,7 @@ function isProvablyNotApplied(e: ServiceError): boolean {
 
 function isRetryable(e: ServiceError, kind: Kind): boolean {
   if (e.code !== status.UNAVAILABLE && e.code !== status.RESOURCE_EXHAUSTED) return false;
+  if (isLimitExceeded(e)) return false;
   return kind === "read" || isProvablyNotApplied(e);
 }
 
@@ -922,6 +936,9 @@ function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
       if (code === "CAIRN_ERR_DISK_FULL") return new ServerError(code, details, e.code);
       if (kind === "write" && !isProvablyNotApplied(e))
         return new IndeterminateWriteError(`write outcome unknown: ${details}`, e);
+      // Not "unavailable, retry later": the same request would meet the same limit.
+      if (isLimitExceeded(e))
+        return new ServerError("CAIRN_ERR_INTERNAL", `${details} (not retried)`, e.code);
       return new UnavailableError(details, e.code, e);
     case status.PERMISSION_DENIED:
       // grpc-js's words for a GOAWAY INADEQUATE_SECURITY: what a TLS node answers a cleartext

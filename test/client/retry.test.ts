@@ -264,6 +264,52 @@ describe("client retries", () => {
     c.close();
   });
 
+  it("a read refused RESOURCE_EXHAUSTED with no Cairn code (a message past a size limit) fails at once; BACKPRESSURE and REQUEST_TOO_SLOW are retried", async () => {
+    // Retrying cannot make a message fit: such a read was sent again and again until its
+    // deadline, then reported UnavailableError ("retry later").
+    const c = new CairnClient({
+      endpoints: [address],
+      timeoutMs: 2000,
+      routing: false,
+      initialBackoffMs: 1,
+      // grpc-js's own refusal: the answer (about 11 bytes) is larger than the client takes.
+      channelOptions: { "grpc.max_receive_message_length": 4 },
+    });
+    const client2 = client();
+    try {
+      const t0 = performance.now();
+      await assert.rejects(c.get("re-too-large"), (err: unknown) => {
+        assert.ok(err instanceof ServerError, String(err));
+        assert.equal(err.grpcCode, status.RESOURCE_EXHAUSTED);
+        assert.match(err.message, /larger than max/);
+        return true;
+      });
+      assert.equal(calls.get("re-too-large"), 1, "not retried");
+      // A server's (a node's answer past limits.max_message_bytes): the same.
+      scripts.set("re-server", [
+        { code: status.RESOURCE_EXHAUSTED, details: "Sent message larger than max (9 vs. 8)" },
+      ]);
+      await assert.rejects(client2.get("re-server"), ServerError);
+      assert.equal(calls.get("re-server"), 1, "not retried");
+      // A write so refused may have been applied first (an answer too large): indeterminate.
+      scripts.set("re-write", [
+        { code: status.RESOURCE_EXHAUSTED, details: "Sent message larger than max (9 vs. 8)" },
+      ]);
+      await assert.rejects(client2.put("re-write", "v"), IndeterminateWriteError);
+      assert.equal(calls.get("re-write"), 1, "not retried");
+      assert.ok(performance.now() - t0 < 1500, "failed at once, not at the deadline");
+      scripts.set("re-retried", [
+        { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_BACKPRESSURE" },
+        { code: status.RESOURCE_EXHAUSTED, cairn: "CAIRN_ERR_REQUEST_TOO_SLOW" },
+      ]);
+      assert.equal(await client2.getString("re-retried"), "v");
+      assert.equal(calls.get("re-retried"), 3);
+    } finally {
+      c.close();
+      client2.close();
+    }
+  });
+
   it("gives up within the deadline: unavailable (or deadline exceeded), never a hang", async () => {
     scripts.set(
       "k5",
