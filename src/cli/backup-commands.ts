@@ -52,11 +52,13 @@ export const BACKUP_HELP = `Usage: cairn backup FILE|- [--prefix P | --from A --
 
 Writes every key (or those of a range) with its value to FILE, a checksummed file that
 'cairn restore' loads into any cluster (any size, shard count or build). FILE must not exist:
-the backup goes to FILE.partial, which is synced and renamed FILE once whole, and removed if
-the backup fails. "-" writes it to standard output instead (to compress it or send it on; a
-backup cut short there lacks its end record, which restore refuses), and the summary to
-standard error; if the reader closes standard output before the backup is whole, it says so and
-exits 141 (as a process killed by SIGPIPE). Progress goes to stderr every 2 s.
+the backup goes to FILE.partial, which is synced and linked as FILE once whole, and removed if
+the backup fails. FILE's file system must allow hard links (not FAT, some FUSE mounts): that is
+checked before the backup starts (exit 2 if not). "-" writes it to standard output instead
+(to compress it or send it on; a backup cut short there lacks its end record, which restore
+refuses), and the summary to standard error; if the reader closes standard output before the
+backup is whole, it says so and exits 141 (as a process killed by SIGPIPE). Progress goes to
+stderr every 2 s.
 
 What a backup holds: every write acknowledged before it started, and no deleted key; the
 keys are read a page at a time (each page a linearizable scan), so a write made while it runs

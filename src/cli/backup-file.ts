@@ -91,7 +91,9 @@ export interface BackupSink {
 /**
  * A sink to `<path>.partial` that `finish` makes `path`: synced, then linked (which never
  * replaces an existing file), then the partial name removed. `abort` removes the partial file.
- * Refuses a `path` that exists, and a `<path>.partial` left by a backup that did not finish.
+ * Refuses a `path` that exists, a `<path>.partial` left by a backup that did not finish, and a
+ * directory whose file system refuses hard links (checked here, by linking the empty partial
+ * file to `<path>.partial.link` and removing that).
  */
 export async function fileSink(path: string): Promise<BackupSink> {
   await refuseExisting(path);
@@ -101,6 +103,19 @@ export async function fileSink(path: string): Promise<BackupSink> {
     constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL,
     0o600,
   );
+  // A file system without hard links (FAT, some FUSE mounts) refused the link in finish(): after
+  // the whole backup was written, which the failure then removed. A copy or a rename instead
+  // would not do: a copy crashed midway leaves a cut-short file named `path`, and a rename
+  // replaces a file made there since the check. So it is tried here, before the first key.
+  const probe = `${partial}.link`;
+  await link(partial, probe).catch(async (err: NodeJS.ErrnoException) => {
+    await file.close();
+    await unlink(partial);
+    throw new Error(
+      `the file system of ${dirname(path)} refuses hard links (${err.code ?? err.message}): a backup is written to FILE.partial and linked as FILE once whole, so that it never replaces a file. Back up to a directory on another file system, or write the backup to standard output ('cairn backup - > FILE')`,
+    );
+  });
+  await unlink(probe);
   return {
     async write(data) {
       let at = 0;
@@ -244,7 +259,7 @@ export class BackupWriter {
 }
 
 async function refuseExisting(path: string): Promise<void> {
-  for (const p of [path, `${path}.partial`]) {
+  for (const p of [path, `${path}.partial`, `${path}.partial.link`]) {
     const exists = await open(p, constants.O_RDONLY).then(
       async (f) => {
         await f.close();

@@ -4,10 +4,12 @@
  * hostile length — is refused with where, without reading past its bounds.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import fsp from "node:fs/promises";
+import { syncBuiltinESMExports } from "node:module";
+import { basename, join } from "node:path";
+import { after, before, describe, it, mock } from "node:test";
 import fc from "fast-check";
 import {
   BackupDamagedError,
@@ -149,6 +151,33 @@ describe("the backup file", () => {
     await w.abort();
     assert.equal(existsSync(`${other}.partial`), false);
     assert.equal(existsSync(other), false);
+  });
+
+  it("on a file system that refuses hard links, refuses the backup before it starts, saying why", async () => {
+    // No file system here refuses hard links (FAT, some FUSE mounts do), and the one link a
+    // backup makes is within one directory (no EXDEV): fs/promises' link is made to refuse as
+    // such a file system does, for the module under test too (its named import is live).
+    mock.method(fsp, "link", () =>
+      Promise.reject(
+        Object.assign(new Error("EPERM: operation not permitted, link"), { code: "EPERM" }),
+      ),
+    );
+    syncBuiltinESMExports();
+    try {
+      const path = fresh();
+      await assert.rejects(
+        BackupWriter.create(path, HEADER),
+        /refuses hard links \(EPERM\).*'cairn backup - > FILE'/,
+      );
+      assert.deepEqual(
+        readdirSync(dir).filter((f) => f.startsWith(basename(path))),
+        [],
+        "no file left",
+      );
+    } finally {
+      mock.restoreAll();
+      syncBuiltinESMExports();
+    }
   });
 
   it("refuses keys out of order at write time", async () => {
