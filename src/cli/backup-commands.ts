@@ -2,9 +2,9 @@
  * `cairn backup` and `cairn restore`: every key of a range, with its value, to a checksummed file
  * (backup-file.ts) and back into a cluster, through the KV service like any client.
  */
-import { constants, createWriteStream } from "node:fs";
+import { constants, createWriteStream, rmSync } from "node:fs";
 import { type FileHandle, mkdtemp, open, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { constants as osConstants, tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import {
@@ -92,8 +92,9 @@ Writes every key of a backup made by 'cairn backup' into the cluster (each key g
 version). The whole file is checked first (every record's checksum, the key order, the end
 record that counts them): a damaged or cut-short file is refused before anything is written.
 "-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
-after) so that it can be checked whole before the first write; so is a FILE that is a pipe
-(<(gunzip -c FILE.gz), /dev/stdin). FILE is opened once: what is written is what was checked.
+after, and when SIGINT or SIGTERM stops the restore: exit 130, 143) so that it can be checked
+whole before the first write; so is a FILE that is a pipe (<(gunzip -c FILE.gz), /dev/stdin).
+FILE is opened once: what is written is what was checked.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
 a new cluster, or a range emptied first; each key is then written only where it is absent, so a
 key written while the restore runs is left as it is (exit 4). Progress goes to stderr every 2 s.
@@ -319,7 +320,8 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
  * by then (a backup renamed over it since the check: its keys, its range never checked) and
  * found a pipe drained (`/dev/stdin`, `<(gunzip -c …)`: a whole backup refused as cut short).
  * A regular file is read through the one handle; standard input ("-") and any other file (a
- * pipe, a device) are first copied to a temporary file (in TMPDIR), removed after. `name` is
+ * pipe, a device) are first copied to a temporary file (in TMPDIR), removed after, and on
+ * SIGINT or SIGTERM, which then end the process (exit 128 + the signal's number). `name` is
  * what messages call it.
  */
 async function fromFileOrStdin<T>(
@@ -337,6 +339,15 @@ async function fromFileOrStdin<T>(
   try {
     if (given !== null && (await given.stat()).isFile()) return await body(given, name);
     const dir = await mkdtemp(join(tmpdir(), "cairn-restore-"));
+    // Killed by a signal, the process ran no finally: the copy of the backup stayed in TMPDIR
+    // (one each restore interrupted). It is removed then too, and the process exits as the
+    // signal would have ended it.
+    const onSignal = (signal: NodeJS.Signals): void => {
+      rmSync(dir, { recursive: true, force: true });
+      process.exit(128 + osConstants.signals[signal]);
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
     try {
       const path = join(dir, "stdin.bak");
       await pipeline(
@@ -353,6 +364,9 @@ async function fromFileOrStdin<T>(
       }
     } finally {
       await rm(dir, { recursive: true, force: true });
+      // Only now: a signal while rm runs still removes the copy.
+      process.removeListener("SIGINT", onSignal);
+      process.removeListener("SIGTERM", onSignal);
     }
   } finally {
     await given?.close();
