@@ -19,8 +19,9 @@ import type {
  * `deadline` is the call's deadline on deadlineClock() (src/common/deadline-clock.ts), when its
  * client gives up on it; absent or Infinity, it has none. What waits on the call's behalf stops
  * waiting then: a call handed to the shard worker that owns the key's shard fails at it
- * (src/node/siblings.ts; at the driver's own bound, sooner), and a write not yet proposed is
- * never proposed after it (src/replication/shard.ts).
+ * (src/node/siblings.ts; at the driver's own bound, sooner), a write not yet proposed is
+ * never proposed after it (src/replication/shard.ts), and a linearizable get stops waiting for
+ * its read index or its apply (src/replication/multi-raft-reads.ts).
  */
 export interface KvStore {
   put(

@@ -490,7 +490,7 @@ export function serveSibling(
       case "delete":
         return local.delete(call.key, call.expected, call.deadline);
       case "get": {
-        const item = await local.get(call.key, call.linearizable);
+        const item = await local.get(call.key, call.linearizable, call.deadline);
         return item === null ? null : ownItem(item);
       }
       case "scan": {
@@ -576,7 +576,7 @@ export class RoutedStore implements KvStore, AdminStore {
 
   get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null> {
     const owner = this.#owner(this.#local.shardOf(key));
-    if (owner === null) return this.#local.get(key, linearizable);
+    if (owner === null) return this.#local.get(key, linearizable, deadline);
     return owner.call({
       op: "get",
       key: own(key),

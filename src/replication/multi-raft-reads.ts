@@ -5,6 +5,7 @@
  * questions peers ask of this node's groups for their reads (confirmTerms, readIndexAsLeader).
  */
 import { nodeOfReplica } from "../cluster/index.ts";
+import { deadlineClock } from "../common/deadline-clock.ts";
 import { type NodeId, nodeId, NotLeaderError } from "../raft/index.ts";
 import type { Clock } from "./engine.ts";
 import {
@@ -14,6 +15,7 @@ import {
   type ShardTable,
 } from "./multi-raft-options.ts";
 import { REQUEST_OVERHEAD_BYTES, type RequestBudget } from "./request-budget.ts";
+import { ReadPastDeadlineError } from "./request-errors.ts";
 import type { PeerReport, ShardReplica } from "./shard.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type ReadVoucher, type TermCheck, TermConfirmer } from "./term-confirm.ts";
@@ -72,8 +74,15 @@ export class Reads {
           });
   }
 
-  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
-  async get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
+  /**
+   * Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex),
+   * until `deadline` at most: its call's, on deadlineClock() (KvStore; readBarrier).
+   */
+  async get(
+    key: Uint8Array,
+    linearizable: boolean,
+    deadline = Infinity,
+  ): Promise<StoredItem | null> {
     this.#host.assertOpen();
     const id = this.#host.shardOf(key);
     // On a single node, a shard never opened was never written (writes open it first): the
@@ -87,7 +96,7 @@ export class Reads {
       return null;
     }
     const shard = await this.#host.shardForRequest(id);
-    if (linearizable) await this.readBarrier(shard);
+    if (linearizable) await this.readBarrier(shard, deadline);
     else {
       this.#host.assertOpen();
       assertServesSerializable(shard);
@@ -112,9 +121,17 @@ export class Reads {
    * lead without a configuration change), so it needs no round trip, only that wait: right
    * after a restart the replay may still be applying entries below that index. Other groups
    * confirm leadership with ReadIndex.
+   *
+   * A read with a `deadline` (its call's, on deadlineClock(); Infinity: none) stops waiting then
+   * (ReadPastDeadlineError, retryable), whatever it waits for, and gives its share of the request
+   * budget back: its client has gone, and reads whose calls had tiny deadlines otherwise held
+   * the budget for the driver's whole request timeout, every other request refused meanwhile.
    */
-  async readBarrier(shard: ShardReplica): Promise<void> {
+  async readBarrier(shard: ShardReplica, deadline = Infinity): Promise<void> {
     this.#host.assertOpen();
+    // The deadline on the driver's clock, which need not be deadlineClock().
+    const arrived = this.#host.clock.now();
+    const until = deadline === Infinity ? Infinity : arrived + (deadline - deadlineClock());
     if (
       this.#host.options.singleVoterReadFastPath !== false &&
       shard.raw.role === "leader" &&
@@ -122,15 +139,17 @@ export class Reads {
     ) {
       const index = this.#host.testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
       if (index <= shard.sm.appliedIndex) return;
+      if (arrived >= until) throw new ReadPastDeadlineError(0);
       this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
       try {
-        await shard.waitApplied(index);
+        await shard.waitApplied(index, undefined, until);
       } finally {
         this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
       }
       return;
     }
     const remote = this.#host.options.remoteReadIndex;
+    if (arrived >= until) throw new ReadPastDeadlineError(0);
     this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
     try {
       if (remote !== undefined && shard.raw.role !== "leader") {
@@ -142,20 +161,37 @@ export class Reads {
         const asked = remote(nodeOfReplica(lead), shard.id, shard.raw.term);
         // The leader asked may never answer (paused, cut off) while its partners elect another:
         // the read then goes to the new leader at once instead of waiting out its deadline.
-        const answer = await new Promise<{ index: number } | { moved: NodeId }>(
+        // Nor past the call's deadline: the batched call to the leader is shared with other
+        // reads and keeps its own bound, so this read stops waiting for it on a timer.
+        const answer = await new Promise<{ index: number } | { moved: NodeId } | { late: true }>(
           (resolve, reject) => {
+            let timer: NodeJS.Timeout | undefined;
             const unwatch = shard.watchLead((now) => {
               if (now === null || now === lead) return;
-              unwatch();
+              settle();
               resolve({ moved: now });
             });
+            const settle = (): void => {
+              unwatch();
+              clearTimeout(timer);
+            };
+            if (until !== Infinity) {
+              timer = setTimeout(
+                () => {
+                  settle();
+                  resolve({ late: true });
+                },
+                Math.max(0, until - since),
+              );
+              timer.unref();
+            }
             asked.then(
               (index) => {
-                unwatch();
+                settle();
                 resolve({ index });
               },
               (err: unknown) => {
-                unwatch();
+                settle();
                 reject(err as Error);
               },
             );
@@ -167,19 +203,24 @@ export class Reads {
           this.#host.report(shard.id, { kind: "leader-down" });
           throw err;
         });
+        if ("late" in answer) throw new ReadPastDeadlineError(this.#host.clock.now() - since);
         if ("moved" in answer) {
           // Another replica leads now: the read is refused with it as the hint (the KV layer
           // forwards it there), or, when this replica is the one elected, confirmed here below.
           if (shard.role !== "leader") throw new NotLeaderError(leaderNode(answer.moved));
         } else {
           if (this.#host.testingBugs.followerReadWithoutApply !== true) {
-            await shard.waitApplied(answer.index, since);
+            await shard.waitApplied(answer.index, since, until);
           }
           return;
         }
       }
       const since = this.#host.clock.now();
-      await shard.waitApplied(await this.#leaderReadIndex(shard, since), since);
+      await shard.waitApplied(
+        await this.#leaderReadIndex(shard, since, undefined, until),
+        since,
+        until,
+      );
     } finally {
       this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
     }
@@ -187,16 +228,18 @@ export class Reads {
 
   /**
    * A leader's read index for a read that arrived at `since`: confirmed by its peers' terms
-   * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here).
+   * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here), the
+   * read waiting for it until `until` at most (its call's deadline on the driver's clock).
    */
   async #leaderReadIndex(
     shard: ShardReplica,
     since: number,
     voucher?: ReadVoucher,
+    until = Infinity,
   ): Promise<number> {
     const index = await this.#confirmLeadership(shard, voucher);
     if (index !== null) return index;
-    const done = shard.enqueueRead(++this.#readSeq, since);
+    const done = shard.enqueueRead(++this.#readSeq, since, until);
     this.#host.markDirty(shard);
     return done;
   }

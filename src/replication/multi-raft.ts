@@ -401,9 +401,12 @@ export class MultiRaft {
     return this.#writes.transferLeader(id, to);
   }
 
-  /** Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex). */
-  get(key: Uint8Array, linearizable: boolean): Promise<StoredItem | null> {
-    return this.#reads.get(key, linearizable);
+  /**
+   * Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex),
+   * until `deadline` at most (its call's, on deadlineClock(): KvStore).
+   */
+  get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null> {
+    return this.#reads.get(key, linearizable, deadline);
   }
 
   /** Waits until the meta group's state here is as recent as any acknowledged meta command. */

@@ -39,6 +39,24 @@ export class NotProposedError extends CairnError {
   }
 }
 
+/**
+ * A linearizable read still waiting (for its read index, an election, or the apply up to its
+ * index) when its call's deadline passed: its client has given up, so nothing waits for it any
+ * more, and it holds no share of the node's request budget. It changed nothing: a retry is safe.
+ */
+export class ReadPastDeadlineError extends CairnError {
+  /** `waitedMs`: NaN when not known (a read only waiting for the apply here). */
+  constructor(waitedMs: number) {
+    const waited = Number.isNaN(waitedMs) ? "" : ` (it waited ${Math.round(waitedMs)} ms)`;
+    super(
+      "CAIRN_ERR_TIMEOUT",
+      `the read was not served before its call's deadline${waited}; retry`,
+      { retryable: true },
+    );
+    this.name = "ReadPastDeadlineError";
+  }
+}
+
 /** The proposal cannot succeed any more: another entry took its place in the log. */
 export class ProposalLostError extends CairnError {
   constructor(index: number) {

@@ -40,6 +40,7 @@ import {
   ProposalLostError,
   ProposalAbandonedError,
   ProposalOvertakenError,
+  ReadPastDeadlineError,
   RequestTimeoutError,
 } from "./request-errors.ts";
 
@@ -75,6 +76,12 @@ interface PendingRead {
    * still arrive from that leader, so the read's deadline still applies.
    */
   readonly remote: boolean;
+  /**
+   * Its call's deadline (the driver's clock; Infinity: none): its client has gone then, and the
+   * read stops waiting whatever it waits for (expire, drainInbox), its share of the request
+   * budget given back. A read changes nothing, so dropping it changes nothing either.
+   */
+  readonly until: number;
 }
 
 type InboxItem = (
@@ -296,9 +303,10 @@ export class ShardReplica {
 
   /**
    * Resolves once the state machine has applied `index` (a read confirmed at that index). With
-   * `since` (a read confirmed by another node's leader), the wait has the request deadline.
+   * `since` (a read confirmed by another node's leader), the wait has the request deadline;
+   * `until` is its call's (PendingRead.until).
    */
-  waitApplied(index: number, since?: number): Promise<void> {
+  waitApplied(index: number, since?: number, until = Infinity): Promise<void> {
     if (index <= this.sm.appliedIndex) return Promise.resolve();
     return new Promise((resolve, reject) =>
       this.#reads.set(--this.#localReads, {
@@ -307,6 +315,7 @@ export class ShardReplica {
         index,
         since: since ?? Number.NaN,
         remote: since !== undefined,
+        until,
       }),
     );
   }
@@ -349,13 +358,16 @@ export class ShardReplica {
     );
   }
 
-  /** A ReadIndex read; resolves with its index once the state machine has applied it. */
-  enqueueRead(id: number, since: number): Promise<number> {
+  /**
+   * A ReadIndex read; resolves with its index once the state machine has applied it. `until` is
+   * its call's deadline on the driver's clock (Infinity: none), when it stops waiting.
+   */
+  enqueueRead(id: number, since: number, until = Infinity): Promise<number> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "read",
         id,
-        read: { resolve, reject, index: null, since, remote: false },
+        read: { resolve, reject, index: null, since, remote: false, until },
         since,
       }),
     );
@@ -458,6 +470,11 @@ export class ShardReplica {
         item.done.reject(new NotProposedError(now - item.since));
         continue;
       }
+      // A read whose client gave up is not asked for any more.
+      if (item.kind === "read" && now >= item.read.until) {
+        item.read.reject(new ReadPastDeadlineError(now - item.since));
+        continue;
+      }
       // (A transfer may start at an item of this inbox: asked for each item.)
       const transferring = this.raw.role === "leader" && this.raw.leadTransferee !== null;
       if (electing || (transferring && (item.kind === "propose" || item.kind === "conf"))) {
@@ -527,7 +544,8 @@ export class ShardReplica {
    * from its quorum keeps its proposals pending (they may still commit if it heals), and a
    * follower's ReadIndex request to an unreachable leader is never answered: without a deadline
    * their callers would wait forever. Reads already confirmed and only waiting for the apply (a
-   * local one has no deadline: the apply always comes) are left alone.
+   * local one has no deadline: the apply always comes) are left alone, until their call's
+   * deadline (PendingRead.until): a read whose client has gone stops waiting whatever for.
    */
   expire(now: number, timeoutMs: number): void {
     // Scanned at most 64 times a timeout (a request fails at most 1/64 of it late), not every
@@ -549,6 +567,12 @@ export class ShardReplica {
     }
     if (this.#reads.size > 0) {
       for (const [id, r] of this.#reads.entries()) {
+        if (now >= r.until) {
+          // (A read index answered for it later finds no read: confirmReads skips it.)
+          this.#reads.delete(id);
+          r.reject(new ReadPastDeadlineError(now - r.since));
+          continue;
+        }
         if (r.since > late) continue;
         if (r.index !== null && !r.remote) continue;
         this.#reads.delete(id);

@@ -342,7 +342,7 @@ describe("shard worker siblings", () => {
     }
   });
 
-  it("a write's deadline reaches the driver that proposes it, in the owner and in the worker that owns its shard", async () => {
+  it("a write's and a read's deadline reach the driver, in the owner and in the worker that owns its shard", async () => {
     // There the driver never proposes a write past it (shard.ts), its client gone.
     const seen: [string, number | undefined][] = [];
     const written = { type: "written", version: { index: 1, term: 1 } };
@@ -356,18 +356,27 @@ describe("shard worker siblings", () => {
         seen.push(["delete", deadline]);
         return Promise.resolve(written);
       },
+      get: (_k: Uint8Array, _l: boolean, deadline?: number) => {
+        seen.push(["get", deadline]);
+        return Promise.resolve(null);
+      },
     } as unknown as MultiRaft;
     const serve = serveSibling(driver, () => Promise.reject(new Error("not asked")), null);
     await serve({ op: "put", key: b("k"), value: b("v"), expected: undefined, deadline: 7 });
     await serve({ op: "delete", key: b("k"), expected: undefined, deadline: 8 });
+    // A read's too: it stops waiting for its read index there (multi-raft-reads.ts).
+    await serve({ op: "get", key: b("k"), linearizable: true, deadline: 11 });
     const store = new RoutedStore(driver, [null]);
     await store.put(b("k"), b("v"), undefined, 9);
     await store.delete(b("k"), undefined, 10);
+    await store.get(b("k"), true, 12);
     assert.deepEqual(seen, [
       ["put", 7],
       ["delete", 8],
+      ["get", 11],
       ["put", 9],
       ["delete", 10],
+      ["get", 12],
     ]);
   });
 

@@ -850,6 +850,133 @@ describe("a write whose call's deadline passes before its proposal", () => {
   });
 });
 
+describe("a linearizable read whose call's deadline passes", () => {
+  /** `p`'s error, or "pending" when it has not settled within `ms` (a bound, not a pace). */
+  const settledWithin = async (p: Promise<unknown>, ms: number): Promise<unknown> => {
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise((resolve) => (timer = setTimeout(() => resolve("pending"), ms)));
+    try {
+      return await Promise.race([
+        p.then(
+          () => "served",
+          (err: unknown) => err,
+        ),
+        bound,
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  const timedOut = (outcome: unknown, what: string): void => {
+    const err = outcome as CairnError;
+    assert.equal(err.code, "CAIRN_ERR_TIMEOUT", `${what}: ${String(outcome)}`);
+    assert.equal(err.retryable, true, what);
+    assert.match(err.message, /deadline/, what);
+  };
+
+  it("stops waiting for its read index and for the apply at that deadline, and gives its share of the budget back", async () => {
+    // A follower's read waits for its leader's read index (up to the transport's 10 s), then for
+    // the entries up to it (the driver's 10 s): with its client gone at 100 ms it held its
+    // share of limits.max_pending_bytes all that while, and a client sending reads with tiny
+    // deadlines kept the node's budget full (every other request refused CAIRN_ERR_BACKPRESSURE).
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-read-deadline-"));
+    let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
+    const mr = await MultiRaft.open({
+      ...options(dataDir),
+      // No election while the test runs: n1 follows n2 throughout.
+      electionTicks: 1_000,
+      transport: { send: () => undefined, flush: () => undefined },
+      replicaId: nodeId("n1"),
+      replicasOf: () => ["n2", "n1", "n3"],
+      firstCampaigner: () => "n2",
+      remoteReadIndex: () => leaderAnswers(),
+      // Room for one waiting read (REQUEST_OVERHEAD_BYTES) and not two.
+      maxPendingBytes: 1_000,
+    });
+    try {
+      const key = enc.encode("k");
+      const shard = mr.shardOf(key);
+      const heartbeat = {
+        type: "heartbeat",
+        from: nodeId("n2"),
+        to: nodeId("n1"),
+        term: 5,
+        commit: 0,
+        readSeq: 0,
+        quiesce: false,
+        noReply: false,
+      } as unknown as Message;
+      mr.receive("n2", [{ shard, message: heartbeat }]);
+      for (let i = 0; i < 500 && mr.shardInfo(shard)?.leader !== "n2"; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      assert.equal(mr.shardInfo(shard)?.leader, "n2", "n1 follows n2");
+
+      // n2 never answers the read index.
+      timedOut(await settledWithin(mr.get(key, true, deadlineClock() + 100), 3_000), "unanswered");
+      // n2 answers an index n1 has not reached (its entries never come): the read waits for
+      // the apply, admitted as the first read gave its bytes back.
+      leaderAnswers = () => Promise.resolve(1_000);
+      timedOut(await settledWithin(mr.get(key, true, deadlineClock() + 100), 3_000), "behind");
+      // And so did the second.
+      timedOut(await settledWithin(mr.get(key, true, deadlineClock() + 100), 3_000), "third");
+    } finally {
+      await mr.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("on a leader: waits for its read index, or for an election, only until that deadline", async () => {
+    const { raw, shard, drain } = await leaderOfTermTwo();
+    // Confirmed by a quorum's answer to the read's heartbeats, which never comes (b and c are
+    // silent): before, it waited out the driver's request timeout (10 s here) after its client
+    // left at 100.
+    const read = shard.enqueueRead(1, 0, 100);
+    let outcome: unknown = "pending";
+    read.then(
+      () => (outcome = "served"),
+      (err: unknown) => (outcome = err),
+    );
+    shard.drainInbox(50, 1000);
+    await drain();
+    shard.expire(60, 10_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(outcome, "pending", "waits for its read index before the deadline");
+    // The next scan (at most 64 a timeout: 10 s / 64 after the last).
+    shard.expire(60 + 10_000 / 64, 10_000);
+    await new Promise((resolve) => setImmediate(resolve));
+    timedOut(outcome, "at the deadline");
+    assert.equal(shard.pendingOperations, 0, "nothing of it is kept");
+    assert.equal(raw.role, "leader");
+
+    // A group electing holds a read in its inbox (bounded), and let it go only then too.
+    const a = nodeId("a");
+    const electing = new ShardReplica(
+      2,
+      new RawNode({
+        id: a,
+        storage: MemoryStorage.bootstrap([a, nodeId("b"), nodeId("c")]),
+        rng: seededRng(1),
+      }),
+      shard.sm,
+      shard.storage,
+      false,
+      0,
+    );
+    let waited: unknown = "pending";
+    electing.enqueueRead(2, 0, 100).then(
+      () => (waited = "served"),
+      (err: unknown) => (waited = err),
+    );
+    electing.drainInbox(50, 1000);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(waited, "pending", "waits for the election");
+    electing.drainInbox(100, 1000);
+    await new Promise((resolve) => setImmediate(resolve));
+    timedOut(waited, "electing");
+  });
+});
+
 describe("a shard's writes waiting when it stops", () => {
   it("fails a write already in its log with an unknown outcome, one never proposed as not applied", async () => {
     // a leads term 2 and appends a Put at index 5 (sent to b and c), then stops before it
