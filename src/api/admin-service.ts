@@ -8,6 +8,7 @@ import type {
   ServiceError,
   UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { callDeadline } from "../common/index.ts";
 import { CairnError } from "../common/errors.ts";
 import type { Logger } from "../ops/index.ts";
 import { InternalErrorLog, InvalidArgumentError, toServiceError } from "./errors.ts";
@@ -22,9 +23,10 @@ import type { AdminStore } from "./store.ts";
 /**
  * Admin.TransferLeader run elsewhere than on `store`, answering the new leader's node: in cluster
  * mode through the meta group (src/node/cluster.ts, transferLeadership); with shard workers on
- * the worker that owns the shard (src/node/siblings.ts).
+ * the worker that owns the shard (src/node/siblings.ts), waited for until the call's `deadline`
+ * at most (on deadlineClock(); the transfer, handed over, goes on there).
  */
-export type LeadershipTransfer = (id: number, to: string) => Promise<string>;
+export type LeadershipTransfer = (id: number, to: string, deadline?: number) => Promise<string>;
 
 /** A member's standing, as Admin's member calls answer it. */
 export interface NodeStanding {
@@ -60,7 +62,9 @@ export function adminService(
       callback: sendUnaryData<SnapshotShardResponse>,
     ) {
       const id = call.request.shard_id;
-      store.snapshotShard(id).then(
+      // Handed to the shard worker that owns the shard, it is waited for until its client gives
+      // up at most, as a KV call is (the snapshot is taken there all the same).
+      store.snapshotShard(id, callDeadline(call.getDeadline())).then(
         (r) => {
           log.info("shard snapshot taken", {
             shard_id: r.shardId,
@@ -87,7 +91,12 @@ export function adminService(
       const run = async (): Promise<TransferLeaderResponse> => {
         if (to === "")
           throw new InvalidArgumentError("node_id must name the replica to lead the shard");
-        const leader = await (transfer ?? ((i, t) => transferInPlace(store, i, t)))(id, to);
+        const deadline = callDeadline(call.getDeadline());
+        const leader = await (transfer ?? ((i, t) => transferInPlace(store, i, t)))(
+          id,
+          to,
+          deadline,
+        );
         return { shard_id: id, leader };
       };
       run().then(

@@ -23,7 +23,12 @@ export {
   type ForwardOptions,
   LeaderUnreachableError,
 } from "./forward.ts";
-export { type MemberAdmin, type NodeStanding, transferInPlace } from "./admin-service.ts";
+export {
+  type LeadershipTransfer,
+  type MemberAdmin,
+  type NodeStanding,
+  transferInPlace,
+} from "./admin-service.ts";
 export { newInternalKey, RpcServer, type RpcServerOptions } from "./server.ts";
 export { ConnectionSlots, type SharedConnectionSlots } from "./connection-slots.ts";
 export type { WorkerTunnels } from "./front-end.ts";

@@ -42,9 +42,12 @@ export interface KvStore {
   leaderElsewhere?(key: Uint8Array): string | null;
 }
 
-/** The Admin operations. */
+/**
+ * The Admin operations. `deadline` is the call's, as for KvStore: a snapshot of a shard another
+ * shard worker owns stops being waited for then (src/node/siblings.ts), taken there all the same.
+ */
 export interface AdminStore {
-  snapshotShard(id: number): Promise<SnapshotResult>;
+  snapshotShard(id: number, deadline?: number): Promise<SnapshotResult>;
   shardInfo(id: number): ShardInfo | null;
   transferLeader(id: number, to: string): Promise<void>;
 }

@@ -61,6 +61,7 @@ import {
   ConnectionSlots,
   type ForwardOptions,
   type KvStore,
+  type LeadershipTransfer,
   RpcServer,
   type SharedConnectionSlots,
   transferInPlace,
@@ -142,7 +143,7 @@ export interface ShardCell {
     proposer: MetaProposer | null,
   ): {
     readonly store: KvStore & AdminStore;
-    readonly transferLeader: (id: number, to: string) => Promise<string>;
+    readonly transferLeader: LeadershipTransfer;
   };
   /**
    * Resolves, once every worker has recovered its shards, with the address to serve gRPC on and

@@ -136,7 +136,10 @@ try {
           proposer === null ? null : { proposer, version: () => metaShare.version },
         );
         setServe(serve);
-        return { store, transferLeader: (id, to) => store.transfer(id, to, here) };
+        return {
+          store,
+          transferLeader: (id, to, deadline) => store.transfer(id, to, here, deadline),
+        };
       },
       tunnels: {
         index,

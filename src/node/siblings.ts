@@ -39,8 +39,8 @@ import {
 } from "../replication/index.ts";
 
 /**
- * What one worker asks another to do with a shard it owns. A client's KV call carries its
- * `deadline` (KvStore: on deadlineClock(), the same in every thread; absent, none).
+ * What one worker asks another to do with a shard it owns. A client's KV or Admin call carries
+ * its `deadline` (KvStore: on deadlineClock(), the same in every thread; absent, none).
  */
 export type SiblingCall =
   | {
@@ -63,8 +63,14 @@ export type SiblingCall =
       readonly deadline?: number | undefined;
     }
   | { readonly op: "scan"; readonly req: ScanRequest; readonly deadline?: number | undefined }
-  | { readonly op: "snapshot"; readonly shard: number }
-  | { readonly op: "transfer"; readonly shard: number; readonly to: string }
+  /** Admin calls, with their client's deadline too. */
+  | { readonly op: "snapshot"; readonly shard: number; readonly deadline?: number | undefined }
+  | {
+      readonly op: "transfer";
+      readonly shard: number;
+      readonly to: string;
+      readonly deadline?: number | undefined;
+    }
   /** Cluster mode, to the worker that holds shard 0: propose a meta command (MetaProposer). */
   | {
       readonly op: "propose-meta";
@@ -597,10 +603,10 @@ export class RoutedStore implements KvStore, AdminStore {
     return mergePages(pages, req.limit, req.maxBytes);
   }
 
-  snapshotShard(id: number): Promise<SnapshotResult> {
+  snapshotShard(id: number, deadline?: number): Promise<SnapshotResult> {
     const owner = this.#owner(id);
     if (owner === null) return this.#local.snapshotShard(id);
-    return owner.call({ op: "snapshot", shard: id }) as Promise<SnapshotResult>;
+    return owner.call({ op: "snapshot", shard: id, deadline }) as Promise<SnapshotResult>;
   }
 
   /** This worker's shards only: the Admin service asks it through `transfer` for the others. */
@@ -616,16 +622,18 @@ export class RoutedStore implements KvStore, AdminStore {
 
   /**
    * Admin.TransferLeader on shard `id`, run where it lives: `here` runs it on this worker's
-   * driver (the Admin service's single-node checks), a sibling on its own.
+   * driver (the Admin service's single-node checks), a sibling on its own, waited for until the
+   * call's `deadline` at most (Sibling.call).
    */
   transfer(
     id: number,
     to: string,
     here: (id: number, to: string) => Promise<string>,
+    deadline?: number,
   ): Promise<string> {
     const owner = this.#owner(id);
     if (owner === null) return here(id, to);
-    return owner.call({ op: "transfer", shard: id, to }) as Promise<string>;
+    return owner.call({ op: "transfer", shard: id, to, deadline }) as Promise<string>;
   }
 }
 

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { MessageChannel, type MessagePort } from "node:worker_threads";
+import { status } from "@grpc/grpc-js";
 import { deadlineClock } from "../../src/common/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
@@ -23,6 +24,8 @@ import {
 } from "../../src/node/siblings.ts";
 import type { MultiRaft, ScanPage } from "../../src/replication/index.ts";
 import { withTimeout } from "../support/timeout.ts";
+import { adminService } from "../../src/api/admin-service.ts";
+import { silentLogger } from "../../src/ops/index.ts";
 
 const b = (s: string): Uint8Array => new TextEncoder().encode(s);
 const dec = (bytes: Uint8Array): string => new TextDecoder().decode(bytes);
@@ -378,6 +381,62 @@ describe("shard worker siblings", () => {
       ["delete", 10],
       ["get", 12],
     ]);
+  });
+
+  it("an Admin call handed to the owner carries its client's deadline there and fails at it", async () => {
+    // SnapshotShard and TransferLeader on another worker's shard waited 11 s here (the driver's
+    // request timeout and a second) after a client with a 300 ms deadline gave up, as a KV call
+    // did before: what the owner does is the same either way (a call posted runs there).
+    const { port1, port2 } = new MessageChannel();
+    const posted: SiblingCall[] = [];
+    port2.on("message", (m: { calls: SiblingCall[] }) => posted.push(...m.calls));
+    const asker = sibling(
+      port1,
+      handlers(() => Promise.resolve(null)),
+    );
+    // Shard 1 is worker 1's: the owner never answers.
+    const local = {} as unknown as MultiRaft;
+    const store = new RoutedStore(local, [null, asker]);
+    const admin = adminService(store, silentLogger, (id, to, deadline) =>
+      store.transfer(id, to, () => Promise.reject(new Error("not here")), deadline),
+    );
+    try {
+      const started = performance.now();
+      const deadline = deadlineClock() + 300;
+      const answer = (method: string, request: object): Promise<unknown> =>
+        new Promise((resolve) =>
+          (admin[method] as (call: unknown, callback: (err: unknown) => void) => void)(
+            { request, getDeadline: () => deadline },
+            resolve,
+          ),
+        );
+      const errors = await withTimeout(
+        Promise.all([
+          answer("SnapshotShard", { shard_id: 1 }),
+          answer("TransferLeader", { shard_id: 1, node_id: "n2" }),
+        ]),
+        5_000,
+        "the Admin calls past their deadline to end",
+      );
+      const waited = performance.now() - started;
+      assert.ok(waited >= 300 - 5 && waited < 300 + 500, `ended after ${waited} ms`);
+      for (const err of errors) {
+        const { code, details } = err as { code: number; details: string };
+        assert.equal(code, status.DEADLINE_EXCEEDED, details);
+        assert.match(details, /before the call's deadline/);
+      }
+      assert.equal(asker.pending, 0, "no call left in the table");
+      assert.deepEqual(
+        posted.map((c) => [c.op, "deadline" in c ? c.deadline : null]),
+        [
+          ["snapshot", deadline],
+          ["transfer", deadline],
+        ],
+      );
+    } finally {
+      asker.close();
+      port2.close();
+    }
   });
 
   it("closing fails the calls still waiting, retryably", async () => {
