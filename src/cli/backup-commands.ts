@@ -92,9 +92,9 @@ Writes every key of a backup made by 'cairn backup' into the cluster (each key g
 version). The whole file is checked first (every record's checksum, the key order, the end
 record that counts them): a damaged or cut-short file is refused before anything is written.
 "-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
-after, and when SIGINT or SIGTERM stops the restore: exit 130, 143) so that it can be checked
-whole before the first write; so is a FILE that is a pipe (<(gunzip -c FILE.gz), /dev/stdin).
-FILE is opened once: what is written is what was checked.
+after, and when SIGINT, SIGTERM or SIGHUP stops the restore: exit 130, 143, 129) so that it can
+be checked whole before the first write; so is a FILE that is a pipe (<(gunzip -c FILE.gz),
+/dev/stdin). FILE is opened once: what is written is what was checked.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
 a new cluster, or a range emptied first; each key is then written only where it is absent, so a
 key written while the restore runs is left as it is (exit 4). Progress goes to stderr every 2 s.
@@ -314,6 +314,9 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
   );
 }
 
+/** The signals that stop a restore while it holds its copy of standard input (fromFileOrStdin). */
+const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
 /**
  * Runs `body` on the backup `arg` names, opened once: a restore reads it twice (to check it,
  * then to write it), and opening its path again for the second read wrote whatever was there
@@ -321,8 +324,8 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
  * found a pipe drained (`/dev/stdin`, `<(gunzip -c …)`: a whole backup refused as cut short).
  * A regular file is read through the one handle; standard input ("-") and any other file (a
  * pipe, a device) are first copied to a temporary file (in TMPDIR), removed after, and on
- * SIGINT or SIGTERM, which then end the process (exit 128 + the signal's number). `name` is
- * what messages call it.
+ * SIGINT, SIGTERM or SIGHUP, which then end the process (exit 128 + the signal's number).
+ * `name` is what messages call it.
  */
 async function fromFileOrStdin<T>(
   arg: string,
@@ -346,8 +349,8 @@ async function fromFileOrStdin<T>(
       rmSync(dir, { recursive: true, force: true });
       process.exit(128 + osConstants.signals[signal]);
     };
-    process.on("SIGINT", onSignal);
-    process.on("SIGTERM", onSignal);
+    // (SIGHUP: the terminal closed, an SSH session dropped.)
+    for (const s of STOP_SIGNALS) process.on(s, onSignal);
     try {
       const path = join(dir, "stdin.bak");
       await pipeline(
@@ -365,8 +368,7 @@ async function fromFileOrStdin<T>(
     } finally {
       await rm(dir, { recursive: true, force: true });
       // Only now: a signal while rm runs still removes the copy.
-      process.removeListener("SIGINT", onSignal);
-      process.removeListener("SIGTERM", onSignal);
+      for (const s of STOP_SIGNALS) process.removeListener(s, onSignal);
     }
   } finally {
     await given?.close();

@@ -1,6 +1,6 @@
 /**
  * `cairn restore -` copies standard input to a temporary file (in TMPDIR) before it checks it: a
- * restore interrupted there (Ctrl-C, SIGTERM) removes that copy and exits as the signal would
+ * restore interrupted there (Ctrl-C, SIGTERM, a terminal closed) removes that copy and exits as the signal would
  * (128 + its number). No node is needed: the copy is made before any is reached.
  */
 import assert from "node:assert/strict";
@@ -38,6 +38,8 @@ describe("cairn restore - interrupted", () => {
   for (const [signal, code] of [
     ["SIGTERM", 143],
     ["SIGINT", 130],
+    // A terminal closed under it (an SSH session that drops).
+    ["SIGHUP", 129],
   ] as const) {
     it(`by ${signal} while it copies standard input removes its copy (exit ${code})`, async () => {
       // Killed, it ran no finally: the copy stayed in TMPDIR, one a restore interrupted.
