@@ -9,16 +9,23 @@
  * - deploy/k8s/: the StatefulSet sets the same variables (expanded as the kubelet would, they
  *   load with the real loader), probes hit /health/quick on the HTTP port of the code's
  *   defaults, the grace period outlasts preStop + the drain timeout, the PDB and Services
- *   select the pods, and the pods run as the image's non-root user.
+ *   select the pods, and the pods run as the image's non-root user;
+ * - deploy/k8s-tls/: the certificates its header's `cairn cert` commands make (openssl, as the
+ *   tool needs it) name every name a pod is dialed at, as a client's and a peer's check see it.
  */
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { X509Certificate } from "node:crypto";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { checkServerIdentity } from "node:tls";
 import { describe, it } from "node:test";
 import { parse as parseYaml, parseAllDocuments } from "yaml";
 import { type CairnConfig, loadConfig, parseHostPort } from "../../src/config/index.ts";
 import { COMPOSE, nodeEnvironment } from "../../scripts/cluster-layout.ts";
+import { checkPeerName } from "../../src/common/peer-tls.ts";
 import { ROOT } from "../support/server-process.ts";
+import { certCommand } from "../support/tls-certs.ts";
 
 const DEPLOY = join(ROOT, "deploy");
 const read = (rel: string): string => readFileSync(join(DEPLOY, rel), "utf8");
@@ -355,5 +362,76 @@ describe("deploy/k8s/", () => {
       volumes.some((v) => v.name === mount.name && v.emptyDir !== undefined),
       "an emptyDir",
     );
+  });
+
+  describe("deploy/k8s-tls/", () => {
+    const overlay = read("k8s-tls/kustomization.yaml");
+    const patch = parseYaml(read("k8s-tls/tls-patch.yaml")) as K8sObject;
+    const patchEnv = (patch.spec.template.spec.containers as Container[])[0]?.env ?? [];
+    const client = find("Service", (o) => o.metadata.name !== sts.spec.serviceName);
+    /** The shell lines of the header's instructions, continuation lines joined. */
+    const script = overlay
+      .split("\n")
+      .filter((l) => l.startsWith("#   "))
+      .map((l) => l.slice(4).trim())
+      .join("\n")
+      .replaceAll("\\\n", " ")
+      .split("\n");
+
+    it("makes each pod a certificate every name it is dialed at verifies against", () => {
+      const loop = script.map((l) => /^for i in ([\d ]+); do$/.exec(l)).find((m) => m !== null);
+      const create = script.find((l) => l.startsWith("cairn cert create-node "));
+      const rename = script.find((l) => l.startsWith("mv certs/node.crt "));
+      assert.ok(loop?.[1] !== undefined && create !== undefined && rename !== undefined);
+      const ordinals = loop[1].trim().split(/ +/).map(Number);
+      const replicas = sts.spec.replicas as number;
+      assert.deepEqual(
+        ordinals,
+        Array.from({ length: replicas }, (_, i) => i),
+        "every pod",
+      );
+      const certFile = patchEnv.find((e) => e.name === "CAIRN_TLS_CERT_FILE")?.value;
+      assert.ok(certFile !== undefined);
+      const dir = mkdtempSync(join(tmpdir(), "cairn-k8s-tls-"));
+      try {
+        assert.equal(certCommand(["create-ca", "--certs-dir", dir]).code, 0);
+        const namespace = "prod";
+        for (const i of ordinals) {
+          const pod = `${sts.metadata.name}-${i}`;
+          const args = create
+            .split(/ +/)
+            .slice(2)
+            .map((a) => a.replaceAll("$i", String(i)).replace(/\bNS\b/g, namespace))
+            .map((a) => (a === "certs" ? dir : a));
+          const made = certCommand(args);
+          assert.equal(made.code, 0, made.err);
+          // The file the pod reads is the one made for it.
+          const movedTo: string | undefined = rename.split(/ +/)[2]?.replaceAll("$i", String(i));
+          assert.equal(basename(certFile.replace("$(POD_NAME)", pod)), basename(movedTo ?? ""));
+          const cert = new X509Certificate(readFileSync(join(dir, "node.crt"))).toLegacyObject();
+          // Its peers dial it at its advertised address and check it names its node id.
+          assert.equal(checkPeerName(pod)(pod, cert), undefined, pod);
+          // Clients: the advertised address (routing follows it) and the client Service, as a
+          // client in the cluster may write them (cluster.local: the default cluster domain).
+          const advertised = hostOf(configFrom(podEnv(i, namespace)).advertise_rpc_addr);
+          const service = client.metadata.name;
+          const names = [
+            pod,
+            advertised,
+            `${advertised}.cluster.local`,
+            service,
+            `${service}.${namespace}`,
+            `${service}.${namespace}.svc`,
+            `${service}.${namespace}.svc.cluster.local`,
+          ];
+          const refused = names
+            .map((name) => checkServerIdentity(name, cert)?.message)
+            .filter((m) => m !== undefined);
+          assert.deepEqual(refused, [], `${pod}: names its clients dial`);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
   });
 });
