@@ -2,9 +2,11 @@
  * Loads proto/ at run time with the options the generated types (src/api/generated/) were made
  * with; `npm run check` verifies the two agree.
  */
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { loadPackageDefinition } from "@grpc/grpc-js";
 import { loadSync, type Options, type PackageDefinition } from "@grpc/proto-loader";
+import { protoPath as HEALTH_PROTO } from "grpc-health-check";
 import type { ProtoGrpcType as AdminProto } from "./generated/admin.ts";
 import type { ProtoGrpcType as KvProto } from "./generated/kv.ts";
 import type { ProtoGrpcType as MetaProto } from "./generated/meta.ts";
@@ -52,4 +54,33 @@ export function loadRaftDefinition(): PackageDefinition {
 export function loadRaftProto(): RaftProto {
   raftProto ??= loadPackageDefinition(loadRaftDefinition()) as unknown as RaftProto;
   return raftProto;
+}
+
+let standardDefinition: PackageDefinition | undefined;
+
+/**
+ * The message types of the standard services the node also serves, grpc.health.v1 and server
+ * reflection (v1 and v1alpha), from the proto files their packages serve them with: the rules
+ * their requests are held to (strict-wire.ts) come from them. Loaded once per process.
+ */
+export function loadStandardDefinition(): PackageDefinition {
+  if (standardDefinition === undefined) {
+    // @grpc/reflection reads its files from build/proto beside build/src, its main module's.
+    const reflection = join(
+      dirname(fileURLToPath(import.meta.resolve("@grpc/reflection"))),
+      "..",
+      "proto",
+      "grpc",
+      "reflection",
+    );
+    standardDefinition = loadSync(
+      [
+        HEALTH_PROTO,
+        join(reflection, "v1", "reflection.proto"),
+        join(reflection, "v1alpha", "reflection.proto"),
+      ],
+      LOADER_OPTIONS,
+    );
+  }
+  return standardDefinition;
 }

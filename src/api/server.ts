@@ -47,7 +47,7 @@ import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { withFastKvCodecs } from "./kv-codec.ts";
 import { withSharedViewEncoder } from "./view-codec.ts";
 import { type MetaService, metaService } from "./meta-service.ts";
-import { loadCairnProto, loadRaftDefinition } from "./proto.ts";
+import { loadCairnProto, loadRaftDefinition, loadStandardDefinition } from "./proto.ts";
 import { refusingMalformed, WireRules } from "./strict-wire.ts";
 import type { AdminStore, KvStore } from "./store.ts";
 import type { Limits } from "./validate.ts";
@@ -230,7 +230,7 @@ export class RpcServer {
     const v1 = proto.cairn.v1;
     // Every request is held to protobuf's wire rules before protobufjs decodes it
     // (strict-wire.ts); Put's and Get's fast decoders take the shapes they know first.
-    const wire = new WireRules(definition, loadRaftDefinition());
+    const wire = new WireRules(definition, loadRaftDefinition(), loadStandardDefinition());
     const kv = withFastKvCodecs(wire.strictService(v1.KV.service));
     const servedBy = options.nodeId ?? options.forward?.nodeId;
     this.#forwarder =
@@ -266,8 +266,15 @@ export class RpcServer {
     this.#health = new HealthImplementation(
       Object.fromEntries(["", ...SERVICES].map((s) => [s, "NOT_SERVING" as const])),
     );
-    this.#health.addToServer(recorder);
-    new ReflectionService(definition).addToServer(answersTaken(recorder));
+    // Their requests too: one that breaks the rules was answered (a health check SERVING) where
+    // every other service's is refused. A health check is a few bytes: the check costs little.
+    const strict = {
+      addService(d: ServiceDefinition, impl: UntypedServiceImplementation): void {
+        recorder.addService(wire.strictService(d), impl);
+      },
+    } as unknown as Server;
+    this.#health.addToServer(strict);
+    new ReflectionService(definition).addToServer(answersTaken(strict));
   }
 
   /** Binds and starts serving; rejects with AddressInUseError / BindError naming `rpc_addr`. */

@@ -4,7 +4,9 @@
  * proxies them to the main thread's grpc-js server: a request whose bytes are no message of the
  * method's type is the client's mistake, answered as a unary call's is (INVALID_ARGUMENT with
  * CAIRN_ERR_INVALID_ARGUMENT), not INTERNAL "Error deserializing request" without a code (what
- * grpc-js answers for its decoder's throw); and the node serves the next call.
+ * grpc-js answers for its decoder's throw); and the node serves the next call. A health or
+ * reflection request that protobufjs would read but protobuf's wire rules refuse (strict-wire.ts)
+ * is refused the same way, unary health Check too, as every other service's is.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -25,6 +27,7 @@ import {
 } from "../support/h2-raw.ts";
 
 const WATCH_CLUSTER = "/cairn.v1.Meta/WatchCluster";
+const HEALTH_CHECK = "/grpc.health.v1.Health/Check";
 const HEALTH_WATCH = "/grpc.health.v1.Health/Watch";
 const REFLECTION = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
 const REFLECTION_ALPHA = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
@@ -159,6 +162,76 @@ describe("a streaming call whose request does not decode", () => {
           `${path}: the two requests before it answered`,
         );
       }
+    } finally {
+      client.destroy();
+    }
+  });
+});
+
+/**
+ * Bodies protobufjs reads as a message (field 0 skipped, a varint 0 taken as an empty string, a
+ * string decoded lossily) but protobuf's wire rules refuse (strict-wire.ts), per request type:
+ * grpc.health.v1.HealthCheckRequest (service = 1) and ServerReflectionRequest (list_services = 7).
+ */
+const BREAKS_RULES: Readonly<Record<string, [string, Buffer, RegExp][]>> = {
+  health: [
+    ["field number 0", Buffer.from([0x00, 0x00]), /field number 0 at byte 0/],
+    ["a string tagged varint", Buffer.from([0x08, 0x00]), /field 1 \(service\) comes varint/],
+    ["a string not UTF-8", Buffer.from([0x0a, 0x02, 0xc3, 0x28]), /service: not UTF-8/],
+  ],
+  reflection: [
+    ["field number 0", Buffer.from([0x00, 0x00, 0x3a, 0x00]), /field number 0 at byte 0/],
+    ["a string tagged varint", Buffer.from([0x38, 0x00]), /field 7 \(list_services\) comes varint/],
+    ["a string not UTF-8", Buffer.from([0x3a, 0x02, 0xc3, 0x28]), /list_services: not UTF-8/],
+  ],
+};
+
+describe("a health or reflection request that breaks protobuf's wire rules", () => {
+  it("is refused INVALID_ARGUMENT with CAIRN_ERR_INVALID_ARGUMENT, as every other service's is", async () => {
+    const client = await RawH2Client.open(port);
+    const wrong: string[] = [];
+    try {
+      let id = 1;
+      const cases: [string, string][] = [
+        [HEALTH_CHECK, "health"],
+        [HEALTH_WATCH, "health"],
+        [REFLECTION, "reflection"],
+        [REFLECTION_ALPHA, "reflection"],
+      ];
+      for (const [path, kind] of cases) {
+        for (const [what, body, rule] of BREAKS_RULES[kind] ?? []) {
+          const at = id;
+          id += 2;
+          client.send(unaryCall(at, path, body));
+          // Ended, or answered: a health Watch taken as well-formed streams its status on.
+          const stream = (): StreamOutcome | undefined => client.streams.get(at);
+          assert.ok(
+            await client.waitFor(
+              () => stream()?.ended === true || (stream()?.dataBytes ?? 0) > 0,
+              ANSWER_MS,
+            ),
+            `${path} answers`,
+          );
+          const got = ending(stream() ?? null);
+          if (
+            (stream()?.dataBytes ?? 0) > 0 ||
+            got.status !== status.INVALID_ARGUMENT ||
+            got.code !== "CAIRN_ERR_INVALID_ARGUMENT" ||
+            !rule.test(got.message ?? "")
+          ) {
+            wrong.push(
+              `${path}, ${what}: ${JSON.stringify({ ...got, data: stream()?.dataBytes })}`,
+            );
+          }
+        }
+      }
+      assert.deepEqual(wrong, [], "every request breaking the rules refused");
+      assert.equal(client.goAway, null, "the connection is kept");
+      // The well-formed check is answered as before: SERVING (a status, 2 bytes, in a message).
+      client.send(unaryCall(id, HEALTH_CHECK, Buffer.alloc(0)));
+      const ok = await client.streamDone(id, ANSWER_MS);
+      assert.equal(ending(ok).status, status.OK);
+      assert.ok((ok?.dataBytes ?? 0) > 0);
     } finally {
       client.destroy();
     }
