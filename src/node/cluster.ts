@@ -71,6 +71,18 @@ export const NODE_DECOMMISSIONED = "CAIRN_ERR_NODE_DECOMMISSIONED";
 
 /** How often the first seed checks whether it may found the cluster. */
 const BOOTSTRAP_CHECK_MS = 500;
+/**
+ * How long the first seed listens for gossip before it founds the cluster on itself alone
+ * (`bootstrap_expect` 1, no other member seen). A first seed restarted on a wiped data directory
+ * knows no cluster, and the members of the one it founded (a cluster grown by joins, whose
+ * members may list only it as their seed) are its only witnesses: no seed can be asked, and
+ * their gossip reaches it only once they ping it (within a few SWIM rounds while they still hold
+ * it alive or suspect) or re-contact their seeds (every 30 s, src/membership/membership.ts, once
+ * they hold it dead). Founding at once, it founded a second cluster under the same seed list,
+ * serving an empty copy of the data. 30 s and five SWIM rounds: a fresh one-node cluster is
+ * founded that much later.
+ */
+export const FOUNDING_LISTEN_MS = 35_000;
 /** How long a peer's cluster id may take to answer before the check is retried. */
 const PROBE_TIMEOUT_MS = 2_000;
 /** How often a node that does not know its cluster yet offers to rejoin it (see rejoinLoop). */
@@ -151,6 +163,8 @@ export class ClusterState {
   readonly build: number;
   /** listUnheld's question: whether the view lists `shard` by its placement; null: none does. */
   #unheld: ((shard: number) => boolean) | null = null;
+  /** How long the first seed listens before founding on itself alone (FOUNDING_LISTEN_MS). */
+  readonly #foundingListenMs: number;
 
   constructor(
     config: CairnConfig,
@@ -161,8 +175,11 @@ export class ClusterState {
     /** Peer TLS: how this node dials its peers (src/common/peer-tls.ts); undefined: cleartext. */
     peerTls?: PeerTls,
     build = BUILD_VERSION,
+    /** FOUNDING_LISTEN_MS, or a test's (CAIRN_TESTING_FOUNDING_LISTEN_MS). */
+    foundingListenMs = FOUNDING_LISTEN_MS,
   ) {
     this.#peerTls = peerTls;
+    this.#foundingListenMs = foundingListenMs;
     this.build = build;
     this.#config = config;
     this.#log = log;
@@ -1097,6 +1114,7 @@ export class ClusterState {
   ): Promise<void> {
     const c = this.#config;
     const isFirstSeed = this.#isFirstSeed(self.rpcAddr);
+    const listenUntil = performance.now() + this.#foundingListenMs;
     let lastReason = "";
     while (!stopped() && this.clusterId === "") {
       const alive = membership
@@ -1156,6 +1174,18 @@ export class ClusterState {
                 : anotherFirstSeed(`seed ${other.address}`),
           };
         }
+      }
+      if (
+        decision.voters !== null &&
+        decision.voters.length === 1 &&
+        performance.now() < listenUntil
+      ) {
+        // Nobody but itself was asked: a running cluster's members may not have reached it yet
+        // (FOUNDING_LISTEN_MS). Each pass looks at gossip again, and asks whom it shows.
+        decision = {
+          voters: null,
+          reason: `listening ${this.#foundingListenMs / 1000} s for members of a running cluster before founding one on this node alone (a wiped first seed must rejoin its cluster, not found another)`,
+        };
       }
       if (stopped() || this.clusterId !== "") return;
       if (decision.voters !== null) {

@@ -89,10 +89,12 @@ import {
   BUILD_VERSION_ENV,
   diskUsedFile,
   DISK_USED_FILE_ENV,
+  FOUNDING_LISTEN_ENV,
   moveStepHoldMs,
   plantedBugs,
   readDiskUsedFile,
   testingBuildVersion,
+  testingFoundingListenMs,
 } from "./testing-bugs.ts";
 import { DiskReserve } from "./disk-reserve.ts";
 import { CertExpiryWatch } from "./cert-expiry.ts";
@@ -301,6 +303,12 @@ export class CairnNode implements HealthSource {
             env: BUILD_VERSION_ENV,
             build,
           });
+        const listenMs = testingFoundingListenMs(process.env);
+        if (listenMs !== null)
+          log.warn("the first seed's listening before a founding set by a test (testing only)", {
+            env: FOUNDING_LISTEN_ENV,
+            listen_ms: listenMs,
+          });
         node.#cluster = new ClusterState(
           config,
           log,
@@ -321,6 +329,7 @@ export class CairnNode implements HealthSource {
           },
           peerTls,
           build,
+          listenMs ?? undefined,
         );
       }
       node.#store = await node.#openStore();

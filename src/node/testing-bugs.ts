@@ -110,6 +110,31 @@ export function moveStepHoldMs(env: Readonly<Record<string, string | undefined>>
 }
 
 /**
+ * Tests only: how long the first seed listens for a running cluster's members before it founds
+ * one on itself alone, instead of FOUNDING_LISTEN_MS (src/node/cluster.ts), so that the
+ * end-to-end tests that found a cluster on one node do not each wait 35 s
+ * (test/support/server-process.ts sets 0). Read from the environment only, like the planted
+ * bugs; a node started with it logs a warning.
+ */
+export const FOUNDING_LISTEN_ENV = "CAIRN_TESTING_FOUNDING_LISTEN_MS";
+
+/** The wait CAIRN_TESTING_FOUNDING_LISTEN_MS asks for (ms), or null. Throws on a bad value. */
+export function testingFoundingListenMs(
+  env: Readonly<Record<string, string | undefined>>,
+): number | null {
+  const raw = env[FOUNDING_LISTEN_ENV];
+  if (raw === undefined || raw.trim() === "") return null;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0 || ms > 600_000) {
+    throw new CairnError(
+      "CAIRN_ERR_CONFIG",
+      `${FOUNDING_LISTEN_ENV}: expected whole milliseconds from 0 to 600000, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return ms;
+}
+
+/**
  * Tests only: the highest cluster version this node's build claims to run, instead of
  * BUILD_VERSION (src/cluster/meta.ts), so that a test can run a cluster of "builds" of several
  * versions (test/e2e/cluster-version.test.ts). Read from the environment only, like the planted

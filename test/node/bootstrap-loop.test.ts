@@ -78,7 +78,17 @@ async function firstPass(
     child: () => log,
   };
   const views = new ClusterViewPublisher(TOTAL_SHARDS);
-  const cs = new ClusterState(config, log, views, "inc-n1-wiped", () => undefined);
+  // Founding on n1 alone at once: these passes ask seeds, not gossip (FOUNDING_LISTEN_MS).
+  const cs = new ClusterState(
+    config,
+    log,
+    views,
+    "inc-n1-wiped",
+    () => undefined,
+    undefined,
+    undefined,
+    0,
+  );
   cs.setSelf(SELF);
   await Promise.resolve(); // the view is rebuilt in a microtask
   assert.equal(views.current().first_seed, true, `n1 shows it is a first seed (${firstSeed})`);
@@ -170,4 +180,88 @@ describe("the first seed's founding", () => {
       assert.equal(await firstPass(self.address), "founded");
     },
   );
+});
+
+describe("the first seed's founding when it is its joiners' only seed", () => {
+  /**
+   * n1, the first seed, restarted on a wiped data directory with `bootstrap_expect` 1 and no
+   * other seed: the cluster founded on it and grown by joins whose members list only n1 as
+   * their seed (docs/operations.md, "Running a cluster"). No seed can be asked, and gossip has
+   * not reached it yet as it starts: the running members reach it only once their SWIM pings it
+   * (or re-contacts its seed, every 30 s). Here gossip shows n2, a member of cluster c-old, from
+   * the loop's second look on. Resolves with "founded", or with the reason that names c-old.
+   */
+  async function wipedOnlySeed(listenMs: number | undefined, n2Address: string): Promise<string> {
+    const config = loadConfig({
+      env: {
+        CAIRN_NODE_ID: "n1",
+        CAIRN_SEED_NODES: SELF.rpcAddr,
+        CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1",
+      },
+    });
+    let decided: (outcome: string) => void = () => undefined;
+    const decision = new Promise<string>((resolve) => (decided = resolve));
+    const log: Logger = {
+      ...silentLogger,
+      info: (message, fields) => {
+        const reason = String(fields?.["reason"]);
+        if (message === "not founding the cluster" && reason.includes("c-old")) decided(reason);
+      },
+      child: () => log,
+    };
+    const views = new ClusterViewPublisher(TOTAL_SHARDS);
+    const cs = new ClusterState(
+      config,
+      log,
+      views,
+      "inc-n1-wiped",
+      () => undefined,
+      undefined,
+      undefined,
+      listenMs,
+    );
+    cs.setSelf(SELF);
+    const store = {
+      foundShard: () => {
+        decided("founded");
+        return Promise.resolve();
+      },
+    } as unknown as MultiRaft;
+    const n2 = { id: "n2", rpcAddr: n2Address, httpAddr: "127.0.0.1:8002" };
+    let looks = 0;
+    const membership = {
+      members: () => (looks++ === 0 ? [] : [{ state: "alive", meta: n2 }]),
+    } as unknown as Membership;
+    let stopped = false;
+    const loop = cs.bootstrapLoop(store, membership, SELF, () => stopped);
+    const outcome = await decision;
+    stopped = true;
+    cs.close();
+    await loop;
+    return outcome;
+  }
+
+  let running: { address: string; server: RpcServer }[] = [];
+  before(() => {
+    running = [];
+  });
+  after(async () => {
+    await Promise.all(running.map((s) => s.server.close(1000)));
+  });
+
+  it(
+    "listens for the running cluster's members before founding it on itself alone",
+    { timeout: 10_000 },
+    async () => {
+      const other = await seed("c-old");
+      running.push(other);
+      const outcome = await wipedOnlySeed(undefined, other.address);
+      assert.notEqual(outcome, "founded", "a wiped first seed founded a second cluster");
+      assert.match(outcome, /member n2 already carries cluster id c-old/);
+    },
+  );
+
+  it("founds on itself alone once it has listened that long", { timeout: 10_000 }, async () => {
+    assert.equal(await wipedOnlySeed(0, `127.0.0.1:${await freePort()}`), "founded");
+  });
 });

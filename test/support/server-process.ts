@@ -41,11 +41,15 @@ export interface StartOptions {
   readonly netnsPid?: number;
 }
 
-/** The environment without any CAIRN_* variable of the developer's shell. */
+/**
+ * The environment without any CAIRN_* variable of the developer's shell. A first seed founds a
+ * cluster on itself alone at once (CAIRN_TESTING_FOUNDING_LISTEN_MS 0, not after listening
+ * 35 s: src/node/cluster.ts), unless `extra` says otherwise.
+ */
 export function cleanEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("CAIRN_")) env[k] = v;
-  return { ...env, ...extra };
+  return { ...env, CAIRN_TESTING_FOUNDING_LISTEN_MS: "0", ...extra };
 }
 
 /**
