@@ -19,6 +19,7 @@
  * the old replica by the new one, which the log or a snapshot refills (src/node/replicas.ts).
  */
 import { randomUUID } from "node:crypto";
+import { join } from "node:path";
 import type { PeerTls } from "../common/peer-tls.ts";
 import { credentials, type ClientReadableStream, type ServiceError, status } from "@grpc/grpc-js";
 import {
@@ -51,6 +52,7 @@ import { type CairnConfig, sameAddress } from "../config/index.ts";
 import type { Membership } from "../membership/index.ts";
 import type { Logger } from "../ops/index.ts";
 import { encodeMetaEntry, type GrpcTransport, type MultiRaft } from "../replication/index.ts";
+import { CLUSTER_ID_FILE, readClusterIdRecord, writeClusterIdRecord } from "./cluster-id.ts";
 import { MEMBER_LIMIT } from "./join-admission.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
 import {
@@ -165,6 +167,12 @@ export class ClusterState {
   #unheld: ((shard: number) => boolean) | null = null;
   /** How long the first seed listens before founding on itself alone (FOUNDING_LISTEN_MS). */
   readonly #foundingListenMs: number;
+  /** The cluster id the data directory records (src/node/cluster-id.ts), "" for none. */
+  #recordedClusterId = "";
+  /** This node writes the record (it holds shard 0: loadClusterIdRecord). */
+  #recordsClusterId = false;
+  /** The record's write under way, if any. */
+  #recording: Promise<void> = Promise.resolve();
 
   constructor(
     config: CairnConfig,
@@ -188,6 +196,65 @@ export class ClusterState {
     this.replicaId = replicaIdOf(config.node_id, incarnation);
     this.#onLostState = onLostState;
     views.setIncarnation(incarnation);
+  }
+
+  /**
+   * Reads the cluster id the data directory records (src/node/cluster-id.ts), before shard 0
+   * opens; `writes`: this node holds shard 0 and records the id once it learns it.
+   */
+  async loadClusterIdRecord(writes: boolean): Promise<void> {
+    this.#recordsClusterId = writes;
+    const recorded = await readClusterIdRecord(this.#config.data_dir);
+    if (recorded === null) {
+      this.#log.warn("the data directory's record of its cluster id does not check; ignored", {
+        file: join(this.#config.data_dir, CLUSTER_ID_FILE),
+      });
+    }
+    this.#recordedClusterId = recorded ?? "";
+    // Its view names it too: a first seed asking whether a cluster exists (bootstrapLoop) must
+    // not take this member for a new node while its shard 0 is refilled.
+    if (this.#recordedClusterId !== "" && this.#meta === null)
+      this.#views.setClusterId(this.#recordedClusterId);
+  }
+
+  /**
+   * The cluster id this node's peer calls are checked against and name (handshake.ts): the meta
+   * state's, else the one the data directory records. A member whose shard 0 is being refilled
+   * (its directory lost) knows no meta state, but still belongs to its cluster: it must not take
+   * another cluster's messages or snapshots meanwhile (src/node/cluster-id.ts).
+   */
+  get peerClusterId(): string {
+    return this.clusterId || this.#recordedClusterId;
+  }
+
+  /** Resolves once the record's write under way, if any, ended (tests). */
+  async clusterIdRecorded(): Promise<void> {
+    await this.#recording;
+  }
+
+  /** The meta state names cluster `id`: the data directory records it, once. */
+  #recordClusterId(id: string): void {
+    if (this.#recordedClusterId === id) return;
+    if (this.#recordedClusterId !== "") {
+      // Never rewritten: the handshakes refuse another cluster, so this is a directory put
+      // together from two clusters' files.
+      this.#log.error("shard 0 holds another cluster's state than the data directory records", {
+        cluster_id: id,
+        recorded_cluster_id: this.#recordedClusterId,
+      });
+      this.#recordedClusterId = id;
+      return;
+    }
+    this.#recordedClusterId = id;
+    if (!this.#recordsClusterId) return;
+    const dataDir = this.#config.data_dir;
+    this.#recording = this.#recording
+      .then(() => writeClusterIdRecord(dataDir, id))
+      .catch((err: unknown) => {
+        this.#log.error("recording the data directory's cluster id failed", {
+          error: err instanceof Error ? err.message : String(err),
+        });
+      });
   }
 
   /** What this node's own meta proposals (creations, rejoins, preferred leaders) go through. */
@@ -512,6 +579,7 @@ export class ClusterState {
       if (state.shards.has(id)) resolve();
     }
     if (state.clusterId !== null) {
+      this.#recordClusterId(state.clusterId);
       this.#views.setClusterId(state.clusterId);
       this.#views.setClusterVersion(state.version);
     }

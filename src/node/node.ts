@@ -331,6 +331,8 @@ export class CairnNode implements HealthSource {
           build,
           listenMs ?? undefined,
         );
+        // Before shard 0 opens: a member whose shard 0 is refilled knows its cluster by it.
+        await node.#cluster.loadClusterIdRecord(cell === undefined || cell.index === 0);
       }
       node.#store = await node.#openStore();
       if (node.#cluster !== null && node.#transport !== null) {
@@ -426,7 +428,7 @@ export class CairnNode implements HealthSource {
     let opened: MultiRaft | null = null;
     if (cluster !== null) {
       this.#transport = new GrpcTransport({
-        clusterId: () => cluster.clusterId,
+        clusterId: () => cluster.peerClusterId,
         nodeId: config.node_id,
         replicaId: cluster.replicaId,
         // The gossip view's address of a live member, else the one the meta group recorded,
@@ -814,7 +816,7 @@ export class CairnNode implements HealthSource {
     const transport = this.#transport;
     return {
       raft: createRaftService((from, messages) => store.receive(from, messages), {
-        clusterId: () => cluster.clusterId,
+        clusterId: () => cluster.peerClusterId,
         // Peers create shards and rejoin through the meta group's leader.
         proposeMeta: async (bytes) => {
           const cmd = proposedCommand(bytes);

@@ -58,7 +58,8 @@ export type PeerMembership = "member" | "removed" | "unknown";
 export interface PeerCheck {
   /**
    * This node's cluster id; "" while it does not know it (a new node before the founding reached
-   * it, or one whose data directory was wiped): it then holds no cluster state, and the calls
+   * it, or one whose data directory was wiped; a member whose shard 0 is being refilled knows it
+   * from its data directory's record, src/node/cluster-id.ts): it then holds no cluster state, and the calls
    * the founding and its rejoin need come from nodes it cannot check, so any other node passes.
    */
   readonly clusterId: string;
