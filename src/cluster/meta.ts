@@ -70,8 +70,10 @@ export type MemberState = (typeof MEMBER_STATES)[number];
  *
  * What each version brings:
  *   2. set-state refuses to mark a `decommissioning` member `dead` (VERSION_DECOMMISSION_STAYS).
+ *   3. a member keeps at most MAX_RETIRED_INCARNATIONS retired incarnations: a rejoin or a new
+ *      life that would retire one more is refused (VERSION_REJOIN_LIMIT).
  */
-export const BUILD_VERSION = 2;
+export const BUILD_VERSION = 3;
 /**
  * From this cluster version on, a `decommissioning` member never becomes `dead`. The allocator
  * proposes `dead` only for a `joining` or `active` member; a decommission committed between its
@@ -80,6 +82,29 @@ export const BUILD_VERSION = 2;
  * member applying the older rule would make the state diverge.
  */
 export const VERSION_DECOMMISSION_STAYS = 2;
+/**
+ * From this cluster version on, a `rejoin` (or a `join` starting a member's new life) that would
+ * give the member more than MAX_RETIRED_INCARNATIONS retired incarnations is refused. A rule of
+ * the apply, so a version's: a member applying the older rule would make the state diverge.
+ */
+export const VERSION_REJOIN_LIMIT = 3;
+/**
+ * The most retired incarnations a member keeps. Each wipe and rejoin (a pod whose volume is lost
+ * at every restart, in a loop; a node rejoining again and again with made-up incarnations: it
+ * needs only the member's id, and the member's current incarnation not to answer, checkRejoin)
+ * retired one more, kept for good: in the member's record (rewritten whole at each change of
+ * it), in every snapshot of the meta group, in each isRetired call of every group's upkeep.
+ *
+ * Refused past the bound rather than the oldest forgotten: the meta state does not know its
+ * groups' configurations, and a group that still holds a forgotten incarnation's replica (its
+ * leader down, its quorum lost, or a leader behind that added it) would no longer be repaired
+ * (nextReplicaChange changes nothing while a member is neither current nor retired), while an
+ * old copy of the data directory under that incarnation would rejoin as a new one. 100 wipes of
+ * one member is far past any disk's replacement, and 1,024 members keep at most ~4 MB of them.
+ * A member at the bound rejoins no more: its node starts under another node id
+ * (CAIRN_ERR_REJOIN_LIMIT, docs/errors.md).
+ */
+export const MAX_RETIRED_INCARNATIONS = 100;
 /** The highest cluster version a command or record may name. */
 const MAX_VERSION = 0x7fff_ffff;
 
@@ -222,6 +247,11 @@ export type MetaOutcome =
        * must run a newer build (CAIRN_ERR_CLUSTER_VERSION).
        */
       readonly tooOld?: true;
+      /**
+       * A `rejoin` or new life that would retire more than MAX_RETIRED_INCARNATIONS of the
+       * member's incarnations (CAIRN_ERR_REJOIN_LIMIT).
+       */
+      readonly rejoinLimit?: true;
     };
 
 /** One stored record: `key` without the engine's internal prefix byte. */
@@ -1093,11 +1123,15 @@ export class MetaState {
       const reason = `incarnation ${incarnation} of ${id} is retired`;
       return this.#same({ kind: "rejected", reason, retired: true });
     }
+    const retiredNow =
+      previous.incarnation === undefined ? retired : [...retired, previous.incarnation];
+    const limit = this.#rejoinLimit(id, retiredNow);
+    if (limit !== null) return this.#same(limit);
     // A new data directory (the old one was lost): its disk reports afresh.
     const member = canonicalMember({
       ...withRoom(previous),
       incarnation,
-      retired: previous.incarnation === undefined ? retired : [...retired, previous.incarnation],
+      retired: retiredNow,
     });
     const members = new Map(this.members);
     members.set(id, member);
@@ -1168,6 +1202,8 @@ export class MetaState {
     incarnation: string,
   ): MetaApplyResult {
     const retired = [...(previous.retired ?? []), previous.incarnation as string];
+    const limit = this.#rejoinLimit(previous.id, retired);
+    if (limit !== null) return this.#same(limit);
     const member = canonicalMember({
       id: previous.id,
       rpcAddr: addresses.rpcAddr,
@@ -1183,6 +1219,20 @@ export class MetaState {
       state: this.#with(members, this.shards),
       outcome: { kind: "member-updated", member, previous },
       records: [memberRecord(member)],
+    };
+  }
+
+  /**
+   * The refusal of a rejoin or new life that would leave member `id` with `retired` retired
+   * incarnations, past MAX_RETIRED_INCARNATIONS (from VERSION_REJOIN_LIMIT on), or null.
+   */
+  #rejoinLimit(id: string, retired: readonly string[]): MetaOutcome | null {
+    if (this.version < VERSION_REJOIN_LIMIT || retired.length <= MAX_RETIRED_INCARNATIONS)
+      return null;
+    return {
+      kind: "rejected",
+      reason: `member ${id} has ${retired.length - 1} retired incarnations, the most a member keeps (${MAX_RETIRED_INCARNATIONS}): its data directory was replaced that many times. Start this node under another node id (and remove member ${id} once it is dead: cairn node remove), after finding why its data directory is lost`,
+      rejoinLimit: true,
     };
   }
 

@@ -68,6 +68,12 @@ import {
  * (#checkVersion). Not retryable: only another build mends it.
  */
 export const CLUSTER_VERSION = "CAIRN_ERR_CLUSTER_VERSION";
+/**
+ * The meta group's answer to a rejoin (or a new life) of a member that has retired as many
+ * incarnations as a member keeps (MAX_RETIRED_INCARNATIONS): the node stops, and starts again
+ * only under another node id.
+ */
+export const REJOIN_LIMIT = "CAIRN_ERR_REJOIN_LIMIT";
 /** The meta group's answer to the rejoin of a member decommissioned while its node was down. */
 export const NODE_DECOMMISSIONED = "CAIRN_ERR_NODE_DECOMMISSIONED";
 
@@ -860,6 +866,14 @@ export class ClusterState {
             this.#onLostState(new CairnError("CAIRN_ERR_NODE_REMOVED", describe(err)));
             return;
           }
+          if (errorCodeOf(err) === REJOIN_LIMIT && !this.#lost) {
+            // The member retired as many incarnations as it keeps: asking again changes
+            // nothing, and the node must not serve as the member's old replica.
+            this.#lost = true;
+            this.#rejoining = false;
+            this.#onLostState(new CairnError(REJOIN_LIMIT, describe(err)));
+            return;
+          }
           if (errorCodeOf(err) === "CAIRN_ERR_DUPLICATE_NODE_ID" && !this.#lost) {
             // Another node runs as this id's recorded member: this one must not replace it.
             this.#lost = true;
@@ -936,7 +950,12 @@ export class ClusterState {
       })
       .catch((err: unknown) => {
         const code = errorCodeOf(err);
-        if ((code === "CAIRN_ERR_NODE_REMOVED" || code === CLUSTER_VERSION) && !this.#lost) {
+        if (
+          (code === "CAIRN_ERR_NODE_REMOVED" ||
+            code === CLUSTER_VERSION ||
+            code === REJOIN_LIMIT) &&
+          !this.#lost
+        ) {
           this.#lost = true;
           this.#onLostState(new CairnError(code, describe(err)));
           return;
@@ -1649,6 +1668,7 @@ async function proposeViaLeader(
         code === "CAIRN_ERR_DUPLICATE_NODE_ID" ||
         code === MEMBER_LIMIT ||
         code === CLUSTER_VERSION ||
+        code === REJOIN_LIMIT ||
         grpcCode === status.FAILED_PRECONDITION ||
         grpcCode === status.PERMISSION_DENIED ||
         isTlsMismatch(err)
@@ -1692,17 +1712,20 @@ export function metaRefusal(outcome: {
   removed?: true;
   decommissioned?: true;
   tooOld?: true;
+  rejoinLimit?: true;
 }): CairnError {
   const code =
-    outcome.retired === true
-      ? "CAIRN_ERR_LOST_STATE"
-      : outcome.removed === true
-        ? "CAIRN_ERR_NODE_REMOVED"
-        : outcome.decommissioned === true
-          ? NODE_DECOMMISSIONED
-          : outcome.tooOld === true
-            ? CLUSTER_VERSION
-            : "CAIRN_ERR_INVALID_ARGUMENT";
+    outcome.rejoinLimit === true
+      ? REJOIN_LIMIT
+      : outcome.retired === true
+        ? "CAIRN_ERR_LOST_STATE"
+        : outcome.removed === true
+          ? "CAIRN_ERR_NODE_REMOVED"
+          : outcome.decommissioned === true
+            ? NODE_DECOMMISSIONED
+            : outcome.tooOld === true
+              ? CLUSTER_VERSION
+              : "CAIRN_ERR_INVALID_ARGUMENT";
   return new CairnError(code, `meta command refused: ${outcome.reason}`);
 }
 

@@ -76,6 +76,7 @@ import {
   leaderProposer,
   type MetaProposer,
   metaRefusal,
+  REJOIN_LIMIT,
   spreadLeaders,
   transferLeadership,
 } from "./cluster.ts";
@@ -322,7 +323,9 @@ export class CairnNode implements HealthSource {
                   ? "this node was removed from its cluster; it stops"
                   : err.code === CLUSTER_VERSION
                     ? "this build is older than the cluster's version; it stops"
-                    : "this data directory is an earlier copy of a member's state; it stops",
+                    : err.code === REJOIN_LIMIT
+                      ? "this member's data directory was replaced too many times; it stops"
+                      : "this data directory is an earlier copy of a member's state; it stops",
               { error: err.message, code: err.code },
             );
             onFatal(err);

@@ -1332,3 +1332,49 @@ describe("shouldBootstrap", () => {
     assert.deepEqual(shouldBootstrap(input({ bootstrapExpect: 1, alive: [] })).voters, [N1]);
   });
 });
+
+describe("a member's retired incarnations", () => {
+  /** n1..n3 with incarnations, every member's build at 3, the cluster at version 3. */
+  function atVersion3(): MetaState {
+    let s = MetaState.empty().apply({
+      op: "bootstrap",
+      clusterId: "c-1",
+      totalShards: 16,
+      replicationFactor: 3,
+      members: [N1, N2, N3].map((m) => ({ ...m, incarnation: `inc-${m.id}`, build: 3 })),
+    }).state;
+    s = s.apply({ op: "set-version", version: 3 }).state;
+    assert.equal(s.version, 3);
+    return s;
+  }
+
+  it("are bounded: a rejoin past MAX_RETIRED_INCARNATIONS is refused (CAIRN_ERR_REJOIN_LIMIT)", () => {
+    // A node wiped and restarted in a loop (a pod whose volume is lost every time), or one that
+    // rejoins over and over with made-up incarnations: each rejoin retired one more, for good,
+    // in n2's record (rewritten whole at each change), the snapshot and every isRetired call.
+    let s = atVersion3();
+    let refused: MetaOutcome | null = null;
+    for (let i = 0; i < 1_000 && refused === null; i++) {
+      const r = s.apply({ op: "rejoin", id: "n2", incarnation: `wipe-${i}` });
+      if (r.outcome.kind === "rejected") refused = r.outcome;
+      s = r.state;
+    }
+    const retired = s.members.get("n2")?.retired ?? [];
+    assert.ok(retired.length <= 100, `n2 holds ${retired.length} retired incarnations`);
+    assert.ok(refused !== null && refused.kind === "rejected");
+    assert.equal(refused.rejoinLimit, true);
+    assert.match(refused.reason, /retired incarnations/);
+    // What was retired stays retired: an old copy is still refused as one.
+    const old = s.apply({ op: "rejoin", id: "n2", incarnation: "inc-n2" }).outcome;
+    assert.equal(old.kind === "rejected" && old.retired, true);
+    assert.deepEqual(MetaState.load(s.records()).view(), s.view());
+  });
+
+  it("are not bounded before cluster version 3 (a rule of the apply, so a version's)", () => {
+    let s = booted();
+    for (let i = 0; i < 102; i++) {
+      s = s.apply({ op: "rejoin", id: "n2", incarnation: `wipe-${i}` }).state;
+    }
+    assert.equal(s.members.get("n2")?.retired?.length, 101);
+  });
+});
