@@ -20,8 +20,9 @@ import type {
  * client gives up on it; absent or Infinity, it has none. What waits on the call's behalf stops
  * waiting then: a call handed to the shard worker that owns the key's shard fails at it
  * (src/node/siblings.ts; at the driver's own bound, sooner), a write not yet proposed is
- * never proposed after it (src/replication/shard.ts), and a linearizable get stops waiting for
- * its read index or its apply (src/replication/multi-raft-reads.ts).
+ * never proposed after it (src/replication/shard.ts), and a linearizable get or scan stops
+ * waiting for its read indexes or their applies (src/replication/multi-raft-reads.ts), a scan's
+ * share asked of a peer too (its call carries the deadline).
  */
 export interface KvStore {
   put(

@@ -23,6 +23,7 @@ import {
   shardForKey,
   type ShardView,
 } from "../cluster/index.ts";
+import { deadlineClock } from "../common/deadline-clock.ts";
 import { CairnError } from "../common/errors.ts";
 import {
   GossipKeyFileWatch,
@@ -53,6 +54,7 @@ import {
   GrpcTransport,
   MultiRaft,
   type RaftService,
+  ReadPastDeadlineError,
   type ScanRequest,
   type TermCheck,
 } from "../replication/index.ts";
@@ -554,12 +556,23 @@ export class CairnNode implements HealthSource {
               if (transport === null) return Promise.reject(new Error("no peer transport"));
               return transport.confirmTerms(nodeId(node), checks, CONFIRM_TERMS_TIMEOUT_MS);
             },
-            remoteScan: (node: string, shards: readonly number[], req: ScanRequest) => {
+            remoteScan: (
+              node: string,
+              shards: readonly number[],
+              req: ScanRequest,
+              deadline: number,
+            ) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
+              // The call ends at the scan's client's deadline, and carries it to the peer,
+              // whose read barriers stop waiting at it (MultiRaft.scanShards).
+              const left = deadline - deadlineClock();
+              if (left <= 0) return Promise.reject(new ReadPastDeadlineError(Number.NaN));
               return transport
-                .scanShards(nodeId(node), shards, req, REQUEST_TIMEOUT_MS)
+                .scanShards(nodeId(node), shards, req, Math.min(REQUEST_TIMEOUT_MS, left))
                 .catch((err: unknown) => {
+                  // Its client has gone: no other replica is asked (Scanner.#scanRemote).
+                  if (deadlineClock() >= deadline) throw new ReadPastDeadlineError(Number.NaN);
                   // That replica is down or cut off: another is asked, or the caller retries.
                   if (err instanceof NotLeaderError) throw err;
                   const down = new NotLeaderError(null);
@@ -855,7 +868,7 @@ export class CairnNode implements HealthSource {
               connected: (from) => transport.heardFrom(from),
             }),
         confirmTerms: (checks) => store.confirmTerms(checks),
-        scanShards: (shards, req) => store.scanShards(shards, req),
+        scanShards: (shards, req, deadline) => store.scanShards(shards, req, deadline),
         nodeId: this.config.node_id,
         // Incoming snapshots are written here as they arrive; each shard worker has its own.
         snapshotDir: join(

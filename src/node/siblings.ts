@@ -500,7 +500,7 @@ export function serveSibling(
         return item === null ? null : ownItem(item);
       }
       case "scan": {
-        const page = await local.scan(call.req);
+        const page = await local.scan(call.req, call.deadline);
         const items = page.items.map(ownItem);
         // The shards it left out go with the page: dropped here, a lost shard of this worker's
         // was missing from a scan that skips them without being named.
@@ -591,12 +591,15 @@ export class RoutedStore implements KvStore, AdminStore {
     }) as Promise<StoredItem | null>;
   }
 
-  /** Every worker's page of keys in the range, merged (scan-merge.ts). */
+  /**
+   * Every worker's page of keys in the range, merged (scan-merge.ts); each worker's read
+   * barriers waited for until `deadline` at most.
+   */
   async scan(req: ScanRequest, deadline?: number): Promise<ScanPage> {
     const pages = await Promise.all(
       this.#siblings.map((s) =>
         s === null
-          ? this.#local.scan(req)
+          ? this.#local.scan(req, deadline)
           : (s.call({ op: "scan", req, deadline }) as Promise<ScanPage>),
       ),
     );

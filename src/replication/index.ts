@@ -25,7 +25,7 @@ export {
   ShuttingDownError,
   type SnapshotResult,
 } from "./multi-raft.ts";
-export { ProposalLostError } from "./request-errors.ts";
+export { ProposalLostError, ReadPastDeadlineError } from "./request-errors.ts";
 export { ITEM_OVERHEAD_BYTES, mergePages, type ScanPage } from "./scan-merge.ts";
 export { GrpcTransport, type GrpcTransportOptions, type PeerStats } from "./grpc-transport.ts";
 export {

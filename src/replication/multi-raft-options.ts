@@ -169,12 +169,14 @@ export interface MultiRaftOptions {
    * Cluster mode, more nodes than replicas a shard: asks node `node`, a replica of every shard
    * in `shards`, for its share of a scan (scanShards there). With it a scan reads the shards
    * this node does not replicate through their replicas; without it such a scan fails with
-   * NotLeaderError.
+   * NotLeaderError. `deadline` is the scan's call's (on deadlineClock(); Infinity: none): the
+   * call to `node` ends then, and `node` stops waiting for its shards' read indexes then.
    */
   readonly remoteScan?: (
     node: string,
     shards: readonly number[],
     req: ScanRequest,
+    deadline: number,
   ) => Promise<ScanPage>;
   /**
    * Idle groups sleep (no ticks, no heartbeats) after QUIESCE_AFTER_HEARTBEATS heartbeat

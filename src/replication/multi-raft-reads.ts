@@ -106,11 +106,11 @@ export class Reads {
 
   /**
    * Waits until the meta group's state here is as recent as any acknowledged meta command
-   * (a ReadIndex barrier on shard 0).
+   * (a ReadIndex barrier on shard 0), until `deadline` at most (readBarrier).
    */
-  async syncMeta(): Promise<void> {
+  async syncMeta(deadline = Infinity): Promise<void> {
     this.#host.assertOpen();
-    await this.readBarrier(await this.#host.shard(0));
+    await this.readBarrier(await this.#host.shard(0), deadline);
   }
 
   /**

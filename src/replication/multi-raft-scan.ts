@@ -13,6 +13,7 @@ import {
   type ShardTable,
 } from "./multi-raft-options.ts";
 import { assertServesSerializable } from "./multi-raft-reads.ts";
+import { ReadPastDeadlineError } from "./request-errors.ts";
 import { mergeCursors, mergePages, type ScanPage } from "./scan-merge.ts";
 import type { ShardReplica } from "./shard.ts";
 
@@ -46,10 +47,16 @@ export interface ScanHost {
   placedOn(id: number): readonly string[];
   /** A move took the shard's replica open here off this node (Groups.placedElsewhere). */
   placedElsewhere(id: number): boolean;
-  /** Waits until a linearizable read of the shard may be served here (the ReadIndex rule). */
-  readBarrier(s: ShardReplica): Promise<void>;
-  /** The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta). */
-  syncMeta(): Promise<void>;
+  /**
+   * Waits until a linearizable read of the shard may be served here (the ReadIndex rule), until
+   * `deadline` at most (Reads.readBarrier).
+   */
+  readBarrier(s: ShardReplica, deadline: number): Promise<void>;
+  /**
+   * The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta), waited
+   * for until `deadline` at most.
+   */
+  syncMeta(deadline: number): Promise<void>;
 }
 
 export class Scanner {
@@ -64,12 +71,16 @@ export class Scanner {
    * Keys are hashed over shards, so every active shard is read (a shard never accessed holds no
    * keys) and the results merged (scan-merge.ts); `more` tells whether keys may remain after the
    * last one returned.
+   *
+   * `deadline` is its call's (on deadlineClock(); Infinity: none): a linearizable scan stops
+   * waiting for its shards' read indexes and applies then, here and on the peers it asks, as a
+   * Get does (ReadPastDeadlineError), and gives their shares of the request budget back.
    */
-  async scan(req: ScanRequest): Promise<ScanPage> {
-    const { local, remote } = await this.#plan(req.linearizable);
+  async scan(req: ScanRequest, deadline = Infinity): Promise<ScanPage> {
+    const { local, remote } = await this.#plan(req.linearizable, deadline);
     const pages = await Promise.all([
-      this.#scanLocal(local, req),
-      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req)),
+      this.#scanLocal(local, req, deadline),
+      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req, deadline)),
     ]);
     return mergePages(pages, req.limit, req.maxBytes);
   }
@@ -77,24 +88,35 @@ export class Scanner {
   /**
    * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
    * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
-   * a page as `scan` gives; linearizable reads confirmed as for this node's own scans.
+   * a page as `scan` gives; linearizable reads confirmed as for this node's own scans, until
+   * `deadline` at most (the asker's call's).
    */
-  async scanShards(ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
+  async scanShards(
+    ids: readonly number[],
+    req: ScanRequest,
+    deadline = Infinity,
+  ): Promise<ScanPage> {
     this.#host.assertOpen();
     for (const id of ids) this.#host.checkShardId(id);
     const shards = await Promise.all(ids.map((id) => this.#host.shardForRequest(id)));
     // A replica being refilled: the asker reads the shard from its next replica.
     if (!req.linearizable) for (const s of shards) assertServesSerializable(s);
-    return this.#scanLocal(shards, req);
+    return this.#scanLocal(shards, req, deadline);
   }
 
   /**
    * Keys of `shards` (open here) in the range, merged: each shard read at a snapshot pinned at
-   * once, as far as the page needs.
+   * once, as far as the page needs; a linearizable one waits for their barriers until
+   * `deadline` at most.
    */
-  async #scanLocal(shards: readonly ShardReplica[], req: ScanRequest): Promise<ScanPage> {
-    if (req.linearizable) await Promise.all(shards.map((s) => this.#host.readBarrier(s)));
-    else this.#host.assertOpen();
+  async #scanLocal(
+    shards: readonly ShardReplica[],
+    req: ScanRequest,
+    deadline: number,
+  ): Promise<ScanPage> {
+    if (req.linearizable) {
+      await Promise.all(shards.map((s) => this.#host.readBarrier(s, deadline)));
+    } else this.#host.assertOpen();
     const reads = shards.map((s) => ({ sm: s.sm, snap: s.sm.lsm.snapshot() }));
     try {
       const cursors = reads.map(({ sm, snap }) => sm.scan(req.start, req.end, snap));
@@ -108,17 +130,24 @@ export class Scanner {
    * Keys of `ids`, shards this node does not replicate or holds nothing of, through their other
    * replicas: all of them from `node` first; the shards of a node that fails from their next
    * replica in rank order, until one answers or every replica failed (the last error), or with
-   * `skipUnavailable` (serializable) left out and named in the page.
+   * `skipUnavailable` (serializable) left out and named in the page. Each is asked with the
+   * call's `deadline`.
    */
-  async #scanRemote(node: string, ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
+  async #scanRemote(
+    node: string,
+    ids: readonly number[],
+    req: ScanRequest,
+    deadline: number,
+  ): Promise<ScanPage> {
     const remote = this.#host.options.remoteScan;
     if (remote === undefined) {
       throw new NotLeaderError(leaderNode(this.#host.placedOn(ids[0] ?? 0)[0]));
     }
     try {
-      return await remote(node, ids, req);
+      return await remote(node, ids, req, deadline);
     } catch (err) {
-      if (ids.length === 0) throw err;
+      // Its client has gone: the shards' other replicas are not asked for it.
+      if (ids.length === 0 || err instanceof ReadPastDeadlineError) throw err;
       // Each shard to its next replica after `node`, grouped again by node; one with none
       // left fails the scan, or, when the scan skips them, is left out of it.
       const skip = req.skipUnavailable === true && !req.linearizable;
@@ -135,7 +164,7 @@ export class Scanner {
         next.set(after, [...(next.get(after) ?? []), id]);
       }
       const pages = await Promise.all(
-        [...next].map(([n, group]) => this.#scanRemote(n, group, req)),
+        [...next].map(([n, group]) => this.#scanRemote(n, group, req, deadline)),
       );
       if (skipped.length > 0) pages.push({ items: [], more: false, skipped });
       return mergePages(pages, req.limit, req.maxBytes);
@@ -168,6 +197,7 @@ export class Scanner {
    */
   async #plan(
     linearizable: boolean,
+    deadline: number,
   ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
     const remote = new Map<string, number[]>();
     const owns = this.#host.options.ownsShard ?? (() => true);
@@ -225,7 +255,7 @@ export class Scanner {
     let ids: readonly number[];
     if (created !== undefined) {
       // Every shard created before the scan arrived is in the meta state once it is synced.
-      await (this.#host.options.syncMeta?.() ?? this.#host.syncMeta());
+      await (this.#host.options.syncMeta?.() ?? this.#host.syncMeta(deadline));
       ids = created();
     } else {
       ids = Array.from({ length: this.#host.totalShards }, (_, id) => id).filter((id) => owns(id));

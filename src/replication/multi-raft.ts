@@ -172,8 +172,9 @@ export class MultiRaft {
       placedAway: (id: number): boolean => this.#groups.placedAway(id),
       leaderToAsk: (id: number): string | null => this.#groups.leaderToAsk(id),
       shardForRequest: (id: number): Promise<ShardReplica> => this.#groups.shardForRequest(id),
-      readBarrier: (s: ShardReplica): Promise<void> => this.#reads.readBarrier(s),
-      syncMeta: (): Promise<void> => this.syncMeta(),
+      readBarrier: (s: ShardReplica, deadline: number): Promise<void> =>
+        this.#reads.readBarrier(s, deadline),
+      syncMeta: (deadline: number): Promise<void> => this.#reads.syncMeta(deadline),
       clock: this.#clock,
       testingBugs: this.#testingBugs,
       budget: new RequestBudget(options.maxPendingBytes ?? 128 * 1024 * 1024),
@@ -448,15 +449,20 @@ export class MultiRaft {
 
   /**
    * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
-   * whether keys remain after the last one returned (multi-raft-scan.ts).
+   * whether keys remain after the last one returned (multi-raft-scan.ts). A linearizable scan
+   * waits for its shards' read indexes until `deadline` at most (its call's, on deadlineClock():
+   * KvStore).
    */
-  scan(req: ScanRequest): Promise<ScanPage> {
-    return this.#scanner.scan(req);
+  scan(req: ScanRequest, deadline?: number): Promise<ScanPage> {
+    return this.#scanner.scan(req, deadline);
   }
 
-  /** A peer's share of a scan (cairn.v1.Raft ScanShards; multi-raft-scan.ts). */
-  scanShards(ids: readonly number[], req: ScanRequest): Promise<ScanPage> {
-    return this.#scanner.scanShards(ids, req);
+  /**
+   * A peer's share of a scan (cairn.v1.Raft ScanShards; multi-raft-scan.ts), waited for until
+   * `deadline` at most (the asker's call's, on deadlineClock()).
+   */
+  scanShards(ids: readonly number[], req: ScanRequest, deadline?: number): Promise<ScanPage> {
+    return this.#scanner.scanShards(ids, req, deadline);
   }
 
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */

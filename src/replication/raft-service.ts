@@ -30,6 +30,7 @@ import type { ScanShardsReply } from "../api/generated/cairn/v1/ScanShardsReply.
 import type { ScanShardsRequest__Output } from "../api/generated/cairn/v1/ScanShardsRequest.ts";
 import { ERROR_CODE_KEY, LEADER_HINT_KEY, PEER_KEY } from "../api/wire.ts";
 import { decodeMetaCommand } from "../cluster/index.ts";
+import { callDeadline } from "../common/deadline-clock.ts";
 import { CairnError } from "../common/errors.ts";
 import { type NodeId, NotLeaderError, nodeId as toNodeId } from "../raft/index.ts";
 import {
@@ -118,10 +119,16 @@ export interface RaftServiceOptions {
   readonly confirmTerms?: (checks: readonly TermCheck[]) => boolean[];
   /**
    * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
-   * a page of at most `req.limit` items within `req.maxBytes` (MultiRaft.scanShards). Without
-   * it, ScanShards answers UNIMPLEMENTED.
+   * a page of at most `req.limit` items within `req.maxBytes` (MultiRaft.scanShards), its read
+   * barriers waited for until `deadline` at most (the call's, on deadlineClock(): the asking
+   * scan's client's, or the asker's request timeout). Without it, ScanShards answers
+   * UNIMPLEMENTED.
    */
-  readonly scanShards?: (shards: readonly number[], req: ScanRequest) => Promise<ScanPage>;
+  readonly scanShards?: (
+    shards: readonly number[],
+    req: ScanRequest,
+    deadline: number,
+  ) => Promise<ScanPage>;
   /**
    * KV calls forwarded over the streams (RaftFrame.call and .reply; src/api/forward.ts):
    * `serve` runs a call peer `from` sent, and answers it on this node's own stream to `from`
@@ -387,7 +394,7 @@ export function createRaftService(
           maxBytes: maxBytes > 0 ? Math.min(maxBytes, PEER_SCAN_MAX_BYTES) : Infinity,
           linearizable: r.linearizable,
         };
-        scan(r.shard_ids, req).then(
+        scan(r.shard_ids, req, callDeadline(call.getDeadline())).then(
           ({ items, more }) =>
             callback(null, {
               more,

@@ -345,7 +345,7 @@ describe("shard worker siblings", () => {
     }
   });
 
-  it("a write's and a read's deadline reach the driver, in the owner and in the worker that owns its shard", async () => {
+  it("a write's, a read's and a scan's deadline reach the driver, in the owner and in the worker that owns its shard", async () => {
     // There the driver never proposes a write past it (shard.ts), its client gone.
     const seen: [string, number | undefined][] = [];
     const written = { type: "written", version: { index: 1, term: 1 } };
@@ -363,23 +363,33 @@ describe("shard worker siblings", () => {
         seen.push(["get", deadline]);
         return Promise.resolve(null);
       },
+      scan: (_r: unknown, deadline?: number) => {
+        seen.push(["scan", deadline]);
+        return Promise.resolve({ items: [], more: false });
+      },
     } as unknown as MultiRaft;
     const serve = serveSibling(driver, () => Promise.reject(new Error("not asked")), null);
     await serve({ op: "put", key: b("k"), value: b("v"), expected: undefined, deadline: 7 });
     await serve({ op: "delete", key: b("k"), expected: undefined, deadline: 8 });
     // A read's too: it stops waiting for its read index there (multi-raft-reads.ts).
     await serve({ op: "get", key: b("k"), linearizable: true, deadline: 11 });
+    // And a scan's: its shards' read barriers stop waiting at it.
+    const req = { start: b(""), end: null, limit: 1, maxBytes: 1024, linearizable: true };
+    await serve({ op: "scan", req, deadline: 13 });
     const store = new RoutedStore(driver, [null]);
     await store.put(b("k"), b("v"), undefined, 9);
     await store.delete(b("k"), undefined, 10);
     await store.get(b("k"), true, 12);
+    await store.scan(req, 14);
     assert.deepEqual(seen, [
       ["put", 7],
       ["delete", 8],
       ["get", 11],
+      ["scan", 13],
       ["put", 9],
       ["delete", 10],
       ["get", 12],
+      ["scan", 14],
     ]);
   });
 

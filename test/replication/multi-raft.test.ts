@@ -926,6 +926,67 @@ describe("a linearizable read whose call's deadline passes", () => {
     }
   });
 
+  it("a linearizable scan, and a peer's share of one, stop waiting for their shards' read indexes and applies at that deadline", async () => {
+    // A scan reads every shard, each through readBarrier with its share of the budget: a scan
+    // whose client had a 100 ms deadline held it for the driver's whole 10 s, as a Get did.
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-scan-deadline-"));
+    let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
+    const key = enc.encode("k");
+    let only = -1;
+    const mr = await MultiRaft.open({
+      ...options(dataDir),
+      electionTicks: 1_000,
+      transport: { send: () => undefined, flush: () => undefined },
+      replicaId: nodeId("n1"),
+      replicasOf: () => ["n2", "n1", "n3"],
+      firstCampaigner: () => "n2",
+      remoteReadIndex: () => leaderAnswers(),
+      // This node's one shard is the key's: the scan reads it alone.
+      ownsShard: (id) => id === only,
+      maxPendingBytes: 1_000,
+    });
+    try {
+      only = mr.shardOf(key);
+      const heartbeat = {
+        type: "heartbeat",
+        from: nodeId("n2"),
+        to: nodeId("n1"),
+        term: 5,
+        commit: 0,
+        readSeq: 0,
+        quiesce: false,
+        noReply: false,
+      } as unknown as Message;
+      mr.receive("n2", [{ shard: only, message: heartbeat }]);
+      for (let i = 0; i < 500 && mr.shardInfo(only)?.leader !== "n2"; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      assert.equal(mr.shardInfo(only)?.leader, "n2", "n1 follows n2");
+      const req = {
+        start: new Uint8Array(0),
+        end: null,
+        limit: 10,
+        maxBytes: 1 << 20,
+        linearizable: true,
+      };
+
+      // n2 never answers the read index.
+      timedOut(await settledWithin(mr.scan(req, deadlineClock() + 100), 3_000), "unanswered");
+      // n2 answers an index n1 has not reached: the scan waits for the apply, admitted as the
+      // first gave its bytes back.
+      leaderAnswers = () => Promise.resolve(1_000);
+      timedOut(await settledWithin(mr.scan(req, deadlineClock() + 100), 3_000), "behind");
+      // A peer's share (ScanShards) carries its call's deadline the same way.
+      timedOut(
+        await settledWithin(mr.scanShards([only], req, deadlineClock() + 100), 3_000),
+        "a peer's share",
+      );
+    } finally {
+      await mr.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("on a leader: waits for its read index, or for an election, only until that deadline", async () => {
     const { raw, shard, drain } = await leaderOfTermTwo();
     // Confirmed by a quorum's answer to the read's heartbeats, which never comes (b and c are

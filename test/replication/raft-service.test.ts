@@ -13,6 +13,7 @@ import { loadRaftProto } from "../../src/api/proto.ts";
 import { PEER_KEY } from "../../src/api/wire.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
+import { deadlineClock } from "../../src/common/deadline-clock.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
 import { createRaftService, type ScanRequest } from "../../src/replication/index.ts";
@@ -27,6 +28,7 @@ import {
   N2,
   rawUnary,
   recordingLogger,
+  startRaftFrontEnd,
   startRaftServer,
   transportTo,
 } from "./peer-support.ts";
@@ -131,11 +133,15 @@ describe("createRaftService", () => {
 
   it("carries a scan's share both ways: the range, its open end, the bounds, each version and whether it was cut", async () => {
     const asked: [readonly number[], ScanRequest][] = [];
-    const server = await startRaftServer(() => undefined, {
+    /** What was left of each call's deadline as it arrived (the asker's, 5 s). */
+    const left: number[] = [];
+    // Behind the front end, as a node serves it: its calls' deadlines are on deadlineClock().
+    const server = await startRaftFrontEnd(() => undefined, {
       clusterId: "c1",
       nodeId: "n2",
-      scanShards: (shards, req) => {
+      scanShards: (shards, req, deadline) => {
         asked.push([shards, req]);
+        left.push(deadline - deadlineClock());
         return Promise.resolve({
           items: [
             {
@@ -196,6 +202,8 @@ describe("createRaftService", () => {
         "an empty end is not an open end; a reply fits the peers' message limit",
       );
       assert.equal(asked[0]?.[1].linearizable, true);
+      // Its read barriers stop waiting at the call's deadline (MultiRaft.scanShards).
+      for (const ms of left) assert.ok(ms > 0 && ms <= 5_000, `the call's deadline: ${ms} ms left`);
     } finally {
       await t.close();
       server.stop();
