@@ -208,7 +208,8 @@ export function kvService(
         async (req, deadline) => {
           const key = checkKey(req.key, limits);
           const consistency = checkEnum(req.consistency, CONSISTENCIES, "consistency");
-          const item = await store.get(key, consistency !== "SERIALIZABLE", deadline);
+          // With its call: a read whose client cancels stops waiting then (KvStore).
+          const item = await store.get(key, consistency !== "SERIALIZABLE", deadline, call);
           if (item === null) return { response: { found: false }, result: "not_found" };
           return {
             response: { found: true, value: item.value, version: item.version },
@@ -290,6 +291,7 @@ export function kvService(
               ...(skip ? { skipUnavailable: true } : {}),
             },
             deadline,
+            call,
           );
           const last = items[items.length - 1];
           // A page cut before its first item (scan-merge.ts: a shard's page held none but

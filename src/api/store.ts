@@ -4,6 +4,7 @@
  */
 import type {
   ApplyOutcome,
+  ClientCall,
   ScanPage,
   ScanRequest,
   ShardInfo,
@@ -23,6 +24,11 @@ import type {
  * never proposed after it (src/replication/shard.ts), and a linearizable get or scan stops
  * waiting for its read indexes or their applies (src/replication/multi-raft-reads.ts), a scan's
  * share asked of a peer too (its call carries the deadline).
+ *
+ * A read's `call` is its client's call (ClientCall: the served call itself, nothing made for
+ * it): a linearizable get or scan also stops waiting once it is cancelled (its client cancelled
+ * it, or its connection closed), giving its share of the request budget back, as at its
+ * deadline. Writes take none: one proposed is in the log whether its client waits or not.
  */
 export interface KvStore {
   put(
@@ -32,8 +38,13 @@ export interface KvStore {
     deadline?: number,
   ): Promise<ApplyOutcome>;
   delete(key: Uint8Array, expected?: Version, deadline?: number): Promise<ApplyOutcome>;
-  get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null>;
-  scan(req: ScanRequest, deadline?: number): Promise<ScanPage>;
+  get(
+    key: Uint8Array,
+    linearizable: boolean,
+    deadline?: number,
+    call?: ClientCall,
+  ): Promise<StoredItem | null>;
+  scan(req: ScanRequest, deadline?: number, call?: ClientCall): Promise<ScanPage>;
   /**
    * The node a Put or Delete of `key` here would be refused naming (the leader of its shard
    * when this node follows it and knows that leader; for a shard this node holds no replica

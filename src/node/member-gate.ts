@@ -21,8 +21,9 @@ export function gateByMembership<S extends KvStore & AdminStore>(
   return {
     put: (key, value, expected, deadline) => refused() ?? store.put(key, value, expected, deadline),
     delete: (key, expected, deadline) => refused() ?? store.delete(key, expected, deadline),
-    get: (key, linearizable, deadline) => refused() ?? store.get(key, linearizable, deadline),
-    scan: (req, deadline) => refused() ?? store.scan(req, deadline),
+    get: (key, linearizable, deadline, call) =>
+      refused() ?? store.get(key, linearizable, deadline, call),
+    scan: (req, deadline, call) => refused() ?? store.scan(req, deadline, call),
     ...(store.leaderElsewhere === undefined
       ? {}
       : {

@@ -868,7 +868,7 @@ export class CairnNode implements HealthSource {
               connected: (from) => transport.heardFrom(from),
             }),
         confirmTerms: (checks) => store.confirmTerms(checks),
-        scanShards: (shards, req, deadline) => store.scanShards(shards, req, deadline),
+        scanShards: (shards, req, deadline, call) => store.scanShards(shards, req, deadline, call),
         nodeId: this.config.node_id,
         // Incoming snapshots are written here as they arrive; each shard worker has its own.
         snapshotDir: join(

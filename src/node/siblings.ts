@@ -27,6 +27,7 @@ import { NotLeaderError, nodeId } from "../raft/index.ts";
 import type { MetaProposer } from "./cluster.ts";
 import {
   type ApplyOutcome,
+  type ClientCall,
   mergePages,
   type MultiRaft,
   type ScanPage,
@@ -580,9 +581,18 @@ export class RoutedStore implements KvStore, AdminStore {
     return owner.call({ op: "delete", key: own(key), expected, deadline }) as Promise<ApplyOutcome>;
   }
 
-  get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null> {
+  /**
+   * A read's `call` (KvStore) stops its wait in this worker's driver; a call handed to the
+   * owning worker is bounded by its deadline there (its cancellation does not cross threads).
+   */
+  get(
+    key: Uint8Array,
+    linearizable: boolean,
+    deadline?: number,
+    call?: ClientCall,
+  ): Promise<StoredItem | null> {
     const owner = this.#owner(this.#local.shardOf(key));
-    if (owner === null) return this.#local.get(key, linearizable, deadline);
+    if (owner === null) return this.#local.get(key, linearizable, deadline, call);
     return owner.call({
       op: "get",
       key: own(key),
@@ -593,13 +603,13 @@ export class RoutedStore implements KvStore, AdminStore {
 
   /**
    * Every worker's page of keys in the range, merged (scan-merge.ts); each worker's read
-   * barriers waited for until `deadline` at most.
+   * barriers waited for until `deadline` at most (this worker's until `call` is cancelled too).
    */
-  async scan(req: ScanRequest, deadline?: number): Promise<ScanPage> {
+  async scan(req: ScanRequest, deadline?: number, call?: ClientCall): Promise<ScanPage> {
     const pages = await Promise.all(
       this.#siblings.map((s) =>
         s === null
-          ? this.#local.scan(req, deadline)
+          ? this.#local.scan(req, deadline, call)
           : (s.call({ op: "scan", req, deadline }) as Promise<ScanPage>),
       ),
     );

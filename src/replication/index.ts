@@ -25,7 +25,12 @@ export {
   ShuttingDownError,
   type SnapshotResult,
 } from "./multi-raft.ts";
-export { ProposalLostError, ReadPastDeadlineError } from "./request-errors.ts";
+export {
+  type ClientCall,
+  ProposalLostError,
+  ReadCancelledError,
+  ReadPastDeadlineError,
+} from "./request-errors.ts";
 export { ITEM_OVERHEAD_BYTES, mergePages, type ScanPage } from "./scan-merge.ts";
 export { GrpcTransport, type GrpcTransportOptions, type PeerStats } from "./grpc-transport.ts";
 export {

@@ -15,7 +15,7 @@ import {
   type ShardTable,
 } from "./multi-raft-options.ts";
 import { REQUEST_OVERHEAD_BYTES, type RequestBudget } from "./request-budget.ts";
-import { ReadPastDeadlineError } from "./request-errors.ts";
+import { type ClientCall, ReadCancelledError, ReadPastDeadlineError } from "./request-errors.ts";
 import type { PeerReport, ShardReplica } from "./shard.ts";
 import type { StoredItem } from "./state-machine.ts";
 import { type ReadVoucher, type TermCheck, TermConfirmer } from "./term-confirm.ts";
@@ -76,12 +76,14 @@ export class Reads {
 
   /**
    * Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex),
-   * until `deadline` at most: its call's, on deadlineClock() (KvStore; readBarrier).
+   * until `deadline` at most: its call's, on deadlineClock(), or until `call` is cancelled
+   * (KvStore; readBarrier).
    */
   async get(
     key: Uint8Array,
     linearizable: boolean,
     deadline = Infinity,
+    call: ClientCall | null = null,
   ): Promise<StoredItem | null> {
     this.#host.assertOpen();
     const id = this.#host.shardOf(key);
@@ -96,7 +98,7 @@ export class Reads {
       return null;
     }
     const shard = await this.#host.shardForRequest(id);
-    if (linearizable) await this.readBarrier(shard, deadline);
+    if (linearizable) await this.readBarrier(shard, deadline, call);
     else {
       this.#host.assertOpen();
       assertServesSerializable(shard);
@@ -106,11 +108,12 @@ export class Reads {
 
   /**
    * Waits until the meta group's state here is as recent as any acknowledged meta command
-   * (a ReadIndex barrier on shard 0), until `deadline` at most (readBarrier).
+   * (a ReadIndex barrier on shard 0), until `deadline` at most or `call` is cancelled
+   * (readBarrier).
    */
-  async syncMeta(deadline = Infinity): Promise<void> {
+  async syncMeta(deadline = Infinity, call: ClientCall | null = null): Promise<void> {
     this.#host.assertOpen();
-    await this.readBarrier(await this.#host.shard(0), deadline);
+    await this.readBarrier(await this.#host.shard(0), deadline, call);
   }
 
   /**
@@ -126,8 +129,16 @@ export class Reads {
    * (ReadPastDeadlineError, retryable), whatever it waits for, and gives its share of the request
    * budget back: its client has gone, and reads whose calls had tiny deadlines otherwise held
    * the budget for the driver's whole request timeout, every other request refused meanwhile.
+   * So does a read whose client's `call` is cancelled (the client cancelled it, or its
+   * connection closed; ReadCancelledError): a client sending no deadline and cancelling at once
+   * otherwise held the budget for that whole timeout too. Only reads: a write proposed is in
+   * the log whether its client waits or not.
    */
-  async readBarrier(shard: ShardReplica, deadline = Infinity): Promise<void> {
+  async readBarrier(
+    shard: ShardReplica,
+    deadline = Infinity,
+    call: ClientCall | null = null,
+  ): Promise<void> {
     this.#host.assertOpen();
     // The deadline on the driver's clock, which need not be deadlineClock().
     const arrived = this.#host.clock.now();
@@ -140,9 +151,10 @@ export class Reads {
       const index = this.#host.testingBugs.staleReadAfterRestart ? 0 : shard.raw.commitIndex;
       if (index <= shard.sm.appliedIndex) return;
       if (arrived >= until) throw new ReadPastDeadlineError(0);
+      if (call?.cancelled === true) throw new ReadCancelledError();
       this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
       try {
-        await shard.waitApplied(index, undefined, until);
+        await shard.waitApplied(index, undefined, until, call);
       } finally {
         this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
       }
@@ -150,6 +162,7 @@ export class Reads {
     }
     const remote = this.#host.options.remoteReadIndex;
     if (arrived >= until) throw new ReadPastDeadlineError(0);
+    if (call?.cancelled === true) throw new ReadCancelledError();
     this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
     try {
       if (remote !== undefined && shard.raw.role !== "leader") {
@@ -163,40 +176,48 @@ export class Reads {
         // the read then goes to the new leader at once instead of waiting out its deadline.
         // Nor past the call's deadline: the batched call to the leader is shared with other
         // reads and keeps its own bound, so this read stops waiting for it on a timer.
-        const answer = await new Promise<{ index: number } | { moved: NodeId } | { late: true }>(
-          (resolve, reject) => {
-            let timer: NodeJS.Timeout | undefined;
-            const unwatch = shard.watchLead((now) => {
-              if (now === null || now === lead) return;
-              settle();
-              resolve({ moved: now });
-            });
-            const settle = (): void => {
-              unwatch();
-              clearTimeout(timer);
-            };
-            if (until !== Infinity) {
-              timer = setTimeout(
-                () => {
-                  settle();
-                  resolve({ late: true });
-                },
-                Math.max(0, until - since),
-              );
-              timer.unref();
-            }
-            asked.then(
-              (index) => {
+        // Nor once its client cancels the call: this wait is in none of the shard's tables, where
+        // the expiry scan finds the reads of cancelled calls.
+        const answer = await new Promise<
+          { index: number } | { moved: NodeId } | { late: true } | { gone: true }
+        >((resolve, reject) => {
+          let timer: NodeJS.Timeout | undefined;
+          const unwatch = shard.watchLead((now) => {
+            if (now === null || now === lead) return;
+            settle();
+            resolve({ moved: now });
+          });
+          const gone = (): void => {
+            settle();
+            resolve({ gone: true });
+          };
+          const settle = (): void => {
+            unwatch();
+            clearTimeout(timer);
+            call?.removeListener("cancelled", gone);
+          };
+          call?.once("cancelled", gone);
+          if (until !== Infinity) {
+            timer = setTimeout(
+              () => {
                 settle();
-                resolve({ index });
+                resolve({ late: true });
               },
-              (err: unknown) => {
-                settle();
-                reject(err as Error);
-              },
+              Math.max(0, until - since),
             );
-          },
-        ).catch((err: unknown) => {
+            timer.unref();
+          }
+          asked.then(
+            (index) => {
+              settle();
+              resolve({ index });
+            },
+            (err: unknown) => {
+              settle();
+              reject(err as Error);
+            },
+          );
+        }).catch((err: unknown) => {
           // The leader this sleeping follower knows did not answer for the group (it died, or
           // its node is now another replica): wake the group, which elects again unless that
           // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
@@ -204,22 +225,24 @@ export class Reads {
           throw err;
         });
         if ("late" in answer) throw new ReadPastDeadlineError(this.#host.clock.now() - since);
+        if ("gone" in answer) throw new ReadCancelledError();
         if ("moved" in answer) {
           // Another replica leads now: the read is refused with it as the hint (the KV layer
           // forwards it there), or, when this replica is the one elected, confirmed here below.
           if (shard.role !== "leader") throw new NotLeaderError(leaderNode(answer.moved));
         } else {
           if (this.#host.testingBugs.followerReadWithoutApply !== true) {
-            await shard.waitApplied(answer.index, since, until);
+            await shard.waitApplied(answer.index, since, until, call);
           }
           return;
         }
       }
       const since = this.#host.clock.now();
       await shard.waitApplied(
-        await this.#leaderReadIndex(shard, since, undefined, until),
+        await this.#leaderReadIndex(shard, since, undefined, until, call),
         since,
         until,
+        call,
       );
     } finally {
       this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
@@ -229,17 +252,19 @@ export class Reads {
   /**
    * A leader's read index for a read that arrived at `since`: confirmed by its peers' terms
    * (#confirmLeadership), else by Raft's ReadIndex (which answers once it is applied here), the
-   * read waiting for it until `until` at most (its call's deadline on the driver's clock).
+   * read waiting for it until `until` at most (its call's deadline on the driver's clock), or
+   * until its client's `call` is cancelled.
    */
   async #leaderReadIndex(
     shard: ShardReplica,
     since: number,
     voucher?: ReadVoucher,
     until = Infinity,
+    call: ClientCall | null = null,
   ): Promise<number> {
     const index = await this.#confirmLeadership(shard, voucher);
     if (index !== null) return index;
-    const done = shard.enqueueRead(++this.#readSeq, since, until);
+    const done = shard.enqueueRead(++this.#readSeq, since, until, call);
     this.#host.markDirty(shard);
     return done;
   }

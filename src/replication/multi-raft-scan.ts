@@ -13,7 +13,7 @@ import {
   type ShardTable,
 } from "./multi-raft-options.ts";
 import { assertServesSerializable } from "./multi-raft-reads.ts";
-import { ReadPastDeadlineError } from "./request-errors.ts";
+import { type ClientCall, ReadPastDeadlineError } from "./request-errors.ts";
 import { mergeCursors, mergePages, type ScanPage } from "./scan-merge.ts";
 import type { ShardReplica } from "./shard.ts";
 
@@ -26,6 +26,37 @@ function noReplicaAnswered(id: number, nodes: readonly string[], err: unknown): 
   const last = err instanceof Error ? err.message : String(err);
   e.message = `no replica of shard ${id} answered (asked: ${nodes.join(", ")}; the last: ${last})`;
   return e;
+}
+
+/**
+ * A scan's client call as its shards' barriers see it. Each barrier waiting on a leader's read
+ * index listens for the call's cancellation, and a scan waits on up to every shard: on the call
+ * itself (an EventEmitter) that warned past 10 listeners and removed each in linear time. This
+ * listens to the call once (for as long as the call lives) and tells every barrier.
+ */
+class ScanCall implements ClientCall {
+  cancelled: boolean;
+  readonly #listeners = new Set<() => void>();
+
+  constructor(call: ClientCall) {
+    this.cancelled = call.cancelled;
+    call.once("cancelled", () => {
+      this.cancelled = true;
+      // (Each listener removes itself as it runs.)
+      for (const listener of [...this.#listeners]) listener();
+      this.#listeners.clear();
+    });
+  }
+
+  once(_event: "cancelled", listener: () => void): this {
+    this.#listeners.add(listener);
+    return this;
+  }
+
+  removeListener(_event: "cancelled", listener: () => void): this {
+    this.#listeners.delete(listener);
+    return this;
+  }
 }
 
 /** What scans need of the driver. */
@@ -49,14 +80,14 @@ export interface ScanHost {
   placedElsewhere(id: number): boolean;
   /**
    * Waits until a linearizable read of the shard may be served here (the ReadIndex rule), until
-   * `deadline` at most (Reads.readBarrier).
+   * `deadline` at most or until `call` is cancelled (Reads.readBarrier).
    */
-  readBarrier(s: ShardReplica, deadline: number): Promise<void>;
+  readBarrier(s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void>;
   /**
    * The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta), waited
-   * for until `deadline` at most.
+   * for until `deadline` at most or until `call` is cancelled.
    */
-  syncMeta(deadline: number): Promise<void>;
+  syncMeta(deadline: number, call: ClientCall | null): Promise<void>;
 }
 
 export class Scanner {
@@ -74,12 +105,17 @@ export class Scanner {
    *
    * `deadline` is its call's (on deadlineClock(); Infinity: none): a linearizable scan stops
    * waiting for its shards' read indexes and applies then, here and on the peers it asks, as a
-   * Get does (ReadPastDeadlineError), and gives their shares of the request budget back.
+   * Get does (ReadPastDeadlineError), and gives their shares of the request budget back; here,
+   * so it does once its client's `call` is cancelled.
    */
-  async scan(req: ScanRequest, deadline = Infinity): Promise<ScanPage> {
-    const { local, remote } = await this.#plan(req.linearizable, deadline);
+  async scan(
+    req: ScanRequest,
+    deadline = Infinity,
+    call: ClientCall | null = null,
+  ): Promise<ScanPage> {
+    const { local, remote } = await this.#plan(req.linearizable, deadline, call);
     const pages = await Promise.all([
-      this.#scanLocal(local, req, deadline),
+      this.#scanLocal(local, req, deadline, call),
       ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req, deadline)),
     ]);
     return mergePages(pages, req.limit, req.maxBytes);
@@ -89,33 +125,37 @@ export class Scanner {
    * A peer's share of a scan (cairn.v1.Raft ScanShards): the keys of `ids`, each a shard this
    * node replicates (else NotLeaderError naming a replica), in the range, merged in key order,
    * a page as `scan` gives; linearizable reads confirmed as for this node's own scans, until
-   * `deadline` at most (the asker's call's).
+   * `deadline` at most (the asker's call's), or until the asker cancels its `call`.
    */
   async scanShards(
     ids: readonly number[],
     req: ScanRequest,
     deadline = Infinity,
+    call: ClientCall | null = null,
   ): Promise<ScanPage> {
     this.#host.assertOpen();
     for (const id of ids) this.#host.checkShardId(id);
     const shards = await Promise.all(ids.map((id) => this.#host.shardForRequest(id)));
     // A replica being refilled: the asker reads the shard from its next replica.
     if (!req.linearizable) for (const s of shards) assertServesSerializable(s);
-    return this.#scanLocal(shards, req, deadline);
+    return this.#scanLocal(shards, req, deadline, call);
   }
 
   /**
    * Keys of `shards` (open here) in the range, merged: each shard read at a snapshot pinned at
    * once, as far as the page needs; a linearizable one waits for their barriers until
-   * `deadline` at most.
+   * `deadline` at most, or until `call` is cancelled.
    */
   async #scanLocal(
     shards: readonly ShardReplica[],
     req: ScanRequest,
     deadline: number,
+    call: ClientCall | null,
   ): Promise<ScanPage> {
     if (req.linearizable) {
-      await Promise.all(shards.map((s) => this.#host.readBarrier(s, deadline)));
+      // Its barriers, one a shard, hear the call's cancellation through one listener (ScanCall).
+      const barriers = call === null || shards.length < 2 ? call : new ScanCall(call);
+      await Promise.all(shards.map((s) => this.#host.readBarrier(s, deadline, barriers)));
     } else this.#host.assertOpen();
     const reads = shards.map((s) => ({ sm: s.sm, snap: s.sm.lsm.snapshot() }));
     try {
@@ -198,6 +238,7 @@ export class Scanner {
   async #plan(
     linearizable: boolean,
     deadline: number,
+    call: ClientCall | null,
   ): Promise<{ local: ShardReplica[]; remote: Map<string, number[]> }> {
     const remote = new Map<string, number[]>();
     const owns = this.#host.options.ownsShard ?? (() => true);
@@ -255,7 +296,7 @@ export class Scanner {
     let ids: readonly number[];
     if (created !== undefined) {
       // Every shard created before the scan arrived is in the meta state once it is synced.
-      await (this.#host.options.syncMeta?.() ?? this.#host.syncMeta(deadline));
+      await (this.#host.options.syncMeta?.() ?? this.#host.syncMeta(deadline, call));
       ids = created();
     } else {
       ids = Array.from({ length: this.#host.totalShards }, (_, id) => id).filter((id) => owns(id));

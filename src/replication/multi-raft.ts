@@ -76,6 +76,7 @@ import { Reads } from "./multi-raft-reads.ts";
 import { Removal, type RemovalOutcome } from "./multi-raft-removal.ts";
 import { Writes } from "./multi-raft-writes.ts";
 import { RequestBudget } from "./request-budget.ts";
+import type { ClientCall } from "./request-errors.ts";
 import type { ScanPage } from "./scan-merge.ts";
 import { SnapshotPins } from "./snapshot-pins.ts";
 
@@ -172,9 +173,10 @@ export class MultiRaft {
       placedAway: (id: number): boolean => this.#groups.placedAway(id),
       leaderToAsk: (id: number): string | null => this.#groups.leaderToAsk(id),
       shardForRequest: (id: number): Promise<ShardReplica> => this.#groups.shardForRequest(id),
-      readBarrier: (s: ShardReplica, deadline: number): Promise<void> =>
-        this.#reads.readBarrier(s, deadline),
-      syncMeta: (deadline: number): Promise<void> => this.#reads.syncMeta(deadline),
+      readBarrier: (s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void> =>
+        this.#reads.readBarrier(s, deadline, call),
+      syncMeta: (deadline: number, call: ClientCall | null): Promise<void> =>
+        this.#reads.syncMeta(deadline, call),
       clock: this.#clock,
       testingBugs: this.#testingBugs,
       budget: new RequestBudget(options.maxPendingBytes ?? 128 * 1024 * 1024),
@@ -404,10 +406,16 @@ export class MultiRaft {
 
   /**
    * Reads a key; linearizable reads first confirm leadership and wait for the apply (ReadIndex),
-   * until `deadline` at most (its call's, on deadlineClock(): KvStore).
+   * until `deadline` at most (its call's, on deadlineClock(): KvStore) or its `call` is
+   * cancelled.
    */
-  get(key: Uint8Array, linearizable: boolean, deadline?: number): Promise<StoredItem | null> {
-    return this.#reads.get(key, linearizable, deadline);
+  get(
+    key: Uint8Array,
+    linearizable: boolean,
+    deadline?: number,
+    call?: ClientCall,
+  ): Promise<StoredItem | null> {
+    return this.#reads.get(key, linearizable, deadline, call);
   }
 
   /** Waits until the meta group's state here is as recent as any acknowledged meta command. */
@@ -451,18 +459,23 @@ export class MultiRaft {
    * Keys in [start, end) across every shard, in key order, at most `limit`; `more` tells
    * whether keys remain after the last one returned (multi-raft-scan.ts). A linearizable scan
    * waits for its shards' read indexes until `deadline` at most (its call's, on deadlineClock():
-   * KvStore).
+   * KvStore) or its `call` is cancelled.
    */
-  scan(req: ScanRequest, deadline?: number): Promise<ScanPage> {
-    return this.#scanner.scan(req, deadline);
+  scan(req: ScanRequest, deadline?: number, call?: ClientCall): Promise<ScanPage> {
+    return this.#scanner.scan(req, deadline, call);
   }
 
   /**
    * A peer's share of a scan (cairn.v1.Raft ScanShards; multi-raft-scan.ts), waited for until
-   * `deadline` at most (the asker's call's, on deadlineClock()).
+   * `deadline` at most (the asker's call's, on deadlineClock()) or the asker cancels `call`.
    */
-  scanShards(ids: readonly number[], req: ScanRequest, deadline?: number): Promise<ScanPage> {
-    return this.#scanner.scanShards(ids, req, deadline);
+  scanShards(
+    ids: readonly number[],
+    req: ScanRequest,
+    deadline?: number,
+    call?: ClientCall,
+  ): Promise<ScanPage> {
+    return this.#scanner.scanShards(ids, req, deadline, call);
   }
 
   /** Flushes the shard's LSM and compacts its WAL entries up to what is now in SSTables. */

@@ -44,6 +44,7 @@ import {
 import type { ScanRequest, ShardMessage } from "./multi-raft.ts";
 import { type LogBound, type PeerLogger, RefusalLog, silentLogger } from "./peer-logger.ts";
 import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
+import type { ClientCall } from "./request-errors.ts";
 import { clearSnapshotDir } from "./snapshot-file.ts";
 import { snapshotReceiver } from "./snapshot-receiver.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
@@ -121,13 +122,14 @@ export interface RaftServiceOptions {
    * A peer's share of a scan: the keys of `shards` (each replicated here) in the range, merged,
    * a page of at most `req.limit` items within `req.maxBytes` (MultiRaft.scanShards), its read
    * barriers waited for until `deadline` at most (the call's, on deadlineClock(): the asking
-   * scan's client's, or the asker's request timeout). Without it, ScanShards answers
-   * UNIMPLEMENTED.
+   * scan's client's, or the asker's request timeout) or until `call` is cancelled. Without it,
+   * ScanShards answers UNIMPLEMENTED.
    */
   readonly scanShards?: (
     shards: readonly number[],
     req: ScanRequest,
     deadline: number,
+    call: ClientCall,
   ) => Promise<ScanPage>;
   /**
    * KV calls forwarded over the streams (RaftFrame.call and .reply; src/api/forward.ts):
@@ -394,7 +396,8 @@ export function createRaftService(
           maxBytes: maxBytes > 0 ? Math.min(maxBytes, PEER_SCAN_MAX_BYTES) : Infinity,
           linearizable: r.linearizable,
         };
-        scan(r.shard_ids, req, callDeadline(call.getDeadline())).then(
+        // Its asker's call ended (it timed out, or its connection closed): no wait goes on.
+        scan(r.shard_ids, req, callDeadline(call.getDeadline()), call).then(
           ({ items, more }) =>
             callback(null, {
               more,

@@ -57,6 +57,33 @@ export class ReadPastDeadlineError extends CairnError {
   }
 }
 
+/**
+ * A client's call as the read waiting on its behalf sees it (KvStore): `cancelled` once its
+ * client has gone (it cancelled the call, or its connection closed), when it emits "cancelled".
+ * grpc-js's ServerUnaryCall and the front end's HandedCall are both one: a read takes its call
+ * as it is, nothing made for it.
+ */
+export interface ClientCall {
+  readonly cancelled: boolean;
+  once(event: "cancelled", listener: () => void): unknown;
+  removeListener(event: "cancelled", listener: () => void): unknown;
+}
+
+/**
+ * A linearizable read still waiting (for its read index, an election, or the apply up to its
+ * index) when its client cancelled its call, or its connection closed: nothing waits for it
+ * any more, and it holds no share of the node's request budget. Nobody reads the error (the
+ * call is gone); a timeout's code, so that nothing takes it for a server fault.
+ */
+export class ReadCancelledError extends CairnError {
+  constructor() {
+    super("CAIRN_ERR_TIMEOUT", "the read's call was cancelled before it was served; retry", {
+      retryable: true,
+    });
+    this.name = "ReadCancelledError";
+  }
+}
+
 /** The proposal cannot succeed any more: another entry took its place in the log. */
 export class ProposalLostError extends CairnError {
   constructor(index: number) {

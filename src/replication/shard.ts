@@ -40,6 +40,8 @@ import {
   ProposalLostError,
   ProposalAbandonedError,
   ProposalOvertakenError,
+  type ClientCall,
+  ReadCancelledError,
   ReadPastDeadlineError,
   RequestTimeoutError,
 } from "./request-errors.ts";
@@ -82,6 +84,8 @@ interface PendingRead {
    * budget given back. A read changes nothing, so dropping it changes nothing either.
    */
   readonly until: number;
+  /** Its client's call (null: none): cancelled, the read stops waiting as at `until`. */
+  readonly call: ClientCall | null;
 }
 
 type InboxItem = (
@@ -304,9 +308,14 @@ export class ShardReplica {
   /**
    * Resolves once the state machine has applied `index` (a read confirmed at that index). With
    * `since` (a read confirmed by another node's leader), the wait has the request deadline;
-   * `until` is its call's (PendingRead.until).
+   * `until` is its call's deadline and `call` its call (PendingRead).
    */
-  waitApplied(index: number, since?: number, until = Infinity): Promise<void> {
+  waitApplied(
+    index: number,
+    since?: number,
+    until = Infinity,
+    call: ClientCall | null = null,
+  ): Promise<void> {
     if (index <= this.sm.appliedIndex) return Promise.resolve();
     return new Promise((resolve, reject) =>
       this.#reads.set(--this.#localReads, {
@@ -316,6 +325,7 @@ export class ShardReplica {
         since: since ?? Number.NaN,
         remote: since !== undefined,
         until,
+        call,
       }),
     );
   }
@@ -360,14 +370,20 @@ export class ShardReplica {
 
   /**
    * A ReadIndex read; resolves with its index once the state machine has applied it. `until` is
-   * its call's deadline on the driver's clock (Infinity: none), when it stops waiting.
+   * its call's deadline on the driver's clock (Infinity: none), when it stops waiting, as it
+   * does once `call` is cancelled.
    */
-  enqueueRead(id: number, since: number, until = Infinity): Promise<number> {
+  enqueueRead(
+    id: number,
+    since: number,
+    until = Infinity,
+    call: ClientCall | null = null,
+  ): Promise<number> {
     return new Promise((resolve, reject) =>
       this.#inbox.push({
         kind: "read",
         id,
-        read: { resolve, reject, index: null, since, remote: false, until },
+        read: { resolve, reject, index: null, since, remote: false, until, call },
         since,
       }),
     );
@@ -470,9 +486,13 @@ export class ShardReplica {
         item.done.reject(new NotProposedError(now - item.since));
         continue;
       }
-      // A read whose client gave up is not asked for any more.
-      if (item.kind === "read" && now >= item.read.until) {
-        item.read.reject(new ReadPastDeadlineError(now - item.since));
+      // A read whose client gave up (or cancelled its call) is not asked for any more.
+      if (item.kind === "read" && (now >= item.read.until || item.read.call?.cancelled === true)) {
+        item.read.reject(
+          now >= item.read.until
+            ? new ReadPastDeadlineError(now - item.since)
+            : new ReadCancelledError(),
+        );
         continue;
       }
       // (A transfer may start at an item of this inbox: asked for each item.)
@@ -545,7 +565,8 @@ export class ShardReplica {
    * follower's ReadIndex request to an unreachable leader is never answered: without a deadline
    * their callers would wait forever. Reads already confirmed and only waiting for the apply (a
    * local one has no deadline: the apply always comes) are left alone, until their call's
-   * deadline (PendingRead.until): a read whose client has gone stops waiting whatever for.
+   * deadline (PendingRead.until), or their call cancelled: a read whose client has gone stops
+   * waiting whatever for (a cancelled one at this scan: up to 1/64 of a timeout late).
    */
   expire(now: number, timeoutMs: number): void {
     // Scanned at most 64 times a timeout (a request fails at most 1/64 of it late), not every
@@ -567,10 +588,12 @@ export class ShardReplica {
     }
     if (this.#reads.size > 0) {
       for (const [id, r] of this.#reads.entries()) {
-        if (now >= r.until) {
+        if (now >= r.until || r.call?.cancelled === true) {
           // (A read index answered for it later finds no read: confirmReads skips it.)
           this.#reads.delete(id);
-          r.reject(new ReadPastDeadlineError(now - r.since));
+          r.reject(
+            now >= r.until ? new ReadPastDeadlineError(now - r.since) : new ReadCancelledError(),
+          );
           continue;
         }
         if (r.since > late) continue;

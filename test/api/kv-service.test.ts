@@ -150,6 +150,36 @@ describe("KV service", () => {
     assert.equal(none, Infinity);
   });
 
+  it("hands the store a read's call, whose cancellation stops the read's wait", async () => {
+    // Without it, a read whose client sent no deadline and cancelled (or whose connection
+    // closed) waited in the driver for 10 s, holding its share of limits.max_pending_bytes.
+    const handed: [string, unknown][] = [];
+    const s: KvStore = {
+      put: () => Promise.reject(new Error("not asked")),
+      delete: () => Promise.reject(new Error("not asked")),
+      get: (_key, _linearizable, _deadline, call) => {
+        handed.push(["get", call]);
+        return Promise.resolve(null);
+      },
+      scan: (_req, _deadline, call) => {
+        handed.push(["scan", call]);
+        return Promise.resolve({ items: [], more: false });
+      },
+    };
+    const impl = kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS) as Record<
+      string,
+      (call: unknown, cb: (err: ServiceError | null) => void) => void
+    >;
+    const get = { request: GET, getDeadline: () => Infinity, cancelled: false };
+    const scan = { request: SCAN, getDeadline: () => Infinity, cancelled: false };
+    await new Promise((resolve) => impl.Get?.(get, resolve));
+    await new Promise((resolve) => impl.Scan?.(scan, resolve));
+    assert.deepEqual(handed, [
+      ["get", get],
+      ["scan", scan],
+    ]);
+    assert.equal(handed[0]?.[1], get, "the served call itself: nothing made for it");
+  });
   it("refuses an enum value the schema does not define (consistency 7, 0xffffffff)", async () => {
     const h = harness();
     // proto-loader (enums: String) hands an undefined value over as its number.

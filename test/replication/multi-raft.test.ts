@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -987,6 +988,151 @@ describe("a linearizable read whose call's deadline passes", () => {
     }
   });
 
+  it("a linearizable Get or Scan whose client cancels its call (no deadline sent) stops waiting then, and gives its share of the budget back", async () => {
+    // A client that sends no deadline and cancels at once (or whose connection closes) left its
+    // read waiting the driver's whole 10 s, holding its share of limits.max_pending_bytes:
+    // repeated, that kept the budget full and every other request refused.
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-read-cancelled-"));
+    let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
+    const key = enc.encode("k");
+    let only = -1;
+    const mr = await MultiRaft.open({
+      ...options(dataDir),
+      electionTicks: 1_000,
+      transport: { send: () => undefined, flush: () => undefined },
+      replicaId: nodeId("n1"),
+      replicasOf: () => ["n2", "n1", "n3"],
+      firstCampaigner: () => "n2",
+      remoteReadIndex: () => leaderAnswers(),
+      ownsShard: (id) => id === only,
+      // Room for one waiting read (REQUEST_OVERHEAD_BYTES) and not two.
+      maxPendingBytes: 1_000,
+    });
+    try {
+      only = mr.shardOf(key);
+      const heartbeat = {
+        type: "heartbeat",
+        from: nodeId("n2"),
+        to: nodeId("n1"),
+        term: 5,
+        commit: 0,
+        readSeq: 0,
+        quiesce: false,
+        noReply: false,
+      } as unknown as Message;
+      mr.receive("n2", [{ shard: only, message: heartbeat }]);
+      for (let i = 0; i < 500 && mr.shardInfo(only)?.leader !== "n2"; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      assert.equal(mr.shardInfo(only)?.leader, "n2", "n1 follows n2");
+      /** A served call as grpc-js and the front end hand it: `cancelled`, then the event. */
+      const clientCall = (): EventEmitter & { cancelled: boolean } =>
+        Object.assign(new EventEmitter(), { cancelled: false });
+      const cancelled = (outcome: unknown, what: string): void => {
+        const err = outcome as CairnError;
+        assert.ok(err instanceof Error, `${what}: ${String(outcome)}`);
+        assert.match(err.message, /cancelled/, what);
+      };
+      /** `read` started with a call its client cancels once the read waits (or before). */
+      const cancelledWhile = async (
+        read: (call: EventEmitter & { cancelled: boolean }) => Promise<unknown>,
+      ): Promise<unknown> => {
+        const call = clientCall();
+        const p = read(call);
+        await new Promise((resolve) => setImmediate(resolve));
+        call.cancelled = true;
+        call.emit("cancelled");
+        return settledWithin(p, 3_000);
+      };
+      const req = {
+        start: new Uint8Array(0),
+        end: null,
+        limit: 10,
+        maxBytes: 1 << 20,
+        linearizable: true,
+      };
+
+      // n2 never answers the read index.
+      cancelled(
+        await cancelledWhile((call) => mr.get(key, true, undefined, call)),
+        "a Get, unanswered",
+      );
+      cancelled(
+        await cancelledWhile((call) => mr.scan(req, undefined, call)),
+        "a Scan, unanswered",
+      );
+      // n2 answers an index n1 has not reached: the read waits for the apply, admitted as the
+      // one before gave its bytes back.
+      leaderAnswers = () => Promise.resolve(1_000);
+      cancelled(
+        await cancelledWhile((call) => mr.get(key, true, undefined, call)),
+        "a Get, behind",
+      );
+      cancelled(await cancelledWhile((call) => mr.scan(req, undefined, call)), "a Scan, behind");
+      // A call already cancelled is not waited for at all.
+      const gone = Object.assign(clientCall(), { cancelled: true });
+      cancelled(await settledWithin(mr.get(key, true, undefined, gone), 3_000), "gone before");
+    } finally {
+      await mr.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("a linearizable Scan of many shards whose client cancels stops every shard's wait, listening to the call once", async () => {
+    // Each shard's barrier waiting for its leader's read index listens for the cancellation:
+    // on the call itself, 16 of them made Node warn of a listener leak.
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-scan-cancelled-"));
+    const mr = await MultiRaft.open({
+      ...options(dataDir),
+      electionTicks: 1_000,
+      transport: { send: () => undefined, flush: () => undefined },
+      replicaId: nodeId("n1"),
+      replicasOf: () => ["n2", "n1", "n3"],
+      firstCampaigner: () => "n2",
+      remoteReadIndex: () => new Promise(() => undefined),
+    });
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      const all = Array.from({ length: 16 }, (_, id) => id);
+      for (const shard of all) {
+        const heartbeat = {
+          type: "heartbeat",
+          from: nodeId("n2"),
+          to: nodeId("n1"),
+          term: 5,
+          commit: 0,
+          readSeq: 0,
+          quiesce: false,
+          noReply: false,
+        } as unknown as Message;
+        mr.receive("n2", [{ shard, message: heartbeat }]);
+      }
+      for (let i = 0; i < 500 && !all.every((s) => mr.shardInfo(s)?.leader === "n2"); i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      assert.ok(
+        all.every((s) => mr.shardInfo(s)?.leader === "n2"),
+        "n1 follows n2 in each",
+      );
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const req = { start: new Uint8Array(0), end: null, limit: 10, maxBytes: 1 << 20 };
+      const scan = mr.scanShards(all, { ...req, linearizable: true }, undefined, call);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.ok(call.listenerCount("cancelled") <= 1, "one listener at most, the scan's");
+      call.cancelled = true;
+      call.emit("cancelled");
+      const outcome = await settledWithin(scan, 3_000);
+      assert.match(String(outcome), /cancelled/);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(warnings, []);
+    } finally {
+      process.off("warning", onWarning);
+      await mr.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
   it("on a leader: waits for its read index, or for an election, only until that deadline", async () => {
     const { raw, shard, drain } = await leaderOfTermTwo();
     // Confirmed by a quorum's answer to the read's heartbeats, which never comes (b and c are
