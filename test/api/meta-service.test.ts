@@ -33,8 +33,15 @@ let address: string;
 before(async () => {
   views.setClusterId("cluster-a");
   views.setIncarnation("inc-1");
+  // n1 decommissioned: what a decommissioning member's removal watch reads (removal-watch.ts).
   views.setMembers(
-    ["n1", "n2"].map((id) => ({ id, rpc_addr: `${id}:1`, http_addr: `${id}:2`, state: "alive" })),
+    (["decommissioned", "active"] as const).map((member_state, i) => ({
+      id: `n${i + 1}`,
+      rpc_addr: `n${i + 1}:1`,
+      http_addr: `n${i + 1}:2`,
+      state: "alive",
+      member_state,
+    })),
   );
   server = new RpcServer({
     address: "127.0.0.1:0",
@@ -91,6 +98,7 @@ describe("Meta.WatchCluster of a node whose view stopped following its cluster",
       incarnation: "inc-1",
       firstSeed: false,
       members: ["n1", "n2"],
+      decommissioned: ["n1"],
     });
   });
 
