@@ -270,6 +270,20 @@ export class PeerTls implements experimental.CertificateProvider {
     };
   }
 
+  /**
+   * grpc-js credentials to dial an address whose node id is not known yet (a seed gossip has
+   * not shown): any certificate the peer CA signed is taken, whatever node it names. Only for
+   * asking who runs there (probeMember, src/node/cluster.ts), never for a peer's calls: a seed
+   * checked against its address as a node id (no certificate names one) never answered, and
+   * a first seed founded a cluster without asking it.
+   */
+  anyMemberCredentials(): ChannelCredentials {
+    return experimental.createCertificateProviderChannelCredentials(this, this, {
+      checkServerIdentity: (_host, cert) =>
+        cert.raw === undefined ? new Error("the peer presented no certificate") : undefined,
+    });
+  }
+
   // experimental.CertificateProvider: a listener hears the material at once, then each reload.
 
   addCaCertificateListener(listener: CaListener): void {

@@ -1312,7 +1312,7 @@ export class ClusterState {
    * The first of this node's seeds, other than the addresses in `asked`, that answers with a
    * cluster id or as a first seed itself (probeMember; clusterId "" then), or null. A seed's
    * node id (which a peer's TLS certificate must name) is gossip's for that address when it
-   * knows one.
+   * knows one; else, over TLS, any certificate the peer CA signed will do.
    */
   async #seedWithClusterId(
     membership: Membership,
@@ -1328,7 +1328,7 @@ export class ClusterState {
       seeds.map((address) =>
         probeMember(
           address,
-          known.find((m) => sameAddress(m.meta.rpcAddr, address))?.meta.id ?? address,
+          known.find((m) => sameAddress(m.meta.rpcAddr, address))?.meta.id ?? null,
           this.#peerTls,
         ),
       ),
@@ -1571,17 +1571,21 @@ export interface MemberProbe extends ViewAnswer {
 /**
  * The cluster id a node at `address` reports in its first cluster view ("" when it has none),
  * its data directory's incarnation and the members the view lists; undefined when it does not
- * answer in time.
+ * answer in time. Over TLS its certificate must name `nodeId`; null (an address whose node id
+ * is not known), it may name any node the peer CA signed.
  */
 export function probeMember(
   address: string,
-  nodeId: string,
+  nodeId: string | null,
   tls?: PeerTls,
 ): Promise<MemberProbe | undefined> {
   const { proto } = loadCairnProto();
   let client: InstanceType<typeof proto.cairn.v1.Meta>;
   if (tls === undefined) {
     client = new proto.cairn.v1.Meta(address, credentials.createInsecure());
+  } else if (nodeId === null) {
+    // A seed whose node id gossip has not shown: any member's certificate will do to ask it.
+    client = new proto.cairn.v1.Meta(address, tls.anyMemberCredentials());
   } else {
     // As a peer dials (src/common/peer-tls.ts): the member's certificate must name its node id.
     const dial = tls.credentials(nodeId);
