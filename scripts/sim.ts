@@ -1,13 +1,14 @@
 /**
  * Runs the Raft simulation over many seeds.
  *
- *   npm run sim -- --seeds N [--seed S] [--nodes K] [--chaos-ticks T] [--bug NAME] [--trace]
+ *   npm run sim -- --seeds N [--seed S] [--nodes K] [--chaos-ticks T] [--bug NAME] [--demote] [--trace]
  *
  * --seeds N runs seeds S..S+N-1 (S defaults to 1); --seed S alone replays that one seed.
  * --nodes K sets the founding voters (two spare machines join through membership changes).
  * --bug plants a known bug (commit-prior-term, forget-vote, ack-before-persist,
  * read-without-quorum, count-learners, follower-commit-without-match, sleep-through-messages,
- * votes-with-lost-log) to see it caught.
+ * votes-with-lost-log) to see it caught. --demote turns half the voter removals the membership
+ * chaos draws into demotions to learner (off by default, so that known seeds replay as before).
  * Ends with `sim: N seeds, V violations`; each failure prints the command that replays it.
  *
  *   npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3|4|5] [--chaos-ms T] [--bug NAME] [--trace]
@@ -28,6 +29,7 @@ const { values } = parseArgs({
     "chaos-ms": { type: "string" },
     driver: { type: "boolean", default: false },
     bug: { type: "string" },
+    demote: { type: "boolean", default: false },
     trace: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
   },
@@ -37,7 +39,7 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     [
-      "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match|sleep-through-messages|votes-with-lost-log] [--trace]",
+      "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match|sleep-through-messages|votes-with-lost-log] [--demote] [--trace]",
       "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3|4|5] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch|follower-read-without-apply|wipe-keeps-replica|lead-founding-term-again|founding-appends-before-sync] [--trace]",
     ].join("\n"),
   );
@@ -90,6 +92,7 @@ for (let seed = first; seed < first + count; seed++) {
     ...(nodes === undefined ? {} : { nodes }),
     ...(chaosTicks === undefined ? {} : { chaosTicks }),
     ...(bugs === undefined ? {} : { bugs }),
+    ...(values.demote ? { demote: true } : {}),
     trace: values.trace,
   };
   const result = runSeed(opts);

@@ -236,8 +236,9 @@ export class Raft {
   /** Index of the newest conf-change entry; no other may be proposed until it is applied. */
   pendingConfIndex: LogIndex = logIndex(0);
   /**
-   * Leader: the index of an entry of its log that removes this member, 0 when none. Until that
-   * entry is applied (and the leader steps down) no proposal is taken: see propose().
+   * Leader: the index of an entry of its log that removes this member or demotes it to learner
+   * (either takes it out of the voters), 0 when none. Until that entry is applied (and the leader
+   * steps down) no proposal is taken: see propose().
    */
   #selfRemovalIndex: LogIndex = logIndex(0);
 
@@ -454,7 +455,8 @@ export class Raft {
       throw new ProposalDroppedError(`leadership transfer to ${this.leadTransferee} in progress`);
     }
     if (this.#selfRemovalIndex > this.log.applied) {
-      // This leader steps down once it applies its removal, and its log must then hold nothing
+      // This leader steps down once it applies its removal (or demotion: as a learner it still
+      // holds its log, and the same holds), and its log must then hold nothing
       // the voters left lack. With two voters, the one left needs the removed member's vote
       // until it learns that the removal committed (a configuration takes effect when applied),
       // and the removed member grants it only to a log at least as up to date as its own: an
@@ -463,7 +465,7 @@ export class Raft {
       // entries after it, the log ends with the removal or this term's empty entry after it,
       // and the commit that lets the leader apply its removal put the whole log on a quorum.
       throw new ProposalDroppedError(
-        `removal of ${this.id} at ${this.#selfRemovalIndex} not yet applied`,
+        `removal of ${this.id} from the voters at ${this.#selfRemovalIndex} not yet applied`,
       );
     }
     const index = this.#appendEntries([{ type: "normal", data }]);
@@ -485,7 +487,7 @@ export class Raft {
     this.#validateConfChange(cc);
     const index = this.#appendEntries([{ type: "conf-change", data: encodeConfChange(cc) }]);
     this.pendingConfIndex = index;
-    if (cc.type === "remove" && cc.node === this.id) this.#selfRemovalIndex = index;
+    if (leavesVoters(cc, this.id)) this.#selfRemovalIndex = index;
     this.#broadcastAppend();
     return { index, term: this.term };
   }
@@ -684,7 +686,9 @@ export class Raft {
   applyConfChange(cc: ConfChange): void {
     switch (cc.type) {
       case "add-learner":
-        if (this.voters.has(cc.node)) return; // demotion is not supported; validated at proposal
+        // A voter is demoted: out of the quorum as if removed, but its Progress is kept (a
+        // member it is still, that goes on receiving the log where it stood).
+        this.voters.delete(cc.node);
         this.learners.add(cc.node);
         break;
       case "add-voter":
@@ -713,7 +717,8 @@ export class Raft {
     }
     if (this.role !== "leader") return;
     if (!this.voters.has(this.id)) {
-      this.becomeFollower(this.term, null); // removed ourselves: let the others elect
+      // Removed or demoted ourselves: let the others elect (a learner never campaigns).
+      this.becomeFollower(this.term, null);
       return;
     }
     if (this.leadTransferee !== null && !this.voters.has(this.leadTransferee))
@@ -963,7 +968,10 @@ export class Raft {
     return ents.some((e) => e.type === "conf-change");
   }
 
-  /** The index of a committed or uncommitted, unapplied entry removing this member, else 0. */
+  /**
+   * The index of a committed or uncommitted, unapplied entry removing this member or demoting it
+   * to learner, else 0.
+   */
   #unappliedRemovalOfSelf(): LogIndex {
     const from = Math.max(this.log.applied, this.#confIndex, this.log.firstIndex() - 1) + 1;
     const ents = this.log.slice(logIndex(from), logIndex(this.log.lastIndex() + 1), Infinity);
@@ -971,7 +979,7 @@ export class Raft {
     for (const e of ents ?? []) {
       if (e.type !== "conf-change") continue;
       const cc = decodeConfChange(e.data);
-      if (cc.type === "remove" && cc.node === this.id) found = e.index;
+      if (leavesVoters(cc, this.id)) found = e.index;
     }
     return found;
   }
@@ -1666,8 +1674,10 @@ export class Raft {
     const isLearner = this.learners.has(cc.node);
     switch (cc.type) {
       case "add-learner":
-        if (isVoter)
-          throw new InvalidRaftRequestError(`${cc.node} is a voter; demotion is not supported`);
+        // A voter is demoted. One voter changes, as in a removal: a single-server change, safe
+        // without joint consensus (etcd-io/raft allows it in a simple change too).
+        if (isVoter && this.voters.size === 1)
+          throw new InvalidRaftRequestError(`cannot demote the last voter ${cc.node}`);
         if (isLearner) throw new InvalidRaftRequestError(`${cc.node} is already a learner`);
         return;
       case "add-voter":
@@ -1694,6 +1704,14 @@ export class Raft {
     if (this.readStates === NO_READ_STATES) this.readStates = [rs];
     else this.readStates.push(rs);
   }
+}
+
+/**
+ * Whether `cc`, proposed while `id` is a voter, takes `id` out of the voters: its removal, or its
+ * demotion to learner (a leader is a voter, so an add-learner naming it demotes it).
+ */
+function leavesVoters(cc: ConfChange, id: NodeId): boolean {
+  return cc.node === id && cc.type !== "add-voter";
 }
 
 /**

@@ -115,7 +115,8 @@ export function confAfter(conf: ConfState, cc: ConfChange): ConfState {
   const learners = new Set(conf.learners);
   switch (cc.type) {
     case "add-learner":
-      if (!voters.has(cc.node)) learners.add(cc.node); // demotion is not supported
+      voters.delete(cc.node); // a voter is demoted
+      learners.add(cc.node);
       break;
     case "add-voter":
       learners.delete(cc.node);

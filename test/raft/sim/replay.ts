@@ -24,5 +24,6 @@ export function replayCommand(opts: SimOptions): string {
     ([, b]) => JSON.stringify(b) === JSON.stringify(opts.bugs),
   )?.[0];
   if (bug !== undefined) parts.push(`--bug ${bug}`);
+  if (opts.demote === true) parts.push("--demote");
   return `${parts.join(" ")} --trace`;
 }

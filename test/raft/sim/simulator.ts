@@ -78,6 +78,12 @@ export interface SimOptions {
   /** Ticks of chaos before the heal (default 300). */
   readonly chaosTicks?: number;
   readonly bugs?: TestingBugs & { readonly ackBeforePersist?: boolean };
+  /**
+   * Half the voter removals drawn (the leader's own too) demote the voter to learner instead,
+   * decided by a stream of their own. Off by default: a demotion changes the rest of the run, and
+   * the seeds known so far (docs/raft.md) must replay as they did.
+   */
+  readonly demote?: boolean;
   /** Keep a trace of the last events, printed with a violation. */
   readonly trace?: boolean;
 }
@@ -102,6 +108,8 @@ export interface SimStats {
   crashes: number;
   partitions: number;
   confChanges: number;
+  /** Of those, voters demoted to learner (SimOptions.demote). */
+  demotions: number;
   transfers: number;
   unreachableReports: number;
   messages: number;
@@ -219,6 +227,8 @@ export class Simulation {
   readonly #sleepRng: Rng;
   /** The lost logs' own stream, so that a seed without them replays as it did before them. */
   readonly #lossRng: Rng;
+  /** SimOptions.demote's own stream (null: no demotions). */
+  readonly #demoteRng: Rng | null;
   readonly #profile: Profile;
   readonly #chaosTicks: number;
   readonly #hosts: Host[] = [];
@@ -270,6 +280,7 @@ export class Simulation {
     crashes: 0,
     partitions: 0,
     confChanges: 0,
+    demotions: 0,
     transfers: 0,
     unreachableReports: 0,
     messages: 0,
@@ -289,6 +300,7 @@ export class Simulation {
     this.#netRng = this.#rng.fork();
     this.#sleepRng = seededRng(opts.seed ^ 0x51ee9);
     this.#lossRng = seededRng(opts.seed ^ 0x1057106);
+    this.#demoteRng = opts.demote === true ? seededRng(opts.seed ^ 0xde307e) : null;
     this.#chaosTicks = opts.chaosTicks ?? 300;
     this.#traceOn = opts.trace === true;
     const r = this.#rng;
@@ -699,11 +711,14 @@ export class Simulation {
       options.push(() => ({ type: "remove", node: leader.id }));
     }
     if (options.length === 0) return;
-    const cc = (options[r.int(options.length)] as () => ConfChange)();
+    let cc = (options[r.int(options.length)] as () => ConfChange)();
+    if (cc.type === "remove" && conf.voters.includes(cc.node) && this.#demoteRng?.int(2) === 0)
+      cc = { type: "add-learner", node: cc.node };
     try {
       const { index, term } = leader.raw.proposeConfChange(cc);
       this.#confProposed = { index, term };
       this.stats.confChanges++;
+      if (cc.type === "add-learner" && conf.voters.includes(cc.node)) this.stats.demotions++;
       this.#record(`${leader.id} proposed ${cc.type} ${cc.node} at ${term}/${index}`);
       if (cc.type !== "remove") {
         // The new member's replica starts now (with whatever disk it had).
