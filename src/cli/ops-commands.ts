@@ -627,10 +627,11 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       print(standing);
       if (!wait) return EXIT.ok;
       // Asked through the member leaving, the wait failed midway: its answers are synced with
-      // the meta group through its own replica of shard 0, and a voter of shard 0 that leaves
-      // is removed, then added back as a learner (src/node/replicas.ts, steps 4 and 5: the Raft
-      // core has no demotion), its syncs failing in between. It asks another member, when the
-      // view names one.
+      // the meta group through its own replica of shard 0, which was removed, then added back
+      // as a learner, its syncs failing in between (a voter of shard 0 that leaves is now
+      // demoted in one change instead: src/node/replicas.ts, step 4), and which is removed for
+      // good once the member is decommissioned. It asks another member, when the view names
+      // one.
       const through = await anotherMember(c, id, endpoint, globals.timeoutMs);
       standing = await followDecommission(standing, {
         poll: () => standingNow(c, id, through),

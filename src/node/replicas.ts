@@ -15,7 +15,10 @@
  *   4. once every node of the shard has a voter, remove the members the shard no longer has
  *      (a move's old replica): learners first, then voters, a dead one first, a live one only
  *      when the voters left keep a majority alive (another failure mid-move may otherwise leave
- *      the group without a quorum it had). The leader never removes itself:
+ *      the group without a quorum it had). An old voter of the meta group (shard 0) on a member
+ *      that keeps a learner of it (step 5) is demoted to learner instead (add-learner on a voter,
+ *      one change: the member's replica goes on following the group). The leader never removes
+ *      or demotes itself:
  *      it hands leadership to the first of the shard's nodes whose voter holds the whole log
  *      (and is alive, when the caller knows), which removes it; with none such it keeps leading
  *      and serving (a handover to a dead node would refuse the shard's requests until the meta
@@ -96,7 +99,11 @@ export function nextReplicaChange(
       const left = group.voters.filter((v) => v !== oldVoter);
       if (left.filter(isAlive).length * 2 <= left.length) return null;
     }
-    if (oldVoter !== self) return { type: "remove", node: nodeId(oldVoter) };
+    // The meta group's voter on a member that keeps a learner of it (step 5) is demoted, in one
+    // change: removed and added back a pass later, the member's copy of the cluster's metadata
+    // stopped following the group in between (its Admin calls, synced through it, timed out).
+    if (oldVoter !== self)
+      return { type: metaLearner(oldVoter) ? "add-learner" : "remove", node: nodeId(oldVoter) };
     // (Driver simulation seed 90199: the first node died for good mid-move; its replica, still
     // a voter, was asked to lead again and again while the leader refused the shard's reads.)
     const to = targets.find(

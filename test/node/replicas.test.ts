@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type MetaCommand, MetaState } from "../../src/cluster/index.ts";
+import { type MemberState, type MetaCommand, MetaState } from "../../src/cluster/index.ts";
 import {
   nextReplicaChange,
   type ReplicaEffects,
@@ -206,6 +206,66 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
     assert.equal(nextReplicaChange(joined, 0, "n1@old1", withLearner, always), null);
     // Other shards do not take it.
     assert.equal(nextReplicaChange(joined, 4, "n1@old1", group, always), null);
+  });
+});
+
+describe("nextReplicaChange: the meta group's voter on a member that leaves shard 0", () => {
+  const n4 = { id: "n4", rpcAddr: "127.0.0.1:7004", httpAddr: "127.0.0.1:8004", incarnation: "i4" };
+  /** Shard 0 (and shard 4) moving from n1 to n4, n1 then gone through `states`. */
+  const movedOff = (...states: MemberState[]): MetaState =>
+    state(
+      BOOT,
+      { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+      { op: "join", member: n4 },
+      { op: "set-state", id: "n4", state: "active" },
+      { op: "move-shard", shard: 0, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+      { op: "move-shard", shard: 4, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+      ...states.map((s): MetaCommand => ({ op: "set-state", id: "n1", state: s })),
+    );
+  const group = { voters: ["n1@old1", "n2@old2", "n3@old3", "n4@i4"], learners: [] };
+
+  it("demotes the voter of a member that stays a meta holder, in one change, rather than removing it", () => {
+    // Removed, then added back as a learner a pass later, n1's copy of the cluster's metadata
+    // stopped following the group in between: its Admin calls, synced through it, timed out.
+    for (const states of [["decommissioning"], []] as MemberState[][]) {
+      const meta = movedOff(...states);
+      assert.equal(meta.stateOf("n1"), states[0] ?? "active");
+      assert.deepEqual(nextReplicaChange(meta, 0, "n2@old2", group, always), {
+        type: "add-learner",
+        node: "n1@old1",
+      });
+      // Demoted, it is the learner step 5 keeps: the move is done.
+      const demoted = { voters: ["n2@old2", "n3@old3", "n4@i4"], learners: ["n1@old1"] };
+      assert.deepEqual(nextReplicaChange(meta, 0, "n2@old2", demoted, always), {
+        type: "settle",
+        nodes: ["n4", "n2", "n3"],
+      });
+      // Other shards keep no learner: their old voter is removed.
+      assert.deepEqual(nextReplicaChange(meta, 4, "n2@old2", group, always), {
+        type: "remove",
+        node: "n1@old1",
+      });
+      // The leader never demotes itself: it hands leadership over first.
+      assert.deepEqual(nextReplicaChange(meta, 0, "n1@old1", group, always), {
+        type: "transfer",
+        to: "n4@i4",
+      });
+    }
+  });
+
+  it("removes the voter of a member that holds no meta learner any more (dead, removed, decommissioned)", () => {
+    for (const states of [
+      ["dead"],
+      ["dead", "removed"],
+      ["decommissioning", "decommissioned"],
+    ] as MemberState[][]) {
+      const meta = movedOff(...states);
+      assert.equal(meta.stateOf("n1"), states.at(-1));
+      assert.deepEqual(nextReplicaChange(meta, 0, "n2@old2", group, always), {
+        type: "remove",
+        node: "n1@old1",
+      });
+    }
   });
 });
 
