@@ -25,6 +25,7 @@ export {
   shouldBootstrap,
   anotherFirstSeed,
   VERSION_DECOMMISSION_STAYS,
+  VERSION_DEMOTION,
 } from "./meta.ts";
 export { nodeOfReplica, replicaIdOf } from "./replica.ts";
 export {

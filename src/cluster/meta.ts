@@ -72,8 +72,10 @@ export type MemberState = (typeof MEMBER_STATES)[number];
  *   2. set-state refuses to mark a `decommissioning` member `dead` (VERSION_DECOMMISSION_STAYS).
  *   3. a member keeps at most MAX_RETIRED_INCARNATIONS retired incarnations: a rejoin or a new
  *      life that would retire one more is refused (VERSION_REJOIN_LIMIT).
+ *   4. the meta group's old voter on a member that keeps a learner of it is demoted, not removed
+ *      and added back (VERSION_DEMOTION).
  */
-export const BUILD_VERSION = 3;
+export const BUILD_VERSION = 4;
 /**
  * From this cluster version on, a `decommissioning` member never becomes `dead`. The allocator
  * proposes `dead` only for a `joining` or `active` member; a decommission committed between its
@@ -88,6 +90,15 @@ export const VERSION_DECOMMISSION_STAYS = 2;
  * the apply, so a version's: a member applying the older rule would make the state diverge.
  */
 export const VERSION_REJOIN_LIMIT = 3;
+/**
+ * From this cluster version on, the meta group's old voter on a member that keeps a learner of
+ * it is demoted to learner in one change (add-learner on a voter, src/node/replicas.ts) rather
+ * than removed and added back. A rule of a group's Raft log, not of the meta state: the core of
+ * an older build ignores an add-learner that names a voter (it had no demotion) and would keep
+ * as a voter what the others demoted, the group's replicas then disagreeing on its quorum. So
+ * no demotion is proposed before every member runs a build that applies it.
+ */
+export const VERSION_DEMOTION = 4;
 /**
  * The most retired incarnations a member keeps. Each wipe and rejoin (a pod whose volume is lost
  * at every restart, in a loop; a node rejoining again and again with made-up incarnations: it

@@ -17,7 +17,7 @@
  *      when the voters left keep a majority alive (another failure mid-move may otherwise leave
  *      the group without a quorum it had). An old voter of the meta group (shard 0) on a member
  *      that keeps a learner of it (step 5) is demoted to learner instead (add-learner on a voter,
- *      one change: the member's replica goes on following the group). The leader never removes
+ *      one change: the member's replica goes on following the group; from cluster version 4). The leader never removes
  *      or demotes itself:
  *      it hands leadership to the first of the shard's nodes whose voter holds the whole log
  *      (and is alive, when the caller knows), which removes it; with none such it keeps leading
@@ -36,7 +36,7 @@
  */
 import type { ConfChange } from "../raft/index.ts";
 import { nodeId } from "../raft/index.ts";
-import { isMetaHolder, type MetaState, nodeOfReplica } from "../cluster/index.ts";
+import { isMetaHolder, type MetaState, nodeOfReplica, VERSION_DEMOTION } from "../cluster/index.ts";
 import type { MultiRaft } from "../replication/index.ts";
 
 /** Membership changes started per pass. */
@@ -102,8 +102,11 @@ export function nextReplicaChange(
     // The meta group's voter on a member that keeps a learner of it (step 5) is demoted, in one
     // change: removed and added back a pass later, the member's copy of the cluster's metadata
     // stopped following the group in between (its Admin calls, synced through it, timed out).
-    if (oldVoter !== self)
-      return { type: metaLearner(oldVoter) ? "add-learner" : "remove", node: nodeId(oldVoter) };
+    // Not before every member's build applies a demotion (VERSION_DEMOTION).
+    if (oldVoter !== self) {
+      const demote = metaLearner(oldVoter) && meta.version >= VERSION_DEMOTION;
+      return { type: demote ? "add-learner" : "remove", node: nodeId(oldVoter) };
+    }
     // (Driver simulation seed 90199: the first node died for good mid-move; its replica, still
     // a voter, was asked to lead again and again while the leader refused the shard's reads.)
     const to = targets.find(

@@ -5,7 +5,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type MemberState, type MetaCommand, MetaState } from "../../src/cluster/index.ts";
+import {
+  BUILD_VERSION,
+  type MemberState,
+  type MetaCommand,
+  MetaState,
+  VERSION_DEMOTION,
+} from "../../src/cluster/index.ts";
 import {
   nextReplicaChange,
   type ReplicaEffects,
@@ -211,13 +217,24 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
 
 describe("nextReplicaChange: the meta group's voter on a member that leaves shard 0", () => {
   const n4 = { id: "n4", rpcAddr: "127.0.0.1:7004", httpAddr: "127.0.0.1:8004", incarnation: "i4" };
-  /** Shard 0 (and shard 4) moving from n1 to n4, n1 then gone through `states`. */
-  const movedOff = (...states: MemberState[]): MetaState =>
+  /**
+   * Shard 0 (and shard 4) moving from n1 to n4, n1 then gone through `states`, in a cluster at
+   * this build's version (VERSION_DEMOTION or later).
+   */
+  const movedOff = (...states: MemberState[]): MetaState => movedOffAt(BUILD_VERSION, ...states);
+  const movedOffAt = (version: number, ...states: MemberState[]): MetaState =>
     state(
       BOOT,
       { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
       { op: "join", member: n4 },
       { op: "set-state", id: "n4", state: "active" },
+      // Every member runs a build of `version`, and the meta leader raised the cluster's to it.
+      ...["n1", "n2", "n3", "n4"].map((id): MetaCommand => ({
+        op: "set-build",
+        id,
+        build: version,
+      })),
+      { op: "set-version", version },
       { op: "move-shard", shard: 0, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
       { op: "move-shard", shard: 4, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
       ...states.map((s): MetaCommand => ({ op: "set-state", id: "n1", state: s })),
@@ -251,6 +268,22 @@ describe("nextReplicaChange: the meta group's voter on a member that leaves shar
         to: "n4@i4",
       });
     }
+  });
+
+  it("removes it, and adds it back as a learner, while the cluster runs a version before demotions", () => {
+    // A replica of an older build ignores an add-learner naming a voter: it would keep n1 a
+    // voter where the others demoted it.
+    assert.ok(BUILD_VERSION >= VERSION_DEMOTION);
+    const meta = movedOffAt(VERSION_DEMOTION - 1, "decommissioning");
+    assert.deepEqual(nextReplicaChange(meta, 0, "n2@old2", group, always), {
+      type: "remove",
+      node: "n1@old1",
+    });
+    const removed = { voters: ["n2@old2", "n3@old3", "n4@i4"], learners: [] };
+    assert.deepEqual(nextReplicaChange(meta, 0, "n2@old2", removed, always), {
+      type: "add-learner",
+      node: "n1@old1",
+    });
   });
 
   it("removes the voter of a member that holds no meta learner any more (dead, removed, decommissioned)", () => {

@@ -42,6 +42,7 @@ import type {
 } from "../../../src/replication/index.ts";
 import {
   type MetaCommand,
+  BUILD_VERSION,
   type MetaMember,
   type MetaOutcome,
   MetaState,
@@ -396,20 +397,26 @@ class DriverSim {
     // nodes replicate every shard; the three-node cluster's spare is a member too. Wipes apply
     // `rejoin` here.
     const ids = this.#nodes.map((n) => n.id);
+    // Every node runs this build, and the cluster its version (the product's meta leader raises
+    // it once the members report their builds): the rules of the newest version are what run.
     const member = (id: string): MetaMember => ({
       id,
       rpcAddr: `${id}:7447`,
       httpAddr: `${id}:8080`,
       incarnation: "i0",
+      build: BUILD_VERSION,
     });
     const founders = Math.min(count, FOUNDERS);
-    let meta = MetaState.empty().apply({
-      op: "bootstrap",
-      clusterId: "sim",
-      totalShards: TOTAL_SHARDS,
-      replicationFactor: founders,
-      members: ids.slice(0, founders).map(member),
-    }).state;
+    let meta = MetaState.empty()
+      .apply({
+        op: "bootstrap",
+        clusterId: "sim",
+        totalShards: TOTAL_SHARDS,
+        replicationFactor: founders,
+        members: ids.slice(0, founders).map(member),
+      })
+      .state.apply({ op: "set-version", version: BUILD_VERSION }).state;
+    if (meta.version !== BUILD_VERSION) throw new Error("the simulated cluster runs no version");
     if (this.#moves === null) {
       for (const id of ids.slice(count))
         meta = meta.apply({ op: "set-member", member: member(id) }).state;
@@ -1109,6 +1116,7 @@ class DriverSim {
       rpcAddr: `${node.id}:7447`,
       httpAddr: `${node.id}:8080`,
       incarnation: node.diskIncarnation,
+      build: BUILD_VERSION,
     };
     this.#proposeMeta(proc, { op: "join", member }).then(
       () => {
