@@ -578,3 +578,59 @@ describe("SWIM core: suspicion confirmations and corrections", () => {
     );
   });
 });
+
+describe("SWIM core against forged incarnations", () => {
+  const MAX = 0xffff_ffff;
+  /** Hands member `to` of `net` a gossip datagram of `updates` from a sender that is no member. */
+  const forge = (net: TinyNet, to: string, updates: Update[]): void => {
+    net.get(to).handle("z.test:7447", from("z", updates));
+    net.flush();
+  };
+  const dead = (id: string, inc: number): Update => ({
+    kind: "dead",
+    id: memberId(id),
+    incarnation: incarnation(inc),
+    from: memberId("z"),
+  });
+
+  it("a claim at the largest incarnation does not leave a live member unable to refute", () => {
+    const net = cluster(["a", "b", "c"]);
+    // a hears it is suspected at 2^32 - 1, then b that a is dead at 2^32 - 1, then a again.
+    forge(net, "a", [suspect("a", MAX, "z")]);
+    forge(net, "b", [dead("a", MAX)]);
+    forge(net, "a", [suspect("a", MAX, "z")]);
+    // And c that a is alive at 2^32 - 1 elsewhere.
+    forge(net, "c", [
+      {
+        kind: "alive",
+        incarnation: incarnation(MAX),
+        meta: { ...metaOf("a"), rpcAddr: "z.test:7447" },
+      },
+    ]);
+    net.tick(100);
+    assert.ok(net.get("a").incarnation < MAX, `a at ${net.get("a").incarnation}`);
+    for (const o of ["b", "c"]) assert.equal(net.stateOf(o, "a"), "alive", `${o} sees a`);
+    // A true suspicion later (a cut off for a while) is refuted as ever.
+    net.drop = (f, t) => f === "a" || t === "a";
+    for (let i = 0; i < 60 && net.stateOf("b", "a") !== "suspect"; i++) net.tick();
+    assert.equal(net.stateOf("b", "a"), "suspect");
+    net.drop = () => false;
+    net.tick(30);
+    for (const o of ["b", "c"]) assert.equal(net.stateOf(o, "a"), "alive", `${o} sees a again`);
+  });
+
+  it("a new life outbids a previous one far above it, a step every ten probe periods", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    const claim = (): void => swim.handle("z.test:7447", from("z", [suspect("a", 150_000, "z")]));
+    claim();
+    assert.equal(swim.incarnation, 65_536);
+    claim();
+    assert.equal(swim.incarnation, 65_536, "one step a period");
+    for (let i = 0; i < 100; i++) swim.tick();
+    claim();
+    assert.equal(swim.incarnation, 131_072);
+    for (let i = 0; i < 100; i++) swim.tick();
+    claim();
+    assert.equal(swim.incarnation, 150_001, "outbid");
+  });
+});

@@ -28,6 +28,10 @@
  * 1. An observer's incarnation for a member never decreases while it remembers the member.
  * 2. `dead` and `left` are final for an incarnation: only `alive` with a higher one revives.
  * 3. Only the member itself raises its own incarnation above what others said of it.
+ * 4. A member raises its incarnation by at most MAX_INCARNATION_STEP every
+ *    INCARNATION_STEP_PERIODS probe periods, and an observer ignores an update naming one more
+ *    than MAX_INCARNATION_STEP above what it holds: a forged claim at 2^32 − 1 cannot leave the
+ *    member nothing to outbid it with (types.ts).
  *
  * Caveats: no local health multiplier (Lifeguard's LHM) and no TCP fallback probe; two live
  * processes sharing one node id will keep refuting each other.
@@ -69,6 +73,8 @@ import {
   DuplicateNodeIdError,
   incarnation,
   MAX_INCARNATION,
+  MAX_INCARNATION_STEP,
+  INCARNATION_STEP_PERIODS,
   MembershipConfigError,
   ShardCountMismatchError,
   ticks,
@@ -153,6 +159,9 @@ export class Swim {
   readonly #config: SwimConfig;
   #now: Ticks = ticks(0);
   #incarnation: Incarnation;
+  /** Our incarnation when the current step period began (#refute), and when that was. */
+  #stepBase: Incarnation;
+  #stepBaseAt: Ticks = ticks(0);
   #leaving = false;
 
   readonly #members = new Map<MemberId, Entry>();
@@ -205,6 +214,7 @@ export class Swim {
     this.#rng = options.rng;
     this.#config = config;
     this.#incarnation = incarnation(options.incarnation ?? 0);
+    this.#stepBase = this.#incarnation;
     // Random phases keep members from probing and exchanging state in lockstep.
     this.#nextProbeAt = ticks(1 + this.#rng.int(config.probeIntervalTicks));
     this.#nextGossipAt = ticks(1 + this.#rng.int(config.gossipIntervalTicks));
@@ -754,7 +764,7 @@ export class Swim {
       this.#emit("joined", id);
       return;
     }
-    if (u.incarnation <= e.incarnation) return;
+    if (u.incarnation <= e.incarnation || tooFarAhead(u.incarnation, e)) return;
     const previous = e.state;
     const metaChanged = !sameMeta(u.meta, e.meta);
     if (u.meta.rpcAddr !== e.meta.rpcAddr) {
@@ -788,7 +798,7 @@ export class Swim {
       return;
     }
     const e = this.#members.get(u.id);
-    if (e === undefined) return;
+    if (e === undefined || tooFarAhead(u.incarnation, e)) return;
     this.#maybeCorrect(e, u.incarnation);
     if (u.incarnation < e.incarnation || !isLive(e.state)) return;
     if (e.state === "suspect" && e.suspicion !== null && u.incarnation === e.incarnation) {
@@ -811,7 +821,7 @@ export class Swim {
       return;
     }
     const e = this.#members.get(u.id);
-    if (e === undefined) return;
+    if (e === undefined || tooFarAhead(u.incarnation, e)) return;
     this.#maybeCorrect(e, u.incarnation);
     if (u.incarnation < e.incarnation || !isLive(e.state)) return;
     e.incarnation = u.incarnation;
@@ -827,6 +837,7 @@ export class Swim {
     }
     const e = this.#members.get(u.id);
     if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
+    if (tooFarAhead(u.incarnation, e)) return;
     e.incarnation = u.incarnation;
     this.#setState(u.id, e, "left");
     this.#broadcasts.enqueue(u);
@@ -874,13 +885,30 @@ export class Swim {
   /**
    * Someone said something about us that is false: outbid it. A claim about an older incarnation
    * was already refuted; its sender only needs to hear our current one (see handle()).
+   * We rise by at most MAX_INCARNATION_STEP every INCARNATION_STEP_PERIODS probe periods: a claim
+   * further above names an incarnation no peer heard from us (a forgery, or a previous life's far
+   * back), and following it to 2^32 − 1 would leave us nothing to outbid the next claim with, nor
+   * would observers, who ignore updates that far ahead, take our refutation. A true claim (a
+   * previous life's) is outbid a step a period, each time we hear it again.
    */
   #refute(heard: Incarnation): void {
     if (heard < this.#incarnation) {
       this.#corrections.set(this.#self.id, this.#aliveSelf());
       return;
     }
-    const next = Math.min(Math.max(this.#incarnation, heard) + 1, MAX_INCARNATION);
+    if (
+      this.#now - this.#stepBaseAt >=
+      INCARNATION_STEP_PERIODS * this.#config.probeIntervalTicks
+    ) {
+      this.#stepBase = this.#incarnation;
+      this.#stepBaseAt = this.#now;
+    }
+    const next = Math.min(
+      Math.max(this.#incarnation, heard) + 1,
+      this.#stepBase + MAX_INCARNATION_STEP,
+      MAX_INCARNATION,
+    );
+    if (next <= this.#incarnation) return; // this period's step is spent: heard again, later
     this.#incarnation = incarnation(next);
     this.#broadcasts.enqueue(this.#aliveSelf());
   }
@@ -961,6 +989,14 @@ function suspicionTimeout(s: Suspicion): number {
   if (s.k < 1) return s.minTicks;
   const frac = Math.log(confirmations + 1) / Math.log(s.k + 1);
   return Math.max(s.minTicks, Math.floor(s.maxTicks - (s.maxTicks - s.minTicks) * frac));
+}
+
+/**
+ * Whether an update about `e` names an incarnation more than MAX_INCARNATION_STEP above the one
+ * held: the member never rises that far at once, so no honest peer heard it (types.ts).
+ */
+function tooFarAhead(heard: Incarnation, e: Entry): boolean {
+  return heard - e.incarnation > MAX_INCARNATION_STEP;
 }
 
 function sameMeta(a: MemberMeta, b: MemberMeta): boolean {

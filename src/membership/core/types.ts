@@ -22,6 +22,19 @@ export const ticks = (n: number): Ticks => n as Ticks;
 export const MAX_INCARNATION = 0xffff_ffff;
 
 /**
+ * How far a member's incarnation may move: a member raises its own by at most this much in
+ * INCARNATION_STEP_PERIODS probe periods, and an observer ignores an update naming one more than
+ * this above the incarnation it holds for the member. Only the member raises its incarnation,
+ * by one a refutation (or, in a new life, to just above what the cluster remembers), so an
+ * honest update is at most as far ahead of an observer as the refutations it missed: far below
+ * this. Without the bound, a forged claim at 2^32 − 1 drove the member to MAX_INCARNATION in one
+ * datagram, where it could no longer outbid a suspicion or death at MAX_INCARNATION.
+ */
+export const MAX_INCARNATION_STEP = 0x1_0000;
+/** The probe periods in which a member raises its incarnation by MAX_INCARNATION_STEP at most. */
+export const INCARNATION_STEP_PERIODS = 10;
+
+/**
  * What a member announces about itself. `rpcAddr` is routable (`host:port`, never a wildcard
  * address) and is also where the member listens for SWIM datagrams: UDP on the RPC port number.
  */
