@@ -19,7 +19,8 @@
  * `cluster.gossip_plaintext` turns the keys on or off in a running cluster, one rolling restart a
  * step: `send` (sends plain datagrams, takes both), `accept` (seals, takes both), `refuse` (the
  * default: seals, drops plain ones). A replayed sealed datagram is taken again: SWIM's
- * incarnation numbers make old news stale, as in memberlist.
+ * incarnation numbers make old news stale, as in memberlist, and the core remembers the last
+ * incarnation of members it forgot (core/swim.ts), so an old "alive" does not bring one back.
  */
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { GOSSIP_KEY_ID_BYTES, type GossipKey, type GossipKeys } from "../common/gossip-keys.ts";

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/index.ts";
 import {
+  decodeMessage,
   describeMessage,
+  encodeMessage,
   incarnation,
   MAX_RELAYS,
   type Message,
@@ -406,19 +408,20 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
     const reports = (): number =>
       swim.takeReady().errors.filter((e) => e.code === "CAIRN_ERR_DUPLICATE_NODE_ID").length;
     // Two live nodes claim x: its address flips back to the one it had.
-    const flips = (): void => {
-      gossip([at("x1.test", 0)]);
-      gossip([at("x2.test", 1)]);
-      gossip([at("x1.test", 2)]);
+    const flips = (from: number): void => {
+      gossip([at("x1.test", from)]);
+      gossip([at("x2.test", from + 1)]);
+      gossip([at("x1.test", from + 2)]);
     };
-    flips();
+    flips(0);
     assert.equal(reports(), 1);
     // x dies and is forgotten (what a flood of made-up ids does too: each one remembered for good).
     gossip([{ kind: "dead", id: memberId("x"), incarnation: incarnation(2), from: memberId("z") }]);
     for (let t = 0; t < 20; t++) swim.tick();
     assert.equal(swim.member(memberId("x")), undefined);
     swim.takeReady();
-    flips();
+    // The new life outbids the incarnation x was forgotten at (an alive at 2 would be old news).
+    flips(3);
     assert.equal(reports(), 1, "the new life's duplicate is reported");
   });
 
@@ -632,5 +635,71 @@ describe("SWIM core against forged incarnations", () => {
     for (let i = 0; i < 100; i++) swim.tick();
     claim();
     assert.equal(swim.incarnation, 150_001, "outbid");
+  });
+});
+
+describe("SWIM core against replayed datagrams", () => {
+  it("a member's recorded announcement, replayed after its tombstone is forgotten, does not bring it back", () => {
+    const net = cluster(["a", "b"]);
+    // c joins through a; its push-pull (alive(c@0) and its view) is recorded on the way, as an
+    // on-path host records a sealed datagram: sealed or not, it opens to these same bytes.
+    net.add("c").join(["a.test:7447"]);
+    const recorded = net
+      .get("c")
+      .takeReady()
+      .messages.map((o) => encodeMessage(o.message));
+    for (const bytes of recorded) {
+      const d = decodeMessage(bytes);
+      assert.ok(d.ok);
+      net.get("a").handle("c.test:7447", d.message);
+    }
+    net.flush();
+    net.tick(50);
+    assert.equal(net.stateOf("a", "c"), "alive");
+    // c leaves for good; a and b forget it after tombstoneTicks.
+    net.get("c").leave();
+    net.flush();
+    net.crashed.add("c");
+    net.tick(3010);
+    assert.equal(net.stateOf("a", "c"), "unknown", "forgotten");
+    const before = net.kinds("a", "c").length;
+    for (const bytes of recorded) {
+      const d = decodeMessage(bytes);
+      assert.ok(d.ok);
+      net.get("a").handle("c.test:7447", d.message);
+    }
+    net.flush();
+    net.tick(5);
+    for (const o of ["a", "b"]) {
+      assert.ok(
+        !["alive", "suspect"].includes(net.stateOf(o, "c")),
+        `${o} has c ${net.stateOf(o, "c")}`,
+      );
+    }
+    assert.deepEqual(net.kinds("a", "c").slice(before), [], "no joined or alive event for c");
+    // A new life of c (at incarnation 0 again) outbids what a remembers and is alive everywhere.
+    net.add("c").join(["a.test:7447"]);
+    net.tick(30);
+    for (const o of ["a", "b"])
+      assert.equal(net.stateOf(o, "c"), "alive", `${o} sees c's new life`);
+    assert.ok(net.get("c").incarnation > 0);
+  });
+
+  it("a partition healed after both sides forgot each other still reconverges", () => {
+    const names = ["a", "b", "c", "d"];
+    const net = cluster(names);
+    const side = (n: string): number => (n === "a" || n === "b" ? 0 : 1);
+    net.drop = (from, to) => side(from) !== side(to);
+    net.tick(3500);
+    assert.equal(net.stateOf("a", "c"), "unknown", "forgotten");
+    net.drop = () => false;
+    // The driver's periodic push-pull with a seed that is not a live member (a is the seed).
+    net.get("c").pushPull("a.test:7447");
+    net.get("d").pushPull("a.test:7447");
+    net.tick(100);
+    for (const x of names) {
+      for (const y of names)
+        if (x !== y) assert.equal(net.stateOf(x, y), "alive", `${x} sees ${y}`);
+    }
   });
 });

@@ -22,7 +22,9 @@
  *   and periodically with a random dead one, so both sides of a healed partition refute and
  *   reconverge; and with any sender this member does not know as live (an introduction). In a
  *   push-pull a remote `dead` only counts as `suspect`: stale state never kills.
- * - Dead and left members stay as tombstones for tombstoneTicks, then are forgotten.
+ * - Dead and left members stay as tombstones for tombstoneTicks, then are forgotten, but for
+ *   their last incarnation (the latest maxMembers of them): an `alive` at or below it is a
+ *   recorded datagram sent again, sealed or not, and brings back the tombstone, not the member.
  *
  * Invariants:
  * 1. An observer's incarnation for a member never decreases while it remembers the member.
@@ -169,6 +171,12 @@ export class Swim {
   #liveOthers = 0;
   readonly #suspects = new Set<MemberId>();
   readonly #tombstones = new Set<MemberId>();
+  /**
+   * Members whose tombstone was forgotten: their last state and incarnation, the latest
+   * maxMembers of them. An `alive` at or below that incarnation is old news (a recorded datagram
+   * sent again: a seal authenticates but has no freshness), not a member come back.
+   */
+  readonly #forgotten = new Map<MemberId, { state: MemberState; incarnation: Incarnation }>();
   readonly #broadcasts = new BroadcastQueue();
 
   #probeOrder: MemberId[] = [];
@@ -621,6 +629,9 @@ export class Swim {
       if (e !== undefined && this.#now - e.stateChangedAt < this.#config.tombstoneTicks) continue;
       this.#tombstones.delete(id);
       this.#members.delete(id);
+      // Its incarnation is remembered: a recorded datagram announcing it alive, sent again now
+      // (sealed gossip included), must not make it a live member again.
+      if (e !== undefined) this.#rememberForgotten(id, e);
       // Its last update goes too (as in #makeRoomFor): the queue holds at most one update per
       // member remembered, even on a node that has had no live peer to send them to.
       this.#broadcasts.forget(id);
@@ -628,6 +639,16 @@ export class Swim {
       // stays within the table (made-up ids, flipped and forgotten, no longer pile up in it).
       this.#duplicates.delete(id);
     }
+  }
+
+  /** Keeps `e`'s last state and incarnation, the oldest of maxMembers dropped. */
+  #rememberForgotten(id: MemberId, e: Entry): void {
+    this.#forgotten.delete(id);
+    if (this.#forgotten.size >= this.#config.maxMembers) {
+      const oldest = this.#forgotten.keys().next();
+      if (oldest.done !== true) this.#forgotten.delete(oldest.value);
+    }
+    this.#forgotten.set(id, { state: e.state, incarnation: e.incarnation });
   }
 
   // ---- push-pull ----------------------------------------------------------------------------
@@ -749,6 +770,22 @@ export class Swim {
     if (e === undefined) {
       if (this.#members.size >= this.#config.maxMembers && !this.#makeRoomFor(id)) {
         this.#refusedMembers++;
+        return;
+      }
+      const last = this.#forgotten.get(id);
+      this.#forgotten.delete(id);
+      if (last !== undefined && u.incarnation <= last.incarnation) {
+        // Its tombstone comes back instead (no event): pushed-pulled to whoever sent it, a live
+        // member of that name (a new life at 0, or one across a partition healed late) hears
+        // of it and outbids it, as it would have the tombstone's first time.
+        this.#members.set(id, {
+          meta: u.meta,
+          state: last.state,
+          incarnation: last.incarnation,
+          stateChangedAt: this.#now,
+          suspicion: null,
+        });
+        this.#tombstones.add(id);
         return;
       }
       this.#members.set(id, {
