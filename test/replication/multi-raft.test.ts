@@ -875,13 +875,17 @@ describe("a linearizable read whose call's deadline passes", () => {
     assert.match(err.message, /deadline/, what);
   };
 
-  it("stops waiting for its read index and for the apply at that deadline, and gives its share of the budget back", async () => {
-    // A follower's read waits for its leader's read index (up to the transport's 10 s), then for
-    // the entries up to it (the driver's 10 s): with its client gone at 100 ms it held its
-    // share of limits.max_pending_bytes all that while, and a client sending reads with tiny
-    // deadlines kept the node's budget full (every other request refused CAIRN_ERR_BACKPRESSURE).
-    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-read-deadline-"));
-    let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
+  /**
+   * A node n1 following n2 (which never answers, unless `leaderAnswers` says otherwise) in the
+   * groups it opens: its reads wait for n2's read index. `only`: the one shard it owns, when
+   * set; `maxPendingBytes`: its request budget.
+   */
+  const openFollower = async (
+    prefix: string,
+    o: { remoteReadIndex: () => Promise<number>; only?: () => number; maxPendingBytes?: number },
+  ): Promise<{ mr: MultiRaft; close: () => Promise<void> }> => {
+    const dataDir = await mkdtemp(join(tmpdir(), prefix));
+    const only = o.only;
     const mr = await MultiRaft.open({
       ...options(dataDir),
       // No election while the test runs: n1 follows n2 throughout.
@@ -890,13 +894,21 @@ describe("a linearizable read whose call's deadline passes", () => {
       replicaId: nodeId("n1"),
       replicasOf: () => ["n2", "n1", "n3"],
       firstCampaigner: () => "n2",
-      remoteReadIndex: () => leaderAnswers(),
-      // Room for one waiting read (REQUEST_OVERHEAD_BYTES) and not two.
-      maxPendingBytes: 1_000,
+      remoteReadIndex: o.remoteReadIndex,
+      ...(only === undefined ? {} : { ownsShard: (id: number) => id === only() }),
+      ...(o.maxPendingBytes === undefined ? {} : { maxPendingBytes: o.maxPendingBytes }),
     });
-    try {
-      const key = enc.encode("k");
-      const shard = mr.shardOf(key);
+    return {
+      mr,
+      close: async () => {
+        await mr.close();
+        await rm(dataDir, { recursive: true, force: true });
+      },
+    };
+  };
+  /** n1 hears n2's heartbeat in each of `shards`, and follows it there. */
+  const followN2 = async (mr: MultiRaft, shards: readonly number[]): Promise<void> => {
+    for (const shard of shards) {
       const heartbeat = {
         type: "heartbeat",
         from: nodeId("n2"),
@@ -908,10 +920,28 @@ describe("a linearizable read whose call's deadline passes", () => {
         noReply: false,
       } as unknown as Message;
       mr.receive("n2", [{ shard, message: heartbeat }]);
-      for (let i = 0; i < 500 && mr.shardInfo(shard)?.leader !== "n2"; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      assert.equal(mr.shardInfo(shard)?.leader, "n2", "n1 follows n2");
+    }
+    const following = (): boolean => shards.every((s) => mr.shardInfo(s)?.leader === "n2");
+    for (let i = 0; i < 500 && !following(); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(following(), "n1 follows n2");
+  };
+
+  it("stops waiting for its read index and for the apply at that deadline, and gives its share of the budget back", async () => {
+    // A follower's read waits for its leader's read index (up to the transport's 10 s), then for
+    // the entries up to it (the driver's 10 s): with its client gone at 100 ms it held its
+    // share of limits.max_pending_bytes all that while, and a client sending reads with tiny
+    // deadlines kept the node's budget full (every other request refused CAIRN_ERR_BACKPRESSURE).
+    let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
+    const { mr, close } = await openFollower("cairn-mr-read-deadline-", {
+      remoteReadIndex: () => leaderAnswers(),
+      // Room for one waiting read (REQUEST_OVERHEAD_BYTES) and not two.
+      maxPendingBytes: 1_000,
+    });
+    try {
+      const key = enc.encode("k");
+      await followN2(mr, [mr.shardOf(key)]);
 
       // n2 never answers the read index.
       timedOut(await settledWithin(mr.get(key, true, deadlineClock() + 100), 3_000), "unanswered");
@@ -922,47 +952,25 @@ describe("a linearizable read whose call's deadline passes", () => {
       // And so did the second.
       timedOut(await settledWithin(mr.get(key, true, deadlineClock() + 100), 3_000), "third");
     } finally {
-      await mr.close();
-      await rm(dataDir, { recursive: true, force: true });
+      await close();
     }
   });
 
   it("a linearizable scan, and a peer's share of one, stop waiting for their shards' read indexes and applies at that deadline", async () => {
     // A scan reads every shard, each through readBarrier with its share of the budget: a scan
     // whose client had a 100 ms deadline held it for the driver's whole 10 s, as a Get did.
-    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-scan-deadline-"));
     let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
     const key = enc.encode("k");
     let only = -1;
-    const mr = await MultiRaft.open({
-      ...options(dataDir),
-      electionTicks: 1_000,
-      transport: { send: () => undefined, flush: () => undefined },
-      replicaId: nodeId("n1"),
-      replicasOf: () => ["n2", "n1", "n3"],
-      firstCampaigner: () => "n2",
+    const { mr, close } = await openFollower("cairn-mr-scan-deadline-", {
       remoteReadIndex: () => leaderAnswers(),
       // This node's one shard is the key's: the scan reads it alone.
-      ownsShard: (id) => id === only,
+      only: () => only,
       maxPendingBytes: 1_000,
     });
     try {
       only = mr.shardOf(key);
-      const heartbeat = {
-        type: "heartbeat",
-        from: nodeId("n2"),
-        to: nodeId("n1"),
-        term: 5,
-        commit: 0,
-        readSeq: 0,
-        quiesce: false,
-        noReply: false,
-      } as unknown as Message;
-      mr.receive("n2", [{ shard: only, message: heartbeat }]);
-      for (let i = 0; i < 500 && mr.shardInfo(only)?.leader !== "n2"; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      assert.equal(mr.shardInfo(only)?.leader, "n2", "n1 follows n2");
+      await followN2(mr, [only]);
       const req = {
         start: new Uint8Array(0),
         end: null,
@@ -983,8 +991,7 @@ describe("a linearizable read whose call's deadline passes", () => {
         "a peer's share",
       );
     } finally {
-      await mr.close();
-      await rm(dataDir, { recursive: true, force: true });
+      await close();
     }
   });
 
@@ -992,39 +999,18 @@ describe("a linearizable read whose call's deadline passes", () => {
     // A client that sends no deadline and cancels at once (or whose connection closes) left its
     // read waiting the driver's whole 10 s, holding its share of limits.max_pending_bytes:
     // repeated, that kept the budget full and every other request refused.
-    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-read-cancelled-"));
     let leaderAnswers: () => Promise<number> = () => new Promise(() => undefined);
     const key = enc.encode("k");
     let only = -1;
-    const mr = await MultiRaft.open({
-      ...options(dataDir),
-      electionTicks: 1_000,
-      transport: { send: () => undefined, flush: () => undefined },
-      replicaId: nodeId("n1"),
-      replicasOf: () => ["n2", "n1", "n3"],
-      firstCampaigner: () => "n2",
+    const { mr, close } = await openFollower("cairn-mr-read-cancelled-", {
       remoteReadIndex: () => leaderAnswers(),
-      ownsShard: (id) => id === only,
+      only: () => only,
       // Room for one waiting read (REQUEST_OVERHEAD_BYTES) and not two.
       maxPendingBytes: 1_000,
     });
     try {
       only = mr.shardOf(key);
-      const heartbeat = {
-        type: "heartbeat",
-        from: nodeId("n2"),
-        to: nodeId("n1"),
-        term: 5,
-        commit: 0,
-        readSeq: 0,
-        quiesce: false,
-        noReply: false,
-      } as unknown as Message;
-      mr.receive("n2", [{ shard: only, message: heartbeat }]);
-      for (let i = 0; i < 500 && mr.shardInfo(only)?.leader !== "n2"; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      assert.equal(mr.shardInfo(only)?.leader, "n2", "n1 follows n2");
+      await followN2(mr, [only]);
       /** A served call as grpc-js and the front end hand it: `cancelled`, then the event. */
       const clientCall = (): EventEmitter & { cancelled: boolean } =>
         Object.assign(new EventEmitter(), { cancelled: false });
@@ -1073,22 +1059,14 @@ describe("a linearizable read whose call's deadline passes", () => {
       const gone = Object.assign(clientCall(), { cancelled: true });
       cancelled(await settledWithin(mr.get(key, true, undefined, gone), 3_000), "gone before");
     } finally {
-      await mr.close();
-      await rm(dataDir, { recursive: true, force: true });
+      await close();
     }
   });
 
   it("a linearizable Scan of many shards whose client cancels stops every shard's wait, listening to the call once", async () => {
     // Each shard's barrier waiting for its leader's read index listens for the cancellation:
     // on the call itself, 16 of them made Node warn of a listener leak.
-    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-scan-cancelled-"));
-    const mr = await MultiRaft.open({
-      ...options(dataDir),
-      electionTicks: 1_000,
-      transport: { send: () => undefined, flush: () => undefined },
-      replicaId: nodeId("n1"),
-      replicasOf: () => ["n2", "n1", "n3"],
-      firstCampaigner: () => "n2",
+    const { mr, close } = await openFollower("cairn-mr-scan-cancelled-", {
       remoteReadIndex: () => new Promise(() => undefined),
     });
     const warnings: string[] = [];
@@ -1096,26 +1074,7 @@ describe("a linearizable read whose call's deadline passes", () => {
     process.on("warning", onWarning);
     try {
       const all = Array.from({ length: 16 }, (_, id) => id);
-      for (const shard of all) {
-        const heartbeat = {
-          type: "heartbeat",
-          from: nodeId("n2"),
-          to: nodeId("n1"),
-          term: 5,
-          commit: 0,
-          readSeq: 0,
-          quiesce: false,
-          noReply: false,
-        } as unknown as Message;
-        mr.receive("n2", [{ shard, message: heartbeat }]);
-      }
-      for (let i = 0; i < 500 && !all.every((s) => mr.shardInfo(s)?.leader === "n2"); i++) {
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-      assert.ok(
-        all.every((s) => mr.shardInfo(s)?.leader === "n2"),
-        "n1 follows n2 in each",
-      );
+      await followN2(mr, all);
       const call = Object.assign(new EventEmitter(), { cancelled: false });
       const req = { start: new Uint8Array(0), end: null, limit: 10, maxBytes: 1 << 20 };
       const scan = mr.scanShards(all, { ...req, linearizable: true }, undefined, call);
@@ -1129,8 +1088,7 @@ describe("a linearizable read whose call's deadline passes", () => {
       assert.deepEqual(warnings, []);
     } finally {
       process.off("warning", onWarning);
-      await mr.close();
-      await rm(dataDir, { recursive: true, force: true });
+      await close();
     }
   });
   it("on a leader: waits for its read index, or for an election, only until that deadline", async () => {
