@@ -418,8 +418,14 @@ class DriverSim {
       .state.apply({ op: "set-version", version: BUILD_VERSION }).state;
     if (meta.version !== BUILD_VERSION) throw new Error("the simulated cluster runs no version");
     if (this.#moves === null) {
-      for (const id of ids.slice(count))
-        meta = meta.apply({ op: "set-member", member: member(id) }).state;
+      for (const id of ids.slice(count)) {
+        // (set-member names no build: set-build reports it.)
+        const { build, ...spare } = member(id);
+        meta = meta.apply({ op: "set-member", member: spare }).state;
+        meta = meta.apply({ op: "set-build", id, build: build ?? 1 }).state;
+      }
+      // (A set-member refused left the spare no member: its wipes' rejoins were refused.)
+      if (!ids.every((id) => meta.members.has(id))) throw new Error("a node is no member");
     }
     // Each shard ranks its replicas in another order, as rendezvous hashing does: the first
     // ranked leads the new group's founding term (Groups#openShard), so each node founds
