@@ -1497,7 +1497,10 @@ class DriverSim {
     const ids = this.#nodes.map((n) => n.replica);
     const outsiders = ids.filter((id) => !info.voters.includes(id) && !info.learners.includes(id));
     let cc: ConfChange;
-    const learner = info.learners[0];
+    // Never a retired replica (its node wiped since it was added, and the leader's step 1 not
+    // yet taken): the product promotes current replicas only (src/node/replicas.ts), and a
+    // retired one promoted counts in the quorum with nothing behind it.
+    const learner = info.learners.find((l) => !this.#meta.isRetired(l));
     if (learner !== undefined && this.#rng.int(2) === 0) {
       cc = { type: "add-voter", node: nodeId(learner) };
     } else if (outsiders.length > 0 && info.learners.length === 0) {
