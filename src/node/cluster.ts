@@ -859,19 +859,13 @@ export class ClusterState {
             );
             return;
           }
-          if (errorCodeOf(err) === "CAIRN_ERR_NODE_REMOVED" && !this.#lost) {
-            // This node's id was retired for good (cairn node remove): it must not serve.
+          const final = errorCodeOf(err);
+          if ((final === "CAIRN_ERR_NODE_REMOVED" || final === REJOIN_LIMIT) && !this.#lost) {
+            // This node's id was retired for good (cairn node remove), or the member retired as
+            // many incarnations as it keeps: asking again changes nothing, and it must not serve.
             this.#lost = true;
             this.#rejoining = false;
-            this.#onLostState(new CairnError("CAIRN_ERR_NODE_REMOVED", describe(err)));
-            return;
-          }
-          if (errorCodeOf(err) === REJOIN_LIMIT && !this.#lost) {
-            // The member retired as many incarnations as it keeps: asking again changes
-            // nothing, and the node must not serve as the member's old replica.
-            this.#lost = true;
-            this.#rejoining = false;
-            this.#onLostState(new CairnError(REJOIN_LIMIT, describe(err)));
+            this.#onLostState(new CairnError(final, describe(err)));
             return;
           }
           if (errorCodeOf(err) === "CAIRN_ERR_DUPLICATE_NODE_ID" && !this.#lost) {
