@@ -709,10 +709,12 @@ export class CairnClient {
       // would hold the call, waiting for its connection, until the deadline: the attempt waits
       // for one for its connect budget only, then counts as never sent (nothing was) and the
       // next goes to another endpoint. With less time left than that, grpc-js's wait is the same.
+      // (A connected channel, every call's but the first's, costs one look and no await.)
+      const channel = conn.kv.getChannel();
       const connected =
-        this.#connectTimeoutMs < until - performance.now()
-          ? await connectedWithin(conn.kv.getChannel(), this.#connectTimeoutMs, options.signal)
-          : true;
+        channel.getConnectivityState(false) === connectivityState.READY ||
+        this.#connectTimeoutMs >= until - performance.now() ||
+        (await connectedWithin(channel, this.#connectTimeoutMs, options.signal));
       this.#assertOpen();
       // Measured from here: the retry rule below is about how long a sent attempt takes.
       const started = performance.now();
