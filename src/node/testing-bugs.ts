@@ -97,13 +97,18 @@ export const MOVE_STEP_HOLD_ENV = "CAIRN_TESTING_MOVE_STEP_HOLD_MS";
 
 /** The hold CAIRN_TESTING_MOVE_STEP_HOLD_MS asks for (ms), or 0. Throws on a bad value. */
 export function moveStepHoldMs(env: Readonly<Record<string, string | undefined>>): number {
-  const raw = env[MOVE_STEP_HOLD_ENV];
-  if (raw === undefined || raw.trim() === "") return 0;
+  return envMs(env, MOVE_STEP_HOLD_ENV) ?? 0;
+}
+
+/** Whole milliseconds from 0 to 600000 in `env[name]`, or null when unset. Throws on a bad value. */
+function envMs(env: Readonly<Record<string, string | undefined>>, name: string): number | null {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === "") return null;
   const ms = Number(raw);
   if (!Number.isInteger(ms) || ms < 0 || ms > 600_000) {
     throw new CairnError(
       "CAIRN_ERR_CONFIG",
-      `${MOVE_STEP_HOLD_ENV}: expected whole milliseconds from 0 to 600000, got ${JSON.stringify(raw)}`,
+      `${name}: expected whole milliseconds from 0 to 600000, got ${JSON.stringify(raw)}`,
     );
   }
   return ms;
@@ -122,16 +127,7 @@ export const FOUNDING_LISTEN_ENV = "CAIRN_TESTING_FOUNDING_LISTEN_MS";
 export function testingFoundingListenMs(
   env: Readonly<Record<string, string | undefined>>,
 ): number | null {
-  const raw = env[FOUNDING_LISTEN_ENV];
-  if (raw === undefined || raw.trim() === "") return null;
-  const ms = Number(raw);
-  if (!Number.isInteger(ms) || ms < 0 || ms > 600_000) {
-    throw new CairnError(
-      "CAIRN_ERR_CONFIG",
-      `${FOUNDING_LISTEN_ENV}: expected whole milliseconds from 0 to 600000, got ${JSON.stringify(raw)}`,
-    );
-  }
-  return ms;
+  return envMs(env, FOUNDING_LISTEN_ENV);
 }
 
 /**
