@@ -33,7 +33,11 @@
  * move onto it proposed before its mark committed); its replicas stay, and it may still be
  * the most loaded one, which gives some away.
  * At most `maxMoves` shards move at once (moves under way included): each move is a snapshot
- * sent, and foreground traffic keeps its share of the disk and the network.
+ * sent, and foreground traffic keeps its share of the disk and the network. Balancing moves are
+ * also paced (`balanceMoves`, from `cluster.rebalance.moves_per_minute`): a new replica costs
+ * every node CPU (the snapshot built, sent and installed, the group's membership changes, a
+ * fourth copy's rounds), and spreading load can wait where a repair cannot (CockroachDB's
+ * rebalance and recovery snapshot rates; PD's store limit in TiKV, operations a minute).
  *
  *   4. leaders, once no replica moves: evenLeaders (below), within the same `tolerance`.
  * A replacement keeps the rank of the replica it replaces, so a shard's preferred leader (its
@@ -53,8 +57,25 @@ export interface AllocatorInput {
   readonly caughtUp: (node: string) => boolean;
   /** Shards moving at once, at most (moves under way count). */
   readonly maxMoves: number;
+  /**
+   * Balancing moves (step 3) this pass may start, at most, within `maxMoves`: the loop's pace
+   * (`cluster.rebalance.moves_per_minute`). Repairs are not paced by it.
+   */
+  readonly balanceMoves: number;
   /** Replicas (and leaders) the most loaded active member may hold above the least loaded. */
   readonly tolerance: number;
+}
+
+/**
+ * Whether `cmd` is a balancing move (step 3): one active member's replica handed to another,
+ * the shard's size unchanged. Anything else a pass moves is a repair.
+ */
+export function isBalancingMove(meta: MetaState, cmd: MetaCommand): boolean {
+  return (
+    cmd.op === "move-shard" &&
+    cmd.nodes.length === cmd.from.length &&
+    cmd.from.every((n) => meta.stateOf(n) === "active")
+  );
 }
 
 /** The commands this pass proposes, in order (each valid against `meta` alone). */
@@ -119,6 +140,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   if (out.some((c) => c.op === "move-shard")) return out;
   const moved = new Set<number>();
   const roomySet = new Set(roomy);
+  budget = Math.min(budget, input.balanceMoves);
   while (budget > 0) {
     const byLoad = [...load.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
     const least = byLoad.find(([id]) => roomySet.has(id));

@@ -1,5 +1,5 @@
 /** Placement and routing of keys over shards, the cluster's metadata, and the cluster view. */
-export { allocate, type AllocatorInput } from "./allocator.ts";
+export { type AllocatorInput, allocate, isBalancingMove } from "./allocator.ts";
 export { jumpConsistentHash, shardForKey, xxhash64 } from "./routing.ts";
 export {
   type BootstrapDecision,

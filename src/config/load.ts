@@ -44,6 +44,7 @@ export interface CairnConfig {
     readonly gossip_plaintext: "refuse" | "accept" | "send";
     readonly rebalance: {
       readonly max_moves: number;
+      readonly moves_per_minute: number;
       readonly tolerance: number;
       readonly rate_bytes_per_sec: number;
     };

@@ -238,6 +238,15 @@ export const KEYS: readonly KeySpec[] = [
     doc: "Shards moving at once (a move sends a snapshot, at cluster.rebalance.rate_bytes_per_sec): repairs of dead or decommissioning members' replicas and rebalancing onto new members; 0 stops every move. Read by the meta group's leader.",
   },
   {
+    key: "cluster.rebalance.moves_per_minute",
+    kind: "int",
+    schema: intBetween(0, 60_000),
+    default: 60,
+    env: "CAIRN_CLUSTER_REBALANCE_MOVES_PER_MINUTE",
+    expect: "must be an integer between 0 and 60000",
+    doc: "Balancing moves (replicas spread onto a new or less loaded member) the meta group's leader starts a minute, at most, within cluster.rebalance.max_moves; 0 starts none. Repairs (a dead or decommissioning member's replicas) are not paced by it. Read by the meta group's leader.",
+  },
+  {
     key: "cluster.rebalance.tolerance",
     kind: "int",
     schema: intBetween(0, 65_536),

@@ -21,13 +21,15 @@
  * to join, or a flood of join requests), and as many of them as there were members kept every
  * node "cut off" at every pass, so that nobody, dead or joining, was ever marked dead.
  */
-import { allocate, type MetaCommand, type MetaState } from "../cluster/index.ts";
+import { allocate, isBalancingMove, type MetaCommand, type MetaState } from "../cluster/index.ts";
 import type { Logger } from "../ops/index.ts";
 
 export interface AllocatorHost {
   readonly nodeId: string;
   readonly deadAfterMs: number;
   readonly maxMoves: number;
+  /** Balancing moves started a minute, at most (`cluster.rebalance.moves_per_minute`; 0: none). */
+  readonly movesPerMinute: number;
   readonly tolerance: number;
   meta(): MetaState | null;
   /** Whether this node leads the meta group (shard 0) now. */
@@ -49,9 +51,35 @@ export class AllocatorLoop {
   /** The last pass at which this node saw fewer than half of the members alive. */
   #cutOffAt: number | null = null;
   #busy = false;
+  /** The balancing moves this node may start now (a token bucket; see #balanceBudget). */
+  #tokens: number;
+  #tokensAt: number | null = null;
 
   constructor(host: AllocatorHost) {
     this.#host = host;
+    this.#tokens = this.#burst();
+  }
+
+  /**
+   * The bucket holds two seconds of the pace (at least one move), so that passes two seconds
+   * apart (the upkeep's) keep it, and a new meta leader starts no more than that at once.
+   */
+  #burst(): number {
+    return Math.max(1, this.#host.movesPerMinute / 30);
+  }
+
+  /** Refills the bucket at `movesPerMinute`; the whole balancing moves it holds now. */
+  #balanceBudget(now: number): number {
+    const rate = this.#host.movesPerMinute / 60_000;
+    if (this.#tokensAt !== null) {
+      this.#tokens = Math.min(
+        this.#burst(),
+        this.#tokens + Math.max(0, now - this.#tokensAt) * rate,
+      );
+    }
+    this.#tokensAt = now;
+    // The epsilon: ten refills of a tenth add up to 0.999…, which is a whole move.
+    return rate === 0 ? 0 : Math.floor(this.#tokens + 1e-9);
   }
 
   /** One pass; `now` is performance.now() (tests pass their own). */
@@ -88,9 +116,13 @@ export class AllocatorLoop {
       alive,
       caughtUp: (node) => host.metaCaughtUp(node),
       maxMoves: host.maxMoves,
+      balanceMoves: this.#balanceBudget(now),
       tolerance: host.tolerance,
     });
     if (cmds.length === 0) return;
+    // A balancing move proposed spends its token whether or not it commits (a refused one was
+    // stale: the next pass decides again, at the pace).
+    this.#tokens -= cmds.filter((cmd) => isBalancingMove(meta, cmd)).length;
     this.#busy = true;
     void this.#proposeAll(cmds).then((committed) => {
       this.#busy = false;

@@ -949,6 +949,7 @@ export class CairnNode implements HealthSource {
       nodeId: c.node_id,
       deadAfterMs: c.cluster.dead_after_ms,
       maxMoves: c.cluster.rebalance.max_moves,
+      movesPerMinute: c.cluster.rebalance.moves_per_minute,
       tolerance: c.cluster.rebalance.tolerance,
       meta: () => cluster.meta,
       leadsMeta: () => store.leads(0),

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { allocate, type AllocatorInput } from "../../src/cluster/allocator.ts";
+import { type AllocatorInput, allocate, isBalancingMove } from "../../src/cluster/allocator.ts";
 import {
   type MetaCommand,
   type MetaMember,
@@ -112,6 +112,7 @@ const calm: World = {
   alive: new Set(["n1", "n2", "n3", "n4", "n5", "n6"]),
   caughtUp: () => true,
   maxMoves: 4,
+  balanceMoves: Number.POSITIVE_INFINITY,
   tolerance: 2,
 };
 
@@ -202,6 +203,28 @@ describe("allocator", () => {
     for (const c of cmds) s = apply(s, c);
     // Three under way: the next pass starts none.
     assert.deepEqual(allocate({ meta: s, ...calm, maxMoves: 3 }), []);
+  });
+
+  it("starts at most balanceMoves balancing moves a pass within maxMoves; repairs are not paced", () => {
+    let s = cluster(["n1", "n2", "n3"], 40);
+    s = apply(s, { op: "join", member: member("n4") });
+    s = apply(s, { op: "set-state", id: "n4", state: "active" });
+    const balancing = (cmds: readonly MetaCommand[]): number =>
+      cmds.filter((c) => isBalancingMove(s, c)).length;
+    assert.equal(balancing(allocate({ meta: s, ...calm, maxMoves: 4, balanceMoves: 1 })), 1);
+    assert.equal(balancing(allocate({ meta: s, ...calm, maxMoves: 4, balanceMoves: 3 })), 3);
+    assert.equal(balancing(allocate({ meta: s, ...calm, maxMoves: 2, balanceMoves: 3 })), 2);
+    assert.deepEqual(allocate({ meta: s, ...calm, maxMoves: 4, balanceMoves: 0 }), []);
+    // n3 is dead: its replicas move to n4 whatever the pace, up to maxMoves, and none of
+    // those moves counts as balancing.
+    s = apply(s, { op: "set-state", id: "n3", state: "dead" });
+    const gone = { ...calm, alive: new Set(["n1", "n2", "n4"]), unreachableLong: new Set(["n3"]) };
+    const repairs = allocate({ meta: s, ...gone, maxMoves: 4, balanceMoves: 0 });
+    assert.equal(repairs.filter((c) => c.op === "move-shard").length, 4);
+    assert.equal(balancing(repairs), 0);
+    for (const c of repairs) {
+      assert.ok(c.op === "move-shard" && c.from.includes("n3") && c.nodes.includes("n4"));
+    }
   });
 
   it("redirects a move whose new member died before it caught up, even with no moves to spare", () => {

@@ -1081,6 +1081,7 @@ describe("meta state: the cluster version", () => {
         alive: new Set(["n1", "n2", "n4"]),
         caughtUp: () => true,
         maxMoves: 4,
+        balanceMoves: 4,
         tolerance: 2,
       });
       assert.deepEqual(proposed, [{ op: "set-state", id: "n3", state: "dead" }]);

@@ -48,7 +48,10 @@ interface Harness {
   leads: boolean;
 }
 
-function harness(deadAfterMs: number): Harness {
+function harness(
+  deadAfterMs: number,
+  opts: { readonly maxMoves?: number; readonly movesPerMinute?: number } = {},
+): Harness {
   const pending: { cmd: MetaCommand; resolve: () => void; reject: (e: Error) => void }[] = [];
   const h: Harness = {
     proposals: [],
@@ -74,7 +77,9 @@ function harness(deadAfterMs: number): Harness {
   const host: AllocatorHost = {
     nodeId: "n1",
     deadAfterMs,
-    maxMoves: 2,
+    maxMoves: opts.maxMoves ?? 2,
+    // Unpaced unless a test paces it (a move a millisecond).
+    movesPerMinute: opts.movesPerMinute ?? 60_000,
     tolerance: 1,
     meta: () => h.state,
     leadsMeta: () => h.leads,
@@ -205,5 +210,48 @@ describe("AllocatorLoop", () => {
     assert.ok(h.proposals.length > before);
     await h.settle(false);
     assert.equal(h.batches.proposed, 1);
+  });
+
+  it("paces balancing moves at movesPerMinute (a burst of two seconds' worth), whatever maxMoves and the passes", async () => {
+    // 40 shards on n1-n3, n4 empty: 30 balancing moves to make; 8 may be under way at once.
+    const h = harness(60_000, { maxMoves: 8, movesPerMinute: 60 });
+    for (let shard = 9; shard <= 40; shard++) {
+      const replicas = rendezvousReplicas(shard, ["n1", "n2", "n3"], 3);
+      h.state = h.state.apply({ op: "create-shard", shard, replicas }).state;
+    }
+    const started = (): number => h.proposals.filter((c) => c.op === "move-shard").length;
+    // Passes every 100 ms for 10 s, each move settled at once (its steps done).
+    for (let now = 0; now <= 10_000; now += 100) {
+      h.loop.pass(now);
+      await h.settle(true);
+      for (const shard of h.state.shards.keys()) {
+        if (h.state.isMoving(shard)) {
+          h.state = h.state.apply({
+            op: "settle-shard",
+            shard,
+            nodes: h.state.nodesOf(shard),
+          }).state;
+        }
+      }
+      // One a second, after a first burst of two.
+      assert.ok(started() <= 2 + Math.floor(now / 1_000), `${started()} moves by ${now} ms`);
+    }
+    assert.equal(started(), 12);
+  });
+
+  it("moves_per_minute 0 starts no balancing move, and does not hold back a dead member's repairs", async () => {
+    const h = harness(10_000, { maxMoves: 4, movesPerMinute: 0 });
+    h.loop.pass(0);
+    await h.settle(true);
+    assert.equal(h.proposals.length, 0, JSON.stringify(h.proposals));
+    h.alive.delete("n3");
+    h.loop.pass(10_000);
+    await h.settle(true); // n3 marked dead
+    assert.ok(markedDead(h, "n3"));
+    h.loop.pass(10_100);
+    await h.settle(true);
+    const repairs = h.proposals.filter((c) => c.op === "move-shard");
+    assert.equal(repairs.length, 4, JSON.stringify(h.proposals));
+    for (const c of repairs) assert.ok(c.op === "move-shard" && c.from.includes("n3"));
   });
 });

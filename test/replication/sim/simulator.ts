@@ -910,6 +910,9 @@ class DriverSim {
       nodeId: node.id,
       deadAfterMs: m.deadAfterMs,
       maxMoves: m.maxMoves,
+      // Unpaced (a move a millisecond): the seeds' moves as before the pace existed; the pace
+      // has its own tests (test/node/allocator-loop.test.ts).
+      movesPerMinute: 60_000,
       tolerance: m.tolerance,
       meta: () => node.meta,
       // The meta group is shard 0's group here.
