@@ -59,7 +59,12 @@ describe("loadConfig", () => {
       max_joining: 8,
       gossip_key_file: undefined,
       gossip_plaintext: "refuse",
-      rebalance: { max_moves: 4, tolerance: 2, rate_bytes_per_sec: 4 * 1024 * 1024 },
+      rebalance: {
+        max_moves: 4,
+        moves_per_minute: 60,
+        tolerance: 2,
+        rate_bytes_per_sec: 4 * 1024 * 1024,
+      },
     });
     assert.equal(c.telemetry.prometheus.enabled, true);
     assert.equal(c.log.level, "info");
