@@ -39,7 +39,8 @@
  * fourth copy's rounds), and spreading load can wait where a repair cannot (CockroachDB's
  * rebalance and recovery snapshot rates; PD's store limit in TiKV, operations a minute).
  *
- *   4. leaders, once no replica moves: evenLeaders (below), within the same `tolerance`.
+ *   4. leaders, once no replica moves nor waits for the pace or a move slot: evenLeaders
+ *      (below), within the same `tolerance`.
  * A replacement keeps the rank of the replica it replaces, so a shard's preferred leader (its
  * first-ranked node) moves with it; rendezvous ranks spread leaders only about evenly, which
  * step 4 mends.
@@ -141,7 +142,9 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   const moved = new Set<number>();
   const roomySet = new Set(roomy);
   budget = Math.min(budget, input.balanceMoves);
-  while (budget > 0) {
+  // A balancing move the pace (or max_moves) holds back for now: the rebalance is not over.
+  let heldBack = false;
+  for (;;) {
     const byLoad = [...load.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
     const least = byLoad.find(([id]) => roomySet.has(id));
     const most = byLoad[byLoad.length - 1];
@@ -155,6 +158,10 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
       return nodes.includes(most[0]) && !nodes.includes(least[0]);
     });
     if (shard === undefined) break;
+    if (budget <= 0) {
+      heldBack = true;
+      break;
+    }
     const nodes = meta.nodesOf(shard);
     out.push({
       op: "move-shard",
@@ -168,9 +175,10 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     budget--;
   }
 
-  // 4. Leaders, once no replica moves (a leadership handed over pauses the shard's writes for a
-  // moment: not on top of a rebalance's snapshots).
-  if (out.some((c) => c.op === "move-shard") || meta.movingCount() > 0) return out;
+  // 4. Leaders, once no replica moves nor waits to (a leadership handed over pauses the shard's
+  // writes for a moment: not on top of a rebalance's snapshots; and leaders evened between two
+  // paced moves would be evened on a placement the next moves change again).
+  if (out.some((c) => c.op === "move-shard") || meta.movingCount() > 0 || heldBack) return out;
   out.push(...evenLeaders(input, shards));
   return out;
 }

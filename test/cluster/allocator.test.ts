@@ -227,6 +227,27 @@ describe("allocator", () => {
     }
   });
 
+  it("evens no leaders while balancing moves wait for the pace: only once the replicas are even", () => {
+    let s = cluster(["n1", "n2", "n3"], 40);
+    s = apply(s, { op: "join", member: member("n4") });
+    s = apply(s, { op: "set-state", id: "n4", state: "active" });
+    // n4 takes a few replicas, each move settled (several paced passes).
+    for (let pass = 0; pass < 3; pass++) {
+      for (const c of allocate({ meta: s, ...calm, maxMoves: 4, balanceMoves: 2 })) s = apply(s, c);
+      for (const shard of s.shards.keys()) {
+        if (s.isMoving(shard)) s = apply(s, { op: "settle-shard", shard, nodes: s.nodesOf(shard) });
+      }
+    }
+    assert.equal(loads(s).get("n4"), 6);
+    // The pace has no move to give this pass: nothing is proposed, leaders neither (they
+    // would be evened on a placement the next moves change again).
+    assert.deepEqual(allocate({ meta: s, ...calm, maxMoves: 4, balanceMoves: 0 }), []);
+    // Paced to the end, the replicas even out, then the leaders.
+    const end = settle(s, { ...calm, balanceMoves: 2 }).s;
+    assertPlaced(end, calm.tolerance);
+    assertLeadersEven(end, calm.tolerance, calm.alive);
+  });
+
   it("redirects a move whose new member died before it caught up, even with no moves to spare", () => {
     let s = cluster(["n1", "n2", "n3"], 12);
     s = apply(s, { op: "join", member: member("n4") });
