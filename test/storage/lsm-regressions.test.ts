@@ -694,3 +694,118 @@ describe("importSnapshot while the engine closes (an audit, 2026-12-06)", () => 
     }
   });
 });
+
+describe("importSnapshot on a failed engine (an audit, 2026-12-06)", () => {
+  // A failed engine refused the import only at its reset edit: it read the whole stream and
+  // built every table of the shard first, then left them in its directory (the refusal came
+  // after the point where the tables may be named by an edit, so nothing deleted them).
+  const IMPORT_OPTIONS: LsmOptions = { ...OPTIONS, targetFileBytes: 256 * 1024, blockBytes: 256 };
+  const image = Buffer.concat([
+    ...encodeSnapshotFrames(
+      500,
+      // Four frames of entries (a frame closes past 1 MiB: its entries come once it is whole).
+      Array.from({ length: 4000 }, (_, i): [Uint8Array, Uint8Array] => [
+        b(`k${String(i).padStart(4, "0")}`),
+        Buffer.alloc(1024, i),
+      ]),
+    ),
+  ]);
+  /** The image in pieces of 64 KiB, as a snapshot file's reader yields it. */
+  const pieces = (): Uint8Array[] => {
+    const out: Uint8Array[] = [];
+    for (let at = 0; at < image.length; at += 65536) out.push(image.subarray(at, at + 65536));
+    return out;
+  };
+  const tables = (dir: string): string[] =>
+    readdirSync(dir)
+      .filter((n) => n.endsWith(".sst"))
+      .sort();
+  /** Every file of `dir` but its tables, with its bytes: the manifest and CURRENT. */
+  const manifestFiles = (dir: string): Map<string, string> =>
+    new Map(
+      readdirSync(dir)
+        .filter((n) => !n.endsWith(".sst"))
+        .sort()
+        .map((n) => [n, readFileSync(join(dir, n)).toString("hex")]),
+    );
+
+  /** An engine in `dir` holding keys in one table, whose reads can be made to fail it. */
+  async function withState(dir: string): Promise<LsmEngine> {
+    const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    await engine.write(
+      1,
+      Array.from({ length: 200 }, (_, i) => ({
+        type: "put" as const,
+        key: b(keyAt(i)),
+        value: Buffer.alloc(100, 1),
+      })),
+    );
+    await engine.flush();
+    assert.equal(engine.get(b(keyAt(0)))?.length, 100); // opens (and maps) the table
+    return engine;
+  }
+
+  /** Fails `engine` as a read meeting a damaged table does (issue 50, bug 3). */
+  function failByRead(engine: LsmEngine, dir: string): void {
+    const [table] = tables(dir) as [string];
+    const path = join(dir, table);
+    truncateSync(path, statSync(path).size >> 2);
+    assert.throws(() => engine.get(b(keyAt(190))), { code: "CAIRN_ERR_CORRUPTION" });
+    assert.equal((engine.failure as { code?: string } | undefined)?.code, "CAIRN_ERR_CORRUPTION");
+  }
+
+  it("is refused up front: nothing of its source read, no table built", async () => {
+    const dir = tempDir("lsm-import-failed");
+    const engine = await withState(dir);
+    try {
+      failByRead(engine, dir);
+      const before = tables(dir);
+      const manifest = manifestFiles(dir);
+      let read = 0;
+      async function* source(): AsyncGenerator<Uint8Array> {
+        for (const piece of pieces()) {
+          read++;
+          yield piece;
+        }
+      }
+      await assert.rejects(engine.importSnapshot(source()), { code: "CAIRN_ERR_CORRUPTION" });
+      assert.deepEqual(tables(dir), before, "tables left by the refused import");
+      assert.equal(read, 0, "pieces of the source read");
+      assert.deepEqual(manifestFiles(dir), manifest);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it("that fails midway stops at its next step and deletes the tables it built", async () => {
+    const dir = tempDir("lsm-import-failed");
+    const engine = await withState(dir);
+    try {
+      const before = tables(dir);
+      const manifest = manifestFiles(dir);
+      const chunks = pieces();
+      // Half: past the first frames, whose entries fill tables.
+      const half = Math.floor(chunks.length / 2);
+      let read = 0;
+      let builtBeforeFailure = 0;
+      async function* source(): AsyncGenerator<Uint8Array> {
+        for (const [i, piece] of chunks.entries()) {
+          if (i === half) {
+            // Asked for more: the tables of what came are built (the import awaits each).
+            builtBeforeFailure = tables(dir).length - before.length;
+            failByRead(engine, dir);
+          }
+          read++;
+          yield piece;
+        }
+      }
+      await assert.rejects(engine.importSnapshot(source()), { code: "CAIRN_ERR_CORRUPTION" });
+      assert.ok(builtBeforeFailure > 0, "the import built tables before the engine failed");
+      assert.deepEqual(tables(dir), before, "tables left by the failed import");
+      assert.ok(read < chunks.length, `read ${read} of ${chunks.length} pieces`);
+      assert.deepEqual(manifestFiles(dir), manifest);
+    } finally {
+      await engine.close();
+    }
+  });
+});

@@ -994,15 +994,19 @@ export class LsmEngine implements BudgetMember {
    * Replaces the whole engine by a snapshot stream from exportSnapshot (of any engine). After it
    * resolves, the engine holds exactly the snapshot, `flushedSeq` and `lastSeq` equal its sequence
    * and the caller's log continues above it. Writes must not run concurrently. Refused once
-   * close() has begun; close() during an import stops it at its next step (the next item of
-   * `chunks`, or once the table being built is), before its reset edit, unless that edit is
-   * under way: then close() waits for the import to finish.
+   * close() has begun or the engine has failed; close() during an import stops it at its next
+   * step (the next item of `chunks`, or once the table being built is), before its reset edit,
+   * unless that edit is under way: then close() waits for the import to finish. A failure of the
+   * engine during an import stops it the same way.
    */
   async importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void> {
     this.#assertOpen();
     // close() has begun: it does not wait for an import that starts now, and the directory may
     // be another's once it returns (an import after it wrote tables and a reset edit there).
     if (this.#closing) throw closedError();
+    // A failed engine refuses the reset edit (#appendEdit): refused now, not after building
+    // the whole shard's tables.
+    if (this.#failure !== undefined) throw this.#failedError();
     // A queued write would land on top of the snapshot with an older sequence: refuse instead.
     if (this.#importing || this.#writeQueue.length > 0) throw importingError();
     this.#importing = true;
@@ -1022,6 +1026,8 @@ export class LsmEngine implements BudgetMember {
         await new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
       }
       if (this.#closing) throw closedError();
+      // A flush waited for may have failed the engine.
+      if (this.#failure !== undefined) throw this.#failedError();
       const built: BuiltTable[] = [];
       let seq = -1;
       // The table being encoded: each entry is written, as it comes (the stream's entries are
@@ -1057,6 +1063,9 @@ export class LsmEngine implements BudgetMember {
         // close() has begun: the import stops here, the engine as it was (the snapshot is sent
         // again: the caller's log does not record it before the import resolves).
         if (this.#closing) throw closedError();
+        // The engine failed meanwhile (a read met a damaged table): its reset edit would be
+        // refused, so the import stops here too, its tables deleted.
+        if (this.#failure !== undefined) throw this.#failedError();
         if (item.kind === "header") {
           seq = item.seq;
           continue;
@@ -1069,6 +1078,9 @@ export class LsmEngine implements BudgetMember {
       }
       await submit();
       if (this.#closing) throw closedError();
+      // Checked here, before `committing`: #appendEdit refuses a failed engine before it writes,
+      // and a refusal after `committing` leaves the tables (an edit may name them).
+      if (this.#failure !== undefined) throw this.#failedError();
       committing = true;
       const edit: VersionEdit = {
         reset: true,
