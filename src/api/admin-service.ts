@@ -64,7 +64,7 @@ export function adminService(
       const id = call.request.shard_id;
       // Handed to the shard worker that owns the shard, it is waited for until its client gives
       // up at most, as a KV call is (the snapshot is taken there all the same).
-      store.snapshotShard(id, callDeadline(call.getDeadline())).then(
+      store.snapshotShard(id, callDeadline(call)).then(
         (r) => {
           log.info("shard snapshot taken", {
             shard_id: r.shardId,
@@ -91,7 +91,7 @@ export function adminService(
       const run = async (): Promise<TransferLeaderResponse> => {
         if (to === "")
           throw new InvalidArgumentError("node_id must name the replica to lead the shard");
-        const deadline = callDeadline(call.getDeadline());
+        const deadline = callDeadline(call);
         const leader = await (transfer ?? ((i, t) => transferInPlace(store, i, t)))(
           id,
           to,

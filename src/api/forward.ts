@@ -242,7 +242,7 @@ export class Forwarder {
       if (address === null || address === "") return r;
       if (refused.has(hint)) {
         const pause = FOLLOW_PAUSES_MS[pauses++];
-        const deadline = callDeadline(call.getDeadline());
+        const deadline = callDeadline(call);
         if (pause === undefined || deadlineClock() + pause >= deadline) return r;
         await new Promise((resolve) => setTimeout(resolve, pause));
         if (this.#closed || call.cancelled) return r;
@@ -267,10 +267,7 @@ export class Forwarder {
     address: string,
     call: ServerUnaryCall<Req, Res>,
   ): Promise<ForwardReply<Res>> {
-    const deadline = Math.min(
-      callDeadline(call.getDeadline()),
-      deadlineClock() + this.#maxDeadlineMs,
-    );
+    const deadline = Math.min(callDeadline(call), deadlineClock() + this.#maxDeadlineMs);
     const def = this.#service[method];
     let request: Buffer;
     try {

@@ -15,7 +15,7 @@
 import { EventEmitter } from "node:events";
 import { createServer } from "node:net";
 import { Worker } from "node:worker_threads";
-import { IntMap } from "../common/index.ts";
+import { DEADLINE_ON_CLOCK, IntMap } from "../common/index.ts";
 import type { TlsFiles } from "../common/tls-files.ts";
 import type { TlsIdentity } from "../common/peer-tls.ts";
 import { type FrontEnd, serveFrontEnd, type WorkerTunnels } from "./front-end.ts";
@@ -115,6 +115,8 @@ export class HandedCall extends EventEmitter {
   readonly request: unknown;
   readonly metadata: Metadata;
   cancelled = false;
+  /** getDeadline() is on deadlineClock(), not grpc-js's wall clock (callDeadline). */
+  readonly [DEADLINE_ON_CLOCK] = true as const;
   /**
    * What the verified certificate of the call's connection says (src/common/peer-tls.ts): the
    * node's CAs that signed it and its names; null without one (or without TLS).
@@ -141,6 +143,7 @@ export class HandedCall extends EventEmitter {
     this.identity = identity;
   }
 
+  /** On deadlineClock() (DEADLINE_ON_CLOCK); Infinity for none. */
   getDeadline(): number {
     return this.#deadline;
   }

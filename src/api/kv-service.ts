@@ -131,7 +131,7 @@ export function kvService(
       }
     }
     // The store stops waiting on the call's behalf when its client does (KvStore).
-    handle(call.request, callDeadline(call.getDeadline())).then(
+    handle(call.request, callDeadline(call)).then(
       ({ response, result }) => {
         metrics.recordKv(op, "success", performance.now() - started, result);
         callback(null, response, trailer);

@@ -30,12 +30,28 @@ export function grpcJsDeadline(ms: number): number {
 }
 
 /**
- * A served call's deadline (`getDeadline()`) on deadlineClock(): a number is one already (the
- * front end's calls, Infinity for none); a Date is grpc-js's, on the wall clock, and is moved
- * onto it.
+ * Marks a served call whose `getDeadline()` is on deadlineClock(): the front end's
+ * (src/api/io-threads.ts HandedCall). The value alone cannot tell: grpc-js's Server gives a
+ * number too, on the wall clock (ms since the epoch).
  */
-export function callDeadline(d: Date | number): number {
-  return typeof d === "number" ? d : deadlineClock() + (d.getTime() - grpcJsDeadline(0));
+export const DEADLINE_ON_CLOCK: unique symbol = Symbol("cairn.deadlineOnClock");
+
+/** A served call, as callDeadline reads it. */
+export interface ServedCall {
+  getDeadline(): Date | number;
+  readonly [DEADLINE_ON_CLOCK]?: true;
+}
+
+/**
+ * A served call's deadline on deadlineClock(), Infinity for none. The front end's calls (marked
+ * DEADLINE_ON_CLOCK) give one already; any other is grpc-js's (its Server, or a test serving
+ * through it), whose deadline is on the wall clock, a number or a Date, and is moved onto it.
+ */
+export function callDeadline(call: ServedCall): number {
+  const d = call.getDeadline();
+  if (call[DEADLINE_ON_CLOCK] === true) return d as number;
+  const wall = typeof d === "number" ? d : d.getTime();
+  return wall === Infinity ? Infinity : deadlineClock() + (wall - grpcJsDeadline(0));
 }
 
 function monotonicMs(): number {

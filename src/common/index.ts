@@ -5,4 +5,10 @@ export { IntMap } from "./int-map.ts";
 export { clearArray, dropFront } from "./arrays.ts";
 export { CallCut } from "./call-cut.ts";
 export { crc32cNative, dupFd, mapFile, nativeAddonMissing } from "./native.ts";
-export { callDeadline, deadlineClock, grpcJsDeadline } from "./deadline-clock.ts";
+export {
+  callDeadline,
+  DEADLINE_ON_CLOCK,
+  deadlineClock,
+  grpcJsDeadline,
+  type ServedCall,
+} from "./deadline-clock.ts";

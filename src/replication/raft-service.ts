@@ -397,7 +397,7 @@ export function createRaftService(
           linearizable: r.linearizable,
         };
         // Its asker's call ended (it timed out, or its connection closed): no wait goes on.
-        scan(r.shard_ids, req, callDeadline(call.getDeadline()), call).then(
+        scan(r.shard_ids, req, callDeadline(call), call).then(
           ({ items, more }) =>
             callback(null, {
               more,

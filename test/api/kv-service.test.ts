@@ -5,10 +5,19 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type ServiceError, status } from "@grpc/grpc-js";
+import {
+  credentials,
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServiceError,
+  status,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
 import { InternalErrorLog } from "../../src/api/errors.ts";
-import { deadlineClock, grpcJsDeadline } from "../../src/common/index.ts";
+import { DEADLINE_ON_CLOCK, deadlineClock, grpcJsDeadline } from "../../src/common/index.ts";
 import { kvService } from "../../src/api/kv-service.ts";
+import { loadCairnProto } from "../../src/api/proto.ts";
 import type { KvStore } from "../../src/api/store.ts";
 import { deadlineRecordingStore } from "../support/deadline-store.ts";
 import type { ScanRequest } from "../../src/replication/index.ts";
@@ -127,7 +136,13 @@ describe("KV service", () => {
     >;
     const call = (method: string, request: unknown, deadline: Date | number) =>
       new Promise<ServiceError | null>((resolve) =>
-        impl[method]?.({ request, getDeadline: () => deadline }, resolve),
+        impl[method]?.(
+          // A number is a front end's call's (HandedCall), on the deadline clock already.
+          typeof deadline === "number"
+            ? { request, getDeadline: () => deadline, [DEADLINE_ON_CLOCK]: true }
+            : { request, getDeadline: () => deadline },
+          resolve,
+        ),
       );
     const at = deadlineClock() + 1_234;
     assert.equal(await call("Put", { key: b("k"), value: b("v") }, at), null);
@@ -140,7 +155,7 @@ describe("KV service", () => {
       ["get", at],
       ["scan", at],
     ]);
-    // A grpc-js call's deadline is a Date on the wall clock; none is Infinity.
+    // A grpc-js call's deadline is on the wall clock (a Date here); none is Infinity.
     seen.length = 0;
     await call("Get", GET, new Date(grpcJsDeadline(5_000)));
     await call("Get", GET, Infinity);
@@ -148,6 +163,49 @@ describe("KV service", () => {
     const left = (fromDate ?? 0) - deadlineClock();
     assert.ok(left > 4_000 && left <= 5_000, `${left} ms left`);
     assert.equal(none, Infinity);
+  });
+
+  it("hands the store the deadline of a call grpc-js's own Server serves, on the deadline clock", async () => {
+    // grpc-js's Server gives getDeadline() as a number on the wall clock (ms since the epoch),
+    // which was read as one on the deadline clock: the store saw a deadline decades away, and
+    // waited on the call's behalf long after its client gave up.
+    const { store: s, seen } = deadlineRecordingStore();
+    const { proto } = loadCairnProto();
+    const server = new Server();
+    server.addService(
+      proto.cairn.v1.KV.service,
+      kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS) as UntypedServiceImplementation,
+    );
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+        err === null ? resolve(p) : reject(err),
+      ),
+    );
+    const client = new proto.cairn.v1.KV(`127.0.0.1:${port}`, credentials.createInsecure());
+    try {
+      const sent = deadlineClock();
+      const err = await new Promise<ServiceError | null>((resolve) =>
+        client.Get(
+          { key: b("k"), consistency: "LINEARIZABLE" },
+          new Metadata(),
+          { deadline: grpcJsDeadline(5_000) },
+          (e) => resolve(e),
+        ),
+      );
+      const answered = deadlineClock();
+      assert.equal(err, null);
+      assert.equal(seen.length, 1);
+      const deadline = seen[0]?.[1] ?? Number.NaN;
+      // Between when the call was sent plus its timeout (less grpc-timeout's rounding) and
+      // when it was answered plus its timeout.
+      assert.ok(
+        deadline >= sent + 5_000 - 1_000 && deadline <= answered + 5_000,
+        `the store saw a deadline ${deadline - answered} ms after the answer`,
+      );
+    } finally {
+      client.close();
+      server.forceShutdown();
+    }
   });
 
   it("hands the store a read's call, whose cancellation stops the read's wait", async () => {

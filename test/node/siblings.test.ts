@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { MessageChannel, type MessagePort } from "node:worker_threads";
 import { status } from "@grpc/grpc-js";
-import { deadlineClock } from "../../src/common/index.ts";
+import { DEADLINE_ON_CLOCK, deadlineClock } from "../../src/common/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
 import { MetaState } from "../../src/cluster/index.ts";
@@ -416,7 +416,7 @@ describe("shard worker siblings", () => {
       const answer = (method: string, request: object): Promise<unknown> =>
         new Promise((resolve) =>
           (admin[method] as (call: unknown, callback: (err: unknown) => void) => void)(
-            { request, getDeadline: () => deadline },
+            { request, getDeadline: () => deadline, [DEADLINE_ON_CLOCK]: true },
             resolve,
           ),
         );
