@@ -49,7 +49,9 @@ const siblings = setup.ports.map((p, i) =>
     : new Sibling(
         p,
         {
-          serve: (call) => (serve !== null ? serve(call) : served.then((server) => server(call))),
+          // With its client's call as it crossed (a read stops once it is cancelled).
+          serve: (call, client) =>
+            serve !== null ? serve(call, client) : served.then((server) => server(call, client)),
           onView: (shards, members) => views.applyShared(shards, members),
           onConnection: (fd, rest) => {
             if (adopt !== null) adopt(fd, rest);

@@ -30,6 +30,8 @@ import {
   type ClientCall,
   mergePages,
   type MultiRaft,
+  ReadCancelledError,
+  ScanCall,
   type ScanPage,
   type ScanRequest,
   type ShardInfo,
@@ -106,8 +108,16 @@ export interface WireError {
   readonly leader: string | null;
 }
 
+/**
+ * A call as it crosses: its id, and whether its client may cancel it (a Get's or Scan's: the
+ * owner then serves it with a HandedOverCall, which `Envelope.cancels` cancels).
+ */
+type PostedCall = SiblingCall & { readonly id: number; readonly cancellable?: true };
+
 interface Envelope {
-  readonly calls: readonly (SiblingCall & { readonly id: number })[];
+  readonly calls: readonly PostedCall[];
+  /** Calls posted earlier whose clients cancelled them: the owner stops serving them. */
+  readonly cancels: readonly number[];
   readonly replies: readonly {
     readonly id: number;
     readonly value?: unknown;
@@ -165,8 +175,39 @@ export function fromWireError(e: WireError): Error {
   return err;
 }
 
-/** What a worker does with a call a sibling handed it: its own driver serves it. */
-export type SiblingServer = (call: SiblingCall) => Promise<unknown>;
+/**
+ * What a worker does with a call a sibling handed it: its own driver serves it; `client` is the
+ * asker's client's call as it crosses (HandedOverCall; null for a call no client may cancel).
+ */
+export type SiblingServer = (call: SiblingCall, client: ClientCall | null) => Promise<unknown>;
+
+/**
+ * A sibling's call, on the owner, as the read serving it sees its client's call (ClientCall):
+ * cancelled when the asker says its client cancelled (Envelope.cancels), or when the asker's
+ * end closes. A read listens once (a scan's shards through ScanCall), so a list will do.
+ */
+class HandedOverCall implements ClientCall {
+  cancelled = false;
+  #listeners: (() => void)[] = [];
+
+  once(_event: "cancelled", listener: () => void): this {
+    this.#listeners.push(listener);
+    return this;
+  }
+
+  removeListener(_event: "cancelled", listener: () => void): this {
+    this.#listeners = this.#listeners.filter((l) => l !== listener);
+    return this;
+  }
+
+  cancel(): void {
+    if (this.cancelled) return;
+    this.cancelled = true;
+    const listeners = this.#listeners;
+    this.#listeners = [];
+    for (const listener of listeners) listener();
+  }
+}
 
 /**
  * How long past its own bound (the driver's request timeout, or a meta proposal's timeout) a
@@ -212,7 +253,14 @@ export class Sibling {
   #nextId = 1;
   /** The calls up to this id have been posted to the sibling (ids are posted in order). */
   #postedThrough = 0;
-  #calls: (SiblingCall & { id: number })[] = [];
+  #calls: PostedCall[] = [];
+  #cancels: number[] = [];
+  /**
+   * The sibling's cancellable calls this worker serves, by the sibling's id: told when their
+   * clients cancel. Each leaves as it is answered or cancelled, all when the sibling's end
+   * closes: at most the calls in flight.
+   */
+  readonly #served = new IntMap<HandedOverCall>();
   #replies: { id: number; value?: unknown; error?: WireError }[] = [];
   #shards: ShardView[] = [];
   #members: readonly MemberView[] | null = null;
@@ -238,9 +286,15 @@ export class Sibling {
    * ever, each holding its request's share of the node's budget. A client's call fails at its
    * deadline (SiblingCall.deadline) when that comes first: its client has given up, and a call
    * with a 1 s deadline held its place for 11 s. One already past it is never posted.
+   *
+   * A read's `client` (its client's call; KvStore) cancelled, the read fails here at once
+   * (ReadCancelledError) and the owner's driver stops waiting for it too (Envelope.cancels): it
+   * otherwise waited there until the deadline or the driver's 10 s, holding its share of the
+   * owner's request budget for a client long gone. One not yet posted is never posted.
    */
-  call(call: SiblingCall): Promise<unknown> {
+  call(call: SiblingCall, client: ClientCall | null = null): Promise<unknown> {
     if (this.#closed) return Promise.reject(new ShuttingDownError());
+    if (client?.cancelled === true) return Promise.reject(new ReadCancelledError());
     const write = call.op === "put" || call.op === "delete";
     const bound =
       (call.op === "propose-meta" ? call.timeoutMs : this.#requestTimeoutMs) + ANSWER_GRACE_MS;
@@ -254,11 +308,52 @@ export class Sibling {
     const id = this.#nextId++;
     const deadline = performance.now() + timeoutMs;
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject, write, deadline, timeoutMs, clients });
-      this.#calls.push({ ...call, id });
+      if (client === null) {
+        this.#pending.set(id, { resolve, reject, write, deadline, timeoutMs, clients });
+        this.#calls.push({ ...call, id });
+      } else {
+        // Listened to until the call settles, whichever way (answer, expiry, close, cancel).
+        const onCancel = (): void => this.#cancel(id);
+        client.once("cancelled", onCancel);
+        this.#pending.set(id, {
+          resolve: (v) => {
+            client.removeListener("cancelled", onCancel);
+            resolve(v);
+          },
+          reject: (e) => {
+            client.removeListener("cancelled", onCancel);
+            reject(e);
+          },
+          write,
+          deadline,
+          timeoutMs,
+          clients,
+        });
+        this.#calls.push({ ...call, id, cancellable: true });
+      }
       this.#schedule();
       if (deadline < this.#expiresAt) this.#armExpiry(deadline);
     });
+  }
+
+  /**
+   * Call `id`'s client cancelled it: it fails now, and the owner is told to stop serving it,
+   * or, not yet posted, it is withdrawn.
+   */
+  #cancel(id: number): void {
+    const waiting = this.#pending.get(id);
+    if (waiting === undefined) return;
+    this.#pending.delete(id);
+    if (id <= this.#postedThrough) {
+      this.#cancels.push(id);
+      this.#schedule();
+    } else this.#calls = this.#calls.filter((c) => c.id !== id);
+    waiting.reject(new ReadCancelledError());
+  }
+
+  /** The sibling's calls this worker serves that their clients may yet cancel. */
+  get serving(): number {
+    return this.#served.size;
   }
 
   /** The calls waiting for the sibling's answer. */
@@ -320,6 +415,10 @@ export class Sibling {
       reject(write && id <= this.#postedThrough ? new SiblingGoneError() : new ShuttingDownError());
     }
     this.#pending.clear();
+    // The sibling's calls served here have nobody to answer: they stop, as at a cancel.
+    const served = this.#served.values();
+    this.#served.clear();
+    for (const call of served) call.cancel();
     if (this.#expiry !== null) clearTimeout(this.#expiry);
     this.#expiry = null;
     for (const c of this.#connections) closeSync(c.fd);
@@ -346,10 +445,28 @@ export class Sibling {
     }
     for (const call of m.calls) {
       const id = call.id;
-      h.serve(call).then(
-        (value) => this.#reply({ id, value }),
-        (err: unknown) => this.#reply({ id, error: toWireError(err) }),
+      let client: HandedOverCall | null = null;
+      if (call.cancellable === true) {
+        client = new HandedOverCall();
+        this.#served.set(id, client);
+      }
+      h.serve(call, client).then(
+        (value) => {
+          if (client !== null) this.#served.delete(id);
+          this.#reply({ id, value });
+        },
+        (err: unknown) => {
+          if (client !== null) this.#served.delete(id);
+          this.#reply({ id, error: toWireError(err) });
+        },
       );
+    }
+    // After the calls: a cancel never precedes its call (one not posted is withdrawn instead).
+    for (const id of m.cancels) {
+      const client = this.#served.get(id);
+      if (client === undefined) continue; // answered already
+      this.#served.delete(id);
+      client.cancel();
     }
   }
 
@@ -403,6 +520,7 @@ export class Sibling {
     if (this.#closed) return;
     const envelope: Envelope = {
       calls: this.#calls,
+      cancels: this.#cancels,
       replies: this.#replies,
       shards: this.#shards,
       members: this.#members,
@@ -411,6 +529,7 @@ export class Sibling {
       streamAddress: this.#streamAddress,
     };
     this.#calls = [];
+    this.#cancels = [];
     this.#replies = [];
     this.#shards = [];
     this.#members = null;
@@ -490,18 +609,24 @@ export function serveSibling(
   transfer: (shard: number, to: string) => Promise<string>,
   meta: MetaServer | null,
 ): SiblingServer {
-  return async (call) => {
+  return async (call, client) => {
     switch (call.op) {
       case "put":
         return local.put(call.key, call.value, call.expected, call.deadline);
       case "delete":
         return local.delete(call.key, call.expected, call.deadline);
       case "get": {
-        const item = await local.get(call.key, call.linearizable, call.deadline);
+        // With its client's call as it crossed: the read stops waiting once it is cancelled.
+        const item = await local.get(
+          call.key,
+          call.linearizable,
+          call.deadline,
+          client ?? undefined,
+        );
         return item === null ? null : ownItem(item);
       }
       case "scan": {
-        const page = await local.scan(call.req, call.deadline);
+        const page = await local.scan(call.req, call.deadline, client ?? undefined);
         const items = page.items.map(ownItem);
         // The shards it left out go with the page: dropped here, a lost shard of this worker's
         // was missing from a scan that skips them without being named.
@@ -582,8 +707,8 @@ export class RoutedStore implements KvStore, AdminStore {
   }
 
   /**
-   * A read's `call` (KvStore) stops its wait in this worker's driver; a call handed to the
-   * owning worker is bounded by its deadline there (its cancellation does not cross threads).
+   * A read's `call` (KvStore) stops its wait in this worker's driver, or in the owning worker's
+   * when it was handed there (Sibling.call).
    */
   get(
     key: Uint8Array,
@@ -593,24 +718,24 @@ export class RoutedStore implements KvStore, AdminStore {
   ): Promise<StoredItem | null> {
     const owner = this.#owner(this.#local.shardOf(key));
     if (owner === null) return this.#local.get(key, linearizable, deadline, call);
-    return owner.call({
-      op: "get",
-      key: own(key),
-      linearizable,
-      deadline,
-    }) as Promise<StoredItem | null>;
+    return owner.call(
+      { op: "get", key: own(key), linearizable, deadline },
+      call ?? null,
+    ) as Promise<StoredItem | null>;
   }
 
   /**
    * Every worker's page of keys in the range, merged (scan-merge.ts); each worker's read
-   * barriers waited for until `deadline` at most (this worker's until `call` is cancelled too).
+   * barriers waited for until `deadline` at most, or until `call` is cancelled (Sibling.call).
    */
   async scan(req: ScanRequest, deadline?: number, call?: ClientCall): Promise<ScanPage> {
+    // Every worker's share hears the cancellation through one listener on the call (ScanCall).
+    const shared = call === undefined || this.#siblings.length < 2 ? call : new ScanCall(call);
     const pages = await Promise.all(
       this.#siblings.map((s) =>
         s === null
-          ? this.#local.scan(req, deadline, call)
-          : (s.call({ op: "scan", req, deadline }) as Promise<ScanPage>),
+          ? this.#local.scan(req, deadline, shared)
+          : (s.call({ op: "scan", req, deadline }, shared ?? null) as Promise<ScanPage>),
       ),
     );
     return mergePages(pages, req.limit, req.maxBytes);

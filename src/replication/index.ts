@@ -31,6 +31,7 @@ export {
   ReadCancelledError,
   ReadPastDeadlineError,
 } from "./request-errors.ts";
+export { ScanCall } from "./multi-raft-scan.ts";
 export { ITEM_OVERHEAD_BYTES, mergePages, type ScanPage } from "./scan-merge.ts";
 export { GrpcTransport, type GrpcTransportOptions, type PeerStats } from "./grpc-transport.ts";
 export {

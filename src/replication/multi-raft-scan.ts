@@ -34,7 +34,7 @@ function noReplicaAnswered(id: number, nodes: readonly string[], err: unknown): 
  * itself (an EventEmitter) that warned past 10 listeners and removed each in linear time. This
  * listens to the call once (for as long as the call lives) and tells every barrier.
  */
-class ScanCall implements ClientCall {
+export class ScanCall implements ClientCall {
   cancelled: boolean;
   readonly #listeners = new Set<() => void>();
 

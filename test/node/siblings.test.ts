@@ -4,6 +4,7 @@
  * still waits.
  */
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import { describe, it } from "node:test";
 import { MessageChannel, type MessagePort } from "node:worker_threads";
 import { status } from "@grpc/grpc-js";
@@ -22,7 +23,12 @@ import {
   type SiblingServer,
   toWireError,
 } from "../../src/node/siblings.ts";
-import type { MultiRaft, ScanPage } from "../../src/replication/index.ts";
+import {
+  type ClientCall,
+  type MultiRaft,
+  ReadCancelledError,
+  type ScanPage,
+} from "../../src/replication/index.ts";
 import { withTimeout } from "../support/timeout.ts";
 import { adminService } from "../../src/api/admin-service.ts";
 import { silentLogger } from "../../src/ops/index.ts";
@@ -369,13 +375,13 @@ describe("shard worker siblings", () => {
       },
     } as unknown as MultiRaft;
     const serve = serveSibling(driver, () => Promise.reject(new Error("not asked")), null);
-    await serve({ op: "put", key: b("k"), value: b("v"), expected: undefined, deadline: 7 });
-    await serve({ op: "delete", key: b("k"), expected: undefined, deadline: 8 });
+    await serve({ op: "put", key: b("k"), value: b("v"), expected: undefined, deadline: 7 }, null);
+    await serve({ op: "delete", key: b("k"), expected: undefined, deadline: 8 }, null);
     // A read's too: it stops waiting for its read index there (multi-raft-reads.ts).
-    await serve({ op: "get", key: b("k"), linearizable: true, deadline: 11 });
+    await serve({ op: "get", key: b("k"), linearizable: true, deadline: 11 }, null);
     // And a scan's: its shards' read barriers stop waiting at it.
     const req = { start: b(""), end: null, limit: 1, maxBytes: 1024, linearizable: true };
-    await serve({ op: "scan", req, deadline: 13 });
+    await serve({ op: "scan", req, deadline: 13 }, null);
     const store = new RoutedStore(driver, [null]);
     await store.put(b("k"), b("v"), undefined, 9);
     await store.delete(b("k"), undefined, 10);
@@ -446,6 +452,94 @@ describe("shard worker siblings", () => {
     } finally {
       asker.close();
       port2.close();
+    }
+  });
+
+  it("a read handed to the owner stops waiting there once its client cancels, and leaves nothing in either table", async () => {
+    // A Get or Scan whose client cancelled (no deadline sent) stopped waiting in the worker that
+    // served the call, but the owner's driver went on waiting for the read index the driver's
+    // whole 10 s, holding its share of limits.max_pending_bytes.
+    const { port1, port2 } = new MessageChannel();
+    /** The owner's driver: a read waits until its call is cancelled (as readBarrier does). */
+    const arrived: string[] = [];
+    const stopped: string[] = [];
+    let arrival = (): void => {};
+    let stop = (): void => {};
+    const wait = (op: string, call: ClientCall | undefined): Promise<never> =>
+      new Promise((_, reject) => {
+        arrived.push(op);
+        arrival();
+        call?.once("cancelled", () => {
+          stopped.push(op);
+          stop();
+          reject(new ReadCancelledError());
+        });
+      });
+    const driver = {
+      shardOf: () => 1,
+      get: (_k: Uint8Array, _l: boolean, _d?: number, call?: ClientCall) => wait("get", call),
+      scan: (_r: unknown, _d?: number, call?: ClientCall) => wait("scan", call),
+    } as unknown as MultiRaft;
+    const owner = sibling(port2, handlers(serveSibling(driver, () => Promise.reject(), null)));
+    const asker = sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+    );
+    // Every key's shard is 1, worker 1's; the asker's own page of a scan is empty.
+    const local = {
+      shardOf: () => 1,
+      scan: () => Promise.resolve({ items: [], more: false }),
+    } as unknown as MultiRaft;
+    const store = new RoutedStore(local, [null, asker]);
+    const clientCall = (): EventEmitter & { cancelled: boolean } =>
+      Object.assign(new EventEmitter(), { cancelled: false });
+    const req = { start: b(""), end: null, limit: 10, maxBytes: Infinity, linearizable: true };
+    try {
+      for (const [op, read] of [
+        ["get", (call: ClientCall) => store.get(b("k"), true, undefined, call)],
+        ["scan", (call: ClientCall) => store.scan(req, undefined, call)],
+      ] as const) {
+        const call = clientCall();
+        const reached = new Promise<void>((resolve) => (arrival = resolve));
+        const ended = new Promise<void>((resolve) => (stop = resolve));
+        const p = read(call);
+        await withTimeout(reached, 2_000, `the ${op} to reach the owner's driver`);
+        call.cancelled = true;
+        call.emit("cancelled");
+        const failed = assert.rejects(p, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
+        await withTimeout(ended, 2_000, `the owner's ${op} to stop waiting`);
+        await failed;
+        assert.equal(asker.pending, 0, `${op}: nothing waits in the asker`);
+        assert.equal(owner.serving, 0, `${op}: nothing kept in the owner`);
+        assert.equal(call.listenerCount("cancelled"), 0, `${op}: no listener left on the call`);
+      }
+      // A call cancelled before it left this worker is withdrawn: the owner never sees it.
+      const call = clientCall();
+      const withdrawn = store.get(b("gone"), true, undefined, call);
+      call.cancelled = true;
+      call.emit("cancelled");
+      await assert.rejects(withdrawn, { code: "CAIRN_ERR_TIMEOUT" });
+      const reached = new Promise<void>((resolve) => (arrival = resolve));
+      const ended = new Promise<void>((resolve) => (stop = resolve));
+      const after = clientCall();
+      const next = store.get(b("next"), true, undefined, after);
+      await withTimeout(reached, 2_000, "the next get to reach the owner's driver");
+      assert.deepEqual(arrived, ["get", "scan", "get"], "the withdrawn get never left");
+      after.cancelled = true;
+      after.emit("cancelled");
+      const failed = assert.rejects(next, { code: "CAIRN_ERR_TIMEOUT" });
+      await withTimeout(ended, 2_000, "the owner's next get to stop waiting");
+      await failed;
+      assert.deepEqual(stopped, ["get", "scan", "get"]);
+      assert.equal(owner.serving, 0, "nothing kept in the owner");
+      // One already cancelled is not handed over at all.
+      await assert.rejects(store.get(b("k"), true, undefined, after), {
+        code: "CAIRN_ERR_TIMEOUT",
+      });
+      assert.equal(asker.pending, 0);
+    } finally {
+      asker.close();
+      owner.close();
     }
   });
 
