@@ -23,6 +23,7 @@ import {
   shardForKey,
   type ShardView,
 } from "../cluster/index.ts";
+import type { CallCut } from "../common/call-cut.ts";
 import { deadlineClock } from "../common/deadline-clock.ts";
 import { CairnError } from "../common/errors.ts";
 import {
@@ -54,6 +55,7 @@ import {
   GrpcTransport,
   MultiRaft,
   type RaftService,
+  ReadCancelledError,
   ReadPastDeadlineError,
   type ScanRequest,
   type TermCheck,
@@ -561,17 +563,20 @@ export class CairnNode implements HealthSource {
               shards: readonly number[],
               req: ScanRequest,
               deadline: number,
+              cut: CallCut,
             ) => {
               const transport = this.#transport;
               if (transport === null) return Promise.reject(new Error("no peer transport"));
               // The call ends at the scan's client's deadline, and carries it to the peer,
-              // whose read barriers stop waiting at it (MultiRaft.scanShards).
+              // whose read barriers stop waiting at it (MultiRaft.scanShards); or when the
+              // client cancels (`cut`): the peer's call is cancelled, and they stop then.
               const left = deadline - deadlineClock();
               if (left <= 0) return Promise.reject(new ReadPastDeadlineError(Number.NaN));
               return transport
-                .scanShards(nodeId(node), shards, req, Math.min(REQUEST_TIMEOUT_MS, left))
+                .scanShards(nodeId(node), shards, req, Math.min(REQUEST_TIMEOUT_MS, left), cut)
                 .catch((err: unknown) => {
                   // Its client has gone: no other replica is asked (Scanner.#scanRemote).
+                  if (cut.isCut) throw new ReadCancelledError();
                   if (deadlineClock() >= deadline) throw new ReadPastDeadlineError(Number.NaN);
                   // That replica is down or cut off: another is asked, or the caller retries.
                   if (err instanceof NotLeaderError) throw err;

@@ -33,6 +33,7 @@
 import { setMaxListeners } from "node:events";
 import type { Interceptor } from "@grpc/grpc-js";
 import type { CallResult } from "../api/grpc-channel.ts";
+import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
@@ -449,14 +450,16 @@ export class GrpcTransport implements RaftTransport {
    * Asks node `to`, a replica of every shard in `shards`, for its share of a scan
    * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, a
    * page of at most `req.limit` items within `req.maxBytes`. Rejects with the call's error
-   * (NotLeaderError's code in the trailers when `to` does not replicate one of them).
+   * (NotLeaderError's code in the trailers when `to` does not replicate one of them); `cut`
+   * cancels the call (CANCELLED; `to` stops waiting for its shards' read indexes).
    */
   scanShards(
     to: NodeId,
     shards: readonly number[],
     req: ScanRequest,
     timeoutMs: number,
+    cut?: CallCut,
   ): Promise<ScanPage> {
-    return this.#rpcs.scanShards(to, shards, req, timeoutMs);
+    return this.#rpcs.scanShards(to, shards, req, timeoutMs, cut);
   }
 }

@@ -11,7 +11,7 @@ import type { Clock, EngineOpener } from "./engine.ts";
 import type { RaftTransport } from "./raft-transport.ts";
 import type { ScanPage } from "./scan-merge.ts";
 import type { ConfirmTerms } from "./term-confirm.ts";
-import type { DenseMap } from "../common/index.ts";
+import type { CallCut, DenseMap } from "../common/index.ts";
 import type { ShardReplica } from "./shard.ts";
 
 /** The driver's open shards, by id, as its parts read them (MultiRaft owns the table). */
@@ -170,13 +170,16 @@ export interface MultiRaftOptions {
    * in `shards`, for its share of a scan (scanShards there). With it a scan reads the shards
    * this node does not replicate through their replicas; without it such a scan fails with
    * NotLeaderError. `deadline` is the scan's call's (on deadlineClock(); Infinity: none): the
-   * call to `node` ends then, and `node` stops waiting for its shards' read indexes then.
+   * call to `node` ends then, and `node` stops waiting for its shards' read indexes then. `cut`
+   * is cut when the scan's client cancels its call: the call to `node` is cancelled, and `node`
+   * stops waiting then too.
    */
   readonly remoteScan?: (
     node: string,
     shards: readonly number[],
     req: ScanRequest,
     deadline: number,
+    cut: CallCut,
   ) => Promise<ScanPage>;
   /**
    * Idle groups sleep (no ticks, no heartbeats) after QUIESCE_AFTER_HEARTBEATS heartbeat

@@ -4,6 +4,7 @@
  * share of a scan asked by another node.
  */
 import { nodeOfReplica } from "../cluster/index.ts";
+import { CallCut } from "../common/index.ts";
 import { NotLeaderError, type NodeId } from "../raft/index.ts";
 import {
   leaderNode,
@@ -13,7 +14,7 @@ import {
   type ShardTable,
 } from "./multi-raft-options.ts";
 import { assertServesSerializable } from "./multi-raft-reads.ts";
-import { type ClientCall, ReadPastDeadlineError } from "./request-errors.ts";
+import { type ClientCall, ReadCancelledError, ReadPastDeadlineError } from "./request-errors.ts";
 import { mergeCursors, mergePages, type ScanPage } from "./scan-merge.ts";
 import type { ShardReplica } from "./shard.ts";
 
@@ -105,8 +106,8 @@ export class Scanner {
    *
    * `deadline` is its call's (on deadlineClock(); Infinity: none): a linearizable scan stops
    * waiting for its shards' read indexes and applies then, here and on the peers it asks, as a
-   * Get does (ReadPastDeadlineError), and gives their shares of the request budget back; here,
-   * so it does once its client's `call` is cancelled.
+   * Get does (ReadPastDeadlineError), and gives their shares of the request budget back; so it
+   * does once its client's `call` is cancelled, the calls to the peers cancelled with it.
    */
   async scan(
     req: ScanRequest,
@@ -114,9 +115,11 @@ export class Scanner {
     call: ClientCall | null = null,
   ): Promise<ScanPage> {
     const { local, remote } = await this.#plan(req.linearizable, deadline, call);
+    // Its own barriers and its calls to peers hear the cancellation through one listener.
+    const shared = call === null || remote.size === 0 ? call : new ScanCall(call);
     const pages = await Promise.all([
-      this.#scanLocal(local, req, deadline, call),
-      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req, deadline)),
+      this.#scanLocal(local, req, deadline, shared),
+      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req, deadline, shared)),
     ]);
     return mergePages(pages, req.limit, req.maxBytes);
   }
@@ -171,22 +174,30 @@ export class Scanner {
    * replicas: all of them from `node` first; the shards of a node that fails from their next
    * replica in rank order, until one answers or every replica failed (the last error), or with
    * `skipUnavailable` (serializable) left out and named in the page. Each is asked with the
-   * call's `deadline`.
+   * call's `deadline`, and cancelled once its client's `call` is: the peer stops waiting for
+   * its shards' read indexes then, not at the deadline or its request timeout (10 s), which a
+   * client sending none and cancelling at once otherwise held its share of the budget for.
    */
   async #scanRemote(
     node: string,
     ids: readonly number[],
     req: ScanRequest,
     deadline: number,
+    call: ClientCall | null,
   ): Promise<ScanPage> {
     const remote = this.#host.options.remoteScan;
     if (remote === undefined) {
       throw new NotLeaderError(leaderNode(this.#host.placedOn(ids[0] ?? 0)[0]));
     }
+    if (call?.cancelled === true) throw new ReadCancelledError();
+    const cut = new CallCut();
+    const cancelled = (): void => cut.cut();
+    call?.once("cancelled", cancelled);
     try {
-      return await remote(node, ids, req, deadline);
+      return await remote(node, ids, req, deadline, cut);
     } catch (err) {
       // Its client has gone: the shards' other replicas are not asked for it.
+      if (cut.isCut) throw new ReadCancelledError();
       if (ids.length === 0 || err instanceof ReadPastDeadlineError) throw err;
       // Each shard to its next replica after `node`, grouped again by node; one with none
       // left fails the scan, or, when the scan skips them, is left out of it.
@@ -204,10 +215,12 @@ export class Scanner {
         next.set(after, [...(next.get(after) ?? []), id]);
       }
       const pages = await Promise.all(
-        [...next].map(([n, group]) => this.#scanRemote(n, group, req, deadline)),
+        [...next].map(([n, group]) => this.#scanRemote(n, group, req, deadline, call)),
       );
       if (skipped.length > 0) pages.push({ items: [], more: false, skipped });
       return mergePages(pages, req.limit, req.maxBytes);
+    } finally {
+      call?.removeListener("cancelled", cancelled);
     }
   }
 

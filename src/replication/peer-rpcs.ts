@@ -11,7 +11,7 @@ import { loadRaftProto } from "../api/proto.ts";
 import type { ReadIndexResult__Output } from "../api/generated/cairn/v1/ReadIndexResult.ts";
 import { type CallResult, metadataOf } from "../api/grpc-channel.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
-import { deadlineClock } from "../common/index.ts";
+import { type CallCut, deadlineClock } from "../common/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
 import { type ClusterIdSource, currentClusterId } from "./handshake.ts";
@@ -114,13 +114,17 @@ export class PeerRpcs {
    * Asks node `to`, a replica of every shard in `shards`, for its share of a scan
    * (cairn.v1.Raft ScanShards): the keys of those shards in the range, merged in key order, a
    * page of at most `req.limit` items within `req.maxBytes`. Rejects with the call's error
-   * (NotLeaderError's code in the trailers when `to` does not replicate one of them).
+   * (NotLeaderError's code in the trailers when `to` does not replicate one of them). `cut`
+   * cancels the call (its asking scan's client cancelled): the peer sees RST_STREAM, its call
+   * cancelled, and stops waiting for its shards' read indexes (raft-service.ts), as a peer of
+   * an earlier build stops at the call's deadline.
    */
   async scanShards(
     to: NodeId,
     shards: readonly number[],
     req: ScanRequest,
     timeoutMs: number,
+    cut?: CallCut,
   ): Promise<ScanPage> {
     const method = loadRaftProto().cairn.v1.Raft.service.ScanShards;
     const reply = await this.#unary(
@@ -137,6 +141,7 @@ export class PeerRpcs {
         max_bytes: req.maxBytes,
       },
       timeoutMs,
+      cut,
     );
     const items = reply.items.map((i) => ({
       key: i.key,
@@ -156,6 +161,7 @@ export class PeerRpcs {
     },
     request: Req,
     timeoutMs: number,
+    cut?: CallCut,
   ): Promise<Res> {
     if (this.#closing.aborted) return Promise.reject(new Error("the transport is closed"));
     // `to` may name a replica (a leader hint): its node is who answers.
@@ -172,7 +178,10 @@ export class PeerRpcs {
     }
     return this.#links
       .channel(this.#links.link(node), address)
-      .unary(method.path, bytes, { deadline: deadlineClock() + timeoutMs })
+      .unary(method.path, bytes, {
+        deadline: deadlineClock() + timeoutMs,
+        ...(cut === undefined ? {} : { cut }),
+      })
       .then((result) => {
         if (result.code !== status.OK || result.message === null) throw callError(result);
         return method.responseDeserialize(result.message);

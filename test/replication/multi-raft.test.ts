@@ -1091,6 +1091,63 @@ describe("a linearizable read whose call's deadline passes", () => {
       await close();
     }
   });
+  it("a linearizable Scan whose client cancels cancels the ScanShards calls it sent to peers, and asks no other replica", async () => {
+    // Its own barriers stopped, but the peer asked for a share went on waiting for its shards'
+    // read indexes until the call's deadline or, with none sent, its 10 s, holding its share of
+    // limits.max_pending_bytes there.
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-scan-remote-cancelled-"));
+    const asked: string[] = [];
+    const cut: string[] = [];
+    let reached = (): void => {};
+    const mr = await MultiRaft.open({
+      ...options(dataDir),
+      transport: { send: () => undefined, flush: () => undefined },
+      replicaId: nodeId("n1"),
+      // n1 replicates none of the shards: each is read through a replica on another node.
+      replicasOf: () => ["n2", "n3", "n4"],
+      createdShards: () => [4, 7],
+      syncMeta: () => Promise.resolve(),
+      // A peer that answers only when its call is cancelled (as gRPC reports it).
+      remoteScan: (node, _shards, _req, _deadline, cancel) =>
+        new Promise((_, reject) => {
+          asked.push(node);
+          reached();
+          cancel?.listen(() => {
+            cut.push(node);
+            reject(new Error(`CANCELLED: the call to ${node} was cancelled`));
+          });
+        }),
+    });
+    try {
+      const req = {
+        start: new Uint8Array(0),
+        end: null,
+        limit: 10,
+        maxBytes: 1 << 20,
+        linearizable: true,
+      };
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const asking = new Promise<void>((resolve) => (reached = resolve));
+      const scan = mr.scan(req, undefined, call);
+      await asking;
+      assert.deepEqual(asked, ["n2"]);
+      assert.ok(call.listenerCount("cancelled") <= 1, "one listener at most, the scan's");
+      call.cancelled = true;
+      call.emit("cancelled");
+      const outcome = await settledWithin(scan, 3_000);
+      assert.match(String(outcome), /cancelled/);
+      assert.deepEqual(cut, ["n2"], "the call sent to n2 was cancelled");
+      assert.deepEqual(asked, ["n2"], "no other replica was asked for the cancelled scan");
+      // One already cancelled sends no call at all.
+      const gone = await settledWithin(mr.scan(req, undefined, call), 3_000);
+      assert.match(String(gone), /cancelled/);
+      assert.deepEqual(asked, ["n2"]);
+    } finally {
+      await mr.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("on a leader: waits for its read index, or for an election, only until that deadline", async () => {
     const { raw, shard, drain } = await leaderOfTermTwo();
     // Confirmed by a quorum's answer to the read's heartbeats, which never comes (b and c are

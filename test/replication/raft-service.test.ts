@@ -13,6 +13,7 @@ import { loadRaftProto } from "../../src/api/proto.ts";
 import { PEER_KEY } from "../../src/api/wire.ts";
 import { ClusterViewPublisher } from "../../src/cluster/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
+import { CallCut } from "../../src/common/call-cut.ts";
 import { deadlineClock } from "../../src/common/deadline-clock.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
@@ -32,6 +33,7 @@ import {
   startRaftServer,
   transportTo,
 } from "./peer-support.ts";
+import { withTimeout } from "../support/timeout.ts";
 
 describe("createRaftService", () => {
   it("answers UNIMPLEMENTED for a call the node does not serve", async () => {
@@ -204,6 +206,42 @@ describe("createRaftService", () => {
       assert.equal(asked[0]?.[1].linearizable, true);
       // Its read barriers stop waiting at the call's deadline (MultiRaft.scanShards).
       for (const ms of left) assert.ok(ms > 0 && ms <= 5_000, `the call's deadline: ${ms} ms left`);
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  it("a scan's share whose asker cuts the call is cancelled on the peer, whose wait stops then", async () => {
+    // The asking scan's client cancelled: the peer's read barriers went on waiting (and holding
+    // its share of limits.max_pending_bytes) until the call's deadline, here 5 s.
+    let arrived = (): void => {};
+    let stopped = (): void => {};
+    const reached = new Promise<void>((resolve) => (arrived = resolve));
+    const ended = new Promise<void>((resolve) => (stopped = resolve));
+    const server = await startRaftFrontEnd(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      // Waits as a barrier whose read index never comes, until its asker's call ends.
+      scanShards: (_shards, _req, _deadline, call) =>
+        new Promise((_, reject) => {
+          arrived();
+          call.once("cancelled", () => {
+            stopped();
+            reject(new Error("cancelled"));
+          });
+        }),
+    });
+    const t = transportTo(server.address);
+    try {
+      const req = { start: Buffer.from("a"), end: null, limit: 7, maxBytes: 1000 };
+      const cut = new CallCut();
+      const share = t.scanShards(N2, [4], { ...req, linearizable: true }, 5_000, cut);
+      const failed = assert.rejects(share, { code: status.CANCELLED });
+      await withTimeout(reached, 2_000, "the share to reach the peer");
+      cut.cut();
+      await failed;
+      await withTimeout(ended, 2_000, "the peer's wait to stop");
     } finally {
       await t.close();
       server.stop();
