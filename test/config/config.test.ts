@@ -61,7 +61,7 @@ describe("loadConfig", () => {
       gossip_plaintext: "refuse",
       rebalance: {
         max_moves: 4,
-        moves_per_minute: 60,
+        moves_per_minute: 120,
         tolerance: 2,
         rate_bytes_per_sec: 4 * 1024 * 1024,
       },
