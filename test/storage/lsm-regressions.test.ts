@@ -505,6 +505,20 @@ describe("flush() under writes that keep rotating memtables (an audit, 2026-12-0
   });
 });
 
+/** `image` in pieces of 64 KiB, as a snapshot file's reader yields it. */
+function inPieces(image: Buffer): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (let at = 0; at < image.length; at += 65536) out.push(image.subarray(at, at + 65536));
+  return out;
+}
+
+/** The tables of an engine's directory, by name. */
+function tables(dir: string): string[] {
+  return readdirSync(dir)
+    .filter((n) => n.endsWith(".sst"))
+    .sort();
+}
+
 describe("importSnapshot while the engine closes (an audit, 2026-12-06)", () => {
   // close() waited for flushes and compactions, not for an import: one under way, or asked for
   // while close() waited, went on after it resolved, writing tables and a reset edit into a
@@ -525,16 +539,7 @@ describe("importSnapshot while the engine closes (an audit, 2026-12-06)", () => 
       ]),
     ),
   ]);
-  /** The image in pieces of 64 KiB, as a snapshot file's reader yields it. */
-  const pieces = (): Uint8Array[] => {
-    const out: Uint8Array[] = [];
-    for (let at = 0; at < image.length; at += 65536) out.push(image.subarray(at, at + 65536));
-    return out;
-  };
-  const tables = (dir: string): string[] =>
-    readdirSync(dir)
-      .filter((n) => n.endsWith(".sst"))
-      .sort();
+  const pieces = (): Uint8Array[] => inPieces(image);
 
   /** An engine in `dir` holding one key in a table: the state an import replaces. */
   async function withState(dir: string, e: LsmEnvironment): Promise<LsmEngine> {
@@ -710,16 +715,7 @@ describe("importSnapshot on a failed engine (an audit, 2026-12-06)", () => {
       ]),
     ),
   ]);
-  /** The image in pieces of 64 KiB, as a snapshot file's reader yields it. */
-  const pieces = (): Uint8Array[] => {
-    const out: Uint8Array[] = [];
-    for (let at = 0; at < image.length; at += 65536) out.push(image.subarray(at, at + 65536));
-    return out;
-  };
-  const tables = (dir: string): string[] =>
-    readdirSync(dir)
-      .filter((n) => n.endsWith(".sst"))
-      .sort();
+  const pieces = (): Uint8Array[] => inPieces(image);
   /** Every file of `dir` but its tables, with its bytes: the manifest and CURRENT. */
   const manifestFiles = (dir: string): Map<string, string> =>
     new Map(
