@@ -51,6 +51,7 @@ import {
   ShardCountMismatchError,
 } from "../membership/index.ts";
 import {
+  type ClientCall,
   createRaftService,
   GrpcTransport,
   MultiRaft,
@@ -183,8 +184,11 @@ export interface ShardCell {
     placing(shard: number, timeoutMs: number): Promise<MetaState | null>;
     /** The others: their meta commands go through worker 0. */
     proposer(): MetaProposer;
-    /** The others: brings the state here up to the meta group's commit (MultiRaft.syncMeta). */
-    sync(): Promise<void>;
+    /**
+     * The others: brings the state here up to the meta group's commit (MultiRaft.syncMeta); a
+     * scan's until its deadline or its client's call is cancelled.
+     */
+    sync(deadline?: number, call?: ClientCall | null): Promise<void>;
   };
 }
 
@@ -539,7 +543,8 @@ export class CairnNode implements HealthSource {
             ...(cell === null || cell.index === 0
               ? {}
               : {
-                  syncMeta: () => cell.meta.sync(),
+                  syncMeta: (deadline: number, call: ClientCall | null) =>
+                    cell.meta.sync(deadline, call),
                   metaAtStart: (shard: number) => cell.meta.placing(shard, META_AT_START_MS),
                 }),
             remoteReadIndex: (leader: string, shard: number, term: number) => {

@@ -83,9 +83,10 @@ export type SiblingCall =
     }
   /**
    * Cluster mode, to the worker that holds shard 0: sync the meta state with the meta group's
-   * commit (MultiRaft.syncMeta) and answer the version of the state shared after it.
+   * commit (MultiRaft.syncMeta) and answer the version of the state shared after it. A scan's
+   * carries its deadline, and its client's cancellation crosses with it (Sibling.call).
    */
-  | { readonly op: "sync-meta" };
+  | { readonly op: "sync-meta"; readonly deadline?: number | undefined };
 
 /** The meta state as worker 0 shares it: its records, and a version that grows with each apply. */
 export interface SharedMeta {
@@ -643,7 +644,7 @@ export function serveSibling(
         return meta.proposer.propose(decodeMetaCommand(call.cmd), call.timeoutMs, call.first);
       case "sync-meta":
         if (meta === null) throw notMeta();
-        await local.syncMeta();
+        await local.syncMeta(call.deadline ?? Infinity, client);
         return meta.version();
     }
   };
@@ -901,12 +902,16 @@ export class MetaShare {
 
   /**
    * The others: resolves once the state here is at least what worker 0 applied after syncing
-   * with the meta group's commit (MultiRaft.syncMeta there).
+   * with the meta group's commit (MultiRaft.syncMeta there). A scan's sync stops at its
+   * `deadline` or once its client's `call` is cancelled, there and in worker 0: it otherwise
+   * held worker 0's request budget for its 10 s after the client had gone.
    */
-  async sync(): Promise<void> {
+  async sync(deadline = Infinity, call: ClientCall | null = null): Promise<void> {
     const worker0 = this.#siblings[0];
     if (worker0 === null || worker0 === undefined) throw notMeta();
-    const version = (await worker0.call({ op: "sync-meta" })) as number;
+    const asked: SiblingCall =
+      deadline === Infinity ? { op: "sync-meta" } : { op: "sync-meta", deadline };
+    const version = (await worker0.call(asked, call)) as number;
     if (version <= this.#version) return;
     let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve, reject) => {

@@ -11,6 +11,7 @@ import type { Clock, EngineOpener } from "./engine.ts";
 import type { RaftTransport } from "./raft-transport.ts";
 import type { ScanPage } from "./scan-merge.ts";
 import type { ConfirmTerms } from "./term-confirm.ts";
+import type { ClientCall } from "./request-errors.ts";
 import type { CallCut, DenseMap } from "../common/index.ts";
 import type { ShardReplica } from "./shard.ts";
 
@@ -141,9 +142,11 @@ export interface MultiRaftOptions {
   readonly createdShards?: () => readonly number[];
   /**
    * Cluster mode, a shard worker that does not hold shard 0: brings the meta state here up to
-   * the meta group's commit as of the call (what syncMeta() does through shard 0 itself).
+   * the meta group's commit as of the call (what syncMeta() does through shard 0 itself). A
+   * scan's `deadline` and client's `call` go with it: the sync stops waiting (in worker 0 too)
+   * at the one or once the other is cancelled.
    */
-  readonly syncMeta?: () => Promise<void>;
+  readonly syncMeta?: (deadline: number, call: ClientCall | null) => Promise<void>;
   /**
    * Cluster mode, a shard worker that does not hold shard 0: the first meta state the worker
    * that holds it shared in which `shard` is placed, waited for (bounded) while both start; null

@@ -309,7 +309,7 @@ export class Scanner {
     let ids: readonly number[];
     if (created !== undefined) {
       // Every shard created before the scan arrived is in the meta state once it is synced.
-      await (this.#host.options.syncMeta?.() ?? this.#host.syncMeta(deadline, call));
+      await (this.#host.options.syncMeta?.(deadline, call) ?? this.#host.syncMeta(deadline, call));
       ids = created();
     } else {
       ids = Array.from({ length: this.#host.totalShards }, (_, id) => id).filter((id) => owns(id));

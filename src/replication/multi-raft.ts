@@ -418,9 +418,12 @@ export class MultiRaft {
     return this.#reads.get(key, linearizable, deadline, call);
   }
 
-  /** Waits until the meta group's state here is as recent as any acknowledged meta command. */
-  syncMeta(): Promise<void> {
-    return this.#reads.syncMeta();
+  /**
+   * Waits until the meta group's state here is as recent as any acknowledged meta command; a
+   * scan's until its `deadline` or its client's `call` is cancelled (readBarrier).
+   */
+  syncMeta(deadline = Infinity, call: ClientCall | null = null): Promise<void> {
+    return this.#reads.syncMeta(deadline, call);
   }
 
   /** A peer leader's term checks (term-confirm.ts), answered from the groups' current terms. */

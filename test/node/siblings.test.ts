@@ -543,6 +543,57 @@ describe("shard worker siblings", () => {
     }
   });
 
+  it("a scan's meta sync through worker 0 stops waiting there at its deadline or once its client cancels", async () => {
+    // A linearizable Scan on a worker without shard 0 first syncs the meta state through
+    // worker 0; that call carried neither the client's call nor its deadline, so worker 0's
+    // ReadIndex wait held its budget for the driver's 10 s after the client had gone.
+    const { port1, port2 } = new MessageChannel();
+    const seen: { deadline: number; call: ClientCall | null }[] = [];
+    let arrival = (): void => {};
+    let stop = (): void => {};
+    const driver = {
+      syncMeta: (deadline: number, call: ClientCall | null): Promise<void> =>
+        new Promise((_, reject) => {
+          seen.push({ deadline, call });
+          arrival();
+          call?.once("cancelled", () => {
+            stop();
+            reject(new ReadCancelledError());
+          });
+        }),
+    } as unknown as MultiRaft;
+    const meta = { proposer: {}, version: () => 1 } as unknown as Parameters<
+      typeof serveSibling
+    >[2];
+    const worker0 = sibling(port2, handlers(serveSibling(driver, () => Promise.reject(), meta)));
+    const to0 = sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+    );
+    const share1 = new MetaShare([to0, null]);
+    try {
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const reached = new Promise<void>((resolve) => (arrival = resolve));
+      const ended = new Promise<void>((resolve) => (stop = resolve));
+      const deadline = deadlineClock() + 60_000;
+      const p = share1.sync(deadline, call);
+      await withTimeout(reached, 2_000, "the sync to reach worker 0's driver");
+      assert.equal(seen[0]?.deadline, deadline, "the scan's deadline crossed");
+      assert.notEqual(seen[0]?.call ?? null, null, "the client's call crossed");
+      call.cancelled = true;
+      call.emit("cancelled");
+      const failed = assert.rejects(p, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
+      await withTimeout(ended, 2_000, "worker 0's sync to stop waiting");
+      await failed;
+      assert.equal(to0.pending, 0, "nothing waits in the asking worker");
+      assert.equal(worker0.serving, 0, "nothing kept in worker 0");
+      assert.equal(call.listenerCount("cancelled"), 0, "no listener left on the call");
+    } finally {
+      to0.close();
+      worker0.close();
+    }
+  });
+
   it("closing fails the calls still waiting, retryably", async () => {
     const { port1, port2 } = new MessageChannel();
     // The owner never answers.
