@@ -142,7 +142,8 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   const moved = new Set<number>();
   const roomySet = new Set(roomy);
   budget = Math.min(budget, input.balanceMoves);
-  // A balancing move the pace (or max_moves) holds back for now: the rebalance is not over.
+  // A balancing move the pace (or a full set of move slots) holds back for now: the rebalance
+  // is not over.
   let heldBack = false;
   for (;;) {
     const byLoad = [...load.entries()].sort((a, b) => a[1] - b[1] || cmp(a[0], b[0]));
@@ -159,7 +160,9 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     });
     if (shard === undefined) break;
     if (budget <= 0) {
-      heldBack = true;
+      // Not with max_moves 0: every move is stopped, not waiting, and leaders are evened on
+      // the placement as it is.
+      heldBack = input.maxMoves > 0;
       break;
     }
     const nodes = meta.nodesOf(shard);

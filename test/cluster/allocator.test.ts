@@ -242,6 +242,14 @@ describe("allocator", () => {
     // The pace has no move to give this pass: nothing is proposed, leaders neither (they
     // would be evened on a placement the next moves change again).
     assert.deepEqual(allocate({ meta: s, ...calm, maxMoves: 4, balanceMoves: 0 }), []);
+    // With max_moves 0 (every move stopped, not waiting for a slot) the leaders are evened on
+    // the placement as it is, as before the pace.
+    const stopped = allocate({ meta: s, ...calm, maxMoves: 0 });
+    assert.ok(stopped.length > 0, "leaders evened with every move stopped");
+    assert.ok(
+      stopped.every((c) => c.op === "prefer-leader"),
+      JSON.stringify(stopped),
+    );
     // Paced to the end, the replicas even out, then the leaders.
     const end = settle(s, { ...calm, balanceMoves: 2 }).s;
     assertPlaced(end, calm.tolerance);
