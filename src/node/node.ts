@@ -56,7 +56,6 @@ import {
   GrpcTransport,
   MultiRaft,
   type RaftService,
-  ReadCancelledError,
   ReadPastDeadlineError,
   type ScanRequest,
   type TermCheck,
@@ -580,8 +579,8 @@ export class CairnNode implements HealthSource {
               return transport
                 .scanShards(nodeId(node), shards, req, Math.min(REQUEST_TIMEOUT_MS, left), cut)
                 .catch((err: unknown) => {
-                  // Its client has gone: no other replica is asked (Scanner.#scanRemote).
-                  if (cut.isCut) throw new ReadCancelledError();
+                  // (A call its client cancelled, `cut`, fails ReadCancelledError in
+                  // Scanner.#scanRemote, whatever it rejects with here.)
                   if (deadlineClock() >= deadline) throw new ReadPastDeadlineError(Number.NaN);
                   // That replica is down or cut off: another is asked, or the caller retries.
                   if (err instanceof NotLeaderError) throw err;
