@@ -909,9 +909,7 @@ export class MetaShare {
   async sync(deadline = Infinity, call: ClientCall | null = null): Promise<void> {
     const worker0 = this.#siblings[0];
     if (worker0 === null || worker0 === undefined) throw notMeta();
-    const asked: SiblingCall =
-      deadline === Infinity ? { op: "sync-meta" } : { op: "sync-meta", deadline };
-    const version = (await worker0.call(asked, call)) as number;
+    const version = (await worker0.call({ op: "sync-meta", deadline }, call)) as number;
     if (version <= this.#version) return;
     let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve, reject) => {
