@@ -61,11 +61,36 @@ async function firstPass(
   alive = false,
   firstSeed = SELF.rpcAddr,
 ): Promise<string> {
+  const n2 = { id: "n2", rpcAddr: otherSeed, httpAddr: "127.0.0.1:8002" };
+  return foundingOutcome({
+    seeds: `${firstSeed},${otherSeed}`,
+    bootstrapExpect: alive ? 2 : 1,
+    // Founding on n1 alone at once: these passes ask seeds, not gossip (FOUNDING_LISTEN_MS).
+    listenMs: 0,
+    members: () => (alive ? [{ state: "alive", meta: n2 }] : []),
+    firstSeed,
+  });
+}
+
+/**
+ * Runs n1's founding loop (ClusterState.bootstrapLoop) with these seeds, `bootstrap_expect`,
+ * founding listen time and gossip members, until it founds the cluster ("founded") or logs a
+ * reason not to that `decides` accepts (any, by default); resolves with that outcome. With
+ * `firstSeed`, checks first that n1's view shows it is a first seed.
+ */
+async function foundingOutcome(o: {
+  readonly seeds: string;
+  readonly bootstrapExpect: number;
+  readonly listenMs: number | undefined;
+  readonly members: () => unknown[];
+  readonly decides?: (reason: string) => boolean;
+  readonly firstSeed?: string;
+}): Promise<string> {
   const config = loadConfig({
     env: {
       CAIRN_NODE_ID: "n1",
-      CAIRN_SEED_NODES: `${firstSeed},${otherSeed}`,
-      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: alive ? "2" : "1",
+      CAIRN_SEED_NODES: o.seeds,
+      CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(o.bootstrapExpect),
     },
   });
   let decided: (outcome: string) => void = () => undefined;
@@ -73,12 +98,14 @@ async function firstPass(
   const log: Logger = {
     ...silentLogger,
     info: (message, fields) => {
-      if (message === "not founding the cluster") decided(String(fields?.["reason"]));
+      const reason = String(fields?.["reason"]);
+      if (message === "not founding the cluster" && (o.decides?.(reason) ?? true)) {
+        decided(reason);
+      }
     },
     child: () => log,
   };
   const views = new ClusterViewPublisher(TOTAL_SHARDS);
-  // Founding on n1 alone at once: these passes ask seeds, not gossip (FOUNDING_LISTEN_MS).
   const cs = new ClusterState(
     config,
     log,
@@ -87,25 +114,25 @@ async function firstPass(
     () => undefined,
     undefined,
     undefined,
-    0,
+    o.listenMs,
   );
   cs.setSelf(SELF);
-  await Promise.resolve(); // the view is rebuilt in a microtask
-  assert.equal(views.current().first_seed, true, `n1 shows it is a first seed (${firstSeed})`);
+  if (o.firstSeed !== undefined) {
+    await Promise.resolve(); // the view is rebuilt in a microtask
+    assert.equal(views.current().first_seed, true, `n1 shows it is a first seed (${o.firstSeed})`);
+  }
   const store = {
     foundShard: () => {
       decided("founded");
       return Promise.resolve();
     },
   } as unknown as MultiRaft;
-  const n2 = { id: "n2", rpcAddr: otherSeed, httpAddr: "127.0.0.1:8002" };
-  const membership = {
-    members: () => (alive ? [{ state: "alive", meta: n2 }] : []),
-  } as unknown as Membership;
+  const membership = { members: o.members } as unknown as Membership;
   let stopped = false;
   const loop = cs.bootstrapLoop(store, membership, SELF, () => stopped);
   const outcome = await decision;
   stopped = true;
+  cs.close();
   await loop;
   return outcome;
 }
@@ -192,53 +219,15 @@ describe("the first seed's founding when it is its joiners' only seed", () => {
    * the loop's second look on. Resolves with "founded", or with the reason that names c-old.
    */
   async function wipedOnlySeed(listenMs: number | undefined, n2Address: string): Promise<string> {
-    const config = loadConfig({
-      env: {
-        CAIRN_NODE_ID: "n1",
-        CAIRN_SEED_NODES: SELF.rpcAddr,
-        CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1",
-      },
-    });
-    let decided: (outcome: string) => void = () => undefined;
-    const decision = new Promise<string>((resolve) => (decided = resolve));
-    const log: Logger = {
-      ...silentLogger,
-      info: (message, fields) => {
-        const reason = String(fields?.["reason"]);
-        if (message === "not founding the cluster" && reason.includes("c-old")) decided(reason);
-      },
-      child: () => log,
-    };
-    const views = new ClusterViewPublisher(TOTAL_SHARDS);
-    const cs = new ClusterState(
-      config,
-      log,
-      views,
-      "inc-n1-wiped",
-      () => undefined,
-      undefined,
-      undefined,
-      listenMs,
-    );
-    cs.setSelf(SELF);
-    const store = {
-      foundShard: () => {
-        decided("founded");
-        return Promise.resolve();
-      },
-    } as unknown as MultiRaft;
     const n2 = { id: "n2", rpcAddr: n2Address, httpAddr: "127.0.0.1:8002" };
     let looks = 0;
-    const membership = {
+    return foundingOutcome({
+      seeds: SELF.rpcAddr,
+      bootstrapExpect: 1,
+      listenMs,
       members: () => (looks++ === 0 ? [] : [{ state: "alive", meta: n2 }]),
-    } as unknown as Membership;
-    let stopped = false;
-    const loop = cs.bootstrapLoop(store, membership, SELF, () => stopped);
-    const outcome = await decision;
-    stopped = true;
-    cs.close();
-    await loop;
-    return outcome;
+      decides: (reason) => reason.includes("c-old"),
+    });
   }
 
   let running: { address: string; server: RpcServer }[] = [];
