@@ -255,6 +255,14 @@ export interface NodeShare {
   /** Requests that reached it for a shard it does not lead, forwarded to the leader. */
   readonly forwarded: number;
   readonly cpuSeconds: number;
+  /** Of cpuSeconds, the kernel's (system time: syscalls, the loopback's TCP, the disk). */
+  readonly cpuSystemSeconds: number;
+  /** Raft frames it sent to its peers (cairn_raft_frames_sent_total, every peer). */
+  readonly framesSent: number;
+  /** Raft messages in those frames (cairn_raft_messages_sent_total). */
+  readonly messagesSent: number;
+  /** Durable WAL writes (cairn_wal_write_duration_seconds_count): one a round that syncs. */
+  readonly walWrites: number;
 }
 
 /** One cluster size's run: each node's work and the share of the total. */
@@ -277,6 +285,31 @@ export function shares(run: ScaleRun): { served: number[]; cpu: number[]; worstD
   const ideal = 1 / run.perNode.length;
   const worstDeviation = Math.max(...[...served, ...cpu].map((x) => Math.abs(x - ideal) / ideal));
   return { served, cpu, worstDeviation };
+}
+
+/**
+ * What the whole cluster did for each Put of a run: Raft frames and messages sent between the
+ * nodes, durable WAL writes, and microseconds of the nodes' CPU (and of it the kernel's). Frames and writes a Put are
+ * the per-round costs that grow with the nodes: the same Puts spread over more nodes fill each
+ * node's rounds less, and each leader's round writes to more peers.
+ */
+export function trafficPerPut(run: ScaleRun): {
+  frames: number;
+  messages: number;
+  walWrites: number;
+  cpuMicros: number;
+  systemCpuMicros: number;
+} {
+  const puts = run.opsPerSec * run.seconds;
+  const per = (f: (s: NodeShare) => number): number =>
+    puts === 0 ? 0 : run.perNode.reduce((a, s) => a + f(s), 0) / puts;
+  return {
+    frames: per((s) => s.framesSent),
+    messages: per((s) => s.messagesSent),
+    walWrites: per((s) => s.walWrites),
+    cpuMicros: per((s) => s.cpuSeconds) * 1e6,
+    systemCpuMicros: per((s) => s.cpuSystemSeconds) * 1e6,
+  };
 }
 
 export function scaleOutTable(runs: readonly ScaleRun[]): string {

@@ -13,7 +13,7 @@
  * a request reaches a node that leads its shard one time in n, and is forwarded otherwise), and
  * reads every node's /metrics before and after.
  */
-import { createWriteStream, mkdirSync } from "node:fs";
+import { createWriteStream, mkdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -47,12 +47,20 @@ import {
   waitHealthy,
   watchUntil,
 } from "./cluster-nodes.ts";
-import { type NodeShare, type ScaleRun, scaleOutTable, shares } from "./rebalance-lib.ts";
+import {
+  type NodeShare,
+  type ScaleRun,
+  scaleOutTable,
+  shares,
+  trafficPerPut,
+} from "./rebalance-lib.ts";
 
 const HELP = `Usage: npm run bench:scale-out -- [options]
 
 Runs the same Put load against a 3-node and a 5-node local cluster and prints each node's
-share of the requests served and of the CPU, against 1/n.
+share of the requests served and of the CPU, against 1/n, and what the cluster did for each
+Put: Raft frames and messages between the nodes, durable WAL writes, and CPU (the kernel's
+share from /proc).
 
 Options:
   --nodes LIST          cluster sizes, in order (default 3,5)
@@ -228,6 +236,7 @@ async function runSize(opts: Options, size: number, baseDir: string): Promise<Sc
         log,
       );
     const start = await scrape();
+    const systemStart = nodes.map(systemCpuSeconds);
     const r = parseGrpcLoad(
       await runChild(
         opts.grpcLoad,
@@ -246,6 +255,7 @@ async function runSize(opts: Options, size: number, baseDir: string): Promise<Sc
       opts.concurrency,
     );
     const end = await scrape();
+    const systemEnd = nodes.map(systemCpuSeconds);
     const perNode: NodeShare[] = nodes.map((n, i) => {
       const d = (name: string, labels: Record<string, string> = {}): number =>
         sumMetric(end[i] ?? new Map(), name, labels) -
@@ -257,6 +267,10 @@ async function runSize(opts: Options, size: number, baseDir: string): Promise<Sc
           d("kv_requests_total", { operation: "put", status: "error" }),
         forwarded: d("kv_requests_total", { operation: "put", status: "not_leader" }),
         cpuSeconds: d("process_cpu_seconds_total"),
+        cpuSystemSeconds: (systemEnd[i] ?? 0) - (systemStart[i] ?? 0),
+        framesSent: d("cairn_raft_frames_sent_total"),
+        messagesSent: d("cairn_raft_messages_sent_total"),
+        walWrites: d("cairn_wal_write_duration_seconds_count"),
       };
     });
     const run: ScaleRun = {
@@ -322,6 +336,10 @@ async function main(argv: readonly string[]): Promise<number> {
         `- ${run.nodes} nodes: the largest share is ${(100 * worstDeviation).toFixed(1)} % off 1/${run.nodes} (${within ? "within" : "NOT within"} ${(100 * opts.tolerance).toFixed(0)} %); ` +
           `the nodes' CPU ${(run.perNode.reduce((a, n) => a + n.cpuSeconds, 0) / run.seconds).toFixed(2)} cores under load, ${(run.idleCpuSeconds / opts.duration).toFixed(3)} idle`,
       );
+      const t = trafficPerPut(run);
+      out(
+        `  a Put, all nodes together: ${t.frames.toFixed(2)} Raft frames, ${t.messages.toFixed(2)} Raft messages, ${t.walWrites.toFixed(3)} durable WAL writes, ${t.cpuMicros.toFixed(0)} µs of CPU (${t.systemCpuMicros.toFixed(0)} in the kernel)`,
+      );
     }
     const first = runs[0];
     for (const run of runs.slice(1)) {
@@ -347,3 +365,21 @@ async function main(argv: readonly string[]): Promise<number> {
 }
 
 runBench("bench:scale-out", main);
+
+/**
+ * The kernel's CPU seconds of node `n`'s process so far (its threads' system time, from
+ * /proc/<pid>/stat), 0 where there is no /proc. Cairn's fixed metric catalogue has only the sum.
+ */
+function systemCpuSeconds(n: Node): number {
+  try {
+    const stat = readFileSync(`/proc/${n.proc.pid}/stat`, "utf8");
+    // The fields after the command's closing parenthesis; stime is field 15 of the whole line.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return Number(fields[12]) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
+/** USER_HZ: what /proc counts CPU time in on every Linux the benchmark runs on. */
+const CLOCK_TICKS_PER_SECOND = 100;

@@ -15,6 +15,7 @@ import {
   rebalanceTable,
   type ScaleRun,
   scaleOutTable,
+  trafficPerPut,
   shares,
   summarize,
   windowServerSide,
@@ -186,15 +187,21 @@ describe("bench:rebalance's pieces", () => {
   });
 
   it("gives each node's share of the requests served and of the CPU, and the worst deviation from 1/n", () => {
+    const traffic = {
+      framesSent: 12_000,
+      messagesSent: 30_000,
+      walWrites: 6_000,
+      cpuSystemSeconds: 2,
+    };
     const run: ScaleRun = {
       nodes: 3,
       seconds: 10,
       opsPerSec: 3000,
       p99: 20,
       perNode: [
-        { id: "n1", served: 10_000, forwarded: 20_000, cpuSeconds: 5 },
-        { id: "n2", served: 11_000, forwarded: 19_000, cpuSeconds: 5 },
-        { id: "n3", served: 9_000, forwarded: 21_000, cpuSeconds: 5 },
+        { id: "n1", served: 10_000, forwarded: 20_000, cpuSeconds: 5, ...traffic },
+        { id: "n2", served: 11_000, forwarded: 19_000, cpuSeconds: 5, ...traffic },
+        { id: "n3", served: 9_000, forwarded: 21_000, cpuSeconds: 5, ...traffic },
       ],
       idleCpuSeconds: 0.3,
       loadAvg: 2,
@@ -206,6 +213,15 @@ describe("bench:rebalance's pieces", () => {
     );
     assert.deepEqual(sh.cpu, [1 / 3, 1 / 3, 1 / 3]);
     assert.ok(Math.abs(sh.worstDeviation - 0.1) < 1e-9);
+    // 30,000 Puts: 36,000 frames, 90,000 messages, 18,000 WAL writes and 15 CPU seconds in all,
+    // 6 of them the kernel's.
+    assert.deepEqual(trafficPerPut(run), {
+      frames: 1.2,
+      messages: 3,
+      walWrites: 0.6,
+      cpuMicros: 500,
+      systemCpuMicros: 200,
+    });
     assert.equal(
       scaleOutTable([run])
         .split("\n")
