@@ -805,3 +805,141 @@ describe("importSnapshot on a failed engine (an audit, 2026-12-06)", () => {
     }
   });
 });
+
+describe("a snapshot import whose reset edit fails (an audit, 2026-12-07)", () => {
+  // An import whose reset edit failed left its tables in the directory, since an edit might name
+  // them. On a new engine that edit is the one that creates the first manifest, and when that
+  // failed no manifest could name them: they stayed, orphans, until the next open (a node may
+  // take many snapshots before it restarts). The same when the edit failed before a byte of it
+  // reached the manifest file. One whose bytes may have reached it must keep them.
+  const IMPORT_OPTIONS: LsmOptions = { ...OPTIONS, targetFileBytes: 256 * 1024 };
+  const KEYS = 2000;
+  const key4 = (i: number): string => `k${String(i).padStart(4, "0")}`;
+  const image = Buffer.concat([
+    ...encodeSnapshotFrames(
+      500,
+      Array.from({ length: KEYS }, (_, i): [Uint8Array, Uint8Array] => [
+        b(key4(i)),
+        Buffer.alloc(1024, i),
+      ]),
+    ),
+  ]);
+
+  /**
+   * Makes `method` (sync: a manifest's creation; datasync: an edit's append) fail with EIO on
+   * this thread's FileHandles of manifests (tables are written by the workers). Returns the
+   * function that undoes the patch.
+   */
+  async function failManifests(method: "sync" | "datasync"): Promise<() => void> {
+    const probe = await open(import.meta.filename, "r");
+    const proto = Object.getPrototypeOf(probe) as Record<typeof method, () => Promise<void>>;
+    await probe.close();
+    const original = proto[method];
+    proto[method] = function (this: unknown) {
+      if (isManifest(this)) {
+        return Promise.reject(Object.assign(new Error("injected EIO"), { code: "EIO" }));
+      }
+      return original.call(this);
+    };
+    return () => {
+      proto[method] = original;
+    };
+  }
+
+  /** The image, recording in `built` how many tables the import built before its last step. */
+  function source(dir: string, built: { count: number }): AsyncGenerator<Uint8Array> {
+    return (async function* () {
+      yield* inPieces(image);
+      built.count = tables(dir).length;
+    })();
+  }
+
+  it("on a new engine whose first manifest cannot be made, fails it and deletes its tables", async () => {
+    const dir = tempDir("lsm-import-edit");
+    const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    const built = { count: 0 };
+    const restore = await failManifests("sync");
+    try {
+      await assert.rejects(engine.importSnapshot(source(dir, built)), { code: "EIO" });
+    } finally {
+      restore();
+    }
+    try {
+      assert.ok(built.count > 0, "the import built tables before its reset edit");
+      assert.equal((engine.failure as { code?: string } | undefined)?.code, "EIO");
+      assert.deepEqual(tables(dir), [], "tables of the import no manifest can name");
+    } finally {
+      await engine.close();
+    }
+    const again = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    try {
+      assert.deepEqual([...again.scan()], []);
+      assert.equal(again.flushedSeq, 0);
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("whose manifest cannot be opened for the edit, fails the engine and deletes its tables", async () => {
+    const dir = tempDir("lsm-import-edit");
+    const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
+    await engine.flush();
+    const before = tables(dir);
+    const [live] = readdirSync(dir).filter((n) => n.startsWith("MANIFEST-")) as [string];
+    // The append's open (no O_CREAT) finds no file: nothing of the edit is written.
+    renameSync(join(dir, live), join(dir, "aside"));
+    const built = { count: 0 };
+    try {
+      await assert.rejects(engine.importSnapshot(source(dir, built)), { code: "ENOENT" });
+      assert.ok(built.count > before.length, "the import built tables before its reset edit");
+      assert.equal((engine.failure as { code?: string } | undefined)?.code, "ENOENT");
+      assert.deepEqual(tables(dir), before, "tables of the import no manifest can name");
+    } finally {
+      await engine.close();
+      renameSync(join(dir, "aside"), join(dir, live));
+    }
+    const again = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    try {
+      assert.deepEqual(
+        [...again.scan()].map(([k]) => text(k)),
+        ["mine"],
+      );
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("whose edit was written but not made durable, fails the engine and keeps its tables", async () => {
+    const dir = tempDir("lsm-import-edit");
+    const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
+    await engine.flush();
+    const before = tables(dir);
+    const built = { count: 0 };
+    const restore = await failManifests("datasync");
+    try {
+      await assert.rejects(engine.importSnapshot(source(dir, built)), { code: "EIO" });
+    } finally {
+      restore();
+    }
+    try {
+      assert.ok(built.count > before.length, "the import built tables before its reset edit");
+      assert.equal((engine.failure as { code?: string } | undefined)?.code, "EIO");
+      assert.ok(tables(dir).length > built.count, "the import's tables are kept");
+    } finally {
+      await engine.close();
+    }
+    // The edit is in the file (the page cache): a reopen replays it, and needs every table.
+    const again = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
+    try {
+      assert.equal(again.flushedSeq, 500);
+      assert.deepEqual(
+        [...again.scan()].map(([k]) => text(k)),
+        Array.from({ length: KEYS }, (_, i) => key4(i)),
+      );
+    } finally {
+      await again.close();
+    }
+  });
+});

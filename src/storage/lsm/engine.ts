@@ -930,8 +930,13 @@ export class LsmEngine implements BudgetMember {
    * Makes an edit durable, unless the engine has failed: a flush or compaction that finishes after
    * a failure must not install its result nor delete its inputs (the failed edit may or may not
    * be on disk, so the in-memory version no longer describes it). Throws then.
+   *
+   * `writing` is called just before the edit's first byte is written (Manifest.append): when the
+   * edit fails without having called it, no manifest names what it adds. The engine was refused,
+   * the first manifest could not be made (the one made in part holds the state before the edit,
+   * never the edit), or the manifest could not be opened.
    */
-  async #appendEdit(edit: VersionEdit): Promise<void> {
+  async #appendEdit(edit: VersionEdit, writing?: () => void): Promise<void> {
     if (this.#failure !== undefined) throw this.#failedError();
     const manifest =
       this.#manifest ??
@@ -939,7 +944,7 @@ export class LsmEngine implements BudgetMember {
         this.#manifest = m;
         return m;
       })));
-    await manifest.append(edit);
+    await manifest.append(edit, writing);
     if (this.#failure !== undefined) throw this.#failedError();
   }
 
@@ -1019,6 +1024,14 @@ export class LsmEngine implements BudgetMember {
      * failed it for good).
      */
     let committing = false;
+    /**
+     * Bytes of the reset edit may be in the manifest file: a reopen may replay the edit, which
+     * names the tables. Until then, a failure of the edit fails the engine (its first manifest
+     * may be half made, or its manifest refuses edits) but no manifest names the tables, and
+     * they are deleted as before `committing` (a new engine whose first manifest could not be
+     * made left them, orphans, until the next open).
+     */
+    let editWritten = false;
     /** The numbers of the tables this import builds (allocated, perhaps not yet written). */
     const numbers: number[] = [];
     try {
@@ -1078,8 +1091,8 @@ export class LsmEngine implements BudgetMember {
       }
       await submit();
       if (this.#closing) throw closedError();
-      // Checked here, before `committing`: #appendEdit refuses a failed engine before it writes,
-      // and a refusal after `committing` leaves the tables (an edit may name them).
+      // Checked here, before `committing`: the refusal is the engine's earlier failure, not one
+      // of the reset edit (#appendEdit would refuse it too, before writing: the tables deleted).
       if (this.#failure !== undefined) throw this.#failedError();
       committing = true;
       const edit: VersionEdit = {
@@ -1088,7 +1101,9 @@ export class LsmEngine implements BudgetMember {
         flushedSeq: seq,
         nextFileNumber: this.#state.nextFileNumber,
       };
-      await this.#appendEdit(edit);
+      await this.#appendEdit(edit, () => {
+        editWritten = true;
+      });
       const old = this.#levels.flat();
       this.#mem = new Memtable(this.#readersBelow);
       this.#immutables = [];
@@ -1099,9 +1114,8 @@ export class LsmEngine implements BudgetMember {
       this.#acceptedSeq = seq;
       this.#reportMemtable();
     } catch (err) {
-      if (committing) {
-        this.#fail(err);
-      } else {
+      if (committing) this.#fail(err);
+      if (!editWritten) {
         // No edit names them. Deleted now, not by the next open: a node may take many
         // snapshots, failed or stopped, before it restarts, and the directory is let go by
         // close(), which waits for this.

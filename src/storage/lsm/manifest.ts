@@ -313,8 +313,12 @@ export class Manifest {
    * so a later edit could neither be placed after them nor over them, and one installed on top of
    * an edit the caller has given up on could delete tables still needed. Every later append
    * (queued or new) rejects; only a reopen, which replays what is on disk, goes on.
+   *
+   * `writing`, when given, is called once the file is open, just before the edit's first write:
+   * from then on bytes of it may be in the file, and a reopen may replay it. An append that
+   * rejects without having called it left the file as it was (refused, or the open failed).
    */
-  append(edit: VersionEdit): Promise<void> {
+  append(edit: VersionEdit, writing?: () => void): Promise<void> {
     if (this.#failure !== undefined) return Promise.reject(this.#failedError());
     const frame = encodeEdit(edit);
     const run = async (): Promise<void> => {
@@ -322,6 +326,7 @@ export class Manifest {
       try {
         const handle = await open(join(this.dir, this.fileName), constants.O_WRONLY);
         try {
+          writing?.();
           await writeFully(handle, frame, this.#size);
           await handle.datasync();
         } finally {
