@@ -262,11 +262,69 @@ export class Reads {
     until = Infinity,
     call: ClientCall | null = null,
   ): Promise<number> {
-    const index = await this.#confirmLeadership(shard, voucher);
+    // The peers asked may never answer (paused, cut off): their calls end at their own timeout
+    // (2 s in a node), and the read stops waiting before that at its deadline or its client's
+    // cancel, as it does below for Raft's ReadIndex (the shard's tables, which the expiry scan
+    // reads). The calls go on; their answers are then for nobody.
+    const index = await this.#untilDone(
+      this.#confirmLeadership(shard, voucher),
+      since,
+      until,
+      call,
+    );
     if (index !== null) return index;
     const done = shard.enqueueRead(++this.#readSeq, since, until, call);
     this.#host.markDirty(shard);
     return done;
+  }
+
+  /**
+   * `wait`'s outcome, unless the read's deadline `until` (on the driver's clock) comes first
+   * (ReadPastDeadlineError, `since` the read's arrival) or its client's `call` is cancelled
+   * (ReadCancelledError): for what a read waits for outside the shard's tables.
+   */
+  #untilDone<T>(
+    wait: Promise<T>,
+    since: number,
+    until: number,
+    call: ClientCall | null,
+  ): Promise<T> {
+    if (until === Infinity && call === null) return wait;
+    if (call?.cancelled === true) return Promise.reject(new ReadCancelledError());
+    const clock = this.#host.clock;
+    if (clock.now() >= until) return Promise.reject(new ReadPastDeadlineError(clock.now() - since));
+    return new Promise<T>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const settle = (): void => {
+        clearTimeout(timer);
+        call?.removeListener("cancelled", gone);
+      };
+      const gone = (): void => {
+        settle();
+        reject(new ReadCancelledError());
+      };
+      call?.once("cancelled", gone);
+      if (until !== Infinity) {
+        timer = setTimeout(
+          () => {
+            settle();
+            reject(new ReadPastDeadlineError(clock.now() - since));
+          },
+          Math.max(0, until - clock.now()),
+        );
+        timer.unref();
+      }
+      wait.then(
+        (value) => {
+          settle();
+          resolve(value);
+        },
+        (err: unknown) => {
+          settle();
+          reject(err as Error);
+        },
+      );
+    });
   }
 
   /**

@@ -8,11 +8,13 @@
  * one frame a tick. A node back on a wiped disk never answers for its old replica.
  */
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { CairnError } from "../../src/common/errors.ts";
+import { deadlineClock } from "../../src/common/index.ts";
 import {
   type Clock,
   type DriverTestingBugs,
@@ -117,6 +119,12 @@ class Cluster {
     this.#cut.clear();
   }
 
+  /**
+   * Nodes whose term checks (ConfirmTerms calls) go unanswered while in the set, as when their
+   * peers are paused: the calls are sent, and never settle.
+   */
+  readonly termChecksUnanswered = new Set<string>();
+
   /** Replica ids (`id@tag`) instead of plain node ids in the groups, when set. */
   readonly replicaTag = new Map<string, string>();
   /** What nodes told onStaleReplica: [node, from, stale replica]. */
@@ -210,6 +218,7 @@ class Cluster {
         transport: counting,
         confirmTerms: (node, checks) => {
           count(termCallsTo, node);
+          if (this.termChecksUnanswered.has(id)) return new Promise<boolean[]>(() => undefined);
           return cut.has(`${id}>${node}`) || cut.has(`${node}>${id}`)
             ? Promise.reject(new Error(`the link ${id}-${node} is cut`))
             : transport.confirmTerms(nodeId(node), checks, 2_000);
@@ -383,6 +392,19 @@ class HeldWalFs {
       return wrapped;
     },
   };
+}
+
+/** `p`, or a rejection once `ms` passed without it settling (a bound, not a pace). */
+async function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`still waiting after ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([p, bound]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function keysOfShard(mr: MultiRaft, shard: number, n: number, prefix: string): string[] {
@@ -1207,6 +1229,45 @@ describe("MultiRaft over gRPC, three nodes", () => {
       assert.equal(text(await served), "v1");
       assert.equal(f1.mr.shardInfo(shard)?.role, "leader");
     } finally {
+      await cluster.stopAll();
+    }
+  });
+
+  it("a leader's read waiting for its peers' terms stops at its call's deadline, or once its client cancels", async () => {
+    // A leader confirms a linearizable read by asking its peers' terms (term-confirm.ts). With
+    // its peers paused, that wait ignored the read's deadline and its client's cancel: it ended
+    // only when the ConfirmTerms call timed out (2 s in a node), and the read held its share of
+    // limits.max_pending_bytes meanwhile. Here the calls never settle.
+    const cluster = new Cluster(join(dir, "term-wait"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const [key] = keysOfShard(n1.mr, 2, 1, "tw");
+      assert.ok(key !== undefined);
+      await cluster.putLedBy(key, "v1", n1);
+      assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v1");
+      cluster.termChecksUnanswered.add("n1");
+      const asked = (): number => [...n1.termCallsTo.values()].reduce((a, b) => a + b, 0);
+
+      // The client cancels once the read has asked (a call to each peer, never answered).
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const before = asked();
+      const cancelled = n1.mr.get(enc.encode(key), true, undefined, call);
+      await eventually("the read asked its peers' terms", () => Promise.resolve(asked() > before));
+      call.cancelled = true;
+      call.emit("cancelled");
+      await assert.rejects(within(cancelled, 3_000), /cancelled/);
+
+      // A read with a deadline waits for the same calls (one in flight to a peer at a time).
+      const late = n1.mr.get(enc.encode(key), true, deadlineClock() + 100);
+      await assert.rejects(within(late, 3_000), (err: CairnError) => {
+        assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(err));
+        assert.match(err.message, /deadline/);
+        return true;
+      });
+    } finally {
+      cluster.termChecksUnanswered.clear();
       await cluster.stopAll();
     }
   });
