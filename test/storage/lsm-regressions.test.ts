@@ -512,6 +512,22 @@ function inPieces(image: Buffer): Uint8Array[] {
   return out;
 }
 
+/** Key `i` of importImage's: `k0000`, `k0001`, … */
+const key4 = (i: number): string => `k${String(i).padStart(4, "0")}`;
+
+/** A snapshot image at sequence 500 of `keys` keys (key4), each with a value of 1 KiB. */
+function importImage(keys: number): Buffer {
+  return Buffer.concat([
+    ...encodeSnapshotFrames(
+      500,
+      Array.from({ length: keys }, (_, i): [Uint8Array, Uint8Array] => [
+        b(key4(i)),
+        Buffer.alloc(1024, i),
+      ]),
+    ),
+  ]);
+}
+
 /** The tables of an engine's directory, by name. */
 function tables(dir: string): string[] {
   return readdirSync(dir)
@@ -529,16 +545,7 @@ describe("importSnapshot while the engine closes (an audit, 2026-12-06)", () => 
   // tables of 256 KiB.
   const IMPORT_OPTIONS: LsmOptions = { ...OPTIONS, targetFileBytes: 256 * 1024 };
   const KEYS = 2000;
-  const key4 = (i: number): string => `k${String(i).padStart(4, "0")}`;
-  const image = Buffer.concat([
-    ...encodeSnapshotFrames(
-      500,
-      Array.from({ length: KEYS }, (_, i): [Uint8Array, Uint8Array] => [
-        b(key4(i)),
-        Buffer.alloc(1024, i),
-      ]),
-    ),
-  ]);
+  const image = importImage(KEYS);
   const pieces = (): Uint8Array[] => inPieces(image);
 
   /** An engine in `dir` holding one key in a table: the state an import replaces. */
@@ -705,16 +712,8 @@ describe("importSnapshot on a failed engine (an audit, 2026-12-06)", () => {
   // built every table of the shard first, then left them in its directory (the refusal came
   // after the point where the tables may be named by an edit, so nothing deleted them).
   const IMPORT_OPTIONS: LsmOptions = { ...OPTIONS, targetFileBytes: 256 * 1024, blockBytes: 256 };
-  const image = Buffer.concat([
-    ...encodeSnapshotFrames(
-      500,
-      // Four frames of entries (a frame closes past 1 MiB: its entries come once it is whole).
-      Array.from({ length: 4000 }, (_, i): [Uint8Array, Uint8Array] => [
-        b(`k${String(i).padStart(4, "0")}`),
-        Buffer.alloc(1024, i),
-      ]),
-    ),
-  ]);
+  // Four frames of entries (a frame closes past 1 MiB: its entries come once it is whole).
+  const image = importImage(4000);
   const pieces = (): Uint8Array[] => inPieces(image);
   /** Every file of `dir` but its tables, with its bytes: the manifest and CURRENT. */
   const manifestFiles = (dir: string): Map<string, string> =>
@@ -806,7 +805,7 @@ describe("importSnapshot on a failed engine (an audit, 2026-12-06)", () => {
   });
 });
 
-describe("a snapshot import whose reset edit fails (an audit, 2026-12-07)", () => {
+describe("a snapshot import whose reset edit fails (an audit, 2026-12-06)", () => {
   // An import whose reset edit failed left its tables in the directory, since an edit might name
   // them. On a new engine that edit is the one that creates the first manifest, and when that
   // failed no manifest could name them: they stayed, orphans, until the next open (a node may
@@ -814,16 +813,7 @@ describe("a snapshot import whose reset edit fails (an audit, 2026-12-07)", () =
   // reached the manifest file. One whose bytes may have reached it must keep them.
   const IMPORT_OPTIONS: LsmOptions = { ...OPTIONS, targetFileBytes: 256 * 1024 };
   const KEYS = 2000;
-  const key4 = (i: number): string => `k${String(i).padStart(4, "0")}`;
-  const image = Buffer.concat([
-    ...encodeSnapshotFrames(
-      500,
-      Array.from({ length: KEYS }, (_, i): [Uint8Array, Uint8Array] => [
-        b(key4(i)),
-        Buffer.alloc(1024, i),
-      ]),
-    ),
-  ]);
+  const image = importImage(KEYS);
 
   /**
    * Makes `method` (sync: a manifest's creation; datasync: an edit's append) fail with EIO on
@@ -880,12 +870,17 @@ describe("a snapshot import whose reset edit fails (an audit, 2026-12-07)", () =
     }
   });
 
-  it("whose manifest cannot be opened for the edit, fails the engine and deletes its tables", async () => {
+  /** An engine holding one key, "mine", in a table (`before`): the state an import replaces. */
+  async function holdingMine(): Promise<{ dir: string; engine: LsmEngine; before: string[] }> {
     const dir = tempDir("lsm-import-edit");
     const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
     await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
     await engine.flush();
-    const before = tables(dir);
+    return { dir, engine, before: tables(dir) };
+  }
+
+  it("whose manifest cannot be opened for the edit, fails the engine and deletes its tables", async () => {
+    const { dir, engine, before } = await holdingMine();
     const [live] = readdirSync(dir).filter((n) => n.startsWith("MANIFEST-")) as [string];
     // The append's open (no O_CREAT) finds no file: nothing of the edit is written.
     renameSync(join(dir, live), join(dir, "aside"));
@@ -911,11 +906,7 @@ describe("a snapshot import whose reset edit fails (an audit, 2026-12-07)", () =
   });
 
   it("whose edit was written but not made durable, fails the engine and keeps its tables", async () => {
-    const dir = tempDir("lsm-import-edit");
-    const engine = await LsmEngine.open(dir, env, IMPORT_OPTIONS);
-    await engine.write(1, [{ type: "put", key: b("mine"), value: b("1") }]);
-    await engine.flush();
-    const before = tables(dir);
+    const { dir, engine, before } = await holdingMine();
     const built = { count: 0 };
     const restore = await failManifests("datasync");
     try {
