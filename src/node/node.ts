@@ -860,7 +860,7 @@ export class CairnNode implements HealthSource {
             release?.();
           }
         },
-        readIndex: (shard, voucher) => store.readIndexAsLeader(shard, voucher),
+        readIndex: (shard, voucher, deadline) => store.readIndexAsLeader(shard, voucher, deadline),
         // KV calls forwarded over the streams (forward.ts): served by the KV handlers here, the
         // answer sent back on this node's own stream to the caller.
         ...(transport === null

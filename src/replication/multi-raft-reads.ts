@@ -405,9 +405,11 @@ export class Reads {
    * and answers the index the read must wait for (the commit index when the read arrived).
    * With the follower's `voucher` (its replica and term when the read was asked), a voter at a
    * term no higher than this leader's counts toward the quorum without being asked.
-   * Throws NotLeaderError when this node does not lead the shard.
+   * Throws NotLeaderError when this node does not lead the shard. Stops waiting at `deadline`
+   * (on deadlineClock(); ReadPastDeadlineError), when the follower's call gives the read up
+   * (read-index.ts, READ_INDEX_SHARD_TIMEOUT_MS), and gives its share of the budget back then.
    */
-  async readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
+  async readIndexAsLeader(id: number, voucher?: ReadVoucher, deadline = Infinity): Promise<number> {
     this.#host.assertOpen();
     this.#host.checkShardId(id);
     const shard = this.#host.shards.get(id);
@@ -416,7 +418,10 @@ export class Reads {
     }
     this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
     try {
-      const index = await this.#leaderReadIndex(shard, this.#host.clock.now(), voucher);
+      const now = this.#host.clock.now();
+      // The deadline on the driver's clock, which need not be deadlineClock().
+      const until = deadline === Infinity ? Infinity : now + (deadline - deadlineClock());
+      const index = await this.#leaderReadIndex(shard, now, voucher, until);
       // The read waits there for its replica to apply `index`: with the commit broadcast
       // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.
       // (Asked only when owed: under reads alone it never is, and the group is not visited.)

@@ -432,8 +432,8 @@ export class MultiRaft {
   }
 
   /** For a follower's read on another node: this node's leadership of `id` confirmed, its read index. */
-  readIndexAsLeader(id: number, voucher?: ReadVoucher): Promise<number> {
-    return this.#reads.readIndexAsLeader(id, voucher);
+  readIndexAsLeader(id: number, voucher?: ReadVoucher, deadline?: number): Promise<number> {
+    return this.#reads.readIndexAsLeader(id, voucher, deadline);
   }
 
   /**

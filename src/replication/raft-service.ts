@@ -110,9 +110,14 @@ export interface RaftServiceOptions {
   readonly proposeMeta?: (command: Uint8Array) => Promise<void>;
   /**
    * Confirms this node's leadership of a shard and answers a follower's read index
-   * (MultiRaft.readIndexAsLeader). Without it, ReadIndex answers UNIMPLEMENTED.
+   * (MultiRaft.readIndexAsLeader), waiting until `deadline` at most (on deadlineClock()). Without
+   * it, ReadIndex answers UNIMPLEMENTED.
    */
-  readonly readIndex?: (shard: number, voucher?: ReadVoucher) => Promise<number>;
+  readonly readIndex?: (
+    shard: number,
+    voucher: ReadVoucher | undefined,
+    deadline: number,
+  ) => Promise<number>;
   /**
    * A peer leader's term checks, answered at once (MultiRaft.confirmTerms). Without it,
    * ConfirmTerms answers UNIMPLEMENTED.

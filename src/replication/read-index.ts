@@ -13,6 +13,7 @@
  * an error code), within READ_INDEX_SHARD_TIMEOUT_MS, so that one stuck shard does not hold
  * back the others.
  */
+import { deadlineClock } from "../common/deadline-clock.ts";
 import { CairnError } from "../common/errors.ts";
 import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
 import type {
@@ -147,16 +148,21 @@ function readIndexRefusal(result: ReadIndexResult__Output): Error {
  * both, and a term above 0 (ReadVoucher; docs/raft.md invariant 15).
  */
 export function readIndexResults(
-  readIndex: (shard: number, voucher?: ReadVoucher) => Promise<number>,
+  readIndex: (shard: number, voucher: ReadVoucher | undefined, deadline: number) => Promise<number>,
   request: ReadIndexRequest__Output,
 ): Promise<ReadIndexResult[]> {
   const { shard_ids: shards, replica, terms } = request;
   const vouched = replica !== "" && terms.length === shards.length;
+  // Each shard's read stops waiting when its answer is given up on (readIndexResult), and gives
+  // its share of the request budget back then, not at the driver's request timeout.
+  const deadline = deadlineClock() + READ_INDEX_SHARD_TIMEOUT_MS;
   return Promise.all(
     shards.map((shard, i) => {
       const term = vouched ? (terms[i] as number) : 0;
       return readIndexResult(
-        term > 0 ? (s) => readIndex(s, { replica, term }) : (s) => readIndex(s),
+        term > 0
+          ? (s) => readIndex(s, { replica, term }, deadline)
+          : (s) => readIndex(s, undefined, deadline),
         shard,
       );
     }),

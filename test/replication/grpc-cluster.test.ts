@@ -161,10 +161,10 @@ class Cluster {
         nodeId: id,
         snapshotDir: join(dataDir, "incoming-snapshots"),
         confirmTerms: (checks) => mr?.confirmTerms(checks) ?? checks.map(() => false),
-        readIndex: (shard, voucher) =>
+        readIndex: (shard, voucher, deadline) =>
           mr === null
             ? Promise.reject(new Error("not open"))
-            : mr.readIndexAsLeader(shard, voucher),
+            : mr.readIndexAsLeader(shard, voucher, deadline),
       },
     );
     this.#addresses.set(id, server.address);
@@ -1233,7 +1233,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
-  it("a leader's read waiting for its peers' terms stops at its call's deadline, or once its client cancels", async () => {
+  it("a leader's read waiting for its peers' terms stops at its call's deadline, or once its client cancels; so does a follower's read index asked of it", async () => {
     // A leader confirms a linearizable read by asking its peers' terms (term-confirm.ts). With
     // its peers paused, that wait ignored the read's deadline and its client's cancel: it ended
     // only when the ConfirmTerms call timed out (2 s in a node), and the read held its share of
@@ -1264,6 +1264,13 @@ describe("MultiRaft over gRPC, three nodes", () => {
       await assert.rejects(within(late, 3_000), (err: CairnError) => {
         assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(err));
         assert.match(err.message, /deadline/);
+        return true;
+      });
+      // So does a follower's read index asked of this leader (a peer's ReadIndex call), which
+      // stops at the moment the call gives its answer up (read-index.ts).
+      const forFollower = n1.mr.readIndexAsLeader(2, undefined, deadlineClock() + 100);
+      await assert.rejects(within(forFollower, 3_000), (err: CairnError) => {
+        assert.equal(err.code, "CAIRN_ERR_TIMEOUT", String(err));
         return true;
       });
     } finally {

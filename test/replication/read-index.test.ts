@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { deadlineClock } from "../../src/common/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
 import { nodeId, type NodeId, NotLeaderError } from "../../src/raft/index.ts";
 import {
@@ -73,6 +74,28 @@ describe("readIndexResults (the leader's side)", () => {
     assert.equal(results[1]?.error_code, "CAIRN_ERR_TIMEOUT");
     assert.match(results[1]?.error ?? "", /shard 2's leadership was not confirmed within 2000 ms/);
     assert.deepEqual(results[2], { index: 3 });
+  });
+
+  it("gives each shard's read the moment its answer is given up on as its deadline", async () => {
+    // Without it the leader's read kept waiting (and holding its share of the node's request
+    // budget) up to the driver's 10 s after its answer had gone back as a timeout.
+    const deadlines: number[] = [];
+    const before = deadlineClock();
+    await readIndexResults(
+      (_shard, _voucher, deadline) => {
+        deadlines.push(deadline);
+        return Promise.resolve(1);
+      },
+      request([1, 2], "n1@ab", [4, 4]),
+    );
+    const after = deadlineClock();
+    assert.equal(deadlines.length, 2);
+    for (const d of deadlines) {
+      assert.ok(
+        d >= before + READ_INDEX_SHARD_TIMEOUT_MS && d <= after + READ_INDEX_SHARD_TIMEOUT_MS,
+        `deadline ${d - before} ms away`,
+      );
+    }
   });
 });
 
