@@ -21,6 +21,13 @@ import type { StoredItem } from "./state-machine.ts";
 import { type ReadVoucher, type TermCheck, TermConfirmer } from "./term-confirm.ts";
 
 /**
+ * The longest delay a timer takes: Node fires one set past 2^31-1 ms (24.8 days) after 1 ms. A
+ * read whose deadline is further off sets no timer for it: what it waits for ends sooner on its
+ * own (the read index call's and the term checks' timeouts).
+ */
+const MAX_TIMER_MS = 0x7fffffff;
+
+/**
  * A serializable read of `shard` may be served from this replica: not while it is being
  * refilled after its directory was lost (refill.ts; its state is older than what it served
  * before): the read goes to the leader (NotLeaderError naming it), or is retried.
@@ -197,7 +204,7 @@ export class Reads {
             call?.removeListener("cancelled", gone);
           };
           call?.once("cancelled", gone);
-          if (until !== Infinity) {
+          if (until - since <= MAX_TIMER_MS) {
             timer = setTimeout(
               () => {
                 settle();
@@ -304,7 +311,7 @@ export class Reads {
         reject(new ReadCancelledError());
       };
       call?.once("cancelled", gone);
-      if (until !== Infinity) {
+      if (until - clock.now() <= MAX_TIMER_MS) {
         timer = setTimeout(
           () => {
             settle();

@@ -125,6 +125,12 @@ class Cluster {
    */
   readonly termChecksUnanswered = new Set<string>();
 
+  /**
+   * Nodes whose term checks (ConfirmTerms calls) are sent only once the promise given settles,
+   * as when their peers answer late.
+   */
+  readonly termChecksHeld = new Map<string, Promise<void>>();
+
   /** Replica ids (`id@tag`) instead of plain node ids in the groups, when set. */
   readonly replicaTag = new Map<string, string>();
   /** What nodes told onStaleReplica: [node, from, stale replica]. */
@@ -219,6 +225,10 @@ class Cluster {
         confirmTerms: (node, checks) => {
           count(termCallsTo, node);
           if (this.termChecksUnanswered.has(id)) return new Promise<boolean[]>(() => undefined);
+          const held = this.termChecksHeld.get(id);
+          if (held !== undefined) {
+            return held.then(() => transport.confirmTerms(nodeId(node), checks, 2_000));
+          }
           return cut.has(`${id}>${node}`) || cut.has(`${node}>${id}`)
             ? Promise.reject(new Error(`the link ${id}-${node} is cut`))
             : transport.confirmTerms(nodeId(node), checks, 2_000);
@@ -1275,6 +1285,35 @@ describe("MultiRaft over gRPC, three nodes", () => {
       });
     } finally {
       cluster.termChecksUnanswered.clear();
+      await cluster.stopAll();
+    }
+  });
+
+  it("a leader's read whose call's deadline is more than 24.8 days off waits for its peers' terms", async () => {
+    // A timer set past 2^31-1 ms fires after 1 ms (Node's TimeoutOverflowWarning): the wait for
+    // the peers' terms, bounded by the call's deadline on such a timer, failed every read with a
+    // far deadline (a client's grpc-timeout of 600H, say) as past it, unless its peers answered
+    // within that millisecond.
+    const cluster = new Cluster(join(dir, "far-deadline"));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const [key] = keysOfShard(n1.mr, 2, 1, "fd");
+      assert.ok(key !== undefined);
+      await cluster.putLedBy(key, "v1", n1);
+      let answer = (): void => {};
+      cluster.termChecksHeld.set("n1", new Promise<void>((resolve) => (answer = resolve)));
+      const asked = (): number => [...n1.termCallsTo.values()].reduce((a, b) => a + b, 0);
+      const before = asked();
+      const far = n1.mr.get(enc.encode(key), true, deadlineClock() + 30 * 24 * 3_600_000);
+      await eventually("the read asked its peers' terms", () => Promise.resolve(asked() > before));
+      // A timer of 2 ms set now runs after one of 1 ms set before it: not a pace, an order.
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      answer();
+      assert.equal(text(await within(far, 3_000)), "v1");
+    } finally {
+      cluster.termChecksHeld.clear();
       await cluster.stopAll();
     }
   });

@@ -956,6 +956,35 @@ describe("a linearizable read whose call's deadline passes", () => {
     }
   });
 
+  it("a read whose call's deadline is more than 24.8 days off waits for its read index", async () => {
+    // A timer set past 2^31-1 ms fires after 1 ms (Node's TimeoutOverflowWarning): the wait for
+    // the leader's read index, bounded by the call's deadline on such a timer, failed every
+    // read with a far deadline (a client's grpc-timeout of 600H, say) as past it.
+    let answer = (_index: number): void => {};
+    let asked = 0;
+    const { mr, close } = await openFollower("cairn-mr-read-far-deadline-", {
+      remoteReadIndex: () => {
+        asked++;
+        return new Promise((resolve) => (answer = resolve));
+      },
+    });
+    try {
+      const key = enc.encode("k");
+      await followN2(mr, [mr.shardOf(key)]);
+      const far = mr.get(key, true, deadlineClock() + 30 * 24 * 3_600_000);
+      for (let i = 0; i < 500 && asked === 0; i++) {
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      assert.equal(asked, 1, "the read asked n2 for its read index");
+      // A timer of 2 ms set now runs after one of 1 ms set before it: not a pace, an order.
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      answer(0);
+      assert.equal(await settledWithin(far, 3_000), "served");
+    } finally {
+      await close();
+    }
+  });
+
   it("a linearizable scan, and a peer's share of one, stop waiting for their shards' read indexes and applies at that deadline", async () => {
     // A scan reads every shard, each through readBarrier with its share of the budget: a scan
     // whose client had a 100 ms deadline held it for the driver's whole 10 s, as a Get did.
