@@ -416,7 +416,11 @@ export class Reads {
    * (on deadlineClock(); ReadPastDeadlineError), when the follower's call gives the read up
    * (read-index.ts, READ_INDEX_SHARD_TIMEOUT_MS), and gives its share of the budget back then.
    */
-  async readIndexAsLeader(id: number, voucher?: ReadVoucher, deadline = Infinity): Promise<number> {
+  async readIndexAsLeader(
+    id: number,
+    voucher: ReadVoucher | undefined,
+    deadline: number,
+  ): Promise<number> {
     this.#host.assertOpen();
     this.#host.checkShardId(id);
     const shard = this.#host.shards.get(id);

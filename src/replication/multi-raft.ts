@@ -431,8 +431,17 @@ export class MultiRaft {
     return this.#reads.confirmTerms(checks);
   }
 
-  /** For a follower's read on another node: this node's leadership of `id` confirmed, its read index. */
-  readIndexAsLeader(id: number, voucher?: ReadVoucher, deadline?: number): Promise<number> {
+  /**
+   * For a follower's read on another node: this node's leadership of `id` confirmed, its read
+   * index, waited for until `deadline` (on deadlineClock(); Infinity: the driver's request
+   * timeout). Required: a ReadIndex call gives each shard's answer up after
+   * READ_INDEX_SHARD_TIMEOUT_MS, and a wait left to run past that holds budget for nobody.
+   */
+  readIndexAsLeader(
+    id: number,
+    voucher: ReadVoucher | undefined,
+    deadline: number,
+  ): Promise<number> {
     return this.#reads.readIndexAsLeader(id, voucher, deadline);
   }
 

@@ -15,6 +15,7 @@
  */
 import { deadlineClock } from "../common/deadline-clock.ts";
 import { CairnError } from "../common/errors.ts";
+import { ReadPastDeadlineError } from "./request-errors.ts";
 import type { ReadIndexRequest__Output } from "../api/generated/cairn/v1/ReadIndexRequest.ts";
 import type {
   ReadIndexResult,
@@ -174,23 +175,22 @@ async function readIndexResult(
   readIndex: (shard: number) => Promise<number>,
   shard: number,
 ): Promise<ReadIndexResult> {
+  const notConfirmed = (): CairnError =>
+    new CairnError(
+      "CAIRN_ERR_TIMEOUT",
+      `shard ${shard}'s leadership was not confirmed within ${READ_INDEX_SHARD_TIMEOUT_MS} ms`,
+      { retryable: true },
+    );
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new CairnError(
-            "CAIRN_ERR_TIMEOUT",
-            `shard ${shard}'s leadership was not confirmed within ${READ_INDEX_SHARD_TIMEOUT_MS} ms`,
-            { retryable: true },
-          ),
-        ),
-      READ_INDEX_SHARD_TIMEOUT_MS,
-    );
+    timer = setTimeout(() => reject(notConfirmed()), READ_INDEX_SHARD_TIMEOUT_MS);
   });
   try {
     return { index: await Promise.race([readIndex(shard), timeout]) };
-  } catch (err) {
+  } catch (caught) {
+    // The read's own deadline is this answer's (readIndexResults): whichever of the two fires
+    // first, the follower hears the same, not that its client's deadline passed.
+    const err = caught instanceof ReadPastDeadlineError ? notConfirmed() : caught;
     if (err instanceof NotLeaderError) {
       return { error_code: err.code, error: err.message, leader: err.leader ?? "" };
     }

@@ -65,10 +65,10 @@ class Nodes {
         nodeId: id,
         snapshotDir: join(dataDir, "incoming-snapshots"),
         confirmTerms: (checks) => mr?.confirmTerms(checks) ?? checks.map(() => false),
-        readIndex: (shard, voucher) =>
+        readIndex: (shard, voucher, deadline) =>
           mr === null
             ? Promise.reject(new Error("not open"))
-            : mr.readIndexAsLeader(shard, voucher),
+            : mr.readIndexAsLeader(shard, voucher, deadline),
       },
     );
     this.#addresses.set(id, server.address);

@@ -15,6 +15,7 @@ import {
   readIndexResults,
 } from "../../src/replication/read-index.ts";
 import type { ReadVoucher } from "../../src/replication/index.ts";
+import { ReadPastDeadlineError } from "../../src/replication/request-errors.ts";
 
 function request(shards: number[], replica = "", terms: number[] = []) {
   return { cluster_id: "c1", shard_ids: shards, replica, terms };
@@ -90,6 +91,14 @@ describe("readIndexResults (the leader's side)", () => {
     );
     const after = deadlineClock();
     assert.equal(deadlines.length, 2);
+    // A read that stops at that deadline is answered as one not confirmed in time, not as one
+    // past its client's deadline (the follower passes the text on to its client).
+    const [late] = await readIndexResults(
+      () => Promise.reject(new ReadPastDeadlineError(2_000)),
+      request([9]),
+    );
+    assert.equal(late?.error_code, "CAIRN_ERR_TIMEOUT");
+    assert.match(late?.error ?? "", /shard 9's leadership was not confirmed within 2000 ms/);
     for (const d of deadlines) {
       assert.ok(
         d >= before + READ_INDEX_SHARD_TIMEOUT_MS && d <= after + READ_INDEX_SHARD_TIMEOUT_MS,

@@ -1538,7 +1538,8 @@ class DriverSim {
     // The asking replica, now: a node wiped meanwhile rejoins as another.
     const voucher = { replica: sender.replica, term };
     return this.#peerCall(sender, leader, "read index request", (mr) =>
-      mr.readIndexAsLeader(shard, voucher),
+      // No deadline: the simulation runs on its own clock, and a deadline sets a real timer.
+      mr.readIndexAsLeader(shard, voucher, Infinity),
     );
   }
 
