@@ -109,6 +109,11 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // asleep under its dead leader n2 with no failure detector in this seed, never marked n2
   // dead to redirect the move). A leader leaving hands over to a caught-up, live voter only.
   { seeds: [90199], nodes: 5, what: "a leaving leader handed over to a dead node (moves)" },
+  // n1 installed a snapshot of shard 4 at 13; the power cut tore its round's write after the
+  // snapshot's mark and before the hard state: commit 10 under a snapshot at 13, and n1 could
+  // not open its data ("persisted commit 10 outside [13, 13]"). The commit is now raised to
+  // the snapshot's index at open (WalRaftStorage.initialState).
+  { seeds: [990000], nodes: 5, what: "a torn write kept a snapshot's mark, not its hard state" },
   // A shard moved before any of its replicas opened its group: a group opens on a request or
   // message for it, and none reached an initial voter, so no leader ever ran the move (seed
   // 7080: the move stayed pending; 7016: the shard had no leader). As in the five-node e2e
