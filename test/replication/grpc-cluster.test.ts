@@ -120,14 +120,8 @@ class Cluster {
   }
 
   /**
-   * Nodes whose term checks (ConfirmTerms calls) go unanswered while in the set, as when their
-   * peers are paused: the calls are sent, and never settle.
-   */
-  readonly termChecksUnanswered = new Set<string>();
-
-  /**
-   * Nodes whose term checks (ConfirmTerms calls) are sent only once the promise given settles,
-   * as when their peers answer late.
+   * Nodes whose term checks (ConfirmTerms calls) are sent only once the promise given settles:
+   * as when their peers answer late, or never (a promise that never settles: peers paused).
    */
   readonly termChecksHeld = new Map<string, Promise<void>>();
 
@@ -224,7 +218,6 @@ class Cluster {
         transport: counting,
         confirmTerms: (node, checks) => {
           count(termCallsTo, node);
-          if (this.termChecksUnanswered.has(id)) return new Promise<boolean[]>(() => undefined);
           const held = this.termChecksHeld.get(id);
           if (held !== undefined) {
             return held.then(() => transport.confirmTerms(nodeId(node), checks, 2_000));
@@ -1243,21 +1236,34 @@ describe("MultiRaft over gRPC, three nodes", () => {
     }
   });
 
+  /** Three nodes, and a key of shard 2 holding "v1", whose shard n1 leads. */
+  const ledByN1 = async (
+    name: string,
+  ): Promise<{ cluster: Cluster; n1: PeerNode; key: string }> => {
+    const cluster = new Cluster(join(dir, name));
+    try {
+      for (const id of IDS) await cluster.start(id);
+      const n1 = cluster.nodes.get("n1");
+      assert.ok(n1);
+      const [key] = keysOfShard(n1.mr, 2, 1, name);
+      assert.ok(key !== undefined);
+      await cluster.putLedBy(key, "v1", n1);
+      return { cluster, n1, key };
+    } catch (err) {
+      await cluster.stopAll();
+      throw err;
+    }
+  };
+
   it("a leader's read waiting for its peers' terms stops at its call's deadline, or once its client cancels; so does a follower's read index asked of it", async () => {
     // A leader confirms a linearizable read by asking its peers' terms (term-confirm.ts). With
     // its peers paused, that wait ignored the read's deadline and its client's cancel: it ended
     // only when the ConfirmTerms call timed out (2 s in a node), and the read held its share of
     // limits.max_pending_bytes meanwhile. Here the calls never settle.
-    const cluster = new Cluster(join(dir, "term-wait"));
+    const { cluster, n1, key } = await ledByN1("term-wait");
     try {
-      for (const id of IDS) await cluster.start(id);
-      const n1 = cluster.nodes.get("n1");
-      assert.ok(n1);
-      const [key] = keysOfShard(n1.mr, 2, 1, "tw");
-      assert.ok(key !== undefined);
-      await cluster.putLedBy(key, "v1", n1);
       assert.equal(text(await n1.mr.get(enc.encode(key), true)), "v1");
-      cluster.termChecksUnanswered.add("n1");
+      cluster.termChecksHeld.set("n1", new Promise<void>(() => undefined));
       const asked = (): number => [...n1.termCallsTo.values()].reduce((a, b) => a + b, 0);
 
       // The client cancels once the read has asked (a call to each peer, never answered).
@@ -1284,7 +1290,7 @@ describe("MultiRaft over gRPC, three nodes", () => {
         return true;
       });
     } finally {
-      cluster.termChecksUnanswered.clear();
+      cluster.termChecksHeld.clear();
       await cluster.stopAll();
     }
   });
@@ -1294,14 +1300,8 @@ describe("MultiRaft over gRPC, three nodes", () => {
     // the peers' terms, bounded by the call's deadline on such a timer, failed every read with a
     // far deadline (a client's grpc-timeout of 600H, say) as past it, unless its peers answered
     // within that millisecond.
-    const cluster = new Cluster(join(dir, "far-deadline"));
+    const { cluster, n1, key } = await ledByN1("far-deadline");
     try {
-      for (const id of IDS) await cluster.start(id);
-      const n1 = cluster.nodes.get("n1");
-      assert.ok(n1);
-      const [key] = keysOfShard(n1.mr, 2, 1, "fd");
-      assert.ok(key !== undefined);
-      await cluster.putLedBy(key, "v1", n1);
       let answer = (): void => {};
       cluster.termChecksHeld.set("n1", new Promise<void>((resolve) => (answer = resolve)));
       const asked = (): number => [...n1.termCallsTo.values()].reduce((a, b) => a + b, 0);
