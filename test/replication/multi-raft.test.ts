@@ -852,6 +852,14 @@ describe("a write whose call's deadline passes before its proposal", () => {
 });
 
 describe("a linearizable read whose call's deadline passes", () => {
+  /** A linearizable Scan's first page, of every key. */
+  const FIRST_PAGE = {
+    start: new Uint8Array(0),
+    end: null,
+    limit: 10,
+    maxBytes: 1 << 20,
+    linearizable: true,
+  } as const;
   /** `p`'s error, or "pending" when it has not settled within `ms` (a bound, not a pace). */
   const settledWithin = async (p: Promise<unknown>, ms: number): Promise<unknown> => {
     let timer: NodeJS.Timeout | undefined;
@@ -1000,13 +1008,7 @@ describe("a linearizable read whose call's deadline passes", () => {
     try {
       only = mr.shardOf(key);
       await followN2(mr, [only]);
-      const req = {
-        start: new Uint8Array(0),
-        end: null,
-        limit: 10,
-        maxBytes: 1 << 20,
-        linearizable: true,
-      };
+      const req = FIRST_PAGE;
 
       // n2 never answers the read index.
       timedOut(await settledWithin(mr.scan(req, deadlineClock() + 100), 3_000), "unanswered");
@@ -1059,13 +1061,7 @@ describe("a linearizable read whose call's deadline passes", () => {
         call.emit("cancelled");
         return settledWithin(p, 3_000);
       };
-      const req = {
-        start: new Uint8Array(0),
-        end: null,
-        limit: 10,
-        maxBytes: 1 << 20,
-        linearizable: true,
-      };
+      const req = FIRST_PAGE;
 
       // n2 never answers the read index.
       cancelled(
@@ -1148,13 +1144,7 @@ describe("a linearizable read whose call's deadline passes", () => {
         }),
     });
     try {
-      const req = {
-        start: new Uint8Array(0),
-        end: null,
-        limit: 10,
-        maxBytes: 1 << 20,
-        linearizable: true,
-      };
+      const req = FIRST_PAGE;
       const call = Object.assign(new EventEmitter(), { cancelled: false });
       const asking = new Promise<void>((resolve) => (reached = resolve));
       const scan = mr.scan(req, undefined, call);
