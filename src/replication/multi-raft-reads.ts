@@ -185,54 +185,31 @@ export class Reads {
         // reads and keeps its own bound, so this read stops waiting for it on a timer.
         // Nor once its client cancels the call: this wait is in none of the shard's tables, where
         // the expiry scan finds the reads of cancelled calls.
-        const answer = await new Promise<
-          { index: number } | { moved: NodeId } | { late: true } | { gone: true }
-        >((resolve, reject) => {
-          let timer: NodeJS.Timeout | undefined;
-          const unwatch = shard.watchLead((now) => {
-            if (now === null || now === lead) return;
-            settle();
-            resolve({ moved: now });
+        let waiting = true;
+        const answered = asked.then(
+          (index) => ({ index }),
+          (err: unknown) => {
+            // The leader this sleeping follower knows did not answer for the group (it died,
+            // or its node is now another replica): wake the group, which elects again unless
+            // that leader shows up. Writes wake a group on their own; reads never reach its
+            // Raft core. (Not once the read stopped waiting for it.)
+            if (waiting) this.#host.report(shard.id, { kind: "leader-down" });
+            throw err;
+          },
+        );
+        let unwatch = (): void => {};
+        const moved = new Promise<{ moved: NodeId }>((resolve) => {
+          unwatch = shard.watchLead((now) => {
+            if (now !== null && now !== lead) resolve({ moved: now });
           });
-          const gone = (): void => {
-            settle();
-            resolve({ gone: true });
-          };
-          const settle = (): void => {
-            unwatch();
-            clearTimeout(timer);
-            call?.removeListener("cancelled", gone);
-          };
-          call?.once("cancelled", gone);
-          if (until - since <= MAX_TIMER_MS) {
-            timer = setTimeout(
-              () => {
-                settle();
-                resolve({ late: true });
-              },
-              Math.max(0, until - since),
-            );
-            timer.unref();
-          }
-          asked.then(
-            (index) => {
-              settle();
-              resolve({ index });
-            },
-            (err: unknown) => {
-              settle();
-              reject(err as Error);
-            },
-          );
-        }).catch((err: unknown) => {
-          // The leader this sleeping follower knows did not answer for the group (it died, or
-          // its node is now another replica): wake the group, which elects again unless that
-          // leader shows up. Writes wake a group on their own; reads never reach its Raft core.
-          this.#host.report(shard.id, { kind: "leader-down" });
-          throw err;
         });
-        if ("late" in answer) throw new ReadPastDeadlineError(this.#host.clock.now() - since);
-        if ("gone" in answer) throw new ReadCancelledError();
+        let answer: { index: number } | { moved: NodeId };
+        try {
+          answer = await this.#untilDone(Promise.race([answered, moved]), since, until, call);
+        } finally {
+          waiting = false;
+          unwatch();
+        }
         if ("moved" in answer) {
           // Another replica leads now: the read is refused with it as the hint (the KV layer
           // forwards it there), or, when this replica is the one elected, confirmed here below.
