@@ -20,6 +20,14 @@ export function deadlineClock(): number {
 }
 
 /**
+ * `deadline` (on deadlineClock(); Infinity: none) on another monotonic clock, one that reads
+ * `now` at this instant (a driver's simulated clock, say).
+ */
+export function deadlineOn(now: number, deadline: number): number {
+  return deadline === Infinity ? Infinity : now + (deadline - deadlineClock());
+}
+
+/**
  * A deadline `ms` from now for `@grpc/grpc-js`, which takes deadlines on the wall clock (ms since
  * the epoch) and reads them so; only for calls made through it (the client library, a joining
  * node's probe). A step of the wall clock while such a call is in flight moves its deadline.

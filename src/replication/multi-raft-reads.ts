@@ -5,7 +5,7 @@
  * questions peers ask of this node's groups for their reads (confirmTerms, readIndexAsLeader).
  */
 import { nodeOfReplica } from "../cluster/index.ts";
-import { deadlineClock } from "../common/deadline-clock.ts";
+import { deadlineOn } from "../common/deadline-clock.ts";
 import { type NodeId, nodeId, NotLeaderError } from "../raft/index.ts";
 import type { Clock } from "./engine.ts";
 import {
@@ -149,7 +149,7 @@ export class Reads {
     this.#host.assertOpen();
     // The deadline on the driver's clock, which need not be deadlineClock().
     const arrived = this.#host.clock.now();
-    const until = deadline === Infinity ? Infinity : arrived + (deadline - deadlineClock());
+    const until = deadlineOn(arrived, deadline);
     if (
       this.#host.options.singleVoterReadFastPath !== false &&
       shard.raw.role === "leader" &&
@@ -408,7 +408,7 @@ export class Reads {
     try {
       const now = this.#host.clock.now();
       // The deadline on the driver's clock, which need not be deadlineClock().
-      const until = deadline === Infinity ? Infinity : now + (deadline - deadlineClock());
+      const until = deadlineOn(now, deadline);
       const index = await this.#leaderReadIndex(shard, now, voucher, until);
       // The read waits there for its replica to apply `index`: with the commit broadcast
       // deferred (RaftConfig.deferCommitBroadcast) it could wait a heartbeat interval to learn it.

@@ -5,7 +5,7 @@
  * the group for the next round (markDirty); the round proposes it.
  */
 import { CairnError } from "../common/errors.ts";
-import { deadlineClock } from "../common/deadline-clock.ts";
+import { deadlineOn } from "../common/deadline-clock.ts";
 import { type MetaCommand, type MetaOutcome, nodeOfReplica } from "../cluster/index.ts";
 import { type ConfChange, nodeId, NotLeaderError } from "../raft/index.ts";
 import type { KvCommand, Version } from "./commands.ts";
@@ -166,7 +166,7 @@ export class Writes {
     try {
       // The call's deadline on the driver's clock, which need not be deadlineClock().
       const now = this.#host.clock.now();
-      const until = deadline === Infinity ? Infinity : now + (deadline - deadlineClock());
+      const until = deadlineOn(now, deadline);
       done = shard.enqueuePropose(data, now, until);
       this.#host.markDirty(shard);
     } catch (err) {
