@@ -58,7 +58,8 @@ export function describeMessage(m: Message): string {
       return `${head} last=${m.lastTerm}/${m.lastIndex}${m.transfer ? " transfer" : ""}`;
     case "vote-resp":
     case "prevote-resp":
-      return `${head}${m.reject ? " reject" : ""}`;
+      if (!m.reject) return head;
+      return m.commit > 0 ? `${head} reject commit=${m.commitTerm}/${m.commit}` : `${head} reject`;
     case "heartbeat":
       return `${head} commit=${m.commit}${m.readSeq > 0 ? ` read=${m.readSeq}` : ""}${m.quiesce ? " quiesce" : ""}${m.noReply ? " no-reply" : ""}`;
     case "heartbeat-resp":

@@ -57,6 +57,16 @@ export interface VoteMessage extends Envelope {
 export interface VoteResponseMessage extends Envelope {
   readonly type: "vote-resp" | "prevote-resp";
   readonly reject: boolean;
+  /**
+   * A refusal's word on the commit: the refuser's commit index, capped at the candidate's last
+   * index, and the term of the refuser's entry there (0 and 0 on a grant, or when the refuser no
+   * longer has that entry's term). A candidate whose own entry at `commit` has that term holds
+   * the same log up to it (log matching) and so knows it is committed. Without it, a voter removed
+   * by a change that only it heard is committed refuses every candidate (its log is longer) and
+   * never campaigns, while the others count it among the voters (#learnCommitFromRefusal).
+   */
+  readonly commit: LogIndex;
+  readonly commitTerm: Term;
 }
 
 /**

@@ -652,13 +652,7 @@ export class Raft {
         // win. Without it, a member that cannot reach this one (it is not among the voters of
         // this member's stale configuration) never learns the terms this member burns, and the
         // two can race for terms forever (seen in the simulation, seed 6500, PreVote off).
-        this.#send({
-          type: m.type === "vote" ? "vote-resp" : "prevote-resp",
-          from: this.id,
-          to: m.from,
-          term: this.term,
-          reject: true,
-        });
+        this.#refuseVote(m);
         if (m.type === "vote") this.#yieldToBetterCandidate(m);
       }
       return;
@@ -667,6 +661,9 @@ export class Raft {
     if (m.type === "vote" || m.type === "prevote") {
       this.#handleVote(m);
       return;
+    }
+    if ((m.type === "vote-resp" || m.type === "prevote-resp") && m.reject) {
+      this.#learnCommitFromRefusal(m);
     }
     switch (this.role) {
       case "leader":
@@ -904,14 +901,63 @@ export class Raft {
       (m.type === "prevote" && m.term > this.term);
     if (canVote && this.#holdsLost(m) && this.log.isUpToDate(m.lastIndex, m.lastTerm)) {
       // A granted pre-vote answers with the term it was asked about, so the pre-candidate counts it.
-      this.#send({ type: respType, from: this.id, to: m.from, term: m.term, reject: false });
+      this.#send({
+        type: respType,
+        from: this.id,
+        to: m.from,
+        term: m.term,
+        reject: false,
+        commit: logIndex(0),
+        commitTerm: toTerm(0),
+      });
       if (m.type === "vote") {
         this.#electionElapsed = 0;
         this.vote = m.from;
       }
     } else {
-      this.#send({ type: respType, from: this.id, to: m.from, term: this.term, reject: true });
+      this.#refuseVote(m);
       if (m.type === "vote") this.#yieldToBetterCandidate(m);
+    }
+  }
+
+  /**
+   * Refuses a (pre-)vote, in our term, with our commit index as far as the candidate's log goes
+   * and our term there (VoteResponseMessage.commit): what the candidate may learn is committed.
+   */
+  #refuseVote(m: VoteMessage): void {
+    const commit = logIndex(Math.min(this.log.committed, m.lastIndex));
+    const commitTerm = this.log.term(commit);
+    this.#send({
+      type: m.type === "vote" ? "vote-resp" : "prevote-resp",
+      from: this.id,
+      to: m.from,
+      term: this.term,
+      reject: true,
+      commit: commitTerm === null ? logIndex(0) : commit,
+      commitTerm: commitTerm ?? toTerm(0),
+    });
+  }
+
+  /**
+   * A refusal says the refuser's entry at `commit`, of term `commitTerm`, is committed. If ours
+   * there has the same term, our log up to it is the refuser's (log matching), so it is committed
+   * here too; a commit index only ever names committed entries. A leader (a late refusal of the
+   * election it won) takes nothing from it: its commit index moves only by counting its term's
+   * entries (§5.4.2), which the simulation checks.
+   * It is how a candidate learns of a configuration change that committed without its knowing:
+   * a voter removed by it has applied it, so it refuses (its log is longer) and never campaigns,
+   * and the candidate, counting it, can never win (etcd-io/etcd#10563; the driver simulation's
+   * seeds 988640 and 988008, 5 nodes). A (pre-)candidate that now holds a committed, unapplied
+   * change stops campaigning, as it would not start on one (hasUnappliedConfChange): it campaigns
+   * again on the configuration it applies.
+   */
+  #learnCommitFromRefusal(m: VoteResponseMessage): void {
+    if (this.role === "leader") return;
+    if (m.commit <= this.log.committed || !this.log.matchTerm(m.commit, m.commitTerm)) return;
+    this.log.commitTo(m.commit);
+    const campaigning = this.role === "candidate" || this.role === "pre-candidate";
+    if (campaigning && this.hasUnappliedConfChange()) {
+      this.becomeFollower(this.term, null);
     }
   }
 

@@ -96,7 +96,7 @@ export function encodeMessage(m: Message): RaftMessage {
       return { ...head, last_index: m.lastIndex, last_term: m.lastTerm, transfer: m.transfer };
     case "vote-resp":
     case "prevote-resp":
-      return { ...head, reject: m.reject };
+      return { ...head, reject: m.reject, commit: m.commit, commit_term: m.commitTerm };
     case "heartbeat":
       return {
         ...head,
@@ -177,7 +177,13 @@ export function decodeMessage(pb: RaftMessage__Output, from: NodeId, to: NodeId)
       };
     case "vote-resp":
     case "prevote-resp":
-      return { ...envelope, type, reject: pb.reject };
+      return {
+        ...envelope,
+        type,
+        reject: pb.reject,
+        commit: asIndex(pb.commit),
+        commitTerm: asTerm(pb.commit_term),
+      };
     case "heartbeat":
       return {
         ...envelope,

@@ -148,6 +148,7 @@ export const MSG_SNAPSHOT = tag(15, LEN);
 export const MSG_QUIESCE = tag(16, VARINT);
 export const MSG_NO_REPLY = tag(17, VARINT);
 export const MSG_LOST = tag(18, VARINT);
+export const MSG_COMMIT_TERM = tag(19, VARINT);
 
 export const ENTRY_TERM = tag(1, VARINT);
 export const ENTRY_INDEX = tag(2, VARINT);

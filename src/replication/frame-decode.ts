@@ -70,6 +70,7 @@ import {
   MSG_INDEX,
   MSG_LAST_INDEX,
   MSG_LAST_TERM,
+  MSG_COMMIT_TERM,
   MSG_LOST,
   MSG_NO_REPLY,
   MSG_PREV_INDEX,
@@ -362,6 +363,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
   let quiesce = false;
   let noReply = false;
   let lost = false;
+  let commitTerm = 0;
   let entries: Entry[] | null = null;
   let entryProblem: string | null = null;
   let snapshot: Snapshot | string | null = null;
@@ -428,8 +430,11 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
       case MSG_LOST:
         lost = readVarint32(r, end) !== 0;
         break;
+      case MSG_COMMIT_TERM:
+        commitTerm = readVarint64(r, end);
+        break;
       default:
-        skipField(r, end, t, 18);
+        skipField(r, end, t, 19);
     }
   }
   // Only the fields `type` uses are checked, and built, as codec.ts's decodeMessage does.
@@ -482,14 +487,19 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
       };
     }
     case VOTE_RESP:
-    case PREVOTE_RESP:
+    case PREVOTE_RESP: {
+      const worst = Math.max(commit, commitTerm);
+      if (worst > MAX_SAFE) return outOfRange(worst);
       return {
         from,
         to,
         term: term as Term,
         type: type === VOTE_RESP ? "vote-resp" : "prevote-resp",
         reject,
+        commit: commit as LogIndex,
+        commitTerm: commitTerm as Term,
       };
+    }
     case HEARTBEAT: {
       const worst = Math.max(commit, readSeq);
       if (worst > MAX_SAFE) return outOfRange(worst);

@@ -51,6 +51,7 @@ import {
   MSG_INDEX,
   MSG_LAST_INDEX,
   MSG_LAST_TERM,
+  MSG_COMMIT_TERM,
   MSG_LOST,
   MSG_NO_REPLY,
   MSG_PREV_INDEX,
@@ -212,7 +213,13 @@ function messageSize(m: Message): number {
       );
     case "vote-resp":
     case "prevote-resp":
-      return head + boolFieldSize(m.reject);
+      // commit_term's tag (field 19) takes two bytes.
+      return (
+        head +
+        boolFieldSize(m.reject) +
+        u64FieldSize(m.commit) +
+        (m.commitTerm === 0 ? 0 : 1 + u64FieldSize(m.commitTerm))
+      );
     case "heartbeat":
       // quiesce's and no_reply's tags (fields 16 and 17) take two bytes.
       return (
@@ -283,7 +290,9 @@ function putMessage(buf: Buffer, p: number, m: Message): number {
       return putHead(buf, p, m.type === "vote" ? VOTE : PREVOTE, m.term);
     case "vote-resp":
     case "prevote-resp":
+      p = putTwoByteTagVarintField(buf, p, MSG_COMMIT_TERM, m.commitTerm);
       p = putBoolField(buf, p, MSG_REJECT, m.reject);
+      p = putVarintField(buf, p, MSG_COMMIT, m.commit);
       return putHead(buf, p, m.type === "vote-resp" ? VOTE_RESP : PREVOTE_RESP, m.term);
     case "heartbeat":
       if (m.noReply) p = putTwoByteTrue(buf, p, MSG_NO_REPLY);
@@ -374,6 +383,15 @@ function putVarintField(buf: Buffer, p: number, fieldTag: number, v: number): nu
   if (v === 0) return p;
   p = putVarint(buf, p, v);
   buf[--p] = fieldTag;
+  return p;
+}
+
+/** A varint field whose tag (fields 16 to 2047) takes two bytes: nothing when 0; ends at `p`. */
+function putTwoByteTagVarintField(buf: Buffer, p: number, t: number, v: number): number {
+  if (v === 0) return p;
+  p = putVarint(buf, p, v);
+  buf[--p] = t >>> 7;
+  buf[--p] = (t & 0x7f) | 0x80;
   return p;
 }
 

@@ -412,6 +412,50 @@ describe("RawNode: a peer's message is checked against the log before it is beli
     assert.equal(node.status().commit, 5);
   });
 
+  it("believes a refused vote's commit index only where the logs agree, and not as leader", () => {
+    const refusal = (to: NodeId, commit: number, commitTerm: number): Message => ({
+      type: "prevote-resp",
+      from: c,
+      to,
+      term: term(1),
+      reject: true,
+      commit: logIndex(commit),
+      commitTerm: term(commitTerm),
+    });
+    const { node, storage } = member(b);
+    node.step(
+      append(
+        [
+          { index: 4, term: 1 },
+          { index: 5, term: 1 },
+        ],
+        3,
+      ),
+    );
+    drain(node, storage);
+    assert.equal(node.status().commit, 3);
+    // c's entry 5 is of term 2: c's log is not b's up to 5, so b's 5 may never commit.
+    node.step(refusal(b, 5, 2));
+    // An index past b's log (a forged or corrupt answer: a refusal names at most the candidate's
+    // last index) is believed neither, nor does it throw.
+    assert.doesNotThrow(() => node.step(refusal(b, 7, 1)));
+    drain(node, storage);
+    assert.equal(node.status().commit, 3);
+    // c's 4 is b's 4: committed on c, so on b.
+    node.step(refusal(b, 4, 1));
+    drain(node, storage);
+    assert.equal(node.status().commit, 4);
+    assert.equal(node.status().applied, 4);
+
+    // A leader's commit index moves only by counting its own term's entries.
+    const lead = member(a);
+    lead.node.leadWithoutElection(); // its empty entry is 1/4, acknowledged by nobody yet
+    drain(lead.node, lead.storage);
+    lead.node.step(refusal(a, 4, 1));
+    drain(lead.node, lead.storage);
+    assert.equal(lead.node.status().commit, 3);
+  });
+
   it("a leader counts no acknowledgement of an index beyond its log", () => {
     const { node, storage } = member(a);
     node.leadWithoutElection(); // its empty entry is 1/4
@@ -493,6 +537,8 @@ describe("RawNode: a peer's message is checked against the log before it is beli
       to: b,
       term: term(Number.MAX_SAFE_INTEGER),
       reject: true,
+      commit: logIndex(0),
+      commitTerm: term(0),
     });
     drain(node, storage);
     assert.equal(node.term, 1);

@@ -328,7 +328,9 @@ function messageWire(m: Message, defaults: boolean): Wire[] {
       break;
     case "vote-resp":
     case "prevote-resp":
+      num(6, m.commit);
       num(8, m.reject);
+      num(19, m.commitTerm);
       break;
     case "heartbeat":
       num(6, m.commit);
@@ -398,9 +400,9 @@ function rng(seed: number): (n: number) => number {
   };
 }
 
-/** A field no message of raft.proto knows (every message's fields are numbered 1 to 18 at most). */
+/** A field no message of raft.proto knows (every message's fields are numbered 1 to 19 at most). */
 function unknownField(pick: (n: number) => number): Wire {
-  const n = pick(2) === 0 ? 19 + pick(40) : 2 ** 29 - 1 - pick(3);
+  const n = pick(2) === 0 ? 20 + pick(40) : 2 ** 29 - 1 - pick(3);
   const bytes = Uint8Array.from({ length: pick(12) }, () => pick(256));
   switch (pick(4)) {
     case 0:
@@ -700,6 +702,19 @@ describe("raft frame codec", () => {
         encodeBatchFrame([{ shard: 0, message: { ...hb, noReply: true } }], "").toString("hex"),
         "120c" + "0a0a" + "1208" + "0807" + "800101" + "880101",
       );
+      // A refused vote's commit (field 6) and its term (field 19, a two-byte tag) around reject.
+      const refusal: Message = {
+        ...m,
+        term: 0 as Term,
+        type: "vote-resp",
+        reject: true,
+        commit: 5 as LogIndex,
+        commitTerm: 2 as Term,
+      };
+      assert.equal(
+        encodeBatchFrame([{ shard: 0, message: refusal }], "").toString("hex"),
+        "120d" + "0a0b" + "1209" + "0804" + "3005" + "4001" + "980102",
+      );
     });
 
     it("sees through unknown fields, shuffled order, interleaved items and replaced fields", () => {
@@ -778,7 +793,15 @@ describe("raft frame codec", () => {
         { shard: 5, message: { from: FROM, to: TO, term: 1 as Term, type: "timeout-now" } },
         {
           shard: 3,
-          message: { from: FROM, to: TO, term: 0 as Term, type: "vote-resp", reject: false },
+          message: {
+            from: FROM,
+            to: TO,
+            term: 0 as Term,
+            type: "vote-resp",
+            reject: false,
+            commit: 0 as LogIndex,
+            commitTerm: 0 as Term,
+          },
         },
       ]);
       assert.deepStrictEqual(decodeMine(ok), expected);
@@ -948,6 +971,8 @@ describe("raft frame codec", () => {
         [2, [field(9, 2n ** 53n)]],
         [2, [field(10, 2n ** 53n)]],
         [3, [field(11, 2n ** 53n)]],
+        [4, [field(6, 2n ** 53n)]],
+        [6, [field(19, 2n ** 53n)]],
         [5, [field(12, 2n ** 53n)]],
         [7, [field(6, 2n ** 53n)]],
         [7, [field(14, 2n ** 53n)]],

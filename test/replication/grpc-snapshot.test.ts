@@ -693,6 +693,7 @@ function header(
         reject: false,
         hint_index: 0,
         hint_term: 0,
+        commit_term: 0,
         last_index: 0,
         last_term: 0,
         transfer: false,

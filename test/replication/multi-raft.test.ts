@@ -711,7 +711,15 @@ async function leaderOfTermTwo() {
     await drain();
     for (const m of sent.splice(0)) {
       if ((m.type === "prevote" || m.type === "vote") && m.to === b) {
-        raw.step({ type: `${m.type}-resp`, from: b, to: a, term: m.term, reject: false });
+        raw.step({
+          type: `${m.type}-resp`,
+          from: b,
+          to: a,
+          term: m.term,
+          reject: false,
+          commit: logIndex(0),
+          commitTerm: term(0),
+        });
       }
     }
   }

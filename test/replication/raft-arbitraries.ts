@@ -97,6 +97,8 @@ export const message: fc.Arbitrary<Message> = fc.oneof(
     ...env,
     type: fc.constantFrom("vote-resp" as const, "prevote-resp" as const),
     reject: fc.boolean(),
+    commit: idx,
+    commitTerm: trm,
   }),
   fc.record({
     ...env,

@@ -114,6 +114,16 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // not open its data ("persisted commit 10 outside [13, 13]"). The commit is now raised to
   // the snapshot's index at open (WalRaftStorage.initialState).
   { seeds: [990000], nodes: 5, what: "a torn write kept a snapshot's mark, not its hard state" },
+  // A leader removed a voter (988640: n3 at index 23) and died before the other voters learnt
+  // the removal was committed; only the removed voter had. It applied its removal, so it never
+  // campaigned, and refused every vote (its log was longer); the others, still counting it, could
+  // not reach a quorum without it: no leader for good. A refusal now carries the refuser's commit
+  // index (VoteResponseMessage.commit), and the candidate applies the removal and wins.
+  {
+    seeds: [988640, 988008],
+    nodes: 5,
+    what: "only the voter a committed removal took out knew it was committed (moves)",
+  },
   // A shard moved before any of its replicas opened its group: a group opens on a request or
   // message for it, and none reached an initial voter, so no leader ever ran the move (seed
   // 7080: the move stayed pending; 7016: the shard had no leader). As in the five-node e2e

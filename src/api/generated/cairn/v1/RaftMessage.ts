@@ -24,6 +24,7 @@ export interface RaftMessage {
   'quiesce'?: (boolean);
   'no_reply'?: (boolean);
   'lost'?: (boolean);
+  'commit_term'?: (number | string | Long);
 }
 
 export interface RaftMessage__Output {
@@ -45,4 +46,5 @@ export interface RaftMessage__Output {
   'quiesce': (boolean);
   'no_reply': (boolean);
   'lost': (boolean);
+  'commit_term': (number);
 }
