@@ -55,7 +55,7 @@ export function describeMessage(m: Message): string {
         : `${head} index=${m.index}`;
     case "vote":
     case "prevote":
-      return `${head} last=${m.lastTerm}/${m.lastIndex}${m.transfer ? " transfer" : ""}`;
+      return `${head} last=${m.lastTerm}/${m.lastIndex} commit=${m.commitTerm}/${m.commit}${m.transfer ? " transfer" : ""}`;
     case "vote-resp":
     case "prevote-resp":
       if (!m.reject) return head;

@@ -52,6 +52,14 @@ export interface VoteMessage extends Envelope {
   readonly lastIndex: LogIndex;
   readonly lastTerm: Term;
   readonly transfer: boolean;
+  /**
+   * The candidate's commit index and the term of its entry there (0 and 0 if it has none): a
+   * receiver whose own entry at `commit` has that term commits it (as with a refusal's, below).
+   * Without it, a learner whose promotion only the candidate knew had committed, its log longer
+   * than the candidate's, refuses the candidate and, a learner still, never campaigns itself.
+   */
+  readonly commit: LogIndex;
+  readonly commitTerm: Term;
 }
 
 export interface VoteResponseMessage extends Envelope {
@@ -63,7 +71,7 @@ export interface VoteResponseMessage extends Envelope {
    * longer has that entry's term). A candidate whose own entry at `commit` has that term holds
    * the same log up to it (log matching) and so knows it is committed. Without it, a voter removed
    * by a change that only it heard is committed refuses every candidate (its log is longer) and
-   * never campaigns, while the others count it among the voters (#learnCommitFromRefusal).
+   * never campaigns, while the others count it among the voters (Raft's #learnCommit).
    */
   readonly commit: LogIndex;
   readonly commitTerm: Term;

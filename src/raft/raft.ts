@@ -659,11 +659,12 @@ export class Raft {
     }
 
     if (m.type === "vote" || m.type === "prevote") {
+      this.#learnCommit(m.commit, m.commitTerm);
       this.#handleVote(m);
       return;
     }
     if ((m.type === "vote-resp" || m.type === "prevote-resp") && m.reject) {
-      this.#learnCommitFromRefusal(m);
+      this.#learnCommit(m.commit, m.commitTerm);
     }
     switch (this.role) {
       case "leader":
@@ -850,6 +851,7 @@ export class Raft {
     }
     const lastIndex = this.log.lastIndex();
     const lastTerm = this.log.lastTerm();
+    const { commit, commitTerm } = this.#commitFor(lastIndex);
     for (const id of [...this.voters].sort()) {
       if (id === this.id) continue;
       this.#send({
@@ -860,6 +862,8 @@ export class Raft {
         lastIndex,
         lastTerm,
         transfer: kind === "transfer",
+        commit,
+        commitTerm,
       });
     }
   }
@@ -920,41 +924,53 @@ export class Raft {
     }
   }
 
-  /**
-   * Refuses a (pre-)vote, in our term, with our commit index as far as the candidate's log goes
-   * and our term there (VoteResponseMessage.commit): what the candidate may learn is committed.
-   */
+  /** Refuses a (pre-)vote, in our term, with what the candidate may learn is committed. */
   #refuseVote(m: VoteMessage): void {
-    const commit = logIndex(Math.min(this.log.committed, m.lastIndex));
-    const commitTerm = this.log.term(commit);
     this.#send({
       type: m.type === "vote" ? "vote-resp" : "prevote-resp",
       from: this.id,
       to: m.from,
       term: this.term,
       reject: true,
-      commit: commitTerm === null ? logIndex(0) : commit,
-      commitTerm: commitTerm ?? toTerm(0),
+      ...this.#commitFor(m.lastIndex),
     });
   }
 
   /**
-   * A refusal says the refuser's entry at `commit`, of term `commitTerm`, is committed. If ours
-   * there has the same term, our log up to it is the refuser's (log matching), so it is committed
-   * here too; a commit index only ever names committed entries. A leader (a late refusal of the
-   * election it won) takes nothing from it: its commit index moves only by counting its term's
-   * entries (§5.4.2), which the simulation checks.
-   * It is how a candidate learns of a configuration change that committed without its knowing:
-   * a voter removed by it has applied it, so it refuses (its log is longer) and never campaigns,
-   * and the candidate, counting it, can never win (etcd-io/etcd#10563; the driver simulation's
-   * seeds 988640 and 988008, 5 nodes). A (pre-)candidate that now holds a committed, unapplied
-   * change stops campaigning, as it would not start on one (hasUnappliedConfChange): it campaigns
-   * again on the configuration it applies.
+   * Our commit index, capped at `upTo` (the last index of the log it is for), and our term
+   * there, as a (pre-)vote request or refusal carries them; 0 and 0 if that term is gone.
    */
-  #learnCommitFromRefusal(m: VoteResponseMessage): void {
+  #commitFor(upTo: LogIndex): { commit: LogIndex; commitTerm: Term } {
+    const commit = logIndex(Math.min(this.log.committed, upTo));
+    const commitTerm = this.log.term(commit);
+    return commitTerm === null
+      ? { commit: logIndex(0), commitTerm: toTerm(0) }
+      : { commit, commitTerm };
+  }
+
+  /**
+   * A (pre-)vote request or refusal says its sender's entry at `commit`, of term `commitTerm`,
+   * is committed. If ours there has the same term, our log up to it is the sender's (log
+   * matching), so it is committed here too: a commit index only ever names committed entries. A
+   * leader takes nothing from it (a late refusal of the election it won; a request in its term):
+   * its commit index moves only by counting its term's entries (§5.4.2), which the simulation
+   * checks.
+   *
+   * It is how members learn of a configuration change that committed without their knowing,
+   * when its leader is gone and the only ones that knew cannot lead. A voter removed by it has
+   * applied it, so it never campaigns, and refuses every candidate whose log is shorter; the
+   * others, counting it, could never win without it (etcd-io/etcd#10563; the driver simulation's
+   * seeds 988640 and 988008, 5 nodes): its refusal tells them. A learner it promoted, its log
+   * longer than the candidate's that knows, refuses that candidate and, a learner still, never
+   * campaigns: the request tells it (etcd-io/etcd#12359, whose fix, etcd-io/etcd#12435, carried
+   * the commit both ways too, and was not merged). A (pre-)candidate that now holds a committed, unapplied
+   * change stops campaigning, as it would not start on one (hasUnappliedConfChange): it
+   * campaigns again on the configuration it applies.
+   */
+  #learnCommit(commit: LogIndex, commitTerm: Term): void {
     if (this.role === "leader") return;
-    if (m.commit <= this.log.committed || !this.log.matchTerm(m.commit, m.commitTerm)) return;
-    this.log.commitTo(m.commit);
+    if (commit <= this.log.committed || !this.log.matchTerm(commit, commitTerm)) return;
+    this.log.commitTo(commit);
     const campaigning = this.role === "candidate" || this.role === "pre-candidate";
     if (campaigning && this.hasUnappliedConfChange()) {
       this.becomeFollower(this.term, null);

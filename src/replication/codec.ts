@@ -93,7 +93,14 @@ export function encodeMessage(m: Message): RaftMessage {
       };
     case "vote":
     case "prevote":
-      return { ...head, last_index: m.lastIndex, last_term: m.lastTerm, transfer: m.transfer };
+      return {
+        ...head,
+        last_index: m.lastIndex,
+        last_term: m.lastTerm,
+        transfer: m.transfer,
+        commit: m.commit,
+        commit_term: m.commitTerm,
+      };
     case "vote-resp":
     case "prevote-resp":
       return { ...head, reject: m.reject, commit: m.commit, commit_term: m.commitTerm };
@@ -174,6 +181,8 @@ export function decodeMessage(pb: RaftMessage__Output, from: NodeId, to: NodeId)
         lastIndex: asIndex(pb.last_index),
         lastTerm: asTerm(pb.last_term),
         transfer: pb.transfer,
+        commit: asIndex(pb.commit),
+        commitTerm: asTerm(pb.commit_term),
       };
     case "vote-resp":
     case "prevote-resp":

@@ -474,7 +474,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
     }
     case VOTE:
     case PREVOTE: {
-      const worst = Math.max(lastIndex, lastTerm);
+      const worst = Math.max(lastIndex, lastTerm, commit, commitTerm);
       if (worst > MAX_SAFE) return outOfRange(worst);
       return {
         from,
@@ -484,6 +484,8 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
         lastIndex: lastIndex as LogIndex,
         lastTerm: lastTerm as Term,
         transfer,
+        commit: commit as LogIndex,
+        commitTerm: commitTerm as Term,
       };
     }
     case VOTE_RESP:

@@ -209,16 +209,20 @@ function messageSize(m: Message): number {
     case "vote":
     case "prevote":
       return (
-        head + u64FieldSize(m.lastIndex) + u64FieldSize(m.lastTerm) + boolFieldSize(m.transfer)
+        head +
+        u64FieldSize(m.lastIndex) +
+        u64FieldSize(m.lastTerm) +
+        boolFieldSize(m.transfer) +
+        u64FieldSize(m.commit) +
+        twoByteTagU64FieldSize(m.commitTerm)
       );
     case "vote-resp":
     case "prevote-resp":
-      // commit_term's tag (field 19) takes two bytes.
       return (
         head +
         boolFieldSize(m.reject) +
         u64FieldSize(m.commit) +
-        (m.commitTerm === 0 ? 0 : 1 + u64FieldSize(m.commitTerm))
+        twoByteTagU64FieldSize(m.commitTerm)
       );
     case "heartbeat":
       // quiesce's and no_reply's tags (fields 16 and 17) take two bytes.
@@ -284,9 +288,11 @@ function putMessage(buf: Buffer, p: number, m: Message): number {
       return putHead(buf, p, APPEND_RESP, m.term);
     case "vote":
     case "prevote":
+      p = putTwoByteTagVarintField(buf, p, MSG_COMMIT_TERM, m.commitTerm);
       p = putBoolField(buf, p, MSG_TRANSFER, m.transfer);
       p = putVarintField(buf, p, MSG_LAST_TERM, m.lastTerm);
       p = putVarintField(buf, p, MSG_LAST_INDEX, m.lastIndex);
+      p = putVarintField(buf, p, MSG_COMMIT, m.commit);
       return putHead(buf, p, m.type === "vote" ? VOTE : PREVOTE, m.term);
     case "vote-resp":
     case "prevote-resp":
@@ -458,6 +464,9 @@ function u32FieldSize(v: number): number {
 }
 
 const boolFieldSize = (v: boolean): number => (v ? 2 : 0);
+
+/** A uint64 field whose tag (fields 16 to 2047) takes two bytes: nothing when 0. */
+const twoByteTagU64FieldSize = (v: number): number => (v === 0 ? 0 : 1 + u64FieldSize(v));
 
 /** A length-delimited field with a one-byte tag around `len` bytes. */
 const lenFieldSize = (len: number): number => 1 + varintSize(len) + len;

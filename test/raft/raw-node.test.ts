@@ -412,7 +412,7 @@ describe("RawNode: a peer's message is checked against the log before it is beli
     assert.equal(node.status().commit, 5);
   });
 
-  it("believes a refused vote's commit index only where the logs agree, and not as leader", () => {
+  it("believes the commit index of a vote request or refusal only where the logs agree, and not as leader", () => {
     const refusal = (to: NodeId, commit: number, commitTerm: number): Message => ({
       type: "prevote-resp",
       from: c,
@@ -446,6 +446,21 @@ describe("RawNode: a peer's message is checked against the log before it is beli
     drain(node, storage);
     assert.equal(node.status().commit, 4);
     assert.equal(node.status().applied, 4);
+    // A candidate's request says the same of its own commit index (c's 5 is b's 5). In b's term:
+    // one of a later term b would ignore, in the lease of its leader a.
+    node.step({
+      type: "prevote",
+      from: c,
+      to: b,
+      term: term(1),
+      lastIndex: logIndex(5),
+      lastTerm: term(1),
+      transfer: false,
+      commit: logIndex(5),
+      commitTerm: term(1),
+    });
+    drain(node, storage);
+    assert.equal(node.status().commit, 5);
 
     // A leader's commit index moves only by counting its own term's entries.
     const lead = member(a);

@@ -272,6 +272,8 @@ describe("a member that lost its log (RaftConfig.recoveringUntil)", () => {
       lastIndex: logIndex(1),
       lastTerm: term(a.term + 1),
       transfer: false,
+      commit: logIndex(0),
+      commitTerm: term(0),
     });
     g.settle();
     const answer = g.queue.find((m) => m.type === "vote-resp" && m.from === B);

@@ -322,9 +322,11 @@ function messageWire(m: Message, defaults: boolean): Wire[] {
       break;
     case "vote":
     case "prevote":
+      num(6, m.commit);
       num(11, m.lastIndex);
       num(12, m.lastTerm);
       num(13, m.transfer);
+      num(19, m.commitTerm);
       break;
     case "vote-resp":
     case "prevote-resp":
@@ -971,6 +973,8 @@ describe("raft frame codec", () => {
         [2, [field(9, 2n ** 53n)]],
         [2, [field(10, 2n ** 53n)]],
         [3, [field(11, 2n ** 53n)]],
+        [3, [field(6, 2n ** 53n)]],
+        [5, [field(19, 2n ** 53n)]],
         [4, [field(6, 2n ** 53n)]],
         [6, [field(19, 2n ** 53n)]],
         [5, [field(12, 2n ** 53n)]],

@@ -92,6 +92,8 @@ export const message: fc.Arbitrary<Message> = fc.oneof(
     lastIndex: idx,
     lastTerm: trm,
     transfer: fc.boolean(),
+    commit: idx,
+    commitTerm: trm,
   }),
   fc.record({
     ...env,
