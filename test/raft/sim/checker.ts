@@ -12,7 +12,12 @@
  *  state-machine-safety no two members commit or apply different entries at one index (S4)
  *  commit-monotonic     a member's commit index never decreases while it runs (S5)
  *  commit-rule          a leader advances its commit index only onto an entry of its own term
- *                       (§5.4.2: never commit a prior-term entry by counting replicas)
+ *                       (§5.4.2: never commit a prior-term entry by counting replicas). Judged
+ *                       from a leader's second Ready on: what its first shows it may have learnt
+ *                       as a candidate, another member's commit index carried by a vote request
+ *                       or refusal, and it can have counted nothing yet (its first appends
+ *                       leave with that Ready, and a message of an earlier term counts for
+ *                       nothing).
  *  durability           every acknowledged write is committed when acknowledged, and applied
  *                       by every member of the final configuration in the end
  *
@@ -49,6 +54,8 @@ export class Checker {
   /** index → the entry committed there, from every member's commit index. */
   readonly #committed = new Map<number, Committed>();
   readonly #commitOf = new Map<NodeId, number>();
+  /** The term each member led at its last Ready, or -1. */
+  readonly #ledAt = new Map<NodeId, number>();
   readonly #acked: AckedWrite[] = [];
   #maxAcked = 0;
   #maxCommitted = 0;
@@ -102,7 +109,9 @@ export class Checker {
     if (status.commit < before) {
       this.#fail("commit-monotonic", now, `${h.id} commit went from ${before} to ${status.commit}`);
     }
-    if (status.commit > before && status.role === "leader") {
+    const ledBefore = status.role === "leader" && this.#ledAt.get(h.id) === status.term;
+    this.#ledAt.set(h.id, status.role === "leader" ? status.term : -1);
+    if (status.commit > before && ledBefore) {
       const at = h.raw.entries(logIndex(status.commit), logIndex(status.commit + 1))?.[0];
       if (at !== undefined && at.term !== status.term) {
         this.#fail(
@@ -125,6 +134,7 @@ export class Checker {
   onRestart(h: Host): void {
     // A restarted member starts from its persisted commit index, which may trail what it knew.
     this.#commitOf.set(h.id, h.raw.status().commit);
+    this.#ledAt.set(h.id, -1);
   }
 
   checkStep(now: number, running: (id: NodeId) => boolean): void {
