@@ -652,8 +652,17 @@ export class Raft {
         // win. Without it, a member that cannot reach this one (it is not among the voters of
         // this member's stale configuration) never learns the terms this member burns, and the
         // two can race for terms forever (seen in the simulation, seed 6500, PreVote off).
+        this.#learnCommit(m.commit, m.commitTerm);
         this.#refuseVote(m);
         if (m.type === "vote") this.#yieldToBetterCandidate(m);
+      } else if ((m.type === "vote-resp" || m.type === "prevote-resp") && m.reject) {
+        // A commit index names committed entries whatever the term of the message carrying it.
+        // A member that missed an election refuses a pre-vote in its old term (pre-votes change
+        // no one's term): a removed voter that alone knew its removal committed, refusing in
+        // the term before the candidate's failed election, would otherwise never be heard, and
+        // the candidate never win a pre-vote that would raise the voter's term
+        // (confchange_removed_voter_stale_refusal_carries_commit).
+        this.#learnCommit(m.commit, m.commitTerm);
       }
       return;
     }
