@@ -12,12 +12,12 @@
  *  state-machine-safety no two members commit or apply different entries at one index (S4)
  *  commit-monotonic     a member's commit index never decreases while it runs (S5)
  *  commit-rule          a leader advances its commit index only onto an entry of its own term
- *                       (§5.4.2: never commit a prior-term entry by counting replicas). Judged
- *                       from a leader's second Ready on: what its first shows it may have learnt
- *                       as a candidate, another member's commit index carried by a vote request
- *                       or refusal, and it can have counted nothing yet (its first appends
- *                       leave with that Ready, and a message of an earlier term counts for
- *                       nothing).
+ *                       (§5.4.2: never commit a prior-term entry by counting replicas). A
+ *                       leader's first Ready may show a prior-term commit it learnt as a
+ *                       candidate (another member's commit index, carried by a vote request or
+ *                       refusal): allowed if another member is already seen committing that
+ *                       entry. It can have counted nothing yet (its first appends leave with
+ *                       that Ready, and a message of an earlier term counts for nothing).
  *  durability           every acknowledged write is committed when acknowledged, and applied
  *                       by every member of the final configuration in the end
  *
@@ -111,9 +111,12 @@ export class Checker {
     }
     const ledBefore = status.role === "leader" && this.#ledAt.get(h.id) === status.term;
     this.#ledAt.set(h.id, status.role === "leader" ? status.term : -1);
-    if (status.commit > before && ledBefore) {
+    if (status.commit > before && status.role === "leader") {
       const at = h.raw.entries(logIndex(status.commit), logIndex(status.commit + 1))?.[0];
-      if (at !== undefined && at.term !== status.term) {
+      // A new leader's first Ready may show a commit index learnt as a candidate: another
+      // member's, so one that member's Readies registered before the message carrying it left.
+      const learnt = !ledBefore && this.#committed.get(status.commit)?.term === at?.term;
+      if (at !== undefined && at.term !== status.term && !learnt) {
         this.#fail(
           "commit-rule",
           now,
