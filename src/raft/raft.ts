@@ -971,10 +971,10 @@ export class Raft {
    * others, counting it, could never win without it (etcd-io/etcd#10563; the driver simulation's
    * seeds 988640 and 988008, 5 nodes): its refusal tells them. A learner it promoted, its log
    * longer than the candidate's that knows, refuses that candidate and, a learner still, never
-   * campaigns: the request tells it (etcd-io/etcd#12359, whose fix, etcd-io/etcd#12435, carried
-   * the commit both ways too, and was not merged). A (pre-)candidate that now holds a committed, unapplied
-   * change stops campaigning, as it would not start on one (hasUnappliedConfChange): it
-   * campaigns again on the configuration it applies.
+   * campaigns: the request tells it (etcd-io/etcd#12359, whose proposed fix, etcd-io/etcd#12435,
+   * carried the commit both ways too, and was not merged). A (pre-)candidate that now holds a
+   * committed, unapplied change stops campaigning, as it would not start on one
+   * (hasUnappliedConfChange): it campaigns again on the configuration it applies.
    */
   #learnCommit(commit: LogIndex, commitTerm: Term): void {
     if (this.role === "leader") return;
