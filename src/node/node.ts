@@ -88,7 +88,12 @@ import { AllocatorLoop } from "./allocator-loop.ts";
 import { gateByMembership } from "./member-gate.ts";
 import { memberAdmin } from "./members-admin.ts";
 import { hasLeftForGood, ReplicaGc } from "./replica-gc.ts";
-import { type ReplicaEffects, type ReplicaStep, replaceReplicas } from "./replicas.ts";
+import {
+  LeaderMetaCheck,
+  type ReplicaEffects,
+  type ReplicaStep,
+  replaceReplicas,
+} from "./replicas.ts";
 import { loadIncarnation } from "./incarnation.ts";
 import {
   BUILD_VERSION_ENV,
@@ -1034,7 +1039,21 @@ export class CairnNode implements HealthSource {
     const hold = moveStepHoldMs(process.env);
     if (hold > 0)
       this.#log.warn("replica changes held after each step (testing only)", { hold_ms: hold });
+    // A group led here takes no step before this node's meta state is synced after it became
+    // leader (replicas.ts, LeaderMetaCheck): an old state would undo a settled move.
+    const metaCheck = new LeaderMetaCheck({
+      sync: () => (cell === null || cell.index === 0 ? store.syncMeta() : cell.meta.sync()),
+      onSynced: () => upkeepSoon(),
+      onError: (err) =>
+        this.#log.debug(
+          "meta state not synced for a group's replica changes; the next pass retries",
+          {
+            error: describeError(err),
+          },
+        ),
+    });
     const effects: ReplicaEffects = {
+      metaFresh: (shard, term) => metaCheck.fresh(shard, term),
       settle: (shard: number, nodes: readonly string[]) =>
         cluster.propose({ op: "settle-shard", shard, nodes: [...nodes] }, REQUEST_TIMEOUT_MS),
       // A move's next step is often ready as soon as the last one ends: pass again shortly

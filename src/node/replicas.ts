@@ -32,7 +32,12 @@
  * Safety rests on Raft's membership changes: the new replica never votes nor counts toward a
  * commit before the promotion commits, and it never speaks as the old replica (messages for it
  * are dropped, MultiRaft.receive). A leader whose meta state is behind the group (a member it
- * knows neither as current nor as retired) changes nothing until it catches up.
+ * knows neither as current nor as retired) changes nothing until it catches up. Nor does a
+ * leader whose meta state may be older than a placement its group's earlier leaders acted on
+ * (LeaderMetaCheck below): such a leader knows every member, yet would undo a settled move
+ * (add the old replica back as a learner, promote it, remove the new one), and the old node,
+ * whose meta state says the move settled, would then delete a replica the group counts as a
+ * voter (replica-gc.ts).
  */
 import type { ConfChange } from "../raft/index.ts";
 import { nodeId } from "../raft/index.ts";
@@ -143,6 +148,12 @@ export interface ReplicaEffects {
   /** `shard` has nothing under way here: no step to take, no learner to wait for, or no lead. */
   idle?(shard: number): void;
   /**
+   * Whether the meta state this pass reads is known to hold every placement the group's earlier
+   * leaders acted on, `term` being the leader's (LeaderMetaCheck.fresh); when false the group
+   * takes no step this pass. Absent: always.
+   */
+  metaFresh?(shard: number, term: number): boolean;
+  /**
    * Tests only (CAIRN_TESTING_MOVE_STEP_HOLD_MS): a group waits this long after each step
    * before its next one, so that a test can crash a node at a chosen step of a move.
    */
@@ -181,6 +192,8 @@ export function replaceReplicas(
       effects?.idle?.(id);
       continue;
     }
+    // Passed again once the sync that makes it fresh is done (LeaderMetaCheck's onSynced).
+    if (effects?.metaFresh?.(id, info.term) === false) continue;
     const step = nextReplicaChange(
       meta,
       id,
@@ -226,4 +239,78 @@ export function replaceReplicas(
 function hasLearnerToPromote(meta: MetaState, shard: number, group: GroupMembers): boolean {
   if (group.learners.length === 0) return false;
   return meta.nodesOf(shard).some((n) => group.learners.includes(meta.replicaOf(n)));
+}
+
+/**
+ * Which groups led here may take membership steps on this node's meta state (ReplicaEffects.
+ * metaFresh). A node's meta state may lag the meta group by any time: a node restarted on an
+ * old state, or cut off from the meta group's leader while its shards' peers still reach it.
+ * A group's earlier leader may have acted on a newer one: moved the shard and had the move
+ * settled. The new leader, on the old state, would see the shard settled on its old nodes
+ * and move it back (helper review of 2026-12-06: a replica-GC pass on the old node then deleted
+ * a voter of the group, leaving it one failure from no quorum). So a leader takes its first step
+ * in a term only after a sync of its meta state (a ReadIndex of shard 0, MultiRaft.syncMeta)
+ * that began after it was seen leading in that term: every meta command committed before its
+ * election, every placement its group's earlier leaders acted on among them, is then in its
+ * state. One sync serves every group waiting; a node leading hundreds of shards after a restart
+ * syncs once. Bounded: one record a shard (total_shards), one sync in flight.
+ */
+export class LeaderMetaCheck {
+  readonly #sync: () => Promise<void>;
+  readonly #onSynced: () => void;
+  readonly #onError: (err: unknown) => void;
+  readonly #now: () => number;
+  /** The term a group was last seen led here in, and when it was first seen so. */
+  readonly #seen = new Map<number, { term: number; at: number }>();
+  /** When the last sync that completed began (-Infinity: none yet). */
+  #syncedFrom = -Infinity;
+  #syncing = false;
+
+  constructor(options: {
+    /** Brings this node's meta state up to the meta group's commit. */
+    sync: () => Promise<void>;
+    /** A sync completed: groups waiting for it may take their steps (pass again). */
+    onSynced: () => void;
+    /** A sync failed (the meta group unreachable): the next pass asks again. */
+    onError: (err: unknown) => void;
+    now?: () => number;
+  }) {
+    this.#sync = options.sync;
+    this.#onSynced = options.onSynced;
+    this.#onError = options.onError;
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  /** Whether group `shard`, led here in `term`, may take a step; false starts a sync. */
+  fresh(shard: number, term: number): boolean {
+    let seen = this.#seen.get(shard);
+    if (seen === undefined || seen.term !== term) {
+      seen = { term, at: this.#now() };
+      this.#seen.set(shard, seen);
+    }
+    if (this.#syncedFrom >= seen.at) return true;
+    this.#request();
+    return false;
+  }
+
+  /**
+   * Starts a sync unless one is under way. One that began before a group was seen leading does
+   * not serve it: its completion passes again, and that pass asks for another.
+   */
+  #request(): void {
+    if (this.#syncing) return;
+    this.#syncing = true;
+    const from = this.#now();
+    this.#sync().then(
+      () => {
+        this.#syncing = false;
+        if (from > this.#syncedFrom) this.#syncedFrom = from;
+        this.#onSynced();
+      },
+      (err: unknown) => {
+        this.#syncing = false;
+        this.#onError(err);
+      },
+    );
+  }
 }

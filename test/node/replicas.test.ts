@@ -13,6 +13,7 @@ import {
   VERSION_DEMOTION,
 } from "../../src/cluster/index.ts";
 import {
+  LeaderMetaCheck,
   nextReplicaChange,
   type ReplicaEffects,
   replaceReplicas,
@@ -358,5 +359,133 @@ describe("replaceReplicas", () => {
     await pass();
     assert.deepEqual(calls.splice(0).sort(), ["idle 4", "idle 7"], "done");
     assert.deepEqual(group, { voters: ["n2@old2", "n3@old3", "n1@new1"], learners: [] });
+  });
+
+  it("takes no step on a meta state that may be older than its group's placement, until a sync after it became leader (a settled move is not undone)", async () => {
+    // The review's case: shard 4 moved from n1 n2 n3 to n2 n3 n4 and settled; n2 then leads
+    // it on a meta state from before the move (restarted, or cut off from the meta leader).
+    // Every member is a current replica there, so nothing looked behind: it added n1 back and
+    // removed n4, while n1, knowing the move settled, deleted its replica, now a voter.
+    const n4 = {
+      id: "n4",
+      rpcAddr: "127.0.0.1:7004",
+      httpAddr: "127.0.0.1:8004",
+      incarnation: "i4",
+    };
+    const old = state(
+      BOOT,
+      { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+      { op: "join", member: n4 },
+      { op: "set-state", id: "n4", state: "active" },
+    );
+    const settled = old
+      .apply({ op: "move-shard", shard: 4, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] })
+      .state.apply({ op: "settle-shard", shard: 4, nodes: ["n4", "n2", "n3"] }).state;
+    assert.equal(settled.isMoving(4), false);
+    const group = { voters: ["n2@old2", "n3@old3", "n4@i4"], learners: [] as string[] };
+    const store = leaderOf4(group, () => true);
+    let meta = old;
+    let synced: (() => void) | null = null;
+    let syncs = 0;
+    let passes = 0;
+    const check = new LeaderMetaCheck({
+      sync: () => {
+        syncs++;
+        return new Promise<void>((resolve) => {
+          synced = () => {
+            meta = settled; // what the sync brings: the meta group's commit
+            resolve();
+          };
+        });
+      },
+      onSynced: () => passes++,
+      onError: (err) => assert.fail(String(err)),
+    });
+    const steps: string[] = [];
+    const effects: ReplicaEffects = {
+      settle: () => Promise.resolve(),
+      stepped: (_shard, step) => steps.push(step.type),
+      metaFresh: (shard, term) => check.fresh(shard, term),
+    };
+    const underWay = new Set<number>();
+    const pass = async (): Promise<void> => {
+      replaceReplicas(store, meta, underWay, (_s, err) => assert.fail(String(err)), effects);
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    await pass();
+    await pass();
+    assert.deepEqual(steps, [], "no step on the old state");
+    assert.equal(syncs, 1, "one sync asked, not one a pass");
+    assert.deepEqual(group, { voters: ["n2@old2", "n3@old3", "n4@i4"], learners: [] });
+    (synced as unknown as () => void)();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(passes, 1, "the caller is told to pass again");
+    await pass();
+    assert.deepEqual(steps, [], "synced: the move is settled, nothing to do");
+    assert.deepEqual(group, { voters: ["n2@old2", "n3@old3", "n4@i4"], learners: [] });
+  });
+});
+
+describe("LeaderMetaCheck", () => {
+  function harness() {
+    let now = 0;
+    const pending: Array<{ resolve: () => void; reject: (err: Error) => void }> = [];
+    const events: string[] = [];
+    const check = new LeaderMetaCheck({
+      sync: () =>
+        new Promise<void>((resolve, reject) => {
+          events.push(`sync@${now}`);
+          pending.push({ resolve, reject });
+        }),
+      onSynced: () => events.push("synced"),
+      onError: (err) => events.push(`error ${(err as Error).message}`),
+      now: () => now,
+    });
+    const settle = async (ok = true): Promise<void> => {
+      const p = pending.shift();
+      assert.ok(p !== undefined, "a sync under way");
+      if (ok) p.resolve();
+      else p.reject(new Error("no meta leader"));
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    return { check, events, settle, at: (t: number) => (now = t) };
+  }
+
+  it("is fresh for a term only after a sync that began once the group was seen led in it", async () => {
+    const h = harness();
+    h.at(10);
+    assert.equal(h.check.fresh(4, 2), false);
+    assert.equal(h.check.fresh(5, 7), false, "a second group waits for the same sync");
+    assert.deepEqual(h.events, ["sync@10"]);
+    await h.settle();
+    assert.equal(h.check.fresh(4, 2), true);
+    assert.equal(h.check.fresh(5, 7), true);
+    h.at(20);
+    assert.equal(h.check.fresh(4, 3), false, "a new term asks again");
+    assert.equal(h.check.fresh(5, 7), true, "the other group's term did not change");
+    assert.deepEqual(h.events, ["sync@10", "synced", "sync@20"]);
+  });
+
+  it("does not count a sync that began before the group was seen led, and asks again after a failure", async () => {
+    const h = harness();
+    h.at(10);
+    assert.equal(h.check.fresh(4, 2), false);
+    h.at(15);
+    assert.equal(h.check.fresh(6, 1), false, "seen after the sync under way began");
+    await h.settle();
+    assert.equal(h.check.fresh(4, 2), true);
+    assert.equal(h.check.fresh(6, 1), false, "that sync began before it: another is asked");
+    await h.settle(false);
+    assert.equal(h.check.fresh(6, 1), false);
+    await h.settle();
+    assert.equal(h.check.fresh(6, 1), true);
+    assert.deepEqual(h.events, [
+      "sync@10",
+      "synced",
+      "sync@15",
+      "error no meta leader",
+      "sync@15",
+      "synced",
+    ]);
   });
 });
