@@ -1520,6 +1520,33 @@ export function spreadLeaders(
 }
 
 /**
+ * Refuses, from peer `from` (its `cairn-peer`, bound to its certificate under peer TLS), a
+ * command only a member makes about itself that names another node: `set-member` (its
+ * addresses), `set-disk`, `set-build`. And a `set-member` of a node that is not a recorded
+ * member: the meta group's apply would add it as an active member, with no join, no
+ * incarnation and no room counted (MEMBER_LIMIT), and the allocator would place replicas on it
+ * (a review of 2026-12-06: any caller holding the cluster id could add members without bound
+ * that way). A member reports its addresses only once it is recorded (ClusterState's
+ * #checkAddresses). Called where peers propose meta commands, before the proposal.
+ */
+export function checkMemberUpdate(meta: MetaState | null, cmd: MetaCommand, from: string): void {
+  if (cmd.op !== "set-member" && cmd.op !== "set-disk" && cmd.op !== "set-build") return;
+  const id = cmd.op === "set-member" ? cmd.member.id : cmd.id;
+  if (id !== from) {
+    throw new CairnError(
+      "CAIRN_ERR_INVALID_ARGUMENT",
+      `meta command refused: ${cmd.op} of node ${id} proposed by ${from === "" ? "a caller naming no node" : `node ${from}`} (a member reports only its own)`,
+    );
+  }
+  if (cmd.op === "set-member" && meta !== null && !meta.members.has(id)) {
+    throw new CairnError(
+      "CAIRN_ERR_INVALID_ARGUMENT",
+      `meta command refused: set-member of node ${id}, which is not a member (a node becomes one by joining)`,
+    );
+  }
+}
+
+/**
  * Refuses a `rejoin` that would retire a member's incarnation while that incarnation still runs:
  * a node started with a live member's node id (on another address, with another data directory)
  * must not evict it. The same for a `join` under a decommissioned or removed member's id with

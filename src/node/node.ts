@@ -73,6 +73,7 @@ import {
 } from "../api/index.ts";
 import { JoinAdmission } from "./join-admission.ts";
 import {
+  checkMemberUpdate,
   checkRejoin,
   CLUSTER_VERSION,
   probeMember,
@@ -848,8 +849,10 @@ export class CairnNode implements HealthSource {
       raft: createRaftService((from, messages) => store.receive(from, messages), {
         clusterId: () => cluster.peerClusterId,
         // Peers create shards and rejoin through the meta group's leader.
-        proposeMeta: async (bytes) => {
+        proposeMeta: async (bytes, from) => {
           const cmd = proposedCommand(bytes);
+          // A member's report about itself, from another node or of a node never admitted.
+          checkMemberUpdate(cluster.meta, cmd, from);
           // Room for a node let in (the members table is fed by the network), while this node
           // leads the meta group: a follower's refusal would name no leader to ask.
           const release = store.leads(0) ? this.#joins.admit(cluster.meta, cmd) : null;

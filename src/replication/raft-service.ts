@@ -104,10 +104,10 @@ export interface RaftServiceOptions {
   readonly clusterId: ClusterIdSource;
   /**
    * Proposes a meta command (encodeMetaCommand bytes) to the meta group here and resolves once
-   * it is applied; rejects with NotLeaderError when this node does not lead it. Without it,
-   * ProposeMeta answers UNIMPLEMENTED.
+   * it is applied; rejects with NotLeaderError when this node does not lead it. `from` is the
+   * caller's `cairn-peer` ("" if none). Without it, ProposeMeta answers UNIMPLEMENTED.
    */
-  readonly proposeMeta?: (command: Uint8Array) => Promise<void>;
+  readonly proposeMeta?: (command: Uint8Array, from: string) => Promise<void>;
   /**
    * Confirms this node's leadership of a shard and answers a follower's read index
    * (MultiRaft.readIndexAsLeader), waiting until `deadline` at most (on deadlineClock()). Without
@@ -318,7 +318,7 @@ export function createRaftService(
           callback(refusal);
           return;
         }
-        propose(call.request.command).then(
+        propose(call.request.command, typeof from === "string" ? from : "").then(
           () => callback(null, {}),
           (err: unknown) => callback(peerCallError(err)),
         );

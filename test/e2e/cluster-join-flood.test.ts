@@ -135,6 +135,47 @@ describe("a flood of join requests (real process)", () => {
         assert.equal(err?.code, status.INVALID_ARGUMENT, `${what}: ${err?.details}`);
         assert.equal(err?.metadata.get("cairn-error-code")[0], "CAIRN_ERR_INVALID_ARGUMENT", what);
       }
+      // A member's report about itself (set-member, set-disk) from another node, or a
+      // set-member of a node never admitted: the meta group applied the latter as a new
+      // *active* member, with no join and no room counted (a review's finding: 40 of 40 went
+      // in, each given replicas), so it is refused before the proposal.
+      const ghost = "ghost-1";
+      const member = (id: string) => ({ id, rpcAddr: "127.0.0.1:9", httpAddr: "127.0.0.1:9" });
+      const others: [string, string, Uint8Array, RegExp][] = [
+        [
+          "set-member of a non-member",
+          ghost,
+          encodeMetaCommand({ op: "set-member", member: member(ghost) }),
+          /set-member of node ghost-1, which is not a member/,
+        ],
+        [
+          "set-member of another member",
+          sender,
+          encodeMetaCommand({ op: "set-member", member: member("n1") }),
+          /set-member of node n1 proposed by node intruder-\d+ \(a member reports only its own\)/,
+        ],
+        [
+          "set-disk of another member",
+          sender,
+          encodeMetaCommand({ op: "set-disk", id: "n1", full: true }),
+          /set-disk of node n1 proposed by node intruder-\d+/,
+        ],
+      ];
+      for (const [what, from, command, message] of others) {
+        const err = await propose(n1.rpc, clusterId, from, command);
+        assert.equal(err?.code, status.INVALID_ARGUMENT, `${what}: ${err?.details}`);
+        assert.equal(err?.metadata.get("cairn-error-code")[0], "CAIRN_ERR_INVALID_ARGUMENT", what);
+        assert.match(err?.details ?? "", message, what);
+      }
+      const afterwards = await clusterView(c);
+      assert.deepEqual(afterwards.nodes.map((n) => n.id).sort(), members, "no member added");
+      assert.equal(
+        (afterwards as unknown as { nodes: { id: string; disk_full?: boolean }[] }).nodes.find(
+          (n) => n.id === "n1",
+        )?.disk_full ?? false,
+        false,
+        "n1 not reported full by another",
+      );
 
       // The node serves on.
       await retryingKv(c, "Put", { key: Buffer.from("k"), value: Buffer.from("v") });

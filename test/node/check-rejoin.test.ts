@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { type MetaMember, MetaState } from "../../src/cluster/index.ts";
-import { checkRejoin } from "../../src/node/cluster.ts";
+import { checkMemberUpdate, checkRejoin } from "../../src/node/cluster.ts";
 
 function member(id: string, incarnation: string): MetaMember {
   return { id, rpcAddr: `${id}.example:7447`, httpAddr: `${id}.example:8080`, incarnation };
@@ -68,5 +68,35 @@ describe("checkRejoin", () => {
     );
     // Stopped (it does not answer), the new node may start the id's new life.
     await checkRejoin(decommissioned, join, () => Promise.resolve(undefined));
+  });
+});
+
+describe("checkMemberUpdate", () => {
+  const addresses = (id: string) => ({ id, rpcAddr: "127.0.0.1:9", httpAddr: "127.0.0.1:9" });
+
+  it("lets a member report its own addresses, disk and build", () => {
+    checkMemberUpdate(state, { op: "set-member", member: addresses("n2") }, "n2");
+    checkMemberUpdate(state, { op: "set-disk", id: "n2", full: true }, "n2");
+    checkMemberUpdate(state, { op: "set-build", id: "n2", build: 9 }, "n2");
+    // Commands any member proposes about others are not this check's.
+    checkMemberUpdate(state, { op: "set-state", id: "n3", state: "decommissioning" }, "n2");
+  });
+
+  it("refuses a report about another node, and a set-member of a node that is not a member", () => {
+    for (const [cmd, from, message] of [
+      [
+        { op: "set-member", member: addresses("n1") },
+        "n2",
+        /set-member of node n1 proposed by node n2/,
+      ],
+      [{ op: "set-disk", id: "n1", full: true }, "n2", /set-disk of node n1 proposed by node n2/],
+      [{ op: "set-build", id: "n1", build: 9 }, "", /proposed by a caller naming no node/],
+      [{ op: "set-member", member: addresses("x9") }, "x9", /node x9, which is not a member/],
+    ] as const) {
+      assert.throws(() => checkMemberUpdate(state, cmd, from), {
+        code: "CAIRN_ERR_INVALID_ARGUMENT",
+        message,
+      });
+    }
   });
 });
