@@ -1444,6 +1444,18 @@ export async function transferLeadership(
  * the timeout it is.
  */
 function preferenceFailure(err: unknown, id: number, to: string): CairnError {
+  return proposalFailure(err, `record ${to} as shard ${id}'s preferred leader`);
+}
+
+/**
+ * What a meta proposal made through ClusterState.propose failed with, as the CairnError an
+ * Admin call answers, `what` naming the proposal ("record …"): the meta group's refusal as
+ * itself; a refusal the meta leader's node answered over ProposeMeta (a gRPC status, from a
+ * node that does not lead the meta group) by its status; a wait that ran out, retryable.
+ * Before, the last two reached the caller as they were and were answered INTERNAL (a review of
+ * 2026-12-06: a recommission through a follower, refused, said "internal error").
+ */
+export function proposalFailure(err: unknown, what: string): CairnError {
   if (err instanceof CairnError && !WAITED_OUT.has(err.code)) return err;
   const code = (err as { code?: unknown }).code;
   if (!(err instanceof CairnError) && typeof code === "number" && REFUSALS.has(code)) {
@@ -1451,15 +1463,14 @@ function preferenceFailure(err: unknown, id: number, to: string): CairnError {
     // cluster or not a member, carries no code of its own).
     return new CairnError(
       code === status.INVALID_ARGUMENT ? "CAIRN_ERR_INVALID_ARGUMENT" : "CAIRN_ERR_PRECONDITION",
-      `the meta group's leader refused to record ${to} as shard ${id}'s preferred leader: ${describe(err)}`,
+      `the meta group's leader refused to ${what}: ${describe(err)}`,
       { cause: err },
     );
   }
-  return new CairnError(
-    "CAIRN_ERR_TIMEOUT",
-    `the meta group did not record ${to} as shard ${id}'s preferred leader: ${describe(err)}`,
-    { retryable: true, cause: err },
-  );
+  return new CairnError("CAIRN_ERR_TIMEOUT", `the meta group did not ${what}: ${describe(err)}`, {
+    retryable: true,
+    cause: err,
+  });
 }
 
 /** The codes of a proposal that found no meta leader in time, or whose wait ran out. */

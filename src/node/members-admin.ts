@@ -21,7 +21,7 @@
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MemberState, MetaState } from "../cluster/index.ts";
 import { CairnError } from "../common/errors.ts";
-import { type ClusterState, errorCodeOf } from "./cluster.ts";
+import { type ClusterState, errorCodeOf, proposalFailure } from "./cluster.ts";
 
 /** How long a member call waits for the meta group. */
 const PROPOSE_TIMEOUT_MS = 10_000;
@@ -78,8 +78,16 @@ export function memberAdmin(
    * (it answered a recommission through another node "decommissioning").
    */
   const setState = async (node: string, to: MemberState): Promise<NodeStanding> => {
-    await cluster.propose({ op: "set-state", id: node, state: to }, PROPOSE_TIMEOUT_MS);
+    await proposeState(node, to);
     return { ...standingOf(node), state: to };
+  };
+  /** Proposes member `node`'s state `to`; a failure as the CairnError the call answers. */
+  const proposeState = async (node: string, to: MemberState): Promise<void> => {
+    try {
+      await cluster.propose({ op: "set-state", id: node, state: to }, PROPOSE_TIMEOUT_MS);
+    } catch (err) {
+      throw proposalFailure(err, `record member ${node} as ${to}`);
+    }
   };
   /** Why decommissioning `node` leaves too few members for its replicas, or null. */
   const tooFewLeft = (meta: MetaState, node: string): string | null => {
@@ -117,7 +125,7 @@ export function memberAdmin(
         .join(", ");
       const now = after.stateOf(node) === "decommissioning" ? tooFewLeft(after, node) : null;
       if (now !== null && others !== "") {
-        await cluster.propose({ op: "set-state", id: node, state: "active" }, PROPOSE_TIMEOUT_MS);
+        await proposeState(node, "active");
         throw new CairnError(
           "CAIRN_ERR_PRECONDITION",
           `${now} (${others} began decommissioning at the same time); ${node}'s decommission was cancelled: it is active again`,

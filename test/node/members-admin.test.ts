@@ -4,6 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import { toServiceError } from "../../src/api/errors.ts";
 import {
   ClusterViewPublisher,
   type MetaCommand,
@@ -96,6 +98,45 @@ describe("memberAdmin", () => {
     await refused(admin.recommission("n9"), /"n9" is not a member/);
     // An active member: recommissioning it changes nothing.
     assert.equal((await admin.recommission("n2")).state, "active");
+  });
+
+  it("through a node that does not lead the meta group: the leader's refusal and a wait that ran out answer as themselves, not INTERNAL", async () => {
+    const { cs } = setup();
+    // What a proposal through another node's ProposeMeta rejects with (peer-rpcs.ts callError).
+    let answer: { code: number; details: string; cairnCode?: string } = {
+      code: status.INVALID_ARGUMENT,
+      details: "meta command refused: member n4 is decommissioned, not decommissioning",
+      cairnCode: "CAIRN_ERR_INVALID_ARGUMENT",
+    };
+    cs.attach({
+      propose: () => {
+        const metadata = new Metadata();
+        if (answer.cairnCode !== undefined) metadata.set("cairn-error-code", answer.cairnCode);
+        const err = new Error(`${answer.code} ${status[answer.code]}: ${answer.details}`);
+        return Promise.reject(Object.assign(err, { ...answer, metadata }));
+      },
+    });
+    const admin = memberAdmin(cs);
+    const answered = async (p: Promise<unknown>): Promise<Partial<ServiceError>> => {
+      const err = await p.then(
+        () => assert.fail("resolved"),
+        (e: unknown) => e,
+      );
+      return toServiceError(err);
+    };
+    let got = await answered(admin.recommission("n4"));
+    assert.equal(got.code, status.INVALID_ARGUMENT, got.details);
+    assert.match(
+      got.details ?? "",
+      /the meta group's leader refused to record member n4 as active: .*n4 is decommissioned/,
+    );
+    got = await answered(admin.decommission("n3"));
+    assert.equal(got.code, status.INVALID_ARGUMENT, got.details);
+    answer = { code: status.UNAVAILABLE, details: "not the leader" };
+    got = await answered(admin.decommission("n3"));
+    assert.equal(got.code, status.DEADLINE_EXCEEDED, got.details);
+    assert.match(got.details ?? "", /the meta group did not record member n3 as decommissioning/);
+    assert.equal(got.metadata?.get("cairn-error-code")[0], "CAIRN_ERR_TIMEOUT");
   });
 });
 
