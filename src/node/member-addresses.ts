@@ -6,6 +6,13 @@
  * looked up again when the members change, or at most every RESOLVE_EVERY_MS when they do not
  * (the node publishes its members on every gossip event), one update at a time (the newest
  * wins); a name that does not resolve keeps what it resolved to before, or nothing.
+ *
+ * The table holds MEMBER_SLOTS addresses; the members are given in order of precedence (the
+ * active first), and each name counts for at most ADDRESSES_PER_HOST of them. A name a join
+ * recorded resolves to whatever its owner's DNS says: before, one name that sorted first and
+ * resolved to 200 addresses took the whole table, and the members' connections lost their
+ * reserve (a review of 2026-12-06). Lookups run LOOKUPS_AT_ONCE at a time: each holds a thread
+ * of libuv's pool, which the node's file I/O shares.
  */
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
@@ -17,6 +24,12 @@ export type Resolve = (host: string) => Promise<string[]>;
 
 /** How long the same members' names are not looked up again. */
 export const RESOLVE_EVERY_MS = 5000;
+
+/** The addresses one member's name adds to the table at most (a pod's IPv4 and IPv6, say). */
+export const ADDRESSES_PER_HOST = 4;
+
+/** Names looked up at once. */
+const LOOKUPS_AT_ONCE = 2;
 
 const resolveAll: Resolve = async (host) =>
   (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
@@ -48,8 +61,9 @@ export class MemberAddresses {
   }
 
   /**
-   * The members' `rpc_addr`s (`host:port`), as the meta state records them. Returns the update's
-   * promise (the tests wait for it); it never rejects.
+   * The members' `rpc_addr`s (`host:port`), as the meta state records them, in order of
+   * precedence (the table keeps the first MEMBER_SLOTS addresses). Returns the update's promise
+   * (the tests wait for it); it never rejects.
    */
   update(rpcAddrs: readonly string[]): Promise<void> {
     const hosts = [
@@ -59,7 +73,7 @@ export class MemberAddresses {
           return parsed.ok ? [parsed.value.host] : [];
         }),
       ),
-    ].sort();
+    ];
     const asked = hosts.join(" ");
     const now = this.#now();
     if (asked === this.#asked && now - this.#askedAt < RESOLVE_EVERY_MS) {
@@ -77,12 +91,18 @@ export class MemberAddresses {
       while (this.#next !== null) {
         const hosts = this.#next;
         this.#next = null;
-        const addresses = await Promise.all(hosts.map((h) => this.#addressesOf(h)));
+        const addresses: (readonly string[])[] = [];
+        for (let i = 0; i < hosts.length; i += LOOKUPS_AT_ONCE) {
+          const some = hosts.slice(i, i + LOOKUPS_AT_ONCE).map((h) => this.#addressesOf(h));
+          for (const found of await Promise.all(some)) {
+            addresses.push(found.slice(0, ADDRESSES_PER_HOST));
+          }
+        }
         // A name no member has any more is forgotten.
         for (const name of this.#resolved.keys()) {
           if (!hosts.includes(name)) this.#resolved.delete(name);
         }
-        const key = addresses.flat().sort().join(" ");
+        const key = addresses.flat().join(" ");
         if (key === this.#written) continue;
         this.#written = key;
         this.#slots.setMembers(addresses.flat());

@@ -1255,10 +1255,20 @@ export class CairnNode implements HealthSource {
             )
           : [];
       if (known) {
-        // The members' reserve of rpc.max_connections (connection-slots.ts).
+        // The members' reserve of rpc.max_connections (connection-slots.ts): those serving
+        // first (active, decommissioning), then those joining, then the rest not removed.
+        const rank = (id: string): number => {
+          const state = meta.stateOf(id);
+          return state === "active" || state === "decommissioning"
+            ? 0
+            : state === "joining"
+              ? 1
+              : 2;
+        };
         void this.#memberAddresses.update(
           [...meta.members.values()]
             .filter((m) => meta.stateOf(m.id) !== "removed")
+            .sort((a, b) => rank(a.id) - rank(b.id))
             .map((m) => m.rpcAddr),
         );
       }

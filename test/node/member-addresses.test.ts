@@ -1,7 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { ConnectionSlots } from "../../src/api/connection-slots.ts";
-import { MemberAddresses, RESOLVE_EVERY_MS } from "../../src/node/member-addresses.ts";
+import {
+  ADDRESSES_PER_HOST,
+  MemberAddresses,
+  RESOLVE_EVERY_MS,
+} from "../../src/node/member-addresses.ts";
 
 /** A resolver over a table the test changes; a name missing from it fails like getaddrinfo. */
 function resolver(table: Map<string, string[]>): {
@@ -83,5 +87,26 @@ describe("MemberAddresses", () => {
     await Promise.all([first, last]);
     assert.deepEqual(asked, ["slow.example", "last.example"], "mid.example was replaced");
     assert.ok(slots.isMember("10.4.0.9") && !slots.isMember("10.4.0.1"));
+  });
+
+  it("counts at most ADDRESSES_PER_HOST addresses of one name, so that a name with hundreds cannot take the members' whole reserve", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    // A join recorded "0.evil.example:1", whose DNS answers 200 addresses; the real members
+    // come first in the update (the node orders them active first).
+    const evil = Array.from({ length: 200 }, (_, i) => `203.0.113.${i % 250}`).map((a, i) =>
+      i < 100 ? a : `198.51.100.${i - 100}`,
+    );
+    const dns = new Map([
+      ["0.evil.example", evil],
+      ["n1.example", ["10.3.0.1"]],
+      ["n2.example", ["10.3.0.2"]],
+    ]);
+    const { resolve } = resolver(dns);
+    const members = new MemberAddresses(slots, resolve);
+    await members.update(["0.evil.example:1", "n1.example:7447", "n2.example:7447"]);
+    assert.ok(slots.isMember("10.3.0.1"), "n1 keeps its place");
+    assert.ok(slots.isMember("10.3.0.2"), "n2 keeps its place");
+    const taken = evil.filter((a) => slots.isMember(a)).length;
+    assert.equal(taken, ADDRESSES_PER_HOST, "the name's share");
   });
 });
