@@ -1411,7 +1411,7 @@ export async function transferLeadership(
   try {
     await cluster.propose({ op: "prefer-leader", shard: id, node: to }, timeoutMs);
   } catch (err) {
-    throw preferenceFailure(err, id, to);
+    throw proposalFailure(err, `record ${to} as shard ${id}'s preferred leader`);
   }
   let refused: unknown = null;
   for (;;) {
@@ -1438,22 +1438,13 @@ export async function transferLeadership(
 }
 
 /**
- * How a prefer-leader proposal's failure answers Admin.TransferLeader: a refusal as itself (the
- * meta group's, which names why, here or through its leader's ProposeMeta answer; this node not
- * ready, or stopping); anything else, no meta leader found or answering before the deadline, as
- * the timeout it is.
- */
-function preferenceFailure(err: unknown, id: number, to: string): CairnError {
-  return proposalFailure(err, `record ${to} as shard ${id}'s preferred leader`);
-}
-
-/**
  * What a meta proposal made through ClusterState.propose failed with, as the CairnError an
- * Admin call answers, `what` naming the proposal ("record …"): the meta group's refusal as
- * itself; a refusal the meta leader's node answered over ProposeMeta (a gRPC status, from a
- * node that does not lead the meta group) by its status; a wait that ran out, retryable.
- * Before, the last two reached the caller as they were and were answered INTERNAL (a review of
- * 2026-12-06: a recommission through a follower, refused, said "internal error").
+ * Admin call (TransferLeader's prefer-leader, the member calls' set-state) answers, `what`
+ * naming the proposal ("record …"): a refusal as itself (the meta group's, which names why, here
+ * or through its leader's ProposeMeta answer, by its status there; this node not ready, or
+ * stopping); anything else, no meta leader found or answering before the deadline, as the
+ * timeout it is, retryable. Before, a member call's refusal through a node that does not lead
+ * the meta group was answered INTERNAL (a review of 2026-12-06).
  */
 export function proposalFailure(err: unknown, what: string): CairnError {
   if (err instanceof CairnError && !WAITED_OUT.has(err.code)) return err;

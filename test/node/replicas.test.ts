@@ -25,6 +25,8 @@ const members = [1, 2, 3].map((i) => ({
   httpAddr: `127.0.0.1:800${i}`,
   incarnation: `old${i}`,
 }));
+/** A fourth node, for the moves. */
+const n4 = { id: "n4", rpcAddr: "127.0.0.1:7004", httpAddr: "127.0.0.1:8004", incarnation: "i4" };
 const BOOT: MetaCommand = {
   op: "bootstrap",
   clusterId: "c1",
@@ -94,7 +96,6 @@ describe("nextReplicaChange", () => {
 });
 
 describe("nextReplicaChange: a move (design.md §5.2)", () => {
-  const n4 = { id: "n4", rpcAddr: "127.0.0.1:7004", httpAddr: "127.0.0.1:8004", incarnation: "i4" };
   const joined = state(
     BOOT,
     { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
@@ -217,7 +218,6 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
 });
 
 describe("nextReplicaChange: the meta group's voter on a member that leaves shard 0", () => {
-  const n4 = { id: "n4", rpcAddr: "127.0.0.1:7004", httpAddr: "127.0.0.1:8004", incarnation: "i4" };
   /**
    * Shard 0 (and shard 4) moving from n1 to n4, n1 then gone through `states`, in a cluster at
    * this build's version (VERSION_DEMOTION or later).
@@ -366,12 +366,6 @@ describe("replaceReplicas", () => {
     // it on a meta state from before the move (restarted, or cut off from the meta leader).
     // Every member is a current replica there, so nothing looked behind: it added n1 back and
     // removed n4, while n1, knowing the move settled, deleted its replica, now a voter.
-    const n4 = {
-      id: "n4",
-      rpcAddr: "127.0.0.1:7004",
-      httpAddr: "127.0.0.1:8004",
-      incarnation: "i4",
-    };
     const old = state(
       BOOT,
       { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
