@@ -13,6 +13,14 @@
  * resolved to 200 addresses took the whole table, and the members' connections lost their
  * reserve (a review of 2026-12-06). Lookups run LOOKUPS_AT_ONCE at a time: each holds a thread
  * of libuv's pool, which the node's file I/O shares.
+ *
+ * A lookup has no timeout of its own (getaddrinfo waits as long as resolv.conf's timeouts and
+ * attempts say, and cannot be cancelled). An update waits for one at most LOOKUP_TIMEOUT_MS,
+ * then goes on with what the name resolved to before; the lookup runs on, and a later update
+ * waits for that same lookup rather than start another. No more than LOOKUPS_AT_ONCE lookups
+ * are ever in flight: while slow ones hold them, other names keep their last addresses. A DNS
+ * server that does not answer so costs the node at most LOOKUPS_AT_ONCE pool threads, and
+ * never holds the table back.
  */
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
@@ -28,8 +36,11 @@ export const RESOLVE_EVERY_MS = 5000;
 /** The addresses one member's name adds to the table at most (a pod's IPv4 and IPv6, say). */
 export const ADDRESSES_PER_HOST = 4;
 
-/** Names looked up at once. */
+/** Lookups in flight at most. */
 const LOOKUPS_AT_ONCE = 2;
+
+/** How long an update waits for one name's lookup. */
+export const LOOKUP_TIMEOUT_MS = 2000;
 
 const resolveAll: Resolve = async (host) =>
   (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
@@ -44,6 +55,9 @@ export class MemberAddresses {
   #running: Promise<void> | null = null;
   /** What each name resolved to last, kept when a later lookup fails. */
   readonly #resolved = new Map<string, readonly string[]>();
+  /** The lookups in flight (at most LOOKUPS_AT_ONCE), by name. */
+  readonly #lookups = new Map<string, Promise<void>>();
+  readonly #timeoutMs: number;
 
   /** The hosts of the last update asked for, and when. */
   #asked = "";
@@ -54,10 +68,12 @@ export class MemberAddresses {
     slots: ConnectionSlots,
     resolve: Resolve = resolveAll,
     now: () => number = () => performance.now(),
+    lookupTimeoutMs: number = LOOKUP_TIMEOUT_MS,
   ) {
     this.#slots = slots;
     this.#resolve = resolve;
     this.#now = now;
+    this.#timeoutMs = lookupTimeoutMs;
   }
 
   /**
@@ -114,12 +130,39 @@ export class MemberAddresses {
 
   async #addressesOf(host: string): Promise<readonly string[]> {
     if (isIP(host) !== 0) return [host];
-    try {
-      const found = await this.#resolve(host);
-      this.#resolved.set(host, found);
-      return found;
-    } catch {
-      return this.#resolved.get(host) ?? [];
-    }
+    const lookup = this.#lookups.get(host) ?? this.#lookUp(host);
+    if (lookup !== undefined) await withTimeout(lookup, this.#timeoutMs);
+    return this.#resolved.get(host) ?? [];
+  }
+
+  /**
+   * Starts looking `host` up unless LOOKUPS_AT_ONCE lookups are in flight (undefined then). The
+   * promise never rejects: a failed lookup keeps the name's last addresses.
+   */
+  #lookUp(host: string): Promise<void> | undefined {
+    if (this.#lookups.size >= LOOKUPS_AT_ONCE) return undefined;
+    const lookup = this.#resolve(host).then(
+      // (A name forgotten meanwhile is forgotten again by the next update: at most
+      // LOOKUPS_AT_ONCE such entries, never written to the table.)
+      (found) => void this.#resolved.set(host, found),
+      () => undefined,
+    );
+    const done = lookup.finally(() => this.#lookups.delete(host));
+    this.#lookups.set(host, done);
+    return done;
+  }
+}
+
+/** Resolves when `p` does or after `ms`, whichever comes first. */
+async function withTimeout(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+  try {
+    await Promise.race([p, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -109,4 +109,62 @@ describe("MemberAddresses", () => {
     const taken = evil.filter((a) => slots.isMember(a)).length;
     assert.equal(taken, ADDRESSES_PER_HOST, "the name's share");
   });
+
+  it("waits for a lookup that does not answer at most the timeout, keeps the name's last addresses, and starts no second lookup of it", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    const answers = new Map<string, string[]>([
+      ["a.example", ["10.5.0.1"]],
+      ["b.example", ["10.5.0.2"]],
+    ]);
+    const hung = new Set<string>();
+    const asked: string[] = [];
+    let answer: () => void = () => {};
+    const resolve = (host: string): Promise<string[]> => {
+      asked.push(host);
+      if (!hung.has(host)) return Promise.resolve(answers.get(host) ?? []);
+      // A DNS server that does not answer: the lookup ends only when the test says.
+      return new Promise((done) => (answer = () => done(answers.get(host) ?? [])));
+    };
+    let now = 0;
+    const members = new MemberAddresses(slots, resolve, () => now, 20);
+    await members.update(["a.example:1", "b.example:1"]);
+    assert.ok(slots.isMember("10.5.0.1") && slots.isMember("10.5.0.2"));
+
+    // a.example's DNS stops answering, and its pod moved meanwhile.
+    hung.add("a.example");
+    answers.set("a.example", ["10.5.0.3"]);
+    answers.set("b.example", ["10.5.0.4"]);
+    now += RESOLVE_EVERY_MS;
+    await members.update(["a.example:1", "b.example:1"]);
+    assert.ok(slots.isMember("10.5.0.1"), "a.example keeps its last address");
+    assert.ok(slots.isMember("10.5.0.4"), "b.example's new address is written all the same");
+
+    now += RESOLVE_EVERY_MS;
+    await members.update(["a.example:1", "b.example:1"]);
+    assert.equal(asked.filter((h) => h === "a.example").length, 2, "one lookup of a.example runs");
+
+    answer();
+    now += RESOLVE_EVERY_MS;
+    await members.update(["a.example:1", "b.example:1"]);
+    assert.ok(slots.isMember("10.5.0.3") && !slots.isMember("10.5.0.1"), "the late answer is used");
+  });
+
+  it("has at most two lookups in flight: names asked while slow ones hold them keep their last addresses", async () => {
+    const slots = new ConnectionSlots(100, 0);
+    const asked: string[] = [];
+    const members = new MemberAddresses(
+      slots,
+      (host) => {
+        asked.push(host);
+        return host.startsWith("slow")
+          ? new Promise<string[]>(() => {})
+          : Promise.resolve(["10.6.0.1"]);
+      },
+      () => 0,
+      20,
+    );
+    await members.update(["slow1.example:1", "slow2.example:1", "fast.example:1"]);
+    assert.deepEqual(asked, ["slow1.example", "slow2.example"], "no third lookup while two hang");
+    assert.ok(!slots.isMember("10.6.0.1"));
+  });
 });
