@@ -41,12 +41,22 @@
  *
  *   4. leaders, once no replica moves nor waits for the pace or a move slot: evenLeaders
  *      (below), within the same `tolerance`.
+ *
+ * A move needs its group's leader, so a quorum of the group's voters alive: no move starts on
+ * a shard fewer than half of whose nodes gossip has alive (when settled, its nodes are its
+ * group's voters), nor onto a member gossip does not have alive. Before, two members dead at
+ * once gave the shards holding both a repair each, in shard order, that could never finish:
+ * they took every move slot, and the hundreds of shards that had lost one replica were never
+ * repaired (a helper review of 2026-12-06). Such a shard stays under-replicated until one of
+ * its nodes comes back. A move that began before its group lost its quorum cannot finish
+ * either: one the allocator loop has seen under way, unchanged, for STALLED_AFTER_MS (`stalled`)
+ * no longer takes a move slot, nor holds back the leaders' evening.
  * A replacement keeps the rank of the replica it replaces, so a shard's preferred leader (its
  * first-ranked node) moves with it; rendezvous ranks spread leaders only about evenly, which
  * step 4 mends.
  */
-import type { MetaCommand, MetaState } from "./meta.ts";
-import { rendezvousWeight } from "./meta.ts";
+import type { MemberState, MetaCommand, MetaState } from "./meta.ts";
+import { rendezvousWeight, VERSION_MOVE_ORIGIN } from "./meta.ts";
 
 export interface AllocatorInput {
   readonly meta: MetaState;
@@ -65,7 +75,15 @@ export interface AllocatorInput {
   readonly balanceMoves: number;
   /** Replicas (and leaders) the most loaded active member may hold above the least loaded. */
   readonly tolerance: number;
+  /**
+   * Moving shards whose move has not changed for STALLED_AFTER_MS (AllocatorLoop): most likely
+   * their group lost its quorum. They take no move slot. Absent: none.
+   */
+  readonly stalled?: ReadonlySet<number>;
 }
+
+/** How long a move goes unchanged before it no longer takes a move slot (`stalled`). */
+export const STALLED_AFTER_MS = 10 * 60_000;
 
 /**
  * Whether `cmd` is a balancing move (step 3): one active member's replica handed to another,
@@ -89,11 +107,18 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // move onto a member this pass marks dead, or off one it marks active, was refused or wasted).
   if (out.length > 0) return out;
   const shards = [...meta.shards.keys()].sort((a, b) => a - b);
-  let budget = input.maxMoves - meta.movingCount();
+  const moving = movingNotStalled(input);
+  let budget = input.maxMoves - moving;
   const active = meta.activeMembers();
   if (active.length === 0) return out;
-  // A member whose disk is nearly full takes no new replica (it may still give some away).
-  const roomy = meta.roomyMembers();
+  // A member whose disk is nearly full takes no new replica (it may still give some away), nor
+  // does one gossip does not have alive (its learner would not catch up).
+  const roomy = meta.roomyMembers().filter((id) => input.alive.has(id));
+  // A move needs its group's leader (see the module comment).
+  const led = (shard: number): boolean => {
+    const nodes = meta.nodesOf(shard);
+    return nodes.filter((n) => input.alive.has(n)).length * 2 > nodes.length;
+  };
   // Active members only: a replica on any other is a repair's to move, not a load to even.
   const counts = meta.replicaCounts();
   const load = new Map(active.map((id) => [id, counts.get(id) ?? 0]));
@@ -113,9 +138,10 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     const bad = nodes.find((n) => meta.stateOf(n) !== "active");
     // A move under way is left to finish, unless its new node is gone too (a learner that
     // will never catch up): it is redirected, in the slot it already holds.
-    const moving = meta.isMoving(shard);
-    if (moving && bad === undefined) continue;
-    if (budget <= 0 && !moving) continue;
+    const underWay = meta.isMoving(shard);
+    if (underWay && bad === undefined) continue;
+    if (budget <= 0 && !underWay) continue;
+    if (!underWay && !led(shard)) continue;
     const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
     // A shard on active members only, at its factor, needs no repair (the common case).
     if (bad === undefined && nodes.length >= want) continue;
@@ -134,7 +160,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     out.push({ op: "move-shard", shard, from: nodes, nodes: next });
     if (spare !== undefined && next.includes(spare)) load.set(spare, (load.get(spare) ?? 0) + 1);
     if (bad !== undefined && load.has(bad)) load.set(bad, (load.get(bad) ?? 0) - 1);
-    if (!moving) budget--;
+    if (!underWay) budget--;
   }
 
   // 3. Balance, only once nothing needs repair (a repair already moves toward balance).
@@ -156,7 +182,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     const shard = shards.find((s) => {
       if (s === 0 || moved.has(s) || meta.isMoving(s)) return false;
       const nodes = meta.nodesOf(s);
-      return nodes.includes(most[0]) && !nodes.includes(least[0]);
+      return nodes.includes(most[0]) && !nodes.includes(least[0]) && led(s);
     });
     if (shard === undefined) break;
     if (budget <= 0) {
@@ -181,7 +207,7 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // 4. Leaders, once no replica moves nor waits to (a leadership handed over pauses the shard's
   // writes for a moment: not on top of a rebalance's snapshots; and leaders evened between two
   // paced moves would be evened on a placement the next moves change again).
-  if (out.some((c) => c.op === "move-shard") || meta.movingCount() > 0 || heldBack) return out;
+  if (out.some((c) => c.op === "move-shard") || moving > 0 || heldBack) return out;
   out.push(...evenLeaders(input, shards));
   return out;
 }
@@ -231,23 +257,41 @@ function evenLeaders(input: AllocatorInput, shards: readonly number[]): MetaComm
   return out;
 }
 
-/** Step 1: the members' state changes this pass proposes. */
+/** Moves under way that take a move slot: those not `stalled`. */
+function movingNotStalled(input: AllocatorInput): number {
+  const stalled = input.stalled;
+  const shards = input.meta.movingShards();
+  return stalled === undefined ? shards.length : shards.filter((s) => !stalled.has(s)).length;
+}
+
+/**
+ * Step 1: the members' state changes this pass proposes. From VERSION_MOVE_ORIGIN on, each
+ * names the state it changes from: applied on a newer state (a retry after an unknown outcome,
+ * a new meta leader's first pass on a state behind its log), it is refused rather than undo
+ * what was committed meanwhile (an operator's decommission).
+ */
 function lives(input: AllocatorInput): MetaCommand[] {
   const { meta } = input;
   const out: MetaCommand[] = [];
-  const anyMoving = meta.movingCount() > 0;
+  const named = meta.version >= VERSION_MOVE_ORIGIN;
+  // A member a move under way may still need as a voter stays decommissioning (the meta group
+  // refuses it otherwise, from VERSION_MOVE_ORIGIN on; before, no move may be under way).
+  const needed = (id: string): boolean =>
+    named ? meta.movingOff(id) !== undefined : meta.movingCount() > 0;
   const counts = meta.replicaCounts();
+  const change = (id: string, from: MemberState, state: MemberState): MetaCommand =>
+    named ? { op: "set-state", id, state, from } : { op: "set-state", id, state };
   for (const id of [...meta.members.keys()].sort(cmp)) {
     const state = meta.stateOf(id);
     const gone = input.unreachableLong.has(id);
     if (state === "joining" && !gone && input.caughtUp(id)) {
-      out.push({ op: "set-state", id, state: "active" });
+      out.push(change(id, state, "active"));
     } else if ((state === "joining" || state === "active") && gone) {
-      out.push({ op: "set-state", id, state: "dead" });
+      out.push(change(id, state, "dead"));
     } else if (state === "dead" && input.alive.has(id) && !gone) {
-      out.push({ op: "set-state", id, state: "active" });
-    } else if (state === "decommissioning" && !anyMoving && counts.get(id) === 0) {
-      out.push({ op: "set-state", id, state: "decommissioned" });
+      out.push(change(id, state, "active"));
+    } else if (state === "decommissioning" && counts.get(id) === 0 && !needed(id)) {
+      out.push(change(id, state, "decommissioned"));
     }
   }
   return out;

@@ -1,5 +1,5 @@
 /** Placement and routing of keys over shards, the cluster's metadata, and the cluster view. */
-export { type AllocatorInput, allocate, isBalancingMove } from "./allocator.ts";
+export { type AllocatorInput, allocate, isBalancingMove, STALLED_AFTER_MS } from "./allocator.ts";
 export { jumpConsistentHash, shardForKey, xxhash64 } from "./routing.ts";
 export {
   type BootstrapDecision,
@@ -26,6 +26,7 @@ export {
   anotherFirstSeed,
   VERSION_DECOMMISSION_STAYS,
   VERSION_DEMOTION,
+  VERSION_MOVE_ORIGIN,
 } from "./meta.ts";
 export { nodeOfReplica, replicaIdOf } from "./replica.ts";
 export {

@@ -74,8 +74,12 @@ export type MemberState = (typeof MEMBER_STATES)[number];
  *      life that would retire one more is refused (VERSION_REJOIN_LIMIT).
  *   4. the meta group's old voter on a member that keeps a learner of it is demoted, not removed
  *      and added back (VERSION_DEMOTION).
+ *   5. a moving shard's placement records the nodes its group may still count as voters
+ *      (`ShardPlacement.was`), and no such member is decommissioned or removed; a set-state may
+ *      name the state it changes from, and is refused when the member is no longer in it
+ *      (VERSION_MOVE_ORIGIN).
  */
-export const BUILD_VERSION = 4;
+export const BUILD_VERSION = 5;
 /**
  * From this cluster version on, a `decommissioning` member never becomes `dead`. The allocator
  * proposes `dead` only for a `joining` or `active` member; a decommission committed between its
@@ -99,6 +103,24 @@ export const VERSION_REJOIN_LIMIT = 3;
  * no demotion is proposed before every member runs a build that applies it.
  */
 export const VERSION_DEMOTION = 4;
+/**
+ * From this cluster version on:
+ *   - a move records, in its placement, the nodes it took out (`ShardPlacement.was`; a move
+ *     that redirects one under way adds the nodes it takes out to those): the shard's group may
+ *     count any of them as a voter until the move is settled. Before, only the shard's new nodes
+ *     were recorded, and a member the placement no longer named was decommissioned or removed
+ *     while its group still needed it for a quorum (a helper review of 2026-12-06: a shard on
+ *     [a, d, e], d and e dead; the allocator replaced d, then, the group having no leader to
+ *     make the move, redirected it to replace e too; d and e were then removable, and the group,
+ *     whose voters they still were, could never have its quorum back). Now set-state refuses to
+ *     make such a member `decommissioned` or `removed` until the move is settled.
+ *   - a set-state may name the state it changes from (`from`), and is refused when the member
+ *     is no longer in it. The allocator names it: its `active` for a member it saw `dead` or
+ *     `joining`, proposed again after a timeout (an outcome unknown), or proposed by a new meta
+ *     leader on a state behind its log, undid an operator's decommission committed meanwhile.
+ * Rules of the apply and a record's field, so a version's.
+ */
+export const VERSION_MOVE_ORIGIN = 5;
 /**
  * The most retired incarnations a member keeps. Each wipe and rejoin (a pod whose volume is lost
  * at every restart, in a loop; a node rejoining again and again with made-up incarnations: it
@@ -174,6 +196,12 @@ export interface ShardPlacement {
   readonly nodes: readonly string[];
   /** A move is under way: the group's leader has not yet made its voters these nodes. */
   readonly moving: boolean;
+  /**
+   * While moving, from VERSION_MOVE_ORIGIN on: the nodes, not among `nodes`, that the group may
+   * still count as voters (the nodes the move took out, and those of the moves it redirected),
+   * sorted. Absent on a settled shard, and on a move begun before that version (not known).
+   */
+  readonly was?: readonly string[];
 }
 
 export type MetaCommand =
@@ -192,8 +220,16 @@ export type MetaCommand =
   | { readonly op: "prefer-leader"; readonly shard: number; readonly node: string }
   /** A node started with the seeds of a running cluster asks to be a member (`joining`). */
   | { readonly op: "join"; readonly member: MetaMember }
-  /** The meta leader moves member `id` along its life (TRANSITIONS). */
-  | { readonly op: "set-state"; readonly id: string; readonly state: MemberState }
+  /**
+   * The meta leader moves member `id` along its life (TRANSITIONS); when `from` is named (from
+   * VERSION_MOVE_ORIGIN on), only if the member is in that state now.
+   */
+  | {
+      readonly op: "set-state";
+      readonly id: string;
+      readonly state: MemberState;
+      readonly from?: MemberState;
+    }
   /** Member `id` reports its data directory's disk nearly full (or no longer). */
   | { readonly op: "set-disk"; readonly id: string; readonly full: boolean }
   /**
@@ -361,7 +397,9 @@ function canonicalCommand(cmd: MetaCommand): MetaCommand {
     case "join":
       return { op: cmd.op, member: canonicalMember(cmd.member) };
     case "set-state":
-      return { op: cmd.op, id: cmd.id, state: cmd.state };
+      return cmd.from === undefined
+        ? { op: cmd.op, id: cmd.id, state: cmd.state }
+        : { op: cmd.op, id: cmd.id, state: cmd.state, from: cmd.from };
     case "set-disk":
       return { op: cmd.op, id: cmd.id, full: cmd.full };
     case "move-shard":
@@ -463,12 +501,14 @@ function parseCommand(raw: unknown): MetaCommand | string {
       return typeof member === "string" ? member : { op: "join", member };
     }
     case "set-state": {
-      const bad = unknownFields(raw, ["op", "id", "state"]);
+      const bad = unknownFields(raw, ["op", "id", "state", "from"]);
       if (bad !== null) return bad;
-      const { id, state } = raw;
+      const { id, state, from } = raw;
       if (typeof id !== "string" || !isMemberState(state))
         return "a set-state's id must be a string and its state a member state";
-      return { op: "set-state", id, state };
+      if (from === undefined) return { op: "set-state", id, state };
+      if (!isMemberState(from)) return "a set-state's from must be a member state";
+      return { op: "set-state", id, state, from };
     }
     case "set-disk": {
       const bad = unknownFields(raw, ["op", "id", "full"]);
@@ -796,7 +836,8 @@ export class MetaState {
         if (!members.has(nodeOfReplica(r)))
           throw malformedRecord(shardKeyText(shard), `unknown replica ${r}`);
       }
-      for (const n of placements.get(shard)?.nodes ?? []) {
+      const placed = placements.get(shard);
+      for (const n of [...(placed?.nodes ?? []), ...(placed?.was ?? [])]) {
         if (!members.has(n)) throw malformedRecord(shardKeyText(shard), `unknown node ${n}`);
       }
     }
@@ -839,7 +880,7 @@ export class MetaState {
       case "join":
         return this.#join(cmd.member);
       case "set-state":
-        return this.#setState(cmd.id, cmd.state);
+        return this.#setState(cmd.id, cmd.state, cmd.from);
       case "set-disk":
         return this.#setDisk(cmd.id, cmd.full);
       case "move-shard":
@@ -1247,12 +1288,17 @@ export class MetaState {
     };
   }
 
-  #setState(id: string, to: MemberState): MetaApplyResult {
+  #setState(id: string, to: MemberState, expected?: MemberState): MetaApplyResult {
     if (this.clusterId === null) return this.#rejected("the cluster is not bootstrapped");
     const previous = this.members.get(id);
     if (previous === undefined) return this.#rejected(`${id} is not a member`);
     const from = previous.state ?? "active";
     if (from === to) return this.#same({ kind: "state-unchanged", id, state: to });
+    if (expected !== undefined && expected !== from && this.version >= VERSION_MOVE_ORIGIN) {
+      return this.#rejected(
+        `member ${id} is ${from}, not ${expected}: the change to ${to} is stale`,
+      );
+    }
     if (!TRANSITIONS[from].includes(to)) {
       const allowed = TRANSITIONS[from].join(", ") || "none: it is final";
       return this.#rejected(
@@ -1269,6 +1315,12 @@ export class MetaState {
       if (held.length > 0) {
         return this.#rejected(
           `member ${id} still holds replicas of ${held.length} shard(s) (first: ${held[0]}); they must move off it first`,
+        );
+      }
+      const needed = this.version >= VERSION_MOVE_ORIGIN ? this.movingOff(id) : undefined;
+      if (needed !== undefined) {
+        return this.#rejected(
+          `shard ${needed}'s move off member ${id} is under way: its group may still count ${id} as a voter until the move is settled`,
         );
       }
     }
@@ -1395,7 +1447,11 @@ export class MetaState {
     const unknown = nodes.find((n) => !this.members.has(n));
     if (unknown !== undefined) return this.#rejected(`node ${unknown} is not a member`);
     const placements = this.placements.clone();
-    const placement = { nodes: [...nodes], moving: true };
+    const was = this.#movedOff(shard, now, nodes);
+    const placement =
+      was === undefined
+        ? { nodes: [...nodes], moving: true }
+        : { nodes: [...nodes], moving: true, was };
     placements.set(shard, placement);
     const replicas = this.shards.get(shard) ?? [];
     const state = this.#with(this.members, this.shards, this.leaders, placements);
@@ -1405,6 +1461,36 @@ export class MetaState {
       outcome: { kind: "shard-moved", shard, nodes: placement.nodes },
       records: [shardRecord(shard, replicas, placement)],
     };
+  }
+
+  /**
+   * What a move of `shard` from `now` to `nodes` records as `was` (ShardPlacement): the nodes
+   * it takes out, with those a move under way took out, but none of `nodes`. Undefined before
+   * VERSION_MOVE_ORIGIN, or when redirecting a move begun before it (not known).
+   */
+  #movedOff(
+    shard: number,
+    now: readonly string[],
+    nodes: readonly string[],
+  ): readonly string[] | undefined {
+    if (this.version < VERSION_MOVE_ORIGIN) return undefined;
+    const placed = this.placements.get(shard);
+    const before = placed?.moving === true ? placed.was : [];
+    if (before === undefined) return undefined;
+    return [...new Set([...before, ...now])].filter((n) => !nodes.includes(n)).sort(compareIds);
+  }
+
+  /**
+   * A moving shard whose group may still count member `id` as a voter (ShardPlacement.was), or
+   * whose move began before VERSION_MOVE_ORIGIN (not known: any member may be one); undefined
+   * when none is.
+   */
+  movingOff(id: string): number | undefined {
+    for (const shard of this.movingShards()) {
+      const was = this.placements.get(shard)?.was;
+      if (was === undefined || was.includes(id)) return shard;
+    }
+    return undefined;
   }
 
   #settleShard(shard: number, nodes: readonly string[]): MetaApplyResult {
@@ -1542,7 +1628,11 @@ export class MetaState {
         .map(([shard, node]) => ({ shard, node })),
       placements: [...this.placements.entries()]
         .sort((a, b) => a[0] - b[0])
-        .map(([shard, p]) => ({ shard, nodes: [...p.nodes], moving: p.moving })),
+        .map(([shard, p]) =>
+          p.was === undefined
+            ? { shard, nodes: [...p.nodes], moving: p.moving }
+            : { shard, nodes: [...p.nodes], moving: p.moving, was: [...p.was] },
+        ),
     };
   }
 
@@ -1580,7 +1670,9 @@ function shardRecord(
     placement === undefined
       ? { replicas }
       : placement.moving
-        ? { replicas, nodes: placement.nodes, moving: true }
+        ? placement.was === undefined
+          ? { replicas, nodes: placement.nodes, moving: true }
+          : { replicas, nodes: placement.nodes, moving: true, was: placement.was }
         : { replicas, nodes: placement.nodes };
   return { key: enc.encode(shardKeyText(shard)), value: encodeJson(value) };
 }
@@ -1639,9 +1731,9 @@ function parseShardRecord(
   key: string,
   raw: unknown,
 ): { replicas: readonly string[]; placement?: ShardPlacement } {
-  if (!isObject(raw) || unknownFields(raw, ["replicas", "nodes", "moving"]) !== null)
+  if (!isObject(raw) || unknownFields(raw, ["replicas", "nodes", "moving", "was"]) !== null)
     throw malformedRecord(key, "not a shard record");
-  const { nodes, moving } = raw;
+  const { nodes, moving, was } = raw;
   let placement: ShardPlacement | undefined;
   if (nodes !== undefined) {
     if (
@@ -1652,8 +1744,19 @@ function parseShardRecord(
       (moving !== undefined && moving !== true)
     )
       throw malformedRecord(key, "bad placement");
-    placement = { nodes, moving: moving === true };
-  } else if (moving !== undefined) {
+    if (was === undefined) {
+      placement = { nodes, moving: moving === true };
+    } else if (
+      moving !== true ||
+      !isStringArray(was) ||
+      was.some((n) => !NODE_ID.test(n) || nodes.includes(n)) ||
+      duplicate(was, "node") !== null
+    ) {
+      throw malformedRecord(key, "bad placement");
+    } else {
+      placement = { nodes, moving: true, was };
+    }
+  } else if (moving !== undefined || was !== undefined) {
     throw malformedRecord(key, "moving without nodes");
   }
   const replicas = raw["replicas"];

@@ -20,8 +20,18 @@
  * members are not counted there: they may never show up (a node that crashed right after asking
  * to join, or a flood of join requests), and as many of them as there were members kept every
  * node "cut off" at every pass, so that nobody, dead or joining, was ever marked dead.
+ *
+ * A move is `stalled` (src/cluster/allocator.ts) once every pass of this node for
+ * STALLED_AFTER_MS has seen it under way with the same nodes; these clocks too are kept at
+ * every pass, one a moving shard.
  */
-import { allocate, isBalancingMove, type MetaCommand, type MetaState } from "../cluster/index.ts";
+import {
+  allocate,
+  isBalancingMove,
+  type MetaCommand,
+  type MetaState,
+  STALLED_AFTER_MS,
+} from "../cluster/index.ts";
 import type { Logger } from "../ops/index.ts";
 
 export interface AllocatorHost {
@@ -54,6 +64,8 @@ export class AllocatorLoop {
   /** The balancing moves this node may start now (a token bucket; see #balanceBudget). */
   #tokens: number;
   #tokensAt: number | null = null;
+  /** Each moving shard's nodes as last seen, and since when this node has seen them so. */
+  readonly #movingSince = new Map<number, { nodes: string; since: number }>();
 
   constructor(host: AllocatorHost) {
     this.#host = host;
@@ -103,6 +115,7 @@ export class AllocatorLoop {
       if (here || !this.#lastAlive.has(id)) this.#lastAlive.set(id, now);
     }
     if (seen * 2 < running) this.#cutOffAt = now;
+    const stalled = this.#stalled(meta, now);
     if (!host.leadsMeta()) return;
     const since = (id: string): number =>
       Math.max(this.#lastAlive.get(id) ?? now, this.#cutOffAt ?? -Infinity);
@@ -113,7 +126,9 @@ export class AllocatorLoop {
     const cmds = allocate({
       meta,
       unreachableLong,
-      alive,
+      // This node is alive, whether or not its gossip view lists it.
+      alive: alive.has(host.nodeId) ? alive : new Set([...alive, host.nodeId]),
+      stalled,
       caughtUp: (node) => host.metaCaughtUp(node),
       maxMoves: host.maxMoves,
       balanceMoves: this.#balanceBudget(now),
@@ -128,6 +143,25 @@ export class AllocatorLoop {
       this.#busy = false;
       if (committed > 0) this.#host.proposed?.();
     });
+  }
+
+  /** The moving shards seen under way with the same nodes for STALLED_AFTER_MS. */
+  #stalled(meta: MetaState, now: number): Set<number> {
+    const moving = meta.movingShards();
+    const stalled = new Set<number>();
+    for (const shard of this.#movingSince.keys()) {
+      if (!meta.isMoving(shard)) this.#movingSince.delete(shard);
+    }
+    for (const shard of moving) {
+      const nodes = meta.nodesOf(shard).join(",");
+      const seen = this.#movingSince.get(shard);
+      if (seen === undefined || seen.nodes !== nodes) {
+        this.#movingSince.set(shard, { nodes, since: now });
+      } else if (now - seen.since >= STALLED_AFTER_MS) {
+        stalled.add(shard);
+      }
+    }
+    return stalled;
   }
 
   /** Proposes `cmds` in order; resolves (never rejects) to how many were committed. */

@@ -170,7 +170,12 @@ describe("allocator", () => {
     // Not while replicas move: a leadership handed over is a pause in the shard's writes.
     let growing = apply(end, { op: "join", member: member("n8") });
     growing = apply(growing, { op: "set-state", id: "n8", state: "active" });
-    const first = allocate({ meta: growing, ...world, maxMoves: 4 });
+    const first = allocate({
+      meta: growing,
+      ...world,
+      alive: new Set([...world.alive, "n8"]),
+      maxMoves: 4,
+    });
     assert.ok(first.some((c) => c.op === "move-shard"));
     assert.ok(!first.some((c) => c.op === "prefer-leader"), "no leader moved beside replicas");
   });
@@ -427,5 +432,69 @@ describe("allocator", () => {
       ),
       { numRuns: 60 },
     );
+  });
+
+  it("starts no move on a shard that lost its quorum: two members dead at once, the shards that lost one replica are all repaired", () => {
+    // Seven members, 1,023 shards; n6 and n7 die together. The shards on both have one voter
+    // alive: no leader, so no move of theirs can finish. Before, their repairs came first (in
+    // shard order), took the four move slots for good, and no other shard was ever repaired.
+    const ids = ["n1", "n2", "n3", "n4", "n5", "n6", "n7"];
+    let s = cluster(ids, 1023);
+    s = apply(s, { op: "set-state", id: "n6", state: "dead" });
+    s = apply(s, { op: "set-state", id: "n7", state: "dead" });
+    const alive = new Set(["n1", "n2", "n3", "n4", "n5"]);
+    const world: World = { ...calm, alive };
+    const lostQuorum = [...s.shards.keys()].filter((shard) => {
+      const nodes = s.nodesOf(shard);
+      return nodes.filter((n) => alive.has(n)).length * 2 <= nodes.length;
+    });
+    assert.ok(lostQuorum.length > 10, `${lostQuorum.length} shards on both`);
+    // Each move settles only if its group had a quorum alive when it began (the group leaders'
+    // part); one that began without never does.
+    const origin = new Map<number, readonly string[]>();
+    for (let pass = 0; pass < 2_000; pass++) {
+      for (const shard of s.movingShards()) {
+        const was = origin.get(shard) ?? [];
+        if (was.filter((n) => alive.has(n)).length * 2 > was.length) {
+          s = apply(s, { op: "settle-shard", shard, nodes: s.nodesOf(shard) });
+          origin.delete(shard);
+        }
+      }
+      const cmds = allocate({ meta: s, ...world });
+      if (cmds.length === 0) break;
+      for (const cmd of cmds) {
+        if (cmd.op === "move-shard" && !origin.has(cmd.shard)) origin.set(cmd.shard, cmd.from);
+        s = apply(s, cmd);
+      }
+    }
+    const active = new Set(s.activeMembers());
+    for (const shard of s.shards.keys()) {
+      const nodes = s.nodesOf(shard);
+      if (lostQuorum.includes(shard)) {
+        assert.ok(!s.isMoving(shard), `shard ${shard} left as it is`);
+        continue;
+      }
+      // (The meta group, founded on all seven, keeps five.)
+      assert.ok(
+        nodes.length === (shard === 0 ? 5 : 3) && nodes.every((n) => active.has(n)),
+        `shard ${shard} repaired: ${nodes.join(",")}`,
+      );
+    }
+  });
+
+  it("a stalled move takes no move slot", () => {
+    const ids = ["n1", "n2", "n3", "n4", "n5"];
+    let s = cluster(ids, 40);
+    // n5 died; its first shards' repairs began, and then their groups lost their quorum.
+    s = apply(s, { op: "set-state", id: "n5", state: "dead" });
+    const world: World = { ...calm, alive: new Set(["n1", "n2", "n3", "n4"]), maxMoves: 2 };
+    const first = allocate({ meta: s, ...world }).filter((c) => c.op === "move-shard");
+    assert.equal(first.length, 2);
+    for (const cmd of first) s = apply(s, cmd);
+    assert.deepEqual(allocate({ meta: s, ...world }), [], "both slots taken");
+    const stalled = new Set(s.movingShards());
+    const next = allocate({ meta: s, ...world, stalled }).filter((c) => c.op === "move-shard");
+    assert.equal(next.length, 2, "two more repairs");
+    assert.ok(next.every((c) => c.op === "move-shard" && !stalled.has(c.shard)));
   });
 });

@@ -19,6 +19,7 @@ import {
   rendezvousWeight,
   shouldBootstrap,
   VERSION_DECOMMISSION_STAYS,
+  VERSION_MOVE_ORIGIN,
   xxhash64,
 } from "../../src/cluster/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
@@ -1377,5 +1378,131 @@ describe("a member's retired incarnations", () => {
       s = s.apply({ op: "rejoin", id: "n2", incarnation: `wipe-${i}` }).state;
     }
     assert.equal(s.members.get("n2")?.retired?.length, 101);
+  });
+});
+
+describe("meta state: a move's origin, from cluster version 5", () => {
+  /** Five members at cluster version `version`; shard 1 on n1, n4, n5, which then die. */
+  const twoDead = (version: number): MetaState => {
+    let s = MetaState.empty().apply({
+      ...BOOT,
+      members: ["n1", "n2", "n3", "n4", "n5"].map(member),
+    } as MetaCommand).state;
+    for (const id of ["n1", "n2", "n3", "n4", "n5"]) {
+      s = s.apply({ op: "set-build", id, build: BUILD_VERSION }).state;
+    }
+    for (let v = 2; v <= version; v++) s = s.apply({ op: "set-version", version: v }).state;
+    assert.equal(s.version, version);
+    s = s.apply({ op: "create-shard", shard: 1, replicas: ["n1", "n4", "n5"] }).state;
+    // Shard 0, founded on all five, no longer needs n4 and n5.
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3", "n4", "n5"],
+      nodes: ["n1", "n2", "n3", "n5"],
+    }).state;
+    s = s.apply({ op: "settle-shard", shard: 0, nodes: ["n1", "n2", "n3", "n5"] }).state;
+    s = s.apply({
+      op: "move-shard",
+      shard: 0,
+      from: ["n1", "n2", "n3", "n5"],
+      nodes: ["n1", "n2", "n3"],
+    }).state;
+    s = s.apply({ op: "settle-shard", shard: 0, nodes: ["n1", "n2", "n3"] }).state;
+    for (const id of ["n4", "n5"]) s = s.apply({ op: "set-state", id, state: "dead" }).state;
+    // The allocator replaced n4; the group, with no leader, never made the move, and the next
+    // pass redirected it to replace n5 too.
+    s = s.apply({
+      op: "move-shard",
+      shard: 1,
+      from: ["n1", "n4", "n5"],
+      nodes: ["n1", "n3", "n5"],
+    }).state;
+    return s.apply({
+      op: "move-shard",
+      shard: 1,
+      from: ["n1", "n3", "n5"],
+      nodes: ["n1", "n3", "n2"],
+    }).state;
+  };
+
+  it("records the nodes a move took out, and removes none of them before the move is settled", () => {
+    let s = twoDead(VERSION_MOVE_ORIGIN);
+    assert.deepEqual(s.placements.get(1), {
+      nodes: ["n1", "n3", "n2"],
+      moving: true,
+      was: ["n4", "n5"],
+    });
+    assert.ok(MetaState.load(s.records()).equals(s), "the records keep it");
+    for (const id of ["n4", "n5"]) {
+      const r = s.apply({ op: "set-state", id, state: "removed" });
+      assert.equal(r.outcome.kind, "rejected");
+      assert.match(
+        r.outcome.kind === "rejected" ? r.outcome.reason : "",
+        new RegExp(`shard 1's move off member ${id} is under way`),
+      );
+      assert.equal(r.state, s);
+    }
+    s = s.apply({ op: "settle-shard", shard: 1, nodes: ["n1", "n3", "n2"] }).state;
+    assert.deepEqual(s.placements.get(1), { nodes: ["n1", "n3", "n2"], moving: false });
+    for (const id of ["n4", "n5"]) {
+      s = s.apply({ op: "set-state", id, state: "removed" }).state;
+      assert.equal(s.stateOf(id), "removed");
+    }
+  });
+
+  it("before version 5, records no origin and removes such a member (the rule of the apply, so a version's)", () => {
+    const s = twoDead(VERSION_MOVE_ORIGIN - 1);
+    assert.deepEqual(s.placements.get(1), { nodes: ["n1", "n3", "n2"], moving: true });
+    assert.equal(
+      s.apply({ op: "set-state", id: "n4", state: "removed" }).outcome.kind,
+      "state-changed",
+    );
+  });
+
+  it("a set-state naming the state it changes from is refused once the member left it: the allocator's retry does not undo a decommission", () => {
+    for (const version of [VERSION_MOVE_ORIGIN - 1, VERSION_MOVE_ORIGIN]) {
+      let s = twoDead(version);
+      // n4 was seen alive again: the allocator's "active from dead" commits, an operator's
+      // decommission commits, then the allocator's proposal again (its outcome was unknown).
+      const back: MetaCommand = { op: "set-state", id: "n4", state: "active", from: "dead" };
+      s = s.apply(back).state;
+      s = s.apply({ op: "set-state", id: "n4", state: "decommissioning" }).state;
+      const again = s.apply(back);
+      if (version >= VERSION_MOVE_ORIGIN) {
+        assert.equal(again.outcome.kind, "rejected");
+        assert.match(
+          again.outcome.kind === "rejected" ? again.outcome.reason : "",
+          /member n4 is decommissioning, not dead: the change to active is stale/,
+        );
+        assert.equal(again.state.stateOf("n4"), "decommissioning");
+      } else {
+        assert.equal(again.state.stateOf("n4"), "active", "the decommission undone");
+      }
+    }
+  });
+
+  it("encodes a set-state's from, and refuses one that is no member state", () => {
+    const cmd: MetaCommand = { op: "set-state", id: "n2", state: "dead", from: "active" };
+    assert.deepEqual(decodeMetaCommand(encodeMetaCommand(cmd)), cmd);
+    const bad = new Uint8Array([
+      1,
+      ...enc.encode('{"op":"set-state","id":"n2","state":"dead","from":"gone"}'),
+    ]);
+    assertMalformed(() => decodeMetaCommand(bad));
+  });
+
+  it("refuses a stored placement whose origin is malformed", () => {
+    const s = twoDead(VERSION_MOVE_ORIGIN);
+    const records = s.records().map((r) => {
+      if (dec.decode(r.key) !== "meta/shard/0000000001") return r;
+      const value = JSON.parse(dec.decode(r.value.subarray(1))) as Record<string, unknown>;
+      const bad = { ...value, was: ["n1"] }; // one of its nodes
+      return {
+        key: r.key,
+        value: new Uint8Array([r.value[0] ?? 1, ...enc.encode(JSON.stringify(bad))]),
+      };
+    });
+    assert.throws(() => MetaState.load(records), /bad placement/);
   });
 });

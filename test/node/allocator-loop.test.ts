@@ -11,6 +11,7 @@ import {
   type MetaMember,
   MetaState,
   rendezvousReplicas,
+  STALLED_AFTER_MS,
 } from "../../src/cluster/index.ts";
 import { type AllocatorHost, AllocatorLoop } from "../../src/node/allocator-loop.ts";
 import { silentLogger } from "../../src/ops/index.ts";
@@ -253,5 +254,30 @@ describe("AllocatorLoop", () => {
     const repairs = h.proposals.filter((c) => c.op === "move-shard");
     assert.equal(repairs.length, 4, JSON.stringify(h.proposals));
     for (const c of repairs) assert.ok(c.op === "move-shard" && c.from.includes("n3"));
+  });
+
+  it("a move seen under way, unchanged, for STALLED_AFTER_MS no longer takes a move slot (its group lost its quorum)", async () => {
+    const h = harness(10_000, { maxMoves: 1 });
+    // Shard 1's move from its third node onto n4 never settles (as when its group has no
+    // leader), and that node is being decommissioned: its seven other shards wait for the one
+    // move slot.
+    const [a, b, c] = h.state.nodesOf(1) as [string, string, string];
+    h.state = h.state.apply({
+      op: "move-shard",
+      shard: 1,
+      from: [a, b, c],
+      nodes: [a, b, "n4"],
+    }).state;
+    h.state = h.state.apply({ op: "set-state", id: c, state: "decommissioning" }).state;
+    const moves = (): MetaCommand[] => h.proposals.filter((p) => p.op === "move-shard");
+    h.loop.pass(0);
+    await h.settle(true);
+    h.loop.pass(STALLED_AFTER_MS - 1);
+    await h.settle(true);
+    assert.deepEqual(moves(), [], "the slot is taken");
+    h.loop.pass(STALLED_AFTER_MS);
+    await h.settle(true);
+    assert.equal(moves().length, 1, JSON.stringify(h.proposals));
+    assert.ok(h.state.isMoving(1), "the stalled move is left to finish");
   });
 });
