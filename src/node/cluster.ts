@@ -1522,9 +1522,29 @@ export function spreadLeaders(
 }
 
 /**
+ * The node a command only that node makes about itself names (`set-member`: its addresses;
+ * `set-disk`; `set-build`; `join` and `rejoin`: its data directory's incarnation), or null.
+ */
+function selfReportOf(cmd: MetaCommand): string | null {
+  switch (cmd.op) {
+    case "set-member":
+    case "join":
+      return cmd.member.id;
+    case "set-disk":
+    case "set-build":
+    case "rejoin":
+      return cmd.id;
+    default:
+      return null;
+  }
+}
+
+/**
  * Refuses, from peer `from` (its `cairn-peer`, bound to its certificate under peer TLS), a
- * command only a member makes about itself that names another node: `set-member` (its
- * addresses), `set-disk`, `set-build`. And a `set-member` of a node that is not a recorded
+ * command only a node makes about itself (selfReportOf) that names another node: a member's
+ * `rejoin` sent by another retired the member's incarnation whenever the member did not answer
+ * the meta leader's probe for 2 s, and the member then stopped for good (a helper review of
+ * 2026-12-06). And a `set-member` of a node that is not a recorded
  * member: the meta group's apply would add it as an active member, with no join, no
  * incarnation and no room counted (MEMBER_LIMIT), and the allocator would place replicas on it
  * (a review of 2026-12-06: any caller holding the cluster id could add members without bound
@@ -1532,8 +1552,8 @@ export function spreadLeaders(
  * #checkAddresses). Called where peers propose meta commands, before the proposal.
  */
 export function checkMemberUpdate(meta: MetaState | null, cmd: MetaCommand, from: string): void {
-  if (cmd.op !== "set-member" && cmd.op !== "set-disk" && cmd.op !== "set-build") return;
-  const id = cmd.op === "set-member" ? cmd.member.id : cmd.id;
+  const id = selfReportOf(cmd);
+  if (id === null) return;
   if (id !== from) {
     throw new CairnError(
       "CAIRN_ERR_INVALID_ARGUMENT",

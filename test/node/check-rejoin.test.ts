@@ -74,10 +74,12 @@ describe("checkRejoin", () => {
 describe("checkMemberUpdate", () => {
   const addresses = (id: string) => ({ id, rpcAddr: "127.0.0.1:9", httpAddr: "127.0.0.1:9" });
 
-  it("lets a member report its own addresses, disk and build", () => {
+  it("lets a node report its own addresses, disk, build, join and rejoin", () => {
     checkMemberUpdate(state, { op: "set-member", member: addresses("n2") }, "n2");
     checkMemberUpdate(state, { op: "set-disk", id: "n2", full: true }, "n2");
     checkMemberUpdate(state, { op: "set-build", id: "n2", build: 9 }, "n2");
+    checkMemberUpdate(state, { op: "rejoin", id: "n2", incarnation: "fresh" }, "n2");
+    checkMemberUpdate(state, { op: "join", member: member("n5", "i5") }, "n5");
     // Commands any member proposes about others are not this check's.
     checkMemberUpdate(state, { op: "set-state", id: "n3", state: "decommissioning" }, "n2");
   });
@@ -92,6 +94,17 @@ describe("checkMemberUpdate", () => {
       [{ op: "set-disk", id: "n1", full: true }, "n2", /set-disk of node n1 proposed by node n2/],
       [{ op: "set-build", id: "n1", build: 9 }, "", /proposed by a caller naming no node/],
       [{ op: "set-member", member: addresses("x9") }, "x9", /node x9, which is not a member/],
+      // A member that did not answer the probe for 2 s was retired by another's rejoin of it.
+      [
+        { op: "rejoin", id: "n1", incarnation: "made-up" },
+        "n2",
+        /rejoin of node n1 proposed by node n2/,
+      ],
+      [
+        { op: "join", member: member("n1", "made-up") },
+        "n3",
+        /join of node n1 proposed by node n3/,
+      ],
     ] as const) {
       assert.throws(() => checkMemberUpdate(state, cmd, from), {
         code: "CAIRN_ERR_INVALID_ARGUMENT",
