@@ -67,6 +67,7 @@ export interface GroupsHost {
   readonly options: Pick<
     MultiRaftOptions,
     | "dataDir"
+    | "fs"
     | "transport"
     | "ownsShard"
     | "replicasOf"
@@ -474,7 +475,12 @@ export class Groups {
 
   async #openShard(id: number, forRequest: boolean): Promise<ShardReplica> {
     const o = this.#host.options;
-    const dir = join(o.dataDir, "shards", String(id));
+    const dir = shardDir(o.dataDir, id);
+    // A replica removed here and created again (a move back before a restart): what its removal
+    // left of the directory, when the deletion failed partway (its last step, after the drop is
+    // durable), is deleted first, as start-up does (openAtStart). The engine opened on it found
+    // a stale image, or an LSM missing its CURRENT or a table, and every later message failed.
+    if (this.#host.wal.isDropped(id)) await removeShardDir(o.fs, dir);
     const lsm = await this.#host.openEngine(id, dir);
     try {
       const compacted = this.#host.wal.firstIndex(id) - 1;

@@ -13,7 +13,8 @@
  *   2. `confirm()`, the caller's last word, asked only now: a replica out of the table answers
  *      nothing, so a meta state read after this point (synced with the meta group) covers
  *      every move that could have counted on it. On "no" the replica goes back into the table
- *      as it was, having missed a few messages (as after a network blip).
+ *      as it was, having missed a few messages (as after a network blip). A close counts as
+ *      "no" at once, whatever confirm() still waits for (stop()): the replica is closed whole.
  *   3. Its waiting requests fail with NotLeaderError naming the shard's replica now, its
  *      snapshot pins are released and its engine closed.
  *   4. Wal.drop, synced: its entries, snapshot and compaction mark are gone, its term and vote
@@ -21,7 +22,9 @@
  *      votes twice in a term). Durable before anything is deleted. A crash from here on: the
  *      shard is dropped in the WAL, so start-up never opens it, and deletes what is left of
  *      its directory (Groups.openAtStart).
- *   5. Its directory is deleted (and its parent synced).
+ *   5. Its directory is deleted (and its parent synced). Should that fail partway, the removal
+ *      is done all the same: what is left is deleted at the next start, or before the shard is
+ *      opened again here if a move brings it back first (Groups#openShard).
  *
  * Meanwhile Groups.shard() waits for the removal to end before it opens the shard (a move back
  * onto this node may send its first messages while the old replica is being removed). Caveat:
@@ -49,7 +52,10 @@ export type RemovalOutcome =
       readonly shard: number;
       /** The engine's table bytes the directory held. */
       readonly bytes: number;
-      /** Deleting the directory failed (start-up deletes it again); the rest is done. */
+      /**
+       * Deleting the directory failed (start-up, or a move back before it, deletes it again);
+       * the rest is done.
+       */
       readonly directoryError: unknown;
     }
   | { readonly kind: "kept"; readonly shard: number; readonly reason: string };
@@ -80,6 +86,8 @@ export class Removal {
   readonly #host: RemovalHost;
   /** Removals under way, by shard: Groups.shard() waits for them. */
   readonly #removing = new Map<number, Promise<void>>();
+  /** Resolves (false: not confirmed) once the driver closes (stop()). */
+  readonly #stopping = Promise.withResolvers<false>();
 
   constructor(host: RemovalHost) {
     this.#host = host;
@@ -90,8 +98,18 @@ export class Removal {
     return this.#removing.get(id);
   }
 
-  /** Resolves once no removal is under way (for close()). */
-  async whenIdle(): Promise<void> {
+  /**
+   * Ends the removals under way, for close(): one waiting for its `confirm()` stops waiting
+   * (not confirmed: the replica is closed as it is, its directory kept), the others finish
+   * their I/O. Resolves once none is under way. A confirm() may wait on what only a running
+   * driver answers: replica GC's syncs the meta state (a read on shard 0), and on a node
+   * leading the meta group whose peers stopped answering (a node's stop closes the transport
+   * before the store) that read never reaches a quorum. Rounds, which would expire it, have
+   * stopped, and close() fails pending reads only after this: waiting for confirm() there
+   * kept close() from ever returning.
+   */
+  async stop(): Promise<void> {
+    this.#stopping.resolve(false);
     await Promise.allSettled([...this.#removing.values()]);
   }
 
@@ -131,8 +149,9 @@ export class Removal {
     host.sleep.setTicking(s, false);
     await host.whenRoundsIdle();
     while (s.applying !== null) await s.applying.catch(() => undefined);
-    // 2. The caller's last word, now that the replica acknowledges nothing more.
-    const confirmed = await confirm().catch(() => false);
+    // 2. The caller's last word, now that the replica acknowledges nothing more; a close does
+    // not wait for it (stop()).
+    const confirmed = await Promise.race([confirm().catch(() => false), this.#stopping.promise]);
     if (!confirmed || host.stopped()) {
       s.removed = false;
       if (!host.stopped()) {

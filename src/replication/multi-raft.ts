@@ -613,7 +613,7 @@ export class MultiRaft {
     this.#stopTicker?.();
     this.#stopMaintenance?.();
     await this.#groups.whenOpened();
-    await this.#removal.whenIdle();
+    await this.#removal.stop();
     await this.#rounds.whenIdle();
     await this.#applier.whenIdle();
     await this.#metaVoters?.settled();

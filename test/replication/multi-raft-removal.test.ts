@@ -14,10 +14,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { CairnError } from "../../src/common/errors.ts";
-import { nodeId, type NotLeaderError } from "../../src/raft/index.ts";
-import { GrpcTransport, MultiRaft, type ShardMessage } from "../../src/replication/index.ts";
+import { logIndex, type Message, nodeId, type NotLeaderError, term } from "../../src/raft/index.ts";
+import {
+  GrpcTransport,
+  MultiRaft,
+  type MultiRaftOptions,
+  type ShardMessage,
+} from "../../src/replication/index.ts";
+import { MemoryEngine } from "../../src/replication/memory-engine.ts";
 import { removeShardDir, shardDir } from "../../src/replication/multi-raft-removal.ts";
-import { Wal } from "../../src/storage/index.ts";
+import { MemoryFileSystem, Wal } from "../../src/storage/index.ts";
 import { type MetaCommand, type MetaMember, MetaState } from "../../src/cluster/index.ts";
 import { replaceReplicas } from "../../src/node/replicas.ts";
 import { eventually, type RaftServer, startRaftServer } from "./peer-support.ts";
@@ -546,6 +552,246 @@ describe("replica removal (replica GC)", () => {
       assert.deepEqual(nodes.fatals, []);
     } finally {
       await nodes.stopAll();
+    }
+  });
+});
+
+describe("a removal when its driver closes", () => {
+  const [n1, n2] = [nodeId("n1"), nodeId("n2")];
+
+  /** What n1 answers n2 in shard 0 while it answers at all (votes, appends, heartbeats). */
+  const answerAsN1 = (m: Message): Message | null => {
+    if (m.to !== n1) return null;
+    switch (m.type) {
+      case "prevote":
+      case "vote":
+        return {
+          type: m.type === "vote" ? "vote-resp" : "prevote-resp",
+          from: n1,
+          to: n2,
+          term: m.term,
+          reject: false,
+          commit: logIndex(0),
+          commitTerm: term(0),
+        };
+      case "append":
+        return {
+          type: "append-resp",
+          from: n1,
+          to: n2,
+          term: m.term,
+          index: logIndex(m.prevIndex + m.entries.length),
+          reject: false,
+          hintIndex: logIndex(0),
+          hintTerm: term(0),
+          lost: false,
+        };
+      case "heartbeat":
+        return { type: "heartbeat-resp", from: n1, to: n2, term: m.term, readSeq: m.readSeq };
+      default:
+        return null;
+    }
+  };
+
+  it("close() ends while replica GC's confirm() waits for a meta sync on the meta leader", async () => {
+    // n2 leads the meta group (shard 0) and replica GC is removing its follower replica of
+    // shard 1: confirm() syncs the meta state, a ReadIndex on shard 0. The node stops: its
+    // transport closes first (Node#closeAll), so the read never reaches a quorum, and close()
+    // stops the rounds that would expire it. close() waited for the removal, whose confirm()
+    // waited for that read, for ever; the read failed only after (failAll). Now a close counts
+    // as "not confirmed": the replica is closed whole and close() ends.
+    const fs = new MemoryFileSystem();
+    let mr: MultiRaft | null = null;
+    let peersAnswer = true;
+    /** Resolved once a ReadIndex of shard 0 goes out unanswered (its read waits in Raft). */
+    const readUnanswered = Promise.withResolvers<undefined>();
+    const options: MultiRaftOptions = {
+      nodeId: "n2",
+      dataDir: "/data",
+      fs,
+      totalShards: 4,
+      tickMs: 10,
+      electionTicks: 10,
+      heartbeatTicks: 1,
+      memtableBytes: 64 * 1024,
+      blockCacheBytes: 1 << 20,
+      openEngine: (_shard, dir) => MemoryEngine.open(fs, dir),
+      transport: {
+        send: (_to: string, messages: readonly ShardMessage[]) => {
+          for (const { shard, message } of messages) {
+            if (!peersAnswer) {
+              const read = shard === 0 && message.type === "heartbeat" && message.readSeq > 0;
+              if (read) readUnanswered.resolve(undefined);
+              continue;
+            }
+            const answer = shard === 0 ? answerAsN1(message) : null;
+            if (answer !== null)
+              setImmediate(() => mr?.receive("n1", [{ shard: 0, message: answer }]));
+          }
+        },
+        flush: () => undefined,
+      },
+      replicasOf: (shard) => (shard === 0 ? ["n2", "n1", "n3"] : ["n1", "n2", "n3"]),
+    };
+    const open = await MultiRaft.open(options);
+    mr = open;
+    await open.foundShard(0, ["n2", "n1", "n3"], []);
+    await eventually("n2 leads the meta group", () => open.shardInfo(0)?.role === "leader");
+    await open.syncMeta(); // served while n1 answers
+    // n1, leading shard 1, appends to n2: n2 holds a follower replica of it.
+    const entries = [4, 5, 6].map((i) => ({
+      term: term(1),
+      index: logIndex(i),
+      type: "normal" as const,
+      data: new Uint8Array(0),
+    }));
+    const append: Message = {
+      type: "append",
+      from: n1,
+      to: n2,
+      term: term(1),
+      prevIndex: logIndex(3),
+      prevTerm: term(1),
+      entries,
+      commit: logIndex(6),
+      noReply: false,
+    };
+    open.receive("n1", [{ shard: 1, message: append }]);
+    await eventually("n2 holds shard 1", () => open.holds(1));
+
+    peersAnswer = false; // the node's stop closed its transport
+    const removal = open.removeReplica(1, async () => {
+      await open.syncMeta();
+      return true;
+    });
+    await readUnanswered.promise;
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<string>((resolve) => {
+      timer = setTimeout(() => resolve("still closing after 10 s"), 10_000);
+    });
+    try {
+      const outcome = await Promise.race([open.close().then(() => "closed"), bound]);
+      assert.equal(outcome, "closed");
+    } finally {
+      clearTimeout(timer);
+    }
+    const removed = await removal;
+    assert.equal(removed.kind, "kept", "a close confirms no removal");
+
+    // Closed whole: a restart reopens the replica with its log.
+    const again = await MultiRaft.open(options);
+    try {
+      assert.equal(again.isRemoved(1), false);
+      assert.equal(again.holds(1), true);
+      assert.equal(again.shardInfo(1)?.commit, 6);
+    } finally {
+      await again.close();
+    }
+  });
+});
+
+describe("a replica moved back after a removal that left part of its directory", () => {
+  it("is opened on an empty directory, not on what the failed deletion left", async () => {
+    // Removal step 5 (deleting the directory) failed partway (EIO, EACCES): the removal is
+    // done all the same (its WAL records dropped, durably), and start-up deletes the rest. But
+    // a move back before a restart opened the engine on what was left: here a stale image,
+    // which the new replica took for its own state; an LSM missing its CURRENT or a table
+    // failed every later message instead.
+    const fs = new MemoryFileSystem();
+    const fatals: unknown[] = [];
+    /** n2's answers to n1's appends in shard 1, by term, resolved at the first one. */
+    const answers = new Map<number, PromiseWithResolvers<Message>>();
+    const answer = (t: number): PromiseWithResolvers<Message> => {
+      const waiting = answers.get(t) ?? Promise.withResolvers<Message>();
+      answers.set(t, waiting);
+      return waiting;
+    };
+    const mr = await MultiRaft.open({
+      nodeId: "n2",
+      dataDir: "/data",
+      fs,
+      totalShards: 4,
+      tickMs: 1_000_000,
+      electionTicks: 10,
+      heartbeatTicks: 1,
+      memtableBytes: 64 * 1024,
+      blockCacheBytes: 1 << 20,
+      openEngine: (_shard, dir) => MemoryEngine.open(fs, dir),
+      transport: {
+        send: (_to: string, messages: readonly ShardMessage[]) => {
+          for (const { shard, message } of messages) {
+            if (shard === 1 && message.type === "append-resp")
+              answer(message.term).resolve(message);
+          }
+        },
+        flush: () => undefined,
+      },
+      replicasOf: () => ["n1", "n2", "n3"],
+      acceptsReplica: () => true,
+      observer: { fatal: (err) => fatals.push(err) },
+    });
+    /**
+     * n1's append to n2 in shard 1, at term `t`, of entries `from`..`to` (writing nothing), after
+     * `from - 1` at term `prevTerm`.
+     */
+    const append = (t: number, from: number, prevTerm: number, to: number): ShardMessage => {
+      const entries = [];
+      for (let i = from; i <= to; i++) {
+        entries.push({
+          term: term(t),
+          index: logIndex(i),
+          type: "normal" as const,
+          data: new Uint8Array(0),
+        });
+      }
+      const message: Message = {
+        type: "append",
+        from: nodeId("n1"),
+        to: nodeId("n2"),
+        term: term(t),
+        prevIndex: logIndex(from - 1),
+        prevTerm: term(prevTerm),
+        entries,
+        commit: logIndex(to),
+        noReply: false,
+      };
+      return { shard: 1, message };
+    };
+    const acceptedUpTo = (index: number): Omit<Message & { type: "append-resp" }, "term"> => ({
+      type: "append-resp",
+      from: nodeId("n2"),
+      to: nodeId("n1"),
+      index: logIndex(index),
+      reject: false,
+      hintIndex: logIndex(0),
+      hintTerm: term(0),
+      lost: false,
+    });
+    try {
+      // n2 follows n1 in shard 1 up to 8 (after the founding entries 1..3 it wrote itself, an
+      // initial voter), flushed: its directory holds an image at 8.
+      mr.receive("n1", [append(1, 4, 1, 8)]);
+      assert.deepEqual(await answer(1).promise, { ...acceptedUpTo(8), term: 1 });
+      await eventually("n2 applied 8", () => mr.shardInfo(1)?.applied === 8);
+      await mr.snapshotShard(1);
+      // Removed, the deletion of its directory failing at its first file.
+      fs.failNext("unlink", shardDir("/data", 1), "EIO");
+      const removed = await mr.removeReplica(1, () => Promise.resolve(true));
+      assert.equal(removed.kind, "removed");
+      assert.ok(removed.kind === "removed" && removed.directoryError !== undefined);
+      assert.ok((await fs.readdir(shardDir("/data", 1))).length > 0, "a file is left");
+      // Moved back: n1, leading at term 2 with a log rewritten from 1 (as far as n2 knows:
+      // its replica starts with nothing but its term and vote), sends it from the start. Opened
+      // on the stale image at 8, it claimed to have applied 8, its old life's state served as
+      // this one's (on an LSM, a missing CURRENT or table failed every message instead).
+      mr.receive("n1", [append(2, 1, 0, 5)]);
+      assert.deepEqual(await answer(2).promise, { ...acceptedUpTo(5), term: 2 });
+      await eventually("n2 applied 5", () => (mr.shardInfo(1)?.applied ?? 0) >= 5);
+      assert.equal(mr.shardInfo(1)?.applied, 5);
+      assert.equal(mr.isRemoved(1), false);
+      assert.deepEqual(fatals, []);
+    } finally {
+      await mr.close().catch(() => undefined);
     }
   });
 });
