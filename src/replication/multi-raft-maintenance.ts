@@ -107,9 +107,18 @@ export class Maintenance {
           if (excess <= 0) break;
           const s = this.#host.shards.get(shard);
           if (s === undefined) continue;
-          flushes.push(s.sm.lsm.flush());
+          flushes.push(
+            s.sm.lsm.flush().catch((err: unknown) => {
+              if (!s.removed && !this.#host.stopped()) throw err;
+            }),
+          );
           excess -= bytes;
         }
+        // A flush's engine may be closed while it waits: its replica removed (replica GC,
+        // multi-raft-removal.ts), or the driver closing, neither of which waits for this pass.
+        // Its flush then rejects (an LsmEngine's flush() does when close() begins before its
+        // memtable's flush started, behind MAX_CONCURRENT_FLUSHES running ones): that is no
+        // failure of the node, whose WAL still holds what was not flushed, or dropped it.
         await Promise.all(flushes);
       }
       const overBudget = this.#host.wal.isOverMemoryBudget();

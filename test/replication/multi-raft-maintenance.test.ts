@@ -10,10 +10,14 @@ import {
   type ConfState,
   type LogIndex,
   logIndex,
+  type Message,
   nodeId,
   type NodeId,
   type Role,
+  term,
 } from "../../src/raft/index.ts";
+import { MultiRaft, type ShardEngine, type ShardMessage } from "../../src/replication/index.ts";
+import { MemoryEngine } from "../../src/replication/memory-engine.ts";
 import {
   Maintenance,
   RETAINED_ENTRIES,
@@ -104,5 +108,93 @@ describe("the maintenance pass", () => {
     const after = await Wal.open("/wal", { fs });
     assert.equal(after.hardState(3)?.commit, 1);
     await after.close();
+  });
+
+  it("a flush whose engine a replica removal closes meanwhile does not fail the node", async () => {
+    // The pass flushes shard 1 (the WAL is over its budget) while replica GC removes shard 1's
+    // replica: the removal closes the engine without waiting for the pass. An LsmEngine's
+    // flush() rejects when close() begins before its memtable's flush started (behind
+    // MAX_CONCURRENT_FLUSHES running ones), and the pass failed the node for it.
+    const fs = new MemoryFileSystem();
+    /** Resolved once n2 acknowledges n1's append to shard 1: it holds a replica of it. */
+    const answered = Promise.withResolvers<undefined>();
+    const fatals: unknown[] = [];
+    let flushing = false;
+    /** Shard 1's engine, whose flush waits until close() rejects it, as LsmEngine's can. */
+    const flushRejectedByClose = (engine: ShardEngine): ShardEngine => {
+      let rejectFlush: ((err: Error) => void) | null = null;
+      return new Proxy(engine, {
+        get(target, p) {
+          if (p === "flush") {
+            return (): Promise<void> => {
+              flushing = true;
+              return new Promise<void>((_resolve, reject) => (rejectFlush = reject));
+            };
+          }
+          if (p === "close") {
+            return async (): Promise<void> => {
+              rejectFlush?.(new Error("closed while its flush waited"));
+              await target.close();
+            };
+          }
+          const v: unknown = Reflect.get(target, p, target);
+          return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        },
+      });
+    };
+    const mr = await MultiRaft.open({
+      nodeId: "n2",
+      dataDir: "/data",
+      fs,
+      totalShards: 4,
+      tickMs: 1_000_000,
+      electionTicks: 10,
+      heartbeatTicks: 1,
+      memtableBytes: 64 * 1024,
+      blockCacheBytes: 1 << 20,
+      wal: { memoryBudgetBytes: 1 },
+      openEngine: async (shard, dir) => {
+        const engine = await MemoryEngine.open(fs, dir);
+        return shard === 1 ? flushRejectedByClose(engine) : engine;
+      },
+      transport: {
+        send: (_to: string, messages: readonly ShardMessage[]) => {
+          if (messages.some((m) => m.message.type === "append-resp")) answered.resolve(undefined);
+        },
+        flush: () => undefined,
+      },
+      replicasOf: () => ["n1", "n2", "n3"],
+      observer: { fatal: (err) => fatals.push(err) },
+    });
+    try {
+      const entries = [4, 5, 6].map((i) => ({
+        term: term(1),
+        index: logIndex(i),
+        type: "normal" as const,
+        data: new Uint8Array(100),
+      }));
+      const append: Message = {
+        type: "append",
+        from: nodeId("n1"),
+        to: nodeId("n2"),
+        term: term(1),
+        prevIndex: logIndex(3),
+        prevTerm: term(1),
+        entries,
+        commit: logIndex(3),
+        noReply: false,
+      };
+      mr.receive("n1", [{ shard: 1, message: append }]);
+      await answered.promise;
+      const pass = mr.maintain();
+      assert.ok(flushing, "the pass flushes shard 1");
+      const removed = await mr.removeReplica(1, () => Promise.resolve(true));
+      await pass;
+      assert.equal(removed.kind, "removed");
+      assert.equal(mr.failure, undefined);
+      assert.deepEqual(fatals, []);
+    } finally {
+      await mr.close();
+    }
   });
 });
