@@ -5,8 +5,8 @@
  * report). Messages leave in the round (multi-raft.ts, RaftTransport.send).
  */
 import { nodeOfReplica } from "../cluster/index.ts";
-import type { Message, NodeId } from "../raft/index.ts";
-import type { Wal } from "../storage/index.ts";
+import type { Message, NodeId, Snapshot } from "../raft/index.ts";
+import { snapshotImageSeq, type Wal } from "../storage/index.ts";
 import type { Clock } from "./engine.ts";
 import type { MultiRaftOptions, ShardTable } from "./multi-raft-options.ts";
 import type { ShardMessage } from "./raft-transport.ts";
@@ -75,6 +75,11 @@ export class Peers {
         // Addressed to another incarnation of this node: taking it would let this replica vote
         // and acknowledge as one whose promises are lost.
         stale = message.to;
+        releaseSnapshot(message);
+        continue;
+      }
+      if (message.type === "snapshot" && !isImageAtIndex(message.snapshot)) {
+        // Dropped before the Raft core takes it (and acknowledges it): see isImageAtIndex.
         releaseSnapshot(message);
         continue;
       }
@@ -189,4 +194,20 @@ export class Peers {
   dropExpiredHeld(): void {
     if (this.#held.size > 0) this.replicasChanged();
   }
+}
+
+/**
+ * Whether a snapshot's image is the state at the index its metadata names, as far as can be
+ * told before the Raft core takes it: an image in the message's data starts with its header,
+ * whose sequence must be that index. (One streamed from a file was checked whole, that index
+ * included, by its receiver: SnapshotAssembler.) A correct leader never sends another, but a
+ * buggy or hostile peer's (a snapshot in a Stream frame, which the receiver now drops, or a
+ * transport in this process) was acknowledged and installed: an image above the index made the
+ * replica skip the log entries between after a restart, one below it the node refuse to start,
+ * and the next entry's apply failed the node. The install refuses such an image too
+ * (expectImageSeq), but by then the Raft core has replaced its log, and only failing the node
+ * undoes that; dropped here, the snapshot is as if lost on the way.
+ */
+function isImageAtIndex(snapshot: Snapshot): boolean {
+  return snapshot.stream !== undefined || snapshotImageSeq(snapshot.data) === snapshot.meta.index;
 }

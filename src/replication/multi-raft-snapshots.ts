@@ -6,7 +6,7 @@
  */
 import { CairnError } from "../common/errors.ts";
 import { logIndex, type Snapshot, term } from "../raft/index.ts";
-import { encodeSnapshotFrames } from "../storage/index.ts";
+import { encodeSnapshotFrames, expectImageSeq } from "../storage/index.ts";
 import { type ConfListeners, confChanged } from "./meta-voters.ts";
 import type { DriverTestingBugs } from "./multi-raft-options.ts";
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
@@ -26,6 +26,14 @@ export interface LogTerms {
 /**
  * Replaces a follower's state with a snapshot from its leader, and releases its stream; the
  * proposals waiting on the entries it replaced are answered (ShardReplica.overtakenBySnapshot).
+ *
+ * The image must be the state at the snapshot's index: the import is refused at its header
+ * otherwise, the engine left as it was (expectImageSeq). Installed, an image above the index
+ * made the engine skip the log entries between after a restart (the replica diverged), one
+ * below it kept the node from starting, and the next entry's apply failed the node. Such a
+ * snapshot never gets here from a peer (the receiver checks a streamed image, the driver an
+ * inline one: Peers.receive), and a refused install fails the node, as every failed install
+ * does: the Raft core has taken the snapshot already.
  */
 export async function installSnapshot(
   s: SnapshotGroup & Pick<ShardReplica, "overtakenBySnapshot">,
@@ -46,10 +54,11 @@ export async function installSnapshot(
     }
   }
   try {
+    const image = expectImageSeq(frames(), snap.meta.index);
     if (bugs.snapshotInstallNotDurable === true) {
-      await installSnapshotNotDurably(s.sm.lsm, frames(), snap.meta.index);
+      await installSnapshotNotDurably(s.sm.lsm, image, snap.meta.index);
     } else {
-      await s.sm.lsm.importSnapshot(frames());
+      await s.sm.lsm.importSnapshot(image);
     }
   } finally {
     snap.stream?.release();

@@ -272,6 +272,7 @@ export function createRaftService(
     log,
     refusals,
     open,
+    metrics: options.metrics,
   });
 
   const definition = loadRaftProto().cairn.v1.Raft.service;

@@ -32,7 +32,12 @@ import { type ClusterIdSource, ownHandshake } from "./handshake.ts";
 import type { PeerLink, PeerLinks } from "./peer-links.ts";
 import type { PeerLogger } from "./peer-logger.ts";
 import { inTurn, type PaceClock, type Pacer, RateLimiter } from "./rate-limiter.ts";
-import { sendSnapshot, type SnapshotMessage, type SnapshotMetrics } from "./snapshot-transfer.ts";
+import {
+  MAX_SNAPSHOT_CHUNK_BYTES,
+  sendSnapshot,
+  type SnapshotMessage,
+  type SnapshotMetrics,
+} from "./snapshot-transfer.ts";
 
 /** A snapshot message of `shard`, as GrpcTransport.send() takes it out of a round. */
 export interface OutgoingSnapshot {
@@ -122,9 +127,13 @@ export class SnapshotSender {
     this.#replicaId = options.replicaId;
     this.#clusterId = options.clusterId;
     this.#chunkBytes = options.chunkBytes;
-    if (!Number.isSafeInteger(this.#chunkBytes) || this.#chunkBytes <= 0) {
+    if (
+      !Number.isSafeInteger(this.#chunkBytes) ||
+      this.#chunkBytes <= 0 ||
+      this.#chunkBytes > MAX_SNAPSHOT_CHUNK_BYTES
+    ) {
       throw new RangeError(
-        `snapshotChunkBytes must be a positive integer, got ${this.#chunkBytes}`,
+        `snapshotChunkBytes must be a positive integer up to ${MAX_SNAPSHOT_CHUNK_BYTES} (a receiver refuses larger chunks), got ${this.#chunkBytes}`,
       );
     }
     this.#limiter = new RateLimiter(options.rateBytesPerSec, this.#chunkBytes, options.clock);

@@ -66,6 +66,16 @@ export interface SnapshotMetrics {
 
 const EMPTY = new Uint8Array(0);
 
+/**
+ * The largest data chunk of an InstallSnapshot call: a sender cuts its data into chunks of its
+ * `chunkBytes` (GrpcTransport's snapshotChunkBytes, 1 MiB by default), at most this; a receiver
+ * refuses a larger one. gRPC takes messages of up to 128 MiB on the peers' port (a Stream frame
+ * may carry a 64 MiB value: RAFT_SERVER_OPTIONS), and buffers several for a call paused while
+ * its chunk is written: a peer sending chunks of that size (buggy, or hostile past the
+ * handshake) is cut at its first instead of held to its whole transfer.
+ */
+export const MAX_SNAPSHOT_CHUNK_BYTES = 4 * 1024 * 1024;
+
 // ── the sending end ─────────────────────────────────────────────────────────────────────────
 
 export interface SnapshotSendOptions {
@@ -251,11 +261,16 @@ class ImageCheck {
   #ended = false;
   #wake: (() => void) | null = null;
   readonly #done: Promise<number>;
+  /** What is wrong with the image, once the decoder found it (before the data ended). */
+  failure: unknown = undefined;
 
   constructor() {
     this.#done = this.#decode();
     // A damaged image stops the decoder: what arrives after it is not kept.
-    this.#done.catch(() => this.#stop());
+    this.#done.catch((err: unknown) => {
+      this.failure = err;
+      this.#stop();
+    });
   }
 
   push(bytes: Uint8Array): void {
@@ -475,6 +490,20 @@ export class SnapshotAssembler {
   }
 
   #append(h: Header, bytes: Buffer): void {
+    // The image found damaged already (the decoder runs as chunks arrive): refused now rather
+    // than at the trailer, so that the rest of a bad stream is neither stored nor waited for.
+    if (h.image.failure !== undefined) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        `not a snapshot image: ${String(h.image.failure)}`,
+      );
+    }
+    if (bytes.length > MAX_SNAPSHOT_CHUNK_BYTES) {
+      throw new SnapshotRefusal(
+        status.INVALID_ARGUMENT,
+        `a data chunk of ${bytes.length} bytes, over the ${MAX_SNAPSHOT_CHUNK_BYTES} a sender sends`,
+      );
+    }
     const limit = h.announced ?? this.#options.maxBytes;
     if (bytes.length > limit - this.#received) {
       throw h.announced === null

@@ -31,6 +31,7 @@ import {
   type SnapshotMetrics,
   SnapshotRefusal,
 } from "../../src/replication/index.ts";
+import { MAX_SNAPSHOT_CHUNK_BYTES } from "../../src/replication/snapshot-transfer.ts";
 import { crc32c, encodeSnapshotFrames } from "../../src/storage/index.ts";
 import {
   eventually,
@@ -839,6 +840,35 @@ describe("SnapshotAssembler", () => {
     elsewhere.push(trailer(crc32c(other)));
     await assert.rejects(elsewhere.close(), refusedWith(status.INVALID_ARGUMENT, /499.*500/));
     assert.throws(() => elsewhere.finish(), SnapshotRefusal);
+  });
+
+  it("refuses the next chunk once the image is found damaged: a frame declaring more than a frame holds", async () => {
+    // A peer past the handshake sends an image whose second frame claims 1 GiB, then streams
+    // its bytes: the image check buffered them (up to 4 GiB a frame, 32 receives at once), and
+    // only the trailer refused the stream. The decoder refuses the frame at its header now,
+    // and the next chunk is refused, before it is stored.
+    const claim = Buffer.alloc(8);
+    claim.writeUInt32LE(1 << 30, 0);
+    const start = Buffer.concat([...encodeSnapshotFrames(500, [])].slice(0, 1).concat(claim));
+    const a = assembler(1 << 30);
+    a.push(header(0));
+    a.push(data(start));
+    await new Promise((resolve) => setImmediate(resolve)); // the check decodes what came
+    assert.throws(
+      () => a.push(data(new Uint8Array(1024))),
+      refusedWith(status.INVALID_ARGUMENT, /not a snapshot image: .*frame 1 declares a body/),
+    );
+    a.discard();
+  });
+
+  it("refuses a data chunk larger than a sender sends", () => {
+    const a = assembler(64 << 20);
+    a.push(header(0));
+    assert.throws(
+      () => a.push(data(new Uint8Array(MAX_SNAPSHOT_CHUNK_BYTES + 1))),
+      refusedWith(status.INVALID_ARGUMENT, /data chunk of \d+ bytes, over the/),
+    );
+    a.discard();
   });
 
   it("refuses anything after the trailer", () => {

@@ -9,6 +9,7 @@ import { describe, it } from "node:test";
 import { nodeId, type NodeId } from "../../src/raft/index.ts";
 import { type OutgoingSnapshot, SnapshotSender } from "../../src/replication/snapshot-sender.ts";
 import { systemPaceClock } from "../../src/replication/rate-limiter.ts";
+import { MAX_SNAPSHOT_CHUNK_BYTES } from "../../src/replication/snapshot-transfer.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
 import {
   eventually,
@@ -125,8 +126,8 @@ describe("SnapshotSender", () => {
     }
   });
 
-  it("wants a positive whole number of bytes a chunk", () => {
-    for (const bad of [0, -1, 1.5, Number.NaN]) {
+  it("wants a positive whole number of bytes a chunk, no more than a receiver takes", () => {
+    for (const bad of [0, -1, 1.5, Number.NaN, MAX_SNAPSHOT_CHUNK_BYTES + 1]) {
       assert.throws(() => sender(() => null, [], bad), RangeError);
     }
   });

@@ -23,7 +23,12 @@ import {
 } from "../../src/replication/index.ts";
 import { SnapshotFile } from "../../src/replication/snapshot-file.ts";
 import { SnapshotPins } from "../../src/replication/snapshot-pins.ts";
-import { LsmEngine, LsmEnvironment, type LsmOptions } from "../../src/storage/lsm/index.ts";
+import {
+  encodeSnapshotFrames,
+  LsmEngine,
+  LsmEnvironment,
+  type LsmOptions,
+} from "../../src/storage/lsm/index.ts";
 import { tempDir } from "../storage/helpers.ts";
 import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
 
@@ -206,7 +211,10 @@ describe("snapshots streamed from disk", () => {
     }
   });
 
-  it("refuses a corrupted chunk (DATA_LOSS): nothing reaches Raft, no file is left, the pin goes", async () => {
+  it("refuses a corrupted chunk at its frame's checksum, before the trailer: nothing reaches Raft, no file is left, the pin goes", async () => {
+    // The image is checked as it arrives: the damaged frame (~1 MiB) fails its checksum, and
+    // the next chunk is refused (INVALID_ARGUMENT, the image damaged). The trailer's checksum
+    // (DATA_LOSS) catches damage the image check has not seen by then: grpc-snapshot.test.ts.
     const source = await filledEngine(2000);
     const pins = new SnapshotPins();
     const damage = onChunks((c, n) => {
@@ -220,12 +228,42 @@ describe("snapshots streamed from disk", () => {
       assert.equal(await r.send(streamedFrom(source, pins)), false);
       assert.deepEqual(r.got, []);
       const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
-      assert.equal(refusal?.fields["code"], status[status.DATA_LOSS]);
+      assert.equal(refusal?.fields["code"], status[status.INVALID_ARGUMENT]);
+      assert.match(String(refusal?.fields["details"]), /not a snapshot image.*checksum mismatch/);
       assert.equal(pins.size, 0);
       await eventually("no temporary file", () => readdirSync(r.dir).length === 0);
     } finally {
       await r.close();
       await source.close();
+    }
+  });
+
+  it("refuses a stream whose frame declares more than a frame holds, without its trailer: nothing reaches Raft, no file is left", async () => {
+    // A peer past the handshake sends an image whose second frame claims 1 GiB, then streams
+    // its bytes, and never a trailer: the image check held the frame's bytes as they came (up
+    // to 4 GiB, 32 receives at once), the file grew, and only the trailer, or the call's idle
+    // timeout, ended it. Now the frame is refused at its header and the call at its next chunk.
+    const claim = Buffer.alloc(8);
+    claim.writeUInt32LE(1 << 30, 0);
+    const image = Buffer.concat([
+      ...[...encodeSnapshotFrames(500, [])].slice(0, 1),
+      claim,
+      Buffer.alloc(1024 * 1024),
+    ]);
+    const r = await rig({
+      interceptors: [onChunks((c) => (c.trailer ? null : c))],
+      snapshotStallTimeoutMs: 5_000,
+    });
+    try {
+      const meta = { index: logIndex(500), term: term(2), conf: { voters: [], learners: [] } };
+      assert.equal(await r.send(message({ meta, data: image })), false);
+      assert.deepEqual(r.got, []);
+      const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+      assert.equal(refusal?.fields["code"], status[status.INVALID_ARGUMENT]);
+      assert.match(String(refusal?.fields["details"]), /frame 1 declares a body of 1073741824/);
+      await eventually("no temporary file", () => readdirSync(r.dir).length === 0);
+    } finally {
+      await r.close();
     }
   });
 

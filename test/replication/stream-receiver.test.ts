@@ -17,6 +17,7 @@ import {
   encodeReplyFrame,
 } from "../../src/replication/frame-encode.ts";
 import type { PeerRefusalKind } from "../../src/replication/handshake.ts";
+import { encodeSnapshotFrames } from "../../src/storage/index.ts";
 import { type EndCall, streamReceiver } from "../../src/replication/stream-receiver.ts";
 import { type LogLine, recordingLogger } from "./peer-support.ts";
 
@@ -49,6 +50,7 @@ function handshake(fields: { cluster?: string; from?: string; to?: string; repli
 /** One call on a receiver for node n2 of cluster c1, and everything it did. */
 function open(options: { handlerThrows?: boolean; callsThrow?: boolean; sender?: string } = {}) {
   const delivered: [string, ShardMessage[]][] = [];
+  const failedReceives: number[] = [];
   const served: [string, PeerCall][] = [];
   const replies: [string, PeerReply][] = [];
   const refused: PeerRefusalKind[] = [];
@@ -78,6 +80,14 @@ function open(options: { handlerThrows?: boolean; callsThrow?: boolean; sender?:
       },
       log: recordingLogger(lines),
       open: openCalls,
+      metrics: {
+        sent: () => undefined,
+        bytesSent: () => undefined,
+        received: () => undefined,
+        failed: (direction) => {
+          if (direction === "receive") failedReceives.push(1);
+        },
+      },
     },
   );
   const sink = receive({
@@ -96,6 +106,7 @@ function open(options: { handlerThrows?: boolean; callsThrow?: boolean; sender?:
     lines,
     finished,
     openCalls,
+    failedReceives: () => failedReceives.length,
     headers: () => headers,
   };
 }
@@ -189,6 +200,39 @@ describe("streamReceiver", () => {
       assert.match(c.finished[0]?.details ?? "", details);
       assert.deepEqual(c.delivered, []);
     }
+  });
+
+  it("drops a snapshot in a batch, delivering the rest: logged as a refused snapshot and counted", () => {
+    // A snapshot comes over InstallSnapshot, whose receiver checks its length, checksum and
+    // image (at the index its header says). One in a frame went straight to the driver, none of
+    // that checked: a snapshot said to be at 10 with an image at 20 was acknowledged, and the
+    // node failed at the next entry's apply. A correct sender never puts one in a frame.
+    const c = open();
+    c.sink.message(handshake({}));
+    const image = Buffer.concat([...encodeSnapshotFrames(20, [])]);
+    const snapshot: ShardMessage = {
+      shard: 2,
+      message: {
+        type: "snapshot",
+        from: N1,
+        to: N2,
+        term: term(3),
+        snapshot: {
+          meta: { index: logIndex(10), term: term(3), conf: { voters: [N1, N2], learners: [] } },
+          data: image,
+        },
+      },
+    };
+    c.sink.message(encodeBatchFrame([heartbeat(N1, N2, 1), snapshot, heartbeat(N1, N2, 3)], ""));
+    c.sink.message(encodeBatchFrame([snapshot], ""));
+    assert.deepEqual(c.delivered, [["n1", [heartbeat(N1, N2, 1), heartbeat(N1, N2, 3)]]]);
+    assert.equal(c.failedReceives(), 2);
+    const refusals = c.lines.filter((l) => l.message === "raft snapshot refused");
+    assert.equal(refusals.length, 2);
+    assert.equal(refusals[0]?.level, "warn");
+    assert.equal(refusals[0]?.fields["shard_id"], 2);
+    assert.match(String(refusals[0]?.fields["details"]), /InstallSnapshot/);
+    assert.deepEqual(c.finished, [], "the stream stays open");
   });
 
   it("hands forwarded calls and replies over with the sender's node id", () => {

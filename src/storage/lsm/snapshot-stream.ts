@@ -14,6 +14,25 @@ const HEADER_MAGIC = Buffer.from("CAIRNSNP", "latin1");
 const END_MAGIC = Buffer.from("CAIRNEND", "latin1");
 const VERSION = 1;
 const FRAME_TARGET = 1 << 20;
+/** The header frame's body: magic, version, seq. */
+const HEADER_BODY_BYTES = 20;
+/**
+ * The largest entry an engine holds, as the stream encodes it: every entry is written by the
+ * apply of one log entry, so the largest is a Put of `limits.max_value_bytes` at its maximum
+ * (64 MiB) behind its 16-byte version, under a key of `limits.max_key_bytes` at its maximum
+ * (65,535) behind its 1-byte prefix (src/replication/commands.ts), with two varints of at most
+ * 5 bytes. 65 MiB holds it, as it holds the WAL record that carried it (MAX_BODY_BYTES).
+ */
+const MAX_ENTRY_BYTES = 65 * 1024 * 1024;
+/**
+ * The largest body a frame of a valid image has: entries are added until the body reaches
+ * FRAME_TARGET, so it is less than that plus one more entry. A frame declaring more is refused
+ * as soon as its 8-byte header is read, before any of its body is buffered: a frame's length is
+ * a u32, and one cut across chunks is copied into a buffer as it arrives, so a peer's stream
+ * (a receive checks the image as it arrives, and a follower's install decodes it again) could
+ * otherwise make the decoder hold up to 4 GiB for a single frame.
+ */
+export const MAX_FRAME_BODY_BYTES = FRAME_TARGET + MAX_ENTRY_BYTES;
 
 /** A sink for one frame: its body is written after room left for the frame's header. */
 function frameSink(bodyCapacity: number): ByteSink {
@@ -35,7 +54,7 @@ export function* encodeSnapshotFrames(
   seq: number,
   entries: Iterable<[Uint8Array, Uint8Array]>,
 ): Generator<Uint8Array> {
-  const header = frameSink(20);
+  const header = frameSink(HEADER_BODY_BYTES);
   header.bytes(HEADER_MAGIC);
   header.u32(VERSION);
   header.u64(seq);
@@ -90,6 +109,24 @@ export const SNAPSHOT_BUFFERS = new BufferPool(16 << 20);
 /** A frame cut across chunks gets room for all of it at once up to this length (FRAME_TARGET+). */
 const CARRY_UPFRONT_BYTES = 4 << 20;
 
+/**
+ * The body length the frame header at `at` of `buf` declares, refused (CAIRN_ERR_SNAPSHOT_INVALID)
+ * when no frame of a valid image is that long: the header frame's is known, any other's is at
+ * most MAX_FRAME_BODY_BYTES.
+ */
+function declaredBodyLength(buf: Buffer, at: number, state: DecodeState): number {
+  const len = buf.readUInt32LE(at);
+  if (state.frames === 0 ? len !== HEADER_BODY_BYTES : len > MAX_FRAME_BODY_BYTES) {
+    throw bad(
+      `frame ${state.frames} declares a body of ${len} bytes, ` +
+        (state.frames === 0
+          ? `not the header's ${HEADER_BODY_BYTES}`
+          : `over the ${MAX_FRAME_BODY_BYTES} a frame holds at most`),
+    );
+  }
+  return len;
+}
+
 /** A frame cut across chunks: its bytes so far, kept until the rest arrives. */
 class FrameCarry {
   /** The frame's bytes so far, in a buffer from SNAPSHOT_BUFFERS (null: none carried). */
@@ -98,13 +135,17 @@ class FrameCarry {
 
   /**
    * Appends the bytes of `chunk` from `at` this frame still lacks: its header's, then its
-   * body's; returns the position after them. Room for the whole frame is taken once its header
-   * is here, unless it claims more than CARRY_UPFRONT_BYTES: then the buffer grows as the bytes
-   * arrive, so a damaged length costs no more memory than the bytes that came.
+   * body's; returns the position after them. Once its header is here, its declared length is
+   * checked (declaredBodyLength) and room for the whole frame taken, unless it claims more
+   * than CARRY_UPFRONT_BYTES: then the buffer grows as the bytes arrive, up to the frame's
+   * length, so a damaged length costs no more memory than the bytes that came.
    */
-  add(chunk: Buffer, at: number): number {
+  add(chunk: Buffer, at: number, state: DecodeState): number {
     at = this.#append(chunk, at, 8);
-    if (this.length >= 8) at = this.#append(chunk, at, this.#frameLength());
+    if (this.length >= 8) {
+      const frameLength = 8 + declaredBodyLength(this.#buf as Buffer, 0, state);
+      at = this.#append(chunk, at, frameLength);
+    }
     return at;
   }
 
@@ -134,7 +175,10 @@ class FrameCarry {
     if (n <= 0) return at;
     let buf = this.#buf;
     if (buf === null || buf.length < this.length + n) {
-      const room = upTo <= CARRY_UPFRONT_BYTES ? upTo : Math.max(this.length + n, 2 * this.length);
+      const room =
+        upTo <= CARRY_UPFRONT_BYTES
+          ? upTo
+          : Math.min(upTo, Math.max(this.length + n, 2 * this.length));
       const grown = SNAPSHOT_BUFFERS.take(room);
       if (buf !== null) {
         buf.copy(grown, 0, 0, this.length);
@@ -165,7 +209,9 @@ function* frameItems(frame: Buffer, state: DecodeState): Generator<SnapshotItem>
   if (crc32c(body) !== frame.readUInt32LE(4)) throw bad(`frame ${state.frames} checksum mismatch`);
   if (state.ended) throw bad("data after the end frame");
   if (state.frames === 0) {
-    if (len !== 20 || !body.subarray(0, 8).equals(HEADER_MAGIC)) throw bad("bad header");
+    if (len !== HEADER_BODY_BYTES || !body.subarray(0, 8).equals(HEADER_MAGIC)) {
+      throw bad("bad header");
+    }
     if (body.readUInt32LE(8) !== VERSION) throw bad("unsupported version");
     state.frames++;
     yield { kind: "header", seq: readU64(body, 12) };
@@ -204,6 +250,56 @@ function* frameItems(frame: Buffer, state: DecodeState): Generator<SnapshotItem>
 }
 
 /**
+ * The sequence of the image whose stream starts with `bytes` (its header frame whole, checksum
+ * and all), or null when they do not start with a valid header frame.
+ */
+export function snapshotImageSeq(bytes: Uint8Array): number | null {
+  if (bytes.length < 8 + HEADER_BODY_BYTES) return null;
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+  if (buf.readUInt32LE(0) !== HEADER_BODY_BYTES) return null;
+  const body = buf.subarray(8, 8 + HEADER_BODY_BYTES);
+  if (crc32c(body) !== buf.readUInt32LE(4)) return null;
+  if (!body.subarray(0, 8).equals(HEADER_MAGIC) || body.readUInt32LE(8) !== VERSION) return null;
+  return readU64(body, 12);
+}
+
+/**
+ * `chunks` passed on as they come, but refused (CAIRN_ERR_SNAPSHOT_INVALID) at the header frame,
+ * before anything after it is passed on, when that header names another sequence than `seq`:
+ * for an import that must install an image of `seq` exactly (a Raft snapshot at that index),
+ * and would otherwise replace the engine's state with another index's. (A stream that does not
+ * start with a valid header is passed on: the decoder refuses it.)
+ */
+export async function* expectImageSeq(
+  chunks: AsyncIterable<Uint8Array>,
+  seq: number,
+): AsyncGenerator<Uint8Array> {
+  const headerBytes = 8 + HEADER_BODY_BYTES;
+  /** The stream's first bytes (copies) while its header frame is not whole; null once checked. */
+  let head: Buffer | null = Buffer.alloc(0);
+  for await (const chunk of chunks) {
+    if (head === null) {
+      yield chunk;
+      continue;
+    }
+    // Copied when the header is cut: the source may reuse a chunk's memory for the next.
+    const bytes: Uint8Array =
+      head.length === 0 && chunk.length >= headerBytes ? chunk : Buffer.concat([head, chunk]);
+    if (bytes.length < headerBytes) {
+      head = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+      continue;
+    }
+    const found = snapshotImageSeq(bytes);
+    if (found !== null && found !== seq) {
+      throw bad(`the image is at sequence ${found}, not at ${seq} as its snapshot says`);
+    }
+    head = null;
+    yield bytes;
+  }
+  if (head !== null && head.length > 0) yield head;
+}
+
+/**
  * Parses frames from chunks cut anywhere; throws CAIRN_ERR_SNAPSHOT_INVALID on any damage, and
  * on keys that are not strictly ascending (an exported image lists each live key once, in order:
  * tables built from anything else would answer reads wrong).
@@ -230,19 +326,19 @@ export async function* decodeSnapshotStream(
       const chunk = Buffer.from(c.buffer, c.byteOffset, c.length);
       let at = 0;
       if (carry.length > 0) {
-        at = carry.add(chunk, at);
+        at = carry.add(chunk, at, state);
         const frame = carry.frame();
         if (frame === null) continue;
         for (const item of frameItems(frame, state)) yield item;
         carry.reset();
       }
       while (chunk.length - at >= 8) {
-        const end = at + 8 + chunk.readUInt32LE(at);
+        const end = at + 8 + declaredBodyLength(chunk, at, state);
         if (end > chunk.length) break;
         for (const item of frameItems(chunk.subarray(at, end), state)) yield item;
         at = end;
       }
-      if (at < chunk.length) carry.add(chunk, at);
+      if (at < chunk.length) carry.add(chunk, at, state);
     }
     if (!state.ended || carry.length > 0) throw bad("stream ended before its end frame");
   } finally {
