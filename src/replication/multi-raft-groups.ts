@@ -480,7 +480,8 @@ export class Groups {
     // left of the directory, when the deletion failed partway (its last step, after the drop is
     // durable), is deleted first, as start-up does (openAtStart). The engine opened on it found
     // a stale image, or an LSM missing its CURRENT or a table, and every later message failed.
-    if (this.#host.wal.isDropped(id)) await removeShardDir(o.fs, dir);
+    const recreated = this.#host.wal.isDropped(id);
+    if (recreated) await removeShardDir(o.fs, dir);
     const lsm = await this.#host.openEngine(id, dir);
     try {
       const compacted = this.#host.wal.firstIndex(id) - 1;
@@ -657,6 +658,8 @@ export class Groups {
           this.#host.wal.hardState(id)?.term === FOUNDING_TERM &&
           this.#host.wal.hardState(id)?.vote === this.#host.replicaId);
       shard.foundingUnsynced = foundedHere;
+      // Removed here and created again: no vote before its group's leader gave it something.
+      shard.recreated = recreated && this.#host.testingBugs.voteWhenRecreated !== true;
       if (lost !== null && (raw.recovering || applied < lost.commit)) shard.refill = lost;
       const pins = this.#host.snapshotPins;
       storage.snapshotSource = () => buildSnapshot(shard, this.#host.wal, pins);

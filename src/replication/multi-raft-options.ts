@@ -234,6 +234,11 @@ export interface DriverTestingBugs {
    */
   readonly leadFoundingTermAgain?: boolean;
   /**
+   * A replica removed here and created again grants votes with its log still empty
+   * (ShardReplica.recreated).
+   */
+  readonly voteWhenRecreated?: boolean;
+  /**
    * A group founded here sends its first round's appends before that round's sync, like any
    * leader's: its founding leader may then append to the others before its founding vote is
    * durable (driver invariant 16).

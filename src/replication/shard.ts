@@ -297,6 +297,20 @@ export class ShardReplica {
    * (MultiRaftOptions.firstCampaigner): maybeCampaign returns the message that asks it to.
    */
   askToCampaign: NodeId | null = null;
+  /**
+   * This replica was removed here (replica GC, multi-raft-removal.ts) and created again (a move
+   * back onto this node), and holds nothing of its group's log yet: it grants no vote (nor
+   * pre-vote) until a leader of the group has given it something (an entry or a snapshot). It
+   * is created under the same replica id, its term and vote kept but its log empty, and a
+   * replica the group removed while it was cut off, not knowing it, still counts it as a voter:
+   * its empty log granted that stale candidate a vote, which with the candidate's own made a
+   * quorum of the old configuration, and the stale leader overwrote committed entries (the
+   * driver simulation, seed 1302779 on five nodes: an acknowledged delete lost). The group that
+   * moved it back adds it as a learner and catches it up before it is a voter, so its vote is
+   * never needed before then. (CockroachDB and TiKV give a replica created again a new replica
+   * id instead; ours are `node@incarnation`, named by the meta state.)
+   */
+  recreated = false;
 
   /**
    * Set while the first entries of a group created here (its voters) are appended to the WAL
@@ -430,6 +444,10 @@ export class ShardReplica {
     this.#spareSteps = steps;
     try {
       for (const m of steps) {
+        if (this.recreated && (m.type === "vote" || m.type === "prevote")) {
+          if (this.storage.lastIndex() === 0) continue;
+          this.recreated = false;
+        }
         if (m.type !== "snapshot") {
           this.raw.step(m);
           continue;
