@@ -3,7 +3,8 @@
  * (scripts/sim.ts parses the flags). --nodes fixes the cluster size (default: one, three, or four
  * or five nodes whose membership changes under the chaos (test/replication/sim/moves.ts), drawn
  * from each seed); --bug plants stale-read-after-restart,
- * rotation-checkpoint-includes-batch, follower-read-without-apply or wipe-keeps-replica (3 nodes). Ends with `sim --driver: N seeds, V violations`; each
+ * rotation-checkpoint-includes-batch, follower-read-without-apply or wipe-keeps-replica (3 nodes),
+ * or stale-meta-leader or vote-when-recreated (4 or 5 nodes). Ends with `sim --driver: N seeds, V violations`; each
  * failure prints the command that replays it.
  */
 import { driverBugsByName, driverReplayCommand } from "../test/replication/sim/replay.ts";

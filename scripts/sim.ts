@@ -40,7 +40,7 @@ if (values.help) {
   console.log(
     [
       "usage: npm run sim -- --seeds N [--seed S] [--nodes 3|5] [--chaos-ticks T] [--bug commit-prior-term|forget-vote|ack-before-persist|read-without-quorum|count-learners|follower-commit-without-match|sleep-through-messages|votes-with-lost-log] [--demote] [--trace]",
-      "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3|4|5] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch|follower-read-without-apply|wipe-keeps-replica|lead-founding-term-again|founding-appends-before-sync] [--trace]",
+      "       npm run sim -- --driver --seeds N [--seed S] [--nodes 1|3|4|5] [--chaos-ms T] [--bug stale-read-after-restart|rotation-checkpoint-includes-batch|follower-read-without-apply|wipe-keeps-replica|lead-founding-term-again|founding-appends-before-sync|stale-meta-leader|vote-when-recreated] [--trace]",
     ].join("\n"),
   );
   process.exit(0);

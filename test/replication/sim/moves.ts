@@ -26,10 +26,11 @@
  *     learner is left but the meta group's; no move is pending (placementProblems).
  *
  * Caveats: the meta group is modelled, not run: a command commits when its proposal lands
- * (after a simulated delay, unless the proposing process died first), and each node applies it
- * a little later (its own lagging copy); shard 0 is an ordinary group here. "Caught up" is what
- * the leaders' progress said at some upkeep pass since the replica joined its group (match ≥
- * commit), not at the instant of the change.
+ * (after a simulated delay, unless the proposing process died first, or could not reach the
+ * meta leader), and each node applies it a little later, or, cut off from the meta leader or
+ * down, once it reaches it again (its own lagging copy; simulator.ts); shard 0 is an ordinary
+ * group here. "Caught up" is what the leaders' progress said at some pass since the replica
+ * joined its group (match ≥ commit), not at the instant of the change.
  */
 import type { Rng } from "../../../src/common/rng.ts";
 import { isMetaHolder, type MetaState, nodeOfReplica } from "../../../src/cluster/index.ts";

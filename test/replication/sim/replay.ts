@@ -8,6 +8,8 @@ const BUGS: Record<string, DriverSimBugs> = {
   "wipe-keeps-replica": { wipeKeepsReplica: true },
   "lead-founding-term-again": { leadFoundingTermAgain: true },
   "founding-appends-before-sync": { foundingAppendsBeforeSync: true },
+  "stale-meta-leader": { staleMetaLeader: true },
+  "vote-when-recreated": { voteWhenRecreated: true },
 };
 
 export function driverBugsByName(name: string): DriverSimBugs | undefined {
