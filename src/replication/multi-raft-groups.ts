@@ -63,6 +63,9 @@ export const QUIESCE_AFTER_HEARTBEATS = 2;
 const REPLAY_WAIT_MS = 30_000;
 
 /** What the groups need of the driver. */
+/** A dropped log whose last entry this process did not see: every vote refused. */
+const UNKNOWN_LOST_LOG = { index: Number.MAX_SAFE_INTEGER, term: Number.MAX_SAFE_INTEGER };
+
 export interface GroupsHost {
   readonly options: Pick<
     MultiRaftOptions,
@@ -88,6 +91,11 @@ export interface GroupsHost {
   readonly shards: Pick<DenseMap<ShardReplica>, "get" | "has" | "set">;
   /** The WAL (a group's Raft storage reads its log there: WalRaftStorage). */
   readonly wal: Wal;
+  /**
+   * The last entry (index, term) of each log a removal here deleted, by shard, until the shard
+   * is opened again (ShardReplica.recreated): at most one a shard, forgotten at a restart.
+   */
+  readonly droppedLogs: Map<number, { readonly index: number; readonly term: number }>;
   /** This node's id inside its groups. */
   readonly replicaId: NodeId;
   readonly totalShards: number;
@@ -658,8 +666,12 @@ export class Groups {
           this.#host.wal.hardState(id)?.term === FOUNDING_TERM &&
           this.#host.wal.hardState(id)?.vote === this.#host.replicaId);
       shard.foundingUnsynced = foundedHere;
-      // Removed here and created again: no vote before its group's leader gave it something.
-      shard.recreated = recreated && this.#host.testingBugs.voteWhenRecreated !== true;
+      // Removed here and created again: it votes as the log it lost would (ShardReplica.recreated).
+      const lostLast = this.#host.droppedLogs.get(id);
+      this.#host.droppedLogs.delete(id);
+      if (recreated && this.#host.testingBugs.voteWhenRecreated !== true) {
+        shard.recreated = lostLast ?? UNKNOWN_LOST_LOG;
+      }
       if (lost !== null && (raw.recovering || applied < lost.commit)) shard.refill = lost;
       const pins = this.#host.snapshotPins;
       storage.snapshotSource = () => buildSnapshot(shard, this.#host.wal, pins);

@@ -66,6 +66,8 @@ export interface RemovalHost {
   readonly observer: ReplicationObserver | undefined;
   readonly shards: Pick<DenseMap<ShardReplica>, "get" | "set" | "delete">;
   readonly wal: Pick<Wal, "drop" | "sync">;
+  /** The last entry of each log removed here, until the shard is opened again (Groups). */
+  readonly droppedLogs: Map<number, { readonly index: number; readonly term: number }>;
   readonly snapshotPins: SnapshotPins | null;
   /** The ticker (multi-raft-quiesce.ts). */
   readonly sleep: { setTicking(s: ShardReplica, ticking: boolean): void };
@@ -171,7 +173,10 @@ export class Removal {
     try {
       host.snapshotPins?.releaseEngine(s.sm.lsm);
       await s.sm.lsm.close();
-      // 4. Durable first: from here on the shard is gone whatever happens.
+      // 4. Durable first: from here on the shard is gone whatever happens. Should it come back
+      // here, it votes as this log would (ShardReplica.recreated).
+      const last = s.storage.lastIndex();
+      host.droppedLogs.set(id, { index: last, term: s.storage.term(last) });
       host.wal.drop(id);
       await host.wal.sync();
     } catch (err) {

@@ -149,8 +149,12 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   },
   // A replica the GC deleted, created again empty on a move back, voted for a replica its group
   // had removed while cut off: that one won with 2 of its old 3 and overwrote committed entries.
-  // Such a replica now grants no vote before its group's leader has given it something.
+  // Such a replica now votes, while its log is empty, as the log it lost would.
   { seeds: [1302779], nodes: 5, what: "a replica created again votes with an empty log (moves)" },
+  // ... but refusing every vote left a group whose survivors had not learnt that the replica's
+  // removal committed, and counted it a voter, without a leader for good: it votes as the log
+  // it lost would.
+  { seeds: [1600014], nodes: 4, what: "a replica created again refuses every vote (moves)" },
 ];
 
 describe("driver simulation", () => {
