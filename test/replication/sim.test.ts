@@ -155,6 +155,9 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // removal committed, and counted it a voter, without a leader for good: it votes as the log
   // it lost would.
   { seeds: [1600014], nodes: 4, what: "a replica created again refuses every vote (moves)" },
+  // A sync of the meta state ended on a node whose WAL had just failed, and its re-pass of the
+  // replica steps asked the failed driver to start a group: MultiRaft.startGroup threw.
+  { seeds: [1901018], nodes: 5, what: "a failed node asked to start a group (moves)" },
 ];
 
 describe("driver simulation", () => {
