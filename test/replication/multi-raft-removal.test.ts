@@ -556,6 +556,22 @@ describe("replica removal (replica GC)", () => {
   });
 });
 
+/** Node n2 alone on `fs` (its peers are the test's), ticking every `tickMs`, on memory engines. */
+function soloN2(fs: MemoryFileSystem, tickMs: number) {
+  return {
+    nodeId: "n2",
+    dataDir: "/data",
+    fs,
+    totalShards: 4,
+    tickMs,
+    electionTicks: 10,
+    heartbeatTicks: 1,
+    memtableBytes: 64 * 1024,
+    blockCacheBytes: 1 << 20,
+    openEngine: (_shard: number, dir: string) => MemoryEngine.open(fs, dir),
+  } satisfies Partial<MultiRaftOptions>;
+}
+
 describe("a removal when its driver closes", () => {
   const [n1, n2] = [nodeId("n1"), nodeId("n2")];
 
@@ -606,16 +622,7 @@ describe("a removal when its driver closes", () => {
     /** Resolved once a ReadIndex of shard 0 goes out unanswered (its read waits in Raft). */
     const readUnanswered = Promise.withResolvers<undefined>();
     const options: MultiRaftOptions = {
-      nodeId: "n2",
-      dataDir: "/data",
-      fs,
-      totalShards: 4,
-      tickMs: 10,
-      electionTicks: 10,
-      heartbeatTicks: 1,
-      memtableBytes: 64 * 1024,
-      blockCacheBytes: 1 << 20,
-      openEngine: (_shard, dir) => MemoryEngine.open(fs, dir),
+      ...soloN2(fs, 10),
       transport: {
         send: (_to: string, messages: readonly ShardMessage[]) => {
           for (const { shard, message } of messages) {
@@ -707,16 +714,7 @@ describe("a replica moved back after a removal that left part of its directory",
       return waiting;
     };
     const mr = await MultiRaft.open({
-      nodeId: "n2",
-      dataDir: "/data",
-      fs,
-      totalShards: 4,
-      tickMs: 1_000_000,
-      electionTicks: 10,
-      heartbeatTicks: 1,
-      memtableBytes: 64 * 1024,
-      blockCacheBytes: 1 << 20,
-      openEngine: (_shard, dir) => MemoryEngine.open(fs, dir),
+      ...soloN2(fs, 1_000_000),
       transport: {
         send: (_to: string, messages: readonly ShardMessage[]) => {
           for (const { shard, message } of messages) {
