@@ -56,6 +56,7 @@ import { CLUSTER_ID_FILE, readClusterIdRecord, writeClusterIdRecord } from "./cl
 import { MEMBER_LIMIT } from "./join-admission.ts";
 import { hasLeftForGood } from "./replica-gc.ts";
 import {
+  answeredEnough,
   decommissionedByViews,
   peersToAsk,
   REMOVAL_CHECK_MS,
@@ -1120,6 +1121,8 @@ export class ClusterState {
   ): Promise<void> {
     const id = this.#config.node_id;
     const running = (): boolean => !stopped() && !this.#closed && !this.#lost;
+    // Checks in a row without enough views: the next one asks other peers (peersToAsk).
+    let turn = 0;
     while (running()) {
       await this.#pause(intervalMs);
       const meta = this.#meta;
@@ -1127,10 +1130,11 @@ export class ClusterState {
       const left = this.#hasLeftForGood(meta);
       if (!left && this.#stateOf(meta) !== "decommissioning") continue;
       const clusterId = meta.clusterId;
-      const peers = peersToAsk(id, membership.members());
+      const peers = peersToAsk(id, membership.members(), (m) => meta.stateOf(m), turn);
       if (peers.length === 0) continue;
       const answers = await Promise.all(peers.map((p) => probe(p.rpcAddr, p.id)));
       if (!running()) continue;
+      turn = answeredEnough(clusterId, peers.length, answers) ? 0 : turn + 1;
       if (!removedByViews(id, clusterId, peers.length, answers)) {
         if (!left && decommissionedByViews(id, clusterId, peers.length, answers)) {
           this.#decommissionedUnseen = true;

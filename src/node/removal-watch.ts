@@ -7,8 +7,10 @@
  *
  * The rule (removedByViews): the member is removed when at least one peer of its cluster
  * answered with a view, none of the views lists it, and, with two live peers or more, at least
- * two answered. A peer that refuses views (joining, or decommissioned itself) says nothing. A
- * mistaken verdict could only stop a decommissioned node, which serves nothing.
+ * two answered. A peer that refuses views (joining, or decommissioned itself) says nothing: a check
+ * asks first the members its state has serving views (peersToAsk), and one that got too few views
+ * asks the next peers in that order. A mistaken verdict could only stop a decommissioned node,
+ * which serves nothing.
  *
  * A member still `decommissioning` in its own state asks too: the meta leader removes a
  * decommissioned member's learner of the meta group right after it commits `decommissioned`,
@@ -18,6 +20,7 @@
  * answered lists it `decommissioned`, or not at all. `decommissioned` ends a member's life
  * (only `removed` follows), so a view from a committed state that says so cannot be undone.
  */
+import type { MemberState } from "../cluster/index.ts";
 import type { MemberView } from "../membership/index.ts";
 
 /** How often a decommissioned node reads its peers' views. */
@@ -85,13 +88,62 @@ function enoughViews(
   return views.length === 0 || views.length < Math.min(2, asked) ? null : views;
 }
 
-/** The live peers a check asks: up to REMOVAL_PROBES gossip members alive, other than `self`. */
+/**
+ * Whether `answers` (of the `asked` peers probed) hold enough views of cluster `clusterId` to judge
+ * by (removedByViews, decommissionedByViews): a check that had too few asks other peers next.
+ */
+export function answeredEnough(
+  clusterId: string,
+  asked: number,
+  answers: readonly (ViewAnswer | undefined)[],
+): boolean {
+  return enoughViews(clusterId, asked, answers) !== null;
+}
+
+/**
+ * How likely a member is to answer with a view, by this node's meta state (`stateOf`; undefined
+ * for a member it does not know, one that joined after its state): active and decommissioning
+ * members stream views; a joining, decommissioned or removed one refuses them, and a dead one
+ * rarely answers.
+ */
+function viewRank(state: MemberState | undefined): number {
+  switch (state) {
+    case "active":
+    case "decommissioning":
+      return 0;
+    case undefined:
+      return 1;
+    case "joining":
+    case "dead":
+      return 2;
+    case "decommissioned":
+    case "removed":
+      return 3;
+  }
+}
+
+/**
+ * The live peers a check asks: up to REMOVAL_PROBES gossip members alive, other than `self`, those
+ * likeliest to answer with a view first (viewRank by `stateOf`), in id order within a rank. `turn`
+ * (the checks since one last had enough views) moves the window along that order, so that peers
+ * that never answer (decommissioned since this node's state was taken) do not hold every check.
+ */
 export function peersToAsk(
   self: string,
   members: readonly MemberView[],
+  stateOf: (id: string) => MemberState | undefined = () => undefined,
+  turn = 0,
 ): { id: string; rpcAddr: string }[] {
-  return members
+  const alive = members
     .filter((m) => m.state === "alive" && m.meta.id !== self)
-    .slice(0, REMOVAL_PROBES)
-    .map((m) => ({ id: m.meta.id, rpcAddr: m.meta.rpcAddr }));
+    .map((m) => ({
+      id: m.meta.id as string,
+      rpcAddr: m.meta.rpcAddr,
+      rank: viewRank(stateOf(m.meta.id)),
+    }))
+    .sort((a, b) => a.rank - b.rank || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  if (alive.length <= REMOVAL_PROBES) return alive.map(({ id, rpcAddr }) => ({ id, rpcAddr }));
+  const start = (turn * REMOVAL_PROBES) % alive.length;
+  const picked = [...alive.slice(start), ...alive.slice(0, start)].slice(0, REMOVAL_PROBES);
+  return picked.map(({ id, rpcAddr }) => ({ id, rpcAddr }));
 }

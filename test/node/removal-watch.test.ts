@@ -9,6 +9,7 @@ import type { CairnError } from "../../src/common/errors.ts";
 import {
   ClusterViewPublisher,
   type MetaCommand,
+  type MemberState,
   type MetaMember,
   MetaState,
 } from "../../src/cluster/index.ts";
@@ -71,6 +72,28 @@ describe("removedByViews", () => {
       { id: "n5", rpcAddr: "addr-n5" },
       { id: "n6", rpcAddr: "addr-n6" },
     ]);
+  });
+
+  it("asks the members its state has serving views first, and other peers on the next turns", () => {
+    const m = (id: string): MemberView => ({
+      meta: { id: memberId(id), rpcAddr: `addr-${id}`, httpAddr: "", totalShards: 1024 },
+      state: "alive",
+      incarnation: incarnation(1),
+    });
+    const members = ["n1", "n3", "n4", "n5", "n6", "n7"].map(m);
+    const states: Record<string, MemberState> = {
+      n1: "decommissioned",
+      n3: "joining",
+      n4: "active",
+      n6: "decommissioning",
+      n7: "removed",
+    };
+    const ids = (turn: number): string[] =>
+      peersToAsk("n2", members, (id) => states[id], turn).map((p) => p.id);
+    // Active and decommissioning first, then n5 (not in its state), then joining, then gone.
+    assert.deepEqual(ids(0), ["n4", "n6", "n5"]);
+    assert.deepEqual(ids(1), ["n3", "n1", "n7"]);
+    assert.deepEqual(ids(2), ["n4", "n6", "n5"]);
   });
 });
 
@@ -225,5 +248,53 @@ describe("ClusterState.removalLoop", () => {
     assert.match(refusals[3] ?? "", /node n2 was decommissioned from cluster c1/);
     assert.equal(round, 3, "it stopped at the views that leave it out");
     assert.equal(lost[0]?.code, "CAIRN_ERR_NODE_REMOVED");
+  });
+
+  it("learns its removal from other peers when the first it asks never answer with a view", async () => {
+    // Seven members: n2 decommissioned; n1, n3 and n4, the first in id order, were decommissioned
+    // after n2's state was taken (its state has them active), so they refuse views.
+    const { cs, lost } = node();
+    cs.applied(
+      state(
+        boot,
+        ...joined,
+        ...[5, 6, 7].flatMap((i): MetaCommand[] => [
+          { op: "join", member: { ...member(i), incarnation: `inc-${i}` } },
+          { op: "set-state", id: `n${i}`, state: "active" },
+        ]),
+        { op: "set-state", id: "n2", state: "decommissioning" },
+        { op: "set-state", id: "n2", state: "decommissioned" },
+      ),
+    );
+    const seven = {
+      members: (): MemberView[] =>
+        [1, 2, 3, 4, 5, 6, 7].map((i) => ({
+          meta: {
+            id: memberId(`n${i}`),
+            rpcAddr: `127.0.0.1:700${i}`,
+            httpAddr: `127.0.0.1:800${i}`,
+            totalShards: 1024,
+          },
+          state: "alive",
+          incarnation: incarnation(1),
+        })),
+    };
+    const refusing = new Set(["n1", "n3", "n4"]);
+    const asked = new Set<string>();
+    let probes = 0;
+    await cs.removalLoop(seven, () => lost.length > 0 || probes > 60, {
+      intervalMs: 1,
+      probe: (_address, id) => {
+        probes++;
+        asked.add(id);
+        return Promise.resolve(
+          refusing.has(id)
+            ? { clusterId: "c1", incarnation: "i", firstSeed: false }
+            : view("n1", "n3", "n4", "n5", "n6", "n7"),
+        );
+      },
+    });
+    assert.equal(lost[0]?.code, "CAIRN_ERR_NODE_REMOVED");
+    assert.ok(asked.has("n5") && asked.has("n6"), [...asked].join(", "));
   });
 });
