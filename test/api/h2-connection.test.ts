@@ -259,6 +259,50 @@ describe("HTTP/2 server connection", { timeout: 30_000 }, () => {
     }
   });
 
+  it("keeps no stream the client reset while it waited for the connection window", async () => {
+    const { server, port, connections } = await serve(echo);
+    const client = new RawH2Client(port, RAW);
+    try {
+      client.send(PREFACE, frame(0x4, 0, 0, settings()));
+      const headers = encodeHeaders([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/echo"],
+        [":authority", "x"],
+      ]);
+      // 70,000 bytes echoed take the whole connection window (65,535): every answer after it waits.
+      client.send(frame(0x1, 0x4, 1, headers));
+      for (let k = 0; k < 5; k++)
+        client.send(frame(0x0, k === 4 ? 0x1 : 0, 1, Buffer.alloc(14_000)));
+      await client.until(() => client.dataBytes(1) >= 65_535, "the connection window's worth");
+      // The client never opens the connection window again; it opens streams and resets each
+      // once answered (its header block is what such a stream held on to).
+      for (let id = 3; id < 3 + 2 * 200; id += 2) {
+        client.send(
+          frame(0x1, 0x4, id, headers),
+          frame(0x0, 0x1, id, Buffer.alloc(10, 1)),
+          frame(0x3, 0, id, u32(0x8)),
+        );
+      }
+      client.send(frame(0x6, 0, 0, Buffer.alloc(8)));
+      await client.until((f) => f.some((x) => x.type === 0x6), "the PING's answer");
+      const connection = connections[0];
+      assert.ok(connection !== undefined);
+      // Stream 1 waits still; the 200 reset ones were dropped (at most half of the list is
+      // closed streams between compactions).
+      assert.ok(connection.blockedStreams <= 2, `${connection.blockedStreams} streams held`);
+      client.send(frame(0x8, 0, 0, u32(10_000)), frame(0x8, 0, 1, u32(10_000)));
+      await client.until(
+        (f) => f.some((x) => x.type === 0x1 && x.streamId === 1 && (x.flags & 0x1) !== 0),
+        "stream 1's trailers",
+      );
+      assert.equal(client.dataBytes(1), 70_000);
+    } finally {
+      client.destroy();
+      server.close();
+    }
+  });
+
   it("ignores the client's trailers on a stream it has already answered and reset", async () => {
     // RFC 9113 §5.1: frames the peer sent before it saw our RST_STREAM must be ignored.
     const { server, port } = await serve((stream) => {

@@ -310,6 +310,12 @@ export abstract class ConnectionCore<S extends CoreStream> {
   #blocked: S[] = [];
   #spareBlocked: S[] = [];
   /**
+   * Entries of `#blocked` closed since it was last drained or compacted (closeStream): past half
+   * of it, it is compacted. A client that never opens the connection window again would otherwise
+   * keep every stream it opened and reset since (each with its header list) in the list for good.
+   */
+  #blockedClosed = 0;
+  /**
    * This turn's frames, to leave in one write: what is sealed in `#output`, in order, then the
    * region [#outStart, #outAt) of `#outBuf`. A frame's header, and its payload up to
    * COPY_MAX_BYTES, is copied into `#outBuf`: a call's three frames need no Buffer of their
@@ -950,6 +956,7 @@ export abstract class ConnectionCore<S extends CoreStream> {
       const blocked = this.#blocked;
       this.#blocked = this.#spareBlocked;
       this.#spareBlocked = blocked;
+      this.#blockedClosed = 0;
       for (const s of blocked) {
         if (!s.blocked) continue;
         s.blocked = false;
@@ -1120,7 +1127,10 @@ export abstract class ConnectionCore<S extends CoreStream> {
     stream.queue = [];
     this.#queuedBytes -= stream.queuedBytes;
     stream.queuedBytes = 0;
-    stream.blocked = false;
+    if (stream.blocked) {
+      stream.blocked = false;
+      if (++this.#blockedClosed * 2 > this.#blocked.length) this.#compactBlocked();
+    }
     this.streams.delete(stream.id);
     // Whatever the peer sent and nobody consumed is credited back to the connection.
     if (stream.unconsumed > 0) {
@@ -1128,6 +1138,20 @@ export abstract class ConnectionCore<S extends CoreStream> {
       stream.unconsumed = 0;
     }
     this.streamClosed(stream, complete);
+  }
+
+  /** Drops the closed streams from `#blocked`, keeping the order of the others. */
+  #compactBlocked(): void {
+    const list = this.#blocked;
+    let kept = 0;
+    for (const s of list) if (s.blocked) list[kept++] = s;
+    list.length = kept;
+    this.#blockedClosed = 0;
+  }
+
+  /** Streams waiting for the connection's send window (`#blocked`, closed ones not yet dropped). */
+  get blockedStreams(): number {
+    return this.#blocked.length;
   }
 
   #windowUpdate(streamId: number, increment: number): void {
