@@ -28,12 +28,25 @@ import { type ReadVoucher, type TermCheck, TermConfirmer } from "./term-confirm.
 const MAX_TIMER_MS = 0x7fffffff;
 
 /**
- * A serializable read of `shard` may be served from this replica: not while it is being
- * refilled after its directory was lost (refill.ts; its state is older than what it served
- * before): the read goes to the leader (NotLeaderError naming it), or is retried.
+ * Whether a serializable read of `shard` may be served from this replica: a voter of its group
+ * as this replica knows the group, not being refilled after its directory was lost (refill.ts;
+ * its state is older than what it served before). A serializable read may be stale, never
+ * made of a state the shard never had as a whole: a move's learner, or a replica created here
+ * that has not yet learnt its group's configuration, holds nothing or a part of the log until
+ * its snapshot or the log's end arrives (a group promotes a learner only once it has caught
+ * up). `cairn backup --serializable` during a move came out "whole" with shards empty or half
+ * read from such learners.
+ */
+export function servesSerializable(shard: ShardReplica): boolean {
+  return shard.refill === null && shard.raw.voters.has(shard.raw.id);
+}
+
+/**
+ * A serializable read of `shard` may be served from this replica (servesSerializable); else
+ * the read goes to the leader (NotLeaderError naming it), or a scan asks the next replica.
  */
 export function assertServesSerializable(shard: ShardReplica): void {
-  if (shard.refill !== null) throw new NotLeaderError(leaderNode(shard.raw.lead));
+  if (!servesSerializable(shard)) throw new NotLeaderError(leaderNode(shard.raw.lead));
 }
 
 /** What reads need of the driver. */
@@ -107,10 +120,35 @@ export class Reads {
     const shard = await this.#host.shardForRequest(id);
     if (linearizable) await this.readBarrier(shard, deadline, call);
     else {
-      this.#host.assertOpen();
+      await this.untilReplayed(shard, deadline, call);
       assertServesSerializable(shard);
     }
     return shard.sm.get(key);
+  }
+
+  /**
+   * Waits until `shard` has applied what was committed before it opened here (its replay, from
+   * its own log), until `deadline` at most or `call` is cancelled: a serializable read then sees
+   * at least what this replica served before a restart, and its group's configuration, which a
+   * replica learns from that log unless its tables hold it (servesSerializable). A replica being
+   * refilled has no such log; it is refused anyway.
+   */
+  async untilReplayed(
+    shard: ShardReplica,
+    deadline: number,
+    call: ClientCall | null = null,
+  ): Promise<void> {
+    this.#host.assertOpen();
+    if (shard.isReplayed() || shard.refill !== null) return;
+    const until = deadlineOn(this.#host.clock.now(), deadline);
+    if (call?.cancelled === true) throw new ReadCancelledError();
+    this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
+    try {
+      this.#host.markDirty(shard);
+      await shard.waitApplied(shard.replayTo, undefined, until, call);
+    } finally {
+      this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
+    }
   }
 
   /**

@@ -13,7 +13,7 @@ import {
   type ScanRequest,
   type ShardTable,
 } from "./multi-raft-options.ts";
-import { assertServesSerializable } from "./multi-raft-reads.ts";
+import { assertServesSerializable, servesSerializable } from "./multi-raft-reads.ts";
 import { type ClientCall, ReadCancelledError, ReadPastDeadlineError } from "./request-errors.ts";
 import { mergeCursors, mergePages, type ScanPage } from "./scan-merge.ts";
 import type { ShardReplica } from "./shard.ts";
@@ -84,6 +84,8 @@ export interface ScanHost {
    * `deadline` at most or until `call` is cancelled (Reads.readBarrier).
    */
   readBarrier(s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void>;
+  /** Waits until `s` has replayed its own log, for a serializable read (Reads.untilReplayed). */
+  untilReplayed(s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void>;
   /**
    * The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta), waited
    * for until `deadline` at most or until `call` is cancelled.
@@ -139,8 +141,11 @@ export class Scanner {
     this.#host.assertOpen();
     for (const id of ids) this.#host.checkShardId(id);
     const shards = await Promise.all(ids.map((id) => this.#host.shardForRequest(id)));
-    // A replica being refilled: the asker reads the shard from its next replica.
-    if (!req.linearizable) for (const s of shards) assertServesSerializable(s);
+    if (!req.linearizable) {
+      await Promise.all(shards.map((s) => this.#host.untilReplayed(s, deadline, call)));
+      // A replica being refilled or a learner: the asker reads the shard from its next replica.
+      for (const s of shards) assertServesSerializable(s);
+    }
     return this.#scanLocal(shards, req, deadline, call);
   }
 
@@ -291,17 +296,21 @@ export class Scanner {
         }
       }
       const local: ShardReplica[] = [];
+      // A replica still replaying its log may not know yet that it is a voter of its group.
+      await Promise.all(
+        [...this.#host.shards.values()].map((s) => this.#host.untilReplayed(s, deadline, call)),
+      );
       for (const s of this.#host.shards.values()) {
         if (this.#host.placedElsewhere(s.id)) {
           place(s.id);
           continue;
         }
-        if (s.refill === null) {
+        if (servesSerializable(s)) {
           local.push(s);
           continue;
         }
-        // Being refilled here (refill.ts): read from another replica (the first-ranked other
-        // than this node, then the next ones: #scanRemote).
+        // Being refilled here (refill.ts), or a learner not promoted yet: read from another
+        // replica (the first-ranked other than this node, then the next ones: #scanRemote).
         if (!placeOther(s.id)) throw new NotLeaderError(leaderNode(s.raw.lead));
       }
       return { local, remote };
