@@ -80,7 +80,15 @@ export function health(argv: readonly string[], io: Io): Promise<number> {
         io.stderr.write(`cairn health: unavailable: ${endpoint}: ${res.error}\n`);
         return EXIT.unavailable;
       }
-      if (res.status === 500 || (quick && res.status !== 200 && res.status !== 503)) {
+      // A node that cannot tell its health (its report failed or missed the server's 5 s
+      // deadline: a wedged node) is unhealthy, as the exit codes promise, not a failed command.
+      if (res.status === 500) {
+        io.stderr.write(
+          `cairn health: unhealthy: ${endpoint} could not report its health (HTTP 500: ${res.body.trim()})\n`,
+        );
+        return EXIT.unavailable;
+      }
+      if (quick && res.status !== 200 && res.status !== 503) {
         io.stderr.write(`cairn health: HTTP ${res.status}: ${res.body}\n`);
         return EXIT.failed;
       }

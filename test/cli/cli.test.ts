@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
+import { createServer as createHttpServer } from "node:http";
+import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -418,6 +419,23 @@ describe("cairn errors and help", () => {
     assert.equal(health.code, 3);
     const cluster = await cairn(["cluster", "--endpoints", dead, "--timeout", "300"]);
     assert.equal(cluster.code, 3);
+  });
+
+  it("health exits 3 when the node cannot report its health (HTTP 500)", async () => {
+    // What a wedged node answers once its report misses the HTTP server's deadline.
+    const wedged = createHttpServer((_req, res) => {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end('{"error":"Internal error: the health report took over 5000 ms"}');
+    });
+    await new Promise<void>((resolve) => wedged.listen(0, "127.0.0.1", resolve));
+    try {
+      const address = wedged.address() as AddressInfo;
+      const health = await cairn(["health", "--http-endpoint", `127.0.0.1:${address.port}`]);
+      assert.equal(health.code, 3, health.err);
+      assert.match(health.err, /unhealthy: .* could not report its health \(HTTP 500: .*5000 ms/);
+    } finally {
+      wedged.close();
+    }
   });
 
   it("a value larger than the server takes: refused before anything was written, exit 2", async () => {
