@@ -57,8 +57,8 @@ the backup fails. FILE's file system must allow hard links (not FAT, some FUSE m
 checked before the backup starts (exit 2 if not). "-" writes it to standard output instead
 (to compress it or send it on; a backup cut short there lacks its end record, which restore
 refuses), and the summary to standard error; if the reader closes standard output before the
-backup is whole, it says so and exits 141 (as a process killed by SIGPIPE). Progress goes to
-stderr every 2 s.
+backup is whole, it says so and exits 141 (as a process killed by SIGPIPE); if a write to it
+fails otherwise (a full disk), exit 5. Progress goes to stderr every 2 s.
 
 What a backup holds: every write acknowledged before it started, and no deleted key; the
 keys are read a page at a time (each page a linearizable scan), so a write made while it runs

@@ -122,7 +122,15 @@ function hoistLeadingOptions(argv: readonly string[]): string[] {
  */
 function stopOnClosedStdout(command: string): void {
   process.stdout.on("error", (err: NodeJS.ErrnoException) => {
-    if (err.code !== "EPIPE") throw err;
+    if (err.code !== "EPIPE") {
+      // A write that failed otherwise (a full disk under `> FILE`): the command failed, said in
+      // one line (it died with the error's stack, exit 1, which means "not found").
+      const incomplete = command === "backup" ? ": the backup is incomplete" : "";
+      process.stderr.write(
+        `cairn ${command}: standard output failed (${err.code ?? err.message})${incomplete}\n`,
+      );
+      process.exit(EXIT_FAILED);
+    }
     if (command === "backup") {
       process.stderr.write(
         "cairn backup: the reader of standard output closed it before the backup was whole: the backup is incomplete\n",
@@ -135,6 +143,8 @@ function stopOnClosedStdout(command: string): void {
 
 /** A backup to standard output whose reader went away: as a process killed by SIGPIPE exits. */
 const EXIT_STDOUT_CLOSED = 128 + 13;
+/** EXIT.failed (common.ts, not imported here: it loads the gRPC client). */
+const EXIT_FAILED = 5;
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = hoistLeadingOptions(argv);

@@ -6,7 +6,16 @@
  */
 import assert from "node:assert/strict";
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { once } from "node:events";
+import {
+  closeSync,
+  copyFileSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -243,6 +252,30 @@ describe("cairn backup and restore", () => {
     const b = await backup.done;
     assert.equal(b.code, 141, b.err);
     assert.match(b.err, /closed it before the backup was whole: the backup is incomplete/);
+  });
+
+  it("a backup to standard output that cannot be written fails, saying so (exit 5, no stack)", async () => {
+    // `cairn backup - > FILE` on a full disk: it died on the write error with its stack, exit 1
+    // (documented as "not found").
+    const full = openSync("/dev/full", "w");
+    try {
+      const proc = spawn(CAIRN, ["--endpoints", source.rpc, "backup", "-"], {
+        cwd: ROOT,
+        env: cleanEnv(),
+        stdio: ["ignore", full, "pipe"],
+      });
+      let err = "";
+      proc.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+      const [code] = (await once(proc, "close")) as [number | null];
+      assert.equal(code, 5, err);
+      assert.match(
+        err,
+        /cairn backup: standard output failed \(ENOSPC\): the backup is incomplete/,
+      );
+      assert.doesNotMatch(err, /\n\s+at /, "no stack trace");
+    } finally {
+      closeSync(full);
+    }
   });
 
   it("backs up to standard output and restores from standard input (a pipe); a cut stream is refused", async () => {
