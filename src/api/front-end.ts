@@ -13,7 +13,7 @@
  *   the status with its trailers, which are relayed as they are.
  * - **Client-streaming calls with a raw handler** (the peers' Raft streams), when the front end
  *   runs in the main thread: each whole message goes straight to the handler (RawStreamHandler),
- *   which answers once; no second HTTP/2 hop, no protobuf objects.
+ *   which answers once; no second HTTP/2 hop, no protobuf objects, no compressed message.
  * - **Other streaming calls** (Meta.WatchCluster, the peers' snapshots, health watch,
  *   reflection; Raft streams in I/O threads) are proxied as HTTP/2 streams, bytes and trailers as
  *   they are, with flow control, to the main thread's own gRPC server on a loopback port: rare or
@@ -25,7 +25,8 @@
  * across its threads, idle connections are swept, a call
  * reset before it is dispatched never runs (`dispatchReady`, and the batch's cancels in
  * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
- * connection, each method has its receive limit (the peers' their own), a malformed
+ * connection (the peers' streams take none), each method has its receive limit (the peers' their
+ * own, once a streaming call's first message is whole: openPeerCall), a malformed
  * `grpc-timeout` is refused, and the peers' methods answer only calls that carry `cairn-peer`
  * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY). With peer TLS
  * (`tls.peer_ca_file`) they answer only a connection whose certificate the peer CA signed and
@@ -64,7 +65,7 @@ import {
   WireError,
 } from "./grpc-wire.ts";
 import { deadlineClock, dupFd, IntMap } from "../common/index.ts";
-import { ConnectionSlots, type Refusal } from "./connection-slots.ts";
+import { ConnectionSlots, type IncomingSource, type Refusal } from "./connection-slots.ts";
 import { peerIdentityRefusal, type TlsIdentity } from "../common/peer-tls.ts";
 import {
   type ConnectionOptions,
@@ -217,9 +218,17 @@ interface Held {
  * estimate is the largest recent answer of the connection (it decays by a quarter an answer;
  * a quarter of the room before the first), so a client of small answers pipelines up to its
  * streams' limit after two rounds of answers, and one of 1 MiB answers four calls at a time.
+ *
+ * A held call's request is still in memory, its header list and message: it counts in
+ * `rpc.max_incoming_request_bytes` until it runs (countHeld), and waits at most
+ * `rpc.request_receive_timeout_ms` (sweepArriving). Reading does not pause for DATA that waits
+ * for the client's window, only for what the socket holds: a client that granted its answers no
+ * window kept being read, and held 400 Gets of 4 MiB, counted nowhere (1.8 GiB).
  */
 interface Answering {
   connection: ServerConnection;
+  /** Whose bytes its held calls are (ConnectionSlots.incomingSource); undefined: not bounded. */
+  readonly source: IncomingSource | undefined;
   /** Calls run and not yet answered (nor cancelled). */
   running: number;
   estimate: number;
@@ -228,12 +237,37 @@ interface Answering {
   releasing: boolean;
 }
 /**
+ * A peer's streaming call until its first message is whole (openPeerCall): what it holds of the
+ * node's bounds, given back once by end(), when that message is whole or the call is gone.
+ */
+interface PeerOpening {
+  /** The limit of the call's first message. */
+  readonly max: number;
+  /** Counts `bytes` more of the call's request; false: no room, and the call is answered. */
+  take(bytes: number): boolean;
+  end(): void;
+}
+/**
  * The memory node:http2 lets a proxied connection to this node's own server hold (its
  * maxSessionMemory, in MiB): far above what its streams' windows let in flight, but bounded.
  */
 const UPSTREAM_SESSION_MEMORY_MIB = 256;
 /** The peers' service: its methods have their own receive limit (FrontEndLimits.peerMaxReceive). */
 export const PEER_SERVICE = "/cairn.v1.Raft/";
+/**
+ * The most a peer's streaming call may send as its first message, the one that says who sends
+ * it (src/replication/handshake.ts) and on which the receiver takes or refuses the call
+ * (openPeerCall). A Stream's is its handshake frame: a cluster id, two node ids and a replica id,
+ * under 500 bytes.
+ */
+const PEER_HANDSHAKE_MAX = 64 * 1024;
+/**
+ * The same for InstallSnapshot, whose first message is its header: the handshake and the
+ * snapshot's metadata, whose configuration names each replica of the group by its replica id (up
+ * to 145 bytes), every member for the meta group's (at most 1,024, src/node/join-admission.ts):
+ * ~150 KB. Its data come in the later messages.
+ */
+const SNAPSHOT_HEADER_MAX = 1024 * 1024;
 
 /** Where the front end talks to the main thread's side (io-threads.ts): a MessagePort or a stand-in. */
 export interface FrontEndPort {
@@ -368,6 +402,9 @@ export function serveFrontEnd(
           peer,
           cls: methodClassOf(m.path) satisfies MethodClass,
           maxReceive: peer ? Math.max(limits.peerMaxReceive, clientMaxReceive) : clientMaxReceive,
+          /** A peer's streaming call: the limit of its first message (openPeerCall). */
+          openingMax:
+            m.path === `${PEER_SERVICE}InstallSnapshot` ? SNAPSHOT_HEADER_MAX : PEER_HANDSHAKE_MAX,
         },
       ];
     }),
@@ -431,6 +468,7 @@ export function serveFrontEnd(
     if (state === undefined) {
       state = {
         connection,
+        source: nodeBounds?.incomingSource(connection.socket.remoteAddress),
         running: 0,
         // Four calls run until the first answers say how large they are.
         estimate: answerRoom === Infinity ? 0 : Math.ceil(answerRoom / 4),
@@ -489,6 +527,35 @@ export function serveFrontEnd(
     });
   }
 
+  /** What each held call counts in `rpc.max_incoming_request_bytes` (countHeld), by call id. */
+  const heldBytes = new IntMap<number>();
+
+  /**
+   * Counts a call about to be held, its header list and `message`, in the node's incoming bytes
+   * until it runs or its stream closes (uncountHeld); false when they have no room, and the
+   * call is answered RESOURCE_EXHAUSTED unrun.
+   */
+  function countHeld(state: Answering, stream: ServerStream, id: number, message: Buffer): boolean {
+    const bounds = nodeBounds;
+    if (bounds === null) return true;
+    const bytes = stream.headerBytes + message.length;
+    const refusal = bounds.takeIncoming(bytes, state.source);
+    if (refusal !== null) {
+      refuseIncoming(stream, bounds, refusal);
+      return false;
+    }
+    heldBytes.set(id, bytes);
+    return true;
+  }
+
+  /** Gives back what call `id` of `connection` counted while it was held, if it was. */
+  function uncountHeld(connection: ServerConnection, id: number): void {
+    const bytes = heldBytes.get(id);
+    if (bytes === undefined) return;
+    heldBytes.delete(id);
+    nodeBounds?.releaseIncoming(bytes, answering.get(connection)?.source);
+  }
+
   function runCalls(calls: Held): void {
     if (direct === undefined) return;
     const { ids, methods: methodsOf, deadlines, messages } = calls;
@@ -497,21 +564,25 @@ export function serveFrontEnd(
       const stream = waiting.get(id);
       if (stream === undefined) continue; // reset before it was dispatched: never run
       const state = answeringOf(stream.connection);
+      const message = messages[i] as Buffer;
       if (state.held !== null || !hasRoom(state)) {
+        // Counted once: a held call that is held again when its turn comes still is.
+        if (!heldBytes.has(id) && !countHeld(state, stream, id, message)) continue;
         const hold = (state.held ??= { ids: [], methods: [], deadlines: [], messages: [] });
         hold.ids.push(id);
         hold.methods.push(methodsOf[i] as number);
         hold.deadlines.push(deadlines[i] as number);
-        hold.messages.push(messages[i] as Buffer);
+        hold.messages.push(message);
         continue;
       }
+      uncountHeld(stream.connection, id);
       state.running++;
       runningCalls.set(id, state);
       direct.call(
         id,
         methodsOf[i] as number,
         deadlines[i] as number,
-        messages[i] as Buffer,
+        message,
         headerPairs(stream.headers),
         stream.connection.peer,
         identityOfConnection.get(stream.connection) ?? null,
@@ -538,7 +609,11 @@ export function serveFrontEnd(
       if (!waiting.delete(id)) return; // answered, or never dispatched
       if (direct !== undefined) {
         const state = runningCalls.get(id);
-        if (state === undefined) return; // held or ready: never run
+        if (state === undefined) {
+          // Held or ready: never run.
+          uncountHeld(stream.connection, id);
+          return;
+        }
         runningCalls.delete(id);
         direct.cancel(id);
         answered(state);
@@ -763,8 +838,16 @@ export function serveFrontEnd(
 
   // ── client-streaming calls served in this thread (direct only) ──────────────────────────────
 
-  /** Serves `stream` with the main thread's RawStreamHandler; false when there is none. */
-  function rawStream(stream: ServerStream, method: number, maxReceive: number): boolean {
+  /**
+   * Serves `stream` with the main thread's RawStreamHandler; false when there is none. `opening`:
+   * a peer's call, bounded until its first message is whole.
+   */
+  function rawStream(
+    stream: ServerStream,
+    method: number,
+    maxReceive: number,
+    opening: PeerOpening | null,
+  ): boolean {
     if (direct === undefined) return false;
     let finished = false;
     const call: RawStreamCall = {
@@ -792,12 +875,19 @@ export function serveFrontEnd(
     };
     const sink = direct.stream(method, call);
     if (sink === null) return false;
-    const reader = new MessageReader(stream.header("grpc-encoding"), maxReceive);
+    const reader = new MessageReader(maxReceive, opening?.max);
     const deliver = (message: Buffer): void => {
+      // The handler takes or refuses a peer's call on its first message, at once.
+      opening?.end();
       if (!finished) sink.message(message);
     };
     stream.onData = (chunk) => {
       if (finished) return;
+      if (opening !== null && !opening.take(chunk.length)) {
+        finished = true;
+        sink.cancelled();
+        return;
+      }
       try {
         reader.push(chunk, deliver);
       } catch (err) {
@@ -815,7 +905,9 @@ export function serveFrontEnd(
       call.finish(status.INTERNAL, "the request ended inside a message", null);
       sink.cancelled();
     };
-    stream.onClose = () => {
+    const closed = stream.onClose;
+    stream.onClose = (complete) => {
+      closed?.(complete);
       if (finished) return;
       finished = true;
       sink.cancelled();
@@ -894,11 +986,16 @@ export function serveFrontEnd(
    * answer's bytes count against the connection's output bound (admitOutput) as a unary
    * answer's do.
    */
-  function proxy(stream: ServerStream, maxReceive: number): void {
+  function proxy(stream: ServerStream, maxReceive: number, opening: PeerOpening | null): void {
     stream.autoCredit = false;
     // The main thread's server takes the peers' raised limit for every method: a client's
-    // message is held to the method's own limit here, before it is passed on.
-    const guard = new MessageSizeGuard(maxReceive);
+    // message is held to the method's own limit here, before it is passed on, and a peer's
+    // first message to its opening's. The peers never compress: grpc-js would inflate a
+    // compressed message in the main thread, up to the peers' limit.
+    const guard = new MessageSizeGuard(
+      maxReceive,
+      opening === null ? {} : { first: opening.max, compressed: false },
+    );
     let up: ClientHttp2Stream;
     try {
       const headers = requestHeaders(stream.headers);
@@ -955,6 +1052,11 @@ export function serveFrontEnd(
         stream.consumed(chunk.length);
         return;
       }
+      if (opening !== null && !opening.take(chunk.length)) {
+        up.close(NGHTTP2_CANCEL);
+        stream.consumed(chunk.length);
+        return;
+      }
       try {
         guard.check(chunk);
       } catch (err) {
@@ -965,6 +1067,8 @@ export function serveFrontEnd(
         else respondStatus(stream, wire.code, wire.message, null);
         return;
       }
+      // Passed whole, a peer's first message is upstream's to take or refuse.
+      if (guard.firstPassed) opening?.end();
       if (up.isPaused()) held.push(chunk);
       else pass(chunk);
     };
@@ -1034,30 +1138,82 @@ export function serveFrontEnd(
     const message =
       refusal === "address"
         ? `this client address holds ${bounds.incomingPerAddress} bytes of requests still ` +
-          `arriving (its share of rpc.max_incoming_request_bytes); try again later`
+          `arriving or waiting to run (its share of rpc.max_incoming_request_bytes); try again later`
         : `the node holds rpc.max_incoming_request_bytes (${bounds.incomingBytes}) of requests ` +
-          `still arriving; try again later`;
+          `still arriving or waiting to run; try again later`;
     refuseCall(stream, "CAIRN_ERR_BACKPRESSURE", message, bounds.refusedIncoming);
+  }
+
+  /** Answers a streaming call the node has no slot of `rpc.max_client_streams` for. */
+  function refuseStream(stream: ServerStream, bounds: ConnectionSlots): void {
+    const message = `the node holds rpc.max_client_streams (${bounds.streams}) streaming calls; try again later`;
+    refuseCall(stream, "CAIRN_ERR_STREAMS_FULL", message, bounds.refusedStreams);
   }
 
   /**
    * Proxies a client's streaming call once it has one of the node's `rpc.max_client_streams`
-   * slots, given back when the stream closes; answers RESOURCE_EXHAUSTED without one. A peer's
-   * stream (bounded by the members) and a node with no bounds are proxied as they are.
+   * slots, given back when the stream closes; answers RESOURCE_EXHAUSTED without one. A node
+   * with no bounds proxies it as it is.
    */
-  function proxyBounded(stream: ServerStream, peer: boolean, maxReceive: number): void {
+  function proxyBounded(stream: ServerStream, maxReceive: number): void {
     const bounds = nodeBounds;
-    if (peer || bounds === null) {
-      proxy(stream, maxReceive);
+    if (bounds === null) {
+      proxy(stream, maxReceive, null);
       return;
     }
     if (!bounds.takeStream()) {
-      const message = `the node holds rpc.max_client_streams (${bounds.streams}) streaming calls; try again later`;
-      refuseCall(stream, "CAIRN_ERR_STREAMS_FULL", message, bounds.refusedStreams);
+      refuseStream(stream, bounds);
       return;
     }
     stream.onClose = () => bounds.releaseStream();
-    proxy(stream, maxReceive);
+    proxy(stream, maxReceive, null);
+  }
+
+  /**
+   * Opens a peer's streaming call (Stream, InstallSnapshot). Until its first message is whole
+   * the call is anyone's: `cairn-peer` is only a claim, and the receiver looks at who sends it
+   * in that message, at once. It took the peers' limit (128 MiB) from its first byte, uncounted
+   * and untimed: one connection that announced 128 MiB first messages on 12 streams took a node
+   * from 134 MiB to 2.3 GiB in 9 s, with up to 1,000 streams a connection. So until then the
+   * call is held to `max` and counted as a client's: a slot of `rpc.max_client_streams` (but from
+   * a member's address, whose streams clients that fill the slots must not keep out), its bytes
+   * in `rpc.max_incoming_request_bytes`, and `rpc.request_receive_timeout_ms` to send it. Null:
+   * refused (answered RESOURCE_EXHAUSTED).
+   */
+  function openPeerCall(stream: ServerStream, max: number): PeerOpening | null {
+    const bounds = nodeBounds;
+    const from = bounds?.incomingSource(stream.connection.socket.remoteAddress);
+    const slot = bounds !== null && from?.member !== true;
+    if (slot && !bounds.takeStream()) {
+      refuseStream(stream, bounds);
+      return null;
+    }
+    stream.timedRequest = true;
+    let open = true;
+    let counted = 0;
+    const opening: PeerOpening = {
+      max,
+      take(bytes) {
+        if (!open || bounds === null) return true;
+        const refusal = bounds.takeIncoming(bytes, from);
+        if (refusal === null) {
+          counted += bytes;
+          return true;
+        }
+        opening.end();
+        refuseIncoming(stream, bounds, refusal);
+        return false;
+      },
+      end() {
+        if (!open) return;
+        open = false;
+        stream.timedRequest = false;
+        bounds?.releaseIncoming(counted, from);
+        if (slot) bounds.releaseStream();
+      },
+    };
+    stream.onClose = () => opening.end();
+    return opening.take(stream.headerBytes) ? opening : null;
   }
 
   // ── the server ─────────────────────────────────────────────────────────────────────────────
@@ -1106,12 +1262,17 @@ export function serveFrontEnd(
       );
     } else if (method.unary) {
       unary(stream, method.index, method.maxReceive);
+    } else if (method.peer) {
+      const opening = openPeerCall(stream, method.openingMax);
+      if (opening !== null && !rawStream(stream, method.index, method.maxReceive, opening)) {
+        proxy(stream, method.maxReceive, opening);
+      }
     } else {
       // A server-streaming call (Meta.WatchCluster, health Watch) starts once its one request
       // has arrived: until then it holds a stream of the node's bound for nothing.
       stream.timedRequest = method.oneRequest;
-      if (!rawStream(stream, method.index, method.maxReceive)) {
-        proxyBounded(stream, method.peer, method.maxReceive);
+      if (!rawStream(stream, method.index, method.maxReceive, null)) {
+        proxyBounded(stream, method.maxReceive);
       }
     }
   }
@@ -1248,30 +1409,57 @@ export function serveFrontEnd(
   /**
    * The request receive timeout (FrontEndLimits.requestReceiveTimeoutMs): a request that does
    * not arrive whole holds its stream and its bytes (`rpc.max_incoming_request_bytes`), and its
-   * connection is never idle; a server-streaming call's holds a slot of `rpc.max_client_streams`.
+   * connection is never idle; a server-streaming call's holds a slot of `rpc.max_client_streams`,
+   * and so does a peer's streaming call until its first message is whole (openPeerCall).
    * A sweep every quarter of the timeout walks the open streams and notes when it first saw each
    * timed request (ServerStream.timedRequest) still arriving; one still arriving a full timeout
    * later is answered RESOURCE_EXHAUSTED unrun (its bytes given back as the stream closes).
-   * Nothing per call: a request that arrives between two sweeps is never seen. A WeakMap, looked
-   * up only from the walk: a Map kept every stream it saw, and so the bytes of its request, until
-   * the next sweep (800 MiB of a flood of 1 MiB Puts stayed reachable for 15 s).
+   * The calls held behind their connection's answers (Answering) are walked the same way, and
+   * one held a full timeout is answered the same. Nothing per call: a request that arrives (or
+   * runs) between two sweeps is never seen. WeakMaps, looked up only from the walk: a Map kept
+   * every stream it saw, and so the bytes of its request, until the next sweep (800 MiB of a
+   * flood of 1 MiB Puts stayed reachable for 15 s).
    */
   let arriving = new WeakMap<ServerStream, number>();
+  let waitingToRun = new WeakMap<ServerStream, number>();
   const arrivalSweep = everyQuarterOf(limits.requestReceiveTimeoutMs, sweepArriving);
 
   function sweepArriving(): void {
     const now = performance.now();
+    const timeout = limits.requestReceiveTimeoutMs;
     const seen = new WeakMap<ServerStream, number>();
     for (const c of connections) {
       if (c.openStreams === 0) continue;
       for (const stream of c.openStreamList()) {
         if (!stream.timedRequest || stream.remoteEnded || stream.closed) continue;
         const since = arriving.get(stream) ?? now;
-        if (now - since < limits.requestReceiveTimeoutMs) seen.set(stream, since);
+        if (now - since < timeout) seen.set(stream, since);
         else requestTooSlow(stream);
       }
     }
     arriving = seen;
+    const held = new WeakMap<ServerStream, number>();
+    for (const state of answering.values()) {
+      for (const id of state.held?.ids ?? []) {
+        const stream = waiting.get(id);
+        if (stream === undefined) continue; // closed: its bytes given back
+        const since = waitingToRun.get(stream) ?? now;
+        if (now - since < timeout) held.set(stream, since);
+        else heldTooLong(stream);
+      }
+    }
+    waitingToRun = held;
+  }
+
+  /** A held call that waited a full timeout: answered unrun, its bytes given back as it closes. */
+  function heldTooLong(stream: ServerStream): void {
+    nodeBounds?.countTooSlow();
+    refuseCall(
+      stream,
+      "CAIRN_ERR_REQUEST_TOO_SLOW",
+      `the call waited over rpc.request_receive_timeout_ms (${limits.requestReceiveTimeoutMs} ms) for its connection's earlier calls to be answered and their answers read; it was not run`,
+      nodeBounds?.tooSlow ?? 0,
+    );
   }
 
   function requestTooSlow(stream: ServerStream): void {

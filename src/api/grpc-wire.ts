@@ -6,7 +6,8 @@
  * the spec leaves room (`grpc-message` is `encodeURI`d; binary metadata is base64; metadata it
  * does not allow is dropped; a malformed `grpc-timeout` is refused INTERNAL). Nothing here throws
  * but WireError on a request's bytes; a unary call's compressed message is inflated
- * asynchronously (inflateMessage), off the serving thread, its output bounded.
+ * asynchronously (inflateMessage), off the serving thread, its output bounded, and a stream read
+ * here takes none (MessageReader).
  */
 import { gunzip, gunzipSync, inflate, inflateSync } from "node:zlib";
 import { status } from "@grpc/grpc-js";
@@ -257,19 +258,35 @@ export function frame(message: Uint8Array): Buffer {
 }
 
 /**
+ * The refusal of a compressed message on a stream that takes none: the peers' streams
+ * (MessageReader, and MessageSizeGuard as the front end sets it for them).
+ */
+function compressedRefused(): WireError {
+  return new WireError(
+    status.UNIMPLEMENTED,
+    "a compressed message on this streaming call is not supported: send its messages uncompressed",
+  );
+}
+
+/**
  * The messages of a streaming request as its DATA arrives, in any split: each whole message is
- * passed on as soon as its last byte is in (a view of the chunk when it lies within one).
+ * passed on as soon as its last byte is in (a view of the chunk when it lies within one). The
+ * first may have a limit of its own, `first` (a peer's stream opens with its handshake:
+ * front-end.ts). A compressed message is refused (UNIMPLEMENTED) at its prefix: it would be
+ * inflated here, on the serving thread and synchronously (130 KB of gzip took ~120 ms to inflate
+ * to 128 MiB), and the one stream read this way, the peers' Raft stream, never compresses.
  */
 export class MessageReader {
   readonly #max: number;
-  readonly #encoding: string | undefined;
+  /** The limit of the next message: `first` until one has passed, then `#max`. */
+  #limit: number;
   /** Bytes of an incomplete message (its prefix, perhaps only part of it). */
   #partial: Buffer[] = [];
   #partialBytes = 0;
 
-  constructor(encoding: string | undefined, max: number) {
-    this.#encoding = encoding;
+  constructor(max: number, first = max) {
     this.#max = max;
+    this.#limit = first;
   }
 
   /** Whether bytes of an incomplete message wait (at the end of the request: malformed). */
@@ -277,7 +294,10 @@ export class MessageReader {
     return this.#partialBytes > 0;
   }
 
-  /** Passes every message `chunk` completes to `each`; throws WireError on one over the limit. */
+  /**
+   * Passes every message `chunk` completes to `each`; throws WireError on one over the limit or
+   * compressed.
+   */
   push(chunk: Buffer, each: (message: Buffer) => void): void {
     let data = chunk;
     if (this.#partialBytes > 0) {
@@ -297,14 +317,8 @@ export class MessageReader {
     while (data.length - at >= 5) {
       const length = this.#lengthOf(data.subarray(at));
       if (data.length - at < 5 + length) break;
-      each(
-        messageBody(
-          data[at] as number,
-          data.subarray(at + 5, at + 5 + length),
-          this.#encoding,
-          this.#max,
-        ),
-      );
+      this.#limit = this.#max;
+      each(data.subarray(at + 5, at + 5 + length));
       at += 5 + length;
     }
     if (at < data.length) {
@@ -315,11 +329,12 @@ export class MessageReader {
 
   /** The length a message prefix (5 bytes or more) announces, refused over the limit. */
   #lengthOf(prefix: Buffer): number {
+    if (prefix[0] !== 0) throw compressedRefused();
     const length = prefix.readUInt32BE(1);
-    if (length > this.#max) {
+    if (length > this.#limit) {
       throw new WireError(
         status.RESOURCE_EXHAUSTED,
-        `Received message larger than max (${length} vs. ${this.#max})`,
+        `Received message larger than max (${length} vs. ${this.#limit})`,
       );
     }
     return length;
@@ -329,20 +344,42 @@ export class MessageReader {
 /**
  * Checks the length prefixes of a request's messages as its DATA passes through (a proxied
  * streaming call), holding no message: only the up to five bytes of a prefix split across
- * chunks. What a message announces over `max` is refused before its bytes are sent on.
+ * chunks. What a message announces over its limit (`first` for the first message, else `max`)
+ * is refused before its bytes are sent on, and so is a compressed message on a stream that takes
+ * none (`compressed` false).
  */
 export class MessageSizeGuard {
   readonly #max: number;
+  /** The limit of the current (or next) message: `first` until one has passed, then `#max`. */
+  #limit: number;
+  readonly #compressed: boolean;
   /** Bytes of the current message's body still to pass; -1 while its prefix is read. */
   #bodyLeft = -1;
   readonly #prefix = Buffer.alloc(5);
   #prefixAt = 0;
+  #firstPassed = false;
 
-  constructor(max: number) {
+  constructor(
+    max: number,
+    {
+      first = max,
+      compressed = true,
+    }: { readonly first?: number; readonly compressed?: boolean } = {},
+  ) {
     this.#max = max;
+    this.#limit = first;
+    this.#compressed = compressed;
   }
 
-  /** Throws WireError (RESOURCE_EXHAUSTED) when `chunk` starts a message larger than the limit. */
+  /** Whether the first message has passed whole. */
+  get firstPassed(): boolean {
+    return this.#firstPassed;
+  }
+
+  /**
+   * Throws WireError when `chunk` starts a message larger than its limit (RESOURCE_EXHAUSTED),
+   * or a compressed one where none is taken (UNIMPLEMENTED).
+   */
   check(chunk: Buffer): void {
     let at = 0;
     while (at < chunk.length) {
@@ -350,6 +387,7 @@ export class MessageSizeGuard {
         const n = Math.min(this.#bodyLeft, chunk.length - at);
         this.#bodyLeft -= n;
         at += n;
+        if (this.#bodyLeft === 0) this.#passed();
         continue;
       }
       const n = Math.min(5 - this.#prefixAt, chunk.length - at);
@@ -358,14 +396,22 @@ export class MessageSizeGuard {
       at += n;
       if (this.#prefixAt < 5) return;
       this.#prefixAt = 0;
+      if (this.#prefix[0] !== 0 && !this.#compressed) throw compressedRefused();
       const length = this.#prefix.readUInt32BE(1);
-      if (length > this.#max) {
+      if (length > this.#limit) {
         throw new WireError(
           status.RESOURCE_EXHAUSTED,
-          `Received message larger than max (${length} vs. ${this.#max})`,
+          `Received message larger than max (${length} vs. ${this.#limit})`,
         );
       }
       this.#bodyLeft = length;
+      if (length === 0) this.#passed();
     }
+  }
+
+  /** The current message has passed whole. */
+  #passed(): void {
+    this.#limit = this.#max;
+    this.#firstPassed = true;
   }
 }

@@ -356,7 +356,7 @@ export const KEYS: readonly KeySpec[] = [
     env: "CAIRN_RPC_MAX_CLIENT_STREAMS",
     flag: "rpc-max-client-streams",
     expect: "must be an integer between 16 and 1000000",
-    doc: "Clients' streaming calls (Meta.WatchCluster, health Watch, reflection) open at once across the node, each ~22 KiB of memory; past it a new one is answered RESOURCE_EXHAUSTED (CAIRN_ERR_STREAMS_FULL). The peers' streams are not counted.",
+    doc: "Clients' streaming calls (Meta.WatchCluster, health Watch, reflection) open at once across the node, each ~22 KiB of memory; past it a new one is answered RESOURCE_EXHAUSTED (CAIRN_ERR_STREAMS_FULL). A peer's streaming call (Raft/Stream, Raft/InstallSnapshot) holds a slot only until its first message is whole, and none from a member's address.",
   },
   {
     key: "rpc.max_incoming_request_bytes",

@@ -173,7 +173,7 @@ describe("gRPC wire (I/O threads)", () => {
         fc.array(fc.integer({ min: 1, max: 64 }), { minLength: 1, maxLength: 20 }),
         (messages, cuts) => {
           const wire = Buffer.concat(messages.map((m) => frame(m)));
-          const reader = new MessageReader(undefined, 1024);
+          const reader = new MessageReader(1024);
           const got: Buffer[] = [];
           let at = 0;
           for (let i = 0; at < wire.length; i++) {
@@ -199,20 +199,36 @@ describe("gRPC wire (I/O threads)", () => {
   });
 
   it("refuses a stream's message over the limit as soon as its prefix is in; a cut one is pending", () => {
-    const reader = new MessageReader(undefined, 10);
+    const reader = new MessageReader(10);
     const big = frame(new Uint8Array(11));
     reader.push(big.subarray(0, 2), () => assert.fail("no message yet"));
     const err = wireError(() => reader.push(big.subarray(2, 5), () => undefined));
     assert.equal(err.code, status.RESOURCE_EXHAUSTED);
-    const cut = new MessageReader(undefined, 10);
+    const cut = new MessageReader(10);
     cut.push(frame(new Uint8Array(4)).subarray(0, 7), () => assert.fail("not whole"));
     assert.equal(cut.pending, true);
-    const zipped = new MessageReader("gzip", 100);
-    const body = gzipSync(Buffer.from("hello"));
-    const prefix = Buffer.from([1, 0, 0, 0, body.length]);
-    const out: string[] = [];
-    zipped.push(Buffer.concat([prefix, body]), (m) => out.push(m.toString()));
-    assert.deepEqual(out, ["hello"]);
+  });
+
+  it("holds a stream's first message to its own limit, the later ones to the stream's, in the same chunk", () => {
+    const reader = new MessageReader(100, 4);
+    const got: number[] = [];
+    reader.push(Buffer.concat([frame(new Uint8Array(4)), frame(new Uint8Array(90))]), (m) =>
+      got.push(m.length),
+    );
+    assert.deepEqual(got, [4, 90]);
+    const err = wireError(() => new MessageReader(100, 4).push(frame(new Uint8Array(5)), () => 0));
+    assert.equal(err.code, status.RESOURCE_EXHAUSTED);
+    assert.equal(err.message, "Received message larger than max (5 vs. 4)");
+  });
+
+  it("refuses a stream's compressed message (UNIMPLEMENTED) at its prefix: nothing is inflated on the serving thread", () => {
+    const body = gzipSync(Buffer.alloc(1 << 20));
+    const zipped = Buffer.concat([Buffer.from([1, 0, 0, 0, 0]), body]);
+    zipped.writeUInt32BE(body.length, 1);
+    const reader = new MessageReader(4 << 20);
+    const err = wireError(() => reader.push(zipped.subarray(0, 5), () => assert.fail("inflated")));
+    assert.equal(err.code, status.UNIMPLEMENTED);
+    assert.match(err.message, /compressed/);
   });
 
   it("guards the messages a proxied stream passes on, in any split, by their prefixes alone", () => {
@@ -243,5 +259,23 @@ describe("gRPC wire (I/O threads)", () => {
         },
       ),
     );
+  });
+
+  it("guards a proxied stream's first message by its own limit, and says when it has passed", () => {
+    const guard = new MessageSizeGuard(100, { first: 4, compressed: false });
+    const first = frame(new Uint8Array(4));
+    guard.check(first.subarray(0, 6));
+    assert.equal(guard.firstPassed, false);
+    guard.check(Buffer.concat([first.subarray(6), frame(new Uint8Array(90)).subarray(0, 5)]));
+    assert.equal(guard.firstPassed, true);
+    const big = wireError(() =>
+      new MessageSizeGuard(100, { first: 4 }).check(frame(new Uint8Array(5))),
+    );
+    assert.equal(big.code, status.RESOURCE_EXHAUSTED);
+    // A stream that takes no compressed message refuses one at its prefix; another passes it.
+    const zipped = Buffer.from([1, 0, 0, 0, 3, 1, 2, 3]);
+    const refused = wireError(() => guard.check(Buffer.concat([new Uint8Array(90), zipped])));
+    assert.equal(refused.code, status.UNIMPLEMENTED);
+    new MessageSizeGuard(100).check(zipped);
   });
 });

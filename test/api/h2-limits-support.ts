@@ -1,8 +1,9 @@
 /**
- * The front end the limit tests (h2-limits.test.ts) attack: io-threads.ts, in this thread or in
- * an I/O thread, serving a small test service. The tests speak to it with test/support/h2-raw.ts.
+ * The front end the limit tests (h2-limits.test.ts, h2-peer-limits.test.ts) attack: io-threads.ts,
+ * in this thread or in an I/O thread, serving a small test service or a node's peers' service.
+ * The tests speak to it with test/support/h2-raw.ts.
  */
-import type { ServiceDefinition } from "@grpc/grpc-js";
+import { Server, ServerCredentials, type ServiceDefinition } from "@grpc/grpc-js";
 import type { SharedConnectionSlots } from "../../src/api/connection-slots.ts";
 import {
   type FrontEndEvent,
@@ -10,6 +11,12 @@ import {
   IoThreads,
   MethodTable,
 } from "../../src/api/io-threads.ts";
+import {
+  createRaftService,
+  type PeerCall,
+  RAFT_SERVER_OPTIONS,
+  type ShardMessage,
+} from "../../src/replication/index.ts";
 
 export const UNARY = "/test.Limits/Unary";
 export const PEER_UNARY = "/cairn.v1.Raft/ProposeMeta";
@@ -106,4 +113,76 @@ export async function startFrontEnd(options: FrontEndOptions = {}): Promise<Test
   });
   const port = await threads.start();
   return { port, seen, events, held, whenHeld, close: () => threads.close(1000) };
+}
+
+/** Node n2's peers' service behind a front end (startPeerFrontEnd), and what reached it. */
+export interface PeerFrontEnd {
+  readonly port: number;
+  /** The KV calls its Stream receiver took (RaftFrame.call), in order. */
+  readonly calls: PeerCall[];
+  /** The snapshots InstallSnapshot handed to Raft, whole and verified. */
+  readonly snapshots: ShardMessage[];
+  readonly events: FrontEndEvent[];
+  close(): Promise<void>;
+}
+
+/**
+ * Node n2 of cluster c1's cairn.v1.Raft on 127.0.0.1:0 as a node serves it: its front end (in
+ * this thread, Stream served by its raw handler; or in an I/O thread) and, on loopback, the main
+ * thread's grpc-js server, which serves what the front end proxies (InstallSnapshot; Stream from
+ * an I/O thread). Every node is a member; the receive limits are a node's (4 MiB for clients,
+ * 128 MiB for the peers).
+ */
+export async function startPeerFrontEnd(options: FrontEndOptions = {}): Promise<PeerFrontEnd> {
+  const calls: PeerCall[] = [];
+  const snapshots: ShardMessage[] = [];
+  const events: FrontEndEvent[] = [];
+  const service = createRaftService((_from, messages) => snapshots.push(...messages), {
+    clusterId: "c1",
+    nodeId: "n2",
+    calls: { serve: (_from, call) => calls.push(call), replied: () => undefined },
+  });
+  const server = new Server(RAFT_SERVER_OPTIONS);
+  server.addService(service.definition, service.implementation);
+  const upstream = await new Promise<number>((resolve, reject) => {
+    server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+      err === null ? resolve(p) : reject(err),
+    );
+  });
+  const table = new MethodTable();
+  table.add(service.definition, service.implementation);
+  table.addRawStream(service.rawStream.path, service.rawStream.handler);
+  const threads = new IoThreads({
+    count: options.ioThreads ?? 0,
+    host: "127.0.0.1",
+    port: 0,
+    mainAddress: `127.0.0.1:${upstream}`,
+    internalKey: "test",
+    table,
+    serverOptions: {
+      "grpc.max_receive_message_length": 4 << 20,
+      "grpc.max_send_message_length": 4 << 20,
+    },
+    limits: {
+      peerMaxReceive: RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"],
+      ...options.limits,
+    },
+    onFailure: (err) => {
+      throw err;
+    },
+    onEvent: (event) => events.push(event),
+    ...(options.connections === undefined ? {} : { connections: options.connections }),
+  });
+  const port = await threads.start();
+  return {
+    port,
+    calls,
+    snapshots,
+    events,
+    close: async () => {
+      service.endAll();
+      await threads.close(1000);
+      server.forceShutdown();
+    },
+  };
 }

@@ -536,6 +536,113 @@ describe("front end: a connection's answers and its output bound", { timeout: 60
   });
 });
 
+describe("front end: calls held behind a connection's unread answers", { timeout: 60_000 }, () => {
+  /** Output bound 1 MiB: calls are held once a quarter of it waits for the client. */
+  const OUTPUT = 1 << 20;
+  /** SETTINGS_INITIAL_WINDOW_SIZE 0: the client grants its answers no window. */
+  const NO_WINDOW = Buffer.from([0, 0x4, 0, 0, 0, 0]);
+
+  /**
+   * A client that grants no window and reads the socket (so reading never pauses), whose three
+   * calls' 120 KiB answers wait for it: past a quarter of the output bound, its next calls are
+   * held. Before, held calls counted against nothing: 400 Gets of 4 MiB held on one connection
+   * took a node from 130 MiB to 1.8 GiB.
+   */
+  async function backlogged(fe: TestFrontEnd): Promise<RawH2Client> {
+    const client = await RawH2Client.open(fe.port, PASSIVE, NO_WINDOW);
+    client.send(...[1, 3, 5].map((id) => unaryCall(id, UNARY, Buffer.alloc(120 << 10, id))));
+    await client.until(
+      (fs) => [1, 3, 5].every((id) => fs.some((f) => f.type === T.HEADERS && f.streamId === id)),
+      "the three answers framed",
+    );
+    assert.equal(fe.seen.calls.length, 3);
+    return client;
+  }
+
+  /** The grpc-status of stream `id` so far, and its grpc-message; null without one. */
+  function statusOf(client: RawH2Client, id: number): { code: number; message: string } | null {
+    const block = client.streams
+      .get(id)
+      ?.blocks.find((b) => headerValue(b, "grpc-status") !== undefined);
+    if (block === undefined) return null;
+    return {
+      code: Number(headerValue(block, "grpc-status")),
+      message: decodeURIComponent(headerValue(block, "grpc-message") ?? ""),
+    };
+  }
+
+  it("counts a held call's request in rpc.max_incoming_request_bytes until it runs, refuses past it, and runs the rest once the answers are taken", async () => {
+    const slots = new ConnectionSlots(100, 0, 100, 1 << 20);
+    const fe = await startFrontEnd({
+      limits: { maxOutputBytes: OUTPUT },
+      connections: slots.shared,
+    });
+    const client = await backlogged(fe);
+    try {
+      // Eight requests of 200 KiB against 1 MiB: five are held, counted; the last three find no
+      // room. One at a time, each read whole before the next: the connection's window is 1 MiB.
+      const ids = Array.from({ length: 8 }, (_, i) => 7 + 2 * i);
+      for (const id of ids) {
+        client.send(unaryCall(id, UNARY, Buffer.alloc(200 << 10, id)));
+        await pingAcked(client);
+      }
+      assert.equal(fe.seen.calls.length, 3, "no held call ran");
+      assert.ok(slots.incoming >= 5 * (200 << 10), `${slots.incoming} bytes counted`);
+      for (const id of ids.slice(0, 5)) assert.equal(statusOf(client, id), null, `call ${id}`);
+      for (const id of ids.slice(5)) {
+        const refused = statusOf(client, id);
+        assert.equal(
+          refused?.code,
+          status.RESOURCE_EXHAUSTED,
+          `call ${id}: ${JSON.stringify(refused)}`,
+        );
+        assert.match(refused?.message ?? "", /rpc\.max_incoming_request_bytes/);
+      }
+      // The client takes its answers: the held calls run, in order, and hold nothing more.
+      client.send(
+        frame(T.SETTINGS, 0, 0, Buffer.from([0, 0x4, 0x40, 0, 0, 0])),
+        frame(T.WINDOW_UPDATE, 0, 0, u32(1 << 30)),
+      );
+      for (const id of ids.slice(0, 5)) {
+        assert.equal((await client.grpcOutcome(id)).grpcStatus, status.OK, `call ${id}`);
+      }
+      assert.deepEqual(
+        fe.seen.calls.slice(3).map((c) => c.request[0]),
+        ids.slice(0, 5).map((id) => id & 0xff),
+      );
+      assert.equal(slots.incoming, 0);
+    } finally {
+      client.destroy();
+      await fe.close();
+    }
+  });
+
+  it("answers a call held past rpc.request_receive_timeout_ms RESOURCE_EXHAUSTED unrun, and gives back its bytes", async () => {
+    const slots = new ConnectionSlots(100, 0, 100, 1 << 20);
+    const fe = await startFrontEnd({
+      limits: { maxOutputBytes: OUTPUT, requestReceiveTimeoutMs: 300 },
+      connections: slots.shared,
+    });
+    const client = await backlogged(fe);
+    try {
+      client.send(unaryCall(7, UNARY, Buffer.alloc(10 << 10, 7)));
+      await client.streamDone(7, 10_000);
+      const cut = statusOf(client, 7);
+      assert.equal(cut?.code, status.RESOURCE_EXHAUSTED, JSON.stringify(cut));
+      assert.equal(
+        headerValue(client.streams.get(7)?.blocks.at(-1), "cairn-error-code"),
+        "CAIRN_ERR_REQUEST_TOO_SLOW",
+      );
+      assert.equal(fe.seen.calls.length, 3, "it was not run");
+      await pingAcked(client);
+      assert.equal(slots.incoming, 0);
+    } finally {
+      client.destroy();
+      await fe.close();
+    }
+  });
+});
+
 /** Opens `n` streams on `client` (HEADERS only, never ended) and waits until all are open. */
 async function openHeldStreams(client: RawH2Client, n: number): Promise<void> {
   const block = encodeBlock(grpcRequest(UNARY));
