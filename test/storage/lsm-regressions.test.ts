@@ -936,3 +936,36 @@ describe("a snapshot import whose reset edit fails (an audit, 2026-12-06)", () =
     }
   });
 });
+
+describe("a damaged table footer (a review, bug 2)", () => {
+  // The footer has no checksum of its own: index | filter | props handles (u64 offset, u32
+  // size each), then the version and magic, which are checked.
+  const flips = [
+    { label: "index offset bit 63", at: 7, mask: 0x80 },
+    { label: "index offset bit 54", at: 6, mask: 0x40 },
+    { label: "index offset bit 31", at: 3, mask: 0x80 },
+    { label: "index size bit 31", at: 11, mask: 0x80 },
+    { label: "filter offset bit 40", at: 12 + 5, mask: 0x01 },
+    { label: "props size bit 24", at: 24 + 11, mask: 0x01 },
+  ];
+  for (const { label, at, mask } of flips) {
+    it(`is reported as corruption naming the table (${label})`, async () => {
+      const dir = tempDir("lsm-footer");
+      const engine = await LsmEngine.open(dir, env, OPTIONS);
+      await engine.write(1, [{ type: "put", key: b("a"), value: b("v") }]);
+      await engine.flush();
+      await engine.close();
+      const [table] = readdirSync(dir).filter((n) => n.endsWith(".sst")) as [string];
+      const path = join(dir, table);
+      const bytes = readFileSync(path);
+      const footer = bytes.length - 48;
+      bytes[footer + at] = (bytes[footer + at] as number) ^ mask;
+      writeFileSync(path, bytes);
+      // Was a RangeError (ERR_OUT_OF_RANGE), which corrupt-shard handling does not recognise.
+      await assert.rejects(LsmEngine.open(dir, env, OPTIONS), {
+        code: "CAIRN_ERR_CORRUPTION",
+        message: new RegExp(`corruption in ${path} at offset ${footer}: `),
+      });
+    });
+  }
+});

@@ -110,13 +110,18 @@ describe("WAL on MemoryFileSystem", () => {
     wal.compact(1, 30);
     await wal.sync(); // resolves: a deletion that failed costs disk space, not durability
     assert.equal(wal.stats().segmentDeleteFailures, 1);
-    assert.deepEqual(await segments(fs), [before[0], before.at(-1)]);
+    // The newer obsolete segments wait behind it: none outlives a newer one's deletion.
+    assert.deepEqual(await segments(fs), before);
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(31, 1)] }]);
+    await wal.sync();
+    assert.deepEqual(await segments(fs), [before.at(-1)]);
     fs.crash({ keepUnsyncedEntry: () => false });
-    // The other deletions were durable all the same.
-    assert.deepEqual(await segments(fs), [before[0], before.at(-1)]);
+    // Each deletion was durable before sync() resolved.
+    assert.deepEqual(await segments(fs), [before.at(-1)]);
 
     const again = await Wal.open(DIR, { fs, segmentBytes: 512 });
     assert.equal(again.firstIndex(1), 31);
+    assert.equal(again.lastIndex(1), 31);
     await again.close();
   });
 
@@ -128,14 +133,19 @@ describe("WAL on MemoryFileSystem", () => {
       await wal.sync();
     }
     const before = await segments(fs);
-    fs.failNext("unlink", DIR, "EIO");
+    fs.failNext("unlink", `${DIR}/${before[1] as string}`, "EIO");
     fs.failNext("fsyncDir", DIR, "EIO");
     wal.compact(1, 30);
     await wal.sync();
-    assert.equal(wal.stats().segmentDeleteFailures, 2);
-    assert.equal((await segments(fs)).length, 2);
+    // The oldest unlink's directory fsync failed: nothing newer was touched.
+    assert.equal(wal.stats().segmentDeleteFailures, 1);
+    assert.deepEqual(await segments(fs), before.slice(1));
     wal.append([{ kind: "entries", shard: 1, entries: [entry(31, 1)] }]);
-    await wal.sync(); // the next flush retries the unlink and the directory fsync
+    await wal.sync(); // the oldest's fsync is retried; the next unlink fails and holds the rest
+    assert.equal(wal.stats().segmentDeleteFailures, 2);
+    assert.deepEqual(await segments(fs), before.slice(1));
+    wal.append([{ kind: "entries", shard: 1, entries: [entry(32, 1)] }]);
+    await wal.sync();
     assert.deepEqual(await segments(fs), [before.at(-1)]);
     assert.equal(wal.stats().segmentDeleteFailures, 2);
     fs.crash();

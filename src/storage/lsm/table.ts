@@ -99,6 +99,30 @@ function loadIndexAndFilter(
   return { index, prefixes, handles, filter, charge };
 }
 
+/**
+ * Throws CorruptionError unless each of the footer's handles lies, with its checksum, within the
+ * bytes before the footer. The footer has no checksum of its own, and a handle goes straight into
+ * an allocation and a read: a flipped high bit of an offset threw a RangeError (a read position
+ * past 2^53), of a size allocated 2 GiB first, and a RangeError is not corruption, so the shard
+ * was neither moved aside nor refilled and the node failed to start, unexplained.
+ */
+function checkFooterHandles(path: string, fileSize: number, footer: Footer): void {
+  const end = fileSize - FOOTER_BYTES;
+  for (const [name, handle] of [
+    ["index", footer.index],
+    ["filter", footer.filter],
+    ["properties", footer.props],
+  ] as const) {
+    if (!Number.isSafeInteger(handle.offset) || handle.offset + handle.size + CRC_BYTES > end) {
+      throw new CorruptionError(
+        path,
+        end,
+        `footer's ${name} block (offset ${handle.offset}, ${handle.size} bytes) is not within the table's ${end} bytes before its footer`,
+      );
+    }
+  }
+}
+
 /** Footer, index, filter and props of a table, from a reader over its bytes. */
 export function loadTableMeta(
   path: string,
@@ -110,6 +134,7 @@ export function loadTableMeta(
   if (typeof footer === "string") {
     throw new CorruptionError(path, fileSize - FOOTER_BYTES, footer);
   }
+  checkFooterHandles(path, fileSize, footer);
   const meta = loadIndexAndFilter(path, footer, read);
   const propsBytes = loadBlock(path, footer.props, read);
   let props: TableProps;

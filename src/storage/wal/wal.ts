@@ -294,12 +294,10 @@ export class Wal {
   #segmentDeleteFailures = 0;
   /**
    * Obsolete segments still to unlink, oldest first: an unlink that fails is retried at the next
-   * flush. A leftover segment costs disk space, never correctness (recovery replays it and the
-   * newer checkpoints supersede it), so it must not fail the WAL.
+   * flush, and holds back every newer one (#unlinkQueued). A leftover segment must not fail the
+   * WAL: recovery replays it and the newer segments supersede it, all of them being there.
    */
-  #toDelete: Segment[] = [];
-  /** Unlinks done whose directory fsync has not succeeded yet. */
-  #unlinksUnsynced = false;
+  readonly #toDelete: Segment[] = [];
 
   private constructor(
     dir: string,
@@ -332,8 +330,9 @@ export class Wal {
   }
 
   /**
-   * Opens the WAL in `dir` (created if missing) and replays every segment. A torn record at the
-   * end of the last segment is cut off and reported in `tornTail`; any other damage throws a
+   * Opens the WAL in `dir` (created if missing) and replays its segments, but for those older
+   * than a gap in their sequence, which are deleted (splitAtNewestGap). A torn record at the end
+   * of the last segment is cut off and reported in `tornTail`; any other damage throws a
    * CorruptionError naming the file and offset. A hard state committing past its shard's last
    * durable entry is lowered to that entry and reported in `clampedCommits`.
    */
@@ -341,11 +340,13 @@ export class Wal {
     const fs = options.fs ?? nodeFileSystem;
     await ensureDir(fs, dir);
     const names = (await fs.readdir(dir)).filter((n) => n.endsWith(SEGMENT_SUFFIX)).sort();
-    const segments: Segment[] = names.map((name) => ({
-      seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
-      path: join(dir, name),
-      maxIndex: new DenseMap<number>(),
-    }));
+    const { segments, belowGap, missing } = splitAtNewestGap(
+      names.map((name) => ({
+        seq: Number(name.slice(0, -SEGMENT_SUFFIX.length)),
+        path: join(dir, name),
+        maxIndex: new DenseMap<number>(),
+      })),
+    );
     const shards = new Map<number, ShardLog>();
     const shardLog = (id: number): ShardLog => {
       let log = shards.get(id);
@@ -387,7 +388,17 @@ export class Wal {
         throw new CorruptionError(
           segments[0]?.path ?? dir,
           0,
-          `shard ${id} misses the entries below ${log.holeBelow} (a segment holding them was lost)`,
+          `shard ${id} misses the entries below ${log.holeBelow} (a segment holding them was lost${missing === undefined ? "" : `: ${missing}`})`,
+        );
+      }
+      // Below a gap: the segments after it must hold every entry their hard states commit, or
+      // the gap was a lost live segment, not an older version's deletion (splitAtNewestGap).
+      const commit = log.hardState?.commit ?? 0;
+      if (missing !== undefined && commit > log.lastIndex) {
+        throw new CorruptionError(
+          (segments[0] as Segment).path,
+          0,
+          `shard ${id} commits entries up to ${commit} but the segments from here hold them up to ${log.lastIndex} only (a segment holding them was lost: ${missing})`,
         );
       }
     }
@@ -448,6 +459,9 @@ export class Wal {
       await wal.#handle.sync();
       await fs.fsyncDir(dir);
     }
+    // Never replayed, and deleted like any obsolete segment (a failure is retried later).
+    wal.#toDelete.push(...belowGap);
+    await wal.#unlinkQueued();
     if (options.createdMarker !== undefined) await writeMarker(fs, options.createdMarker);
     return wal;
   }
@@ -1172,9 +1186,8 @@ export class Wal {
   }
 
   /**
-   * Deletes the segments no shard needs any more, oldest first, then fsyncs the directory once so
-   * the deletions are durable before sync() resolves. Never throws: failures are counted and
-   * retried at the next flush.
+   * Deletes the segments no shard needs any more, oldest first, before sync() resolves. Never
+   * throws: failures are counted and retried at the next flush.
    */
   async #deleteObsoleteSegments(): Promise<void> {
     outer: while (this.#segments.length > 1) {
@@ -1185,29 +1198,38 @@ export class Wal {
       this.#segments.shift();
       this.#toDelete.push(oldest);
     }
-    const failed: Segment[] = [];
-    for (const segment of this.#toDelete) {
+    await this.#unlinkQueued();
+  }
+
+  /**
+   * Unlinks the queued segments oldest first, each made durable (a directory fsync) before the
+   * next is touched, and stops at the first failure, which keeps that segment and every newer
+   * one queued. So the segments on disk always run without a gap, whatever a power cut keeps:
+   * an older obsolete segment that outlived a newer one was replayed without it, and the newer
+   * one may have held what voids the older's entries with no compaction mark (a drop, or a log
+   * reset's snapshot), which brought a removed replica's entries back or made start-up fail
+   * ("misses the entries below"). A directory fsync a deletion costs little: about one a segment.
+   */
+  async #unlinkQueued(): Promise<void> {
+    for (let segment = this.#toDelete[0]; segment !== undefined; segment = this.#toDelete[0]) {
       try {
         await this.#fs.unlink(segment.path);
       } catch (err) {
-        // Gone already (an earlier attempt that reported an error may have removed it).
+        // Gone already (an earlier attempt that reported an error, or whose fsync failed).
         if ((err as { code?: unknown }).code !== "ENOENT") {
           this.#segmentDeleteFailures++;
-          failed.push(segment);
-          continue;
+          return;
         }
       }
+      try {
+        await this.#fs.fsyncDir(this.dir);
+      } catch {
+        // The unlink may not be durable: the next attempt finds the segment gone and fsyncs again.
+        this.#segmentDeleteFailures++;
+        return;
+      }
+      this.#toDelete.shift();
       this.#segmentsDeleted++;
-      this.#unlinksUnsynced = true;
-    }
-    this.#toDelete = failed;
-    if (!this.#unlinksUnsynced) return;
-    try {
-      await this.#fs.fsyncDir(this.dir);
-      this.#unlinksUnsynced = false;
-    } catch {
-      // A deleted segment may come back after a crash: harmless, and deleted again later.
-      this.#segmentDeleteFailures++;
     }
   }
 }
@@ -1277,6 +1299,38 @@ function nonZeroEnd(buf: Buffer): number {
   let end = buf.length;
   while (end > 0 && buf[end - 1] === 0) end--;
   return end;
+}
+
+/**
+ * Splits the segments found at open, oldest first, at the newest gap in their sequence numbers:
+ * `segments` from it on are replayed; `belowGap`, older, are not, and are deleted. This version
+ * never leaves a gap (#unlinkQueued). An older one did: past a failed unlink it went on to delete
+ * newer obsolete segments, and one directory fsync for all let a power cut keep a later unlink
+ * and lose an earlier one. Deletion ran oldest first, so a segment below such a gap was already
+ * obsolete, and it may hold entries that only the deleted segment voided (a drop, a log reset):
+ * replayed, they came back. A gap may instead be a lost segment still needed; then the segments
+ * after it do not stand on their own, and open refuses to start (CAIRN_ERR_CORRUPTION, `missing`
+ * naming the gap) and deletes nothing: a shard's entries there miss entries below (a hole), or a
+ * shard's hard state commits entries they do not hold. What neither shows (a lost segment whose
+ * entries were never committed and were followed by no entry of their shard) is taken as
+ * obsolete: the format records no shard's last index, the same limit as a lost oldest segment.
+ */
+function splitAtNewestGap(found: Segment[]): {
+  readonly segments: Segment[];
+  readonly belowGap: Segment[];
+  readonly missing: string | undefined;
+} {
+  for (let i = found.length - 1; i > 0; i--) {
+    const after = (found[i] as Segment).seq;
+    const before = (found[i - 1] as Segment).seq;
+    if (after === before + 1) continue;
+    const missing =
+      after === before + 2
+        ? `segment ${before + 1} is missing`
+        : `segments ${before + 1} to ${after - 1} are missing`;
+    return { segments: found.slice(i), belowGap: found.slice(0, i), missing };
+  }
+  return { segments: found, belowGap: [], missing: undefined };
 }
 
 /**
