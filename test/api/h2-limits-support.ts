@@ -5,6 +5,8 @@
  */
 import { Server, ServerCredentials, type ServiceDefinition } from "@grpc/grpc-js";
 import type { SharedConnectionSlots } from "../../src/api/connection-slots.ts";
+import { ERROR_CODE_KEY } from "../../src/api/wire.ts";
+import { headerValue, type RawH2Client } from "../support/h2-raw.ts";
 import {
   type FrontEndEvent,
   type FrontEndLimits,
@@ -184,5 +186,21 @@ export async function startPeerFrontEnd(options: FrontEndOptions = {}): Promise<
       await threads.close(1000);
       server.forceShutdown();
     },
+  };
+}
+
+/** The status stream `id` ended with so far: code, message, cairn-error-code; null for none. */
+export function statusOf(
+  client: RawH2Client,
+  id: number,
+): { code: number; message: string; error: string | undefined } | null {
+  const block = client.streams
+    .get(id)
+    ?.blocks.find((b) => headerValue(b, "grpc-status") !== undefined);
+  if (block === undefined) return null;
+  return {
+    code: Number(headerValue(block, "grpc-status")),
+    message: decodeURIComponent(headerValue(block, "grpc-message") ?? ""),
+    error: headerValue(block, ERROR_CODE_KEY),
   };
 }

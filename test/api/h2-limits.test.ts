@@ -37,6 +37,7 @@ import {
 import {
   PEER_UNARY,
   startFrontEnd,
+  statusOf,
   STREAMING,
   type TestFrontEnd,
   UNARY,
@@ -557,18 +558,6 @@ describe("front end: calls held behind a connection's unread answers", { timeout
     );
     assert.equal(fe.seen.calls.length, 3);
     return client;
-  }
-
-  /** The grpc-status of stream `id` so far, and its grpc-message; null without one. */
-  function statusOf(client: RawH2Client, id: number): { code: number; message: string } | null {
-    const block = client.streams
-      .get(id)
-      ?.blocks.find((b) => headerValue(b, "grpc-status") !== undefined);
-    if (block === undefined) return null;
-    return {
-      code: Number(headerValue(block, "grpc-status")),
-      message: decodeURIComponent(headerValue(block, "grpc-message") ?? ""),
-    };
   }
 
   it("counts a held call's request in rpc.max_incoming_request_bytes until it runs, refuses past it, and runs the rest once the answers are taken", async () => {

@@ -13,7 +13,6 @@ import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
 import { Client, credentials, status } from "@grpc/grpc-js";
 import { ConnectionSlots } from "../../src/api/connection-slots.ts";
-import { ERROR_CODE_KEY } from "../../src/api/wire.ts";
 import { logIndex, nodeId, term } from "../../src/raft/index.ts";
 import { encodeCallFrame, encodeHandshakeFrame } from "../../src/replication/frame-encode.ts";
 import { ownHandshake } from "../../src/replication/handshake.ts";
@@ -31,7 +30,7 @@ import {
   T,
 } from "../support/h2-raw.ts";
 import { N1, N2, snapshotImage } from "../replication/peer-support.ts";
-import { type PeerFrontEnd, startPeerFrontEnd } from "./h2-limits-support.ts";
+import { type PeerFrontEnd, startPeerFrontEnd, statusOf } from "./h2-limits-support.ts";
 
 const STREAM = "/cairn.v1.Raft/Stream";
 const INSTALL_SNAPSHOT = "/cairn.v1.Raft/InstallSnapshot";
@@ -75,22 +74,6 @@ function prefix(length: number): Buffer {
   const out = Buffer.alloc(5);
   out.writeUInt32BE(length, 1);
   return out;
-}
-
-/** The status stream `id` ended with so far: code, message, cairn-error-code; null for none. */
-function statusOf(
-  client: RawH2Client,
-  id: number,
-): { code: number; message: string; error: string | undefined } | null {
-  const block = client.streams
-    .get(id)
-    ?.blocks.find((b) => headerValue(b, "grpc-status") !== undefined);
-  if (block === undefined) return null;
-  return {
-    code: Number(headerValue(block, "grpc-status")),
-    message: decodeURIComponent(headerValue(block, "grpc-message") ?? ""),
-    error: headerValue(block, ERROR_CODE_KEY),
-  };
 }
 
 /** The status stream `id` ended with, asserted to be `code`. */

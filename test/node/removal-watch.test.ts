@@ -118,9 +118,10 @@ describe("ClusterState.removalLoop", () => {
   const config = loadConfig({
     env: { CAIRN_NODE_ID: "n2", CAIRN_SEED_NODES: "127.0.0.1:7001" },
   });
-  const gossip = {
+  /** Gossip with members n1 to n`count` alive. */
+  const gossipOf = (count: number) => ({
     members: (): MemberView[] =>
-      [1, 2, 3, 4].map((i) => ({
+      Array.from({ length: count }, (_, k) => k + 1).map((i) => ({
         meta: {
           id: memberId(`n${i}`),
           rpcAddr: `127.0.0.1:700${i}`,
@@ -130,7 +131,8 @@ describe("ClusterState.removalLoop", () => {
         state: "alive",
         incarnation: incarnation(1),
       })),
-  };
+  });
+  const gossip = gossipOf(4);
   function state(...cmds: MetaCommand[]): MetaState {
     let s = MetaState.empty();
     for (const c of cmds) {
@@ -266,19 +268,7 @@ describe("ClusterState.removalLoop", () => {
         { op: "set-state", id: "n2", state: "decommissioned" },
       ),
     );
-    const seven = {
-      members: (): MemberView[] =>
-        [1, 2, 3, 4, 5, 6, 7].map((i) => ({
-          meta: {
-            id: memberId(`n${i}`),
-            rpcAddr: `127.0.0.1:700${i}`,
-            httpAddr: `127.0.0.1:800${i}`,
-            totalShards: 1024,
-          },
-          state: "alive",
-          incarnation: incarnation(1),
-        })),
-    };
+    const seven = gossipOf(7);
     const refusing = new Set(["n1", "n3", "n4"]);
     const asked = new Set<string>();
     let probes = 0;

@@ -45,6 +45,17 @@ function shard7(wal: Wal): string {
   return `${wal.firstIndex(7)}..${wal.lastIndex(7)} hs ${hs?.term}/${hs?.commit} [${log}]`;
 }
 
+/** Shard 7's replica removed (drop) and created again: entries 1-2 of term 2, committed. */
+async function recreate7(wal: Wal, filler: Filler): Promise<void> {
+  wal.drop(7);
+  wal.append([
+    { kind: "entries", shard: 7, entries: [entry(1, 2, "new1"), entry(2, 2, "new2")] },
+    { kind: "hard-state", shard: 7, state: { term: 2, vote: null, commit: 2 } },
+    filler.next(),
+  ]);
+  await wal.sync();
+}
+
 /**
  * Segment 1: shard 7's entries 1-3 (term 1). Segment 2: the replica is removed (drop) and
  * created again (entries 1-2, term 2). Segment 3: the new entries compacted. Each unlink of
@@ -64,13 +75,7 @@ async function dropAndRecreate(
   await wal.sync();
   for (let i = 0; i < failUnlinks; i++) fs.failNext("unlink", segmentPath(1), "EIO");
   wal.compact(8, filler.last);
-  wal.drop(7);
-  wal.append([
-    { kind: "entries", shard: 7, entries: [entry(1, 2, "new1"), entry(2, 2, "new2")] },
-    { kind: "hard-state", shard: 7, state: { term: 2, vote: null, commit: 2 } },
-    filler.next(),
-  ]);
-  await wal.sync();
+  await recreate7(wal, filler);
   wal.compact(7, 2);
   wal.compact(8, filler.last);
   wal.append([filler.next()]);
@@ -96,13 +101,7 @@ describe("WAL segment deletion keeps the segments on disk contiguous", () => {
     // Segment 3: the replica is removed and created again; segment 4 compacts the new one.
     wal.compact(7, 3);
     wal.compact(8, filler.last);
-    wal.drop(7);
-    wal.append([
-      { kind: "entries", shard: 7, entries: [entry(1, 2, "new1"), entry(2, 2, "new2")] },
-      { kind: "hard-state", shard: 7, state: { term: 2, vote: null, commit: 2 } },
-      filler.next(),
-    ]);
-    await wal.sync();
+    await recreate7(wal, filler);
     wal.compact(7, 2);
     wal.compact(8, filler.last);
     wal.append([filler.next()]);
@@ -145,13 +144,7 @@ describe("WAL segment deletion keeps the segments on disk contiguous", () => {
     ]);
     await wal.sync();
     wal.compact(8, filler.last);
-    wal.drop(7);
-    wal.append([
-      { kind: "entries", shard: 7, entries: [entry(1, 2, "new1"), entry(2, 2, "new2")] },
-      { kind: "hard-state", shard: 7, state: { term: 2, vote: null, commit: 2 } },
-      filler.next(),
-    ]);
-    await wal.sync();
+    await recreate7(wal, filler);
     wal.append([{ kind: "hard-state", shard: 9, state: { term: 1, vote: null, commit: 1 } }]);
     await wal.sync(); // segment 3, not full: the next batch stays in it
     assert.deepEqual(await segments(fs), [1, 2, 3]);
