@@ -120,32 +120,35 @@ export class Reads {
     const shard = await this.#host.shardForRequest(id);
     if (linearizable) await this.readBarrier(shard, deadline, call);
     else {
-      await this.untilReplayed(shard, deadline, call);
+      await this.untilReplayed([shard], deadline, call);
       assertServesSerializable(shard);
     }
     return shard.sm.get(key);
   }
 
   /**
-   * Waits until `shard` has applied what was committed before it opened here (its replay, from
-   * its own log), until `deadline` at most or `call` is cancelled: a serializable read then sees
-   * at least what this replica served before a restart, and its group's configuration, which a
-   * replica learns from that log unless its tables hold it (servesSerializable). A replica being
-   * refilled has no such log; it is refused anyway.
+   * Waits until each of `shards` has applied what was committed before it opened here (its
+   * replay, from its own log), until `deadline` at most or `call` is cancelled: a serializable
+   * read then sees at least what the replica served before a restart, and its group's
+   * configuration, which a replica learns from that log unless its tables hold it
+   * (servesSerializable). A replica being refilled has no such log; it is refused anyway. Most
+   * have replayed: a scan's thousand shards cost a pass over them, no promise each.
    */
   async untilReplayed(
-    shard: ShardReplica,
+    shards: Iterable<ShardReplica>,
     deadline: number,
     call: ClientCall | null = null,
   ): Promise<void> {
     this.#host.assertOpen();
-    if (shard.isReplayed() || shard.refill !== null) return;
+    const replaying: ShardReplica[] = [];
+    for (const s of shards) if (!s.isReplayed() && s.refill === null) replaying.push(s);
+    if (replaying.length === 0) return;
     const until = deadlineOn(this.#host.clock.now(), deadline);
     if (call?.cancelled === true) throw new ReadCancelledError();
     this.#host.budget.reserve(REQUEST_OVERHEAD_BYTES);
     try {
-      this.#host.markDirty(shard);
-      await shard.waitApplied(shard.replayTo, undefined, until, call);
+      for (const s of replaying) this.#host.markDirty(s);
+      await Promise.all(replaying.map((s) => s.waitApplied(s.replayTo, undefined, until, call)));
     } finally {
       this.#host.budget.unreserve(REQUEST_OVERHEAD_BYTES);
     }

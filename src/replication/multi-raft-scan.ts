@@ -84,8 +84,12 @@ export interface ScanHost {
    * `deadline` at most or until `call` is cancelled (Reads.readBarrier).
    */
   readBarrier(s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void>;
-  /** Waits until `s` has replayed its own log, for a serializable read (Reads.untilReplayed). */
-  untilReplayed(s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void>;
+  /** Waits until `shards` have replayed their own logs, for a serializable read (Reads.untilReplayed). */
+  untilReplayed(
+    shards: Iterable<ShardReplica>,
+    deadline: number,
+    call: ClientCall | null,
+  ): Promise<void>;
   /**
    * The meta state here as recent as any acknowledged meta command (MultiRaft.syncMeta), waited
    * for until `deadline` at most or until `call` is cancelled.
@@ -142,7 +146,7 @@ export class Scanner {
     for (const id of ids) this.#host.checkShardId(id);
     const shards = await Promise.all(ids.map((id) => this.#host.shardForRequest(id)));
     if (!req.linearizable) {
-      await Promise.all(shards.map((s) => this.#host.untilReplayed(s, deadline, call)));
+      await this.#host.untilReplayed(shards, deadline, call);
       // A replica being refilled or a learner: the asker reads the shard from its next replica.
       for (const s of shards) assertServesSerializable(s);
     }
@@ -297,9 +301,7 @@ export class Scanner {
       }
       const local: ShardReplica[] = [];
       // A replica still replaying its log may not know yet that it is a voter of its group.
-      await Promise.all(
-        [...this.#host.shards.values()].map((s) => this.#host.untilReplayed(s, deadline, call)),
-      );
+      await this.#host.untilReplayed(this.#host.shards.values(), deadline, call);
       for (const s of this.#host.shards.values()) {
         if (this.#host.placedElsewhere(s.id)) {
           place(s.id);

@@ -175,8 +175,11 @@ export class MultiRaft {
       shardForRequest: (id: number): Promise<ShardReplica> => this.#groups.shardForRequest(id),
       readBarrier: (s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void> =>
         this.#reads.readBarrier(s, deadline, call),
-      untilReplayed: (s: ShardReplica, deadline: number, call: ClientCall | null): Promise<void> =>
-        this.#reads.untilReplayed(s, deadline, call),
+      untilReplayed: (
+        shards: Iterable<ShardReplica>,
+        deadline: number,
+        call: ClientCall | null,
+      ): Promise<void> => this.#reads.untilReplayed(shards, deadline, call),
       syncMeta: (deadline: number, call: ClientCall | null): Promise<void> =>
         this.#reads.syncMeta(deadline, call),
       clock: this.#clock,
