@@ -18,17 +18,9 @@ import {
   VersionConflictError,
 } from "../client/index.ts";
 import { isLoopbackTarget } from "../client/client.ts";
+import { EXIT } from "./exit-codes.ts";
 
-/** Exit codes of the client commands (README "Command line"). */
-export const EXIT = {
-  ok: 0,
-  notFound: 1,
-  usage: 2,
-  unavailable: 3,
-  conflict: 4,
-  failed: 5,
-  indeterminate: 6,
-} as const;
+export { EXIT };
 
 export const DEFAULT_ENDPOINT = "127.0.0.1:7447";
 export const DEFAULT_HTTP_ENDPOINT = "127.0.0.1:8080";

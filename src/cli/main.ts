@@ -5,6 +5,7 @@ import { mkdirSync, readFileSync } from "node:fs";
 import { enableCompileCache } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { EXIT } from "./exit-codes.ts";
 import { PROCESS_IO } from "./io.ts";
 import type * as BackupCommands from "./backup-commands.ts";
 import type * as KvCommands from "./kv-commands.ts";
@@ -129,7 +130,7 @@ function stopOnClosedStdout(command: string): void {
       process.stderr.write(
         `cairn ${command}: standard output failed (${err.code ?? err.message})${incomplete}\n`,
       );
-      process.exit(EXIT_FAILED);
+      process.exit(EXIT.failed);
     }
     if (command === "backup") {
       process.stderr.write(
@@ -143,8 +144,6 @@ function stopOnClosedStdout(command: string): void {
 
 /** A backup to standard output whose reader went away: as a process killed by SIGPIPE exits. */
 const EXIT_STDOUT_CLOSED = 128 + 13;
-/** EXIT.failed (common.ts, not imported here: it loads the gRPC client). */
-const EXIT_FAILED = 5;
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = hoistLeadingOptions(argv);
