@@ -45,6 +45,16 @@ function shard7(wal: Wal): string {
   return `${wal.firstIndex(7)}..${wal.lastIndex(7)} hs ${hs?.term}/${hs?.commit} [${log}]`;
 }
 
+/** Shard 7's state once the WAL in `fs` is opened again (and closed). */
+async function reopened(fs: MemoryFileSystem): Promise<string> {
+  const again = await Wal.open(DIR, options(fs));
+  try {
+    return shard7(again);
+  } finally {
+    await again.close();
+  }
+}
+
 /** Shard 7's replica removed (drop) and created again: entries 1-2 of term 2, committed. */
 async function recreate7(wal: Wal, filler: Filler): Promise<void> {
   wal.drop(7);
@@ -113,9 +123,7 @@ describe("WAL segment deletion keeps the segments on disk contiguous", () => {
     await wal.close();
 
     // Was: "shard 7 misses the entries below 4" (segment 2 replayed without segment 3).
-    const again = await Wal.open(DIR, options(fs));
-    assert.equal(shard7(again), before);
-    await again.close();
+    assert.equal(await reopened(fs), before);
     assert.deepEqual(onDisk, [2, 3, 4]);
   });
 
@@ -126,9 +134,7 @@ describe("WAL segment deletion keeps the segments on disk contiguous", () => {
     const onDisk = await segments(fs);
     await wal.close();
     // Was "3..3 [3@1:e3]": the removed replica's entry 3, from segment 1 replayed alone.
-    const again = await Wal.open(DIR, options(fs));
-    assert.equal(shard7(again), before);
-    await again.close();
+    assert.equal(await reopened(fs), before);
     assert.deepEqual(onDisk, [1, 2, 3]);
   });
 
@@ -157,9 +163,7 @@ describe("WAL segment deletion keeps the segments on disk contiguous", () => {
     assert.equal(before, "3..2 hs 2/2 []");
     // The power cut keeps the newer deletion, loses the older: a gap, had both been unsynced.
     fs.crash({ keepUnsyncedEntry: (_dir, name) => `${DIR}/${name}` === segmentPath(2) });
-    const again = await Wal.open(DIR, options(fs));
-    assert.equal(shard7(again), before);
-    await again.close();
+    assert.equal(await reopened(fs), before);
   });
 });
 
