@@ -20,7 +20,6 @@ import type {
   Snapshot,
   Term,
 } from "./types.ts";
-import { decodeConfChange } from "./types.ts";
 
 export interface SoftState {
   readonly lead: NodeId | null;
@@ -339,7 +338,7 @@ export class RawNode {
     if (lastApplied !== undefined) {
       r.log.appliedTo(lastApplied.index);
       for (const e of rd.committedEntries) {
-        if (e.type === "conf-change") r.applyConfChange(decodeConfChange(e.data));
+        if (e.type === "conf-change") r.applyCommittedConfChange(e);
       }
     }
   }

@@ -625,6 +625,9 @@ export class Groups {
         deferCommitBroadcast: id !== 0,
         applied: logIndex(applied),
         ...(foundedHere ? { confIndex: logIndex(voters.length) } : {}),
+        // An engine ahead of the commit its log shows (a snapshot installed durably whose WAL
+        // mark a power cut tore): its configuration, storage.conf, is as of its applied index.
+        ...(lsm.flushedSeq > applied ? { stateApplied: logIndex(lsm.flushedSeq) } : {}),
         ...(lost === null
           ? {}
           : { recoveringUntil: { index: logIndex(lost.index), term: term(lost.term) } }),

@@ -704,10 +704,13 @@ export class ShardReplica {
       let outcome: ProposalOutcome | null = null;
       if (e.type === "conf-change") {
         // The core applies the change at advance(); record the resulting configuration now.
-        const cc = decodeConfChange(e.data);
-        const conf = confAfter(this.storage.conf, cc);
-        this.storage.conf = conf;
-        await this.sm.applyConf(e, conf);
+        // Not one the engine holds (an engine ahead of its log, re-sent the entries it has
+        // applied: RaftConfig.stateApplied): the configuration includes it already.
+        if (e.index > this.sm.appliedIndex) {
+          const conf = confAfter(this.storage.conf, decodeConfChange(e.data));
+          this.storage.conf = conf;
+          await this.sm.applyConf(e, conf);
+        }
       } else if (e.data.length === 0) {
         await this.sm.skip(e);
       } else {

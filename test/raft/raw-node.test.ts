@@ -2,7 +2,15 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/rng.ts";
 import type { ConfState, Message, NodeId, RaftStorage } from "../../src/raft/index.ts";
-import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
+import type { ConfChange } from "../../src/raft/index.ts";
+import {
+  encodeConfChange,
+  logIndex,
+  MemoryStorage,
+  nodeId,
+  RawNode,
+  term,
+} from "../../src/raft/index.ts";
 
 function single(storage: MemoryStorage = MemoryStorage.bootstrap([nodeId("a")])): {
   node: RawNode;
@@ -660,5 +668,73 @@ describe("RawNode: a leader's appends in flight to a follower are bounded in byt
     assert.equal(sent, 300);
     node.step(ack(b, 5));
     assert.equal(sentToB(node, storage), 100);
+  });
+});
+
+describe("RawNode.stateApplied (a state machine ahead of the log it kept)", () => {
+  const [a, b, c, d] = [nodeId("a"), nodeId("b"), nodeId("c"), nodeId("d")];
+  // The group's log: founded by a, b, c; a removed; d added as a learner. In force at 5:
+  // voters b, c and learner d.
+  const changes: ConfChange[] = [
+    { type: "add-voter", node: a },
+    { type: "add-voter", node: b },
+    { type: "add-voter", node: c },
+    { type: "remove", node: a },
+    { type: "add-learner", node: d },
+  ];
+  const atFive: ConfState = { voters: [b, c], learners: [d] };
+
+  /** Leader b's append of entries from..to (term 1) after from - 1, committing `commit`. */
+  function append(from: number, to: number, commit: number): Message {
+    return {
+      type: "append",
+      from: b,
+      to: d,
+      term: term(1),
+      prevIndex: logIndex(from - 1),
+      prevTerm: term(from === 1 ? 0 : 1),
+      entries: changes.slice(from - 1, to).map((cc, i) => ({
+        index: logIndex(from + i),
+        term: term(1),
+        type: "conf-change" as const,
+        data: encodeConfChange(cc),
+      })),
+      commit: logIndex(commit),
+      noReply: false,
+    };
+  }
+
+  it("applies no conf change at or below it again when the leader re-sends the log", () => {
+    // d installed a snapshot at 5 durably in its engine; its log lost the snapshot's mark, so it
+    // starts with an empty log, commit 0, and the configuration of 5 (the engine's).
+    const storage = new MemoryStorage({
+      meta: { index: logIndex(0), term: term(0), conf: atFive },
+      data: new Uint8Array(0),
+    });
+    const node = new RawNode({ id: d, storage, rng: seededRng(1), stateApplied: logIndex(5) });
+    drain(node, storage);
+    assert.equal(node.hasUnappliedConfChange(), false);
+    // The leader finds d's log empty and sends it all, in two appends.
+    node.step(append(1, 3, 3));
+    drain(node, storage);
+    assert.equal(node.status().applied, 3);
+    // Replayed onto the configuration of 5, "add-voter a" made a, removed at 4, a voter again.
+    assert.deepEqual(node.status().conf, atFive);
+    assert.equal(node.hasUnappliedConfChange(), false);
+    node.step(append(4, 5, 5));
+    drain(node, storage);
+    assert.equal(node.status().applied, 5);
+    assert.deepEqual(node.status().conf, atFive);
+  });
+
+  it("applies the conf changes past it", () => {
+    const storage = new MemoryStorage({
+      meta: { index: logIndex(0), term: term(0), conf: { voters: [a, b, c], learners: [] } },
+      data: new Uint8Array(0),
+    });
+    const node = new RawNode({ id: d, storage, rng: seededRng(1), stateApplied: logIndex(3) });
+    node.step(append(1, 5, 5));
+    drain(node, storage);
+    assert.deepEqual(node.status().conf, atFive);
   });
 });

@@ -114,6 +114,12 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // not open its data ("persisted commit 10 outside [13, 13]"). The commit is now raised to
   // the snapshot's index at open (WalRaftStorage.initialState).
   { seeds: [990000], nodes: 5, what: "a torn write kept a snapshot's mark, not its hard state" },
+  // n1 installed a snapshot of shard 6 at 19 durably in its engine; a power cut tore its WAL's
+  // mark, so it restarted with the engine at 19 and an empty log. The leader re-sent the log
+  // from 1, and the replica replayed its conf changes onto the configuration of 19: a removed
+  // replica a voter until the replay passed its removal. They are in effect already
+  // (RaftConfig.stateApplied; ShardReplica skips them too).
+  { seeds: [2200394], nodes: 4, what: "an engine ahead of its log replayed old conf changes" },
   // A leader removed a voter (988640: n3 at index 23) and died before the other voters learnt
   // the removal was committed; only the removed voter had. It applied its removal, so it never
   // campaigned, and refused every vote (its log was longer); the others, still counting it, could

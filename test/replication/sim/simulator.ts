@@ -715,7 +715,7 @@ class DriverSim {
         ...(bugs.voteWhenRecreated === true ? { voteWhenRecreated: true } : {}),
       },
       observer: {
-        confChanged: (shard) => this.#checkConf(node, proc, shard),
+        confChanged: (shard, voters) => this.#checkConf(node, proc, shard, voters),
         shardRemoved: (shard) => {
           if (proc.alive) this.#replicaDeleted(node, replica, shard);
         },
@@ -1388,8 +1388,13 @@ class DriverSim {
    * configuration before the change (seed 62479 on four nodes: a replica removed from shard 3,
    * not knowing it, led the next term and applied its removal; the check counted the voters
    * before it, the removed replica among them).
+   *
+   * The driver's configuration (`voters`, its nodes) must be the core's once advance() took the
+   * changes: a replica whose engine was ahead of its log, re-sent the entries it had applied,
+   * replayed their conf changes onto its later configuration in the driver alone (seed 2200394
+   * on four nodes, with RaftConfig.stateApplied kept).
    */
-  #checkConf(node: SimNode, proc: Process, shard: number): void {
+  #checkConf(node: SimNode, proc: Process, shard: number, voters: readonly string[]): void {
     if (!proc.alive) return;
     const mr = node.mr;
     const led = mr?.shardInfo(shard);
@@ -1397,6 +1402,14 @@ class DriverSim {
     queueMicrotask(() => {
       const info = mr.shardInfo(shard);
       if (!proc.alive || node.mr !== mr || info === null) return;
+      const driver = [...voters].sort().join(",");
+      const core = info.voters.map(nodeOfReplica).sort().join(",");
+      if (driver !== core) {
+        this.#violate({
+          kind: "diverged",
+          message: `${node.replica}: shard ${shard}'s driver applied voters ${driver} and its Raft core ${core}`,
+        });
+      }
       this.#checkSameConf(node, shard, info);
       if (this.#moves === null) return;
       this.#noteConf(node, shard, info);
