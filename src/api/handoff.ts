@@ -72,8 +72,9 @@ export interface FrontEndLimits {
   /** A connection with no stream open this long gets GOAWAY and is closed (ms; 0: never). */
   readonly idleTimeoutMs: number;
   /**
-   * A one-message request (unary, server-streaming) must arrive whole within this long of its
-   * HEADERS (ms; 0: never).
+   * A one-message request (unary, server-streaming) and a peer's streaming call's first message
+   * must arrive whole within this long of their HEADERS, and a call held behind its connection's
+   * unread answers may wait this long to run (ms; 0: never).
    */
   readonly requestReceiveTimeoutMs: number;
   /** After GOAWAY and the socket's end, how long the client has to close (ms). */

@@ -472,7 +472,7 @@ export class CairnMetrics {
     new Counter({
       name: "cairn_rpc_requests_too_slow_total",
       aggregator: "max",
-      help: "Requests (unary, or a server-streaming call's one request) answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run because they did not arrive whole within rpc.request_receive_timeout_ms.",
+      help: "Requests answered RESOURCE_EXHAUSTED (CAIRN_ERR_REQUEST_TOO_SLOW) without being run: a unary call's request, a server-streaming call's one request or a peer's streaming call's first message that did not arrive whole within rpc.request_receive_timeout_ms, or a call that waited that long to run behind its connection's unread answers.",
       registers,
       collect(this: Counter) {
         this.reset();

@@ -70,9 +70,10 @@ export class ServerStream extends CoreStream {
   /** DATA bytes received (counted only against a content-length). */
   received = 0;
   /**
-   * Its request must arrive whole within the front end's `rpc.request_receive_timeout_ms` (a
-   * call with one request message, unary or server-streaming: a client-streaming call's request
-   * may last as long as the call).
+   * Its request must arrive whole within the front end's `rpc.request_receive_timeout_ms`: a
+   * call with one request message (unary or server-streaming), or a peer's streaming call until
+   * its first message is whole (front-end.ts, openPeerCall). A client-streaming call's request
+   * may otherwise last as long as the call.
    */
   timedRequest = false;
   /** Its header list's size (names, values, 32 bytes a field), as decoded. */
