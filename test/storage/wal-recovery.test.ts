@@ -1,11 +1,12 @@
 /**
- * WAL recovery cases found by the driver simulation (test/replication/sim), each replayed here
- * on the in-memory file system.
+ * WAL recovery cases found by the driver simulation (test/replication/sim) and the crash-model
+ * probe, each replayed here on the in-memory file system.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { MemoryFileSystem } from "../../src/storage/index.ts";
-import { Wal, type WalEntry } from "../../src/storage/wal/index.ts";
+import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
+import { entry as textEntry, texts } from "./helpers.ts";
 
 const DIR = "/data/wal";
 
@@ -54,6 +55,67 @@ describe("WAL recovery", () => {
       assert.equal(wal.lastIndex(6), 12);
       assert.equal(wal.term(6, 11), 1, "the compaction mark's term is restored");
       assert.ok(before >= 1);
+    } finally {
+      await wal.close();
+    }
+  });
+});
+
+describe("WAL recovery above a hole", () => {
+  // Found by the crash-model probe, seed 4805. Segment 1 (later deleted) holds shard 2's entries
+  // 35-36 after its snapshot at 34; segment 2 starts with the checkpoint (compaction mark 34),
+  // then entries 37-38, and segment 3 overwrites 35-36 (truncating 37-38). Replay starts shard 2
+  // at 37 with a hole below it and a placeholder compaction point at 36, and skipped the
+  // overwrites at 35-36 as compacted: the truncated 37 came back after the compaction of 36.
+  it("replays an overwrite at or below the hole's placeholder compaction point", async () => {
+    const fs = new MemoryFileSystem();
+    // Each batch carries a filler entry (shard 8) larger than a segment: the next one rotates.
+    const options = { fs, segmentBytes: 1024, preallocate: false, blockingWriteMaxBytes: 0 };
+    let fill = 0;
+    const filler = (): WalRecord => ({
+      kind: "entries",
+      shard: 8,
+      entries: [textEntry(++fill, 1, "f".repeat(1200))],
+    });
+    const entries = (...list: WalEntry[]): WalRecord => ({
+      kind: "entries",
+      shard: 2,
+      entries: list,
+    });
+    let wal = await Wal.open(DIR, options);
+    wal.append([
+      { kind: "snapshot", shard: 2, meta: { index: 34, term: 1, data: new Uint8Array(1) } },
+      { kind: "hard-state", shard: 2, state: { term: 1, vote: null, commit: 34 } },
+      entries(textEntry(35, 1, "a35"), textEntry(36, 1, "a36")),
+      filler(),
+    ]);
+    await wal.sync();
+    wal.append([entries(textEntry(37, 1, "a37"), textEntry(38, 1, "a38")), filler()]);
+    await wal.sync();
+    wal.append([entries(textEntry(35, 2, "b35"), textEntry(36, 2, "b36")), filler()]);
+    await wal.sync();
+    wal.append([entries(textEntry(37, 2, "b37")), filler()]);
+    await wal.sync();
+    wal.append([entries(textEntry(36, 3, "c36"))]);
+    wal.compact(2, 36);
+    wal.compact(8, fill);
+    await wal.sync();
+    const shard2 = (w: Wal): string =>
+      `${w.firstIndex(2)}..${w.lastIndex(2)} [${texts(w, 2).join(",")}]`;
+    const before = shard2(wal);
+    assert.equal(before, "37..36 []");
+    // Segment 1 is gone (everything in it is compacted); segment 2 is kept for entry 38.
+    assert.deepEqual(
+      (await fs.readdir(DIR)).filter((n) => n.endsWith(".wal")).map((n) => Number(n.slice(0, 20))),
+      [2, 3, 4, 5],
+    );
+    await wal.close();
+
+    wal = await Wal.open(DIR, options);
+    try {
+      // Was "37..37 [37@2:b37]".
+      assert.equal(shard2(wal), before);
+      assert.equal(wal.term(2, 36), 3);
     } finally {
       await wal.close();
     }

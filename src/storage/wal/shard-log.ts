@@ -64,7 +64,8 @@ export class ShardLog {
   bytes = 0;
   /**
    * Set during recovery when an entry arrives above a hole (its predecessors were in a deleted
-   * segment); a later compaction record must cover the hole or recovery fails.
+   * segment); a later compaction record must cover the hole or recovery fails. Meanwhile
+   * compactIndex is `holeBelow - 1`, a placeholder: an entry at or below it is an overwrite.
    */
   holeBelow = 0;
   /**
@@ -95,18 +96,22 @@ export class ShardLog {
    */
   append(e: WalEntry, recovering: boolean): void {
     this.dropped = false;
-    if (e.index <= this.compactIndex) return;
-    if (e.index > this.lastIndex + 1) {
+    if (e.index <= this.compactIndex) {
+      if (this.holeBelow === 0) return;
+      // Above a hole, compactIndex is a placeholder, not a compaction: this entry was written
+      // above the real compaction point and replaced every entry from its index on, those held
+      // here too. Its predecessors were in the deleted segment, so the hole now starts here;
+      // the compaction mark that let that segment go covers it, and comes later (before this
+      // entry, it had made it one at or below the compaction point, refused by Wal.append).
+      this.#startHole(e.index);
+    } else if (e.index > this.lastIndex + 1) {
       if (!recovering) {
         throw new CairnError(
           "CAIRN_ERR_WAL_GAP",
           `WAL append: entry ${e.index} leaves a gap after ${this.lastIndex}`,
         );
       }
-      this.#clear();
-      this.compactIndex = e.index - 1;
-      this.compactTerm = 0;
-      this.holeBelow = e.index;
+      this.#startHole(e.index);
     } else if (e.index <= this.lastIndex) {
       // The suffix's bytes stay where they are (invariant 4).
       const slots = this.#slots;
@@ -203,6 +208,17 @@ export class ShardLog {
   /** Bytes of the payload of the entry at `index` (compactIndex < index ≤ lastIndex, unchecked). */
   dataLength(index: number): number {
     return this.#slots[(this.#first + index - this.compactIndex - 1) * SLOT + LENGTH] as number;
+  }
+
+  /**
+   * Recovery: the log starts at `index`, its predecessors in a deleted segment; a placeholder
+   * compaction point below it until a compaction mark covers the hole (compact()).
+   */
+  #startHole(index: number): void {
+    this.#clear();
+    this.compactIndex = index - 1;
+    this.compactTerm = 0;
+    this.holeBelow = index;
   }
 
   /** No entry, no chunk (the next entry starts a new one: invariant 4). */
