@@ -15,6 +15,7 @@ import { LevelIterator } from "./level-iterator.ts";
 import { tablePath, type BuiltTable } from "./jobs.ts";
 import {
   LEVELS,
+  MANIFEST_ROLL_BYTES,
   Manifest,
   applyEdit,
   emptyState,
@@ -53,6 +54,12 @@ export interface LsmOptions {
    * Tests make them tiny, so that a few keys span many blocks.
    */
   readonly blockBytes?: number;
+  /**
+   * Roll the manifest (rewrite it as one snapshot of the version) once it exceeds this and 4×
+   * its last snapshot. Default 256 KiB (MANIFEST_ROLL_BYTES). Tests make it tiny, so that a few
+   * edits roll it.
+   */
+  readonly manifestRollBytes?: number;
 }
 
 export type WriteOp =
@@ -118,6 +125,7 @@ export class LsmEngine implements BudgetMember {
   readonly #targetFileBytes: number;
   readonly #maxImmutables: number;
   readonly #blockBytes: number;
+  readonly #manifestRollBytes: number;
   readonly #planner: PlannerConfig;
 
   /**
@@ -206,6 +214,7 @@ export class LsmEngine implements BudgetMember {
     this.#targetFileBytes = options.targetFileBytes ?? 2 * 1024 * 1024;
     this.#maxImmutables = options.maxImmutableMemtables ?? 2;
     this.#blockBytes = options.blockBytes ?? BLOCK_BYTES;
+    this.#manifestRollBytes = options.manifestRollBytes ?? MANIFEST_ROLL_BYTES;
     this.#planner = {
       l0Trigger: options.l0CompactionTrigger ?? 4,
       levelBaseBytes: options.levelBaseBytes ?? 10 * 1024 * 1024,
@@ -309,7 +318,13 @@ export class LsmEngine implements BudgetMember {
       manifest =
         current === undefined
           ? undefined
-          : await Manifest.create(dir, state, Number(current.slice(9)) + 1, true);
+          : await Manifest.create(
+              dir,
+              state,
+              Number(current.slice(9)) + 1,
+              true,
+              options.manifestRollBytes,
+            );
       const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
       for (const name of fresh ? [] : await readdir(dir)) {
         const path = join(dir, name);
@@ -940,7 +955,13 @@ export class LsmEngine implements BudgetMember {
     if (this.#failure !== undefined) throw this.#failedError();
     const manifest =
       this.#manifest ??
-      (await (this.#manifestCreation ??= Manifest.create(this.dir, this.#state, 1).then((m) => {
+      (await (this.#manifestCreation ??= Manifest.create(
+        this.dir,
+        this.#state,
+        1,
+        false,
+        this.#manifestRollBytes,
+      ).then((m) => {
         this.#manifest = m;
         return m;
       })));
