@@ -155,12 +155,14 @@ export interface RaftConfig {
   readonly confIndex?: LogIndex;
   /**
    * The state machine's applied index when the log cannot show it (above the commit index): its
-   * engine holds what a crash cut from the WAL (a snapshot installed durably whose WAL mark a
-   * power cut tore). The storage's configuration is the one in force there, so the conf changes
-   * at or below it, delivered again when the leader re-sends those entries, are in effect
-   * already and are not applied again (applied in order onto the later configuration, they made
-   * a removed replica a voter until the replay passed them: driver simulation seed 2200394 on
-   * four nodes). Default: none beyond `applied`.
+   * engine holds what a crash cut from the WAL's hard state or log (a snapshot installed durably
+   * whose WAL mark a power cut tore; entries applied past the commit a torn hard state kept).
+   * The storage's configuration is the one in force there: no conf change up to `applied` is
+   * replayed onto it at construction, and those at or below it, delivered again as the commit
+   * advances or the leader re-sends them, are in effect already and are not applied again.
+   * (Applied in order onto the later configuration, they made a removed replica a voter, or
+   * demoted a voter, until the replay passed them, or for good: driver simulation seeds 2200394
+   * on four nodes and 2400019 on five.) Default: none beyond `applied`.
    */
   readonly stateApplied?: LogIndex;
   /**
@@ -339,11 +341,17 @@ export class Raft {
     this.term = hardState.term;
     this.vote = hardState.vote;
     const applied = config.applied ?? this.log.applied;
+    const stateApplied = config.stateApplied ?? logIndex(0);
     if (applied > this.log.applied) {
-      // Conf changes the state machine already applied are not replayed: re-derive them.
-      for (const e of this.log.slice(this.log.firstIndex(), logIndex(applied + 1), Infinity) ??
-        []) {
-        if (e.type === "conf-change") this.applyConfChange(decodeConfChange(e.data));
+      // Conf changes the state machine already applied are not replayed: re-derive them. Not
+      // onto a configuration as of a later index (stateApplied): replayed up to `applied`
+      // only, an "add-learner" before the state's "add-voter" demoted that voter for good
+      // (driver simulation seed 2400019 on five nodes).
+      if (stateApplied <= applied) {
+        for (const e of this.log.slice(this.log.firstIndex(), logIndex(applied + 1), Infinity) ??
+          []) {
+          if (e.type === "conf-change") this.applyConfChange(decodeConfChange(e.data));
+        }
       }
       this.log.appliedTo(applied);
     }
@@ -362,7 +370,7 @@ export class Raft {
         if (e.type === "conf-change") this.applyConfChange(decodeConfChange(e.data));
       }
     }
-    this.#confIndex = logIndex(Math.max(confIndex, config.stateApplied ?? 0));
+    this.#confIndex = logIndex(Math.max(confIndex, stateApplied));
     if (config.recoveringUntil !== undefined) {
       this.#lostLast = config.recoveringUntil;
       this.#maybeEndRecovery();

@@ -727,6 +727,51 @@ describe("RawNode.stateApplied (a state machine ahead of the log it kept)", () =
     assert.deepEqual(node.status().conf, atFive);
   });
 
+  it("replays no conf change onto a configuration as of a later index", () => {
+    // d's engine applied through 6, d's promotion (its configuration: voters b, c, d), while
+    // its log's hard state kept commit 5. Replayed up to 5 onto that configuration, the
+    // log's "add-learner d" demoted d, and the promotion, in effect already, was not applied
+    // again: d stayed a learner for good.
+    const log: ConfChange[] = [...changes, { type: "add-voter", node: d }];
+    const atSix: ConfState = { voters: [b, c, d], learners: [] };
+    const storage = new MemoryStorage({
+      meta: { index: logIndex(0), term: term(0), conf: atSix },
+      data: new Uint8Array(0),
+    });
+    storage.append(
+      log.map((cc, i) => ({
+        index: logIndex(i + 1),
+        term: term(1),
+        type: "conf-change" as const,
+        data: encodeConfChange(cc),
+      })),
+    );
+    storage.setHardState({ term: term(1), vote: null, commit: logIndex(5) });
+    const node = new RawNode({
+      id: d,
+      storage,
+      rng: seededRng(1),
+      applied: logIndex(5),
+      stateApplied: logIndex(6),
+    });
+    assert.deepEqual(node.status().conf, atSix);
+    // The leader's commit reaches 6: its entry is delivered and changes nothing.
+    node.step({
+      type: "append",
+      from: b,
+      to: d,
+      term: term(1),
+      prevIndex: logIndex(6),
+      prevTerm: term(1),
+      entries: [],
+      commit: logIndex(6),
+      noReply: false,
+    });
+    drain(node, storage);
+    assert.equal(node.status().applied, 6);
+    assert.deepEqual(node.status().conf, atSix);
+  });
+
   it("applies the conf changes past it", () => {
     const storage = new MemoryStorage({
       meta: { index: logIndex(0), term: term(0), conf: { voters: [a, b, c], learners: [] } },

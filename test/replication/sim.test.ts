@@ -120,6 +120,12 @@ const REGRESSION_SEEDS: readonly { seeds: number[]; nodes: number; what: string 
   // replica a voter until the replay passed its removal. They are in effect already
   // (RaftConfig.stateApplied; ShardReplica skips them too).
   { seeds: [2200394], nodes: 4, what: "an engine ahead of its log replayed old conf changes" },
+  // n1 restarted with shard 4's engine at 10 (the promotion of n5) and its log's commit at 9 (a
+  // torn hard state): the core replayed the log's conf changes up to 9 onto the engine's
+  // configuration of 10, and the add-learner of n5 demoted it; with the changes up to 10 in
+  // effect already, the promotion was not applied again, and n1's core held n5 a learner for
+  // good while its driver held it a voter. No replay onto a later configuration now.
+  { seeds: [2400019, 2400613], nodes: 5, what: "a replay onto a later configuration" },
   // A leader removed a voter (988640: n3 at index 23) and died before the other voters learnt
   // the removal was committed; only the removed voter had. It applied its removal, so it never
   // campaigned, and refused every vote (its log was longer); the others, still counting it, could
