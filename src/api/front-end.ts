@@ -26,7 +26,8 @@
  * reset before it is dispatched never runs (`dispatchReady`, and the batch's cancels in
  * io-threads.ts), compressed messages inflate on libuv's thread pool a few at a time per
  * connection (the peers' streams take none), each method has its receive limit (the peers' their
- * own, once a streaming call's first message is whole: openPeerCall), a malformed
+ * own, once a streaming call's first message is whole: openPeerCall; InstallSnapshot's later
+ * messages a data chunk's, FrontEndLimits.peerSnapshotMaxReceive), a malformed
  * `grpc-timeout` is refused, and the peers' methods answer only calls that carry `cairn-peer`
  * (PERMISSION_DENIED otherwise: not authentication, see PEER_KEY). With peer TLS
  * (`tls.peer_ca_file`) they answer only a connection whose certificate the peer CA signed and
@@ -252,8 +253,13 @@ interface PeerOpening {
  * maxSessionMemory, in MiB): far above what its streams' windows let in flight, but bounded.
  */
 const UPSTREAM_SESSION_MEMORY_MIB = 256;
-/** The peers' service: its methods have their own receive limit (FrontEndLimits.peerMaxReceive). */
+/**
+ * The peers' service: its methods have their own receive limit (FrontEndLimits.peerMaxReceive;
+ * InstallSnapshot's, after its header, FrontEndLimits.peerSnapshotMaxReceive).
+ */
 export const PEER_SERVICE = "/cairn.v1.Raft/";
+/** The peers' snapshot call: a header (its opening), data chunks, a trailer. */
+const INSTALL_SNAPSHOT = `${PEER_SERVICE}InstallSnapshot`;
 /**
  * The most a peer's streaming call may send as its first message, the one that says who sends
  * it (src/replication/handshake.ts) and on which the receiver takes or refuses the call
@@ -265,7 +271,8 @@ const PEER_HANDSHAKE_MAX = 64 * 1024;
  * The same for InstallSnapshot, whose first message is its header: the handshake and the
  * snapshot's metadata, whose configuration names each replica of the group by its replica id (up
  * to 145 bytes), every member for the meta group's (at most 1,024, src/node/join-admission.ts):
- * ~150 KB. Its data come in the later messages.
+ * ~150 KB. Its data come in the later messages, each held to peerSnapshotMaxReceive (a data
+ * chunk of at most 4 MiB), not to the peers' 128 MiB that a Stream's need.
  */
 const SNAPSHOT_HEADER_MAX = 1024 * 1024;
 
@@ -387,11 +394,13 @@ export function serveFrontEnd(
   };
   /**
    * Path → the method's index in setup.methods, whether it is unary, its receive limit (the
-   * peers' own, or the clients'), whether only peers may call it, and who may (authz.ts).
+   * peers' own, InstallSnapshot's, or the clients'), whether only peers may call it, and who may
+   * (authz.ts).
    */
   const methods = new Map(
     setup.methods.map((m, index) => {
       const peer = m.path.startsWith(PEER_SERVICE);
+      const snapshot = m.path === INSTALL_SNAPSHOT;
       return [
         m.path,
         {
@@ -401,10 +410,15 @@ export function serveFrontEnd(
           oneRequest: !m.requestStream,
           peer,
           cls: methodClassOf(m.path) satisfies MethodClass,
-          maxReceive: peer ? Math.max(limits.peerMaxReceive, clientMaxReceive) : clientMaxReceive,
+          // A snapshot's data chunks, not the peers' 128 MiB: a caller that only claims a
+          // node's name and sends a header the receiver takes must not have the call hold more.
+          maxReceive: snapshot
+            ? limits.peerSnapshotMaxReceive
+            : peer
+              ? Math.max(limits.peerMaxReceive, clientMaxReceive)
+              : clientMaxReceive,
           /** A peer's streaming call: the limit of its first message (openPeerCall). */
-          openingMax:
-            m.path === `${PEER_SERVICE}InstallSnapshot` ? SNAPSHOT_HEADER_MAX : PEER_HANDSHAKE_MAX,
+          openingMax: snapshot ? SNAPSHOT_HEADER_MAX : PEER_HANDSHAKE_MAX,
         },
       ];
     }),

@@ -83,6 +83,14 @@ export interface FrontEndLimits {
   readonly maxDecompressions: number;
   /** The receive limit of the peers' methods (cairn.v1.Raft: snapshots, Raft rounds). */
   readonly peerMaxReceive: number;
+  /**
+   * The receive limit of InstallSnapshot's messages after its header: data chunks and the
+   * trailer, the largest a SnapshotChunk of MAX_SNAPSHOT_CHUNK_BYTES of data
+   * (src/replication/snapshot-transfer.ts, MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES), which a receiver
+   * refuses larger anyway. Held to peerMaxReceive (128 MiB), a caller that claims a node's name
+   * and sends a header the receiver takes could have each such stream buffer 128 MiB.
+   */
+  readonly peerSnapshotMaxReceive: number;
 }
 
 export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
@@ -97,6 +105,9 @@ export const DEFAULT_FRONT_END_LIMITS: FrontEndLimits = {
   goAwayGraceMs: 1000,
   maxDecompressions: 2,
   peerMaxReceive: 4 * 1024 * 1024,
+  // MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES (4 MiB of data, 5 bytes of tag and length), which
+  // server.ts sets; this side of src/api does not import src/replication.
+  peerSnapshotMaxReceive: 4 * 1024 * 1024 + 5,
 };
 
 /**

@@ -28,7 +28,11 @@ import {
   type Logger,
   LogWindow,
 } from "../ops/index.ts";
-import { RAFT_SERVER_OPTIONS, type RaftService } from "../replication/index.ts";
+import {
+  MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
+  RAFT_SERVER_OPTIONS,
+  type RaftService,
+} from "../replication/index.ts";
 import { adminService, type LeadershipTransfer, type MemberAdmin } from "./admin-service.ts";
 import { type ForwardOptions, Forwarder } from "./forward.ts";
 import type { WorkerTunnels } from "./front-end.ts";
@@ -107,7 +111,7 @@ export interface RpcServerOptions {
    */
   readonly tunnels?: WorkerTunnels;
   /** What one connection may make the node spend (`rpc.*`; absent fields: the defaults). */
-  readonly frontEnd?: Partial<Omit<FrontEndLimits, "peerMaxReceive">>;
+  readonly frontEnd?: Partial<Omit<FrontEndLimits, "peerMaxReceive" | "peerSnapshotMaxReceive">>;
   /**
    * The node's count of connections open on `address` (`rpc.max_connections`), shared with
    * every front end of the node, a shard worker's too; absent, connections are not bounded.
@@ -304,6 +308,8 @@ export class RpcServer {
       limits: {
         ...this.#options.frontEnd,
         peerMaxReceive: this.#serverOptions["grpc.max_receive_message_length"] as number,
+        // InstallSnapshot's messages after its header: a data chunk at most, not 128 MiB.
+        peerSnapshotMaxReceive: MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
       },
       onEvent: (event) => this.#onFrontEndEvent(event),
       ...(this.#options.tls === undefined ? {} : { tls: this.#options.tls }),

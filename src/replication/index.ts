@@ -43,7 +43,12 @@ export {
 export type { PeerLogger } from "./peer-logger.ts";
 export { inTurn, type PaceClock, type Pacer, RateLimiter } from "./rate-limiter.ts";
 export type { ConfirmTerms, ReadVoucher, TermCheck } from "./term-confirm.ts";
-export { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
+export {
+  MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
+  SnapshotAssembler,
+  type SnapshotMetrics,
+  SnapshotRefusal,
+} from "./snapshot-transfer.ts";
 export { CodecError } from "./codec.ts";
 export type { PeerCall, PeerReply } from "./frame-codec.ts";
 export type {

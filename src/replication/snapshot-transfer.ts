@@ -76,6 +76,15 @@ const EMPTY = new Uint8Array(0);
  */
 export const MAX_SNAPSHOT_CHUNK_BYTES = 4 * 1024 * 1024;
 
+/**
+ * The largest InstallSnapshot message a sender makes after its header: a SnapshotChunk whose
+ * `data` is a chunk of MAX_SNAPSHOT_CHUNK_BYTES, its tag (field 2, length-delimited: one byte)
+ * and its length (a varint: four bytes from 2^21 to 2^28 - 1) around it. The trailer is under
+ * 20 bytes. The front end holds InstallSnapshot's later messages to this, not to the peers' 128
+ * MiB (src/api/server.ts, FrontEndLimits.peerSnapshotMaxReceive).
+ */
+export const MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES = MAX_SNAPSHOT_CHUNK_BYTES + 1 + 4;
+
 // ── the sending end ─────────────────────────────────────────────────────────────────────────
 
 export interface SnapshotSendOptions {

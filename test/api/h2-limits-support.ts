@@ -15,6 +15,7 @@ import {
 } from "../../src/api/io-threads.ts";
 import {
   createRaftService,
+  MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
   type PeerCall,
   RAFT_SERVER_OPTIONS,
   type ShardMessage,
@@ -133,7 +134,7 @@ export interface PeerFrontEnd {
  * this thread, Stream served by its raw handler; or in an I/O thread) and, on loopback, the main
  * thread's grpc-js server, which serves what the front end proxies (InstallSnapshot; Stream from
  * an I/O thread). Every node is a member; the receive limits are a node's (4 MiB for clients,
- * 128 MiB for the peers).
+ * 128 MiB for the peers, a data chunk's for a snapshot's messages after its header).
  */
 export async function startPeerFrontEnd(options: FrontEndOptions = {}): Promise<PeerFrontEnd> {
   const calls: PeerCall[] = [];
@@ -167,6 +168,7 @@ export async function startPeerFrontEnd(options: FrontEndOptions = {}): Promise<
     },
     limits: {
       peerMaxReceive: RAFT_SERVER_OPTIONS["grpc.max_receive_message_length"],
+      peerSnapshotMaxReceive: MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
       ...options.limits,
     },
     onFailure: (err) => {

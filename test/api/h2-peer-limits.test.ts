@@ -13,10 +13,17 @@ import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
 import { Client, credentials, status } from "@grpc/grpc-js";
 import { ConnectionSlots } from "../../src/api/connection-slots.ts";
+import { DEFAULT_FRONT_END_LIMITS } from "../../src/api/handoff.ts";
+import { loadRaftProto } from "../../src/api/proto.ts";
 import { logIndex, nodeId, term } from "../../src/raft/index.ts";
+import { encodeMessage } from "../../src/replication/codec.ts";
 import { encodeCallFrame, encodeHandshakeFrame } from "../../src/replication/frame-encode.ts";
 import { ownHandshake } from "../../src/replication/handshake.ts";
-import { sendSnapshot } from "../../src/replication/snapshot-transfer.ts";
+import {
+  MAX_SNAPSHOT_CHUNK_BYTES,
+  MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
+  sendSnapshot,
+} from "../../src/replication/snapshot-transfer.ts";
 import {
   encodeBlock,
   F,
@@ -29,7 +36,7 @@ import {
   RawH2Client,
   T,
 } from "../support/h2-raw.ts";
-import { N1, N2, snapshotImage } from "../replication/peer-support.ts";
+import { N1, N2, snapshotImage, snapshotMessage } from "../replication/peer-support.ts";
 import { type PeerFrontEnd, startPeerFrontEnd, statusOf } from "./h2-limits-support.ts";
 
 const STREAM = "/cairn.v1.Raft/Stream";
@@ -58,6 +65,20 @@ function openCall(id: number, path: string, peer = "n1", extra: readonly Field[]
     encodeBlock(grpcRequest(path, [["cairn-peer", peer], ...extra])),
   );
 }
+
+/** A snapshot's header from n1 to n2 in cluster c1 (shard 1, 8 MiB announced), as a message. */
+const SNAPSHOT_HEADER = grpcMessage(
+  Buffer.from(
+    loadRaftProto().cairn.v1.Raft.service.InstallSnapshot.requestSerialize({
+      header: {
+        handshake: ownHandshake("c1", N1, N1, N2),
+        shard_id: 1,
+        message: encodeMessage(snapshotMessage(7, new Uint8Array(0))),
+        total_bytes: 8 << 20,
+      },
+    }),
+  ),
+);
 
 /** `bytes` as DATA frames of at most 16 KiB on stream `id`, the last with END_STREAM if `end`. */
 function data(id: number, bytes: Buffer, end = false): Buffer {
@@ -94,6 +115,20 @@ let tags = 0;
 async function readAll(client: RawH2Client): Promise<void> {
   assert.ok(await client.roundTrip(++tags, ANSWER_MS), "the PING's ACK");
 }
+
+describe("front end: the receive limit of a snapshot's messages after its header", () => {
+  it("is the size of the largest SnapshotChunk a sender makes (a data chunk of MAX_SNAPSHOT_CHUNK_BYTES), the front end's default too", () => {
+    const serialize = loadRaftProto().cairn.v1.Raft.service.InstallSnapshot.requestSerialize;
+    const largest = serialize({ data: Buffer.alloc(MAX_SNAPSHOT_CHUNK_BYTES) });
+    assert.equal(largest.length, MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES);
+    assert.equal(MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES, MAX_SNAPSHOT_CHUNK_BYTES + 5);
+    // The trailer, the only other message after the header, is far smaller.
+    const trailer = serialize({ trailer: { crc32c: 0xffffffff, total_bytes: 2 ** 53 - 1 } });
+    assert.ok(trailer.length < 32, `${trailer.length} bytes`);
+    // The front end (handoff.ts) does not import src/replication: its default is a copy.
+    assert.equal(DEFAULT_FRONT_END_LIMITS.peerSnapshotMaxReceive, MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES);
+  });
+});
 
 for (const ioThreads of [0, 1]) {
   describe(
@@ -208,6 +243,68 @@ for (const ioThreads of [0, 1]) {
           assert.equal(got.snapshot.meta.conf.learners.length, learners.length);
         } finally {
           client.close();
+        }
+      });
+
+      it("holds a snapshot's messages after its header to a data chunk's (4 MiB and 5 bytes of tag and length), not the peers' 128 MiB, and takes chunks of that size", async () => {
+        // The largest message a sender makes after the header: a data chunk of
+        // MAX_SNAPSHOT_CHUNK_BYTES in its SnapshotChunk (the receiver refuses a larger chunk, but
+        // only once the message is whole). Before, each message could be 128 MiB: a caller that
+        // claims a node's name and sends a header the receiver takes had it buffered.
+        const client = await RawH2Client.open(fe.port, PASSIVE);
+        try {
+          const over = MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES + 1;
+          const body = Buffer.alloc(16_000, 0x41);
+          // A header that passes the opening's bound (and the receiver: n1 is a member), then a
+          // message one byte over the cap, the peers' 128 MiB, and one of exactly the cap.
+          client.send(
+            openCall(1, INSTALL_SNAPSHOT),
+            data(1, Buffer.concat([SNAPSHOT_HEADER, prefix(over), body])),
+          );
+          client.send(
+            openCall(3, INSTALL_SNAPSHOT),
+            data(3, Buffer.concat([SNAPSHOT_HEADER, prefix(134_217_712), body])),
+          );
+          client.send(
+            openCall(5, INSTALL_SNAPSHOT),
+            data(
+              5,
+              Buffer.concat([SNAPSHOT_HEADER, prefix(MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES), body]),
+            ),
+          );
+          await readAll(client);
+          assert.deepEqual(statusOf(client, 1), {
+            code: status.RESOURCE_EXHAUSTED,
+            message: `Received message larger than max (${over} vs. ${MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES})`,
+            error: undefined,
+          });
+          assert.deepEqual(statusOf(client, 3), {
+            code: status.RESOURCE_EXHAUSTED,
+            message: `Received message larger than max (134217712 vs. ${MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES})`,
+            error: undefined,
+          });
+          assert.equal(statusOf(client, 5), null, "a message of exactly the cap goes on");
+        } finally {
+          client.destroy();
+        }
+        // A real sender cutting chunks of MAX_SNAPSHOT_CHUNK_BYTES: two messages of exactly the
+        // cap and a last, shorter one, through the front end to Raft.
+        const image = snapshotImage(2 * MAX_SNAPSHOT_CHUNK_BYTES + 1000, 7);
+        const grpc = new Client(`127.0.0.1:${fe.port}`, credentials.createInsecure());
+        try {
+          await sendSnapshot(grpc, ownHandshake("c1", N1, N1, N2), 1, snapshotMessage(7, image), {
+            chunkBytes: MAX_SNAPSHOT_CHUNK_BYTES,
+            limiter: { take: () => Promise.resolve() },
+            stallTimeoutMs: ANSWER_MS,
+            onBytes: () => undefined,
+            signal: new AbortController().signal,
+          });
+          const got = fe.snapshots.at(-1)?.message;
+          assert.ok(got?.type === "snapshot", "the snapshot reached Raft");
+          assert.equal(got.snapshot.data.length, image.length);
+          assert.ok(Buffer.from(got.snapshot.data).equals(image), "the data arrived intact");
+        } finally {
+          grpc.close();
         }
       });
     },
