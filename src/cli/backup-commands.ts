@@ -16,11 +16,13 @@ import {
   VersionConflictError,
 } from "../client/index.ts";
 import {
+  BackupChangedError,
   BackupDamagedError,
   type BackupEntry,
   type BackupHeader,
   type BackupReader,
   type BackupTotals,
+  type BackupTrace,
   BackupWriter,
   fileSink,
   openBackup,
@@ -47,6 +49,11 @@ import type { Io } from "./io.ts";
 const PROGRESS_MS = 2_000;
 /** Attempts of a restore's write whose outcome was unknown (rewriting the same value is safe). */
 const RESTORE_ATTEMPTS = 3;
+/**
+ * Entries a batch of a restore's readings (or about 4 MiB of them): the writing one compares each
+ * batch with the checking one's before it writes any of it, which keeps two numbers a batch.
+ */
+const RESTORE_BATCH = 4096;
 
 export const BACKUP_HELP = `Usage: cairn backup FILE|- [--prefix P | --from A --to B] [options]
 
@@ -94,7 +101,9 @@ record that counts them): a damaged or cut-short file is refused before anything
 "-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
 after, and when SIGINT, SIGTERM or SIGHUP stops the restore: exit 130, 143, 129) so that it can
 be checked whole before the first write; so is a FILE that is a pipe (<(gunzip -c FILE.gz),
-/dev/stdin). FILE is opened once: what is written is what was checked.
+/dev/stdin). FILE is opened once and read twice, to check it and then to write it: a FILE
+overwritten in place in between is refused where it differs from what was checked (exit 2):
+before the first write if it is another backup, else before any key that differs is written.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
 a new cluster, or a range emptied first; each key is then written only where it is absent, so a
 key written while the restore runs is left as it is (exit 4). Progress goes to stderr every 2 s.
@@ -231,14 +240,20 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
       return fromFileOrStdin(positionals[0] as string, io, async (file, name) => {
         const started = performance.now();
         // The whole file is read and checked before the first write.
-        const checked = await readable(file, name, true, async (reader) => {
-          for await (const batch of reader.entries()) void batch;
-          return {
-            header: reader.header,
-            totals: reader.totals ?? { records: 0, bytes: 0, skippedShards: [] },
-          };
-        });
-        const { header, totals } = checked;
+        const checking = await opened(file, name, null);
+        let header: BackupHeader;
+        let trace: BackupTrace | null;
+        try {
+          for await (const batch of checking.entries(RESTORE_BATCH)) void batch;
+          header = checking.header;
+          trace = checking.trace;
+        } catch (err) {
+          throw asInputError(err, "nothing was written");
+        } finally {
+          await checking.close();
+        }
+        if (trace === null) throw new Error(`${name} was read to its end without its totals`);
+        const { totals } = trace;
         const left = totals.skippedShards;
         if (values["check"] === true) {
           if (globals.output === "json")
@@ -278,30 +293,34 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
         });
         const c = client();
         const overwrite = values["overwrite"] === true;
+        // The file checked, through the same handle, and compared with the reading that checked
+        // it: one overwritten in place since is refused where it differs, before any of its
+        // entries that differ is written (its header: before the first write).
+        const writing = await opened(file, name, trace);
         try {
-          // The file checked, through the same handle: one changed since it was checked is
-          // refused where it differs, keys written by then.
-          await readable(file, name, false, (reader) =>
-            inParallel(reader, concurrency, async (e) => {
-              try {
-                await putAgainIfUnknown(c, e, overwrite);
-              } catch (err) {
-                if (err instanceof VersionConflictError)
-                  io.stderr.write(
-                    `cairn restore: the cluster holds ${printable(e.key)} now, written since the check; it was left as it is\n`,
-                  );
-                throw err;
-              }
-              written++;
-              bytes += e.key.length + e.value.length;
-              progress();
-            }),
-          );
+          await inParallel(writing, concurrency, async (e) => {
+            try {
+              await putAgainIfUnknown(c, e, overwrite);
+            } catch (err) {
+              if (err instanceof VersionConflictError)
+                io.stderr.write(
+                  `cairn restore: the cluster holds ${printable(e.key)} now, written since the check; it was left as it is\n`,
+                );
+              throw err;
+            }
+            written++;
+            bytes += e.key.length + e.value.length;
+            progress();
+          });
         } catch (err) {
           io.stderr.write(
-            `cairn restore: stopped after writing ${written} of ${totals.records} keys; run it again with --overwrite to finish\n`,
+            err instanceof BackupChangedError
+              ? `cairn restore: stopped after writing ${written} of ${totals.records} keys, each as checked; ${name} is not the backup checked any more: see what it holds ('cairn restore --check') before running it again with --overwrite\n`
+              : `cairn restore: stopped after writing ${written} of ${totals.records} keys; run it again with --overwrite to finish\n`,
           );
-          throw err;
+          throw asInputError(err, null);
+        } finally {
+          await writing.close();
         }
         const took = secondsSince(started);
         if (globals.output === "json")
@@ -322,7 +341,8 @@ const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
  * then to write it), and opening its path again for the second read wrote whatever was there
  * by then (a backup renamed over it since the check: its keys, its range never checked) and
  * found a pipe drained (`/dev/stdin`, `<(gunzip -c …)`: a whole backup refused as cut short).
- * A regular file is read through the one handle; standard input ("-") and any other file (a
+ * A regular file is read through the one handle (one overwritten in place between the readings
+ * is refused where it differs: restore compares them); standard input ("-") and any other file (a
  * pipe, a device) are first copied to a temporary file (in TMPDIR), removed after, and on
  * SIGINT, SIGTERM or SIGHUP, which then end the process (exit 128 + the signal's number).
  * `name` is what messages call it.
@@ -376,29 +396,30 @@ async function fromFileOrStdin<T>(
 }
 
 /**
- * Reads the backup for `body` from its first byte; an unreadable or damaged file is an input
- * error (exit 2). `checking`: nothing was written yet (the first pass), which the message says.
+ * Opens the backup to read it from its first byte: to check it (`same` null), or to write it
+ * (`same`: the checking reading's trace, which it must match); nothing was written yet, which the
+ * message of an unreadable, damaged or changed file says (an input error, exit 2).
  */
-async function readable<T>(
+async function opened(
   file: FileHandle,
   name: string,
-  checking: boolean,
-  body: (reader: BackupReader) => Promise<T>,
-): Promise<T> {
-  const damaged = (e: BackupDamagedError): InputError =>
-    new InputError(checking ? `${e.message}; nothing was written` : e.message);
-  const reader = await openBackup(file, name).catch((e: Error) => {
-    if (e instanceof BackupDamagedError) throw damaged(e);
+  same: BackupTrace | null,
+): Promise<BackupReader> {
+  return openBackup(file, name, same).catch((e: Error) => {
+    if (e instanceof BackupDamagedError || e instanceof BackupChangedError)
+      throw asInputError(e, "nothing was written");
     const code = (e as NodeJS.ErrnoException).code;
     throw new InputError(code === undefined ? e.message : `${name} cannot be read: ${code}`);
   });
-  try {
-    return await body(reader);
-  } catch (err) {
-    throw err instanceof BackupDamagedError ? damaged(err) : err;
-  } finally {
-    await reader.close();
-  }
+}
+
+/**
+ * A damaged or changed backup as an input error (exit 2), with `then` (what was written) after
+ * its message; any other error as it is.
+ */
+function asInputError(err: unknown, then: string | null): unknown {
+  if (!(err instanceof BackupDamagedError || err instanceof BackupChangedError)) return err;
+  return new InputError(then === null ? err.message : `${err.message}; ${then}`);
 }
 
 /**

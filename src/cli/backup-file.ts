@@ -21,6 +21,12 @@
  * partial backup (`cairn backup --skip-unavailable`): the shards of the source cluster none of
  * whose replicas answered, whose keys it lacks (a build before it refuses such a file, as a
  * record of unknown type).
+ *
+ * A restore reads a backup twice, to check it and then to write it; the second reading is given
+ * the first's trace (openBackup's `same`: the header's bytes, and the chained checksum at the end
+ * of each batch of entries given), and refuses a file changed in between (BackupChangedError) where
+ * it differs: its header before any entry is given, each batch before it is given, the end record
+ * at the end. The chained checksum covers every byte before it, so it costs nothing more to keep.
  */
 import { once } from "node:events";
 import { constants } from "node:fs";
@@ -77,6 +83,31 @@ export class BackupDamagedError extends Error {
     super(`${path} is not a whole backup: ${what} (at byte ${offset})`);
     this.name = "BackupDamagedError";
   }
+}
+
+/**
+ * A backup read a second time that is not the file the first reading checked (it was overwritten
+ * in place since); the message says where it differs.
+ */
+export class BackupChangedError extends Error {
+  constructor(path: string, offset: number, what: string) {
+    super(`${path} changed since it was checked: ${what} (at byte ${offset})`);
+    this.name = "BackupChangedError";
+  }
+}
+
+/**
+ * What a whole reading of a backup saw, for a second reading to be compared with (openBackup's
+ * `same`): the header's bytes (from the first byte to the header's checksum), the batch size of
+ * its entries, at the end of each batch and at the end record the records read so far and the
+ * chained checksum there (pairs, in order), and its totals. A few bytes a batch (up to `batch`
+ * entries or about 4 MiB).
+ */
+export interface BackupTrace {
+  readonly head: Buffer;
+  readonly batch: number;
+  readonly marks: readonly number[];
+  readonly totals: BackupTotals;
 }
 
 /** Where a backup's bytes go: a file (fileSink) or a stream (streamSink). */
@@ -299,6 +330,8 @@ export interface BackupReader {
   entries(batch?: number): AsyncGenerator<BackupEntry[]>;
   /** What it holds, known once `entries` reached the end record. */
   readonly totals: BackupTotals | null;
+  /** What this reading saw, known once `entries` reached the end record (openBackup's `same`). */
+  readonly trace: BackupTrace | null;
   close(): Promise<void>;
 }
 
@@ -306,17 +339,22 @@ export interface BackupReader {
  * Opens a backup and checks its header (BackupDamagedError if it is not a backup); errors name
  * it `name` (default: its path). `source` is a path, or a file already open, which is read from
  * its first byte whatever its position (a restore reads one file twice: to check it, then to
- * write it) and which the reader's close() leaves open.
+ * write it) and which the reader's close() leaves open. `same`: the trace of a reading of it
+ * before (BackupReader.trace); this one is then refused, BackupChangedError, where it is not that
+ * file any more: its header here, and every batch of entries before it is given (what fails
+ * another check is refused so too: that reading passed it). Its entries are batched as that
+ * reading's were.
  */
 export async function openBackup(
   source: string | FileHandle,
   name = typeof source === "string" ? source : "the backup",
+  same: BackupTrace | null = null,
 ): Promise<BackupReader> {
   const owned = typeof source === "string";
   const file = owned ? await open(source, constants.O_RDONLY) : source;
   try {
-    const src = new ChunkSource(name, file, owned);
-    const head = await src.take(16);
+    const src = new ChunkSource(name, file, owned, same !== null);
+    const head = Buffer.from(await src.take(16));
     if (!head.subarray(0, 8).equals(MAGIC)) throw src.damaged(0, "not a Cairn backup");
     const format = head.readUInt32BE(8);
     if (format !== BACKUP_FORMAT)
@@ -328,7 +366,12 @@ export async function openBackup(
     if ((await src.take(4)).readUInt32BE(0) !== seed)
       throw src.damaged(16 + n, "the header's checksum does not match");
     const header = parseHeader(headerBytes, () => src.damaged(16, "the header is not valid"));
-    return new Reader(src, header, seed);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(seed);
+    const whole = Buffer.concat([head, headerBytes, crc]);
+    if (same !== null && !whole.equals(same.head))
+      throw src.changed(0, "its header is not the one checked (another backup?)");
+    return new Reader(src, header, seed, whole, same);
   } catch (err) {
     if (owned) await file.close();
     throw err;
@@ -338,17 +381,32 @@ export async function openBackup(
 class Reader implements BackupReader {
   readonly header: BackupHeader;
   totals: BackupTotals | null = null;
+  trace: BackupTrace | null = null;
   readonly #src: ChunkSource;
   #crc: number;
+  /** The header's bytes, for the trace. */
+  readonly #head: Buffer;
+  /** The trace of the reading this one must match, if any. */
+  readonly #same: BackupTrace | null;
 
-  constructor(src: ChunkSource, header: BackupHeader, seed: number) {
+  constructor(
+    src: ChunkSource,
+    header: BackupHeader,
+    seed: number,
+    head: Buffer,
+    same: BackupTrace | null,
+  ) {
     this.#src = src;
     this.header = header;
     this.#crc = seed;
+    this.#head = head;
+    this.#same = same;
   }
 
   async *entries(batch = 256): AsyncGenerator<BackupEntry[]> {
     const src = this.#src;
+    const same = this.#same;
+    const size = same?.batch ?? batch;
     let records = 0;
     let bytes = 0;
     let last: Buffer | null = null;
@@ -356,6 +414,25 @@ class Reader implements BackupReader {
     let outBytes = 0;
     let skippedShards: readonly number[] | null = null;
     const inRange = rangeCheck(this.header.range);
+    // This reading's marks (see BackupTrace), or where it is in `same`'s; the batch being read
+    // starts at byte `from`, after `before` records.
+    const marks: number[] = [];
+    let next = 0;
+    let from = src.offset;
+    let before = 0;
+    // Before a batch is given (and at the end record): the records and chained checksum so far
+    // are the checked reading's there, or this one is refused, nothing of the batch given.
+    const mark = (atEnd = false): void => {
+      if (same === null) marks.push(records, this.#crc);
+      else if (same.marks[next] !== records || same.marks[next + 1] !== this.#crc)
+        throw src.changed(
+          from,
+          `what follows record ${before}, up to ${atEnd ? "the end" : `record ${records}`}, is not what was checked`,
+        );
+      next += 2;
+      from = src.offset;
+      before = records;
+    };
     for (;;) {
       const at = src.offset;
       const type = (await src.take(1))[0];
@@ -378,15 +455,29 @@ class Reader implements BackupReader {
       if (type === END) {
         const rest = Buffer.from(await src.take(20));
         const end = Buffer.concat([Buffer.from([END]), rest.subarray(0, 16)]);
-        if (rest.readUInt32BE(16) !== crc32c(end, this.#crc))
+        const endCrc = crc32c(end, this.#crc);
+        if (rest.readUInt32BE(16) !== endCrc)
           throw src.damaged(at, "the end record's checksum does not match");
         const wantRecords = rest.readBigUInt64BE(0);
         const wantBytes = rest.readBigUInt64BE(8);
         if (wantRecords !== BigInt(records) || wantBytes !== BigInt(bytes))
           throw src.damaged(at, `the end counts ${wantRecords} records; the file has ${records}`);
         if (!(await src.atEnd())) throw src.damaged(src.offset, "bytes after the end record");
+        this.#crc = endCrc;
+        const totals = { records, bytes, skippedShards: skippedShards ?? [] };
+        mark(true);
+        const was = same?.totals;
+        if (
+          was !== undefined &&
+          (next !== same?.marks.length ||
+            was.records !== records ||
+            was.bytes !== bytes ||
+            was.skippedShards.join() !== totals.skippedShards.join())
+        )
+          throw src.changed(at, "its end record is not the one checked");
         if (out.length > 0) yield out;
-        this.totals = { records, bytes, skippedShards: skippedShards ?? [] };
+        this.totals = totals;
+        if (same === null) this.trace = { head: this.#head, batch: size, marks, totals };
         return;
       }
       if (type !== RECORD) throw src.damaged(at, `a record of unknown type ${type}`);
@@ -413,7 +504,8 @@ class Reader implements BackupReader {
       bytes += keyLength + valueLength;
       out.push({ key, value });
       outBytes += keyLength + valueLength;
-      if (out.length >= batch || outBytes >= BATCH_BYTES) {
+      if (out.length >= size || outBytes >= BATCH_BYTES) {
+        mark();
         yield out;
         out = [];
         outBytes = 0;
@@ -486,6 +578,8 @@ class ChunkSource {
   readonly #file: FileHandle;
   /** The file was opened for this source, which closes it. */
   readonly #owned: boolean;
+  /** A second reading of a file checked before: what fails a check is a changed file. */
+  readonly #again: boolean;
   /**
    * Where the next read starts: null for a file opened here, read on from its position (a pipe
    * has no other); a file given is read from its first byte, whatever its position.
@@ -496,10 +590,11 @@ class ChunkSource {
   #base = 0;
   #eof = false;
 
-  constructor(path: string, file: FileHandle, owned: boolean) {
+  constructor(path: string, file: FileHandle, owned: boolean, again = false) {
     this.#path = path;
     this.#file = file;
     this.#owned = owned;
+    this.#again = again;
     this.#position = owned ? null : 0;
   }
 
@@ -508,8 +603,14 @@ class ChunkSource {
     return this.#base + this.#at;
   }
 
-  damaged(offset: number, what: string): BackupDamagedError {
-    return new BackupDamagedError(this.#path, offset, what);
+  damaged(offset: number, what: string): BackupDamagedError | BackupChangedError {
+    return this.#again
+      ? this.changed(offset, what)
+      : new BackupDamagedError(this.#path, offset, what);
+  }
+
+  changed(offset: number, what: string): BackupChangedError {
+    return new BackupChangedError(this.#path, offset, what);
   }
 
   async take(n: number): Promise<Buffer> {

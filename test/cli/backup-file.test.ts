@@ -12,10 +12,12 @@ import { basename, join } from "node:path";
 import { after, before, describe, it, mock } from "node:test";
 import fc from "fast-check";
 import {
+  BackupChangedError,
   BackupDamagedError,
   type BackupEntry,
   type BackupHeader,
   type BackupTotals,
+  type BackupTrace,
   BackupWriter,
   openBackup,
 } from "../../src/cli/backup-file.ts";
@@ -359,5 +361,110 @@ describe("the backup file", () => {
     await assert.rejects(read(path + ".header"), /a header of 2147483647 bytes/);
     writeFileSync(path + ".other", Buffer.from("PK\x03\x04 not a backup at all"));
     await assert.rejects(read(path + ".other"), /not a Cairn backup/);
+  });
+
+  it("a second reading given the first's trace reads the file the first checked, and refuses one overwritten in place since, before the batch that differs", async () => {
+    // A restore reads a backup twice through one handle, to check it and then to write it: a
+    // file overwritten in place in between (\`cp other.bak FILE\`), another valid backup, was
+    // written unchecked.
+    const path = fresh();
+    const keys = Array.from({ length: 50 }, (_, i) =>
+      Buffer.from(`k${String(i).padStart(2, "0")}`),
+    );
+    const entries = sorted(keys);
+    const backupOf = async (
+      es: readonly BackupEntry[],
+      skipped: readonly number[],
+      header = HEADER,
+    ): Promise<Buffer> => {
+      const p = fresh();
+      const w = await BackupWriter.create(p, header);
+      for (const e of es) await w.add(e.key, e.value);
+      await w.finish(skipped);
+      return readFileSync(p);
+    };
+    const original = await backupOf(entries, [3, 4]);
+    writeFileSync(path, original);
+    const file = await fsp.open(path);
+    try {
+      // Each batch's keys, the trace, and the error that ended the reading.
+      const reading = async (
+        same: BackupTrace | null,
+      ): Promise<{ batches: string[][]; trace: BackupTrace | null; err: unknown }> => {
+        const batches: string[][] = [];
+        const r = await openBackup(file, "b.bak", same).catch((err: unknown) => err);
+        if (r instanceof Error) return { batches, trace: null, err: r };
+        const opened = r as Awaited<ReturnType<typeof openBackup>>;
+        try {
+          // The second reading batches as the first did, whatever it is asked.
+          for await (const batch of opened.entries(same === null ? 7 : 3))
+            batches.push(batch.map((e) => Buffer.from(e.key).toString()));
+          return { batches, trace: opened.trace, err: null };
+        } catch (err) {
+          return { batches, trace: null, err };
+        } finally {
+          await opened.close();
+        }
+      };
+      const first = await reading(null);
+      assert.equal(first.err, null);
+      const trace = first.trace as BackupTrace;
+      assert.deepEqual(trace.totals.skippedShards, [3, 4]);
+      assert.equal(first.batches.length, 8);
+      // Unchanged: the same entries in the same batches (and read again, as often as wanted).
+      for (let i = 0; i < 2; i++) {
+        const again = await reading(trace);
+        assert.equal(again.err, null);
+        assert.deepEqual(again.batches, first.batches);
+      }
+      const refused = async (bytes: Buffer, batchesGiven: number, want: RegExp): Promise<void> => {
+        writeFileSync(path, bytes); // in place: the same file, the same handle
+        const again = await reading(trace);
+        assert.ok(again.err instanceof BackupChangedError, String(again.err));
+        assert.match((again.err as Error).message, want);
+        assert.deepEqual(again.batches, first.batches.slice(0, batchesGiven));
+      };
+      // Another backup (another header): refused at its opening.
+      await refused(
+        await backupOf(entries.slice(0, 10), [], {
+          ...HEADER,
+          created: "2026-12-03T00:00:00.000Z",
+        }),
+        0,
+        /^b\.bak changed since it was checked: its header is not the one checked \(another backup\?\) \(at byte 0\)$/,
+      );
+      // The same backup, one value changed (record 20, in the third batch: 15 to 21).
+      const changed = entries.map((e, i) =>
+        i === 19 ? { key: e.key, value: Buffer.alloc(e.value.length, 0xee) } : e,
+      );
+      await refused(
+        await backupOf(changed, [3, 4]),
+        2,
+        /changed since it was checked: what follows record 14, up to record 21, is not what was checked \(at byte \d+\)$/,
+      );
+      // A record fewer, or more: refused where it no longer lines up.
+      await refused(
+        await backupOf(entries.slice(0, 49), [3, 4]),
+        7,
+        /what follows record 49, up to the end/,
+      );
+      // Its skipped shards changed: refused at the end, the last batch not given.
+      await refused(await backupOf(entries, [3]), 7, /what follows record 49, up to the end/);
+      // Cut short, or damaged: "changed", not "not a whole backup" (the first reading read it whole).
+      await refused(
+        original.subarray(0, original.length - 30),
+        7,
+        /changed since it was checked: the file ends inside a record/,
+      );
+      const flipped = Buffer.from(original);
+      const firstKey = 16 + original.readUInt32BE(12) + 4 + 9;
+      flipped[firstKey] = (flipped[firstKey] as number) ^ 1;
+      await refused(flipped, 0, /changed since it was checked: record 1's checksum does not match/);
+      // Put back: read again as checked.
+      writeFileSync(path, original);
+      assert.deepEqual((await reading(trace)).batches, first.batches);
+    } finally {
+      await file.close();
+    }
   });
 });

@@ -14,12 +14,15 @@ import {
   openSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { BackupWriter } from "../../src/cli/backup-file.ts";
+import { restore } from "../../src/cli/backup-commands.ts";
+import { type BackupHeader, BackupWriter } from "../../src/cli/backup-file.ts";
 import { CairnClient, type KeyValue } from "../../src/client/index.ts";
 import { crc32c } from "../../src/storage/common/crc32c.ts";
 import {
@@ -116,6 +119,77 @@ async function everything(server: ServerProcess): Promise<Array<[string, string]
     return items.map((kv: KeyValue) => [
       Buffer.from(kv.key).toString("hex"),
       Buffer.from(kv.value).toString("hex"),
+    ]);
+  } finally {
+    c.close();
+  }
+}
+
+/** A backup's bytes: `entries` under `header`, a partial backup when `skipped` names shards. */
+async function backupBytes(
+  header: BackupHeader,
+  entries: ReadonlyArray<[string, Uint8Array]>,
+  skipped: readonly number[],
+): Promise<Buffer> {
+  const path = join(dir, `made-${made++}.bak`);
+  const w = await BackupWriter.create(path, header);
+  for (const [k, v] of entries) await w.add(enc(k), v);
+  await w.finish(skipped);
+  return readFileSync(path);
+}
+let made = 0;
+
+/**
+ * \`cairn restore FILE args\` in this process, against `server`, FILE overwritten in place (the
+ * same inode, as \`cp other.bak FILE\` does) with `swapped` when the restore warns that FILE is a
+ * partial backup: after its check of the whole file, before its second reading, which it writes.
+ */
+async function restoreSwapped(
+  server: ServerProcess,
+  file: string,
+  swapped: Buffer,
+  args: readonly string[] = [],
+): Promise<{ code: number; out: string; err: string; swaps: number }> {
+  let out = "";
+  let err = "";
+  let swaps = 0;
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  const collect = (stream: PassThrough, onText: (text: string) => void): void => {
+    const write = stream.write.bind(stream) as (chunk: unknown, ...rest: unknown[]) => boolean;
+    stream.write = ((chunk: unknown, ...rest: unknown[]) => {
+      onText(String(chunk));
+      return write(chunk, ...rest);
+    }) as typeof stream.write;
+    stream.resume();
+  };
+  collect(stdout, (text) => (out += text));
+  collect(stderr, (text) => {
+    if (text.includes("is a partial backup")) {
+      const inode = statSync(file).ino;
+      writeFileSync(file, swapped);
+      assert.equal(statSync(file).ino, inode, "overwritten in place");
+      swaps++;
+    }
+    err += text;
+  });
+  const code = await restore([file, "--endpoints", server.rpc, ...args], {
+    stdout,
+    stderr,
+    stdin: new PassThrough(),
+    env: {},
+  });
+  return { code, out, err, swaps };
+}
+
+/** The keys `server` holds under `prefix`, with their values. */
+async function keysUnder(server: ServerProcess, prefix: string): Promise<Array<[string, string]>> {
+  const c = new CairnClient({ endpoints: [server.rpc] });
+  try {
+    const { items } = await c.scan({ prefix: enc(prefix) });
+    return items.map((kv: KeyValue) => [
+      Buffer.from(kv.key).toString(),
+      Buffer.from(kv.value).toString("hex").slice(0, 16),
     ]);
   } finally {
     c.close();
@@ -375,5 +449,104 @@ describe("cairn backup and restore", () => {
       assert.equal(r.code, 2, `${args.join(" ")}: ${r.err}`);
       assert.match(r.err, want);
     }
+  });
+});
+
+describe("cairn restore of a file overwritten in place between its check and its writes", () => {
+  // A restore reads FILE twice through one handle: to check it (checksums, end record, range,
+  // totals), then, after the check that the cluster holds no key in its range, to write it. Each
+  // reading checked its own checksums, and nothing compared the second with the first: a FILE
+  // overwritten in place in between (\`cp other.bak FILE\`: the same inode) with another valid
+  // backup was written, its range never checked against the cluster, its totals never shown.
+  const header = (prefix: string): BackupHeader => ({
+    created: new Date().toISOString(),
+    range: { prefix: Buffer.from(prefix).toString("base64") },
+    consistency: "serializable",
+  });
+  const small = (prefix: string): Array<[string, Uint8Array]> =>
+    ["1", "2", "3"].map((k) => [`${prefix}${k}`, enc(`checked ${k}`)]);
+
+  it("another backup put in its place is refused before the first write (exit 2)", async () => {
+    const file = join(dir, "swap-a.bak");
+    writeFileSync(file, await backupBytes(header("swap-a/"), small("swap-a/"), [7]));
+    const other = await backupBytes(header("swap-b/"), small("swap-b/"), [7]);
+    const r = await restoreSwapped(target, file, other);
+    assert.equal(r.swaps, 1);
+    assert.equal(r.code, 2, r.err);
+    assert.match(
+      r.err,
+      /swap-a\.bak changed since it was checked: its header is not the one checked \(another backup\?\) \(at byte 0\); nothing was written\n$/,
+    );
+    assert.doesNotMatch(r.err, /stopped after writing/);
+    assert.deepEqual(await keysUnder(target, "swap-a/"), []);
+    assert.deepEqual(
+      await keysUnder(target, "swap-b/"),
+      [],
+      "the file put in its place was not written",
+    );
+  });
+
+  it("the same backup with a value changed is refused before any key of it is written", async () => {
+    const file = join(dir, "swap-c.bak");
+    const h = header("swap-c/");
+    writeFileSync(file, await backupBytes(h, small("swap-c/"), [7]));
+    const changed = small("swap-c/").map(([k, v]): [string, Uint8Array] =>
+      k.endsWith("2") ? [k, enc("changed 2")] : [k, v],
+    );
+    // The same header, byte for byte; every checksum right.
+    const r = await restoreSwapped(target, file, await backupBytes(h, changed, [7]));
+    assert.equal(r.swaps, 1);
+    assert.equal(r.code, 2, r.err);
+    assert.match(
+      r.err,
+      /stopped after writing 0 of 3 keys, each as checked; .*swap-c\.bak is not the backup checked any more/,
+    );
+    assert.match(
+      r.err,
+      /swap-c\.bak changed since it was checked: what follows record 0, up to the end, is not what was checked \(at byte \d+\)\n$/,
+    );
+    assert.deepEqual(await keysUnder(target, "swap-c/"), []);
+  });
+
+  it("a larger one changed past its first batch is written only as far as it was checked (exit 2)", async () => {
+    // Eight values of 1000 KiB: the first batch of a restore's readings ends at about 4 MiB, after
+    // five. The seventh is changed: the five checked are written, the changed batch is not.
+    const file = join(dir, "swap-d.bak");
+    const h = header("swap-d/");
+    const entries = Array.from({ length: 8 }, (_, i): [string, Uint8Array] => [
+      `swap-d/${i + 1}`,
+      Buffer.alloc(1000 * 1024, i + 1),
+    ]);
+    writeFileSync(file, await backupBytes(h, entries, [7]));
+    const changed = entries.map(([k, v], i): [string, Uint8Array] =>
+      i === 6 ? [k, Buffer.alloc(v.length, 0xee)] : [k, v],
+    );
+    const r = await restoreSwapped(target, file, await backupBytes(h, changed, [7]), [
+      "--concurrency",
+      "2",
+    ]);
+    assert.equal(r.swaps, 1);
+    assert.equal(r.code, 2, r.err);
+    assert.match(r.err, /stopped after writing 5 of 8 keys, each as checked/);
+    assert.match(
+      r.err,
+      /swap-d\.bak changed since it was checked: what follows record 5, up to the end, is not what was checked/,
+    );
+    assert.deepEqual(
+      await keysUnder(target, "swap-d/"),
+      entries.slice(0, 5).map(([k, v]) => [k, Buffer.from(v).toString("hex").slice(0, 16)]),
+      "the checked batch only, never the changed value",
+    );
+  });
+
+  it("a file overwritten in place with the same bytes is restored whole", async () => {
+    const file = join(dir, "swap-e.bak");
+    const bytes = await backupBytes(header("swap-e/"), small("swap-e/"), [7]);
+    writeFileSync(file, bytes);
+    const r = await restoreSwapped(target, file, bytes);
+    assert.equal(r.swaps, 1);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, /^restored 3 keys/);
+    assert.equal((await keysUnder(target, "swap-e/")).length, 3);
   });
 });
