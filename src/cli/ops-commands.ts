@@ -667,7 +667,7 @@ function decommissionEnded(s: Standing): string {
     case "active":
       return `${node} is active again: its decommission was cancelled (cairn node recommission), or it was marked dead and came back; decommission it again if it is still to leave`;
     case "dead":
-      return `${node} is dead (unreachable for cluster.dead_after) before its decommission ended: its replicas are re-created on the other members; once it holds none, retire it with cairn node remove ${node} (should it come back first, it is active again)`;
+      return `${node} is dead (unreachable for cluster.dead_after_ms) before its decommission ended: its replicas are re-created on the other members; once it holds none, retire it with cairn node remove ${node} (should it come back first, it is active again)`;
     default:
       return `${node} is ${s.state}: its decommission ended unfinished`;
   }

@@ -216,9 +216,9 @@ function notRecommissioned(node: string, state: string | undefined): string {
 function notRemovable(node: string, state: string | undefined, replicas: number): string | null {
   switch (state) {
     case "active":
-      return `member ${node} is active: decommission it first (cairn node decommission ${node} --wait), or, if its machine is gone for good, it becomes dead once unreachable for cluster.dead_after and can be removed once its replicas are re-created elsewhere`;
+      return `member ${node} is active: decommission it first (cairn node decommission ${node} --wait), or, if its machine is gone for good, it becomes dead once unreachable for cluster.dead_after_ms and can be removed once its replicas are re-created elsewhere`;
     case "joining":
-      return `member ${node} is joining: stop it; once unreachable for cluster.dead_after it is dead, and can be removed`;
+      return `member ${node} is joining: stop it; once unreachable for cluster.dead_after_ms it is dead, and can be removed`;
     case "decommissioning":
       return `member ${node} is still decommissioning, ${replicas} replica(s) left: remove it once it is decommissioned (cairn node decommission ${node} --wait)`;
     case "dead":
