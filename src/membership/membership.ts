@@ -86,6 +86,7 @@ export interface MembershipEvent {
 export interface MembershipStats {
   readonly datagramsReceived: number;
   readonly datagramsSent: number;
+  /** Datagrams not sent: the socket refused them, or their host name has no address (yet). */
   readonly sendErrors: number;
   readonly dropped: Readonly<Partial<Record<DropReason, number>>>;
 }
@@ -323,11 +324,12 @@ export class Membership {
       const onReply = (): void => {
         if (this.#swim.pushPullReplies > before) done("answered");
       };
-      // Only a seed of this attempt answering with another shard count refuses the join: any
-      // other sender's datagram (a node of another cluster that still knows this address, or a
-      // forgery) is reported, not fatal.
+      // Only a `refuse` naming another shard count, from a seed this attempt asked, refuses
+      // the join: any other datagram (a node of another cluster that still knows this address,
+      // a ping from one, or a forgery) is reported, not fatal; a `refuse` naming this node's own
+      // total_shards is no refusal at all (the core drops it).
       const onRefusal = (e: ShardCountMismatchError): void => {
-        if (e.addr !== null && addrs.includes(e.addr)) done(e);
+        if (e.refusal && e.addr !== null && addrs.includes(e.addr)) done(e);
       };
       const onClose = (): void => done("closed");
       const timer = setTimeout(() => done("timeout"), wait);
@@ -413,13 +415,28 @@ export class Membership {
     this.#metrics.onDatagramDropped(reason);
   }
 
-  /** Carries out what the core asks: send, then report. */
+  /**
+   * Carries out what the core asks: send, then report. Runs in the socket's 'message' handler and
+   * the tick timer: nothing in it may throw. A datagram that cannot go (an address that does not
+   * parse, a name not resolved yet, a send that throws) is dropped, as a lost one would be.
+   */
   #flush(): void {
     const ready = this.#swim.takeReady();
     for (const out of ready.messages) {
       if (this.#closed) break;
       const target = parseHostPort(out.to);
-      if (target === null) continue;
+      if (target === null) {
+        this.#stats.sendErrors += 1;
+        this.#unsent(out.to, "not an address");
+        continue;
+      }
+      // Never a host name: dgram would look it up again, for each datagram, past the cache's cap.
+      const resolved =
+        isIP(target.host) !== 0 ? target.host : this.#dnsCache.addressOf(target.host);
+      if (resolved === null) {
+        this.#stats.sendErrors += 1; // not resolved (yet): the protocol takes it as lost
+        continue;
+      }
       let bytes: Uint8Array;
       try {
         bytes = encodeMessage(out.message);
@@ -431,22 +448,18 @@ export class Membership {
       if (out.message.type === "ping" && out.message.from === this.#swim.self.id) {
         this.#pingSentAt.set(out.message.seq, process.hrtime.bigint());
       }
-      this.#inFlight += 1;
       // A member advertising an IPv4-mapped address is sent to at its IPv4 address: an IPv4
       // socket cannot send to it as written (EINVAL), and an IPv6 one has it mapped again.
-      const host = canonicalHost(this.#resolveCached(target.host));
+      const host = canonicalHost(resolved);
       // An IPv6 socket cannot send to an IPv4 address as such (EINVAL): only v4-mapped.
       const to = this.#family === 6 && isIP(host) === 4 ? `::ffff:${host}` : host;
-      this.#socket.send(bytes, target.port, to, (err) => {
-        this.#inFlight -= 1;
-        if (err === null) this.#stats.datagramsSent += 1;
-        else this.#stats.sendErrors += 1;
-        if (this.#inFlight === 0 && this.#drained !== null) {
-          const drained = this.#drained;
-          this.#drained = null;
-          drained();
-        }
-      });
+      this.#inFlight += 1;
+      try {
+        this.#socket.send(bytes, target.port, to, (err) => this.#sent(err === null));
+      } catch (e) {
+        this.#sent(false);
+        this.#unsent(out.to, String(e));
+      }
     }
     for (const err of ready.errors) {
       if (this.#shouldReport(`${err.code} ${err.peer}`)) {
@@ -468,6 +481,25 @@ export class Membership {
     }
     if (ready.events.length > 0) this.#report(ready.events);
     for (const w of [...this.#replyWaiters]) w();
+  }
+
+  /** A send handed to the socket has ended (or threw). */
+  #sent(ok: boolean): void {
+    this.#inFlight -= 1;
+    if (ok) this.#stats.datagramsSent += 1;
+    else this.#stats.sendErrors += 1;
+    if (this.#inFlight === 0 && this.#drained !== null) {
+      const drained = this.#drained;
+      this.#drained = null;
+      drained();
+    }
+  }
+
+  /** A datagram for `to` that could not be sent: counted, logged once a period per address. */
+  #unsent(to: string, why: string): void {
+    if (this.#shouldReport(`unsent ${to}`)) {
+      this.#log.warn("membership could not send a datagram; dropped", { to, error: why });
+    }
   }
 
   /** Whether problem `key` may be logged now (REPORT_EVERY_MS); records it when so. */
@@ -499,11 +531,6 @@ export class Membership {
       for (const l of this.#listeners) l({ kind: e.kind, member: e.member, members });
     }
     this.#metrics.onClusterSize(this.#swim.liveCount);
-  }
-
-  /** The address to send to for `host`: itself when it is an IP literal, else DnsCache's. */
-  #resolveCached(host: string): string {
-    return isIP(host) !== 0 ? host : this.#dnsCache.addressOf(host);
   }
 
   /**

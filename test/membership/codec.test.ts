@@ -216,6 +216,92 @@ describe("SWIM wire format", () => {
     );
   });
 
+  it("drops a datagram whose rpcAddr, httpAddr or targetAddr is not host:port of an IP literal or a host name", () => {
+    // Each reached getaddrinfo and the socket: "\0:1" made dns.lookup throw inside the UDP
+    // handler (the node exited); the others were names handed to the resolver, or no address.
+    const bad = [
+      "\u0000:1",
+      "a\u0000b.example:1",
+      "a b:1",
+      "%:1",
+      "-:1",
+      "..:1",
+      "[]:1",
+      "[::1%]:1",
+      "[1.2.3.4]:5",
+      "::1:7447",
+      "1.2.3:4",
+      "0x7f.1:7447",
+      "2130706433:7447",
+      "\uFEFF:1",
+      "é.example:1",
+      "under_score:1",
+      `${"a".repeat(64)}.example:1`,
+      "host",
+      "host:0",
+      "host:65536",
+      "0.0.0.0:7447",
+      "[::]:7447",
+    ];
+    const good = [
+      "127.0.0.1:7447",
+      "[::1]:7447",
+      "[::ffff:10.0.0.2]:7447",
+      "[fe80::1%eth0]:7447",
+      "db-1.example:7447",
+      "db-1.example.:7447",
+      "localhost:1",
+      "x.test:65535",
+    ];
+    const messages = (addr: string): Message[] => {
+      const m: MemberMeta = { ...meta("n9"), rpcAddr: addr };
+      return [
+        {
+          type: "ping-req",
+          ...header,
+          seq: 1,
+          target: memberId("t"),
+          targetAddr: addr,
+          gossip: [],
+        },
+        {
+          type: "gossip",
+          ...header,
+          gossip: [{ kind: "alive", incarnation: incarnation(0), meta: m }],
+        },
+        {
+          type: "gossip",
+          ...header,
+          gossip: [
+            { kind: "alive", incarnation: incarnation(0), meta: { ...meta("n9"), httpAddr: addr } },
+          ],
+        },
+        {
+          type: "push-pull",
+          ...header,
+          reply: false,
+          join: false,
+          first: true,
+          records: [{ meta: m, state: "alive", incarnation: incarnation(0) }],
+        },
+      ];
+    };
+    for (const addr of bad) {
+      for (const m of messages(addr)) {
+        assert.deepEqual(
+          decodeMessage(encodeMessage(m)),
+          { ok: false, reason: "bad-field" },
+          `${JSON.stringify(addr)} in ${m.type}`,
+        );
+      }
+    }
+    for (const addr of good) {
+      for (const m of messages(addr)) {
+        assert.deepEqual(decodeMessage(encodeMessage(m)), { ok: true, message: m }, addr);
+      }
+    }
+  });
+
   it("survives every single-byte corruption of valid datagrams", () => {
     for (const m of samples) {
       const good = encodeMessage(m);

@@ -40,12 +40,16 @@ export class TinyNet {
     this.#config = config;
   }
 
-  /** Adds member `name` at `<name>.test:7447`, with node id `id` (default: its name). */
-  add(name: string, totalShards = 1024, id = name): Swim {
+  /**
+   * Adds member `name` at `<name>.test:7447`, with node id `id` (default: its name), starting at
+   * incarnation `startAt` (default 0).
+   */
+  add(name: string, totalShards = 1024, id = name, startAt = 0): Swim {
     const swim = new Swim({
       self: { ...metaOf(name, totalShards), id: memberId(id) },
       rng: seededRng(this.#seed++),
       config: this.#config,
+      incarnation: startAt,
     });
     this.members.set(name, swim);
     this.events.set(name, []);

@@ -17,8 +17,11 @@
  * No message is encoded past MAX_MESSAGE_BYTES, and no datagram past MAX_DATAGRAM_BYTES is
  * decoded. decode() never throws: anything malformed (unknown
  * version, type or kind, truncated, trailing bytes, invalid UTF-8, oversized) is a DecodeFailure
- * the driver counts and drops.
+ * the driver counts and drops. So is an address field (`rpcAddr`, `httpAddr`, `targetAddr`) that
+ * is not `host:port` with an IP literal or a host name (address.ts, `bad-field`): no member
+ * advertises one, and the driver hands these hosts to the resolver and the socket.
  */
+import { isMemberAddress } from "./address.ts";
 import type { Message, MemberRecord, Update } from "./messages.ts";
 import type { MemberMeta, MemberState } from "./types.ts";
 import { incarnation, memberId } from "./types.ts";
@@ -335,7 +338,7 @@ function readMessage(r: Reader): Message {
     case TYPE_CODES["ping-req"]: {
       const seq = r.u32();
       const target = memberId(r.str());
-      const targetAddr = r.str();
+      const targetAddr = readAddress(r);
       m = { type: "ping-req", from, totalShards, seq, target, targetAddr, gossip: readGossip(r) };
       break;
     }
@@ -382,9 +385,16 @@ function readTotalShards(r: Reader): number {
   return n;
 }
 
+/** A string field that must be a member's address (address.ts). */
+function readAddress(r: Reader): string {
+  const addr = r.str();
+  if (!isMemberAddress(addr)) throw new DecodeError("bad-field");
+  return addr;
+}
+
 function readMeta(r: Reader, id: MemberMeta["id"]): MemberMeta {
-  const rpcAddr = r.str();
-  const httpAddr = r.str();
+  const rpcAddr = readAddress(r);
+  const httpAddr = readAddress(r);
   const totalShards = readTotalShards(r);
   return { id, rpcAddr, httpAddr, totalShards };
 }

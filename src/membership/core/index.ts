@@ -19,11 +19,10 @@ export {
   type MemberRecord,
   type Update,
 } from "./messages.ts";
+export { isIpLiteral, isMemberAddress, isWildcardHost, parseHostPort } from "./address.ts";
 export {
-  isWildcardHost,
   MAX_RELAYS,
   type Outgoing,
-  parseHostPort,
   type Ready,
   Swim,
   type SwimOptions,

@@ -31,9 +31,16 @@
  * 2. `dead` and `left` are final for an incarnation: only `alive` with a higher one revives.
  * 3. Only the member itself raises its own incarnation above what others said of it.
  * 4. A member raises its incarnation by at most MAX_INCARNATION_STEP every
- *    INCARNATION_STEP_PERIODS probe periods, and an observer ignores an update naming one more
- *    than MAX_INCARNATION_STEP above what it holds: a forged claim at 2^32 − 1 cannot leave the
- *    member nothing to outbid it with (types.ts).
+ *    INCARNATION_STEP_PERIODS probe periods, and an observer's record of a member rises no
+ *    faster: no further than MAX_INCARNATION_STEP above what it held when the record's current
+ *    step period began (0, or its forgotten incarnation, for a member first seen). An `alive`
+ *    further ahead is taken at that bound (a member it does not know, or the same member at the
+ *    same addresses); any other update further ahead is ignored. A forged claim at 2^32 − 1, in
+ *    one datagram or walked up in many, cannot leave the member nothing to outbid it with
+ *    (types.ts).
+ * 5. What a datagram makes this member send back is bounded: full-state answers and
+ *    introductions by token buckets (per source address and in all), relayed pings by MAX_RELAYS
+ *    and to addresses that are IP literals or the target's in the table.
  *
  * Caveats: no local health multiplier (Lifeguard's LHM) and no TCP fallback probe; two live
  * processes sharing one node id will keep refuting each other.
@@ -61,6 +68,7 @@ import type {
   SwimConfig,
   Ticks,
 } from "./types.ts";
+import { isIpLiteral, isWildcardHost, parseHostPort } from "./address.ts";
 import { BroadcastQueue, updateSubject } from "./broadcasts.ts";
 import {
   headerBytes,
@@ -128,6 +136,13 @@ interface Entry {
   incarnation: Incarnation;
   stateChangedAt: Ticks;
   suspicion: Suspicion | null;
+  /**
+   * The incarnation held when the record's current step period began, and when that was: the
+   * record rises no further than MAX_INCARNATION_STEP above stepBase (#tooFarAhead), so a sender
+   * walking it up one step a datagram gets one step a period, as the member itself (#refute).
+   */
+  stepBase: Incarnation;
+  stepBaseAt: Ticks;
   /** The RPC address its metadata had before the last change (a duplicate id flips back). */
   formerAddr?: string;
 }
@@ -154,6 +169,20 @@ const isLive = (s: MemberState): boolean => s === "alive" || s === "suspect";
 export const MAX_RELAYS = 256;
 /** Other addresses claiming this node's id that are counted (#claims). */
 const MAX_CLAIMS = 64;
+/** Source addresses introduced recently (#introduced); past it, the oldest is forgotten. */
+export const MAX_INTRODUCED = 64;
+/**
+ * Full-state sends a datagram asks for (a push-pull answer, an introduction, the state sent back
+ * after a refutation), in all: STATE_DATAGRAMS_PER_PERIOD datagrams a probe period on average
+ * (~87 KB/s at 1 s), bursts of up to STATE_DATAGRAMS_BURST. A 10-byte request used to be answered
+ * with up to ~330 KiB each time (2,048 members of long names), at any rate: a reflector.
+ */
+export const STATE_DATAGRAMS_PER_PERIOD = 64;
+export const STATE_DATAGRAMS_BURST = 256;
+/** Full-state sends to one address: bursts of STATE_SENDS_PER_SOURCE, one a probe period after. */
+export const STATE_SENDS_PER_SOURCE = 2;
+/** Addresses whose full-state sends are counted (#stateSources); past it, the oldest is forgotten. */
+export const MAX_STATE_SOURCES = 256;
 
 export class Swim {
   readonly #self: MemberMeta;
@@ -190,8 +219,17 @@ export class Swim {
   /** Probes asked for by ping-reqs, awaiting the target's ack (at most MAX_RELAYS). */
   readonly #relays = new Map<number, Relay>();
   #pushPullReplies = 0;
-  /** Senders recently answered with a push-pull because we did not know them as live. */
-  readonly #introduced = new Map<MemberId, Ticks>();
+  /**
+   * Source addresses recently sent a push-pull because their sender was not known as live, and
+   * until when (at most MAX_INTRODUCED, the oldest forgotten). By address, not by the `from` a
+   * datagram claims: 64 made-up ids from one host filled the table and switched introductions off.
+   */
+  readonly #introduced = new Map<string, Ticks>();
+  /** Full-state datagrams that may be sent now for a datagram's asking (may go below 0). */
+  #stateTokens: number = STATE_DATAGRAMS_BURST;
+  #stateTokensAt: Ticks = ticks(0);
+  /** Per source address: full-state sends it may ask for now, and when last counted. */
+  readonly #stateSources = new Map<string, { tokens: number; at: Ticks }>();
   /**
    * While a datagram is handled: what its sender believes that we know to be outdated (a
    * suspicion or death of a member, this one included, that has since refuted it). The sender
@@ -343,8 +381,8 @@ export class Swim {
     for (const [seq, relay] of this.#relays) {
       if (relay.expiresAt <= this.#now) this.#relays.delete(seq);
     }
-    for (const [id, until] of this.#introduced) {
-      if (until <= this.#now) this.#introduced.delete(id);
+    for (const [addr, until] of this.#introduced) {
+      if (until <= this.#now) this.#introduced.delete(addr);
     }
     if (this.#leaving) return;
     this.#maybeProbe();
@@ -373,14 +411,55 @@ export class Swim {
   /**
    * A member we do not know as live is talking to us: we missed its join (or its refutation).
    * A full-state exchange fixes both views at once instead of waiting for anti-entropy. At most
-   * once per sender every five probe periods.
+   * once per source address every five probe periods, within the full-state budget (#reflectState).
    */
   #maybeIntroduce(fromAddr: string, from: MemberId): void {
     const e = this.#members.get(from);
-    if ((e !== undefined && isLive(e.state)) || this.#introduced.has(from)) return;
-    if (this.#introduced.size >= 64) return;
-    this.#introduced.set(from, ticks(this.#now + 5 * this.#config.probeIntervalTicks));
-    this.#sendPushPull(fromAddr, { reply: false, join: false });
+    if ((e !== undefined && isLive(e.state)) || this.#introduced.has(fromAddr)) return;
+    // Full: the oldest goes (a flood of addresses must not switch introductions off).
+    if (this.#introduced.size >= MAX_INTRODUCED) {
+      const oldest = this.#introduced.keys().next();
+      if (oldest.done !== true) this.#introduced.delete(oldest.value);
+    }
+    this.#introduced.set(fromAddr, ticks(this.#now + 5 * this.#config.probeIntervalTicks));
+    this.#reflectState(fromAddr, { reply: false, join: false });
+  }
+
+  /**
+   * Sends the full state to `to` because a datagram from there asked for it (an answer, an
+   * introduction), if the budgets allow: STATE_SENDS_PER_SOURCE to one address, then one a probe
+   * period, and STATE_DATAGRAMS_PER_PERIOD datagrams a period in all. Past them nothing is sent;
+   * the asker tries again (a join with backoff, anti-entropy at its next round), and what its
+   * request carried was merged all the same.
+   */
+  #reflectState(to: string, flags: { reply: boolean; join: boolean }): void {
+    const period = this.#config.probeIntervalTicks;
+    this.#stateTokens = Math.min(
+      STATE_DATAGRAMS_BURST,
+      this.#stateTokens + ((this.#now - this.#stateTokensAt) * STATE_DATAGRAMS_PER_PERIOD) / period,
+    );
+    this.#stateTokensAt = this.#now;
+    let source = this.#stateSources.get(to);
+    if (source === undefined) {
+      if (this.#stateSources.size >= MAX_STATE_SOURCES) {
+        const oldest = this.#stateSources.keys().next();
+        if (oldest.done !== true) this.#stateSources.delete(oldest.value);
+      }
+      source = { tokens: STATE_SENDS_PER_SOURCE, at: this.#now };
+    } else {
+      source.tokens = Math.min(
+        STATE_SENDS_PER_SOURCE,
+        source.tokens + (this.#now - source.at) / period,
+      );
+      source.at = this.#now;
+    }
+    // Re-inserted at the end: the map is in the order addresses last asked.
+    this.#stateSources.delete(to);
+    this.#stateSources.set(to, source);
+    if (source.tokens < 1 || this.#stateTokens < 1) return;
+    source.tokens -= 1;
+    // The whole state goes, however many datagrams: the budget is paid back over time.
+    this.#stateTokens -= this.#sendPushPull(to, flags);
   }
 
   #aliveSelf(): AliveUpdate {
@@ -389,7 +468,11 @@ export class Swim {
 
   #dispatch(fromAddr: string, m: Message): void {
     if (m.type === "refuse") {
-      this.#errors.push(this.#mismatch(m.totalShards, m.from, fromAddr));
+      // A refusal naming this member's own total_shards refuses nothing it sent: forged, or a
+      // bug; it used to end a joining node's join (and the node) like a real one.
+      if (m.totalShards !== this.#self.totalShards) {
+        this.#errors.push(this.#mismatch(m.totalShards, m.from, fromAddr, true));
+      }
       return;
     }
     if (m.totalShards !== this.#self.totalShards) {
@@ -418,13 +501,15 @@ export class Swim {
         // Each relay is a ping sent for someone else: a flood of ping-reqs must not make this
         // member keep (and send) one for every one of them.
         if (this.#relays.size >= MAX_RELAYS) return;
+        const targetAddr = this.#relayAddr(m.target, m.targetAddr);
+        if (targetAddr === null) return;
         const seq = this.#nextSeq();
         const expiresAt = ticks(this.#now + this.#config.probeIntervalTicks);
         this.#relays.set(seq, { to: fromAddr, seq: m.seq, expiresAt, target: m.target });
         // Pass a suspicion of the target on with the ping, so it can refute (buddy rule).
         const buddy = m.gossip.filter((u) => u.kind === "suspect" && u.id === m.target);
         this.#send(
-          m.targetAddr,
+          targetAddr,
           { type: "ping", ...this.#header(), seq, target: m.target, gossip: buddy.slice(0, 1) },
           m.target,
         );
@@ -457,6 +542,19 @@ export class Swim {
         this.#handlePushPull(fromAddr, m);
         return;
     }
+  }
+
+  /**
+   * Where to ping `target` for a ping-req naming `targetAddr`: there if it is an IP literal, else
+   * (a host name) the address the table holds for the target, else nowhere. A host name in a
+   * datagram is a lookup the driver would start for anyone who sends one: a few made-up names
+   * held every thread of libuv's pool (which file I/O shares) for minutes behind a silent DNS.
+   */
+  #relayAddr(target: MemberId, targetAddr: string): string | null {
+    const parsed = parseHostPort(targetAddr);
+    if (parsed === null) return null;
+    if (isIpLiteral(parsed.host)) return targetAddr;
+    return this.#members.get(target)?.meta.rpcAddr ?? null;
   }
 
   // ---- probing ------------------------------------------------------------------------------
@@ -680,9 +778,9 @@ export class Swim {
       this.#pushPullReplies += 1;
       // The sender still believes something false about us: tell it our new incarnation now,
       // or a healed partition would wait for gossip that cannot cross it.
-      if (refuted) this.#sendPushPull(fromAddr, { reply: false, join: false });
+      if (refuted) this.#reflectState(fromAddr, { reply: false, join: false });
     } else if (m.first) {
-      this.#sendPushPull(fromAddr, { reply: true, join: m.join });
+      this.#reflectState(fromAddr, { reply: true, join: m.join });
     }
   }
 
@@ -706,7 +804,8 @@ export class Swim {
     }
   }
 
-  #sendPushPull(to: string, flags: { reply: boolean; join: boolean }): void {
+  /** Sends the full state to `to`; returns the number of datagrams. */
+  #sendPushPull(to: string, flags: { reply: boolean; join: boolean }): number {
     const records: MemberRecord[] = [
       { meta: this.#self, state: "alive", incarnation: this.#incarnation },
     ];
@@ -717,11 +816,13 @@ export class Swim {
     let chunk: MemberRecord[] = [];
     let used = 0;
     let first = true;
+    let datagrams = 0;
     const flush = (): void => {
       this.#send(to, { type: "push-pull", ...this.#header(), ...flags, first, records: chunk });
       first = false;
       chunk = [];
       used = 0;
+      datagrams += 1;
     };
     for (const r of records) {
       const bytes = recordBytes(r);
@@ -730,6 +831,7 @@ export class Swim {
       used += bytes;
     }
     flush();
+    return datagrams;
   }
 
   // ---- updates --------------------------------------------------------------------------------
@@ -784,16 +886,28 @@ export class Swim {
           incarnation: last.incarnation,
           stateChangedAt: this.#now,
           suspicion: null,
+          stepBase: last.incarnation,
+          stepBaseAt: this.#now,
         });
         this.#tombstones.add(id);
         return;
       }
+      // A first sighting rises a step at most, like any record: from 0, or from the incarnation
+      // it was forgotten at. One forged alive(m@2^32 − 1) to a node that had not heard of m yet
+      // (one just started) made it keep m at the top for good, where m could never outbid it.
+      // Taken at the step, an honest member further ahead (one a forger walked up, or that
+      // refuted for days) is still learnt, and its record climbs a step a period (below).
+      const base = last?.incarnation ?? incarnation(0);
+      const top = Math.min(base + MAX_INCARNATION_STEP, MAX_INCARNATION);
+      if (u.incarnation > top) u = { ...u, incarnation: incarnation(top) };
       this.#members.set(id, {
         meta: u.meta,
         state: "alive",
         incarnation: u.incarnation,
         stateChangedAt: this.#now,
         suspicion: null,
+        stepBase: base,
+        stepBaseAt: this.#now,
       });
       this.#liveOthers += 1;
       this.#addToProbeOrder(id);
@@ -801,7 +915,16 @@ export class Swim {
       this.#emit("joined", id);
       return;
     }
-    if (u.incarnation <= e.incarnation || tooFarAhead(u.incarnation, e)) return;
+    if (u.incarnation <= e.incarnation) return;
+    if (this.#tooFarAhead(u.incarnation, e)) {
+      // The same member where it was, further ahead than a step (this record lags: a first
+      // sighting taken at a step, refutations missed): taken at the step, so the record catches
+      // up a step a period. At another address, ignored: that would be a step more than the one
+      // a datagram may move a record by.
+      const top = Math.min(e.stepBase + MAX_INCARNATION_STEP, MAX_INCARNATION);
+      if (!sameMeta(u.meta, e.meta) || top <= e.incarnation) return;
+      u = { ...u, incarnation: incarnation(top) };
+    }
     const previous = e.state;
     const metaChanged = !sameMeta(u.meta, e.meta);
     if (u.meta.rpcAddr !== e.meta.rpcAddr) {
@@ -835,12 +958,15 @@ export class Swim {
       return;
     }
     const e = this.#members.get(u.id);
-    if (e === undefined || tooFarAhead(u.incarnation, e)) return;
+    if (e === undefined || this.#tooFarAhead(u.incarnation, e)) return;
     this.#maybeCorrect(e, u.incarnation);
     if (u.incarnation < e.incarnation || !isLive(e.state)) return;
     if (e.state === "suspect" && e.suspicion !== null && u.incarnation === e.incarnation) {
-      if (!confirms || e.suspicion.confirmers.has(u.from)) return;
-      e.suspicion.confirmers.add(u.from);
+      const s = e.suspicion;
+      // The suspecter and k confirmations bring the timeout to its minimum: more count for
+      // nothing, and each was a made-up `from` kept for the suspicion's life (unbounded).
+      if (!confirms || s.confirmers.size > s.k || s.confirmers.has(u.from)) return;
+      s.confirmers.add(u.from);
       this.#broadcasts.enqueue(u);
       return;
     }
@@ -858,7 +984,7 @@ export class Swim {
       return;
     }
     const e = this.#members.get(u.id);
-    if (e === undefined || tooFarAhead(u.incarnation, e)) return;
+    if (e === undefined || this.#tooFarAhead(u.incarnation, e)) return;
     this.#maybeCorrect(e, u.incarnation);
     if (u.incarnation < e.incarnation || !isLive(e.state)) return;
     e.incarnation = u.incarnation;
@@ -874,7 +1000,7 @@ export class Swim {
     }
     const e = this.#members.get(u.id);
     if (e === undefined || u.incarnation < e.incarnation || !isLive(e.state)) return;
-    if (tooFarAhead(u.incarnation, e)) return;
+    if (this.#tooFarAhead(u.incarnation, e)) return;
     e.incarnation = u.incarnation;
     this.#setState(u.id, e, "left");
     this.#broadcasts.enqueue(u);
@@ -910,6 +1036,21 @@ export class Swim {
     this.#broadcasts.forget(gone);
     this.#duplicates.delete(gone);
     return true;
+  }
+
+  /**
+   * Whether an update about `e` names an incarnation more than MAX_INCARNATION_STEP above the one
+   * held when the record's step period began (a new period begins, from the one held now, every
+   * INCARNATION_STEP_PERIODS probe periods): the member itself never rises faster (#refute), so
+   * no honest peer heard it. Bounding each update against the incarnation held now let a sender
+   * walk the record to 2^32 − 1 a step a datagram (~550 datagrams), then declare it dead there.
+   */
+  #tooFarAhead(heard: Incarnation, e: Entry): boolean {
+    if (this.#now - e.stepBaseAt >= INCARNATION_STEP_PERIODS * this.#config.probeIntervalTicks) {
+      e.stepBase = e.incarnation;
+      e.stepBaseAt = this.#now;
+    }
+    return heard - e.stepBase > MAX_INCARNATION_STEP;
   }
 
   /** A claim against `e` at incarnation `heard` is outdated if we know `e` alive since. */
@@ -1016,8 +1157,19 @@ export class Swim {
     });
   }
 
-  #mismatch(theirs: number, from: MemberId, addr: string): ShardCountMismatchError {
-    return new ShardCountMismatchError(this.#self.totalShards, theirs, `${from} at ${addr}`, addr);
+  #mismatch(
+    theirs: number,
+    from: MemberId,
+    addr: string,
+    refusal = false,
+  ): ShardCountMismatchError {
+    return new ShardCountMismatchError(
+      this.#self.totalShards,
+      theirs,
+      `${from} at ${addr}`,
+      addr,
+      refusal,
+    );
   }
 }
 
@@ -1026,14 +1178,6 @@ function suspicionTimeout(s: Suspicion): number {
   if (s.k < 1) return s.minTicks;
   const frac = Math.log(confirmations + 1) / Math.log(s.k + 1);
   return Math.max(s.minTicks, Math.floor(s.maxTicks - (s.maxTicks - s.minTicks) * frac));
-}
-
-/**
- * Whether an update about `e` names an incarnation more than MAX_INCARNATION_STEP above the one
- * held: the member never rises that far at once, so no honest peer heard it (types.ts).
- */
-function tooFarAhead(heard: Incarnation, e: Entry): boolean {
-  return heard - e.incarnation > MAX_INCARNATION_STEP;
 }
 
 function sameMeta(a: MemberMeta, b: MemberMeta): boolean {
@@ -1104,7 +1248,9 @@ export function validateMeta(meta: MemberMeta): void {
     }
     const parsed = parseHostPort(addr);
     if (parsed === null) {
-      throw new MembershipConfigError(`${key} must be <host>:<port>, got "${addr}"`);
+      throw new MembershipConfigError(
+        `${key} must be <host>:<port>, the host an IP address or a host name, got "${addr}"`,
+      );
     }
     if (isWildcardHost(parsed.host)) {
       throw new MembershipConfigError(
@@ -1122,29 +1268,4 @@ export function validateMeta(meta: MemberMeta): void {
       `cluster.total_shards must be a positive integer, got ${meta.totalShards}`,
     );
   }
-}
-
-/**
- * Splits `host:port` (IPv6 hosts in brackets); null unless the port is 1..65535 (or 0 with
- * `allowPortZero`, for a bind address that lets the OS choose).
- */
-export function parseHostPort(
-  addr: string,
-  allowPortZero = false,
-): { host: string; port: number } | null {
-  const colon = addr.lastIndexOf(":");
-  if (colon <= 0) return null;
-  let host = addr.slice(0, colon);
-  const portText = addr.slice(colon + 1);
-  if (!/^[0-9]{1,5}$/.test(portText)) return null;
-  const port = Number(portText);
-  if (port < (allowPortZero ? 0 : 1) || port > 65535) return null;
-  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
-  if (host === "" || (host.includes(":") && !addr.startsWith("["))) return null;
-  return { host, port };
-}
-
-/** The "any address" forms a node may bind to but never advertise. */
-export function isWildcardHost(host: string): boolean {
-  return host === "0.0.0.0" || host === "::" || /^(0{0,4}:){2,7}0{0,4}$/.test(host);
 }

@@ -23,12 +23,16 @@ export const MAX_INCARNATION = 0xffff_ffff;
 
 /**
  * How far a member's incarnation may move: a member raises its own by at most this much in
- * INCARNATION_STEP_PERIODS probe periods, and an observer ignores an update naming one more than
- * this above the incarnation it holds for the member. Only the member raises its incarnation,
- * by one a refutation (or, in a new life, to just above what the cluster remembers), so an
- * honest update is at most as far ahead of an observer as the refutations it missed: far below
- * this. Without the bound, a forged claim at 2^32 − 1 drove the member to MAX_INCARNATION in one
- * datagram, where it could no longer outbid a suspicion or death at MAX_INCARNATION.
+ * INCARNATION_STEP_PERIODS probe periods, and an observer's record of it rises no faster: no
+ * further than this above the incarnation the record held when its step period began (0, or the
+ * incarnation it was forgotten at, for a member first seen). An `alive` naming more is taken at
+ * that bound (a member not known yet, or the same member at the same addresses); any other
+ * update naming more is ignored. Only the member raises its incarnation, by one a refutation
+ * (or, in a new life, to just above what the cluster remembers), so an honest update is at most
+ * as far ahead of an observer as the refutations it missed: far below this. Without the bound,
+ * a forged claim at 2^32 − 1 drove the member to MAX_INCARNATION in one datagram, where it could
+ * no longer outbid a suspicion or death at MAX_INCARNATION; bounded against the incarnation held
+ * now (not at the period's start), ~550 datagrams a step each walked an observer's record there.
  */
 export const MAX_INCARNATION_STEP = 0x1_0000;
 /** The probe periods in which a member raises its incarnation by MAX_INCARNATION_STEP at most. */
@@ -135,8 +139,20 @@ export class ShardCountMismatchError extends CairnError {
   readonly peer: string;
   /** The address (`host:port`) the refusing datagram came from, when one did. */
   readonly addr: string | null;
+  /**
+   * True when the datagram was a `refuse`: the peer refused what this node sent it (a joining
+   * node's join ends only on such a refusal from a seed it asked, membership.ts); false when this
+   * node refused the peer's datagram.
+   */
+  readonly refusal: boolean;
 
-  constructor(ours: number, theirs: number, peer: string, addr: string | null = null) {
+  constructor(
+    ours: number,
+    theirs: number,
+    peer: string,
+    addr: string | null = null,
+    refusal = false,
+  ) {
     super(
       "CAIRN_ERR_SHARD_COUNT_MISMATCH",
       `cluster.total_shards mismatch: this node has ${ours}, ${peer} has ${theirs}; ` +
@@ -147,6 +163,7 @@ export class ShardCountMismatchError extends CairnError {
     this.theirs = theirs;
     this.peer = peer;
     this.addr = addr;
+    this.refusal = refusal;
   }
 }
 
