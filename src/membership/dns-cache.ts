@@ -71,6 +71,14 @@ export class DnsCache {
   }
 
   /**
+   * The last address a lookup found for `host`, or null when none has: starts no lookup (which
+   * addresses can be sent to now, for the membership's choice of recorded members to contact).
+   */
+  cachedAddressOf(host: string): string | null {
+    return this.#entries.get(host)?.address ?? null;
+  }
+
+  /**
    * The address to send to for `host` now: the last one a lookup found, or null when none has
    * (the datagram is dropped). Starts a lookup when the name is new or its address is old, if
    * fewer than MAX_LOOKUPS_IN_FLIGHT are running. Never throws.

@@ -12,6 +12,8 @@ export {
   type MembershipLogger,
   type MembershipOptions,
   type MembershipStats,
+  RECORDED_PER_ROUND,
+  type RecordedMember,
 } from "./membership.ts";
 
 // Sealed gossip (cluster.gossip_key_file).

@@ -1,8 +1,9 @@
 /**
  * The membership driver: runs one SWIM core over UDP (`node:dgram`) on the RPC port number.
  * It owns the socket, the tick timer, DNS resolution of seeds, join retries with backoff, the
- * periodic re-contact of seeds, the probe round-trip clock and the metrics; the protocol itself
- * is the pure core's (core/swim.ts).
+ * periodic re-contact of seeds and of the members the node's meta state records (`recorded`),
+ * the probe round-trip clock and the metrics; the protocol itself is the pure core's
+ * (core/swim.ts).
  *
  * Datagrams that do not decode (random bytes, truncated, wrong version, oversized) are counted
  * by reason and dropped; they never reach the core and never throw. With gossip keys (`seal`,
@@ -18,6 +19,7 @@ import { canonicalHost, isUnspecifiedHost, sameAddress, sameHost } from "../conf
 import {
   decodeMessage,
   DEFAULT_TICK_MS,
+  isMemberAddress,
   encodeMessage,
   type MemberEvent,
   type MemberEventKind,
@@ -52,6 +54,23 @@ export interface MembershipLogger {
 
 const silentLogger: MembershipLogger = { info: () => {}, warn: () => {}, error: () => {} };
 
+/** A member the node's own records name (the meta state's), and the address it gossips on. */
+export interface RecordedMember {
+  readonly id: string;
+  /** Its `rpc_addr` as recorded: SWIM's UDP runs on the RPC port number, so also its gossip's. */
+  readonly rpcAddr: string;
+}
+
+/**
+ * Recorded members a join attempt or a re-contact round sends a full-state exchange to, at most
+ * (in turn over the list, so that every one is asked within a few rounds), besides the seeds: a
+ * cluster records up to 1,024 members, and one round must not send to all of them.
+ */
+export const RECORDED_PER_ROUND = 8;
+
+/** Recorded members read from `recorded()` at most (the rest are ignored). */
+export const MAX_RECORDED = 2048;
+
 export interface MembershipOptions {
   readonly nodeId: string;
   /** `rpc_addr`: the UDP socket binds the same host and port number. Port 0 picks a free one. */
@@ -63,6 +82,17 @@ export interface MembershipOptions {
   readonly totalShards: number;
   /** `cluster.seed_nodes`: `host:port`, host names allowed; empty for a single node. */
   readonly seeds: readonly string[];
+  /**
+   * The other members this node's own records name (a restarted member's meta state: active,
+   * joining, decommissioning or dead ones, never removed ones nor itself), read again at each
+   * join attempt and each re-contact round: they are joined and re-contacted through besides
+   * the seeds (RECORDED_PER_ROUND a round). A member restarted gracefully is `left` in its
+   * peers' views, which never probe it again: without this, seeds that no longer name a live
+   * member (the first ones decommissioned and removed since) left it out of gossip for good,
+   * and the cluster marked it dead. Host names among them are looked up through the DNS cache
+   * (one at a time), one not looked up yet a round.
+   */
+  readonly recorded?: () => Iterable<RecordedMember>;
   readonly tickMs?: number;
   readonly config?: Partial<SwimConfig>;
   readonly rng?: Rng;
@@ -163,6 +193,9 @@ export class Membership {
   #refusedLogged = 0;
   #refusedLoggedAt = -Infinity;
   #drained: (() => void) | null = null;
+  /** Where the next round of recorded members starts (#recordedRound), and its names'. */
+  #recordedTurn = 0;
+  #unresolvedTurn = 0;
   #stats = {
     datagramsReceived: 0,
     datagramsSent: 0,
@@ -223,7 +256,7 @@ export class Membership {
     socket.on("error", (err) => this.#log.error("membership socket error", { error: err.message }));
     this.#timers.push(setInterval(() => this.#tick(), this.#tickMs));
     const recontact = options.seedRecontactMs ?? 30_000;
-    if (recontact > 0 && options.seeds.length > 0) {
+    if (recontact > 0 && (options.seeds.length > 0 || options.recorded !== undefined)) {
       this.#timers.push(setInterval(() => void this.#recontactSeeds(), recontact));
     }
     this.#metrics.onClusterSize(this.#swim.liveCount);
@@ -267,25 +300,30 @@ export class Membership {
   }
 
   /**
-   * Joins the cluster through the seeds: every attempt resolves every seed and starts a full-state
-   * exchange with each; attempts repeat with exponential backoff and full jitter until one
-   * answers. Resolves at once when there are no seeds or every seed resolves to this node. A seed
-   * that does not resolve (yet) is retried like one that does not answer. Rejects with
-   * ShardCountMismatchError when a seed refuses this node's `total_shards`, and with
-   * MembershipClosedError when close() or leave() comes first.
+   * Joins the cluster through the seeds and the recorded members (`recorded`, read again at each
+   * attempt): every attempt resolves every seed and starts a full-state exchange with each, and
+   * with RECORDED_PER_ROUND recorded members in turn; attempts repeat with exponential backoff
+   * and full jitter until one answers. Resolves at once when there are no seeds and no recorded
+   * members, or every seed resolves to this node and no member is recorded. A seed that does not
+   * resolve (yet) is retried like one that does not answer. Rejects with ShardCountMismatchError
+   * when a seed refuses this node's `total_shards` (a recorded member's refusal is no seed's:
+   * another node may have its address now; retried), and with MembershipClosedError when
+   * close() or leave() comes first.
    */
   async join(): Promise<void> {
-    if (this.#options.seeds.length === 0) return;
+    if (this.#options.seeds.length === 0 && this.#recordedCount() === 0) return;
     const backoff = this.#options.joinBackoffMs ?? { initial: 500, max: 10_000 };
     let base = backoff.initial;
     for (let attempt = 1; ; attempt++) {
       if (this.#closed) throw new MembershipClosedError();
       const resolved = await this.#resolveSeeds();
-      const addrs = resolved.filter((a) => !this.#isSelf(a));
-      if (resolved.length > 0 && addrs.length === 0) return; // this node is the only seed
+      const seeds = resolved.filter((a) => !this.#isSelf(a));
+      const recorded = this.#recordedRound(() => false);
+      // This node is the only seed, and it records no other member: a cluster of one so far.
+      if (resolved.length > 0 && seeds.length === 0 && recorded.length === 0) return;
       // Full jitter keeps nodes restarted together from retrying in lockstep.
       const wait = Math.round(base / 2 + this.#rng.float() * (base / 2));
-      const outcome = await this.#attemptJoin(addrs, wait);
+      const outcome = await this.#attemptJoin(seeds, recorded, wait);
       switch (outcome) {
         case "answered":
           this.#log.info("joined the cluster", { attempt, members: this.#swim.liveCount });
@@ -296,6 +334,7 @@ export class Membership {
           this.#log.warn("no seed answered; retrying", {
             attempt,
             seeds: this.#options.seeds,
+            ...(recorded.length === 0 ? {} : { recorded_members_asked: recorded }),
             next_ms: wait,
           });
           base = Math.min(backoff.max, base * 2);
@@ -306,9 +345,13 @@ export class Membership {
     }
   }
 
-  /** One join attempt: push-pull to `addrs`, then wait for a reply, a refusal, close or `wait`. */
+  /**
+   * One join attempt: push-pull to `addrs` (the seeds') and `recorded`, then wait for a reply, a
+   * seed's refusal, close or `wait`.
+   */
   #attemptJoin(
     addrs: readonly string[],
+    recorded: readonly string[],
     wait: number,
   ): Promise<"answered" | "timeout" | "closed" | ShardCountMismatchError> {
     if (this.#closed) return Promise.resolve("closed");
@@ -336,7 +379,7 @@ export class Membership {
       this.#replyWaiters.add(onReply);
       this.#refusals.add(onRefusal);
       this.#closeWaiters.add(onClose);
-      this.#swim.join(addrs);
+      this.#swim.join([...addrs, ...recorded.filter((a) => !addrs.includes(a))]);
       this.#flush();
     });
   }
@@ -580,18 +623,72 @@ export class Membership {
     return isUnspecifiedHost(this.#boundHost) && localAddresses().has(canonicalHost(p.host));
   }
 
+  /**
+   * Every seed that is not a live member, and RECORDED_PER_ROUND recorded members in turn that
+   * gossip does not have alive or suspect (left, dead, or not heard of since this node started),
+   * get a full-state exchange: a member restarted gracefully is `left` in its peers' views, which
+   * never probe it again, and this is how it (or they, after a partition) comes back.
+   */
   async #recontactSeeds(): Promise<void> {
     if (this.#closed || this.#swim.isLeaving) return;
-    const live = new Set(
-      this.#swim
-        .members()
-        .filter((m) => m.state === "alive" || m.state === "suspect")
-        .map((m) => m.meta.rpcAddr),
-    );
-    for (const addr of await this.#resolveSeeds()) {
-      if (!live.has(addr) && !this.#isSelf(addr)) this.#swim.pushPull(addr);
+    const live = this.#swim.members().filter((m) => m.state === "alive" || m.state === "suspect");
+    const liveAddrs = new Set(live.map((m) => m.meta.rpcAddr));
+    const liveIds = new Set<string>(live.map((m) => m.meta.id));
+    const seeds = await this.#resolveSeeds();
+    if (this.#closed || this.#swim.isLeaving) return;
+    for (const addr of seeds) {
+      if (!liveAddrs.has(addr) && !this.#isSelf(addr)) this.#swim.pushPull(addr);
     }
-    if (!this.#closed) this.#flush();
+    for (const addr of this.#recordedRound((id) => liveIds.has(id))) {
+      if (!liveAddrs.has(addr)) this.#swim.pushPull(addr);
+    }
+    this.#flush();
+  }
+
+  /** How many members `recorded` names (bounded by MAX_RECORDED). */
+  #recordedCount(): number {
+    let n = 0;
+    const all = this.#options.recorded?.()[Symbol.iterator]();
+    while (all !== undefined && n < MAX_RECORDED && all.next().done !== true) n++;
+    return n;
+  }
+
+  /**
+   * This round's recorded members to contact, their addresses as recorded: RECORDED_PER_ROUND
+   * at most of those whose address can be sent to now (an IP literal, or a name the DNS cache
+   * has an address for), the next ones each round; and one more whose name has no address yet,
+   * in turn too (its datagram starts its lookup, within the cache's one at a time; the next
+   * round sends to it once it resolved). Never this node, a member `skip` names, or an address
+   * that is none (a wildcard, malformed).
+   */
+  #recordedRound(skip: (id: string) => boolean): string[] {
+    const provider = this.#options.recorded;
+    if (provider === undefined) return [];
+    const ready: string[] = [];
+    const unresolved: string[] = [];
+    const seen = new Set<string>();
+    let read = 0;
+    for (const m of provider()) {
+      if (++read > MAX_RECORDED) break;
+      if (m.id === this.#swim.self.id || skip(m.id) || seen.has(m.rpcAddr)) continue;
+      seen.add(m.rpcAddr);
+      const p = parseHostPort(m.rpcAddr);
+      if (p === null || !isMemberAddress(m.rpcAddr) || this.#isSelf(m.rpcAddr)) continue;
+      if (isIP(p.host) !== 0 || this.#dnsCache.cachedAddressOf(p.host) !== null)
+        ready.push(m.rpcAddr);
+      else unresolved.push(m.rpcAddr);
+    }
+    const out: string[] = [];
+    const take = Math.min(RECORDED_PER_ROUND, ready.length);
+    const start = ready.length === 0 ? 0 : this.#recordedTurn % ready.length;
+    for (let i = 0; i < take; i++) out.push(ready[(start + i) % ready.length] as string);
+    this.#recordedTurn = ready.length === 0 ? 0 : (start + take) % ready.length;
+    if (unresolved.length > 0) {
+      const next = this.#unresolvedTurn % unresolved.length;
+      out.push(unresolved[next] as string);
+      this.#unresolvedTurn = (next + 1) % unresolved.length;
+    }
+    return out;
   }
 }
 

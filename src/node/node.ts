@@ -72,6 +72,7 @@ import {
   type WorkerTunnels,
 } from "../api/index.ts";
 import { JoinAdmission } from "./join-admission.ts";
+import { recordedMembers } from "./recorded-members.ts";
 import {
   checkMemberUpdate,
   checkRejoin,
@@ -1202,6 +1203,16 @@ export class CairnNode implements HealthSource {
         advertiseHttpAddr: advertised(c.advertise_http_addr, http.value),
         totalShards: c.cluster.total_shards,
         seeds: c.cluster.seed_nodes,
+        // A member restarted on its data directory joins and re-contacts through the members
+        // its meta state records too (recorded-members.ts), read again each round: the meta
+        // state loaded from disk (shard 0 opened before this), then each state applied. Its
+        // seeds may name no live member any more, and its peers hold it `left` after a
+        // graceful stop: they would never probe it again.
+        ...(this.#cluster === null
+          ? {}
+          : {
+              recorded: () => recordedMembers(this.#cluster?.meta ?? null, c.node_id),
+            }),
         metrics: this.metrics.membershipMetrics,
         logger: this.#log.child("membership"),
         ...(seal === null ? {} : { seal }),

@@ -136,4 +136,18 @@ describe("DnsCache", () => {
     assert.equal(cache.addressOf("\u0000"), null, "not retried at once");
     assert.equal(failures.length, 1);
   });
+
+  it("cachedAddressOf tells the last address found and starts no lookup", async () => {
+    let now = 0;
+    const dns = manualLookup();
+    const cache = new DnsCache({ lookup: dns.lookup, failed: () => undefined, now: () => now });
+    assert.equal(cache.cachedAddressOf("member.example"), null);
+    assert.deepEqual(dns.asked, [], "not looked up");
+    cache.addressOf("member.example");
+    assert.equal(cache.cachedAddressOf("member.example"), null, "until its lookup returns");
+    await dns.answer("member.example", "192.0.2.9");
+    now += DNS_TTL_MS;
+    assert.equal(cache.cachedAddressOf("member.example"), "192.0.2.9", "old, still the last");
+    assert.deepEqual(dns.asked, ["member.example"], "no refresh started");
+  });
 });
