@@ -62,10 +62,13 @@ export const QUIESCE_AFTER_HEARTBEATS = 2;
 /** How long a start waits for the meta group's replay before it decides on a corrupt shard. */
 const REPLAY_WAIT_MS = 30_000;
 
-/** What the groups need of the driver. */
-/** A dropped log whose last entry this process did not see: every vote refused. */
+/**
+ * A dropped log whose last entry the WAL does not hold (a drop written by a build before the
+ * WAL recorded it, Wal.droppedLog null): every vote refused.
+ */
 const UNKNOWN_LOST_LOG = { index: Number.MAX_SAFE_INTEGER, term: Number.MAX_SAFE_INTEGER };
 
+/** What the groups need of the driver. */
 export interface GroupsHost {
   readonly options: Pick<
     MultiRaftOptions,
@@ -89,13 +92,12 @@ export interface GroupsHost {
   >;
   /** The open shards, by id: the driver's table, which only this part adds to. */
   readonly shards: Pick<DenseMap<ShardReplica>, "get" | "has" | "set">;
-  /** The WAL (a group's Raft storage reads its log there: WalRaftStorage). */
-  readonly wal: Wal;
   /**
-   * The last entry (index, term) of each log a removal here deleted, by shard, until the shard
-   * is opened again (ShardReplica.recreated): at most one a shard, forgotten at a restart.
+   * The WAL (a group's Raft storage reads its log there: WalRaftStorage). It also holds the
+   * last entry of the log a removal here deleted, while the shard's log is empty since
+   * (Wal.droppedLog, ShardReplica.recreated).
    */
-  readonly droppedLogs: Map<number, { readonly index: number; readonly term: number }>;
+  readonly wal: Wal;
   /** This node's id inside its groups. */
   readonly replicaId: NodeId;
   readonly totalShards: number;
@@ -490,6 +492,10 @@ export class Groups {
     // a stale image, or an LSM missing its CURRENT or a table, and every later message failed.
     const recreated = this.#host.wal.isDropped(id);
     if (recreated) await removeShardDir(o.fs, dir);
+    // The log a removal here deleted, if this replica's log has held nothing since: created
+    // again now, or before a restart and given no entry or snapshot yet (its term may have
+    // moved). It votes as that log would (ShardReplica.recreated).
+    const lostLast = this.#host.wal.droppedLog(id);
     const lsm = await this.#host.openEngine(id, dir);
     try {
       const compacted = this.#host.wal.firstIndex(id) - 1;
@@ -670,9 +676,7 @@ export class Groups {
           this.#host.wal.hardState(id)?.vote === this.#host.replicaId);
       shard.foundingUnsynced = foundedHere;
       // Removed here and created again: it votes as the log it lost would (ShardReplica.recreated).
-      const lostLast = this.#host.droppedLogs.get(id);
-      this.#host.droppedLogs.delete(id);
-      if (recreated && this.#host.testingBugs.voteWhenRecreated !== true) {
+      if (lostLast !== undefined && this.#host.testingBugs.voteWhenRecreated !== true) {
         shard.recreated = lostLast ?? UNKNOWN_LOST_LOG;
       }
       if (lost !== null && (raw.recovering || applied < lost.commit)) shard.refill = lost;

@@ -19,9 +19,10 @@
  *      snapshot pins are released and its engine closed.
  *   4. Wal.drop, synced: its entries, snapshot and compaction mark are gone, its term and vote
  *      kept (a replica created here again, by a later move back, starts from them and never
- *      votes twice in a term). Durable before anything is deleted. A crash from here on: the
- *      shard is dropped in the WAL, so start-up never opens it, and deletes what is left of
- *      its directory (Groups.openAtStart).
+ *      votes twice in a term), and its log's last entry (that replica votes as this log would
+ *      until it gets an entry or a snapshot: ShardReplica.recreated, Wal.droppedLog). Durable
+ *      before anything is deleted. A crash from here on: the shard is dropped in the WAL, so
+ *      start-up never opens it, and deletes what is left of its directory (Groups.openAtStart).
  *   5. Its directory is deleted (and its parent synced). Should that fail partway, the removal
  *      is done all the same: what is left is deleted at the next start, or before the shard is
  *      opened again here if a move brings it back first (Groups#openShard).
@@ -66,8 +67,6 @@ export interface RemovalHost {
   readonly observer: ReplicationObserver | undefined;
   readonly shards: Pick<DenseMap<ShardReplica>, "get" | "set" | "delete">;
   readonly wal: Pick<Wal, "drop" | "sync">;
-  /** The last entry of each log removed here, until the shard is opened again (Groups). */
-  readonly droppedLogs: Map<number, { readonly index: number; readonly term: number }>;
   readonly snapshotPins: SnapshotPins | null;
   /** The ticker (multi-raft-quiesce.ts). */
   readonly sleep: { setTicking(s: ShardReplica, ticking: boolean): void };
@@ -174,9 +173,8 @@ export class Removal {
       host.snapshotPins?.releaseEngine(s.sm.lsm);
       await s.sm.lsm.close();
       // 4. Durable first: from here on the shard is gone whatever happens. Should it come back
-      // here, it votes as this log would (ShardReplica.recreated).
-      const last = s.storage.lastIndex();
-      host.droppedLogs.set(id, { index: last, term: s.storage.term(last) });
+      // here, even after a restart, it votes as this log would: the drop records the log's last
+      // entry (Wal.droppedLog, ShardReplica.recreated).
       host.wal.drop(id);
       await host.wal.sync();
     } catch (err) {

@@ -202,8 +202,6 @@ export class MultiRaft {
       replicasChanged: (): void => this.replicasChanged(),
       snapshotPins: this.#snapshotPins,
       metaVoters: this.#metaVoters,
-      // The logs removals deleted, for the replica opened again (ShardReplica.recreated).
-      droppedLogs: new Map<number, { readonly index: number; readonly term: number }>(),
     };
     this.#writes = new Writes(host);
     this.#reads = new Reads(host);

@@ -309,9 +309,13 @@ export class ShardReplica {
    * to date as the one it lost, as it would have with that log (the rule of a member that lost
    * its log, RaftConfig.recoveringUntil). Refusing every vote instead left a group without a
    * leader for good when the survivors had not learnt that this replica's removal committed
-   * and counted it among their voters (seed 1600014 on four nodes). Not known (created again
-   * after a restart of this node): MAX_SAFE_INTEGER, every vote refused. (CockroachDB and TiKV
-   * give a replica created again a new replica id instead; ours are `node@incarnation`.)
+   * and counted it among their voters (seed 1600014 on four nodes). The WAL's drop records that
+   * entry (Wal.droppedLog), so this holds across restarts of this node, before the replica is
+   * created again or after, until its log gets an entry or a snapshot (when it lived only in
+   * the driver's memory, a replica created again after a restart refused every vote: 1600014's
+   * deadlock again). Not known (a drop written by a build that did not record it):
+   * MAX_SAFE_INTEGER, every vote refused. (CockroachDB and TiKV give a replica created again a
+   * new replica id instead; ours are `node@incarnation`.)
    */
   recreated: { readonly index: number; readonly term: number } | null = null;
 

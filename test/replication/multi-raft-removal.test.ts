@@ -832,6 +832,165 @@ describe("a replica moved back after a removal that left part of its directory",
   });
 });
 
+describe("a replica created again after its node restarted", () => {
+  // A re-created replica's log is empty, and an empty log grants any candidate its vote: a
+  // replica its group had removed won with it and overwrote committed entries (driver
+  // simulation, seed 1302779 on five nodes). So until it gets an entry or a snapshot it votes
+  // as the log its removal deleted would; refusing every vote instead left a group without a
+  // leader for good (seed 1600014 on four nodes). That log's last entry lived in the driver's
+  // memory only: after a restart every vote was refused again (1600014's deadlock), and a
+  // replica created again whose term had moved before the restart (no longer dropped in the
+  // WAL) granted any vote (1302779's). The WAL's drop records it now (Wal.droppedLog).
+  const [n1, n2, n3] = [nodeId("n1"), nodeId("n2"), nodeId("n3")];
+
+  /** n2 alone on `fs`, its shard-1 messages noted in `sent`. */
+  function options(fs: MemoryFileSystem, sent: Message[], fatals: unknown[]): MultiRaftOptions {
+    return {
+      ...soloN2(fs, 1_000_000),
+      transport: {
+        send: (_to: string, messages: readonly ShardMessage[]) => {
+          for (const { shard, message } of messages) if (shard === 1) sent.push(message);
+        },
+        flush: () => undefined,
+      },
+      replicasOf: () => ["n1", "n2", "n3"],
+      acceptsReplica: () => true,
+      observer: { fatal: (err) => fatals.push(err) },
+    };
+  }
+
+  /** n1's append to n2 in shard 1 at term 1 of entries 4..8 (after the founding 1..3). */
+  const append: ShardMessage = {
+    shard: 1,
+    message: {
+      type: "append",
+      from: n1,
+      to: n2,
+      term: term(1),
+      prevIndex: logIndex(3),
+      prevTerm: term(1),
+      entries: [4, 5, 6, 7, 8].map((i) => ({
+        term: term(1),
+        index: logIndex(i),
+        type: "normal" as const,
+        data: new Uint8Array(0),
+      })),
+      commit: logIndex(8),
+      noReply: false,
+    },
+  };
+
+  /** `from`'s vote request to n2 in shard 1, in term `t`, its log ending at `last` of term 1. */
+  const vote = (from: typeof n1, t: number, last: number): ShardMessage => ({
+    shard: 1,
+    message: {
+      type: "vote",
+      from,
+      to: n2,
+      term: term(t),
+      lastIndex: logIndex(last),
+      lastTerm: term(1),
+      transfer: false,
+      commit: logIndex(0),
+      commitTerm: term(0),
+    },
+  });
+
+  /** n2's replica of shard 1 follows n1 up to 8 (term 1), then is removed. */
+  async function removedAt8(mr: MultiRaft, sent: Message[]): Promise<void> {
+    mr.receive("n1", [append]);
+    await eventually("n2 accepted up to 8", () =>
+      sent.some((m) => m.type === "append-resp" && !m.reject && m.index === 8),
+    );
+    const removed = await mr.removeReplica(1, () => Promise.resolve(true));
+    assert.equal(removed.kind, "removed");
+  }
+
+  /**
+   * n3, whose log ends at 7 (behind the lost 8), then n1, whose log ends at 8, ask n2 for its
+   * vote in terms `t` and `t + 1`: n3 is refused (its request ignored: no answer), n1 granted.
+   */
+  async function votesAsTheLostLog(mr: MultiRaft, sent: Message[], t: number): Promise<void> {
+    mr.receive("n3", [vote(n3, t, 7)]);
+    mr.receive("n1", [vote(n1, t + 1, 8)]);
+    await eventually("n2 answers n1's vote request", () =>
+      sent.some((m) => m.type === "vote-resp" && m.to === n1),
+    );
+    const answers = sent.filter((m) => m.type === "vote-resp");
+    assert.deepEqual(
+      answers.map((m) => m.type === "vote-resp" && [m.to, m.term, m.reject]),
+      [[n1, t + 1, false]],
+      "n1 granted, n3 (behind the lost log) not",
+    );
+  }
+
+  it("votes as the log its removal deleted: for a candidate as up to date, not for one behind it", async () => {
+    const fs = new MemoryFileSystem();
+    const fatals: unknown[] = [];
+    const sent: Message[] = [];
+    const first = await MultiRaft.open(options(fs, sent, fatals));
+    try {
+      await removedAt8(first, sent);
+    } finally {
+      await first.close();
+    }
+    const mr = await MultiRaft.open(options(fs, sent, fatals));
+    try {
+      assert.equal(mr.isRemoved(1), true);
+      sent.length = 0;
+      // A vote request creates it again (the shard is placed here: acceptsReplica).
+      await votesAsTheLostLog(mr, sent, 3);
+      assert.equal(mr.shardInfo(1)?.term, 4);
+      assert.deepEqual(fatals, []);
+    } finally {
+      await mr.close().catch(() => undefined);
+    }
+  });
+
+  it("created again before the restart, its term moved but its log still empty, it still votes as the lost log", async () => {
+    const fs = new MemoryFileSystem();
+    const fatals: unknown[] = [];
+    const sent: Message[] = [];
+    const first = await MultiRaft.open(options(fs, sent, fatals));
+    try {
+      await removedAt8(first, sent);
+      // Created again by a new leader's heartbeat in term 2: its term is durable (a hard state
+      // after the drop), its log still empty.
+      first.receive("n1", [
+        {
+          shard: 1,
+          message: {
+            type: "heartbeat",
+            from: n1,
+            to: n2,
+            term: term(2),
+            commit: logIndex(0),
+            readSeq: 0,
+            quiesce: false,
+            noReply: false,
+          },
+        },
+      ]);
+      await eventually("n2 answered the heartbeat", () =>
+        sent.some((m) => m.type === "heartbeat-resp" && m.term === 2),
+      );
+      assert.equal(first.isRemoved(1), false);
+    } finally {
+      await first.close();
+    }
+    const mr = await MultiRaft.open(options(fs, sent, fatals));
+    try {
+      assert.equal(mr.isRemoved(1), false);
+      assert.equal(mr.holds(1), true, "opened at start: no longer dropped in the WAL");
+      sent.length = 0;
+      await votesAsTheLostLog(mr, sent, 5);
+      assert.deepEqual(fatals, []);
+    } finally {
+      await mr.close().catch(() => undefined);
+    }
+  });
+});
+
 describe("removeShardDir", () => {
   it("deletes a shard's directory, and is done when the node never made one", async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "cairn-remove-dir-"));

@@ -108,7 +108,6 @@ describe("a received snapshot's file", () => {
     const removal = new Removal({
       options: { dataDir: "/data", transport: { send() {}, flush() {} } as never, fs },
       observer: undefined,
-      droppedLogs: new Map(),
       shards: new Map([[1, shard]]) as never,
       wal,
       snapshotPins: null,

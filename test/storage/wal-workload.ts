@@ -15,7 +15,7 @@ export interface WalLike {
     >,
   ): void;
   compact(shard: number, index: number): void;
-  /** Wal.drop: the shard's replica deleted, its term and vote kept. */
+  /** Wal.drop: the shard's replica deleted, its term and vote kept, and its log's last entry. */
   drop(shard: number): void;
 }
 
@@ -54,6 +54,8 @@ export function walStep(wal: WalLike, step: number): void {
 export class WalModel implements WalLike {
   readonly logs = new Map<number, { first: number; entries: Map<number, WalEntry> }>();
   readonly hard = new Map<number, { term: number; vote: string | null; commit: number }>();
+  /** Wal.droppedLog: null while a drop's dropped-log record is not written yet (torn). */
+  readonly droppedLogs = new Map<number, { index: number; term: number } | null>();
 
   #log(shard: number): { first: number; entries: Map<number, WalEntry> } {
     let log = this.logs.get(shard);
@@ -80,6 +82,7 @@ export class WalModel implements WalLike {
         continue;
       }
       const log = this.#log(r.shard);
+      if (r.entries.length > 0) this.droppedLogs.delete(r.shard);
       for (const e of r.entries) {
         for (const i of [...log.entries.keys()]) if (i >= e.index) log.entries.delete(i);
         log.entries.set(e.index, e);
@@ -94,9 +97,34 @@ export class WalModel implements WalLike {
   }
 
   drop(shard: number): void {
+    const last = this.lastEntry(shard);
+    this.dropRecord(shard);
+    this.droppedLogRecord(shard, last);
+  }
+
+  /** The drop record alone (a write torn right after it): the dropped log unknown. */
+  dropRecord(shard: number): void {
     const hard = this.hard.get(shard);
     this.logs.set(shard, { first: 1, entries: new Map() });
     this.hard.set(shard, { term: hard?.term ?? 0, vote: hard?.vote ?? null, commit: 0 });
+    this.droppedLogs.set(shard, null);
+  }
+
+  /** The dropped-log record written after the drop record. */
+  droppedLogRecord(shard: number, last: { index: number; term: number }): void {
+    this.droppedLogs.set(shard, last);
+  }
+
+  /**
+   * What a drop of `shard` now records of its log: its last entry (the workload's drops follow
+   * entries of theirs), or, its log empty since a drop, that drop's.
+   */
+  lastEntry(shard: number): { index: number; term: number } {
+    const last = this.lastIndex(shard);
+    const entry = this.#log(shard).entries.get(last);
+    return entry === undefined
+      ? (this.droppedLogs.get(shard) ?? { index: last, term: 0 })
+      : { index: last, term: entry.term };
   }
 }
 
@@ -114,10 +142,15 @@ function hardTuple(h: { term: number; vote: string | null; commit: number } | un
   return h === undefined ? null : [h.term, h.vote, h.commit];
 }
 
+function droppedTuple(d: { index: number; term: number } | null | undefined): unknown {
+  return d === undefined ? "none" : d === null ? "unknown" : [d.index, d.term];
+}
+
 /** What a WAL holds of the workload's shards, comparable with modelSignature. */
 export function walSignature(wal: Wal): string {
   return signature(wal, (shard) => [
     hardTuple(wal.hardState(shard)),
+    droppedTuple(wal.droppedLog(shard)),
     wal
       .entries(shard, wal.firstIndex(shard), wal.lastIndex(shard) + 1)
       .map((e) => [e.index, e.term, Buffer.from(e.data).toString()]),
@@ -154,8 +187,11 @@ export function modelSignature(steps: number, records?: number): string {
           parts.push(() => model.compact(shard, index));
         },
         drop(shard) {
+          const last = ahead.lastEntry(shard);
           ahead.drop(shard);
-          parts.push(() => model.drop(shard));
+          // Two records: the drop, then its dropped log.
+          parts.push(() => model.dropRecord(shard));
+          parts.push(() => model.droppedLogRecord(shard, last));
         },
       },
       steps + 1,
@@ -166,6 +202,7 @@ export function modelSignature(steps: number, records?: number): string {
     const log = model.logs.get(shard);
     return [
       hardTuple(model.hard.get(shard)),
+      droppedTuple(model.droppedLogs.get(shard)),
       [...(log?.entries.values() ?? [])]
         .sort((a, b) => a.index - b.index)
         .map((e) => [e.index, e.term, Buffer.from(e.data).toString()]),

@@ -2,6 +2,7 @@ export { LostWalError, Wal } from "./wal.ts";
 export type {
   ClampedCommit,
   TornTail,
+  WalDroppedLog,
   WalEntry,
   WalHardState,
   WalOptions,

@@ -14,8 +14,17 @@
  * Kinds: 1 entry, 2 hard state (index: the commit), 3 snapshot (payload: its metadata's data),
  * 4 compaction mark, 5 drop: the shard's replica here was deleted (replica GC): its entries,
  * snapshot and compaction mark are gone, and only its term and vote stay (index 0), so that a
- * replica created again later never votes twice in a term. Kind 5 is newer than the others: a
- * WAL holding one cannot be read by a version before it (its recovery stops on "bad-header").
+ * replica created again later never votes twice in a term. 6 dropped log: written right after
+ * its shard's drop record (in the same write, or the same checkpoint), the last entry of the
+ * log that drop deleted as its index and term, no payload, no flag; a replica created again
+ * votes as that log would (Wal.droppedLog). A drop record with no dropped-log record after it
+ * (written by a version before kind 6) leaves that entry unknown.
+ *
+ * Kinds 5 and 6 are newer than the others: a version before a kind stops on a record of it
+ * ("bad-header": corruption) unless the record is the last of the log, which it cuts off as a
+ * torn write. For kind 6 that is harmless: the drop before it is read as that version reads
+ * any drop. (A new flag bit would not do: decodeRecord ignores flags it does not know, so a
+ * version before it would misread the record instead of stopping.)
  */
 import { crc32c } from "../common/index.ts";
 
@@ -42,8 +51,9 @@ export const KIND_HARD_STATE = 2;
 export const KIND_SNAPSHOT = 3;
 export const KIND_COMPACT = 4;
 export const KIND_DROP = 5;
+export const KIND_DROPPED_LOG = 6;
 /** The highest kind this version writes and reads. */
-const KIND_LAST = KIND_DROP;
+const KIND_LAST = KIND_DROPPED_LOG;
 
 export const FLAG_HAS_VOTE = 1;
 /** Set on snapshot records written as a segment's checkpoint: restore the metadata, keep the log. */

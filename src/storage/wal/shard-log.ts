@@ -27,7 +27,7 @@
  *     ends of chunks the next entry did not fit in, and truncated suffixes' bytes.
  */
 import { CairnError } from "../../common/index.ts";
-import type { WalEntry, WalHardState, WalSnapshotMeta } from "./types.ts";
+import type { WalDroppedLog, WalEntry, WalHardState, WalSnapshotMeta } from "./types.ts";
 
 /**
  * Per-entry overhead counted toward the memory budget beyond its bytes: its slot (five numbers,
@@ -73,6 +73,13 @@ export class ShardLog {
    * `hardState`. Cleared by the next record of the shard (a replica created here again).
    */
   dropped = false;
+  /**
+   * The last entry of the log the shard's last drop deleted (drop()), while the shard's log has
+   * held no entry and no snapshot since: kept through hard states (a replica created again
+   * whose term moved), gone with its first entry or snapshot. null: dropped by a drop record
+   * without it (a version before kind 6), the entry unknown. undefined: none.
+   */
+  droppedLog: WalDroppedLog | null | undefined = undefined;
 
   /** The slot of the entry at compactIndex + 1, and how many entries there are. */
   #first = 0;
@@ -96,6 +103,7 @@ export class ShardLog {
    */
   append(e: WalEntry, recovering: boolean): void {
     this.dropped = false;
+    this.droppedLog = undefined;
     if (e.index <= this.compactIndex) {
       if (this.holeBelow === 0) return;
       // Above a hole, compactIndex is a placeholder, not a compaction: this entry was written
@@ -159,6 +167,7 @@ export class ShardLog {
   /** Installs a snapshot: the whole log is replaced by the snapshot's position. */
   applySnapshot(meta: WalSnapshotMeta): void {
     this.dropped = false;
+    this.droppedLog = undefined;
     this.#clear();
     this.compactIndex = meta.index;
     this.compactTerm = meta.term;
@@ -169,9 +178,10 @@ export class ShardLog {
   /**
    * The replica was deleted (replica GC): entries, snapshot and compaction mark go, and the hard
    * state keeps its term and vote with commit 0. A replica created here again starts from that
-   * term and vote, as if new, so a vote it gave is never given again in the same term.
+   * term and vote, as if new, so a vote it gave is never given again in the same term, and
+   * votes as the deleted log would (`droppedLog`: its last entry, or null if unknown).
    */
-  drop(term: number, vote: string | null): void {
+  drop(term: number, vote: string | null, droppedLog: WalDroppedLog | null): void {
     this.#clear();
     this.compactIndex = 0;
     this.compactTerm = 0;
@@ -179,6 +189,7 @@ export class ShardLog {
     this.hardState = { term, vote, commit: 0 };
     this.holeBelow = 0;
     this.dropped = true;
+    this.droppedLog = droppedLog;
   }
 
   term(index: number): number | undefined {

@@ -27,6 +27,16 @@ export interface WalSnapshotMeta {
   readonly data: Uint8Array;
 }
 
+/**
+ * The last entry (index, term) of a shard's log that a drop deleted (Wal.drop, Wal.droppedLog):
+ * a replica created again votes as that log would until its own log holds something. { 0, 0 }
+ * for a log that held nothing.
+ */
+export interface WalDroppedLog {
+  readonly index: number;
+  readonly term: number;
+}
+
 /** One item of an `append()` batch. */
 export type WalRecord =
   | { readonly kind: "entries"; readonly shard: number; readonly entries: readonly WalEntry[] }

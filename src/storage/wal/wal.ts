@@ -19,6 +19,7 @@ import {
   FLAG_HAS_VOTE,
   KIND_COMPACT,
   KIND_DROP,
+  KIND_DROPPED_LOG,
   KIND_ENTRY,
   KIND_HARD_STATE,
   KIND_SNAPSHOT,
@@ -33,6 +34,7 @@ import { ShardLog } from "./shard-log.ts";
 import type {
   ClampedCommit,
   TornTail,
+  WalDroppedLog,
   WalEntry,
   WalHardState,
   WalOptions,
@@ -77,9 +79,17 @@ type Change =
       readonly index: number;
       readonly term: number;
     }
-  /** The shard's replica was deleted: only its term and vote stay (Wal.drop). */
-  | { readonly kind: "drop"; readonly shard: number; readonly state: WalHardState }
-  /** The first entries of a dropped shard's replica created again (its other records do too). */
+  /** The shard's replica was deleted: only its term and vote stay, and its log's last entry. */
+  | {
+      readonly kind: "drop";
+      readonly shard: number;
+      readonly state: WalHardState;
+      readonly droppedLog: WalDroppedLog | null;
+    }
+  /**
+   * The first entries of a dropped shard's replica created again: not dropped any more (its
+   * other records do that too), and its dropped log is gone (a snapshot's does that too).
+   */
   | { readonly kind: "undrop"; readonly shard: number };
 
 /**
@@ -93,6 +103,12 @@ interface ShardCheckpoint {
   compactTerm: number;
   /** Dropped (Wal.drop): a checkpoint records it as a drop record, the term and vote only. */
   dropped: boolean;
+  /**
+   * As ShardLog.droppedLog: a checkpoint records it as a dropped-log record after a drop record,
+   * followed, when the shard is no longer dropped (a replica created again, its log still
+   * empty), by its hard state.
+   */
+  droppedLog: WalDroppedLog | null | undefined;
 }
 
 /** A ShardCheckpoint with nothing in it. */
@@ -103,6 +119,7 @@ function emptyCheckpoint(): ShardCheckpoint {
     compactIndex: 0,
     compactTerm: 0,
     dropped: false,
+    droppedLog: undefined,
   };
 }
 
@@ -441,6 +458,7 @@ export class Wal {
         compactIndex: log.compactIndex,
         compactTerm: log.compactTerm,
         dropped: log.dropped,
+        droppedLog: log.droppedLog,
       });
     }
     if (fresh) {
@@ -487,9 +505,10 @@ export class Wal {
         case "entries": {
           let max = 0;
           for (const e of r.entries) {
-            if (log.dropped) {
+            if (log.dropped || log.droppedLog !== undefined) {
               // A replica created again after a drop: its checkpoints stop recording the drop
-              // once this is durable (the other records' changes do that themselves).
+              // and the dropped log once this is durable (other records' changes do that for
+              // the drop, a snapshot's for the dropped log).
               this.#pendingChanges.push({ kind: "undrop", shard: r.shard });
             }
             writer.put(KIND_ENTRY, e.type, 0, r.shard, e.term, e.index, e.data);
@@ -624,13 +643,15 @@ export class Wal {
   }
 
   /**
-   * Drops every record of `shard` but its term and vote (a drop record, KIND_DROP): its replica
-   * here is being deleted (replica GC, docs/architecture.md "An elastic cluster"). Its entries,
+   * Drops every record of `shard` but its term and vote (a drop record, KIND_DROP) and its log's
+   * last entry (a dropped-log record right after it, KIND_DROPPED_LOG): its replica here is
+   * being deleted (replica GC, docs/architecture.md "An elastic cluster"). Its entries,
    * snapshot and compaction mark are gone from memory at once; once durable, no segment is kept
    * for its entries any more, and checkpoints carry the drop. Its hard state keeps the term and
    * vote (commit 0): a replica created here again starts from them (Raft must never forget a
-   * vote). Durable with the next `sync()`: the caller deletes the replica's files only after.
-   * Records of the shard appended later belong to a replica created again.
+   * vote), and votes as the deleted log would (droppedLog()). Durable with the next `sync()`:
+   * the caller deletes the replica's files only after. Records of the shard appended later
+   * belong to a replica created again.
    */
   drop(shard: number): void {
     this.#assertWritable();
@@ -640,20 +661,44 @@ export class Wal {
     // Raft, but the hard state may be missing (a log written before any vote).
     const term = Math.max(hs?.term ?? 0, log.compactTerm, log.term(log.lastIndex) ?? 0);
     const vote = hs !== undefined && hs.term === term ? hs.vote : null;
+    // The log's last entry; a log empty since an earlier drop (a replica created again that got
+    // no entry) lost what that drop deleted (null: unknown, and so it stays).
+    const last = log.lastIndex;
+    const droppedLog: WalDroppedLog | null =
+      last > 0 || log.droppedLog === undefined
+        ? { index: last, term: log.term(last) ?? 0 }
+        : log.droppedLog;
     const before = this.#writer.length;
-    this.#putRecordWithVote(this.#writer, KIND_DROP, shard, term, 0, vote);
+    this.#putDrop(this.#writer, shard, term, vote, droppedLog);
     this.#appendedBytes += this.#writer.length - before;
     this.#memoryBytes -= log.bytes;
-    log.drop(term, vote);
+    log.drop(term, vote, droppedLog);
     // The segments' marks of the shard go when the write starts (#flush): -1 marks the drop.
     this.#pendingMax.push(shard, -1);
-    this.#pendingChanges.push({ kind: "drop", shard, state: { term, vote, commit: 0 } });
+    this.#pendingChanges.push({
+      kind: "drop",
+      shard,
+      state: { term, vote, commit: 0 },
+      droppedLog,
+    });
     this.#recordsAppended++;
   }
 
   /** Whether `shard`'s replica here was dropped (drop()) and not created again since. */
   isDropped(shard: number): boolean {
     return this.#shards.get(shard)?.dropped === true;
+  }
+
+  /**
+   * The last entry (index, term) of the log that `shard`'s last drop here deleted (drop()),
+   * while the shard's log has held no entry and no snapshot since, across restarts: a replica
+   * created again votes as that log would until its own log holds something. Kept through hard
+   * states (a replica created again whose term moved before its first entry). null: dropped
+   * by a version that did not record it (a drop record without a dropped-log record), so
+   * unknown. undefined: no such drop.
+   */
+  droppedLog(shard: number): WalDroppedLog | null | undefined {
+    return this.#shards.get(shard)?.droppedLog;
   }
 
   /**
@@ -848,6 +893,24 @@ export class Wal {
     this.#putRecordWithVote(writer, KIND_HARD_STATE, shard, state.term, state.commit, state.vote);
   }
 
+  /**
+   * A drop record, then, unless `droppedLog` is null (unknown), the dropped-log record holding
+   * it: always in this order, and in one write (a torn write may keep the drop without it,
+   * which leaves the dropped log unknown, never a dropped log without its drop).
+   */
+  #putDrop(
+    writer: RecordWriter,
+    shard: number,
+    term: number,
+    vote: string | null,
+    droppedLog: WalDroppedLog | null,
+  ): void {
+    this.#putRecordWithVote(writer, KIND_DROP, shard, term, 0, vote);
+    if (droppedLog !== null) {
+      writer.put(KIND_DROPPED_LOG, 0, 0, shard, droppedLog.term, droppedLog.index, EMPTY);
+    }
+  }
+
   /** A hard state or a drop record: `vote` as its payload (flag FLAG_HAS_VOTE) when not null. */
   #putRecordWithVote(
     writer: RecordWriter,
@@ -906,11 +969,13 @@ export class Wal {
     const source =
       this.#testingBugs.rotationCheckpointIncludesBatch === true ? this.#shards : this.#durable;
     for (const [shard, state] of source) {
-      if (state.dropped) {
-        // Nothing else is left of it (Wal.drop).
+      if (state.dropped || state.droppedLog !== undefined) {
+        // Nothing else is left of it (Wal.drop) but its dropped log, or, created again since,
+        // its hard state, which follows (no entry, no snapshot, no compaction mark yet).
         const hs = state.hardState;
-        this.#putRecordWithVote(writer, KIND_DROP, shard, hs?.term ?? 0, 0, hs?.vote ?? null);
-        continue;
+        const droppedLog = state.droppedLog ?? null;
+        this.#putDrop(writer, shard, hs?.term ?? 0, hs?.vote ?? null, droppedLog);
+        if (state.dropped) continue;
       }
       if (state.snapshot !== undefined) {
         const m = state.snapshot;
@@ -935,6 +1000,7 @@ export class Wal {
       let index: number;
       switch (c.kind) {
         case "hard-state":
+          // (The dropped log stays: ShardLog.droppedLog.)
           state.hardState = c.state;
           state.dropped = false;
           continue;
@@ -948,10 +1014,12 @@ export class Wal {
           state.compactIndex = 0;
           state.compactTerm = 0;
           state.dropped = true;
+          state.droppedLog = c.droppedLog;
           this.#durableCompact.delete(c.shard);
           continue;
         case "undrop":
           state.dropped = false;
+          state.droppedLog = undefined;
           continue;
         case "snapshot":
           // As ShardLog.applySnapshot: the log now starts after the snapshot. Below the
@@ -962,6 +1030,7 @@ export class Wal {
           state.compactIndex = c.meta.index;
           state.compactTerm = c.meta.term;
           state.dropped = false;
+          state.droppedLog = undefined;
           this.#durableCompact.set(c.shard, c.meta.index);
           continue;
         case "compact":
@@ -1382,14 +1451,21 @@ function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
         commit: r.index,
         vote: (r.flags & FLAG_HAS_VOTE) !== 0 ? fromUtf8.decode(r.payload) : null,
       };
+      // (A dropped log stays: ShardLog.droppedLog.)
       log.dropped = false;
       break;
     case KIND_DROP:
-      log.drop(r.term, (r.flags & FLAG_HAS_VOTE) !== 0 ? fromUtf8.decode(r.payload) : null);
+      // Its dropped log, if recorded, is the record that follows (KIND_DROPPED_LOG).
+      log.drop(r.term, (r.flags & FLAG_HAS_VOTE) !== 0 ? fromUtf8.decode(r.payload) : null, null);
+      break;
+    case KIND_DROPPED_LOG:
+      // Written right after its shard's drop record, which it completes.
+      if (log.dropped) log.droppedLog = { index: r.index, term: r.term };
       break;
     case KIND_SNAPSHOT: {
       const meta = { term: r.term, index: r.index, data: new Uint8Array(r.payload) };
       log.dropped = false;
+      log.droppedLog = undefined;
       if ((r.flags & FLAG_CHECKPOINT) !== 0) log.snapshot = meta;
       else log.applySnapshot(meta);
       break;
