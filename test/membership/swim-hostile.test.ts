@@ -25,23 +25,10 @@ import {
   STATE_SENDS_PER_SOURCE,
 } from "../../src/membership/core/swim.ts";
 import { INCARNATION_STEP_PERIODS, MAX_INCARNATION_STEP } from "../../src/membership/core/types.ts";
-import { metaOf, TinyNet } from "./tiny-net.ts";
+import { cluster, metaOf, TinyNet } from "./tiny-net.ts";
 
 const MAX = 0xffff_ffff;
 const PERIOD = 10; // probe period in ticks (the default)
-
-function cluster(names: string[], seed = 1): TinyNet {
-  const net = new TinyNet(seed);
-  for (const n of names) net.add(n);
-  const [first, ...rest] = names;
-  for (const n of rest) net.get(n).join([`${first}.test:7447`]);
-  net.flush();
-  net.tick(50);
-  for (const a of names) {
-    for (const b of names) if (a !== b) assert.equal(net.stateOf(a, b), "alive", `${a} sees ${b}`);
-  }
-  return net;
-}
 
 const gossip = (from: string, updates: Update[]): Message => ({
   type: "gossip",

@@ -13,20 +13,7 @@ import {
   Swim,
   type Update,
 } from "../../src/membership/core/index.ts";
-import { metaOf, TinyNet } from "./tiny-net.ts";
-
-function cluster(names: string[], seed = 1): TinyNet {
-  const net = new TinyNet(seed);
-  for (const n of names) net.add(n);
-  const [first, ...rest] = names;
-  for (const n of rest) net.get(n).join([`${first}.test:7447`]);
-  net.flush();
-  net.tick(50);
-  for (const a of names) {
-    for (const b of names) if (a !== b) assert.equal(net.stateOf(a, b), "alive", `${a} sees ${b}`);
-  }
-  return net;
-}
+import { cluster, metaOf, TinyNet } from "./tiny-net.ts";
 
 /** Hands `swim` a gossip message of `updates` from member `from` (at `from`.test:7447). */
 function gossipFrom(swim: Swim, from: string): (updates: Update[]) => void {

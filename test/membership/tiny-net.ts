@@ -105,3 +105,17 @@ export class TinyNet {
       .map((e) => e.kind);
   }
 }
+
+/** A TinyNet of `names`, each joined through the first, every one seeing every other alive. */
+export function cluster(names: string[], seed = 1): TinyNet {
+  const net = new TinyNet(seed);
+  for (const n of names) net.add(n);
+  const [first, ...rest] = names;
+  for (const n of rest) net.get(n).join([`${first}.test:7447`]);
+  net.flush();
+  net.tick(50);
+  for (const a of names) {
+    for (const b of names) if (a !== b) assert.equal(net.stateOf(a, b), "alive", `${a} sees ${b}`);
+  }
+  return net;
+}
