@@ -19,7 +19,7 @@ import { canonicalHost, isUnspecifiedHost, sameAddress, sameHost } from "../conf
 import {
   decodeMessage,
   DEFAULT_TICK_MS,
-  isMemberAddress,
+  isWildcardHost,
   encodeMessage,
   type MemberEvent,
   type MemberEventKind,
@@ -311,7 +311,7 @@ export class Membership {
    * close() or leave() comes first.
    */
   async join(): Promise<void> {
-    if (this.#options.seeds.length === 0 && this.#recordedCount() === 0) return;
+    if (this.#options.seeds.length === 0 && !this.#recordsAny()) return;
     const backoff = this.#options.joinBackoffMs ?? { initial: 500, max: 10_000 };
     let base = backoff.initial;
     for (let attempt = 1; ; attempt++) {
@@ -645,12 +645,10 @@ export class Membership {
     this.#flush();
   }
 
-  /** How many members `recorded` names (bounded by MAX_RECORDED). */
-  #recordedCount(): number {
-    let n = 0;
-    const all = this.#options.recorded?.()[Symbol.iterator]();
-    while (all !== undefined && n < MAX_RECORDED && all.next().done !== true) n++;
-    return n;
+  /** Whether `recorded` names any member. */
+  #recordsAny(): boolean {
+    const provider = this.#options.recorded;
+    return provider !== undefined && provider()[Symbol.iterator]().next().done !== true;
   }
 
   /**
@@ -673,7 +671,7 @@ export class Membership {
       if (m.id === this.#swim.self.id || skip(m.id) || seen.has(m.rpcAddr)) continue;
       seen.add(m.rpcAddr);
       const p = parseHostPort(m.rpcAddr);
-      if (p === null || !isMemberAddress(m.rpcAddr) || this.#isSelf(m.rpcAddr)) continue;
+      if (p === null || isWildcardHost(p.host) || this.#isSelf(m.rpcAddr)) continue;
       if (isIP(p.host) !== 0 || this.#dnsCache.cachedAddressOf(p.host) !== null)
         ready.push(m.rpcAddr);
       else unresolved.push(m.rpcAddr);
