@@ -23,6 +23,7 @@ import {
   MAX_SNAPSHOT_CHUNK_BYTES,
   MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES,
   sendSnapshot,
+  type SnapshotSendOptions,
 } from "../../src/replication/snapshot-transfer.ts";
 import {
   encodeBlock,
@@ -57,6 +58,17 @@ const HANDSHAKE = grpcMessage(
 );
 
 /** HEADERS opening a call of `path` as node `peer` says it is, its request not ended. */
+/** A real sender's options, unpaced, cutting chunks of `chunkBytes`. */
+function sendOptions(chunkBytes: number): SnapshotSendOptions {
+  return {
+    chunkBytes,
+    limiter: { take: () => Promise.resolve() },
+    stallTimeoutMs: ANSWER_MS,
+    onBytes: () => undefined,
+    signal: new AbortController().signal,
+  };
+}
+
 function openCall(id: number, path: string, peer = "n1", extra: readonly Field[] = []): Buffer {
   return frame(
     T.HEADERS,
@@ -230,13 +242,7 @@ for (const ioThreads of [0, 1]) {
                 data: image,
               },
             },
-            {
-              chunkBytes: 1 << 20,
-              limiter: { take: () => Promise.resolve() },
-              stallTimeoutMs: ANSWER_MS,
-              onBytes: () => undefined,
-              signal: new AbortController().signal,
-            },
+            sendOptions(1 << 20),
           );
           const got = fe.snapshots.at(-1)?.message;
           assert.ok(got?.type === "snapshot", "the snapshot reached Raft");
@@ -292,13 +298,13 @@ for (const ioThreads of [0, 1]) {
         const image = snapshotImage(2 * MAX_SNAPSHOT_CHUNK_BYTES + 1000, 7);
         const grpc = new Client(`127.0.0.1:${fe.port}`, credentials.createInsecure());
         try {
-          await sendSnapshot(grpc, ownHandshake("c1", N1, N1, N2), 1, snapshotMessage(7, image), {
-            chunkBytes: MAX_SNAPSHOT_CHUNK_BYTES,
-            limiter: { take: () => Promise.resolve() },
-            stallTimeoutMs: ANSWER_MS,
-            onBytes: () => undefined,
-            signal: new AbortController().signal,
-          });
+          await sendSnapshot(
+            grpc,
+            ownHandshake("c1", N1, N1, N2),
+            1,
+            snapshotMessage(7, image),
+            sendOptions(MAX_SNAPSHOT_CHUNK_BYTES),
+          );
           const got = fe.snapshots.at(-1)?.message;
           assert.ok(got?.type === "snapshot", "the snapshot reached Raft");
           assert.equal(got.snapshot.data.length, image.length);
