@@ -31,6 +31,24 @@ async function fill(wal: Wal, n: number, from = 1): Promise<void> {
   }
 }
 
+/**
+ * A WAL (not preallocated: the file ends where the records do, for tests that cut into the last)
+ * whose shard 3 held entries 1–2 at term 2 and a vote for n1@a, then was dropped; closed.
+ */
+async function droppedShard3(): Promise<{ dir: string; file: string; full: number }> {
+  const dir = tempDir("wal-drop");
+  const wal = await Wal.open(dir, { preallocate: false });
+  wal.append([
+    { kind: "entries", shard: 3, entries: [entry(1, 2), entry(2, 2)] },
+    { kind: "hard-state", shard: 3, state: { term: 2, vote: "n1@a", commit: 2 } },
+  ]);
+  await wal.sync();
+  wal.drop(3);
+  await wal.close();
+  const [file] = segmentFiles(dir) as [string];
+  return { dir, file, full: statSync(file).size };
+}
+
 describe("WAL drop (replica GC)", () => {
   it("keeps only the term and vote, across a restart, and frees the segments the shard held", async () => {
     const dir = tempDir("wal-drop");
@@ -151,18 +169,7 @@ describe("WAL drop (replica GC)", () => {
   });
 
   it("a drop record torn by a crash is cut off: the shard is whole again", async () => {
-    const dir = tempDir("wal-drop");
-    // Not preallocated: the file ends where the records do, and the test cuts into the last.
-    const wal = await Wal.open(dir, { preallocate: false });
-    wal.append([
-      { kind: "entries", shard: 3, entries: [entry(1, 2), entry(2, 2)] },
-      { kind: "hard-state", shard: 3, state: { term: 2, vote: "n1@a", commit: 2 } },
-    ]);
-    await wal.sync();
-    wal.drop(3);
-    await wal.close();
-    const [file] = segmentFiles(dir) as [string];
-    const full = statSync(file).size;
+    const { dir, file, full } = await droppedShard3();
     // The drop record (8 + 24 bytes of header and the vote's 4 bytes), then its dropped-log
     // record (8 + 24); cut inside the drop record.
     truncateSync(file, full - 32 - 10);
@@ -185,17 +192,7 @@ describe("WAL drop (replica GC)", () => {
   });
 
   it("a write torn between the drop record and its dropped log keeps the drop, its log's end unknown", async () => {
-    const dir = tempDir("wal-drop");
-    const wal = await Wal.open(dir, { preallocate: false });
-    wal.append([
-      { kind: "entries", shard: 3, entries: [entry(1, 2), entry(2, 2)] },
-      { kind: "hard-state", shard: 3, state: { term: 2, vote: "n1@a", commit: 2 } },
-    ]);
-    await wal.sync();
-    wal.drop(3);
-    await wal.close();
-    const [file] = segmentFiles(dir) as [string];
-    const full = statSync(file).size;
+    const { dir, file, full } = await droppedShard3();
     truncateSync(file, full - 10); // inside the dropped-log record
 
     const again = await Wal.open(dir);
