@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { type MetaCommand, MetaState } from "../../src/cluster/index.ts";
+import { metaStateOf } from "./meta-fixtures.ts";
 import { recordedMembers } from "../../src/node/recorded-members.ts";
 
 const member = (i: number): { id: string; rpcAddr: string; httpAddr: string } => ({
@@ -15,19 +16,9 @@ const member = (i: number): { id: string; rpcAddr: string; httpAddr: string } =>
   httpAddr: `127.0.0.1:800${i}`,
 });
 
-function state(...cmds: MetaCommand[]): MetaState {
-  let s = MetaState.empty();
-  for (const c of cmds) {
-    const applied = s.apply(c);
-    assert.notEqual(applied.outcome.kind, "rejected", JSON.stringify(applied.outcome));
-    s = applied.state;
-  }
-  return s;
-}
-
 describe("recordedMembers", () => {
   it("lists the other members not gone for good, serving ones first, at their recorded addresses", () => {
-    const meta = state(
+    const meta = metaStateOf(
       {
         op: "bootstrap",
         clusterId: "c1",

@@ -11,7 +11,6 @@ import {
   type MetaCommand,
   type MemberState,
   type MetaMember,
-  MetaState,
 } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import type { MemberView } from "../../src/membership/index.ts";
@@ -19,6 +18,7 @@ import { incarnation, memberId } from "../../src/membership/core/index.ts";
 import { ClusterState, type MemberProbe } from "../../src/node/cluster.ts";
 import { peersToAsk, REMOVAL_PROBES, removedByViews } from "../../src/node/removal-watch.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import { metaStateOf } from "./meta-fixtures.ts";
 
 const view = (...members: string[]): MemberProbe => ({
   clusterId: "c1",
@@ -133,15 +133,6 @@ describe("ClusterState.removalLoop", () => {
       })),
   });
   const gossip = gossipOf(4);
-  function state(...cmds: MetaCommand[]): MetaState {
-    let s = MetaState.empty();
-    for (const c of cmds) {
-      const r = s.apply(c);
-      assert.notEqual(r.outcome.kind, "rejected", JSON.stringify(r.outcome));
-      s = r.state;
-    }
-    return s;
-  }
   function node(): { cs: ClusterState; lost: CairnError[] } {
     const lost: CairnError[] = [];
     const cs = new ClusterState(
@@ -156,7 +147,7 @@ describe("ClusterState.removalLoop", () => {
 
   it("asks nobody while the node is a member that follows its cluster", async () => {
     const { cs, lost } = node();
-    cs.applied(state(boot, ...joined));
+    cs.applied(metaStateOf(boot, ...joined));
     let probes = 0;
     let passes = 0;
     await cs.removalLoop(gossip, () => ++passes > 5, {
@@ -173,7 +164,7 @@ describe("ClusterState.removalLoop", () => {
   it("stops a decommissioned node once its peers' views no longer list it, once", async () => {
     const { cs, lost } = node();
     cs.applied(
-      state(
+      metaStateOf(
         boot,
         ...joined,
         { op: "set-state", id: "n2", state: "decommissioning" },
@@ -214,7 +205,9 @@ describe("ClusterState.removalLoop", () => {
     // group; n2, cut off meanwhile, never learnt that commit: its own state still says
     // decommissioning, with no replica left.
     const { cs, lost } = node();
-    cs.applied(state(boot, ...joined, { op: "set-state", id: "n2", state: "decommissioning" }));
+    cs.applied(
+      metaStateOf(boot, ...joined, { op: "set-state", id: "n2", state: "decommissioning" }),
+    );
     assert.equal(cs.notServingReason(), null);
     const listed = (decommissioned: string[]): MemberProbe => ({
       ...view("n1", "n2", "n3", "n4"),
@@ -257,7 +250,7 @@ describe("ClusterState.removalLoop", () => {
     // after n2's state was taken (its state has them active), so they refuse views.
     const { cs, lost } = node();
     cs.applied(
-      state(
+      metaStateOf(
         boot,
         ...joined,
         ...[5, 6, 7].flatMap((i): MetaCommand[] => [

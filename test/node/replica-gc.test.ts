@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { type MetaCommand, MetaState } from "../../src/cluster/index.ts";
+import { metaStateOf } from "./meta-fixtures.ts";
 import { hasLeftForGood, isRemovable } from "../../src/node/replica-gc.ts";
 
 const members = [1, 2, 3, 4].map((i) => ({
@@ -15,16 +16,6 @@ const members = [1, 2, 3, 4].map((i) => ({
   httpAddr: `127.0.0.1:800${i}`,
   incarnation: `i${i}`,
 }));
-
-function state(...cmds: MetaCommand[]): MetaState {
-  let s = MetaState.empty();
-  for (const c of cmds) {
-    const applied = s.apply(c);
-    assert.notEqual(applied.outcome.kind, "rejected", JSON.stringify(applied.outcome));
-    s = applied.state;
-  }
-  return s;
-}
 
 const BOOT: MetaCommand = {
   op: "bootstrap",
@@ -44,7 +35,7 @@ const SETTLE: MetaCommand = { op: "settle-shard", shard: 4, nodes: ["n1", "n2", 
 
 describe("isRemovable (replica GC's rule)", () => {
   it("keeps a replica the shard is placed on, and everything when unsure", () => {
-    const created = state(BOOT, CREATED);
+    const created = metaStateOf(BOOT, CREATED);
     assert.equal(isRemovable(created, 4, "n3"), false);
     assert.equal(isRemovable(created, 4, "n4"), true, "never placed on n4: nothing to keep");
     assert.equal(isRemovable(null, 4, "n3"), false);
@@ -54,10 +45,10 @@ describe("isRemovable (replica GC's rule)", () => {
   });
 
   it("keeps the old replica while its move is under way, removes it once settled", () => {
-    const moving = state(BOOT, CREATED, MOVE);
+    const moving = metaStateOf(BOOT, CREATED, MOVE);
     assert.equal(isRemovable(moving, 4, "n3"), false);
     assert.equal(isRemovable(moving, 4, "n4"), false);
-    const settled = state(BOOT, CREATED, MOVE, SETTLE);
+    const settled = metaStateOf(BOOT, CREATED, MOVE, SETTLE);
     assert.equal(isRemovable(settled, 4, "n3"), true);
     for (const n of ["n1", "n2", "n4"]) assert.equal(isRemovable(settled, 4, n), false, n);
     // Moved back onto n3: its replica is needed again (while moving and after).
@@ -67,7 +58,7 @@ describe("isRemovable (replica GC's rule)", () => {
       from: ["n1", "n2", "n4"],
       nodes: ["n1", "n2", "n3"],
     };
-    assert.equal(isRemovable(state(BOOT, CREATED, MOVE, SETTLE, back), 4, "n3"), false);
+    assert.equal(isRemovable(metaStateOf(BOOT, CREATED, MOVE, SETTLE, back), 4, "n3"), false);
   });
 
   it("never removes the meta group's replica", () => {
@@ -77,7 +68,7 @@ describe("isRemovable (replica GC's rule)", () => {
       httpAddr: "127.0.0.1:8005",
       incarnation: "i5",
     };
-    const decommissioned = state(
+    const decommissioned = metaStateOf(
       BOOT,
       { op: "join", member: n5 },
       { op: "set-state", id: "n5", state: "active" },
