@@ -68,6 +68,15 @@ import { decodeConfChange, encodeConfChange, logIndex, term as toTerm } from "./
  */
 const MAX_TERM = 2 ** 52;
 
+/**
+ * The furthest a message's term may be ahead of this member's: a group holds an election at
+ * most every few hundred milliseconds, so no real member is ever 2^32 terms behind another
+ * (over a thousand years of elections). One message with a term near MAX_TERM, adopted and
+ * spread by every answer, left its group with no term to elect a leader in, for good (the term
+ * is in the hard state): a review of 2026-12-06. A sender must now raise it 2^20 times.
+ */
+const MAX_TERM_STEP = 2 ** 32;
+
 /** Raft.msgs and Raft.readStates when empty since the last ready(): never written. */
 export const NO_MESSAGES: Message[] = Object.freeze([]) as unknown as Message[];
 export const NO_READ_STATES: ReadState[] = Object.freeze([]) as unknown as ReadState[];
@@ -614,7 +623,7 @@ export class Raft {
     if (m.type === "append" && !appendIsWellFormed(m)) return;
     // A term so high that the ones after it are not exact (term + 1 === term past 2^53, and
     // peers decode no term past it) would end the group's elections once adopted.
-    if (m.term > MAX_TERM) return;
+    if (m.term > MAX_TERM || m.term - this.term > MAX_TERM_STEP) return;
     if (this.#quiesced && this.bugs.sleepThroughMessages !== true) {
       if (this.#isLateAnswer(m)) return;
       if (this.#wakesOn(m)) {
@@ -1256,6 +1265,24 @@ export class Raft {
         hintTerm: this.log.lastTerm(),
         lost: true,
       });
+    } else if (m.commit > last) {
+      // A commit past this log from any other leader: it counts this member as holding entries
+      // it does not have (its log lost undetected), or the heartbeat is forged. Nothing is
+      // committed (the entries here may not be the leader's), and the node does not fail (one
+      // forged heartbeat failed it, every shard with it: a review of 2026-12-06): the refusal
+      // marked `lost` has a real leader forget the match and refill this member.
+      this.#send({
+        type: "append-resp",
+        from: this.id,
+        to: m.from,
+        term: this.term,
+        index: m.commit,
+        reject: true,
+        hintIndex: last,
+        hintTerm: this.log.lastTerm(),
+        lost: true,
+      });
+      return;
     } else {
       this.log.commitTo(m.commit);
     }
@@ -1817,7 +1844,10 @@ function leavesVoters(cc: ConfChange, id: NodeId): boolean {
 /**
  * Whether an append is one a leader could have sent: its entries follow (prevIndex, prevTerm)
  * one index at a time, with terms that never decrease, from prevTerm up to the leader's term.
- * The follower's log code takes entries by position and trusts their indexes and terms.
+ * The follower's log code takes entries by position and trusts their indexes and terms. Its
+ * membership changes decode: the core and the driver apply them, and one that does not decode
+ * failed the node at its apply and at every restart after (a review of 2026-12-06; the driver
+ * checks KV and meta commands the same way before the core sees them: Peers.receive).
  */
 function appendIsWellFormed(m: AppendMessage): boolean {
   if (m.prevTerm > m.term) return false;
@@ -1825,7 +1855,17 @@ function appendIsWellFormed(m: AppendMessage): boolean {
   for (let k = 0; k < m.entries.length; k++) {
     const e = m.entries[k] as Entry;
     if (e.index !== m.prevIndex + 1 + k || e.term < prevTerm || e.term > m.term) return false;
+    if (e.type === "conf-change" && !decodesAsConfChange(e.data)) return false;
     prevTerm = e.term;
   }
   return true;
+}
+
+function decodesAsConfChange(data: Uint8Array): boolean {
+  try {
+    decodeConfChange(data);
+    return true;
+  } catch {
+    return false;
+  }
 }
