@@ -41,6 +41,7 @@ import {
   type HealthReport,
   type HealthSource,
   type Logger,
+  LogWindow,
   OpsHttpServer,
   type ShardHealth,
 } from "../ops/index.ts";
@@ -440,6 +441,8 @@ export class CairnNode implements HealthSource {
     const log = this.#log;
     const raftLog = log.child("raft");
     const storageLog = log.child("storage");
+    // A peer decides how many malformed appends come: their lines are rate-limited.
+    const malformedLogs = new LogWindow();
     const cluster = this.#cluster;
     const cell = this.#cell;
     let opened: MultiRaft | null = null;
@@ -627,6 +630,20 @@ export class CairnNode implements HealthSource {
             leader: leader ?? "none",
             term,
           });
+        },
+        malformedAppend(from, shard, index, reason) {
+          const skipped = malformedLogs.admit();
+          if (skipped === null) return;
+          raftLog.warn(
+            "a peer's append held a log entry that is no command this build applies, and was dropped: a leader of this build never sends one, so the caller posed as a member, or runs a build this one cannot read (docs/operations.md, Upgrading)",
+            {
+              peer: from,
+              shard_id: shard,
+              index,
+              reason,
+              ...(skipped > 0 ? { not_logged_before: skipped } : {}),
+            },
+          );
         },
         shardRefilled(shard) {
           storageLog.info("shard refilled from its peers after its directory was lost", {
@@ -1627,7 +1644,8 @@ function retainedMembers(meta: MetaState | null): Set<string> {
 /**
  * A peer's ProposeMeta command, decoded: bytes that are no meta command this build knows are
  * the caller's mistake (CAIRN_ERR_INVALID_ARGUMENT, answered INVALID_ARGUMENT), not a committed
- * entry that fails to decode (CAIRN_ERR_MALFORMED_COMMAND, which stops a node).
+ * entry that fails to decode (CAIRN_ERR_MALFORMED_COMMAND, which stops a node; a follower drops
+ * an append holding one: ReplicationObserver.malformedAppend).
  */
 function proposedCommand(bytes: Uint8Array): MetaCommand {
   let cmd: MetaCommand;

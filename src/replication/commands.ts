@@ -117,6 +117,24 @@ export function decodeMetaEntry(data: Uint8Array): MetaCommand {
   return decodeMetaCommand(data.subarray(2));
 }
 
+/**
+ * Why the data of a normal log entry is no command this build applies (a KV or a meta command,
+ * or empty: a leader's no-op), or null when it is one. A follower checks each entry a peer
+ * sends before it takes it in (Peers.receive): a committed entry that does not decode stops its
+ * node, at its apply and again at every restart as the log replays (which is right for an op of
+ * a newer build: it must not be misread), so one that does not decode must never reach the log.
+ */
+export function entryDataProblem(data: Uint8Array): string | null {
+  if (data.length === 0) return null;
+  try {
+    if (isMetaEntry(data)) decodeMetaEntry(data);
+    else decodeCommand(data);
+    return null;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+}
+
 function malformed(why: string): CairnError {
   return new CairnError("CAIRN_ERR_MALFORMED_COMMAND", `malformed KV command in the log: ${why}`);
 }

@@ -260,6 +260,11 @@ export interface ReplicationObserver {
    */
   shardRemoved?(shard: number, bytes: number): void;
   leaderChanged?(shard: number, leader: string | null, term: number): void;
+  /**
+   * An append from node `from` for `shard` was dropped: its entry at `index` holds no command
+   * this build applies (`reason`). A leader of this build never sends one (Peers.receive).
+   */
+  malformedAppend?(from: string, shard: number, index: number, reason: string): void;
   /** The shard's state was replaced by its leader's snapshot (a replica far behind, or new). */
   snapshotInstalled?(shard: number, index: number, bytes: number): void;
   /**

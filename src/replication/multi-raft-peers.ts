@@ -6,6 +6,7 @@
  */
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { Message, NodeId, Snapshot } from "../raft/index.ts";
+import { entryDataProblem } from "./commands.ts";
 import { snapshotImageSeq, type Wal } from "../storage/index.ts";
 import type { Clock } from "./engine.ts";
 import type { MultiRaftOptions, ShardTable } from "./multi-raft-options.ts";
@@ -23,7 +24,10 @@ const HELD_MESSAGES_MAX = 4_096;
 
 /** What the peers' side needs of the driver. */
 export interface PeersHost {
-  readonly options: Pick<MultiRaftOptions, "transport" | "acceptsReplica" | "onStaleReplica">;
+  readonly options: Pick<
+    MultiRaftOptions,
+    "transport" | "acceptsReplica" | "onStaleReplica" | "observer"
+  >;
   readonly shards: ShardTable;
   /** Whether a shard's replica here was removed (Wal.isDropped). */
   readonly wal: Pick<Wal, "isDropped">;
@@ -78,6 +82,7 @@ export class Peers {
         releaseSnapshot(message);
         continue;
       }
+      if (message.type === "append" && !this.#entriesDecode(from, id, message)) continue;
       if (message.type === "snapshot" && !isImageAtIndex(message.snapshot)) {
         // Dropped before the Raft core takes it (and acknowledges it): see isImageAtIndex.
         releaseSnapshot(message);
@@ -103,6 +108,30 @@ export class Peers {
       else this.#hold(id, message);
     }
     if (stale !== null) this.#host.options.onStaleReplica?.(from, stale);
+  }
+
+  /**
+   * Whether every entry of `append` holds a command this build applies (entryDataProblem);
+   * otherwise the append is dropped before the Raft core takes it in, and the observer hears
+   * of it. A real leader of this build never sends one: a caller posing as a member does (the
+   * peers' service takes a node it does not know: handshake.ts), or a member on a build that
+   * writes what this one cannot read (docs/operations.md, "Upgrading"); its group stalls here
+   * rather than this node stopping at the entry for good (a review of 2026-12-06: one append
+   * of eight bytes did that). Membership changes are the core's to check (Raft.step).
+   */
+  #entriesDecode(
+    from: string,
+    shard: number,
+    append: Extract<Message, { type: "append" }>,
+  ): boolean {
+    for (const e of append.entries) {
+      if (e.type !== "normal") continue;
+      const problem = entryDataProblem(e.data);
+      if (problem === null) continue;
+      this.#host.options.observer?.malformedAppend?.(from, shard, e.index, problem);
+      return false;
+    }
+    return true;
   }
 
   /**

@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { type Message, nodeId } from "../../src/raft/index.ts";
+import { encodeMetaCommand } from "../../src/cluster/index.ts";
+import { encodeCommand, encodeMetaEntry } from "../../src/replication/commands.ts";
 import { Peers } from "../../src/replication/multi-raft-peers.ts";
 import type { ShardTable } from "../../src/replication/multi-raft-options.ts";
 import type { ShardReplica } from "../../src/replication/shard.ts";
@@ -41,6 +43,8 @@ const msg = (to: string, term = 1): Message =>
   ({ type: "heartbeat", from: nodeId("x"), to: nodeId(to), term }) as unknown as Message;
 
 function harness(options: { replicates?: Set<number>; transport?: boolean } = {}) {
+  /** What the observer heard of dropped appends: `from shard index reason`. */
+  const malformed: string[] = [];
   const replicates = options.replicates ?? new Set<number>();
   const table = new Map<number, Group>();
   const opening = new Map<number, Promise<ShardReplica>>();
@@ -57,6 +61,10 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
       ...(options.transport === false ? {} : { transport: { send() {}, flush() {} } }),
       onStaleReplica: (from, to) => stale.push([from, to]),
       acceptsReplica: (id) => accepts.has(id),
+      observer: {
+        malformedAppend: (from, shard, index, reason) =>
+          malformed.push(`${from} ${shard} ${index} ${reason}`),
+      },
     },
     shards: table as unknown as ShardTable,
     clock: { ...systemClock, now: () => now },
@@ -91,13 +99,65 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
     dropped,
     removing,
     accepts,
+    malformed,
     advance: (ms: number) => (now += ms),
   };
 }
 
 const settle = () => new Promise((r) => setImmediate(r));
 
+/** An append to n1 of one entry at index 7 holding `data`. */
+function append(data: Uint8Array, type: "normal" | "conf-change" = "normal"): Message {
+  return {
+    type: "append",
+    from: nodeId("n2"),
+    to: nodeId("n1"),
+    term: 2,
+    prevIndex: 6,
+    prevTerm: 2,
+    entries: [{ index: 7, term: 2, type, data }],
+    commit: 7,
+    noReply: false,
+  } as unknown as Message;
+}
+
 describe("Peers", () => {
+  it("drops an append holding an entry that is no command this build applies, and says so", () => {
+    // Applied, such an entry stops the node, and again at every restart as its log replays:
+    // one append of eight bytes from a caller posing as the leader did it (a review of
+    // 2026-12-06). The core never sees it; the group stalls here at worst.
+    const h = harness();
+    const g = group(3);
+    h.table.set(3, g);
+    const bad = [
+      new Uint8Array([1, 1, 0, 0, 0, 0, 0, 0]), // a Put flagged with a version it lacks
+      new Uint8Array([9, 0, 0, 0, 0, 0]), // an op no build has
+      new Uint8Array([3, 0, 1, 0x7b]), // a meta command cut short
+      new Uint8Array([3, 0, ...encodeMetaCommand({ op: "set-version", version: 2 }).slice(0, 3)]),
+      new Uint8Array([2]),
+    ];
+    for (const data of bad) h.peers.receive("n2", [{ shard: 3, message: append(data) }]);
+    assert.equal(g.steps.length, 0, "no malformed append reached the group");
+    assert.equal(h.malformed.length, bad.length);
+    assert.match(
+      h.malformed[0] ?? "",
+      /^n2 3 7 malformed KV command in the log: truncated version/,
+    );
+    // What a leader of this build writes is taken: a Put, a Delete, a meta command, a no-op,
+    // and a membership change (the core checks those).
+    const key = new TextEncoder().encode("k");
+    const good = [
+      append(encodeCommand({ op: "put", key, value: key })),
+      append(encodeCommand({ op: "delete", key })),
+      append(encodeMetaEntry({ op: "set-version", version: 2 })),
+      append(new Uint8Array(0)),
+      append(new TextEncoder().encode("add-learner n4"), "conf-change"),
+    ];
+    for (const m of good) h.peers.receive("n2", [{ shard: 3, message: m }]);
+    assert.equal(g.steps.length, good.length);
+    assert.equal(h.malformed.length, bad.length);
+  });
+
   it("hands a message to its open group and marks it for the next round", () => {
     const h = harness();
     const g = group(3);
