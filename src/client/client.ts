@@ -4,7 +4,9 @@
  * Routing is the cluster's even on one node: the client follows `Meta.WatchCluster`, computes a
  * key's shard with `shardForKey` (xxhash64 seed 0 + jump hash, design.md §2) and sends the call to
  * that shard's leader; without a view, or when the leader is unknown or unreachable, it sends to
- * any configured endpoint, which forwards.
+ * another node, which forwards: a member the view shows serving, else a configured endpoint
+ * (fallback.ts). Within a call, a node that failed to connect is not tried again while another
+ * remains, nor followed when a hint names it.
  *
  * Every call has a deadline (per call `timeoutMs`, default from the options); retries happen inside
  * it, with exponential backoff and full jitter, and only when retrying cannot apply a write twice:
@@ -51,6 +53,7 @@ import type { NodeStatus__Output } from "../api/generated/cairn/v1/NodeStatus.ts
 import type { Version__Output } from "../api/generated/cairn/v1/Version.ts";
 import { shardForKey } from "../cluster/index.ts";
 import { isLoopbackHost, parseHostPort } from "../config/address.ts";
+import { pickFallback, servingMembers } from "./fallback.ts";
 import {
   ClientClosedError,
   DeadlineExceededError,
@@ -171,9 +174,27 @@ interface Connection {
   readonly kv: KVClient;
   readonly meta: MetaClient;
   readonly admin: AdminClient;
+  /**
+   * The attempts and watches using it now. A connection that neither the view nor the
+   * endpoints name is closed once none is (`#maybeClose`): closed under a call still waiting for
+   * its connection, it would fail the call ("Channel closed before call started") as if sent.
+   */
+  uses: number;
 }
 
 type Kind = "read" | "write";
+
+/** Starts a call's attempt on a connection: a gRPC call with `deadline`, answering `cb`. */
+type Invoke<T> = (
+  c: Connection,
+  deadline: number,
+  cb: (err: ServiceError | null, res?: T) => void,
+) => unknown;
+
+/** How an attempt ended: its answer, or its gRPC failure and how long it took once sent. */
+type Attempt<T> =
+  | { readonly ok: true; readonly answer: T }
+  | { readonly ok: false; readonly failure: ServiceError; readonly took: number };
 
 const { proto } = loadCairnProto();
 const v1 = proto.cairn.v1;
@@ -499,31 +520,43 @@ export class CairnClient {
   }
 
   /**
-   * The cluster view from one endpoint: the full view first, then one per change. The stream ends
-   * when the loop breaks, `signal` aborts, or the client closes; a broken connection, or none
-   * within `connectTimeoutMs`, throws UnavailableError (callers that want to follow forever
-   * reconnect).
+   * The cluster view from one node (`endpoint`, else as a call falls back: a member the client's
+   * view shows serving, else a configured endpoint): the full view first, then one per change.
+   * The stream ends when the loop breaks, `signal` aborts, or the client closes; a broken
+   * connection, or none within `connectTimeoutMs`, throws UnavailableError (callers that want to
+   * follow forever reconnect).
    */
   async *watchCluster(
     options: { signal?: AbortSignal; endpoint?: string } = {},
   ): AsyncGenerator<ClusterView> {
     this.#assertOpen();
-    const address = options.endpoint ?? this.#pickEndpoint();
-    const conn = this.#connection(address);
-    // A node that accepts and never answers would hold the stream unopened for good, and the
-    // client's routing with it: it gets the connect budget, then the stream fails as a broken
-    // one does (the routing watch reconnects, to the next endpoint).
-    const connected = await connectedWithin(
-      conn.kv.getChannel(),
-      this.#connectTimeoutMs,
-      options.signal,
-    ).catch(() => null);
-    if (connected === null || this.#closed) return;
-    if (!connected)
-      throw toClientError(neverConnected(address, this.#connectTimeoutMs), "read", this.#tls);
+    const address = options.endpoint ?? this.#pickFallback(new Set());
+    const conn = this.#acquire(address);
+    try {
+      // A node that accepts and never answers would hold the stream unopened for good, and the
+      // client's routing with it: it gets the connect budget, then the stream fails as a broken
+      // one does (the routing watch reconnects, to the next node).
+      const connected = await connectedWithin(
+        conn.kv.getChannel(),
+        this.#connectTimeoutMs,
+        options.signal,
+      ).catch(() => null);
+      if (connected === null || this.#closed) return;
+      if (!connected)
+        throw toClientError(neverConnected(address, this.#connectTimeoutMs), "read", this.#tls);
+      yield* this.#streamViews(conn, options.signal);
+    } finally {
+      this.#release(conn);
+    }
+  }
+
+  async *#streamViews(
+    conn: Connection,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<ClusterView> {
     const call = conn.meta.WatchCluster({});
     const abort = (): void => call.cancel();
-    options.signal?.addEventListener("abort", abort, { once: true });
+    signal?.addEventListener("abort", abort, { once: true });
     try {
       for await (const v of call as AsyncIterable<ClusterView__Output>) yield fromView(v);
     } catch (err) {
@@ -531,7 +564,7 @@ export class CairnClient {
       if (e.code === status.CANCELLED) return;
       throw toClientError(e, "read", this.#tls);
     } finally {
-      options.signal?.removeEventListener("abort", abort);
+      signal?.removeEventListener("abort", abort);
       call.cancel();
     }
   }
@@ -550,15 +583,35 @@ export class CairnClient {
     if (this.#closed) throw new ClientClosedError();
   }
 
-  #pickEndpoint(): string {
-    const e = this.#endpoints[this.#next % this.#endpoints.length] as string;
+  /**
+   * The node a call that is not routed goes to, in turn: a member the view shows serving, else
+   * a configured endpoint; one that failed to connect earlier in the call (`failed`), or whose
+   * channel is in reconnect backoff, only when no other is left (fallback.ts).
+   */
+  #pickFallback(failed: ReadonlySet<string>): string {
+    const members = servingMembers(this.#view, (a) => this.#mayCarryToken(a));
+    const picked = pickFallback(
+      { members, endpoints: this.#endpoints, failed, isFailing: (a) => this.#isFailing(a) },
+      this.#next,
+    );
     this.#next++;
-    return e;
+    return picked;
+  }
+
+  /** Whether the channel to `address` is in reconnect backoff: a call on it fails at once. */
+  #isFailing(address: string): boolean {
+    const channel = this.#connections.get(address)?.kv.getChannel();
+    return channel?.getConnectivityState(false) === connectivityState.TRANSIENT_FAILURE;
+  }
+
+  /** Whether this client's token (if any) may be sent to `address`. */
+  #mayCarryToken(address: string): boolean {
+    return !this.#cleartextToken || isLoopbackTarget(address);
   }
 
   /** Refuses an address a cleartext token must not be sent to. */
   #checkTokenSafe(address: string): void {
-    if (this.#cleartextToken && !isLoopbackTarget(address))
+    if (!this.#mayCarryToken(address))
       throw new TypeError(
         `CairnClient: the token would cross the network in cleartext to ${address}: give tls, or use loopback endpoints`,
       );
@@ -581,14 +634,48 @@ export class CairnClient {
         kv,
         meta: new v1.Meta(address, this.#credentials, shared),
         admin: new v1.Admin(address, this.#credentials, shared),
+        uses: 0,
       };
       this.#connections.set(address, c);
     }
     return c;
   }
 
-  /** The address of the node leading `key`'s shard (or named by a hint), if the view knows it. */
-  #leaderAddress(key: Uint8Array | null, hint: string | undefined): string | undefined {
+  /** The connection to `address`, held until `#release`: it is not closed meanwhile. */
+  #acquire(address: string): Connection {
+    const c = this.#connection(address);
+    c.uses++;
+    return c;
+  }
+
+  #release(c: Connection): void {
+    c.uses--;
+    this.#maybeClose(c);
+  }
+
+  /**
+   * Closes `c` when nothing uses it and neither the view nor the endpoints name its address, so
+   * the connections stay as many as the view's members and the endpoints (and those in use):
+   * a client following a cluster whose nodes come and go does not keep a channel for each.
+   */
+  #maybeClose(c: Connection): void {
+    if (c.uses > 0 || this.#closed || this.#endpoints.includes(c.address)) return;
+    if (this.#view?.nodes.some((n) => n.rpcAddr === c.address) === true) return;
+    c.kv.close();
+    this.#connections.delete(c.address);
+  }
+
+  /**
+   * The address of the node leading `key`'s shard (or named by a hint), if the view knows it and
+   * shows it alive, and neither did it fail to connect earlier in the call (`failed`) nor is its
+   * channel in reconnect backoff: a call sent there would fail at once, or wait out its connect
+   * budget, and the node it falls back to forwards it instead.
+   */
+  #leaderAddress(
+    key: Uint8Array | null,
+    hint: string | undefined,
+    failed: ReadonlySet<string>,
+  ): string | undefined {
     const view = this.#view;
     if (view === null) return undefined;
     let leader = hint;
@@ -598,10 +685,12 @@ export class CairnClient {
       leader = this.#learnt.get(shard) ?? known.leaders.get(shard) ?? known.preferred.get(shard);
     }
     if (leader === undefined || leader === "") return undefined;
-    const addr = view.nodes.find((n) => n.id === leader)?.rpcAddr;
-    if (addr === undefined || addr === "") return undefined;
-    // A cleartext token is not sent off the host: such a call goes to the endpoints.
-    return this.#cleartextToken && !isLoopbackTarget(addr) ? undefined : addr;
+    const node = view.nodes.find((n) => n.id === leader);
+    if (node === undefined || node.state !== "alive") return undefined;
+    const addr = node.rpcAddr;
+    if (addr === "" || failed.has(addr) || this.#isFailing(addr)) return undefined;
+    // A cleartext token is not sent off the host: such a call goes to another node.
+    return this.#mayCarryToken(addr) ? addr : undefined;
   }
 
   #viewLeaders(view: ClusterView): ViewLeaders {
@@ -636,9 +725,11 @@ export class CairnClient {
         for await (const view of this.watchCluster({ signal: controller.signal })) {
           this.#view = view;
           got = true;
+          for (const c of [...this.#connections.values()]) this.#maybeClose(c);
         }
       } catch {
-        // Routing falls back to the endpoints until the watch is back.
+        // Routing goes on with the last view until the watch is back (on another node: the
+        // watch falls back as a call does).
       }
       if (this.#closed || controller.signal.aborted) return;
       const next = got ? 0 : attempt + 1;
@@ -657,11 +748,7 @@ export class CairnClient {
     kind: Kind,
     key: Uint8Array | null,
     options: CallOptions,
-    invoke: (
-      c: Connection,
-      deadline: number,
-      cb: (err: ServiceError | null, res?: T) => void,
-    ) => unknown,
+    invoke: Invoke<T>,
     how: {
       /** Send to this node, not routed. */
       readonly endpoint?: string;
@@ -688,6 +775,10 @@ export class CairnClient {
     const until = performance.now() + (options.timeoutMs ?? this.#timeoutMs);
     let hint: string | undefined;
     let last: ServiceError | undefined;
+    // Addresses that failed to connect in this call: neither routed to nor fallen back to again
+    // while another node is left, so a dead one costs the call one attempt (and at most one
+    // connect budget), not one per round.
+    const failed = new Set<string>();
     // How long the last attempt took: a retry with less time left than twice that (or than
     // MIN_ATTEMPT_MS) is not started. It would likely time out, and a write that times out is
     // indeterminate, where giving up now reports it (provably) not applied.
@@ -696,68 +787,30 @@ export class CairnClient {
       options.signal?.throwIfAborted();
       this.#assertOpen();
       if (attempt > 0 && until - performance.now() < Math.max(MIN_ATTEMPT_MS, 2 * lastTook)) break;
-      const routed = endpoint ?? this.#leaderAddress(key, hint);
-      // A routed attempt that failed to connect falls back to the endpoints next time (unless
-      // the call is for that node only).
+      const routed = endpoint ?? this.#leaderAddress(key, hint, failed);
+      // A node named for the call that failed to connect is not tried again: the call falls
+      // back to another (unless it is for that node only).
       const address =
-        routed !== undefined &&
-        (how.only === true || !(attempt > 0 && last !== undefined && isConnectFailure(last)))
+        routed !== undefined && (how.only === true || !failed.has(routed))
           ? routed
-          : this.#pickEndpoint();
-      const conn = this.#connection(address);
-      // A node that accepts and never answers (or a handshake that never ends, a SYN dropped)
-      // would hold the call, waiting for its connection, until the deadline: the attempt waits
-      // for one for its connect budget only, then counts as never sent (nothing was) and the
-      // next goes to another endpoint. With less time left than that, grpc-js's wait is the same.
-      // (A connected channel, every call's but the first's, costs one look and no await.)
-      const channel = conn.kv.getChannel();
-      const connected =
-        channel.getConnectivityState(false) === connectivityState.READY ||
-        this.#connectTimeoutMs >= until - performance.now() ||
-        (await connectedWithin(channel, this.#connectTimeoutMs, options.signal));
-      this.#assertOpen();
-      // Measured from here: the retry rule below is about how long a sent attempt takes.
-      const started = performance.now();
-      const deadline = grpcJsDeadline(until - started);
-      try {
-        if (!connected) throw neverConnected(address, this.#connectTimeoutMs);
-        return await new Promise<T>((resolve, reject) => {
-          const signal = options.signal;
-          // An abort ends the attempt in flight too, not only the wait between attempts.
-          const onAbort = (): void => {
-            (call as Partial<ClientUnaryCall>).cancel?.();
-            reject(new Aborted(signal?.reason));
-          };
-          const call = invoke(conn, deadline, (err, res) => {
-            signal?.removeEventListener("abort", onAbort);
-            if (err === null) resolve(res as T);
-            else reject(err);
-          });
-          if (learnFor !== null) this.#learnLeaderFrom(call, learnFor);
-          signal?.addEventListener("abort", onAbort, { once: true });
-        });
-      } catch (err) {
-        if (err instanceof Aborted) {
-          // A write sent may have been applied: its outcome is unknown.
-          if (kind === "write")
-            throw new IndeterminateWriteError(
-              "write outcome unknown: the call was aborted after it was sent",
-              err.reason,
-            );
-          throw err.reason as Error;
-        }
-        const e = err as ServiceError;
-        last = e;
-        lastTook = performance.now() - started;
-        if (!isRetryable(e, kind)) throw toClientError(e, kind, this.#tls);
-        hint = metadataString(e.metadata, LEADER_HINT_KEY);
-        // What was learnt for the shard is stale: the node refused (the hint, if any, is newer)
-        // or could not be reached.
-        if (learnFor !== null) this.#learnt.delete(learnFor);
-        const wait = this.#backoff(attempt);
-        if (performance.now() + wait >= until) break;
-        await sleep(wait, options.signal);
-      }
+          : this.#pickFallback(failed);
+      const conn = this.#acquire(address);
+      const result = await this.#attempt(conn, kind, until, options, invoke, learnFor).finally(() =>
+        this.#release(conn),
+      );
+      if (result.ok) return result.answer;
+      const e = result.failure;
+      last = e;
+      lastTook = result.took;
+      if (!isRetryable(e, kind)) throw toClientError(e, kind, this.#tls);
+      if (isConnectFailure(e)) failed.add(address);
+      hint = metadataString(e.metadata, LEADER_HINT_KEY);
+      // What was learnt for the shard is stale: the node refused (the hint, if any, is newer)
+      // or could not be reached.
+      if (learnFor !== null) this.#learnt.delete(learnFor);
+      const wait = this.#backoff(attempt);
+      if (performance.now() + wait >= until) break;
+      await sleep(wait, options.signal);
     }
     if (last === undefined) throw new DeadlineExceededError("call timed out");
     // Out of attempts or time after retryable failures: nothing was applied (writes retry only then).
@@ -766,6 +819,64 @@ export class CairnClient {
       last.code,
       last,
     );
+  }
+
+  /**
+   * One attempt of a call, on `conn`, with the call's time left (to `until`). Rejects when the
+   * call's signal aborts (a write sent: IndeterminateWriteError) or the client closes.
+   */
+  async #attempt<T>(
+    conn: Connection,
+    kind: Kind,
+    until: number,
+    options: CallOptions,
+    invoke: Invoke<T>,
+    learnFor: number | null,
+  ): Promise<Attempt<T>> {
+    // A node that accepts and never answers (or a handshake that never ends, a SYN dropped)
+    // would hold the call, waiting for its connection, until the deadline: the attempt waits
+    // for one for its connect budget only, then counts as never sent (nothing was) and the
+    // next goes to another node. With less time left than that, grpc-js's wait is the same.
+    // (A connected channel, every call's but the first's, costs one look and no await.)
+    const channel = conn.kv.getChannel();
+    const connected =
+      channel.getConnectivityState(false) === connectivityState.READY ||
+      this.#connectTimeoutMs >= until - performance.now() ||
+      (await connectedWithin(channel, this.#connectTimeoutMs, options.signal));
+    this.#assertOpen();
+    if (!connected)
+      return { ok: false, failure: neverConnected(conn.address, this.#connectTimeoutMs), took: 0 };
+    // Measured from here: the retry rule is about how long a sent attempt takes.
+    const started = performance.now();
+    const deadline = grpcJsDeadline(until - started);
+    try {
+      const answer = await new Promise<T>((resolve, reject) => {
+        const signal = options.signal;
+        // An abort ends the attempt in flight too, not only the wait between attempts.
+        const onAbort = (): void => {
+          (call as Partial<ClientUnaryCall>).cancel?.();
+          reject(new Aborted(signal?.reason));
+        };
+        const call = invoke(conn, deadline, (err, res) => {
+          signal?.removeEventListener("abort", onAbort);
+          if (err === null) resolve(res as T);
+          else reject(err);
+        });
+        if (learnFor !== null) this.#learnLeaderFrom(call, learnFor);
+        signal?.addEventListener("abort", onAbort, { once: true });
+      });
+      return { ok: true, answer };
+    } catch (err) {
+      if (!(err instanceof Aborted))
+        return { ok: false, failure: err as ServiceError, took: performance.now() - started };
+      // A write sent may have been applied: its outcome is unknown.
+      if (kind === "write")
+        throw new IndeterminateWriteError(
+          "write outcome unknown: the call was aborted after it was sent",
+          err.reason,
+        );
+      throw err.reason as Error;
+    }
   }
 }
 
