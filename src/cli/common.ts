@@ -361,6 +361,13 @@ export function reportError(io: Io, command: string, err: unknown): number {
     say(`invalid request: ${err.message}`);
     return EXIT.usage;
   }
+  if (err instanceof ServerError && err.code === "CAIRN_ERR_PRECONDITION") {
+    // A request the cluster's state does not allow now (a decommission that would leave fewer
+    // active members than the replication factor, a member call on a single node): refused,
+    // as an invalid one is, with what to do. Not a server fault (5), which a script retries.
+    say(`refused: ${err.message}`);
+    return EXIT.usage;
+  }
   if (err instanceof ServerError && err.code === "CAIRN_ERR_SHARD_NOT_ACTIVE") {
     say(`not found: ${err.message}`);
     return EXIT.notFound;
