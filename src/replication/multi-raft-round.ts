@@ -344,7 +344,7 @@ export class RoundLoop {
           this.#host.options.transport === undefined ||
           (s.raw.isSoleVoter() &&
             !s.raw.hasUnappliedConfChange() &&
-            rd.messages.some((m) => !s.raw.learners.has(m.to)))
+            rd.messages.some((m) => !s.raw.learners.has(m.to) && !isAnswer(m)))
         ) {
           // A sole voter talks only to its learners (a replica moving with replication_factor
           // 1, the meta group of a one-node cluster adding a member): a message to anyone else
@@ -352,7 +352,10 @@ export class RoundLoop {
           // committed conf change is unapplied: a replica replaying after a restart knows only
           // the voters it has applied (the first founding voter, itself, when its engine kept
           // the first of the founding conf changes), and answers its leader meanwhile (driver
-          // simulation seed 63342).
+          // simulation seed 63342). Nor an answer, to whoever sent what it answers: a stale
+          // term's heartbeat from a node the group never had (any caller naming the cluster's
+          // id can send one: handshake.ts) got its refusal, and this check stopped the node
+          // (a review of 2026-12-06).
           throw new CairnError(
             "CAIRN_ERR_INVARIANT",
             `shard ${s.id}: a single-voter group emitted ${rd.messages.length} messages`,
@@ -520,4 +523,14 @@ function addTo(box: Map<NodeId, ShardMessage[]>, shard: number, message: Message
   let list = box.get(message.to);
   if (list === undefined) box.set(message.to, (list = []));
   list.push({ shard, message });
+}
+
+/** A message that answers one the group received (sent to its sender, member or not). */
+function isAnswer(m: Message): boolean {
+  return (
+    m.type === "append-resp" ||
+    m.type === "heartbeat-resp" ||
+    m.type === "vote-resp" ||
+    m.type === "prevote-resp"
+  );
 }
