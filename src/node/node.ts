@@ -366,6 +366,7 @@ export class CairnNode implements HealthSource {
           transport.forgetPeer(member);
         };
         node.metrics.setGonePeers((peer) => hasLeftForGood(cluster.meta, peer));
+        node.metrics.setKnownPeers((peer) => cluster.meta?.stateOf(peer) !== undefined);
         // The view lists every shard: those with no replica here where the meta group places
         // them (a shard worker its own shards only: the node's view merges the workers').
         cluster.listUnheld(
@@ -464,6 +465,9 @@ export class CairnNode implements HealthSource {
         // A link made again to a member gone for good (a straggler) goes once unused
         // (forgetDeparted); the member's departure itself drops the link (onMemberLeft, below).
         departed: (id) => hasLeftForGood(cluster.meta, id),
+        // Links to nodes the meta state does not record (answers to unknown senders) are
+        // capped (peer-links.ts UNKNOWN_PEER_LINKS): anyone naming the cluster id can invent them.
+        known: (id) => cluster.meta?.stateOf(id) !== undefined,
         logger: log.child("peers"),
         snapshotRateBytesPerSec: config.raft.snapshot_rate_bytes_per_sec,
         snapshotLearnerRateBytesPerSec: config.cluster.rebalance.rate_bytes_per_sec,

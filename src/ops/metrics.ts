@@ -30,9 +30,11 @@
  * `cairn_raft_heartbeats_sent_total{peer}` (the Raft messages in them, and the heartbeats among
  * those), which show that heartbeats travel in one frame per peer and tick, and stop once the
  * groups sleep (a peer's series go once it has left the cluster for good: removePeer,
- * setGonePeers); `cairn_raft_awake_groups`, the groups of this node that are not quiesced; and
- * the WAL's durable writes, `cairn_wal_write_duration_seconds` (one observation a batch: a slow disk
- * shows here first, as etcd's wal_fsync_duration_seconds) and `cairn_wal_written_bytes_total`.
+ * setGonePeers; at most UNKNOWN_PEER_SERIES peers the meta state does not record have their
+ * own, the rest count under `peer="_other"`: setKnownPeers); `cairn_raft_awake_groups`, the
+ * groups of this node that are not quiesced; and the WAL's durable writes,
+ * `cairn_wal_write_duration_seconds` (one observation a batch: a slow disk shows here first, as
+ * etcd's wal_fsync_duration_seconds) and `cairn_wal_written_bytes_total`.
  *
  * Decisions:
  * - `result` of kv_request_duration_ms is `found`/`not_found` on successful GETs and the empty
@@ -109,6 +111,28 @@ export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4";
 /** Compaction input levels whose series are created at zero (an LSM has levels L0..L6). */
 const COMPACTION_INPUT_LEVELS = 6;
 
+/**
+ * Peers the meta state here does not record as members (setKnownPeers) that get series of
+ * their own; the frames to the others count under `peer="_other"` (OTHER_PEERS). Such a peer
+ * is answered (a member that joined while this node was behind: handshake.ts), but its id may
+ * be invented by anyone who names the cluster's id, and a series each, for good, let a stranger
+ * grow /metrics without bound (a review's probe: 10,000 ids, 742 KB to 5.2 MB). The honest ones
+ * are a few members that joined while this node was behind, until the state here records them.
+ * The overflow is one series, not dropped frames and not the oldest peers' series removed: the
+ * sum over `peer` stays every frame sent, and no counter vanishes or restarts under an
+ * operator's rate().
+ */
+export const UNKNOWN_PEER_SERIES = 32;
+/** The `peer` value of the unknown peers past UNKNOWN_PEER_SERIES: no node id starts with "_". */
+export const OTHER_PEERS = "_other";
+
+/** One peer's labelled children of the three peer families. */
+interface PeerSeries {
+  readonly frames: { inc(): void };
+  readonly messages: { inc(n: number): void };
+  readonly heartbeats: { inc(n: number): void };
+}
+
 export interface CairnMetricsOptions {
   /** This node's id, for `raft_commit_index{node_id}` when the caller does not pass one. */
   readonly nodeId: string;
@@ -178,16 +202,18 @@ export class CairnMetrics {
   readonly #walWrite: Histogram;
   readonly #walBytes: Counter;
   /** Labelled children per peer (resolving labels costs more than the update). */
-  readonly #peerSeries = new Map<
-    string,
-    {
-      frames: { inc(): void };
-      messages: { inc(n: number): void };
-      heartbeats: { inc(n: number): void };
-    }
-  >();
+  readonly #peerSeries = new Map<string, PeerSeries>();
   /** Whether a peer has left the cluster for good (setGonePeers): its frames are not counted. */
   #gonePeer: (peer: string) => boolean = () => false;
+  /** Whether the meta state records a peer as a member, in any state (setKnownPeers). */
+  #knownPeer: (peer: string) => boolean = () => true;
+  /**
+   * The peers in #peerSeries that were not known when their series were made: at most
+   * UNKNOWN_PEER_SERIES. One known since leaves it when a new one looks for room.
+   */
+  readonly #unknownPeers = new Set<string>();
+  /** The series of OTHER_PEERS (the unknown peers past the cap), made on first use. */
+  #otherPeers: PeerSeries | null = null;
   /** The cluster's live members now, read at each scrape (setClusterSizeSource). */
   #clusterSizeSource: (() => number | null) | null = null;
   /** The meta group's placement work left, read at each scrape (setPlacementSource). */
@@ -345,7 +371,7 @@ export class CairnMetrics {
     };
     this.#framesSent = new Counter({
       name: "cairn_raft_frames_sent_total",
-      help: "Raft frames handed to the peer transport: one per peer and driver round, carrying every group's messages for that peer.",
+      help: 'Raft frames handed to the peer transport: one per peer and driver round, carrying every group\'s messages for that peer; peer="_other": the peers the meta state here does not record, past the first 32.',
       labelNames: ["peer"],
       registers,
     });
@@ -628,16 +654,40 @@ export class CairnMetrics {
       // A frame that still goes to a peer gone for good (an answer to a replica it left behind)
       // would bring back the series removePeer took away, for good: it is not counted.
       if (this.#gonePeer(peer)) return;
-      series = {
-        frames: this.#framesSent.labels({ peer }),
-        messages: this.#messagesSent.labels({ peer }),
-        heartbeats: this.#heartbeatsSent.labels({ peer }),
-      };
-      this.#peerSeries.set(peer, series);
+      if (this.#knownPeer(peer)) series = this.#newPeerSeries(peer);
+      else if (peer !== OTHER_PEERS && this.#hasRoomForUnknown()) {
+        series = this.#newPeerSeries(peer);
+        this.#unknownPeers.add(peer);
+      } else {
+        series = this.#otherPeers ??= this.#labelled(OTHER_PEERS);
+      }
     }
     series.frames.inc();
     series.messages.inc(messages);
     series.heartbeats.inc(heartbeats);
+  }
+
+  #newPeerSeries(peer: string): PeerSeries {
+    const series = this.#labelled(peer);
+    this.#peerSeries.set(peer, series);
+    return series;
+  }
+
+  #labelled(peer: string): PeerSeries {
+    return {
+      frames: this.#framesSent.labels({ peer }),
+      messages: this.#messagesSent.labels({ peer }),
+      heartbeats: this.#heartbeatsSent.labels({ peer }),
+    };
+  }
+
+  /** Whether an unknown peer may have series of its own (fewer than UNKNOWN_PEER_SERIES have). */
+  #hasRoomForUnknown(): boolean {
+    if (this.#unknownPeers.size < UNKNOWN_PEER_SERIES) return true;
+    for (const peer of this.#unknownPeers) {
+      if (this.#knownPeer(peer)) this.#unknownPeers.delete(peer);
+    }
+    return this.#unknownPeers.size < UNKNOWN_PEER_SERIES;
   }
 
   /**
@@ -647,6 +697,7 @@ export class CairnMetrics {
    * them. A new node under its id starts them again at zero.
    */
   removePeer(peer: string): void {
+    this.#unknownPeers.delete(peer);
     if (!this.#peerSeries.delete(peer)) return;
     this.#framesSent.remove({ peer });
     this.#messagesSent.remove({ peer });
@@ -659,6 +710,15 @@ export class CairnMetrics {
    */
   setGonePeers(gone: (peer: string) => boolean): void {
     this.#gonePeer = gone;
+  }
+
+  /**
+   * Where raftFrameSent asks whether a peer it has no series for is recorded as a member (the
+   * meta state applied here, any state): the first UNKNOWN_PEER_SERIES others get series of
+   * their own, the rest count under OTHER_PEERS (default: every peer is known).
+   */
+  setKnownPeers(known: (peer: string) => boolean): void {
+    this.#knownPeer = known;
   }
 
   /** The gRPC front end ended a connection (its own failure, or a client past a limit). */

@@ -126,6 +126,13 @@ export interface GrpcTransportOptions {
   /** See `departed`; also how often links are looked at. Milliseconds (`now`'s). Default 60 s. */
   readonly departedIdleMs?: number;
   /**
+   * Whether the meta state applied here records node `node` as a member, in any state. Links to
+   * other nodes (answers to a sender the state here does not know yet: handshake.ts) are kept
+   * while in use, and at most UNKNOWN_PEER_LINKS of them idle (peer-links.ts). Default: every
+   * node is.
+   */
+  readonly known?: (node: NodeId) => boolean;
+  /**
    * Peer TLS (`tls.peer_ca_file`; src/common/peer-tls.ts): every connection to a peer is TLS,
    * presenting this node's certificate and taking the peer's only when it names the node id
    * dialed. Absent: cleartext.
@@ -185,6 +192,11 @@ export class GrpcTransport implements RaftTransport {
       shardWorker: options.shardWorker,
       tls: options.tls,
       closing: this.#closing.signal,
+      known: options.known,
+      // A link with a snapshot in flight or waiting is in use; a dropped one's idle lane goes
+      // with it (the lane holds the link).
+      inUse: (id) => this.#snapshots.busy(id),
+      dropped: (id) => this.#snapshots.forget(id),
     });
     this.#forwarder = new CallForwarder(this.#links, this.#log);
     this.#snapshots = new SnapshotSender({

@@ -20,7 +20,9 @@
  *   `onUnreachable`, later (never from inside a send), several of one peer in a turn merged;
  * - the counters of PeerStats that are the connection's;
  * - the end of a link: a member that left the cluster for good (decommissioned, removed) is
- *   forgotten (forget()), and nothing of it stays; a new member under its id gets a new link.
+ *   forgotten (forget()), and nothing of it stays; a new member under its id gets a new link;
+ * - the links to nodes the meta state here does not record (`known`): at most
+ *   UNKNOWN_PEER_LINKS of them idle, the least recently used idle ones dropped past that.
  *
  * What to send, and when to drop instead, is the callers' (GrpcTransport's frames, the call
  * forwarder's calls and replies, the unary calls, the snapshot sender): they ask for the stream
@@ -45,6 +47,19 @@ const KEEPALIVE_MS = 10_000;
 const KEEPALIVE_TIMEOUT_MS = 5_000;
 /** How long close() waits for the streams to finish what was written before it cuts them. */
 const CLOSE_DEADLINE_MS = 1000;
+/**
+ * The links kept to nodes the meta state here does not record as members (PeerLinksOptions
+ * `known`), past which the least recently used idle one is dropped. Such a node is answered
+ * (handshake.ts peerRefusal: a member that joined while the state here was behind must be
+ * heard, chaos seed 103), so its link is made; but anyone who reaches the port and names the
+ * cluster's id (public: Meta.WatchCluster) can invent node ids, and one link kept for each, for
+ * good, was memory without bound (a review's probe: 10,000 ids, +26 MB never reclaimed). The
+ * honest ones are the members that joined while this node was behind, a few at a time
+ * (`cluster.max_joining`), until the meta state here catches up and records them: 32 holds
+ * them with room to spare, and a node over it only makes a link anew (a new stream) when one
+ * it dropped is used again.
+ */
+export const UNKNOWN_PEER_LINKS = 32;
 
 /** A call's failure as the channel reports one: `sent` says whether any byte may have left. */
 export function callFailure(code: status, details: string, sent: boolean): CallResult {
@@ -141,6 +156,18 @@ export interface PeerLinksOptions {
   readonly tls?: PeerTls | undefined;
   /** Aborted when the transport closes: from then on, ends are not failures and nothing is reported. */
   readonly closing: AbortSignal;
+  /**
+   * Whether the meta state here records node `id` as a member, in any state (GrpcTransportOptions
+   * `known`). Absent: every node is.
+   */
+  readonly known?: ((id: NodeId) => boolean) | undefined;
+  /**
+   * Whether something holding node `id`'s link outside PeerLinks still uses it (a snapshot
+   * lane): the link is not dropped then. Absent: nothing does.
+   */
+  readonly inUse?: ((id: NodeId) => boolean) | undefined;
+  /** Node `id`'s link was dropped (over UNKNOWN_PEER_LINKS): what holds it lets it go. */
+  readonly dropped?: ((id: NodeId) => void) | undefined;
 }
 
 export class PeerLinks {
@@ -165,6 +192,16 @@ export class PeerLinks {
   readonly #closing: AbortSignal;
   readonly #path: string;
   readonly #links = new Map<NodeId, PeerLink>();
+  readonly #known: (id: NodeId) => boolean;
+  readonly #inUse: (id: NodeId) => boolean;
+  readonly #dropped: (id: NodeId) => void;
+  /**
+   * The links made to nodes that were not `known` then (a subset of #links' keys): the ones a
+   * drop may take. One the meta state records since leaves it when a drop looks (#maybeDrop).
+   */
+  readonly #unknown = new Set<NodeId>();
+  /** Links dropped over the cap: their streams' ends are no failure and lose nothing. */
+  readonly #droppedLinks = new WeakSet<PeerLink>();
   /** Peers with an unreachable report pending (merged until it is delivered). */
   readonly #unreachable = new Set<NodeId>();
   /** Numbers the writes whose outcome is owed (PeerStream.owed). */
@@ -189,9 +226,15 @@ export class PeerLinks {
     this.#tls = options.tls;
     this.#closing = options.closing;
     this.#path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
+    this.#known = options.known ?? (() => true);
+    this.#inUse = options.inUse ?? (() => false);
+    this.#dropped = options.dropped ?? (() => undefined);
   }
 
-  /** Peer node `to`'s link, made on first use; marked used now. */
+  /**
+   * Peer node `to`'s link, made on first use; marked used now. Making one to a node not `known`
+   * may drop another such link, idle and least recently used (UNKNOWN_PEER_LINKS).
+   */
   link(to: NodeId): PeerLink {
     let p = this.#links.get(to);
     if (p !== undefined) p.usedAt = this.#now();
@@ -215,8 +258,61 @@ export class PeerLinks {
         usedAt: this.#now(),
       };
       this.#links.set(to, p);
+      if (!this.#known(to)) {
+        this.#unknown.add(to);
+        if (this.#unknown.size > UNKNOWN_PEER_LINKS) this.#maybeDrop(to);
+      }
     }
     return p;
+  }
+
+  /**
+   * Drops the least recently used idle links to nodes still not `known`, other than `keep`,
+   * until at most UNKNOWN_PEER_LINKS are left, or none idle is: the links in use stay, and the
+   * count goes back under the cap as they go idle and new ones come. Idle: nothing its stream
+   * owes (no bytes in flight, no frame's outcome, no call waiting for its answer) and nothing
+   * else using it (`inUse`); its stream is half-closed and its channels closed gracefully, so
+   * that a unary call in flight still finishes. A link of a node the meta state records since
+   * leaves the count and stays, as any member's.
+   */
+  #maybeDrop(keep: NodeId): void {
+    const idle: PeerLink[] = [];
+    for (const id of this.#unknown) {
+      if (this.#known(id)) {
+        this.#unknown.delete(id);
+        continue;
+      }
+      const p = this.#links.get(id);
+      if (p !== undefined && id !== keep && this.#isIdle(p)) idle.push(p);
+    }
+    const over = this.#unknown.size - UNKNOWN_PEER_LINKS;
+    if (over <= 0) return;
+    // Oldest first; the sort is stable, so links used at the same time go in the order made.
+    idle.sort((a, b) => a.usedAt - b.usedAt);
+    for (const p of idle.slice(0, over)) this.#drop(p);
+  }
+
+  #drop(p: PeerLink): void {
+    this.#links.delete(p.id);
+    this.#unknown.delete(p.id);
+    this.#droppedLinks.add(p);
+    this.#log.debug("raft link to a node not recorded as a member dropped (over the cap)", {
+      peer: p.id,
+      address: p.address,
+    });
+    p.stream?.call.end();
+    p.stream = null;
+    p.client?.close();
+    p.client = null;
+    p.channel?.close();
+    p.channel = null;
+    this.#dropped(p.id);
+  }
+
+  #isIdle(p: PeerLink): boolean {
+    const s = p.stream;
+    const quiet = s === null || (s.inFlightBytes === 0 && s.owed.size === 0 && s.calls.size === 0);
+    return quiet && !this.#inUse(p.id);
   }
 
   /** The peers whose links were not used (link()) since `time` (now()). */
@@ -415,6 +511,7 @@ export class PeerLinks {
     const peer = this.#links.get(id);
     if (peer === undefined) return;
     this.#links.delete(id);
+    this.#unknown.delete(id);
     this.#log.info("raft peer left the cluster; its connections closed", {
       peer: id,
       address: peer.address,
@@ -493,8 +590,9 @@ export class PeerLinks {
     }
     if (this.#closing.aborted) return;
     if (this.#links.get(peer.id) !== peer) {
-      // Forgotten (forget()): the peer left the cluster; its stream was cut on purpose.
-      this.#reportUnreachable(peer.id);
+      // Forgotten (forget()): the peer left the cluster; its stream was cut on purpose. Or
+      // dropped over the cap (#maybeDrop) once idle: its stream ended as asked, owing nothing.
+      if (!this.#droppedLinks.has(peer)) this.#reportUnreachable(peer.id);
       return;
     }
     peer.streamFailures++;
