@@ -119,7 +119,7 @@ import { dataDirError } from "./data-dir.ts";
 import { ownerOf } from "./siblings.ts";
 import { planNodeDescriptors } from "./open-files.ts";
 import { MemberAddresses } from "./member-addresses.ts";
-import { reserveRpcPort } from "./rpc-port.ts";
+import { claimRpcAddr, reserveRpcPort, type ReservedRpcPort } from "./rpc-port.ts";
 
 export interface NodeAddresses {
   readonly rpc: string;
@@ -294,9 +294,14 @@ export class CairnNode implements HealthSource {
     cell?: ShardCell,
   ): Promise<CairnNode> {
     const node = new CairnNode(config, log, onFatal, cell ?? null);
+    // SWIM's socket, bound on rpc_addr's port before gRPC (rpc-port.ts), until membership takes it.
+    let reserved: ReservedRpcPort | null = null;
     try {
       if (cell === undefined) {
         node.#lock = await claimDataDir({ ...config, shard_workers: 1 }, log);
+        // Before the storage opens: a start that fails on rpc_addr writes no WAL, which would
+        // bind the directory to this start's settings (rpc-port.ts).
+        reserved = await claimRpcAddr(config.rpc_addr);
         await node.#startHttp();
       }
       if (config.cluster.seed_nodes.length > 0) {
@@ -392,32 +397,21 @@ export class CairnNode implements HealthSource {
         rpcAddr = rpc;
       }
       const gossip = cell?.membership ?? true;
-      // Port 0: SWIM's UDP socket first, on a number gRPC can take too (rpc-port.ts).
+      // A shard worker's port 0: SWIM's UDP socket first, on a number gRPC can take too
+      // (rpc-port.ts; the main thread checked rpc_addr before the workers opened their shards).
       const zero = parseHostPort(rpcAddr, { allowPortZero: true, allowUnspecified: true });
-      const reserved =
-        gossip && zero.ok && zero.value.port === 0
-          ? await reserveRpcPort(zero.value.host).catch((err: unknown) => {
-              throw bindFailure(err, rpcAddr);
-            })
-          : null;
-      try {
-        await node.#startRpc(reserved?.address ?? rpcAddr);
-      } catch (err) {
-        reserved?.socket.close();
-        throw err;
+      if (cell !== undefined && gossip && zero.ok && zero.value.port === 0) {
+        reserved = await reserveRpcPort(zero.value.host).catch((err: unknown) => {
+          throw bindFailure(err, rpcAddr);
+        });
       }
-      if (gossip) {
-        try {
-          await node.#startMembership(reserved?.socket);
-        } catch (err) {
-          // Not taken by membership (a failure before it started, e.g. its gossip keys): the
-          // socket would keep the process running after the failed start.
-          if (node.#membership === null) closeQuietly(reserved?.socket);
-          throw err;
-        }
-      }
+      await node.#startRpc(reserved?.address ?? rpcAddr);
+      if (gossip) await node.#startMembership(reserved?.socket);
       if (node.#cluster !== null) node.#startUpkeep(node.#cluster);
     } catch (err) {
+      // Not taken by membership (a failure before it started: a port, the storage, its gossip
+      // keys): the socket would keep the process running after the failed start.
+      if (node.#membership === null) closeQuietly(reserved?.socket);
       await node.#closeAll(0);
       // A file-system error names data_dir, the file and the cause (not a bare errno).
       throw dataDirError(err, config.data_dir, "open its storage");

@@ -7,11 +7,12 @@
  * node's: the operators' HTTP server, with `/health` and `/metrics` gathered from the workers,
  * and the start and the stop.
  *
- * Start: the data directory's layout is checked (worker-layout.ts), the HTTP server starts (503
- * until serving), every worker recovers its shards, then worker 0 binds `rpc_addr` and the others
- * the port it got. Stop: every worker drains its gRPC server, then every worker closes its
- * shards (a call handed between workers while draining still finds its shard open; a worker
- * that has not within 30 s is terminated), then HTTP.
+ * Start: the data directory's layout is checked (worker-layout.ts), `rpc_addr` is checked free
+ * (rpc-port.ts), the HTTP server starts (503 until serving), every worker recovers its shards,
+ * then worker 0 binds `rpc_addr` and the others the port it got. Stop: every worker drains its
+ * gRPC server, then every worker closes its shards (a call handed between workers while
+ * draining still finds its shard open; a worker that has not within 30 s is terminated), then
+ * HTTP.
  */
 import { type MessagePort, MessageChannel, Worker } from "node:worker_threads";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
@@ -29,6 +30,7 @@ import { walDirOf } from "./worker-layout.ts";
 import { planNodeDescriptors } from "./open-files.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { loadIncarnation } from "./incarnation.ts";
+import { checkRpcAddr } from "./rpc-port.ts";
 import { CairnError, dupFd } from "../common/index.ts";
 import { newInternalKey } from "../api/index.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
@@ -173,6 +175,9 @@ export class ShardWorkersNode implements HealthSource {
     const node = new ShardWorkersNode(config, log);
     try {
       node.#lock = await claimDataDir(config, log);
+      // Before the workers open their WALs, which would bind the directory to this start's
+      // settings: a start that fails on rpc_addr writes none (rpc-port.ts).
+      await checkRpcAddr(config.rpc_addr);
       await node.#startHttp();
       await node.#startWorkers((err) => {
         if (node.#stopping !== null) return;
