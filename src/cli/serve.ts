@@ -1,6 +1,6 @@
 /**
- * `cairn serve`: runs a node until SIGTERM or SIGINT. Exit codes: 0 after a clean shutdown,
- * 1 when the node cannot start or fails while running, 2 for a bad configuration.
+ * `cairn serve`: runs a node until SIGTERM, SIGINT or SIGHUP. Exit codes: 0 after a clean
+ * shutdown, 1 when the node cannot start or fails while running, 2 for a bad configuration.
  */
 import { parseArgs } from "node:util";
 import {
@@ -99,8 +99,8 @@ Endpoints: gRPC cairn.v1 KV/Meta/Admin, grpc.health.v1 and reflection on the RPC
 GET /health/quick, /health and /metrics on the HTTP address. Every key, flags or not:
 docs/operations.md.
 
-Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up or runtime failure (e.g. an address
-already in use), 2 bad configuration or usage.
+Exit codes: 0 clean shutdown (SIGTERM, SIGINT or SIGHUP: each drains the node), 1 start-up or
+runtime failure (e.g. an address already in use), 2 bad configuration or usage.
 
 Examples:
   cairn serve
@@ -155,16 +155,24 @@ export async function serve(argv: readonly string[]): Promise<number> {
     fatal = resolve;
   });
   // Listen before starting: "node started" is logged before start() returns, and a SIGTERM sent
-  // on that line must drain the node, not kill it with the default action.
+  // on that line must drain the node, not kill it with the default action. SIGHUP (the terminal
+  // closed, an SSH session dropped) drains it too: its default action killed the node at once,
+  // without a drain or a log line. Nothing is re-read on SIGHUP (the TLS, tokens and gossip key
+  // files are reloaded when they change).
   const signalled = new Promise<string>((resolve) => {
+    let first = true;
     const onSignal = (signal: string): void => {
-      // A second signal while draining stops at once.
+      if (!first) return;
+      first = false;
+      // A second SIGINT or SIGTERM while draining stops at once; a second SIGHUP does not (a
+      // hangup sends one to the process, and the shell it ran under sends another).
       process.once("SIGINT", () => process.exit(1));
       process.once("SIGTERM", () => process.exit(1));
       resolve(signal);
     };
     process.once("SIGTERM", () => onSignal("SIGTERM"));
     process.once("SIGINT", () => onSignal("SIGINT"));
+    process.on("SIGHUP", () => onSignal("SIGHUP"));
   });
   let node: CairnNode | ShardWorkersNode;
   try {
