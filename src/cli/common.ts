@@ -29,7 +29,9 @@ export const GLOBAL_HELP = `Global options:
   --endpoints LIST       comma-separated gRPC HOST:PORT (env CAIRN_ENDPOINTS, default ${DEFAULT_ENDPOINT})
   --output FORMAT        text (default) or json; alias -w/--write-out (env CAIRN_OUTPUT)
   --timeout MS           deadline of the command, retries included (default 5000; scan,
-                         backup, restore: of each page read or key written)
+                         backup, restore: of each page read or key written; node
+                         decommission --wait: of each call, the wait itself unbounded;
+                         cluster --watch: of the first view)
   --cacert FILE          TLS: the CA certificate (PEM) that signed the nodes' (env CAIRN_CACERT);
                          without it, cleartext
   --cert FILE, --key FILE

@@ -2,6 +2,7 @@
  * `cairn health`, `metrics`, `cluster`, `snapshot`, `transfer-leader` and `node`: what an operator
  * asks of a node.
  */
+import { type ClientRequest, request as httpRequest } from "node:http";
 import { status } from "@grpc/grpc-js";
 import { type CairnClient, ServerError } from "../client/index.ts";
 import { sameAddress } from "../config/index.ts";
@@ -31,21 +32,61 @@ function httpEndpoint(values: Record<string, unknown>, env: NodeJS.ProcessEnv): 
   return e;
 }
 
-/** GET over HTTP with the command's deadline; a failure to connect is "unavailable". */
-async function httpGet(
+/**
+ * The most of an answer's body read: a node's /metrics is a few MiB at its largest (every shard's
+ * series), and an endpoint that is no Cairn node's must not fill this process's memory.
+ */
+const MAX_HTTP_RESPONSE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * GET over HTTP with the command's deadline (for the connection, the answer and its whole body);
+ * a failure to connect, a deadline missed or an answer past MAX_HTTP_RESPONSE_BYTES is an
+ * `error`. node:http, not fetch: fetch refuses the WHATWG "bad ports" (6000, 6665–6669, 10080, …)
+ * without a try, and a node may serve its HTTP on any of them.
+ */
+function httpGet(
   endpoint: string,
   path: string,
   timeoutMs: number,
 ): Promise<{ status: number; body: string } | { error: string }> {
-  try {
-    const res = await fetch(`http://${endpoint}${path}`, {
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-    return { status: res.status, body: await res.text() };
-  } catch (err) {
-    const e = err as Error & { cause?: Error };
-    return { error: e.cause?.message ?? e.message };
-  }
+  return new Promise((resolve) => {
+    let settled = false;
+    let req: ClientRequest | undefined;
+    const finish = (result: { status: number; body: string } | { error: string }): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      req?.destroy();
+      resolve(result);
+    };
+    const timer = setTimeout(
+      () => finish({ error: `no answer within ${timeoutMs} ms (--timeout)` }),
+      timeoutMs,
+    );
+    try {
+      // No agent: one connection, closed with the answer (nothing keeps the process running).
+      req = httpRequest(new URL(`http://${endpoint}${path}`), { agent: false }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > MAX_HTTP_RESPONSE_BYTES) {
+            finish({ error: `its answer is larger than ${MAX_HTTP_RESPONSE_BYTES} bytes` });
+          } else {
+            chunks.push(chunk);
+          }
+        });
+        res.on("end", () =>
+          finish({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }),
+        );
+        res.on("error", (err) => finish({ error: err.message }));
+      });
+      req.on("error", (err) => finish({ error: err.message }));
+      req.end();
+    } catch (err) {
+      finish({ error: (err as Error).message });
+    }
+  });
 }
 
 export const HEALTH_HELP = `Usage: cairn health [--quick] [options]
@@ -55,7 +96,7 @@ Exit 0 when healthy or degraded, 3 when unhealthy or unreachable.
 
 Options:
 ${HTTP_HELP}
-  --quick                    only the liveness/readiness probe (shard 0 served?)
+  --quick                    only the readiness probe (shard 0 served?)
 ${GLOBAL_HELP}
 
 Examples:
@@ -493,7 +534,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
 
 Options:
   --wait                 decommission: wait until NODE holds no replica (asked through NODE
-                         itself, it follows through another member the view names)
+                         itself, it follows through another member the view names), for as
+                         long as that takes: --timeout bounds each call it makes
 ${GLOBAL_HELP}
 
 Examples:
