@@ -7,16 +7,20 @@
  *   published for node 1 only, Prometheus scrapes exactly the compose nodes, Grafana gets the
  *   provisioning and the dashboard where the provisioning looks for it;
  * - deploy/k8s/: the StatefulSet sets the same variables (expanded as the kubelet would, they
- *   load with the real loader), probes hit /health/quick on the HTTP port of the code's
- *   defaults, the grace period outlasts preStop + the drain timeout, the PDB and Services
+ *   load with the real loader), readiness is /health/quick on the HTTP port of the code's
+ *   defaults and liveness any answer of the HTTP server, the grace period outlasts preStop + the drain timeout, the PDB and Services
  *   select the pods, and the pods run as the image's non-root user;
  * - deploy/k8s-tls/: the certificates its header's `cairn cert` commands make (openssl, as the
  *   tool needs it) name every name a pod is dialed at, as a client's and a peer's check see it.
  */
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { X509Certificate } from "node:crypto";
+import { once } from "node:events";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { createServer as createHttpServer } from "node:http";
+import { type AddressInfo, createServer as createNetServer, type Server } from "node:net";
 import { basename, join } from "node:path";
 import { checkServerIdentity } from "node:tls";
 import { describe, it } from "node:test";
@@ -178,8 +182,10 @@ describe("deploy/ names", () => {
 // ---------------------------------------------------------------------------------------------
 
 interface Probe {
-  httpGet: { path: string; port: string | number };
+  httpGet?: { path: string; port: string | number };
+  exec?: { command: string[] };
   periodSeconds: number;
+  timeoutSeconds: number;
   failureThreshold: number;
 }
 
@@ -313,19 +319,62 @@ describe("deploy/k8s/", () => {
     }
   });
 
-  it("probes /health/quick on the HTTP port: a long startup, generous liveness", () => {
-    for (const probe of [
-      container.startupProbe,
-      container.readinessProbe,
-      container.livenessProbe,
-    ]) {
-      assert.equal(probe.httpGet.path, "/health/quick");
-      assert.equal(probe.httpGet.port, "http");
-    }
+  it("probes readiness with /health/quick, startup and liveness with one check: a long startup, generous liveness", () => {
+    assert.deepEqual(container.readinessProbe.httpGet, { path: "/health/quick", port: "http" });
+    assert.deepEqual(container.startupProbe.exec, container.livenessProbe.exec);
     const window = (p: Probe): number => p.periodSeconds * p.failureThreshold;
     assert.ok(window(container.startupProbe) >= 300, "5 minutes or more to replay the WAL");
-    assert.ok(window(container.livenessProbe) >= 60, "liveness tolerates a leaderless minute");
+    assert.ok(window(container.livenessProbe) >= 60, "liveness tolerates a stuck minute");
     assert.ok(window(container.readinessProbe) < window(container.livenessProbe));
+  });
+
+  it("restarts a pod only when its HTTP server does not answer: a 503 (decommissioned, no quorum) is alive", async () => {
+    // Seen failing: liveness was GET /health/quick, 503 by design for a decommissioned member
+    // (and one whose shard 0 lost its quorum): Kubernetes restarted such a pod every 2 minutes.
+    const command = container.livenessProbe.exec?.command;
+    assert.ok(command !== undefined, "an exec probe");
+    assert.equal(command[0], "node", "the image's node");
+    const limitMs = container.livenessProbe.timeoutSeconds * 1000;
+    // The command reads the port of the pod's CAIRN_HTTP_ADDR, the container's http port.
+    const httpPort = container.ports.find((p) => p.name === "http")?.containerPort;
+    assert.equal(portOf(podEnv(0, "default")["CAIRN_HTTP_ADDR"] ?? ""), httpPort);
+    const probe = async (port: number): Promise<{ code: number | null; ms: number }> => {
+      const started = performance.now();
+      const proc = spawn(process.execPath, command.slice(1), {
+        env: { ...process.env, CAIRN_HTTP_ADDR: `0.0.0.0:${port}` },
+        stdio: "ignore",
+      });
+      const [code] = (await once(proc, "exit")) as [number | null];
+      return { code, ms: performance.now() - started };
+    };
+    const listen = async (server: Server): Promise<number> => {
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      return (server.address() as AddressInfo).port;
+    };
+    const answering = (status: number): Server =>
+      createHttpServer((_req, res) => {
+        res.writeHead(status, { "content-type": "text/plain; charset=utf-8" });
+        res.end(status === 200 ? "OK" : "UNAVAILABLE");
+      });
+    const ok = answering(200);
+    const unavailable = answering(503);
+    // A main thread that no longer runs: the kernel accepts the connection, nothing answers.
+    const stuck = createNetServer(() => {});
+    const gone = createNetServer();
+    try {
+      assert.equal((await probe(await listen(ok))).code, 0, "200: alive");
+      assert.equal((await probe(await listen(unavailable))).code, 0, "503: alive");
+      const hung = await probe(await listen(stuck));
+      assert.notEqual(hung.code, 0, "no answer: not alive");
+      assert.ok(hung.ms < limitMs, `it ends by itself within timeoutSeconds (${hung.ms} ms)`);
+      const port = await listen(gone);
+      await new Promise<void>((resolve) => gone.close(() => resolve()));
+      assert.notEqual((await probe(port)).code, 0, "nothing listening: not alive");
+    } finally {
+      ok.close();
+      unavailable.close();
+      stuck.close();
+    }
   });
 
   it("gives the pod longer than preStop + the drain timeout to stop", () => {
