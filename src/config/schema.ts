@@ -625,7 +625,7 @@ export const KEYS: readonly KeySpec[] = [
     default: 10_000,
     env: "CAIRN_SHUTDOWN_DRAIN_TIMEOUT_MS",
     expect: "must be an integer between 0 and 600000",
-    doc: "On SIGTERM/SIGINT, how long in-flight requests may finish before they are cut off.",
+    doc: "On SIGTERM, SIGINT or SIGHUP, how long in-flight requests may finish before they are cut off.",
   },
   {
     key: "recovery.unsafe_accept_lost_wal",
