@@ -150,11 +150,14 @@ async function main(argv: readonly string[]): Promise<number> {
   if (command !== "serve") stopOnClosedStdout(command ?? "");
   switch (command) {
     case undefined:
+      // A usage error, as any other: the help on standard error (a script's output stays clean).
+      process.stderr.write(HELP);
+      return 2;
     case "-h":
     case "--help":
     case "help":
       process.stdout.write(HELP);
-      return command === undefined ? 2 : 0;
+      return 0;
     case "-v":
     case "--version":
     case "version":

@@ -511,5 +511,10 @@ describe("cairn errors and help", () => {
     const top = await cairn(["--help"]);
     assert.equal(top.code, 0);
     for (const c of commands) assert.match(top.out, new RegExp(`\\n  ${c}\\b`));
+    // No command at all is a usage error: the help goes to standard error, none to standard output.
+    const none = await cairn([]);
+    assert.equal(none.code, 2);
+    assert.equal(none.out, "");
+    assert.equal(none.err, top.out);
   });
 });
