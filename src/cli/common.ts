@@ -114,15 +114,22 @@ export function str(values: Values, name: string): string | undefined {
 /** The longest --timeout: what a Node.js timer can wait. */
 const MAX_TIMEOUT_MS = 0x7fffffff;
 
+/** Environment variable `name`, unset when empty (as the server's CAIRN_* variables are). */
+export function envVar(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const v = env[name];
+  return v === "" ? undefined : v;
+}
+
 export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
-  const list = str(values, "endpoints") ?? env["CAIRN_ENDPOINTS"] ?? DEFAULT_ENDPOINT;
+  const list = str(values, "endpoints") ?? envVar(env, "CAIRN_ENDPOINTS") ?? DEFAULT_ENDPOINT;
   const endpoints = list
     .split(",")
     .map((e) => e.trim())
     .filter((e) => e !== "");
   if (endpoints.length === 0) throw new UsageError("--endpoints is empty");
   for (const e of endpoints) checkHostPort(e, "--endpoints");
-  const output = str(values, "output") ?? str(values, "write-out") ?? env["CAIRN_OUTPUT"] ?? "text";
+  const output =
+    str(values, "output") ?? str(values, "write-out") ?? envVar(env, "CAIRN_OUTPUT") ?? "text";
   if (output !== "text" && output !== "json")
     throw new UsageError(`--output must be text or json, not ${JSON.stringify(output)}`);
   const timeout = str(values, "timeout") ?? "5000";
@@ -134,8 +141,7 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
       `--timeout must be a whole number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (24.8 days), not ${JSON.stringify(timeout)}`,
     );
   const tls = tlsOf(values, env);
-  const token =
-    str(values, "token") ?? (env["CAIRN_TOKEN"] === "" ? undefined : env["CAIRN_TOKEN"]);
+  const token = str(values, "token") ?? envVar(env, "CAIRN_TOKEN");
   if (token !== undefined && !/^[\x21-\x7e]+$/.test(token))
     throw new UsageError("--token (or CAIRN_TOKEN) must be visible ASCII characters, no spaces");
   // The nodes take a token in cleartext only on loopback; it is not sent anywhere else unsealed.
@@ -156,7 +162,7 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
 /** --cacert, --cert and --key (or CAIRN_CACERT, CAIRN_CERT, CAIRN_KEY), read. */
 function tlsOf(values: Values, env: NodeJS.ProcessEnv): TlsOptions | undefined {
   const file = (flag: string, name: string): Buffer | undefined => {
-    const path = str(values, flag) ?? (env[name] === "" ? undefined : env[name]);
+    const path = str(values, flag) ?? envVar(env, name);
     if (path === undefined) return undefined;
     try {
       return readFileSync(path);

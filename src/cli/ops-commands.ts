@@ -10,6 +10,7 @@ import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cl
 import {
   checkHostPort,
   DEFAULT_HTTP_ENDPOINT,
+  envVar,
   EXIT,
   expectPositionals,
   GLOBAL_HELP,
@@ -26,7 +27,7 @@ const HTTP_OPTIONS = { "http-endpoint": { type: "string" } } as const;
 function httpEndpoint(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
   const e =
     (typeof values["http-endpoint"] === "string" ? values["http-endpoint"] : undefined) ??
-    env["CAIRN_HTTP_ENDPOINT"] ??
+    envVar(env, "CAIRN_HTTP_ENDPOINT") ??
     DEFAULT_HTTP_ENDPOINT;
   checkHostPort(e, "--http-endpoint");
   return e;

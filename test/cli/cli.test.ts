@@ -406,6 +406,15 @@ describe("cairn errors and help", () => {
       assert.equal(globals({ endpoints }, env).token, env.CAIRN_TOKEN);
   });
 
+  it("an empty CAIRN_* variable counts as unset, as the server's do", () => {
+    const empty = { CAIRN_ENDPOINTS: "", CAIRN_OUTPUT: "", CAIRN_TOKEN: "", CAIRN_CACERT: "" };
+    const g = globals({}, empty);
+    assert.deepEqual(g.endpoints, ["127.0.0.1:7447"]);
+    assert.equal(g.output, "text");
+    assert.equal(g.token, undefined);
+    assert.equal(g.tls, undefined);
+  });
+
   it("exit 3 when no node answers", async () => {
     const dead = `127.0.0.1:${deadPort}`;
     const get = await cairn(["get", "k", "--endpoints", dead, "--timeout", "300"]);
