@@ -315,24 +315,27 @@ export class Forwarder {
       if (newLeader !== null && result.code === status.CANCELLED) {
         return { ok: false, error: toServiceError(new LeaderChangedError(leader, newLeader)) };
       }
-      if (shard !== null && method !== "Get") this.#learn(shard, leader, result);
+      if (shard !== null) this.#learn(shard, leader, result, method === "Get");
       return reply(result, (bytes) => def.responseDeserialize(bytes) as Res, leader, address);
     });
   }
 
   /**
    * Tells `leaders.learned` what a forwarded write to `leader` found (only a shard's leader
-   * serves a write; a linearizable Get may be served by a follower, so Gets teach nothing).
+   * serves a write; a linearizable Get may be served by a follower, so a Get's answer teaches
+   * nothing, `get`). A call that could not be sent at all, a Get's too, says `leader` is not
+   * the one to ask now.
    */
-  #learn(shard: number, leader: NodeId, result: CallResult): void {
+  #learn(shard: number, leader: NodeId, result: CallResult, get: boolean): void {
     const learned = this.#options.leaders?.learned;
     if (learned === undefined) return;
-    if (result.code === status.OK) {
-      learned(shard, leader);
-      return;
-    }
     if (!result.sent) {
       learned(shard, null);
+      return;
+    }
+    if (get) return;
+    if (result.code === status.OK) {
+      learned(shard, leader);
       return;
     }
     if (trailer(result, ERROR_CODE_KEY) !== "CAIRN_ERR_NOT_LEADER") return;

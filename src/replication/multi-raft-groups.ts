@@ -385,6 +385,13 @@ export class Groups {
    * moved off named the first-ranked replica, often the move's learner, not caught up (a read
    * waited there for its snapshot) or naming the leader back (a second hop, which the
    * forwarder does not take for a call it was sent). null: no replica is known.
+   *
+   * Neither the hint nor the first-ranked replica when the failure detector has its node down
+   * (MultiRaftOptions.nodeDown): the next replica up instead, which leads once the group has
+   * elected again, or answers naming who does. Before, a Get through a node holding no replica
+   * was sent to a dead leader for as long as nothing else moved the hint (a write's forward
+   * does; a Get's teaches nothing), tens of seconds after its group had a new leader (a review
+   * of 2026-12-06).
    */
   leaderToAsk(id: number): string | null {
     const raw = this.#host.shards.get(id)?.raw;
@@ -397,12 +404,23 @@ export class Groups {
       return leaderNode(raw.lead);
     }
     const placed = this.placedOn(id);
+    const down = this.#host.options.nodeDown;
     const hint = this.#leaderHints.get(id);
     if (hint !== undefined) {
-      for (const r of placed) if (leaderNode(r) === hint) return hint;
-      this.#leaderHints.delete(id); // no longer a replica of the shard
+      if (placed.some((r) => leaderNode(r) === hint)) {
+        if (down?.(hint) !== true) return hint;
+      } else {
+        this.#leaderHints.delete(id); // no longer a replica of the shard
+      }
     }
-    return leaderNode(placed[0]);
+    const up =
+      down === undefined
+        ? undefined
+        : placed.find((r) => {
+            const node = leaderNode(r);
+            return node !== null && !down(node);
+          });
+    return leaderNode(up ?? placed[0]);
   }
 
   /**

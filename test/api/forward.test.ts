@@ -390,6 +390,12 @@ describe("forwarding to the shard's leader", () => {
         call((md, o, cb) => lost.kv.Put({ key: key("x"), value: key("1") }, md, o, cb)),
       );
       assert.deepEqual(learnt, [[1, null]]);
+      // A Get too: it could not be sent, so the node is not the one to ask (before, a Get's
+      // forward taught nothing, and a node holding no replica sent its Gets to a dead leader
+      // for as long as no write came).
+      learnt.length = 0;
+      await failure(call((md, o, cb) => lost.kv.Get({ key: key("x") }, md, o, cb)));
+      assert.deepEqual(learnt, [[1, null]]);
     } finally {
       addresses.set("n2", follower.address);
     }

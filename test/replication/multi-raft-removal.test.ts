@@ -45,6 +45,8 @@ interface TestNode {
 class Nodes {
   readonly nodes = new Map<string, TestNode>();
   readonly fatals: unknown[] = [];
+  /** The nodes the "failure detector" has down (MultiRaftOptions.nodeDown). */
+  readonly down = new Set<string>();
   /** Where the "meta group" places each shard now (every shard starts on n1, n2, n3). */
   readonly placement = new Map<number, string[]>();
   readonly #addresses = new Map<string, string>();
@@ -103,6 +105,7 @@ class Nodes {
         replicasOf: () => [...this.#founding],
         replicasNow: (shard) => this.placedOn(shard),
         acceptsReplica: (shard) => this.placedOn(shard).includes(id),
+        nodeDown: (node) => this.down.has(node),
         observer: { fatal: (err) => this.fatals.push(err) },
       });
     } catch (err) {
@@ -314,6 +317,15 @@ describe("replica removal (replica GC)", () => {
       n4.mr.noteLeader(SHARD, "n3");
       n4.mr.noteLeader(SHARD, null);
       assert.equal(n4.mr.leaderElsewhere(k), "n1");
+      // Nor a node the failure detector has down, hint or first-ranked: the next one up (a
+      // review of 2026-12-06: Gets went to a dead leader tens of seconds after the election).
+      n4.mr.noteLeader(SHARD, "n2");
+      nodes.down.add("n2");
+      assert.equal(n4.mr.leaderElsewhere(k), "n1", "not the hint, down");
+      nodes.down.add("n1");
+      assert.equal(n4.mr.leaderElsewhere(k), "n3", "not the first-ranked, down");
+      nodes.down.clear();
+      assert.equal(n4.mr.leaderElsewhere(k), "n2", "the hint once it is up again");
       // On a replica of the shard its own group says who leads, whatever a forward found.
       await eventually("n1 follows n2", () => n1.mr.leaderElsewhere(k) === "n2");
       n1.mr.noteLeader(SHARD, "n3");
