@@ -17,6 +17,7 @@ import {
   term,
 } from "../../src/raft/index.ts";
 import { MultiRaft, type ShardEngine, type ShardMessage } from "../../src/replication/index.ts";
+import { encodeCommand } from "../../src/replication/commands.ts";
 import { MemoryEngine } from "../../src/replication/memory-engine.ts";
 import {
   Maintenance,
@@ -171,7 +172,8 @@ describe("the maintenance pass", () => {
         term: term(1),
         index: logIndex(i),
         type: "normal" as const,
-        data: new Uint8Array(100),
+        // A Put of ~100 bytes (a follower drops an append whose entries hold no command).
+        data: encodeCommand({ op: "put", key: new Uint8Array([i]), value: new Uint8Array(90) }),
       }));
       const append: Message = {
         type: "append",
