@@ -172,8 +172,19 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
       settings.set(spec.key, { value: spec.default, source: "default" });
   }
 
-  const path = flags["config"] ?? options.configPath ?? nonEmpty(env["CAIRN_CONFIG"]);
-  if (path !== undefined) readFile(path, settings, issues);
+  const fromEnv = nonEmpty(env["CAIRN_CONFIG"]);
+  const path = flags["config"] ?? options.configPath ?? fromEnv;
+  if (path === "") {
+    issues.push({
+      key: "config",
+      source: "--config",
+      message: "config error: --config is empty: give the path of a configuration file",
+    });
+  } else if (path !== undefined) {
+    // Where the path came from, when not a flag: a stale variable is easy to miss.
+    const named = path === fromEnv && flags["config"] === undefined ? " (from CAIRN_CONFIG)" : "";
+    readFile(path, named, settings, issues);
+  }
 
   for (const spec of KEYS) {
     const raw = env[spec.env];
@@ -233,7 +244,12 @@ function nonEmpty(s: string | undefined): string | undefined {
 /** The largest configuration file read: every key with its comment is 12 KB. */
 export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
-function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIssue[]): void {
+function readFile(
+  path: string,
+  named: string,
+  settings: Map<string, Setting>,
+  issues: ConfigIssue[],
+): void {
   let bytes: Buffer;
   try {
     // Any file, a pipe too (`--config /dev/stdin`, a shell's `<(…)`): read once, before anything
@@ -245,7 +261,7 @@ function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIs
       issues.push({
         key: "config",
         source: path,
-        message: `config error: the configuration file ${path} ${err.reason}`,
+        message: `config error: the configuration file ${path}${named} ${err.reason}`,
       });
       return;
     }
@@ -253,7 +269,7 @@ function readFile(path: string, settings: Map<string, Setting>, issues: ConfigIs
     issues.push({
       key: "config",
       source: path,
-      message: `config error: cannot read the configuration file ${path}: ${code}`,
+      message: `config error: cannot read the configuration file ${path}${named}: ${code}`,
     });
     return;
   }

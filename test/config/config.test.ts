@@ -249,6 +249,16 @@ describe("loadConfig", () => {
       configError(() => loadConfig({ configPath: missing })).message,
       /cannot read the configuration file .*nope\.yaml: ENOENT/,
     );
+    // Named through CAIRN_CONFIG: the message says so (a stale variable is easy to miss).
+    assert.match(
+      configError(() => loadConfig({ env: { CAIRN_CONFIG: missing } })).message,
+      /cannot read the configuration file .*nope\.yaml \(from CAIRN_CONFIG\): ENOENT/,
+    );
+    // An empty --config names no file: said so, not as a file that cannot be read.
+    assert.match(
+      configError(() => loadConfig({ flags: { config: "" } })).message,
+      /--config is empty: give the path of a configuration file/,
+    );
     const bad = yamlFile("node_id: [unclosed\n");
     assert.match(
       configError(() => loadConfig({ configPath: bad })).message,
