@@ -1245,6 +1245,21 @@ export class Raft {
     }
   }
 
+  /** Answers heartbeat `m`, whose commit is past this log, with a refusal marked `lost`. */
+  #refuseAsLost(m: HeartbeatMessage): void {
+    this.#send({
+      type: "append-resp",
+      from: this.id,
+      to: m.from,
+      term: this.term,
+      index: m.commit,
+      reject: true,
+      hintIndex: this.log.lastIndex(),
+      hintTerm: this.log.lastTerm(),
+      lost: true,
+    });
+  }
+
   #handleHeartbeat(m: HeartbeatMessage): void {
     const last = this.log.lastIndex();
     if (m.commit > last && m.term === this.#lostInTerm) {
@@ -1254,34 +1269,14 @@ export class Raft {
       // refill this member. Since the loss, in this term, this member took entries from that
       // leader alone, so its log is a prefix of the leader's: committing up to its end is safe.
       this.log.commitTo(last);
-      this.#send({
-        type: "append-resp",
-        from: this.id,
-        to: m.from,
-        term: this.term,
-        index: m.commit,
-        reject: true,
-        hintIndex: last,
-        hintTerm: this.log.lastTerm(),
-        lost: true,
-      });
+      this.#refuseAsLost(m);
     } else if (m.commit > last) {
       // A commit past this log from any other leader: it counts this member as holding entries
       // it does not have (its log lost undetected), or the heartbeat is forged. Nothing is
       // committed (the entries here may not be the leader's), and the node does not fail (one
       // forged heartbeat failed it, every shard with it: a review of 2026-12-06): the refusal
       // marked `lost` has a real leader forget the match and refill this member.
-      this.#send({
-        type: "append-resp",
-        from: this.id,
-        to: m.from,
-        term: this.term,
-        index: m.commit,
-        reject: true,
-        hintIndex: last,
-        hintTerm: this.log.lastTerm(),
-        lost: true,
-      });
+      this.#refuseAsLost(m);
       return;
     } else {
       this.log.commitTo(m.commit);

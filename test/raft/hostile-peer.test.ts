@@ -110,29 +110,8 @@ describe("the Raft core against a caller posing as a member", () => {
     const { b, step } = follower();
     const last = b.raw.status().lastIndex;
     const lastTerm = b.raw.term;
-    for (const data of ["garbage", "promote b", "add-voter", ""]) {
-      step({
-        type: "append",
-        from: A,
-        to: B,
-        term: term(lastTerm),
-        prevIndex: logIndex(last),
-        prevTerm: term(lastTerm),
-        entries: [
-          {
-            index: logIndex(last + 1),
-            term: term(lastTerm),
-            type: "conf-change",
-            data: new TextEncoder().encode(data),
-          },
-        ],
-        commit: logIndex(last + 1),
-        noReply: false,
-      });
-      assert.equal(b.raw.status().lastIndex, last, `${JSON.stringify(data)} not appended`);
-    }
-    // A well-formed one is taken (and applied: b's configuration now names d a learner).
-    step({
+    /** a's append of one membership change, `text`, after b's last entry. */
+    const change = (text: string): Message => ({
       type: "append",
       from: A,
       to: B,
@@ -144,12 +123,18 @@ describe("the Raft core against a caller posing as a member", () => {
           index: logIndex(last + 1),
           term: term(lastTerm),
           type: "conf-change",
-          data: new TextEncoder().encode("add-learner d"),
+          data: new TextEncoder().encode(text),
         },
       ],
       commit: logIndex(last + 1),
       noReply: false,
     });
+    for (const text of ["garbage", "promote b", "add-voter", ""]) {
+      step(change(text));
+      assert.equal(b.raw.status().lastIndex, last, `${JSON.stringify(text)} not appended`);
+    }
+    // A well-formed one is taken (and applied: b's configuration now names d a learner).
+    step(change("add-learner d"));
     assert.equal(b.raw.status().lastIndex, last + 1);
   });
 });
