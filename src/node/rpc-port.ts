@@ -94,19 +94,12 @@ export async function claimRpcAddr(rpcAddr: string): Promise<ReservedRpcPort> {
 
 /**
  * Rejects with AddressInUseError or BindError naming rpc_addr unless `rpcAddr` can be bound now
- * over TCP and UDP (port 0: unless its host is this machine's). Both are released: the shard
- * workers bind them in their threads.
+ * over TCP and UDP (port 0: unless a port free for both can be found on its host): claimRpcAddr,
+ * its socket released, since the shard workers bind both in their threads.
  */
 export async function checkRpcAddr(rpcAddr: string): Promise<void> {
-  const { host, port } = rpcHostPort(rpcAddr);
-  const socket = await bindGossipSocket(rpcAddr).catch((err: unknown) => {
-    throw bindFailure(err, rpcAddr);
-  });
-  try {
-    await probeTcp(host, port, rpcAddr);
-  } finally {
-    await new Promise<void>((resolve) => socket.close(() => resolve()));
-  }
+  const { socket } = await claimRpcAddr(rpcAddr);
+  await new Promise<void>((resolve) => socket.close(() => resolve()));
 }
 
 function rpcHostPort(rpcAddr: string): { host: string; port: number } {
