@@ -182,7 +182,10 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
     });
   } else if (path !== undefined) {
     // Where the path came from, when not a flag: a stale variable is easy to miss.
-    const named = path === fromEnv && flags["config"] === undefined ? " (from CAIRN_CONFIG)" : "";
+    const named =
+      flags["config"] === undefined && options.configPath === undefined
+        ? " (from CAIRN_CONFIG)"
+        : "";
     readFile(path, named, settings, issues);
   }
 
