@@ -6,7 +6,6 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadPackageDefinition } from "@grpc/grpc-js";
 import { loadSync, type Options, type PackageDefinition } from "@grpc/proto-loader";
-import { protoPath as HEALTH_PROTO } from "grpc-health-check";
 import type { ProtoGrpcType as AdminProto } from "./generated/admin.ts";
 import type { ProtoGrpcType as KvProto } from "./generated/kv.ts";
 import type { ProtoGrpcType as MetaProto } from "./generated/meta.ts";
@@ -73,9 +72,19 @@ export function loadStandardDefinition(): PackageDefinition {
       "grpc",
       "reflection",
     );
+    // grpc-health-check's main module parses this file as it loads (a client has no use for it).
+    const health = join(
+      dirname(fileURLToPath(import.meta.resolve("grpc-health-check"))),
+      "..",
+      "..",
+      "proto",
+      "health",
+      "v1",
+      "health.proto",
+    );
     standardDefinition = loadSync(
       [
-        HEALTH_PROTO,
+        health,
         join(reflection, "v1", "reflection.proto"),
         join(reflection, "v1alpha", "reflection.proto"),
       ],

@@ -2,7 +2,7 @@
  * `cairn health`, `metrics`, `cluster`, `snapshot`, `transfer-leader` and `node`: what an operator
  * asks of a node.
  */
-import { type ClientRequest, request as httpRequest } from "node:http";
+import type { ClientRequest } from "node:http";
 import { status } from "@grpc/grpc-js";
 import { type CairnClient, ServerError } from "../client/index.ts";
 import { sameAddress } from "../config/index.ts";
@@ -20,6 +20,10 @@ import {
   writeJson,
 } from "./common.ts";
 import type { Io } from "./io.ts";
+
+// Not `import … from "node:http"`: its ES facade loads the bundled undici (~80 ms of CPU a run;
+// src/ops/http-server.ts).
+const { request: httpRequest } = process.getBuiltinModule("node:http");
 
 const HTTP_HELP = `  --http-endpoint HOST:PORT  the node's HTTP address (env CAIRN_HTTP_ENDPOINT, default ${DEFAULT_HTTP_ENDPOINT})`;
 const HTTP_OPTIONS = { "http-endpoint": { type: "string" } } as const;

@@ -19,7 +19,7 @@
  * is reported and the table before is kept.
  */
 import { createHash } from "node:crypto";
-import { parse } from "yaml";
+import { loadYaml } from "./yaml.ts";
 import { FileRefusal, readRegularFileBounded } from "./bounded-read.ts";
 import { ReadingFileWatch, stampFiles } from "./file-watch.ts";
 import { CairnError } from "./errors.ts";
@@ -107,7 +107,7 @@ function unknownKey(key: string): string {
 export function parseTokens(file: string, text: string): TokenTable {
   let doc: unknown;
   try {
-    doc = parse(text);
+    doc = loadYaml().parse(text);
   } catch (err) {
     throw new TokensFileError(file, `is not YAML: ${(err as Error).message.split("\n")[0]}`);
   }

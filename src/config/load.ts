@@ -9,7 +9,6 @@
  * and scripts use their own), and an empty environment variable counts as unset, except
  * `CAIRN_SEED_NODES` where empty means "no seeds" (single-node mode), as the contract says.
  */
-import { LineCounter, parseDocument } from "yaml";
 import { CairnError } from "../common/index.ts";
 import { FileTooLargeError, readFileBounded } from "../common/bounded-read.ts";
 import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
@@ -23,6 +22,7 @@ import {
   type KeySpec,
   type LogLevelName,
 } from "./schema.ts";
+import { loadYaml } from "../common/yaml.ts";
 
 export interface CairnConfig {
   readonly node_id: string;
@@ -289,6 +289,7 @@ function readFile(
     });
     return;
   }
+  const { LineCounter, parseDocument } = loadYaml();
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter });
   const firstError = doc.errors[0];
