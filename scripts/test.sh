@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `npm test`: the static checks (`npm run check`) and every test (`npm run test:unit`), side by
-# side. The tests keep two cores about 80 % busy (end-to-end tests wait on their nodes' timers);
-# the checks, a minute of single-threaded work, fill part of the rest instead of running first.
+# side. Three test files run at once: with two, the tests kept two cores only about 80 % busy
+# (end-to-end tests wait on their nodes' timers); the checks, a minute of single-threaded work,
+# fill part of the rest instead of running first.
 # The tests write to this script's own stdout (a file under CI: the runner's last lines, its
 # summary, are not put through a pipe); the checks' output is kept and printed after them. Exit
 # status: the tests', or the checks' when the tests passed.
