@@ -64,24 +64,13 @@ let standardDefinition: PackageDefinition | undefined;
  */
 export function loadStandardDefinition(): PackageDefinition {
   if (standardDefinition === undefined) {
-    // @grpc/reflection reads its files from build/proto beside build/src, its main module's.
-    const reflection = join(
-      dirname(fileURLToPath(import.meta.resolve("@grpc/reflection"))),
-      "..",
-      "proto",
-      "grpc",
-      "reflection",
-    );
-    // grpc-health-check's main module parses this file as it loads (a client has no use for it).
-    const health = join(
-      dirname(fileURLToPath(import.meta.resolve("grpc-health-check"))),
-      "..",
-      "..",
-      "proto",
-      "health",
-      "v1",
-      "health.proto",
-    );
+    // A package's proto files, by their path from its main module's directory: @grpc/reflection
+    // reads its own from build/proto beside build/src; grpc-health-check's are taken by path, as
+    // its main module parses its file as it loads (a client has no use for that).
+    const besideMain = (pkg: string, path: string): string =>
+      join(dirname(fileURLToPath(import.meta.resolve(pkg))), path);
+    const reflection = besideMain("@grpc/reflection", "../proto/grpc/reflection");
+    const health = besideMain("grpc-health-check", "../../proto/health/v1/health.proto");
     standardDefinition = loadSync(
       [
         health,
