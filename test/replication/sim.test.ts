@@ -4,7 +4,8 @@
  * planted bug must be caught within 500 seeds, and a seed must replay exactly.
  *
  * DRIVER_SIM_SEEDS=N raises the number of seeds (default 40); DRIVER_SIM_CATCH_FROM_1=1 has the
- * planted bugs' searches start at seed 1 instead of near the first seed known to catch each.
+ * searches for the planted bugs caught within the first 500 seeds start at seed 1 instead of at
+ * the first seed known to catch each.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
