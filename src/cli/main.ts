@@ -217,7 +217,9 @@ main(process.argv.slice(2)).then(
  * source and V8's code) in os.tmpdir()/node-compile-cache: a client command then runs in about
  * two thirds of the time (a `get` on the 2-vCPU VM: 0.8 s without, 0.5 s with), and so does a
  * server's start with its worker threads. Left to Node when NODE_COMPILE_CACHE or
- * NODE_DISABLE_COMPILE_CACHE is set. The directory is made here first, by one mkdir: Node's
+ * NODE_DISABLE_COMPILE_CACHE is set, as `bin/cairn` sets the first so that this module and its
+ * imports are cached too (compiling them loads the type stripper, ~0.2 s of CPU): this covers a
+ * direct `node src/cli/main.ts`, as the container image runs. The directory is made here first, by one mkdir: Node's
  * recursive one (the cache's, and `mkdirSync`'s `recursive`, in 24.21) loops for ever on a
  * parent that exists but cannot hold it (TMPDIR under /proc). Where it cannot be made, every
  * module is compiled, as before.

@@ -5,7 +5,7 @@
  * for ever there).
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -42,6 +42,40 @@ describe("the module compile cache", () => {
       assert.ok(existsSync(cache), "the cache directory was made");
       // One directory per Node.js version and V8 flags, holding the modules compiled.
       assert.ok(readdirSync(cache).length > 0, "something was cached");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("covers the first module: a second run strips no TypeScript, main.ts included", async () => {
+    // bin/cairn sets NODE_COMPILE_CACHE before Node starts: enabled by main.ts itself, the cache
+    // came after main.ts and its imports were compiled, and compiling them loaded the type
+    // stripper on every run (~0.2 s of CPU).
+    const dir = mkdtempSync(join(tmpdir(), "cairn-compile-cache-"));
+    try {
+      assert.equal(await versionWithTmpdir(dir), 0);
+      const env = cleanEnv({ TMPDIR: dir, NODE_DEBUG_NATIVE: "COMPILE_CACHE" });
+      delete env["NODE_COMPILE_CACHE"];
+      delete env["NODE_DISABLE_COMPILE_CACHE"];
+      const run = spawnSync(CAIRN, ["version"], {
+        cwd: ROOT,
+        env,
+        encoding: "utf8",
+        timeout: 20_000,
+      });
+      assert.equal(run.status, 0, run.stderr);
+      // Node's debug log names each TypeScript module whose stripped source it took from the cache.
+      const taken = run.stderr
+        .split("\n")
+        .filter((l) => l.includes("retrieving transpile cache for StrippedTypeScript"));
+      assert.ok(
+        taken.some((l) => l.includes("/src/cli/main.ts...success")),
+        `main.ts was compiled again:\n${run.stderr.slice(0, 2000)}`,
+      );
+      assert.ok(
+        taken.every((l) => l.endsWith("success")),
+        `a module missed the cache:\n${taken.join("\n")}`,
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
