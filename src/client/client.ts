@@ -448,7 +448,9 @@ export class CairnClient {
   /**
    * Moves shard `shardId`'s leadership to node `nodeId`, one of its replicas (Admin
    * TransferLeader). In a cluster the node is recorded as the shard's preferred leader, so it
-   * stays there; resolves with the leader's node once it leads.
+   * stays there; resolves with the leader's node once it leads. Asked of `endpoint`, or else of
+   * the shard's leader as the client's cluster view knows it (a node holding no replica of the
+   * shard refuses, naming those that do).
    */
   async transferLeader(
     shardId: number,
@@ -461,7 +463,8 @@ export class CairnClient {
       null,
       options,
       (c, deadline, cb) => c.admin.TransferLeader(req, { deadline }, cb),
-      options.endpoint === undefined ? {} : { endpoint: options.endpoint },
+      // Without an endpoint, to the shard's leader: a node holding no replica of it refuses.
+      options.endpoint === undefined ? { shard: shardId } : { endpoint: options.endpoint },
     );
     return res.leader;
   }
@@ -666,8 +669,8 @@ export class CairnClient {
   }
 
   /**
-   * The address of the node leading `key`'s shard (or named by a hint), if the view knows it and
-   * shows it alive, and neither did it fail to connect earlier in the call (`failed`) nor is its
+   * The address of the node leading `key`'s shard (or `shard`, or the one a hint names), if the
+   * view knows it and shows it alive, and neither did it fail to connect earlier in the call (`failed`) nor is its
    * channel in reconnect backoff: a call sent there would fail at once, or wait out its connect
    * budget, and the node it falls back to forwards it instead.
    */
@@ -675,12 +678,14 @@ export class CairnClient {
     key: Uint8Array | null,
     hint: string | undefined,
     failed: ReadonlySet<string>,
+    shardOfCall?: number,
   ): string | undefined {
     const view = this.#view;
     if (view === null) return undefined;
     let leader = hint;
-    if (leader === undefined && key !== null && view.totalShards > 0) {
-      const shard = shardForKey(key, view.totalShards);
+    const shard =
+      key !== null && view.totalShards > 0 ? shardForKey(key, view.totalShards) : shardOfCall;
+    if (leader === undefined && shard !== undefined) {
       const known = this.#viewLeaders(view);
       leader = this.#learnt.get(shard) ?? known.leaders.get(shard) ?? known.preferred.get(shard);
     }
@@ -758,6 +763,8 @@ export class CairnClient {
       /** The answer comes from `key`'s shard leader (a write or a linearizable read, the default
        * for a call with a key); a serializable read's does not. */
       readonly servedByLeader?: boolean;
+      /** A call about this shard, with no key: sent to its leader as the view knows it. */
+      readonly shard?: number;
     } = {},
   ): Promise<T> {
     const endpoint = how.endpoint;
@@ -787,7 +794,7 @@ export class CairnClient {
       options.signal?.throwIfAborted();
       this.#assertOpen();
       if (attempt > 0 && until - performance.now() < Math.max(MIN_ATTEMPT_MS, 2 * lastTook)) break;
-      const routed = endpoint ?? this.#leaderAddress(key, hint, failed);
+      const routed = endpoint ?? this.#leaderAddress(key, hint, failed, how.shard);
       // A node named for the call that failed to connect is not tried again: the call falls
       // back to another (unless it is for that node only).
       const address =

@@ -22,6 +22,7 @@ import {
   readBackDifference,
   withLocalCluster,
 } from "../support/cluster-process.ts";
+import { CairnClient } from "../../src/client/index.ts";
 import { samples } from "../ops/prom-text.ts";
 import { grpcError } from "../support/grpc-client.ts";
 import { cleanEnv, runCairn } from "../support/server-process.ts";
@@ -271,6 +272,29 @@ describe("elastic cluster (real processes)", () => {
           const v = JSON.parse(line) as { shards: { leader: string }[] };
           return v.shards.length === 16 && v.shards.every((s) => s.leader !== "");
         });
+        // The client library's transferLeader with no endpoint asks the shard's leader: n1, the
+        // client's one endpoint, holds no replica of a quarter of the shards and refuses those.
+        // Two such shards there and back, four calls: a call sent to any member in turn (as one
+        // with no key was) would have come to n1 once. The leaders stay as even as they were.
+        const lib = new CairnClient({ endpoints: [n1.rpc], timeoutMs: 15_000 });
+        try {
+          type Led = { id: number; leader: string; replicas: readonly string[] };
+          let away: Led[] = [];
+          await eventually("the client's view has two led shards with no replica on n1", () => {
+            away = (lib.view?.shards ?? []).filter(
+              (s) => s.leader !== "" && !s.replicas.includes("n1"),
+            );
+            return Promise.resolve(away.length >= 2);
+          });
+          for (const { id, leader, replicas } of away.slice(0, 2)) {
+            const to = replicas.find((r) => r !== leader);
+            assert.ok(to !== undefined);
+            assert.equal(await lib.transferLeader(id, to), to);
+            assert.equal(await lib.transferLeader(id, leader), leader);
+          }
+        } finally {
+          lib.close();
+        }
 
         // A decommission cancelled: n3 decommissioning, then active again. (Through the Admin
         // API, one call after the other: the recommission commits long before n3's dozen
