@@ -18,6 +18,7 @@ import {
   VersionConflictError,
 } from "../client/index.ts";
 import { isLoopbackTarget } from "../client/client.ts";
+import { parseHostPort } from "../config/address.ts";
 import { EXIT } from "./exit-codes.ts";
 
 export { EXIT };
@@ -196,10 +197,10 @@ function quietIpServername(): void {
   });
 }
 
+/** A node's address to connect to, as the configuration's addresses are read (no port 0). */
 export function checkHostPort(e: string, flag: string): void {
-  const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s]+):(\d{1,5})$/.exec(e);
-  if (m === null || Number(m[2]) > 65535)
-    throw new UsageError(`${flag}: ${JSON.stringify(e)} is not HOST:PORT`);
+  const r = parseHostPort(e, { allowPortZero: false });
+  if (!r.ok) throw new UsageError(`${flag}: ${JSON.stringify(e)} is not ${r.reason}`);
 }
 
 export function clientFor(g: Globals, routing = true): CairnClient {

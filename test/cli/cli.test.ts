@@ -466,7 +466,17 @@ describe("cairn errors and help", () => {
       [["scan", "--limit", "x"], /--limit/],
       [["scan", "--skip-unavailable"], /--skip-unavailable needs --serializable/],
       [["put", "k", "v", "--expected-version", "7"], /INDEX\/TERM/],
-      [["get", "k", "--endpoints", "nohostport"], /not HOST:PORT/],
+      [
+        ["get", "k", "--endpoints", "nohostport"],
+        /"nohostport" is not an address <host>:<port>; the port is missing/,
+      ],
+      // Port 0 reaches nothing (a connect to it fails: the client said "unavailable").
+      [
+        ["get", "k", "--endpoints", "127.0.0.1:7447,127.0.0.1:0"],
+        /--endpoints: "127\.0\.0\.1:0" is not an address <host>:<port> with a port between 1 and 65535/,
+      ],
+      [["health", "--http-endpoint", "[::1]:00"], /with a port between 1 and 65535/],
+      [["get", "k", "--endpoints", "::1:7447"], /write IPv6 hosts in brackets/],
       [["get", "k", "--output", "yaml"], /text or json/],
       [["get", "k", "--bogus"], /Unknown option '--bogus'/],
       [["snapshot", "x"], /shard number/],
