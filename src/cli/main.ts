@@ -219,7 +219,7 @@ main(process.argv.slice(2)).then(
  * server's start with its worker threads. Left to Node when NODE_COMPILE_CACHE or
  * NODE_DISABLE_COMPILE_CACHE is set, as `bin/cairn` sets the first so that this module and its
  * imports are cached too (compiling them loads the type stripper, ~0.2 s of CPU): this covers a
- * direct `node src/cli/main.ts`, as the container image runs. The directory is made here first, by one mkdir: Node's
+ * direct `node src/cli/main.ts`. The directory is made here first, by one mkdir: Node's
  * recursive one (the cache's, and `mkdirSync`'s `recursive`, in 24.21) loops for ever on a
  * parent that exists but cannot hold it (TMPDIR under /proc). Where it cannot be made, every
  * module is compiled, as before.

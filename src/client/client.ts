@@ -669,10 +669,10 @@ export class CairnClient {
   }
 
   /**
-   * The address of the node leading `key`'s shard (or `shard`, or the one a hint names), if the
-   * view knows it and shows it alive, and neither did it fail to connect earlier in the call (`failed`) nor is its
-   * channel in reconnect backoff: a call sent there would fail at once, or wait out its connect
-   * budget, and the node it falls back to forwards it instead.
+   * The address of the node leading `key`'s shard (or `shardOfCall`, or the one a hint names),
+   * if the view knows it and shows it alive, and neither did it fail to connect earlier in the
+   * call (`failed`) nor is its channel in reconnect backoff: a call sent there would fail at
+   * once, or wait out its connect budget, and the node it falls back to forwards it instead.
    */
   #leaderAddress(
     key: Uint8Array | null,
