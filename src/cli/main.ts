@@ -1,17 +1,13 @@
 /**
  * The `cairn` command line. `bin/cairn` runs this file on the pinned Node.js.
  */
-import { mkdirSync, readFileSync } from "node:fs";
-import { enableCompileCache } from "node:module";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { EXIT } from "./exit-codes.ts";
 import { PROCESS_IO } from "./io.ts";
 import type * as BackupCommands from "./backup-commands.ts";
 import type * as KvCommands from "./kv-commands.ts";
 import type * as OpsCommands from "./ops-commands.ts";
-
-cacheCompiledModules();
 
 // Commands are imported when run: the server's modules would slow every client command.
 const kv = (): Promise<typeof KvCommands> => import("./kv-commands.ts");
@@ -211,32 +207,3 @@ main(process.argv.slice(2)).then(
     process.exitCode = 1;
   },
 );
-
-/**
- * Has Node cache what it compiles of the modules imported from here on (their type-stripped
- * source and V8's code) in os.tmpdir()/node-compile-cache: a client command then runs in about
- * two thirds of the time (a `get` on the 2-vCPU VM: 0.8 s without, 0.5 s with), and so does a
- * server's start with its worker threads. Left to Node when NODE_COMPILE_CACHE or
- * NODE_DISABLE_COMPILE_CACHE is set, as `bin/cairn` sets the first so that this module and its
- * imports are cached too (compiling them loads the type stripper, ~0.2 s of CPU): this covers a
- * direct `node src/cli/main.ts`. The directory is made here first, by one mkdir: Node's
- * recursive one (the cache's, and `mkdirSync`'s `recursive`, in 24.21) loops for ever on a
- * parent that exists but cannot hold it (TMPDIR under /proc). Where it cannot be made, every
- * module is compiled, as before.
- */
-function cacheCompiledModules(): void {
-  const env = process.env;
-  if (env["NODE_COMPILE_CACHE"] !== undefined || env["NODE_DISABLE_COMPILE_CACHE"] !== undefined) {
-    return;
-  }
-  const dir = join(tmpdir(), "node-compile-cache");
-  try {
-    mkdirSync(dir);
-  } catch (err) {
-    if ((err as { code?: unknown }).code !== "EEXIST") return;
-  }
-  enableCompileCache(dir);
-  // The call covers this thread; the server's worker threads (and any process it starts) read
-  // the variable as they start, and compiled every module again without it.
-  env["NODE_COMPILE_CACHE"] = dir;
-}

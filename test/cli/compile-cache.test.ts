@@ -1,6 +1,6 @@
 /**
- * `bin/cairn` keeps Node's module compile cache in the temporary directory (src/cli/main.ts,
- * cacheCompiledModules), and starts whatever that directory is: missing, read-only, or a path
+ * `bin/cairn` keeps Node's module compile cache in the temporary directory (NODE_COMPILE_CACHE,
+ * set before Node starts), and starts whatever that directory is: missing, read-only, or a path
  * where a directory cannot be made although its parent exists (Node's own recursive mkdir loops
  * for ever there).
  */
@@ -48,9 +48,8 @@ describe("the module compile cache", () => {
   });
 
   it("covers the first module: a second run strips no TypeScript, main.ts included", async () => {
-    // bin/cairn sets NODE_COMPILE_CACHE before Node starts: enabled by main.ts itself, the cache
-    // came after main.ts and its imports were compiled, and compiling them loaded the type
-    // stripper on every run (~0.2 s of CPU).
+    // Enabled by main.ts itself (as it was), the cache came after main.ts and its imports were
+    // compiled, and compiling them loaded the type stripper on every run (~0.2 s of CPU).
     const dir = mkdtempSync(join(tmpdir(), "cairn-compile-cache-"));
     try {
       assert.equal(await versionWithTmpdir(dir), 0);
