@@ -683,11 +683,13 @@ export class CairnClient {
     const view = this.#view;
     if (view === null) return undefined;
     let leader = hint;
-    const shard =
-      key !== null && view.totalShards > 0 ? shardForKey(key, view.totalShards) : shardOfCall;
-    if (leader === undefined && shard !== undefined) {
-      const known = this.#viewLeaders(view);
-      leader = this.#learnt.get(shard) ?? known.leaders.get(shard) ?? known.preferred.get(shard);
+    if (leader === undefined) {
+      const shard =
+        key !== null && view.totalShards > 0 ? shardForKey(key, view.totalShards) : shardOfCall;
+      if (shard !== undefined) {
+        const known = this.#viewLeaders(view);
+        leader = this.#learnt.get(shard) ?? known.leaders.get(shard) ?? known.preferred.get(shard);
+      }
     }
     if (leader === undefined || leader === "") return undefined;
     const node = view.nodes.find((n) => n.id === leader);
