@@ -671,11 +671,15 @@ describe("a removal when its driver closes", () => {
     let peersAnswer = true;
     /** Resolved once a ReadIndex of shard 0 goes out unanswered (its read waits in Raft). */
     const readUnanswered = Promise.withResolvers<undefined>();
+    /** Resolved once n2 acknowledges shard 1's entries to index 6: they are durable. */
+    const appendDurable = Promise.withResolvers<undefined>();
     const options: MultiRaftOptions = {
       ...soloN2(fs, 10),
       transport: {
         send: (_to: string, messages: readonly ShardMessage[]) => {
           for (const { shard, message } of messages) {
+            const ack = message.type === "append-resp" && !message.reject;
+            if (shard === 1 && ack && message.index >= 6) appendDurable.resolve(undefined);
             if (!peersAnswer) {
               const read = shard === 0 && message.type === "heartbeat" && message.readSeq > 0;
               if (read) readUnanswered.resolve(undefined);
@@ -714,7 +718,11 @@ describe("a removal when its driver closes", () => {
       noReply: false,
     };
     open.receive("n1", [{ shard: 1, message: append }]);
-    await eventually("n2 holds shard 1", () => open.holds(1));
+    // Acknowledged, hence durable: the restart below finds them. (Waiting only until n2 held
+    // the replica let a loaded machine close the node before the append's round had written
+    // them, and the restart found the log at index 3.)
+    await appendDurable.promise;
+    assert.equal(open.holds(1), true);
 
     peersAnswer = false; // the node's stop closed its transport
     const removal = open.removeReplica(1, async () => {
