@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `npm test`: the static checks (`npm run check`) and every test (`npm run test:unit`), side by
-# side. Three test files run at once: with two, the tests kept two cores only about 80 % busy
+# side. Three test processes run at once (scripts/test-unit.sh: the in-memory files together in
+# one, the others two at a time): with two, the tests kept two cores only about 80 % busy
 # (end-to-end tests wait on their nodes' timers); the checks, a minute of single-threaded work,
 # fill part of the rest instead of running first.
 # The tests write to this script's own stdout (a file under CI: the runner's last lines, its

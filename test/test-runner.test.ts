@@ -4,7 +4,9 @@
  * calls process.exit() when its tests end, and on Linux a pipe's pending writes are dropped
  * then (nodejs/node#64833): a run reported 806 of 814 tests, `fail 0`, exit 0. This runs the
  * runner with the flags of package.json's `test:unit` on generated files whose verdicts are
- * large (long names), and counts the verdicts that reach it.
+ * large (long names), and counts the verdicts that reach it: the runner of the files that each
+ * run in a process of their own (`test:isolated`), and the one that runs files together in one
+ * process (`test:shared`; scripts/test-unit.sh runs both).
  *
  * The runner's own output goes to a file, as `.ci/run`'s does: the runner exits the same way,
  * and into a pipe it too can lose its last lines, summary included (its exit status stands).
@@ -23,15 +25,15 @@ const FILES = 12;
 const TESTS_PER_FILE = 20;
 
 /**
- * The node flags of `test:unit` (e.g. `--import <file> --test --test-force-exit`), a path of
- * the repository made absolute; without its reporter (TAP is counted below) and its glob.
+ * The node flags of the npm script `script` (e.g. `--import <file> --test --test-force-exit`),
+ * a path of the repository made absolute; without its reporter (TAP is counted below).
  */
-function unitTestFlags(): string[] {
+function unitTestFlags(script: "test:isolated" | "test:shared"): string[] {
   const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as {
     scripts: Record<string, string>;
   };
-  const words = pkg.scripts["test:unit"]?.split(/\s+/) ?? [];
-  assert.equal(words[0], "node", "test:unit runs node");
+  const words = pkg.scripts[script]?.split(/\s+/) ?? [];
+  assert.equal(words[0], "node", `${script} runs node`);
   const flags: string[] = [];
   for (const word of words.slice(1)) {
     if (word.startsWith("--test-reporter")) continue;
@@ -42,43 +44,44 @@ function unitTestFlags(): string[] {
 }
 
 describe("the test runner as npm test runs it", () => {
-  it("reports the verdict of every test of every file", () => {
-    const dir = mkdtempSync(join(tmpdir(), "cairn-runner-"));
-    try {
-      for (let f = 1; f <= FILES; f++) {
-        writeFileSync(
-          join(dir, `f${f}.test.mjs`),
-          `import { test } from "node:test";\n` +
-            `for (let i = 1; i <= ${TESTS_PER_FILE}; i++) ` +
-            `test(\`f${f} t\${i} \` + "x".repeat(5000), () => {});\n`,
-        );
-      }
-      const env = { ...process.env };
-      // Inside a test file: without this the nested runner would report as a child of ours.
-      delete env["NODE_TEST_CONTEXT"];
-      const output = join(dir, "runner.tap");
-      const fd = openSync(output, "w");
-      let run;
+  for (const script of ["test:isolated", "test:shared"] as const)
+    it(`reports the verdict of every test of every file (${script})`, () => {
+      const dir = mkdtempSync(join(tmpdir(), "cairn-runner-"));
       try {
-        run = spawnSync(
-          process.execPath,
-          [...unitTestFlags(), "--test-reporter=tap", "*.test.mjs"],
-          {
-            cwd: dir,
-            env,
-            encoding: "utf8",
-            stdio: ["ignore", fd, "pipe"],
-            timeout: 60_000,
-          },
-        );
+        for (let f = 1; f <= FILES; f++) {
+          writeFileSync(
+            join(dir, `f${f}.test.mjs`),
+            `import { test } from "node:test";\n` +
+              `for (let i = 1; i <= ${TESTS_PER_FILE}; i++) ` +
+              `test(\`f${f} t\${i} \` + "x".repeat(5000), () => {});\n`,
+          );
+        }
+        const env = { ...process.env };
+        // Inside a test file: without this the nested runner would report as a child of ours.
+        delete env["NODE_TEST_CONTEXT"];
+        const output = join(dir, "runner.tap");
+        const fd = openSync(output, "w");
+        let run;
+        try {
+          run = spawnSync(
+            process.execPath,
+            [...unitTestFlags(script), "--test-reporter=tap", "*.test.mjs"],
+            {
+              cwd: dir,
+              env,
+              encoding: "utf8",
+              stdio: ["ignore", fd, "pipe"],
+              timeout: 60_000,
+            },
+          );
+        } finally {
+          closeSync(fd);
+        }
+        assert.equal(run.status, 0, run.stderr);
+        const reported = /^# tests (\d+)$/m.exec(readFileSync(output, "utf8"))?.[1];
+        assert.equal(Number(reported), FILES * TESTS_PER_FILE, "verdicts that reached the runner");
       } finally {
-        closeSync(fd);
+        rmSync(dir, { recursive: true, force: true });
       }
-      assert.equal(run.status, 0, run.stderr);
-      const reported = /^# tests (\d+)$/m.exec(readFileSync(output, "utf8"))?.[1];
-      assert.equal(Number(reported), FILES * TESTS_PER_FILE, "verdicts that reached the runner");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    });
 });

@@ -2,6 +2,9 @@
  * The per-shard families' text, kept between scrapes (src/ops/shard-metrics.ts): the same bytes
  * prom-client writes for the same series, and the budget of contract §4.3 at 1,024 shards.
  */
+// test: own process
+// (The budget is measured in the process's CPU time, which the files `npm test` runs together
+// in one process would share: scripts/test-files.ts.)
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
