@@ -5,16 +5,17 @@
  *   node scripts/test-files.ts shared     the files one process runs, one after another
  *   node scripts/test-files.ts isolated   the files that each get a process
  *
- * A test file's process costs ~0.25–0.4 s of CPU before its first test (Node.js, the type
- * stripper, the modules it imports): a sixth of what the suite's ~160 in-memory files cost
- * (BENCHMARKS.md, "The test suite's time"). Those run in one process, as mocha runs a suite.
+ * A test file's process costs ~0.4 s of CPU before its first test (Node.js, the type stripper,
+ * the modules it imports): a third of what the suite's ~140 in-memory files cost, 172 s of CPU
+ * a process each against 113 s in one (docs/development.md, `npm test`). Those run in one
+ * process, as mocha runs a suite.
  * A file runs alone when it, or a module of test/ it imports (followed through test/'s own
  * imports), starts processes or threads, or changes what the whole process shares: its
  * environment, directory, umask, listeners or timers. A file may also ask for a process of its
  * own with the line `// test: own process`.
  */
 import { globSync, readFileSync } from "node:fs";
-import { dirname, join, relative, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 
 const root = join(import.meta.dirname, "..");
 const testDir = join(root, "test");
@@ -57,9 +58,8 @@ function needsOwnProcess(file: string, seen = new Set<string>()): boolean {
 export function testFiles(): { shared: string[]; isolated: string[] } {
   const shared: string[] = [];
   const isolated: string[] = [];
-  for (const f of globSync("test/**/*.test.ts", { cwd: root }).sort()) {
-    (needsOwnProcess(join(root, f)) ? isolated : shared).push(relative(root, join(root, f)));
-  }
+  for (const f of globSync("test/**/*.test.ts", { cwd: root }).sort())
+    (needsOwnProcess(join(root, f)) ? isolated : shared).push(f);
   return { shared, isolated };
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `npm run test:unit`: every test file under test/. The in-memory ones run one after another in
-# one process (`test:shared`, as mocha runs a suite: a process a file cost ~0.3 s of CPU each
+# one process (`test:shared`, as mocha runs a suite: a process a file cost ~0.4 s of CPU each
 # before its first test); the rest, the files that start processes or threads or change what a
 # process shares, each in a process of its own, two at a time (`test:isolated`).
 # scripts/test-files.ts says which is which. The shared run's output is kept and printed after
