@@ -1,6 +1,6 @@
 /**
  * Which test files `npm test` runs together in one process, and which each in a process of its
- * own (scripts/test-unit.sh).
+ * own (scripts/test.sh).
  *
  *   node scripts/test-files.ts shared     the files one process runs, one after another
  *   node scripts/test-files.ts isolated   the files that each get a process

@@ -1,24 +1,53 @@
 #!/usr/bin/env bash
-# `npm test`: the static checks (`npm run check`) and every test (`npm run test:unit`), side by
-# side. Three test processes run at once (scripts/test-unit.sh: the in-memory files together in
-# one, the others two at a time): with two, the tests kept two cores only about 80 % busy
-# (end-to-end tests wait on their nodes' timers); the checks, a minute of single-threaded work,
-# fill part of the rest instead of running first.
-# The tests write to this script's own stdout (a file under CI: the runner's last lines, its
-# summary, are not put through a pipe); the checks' output is kept and printed after them. Exit
-# status: the tests', or the checks' when the tests passed.
+# `npm test`: the static checks (`npm run check`) and every test file under test/, side by side;
+# `npm run test:unit` (this with --no-check): the tests alone.
+#
+# The in-memory test files run one after another in one process (`test:shared`, as mocha runs a
+# suite: a process a file cost each ~0.4 s of CPU before its first test); the rest, the files
+# that start processes or threads or change what a process shares, each in a process of its
+# own, two at a time (`test:isolated`); scripts/test-files.ts says which is which. Three test
+# processes at once: with two, the tests kept two cores only about 80 % busy (end-to-end tests
+# wait on their nodes' timers); the checks, a minute of single-threaded work, fill part of the
+# rest instead of running first.
+#
+# The isolated files' runner writes to this script's own stdout (a file under CI: the runner's
+# last lines, its summary, are not put through a pipe); the shared run's and the checks' output
+# is kept and printed after it. Exit status: the first that failed of the isolated run, the
+# shared run and the checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-log=$(mktemp "${TMPDIR:-/tmp}/cairn-check.XXXXXX")
-trap 'rm -f "$log"' EXIT
-npm run --silent check >"$log" 2>&1 &
-check=$!
-npm run --silent test:unit
-unit=$?
-wait "$check"
-checked=$?
-echo
-echo "── npm run check: $([ "$checked" -eq 0 ] && echo passed || echo "FAILED (exit $checked)") ──"
-cat "$log"
-if [ "$unit" -ne 0 ]; then exit "$unit"; fi
-exit "$checked"
+checks=1
+if [ "${1:-}" = "--no-check" ]; then checks=0; fi
+kept=$(mktemp -d "${TMPDIR:-/tmp}/cairn-test.XXXXXX")
+trap 'rm -rf "$kept"' EXIT
+mapfile -t shared < <(node scripts/test-files.ts shared)
+mapfile -t isolated < <(node scripts/test-files.ts isolated)
+if [ "${#shared[@]}" -eq 0 ] || [ "${#isolated[@]}" -eq 0 ]; then
+  echo "scripts/test-files.ts listed no test file" >&2
+  exit 1
+fi
+
+# Runs a command in the background, its output kept under a title.
+names=()
+pids=()
+background() {
+  local title=$1
+  shift
+  "$@" >"$kept/${#names[@]}.log" 2>&1 &
+  names+=("$title")
+  pids+=($!)
+}
+
+background "the files run in one process (${#shared[@]})" npm run --silent test:shared -- "${shared[@]}"
+if [ "$checks" -eq 1 ]; then background "npm run check" npm run --silent check; fi
+npm run --silent test:isolated -- "${isolated[@]}"
+status=$?
+for i in "${!names[@]}"; do
+  wait "${pids[$i]}"
+  code=$?
+  echo
+  echo "── ${names[$i]}: $([ "$code" -eq 0 ] && echo passed || echo "FAILED (exit $code)") ──"
+  cat "$kept/$i.log"
+  if [ "$status" -eq 0 ]; then status=$code; fi
+done
+exit "$status"

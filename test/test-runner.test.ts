@@ -6,7 +6,7 @@
  * runner with the flags of package.json's `test:unit` on generated files whose verdicts are
  * large (long names), and counts the verdicts that reach it: the runner of the files that each
  * run in a process of their own (`test:isolated`), and the one that runs files together in one
- * process (`test:shared`; scripts/test-unit.sh runs both).
+ * process (`test:shared`; scripts/test.sh runs both).
  *
  * The runner's own output goes to a file, as `.ci/run`'s does: the runner exits the same way,
  * and into a pipe it too can lose its last lines, summary included (its exit status stands).
