@@ -253,6 +253,13 @@ export class CairnClient {
   #leadersOfView: ({ view: ClusterView } & ViewLeaders) | null = null;
   #routingWatch: { cancel(): void } | null = null;
   #routingRetry: NodeJS.Timeout | null = null;
+  /**
+   * The WatchCluster streams open now (the routing watch's and the caller's own), cancelled by
+   * `close`: grpc-js lets a call run on after its channel closes, so a watch left open outlived
+   * its client, its caller waiting for a view for good and its connection keeping the process
+   * alive.
+   */
+  readonly #watches = new Set<{ cancel(): void }>();
 
   constructor(options: CairnClientOptions) {
     if (options.endpoints.length === 0) throw new TypeError("CairnClient: endpoints is empty");
@@ -560,6 +567,7 @@ export class CairnClient {
     const call = conn.meta.WatchCluster({});
     const abort = (): void => call.cancel();
     signal?.addEventListener("abort", abort, { once: true });
+    this.#watches.add(call);
     try {
       for await (const v of call as AsyncIterable<ClusterView__Output>) yield fromView(v);
     } catch (err) {
@@ -568,16 +576,22 @@ export class CairnClient {
       throw toClientError(e, "read", this.#tls);
     } finally {
       signal?.removeEventListener("abort", abort);
+      this.#watches.delete(call);
       call.cancel();
     }
   }
 
-  /** Stops following the cluster and closes every connection; pending calls fail. */
+  /**
+   * Stops following the cluster, ends every `watchCluster` stream still read, and closes every
+   * connection; pending calls fail.
+   */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     this.#routingWatch?.cancel();
     if (this.#routingRetry !== null) clearTimeout(this.#routingRetry);
+    // Each ends as a cancelled watch does: its loop finishes.
+    for (const w of [...this.#watches]) w.cancel();
     for (const c of this.#connections.values()) c.kv.close();
     this.#connections.clear();
   }

@@ -136,6 +136,31 @@ describe("CairnClient", () => {
     }
   });
 
+  it("close() ends a cluster watch its caller still reads (docs/client.md, watchCluster)", async () => {
+    // The watch's stream outlived the client: grpc-js lets a call on a closed channel run on,
+    // so a caller waiting for the next view waited for good, its connection kept open (and the
+    // process alive) by a client that said it was closed.
+    const c = new CairnClient({ endpoints: [server.rpc], routing: false });
+    const views = c.watchCluster();
+    const first = await views.next();
+    assert.equal(first.done, false);
+    const next = views.next();
+    c.close();
+    let bound: NodeJS.Timeout | undefined;
+    // A view already on its way may still come; then the watch ends.
+    const drained = async (): Promise<boolean> => {
+      let r = await next;
+      for (let i = 0; i < 100 && r.done !== true; i++) r = await views.next();
+      return r.done === true;
+    };
+    const ended = await Promise.race([
+      drained(),
+      new Promise<boolean>((resolve) => (bound = setTimeout(() => resolve(false), 10_000))),
+    ]);
+    clearTimeout(bound);
+    assert.ok(ended, "the watch ended when the client closed");
+  });
+
   it("an endpoint that accepts and never answers, first of the endpoints, neither holds a call to its deadline nor keeps the client from routing", async () => {
     // The call waited there for a connection until its deadline passed, and the cluster watch
     // (opened to the first endpoint, with no deadline) waited for good: no view, no routing.
