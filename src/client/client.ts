@@ -292,7 +292,7 @@ export class CairnClient {
       value: toBytes(value),
       ...(options.expectedVersion === undefined
         ? {}
-        : { expected_version: options.expectedVersion }),
+        : { expected_version: checkedVersion(options.expectedVersion) }),
     };
     const res = await this.#call<PutResponse__Output>("write", k, options, (c, deadline, cb) =>
       c.kv.Put(req, { deadline }, cb),
@@ -329,7 +329,7 @@ export class CairnClient {
       key: k,
       ...(options.expectedVersion === undefined
         ? {}
-        : { expected_version: options.expectedVersion }),
+        : { expected_version: checkedVersion(options.expectedVersion) }),
     };
     const res = await this.#call<DeleteResponse__Output>("write", k, options, (c, deadline, cb) =>
       c.kv.Delete(req, { deadline }, cb),
@@ -1096,6 +1096,21 @@ function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
     default:
       return new ServerError(code ?? "CAIRN_ERR_INTERNAL", details, e.code);
   }
+}
+
+/**
+ * An expected version as it goes on the wire, or InvalidRequestError before anything is sent:
+ * protobufjs writes a uint64 from any number, truncated and modulo 2^64, so NaN and 2^64 went
+ * out as 0/0 ("the key must not exist": a compare-and-set with a version computed from nothing
+ * created the key) and 1.5 as 1.
+ */
+function checkedVersion(v: Version): Version {
+  const ok = (n: number): boolean => Number.isSafeInteger(n) && n >= 0;
+  if (!ok(v.index) || !ok(v.term))
+    throw new InvalidRequestError(
+      `expectedVersion ${v.index}/${v.term}: index and term must be non-negative safe integers`,
+    );
+  return v;
 }
 
 function version(v: Version__Output | null | undefined): Version {

@@ -5,7 +5,12 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { CairnClient, UnavailableError, VersionConflictError } from "../../src/client/index.ts";
+import {
+  CairnClient,
+  InvalidRequestError,
+  UnavailableError,
+  VersionConflictError,
+} from "../../src/client/index.ts";
 import { shardForKey } from "../../src/cluster/index.ts";
 import { type ServerProcess, startServer } from "../support/server-process.ts";
 
@@ -48,6 +53,28 @@ describe("CairnClient", () => {
       assert.equal((await c.delete("user/1")).deleted, true);
       assert.equal((await c.delete("user/1")).deleted, false);
       assert.equal(await c.get("user/1"), null);
+    } finally {
+      c.close();
+    }
+  });
+
+  it("refuses an expected version that is no version (NaN, 2^64, a fraction) before sending it", async () => {
+    // protobufjs writes a uint64 from any number, modulo 2^64 and truncated: NaN and 2^64 went
+    // out as 0/0 ("the key must not exist"), so a compare-and-set with a version computed from
+    // nothing created the key; 1.5/1 was compared as 1/1.
+    const c = new CairnClient({ endpoints: [server.rpc], routing: false });
+    try {
+      for (const expectedVersion of [
+        { index: Number.NaN, term: Number.NaN },
+        { index: 2 ** 64, term: 2 ** 64 },
+        { index: 1.5, term: 1 },
+        { index: 1, term: -1 },
+      ]) {
+        const what = JSON.stringify(expectedVersion);
+        await assert.rejects(c.put("cas-bad", "x", { expectedVersion }), InvalidRequestError, what);
+        await assert.rejects(c.delete("cas-bad", { expectedVersion }), InvalidRequestError, what);
+      }
+      assert.equal(await c.get("cas-bad"), null, "nothing was written");
     } finally {
       c.close();
     }
