@@ -66,6 +66,17 @@ export function scanPageBytes(maxMessageBytes: number, limits: Limits): number {
   return Math.min(maxMessageBytes, SCAN_PAGE_MESSAGE_BYTES) - limits.maxKeyBytes - 1024;
 }
 
+/**
+ * The largest answer the KV service sends, past limits.max_message_bytes: the configuration
+ * leaves room there for one largest key and value (a Put's), and a Scan page of that one item
+ * names its key again in its page token (a key, a byte, and the field's framing). Without the
+ * room that page was refused ("Sent message larger than max"), and no scan or backup could go
+ * past such an item. A page of several items stays within scanPageBytes.
+ */
+export function maxAnswerBytes(maxMessageBytes: number, limits: Limits): number {
+  return maxMessageBytes + limits.maxKeyBytes + 64;
+}
+
 export interface KvServiceOptions {
   /** Forwards refused calls to the shard's leader; absent (single node), NOT_LEADER is answered. */
   readonly forwarder?: Forwarder;

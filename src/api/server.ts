@@ -45,7 +45,7 @@ import {
   IoThreads,
   MethodTable,
 } from "./io-threads.ts";
-import { kvService, scanPageBytes } from "./kv-service.ts";
+import { kvService, maxAnswerBytes, scanPageBytes } from "./kv-service.ts";
 import { servePeerCall } from "./peer-calls.ts";
 import type { PeerCall, PeerReply } from "../replication/index.ts";
 import { withFastKvCodecs } from "./kv-codec.ts";
@@ -300,10 +300,14 @@ export class RpcServer {
       internalKey: this.#internalKey,
       table: this.#table,
       // Every method but the peers' is bounded by limits.max_message_bytes; only the peers'
-      // (Raft rounds, snapshots) by the raised limit this thread's grpc-js server keeps.
+      // (Raft rounds, snapshots) by the raised limit this thread's grpc-js server keeps. An
+      // answer may pass it by a key: a Scan page of one largest item (maxAnswerBytes).
       serverOptions: {
         "grpc.max_receive_message_length": this.#options.maxMessageBytes,
-        "grpc.max_send_message_length": this.#options.maxMessageBytes,
+        "grpc.max_send_message_length": maxAnswerBytes(
+          this.#options.maxMessageBytes,
+          this.#options.limits,
+        ),
       },
       limits: {
         ...this.#options.frontEnd,

@@ -256,6 +256,40 @@ describe("CairnClient", () => {
   });
 });
 
+describe("CairnClient against a node whose message limit is exactly the largest Put's", () => {
+  it("scans past the largest key with the largest value: a page of one item and its token fits a message", async () => {
+    // limits.max_message_bytes at the least the configuration takes: max_key_bytes (4096) +
+    // max_value_bytes + 1024. Such a Put fits; a page of that item, with a page token naming
+    // its key again, did not (RESOURCE_EXHAUSTED "Sent message larger than max"), and no scan
+    // or backup could go past it.
+    const dir2 = mkdtempSync(join(tmpdir(), "cairn-client-edge-"));
+    const message = 64 * 1024;
+    const node = await startServer({
+      dataDir: dir2,
+      env: {
+        CAIRN_LIMITS_MAX_MESSAGE_BYTES: String(message),
+        CAIRN_LIMITS_MAX_VALUE_BYTES: String(message - 4096 - 1024),
+      },
+    });
+    const c = new CairnClient({ endpoints: [node.rpc], routing: false });
+    try {
+      const key = Buffer.alloc(4096, "k");
+      const value = Buffer.alloc(message - 4096 - 1024, "v");
+      await c.put(key, value);
+      await c.put("z", "after it");
+      const all = await c.scan();
+      assert.deepEqual(
+        all.items.map((it) => it.key.length),
+        [4096, 1],
+      );
+    } finally {
+      c.close();
+      await node.stop();
+      rmSync(dir2, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("CairnClient against a node with larger limits", () => {
   it("reads back a value larger than gRPC's default 4 MiB message that the node took", async () => {
     const big = mkdtempSync(join(tmpdir(), "cairn-client-big-"));
