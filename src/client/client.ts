@@ -10,9 +10,9 @@
  *
  * Every call has a deadline (per call `timeoutMs`, default from the options); retries happen inside
  * it, with exponential backoff and full jitter, and only when retrying cannot apply a write twice:
- * reads retry on UNAVAILABLE and on Cairn's RESOURCE_EXHAUSTED (not gRPC's own, a size limit: see
- * `isLimitExceeded`); writes retry only when the failure proves the write was not applied (see
- * `isProvablyNotApplied`). A write that timed out or lost its connection after being sent is
+ * reads retry on UNAVAILABLE, CANCELLED and Cairn's RESOURCE_EXHAUSTED (not gRPC's own, a size
+ * limit: see `isLimitExceeded`); writes retry only when the failure proves the write was not
+ * applied (see `isProvablyNotApplied`). A write that timed out or lost its connection after being sent is
  * reported as `IndeterminateWriteError` and never retried.
  */
 import {
@@ -1032,6 +1032,10 @@ function isProvablyNotApplied(e: ServiceError): boolean {
 }
 
 function isRetryable(e: ServiceError, kind: Kind): boolean {
+  // CANCELLED reaching the client is not its own cancel (an abort ends the attempt before its
+  // status is read): the server or a proxy between cut the call. A read is asked again, as
+  // docs/client.md says; a write may have been applied (toClientError: indeterminate).
+  if (e.code === status.CANCELLED) return kind === "read";
   if (e.code !== status.UNAVAILABLE && e.code !== status.RESOURCE_EXHAUSTED) return false;
   if (isLimitExceeded(e)) return false;
   return kind === "read" || isProvablyNotApplied(e);

@@ -264,6 +264,22 @@ describe("client retries", () => {
     c.close();
   });
 
+  it("retries a read on CANCELLED (docs/client.md: a cancel the server or a proxy made); a write so cut is indeterminate", async () => {
+    // The read failed at once, UnavailableError, whose code says the client retried until the
+    // call's deadline: it made no second attempt.
+    scripts.set("k4c", [{ code: status.CANCELLED, details: "Call cancelled" }]);
+    scripts.set("k4cw", [{ code: status.CANCELLED, details: "Call cancelled" }]);
+    const c = client();
+    try {
+      assert.equal(await c.getString("k4c"), "v");
+      assert.equal(calls.get("k4c"), 2);
+      await assert.rejects(c.put("k4cw", "v"), IndeterminateWriteError);
+      assert.equal(calls.get("k4cw"), 1);
+    } finally {
+      c.close();
+    }
+  });
+
   it("a read refused RESOURCE_EXHAUSTED with no Cairn code (a message past a size limit) fails at once; BACKPRESSURE and REQUEST_TOO_SLOW are retried", async () => {
     // Retrying cannot make a message fit: such a read was sent again and again until its
     // deadline, then reported UnavailableError ("retry later").
