@@ -695,6 +695,10 @@ export function serveFrontEnd(
   }
 
   function unary(stream: ServerStream, method: number, maxReceive: number): void {
+    // A call's grpc-timeout counts from its headers, as its client counts it (and grpc-js's
+    // server): from its last byte, a request slow to arrive (a large Put on a slow link) ran,
+    // and a write applied, after its client had given up on it.
+    const headersAt = deadlineClock();
     const chunks: Buffer[] = [];
     let size = 0;
     // The bytes held while the request arrives count against the node's
@@ -767,15 +771,16 @@ export function serveFrontEnd(
       }
       const timeout = stream.header("grpc-timeout");
       const now = deadlineClock();
-      const deadline = deadlineOf(timeout, now);
+      const deadline = deadlineOf(timeout, headersAt);
       if (Number.isNaN(deadline)) {
         release();
         respondStatus(stream, status.INTERNAL, invalidTimeoutDetails(timeout), null);
         return;
       }
       if (deadline <= now) {
-        // A timeout of 0 (`0n`, `0S`): the client gave up before the call arrived, so it is
-        // not run (a write it could only count as failed, its outcome unknown).
+        // A timeout of 0 (`0n`, `0S`), or one past before the request was whole: the client
+        // gave up before the call arrived, so it is not run (a write it could only count as
+        // failed, its outcome unknown).
         release();
         respondStatus(stream, status.DEADLINE_EXCEEDED, "Deadline exceeded", null);
         return;

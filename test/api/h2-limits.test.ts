@@ -291,6 +291,33 @@ describe("front end: limits a hostile client meets", { timeout: 60_000 }, () => 
     }
   });
 
+  it("counts a call's grpc-timeout from its headers: a request whole only after it is answered DEADLINE_EXCEEDED, unrun", async () => {
+    // The deadline was counted from the request's last byte: a request slow to arrive (a large
+    // Put on a slow link) was run, a write applied, after its client had given up on it.
+    const client = await RawH2Client.open(fe.port, PASSIVE);
+    try {
+      const before = fe.seen.calls.length;
+      const headers = encodeBlock(grpcRequest(UNARY, [["grpc-timeout", "100m"]]));
+      client.send(frame(T.HEADERS, F.END_HEADERS, 1, headers));
+      // The front end has read the headers once it answers a PING sent after them.
+      assert.ok(await client.roundTrip(1, 5000));
+      // The client's 100 ms pass (the condition under test), then the message comes.
+      const sent = performance.now();
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      assert.ok(performance.now() - sent >= 100);
+      client.send(frame(T.DATA, F.END_STREAM, 1, grpcMessage(BODY)));
+      assert.deepEqual(await client.grpcOutcome(1), {
+        grpcStatus: status.DEADLINE_EXCEEDED,
+        message: "Deadline exceeded",
+      });
+      assert.equal(fe.seen.calls.length, before, "it did not run");
+      client.send(unaryCall(3, UNARY, BODY, [["grpc-timeout", "10S"]]));
+      assert.equal((await client.grpcOutcome(3)).grpcStatus, status.OK, "one in time runs");
+    } finally {
+      client.destroy();
+    }
+  });
+
   it("refuses a malformed grpc-timeout (INTERNAL, as grpc-js does) rather than run the call without a deadline", async () => {
     const client = await RawH2Client.open(fe.port, PASSIVE);
     try {
