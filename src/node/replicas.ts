@@ -11,7 +11,8 @@
  *      on its other voters meanwhile);
  *   2. add each of the shard's nodes' current replica that the group lacks, as a learner (the
  *      leader refills it by log or snapshot);
- *   3. promote a learner once it holds the whole committed log;
+ *   3. promote a learner once it holds the whole committed log, while its node is alive (a dead
+ *      voter added could leave the group without a majority alive);
  *   4. once every node of the shard has a voter, remove the members the shard no longer has
  *      (a move's old replica): learners first, then voters, a dead one first, a live one only
  *      when the voters left keep a majority alive (another failure mid-move may otherwise leave
@@ -85,7 +86,14 @@ export function nextReplicaChange(
   for (const replica of targets) {
     if (!members.includes(replica)) return { type: "add-learner", node: nodeId(replica) };
   }
-  const ready = group.learners.find((l) => targets.includes(l) && caughtUp(l));
+  // A learner whose node gossip has not alive waits (the allocator redirects the move once the
+  // member is dead): its match index stays at the commit index while the shard is idle, and
+  // promoted, a dead voter may leave no majority alive (a repair's learner dying beside the dead
+  // voter it replaces: two of four alive, the group without a quorum for good). A live learner
+  // promoted never does.
+  const ready = group.learners.find(
+    (l) => targets.includes(l) && caughtUp(l) && alive(nodeOfReplica(l)),
+  );
   if (ready !== undefined) return { type: "add-voter", node: nodeId(ready) };
   // Steps 4 to 6 wait until every node of the shard has a caught-up voter.
   if (targets.some((t) => !group.voters.includes(t))) return null;

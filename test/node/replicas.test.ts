@@ -5,11 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
 import {
+  allocate,
   BUILD_VERSION,
   type MemberState,
   type MetaCommand,
   MetaState,
+  nodeOfReplica,
   VERSION_DEMOTION,
   VERSION_MOVE_ORIGIN,
 } from "../../src/cluster/index.ts";
@@ -203,6 +206,101 @@ describe("nextReplicaChange: a move (design.md §5.2)", () => {
       type: "remove",
       node: "n3@old3",
     });
+  });
+
+  it("promotes a caught-up learner only while its node is alive: a dead one would cost the group its quorum", () => {
+    // n1 died: the repair moves its replica to n4. n4's learner caught up (the shard is idle: its
+    // commit index stays where n4 acknowledged it), then n4 died before its promotion. Promoted,
+    // the group had four voters, two of them dead, and no quorum for good (a model of the groups'
+    // steps, 2026-12-07): it could neither elect a leader nor be redirected off n4.
+    const repair = state(
+      BOOT,
+      { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+      { op: "join", member: n4 },
+      { op: "set-state", id: "n4", state: "active" },
+      { op: "set-state", id: "n1", state: "dead" },
+      { op: "move-shard", shard: 4, from: ["n1", "n2", "n3"], nodes: ["n4", "n2", "n3"] },
+    );
+    const group = { voters: ["n1@old1", "n2@old2", "n3@old3"], learners: ["n4@i4"] };
+    const down =
+      (...nodes: string[]) =>
+      (n: string) =>
+        !nodes.includes(n);
+    assert.equal(nextReplicaChange(repair, 4, "n2@old2", group, always, down("n1", "n4")), null);
+    // Alive, it is promoted (three of four voters alive), whether or not an old voter is.
+    for (const alive of [down("n1"), always]) {
+      assert.deepEqual(nextReplicaChange(repair, 4, "n2@old2", group, always, alive), {
+        type: "add-voter",
+        node: "n4@i4",
+      });
+    }
+  });
+
+  it("property: no step a group's leader takes leaves its voters without a majority alive, whatever dies meanwhile", () => {
+    // Six nodes, a shard on three; members die and come back, the allocator moves the shard (a
+    // repair, a rebalance, a redirect), and its leader takes the steps nextReplicaChange names,
+    // its learners caught up or not (a learner that caught up stays so while the shard is idle,
+    // dead or alive). A step may wait; it never turns a majority alive into none.
+    const ids = ["n1", "n2", "n3", "n4", "n5", "n6"];
+    const event = fc.record({ kind: fc.nat(9), a: fc.nat(), flag: fc.boolean() });
+    fc.assert(
+      fc.property(fc.array(event, { minLength: 10, maxLength: 120 }), (events) => {
+        let s = state(
+          BOOT,
+          ...ids.slice(3).flatMap((id): MetaCommand[] => [
+            { op: "join", member: { ...n4, id, incarnation: `i-${id}` } },
+            { op: "set-state", id, state: "active" },
+          ]),
+          { op: "create-shard", shard: 4, replicas: ["n1", "n2", "n3"] },
+        );
+        const group = { voters: [...s.replicasNow(4)], learners: [] as string[] };
+        const down = new Set<string>();
+        const caughtUp = new Set<string>();
+        const isAlive = (r: string): boolean => !down.has(nodeOfReplica(r));
+        for (const e of events) {
+          const id = ids[e.a % ids.length] as string;
+          if (e.kind === 0) {
+            if (down.has(id)) down.delete(id);
+            else down.add(id);
+          } else if (e.kind === 1) {
+            for (const l of group.learners) caughtUp.add(l);
+          } else if (e.kind === 2) {
+            const alive = new Set(ids.filter((n) => !down.has(n)));
+            const world = { alive, caughtUp: always, maxMoves: 4, balanceMoves: 4, tolerance: 1 };
+            const unreachableLong = e.flag ? new Set(down) : new Set<string>();
+            for (const cmd of allocate({ meta: s, unreachableLong, ...world })) {
+              s = s.apply(cmd).state;
+            }
+          } else {
+            const alive = group.voters.filter(isAlive);
+            if (alive.length * 2 <= group.voters.length) continue; // no leader
+            const self = alive[e.a % alive.length] as string;
+            const step = nextReplicaChange(
+              s,
+              4,
+              self,
+              group,
+              (r) => caughtUp.has(r) || group.voters.includes(r),
+              (n) => !down.has(n),
+            );
+            if (step === null || step.type === "transfer") continue;
+            if (step.type === "settle") {
+              s = s.apply({ op: "settle-shard", shard: 4, nodes: [...step.nodes] }).state;
+              continue;
+            }
+            group.voters = group.voters.filter((v) => v !== step.node);
+            group.learners = group.learners.filter((l) => l !== step.node);
+            if (step.type === "add-voter") group.voters.push(step.node);
+            else if (step.type === "add-learner") group.learners.push(step.node);
+            assert.ok(
+              group.voters.filter(isAlive).length * 2 > group.voters.length,
+              `${JSON.stringify(step)} left ${group.voters.join(",")} with ${[...down].join(",")} down`,
+            );
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it("the meta group keeps a learner on a joining member, and never promotes it", () => {
