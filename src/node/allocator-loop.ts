@@ -13,13 +13,18 @@
  *
  * A clock never counts from before this node first saw the member (a member just admitted gets
  * a whole `dead_after_ms` to show up alive; so does every member after this node starts), nor
- * from before this node last saw fewer than half of the active and decommissioning members alive:
- * a node cut off from the others sees them all unreachable, and its gossip may still show some
- * of them unreachable for a moment after the cut heals; the time it was cut off is not time they
- * were dead (a member marked dead too late costs time; too early, a needless move). Joining
- * members are not counted there: they may never show up (a node that crashed right after asking
- * to join, or a flood of join requests), and as many of them as there were members kept every
- * node "cut off" at every pass, so that nobody, dead or joining, was ever marked dead.
+ * from before it first saw the member's current incarnation (a new node under a decommissioned
+ * or removed member's id, a StatefulSet's pod back on an empty volume, is a member just admitted
+ * however long ago the old one was last seen: it was marked dead at the first pass where gossip
+ * did not have it alive yet, its old life's tombstone still around, then active once seen, never
+ * held back while joining), nor from before this node last saw fewer than half of the active and
+ * decommissioning members alive: a node cut off from the others sees them all unreachable, and
+ * its gossip may still show some of them unreachable for a moment after the cut heals; the time
+ * it was cut off is not time they were dead (a member marked dead too late costs time; too
+ * early, a needless move). Joining members are not counted there: they may never show up (a
+ * node that crashed right after asking to join, or a flood of join requests), and as many of
+ * them as there were members kept every node "cut off" at every pass, so that nobody, dead or
+ * joining, was ever marked dead.
  *
  * A move is `stalled` (src/cluster/allocator.ts) once every pass of this node for
  * STALLED_AFTER_MS has seen it under way with the same nodes; these clocks too are kept at
@@ -58,6 +63,8 @@ export class AllocatorLoop {
   readonly #host: AllocatorHost;
   /** When gossip last had each member alive (performance.now()), since this node first saw it. */
   readonly #lastAlive = new Map<string, number>();
+  /** Each member's incarnation when its clock started: another one starts it again. */
+  readonly #incarnations = new Map<string, string | undefined>();
   /** The last pass at which this node saw fewer than half of the members alive. */
   #cutOffAt: number | null = null;
   #busy = false;
@@ -102,7 +109,7 @@ export class AllocatorLoop {
     const alive = host.alive();
     let running = 0;
     let seen = 0;
-    for (const id of meta.members.keys()) {
+    for (const [id, m] of meta.members) {
       const here = alive.has(id) || id === host.nodeId;
       // The members that should be running: active or decommissioning (not the joining ones,
       // which may never show up: see the module comment).
@@ -111,8 +118,11 @@ export class AllocatorLoop {
         running++;
         if (here) seen++;
       }
-      // A member's clock starts when this node first sees it (this node started, a new member).
-      if (here || !this.#lastAlive.has(id)) this.#lastAlive.set(id, now);
+      // A member's clock starts when this node first sees it (this node started, a new member),
+      // or sees it with another incarnation (a new life under its id, a wiped node rejoining).
+      const renewed = this.#incarnations.get(id) !== m.incarnation;
+      if (here || renewed || !this.#lastAlive.has(id)) this.#lastAlive.set(id, now);
+      this.#incarnations.set(id, m.incarnation);
     }
     if (seen * 2 < running) this.#cutOffAt = now;
     const stalled = this.#stalled(meta, now);

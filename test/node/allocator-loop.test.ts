@@ -194,6 +194,31 @@ describe("AllocatorLoop", () => {
       assert.ok(markedDead(h, id), `${id} marked dead: ${JSON.stringify(h.proposals)}`);
   });
 
+  it("a new node under a retired member's id gets a whole dead_after_ms to show up, however long ago the old one was seen", async () => {
+    const h = harness(10_000);
+    h.leads = false;
+    h.loop.pass(0); // n4 alive (it holds no replica)
+    h.alive.delete("n4");
+    for (const state of ["decommissioning", "decommissioned", "removed"] as const) {
+      h.state = h.state.apply({ op: "set-state", id: "n4", state }).state;
+    }
+    h.loop.pass(50_000);
+    // A StatefulSet's pod comes back on an empty volume under the old name: a new life, joining,
+    // before this node's gossip has it alive.
+    const joined = h.state.apply({ op: "join", member: { ...member("n4"), incarnation: "new" } });
+    assert.equal(joined.state.stateOf("n4"), "joining");
+    h.state = joined.state;
+    h.leads = true;
+    h.loop.pass(100_000);
+    await h.settle(true);
+    h.loop.pass(109_999);
+    await h.settle(true);
+    assert.ok(!markedDead(h, "n4"), JSON.stringify(h.proposals));
+    h.loop.pass(110_000); // never seen alive in this life: dead 10 s after it was admitted
+    await h.settle(true);
+    assert.ok(markedDead(h, "n4"), JSON.stringify(h.proposals));
+  });
+
   it("keeps one batch in flight, and asks for the next pass once a batch commits", async () => {
     const h = harness(60_000);
     h.loop.pass(0);
