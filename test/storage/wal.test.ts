@@ -5,7 +5,12 @@ import { readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { type FileSystem, type FsFile, MemoryFileSystem } from "../../src/storage/common/index.ts";
+import {
+  type FileSystem,
+  type FsFile,
+  MemoryFileSystem,
+  nodeFileSystem,
+} from "../../src/storage/common/index.ts";
 import { MAX_PAYLOAD_BYTES } from "../../src/storage/wal/record.ts";
 import { Wal, type WalEntry, type WalRecord } from "../../src/storage/wal/index.ts";
 import { CHECKPOINT_ROOM_BYTES, SEGMENT_FILE_MAX_BYTES } from "../../src/storage/wal/wal.ts";
@@ -434,6 +439,58 @@ describe("WAL", () => {
       assert.equal(third.lastIndex(1), next);
     } finally {
       await third.close();
+    }
+  });
+
+  it("writes a new segment's header and checkpoint whole when a write takes fewer bytes (a disk filling up)", async () => {
+    // write(2) takes what fits on a disk about to fill (a 64 KiB tmpfs took 65,536 of 100,000
+    // bytes, no error). A rotation took its checkpoint's first write on trust: the rest stayed
+    // zeros, the entries synced after it landed past them, and the next open refused the WAL
+    // as corrupt (CAIRN_ERR_CORRUPTION, "WAL record bad-checksum"): every shard's log unread.
+    let shorten = false;
+    let shortened = 0;
+    const fs: FileSystem = {
+      ...nodeFileSystem,
+      async open(path, flags) {
+        const file = await nodeFileSystem.open(path, flags);
+        const half = (length: number, position: number): number => {
+          if (!shorten || position !== 0 || length <= 16 || !path.endsWith(".wal")) return length;
+          shorten = false;
+          shortened++;
+          return Math.floor(length / 2);
+        };
+        return {
+          write: (b, o, length, position) => file.write(b, o, half(length, position), position),
+          truncate: (length) => file.truncate(length),
+          sync: () => file.sync(),
+          datasync: () => file.datasync(),
+          close: () => file.close(),
+        };
+      },
+    };
+    const dir = tempDir("wal");
+    const wal = await Wal.open(dir, { segmentBytes: 1024, fs });
+    wal.append([{ kind: "hard-state", shard: 2, state: { term: 7, vote: "n9", commit: 0 } }]);
+    await wal.sync();
+    shorten = true;
+    let last = 0;
+    for (let i = 1; segmentFiles(dir).length < 2 && i < 1000; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+      await wal.sync();
+      last = i;
+    }
+    assert.equal(shortened, 1, "the rotation's first write took half its bytes");
+    for (const i of [last + 1, last + 2]) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+      await wal.sync();
+    }
+    await wal.close();
+    const again = await Wal.open(dir, { segmentBytes: 1024 });
+    try {
+      assert.equal(again.lastIndex(1), last + 2, "every synced entry is read back");
+      assert.deepEqual(again.hardState(2), { term: 7, vote: "n9", commit: 0 });
+    } finally {
+      await again.close();
     }
   });
 

@@ -463,7 +463,7 @@ export class Wal {
     }
     if (fresh) {
       const head = Buffer.concat([segmentHeader(), wal.#checkpoint()]);
-      await handle.write(head, 0, head.length, 0);
+      await writeWhole(handle, head, 0);
       await wal.#preallocateSegment(handle, head.length);
       await fs.fsyncDir(dir);
       wal.#segmentSize = head.length;
@@ -1234,7 +1234,7 @@ export class Wal {
     // The header and checkpoint are written before the file is extended: a crash in between
     // leaves a prefix of that write (a torn header, which recovery rewrites), never a
     // preallocated file without a header.
-    await handle.write(head, 0, head.length, 0);
+    await writeWhole(handle, head, 0);
     await this.#preallocateSegment(handle, head.length);
     const old = this.#handle;
     this.#handle = handle;
@@ -1300,6 +1300,20 @@ export class Wal {
       this.#toDelete.shift();
       this.#segmentsDeleted++;
     }
+  }
+}
+
+/**
+ * Writes all of `data` at `position`. A write may take fewer bytes than asked (a disk filling up
+ * takes what fits, without an error): a segment's header and checkpoint taken on trust left the
+ * rest of the checkpoint zeros, with the records synced after it past them, and the next open
+ * refused the whole WAL as corrupt.
+ */
+async function writeWhole(handle: FsFile, data: Uint8Array, position: number): Promise<void> {
+  for (let written = 0; written < data.length;) {
+    const n = await handle.write(data, written, data.length - written, position + written);
+    if (n <= 0) throw new Error(`a write of the WAL took no bytes at ${position + written}`);
+    written += n;
   }
 }
 
