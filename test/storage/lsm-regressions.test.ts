@@ -3,8 +3,9 @@
  * reached there. The model test (lsm-model.test.ts) finds most of them too; these name them.
  */
 import assert from "node:assert/strict";
-import { spawnSync, type SpawnSyncReturns } from "node:child_process";
+import { execFileSync, spawnSync, type SpawnSyncReturns } from "node:child_process";
 import {
+  mkdirSync,
   readdirSync,
   readFileSync,
   readlinkSync,
@@ -421,6 +422,55 @@ describe("flush() while the engine closes (an audit, 2026-12-05)", () => {
       assert.equal(one?.status, "fulfilled", "the flush under way finished before the close");
       assert.equal(two?.status, "rejected");
       assert.match(String((two as PromiseRejectedResult).reason), /CAIRN_ERR_LSM_CLOSED|closed/);
+    },
+  );
+});
+
+describe("a flush whose table fails while the flush before it installs (an audit, 2026-12-07)", () => {
+  it(
+    "fails the engine at once, with no unhandled rejection to end the process",
+    { timeout: 10_000 },
+    async () => {
+      // Two flushes run at once and install in order. The second's build was awaited only once
+      // the first had installed: failing before that (a full disk, EIO, a worker that exited), it
+      // was a rejection nobody handled, which ends a Node process (Cairn sets no handler), and
+      // the engine went on taking writes until the first install settled.
+      const dir = join(tempDir("lsm-flush-fail"), "shard");
+      mkdirSync(dir);
+      const engine = await LsmEngine.open(dir, env, OPTIONS);
+      // The first flush's install waits in its first manifest's CURRENT.tmp, a FIFO read below.
+      const fifo = join(dir, "CURRENT.tmp");
+      execFileSync("mkfifo", [fifo]);
+      // The second flush's table number is taken: its build fails (EEXIST).
+      writeFileSync(join(dir, "000002.sst"), "");
+      const unhandled = Promise.withResolvers<unknown>();
+      const onUnhandled = (reason: unknown): void => unhandled.resolve(reason);
+      process.on("unhandledRejection", onUnhandled);
+      try {
+        await engine.write(1, [{ type: "put", key: b("a"), value: b("1") }]);
+        // It fails too, once the engine has: handled from the start.
+        const first = engine.flush().catch((err: unknown) => err);
+        await engine.write(2, [{ type: "put", key: b("b"), value: b("2") }]);
+        const second = engine.flush();
+        const outcome = await Promise.race([
+          second.then(
+            () => "resolved",
+            (err: unknown) => `rejected: ${String(err)}`,
+          ),
+          unhandled.promise.then((reason) => `unhandled rejection: ${String(reason)}`),
+        ]);
+        // The first install goes on once CURRENT.tmp is read.
+        const reader = await open(fifo, "r");
+        await reader.readFile();
+        await reader.close();
+        await first;
+        assert.match(outcome, /^rejected: .*EEXIST/);
+        assert.match(String(engine.failure), /EEXIST/);
+        await assert.rejects(engine.write(3, [{ type: "put", key: b("c"), value: b("3") }]));
+      } finally {
+        process.off("unhandledRejection", onUnhandled);
+        await engine.close();
+      }
     },
   );
 });

@@ -766,6 +766,10 @@ export class LsmEngine implements BudgetMember {
       this.#flushesStarted++;
       this.#flushesRunning++;
       const built = this.#buildFlush(mem);
+      // Awaited below only once the flushes before it have installed. A build that failed
+      // before then (a full disk, a worker that exited) was a rejection nobody handled, which
+      // ends the process; it fails the engine now instead.
+      built.catch((err: unknown) => this.#fail(err));
       const installed = this.#installTail
         .then(() => built)
         .then(async (tables) => {
