@@ -1191,15 +1191,8 @@ export class Wal {
       } else {
         start = performance.now();
       }
-      while (written < data.length) {
-        const bytesWritten = await this.#handle.write(
-          data,
-          written,
-          data.length - written,
-          this.#segmentSize + written,
-        );
-        written += bytesWritten;
-      }
+      // The blocking write above took it all, or it goes on the thread pool (no await else).
+      if (written < data.length) await writeWhole(this.#handle, data, this.#segmentSize, written);
       this.#onBatchWritten?.(performance.now() - start, data.length);
       if (rotated) await this.#fs.fsyncDir(this.dir);
       this.#segmentSize += data.length;
@@ -1304,13 +1297,19 @@ export class Wal {
 }
 
 /**
- * Writes all of `data` at `position`. A write may take fewer bytes than asked (a disk filling up
- * takes what fits, without an error): a segment's header and checkpoint taken on trust left the
- * rest of the checkpoint zeros, with the records synced after it past them, and the next open
- * refused the whole WAL as corrupt.
+ * Writes all of `data` at `position` (its bytes from `from` on: those before are written). A
+ * write may take fewer bytes than asked (a disk filling up takes what fits, without an error): a
+ * segment's header and checkpoint taken on trust left the rest of the checkpoint zeros, with the
+ * records synced after it past them, and the next open refused the whole WAL as corrupt; a write
+ * that takes no byte would loop for ever.
  */
-async function writeWhole(handle: FsFile, data: Uint8Array, position: number): Promise<void> {
-  for (let written = 0; written < data.length;) {
+async function writeWhole(
+  handle: FsFile,
+  data: Uint8Array,
+  position: number,
+  from = 0,
+): Promise<void> {
+  for (let written = from; written < data.length;) {
     const n = await handle.write(data, written, data.length - written, position + written);
     if (n <= 0) throw new Error(`a write of the WAL took no bytes at ${position + written}`);
     written += n;
