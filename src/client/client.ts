@@ -12,8 +12,8 @@
  * it, with exponential backoff and full jitter, and only when retrying cannot apply a write twice:
  * reads retry on UNAVAILABLE, CANCELLED and Cairn's RESOURCE_EXHAUSTED (not gRPC's own, a size
  * limit: see `isLimitExceeded`); writes retry only when the failure proves the write was not
- * applied (see `isProvablyNotApplied`). A write that timed out or lost its connection after being sent is
- * reported as `IndeterminateWriteError` and never retried.
+ * applied (see `isProvablyNotApplied`). A write that timed out or lost its connection after being
+ * sent is reported as `IndeterminateWriteError` and never retried.
  */
 import {
   ChannelCredentials,
