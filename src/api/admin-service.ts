@@ -159,6 +159,7 @@ export function adminService(
  * the store's group hands its leadership to `to`; answers the leader after.
  */
 export async function transferInPlace(store: AdminStore, id: number, to: string): Promise<string> {
+  store.checkShardId(id);
   const info = store.shardInfo(id);
   // A shard with state here is open (reopened at start). One without has no leader to move,
   // as in a cluster (transferLeadership); asking the store would create it on the spot.

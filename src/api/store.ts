@@ -60,6 +60,8 @@ export interface KvStore {
  */
 export interface AdminStore {
   snapshotShard(id: number, deadline?: number): Promise<SnapshotResult>;
+  /** Throws CAIRN_ERR_INVALID_ARGUMENT for an id outside [0, total_shards). */
+  checkShardId(id: number): void;
   shardInfo(id: number): ShardInfo | null;
   transferLeader(id: number, to: string): Promise<void>;
 }

@@ -1351,9 +1351,10 @@ export class ClusterState {
  * What cannot be done is refused at once, with why, before anything is recorded; only a wait
  * that ran out is CAIRN_ERR_TIMEOUT (each was one, after the whole wait, which told a client
  * nothing of what to do):
- * - `to` is no replica of the shard (INVALID_ARGUMENT), its disk is full, this node holds no
- *   replica of the shard (it could never see leadership move: the replicas' nodes are named),
- *   or this node leads the shard and its group has no voter on `to` yet (a move adding `to`, or
+ * - the shard id is outside [0, total_shards), or `to` is no replica of the shard
+ *   (INVALID_ARGUMENT);
+ * - `to`'s disk is full, this node holds no replica of the shard (it could never see leadership
+ *   move: the replicas' nodes are named), or this node leads the shard and its group has no voter on `to` yet (a move adding `to`, or
  *   the replacement of its retired replica, is under way) (CAIRN_ERR_PRECONDITION);
  * - the meta group refused the preference, here or at its leader (its own code);
  * - the group here refused the transfer (CAIRN_ERR_INVALID_RAFT_REQUEST).
@@ -1370,6 +1371,12 @@ export async function transferLeadership(
     throw new CairnError("CAIRN_ERR_NOT_READY", "this node has not joined its cluster yet", {
       retryable: true,
     });
+  }
+  if (!Number.isInteger(id) || id < 0 || id >= meta.totalShards) {
+    throw new CairnError(
+      "CAIRN_ERR_INVALID_ARGUMENT",
+      `shard id must be in [0, ${meta.totalShards - 1}], got ${id}`,
+    );
   }
   const nodes = meta.nodesOf(id);
   if (nodes.length === 0) {

@@ -31,6 +31,7 @@ export function gateByMembership<S extends KvStore & AdminStore>(
             reason() === null ? (store.leaderElsewhere?.(key) ?? null) : null,
         }),
     snapshotShard: (id) => store.snapshotShard(id),
+    checkShardId: (id) => store.checkShardId(id),
     shardInfo: (id) => store.shardInfo(id),
     transferLeader: (id, to) => store.transferLeader(id, to),
   };

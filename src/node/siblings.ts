@@ -748,6 +748,10 @@ export class RoutedStore implements KvStore, AdminStore {
     return owner.call({ op: "snapshot", shard: id, deadline }) as Promise<SnapshotResult>;
   }
 
+  checkShardId(id: number): void {
+    this.#local.checkShardId(id);
+  }
+
   /** This worker's shards only: the Admin service asks it through `transfer` for the others. */
   shardInfo(id: number): ShardInfo | null {
     return this.#local.shardInfo(id);

@@ -527,6 +527,11 @@ export class MultiRaft {
     return this.#shards.has(id);
   }
 
+  /** Throws CAIRN_ERR_INVALID_ARGUMENT for an id outside [0, total_shards). */
+  checkShardId(id: number): void {
+    this.#groups.checkShardId(id);
+  }
+
   shardIds(): number[] {
     return [...this.#shards.keys()].sort((a, b) => a - b);
   }

@@ -58,6 +58,15 @@ describe("Admin.TransferLeader on a single node", () => {
     assert.deepEqual(store.shardIds(), before, "no shard was opened to answer");
   });
 
+  it("refuses a shard id past total_shards as INVALID_ARGUMENT, as SnapshotShard does", async () => {
+    for (const id of [TOTAL_SHARDS, 2 ** 32 - 1]) {
+      assert.deepEqual(await answer(id, "n1"), {
+        code: status.INVALID_ARGUMENT,
+        cairnCode: "CAIRN_ERR_INVALID_ARGUMENT",
+      });
+    }
+  });
+
   it("answers the leader of a shard that holds data, and refuses a node that is not its replica", async () => {
     await store.put(Buffer.from("k"), Buffer.from("v"));
     const id = store.shardIds().find((s) => s !== 0) ?? 0;
@@ -133,6 +142,16 @@ describe("Admin.TransferLeader in a cluster, over gRPC", () => {
       assert.equal(err.metadata.get("cairn-error-code")[0], "CAIRN_ERR_PRECONDITION");
       assert.match(err.details, /n2 holds no replica of shard 5.*n1, n3, n4/);
       assert.ok(performance.now() - started < 5_000, "refused, not timed out");
+      // A shard id past total_shards: the caller's mistake, as SnapshotShard answers it.
+      const past = await new Promise<ServiceError | null>((resolve) =>
+        admin.TransferLeader(
+          { shard_id: 1024, node_id: "n3" },
+          { deadline: Date.now() + 20_000 },
+          (e) => resolve(e),
+        ),
+      );
+      assert.equal(past?.code, status.INVALID_ARGUMENT, past?.details);
+      assert.match(past.details, /shard id must be in \[0, 1023\], got 1024/);
     } finally {
       admin.close();
       await server.close(1000);

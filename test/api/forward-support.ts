@@ -71,6 +71,7 @@ export class FollowerStore implements KvStore, AdminStore {
   snapshotShard(): Promise<never> {
     return this.#refuse();
   }
+  checkShardId(): void {}
   shardInfo(): null {
     return null;
   }

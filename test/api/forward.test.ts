@@ -158,6 +158,7 @@ class BecomingLeader implements KvStore, AdminStore {
   snapshotShard(): Promise<never> {
     return this.#old.snapshotShard();
   }
+  checkShardId(): void {}
   shardInfo(): null {
     return null;
   }

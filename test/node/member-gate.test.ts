@@ -16,6 +16,7 @@ describe("the member gate", () => {
     const store = {
       ...kv,
       snapshotShard: () => Promise.reject(new Error("not asked")),
+      checkShardId: () => undefined,
       shardInfo: () => null,
       transferLeader: () => Promise.reject(new Error("not asked")),
     } satisfies KvStore & AdminStore;
