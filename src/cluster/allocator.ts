@@ -8,7 +8,7 @@
  * One pass, in order (a pass that changes a member's state proposes only that: the next one moves
  * replicas on the state it made):
  *   1. members' lives: a `joining` member whose copy of the meta group caught up becomes
- *      `active`; a `joining` or `active` member gossip has had unreachable for
+ *      `active` while gossip has it alive; a `joining` or `active` member gossip has had unreachable for
  *      `cluster.dead_after_ms` becomes `dead`, and a `dead` one seen alive again `active` (it
  *      comes back empty of moved replicas); a `decommissioning` member that holds no replica,
  *      once no move is under way, becomes `decommissioned`. A `decommissioning` member stays
@@ -284,7 +284,9 @@ function lives(input: AllocatorInput): MetaCommand[] {
   for (const id of [...meta.members.keys()].sort(cmp)) {
     const state = meta.stateOf(id);
     const gone = input.unreachableLong.has(id);
-    if (state === "joining" && !gone && input.caughtUp(id)) {
+    // Caught up and alive now: one that caught up and then stopped would be handed moves it
+    // never runs (they stall until it is marked dead); it waits, and goes dead if it stays away.
+    if (state === "joining" && input.alive.has(id) && !gone && input.caughtUp(id)) {
       out.push(change(id, state, "active"));
     } else if ((state === "joining" || state === "active") && gone) {
       out.push(change(id, state, "dead"));

@@ -136,6 +136,26 @@ describe("allocator", () => {
     assert.ok(moves >= 60 && moves <= 80, `moves ${moves}`);
   });
 
+  it("does not admit a joining member that caught up and then died: it waits, then goes dead", () => {
+    let s = cluster(["n1", "n2", "n3"], 30);
+    s = apply(s, { op: "join", member: member("n4") });
+    // n4 caught up on the meta log, then stopped: gossip has it unreachable, not yet for
+    // cluster.dead_after. Admitted, the allocator would start moves onto a node that runs none.
+    const down: World = { ...calm, alive: new Set(["n1", "n2", "n3"]) };
+    const cmds = allocate({ meta: s, ...down });
+    assert.deepEqual(
+      cmds.filter((c) => c.op === "set-state" || c.op === "move-shard"),
+      [],
+      JSON.stringify(cmds),
+    );
+    // Unreachable past cluster.dead_after: dead, never active.
+    const gone: World = { ...down, unreachableLong: new Set(["n4"]) };
+    const after = settle(s, gone).s;
+    assert.equal(after.stateOf("n4"), "dead");
+    // Back before then, it is admitted as usual.
+    assert.equal(settle(s, calm).s.stateOf("n4"), "active");
+  });
+
   it("a cluster founded on one member grows every shard, the meta group too, to the factor as members join", () => {
     let s = cluster(["n1"], 12);
     assert.deepEqual(s.nodesOf(0), ["n1"]);
