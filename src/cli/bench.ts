@@ -102,10 +102,14 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
       const num = (name: string, def: number, min: number, integer = true): number => {
         const text = str(values, name);
         if (text === undefined) return def;
-        const n = Number(text);
-        if (!Number.isFinite(n) || n < min || (integer && !Number.isInteger(n)))
+        // Decimal digits (and a fraction where one is taken), as the other commands' numbers
+        // (common.ts, wholeNumber): Number(text) alone read "" and " " as 0, so `--rate "$RATE"`
+        // with RATE unset ran without a limit, and it took hexadecimal and exponents.
+        const written = integer ? /^[0-9]+$/ : /^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$/;
+        const n = written.test(text) ? Number(text) : NaN;
+        if (!Number.isFinite(n) || n < min || (integer && !Number.isSafeInteger(n)))
           throw new UsageError(
-            `--${name} must be ${integer ? "an integer" : "a number"} ≥ ${min}, not ${text}`,
+            `--${name} must be ${integer ? "an integer" : "a number"} ≥ ${min}, not ${JSON.stringify(text)}`,
           );
         return n;
       };

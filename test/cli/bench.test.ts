@@ -5,8 +5,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { PassThrough } from "node:stream";
 import { describe, it } from "node:test";
 import { keyOf, operations, seededRandom, zipfian } from "../../src/cli/bench-workload.ts";
+import { run } from "../../src/cli/run.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
 
 /** A TCP port nothing listens on: bound, read, closed. */
@@ -182,6 +184,48 @@ describe("cairn bench", () => {
       const code = await new Promise<number | null>((r) => proc.once("close", r));
       assert.equal(code, 2, `${args.join(" ")}: ${err}`);
     }
+  });
+});
+
+describe("cairn bench's numbers", () => {
+  it("are decimal digits: an empty, blank, hexadecimal or exponent value is a usage error", async () => {
+    // Number() read "" and " " as 0: `--rate "$RATE"` with RATE unset ran without a limit, and
+    // `--read-ratio ""` made a mixed workload all Puts (an audit, 2026-12-07). Nothing listens on
+    // the endpoint: a run that starts fails its operations (exit 3) instead of refusing (exit 2).
+    const dead = `127.0.0.1:${await closedPort()}`;
+    const cases: [string[], RegExp][] = [
+      [["put", "--rate", ""], /--rate must be a number ≥ 0, not ""/],
+      [["put", "--rate", " "], /--rate must be a number/],
+      [["put", "--rate", "1e3"], /--rate must be a number/],
+      [["mixed", "--read-ratio", ""], /--read-ratio must be a number/],
+      [["put", "--value-size", ""], /--value-size must be an integer ≥ 0, not ""/],
+      [["put", "--seed", " "], /--seed must be an integer/],
+      [["put", "--concurrency", "0x10"], /--concurrency must be an integer/],
+      [["put", "--keyspace", "1e3"], /--keyspace must be an integer/],
+      [["put", "--warmup", ""], /--warmup must be a number/],
+    ];
+    for (const [args, message] of cases) {
+      const stdout = new PassThrough();
+      const stderr = new PassThrough();
+      let err = "";
+      stderr.on("data", (d: Buffer) => (err += d.toString()));
+      const code = await run(
+        ["bench", ...args, "--duration", "0.1", "--timeout", "200", "--endpoints", dead],
+        { stdout, stderr, stdin: new PassThrough(), env: cleanEnv() },
+      );
+      assert.equal(code, 2, `${args.join(" ")}: ${err}`);
+      assert.match(err, message);
+    }
+    // A fraction may be written without its leading zero, as before.
+    const ratio = new PassThrough();
+    let said = "";
+    ratio.on("data", (d: Buffer) => (said += d.toString()));
+    const mixed = ["bench", "mixed", "--read-ratio", ".5", "--no-fill", "--warmup", "0"];
+    await run(
+      [...mixed, "--duration", "0.1", "--timeout", "200", "--endpoints", dead, "--output", "json"],
+      { stdout: ratio, stderr: new PassThrough(), stdin: new PassThrough(), env: cleanEnv() },
+    );
+    assert.equal((JSON.parse(said) as { read_ratio: number }).read_ratio, 0.5);
   });
 });
 
