@@ -315,6 +315,16 @@ export function cert(argv: readonly string[], io: Io): number {
       io.stderr.write(`cairn cert: ${err.message}\n`);
       return EXIT.failed;
     }
+    // A directory or file that cannot be made or written (--certs-dir under a file, no
+    // permission, a full disk): said in one line, exit 5, as openssl's failures are. It escaped
+    // with its stack, exit 1, which the client commands use for "not found".
+    const failed = err as NodeJS.ErrnoException;
+    if (failed instanceof Error && typeof failed.code === "string") {
+      io.stderr.write(
+        `cairn cert: cannot write ${failed.path ?? "the files"}: ${failed.message}\n`,
+      );
+      return EXIT.failed;
+    }
     throw err;
   }
 }

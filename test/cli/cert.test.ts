@@ -239,6 +239,20 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     }
   });
 
+  it("says which file it could not write, exit 5, when its directory cannot hold them", async () => {
+    // The error escaped: a stack trace and exit 1, which the client commands use for "not found"
+    // (an audit, 2026-12-07).
+    const file = join(dir, "a-file");
+    writeFileSync(file, "");
+    const under = join(file, "certs");
+    for (const args of [["create-gossip-key"], ["create-ca"]]) {
+      const r = await cairn(["cert", ...args, "--certs-dir", under]);
+      assert.equal(r.code, 5, `${args.join(" ")}: ${r.err}`);
+      assert.match(r.err, /^cairn cert: cannot write .*certs.*: ENOTDIR/);
+      assert.doesNotMatch(r.err, /\n\s+at /, "no stack trace");
+    }
+  });
+
   it("says so when the openssl binary is missing", () => {
     const path = process.env["PATH"];
     process.env["PATH"] = join(dir, "no-such-bin");
