@@ -133,7 +133,13 @@ export class ConfigError extends CairnError {
 
 interface Setting {
   readonly value: unknown;
+  /** Where the value came from, for people: a file's path, `env CAIRN_…`, `flag --…`, `default`. */
   readonly source: string;
+  /**
+   * Where the value came from, for the checks: a file's path may be any text, `default` too
+   * (`--config default`), and its keys were then each refused as set twice in the file.
+   */
+  readonly origin: "default" | "file" | "env" | "flag";
 }
 
 const SECTIONS: ReadonlySet<string> = new Set(
@@ -169,7 +175,7 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
 
   for (const spec of KEYS) {
     if (spec.default !== undefined)
-      settings.set(spec.key, { value: spec.default, source: "default" });
+      settings.set(spec.key, { value: spec.default, source: "default", origin: "default" });
   }
 
   const fromEnv = nonEmpty(env["CAIRN_CONFIG"]);
@@ -192,7 +198,7 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
   for (const spec of KEYS) {
     const raw = env[spec.env];
     if (raw === undefined || (raw === "" && spec.kind !== "list")) continue;
-    settings.set(spec.key, { value: coerce(spec, raw), source: `env ${spec.env}` });
+    settings.set(spec.key, { value: coerce(spec, raw), source: `env ${spec.env}`, origin: "env" });
   }
 
   for (const [name, raw] of Object.entries(flags)) {
@@ -208,7 +214,7 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
       });
       continue;
     }
-    settings.set(spec.key, { value: coerce(spec, raw), source: `flag --${name}` });
+    settings.set(spec.key, { value: coerce(spec, raw), source: `flag --${name}`, origin: "flag" });
   }
 
   const values = new Map<string, unknown>();
@@ -347,13 +353,13 @@ function walk(
     if (KEY_BY_NAME.has(key)) {
       // A dotted name (`cluster.total_shards:` beside `cluster: {total_shards: …}`) is another
       // YAML key, which the parser's duplicate check does not see: the last would win silently.
-      if (settings.get(key)?.source === path) {
+      if (settings.get(key)?.origin === "file") {
         issues.push(
           issue(key, path, "is set twice in the file (nested and as a dotted key); keep one"),
         );
         continue;
       }
-      settings.set(key, { value, source: path });
+      settings.set(key, { value, source: path, origin: "file" });
     } else if (SECTIONS.has(key)) {
       if (value !== null) walk(value, key, path, settings, issues);
     } else {
@@ -497,7 +503,7 @@ function checkAcrossKeys(
 
   checkTls(values, sourceOf, issues);
   checkAuth(values, sourceOf, issues);
-  checkGossipKeys(values, sourceOf, issues);
+  checkGossipKeys(values, settings, issues);
 
   const maxKey = values.get("limits.max_key_bytes");
   const maxValue = values.get("limits.max_value_bytes");
@@ -651,17 +657,18 @@ function checkAuth(
  */
 function checkGossipKeys(
   values: Map<string, unknown>,
-  sourceOf: (key: string) => string,
+  settings: ReadonlyMap<string, Setting>,
   issues: ConfigIssue[],
 ): void {
+  const sourceOf = (key: string): string => settings.get(key)?.source ?? "default";
   const file = values.get("cluster.gossip_key_file");
   if (typeof file !== "string") {
-    const source = sourceOf("cluster.gossip_plaintext");
-    if (source !== "default") {
+    const plaintext = settings.get("cluster.gossip_plaintext");
+    if (plaintext !== undefined && plaintext.origin !== "default") {
       issues.push(
         issue(
           "cluster.gossip_plaintext",
-          source,
+          plaintext.source,
           `needs cluster.gossip_key_file: without gossip keys every datagram is cleartext, got ${show(values.get("cluster.gossip_plaintext"))}`,
         ),
       );

@@ -290,6 +290,30 @@ describe("loadConfig", () => {
     );
   });
 
+  it("reads a file named default as any other", () => {
+    // Its path is its settings' source, and the defaults' source is "default": every key it
+    // set was refused as set twice in the file, and its cluster.gossip_plaintext was taken for
+    // the default and not checked (an audit, 2026-12-07).
+    const named = mkdtempSync(join(dir, "named-"));
+    const cwd = process.cwd();
+    process.chdir(named);
+    try {
+      writeFileSync("default", "node_id: n7\ncluster:\n  total_shards: 8\n");
+      const config = loadConfig({ configPath: "default" });
+      assert.equal(config.node_id, "n7");
+      assert.equal(config.cluster.total_shards, 8);
+      writeFileSync("default", "cluster:\n  gossip_plaintext: accept\n");
+      const err = configError(() => loadConfig({ configPath: "default" }));
+      assert.deepEqual(
+        err.issues.map((i) => i.key),
+        ["cluster.gossip_plaintext"],
+      );
+      assert.match(err.message, /needs cluster\.gossip_key_file/);
+    } finally {
+      process.chdir(cwd);
+    }
+  });
+
   it("a file of many aliases (a YAML bomb) is a configuration error, not a crash; .inf shows as Infinity", () => {
     // yaml throws past its alias bound: serve died with a ReferenceError's stack, exit 1; and a
     // non-finite number was shown as null (an audit, 2026-12-05).
