@@ -181,15 +181,20 @@ interface HealthReport {
     disk_full?: boolean;
   }[];
   cluster_version?: number;
+  puts_refused?: boolean;
 }
 
 /**
- * `cairn health`'s text: the node, the shards not healthy, and (in a cluster) each member as
- * `cairn cluster` shows it: its standing in the cluster, gossip's view, its replicas.
+ * `cairn health`'s text: the node, whether it refuses Puts for want of disk, the shards not
+ * healthy, and (in a cluster) each member as `cairn cluster` shows it: its standing in the
+ * cluster, gossip's view, its replicas.
  */
 export function formatHealth(r: HealthReport): string {
   const version = r.cluster_version === undefined ? "" : `  cluster version: ${r.cluster_version}`;
   let out = `status: ${r.status}\nnode: ${r.node_id}  uptime: ${Math.round(r.uptime_seconds)}s  shards: ${r.active_shards} active of ${r.total_shards}${version}\n`;
+  // The one reason for `degraded` that no shard shows, and the most pressing: writes fail.
+  if (r.puts_refused === true)
+    out += "puts refused: this node's disk has less available than storage.min_free_bytes\n";
   const bad = (r.shards ?? []).filter((s) => s.status !== "healthy");
   if (bad.length > 0) {
     out += "shards not healthy:\n";

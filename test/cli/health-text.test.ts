@@ -66,6 +66,18 @@ describe("cairn health's text", () => {
     );
   });
 
+  it("says why a node whose shards are all healthy is degraded: it refuses Puts for its disk", () => {
+    // The report's puts_refused was left out: "status: degraded" and nothing to say why, the
+    // node refusing every write (an audit, 2026-12-07).
+    const full = { ...early, status: "degraded", shards: [], puts_refused: true as const };
+    const text = formatHealth(full);
+    assert.match(
+      text,
+      /^status: degraded\nnode: .*\nputs refused: this node's disk has less available than storage\.min_free_bytes/,
+    );
+    assert.doesNotMatch(formatHealth(early), /puts refused/);
+  });
+
   it("a node that does not know its cluster yet shows gossip's view alone", () => {
     const text = formatHealth({
       ...early,
