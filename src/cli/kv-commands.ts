@@ -20,6 +20,15 @@ import {
 } from "./common.ts";
 import type { Io } from "./io.ts";
 
+/**
+ * A KEY argument. A key is one byte or more: an empty one (`cairn get "$KEY"`, KEY unset) is a
+ * usage error before anything is sent; it was sent, and a node down made it "unavailable".
+ */
+function keyArgument(text: string): string {
+  if (text === "") throw new UsageError("KEY must not be empty: a key is one byte or more");
+  return text;
+}
+
 const v = (x: Version): string => `${x.index}/${x.term}`;
 const jsonVersion = (x: Version): { index: number; term: number } => ({
   index: x.index,
@@ -55,7 +64,8 @@ export function put(argv: readonly string[], io: Io): Promise<number> {
     async ({ values, positionals, globals, client }) => {
       const file = str(values, "file");
       expectPositionals(positionals, ["KEY", "VALUE"], file === undefined ? 0 : 1);
-      const [key, arg] = positionals as [string, string | undefined];
+      const [text, arg] = positionals as [string, string | undefined];
+      const key = keyArgument(text);
       if (file !== undefined && arg !== undefined)
         throw new UsageError("give the value either as an argument or with --file, not both");
       const expectedVersion = parseVersionFlag(str(values, "expected-version"));
@@ -104,7 +114,7 @@ export function get(argv: readonly string[], io: Io): Promise<number> {
     io,
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["KEY"]);
-      const key = positionals[0] as string;
+      const key = keyArgument(positionals[0] as string);
       const got = await client().get(key, {
         consistency: values["serializable"] === true ? "serializable" : "linearizable",
       });
@@ -150,7 +160,7 @@ export function del(argv: readonly string[], io: Io): Promise<number> {
     io,
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["KEY"]);
-      const key = positionals[0] as string;
+      const key = keyArgument(positionals[0] as string);
       const expectedVersion = parseVersionFlag(str(values, "expected-version"));
       const res = await client().delete(
         key,

@@ -518,6 +518,11 @@ describe("cairn errors and help", () => {
       [["scan", "--limit", " 5"], /--limit must be an integer/],
       [["get", "k", "--timeout", "0x3e8"], /--timeout must be a whole number/],
       [["get", "k", "--timeout", "1e3"], /--timeout must be a whole number/],
+      // An empty key (a script's unset variable) was sent: a node down made it "unavailable",
+      // exit 3 (an audit, 2026-12-07). Nothing listens on deadPort: a request sent fails so.
+      [["get", "", "--endpoints", `127.0.0.1:${deadPort}`], /KEY must not be empty/],
+      [["put", "", "v", "--endpoints", `127.0.0.1:${deadPort}`], /KEY must not be empty/],
+      [["delete", "", "--endpoints", `127.0.0.1:${deadPort}`], /KEY must not be empty/],
     ];
     const runs = await Promise.all(cases.map(([args]) => cairnInProcess(args)));
     runs.forEach((r, i) => {
