@@ -5,7 +5,7 @@
 import type { ClientRequest } from "node:http";
 import { status } from "@grpc/grpc-js";
 import { type CairnClient, ServerError } from "../client/index.ts";
-import { sameAddress } from "../config/index.ts";
+import { isNodeId, sameAddress } from "../config/index.ts";
 import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
@@ -466,7 +466,7 @@ export function transferLeader(argv: readonly string[], io: Io): Promise<number>
     async ({ positionals, globals, client }) => {
       expectPositionals(positionals, ["SHARD", "NODE"]);
       const shard = shardNumber(positionals[0] as string);
-      const node = positionals[1] as string;
+      const node = nodeArgument(positionals[1] as string);
       const leader = await client({ routing: false }).transferLeader(shard, node, {
         endpoint: globals.endpoints[0] as string,
       });
@@ -475,6 +475,19 @@ export function transferLeader(argv: readonly string[], io: Io): Promise<number>
       return EXIT.ok;
     },
   );
+}
+
+/**
+ * A NODE argument: a node id as `node_id` takes it. Another (an empty one: a script's unset
+ * variable) is a usage error before anything is sent; it was sent, and a node down made it
+ * "unavailable".
+ */
+function nodeArgument(text: string): string {
+  if (!isNodeId(text))
+    throw new UsageError(
+      `NODE ${JSON.stringify(text)} is not a node id: 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit`,
+    );
+  return text;
 }
 
 /** A SHARD argument: a shard number. */
@@ -667,11 +680,11 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
     async ({ values, positionals, globals, client }) => {
       expectPositionals(positionals, ["ACTION", "NODE"]);
       const action = positionals[0] as string;
-      const id = positionals[1] as string;
       if (!Object.hasOwn(NODE_ACTIONS, action))
         throw new UsageError(
           `ACTION must be ${Object.keys(NODE_ACTIONS).join(", ")}, not ${JSON.stringify(action)}`,
         );
+      const id = nodeArgument(positionals[1] as string);
       const wait = values["wait"] === true;
       if (action !== "decommission" && wait) throw new UsageError("--wait goes with decommission");
       const c = client({ routing: false });

@@ -29,5 +29,6 @@ export {
   LOG_LEVELS,
   type LogLevelName,
   formatBytes,
+  isNodeId,
   parseBytes,
 } from "./schema.ts";

@@ -83,6 +83,11 @@ const ADVERTISE = { allowPortZero: false, allowUnspecified: false };
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
+/** Whether `text` is a node id `node_id` accepts: what a command naming a node may send. */
+export function isNodeId(text: string): boolean {
+  return NODE_ID.test(text);
+}
+
 export const KEYS: readonly KeySpec[] = [
   {
     key: "node_id",

@@ -523,6 +523,15 @@ describe("cairn errors and help", () => {
       [["get", "", "--endpoints", `127.0.0.1:${deadPort}`], /KEY must not be empty/],
       [["put", "", "v", "--endpoints", `127.0.0.1:${deadPort}`], /KEY must not be empty/],
       [["delete", "", "--endpoints", `127.0.0.1:${deadPort}`], /KEY must not be empty/],
+      // So was a NODE that is no node id (the configuration's node_id rules).
+      [
+        ["transfer-leader", "1", "", "--endpoints", `127.0.0.1:${deadPort}`],
+        /NODE "" is not a node id: 1 to 128 letters, digits/,
+      ],
+      [
+        ["node", "status", "n 1", "--endpoints", `127.0.0.1:${deadPort}`],
+        /NODE "n 1" is not a node id/,
+      ],
     ];
     const runs = await Promise.all(cases.map(([args]) => cairnInProcess(args)));
     runs.forEach((r, i) => {
