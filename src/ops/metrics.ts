@@ -108,7 +108,7 @@ export const KV_DURATION_BUCKETS_MS: readonly number[] = [1, 2, 4, 8, 16, 32, 64
 /** Exactly the header contract §4.3 gives (prom-client's own adds `; charset=utf-8`). */
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4";
 
-/** Compaction input levels whose series are created at zero (an LSM has levels L0..L6). */
+/** Compaction input levels whose series are created at zero: L0..L5 (L6, the last, is none). */
 const COMPACTION_INPUT_LEVELS = 6;
 
 /**
