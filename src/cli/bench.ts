@@ -26,6 +26,10 @@ import {
 } from "./bench-workload.ts";
 import type { Io } from "./io.ts";
 
+/** The most operations in flight, and connections, a run may ask for. */
+const MAX_CONCURRENCY = 100_000;
+const MAX_CHANNELS = 1024;
+
 export const BENCH_HELP = `Usage: cairn bench WORKLOAD [options]
 
 Load-tests a cluster and reports throughput, errors and latency percentiles.
@@ -38,8 +42,8 @@ Workloads:
 Options:
   --duration S               measured seconds (default 10)
   --warmup S                 seconds run before measuring (default 1)
-  --concurrency N            operations in flight (default 64)
-  --channels N               gRPC connections (default 4)
+  --concurrency N            operations in flight (default 64, at most ${MAX_CONCURRENCY})
+  --channels N               gRPC connections (default 4, at most ${MAX_CHANNELS})
   --rate OPS                 at most OPS operations/s in total (default 0 = unlimited)
   --keyspace N               number of distinct keys (default 10000)
   --key-size B               key bytes (default 16, at least ${MIN_KEY_SIZE})
@@ -99,7 +103,13 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
       const workload = positionals[0] as string;
       if (workload !== "put" && workload !== "get" && workload !== "mixed")
         throw new UsageError(`WORKLOAD must be put, get or mixed, not ${JSON.stringify(workload)}`);
-      const num = (name: string, def: number, min: number, integer = true): number => {
+      const num = (
+        name: string,
+        def: number,
+        min: number,
+        integer = true,
+        max = Infinity,
+      ): number => {
         const text = str(values, name);
         if (text === undefined) return def;
         // Decimal digits (and a fraction where one is taken), as the other commands' numbers
@@ -107,16 +117,18 @@ export function bench(argv: readonly string[], io: Io): Promise<number> {
         // with RATE unset ran without a limit, and it took hexadecimal and exponents.
         const written = integer ? /^[0-9]+$/ : /^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$/;
         const n = written.test(text) ? Number(text) : NaN;
-        if (!Number.isFinite(n) || n < min || (integer && !Number.isSafeInteger(n)))
+        if (!Number.isFinite(n) || n < min || n > max || (integer && !Number.isSafeInteger(n)))
           throw new UsageError(
-            `--${name} must be ${integer ? "an integer" : "a number"} ≥ ${min}, not ${JSON.stringify(text)}`,
+            `--${name} must be ${integer ? "an integer" : "a number"} ${max === Infinity ? `≥ ${min}` : `from ${min} to ${max}`}, not ${JSON.stringify(text)}`,
           );
         return n;
       };
       const durationS = num("duration", 10, 0.1, false);
       const warmupS = num("warmup", 1, 0, false);
-      const concurrency = num("concurrency", 64, 1);
-      const channels = num("channels", 4, 1);
+      // Bounded: each operation in flight and each connection holds memory, and a typo's
+      // hundred million of them ran the process out of it.
+      const concurrency = num("concurrency", 64, 1, true, MAX_CONCURRENCY);
+      const channels = num("channels", 4, 1, true, MAX_CHANNELS);
       const rate = num("rate", 0, 0, false);
       const keyspace = num("keyspace", 10_000, 1);
       const keySize = num("key-size", 16, MIN_KEY_SIZE);

@@ -203,6 +203,9 @@ describe("cairn bench's numbers", () => {
       [["put", "--concurrency", "0x10"], /--concurrency must be an integer/],
       [["put", "--keyspace", "1e3"], /--keyspace must be an integer/],
       [["put", "--warmup", ""], /--warmup must be a number/],
+      // So many operations in flight, or connections, ran the process out of memory.
+      [["put", "--concurrency", "100000001"], /--concurrency must be an integer from 1 to 100000/],
+      [["put", "--channels", "1000000"], /--channels must be an integer from 1 to 1024/],
     ];
     for (const [args, message] of cases) {
       const stdout = new PassThrough();
