@@ -162,7 +162,13 @@ export async function run(argv: readonly string[], io: Io): Promise<number> {
     case "cert":
       return (await import("./cert-commands.ts")).cert(rest, io);
     default:
-      io.stderr.write(`cairn: unknown command ${JSON.stringify(command)}\n\n${HELP}`);
+      // Options the client commands take, and nothing after them (hoistLeadingOptions left
+      // them where they were): the command is missing, not unknown.
+      io.stderr.write(
+        LEADING_OPTIONS.has(command.split("=")[0] as string)
+          ? `cairn: no command after ${JSON.stringify(command)}\n\n${HELP}`
+          : `cairn: unknown command ${JSON.stringify(command)}\n\n${HELP}`,
+      );
       return 2;
   }
 }

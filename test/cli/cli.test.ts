@@ -501,6 +501,9 @@ describe("cairn errors and help", () => {
       [["get", "k", "--bogus"], /Unknown option '--bogus'/],
       [["snapshot", "x"], /shard number/],
       [["frobnicate"], /unknown command/],
+      // Options and no command: missing, not unknown.
+      [["--endpoints", "127.0.0.1:7447"], /no command after "--endpoints"/],
+      [["--endpoints=127.0.0.1:7447"], /no command after "--endpoints=127\.0\.0\.1:7447"/],
       // Past what a timer can wait: health, metrics and cluster failed at once (exit 3), and
       // grpc-js threw out of get (an audit, 2026-12-05).
       [
