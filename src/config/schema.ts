@@ -621,7 +621,7 @@ export const KEYS: readonly KeySpec[] = [
     default: 512 * MIB,
     env: "CAIRN_STORAGE_MIN_FREE_BYTES",
     expect: "must be a size between 0 and 1024GiB",
-    doc: "Disk space the node keeps available on its data directory's file system: under it, Puts are refused (RESOURCE_EXHAUSTED, CAIRN_ERR_DISK_FULL) while reads and Deletes are served (Deletes are refused too under a quarter of it), until it has an eighth more than this again; the node finishes what it accepted (its log, its followers' appends, flushes and compactions) in it instead of stopping on a full disk. 0 turns it off; over half the file system's size, it is logged at warn at start.",
+    doc: "Disk space the node keeps available on its data directory's file system: under it, Puts are refused (RESOURCE_EXHAUSTED, CAIRN_ERR_DISK_FULL) while reads and Deletes are served (Deletes are refused too under a quarter of it), until it has an eighth more than this again; the node finishes what it accepted (its log, its followers' appends, flushes and compactions) in it instead of stopping on a full disk, and refuses a peer's snapshot whose file and the tables built from it would take it. 0 turns it off; over half the file system's size, it is logged at warn at start.",
   },
   {
     key: "shutdown.drain_timeout_ms",

@@ -6,7 +6,9 @@
  * write fails with ENOSPC and the node stops (what etcd's NOSPACE alarm and TiKV's reserved
  * space do). The reserve is what lets the node finish what it has accepted: the writes already
  * in its log and its followers' appends, memtable flushes, compactions (which free space, but
- * write their output before deleting their inputs), the meta group's entries.
+ * write their output before deleting their inputs), the meta group's entries. A peer's snapshot
+ * is taken only while its file and the tables built from it leave the reserve available
+ * (snapshotRefusal): the receiver has no size limit but the disk's.
  *
  * The disk is looked at (statfs: the bytes available to an unprivileged user, as `df` shows
  * them) once a second, and sooner when the WAL has written an eighth of the reserve since the
@@ -70,7 +72,7 @@ export class DiskReserve {
   /** The last look's statfs, or null before a look succeeded. */
   #stats: DiskStats | null = null;
   #busy: Promise<void> | null = null;
-  /** WAL bytes written since the last look began. */
+  /** Bytes the WAL and incoming snapshots wrote since the last look began. */
   #written = 0;
   #timer: NodeJS.Timeout | null = null;
   /** The last look failed (logged once). */
@@ -114,6 +116,23 @@ export class DiskReserve {
   }
 
   /**
+   * Why incoming snapshots of `bytes` in all are refused, or null when they fit (SnapshotDisk,
+   * src/replication/snapshot-file.ts): their files, and the tables their installs build from
+   * them (about as large again, written while the files are still there), must leave the
+   * reserve available, counting what was written since the last look. Written on whatever
+   * their size (the receiver has no size limit but the disk's), a snapshot took the reserve and
+   * then the rest of the disk, and a WAL write meanwhile stopped the node. With the reserve off
+   * (or before a look): null.
+   */
+  snapshotRefusal(bytes: number): string | null {
+    const min = this.#o.minFreeBytes;
+    if (min === 0 || this.#available === null) return null;
+    const available = this.#available - this.#written;
+    if (available - bytes >= min) return null;
+    return `the disk of data_dir ${this.#o.dataDir} has ${mib(Math.max(0, available))} available: snapshots of ${mib(bytes)} from peers, and the tables built from them (as much again), would leave less than storage.min_free_bytes (${mib(min)})`;
+  }
+
+  /**
    * Looks at the disk once now, then every DISK_RESERVE_CHECK_MS until stop() (with the reserve
    * off too: the metric shows the space available). A reserve over half the file system's size
    * is logged at warn: on a small disk the default (512 MiB) would refuse Puts from the start.
@@ -130,7 +149,10 @@ export class DiskReserve {
     this.#timer = null;
   }
 
-  /** The WAL wrote `bytes`: a look now when an eighth of the reserve went by since the last. */
+  /**
+   * The WAL, or a snapshot from a peer, wrote `bytes`: a look now when an eighth of the reserve
+   * went by since the last.
+   */
   wrote(bytes: number): void {
     if (this.#o.minFreeBytes === 0) return;
     this.#written += bytes;

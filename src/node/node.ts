@@ -909,6 +909,8 @@ export class CairnNode implements HealthSource {
           "incoming-snapshots",
           String(this.#cell?.index ?? 0),
         ),
+        // A snapshot that would take the disk's reserve (storage.min_free_bytes) is refused.
+        ...(this.#diskReserve === null ? {} : { snapshotDisk: this.#diskReserve }),
         // The members the meta group records (rejoined ones keep their id); a removed one
         // is gone for good; one not recorded here may have joined since (handshake.ts).
         membership: (node) => {

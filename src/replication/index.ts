@@ -49,6 +49,7 @@ export {
   type SnapshotMetrics,
   SnapshotRefusal,
 } from "./snapshot-transfer.ts";
+export type { SnapshotDisk } from "./snapshot-file.ts";
 export { CodecError } from "./codec.ts";
 export type { PeerCall, PeerReply } from "./frame-codec.ts";
 export type {

@@ -45,7 +45,7 @@ import type { ScanRequest, ShardMessage } from "./multi-raft.ts";
 import { type LogBound, type PeerLogger, RefusalLog, silentLogger } from "./peer-logger.ts";
 import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
 import type { ClientCall } from "./request-errors.ts";
-import { clearSnapshotDir } from "./snapshot-file.ts";
+import { clearSnapshotDir, type SnapshotDisk } from "./snapshot-file.ts";
 import { snapshotReceiver } from "./snapshot-receiver.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 import type { ScanPage } from "./scan-merge.ts";
@@ -175,6 +175,12 @@ export interface RaftServiceOptions {
    */
   readonly snapshotDir?: string;
   /**
+   * The disk `snapshotDir` is on, when the node keeps a reserve of it free
+   * (`storage.min_free_bytes`: DiskReserve): a snapshot whose file and the tables its install
+   * builds would take the reserve is refused (RESOURCE_EXHAUSTED), before the disk is full.
+   */
+  readonly snapshotDisk?: SnapshotDisk;
+  /**
    * Larger snapshots are refused (RESOURCE_EXHAUSTED). Default: none with `snapshotDir` (the
    * disk is the limit), else 4 GiB (held in memory).
    */
@@ -295,6 +301,7 @@ export function createRaftService(
           options.maxSnapshotBytes ??
           (options.snapshotDir === undefined ? 4 * 1024 * MIB : Number.MAX_SAFE_INTEGER),
         dir: options.snapshotDir,
+        disk: options.snapshotDisk,
         idleMs: options.snapshotIdleTimeoutMs ?? 60_000,
         maxReceives: options.maxSnapshotReceives ?? MAX_SNAPSHOT_RECEIVES,
         metrics: options.metrics,

@@ -32,6 +32,53 @@ export interface SnapshotSink {
   discard(): void;
 }
 
+/**
+ * The disk incoming snapshots are written to, as the node's reserve of free space on it sees it
+ * (`storage.min_free_bytes`: src/node/disk-reserve.ts, DiskReserve).
+ */
+export interface SnapshotDisk {
+  /**
+   * Why snapshot files of `bytes` in all, and the tables their installs build from them (about
+   * as large again, while the files are still there), would take the reserve, or null when
+   * they leave it free. What was written already counts as written.
+   */
+  snapshotRefusal(bytes: number): string | null;
+  /** `bytes` more of a snapshot were written: the reserve looks at the disk sooner. */
+  wrote(bytes: number): void;
+}
+
+/**
+ * The room a directory's snapshot files take on a disk that keeps a reserve: the bytes of the
+ * files not removed yet (being received, or waiting for their install), each of which an
+ * install builds into tables about as large while the file is still there. A snapshot is
+ * refused (SnapshotAssemblerOptions.room) when it would take the reserve: written on whatever
+ * its size, it took the reserve and then the rest of the disk, and a WAL write that met the
+ * full disk stopped the node.
+ */
+export class SnapshotSpace {
+  readonly #disk: SnapshotDisk;
+  /** Bytes of the files written or queued, and not removed. */
+  #bytes = 0;
+
+  constructor(disk: SnapshotDisk) {
+    this.#disk = disk;
+  }
+
+  /** Why `bytes` more of a snapshot may not be written, or null. */
+  refusal(bytes: number): string | null {
+    return this.#disk.snapshotRefusal(this.#bytes + bytes);
+  }
+
+  wrote(bytes: number): void {
+    this.#bytes += bytes;
+    this.#disk.wrote(bytes);
+  }
+
+  removed(bytes: number): void {
+    this.#bytes -= bytes;
+  }
+}
+
 const EMPTY = new Uint8Array(0);
 /** How much of a snapshot file one read brings back into memory. */
 const READ_BYTES = 1 << 20;
@@ -53,8 +100,11 @@ export class SnapshotFile implements SnapshotSink {
   #failure: unknown = undefined;
   #closed = false;
   #discarded = false;
+  /** Where the file's bytes are counted until it is removed (null: nowhere). */
+  readonly #space: SnapshotSpace | null;
 
-  constructor(dir: string) {
+  constructor(dir: string, space: SnapshotSpace | null = null) {
+    this.#space = space;
     this.path = join(dir, `${randomBytes(8).toString("hex")}.snapshot-part`);
     this.#handle = mkdir(dir, { recursive: true }).then(() => open(this.path, "wx"));
     this.#chain = this.#handle.then(() => undefined);
@@ -65,6 +115,7 @@ export class SnapshotFile implements SnapshotSink {
     if (this.#closed) throw new Error("SnapshotFile: write after close");
     this.#queued++;
     this.#size += bytes.length;
+    this.#space?.wrote(bytes.length);
     this.#chain = this.#chain.then(async () => {
       if (this.#failure !== undefined) return;
       const handle = await this.#handle;
@@ -140,6 +191,7 @@ export class SnapshotFile implements SnapshotSink {
     if (this.#discarded) return;
     this.#discarded = true;
     this.#closed = true;
+    this.#space?.removed(this.#size);
     void this.#chain
       .catch(() => undefined)
       .then(() => this.#handle)

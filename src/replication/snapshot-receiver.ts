@@ -36,7 +36,7 @@ import type { SnapshotChunk__Output } from "../api/generated/cairn/v1/SnapshotCh
 import type { PeerCheck, PeerRefusalKind } from "./handshake.ts";
 import type { ShardMessage } from "./multi-raft.ts";
 import { type LogFields, type PeerLogger, RefusalLog } from "./peer-logger.ts";
-import { SnapshotFile } from "./snapshot-file.ts";
+import { type SnapshotDisk, SnapshotFile, SnapshotSpace } from "./snapshot-file.ts";
 import { SnapshotAssembler, type SnapshotMetrics, SnapshotRefusal } from "./snapshot-transfer.ts";
 import type { EndCall } from "./stream-receiver.ts";
 
@@ -51,6 +51,11 @@ export interface SnapshotReceiverOptions {
    * assembled in memory.
    */
   readonly dir?: string | undefined;
+  /**
+   * The disk `dir` is on, when the node keeps a reserve of it free: a snapshot that would take
+   * it is refused RESOURCE_EXHAUSTED (SnapshotSpace).
+   */
+  readonly disk?: SnapshotDisk | undefined;
   /** A call that brings no chunk for this long fails (DEADLINE_EXCEEDED), ms. */
   readonly idleMs: number;
   /** Snapshots received at once, past their header; the next is refused RESOURCE_EXHAUSTED. */
@@ -79,6 +84,9 @@ export function snapshotReceiver(
   const refusals = options.refusals ?? new RefusalLog(log);
   /** Calls past their header, not yet finished. */
   let receiving = 0;
+  // The room every call's file takes, with the tables its install builds, until it is removed.
+  const disk = options.disk;
+  const space = disk === undefined || options.dir === undefined ? null : new SnapshotSpace(disk);
   return (call, callback) => {
     const dir = options.dir;
     const assembler = new SnapshotAssembler({
@@ -86,7 +94,8 @@ export function snapshotReceiver(
       sender: String(call.metadata.get(PEER_KEY)[0] ?? ""),
       ...(options.refused === undefined ? {} : { refused: options.refused }),
       maxBytes: options.maxBytes,
-      ...(dir === undefined ? {} : { sink: () => new SnapshotFile(dir) }),
+      ...(dir === undefined ? {} : { sink: () => new SnapshotFile(dir, space) }),
+      ...(space === null ? {} : { room: (bytes: number) => space.refusal(bytes) }),
     });
     let done = false;
     /** This call counts in `receiving`. */

@@ -13,13 +13,14 @@
  *   out, so a slow receiver slows the sender and at most one chunk waits in gRPC. It resolves
  *   once the receiver acknowledged the whole snapshot.
  * - SnapshotAssembler holds the receiving end's rules, apart from gRPC: the header's identity
- *   (checked as a Stream handshake), the length against the node's limit, every chunk within
- *   the length announced, the length and checksum at the trailer, and the data an engine's
- *   image at the header's index (decoded as it arrives: an image the driver could not import
- *   would fail the whole node at the install, after Raft took the snapshot, rather than this
- *   transfer). The data goes to a sink as it arrives (snapshot-file.ts: a file, or memory
- *   without a directory). Only a complete, verified and stored snapshot yields its message,
- *   which the service then hands to Raft like any other.
+ *   (checked as a Stream handshake), the length against the node's limit and the room on its
+ *   disk (snapshot-file.ts, SnapshotSpace), every chunk within the length announced, the
+ *   length and checksum at the trailer, and the data an engine's image at the header's index
+ *   (decoded as it arrives: an image the driver could not import would fail the whole node at
+ *   the install, after Raft took the snapshot, rather than this transfer). The data goes to a
+ *   sink as it arrives (snapshot-file.ts: a file, or memory without a directory). Only a
+ *   complete, verified and stored snapshot yields its message, which the service then hands
+ *   to Raft like any other.
  *
  * Neither end holds a streamed snapshot whole: the sender a frame and a chunk, the receiver the
  * chunks not yet written.
@@ -247,6 +248,12 @@ export interface SnapshotAssemblerOptions {
   readonly maxBytes: number;
   /** Where the data goes as it arrives (snapshot-file.ts); default: in memory. */
   readonly sink?: () => SnapshotSink;
+  /**
+   * Why `bytes` more of the snapshot may not be written (the disk's reserve of free space:
+   * SnapshotSpace.refusal), or null: asked at the header, for the length it announces (0 for
+   * a stream), and before each data chunk. A refusal is RESOURCE_EXHAUSTED.
+   */
+  readonly room?: (bytes: number) => string | null;
 }
 
 interface Header {
@@ -493,6 +500,10 @@ export class SnapshotAssembler {
         `a snapshot of ${total} bytes is over this node's limit of ${maxBytes}`,
       );
     }
+    // A streamed snapshot's length is known at its end: refused now only if the disk has no
+    // room left at all.
+    const full = this.#options.room?.(total) ?? null;
+    if (full !== null) throw new SnapshotRefusal(status.RESOURCE_EXHAUSTED, full);
     const sink = this.#options.sink?.() ?? new MemorySink();
     const image = new ImageCheck();
     return { from, shard: h.shard_id, message, announced: total === 0 ? null : total, sink, image };
@@ -525,6 +536,9 @@ export class SnapshotAssembler {
             `more data than the ${limit} bytes announced`,
           );
     }
+    // Refused before the disk is full, where a WAL write would stop the node.
+    const full = this.#options.room?.(bytes.length) ?? null;
+    if (full !== null) throw new SnapshotRefusal(status.RESOURCE_EXHAUSTED, full);
     h.sink.write(bytes);
     h.image.push(bytes);
     this.#crc = crc32c(bytes, this.#crc);

@@ -9,16 +9,27 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { existsSync, readdirSync, truncateSync, writeFileSync, mkdirSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  statfsSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { statfs } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { InterceptingCall, type Interceptor, status } from "@grpc/grpc-js";
 import type { SnapshotChunk } from "../../src/api/generated/cairn/v1/SnapshotChunk.ts";
 import { CairnError } from "../../src/common/errors.ts";
+import { DiskReserve } from "../../src/node/disk-reserve.ts";
+import { silentLogger } from "../../src/ops/index.ts";
 import { logIndex, nodeId, term, type Message } from "../../src/raft/index.ts";
 import {
   GrpcTransport,
   type GrpcTransportOptions,
+  type RaftServiceOptions,
   type ShardMessage,
 } from "../../src/replication/index.ts";
 import { SnapshotFile } from "../../src/replication/snapshot-file.ts";
@@ -30,9 +41,11 @@ import {
   type LsmOptions,
 } from "../../src/storage/lsm/index.ts";
 import { tempDir } from "../storage/helpers.ts";
+import { mountTmpfs, tmpfsSkip, unmount } from "../support/tmpfs.ts";
 import { eventually, type LogLine, recordingLogger, startRaftServer } from "./peer-support.ts";
 
 const CHUNK = 16 * 1024;
+const MIB = 1024 * 1024;
 const INSTALL = "/cairn.v1.Raft/InstallSnapshot";
 const SMALL: LsmOptions = {
   memtableBytes: 64 * 1024,
@@ -85,6 +98,21 @@ function message(snapshot: Extract<Message, { type: "snapshot" }>["snapshot"]): 
   };
 }
 
+/** A snapshot at 500 of about `bytes` of random values, streamed: its length said at its end. */
+function streamedImage(bytes: number): ShardMessage {
+  const entries: [Uint8Array, Uint8Array][] = [];
+  for (let i = 0; i * 64 * 1024 < bytes; i++) entries.push([key(i), randomBytes(64 * 1024)]);
+  const image = Buffer.concat([...encodeSnapshotFrames(500, entries)]);
+  const meta = { index: logIndex(500), term: term(2), conf: { voters: [], learners: [] } };
+  const stream = {
+    async *chunks(): AsyncGenerator<Uint8Array> {
+      yield image;
+    },
+    release: () => undefined,
+  };
+  return message({ meta, data: new Uint8Array(0), stream });
+}
+
 function streamedFrom(engine: LsmEngine, pins: SnapshotPins): ShardMessage {
   const pin = engine.snapshot();
   const meta = { index: logIndex(pin.seq), term: term(2), conf: { voters: [], learners: [] } };
@@ -114,8 +142,12 @@ interface Rig {
   close(): Promise<void>;
 }
 
-async function rig(transport: Partial<GrpcTransportOptions> = {}): Promise<Rig> {
-  const dir = join(tempDir("snap-dst"), "incoming-snapshots");
+/** `service` adds to the receiver's options; `dir` is its snapshot directory (a new one). */
+async function rig(
+  transport: Partial<GrpcTransportOptions> = {},
+  service: Partial<RaftServiceOptions> = {},
+  dir = join(tempDir("snap-dst"), "incoming-snapshots"),
+): Promise<Rig> {
   const got: ShardMessage[] = [];
   const serverLines: LogLine[] = [];
   const server = await startRaftServer((_, messages) => got.push(...messages), {
@@ -123,6 +155,7 @@ async function rig(transport: Partial<GrpcTransportOptions> = {}): Promise<Rig> 
     nodeId: "n2",
     snapshotDir: dir,
     logger: recordingLogger(serverLines),
+    ...service,
   });
   const t = new GrpcTransport({
     clusterId: "c1",
@@ -340,6 +373,53 @@ describe("snapshots streamed from disk", () => {
     cut.release();
     await eventually("both files are removed", () => readdirSync(dir).length === 0);
   });
+
+  it(
+    "refuses a snapshot whose file and the tables built from it would take the disk's reserve, before the disk is full; takes one with room for both",
+    { skip: tmpfsSkip },
+    async () => {
+      // Under storage.min_free_bytes a node refuses Puts and keeps the rest of its disk for what
+      // it accepted, its log above all: a WAL write that meets ENOSPC stops the node. A peer's
+      // snapshot was written on all the same, whatever its size, until the disk was full.
+      const mount = mountTmpfs("8m");
+      const reserve = new DiskReserve({
+        minFreeBytes: 2 * MIB,
+        dataDir: mount,
+        statfs: () => statfs(mount),
+        log: silentLogger,
+      });
+      await reserve.start();
+      let lowest = Number.POSITIVE_INFINITY;
+      // Each chunk leaves once the receiver took the one before, written.
+      const watch = onChunks((c) => {
+        const now = statfsSync(mount);
+        lowest = Math.min(lowest, now.bavail * now.bsize);
+        return c;
+      });
+      const r = await rig(
+        { interceptors: [watch] },
+        { snapshotDisk: reserve },
+        join(mount, "incoming-snapshots"),
+      );
+      try {
+        // 10 MiB, more than the whole disk, its length known at its trailer only.
+        assert.equal(await r.send(streamedImage(10 * MIB)), false);
+        const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+        const details = String(refusal?.fields["details"]);
+        assert.equal(refusal?.fields["code"], status[status.RESOURCE_EXHAUSTED], details);
+        assert.match(details, /storage\.min_free_bytes/);
+        assert.ok(lowest >= 2 * MIB, `the disk had ${lowest} bytes available at its lowest`);
+        await eventually("no temporary file", () => readdirSync(r.dir).length === 0);
+        // 1 MiB: its file and its tables leave the reserve free.
+        assert.equal(await r.send(streamedImage(MIB)), true);
+        assert.equal(r.got.length, 1);
+      } finally {
+        reserve.stop();
+        await r.close();
+        unmount(mount);
+      }
+    },
+  );
 
   it("removes what a previous run left in its snapshot directory when the service starts", async () => {
     const dir = join(tempDir("snap-leftover"), "incoming-snapshots");
