@@ -20,6 +20,7 @@ import {
   leaderNode,
   type MultiRaftOptions,
   type ReplicationObserver,
+  ShuttingDownError,
 } from "./multi-raft-options.ts";
 import { installSnapshot } from "./multi-raft-snapshots.ts";
 import type { ShardMessage } from "./raft-transport.ts";
@@ -284,16 +285,20 @@ export class RoundLoop {
    * durably first: once the WAL records it (#stage), the log below is gone and only the engine
    * holds that state. An install writes the shard's whole state (a gigabyte, seconds): awaited
    * in the round, it held every other group's appends, acknowledgements and applies for as
-   * long. A failed install fails the node, as a failed apply does.
+   * long. A failed install fails the node, as a failed apply does; one that close() stopped
+   * does not (installSnapshot).
    */
   #installBeside(s: ShardReplica, rd: Ready): void {
     const snap = rd.snapshot;
     if (snap === null) return;
-    const pending = installSnapshot(s, snap, this.#host, this.#host.testingBugs).then(
+    const closing = (): boolean => this.#host.closed();
+    const pending = installSnapshot(s, snap, this.#host, this.#host.testingBugs, closing).then(
       () => {
         s.installed = rd;
       },
-      (err: unknown) => this.#host.fail(err),
+      (err: unknown) => {
+        if (!(err instanceof ShuttingDownError && closing())) this.#host.fail(err);
+      },
     );
     this.#host.applier.applyingUntil(s, pending);
   }

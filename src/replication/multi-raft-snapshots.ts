@@ -8,7 +8,7 @@ import { CairnError } from "../common/errors.ts";
 import { logIndex, type Snapshot, term } from "../raft/index.ts";
 import { encodeSnapshotFrames, expectImageSeq } from "../storage/index.ts";
 import { type ConfListeners, confChanged } from "./meta-voters.ts";
-import type { DriverTestingBugs } from "./multi-raft-options.ts";
+import { type DriverTestingBugs, ShuttingDownError } from "./multi-raft-options.ts";
 import { installSnapshotNotDurably } from "./planted-bugs.ts";
 import type { ShardReplica } from "./shard.ts";
 import type { SnapshotPins } from "./snapshot-pins.ts";
@@ -34,12 +34,19 @@ export interface LogTerms {
  * snapshot never gets here from a peer (the receiver checks a streamed image, the driver an
  * inline one: Peers.receive), and a refused install fails the node, as every failed install
  * does: the Raft core has taken the snapshot already.
+ *
+ * Once `closing` says the node is closing, the install stops at the image's next chunk with a
+ * ShuttingDownError, the engine left as it was (an import stopped before its end changes
+ * nothing), and the WAL never records the snapshot: its leader sends it again once the node is
+ * back. The node's close() waits for the installs under way, and would otherwise have waited
+ * for the whole image (a gigabyte is read and built into tables for tens of seconds).
  */
 export async function installSnapshot(
   s: SnapshotGroup & Pick<ShardReplica, "overtakenBySnapshot">,
   snap: Snapshot,
   listeners: ConfListeners,
   bugs: DriverTestingBugs,
+  closing: () => boolean,
 ): Promise<void> {
   let bytes = 0;
   async function* frames(): AsyncGenerator<Uint8Array> {
@@ -49,6 +56,7 @@ export async function installSnapshot(
       return;
     }
     for await (const chunk of snap.stream.chunks()) {
+      if (closing()) throw new ShuttingDownError();
       bytes += chunk.length;
       yield chunk;
     }

@@ -722,7 +722,13 @@ async function leaderOfTermTwo() {
     for (let i = 0; i < 100 && raw.hasReady(); i++) {
       const rd = raw.ready();
       if (rd.snapshot !== null) {
-        await installSnapshot(shard, rd.snapshot, { observer: undefined, metaVoters: null }, {});
+        await installSnapshot(
+          shard,
+          rd.snapshot,
+          { observer: undefined, metaVoters: null },
+          {},
+          () => false,
+        );
         log.applySnapshot(rd.snapshot);
       }
       log.append(rd.entries);

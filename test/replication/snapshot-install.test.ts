@@ -15,6 +15,7 @@ import {
 } from "../../src/replication/multi-raft.ts";
 import type { ShardEngine } from "../../src/replication/engine.ts";
 import { encodeSnapshotFrames, MemoryFileSystem } from "../../src/storage/index.ts";
+import { tempDir } from "../storage/helpers.ts";
 import { eventually } from "./peer-support.ts";
 
 const [n1, n2, n3] = [nodeId("n1"), nodeId("n2"), nodeId("n3")];
@@ -79,11 +80,14 @@ function options(
   openEngine: NonNullable<MultiRaftOptions["openEngine"]>,
   sent: ShardMessage[] = [],
 ) {
+  return { ...onDisk("/data", sent), fs, openEngine } satisfies MultiRaftOptions;
+}
+
+/** The same node with its WAL and LSM engines in `dataDir`, on the disk. */
+function onDisk(dataDir: string, sent: ShardMessage[] = []) {
   return {
     nodeId: "n2",
-    dataDir: "/data",
-    fs,
-    openEngine,
+    dataDir,
     totalShards: 4,
     tickMs: 1_000_000,
     electionTicks: 10,
@@ -320,4 +324,75 @@ describe("a snapshot's install", () => {
       await again.close();
     }
   });
+
+  // Each engine: the driver's memory engine, and the LSM a node runs.
+  const engines = {
+    memory: (sent: ShardMessage[] = []): MultiRaftOptions => {
+      const fs = new MemoryFileSystem();
+      return options(fs, (_shard, dir) => MemoryEngine.open(fs, dir), sent);
+    },
+    LSM: (sent: ShardMessage[] = []): MultiRaftOptions => onDisk(tempDir("snap-install"), sent),
+  };
+  for (const [name, engine] of Object.entries(engines)) {
+    it(`stops at close() a snapshot's install under way, rather than reading its whole image first: the snapshot unrecorded, the shard opens again as it was (${name})`, async () => {
+      // close() waited for every install to end: a node told to stop while it installed a
+      // large snapshot (a gigabyte is read and built into tables for tens of seconds) went on
+      // until the whole image was in. An import stopped before its end leaves the engine as it
+      // was, and the WAL records the snapshot only after the install: the leader sends it
+      // again.
+      const sent: ShardMessage[] = [];
+      const fatals: unknown[] = [];
+      const opts = engine(sent);
+      const mr = await MultiRaft.open({ ...opts, observer: { fatal: (err) => fatals.push(err) } });
+      // An image at 100 read back in 1 KiB chunks, each a turn of the event loop after the one
+      // before (as a file is).
+      const key = (i: number): Buffer => Buffer.from(`key-${String(i).padStart(4, "0")}`);
+      const entries: [Uint8Array, Uint8Array][] = [];
+      for (let i = 0; i < 200; i++) entries.push([key(i), Buffer.alloc(1000, i)]);
+      const image = Buffer.concat([...encodeSnapshotFrames(100, entries)]);
+      const total = Math.ceil(image.length / 1024);
+      let read = 0;
+      const stream = {
+        async *chunks(): AsyncGenerator<Uint8Array> {
+          for (let at = 0; at < image.length; at += 1024) {
+            await new Promise<void>((resolve) => setImmediate(resolve));
+            read++;
+            yield image.subarray(at, at + 1024);
+          }
+        },
+        release: () => undefined,
+      };
+      const meta = { index: logIndex(100), term: term(1), conf };
+      try {
+        mr.receive("n1", [{ shard: 1, message: appendAfter(3, 6) }]);
+        await eventually("the follower holds entries 4..6", () =>
+          sent.some(
+            (m) => m.shard === 1 && m.message.type === "append-resp" && m.message.index === 6,
+          ),
+        );
+        await eventually("it applied them", () => mr.shardInfo(1)?.applied === 6);
+        await mr.snapshotShard(1); // its engine's image at 6, on disk
+        const snapshot: Message = {
+          type: "snapshot",
+          from: n1,
+          to: n2,
+          term: term(1),
+          snapshot: { meta, data: new Uint8Array(0), stream },
+        };
+        mr.receive("n1", [{ shard: 1, message: snapshot }]);
+        await eventually("the install started", () => read > 0);
+      } finally {
+        await mr.close();
+      }
+      assert.ok(read < total, `close() waited for the whole image: ${read} of ${total} chunks`);
+      assert.deepEqual(fatals, [], "stopping an install fails nothing");
+      const again = await MultiRaft.open(opts);
+      try {
+        assert.equal(again.failure, undefined);
+        assert.equal(again.shardInfo(1)?.applied, 6, "opened as before the snapshot");
+      } finally {
+        await again.close();
+      }
+    });
+  }
 });
