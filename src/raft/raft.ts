@@ -294,9 +294,10 @@ export class Raft {
   readonly #deferCommit: boolean;
   /**
    * Conf changes up to here took effect at construction (RaftConfig.confIndex, stateApplied):
-   * delivered as committed entries, they are not applied again.
+   * delivered as committed entries, they are not applied again. A snapshot restored sets it to
+   * its own index: its configuration is as of there (#restore).
    */
-  readonly #confIndex: LogIndex;
+  #confIndex: LogIndex;
   /** While recovering: the last entry of the log this member lost (RaftConfig.recoveringUntil). */
   #lostLast: { readonly index: LogIndex; readonly term: Term } | null = null;
   /**
@@ -1332,6 +1333,13 @@ export class Raft {
     }
     this.log.restore(s);
     this.#setConf(s.meta.conf);
+    // The configuration is the snapshot's now, as of its index: every conf change past it is
+    // to apply. A state machine ahead of its log (stateApplied) may be ahead of a snapshot its
+    // leader sends too (a new leader whose apply lags its commit): the changes between the
+    // snapshot and stateApplied, taken to be in effect, were not applied again, and this core
+    // kept the snapshot's configuration while its driver, which applies every entry past the
+    // snapshot, moved on.
+    this.#confIndex = s.meta.index;
     return true;
   }
 

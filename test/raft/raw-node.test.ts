@@ -772,6 +772,54 @@ describe("RawNode.stateApplied (a state machine ahead of the log it kept)", () =
     assert.deepEqual(node.status().conf, atSix);
   });
 
+  it("applies the conf changes past a snapshot below it", () => {
+    // d's engine applied through 6, d's promotion, and a power cut tore its log's record of it:
+    // d starts with an empty log. A leader whose apply lags its commit (one just elected, say)
+    // sends it a snapshot at 5, when d was a learner, and then entry 6. The snapshot replaced
+    // the configuration with that of 5, and 6, taken to be in effect already (at or below
+    // stateApplied), was not applied again: d's core held d a learner for good, while its
+    // driver, which applies every entry past the snapshot, held it a voter.
+    const atSix: ConfState = { voters: [b, c, d], learners: [] };
+    const storage = new MemoryStorage({
+      meta: { index: logIndex(0), term: term(0), conf: atSix },
+      data: new Uint8Array(0),
+    });
+    const node = new RawNode({ id: d, storage, rng: seededRng(1), stateApplied: logIndex(6) });
+    node.step({
+      type: "snapshot",
+      from: b,
+      to: d,
+      term: term(1),
+      snapshot: {
+        meta: { index: logIndex(5), term: term(1), conf: atFive },
+        data: new Uint8Array(0),
+      },
+    });
+    drain(node, storage);
+    assert.deepEqual(node.status().conf, atFive);
+    node.step({
+      type: "append",
+      from: b,
+      to: d,
+      term: term(1),
+      prevIndex: logIndex(5),
+      prevTerm: term(1),
+      entries: [
+        {
+          index: logIndex(6),
+          term: term(1),
+          type: "conf-change",
+          data: encodeConfChange({ type: "add-voter", node: d }),
+        },
+      ],
+      commit: logIndex(6),
+      noReply: false,
+    });
+    drain(node, storage);
+    assert.equal(node.status().applied, 6);
+    assert.deepEqual(node.status().conf, atSix);
+  });
+
   it("applies the conf changes past it", () => {
     const storage = new MemoryStorage({
       meta: { index: logIndex(0), term: term(0), conf: { voters: [a, b, c], learners: [] } },
