@@ -157,9 +157,9 @@ export type ScanRange =
   | Record<string, never>;
 
 export interface ScanOptions extends GetOptions {
-  /** Most items returned in total; 0 or absent = all. */
+  /** Most items returned in total, a whole number; 0 or absent = all. */
   readonly limit?: number;
-  /** Items asked of the server per page. Default 1000. */
+  /** Items asked of the server per page, 1 to 10,000. Default 1000. */
   readonly pageSize?: number;
   /**
    * With `consistency: "serializable"` only: a shard none of whose replicas answers is left out
@@ -199,6 +199,8 @@ type Attempt<T> =
 const { proto } = loadCairnProto();
 const v1 = proto.cairn.v1;
 const EMPTY = new Uint8Array(0);
+/** The most items a node gives a scan page (its Scan's `limit` is at most this). */
+const MAX_PAGE_SIZE = 10_000;
 const CHANNEL_OPTIONS = {
   "grpc.initial_reconnect_backoff_ms": 100,
   "grpc.max_reconnect_backoff_ms": 1000,
@@ -375,6 +377,18 @@ export class CairnClient {
   ): AsyncGenerator<ScanResult> {
     const limit = options.limit ?? 0;
     const pageSize = options.pageSize ?? 1000;
+    // Checked before anything is sent: protobufjs writes a uint32 from any number, truncated,
+    // so a limit of 1.5 asked for 1 key and then for 0.5, sent as 0 (the server's default
+    // page), and a page size of -1 went out as 4,294,967,295; a negative or NaN limit read
+    // every key, as no limit does.
+    if (!Number.isSafeInteger(limit) || limit < 0)
+      throw new InvalidRequestError(
+        `limit ${limit}: a scan's limit is a whole number of items, 0 for all of them`,
+      );
+    if (!Number.isSafeInteger(pageSize) || pageSize < 1 || pageSize > MAX_PAGE_SIZE)
+      throw new InvalidRequestError(
+        `pageSize ${pageSize}: a page holds a whole number of items, from 1 to ${MAX_PAGE_SIZE}`,
+      );
     const base = {
       start: "start" in range && range.start !== undefined ? toBytes(range.start) : EMPTY,
       end: "end" in range && range.end !== undefined ? toBytes(range.end) : EMPTY,

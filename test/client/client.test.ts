@@ -114,6 +114,41 @@ describe("CairnClient", () => {
     }
   });
 
+  it("refuses a scan limit or page size that is no count (NaN, negative, a fraction) before sending it", async () => {
+    // protobufjs writes a uint32 from any number, truncated: a limit of 1.5 asked for one key,
+    // then for 0.5 (sent as 0, the server's default page of 1,000) and kept none of that page,
+    // failing as the server's fault ("holds no key but names a next page"); a negative or NaN
+    // limit read every key, as no limit. A page size of -1 went out as 4,294,967,295.
+    const c = new CairnClient({ endpoints: [server.rpc], routing: false });
+    try {
+      for (const k of ["lim/a", "lim/b", "lim/c"]) await c.put(k, "x");
+      for (const options of [
+        { limit: 1.5 },
+        { limit: -1 },
+        { limit: Number.NaN },
+        { pageSize: 0.5 },
+        { pageSize: -1 },
+        { pageSize: 10_001 },
+      ]) {
+        const what = JSON.stringify(options);
+        await assert.rejects(c.scan({ prefix: "lim/" }, options), InvalidRequestError, what);
+        await assert.rejects(
+          c.scanPages({ prefix: "lim/" }, options).next(),
+          InvalidRequestError,
+          what,
+        );
+      }
+      const limited = await c.scan({ prefix: "lim/" }, { limit: 2, pageSize: 1 });
+      assert.deepEqual(
+        limited.items.map((kv) => new TextDecoder().decode(kv.key)),
+        ["lim/a", "lim/b"],
+      );
+      assert.equal(limited.more, true);
+    } finally {
+      c.close();
+    }
+  });
+
   it("a page of large values is cut to fit a message: every key comes back, page by page", async () => {
     // 24 values of 256 KiB: 6 MiB, more than the 4 MiB message a default page of 1,000 keys
     // once had to fit in whole (the server failed the page: "Sent message larger than max").
