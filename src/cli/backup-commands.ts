@@ -43,7 +43,7 @@ import {
   UsageError,
   writeJson,
 } from "./common.ts";
-import type { Io } from "./io.ts";
+import { type Io, PROCESS_IO, PROCESS_STDOUT } from "./io.ts";
 
 /** How often a long command says how far it got (stderr). */
 const PROGRESS_MS = 2_000;
@@ -160,6 +160,9 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
       const toStdout = path === "-";
       if (toStdout && io.stdout.isTTY === true)
         throw new UsageError("a backup is binary: redirect standard output, or name a FILE");
+      // A failed write to the process's standard output then leaves the backup incomplete,
+      // which main.ts says (it is the summary's otherwise).
+      if (toStdout && io.stdout === PROCESS_IO.stdout) PROCESS_STDOUT.carriesBackup = true;
       const sink = toStdout
         ? streamSink(io.stdout)
         : await fileSink(path).catch((e: Error) => {

@@ -12,3 +12,10 @@ export const PROCESS_IO: Io = {
   stdin: process.stdin,
   env: process.env,
 };
+
+/**
+ * What the process's standard output carries, for main.ts when a write to it fails: a command's
+ * report (the default: the command stops quietly on a closed pipe), or, for `cairn backup -`,
+ * the backup itself, which a failed write leaves incomplete. Set by the command that writes it.
+ */
+export const PROCESS_STDOUT = { carriesBackup: false };

@@ -3,7 +3,7 @@
  * run.ts.
  */
 import { EXIT } from "./exit-codes.ts";
-import { PROCESS_IO } from "./io.ts";
+import { PROCESS_IO, PROCESS_STDOUT } from "./io.ts";
 import { hoistLeadingOptions, run } from "./run.ts";
 
 /**
@@ -12,20 +12,23 @@ import { hoistLeadingOptions, run } from "./run.ts";
  * SIGPIPE and reports the failed write as an error event). Not for `serve`, whose stdout is its
  * log; nor for `backup -`, whose stdout is the backup: cut short, it fails (exit 141, as a tool
  * killed by SIGPIPE, so `set -o pipefail` sees it), saying so. (It exited 0, silent, when the
- * program reading it died: a truncated backup reported as made.)
+ * program reading it died: a truncated backup reported as made.) A `backup FILE` writes only its
+ * summary there, once FILE is whole: it is any other command (it said "the backup is
+ * incomplete" of a backup that was made).
  */
 function stopOnClosedStdout(command: string): void {
   process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    const backup = PROCESS_STDOUT.carriesBackup;
     if (err.code !== "EPIPE") {
       // A write that failed otherwise (a full disk under `> FILE`): the command failed, said in
       // one line (it died with the error's stack, exit 1, which means "not found").
-      const incomplete = command === "backup" ? ": the backup is incomplete" : "";
+      const incomplete = backup ? ": the backup is incomplete" : "";
       process.stderr.write(
         `cairn ${command}: standard output failed (${err.code ?? err.message})${incomplete}\n`,
       );
       process.exit(EXIT.failed);
     }
-    if (command === "backup") {
+    if (backup) {
       process.stderr.write(
         "cairn backup: the reader of standard output closed it before the backup was whole: the backup is incomplete\n",
       );

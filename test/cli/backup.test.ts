@@ -352,6 +352,42 @@ describe("cairn backup and restore", () => {
     }
   });
 
+  it("a backup to FILE whose summary cannot be written says no more than that: the backup is whole", async () => {
+    // Its standard output carries only the summary, written once FILE is whole: a closed pipe
+    // there exited 141 and a full disk 5, both saying "the backup is incomplete", of a backup
+    // that was made (a script then removed or redid it).
+    const closed = join(dir, "summary-closed.bak");
+    const backup = spawnWithStdin(["--endpoints", source.rpc, "backup", closed, "--prefix", "bk/"]);
+    backup.proc.stdout.destroy();
+    const b = await backup.done;
+    assert.equal(b.code, 0, b.err);
+    assert.doesNotMatch(b.err, /incomplete/);
+    const check = await cli(target, ["restore", "--check", closed]);
+    assert.equal(check.code, 0, check.err);
+    assert.match(check.out, /a whole backup of 30 keys/);
+
+    const onFull = join(dir, "summary-full.bak");
+    const full = openSync("/dev/full", "w");
+    try {
+      const proc = spawn(CAIRN, ["--endpoints", source.rpc, "backup", onFull, "--prefix", "bk/"], {
+        cwd: ROOT,
+        env: cleanEnv(),
+        stdio: ["ignore", full, "pipe"],
+      });
+      let err = "";
+      proc.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+      const [code] = (await once(proc, "close")) as [number | null];
+      assert.equal(code, 5, err);
+      assert.match(err, /cairn backup: standard output failed \(ENOSPC\)/);
+      assert.doesNotMatch(err, /incomplete/);
+    } finally {
+      closeSync(full);
+    }
+    const checkFull = await cli(target, ["restore", "--check", onFull]);
+    assert.equal(checkFull.code, 0, checkFull.err);
+    assert.match(checkFull.out, /a whole backup of 30 keys/);
+  });
+
   it("backs up to standard output and restores from standard input (a pipe); a cut stream is refused", async () => {
     const backup = spawnWithStdin(["--endpoints", source.rpc, "backup", "-", "--prefix", "bk/"]);
     const restore = spawnWithStdin(["--endpoints", target.rpc, "restore", "-", "--overwrite"]);
