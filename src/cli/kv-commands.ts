@@ -193,7 +193,7 @@ Options:
   --from A               first key (inclusive)
   --to B                 end key (exclusive)
   --limit N              at most N keys (default 0: all of them)
-  --keys-only            print only the keys
+  --keys-only            print only the keys (JSON: each item's key and version, no value)
   --serializable         read one replica of each shard without a quorum check (may be stale)
   --skip-unavailable     with --serializable: leave out a shard none of whose replicas
                          answers instead of failing, and name it (stderr; JSON:
@@ -244,7 +244,10 @@ export function scan(argv: readonly string[], io: Io): Promise<number> {
       for await (const page of pages) {
         for (const it of page.items) {
           if (json) {
-            out += `${first ? "" : ","}${JSON.stringify(jsonItem(it))}`;
+            const item = keysOnly
+              ? { key: b64(it.key), version: jsonVersion(it.version) }
+              : jsonItem(it);
+            out += `${first ? "" : ","}${JSON.stringify(item)}`;
             first = false;
           } else {
             out += keysOnly

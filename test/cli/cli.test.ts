@@ -246,6 +246,20 @@ describe("cairn scan", () => {
     assert.deepEqual((JSON.parse(allJson.out) as { skipped_shards: unknown }).skipped_shards, []);
   });
 
+  it("--keys-only in JSON prints the keys and their versions, not the values", async () => {
+    // Its help says "print only the keys": in JSON every value came too (base64, a scan of
+    // large values printed them all).
+    const put = await cairn(["put", "ko/a", "a value"]);
+    assert.equal(put.code, 0, put.err);
+    const json = await cairn(["scan", "--prefix", "ko/", "--keys-only", "--output", "json"]);
+    assert.equal(json.code, 0, json.err);
+    const parsed = JSON.parse(json.out) as { items: Record<string, unknown>[]; more: boolean };
+    assert.equal(parsed.items.length, 1);
+    assert.deepEqual(Object.keys(parsed.items[0] ?? {}), ["key", "version"]);
+    assert.equal(Buffer.from(String(parsed.items[0]?.["key"]), "base64").toString(), "ko/a");
+    assert.equal(parsed.more, false);
+  });
+
   it("prints a key and value that begin with a byte order mark as they are, the mark kept", async () => {
     // U+FEFF first: TextDecoder drops it unless told not to, so scan printed "bom/k\tv", a key
     // and value other than the ones stored.
