@@ -43,6 +43,7 @@ import {
   UsageError,
   writeJson,
 } from "./common.ts";
+import { inParallel } from "./in-parallel.ts";
 import { type Io, PROCESS_IO, PROCESS_STDOUT } from "./io.ts";
 
 /** How often a long command says how far it got (stderr). */
@@ -54,6 +55,11 @@ const RESTORE_ATTEMPTS = 3;
  * batch with the checking one's before it writes any of it, which keeps two numbers a batch.
  */
 const RESTORE_BATCH = 4096;
+/**
+ * Key and value bytes of a restore's writes in flight at most (a larger entry is written alone):
+ * `--concurrency` alone let 64 values of up to 64 MiB, and their messages, be held at once.
+ */
+const RESTORE_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
 
 export const BACKUP_HELP = `Usage: cairn backup FILE|- [--prefix P | --from A --to B] [options]
 
@@ -115,7 +121,8 @@ finish: writing a key's value again is harmless.
 Options:
   --overwrite            write even where the range holds keys: a key in the backup gets its
                          value; keys that are not in the backup are left as they are
-  --concurrency N        writes in flight (default 64, 1–256)
+  --concurrency N        writes in flight (default 64, 1–256), of 64 MiB of keys and
+                         values at most (a larger one is written alone)
   --check                only read and check the file, and say what it holds: no node is
                          reached, nothing is written (exit 2 if it is damaged)
 ${GLOBAL_HELP}
@@ -301,20 +308,24 @@ export function restore(argv: readonly string[], io: Io): Promise<number> {
         // entries that differ is written (its header: before the first write).
         const writing = await opened(file, name, trace);
         try {
-          await inParallel(writing, concurrency, async (e) => {
-            try {
-              await putAgainIfUnknown(c, e, overwrite);
-            } catch (err) {
-              if (err instanceof VersionConflictError)
-                io.stderr.write(
-                  `cairn restore: the cluster holds ${printable(e.key)} now, written since the check; it was left as it is\n`,
-                );
-              throw err;
-            }
-            written++;
-            bytes += e.key.length + e.value.length;
-            progress();
-          });
+          await inParallel(
+            writing,
+            { concurrency, maxBytes: RESTORE_IN_FLIGHT_BYTES },
+            async (e) => {
+              try {
+                await putAgainIfUnknown(c, e, overwrite);
+              } catch (err) {
+                if (err instanceof VersionConflictError)
+                  io.stderr.write(
+                    `cairn restore: the cluster holds ${printable(e.key)} now, written since the check; it was left as it is\n`,
+                  );
+                throw err;
+              }
+              written++;
+              bytes += e.key.length + e.value.length;
+              progress();
+            },
+          );
         } catch (err) {
           io.stderr.write(
             err instanceof BackupChangedError
@@ -453,35 +464,6 @@ async function putAgainIfUnknown(
 
 /** The expected version of a key that must not exist (compare-and-set). */
 const ABSENT = { index: 0, term: 0 };
-
-/**
- * Runs `work` on every entry of the backup with at most `limit` in flight; the first failure
- * stops new work, and is thrown once the work in flight has ended.
- */
-async function inParallel(
-  reader: BackupReader,
-  limit: number,
-  work: (e: BackupEntry) => Promise<void>,
-): Promise<void> {
-  // An async generator hands each of the workers' concurrent next() calls its own entry, in order.
-  const entries = (async function* () {
-    for await (const batch of reader.entries()) yield* batch;
-  })();
-  let failure: { err: unknown } | null = null;
-  const worker = async (): Promise<void> => {
-    while (failure === null) {
-      try {
-        const r = await entries.next();
-        if (r.done === true || failure !== null) return;
-        await work(r.value);
-      } catch (err) {
-        failure ??= { err };
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: limit }, worker));
-  if (failure !== null) throw (failure as { err: unknown }).err;
-}
 
 /** The backup's range and how it was read, for a person. */
 function describeRange(header: BackupHeader): string {
