@@ -105,11 +105,12 @@ Writes every key of a backup made by 'cairn backup' into the cluster (each key g
 version). The whole file is checked first (every record's checksum, the key order, the end
 record that counts them): a damaged or cut-short file is refused before anything is written.
 "-" reads the backup from standard input, copied first to a temporary file (in TMPDIR, removed
-after, and when SIGINT, SIGTERM or SIGHUP stops the restore: exit 130, 143, 129) so that it can
-be checked whole before the first write; so is a FILE that is a pipe (<(gunzip -c FILE.gz),
-/dev/stdin). FILE is opened once and read twice, to check it and then to write it: a FILE
-overwritten in place in between is refused where it differs from what was checked (exit 2):
-before the first write if it is another backup, else before any key that differs is written.
+after, and when SIGINT, SIGTERM or SIGHUP stops the restore: exit 130, 143, 129; a TMPDIR
+without room for it stops the restore there, exit 5) so that it can be checked whole before the
+first write; so is a FILE that is a pipe (<(gunzip -c FILE.gz), /dev/stdin). FILE is opened
+once and read twice, to check it and then to write it: a FILE overwritten in place in between
+is refused where it differs from what was checked (exit 2): before the first write if it is
+another backup, else before any key that differs is written.
 Unless --overwrite is given, the cluster must hold no key in the backup's range: restore into
 a new cluster, or a range emptied first; each key is then written only where it is absent, so a
 key written while the restore runs is left as it is (exit 4). Progress goes to stderr every 2 s.
@@ -387,10 +388,20 @@ async function fromFileOrStdin<T>(
     for (const s of STOP_SIGNALS) process.on(s, onSignal);
     try {
       const path = join(dir, "stdin.bak");
-      await pipeline(
-        given === null ? io.stdin : given.createReadStream({ autoClose: false }),
-        createWriteStream(path, { mode: 0o600 }),
-      ).catch((e: NodeJS.ErrnoException) => {
+      const reading: NodeJS.ReadableStream =
+        given === null ? io.stdin : given.createReadStream({ autoClose: false });
+      const writing = createWriteStream(path, { mode: 0o600 });
+      // The stream that failed first (the pipeline then ends the other with its error).
+      let failed: "reading" | "writing" | null = null;
+      reading.once("error", () => (failed ??= "reading"));
+      writing.once("error", () => (failed ??= "writing"));
+      await pipeline(reading, writing).catch((e: NodeJS.ErrnoException) => {
+        // The copy's own failure (TMPDIR full) is this machine's, not the input's: it was
+        // said as "standard input cannot be read: ENOSPC", exit 2, of a backup that was whole.
+        if (failed === "writing")
+          throw new Error(
+            `cannot write its copy of ${name} in ${dir}: ${e.code ?? e.message} (set TMPDIR to a directory with room for the backup)`,
+          );
         throw new InputError(`${name} cannot be read: ${e.code ?? e.message}`);
       });
       const copy = await open(path, constants.O_RDONLY);

@@ -1,16 +1,19 @@
 /**
  * `cairn restore -` copies standard input to a temporary file (in TMPDIR) before it checks it: a
  * restore interrupted there (Ctrl-C, SIGTERM, a terminal closed) removes that copy and exits as the signal would
- * (128 + its number). No node is needed: the copy is made before any is reached.
+ * (128 + its number); a copy that cannot be written (TMPDIR full) is said to be that, not standard
+ * input unreadable. No node is needed: the copy is made before any is reached.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { BackupWriter } from "../../src/cli/backup-file.ts";
 import { CAIRN, cleanEnv, ROOT } from "../support/server-process.ts";
+import { mountTmpfs, tmpfsSkip, unmount } from "../support/tmpfs.ts";
 
 let dir: string;
 let backup: Buffer;
@@ -76,4 +79,52 @@ describe("cairn restore - interrupted", () => {
       }
     });
   }
+});
+
+describe("cairn restore of a FILE that is no regular file", () => {
+  it("one that cannot be read is said to be that (exit 2), not its copy", async () => {
+    // A directory opens, is no regular file, and is copied to TMPDIR: its read fails (EISDIR),
+    // and the pipeline ends the copy's write with that same error.
+    const proc = spawn(CAIRN, ["restore", "--check", dir], {
+      cwd: ROOT,
+      env: cleanEnv({ TMPDIR: dir, NODE_DISABLE_COMPILE_CACHE: "1" }),
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let err = "";
+    proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    const [code] = (await once(proc, "close")) as [number | null];
+    assert.equal(code, 2, err);
+    assert.match(err, /cannot be read: EISDIR/);
+  });
+});
+
+describe("cairn restore - with TMPDIR full", () => {
+  it(
+    "says its copy of standard input cannot be written there, and removes it (exit 5)",
+    { skip: tmpfsSkip },
+    async () => {
+      // A backup larger than what TMPDIR holds (`gunzip -c big.bak.gz | cairn restore -` with a
+      // small /tmp): the failed write of the copy was reported as "standard input cannot be read:
+      // ENOSPC", exit 2, as a file restore cannot use, of a backup that was whole.
+      const tmp = mountTmpfs("64k");
+      try {
+        const proc = spawn(CAIRN, ["restore", "--check", "-"], {
+          cwd: ROOT,
+          env: cleanEnv({ TMPDIR: tmp, NODE_DISABLE_COMPILE_CACHE: "1" }),
+          stdio: ["pipe", "pipe", "pipe"],
+        });
+        let err = "";
+        proc.stderr.on("data", (d: Buffer) => (err += d.toString()));
+        proc.stdin.on("error", () => undefined); // the restore may stop before reading it all
+        proc.stdin.end(Buffer.concat(Array<Buffer>(12).fill(backup)));
+        const [code] = (await once(proc, "close")) as [number | null];
+        assert.equal(code, 5, err);
+        assert.match(err, /cannot write its copy of standard input in .*: ENOSPC/);
+        assert.doesNotMatch(err, /cannot be read/);
+        assert.deepEqual(readdirSync(tmp), [], "the copy removed");
+      } finally {
+        unmount(tmp);
+      }
+    },
+  );
 });
