@@ -30,6 +30,7 @@ import {
 } from "./errors.ts";
 import type { ForwardedMethod, Forwarder, ForwardReply } from "./forward.ts";
 import { nodeId } from "../raft/index.ts";
+import { ITEM_OVERHEAD_BYTES, type ScanPage } from "../replication/index.ts";
 import type { DeleteRequest__Output } from "./generated/cairn/v1/DeleteRequest.ts";
 import type { DeleteResponse } from "./generated/cairn/v1/DeleteResponse.ts";
 import type { GetRequest__Output } from "./generated/cairn/v1/GetRequest.ts";
@@ -292,7 +293,7 @@ export function kvService(
             );
           }
           const from = req.page_token.length > 0 ? afterToken(req.page_token, start, end) : start;
-          const { items, more, skipped } = await store.scan(
+          const page = await store.scan(
             {
               start: from,
               end,
@@ -304,6 +305,7 @@ export function kvService(
             deadline,
             call,
           );
+          const { items, more, skipped } = withRoomForSkipped(page, pageBytes);
           const last = items[items.length - 1];
           // A page cut before its first item (scan-merge.ts: a shard's page held none but
           // said more) has no key to go on from, and an empty token is the end of the range:
@@ -323,6 +325,40 @@ export function kvService(
       );
     },
   };
+}
+
+/**
+ * The page with room in its message for the shards it left out: its items were cut to the
+ * page's bytes with the list of those shards on top, and thousands of them (a cluster of 65,536
+ * shards that lost most of its nodes: 3 bytes an id) took a full page past the node's send
+ * limit ("Sent message larger than max", not retried by clients), so no skipping scan or backup
+ * of large values could go on. Items are left off its end, for the next page (`more`), until
+ * they and the list fit. One item is kept however large: a page of one item near the largest and
+ * a list of thousands of shards may still pass the limit (maxAnswerBytes leaves room for a key).
+ */
+function withRoomForSkipped(page: ScanPage, pageBytes: number): ScanPage {
+  const skipped = page.skipped;
+  if (skipped === undefined || skipped.length === 0) return page;
+  // The packed repeated field: its tag, its length and a varint an id.
+  let listBytes = 0;
+  for (const id of skipped) listBytes += varintBytes(id);
+  listBytes += 1 + varintBytes(listBytes);
+  let bytes = listBytes;
+  for (const i of page.items) bytes += i.key.length + i.value.length + ITEM_OVERHEAD_BYTES;
+  if (bytes <= pageBytes) return page;
+  const items = [...page.items];
+  while (items.length > 1 && bytes > pageBytes) {
+    const i = items.pop() as (typeof items)[number];
+    bytes -= i.key.length + i.value.length + ITEM_OVERHEAD_BYTES;
+  }
+  return { items, more: page.more || items.length < page.items.length, skipped };
+}
+
+/** The bytes of `n` as a protobuf varint. */
+function varintBytes(n: number): number {
+  let bytes = 1;
+  for (let v = n; v >= 0x80; v = Math.floor(v / 128)) bytes++;
+  return bytes;
 }
 
 function scanRange(

@@ -16,11 +16,12 @@ import {
 } from "@grpc/grpc-js";
 import { InternalErrorLog } from "../../src/api/errors.ts";
 import { DEADLINE_ON_CLOCK, deadlineClock, grpcJsDeadline } from "../../src/common/index.ts";
-import { kvService } from "../../src/api/kv-service.ts";
+import { kvService, maxAnswerBytes, scanPageBytes } from "../../src/api/kv-service.ts";
 import { loadCairnProto } from "../../src/api/proto.ts";
 import type { KvStore } from "../../src/api/store.ts";
 import { deadlineRecordingStore } from "../support/deadline-store.ts";
 import type { ScanRequest } from "../../src/replication/index.ts";
+import { mergeCursors } from "../../src/replication/scan-merge.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { samples } from "../ops/prom-text.ts";
 
@@ -292,6 +293,78 @@ describe("KV service", () => {
     assert.deepEqual(page.res?.["skipped_shards"], [4, 9]);
     await scan({ ...SCAN, consistency: "SERIALIZABLE" });
     assert.equal(asked[1]?.skipUnavailable, undefined, "not asked: not skipped");
+  });
+
+  it("cuts a page that names skipped shards so that it fits its message, the list included", async () => {
+    // The page's items were cut to the message less a key and 1 KiB, and the shards it left
+    // out came on top: thousands of them (a cluster of 65,536 shards that lost most nodes)
+    // took a full page past the node's send limit, refused ("Sent message larger than max",
+    // not retried), and no backup --skip-unavailable of values of tens of KiB could go on.
+    const value = Buffer.alloc(60_000, 7);
+    const keys = Array.from({ length: 200 }, (_, i) => b(`k${String(i).padStart(5, "0")}`));
+    const skipped = Array.from({ length: 30_000 }, (_, i) => 16_384 + i);
+    const s: KvStore = {
+      ...store(),
+      scan: (req) => {
+        const after = keys.filter((k) => Buffer.compare(k, req.start) >= 0);
+        const items = after.map((key) => ({ key, value, version: { index: 1, term: 1 } }));
+        const page = mergeCursors([items[Symbol.iterator]()], req.limit, req.maxBytes);
+        return Promise.resolve({ ...page, skipped });
+      },
+    };
+    const message = 4 * 1024 * 1024;
+    const { proto } = loadCairnProto();
+    const server = new Server({ "grpc.max_send_message_length": maxAnswerBytes(message, LIMITS) });
+    server.addService(
+      proto.cairn.v1.KV.service,
+      kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS, {
+        scanPageBytes: scanPageBytes(message, LIMITS),
+      }) as UntypedServiceImplementation,
+    );
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+        err === null ? resolve(p) : reject(err),
+      ),
+    );
+    const client = new proto.cairn.v1.KV(`127.0.0.1:${port}`, credentials.createInsecure(), {
+      "grpc.max_receive_message_length": 64 * 1024 * 1024,
+    });
+    const scan = (page_token: Buffer) =>
+      new Promise<{ items: { key: Buffer }[]; next_page_token: Buffer; skipped_shards: number[] }>(
+        (resolve, reject) =>
+          client.Scan(
+            { ...SCAN, consistency: "SERIALIZABLE", skip_unavailable_shards: true, page_token },
+            (err: ServiceError | null, res: unknown) =>
+              err === null
+                ? resolve(
+                    res as {
+                      items: { key: Buffer }[];
+                      next_page_token: Buffer;
+                      skipped_shards: number[];
+                    },
+                  )
+                : reject(err),
+          ),
+      );
+    try {
+      const seen: string[] = [];
+      let token: Buffer = Buffer.alloc(0);
+      for (let page = 0; page < 10; page++) {
+        const res = await scan(token);
+        assert.deepEqual(res.skipped_shards, skipped);
+        seen.push(...res.items.map((i) => i.key.toString()));
+        token = res.next_page_token;
+        if (token.length === 0) break;
+      }
+      assert.deepEqual(
+        seen,
+        keys.map((k) => k.toString()),
+        "every key once, in order",
+      );
+    } finally {
+      client.close();
+      server.forceShutdown();
+    }
   });
 
   it("fails a scan whose page holds no item but more (never an empty token: the end)", async () => {
