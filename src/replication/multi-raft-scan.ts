@@ -181,11 +181,12 @@ export class Scanner {
   /**
    * Keys of `ids`, shards this node does not replicate or holds nothing of, through their other
    * replicas: all of them from `node` first; the shards of a node that fails from their next
-   * replica in rank order, until one answers or every replica failed (the last error), or with
-   * `skipUnavailable` (serializable) left out and named in the page. Each is asked with the
-   * call's `deadline`, and cancelled once its client's `call` is: the peer stops waiting for
-   * its shards' read indexes then, not at the deadline or its request timeout (10 s), which a
-   * client sending none and cancelling at once otherwise held its share of the budget for.
+   * replica in rank order (from the first, when that node replicates them no more), until one
+   * answers or every replica failed (the last error), or with `skipUnavailable` (serializable)
+   * left out and named in the page. Each is asked with the call's `deadline`, and cancelled
+   * once its client's `call` is: the peer stops waiting for its shards' read indexes then, not
+   * at the deadline or its request timeout (10 s), which a client sending none and cancelling
+   * at once otherwise held its share of the budget for.
    */
   async #scanRemote(
     node: string,
@@ -215,8 +216,12 @@ export class Scanner {
       const skipped: number[] = [];
       for (const id of ids) {
         const nodes = this.#otherReplicas(id);
+        // A node that is no replica of the shard now (a move took it off while it was asked:
+        // a repair after nodes were lost does) is followed by every replica of now, from the
+        // first. Looked for in vain, the shard failed the scan, or was left out of it as lost
+        // (a backup --skip-unavailable called partial, its keys missing) while they answered.
         const after = nodes[nodes.indexOf(node) + 1];
-        if (after === undefined || nodes.indexOf(node) < 0) {
+        if (after === undefined) {
           if (!skip) throw noReplicaAnswered(id, nodes, err);
           skipped.push(id);
           continue;
