@@ -402,9 +402,17 @@ function encodeToken(lastKey: Uint8Array): Uint8Array {
   return out;
 }
 
+/**
+ * The longest key a page token names: limits.max_key_bytes at its largest. Not this node's own
+ * limit, under which keys written when it was larger may be longer, and a page may end at one.
+ */
+const MAX_TOKEN_KEY_BYTES = 65_535;
+
 /** The scan's next start: just after the last key of the previous page, inside [start, end). */
 function afterToken(token: Uint8Array, start: Uint8Array, end: Uint8Array | null): Uint8Array {
-  if (token[0] !== PAGE_TOKEN_VERSION)
+  // A longer token is no key's: its start was copied and decoded once for every shard read (a
+  // 4 MiB one held a node of 1,024 shards' main thread for 6.6 s, each call).
+  if (token[0] !== PAGE_TOKEN_VERSION || token.length - 1 > MAX_TOKEN_KEY_BYTES)
     throw new InvalidArgumentError("page_token is not one this server issued");
   const last = token.subarray(1);
   if (Buffer.compare(last, start) < 0 || (end !== null && Buffer.compare(last, end) >= 0)) {

@@ -367,6 +367,46 @@ describe("KV service", () => {
     }
   });
 
+  it("refuses a page token longer than any key before reading a shard", async () => {
+    // A token names the page's last key, and its next page starts just past it; it was held to
+    // no length. A Scan of one 4 MiB token (version byte 1, then "zzz…") had that start copied
+    // and decoded for each of a node's 1,024 shards: 6.6 s of its main thread for one call of
+    // a client with role read (Raft heartbeats and every other call stalled meanwhile), and as
+    // much again per call; a node whose limits.max_message_bytes is raised took tokens larger
+    // still. A real token's key is at most 65,535 bytes (limits.max_key_bytes at its largest).
+    const asked: ScanRequest[] = [];
+    const s: KvStore = {
+      ...store(),
+      scan: (req) => {
+        asked.push(req);
+        return Promise.resolve({ items: [], more: false });
+      },
+    };
+    const impl = kvService(s, new CairnMetrics({ nodeId: "n1" }), LIMITS, {}) as Record<
+      string,
+      (call: unknown, cb: (err: ServiceError | null) => void) => void
+    >;
+    const scan = (page_token: Buffer) =>
+      new Promise<ServiceError | null>((resolve) =>
+        impl["Scan"]?.({ request: { ...SCAN, page_token }, getDeadline: () => Infinity }, (err) =>
+          resolve(err),
+        ),
+      );
+    const token = (keyBytes: number): Buffer => {
+      const t = Buffer.alloc(1 + keyBytes, 0x7a);
+      t[0] = 1;
+      return t;
+    };
+    const refused = await scan(token(65_536));
+    assert.equal(refused?.code, status.INVALID_ARGUMENT);
+    assert.match(refused?.details ?? "", /page_token/);
+    assert.equal(asked.length, 0, "no shard was read");
+    // A key longer than this node's limits.max_key_bytes (8 here) may have been written under a
+    // larger one: a page ending at it goes on.
+    assert.equal(await scan(token(65_535)), null);
+    assert.equal(asked.length, 1);
+  });
+
   it("fails a scan whose page holds no item but more (never an empty token: the end)", async () => {
     // The store's merge cuts a page before its first item when a shard's page (a peer's
     // ScanShards answer) holds none but says more: answered with an empty token, the client
