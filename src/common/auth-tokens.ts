@@ -103,14 +103,41 @@ function unknownKey(key: string): string {
     : `unknown key of ${key.length} characters (not shown: it may be a token)`;
 }
 
+/**
+ * The file's text as YAML. A refusal names where and what kind of mistake (the parser's code),
+ * never the parser's own words, which may quote the text: a plain token may start with any
+ * visible character, and unquoted, `*s3cr3t...` is an alias ("Unresolved alias ...: s3cr3t...")
+ * and `!s3cr3t...` a tag, whose warning the parser printed on standard error.
+ */
+function parseYaml(file: string, text: string): unknown {
+  const { LineCounter, parseDocument } = loadYaml();
+  const lineCounter = new LineCounter();
+  // parseDocument prints no warning (parse() did, with process.emitWarning).
+  const doc = parseDocument(text, { prettyErrors: false, lineCounter });
+  const mistake = doc.errors[0] ?? doc.warnings[0];
+  if (mistake !== undefined) {
+    const { line, col } = lineCounter.linePos(mistake.pos[0]);
+    const hint =
+      mistake.code === "TAG_RESOLVE_FAILED" ? ": a tag (!); quote a token that starts with !" : "";
+    throw new TokensFileError(
+      file,
+      `is not YAML (${mistake.code} at line ${line}, column ${col}${hint})`,
+    );
+  }
+  try {
+    return doc.toJS();
+  } catch {
+    // The only refusals of toJS: an alias that names no anchor, or too many aliases.
+    throw new TokensFileError(
+      file,
+      "is not YAML: an alias (*) names no anchor (&) set before it, or aliases are too many; quote a token that starts with *",
+    );
+  }
+}
+
 /** Parses the file's text; throws TokensFileError naming the entry at fault. */
 export function parseTokens(file: string, text: string): TokenTable {
-  let doc: unknown;
-  try {
-    doc = loadYaml().parse(text);
-  } catch (err) {
-    throw new TokensFileError(file, `is not YAML: ${(err as Error).message.split("\n")[0]}`);
-  }
+  const doc = parseYaml(file, text);
   if (typeof doc !== "object" || doc === null || !("tokens" in doc)) {
     throw new TokensFileError(file, "must be a mapping with a `tokens` list");
   }

@@ -130,7 +130,7 @@ describe("parseTokens", () => {
         /tokens\[0\] has an unknown key of 24 characters/,
       ],
       [`tokens: []\na-token-of-enough-length: admin`, /unknown key of 24 characters/],
-      ["tokens: [", /is not YAML/],
+      ["tokens: [", /is not YAML \(.* at line 1, column \d+\)/],
     ];
     for (const [text, want] of cases) {
       assert.throws(
@@ -143,5 +143,37 @@ describe("parseTokens", () => {
         text,
       );
     }
+  });
+
+  it("never quotes a token YAML reads as an alias or a tag, in a refusal or a warning", async () => {
+    // A plain token may start with any visible character; unquoted, `*` makes it an alias and
+    // `!` a tag, and the parser's words for those quote it.
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(`${w.name}: ${w.message}`);
+    process.on("warning", onWarning);
+    try {
+      for (const [text, want] of [
+        ["tokens:\n  - name: a\n    role: read\n    token: *a-token-of-enough-length\n", /alias/],
+        ["tokens:\n  - name: a\n    role: read\n    token: !a-token-of-enough-length\n", /tag/],
+      ] as const) {
+        assert.throws(
+          () => parseTokens("t.yaml", text),
+          (err: unknown) =>
+            err instanceof TokensFileError &&
+            want.test(err.message) &&
+            !err.message.includes("a-token-of-enough-length"),
+          text,
+        );
+      }
+      // process.emitWarning emits on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off("warning", onWarning);
+    }
+    assert.deepEqual(
+      warnings.filter((w) => w.includes("a-token-of-enough-length")),
+      [],
+      "a token on standard error",
+    );
   });
 });
