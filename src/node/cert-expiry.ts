@@ -12,13 +12,22 @@
  *   what to do (replace the files: they are reloaded);
  * - at ERROR, once an hour, once it has ended.
  *
- * The file is looked at every CERT_EXPIRY_CHECK_MS and read again only when it changed (its
- * stamp), so a certificate replaced by a newer one stops the warnings at the next look. A file
- * that cannot be read or parsed is the reload's to report (tls-front.ts keeps the files read
- * before): this watch keeps what it read before, and says nothing of it.
+ * The files are looked at every CERT_EXPIRY_CHECK_MS and read again only when they changed
+ * (their stamps), with the checks of the front end's reload (readTlsFiles): a certificate replaced
+ * by a newer one and its key stops the warnings at the next look, and a replacement the reload
+ * refuses (its key not replaced with it, a CA file that no longer reads, a certificate not valid
+ * yet) is not taken here either, since the node serves the one before: its end is what clients
+ * and peers will meet. A refusal is the reload's to report (tls-front.ts): this watch keeps what
+ * it read before and says nothing of it; one that time may lift (not valid yet) is tried again
+ * at each look, as the reload does.
  */
-import { certificates, readTlsFile } from "../common/tls-files.ts";
-import { stampFiles } from "../common/file-watch.ts";
+import {
+  certificates,
+  readTlsFiles,
+  stampTlsFiles,
+  TlsFileError,
+  type TlsFiles,
+} from "../common/tls-files.ts";
 import type { Logger } from "../ops/index.ts";
 
 /** How often the certificate's file is looked at. */
@@ -30,9 +39,8 @@ export const CERT_EXPIRY_WARN_EVERY_MS = 24 * 3600_000;
 /** How often the error is repeated once the certificate has ended. */
 export const CERT_EXPIRED_LOG_EVERY_MS = 3600_000;
 
-export interface CertExpiryOptions {
-  /** `tls.cert_file`. */
-  readonly certFile: string;
+/** The node's TLS files, as its front end reads them (`tls.*`; the peers' CA only in a cluster). */
+export interface CertExpiryOptions extends TlsFiles {
   /** Told of the end of validity read (ms since the epoch). */
   readonly onRead: (notAfterMs: number) => void;
   readonly log: Logger;
@@ -42,7 +50,10 @@ export interface CertExpiryOptions {
 
 export class CertExpiryWatch {
   readonly #o: CertExpiryOptions;
+  readonly #files: TlsFiles;
   #stamp: string | null = null;
+  /** The files were refused for a reason time may lift: read them again at the next look. */
+  #retry = false;
   /** The earliest end of validity of the file's certificates, or null before a good read. */
   #notAfter: number | null = null;
   /** Who the earliest is, for the log. */
@@ -52,6 +63,12 @@ export class CertExpiryWatch {
 
   constructor(options: CertExpiryOptions) {
     this.#o = options;
+    this.#files = {
+      certFile: options.certFile,
+      keyFile: options.keyFile,
+      clientCaFile: options.clientCaFile,
+      peerCaFile: options.peerCaFile,
+    };
   }
 
   /** Looks now, then every CERT_EXPIRY_CHECK_MS until stop(). */
@@ -71,11 +88,11 @@ export class CertExpiryWatch {
     return this.#notAfter;
   }
 
-  /** One look: reads the file if it changed, and logs as the module doc says. */
+  /** One look: reads the files if they changed, and logs as the module doc says. */
   check(): void {
     const file = this.#o.certFile;
-    const stamp = stampFiles([file]);
-    if (stamp !== this.#stamp) {
+    const stamp = stampTlsFiles(this.#files);
+    if (stamp !== this.#stamp || this.#retry) {
       this.#stamp = stamp;
       this.#read(file);
     }
@@ -108,14 +125,18 @@ export class CertExpiryWatch {
   #read(file: string): void {
     let earliest: { notAfter: number; subject: string } | null = null;
     try {
-      for (const cert of certificates("tls.cert_file", file, readTlsFile("tls.cert_file", file))) {
+      const material = readTlsFiles(this.#files, this.#o.now());
+      this.#retry = false;
+      for (const cert of certificates("tls.cert_file", file, material.cert)) {
         const notAfter = cert.validToDate.getTime();
         if (earliest === null || notAfter < earliest.notAfter) {
           earliest = { notAfter, subject: cert.subject.replaceAll("\n", ", ") };
         }
       }
-    } catch {
-      return; // the reload reports it (module doc); what was read before stands
+    } catch (err) {
+      // The reload reports it (module doc); what was read before stands.
+      this.#retry = err instanceof TlsFileError && err.notYetValid;
+      return;
     }
     if (earliest === null) return;
     if (earliest.notAfter !== this.#notAfter) this.#loggedAt = Number.NEGATIVE_INFINITY;

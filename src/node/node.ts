@@ -32,6 +32,7 @@ import {
   stampGossipKeyFile,
 } from "../common/gossip-keys.ts";
 import { PeerTls } from "../common/peer-tls.ts";
+import type { TlsFiles } from "../common/tls-files.ts";
 import { SoonestTimer } from "../common/soonest-timer.ts";
 import { nodeId, NotLeaderError } from "../raft/index.ts";
 import { type CairnConfig, formatHostPort, type HostPort, parseHostPort } from "../config/index.ts";
@@ -495,10 +496,10 @@ export class CairnNode implements HealthSource {
     });
     this.#diskReserve = reserve;
     await reserve.start();
-    const certFile = config.tls.cert_file;
-    if (certFile !== undefined && (cell === null || cell.index === 0)) {
+    const served = servedTlsFiles(config);
+    if (served !== undefined && (cell === null || cell.index === 0)) {
       this.#certExpiry = new CertExpiryWatch({
-        certFile,
+        ...served,
         onRead: (notAfter) => metrics.setCertificateExpiry(notAfter),
         log: log.child("tls"),
         // eslint-disable-next-line no-restricted-properties -- a certificate's validity is wall-clock time
@@ -762,6 +763,7 @@ export class CairnNode implements HealthSource {
 
   async #startRpc(address: string): Promise<void> {
     const c = this.config;
+    const served = servedTlsFiles(c);
     const cell = this.#cell;
     const cluster = this.#cluster;
     const store = this.store;
@@ -801,19 +803,7 @@ export class CairnNode implements HealthSource {
         maxDecompressions: c.rpc.max_decompressions_per_connection,
       },
       connections: this.#connections,
-      ...(c.tls.cert_file !== undefined && c.tls.key_file !== undefined
-        ? {
-            tls: {
-              certFile: c.tls.cert_file,
-              keyFile: c.tls.key_file,
-              ...(c.tls.client_ca_file === undefined ? {} : { clientCaFile: c.tls.client_ca_file }),
-              // The peers' CA only in a cluster: a single node has no peers to take.
-              ...(c.tls.peer_ca_file === undefined || c.cluster.seed_nodes.length === 0
-                ? {}
-                : { peerCaFile: c.tls.peer_ca_file }),
-            },
-          }
-        : {}),
+      ...(served === undefined ? {} : { tls: served }),
       // Who may call what (src/api/authz.ts): absent, every call is open, as before.
       ...(c.auth.tokens_file !== undefined || c.tls.client_ca_file !== undefined
         ? {
@@ -1626,6 +1616,24 @@ function advertised(configured: string, bound: HostPort): string {
   if (parsed.ok && parsed.value.port === 0)
     return formatHostPort({ host: parsed.value.host, port: bound.port });
   return configured;
+}
+
+/**
+ * The TLS files the front end serves `rpc_addr` with (tls-front.ts), undefined without TLS; the
+ * certificate's watch (cert-expiry.ts) reads the same ones, so that it follows the certificate
+ * served. The peers' CA only in a cluster: a single node has no peers to take.
+ */
+function servedTlsFiles(c: CairnConfig): TlsFiles | undefined {
+  const { cert_file: certFile, key_file: keyFile } = c.tls;
+  if (certFile === undefined || keyFile === undefined) return undefined;
+  return {
+    certFile,
+    keyFile,
+    ...(c.tls.client_ca_file === undefined ? {} : { clientCaFile: c.tls.client_ca_file }),
+    ...(c.tls.peer_ca_file === undefined || c.cluster.seed_nodes.length === 0
+      ? {}
+      : { peerCaFile: c.tls.peer_ca_file }),
+  };
 }
 
 function describeError(err: unknown): string {

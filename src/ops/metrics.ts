@@ -403,7 +403,7 @@ export class CairnMetrics {
     this.#certExpiry = new Gauge({
       name: "cairn_tls_certificate_expiry_timestamp_seconds",
       aggregator: "max",
-      help: "When the certificates of tls.cert_file (the node's and its chain: the earliest) stop being valid, in seconds since the epoch; absent without TLS. Read again within a minute of the file's change.",
+      help: "When the certificates of tls.cert_file (the node's and its chain: the earliest) stop being valid, in seconds since the epoch; absent without TLS. Read again within a minute of the files' change, once the node's reload takes them (the certificate it serves).",
       labelNames: ["key"],
       registers,
     });
