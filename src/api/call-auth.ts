@@ -79,8 +79,9 @@ export class CallGate {
    * A connection starts being served on `socket` (a TLSSocket when it came over TLS); `tls` is
    * what its verified certificate says (tls-front.ts, peer-tls.ts), null without one. A
    * certificate of the client CA is a client (its role from its OU); one of the peer CA only is a
-   * peer, named by its first name. Peer methods under peer TLS are not asked here: front-end.ts
-   * checks their certificate names the node the call says it comes from.
+   * peer, named by its first name. Peer methods under peer TLS on a connection with a
+   * certificate are not asked here: front-end.ts checks it names the node the call says it
+   * comes from. On one without, they are, so that a token is refused as a client's.
    */
   connected(connection: object, socket: Socket, tls: TlsIdentity | null = null): void {
     let cert: Identity = ANONYMOUS;

@@ -1250,8 +1250,12 @@ export function serveFrontEnd(
     const path = stream.path;
     const method = methods.get(path);
     const cls = method?.cls ?? methodClassOf(path);
-    // With peer TLS, a peer method's caller is checked by its certificate below (refusedPeer).
-    if (gate !== null && !(cls === "peer" && peerTls) && refused(gate, stream, path, cls)) {
+    // With peer TLS, a peer method's caller that presented a certificate is checked by it below
+    // (refusedPeer): a node's is a client's too when one CA signs both. One that presented none
+    // is asked here first, so that a client's token is refused as a client's (PERMISSION_DENIED),
+    // not for the certificate a peer lacks (UNAUTHENTICATED), and a bad token as a bad token.
+    const byCertificate = cls === "peer" && peerTls && identityOfConnection.has(stream.connection);
+    if (gate !== null && !byCertificate && refused(gate, stream, path, cls)) {
       // Answered, before anything else (an unknown method too: no credentials, no answer that
       // tells which methods exist); the call never reaches a handler.
     } else if (method === undefined) {

@@ -4,8 +4,10 @@
  * loopback, the front end in an I/O thread) — none, a bad one, one without the role, an admin
  * one, a client calling a peer method, the refusals counted and logged without the token, the
  * file reloaded — then client certificates under mutual TLS (the front end in the main thread):
- * none, another CA's, an expired one, roles from the OU; and the node's certificate rotated
- * under load with two shard workers, no call failing. Each node is checked unharmed afterwards.
+ * none, another CA's, an expired one, roles from the OU; a token calling a peer method beside
+ * peer TLS (refused as a client's, not for want of a certificate); and the node's certificate
+ * rotated under load with two shard workers, no call failing. Each node is checked unharmed
+ * afterwards.
  */
 import assert from "node:assert/strict";
 import { createHash, X509Certificate } from "node:crypto";
@@ -515,6 +517,72 @@ describe("one CA for the clients and the peers (a cluster of one, peer TLS)", ()
     assert.ok(!asN2.ok);
     assert.doesNotMatch(asN2.err.details, /certificate/);
     assert.equal(await refusedCertificates(server.http), before + 3);
+    assert.equal(server.proc.exitCode, null, "the node serves on");
+  });
+});
+
+describe("bearer tokens beside peer TLS (a cluster of one, no client CA)", () => {
+  let server: ServerProcess;
+  let certs: CertSet;
+  before(async () => {
+    certs = makeCerts(join(dir, "peer-tokens"));
+    const tokensFile = join(dir, "peer-tokens.yaml");
+    writeFileSync(tokensFile, tokensYaml());
+    const port = await freePort();
+    server = await startServer({
+      dataDir: join(dir, "peer-tokens-n1"),
+      args: ["--rpc-addr", `127.0.0.1:${port}`, "--seed-nodes", `127.0.0.1:${port}`],
+      env: {
+        CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "1",
+        CAIRN_TLS_CERT_FILE: certs.nodeCert,
+        CAIRN_TLS_KEY_FILE: certs.nodeKey,
+        CAIRN_TLS_PEER_CA_FILE: certs.ca,
+        CAIRN_AUTH_TOKENS_FILE: tokensFile,
+      },
+    });
+  });
+  after(() => server.stop());
+
+  it("refuses a token calling a peer method as a client's (PERMISSION_DENIED), no credentials UNAUTHENTICATED", async () => {
+    // Over TLS without a certificate (no client CA asks for one), naming a node as cairn-peer.
+    const call = (metadata: Record<string, string>) =>
+      rawCall(
+        server.rpc,
+        "/cairn.v1.Raft/ReadIndex",
+        Buffer.alloc(0),
+        { "cairn-peer": "n2", ...metadata },
+        credentials.createSsl(readFileSync(certs.ca)),
+      );
+    const admin = await call({ authorization: `Bearer ${ADMIN_TOKEN}` });
+    assert.ok(!admin.ok);
+    assert.equal(admin.err.code, 7, admin.err.details); // PERMISSION_DENIED
+    assert.match(admin.err.details, /client "root" \(role admin, by token\)/);
+    const unknown = await call({ authorization: "Bearer not-a-listed-token-5e1f" });
+    assert.ok(!unknown.ok);
+    assert.equal(unknown.err.code, 16, unknown.err.details); // UNAUTHENTICATED
+    assert.match(unknown.err.details, /does not list/);
+    const none = await call({});
+    assert.ok(!none.ok);
+    assert.equal(none.err.code, 16, none.err.details);
+    assert.match(none.err.details, /presented no certificate/);
+    // Unharmed: a token's client calls are served.
+    const writer = new CairnClient({
+      endpoints: [server.rpc],
+      timeoutMs: 3000,
+      routing: false,
+      channelOptions: CHANNEL,
+      tls: { ca: readFileSync(certs.ca) },
+      token: WRITE_TOKEN,
+    });
+    try {
+      await eventually("the cluster founded, a Put served", async () => {
+        await writer.put("peer-tokens/a", "one");
+        return true;
+      });
+      assert.equal(await writer.getString("peer-tokens/a"), "one");
+    } finally {
+      writer.close();
+    }
     assert.equal(server.proc.exitCode, null, "the node serves on");
   });
 });
