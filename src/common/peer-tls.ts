@@ -33,6 +33,7 @@ import { type ChannelCredentials, type ChannelOptions, experimental } from "@grp
 import {
   readTlsFiles,
   stampTlsFiles,
+  subjectOf,
   type TlsFiles,
   TlsFileWatch,
   type TlsMaterial,
@@ -68,7 +69,7 @@ export function caCertificates(pem: Buffer | null): X509Certificate[] {
 /** The names a certificate carries: its CN, then its DNS and IP subject alternative names. */
 export function certificateNames(cert: X509Certificate): string[] {
   const names: string[] = [];
-  for (const line of cert.subject.split("\n")) {
+  for (const line of subjectOf(cert).split("\n")) {
     if (line.startsWith("CN=")) names.push(line.slice(3));
   }
   for (const entry of (cert.subjectAltName ?? "").split(", ")) {

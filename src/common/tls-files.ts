@@ -88,13 +88,22 @@ export function certificates(key: string, file: string, pem: Buffer): X509Certif
   });
 }
 
+/**
+ * A certificate's subject as node:crypto prints it (`CN=n1\nO=Cairn`), "" when it is empty: its
+ * `subject` is then undefined, though typed a string. A certificate may name its holder by its
+ * subject alternative names alone (SPIFFE's, some service meshes'), and any CA may sign one.
+ */
+export function subjectOf(cert: X509Certificate): string {
+  return (cert.subject as string | undefined) ?? "";
+}
+
 /** Refuses a certificate outside its validity at `now`. */
 function checkValidity(key: string, file: string, cert: X509Certificate, now: number): void {
   if (now > cert.validToDate.getTime()) {
     throw new TlsFileError(
       key,
       file,
-      `its certificate (${cert.subject.replaceAll("\n", ", ")}) expired on ${cert.validToDate.toISOString()}`,
+      `its certificate (${subjectOf(cert).replaceAll("\n", ", ")}) expired on ${cert.validToDate.toISOString()}`,
     );
   }
   if (now < cert.validFromDate.getTime()) {

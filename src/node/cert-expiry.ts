@@ -25,6 +25,7 @@ import {
   certificates,
   readTlsFiles,
   stampTlsFiles,
+  subjectOf,
   TlsFileError,
   type TlsFiles,
 } from "../common/tls-files.ts";
@@ -130,7 +131,7 @@ export class CertExpiryWatch {
       for (const cert of certificates("tls.cert_file", file, material.cert)) {
         const notAfter = cert.validToDate.getTime();
         if (earliest === null || notAfter < earliest.notAfter) {
-          earliest = { notAfter, subject: cert.subject.replaceAll("\n", ", ") };
+          earliest = { notAfter, subject: subjectOf(cert).replaceAll("\n", ", ") };
         }
       }
     } catch (err) {

@@ -12,19 +12,23 @@ import {
   connect,
   type ConnectionOptions,
   createServer,
+  type PeerCertificate,
   type Server,
   type TLSSocket,
 } from "node:tls";
 import type { AddressInfo } from "node:net";
+import { X509Certificate } from "node:crypto";
 import {
   authoritiesOf,
+  certificateNames,
+  checkPeerName,
   identityOf,
   PeerTls,
   peerIdentityRefusal,
   type TlsIdentity,
 } from "../../src/common/peer-tls.ts";
 import { readTlsFiles } from "../../src/common/tls-files.ts";
-import { certCommand } from "../support/tls-certs.ts";
+import { certCommand, sanOnlyClientCert } from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-peer-tls-"));
 const peers = join(dir, "peers");
@@ -127,6 +131,19 @@ describe("peer TLS", () => {
       /not signed by this node's tls.peer_ca_file/,
     );
     assert.match(peerIdentityRefusal(null, "n1") ?? "", /presented no certificate/);
+  });
+
+  it("names a certificate with an empty subject by its alternative names, without throwing", () => {
+    // node:crypto gives such a certificate's subject as undefined; any CA may sign one.
+    const svc = sanOnlyClientCert(
+      { dir: peers, ca: join(peers, "ca.crt") },
+      join(dir, "san"),
+      "spiffe://c/s",
+    );
+    const cert = new X509Certificate(readFileSync(svc.cert));
+    assert.deepEqual(certificateNames(cert), []);
+    const check = checkPeerName("n1")("localhost", { raw: cert.raw } as PeerCertificate);
+    assert.match(String(check), /names \[\], not node "n1" that was dialed/);
   });
 
   it("dials a node only when its certificate names the node id dialed", async () => {

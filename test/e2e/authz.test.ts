@@ -4,10 +4,10 @@
  * loopback, the front end in an I/O thread) — none, a bad one, one without the role, an admin
  * one, a client calling a peer method, the refusals counted and logged without the token, the
  * file reloaded — then client certificates under mutual TLS (the front end in the main thread):
- * none, another CA's, an expired one, roles from the OU; a token calling a peer method beside
- * peer TLS (refused as a client's, not for want of a certificate); and the node's certificate
- * rotated under load with two shard workers, no call failing. Each node is checked unharmed
- * afterwards.
+ * none, another CA's, an expired one, roles from the OU, one with an empty subject named by
+ * its subject alternative name; a token calling a peer method beside peer TLS (refused as a
+ * client's, not for want of a certificate); and the node's certificate rotated under load with
+ * two shard workers, no call failing. Each node is checked unharmed afterwards.
  */
 import assert from "node:assert/strict";
 import { createHash, X509Certificate } from "node:crypto";
@@ -42,6 +42,7 @@ import {
   expiredCert,
   makeCerts,
   refusedCertificates,
+  sanOnlyClientCert,
 } from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-e2e-authz-"));
@@ -432,6 +433,24 @@ describe("client certificates (mutual TLS, the front end in the main thread)", (
     } finally {
       alice.close();
     }
+  });
+
+  it("names a certificate with an empty subject by its subject alternative name, and serves on", async () => {
+    // SPIFFE's and some service meshes' certificates name their holder by a URI alone.
+    const svc = certClient(sanOnlyClientCert(certs, join(dir, "san-only"), "spiffe://cairn/svc"));
+    try {
+      await svc.put("mtls/san", "one");
+      assert.equal(await svc.getString("mtls/san"), "one");
+      const admin = await refusal(svc.snapshotShard(0));
+      assert.equal(admin.code, "CAIRN_ERR_PERMISSION_DENIED");
+      assert.match(
+        admin.message,
+        /client "spiffe:\/\/cairn\/svc" \(role readwrite, by certificate\)/,
+      );
+    } finally {
+      svc.close();
+    }
+    assert.equal(server.proc.exitCode, null, "the node serves on");
   });
 });
 

@@ -186,6 +186,43 @@ export function expiredCert(
 }
 
 /**
+ * A client certificate with an empty subject, named only by its subject alternative name `uri`
+ * (as SPIFFE's and some service meshes' are), signed by the CA of `certs`: `san-only.crt` and
+ * `san-only.key` in `dir`.
+ */
+export function sanOnlyClientCert(
+  certs: Pick<CertSet, "ca" | "dir">,
+  dir: string,
+  uri: string,
+): { cert: string; key: string } {
+  mkdirSync(dir, { recursive: true });
+  const key = join(dir, "san-only.key");
+  const crt = join(dir, "san-only.crt");
+  writeFileSync(
+    join(dir, "san-only.cnf"),
+    [
+      "[v3]",
+      "basicConstraints = critical, CA:FALSE",
+      "keyUsage = critical, digitalSignature",
+      "extendedKeyUsage = clientAuth",
+      `subjectAltName = URI:${uri}`,
+      "",
+    ].join("\n"),
+  );
+  openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key], dir);
+  openssl(["req", "-new", "-key", key, "-subj", "/", "-out", "san-only.csr"], dir);
+  openssl(
+    [
+      ...["x509", "-req", "-in", "san-only.csr", "-CA", certs.ca],
+      ...["-CAkey", join(certs.dir, "ca.key"), "-set_serial", "7", "-days", "2"],
+      ...["-extfile", "san-only.cnf", "-extensions", "v3", "-out", crt],
+    ],
+    dir,
+  );
+  return { cert: crt, key };
+}
+
+/**
  * A certificate for the node key of `certs` (CN n1), signed by its CA, valid from `from` for a
  * day: a renewal issued on a host whose clock is ahead. Written as `future.crt` in `dir`.
  */
