@@ -5,10 +5,12 @@
  * SWIM's gossip (made with node:crypto):
  *
  *   ca.crt, ca.key                  the CA (keep ca.key off the nodes)
- *   node.crt, node.key              a node: CN = its node id, the id and the --host names and
- *                                   addresses as subject alternative names, for server and
- *                                   client use (its peers check the id: src/common/peer-tls.ts)
- *   client.NAME.crt, client.NAME.key  a client: CN = NAME, OU = its role (--role), for client use
+ *   node.crt, node.key              a node: CN = its node id (when at most 64 characters), the
+ *                                   id and the --host names and addresses as subject
+ *                                   alternative names, for server and client use (its peers
+ *                                   check the id: src/common/peer-tls.ts)
+ *   client.NAME.crt, client.NAME.key  a client: CN = NAME (at most 64 characters), OU = its
+ *                                   role (--role), for client use
  *   gossip.key                      cluster.gossip_key_file: one random key (src/common/gossip-keys.ts)
  *
  * Keys are ECDSA P-256, written 0600; an existing file is never overwritten without --overwrite.
@@ -40,12 +42,13 @@ the key that seals the nodes' gossip:
 
   create-ca                 ca.crt and ca.key: the CA that signs the others (keep ca.key safe,
                             off the nodes)
-  create-node ID            node.crt and node.key for node ID (its CN and a DNS name, which its
-                            peers check), valid for every --host (a DNS name or an IP address;
-                            give each name clients dial); one directory per node, or move the
-                            files away before the next
-  create-client NAME        client.NAME.crt and client.NAME.key (CN NAME, OU its --role), for
-                            mutual TLS
+  create-node ID            node.crt and node.key for node ID (a DNS name, which its peers
+                            check, and its CN when at most 64 characters, X.509's bound), valid
+                            for every --host (a DNS name or an IP address; give each name
+                            clients dial); one directory per node, or move the files away
+                            before the next
+  create-client NAME        client.NAME.crt and client.NAME.key (CN NAME, at most 64
+                            characters; OU its --role), for mutual TLS
   create-gossip-key         gossip.key: a new random key for cluster.gossip_key_file (the same
                             file on every node; to rotate, list a second key: docs/operations.md)
 
@@ -196,12 +199,18 @@ function leafExtensions(usage: string, sans: readonly string[]): string {
   ].join("\n");
 }
 
-/** A common name for a subject: no character openssl's -subj would read as syntax. */
-function checkName(what: string, name: string | undefined): string {
+/** The longest common name X.509 allows (ub-common-name); openssl refuses a longer one. */
+const MAX_COMMON_NAME = 64;
+
+/**
+ * A name for a subject, of at most `max` characters: no character openssl's -subj would read as
+ * syntax.
+ */
+function checkName(what: string, name: string | undefined, max: number): string {
   if (name === undefined) throw new UsageError(`missing ${what}`);
-  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(name))
+  if (!new RegExp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,${max - 1}}$`).test(name))
     throw new UsageError(
-      `${what} ${JSON.stringify(name)} must be 1 to 128 letters, digits, '.', '_' or '-'`,
+      `${what} ${JSON.stringify(name)} must be 1 to ${max} letters, digits, '.', '_' or '-'`,
     );
   return name;
 }
@@ -253,18 +262,20 @@ export function cert(argv: readonly string[], io: Io): number {
         );
         break;
       case "create-node": {
-        const id = checkName("the node ID", name);
+        // Any node id the configuration takes (node_id: up to 128 characters).
+        const id = checkName("the node ID", name, 128);
         if (hosts.length === 0)
           throw new UsageError("create-node needs at least one --host (a name or address)");
-        // The node id as a name of its own (and its CN): peers check it when they dial this node
-        // (src/common/peer-tls.ts), and this node's calls to them are taken as its.
+        // The node id as a name of its own (and its CN, when a CN can hold it): peers check it
+        // when they dial this node (src/common/peer-tls.ts: the CN or any alternative name), and
+        // this node's calls to them are taken as its.
         const sans = [...new Set([`DNS:${id}`, ...hosts.map(sanOf)])];
         files = { crt: join(dir, "node.crt"), key: join(dir, "node.key") };
         refuseExisting(files, overwrite);
         requireCa(ca);
         create(
           files,
-          `/O=Cairn/CN=${id}`,
+          id.length <= MAX_COMMON_NAME ? `/O=Cairn/CN=${id}` : "/O=Cairn",
           daysOf(values.days, 365),
           leafExtensions("serverAuth, clientAuth", sans),
           ca,
@@ -272,7 +283,8 @@ export function cert(argv: readonly string[], io: Io): number {
         break;
       }
       case "create-client": {
-        const client = checkName("the client NAME", name);
+        // Its name is its CN (src/api/authz.ts certIdentity).
+        const client = checkName("the client NAME", name, MAX_COMMON_NAME);
         files = { crt: join(dir, `client.${client}.crt`), key: join(dir, `client.${client}.key`) };
         refuseExisting(files, overwrite);
         requireCa(ca);

@@ -22,7 +22,9 @@ import { after, describe, it } from "node:test";
 import { credentials } from "@grpc/grpc-js";
 import { connect, type Reply } from "../support/grpc-client.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
+import type { PeerCertificate } from "node:tls";
 import { readGossipKeyFile } from "../../src/common/gossip-keys.ts";
+import { certificateNames, checkPeerName } from "../../src/common/peer-tls.ts";
 import { certCommand } from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-cli-cert-"));
@@ -189,6 +191,30 @@ describe("cairn cert, and a node over mutual TLS through the CLI and grpc-js", (
     assert.equal(badName.code, 2);
     assert.match(badName.err, /the client NAME "a\/b" must be/);
     assert.equal(certCommand(["create-thing"]).code, 2);
+  });
+
+  it("makes a certificate for a node id of any length the configuration takes; a client NAME fits a CN", () => {
+    // node_id is 1 to 128 characters; a certificate's CN at most 64 (X.509's bound).
+    const certs = join(dir, "long");
+    assert.equal(certCommand(["create-ca", "--certs-dir", certs]).code, 0);
+    for (const id of [`n${"x".repeat(63)}`, `n${"x".repeat(127)}`]) {
+      const made = certCommand(["create-node", id, "--host", "127.0.0.1", "--certs-dir", certs]);
+      assert.equal(made.code, 0, made.err);
+      const cert = new X509Certificate(readFileSync(join(certs, "node.crt")));
+      assert.equal(cert.subject.includes(`CN=${id}`), id.length <= 64, cert.subject);
+      // Its peers take it as node `id`'s.
+      assert.equal(checkPeerName(id)("", { raw: cert.raw } as PeerCertificate), undefined);
+      assert.deepEqual(
+        certificateNames(cert).filter((n) => n !== "127.0.0.1"),
+        [id],
+      );
+      rmSync(join(certs, "node.crt"));
+      rmSync(join(certs, "node.key"));
+    }
+    const client = certCommand(["create-client", "c".repeat(65), "--certs-dir", certs]);
+    assert.equal(client.code, 2, client.err);
+    assert.match(client.err, /the client NAME "c+" must be 1 to 64 letters/);
+    assert.equal(certCommand(["create-client", "c".repeat(64), "--certs-dir", certs]).code, 0);
   });
 
   it("creates a gossip key the configuration takes, 0600, once; without openssl", () => {
