@@ -438,6 +438,52 @@ describe("SWIM core against a flood (unauthenticated UDP)", () => {
     flood(1000);
     assert.equal(pings(), MAX_RELAYS);
   });
+
+  it("a member declared dead and alive again and again takes one turn a round: every other member is still probed", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    const gossip = gossipFrom(swim, "x");
+    gossip([alive("b"), alive("c"), alive("f")]);
+    // The sender runs f (and answers its pings): it declares f dead and alive again 5,000 times,
+    // ten times a datagram, each time a step above the last (far within MAX_INCARNATION_STEP).
+    // Each revival put f in the probe order once more, the order grew with every datagram, and
+    // b and c waited behind thousands of turns of f: a crash of theirs went unseen here.
+    let inc = 0;
+    for (let d = 0; d < 500; d++) {
+      const updates: Update[] = [];
+      for (let i = 0; i < 10; i++) {
+        updates.push({
+          kind: "dead",
+          id: memberId("f"),
+          incarnation: incarnation(inc),
+          from: memberId("x"),
+        });
+        inc += 1;
+        updates.push(alive("f", inc));
+      }
+      gossip(updates);
+    }
+    swim.takeReady();
+    assert.equal(swim.member(memberId("f"))?.state, "alive");
+    // Two rounds of three members: each is probed, its ping answered.
+    const probed = new Map<string, number>();
+    for (let t = 0; t < 6 * 10; t++) {
+      swim.tick();
+      for (const out of swim.takeReady().messages) {
+        const m = out.message;
+        if (m.type !== "ping") continue;
+        probed.set(m.target, (probed.get(m.target) ?? 0) + 1);
+        swim.handle(out.to, {
+          type: "ack",
+          from: m.target,
+          totalShards: 1024,
+          seq: m.seq,
+          gossip: [],
+        });
+      }
+    }
+    assert.deepEqual([...probed.keys()].sort(), ["b", "c", "f"], "members probed in six periods");
+    assert.ok((probed.get("f") ?? 0) <= 3, `f probed ${probed.get("f")} times of 6`);
+  });
 });
 
 /** A core whose probes are all answered, fed with hand-made datagrams from member `z`. */

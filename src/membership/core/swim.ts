@@ -632,8 +632,15 @@ export class Swim {
     return null;
   }
 
-  /** A member that (re)appears is probed in this round too, at a random later position. */
+  /**
+   * A member that (re)appears is probed in this round too, at a random later position, unless
+   * its turn in this round is still to come. Added at each revival, a member declared dead and
+   * alive again in datagram after datagram took a turn each time: the order grew with every
+   * datagram, and the other members waited behind thousands of its turns, a crash of theirs
+   * unseen by this member.
+   */
   #addToProbeOrder(id: MemberId): void {
+    if (this.#probeOrder.indexOf(id, this.#probeIndex) !== -1) return;
     const from = this.#probeIndex;
     const at = from + this.#rng.int(this.#probeOrder.length - from + 1);
     this.#probeOrder.splice(at, 0, id);
