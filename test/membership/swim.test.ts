@@ -167,6 +167,45 @@ describe("SWIM core", () => {
     }
   });
 
+  it("a member back at an address it left long ago is no duplicate", () => {
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    const gossip = gossipFrom(swim, "z");
+    const at = (host: string, inc: number): Update => ({
+      kind: "alive",
+      incarnation: incarnation(inc),
+      meta: { ...metaOf("x"), rpcAddr: `${host}:7447` },
+    });
+    const duplicates = (): string[] =>
+      swim
+        .takeReady()
+        .errors.filter((e) => e.code === "CAIRN_ERR_DUPLICATE_NODE_ID")
+        .map((e) => e.message);
+    // x restarts at another address (a pod given a new IP) and outbids its old record.
+    gossip([at("10.0.0.1", 0)]);
+    gossip([at("10.0.0.2", 1)]);
+    assert.deepEqual(duplicates(), []);
+    // Ten minutes on, alive all along (its pings answered), it restarts again and is given its
+    // first address back: a move, as the one before, not a second node flipping it back.
+    for (let t = 0; t < 6000; t++) {
+      swim.tick();
+      for (const out of swim.takeReady().messages) {
+        const m = out.message;
+        if (m.type !== "ping") continue;
+        swim.handle(out.to, {
+          type: "ack",
+          from: m.target,
+          totalShards: 1024,
+          seq: m.seq,
+          gossip: [],
+        });
+      }
+    }
+    assert.equal(swim.member(memberId("x"))?.state, "alive");
+    gossip([at("10.0.0.1", 2)]);
+    assert.deepEqual(duplicates(), []);
+    assert.equal(swim.member(memberId("x"))?.meta.rpcAddr, "10.0.0.1:7447");
+  });
+
   it("takes a record of its own id at another address, refuted once, for a previous life", () => {
     const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
     swim.handle("b.test:7447", {

@@ -145,6 +145,8 @@ interface Entry {
   stepBaseAt: Ticks;
   /** The RPC address its metadata had before the last change (a duplicate id flips back). */
   formerAddr?: string;
+  /** When the RPC address last changed. */
+  addrChangedAt?: Ticks;
 }
 
 interface Probe {
@@ -167,6 +169,11 @@ const isLive = (s: MemberState): boolean => s === "alive" || s === "suspect";
 
 /** Ping-reqs relayed at once (#relays): past it, a ping-req is not relayed. */
 export const MAX_RELAYS = 256;
+/**
+ * Probe periods within which a member's address going back to the one it had before is taken
+ * for two live nodes sharing its id (#handleAlive); later, it is a member that moved back.
+ */
+export const DUPLICATE_FLIP_PERIODS = 10;
 /** Other addresses claiming this node's id that are counted (#claims). */
 const MAX_CLAIMS = 64;
 /** Source addresses introduced recently (#introduced); past it, the oldest is forgotten. */
@@ -935,13 +942,22 @@ export class Swim {
     const previous = e.state;
     const metaChanged = !sameMeta(u.meta, e.meta);
     if (u.meta.rpcAddr !== e.meta.rpcAddr) {
-      // Back to the address it had before the last change: two live nodes share this id (a
-      // node that moved does not come back to its old address at once).
-      if (u.meta.rpcAddr === e.formerAddr && !this.#duplicates.has(id)) {
+      // Back to the address it had before the last change, within DUPLICATE_FLIP_PERIODS of
+      // that change: two live nodes share this id, each outbidding the other as soon as it
+      // hears of it. A node that moved can come back to an address later (a pod given its
+      // former IP at a restart, a member moved back after maintenance): not a duplicate, and
+      // reported as one at any distance, it had every member log an ERROR telling to stop one.
+      if (
+        u.meta.rpcAddr === e.formerAddr &&
+        e.addrChangedAt !== undefined &&
+        this.#now - e.addrChangedAt < DUPLICATE_FLIP_PERIODS * this.#config.probeIntervalTicks &&
+        !this.#duplicates.has(id)
+      ) {
         this.#duplicates.add(id);
         this.#errors.push(new DuplicateNodeIdError(id, null, e.meta.rpcAddr, u.meta.rpcAddr));
       }
       e.formerAddr = e.meta.rpcAddr;
+      e.addrChangedAt = this.#now;
     }
     e.meta = u.meta;
     e.incarnation = u.incarnation;

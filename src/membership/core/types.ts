@@ -170,7 +170,8 @@ export class ShardCountMismatchError extends CairnError {
 /**
  * Two live nodes claim one node id: this node sees another address claim its own id again after
  * it refuted the claim (a stale record of its previous address is refuted once and never comes
- * back), or sees another member's address flip back to the one it had before. Reported (logged
+ * back), or sees another member's address flip back to the one it had before within ten probe
+ * periods (swim.ts, DUPLICATE_FLIP_PERIODS; later, the member moved back). Reported (logged
  * at ERROR), never thrown: which of the two is the real member is the meta group's to say
  * (src/node/cluster.ts, checkRejoin).
  */
