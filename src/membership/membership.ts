@@ -316,11 +316,15 @@ export class Membership {
     let base = backoff.initial;
     for (let attempt = 1; ; attempt++) {
       if (this.#closed) throw new MembershipClosedError();
-      const resolved = await this.#resolveSeeds();
+      const { addrs: resolved, unresolved } = await this.#resolveSeeds();
       const seeds = resolved.filter((a) => !this.#isSelf(a));
       const recorded = this.#recordedRound(() => false);
-      // This node is the only seed, and it records no other member: a cluster of one so far.
-      if (resolved.length > 0 && seeds.length === 0 && recorded.length === 0) return;
+      // Every seed is this node, and it records no other member: a cluster of one so far. A seed
+      // that does not resolve yet is another node (the other pods of a StatefulSet, named in no
+      // DNS until they run): the join ended at once as a cluster of one beside it, and reached
+      // the others only at the next re-contact, 30 s on.
+      if (resolved.length > 0 && seeds.length === 0 && unresolved === 0 && recorded.length === 0)
+        return;
       // Full jitter keeps nodes restarted together from retrying in lockstep.
       const wait = Math.round(base / 2 + this.#rng.float() * (base / 2));
       const outcome = await this.#attemptJoin(seeds, recorded, wait);
@@ -578,10 +582,11 @@ export class Membership {
 
   /**
    * Every seed's addresses, `ip:port` (this node's advertised address as it is); a seed that does
-   * not resolve is skipped this round.
+   * not resolve is skipped this round, and counted (`unresolved`).
    */
-  async #resolveSeeds(): Promise<string[]> {
+  async #resolveSeeds(): Promise<{ addrs: string[]; unresolved: number }> {
     const out: string[] = [];
+    let unresolved = 0;
     for (const seed of this.#options.seeds) {
       // Itself, whatever the name resolves to (behind NAT, not an address of this host), and
       // however it is written (`Node-1` for `node-1`, `[::ffff:10.0.0.1]` for `10.0.0.1`).
@@ -602,10 +607,11 @@ export class Membership {
           out.push(formatAddr(canonicalHost(a.address), parsed.port));
         }
       } catch (e) {
+        unresolved += 1;
         this.#log.warn("cannot resolve a seed", { seed, error: String(e) });
       }
     }
-    return out;
+    return { addrs: out, unresolved };
   }
 
   /**
@@ -634,7 +640,7 @@ export class Membership {
     const live = this.#swim.members().filter((m) => m.state === "alive" || m.state === "suspect");
     const liveAddrs = new Set(live.map((m) => m.meta.rpcAddr));
     const liveIds = new Set<string>(live.map((m) => m.meta.id));
-    const seeds = await this.#resolveSeeds();
+    const { addrs: seeds } = await this.#resolveSeeds();
     if (this.#closed || this.#swim.isLeaving) return;
     for (const addr of seeds) {
       if (!liveAddrs.has(addr) && !this.#isSelf(addr)) this.#swim.pushPull(addr);

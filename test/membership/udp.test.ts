@@ -581,6 +581,44 @@ describe("membership join", () => {
     assert.ok(warnings.includes("cannot resolve a seed"));
   });
 
+  it("a node whose seed list names itself and a seed that does not resolve yet keeps retrying: it is no cluster of one", async () => {
+    // The first pod of a StatefulSet lists every pod, and the others' names are in no DNS until
+    // they run: the join ended at once as a cluster of one, with nothing logged, and the node
+    // reached the others only at its next re-contact (30 s) or when one reached it.
+    const port = await freeUdpPort();
+    const warnings: string[] = [];
+    let twoRetries: () => void = () => {};
+    const retried = new Promise<void>((resolve) => (twoRetries = resolve));
+    const m = await Membership.start({
+      ...base,
+      nodeId: "first",
+      bindAddr: `127.0.0.1:${port}`,
+      seeds: [`127.0.0.1:${port}`, "no-such-seed.invalid:7447"],
+      joinBackoffMs: { initial: 20, max: 40 },
+      logger: {
+        info: () => {},
+        error: () => {},
+        warn: (message) => {
+          warnings.push(message);
+          if (warnings.filter((w) => w === "no seed answered; retrying").length >= 2) twoRetries();
+        },
+      },
+    });
+    const joining = m.join();
+    try {
+      const first = await withTimeout(
+        Promise.race([retried.then(() => "retried"), joining.then(() => "joined")]),
+        10_000,
+        "the join's retries",
+      );
+      assert.equal(first, "retried", "the join ended before the seed resolved");
+      assert.ok(warnings.includes("cannot resolve a seed"));
+    } finally {
+      await m.close();
+    }
+    await assert.rejects(joining, { code: "CAIRN_ERR_MEMBERSHIP_CLOSED" });
+  });
+
   it("a datagram with another shard count from a host that is not a seed does not abort the join", async () => {
     const bound = async (): Promise<dgram.Socket> => {
       const s = dgram.createSocket("udp4");
