@@ -186,6 +186,8 @@ export class Membership {
    */
   readonly #lookupFamily: 0 | 4 | 6;
   #closed = false;
+  /** A re-contact round is under way (#recontactSeeds). */
+  #recontacting = false;
   #inFlight = 0;
   /** When each problem (kind and sender) was last logged (REPORT_EVERY_MS). */
   readonly #reported = new Map<string, number>();
@@ -257,7 +259,17 @@ export class Membership {
     this.#timers.push(setInterval(() => this.#tick(), this.#tickMs));
     const recontact = options.seedRecontactMs ?? 30_000;
     if (recontact > 0 && (options.seeds.length > 0 || options.recorded !== undefined)) {
-      this.#timers.push(setInterval(() => void this.#recontactSeeds(), recontact));
+      // One round at a time: behind a DNS server that does not answer, a seed's lookup takes
+      // tens of seconds (resolv.conf's timeouts, each search domain), and a round started beside
+      // the one still waiting added lookups faster than they ended, every other lookup of the
+      // process queued behind them (libuv runs two at once).
+      this.#timers.push(
+        setInterval(() => {
+          if (this.#recontacting) return;
+          this.#recontacting = true;
+          void this.#recontactSeeds().finally(() => (this.#recontacting = false));
+        }, recontact),
+      );
     }
     this.#metrics.onClusterSize(this.#swim.liveCount);
     this.#log.info("membership started", {

@@ -9,6 +9,8 @@ import dgram from "node:dgram";
 import { once } from "node:events";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import dnsPromises from "node:dns/promises";
+import { syncBuiltinESMExports } from "node:module";
 import { after, describe, it } from "node:test";
 import {
   decodeMessage,
@@ -821,3 +823,48 @@ function loneMember(extra: Partial<MembershipOptions> = {}): Promise<Membership>
     ...extra,
   });
 }
+
+describe("membership re-contact of its seeds", () => {
+  it("one round at a time: a seed lookup that hangs (a DNS server that does not answer) is not started again each round", async (t) => {
+    // getaddrinfo behind a silent DNS server takes tens of seconds a name (its timeouts times
+    // the search domains), and libuv runs two at once for the whole process: a round started
+    // every 30 s beside the one still waiting added lookups faster than they ended, and every
+    // other lookup of the node (members by name, gRPC peers) waited behind the pile.
+    const hanging: (() => void)[] = [];
+    const real = dnsPromises.lookup;
+    t.mock.method(dnsPromises, "lookup", ((host: string, options?: unknown) => {
+      if (host !== "silent-dns.example") return real(host, options as never);
+      return new Promise((_, reject) =>
+        hanging.push(() =>
+          reject(Object.assign(new Error("queryA ETIMEOUT"), { code: "ETIMEOUT" })),
+        ),
+      );
+    }) as typeof dnsPromises.lookup);
+    syncBuiltinESMExports();
+    t.mock.timers.enable({ apis: ["setInterval"] });
+    let m: Membership | undefined;
+    try {
+      m = await Membership.start({
+        advertiseHttpAddr: "127.0.0.1:8080",
+        totalShards: 16,
+        nodeId: "n1",
+        bindAddr: "127.0.0.1:0",
+        seeds: ["silent-dns.example:7447"],
+        seedRecontactMs: 1_000,
+      });
+      for (let round = 0; round < 5; round++) t.mock.timers.tick(1_000);
+      assert.equal(hanging.length, 1, "lookups of the seed in flight after five rounds");
+      // Once it returns, the next round looks it up again.
+      hanging.shift()?.();
+      await new Promise((r) => setImmediate(r));
+      t.mock.timers.tick(1_000);
+      assert.equal(hanging.length, 1, "the next round's lookup");
+    } finally {
+      for (const fail of hanging.splice(0)) fail();
+      t.mock.timers.reset();
+      await m?.close();
+      t.mock.restoreAll();
+      syncBuiltinESMExports();
+    }
+  });
+});
