@@ -2,8 +2,11 @@
  * Runs the deterministic SWIM simulation over many seeds and prints detection, convergence and
  * false-positive figures. A failing seed prints the exact command that replays it.
  *
- *   npm run sim:swim -- [--seeds N] [--seed S] [--members 3,10,100] [--scenario crash,soak,...]
- *                       [--minutes M] [--loss 0.1] [--trace] [--trace-messages]
+ *   npm run sim:swim -- [--seeds N] [--first-seed S] [--seed S] [--members 3,10,100]
+ *                       [--scenario crash,soak,...] [--minutes M] [--loss 0.1] [--trace]
+ *                       [--trace-messages] [--help]
+ *
+ * A number that is not one (`--minutes x`, `--seeds ""`) is a usage error, exit 2.
  *
  * Without --scenario it runs crash and partition (1% loss), soak (10% loss, a member paused
  * 1.5 s each minute) and mixed (5% loss, pauses, crashes and partitions) for every member count.
@@ -12,39 +15,74 @@
 import { parseArgs } from "node:util";
 import { type Scenario, SCENARIOS, runSimulation } from "../src/membership/sim/index.ts";
 
-const { values } = parseArgs({
-  options: {
-    seeds: { type: "string", default: "10" },
-    seed: { type: "string" },
-    "first-seed": { type: "string", default: "1" },
-    members: { type: "string", default: "3,10,100" },
-    scenario: { type: "string" },
-    minutes: { type: "string", default: "10" },
-    loss: { type: "string" },
-    trace: { type: "boolean", default: false },
-    "trace-messages": { type: "boolean", default: false },
-  },
-});
+/**
+ * A usage error, exit 2. Number() alone took anything: `--minutes x` ran the simulation for NaN
+ * minutes, which never ended, and `--seeds x` ran no seed and reported 0 violations, exit 0.
+ */
+function usage(message: string): never {
+  console.error(`sim:swim: ${message} (--help for usage)`);
+  process.exit(2);
+}
 
-const memberCounts = values.members.split(",").map(Number);
+const options = {
+  seeds: { type: "string", default: "10" },
+  seed: { type: "string" },
+  "first-seed": { type: "string", default: "1" },
+  members: { type: "string", default: "3,10,100" },
+  scenario: { type: "string" },
+  minutes: { type: "string", default: "10" },
+  loss: { type: "string" },
+  trace: { type: "boolean", default: false },
+  "trace-messages": { type: "boolean", default: false },
+  help: { type: "boolean", short: "h", default: false },
+} as const;
+
+/** The flags; one it does not know, or a value missing, is a usage error too. */
+function flags(): ReturnType<typeof parseArgs<{ options: typeof options; strict: true }>> {
+  try {
+    return parseArgs({ options, strict: true });
+  } catch (err) {
+    return usage((err as Error).message);
+  }
+}
+
+const { values } = flags();
+
+if (values.help) {
+  console.log(
+    "usage: npm run sim:swim -- [--seeds N] [--first-seed S] [--seed S] [--members 3,10,100] " +
+      `[--scenario ${SCENARIOS.join(",")}] [--minutes M] [--loss 0..1] [--trace] [--trace-messages]`,
+  );
+  process.exit(0);
+}
+
+/** A whole number of decimal digits, at least `min`. */
+function int(name: string, text: string, min: number): number {
+  const n = /^[0-9]{1,15}$/.test(text) ? Number(text) : NaN;
+  if (!Number.isSafeInteger(n) || n < min) {
+    usage(`--${name} must be an integer ≥ ${min}, got ${JSON.stringify(text)}`);
+  }
+  return n;
+}
+
+const memberCounts = values.members.split(",").map((m) => int("members", m, 1));
 const scenarios = (values.scenario ?? "crash,partition,soak,mixed").split(",") as Scenario[];
 for (const s of scenarios) {
-  if (!SCENARIOS.includes(s)) throw new Error(`unknown scenario ${s} (${SCENARIOS.join(", ")})`);
+  if (!SCENARIOS.includes(s)) usage(`unknown scenario ${s} (${SCENARIOS.join(", ")})`);
 }
-const minutes = Number(values.minutes);
+const minutes = int("minutes", values.minutes, 1);
+const lossFlag = values.loss === undefined ? undefined : Number(values.loss);
+if (lossFlag !== undefined && !(values.loss?.trim() !== "" && lossFlag >= 0 && lossFlag <= 1)) {
+  usage(`--loss must be a number from 0 to 1, got ${JSON.stringify(values.loss)}`);
+}
+const firstSeed = int("first-seed", values["first-seed"], 0);
 const seeds =
   values.seed === undefined
-    ? Array.from({ length: Number(values.seeds) }, (_, i) => Number(values["first-seed"]) + i)
-    : [Number(values.seed)];
+    ? Array.from({ length: int("seeds", values.seeds, 1) }, (_, i) => firstSeed + i)
+    : [int("seed", values.seed, 0)];
 
 const lossFor = (s: Scenario): number =>
-  values.loss !== undefined
-    ? Number(values.loss)
-    : s === "soak"
-      ? 0.1
-      : s === "mixed"
-        ? 0.05
-        : 0.01;
+  lossFlag !== undefined ? lossFlag : s === "soak" ? 0.1 : s === "mixed" ? 0.05 : 0.01;
 
 function percentile(xs: number[], p: number): string {
   if (xs.length === 0) return "-";

@@ -3,6 +3,8 @@
  * Bigger runs (more seeds, the full hour for 100 members) are `npm run sim:swim`.
  */
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import {
   runSimulation,
@@ -107,5 +109,41 @@ describe("SWIM simulation", () => {
     });
     assert.ok(r.falsePositives > 0);
     assert.match(r.violations[0] ?? "", /false positive: n\d+ declared n\d+ dead/);
+  });
+});
+
+describe("npm run sim:swim", () => {
+  const script = join(import.meta.dirname, "..", "..", "scripts", "sim-swim.ts");
+  const run = (args: string[]): { status: number | null; stdout: string; stderr: string } => {
+    const r = spawnSync(process.execPath, [script, ...args], { encoding: "utf8", timeout: 60_000 });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  };
+
+  it("refuses a number that is none, exit 2, rather than running no seed or never ending", () => {
+    // `--minutes x` ran for NaN simulated minutes, for ever; `--seeds x` ran no seed and said
+    // "0 violations", exit 0; `--loss x` simulated without loss; `--help` threw.
+    const cases: [string[], RegExp][] = [
+      [["--minutes", "x"], /--minutes must be an integer/],
+      [["--seeds", "x"], /--seeds must be an integer/],
+      [["--seeds", ""], /--seeds must be an integer/],
+      [["--members", "3,x"], /--members must be an integer/],
+      [["--seed=-1"], /--seed must be an integer/],
+      [["--loss", "x"], /--loss must be a number from 0 to 1/],
+      [["--loss", "2"], /--loss must be a number from 0 to 1/],
+      [["--scenario", "crush"], /unknown scenario crush/],
+    ];
+    const failed: string[] = [];
+    for (const [args, message] of cases) {
+      const r = run([...args, "--members", "3", "--minutes", "1", ...args]);
+      if (r.status !== 2 || !message.test(r.stderr)) {
+        failed.push(
+          `${args.join(" ")}: exit ${r.status}, ${JSON.stringify(r.stderr.slice(0, 200))}`,
+        );
+      }
+    }
+    assert.deepEqual(failed, []);
+    const help = run(["--help"]);
+    assert.equal(help.status, 0);
+    assert.match(help.stdout, /^usage: npm run sim:swim -- /);
   });
 });
