@@ -4,10 +4,11 @@
  * | metric                       | type      | fed by                                     |
  * | ---------------------------- | --------- | ------------------------------------------ |
  * | `swim_cluster_size`          | gauge     | onClusterSize: live members, self included |
- * | `swim_failed_members_total`  | counter   | onMemberFailed: once per member declared dead by this node |
+ * | `swim_failed_members_total`  | counter   | onMemberFailed: a member marked dead here  |
  * | `swim_gossip_latency_ms`     | histogram | observeGossipLatencyMs: ping → ack round trip |
  * | `cairn_swim_dropped_datagrams_total{reason}` | counter | onDatagramDropped |
  *
+ * A member is marked dead here when this node declares it failed or learns it by gossip.
  * "Live" counts alive and suspect members: a suspect member is still a member until declared dead.
  */
 import type { DecodeFailureReason } from "./core/index.ts";

@@ -284,7 +284,7 @@ export class CairnMetrics {
     });
     this.#failedMembers = new Counter({
       name: "swim_failed_members_total",
-      help: "Members this node has declared failed.",
+      help: "Members marked failed (dead) in this node's view: declared by it or learned by gossip.",
       registers,
     });
     this.#gossipLatency = new Histogram({
