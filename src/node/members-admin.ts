@@ -116,12 +116,11 @@ export function memberAdmin(
       if (why !== null) throw new CairnError("CAIRN_ERR_PRECONDITION", why);
       const standing = await setState(node, "decommissioning");
       const after = await synced();
-      // Those that began decommissioning since this one's check: active then.
+      // Those that began decommissioning since this one's check: active then. One may be
+      // decommissioned already (it held no replica: the allocator's next pass ends it), or
+      // even removed since; it left all the same.
       const others = [...after.members.keys()]
-        .filter(
-          (n) =>
-            n !== node && after.stateOf(n) === "decommissioning" && meta.stateOf(n) === "active",
-        )
+        .filter((n) => n !== node && meta.stateOf(n) === "active" && isLeaving(after.stateOf(n)))
         .join(", ");
       const now = after.stateOf(node) === "decommissioning" ? tooFewLeft(after, node) : null;
       if (now !== null && others !== "") {
@@ -191,6 +190,11 @@ export function memberAdmin(
       return standingOf(node);
     },
   };
+}
+
+/** Whether a member in `state` is leaving, or has left, by a decommission. */
+function isLeaving(state: MemberState | undefined): boolean {
+  return state === "decommissioning" || state === "decommissioned" || state === "removed";
 }
 
 /** Why member `node`, in `state` (not decommissioning or active), cannot be recommissioned. */

@@ -7,6 +7,7 @@ import { describe, it } from "node:test";
 import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { toServiceError } from "../../src/api/errors.ts";
 import {
+  allocate,
   ClusterViewPublisher,
   type MetaCommand,
   type MetaMember,
@@ -211,5 +212,74 @@ describe("memberAdmin: two decommissions at once", () => {
     );
     const decommissioning = ["n3", "n4"].filter((n) => leader().stateOf(n) === "decommissioning");
     assert.equal(decommissioning.length, 2 - refusals.length, "each one not refused stands");
+  });
+
+  it("through two nodes: the other's counts once it is decommissioned already (it held no replica)", async () => {
+    // n1..n3 founded the cluster (shard 0 on them); n4 joined and holds no replica yet. Each
+    // decommission leaves three active members, the two together two. The allocator's next pass
+    // makes n4, empty, decommissioned at once: here between n4's decommission and n1's, both
+    // checked on the state before either. n1's found no other member *decommissioning* then,
+    // and stood: n1 could never be emptied, two active members left for three replicas.
+    let leader = MetaState.empty();
+    const cmds: MetaCommand[] = [
+      {
+        op: "bootstrap",
+        clusterId: "c1",
+        totalShards: 64,
+        replicationFactor: 3,
+        members: [1, 2, 3].map(member),
+      },
+      { op: "join", member: { ...member(4), incarnation: "inc4" } },
+      { op: "set-state", id: "n4", state: "active" },
+    ];
+    for (const c of cmds) leader = leader.apply(c).state;
+    /** The allocator's pass on the meta leader, every member alive: its members' lives only. */
+    const allocatorPass = (): void => {
+      const lives = allocate({
+        meta: leader,
+        unreachableLong: new Set(),
+        alive: new Set(leader.members.keys()),
+        caughtUp: () => true,
+        maxMoves: 0,
+        balanceMoves: 0,
+        tolerance: 1,
+      }).filter((c) => c.op === "set-state");
+      for (const c of lives) leader = leader.apply(c).state;
+    };
+    const admin = (): ReturnType<typeof memberAdmin> => {
+      const cs = new ClusterState(
+        config,
+        silentLogger,
+        new ClusterViewPublisher(64),
+        "i",
+        () => {},
+      );
+      cs.applied(leader);
+      cs.attach({
+        propose: async (cmd) => {
+          await new Promise((resolve) => setImmediate(resolve));
+          const r = leader.apply(cmd);
+          if (r.outcome.kind === "rejected") throw metaRefusal(r.outcome);
+          leader = r.state;
+          allocatorPass();
+        },
+      });
+      return memberAdmin(cs, () => {
+        cs.applied(leader);
+        return Promise.resolve();
+      });
+    };
+    const [empty, full] = await Promise.allSettled([
+      admin().decommission("n4"),
+      admin().decommission("n1"),
+    ]);
+    assert.equal(empty.status, "fulfilled");
+    assert.equal(leader.stateOf("n4"), "decommissioned");
+    assert.equal(full.status, "rejected", "n1's decommission stood");
+    assert.match(
+      String((full as PromiseRejectedResult).reason),
+      /\(n4 began decommissioning at the same time\); n1's decommission was cancelled/,
+    );
+    assert.deepEqual(leader.activeMembers(), ["n1", "n2", "n3"]);
   });
 });
