@@ -43,6 +43,13 @@ export function memberAdmin(
         retryable: true,
       });
     }
+    // Decommissioned (or removed), this node left the meta group: its state stopped there, and
+    // a sync through its replica of the group never ends (the call waited PROPOSE_TIMEOUT_MS,
+    // then timed out, retryable, as though the meta group were slow). Another member answers.
+    if (cluster.staleViewReason() !== null) {
+      const why = cluster.notServingReason() ?? "this node left its cluster";
+      throw new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true });
+    }
     return meta;
   };
   const synced = async (): Promise<MetaState> => {

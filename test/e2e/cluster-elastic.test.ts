@@ -364,6 +364,24 @@ describe("elastic cluster (real processes)", () => {
         ]);
         assert.equal(nextEndpoint.code, 0, nextEndpoint.err);
         assert.match(nextEndpoint.out, /^n2\tdecommissioned\t/m);
+        // A member command asked of n2 is refused at once, naming why: n2 no longer follows the
+        // meta group. (It waited 10 s for a sync that never came, and the client's 5 s ran out
+        // first: status said "unavailable: Deadline exceeded after 4.945s", and remove, a write,
+        // "write outcome unknown ... read the key to find out", exit 6.)
+        for (const action of ["status", "remove"]) {
+          const asked = await runCairn([
+            "node",
+            action,
+            "n2",
+            "--endpoints",
+            cluster.node("n2").rpc,
+          ]);
+          assert.equal(asked.code, 3, `${action}: ${asked.err}`);
+          assert.match(
+            asked.err,
+            /unavailable: node n2 was decommissioned from cluster .*another node/,
+          );
+        }
         // Too late to cancel: it has left the meta group, and comes back only as a new member.
         const late = await runCairn(["node", "recommission", "n2", ...endpoints]);
         assert.notEqual(late.code, 0);

@@ -18,6 +18,7 @@ import { loadConfig } from "../../src/config/index.ts";
 import { ClusterState, metaRefusal } from "../../src/node/cluster.ts";
 import { memberAdmin } from "../../src/node/members-admin.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import { metaStateOf } from "./meta-fixtures.ts";
 
 const config = loadConfig({
   env: { CAIRN_NODE_ID: "n1", CAIRN_SEED_NODES: "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003" },
@@ -138,6 +139,59 @@ describe("memberAdmin", () => {
     assert.equal(got.code, status.DEADLINE_EXCEEDED, got.details);
     assert.match(got.details ?? "", /the meta group did not record member n3 as decommissioning/);
     assert.equal(got.metadata?.get("cairn-error-code")[0], "CAIRN_ERR_TIMEOUT");
+  });
+});
+
+describe("memberAdmin on a node that was decommissioned", () => {
+  it("refuses at once, UNAVAILABLE naming why and where to ask, instead of waiting for the meta group", async () => {
+    // n1 (this node) joined, was decommissioned and still runs: it is out of the meta group, and
+    // a sync through its own replica of it never ends. A call waited for it 10 s, then answered
+    // DEADLINE_EXCEEDED "the meta group did not confirm its state": past the CLI's 5 s, cairn
+    // node remove said "write outcome unknown ... read the key to find out", exit 6.
+    const s = metaStateOf(
+      {
+        op: "bootstrap",
+        clusterId: "c1",
+        totalShards: 64,
+        replicationFactor: 3,
+        members: [2, 3, 4].map(member),
+      },
+      { op: "join", member: { ...member(1), incarnation: "inc1" } },
+      { op: "set-state", id: "n1", state: "active" },
+      { op: "set-state", id: "n1", state: "decommissioning" },
+      { op: "set-state", id: "n1", state: "decommissioned" },
+    );
+    const cs = new ClusterState(
+      config,
+      silentLogger,
+      new ClusterViewPublisher(64),
+      "inc1",
+      () => {},
+    );
+    cs.applied(s);
+    let syncs = 0;
+    const admin = memberAdmin(cs, () => {
+      syncs++;
+      return new Promise<void>(() => undefined);
+    });
+    const calls = await Promise.allSettled([
+      admin.standing("n1"),
+      admin.decommission("n2"),
+      admin.recommission("n2"),
+      admin.remove("n1"),
+    ]);
+    for (const call of calls) {
+      assert.equal(call.status, "rejected");
+      const answer = toServiceError((call as PromiseRejectedResult).reason);
+      assert.equal(answer.code, status.UNAVAILABLE, answer.details);
+      assert.equal(answer.metadata?.get("cairn-error-code")[0], "CAIRN_ERR_NOT_MEMBER");
+      assert.match(
+        answer.details ?? "",
+        /node n1 was decommissioned from cluster c1: .*another node/,
+      );
+    }
+    assert.equal(syncs, 0, "no wait for the meta group");
+    assert.equal(s.stateOf("n1"), "decommissioned");
   });
 });
 
