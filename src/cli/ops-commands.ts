@@ -552,7 +552,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
   remove NODE         retires a dead or decommissioned member for good: its data directory
                       never serves again (a new machine joins with a new id, or with the
                       old id and an empty data directory, as a new member). A removed node
-                      still running stops by itself within seconds.
+                      still running (decommissioned, or back from a pause) stops by itself
+                      within seconds; one cut off from the others' gossip does not: stop it.
   status NODE         NODE's state and the replicas placed on it; changes nothing.
 
 Options:

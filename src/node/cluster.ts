@@ -1106,7 +1106,12 @@ export class ClusterState {
    * (CAIRN_ERR_NODE_REMOVED), as a restart on its data directory would. While it is
    * decommissioning, it reads them too: once they show it decommissioned
    * (decommissionedByViews), a commit its meta replica may never apply, it serves no more.
-   * `probe` is for tests.
+   * And for AWAY_CHECKS_MS after it was away for `cluster.dead_after_ms` or longer (its
+   * process paused: SIGSTOP, a frozen VM, a stall; seen as this loop's sleep that long late):
+   * meanwhile the meta leader may have marked it dead and an operator removed it, which its
+   * own meta state, out of the meta group once dead, never shows; it ran on for good, its
+   * /health/quick 200, serving as the member it no longer is. `probe` and `now` (the
+   * monotonic clock, ms) are for tests.
    */
   async removalLoop(
     membership: Pick<Membership, "members">,
@@ -1114,21 +1119,29 @@ export class ClusterState {
     {
       probe = (a, n) => probeMember(a, n, this.#peerTls),
       intervalMs = REMOVAL_CHECK_MS,
+      now = () => performance.now(),
     }: {
       probe?: (address: string, nodeId: string) => Promise<MemberProbe | undefined>;
       intervalMs?: number;
+      now?: () => number;
     } = {},
   ): Promise<void> {
     const id = this.#config.node_id;
     const running = (): boolean => !stopped() && !this.#closed && !this.#lost;
     // Checks in a row without enough views: the next one asks other peers (peersToAsk).
     let turn = 0;
+    // Until when this node checks its peers' views after it was away (see above).
+    let awayChecksUntil = -Infinity;
     while (running()) {
+      const asleep = now();
       await this.#pause(intervalMs);
       const meta = this.#meta;
       if (!running() || meta === null || meta.clusterId === null) continue;
+      if (now() - asleep - intervalMs >= this.#config.cluster.dead_after_ms)
+        awayChecksUntil = now() + AWAY_CHECKS_MS;
       const left = this.#hasLeftForGood(meta);
-      if (!left && this.#stateOf(meta) !== "decommissioning") continue;
+      const away = now() < awayChecksUntil;
+      if (!left && this.#stateOf(meta) !== "decommissioning" && !away) continue;
       const clusterId = meta.clusterId;
       const peers = peersToAsk(id, membership.members(), (m) => meta.stateOf(m), turn);
       if (peers.length === 0) continue;
@@ -1613,6 +1626,12 @@ export async function checkRejoin(
     );
   }
 }
+
+/**
+ * How long a node checks its peers' views for its removal after it was away for
+ * `cluster.dead_after_ms` or longer (ClusterState.removalLoop).
+ */
+export const AWAY_CHECKS_MS = 60_000;
 
 /** What a node's first cluster view says (probeMember). */
 export interface MemberProbe extends ViewAnswer {

@@ -225,7 +225,10 @@ export class CairnNode implements HealthSource {
   #peerTls: PeerTls | null = null;
   #bootstrap: Promise<void> | null = null;
   #rejoin: Promise<void> | null = null;
-  /** ClusterState.removalLoop: a decommissioned node learns it was removed, and stops. */
+  /**
+   * ClusterState.removalLoop: a decommissioned node (or one back from a long pause) learns it
+   * was removed, and stops.
+   */
   #removal: Promise<void> | null = null;
   #spreadTimer: NodeJS.Timeout | null = null;
   /** The disk space kept free (storage.min_free_bytes); null until the store opens. */

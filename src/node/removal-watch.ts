@@ -12,6 +12,11 @@
  * asks the next peers in that order. A mistaken verdict could only stop a decommissioned node,
  * which serves nothing.
  *
+ * So does, for a minute, a member back from a pause of `cluster.dead_after_ms` or longer (a
+ * frozen VM, SIGSTOP): it may have been marked dead and removed meanwhile, which its own state,
+ * out of the meta group once dead, never shows. (Caveat: one that ran on, cut off from its peers'
+ * gossip, has no live peer to ask, and does not learn it.)
+ *
  * A member still `decommissioning` in its own state asks too: the meta leader removes a
  * decommissioned member's learner of the meta group right after it commits `decommissioned`,
  * and a node cut off in between (a pause, a partition) never learns that commit; it would serve

@@ -737,6 +737,75 @@ describe("elastic cluster (real processes)", () => {
     },
   );
   it(
+    "a member paused long enough to be marked dead and removed stops by itself once it runs again",
+    { timeout: 240_000 },
+    async () => {
+      await withCluster(
+        "paused-removed",
+        { CAIRN_CLUSTER_DEAD_AFTER_MS: "3000" },
+        async (cluster) => {
+          const c1 = clientOf(cluster, "n1");
+          const { acknowledged, put } = acknowledgedPuts();
+          for (let i = 0; i < 32; i++) await put(c1, `p${i}`, `v${i}`);
+          await cluster.start("n4");
+          await eventually(
+            "n4 is active and holds replicas",
+            async () =>
+              (await memberStates(c1)).includes("n4=active") &&
+              ((await members(c1)).replicas.get("n4") ?? 0) > 0,
+            60_000,
+          );
+          // n4 is paused (a frozen VM, SIGSTOP): marked dead, its replicas re-created on n1..n3,
+          // and removed by an operator who took it for gone.
+          const paused = cluster.node("n4").server;
+          assert.ok(paused !== null);
+          paused.proc.kill("SIGSTOP");
+          try {
+            await eventually(
+              "n4 dead, its replicas re-created",
+              async () => {
+                const m = await members(c1);
+                const work = await placementWork(cluster.node("n1").server?.http);
+                return (
+                  m.states.includes("n4=dead") &&
+                  m.replicas.get("n4") === 0 &&
+                  work.moving === 0 &&
+                  work.underReplicated === 0
+                );
+              },
+              120_000,
+            );
+            const remove = await runCairn([
+              "node",
+              "remove",
+              "n4",
+              "--endpoints",
+              cluster.node("n1").rpc,
+            ]);
+            assert.equal(remove.code, 0, remove.err);
+            for (let i = 0; i < 32; i++) await put(c1, `p${i}`, `after-${i}`);
+          } finally {
+            paused.proc.kill("SIGCONT");
+          }
+          // Running again, its own state (out of the meta group once dead) still says active: it
+          // ran on for good, /health/quick 200. Its peers' views tell it it was removed.
+          const exit = await Promise.race([
+            paused.exited,
+            new Promise<null>((resolve) => setTimeout(() => resolve(null), 30_000).unref()),
+          ]);
+          assert.equal(
+            exit?.code,
+            1,
+            "the removed n4 stops by itself within 30 s of running again",
+          );
+          assert.match(paused.lines.join("\n"), /CAIRN_ERR_NODE_REMOVED/);
+          await cluster.stop("n4", "SIGKILL");
+          await readsBack(cluster, ["n1", "n2", "n3"], acknowledged);
+        },
+      );
+    },
+  );
+  it(
     "a member down while a node joins, which then leads the meta group, catches up once restarted (chaos seed 103)",
     { timeout: 300_000, skip: !LONG && "long run: npm run test:elastic-long" },
     async () => {

@@ -15,7 +15,7 @@ import {
 import { loadConfig } from "../../src/config/index.ts";
 import type { MemberView } from "../../src/membership/index.ts";
 import { incarnation, memberId } from "../../src/membership/core/index.ts";
-import { ClusterState, type MemberProbe } from "../../src/node/cluster.ts";
+import { AWAY_CHECKS_MS, ClusterState, type MemberProbe } from "../../src/node/cluster.ts";
 import { peersToAsk, REMOVAL_PROBES, removedByViews } from "../../src/node/removal-watch.ts";
 import { silentLogger } from "../../src/ops/index.ts";
 import { metaStateOf } from "./meta-fixtures.ts";
@@ -159,6 +159,72 @@ describe("ClusterState.removalLoop", () => {
     });
     assert.equal(probes, 0);
     assert.deepEqual(lost, []);
+  });
+
+  it("after it was away for dead_after_ms (paused), an active node asks its peers' views, and stops once they show it removed", async () => {
+    // n2 was paused (SIGSTOP, a frozen VM) long enough to be marked dead; its replicas were
+    // re-created elsewhere and an operator removed it. Its own state, out of the meta group
+    // once dead, still says active: it ran on for good, its /health/quick 200.
+    const { cs, lost } = node();
+    cs.applied(metaStateOf(boot, ...joined));
+    const deadAfter = config.cluster.dead_after_ms;
+    let t = 0;
+    let calls = 0;
+    let probes = 0;
+    await cs.removalLoop(
+      gossip,
+      () => {
+        calls++;
+        // The second pass's wake-up: a sleep that long late.
+        if (calls === 4) t += deadAfter + 1;
+        return lost.length > 0 || calls > 40;
+      },
+      {
+        intervalMs: 1,
+        now: () => t,
+        probe: () => {
+          probes++;
+          return Promise.resolve(view("n1", "n3", "n4"));
+        },
+      },
+    );
+    assert.ok(probes > 0, "it asked once it was back");
+    assert.equal(lost.length, 1);
+    assert.equal(lost[0]?.code, "CAIRN_ERR_NODE_REMOVED");
+    assert.match(lost[0]?.message ?? "", /member n2 was removed from cluster c1/);
+  });
+
+  it("after it was away, an active node its peers' views list goes on, and stops asking a while later", async () => {
+    const { cs, lost } = node();
+    cs.applied(metaStateOf(boot, ...joined));
+    let t = 0;
+    let calls = 0;
+    let probes = 0;
+    let probesAtEnd = 0;
+    await cs.removalLoop(
+      gossip,
+      () => {
+        calls++;
+        if (calls === 4) t += config.cluster.dead_after_ms + 1;
+        // Past the checks' window (a moment, not another absence): the probes stop.
+        if (calls === 20) {
+          t += AWAY_CHECKS_MS + 1;
+          probesAtEnd = probes;
+        }
+        return calls > 40;
+      },
+      {
+        intervalMs: 1,
+        now: () => t,
+        probe: () => {
+          probes++;
+          return Promise.resolve(view("n1", "n2", "n3", "n4"));
+        },
+      },
+    );
+    assert.deepEqual(lost, []);
+    assert.ok(probesAtEnd > 0, "it asked");
+    assert.ok(probes <= probesAtEnd + 3, `${probes - probesAtEnd} probes past the window`);
   });
 
   it("stops a decommissioned node once its peers' views no longer list it, once", async () => {
