@@ -4,7 +4,12 @@
  */
 import type { ClientRequest } from "node:http";
 import { status } from "@grpc/grpc-js";
-import { type CairnClient, ServerError } from "../client/index.ts";
+import {
+  type CairnClient,
+  DeadlineExceededError,
+  ServerError,
+  UnavailableError,
+} from "../client/index.ts";
 import { isNodeId, sameAddress } from "../config/index.ts";
 import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cluster-view.ts";
 import {
@@ -559,7 +564,8 @@ Changes a member's standing in the cluster (cluster mode), through the node at t
 Options:
   --wait                 decommission: wait until NODE holds no replica (asked through NODE
                          itself, it follows through another member the view names), for as
-                         long as that takes: --timeout bounds each call it makes
+                         long as that takes: --timeout bounds each call it makes; the node
+                         it asks may not answer for 2 minutes (a restart) before it gives up
 ${GLOBAL_HELP}
 
 Examples:
@@ -572,6 +578,8 @@ Examples:
 const DECOMMISSION_POLL_MS = 1_000;
 /** How long \`--wait\` sees no replica leave before it says what a move needs. */
 export const DECOMMISSION_STALL_MS = 60_000;
+/** How long \`--wait\` goes on asking a node that does not answer (a restart) before it gives up. */
+const DECOMMISSION_UNREACHABLE_MS = 120_000;
 
 /** A member's standing, as Admin.DecommissionNode answers it. */
 export interface Standing {
@@ -583,8 +591,11 @@ export interface Standing {
 /**
  * \`node decommission --wait\`: asks for the standing every \`everyMs\` while the member is
  * decommissioning, printing each change; once \`stallMs\` pass with no replica leaving, says so
- * once (again after the next replica leaves and another stall). Resolves to the last standing:
- * decommissioned, or whatever else ended the decommission (recommissioned: active; dead; removed).
+ * once (again after the next replica leaves and another stall). A poll that the node did not
+ * answer (UnavailableError, DeadlineExceededError: restarting, say, during a decommission of
+ * hours) is said once and asked again, for \`unreachableMs\` at most; its error is thrown then,
+ * and at once any other. Resolves to the last standing: decommissioned, or whatever else ended
+ * the decommission (recommissioned: active; dead; removed).
  */
 export async function followDecommission(
   first: Standing,
@@ -592,8 +603,11 @@ export async function followDecommission(
     readonly poll: () => Promise<Standing>;
     readonly print: (s: Standing) => void;
     readonly stalled: (s: Standing, ms: number) => void;
+    /** The first poll of a run that the node did not answer. */
+    readonly unreachable: (err: Error) => void;
     readonly everyMs: number;
     readonly stallMs: number;
+    readonly unreachableMs: number;
     readonly sleep: (ms: number) => Promise<void>;
     readonly now: () => number;
   },
@@ -601,9 +615,23 @@ export async function followDecommission(
   let standing = first;
   let since = o.now();
   let warned = false;
+  /** When the polls stopped being answered, or null while they are. */
+  let unanswered: number | null = null;
   while (standing.state === "decommissioning") {
     await o.sleep(o.everyMs);
-    const next = await o.poll();
+    let next: Standing;
+    try {
+      next = await o.poll();
+    } catch (err) {
+      const waitable = err instanceof UnavailableError || err instanceof DeadlineExceededError;
+      if (!waitable) throw err;
+      if (unanswered === null) {
+        unanswered = o.now();
+        o.unreachable(err);
+      } else if (o.now() - unanswered >= o.unreachableMs) throw err;
+      continue;
+    }
+    unanswered = null;
     if (next.replicas !== standing.replicas || next.state !== standing.state) {
       o.print(next);
       since = o.now();
@@ -715,7 +743,12 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
             `cairn node: no replica has left ${s.nodeId} in ${Math.round(ms / 1000)} s (${s.replicas} left): a move needs an active member that has room on its disk and does not hold the shard yet (cairn cluster: STATE), and cluster.rebalance.max_moves above 0; still waiting\n`,
           ),
         everyMs: DECOMMISSION_POLL_MS,
+        unreachable: (err) =>
+          io.stderr.write(
+            `cairn node: ${through} does not answer (${err.message}); the decommission goes on there, still waiting\n`,
+          ),
         stallMs: DECOMMISSION_STALL_MS,
+        unreachableMs: DECOMMISSION_UNREACHABLE_MS,
         sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
         now: () => performance.now(),
       });

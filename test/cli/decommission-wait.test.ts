@@ -5,30 +5,38 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { followDecommission, type Standing } from "../../src/cli/ops-commands.ts";
+import { ServerError, UnavailableError } from "../../src/client/index.ts";
 
-/** Runs followDecommission over `answers` (one a poll) on a clock that each sleep moves on. */
-async function follow(answers: readonly [state: string, replicas: number][]) {
+/**
+ * Runs followDecommission over `answers` (one a poll: a standing, or an error the poll throws)
+ * on a clock that each sleep moves on.
+ */
+async function follow(answers: readonly ([state: string, replicas: number] | Error)[]) {
   let clock = 0;
   let next = 0;
   const printed: string[] = [];
   const stalls: string[] = [];
-  const at = (a: [string, number] | undefined): Standing => {
+  const unreachable: string[] = [];
+  const at = (a: [string, number] | Error | undefined): Standing => {
     assert.ok(a !== undefined, "polled past the last answer");
+    if (a instanceof Error) throw a;
     return { nodeId: "n2", state: a[0], replicas: a[1] };
   };
   const last = await followDecommission(at(["decommissioning", 12]), {
-    poll: () => Promise.resolve(at(answers[next++])),
+    poll: async () => at(answers[next++]),
     print: (s) => printed.push(`${clock / 1000}s ${s.state} ${s.replicas}`),
     stalled: (s, ms) => stalls.push(`${clock / 1000}s ${s.replicas} left, ${ms / 1000}s`),
+    unreachable: (err) => unreachable.push(`${clock / 1000}s ${err.message}`),
     everyMs: 1_000,
     stallMs: 5_000,
+    unreachableMs: 10_000,
     sleep: (ms) => {
       clock += ms;
       return Promise.resolve();
     },
     now: () => clock,
   });
-  return { last, printed, stalls, polls: next };
+  return { last, printed, stalls, unreachable, polls: next };
 }
 
 describe("cairn node decommission --wait", () => {
@@ -61,6 +69,31 @@ describe("cairn node decommission --wait", () => {
     ]);
     assert.deepEqual(r.stalls, ["5s 12 left, 5s", "14s 11 left, 5s"]);
     assert.deepEqual(r.printed, ["9s decommissioning 11", "16s decommissioned 0"]);
+  });
+
+  it("waits on through a node it asks that does not answer for a while (a restart)", async () => {
+    // The node the wait asks restarted during a long decommission: the wait ended there, exit
+    // 3, while the decommission went on (an audit, 2026-12-07).
+    const down = new UnavailableError("connect ECONNREFUSED 127.0.0.1:7448");
+    const r = await follow([
+      ["decommissioning", 12],
+      down,
+      down,
+      down,
+      ["decommissioning", 4],
+      ["decommissioned", 0],
+    ]);
+    assert.equal(r.last.state, "decommissioned");
+    assert.deepEqual(r.unreachable, ["2s connect ECONNREFUSED 127.0.0.1:7448"], "said once");
+    assert.deepEqual(r.printed, ["5s decommissioning 4", "6s decommissioned 0"]);
+    // Past unreachableMs without an answer, it gives up with the poll's error.
+    await assert.rejects(
+      follow([["decommissioning", 12], ...Array.from({ length: 12 }, () => down)]),
+      (err) => err === down,
+    );
+    // An error that waiting does not cure ends it at once.
+    const refused = new ServerError("CAIRN_ERR_PERMISSION_DENIED", "permission denied", 7);
+    await assert.rejects(follow([["decommissioning", 12], refused]), (err) => err === refused);
   });
 
   it("ends when the member stops decommissioning otherwise: recommissioned, or dead", async () => {
