@@ -1107,7 +1107,9 @@ export class ClusterState {
    * decommissioning, it reads them too: once they show it decommissioned
    * (decommissionedByViews), a commit its meta replica may never apply, it serves no more.
    * And for AWAY_CHECKS_MS after it was away for `cluster.dead_after_ms` or longer (its
-   * process paused: SIGSTOP, a frozen VM, a stall; seen as this loop's sleep that long late):
+   * process paused: SIGSTOP, a frozen VM, a stall; seen as two of this loop's wake-ups that far
+   * apart, its sleep taken in steps of at most half of it, so that a pause no longer than
+   * `dead_after_ms` plus a step is seen, whatever `intervalMs`):
    * meanwhile the meta leader may have marked it dead and an operator removed it, which its
    * own meta state, out of the meta group once dead, never shows; it ran on for good, its
    * /health/quick 200, serving as the member it no longer is. `probe` and `now` (the
@@ -1132,13 +1134,21 @@ export class ClusterState {
     let turn = 0;
     // Until when this node checks its peers' views after it was away (see above).
     let awayChecksUntil = -Infinity;
+    const deadAfter = this.#config.cluster.dead_after_ms;
+    // The sleep's steps. Measured as one sleep that late, a pause was missed when it began
+    // late in the sleep: one of a little over dead_after_ms, seen as one under it (a flaky test).
+    const stepMs = Math.min(intervalMs, AWAY_STEP_MS, deadAfter / 2);
+    const steps = Math.max(1, Math.round(intervalMs / stepMs));
+    let lastWake = now();
     while (running()) {
-      const asleep = now();
-      await this.#pause(intervalMs);
+      for (let i = 0; i < steps; i++) {
+        await this.#pause(stepMs);
+        const woke = now();
+        if (woke - lastWake >= deadAfter) awayChecksUntil = woke + AWAY_CHECKS_MS;
+        lastWake = woke;
+      }
       const meta = this.#meta;
       if (!running() || meta === null || meta.clusterId === null) continue;
-      if (now() - asleep - intervalMs >= this.#config.cluster.dead_after_ms)
-        awayChecksUntil = now() + AWAY_CHECKS_MS;
       const left = this.#hasLeftForGood(meta);
       const away = now() < awayChecksUntil;
       if (!left && this.#stateOf(meta) !== "decommissioning" && !away) continue;
@@ -1632,6 +1642,9 @@ export async function checkRejoin(
  * `cluster.dead_after_ms` or longer (ClusterState.removalLoop).
  */
 export const AWAY_CHECKS_MS = 60_000;
+
+/** The longest step of the removal loop's sleep, which a pause is measured against. */
+const AWAY_STEP_MS = 1_000;
 
 /** What a node's first cluster view says (probeMember). */
 export interface MemberProbe extends ViewAnswer {
