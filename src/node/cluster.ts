@@ -1141,7 +1141,8 @@ export class ClusterState {
     const steps = Math.max(1, Math.round(intervalMs / stepMs));
     let lastWake = now();
     while (running()) {
-      for (let i = 0; i < steps; i++) {
+      // A stop wakes the step under way (close()): the steps left are not slept.
+      for (let i = 0; i < steps && running(); i++) {
         await this.#pause(stepMs);
         const woke = now();
         if (woke - lastWake >= deadAfter) awayChecksUntil = woke + AWAY_CHECKS_MS;
