@@ -158,6 +158,10 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
           peers: () => server.address,
           logger: recordingLogger(lines),
           onUnreachable: (peer) => unreachable.push(peer),
+          // A backoff the test's steps cannot outlast on a loaded machine: at the default (25 to
+          // 50 ms after a refusal) the second send below could come after it and be queued.
+          initialBackoffMs: 60_000,
+          maxBackoffMs: 60_000,
         });
         const dest = nodeId(to);
         try {
