@@ -127,6 +127,10 @@ async function withCluster(
   const clusterEnv = {
     CAIRN_CLUSTER_TOTAL_SHARDS: "16",
     CAIRN_CLUSTER_REBALANCE_TOLERANCE: "1",
+    // Balancing moves unpaced in practice (20 a second, within max_moves): the default 120 a
+    // minute added ~3 s to each wait for a new member's share (the pacing is the allocator
+    // loop's test's, test/node/allocator-loop.test.ts).
+    CAIRN_CLUSTER_REBALANCE_MOVES_PER_MINUTE: "1200",
     CAIRN_CLUSTER_BOOTSTRAP_EXPECT: String(founders.length),
     ...env,
   };
