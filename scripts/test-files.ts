@@ -31,6 +31,68 @@ const OWN_PROCESS: readonly RegExp[] = [
   /^\/\/ test: own process$/m,
 ];
 
+/**
+ * The isolated files that take longest, longest first: seconds each took in a fresh-clone
+ * `.ci/run` on the 2-vCPU VM of 2026-12-07 (a sampler of the test processes; every file of
+ * 8 s or more). An entry naming no file is skipped (test/test-files.test.ts names it); a file not
+ * listed runs after these.
+ */
+export const LONGEST_FIRST: readonly string[] = [
+  "test/e2e/cluster-elastic.test.ts", // 152 s
+  "test/chaos/chaos.test.ts", // 130
+  "test/e2e/cluster-move-crash.test.ts", // 85
+  "test/cli/cli.test.ts", // 76
+  "test/cli/backup.test.ts", // 59
+  "test/e2e/data-safety-disk.test.ts", // 56
+  "test/e2e/data-safety-corrupt-table.test.ts", // 49
+  "test/e2e/cluster-quiesce.test.ts", // 46
+  "test/e2e/connection-flood.test.ts", // 42
+  "test/storage/lsm.test.ts", // 41
+  "test/e2e/overload.test.ts", // 39
+  "test/storage/lsm-manifest-roll.test.ts", // 35
+  "test/e2e/cluster-durability.test.ts", // 33
+  "test/e2e/cluster-version.test.ts", // 32
+  "test/cli/bench.test.ts", // 32
+  "test/e2e/front-end-attacks.test.ts", // 31
+  "test/e2e/cluster-wipe.test.ts", // 30
+  "test/e2e/data-safety-wal.test.ts", // 28
+  "test/e2e/authz.test.ts", // 27
+  "test/storage/lsm-model.test.ts", // 27
+  "test/e2e/durability.test.ts", // 26
+  "test/e2e/cluster-workers.test.ts", // 24
+  "test/cli/cert.test.ts", // 24
+  "test/e2e/ops.test.ts", // 22
+  "test/e2e/data-safety-lock.test.ts", // 20
+  "test/raft/sim.test.ts", // 20
+  "test/e2e/cluster-tls.test.ts", // 20
+  "test/e2e/shard-workers.test.ts", // 20
+  "test/storage/wal.test.ts", // 20
+  "test/e2e/cluster-five.test.ts", // 18
+  "test/e2e/cluster-seedless-restart.test.ts", // 17
+  "test/e2e/cluster-join-flood.test.ts", // 16
+  "test/e2e/cluster.test.ts", // 16
+  "test/e2e/cluster-start.test.ts", // 15
+  "test/storage/lsm-regressions.test.ts", // 15
+  "test/client/client.test.ts", // 14
+  "test/e2e/data-safety-dir.test.ts", // 14
+  "test/e2e/cluster-address-change.test.ts", // 13
+  "test/api/h2-differential.test.ts", // 13
+  "test/e2e/tls.test.ts", // 13
+  "test/e2e/membership.test.ts", // 13
+  "test/membership/sim.test.ts", // 12
+  "test/e2e/rpc-addr-first.test.ts", // 11
+  "test/e2e/cluster-failover.test.ts", // 10
+  "test/membership/udp.test.ts", // 10
+  "test/api/h2-conformance.test.ts", // 9
+  "test/e2e/reloaded-files.test.ts", // 9
+  "test/e2e/data-safety-node-id.test.ts", // 8
+  "test/deploy/deploy.test.ts", // 8
+  "test/e2e/data-safety-shard-dir.test.ts", // 8
+  "test/e2e/shutdown.test.ts", // 8
+  "test/e2e/hangup.test.ts", // 8
+  "test/replication/multi-raft.test.ts", // 8
+];
+
 /** Relative imports of `source` that stay inside test/. */
 function localImports(file: string, source: string): string[] {
   const found: string[] = [];
@@ -60,6 +122,12 @@ export function testFiles(): { shared: string[]; isolated: string[] } {
   const isolated: string[] = [];
   for (const f of globSync("test/**/*.test.ts", { cwd: root }).sort())
     (needsOwnProcess(join(root, f)) ? isolated : shared).push(f);
+  const rank = (f: string): number => {
+    const i = LONGEST_FIRST.indexOf(f);
+    return i < 0 ? LONGEST_FIRST.length : i;
+  };
+  // A stable sort: the files not listed keep their name order.
+  isolated.sort((a, b) => rank(a) - rank(b));
   return { shared, isolated };
 }
 

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { globSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { testFiles } from "../scripts/test-files.ts";
+import { LONGEST_FIRST, testFiles } from "../scripts/test-files.ts";
 
 const root = join(import.meta.dirname, "..");
 
@@ -41,5 +41,14 @@ describe("the test files npm test runs together", () => {
       "test/cluster/view.test.ts",
     ])
       assert.ok(shared.includes(f), f);
+  });
+
+  it("starts the isolated files longest first, the rest after in name order", () => {
+    // Every entry of the list names a file that runs alone: a renamed or merged file's entry
+    // is caught here, not left to run it in name order unnoticed.
+    for (const f of LONGEST_FIRST) assert.ok(isolated.includes(f), `${f} is an isolated file`);
+    assert.deepEqual(isolated.slice(0, LONGEST_FIRST.length), LONGEST_FIRST);
+    const rest = isolated.slice(LONGEST_FIRST.length);
+    assert.deepEqual(rest, [...rest].sort());
   });
 });
