@@ -5,12 +5,12 @@
  * current version in trailing metadata; anything unexpected is INTERNAL. Never a silent success.
  */
 import { Metadata, type ServiceError, status } from "@grpc/grpc-js";
-import { CairnError } from "../common/errors.ts";
+import { CairnError, NotMemberError } from "../common/errors.ts";
 import { type Logger, LogWindow } from "../ops/index.ts";
 import { type NodeId, NotLeaderError } from "../raft/index.ts";
 import type { Version } from "../replication/index.ts";
 
-import { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY } from "./wire.ts";
+import { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY, LEFT_CLUSTER_KEY } from "./wire.ts";
 
 export { CURRENT_VERSION_KEY, ERROR_CODE_KEY, LEADER_HINT_KEY };
 
@@ -101,6 +101,7 @@ export function toServiceError(err: unknown): Partial<ServiceError> {
     if (err instanceof VersionMismatchError && err.current !== null) {
       metadata.set(CURRENT_VERSION_KEY, `${err.current.index}/${err.current.term}`);
     }
+    if (err instanceof NotMemberError && err.leftForGood) metadata.set(LEFT_CLUSTER_KEY, "true");
     const code = STATUS_BY_CODE[err.code] ?? status.INTERNAL;
     const details = code === status.INTERNAL ? `internal error: ${err.message}` : err.message;
     return { code, details, metadata };

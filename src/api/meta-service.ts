@@ -8,7 +8,7 @@
  */
 import type { ServerWritableStream, UntypedServiceImplementation } from "@grpc/grpc-js";
 import type { ClusterView, ClusterViewPublisher } from "../cluster/index.ts";
-import { CairnError } from "../common/errors.ts";
+import { NotMemberError } from "../common/errors.ts";
 import { toServiceError } from "./errors.ts";
 import { CLUSTER_ID_KEY, INCARNATION_KEY } from "./wire.ts";
 import type { WatchClusterRequest__Output } from "./generated/cairn/v1/WatchClusterRequest.ts";
@@ -32,9 +32,7 @@ export function metaService(
       const refused = (): boolean => {
         const why = staleViewReason();
         if (why === null) return false;
-        const answer = toServiceError(
-          new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true }),
-        );
+        const answer = toServiceError(new NotMemberError(why, true));
         // Who runs here, as a view would say: a probe (probeMember) must still see this node.
         const { cluster_id, incarnation } = views.current();
         answer.metadata?.set(CLUSTER_ID_KEY, cluster_id);

@@ -20,6 +20,12 @@ export const SERVED_BY_KEY = "cairn-served-by";
  * probeMember) still learns that this member runs.
  */
 export const CLUSTER_ID_KEY = "cairn-cluster-id";
+/**
+ * Trailing metadata of a CAIRN_ERR_NOT_MEMBER answer from a node that has left its cluster for
+ * good (decommissioned or removed), value "true": it will refuse every request again, so a
+ * client asks another node, and gives up at once when it knows no other.
+ */
+export const LEFT_CLUSTER_KEY = "cairn-left-cluster";
 export const INCARNATION_KEY = "cairn-incarnation";
 /**
  * Request metadata set by a node that forwards a KV call to the shard's leader (forward.ts). A

@@ -37,6 +37,7 @@ import {
   CURRENT_VERSION_KEY,
   ERROR_CODE_KEY,
   LEADER_HINT_KEY,
+  LEFT_CLUSTER_KEY,
   SERVED_BY_KEY,
 } from "../api/wire.ts";
 import type { AdminClient } from "../api/generated/cairn/v1/Admin.ts";
@@ -629,6 +630,12 @@ export class CairnClient {
     return picked;
   }
 
+  /** Whether a member the view shows serving, or an endpoint, is not in `excluded`. */
+  #knowsOtherThan(excluded: ReadonlySet<string>): boolean {
+    const members = servingMembers(this.#view, (a) => this.#mayCarryToken(a));
+    return [...members, ...this.#endpoints].some((a) => !excluded.has(a));
+  }
+
   /** Whether the channel to `address` is in reconnect backoff: a call on it fails at once. */
   #isFailing(address: string): boolean {
     const channel = this.#connections.get(address)?.kv.getChannel();
@@ -816,6 +823,9 @@ export class CairnClient {
     // while another node is left, so a dead one costs the call one attempt (and at most one
     // connect budget), not one per round.
     const failed = new Set<string>();
+    // Addresses whose node has left its cluster for good (decommissioned, removed): it refuses
+    // every call, so the call is not sent there again, and ends once no other node is left.
+    const left = new Set<string>();
     // How long the last attempt took: a retry with less time left than twice that (or than
     // MIN_ATTEMPT_MS) is not started. It would likely time out, and a write that times out is
     // indeterminate, where giving up now reports it (provably) not applied.
@@ -841,6 +851,14 @@ export class CairnClient {
       lastTook = result.took;
       if (!isRetryable(e, kind)) throw toClientError(e, kind, this.#tls);
       if (isConnectFailure(e)) failed.add(address);
+      if (metadataString(e.metadata, LEFT_CLUSTER_KEY) === "true") {
+        left.add(address);
+        failed.add(address);
+        // Asked until the deadline, it would refuse the same: with a single endpoint,
+        // `cairn node status --endpoints <a decommissioned node>` said so after 5 s.
+        if (how.only === true || !this.#knowsOtherThan(left))
+          throw new UnavailableError(e.details, e.code, e);
+      }
       hint = metadataString(e.metadata, LEADER_HINT_KEY);
       // What was learnt for the shard is stale: the node refused (the hint, if any, is newer)
       // or could not be reached.

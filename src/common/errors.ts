@@ -18,3 +18,19 @@ export class CairnError extends Error {
     this.retryable = options.retryable ?? false;
   }
 }
+
+/**
+ * CAIRN_ERR_NOT_MEMBER: this node serves no client requests, as `message` says why (joining, not
+ * admitted, decommissioned, removed). Nothing reached the store, so a client may retry on another
+ * node. `leftForGood`: decommissioned or removed, this node will refuse every request from now
+ * on; its answer says so (the trailer `cairn-left-cluster`), and a client stops asking it.
+ */
+export class NotMemberError extends CairnError {
+  readonly leftForGood: boolean;
+
+  constructor(message: string, leftForGood: boolean) {
+    super("CAIRN_ERR_NOT_MEMBER", message, { retryable: true });
+    this.name = "NotMemberError";
+    this.leftForGood = leftForGood;
+  }
+}

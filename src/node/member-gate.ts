@@ -5,18 +5,20 @@
  * refusal proves the request was not applied and a client may retry it on another node.
  */
 import type { AdminStore, KvStore } from "../api/index.ts";
-import { CairnError } from "../common/errors.ts";
+import { NotMemberError } from "../common/errors.ts";
 
-/** `store` with its KV operations refused while `reason()` names why this node serves none. */
+/**
+ * `store` with its KV operations refused while `reason()` names why this node serves none;
+ * `leftForGood()`: it never will again (decommissioned or removed), and its refusals say so.
+ */
 export function gateByMembership<S extends KvStore & AdminStore>(
   store: S,
   reason: () => string | null,
+  leftForGood: () => boolean,
 ): KvStore & AdminStore {
   const refused = (): Promise<never> | null => {
     const why = reason();
-    return why === null
-      ? null
-      : Promise.reject(new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true }));
+    return why === null ? null : Promise.reject(new NotMemberError(why, leftForGood()));
   };
   return {
     put: (key, value, expected, deadline) => refused() ?? store.put(key, value, expected, deadline),

@@ -20,7 +20,7 @@
  */
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MemberState, MetaState } from "../cluster/index.ts";
-import { CairnError } from "../common/errors.ts";
+import { CairnError, NotMemberError } from "../common/errors.ts";
 import { type ClusterState, errorCodeOf, proposalFailure } from "./cluster.ts";
 
 /** How long a member call waits for the meta group. */
@@ -47,8 +47,7 @@ export function memberAdmin(
     // a sync through its replica of the group never ends (the call waited PROPOSE_TIMEOUT_MS,
     // then timed out, retryable, as though the meta group were slow). Another member answers.
     if (cluster.staleViewReason() !== null) {
-      const why = cluster.notServingReason() ?? "this node left its cluster";
-      throw new CairnError("CAIRN_ERR_NOT_MEMBER", why, { retryable: true });
+      throw new NotMemberError(cluster.notServingReason() ?? "this node left its cluster", true);
     }
     return meta;
   };

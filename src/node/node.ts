@@ -785,7 +785,11 @@ export class CairnNode implements HealthSource {
       store:
         cluster === null
           ? (routed?.store ?? this.store)
-          : gateByMembership(routed?.store ?? this.store, () => cluster.notServingReason()),
+          : gateByMembership(
+              routed?.store ?? this.store,
+              () => cluster.notServingReason(),
+              () => cluster.staleViewReason() !== null,
+            ),
       metrics: this.metrics,
       views: this.views,
       logger: this.#log.child("api"),

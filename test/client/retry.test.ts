@@ -34,6 +34,8 @@ type Answer =
       cairn?: string;
       details?: string;
       current?: string;
+      /** The trailer cairn-left-cluster: "true" (a node decommissioned or removed). */
+      left?: boolean;
       delayMs?: number;
       /** Run as the call arrives. */
       onArrival?: () => void;
@@ -60,6 +62,7 @@ function answer(
   const metadata = new Metadata();
   if (a.cairn !== undefined) metadata.set("cairn-error-code", a.cairn);
   if (a.current !== undefined) metadata.set("cairn-current-version", a.current);
+  if (a.left === true) metadata.set("cairn-left-cluster", "true");
   const fail = (): void => callback({ code: a.code, details: a.details ?? "scripted", metadata });
   if (a.delayMs === undefined) fail();
   else setTimeout(fail, a.delayMs);
@@ -250,6 +253,66 @@ describe("client retries", () => {
       reader.close();
       writer.close();
       silent.close();
+    }
+  });
+
+  it("a node that has left its cluster for good is not asked again: the next endpoint serves the call, and with none the call ends at once", async () => {
+    const refusal = {
+      code: status.UNAVAILABLE,
+      cairn: "CAIRN_ERR_NOT_MEMBER",
+      details:
+        "node n2 was decommissioned from cluster c1: it serves no requests; send them to another node",
+      left: true,
+    };
+    // The only endpoint: it refused for good, and the call ends with its reason after one
+    // attempt (it was asked until the deadline, 5 s for the CLI, refused the same each time).
+    scripts.set("left-only", [refusal, refusal, refusal]);
+    const alone = client(4000);
+    const t0 = performance.now();
+    await assert.rejects(alone.put("left-only", "v"), (err: unknown) => {
+      assert.ok(err instanceof UnavailableError, String(err));
+      assert.match(err.message, /n2 was decommissioned from cluster c1: .*another node$/);
+      return true;
+    });
+    assert.ok(performance.now() - t0 < 2000, "not asked until the deadline");
+    assert.equal(calls.get("left-only"), 1, "sent once");
+    alone.close();
+    // A joining node's refusal (no trailer) is retried: it serves once it has caught up.
+    scripts.set("joining", [{ code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_MEMBER" }]);
+    const retried = client();
+    assert.deepEqual(await retried.put("joining", "v"), { index: 7, term: 2 });
+    assert.equal(calls.get("joining"), 2);
+    retried.close();
+    // First of two endpoints: the call goes on to the other, and never back to it.
+    const { proto } = loadCairnProto();
+    const gone = new Server();
+    let goneCalls = 0;
+    const refuse = (_call: unknown, cb: (e: Partial<ServiceError>) => void): void => {
+      goneCalls++;
+      const metadata = new Metadata();
+      metadata.set("cairn-error-code", "CAIRN_ERR_NOT_MEMBER");
+      metadata.set("cairn-left-cluster", "true");
+      cb({ code: status.UNAVAILABLE, details: refusal.details, metadata });
+    };
+    gone.addService(proto.cairn.v1.KV.service, { Put: refuse, Get: refuse });
+    const port = await new Promise<number>((resolve, reject) =>
+      gone.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+        err === null ? resolve(p) : reject(err),
+      ),
+    );
+    const two = new CairnClient({
+      endpoints: [`127.0.0.1:${port}`, address],
+      timeoutMs: 4000,
+      routing: false,
+      initialBackoffMs: 1,
+    });
+    try {
+      assert.deepEqual(await two.put("left-then-other", "v"), { index: 7, term: 2 });
+      assert.equal(await two.getString("left-then-other-get"), "v");
+      assert.ok(goneCalls <= 2, `${goneCalls} calls to the node that left`);
+    } finally {
+      two.close();
+      gone.forceShutdown();
     }
   });
 

@@ -21,10 +21,25 @@ describe("the member gate", () => {
       transferLeader: () => Promise.reject(new Error("not asked")),
     } satisfies KvStore & AdminStore;
     let why: string | null = "node n1 is joining";
-    const gated = gateByMembership(store, () => why);
+    let left = false;
+    const gated = gateByMembership(
+      store,
+      () => why,
+      () => left,
+    );
     const req = { start: b(""), end: null, limit: 1, maxBytes: 1024, linearizable: true };
-    await assert.rejects(gated.put(b("k"), b("v"), undefined, 5), { code: "CAIRN_ERR_NOT_MEMBER" });
+    await assert.rejects(gated.put(b("k"), b("v"), undefined, 5), {
+      code: "CAIRN_ERR_NOT_MEMBER",
+      leftForGood: false,
+    });
     await assert.rejects(gated.scan(req, 5), { code: "CAIRN_ERR_NOT_MEMBER" });
+    // Decommissioned: the refusal says it is for good (the trailer cairn-left-cluster).
+    why = "node n1 was decommissioned from cluster c";
+    left = true;
+    await assert.rejects(gated.get(b("k"), true, 5), {
+      code: "CAIRN_ERR_NOT_MEMBER",
+      leftForGood: true,
+    });
     assert.deepEqual(seen, [], "nothing reached the store");
     why = null;
     await gated.put(b("k"), b("v"), undefined, 1);

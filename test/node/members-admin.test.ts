@@ -185,6 +185,8 @@ describe("memberAdmin on a node that was decommissioned", () => {
       const answer = toServiceError((call as PromiseRejectedResult).reason);
       assert.equal(answer.code, status.UNAVAILABLE, answer.details);
       assert.equal(answer.metadata?.get("cairn-error-code")[0], "CAIRN_ERR_NOT_MEMBER");
+      // For good: a client stops asking this node (it gives up at once with no other).
+      assert.equal(answer.metadata?.get("cairn-left-cluster")[0], "true");
       assert.match(
         answer.details ?? "",
         /node n1 was decommissioned from cluster c1: .*another node/,
