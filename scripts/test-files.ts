@@ -13,6 +13,13 @@
  * imports), starts processes or threads, or changes what the whole process shares: its
  * environment, directory, umask, listeners or timers. A file may also ask for a process of its
  * own with the line `// test: own process`.
+ *
+ * The isolated files start longest first (LONGEST_FIRST), the rest after in name order: their
+ * runner (scripts/run-isolated.ts; `node --test` sorts its files by name) takes the next file
+ * in the list when one of its two ends, so the longest going first leaves only short files to
+ * even out the end. In name order the end-to-end files of test/e2e/cluster-*, each mostly
+ * waiting on its nodes' timers, ran side by side, and the two cores were ~60 % busy for four
+ * minutes; started first, they run beside the shared run and the checks.
  */
 import { globSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";

@@ -5,7 +5,8 @@
 # The in-memory test files run one after another in one process (`test:shared`, as mocha runs a
 # suite: a process a file cost each ~0.4 s of CPU before its first test); the rest, the files
 # that start processes or threads or change what a process shares, each in a process of its
-# own, two at a time (`test:isolated`); scripts/test-files.ts says which is which. Three test
+# own, two at a time, longest first (`test:isolated`, scripts/run-isolated.ts: `node --test` would
+# run them in name order); scripts/test-files.ts says which is which. Three test
 # processes at once: with two, the tests kept two cores only about 80 % busy (end-to-end tests
 # wait on their nodes' timers); the checks, a minute of single-threaded work, fill part of the
 # rest instead of running first.

@@ -84,4 +84,42 @@ describe("the test runner as npm test runs it", () => {
         rmSync(dir, { recursive: true, force: true });
       }
     });
+
+  it("test:isolated starts its files in the order given, not by name (longest first: scripts/test-files.ts)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-runner-order-"));
+    try {
+      const started = join(dir, "started");
+      // Each file records its start, then holds its slot for a second: the third file starts
+      // only once one of the first two has ended, and both of those have started by then.
+      for (const name of ["c", "a", "b"])
+        writeFileSync(
+          join(dir, `${name}.test.mjs`),
+          `import { appendFileSync } from "node:fs";\n` +
+            `import { test } from "node:test";\n` +
+            `test("${name}", async () => {\n` +
+            `  appendFileSync(${JSON.stringify(started)}, "${name}\\n");\n` +
+            `  await new Promise((r) => setTimeout(r, 1000));\n` +
+            `});\n`,
+        );
+      const env = { ...process.env };
+      delete env["NODE_TEST_CONTEXT"];
+      const run = spawnSync(
+        process.execPath,
+        [
+          ...unitTestFlags("test:isolated"),
+          "--test-reporter=tap",
+          "c.test.mjs",
+          "a.test.mjs",
+          "b.test.mjs",
+        ],
+        { cwd: dir, env, encoding: "utf8", timeout: 60_000 },
+      );
+      assert.equal(run.status, 0, run.stderr);
+      const order = readFileSync(started, "utf8").trim().split("\n");
+      // By name, a and b would start first and c last.
+      assert.deepEqual([order.slice(0, 2).sort(), order[2]], [["a", "c"], "b"]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
