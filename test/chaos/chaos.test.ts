@@ -1,14 +1,19 @@
 /**
- * The chaos smoke (issue 11): three short runs of the chaos harness on real processes, with fixed
+ * The chaos smoke (issue 11): two short runs of the chaos harness on real processes, with fixed
  * seeds: one of mixed faults; one of the scripted "grow-shrink" membership changes (3 → 5 nodes
  * by joins, back to 3 by decommissions, a member lost for good and replaced by a new identity;
  * test/chaos/faults.ts SCRIPTS) under the workload, on a secured cluster (TLS between the peers,
  * through the FaultNet's proxies, mutual TLS for the clients, sealed gossip through its relays;
  * each joining node admitted by its own certificate: the same script in cleartext, seed 12, is
  * left to `npm run chaos`, for the suite's time; test/e2e/cluster-elastic.test.ts grows and
- * shrinks a cleartext cluster); and a run of
- * the "rotate" scenario on a secured cluster: the gossip key and every node's certificate
- * rotated under load, each node checked to use the new ones. Each must pass every check
+ * shrinks a cleartext cluster). The run of the "rotate" scenario on a secured cluster that was
+ * the smoke's third (seed 14: the gossip key and every node's certificate rotated under load,
+ * each node checked to use the new ones) is left to
+ * `npm run chaos -- --runs 1 --seed 14 --scenario rotate --duration 25 --tls`, for the suite's
+ * time (~40 s of one test lane): in `npm test`, test/e2e/authz.test.ts rotates a node's
+ * certificate under load, test/e2e/reloaded-files.test.ts reloads each file a node reads (the
+ * gossip key too), test/membership/seal.test.ts checks rotation by a second key. Each run
+ * must pass every check
  * (linearizability, serializable reads, acknowledged writes read back through every member,
  * placement: every shard on exactly three distinct active members and one group, health, views,
  * no crash). `npm run chaos` runs the long ones.
@@ -26,9 +31,6 @@ import { runChaos } from "./run.ts";
 const RUNS = [
   { seed: 11, scenario: "mixed", durationMs: 20_000, tls: false },
   { seed: 13, scenario: "grow-shrink", durationMs: 10_000, tls: true },
-  // Draws two rotations of the gossip key and the certificates (with minFaults 2, made even
-  // when a loaded machine makes the first take most of the 25 s).
-  { seed: 14, scenario: "rotate", durationMs: 25_000, tls: true },
 ] as const;
 
 describe("chaos smoke: faults and membership changes on a cluster of real processes", () => {
@@ -69,11 +71,6 @@ describe("chaos smoke: faults and membership changes on a cluster of real proces
             SCRIPTS[scenario]?.map((k) => `${k}:true`),
           );
         }
-        if (scenario === "rotate")
-          assert.ok(
-            report.faults.some((f) => f.kind === "rotate-keys"),
-            "the rotate run rotated nothing",
-          );
         // A node that reached a peer around its proxy would escape the network's faults.
         const net = report.net as NetStats;
         assert.ok(net.connections > 0, "no peer connection went through the proxies");
