@@ -46,6 +46,13 @@ import {
   TOTAL_SHARDS,
 } from "./forward-support.ts";
 
+/**
+ * An address that refuses connections for good: port 1 (tcpmux, privileged, unused), which no
+ * test binds. (A port that was free a moment ago, as closedAddress gives, can be bound meanwhile
+ * by a server of another test file running at once: a CI run's "unreachable" leader answered.)
+ */
+const REFUSED = "127.0.0.1:1";
+
 interface Node {
   readonly id: string;
   readonly server: RpcServer;
@@ -368,7 +375,7 @@ describe("forwarding to the shard's leader", () => {
     // n6 believes n2 leads; n2 names n1, which serves the write: the hint, then the answer.
     const n2 = await startNode("n2e", new FollowerStore("n1"));
     addresses.set("n2", n2.address);
-    addresses.set("ghost", await closedAddress());
+    addresses.set("ghost", REFUSED);
     try {
       const n6 = await startNode("n6", new FollowerStore("n2"), { leaders });
       await call((md, o, cb) => n6.kv.Put({ key: key("learn"), value: key("1") }, md, o, cb));
@@ -413,7 +420,7 @@ describe("forwarding to the shard's leader", () => {
   });
 
   it("maps an unreachable leader to UNAVAILABLE, retryable, with the hint", async () => {
-    addresses.set("ghost", await closedAddress());
+    addresses.set("ghost", REFUSED);
     const lost = await startNode("n5", new FollowerStore("ghost"));
     const err = await failure(
       call((md, o, cb) => lost.kv.Put({ key: key("g"), value: key("1") }, md, o, cb)),
@@ -814,7 +821,10 @@ describe("deadlines of a forwarded call", () => {
   });
 });
 
-/** An address nothing listens on (a port that was free a moment ago). */
+/**
+ * An address nothing listens on now, that a test may bind later (a port that was free a moment
+ * ago); REFUSED for one that must stay unreachable.
+ */
 async function closedAddress(): Promise<string> {
   const s = new Server();
   const port = await new Promise<number>((resolve, reject) =>
