@@ -1,7 +1,7 @@
 /**
- * `npm run test:isolated [-- FILE|GLOB ...]`: runs test files each in a process of its own, two
- * at a time, in the order given (without files: every isolated file, longest first, as
- * scripts/test-files.ts lists them). `node --test` sorts the files it is given by name, so it
+ * `npm run test:isolated [-- [--concurrency=N] FILE|GLOB ...]`: runs test files each in a process
+ * of its own, two at a time (N), in the order given (without files: every isolated file,
+ * longest first, as scripts/test-files.ts lists them). `node --test` sorts the files it is given by name, so it
  * cannot start the longest first; node:test's run() keeps their order.
  *
  * As `node --test` with package.json's flags ran them: each file's process exits when its tests
@@ -16,14 +16,17 @@ import { run } from "node:test";
 import { spec, tap } from "node:test/reporters";
 import { testFiles } from "./test-files.ts";
 
-/** Files running at once: the checks and the in-memory files' run take the rest of two cores. */
-const CONCURRENCY = 2;
+/**
+ * Files running at once unless `--concurrency=N` says: the checks and the in-memory files' run
+ * take the rest of two cores.
+ */
+let concurrency = 2;
 /** A test running past this fails rather than holding the run to CI's limit. */
 const TEST_TIMEOUT_MS = 600_000;
 
 function usage(message: string): never {
   process.stderr.write(
-    `run-isolated: ${message}\nusage: node scripts/run-isolated.ts [--test-reporter=spec|tap] [FILE|GLOB ...]\n`,
+    `run-isolated: ${message}\nusage: node scripts/run-isolated.ts [--test-reporter=spec|tap] [--concurrency=N] [FILE|GLOB ...]\n`,
   );
   process.exit(2);
 }
@@ -35,6 +38,10 @@ for (const arg of process.argv.slice(2)) {
     const name = arg.slice("--test-reporter=".length);
     if (name !== "spec" && name !== "tap") usage(`unknown reporter ${name}`);
     reporter = name;
+  } else if (arg.startsWith("--concurrency=")) {
+    concurrency = Number(arg.slice("--concurrency=".length));
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 16)
+      usage(`--concurrency takes an integer from 1 to 16, not ${arg.slice(14)}`);
   } else if (arg.startsWith("-")) {
     usage(`unknown option ${arg}`);
   } else {
@@ -54,7 +61,7 @@ for (const pattern of patterns.length > 0 ? patterns : testFiles().isolated) {
 
 const stream = run({
   files,
-  concurrency: CONCURRENCY,
+  concurrency,
   isolation: "process",
   forceExit: true,
   timeout: TEST_TIMEOUT_MS,
