@@ -11,10 +11,10 @@
 # wait on their nodes' timers); the checks, a minute of single-threaded work, fill part of the
 # rest instead of running first.
 #
-# The isolated files' runner writes to this script's own stdout (a file under CI: the runner's
-# last lines, its summary, are not put through a pipe); the shared run's and the checks' output
-# is kept and printed after it. Exit status: the first that failed of the isolated run, the
-# shared run and the checks.
+# The isolated files' first runner writes to this script's own stdout (a file under CI: the
+# runner's last lines, its summary, are not put through a pipe); the output of the shared run,
+# the checks and the third lane (below) is kept and printed after it. Exit status: the first
+# that failed of the isolated run, the shared run, the checks and the third lane.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 checks=1
