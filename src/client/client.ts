@@ -922,8 +922,13 @@ export class CairnClient {
       });
       return { ok: true, answer };
     } catch (err) {
-      if (!(err instanceof Aborted))
-        return { ok: false, failure: err as ServiceError, took: performance.now() - started };
+      if (!(err instanceof Aborted)) {
+        const failure = err as ServiceError;
+        // close() fails a call grpc-js still holds waiting for its connection with these words:
+        // it was never sent, so a write is not indeterminate; the call ends as closed.
+        if (this.#closed && failure.details === CLOSED_BEFORE_START) throw new ClientClosedError();
+        return { ok: false, failure, took: performance.now() - started };
+      }
       // A write sent may have been applied: its outcome is unknown.
       if (kind === "write")
         throw new IndeterminateWriteError(
@@ -952,6 +957,9 @@ class Aborted {
     this.reason = reason;
   }
 }
+
+/** grpc-js's details for a call its channel's close() ended before it was sent. */
+const CLOSED_BEFORE_START = "Channel closed before call started";
 
 /** The least time left for which the client starts another attempt of a call. */
 const MIN_ATTEMPT_MS = 10;

@@ -18,6 +18,7 @@ import {
 import { loadCairnProto } from "../../src/api/index.ts";
 import {
   CairnClient,
+  ClientClosedError,
   DeadlineExceededError,
   IndeterminateWriteError,
   ServerError,
@@ -541,6 +542,32 @@ describe("client retries", () => {
       assert.equal(calls.get("ab2"), 1);
     } finally {
       c.close();
+    }
+  });
+
+  it("close() under a write still waiting for its connection: ClientClosedError, not indeterminate (nothing was sent)", async () => {
+    // A node that accepts and never speaks, and less time left than the connect budget: the
+    // put is handed to grpc-js at once and waits there for a connection. close() fails it
+    // "Channel closed before call started", which was taken for a write cut after it was sent.
+    const silent = createNetServer((socket) => socket.on("data", () => undefined));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as { port: number }).port;
+    const c = new CairnClient({
+      endpoints: [`127.0.0.1:${port}`],
+      timeoutMs: 5000,
+      connectTimeoutMs: 10_000,
+      routing: false,
+    });
+    try {
+      const put = c.put("closed-before-sent", "v").then(
+        () => null,
+        (e: unknown) => e,
+      );
+      c.close();
+      const err = await put;
+      assert.ok(err instanceof ClientClosedError, String(err));
+    } finally {
+      silent.close();
     }
   });
 
