@@ -263,6 +263,11 @@ export class CairnClient {
    * alive.
    */
   readonly #watches = new Set<{ cancel(): void }>();
+  /**
+   * Aborted by `close`: it ends the waits between a call's attempts, whose timers kept the call
+   * (and the process) alive until they ran out.
+   */
+  readonly #closing = new AbortController();
 
   constructor(options: CairnClientOptions) {
     if (options.endpoints.length === 0) throw new TypeError("CairnClient: endpoints is empty");
@@ -603,6 +608,7 @@ export class CairnClient {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#closing.abort();
     this.#routingWatch?.cancel();
     if (this.#routingRetry !== null) clearTimeout(this.#routingRetry);
     // Each ends as a cancelled watch does: its loop finishes.
@@ -865,7 +871,8 @@ export class CairnClient {
       if (learnFor !== null) this.#learnt.delete(learnFor);
       const wait = this.#backoff(attempt);
       if (performance.now() + wait >= until) break;
-      await sleep(wait, options.signal);
+      // Ended early by close(): the next round throws ClientClosedError.
+      await sleep(wait, options.signal, this.#closing.signal);
     }
     if (last === undefined) throw new DeadlineExceededError("call timed out");
     // Out of attempts or time after retryable failures: nothing was applied (writes retry only then).
@@ -1194,18 +1201,23 @@ function fromView(v: ClusterView__Output): ClusterView {
   };
 }
 
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+/** Waits `ms`; rejects with `signal`'s reason on its abort, and resolves early on `cut`'s. */
+function sleep(ms: number, signal: AbortSignal | undefined, cut: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     const t = setTimeout(done, ms);
     function done(): void {
+      clearTimeout(t);
       signal?.removeEventListener("abort", onAbort);
+      cut.removeEventListener("abort", done);
       resolve();
     }
     function onAbort(): void {
       clearTimeout(t);
+      cut.removeEventListener("abort", done);
       reject(signal?.reason as Error);
     }
     signal?.addEventListener("abort", onAbort, { once: true });
+    cut.addEventListener("abort", done, { once: true });
   });
 }
 

@@ -571,6 +571,37 @@ describe("client retries", () => {
     }
   });
 
+  it("close() ends a call waiting out its backoff at once: ClientClosedError, no timer left behind", async () => {
+    // The wait between attempts was a timer that close() did not end: the call stopped only
+    // once it had run (maxBackoffMs, here 20 s), and kept the process alive until then.
+    scripts.set("closed-in-backoff", [{ code: status.UNAVAILABLE, cairn: "CAIRN_ERR_NOT_LEADER" }]);
+    let backingOff: () => void = () => undefined;
+    const inBackoff = new Promise<void>((r) => (backingOff = r));
+    const c = new CairnClient({
+      endpoints: [address],
+      timeoutMs: 60_000,
+      routing: false,
+      initialBackoffMs: 20_000,
+      maxBackoffMs: 20_000,
+      // Drawn as the backoff begins: the call is about to wait ~20 s.
+      random: () => {
+        backingOff();
+        return 0.99;
+      },
+    });
+    const get = c.get("closed-in-backoff").then(
+      () => null,
+      (e: unknown) => e,
+    );
+    await inBackoff;
+    const t0 = performance.now();
+    c.close();
+    const err = await get;
+    assert.ok(err instanceof ClientClosedError, String(err));
+    assert.ok(performance.now() - t0 < 5000, "ended by close(), not by its backoff");
+    assert.equal(calls.get("closed-in-backoff"), 1);
+  });
+
   it("a write whose stream is reset after it was sent (RST_STREAM INTERNAL_ERROR) is indeterminate, not a server error", async () => {
     // grpc-js reports such a reset as INTERNAL with no cairn-error-code (a Cairn server sets one
     // on every answer it makes): the request had arrived, and may have been applied. It was a
