@@ -53,6 +53,21 @@ describe("servingMembers", () => {
       ["127.0.0.1:7447"],
     );
   });
+
+  it("takes a view of absurd size in time linear in it (a hostile or broken node's view)", () => {
+    // Each member was looked up in the list built so far: 60,000 members (a view of ~2 MB,
+    // far inside the client's 256 MiB receive limit) cost 1.8e9 comparisons, seconds of CPU
+    // on every fallback pick and watch restart, the client's event loop blocked meanwhile.
+    const nodes = Array.from({ length: 60_000 }, (_, i) =>
+      member(`n${i}`, `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:7447`),
+    );
+    nodes.push(member("again", "10.0.0.0:7447"));
+    const t0 = performance.now();
+    const members = servingMembers(viewOf(nodes), anywhere);
+    const took = performance.now() - t0;
+    assert.equal(members.length, 60_000, "each address once");
+    assert.ok(took < 3000, `${Math.round(took)} ms`);
+  });
 });
 
 describe("pickFallback", () => {
