@@ -272,11 +272,27 @@ export class CairnClient {
   constructor(options: CairnClientOptions) {
     if (options.endpoints.length === 0) throw new TypeError("CairnClient: endpoints is empty");
     this.#endpoints = [...options.endpoints];
-    this.#timeoutMs = options.timeoutMs ?? 5000;
-    this.#connectTimeoutMs = options.connectTimeoutMs ?? 1000;
-    this.#maxAttempts = options.maxAttempts ?? Number.POSITIVE_INFINITY;
-    this.#initialBackoffMs = options.initialBackoffMs ?? 20;
-    this.#maxBackoffMs = options.maxBackoffMs ?? 1000;
+    // A NaN duration makes every comparison with it false: a call with a NaN deadline retried
+    // without end, and an attempt with a NaN connect budget waited for its connection for good.
+    const positive = (n: number): boolean => n > 0 && Number.isFinite(n);
+    const whole = (n: number): boolean => n >= 0 && Number.isFinite(n);
+    this.#timeoutMs = checkedOption("timeoutMs", options.timeoutMs ?? 5000, positive);
+    this.#connectTimeoutMs = checkedOption(
+      "connectTimeoutMs",
+      options.connectTimeoutMs ?? 1000,
+      positive,
+    );
+    this.#maxAttempts = checkedOption(
+      "maxAttempts",
+      options.maxAttempts ?? Number.POSITIVE_INFINITY,
+      (n) => n === Number.POSITIVE_INFINITY || (Number.isSafeInteger(n) && n >= 1),
+    );
+    this.#initialBackoffMs = checkedOption(
+      "initialBackoffMs",
+      options.initialBackoffMs ?? 20,
+      whole,
+    );
+    this.#maxBackoffMs = checkedOption("maxBackoffMs", options.maxBackoffMs ?? 1000, whole);
     this.#random = options.random ?? Math.random;
     this.#channelOptions = { ...CHANNEL_OPTIONS, ...options.channelOptions };
     this.#credentials = credentialsOf(options.tls);
@@ -381,6 +397,7 @@ export class CairnClient {
     options: ScanOptions,
     timeoutMs: () => number,
   ): AsyncGenerator<ScanResult> {
+    checkedTimeout(options.timeoutMs ?? this.#timeoutMs);
     const limit = options.limit ?? 0;
     const pageSize = options.pageSize ?? 1000;
     // Checked before anything is sent: protobufjs writes a uint32 from any number, truncated,
@@ -822,7 +839,7 @@ export class CairnClient {
     this.#assertOpen();
     // The call's time runs on the monotonic clock; each attempt's gRPC deadline is what is left
     // of it, on the wall clock gRPC deadlines are on (a step of it moves that attempt's only).
-    const until = performance.now() + (options.timeoutMs ?? this.#timeoutMs);
+    const until = performance.now() + checkedTimeout(options.timeoutMs ?? this.#timeoutMs);
     let hint: string | undefined;
     let last: ServiceError | undefined;
     // Addresses that failed to connect in this call: neither routed to nor fallen back to again
@@ -1147,6 +1164,25 @@ function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
     default:
       return new ServerError(code ?? "CAIRN_ERR_INTERNAL", details, e.code);
   }
+}
+
+/**
+ * A call's `timeoutMs`, or InvalidRequestError before anything is sent: with NaN every check of
+ * the call's time left was false, and it retried without end (its gRPC deadline NaN as well); a
+ * call has a deadline, so an infinite one is refused too.
+ */
+function checkedTimeout(ms: number): number {
+  if (!(ms > 0) || !Number.isFinite(ms))
+    throw new InvalidRequestError(
+      `timeoutMs ${ms}: a call's deadline is a positive, finite number of milliseconds`,
+    );
+  return ms;
+}
+
+/** An option of the constructor, or TypeError when `ok` refuses it. */
+function checkedOption(name: string, value: number, ok: (n: number) => boolean): number {
+  if (!ok(value)) throw new TypeError(`CairnClient: ${name} ${value} is out of range`);
+  return value;
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   ClientClosedError,
   DeadlineExceededError,
   IndeterminateWriteError,
+  InvalidRequestError,
   ServerError,
   UnavailableError,
   VersionConflictError,
@@ -600,6 +601,37 @@ describe("client retries", () => {
     assert.ok(err instanceof ClientClosedError, String(err));
     assert.ok(performance.now() - t0 < 5000, "ended by close(), not by its backoff");
     assert.equal(calls.get("closed-in-backoff"), 1);
+  });
+
+  it("refuses a deadline that is no time (NaN, negative, infinite) instead of retrying without one", async () => {
+    // A NaN deadline made every check of the time left false: a call retried without end (here
+    // until maxAttempts, 12 s against a refused port; unbounded by default), its gRPC deadline
+    // NaN too. A NaN connect budget held an attempt on a silent node the same way.
+    const c = new CairnClient({ endpoints: ["127.0.0.1:1"], routing: false, maxAttempts: 3 });
+    try {
+      for (const timeoutMs of [Number.NaN, -5, Number.POSITIVE_INFINITY]) {
+        await assert.rejects(c.get("no-time", { timeoutMs }), InvalidRequestError, `${timeoutMs}`);
+        await assert.rejects(c.put("no-time", "v", { timeoutMs }), InvalidRequestError);
+        await assert.rejects(c.scan({}, { timeoutMs }), InvalidRequestError);
+      }
+    } finally {
+      c.close();
+    }
+    for (const bad of [
+      { timeoutMs: Number.NaN },
+      { timeoutMs: 0 },
+      { connectTimeoutMs: Number.NaN },
+      { connectTimeoutMs: -1 },
+      { maxAttempts: 0 },
+      { maxAttempts: 1.5 },
+      { initialBackoffMs: Number.NaN },
+      { maxBackoffMs: -1 },
+    ])
+      assert.throws(
+        () => new CairnClient({ endpoints: [address], routing: false, ...bad }),
+        TypeError,
+        JSON.stringify(bad),
+      );
   });
 
   it("a write whose stream is reset after it was sent (RST_STREAM INTERNAL_ERROR) is indeterminate, not a server error", async () => {
