@@ -570,8 +570,8 @@ export class CairnClient {
    * The cluster view from one node (`endpoint`, else as a call falls back: a member the client's
    * view shows serving, else a configured endpoint): the full view first, then one per change.
    * The stream ends when the loop breaks, `signal` aborts, or the client closes; a broken
-   * connection, or none within `connectTimeoutMs`, throws UnavailableError (callers that want to
-   * follow forever reconnect).
+   * connection, a node that ends the stream (it is stopping), or no connection within
+   * `connectTimeoutMs`, throws UnavailableError (callers that want to follow forever reconnect).
    */
   async *watchCluster(
     options: { signal?: AbortSignal; endpoint?: string } = {},
@@ -607,7 +607,15 @@ export class CairnClient {
     this.#watches.add(call);
     try {
       for await (const v of call as AsyncIterable<ClusterView__Output>) yield fromView(v);
+      // The node ended the stream (a node stopping ends its watches): that ended the caller's
+      // loop as if it had broken it, and a caller following the cluster stopped following. It
+      // fails as a broken stream does, so the caller reconnects.
+      if (!this.#closed && signal?.aborted !== true)
+        throw new UnavailableError(
+          `${conn.address} ended the cluster watch (the node is stopping)`,
+        );
     } catch (err) {
+      if (err instanceof UnavailableError) throw err;
       const e = err as ServiceError;
       if (e.code === status.CANCELLED) return;
       throw toClientError(e, "read", this.#tls);

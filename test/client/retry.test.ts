@@ -115,6 +115,13 @@ before(async () => {
     },
   };
   server.addService(proto.cairn.v1.KV.service, impl);
+  // A node that stops: it ends its watches (OK status) after one view.
+  server.addService(proto.cairn.v1.Meta.service, {
+    WatchCluster: (call: { write(v: unknown): boolean; end(): void }) => {
+      call.write({ epoch: 1, total_shards: 16, cluster_id: "c1", nodes: [], shards: [] });
+      call.end();
+    },
+  });
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
       err === null ? resolve(p) : reject(err),
@@ -632,6 +639,29 @@ describe("client retries", () => {
         TypeError,
         JSON.stringify(bad),
       );
+  });
+
+  it("a cluster watch the node ends (it is stopping) fails as a broken one does: its caller learns to reconnect", async () => {
+    // The node's end of the stream ended the caller's loop as its own break would have: a
+    // caller following the cluster for good (docs/client.md: it reconnects on UnavailableError)
+    // stopped following, with no error, and `cairn cluster --watch` exited 0.
+    const c = client();
+    try {
+      const seen: number[] = [];
+      await assert.rejects(
+        (async () => {
+          for await (const v of c.watchCluster()) seen.push(v.epoch);
+        })(),
+        (err: unknown) => {
+          assert.ok(err instanceof UnavailableError, String(err));
+          assert.match(err.message, /ended the cluster watch/);
+          return true;
+        },
+      );
+      assert.deepEqual(seen, [1]);
+    } finally {
+      c.close();
+    }
   });
 
   it("a write whose stream is reset after it was sent (RST_STREAM INTERNAL_ERROR) is indeterminate, not a server error", async () => {
