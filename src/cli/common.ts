@@ -121,18 +121,35 @@ export function envVar(env: NodeJS.ProcessEnv, name: string): string | undefined
   return v === "" ? undefined : v;
 }
 
+/**
+ * Where a setting's value came from, as its error names it: `--flag` when given, else the
+ * environment variable. A bad CAIRN_ENDPOINTS set in a profile was reported as "--endpoints",
+ * a flag the command line did not have.
+ */
+export function sourceOf(
+  values: Readonly<Record<string, unknown>>,
+  flags: readonly string[],
+  name: string,
+): string {
+  const given = flags.find((f) => typeof values[f] === "string");
+  return given === undefined ? name : `--${given}`;
+}
+
 export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
   const list = str(values, "endpoints") ?? envVar(env, "CAIRN_ENDPOINTS") ?? DEFAULT_ENDPOINT;
+  const endpointsFrom = sourceOf(values, ["endpoints"], "CAIRN_ENDPOINTS");
   const endpoints = list
     .split(",")
     .map((e) => e.trim())
     .filter((e) => e !== "");
-  if (endpoints.length === 0) throw new UsageError("--endpoints is empty");
-  for (const e of endpoints) checkHostPort(e, "--endpoints");
+  if (endpoints.length === 0) throw new UsageError(`${endpointsFrom} is empty`);
+  for (const e of endpoints) checkHostPort(e, endpointsFrom);
   const output =
     str(values, "output") ?? str(values, "write-out") ?? envVar(env, "CAIRN_OUTPUT") ?? "text";
   if (output !== "text" && output !== "json")
-    throw new UsageError(`--output must be text or json, not ${JSON.stringify(output)}`);
+    throw new UsageError(
+      `${sourceOf(values, ["output", "write-out"], "CAIRN_OUTPUT")} must be text or json, not ${JSON.stringify(output)}`,
+    );
   const timeout = str(values, "timeout") ?? "5000";
   const timeoutMs = wholeNumber(timeout);
   // At most what a timer can wait (2^31-1 ms, 24.8 days): past it Node.js fires at once, and
@@ -169,7 +186,7 @@ function tlsOf(values: Values, env: NodeJS.ProcessEnv): TlsOptions | undefined {
       return readFileSync(path);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code ?? String(err);
-      throw new UsageError(`--${flag} ${path} cannot be read: ${code}`);
+      throw new UsageError(`${sourceOf(values, [flag], name)} ${path} cannot be read: ${code}`);
     }
   };
   const ca = file("cacert", "CAIRN_CACERT");

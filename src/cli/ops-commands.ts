@@ -20,6 +20,7 @@ import {
   expectPositionals,
   GLOBAL_HELP,
   runCommand,
+  sourceOf,
   str,
   UsageError,
   writeJson,
@@ -38,7 +39,7 @@ function httpEndpoint(values: Record<string, unknown>, env: NodeJS.ProcessEnv): 
     (typeof values["http-endpoint"] === "string" ? values["http-endpoint"] : undefined) ??
     envVar(env, "CAIRN_HTTP_ENDPOINT") ??
     DEFAULT_HTTP_ENDPOINT;
-  checkHostPort(e, "--http-endpoint");
+  checkHostPort(e, sourceOf(values, ["http-endpoint"], "CAIRN_HTTP_ENDPOINT"));
   return e;
 }
 

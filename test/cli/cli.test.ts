@@ -449,6 +449,26 @@ describe("cairn errors and help", () => {
     assert.equal(g.tls, undefined);
   });
 
+  it("a bad value from a CAIRN_* variable is named by the variable, not by a flag not given", async () => {
+    const refused = (env: Record<string, string>, source: RegExp): void =>
+      assert.throws(
+        () => globals({}, env),
+        (e: unknown) => e instanceof UsageError && source.test(e.message),
+      );
+    refused({ CAIRN_ENDPOINTS: "foo" }, /^CAIRN_ENDPOINTS: "foo" is not/);
+    refused({ CAIRN_ENDPOINTS: "," }, /^CAIRN_ENDPOINTS is empty/);
+    refused({ CAIRN_OUTPUT: "yaml" }, /^CAIRN_OUTPUT must be text or json/);
+    refused({ CAIRN_CACERT: join(dir, "absent.pem") }, /^CAIRN_CACERT .* cannot be read/);
+    // A flag given is still named as the flag.
+    assert.throws(
+      () => globals({ endpoints: "foo" }, { CAIRN_ENDPOINTS: "127.0.0.1:7447" }),
+      (e: unknown) => e instanceof UsageError && /^--endpoints: "foo" is not/.test(e.message),
+    );
+    const health = await cairn(["health"], { env: { CAIRN_HTTP_ENDPOINT: "foo" } });
+    assert.equal(health.code, 2);
+    assert.match(health.err, /CAIRN_HTTP_ENDPOINT: "foo" is not/);
+  });
+
   it("exit 3 when no node answers", async () => {
     const dead = `127.0.0.1:${deadPort}`;
     const get = await cairn(["get", "k", "--endpoints", dead, "--timeout", "300"]);
