@@ -351,6 +351,20 @@ function causeDetails(cause: unknown): string {
   return String((cause as { details?: unknown }).details);
 }
 
+/**
+ * What an outcome unknown (exit 6) means for each command, and how to find it out. The admin
+ * commands name no key: they were told to read one (a transfer-leader that timed out, its
+ * preference perhaps recorded).
+ */
+const UNKNOWN_OUTCOME: Readonly<Record<string, string>> = {
+  put: "the write may or may not have been applied; read the key to find out",
+  delete: "the write may or may not have been applied; read the key to find out",
+  "transfer-leader":
+    "the transfer may or may not have been made; cairn cluster shows the shard's leader",
+  node: "the change may or may not have been made; cairn node status NODE shows the member's standing",
+  snapshot: "the snapshot may or may not have been taken; taking it again is harmless",
+};
+
 /** The exit code for an error of a client command, after telling the user on stderr. */
 export function reportError(io: Io, command: string, err: unknown): number {
   const say = (m: string): void => {
@@ -380,7 +394,7 @@ export function reportError(io: Io, command: string, err: unknown): number {
     return EXIT.usage;
   }
   if (err instanceof IndeterminateWriteError) {
-    say(`${err.message} — the write may or may not have been applied; read the key to find out`);
+    say(`${err.message} — ${UNKNOWN_OUTCOME[command] ?? UNKNOWN_OUTCOME["put"]}`);
     return EXIT.indeterminate;
   }
   if (err instanceof InvalidRequestError) {

@@ -1,0 +1,43 @@
+/**
+ * reportError (src/cli/common.ts): what a client command says, and its exit code, for an error.
+ */
+import assert from "node:assert/strict";
+import { PassThrough } from "node:stream";
+import { describe, it } from "node:test";
+import { EXIT, reportError } from "../../src/cli/common.ts";
+import { IndeterminateWriteError } from "../../src/client/index.ts";
+
+/** reportError's exit code and what it wrote on standard error. */
+function report(command: string, err: unknown): { code: number; err: string } {
+  const stderr = new PassThrough();
+  let text = "";
+  stderr.on("data", (d: Buffer) => (text += d.toString()));
+  const code = reportError(
+    { stdout: new PassThrough(), stderr, stdin: new PassThrough(), env: {} },
+    command,
+    err,
+  );
+  return { code, err: text };
+}
+
+describe("reportError: an outcome unknown", () => {
+  it("tells a key command to read the key", () => {
+    const r = report("put", new IndeterminateWriteError("call timed out"));
+    assert.equal(r.code, EXIT.indeterminate);
+    assert.match(r.err, /read the key to find out/);
+  });
+
+  it("tells an admin command how to find out, not to read a key it never named", () => {
+    const cases: [string, RegExp][] = [
+      ["transfer-leader", /cairn cluster/],
+      ["node", /cairn node status/],
+      ["snapshot", /again/],
+    ];
+    for (const [command, advice] of cases) {
+      const r = report(command, new IndeterminateWriteError("call timed out"));
+      assert.equal(r.code, EXIT.indeterminate, command);
+      assert.doesNotMatch(r.err, /read the key/, command);
+      assert.match(r.err, advice, command);
+    }
+  });
+});
