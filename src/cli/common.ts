@@ -401,10 +401,15 @@ export function reportError(io: Io, command: string, err: unknown): number {
     say(`invalid request: ${err.message}`);
     return EXIT.usage;
   }
-  if (err instanceof ServerError && err.code === "CAIRN_ERR_PRECONDITION") {
+  if (
+    err instanceof ServerError &&
+    (err.code === "CAIRN_ERR_PRECONDITION" || err.code === "CAIRN_ERR_INVALID_RAFT_REQUEST")
+  ) {
     // A request the cluster's state does not allow now (a decommission that would leave fewer
-    // active members than the replication factor, a member call on a single node): refused,
-    // as an invalid one is, with what to do. Not a server fault (5), which a script retries.
+    // active members than the replication factor, a member call on a single node), or a Raft
+    // request that can never succeed as asked (a transfer to a replica the group no longer has
+    // as a voter): refused, as an invalid one is, with what to do. Not a server fault (5),
+    // which a script retries.
     say(`refused: ${err.message}`);
     return EXIT.usage;
   }

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { describe, it } from "node:test";
 import { EXIT, reportError } from "../../src/cli/common.ts";
-import { IndeterminateWriteError } from "../../src/client/index.ts";
+import { status } from "@grpc/grpc-js";
+import { IndeterminateWriteError, ServerError } from "../../src/client/index.ts";
 
 /** reportError's exit code and what it wrote on standard error. */
 function report(command: string, err: unknown): { code: number; err: string } {
@@ -39,5 +40,18 @@ describe("reportError: an outcome unknown", () => {
       assert.doesNotMatch(r.err, /read the key/, command);
       assert.match(r.err, advice, command);
     }
+  });
+});
+
+describe("reportError: a request refused", () => {
+  it("a Raft request that can never succeed as asked is a usage error (2), not a server fault (5)", () => {
+    const err = new ServerError(
+      "CAIRN_ERR_INVALID_RAFT_REQUEST",
+      "raft: cannot transfer leadership to a learner",
+      status.FAILED_PRECONDITION,
+    );
+    const r = report("transfer-leader", err);
+    assert.equal(r.code, EXIT.usage);
+    assert.match(r.err, /refused: raft: cannot transfer leadership to a learner/);
   });
 });
