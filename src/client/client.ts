@@ -794,6 +794,7 @@ export class CairnClient {
     this.#routingWatch = { cancel: () => controller.abort() };
     const run = async (): Promise<void> => {
       let got = false;
+      const started = performance.now();
       try {
         for await (const view of this.watchCluster({ signal: controller.signal })) {
           this.#view = view;
@@ -805,7 +806,10 @@ export class CairnClient {
         // watch falls back as a call does).
       }
       if (this.#closed || controller.signal.aborted) return;
-      const next = got ? 0 : attempt + 1;
+      // A watch that streamed views for a while starts over from the shortest backoff; one that
+      // ended soon after its start backs off as a failed one does: a node that ends each watch
+      // after its first view (a buggy or hostile one) was asked again every ~10 ms, for good.
+      const next = got && performance.now() - started >= STEADY_WATCH_MS ? 0 : attempt + 1;
       this.#routingRetry = setTimeout(() => this.#startRouting(next), this.#backoff(next));
       this.#routingRetry.unref();
     };
@@ -992,6 +996,9 @@ class Aborted {
 
 /** grpc-js's details for a call its channel's close() ended before it was sent. */
 const CLOSED_BEFORE_START = "Channel closed before call started";
+
+/** How long a routing watch must have streamed for its next one to start without backoff. */
+const STEADY_WATCH_MS = 5000;
 
 /** The least time left for which the client starts another attempt of a call. */
 const MIN_ATTEMPT_MS = 10;

@@ -47,6 +47,8 @@ type Answer =
 // an earlier test (its deadline passed, the server still runs it) cannot take another test's answer.
 const scripts = new Map<string, Answer[]>();
 const calls = new Map<string, number>();
+/** WatchCluster calls the fake node has had. */
+let watches = 0;
 let server: Server;
 let address = "";
 
@@ -118,6 +120,7 @@ before(async () => {
   // A node that stops: it ends its watches (OK status) after one view.
   server.addService(proto.cairn.v1.Meta.service, {
     WatchCluster: (call: { write(v: unknown): boolean; end(): void }) => {
+      watches++;
       call.write({ epoch: 1, total_shards: 16, cluster_id: "c1", nodes: [], shards: [] });
       call.end();
     },
@@ -659,6 +662,27 @@ describe("client retries", () => {
         },
       );
       assert.deepEqual(seen, [1]);
+    } finally {
+      c.close();
+    }
+  });
+
+  it("a routing watch that a node ends after each view backs off: it is not asked again every few milliseconds", async () => {
+    // The routing watch started over from the shortest backoff (10 ms here) whenever the watch
+    // had brought a view, however soon it ended: ~100 WatchCluster calls a second, for good, against
+    // a node that ends every watch after its first view.
+    const c = new CairnClient({
+      endpoints: [address],
+      initialBackoffMs: 20,
+      maxBackoffMs: 1000,
+      random: () => 0.5,
+    });
+    try {
+      const before = watches;
+      // A window to count the watches in: backing off (10, 20, 40, … 500 ms), about seven.
+      await new Promise((r) => setTimeout(r, 1500));
+      const asked = watches - before;
+      assert.ok(asked >= 2 && asked <= 15, `${asked} watches in 1.5 s`);
     } finally {
       c.close();
     }
