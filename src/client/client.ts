@@ -784,7 +784,9 @@ export class CairnClient {
     (call as Partial<ClientUnaryCall>).on?.("status", (s: StatusObject) => {
       if (s.code !== status.OK) return;
       const served = metadataString(s.metadata, SERVED_BY_KEY);
-      if (served !== undefined && served !== "") this.#learnt.set(shard, served);
+      // A node id has at most 128 characters (node_id): a longer trailer names no node.
+      if (served !== undefined && served !== "" && served.length <= 128)
+        this.#learnt.set(shard, served);
     });
   }
 
@@ -797,6 +799,10 @@ export class CairnClient {
       const started = performance.now();
       try {
         for await (const view of this.watchCluster({ signal: controller.signal })) {
+          // A view no node can send (more shards than cluster.total_shards allows) is not
+          // routed by: the leaders learnt from answers are kept a shard each, and such a view
+          // let them grow with every key called.
+          if (view.totalShards > MAX_TOTAL_SHARDS) continue;
           this.#view = view;
           got = true;
           for (const c of [...this.#connections.values()]) this.#maybeClose(c);
@@ -996,6 +1002,9 @@ class Aborted {
 
 /** grpc-js's details for a call its channel's close() ended before it was sent. */
 const CLOSED_BEFORE_START = "Channel closed before call started";
+
+/** The most shards a cluster has (cluster.total_shards: 1 to 65,536). */
+const MAX_TOTAL_SHARDS = 65_536;
 
 /** How long a routing watch must have streamed for its next one to start without backoff. */
 const STEADY_WATCH_MS = 5000;

@@ -688,6 +688,53 @@ describe("client retries", () => {
     }
   });
 
+  it("a view claiming more shards than a cluster can have is not routed by", async () => {
+    // With 2^32 - 1 shards in its view, the client learnt a leader (the answer's trailer) for a
+    // shard of nearly each key it called, and kept them all: a table the node fed without bound.
+    const { proto } = loadCairnProto();
+    const node = new Server();
+    const watch: { send: ((view: object) => void) | null } = { send: null };
+    node.addService(proto.cairn.v1.Meta.service, {
+      WatchCluster: (call: { write(v: unknown): boolean }) => {
+        watch.send = (view) => call.write(view);
+      },
+    });
+    const port = await new Promise<number>((resolve, reject) =>
+      node.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
+        err === null ? resolve(p) : reject(err),
+      ),
+    );
+    const c = new CairnClient({ endpoints: [`127.0.0.1:${port}`], timeoutMs: 2000 });
+    const view = (epoch: number, shards: number): object => ({
+      epoch,
+      total_shards: shards,
+      cluster_id: "c1",
+      nodes: [],
+      shards: [],
+    });
+    const until = async (what: string, ok: () => boolean, ms: number): Promise<boolean> => {
+      for (const end = performance.now() + ms; performance.now() < end;) {
+        if (ok()) return true;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // An empty `what`: the wait is the test's window, and its end an answer (false).
+      if (what !== "") assert.fail(`not within ${ms} ms: ${what}`);
+      return false;
+    };
+    try {
+      await until("the client watches", () => watch.send !== null, 5000);
+      watch.send?.(view(1, 2 ** 32 - 1));
+      // Taken, the view would be the client's within milliseconds.
+      assert.equal(await until("", () => c.view !== null, 500), false, "the view was taken");
+      watch.send?.(view(2, 16));
+      await until("the next view taken", () => c.view?.epoch === 2, 5000);
+      assert.equal(c.view?.totalShards, 16);
+    } finally {
+      c.close();
+      node.forceShutdown();
+    }
+  });
+
   it("a write whose stream is reset after it was sent (RST_STREAM INTERNAL_ERROR) is indeterminate, not a server error", async () => {
     // grpc-js reports such a reset as INTERNAL with no cairn-error-code (a Cairn server sets one
     // on every answer it makes): the request had arrived, and may have been applied. It was a
