@@ -1,8 +1,8 @@
 /**
  * `npm run test:isolated [-- [--concurrency=N] FILE|GLOB ...]`: runs test files each in a process
  * of its own, two at a time (N), in the order given (without files: every isolated file,
- * longest first, as scripts/test-files.ts lists them). `node --test` sorts the files it is given by name, so it
- * cannot start the longest first; node:test's run() keeps their order.
+ * longest first, as scripts/test-files.ts lists them). `node --test` sorts the files it is
+ * given by name, so it cannot start the longest first; node:test's run() keeps their order.
  *
  * As `node --test` with package.json's flags ran them: each file's process exits when its tests
  * end (forceExit), a test that runs past 10 minutes fails, and each file writes its verdicts to
@@ -39,9 +39,10 @@ for (const arg of process.argv.slice(2)) {
     if (name !== "spec" && name !== "tap") usage(`unknown reporter ${name}`);
     reporter = name;
   } else if (arg.startsWith("--concurrency=")) {
-    concurrency = Number(arg.slice("--concurrency=".length));
+    const given = arg.slice("--concurrency=".length);
+    concurrency = Number(given);
     if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 16)
-      usage(`--concurrency takes an integer from 1 to 16, not ${arg.slice(14)}`);
+      usage(`--concurrency takes an integer from 1 to 16, not ${given}`);
   } else if (arg.startsWith("-")) {
     usage(`unknown option ${arg}`);
   } else {

@@ -31,9 +31,10 @@ fi
 # The isolated files: most in a runner two at a time from the start, whose output is this
 # script's own; two in five after the first twelve (the longest: scripts/test-files.ts lists them
 # longest first) in a third lane, one at a time, started once the shared run and the checks have
-# ended (with one in three, the third lane ended ~150 s before the others). Two lanes alone left the cores ~35 % idle after that, the end-to-end files waiting on
-# their nodes' timers; a third from the start (five processes with the shared run and the
-# checks) gained nothing (docs/development.md).
+# ended (with one in three, the third lane ended ~150 s before the others). Two lanes alone left
+# the cores ~35 % idle after that, the end-to-end files waiting on their nodes' timers; a third
+# from the start (five processes with the shared run and the checks) gained nothing
+# (docs/development.md).
 lead=()
 late=()
 for i in "${!isolated[@]}"; do
