@@ -1145,8 +1145,19 @@ function toClientError(e: ServiceError, kind: Kind, tls: boolean): Error {
   switch (e.code) {
     case status.FAILED_PRECONDITION:
       if (code === "CAIRN_ERR_VERSION_MISMATCH") {
+        // No trailer: the key is absent. A trailer that is not a version is a server's fault,
+        // never read as "absent": a compare-and-set loop told so would write with the key
+        // expected not to exist, or with a version made up from the garbage.
         const cur = metadataString(e.metadata, CURRENT_VERSION_KEY);
-        return new VersionConflictError(details, cur === undefined ? null : parseVersion(cur));
+        if (cur === undefined) return new VersionConflictError(details, null);
+        const current = parseVersion(cur);
+        if (current === null)
+          return new ServerError(
+            "CAIRN_ERR_INTERNAL",
+            `the server refused the compare-and-set (${details}) with a malformed ${CURRENT_VERSION_KEY} trailer ${JSON.stringify(cur.slice(0, 64))}: the key's current version is unknown; nothing was changed`,
+            e.code,
+          );
+        return new VersionConflictError(details, current);
       }
       return new ServerError(code ?? "CAIRN_ERR_FAILED_PRECONDITION", details, e.code);
     case status.INVALID_ARGUMENT:

@@ -82,9 +82,16 @@ export function metadataString(metadata: Metadata | undefined, key: string): str
   return typeof v === "string" ? v : v.toString();
 }
 
-/** "INDEX/TERM" as the server writes it into `cairn-current-version`. */
+/**
+ * "INDEX/TERM" as the server writes it into `cairn-current-version`, or null when the text is not
+ * that: two decimal numbers that are safe integers (a version past 2^53 could not be given back
+ * as an `expectedVersion`, which must be one, and past 2^64 is no uint64 at all).
+ */
 export function parseVersion(text: string): Version | null {
   const m = /^(\d+)\/(\d+)$/.exec(text.trim());
   if (m === null) return null;
-  return { index: Number(m[1]), term: Number(m[2]) };
+  const index = Number(m[1]);
+  const term = Number(m[2]);
+  if (!Number.isSafeInteger(index) || !Number.isSafeInteger(term)) return null;
+  return { index, term };
 }

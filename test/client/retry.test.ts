@@ -471,6 +471,46 @@ describe("client retries", () => {
     c.close();
   });
 
+  it("a CAS mismatch whose cairn-current-version trailer is malformed is a server fault, not an absent key", async () => {
+    // Read as "absent" (current null), a malformed trailer told a compare-and-set loop to create
+    // the key with expectedVersion 0/0; only a missing trailer means the key does not exist.
+    const c = client();
+    try {
+      const huge = "18446744073709551617"; // 2^64 + 1
+      const malformed = ["abc", "1/", "-1/2", `${huge}/1`, "1/9007199254740993", "1/2/3", ""];
+      for (const [i, current] of malformed.entries()) {
+        const key = `k6-malformed-${i}`;
+        scripts.set(key, [
+          { code: status.FAILED_PRECONDITION, cairn: "CAIRN_ERR_VERSION_MISMATCH", current },
+        ]);
+        const err = await c.put(key, "v", { expectedVersion: { index: 1, term: 1 } }).then(
+          () => null,
+          (e: unknown) => e,
+        );
+        assert.ok(
+          !(err instanceof VersionConflictError),
+          `${JSON.stringify(current)}: ${String(err)}`,
+        );
+        assert.ok(err instanceof ServerError, `${JSON.stringify(current)}: ${String(err)}`);
+        assert.equal(err.code, "CAIRN_ERR_INTERNAL");
+        assert.match(err.message, /cairn-current-version/);
+        assert.equal(calls.get(key), 1);
+      }
+      // No trailer: the key is absent.
+      scripts.set("k6-absent", [
+        { code: status.FAILED_PRECONDITION, cairn: "CAIRN_ERR_VERSION_MISMATCH" },
+      ]);
+      const err = await c.put("k6-absent", "v", { expectedVersion: { index: 1, term: 1 } }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof VersionConflictError);
+      assert.equal(err.current, null);
+    } finally {
+      c.close();
+    }
+  });
+
   it("a server whose scan pages do not move on fails the scan instead of paging forever", async () => {
     // scanPages (cairn scan, cairn backup) asked for the next page as long as a token came
     // back: a page that repeats the last one, or a token after no item, looped for good (each
