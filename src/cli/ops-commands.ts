@@ -103,7 +103,8 @@ function httpGet(
 export const HEALTH_HELP = `Usage: cairn health [--quick] [options]
 
 Asks a node's HTTP server for its health report (GET /health; --quick: GET /health/quick).
-Exit 0 when healthy or degraded, 3 when unhealthy or unreachable.
+Exit 0 when healthy or degraded, 3 when unhealthy or unreachable, 5 when the answer is not a
+node's health report (another HTTP status, or a body that is not the report's JSON).
 
 Options:
 ${HTTP_HELP}
@@ -140,8 +141,10 @@ export function health(argv: readonly string[], io: Io): Promise<number> {
         );
         return EXIT.unavailable;
       }
-      if (quick && res.status !== 200 && res.status !== 503) {
-        io.stderr.write(`cairn health: HTTP ${res.status}: ${res.body}\n`);
+      // A node answers 200 or 503 (and 500, above): another status is not its health (a proxy's
+      // or another server's page), however its body reads.
+      if (res.status !== 200 && res.status !== 503) {
+        io.stderr.write(`cairn health: HTTP ${res.status}: ${res.body.slice(0, 200)}\n`);
         return EXIT.failed;
       }
       const ok = res.status === 200;
@@ -150,13 +153,24 @@ export function health(argv: readonly string[], io: Io): Promise<number> {
         else io.stdout.write(`${res.body.trim()}\n`);
         return ok ? EXIT.ok : EXIT.unavailable;
       }
-      let report: HealthReport;
+      let parsed: unknown;
       try {
-        report = JSON.parse(res.body) as HealthReport;
+        parsed = JSON.parse(res.body);
       } catch {
         io.stderr.write(`cairn health: HTTP ${res.status}: not JSON: ${res.body.slice(0, 200)}\n`);
         return EXIT.failed;
       }
+      // JSON of another shape (`{}` from another server on the port) was shown as a health and
+      // exited 0; a status the HTTP status contradicts is no node's either (503 exactly when
+      // unhealthy).
+      const problem = healthReportProblem(parsed, res.status);
+      if (problem !== undefined) {
+        io.stderr.write(
+          `cairn health: ${endpoint} answered HTTP ${res.status} with JSON that is not a Cairn node's health report (${problem}): ${res.body.slice(0, 200)}\n`,
+        );
+        return EXIT.failed;
+      }
+      const report = parsed as HealthReport;
       if (globals.output === "json") writeJson(io, report);
       else io.stdout.write(formatHealth(report));
       return ok ? EXIT.ok : EXIT.unavailable;
@@ -188,6 +202,40 @@ interface HealthReport {
   }[];
   cluster_version?: number;
   puts_refused?: boolean;
+}
+
+/**
+ * Why `value`, the JSON of a GET /health answered `httpStatus`, is not a node's report (the
+ * fields formatHealth reads, with their types), or undefined when it is one. Fields it does not
+ * know are left alone: a newer node may add some.
+ */
+export function healthReportProblem(value: unknown, httpStatus: number): string | undefined {
+  const isObject = (v: unknown): v is Record<string, unknown> =>
+    typeof v === "object" && v !== null && !Array.isArray(v);
+  const isNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
+  const isString = (v: unknown): boolean => typeof v === "string";
+  if (!isObject(value)) return "not an object";
+  const statuses = httpStatus === 503 ? ["unhealthy"] : ["healthy", "degraded"];
+  if (typeof value["status"] !== "string" || !statuses.includes(value["status"]))
+    return `"status" is not ${statuses.map((s) => `"${s}"`).join(" or ")}`;
+  if (!isString(value["node_id"])) return '"node_id" is not a string';
+  for (const key of ["uptime_seconds", "total_shards", "active_shards"])
+    if (!isNumber(value[key])) return `"${key}" is not a number`;
+  const fields = {
+    shards: { id: isNumber, status: isString, raft_term: isNumber },
+    nodes: { id: isString, state: isString, rpc_addr: isString, http_addr: isString },
+  };
+  for (const [list, checks] of Object.entries(fields)) {
+    const entries = value[list];
+    if (entries === undefined) continue;
+    if (!Array.isArray(entries)) return `"${list}" is not a list`;
+    for (const entry of entries as unknown[]) {
+      if (!isObject(entry)) return `an entry of "${list}" is not an object`;
+      for (const [key, ok] of Object.entries(checks))
+        if (!ok(entry[key])) return `an entry of "${list}" has no valid "${key}"`;
+    }
+  }
+  return undefined;
 }
 
 /**

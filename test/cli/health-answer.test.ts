@@ -1,0 +1,111 @@
+/**
+ * `cairn health` against a tiny HTTP server on loopback that answers what the test scripts: an
+ * answer that is not a Cairn node's /health report (JSON of another shape, a status no node
+ * sends) is a failed command, exit 5, never "healthy".
+ */
+import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { PassThrough } from "node:stream";
+import { after, before, describe, it } from "node:test";
+import { run } from "../../src/cli/run.ts";
+
+/** What the server answers next: HTTP status and body. */
+let next = { status: 200, body: "" };
+let server: Server;
+let endpoint = "";
+
+before(async () => {
+  server = createServer((_req, res) => {
+    res.writeHead(next.status, { "content-type": "application/json" });
+    res.end(next.body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  endpoint = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+after(() => server.close());
+
+/** `cairn health ARGS` run in this process against the scripted server. */
+async function health(
+  status: number,
+  body: string,
+  args: readonly string[] = [],
+): Promise<{ code: number; out: string; err: string }> {
+  next = { status, body };
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = "";
+  let err = "";
+  stdout.on("data", (d: Buffer) => (out += d.toString()));
+  stderr.on("data", (d: Buffer) => (err += d.toString()));
+  const code = await run(["health", "--http-endpoint", endpoint, ...args], {
+    stdout,
+    stderr,
+    stdin: new PassThrough(),
+    env: {},
+  });
+  return { code, out, err };
+}
+
+const report = {
+  status: "healthy",
+  node_id: "n1",
+  uptime_seconds: 3.2,
+  total_shards: 16,
+  active_shards: 16,
+  shards: [
+    { id: 0, status: "healthy", is_leader: true, raft_term: 2, commit_index: 9, last_applied: 9 },
+  ],
+  nodes: [],
+};
+
+describe("cairn health against answers that are not a node's report", () => {
+  it("a node's report: healthy, exit 0; unhealthy (503), exit 3", async () => {
+    const ok = await health(200, JSON.stringify(report));
+    assert.equal(ok.code, 0, ok.err);
+    assert.match(ok.out, /^status: healthy\nnode: n1/);
+    const json = await health(200, JSON.stringify(report), ["--output", "json"]);
+    assert.deepEqual(JSON.parse(json.out), report);
+    const down = await health(503, JSON.stringify({ ...report, status: "unhealthy" }));
+    assert.equal(down.code, 3, down.err);
+  });
+
+  it("JSON of another shape, with HTTP 200 or 503, is a failed command (exit 5), not a health", async () => {
+    const bodies = [
+      "{}",
+      "[]",
+      "null",
+      "5",
+      '"healthy"',
+      '{"status": 5}',
+      '{"status": "ok"}',
+      JSON.stringify({ ...report, status: "fine" }),
+      JSON.stringify({ ...report, node_id: 1 }),
+      JSON.stringify({ ...report, total_shards: "16" }),
+      JSON.stringify({ ...report, shards: {} }),
+      JSON.stringify({ ...report, shards: [null] }),
+      JSON.stringify({ ...report, nodes: [{ id: "n2" }] }),
+      // A status the HTTP status contradicts: a node answers 503 exactly when unhealthy.
+      JSON.stringify({ ...report, status: "unhealthy" }),
+    ];
+    for (const body of bodies) {
+      for (const output of ["text", "json"]) {
+        const got = await health(200, body, ["--output", output]);
+        assert.equal(got.code, 5, `${body} (${output}): exit ${got.code}, ${got.out}${got.err}`);
+        assert.equal(got.out, "", body);
+        assert.match(got.err, /not a Cairn node's health report/, body);
+      }
+    }
+    const wrong503 = await health(503, JSON.stringify(report));
+    assert.equal(wrong503.code, 5, wrong503.err);
+    const empty503 = await health(503, "{}");
+    assert.equal(empty503.code, 5, empty503.err);
+  });
+
+  it("an HTTP status no node answers /health with is a failed command (exit 5)", async () => {
+    const got = await health(404, JSON.stringify(report));
+    assert.equal(got.code, 5, got.err);
+    assert.match(got.err, /HTTP 404/);
+  });
+});
