@@ -10,7 +10,7 @@ import {
   ServerError,
   UnavailableError,
 } from "../client/index.ts";
-import { isNodeId, sameAddress } from "../config/index.ts";
+import { isNodeId, parseHostPort, sameAddress } from "../config/index.ts";
 import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
@@ -53,7 +53,9 @@ const MAX_HTTP_RESPONSE_BYTES = 64 * 1024 * 1024;
  * GET over HTTP with the command's deadline (for the connection, the answer and its whole body);
  * a failure to connect, a deadline missed or an answer past MAX_HTTP_RESPONSE_BYTES is an
  * `error`. node:http, not fetch: fetch refuses the WHATWG "bad ports" (6000, 6665–6669, 10080, …)
- * without a try, and a node may serve its HTTP on any of them.
+ * without a try, and a node may serve its HTTP on any of them. The host and port are given
+ * apart, not as a URL: a WHATWG URL has no IPv6 zone (`[fe80::1%eth0]:8080`), which the endpoint
+ * parser takes and the client library connects through.
  */
 function httpGet(
   endpoint: string,
@@ -75,8 +77,11 @@ function httpGet(
       timeoutMs,
     );
     try {
+      const address = parseHostPort(endpoint);
+      if (!address.ok) throw new Error(`not ${address.reason}`);
+      const { host, port } = address.value;
       // No agent: one connection, closed with the answer (nothing keeps the process running).
-      req = httpRequest(new URL(`http://${endpoint}${path}`), { agent: false }, (res) => {
+      req = httpRequest({ host, port, path, agent: false }, (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
         res.on("data", (chunk: Buffer) => {

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { networkInterfaces } from "node:os";
 import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { run } from "../../src/cli/run.ts";
@@ -26,11 +27,12 @@ before(async () => {
 
 after(() => server.close());
 
-/** `cairn health ARGS` run in this process against the scripted server. */
+/** `cairn health ARGS` run in this process against the scripted server (or `at`). */
 async function health(
   status: number,
   body: string,
   args: readonly string[] = [],
+  at = endpoint,
 ): Promise<{ code: number; out: string; err: string }> {
   next = { status, body };
   const stdout = new PassThrough();
@@ -39,7 +41,7 @@ async function health(
   let err = "";
   stdout.on("data", (d: Buffer) => (out += d.toString()));
   stderr.on("data", (d: Buffer) => (err += d.toString()));
-  const code = await run(["health", "--http-endpoint", endpoint, ...args], {
+  const code = await run(["health", "--http-endpoint", at, ...args], {
     stdout,
     stderr,
     stdin: new PassThrough(),
@@ -108,4 +110,32 @@ describe("cairn health against answers that are not a node's report", () => {
     assert.equal(got.code, 5, got.err);
     assert.match(got.err, /HTTP 404/);
   });
+
+  // The interface of the IPv6 loopback address (`lo` on Linux, `lo0` on macOS), if the host has
+  // one: a zone that names it reaches ::1.
+  const loopback = Object.entries(networkInterfaces()).find(([, addresses]) =>
+    (addresses ?? []).some((a) => a.family === "IPv6" && a.address === "::1"),
+  )?.[0];
+
+  it(
+    "an IPv6 endpoint with a zone ([::1%lo]:PORT) is asked as the client library asks it",
+    { skip: loopback === undefined ? "no IPv6 loopback on this host" : false },
+    async () => {
+      // The endpoint parser takes a zone, and gRPC connects through it; `cairn health` built a
+      // WHATWG URL, which has no zones: "Invalid URL", exit 3 (unavailable), the node not asked.
+      const v6 = createServer((_req, res) => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify(report));
+      });
+      await new Promise<void>((resolve) => v6.listen(0, "::1", resolve));
+      try {
+        const port = (v6.address() as AddressInfo).port;
+        const got = await health(200, "", [], `[::1%${loopback}]:${port}`);
+        assert.equal(got.code, 0, got.err);
+        assert.match(got.out, /^status: healthy\nnode: n1/);
+      } finally {
+        v6.close();
+      }
+    },
+  );
 });
