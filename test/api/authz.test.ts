@@ -79,6 +79,30 @@ describe("certIdentity", () => {
     const san = certIdentity({}, "DNS:svc.example, URI:spiffe://x");
     assert.equal(san.kind === "client" && san.name, "svc.example");
   });
+
+  it("reads the first subject alternative name as node:tls writes it, quoted when it must be", () => {
+    // node:tls writes a name holding a comma, a quote, a backslash or a control character as a
+    // JSON string after its type (`DNS:"a\u002cb"`: Node 24, with a certificate made by openssl):
+    // split on "," and cut at the first colon, it came out with its quotes and escapes.
+    const nameOf = (subjectAltName: string): string | false => {
+      const id = certIdentity({}, subjectAltName);
+      return id.kind === "client" && id.name;
+    };
+    assert.equal(nameOf('DNS:"team\\u002calice\\\\x", URI:spiffe://cairn/client'), "team,alice\\x");
+    assert.equal(nameOf('URI:"spiffe://c/a\\u002cb", DNS:plain.example'), "spiffe://c/a,b");
+    assert.equal(nameOf('URI:"spiffe://c/\\"q\\"", DNS:x'), 'spiffe://c/"q"');
+    assert.equal(nameOf('email:"a\\u0007b@example.com"'), "a\u0007b@example.com");
+    assert.equal(nameOf("IP Address:10.0.0.1, DNS:x"), "10.0.0.1");
+    assert.equal(nameOf("URI:spiffe://c/s"), "spiffe://c/s");
+    // A quoted name a comma follows inside its quotes is still one name.
+    assert.equal(nameOf('DNS:"x\\u002c y", DNS:z'), "x, y");
+    // Not what node:tls writes (an unterminated or broken string): no name, not a guess.
+    assert.equal(nameOf('DNS:"unterminated, DNS:x'), "");
+    assert.equal(nameOf('DNS:"bad \\q escape", DNS:x'), "");
+    // A CN still comes first.
+    const carol = certIdentity({ CN: "carol" }, 'DNS:"a\\u002cb"');
+    assert.equal(carol.kind === "client" && carol.name, "carol");
+  });
 });
 
 describe("parseTokens", () => {

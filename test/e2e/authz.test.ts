@@ -452,6 +452,24 @@ describe("client certificates (mutual TLS, the front end in the main thread)", (
     }
     assert.equal(server.proc.exitCode, null, "the node serves on");
   });
+
+  it("names it by the whole of an alternative name node:tls quotes (one holding a comma)", async () => {
+    // node:tls writes such a name as a JSON string (`URI:"spiffe://cairn/svc\u002cb"`): split
+    // on "," and cut at its colon, it kept its quotes and escapes.
+    const svc = certClient(
+      sanOnlyClientCert(certs, join(dir, "san-comma"), "spiffe://cairn/svc,b"),
+    );
+    try {
+      const admin = await refusal(svc.snapshotShard(0));
+      assert.equal(admin.code, "CAIRN_ERR_PERMISSION_DENIED");
+      assert.match(
+        admin.message,
+        /client "spiffe:\/\/cairn\/svc,b" \(role readwrite, by certificate\)/,
+      );
+    } finally {
+      svc.close();
+    }
+  });
 });
 
 describe("one CA for the clients and the peers (a cluster of one, peer TLS)", () => {

@@ -205,7 +205,10 @@ export function sanOnlyClientCert(
       "basicConstraints = critical, CA:FALSE",
       "keyUsage = critical, digitalSignature",
       "extendedKeyUsage = clientAuth",
-      `subjectAltName = URI:${uri}`,
+      // A section, not `URI:${uri}` on the line: there a comma would start another name.
+      "subjectAltName = @alt",
+      "[alt]",
+      `URI.1 = ${uri}`,
       "",
     ].join("\n"),
   );
