@@ -45,14 +45,25 @@ const argv = process.argv.slice(2);
 const command = hoistLeadingOptions(argv)[0];
 if (command !== "serve") stopOnClosedStdout(command ?? "");
 
-run(argv, PROCESS_IO).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    process.stderr.write(
-      `cairn: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
-    );
-    process.exitCode = 1;
-  },
-);
+/**
+ * Ends a client command with `code` once what it wrote has left the process. It does not wait
+ * for the event loop to empty: grpc-js does not abort a TCP connect under way when its channel
+ * closes (its connector drops only an established session), so a command that asked an address
+ * whose SYNs go unanswered (a firewall that drops, a host gone) printed its error at its
+ * `--timeout` and then stayed until the kernel gave the connect up, two minutes with Linux's
+ * defaults. `serve` ends as before: its stop closes what it opened, and its log may still be
+ * writing.
+ */
+function exitWhenWritten(code: number): void {
+  process.exitCode = code;
+  if (command === "serve") return;
+  // A write's callback runs once the writes before it have been handed to the system.
+  process.stdout.write("", () => process.stderr.write("", () => process.exit(code)));
+}
+
+run(argv, PROCESS_IO).then(exitWhenWritten, (err: unknown) => {
+  process.stderr.write(
+    `cairn: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+  );
+  exitWhenWritten(1);
+});
