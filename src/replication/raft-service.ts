@@ -47,7 +47,11 @@ import { MAX_READ_INDEX_SHARDS, readIndexResults } from "./read-index.ts";
 import type { ClientCall } from "./request-errors.ts";
 import { clearSnapshotDir, type SnapshotDisk } from "./snapshot-file.ts";
 import { snapshotReceiver } from "./snapshot-receiver.ts";
-import type { SnapshotMetrics } from "./snapshot-transfer.ts";
+import {
+  SNAPSHOT_MIN_PROGRESS_BYTES,
+  SNAPSHOT_PROGRESS_WINDOW_MS,
+  type SnapshotMetrics,
+} from "./snapshot-transfer.ts";
 import type { ScanPage } from "./scan-merge.ts";
 import {
   type EndCall,
@@ -186,10 +190,14 @@ export interface RaftServiceOptions {
    */
   readonly maxSnapshotBytes?: number;
   /**
-   * A snapshot call that brings no chunk for this long fails (DEADLINE_EXCEEDED), so that a
-   * sender gone without a word does not hold its partial snapshot here (ms). Default 60 s.
+   * A snapshot call that brings fewer than `snapshotMinProgressBytes` of data in this long fails
+   * (DEADLINE_EXCEEDED), so that neither a sender gone without a word nor a caller that trickles
+   * holds its partial snapshot and its receive slot here (ms; snapshot-receiver.ts). Default
+   * 60 s (SNAPSHOT_PROGRESS_WINDOW_MS).
    */
-  readonly snapshotIdleTimeoutMs?: number;
+  readonly snapshotProgressWindowMs?: number;
+  /** See `snapshotProgressWindowMs`. Default 1 MiB (SNAPSHOT_MIN_PROGRESS_BYTES). */
+  readonly snapshotMinProgressBytes?: number;
   /** Snapshots received at once, past their header (more: RESOURCE_EXHAUSTED). Default 32. */
   readonly maxSnapshotReceives?: number;
   readonly metrics?: SnapshotMetrics;
@@ -302,7 +310,8 @@ export function createRaftService(
           (options.snapshotDir === undefined ? 4 * 1024 * MIB : Number.MAX_SAFE_INTEGER),
         dir: options.snapshotDir,
         disk: options.snapshotDisk,
-        idleMs: options.snapshotIdleTimeoutMs ?? 60_000,
+        progressWindowMs: options.snapshotProgressWindowMs ?? SNAPSHOT_PROGRESS_WINDOW_MS,
+        minProgressBytes: options.snapshotMinProgressBytes ?? SNAPSHOT_MIN_PROGRESS_BYTES,
         maxReceives: options.maxSnapshotReceives ?? MAX_SNAPSHOT_RECEIVES,
         metrics: options.metrics,
         log,

@@ -13,14 +13,25 @@
  * checked): a sender sends one at a time to each peer (snapshot-sender.ts), so more means a
  * peer that does not hold to it, and each would hold a call, a file and its disk space. The next
  * is refused RESOURCE_EXHAUSTED, and its sender's group tries again later. (Calls not past their
- * header are the front end's to bound, and `idleMs` ends them; counted, a client that opened
- * some could have kept the peers' snapshots out.)
+ * header are the front end's to bound, and the progress rule below ends them; counted, a client
+ * that opened some could have kept the peers' snapshots out.)
  *
- * A refusal, a broken call, or a call that brings no chunk for `idleMs` ends with its status
- * (logged at warn, within RefusalLog's bound: peer-logger.ts; counted as a failed receive, every
- * one; a refusal of the sender's bytes, a chunk that is no SnapshotChunk among them,
- * INVALID_ARGUMENT with CAIRN_ERR_INVALID_ARGUMENT); a call the sender cancels is counted and
- * logged at debug. Nothing of a refused snapshot reaches Raft, and its file is removed.
+ * A call must keep up a pace: one that brings fewer than `minProgressBytes` of data in a
+ * `progressWindowMs` (counted in windows from its start, until its trailer, after which it has
+ * one more window to half-close) is cut DEADLINE_EXCEEDED. A call that brought a small chunk
+ * now and then used to hold its slot for as long as it liked: without peer TLS any client may
+ * pass for a member (docs/architecture.md, "Caveats"), and 32 calls of one chunk a minute kept
+ * every peer's snapshot out. A floor on the bytes, rather than a cap on slots per sender, because
+ * such a client names whichever member it likes, so a cap per node it names binds nothing, and
+ * one per address or connection binds nodes that share an address or reconnect. Holding the
+ * slots now costs a client that rate on each (32 MiB a minute at the defaults) of valid image
+ * data, which the disk's reserve refuses once it has filled it.
+ *
+ * A refusal, a broken call, or a call cut by that rule ends with its status (logged at warn,
+ * within RefusalLog's bound: peer-logger.ts; counted as a failed receive, every one; a refusal
+ * of the sender's bytes, a chunk that is no SnapshotChunk among them, INVALID_ARGUMENT with
+ * CAIRN_ERR_INVALID_ARGUMENT); a call the sender cancels is counted and logged at debug.
+ * Nothing of a refused snapshot reaches Raft, and its file is removed.
  */
 import {
   Metadata,
@@ -56,8 +67,12 @@ export interface SnapshotReceiverOptions {
    * it is refused RESOURCE_EXHAUSTED (SnapshotSpace).
    */
   readonly disk?: SnapshotDisk | undefined;
-  /** A call that brings no chunk for this long fails (DEADLINE_EXCEEDED), ms. */
-  readonly idleMs: number;
+  /**
+   * A call that brings fewer than `minProgressBytes` of data in this long fails
+   * (DEADLINE_EXCEEDED), ms: see the progress rule above.
+   */
+  readonly progressWindowMs: number;
+  readonly minProgressBytes: number;
   /** Snapshots received at once, past their header; the next is refused RESOURCE_EXHAUSTED. */
   readonly maxReceives: number;
   readonly metrics?: SnapshotMetrics | undefined;
@@ -79,7 +94,7 @@ export function snapshotReceiver(
   call: ServerReadableStream<SnapshotChunk__Output, SnapshotAck>,
   callback: sendUnaryData<SnapshotAck>,
 ) => void {
-  const { idleMs, log, open } = options;
+  const { progressWindowMs, minProgressBytes, log, open } = options;
   // A caller makes a refusal at will (a stranger, a damaged chunk): its lines are bounded.
   const refusals = options.refusals ?? new RefusalLog(log);
   /** Calls past their header, not yet finished. */
@@ -137,17 +152,31 @@ export function snapshotReceiver(
     const end = (err: Partial<ServiceError> | null): void =>
       finish(new SnapshotRefusal(err?.code ?? status.UNAVAILABLE, err?.details ?? "ended"));
     open.add(end);
-    const expire = (): void =>
-      finish(new SnapshotRefusal(status.DEADLINE_EXCEEDED, `no chunk for ${idleMs} ms`));
-    let idle = setTimeout(expire, idleMs);
+    /** Data bytes that arrived in the current window. */
+    let windowBytes = 0;
+    /** The sender half-closed: what is left is this node's work, not timed. */
+    let ended = false;
+    const check = (): void => {
+      if (done || ended) return;
+      if (windowBytes < minProgressBytes) {
+        finish(
+          new SnapshotRefusal(
+            status.DEADLINE_EXCEEDED,
+            `${windowBytes} bytes in the last ${progressWindowMs} ms, under the ${minProgressBytes} this node requires`,
+          ),
+        );
+        return;
+      }
+      windowBytes = 0;
+      idle = setTimeout(check, progressWindowMs);
+    };
+    let idle = setTimeout(check, progressWindowMs);
     const refuse = (err: unknown): void =>
       finish(
         err instanceof SnapshotRefusal ? err : new SnapshotRefusal(status.INTERNAL, String(err)),
       );
     call.on("data", (chunk: SnapshotChunk__Output | MalformedMessage) => {
       if (done) return;
-      clearTimeout(idle);
-      idle = setTimeout(expire, idleMs);
       if (chunk instanceof MalformedMessage) {
         refuse(new SnapshotRefusal(status.INVALID_ARGUMENT, chunk.details));
         return;
@@ -158,6 +187,9 @@ export function snapshotReceiver(
         refuse(err);
         return;
       }
+      // The trailer completes its window's share: the sender has only to half-close, within
+      // the next window.
+      windowBytes += assembler.complete ? minProgressBytes : (chunk.data?.length ?? 0);
       if (!counted && assembler.from !== null) {
         if (receiving >= options.maxReceives) {
           refuse(
@@ -185,6 +217,8 @@ export function snapshotReceiver(
     // The sender half-closed: only now, complete, verified and stored, does it reach Raft.
     call.on("end", () => {
       if (done) return;
+      ended = true;
+      clearTimeout(idle);
       void assembler.close().then(() => {
         if (!done) handOver();
       }, refuse);

@@ -86,6 +86,14 @@ export const MAX_SNAPSHOT_CHUNK_BYTES = 4 * 1024 * 1024;
  */
 export const MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES = MAX_SNAPSHOT_CHUNK_BYTES + 1 + 4;
 
+/**
+ * The pace a receiver holds an InstallSnapshot call to, by default (snapshot-receiver.ts): at
+ * least SNAPSHOT_MIN_PROGRESS_BYTES of data in each SNAPSHOT_PROGRESS_WINDOW_MS, or the call is
+ * cut.
+ */
+export const SNAPSHOT_PROGRESS_WINDOW_MS = 60_000;
+export const SNAPSHOT_MIN_PROGRESS_BYTES = 1024 * 1024;
+
 // ── the sending end ─────────────────────────────────────────────────────────────────────────
 
 export interface SnapshotSendOptions {
@@ -364,6 +372,11 @@ export class SnapshotAssembler {
 
   get shard(): number | null {
     return this.#header?.shard ?? null;
+  }
+
+  /** The trailer arrived and verified the data: nothing more may come. */
+  get complete(): boolean {
+    return this.#verified;
   }
 
   /** The length announced, else what arrived so far (null before the header). */

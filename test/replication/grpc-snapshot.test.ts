@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { InterceptingCall, type Interceptor, status } from "@grpc/grpc-js";
+import { Client, credentials, InterceptingCall, type Interceptor, status } from "@grpc/grpc-js";
 import type { RaftHandlers } from "../../src/api/generated/cairn/v1/Raft.ts";
 import type {
   SnapshotChunk,
@@ -31,7 +31,8 @@ import {
   type SnapshotMetrics,
   SnapshotRefusal,
 } from "../../src/replication/index.ts";
-import { MAX_SNAPSHOT_CHUNK_BYTES } from "../../src/replication/snapshot-transfer.ts";
+import { ownHandshake } from "../../src/replication/handshake.ts";
+import { MAX_SNAPSHOT_CHUNK_BYTES, sendSnapshot } from "../../src/replication/snapshot-transfer.ts";
 import { crc32c, encodeSnapshotFrames } from "../../src/storage/index.ts";
 import {
   eventually,
@@ -298,7 +299,7 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
       code: status.DEADLINE_EXCEEDED,
       // The third chunk never leaves; the receiver gives up first.
       transport: { interceptors: [onChunks((chunk, n) => (n === 2 ? null : chunk))] },
-      service: { snapshotIdleTimeoutMs: 100 },
+      service: { snapshotProgressWindowMs: 100 },
     },
   ];
   for (const { what, code, transport, service } of refusals) {
@@ -459,6 +460,52 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
     } finally {
       release();
       await other.close();
+      await r.close();
+    }
+  });
+
+  it("cuts a call that trickles under the receiver's floor, which held a receive slot for good, and frees its slot", async () => {
+    // A caller that passes for a member (no peer TLS: the documented trust model) sent a small
+    // chunk within every idle timeout on each of 32 calls, and so kept every peer's snapshot
+    // out. A valid image's bytes, 100 at a time every 10 ms (10 KB/s), under a floor of 8 KiB
+    // in each 100 ms (80 KiB/s), on the only slot.
+    const r = await rig(
+      {},
+      { maxSnapshotReceives: 1, snapshotProgressWindowMs: 100, snapshotMinProgressBytes: 8 * KIB },
+    );
+    const client = new Client(r.address, credentials.createInsecure());
+    try {
+      const trickle = sendSnapshot(
+        client,
+        ownHandshake("c1", N1, N1, N2),
+        3,
+        snapshotMessage(500, snapshotImage(64 * KIB, 500)),
+        {
+          chunkBytes: 100,
+          limiter: { take: () => new Promise((resolve) => setTimeout(resolve, 10)) },
+          stallTimeoutMs: 5_000,
+          onBytes: () => undefined,
+          signal: new AbortController().signal,
+        },
+      );
+      // Unbounded, it would end (received) after ~6.5 s.
+      const outcome = await Promise.race([
+        trickle.then(
+          () => "received",
+          (err: { code?: number }) => status[err.code ?? status.UNKNOWN],
+        ),
+        new Promise((resolve) => setTimeout(() => resolve("still open after 1.5 s"), 1_500)),
+      ]);
+      assert.equal(outcome, "DEADLINE_EXCEEDED");
+      const refusal = r.serverLines.find((l) => l.message === "raft snapshot refused");
+      assert.match(String(refusal?.fields["details"]), /under the 8192 this node requires/);
+      // The slot is free: a sender at the pace is received.
+      const outcomes: boolean[] = [];
+      r.transport.send(N2, [snapshot(4 * CHUNK)], (delivered) => outcomes.push(delivered));
+      await eventually("the outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, [true]);
+    } finally {
+      client.close();
       await r.close();
     }
   });
