@@ -52,7 +52,12 @@ import type { ScanPage } from "./scan-merge.ts";
 import type { TermCheck } from "./term-confirm.ts";
 import { type PaceClock, systemPaceClock } from "./rate-limiter.ts";
 import { releaseSnapshot } from "./snapshot-pins.ts";
-import { type OutgoingSnapshot, SnapshotSender, type SnapshotStats } from "./snapshot-sender.ts";
+import {
+  type OutgoingSnapshot,
+  SnapshotSender,
+  snapshotSendConcurrency,
+  type SnapshotStats,
+} from "./snapshot-sender.ts";
 import type { SnapshotMetrics } from "./snapshot-transfer.ts";
 
 const MIB = 1024 * 1024;
@@ -107,6 +112,13 @@ export interface GrpcTransportOptions {
    * answer after the last (ms; the rate limiter's waits do not count). Default 30 s.
    */
   readonly snapshotStallTimeoutMs?: number;
+  /**
+   * The pace the peers' receivers hold a snapshot transfer to (RaftServiceOptions' options of
+   * the same names): this node streams few enough at once for each to keep it
+   * (snapshotSendConcurrency). Default the receivers' defaults, 1 MiB in each 60 s.
+   */
+  readonly snapshotProgressWindowMs?: number;
+  readonly snapshotMinProgressBytes?: number;
   /** The rate limiter's time. Default performance.now and setTimeout; tests pass a virtual one. */
   readonly snapshotClock?: PaceClock;
   readonly metrics?: SnapshotMetrics;
@@ -199,18 +211,29 @@ export class GrpcTransport implements RaftTransport {
       dropped: (id) => this.#snapshots.forget(id),
     });
     this.#forwarder = new CallForwarder(this.#links, this.#log);
+    const chunkBytes = options.snapshotChunkBytes ?? MIB;
+    const rateBytesPerSec = options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC;
+    const learnerRateBytesPerSec = options.snapshotLearnerRateBytesPerSec ?? rateBytesPerSec;
     this.#snapshots = new SnapshotSender({
       links: this.#links,
       self: this.nodeId,
       replicaId: this.#replicaId,
       clusterId: options.clusterId,
-      chunkBytes: options.snapshotChunkBytes ?? MIB,
-      rateBytesPerSec: options.snapshotRateBytesPerSec ?? DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
-      learnerRateBytesPerSec:
-        options.snapshotLearnerRateBytesPerSec ??
-        options.snapshotRateBytesPerSec ??
-        DEFAULT_SNAPSHOT_RATE_BYTES_PER_SEC,
+      chunkBytes,
+      rateBytesPerSec,
+      learnerRateBytesPerSec,
       clock: options.snapshotClock ?? systemPaceClock,
+      maxTransfers: snapshotSendConcurrency({
+        rateBytesPerSec,
+        learnerRateBytesPerSec,
+        chunkBytes,
+        ...(options.snapshotProgressWindowMs === undefined
+          ? {}
+          : { progressWindowMs: options.snapshotProgressWindowMs }),
+        ...(options.snapshotMinProgressBytes === undefined
+          ? {}
+          : { minProgressBytes: options.snapshotMinProgressBytes }),
+      }),
       stallTimeoutMs: options.snapshotStallTimeoutMs ?? 30_000,
       metrics: options.metrics,
       log: this.#log,

@@ -25,7 +25,9 @@
  * such a client names whichever member it likes, so a cap per node it names binds nothing, and
  * one per address or connection binds nodes that share an address or reconnect. Holding the
  * slots now costs a client that rate on each (32 MiB a minute at the defaults) of valid image
- * data, which the disk's reserve refuses once it has filled it.
+ * data, which the disk's reserve refuses once it has filled it. A sender held to its own rate
+ * limits keeps that pace: it streams few enough snapshots at once for each to get four times
+ * the floor (snapshotSendConcurrency, snapshot-sender.ts).
  *
  * A refusal, a broken call, or a call cut by that rule ends with its status (logged at warn,
  * within RefusalLog's bound: peer-logger.ts; counted as a failed receive, every one; a refusal

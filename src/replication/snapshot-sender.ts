@@ -15,6 +15,13 @@
  * adds its learner before the leader has any reason to send it a snapshot, and promotes it only
  * once it holds the whole log, so every snapshot of a move is sent to a learner.
  *
+ * At most `maxTransfers` snapshots are in flight at once, to all peers together
+ * (snapshotSendConcurrency): the rate limits are shared by every transfer, and each receiver
+ * cuts a transfer that brings it less than SNAPSHOT_MIN_PROGRESS_BYTES in a
+ * SNAPSHOT_PROGRESS_WINDOW_MS (snapshot-receiver.ts). Sharing 1 MiB/s among ~60 peers, each got a
+ * chunk a minute, every receiver cut its transfer, and Raft sent them all again, for good; a peer
+ * waiting for a slot costs nothing but the wait. The peers waiting for a slot take it in turn.
+ *
  * At most one snapshot is in flight per peer; the others wait their turn in order. A snapshot is
  * never dropped for the frames' budget: the leader that sent it waits to hear its outcome
  * (`sent`), and a group sends no other snapshot to that peer meanwhile, so a peer's queue holds
@@ -34,6 +41,8 @@ import type { PeerLogger } from "./peer-logger.ts";
 import { inTurn, type PaceClock, type Pacer, RateLimiter } from "./rate-limiter.ts";
 import {
   MAX_SNAPSHOT_CHUNK_BYTES,
+  SNAPSHOT_MIN_PROGRESS_BYTES,
+  SNAPSHOT_PROGRESS_WINDOW_MS,
   sendSnapshot,
   type SnapshotMessage,
   type SnapshotMetrics,
@@ -94,6 +103,8 @@ export interface SnapshotSenderOptions {
    */
   readonly learnerRateBytesPerSec: number;
   readonly clock: PaceClock;
+  /** Snapshots in flight at once, to every peer together (snapshotSendConcurrency). */
+  readonly maxTransfers: number;
   readonly stallTimeoutMs: number;
   readonly metrics: SnapshotMetrics | undefined;
   readonly log: PeerLogger;
@@ -120,6 +131,11 @@ export class SnapshotSender {
   readonly #closing: AbortSignal;
   /** Each peer's snapshots, by node. */
   readonly #lanes = new Map<NodeId, SnapshotLane>();
+  readonly #maxTransfers: number;
+  /** Transfers in flight, to every peer. */
+  #active = 0;
+  /** Lanes with a snapshot to send, waiting for one of `maxTransfers`, in turn. */
+  readonly #waiting: SnapshotLane[] = [];
 
   constructor(options: SnapshotSenderOptions) {
     this.#links = options.links;
@@ -142,6 +158,10 @@ export class SnapshotSender {
       this.#limiter,
     );
     this.#stallTimeoutMs = options.stallTimeoutMs;
+    if (!Number.isSafeInteger(options.maxTransfers) || options.maxTransfers <= 0) {
+      throw new RangeError(`maxTransfers must be a positive integer, got ${options.maxTransfers}`);
+    }
+    this.#maxTransfers = options.maxTransfers;
     this.#metrics = options.metrics;
     this.#log = options.log;
     this.#shardWorker = options.shardWorker;
@@ -238,16 +258,31 @@ export class SnapshotSender {
     return lane;
   }
 
-  /** Starts the lane's next snapshot unless one is in flight; settles each (asynchronously). */
+  /**
+   * Starts the lane's next snapshot unless one is in flight, or has it wait for a slot when
+   * `maxTransfers` are; settles each (asynchronously).
+   */
   #next(lane: SnapshotLane): void {
-    if (lane.inFlight || lane.signal.aborted) return;
-    const next = lane.queue.shift();
-    if (next === undefined) return;
+    if (lane.inFlight || lane.signal.aborted || lane.queue.length === 0) return;
+    if (this.#active >= this.#maxTransfers) {
+      if (!this.#waiting.includes(lane)) this.#waiting.push(lane);
+      return;
+    }
+    const next = lane.queue.shift() as QueuedSnapshot;
     lane.inFlight = true;
+    this.#active++;
     void this.#transfer(lane, next).then((delivered) => {
       lane.inFlight = false;
+      this.#active--;
       next.settle(delivered);
-      this.#next(lane);
+      // The peers that waited for the slot go first; this one's next after them.
+      if (lane.queue.length > 0 && !this.#waiting.includes(lane)) this.#waiting.push(lane);
+      while (this.#active < this.#maxTransfers) {
+        const waiting = this.#waiting.shift();
+        if (waiting === undefined) break;
+        // A lane forgotten or closed meanwhile is skipped (its queue is empty, or it is cut).
+        this.#next(waiting);
+      }
     });
   }
 
@@ -299,6 +334,38 @@ export class SnapshotSender {
       s.message.snapshot.stream?.release();
     }
   }
+}
+
+/**
+ * How many snapshots a node may stream at once (SnapshotSenderOptions.maxTransfers) so that
+ * each keeps the pace its receiver holds it to: at least `minProgressBytes` of data in every
+ * `progressWindowMs` (snapshot-receiver.ts; SNAPSHOT_MIN_PROGRESS_BYTES and
+ * SNAPSHOT_PROGRESS_WINDOW_MS by default, whatever this node's own receiver is set to, as every
+ * node's is).
+ *
+ * A RateLimiter serves its reservations in the order they were made, and a transfer holds at
+ * most one, of a chunk at most: each of k transfers waits at each limiter for at most one
+ * chunk of every other, so it gets at least 1 / (k/learnerRate + k/rate) of the bytes (a
+ * learner's passes both limiters, a voter's the node-wide one alone, and gets more). k is
+ * chosen for that to be four times the floor, and at least a chunk in each quarter of the
+ * window: then any window holds three chunks' worth less the one that straddles each end,
+ * over twice the floor. At the lowest rates the configuration allows (1 MiB/s each), 1 MiB
+ * chunks and the default floor (1 MiB a minute), that is 7; at the defaults (64 MiB/s,
+ * 4 MiB/s), 56. Never under 1: a single transfer at a rate under the floor is cut whatever
+ * the sender does.
+ */
+export function snapshotSendConcurrency(options: {
+  readonly rateBytesPerSec: number;
+  readonly learnerRateBytesPerSec: number;
+  readonly chunkBytes: number;
+  readonly progressWindowMs?: number;
+  readonly minProgressBytes?: number;
+}): number {
+  const windowMs = options.progressWindowMs ?? SNAPSHOT_PROGRESS_WINDOW_MS;
+  const floor = options.minProgressBytes ?? SNAPSHOT_MIN_PROGRESS_BYTES;
+  const slowest = 1 / (1 / options.learnerRateBytesPerSec + 1 / options.rateBytesPerSec);
+  const share = (4 * Math.max(floor, options.chunkBytes) * 1000) / windowMs;
+  return Math.max(1, Math.floor(slowest / share));
 }
 
 /** Whether the snapshot goes to a learner of its group (in the configuration it carries). */

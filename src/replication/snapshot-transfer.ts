@@ -89,7 +89,8 @@ export const MAX_SNAPSHOT_CHUNK_MESSAGE_BYTES = MAX_SNAPSHOT_CHUNK_BYTES + 1 + 4
 /**
  * The pace a receiver holds an InstallSnapshot call to, by default (snapshot-receiver.ts): at
  * least SNAPSHOT_MIN_PROGRESS_BYTES of data in each SNAPSHOT_PROGRESS_WINDOW_MS, or the call is
- * cut.
+ * cut. A sender streams few enough snapshots at once for each to keep it, even at the lowest
+ * rates the configuration allows (snapshotSendConcurrency, snapshot-sender.ts).
  */
 export const SNAPSHOT_PROGRESS_WINDOW_MS = 60_000;
 export const SNAPSHOT_MIN_PROGRESS_BYTES = 1024 * 1024;

@@ -510,6 +510,59 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
     }
   });
 
+  it("keeps each transfer above the receivers' floor when its rate is shared by many peers: it streams few enough at once", async () => {
+    // The node-wide rate was shared by every transfer: with ~60 peers at 1 MiB/s, each got a
+    // chunk a minute, the receivers cut them all (then at their idle timeout), and Raft sent
+    // them again, for good. Scaled down: 8 peers, 4 KiB chunks at 160 KiB/s in all (a chunk
+    // every 25 ms), each receiver wanting 4 KiB in each 100 ms; eight at once got a chunk each
+    // every 200 ms.
+    const pace = { snapshotProgressWindowMs: 100, snapshotMinProgressBytes: 4 * KIB };
+    const servers = await Promise.all(
+      [2, 3, 4, 5, 6, 7, 8, 9].map(async (n) => {
+        const got: ShardMessage[] = [];
+        const lines: LogLine[] = [];
+        const server = await startRaftServer((_from, messages) => got.push(...messages), {
+          clusterId: "c1",
+          nodeId: `n${n}`,
+          logger: recordingLogger(lines),
+          ...pace,
+        });
+        return { id: nodeId(`n${n}`), server, got, lines };
+      }),
+    );
+    const addresses = new Map(servers.map((s) => [s.id as string, s.server.address]));
+    const t = new GrpcTransport({
+      clusterId: "c1",
+      nodeId: "n1",
+      peers: (node) => addresses.get(node) ?? null,
+      snapshotChunkBytes: 4 * KIB,
+      snapshotRateBytesPerSec: 160 * KIB,
+      snapshotLearnerRateBytesPerSec: 1 << 30,
+      ...pace,
+    });
+    try {
+      const outcomes: boolean[] = [];
+      for (const s of servers) {
+        t.send(s.id, [snapshot(12 * KIB, 3, 0, s.id)], (delivered) => outcomes.push(delivered));
+      }
+      await eventually("every outcome", () => outcomes.length === servers.length);
+      const refusals = servers.flatMap((s) =>
+        s.lines
+          .filter((l) => l.message === "raft snapshot refused")
+          .map((l) => l.fields["details"]),
+      );
+      assert.deepEqual(refusals, [], "no receiver cut its transfer");
+      assert.deepEqual(outcomes, Array<boolean>(servers.length).fill(true));
+      assert.deepEqual(
+        servers.map((s) => s.got.length),
+        Array<number>(servers.length).fill(1),
+      );
+    } finally {
+      await t.close();
+      for (const s of servers) s.server.stop();
+    }
+  });
+
   it("paces the chunks at the node's rate (virtual clock: no real waiting)", async () => {
     let now = 0;
     const sleeps: number[] = [];

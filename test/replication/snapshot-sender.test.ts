@@ -7,7 +7,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { nodeId, type NodeId } from "../../src/raft/index.ts";
-import { type OutgoingSnapshot, SnapshotSender } from "../../src/replication/snapshot-sender.ts";
+import {
+  type OutgoingSnapshot,
+  SnapshotSender,
+  snapshotSendConcurrency,
+} from "../../src/replication/snapshot-sender.ts";
 import { systemPaceClock } from "../../src/replication/rate-limiter.ts";
 import { MAX_SNAPSHOT_CHUNK_BYTES } from "../../src/replication/snapshot-transfer.ts";
 import type { ShardMessage } from "../../src/replication/index.ts";
@@ -43,6 +47,7 @@ function sender(
     rateBytesPerSec: 1 << 30,
     learnerRateBytesPerSec: 1 << 30,
     clock: systemPaceClock,
+    maxTransfers: 8,
     stallTimeoutMs: 5_000,
     metrics: undefined,
     log,
@@ -124,6 +129,29 @@ describe("SnapshotSender", () => {
     } finally {
       await s.close();
     }
+  });
+
+  it("streams few enough snapshots at once for each to keep four times the receivers' floor", () => {
+    const MIB = 1024 * 1024;
+    const at = (rate: number, learnerRate: number, chunkBytes = MIB): number =>
+      snapshotSendConcurrency({
+        rateBytesPerSec: rate,
+        learnerRateBytesPerSec: learnerRate,
+        chunkBytes,
+      });
+    // 1 MiB a minute each: a learner's transfer passes both limiters (1/(1/1 + 1/1) = 0.5 MiB/s).
+    assert.equal(at(MIB, MIB), 7, "the lowest rates the configuration allows");
+    assert.equal(at(64 * MIB, 4 * MIB), 56, "the defaults");
+    assert.equal(at(MIB, MIB, 4 * MIB), 1, "a chunk in each quarter of the window");
+    assert.equal(at(1024, 1024), 1, "never none");
+    const small = snapshotSendConcurrency({
+      rateBytesPerSec: 160 * 1024,
+      learnerRateBytesPerSec: 1 << 30,
+      chunkBytes: 4096,
+      progressWindowMs: 100,
+      minProgressBytes: 1024,
+    });
+    assert.equal(small, 1, "the receivers' pace as given: a 4 KiB chunk in each 25 ms");
   });
 
   it("wants a positive whole number of bytes a chunk, no more than a receiver takes", () => {
