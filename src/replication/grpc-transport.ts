@@ -119,6 +119,11 @@ export interface GrpcTransportOptions {
    */
   readonly snapshotProgressWindowMs?: number;
   readonly snapshotMinProgressBytes?: number;
+  /**
+   * A shard's snapshots to a peer that refused one as too large for it are held back this long
+   * (ms), doubled each time it refuses again, up to 8 times it (snapshot-sender.ts). Default 60 s.
+   */
+  readonly snapshotTooLargeHoldMs?: number;
   /** The rate limiter's time. Default performance.now and setTimeout; tests pass a virtual one. */
   readonly snapshotClock?: PaceClock;
   readonly metrics?: SnapshotMetrics;
@@ -234,6 +239,7 @@ export class GrpcTransport implements RaftTransport {
           ? {}
           : { minProgressBytes: options.snapshotMinProgressBytes }),
       }),
+      tooLargeHoldMs: options.snapshotTooLargeHoldMs ?? 60_000,
       stallTimeoutMs: options.snapshotStallTimeoutMs ?? 30_000,
       metrics: options.metrics,
       log: this.#log,

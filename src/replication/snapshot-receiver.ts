@@ -149,6 +149,8 @@ export function snapshotReceiver(
       const metadata = new Metadata();
       if (err.code === status.INVALID_ARGUMENT)
         metadata.set(ERROR_CODE_KEY, MALFORMED_REQUEST_CODE);
+      // A snapshot too large for this node: its sender holds back that shard's next one.
+      if (err.errorCode !== undefined) metadata.set(ERROR_CODE_KEY, err.errorCode);
       callback({ code: err.code, details: err.message, metadata });
     };
     const end = (err: Partial<ServiceError> | null): void =>

@@ -30,10 +30,20 @@
  * hands the snapshot to Raft before it acknowledges it, so whatever the leader sends after
  * reaches Raft after it.
  *
+ * A peer that refuses a snapshot as too large for it (SNAPSHOT_TOO_LARGE_CODE: over its limit,
+ * or its disk's reserve) is sent no other snapshot of that shard for `tooLargeHoldMs`, doubled
+ * each time it refuses one again, up to 8 times that, until it takes one: a streamed snapshot
+ * announces no length, so the refusal comes once part of it has been sent, and the group's
+ * next snapshot (built at its next heartbeat) sent that part again, for good, at the full rate.
+ * A snapshot held back is not sent: its stream (the pinned version) is released at once, and
+ * its outcome, lost, is reported when the hold ends, so that its group waits until then rather
+ * than build another at each heartbeat. The other shards' snapshots to that peer go on.
+ *
  * Each outcome is logged (sent at info, failed at warn, or debug when cut by close() or by the
  * peer's departure, forget()), counted per peer (PeerStats) and reported to SnapshotMetrics.
  */
 import { type ServiceError, status } from "@grpc/grpc-js";
+import { ERROR_CODE_KEY } from "../api/wire.ts";
 import type { NodeId } from "../raft/index.ts";
 import { type ClusterIdSource, ownHandshake } from "./handshake.ts";
 import type { PeerLink, PeerLinks } from "./peer-links.ts";
@@ -43,6 +53,7 @@ import {
   MAX_SNAPSHOT_CHUNK_BYTES,
   SNAPSHOT_MIN_PROGRESS_BYTES,
   SNAPSHOT_PROGRESS_WINDOW_MS,
+  SNAPSHOT_TOO_LARGE_CODE,
   sendSnapshot,
   type SnapshotMessage,
   type SnapshotMetrics,
@@ -69,9 +80,26 @@ interface SnapshotLane {
   /** Aborts `signal`: the peer left the cluster (forget). */
   readonly cut: AbortController;
   inFlight: boolean;
+  /** The shards whose last snapshot the peer refused as too large, while they are held back. */
+  readonly tooLarge: Map<number, TooLargeHold>;
+  /** Snapshots held back, whose outcome is reported when their hold ends (or the lane goes). */
+  readonly held: Set<HeldSnapshot>;
   sent: number;
   failed: number;
   bytesSent: number;
+}
+
+/** A shard's snapshots held back from a peer that refused one as too large. */
+interface TooLargeHold {
+  /** When the next may be sent (performance.now()). */
+  readonly until: number;
+  /** How long this hold was: the next, if the peer refuses again, is twice as long. */
+  readonly holdMs: number;
+}
+
+interface HeldSnapshot {
+  readonly settle: (delivered: boolean) => void;
+  readonly timer: NodeJS.Timeout;
 }
 
 /** The snapshots' share of PeerStats (grpc-transport.ts). */
@@ -105,6 +133,8 @@ export interface SnapshotSenderOptions {
   readonly clock: PaceClock;
   /** Snapshots in flight at once, to every peer together (snapshotSendConcurrency). */
   readonly maxTransfers: number;
+  /** A shard's snapshots to a peer that refused one as too large wait this long at first (ms). */
+  readonly tooLargeHoldMs: number;
   readonly stallTimeoutMs: number;
   readonly metrics: SnapshotMetrics | undefined;
   readonly log: PeerLogger;
@@ -132,6 +162,7 @@ export class SnapshotSender {
   /** Each peer's snapshots, by node. */
   readonly #lanes = new Map<NodeId, SnapshotLane>();
   readonly #maxTransfers: number;
+  readonly #tooLargeHoldMs: number;
   /** Transfers in flight, to every peer. */
   #active = 0;
   /** Lanes with a snapshot to send, waiting for one of `maxTransfers`, in turn. */
@@ -162,6 +193,12 @@ export class SnapshotSender {
       throw new RangeError(`maxTransfers must be a positive integer, got ${options.maxTransfers}`);
     }
     this.#maxTransfers = options.maxTransfers;
+    if (!(options.tooLargeHoldMs > 0 && Number.isFinite(options.tooLargeHoldMs))) {
+      throw new RangeError(
+        `tooLargeHoldMs must be a positive number, got ${options.tooLargeHoldMs}`,
+      );
+    }
+    this.#tooLargeHoldMs = options.tooLargeHoldMs;
     this.#metrics = options.metrics;
     this.#log = options.log;
     this.#shardWorker = options.shardWorker;
@@ -218,6 +255,7 @@ export class SnapshotSender {
         s.message.snapshot.stream?.release();
         s.settle(false);
       }
+      settleHeld(lane);
     }
   }
 
@@ -236,6 +274,7 @@ export class SnapshotSender {
       s.message.snapshot.stream?.release();
       s.settle(false);
     }
+    settleHeld(lane);
   }
 
   /** Peer node `to`'s lane, made on first use (with its link). */
@@ -249,6 +288,8 @@ export class SnapshotSender {
         signal: AbortSignal.any([this.#closing, cut.signal]),
         cut,
         inFlight: false,
+        tooLarge: new Map(),
+        held: new Set(),
         sent: 0,
         failed: 0,
         bytesSent: 0,
@@ -263,7 +304,11 @@ export class SnapshotSender {
    * `maxTransfers` are; settles each (asynchronously).
    */
   #next(lane: SnapshotLane): void {
-    if (lane.inFlight || lane.signal.aborted || lane.queue.length === 0) return;
+    if (lane.inFlight || lane.signal.aborted) return;
+    while (lane.queue.length > 0 && this.#holdBack(lane, lane.queue[0] as QueuedSnapshot)) {
+      lane.queue.shift();
+    }
+    if (lane.queue.length === 0) return;
     if (this.#active >= this.#maxTransfers) {
       if (!this.#waiting.includes(lane)) this.#waiting.push(lane);
       return;
@@ -284,6 +329,37 @@ export class SnapshotSender {
         this.#next(waiting);
       }
     });
+  }
+
+  /**
+   * Whether `s` is held back, its shard's last snapshot refused by the peer as too large: if so
+   * its stream is released now, and its outcome (lost) reported when the hold ends.
+   */
+  #holdBack(lane: SnapshotLane, s: QueuedSnapshot): boolean {
+    const hold = lane.tooLarge.get(s.shard);
+    const now = performance.now();
+    if (hold === undefined || hold.until <= now) return false;
+    s.message.snapshot.stream?.release();
+    lane.failed++;
+    this.#metrics?.failed("send");
+    const waitMs = Math.ceil(hold.until - now);
+    this.#log.warn("raft snapshot not sent", {
+      peer: lane.link.id,
+      shard_id: s.shard,
+      index: s.message.snapshot.meta.index,
+      bytes: 0,
+      details: `${lane.link.id} refused the last snapshot of shard ${s.shard} as too large; the next is sent in ${waitMs} ms`,
+    });
+    const held: HeldSnapshot = {
+      settle: s.settle,
+      timer: setTimeout(() => {
+        lane.held.delete(held);
+        s.settle(false);
+      }, waitMs),
+    };
+    held.timer.unref();
+    lane.held.add(held);
+    return true;
   }
 
   /** Streams one snapshot to the lane's peer; resolves with whether the peer acknowledged it. */
@@ -311,6 +387,7 @@ export class SnapshotSender {
         ...(this.#shardWorker === undefined ? {} : { shardWorker: this.#shardWorker }),
       });
       lane.sent++;
+      lane.tooLarge.delete(s.shard);
       this.#metrics?.sent();
       this.#log.info("raft snapshot sent", { ...fields, bytes: lane.bytesSent - bytesBefore });
       return true;
@@ -319,6 +396,12 @@ export class SnapshotSender {
       this.#metrics?.failed("send");
       const e = err as Partial<ServiceError>;
       const code = typeof e.code === "number" ? status[e.code] : undefined;
+      if (e.metadata?.get(ERROR_CODE_KEY)[0] === SNAPSHOT_TOO_LARGE_CODE) {
+        const last = lane.tooLarge.get(s.shard)?.holdMs;
+        const holdMs =
+          last === undefined ? this.#tooLargeHoldMs : Math.min(2 * last, 8 * this.#tooLargeHoldMs);
+        lane.tooLarge.set(s.shard, { until: performance.now() + holdMs, holdMs });
+      }
       const failure = {
         ...fields,
         bytes: lane.bytesSent - bytesBefore,
@@ -366,6 +449,15 @@ export function snapshotSendConcurrency(options: {
   const slowest = 1 / (1 / options.learnerRateBytesPerSec + 1 / options.rateBytesPerSec);
   const share = (4 * Math.max(floor, options.chunkBytes) * 1000) / windowMs;
   return Math.max(1, Math.floor(slowest / share));
+}
+
+/** Reports the lane's held-back snapshots lost now (the transport closes, or the peer left). */
+function settleHeld(lane: SnapshotLane): void {
+  for (const held of lane.held) {
+    clearTimeout(held.timer);
+    held.settle(false);
+  }
+  lane.held.clear();
 }
 
 /** Whether the snapshot goes to a learner of its group (in the configuration it carries). */

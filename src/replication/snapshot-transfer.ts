@@ -229,15 +229,33 @@ async function stallGuard<T>(what: string, work: Promise<T>, ms: number): Promis
 
 // ── the receiving end ───────────────────────────────────────────────────────────────────────
 
+/**
+ * The `cairn-error-code` a receiver ends a call with when the snapshot does not fit it: over its
+ * limit (maxBytes), or its file and the tables its install builds would take the disk's reserve
+ * (room). A streamed snapshot announces no length, so this is found only once part of it has
+ * arrived; its sender holds back that shard's next snapshot to that peer (snapshot-sender.ts)
+ * rather than send that part again at once, for good. A receiver of an earlier build does not
+ * say it (its sender then tries again as before), and a sender of one does not read it.
+ */
+export const SNAPSHOT_TOO_LARGE_CODE = "CAIRN_ERR_SNAPSHOT_TOO_LARGE";
+
 /** Why a snapshot stream is refused, as the gRPC status its call ends with. */
 export class SnapshotRefusal extends Error {
   readonly code: status;
+  /** The `cairn-error-code` of the call's trailers, if any (SNAPSHOT_TOO_LARGE_CODE). */
+  readonly errorCode: string | undefined;
 
-  constructor(code: status, message: string) {
+  constructor(code: status, message: string, errorCode?: string) {
     super(message);
     this.name = "SnapshotRefusal";
     this.code = code;
+    this.errorCode = errorCode;
   }
+}
+
+/** A snapshot that does not fit this node (SNAPSHOT_TOO_LARGE_CODE). */
+function tooLarge(message: string): SnapshotRefusal {
+  return new SnapshotRefusal(status.RESOURCE_EXHAUSTED, message, SNAPSHOT_TOO_LARGE_CODE);
 }
 
 export interface SnapshotAssemblerOptions {
@@ -509,15 +527,12 @@ export class SnapshotAssembler {
       throw new SnapshotRefusal(status.INVALID_ARGUMENT, `invalid length ${total}`);
     }
     if (total > maxBytes) {
-      throw new SnapshotRefusal(
-        status.RESOURCE_EXHAUSTED,
-        `a snapshot of ${total} bytes is over this node's limit of ${maxBytes}`,
-      );
+      throw tooLarge(`a snapshot of ${total} bytes is over this node's limit of ${maxBytes}`);
     }
     // A streamed snapshot's length is known at its end: refused now only if the disk has no
     // room left at all.
     const full = this.#options.room?.(total) ?? null;
-    if (full !== null) throw new SnapshotRefusal(status.RESOURCE_EXHAUSTED, full);
+    if (full !== null) throw tooLarge(full);
     const sink = this.#options.sink?.() ?? new MemorySink();
     const image = new ImageCheck();
     return { from, shard: h.shard_id, message, announced: total === 0 ? null : total, sink, image };
@@ -541,10 +556,7 @@ export class SnapshotAssembler {
     const limit = h.announced ?? this.#options.maxBytes;
     if (bytes.length > limit - this.#received) {
       throw h.announced === null
-        ? new SnapshotRefusal(
-            status.RESOURCE_EXHAUSTED,
-            `snapshot of over ${limit} bytes, beyond this node's limit`,
-          )
+        ? tooLarge(`snapshot of over ${limit} bytes, beyond this node's limit`)
         : new SnapshotRefusal(
             status.INVALID_ARGUMENT,
             `more data than the ${limit} bytes announced`,
@@ -552,7 +564,7 @@ export class SnapshotAssembler {
     }
     // Refused before the disk is full, where a WAL write would stop the node.
     const full = this.#options.room?.(bytes.length) ?? null;
-    if (full !== null) throw new SnapshotRefusal(status.RESOURCE_EXHAUSTED, full);
+    if (full !== null) throw tooLarge(full);
     h.sink.write(bytes);
     h.image.push(bytes);
     this.#crc = crc32c(bytes, this.#crc);

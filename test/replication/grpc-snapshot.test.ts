@@ -563,6 +563,58 @@ describe("GrpcTransport: snapshots over InstallSnapshot", () => {
     }
   });
 
+  it("holds back a shard's next snapshot to a peer that refused its last as too large, instead of sending it again at once", async () => {
+    // A streamed snapshot announces no length: a receiver finds it too large (its limit, or
+    // its disk's reserve) only once part of it arrived, and the group's next snapshot, built
+    // at its next heartbeat, sent that part again, for good.
+    let calls = 0;
+    let chunks = 0;
+    const watch = (impl: RaftHandlers): RaftHandlers => ({
+      ...impl,
+      InstallSnapshot: (call, callback) => {
+        calls++;
+        call.on("data", () => chunks++);
+        impl.InstallSnapshot(call, callback);
+      },
+    });
+    const r = await rig({ snapshotTooLargeHoldMs: 300 }, { maxSnapshotBytes: 4 * CHUNK }, watch);
+    try {
+      const outcomes: string[] = [];
+      r.transport.send(N2, [snapshot(5 * CHUNK + 123)], (d) => outcomes.push(`first ${d}`));
+      await eventually("the first outcome", () => outcomes.length === 1);
+      assert.deepEqual(outcomes, ["first false"]);
+      assert.equal(calls, 1);
+      const sent = chunks;
+      // The group's next snapshot of the shard (a later index) waits out the hold, unsent.
+      const started = performance.now();
+      let heldFor = 0;
+      r.transport.send(N2, [snapshot(5 * CHUNK + 123, 3, 1)], (d) => {
+        heldFor = performance.now() - started;
+        outcomes.push(`second ${d}`);
+      });
+      // Another shard's snapshot to the peer is not held back.
+      r.transport.send(N2, [snapshot(CHUNK, 4, 2)], (d) => outcomes.push(`other ${d}`));
+      await eventually("the outcomes", () => outcomes.length === 3);
+      assert.deepEqual(outcomes, ["first false", "other true", "second false"]);
+      assert.equal(calls, 2, "the held snapshot opened no call");
+      assert.ok(heldFor >= 250, `reported lost after the hold, not at once: ${heldFor} ms`);
+      const held = r.lines.find(
+        (l) => l.message === "raft snapshot not sent" && l.fields["index"] === 501,
+      );
+      assert.match(
+        String(held?.fields["details"]),
+        /refused the last snapshot of shard 3 as too large/,
+      );
+      // Past the hold, the shard's snapshot is sent again.
+      r.transport.send(N2, [snapshot(5 * CHUNK + 123, 3, 3)], (d) => outcomes.push(`third ${d}`));
+      await eventually("the third outcome", () => outcomes.length === 4);
+      assert.equal(calls, 3);
+      assert.ok(chunks > sent + 2, "it was streamed");
+    } finally {
+      await r.close();
+    }
+  });
+
   it("paces the chunks at the node's rate (virtual clock: no real waiting)", async () => {
     let now = 0;
     const sleeps: number[] = [];

@@ -48,6 +48,7 @@ function sender(
     learnerRateBytesPerSec: 1 << 30,
     clock: systemPaceClock,
     maxTransfers: 8,
+    tooLargeHoldMs: 60_000,
     stallTimeoutMs: 5_000,
     metrics: undefined,
     log,
