@@ -172,6 +172,8 @@ export class ClusterState {
   readonly build: number;
   /** listUnheld's question: whether the view lists `shard` by its placement; null: none does. */
   #unheld: ((shard: number) => boolean) | null = null;
+  /** ownShards' question: whether this shard worker drives `shard`'s view. */
+  #owns: (shard: number) => boolean = () => true;
   /** How long the first seed listens before founding on itself alone (FOUNDING_LISTEN_MS). */
   readonly #foundingListenMs: number;
   /** The cluster id the data directory records (src/node/cluster-id.ts), "" for none. */
@@ -677,6 +679,18 @@ export class ClusterState {
   }
 
   /**
+   * This node runs shard workers: this one sets the view of the shards `owns` answers true for,
+   * and never of another's. Each worker keeps a copy of the node's view, its siblings' shards as
+   * they share them, and passes on what it sets (SharedViews); a copy is older than its owner's
+   * while a share is on its way, so a worker that set another's shard from its copy (a settled
+   * move, a leader gone) could pass the owner its own older view back: a replica that had just
+   * applied its move's last change then named the removed member for good (chaos seed 7401).
+   */
+  ownShards(owns: (shard: number) => boolean): void {
+    this.#owns = owns;
+  }
+
+  /**
    * Sets the view of each shard listUnheld covers whose placement `state` changed (or all); only
    * those of `step` when it names them (MetaState.shardsChangedSince).
    */
@@ -730,6 +744,7 @@ export class ClusterState {
     if (meta === null) return;
     const self = this.#config.node_id;
     for (const id of meta.shards.keys()) {
+      if (!this.#owns(id)) continue;
       const view = this.#views.shard(id);
       if (view === undefined || view.leader !== node) continue;
       if (meta.nodesOf(id).includes(self)) continue;
@@ -742,8 +757,9 @@ export class ClusterState {
     this.#showPlaced(shard);
   }
 
-  /** Sets this node's view of `shard`, when it has one, through placedView. */
+  /** Sets this node's view of `shard`, when it has one and it is this worker's, through placedView. */
   #showPlaced(shard: number): void {
+    if (!this.#owns(shard)) return;
     const was = this.#views.shard(shard);
     if (was !== undefined) this.#views.setShard(this.placedView(was));
   }

@@ -376,6 +376,9 @@ export class CairnNode implements HealthSource {
         };
         node.metrics.setGonePeers((peer) => hasLeftForGood(cluster.meta, peer));
         node.metrics.setKnownPeers((peer) => cluster.meta?.stateOf(peer) !== undefined);
+        // A shard worker sets the view of its own shards only, its siblings' as they share them.
+        if (cell !== undefined)
+          cluster.ownShards((shard) => ownerOf(shard, cell.count) === cell.index);
         // The view lists every shard: those with no replica here where the meta group places
         // them (a shard worker its own shards only: the node's view merges the workers').
         cluster.listUnheld(

@@ -10,6 +10,7 @@ import type { CairnError } from "../../src/common/errors.ts";
 import {
   ClusterViewPublisher,
   type MetaCommand,
+  type ShardView,
   type MetaMember,
   MetaState,
   rendezvousReplicas,
@@ -22,6 +23,7 @@ import {
   spreadLeaders,
   transferLeadership,
 } from "../../src/node/cluster.ts";
+import { SharedViews } from "../../src/node/siblings.ts";
 import { silentLogger } from "../../src/ops/index.ts";
 import { InvalidRaftRequestError, NotLeaderError } from "../../src/raft/index.ts";
 import type { Membership } from "../../src/membership/index.ts";
@@ -312,6 +314,31 @@ describe("ClusterState", () => {
       [6, "", 4], // the others elect a leader this node does not see
       [7, "n1", 3],
     ]);
+  });
+
+  it("a shard worker sets no view of another worker's shard: its copy of one, older than the owner's, was passed back and undid it (chaos seed 7401)", async () => {
+    // Worker 0 of this node (n2); shard 5 is worker 1's (its owner drives its view and shares
+    // it). Worker 0's copy is the last share that reached it: the move's four voters.
+    const views = new SharedViews(1024);
+    const passed: ShardView[] = [];
+    views.attach([
+      { shareShard: (v: ShardView) => passed.push(v), shareMembers: () => {} } as never,
+    ]);
+    const cs = new ClusterState(config, silentLogger, views, "inc-a", () => undefined);
+    cs.ownShards((shard) => shard % 2 === 0);
+    const { four, created, move, settle } = MOVE_N2_TO_N4;
+    cs.applied(state(four, created, move));
+    views.applyShared([{ id: 5, leader: "n1", replicas: ["n1", "n2", "n3", "n4"], term: 3 }], null);
+    // The move settles (worker 1's replica applied the removal meanwhile, its share on its way),
+    // and gossip finds the leader gone: neither is worker 0's to show for shard 5.
+    cs.applied(state(four, created, move, settle));
+    cs.forgetLeader("n1");
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(
+      passed.filter((v) => v.id === 5),
+      [],
+      "worker 0 passed its copy of worker 1's shard back to it",
+    );
   });
 
   it("works a shard's current replicas out again only when its placement or a member changed", () => {
