@@ -57,8 +57,11 @@ if (command !== "serve") stopOnClosedStdout(command ?? "");
 function exitWhenWritten(code: number): void {
   process.exitCode = code;
   if (command === "serve") return;
-  // A write's callback runs once the writes before it have been handed to the system.
-  process.stdout.write("", () => process.stderr.write("", () => process.exit(code)));
+  // A write's callback runs once the writes before it have been handed to the system. One that
+  // failed is stopOnClosedStdout's to report: it ends the process with the failure's code.
+  process.stdout.write("", (err) => {
+    if (err === null || err === undefined) process.stderr.write("", () => process.exit(code));
+  });
 }
 
 run(argv, PROCESS_IO).then(exitWhenWritten, (err: unknown) => {
