@@ -1,0 +1,283 @@
+/**
+ * A damaged disk under one node's storage (an audit, 2026-12-07): each kind of file the engine
+ * and the WAL keep, damaged after a clean close the way a disk or a stray write damages it (a
+ * byte flipped in each part of a table, a file cut short, emptied, replaced by a directory,
+ * lost), and opened or read again. What is promised (docs/storage.md, src/storage/README.md): a
+ * damaged file is found (CAIRN_ERR_CORRUPTION naming it, which corrupt-shard.ts acts on), never
+ * read as wrong data, a deleted key never comes back, and nothing acknowledged is dropped
+ * without a word.
+ */
+import assert from "node:assert/strict";
+import {
+  chmodSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { LsmEngine, LsmEnvironment, type LsmOptions } from "../../src/storage/lsm/index.ts";
+import { FOOTER_BYTES } from "../../src/storage/lsm/format.ts";
+import { Wal } from "../../src/storage/wal/index.ts";
+import { entry, segmentFiles, tempDir } from "./helpers.ts";
+
+const env = new LsmEnvironment({ workers: 1, blockCacheBytes: 1 << 20 });
+after(() => env.close());
+
+/** No compaction: the tables stay as the test made them. */
+const OPTIONS: LsmOptions = { l0CompactionTrigger: 8 };
+
+const b = (s: string): Buffer => Buffer.from(s, "latin1");
+const text = (v: Uint8Array | undefined): string | undefined =>
+  v === undefined ? undefined : Buffer.from(v).toString("latin1");
+const keyAt = (i: number): string => `k${String(i).padStart(3, "0")}`;
+const KEYS = 200;
+const value = (i: number): Buffer => Buffer.alloc(60, 97 + (i % 26));
+
+const tables = (dir: string): string[] =>
+  readdirSync(dir)
+    .filter((n) => n.endsWith(".sst"))
+    .sort()
+    .map((n) => join(dir, n));
+
+const CORRUPTION = { code: "CAIRN_ERR_CORRUPTION" };
+
+/**
+ * An engine in a new directory, closed: an older table holding keys k000..k199 (several data
+ * blocks), then a newer one deleting k005 and writing k010 again.
+ */
+async function engineOnDisk(): Promise<{ dir: string; older: string; newer: string }> {
+  const dir = tempDir("damaged");
+  const engine = await LsmEngine.open(dir, env, OPTIONS);
+  const ops = [];
+  for (let i = 0; i < KEYS; i++)
+    ops.push({ type: "put" as const, key: b(keyAt(i)), value: value(i) });
+  await engine.write(1, ops);
+  await engine.flush();
+  await engine.write(2, [
+    { type: "delete", key: b(keyAt(5)) },
+    { type: "put", key: b(keyAt(10)), value: b("newer") },
+  ]);
+  await engine.flush();
+  await engine.close();
+  const [older, newer] = tables(dir) as [string, string];
+  return { dir, older, newer };
+}
+
+/** The offset and size of a table's index, filter and props blocks (from its footer). */
+function blocksOf(path: string): Record<"index" | "filter" | "props", [number, number]> {
+  const data = readFileSync(path);
+  const footer = data.subarray(data.length - FOOTER_BYTES);
+  const handle = (at: number): [number, number] => [
+    Number(footer.readBigUInt64LE(at)),
+    footer.readUInt32LE(at + 8),
+  ];
+  return { index: handle(0), filter: handle(12), props: handle(24) };
+}
+
+function flip(path: string, offset: number): void {
+  const data = readFileSync(path);
+  data.writeUInt8(data.readUInt8(offset) ^ 0x10, offset);
+  writeFileSync(path, data);
+}
+
+/** Asserts that `run` throws CAIRN_ERR_CORRUPTION whose message names `file`. */
+function throwsCorruption(run: () => unknown, file: string): void {
+  assert.throws(run, (err: Error & { code?: string; file?: string }) => {
+    assert.equal(err.code, "CAIRN_ERR_CORRUPTION", err.message);
+    assert.equal(err.file, file);
+    return true;
+  });
+}
+
+async function rejectsCorruption(run: Promise<unknown>, file: string): Promise<void> {
+  await assert.rejects(run, (err: Error & { code?: string; file?: string }) => {
+    assert.equal(err.code, "CAIRN_ERR_CORRUPTION", err.message);
+    assert.equal(err.file, file, err.message);
+    return true;
+  });
+}
+
+describe("a damaged table", () => {
+  it("with a byte flipped in a middle data block: reads of that block fail, never wrong data", async () => {
+    const { dir, older } = await engineOnDisk();
+    const { index } = blocksOf(older);
+    // Inside the second data block: blocks close after the entry reaching 4 KiB, and their
+    // arrays of offsets and prefixes (a few hundred bytes) and checksum follow.
+    assert.ok(index[0] > 12_000, "the table has at least three data blocks");
+    flip(older, 6000);
+    const engine = await LsmEngine.open(dir, env, OPTIONS);
+    try {
+      assert.equal(text(engine.get(b(keyAt(0)))), text(value(0)), "a block before it reads");
+      const inside = [...Array(KEYS).keys()].filter((i) => {
+        let got: Uint8Array | undefined;
+        try {
+          got = engine.get(b(keyAt(i)));
+        } catch (err) {
+          assert.equal((err as { code?: string }).code, "CAIRN_ERR_CORRUPTION");
+          assert.equal((err as { file?: string }).file, older);
+          assert.ok((err as { offset: number }).offset > 0, "not the first block");
+          return true;
+        }
+        const expected = i === 5 ? undefined : i === 10 ? "newer" : text(value(i));
+        assert.equal(text(got), expected, `${keyAt(i)} reads right or not at all`);
+        return false;
+      });
+      assert.ok(inside.length > 0, "some keys live in the damaged block");
+      throwsCorruption(() => [...engine.scan()], older);
+      assert.equal((engine.failure as { code?: string }).code, "CAIRN_ERR_CORRUPTION");
+    } finally {
+      await engine.close();
+    }
+  });
+
+  for (const part of ["index", "filter", "props"] as const) {
+    it(`with a byte flipped in its ${part} block: the open fails naming it`, async () => {
+      const { dir, older } = await engineOnDisk();
+      const [offset, size] = blocksOf(older)[part];
+      flip(older, offset + Math.floor(size / 2));
+      await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), older);
+      assert.equal(tables(dir).length, 2, "nothing deleted");
+    });
+  }
+
+  it("holding a tombstone, damaged: the deleted key fails to read, never comes back", async () => {
+    const { dir, newer } = await engineOnDisk();
+    flip(newer, 3);
+    const engine = await LsmEngine.open(dir, env, OPTIONS);
+    try {
+      throwsCorruption(() => engine.get(b(keyAt(5))), newer);
+      throwsCorruption(() => engine.get(b(keyAt(10))), newer);
+      throwsCorruption(() => [...engine.scan({ start: b(keyAt(4)), limit: 3 })], newer);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it("met by a compaction: the engine fails, installs nothing and keeps its inputs", async () => {
+    const { dir, older } = await engineOnDisk();
+    flip(older, 6000);
+    const engine = await LsmEngine.open(dir, env, OPTIONS);
+    try {
+      await assert.rejects(engine.compactFully(), CORRUPTION);
+      assert.equal((engine.failure as { code?: string }).code, "CAIRN_ERR_CORRUPTION");
+    } finally {
+      await engine.close();
+    }
+    assert.equal(tables(dir).length, 2, "both inputs kept");
+    const again = await LsmEngine.open(dir, env, OPTIONS);
+    try {
+      throwsCorruption(() => [...again.scan()], older);
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("emptied (zero length): the open fails naming it", async () => {
+    const { dir, older } = await engineOnDisk();
+    truncateSync(older, 0);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), older);
+  });
+
+  it("cut short: the open fails naming it", async () => {
+    const { dir, older } = await engineOnDisk();
+    truncateSync(older, 5000);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), older);
+  });
+
+  it(
+    "unreadable (mode 000): the open fails naming it",
+    { skip: process.getuid?.() === 0 },
+    async () => {
+      const { dir, older } = await engineOnDisk();
+      chmodSync(older, 0);
+      await assert.rejects(LsmEngine.open(dir, env, OPTIONS), (err: Error) => {
+        assert.ok(err.message.includes(older), err.message);
+        return true;
+      });
+    },
+  );
+});
+
+describe("a damaged manifest or CURRENT", () => {
+  const manifestOf = (dir: string): string =>
+    join(dir, readdirSync(dir).find((n) => n.startsWith("MANIFEST-")) as string);
+
+  it("an emptied manifest: the open fails naming it, deleting nothing", async () => {
+    const { dir } = await engineOnDisk();
+    const manifest = manifestOf(dir);
+    truncateSync(manifest, 0);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), manifest);
+    assert.equal(tables(dir).length, 2);
+  });
+
+  it("a manifest cut inside its only record: the open fails naming it, deleting nothing", async () => {
+    const { dir } = await engineOnDisk();
+    const manifest = manifestOf(dir);
+    truncateSync(manifest, 20);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), manifest);
+    assert.equal(tables(dir).length, 2);
+  });
+
+  it("a manifest replaced by a directory: the open fails naming it", async () => {
+    const { dir } = await engineOnDisk();
+    const manifest = manifestOf(dir);
+    rmSync(manifest);
+    mkdirSync(manifest);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), manifest);
+    assert.equal(tables(dir).length, 2);
+  });
+
+  it("an emptied CURRENT: the open fails naming it, deleting nothing", async () => {
+    const { dir } = await engineOnDisk();
+    truncateSync(join(dir, "CURRENT"), 0);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), join(dir, "CURRENT"));
+    assert.equal(tables(dir).length, 2);
+  });
+
+  it("a CURRENT naming a manifest that is not there: the open fails, deleting nothing", async () => {
+    const { dir } = await engineOnDisk();
+    writeFileSync(join(dir, "CURRENT"), "MANIFEST-000099\n");
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), join(dir, "MANIFEST-000099"));
+    assert.equal(tables(dir).length, 2);
+  });
+});
+
+describe("a damaged WAL segment", () => {
+  async function walOnDisk(): Promise<string> {
+    const dir = tempDir("damaged-wal");
+    const wal = await Wal.open(dir, { segmentBytes: 1024 });
+    wal.append([{ kind: "hard-state", shard: 2, state: { term: 7, vote: "n9", commit: 0 } }]);
+    for (let i = 1; segmentFiles(dir).length < 3 && i < 1000; i++) {
+      wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+      await wal.sync();
+    }
+    await wal.close();
+    assert.equal(segmentFiles(dir).length, 3);
+    return dir;
+  }
+
+  it("a middle segment emptied: start-up fails naming it", async () => {
+    const dir = await walOnDisk();
+    const middle = segmentFiles(dir)[1] as string;
+    truncateSync(middle, 0);
+    await rejectsCorruption(Wal.open(dir, { segmentBytes: 1024 }), middle);
+  });
+
+  it("a middle segment's header damaged: start-up fails naming it", async () => {
+    const dir = await walOnDisk();
+    const middle = segmentFiles(dir)[1] as string;
+    flip(middle, 2);
+    await rejectsCorruption(Wal.open(dir, { segmentBytes: 1024 }), middle);
+  });
+
+  it("the last segment's header damaged, records after it: start-up fails naming it", async () => {
+    const dir = await walOnDisk();
+    const last = segmentFiles(dir)[2] as string;
+    flip(last, 2);
+    await rejectsCorruption(Wal.open(dir, { segmentBytes: 1024 }), last);
+  });
+});
