@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import {
   chmodSync,
+  existsSync,
   mkdirSync,
   readdirSync,
   readFileSync,
@@ -244,6 +245,46 @@ describe("a damaged manifest or CURRENT", () => {
     await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), join(dir, "MANIFEST-000099"));
     assert.equal(tables(dir).length, 2);
   });
+
+  for (const reopened of [false, true]) {
+    it(`a lost CURRENT beside a manifest${reopened ? " an open rewrote" : ""}: the open fails naming it, deleting nothing`, async () => {
+      // It opened as a new engine and deleted every table and manifest as orphans: the shard's
+      // data gone from the disk, by the node itself, for want of one small file.
+      const { dir } = await engineOnDisk();
+      if (reopened) await (await LsmEngine.open(dir, env, OPTIONS)).close();
+      const manifest = manifestOf(dir);
+      assert.equal(manifest, join(dir, reopened ? "MANIFEST-000002" : "MANIFEST-000001"));
+      rmSync(join(dir, "CURRENT"));
+      await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), join(dir, "CURRENT"));
+      assert.equal(tables(dir).length, 2, "the tables are kept");
+      assert.ok(existsSync(manifest), "the manifest is kept");
+    });
+  }
+
+  for (const cut of ["its snapshot", "nothing", "part of its snapshot"]) {
+    it(`no CURRENT beside a first manifest holding ${cut} (a crash making it): opens empty`, async () => {
+      // A new engine's first edit makes MANIFEST-000001 (the empty version), then CURRENT, and
+      // only then appends the edit: a crash before CURRENT leaves a prefix of that snapshot,
+      // and nothing of the engine was acknowledged (its table is an orphan).
+      const dir = tempDir("damaged");
+      const engine = await LsmEngine.open(dir, env, OPTIONS);
+      await engine.write(1, [{ type: "put", key: b("a"), value: b("1") }]);
+      await engine.flush();
+      await engine.close();
+      const manifest = manifestOf(dir);
+      const snapshot = 8 + readFileSync(manifest).readUInt32LE(0);
+      truncateSync(manifest, cut === "its snapshot" ? snapshot : cut === "nothing" ? 0 : 10);
+      rmSync(join(dir, "CURRENT"));
+      const again = await LsmEngine.open(dir, env, OPTIONS);
+      try {
+        assert.equal(again.flushedSeq, 0);
+        assert.equal(again.get(b("a")), undefined);
+      } finally {
+        await again.close();
+      }
+      assert.deepEqual(tables(dir), [], "the orphan table is removed");
+    });
+  }
 });
 
 describe("a damaged WAL segment", () => {

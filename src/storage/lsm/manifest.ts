@@ -15,7 +15,7 @@
  * "damaged") for the engine to refuse, never dropped. See docs/storage.md, "Manifest recovery".
  */
 import { constants } from "node:fs";
-import { type FileHandle, open, readFile, unlink } from "node:fs/promises";
+import { type FileHandle, open, readdir, readFile, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CairnError } from "../../common/index.ts";
 import {
@@ -291,6 +291,7 @@ export class Manifest {
       current = (await readFile(join(dir, "CURRENT"), "utf8")).trim();
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") {
+        await checkNoCurrentWasLost(dir);
         return { state: emptyState(), current: undefined };
       }
       throw err;
@@ -438,6 +439,39 @@ export class Manifest {
   /** Waits for the appends (and a roll) in flight (the file is not held open between them). */
   async close(): Promise<void> {
     await this.#tail;
+  }
+}
+
+/** The name of an engine's first manifest, made at its first edit (LsmEngine#appendEdit). */
+const FIRST_MANIFEST = "MANIFEST-000001";
+
+/**
+ * Throws CorruptionError naming `dir`'s CURRENT, which is missing, if a manifest there shows
+ * that CURRENT had been written: any manifest but the first, or the first holding more than the
+ * snapshot it starts with. CURRENT is written once the first manifest holds that snapshot (the
+ * empty version) and before any edit is appended to it, and from then on is only ever replaced
+ * by a rename; so without it, a crash cut the first manifest's making and nothing of the engine
+ * was acknowledged, unless CURRENT was lost since (a damaged disk, a stray deletion). Opened as
+ * new, the engine then removed every table and manifest as orphans: the shard's data deleted by
+ * the node itself, for want of one small file.
+ */
+async function checkNoCurrentWasLost(dir: string): Promise<void> {
+  const current = join(dir, "CURRENT");
+  for (const name of (await readdir(dir)).filter((n) => /^MANIFEST-\d+$/.test(n)).sort()) {
+    let wasLive = name !== FIRST_MANIFEST;
+    if (!wasLive) {
+      const buf = await readFile(join(dir, name));
+      wasLive = buf.length >= 8 && 8 + buf.readUInt32LE(0) < buf.length;
+    }
+    if (wasLive) {
+      throw new CorruptionError(
+        current,
+        0,
+        `CURRENT is missing while ${name} shows it had been written (a first manifest holds ` +
+          `nothing else before CURRENT names it): refusing to open the engine as new and delete ` +
+          `its tables`,
+      );
+    }
   }
 }
 
