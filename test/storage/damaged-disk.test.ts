@@ -322,3 +322,36 @@ describe("a damaged WAL segment", () => {
     await rejectsCorruption(Wal.open(dir, { segmentBytes: 1024 }), last);
   });
 });
+
+describe("a scan paused across close() (an audit, 2026-12-07)", () => {
+  it("ends with CAIRN_ERR_LSM_CLOSED when resumed, and the engine deletes nothing after close()", async () => {
+    // Resumed, it read on through the node's file cache (opening again, under the closed
+    // engine's paths, files a new engine in the same directory may have taken), and as it
+    // ended it deleted the tables a compaction had made obsolete under it: after close(), whose
+    // caller may already reuse the directory (a corrupt shard's is refilled in the same start).
+    const { dir } = await engineOnDisk();
+    const engine = await LsmEngine.open(dir, env, OPTIONS);
+    const scan = engine.scan();
+    assert.equal(text(scan.next().value?.[0]), keyAt(0));
+    await engine.compactFully();
+    await engine.close();
+    const files = readdirSync(dir).sort();
+    assert.equal(
+      tables(dir).length,
+      3,
+      "the compaction's inputs, pinned by the scan, and its output",
+    );
+    const openFiles = env.files.openFiles;
+    assert.throws(() => scan.next(), { code: "CAIRN_ERR_LSM_CLOSED" });
+    assert.deepEqual(scan.next(), { done: true, value: undefined }, "the scan has ended");
+    assert.deepEqual(readdirSync(dir).sort(), files, "nothing deleted after close()");
+    assert.equal(env.files.openFiles, openFiles, "no file opened again");
+    const again = await LsmEngine.open(dir, env, OPTIONS);
+    try {
+      assert.equal(tables(again.dir).length, 1, "the next open removes the obsolete tables");
+      assert.equal([...again.scan()].length, KEYS - 1);
+    } finally {
+      await again.close();
+    }
+  });
+});

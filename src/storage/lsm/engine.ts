@@ -621,7 +621,8 @@ export class LsmEngine implements BudgetMember {
 
   /**
    * Live keys and values in key order, as of `snapshot` (or now). The tables it reads are pinned
-   * until the iteration ends: finish it or call `return()` (for..of does).
+   * until the iteration ends: finish it or call `return()` (for..of does). Resumed after
+   * `close()`, it throws CAIRN_ERR_LSM_CLOSED.
    */
   *scan(options: ScanOptions = {}): Generator<[Uint8Array, Uint8Array]> {
     this.#assertOpen();
@@ -679,6 +680,9 @@ export class LsmEngine implements BudgetMember {
             const entry: [Uint8Array, Uint8Array] = [keyToBytes(k), Buffer.from(it.value())];
             if (files.faults !== faults || this.#losses !== losses) throw lost();
             yield entry;
+            // Resumed after close(): the tables it pinned are out of the node's caches, whose
+            // paths a new engine in this directory may have taken since, so it reads no more.
+            if (this.#closed) throw closedError();
             faults = files.faults;
           }
         }
@@ -693,7 +697,9 @@ export class LsmEngine implements BudgetMember {
       this.#openScans--;
       for (const t of pinned) {
         t.pins--;
-        if (t.pins === 0 && t.obsolete) this.#deleteTable(t);
+        // Not once closed: close() has returned, and its caller may reuse the directory. The
+        // next open removes the table, which no manifest names any more.
+        if (t.pins === 0 && t.obsolete && !this.#closed) this.#deleteTable(t);
       }
     }
   }
