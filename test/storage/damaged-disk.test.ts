@@ -189,6 +189,16 @@ describe("a damaged table", () => {
     await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), older);
   });
 
+  it("replaced by a directory: the open fails naming it, deleting nothing", async () => {
+    // It failed with "EISDIR: illegal operation on a directory, read", naming no file, and not
+    // as corruption: corrupt-shard.ts neither named the shard nor moved it aside.
+    const { dir, older } = await engineOnDisk();
+    rmSync(older);
+    mkdirSync(older);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), older);
+    assert.equal(tables(dir).length, 2);
+  });
+
   it(
     "unreadable (mode 000): the open fails naming it",
     { skip: process.getuid?.() === 0 },
@@ -235,6 +245,14 @@ describe("a damaged manifest or CURRENT", () => {
   it("an emptied CURRENT: the open fails naming it, deleting nothing", async () => {
     const { dir } = await engineOnDisk();
     truncateSync(join(dir, "CURRENT"), 0);
+    await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), join(dir, "CURRENT"));
+    assert.equal(tables(dir).length, 2);
+  });
+
+  it("a CURRENT replaced by a directory: the open fails naming it, deleting nothing", async () => {
+    const { dir } = await engineOnDisk();
+    rmSync(join(dir, "CURRENT"));
+    mkdirSync(join(dir, "CURRENT"));
     await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), join(dir, "CURRENT"));
     assert.equal(tables(dir).length, 2);
   });
@@ -320,6 +338,15 @@ describe("a damaged WAL segment", () => {
     const last = segmentFiles(dir)[2] as string;
     flip(last, 2);
     await rejectsCorruption(Wal.open(dir, { segmentBytes: 1024 }), last);
+  });
+
+  it("a segment replaced by a directory: start-up fails naming it", async () => {
+    // It failed with "EISDIR: illegal operation on a directory, read", naming no file.
+    const dir = await walOnDisk();
+    const middle = segmentFiles(dir)[1] as string;
+    rmSync(middle);
+    mkdirSync(middle);
+    await rejectsCorruption(Wal.open(dir, { segmentBytes: 1024 }), middle);
   });
 });
 

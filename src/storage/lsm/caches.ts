@@ -5,6 +5,7 @@
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { mapFile, mappedFaults } from "../../common/native.ts";
+import { CorruptionError } from "../common/index.ts";
 import type { ParsedBlock } from "./format.ts";
 
 /** A cached block, linked into the cache's recency list. */
@@ -385,7 +386,11 @@ export class FileCache {
     const fd = openSync(path, "r");
     let size: number;
     try {
-      size = fstatSync(fd).size;
+      const stat = fstatSync(fd);
+      // A directory opens for reading, and its first read fails with "EISDIR: illegal operation
+      // on a directory, read", which names no file and is no corruption to corrupt-shard.ts.
+      if (!stat.isFile()) throw new CorruptionError(path, 0, "table is not a regular file");
+      size = stat.size;
     } catch (cause) {
       closeSync(fd);
       throw cause;

@@ -294,6 +294,12 @@ export class Manifest {
         await checkNoCurrentWasLost(dir);
         return { state: emptyState(), current: undefined };
       }
+      if ((err as NodeJS.ErrnoException).code === "EISDIR") {
+        // Node's error names no file, and is no corruption to corrupt-shard.ts.
+        throw new CorruptionError(join(dir, "CURRENT"), 0, "CURRENT is not a regular file", {
+          cause: err,
+        });
+      }
       throw err;
     }
     if (!/^MANIFEST-\d+$/.test(current)) {

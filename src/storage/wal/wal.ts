@@ -378,7 +378,7 @@ export class Wal {
     for (let i = 0; i < segments.length; i++) {
       const segment = segments[i] as Segment;
       const isLast = i === segments.length - 1;
-      const buf = await fs.readFile(segment.path);
+      const buf = await readSegment(fs, segment.path);
       const { valid, torn } = replaySegment(segment, buf, isLast, shardLog, (shard) => {
         // A drop voids the shard's entries in every segment up to here: no longer needed.
         for (let j = 0; j <= i; j++) (segments[j] as Segment).maxIndex.delete(shard);
@@ -1421,6 +1421,20 @@ function splitAtNewestGap(found: Segment[]): {
  * damage). Zeros after the last record of the last segment are not damage: its preallocated
  * space, never written (a record never starts with a zero length).
  */
+/**
+ * A segment's bytes. A directory in its place is damage to the WAL, reported as such
+ * (CorruptionError naming it): node's "EISDIR: illegal operation on a directory, read" named no
+ * file.
+ */
+async function readSegment(fs: FileSystem, path: string): Promise<Buffer> {
+  try {
+    return await fs.readFile(path);
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== "EISDIR") throw err;
+    throw new CorruptionError(path, 0, "segment is not a regular file", { cause: err });
+  }
+}
+
 function replaySegment(
   segment: Segment,
   buf: Buffer,
