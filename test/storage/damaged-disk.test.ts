@@ -22,6 +22,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { LsmEngine, LsmEnvironment, type LsmOptions } from "../../src/storage/lsm/index.ts";
 import { FOOTER_BYTES } from "../../src/storage/lsm/format.ts";
+import { type FileSystem, nodeFileSystem } from "../../src/storage/common/index.ts";
 import { Wal } from "../../src/storage/wal/index.ts";
 import { entry, segmentFiles, tempDir } from "./helpers.ts";
 
@@ -381,4 +382,108 @@ describe("a scan paused across close() (an audit, 2026-12-07)", () => {
       await again.close();
     }
   });
+});
+
+describe("a WAL rotation whose new segment cannot be written (an audit, 2026-12-07)", () => {
+  const enospc = (): Error =>
+    Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+
+  /**
+   * Fails the new segment's first write (its header and checkpoint, at position 0 of a segment
+   * other than the first) after `prefix` of its bytes were written (a short write first), or
+   * its preallocation (`prefix` "preallocation"). Counts the files opened and closed.
+   */
+  function failingRotation(prefix: number | "preallocation") {
+    const counts = { opened: 0, closed: 0, failed: 0 };
+    const first = "00000000000000000001.wal";
+    const fs: FileSystem = {
+      ...nodeFileSystem,
+      async open(path, flags) {
+        const file = await nodeFileSystem.open(path, flags);
+        counts.opened++;
+        const rotated = flags.exclusive === true && !path.endsWith(first);
+        let failures = rotated ? 1 : 0;
+        const fail = (): boolean => failures-- > 0 && ++counts.failed > 0;
+        return {
+          async write(buf, offset, length, position) {
+            if (prefix !== "preallocation" && position === 0 && rotated) {
+              if (prefix > 0 && failures > 0 && length > prefix) {
+                return file.write(buf, offset, prefix, position);
+              }
+              if (fail()) throw enospc();
+            }
+            if (prefix !== "preallocation" && position > 0 && rotated && fail()) throw enospc();
+            return file.write(buf, offset, length, position);
+          },
+          async truncate(length) {
+            if (prefix === "preallocation" && rotated && length > 0 && fail()) throw enospc();
+            return file.truncate(length);
+          },
+          sync: () => file.sync(),
+          datasync: () => file.datasync(),
+          async close() {
+            counts.closed++;
+            return file.close();
+          },
+        };
+      },
+    };
+    return { fs, counts };
+  }
+
+  for (const prefix of [0, 5, 16 + 10, "preallocation"] as const) {
+    const what =
+      prefix === "preallocation"
+        ? "its preallocation fails"
+        : prefix === 0
+          ? "nothing of it is written"
+          : `${prefix} bytes of it are written`;
+    it(`leaves a file a restart reads right: ${what}`, async () => {
+      const dir = tempDir("damaged-wal");
+      const { fs, counts } = failingRotation(prefix);
+      const wal = await Wal.open(dir, { segmentBytes: 1024, fs });
+      wal.append([{ kind: "hard-state", shard: 2, state: { term: 7, vote: "n9", commit: 0 } }]);
+      await wal.sync();
+      let synced = 0;
+      for (let i = 1; i < 1000; i++) {
+        wal.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+        const failed = await wal.sync().then(
+          () => false,
+          (err: Error & { code?: string }) => {
+            assert.equal(err.code, "CAIRN_ERR_WAL_FAILED", err.message);
+            return true;
+          },
+        );
+        if (failed) break;
+        synced = i;
+      }
+      assert.equal(counts.failed, 1, "the rotation failed");
+      assert.equal(segmentFiles(dir).length, 2, "its segment's file is left behind");
+      await wal.close().catch(() => undefined);
+      assert.equal(counts.closed, counts.opened, "every file the WAL opened is closed");
+      const again = await Wal.open(dir, { segmentBytes: 1024 });
+      try {
+        assert.equal(again.lastIndex(1), synced, "every synced entry, and nothing else");
+        assert.deepEqual(again.hardState(2), { term: 7, vote: "n9", commit: 0 });
+        // Written on, and compacted: the older segments go, the new ones' checkpoints keep
+        // shard 2's vote.
+        for (let i = synced + 1; i <= synced + 30; i++) {
+          again.append([{ kind: "entries", shard: 1, entries: [entry(i, 1, "z".repeat(40))] }]);
+          await again.sync();
+        }
+        again.compact(1, synced + 30);
+        again.append([{ kind: "entries", shard: 1, entries: [entry(synced + 31, 1)] }]);
+        await again.sync();
+      } finally {
+        await again.close();
+      }
+      const third = await Wal.open(dir, { segmentBytes: 1024 });
+      try {
+        assert.equal(third.lastIndex(1), synced + 31);
+        assert.deepEqual(third.hardState(2), { term: 7, vote: "n9", commit: 0 });
+      } finally {
+        await third.close();
+      }
+    });
+  }
 });

@@ -1224,11 +1224,20 @@ export class Wal {
     const path = join(this.dir, segmentName(seq));
     const handle = await this.#fs.open(path, { ...WRITE_FLAGS, create: true, exclusive: true });
     const head = Buffer.concat([segmentHeader(), checkpoint]);
-    // The header and checkpoint are written before the file is extended: a crash in between
-    // leaves a prefix of that write (a torn header, which recovery rewrites), never a
-    // preallocated file without a header.
-    await writeWhole(handle, head, 0);
-    await this.#preallocateSegment(handle, head.length);
+    try {
+      // The header and checkpoint are written before the file is extended: a crash in between
+      // leaves a prefix of that write (a torn header, which recovery rewrites), never a
+      // preallocated file without a header.
+      await writeWhole(handle, head, 0);
+      await this.#preallocateSegment(handle, head.length);
+    } catch (err) {
+      // The WAL fails with this error, and close() closes the current segment only: this one's
+      // descriptor was left open for good. Its file stays: empty or a prefix of the header and
+      // checkpoint, which the next open reads as a torn write and rewrites, or all of them (a
+      // failed preallocation), which it reads as the last segment and writes on.
+      await handle.close().catch(() => undefined);
+      throw err;
+    }
     const old = this.#handle;
     this.#handle = handle;
     this.#segmentSize = head.length;
