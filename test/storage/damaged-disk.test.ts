@@ -178,6 +178,32 @@ describe("a damaged table", () => {
     }
   });
 
+  for (const same of [false, true]) {
+    it(`replaced by another whole table${same ? " of the same size" : ""}: the open fails naming it, no deleted key back`, async () => {
+      // Each table checks its own blocks only: a file whose bytes became another valid table's
+      // (a stray copy, a misdirected write, a file restored alone from an older backup) opened
+      // as the table the manifest names, and its keys were served in that table's place: here
+      // the table deleting k005 replaced by the one before it, so k005 came back.
+      const { dir, older, newer } = await engineOnDisk();
+      let stray = readFileSync(older);
+      if (same) {
+        // Another engine's table the size of `newer`: the same keys written at other sequences.
+        const other = tempDir("damaged");
+        const engine = await LsmEngine.open(other, env, OPTIONS);
+        await engine.write(7, [
+          { type: "delete", key: b(keyAt(5)) },
+          { type: "put", key: b(keyAt(10)), value: b("other") },
+        ]);
+        await engine.flush();
+        await engine.close();
+        stray = readFileSync(tables(other)[0] as string);
+      }
+      if (same) assert.equal(stray.length, readFileSync(newer).length);
+      writeFileSync(newer, stray);
+      await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), newer);
+    });
+  }
+
   it("emptied (zero length): the open fails naming it", async () => {
     const { dir, older } = await engineOnDisk();
     truncateSync(older, 0);

@@ -290,7 +290,10 @@ export class LsmEngine implements BudgetMember {
         for (const f of files) {
           const path = tablePath(dir, f.number);
           try {
-            tables.push(Table.open(f.number, path, env));
+            const table = Table.open(f.number, path, env);
+            // Pushed first: a mismatch below evicts it from the caches with the others.
+            tables.push(table);
+            checkRecordedMeta(table, f);
           } catch (err) {
             env.files.close(path);
             if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
@@ -1258,6 +1261,32 @@ interface PlannedTable {
   readonly smallest: string;
   readonly largest: string;
   readonly table: Table;
+}
+
+/**
+ * Throws CorruptionError unless `table`, as opened, is what the manifest recorded of it (`f`):
+ * its size, key range, sequences and entry count. A table checks only its own blocks, so a file
+ * whose bytes became another whole table's (a stray copy or write, a file restored alone from
+ * an older backup) opened in its place, and served that table's keys: a table deleting a key
+ * replaced by an older one holding it brought the key back.
+ */
+function checkRecordedMeta(table: Table, f: FileMeta): void {
+  const { props } = table;
+  const differs: string[] = [];
+  if (table.fileSize !== f.size) differs.push(`${table.fileSize} bytes, recorded ${f.size}`);
+  if (props.entries !== f.entries) differs.push(`${props.entries} entries, recorded ${f.entries}`);
+  if (props.minSeq !== f.minSeq || props.maxSeq !== f.maxSeq) {
+    differs.push(`sequences ${props.minSeq}..${props.maxSeq}, recorded ${f.minSeq}..${f.maxSeq}`);
+  }
+  if (props.smallest !== f.smallest || props.largest !== f.largest)
+    differs.push("another key range");
+  if (differs.length > 0) {
+    throw new CorruptionError(
+      table.path,
+      0,
+      `table is not the one the manifest records (${differs.join("; ")})`,
+    );
+  }
 }
 
 /** Where an open keeps what it could not account for, one folder per damaged manifest. */
