@@ -6,6 +6,7 @@ import { dirname, join } from "node:path";
 import { CairnError, DenseMap, clearArray } from "../../common/index.ts";
 import {
   CorruptionError,
+  crc32c,
   ensureDir,
   nodeFileSystem,
   threadRunDelayClock,
@@ -23,6 +24,8 @@ import {
   KIND_ENTRY,
   KIND_HARD_STATE,
   KIND_SNAPSHOT,
+  FRAME_HEADER_BYTES,
+  MAX_BODY_BYTES,
   MAX_PAYLOAD_BYTES,
   decodeRecord,
   encodeRecord,
@@ -1464,7 +1467,16 @@ function replaySegment(
     const result = decodeRecord(buf, view, at);
     if (!result.ok) {
       if (isLast && isZero(buf, at)) return { valid: at, torn: false };
-      if (isLast && !hasValidRecordAfter(buf, view, at)) return { valid: at, torn: true };
+      if (isLast && !hasValidRecordAfter(buf, view, at)) {
+        if (!writtenInFull(buf, view, at)) return { valid: at, torn: true };
+        throw new CorruptionError(
+          segment.path,
+          at,
+          `WAL record ${result.failure}: the log's last record, but written in full (a crash ` +
+            `leaves a prefix of a record, whose last byte is never written), so it may have been ` +
+            `acknowledged; refusing to cut it off as a torn write`,
+        );
+      }
       throw new CorruptionError(segment.path, at, `WAL record ${result.failure}`);
     }
     applyRecord(segment, result.record, shardLog(result.record.shard));
@@ -1472,6 +1484,29 @@ function replaySegment(
     at = result.next;
   }
   return { valid: at, torn: false };
+}
+
+/**
+ * Whether the damaged record at `at`, the last segment's last, was written in full: its frame
+ * lies within the data and its last byte is not zero, or the data up to its trailing zeros
+ * matches its checksum (a damaged length). A crash leaves a prefix of a write (sectors persist
+ * in order, or the rest is zero-filled: README's caveat), so the last byte of a torn record is
+ * never written: zero in preallocated space, or past the end of the file. A record written in
+ * full that fails its checks was damaged since (a bad sector, a stray write), and may have been
+ * acknowledged: cut off as a torn write, it was lost and logged as never acknowledged. (A
+ * record whose own last byte is zero, as a hard state without a vote, still reads as torn.)
+ */
+function writtenInFull(buf: Buffer, view: DataView, at: number): boolean {
+  if (at + FRAME_HEADER_BYTES > buf.length) return false;
+  const end = at + FRAME_HEADER_BYTES + view.getUint32(at, true);
+  if (end > at + FRAME_HEADER_BYTES && end <= buf.length) return buf[end - 1] !== 0;
+  const dataEnd = nonZeroEnd(buf);
+  const body = at + FRAME_HEADER_BYTES;
+  return (
+    dataEnd > body &&
+    dataEnd - body <= MAX_BODY_BYTES &&
+    crc32c(buf, 0, body, dataEnd) === view.getUint32(at + 4, true)
+  );
 }
 
 function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
