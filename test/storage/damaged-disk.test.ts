@@ -265,6 +265,11 @@ describe("a damaged manifest or CURRENT", () => {
     rmSync(manifest);
     mkdirSync(manifest);
     await rejectsCorruption(LsmEngine.open(dir, env, OPTIONS), manifest);
+    // Said as it is: it was reported "missing", sending an operator to look for a lost file.
+    await assert.rejects(
+      LsmEngine.open(dir, env, OPTIONS),
+      /manifest named by CURRENT is not a regular file/,
+    );
     assert.equal(tables(dir).length, 2);
   });
 

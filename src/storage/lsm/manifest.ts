@@ -310,7 +310,14 @@ export class Manifest {
     try {
       buf = await readFile(path);
     } catch (cause) {
-      throw new CorruptionError(path, 0, "manifest named by CURRENT is missing", { cause });
+      const code = (cause as NodeJS.ErrnoException).code;
+      const what =
+        code === "ENOENT"
+          ? "is missing"
+          : code === "EISDIR"
+            ? "is not a regular file"
+            : `cannot be read (${(cause as Error).message})`;
+      throw new CorruptionError(path, 0, `manifest named by CURRENT ${what}`, { cause });
     }
     const { state, tail } = replayManifest(path, buf);
     return { state, current, ...(tail === undefined ? {} : { tail }) };
