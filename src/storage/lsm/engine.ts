@@ -1278,8 +1278,9 @@ function checkRecordedMeta(table: Table, f: FileMeta): void {
   if (props.minSeq !== f.minSeq || props.maxSeq !== f.maxSeq) {
     differs.push(`sequences ${props.minSeq}..${props.maxSeq}, recorded ${f.minSeq}..${f.maxSeq}`);
   }
-  if (props.smallest !== f.smallest || props.largest !== f.largest)
+  if (props.smallest !== f.smallest || props.largest !== f.largest) {
     differs.push("another key range");
+  }
   if (differs.length > 0) {
     throw new CorruptionError(
       table.path,

@@ -18,13 +18,13 @@ import {
 import {
   FLAG_CHECKPOINT,
   FLAG_HAS_VOTE,
+  FRAME_HEADER_BYTES,
   KIND_COMPACT,
   KIND_DROP,
   KIND_DROPPED_LOG,
   KIND_ENTRY,
   KIND_HARD_STATE,
   KIND_SNAPSHOT,
-  FRAME_HEADER_BYTES,
   MAX_BODY_BYTES,
   MAX_PAYLOAD_BYTES,
   decodeRecord,
@@ -1428,12 +1428,6 @@ function splitAtNewestGap(found: Segment[]): {
 }
 
 /**
- * Replays one segment into the shard logs; returns the length of its valid prefix, and whether
- * damage follows it (`torn`: the last segment only, and only when no valid record follows the
- * damage). Zeros after the last record of the last segment are not damage: its preallocated
- * space, never written (a record never starts with a zero length).
- */
-/**
  * A segment's bytes. A directory in its place is damage to the WAL, reported as such
  * (CorruptionError naming it): node's "EISDIR: illegal operation on a directory, read" named no
  * file.
@@ -1447,6 +1441,12 @@ async function readSegment(fs: FileSystem, path: string): Promise<Buffer> {
   }
 }
 
+/**
+ * Replays one segment into the shard logs; returns the length of its valid prefix, and whether
+ * damage follows it (`torn`: the last segment only, and only when no valid record follows the
+ * damage and the damaged record was not written in full: writtenInFull). Zeros after the last record of the last segment are not damage: its preallocated
+ * space, never written (a record never starts with a zero length).
+ */
 function replaySegment(
   segment: Segment,
   buf: Buffer,
