@@ -400,33 +400,52 @@ describe("a damaged WAL segment", () => {
     return end;
   };
 
-  for (const preallocate of [true, false]) {
-    for (const [what, where] of [
-      ["its body", 8 + 24 + 3],
-      ["its checksum", 5],
-      ["its length", 1],
-    ] as const) {
-      it(`the last record written in full, ${what} damaged: start-up fails naming it (preallocated: ${preallocate})`, async () => {
-        // Read as a torn write, it was cut off and logged as "never acknowledged": an
-        // acknowledged entry lost, in silence but for that. A crash leaves a prefix of a
-        // record, whose last byte is never written (zeros, or past the end of the file).
-        const { dir, at } = await lastRecordOnDisk(preallocate);
-        const segment = segmentFiles(dir)[0] as string;
-        flip(segment, at + where);
-        const damaged = readFileSync(segment);
-        await assert.rejects(
-          Wal.open(dir, { preallocate, segmentBytes: 4096 }),
-          (err: Error & { code?: string }) => {
-            assert.equal(err.code, "CAIRN_ERR_CORRUPTION", err.message);
-            assert.equal((err as { file?: string }).file, segment);
-            assert.equal((err as { offset?: number }).offset, at);
-            return true;
-          },
-        );
-        assert.deepEqual(readFileSync(segment), damaged, "nothing cut");
-      });
-    }
+  // A node's segments are always preallocated: a record written in full is followed by zeros.
+  for (const [what, where] of [
+    ["its body", 8 + 24 + 3],
+    ["its checksum", 5],
+    ["its length", 1],
+  ] as const) {
+    it(`the last record written in full, ${what} damaged: start-up fails naming it`, async () => {
+      // Read as a torn write, it was cut off and logged as "never acknowledged": an
+      // acknowledged entry lost, in silence but for that. A crash leaves a prefix of a
+      // record, whose last byte is never written (zeros, or past the end of the file).
+      const { dir, at } = await lastRecordOnDisk(true);
+      const segment = segmentFiles(dir)[0] as string;
+      flip(segment, at + where);
+      const damaged = readFileSync(segment);
+      await assert.rejects(
+        Wal.open(dir, { segmentBytes: 4096 }),
+        (err: Error & { code?: string }) => {
+          assert.equal(err.code, "CAIRN_ERR_CORRUPTION", err.message);
+          assert.equal((err as { file?: string }).file, segment);
+          assert.equal((err as { offset?: number }).offset, at);
+          return true;
+        },
+      );
+      assert.deepEqual(readFileSync(segment), damaged, "nothing cut");
+    });
+  }
 
+  it("the last record torn, its unwritten bytes and the rest of their block stale: cut off", async () => {
+    // A file system may show a block a crash left unwritten with its old contents (ext4's
+    // data=writeback): the torn record's tail, and the bytes after it in its block, are not
+    // zeros then. Still a torn write: nothing after it is zero to its block's end.
+    const { dir, at } = await lastRecordOnDisk(true);
+    const segment = segmentFiles(dir)[0] as string;
+    const torn = readFileSync(segment);
+    for (let i = at + 20; i < 4096; i++) torn[i] = 1 + (i % 200);
+    writeFileSync(segment, torn);
+    const wal = await Wal.open(dir, { segmentBytes: 4096 });
+    try {
+      assert.equal(wal.tornTail?.offset, at);
+      assert.equal(wal.lastIndex(1), 1);
+    } finally {
+      await wal.close();
+    }
+  });
+
+  for (const preallocate of [true, false]) {
     it(`the last record torn, any prefix of it written: cut off (preallocated: ${preallocate})`, async () => {
       const { dir, at } = await lastRecordOnDisk(preallocate);
       const segment = segmentFiles(dir)[0] as string;

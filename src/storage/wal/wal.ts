@@ -1486,27 +1486,46 @@ function replaySegment(
   return { valid: at, torn: false };
 }
 
+/** The unit a file system allocates and writes a file's data in, at least (4 KiB pages). */
+const DATA_BLOCK_BYTES = 4096;
+
 /**
  * Whether the damaged record at `at`, the last segment's last, was written in full: its frame
- * lies within the data and its last byte is not zero, or the data up to its trailing zeros
- * matches its checksum (a damaged length). A crash leaves a prefix of a write (sectors persist
- * in order, or the rest is zero-filled: README's caveat), so the last byte of a torn record is
- * never written: zero in preallocated space, or past the end of the file. A record written in
- * full that fails its checks was damaged since (a bad sector, a stray write), and may have been
- * acknowledged: cut off as a torn write, it was lost and logged as never acknowledged. (A
- * record whose own last byte is zero, as a hard state without a vote, still reads as torn.)
+ * lies within the data, its last byte is not zero and zeros follow it to the end of its 4 KiB
+ * block (the next block's end if it ends one, the file's if sooner), or the data up to its
+ * trailing zeros matches its checksum (a damaged length). A crash leaves a prefix of a write
+ * (sectors persist in order, or the rest is zero-filled: README's caveat), so the last byte of
+ * a torn record is never written: zero in preallocated space, or past the end of the file. A
+ * file system that shows the old contents of blocks a crash left unwritten (ext4's
+ * data=writeback) fills a torn record's tail, and the rest of its block, with stale bytes: not
+ * zeros after it either, so still torn. A record written in full that fails its checks was
+ * damaged since (a bad sector, a stray write), and may have been acknowledged: cut off as a torn
+ * write, it was lost and logged as never acknowledged. (A record whose own last byte is zero, as
+ * a hard state without a vote, or that ends the file, still reads as torn.)
  */
 function writtenInFull(buf: Buffer, view: DataView, at: number): boolean {
   if (at + FRAME_HEADER_BYTES > buf.length) return false;
-  const end = at + FRAME_HEADER_BYTES + view.getUint32(at, true);
-  if (end > at + FRAME_HEADER_BYTES && end <= buf.length) return buf[end - 1] !== 0;
-  const dataEnd = nonZeroEnd(buf);
   const body = at + FRAME_HEADER_BYTES;
+  const end = body + view.getUint32(at, true);
+  if (end > body && end <= buf.length) {
+    const blockEnd = Math.min(
+      buf.length,
+      (Math.floor(end / DATA_BLOCK_BYTES) + 1) * DATA_BLOCK_BYTES,
+    );
+    return buf[end - 1] !== 0 && blockEnd > end && isZeroRange(buf, end, blockEnd);
+  }
+  const dataEnd = nonZeroEnd(buf);
   return (
     dataEnd > body &&
+    dataEnd < buf.length &&
     dataEnd - body <= MAX_BODY_BYTES &&
     crc32c(buf, 0, body, dataEnd) === view.getUint32(at + 4, true)
   );
+}
+
+function isZeroRange(buf: Buffer, from: number, to: number): boolean {
+  for (let at = from; at < to; at++) if (buf[at] !== 0) return false;
+  return true;
 }
 
 function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
