@@ -1444,8 +1444,9 @@ async function readSegment(fs: FileSystem, path: string): Promise<Buffer> {
 /**
  * Replays one segment into the shard logs; returns the length of its valid prefix, and whether
  * damage follows it (`torn`: the last segment only, and only when no valid record follows the
- * damage and the damaged record was not written in full: writtenInFull). Zeros after the last record of the last segment are not damage: its preallocated
- * space, never written (a record never starts with a zero length).
+ * damage and the damaged record was not written in full: writtenInFull). Zeros after the last
+ * record of the last segment are not damage: its preallocated space, never written (a record
+ * never starts with a zero length).
  */
 function replaySegment(
   segment: Segment,
