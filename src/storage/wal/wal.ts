@@ -1502,7 +1502,9 @@ const DATA_BLOCK_BYTES = 4096;
  * zeros after it either, so still torn. A record written in full that fails its checks was
  * damaged since (a bad sector, a stray write), and may have been acknowledged: cut off as a torn
  * write, it was lost and logged as never acknowledged. (A record whose own last byte is zero, as
- * a hard state without a vote, or that ends the file, still reads as torn.)
+ * a hard state without a vote, or that ends the file, still reads as torn; so does one holding
+ * an aligned sector of zeros, hasZeroSector: a power loss may persist a write's sectors out of
+ * order.)
  */
 function writtenInFull(buf: Buffer, view: DataView, at: number): boolean {
   if (at + FRAME_HEADER_BYTES > buf.length) return false;
@@ -1513,7 +1515,12 @@ function writtenInFull(buf: Buffer, view: DataView, at: number): boolean {
       buf.length,
       (Math.floor(end / DATA_BLOCK_BYTES) + 1) * DATA_BLOCK_BYTES,
     );
-    return buf[end - 1] !== 0 && blockEnd > end && isZeroRange(buf, end, blockEnd);
+    return (
+      buf[end - 1] !== 0 &&
+      blockEnd > end &&
+      isZeroRange(buf, end, blockEnd) &&
+      !hasZeroSector(buf, body, end)
+    );
   }
   const dataEnd = nonZeroEnd(buf);
   return (
@@ -1522,6 +1529,22 @@ function writtenInFull(buf: Buffer, view: DataView, at: number): boolean {
     dataEnd - body <= MAX_BODY_BYTES &&
     crc32c(buf, 0, body, dataEnd) === view.getUint32(at + 4, true)
   );
+}
+
+/** The unit a disk persists atomically: a write's sectors may persist in any order. */
+const SECTOR_BYTES = 512;
+
+/**
+ * Whether an aligned sector lying wholly in [from, to) is all zeros: a torn write whose later
+ * sectors persisted before an earlier one (a power loss; etcd's WAL reads a record so as torn).
+ * Damage to a record synced in full (a bad sector, a stray write) rarely zeros a whole sector.
+ */
+function hasZeroSector(buf: Buffer, from: number, to: number): boolean {
+  for (let at = Math.ceil(from / SECTOR_BYTES) * SECTOR_BYTES; at + SECTOR_BYTES <= to;) {
+    if (isZeroRange(buf, at, at + SECTOR_BYTES)) return true;
+    at += SECTOR_BYTES;
+  }
+  return false;
 }
 
 function isZeroRange(buf: Buffer, from: number, to: number): boolean {
