@@ -64,6 +64,8 @@ describe("bin/cairn's exit", () => {
     const seconds = (performance.now() - started) / 1000;
     assert.equal(signal, null, `still running after ${seconds.toFixed(1)} s: ${err}`);
     assert.equal(code, 3, err);
-    assert.match(err, /cairn get: unavailable: Deadline exceeded/);
+    // "Deadline exceeded" where the kernel drops the SYN (a host that resets instead, with
+    // tcp_abort_on_overflow, fails the connect at once: the exit is then timely anyway).
+    assert.match(err, /cairn get: unavailable: /);
   });
 });
