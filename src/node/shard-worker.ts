@@ -12,8 +12,8 @@ import {
   serveSibling,
   SharedViews,
   MetaShare,
+  shardCellMeta,
   Sibling,
-  siblingProposer,
   type SiblingServer,
   toWireError,
 } from "./siblings.ts";
@@ -160,19 +160,7 @@ try {
         for (const [fd, rest] of toAdopt.splice(0)) server.adopt(fd, rest);
         for (const s of siblings) s?.shareStreamAddress(server.internalAddress);
       },
-      meta: {
-        incarnation: setup.incarnation,
-        share: (state) => metaShare.share(state),
-        follow: (listener) => metaShare.follow(listener),
-        placing: (shard, timeoutMs) => metaShare.placing(shard, timeoutMs),
-        sync: () => metaShare.sync(),
-        proposer: () => {
-          const worker0 = siblings[0];
-          if (worker0 === null || worker0 === undefined)
-            throw new Error("worker 0 proposes itself");
-          return siblingProposer(worker0);
-        },
-      },
+      meta: shardCellMeta(metaShare, siblings, setup.incarnation),
       addresses: () => {
         post({ type: "opened" });
         return bindAddress;

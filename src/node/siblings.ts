@@ -25,6 +25,7 @@ import {
 import { CairnError, deadlineClock, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
 import type { MetaProposer } from "./cluster.ts";
+import type { ShardCell } from "./node.ts";
 import {
   type ApplyOutcome,
   type ClientCall,
@@ -932,4 +933,29 @@ export class MetaShare {
       }, META_SYNC_TIMEOUT_MS);
     }).finally(() => clearTimeout(timer));
   }
+}
+
+/**
+ * The meta state's side of a shard worker's ShardCell (cluster mode): `share` is the worker's
+ * MetaShare, `siblings[0]` worker 0 (null in worker 0 itself, which proposes and syncs through
+ * the meta group it holds).
+ */
+export function shardCellMeta(
+  share: MetaShare,
+  siblings: readonly (Sibling | null)[],
+  incarnation: string,
+): ShardCell["meta"] {
+  return {
+    incarnation,
+    share: (state) => share.share(state),
+    follow: (listener) => share.follow(listener),
+    placing: (shard, timeoutMs) => share.placing(shard, timeoutMs),
+    // A scan's deadline and client's call go with it, to worker 0's wait too (MetaShare.sync).
+    sync: (deadline, call) => share.sync(deadline, call ?? null),
+    proposer: () => {
+      const worker0 = siblings[0];
+      if (worker0 === null || worker0 === undefined) throw new Error("worker 0 proposes itself");
+      return siblingProposer(worker0);
+    },
+  };
 }

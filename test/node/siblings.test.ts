@@ -17,6 +17,7 @@ import {
   MetaShare,
   RoutedStore,
   serveSibling,
+  shardCellMeta,
   Sibling,
   type SiblingCall,
   type SiblingHandlers,
@@ -588,6 +589,47 @@ describe("shard worker siblings", () => {
       assert.equal(to0.pending, 0, "nothing waits in the asking worker");
       assert.equal(worker0.serving, 0, "nothing kept in worker 0");
       assert.equal(call.listenerCount("cancelled"), 0, "no listener left on the call");
+    } finally {
+      to0.close();
+      worker0.close();
+    }
+  });
+
+  it("a worker's cell passes a scan's deadline and client's call on to its meta sync through worker 0", async () => {
+    // The driver of a worker without shard 0 syncs through its ShardCell's meta.sync (node.ts);
+    // shard-worker.ts's dropped both, so worker 0's wait held its budget for the driver's 10 s
+    // after the scan's client had gone.
+    const { port1, port2 } = new MessageChannel();
+    const seen: { deadline: number; call: ClientCall | null }[] = [];
+    let arrival = (): void => {};
+    const driver = {
+      syncMeta: (deadline: number, call: ClientCall | null): Promise<void> =>
+        new Promise((_, reject) => {
+          seen.push({ deadline, call });
+          arrival();
+          call?.once("cancelled", () => reject(new ReadCancelledError()));
+        }),
+    } as unknown as MultiRaft;
+    const meta = { proposer: {}, version: () => 1 } as unknown as Parameters<
+      typeof serveSibling
+    >[2];
+    const worker0 = sibling(port2, handlers(serveSibling(driver, () => Promise.reject(), meta)));
+    const to0 = sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+    );
+    const cell = shardCellMeta(new MetaShare([to0, null]), [to0, null], "inc-1");
+    try {
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const reached = new Promise<void>((resolve) => (arrival = resolve));
+      const deadline = deadlineClock() + 60_000;
+      const p = cell.sync(deadline, call);
+      await withTimeout(reached, 2_000, "the sync to reach worker 0's driver");
+      assert.equal(seen[0]?.deadline, deadline, "the scan's deadline crossed");
+      assert.notEqual(seen[0]?.call ?? null, null, "the client's call crossed");
+      call.cancelled = true;
+      call.emit("cancelled");
+      await assert.rejects(p, { code: "CAIRN_ERR_TIMEOUT", retryable: true });
     } finally {
       to0.close();
       worker0.close();
