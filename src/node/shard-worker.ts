@@ -52,7 +52,7 @@ const siblings = setup.ports.map((p, i) =>
           // With its client's call as it crossed (a read stops once it is cancelled).
           serve: (call, client) =>
             serve !== null ? serve(call, client) : served.then((server) => server(call, client)),
-          onView: (shards, members) => views.applyShared(shards, members),
+          onView: (shards, members, firstSeed) => views.applyShared(shards, members, firstSeed),
           onConnection: (fd, rest) => {
             if (adopt !== null) adopt(fd, rest);
             else toAdopt.push([fd, rest]);

@@ -127,6 +127,8 @@ interface Envelope {
   }[];
   readonly shards: readonly ShardView[];
   readonly members: readonly MemberView[] | null;
+  /** Whether the node is its cluster's first seed (ClusterView.first_seed), when it changed. */
+  readonly firstSeed: boolean | null;
   /** Connections the sender accepted for the receiver: a descriptor each, and bytes read. */
   readonly connections: readonly { readonly fd: number; readonly rest: Uint8Array | null }[];
   /** The meta state, from the worker that holds shard 0, as of its last apply this turn. */
@@ -139,8 +141,15 @@ interface Envelope {
 export interface SiblingHandlers {
   /** Runs a call on a shard this worker owns. */
   readonly serve: SiblingServer;
-  /** Changes to the sibling's shards in the cluster view, and the members list. */
-  onView(shards: readonly ShardView[], members: readonly MemberView[] | null): void;
+  /**
+   * Changes to the sibling's shards in the cluster view, the members list, and whether the node
+   * is the first seed (null: unchanged).
+   */
+  onView(
+    shards: readonly ShardView[],
+    members: readonly MemberView[] | null,
+    firstSeed: boolean | null,
+  ): void;
   /** A connection the sibling accepted for this worker (RpcServer.adopt serves it). */
   onConnection(fd: number, rest: Buffer | null): void;
   /** The meta state, as the worker that holds shard 0 applied it. */
@@ -266,6 +275,7 @@ export class Sibling {
   #replies: { id: number; value?: unknown; error?: WireError }[] = [];
   #shards: ShardView[] = [];
   #members: readonly MemberView[] | null = null;
+  #firstSeed: boolean | null = null;
   #connections: { fd: number; rest: Uint8Array | null }[] = [];
   #meta: SharedMeta | null = null;
   #streamAddress: string | null = null;
@@ -377,6 +387,13 @@ export class Sibling {
     this.#schedule();
   }
 
+  /** Tells the sibling whether the node is the first seed (the worker that runs membership knows). */
+  shareFirstSeed(firstSeed: boolean): void {
+    if (this.#closed) return;
+    this.#firstSeed = firstSeed;
+    this.#schedule();
+  }
+
   /**
    * Hands the sibling a connection this worker accepted for it: `fd`, a descriptor this worker
    * no longer uses, and the bytes read past the connection's CONNECT. Closed here when the
@@ -431,7 +448,8 @@ export class Sibling {
     const h = this.#handlers;
     if (m.streamAddress !== null) h.onStreamAddress(m.streamAddress);
     if (m.meta !== null) h.onMeta(m.meta);
-    if (m.shards.length > 0 || m.members !== null) h.onView(m.shards, m.members);
+    if (m.shards.length > 0 || m.members !== null || m.firstSeed !== null)
+      h.onView(m.shards, m.members, m.firstSeed);
     for (const c of m.connections) {
       h.onConnection(
         c.fd,
@@ -526,6 +544,7 @@ export class Sibling {
       replies: this.#replies,
       shards: this.#shards,
       members: this.#members,
+      firstSeed: this.#firstSeed,
       connections: this.#connections,
       meta: this.#meta,
       streamAddress: this.#streamAddress,
@@ -535,6 +554,7 @@ export class Sibling {
     this.#replies = [];
     this.#shards = [];
     this.#members = null;
+    this.#firstSeed = null;
     this.#connections = [];
     this.#meta = null;
     this.#streamAddress = null;
@@ -809,13 +829,29 @@ export class SharedViews extends ClusterViewPublisher {
     for (const s of this.#siblings) s.shareMembers(members);
   }
 
+  /**
+   * Only the worker that runs membership learns this node's advertised address, and so whether
+   * it is the first seed; every worker's view must say so: another first seed probes this
+   * node's view before it founds (ClusterState.bootstrapLoop) on whichever worker its
+   * connection lands, and holds back only if it reads that this one is a first seed too.
+   */
+  override setFirstSeed(firstSeed: boolean): void {
+    super.setFirstSeed(firstSeed);
+    for (const s of this.#siblings) s.shareFirstSeed(firstSeed);
+  }
+
   /** What a sibling shared: applied here only, never passed on. */
-  applyShared(shards: readonly ShardView[], members: readonly MemberView[] | null): void {
+  applyShared(
+    shards: readonly ShardView[],
+    members: readonly MemberView[] | null,
+    firstSeed: boolean | null = null,
+  ): void {
     for (const v of shards) {
       super.setShard(v);
       for (const l of this.#leaderListeners) l(v.id, v.leader === "" ? null : v.leader);
     }
     if (members !== null) super.setMembers(members);
+    if (firstSeed !== null) super.setFirstSeed(firstSeed);
   }
 }
 

@@ -17,6 +17,7 @@ import {
   MetaShare,
   RoutedStore,
   serveSibling,
+  SharedViews,
   shardCellMeta,
   Sibling,
   type SiblingCall,
@@ -706,6 +707,46 @@ describe("shard worker siblings", () => {
       const before = seen.length;
       share1.received({ version: 1, records: boot.records() });
       assert.equal(seen.length, before);
+    } finally {
+      to0.close();
+      to1.close();
+    }
+  });
+
+  it("every worker's cluster view says whether the node is the first seed, as worker 0 (which runs membership) sets it", async () => {
+    // A first seed probes the others' views before it founds (ClusterState.bootstrapLoop) and
+    // holds back when another is a first seed too; the probe's connection lands on any worker,
+    // and only worker 0's view said so: half of the probes missed it, and both could found.
+    const { port1, port2 } = new MessageChannel();
+    const views0 = new SharedViews(16);
+    const views1 = new SharedViews(16);
+    const to1 = sibling(port1, {
+      ...handlers(() => Promise.reject(new Error("not asked"))),
+      onView: (shards, members, firstSeed) => views0.applyShared(shards, members, firstSeed),
+    });
+    const to0 = sibling(port2, {
+      ...handlers(() => Promise.reject(new Error("not asked"))),
+      onView: (shards, members, firstSeed) => views1.applyShared(shards, members, firstSeed),
+    });
+    views0.attach([to1]);
+    views1.attach([to0]);
+    try {
+      const shown = new Promise<void>((resolve) =>
+        views1.subscribe((view) => {
+          if (view.nodes.length > 0) resolve();
+        }),
+      );
+      views0.setFirstSeed(true);
+      // The members list follows the flag on the same port: once it is in, so is the flag.
+      views0.setMembers([
+        { id: "n1", rpc_addr: "127.0.0.1:1", http_addr: "127.0.0.1:2", state: "alive" },
+      ]);
+      await withTimeout(shown, 2_000, "worker 1's view to show worker 0's members");
+      assert.equal(
+        views1.current().first_seed,
+        true,
+        "worker 1's view says the node is the first seed",
+      );
     } finally {
       to0.close();
       to1.close();
