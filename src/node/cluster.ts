@@ -869,7 +869,7 @@ export class ClusterState {
             // the meta group), so this answer is kept, and it serves nothing from now on.
             this.#rejoining = false;
             this.#rejoined = true;
-            this.#decommissionedUnseen = true;
+            this.#markDecommissionedUnseen();
             this.#log.warn(
               "this member was decommissioned while it was down: it serves no requests, and stops once it is removed (cairn node remove); start it on an empty data directory to bring the machine back",
               { error: describe(err) },
@@ -1177,7 +1177,7 @@ export class ClusterState {
       turn = answeredEnough(clusterId, peers.length, answers) ? 0 : turn + 1;
       if (!removedByViews(id, clusterId, peers.length, answers)) {
         if (!left && decommissionedByViews(id, clusterId, peers.length, answers)) {
-          this.#decommissionedUnseen = true;
+          this.#markDecommissionedUnseen();
           this.#log.warn(
             "this member was decommissioned, by entries its replica of the cluster's metadata left too soon to apply (its peers' views say so): it serves no requests, and stops once it is removed (cairn node remove)",
             { cluster_id: clusterId },
@@ -1195,6 +1195,31 @@ export class ClusterState {
         ),
       );
     }
+  }
+
+  /** The meta group or the peers' views said this member was decommissioned: see the field. */
+  #markDecommissionedUnseen(): void {
+    this.#decommissionedUnseen = true;
+    this.onDecommissionedUnseen();
+  }
+
+  /**
+   * Called once the meta group or the peers' views say this member was decommissioned in
+   * entries its meta state never applied (notServingReason answers so from then on). A node of
+   * shard workers learns it in worker 0 (it runs the loops that ask), and the other workers
+   * follow worker 0's meta state, which never says so either: worker 0 tells them
+   * (shareMemberStanding), or they went on serving the clients whose connections they took.
+   */
+  onDecommissionedUnseen: () => void = () => undefined;
+
+  /**
+   * Shard worker 0 learnt that this member was decommissioned in entries the meta state never
+   * applied (onDecommissionedUnseen): this worker serves no requests either.
+   */
+  decommissionedUnseen(): void {
+    if (this.#decommissionedUnseen) return;
+    this.#decommissionedUnseen = true;
+    this.onMetaChanged();
   }
 
   /**

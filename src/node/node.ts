@@ -117,7 +117,7 @@ import { VersionUpkeep } from "./version-upkeep.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
-import { ownerOf } from "./siblings.ts";
+import { ownerOf, shareMemberStanding } from "./siblings.ts";
 import { planNodeDescriptors } from "./open-files.ts";
 import { MemberAddresses } from "./member-addresses.ts";
 import { claimRpcAddr, reserveRpcPort, type ReservedRpcPort } from "./rpc-port.ts";
@@ -188,6 +188,10 @@ export interface ShardCell {
     share(state: MetaState): void;
     /** The others: `listener` hears every state worker 0 shares (the latest one at once). */
     follow(listener: (state: MetaState) => void): void;
+    /** Worker 0: this member was decommissioned in entries no meta state applied says. */
+    shareDecommissioned(): void;
+    /** The others: `listener` hears that worker 0 said so (at once if it has). */
+    followDecommissioned(listener: () => void): void;
     /** The others: the first state worker 0 shared that places `shard`, within `timeoutMs`. */
     placing(shard: number, timeoutMs: number): Promise<MetaState | null>;
     /** The others: their meta commands go through worker 0. */
@@ -377,8 +381,11 @@ export class CairnNode implements HealthSource {
         node.metrics.setGonePeers((peer) => hasLeftForGood(cluster.meta, peer));
         node.metrics.setKnownPeers((peer) => cluster.meta?.stateOf(peer) !== undefined);
         // A shard worker sets the view of its own shards only, its siblings' as they share them.
-        if (cell !== undefined)
+        if (cell !== undefined) {
           cluster.ownShards((shard) => ownerOf(shard, cell.count) === cell.index);
+          // Worker 0 learns what no meta state says of this member; the others gate by it too.
+          shareMemberStanding(cluster, cell.meta, cell.index);
+        }
         // The view lists every shard: those with no replica here where the meta group places
         // them (a shard worker its own shards only: the node's view merges the workers').
         cluster.listUnheld(

@@ -58,6 +58,7 @@ const siblings = setup.ports.map((p, i) =>
             else toAdopt.push([fd, rest]);
           },
           onMeta: (meta) => metaShare.received(meta),
+          onDecommissioned: () => metaShare.receivedDecommissioned(),
           onStreamAddress: (address) => (streamAddresses[i] = address),
         },
         { requestTimeoutMs: REQUEST_TIMEOUT_MS },

@@ -24,7 +24,7 @@ import {
 } from "../cluster/index.ts";
 import { CairnError, deadlineClock, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
-import type { MetaProposer } from "./cluster.ts";
+import type { ClusterState, MetaProposer } from "./cluster.ts";
 import type { ShardCell } from "./node.ts";
 import {
   type ApplyOutcome,
@@ -133,6 +133,11 @@ interface Envelope {
   readonly connections: readonly { readonly fd: number; readonly rest: Uint8Array | null }[];
   /** The meta state, from the worker that holds shard 0, as of its last apply this turn. */
   readonly meta: SharedMeta | null;
+  /**
+   * From the worker that holds shard 0: this member was decommissioned in entries the meta
+   * state never applied (ClusterState.onDecommissionedUnseen).
+   */
+  readonly decommissioned: boolean;
   /** The sender's own gRPC server on loopback (its streaming calls), once it serves. */
   readonly streamAddress: string | null;
 }
@@ -154,6 +159,8 @@ export interface SiblingHandlers {
   onConnection(fd: number, rest: Buffer | null): void;
   /** The meta state, as the worker that holds shard 0 applied it. */
   onMeta(meta: SharedMeta): void;
+  /** The worker that holds shard 0 learnt this member was decommissioned (Envelope.decommissioned). */
+  onDecommissioned(): void;
   /** The sibling's own gRPC server's address, for the streaming calls aimed at it. */
   onStreamAddress(address: string): void;
 }
@@ -278,6 +285,7 @@ export class Sibling {
   #firstSeed: boolean | null = null;
   #connections: { fd: number; rest: Uint8Array | null }[] = [];
   #meta: SharedMeta | null = null;
+  #decommissioned = false;
   #streamAddress: string | null = null;
   #scheduled = false;
   #closed = false;
@@ -415,6 +423,13 @@ export class Sibling {
     this.#schedule();
   }
 
+  /** Tells the sibling that this member was decommissioned unseen (Envelope.decommissioned). */
+  shareDecommissioned(): void {
+    if (this.#closed) return;
+    this.#decommissioned = true;
+    this.#schedule();
+  }
+
   /** Tells the sibling where this worker's own gRPC server serves the streaming calls. */
   shareStreamAddress(address: string): void {
     if (this.#closed) return;
@@ -448,6 +463,7 @@ export class Sibling {
     const h = this.#handlers;
     if (m.streamAddress !== null) h.onStreamAddress(m.streamAddress);
     if (m.meta !== null) h.onMeta(m.meta);
+    if (m.decommissioned) h.onDecommissioned();
     if (m.shards.length > 0 || m.members !== null || m.firstSeed !== null)
       h.onView(m.shards, m.members, m.firstSeed);
     for (const c of m.connections) {
@@ -547,6 +563,7 @@ export class Sibling {
       firstSeed: this.#firstSeed,
       connections: this.#connections,
       meta: this.#meta,
+      decommissioned: this.#decommissioned,
       streamAddress: this.#streamAddress,
     };
     this.#calls = [];
@@ -557,6 +574,7 @@ export class Sibling {
     this.#firstSeed = null;
     this.#connections = [];
     this.#meta = null;
+    this.#decommissioned = false;
     this.#streamAddress = null;
     this.#postedThrough = this.#nextId - 1;
     this.#port.postMessage(envelope);
@@ -872,6 +890,9 @@ export class MetaShare {
   #toShare: MetaState | null = null;
   #latest: MetaState | null = null;
   #listener: ((state: MetaState) => void) | null = null;
+  /** The others: worker 0 said this member was decommissioned unseen, and who hears it. */
+  #decommissioned = false;
+  #decommissionedListener: (() => void) | null = null;
   #waiters: { version: number; resolve(): void }[] = [];
   /** `placing` calls waiting: each hears every state received. */
   readonly #placingWatchers = new Set<() => void>();
@@ -898,6 +919,24 @@ export class MetaShare {
     const meta: SharedMeta = { version: this.#version, records: state.records() };
     for (const s of this.#siblings) s?.shareMeta(meta);
   };
+
+  /** Worker 0: this member was decommissioned in entries no meta state applied says. */
+  shareDecommissioned(): void {
+    for (const s of this.#siblings) s?.shareDecommissioned();
+  }
+
+  /** The others: worker 0 said this member was decommissioned unseen. */
+  receivedDecommissioned(): void {
+    if (this.#decommissioned) return;
+    this.#decommissioned = true;
+    this.#decommissionedListener?.();
+  }
+
+  /** The others: `listener` hears that worker 0 said so, at once if it has. */
+  followDecommissioned(listener: () => void): void {
+    this.#decommissionedListener = listener;
+    if (this.#decommissioned) listener();
+  }
 
   /** The others: a state worker 0 shared (older ones than the latest are ignored). */
   received(meta: SharedMeta): void {
@@ -985,6 +1024,8 @@ export function shardCellMeta(
     incarnation,
     share: (state) => share.share(state),
     follow: (listener) => share.follow(listener),
+    shareDecommissioned: () => share.shareDecommissioned(),
+    followDecommissioned: (listener) => share.followDecommissioned(listener),
     placing: (shard, timeoutMs) => share.placing(shard, timeoutMs),
     // A scan's deadline and client's call go with it, to worker 0's wait too (MetaShare.sync).
     sync: (deadline, call) => share.sync(deadline, call ?? null),
@@ -994,4 +1035,18 @@ export function shardCellMeta(
       return siblingProposer(worker0);
     },
   };
+}
+
+/**
+ * What shard worker `index`'s ClusterState learns of this member that no meta state says,
+ * through its ShardCell's `meta`: worker 0 (it runs the loops that learn it) tells the others,
+ * which gate their own clients' calls (ClusterState.onDecommissionedUnseen).
+ */
+export function shareMemberStanding(
+  cluster: ClusterState,
+  meta: ShardCell["meta"],
+  index: number,
+): void {
+  if (index === 0) cluster.onDecommissionedUnseen = () => meta.shareDecommissioned();
+  else meta.followDecommissioned(() => cluster.decommissionedUnseen());
 }

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { MessageChannel } from "node:worker_threads";
 import type { CairnError } from "../../src/common/errors.ts";
 import {
   ClusterViewPublisher,
@@ -18,6 +19,13 @@ import { incarnation, memberId } from "../../src/membership/core/index.ts";
 import { AWAY_CHECKS_MS, ClusterState, type MemberProbe } from "../../src/node/cluster.ts";
 import { peersToAsk, REMOVAL_PROBES, removedByViews } from "../../src/node/removal-watch.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import {
+  MetaShare,
+  shardCellMeta,
+  shareMemberStanding,
+  Sibling,
+  type SiblingHandlers,
+} from "../../src/node/siblings.ts";
 import { metaStateOf } from "./meta-fixtures.ts";
 
 const view = (...members: string[]): MemberProbe => ({
@@ -266,6 +274,68 @@ describe("ClusterState.removalLoop", () => {
       /member n2 was removed from cluster c1 \(the views of n1, n3/,
     );
   });
+  it("a node of shard workers: the workers without shard 0 stop serving too once worker 0 learns a decommission its meta replica never applied", async () => {
+    // Worker 0 runs the loop that asks the peers' views; worker 1 follows worker 0's meta
+    // state, which never says so either, and gates the clients' calls on its connections by
+    // its own ClusterState: it went on serving them.
+    const { port1, port2 } = new MessageChannel();
+    const cs0 = node().cs;
+    const cs1 = node().cs;
+    const share1 = new MetaShare([null, null]);
+    // A later message on the same port: once it is in, so is what worker 0 sent before it.
+    let marker = (): void => {};
+    const handlers = (onDecommissioned: () => void): SiblingHandlers => ({
+      serve: () => Promise.reject(new Error("not asked")),
+      onView: () => {},
+      onConnection: () => {},
+      onMeta: () => {},
+      onDecommissioned,
+      onStreamAddress: () => marker(),
+    });
+    const to1 = new Sibling(
+      port1,
+      handlers(() => {}),
+      { requestTimeoutMs: 10_000 },
+    );
+    const to0 = new Sibling(
+      port2,
+      handlers(() => share1.receivedDecommissioned()),
+      { requestTimeoutMs: 10_000 },
+    );
+    const worker0 = new MetaShare([null, to1]);
+    try {
+      // As node.ts wires each worker's ClusterState to its ShardCell.
+      shareMemberStanding(cs0, shardCellMeta(worker0, [null, to1], "inc-a"), 0);
+      shareMemberStanding(cs1, shardCellMeta(share1, [to0, null], "inc-a"), 1);
+      const state = metaStateOf(boot, ...joined, {
+        op: "set-state",
+        id: "n2",
+        state: "decommissioning",
+      });
+      cs0.applied(state);
+      cs1.applied(state);
+      const listed: MemberProbe = { ...view("n1", "n2", "n3", "n4"), decommissioned: ["n2"] };
+      let passes = 0;
+      await cs0.removalLoop(gossip, () => cs0.notServingReason() !== null || ++passes > 20, {
+        intervalMs: 1,
+        probe: () => Promise.resolve(listed),
+      });
+      assert.match(cs0.notServingReason() ?? "", /node n2 was decommissioned from cluster c1/);
+      const arrived = new Promise<void>((resolve) => (marker = resolve));
+      to1.shareStreamAddress("127.0.0.1:1");
+      await arrived;
+      assert.match(
+        cs1.notServingReason() ?? "",
+        /node n2 was decommissioned from cluster c1/,
+        "worker 1 serves no requests either",
+      );
+      assert.notEqual(cs1.staleViewReason(), null, "nor streams its cluster view");
+    } finally {
+      to0.close();
+      to1.close();
+    }
+  });
+
   it("learns from its peers' views a decommission it never applied (its meta replica left first), then its removal", async () => {
     // The meta leader applied n2's `decommissioned`, then removed n2's learner of the meta
     // group; n2, cut off meanwhile, never learnt that commit: its own state still says

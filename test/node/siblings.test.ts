@@ -45,6 +45,7 @@ function handlers(serve: SiblingServer): SiblingHandlers {
     onView: () => {},
     onConnection: () => assert.fail("no connection is handed over here"),
     onMeta: () => {},
+    onDecommissioned: () => {},
     onStreamAddress: () => {},
   };
 }
