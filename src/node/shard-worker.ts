@@ -61,7 +61,11 @@ const siblings = setup.ports.map((p, i) =>
           onDecommissioned: () => metaShare.receivedDecommissioned(),
           onStreamAddress: (address) => (streamAddresses[i] = address),
         },
-        { requestTimeoutMs: REQUEST_TIMEOUT_MS },
+        {
+          requestTimeoutMs: REQUEST_TIMEOUT_MS,
+          // What the owner's driver admits at once: its share of the node's budget (node.ts).
+          maxPendingBytes: Math.floor(config.limits.max_pending_bytes / count),
+        },
       ),
 );
 views.attach(siblings.filter((s) => s !== null));

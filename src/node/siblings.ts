@@ -32,6 +32,7 @@ import {
   mergePages,
   type MultiRaft,
   ReadCancelledError,
+  REQUEST_OVERHEAD_BYTES,
   ScanCall,
   type ScanPage,
   type ScanRequest,
@@ -244,12 +245,46 @@ export interface SiblingOptions {
    * when that comes first.
    */
   readonly requestTimeoutMs: number;
+  /**
+   * The bytes of calls this worker may have in the sibling's hands (posted or about to be, and
+   * not answered yet, whether or not their clients still wait): the owner's share of
+   * `limits.max_pending_bytes`, what its driver admits at once. Absent: no bound.
+   */
+  readonly maxPendingBytes?: number;
+}
+
+/**
+ * What a call in a sibling's hands costs: its key and value (a message copies them), and what
+ * it costs beyond (REQUEST_OVERHEAD_BYTES, as the driver counts a request).
+ */
+function callBytes(call: SiblingCall): number {
+  switch (call.op) {
+    case "put":
+      return call.key.byteLength + call.value.byteLength + REQUEST_OVERHEAD_BYTES;
+    case "delete":
+    case "get":
+      return call.key.byteLength + REQUEST_OVERHEAD_BYTES;
+    case "propose-meta":
+      return call.cmd.byteLength + REQUEST_OVERHEAD_BYTES;
+    default:
+      return REQUEST_OVERHEAD_BYTES;
+  }
 }
 
 export class Sibling {
   readonly #port: MessagePort;
   readonly #handlers: SiblingHandlers;
   readonly #requestTimeoutMs: number;
+  readonly #maxPendingBytes: number;
+  /**
+   * The bytes of each call in the sibling's hands by id, until its answer arrives or it is
+   * withdrawn before it was posted, and their sum. A call that failed here at its deadline stays
+   * counted: it is still in the owner's queue, to be run once its event loop moves again. The
+   * clients, told TIMEOUT, send more; without this bound a stuck owner's queue grew with them
+   * for as long as it stayed stuck.
+   */
+  readonly #inHands = new IntMap<number>();
+  #inHandsBytes = 0;
   /** Calls in flight by id (an IntMap: see its header for why not a `Map` on this path). */
   readonly #pending = new IntMap<{
     resolve(v: unknown): void;
@@ -294,6 +329,7 @@ export class Sibling {
     this.#port = port;
     this.#handlers = handlers;
     this.#requestTimeoutMs = options.requestTimeoutMs;
+    this.#maxPendingBytes = options.maxPendingBytes ?? Infinity;
     port.on("message", (m: Envelope) => this.#receive(m));
     // The sibling closed its end, or its thread ended: nothing waiting on it will be answered.
     port.on("close", () => this.close());
@@ -323,9 +359,22 @@ export class Sibling {
         ? call.deadline - deadlineClock()
         : Infinity;
     if (left <= 0) return Promise.reject(new SiblingTimeoutError(false, 0, true));
+    // One call is always let through when none is in the sibling's hands, however large.
+    const bytes = callBytes(call);
+    if (this.#inHandsBytes > 0 && this.#inHandsBytes + bytes > this.#maxPendingBytes) {
+      return Promise.reject(
+        new CairnError(
+          "CAIRN_ERR_BACKPRESSURE",
+          `the shard worker that owns the shard has ${this.#inHandsBytes} bytes of calls unanswered (limit ${this.#maxPendingBytes}); retry later`,
+          { retryable: true },
+        ),
+      );
+    }
     const clients = left < bound;
     const timeoutMs = clients ? left : bound;
     const id = this.#nextId++;
+    this.#inHands.set(id, bytes);
+    this.#inHandsBytes += bytes;
     const deadline = performance.now() + timeoutMs;
     return new Promise((resolve, reject) => {
       if (client === null) {
@@ -367,7 +416,10 @@ export class Sibling {
     if (id <= this.#postedThrough) {
       this.#cancels.push(id);
       this.#schedule();
-    } else this.#calls = this.#calls.filter((c) => c.id !== id);
+    } else {
+      this.#calls = this.#calls.filter((c) => c.id !== id);
+      this.#answered(id);
+    }
     waiting.reject(new ReadCancelledError());
   }
 
@@ -449,6 +501,8 @@ export class Sibling {
       reject(write && id <= this.#postedThrough ? new SiblingGoneError() : new ShuttingDownError());
     }
     this.#pending.clear();
+    this.#inHands.clear();
+    this.#inHandsBytes = 0;
     // The sibling's calls served here have nobody to answer: they stop, as at a cancel.
     const served = this.#served.values();
     this.#served.clear();
@@ -473,6 +527,7 @@ export class Sibling {
       );
     }
     for (const r of m.replies) {
+      this.#answered(r.id);
       const waiting = this.#pending.get(r.id);
       if (waiting === undefined) continue;
       this.#pending.delete(r.id);
@@ -506,6 +561,14 @@ export class Sibling {
     }
   }
 
+  /** Call `id` left the sibling's hands (answered, or withdrawn before it was posted). */
+  #answered(id: number): void {
+    const bytes = this.#inHands.get(id);
+    if (bytes === undefined) return;
+    this.#inHands.delete(id);
+    this.#inHandsBytes -= bytes;
+  }
+
   #armExpiry(at: number): void {
     if (this.#expiry !== null) clearTimeout(this.#expiry);
     this.#expiresAt = at;
@@ -533,6 +596,7 @@ export class Sibling {
       // posted) is withdrawn, so it is never applied, and fails retryably as a read does.
       const sent = id <= this.#postedThrough;
       unsent ||= !sent;
+      if (!sent) this.#answered(id);
       p.reject(new SiblingTimeoutError(p.write && sent, p.timeoutMs, p.clients));
     }
     if (unsent) this.#calls = this.#calls.filter((c) => this.#pending.has(c.id));

@@ -32,6 +32,7 @@ export {
   ReadPastDeadlineError,
 } from "./request-errors.ts";
 export { ScanCall } from "./multi-raft-scan.ts";
+export { REQUEST_OVERHEAD_BYTES } from "./request-budget.ts";
 export { ITEM_OVERHEAD_BYTES, mergePages, type ScanPage } from "./scan-merge.ts";
 export { GrpcTransport, type GrpcTransportOptions, type PeerStats } from "./grpc-transport.ts";
 export {

@@ -753,4 +753,52 @@ describe("shard worker siblings", () => {
       to1.close();
     }
   });
+
+  it("the calls in a stuck owner's hands are bounded: past its share of the pending budget, new ones are refused until it answers", async () => {
+    // A call that fails here at its deadline is still in the owner's queue, to be run when its
+    // event loop moves again; the clients, told TIMEOUT, send more, which queued there too,
+    // without bound, for as long as it stayed stuck.
+    const { port1, port2 } = new MessageChannel();
+    let unstick = (): void => {};
+    const stuck = new Promise<void>((resolve) => (unstick = resolve));
+    const owner = sibling(
+      port2,
+      handlers(async () => {
+        await stuck;
+        return null;
+      }),
+    );
+    const asker = new Sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+      {
+        requestTimeoutMs: 10_000,
+        maxPendingBytes: 4096,
+      },
+    );
+    const put = (deadline?: number): Promise<unknown> =>
+      asker.call({
+        op: "put",
+        key: b("k"),
+        value: new Uint8Array(3000),
+        expected: undefined,
+        deadline,
+      });
+    try {
+      await assert.rejects(put(deadlineClock() + 20), { code: "CAIRN_ERR_TIMEOUT" });
+      assert.equal(asker.pending, 0, "the client was answered");
+      await assert.rejects(put(deadlineClock() + 20), {
+        code: "CAIRN_ERR_BACKPRESSURE",
+        retryable: true,
+      });
+      // The owner runs again and answers what it holds: its hands are free for the next.
+      const answered = new Promise<void>((resolve) => port1.once("message", () => resolve()));
+      unstick();
+      await withTimeout(answered, 2_000, "the owner's late answer");
+      assert.equal(await put(), null);
+    } finally {
+      asker.close();
+      owner.close();
+    }
+  });
 });
