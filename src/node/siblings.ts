@@ -24,7 +24,7 @@ import {
 } from "../cluster/index.ts";
 import { CairnError, deadlineClock, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
-import type { ClusterState, MetaProposer } from "./cluster.ts";
+import { type ClusterState, errorCodeOf, type MetaProposer } from "./cluster.ts";
 import type { ShardCell } from "./node.ts";
 import {
   type ApplyOutcome,
@@ -744,13 +744,34 @@ export function serveSibling(
         return transfer(call.shard, call.to);
       case "propose-meta":
         if (meta === null) throw notMeta();
-        return meta.proposer.propose(decodeMetaCommand(call.cmd), call.timeoutMs, call.first);
+        return meta.proposer
+          .propose(decodeMetaCommand(call.cmd), call.timeoutMs, call.first)
+          .catch((err: unknown) => {
+            throw withCairnCode(err);
+          });
       case "sync-meta":
         if (meta === null) throw notMeta();
         await local.syncMeta(call.deadline ?? Infinity, client);
         return meta.version();
     }
   };
+}
+
+/**
+ * A meta proposal's error as it may cross to another worker: a refusal by the meta leader on
+ * another node is its peer call's error, whose code is in the trailers (errorCodeOf), which
+ * toWireError does not read. The asking worker's ClusterState decides by that code (a shard
+ * creation placed again from the next state on CAIRN_ERR_INVALID_ARGUMENT, a rejoin's
+ * CAIRN_ERR_LOST_STATE); without it, it took every refusal for a failure.
+ */
+function withCairnCode(err: unknown): unknown {
+  if (err instanceof CairnError) return err;
+  const code = errorCodeOf(err);
+  if (code === null) return err;
+  return new CairnError(code, err instanceof Error ? err.message : String(err), {
+    retryable: false,
+    cause: err,
+  });
 }
 
 function notMeta(): CairnError {

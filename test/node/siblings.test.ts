@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { EventEmitter } from "node:events";
 import { describe, it } from "node:test";
 import { MessageChannel, type MessagePort } from "node:worker_threads";
-import { status } from "@grpc/grpc-js";
+import { Metadata, status } from "@grpc/grpc-js";
 import { DEADLINE_ON_CLOCK, deadlineClock } from "../../src/common/index.ts";
 import { CairnError } from "../../src/common/errors.ts";
 import { NotLeaderError, nodeId } from "../../src/raft/index.ts";
@@ -20,6 +20,7 @@ import {
   SharedViews,
   shardCellMeta,
   Sibling,
+  siblingProposer,
   type SiblingCall,
   type SiblingHandlers,
   type SiblingServer,
@@ -34,6 +35,7 @@ import {
 import { withTimeout } from "../support/timeout.ts";
 import { adminService } from "../../src/api/admin-service.ts";
 import { silentLogger } from "../../src/ops/index.ts";
+import { errorCodeOf } from "../../src/node/cluster.ts";
 
 const b = (s: string): Uint8Array => new TextEncoder().encode(s);
 const dec = (bytes: Uint8Array): string => new TextDecoder().decode(bytes);
@@ -799,6 +801,51 @@ describe("shard worker siblings", () => {
     } finally {
       asker.close();
       owner.close();
+    }
+  });
+
+  it("a meta proposal through worker 0 keeps the meta group's refusal: its code crosses, as a peer's trailers carried it", async () => {
+    // A worker without shard 0 proposes through worker 0, whose proposal went to the meta leader
+    // on another node: refused there, it failed with the peer call's error, whose code is in
+    // its trailers; crossing to the asking worker it lost it, and the asker took a refusal
+    // (CAIRN_ERR_INVALID_ARGUMENT: a shard's creation placed on a member no longer active,
+    // which ClusterState places again from the next state) for a failure (the client's Put
+    // failed).
+    const { port1, port2 } = new MessageChannel();
+    const trailers = new Metadata();
+    trailers.set("cairn-error-code", "CAIRN_ERR_INVALID_ARGUMENT");
+    const refusal = Object.assign(
+      new Error("3 INVALID_ARGUMENT: shard 7's replicas must be active members"),
+      {
+        code: status.INVALID_ARGUMENT,
+        details: "shard 7's replicas must be active members",
+        metadata: trailers,
+      },
+    );
+    const meta = {
+      proposer: { propose: () => Promise.reject(refusal) },
+      version: () => 1,
+    } as unknown as Parameters<typeof serveSibling>[2];
+    const worker0 = sibling(
+      port2,
+      handlers(serveSibling({} as MultiRaft, () => Promise.reject(), meta)),
+    );
+    const to0 = sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+    );
+    try {
+      const err = await siblingProposer(to0)
+        .propose({ op: "create-shard", shard: 7, replicas: ["n1"] }, 1_000)
+        .then(
+          () => assert.fail("refused"),
+          (e: unknown) => e,
+        );
+      assert.equal(errorCodeOf(err), "CAIRN_ERR_INVALID_ARGUMENT", "the refusal's code crossed");
+      assert.match((err as Error).message, /replicas must be active members/);
+    } finally {
+      to0.close();
+      worker0.close();
     }
   });
 });
