@@ -53,6 +53,11 @@ describe("a five-node cluster, three replicas a shard (real processes)", () => {
     dir = await mkdtemp(join(tmpdir(), "cairn-e2e-five-"));
     cluster = await LocalCluster.create(join(dir, "c"), 5, {
       CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "5",
+      // No balancing moves (cluster-elastic.test.ts tests them): the placement the test reads
+      // is the one it then loses three nodes of. With them, a shard could move after that read,
+      // between two moves paced half a second apart: a fresh-clone run read shard 20 on n3, n4
+      // and n5, and the meta leader moved it back to n1 two seconds later ("shard 20 not named").
+      CAIRN_CLUSTER_REBALANCE_TOLERANCE: "65536",
     });
     await cluster.startAll();
     await cluster.ready(60_000);
@@ -104,10 +109,10 @@ async function scansAndGets(
   }
   written.sort();
 
-  // Every node misses some of the shards these keys fall in. The meta group's leader may
-  // be moving a few replicas to even the nodes out (a move has four voters for a while):
-  // the view is read once none is under way. (Shard 0, the meta group, has every founding
-  // node as a voter.)
+  // Every node misses some of the shards these keys fall in. Balancing is off and every member
+  // is active from the founding, so no shard should move; the view is read once none is under
+  // way all the same (a move has four voters for a while). (Shard 0, the meta group, has every
+  // founding node as a voter.)
   let view = await clusterView(cluster.nodes[0]?.client as Clients);
   await eventually("no shard is being moved", async () => {
     view = await clusterView(cluster.nodes[0]?.client as Clients);
