@@ -117,7 +117,7 @@ import { VersionUpkeep } from "./version-upkeep.ts";
 import { countingTransport } from "./counting-transport.ts";
 import { claimDataDir, type DataDirLock } from "./data-dir-lock.ts";
 import { dataDirError } from "./data-dir.ts";
-import { ownerOf, shareMemberStanding } from "./siblings.ts";
+import { ownerOf, shareMemberStanding, type ShardCellMeta } from "./siblings.ts";
 import { planNodeDescriptors } from "./open-files.ts";
 import { MemberAddresses } from "./member-addresses.ts";
 import { claimRpcAddr, reserveRpcPort, type ReservedRpcPort } from "./rpc-port.ts";
@@ -181,27 +181,7 @@ export interface ShardCell {
   /** Tells `listener` of each leader change of the other workers' shards (the forwarder's). */
   watchLeaders(listener: (shard: number, leader: string | null) => void): void;
   /** Cluster mode: the meta group's state, which worker 0 holds (shard 0 is its). */
-  readonly meta: {
-    /** The data directory's incarnation, read once for every worker. */
-    readonly incarnation: string;
-    /** Worker 0: shares the state it applied with the others. */
-    share(state: MetaState): void;
-    /** The others: `listener` hears every state worker 0 shares (the latest one at once). */
-    follow(listener: (state: MetaState) => void): void;
-    /** Worker 0: this member was decommissioned in entries no meta state applied says. */
-    shareDecommissioned(): void;
-    /** The others: `listener` hears that worker 0 said so (at once if it has). */
-    followDecommissioned(listener: () => void): void;
-    /** The others: the first state worker 0 shared that places `shard`, within `timeoutMs`. */
-    placing(shard: number, timeoutMs: number): Promise<MetaState | null>;
-    /** The others: their meta commands go through worker 0. */
-    proposer(): MetaProposer;
-    /**
-     * The others: brings the state here up to the meta group's commit (MultiRaft.syncMeta); a
-     * scan's until its deadline or its client's call is cancelled.
-     */
-    sync(deadline?: number, call?: ClientCall | null): Promise<void>;
-  };
+  readonly meta: ShardCellMeta;
 }
 
 export class CairnNode implements HealthSource {

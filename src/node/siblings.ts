@@ -25,7 +25,6 @@ import {
 import { CairnError, deadlineClock, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
 import { type ClusterState, errorCodeOf, type MetaProposer } from "./cluster.ts";
-import type { ShardCell } from "./node.ts";
 import {
   type ApplyOutcome,
   type ClientCall,
@@ -1096,6 +1095,32 @@ export class MetaShare {
 }
 
 /**
+ * A shard worker's ShardCell's `meta` (node.ts): the meta group's state, which worker 0 holds
+ * (shard 0 is its). Declared here, not in node.ts, which imports this file.
+ */
+export interface ShardCellMeta {
+  /** The data directory's incarnation, read once for every worker. */
+  readonly incarnation: string;
+  /** Worker 0: shares the state it applied with the others. */
+  share(state: MetaState): void;
+  /** The others: `listener` hears every state worker 0 shares (the latest one at once). */
+  follow(listener: (state: MetaState) => void): void;
+  /** Worker 0: this member was decommissioned in entries no meta state applied says. */
+  shareDecommissioned(): void;
+  /** The others: `listener` hears that worker 0 said so (at once if it has). */
+  followDecommissioned(listener: () => void): void;
+  /** The others: the first state worker 0 shared that places `shard`, within `timeoutMs`. */
+  placing(shard: number, timeoutMs: number): Promise<MetaState | null>;
+  /** The others: their meta commands go through worker 0. */
+  proposer(): MetaProposer;
+  /**
+   * The others: brings the state here up to the meta group's commit (MultiRaft.syncMeta); a
+   * scan's until its deadline or its client's call is cancelled.
+   */
+  sync(deadline?: number, call?: ClientCall | null): Promise<void>;
+}
+
+/**
  * The meta state's side of a shard worker's ShardCell (cluster mode): `share` is the worker's
  * MetaShare, `siblings[0]` worker 0 (null in worker 0 itself, which proposes and syncs through
  * the meta group it holds).
@@ -1104,7 +1129,7 @@ export function shardCellMeta(
   share: MetaShare,
   siblings: readonly (Sibling | null)[],
   incarnation: string,
-): ShardCell["meta"] {
+): ShardCellMeta {
   return {
     incarnation,
     share: (state) => share.share(state),
@@ -1129,7 +1154,7 @@ export function shardCellMeta(
  */
 export function shareMemberStanding(
   cluster: ClusterState,
-  meta: ShardCell["meta"],
+  meta: ShardCellMeta,
   index: number,
 ): void {
   if (index === 0) cluster.onDecommissionedUnseen = () => meta.shareDecommissioned();
