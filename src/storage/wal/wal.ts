@@ -1379,10 +1379,10 @@ async function writeMarker(fs: FileSystem, marker: string): Promise<void> {
 
 const ZEROS = Buffer.alloc(64 * 1024);
 
-/** Whether `buf` holds only zero bytes from `from` on. */
-function isZero(buf: Buffer, from: number): boolean {
-  for (let at = from; at < buf.length; at += ZEROS.length) {
-    const end = Math.min(buf.length, at + ZEROS.length);
+/** Whether `buf` holds only zero bytes from `from` on (up to `to`). */
+function isZero(buf: Buffer, from: number, to = buf.length): boolean {
+  for (let at = from; at < to; at += ZEROS.length) {
+    const end = Math.min(to, at + ZEROS.length);
     if (buf.compare(ZEROS, 0, end - at, at, end) !== 0) return false;
   }
   return true;
@@ -1518,7 +1518,7 @@ function writtenInFull(buf: Buffer, view: DataView, at: number): boolean {
     return (
       buf[end - 1] !== 0 &&
       blockEnd > end &&
-      isZeroRange(buf, end, blockEnd) &&
+      isZero(buf, end, blockEnd) &&
       !hasZeroSector(buf, body, end)
     );
   }
@@ -1541,15 +1541,10 @@ const SECTOR_BYTES = 512;
  */
 function hasZeroSector(buf: Buffer, from: number, to: number): boolean {
   for (let at = Math.ceil(from / SECTOR_BYTES) * SECTOR_BYTES; at + SECTOR_BYTES <= to;) {
-    if (isZeroRange(buf, at, at + SECTOR_BYTES)) return true;
+    if (isZero(buf, at, at + SECTOR_BYTES)) return true;
     at += SECTOR_BYTES;
   }
   return false;
-}
-
-function isZeroRange(buf: Buffer, from: number, to: number): boolean {
-  for (let at = from; at < to; at++) if (buf[at] !== 0) return false;
-  return true;
 }
 
 function applyRecord(segment: Segment, r: RawRecord, log: ShardLog): void {
