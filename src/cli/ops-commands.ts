@@ -10,6 +10,7 @@ import {
   ServerError,
   UnavailableError,
 } from "../client/index.ts";
+import { isObject } from "../common/index.ts";
 import { isNodeId, parseHostPort, sameAddress } from "../config/index.ts";
 import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cluster-view.ts";
 import {
@@ -215,8 +216,6 @@ interface HealthReport {
  * know are left alone: a newer node may add some.
  */
 export function healthReportProblem(value: unknown, httpStatus: number): string | undefined {
-  const isObject = (v: unknown): v is Record<string, unknown> =>
-    typeof v === "object" && v !== null && !Array.isArray(v);
   const isNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
   const isString = (v: unknown): boolean => typeof v === "string";
   if (!isObject(value)) return "not an object";

@@ -39,7 +39,7 @@
  * Caveat: addresses are checked for shape only, not parsed.
  */
 import { CairnError } from "../common/errors.ts";
-import { DenseMap, type ReadonlyDenseMap } from "../common/index.ts";
+import { DenseMap, isObject, type ReadonlyDenseMap } from "../common/index.ts";
 import { sameAddress } from "../config/address.ts";
 import { nodeOfReplica, replicaIdOf } from "./replica.ts";
 import { xxhash64 } from "./routing.ts";
@@ -1939,10 +1939,6 @@ function isMemberState(v: unknown): v is MemberState {
 
 function isStringArray(v: unknown): v is string[] {
   return Array.isArray(v) && v.every((x) => typeof x === "string");
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 function unknownFields(obj: Record<string, unknown>, allowed: readonly string[]): string | null {

@@ -3,6 +3,7 @@ export { type Rng, seededRng, shuffle } from "./rng.ts";
 export { DenseMap, type ReadonlyDenseMap } from "./dense-map.ts";
 export { IntMap } from "./int-map.ts";
 export { clearArray, dropFront } from "./arrays.ts";
+export { isObject } from "./objects.ts";
 export { CallCut } from "./call-cut.ts";
 export { crc32cNative, dupFd, mapFile, nativeAddonMissing } from "./native.ts";
 export {

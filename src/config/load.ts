@@ -9,7 +9,7 @@
  * and scripts use their own), and an empty environment variable counts as unset, except
  * `CAIRN_SEED_NODES` where empty means "no seeds" (single-node mode), as the contract says.
  */
-import { CairnError } from "../common/index.ts";
+import { CairnError, isObject } from "../common/index.ts";
 import { FileTooLargeError, readFileBounded } from "../common/bounded-read.ts";
 import { GossipKeyFileError, readGossipKeyFile } from "../common/gossip-keys.ts";
 import { readTlsFiles, TlsFileError } from "../common/tls-files.ts";
@@ -326,10 +326,6 @@ function readFile(
   walk(root, "", path, settings, issues);
 }
 
-function isMapping(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
 function walk(
   node: unknown,
   prefix: string,
@@ -338,7 +334,7 @@ function walk(
   issues: ConfigIssue[],
 ): void {
   const where = prefix === "" ? "the top level" : prefix;
-  if (!isMapping(node)) {
+  if (!isObject(node)) {
     issues.push(
       issue(
         prefix === "" ? "(root)" : prefix,
