@@ -650,6 +650,12 @@ export class CairnNode implements HealthSource {
             { shard_id: shard, moved_to: into },
           );
         },
+        engineKeptAside(shard, paths) {
+          storageLog.warn(
+            "a shard's manifest ended with a torn last record (a crash during its last append, never acknowledged): the record was dropped, and the manifest and any table its edit may have added were moved aside (delete them once you no longer need them)",
+            { shard_id: shard, kept_aside: paths },
+          );
+        },
         shardNotQuarantined(shard, err) {
           storageLog.error(
             "a shard's tables are corrupt, and its directory could not be moved aside: move or delete it before starting the node again, and its peers refill the shard",

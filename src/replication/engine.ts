@@ -40,13 +40,26 @@ export interface ShardEngine {
    */
   importSnapshot(chunks: AsyncIterable<Uint8Array>): Promise<void>;
   close(): Promise<void>;
+  /**
+   * What the open moved aside, for the node to log (LsmEngine.quarantined: a torn manifest and
+   * the tables its dropped edit may have added). Absent or empty when nothing was.
+   */
+  readonly quarantined?: readonly string[];
 }
 
-/** Opens (creating if needed) the engine of `shard` in `dir`. */
-export type EngineOpener = (shard: number, dir: string) => Promise<ShardEngine>;
+/**
+ * Opens (creating if needed) the engine of `shard` in `dir`, whose log here dropped its entries
+ * up to `logDroppedThrough` (LsmOptions.logDroppedThrough: an engine behind it keeps every table).
+ */
+export type EngineOpener = (
+  shard: number,
+  dir: string,
+  logDroppedThrough: number,
+) => Promise<ShardEngine>;
 
 export function lsmOpener(env: LsmEnvironment, memtableBytes: number): EngineOpener {
-  return (shard, dir) => LsmEngine.open(dir, env, { shardId: shard, memtableBytes });
+  return (shard, dir, logDroppedThrough) =>
+    LsmEngine.open(dir, env, { shardId: shard, memtableBytes, logDroppedThrough });
 }
 
 /** Time as the driver sees it. */

@@ -514,9 +514,12 @@ export class Groups {
     // again now, or before a restart and given no entry or snapshot yet (its term may have
     // moved). It votes as that log would (ShardReplica.recreated).
     const lostLast = this.#host.wal.droppedLog(id);
-    const lsm = await this.#host.openEngine(id, dir);
+    const compacted = this.#host.wal.firstIndex(id) - 1;
+    const lsm = await this.#host.openEngine(id, dir, compacted);
+    if (lsm.quarantined !== undefined && lsm.quarantined.length > 0) {
+      o.observer?.engineKeptAside?.(id, lsm.quarantined);
+    }
     try {
-      const compacted = this.#host.wal.firstIndex(id) - 1;
       if (lsm.flushedSeq > 0 && lsm.flushedSeq < compacted) {
         // The WAL drops entries only once the engine holds them durably: an engine behind the
         // log's start is an older copy of the directory, and the entries between are lost here.

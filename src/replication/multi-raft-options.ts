@@ -278,6 +278,11 @@ export interface ReplicationObserver {
    * opened at start (they refill it now) (corrupt-shard.ts).
    */
   shardQuarantined?(shard: number, into: string, atOpen: boolean): void;
+  /**
+   * The engine of `shard` moved `paths` aside as it opened (ShardEngine.quarantined): a torn
+   * manifest tail it dropped, and the tables that edit may have added.
+   */
+  engineKeptAside?(shard: number, paths: readonly string[]): void;
   /** The directory of `shard`, whose corrupt tables stopped the node, could not be moved. */
   shardNotQuarantined?(shard: number, err: unknown): void;
   /**

@@ -4,10 +4,12 @@
  * its tables hold more, or whose shard directory was removed after the WAL dropped what it
  * held, exits 1 with CAIRN_ERR_LOST_STATE naming the file. With the documented recovery flag
  * (single node) it starts from what the tables hold, logs the loss at ERROR, and serves writes
- * again (never `entry N applied without an outcome`), its health consistent.
+ * again (never `entry N applied without an outcome`), its health consistent. A refused start
+ * keeps the tables a lost manifest edit may have added (the only copy of their entries), and a
+ * torn manifest tail's drop is logged with what it kept aside.
  */
 import assert from "node:assert/strict";
-import { cp, mkdtemp, readdir, rename, rm, truncate } from "node:fs/promises";
+import { appendFile, cp, mkdtemp, readdir, readFile, rename, rm, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -231,5 +233,72 @@ describe("a single node's lost WAL or shard directory", () => {
         `shard ${shard}'s directory ${dir}/shards/${shard} is missing, .*restore the directory from a backup`,
       ),
     );
+  });
+  it("keeps the tables of a shard directory that lost its CURRENT and manifests, and refuses", async () => {
+    const dir = await written();
+    const [shard] = await readdir(join(dir, "shards"));
+    assert.ok(shard !== undefined);
+    const shardDir = join(dir, "shards", shard);
+    const tables = (await readdir(shardDir)).filter((n) => n.endsWith(".sst"));
+    assert.ok(tables.length > 0);
+    for (const n of await readdir(shardDir)) {
+      if (n === "CURRENT" || n.startsWith("MANIFEST-")) await rm(join(shardDir, n));
+    }
+    assertLost(await startExpectingExit({ dataDir: dir, env: ENV }), /is missing/);
+    // The tables hold the only copy of the shard's flushed keys: the refused start keeps them
+    // for the operator (it used to delete them as a crash's orphans before refusing).
+    const left = (await readdir(shardDir)).filter((n) => n.endsWith(".sst"));
+    assert.deepEqual(left, tables);
+  });
+
+  it("keeps the tables a manifest cut at a record boundary lost, and refuses", async () => {
+    const dir = await written();
+    const [shard] = await readdir(join(dir, "shards"));
+    assert.ok(shard !== undefined);
+    const shardDir = join(dir, "shards", shard);
+    // More keys, flushed, and the WAL compacted past them: the manifest's edits name the new
+    // tables, and only those tables hold the keys.
+    await withServer(dir, async (c) => {
+      await put(c, keys("b", 40));
+      await snapshotAll(c);
+    });
+    const tables = (await readdir(shardDir)).filter((n) => n.endsWith(".sst")).sort();
+    const current = (await readFile(join(shardDir, "CURRENT"), "utf8")).trim();
+    const manifest = await readFile(join(shardDir, current));
+    // The manifest cut after its first record (the snapshot a start writes): the edits after
+    // it are lost whole, as a disk that drops an acknowledged append would lose them.
+    const first = 8 + manifest.readUInt32LE(0);
+    assert.ok(first < manifest.length, "the manifest holds edits after its snapshot");
+    await truncate(join(shardDir, current), first);
+    assertLost(
+      await startExpectingExit({ dataDir: dir, env: ENV }),
+      /holds its log entries up to \d+, but the WAL dropped its entries up to \d+/,
+    );
+    const left = (await readdir(shardDir)).filter((n) => n.endsWith(".sst")).sort();
+    assert.deepEqual(left, tables);
+  });
+  it("logs what a torn manifest tail's drop kept aside, and serves every key", async () => {
+    const dir = await written();
+    const [shard] = await readdir(join(dir, "shards"));
+    assert.ok(shard !== undefined);
+    const shardDir = join(dir, "shards", shard);
+    const current = (await readFile(join(shardDir, "CURRENT"), "utf8")).trim();
+    const manifest = await readFile(join(shardDir, current));
+    // Half of a record appended: the torn tail a crash during an append leaves.
+    await appendFile(join(shardDir, current), manifest.subarray(0, manifest.readUInt32LE(0) >> 1));
+    await withServer(dir, async (c, server) => {
+      const logged = server.lines
+        .map((l) => JSON.parse(l) as { message: string; fields: Record<string, unknown> })
+        .find((l) => l.message.includes("torn last record"));
+      assert.ok(logged !== undefined, server.lines.join("\n"));
+      assert.equal(logged.fields["shard_id"], Number(shard));
+      assert.deepEqual(logged.fields["kept_aside"], [
+        join(shardDir, "quarantine", current, current),
+      ]);
+      for (const k of [...keys("a", 40), ...keys("b", 5)]) {
+        const got = await c.call(c.kv, "Get", { key: Buffer.from(k) });
+        assert.equal((got["value"] as Buffer).length, VALUE.length, k);
+      }
+    });
   });
 });

@@ -60,6 +60,14 @@ export interface LsmOptions {
    * edits roll it.
    */
   readonly manifestRollBytes?: number;
+  /**
+   * The caller's log dropped its entries up to this sequence, each once a flush held it (the
+   * WAL's compaction). A manifest holding less lost edits: cut at a record boundary, or lost
+   * with CURRENT. The tables no edit names may then be what the lost edits added, the only copy
+   * of those entries: kept, not deleted as a crash's orphans, for the caller to refuse the shard
+   * (or refill it) with them still on disk. Default 0: an unnamed table is a crash's orphan.
+   */
+  readonly logDroppedThrough?: number;
 }
 
 export type WriteOp =
@@ -232,7 +240,8 @@ export class LsmEngine implements BudgetMember {
 
   /**
    * Opens (or creates) the engine in `dir`. Verifies every live table's footer, index, filter and
-   * properties, writes a fresh manifest, and removes files no manifest names (orphans of a crash).
+   * properties, writes a fresh manifest, and removes files no manifest names (orphans of a crash;
+   * kept when the manifest is behind the caller's log: LsmOptions.logDroppedThrough).
    * The caller then replays its log above `flushedSeq`. A new engine (no manifest in `dir`) writes
    * its manifest at its first flush instead: until then it holds nothing durable, and a crash
    * leaves an empty engine whose writes the caller replays from its log.
@@ -304,8 +313,16 @@ export class LsmEngine implements BudgetMember {
         }
       }
       state.nextFileNumber = Math.max(state.nextFileNumber, 1);
+      // Behind the caller's log, the manifest lost edits (LsmOptions.logDroppedThrough): no
+      // table is deleted below, and the unnamed ones stay where they are.
+      const lostEdits = state.flushedSeq < (options.logDroppedThrough ?? 0);
+      const kept = lostEdits
+        ? (await readdir(dir)).filter(
+            (n) => /^\d+\.sst$/.test(n) && !named.has(Number(n.slice(0, -4))),
+          )
+        : [];
       // Numbers of kept-aside tables are not reused: their names stay unambiguous.
-      for (const n of unaccounted) {
+      for (const n of [...unaccounted, ...kept]) {
         state.nextFileNumber = Math.max(state.nextFileNumber, Number(n.slice(0, -4)) + 1);
       }
       // A torn tail: its edit was never acknowledged, so the tables it would have added are
@@ -331,7 +348,7 @@ export class LsmEngine implements BudgetMember {
       const live = new Set(state.levels.flat().map((f) => tablePath(dir, f.number)));
       for (const name of fresh ? [] : await readdir(dir)) {
         const path = join(dir, name);
-        const orphanTable = name.endsWith(".sst") && !live.has(path);
+        const orphanTable = name.endsWith(".sst") && !lostEdits && !live.has(path);
         const oldManifest = name.startsWith("MANIFEST-") && name !== manifest?.fileName;
         if (orphanTable || oldManifest || name.endsWith(".tmp")) await unlink(path);
       }
