@@ -16,7 +16,8 @@
  * node runs its decommissions one at a time, and once one applied it checks again: if another
  * node's decommission ran at the same time and the two leave too few, it cancels its own
  * (recommission) and refuses, CAIRN_ERR_PRECONDITION, saying so. (Both may cancel; never
- * neither.)
+ * neither. A cancel that fails is refused the same way, saying the member may still be
+ * decommissioning, not as the cancel's retryable failure.)
  */
 import type { MemberAdmin, NodeStanding } from "../api/index.ts";
 import type { MemberState, MetaState } from "../cluster/index.ts";
@@ -130,10 +131,21 @@ export function memberAdmin(
         .join(", ");
       const now = after.stateOf(node) === "decommissioning" ? tooFewLeft(after, node) : null;
       if (now !== null && others !== "") {
-        await proposeState(node, "active");
+        const why = `${now} (${others} began decommissioning at the same time)`;
+        try {
+          await proposeState(node, "active");
+        } catch (err) {
+          // Not the cancel's own failure, retryable: a client retrying the decommission would
+          // find the member decommissioning and call it under way, too few left.
+          throw new CairnError(
+            "CAIRN_ERR_PRECONDITION",
+            `${why}; cancelling ${node}'s decommission failed (${err instanceof Error ? err.message : String(err)}): ${node} may still be decommissioning; run \`cairn node recommission ${node}\``,
+            { cause: err },
+          );
+        }
         throw new CairnError(
           "CAIRN_ERR_PRECONDITION",
-          `${now} (${others} began decommissioning at the same time); ${node}'s decommission was cancelled: it is active again`,
+          `${why}; ${node}'s decommission was cancelled: it is active again`,
         );
       }
       return standing;

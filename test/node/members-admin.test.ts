@@ -13,7 +13,7 @@ import {
   type MetaMember,
   MetaState,
 } from "../../src/cluster/index.ts";
-import type { CairnError } from "../../src/common/errors.ts";
+import { CairnError } from "../../src/common/errors.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import { ClusterState, metaRefusal } from "../../src/node/cluster.ts";
 import { memberAdmin } from "../../src/node/members-admin.ts";
@@ -198,8 +198,14 @@ describe("memberAdmin on a node that was decommissioned", () => {
 });
 
 describe("memberAdmin: two decommissions at once", () => {
-  /** Four active members, replication factor 3: one may be decommissioned, not two. */
-  function four(): { leader: () => MetaState; admin: () => ReturnType<typeof memberAdmin> } {
+  /**
+   * Four active members, replication factor 3: one may be decommissioned, not two. With
+   * `cancelFails`, a proposal making a member active again finds no meta leader in time.
+   */
+  function four(cancelFails = false): {
+    leader: () => MetaState;
+    admin: () => ReturnType<typeof memberAdmin>;
+  } {
     let leader = MetaState.empty().apply({
       op: "bootstrap",
       clusterId: "c1",
@@ -220,6 +226,9 @@ describe("memberAdmin: two decommissions at once", () => {
       cs.attach({
         propose: async (cmd) => {
           await new Promise((resolve) => setImmediate(resolve)); // the meta group's round trip
+          if (cancelFails && cmd.op === "set-state" && cmd.state === "active") {
+            throw new CairnError("CAIRN_ERR_NOT_LEADER", "no meta leader", { retryable: true });
+          }
           const r = leader.apply(cmd);
           if (r.outcome.kind === "rejected") throw metaRefusal(r.outcome);
           leader = r.state;
@@ -268,6 +277,32 @@ describe("memberAdmin: two decommissions at once", () => {
     );
     const decommissioning = ["n3", "n4"].filter((n) => leader().stateOf(n) === "decommissioning");
     assert.equal(decommissioning.length, 2 - refusals.length, "each one not refused stands");
+  });
+
+  it("through two nodes: a cancel that fails says the decommission may stand, and is not retried", async () => {
+    // Answered as the cancel's own failure (a retryable timeout), a client retried the
+    // decommission, which now found the member decommissioning and reported it under way: two
+    // members leaving, too few left, and the operator told nothing (an audit).
+    const { leader, admin } = four(true);
+    const results = await Promise.allSettled([
+      admin().decommission("n3"),
+      admin().decommission("n4"),
+    ]);
+    const refusals = results.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
+    assert.ok(refusals.length >= 1, "at least one refused");
+    for (const reason of refusals) {
+      assert.ok(reason instanceof CairnError, String(reason));
+      assert.equal(reason.code, "CAIRN_ERR_PRECONDITION", reason.message);
+      assert.equal(reason.retryable, false);
+      assert.match(
+        reason.message,
+        /would leave 2 active member.*began decommissioning at the same time\); cancelling (n[34])'s decommission failed \(.*no meta leader\): \1 may still be decommissioning; run `cairn node recommission \1`/,
+      );
+    }
+    assert.deepEqual(
+      ["n3", "n4"].filter((n) => leader().stateOf(n) === "decommissioning"),
+      ["n3", "n4"],
+    );
   });
 
   it("through two nodes: the other's counts once it is decommissioned already (it held no replica)", async () => {
