@@ -408,28 +408,37 @@ export function createRaftService(
           return;
         }
         const maxBytes = Number(r.max_bytes);
+        // An asker of an earlier build (no max_bytes) pages by count only.
+        const countOnly = !(maxBytes > 0);
         const req: ScanRequest = {
           start: r.start,
           end: r.has_end ? r.end : null,
           limit: r.limit,
-          // A reply fits the peers' unary message limit, whatever the asker asked. An asker of
-          // an earlier build (no max_bytes) reads no `more`: its reply is cut at its limit only,
-          // as that build's own replies were.
-          maxBytes: maxBytes > 0 ? Math.min(maxBytes, PEER_SCAN_MAX_BYTES) : Infinity,
+          // A reply fits the peers' unary message limit, whatever the asker asked, and is held
+          // whole in memory first: bounded for a count-only asker too, whose limit is whatever
+          // its call says (a forged one's, any).
+          maxBytes: countOnly ? PEER_SCAN_MAX_BYTES : Math.min(maxBytes, PEER_SCAN_MAX_BYTES),
           linearizable: r.linearizable,
         };
         // Its asker's call ended (it timed out, or its connection closed): no wait goes on.
         scan(r.shard_ids, req, callDeadline(call), call).then(
           ({ items, more }) =>
-            callback(null, {
-              more,
-              items: items.map((i) => ({
-                key: i.key,
-                value: i.value,
-                index: i.version.index,
-                term: i.version.term,
-              })),
-            }),
+            // A count-only asker reads no `more`: a page the bytes cut before its limit would
+            // read as the range's end, keys missing from its scan. Refused instead.
+            countOnly && more && items.length < r.limit
+              ? callback({
+                  code: status.RESOURCE_EXHAUSTED,
+                  details: `a scan's share asked by count only (a peer of an earlier build, which reads no \`more\`) holds more than ${PEER_SCAN_MAX_BYTES / MIB} MiB before its limit of ${r.limit} keys: scan with a smaller limit, or upgrade the asking node`,
+                })
+              : callback(null, {
+                  more,
+                  items: items.map((i) => ({
+                    key: i.key,
+                    value: i.value,
+                    index: i.version.index,
+                    term: i.version.term,
+                  })),
+                }),
           (err: unknown) => callback(peerCallError(err)),
         );
       },

@@ -199,13 +199,61 @@ describe("createRaftService", () => {
         [
           [[4, 9], null, 7, 1000],
           [[4], 0, 3, 16 * 1024 * 1024],
-          [[5], 0, 3, Infinity],
+          [[5], 0, 3, 16 * 1024 * 1024],
         ],
         "an empty end is not an open end; a reply fits the peers' message limit",
       );
       assert.equal(asked[0]?.[1].linearizable, true);
       // Its read barriers stop waiting at the call's deadline (MultiRaft.scanShards).
       for (const ms of left) assert.ok(ms > 0 && ms <= 5_000, `the call's deadline: ${ms} ms left`);
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
+  it("a scan's share asked by count only (an earlier build, or a forged call) is bounded in bytes, and refused where the bound cuts it", async () => {
+    // 300 values of 100 KiB: 30 MiB, under the peers' message limit, over the reply's bound. An
+    // asker without max_bytes got its whole limit whatever its size (any limit a caller sends:
+    // the store's whole range held in memory for one call); cut by bytes instead, it would read
+    // the short page as the range's end (it reads no `more`).
+    const value = Buffer.alloc(100 * 1024, 7);
+    const asked: number[] = [];
+    const server = await startRaftFrontEnd(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      scanShards: (_shards, req) => {
+        asked.push(req.maxBytes);
+        const fit = Math.min(req.limit, 300, Math.floor(req.maxBytes / value.length));
+        return Promise.resolve({
+          items: Array.from({ length: fit }, (_, i) => ({
+            key: Buffer.from(`k${String(i).padStart(4, "0")}`),
+            value,
+            version: { index: i + 1, term: 1 },
+          })),
+          more: fit < 300,
+        });
+      },
+    });
+    const t = transportTo(server.address);
+    try {
+      const req: ScanRequest = {
+        start: Buffer.alloc(0),
+        end: null,
+        limit: 1000,
+        maxBytes: 0,
+        linearizable: false,
+      };
+      const err = await t.scanShards(N2, [4], req, 5_000).then(
+        () => assert.fail("a page cut by bytes answered to a count-only asker"),
+        (e: unknown) => e as ServiceError,
+      );
+      assert.equal(err.code, status.RESOURCE_EXHAUSTED, err.details);
+      assert.match(err.details, /asked by count only .* more than 16 MiB/);
+      assert.deepEqual(asked, [16 * 1024 * 1024]);
+      // A page its limit ends before the bound is answered as before.
+      const { items } = await t.scanShards(N2, [4], { ...req, limit: 30 }, 5_000);
+      assert.equal(items.length, 30);
     } finally {
       await t.close();
       server.stop();
