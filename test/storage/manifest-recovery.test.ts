@@ -167,4 +167,24 @@ describe("LSM open after a damaged or torn manifest tail", () => {
     assert.ok(!existsSync(join(dir, "000099.sst")));
     assert.ok(!existsSync(join(dir, "quarantine")));
   });
+  it("keeps the tables no edit names when the manifest is behind the caller's log, and reuses none of their numbers", async () => {
+    const { dir, manifest, table } = await engineWithLastFlush();
+    const buf = readFileSync(manifest);
+    // Cut at a record boundary: the last edit (the flush adding `table`, up to 3) lost whole.
+    writeFileSync(manifest, buf.subarray(0, recordOffsets(buf).at(-1)));
+    const kept = readFileSync(join(dir, table));
+    // The log dropped its entries up to 3 (the lost edit's flush held them): `table` is their
+    // only copy, not a crash's orphan.
+    const engine = await LsmEngine.open(dir, env, { ...SMALL, logDroppedThrough: 3 });
+    assert.equal(engine.flushedSeq, 1);
+    assert.deepEqual(readFileSync(join(dir, table)), kept);
+    await engine.write(2, [{ type: "put", key: b("c"), value: b("v") }]);
+    await engine.flush();
+    await engine.close();
+    assert.deepEqual(readFileSync(join(dir, table)), kept, "a new table took its number");
+    // A log that dropped nothing past what the manifest holds: an orphan, removed as before.
+    const again = await LsmEngine.open(dir, env, { ...SMALL, logDroppedThrough: 2 });
+    await again.close();
+    assert.ok(!existsSync(join(dir, table)));
+  });
 });
