@@ -28,6 +28,7 @@
  * forwarding peer to have checked its caller (see forward.ts).
  */
 import { status } from "@grpc/grpc-js";
+import { altNamesOf } from "../common/alt-names.ts";
 import { isRole, type Role } from "../common/auth-tokens.ts";
 
 export type { Role } from "../common/auth-tokens.ts";
@@ -149,36 +150,16 @@ function first(v: string | string[] | undefined): string | undefined {
 }
 
 /**
- * The value of the first subject alternative name in `subjectaltname` as node:tls gives it
- * (`DNS:a, URI:b`): after its type and colon, the value as it is, or, when the value holds a
- * comma, a quote, a backslash or a control character, a JSON string (`DNS:"a\u002cb"`, its
- * commas escaped too, so a comma outside quotes always ends an entry). Undefined for an entry
- * that is neither (no type, a string that does not end or does not parse): no name, not a guess.
- */
-function firstAltName(subjectAltName: string): string | undefined {
-  const colon = subjectAltName.indexOf(":");
-  if (colon < 0) return undefined;
-  const rest = subjectAltName.slice(colon + 1);
-  if (!rest.startsWith('"')) return rest.split(",")[0];
-  const quoted = /^"(?:[^"\\]|\\.)*"/.exec(rest)?.[0];
-  if (quoted === undefined || !/^(,|$)/.test(rest.slice(quoted.length))) return undefined;
-  try {
-    return JSON.parse(quoted) as string;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
  * The identity of a client certificate the client CA signed: its name is the subject's CN, or
- * else its first subject alternative name's value (a SPIFFE URI, a DNS name); its role the
+ * else its first subject alternative name's value (a SPIFFE URI, a DNS name; read whole when
+ * Node quotes it: common/alt-names.ts), whatever its type; its role the
  * subject's OU when one OU names a role (`cairn cert create-client NAME --role ROLE` writes
  * it), else `readwrite`. The highest role named wins when several OUs name one.
  */
 export function certIdentity(subject: CertSubject | undefined, subjectAltName?: string): Identity {
   let name = first(subject?.CN);
   if ((name === undefined || name === "") && subjectAltName !== undefined)
-    name = firstAltName(subjectAltName);
+    name = altNamesOf(subjectAltName)[0]?.value;
   const ous = subject?.OU === undefined ? [] : ([] as string[]).concat(subject.OU);
   let role: Role | null = null;
   for (const ou of ous) {

@@ -267,8 +267,8 @@ export function cert(argv: readonly string[], io: Io): number {
         if (hosts.length === 0)
           throw new UsageError("create-node needs at least one --host (a name or address)");
         // The node id as a name of its own (and its CN, when a CN can hold it): peers check it
-        // when they dial this node (src/common/peer-tls.ts: the CN or any alternative name), and
-        // this node's calls to them are taken as its.
+        // when they dial this node (src/common/peer-tls.ts: the CN or a DNS or IP alternative
+        // name), and this node's calls to them are taken as its.
         const sans = [...new Set([`DNS:${id}`, ...hosts.map(sanOf)])];
         files = { crt: join(dir, "node.crt"), key: join(dir, "node.key") };
         refuseExisting(files, overwrite);

@@ -30,6 +30,7 @@ import {
 import { X509Certificate } from "node:crypto";
 import { isIP } from "node:net";
 import { type ChannelCredentials, type ChannelOptions, experimental } from "@grpc/grpc-js";
+import { altNamesOf } from "./alt-names.ts";
 import {
   readTlsFiles,
   stampTlsFiles,
@@ -66,15 +67,26 @@ export function caCertificates(pem: Buffer | null): X509Certificate[] {
   return out;
 }
 
-/** The names a certificate carries: its CN, then its DNS and IP subject alternative names. */
+/**
+ * The types of subject alternative name that name a node: a host name and an address, what
+ * `cairn cert create-node` writes (`DNS:<node id>`, then each `--host`). An email address, a URI,
+ * an other name or a directory name is no host's name, even spelled like a node id: a certificate
+ * holding `email:n2` does not name node n2, nor does a CA that signs it vouch for host n2.
+ */
+const NODE_NAME_TYPES: readonly string[] = ["DNS", "IP Address"];
+
+/**
+ * The names a certificate carries: its CN, then its DNS and IP subject alternative names, each
+ * whole as the certificate holds it (common/alt-names.ts: Node quotes one that holds a comma, a
+ * quote or a backslash). The peers' checks take a name only when it equals the node id exactly.
+ */
 export function certificateNames(cert: X509Certificate): string[] {
   const names: string[] = [];
   for (const line of subjectOf(cert).split("\n")) {
     if (line.startsWith("CN=")) names.push(line.slice(3));
   }
-  for (const entry of (cert.subjectAltName ?? "").split(", ")) {
-    const m = /^(DNS|IP Address):(.+)$/.exec(entry);
-    if (m !== null && !names.includes(m[2] as string)) names.push(m[2] as string);
+  for (const { type, value } of altNamesOf(cert.subjectAltName ?? "")) {
+    if (NODE_NAME_TYPES.includes(type) && value !== "" && !names.includes(value)) names.push(value);
   }
   return names;
 }

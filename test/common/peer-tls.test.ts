@@ -28,7 +28,7 @@ import {
   type TlsIdentity,
 } from "../../src/common/peer-tls.ts";
 import { readTlsFiles } from "../../src/common/tls-files.ts";
-import { certCommand, sanOnlyClientCert } from "../support/tls-certs.ts";
+import { certCommand, sanOnlyCert, sanOnlyClientCert } from "../support/tls-certs.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "cairn-peer-tls-"));
 const peers = join(dir, "peers");
@@ -144,6 +144,55 @@ describe("peer TLS", () => {
     assert.deepEqual(certificateNames(cert), []);
     const check = checkPeerName("n1")("localhost", { raw: cert.raw } as PeerCertificate);
     assert.match(String(check), /names \[\], not node "n1" that was dialed/);
+  });
+
+  it("reads a name node:tls quotes whole, and takes no other type of name nor a made-up one", () => {
+    // node:tls writes a value holding a comma, a quote, an apostrophe, a backslash or a control
+    // character as a JSON string (`DNS:"n1\u002cn2"`, its commas escaped): split on ", " and cut
+    // at its colon, such a name was read with its quotes and escapes: a name the certificate
+    // does not hold, in place of one it does.
+    const hostile = 'x", DNS:n4, DNS:"y';
+    const svc = sanOnlyCert({ dir: peers, ca: join(peers, "ca.crt") }, join(dir, "quoted"), [
+      ["DNS", "n1,n2"],
+      ["DNS", "n3, DNS:n4"],
+      ["DNS", hostile],
+      ["DNS", "it's\\"],
+      ["email", "n5"],
+      ["URI", "n6"],
+      ["otherName", "1.3.6.1.5.5.7.8.5;UTF8:n7"],
+      ["IP", "127.0.0.1"],
+    ]);
+    const cert = new X509Certificate(readFileSync(svc.cert));
+    assert.equal(
+      cert.subjectAltName,
+      [
+        'DNS:"n1\\u002cn2"',
+        'DNS:"n3\\u002c DNS:n4"',
+        'DNS:"x\\"\\u002c DNS:n4\\u002c DNS:\\"y"',
+        `DNS:"it's\\\\"`,
+        "email:n5",
+        "URI:n6",
+        "othername:XmppAddr:n7",
+        "IP Address:127.0.0.1",
+      ].join(", "),
+    );
+    assert.deepEqual(certificateNames(cert), [
+      "n1,n2",
+      "n3, DNS:n4",
+      hostile,
+      "it's\\",
+      "127.0.0.1",
+    ]);
+    const check = (id: string): Error | undefined =>
+      checkPeerName(id)("localhost", { raw: cert.raw } as PeerCertificate);
+    assert.equal(check("n1,n2"), undefined);
+    assert.equal(check(hostile), undefined);
+    // Only a DNS name or an address is a node's: an email address, a URI or an other name
+    // spelled like a node id is not; neither is a piece of a name, nor what a crafted name
+    // spells after a comma.
+    for (const id of ["n1", "n2", "n3", "n4", "n5", "n6", "n7", "x", "y", '"y']) {
+      assert.match(String(check(id)), /not node .* that was dialed/, id);
+    }
   });
 
   it("dials a node only when its certificate names the node id dialed", async () => {

@@ -195,6 +195,23 @@ export function sanOnlyClientCert(
   dir: string,
   uri: string,
 ): { cert: string; key: string } {
+  return sanOnlyCert(certs, dir, [["URI", uri]]);
+}
+
+/**
+ * A client certificate with an empty subject and the subject alternative names `sans`, each an
+ * openssl type and its value as the certificate holds it (`["DNS", "a,b"]`, `["email", "x"]`,
+ * `["otherName", "1.3.6.1.5.5.7.8.5;UTF8:x"]`), signed by the CA of `certs`: `san-only.crt` and
+ * `san-only.key` in `dir`. Any value: each is written in a section of openssl's configuration
+ * (`subjectAltName = @alt`, not on the line, where a comma would start another name), every
+ * character but a letter or a digit behind a backslash, so that a quote, a `#` or a `$` is the
+ * character itself, not openssl's syntax.
+ */
+export function sanOnlyCert(
+  certs: Pick<CertSet, "ca" | "dir">,
+  dir: string,
+  sans: readonly (readonly [type: string, value: string])[],
+): { cert: string; key: string } {
   mkdirSync(dir, { recursive: true });
   const key = join(dir, "san-only.key");
   const crt = join(dir, "san-only.crt");
@@ -205,10 +222,11 @@ export function sanOnlyClientCert(
       "basicConstraints = critical, CA:FALSE",
       "keyUsage = critical, digitalSignature",
       "extendedKeyUsage = clientAuth",
-      // A section, not `URI:${uri}` on the line: there a comma would start another name.
       "subjectAltName = @alt",
       "[alt]",
-      `URI.1 = ${uri}`,
+      ...sans.map(
+        ([type, value], i) => `${type}.${i + 1} = ${value.replace(/[^A-Za-z0-9]/g, "\\$&")}`,
+      ),
       "",
     ].join("\n"),
   );
