@@ -19,7 +19,6 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { restore } from "../../src/cli/backup-commands.ts";
 import { type BackupHeader, BackupWriter } from "../../src/cli/backup-file.ts";
@@ -33,6 +32,7 @@ import {
   type ServerProcess,
   startServer,
 } from "../support/server-process.ts";
+import { runInProcess } from "../support/cli-run.ts";
 
 let dir: string;
 let source: ServerProcess;
@@ -150,35 +150,20 @@ async function restoreSwapped(
   swapped: Buffer,
   args: readonly string[] = [],
 ): Promise<{ code: number; out: string; err: string; swaps: number }> {
-  let out = "";
-  let err = "";
   let swaps = 0;
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const collect = (stream: PassThrough, onText: (text: string) => void): void => {
-    const write = stream.write.bind(stream) as (chunk: unknown, ...rest: unknown[]) => boolean;
-    stream.write = ((chunk: unknown, ...rest: unknown[]) => {
-      onText(String(chunk));
-      return write(chunk, ...rest);
-    }) as typeof stream.write;
-    stream.resume();
-  };
-  collect(stdout, (text) => (out += text));
-  collect(stderr, (text) => {
-    if (text.includes("is a partial backup")) {
-      const inode = statSync(file).ino;
-      writeFileSync(file, swapped);
-      assert.equal(statSync(file).ino, inode, "overwritten in place");
-      swaps++;
-    }
-    err += text;
-  });
-  const code = await restore([file, "--endpoints", server.rpc, ...args], {
-    stdout,
-    stderr,
-    stdin: new PassThrough(),
-    env: {},
-  });
+  const { code, out, err } = await runInProcess(
+    restore,
+    [file, "--endpoints", server.rpc, ...args],
+    {
+      onStderr: (text) => {
+        if (!text.includes("is a partial backup")) return;
+        const inode = statSync(file).ino;
+        writeFileSync(file, swapped);
+        assert.equal(statSync(file).ino, inode, "overwritten in place");
+        swaps++;
+      },
+    },
+  );
   return { code, out, err, swaps };
 }
 

@@ -5,10 +5,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { describe, it } from "node:test";
 import { keyOf, operations, seededRandom, zipfian } from "../../src/cli/bench-workload.ts";
 import { run } from "../../src/cli/run.ts";
+import { runInProcess } from "../support/cli-run.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
 
 /** A TCP port nothing listens on: bound, read, closed. */
@@ -208,27 +208,22 @@ describe("cairn bench's numbers", () => {
       [["put", "--channels", "1000000"], /--channels must be an integer from 1 to 1024/],
     ];
     for (const [args, message] of cases) {
-      const stdout = new PassThrough();
-      const stderr = new PassThrough();
-      let err = "";
-      stderr.on("data", (d: Buffer) => (err += d.toString()));
-      const code = await run(
+      const { code, err } = await runInProcess(
+        run,
         ["bench", ...args, "--duration", "0.1", "--timeout", "200", "--endpoints", dead],
-        { stdout, stderr, stdin: new PassThrough(), env: cleanEnv() },
+        { env: cleanEnv() },
       );
       assert.equal(code, 2, `${args.join(" ")}: ${err}`);
       assert.match(err, message);
     }
     // A fraction may be written without its leading zero, as before.
-    const ratio = new PassThrough();
-    let said = "";
-    ratio.on("data", (d: Buffer) => (said += d.toString()));
     const mixed = ["bench", "mixed", "--read-ratio", ".5", "--no-fill", "--warmup", "0"];
-    await run(
+    const said = await runInProcess(
+      run,
       [...mixed, "--duration", "0.1", "--timeout", "200", "--endpoints", dead, "--output", "json"],
-      { stdout: ratio, stderr: new PassThrough(), stdin: new PassThrough(), env: cleanEnv() },
+      { env: cleanEnv() },
     );
-    assert.equal((JSON.parse(said) as { read_ratio: number }).read_ratio, 0.5);
+    assert.equal((JSON.parse(said.out) as { read_ratio: number }).read_ratio, 0.5);
   });
 });
 

@@ -9,11 +9,11 @@ import { createServer as createHttpServer } from "node:http";
 import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { globals, UsageError } from "../../src/cli/common.ts";
 import { run } from "../../src/cli/run.ts";
 import { CairnClient } from "../../src/client/index.ts";
+import { runInProcess } from "../support/cli-run.ts";
 import {
   CAIRN,
   cleanEnv,
@@ -61,17 +61,9 @@ function cairn(
  * after the process's wiring): for the cases that reach no node, usage errors and help, which
  * would each cost a Node.js start. The commands read only their `Io`.
  */
-async function cairnInProcess(args: readonly string[]): Promise<Run> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const out: Buffer[] = [];
-  let err = "";
-  stdout.on("data", (d: Buffer) => out.push(d));
-  stderr.on("data", (d: Buffer) => (err += d.toString()));
+function cairnInProcess(args: readonly string[]): Promise<Run> {
   const env = cleanEnv({ CAIRN_ENDPOINTS: server.rpc, CAIRN_HTTP_ENDPOINT: server.http });
-  const code = await run(args, { stdout, stderr, stdin: new PassThrough(), env });
-  const stdoutBytes = Buffer.concat(out);
-  return { code, stdout: stdoutBytes, out: stdoutBytes.toString(), err };
+  return runInProcess(run, args, { env });
 }
 
 const b64 = (s: string): string => Buffer.from(s).toString("base64");

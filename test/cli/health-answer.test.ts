@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { networkInterfaces } from "node:os";
-import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { run } from "../../src/cli/run.ts";
+import { type CliRun, runInProcess } from "../support/cli-run.ts";
 
 /** What the server answers next: HTTP status and body. */
 let next = { status: 200, body: "" };
@@ -33,21 +33,9 @@ async function health(
   body: string,
   args: readonly string[] = [],
   at = endpoint,
-): Promise<{ code: number; out: string; err: string }> {
+): Promise<CliRun> {
   next = { status, body };
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = "";
-  let err = "";
-  stdout.on("data", (d: Buffer) => (out += d.toString()));
-  stderr.on("data", (d: Buffer) => (err += d.toString()));
-  const code = await run(["health", "--http-endpoint", at, ...args], {
-    stdout,
-    stderr,
-    stdin: new PassThrough(),
-    env: {},
-  });
-  return { code, out, err };
+  return runInProcess(run, ["health", "--http-endpoint", at, ...args]);
 }
 
 const report = {

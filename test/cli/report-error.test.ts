@@ -2,23 +2,15 @@
  * reportError (src/cli/common.ts): what a client command says, and its exit code, for an error.
  */
 import assert from "node:assert/strict";
-import { PassThrough } from "node:stream";
 import { describe, it } from "node:test";
 import { EXIT, reportError } from "../../src/cli/common.ts";
 import { status } from "@grpc/grpc-js";
 import { IndeterminateWriteError, ServerError } from "../../src/client/index.ts";
+import { runInProcess } from "../support/cli-run.ts";
 
 /** reportError's exit code and what it wrote on standard error. */
 function report(command: string, err: unknown): { code: number; err: string } {
-  const stderr = new PassThrough();
-  let text = "";
-  stderr.on("data", (d: Buffer) => (text += d.toString()));
-  const code = reportError(
-    { stdout: new PassThrough(), stderr, stdin: new PassThrough(), env: {} },
-    command,
-    err,
-  );
-  return { code, err: text };
+  return runInProcess((_args, io) => reportError(io, command, err), []);
 }
 
 describe("reportError: an outcome unknown", () => {

@@ -7,7 +7,6 @@ import assert from "node:assert/strict";
 import { mkdtempSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import {
   Metadata,
@@ -20,6 +19,7 @@ import {
 import { loadCairnProto } from "../../src/api/index.ts";
 import { restore } from "../../src/cli/backup-commands.ts";
 import { BackupWriter } from "../../src/cli/backup-file.ts";
+import { type CliRun, runInProcess } from "../support/cli-run.ts";
 
 type Cb = (err: Partial<ServiceError> | null, res?: unknown) => void;
 interface Version {
@@ -106,20 +106,8 @@ after(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function run(args: readonly string[]): Promise<{ code: number; out: string; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = "";
-  let err = "";
-  stdout.on("data", (d: Buffer) => (out += d.toString()));
-  stderr.on("data", (d: Buffer) => (err += d.toString()));
-  const code = await restore([...args, "--endpoints", address], {
-    stdout,
-    stderr,
-    stdin: new PassThrough(),
-    env: {},
-  });
-  return { code, out, err };
+function run(args: readonly string[]): Promise<CliRun> {
+  return runInProcess(restore, [...args, "--endpoints", address]);
 }
 
 describe("cairn restore without --overwrite", () => {

@@ -6,40 +6,15 @@
 import { spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { PassThrough, Writable } from "node:stream";
 import { cert } from "../../src/cli/cert-commands.ts";
-import type { Io } from "../../src/cli/io.ts";
+import { type CliRun, runInProcess } from "./cli-run.ts";
 
-export interface CertRun {
-  readonly code: number;
-  readonly out: string;
-  readonly err: string;
-}
-
-/** A stream that keeps what is written to it, at once. */
-function collector(): { stream: Writable; text: () => string } {
-  let text = "";
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      text += chunk.toString();
-      done();
-    },
-  });
-  return { stream, text: () => text };
-}
-
-/** Runs `cairn cert ARGS` in this process. */
-export function certCommand(args: readonly string[]): CertRun {
-  const out = collector();
-  const err = collector();
-  const io: Io = {
-    stdout: out.stream,
-    stderr: err.stream,
-    stdin: new PassThrough(),
-    env: process.env,
-  };
-  const code = cert(args, io);
-  return { code, out: out.text(), err: err.text() };
+/**
+ * Runs `cairn cert ARGS` in this process, with the process's environment: synchronously, as the
+ * command is.
+ */
+export function certCommand(args: readonly string[]): CliRun {
+  return runInProcess(cert, args, { env: process.env });
 }
 
 function must(args: readonly string[]): void {
