@@ -31,6 +31,7 @@ import {
   mergePages,
   type MultiRaft,
   ReadCancelledError,
+  ReadPastDeadlineError,
   REQUEST_OVERHEAD_BYTES,
   ScanCall,
   type ScanPage,
@@ -1075,22 +1076,50 @@ export class MetaShare {
     if (worker0 === null || worker0 === undefined) throw notMeta();
     const version = (await worker0.call({ op: "sync-meta", deadline }, call)) as number;
     if (version <= this.#version) return;
-    let timer: NodeJS.Timeout | undefined;
-    await new Promise<void>((resolve, reject) => {
-      const waiter = { version, resolve };
-      this.#waiters.push(waiter);
-      timer = setTimeout(() => {
-        // Gone from the list: a state that never comes does not keep the waiter.
+    await this.#reach(version, deadline, call);
+  }
+
+  /**
+   * Waits for the state of `version`, which worker 0 named after its sync, to arrive here:
+   * META_SYNC_TIMEOUT_MS at most, and no longer than the scan's `deadline` (on deadlineClock())
+   * or its client's `call`. A fixed 10 s waited past both: a scan sent with a 1 s deadline
+   * held its place (and its request's share of the budget in the driver that asked) nine
+   * seconds after its client had given up, and one whose client cancelled to the end.
+   */
+  #reach(version: number, deadline: number, call: ClientCall | null): Promise<void> {
+    const started = deadlineClock();
+    const left = deadline - started;
+    if (left <= 0) return Promise.reject(new ReadPastDeadlineError(0));
+    if (call?.cancelled === true) return Promise.reject(new ReadCancelledError());
+    const byDeadline = left < META_SYNC_TIMEOUT_MS;
+    return new Promise<void>((resolve, reject) => {
+      // Whichever way it ends, the waiter leaves the list (a state that never comes does not
+      // keep it) and the call's listener goes.
+      const settle = (err: Error | null): void => {
+        clearTimeout(timer);
+        call?.removeListener("cancelled", onCancel);
         this.#waiters = this.#waiters.filter((w) => w !== waiter);
-        reject(
-          new CairnError(
-            "CAIRN_ERR_TIMEOUT",
-            `the meta state of shard worker 0 did not reach this one within ${META_SYNC_TIMEOUT_MS} ms`,
-            { retryable: true },
+        if (err === null) resolve();
+        else reject(err);
+      };
+      const onCancel = (): void => settle(new ReadCancelledError());
+      const waiter = { version, resolve: () => settle(null) };
+      this.#waiters.push(waiter);
+      call?.once("cancelled", onCancel);
+      const timer = setTimeout(
+        () =>
+          settle(
+            byDeadline
+              ? new ReadPastDeadlineError(deadlineClock() - started)
+              : new CairnError(
+                  "CAIRN_ERR_TIMEOUT",
+                  `the meta state of shard worker 0 did not reach this one within ${META_SYNC_TIMEOUT_MS} ms`,
+                  { retryable: true },
+                ),
           ),
-        );
-      }, META_SYNC_TIMEOUT_MS);
-    }).finally(() => clearTimeout(timer));
+        byDeadline ? left : META_SYNC_TIMEOUT_MS,
+      );
+    });
   }
 }
 

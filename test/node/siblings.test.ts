@@ -716,6 +716,56 @@ describe("shard worker siblings", () => {
     }
   });
 
+  it("the wait for the state a sync named ends at the scan's deadline, or once its client cancels, not 10 s later", async () => {
+    // Worker 0 answers the sync with the version of a state it never shares (its event loop
+    // stuck right after, or the state lost with its thread). The asking worker waited for it a
+    // fixed 10 s whatever the scan's deadline, and on after its client had cancelled.
+    const { port1, port2 } = new MessageChannel();
+    const to1 = sibling(
+      port1,
+      handlers(async (call) => {
+        assert.equal(call.op, "sync-meta");
+        return 7;
+      }),
+    );
+    const to0 = sibling(
+      port2,
+      handlers(() => Promise.reject(new Error("worker 1 serves nothing here"))),
+    );
+    const share1 = new MetaShare([to0, null]);
+    try {
+      const shortDeadline = share1.sync(deadlineClock() + 50);
+      await withTimeout(
+        assert.rejects(shortDeadline, { code: "CAIRN_ERR_TIMEOUT", retryable: true }),
+        2_000,
+        "the sync's wait to end at the scan's 50 ms deadline",
+      );
+      // The client cancels once worker 0's answer is in (this listener runs after the
+      // sibling's, and the sync's wait starts in the microtasks before setImmediate).
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const cancelAfterAnswer = (): void => {
+        setImmediate(() => {
+          call.cancelled = true;
+          call.emit("cancelled");
+        });
+      };
+      port2.once("message", cancelAfterAnswer);
+      const cancelled = share1.sync(deadlineClock() + 60_000, call);
+      await withTimeout(
+        assert.rejects(cancelled, { code: "CAIRN_ERR_TIMEOUT", retryable: true }),
+        2_000,
+        "the sync's wait to end once its client cancelled",
+      );
+      assert.equal(call.listenerCount("cancelled"), 0, "no listener left on the call");
+      // A state of that version arriving later finds no waiter left to wake.
+      share1.received({ version: 7, records: MetaState.empty().records() });
+      assert.equal(share1.version, 7);
+    } finally {
+      to0.close();
+      to1.close();
+    }
+  });
+
   it("every worker's cluster view says whether the node is the first seed, as worker 0 (which runs membership) sets it", async () => {
     // A first seed probes the others' views before it founds (ClusterState.bootstrapLoop) and
     // holds back when another is a first seed too; the probe's connection lands on any worker,
