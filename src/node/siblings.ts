@@ -852,18 +852,29 @@ export class RoutedStore implements KvStore, AdminStore {
   /**
    * Every worker's page of keys in the range, merged (scan-merge.ts); each worker's read
    * barriers waited for until `deadline` at most, or until `call` is cancelled (Sibling.call).
+   *
+   * The first page to fail fails the scan, and cancels the others, here and in their workers:
+   * they went on waiting for their shards' read indexes, up to the deadline or the driver's
+   * 10 s, each holding its share of its worker's request budget for a scan already answered
+   * (and, for a caller with no call to cancel, nothing could stop them).
    */
   async scan(req: ScanRequest, deadline?: number, call?: ClientCall): Promise<ScanPage> {
-    // Every worker's share hears the cancellation through one listener on the call (ScanCall).
-    const shared = call === undefined || this.#siblings.length < 2 ? call : new ScanCall(call);
-    const pages = await Promise.all(
-      this.#siblings.map((s) =>
-        s === null
-          ? this.#local.scan(req, deadline, shared)
-          : (s.call({ op: "scan", req, deadline }, shared ?? null) as Promise<ScanPage>),
-      ),
-    );
-    return mergePages(pages, req.limit, req.maxBytes);
+    // Every worker's share hears the cancellation through one listener on the call (ScanCall),
+    // and hears it too when another share fails.
+    const shares = new ScanCall(call ?? null);
+    try {
+      const pages = await Promise.all(
+        this.#siblings.map((s) =>
+          s === null
+            ? this.#local.scan(req, deadline, shares)
+            : (s.call({ op: "scan", req, deadline }, shares) as Promise<ScanPage>),
+        ),
+      );
+      return mergePages(pages, req.limit, req.maxBytes);
+    } catch (err) {
+      shares.cancel();
+      throw err;
+    }
   }
 
   snapshotShard(id: number, deadline?: number): Promise<SnapshotResult> {

@@ -39,14 +39,21 @@ export class ScanCall implements ClientCall {
   cancelled: boolean;
   readonly #listeners = new Set<() => void>();
 
-  constructor(call: ClientCall) {
-    this.cancelled = call.cancelled;
-    call.once("cancelled", () => {
-      this.cancelled = true;
-      // (Each listener removes itself as it runs.)
-      for (const listener of [...this.#listeners]) listener();
-      this.#listeners.clear();
-    });
+  /** `call`: the client's, whose cancellation this passes on; null when there is none. */
+  constructor(call: ClientCall | null) {
+    this.cancelled = call?.cancelled ?? false;
+    call?.once("cancelled", () => this.cancel());
+  }
+
+  /**
+   * Tells every share listening that the scan is over: its client cancelled, or (a shard
+   * worker's scan of every worker, RoutedStore) one share failed, which fails the scan.
+   */
+  cancel(): void {
+    this.cancelled = true;
+    // (Each listener removes itself as it runs.)
+    for (const listener of [...this.#listeners]) listener();
+    this.#listeners.clear();
   }
 
   once(_event: "cancelled", listener: () => void): this {

@@ -548,6 +548,60 @@ describe("shard worker siblings", () => {
     }
   });
 
+  it("a scan whose page fails on one worker cancels the pages still running on the others", async () => {
+    // A Scan reads every worker's page; when one failed (a shard unavailable, a deadline), the
+    // scan failed at once but the other workers' pages went on waiting for their read indexes,
+    // each holding its share of the owner's request budget for its client long gone. With no
+    // client call to cancel (a caller that gave none) nothing could ever stop them.
+    const { port1, port2 } = new MessageChannel();
+    let arrival = (): void => {};
+    let stop = (): void => {};
+    const owned = {
+      scan: (_r: unknown, _d?: number, call?: ClientCall): Promise<never> =>
+        new Promise((_, reject) => {
+          arrival();
+          call?.once("cancelled", () => {
+            stop();
+            reject(new ReadCancelledError());
+          });
+        }),
+    } as unknown as MultiRaft;
+    const owner = sibling(port2, handlers(serveSibling(owned, () => Promise.reject(), null)));
+    const asker = sibling(
+      port1,
+      handlers(() => Promise.reject(new Error("not asked"))),
+    );
+    // This worker's own page fails once the owner's page is running.
+    let fail = (): void => {};
+    const local = {
+      scan: (): Promise<never> =>
+        new Promise((_, reject) => {
+          fail = () =>
+            reject(new CairnError("CAIRN_ERR_SHARD_NOT_ACTIVE", "shard 2 is not active"));
+        }),
+    } as unknown as MultiRaft;
+    const store = new RoutedStore(local, [null, asker]);
+    const req = { start: b(""), end: null, limit: 10, maxBytes: Infinity, linearizable: true };
+    try {
+      for (const client of [undefined, Object.assign(new EventEmitter(), { cancelled: false })]) {
+        const what = client === undefined ? "with no client call" : "with a client call";
+        const reached = new Promise<void>((resolve) => (arrival = resolve));
+        const ended = new Promise<void>((resolve) => (stop = resolve));
+        const p = store.scan(req, undefined, client);
+        await withTimeout(reached, 2_000, `the owner's page to start (${what})`);
+        fail();
+        // The scan fails with the page's own error, not the others' cancellation.
+        await assert.rejects(p, { code: "CAIRN_ERR_SHARD_NOT_ACTIVE" });
+        await withTimeout(ended, 2_000, `the owner's page to be cancelled (${what})`);
+        assert.equal(asker.pending, 0, `${what}: nothing waits in the asker`);
+        assert.equal(owner.serving, 0, `${what}: nothing kept in the owner`);
+      }
+    } finally {
+      asker.close();
+      owner.close();
+    }
+  });
+
   it("a scan's meta sync through worker 0 stops waiting there at its deadline or once its client cancels", async () => {
     // A linearizable Scan on a worker without shard 0 first syncs the meta state through
     // worker 0; that call carried neither the client's call nor its deadline, so worker 0's
