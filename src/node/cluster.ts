@@ -103,6 +103,16 @@ const REJOIN_CHECK_MS = 2_000;
  * shard worker that does not hold shard 0 hands its commands to the one that does
  * (src/node/siblings.ts).
  */
+/**
+ * Why a node is not yet a member of its cluster, as the node that runs the founding and the
+ * join knows it (notServingReason): the first seed's reason for not having founded yet, and the
+ * meta group's refusal of its last join. Null for each that does not apply.
+ */
+export interface Admission {
+  readonly foundingWait: string | null;
+  readonly joinRefusal: string | null;
+}
+
 export interface MetaProposer {
   /**
    * Proposes `cmd`, following leader hints and retrying until `timeoutMs` have passed (trying
@@ -954,7 +964,7 @@ export class ClusterState {
     };
     this.propose(cmd, 10_000, hint)
       .then(() => {
-        this.#joinRefusal = null;
+        this.#setJoinRefusal(null);
         this.#log.info("the cluster admitted this node as a joining member", {
           replica: this.replicaId,
         });
@@ -980,11 +990,11 @@ export class ClusterState {
               error: why,
             });
           }
-          this.#joinRefusal = why;
+          this.#setJoinRefusal(why);
           return;
         }
         const refused = errorCodeOf(err) === "CAIRN_ERR_INVALID_ARGUMENT";
-        if (refused) this.#joinRefusal = describe(err);
+        if (refused) this.#setJoinRefusal(describe(err));
         // TLS on one side only: a configuration mistake, said at every attempt.
         const tlsMismatch = isTlsMismatch(err);
         this.#log[refused || tlsMismatch ? "error" : "debug"](
@@ -1197,6 +1207,40 @@ export class ClusterState {
     }
   }
 
+  #setJoinRefusal(why: string | null): void {
+    if (this.#joinRefusal === why) return;
+    this.#joinRefusal = why;
+    this.onAdmissionChanged(this.#admission());
+  }
+
+  #setFoundingWait(reason: string): void {
+    if (this.#foundingWait === reason) return;
+    this.#foundingWait = reason;
+    this.onAdmissionChanged(this.#admission());
+  }
+
+  #admission(): Admission {
+    return { foundingWait: this.#foundingWait, joinRefusal: this.#joinRefusal };
+  }
+
+  /**
+   * Called when why this node is not yet a member changes (Admission). A node of shard workers
+   * learns it in worker 0, which runs the founding and the join; the others gate their own
+   * clients' calls by their own notServingReason, which knew neither: worker 0 tells them
+   * (shareMemberStanding), or a first seed waiting to found said so on worker 0's connections
+   * only, and on the others that it was asking its seeds to admit it.
+   */
+  onAdmissionChanged: (admission: Admission) => void = () => undefined;
+
+  /**
+   * Shard worker 0 said why this node is not yet a member (onAdmissionChanged): this worker's
+   * refusals say the same.
+   */
+  admissionShared(admission: Admission): void {
+    this.#foundingWait = admission.foundingWait;
+    this.#joinRefusal = admission.joinRefusal;
+  }
+
   /** The meta group or the peers' views said this member was decommissioned: see the field. */
   #markDecommissionedUnseen(): void {
     this.#decommissionedUnseen = true;
@@ -1366,7 +1410,7 @@ export class ClusterState {
         this.#log.info("not founding the cluster", { reason: decision.reason });
         lastReason = decision.reason;
       }
-      if (isFirstSeed) this.#foundingWait = decision.reason;
+      if (isFirstSeed) this.#setFoundingWait(decision.reason);
       await new Promise((resolve) => setTimeout(resolve, BOOTSTRAP_CHECK_MS));
     }
   }

@@ -59,6 +59,7 @@ const siblings = setup.ports.map((p, i) =>
           },
           onMeta: (meta) => metaShare.received(meta),
           onDecommissioned: () => metaShare.receivedDecommissioned(),
+          onAdmission: (admission) => metaShare.receivedAdmission(admission),
           onStreamAddress: (address) => (streamAddresses[i] = address),
         },
         {

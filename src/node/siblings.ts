@@ -24,7 +24,7 @@ import {
 } from "../cluster/index.ts";
 import { CairnError, deadlineClock, IntMap } from "../common/index.ts";
 import { NotLeaderError, nodeId } from "../raft/index.ts";
-import { type ClusterState, errorCodeOf, type MetaProposer } from "./cluster.ts";
+import { type Admission, type ClusterState, errorCodeOf, type MetaProposer } from "./cluster.ts";
 import {
   type ApplyOutcome,
   type ClientCall,
@@ -139,6 +139,11 @@ interface Envelope {
    * state never applied (ClusterState.onDecommissionedUnseen).
    */
   readonly decommissioned: boolean;
+  /**
+   * From the worker that holds shard 0, when it changed: why this node is not yet a member
+   * (the founding, the join: ClusterState.onAdmissionChanged).
+   */
+  readonly admission: Admission | null;
   /** The sender's own gRPC server on loopback (its streaming calls), once it serves. */
   readonly streamAddress: string | null;
 }
@@ -162,6 +167,8 @@ export interface SiblingHandlers {
   onMeta(meta: SharedMeta): void;
   /** The worker that holds shard 0 learnt this member was decommissioned (Envelope.decommissioned). */
   onDecommissioned(): void;
+  /** The worker that holds shard 0 said why this node is not yet a member (Envelope.admission). */
+  onAdmission(admission: Admission): void;
   /** The sibling's own gRPC server's address, for the streaming calls aimed at it. */
   onStreamAddress(address: string): void;
 }
@@ -321,6 +328,7 @@ export class Sibling {
   #connections: { fd: number; rest: Uint8Array | null }[] = [];
   #meta: SharedMeta | null = null;
   #decommissioned = false;
+  #admission: Admission | null = null;
   #streamAddress: string | null = null;
   #scheduled = false;
   #closed = false;
@@ -482,6 +490,13 @@ export class Sibling {
     this.#schedule();
   }
 
+  /** Tells the sibling why this node is not yet a member (Envelope.admission). */
+  shareAdmission(admission: Admission): void {
+    if (this.#closed) return;
+    this.#admission = admission;
+    this.#schedule();
+  }
+
   /** Tells the sibling where this worker's own gRPC server serves the streaming calls. */
   shareStreamAddress(address: string): void {
     if (this.#closed) return;
@@ -518,6 +533,7 @@ export class Sibling {
     if (m.streamAddress !== null) h.onStreamAddress(m.streamAddress);
     if (m.meta !== null) h.onMeta(m.meta);
     if (m.decommissioned) h.onDecommissioned();
+    if (m.admission !== null) h.onAdmission(m.admission);
     if (m.shards.length > 0 || m.members !== null || m.firstSeed !== null)
       h.onView(m.shards, m.members, m.firstSeed);
     for (const c of m.connections) {
@@ -628,6 +644,7 @@ export class Sibling {
       connections: this.#connections,
       meta: this.#meta,
       decommissioned: this.#decommissioned,
+      admission: this.#admission,
       streamAddress: this.#streamAddress,
     };
     this.#calls = [];
@@ -639,6 +656,7 @@ export class Sibling {
     this.#connections = [];
     this.#meta = null;
     this.#decommissioned = false;
+    this.#admission = null;
     this.#streamAddress = null;
     this.#postedThrough = this.#nextId - 1;
     this.#port.postMessage(envelope);
@@ -989,6 +1007,9 @@ export class MetaShare {
   /** The others: worker 0 said this member was decommissioned unseen, and who hears it. */
   #decommissioned = false;
   #decommissionedListener: (() => void) | null = null;
+  /** The others: why this node is not yet a member, as worker 0 last said, and who hears it. */
+  #admission: Admission | null = null;
+  #admissionListener: ((admission: Admission) => void) | null = null;
   #waiters: { version: number; resolve(): void }[] = [];
   /** `placing` calls waiting: each hears every state received. */
   readonly #placingWatchers = new Set<() => void>();
@@ -1032,6 +1053,23 @@ export class MetaShare {
   followDecommissioned(listener: () => void): void {
     this.#decommissionedListener = listener;
     if (this.#decommissioned) listener();
+  }
+
+  /** Worker 0: why this node is not yet a member changed (ClusterState.onAdmissionChanged). */
+  shareAdmission(admission: Admission): void {
+    for (const s of this.#siblings) s?.shareAdmission(admission);
+  }
+
+  /** The others: worker 0 said why this node is not yet a member. */
+  receivedAdmission(admission: Admission): void {
+    this.#admission = admission;
+    this.#admissionListener?.(admission);
+  }
+
+  /** The others: `listener` hears what worker 0 says of the admission, the latest at once. */
+  followAdmission(listener: (admission: Admission) => void): void {
+    this.#admissionListener = listener;
+    if (this.#admission !== null) listener(this.#admission);
   }
 
   /** The others: a state worker 0 shared (older ones than the latest are ignored). */
@@ -1149,6 +1187,10 @@ export interface ShardCellMeta {
   shareDecommissioned(): void;
   /** The others: `listener` hears that worker 0 said so (at once if it has). */
   followDecommissioned(listener: () => void): void;
+  /** Worker 0: why this node is not yet a member changed (ClusterState.onAdmissionChanged). */
+  shareAdmission(admission: Admission): void;
+  /** The others: `listener` hears why worker 0 says it is not (the latest at once). */
+  followAdmission(listener: (admission: Admission) => void): void;
   /** The others: the first state worker 0 shared that places `shard`, within `timeoutMs`. */
   placing(shard: number, timeoutMs: number): Promise<MetaState | null>;
   /** The others: their meta commands go through worker 0. */
@@ -1176,6 +1218,8 @@ export function shardCellMeta(
     follow: (listener) => share.follow(listener),
     shareDecommissioned: () => share.shareDecommissioned(),
     followDecommissioned: (listener) => share.followDecommissioned(listener),
+    shareAdmission: (admission) => share.shareAdmission(admission),
+    followAdmission: (listener) => share.followAdmission(listener),
     placing: (shard, timeoutMs) => share.placing(shard, timeoutMs),
     // A scan's deadline and client's call go with it, to worker 0's wait too (MetaShare.sync).
     sync: (deadline, call) => share.sync(deadline, call ?? null),
@@ -1190,13 +1234,21 @@ export function shardCellMeta(
 /**
  * What shard worker `index`'s ClusterState learns of this member that no meta state says,
  * through its ShardCell's `meta`: worker 0 (it runs the loops that learn it) tells the others,
- * which gate their own clients' calls (ClusterState.onDecommissionedUnseen).
+ * which gate their own clients' calls by it: a decommission its meta replica never applied
+ * (ClusterState.onDecommissionedUnseen), and why it is not yet a member (the founding, the join:
+ * ClusterState.onAdmissionChanged), so that a client reads the same refusal whichever worker
+ * its connection landed on.
  */
 export function shareMemberStanding(
   cluster: ClusterState,
   meta: ShardCellMeta,
   index: number,
 ): void {
-  if (index === 0) cluster.onDecommissionedUnseen = () => meta.shareDecommissioned();
-  else meta.followDecommissioned(() => cluster.decommissionedUnseen());
+  if (index === 0) {
+    cluster.onDecommissionedUnseen = () => meta.shareDecommissioned();
+    cluster.onAdmissionChanged = (admission) => meta.shareAdmission(admission);
+  } else {
+    meta.followDecommissioned(() => cluster.decommissionedUnseen());
+    meta.followAdmission((admission) => cluster.admissionShared(admission));
+  }
 }

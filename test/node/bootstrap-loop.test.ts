@@ -12,11 +12,19 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { MessageChannel } from "node:worker_threads";
 import { RpcServer } from "../../src/api/index.ts";
 import { ClusterViewPublisher, type MetaMember } from "../../src/cluster/index.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import type { Membership } from "../../src/membership/index.ts";
 import { ClusterState } from "../../src/node/cluster.ts";
+import {
+  MetaShare,
+  shardCellMeta,
+  shareMemberStanding,
+  Sibling,
+  type SiblingHandlers,
+} from "../../src/node/siblings.ts";
 import { CairnMetrics, type Logger, silentLogger } from "../../src/ops/index.ts";
 import type { MultiRaft } from "../../src/replication/index.ts";
 import { FollowerStore, LIMITS, TOTAL_SHARDS } from "../api/forward-support.ts";
@@ -253,4 +261,98 @@ describe("the first seed's founding when it is its joiners' only seed", () => {
   it("founds on itself alone once it has listened that long", { timeout: 10_000 }, async () => {
     assert.equal(await wipedOnlySeed(0, `127.0.0.1:${await freePort()}`), "founded");
   });
+});
+
+describe("the first seed's founding on a node of shard workers", () => {
+  it(
+    "every worker refuses its clients with worker 0's reason for not founding yet",
+    { timeout: 10_000 },
+    async () => {
+      // Worker 0 runs the founding (and the join); worker 1 gates the clients' calls on its
+      // own connections by its own ClusterState, which never ran either: a client whose
+      // connection landed there read that the node was asking its seeds to admit it, while the
+      // first seed was waiting for its members to found the cluster.
+      const config = loadConfig({
+        env: {
+          CAIRN_NODE_ID: "n1",
+          CAIRN_SEED_NODES: SELF.rpcAddr,
+          CAIRN_CLUSTER_BOOTSTRAP_EXPECT: "3",
+        },
+      });
+      let decided: () => void = () => undefined;
+      const notFounding = new Promise<void>((resolve) => (decided = resolve));
+      const log: Logger = {
+        ...silentLogger,
+        info: (message) => {
+          if (message === "not founding the cluster") decided();
+        },
+        child: () => log,
+      };
+      const state = (logger: Logger): ClusterState =>
+        new ClusterState(
+          config,
+          logger,
+          new ClusterViewPublisher(TOTAL_SHARDS),
+          "inc-n1",
+          () => undefined,
+          undefined,
+          undefined,
+          0,
+        );
+      const cs0 = state(log);
+      const cs1 = state(silentLogger);
+      cs0.setSelf(SELF);
+      cs1.setSelf(SELF);
+      // A later message on the same port: once it is in, so is what worker 0 sent before it.
+      let marker = (): void => {};
+      const handlers: SiblingHandlers = {
+        serve: () => Promise.reject(new Error("not asked")),
+        onView: () => {},
+        onConnection: () => {},
+        onMeta: () => {},
+        onDecommissioned: () => {},
+        onAdmission: () => {},
+        onStreamAddress: () => marker(),
+      };
+      const { port1, port2 } = new MessageChannel();
+      const to1 = new Sibling(port1, handlers, { requestTimeoutMs: 10_000 });
+      const share1 = new MetaShare([null, null]);
+      const to0 = new Sibling(
+        port2,
+        { ...handlers, onAdmission: (admission) => share1.receivedAdmission(admission) },
+        { requestTimeoutMs: 10_000 },
+      );
+      let stopped = false;
+      let loop: Promise<void> = Promise.resolve();
+      try {
+        // As node.ts wires each worker's ClusterState to its ShardCell.
+        shareMemberStanding(
+          cs0,
+          shardCellMeta(new MetaShare([null, to1]), [null, to1], "inc-n1"),
+          0,
+        );
+        shareMemberStanding(cs1, shardCellMeta(share1, [to0, null], "inc-n1"), 1);
+        const store = { foundShard: () => assert.fail("founded on one of three") };
+        const membership = { members: () => [] } as unknown as Membership;
+        loop = cs0.bootstrapLoop(store as unknown as MultiRaft, membership, SELF, () => stopped);
+        await notFounding;
+        const why = cs0.notServingReason();
+        assert.match(
+          why ?? "",
+          /the first seed, which founds the cluster, and has not yet: waiting for members: 1 of bootstrap_expect 3 seen/,
+        );
+        const arrived = new Promise<void>((resolve) => (marker = resolve));
+        to1.shareStreamAddress("127.0.0.1:1");
+        await arrived;
+        assert.equal(cs1.notServingReason(), why, "worker 1 refuses with worker 0's reason");
+      } finally {
+        stopped = true;
+        cs0.close();
+        cs1.close();
+        await loop;
+        to0.close();
+        to1.close();
+      }
+    },
+  );
 });

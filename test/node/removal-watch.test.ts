@@ -290,6 +290,7 @@ describe("ClusterState.removalLoop", () => {
       onConnection: () => {},
       onMeta: () => {},
       onDecommissioned,
+      onAdmission: () => {},
       onStreamAddress: () => marker(),
     });
     const to1 = new Sibling(

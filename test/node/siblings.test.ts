@@ -48,6 +48,7 @@ function handlers(serve: SiblingServer): SiblingHandlers {
     onConnection: () => assert.fail("no connection is handed over here"),
     onMeta: () => {},
     onDecommissioned: () => {},
+    onAdmission: () => {},
     onStreamAddress: () => {},
   };
 }
