@@ -17,6 +17,7 @@ import {
   type SiblingServer,
   toWireError,
 } from "./siblings.ts";
+import { WaitingConnections } from "./waiting-connections.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
 
 const port = parentPort;
@@ -40,8 +41,7 @@ let setServe: (server: SiblingServer) => void = () => {};
 const served = new Promise<SiblingServer>((resolve) => (setServe = resolve));
 const views = new SharedViews(config.cluster.total_shards);
 // Connections the others accepted for this worker, until its gRPC server serves them.
-let adopt: ((fd: number, rest: Buffer | null) => void) | null = null;
-const toAdopt: [number, Buffer | null][] = [];
+const handedOver = new WaitingConnections();
 const streamAddresses: string[] = [];
 const siblings = setup.ports.map((p, i) =>
   p === null
@@ -53,10 +53,7 @@ const siblings = setup.ports.map((p, i) =>
           serve: (call, client) =>
             serve !== null ? serve(call, client) : served.then((server) => server(call, client)),
           onView: (shards, members, firstSeed) => views.applyShared(shards, members, firstSeed),
-          onConnection: (fd, rest) => {
-            if (adopt !== null) adopt(fd, rest);
-            else toAdopt.push([fd, rest]);
-          },
+          onConnection: (fd, rest) => handedOver.add(fd, rest),
           onMeta: (meta) => metaShare.received(meta),
           onDecommissioned: () => metaShare.receivedDecommissioned(),
           onAdmission: (admission) => metaShare.receivedAdmission(admission),
@@ -162,8 +159,7 @@ try {
       },
       watchLeaders: (listener) => views.onShared(listener),
       serving: (server) => {
-        adopt = (fd, rest) => server.adopt(fd, rest);
-        for (const [fd, rest] of toAdopt.splice(0)) server.adopt(fd, rest);
+        handedOver.serve((fd, rest) => server.adopt(fd, rest));
         for (const s of siblings) s?.shareStreamAddress(server.internalAddress);
       },
       meta: shardCellMeta(metaShare, siblings, setup.incarnation),
