@@ -17,7 +17,7 @@ import {
   type SiblingServer,
   toWireError,
 } from "./siblings.ts";
-import { WaitingConnections } from "./waiting-connections.ts";
+import { WaitingConnections, waitingConnectionsOf } from "./waiting-connections.ts";
 import type { MainToWorker, Question, ShardWorkerSetup, WorkerToMain } from "./worker-protocol.ts";
 
 const port = parentPort;
@@ -40,8 +40,12 @@ let serve: SiblingServer | null = null;
 let setServe: (server: SiblingServer) => void = () => {};
 const served = new Promise<SiblingServer>((resolve) => (setServe = resolve));
 const views = new SharedViews(config.cluster.total_shards);
-// Connections the others accepted for this worker, until its gRPC server serves them.
-const handedOver = new WaitingConnections();
+// Connections the others accepted for this worker, until its gRPC server serves them: a few,
+// each for its handshake's time at most, all closed if it never serves (waiting-connections.ts).
+const handedOver = new WaitingConnections({
+  max: waitingConnectionsOf(count),
+  maxWaitMs: config.rpc.handshake_timeout_ms,
+});
 const streamAddresses: string[] = [];
 const siblings = setup.ports.map((p, i) =>
   p === null
@@ -115,6 +119,7 @@ async function stop(): Promise<void> {
     log.error("the shard worker's stop failed", { error: toWireError(err).message });
   } finally {
     for (const s of siblings) s?.close();
+    handedOver.close();
     post({ type: "stopped" });
   }
 }
@@ -176,5 +181,8 @@ try {
   post({ type: "started", rpc: node.addresses.rpc });
 } catch (err) {
   for (const s of siblings) s?.close();
+  // This worker will never serve them: their descriptors are the process's, not the thread's,
+  // and outlived it (the main thread ends it after a failed start).
+  handedOver.close();
   post({ type: "failed", error: toWireError(err) });
 }
