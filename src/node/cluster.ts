@@ -98,12 +98,6 @@ const PROBE_TIMEOUT_MS = 2_000;
 const REJOIN_CHECK_MS = 2_000;
 
 /**
- * How this node's meta commands reach the meta group's leader. `leaderProposer` is the node's
- * own (its store when it leads the meta group, else the leader's node over the peer service); a
- * shard worker that does not hold shard 0 hands its commands to the one that does
- * (src/node/siblings.ts).
- */
-/**
  * Why a node is not yet a member of its cluster, as the node that runs the founding and the
  * join knows it (notServingReason): the first seed's reason for not having founded yet, and the
  * meta group's refusal of its last join. Null for each that does not apply.
@@ -113,6 +107,12 @@ export interface Admission {
   readonly joinRefusal: string | null;
 }
 
+/**
+ * How this node's meta commands reach the meta group's leader. `leaderProposer` is the node's
+ * own (its store when it leads the meta group, else the leader's node over the peer service); a
+ * shard worker that does not hold shard 0 hands its commands to the one that does
+ * (src/node/siblings.ts).
+ */
 export interface MetaProposer {
   /**
    * Proposes `cmd`, following leader hints and retrying until `timeoutMs` have passed (trying
