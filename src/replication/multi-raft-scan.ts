@@ -46,8 +46,8 @@ export class ScanCall implements ClientCall {
   }
 
   /**
-   * Tells every share listening that the scan is over: its client cancelled, or (a shard
-   * worker's scan of every worker, RoutedStore) one share failed, which fails the scan.
+   * Tells every share listening that the scan is over: its client cancelled, or one share
+   * failed, which fails the scan (Scanner.scan's peers, RoutedStore's shard workers).
    */
   cancel(): void {
     this.cancelled = true;
@@ -128,13 +128,27 @@ export class Scanner {
     call: ClientCall | null = null,
   ): Promise<ScanPage> {
     const { local, remote } = await this.#plan(req.linearizable, deadline, call);
-    // Its own barriers and its calls to peers hear the cancellation through one listener.
-    const shared = call === null || remote.size === 0 ? call : new ScanCall(call);
-    const pages = await Promise.all([
-      this.#scanLocal(local, req, deadline, shared),
-      ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req, deadline, shared)),
-    ]);
-    return mergePages(pages, req.limit, req.maxBytes);
+    if (remote.size === 0) {
+      return mergePages(
+        [await this.#scanLocal(local, req, deadline, call)],
+        req.limit,
+        req.maxBytes,
+      );
+    }
+    // Its own barriers and its calls to peers hear the cancellation through one listener, and
+    // hear it too when another share fails: the scan fails with it, and a call still waiting on
+    // a peer went on holding its share of that peer's request budget until its deadline or 10 s.
+    const shares = new ScanCall(call);
+    try {
+      const pages = await Promise.all([
+        this.#scanLocal(local, req, deadline, shares),
+        ...[...remote].map(([node, ids]) => this.#scanRemote(node, ids, req, deadline, shares)),
+      ]);
+      return mergePages(pages, req.limit, req.maxBytes);
+    } catch (err) {
+      shares.cancel();
+      throw err;
+    }
   }
 
   /**

@@ -1267,6 +1267,49 @@ describe("a linearizable read whose call's deadline passes", () => {
     }
   });
 
+  it("a Scan one of whose peers' shares fails cancels the ScanShards calls still waiting on the others", async () => {
+    // The scan failed with the first share's error, while the call sent to another peer went
+    // on waiting for its shards' read indexes until its deadline or 10 s, holding its share of
+    // limits.max_pending_bytes there, for a scan already answered.
+    const dataDir = await mkdtemp(join(tmpdir(), "cairn-mr-scan-share-failed-"));
+    const cut: string[] = [];
+    let waiting = (): void => {};
+    let cancelled = (): void => {};
+    const n3Cut = new Promise<void>((resolve) => (cancelled = resolve));
+    const mr = await MultiRaft.open({
+      ...options(dataDir),
+      transport: { send: () => undefined, flush: () => undefined },
+      replicaId: nodeId("n1"),
+      // n1 replicates neither shard: 4 is read through n2, n4 or n5, 7 through n3.
+      replicasOf: (id) => (id === 4 ? ["n2", "n4", "n5"] : ["n3", "n6", "n7"]),
+      createdShards: () => [4, 7],
+      syncMeta: () => Promise.resolve(),
+      remoteScan: (node, _shards, _req, _deadline, cancel) =>
+        node === "n3"
+          ? new Promise((_, reject) => {
+              waiting();
+              cancel?.listen(() => {
+                cut.push(node);
+                cancelled();
+                reject(new Error(`CANCELLED: the call to ${node} was cancelled`));
+              });
+            })
+          : Promise.reject(new Error(`UNAVAILABLE: ${node} is down`)),
+    });
+    try {
+      const n3Waits = new Promise<void>((resolve) => (waiting = resolve));
+      const call = Object.assign(new EventEmitter(), { cancelled: false });
+      const outcome = await settledWithin(mr.scan(FIRST_PAGE, undefined, call), 3_000);
+      assert.match(String(outcome), /no replica of shard 4 answered/);
+      await n3Waits;
+      assert.equal(await settledWithin(n3Cut, 2_000), "served", "n3's call was never cancelled");
+      assert.deepEqual(cut, ["n3"]);
+    } finally {
+      await mr.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("on a leader: waits for its read index, or for an election, only until that deadline", async () => {
     const { raw, shard, drain } = await leaderOfTermTwo();
     // Confirmed by a quorum's answer to the read's heartbeats, which never comes (b and c are
