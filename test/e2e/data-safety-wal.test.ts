@@ -83,6 +83,14 @@ async function written(): Promise<string> {
   return dir;
 }
 
+/** A copy of written()'s directory, and the first of its shards with a directory. */
+async function writtenShard(): Promise<{ dir: string; shard: string; shardDir: string }> {
+  const dir = await written();
+  const [shard] = await readdir(join(dir, "shards"));
+  assert.ok(shard !== undefined);
+  return { dir, shard, shardDir: join(dir, "shards", shard) };
+}
+
 describe("a single node's lost WAL or shard directory", () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), "cairn-e2e-wal-"));
@@ -160,10 +168,7 @@ describe("a single node's lost WAL or shard directory", () => {
   });
 
   it("refuses a shard directory older than the WAL (restored from an older copy)", async () => {
-    const dir = await written();
-    const [shard] = await readdir(join(dir, "shards"));
-    assert.ok(shard !== undefined);
-    const shardDir = join(dir, "shards", shard);
+    const { dir, shard, shardDir } = await writtenShard();
     await cp(shardDir, join(root, "old-shard"), { recursive: true });
     // More keys, flushed, and the WAL compacted past them: only the tables hold them.
     await withServer(dir, async (c) => {
@@ -223,10 +228,8 @@ describe("a single node's lost WAL or shard directory", () => {
   });
 
   it("refuses a removed shard directory whose entries the WAL dropped", async () => {
-    const dir = await written();
-    const [shard] = await readdir(join(dir, "shards"));
-    assert.ok(shard !== undefined);
-    await rm(join(dir, "shards", shard), { recursive: true });
+    const { dir, shard, shardDir } = await writtenShard();
+    await rm(shardDir, { recursive: true });
     assertLost(
       await startExpectingExit({ dataDir: dir, env: ENV }),
       new RegExp(
@@ -234,11 +237,9 @@ describe("a single node's lost WAL or shard directory", () => {
       ),
     );
   });
+
   it("keeps the tables of a shard directory that lost its CURRENT and manifests, and refuses", async () => {
-    const dir = await written();
-    const [shard] = await readdir(join(dir, "shards"));
-    assert.ok(shard !== undefined);
-    const shardDir = join(dir, "shards", shard);
+    const { dir, shardDir } = await writtenShard();
     const tables = (await readdir(shardDir)).filter((n) => n.endsWith(".sst"));
     assert.ok(tables.length > 0);
     for (const n of await readdir(shardDir)) {
@@ -252,10 +253,7 @@ describe("a single node's lost WAL or shard directory", () => {
   });
 
   it("keeps the tables a manifest cut at a record boundary lost, and refuses", async () => {
-    const dir = await written();
-    const [shard] = await readdir(join(dir, "shards"));
-    assert.ok(shard !== undefined);
-    const shardDir = join(dir, "shards", shard);
+    const { dir, shardDir } = await writtenShard();
     // More keys, flushed, and the WAL compacted past them: the manifest's edits name the new
     // tables, and only those tables hold the keys.
     await withServer(dir, async (c) => {
@@ -277,11 +275,9 @@ describe("a single node's lost WAL or shard directory", () => {
     const left = (await readdir(shardDir)).filter((n) => n.endsWith(".sst")).sort();
     assert.deepEqual(left, tables);
   });
+
   it("logs what a torn manifest tail's drop kept aside, and serves every key", async () => {
-    const dir = await written();
-    const [shard] = await readdir(join(dir, "shards"));
-    assert.ok(shard !== undefined);
-    const shardDir = join(dir, "shards", shard);
+    const { dir, shard, shardDir } = await writtenShard();
     const current = (await readFile(join(shardDir, "CURRENT"), "utf8")).trim();
     const manifest = await readFile(join(shardDir, current));
     // Half of a record appended: the torn tail a crash during an append leaves.
