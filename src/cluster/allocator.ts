@@ -40,7 +40,8 @@
  * rebalance and recovery snapshot rates; PD's store limit in TiKV, operations a minute).
  *
  *   4. leaders, once no replica moves nor waits for the pace or a move slot: evenLeaders
- *      (below), within the same `tolerance`.
+ *      (below), within the same `tolerance`. With balancing stopped (`max_moves` or
+ *      `moves_per_minute` 0) no move waits: the leaders are evened on the placement as it is.
  *
  * A move needs its group's leader, so a quorum of the group's voters alive: no move starts on
  * a shard fewer than half of whose nodes gossip has alive (when settled, its nodes are its
@@ -73,6 +74,12 @@ export interface AllocatorInput {
    * (`cluster.rebalance.moves_per_minute`). Repairs are not paced by it.
    */
   readonly balanceMoves: number;
+  /**
+   * Balancing moves are stopped (`moves_per_minute` 0), not waiting for the pace: no balancing
+   * move will ever come, so none holds back the leaders' evening (step 4), as with `maxMoves`
+   * 0. Absent: false.
+   */
+  readonly balancingStopped?: boolean;
   /** Replicas (and leaders) the most loaded active member may hold above the least loaded. */
   readonly tolerance: number;
   /**
@@ -186,9 +193,11 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     });
     if (shard === undefined) break;
     if (budget <= 0) {
-      // Not with max_moves 0: every move is stopped, not waiting, and leaders are evened on
-      // the placement as it is.
-      heldBack = input.maxMoves > 0;
+      // Not with max_moves 0 nor moves_per_minute 0: every balancing move is stopped, not
+      // waiting, and leaders are evened on the placement as it is. (With moves_per_minute 0 the
+      // leaders of a cluster whose replicas were not even were never evened: the pace held
+      // every pass's balancing move back for good.)
+      heldBack = input.maxMoves > 0 && input.balancingStopped !== true;
       break;
     }
     const nodes = meta.nodesOf(shard);

@@ -249,7 +249,7 @@ export const KEYS: readonly KeySpec[] = [
     default: 120,
     env: "CAIRN_CLUSTER_REBALANCE_MOVES_PER_MINUTE",
     expect: "must be an integer between 0 and 60000",
-    doc: "Balancing moves (replicas spread onto a new or less loaded member) the meta group's leader starts a minute, at most, within cluster.rebalance.max_moves; 0 starts none. Leaders are evened once the replicas are. Repairs (a dead or decommissioning member's replicas) are not paced by it. Read by the meta group's leader.",
+    doc: "Balancing moves (replicas spread onto a new or less loaded member) the meta group's leader starts a minute, at most, within cluster.rebalance.max_moves; 0 starts none. Leaders are evened once the replicas are (with 0, on the placement as it is, as with max_moves 0). Repairs (a dead or decommissioning member's replicas) are not paced by it. Read by the meta group's leader.",
   },
   {
     key: "cluster.rebalance.tolerance",

@@ -142,6 +142,7 @@ export class AllocatorLoop {
       caughtUp: (node) => host.metaCaughtUp(node),
       maxMoves: host.maxMoves,
       balanceMoves: this.#balanceBudget(now),
+      balancingStopped: host.movesPerMinute === 0,
       tolerance: host.tolerance,
     });
     if (cmds.length === 0) return;

@@ -275,6 +275,9 @@ describe("allocator", () => {
       stopped.every((c) => c.op === "prefer-leader"),
       JSON.stringify(stopped),
     );
+    // So with moves_per_minute 0: no balancing move will come to wait for.
+    const unpaced = allocate({ meta: s, ...calm, balanceMoves: 0, balancingStopped: true });
+    assert.deepEqual(unpaced, stopped);
     // Paced to the end, the replicas even out, then the leaders.
     const end = settle(s, { ...calm, balanceMoves: 2 }).s;
     assertPlaced(end, calm.tolerance);

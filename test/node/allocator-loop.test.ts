@@ -281,6 +281,32 @@ describe("AllocatorLoop", () => {
     for (const c of repairs) assert.ok(c.op === "move-shard" && c.from.includes("n3"));
   });
 
+  it("moves_per_minute 0 stops balancing moves without holding back the leaders' evening, as max_moves 0 does", async () => {
+    const h = harness(60_000, { maxMoves: 4, movesPerMinute: 0 });
+    // 40 shards on n1-n3; n4 took the last replica of four that n1 leads before the pace was
+    // set to 0 (a restart).
+    for (let shard = 9; shard <= 40; shard++) {
+      const replicas = rendezvousReplicas(shard, ["n1", "n2", "n3"], 3);
+      h.state = h.state.apply({ op: "create-shard", shard, replicas }).state;
+    }
+    const led = [...h.state.shards.keys()].filter((k) => k > 0 && h.state.leaderWanted(k) === "n1");
+    for (const shard of led.slice(0, 4)) {
+      const from = h.state.nodesOf(shard);
+      const nodes = from.map((n, i) => (i === 2 ? "n4" : n));
+      h.state = h.state.apply({ op: "move-shard", shard, from, nodes }).state;
+      h.state = h.state.apply({ op: "settle-shard", shard, nodes }).state;
+    }
+    h.loop.pass(0);
+    await h.settle(true);
+    // No balancing move: moves_per_minute 0 starts none, and none waits for the pace.
+    assert.ok(!h.proposals.some((c) => c.op === "move-shard"), JSON.stringify(h.proposals));
+    // The leaders are evened on the placement as it is (n4 leads none of its four shards).
+    assert.ok(
+      h.proposals.some((c) => c.op === "prefer-leader" && c.node === "n4"),
+      `no leader evened: ${JSON.stringify(h.proposals)}`,
+    );
+  });
+
   it("a move seen under way, unchanged, for STALLED_AFTER_MS no longer takes a move slot (its group lost its quorum)", async () => {
     const h = harness(10_000, { maxMoves: 1 });
     // Shard 1's move from its third node onto n4 never settles (as when its group has no
