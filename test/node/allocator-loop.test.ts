@@ -269,7 +269,9 @@ describe("AllocatorLoop", () => {
     const h = harness(10_000, { maxMoves: 4, movesPerMinute: 0 });
     h.loop.pass(0);
     await h.settle(true);
-    assert.equal(h.proposals.length, 0, JSON.stringify(h.proposals));
+    // (Leaders are evened among n1-n3, on the placement as it is: n4 holds no replica.)
+    assert.ok(!h.proposals.some((c) => c.op !== "prefer-leader"), JSON.stringify(h.proposals));
+    h.proposals.length = 0;
     h.alive.delete("n3");
     h.loop.pass(10_000);
     await h.settle(true); // n3 marked dead
