@@ -23,7 +23,9 @@
  *      it, when no member can take it and the shard keeps `replication_factor` replicas
  *      without it: a meta group founded on more members); a shard with fewer replicas than its
  *      factor gets one more. A shard never shrinks below the factor: a 3-member cluster
- *      cannot decommission one of them (the move waits for a fourth member);
+ *      cannot decommission one of them (the move waits for a fourth member). The shards with
+ *      the fewest copies running (on members gossip has alive) go first: a dead member's
+ *      before a decommission's;
  *   3. balance: while the most loaded active member holds more than `tolerance` replicas above
  *      the least loaded (and at least two: one apart, a move only swaps them, so 0 acts as 1),
  *      one of its shards moves to that member (shard 0, the meta group, is repaired but not
@@ -121,10 +123,13 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // A member whose disk is nearly full takes no new replica (it may still give some away), nor
   // does one gossip does not have alive (its learner would not catch up).
   const roomy = meta.roomyMembers().filter((id) => input.alive.has(id));
+  // How many of a shard's nodes gossip has alive: its copies that run.
+  const running = (nodes: readonly string[]): number =>
+    nodes.filter((n) => input.alive.has(n)).length;
   // A move needs its group's leader (see the module comment).
   const led = (shard: number): boolean => {
     const nodes = meta.nodesOf(shard);
-    return nodes.filter((n) => input.alive.has(n)).length * 2 > nodes.length;
+    return running(nodes) * 2 > nodes.length;
   };
   // Active members only: a replica on any other is a repair's to move, not a load to even.
   const counts = meta.replicaCounts();
@@ -132,6 +137,8 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   // The meta group keeps the voters it was founded with (more than the factor when founded on
   // more members) and grows to the factor when founded on fewer.
   const factor0 = Math.max(meta.shards.get(0)?.length ?? 1, meta.replicationFactor);
+  const wantOf = (shard: number): number =>
+    Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
 
   // 2. Repairs. None is needed (the common case, looked at without going over every shard)
   // when every member holding a replica is active and every shard is placed on its factor.
@@ -140,16 +147,24 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
     [...counts].some(([id, n]) => n > 0 && meta.stateOf(id) !== "active") ||
     meta.fewestReplicas() < wantMost ||
     (meta.shards.has(0) && meta.nodesOf(0).length < Math.min(factor0, active.length));
-  for (const shard of needsRepair ? shards : []) {
+  // The shards whose copies that run are the fewest short of their factor go first: a dead
+  // member's shards (two copies of three run) before a decommission's (three run, one of them
+  // on the member leaving). In shard order, a decommission under way when a member died took
+  // half of the move slots, and the dead member's shards stayed a failure away from losing
+  // their quorum twice as long. Likewise, within a shard, a node that does not run is replaced
+  // before one that is leaving.
+  const urgency = (shard: number): number => wantOf(shard) - running(meta.nodesOf(shard));
+  for (const shard of needsRepair ? mostUrgentFirst(shards, urgency) : []) {
     const nodes = meta.nodesOf(shard);
-    const bad = nodes.find((n) => meta.stateOf(n) !== "active");
+    const inactive = nodes.filter((n) => meta.stateOf(n) !== "active");
+    const bad = inactive.find((n) => !input.alive.has(n)) ?? inactive[0];
     // A move under way is left to finish, unless its new node is gone too (a learner that
     // will never catch up): it is redirected, in the slot it already holds.
     const underWay = meta.isMoving(shard);
     if (underWay && bad === undefined) continue;
     if (budget <= 0 && !underWay) continue;
     if (!underWay && !led(shard)) continue;
-    const want = Math.min(shard === 0 ? factor0 : meta.replicationFactor, active.length);
+    const want = wantOf(shard);
     // A shard on active members only, at its factor, needs no repair (the common case).
     if (bad === undefined && nodes.length >= want) continue;
     const spare = bestSpare(shard, nodes, roomy, load);
@@ -301,6 +316,14 @@ function nextLeaderMove(
     if (best !== undefined) return { shard: best.shard, from, to: best.to };
   }
   return undefined;
+}
+
+/** `shards` by `urgency`, the highest first, in shard order among equals. */
+function mostUrgentFirst(shards: readonly number[], urgency: (shard: number) => number): number[] {
+  return shards
+    .map((shard) => ({ shard, urgency: urgency(shard) }))
+    .sort((a, b) => b.urgency - a.urgency || a.shard - b.shard)
+    .map((s) => s.shard);
 }
 
 /** Moves under way that take a move slot: those not `stalled`. */
