@@ -53,7 +53,9 @@
  * repaired (a helper review of 2026-12-06). Such a shard stays under-replicated until one of
  * its nodes comes back. A move that began before its group lost its quorum cannot finish
  * either: one the allocator loop has seen under way, unchanged, for STALLED_AFTER_MS (`stalled`)
- * no longer takes a move slot, nor holds back the leaders' evening.
+ * no longer takes a move slot, nor holds back the leaders' evening; up to `maxMoves` of them,
+ * so that no more than twice `maxMoves` shards ever move at once (a big shard's move, whose
+ * snapshot takes longer than that at the byte rate, goes unchanged as long).
  * A replacement keeps the rank of the replica it replaces, so a shard's preferred leader (its
  * first-ranked node) moves with it; rendezvous ranks spread leaders only about evenly, which
  * step 4 mends.
@@ -86,7 +88,7 @@ export interface AllocatorInput {
   readonly tolerance: number;
   /**
    * Moving shards whose move has not changed for STALLED_AFTER_MS (AllocatorLoop): most likely
-   * their group lost its quorum. They take no move slot. Absent: none.
+   * their group lost its quorum. They take no move slot, up to `maxMoves` of them. Absent: none.
    */
   readonly stalled?: ReadonlySet<number>;
 }
@@ -117,7 +119,11 @@ export function allocate(input: AllocatorInput): MetaCommand[] {
   if (out.length > 0) return out;
   const shards = [...meta.shards.keys()].sort((a, b) => a - b);
   const moving = movingNotStalled(input);
-  let budget = input.maxMoves - moving;
+  // A stalled move frees its slot, but the moves under way never pass twice maxMoves: a move
+  // unchanged for STALLED_AFTER_MS may just be slow (a big shard's snapshot at the byte rate,
+  // shared with the other moves' snapshots). Without the bound, each STALLED_AFTER_MS let
+  // maxMoves more start beside such moves, each slower for the others', without end.
+  let budget = Math.min(input.maxMoves - moving, 2 * input.maxMoves - meta.movingCount());
   const active = meta.activeMembers();
   if (active.length === 0) return out;
   // A member whose disk is nearly full takes no new replica (it may still give some away), nor
