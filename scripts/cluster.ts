@@ -341,10 +341,16 @@ function shellWord(word: string): string {
 
 /**
  * The command that starts `node` again by hand, exactly as the launcher started it: the same
- * id, addresses and data directory (it rejoins the cluster and catches up from the leaders).
+ * id, addresses and data directory (it rejoins the cluster and catches up from the leaders),
+ * and the `CAIRN_*` settings of the launcher's environment every node got (a shortened
+ * `CAIRN_CLUSTER_DEAD_AFTER_MS`, say), which another terminal may not have.
  */
 function restartCommand(node: Node): string {
-  const env = Object.entries(node.env).map(([k, v]) => `${k}=${shellWord(v)}`);
+  const inherited = Object.entries(process.env).filter(
+    (e): e is [string, string] =>
+      e[0].startsWith("CAIRN_") && e[1] !== undefined && !Object.hasOwn(node.env, e[0]),
+  );
+  const env = [...Object.entries(node.env), ...inherited].map(([k, v]) => `${k}=${shellWord(v)}`);
   const cairn = relative(process.cwd(), CAIRN) || CAIRN;
   return `env ${env.join(" ")} ${shellWord(cairn)} serve`;
 }
@@ -362,7 +368,7 @@ function printTryThis(nodes: readonly Node[], p: Placement, ca: string | null): 
   out(`  curl -s http://${p.httpAdvertise(1)}/health`);
   out(`Ctrl-C stops every node (SIGTERM, then SIGKILL after ${STOP_DEADLINE_MS / 1000} s).`);
   out(
-    "A node that dies is not restarted: the launcher prints the command that restarts it (same id, addresses and data), to run in another terminal.",
+    "A node that dies is not restarted: the launcher prints the command that restarts it (same id, addresses, data and CAIRN_* settings), to run in another terminal.",
   );
 }
 

@@ -45,7 +45,13 @@ describe("npm run cluster", () => {
         "--wait-ms",
         "12000",
       ],
-      { cwd: ROOT, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] },
+      // A setting of the launcher's environment (README: shorten cluster.dead_after_ms so):
+      // every node has it, and so must a node restarted by the command the launcher prints.
+      {
+        cwd: ROOT,
+        env: cleanEnv({ CAIRN_CLUSTER_DEAD_AFTER_MS: "20000" }),
+        stdio: ["ignore", "pipe", "pipe"],
+      },
     );
     const lines: string[] = [];
     createInterface({ input: launcher.stdout }).on("line", (l) => lines.push(l));
@@ -72,6 +78,7 @@ describe("npm run cluster", () => {
           )?.[1] ?? "";
         return hint !== "";
       });
+      assert.match(hint, /(^| )CAIRN_CLUSTER_DEAD_AFTER_MS=20000 /, hint);
       restarted = spawn("sh", ["-c", `exec ${hint}`], {
         cwd: ROOT,
         env: cleanEnv(),
