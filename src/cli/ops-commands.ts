@@ -253,6 +253,14 @@ export function formatHealth(r: HealthReport): string {
   // The one reason for `degraded` that no shard shows, and the most pressing: writes fail.
   if (r.puts_refused === true)
     out += "puts refused: this node's disk has less available than storage.min_free_bytes\n";
+  // A member that serves no client request by its standing: why it is unhealthy, and, once it
+  // left the meta group, that its member list stopped then.
+  const standing = r.nodes?.find((n) => n.id === r.node_id)?.member_state;
+  if (standing === "decommissioned")
+    out +=
+      "this node is decommissioned: it serves no client request, and the members below are as it saw them when it left the meta group (ask another member)\n";
+  else if (standing === "joining")
+    out += "this node is joining: it serves clients once the meta group has it active\n";
   const bad = (r.shards ?? []).filter((s) => s.status !== "healthy");
   if (bad.length > 0) {
     out += "shards not healthy:\n";

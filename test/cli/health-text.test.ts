@@ -78,6 +78,29 @@ describe("cairn health's text", () => {
     assert.doesNotMatch(formatHealth(early), /puts refused/);
   });
 
+  it("says why a joining or decommissioned node is unhealthy, and that a decommissioned one's list is old", () => {
+    // "status: unhealthy" alone, and the member list of the moment a decommissioned node left
+    // shown as if current (its replica counts frozen): an operator following the runbook could
+    // not tell why, nor that the list was stale (an audit, 2026-12-07).
+    const self = (memberState: string): Parameters<typeof formatHealth>[0] => ({
+      ...early,
+      status: "unhealthy",
+      node_id: "n2",
+      shards: [],
+      nodes: early.nodes.map((n) => (n.id === "n2" ? { ...n, member_state: memberState } : n)),
+    });
+    assert.match(
+      formatHealth(self("decommissioned")),
+      /^status: unhealthy\nnode: n2 .*\nthis node is decommissioned: it serves no client request, and the members below are as it saw them when it left the meta group \(ask another member\)\n/,
+    );
+    const joining = formatHealth(self("joining"));
+    assert.match(
+      joining,
+      /^status: unhealthy\nnode: n2 .*\nthis node is joining: it serves clients once the meta group has it active\n/,
+    );
+    assert.doesNotMatch(formatHealth(early), /this node is/);
+  });
+
   it("a node that does not know its cluster yet shows gossip's view alone", () => {
     const text = formatHealth({
       ...early,
