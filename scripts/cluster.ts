@@ -320,7 +320,12 @@ async function stopAll(nodes: readonly Node[], killNow: Promise<void>): Promise<
 }
 
 function printEndpoints(nodes: readonly Node[], opts: Options): void {
-  const rel = (p: string): string => relative(process.cwd(), p) || ".";
+  // Relative to the working directory when inside it (.cluster/n1), else as is: an absolute
+  // --base-dir outside it read ../../tmp/….
+  const rel = (p: string): string => {
+    const r = relative(process.cwd(), p) || ".";
+    return r.startsWith("..") ? resolve(p) : r;
+  };
   for (const n of nodes) {
     const log = opts.logs === "files" ? `  log ${rel(join(opts.baseDir, `${n.id}.log`))}` : "";
     out(

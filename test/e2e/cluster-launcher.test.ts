@@ -155,6 +155,12 @@ describe("npm run cluster", () => {
         ["n1", "n2", "n3"],
         output(),
       );
+      // Its data directory as the operator named it: --base-dir given absolute, printed so (a
+      // path relative to the working directory read ../../tmp/…, an audit, 2026-12-07).
+      assert.ok(
+        lines.some((l) => l.startsWith("n1 ") && l.endsWith(` data ${join(dir, "cluster", "n1")}`)),
+        output(),
+      );
       // Every node's log lines come prefixed with its id.
       for (const n of nodes) assert.ok(lines.some((l) => l.startsWith(`${n.id} | {`)));
 
