@@ -159,10 +159,14 @@ export function memberAdmin(
   };
   const known = (meta: MetaState, node: string): void => {
     if (meta.stateOf(node) === undefined) {
-      const members = [...meta.members.keys()].join(", ");
+      // The members, and apart the ids retired for good (the meta state keeps their records).
+      const ids = [...meta.members.keys()];
+      const removed = ids.filter((n) => meta.stateOf(n) === "removed");
+      const members = ids.filter((n) => !removed.includes(n)).join(", ");
+      const retired = removed.length === 0 ? "" : ` (removed: ${removed.join(", ")})`;
       throw new CairnError(
         "CAIRN_ERR_INVALID_ARGUMENT",
-        `${JSON.stringify(node)} is not a member of the cluster; its members are ${members}`,
+        `${JSON.stringify(node)} is not a member of the cluster; its members are ${members}${retired}`,
       );
     }
   };

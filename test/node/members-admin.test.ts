@@ -87,6 +87,36 @@ describe("memberAdmin", () => {
     assert.equal(syncs, 2);
   });
 
+  it("an unknown id is refused naming the members, not the removed ones among them", async () => {
+    // "its members are n1, n2, n3, n4, n5, n6", n2 removed: the list called a retired id a
+    // member (an audit, 2026-12-07).
+    const { cs } = setup();
+    const admin = memberAdmin(cs);
+    // n5 joined, was lost before it held a replica, and was removed.
+    const s = metaStateOf(
+      {
+        op: "bootstrap",
+        clusterId: "c1",
+        totalShards: 64,
+        replicationFactor: 3,
+        members: [1, 2, 3, 4].map(member),
+      },
+      { op: "join", member: { ...member(5), incarnation: "i5" } },
+      { op: "set-state", id: "n5", state: "dead" },
+      { op: "set-state", id: "n5", state: "removed" },
+    );
+    assert.equal(s.stateOf("n5"), "removed");
+    cs.applied(s);
+    await assert.rejects(admin.decommission("n9"), (e: CairnError) => {
+      assert.equal(e.code, "CAIRN_ERR_INVALID_ARGUMENT");
+      assert.equal(
+        e.message,
+        '"n9" is not a member of the cluster; its members are n1, n2, n3, n4 (removed: n5)',
+      );
+      return true;
+    });
+  });
+
   it("refuses what a member's life does not allow, saying what to do", async () => {
     const { cs } = setup();
     const admin = memberAdmin(cs);
