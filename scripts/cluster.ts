@@ -450,7 +450,13 @@ async function main(argv: readonly string[]): Promise<number> {
         out(`  restart it (its data is kept; stop it from its own terminal): ${restartCommand(n)}`);
       });
     }
-    await stopRequested;
+    // Every node gone on its own leaves nothing to wait for (the launcher used to end there, at
+    // once, with exit code 0 and no word): it says so and ends as a stop would.
+    await Promise.race([stopRequested, Promise.all(nodes.map((n) => n.exited))]);
+    if (!signalled) {
+      const code = nodes.every((n) => n.exit?.code === 0) ? 0 : 1;
+      out(`every node has exited: the launcher stops (exit code ${code})`);
+    }
   } else {
     out(`cluster start failed: ${failure}`);
   }

@@ -79,6 +79,16 @@ describe("npm run cluster", () => {
         return hint !== "";
       });
       assert.match(hint, /(^| )CAIRN_CLUSTER_DEAD_AFTER_MS=20000 /, hint);
+      // Its one node dead, the launcher has nothing left to run: it says so and fails (it ended
+      // at once, exit code 0 and no word, the node's death untold by its exit code).
+      assert.equal(await exited, 1, lines.join("\n"));
+      await eventually("the launcher's last lines are read", async () =>
+        lines.includes("n1 exited with signal SIGKILL"),
+      );
+      assert.ok(
+        lines.includes("every node has exited: the launcher stops (exit code 1)"),
+        lines.join("\n"),
+      );
       restarted = spawn("sh", ["-c", `exec ${hint}`], {
         cwd: ROOT,
         env: cleanEnv(),
