@@ -263,7 +263,7 @@ export function formatHealth(r: HealthReport): string {
     out += "this node is joining: it serves clients once the meta group has it active\n";
   const bad = (r.shards ?? []).filter((s) => s.status !== "healthy");
   if (bad.length > 0) {
-    out += "shards not healthy:\n";
+    out += `shards not healthy: ${bad.length} of ${r.active_shards}\n`;
     for (const s of bad) out += `  ${s.id}\t${s.status}\tterm ${s.raft_term}\n`;
   }
   if ((r.nodes ?? []).length > 0) {

@@ -55,7 +55,7 @@ describe("cairn health's text", () => {
       [
         "status: healthy",
         "node: n1  uptime: 61s  shards: 51 active of 1024  cluster version: 1",
-        "shards not healthy:",
+        "shards not healthy: 1 of 51",
         "  7\tno_leader\tterm 3",
         "nodes:",
         "  n1\tactive\talive\trpc 127.0.0.1:7447\thttp 127.0.0.1:8080\treplicas 51",
@@ -64,6 +64,20 @@ describe("cairn health's text", () => {
         "",
       ].join("\n"),
     );
+  });
+
+  it("counts the shards not healthy before listing them", () => {
+    // A peer down for a few seconds made 238 lines under "shards not healthy:", and no count:
+    // the operator counted them, or scrolled up to see how many (an audit, 2026-12-07).
+    const shards = Array.from({ length: 238 }, (_, k) => ({
+      id: k + 1,
+      status: "degraded",
+      is_leader: false,
+      raft_term: 8,
+      commit_index: 3,
+    }));
+    const text = formatHealth({ ...early, status: "degraded", active_shards: 510, shards });
+    assert.match(text, /\nshards not healthy: 238 of 510\n {2}1\tdegraded\tterm 8\n/);
   });
 
   it("says why a node whose shards are all healthy is degraded: it refuses Puts for its disk", () => {
