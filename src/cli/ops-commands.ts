@@ -598,8 +598,8 @@ export const NODE_HELP = `Usage: cairn node decommission NODE [--wait] [options]
        cairn node remove NODE [options]
        cairn node status NODE [options]
 
-Changes a member's standing in the cluster (cluster mode), through the node at the first of
---endpoints:
+Changes a member's standing in the cluster (cluster mode), through the first of --endpoints
+that answers (the next when one is down, or has left the cluster):
 
   decommission NODE   moves every replica and leadership off NODE; the cluster marks it
                       decommissioned once none is left (then stop it and remove it). Refused

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { followDecommission, type Standing } from "../../src/cli/ops-commands.ts";
+import { followDecommission, NODE_HELP, type Standing } from "../../src/cli/ops-commands.ts";
 import { ServerError, UnavailableError } from "../../src/client/index.ts";
 
 /**
@@ -40,6 +40,17 @@ async function follow(answers: readonly ([state: string, replicas: number] | Err
 }
 
 describe("cairn node decommission --wait", () => {
+  it("cairn node's help says which node it asks: the first of --endpoints that answers", () => {
+    // It said "through the node at the first of --endpoints", while a first endpoint that is
+    // down, decommissioned or removed makes it ask the next (an audit, 2026-12-07).
+    const text = NODE_HELP.replace(/\s+/g, " ");
+    assert.doesNotMatch(text, /through the node at the first of --endpoints/);
+    assert.match(
+      text,
+      /through the first of --endpoints that answers \(the next when one is down, or has left the cluster\)/,
+    );
+  });
+
   it("prints each change until the member is decommissioned", async () => {
     const r = await follow([
       ["decommissioning", 12],
