@@ -779,12 +779,10 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       if (action !== "decommission" && wait) throw new UsageError("--wait goes with decommission");
       const c = client({ routing: false });
       const endpoint = globals.endpoints[0] as string;
-      // What decommission and remove print is what is left to move off the member.
-      const left = action === "decommission" || action === "remove" ? " left" : "";
       const print = (s: Standing): void => {
         if (globals.output === "json")
           writeJson(io, { node_id: s.nodeId, state: s.state, replicas: s.replicas });
-        else io.stdout.write(`${s.nodeId}: ${s.state}, ${s.replicas} replica(s)${left}\n`);
+        else io.stdout.write(standingLine(action, s));
       };
       let standing = await NODE_ACTIONS[action as keyof typeof NODE_ACTIONS](c, id, endpoint);
       print(standing);
@@ -818,6 +816,17 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       return EXIT.failed;
     },
   );
+}
+
+/**
+ * \`cairn node ACTION\`'s line for a standing. What decommission and remove print is what is left
+ * to move off a member leaving; a member that is not (recommissioned under a \`--wait\`, or dead)
+ * just holds its replicas.
+ */
+export function standingLine(action: string, s: Standing): string {
+  const leaving = ["decommissioning", "decommissioned", "removed"].includes(s.state);
+  const left = (action === "decommission" || action === "remove") && leaving ? " left" : "";
+  return `${s.nodeId}: ${s.state}, ${s.replicas} replica(s)${left}\n`;
 }
 
 /** What \`--wait\` says when the member stopped decommissioning otherwise than by finishing. */

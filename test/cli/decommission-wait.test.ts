@@ -4,7 +4,12 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { followDecommission, NODE_HELP, type Standing } from "../../src/cli/ops-commands.ts";
+import {
+  followDecommission,
+  NODE_HELP,
+  type Standing,
+  standingLine,
+} from "../../src/cli/ops-commands.ts";
 import { ServerError, UnavailableError } from "../../src/client/index.ts";
 
 /**
@@ -48,6 +53,22 @@ describe("cairn node decommission --wait", () => {
     assert.match(
       text,
       /through the first of --endpoints that answers \(the next when one is down, or has left the cluster\)/,
+    );
+  });
+
+  it('says replicas "left" of a member leaving only, not of one recommissioned meanwhile', () => {
+    // --wait ended on "n6: active, 663 replica(s) left" once n6 was recommissioned: nothing is
+    // left to move off an active member (an audit, 2026-12-07).
+    const at = (state: string, replicas: number): Standing => ({ nodeId: "n6", state, replicas });
+    assert.equal(standingLine("decommission", at("active", 663)), "n6: active, 663 replica(s)\n");
+    assert.equal(
+      standingLine("decommission", at("decommissioning", 663)),
+      "n6: decommissioning, 663 replica(s) left\n",
+    );
+    assert.equal(standingLine("remove", at("removed", 0)), "n6: removed, 0 replica(s) left\n");
+    assert.equal(
+      standingLine("status", at("decommissioning", 5)),
+      "n6: decommissioning, 5 replica(s)\n",
     );
   });
 
