@@ -803,9 +803,7 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
           ),
         everyMs: DECOMMISSION_POLL_MS,
         unreachable: (err) =>
-          io.stderr.write(
-            `cairn node: ${through} does not answer (${err.message}); the decommission goes on there, still waiting\n`,
-          ),
+          io.stderr.write(unreachableLine(through, err, DECOMMISSION_UNREACHABLE_MS)),
         stallMs: DECOMMISSION_STALL_MS,
         unreachableMs: DECOMMISSION_UNREACHABLE_MS,
         sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
@@ -816,6 +814,14 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       return EXIT.failed;
     },
   );
+}
+
+/**
+ * What \`--wait\` says when the node it asks stops answering: the decommission does not depend
+ * on it, and how long it asks again before giving up (exit code 3).
+ */
+export function unreachableLine(through: string, err: Error, giveUpMs: number): string {
+  return `cairn node: ${through} does not answer (${err.message}); the decommission goes on in the cluster without it: asking again for ${Math.round(giveUpMs / 1000)} s at most (Ctrl-C stops waiting, not the decommission)\n`;
 }
 
 /**

@@ -9,6 +9,7 @@ import {
   NODE_HELP,
   type Standing,
   standingLine,
+  unreachableLine,
 } from "../../src/cli/ops-commands.ts";
 import { ServerError, UnavailableError } from "../../src/client/index.ts";
 
@@ -69,6 +70,15 @@ describe("cairn node decommission --wait", () => {
     assert.equal(
       standingLine("status", at("decommissioning", 5)),
       "n6: decommissioning, 5 replica(s)\n",
+    );
+  });
+
+  it("says of a node it asks that stopped answering that the decommission goes on, and for how long it asks", () => {
+    // It said "the decommission goes on there, still waiting": where, and until when? (an
+    // audit, 2026-12-07; it gives up after 2 minutes, exit code 3).
+    assert.equal(
+      unreachableLine("127.0.0.1:7447", new Error("connect ECONNREFUSED"), 120_000),
+      "cairn node: 127.0.0.1:7447 does not answer (connect ECONNREFUSED); the decommission goes on in the cluster without it: asking again for 120 s at most (Ctrl-C stops waiting, not the decommission)\n",
     );
   });
 
