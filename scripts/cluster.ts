@@ -29,6 +29,7 @@ import { createServer } from "node:net";
 import { join, relative, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
+import { CONFIG_KEYS } from "../src/config/index.ts";
 import {
   HTTP_PORT,
   loopback,
@@ -344,16 +345,20 @@ function shellWord(word: string): string {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
 
+/** The environment variables that set a configuration key (CAIRN_CLUSTER_DEAD_AFTER_MS, ...). */
+const CONFIG_VARIABLES: ReadonlySet<string> = new Set(CONFIG_KEYS.map((k) => k.env));
+
 /**
  * The command that starts `node` again by hand, exactly as the launcher started it: the same
  * id, addresses and data directory (it rejoins the cluster and catches up from the leaders),
- * and the `CAIRN_*` settings of the launcher's environment every node got (a shortened
- * `CAIRN_CLUSTER_DEAD_AFTER_MS`, say), which another terminal may not have.
+ * and the configuration the launcher's environment gave every node (a shortened
+ * `CAIRN_CLUSTER_DEAD_AFTER_MS`, say), which another terminal may not have. Only variables that
+ * set a configuration key: not the CLI's `CAIRN_TOKEN`, a secret printed on the terminal.
  */
 function restartCommand(node: Node): string {
   const inherited = Object.entries(process.env).filter(
     (e): e is [string, string] =>
-      e[0].startsWith("CAIRN_") && e[1] !== undefined && !Object.hasOwn(node.env, e[0]),
+      CONFIG_VARIABLES.has(e[0]) && e[1] !== undefined && !Object.hasOwn(node.env, e[0]),
   );
   const env = [...Object.entries(node.env), ...inherited].map(([k, v]) => `${k}=${shellWord(v)}`);
   const cairn = relative(process.cwd(), CAIRN) || CAIRN;

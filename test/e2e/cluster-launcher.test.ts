@@ -49,7 +49,8 @@ describe("npm run cluster", () => {
       // every node has it, and so must a node restarted by the command the launcher prints.
       {
         cwd: ROOT,
-        env: cleanEnv({ CAIRN_CLUSTER_DEAD_AFTER_MS: "20000" }),
+        // A CLI's bearer token in the environment: a secret, not a node's setting.
+        env: cleanEnv({ CAIRN_CLUSTER_DEAD_AFTER_MS: "20000", CAIRN_TOKEN: "s3cret-token" }),
         stdio: ["ignore", "pipe", "pipe"],
       },
     );
@@ -79,6 +80,7 @@ describe("npm run cluster", () => {
         return hint !== "";
       });
       assert.match(hint, /(^| )CAIRN_CLUSTER_DEAD_AFTER_MS=20000 /, hint);
+      assert.doesNotMatch(hint, /s3cret-token/, "the restart command prints no token");
       // Its one node dead, the launcher has nothing left to run: it says so and fails (it ended
       // at once, exit code 0 and no word, the node's death untold by its exit code).
       assert.equal(await exited, 1, lines.join("\n"));
