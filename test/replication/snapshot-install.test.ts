@@ -352,11 +352,16 @@ describe("a snapshot's install", () => {
       const image = Buffer.concat([...encodeSnapshotFrames(100, entries)]);
       const total = Math.ceil(image.length / 1024);
       let read = 0;
+      // Resolved as the install reads its first chunk: close() is called then, not at a poll
+      // of `read` (on an idle machine the whole image went by within one poll's interval).
+      let started = (): void => {};
+      const installing = new Promise<void>((resolve) => (started = resolve));
       const stream = {
         async *chunks(): AsyncGenerator<Uint8Array> {
           for (let at = 0; at < image.length; at += 1024) {
             await new Promise<void>((resolve) => setImmediate(resolve));
             read++;
+            if (read === 1) started();
             yield image.subarray(at, at + 1024);
           }
         },
@@ -380,7 +385,7 @@ describe("a snapshot's install", () => {
           snapshot: { meta, data: new Uint8Array(0), stream },
         };
         mr.receive("n1", [{ shard: 1, message: snapshot }]);
-        await eventually("the install started", () => read > 0);
+        await installing;
       } finally {
         await mr.close();
       }
