@@ -258,11 +258,14 @@ export class LsmEngine implements BudgetMember {
     const { state, current, tail } = fresh
       ? { state: emptyState(), current: undefined, tail: undefined }
       : await Manifest.load(dir);
-    // Tables no edit read names, when an edit after them was not read: any could be what that
-    // edit added (a table's number, allocated before its edit, does not tell).
+    // Behind the caller's log, the manifest lost edits (LsmOptions.logDroppedThrough).
+    const lostEdits = state.flushedSeq < (options.logDroppedThrough ?? 0);
+    // Tables no edit read names, when an edit after them was not read (a torn or damaged tail)
+    // or was lost: any could be what that edit added (a table's number, allocated before its
+    // edit, does not tell). Kept, never deleted as a crash's orphans.
     const named = new Set(state.levels.flat().map((f) => f.number));
     const unaccounted =
-      tail === undefined
+      fresh || (tail === undefined && !lostEdits)
         ? []
         : (await readdir(dir))
             .filter((n) => /^\d+\.sst$/.test(n) && !named.has(Number(n.slice(0, -4))))
@@ -313,16 +316,9 @@ export class LsmEngine implements BudgetMember {
         }
       }
       state.nextFileNumber = Math.max(state.nextFileNumber, 1);
-      // Behind the caller's log, the manifest lost edits (LsmOptions.logDroppedThrough): no
-      // table is deleted below, and the unnamed ones stay where they are.
-      const lostEdits = state.flushedSeq < (options.logDroppedThrough ?? 0);
-      const kept = lostEdits
-        ? (await readdir(dir)).filter(
-            (n) => /^\d+\.sst$/.test(n) && !named.has(Number(n.slice(0, -4))),
-          )
-        : [];
-      // Numbers of kept-aside tables are not reused: their names stay unambiguous.
-      for (const n of [...unaccounted, ...kept]) {
+      // Numbers of the tables kept (aside, or where they are) are not reused: their names stay
+      // unambiguous.
+      for (const n of unaccounted) {
         state.nextFileNumber = Math.max(state.nextFileNumber, Number(n.slice(0, -4)) + 1);
       }
       // A torn tail: its edit was never acknowledged, so the tables it would have added are
