@@ -605,8 +605,9 @@ that answers (the next when one is down, or has left the cluster):
                       decommissioned once none is left (then stop it and remove it). Refused
                       when fewer active members than the replication factor, or fewer with
                       room on their disk, would be left.
-                      --wait follows it until then, printing the replicas left (and,
-                      after a minute with none leaving, what a move needs); it ends with
+                      --wait follows it until then, printing the replicas left, their
+                      pace and when the last should leave at it (and, after a minute
+                      with none leaving, what a move needs); it ends with
                       exit code 5 if NODE stops decommissioning otherwise (recommissioned).
                       NODE down meanwhile stays decommissioning: its replicas move off
                       it without it.
@@ -649,9 +650,20 @@ export interface Standing {
   readonly replicas: number;
 }
 
+/** How fast replicas leave a member under \`--wait\`, and when the last would at that rate. */
+export interface Pace {
+  readonly perMinute: number;
+  readonly etaMs: number;
+}
+
+/** How long \`--wait\` watches replicas leave before it gives a pace (a first move's is noise). */
+export const PACE_AFTER_MS = 10_000;
+
 /**
  * \`node decommission --wait\`: asks for the standing every \`everyMs\` while the member is
- * decommissioning, printing each change; once \`stallMs\` pass with no replica leaving, says so
+ * decommissioning, printing each change, with the pace since the wait began once PACE_AFTER_MS
+ * passed and a replica left (a decommission of hundreds of replicas takes many minutes: the
+ * operator sees when it should end); once \`stallMs\` pass with no replica leaving, says so
  * once (again after the next replica leaves and another stall). A poll that the node did not
  * answer (UnavailableError, DeadlineExceededError: restarting, say, during a decommission of
  * hours) is said once and asked again, for \`unreachableMs\` at most; its error is thrown then,
@@ -662,7 +674,7 @@ export async function followDecommission(
   first: Standing,
   o: {
     readonly poll: () => Promise<Standing>;
-    readonly print: (s: Standing) => void;
+    readonly print: (s: Standing, pace?: Pace) => void;
     readonly stalled: (s: Standing, ms: number) => void;
     /** The first poll of a run that the node did not answer. */
     readonly unreachable: (err: Error) => void;
@@ -675,6 +687,7 @@ export async function followDecommission(
 ): Promise<Standing> {
   let standing = first;
   let since = o.now();
+  const began = since;
   let warned = false;
   /** When the polls stopped being answered, or null while they are. */
   let unanswered: number | null = null;
@@ -694,7 +707,9 @@ export async function followDecommission(
     }
     unanswered = null;
     if (next.replicas !== standing.replicas || next.state !== standing.state) {
-      o.print(next);
+      const pace = next.state === "decommissioning" ? paceOf(first, next, o.now() - began) : null;
+      if (pace === null) o.print(next);
+      else o.print(next, pace);
       since = o.now();
       warned = false;
     } else if (!warned && o.now() - since >= o.stallMs) {
@@ -704,6 +719,25 @@ export async function followDecommission(
     standing = next;
   }
   return standing;
+}
+
+/**
+ * The pace of replicas leaving, from \`first\` to \`now\` over \`elapsedMs\`: null before
+ * PACE_AFTER_MS, or with none gone (a recommission put some back, say).
+ */
+export function paceOf(first: Standing, now: Standing, elapsedMs: number): Pace | null {
+  const gone = first.replicas - now.replicas;
+  if (elapsedMs < PACE_AFTER_MS || gone <= 0) return null;
+  return { perMinute: (gone * 60_000) / elapsedMs, etaMs: (now.replicas * elapsedMs) / gone };
+}
+
+/** A duration as an operator reads an estimate: "about 40 s", "about 12 min", "about 2 h 5 min". */
+export function roughly(ms: number): string {
+  const s = Math.max(1, Math.round(ms / 1000));
+  if (s < 90) return `about ${s} s`;
+  const min = Math.round(s / 60);
+  if (min < 120) return `about ${min} min`;
+  return `about ${Math.floor(min / 60)} h ${min % 60} min`;
 }
 
 /** \`cairn node\`'s actions, and the client call each makes. */
@@ -779,10 +813,20 @@ export function node(argv: readonly string[], io: Io): Promise<number> {
       if (action !== "decommission" && wait) throw new UsageError("--wait goes with decommission");
       const c = client({ routing: false });
       const endpoint = globals.endpoints[0] as string;
-      const print = (s: Standing): void => {
+      const print = (s: Standing, pace?: Pace): void => {
         if (globals.output === "json")
-          writeJson(io, { node_id: s.nodeId, state: s.state, replicas: s.replicas });
-        else io.stdout.write(standingLine(action, s));
+          writeJson(io, {
+            node_id: s.nodeId,
+            state: s.state,
+            replicas: s.replicas,
+            ...(pace === undefined
+              ? {}
+              : {
+                  replicas_per_minute: Math.round(pace.perMinute * 10) / 10,
+                  eta_seconds: Math.round(pace.etaMs / 1000),
+                }),
+          });
+        else io.stdout.write(standingLine(action, s, pace));
       };
       let standing = await NODE_ACTIONS[action as keyof typeof NODE_ACTIONS](c, id, endpoint);
       print(standing);
@@ -829,10 +873,14 @@ export function unreachableLine(through: string, err: Error, giveUpMs: number): 
  * to move off a member leaving; a member that is not (recommissioned under a \`--wait\`, or dead)
  * just holds its replicas.
  */
-export function standingLine(action: string, s: Standing): string {
+export function standingLine(action: string, s: Standing, pace?: Pace): string {
   const leaving = ["decommissioning", "decommissioned", "removed"].includes(s.state);
   const left = (action === "decommission" || action === "remove") && leaving ? " left" : "";
-  return `${s.nodeId}: ${s.state}, ${s.replicas} replica(s)${left}\n`;
+  const rate =
+    pace === undefined
+      ? ""
+      : ` (${pace.perMinute.toFixed(1)} a minute: ${roughly(pace.etaMs)} to go at this pace)`;
+  return `${s.nodeId}: ${s.state}, ${s.replicas} replica(s)${left}${rate}\n`;
 }
 
 /** What \`--wait\` says when the member stopped decommissioning otherwise than by finishing. */

@@ -7,6 +7,8 @@ import { describe, it } from "node:test";
 import {
   followDecommission,
   NODE_HELP,
+  paceOf,
+  roughly,
   type Standing,
   standingLine,
   unreachableLine,
@@ -30,7 +32,11 @@ async function follow(answers: readonly ([state: string, replicas: number] | Err
   };
   const last = await followDecommission(at(["decommissioning", 12]), {
     poll: async () => at(answers[next++]),
-    print: (s) => printed.push(`${clock / 1000}s ${s.state} ${s.replicas}`),
+    print: (s, pace) =>
+      printed.push(
+        `${clock / 1000}s ${s.state} ${s.replicas}` +
+          (pace === undefined ? "" : ` ${pace.perMinute}/min eta ${pace.etaMs / 1000}s`),
+      ),
     stalled: (s, ms) => stalls.push(`${clock / 1000}s ${s.replicas} left, ${ms / 1000}s`),
     unreachable: (err) => unreachable.push(`${clock / 1000}s ${err.message}`),
     everyMs: 1_000,
@@ -98,6 +104,46 @@ describe("cairn node decommission --wait", () => {
     assert.deepEqual(r.stalls, []);
     assert.equal(r.last.state, "decommissioned");
     assert.equal(r.polls, 5);
+  });
+
+  it("gives the pace since it began, and when the last replica should leave at it, from 10 s on", async () => {
+    // A decommission of hundreds of replicas printed only the count, for many minutes: when
+    // would it end? (a new operator's walk-through, 2026-12-07).
+    const going = (n: number, from: number): [string, number][] =>
+      Array.from({ length: n }, (_, i) => ["decommissioning", from - i] as [string, number]);
+    const r = await follow([...going(11, 11), ["decommissioned", 0]]);
+    // 1 replica a second gone from 12: no pace before 10 s, then 60 a minute, the rest at it.
+    assert.deepEqual(r.printed.slice(0, 3), [
+      "1s decommissioning 11",
+      "2s decommissioning 10",
+      "3s decommissioning 9",
+    ]);
+    assert.equal(r.printed[8], "9s decommissioning 3");
+    assert.equal(r.printed[9], "10s decommissioning 2 60/min eta 2s");
+    assert.equal(r.printed[10], "11s decommissioning 1 60/min eta 1s");
+    assert.equal(r.printed[11], "12s decommissioned 0", "no pace once it ended");
+    assert.equal(
+      standingLine(
+        "decommission",
+        { nodeId: "n2", state: "decommissioning", replicas: 340 },
+        {
+          perMinute: 24,
+          etaMs: 850_000,
+        },
+      ),
+      "n2: decommissioning, 340 replica(s) left (24.0 a minute: about 14 min to go at this pace)\n",
+    );
+    // None gone (a recommission put one back before a new decommission): no pace.
+    const first = { nodeId: "n2", state: "decommissioning", replicas: 5 };
+    assert.equal(paceOf(first, { ...first, replicas: 6 }, 60_000), null);
+    assert.deepEqual(paceOf(first, { ...first, replicas: 4 }, 60_000), {
+      perMinute: 1,
+      etaMs: 240_000,
+    });
+    assert.equal(roughly(400), "about 1 s");
+    assert.equal(roughly(89_000), "about 89 s");
+    assert.equal(roughly(90_000), "about 2 min");
+    assert.equal(roughly(7_500_000), "about 2 h 5 min");
   });
 
   it("says once what a move needs when no replica leaves, and again after a later stall", async () => {
