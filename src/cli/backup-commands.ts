@@ -30,6 +30,7 @@ import {
 } from "./backup-file.ts";
 import {
   b64,
+  type CommandOptions,
   describeSkipped,
   EXIT,
   expectPositionals,
@@ -136,16 +137,18 @@ Examples:
   gunzip -c /backups/cairn.bak.gz | cairn restore -
 `;
 
+export const BACKUP_OPTIONS = {
+  ...RANGE_OPTIONS,
+  serializable: { type: "boolean" },
+  "skip-unavailable": { type: "boolean" },
+  "page-size": { type: "string" },
+} as const satisfies CommandOptions;
+
 export function backup(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "backup",
     BACKUP_HELP,
-    {
-      ...RANGE_OPTIONS,
-      serializable: { type: "boolean" },
-      "skip-unavailable": { type: "boolean" },
-      "page-size": { type: "string" },
-    },
+    BACKUP_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -234,15 +237,17 @@ export function backup(argv: readonly string[], io: Io): Promise<number> {
   );
 }
 
+export const RESTORE_OPTIONS = {
+  overwrite: { type: "boolean" },
+  concurrency: { type: "string" },
+  check: { type: "boolean" },
+} as const satisfies CommandOptions;
+
 export function restore(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "restore",
     RESTORE_HELP,
-    {
-      overwrite: { type: "boolean" },
-      concurrency: { type: "string" },
-      check: { type: "boolean" },
-    },
+    RESTORE_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {

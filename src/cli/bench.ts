@@ -8,6 +8,7 @@ import { build, type Histogram } from "hdr-histogram-js";
 import { CairnClient, DeadlineExceededError, UnavailableError } from "../client/index.ts";
 import type { CairnError } from "../common/errors.ts";
 import {
+  type CommandOptions,
   EXIT,
   expectPositionals,
   GLOBAL_HELP,
@@ -77,25 +78,27 @@ interface Figures {
   latency_ms: { p50: number; p90: number; p99: number; p999: number; max: number; mean: number };
 }
 
+export const BENCH_OPTIONS = {
+  duration: { type: "string" },
+  warmup: { type: "string" },
+  concurrency: { type: "string" },
+  channels: { type: "string" },
+  rate: { type: "string" },
+  keyspace: { type: "string" },
+  "key-size": { type: "string" },
+  "value-size": { type: "string" },
+  distribution: { type: "string" },
+  "read-ratio": { type: "string" },
+  serializable: { type: "boolean" },
+  "no-fill": { type: "boolean" },
+  seed: { type: "string" },
+} as const satisfies CommandOptions;
+
 export function bench(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "bench",
     BENCH_HELP,
-    {
-      duration: { type: "string" },
-      warmup: { type: "string" },
-      concurrency: { type: "string" },
-      channels: { type: "string" },
-      rate: { type: "string" },
-      keyspace: { type: "string" },
-      "key-size": { type: "string" },
-      "value-size": { type: "string" },
-      distribution: { type: "string" },
-      "read-ratio": { type: "string" },
-      serializable: { type: "boolean" },
-      "no-fill": { type: "boolean" },
-      seed: { type: "string" },
-    },
+    BENCH_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals }) => {

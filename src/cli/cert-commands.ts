@@ -32,7 +32,7 @@ import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { isRole } from "../common/auth-tokens.ts";
 import { GOSSIP_KEY_BYTES } from "../common/gossip-keys.ts";
-import { EXIT, UsageError } from "./common.ts";
+import { type CommandOptions, EXIT, UsageError } from "./common.ts";
 import type { Io } from "./io.ts";
 
 export const CERT_HELP = `Usage: cairn cert <create-ca | create-node ID --host HOST... | create-client NAME | create-gossip-key> [options]
@@ -354,6 +354,18 @@ function requireCa(ca: Files): void {
   }
 }
 
+/** The flags CERT_HELP lists (cert takes no global flag: it reaches no node). */
+export const CERT_OPTIONS = {
+  "certs-dir": { type: "string" },
+  "ca-key": { type: "string" },
+  "ca-cert": { type: "string" },
+  host: { type: "string", multiple: true },
+  days: { type: "string" },
+  role: { type: "string" },
+  overwrite: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+} as const satisfies CommandOptions;
+
 function parseCertArgs(argv: readonly string[]): {
   values: {
     help?: boolean;
@@ -370,16 +382,7 @@ function parseCertArgs(argv: readonly string[]): {
   try {
     return parseArgs({
       args: [...argv],
-      options: {
-        "certs-dir": { type: "string" },
-        "ca-key": { type: "string" },
-        "ca-cert": { type: "string" },
-        host: { type: "string", multiple: true },
-        days: { type: "string" },
-        role: { type: "string" },
-        overwrite: { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
+      options: CERT_OPTIONS,
       strict: true,
       allowPositionals: true,
     });

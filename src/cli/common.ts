@@ -47,6 +47,9 @@ export const GLOBAL_HELP = `Global options:
 Exit codes: 0 ok, 1 not found, 2 usage, 3 unavailable, 4 compare-and-set conflict,
 5 other server error, 6 write outcome unknown (timed out after being sent).`;
 
+/** The flags of a command, as node:util's parseArgs takes them. */
+export type CommandOptions = NonNullable<ParseArgsConfig["options"]>;
+
 export const GLOBAL_OPTIONS = {
   endpoints: { type: "string" },
   output: { type: "string", short: "w" },
@@ -57,7 +60,7 @@ export const GLOBAL_OPTIONS = {
   key: { type: "string" },
   token: { type: "string" },
   help: { type: "boolean", short: "h" },
-} as const satisfies NonNullable<ParseArgsConfig["options"]>;
+} as const satisfies CommandOptions;
 
 export class UsageError extends Error {
   constructor(message: string) {

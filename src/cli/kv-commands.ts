@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import type { KeyValue, Version } from "../client/index.ts";
 import {
   b64,
+  type CommandOptions,
   describeSkipped,
   EXIT,
   expectPositionals,
@@ -54,11 +55,17 @@ Examples:
   cairn --endpoints 10.0.0.5:7447 put k v --output json
 `;
 
+/** Each command's flags besides the global ones: those its help lists (test/cli/help.test.ts). */
+export const PUT_OPTIONS = {
+  file: { type: "string" },
+  "expected-version": { type: "string" },
+} as const satisfies CommandOptions;
+
 export function put(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "put",
     PUT_HELP,
-    { file: { type: "string" }, "expected-version": { type: "string" } },
+    PUT_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -105,11 +112,16 @@ Examples:
   cairn get config.json > config.json
 `;
 
+export const GET_OPTIONS = {
+  serializable: { type: "boolean" },
+  "print-version": { type: "boolean" },
+} as const satisfies CommandOptions;
+
 export function get(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "get",
     GET_HELP,
-    { serializable: { type: "boolean" }, "print-version": { type: "boolean" } },
+    GET_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -151,11 +163,15 @@ Examples:
   cairn delete counter --expected-version 18/2
 `;
 
+export const DELETE_OPTIONS = {
+  "expected-version": { type: "string" },
+} as const satisfies CommandOptions;
+
 export function del(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "delete",
     DELETE_HELP,
-    { "expected-version": { type: "string" } },
+    DELETE_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -206,17 +222,19 @@ Examples:
   cairn scan --prefix user/ --output json | jq -r '.items[].key | @base64d'
 `;
 
+export const SCAN_OPTIONS = {
+  ...RANGE_OPTIONS,
+  limit: { type: "string" },
+  "keys-only": { type: "boolean" },
+  serializable: { type: "boolean" },
+  "skip-unavailable": { type: "boolean" },
+} as const satisfies CommandOptions;
+
 export function scan(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "scan",
     SCAN_HELP,
-    {
-      ...RANGE_OPTIONS,
-      limit: { type: "string" },
-      "keys-only": { type: "boolean" },
-      serializable: { type: "boolean" },
-      "skip-unavailable": { type: "boolean" },
-    },
+    SCAN_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {

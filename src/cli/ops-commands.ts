@@ -15,6 +15,7 @@ import { isNodeId, parseHostPort, sameAddress } from "../config/index.ts";
 import { leaderCounts, type MergedView, replicaHolders, watchMerged } from "./cluster-view.ts";
 import {
   checkHostPort,
+  type CommandOptions,
   DEFAULT_HTTP_ENDPOINT,
   envVar,
   EXIT,
@@ -123,11 +124,16 @@ Examples:
   cairn health --quick && echo ready
 `;
 
+export const HEALTH_OPTIONS = {
+  ...HTTP_OPTIONS,
+  quick: { type: "boolean" },
+} as const satisfies CommandOptions;
+
 export function health(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "health",
     HEALTH_HELP,
-    { ...HTTP_OPTIONS, quick: { type: "boolean" } },
+    HEALTH_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals }) => {
@@ -294,11 +300,16 @@ Examples:
   cairn metrics --output json | jq '.[] | select(.name=="process_resident_memory_bytes")'
 `;
 
+export const METRICS_OPTIONS = {
+  ...HTTP_OPTIONS,
+  filter: { type: "string" },
+} as const satisfies CommandOptions;
+
 export function metrics(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "metrics",
     METRICS_HELP,
-    { ...HTTP_OPTIONS, filter: { type: "string" } },
+    METRICS_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals }) => {
@@ -375,11 +386,13 @@ Examples:
   cairn cluster --watch --output json | jq -c '.shards | length'
 `;
 
+export const CLUSTER_OPTIONS = { watch: { type: "boolean" } } as const satisfies CommandOptions;
+
 export function cluster(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "cluster",
     CLUSTER_HELP,
-    { watch: { type: "boolean" } },
+    CLUSTER_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
@@ -522,11 +535,15 @@ Examples:
   cairn transfer-leader 0 n3 --endpoints 10.0.0.5:7447 --output json
 `;
 
+/** transfer-leader and snapshot take the global flags only. */
+export const TRANSFER_LEADER_OPTIONS = {} as const satisfies CommandOptions;
+export const SNAPSHOT_OPTIONS = {} as const satisfies CommandOptions;
+
 export function transferLeader(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "transfer-leader",
     TRANSFER_LEADER_HELP,
-    {},
+    TRANSFER_LEADER_OPTIONS,
     argv,
     io,
     async ({ positionals, globals, client }) => {
@@ -568,7 +585,7 @@ export function snapshot(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "snapshot",
     SNAPSHOT_HELP,
-    {},
+    SNAPSHOT_OPTIONS,
     argv,
     io,
     async ({ positionals, globals, client }) => {
@@ -794,11 +811,13 @@ async function standingNow(c: CairnClient, id: string, endpoint: string): Promis
   }
 }
 
+export const NODE_OPTIONS = { wait: { type: "boolean" } } as const satisfies CommandOptions;
+
 export function node(argv: readonly string[], io: Io): Promise<number> {
   return runCommand(
     "node",
     NODE_HELP,
-    { wait: { type: "boolean" } },
+    NODE_OPTIONS,
     argv,
     io,
     async ({ values, positionals, globals, client }) => {
