@@ -138,15 +138,20 @@ export function sourceOf(
   return given === undefined ? name : `--${given}`;
 }
 
-export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
-  const list = str(values, "endpoints") ?? envVar(env, "CAIRN_ENDPOINTS") ?? DEFAULT_ENDPOINT;
-  const endpointsFrom = sourceOf(values, ["endpoints"], "CAIRN_ENDPOINTS");
-  const endpoints = list
-    .split(",")
-    .map((e) => e.trim())
-    .filter((e) => e !== "");
-  if (endpoints.length === 0) throw new UsageError(`${endpointsFrom} is empty`);
-  for (const e of endpoints) checkHostPort(e, endpointsFrom);
+/**
+ * What a command reaches: the nodes' gRPC service (`--endpoints`, TLS, a token), or a node's
+ * HTTP server (`health`, `metrics`: `--http-endpoint`), which has neither TLS nor tokens.
+ */
+export type Reach = "grpc" | "http";
+
+/**
+ * The global flags (and their CAIRN_* variables) a command reaching `reach` uses, read and
+ * checked. An HTTP command reads only --output and --timeout: the gRPC commands' settings in a
+ * profile (a token beside off-host endpoints, a CA file not there) failed it, a usage error
+ * about a connection it never makes; its `endpoints` are then empty.
+ */
+export function globals(values: Values, env: NodeJS.ProcessEnv, reach: Reach = "grpc"): Globals {
+  const endpoints = reach === "grpc" ? endpointsOf(values, env) : [];
   const output =
     str(values, "output") ?? str(values, "write-out") ?? envVar(env, "CAIRN_OUTPUT") ?? "text";
   if (output !== "text" && output !== "json")
@@ -161,6 +166,7 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
     throw new UsageError(
       `--timeout must be a whole number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (24.8 days), not ${JSON.stringify(timeout)}`,
     );
+  if (reach === "http") return { endpoints, output, timeoutMs };
   const tls = tlsOf(values, env);
   const token = str(values, "token") ?? envVar(env, "CAIRN_TOKEN");
   if (token !== undefined && !/^[\x21-\x7e]+$/.test(token))
@@ -178,6 +184,19 @@ export function globals(values: Values, env: NodeJS.ProcessEnv): Globals {
     ...(tls === undefined ? {} : { tls }),
     ...(token === undefined ? {} : { token }),
   };
+}
+
+/** --endpoints (or CAIRN_ENDPOINTS, or the default), each checked. */
+function endpointsOf(values: Values, env: NodeJS.ProcessEnv): string[] {
+  const list = str(values, "endpoints") ?? envVar(env, "CAIRN_ENDPOINTS") ?? DEFAULT_ENDPOINT;
+  const endpointsFrom = sourceOf(values, ["endpoints"], "CAIRN_ENDPOINTS");
+  const endpoints = list
+    .split(",")
+    .map((e) => e.trim())
+    .filter((e) => e !== "");
+  if (endpoints.length === 0) throw new UsageError(`${endpointsFrom} is empty`);
+  for (const e of endpoints) checkHostPort(e, endpointsFrom);
+  return endpoints;
 }
 
 /** --cacert, --cert and --key (or CAIRN_CACERT, CAIRN_CERT, CAIRN_KEY), read. */
@@ -447,6 +466,7 @@ export async function runCommand(
   argv: readonly string[],
   io: Io,
   body: (ctx: CommandContext) => Promise<number>,
+  reach: Reach = "grpc",
 ): Promise<number> {
   let client: CairnClient | undefined;
   try {
@@ -455,7 +475,7 @@ export async function runCommand(
       io.stdout.write(help);
       return EXIT.ok;
     }
-    const g = globals(values, io.env);
+    const g = globals(values, io.env, reach);
     return await body({
       values,
       positionals,

@@ -111,7 +111,8 @@ export const HEALTH_HELP = `Usage: cairn health [--quick] [options]
 
 Asks a node's HTTP server for its health report (GET /health; --quick: GET /health/quick).
 Exit 0 when healthy or degraded, 3 when unhealthy or unreachable, 5 when the answer is not a
-node's health report (another HTTP status, or a body that is not the report's JSON).
+node's health report (another HTTP status, or a body that is not the report's JSON). The HTTP
+server has neither TLS nor tokens: of the global options, only --output and --timeout apply.
 
 Options:
 ${HTTP_HELP}
@@ -187,6 +188,7 @@ export function health(argv: readonly string[], io: Io): Promise<number> {
       else io.stdout.write(formatHealth(report));
       return ok ? EXIT.ok : EXIT.unavailable;
     },
+    "http",
   );
 }
 
@@ -288,7 +290,8 @@ export const METRICS_HELP = `Usage: cairn metrics [--filter TEXT] [options]
 
 Prints a node's Prometheus metrics (GET /metrics). --output json gives one array of
 [{"name", "labels", "value", "line"}] samples ("line": the sample as the node wrote it; a
-value of +Inf or NaN is null there).
+value of +Inf or NaN is null there). The HTTP server has neither TLS nor tokens: of the global
+options, only --output and --timeout apply.
 
 Options:
 ${HTTP_HELP}
@@ -333,6 +336,7 @@ export function metrics(argv: readonly string[], io: Io): Promise<number> {
       else io.stdout.write(samples.map((s) => `${s.line}\n`).join(""));
       return EXIT.ok;
     },
+    "http",
   );
 }
 

@@ -127,3 +127,50 @@ describe("cairn health against answers that are not a node's report", () => {
     },
   );
 });
+
+describe("cairn health and metrics read only what they use", () => {
+  // They ask the HTTP server, which has neither TLS nor tokens: a profile's CAIRN_TOKEN beside
+  // off-host CAIRN_ENDPOINTS, or a CAIRN_CACERT that names no file, failed them with a usage
+  // error (exit 2) about a connection they never make.
+  const env = {
+    CAIRN_ENDPOINTS: "10.0.0.5:7447",
+    CAIRN_TOKEN: "a-token-of-the-grpc-commands",
+    CAIRN_CACERT: "/nonexistent/ca.crt",
+  };
+
+  it("health: the gRPC commands' endpoints, TLS files and token are not read", async () => {
+    next = { status: 200, body: JSON.stringify(report) };
+    const got = await runInProcess(run, ["health", "--http-endpoint", endpoint], { env });
+    assert.equal(got.code, 0, got.err);
+    assert.match(got.out, /^status: healthy/);
+    const flags = await runInProcess(run, [
+      "health",
+      "--http-endpoint",
+      endpoint,
+      "--endpoints",
+      "10.0.0.5:7447",
+      "--token",
+      "a-token-of-the-grpc-commands",
+    ]);
+    assert.equal(flags.code, 0, flags.err);
+  });
+
+  it("metrics: the same", async () => {
+    next = { status: 200, body: "raft_term 2\n" };
+    const got = await runInProcess(run, ["metrics", "--http-endpoint", endpoint], { env });
+    assert.equal(got.code, 0, got.err);
+    assert.equal(got.out, "raft_term 2\n");
+  });
+
+  it("--output and --timeout still apply, and a bad one is still a usage error", async () => {
+    next = { status: 200, body: JSON.stringify(report) };
+    const json = await runInProcess(run, ["health", "--http-endpoint", endpoint, "-w", "json"], {
+      env,
+    });
+    assert.equal(json.code, 0, json.err);
+    assert.equal(JSON.parse(json.out).status, "healthy");
+    const bad = await runInProcess(run, ["metrics", "--http-endpoint", endpoint, "--timeout", "0"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /--timeout must be a whole number/);
+  });
+});
