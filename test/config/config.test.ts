@@ -580,6 +580,27 @@ describe("cairn.example.yaml", () => {
       assert.notEqual(node, undefined, `${spec.key} is missing from cairn.example.yaml`);
     }
   });
+
+  it("names each key's environment variable and, where it has one, its flag", () => {
+    const lines = text.split("\n");
+    for (const spec of CONFIG_KEYS) {
+      const env = new RegExp(`\\b${spec.env}\\b`);
+      const at = lines.findIndex((l) => /^\s*#/.test(l) && env.test(l));
+      assert.ok(at >= 0, `cairn.example.yaml names ${spec.env} (${spec.key})`);
+      // Its comment: the comment lines around it, up to a key's line (`# gossip_key_file: …`,
+      // a key left commented out, ends the comment above it).
+      const prose = (l: string | undefined): boolean =>
+        l !== undefined && /^\s*#/.test(l) && !/^\s*# ?[a-z_]+: /.test(l);
+      let first = at;
+      while (prose(lines[first - 1])) first--;
+      let last = at;
+      while (prose(lines[last + 1])) last++;
+      const block = lines.slice(first, last + 1).join("\n");
+      if (spec.flag !== undefined)
+        assert.match(block, new RegExp(`--${spec.flag}\\b`), `${spec.key}: flag --${spec.flag}`);
+      else assert.doesNotMatch(block, /\bflag --/, `${spec.key} has no flag`);
+    }
+  });
 });
 
 describe("addresses", () => {
