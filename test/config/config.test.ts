@@ -599,6 +599,17 @@ describe("cairn.example.yaml", () => {
       if (spec.flag !== undefined)
         assert.match(block, new RegExp(`--${spec.flag}\\b`), `${spec.key}: flag --${spec.flag}`);
       else assert.doesNotMatch(block, /\bflag --/, `${spec.key} has no flag`);
+      // A key with bounds gives them (`16..1000000`, `1MiB..1GiB`) as the schema has them.
+      const bounds = /between (\S+) and (\S+?)(?: bytes| \(|$)/.exec(spec.expect);
+      if (bounds !== null) {
+        const given = [...block.matchAll(/(\d+(?:[KMG]iB)?)\.\.(\d+(?:[KMG]iB)?)/g)].map(
+          (m) => `${parseBytes(m[1])}..${parseBytes(m[2])}`,
+        );
+        assert.ok(
+          given.includes(`${parseBytes(bounds[1])}..${parseBytes(bounds[2])}`),
+          `${spec.key}: ${given.join(", ") || "no bounds"} in cairn.example.yaml, ${spec.expect} in the schema`,
+        );
+      }
     }
   });
 });
