@@ -63,6 +63,7 @@ import {
   RESPONSE_FIELDS,
   statusFields,
   unaryFramed,
+  MessageTooLargeError,
   WireError,
 } from "./grpc-wire.ts";
 import { deadlineClock, dupFd, IntMap } from "../common/index.ts";
@@ -439,6 +440,27 @@ export function serveFrontEnd(
     stream.sendHeaders(encodeHeaders(statusFields(code, details, pairs, true)), true);
   }
 
+  /**
+   * Ends a call whose request the wire refused. A client's request past limits.max_message_bytes
+   * is INVALID_ARGUMENT naming the limit (design.md §2), as a key or a value past theirs is:
+   * grpc-js's RESOURCE_EXHAUSTED "Received message larger than max (5242892 vs. 4194304)"
+   * named no setting, and read as the node's back-pressure. A peer's keeps grpc-js's answer.
+   */
+  function refuseWire(stream: ServerStream, err: WireError, client: boolean): void {
+    if (!client || !(err instanceof MessageTooLargeError)) {
+      respondStatus(stream, err.code, err.message, null);
+      return;
+    }
+    const what =
+      err.size === null ? `inflates to more than ${err.max} bytes` : `is ${err.size} bytes`;
+    respondStatus(
+      stream,
+      status.INVALID_ARGUMENT,
+      `the request message ${what}; the limit is ${err.max} bytes (limits.max_message_bytes)`,
+      [[ERROR_CODE_KEY, "CAIRN_ERR_INVALID_ARGUMENT"]],
+    );
+  }
+
   // ── unary calls: handed to the main thread ───────────────────────────────────────────────────
 
   let nextId = 1;
@@ -653,6 +675,7 @@ export function serveFrontEnd(
     deadline: number,
     body: Buffer,
     maxReceive: number,
+    client: boolean,
     inflated: () => void,
   ): () => void {
     const connection = stream.connection;
@@ -679,7 +702,7 @@ export function serveFrontEnd(
         inflated();
         startNext();
         if (stream.closed) return;
-        if (err !== null) respondStatus(stream, err.code, err.message, null);
+        if (err !== null) refuseWire(stream, err, client);
         else dispatch(stream, method, deadline, plain as Buffer);
         dispatchReady();
         calls.schedule();
@@ -694,7 +717,8 @@ export function serveFrontEnd(
     };
   }
 
-  function unary(stream: ServerStream, method: number, maxReceive: number): void {
+  /** `client`: not a peer's method (its size limit is limits.max_message_bytes). */
+  function unary(stream: ServerStream, method: number, maxReceive: number, client: boolean): void {
     // A call's grpc-timeout counts from its headers, as its client counts it (and grpc-js's
     // server): from its last byte, a request slow to arrive (a large Put on a slow link) ran,
     // and a write applied, after its client had given up on it.
@@ -748,22 +772,20 @@ export function serveFrontEnd(
     stream.onEnd = () => {
       let framed: Buffer;
       try {
-        if (size > maxReceive + 5) {
-          throw new WireError(
-            status.RESOURCE_EXHAUSTED,
-            `Received message larger than max (${size - 5} vs. ${maxReceive})`,
-          );
-        }
+        if (size > maxReceive + 5) throw new MessageTooLargeError(size - 5, maxReceive);
         framed = unaryFramed(chunks, maxReceive);
       } catch (err) {
         release();
-        const wire = err instanceof WireError;
-        respondStatus(
-          stream,
-          wire ? err.code : status.INTERNAL,
-          wire ? err.message : `could not read the request: ${String(err)}`,
-          null,
-        );
+        if (err instanceof WireError) {
+          refuseWire(stream, err, client);
+        } else {
+          respondStatus(
+            stream,
+            status.INTERNAL,
+            `could not read the request: ${String(err)}`,
+            null,
+          );
+        }
         return;
       } finally {
         // The stream lives until its answer, and this closure with it: the chunks go now.
@@ -798,6 +820,7 @@ export function serveFrontEnd(
           deadline,
           framed.subarray(5),
           maxReceive,
+          client,
           release,
         );
       }
@@ -1284,7 +1307,7 @@ export function serveFrontEnd(
         null,
       );
     } else if (method.unary) {
-      unary(stream, method.index, method.maxReceive);
+      unary(stream, method.index, method.maxReceive, !method.peer);
     } else if (method.peer) {
       const opening = openPeerCall(stream, method.openingMax);
       if (opening !== null && !rawStream(stream, method.index, method.maxReceive, opening)) {

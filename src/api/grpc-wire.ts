@@ -152,6 +152,27 @@ export class WireError extends Error {
 }
 
 /**
+ * A message past the receive limit, answered as grpc-js answers it (RESOURCE_EXHAUSTED
+ * "Received message larger than max"); `size` is its length, null when only its inflating
+ * passed the limit. The front end answers a client's own way (front-end.ts, refuseWire).
+ */
+export class MessageTooLargeError extends WireError {
+  readonly size: number | null;
+  readonly max: number;
+
+  constructor(size: number | null, max: number) {
+    super(
+      status.RESOURCE_EXHAUSTED,
+      size === null
+        ? `Received message larger than max (decompressed, vs. ${max})`
+        : `Received message larger than max (${size} vs. ${max})`,
+    );
+    this.size = size;
+    this.max = max;
+  }
+}
+
+/**
  * The one message of a unary request: `chunks` are the request's DATA, `encoding` its
  * `grpc-encoding`. Throws WireError for anything else than exactly one message within `max`.
  */
@@ -174,12 +195,7 @@ export function unaryFramed(chunks: readonly Buffer[], max: number): Buffer {
     throw new WireError(status.INTERNAL, "the request has no complete message");
   }
   const length = data.readUInt32BE(1);
-  if (length > max) {
-    throw new WireError(
-      status.RESOURCE_EXHAUSTED,
-      `Received message larger than max (${length} vs. ${max})`,
-    );
-  }
+  if (length > max) throw new MessageTooLargeError(length, max);
   if (data.length !== 5 + length) {
     throw new WireError(status.INTERNAL, "a unary request must carry exactly one message");
   }
@@ -207,13 +223,7 @@ export function inflateMessage(
     if (err === null) {
       done(null, out);
     } else if ((err as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE") {
-      done(
-        new WireError(
-          status.RESOURCE_EXHAUSTED,
-          `Received message larger than max (decompressed, vs. ${max})`,
-        ),
-        null,
-      );
+      done(new MessageTooLargeError(null, max), null);
     } else {
       done(
         new WireError(status.INTERNAL, `could not decompress the message: ${err.message}`),
@@ -331,12 +341,7 @@ export class MessageReader {
   #lengthOf(prefix: Buffer): number {
     if (prefix[0] !== 0) throw compressedRefused();
     const length = prefix.readUInt32BE(1);
-    if (length > this.#limit) {
-      throw new WireError(
-        status.RESOURCE_EXHAUSTED,
-        `Received message larger than max (${length} vs. ${this.#limit})`,
-      );
-    }
+    if (length > this.#limit) throw new MessageTooLargeError(length, this.#limit);
     return length;
   }
 }
@@ -398,12 +403,7 @@ export class MessageSizeGuard {
       this.#prefixAt = 0;
       if (this.#prefix[0] !== 0 && !this.#compressed) throw compressedRefused();
       const length = this.#prefix.readUInt32BE(1);
-      if (length > this.#limit) {
-        throw new WireError(
-          status.RESOURCE_EXHAUSTED,
-          `Received message larger than max (${length} vs. ${this.#limit})`,
-        );
-      }
+      if (length > this.#limit) throw new MessageTooLargeError(length, this.#limit);
       this.#bodyLeft = length;
       if (length === 0) this.#passed();
     }

@@ -463,7 +463,7 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
     await assertUnharmed(node, report, BOUNDS);
   });
 
-  it("gzip bombs (6 KB gzip → 6 MiB): refused with RESOURCE_EXHAUSTED, other clients unaffected", async () => {
+  it("gzip bombs (6 KB gzip → 6 MiB): refused with INVALID_ARGUMENT, other clients unaffected", async () => {
     await node.ensure();
     const inflated = putRequest(b("bomb"), Buffer.alloc(6 << 20));
     const bomb = gzipSync(inflated, { level: 9 });
@@ -518,7 +518,8 @@ describe("front end under attack (real node, rpc.io_threads 0)", { timeout: 300_
       return statuses;
     });
     assert.equal(result.length, CONNECTIONS * PER_CONNECTION, "every bomb was answered");
-    for (const code of result) assert.equal(code, status.RESOURCE_EXHAUSTED);
+    // Past limits.max_message_bytes once inflated: the client's mistake (design.md §2).
+    for (const code of result) assert.equal(code, status.INVALID_ARGUMENT);
     await assertUnharmed(node, report, BOUNDS);
   });
 
@@ -993,7 +994,8 @@ describe(
         .then(() => null)
         .catch((e: unknown) => e as { code: number; details: string });
       assert.ok(err !== null, "a 6 MiB Put fails");
-      assert.equal(err.code, status.RESOURCE_EXHAUSTED, err.details);
+      assert.equal(err.code, status.INVALID_ARGUMENT, err.details);
+      assert.match(err.details, /the limit is 4194304 bytes \(limits\.max_message_bytes\)/);
       await node.assertAlive();
     });
   },

@@ -164,6 +164,33 @@ for (const [setting, env] of [
       assert.ok(count("invalid") >= cases.length, `${count("invalid")} invalid requests counted`);
     });
 
+    it("refuses a request past limits.max_message_bytes with INVALID_ARGUMENT naming the limit", async () => {
+      // design.md §2: a request-size limit broken is INVALID_ARGUMENT with a message naming the
+      // limit, as for a key or a value; sent whole, and gzip-compressed to a few KiB that
+      // inflate past it.
+      await c.call(c.kv, "Put", { key: b("sized"), value: b("original") });
+      const zipped = connect(server.rpc, { "grpc.default_compression_algorithm": 2 });
+      try {
+        for (const [how, client] of [
+          ["whole", c],
+          ["gzip", zipped],
+        ] as const) {
+          const err = grpcError(
+            await client
+              .call(client.kv, "Put", { key: b("sized"), value: Buffer.alloc(5 * 1024 * 1024, 7) })
+              .catch((e: unknown) => e),
+          );
+          assert.equal(err.code, status.INVALID_ARGUMENT, `${how}: ${err.details}`);
+          assert.match(err.details, /the limit is 4194304 bytes \(limits\.max_message_bytes\)/);
+          assert.deepEqual(err.metadata.get("cairn-error-code"), ["CAIRN_ERR_INVALID_ARGUMENT"]);
+        }
+      } finally {
+        zipped.close();
+      }
+      const got = await c.call(c.kv, "Get", { key: b("sized") });
+      assert.equal((got["value"] as Buffer).toString(), "original");
+    });
+
     it("scans in key order across shards, by range, prefix and pages", async () => {
       const keys = Array.from({ length: 40 }, (_, i) => `scan/${String(i).padStart(2, "0")}`);
       await Promise.all(keys.map((k) => c.call(c.kv, "Put", { key: b(k), value: b(`v:${k}`) })));
