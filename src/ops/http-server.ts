@@ -10,8 +10,9 @@
  * | other method        | 405 with `Allow: GET, HEAD`                                             |
  *
  * HEAD is answered like GET without a body (HTTP semantics; probes sometimes use it). Query
- * strings are ignored. Every handler failure is answered 500 and logged at ERROR (at most 10
- * lines per 10 s for each route, the next one saying how many were left out). Each of the
+ * strings are ignored. Every handler failure is answered 500 and logged at ERROR: at most 10
+ * lines per 10 s for each route, and those left out are counted on one line when the window
+ * ends (or the server closes), so that none goes unsaid. Each of the
  * three answers is rendered for every request that arrived before the render began, and at most
  * a tenth of the time (shared-render.ts): a flood of them waits, it does not take the node's CPU.
  * A connection holds OPS_HTTP_MAX_PIPELINED requests in flight at most.
@@ -50,6 +51,8 @@ export interface OpsHttpServerOptions {
   readonly logger: Logger;
   /** Longest wait for HealthSource.report(); past it GET /health answers 500. Default 5000. */
   readonly reportTimeoutMs?: number;
+  /** The window of failureLogs (10 lines at most per route in it). Default 10_000. */
+  readonly failureLogWindowMs?: number;
   /** The setting named in bind errors. Default "http_addr". */
   readonly setting?: string;
   /**
@@ -117,6 +120,12 @@ export class OpsHttpServer {
    * looping on an endpoint that fails must not write one ERROR line, stack and all, per request.
    */
   readonly #failureLogs = new Map<string, LogWindow>();
+  /**
+   * Per route, the failures left out of its window, to be counted on one line when the window
+   * ends: said only on the next line written, a burst of failures and then none left most of
+   * them in no line at all (contract §7 rule 1: every handler failure is logged).
+   */
+  readonly #leftOut = new Map<string, { timer: NodeJS.Timeout; path: string; err: unknown }>();
 
   constructor(options: OpsHttpServerOptions) {
     this.#options = options;
@@ -222,6 +231,7 @@ export class OpsHttpServer {
   close(deadlineMs = 5_000): Promise<void> {
     if (this.#closed !== undefined) return this.#closed;
     this.#closing = true;
+    for (const route of [...this.#leftOut.keys()]) this.#logLeftOut(route);
     this.#closed = new Promise<void>((resolve) => {
       if (!this.#server.listening) {
         this.#destroySockets();
@@ -413,12 +423,25 @@ export class OpsHttpServer {
     // Keyed by route, never by the client's path: the map stays at four windows.
     const route = ROUTES.has(path) ? path : "";
     let window = this.#failureLogs.get(route);
-    if (window === undefined) this.#failureLogs.set(route, (window = new LogWindow()));
+    if (window === undefined) {
+      window = new LogWindow(10, this.#options.failureLogWindowMs ?? 10_000);
+      this.#failureLogs.set(route, window);
+    }
     const skipped = window.admit();
     if (skipped !== null) {
       const fields: Record<string, unknown> = { path, err };
       if (skipped > 0) fields["not_logged_before"] = skipped;
       this.#log.error("http handler failed", fields);
+    } else {
+      const pending = this.#leftOut.get(route);
+      if (pending !== undefined) {
+        pending.path = path;
+        pending.err = err;
+      } else {
+        const timer = setTimeout(() => this.#logLeftOut(route), window.msLeft());
+        timer.unref(); // a count still to write must not keep a stopping process alive
+        this.#leftOut.set(route, { timer, path, err });
+      }
     }
     try {
       if (shape === "json") this.#send(res, 500, JSON_TYPE, JSON.stringify({ error: message }));
@@ -426,6 +449,21 @@ export class OpsHttpServer {
     } catch {
       res.destroy(); // the response cannot be written any more: drop the connection
     }
+  }
+
+  /** Writes the count of `route`'s failures left out of its window, with the last one's error. */
+  #logLeftOut(route: string): void {
+    const pending = this.#leftOut.get(route);
+    if (pending === undefined) return;
+    this.#leftOut.delete(route);
+    clearTimeout(pending.timer);
+    const count = this.#failureLogs.get(route)?.takeLeftOut() ?? 0;
+    if (count === 0) return; // said already, on a line written since
+    this.#log.error("http handler failures not logged one by one", {
+      path: pending.path,
+      not_logged: count,
+      err: pending.err,
+    });
   }
 
   #send(res: ServerResponse, status: number, contentType: string, body: string | Buffer): void {

@@ -365,9 +365,19 @@ export class LogWindow {
       return null;
     }
     this.#logged++;
+    return this.takeLeftOut();
+  }
+
+  /** The lines left out since the last one written, from now on said (by the caller's line). */
+  takeLeftOut(): number {
     const skipped = this.#suppressed;
     this.#suppressed = 0;
     return skipped;
+  }
+
+  /** Milliseconds until the current window ends (0 when it has). */
+  msLeft(): number {
+    return Math.max(0, this.#windowStart + this.#windowMs - this.#now());
   }
 }
 

@@ -159,6 +159,40 @@ describe("GET /health", () => {
     assert.ok(lines.length >= 1 && lines.length <= 10, `${lines.length} ERROR lines`);
   });
 
+  it("accounts for every failure in the log: those left out are counted once their window ends", async () => {
+    // Contract §7 rule 1: every handler failure is logged at error level. The lines left out of
+    // a window were said only on the next line written: a burst of 40 failures, then none,
+    // left 30 of them in no log line at all.
+    const h = await startServer({ failureLogWindowMs: 300 });
+    h.health.report = () => Promise.reject(new Error("shard 7: engine closed"));
+    for (let i = 0; i < 40; i++) {
+      const res = await fetch(`${h.base}/health`);
+      assert.equal(res.status, 500);
+      await res.arrayBuffer();
+    }
+    const accounted = (): number =>
+      errorLines(h.logs).reduce((n, l) => {
+        const fields = l["fields"] as Record<string, unknown>;
+        return n + (typeof fields["not_logged"] === "number" ? fields["not_logged"] : 1);
+      }, 0);
+    const deadline = performance.now() + 3_000;
+    while (accounted() < 40 && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(accounted(), 40, "failures logged, or counted as not logged");
+    assert.ok(errorLines(h.logs).length <= 11, `${errorLines(h.logs).length} ERROR lines`);
+    // Left out at a close, before their window ended: counted by the close.
+    const g = await startServer();
+    g.health.report = () => Promise.reject(new Error("shard 7: engine closed"));
+    for (let i = 0; i < 15; i++) await (await fetch(`${g.base}/health`)).arrayBuffer();
+    await g.server.close();
+    const closed = errorLines(g.logs).reduce((n, l) => {
+      const fields = l["fields"] as Record<string, unknown>;
+      return n + (typeof fields["not_logged"] === "number" ? fields["not_logged"] : 1);
+    }, 0);
+    assert.equal(closed, 15);
+  });
+
   it("answers 500 when the report cannot be serialised", async () => {
     const h = await startServer();
     h.health.report = () => Promise.resolve({ ...REPORT, uptime_seconds: 1n as unknown as number });
