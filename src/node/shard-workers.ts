@@ -341,8 +341,12 @@ export class ShardWorkersNode implements HealthSource {
   async #closeAll(): Promise<void> {
     const started = performance.now();
     const drainMs = this.config.shutdown.drain_timeout_ms;
-    await stopWorkers(this.#workers, drainMs, this.#log);
-    await this.#http?.close(Math.max(0, drainMs - (performance.now() - started)));
+    // The HTTP server stops once the workers have drained and before they close, as a node
+    // without workers stops it before its shards: a report or scrape in flight asks the
+    // workers, and one still running as they ended was answered 500, logged at ERROR.
+    await stopWorkers(this.#workers, drainMs, this.#log, STOP_GRACE_MS, () =>
+      this.#http?.close(Math.max(0, drainMs - (performance.now() - started))),
+    );
     this.#lock?.release();
     this.#log.info("node stopped", { node_id: this.config.node_id });
   }
@@ -350,7 +354,8 @@ export class ShardWorkersNode implements HealthSource {
 
 /**
  * Stops the workers' threads: every worker drains its gRPC server (within `drainMs` and
- * CLOSE_GRACE_MS), then every worker closes its shards, within `stopGraceMs`; a worker that has
+ * CLOSE_GRACE_MS), then `drainedHook` runs (the node stops its HTTP server: it asks the
+ * workers), then every worker closes its shards, within `stopGraceMs`; a worker that has
  * not stopped by then (its event loop stuck, or a close that never ends) is terminated, and
  * logged: a stop must end, and its shards are left as a crash leaves them (what it acknowledged
  * is in its WAL, replayed at the next start). Resolves once every thread has ended.
@@ -360,6 +365,7 @@ export async function stopWorkers(
   drainMs: number,
   log: Logger,
   stopGraceMs = STOP_GRACE_MS,
+  drainedHook: () => Promise<void> | undefined = () => undefined,
 ): Promise<void> {
   // A worker that died (the usual reason for a stop after a failure) neither drains nor stops:
   // the others still do, and every thread is ended.
@@ -374,6 +380,7 @@ export async function stopWorkers(
   for (const w of workers) w.send({ type: "stop" });
   // A worker whose drain failed must not hold the others' shards open for ever.
   await within(Promise.all(drained), drainMs + CLOSE_GRACE_MS);
+  await drainedHook();
   for (const w of workers) w.send({ type: "close" });
   await within(Promise.all(stopped), stopGraceMs);
   for (const w of stopping) {
