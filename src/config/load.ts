@@ -1,7 +1,7 @@
 /**
  * Loading the configuration: defaults < YAML file (`--config`) < environment (`CAIRN_*`) <
  * command-line flags. Every value is checked against its key's schema in the layer it came from,
- * so an error names the key and the source that set it:
+ * one a later layer overrides too, so an error names the key and the source that set it:
  *
  *   config error: cluster.total_shards (from cairn.yaml): must be an integer between 1 and 65536, got "abc"
  *
@@ -195,10 +195,21 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
     readFile(path, named, settings, issues);
   }
 
+  // The values a later source replaced: checked too (design.md §2: bad values are refused at
+  // start), or a file's bad value was taken without a word while a variable hid it.
+  const overridden: { key: string; setting: Setting; by: string }[] = [];
+  const override = (key: string, setting: Setting): void => {
+    const before = settings.get(key);
+    if (before !== undefined && before.origin !== "default") {
+      overridden.push({ key, setting: before, by: setting.source });
+    }
+    settings.set(key, setting);
+  };
+
   for (const spec of KEYS) {
     const raw = env[spec.env];
     if (raw === undefined || (raw === "" && spec.kind !== "list")) continue;
-    settings.set(spec.key, { value: coerce(spec, raw), source: `env ${spec.env}`, origin: "env" });
+    override(spec.key, { value: coerce(spec, raw), source: `env ${spec.env}`, origin: "env" });
   }
 
   for (const [name, raw] of Object.entries(flags)) {
@@ -214,16 +225,17 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
       });
       continue;
     }
-    settings.set(spec.key, { value: coerce(spec, raw), source: `flag --${name}`, origin: "flag" });
+    override(spec.key, { value: coerce(spec, raw), source: `flag --${name}`, origin: "flag" });
   }
 
   const values = new Map<string, unknown>();
-  for (const [key, setting] of settings) {
+  const winners = [...settings].map(([key, setting]) => ({ key, setting, by: null }));
+  for (const { key, setting, by } of [...winners, ...overridden]) {
     const spec = KEY_BY_NAME.get(key);
     if (spec === undefined) continue;
     const parsed = spec.schema.safeParse(setting.value);
     if (parsed.success) {
-      values.set(key, parsed.data);
+      if (by === null) values.set(key, parsed.data);
     } else {
       const custom = parsed.error.issues.find(
         (i) => i.code === "custom" && i.params?.["useExpect"] !== true,
@@ -237,7 +249,8 @@ export function loadConfig(options: LoadConfigOptions = {}): CairnConfig {
         (unparsed
           ? `${spec.expect}, written as a whole number of bytes, or with B, KiB, MiB or GiB (binary units: not MB or GB)`
           : spec.expect);
-      issues.push(issue(key, setting.source, `${text}, got ${show(setting.value)}`));
+      const source = by === null ? setting.source : `${setting.source}, overridden by ${by}`;
+      issues.push(issue(key, source, `${text}, got ${show(setting.value)}`));
     }
   }
 

@@ -195,6 +195,30 @@ describe("loadConfig", () => {
     );
   });
 
+  it("refuses a bad value that a later source overrides, naming both", () => {
+    // design.md §2: bad values are rejected at start. A file's `total_shards: abc` was taken
+    // without a word while CAIRN_CLUSTER_TOTAL_SHARDS hid it, and refused only on the start
+    // without the variable; so was a bad variable that a flag hid.
+    const path = yamlFile("cluster:\n  total_shards: abc\n");
+    const err = configError(() =>
+      loadConfig({
+        configPath: path,
+        env: { CAIRN_CLUSTER_TOTAL_SHARDS: "64", CAIRN_NODE_ID: "bad id!" },
+        flags: { "node-id": "n1" },
+      }),
+    );
+    assert.deepEqual(err.message.split("\n"), [
+      `config error: cluster.total_shards (from ${path}, overridden by env CAIRN_CLUSTER_TOTAL_SHARDS): must be an integer between 1 and 65536, got "abc"`,
+      `config error: node_id (from env CAIRN_NODE_ID, overridden by flag --node-id): must be 1 to 128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit, got "bad id!"`,
+    ]);
+    // Good values at every layer: the last wins, as before.
+    const ok = loadConfig({
+      configPath: yamlFile("cluster:\n  total_shards: 128\n"),
+      env: { CAIRN_CLUSTER_TOTAL_SHARDS: "64" },
+    });
+    assert.equal(ok.cluster.total_shards, 64);
+  });
+
   it("names the environment variable and the flag", () => {
     const env = configError(() => loadConfig({ env: { CAIRN_CLUSTER_TOTAL_SHARDS: "0" } }));
     assert.match(
