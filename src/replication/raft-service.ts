@@ -407,6 +407,11 @@ export function createRaftService(
           callback(refusal);
           return;
         }
+        const shardsProblem = scanShardsProblem(r.shard_ids);
+        if (shardsProblem !== null) {
+          callback({ code: status.INVALID_ARGUMENT, details: shardsProblem });
+          return;
+        }
         const maxBytes = Number(r.max_bytes);
         // An asker of an earlier build (no max_bytes) pages by count only.
         const countOnly = !(maxBytes > 0);
@@ -449,6 +454,24 @@ export function createRaftService(
       }
     },
   };
+}
+
+/**
+ * Why a ScanShards call's shards are refused, or null. An honest asker names each shard it asks
+ * of this node once (Scanner groups a scan's shards by node), and a cluster has at most
+ * MAX_READ_INDEX_SHARDS. Each id named is opened, pinned at a snapshot and read as a cursor of
+ * its own: a forged call that named a million copies of one shard (~1 MB on the wire) made a
+ * million of each.
+ */
+function scanShardsProblem(ids: readonly number[]): string | null {
+  if (ids.length > MAX_READ_INDEX_SHARDS)
+    return `${ids.length} shards in one ScanShards call; at most ${MAX_READ_INDEX_SHARDS}`;
+  const seen = new Set<number>();
+  for (const id of ids) {
+    if (seen.has(id)) return `shard ${id} twice in one ScanShards call`;
+    seen.add(id);
+  }
+  return null;
 }
 
 /**

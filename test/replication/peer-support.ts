@@ -166,7 +166,7 @@ export function transportTo(
  */
 export function rawUnary(
   address: string,
-  name: "ReadIndex" | "ConfirmTerms",
+  name: "ReadIndex" | "ConfirmTerms" | "ScanShards",
   request: object,
   peer: string | null = "n1",
 ): Promise<ServiceError | null> {

@@ -88,6 +88,46 @@ describe("createRaftService", () => {
     }
   });
 
+  it("refuses a scan's share naming more shards than a cluster has, or one shard twice (INVALID_ARGUMENT), before it scans", async () => {
+    // An honest asker names each shard it asks of this node once, and a cluster has at most
+    // 65,536. A forged call named any number, each opened, pinned at a snapshot and read as a
+    // cursor of its own: 1,000,000 copies of shard 1 (~1 MB on the wire) made as many.
+    const scanned: number[] = [];
+    const server = await countingServer(startRaftServer, {
+      scanShards: (shards) => {
+        scanned.push(shards.length);
+        return Promise.resolve({ items: [], more: false });
+      },
+    });
+    const scan = { cluster_id: "c1", start: Buffer.alloc(0), limit: 10, max_bytes: 1000 };
+    try {
+      const many = await rawUnary(server.address, "ScanShards", {
+        ...scan,
+        shard_ids: Array.from({ length: 65_537 }, (_, i) => i),
+      });
+      assert.equal(many?.code, status.INVALID_ARGUMENT, "65,537 shards scanned");
+      assert.match(many?.details ?? "", /65537 shards in one ScanShards call; at most 65536/);
+      const twice = await rawUnary(server.address, "ScanShards", {
+        ...scan,
+        shard_ids: Array.from({ length: 65_536 }, () => 1),
+      });
+      assert.equal(twice?.code, status.INVALID_ARGUMENT, "65,536 copies of one shard scanned");
+      assert.match(twice?.details ?? "", /shard 1 twice in one ScanShards call/);
+      const again = await rawUnary(server.address, "ScanShards", { ...scan, shard_ids: [3, 1, 3] });
+      assert.match(again?.details ?? "", /shard 3 twice/);
+      assert.deepEqual(scanned, []);
+      // Every shard of the largest cluster, each once, is a scan.
+      const all = await rawUnary(server.address, "ScanShards", {
+        ...scan,
+        shard_ids: Array.from({ length: 65_536 }, (_, i) => i),
+      });
+      assert.equal(all, null);
+      assert.deepEqual(scanned, [65_536]);
+    } finally {
+      server.stop();
+    }
+  });
+
   it("a refusal reaches the calling node with its status, leader hint and error code", async () => {
     const refusals: unknown[] = [
       new NotLeaderError(nodeId("n3")),
