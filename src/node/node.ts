@@ -432,6 +432,8 @@ export class CairnNode implements HealthSource {
     const storageLog = log.child("storage");
     // A peer decides how many malformed appends come: their lines are rate-limited.
     const malformedLogs = new LogWindow();
+    // And how many messages for shards not known here come past the held ones' bound.
+    const heldDropLogs = new LogWindow();
     const cluster = this.#cluster;
     const cell = this.#cell;
     let opened: MultiRaft | null = null;
@@ -635,6 +637,14 @@ export class CairnNode implements HealthSource {
               reason,
               ...(skipped > 0 ? { not_logged_before: skipped } : {}),
             },
+          );
+        },
+        heldMessageDropped(from, shard) {
+          const skipped = heldDropLogs.admit();
+          if (skipped === null) return;
+          raftLog.warn(
+            "a peer's message for a shard this node does not know it replicates was dropped: the messages held for such shards are at their bound (4,096, 64 MiB); a new shard's first messages are a few, so a peer sends many more, or posed as a member",
+            { peer: from, shard_id: shard, ...(skipped > 0 ? { not_logged_before: skipped } : {}) },
           );
         },
         shardRefilled(shard) {

@@ -265,6 +265,11 @@ export interface ReplicationObserver {
    * this build applies (`reason`). A leader of this build never sends one (Peers.receive).
    */
   malformedAppend?(from: string, shard: number, index: number, reason: string): void;
+  /**
+   * A message from node `from` for `shard`, which this node does not know it replicates, was
+   * dropped instead of held: the held messages were at their bound (Peers.receive).
+   */
+  heldMessageDropped?(from: string, shard: number): void;
   /** The shard's state was replaced by its leader's snapshot (a replica far behind, or new). */
   snapshotInstalled?(shard: number, index: number, bytes: number): void;
   /**

@@ -21,6 +21,14 @@ import { releaseSnapshot } from "./snapshot-pins.ts";
 const HELD_MESSAGE_MS = 3_000;
 /** At most this many such messages are held, over every shard; more are dropped. */
 const HELD_MESSAGES_MAX = 4_096;
+/**
+ * At most this many bytes of entries (and in-memory snapshot images) are held, over every shard;
+ * a message that would take them past it is dropped. The count alone let a caller posing as a
+ * member (handshake.ts takes one it does not know) have 4,096 appends of up to 64 MiB held, for
+ * 3 s at a time: 200 appends of 1 MiB held 200 MiB. An honest new group's first messages are
+ * votes, a timeout-now and its first appends: a Put of the largest value fits.
+ */
+const HELD_BYTES_MAX = 64 * 1024 * 1024;
 
 /** What the peers' side needs of the driver. */
 export interface PeersHost {
@@ -53,6 +61,8 @@ export class Peers {
   /** Messages for shards not known here to be replicated yet, by shard (see receive). */
   readonly #held = new Map<number, { readonly since: number; readonly messages: Message[] }>();
   #heldCount = 0;
+  /** The bytes of the held messages' entries and images (heldBytes). */
+  #heldBytes = 0;
 
   constructor(host: PeersHost) {
     this.#host = host;
@@ -62,7 +72,7 @@ export class Peers {
    * Messages from node `from`, delivered to their groups at the next round. A message for a
    * shard not open here opens it if this node is one of its replicas (a new group's first
    * messages reach a replica before any client request does). One for a shard this node does
-   * not know it replicates is held (bounded: HELD_MESSAGES_MAX, HELD_MESSAGE_MS) until
+   * not know it replicates is held (bounded: HELD_MESSAGES_MAX, HELD_BYTES_MAX, HELD_MESSAGE_MS) until
    * replicasChanged() finds that it does, then delivered, else dropped: a new shard's first
    * messages (its creator's timeout-now, a candidate's votes) often outrun the create-shard
    * entry's commit at this node's replica of the meta group. Dropped, each cost an election
@@ -105,7 +115,7 @@ export class Peers {
         continue;
       }
       if (this.#replicatesHere(id)) this.#deliver(id, message);
-      else this.#hold(id, message);
+      else this.#hold(from, id, message);
     }
     if (stale !== null) this.#host.options.onStaleReplica?.(from, stale);
   }
@@ -147,6 +157,7 @@ export class Peers {
       if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
       this.#held.delete(id);
       this.#heldCount -= held.messages.length;
+      for (const m of held.messages) this.#heldBytes -= heldBytes(m);
       for (const m of held.messages) {
         if (replica) this.#deliver(id, m);
         else releaseSnapshot(m);
@@ -183,8 +194,14 @@ export class Peers {
     );
   }
 
-  #hold(id: number, message: Message): void {
-    if (this.#host.options.transport === undefined || this.#heldCount >= HELD_MESSAGES_MAX) {
+  #hold(from: string, id: number, message: Message): void {
+    if (this.#host.options.transport === undefined) {
+      releaseSnapshot(message);
+      return;
+    }
+    const bytes = heldBytes(message);
+    if (this.#heldCount >= HELD_MESSAGES_MAX || this.#heldBytes + bytes > HELD_BYTES_MAX) {
+      this.#host.options.observer?.heldMessageDropped?.(from, id);
       releaseSnapshot(message);
       return;
     }
@@ -193,8 +210,9 @@ export class Peers {
       held = { since: this.#host.clock.now(), messages: [] };
       this.#held.set(id, held);
     }
-    held.messages.push(message);
+    held.messages.push(ownEntries(message));
     this.#heldCount++;
+    this.#heldBytes += bytes;
   }
 
   /**
@@ -223,6 +241,25 @@ export class Peers {
   dropExpiredHeld(): void {
     if (this.#held.size > 0) this.replicasChanged();
   }
+}
+
+/** What a held message counts against HELD_BYTES_MAX: its entries' data, its image in memory. */
+function heldBytes(m: Message): number {
+  if (m.type === "snapshot") return m.snapshot.data.length;
+  if (m.type !== "append") return 0;
+  let bytes = 0;
+  for (const e of m.entries) bytes += e.data.length;
+  return bytes;
+}
+
+/**
+ * `m` with its entries' data copied: a decoded entry is a view of the frame it came in
+ * (frame-decode.ts), and a held one kept that whole frame (up to 128 MiB) alive for as long
+ * as it was held, whatever its own size.
+ */
+function ownEntries(m: Message): Message {
+  if (m.type !== "append" || m.entries.length === 0) return m;
+  return { ...m, entries: m.entries.map((e) => ({ ...e, data: new Uint8Array(e.data) })) };
 }
 
 /**

@@ -45,6 +45,8 @@ const msg = (to: string, term = 1): Message =>
 function harness(options: { replicates?: Set<number>; transport?: boolean } = {}) {
   /** What the observer heard of dropped appends: `from shard index reason`. */
   const malformed: string[] = [];
+  /** Messages dropped past the held ones' bound: [from, shard]. */
+  const heldDropped: [string, number][] = [];
   const replicates = options.replicates ?? new Set<number>();
   const table = new Map<number, Group>();
   const opening = new Map<number, Promise<ShardReplica>>();
@@ -64,6 +66,7 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
       observer: {
         malformedAppend: (from, shard, index, reason) =>
           malformed.push(`${from} ${shard} ${index} ${reason}`),
+        heldMessageDropped: (from, shard) => heldDropped.push([from, shard]),
       },
     },
     shards: table as unknown as ShardTable,
@@ -100,6 +103,7 @@ function harness(options: { replicates?: Set<number>; transport?: boolean } = {}
     removing,
     accepts,
     malformed,
+    heldDropped,
     advance: (ms: number) => (now += ms),
   };
 }
@@ -235,6 +239,43 @@ describe("Peers", () => {
     h.peers.replicasChanged();
     await settle();
     assert.equal(h.table.has(5), false);
+  });
+
+  it("holds at most 4,096 messages and 64 MiB of entries, copied out of the frames they came in", async () => {
+    // A caller posing as a member (the peers' service takes one it does not know: handshake.ts)
+    // sends appends for a shard this node does not replicate: each was held whole, for 3 s,
+    // counted only by number, and its entries, views of the frame they came in, kept that
+    // whole frame (up to 128 MiB) alive. 200 appends of 1 MiB held 200 MiB.
+    const h = harness();
+    const key = new TextEncoder().encode("k");
+    const put = encodeCommand({ op: "put", key, value: new Uint8Array(1024 * 1024) });
+    // A 4 MiB frame whose first bytes are the command: the entry is a view of it, as decoded.
+    const frame = new Uint8Array(4 * 1024 * 1024);
+    frame.set(put);
+    const data = frame.subarray(0, put.length);
+    for (let i = 0; i < 200; i++) h.peers.receive("n2", [{ shard: 5, message: append(data) }]);
+    // And a flood of small ones past the count (shard 6).
+    for (let i = 0; i < 5_000; i++) h.peers.receive("n2", [{ shard: 6, message: msg("n1") }]);
+    h.replicates.add(5);
+    h.replicates.add(6);
+    h.peers.replicasChanged();
+    await settle();
+    const delivered = (h.table.get(5)?.steps ?? []) as Extract<Message, { type: "append" }>[];
+    const bytes = delivered.reduce((n, m) => n + (m.entries[0]?.data.length ?? 0), 0);
+    assert.ok(bytes <= 64 * 1024 * 1024, `${bytes} bytes of held entries`);
+    assert.equal(delivered.length, 63, "a held message's entries count their bytes");
+    assert.equal(delivered[0]?.entries[0]?.data.buffer.byteLength, put.length, "the frame kept");
+    assert.equal(Buffer.compare(delivered[0]?.entries[0]?.data ?? new Uint8Array(0), put), 0);
+    const small = h.table.get(6)?.steps.length ?? 0;
+    assert.equal(small + delivered.length, 4_096, "held past the count");
+    assert.equal(h.heldDropped.length, 200 - 63 + 5_000 - (4_096 - 63));
+    assert.deepEqual(h.heldDropped[0], ["n2", 5]);
+    // Once delivered, their room is free again.
+    h.peers.receive("n2", [{ shard: 7, message: append(data) }]);
+    h.replicates.add(7);
+    h.peers.replicasChanged();
+    await settle();
+    assert.equal(h.table.get(7)?.steps.length, 1);
   });
 
   it("holds nothing without a transport, and ignores shards out of range", () => {
