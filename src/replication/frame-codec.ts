@@ -34,6 +34,9 @@
  *   replaced is still decoded, and refuses the frame where codec.ts would refuse it.
  * - Tags, lengths, enums, uint32 and bool are the low 32 bits of their varint, as protobufjs
  *   reads them (an enum sent as a ten-byte negative int32 is read, then refused as unknown).
+ * - A frame that decodes to more than MAX_FRAME_ITEMS items (messages, entries, a snapshot's
+ *   members, a reply's trailers) is refused; protobufjs decodes it. No Cairn peer sends one
+ *   (GrpcTransport drops a round's frame over it).
  * - Strings are UTF-8. Invalid sequences decode to U+FFFD, as Buffer (and protobufjs with it)
  *   does; a lone surrogate encodes as U+FFFD.
  * - The encoder trusts its messages' shapes to their types, but checks every number: a
@@ -181,9 +184,23 @@ export const ENTRY_CONF_CHANGE = 1;
 export const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
 /** A position in the input; every read is also given the end of the message it reads in. */
+/**
+ * The most items one frame decodes to: its messages, their entries, a snapshot's voters and
+ * learners, a reply's trailers, together. A decoded item costs far more than its bytes: an empty
+ * entry is 2 bytes on the wire (its tag and a zero length) and ~170 bytes of heap (an Entry and
+ * its data's view), a heartbeat 6 and ~140, a trailer 4 and a pair of strings; the peers'
+ * 128 MiB frame could hold 67 million entries, past V8's heap limit (8 MiB of them: +700 MiB
+ * of heap and 1.6 s of the main thread). At the bound a frame costs ~170 MiB at most, about
+ * its own largest size; an honest round sends a peer a few messages a shard (65,536 shards at
+ * most) and appends of at most 1 MiB of entries each, far under it.
+ */
+export const MAX_FRAME_ITEMS = 1 << 20;
+
 export class Reader {
   readonly buf: Uint8Array;
   pos = 0;
+  /** Items decoded so far (frame-decode.ts, MAX_FRAME_ITEMS). */
+  items = 0;
 
   constructor(buf: Uint8Array) {
     this.buf = buf;

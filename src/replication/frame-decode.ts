@@ -56,6 +56,7 @@ import {
   type Handshake,
   ITEM_MESSAGE,
   ITEM_SHARD_ID,
+  MAX_FRAME_ITEMS,
   MAX_SAFE,
   METADATA_KEY,
   METADATA_VALUE,
@@ -292,6 +293,7 @@ function readReply(r: Reader, end: number): PeerReply {
         response = readBytes(r, end);
         break;
       case REPLY_TRAILERS: {
+        countItem(r);
         const len = readLength(r, end);
         trailers.push(readMetadata(r, r.pos + len));
         break;
@@ -327,6 +329,15 @@ const EMPTY_BYTES = new Uint8Array(0);
 
 // The readers below return what codec.ts would refuse as a string (see the module doc).
 
+/** Counts one more item decoded from `r`'s frame; past MAX_FRAME_ITEMS, the frame is refused. */
+function countItem(r: Reader): void {
+  if (++r.items > MAX_FRAME_ITEMS) {
+    throw new CodecError(
+      `malformed raft frame: more than ${MAX_FRAME_ITEMS} messages, entries, members or trailers in one frame`,
+    );
+  }
+}
+
 function readItem(r: Reader, end: number, from: NodeId, to: NodeId): ShardMessage | string {
   let shard = 0;
   let message: Message | string | null = null;
@@ -347,6 +358,7 @@ function readItem(r: Reader, end: number, from: NodeId, to: NodeId): ShardMessag
 }
 
 function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message | string {
+  countItem(r);
   let type = 0;
   let term = 0;
   let prevIndex = 0;
@@ -383,6 +395,7 @@ function readMessage(r: Reader, end: number, from: NodeId, to: NodeId): Message 
         prevTerm = readVarint64(r, end);
         break;
       case MSG_ENTRIES: {
+        countItem(r);
         const len = readLength(r, end);
         const e = readEntry(r, r.pos + len);
         if (typeof e === "string") entryProblem ??= e;
@@ -605,9 +618,11 @@ function readMeta(r: Reader, end: number): SnapshotMeta | string {
         term = readVarint64(r, end);
         break;
       case META_VOTERS:
+        countItem(r);
         voters.push(readString(r, end) as NodeId);
         break;
       case META_LEARNERS:
+        countItem(r);
         learners.push(readString(r, end) as NodeId);
         break;
       default:

@@ -37,7 +37,7 @@ import type { CallCut } from "../common/index.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
 import type { NodeId } from "../raft/index.ts";
 import { nodeId as toNodeId } from "../raft/index.ts";
-import { type PeerReply } from "./frame-codec.ts";
+import { MAX_FRAME_ITEMS, type PeerReply } from "./frame-codec.ts";
 import { encodeBatchFrame } from "./frame-encode.ts";
 import type { ClusterIdSource } from "./handshake.ts";
 import { type CallOptions, CallForwarder } from "./call-forwarder.ts";
@@ -342,6 +342,18 @@ export class GrpcTransport implements RaftTransport {
       links.drop(peer, 0);
       return false;
     }
+    const items = frameItems(messages);
+    if (items > MAX_FRAME_ITEMS) {
+      // The peer would refuse it and end the stream (frame-codec.ts): dropped here, as one over
+      // the size limit is, and the groups probe the peer with smaller appends.
+      this.#log.warn("raft frame over the item limit dropped", {
+        peer: to,
+        items,
+        limit: MAX_FRAME_ITEMS,
+      });
+      links.drop(peer, 0);
+      return false;
+    }
     const frame = encodeBatchFrame(messages, to === node ? "" : to);
     if (frame.length > this.#maxFrame) {
       this.#log.warn("raft frame over the size limit dropped", {
@@ -503,4 +515,12 @@ export class GrpcTransport implements RaftTransport {
   ): Promise<ScanPage> {
     return this.#rpcs.scanShards(to, shards, req, timeoutMs, cut);
   }
+}
+
+/** The items a frame of `messages` decodes to (MAX_FRAME_ITEMS): messages and their entries. */
+function frameItems(messages: readonly ShardMessage[]): number {
+  let items = messages.length;
+  for (const { message } of messages)
+    if (message.type === "append") items += message.entries.length;
+  return items;
 }

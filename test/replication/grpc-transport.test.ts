@@ -330,6 +330,37 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       }
     });
 
+    it("drops a round whose frame would decode to more items than a peer takes, and reports the peer: the stream stays up", async () => {
+      // The receiver refuses such a frame and ends the stream (MAX_FRAME_ITEMS): sent, one
+      // oversized round would cost every group's messages until the stream was open again.
+      const server = await collectingServer(startRaftServer);
+      const unreachable: string[] = [];
+      const lines: LogLine[] = [];
+      const t = transportTo(server.address, {
+        logger: recordingLogger(lines),
+        onUnreachable: (peer) => unreachable.push(peer),
+      });
+      try {
+        const entry = { term: term(1), index: logIndex(1), type: "normal" as const };
+        const many = append(1, 0).message as Extract<Message, { type: "append" }>;
+        const entries = Array.from({ length: 2 ** 20 }, () => ({
+          ...entry,
+          data: new Uint8Array(0),
+        }));
+        t.send(N2, [{ shard: 1, message: { ...many, entries } }]);
+        t.send(N2, [heartbeat(1)]);
+        await eventually("the next frame delivered", () => server.got.length === 1);
+        assert.deepEqual(server.got[0], [heartbeat(1)]);
+        assert.equal(t.stats()["n2"]?.framesDropped, 1);
+        assert.equal(t.stats()["n2"]?.streamsOpened, 1, "the stream was never refused");
+        assert.ok(lines.some((l) => l.message === "raft frame over the item limit dropped"));
+        await eventually("the drop reported as unreachable", () => unreachable.includes("n2"));
+      } finally {
+        await t.close();
+        server.stop();
+      }
+    });
+
     it("bounds the bytes in flight over every peer together", async () => {
       const servers = await Promise.all(
         ["n2", "n3"].map((id) => startRaftServer(() => undefined, { clusterId: "c1", nodeId: id })),

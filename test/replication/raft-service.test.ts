@@ -368,7 +368,7 @@ describe("createRaftService", () => {
 function rawPeerCall(
   address: string,
   method: "ReadIndex" | "InstallSnapshot" | "Stream",
-  message: Buffer,
+  message: Buffer | readonly Buffer[],
   peer = "n1",
 ): Promise<ServiceError | null> {
   const path = loadRaftProto().cairn.v1.Raft.service[method].path;
@@ -382,16 +382,101 @@ function rawPeerCall(
       resolve(err);
     };
     if (method === "ReadIndex") {
-      client.makeUnaryRequest(path, bytes, bytes, message, metadata, done);
+      client.makeUnaryRequest(path, bytes, bytes, message as Buffer, metadata, done);
       return;
     }
     const call = client.makeClientStreamRequest(path, bytes, bytes, metadata, {}, done);
-    call.write(message);
+    for (const m of Buffer.isBuffer(message) ? [message] : message) call.write(m);
     call.end();
   });
 }
 
+/** A protobuf varint. */
+function varint(v: number): number[] {
+  const out: number[] = [];
+  for (; v > 127; v = Math.floor(v / 128)) out.push((v % 128) | 128);
+  out.push(v);
+  return out;
+}
+
+/** A Stream's batch frame (RaftFrame.batch) holding `items`, each a RaftBatch item's bytes. */
+function batchFrame(items: readonly Uint8Array[]): Buffer {
+  // messages = 1
+  const body = Buffer.concat(items.flatMap((i) => [Buffer.from([0x0a, ...varint(i.length)]), i]));
+  return Buffer.concat([Buffer.from([0x12, ...varint(body.length)]), body]); // batch = 2
+}
+
+/** A batch item for shard 1 (shard_id = 1) holding `message`'s bytes (message = 2). */
+function item(message: Uint8Array): Uint8Array {
+  return Buffer.concat([Buffer.from([0x08, 1, 0x12, ...varint(message.length)]), message]);
+}
+
 describe("the peers' service as a node serves it (RpcServer)", () => {
+  it("refuses a batch that decodes to more than 2^20 messages and entries INVALID_ARGUMENT, before any reaches the groups", async () => {
+    // Decoded objects cost far more than their bytes: an empty entry is two bytes on the wire
+    // (its tag and a zero length) and ~170 bytes of heap (an Entry and its data's view), a
+    // heartbeat six bytes and ~140. A caller posing as a member (handshake.ts takes one that
+    // names the cluster's id, which Meta.WatchCluster gives anyone) sent one frame of 8 MiB of
+    // empty entries: 4 million of them, +700 MiB of heap and 1.6 s of the main thread; a 64 MiB
+    // one (the peers' limit is 128 MiB) was past V8's heap limit, and the node died.
+    const got: number[] = [];
+    const server = new RpcServer({
+      address: "127.0.0.1:0",
+      nodeId: "n2",
+      store: new FollowerStore("n2"),
+      metrics: new CairnMetrics({ nodeId: "n2" }),
+      views: new ClusterViewPublisher(TOTAL_SHARDS),
+      logger: createLogger({ level: "error", sink: { write: () => undefined } }),
+      limits: LIMITS,
+      maxMessageBytes: 4 * 1024 * 1024,
+      raft: createRaftService(
+        (_from, messages) => {
+          let n = messages.length;
+          for (const m of messages) if (m.message.type === "append") n += m.message.entries.length;
+          got.push(n);
+        },
+        { clusterId: "c1", nodeId: "n2" },
+      ),
+    });
+    const address = `127.0.0.1:${(await server.start()).port}`;
+    const hs = encodeHandshakeFrame({
+      cluster_id: "c1",
+      from_node_id: "n1",
+      to_node_id: "n2",
+      from_replica_id: "",
+    });
+    const many = 2 ** 20;
+    try {
+      // One append (type = 1) and 2^20 empty entries (entries = 5): 2 MiB.
+      const append = new Uint8Array(2 + 2 * many);
+      append.set([0x08, 1]);
+      for (let i = 0; i < many; i++) append[2 + 2 * i] = 0x2a;
+      const entries = await rawPeerCall(address, "Stream", [hs, batchFrame([item(append)])]);
+      assert.equal(entries?.code, status.INVALID_ARGUMENT, `2^20 + 1 items decoded: ${got}`);
+      assert.match(
+        entries.details,
+        /more than 1048576 messages, entries, members or trailers in one frame/,
+      );
+      // 2^20 + 1 heartbeats (type = 7): 10 MiB.
+      const heartbeat = item(Uint8Array.from([0x08, 7]));
+      const beats = await rawPeerCall(address, "Stream", [
+        hs,
+        batchFrame(Array.from({ length: many + 1 }, () => heartbeat)),
+      ]);
+      assert.equal(beats?.code, status.INVALID_ARGUMENT, `2^20 + 1 heartbeats decoded: ${got}`);
+      assert.deepEqual(got, []);
+      // 2^20 in all is a batch.
+      const fits = await rawPeerCall(address, "Stream", [
+        hs,
+        batchFrame([item(append.subarray(0, 2 * many))]),
+      ]);
+      assert.equal(fits, null);
+      assert.deepEqual(got, [many]);
+    } finally {
+      await server.close(1000);
+    }
+  });
+
   it("refuses a peer's request whose bytes are no message of its type INVALID_ARGUMENT, CAIRN_ERR_INVALID_ARGUMENT, whichever call brings it, and logs no ERROR for it", async () => {
     const lines: { level: string; message: string }[] = [];
     const logger = createLogger({
