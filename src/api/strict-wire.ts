@@ -15,7 +15,8 @@
  *   - a field of the schema comes under another wire type than its type's (a repeated number
  *     may also come packed: length-delimited);
  *   - a varint runs past 10 bytes or past the message, a length or fixed-size field past it;
- *   - a `string` field is not UTF-8 (proto3 requires it; protobufjs would decode it lossily).
+ *   - a `string` field is not UTF-8 (proto3 requires it; protobufjs would decode it lossily);
+ *   - its repeated fields hold more than MAX_REPEATED_VALUES values in all.
  * Unknown field numbers are skipped by their wire type, as protobuf does: a newer client's new
  * fields reach an older server unread. Only the slow path pays: the hot Put and Get decoders
  * (kv-codec.ts) take the shapes they know themselves and hand the rest here.
@@ -39,6 +40,8 @@ interface FieldRule {
   readonly name: string;
   /** The wire type of one value: 0 varint, 1 fixed 64, 2 length-delimited, 5 fixed 32. */
   readonly wire: 0 | 1 | 2 | 5;
+  /** A repeated field: each of its values counts against MAX_REPEATED_VALUES. */
+  readonly repeated: boolean;
   /** A repeated number, which may come packed (wire type 2) too. */
   readonly packable: boolean;
   /** A `string`: its bytes must be UTF-8. */
@@ -88,6 +91,16 @@ const WIRE_NAMES = ["varint", "64-bit", "length-delimited", "start group", "end 
 const MAX_FIELD_NUMBER = 2 ** 29 - 1;
 /** Messages nested deeper than this are refused (cairn.v1's are a few deep; no type recurses). */
 const MAX_DEPTH = 32;
+/**
+ * The most values a request's repeated fields hold, at every depth together; more are refused
+ * before protobufjs decodes them. protobufjs builds each value on the serving thread, for far
+ * more than its bytes (a packed uint64 of one byte: ~86 bytes of heap; 8 MiB of them, +726 MiB
+ * and 3 s), before any handler checks who called: the peers' unary calls take 128 MiB, from
+ * anyone who reaches the port. The largest honest request is a peer's ConfirmTerms for every
+ * shard of the largest cluster: three values a shard, 65,536 shards (196,608); no client
+ * request has a repeated field.
+ */
+export const MAX_REPEATED_VALUES = 1 << 18;
 
 /** A request that breaks the wire rules; its message says where. */
 export class WireError extends Error {
@@ -273,6 +286,7 @@ export class WireRules {
       rules.set(f.number, {
         name: f.name,
         wire,
+        repeated: f.label === "LABEL_REPEATED",
         packable: f.label === "LABEL_REPEATED" && wire !== 2,
         utf8: f.type === "TYPE_STRING",
         message: f.type === "TYPE_MESSAGE" ? this.#resolve(scope, fullName, f.typeName) : null,
@@ -302,9 +316,11 @@ export class WireRules {
    */
   check(fullName: string, bytes: Uint8Array): void {
     const rules = this.#types.get(fullName);
-    if (rules !== undefined) this.#check(rules, bytes, 0, bytes.length, fullName, 0);
+    if (rules !== undefined)
+      this.#check(rules, bytes, 0, bytes.length, fullName, 0, { left: MAX_REPEATED_VALUES });
   }
 
+  /** `values.left`: how many more values of repeated fields the request may hold. */
   #check(
     rules: MessageRules,
     buf: Uint8Array,
@@ -312,8 +328,16 @@ export class WireRules {
     end: number,
     where: string,
     depth: number,
+    values: { left: number },
   ): void {
     if (depth > MAX_DEPTH) throw new WireError(`${where}: messages nested past ${MAX_DEPTH} deep`);
+    const counted = (name: string): void => {
+      if (--values.left < 0) {
+        throw new WireError(
+          `${name}: more than ${MAX_REPEATED_VALUES} values of repeated fields in one request`,
+        );
+      }
+    };
     const at = { pos: start };
     while (at.pos < end) {
       const tagAt = at.pos;
@@ -338,6 +362,7 @@ export class WireRules {
       }
       const name = rule === undefined ? `${where} field ${field}` : `${where}.${rule.name}`;
       if (wire !== 2) {
+        if (rule?.repeated === true) counted(name);
         at.pos = skipValue(buf, at.pos, end, wire, name);
         continue;
       }
@@ -350,12 +375,18 @@ export class WireRules {
       if (rule === undefined) continue;
       if (rule.packable) {
         // A packed run: values of the element's wire type, back to back, filling it whole.
-        for (let p = body; p < at.pos;) p = skipValue(buf, p, at.pos, rule.wire, name);
-      } else if (rule.utf8) {
+        for (let p = body; p < at.pos;) {
+          counted(name);
+          p = skipValue(buf, p, at.pos, rule.wire, name);
+        }
+        continue;
+      }
+      if (rule.repeated) counted(name);
+      if (rule.utf8) {
         if (!isUtf8(buf.subarray(body, at.pos))) throw new WireError(`${name}: not UTF-8`);
       } else if (rule.message !== null) {
         const nested = this.#types.get(rule.message);
-        if (nested !== undefined) this.#check(nested, buf, body, at.pos, name, depth + 1);
+        if (nested !== undefined) this.#check(nested, buf, body, at.pos, name, depth + 1, values);
       }
     }
   }
@@ -370,7 +401,7 @@ export class WireRules {
       ...def,
       requestDeserialize: (buf: Buffer) => {
         try {
-          this.#check(rules, buf, 0, buf.length, requestType, 0);
+          this.#check(rules, buf, 0, buf.length, requestType, 0, { left: MAX_REPEATED_VALUES });
         } catch (err) {
           if (handsMalformed) return new MalformedMessage(def.path, err);
           throw err;

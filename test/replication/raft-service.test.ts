@@ -367,7 +367,7 @@ describe("createRaftService", () => {
  */
 function rawPeerCall(
   address: string,
-  method: "ReadIndex" | "InstallSnapshot" | "Stream",
+  method: "ReadIndex" | "ConfirmTerms" | "InstallSnapshot" | "Stream",
   message: Buffer | readonly Buffer[],
   peer = "n1",
 ): Promise<ServiceError | null> {
@@ -381,7 +381,7 @@ function rawPeerCall(
       client.close();
       resolve(err);
     };
-    if (method === "ReadIndex") {
+    if (method === "ReadIndex" || method === "ConfirmTerms") {
       client.makeUnaryRequest(path, bytes, bytes, message as Buffer, metadata, done);
       return;
     }
@@ -412,6 +412,54 @@ function item(message: Uint8Array): Uint8Array {
 }
 
 describe("the peers' service as a node serves it (RpcServer)", () => {
+  it("refuses a unary peer call holding more than 2^18 values of repeated fields INVALID_ARGUMENT, before it is decoded", async () => {
+    // protobufjs decodes a packed uint64 of one byte to ~86 bytes of heap, one at a time on the
+    // main thread, before the handler checks who called or how many: anyone who reaches the
+    // port (no cluster id needed) sent a ConfirmTerms of 8 MiB of terms for +726 MiB and 3 s,
+    // and the peers' unary calls take 128 MiB. An honest call holds at most 3 values a shard
+    // (ConfirmTerms: shard, term, replica; 65,536 shards at most).
+    const decoded: number[] = [];
+    const raft = createRaftService(() => undefined, { clusterId: "c1", nodeId: "n2" });
+    const confirm = raft.implementation.ConfirmTerms;
+    const server = new RpcServer({
+      address: "127.0.0.1:0",
+      nodeId: "n2",
+      store: new FollowerStore("n2"),
+      metrics: new CairnMetrics({ nodeId: "n2" }),
+      views: new ClusterViewPublisher(TOTAL_SHARDS),
+      logger: createLogger({ level: "error", sink: { write: () => undefined } }),
+      limits: LIMITS,
+      maxMessageBytes: 4 * 1024 * 1024,
+      raft: {
+        ...raft,
+        implementation: {
+          ...raft.implementation,
+          ConfirmTerms: (call, callback) => {
+            decoded.push(call.request.terms.length);
+            confirm.call(raft.implementation, call, callback);
+          },
+        },
+      },
+    });
+    const address = `127.0.0.1:${(await server.start()).port}`;
+    /** A ConfirmTermsRequest whose terms (field 3, packed) are `n` ones. */
+    const terms = (n: number): Buffer =>
+      Buffer.concat([Buffer.from([0x1a, ...varint(n)]), Buffer.alloc(n, 1)]);
+    try {
+      const many = await rawPeerCall(address, "ConfirmTerms", terms(2 ** 18 + 1));
+      assert.equal(many?.code, status.INVALID_ARGUMENT, `decoded: ${decoded}`);
+      assert.match(many.details, /more than 262144 values of repeated fields/);
+      assert.equal(many.metadata.get("cairn-error-code")[0], "CAIRN_ERR_INVALID_ARGUMENT");
+      assert.deepEqual(decoded, []);
+      // As many as the largest cluster's honest call holds are decoded (and refused by the
+      // handler: no cluster id, no shards).
+      await rawPeerCall(address, "ConfirmTerms", terms(2 ** 18));
+      assert.deepEqual(decoded, [2 ** 18]);
+    } finally {
+      await server.close(1000);
+    }
+  });
+
   it("refuses a batch that decodes to more than 2^20 messages and entries INVALID_ARGUMENT, before any reaches the groups", async () => {
     // Decoded objects cost far more than their bytes: an empty entry is two bytes on the wire
     // (its tag and a zero length) and ~170 bytes of heap (an Entry and its data's view), a
