@@ -89,6 +89,14 @@ function isOwnJoin(command: Uint8Array, from: unknown): boolean {
 /** The one unary peer call a member that does not know its cluster id makes (its rejoin). */
 const PROPOSE_META = "/cairn.v1.Raft/ProposeMeta";
 
+/**
+ * The largest meta command a ProposeMeta call may carry. Its JSON is parsed for any caller (is
+ * it a node's own join? isOwnJoin) before the caller is checked, on the main thread, at ~20
+ * times its size (8 MiB of `{},`: +171 MiB of heap, 0.6 s), and the peers' unary calls take
+ * 128 MiB. A peer's largest honest command (a join, a move naming 16 nodes) is under 1 KiB.
+ */
+const MAX_META_COMMAND_BYTES = 64 * 1024;
+
 /** Checks one ConfirmTerms call may carry (a leader sends one per shard, term and replica). */
 const MAX_TERM_CHECKS = 65_536;
 /**
@@ -322,6 +330,14 @@ export function createRaftService(
         call: ServerUnaryCall<MetaProposal__Output, MetaProposalReply>,
         callback: sendUnaryData<MetaProposalReply>,
       ): void {
+        const command = call.request.command;
+        if (command.length > MAX_META_COMMAND_BYTES) {
+          callback({
+            code: status.INVALID_ARGUMENT,
+            details: `a meta command of ${command.length} bytes; at most ${MAX_META_COMMAND_BYTES}`,
+          });
+          return;
+        }
         const propose = options.proposeMeta;
         const [from] = call.metadata.get(PEER_KEY);
         const refusal = unaryRefusal(

@@ -128,6 +128,42 @@ describe("createRaftService", () => {
     }
   });
 
+  it("refuses a meta proposal past 64 KiB INVALID_ARGUMENT, before its JSON is parsed", async () => {
+    // A proposal's command is JSON, parsed for any caller (is it a node's own join?) before
+    // the caller is checked, on the main thread: 8 MiB of `{},` parsed to +171 MiB of heap in
+    // 0.6 s, and the peers' unary calls take 128 MiB (2.7 GB, 10 s). A peer's largest honest
+    // command (a join, a move naming 16 nodes) is well under 1 KiB.
+    const proposed: number[] = [];
+    const server = await startRaftServer(() => undefined, {
+      clusterId: "c1",
+      nodeId: "n2",
+      proposeMeta: (command) => {
+        proposed.push(command.length);
+        return Promise.resolve();
+      },
+    });
+    const t = transportTo(server.address);
+    /** A command of `bytes` bytes: the format's version, then `[{},{},…]`. */
+    const command = (bytes: number): Uint8Array => {
+      const json = `[${"{},".repeat(Math.floor((bytes - 5) / 3))}{}]`.padEnd(bytes - 1, " ");
+      return Buffer.concat([Buffer.from([1]), Buffer.from(json)]);
+    };
+    try {
+      const err = await t.proposeMeta(N2, command(64 * 1024 + 1), 5_000).then(
+        () => assert.fail(`proposed: ${proposed}`),
+        (e: unknown) => e as ServiceError,
+      );
+      assert.equal(err.code, status.INVALID_ARGUMENT, err.details);
+      assert.match(err.details, /a meta command of 65537 bytes; at most 65536/);
+      assert.deepEqual(proposed, []);
+      await t.proposeMeta(N2, command(64 * 1024), 5_000);
+      assert.deepEqual(proposed, [64 * 1024]);
+    } finally {
+      await t.close();
+      server.stop();
+    }
+  });
+
   it("a refusal reaches the calling node with its status, leader hint and error code", async () => {
     const refusals: unknown[] = [
       new NotLeaderError(nodeId("n3")),
