@@ -73,6 +73,7 @@ import {
   transferInPlace,
   type WorkerTunnels,
 } from "../api/index.ts";
+import { DOWN_NODES_MAX, DownNodes } from "./down-nodes.ts";
 import { JoinAdmission } from "./join-admission.ts";
 import { recordedMembers } from "./recorded-members.ts";
 import {
@@ -221,9 +222,10 @@ export class CairnNode implements HealthSource {
   #certExpiry: CertExpiryWatch | null = null;
   /**
    * The nodes gossip declared dead or gone (left): groups led here sleep with their replicas
-   * lagging (MultiRaftOptions.nodeDown), and wake when one is back (#noteNodeState).
+   * lagging (MultiRaftOptions.nodeDown), and wake when one is back (#noteNodeState). Bounded:
+   * past DOWN_NODES_MAX, only the ids gossip, the meta state or the cluster view knows are kept.
    */
-  readonly #downNodes = new Set<string>();
+  readonly #downNodes = new DownNodes(() => this.#knownNodeIds());
   #unfollowMembers: (() => void) | null = null;
   /** Told of every shard leader change this node learns (the forwarder follows leaders). */
   readonly #leaderListeners = new Set<(shard: number, leader: string | null) => void>();
@@ -1146,8 +1148,14 @@ export class CairnNode implements HealthSource {
       for (const listener of this.#leaderListeners) listener(shard, leader);
     });
     if (cell.membership) return;
+    // Each node's state as last seen in a view; past DOWN_NODES_MAX, only the last view's (ids
+    // gossip made up, then forgot, left the views for good).
     const states = new Map<string, string>();
     this.#unfollowMembers = this.views.subscribe((view) => {
+      if (states.size > DOWN_NODES_MAX) {
+        const shown = new Set(view.nodes.map((n) => n.id));
+        for (const id of states.keys()) if (!shown.has(id)) states.delete(id);
+      }
       for (const n of view.nodes) {
         const was = states.get(n.id);
         states.set(n.id, n.state);
@@ -1520,8 +1528,14 @@ export class CairnNode implements HealthSource {
    * with a replica there wake to bring it up to date (MultiRaft.wakeGroupsFor).
    */
   #noteNodeState(id: string, state: string): void {
-    if (state === "dead" || state === "left") this.#downNodes.add(id);
-    else if (this.#downNodes.delete(id)) this.#store?.wakeGroupsFor(id);
+    if (this.#downNodes.note(id, state)) this.#store?.wakeGroupsFor(id);
+  }
+
+  /** The node ids gossip, the meta state and the cluster view know now (DownNodes keeps them). */
+  *#knownNodeIds(): Iterable<string> {
+    for (const m of this.#membership?.members() ?? []) yield m.meta.id;
+    yield* this.#cluster?.meta?.members.keys() ?? [];
+    for (const n of this.views.current().nodes) yield n.id;
   }
 
   async #closeAll(drainMs: number): Promise<void> {
