@@ -18,6 +18,7 @@ import {
   type Update,
 } from "../../src/membership/core/index.ts";
 import {
+  MAX_CLAIMS,
   MAX_INTRODUCED,
   MAX_STATE_SOURCES,
   STATE_DATAGRAMS_BURST,
@@ -324,6 +325,26 @@ describe("SWIM core: what a datagram makes this member send", () => {
     for (let i = 0; i < 3 * MAX_INTRODUCED; i++) introductions(`f${i}`, `198.51.100.${i}:53`);
     assert.equal(introductions("another", "10.1.1.2:7447"), 1);
     assert.equal(introductions("real-new", "10.1.1.1:7447"), 1, "forgotten: introduced again");
+  });
+
+  it(`counts at most ${MAX_CLAIMS} other addresses claiming this member's id: a flood of them is refuted, not remembered`, () => {
+    // Each address that claims this member's id is counted, and one that claims it again is
+    // reported as a live duplicate; a forger's made-up addresses, one datagram each, would each
+    // be kept for the member's life.
+    const swim = new Swim({ self: metaOf("a"), rng: seededRng(1) });
+    const claim = (addr: string): void => {
+      const meta = { ...metaOf("a"), rpcAddr: addr };
+      swim.handle(addr, gossip("z", [{ kind: "alive", incarnation: incarnation(MAX), meta }]));
+    };
+    let reported = 0;
+    for (let i = 0; i < 20 * MAX_CLAIMS; i++) {
+      const addr = `198.51.${Math.floor(i / 250)}.${i % 250}:7447`;
+      claim(addr);
+      claim(addr);
+      reported += swim.takeReady().errors.length;
+    }
+    assert.equal(reported, MAX_CLAIMS, "the addresses counted, and only they, are reported");
+    assert.ok(swim.incarnation < MAX, "still able to outbid");
   });
 
   it("a refusal naming this member's own total_shards is no refusal; a ping of another shape is refused, not a refusal", () => {

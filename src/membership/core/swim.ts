@@ -175,7 +175,7 @@ export const MAX_RELAYS = 256;
  */
 export const DUPLICATE_FLIP_PERIODS = 10;
 /** Other addresses claiming this node's id that are counted (#claims). */
-const MAX_CLAIMS = 64;
+export const MAX_CLAIMS = 64;
 /** Source addresses introduced recently (#introduced); past it, the oldest is forgotten. */
 export const MAX_INTRODUCED = 64;
 /**
