@@ -160,7 +160,7 @@ const RTT_WINDOW_MS = 5_000;
  * remembered, so at most that many lines a period, however many senders.
  */
 const REPORT_EVERY_MS = 60_000;
-const MAX_REPORTED = 256;
+export const MAX_REPORTED = 256;
 
 export class Membership {
   readonly #socket: dgram.Socket;

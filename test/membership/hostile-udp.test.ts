@@ -16,6 +16,7 @@ import {
   type Message,
 } from "../../src/membership/core/index.ts";
 import { Membership, type MembershipOptions } from "../../src/membership/index.ts";
+import { MAX_REPORTED } from "../../src/membership/membership.ts";
 import { withTimeout } from "../support/timeout.ts";
 
 const base = {
@@ -234,6 +235,36 @@ describe("membership against hostile datagrams", () => {
       assert.ok(m.stats().sendErrors >= 1, "the probe of h1 was dropped");
     } finally {
       attacker.close();
+      await m.close();
+    }
+  });
+
+  it(`logs at most ${MAX_REPORTED} problems a minute however many senders forge them, and remembers no more`, async () => {
+    // One datagram a problem (here another total_shards), from as many made-up senders as the
+    // forger likes: each was one ERROR line, and one key remembered for a minute.
+    const errors: string[] = [];
+    const m = await Membership.start({
+      ...base,
+      nodeId: "m1",
+      bindAddr: "127.0.0.1:0",
+      logger: { info: () => {}, warn: () => {}, error: (msg) => errors.push(msg) },
+    });
+    const socket = await boundSocket();
+    try {
+      const r = raw(socket, Number(m.boundAddr.split(":")[1]));
+      for (let i = 0; i < 4 * MAX_REPORTED; i++) {
+        r.send({
+          type: "gossip",
+          from: memberId(`forged-${i}`),
+          totalShards: 32,
+          gossip: [],
+        });
+        if (i % 64 === 63) await r.pingAcked("m1", `the ack after ${i + 1} forged datagrams`);
+      }
+      await r.pingAcked("m1", "the ack after the forged datagrams");
+      assert.equal(errors.length, MAX_REPORTED, errors.slice(0, 2).join("; "));
+    } finally {
+      socket.close();
       await m.close();
     }
   });
