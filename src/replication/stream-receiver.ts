@@ -80,6 +80,69 @@ export interface StreamReceiverOptions {
 }
 
 /**
+ * The accepted Streams from senders the meta state does not record that are kept; past it, the
+ * oldest is ended. Such a sender's handshake is taken when it names the cluster's id (a member
+ * that joined while this node's meta state was behind: handshake.ts), which Meta.WatchCluster
+ * gives anyone, and once taken a Stream counts against none of the clients' bounds: one
+ * connection held 1,000 of them (`rpc.max_concurrent_streams`), each under a made-up node id,
+ * and every connection as many. The honest ones are a few members joining at once
+ * (`cluster.max_joining`), far under it; the oldest goes first, so a flood must go on opening
+ * streams to keep one out, and an honest sender ended opens another after its backoff (1 s).
+ */
+export const UNKNOWN_PEER_STREAMS = 64;
+
+/**
+ * The accepted Streams of one receiving service, by sender node: one each. A sender opens a new
+ * Stream only once its last one ended on its side (peer-links.ts), so a newer one means the
+ * older is dead, and it is ended here (a half-open connection would have held it until its
+ * keepalive failed); a caller posing as a member can hold no more than one under its name.
+ * Those of senders the meta state does not record are UNKNOWN_PEER_STREAMS at most.
+ */
+export class AcceptedStreams {
+  readonly #bySender = new Map<string, EndCall>();
+  /** The senders of #bySender not recorded as members, oldest first. */
+  readonly #unknown = new Set<string>();
+
+  /** Streams accepted and not ended (for tests). */
+  get size(): number {
+    return this.#bySender.size;
+  }
+
+  /**
+   * `finish` ends the Stream just accepted from node `from` (`unknown`: not recorded as a
+   * member); the one it replaces, and past UNKNOWN_PEER_STREAMS the oldest unknown sender's,
+   * end now.
+   */
+  accept(from: string, unknown: boolean, finish: EndCall): void {
+    const older = this.#bySender.get(from);
+    this.#bySender.set(from, finish);
+    this.#unknown.delete(from);
+    older?.({
+      code: status.ABORTED,
+      details: `a newer stream from node ${from} replaced this one`,
+    });
+    if (!unknown) return;
+    this.#unknown.add(from);
+    if (this.#unknown.size <= UNKNOWN_PEER_STREAMS) return;
+    const oldest = this.#unknown.values().next().value as string;
+    const end = this.#bySender.get(oldest);
+    this.#unknown.delete(oldest);
+    this.#bySender.delete(oldest);
+    end?.({
+      code: status.RESOURCE_EXHAUSTED,
+      details: `more than ${UNKNOWN_PEER_STREAMS} streams from nodes this node's meta state does not record: the oldest ended`,
+    });
+  }
+
+  /** The Stream `finish` of node `from` ended (however). */
+  ended(from: string, finish: EndCall): void {
+    if (this.#bySender.get(from) !== finish) return;
+    this.#bySender.delete(from);
+    this.#unknown.delete(from);
+  }
+}
+
+/**
  * One Stream call's receiving end, whatever serves it: hands every batch's messages to `handler`
  * with the sender's node id (MultiRaft.receive fits).
  *
@@ -96,6 +159,9 @@ export function streamReceiver(
   const { self, peerCheck, log, open } = options;
   // A caller makes a refusal at will (a stranger, a malformed frame): its lines are bounded.
   const refusals = options.refusals ?? new RefusalLog(log);
+  // One accepted Stream a sender, over every call this receiving end serves (the front end's
+  // and grpc-js's alike).
+  const accepted = new AcceptedStreams();
   return (call) => {
     let from: NodeId | null = null;
     /** The sender's replica id: the `from` of every message it sends. */
@@ -105,6 +171,7 @@ export function streamReceiver(
       if (done) return;
       done = true;
       open.delete(finish);
+      if (from !== null) accepted.ended(from, finish);
       // The answer, RaftStreamAck, has no fields: its encoding is empty.
       if (err === null) call.finish(status.OK, "OK", EMPTY_MESSAGE);
       else call.finish(err.code ?? status.UNKNOWN, err.details ?? "", null, trailer);
@@ -126,14 +193,15 @@ export function streamReceiver(
       const hs = frame.handshake;
       // Not the cluster id: the log says whom a refusal was for, not what it would have taken.
       const fields = { peer: hs.from_node_id, peer_addr: call.peer, to: hs.to_node_id };
-      const refusal =
-        senderRefusal(hs.from_node_id, call.sender) ?? handshakeRefusal(hs, peerCheck());
+      const check = peerCheck();
+      const refusal = senderRefusal(hs.from_node_id, call.sender) ?? handshakeRefusal(hs, check);
       if (refusal !== null) {
         options.refused?.(refusal.kind);
         refuse(refusal.code, refusal.reason, fields);
         return;
       }
       from = toNodeId(hs.from_node_id);
+      accepted.accept(from, check.membership?.(from) === "unknown", finish);
       fromReplica = toNodeId(hs.from_replica_id === "" ? hs.from_node_id : hs.from_replica_id);
       // Response headers tell the sender its handshake was accepted.
       call.sendHeaders();
@@ -221,6 +289,7 @@ export function streamReceiver(
       cancelled() {
         done = true;
         open.delete(finish);
+        if (from !== null) accepted.ended(from, finish);
       },
     };
   };

@@ -7,7 +7,14 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { Client, credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
+import {
+  Client,
+  type ClientWritableStream,
+  credentials,
+  Metadata,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
 import { RpcServer } from "../../src/api/index.ts";
 import { loadRaftProto } from "../../src/api/proto.ts";
 import { PEER_KEY } from "../../src/api/wire.ts";
@@ -492,6 +499,73 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
       await rawPeerCall(address, "ConfirmTerms", terms(2 ** 18));
       assert.deepEqual(decoded, [2 ** 18]);
     } finally {
+      await server.close(1000);
+    }
+  });
+
+  it("keeps one accepted Stream per sender, and at most 64 from senders the meta state does not record: the older ones end", async () => {
+    // Once its handshake is taken a Stream counts against none of the clients' bounds (it is a
+    // peer's), and a node takes the handshake of a node its meta state does not record when it
+    // names the cluster's id (which Meta.WatchCluster gives anyone). One connection held 1,000
+    // such streams, each under a made-up node id, and every connection as many.
+    const server = new RpcServer({
+      address: "127.0.0.1:0",
+      nodeId: "n2",
+      store: new FollowerStore("n2"),
+      metrics: new CairnMetrics({ nodeId: "n2" }),
+      views: new ClusterViewPublisher(TOTAL_SHARDS),
+      logger: createLogger({ level: "error", sink: { write: () => undefined } }),
+      limits: LIMITS,
+      maxMessageBytes: 4 * 1024 * 1024,
+      raft: createRaftService(() => undefined, {
+        clusterId: "c1",
+        nodeId: "n2",
+        membership: (node) => (node === "n1" ? "member" : "unknown"),
+      }),
+    });
+    const address = `127.0.0.1:${(await server.start()).port}`;
+    const client = new Client(address, credentials.createInsecure());
+    const path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
+    const bytes = (b: Buffer): Buffer => b;
+    const ended = new Map<string, number>();
+    const calls: ClientWritableStream<Buffer>[] = [];
+    /** Opens a Stream as node `from` and resolves once its handshake is taken. */
+    const open = (from: string, key: string): Promise<void> => {
+      const metadata = new Metadata();
+      metadata.set(PEER_KEY, from);
+      const call = client.makeClientStreamRequest(path, bytes, bytes, metadata, {}, (err) =>
+        ended.set(key, err?.code ?? status.OK),
+      );
+      calls.push(call);
+      const accepted = new Promise<void>((resolve) => call.once("metadata", () => resolve()));
+      call.write(
+        encodeHandshakeFrame({
+          cluster_id: "c1",
+          from_node_id: from,
+          to_node_id: "n2",
+          from_replica_id: "",
+        }),
+      );
+      return withTimeout(accepted, 10_000, `${key} accepted`);
+    };
+    try {
+      for (let i = 0; i < 3; i++) await open("n1", `n1#${i}`);
+      for (let i = 0; i < 200; i++) await open(`stranger-${i}`, `stranger-${i}`);
+      await eventually("the older streams ended", () => ended.size >= 2 + 200 - 64);
+      assert.deepEqual(
+        [...ended.keys()].filter((k) => k.startsWith("n1")),
+        ["n1#0", "n1#1"],
+        "a member's older streams ended, its latest open",
+      );
+      const strangers = [...ended.keys()].filter((k) => k.startsWith("stranger"));
+      assert.equal(strangers.length, 200 - 64, `${strangers.length} ended`);
+      assert.deepEqual(
+        strangers,
+        Array.from({ length: 136 }, (_, i) => `stranger-${i}`),
+      );
+    } finally {
+      for (const c of calls) c.cancel();
+      client.close();
       await server.close(1000);
     }
   });
