@@ -330,6 +330,59 @@ for (const [receiver, startRaftServer] of RAFT_SERVERS) {
       }
     });
 
+    it("sends a round past the frame's size limit in several frames, in order, and hears it delivered", async () => {
+      // Sent whole, such a round was dropped whatever its size: a node back after ~600 MB of
+      // writes over 192 shards saw its leaders build rounds of 300–460 MB for it and drop them,
+      // round after round, until their groups' probes fell in different rounds.
+      const server = await collectingServer(startRaftServer);
+      const t = transportTo(server.address, { maxFrameBytes: 300_000 });
+      try {
+        const round = [...Array.from({ length: 6 }, (_, i) => append(i, 100_000)), heartbeat(7)];
+        const delivered = new Promise<boolean>((resolve) => t.send(N2, round, resolve));
+        assert.equal(await delivered, true, "the round was handed over whole");
+        await eventually("every message received", () => server.got.flat().length === 7);
+        assert.deepEqual(server.got.flat(), round, "in the round's order");
+        assert.ok(server.got.length >= 3, `${server.got.length} frames: 2 appends at most each`);
+        assert.equal(t.stats()["n2"]?.framesDropped, 0);
+      } finally {
+        await t.close();
+        server.stop();
+      }
+    });
+
+    it("sends a round past the frame's item limit in several frames, each within it", async () => {
+      // Two appends of 2^19 small entries each and a heartbeat: 2^20 + 3 items, which a peer
+      // refuses in one frame (MAX_FRAME_ITEMS); each append alone is within it.
+      const server = await collectingServer(startRaftServer);
+      const t = transportTo(server.address);
+      try {
+        const big = (shard: number): ShardMessage => {
+          const m = append(shard, 0).message as Extract<Message, { type: "append" }>;
+          const entries = Array.from({ length: 2 ** 19 }, (_, i) => ({
+            term: term(1),
+            index: logIndex(i + 1),
+            type: "normal" as const,
+            data: new Uint8Array(1),
+          }));
+          return { shard, message: { ...m, entries } };
+        };
+        const delivered = new Promise<boolean>((resolve) =>
+          t.send(N2, [big(1), big(2), heartbeat(3)], resolve),
+        );
+        assert.equal(await delivered, true);
+        await eventually("every message received", () => server.got.flat().length === 3);
+        assert.equal(server.got.length, 2, "one append a frame, the heartbeat beside the second");
+        assert.deepEqual(
+          server.got.flat().map((m) => m.shard),
+          [1, 2, 3],
+        );
+        assert.equal(t.stats()["n2"]?.streamsOpened, 1, "the stream was never refused");
+      } finally {
+        await t.close();
+        server.stop();
+      }
+    });
+
     it("drops a round whose frame would decode to more items than a peer takes, and reports the peer: the stream stays up", async () => {
       // The receiver refuses such a frame and ends the stream (MAX_FRAME_ITEMS): sent, one
       // oversized round would cost every group's messages until the stream was open again.
