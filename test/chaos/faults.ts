@@ -349,6 +349,8 @@ export interface DiskSample {
   readonly placed: number;
   /** Active members not marked full. */
   readonly roomy: number;
+  /** The member's state in the view (absent or "" when it names none). */
+  readonly state?: string;
 }
 
 /**
@@ -392,6 +394,7 @@ async function diskSample(
         replicas: Number(m.replicas ?? 0),
         placed: view.nodes.reduce((sum, x) => sum + Number(x.replicas ?? 0), 0),
         roomy: roomy.length,
+        state: m.member_state ?? "",
       };
     } catch {
       // the next member
@@ -720,6 +723,12 @@ export class FaultSchedule {
     const until = t0 + Math.max(hold, NEARLY_FULL_HOLD_MS);
     /** The victim was not running at some sample (stopped on ENOSPC, killed by a change). */
     let away = false;
+    /**
+     * The victim left the cluster during the fault (a decommission that ended, a removal): it
+     * holds no replica and the meta group records no disk of it (seed 10222, disk-guard --tls:
+     * n3 decommissioned 2.6 s into its fault, "never marked", a false finding).
+     */
+    let left = false;
     let markedAt: number | null = null;
     let before: DiskSample | null = null;
     /** Replicas it gained while marked, with new shards when too few members had room. */
@@ -728,6 +737,7 @@ export class FaultSchedule {
       if (cluster.node(victim).state !== "running") away = true;
       const now = await diskSample(cluster, victim, before?.via ?? null);
       if (now !== null) {
+        if (now.state === "decommissioned" || now.state === "removed") left = true;
         if (now.full && markedAt === null) markedAt = this.#now() - t0;
         if (before !== null) {
           const breach = guardBreach(victim, before, now);
@@ -741,10 +751,14 @@ export class FaultSchedule {
     }
     r.healedAt = this.#now();
     r.detail +=
-      markedAt === null ? "; never marked" : `; marked after ${(markedAt / 1000).toFixed(1)} s`;
+      markedAt !== null
+        ? `; marked after ${(markedAt / 1000).toFixed(1)} s`
+        : left
+          ? "; never marked: it left the cluster meanwhile"
+          : "; never marked";
     if (newShards > 0)
       r.detail += ` (took ${newShards} new shard(s) while marked: too few members had room)`;
-    if (markedAt === null && !away) {
+    if (markedAt === null && !away && !left) {
       this.guardErrors.push(
         `${victim}'s disk was ${percent}% full for ${Math.round((r.healedAt - t0) / 1000)} s and no member's view marked it full`,
       );
@@ -761,6 +775,8 @@ export class FaultSchedule {
       while (this.#now() - freed < ROOM_AGAIN_MS) {
         if (cluster.node(victim).state !== "running") away = true;
         const now = await diskSample(cluster, victim, via);
+        if (now !== null && (now.state === "decommissioned" || now.state === "removed"))
+          left = true;
         if (now !== null && !now.full) {
           room = this.#now() - freed;
           break;
@@ -770,7 +786,7 @@ export class FaultSchedule {
       }
       if (room !== null)
         r.detail += `, room again ${(room / 1000).toFixed(1)} s after the space was freed`;
-      else if (!away)
+      else if (!away && !left)
         this.guardErrors.push(
           `${victim} was still marked nearly full ${ROOM_AGAIN_MS / 1000} s after its disk was freed`,
         );
