@@ -1,0 +1,336 @@
+/**
+ * Pitfalls that real Raft implementations hit (etcd-io/raft's and tikv/raft-rs's fixed bugs and
+ * regression tests), each checked against this core: a message the network duplicated,
+ * reordered or delayed past newer ones; votes and campaigns by members that must not have a
+ * say (learners, removed members, members in a leader's lease); a new leader that inherits an
+ * unapplied configuration change; a leadership transfer that meets a configuration change.
+ * Scenarios run on the golden scripts' environment; message-level ones step a RawNode directly.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { seededRng } from "../../src/common/rng.ts";
+import type { Entry, Message } from "../../src/raft/index.ts";
+import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
+import { parseCommand } from "../support/datadriven.ts";
+import { GoldenEnv } from "./support/golden-env.ts";
+
+const enc = new TextEncoder();
+
+/** Runs golden-script commands, one a line; returns their output. */
+function run(env: GoldenEnv, script: string): string {
+  const out: string[] = [];
+  for (const line of script.split("\n")) {
+    if (line.trim() === "") continue;
+    const o = env.exec(parseCommand(line, 0));
+    if (o !== "") out.push(o);
+  }
+  return out.join("\n");
+}
+
+/**
+ * With 1 cut off, 2 campaigns and wins term 3 with 3's vote. 3 restarts first: a member ignores
+ * campaigns for an election timeout after it heard from a leader, and a restarted one knows none.
+ */
+function elect2(env: GoldenEnv, stabilize = true): void {
+  run(env, "crash 3\nrestart 3\ncampaign 2");
+  if (stabilize) run(env, "stabilize 2 3");
+}
+
+/** A three-voter group (plus `extra` options) led by 1 in term 2, everything applied. */
+function ledBy1(cluster = "cluster voters=1,2,3"): GoldenEnv {
+  const env = new GoldenEnv();
+  run(env, `${cluster}\ncampaign 1\nstabilize`);
+  assert.match(run(env, "status 1"), /^1: leader term=2 /);
+  return env;
+}
+
+describe("raft pitfalls: members that must not have a say", () => {
+  it("a candidate counts no vote of a learner", () => {
+    const env = new GoldenEnv();
+    run(env, "cluster voters=1,2,3 learners=4 prevote=false checkquorum=false\nisolate 1");
+    run(env, "campaign 1\nstabilize 1");
+    const candidate = env.hosts.get(nodeId("1"))?.raw as RawNode;
+    const grant = (from: string): Message => ({
+      type: "vote-resp",
+      from: nodeId(from),
+      to: nodeId("1"),
+      term: term(2),
+      reject: false,
+      commit: logIndex(0),
+      commitTerm: term(0),
+    });
+    // A learner grants a vote it is asked for (it may be a voter that does not know it yet, as
+    // etcd-io/raft has it); counted, 1 would lead with one voter's vote of three.
+    candidate.step(grant("4"));
+    assert.match(run(env, "status 1"), /^1: candidate term=2 /);
+    candidate.step(grant("2"));
+    assert.match(run(env, "status 1"), /^1: leader term=2 /);
+  });
+
+  it("a learner never campaigns, and ignores a TimeoutNow", () => {
+    const env = ledBy1("cluster voters=1,2,3 learners=4");
+    run(env, "isolate 4\ntick 4 n=100\nstabilize");
+    assert.match(run(env, "status 4"), /^4: follower term=2 /);
+    run(env, "heal");
+    env.hosts.get(nodeId("4"))?.raw.step({
+      type: "timeout-now",
+      from: nodeId("1"),
+      to: nodeId("4"),
+      term: term(2),
+    });
+    assert.doesNotMatch(run(env, "stabilize"), /became (pre-)?candidate/);
+    assert.match(run(env, "status 1"), /^1: leader term=2 /);
+  });
+
+  for (const preVote of [true, false]) {
+    it(`a removed member that missed its removal does not disrupt the group (prevote=${preVote})`, () => {
+      const env = ledBy1(`cluster voters=1,2,3,4 prevote=${preVote}`);
+      run(env, "isolate 4\nconf-change 1 remove 4\nstabilize 1 2 3\nheal");
+      assert.match(run(env, "status 1"), /voters=\(1 2 3\)/);
+      // 4 believes it is a voter still: it campaigns at every election timeout. The others,
+      // in their leader's lease (CheckQuorum), ignore it, and no term changes.
+      let campaigned = false;
+      for (let i = 0; i < 10; i++) {
+        campaigned =
+          /4: became (pre-)?candidate/.test(run(env, "tick n=5\nstabilize")) || campaigned;
+      }
+      assert.ok(campaigned);
+      for (const id of ["1", "2", "3"]) assert.match(run(env, `status ${id}`), / term=2 /);
+      assert.match(run(env, "status 1"), /^1: leader /);
+      assert.match(run(env, "propose 1 x\nstabilize 1 2 3"), /1: apply \[2\/7 "x"\]/);
+    });
+  }
+
+  it("a pre-vote is refused in a leader's lease and granted once the lease is over", () => {
+    const env = ledBy1();
+    const prevote: Message = {
+      type: "prevote",
+      from: nodeId("3"),
+      to: nodeId("2"),
+      term: term(3),
+      lastIndex: logIndex(4),
+      lastTerm: term(2),
+      transfer: false,
+      commit: logIndex(4),
+      commitTerm: term(2),
+    };
+    const two = env.hosts.get(nodeId("2"))?.raw as RawNode;
+    // 2 heard from its leader 1 a few ticks ago: 3's pre-vote (3 was cut off, say) gets no answer.
+    run(env, "tick 2 n=5");
+    two.step(prevote);
+    assert.doesNotMatch(run(env, "process-ready 2"), /prevote-resp/);
+    // 1 is gone: once 2 has heard nothing for an election timeout, it grants.
+    run(env, "crash 1\ntick 2 n=5");
+    two.step(prevote);
+    assert.match(run(env, "process-ready 2"), /^2->3 prevote-resp term=3$/m);
+  });
+});
+
+describe("raft pitfalls: stale and lower-term messages", () => {
+  for (const [opts, answered] of [
+    ["", true],
+    [" prevote=false", true],
+    [" checkquorum=false", true],
+    [" prevote=false checkquorum=false", false],
+  ] as const) {
+    it(`a heartbeat from a deposed leader${opts} ${answered ? "is answered with the new term, and it steps down" : "is ignored"}`, () => {
+      const env = ledBy1(`cluster voters=1,2,3 election=10${opts}`);
+      // 2 and 3 elect 2 in term 3 while 1 is cut off; 1 leads on (less than an election timeout).
+      run(env, "isolate 1");
+      elect2(env);
+      assert.match(run(env, "status 2"), /^2: leader term=3 /);
+      run(env, "heal");
+      assert.match(run(env, "status 1"), /^1: leader term=2 /);
+      const out = run(env, "tick 1\nprocess-ready 1\ndeliver 3\nprocess-ready 3");
+      assert.match(out, /^1->3 heartbeat term=2 /m);
+      if (answered) {
+        assert.match(out, /^3->1 append-resp term=3 /m);
+        run(env, "deliver 1");
+        assert.match(run(env, "status 1"), /^1: follower term=3 /);
+      } else {
+        assert.doesNotMatch(out, /^3->1 /m);
+        assert.match(run(env, "status 3"), /^3: follower term=3 lead=2 /);
+      }
+    });
+  }
+});
+
+describe("raft pitfalls: a follower's log against duplicated, reordered and stale messages", () => {
+  const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
+
+  /** b, a founding voter of (a, b, c) in term 1 that follows a, its founding (1..3) applied. */
+  function follower(): { node: RawNode; storage: MemoryStorage; sent: Message[] } {
+    const storage = MemoryStorage.bootstrap([a, b, c]);
+    storage.setHardState({ ...storage.initialState().hardState, vote: a });
+    const node = new RawNode({ id: b, storage, rng: seededRng(1), confIndex: logIndex(3) });
+    const sent: Message[] = [];
+    drain(node, storage, sent);
+    return { node, storage, sent };
+  }
+
+  function drain(node: RawNode, storage: MemoryStorage, sent: Message[]): void {
+    for (let i = 0; i < 100 && node.hasReady(); i++) {
+      const rd = node.ready();
+      if (rd.snapshot !== null) storage.applySnapshot(rd.snapshot);
+      storage.append(rd.entries);
+      if (rd.hardState !== null) storage.setHardState(rd.hardState);
+      sent.push(...rd.messages);
+      node.advance();
+    }
+  }
+
+  function entries(from: number, to: number, t = 1): Entry[] {
+    const out: Entry[] = [];
+    for (let i = from; i <= to; i++)
+      out.push({ index: logIndex(i), term: term(t), type: "normal", data: enc.encode(`e${i}`) });
+    return out;
+  }
+
+  function append(prevIndex: number, prevTerm: number, ents: Entry[], commit: number): Message {
+    return {
+      type: "append",
+      from: a,
+      to: b,
+      term: term(1),
+      prevIndex: logIndex(prevIndex),
+      prevTerm: term(prevTerm),
+      entries: ents,
+      commit: logIndex(commit),
+      noReply: false,
+    };
+  }
+
+  it("a duplicated, delayed append carrying a prefix of the log truncates nothing", () => {
+    const { node, storage, sent } = follower();
+    const first = append(3, 1, entries(4, 5), 3);
+    node.step(first);
+    node.step(append(5, 1, entries(6, 8), 7));
+    drain(node, storage, sent);
+    assert.equal(node.status().lastIndex, 8);
+    assert.equal(node.status().commit, 7);
+    sent.length = 0;
+    // The first append again, overtaken by the second: entries 6..8 stay (the leader may count
+    // them), and its answer names only what it vouched for.
+    node.step(first);
+    drain(node, storage, sent);
+    assert.equal(node.status().lastIndex, 8);
+    assert.equal(node.status().commit, 7);
+    const resp = sent.find((m) => m.type === "append-resp");
+    assert.ok(resp?.type === "append-resp" && !resp.reject && resp.index === 7);
+  });
+
+  it("a delayed append from before the commit index is answered with the commit index", () => {
+    const { node, storage, sent } = follower();
+    node.step(append(3, 1, entries(4, 6), 6));
+    drain(node, storage, sent);
+    sent.length = 0;
+    // An append after entry 4, of a term the log does not hold there: taken, it would conflict
+    // with committed entries (and a refusal would send the leader probing below its match).
+    node.step(append(4, 1, entries(5, 5), 4));
+    drain(node, storage, sent);
+    assert.equal(node.status().lastIndex, 6);
+    const resp = sent.find((m) => m.type === "append-resp");
+    assert.ok(resp?.type === "append-resp" && !resp.reject && resp.index === 6);
+  });
+
+  it("a snapshot at or below the commit index is ignored, and one the log holds only commits", () => {
+    const { node, storage, sent } = follower();
+    node.step(append(3, 1, entries(4, 8), 5));
+    drain(node, storage, sent);
+    sent.length = 0;
+    const snapshot = (index: number): Message => ({
+      type: "snapshot",
+      from: a,
+      to: b,
+      term: term(1),
+      snapshot: {
+        meta: { index: logIndex(index), term: term(1), conf: { voters: [a, b, c], learners: [] } },
+        data: new Uint8Array(0),
+      },
+    });
+    node.step(snapshot(4));
+    drain(node, storage, sent);
+    assert.equal(node.status().firstIndex, 1);
+    assert.equal(node.status().lastIndex, 8);
+    assert.equal(node.status().commit, 5);
+    let resp = sent.find((m) => m.type === "append-resp");
+    assert.ok(resp?.type === "append-resp" && !resp.reject && resp.index === 5);
+    sent.length = 0;
+    // The log holds 1/7: the snapshot tells it 7 is committed, and 8 stays.
+    node.step(snapshot(7));
+    drain(node, storage, sent);
+    assert.equal(node.status().firstIndex, 1);
+    assert.equal(node.status().lastIndex, 8);
+    assert.equal(node.status().commit, 7);
+    resp = sent.find((m) => m.type === "append-resp");
+    assert.ok(resp?.type === "append-resp" && !resp.reject && resp.index === 7);
+  });
+});
+
+describe("raft pitfalls: the leader's view of a follower after stale answers", () => {
+  it("a stale refusal (answering an append older than an acknowledgement) moves nothing back", () => {
+    const env = ledBy1("cluster voters=1,2,3 inflight=8");
+    run(env, "propose 1 a\npropose 1 b\nstabilize");
+    assert.match(run(env, "progress 1"), /^2: replicate match=6 next=7$/m);
+    const leader = env.hosts.get(nodeId("1"))?.raw as RawNode;
+    const refusal = (index: number): Message => ({
+      type: "append-resp",
+      from: nodeId("2"),
+      to: nodeId("1"),
+      term: term(2),
+      index: logIndex(index),
+      reject: true,
+      hintIndex: logIndex(index - 1),
+      hintTerm: term(1),
+      lost: false,
+    });
+    // In replicate: a refusal of index 4 (≤ match 6) is old news.
+    leader.step(refusal(4));
+    assert.match(run(env, "progress 1"), /^2: replicate match=6 next=7$/m);
+    // In probe: a refusal of anything but next - 1 answers an older probe.
+    run(env, "report-unreachable 1 2");
+    assert.match(run(env, "progress 1"), /^2: probe match=6 next=7$/m);
+    leader.step(refusal(5));
+    assert.match(run(env, "progress 1"), /^2: probe match=6 next=7$/m);
+    run(env, "tick 1\nstabilize");
+    assert.match(run(env, "progress 1"), /^2: replicate match=6 next=7$/m);
+  });
+});
+
+describe("raft pitfalls: configuration changes and leadership", () => {
+  it("a new leader whose log holds an unapplied conf change takes no other until it applies it", () => {
+    const env = ledBy1();
+    // 1 proposes a change that reaches 2 only, and is cut off before it commits.
+    run(env, "conf-change 1 add-learner 4\nprocess-ready 1\ndeliver 2\nprocess-ready 2\nisolate 1");
+    elect2(env, false);
+    // Pre-vote, then vote: 2 leads, and has sent nothing as leader yet.
+    for (let i = 0; i < 2; i++) run(env, "process-ready 2\ndeliver 3\nprocess-ready 3\ndeliver 2");
+    assert.match(run(env, "status 2"), /^2: leader term=3 .* last=6 /);
+    // 2's log holds the change at 5, committed nowhere yet: a second one would make two at once.
+    assert.match(
+      run(env, "conf-change 2 remove 3"),
+      /error .*configuration change at 5 not yet applied/,
+    );
+    run(env, "stabilize 2 3");
+    assert.match(run(env, "status 2"), /applied=6 .* voters=\(1 2 3\) learners=\(4\)/);
+    assert.match(run(env, "conf-change 2 remove 3"), /2: proposed 3\/7 conf remove 3/);
+  });
+
+  it("no conf change is taken while a leadership transfer runs", () => {
+    const env = ledBy1();
+    run(env, "isolate 3");
+    assert.match(run(env, "transfer-leader 1 3"), /transfer to 3 requested/);
+    assert.match(
+      run(env, "conf-change 1 remove 2"),
+      /error .*leadership transfer to 3 in progress/,
+    );
+  });
+
+  it("a transfer to a member whose removal the leader applies is abandoned at once", () => {
+    const env = ledBy1();
+    run(env, "isolate 3\nconf-change 1 remove 3\ntransfer-leader 1 3\nstabilize 1 2");
+    assert.match(run(env, "status 1"), /^1: leader term=2 .*voters=\(1 2\)/);
+    // Not after an election timeout: proposals go through at once.
+    assert.match(run(env, "propose 1 x"), /^1: proposed 2\/6$/);
+  });
+});
