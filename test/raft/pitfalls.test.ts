@@ -9,10 +9,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { seededRng } from "../../src/common/rng.ts";
-import type { Entry, Message } from "../../src/raft/index.ts";
+import type { Entry, Message, NodeId, ReadState } from "../../src/raft/index.ts";
 import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
 import { parseCommand } from "../support/datadriven.ts";
 import { GoldenEnv } from "./support/golden-env.ts";
+import { Host } from "./support/host.ts";
 
 const enc = new TextEncoder();
 
@@ -65,6 +66,20 @@ describe("raft pitfalls: members that must not have a say", () => {
     assert.match(run(env, "status 1"), /^1: candidate term=2 /);
     candidate.step(grant("2"));
     assert.match(run(env, "status 1"), /^1: leader term=2 /);
+  });
+
+  it("a learner promoted without knowing it votes, so the new configuration's quorum can elect (etcd-io/etcd#10998)", () => {
+    const env = new GoldenEnv();
+    run(env, "cluster voters=1,2 learners=3\ncampaign 1\nstabilize");
+    // 1 and 2 apply the promotion of 3; 3 never hears of it. Then 1 is gone.
+    run(env, "isolate 3\nconf-change 1 add-voter 3\nstabilize 1 2\nheal\ncrash 1");
+    assert.match(run(env, "status 2"), /voters=\(1 2 3\)/);
+    assert.match(run(env, "status 3"), /voters=\(1 2\) learners=\(3\)/);
+    // 2 needs 3's vote (2 of 3). 3, in its leader's lease, ignores it until an election timeout
+    // has passed without word from 1 (CheckQuorum); then it grants, a learner as far as it knows.
+    run(env, "tick 3 n=10\ncampaign 2\nstabilize 2 3");
+    assert.match(run(env, "status 2"), /^2: leader term=3 /);
+    assert.match(run(env, "status 3"), /^3: follower term=3 lead=2 .*voters=\(1 2 3\)$/);
   });
 
   it("a learner never campaigns, and ignores a TimeoutNow", () => {
@@ -123,6 +138,93 @@ describe("raft pitfalls: members that must not have a say", () => {
     run(env, "crash 1\ntick 2 n=5");
     two.step(prevote);
     assert.match(run(env, "process-ready 2"), /^2->3 prevote-resp term=3$/m);
+  });
+});
+
+/** Members on a network the test controls message by message. */
+class Net {
+  readonly hosts = new Map<NodeId, Host>();
+  readonly readStates: { id: NodeId; read: ReadState }[] = [];
+  queue: Message[] = [];
+
+  constructor(voters: readonly string[]) {
+    const ids = voters.map(nodeId);
+    const rng = seededRng(5);
+    for (const id of ids)
+      this.hosts.set(id, new Host(id, MemoryStorage.bootstrap(ids), {}, rng.fork()));
+    this.settle();
+  }
+
+  host(id: string): Host {
+    return this.hosts.get(nodeId(id)) as Host;
+  }
+
+  /** Handles every member's Readies; their messages join the queue. */
+  settle(): void {
+    for (let i = 0; i < 5; i++)
+      for (const h of this.hosts.values())
+        while (h.raw.hasReady()) {
+          const { readStates } = h.handleReady((m) => this.queue.push(m));
+          for (const read of readStates) this.readStates.push({ id: h.id, read });
+        }
+  }
+
+  /** Delivers queued messages until none is left; those `keep` refuses are returned, undelivered. */
+  run(keep: (m: Message) => boolean = () => true): Message[] {
+    const held: Message[] = [];
+    for (let round = 0; round < 100; round++) {
+      this.settle();
+      const due = this.queue;
+      if (due.length === 0) break;
+      this.queue = [];
+      for (const m of due)
+        if (keep(m)) this.host(m.to).raw.step(m);
+        else held.push(m);
+    }
+    return held;
+  }
+
+  /** The reads `id` released so far, as "context@index". */
+  reads(id: string): string[] {
+    const dec = new TextDecoder();
+    return this.readStates
+      .filter((r) => r.id === nodeId(id))
+      .map((r) => `${dec.decode(r.read.context)}@${r.read.index}`);
+  }
+}
+
+describe("raft pitfalls: ReadIndex", () => {
+  it("a read is not confirmed by a delayed answer to an older round, even with the same context (etcd-io/raft#397)", () => {
+    const net = new Net(["1", "2", "3"]);
+    net.host("1").raw.campaign();
+    net.run();
+    assert.equal(net.host("1").raw.role, "leader");
+    const commitA = net.host("1").raw.commitIndex;
+    // Read A, twice with the same context (a client's retry); the answers to its rounds are held.
+    net.host("1").raw.readIndex(enc.encode("A"));
+    let delayed = net.run((m) => m.type !== "heartbeat-resp");
+    net.host("1").raw.readIndex(enc.encode("A"));
+    delayed = [...delayed, ...net.run((m) => m.type !== "heartbeat-resp")];
+    assert.ok(delayed.filter((m) => m.type === "heartbeat-resp").length >= 4);
+    assert.deepEqual(net.reads("1"), []);
+    // 1 is cut off; 2 leads term 3 and commits a write. (3 restarts: no lease to wait out.)
+    const cut = (m: Message): boolean => m.from !== nodeId("1") && m.to !== nodeId("1");
+    net.host("3").restart();
+    net.host("2").raw.campaign();
+    net.run(cut);
+    assert.equal(net.host("2").raw.role, "leader");
+    net.host("2").raw.propose(enc.encode("w"));
+    net.run(cut);
+    const commitB = net.host("2").raw.commitIndex;
+    assert.ok(commitB > commitA);
+    // The stale leader 1 is asked read B; then the old answers arrive.
+    assert.equal(net.host("1").raw.role, "leader");
+    net.host("1").raw.readIndex(enc.encode("B"));
+    net.run(() => false);
+    for (const m of delayed) net.host(m.to).raw.step(m);
+    net.settle();
+    // A's reads are confirmed at the index they were taken at; B is not confirmed at all.
+    assert.deepEqual(net.reads("1"), [`A@${commitA}`, `A@${commitA}`]);
   });
 });
 
