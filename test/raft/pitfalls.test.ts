@@ -12,6 +12,7 @@ import { seededRng } from "../../src/common/rng.ts";
 import type { Entry, Message, NodeId, ReadState } from "../../src/raft/index.ts";
 import { logIndex, MemoryStorage, nodeId, RawNode, term } from "../../src/raft/index.ts";
 import { parseCommand } from "../support/datadriven.ts";
+import { Inflights, Progress } from "../../src/raft/progress.ts";
 import { GoldenEnv } from "./support/golden-env.ts";
 import { Host } from "./support/host.ts";
 
@@ -396,6 +397,35 @@ describe("raft pitfalls: the leader's view of a follower after stale answers", (
     assert.match(run(env, "progress 1"), /^2: probe match=6 next=7$/m);
     run(env, "tick 1\nstabilize");
     assert.match(run(env, "progress 1"), /^2: replicate match=6 next=7$/m);
+  });
+});
+
+describe("raft pitfalls: flow control", () => {
+  it("the in-flight window's bytes start over with its messages on every state change (etcd-io/raft e419ba5)", () => {
+    const inflights = new Inflights(10, 100);
+    let index = 0;
+    for (let round = 0; round < 20; round++) {
+      inflights.reset();
+      for (let i = 0; i < 3; i++) {
+        assert.equal(inflights.isFull(), false);
+        inflights.add(logIndex(++index), 30);
+      }
+      // Two of three are acknowledged; the last stays in flight when the window is reset.
+      inflights.freeLE(logIndex(index - 1));
+      assert.equal(inflights.count, 1);
+      assert.equal(inflights.isFull(), false);
+    }
+    // Through Progress: probe after a refusal, then replicate again, with an empty window.
+    const pr = new Progress(logIndex(1), 4, 100, true);
+    pr.becomeReplicate();
+    for (let i = 1; i <= 4; i++) pr.inflights.add(logIndex(i), 50);
+    assert.equal(pr.isPaused(), true);
+    assert.equal(pr.maybeDecrTo(logIndex(3), logIndex(0)), true);
+    pr.becomeProbe();
+    assert.equal(pr.next, 1);
+    pr.becomeReplicate();
+    assert.equal(pr.isPaused(), false);
+    assert.equal(pr.inflights.count, 0);
   });
 });
 
