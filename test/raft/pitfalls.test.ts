@@ -229,6 +229,22 @@ describe("raft pitfalls: ReadIndex", () => {
   });
 });
 
+describe("raft pitfalls: ReadIndex and membership", () => {
+  it("a read waiting for a quorum is confirmed when a removal shrinks the quorum (tikv/raft-rs test_read_when_quorum_becomes_less)", () => {
+    const env = ledBy1("cluster voters=1,2,3,4");
+    // The removal of 4 reaches 2 and 3, whose answers are on their way to 1.
+    run(env, "conf-change 1 remove 4\nprocess-ready 1\ndeliver 2 3\nprocess-ready 2 3");
+    // A read now: 3 and 4 are cut off, so only 1 and 2 confirm it, two of four voters. 1 steps
+    // the answers to the removal and 2's confirmation together, before it applies the removal.
+    run(env, "read-index 1 r\npartition 1 2 / 3 4\nprocess-ready 1\ndeliver 2\nprocess-ready 2");
+    assert.doesNotMatch(run(env, "deliver 1"), /read/);
+    // Applied, the removal leaves three voters, of which two confirmed: the read goes.
+    const out = run(env, "process-ready 1\nprocess-ready 1");
+    assert.match(out, /^1: conf voters=\(1 2 3\)$/m);
+    assert.match(out, /^1: read "r" at 5$/m);
+  });
+});
+
 describe("raft pitfalls: stale and lower-term messages", () => {
   for (const [opts, answered] of [
     ["", true],
@@ -401,6 +417,41 @@ describe("raft pitfalls: the leader's view of a follower after stale answers", (
 });
 
 describe("raft pitfalls: flow control", () => {
+  it("a delayed refusal, its hint below the match, probes again from the match (tikv/raft-rs test_log_replication_with_reordered_message)", () => {
+    const net = new Net(["1", "2"]);
+    net.host("1").raw.campaign();
+    net.run();
+    const leader = net.host("1").raw;
+    const take = (): Message[] => {
+      net.settle();
+      const q = net.queue;
+      net.queue = [];
+      return q;
+    };
+    leader.propose(enc.encode("a"));
+    const [req1] = take();
+    leader.propose(enc.encode("b"));
+    const [req2] = take();
+    assert.ok(req1?.type === "append" && req2?.type === "append");
+    // 2 gets the second append first, and refuses it (a gap); then the first.
+    const follower = net.host("2").raw;
+    follower.step(req2);
+    const [resp2] = take();
+    assert.ok(resp2?.type === "append-resp" && resp2.reject);
+    follower.step(req1);
+    const [resp1] = take();
+    assert.ok(resp1?.type === "append-resp" && !resp1.reject);
+    leader.step(resp1);
+    take();
+    const match = leader.matchOf(nodeId("2")) as number;
+    leader.reportUnreachable(nodeId("2"));
+    // The refusal names next - 1, so it is not recognised as stale; its hint is below the match.
+    leader.step({ ...resp2, index: logIndex(match), hintIndex: logIndex(0), hintTerm: term(0) });
+    const resent = take().find((m) => m.type === "append");
+    assert.ok(resent?.type === "append");
+    assert.equal(resent.prevIndex, match);
+  });
+
   it("the in-flight window's bytes start over with its messages on every state change (etcd-io/raft e419ba5)", () => {
     const inflights = new Inflights(10, 100);
     let index = 0;
